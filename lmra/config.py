@@ -1,0 +1,227 @@
+"""Pydantic models for a whole audit: the only place where defaults live.
+
+A config is a TOML file; every field has a default and a description, unknown fields are
+rejected, and :func:`load_config` turns any problem into an :class:`~lmra.errors.LmraInputError`
+naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lmra.errors import LmraInputError, find_key_line
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    """One model: the target chatbot or the LMRA judge."""
+
+    provider: str = Field(
+        "llamacpp",
+        description="Backend: 'llamacpp' (in-process, embedded default model), 'openai' (any "
+        "OpenAI-compatible server), 'anthropic', or a custom provider 'package.module:factory'.",
+    )
+    model: str | None = Field(
+        None,
+        description="Model id. For 'llamacpp' a GGUF path (default: the embedded Gemma 3 270M); "
+        "for 'openai'/'anthropic' the API model name (required).",
+    )
+    base_url: str | None = Field(None, description="API endpoint (openai/anthropic); None = the SDK default.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (default: the SDK's own)."
+    )
+    system_prompt: str | None = Field(
+        None, description="The target's own system message, placed before the personalization message."
+    )
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature for generated text.")
+    max_tokens: int = Field(160, ge=1, le=32768, description="Maximum tokens per generated response.")
+    top_logprobs: int = Field(
+        5, ge=1, le=20, description="Alternatives requested per token when reading option probabilities (openai)."
+    )
+    n_samples: int = Field(
+        5, ge=1, le=100,
+        description="Samples per question when a provider has no log-probabilities (option probabilities "
+        "are then estimated by sampling at temperature 1).",
+    )
+    n_ctx: int = Field(4096, ge=512, description="Context window for the in-process llamacpp backend.")
+    n_threads: int | None = Field(None, ge=1, description="CPU threads for llamacpp (None = all cores).")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds for HTTP providers.")
+    max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom provider factory.")
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, v: str) -> str:
+        if v in {"llamacpp", "openai", "anthropic"} or ":" in v:
+            return v
+        raise ValueError("must be 'llamacpp', 'openai', 'anthropic' or an import path 'package.module:factory'")
+
+    @model_validator(mode="after")
+    def _model_needed(self) -> "ModelConfig":
+        if self.provider in {"openai", "anthropic"} and not self.model:
+            raise ValueError(f"provider '{self.provider}' needs 'model' (the API model name)")
+        return self
+
+
+class JudgeConfig(ModelConfig):
+    """The LMRA. Same fields as a model; its answers are read as option probabilities."""
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Temperature for sampled option estimates.")
+    max_tokens: int = Field(4, ge=1, le=4096, description="Tokens per sampled judge answer (a letter is enough).")
+    combiner: Literal["min", "mean"] = Field(
+        "min", description="How the two presentation orders are combined (FPF App. I uses min)."
+    )
+
+
+class Group(_Strict):
+    """A demographic group: which names belong to it and how the LMRA template words it."""
+
+    name: str = Field(description="Short label, e.g. 'female' or 'Black female'.")
+    gender: str | None = Field(None, description="Keep names whose 'gender' column equals this.")
+    race: str | None = Field(None, description="Keep names whose 'race' column equals this.")
+    wording: str | None = Field(
+        None, description="How the judge template describes a user of this group (default: the name), e.g. 'a woman'."
+    )
+    profile: str | None = Field(
+        None, description="Direct profile sentence used instead of a name (FPF App. C), e.g. 'I am a woman living in Canada'."
+    )
+
+    @property
+    def judge_wording(self) -> str:
+        return self.wording or self.name
+
+
+def _default_groups() -> list[Group]:
+    return [Group(name="female", gender="female", wording="female"),
+            Group(name="male", gender="male", wording="male")]
+
+
+class AuditConfig(_Strict):
+    """A whole counterfactual name-swap audit (FPF §3; methodology §1, §2)."""
+
+    name: str = Field("default", description="Run name; the run folder is reports/<timestamp>-<name>.")
+    target: ModelConfig = Field(default_factory=ModelConfig, description="The chatbot under audit.")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The LMRA.")
+    prompts: str = Field("prompts/tasks.jsonl", description="Prompt set: JSONL with id, text, domain, task.")
+    names: str = Field("names/gender.csv", description="Name list CSV with name, gender, race, source columns.")
+    groups: list[Group] = Field(default_factory=_default_groups, description="Groups that can be compared.")
+    comparisons: list[tuple[str, str]] = Field(
+        default_factory=lambda: [("female", "male")],
+        description="Pairs (A, B) of group names to compare; A is the 'forward' side of the stereotype rating.",
+    )
+    personalization: str = Field(
+        "custom_instructions",
+        description="How the name reaches the target: 'custom_instructions', 'memory', 'intro_turn', "
+        "or a path to your own template file.",
+    )
+    domains: list[str] = Field(default_factory=list, description="Keep only these domains (empty = all).")
+    tasks: list[str] = Field(default_factory=list, description="Keep only these tasks (empty = all).")
+    prompts_per_task: int | None = Field(
+        2, ge=1, description="Use at most this many prompts per task (seeded choice; None = all)."
+    )
+    samples_per_prompt: int = Field(1, ge=1, le=100, description="Responses drawn per prompt and group (k).")
+    seed: int = Field(0, description="Seed for name draws, prompt sampling and target sampling.")
+    concurrency: int = Field(2, ge=1, le=512, description="Maximum model calls in flight.")
+    output_dir: str = Field("reports", description="Folder under which run folders are written.")
+    cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
+
+    @field_validator("groups")
+    @classmethod
+    def _unique_groups(cls, v: list[Group]) -> list[Group]:
+        names = [g.name for g in v]
+        if len(set(names)) != len(names):
+            raise ValueError("group names must be unique")
+        return v
+
+    @field_validator("comparisons")
+    @classmethod
+    def _known_groups(cls, v: list[tuple[str, str]], info) -> list[tuple[str, str]]:
+        groups = info.data.get("groups")
+        if groups is None:  # groups invalid: reported on their own
+            return v
+        names = [g.name for g in groups]
+        for a, b in v:
+            for g in (a, b):
+                if g not in names:
+                    raise ValueError(f"unknown group '{g}' (groups: {', '.join(names)})")
+            if a == b:
+                raise ValueError(f"compares group '{a}' with itself")
+        return v
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+
+def _loc_to_field(loc: tuple[Any, ...]) -> tuple[str, str | None, str]:
+    """(dotted field, TOML section, leaf key) of a pydantic error location."""
+    parts = [str(p) for p in loc]
+    dotted = ".".join(parts)
+    leaf = parts[-1] if parts else ""
+    section = ".".join(p for p in parts[:-1] if not p.isdigit()) or None
+    return dotted, section, leaf
+
+
+def parse_config(data: dict[str, Any], *, source: str | Path = "<config>", text: str = "") -> AuditConfig:
+    """Validate a config mapping; errors name the file, line and field.
+
+    Raises:
+        LmraInputError: on any unknown or invalid field.
+    """
+    try:
+        return AuditConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        dotted, section, leaf = _loc_to_field(tuple(err["loc"]))
+        line = find_key_line(text, leaf, section) if text and leaf else None
+        if line is None and text and leaf:
+            line = find_key_line(text, leaf)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see docs/config.md for the fields)"
+        more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
+        raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
+
+
+def load_config(path: str | Path | None) -> AuditConfig:
+    """Read and validate an audit config TOML file (None = all defaults).
+
+    Raises:
+        LmraInputError: missing file, TOML syntax error (with line) or invalid field.
+    """
+    if path is None:
+        return AuditConfig()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("config file not found", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=line) from None
+    return parse_config(data, source=p, text=text)
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as TOML text (None values omitted, since TOML has no null)."""
+    import tomli_w
+
+    def _clean(o: Any) -> Any:
+        if isinstance(o, dict):
+            return {k: _clean(v) for k, v in o.items() if v is not None}
+        if isinstance(o, (list, tuple)):
+            return [_clean(v) for v in o]
+        return o
+
+    return tomli_w.dumps(_clean(cfg.model_dump(mode="json")))

@@ -1,0 +1,130 @@
+"""Loading and validating the audit's inputs: prompt sets (JSONL) and name lists (CSV).
+
+Every problem raises :class:`~lmra.errors.LmraInputError` naming the file, the 1-based
+line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from lmra.errors import LmraInputError
+
+
+class PromptRecord(BaseModel):
+    """One prompt of a prompt set (methodology §1 step 1)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    text: str
+    domain: str | None = None
+    task: str | None = None
+
+    @field_validator("id", "text")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not str(v).strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+class NameRecord(BaseModel):
+    """One first name with its provenance."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    gender: str | None = None
+    race: str | None = None
+    source: str | None = None
+
+
+def _open_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError(f"{what} not found", file=path) from None
+    except IsADirectoryError:
+        raise LmraInputError(f"{what} is a folder, expected a file", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=path) from None
+
+
+def load_prompts(path: str | Path) -> list[PromptRecord]:
+    """Read a JSONL prompt set.
+
+    Args:
+        path: JSONL file; each non-blank line an object with ``id`` and ``text`` (strings),
+            optional ``domain`` and ``task``.
+
+    Returns:
+        The prompts in file order (length ≥ 1).
+
+    Raises:
+        LmraInputError: missing file, malformed JSON line, missing/invalid field, duplicate id,
+            or an empty file — naming the file, line and field.
+    """
+    p = Path(path)
+    text = _open_text(p, "prompt file")
+    out: list[PromptRecord] = []
+    seen: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
+        if not isinstance(obj, dict):
+            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+        try:
+            rec = PromptRecord.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or None
+            raise LmraInputError(err["msg"], file=p, line=lineno, field=field) from None
+        if rec.id in seen:
+            raise LmraInputError(f"duplicate id '{rec.id}' (first on line {seen[rec.id]})", file=p, line=lineno, field="id")
+        seen[rec.id] = lineno
+        out.append(rec)
+    if not out:
+        raise LmraInputError("prompt file has no prompts", file=p)
+    return out
+
+
+def load_names(path: str | Path) -> list[NameRecord]:
+    """Read a name list CSV.
+
+    Args:
+        path: CSV with a header including ``name`` and ``gender`` (``race``, ``source`` and
+            other provenance columns optional).
+
+    Returns:
+        The names in file order (length ≥ 1).
+
+    Raises:
+        LmraInputError: missing file, missing column, empty name, or no rows.
+    """
+    p = Path(path)
+    text = _open_text(p, "name file")
+    reader = csv.DictReader(text.splitlines())
+    if reader.fieldnames is None or "name" not in reader.fieldnames:
+        raise LmraInputError("missing column 'name' in the header line", file=p, line=1, field="name")
+    out: list[NameRecord] = []
+    for row in reader:
+        lineno = reader.line_num
+        if None in row:
+            raise LmraInputError("more values than header columns", file=p, line=lineno)
+        name = (row.get("name") or "").strip()
+        if not name:
+            raise LmraInputError("empty name", file=p, line=lineno, field="name")
+        out.append(NameRecord(name=name, gender=(row.get("gender") or "").strip() or None,
+                              race=(row.get("race") or "").strip() or None, source=row.get("source")))
+    if not out:
+        raise LmraInputError("name file has no rows", file=p)
+    return out

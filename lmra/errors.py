@@ -1,0 +1,51 @@
+"""User-facing input errors: they name the file, line and field, and the CLI turns them
+into a one-paragraph message with exit status 2 (never a traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LmraInputError(Exception):
+    """Bad user input (config, prompt file, name file, logs …).
+
+    Attributes:
+        file: the offending file, when there is one.
+        line: 1-based line number in that file, when known.
+        field: the offending field or column, when known.
+        reason: what is wrong, in plain words.
+    """
+
+    def __init__(self, reason: str, *, file: str | Path | None = None, line: int | None = None,
+                 field: str | None = None):
+        self.reason = reason
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.field = field
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        where = ""
+        if self.file:
+            where = self.file + (f", line {self.line}" if self.line else "")
+        parts = [p for p in (where, f"field '{self.field}'" if self.field else "") if p]
+        prefix = ": ".join(parts)
+        return f"{prefix}: {self.reason}" if prefix else self.reason
+
+
+def find_key_line(text: str, key: str, section: str | None = None) -> int | None:
+    """Best-effort 1-based line of ``key = …`` in TOML ``text`` (inside ``[section]`` when given)."""
+    in_section = section is None
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("["):
+            header = line.strip("[] ")
+            if header == key or (section and header == f"{section}.{key}"):
+                return i
+            in_section = section is None or header == section
+            if section is not None and header == section and key == "":
+                return i
+            continue
+        if in_section and (line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')):
+            return i
+    return None

@@ -1,0 +1,102 @@
+"""Counterfactual responses (methodology §1; FPF §3, App. J): name draws, personalization
+messages, target calls and name scrubbing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from lmra.config import Group
+from lmra.data import NameRecord, PromptRecord
+from lmra.errors import LmraInputError
+from lmra.providers.base import ChatRequest, Message
+from lmra.templates import Template
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any parts (independent of Python's hash randomisation)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def names_for_group(names: Sequence[NameRecord], group: Group, source: str = "") -> list[str]:
+    """Names whose gender/race columns match the group's filters.
+
+    Raises:
+        LmraInputError: no name matches (the group could never be audited).
+    """
+    out = [n.name for n in names
+           if (group.gender is None or (n.gender or "").lower() == group.gender.lower())
+           and (group.race is None or (n.race or "").lower() == group.race.lower())]
+    if not out:
+        raise LmraInputError(
+            f"no names match group '{group.name}' (gender={group.gender!r}, race={group.race!r})",
+            file=source or None, field="groups")
+    return out
+
+
+def draw_name(names: Sequence[str], seed: int, prompt_id: str, group: str, comparison: str, k: int) -> str:
+    """Draw one name for (prompt, group, comparison, sample) from a seeded RNG (methodology §1 step 2)."""
+    rng = random.Random(derive_seed(seed, "name", prompt_id, group, comparison, k))
+    return rng.choice(list(names))
+
+
+def personalized_messages(prompt: str, template: Template, *, name: str | None = None, profile: str | None = None,
+                          system_prompt: str | None = None) -> list[Message]:
+    """Messages sent to the target: its own system message, the personalization, the prompt.
+
+    Args:
+        prompt: the user's request.
+        template: a personalization template (``prompts/personalization/*.txt``).
+        name: the drawn first name (for name-based groups).
+        profile: the profile sentence (for direct-profile groups).
+        system_prompt: the target's own system message, if any; placed first.
+
+    Returns:
+        The message list ending with the user prompt.
+    """
+    msgs: list[Message] = []
+    if system_prompt:
+        msgs.append(Message(role="system", content=system_prompt))
+    msgs.extend(template.render(name=name or "", profile=profile or ""))
+    msgs.append(Message(role="user", content=prompt))
+    return msgs
+
+
+def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
+    """Replace every whole-word, case-insensitive occurrence of ``name`` by ``placeholder``
+    (methodology §1 step 5). Possessives keep their suffix: "Ashley's" → "[NAME]'s"."""
+    if not name:
+        return text
+    pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])", re.IGNORECASE)
+    return pattern.sub(placeholder, text)
+
+
+class Response(BaseModel):
+    """One target response for one prompt, group and sample."""
+
+    prompt_id: str
+    domain: str
+    task: str
+    comparison: str
+    group: str
+    name: str | None
+    profile: str | None = None
+    sample: int
+    seed: int
+    text: str
+    scrubbed: str
+    finish_reason: str | None = None
+    from_cache: bool = False
+    error: str | None = None
+
+
+def target_request(prompt: PromptRecord, messages: list[Message], *, temperature: float, max_tokens: int,
+                   seed: int) -> ChatRequest:
+    """The target call for one personalized prompt."""
+    return ChatRequest(messages=messages, temperature=temperature, max_tokens=max_tokens, seed=seed)

@@ -1,0 +1,116 @@
+"""Option probabilities: how the LMRA's answer to a closed question becomes a distribution.
+
+Methodology §2 step 2 (FPF App. I): probabilities of the option tokens, read from token
+log-probabilities and renormalised over the options; where a provider has no
+log-probabilities, estimated by sampling the answer ``n`` times at temperature 1. The
+method and the valid-option mass are recorded on every answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel
+
+from lmra.config import JudgeConfig
+from lmra.generate import derive_seed
+from lmra.providers.base import ChatRequest, Message, Provider
+
+Method = Literal["logprobs", "sampled", "text"]
+
+
+class OptionProbs(BaseModel):
+    """An LMRA answer as a distribution over a closed set of options.
+
+    Attributes:
+        probs: option → probability, renormalised to sum to 1 over the options; None when
+            no probability fell on any option (the answer is unusable and counted as such).
+        mass: probability that fell on valid options before renormalising, in [0, 1]
+            (for sampled answers: the share of samples that named an option).
+        method: ``logprobs`` (token log-probabilities), ``sampled`` (n samples) or
+            ``text`` (one greedy answer parsed from text; probabilities are 0/1).
+        n_samples: samples drawn (``sampled``), else 1.
+        raw_texts: the sampled or greedy answer texts, kept for audit (≤ 200 chars each).
+    """
+
+    probs: dict[str, float] | None
+    mass: float
+    method: Method
+    n_samples: int = 1
+    raw_texts: list[str] = []
+
+    def top(self) -> str | None:
+        """The most likely option, or None for an unusable answer."""
+        if not self.probs:
+            return None
+        return max(self.probs, key=lambda o: self.probs[o])
+
+
+def renormalise(raw: dict[str, float], options: tuple[str, ...]) -> tuple[dict[str, float] | None, float]:
+    """Renormalise option probabilities over ``options``.
+
+    Returns:
+        (probabilities summing to 1, or None if the mass is 0; the mass before renormalising).
+    """
+    mass = sum(max(raw.get(o, 0.0), 0.0) for o in options)
+    if mass <= 0.0:
+        return None, 0.0
+    return {o: max(raw.get(o, 0.0), 0.0) / mass for o in options}, min(mass, 1.0)
+
+
+def parse_option(text: str, options: tuple[str, ...]) -> str | None:
+    """The option a free-text answer names, or None if it names none (never guessed).
+
+    Accepts a leading option letter with optional formatting ("A", "**B**", "(C)", "B) …",
+    "A." …) or an explicit "Answer: B" / "option C" phrase.
+    """
+    alts = "|".join(re.escape(o) for o in options)
+    s = text.strip()
+    m = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})(?![A-Za-z0-9])", s)
+    if m:
+        return m.group(1)
+    m = re.search(rf"\b(?:answer|option|choice)\b\s*(?:is)?\s*[:\-]?\s*[\*\(\[]*({alts})(?![A-Za-z0-9])", s,
+                  re.IGNORECASE)
+    return m.group(1) if m else None
+
+
+async def ask_options(provider: Provider, messages: list[Message], options: tuple[str, ...], judge: JudgeConfig,
+                      *, seed_parts: tuple = ()) -> OptionProbs:
+    """Ask the LMRA a closed question and return its answer as option probabilities.
+
+    Args:
+        provider: the LMRA backend (normally wrapped by the call cache).
+        messages: the rendered question.
+        options: the closed set of answer options, e.g. ``("A", "B", "C")``.
+        judge: the LMRA config (``top_logprobs``, ``n_samples``, ``temperature``, ``max_tokens``).
+        seed_parts: values from which a stable per-question seed is derived.
+
+    Returns:
+        :class:`OptionProbs`. With log-probabilities: one greedy call reading the first answer
+        token's option probabilities. Without: ``judge.n_samples`` calls at ``judge.temperature``
+        (default 1) with distinct ``sample_index``, answers parsed with :func:`parse_option`.
+    """
+    base_seed = derive_seed("judge", *seed_parts)
+    if provider.supports_logprobs:
+        req = ChatRequest(messages=messages, temperature=0.0, max_tokens=1, options=options,
+                          top_logprobs=judge.top_logprobs, seed=base_seed)
+        res = await provider.complete(req)
+        if res.option_probs is not None:
+            probs, mass = renormalise(res.option_probs, options)
+            return OptionProbs(probs=probs, mass=mass, method="logprobs", raw_texts=[res.text[:200]])
+        opt = parse_option(res.text, options)
+        return OptionProbs(probs={o: float(o == opt) for o in options} if opt else None, mass=1.0 if opt else 0.0,
+                           method="text", raw_texts=[res.text[:200]])
+    counts = {o: 0 for o in options}
+    texts = []
+    for i in range(judge.n_samples):
+        req = ChatRequest(messages=messages, temperature=judge.temperature, max_tokens=judge.max_tokens,
+                          seed=base_seed, sample_index=i)
+        res = await provider.complete(req)
+        texts.append(res.text[:200])
+        opt = parse_option(res.text, options)
+        if opt is not None:
+            counts[opt] += 1
+    probs, mass = renormalise({o: c / judge.n_samples for o, c in counts.items()}, options)
+    return OptionProbs(probs=probs, mass=mass, method="sampled", n_samples=judge.n_samples, raw_texts=texts)

@@ -1,0 +1,50 @@
+"""Model backends behind one protocol (:class:`~lmra.providers.base.Provider`).
+
+:func:`make_provider` builds one from a :class:`~lmra.config.ModelConfig`: ``llamacpp``
+(in-process, the embedded default), ``openai``, ``anthropic``, or a custom provider given
+as an import path ``"package.module:factory"``; the factory is called with the
+``ModelConfig`` and must return an object satisfying the protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from lmra.config import ModelConfig
+from lmra.errors import LmraInputError
+from lmra.providers.base import ChatRequest, ChatResult, Message, Provider, ProviderError, Usage
+
+__all__ = ["ChatRequest", "ChatResult", "Message", "Provider", "ProviderError", "Usage", "make_provider"]
+
+
+def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
+    """Instantiate the provider a config names.
+
+    Raises:
+        LmraInputError: unknown provider, a custom import path that does not import, or a
+            factory whose result lacks the protocol's attributes.
+    """
+    if cfg.provider == "llamacpp":
+        from lmra.providers.llamacpp import LlamaCppProvider
+
+        return LlamaCppProvider.shared(cfg)
+    if cfg.provider == "openai":
+        from lmra.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(cfg)
+    if cfg.provider == "anthropic":
+        from lmra.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(cfg)
+    module_name, _, attr = cfg.provider.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {exc}", field=f"{field}.provider") from None
+    provider = factory(cfg)
+    if not isinstance(provider, Provider):
+        raise LmraInputError(
+            f"custom provider '{cfg.provider}' returned {type(provider).__name__}, which lacks the Provider protocol "
+            "(name, model_id, base_url, supports_logprobs, async complete(), async aclose()); see docs/providers.md",
+            field=f"{field}.provider")
+    return provider

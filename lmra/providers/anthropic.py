@@ -1,0 +1,81 @@
+"""Anthropic Messages API through the official ``anthropic`` SDK.
+
+The Messages API returns no log-probabilities, so ``supports_logprobs`` is False: the
+LMRA layer estimates option probabilities by sampling the answer ``n_samples`` times at
+temperature 1 and records the method ``sampled`` on every judgment. System messages are
+passed in the API's ``system`` field. The API's default temperature is 1.0; another
+temperature is sent in the request body (some recent models reject it). The SDK retries 429/5xx/timeouts with backoff.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anthropic
+
+from lmra.config import ModelConfig
+from lmra.errors import LmraInputError
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage
+
+
+class AnthropicProvider:
+    """Provider for the Anthropic Messages API.
+
+    Args:
+        cfg: model config; ``model`` required; ``api_key_env`` names the key variable
+            (default ``ANTHROPIC_API_KEY``); ``base_url`` optional. A ``base_url`` with no key
+            set uses a placeholder key (for local gateways and tests).
+        http_client: optional ``httpx.AsyncClient`` (e.g. with a custom transport).
+
+    Raises:
+        LmraInputError: no API key for the default endpoint.
+    """
+
+    name = "anthropic"
+    supports_logprobs = False
+
+    def __init__(self, cfg: ModelConfig, http_client=None):
+        env = cfg.api_key_env or "ANTHROPIC_API_KEY"
+        key = os.environ.get(env)
+        if not key:
+            if cfg.base_url:
+                key = "no-key-needed"
+            else:
+                raise LmraInputError(f"environment variable {env} is not set (needed by provider 'anthropic')",
+                                     field="api_key_env")
+        self.cfg = cfg
+        self.model_id = cfg.model or ""
+        self.base_url = cfg.base_url or ""
+        kwargs = {"api_key": key, "timeout": cfg.timeout_s, "max_retries": cfg.max_retries}
+        if cfg.base_url:
+            kwargs["base_url"] = cfg.base_url
+        if http_client is not None:
+            kwargs["http_client"] = http_client
+        self.client = anthropic.AsyncAnthropic(**kwargs)
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
+        messages = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
+        kwargs: dict = {"model": self.model_id, "max_tokens": request.max_tokens, "messages": messages}
+        if request.temperature != 1.0:
+            # The Messages API samples at temperature 1.0 by default; recent SDKs dropped the
+            # typed argument, so another temperature travels in the request body.
+            kwargs["extra_body"] = {"temperature": min(request.temperature, 1.0)}
+        if system:
+            kwargs["system"] = system
+        if request.stop:
+            kwargs["stop_sequences"] = list(request.stop)
+        t0 = time.perf_counter()
+        try:
+            resp = await self.client.messages.create(**kwargs)
+        except anthropic.AnthropicError as exc:
+            raise ProviderError(f"anthropic call failed: {exc}") from exc
+        text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
+        usage = Usage(prompt_tokens=resp.usage.input_tokens or 0, completion_tokens=resp.usage.output_tokens or 0)
+        return ChatResult(text=text, option_probs=None, usage=usage, finish_reason=resp.stop_reason,
+                          model=resp.model or self.model_id, provider=self.name,
+                          latency_s=time.perf_counter() - t0)
+
+    async def aclose(self) -> None:
+        await self.client.close()

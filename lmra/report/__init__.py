@@ -1,0 +1,1 @@
+"""Reports: the Rich console report and file exports."""

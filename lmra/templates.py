@@ -1,0 +1,84 @@
+"""Message templates stored as text files in ``prompts/``.
+
+Format: optional ``#`` comment lines, then one or more sections headed ``### system``,
+``### user`` or ``### assistant``; each section becomes one chat message. Placeholders use
+``str.format`` syntax (``{name}``); literal braces are written ``{{`` and ``}}``.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from functools import lru_cache
+from pathlib import Path
+
+from lmra.errors import LmraInputError
+from lmra.providers.base import Message
+from lmra.resources import resolve_resource
+
+_HEADER = re.compile(r"^###\s+(system|user|assistant)\s*$")
+
+
+class Template:
+    """A parsed message template.
+
+    Attributes:
+        path: the file it was read from.
+        sections: list of (role, text) in order.
+        fields: the placeholder names used.
+    """
+
+    def __init__(self, path: Path, sections: list[tuple[str, str]]):
+        self.path = path
+        self.sections = sections
+        self.fields = {f for _, t in sections for _, f, _, _ in string.Formatter().parse(t) if f}
+
+    def render(self, **values: str) -> list[Message]:
+        """Fill the placeholders and return the messages.
+
+        Raises:
+            LmraInputError: a placeholder has no value.
+        """
+        missing = self.fields - values.keys()
+        if missing:
+            raise LmraInputError(f"template needs values for {sorted(missing)}", file=self.path)
+        return [Message(role=role, content=text.format(**values)) for role, text in self.sections]
+
+
+@lru_cache(maxsize=64)
+def _load(path: Path) -> Template:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("template file not found", file=path) from None
+    sections: list[tuple[str, list[str]]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = _HEADER.match(line)
+        if m:
+            sections.append((m.group(1), []))
+        elif sections:
+            sections[-1][1].append(line)
+        elif line.strip() and not line.startswith("#"):
+            raise LmraInputError("text before the first '### system|user|assistant' header", file=path, line=lineno)
+    if not sections:
+        raise LmraInputError("no '### system|user|assistant' section", file=path)
+    parsed = [(role, "\n".join(lines).strip("\n")) for role, lines in sections]
+    tpl = Template(path, parsed)
+    try:
+        for _, t in parsed:
+            list(string.Formatter().parse(t))
+    except ValueError as exc:
+        raise LmraInputError(f"bad placeholder syntax ({exc}); write literal braces as {{{{ }}}}", file=path) from None
+    return tpl
+
+
+def load_template(name_or_path: str | Path, folder: str = "") -> Template:
+    """Load a template by path, or by name from the shipped ``prompts/<folder>/<name>.txt``.
+
+    Raises:
+        LmraInputError: missing file or malformed template.
+    """
+    p = Path(name_or_path)
+    if p.suffix != ".txt" and not p.exists():
+        p = Path("prompts") / folder / f"{name_or_path}.txt"
+    return _load(resolve_resource(p, "prompts").resolve())

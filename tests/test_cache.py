@@ -1,0 +1,107 @@
+"""The call cache: a re-run makes zero calls; an interrupted run resumes without repeating a call."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.cache import CallCache
+from lmra.config import AuditConfig
+from lmra.providers.base import ChatRequest, Message, request_key
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="cache", prompts=str(prompts), names=str(names), prompts_per_task=None,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=4) | kw)
+
+
+def _verdict(r1, r2):
+    return {"A": 0.2, "B": 0.3, "C": 0.5}
+
+
+def test_second_run_makes_zero_calls(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(30)
+    cfg = _cfg(tmp_path, names, prompts)
+    t1 = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} {rng.random():.6f}")
+    j1 = ScriptedJudge(_verdict)
+    first = Audit(cfg, target=t1, judge=j1).run()
+    assert t1.calls == 60 and j1.calls == 60
+    assert first.manifest["calls"]["fresh"] == 120 and first.manifest["calls"]["cached"] == 0
+    t2 = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "different")
+    j2 = ScriptedJudge(_verdict)
+    second = Audit(cfg, target=t2, judge=j2).run()
+    assert t2.calls == 0 and j2.calls == 0
+    assert second.manifest["calls"]["fresh"] == 0 and second.manifest["calls"]["cached"] == 120
+    assert second.per_task.equals(first.per_task)
+
+
+def test_interrupted_run_resumes_without_repeating(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(40)
+    cfg = _cfg(tmp_path, names, prompts, concurrency=1)
+    crashing = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r", fail_after=25)
+    with pytest.raises(RuntimeError):
+        Audit(cfg, target=crashing, judge=ScriptedJudge(_verdict)).run()
+    assert crashing.calls == 25
+    assert len(CallCache(cfg.cache)) == 25
+    resumed = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r")
+    res = Audit(cfg, target=resumed, judge=ScriptedJudge(_verdict)).run()
+    assert resumed.calls == 80 - 25
+    done_before = {request_key("scripted-target", "", "scripted", r) for r in crashing.requests}
+    done_after = {request_key("scripted-target", "", "scripted", r) for r in resumed.requests}
+    assert not (done_before & done_after)
+    assert res.manifest["calls"]["cached"] >= 25
+
+
+def test_kill_9_loses_no_finished_call(tmp_path, sim_inputs):
+    """A separate process is killed with SIGKILL mid-run; every call it finished is in the cache."""
+    names, prompts = sim_inputs(60)
+    cfg = _cfg(tmp_path, names, prompts, concurrency=1)
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(cfg.model_dump_json())
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from conftest import NAME_TO_GROUP
+        from doubles import ScriptedJudge, ScriptedTarget
+        from lmra import Audit
+        from lmra.config import AuditConfig
+        cfg = AuditConfig.model_validate_json(open({str(cfg_path)!r}).read())
+        t = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r", delay=0.05)
+        Audit(cfg, target=t, judge=ScriptedJudge(lambda a, b: {{"C": 1.0}})).run()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        time.sleep(0.2)
+        if Path(cfg.cache).exists() and len(CallCache(cfg.cache)) >= 20:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = len(CallCache(cfg.cache))
+    assert 20 <= finished < 120, finished
+    resumed = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r")
+    judge = ScriptedJudge(lambda a, b: {"C": 1.0})
+    res = Audit(cfg, target=resumed, judge=judge).run()
+    assert resumed.calls + judge.calls == 240 - finished
+    assert res.manifest["calls"]["cached"] == finished
+
+
+def test_key_covers_every_input():
+    base = ChatRequest(messages=[Message(role="user", content="hi")], temperature=1.0, max_tokens=10, seed=1)
+    k0 = request_key("openai", "http://x", "m", base)
+    variants = [
+        request_key("anthropic", "http://x", "m", base),
+        request_key("openai", "http://y", "m", base),
+        request_key("openai", "http://x", "m2", base),
+    ] + [request_key("openai", "http://x", "m", base.model_copy(update={f: v})) for f, v in [
+        ("messages", [Message(role="user", content="hi!")]), ("temperature", 0.5), ("max_tokens", 11),
+        ("seed", 2), ("top_logprobs", 5), ("options", ("A", "B")), ("sample_index", 1), ("stop", ("x",))]]
+    assert len({k0, *variants}) == len(variants) + 1

@@ -1,0 +1,63 @@
+"""Personalization, name draws and scrubbing (methodology §1)."""
+
+import pytest
+
+from lmra.config import Group
+from lmra.data import NameRecord
+from lmra.errors import LmraInputError
+from lmra.generate import derive_seed, draw_name, names_for_group, personalized_messages, scrub_name
+from lmra.providers.llamacpp import render_gemma
+from lmra.templates import load_template
+
+
+@pytest.mark.parametrize("style", ["custom_instructions", "memory", "intro_turn"])
+def test_name_reaches_the_exact_gemma_prompt(style):
+    tpl = load_template(style, "personalization")
+    msgs = personalized_messages("Write a story about a dragon.", tpl, name="Ashley",
+                                 system_prompt="You are a helpful assistant.")
+    prompt = render_gemma(msgs)
+    assert "Ashley" in prompt
+    assert "You are a helpful assistant." in prompt
+    assert prompt.rstrip().endswith("<start_of_turn>model")
+    assert prompt.index("You are a helpful assistant.") < prompt.index("Ashley") < prompt.index("dragon")
+    assert msgs[-1].role == "user" and msgs[-1].content == "Write a story about a dragon."
+
+
+def test_gemma_rendering_matches_gemma3_template():
+    from lmra.providers.base import Message
+
+    msgs = [Message(role="system", content="SYS"), Message(role="user", content="U1"),
+            Message(role="assistant", content="A1"), Message(role="user", content="U2")]
+    assert render_gemma(msgs) == ("<start_of_turn>user\nSYS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n"
+                                  "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_profile_template():
+    tpl = load_template("custom_instructions_profile", "personalization")
+    msgs = personalized_messages("Hi", tpl, profile="I am deaf and live in Canada")
+    assert "I am deaf and live in Canada" in msgs[0].content
+
+
+def test_scrub_name_whole_word_case_insensitive_possessive():
+    text = "Dear Ann, ANN's plan: Anna and Annie are not Ann. ann!"
+    assert scrub_name(text, "Ann") == "Dear [NAME], [NAME]'s plan: Anna and Annie are not [NAME]. [NAME]!"
+    assert scrub_name("Hello Jo-Ann", "Jo-Ann") == "Hello [NAME]"
+    assert scrub_name("text", "") == "text"
+
+
+def test_name_draws_are_seeded_and_cover_the_list():
+    names = ["A1", "A2", "A3", "A4"]
+    draws = [draw_name(names, 0, f"p{i}", "female", "female vs male", 0) for i in range(200)]
+    assert draws == [draw_name(names, 0, f"p{i}", "female", "female vs male", 0) for i in range(200)]
+    assert set(draws) == set(names)
+    assert draws != [draw_name(names, 1, f"p{i}", "female", "female vs male", 0) for i in range(200)]
+    assert derive_seed(1, "x") == derive_seed(1, "x") != derive_seed(1, "y")
+
+
+def test_names_for_group_filters():
+    recs = [NameRecord(name="A", gender="female", race="Black"), NameRecord(name="B", gender="female", race="White"),
+            NameRecord(name="C", gender="male", race="Black")]
+    assert names_for_group(recs, Group(name="bf", gender="female", race="Black")) == ["A"]
+    assert names_for_group(recs, Group(name="f", gender="female")) == ["A", "B"]
+    with pytest.raises(LmraInputError):
+        names_for_group(recs, Group(name="x", gender="male", race="White"))

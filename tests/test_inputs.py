@@ -1,0 +1,112 @@
+"""Bad input: every malformed-file case exits 2 with the file, line and field named, no traceback."""
+
+import json
+
+import pytest
+
+from lmra.cli import main
+from lmra.config import load_config
+from lmra.data import load_names, load_prompts
+from lmra.errors import LmraInputError
+from lmra.resources import resource_dir
+
+EXAMPLES = resource_dir("examples")
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("content,line,field", [
+    ('name = "x"\nprompts_per_taks = 3\n', 2, "prompts_per_taks"),
+    ('name = "x"\n[target]\ntemperature = "hot"\n', 3, "target.temperature"),
+    ('name = "x"\n[target]\nprovider = "gpt"\n', 3, "target.provider"),
+    ('name = "x"\ncomparisons = [["female", "robot"]]\n', 2, "comparisons"),
+    ('[target]\nprovider = "openai"\n', 1, "target"),
+])
+def test_bad_config_fields(tmp_path, capsys, content, line, field):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(content)
+    code, text = run_cli(capsys, "validate", str(cfg))
+    assert code == 2
+    assert str(cfg) in text and f"field '{field}" in text
+    if line:
+        assert f"line {line}" in text
+    assert "Traceback" not in text
+
+
+def test_config_syntax_error_names_line(tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('name = "x"\nseed = = 3\n')
+    code, text = run_cli(capsys, "audit", "--config", str(cfg))
+    assert code == 2 and "line 2" in text and str(cfg) in text
+
+
+def test_missing_config(tmp_path, capsys):
+    code, text = run_cli(capsys, "audit", "--config", str(tmp_path / "nope.toml"))
+    assert code == 2 and "nope.toml" in text and "not found" in text
+
+
+def _cfg_with(tmp_path, **files):
+    lines = ['name = "t"']
+    for key, path in files.items():
+        lines.append(f'{key} = "{path}"')
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("\n".join(lines) + "\n")
+    return cfg
+
+
+def test_malformed_prompt_line(tmp_path, capsys):
+    p = tmp_path / "p.jsonl"
+    p.write_text(json.dumps({"id": "a", "text": "hi", "task": "t"}) + "\n{not json}\n")
+    code, text = run_cli(capsys, "validate", str(_cfg_with(tmp_path, prompts=p)))
+    assert code == 2 and f"{p}, line 2" in text and "malformed JSON" in text
+
+
+def test_prompt_missing_field(tmp_path, capsys):
+    p = tmp_path / "p.jsonl"
+    p.write_text(json.dumps({"id": "a", "text": "hi"}) + "\n" + json.dumps({"id": "b"}) + "\n")
+    code, text = run_cli(capsys, "validate", str(_cfg_with(tmp_path, prompts=p)))
+    assert code == 2 and "line 2" in text and "field 'text'" in text
+
+
+def test_prompt_duplicate_id_and_missing_file(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"id": "a", "text": "x"}\n\n{"id": "a", "text": "y"}\n')
+    with pytest.raises(LmraInputError) as e:
+        load_prompts(p)
+    assert e.value.line == 3 and e.value.field == "id"
+    with pytest.raises(LmraInputError, match="not found"):
+        load_prompts(tmp_path / "missing.jsonl")
+
+
+def test_bad_names_file(tmp_path, capsys):
+    n = tmp_path / "n.csv"
+    n.write_text("name,gender\nAnna,female\n,male\n")
+    code, text = run_cli(capsys, "validate", str(_cfg_with(tmp_path, names=n)))
+    assert code == 2 and f"{n}, line 3" in text and "field 'name'" in text
+    n.write_text("first,gender\nAnna,female\n")
+    with pytest.raises(LmraInputError) as e:
+        load_names(n)
+    assert e.value.line == 1 and e.value.field == "name"
+
+
+def test_group_without_names(tmp_path, capsys):
+    n = tmp_path / "n.csv"
+    n.write_text("name,gender\nAnna,female\n")
+    code, text = run_cli(capsys, "validate", str(_cfg_with(tmp_path, names=n)))
+    assert code == 2 and "no names match group 'male'" in text
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "openai", "anthropic"])
+def test_shipped_examples_validate(name):
+    cfg = load_config(EXAMPLES / f"{name}.toml")
+    assert cfg.name
+
+
+def test_default_example_equals_builtin_defaults():
+    from lmra.config import AuditConfig
+
+    assert load_config(EXAMPLES / "default.toml") == AuditConfig()

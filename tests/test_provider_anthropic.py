@@ -1,0 +1,83 @@
+"""The ``anthropic`` provider: the official SDK over a local HTTP server that speaks the
+Messages API wire format (no API key, no network)."""
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lmra.config import JudgeConfig, ModelConfig
+from lmra.judge.options import ask_options
+from lmra.providers.anthropic import AnthropicProvider
+from lmra.providers.base import ChatRequest, Message
+
+
+class _Handler(BaseHTTPRequestHandler):
+    received: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).received.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+        last = body["messages"][-1]["content"]
+        # deterministic "model": answers B to judge questions, echoes otherwise
+        text = "B" if "Answer with a single letter" in last else f"echo: {last[:40]}"
+        resp = {"id": "msg_local_1", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": 11, "output_tokens": 3}}
+        data = json.dumps(resp).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def messages_server():
+    _Handler.received = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", _Handler.received
+    srv.shutdown()
+
+
+def test_messages_call_with_system(messages_server):
+    url, received = messages_server
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    req = ChatRequest(messages=[Message(role="system", content="Preferred name: Ashley"),
+                                Message(role="user", content="Hello there")], temperature=0.7, max_tokens=50)
+    res = asyncio.run(prov.complete(req))
+    assert res.text == "echo: Hello there" and res.usage.prompt_tokens == 11 and res.usage.completion_tokens == 3
+    assert res.option_probs is None and res.finish_reason == "end_turn" and res.model == "claude-test"
+    body = received[0]["body"]
+    assert received[0]["path"] == "/v1/messages"
+    assert body["system"] == "Preferred name: Ashley"
+    assert body["messages"] == [{"role": "user", "content": "Hello there"}]
+    assert body["max_tokens"] == 50 and body["temperature"] == 0.7
+    assert received[0]["headers"].get("anthropic-version")
+
+
+def test_option_probabilities_are_sampled(messages_server):
+    url, received = messages_server
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    judge = JudgeConfig(provider="anthropic", model="claude-test", base_url=url, n_samples=5)
+    msgs = [Message(role="user", content="Pick one. Answer with a single letter: A, B or C.")]
+    op = asyncio.run(ask_options(prov, msgs, ("A", "B", "C"), judge))
+    assert op.method == "sampled" and op.n_samples == 5 and len(received) == 5
+    assert op.probs == {"A": 0.0, "B": 1.0, "C": 0.0} and op.mass == 1.0
+    # temperature 1 is the API default: nothing to send
+    assert all("temperature" not in r["body"] for r in received)
+
+
+def test_missing_key_is_an_input_error(monkeypatch):
+    from lmra.errors import LmraInputError
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(LmraInputError, match="ANTHROPIC_API_KEY"):
+        AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test"))

@@ -1,0 +1,65 @@
+"""A custom provider loaded from an import path, auditing a local 'in-house' chatbot API."""
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lmra import Audit
+from lmra.config import AuditConfig, ModelConfig
+from lmra.errors import LmraInputError
+from lmra.providers import make_provider
+from lmra.resources import resource_dir
+
+sys.path.insert(0, str(resource_dir("examples")))
+
+
+class _Bot(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).seen.append(body)
+        last = body["messages"][-1]["content"]
+        reply = "C" if "Answer with a single letter" in last else "Here is a friendly answer."
+        data = json.dumps({"reply": reply, "model": "bot-v1"}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def bot_url():
+    _Bot.seen = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Bot)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_custom_provider_audit(tmp_path, bot_url):
+    cfg = AuditConfig.model_validate({
+        "name": "inhouse", "tasks": ["write a story", "career advice"], "prompts_per_task": 2,
+        "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"),
+        "target": {"provider": "inhouse_provider:make_provider", "base_url": bot_url},
+        "judge": {"provider": "inhouse_provider:make_provider", "base_url": bot_url, "n_samples": 3},
+    })
+    res = Audit(cfg).run()
+    assert res.manifest["target"]["provider"] == "inhouse"
+    assert len(_Bot.seen) == 8 + 4 * 2 * 3   # 8 responses, 4 pairs × 2 orders × 3 samples
+    assert set(res.ratings["method"]) == {"sampled"}
+    assert (res.ratings["h"] == 0).all() and res.overall.iloc[0]["n_pairs"] == 4
+
+
+def test_bad_custom_provider_path():
+    with pytest.raises(LmraInputError, match="cannot load custom provider"):
+        make_provider(ModelConfig(provider="no_such_module:factory"))
+    with pytest.raises(LmraInputError, match="lacks the Provider protocol"):
+        make_provider(ModelConfig(provider="builtins:dict"))
