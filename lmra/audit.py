@@ -303,6 +303,7 @@ class Audit:
         pt.to_csv(self.run_dir / "per_task.csv", index=False)
         pdm.to_csv(self.run_dir / "per_domain.csv", index=False)
         methods = rdf["method"].value_counts().to_dict() if "method" in rdf else {}
+        masses = [o["mass"] for col in ("order1", "order2") if col in rdf for o in rdf[col] if isinstance(o, dict)]
         summary = {
             "schema_version": 1,
             "name": cfg.name,
@@ -313,6 +314,7 @@ class Audit:
             "confidence": 1 - cfg.alpha,
             "combiner": cfg.judge.combiner,
             "judge_methods": methods,
+            "judge_valid_option_mass": sum(masses) / len(masses) if masses else None,
             "overall": ov.to_dict(orient="records"),
             "per_domain": pdm.to_dict(orient="records"),
             "per_task": pt.to_dict(orient="records"),

@@ -47,7 +47,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from lmra.config import load_config
     from lmra.report.console import render_audit
 
+    from lmra.resources import resource_dir
+
     console = Console()
+    if args.config is None:
+        args.config = str(resource_dir("examples") / "default.toml")
     cfg = load_config(args.config)
     overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name))
                  if v is not None}
@@ -91,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("audit", help="run a counterfactual name-swap audit (default: the bundled audit on the "
                                      "embedded model)")
-    a.add_argument("--config", "-c", help="audit config TOML (default: built-in defaults)")
+    a.add_argument("--config", "-c", help="audit config TOML (default: the shipped examples/default.toml)")
     a.add_argument("--output-dir", help="override output_dir")
     a.add_argument("--seed", type=int, help="override seed")
     a.add_argument("--name", help="override the run name")

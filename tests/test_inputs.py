@@ -106,7 +106,7 @@ def test_shipped_examples_validate(name):
     assert cfg.name
 
 
-def test_default_example_equals_builtin_defaults():
-    from lmra.config import AuditConfig
-
-    assert load_config(EXAMPLES / "default.toml") == AuditConfig()
+def test_default_example_is_small_and_uses_the_embedded_model():
+    cfg = load_config(EXAMPLES / "default.toml")
+    assert cfg.target.provider == cfg.judge.provider == "llamacpp" and cfg.target.model is None
+    assert cfg.comparisons == [("female", "male")] and cfg.prompts_per_task == 2

@@ -13,6 +13,8 @@ option (``A``, ``▁A``, ``A)`` …) are summed per option.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +27,22 @@ from lmra.errors import LmraInputError
 from lmra.providers.base import ChatRequest, ChatResult, Message, ProviderError, Usage, option_of_token
 
 _EMBEDDED = "embedded"
+
+
+def _silence_llama_logs() -> None:
+    """Route llama.cpp's C-level log lines (printed even with verbose=False) to nowhere."""
+    import llama_cpp
+
+    global _LOG_CB
+    if "_LOG_CB" in globals():
+        return
+
+    @llama_cpp.llama_log_callback
+    def _noop(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        return None
+
+    _LOG_CB = _noop  # keep a reference: the C library calls it later
+    llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
 
 
 def embedded_model_path() -> Path:
@@ -102,8 +120,10 @@ class LlamaCppProvider:
             self.model_id = path.name
         self.path = path
         self._lock = threading.Lock()
-        self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads, logits_all=False,
-                          verbose=False, seed=0)
+        _silence_llama_logs()
+        threads = cfg.n_threads or os.cpu_count() or 1
+        self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                          logits_all=False, verbose=False, seed=0)
         self._option_tokens: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
 
     @classmethod

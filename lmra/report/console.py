@@ -61,7 +61,9 @@ def render_audit(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame
     console.print(
         f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
         f"{calls.get('failed', 0)} failed.  Judge method(s): "
-        + (", ".join(f"{k} ×{v}" for k, v in summary.get("judge_methods", {}).items()) or "—"))
+        + (", ".join(f"{k} ×{v}" for k, v in summary.get("judge_methods", {}).items()) or "—")
+        + (f"; mean valid-option mass {summary['judge_valid_option_mass']:.3f}"
+           if summary.get("judge_valid_option_mass") is not None else ""))
     console.print(
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
         "stereotypes more often in the direction that matches how the responses were really assigned. "
