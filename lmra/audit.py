@@ -43,7 +43,7 @@ def select_prompts(prompts: list[PromptRecord], cfg: AuditConfig) -> list[Prompt
     out = [p for p in prompts
            if (not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
            and (not cfg.tasks or (p.task or UNLABELLED) in cfg.tasks)]
-    if cfg.prompts_per_task is None:
+    if not cfg.prompts_per_task:
         return out
     by_task: dict[str, list[PromptRecord]] = {}
     for p in out:

@@ -123,8 +123,8 @@ class AuditConfig(_Strict):
     )
     domains: list[str] = Field(default_factory=list, description="Keep only these domains (empty = all).")
     tasks: list[str] = Field(default_factory=list, description="Keep only these tasks (empty = all).")
-    prompts_per_task: int | None = Field(
-        2, ge=1, description="Use at most this many prompts per task (seeded choice; None = all)."
+    prompts_per_task: int = Field(
+        2, ge=0, description="Use at most this many prompts per task (seeded choice; 0 = all)."
     )
     samples_per_prompt: int = Field(1, ge=1, le=100, description="Responses drawn per prompt and group (k).")
     seed: int = Field(0, description="Seed for name draws, prompt sampling and target sampling.")

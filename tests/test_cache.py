@@ -20,7 +20,7 @@ from lmra.providers.base import ChatRequest, Message, request_key
 
 def _cfg(tmp_path, names, prompts, **kw):
     return AuditConfig.model_validate(dict(
-        name="cache", prompts=str(prompts), names=str(names), prompts_per_task=None,
+        name="cache", prompts=str(prompts), names=str(names), prompts_per_task=0,
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=4) | kw)
 
 
