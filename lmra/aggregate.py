@@ -1,66 +1,71 @@
-"""Per-task, per-domain and overall harmful-stereotype ratings (methodology §2 step 6, §5, §8).
+"""Per-task, per-domain and overall tables (methodology §2 step 6, §1 step 7, §3, §5, §8).
 
-Input is the per-pair ratings table (one row per pair, as in ``ratings.jsonl``); output is
-a pandas frame with one row per (comparison, grouping) holding the net rating ``H = mean(h)``
-with its t-interval (clustered by prompt when there are several samples per prompt), the
-forward and reverse rates and the counts of invalid and failed pairs.
+Inputs are the per-pair rows written to ``ratings.jsonl`` / ``quality_ratings.jsonl``;
+outputs are pandas frames. Pairs are *failed* (a model call failed), *refusal* (either
+response was labelled a refusal; excluded from the stereotype and quality metrics),
+*invalid* (the LMRA gave no usable answer) or valid.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
-from lmra.stats import mean_ci
+from lmra.stats import adjust_pvalues, mean_ci, two_proportion_test, wilson_ci
 
 PER_TASK_COLUMNS = [
-    "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "forward_rate", "reverse_rate",
-    "forward_reverse_ratio", "net_rating", "ci_low", "ci_high", "p_value", "n_prompts",
+    "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "forward_rate",
+    "reverse_rate", "forward_reverse_ratio", "net_rating", "ci_low", "ci_high", "p_value", "n_prompts",
 ]
 
 
-def summarize(ratings: pd.DataFrame, alpha: float = 0.05) -> dict:
-    """Net rating and rates for one set of pairs.
+def _flags(rows: pd.DataFrame, prefix: str = "") -> tuple[pd.Series, pd.Series, pd.Series, pd.Series]:
+    failed = rows["failed"].fillna(False).astype(bool)
+    refused = (rows["refused"].fillna(False).astype(bool) if "refused" in rows else pd.Series(False, rows.index))
+    refused &= ~failed
+    vcol = rows[f"{prefix}valid"] if f"{prefix}valid" in rows else pd.Series(False, rows.index)
+    valid = vcol.fillna(False).astype(bool) & ~failed & ~refused
+    invalid = ~valid & ~failed & ~refused
+    return valid, invalid, failed, refused
+
+
+def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "") -> dict:
+    """Net rating and rates for one set of pairs (methodology §2 step 6).
 
     Args:
-        ratings: rows with columns ``prompt_id``, ``valid`` (bool), ``failed`` (bool),
-            ``q_F``, ``q_R``, ``h`` (NaN for invalid/failed pairs).
+        ratings: rows with ``prompt_id``, ``valid``, ``failed``, optional ``refused``, and
+            ``q_F``, ``q_R``, ``h`` (NaN when not scored). ``prefix`` selects another judge's
+            columns (e.g. ``"judge2_"``).
         alpha: 1 − confidence level.
 
     Returns:
-        dict with ``n_pairs`` (valid pairs scored), ``n_invalid``, ``n_failed``,
+        dict with ``n_pairs`` (valid pairs scored), ``n_invalid``, ``n_failed``, ``n_refusal``,
         ``forward_rate`` = mean q_F, ``reverse_rate`` = mean q_R, ``forward_reverse_ratio``
-        (nan when the reverse rate is 0), ``net_rating`` = mean h, ``ci_low``, ``ci_high``,
-        ``p_value`` (t-test of H = 0) and ``n_prompts``.
+        (nan when the reverse rate is 0), ``net_rating`` = mean h with ``ci_low``/``ci_high``
+        (t-interval, clustered by prompt when a prompt has several pairs), ``p_value``
+        (t-test of H = 0) and ``n_prompts``.
     """
-    failed = ratings["failed"].astype(bool)
-    valid = ratings["valid"].astype(bool) & ~failed
+    valid, invalid, failed, refused = _flags(ratings, prefix)
     ok = ratings[valid]
-    clusters = ok["prompt_id"].tolist()
-    ci = mean_ci(ok["h"].tolist(), clusters=clusters, alpha=alpha)
-    fwd = float(ok["q_F"].mean()) if len(ok) else math.nan
-    rev = float(ok["q_R"].mean()) if len(ok) else math.nan
+    ci = mean_ci(ok[f"{prefix}h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha)
+    fwd = float(ok[f"{prefix}q_F"].mean()) if len(ok) else math.nan
+    rev = float(ok[f"{prefix}q_R"].mean()) if len(ok) else math.nan
     return {
-        "n_pairs": int(len(ok)),
-        "n_invalid": int((~ratings["valid"].astype(bool) & ~failed).sum()),
-        "n_failed": int(failed.sum()),
-        "forward_rate": fwd,
-        "reverse_rate": rev,
+        "n_pairs": int(valid.sum()), "n_invalid": int(invalid.sum()), "n_failed": int(failed.sum()),
+        "n_refusal": int(refused.sum()), "forward_rate": fwd, "reverse_rate": rev,
         "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
-        "net_rating": ci.mean,
-        "ci_low": ci.low,
-        "ci_high": ci.high,
-        "p_value": ci.p_value,
+        "net_rating": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value,
         "n_prompts": int(ratings["prompt_id"].nunique()),
     }
 
 
-def _table(ratings: pd.DataFrame, keys: list[str], alpha: float) -> pd.DataFrame:
+def _table(ratings: pd.DataFrame, keys: list[str], alpha: float, prefix: str = "") -> pd.DataFrame:
     rows = []
     for key, grp in ratings.groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        rows.append(dict(zip(keys, key)) | summarize(grp, alpha))
+        rows.append(dict(zip(keys, key)) | summarize(grp, alpha, prefix))
     return pd.DataFrame(rows)
 
 
@@ -83,3 +88,112 @@ def overall(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     if ratings.empty:
         return pd.DataFrame(columns=["group_a", "group_b"])
     return _table(ratings, ["group_a", "group_b"], alpha)
+
+
+def _scopes(df: pd.DataFrame):
+    """Yield (level, domain, task, rows) for overall, each domain and each task."""
+    yield "overall", "(all)", "(all)", df
+    for d, g in df.groupby("domain", sort=True):
+        yield "domain", d, "(all)", g
+    for (d, t), g in df.groupby(["domain", "task"], sort=True):
+        yield "task", d, t, g
+
+
+def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Refusal rates per group with Wilson intervals and a two-proportion z-test (methodology §1 step 7).
+
+    Args:
+        ratings: per-pair rows with ``refusal_p_a``/``refusal_p_b`` (None when not labelled,
+            e.g. a failed call) and the response-level refusal decision implied by ``refused``
+            — each response counts once, so the refusal of response A is
+            ``refusal_p_a ≥ threshold``, recomputed from the pair's ``refusal_a``/``refusal_b``
+            columns when present.
+
+    Returns:
+        One row per (comparison, level, domain, task) with ``n_a``, ``refusals_a``, ``rate_a``,
+        ``ci_low_a``, ``ci_high_a``, the same for b, and ``z``, ``p_value`` of the test of
+        equal rates. ``level`` is ``overall``, ``domain`` or ``task``.
+    """
+    if ratings.empty or "refusal_a" not in ratings:
+        return pd.DataFrame()
+    rows = []
+    for (ga, gb), comp in ratings.groupby(["group_a", "group_b"], sort=False):
+        for level, dom, task, g in _scopes(comp):
+            la = g["refusal_a"].dropna().astype(bool)
+            lb = g["refusal_b"].dropna().astype(bool)
+            sa, na, sb, nb = int(la.sum()), len(la), int(lb.sum()), len(lb)
+            lo_a, hi_a = wilson_ci(sa, na, alpha)
+            lo_b, hi_b = wilson_ci(sb, nb, alpha)
+            z, p = two_proportion_test(sa, na, sb, nb)
+            rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
+                         "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
+                         "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
+                         "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p})
+    return pd.DataFrame(rows)
+
+
+def quality_table(quality: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Per criterion: mean pair score with CI and p-value, Bonferroni and Holm over the criteria
+    (methodology §3; FPF §3.2).
+
+    Args:
+        quality: one row per (pair, criterion) with ``criterion``, ``prompt_id``, ``valid``,
+            ``failed``, ``h`` = q(y_A better) − q(y_B better).
+
+    Returns:
+        One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``,
+        ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
+        ``p_holm``, ``significant_holm``. The corrections run over the criteria within each
+        (comparison, level, domain, task).
+    """
+    if quality.empty:
+        return pd.DataFrame()
+    out = []
+    for (ga, gb), comp in quality.groupby(["group_a", "group_b"], sort=False):
+        for level, dom, task, g in _scopes(comp):
+            block = []
+            for crit, c in g.groupby("criterion", sort=False):
+                valid = c["valid"].fillna(False).astype(bool) & ~c["failed"].fillna(False).astype(bool)
+                ok = c[valid]
+                ci = mean_ci(ok["h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha)
+                block.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
+                              "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid).sum()),
+                              "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
+            pv = [b["p_value"] for b in block]
+            rb, ab = adjust_pvalues(pv, "bonferroni", alpha)
+            rh, ah = adjust_pvalues(pv, "holm", alpha)
+            for b, r1, a1, r2, a2 in zip(block, rb, ab, rh, ah):
+                out.append(b | {"p_bonferroni": a1, "significant_bonferroni": r1, "p_holm": a2,
+                                "significant_holm": r2})
+    return pd.DataFrame(out)
+
+
+def two_judges(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Both LMRAs' harmful-stereotype ratings side by side, per task and overall.
+
+    Returns:
+        One row per (comparison, level, domain, task) with each judge's ``net_rating`` and CI,
+        ``n_both`` (pairs valid for both judges), ``pearson_r`` of the per-pair scores h
+        (nan when undefined) and ``agreement`` = share of those pairs where the judges'
+        most likely outcome (forward / reverse / none) is the same.
+    """
+    if ratings.empty or "judge2_h" not in ratings:
+        return pd.DataFrame()
+    from scipy import stats as st
+
+    rows = []
+    for (ga, gb), comp in ratings.groupby(["group_a", "group_b"], sort=False):
+        for level, dom, task, g in _scopes(comp):
+            s1, s2 = summarize(g, alpha), summarize(g, alpha, "judge2_")
+            both = g[g["valid"].fillna(False).astype(bool) & g["judge2_valid"].fillna(False).astype(bool)]
+            h1, h2 = both["h"].astype(float).to_numpy(), both["judge2_h"].astype(float).to_numpy()
+            r = float(st.pearsonr(h1, h2).statistic) if len(both) > 2 and np.ptp(h1) > 0 and np.ptp(h2) > 0 \
+                else math.nan
+            top = lambda df, p: df[[f"{p}q_F", f"{p}q_R", f"{p}q_N"]].to_numpy().argmax(axis=1)  # noqa: E731
+            agree = float((top(both, "") == top(both, "judge2_")).mean()) if len(both) else math.nan
+            rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
+                         "net_rating_judge1": s1["net_rating"], "ci_low_judge1": s1["ci_low"],
+                         "ci_high_judge1": s1["ci_high"], "net_rating_judge2": s2["net_rating"],
+                         "ci_low_judge2": s2["ci_low"], "ci_high_judge2": s2["ci_high"], "n_both": len(both),
+                         "pearson_r": r, "agreement": agree})
+    return pd.DataFrame(rows)

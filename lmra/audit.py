@@ -1,10 +1,12 @@
-"""The counterfactual name-swap audit, end to end (methodology §1, §2; FPF §3).
+"""The counterfactual audit, end to end (methodology §1–§3, §5; FPF §3).
 
-``Audit(config).run()`` selects prompts, draws names, generates the target's responses
-under each group, scrubs the names, has the LMRA rate every pair in both presentation
-orders, aggregates per task / domain / overall and writes the run folder. Every model call
-goes through the SQLite call cache, so a re-run makes zero new calls and an interrupted
-run resumes where it stopped.
+``Audit(config).run()``: load prompts (a prompt set or logged traffic), classify prompts
+without a task, filter prompts that reveal the user's identity, keep up to N per task,
+generate the target's responses under each group (names or direct profiles), scrub the
+names, label refusals, have the LMRA rate every pair in both presentation orders (harmful
+stereotype; optionally a second LMRA and the nine quality criteria), aggregate per task /
+domain / overall, and write the run folder. Every model call goes through the SQLite call
+cache, so a re-run makes zero new calls and an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import datetime as _dt
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,42 +24,28 @@ import pandas as pd
 
 from lmra import aggregate
 from lmra.cache import CachedProvider, CallCache, CallStats
-from lmra.config import AuditConfig, Group, dump_config
+from lmra.config import AuditConfig, Group, JudgeConfig, dump_config
 from lmra.data import PromptRecord, load_names, load_prompts
-from lmra.generate import (Response, derive_seed, draw_name, names_for_group, personalized_messages, scrub_name,
-                           target_request)
+from lmra.diagnostics import judge_diagnostics
+from lmra.errors import LmraInputError
+from lmra.generate import Response, derive_seed, draw_name, names_for_group, personalized_messages, scrub_name
+from lmra.judge.filter import FilterDecision, check_prompt
+from lmra.judge.quality import rate_quality
+from lmra.judge.refusal import label_refusal
 from lmra.judge.stereotype import rate_stereotype
+from lmra.judge.taxonomy import Classification, Taxonomy, classify_prompt, load_taxonomy
 from lmra.providers import Provider, ProviderError, make_provider
+from lmra.providers.base import ChatRequest
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
 
 UNLABELLED = "unlabelled"
-
-
-def select_prompts(prompts: list[PromptRecord], cfg: AuditConfig) -> list[PromptRecord]:
-    """Filter prompts by the config's domains/tasks and keep at most ``prompts_per_task`` per task.
-
-    The kept prompts are those with the smallest seeded hash of their id, so a choice is
-    stable when prompts are added to the file.
-    """
-    out = [p for p in prompts
-           if (not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
-           and (not cfg.tasks or (p.task or UNLABELLED) in cfg.tasks)]
-    if not cfg.prompts_per_task:
-        return out
-    by_task: dict[str, list[PromptRecord]] = {}
-    for p in out:
-        by_task.setdefault(p.task or UNLABELLED, []).append(p)
-    keep = set()
-    for plist in by_task.values():
-        ranked = sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id))
-        keep.update(p.id for p in ranked[: cfg.prompts_per_task])
-    return [p for p in out if p.id in keep]
+_BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
 
 
 @dataclass
 class AuditResult:
-    """What an audit returns (also written to ``run_dir``)."""
+    """What an audit returns (also written to ``run_dir``). Frames are empty when a part is off."""
 
     run_dir: Path
     responses: pd.DataFrame
@@ -67,14 +55,31 @@ class AuditResult:
     overall: pd.DataFrame
     summary: dict
     manifest: dict
+    refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)
+    quality_ratings: pd.DataFrame = field(default_factory=pd.DataFrame)
+    judges: pd.DataFrame = field(default_factory=pd.DataFrame)
+    filtered: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass
 class _Progress:
-    """Callbacks for progress display: ``start(stage, total)`` and ``advance(stage)``."""
+    """Progress callbacks: ``start(stage, total)``, ``advance(stage)``."""
 
     start: Callable[[str, int], None] = lambda stage, total: None
     advance: Callable[[str], None] = lambda stage: None
+
+
+@dataclass
+class Inputs:
+    """Validated inputs of an audit."""
+
+    prompts: list[PromptRecord]
+    group_names: dict[str, list[str]]
+    all_names: list[str]
+    styles: dict[str, Template]
+    templates: dict[str, Template]
+    taxonomy: Taxonomy | None
 
 
 def _versions() -> dict[str, str]:
@@ -91,25 +96,29 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
+    import hashlib
+
+    return {k: hashlib.sha256(repr(t.sections).encode()).hexdigest()[:16] for k, t in templates.items()}
+
+
 class Audit:
     """Run one counterfactual audit.
 
     Args:
         config: the validated audit config.
-        target, judge: optional ready providers (e.g. test doubles or in-house clients);
-            by default built from ``config.target`` / ``config.judge``.
-        config_path: the file the config came from (relative paths in it resolve against the
-            working directory first, then the shipped ``prompts/`` and ``names/``).
+        target, judge, judge2: optional ready providers (test doubles, in-house clients);
+            by default built from ``config.target`` / ``config.judge`` / ``config.judge2``.
+        config_path: the file the config came from (named in input errors).
         progress: progress callbacks (the CLI passes Rich progress bars).
         run_dir: write here instead of ``<output_dir>/<timestamp>-<name>``.
     """
 
     def __init__(self, config: AuditConfig, *, target: Provider | None = None, judge: Provider | None = None,
-                 config_path: str | Path | None = None, progress: _Progress | None = None,
-                 run_dir: str | Path | None = None):
+                 judge2: Provider | None = None, config_path: str | Path | None = None,
+                 progress: _Progress | None = None, run_dir: str | Path | None = None):
         self.cfg = config
-        self._target = target
-        self._judge = judge
+        self._target, self._judge, self._judge2 = target, judge, judge2
         self.config_path = config_path
         self.progress = progress or _Progress()
         self.stats = CallStats()
@@ -117,30 +126,67 @@ class Audit:
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
 
     # -- inputs ---------------------------------------------------------------------------
-    def load_inputs(self) -> tuple[list[PromptRecord], dict[str, list[str]], Template, Template]:
-        """Load and validate prompts, names, templates; raises LmraInputError on bad input."""
-        prompts_path = resolve_resource(self.cfg.prompts, "prompts")
-        names_path = resolve_resource(self.cfg.names, "names")
-        prompts = select_prompts(load_prompts(prompts_path), self.cfg)
-        if not prompts:
-            from lmra.errors import LmraInputError
+    def load_inputs(self) -> Inputs:
+        """Load and validate prompts, names, templates and taxonomy (no model is called).
 
-            raise LmraInputError("no prompt is left after the domains/tasks filters", file=self.config_path,
-                                 field="tasks")
-        names = load_names(names_path)
-        used = {g for pair in self.cfg.comparisons for g in pair}
-        group_names = {g.name: names_for_group(names, g, str(names_path)) for g in self.cfg.groups
-                       if g.name in used and not g.profile}
-        style = load_template(self.cfg.personalization, "personalization")
-        judge_tpl = load_template("harmful_stereotype", "judge")
-        return prompts, group_names, style, judge_tpl
+        Raises:
+            LmraInputError: any bad input file or config reference.
+        """
+        cfg = self.cfg
+        prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
+                               auto_id=True)
+        used = {g for pair in cfg.comparisons for g in pair}
+        name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
+        group_names: dict[str, list[str]] = {}
+        all_names: list[str] = []
+        if name_groups:
+            names_path = resolve_resource(cfg.names, "names")
+            names = load_names(names_path)
+            all_names = [n.name for n in names]
+            group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
+        styles = {"name": load_template(cfg.personalization, "personalization")}
+        if any(g.profile for g in cfg.groups if g.name in used):
+            style = cfg.personalization
+            styles["profile"] = load_template(f"{style}_profile" if style in _BUILTIN_STYLES else style,
+                                              "personalization")
+            if "profile" not in styles["profile"].fields:
+                raise LmraInputError("a personalization template for direct profiles needs a {profile} placeholder",
+                                     file=styles["profile"].path, field="personalization")
+        templates = {"stereotype": load_template("harmful_stereotype", "judge")}
+        if cfg.quality.enabled:
+            templates["quality"] = load_template("quality", "judge")
+        if cfg.refusal.enabled:
+            templates["refusal"] = load_template("refusal", "judge")
+        if cfg.filter.enabled and cfg.filter.lmra:
+            templates["filter"] = load_template("filter", "judge")
+        taxonomy = None
+        if any(not p.task for p in prompts):
+            taxonomy = load_taxonomy(resolve_resource(cfg.taxonomy, "prompts"))
+            templates["classify_domain"] = load_template("classify_domain", "judge")
+            templates["classify_task"] = load_template("classify_task", "judge")
+        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy)
 
-    def planned_calls(self, n_prompts: int) -> dict[str, int]:
-        """Number of target and LMRA calls a run will make (before the cache)."""
-        n_groups_calls = 2 * len(self.cfg.comparisons) * self.cfg.samples_per_prompt * n_prompts
-        pairs = len(self.cfg.comparisons) * self.cfg.samples_per_prompt * n_prompts
-        judge_per_q = 1 if self._judge_provider().supports_logprobs else self.cfg.judge.n_samples
-        return {"target": n_groups_calls, "judge": pairs * 2 * judge_per_q, "pairs": pairs}
+    def planned_calls(self, inputs: Inputs) -> dict[str, int]:
+        """Upper bounds on the target and LMRA calls a run will make before the cache.
+
+        LMRA calls assume every examined prompt passes the filter and no response is a refusal.
+        """
+        cfg = self.cfg
+        per_task: dict[str, int] = {}
+        for p in inputs.prompts:
+            per_task[p.task or UNLABELLED] = per_task.get(p.task or UNLABELLED, 0) + 1
+        n = sum(min(v, cfg.prompts_per_task) if cfg.prompts_per_task else v for v in per_task.values())
+        pairs = len(cfg.comparisons) * cfg.samples_per_prompt * n
+        per_q = 1 if self._judge_provider().supports_logprobs else cfg.judge.n_samples
+        unlabelled = sum(1 for p in inputs.prompts if not p.task)
+        judge = pairs * 2 * per_q * (1 + (len(cfg.quality.criteria) if cfg.quality.enabled else 0))
+        judge += (4 * pairs * per_q if cfg.refusal.enabled else 0) + (2 * n * per_q if "filter" in inputs.templates
+                                                                        else 0)
+        judge += 2 * unlabelled * per_q
+        out = {"target": 2 * pairs, "judge": judge, "pairs": pairs, "prompts": n, "unlabelled": unlabelled}
+        if cfg.judge2 is not None:
+            out["judge2"] = pairs * 2 * (1 if self._judge2_provider().supports_logprobs else cfg.judge2.n_samples)
+        return out
 
     def _target_provider(self) -> Provider:
         if self._target is None:
@@ -152,22 +198,29 @@ class Audit:
             self._judge = make_provider(self.cfg.judge, field="judge")
         return self._judge
 
+    def _judge2_provider(self) -> Provider | None:
+        if self._judge2 is None and self.cfg.judge2 is not None:
+            self._judge2 = make_provider(self.cfg.judge2, field="judge2")
+        return self._judge2
+
     # -- run ------------------------------------------------------------------------------
     def run(self) -> AuditResult:
         """Run the audit synchronously (see :meth:`arun`)."""
         return asyncio.run(self.arun())
 
     async def arun(self) -> AuditResult:
-        """Run the audit: generate, scrub, rate, aggregate, write the run folder.
+        """Run the audit and write the run folder.
 
         Raises:
-            LmraInputError: bad config, prompt, name or template input (nothing is called).
+            LmraInputError: bad config, prompt, name, template or taxonomy input (nothing is called).
         """
         cfg = self.cfg
-        prompts, group_names, style, judge_tpl = self.load_inputs()
+        inputs = self.load_inputs()
         cache = CallCache(cfg.cache)
         target = CachedProvider(self._target_provider(), cache, self.stats)
         judge = CachedProvider(self._judge_provider(), cache, self.stats)
+        j2 = self._judge2_provider()
+        judge2 = CachedProvider(j2, cache, self.stats) if j2 is not None else None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
         manifest: dict[str, Any] = {
@@ -177,154 +230,317 @@ class Audit:
             "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url},
             "judge": {"provider": judge.name, "model": judge.model_id, "base_url": judge.base_url,
                       "supports_logprobs": judge.supports_logprobs},
+            "judge2": None if judge2 is None else {"provider": judge2.name, "model": judge2.model_id,
+                                                   "base_url": judge2.base_url},
+            "templates": _template_hashes(inputs.templates),
             "versions": _versions(),
-            "planned_calls": self.planned_calls(len(prompts)),
+            "planned_calls": self.planned_calls(inputs),
         }
         self._write_json("manifest.json", manifest)
         sem = asyncio.Semaphore(cfg.concurrency)
         try:
-            responses = await self._generate(prompts, group_names, style, target, sem)
-            ratings = await self._rate(responses, judge_tpl, judge, sem)
+            prompts, classifications = await self._classify(inputs, judge, sem)
+            prompts, decisions = await self._select(prompts, inputs, judge, sem)
+            responses = await self._generate(prompts, inputs, target, sem)
+            refusals = await self._label_refusals(prompts, responses, inputs, judge, sem)
+            ratings, quality_rows = await self._rate(prompts, responses, refusals, inputs, judge, judge2, sem)
         except BaseException:
             manifest |= {"status": "interrupted", "calls": self.stats.as_dict()}
             self._write_json("manifest.json", manifest)
             raise
         finally:
             cache.close()
-        result = self._finish(prompts, responses, ratings, manifest)
-        return result
+        return self._finish(inputs, prompts, classifications, decisions, responses, refusals, ratings, quality_rows,
+                            manifest)
 
-    async def _guarded(self, sem: asyncio.Semaphore, coro: Awaitable):
-        async with sem:
-            return await coro
+    async def _gather(self, stage: str, coros: list) -> list:
+        self.progress.start(stage, len(coros))
 
-    async def _generate(self, prompts: list[PromptRecord], group_names: dict[str, list[str]], style: Template,
-                        target: Provider, sem: asyncio.Semaphore) -> list[Response]:
+        async def tick(c):
+            r = await c
+            self.progress.advance(stage)
+            return r
+
+        return list(await asyncio.gather(*(tick(c) for c in coros)))
+
+    # -- stage 1: task classification (methodology §5) --------------------------------------
+    async def _classify(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+                        ) -> tuple[list[PromptRecord], dict[str, Classification]]:
+        todo = [p for p in inputs.prompts if not p.task]
+        if not todo:
+            return list(inputs.prompts), {}
+        tpl_d, tpl_t = inputs.templates["classify_domain"], inputs.templates["classify_task"]
+
+        async def one(p: PromptRecord) -> Classification:
+            async with sem:
+                return await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
+                                             text=p.text)
+
+        results = await self._gather("classify", [one(p) for p in todo])
+        classes = {p.id: c for p, c in zip(todo, results)}
+        out = [p if p.task else p.model_copy(update={"domain": classes[p.id].domain, "task": classes[p.id].task})
+               for p in inputs.prompts]
+        return out, classes
+
+    # -- stage 2: domain/task filters, identity filter, N per task (methodology §1 step 6) ---
+    async def _select(self, prompts: list[PromptRecord], inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+                      ) -> tuple[list[PromptRecord], list[FilterDecision]]:
+        cfg = self.cfg
+        pool = [p for p in prompts
+                if (not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
+                and (not cfg.tasks or (p.task or UNLABELLED) in cfg.tasks)]
+        if not pool:
+            raise LmraInputError("no prompt is left after the domains/tasks filters", file=self.config_path,
+                                 field="tasks")
+        by_task: dict[str, list[PromptRecord]] = {}
+        for p in pool:
+            by_task.setdefault(p.task or UNLABELLED, []).append(p)
+        limit = cfg.prompts_per_task or None
+        tpl = inputs.templates.get("filter")
+        names = inputs.all_names
+        self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))
+
+        async def walk(plist: list[PromptRecord]) -> tuple[list[PromptRecord], list[FilterDecision]]:
+            kept: list[PromptRecord] = []
+            removed: list[FilterDecision] = []
+            for p in sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id)):
+                if limit and len(kept) >= limit:
+                    break
+                if cfg.filter.enabled:
+                    async with sem:
+                        d = await check_prompt(p, names, provider=judge if tpl else None, judge=cfg.judge,
+                                               template=tpl, threshold=cfg.filter.threshold)
+                    if d.removed:
+                        removed.append(d)
+                        continue
+                kept.append(p)
+                self.progress.advance("filter")
+            return kept, removed
+
+        results = await asyncio.gather(*(walk(v) for v in by_task.values()))
+        keep_ids = {p.id for kept, _ in results for p in kept}
+        decisions = [d for _, removed in results for d in removed]
+        return [p for p in pool if p.id in keep_ids], decisions
+
+    # -- stage 3: counterfactual generation (methodology §1 steps 2–5) ----------------------
+    async def _generate(self, prompts: list[PromptRecord], inputs: Inputs, target: Provider,
+                        sem: asyncio.Semaphore) -> list[Response]:
         cfg = self.cfg
         jobs: list[tuple[PromptRecord, str, Group, int]] = []
         for p in prompts:
             for a, b in cfg.comparisons:
-                comp = f"{a} vs {b}"
                 for k in range(cfg.samples_per_prompt):
                     for g in (a, b):
-                        jobs.append((p, comp, cfg.group(g), k))
-        self.progress.start("generate", len(jobs))
+                        jobs.append((p, f"{a} vs {b}", cfg.group(g), k))
 
         async def one(p: PromptRecord, comp: str, group: Group, k: int) -> Response:
-            name = None if group.profile else draw_name(group_names[group.name], cfg.seed, p.id, group.name, comp, k)
-            seed = derive_seed(cfg.seed, "target", p.id, group.name, name, k)
+            name = None if group.profile else draw_name(inputs.group_names[group.name], cfg.seed, p.id, group.name,
+                                                        comp, k)
+            seed = derive_seed(cfg.seed, "target", p.id, group.name, name or group.profile, k)
+            style = inputs.styles["profile" if group.profile else "name"]
             msgs = personalized_messages(p.text, style, name=name, profile=group.profile,
                                          system_prompt=cfg.target.system_prompt)
-            req = target_request(p, msgs, temperature=cfg.target.temperature, max_tokens=cfg.target.max_tokens,
-                                 seed=seed)
+            req = ChatRequest(messages=msgs, temperature=cfg.target.temperature, max_tokens=cfg.target.max_tokens,
+                              seed=seed)
             text, err, finish, cached = "", None, None, False
             try:
-                res = await self._guarded(sem, target.complete(req))
+                async with sem:
+                    res = await target.complete(req)
                 text, finish, cached = res.text, res.finish_reason, res.from_cache
             except ProviderError as exc:
                 err = str(exc)
-            self.progress.advance("generate")
             return Response(prompt_id=p.id, domain=p.domain or UNLABELLED, task=p.task or UNLABELLED,
                             comparison=comp, group=group.name, name=name, profile=group.profile, sample=k, seed=seed,
                             text=text, scrubbed=scrub_name(text, name or ""), finish_reason=finish,
                             from_cache=cached, error=err)
 
-        return list(await asyncio.gather(*(one(*j) for j in jobs)))
+        return await self._gather("generate", [one(*j) for j in jobs])
 
-    async def _rate(self, responses: list[Response], judge_tpl: Template, judge: Provider,
-                    sem: asyncio.Semaphore) -> list[dict]:
+    # -- stage 4: refusal labels (methodology §1 step 7) ------------------------------------
+    async def _label_refusals(self, prompts: list[PromptRecord], responses: list[Response], inputs: Inputs,
+                              judge: Provider, sem: asyncio.Semaphore) -> dict[int, tuple[float | None, bool]]:
         cfg = self.cfg
-        by_key = {(r.prompt_id, r.comparison, r.group, r.sample): r for r in responses}
-        pairs = []
-        for r in responses:
-            a, b = r.comparison.split(" vs ")
-            if r.group == a:
-                pairs.append((r, by_key[(r.prompt_id, r.comparison, b, r.sample)]))
-        self.progress.start("rate", len(pairs))
+        if not cfg.refusal.enabled:
+            return {}
+        text_of = {p.id: p.text for p in prompts}
+        todo = [(i, r) for i, r in enumerate(responses) if not r.error]
 
-        async def one(ra: Response, rb: Response) -> dict:
-            ga, gb = cfg.group(ra.group), cfg.group(rb.group)
-            row: dict[str, Any] = {
-                "pair_id": f"{ra.prompt_id}|{ra.comparison}|{ra.sample}", "prompt_id": ra.prompt_id,
-                "domain": ra.domain, "task": ra.task, "comparison": ra.comparison, "group_a": ga.name,
-                "group_b": gb.name, "name_a": ra.name, "name_b": rb.name, "sample": ra.sample,
-            }
-            if ra.error or rb.error:
-                self.progress.advance("rate")
-                return row | {"valid": False, "failed": True, "error": ra.error or rb.error, "method": None,
-                              "q_F": math.nan, "q_R": math.nan, "q_N": math.nan, "h": math.nan}
+        async def one(i: int, r: Response) -> tuple[int, tuple[float | None, bool]]:
             try:
                 async with sem:
-                    rating = await rate_stereotype(
-                        judge, cfg.judge, judge_tpl, prompt=self._prompts_by_id[ra.prompt_id].text, task=ra.task,
-                        response_a=ra.scrubbed, response_b=rb.scrubbed, group_a=ga.judge_wording,
-                        group_b=gb.judge_wording, seed_parts=(cfg.seed, row["pair_id"]))
-            except ProviderError as exc:
-                self.progress.advance("rate")
-                return row | {"valid": False, "failed": True, "error": str(exc), "method": None,
-                              "q_F": math.nan, "q_R": math.nan, "q_N": math.nan, "h": math.nan}
-            self.progress.advance("rate")
-            nan = math.nan
-            return row | {
-                "valid": rating.valid, "failed": False, "error": None, "method": rating.method,
-                "order1": rating.order1.model_dump(), "order2": rating.order2.model_dump(),
-                "q_F": nan if rating.q_F is None else rating.q_F, "q_R": nan if rating.q_R is None else rating.q_R,
-                "q_N": nan if rating.q_N is None else rating.q_N, "h": nan if rating.h is None else rating.h,
+                    ans = await label_refusal(judge, cfg.judge, inputs.templates["refusal"], prompt=text_of[r.prompt_id],
+                                              response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group,
+                                                                               r.name, r.sample))
+            except ProviderError:
+                return i, (None, False)
+            refused = ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold
+            return i, (ans.p_yes, refused)
+
+        return dict(await self._gather("refusal", [one(i, r) for i, r in todo]))
+
+    # -- stage 5: pairwise LMRA ratings (methodology §2, §3) -------------------------------
+    async def _rate(self, prompts: list[PromptRecord], responses: list[Response],
+                    refusals: dict[int, tuple[float | None, bool]], inputs: Inputs, judge: Provider,
+                    judge2: Provider | None, sem: asyncio.Semaphore) -> tuple[list[dict], list[dict]]:
+        cfg = self.cfg
+        text_of = {p.id: p.text for p in prompts}
+        index = {(r.prompt_id, r.comparison, r.group, r.sample): i for i, r in enumerate(responses)}
+        pairs = []
+        for i, r in enumerate(responses):
+            a, b = r.comparison.split(" vs ", 1)
+            if r.group == a:
+                pairs.append((i, index[(r.prompt_id, r.comparison, b, r.sample)]))
+        nan = math.nan
+        quality_rows: list[dict] = []
+
+        def rating_fields(rating, prefix: str = "") -> dict:
+            return {f"{prefix}valid": rating.valid, f"{prefix}method": rating.method,
+                    f"{prefix}order1": rating.order1.model_dump(), f"{prefix}order2": rating.order2.model_dump(),
+                    f"{prefix}q_F": nan if rating.q_F is None else rating.q_F,
+                    f"{prefix}q_R": nan if rating.q_R is None else rating.q_R,
+                    f"{prefix}q_N": nan if rating.q_N is None else rating.q_N,
+                    f"{prefix}h": nan if rating.h is None else rating.h}
+
+        async def one(ia: int, ib: int) -> dict:
+            ra, rb = responses[ia], responses[ib]
+            ga, gb = cfg.group(ra.group), cfg.group(rb.group)
+            pair_id = f"{ra.prompt_id}|{ra.comparison}|{ra.sample}"
+            pa, pb = refusals.get(ia, (None, False)), refusals.get(ib, (None, False))
+            row: dict[str, Any] = {
+                "pair_id": pair_id, "prompt_id": ra.prompt_id, "domain": ra.domain, "task": ra.task,
+                "comparison": ra.comparison, "group_a": ga.name, "group_b": gb.name, "name_a": ra.name,
+                "name_b": rb.name, "sample": ra.sample, "refusal_p_a": pa[0], "refusal_p_b": pb[0],
+                "refusal_a": None if ia not in refusals or pa[0] is None else pa[1],
+                "refusal_b": None if ib not in refusals or pb[0] is None else pb[1],
+                "refused": bool(pa[1] or pb[1]), "failed": False, "error": None, "valid": False, "method": None,
+                "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
             }
+            if ra.error or rb.error:
+                return row | {"failed": True, "error": ra.error or rb.error}
+            if row["refused"]:
+                return row
+            common = dict(prompt=text_of[ra.prompt_id], task=ra.task, response_a=ra.scrubbed, response_b=rb.scrubbed)
+            try:
+                async with sem:
+                    rating = await rate_stereotype(judge, cfg.judge, inputs.templates["stereotype"],
+                                                   group_a=ga.judge_wording, group_b=gb.judge_wording,
+                                                   seed_parts=(cfg.seed, pair_id), **common)
+                row |= rating_fields(rating)
+                if judge2 is not None:
+                    async with sem:
+                        r2 = await rate_stereotype(judge2, cfg.judge2, inputs.templates["stereotype"],
+                                                   group_a=ga.judge_wording, group_b=gb.judge_wording,
+                                                   seed_parts=(cfg.seed, pair_id), **common)
+                    row |= rating_fields(r2, "judge2_")
+                if cfg.quality.enabled:
+                    for crit in cfg.quality.criteria:
+                        async with sem:
+                            qr = await rate_quality(judge, cfg.judge, inputs.templates["quality"], criterion=crit,
+                                                    seed_parts=(cfg.seed, pair_id), **common)
+                        quality_rows.append({k: row[k] for k in ("pair_id", "prompt_id", "domain", "task",
+                                                                  "comparison", "group_a", "group_b", "sample")}
+                                            | {"criterion": crit, "failed": False} | rating_fields(qr))
+            except ProviderError as exc:
+                return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}
+            return row
 
-        return list(await asyncio.gather(*(one(a, b) for a, b in pairs)))
-
-    @property
-    def _prompts_by_id(self) -> dict[str, PromptRecord]:
-        if not hasattr(self, "_pmap"):
-            prompts_path = resolve_resource(self.cfg.prompts, "prompts")
-            self._pmap = {p.id: p for p in load_prompts(prompts_path)}
-        return self._pmap
+        ratings = await self._gather("rate", [one(a, b) for a, b in pairs])
+        return ratings, quality_rows
 
     # -- outputs --------------------------------------------------------------------------
     def _write_json(self, name: str, obj: Any) -> None:
-        (self.run_dir / name).write_text(json.dumps(_jsonable(obj), indent=2, allow_nan=False),
-                                         encoding="utf-8")
+        (self.run_dir / name).write_text(json.dumps(_jsonable(obj), indent=2, allow_nan=False), encoding="utf-8")
 
-    def _finish(self, prompts: list[PromptRecord], responses: list[Response], ratings: list[dict],
+    def _write_jsonl(self, name: str, rows: list) -> None:
+        with (self.run_dir / name).open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(_jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
+
+    def _finish(self, inputs: Inputs, prompts: list[PromptRecord], classifications: dict[str, Classification],
+                decisions: list[FilterDecision], responses: list[Response],
+                refusals: dict[int, tuple[float | None, bool]], ratings: list[dict], quality_rows: list[dict],
                 manifest: dict) -> AuditResult:
         cfg = self.cfg
-        with (self.run_dir / "responses.jsonl").open("w", encoding="utf-8") as fh:
-            for r in responses:
-                fh.write(r.model_dump_json() + "\n")
-        with (self.run_dir / "ratings.jsonl").open("w", encoding="utf-8") as fh:
-            for row in ratings:
-                fh.write(json.dumps(_jsonable(row), allow_nan=False) + "\n")
+        all_text = {p.id: p.text for p in inputs.prompts}
+        resp_rows = [r.model_dump() for r in responses]
+        for i, row in enumerate(resp_rows):
+            p_ref, refused = refusals.get(i, (None, None))
+            row["refusal_p"], row["refused"] = p_ref, refused
+        self._write_jsonl("responses.jsonl", resp_rows)
+        self._write_jsonl("ratings.jsonl", ratings)
         rdf = pd.DataFrame(ratings)
-        resp_df = pd.DataFrame([r.model_dump() for r in responses])
         pt = aggregate.per_task(rdf, cfg.alpha)
         pdm = aggregate.per_domain(rdf, cfg.alpha)
         ov = aggregate.overall(rdf, cfg.alpha)
         pt.to_csv(self.run_dir / "per_task.csv", index=False)
         pdm.to_csv(self.run_dir / "per_domain.csv", index=False)
-        methods = rdf["method"].value_counts().to_dict() if "method" in rdf else {}
-        masses = [o["mass"] for col in ("order1", "order2") if col in rdf for o in rdf[col] if isinstance(o, dict)]
+
+        refusal_df = aggregate.refusal_table(rdf, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
+        if not refusal_df.empty:
+            refusal_df.to_csv(self.run_dir / "refusals.csv", index=False)
+        qdf = pd.DataFrame(quality_rows)
+        quality_df = aggregate.quality_table(qdf, cfg.alpha) if cfg.quality.enabled else pd.DataFrame()
+        if cfg.quality.enabled:
+            self._write_jsonl("quality_ratings.jsonl", quality_rows)
+            quality_df.to_csv(self.run_dir / "quality.csv", index=False)
+        judges_df = aggregate.two_judges(rdf, cfg.alpha) if cfg.judge2 is not None else pd.DataFrame()
+        if not judges_df.empty:
+            judges_df.to_csv(self.run_dir / "judges.csv", index=False)
+
+        filtered_rows = [d.model_dump() | ({} if cfg.redact else {"text": all_text.get(d.prompt_id)})
+                         for d in decisions]
+        self._write_jsonl("filtered_prompts.jsonl", filtered_rows)
+        if classifications:
+            self._write_jsonl("classifications.jsonl", [
+                {"prompt_id": pid} | c.model_dump() | ({} if cfg.redact else {"text": all_text.get(pid)})
+                for pid, c in classifications.items()])
+
+        th = dict(min_valid_mass=cfg.judge.min_valid_mass, min_order_consistency=cfg.judge.min_order_consistency)
+        diag = {"stereotype": judge_diagnostics(rdf, **th)}
+        diag_tasks = {t: judge_diagnostics(g, **th) for t, g in rdf.groupby("task")} if not rdf.empty else {}
+        if cfg.quality.enabled and not qdf.empty:
+            diag["quality"] = judge_diagnostics(qdf, **th)
+        if cfg.judge2 is not None and "judge2_order1" in rdf:
+            th2 = dict(min_valid_mass=cfg.judge2.min_valid_mass, min_order_consistency=cfg.judge2.min_order_consistency)
+            diag["judge2_stereotype"] = judge_diagnostics(
+                rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
+                                    "judge2_order2": "order2"}), **th2)
+        n_lex = sum(1 for d in decisions if d.reason == "lexical")
         summary = {
-            "schema_version": 1,
+            "schema_version": 2,
             "name": cfg.name,
             "run_dir": str(self.run_dir),
+            "redacted": cfg.redact,
+            "n_prompts_in_file": len(inputs.prompts),
+            "n_classified": len(classifications),
+            "n_filtered": len(decisions),
+            "n_filtered_lexical": n_lex,
+            "n_filtered_lmra": len(decisions) - n_lex,
             "n_prompts": len(prompts),
             "n_responses": len(responses),
             "n_pairs_total": len(ratings),
+            "n_pairs_refusal": int(rdf["refused"].sum()) if not rdf.empty else 0,
             "confidence": 1 - cfg.alpha,
             "combiner": cfg.judge.combiner,
-            "judge_methods": methods,
-            "judge_valid_option_mass": sum(masses) / len(masses) if masses else None,
+            "judge_methods": diag["stereotype"]["methods"],
+            "judge_valid_option_mass": diag["stereotype"]["valid_option_mass"],
+            "diagnostics": diag,
+            "diagnostics_per_task": diag_tasks,
             "overall": ov.to_dict(orient="records"),
             "per_domain": pdm.to_dict(orient="records"),
             "per_task": pt.to_dict(orient="records"),
+            "refusals": refusal_df.to_dict(orient="records"),
+            "quality": quality_df.to_dict(orient="records"),
+            "judges": judges_df.to_dict(orient="records"),
         }
         self._write_json("summary.json", summary)
         manifest |= {"status": "complete",
                      "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "calls": self.stats.as_dict()}
         self._write_json("manifest.json", manifest)
-        return AuditResult(self.run_dir, resp_df, rdf, pt, pdm, ov, summary, manifest)
+        return AuditResult(self.run_dir, pd.DataFrame(resp_rows), rdf, pt, pdm, ov, summary, manifest,
+                           refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
+                           filtered=pd.DataFrame(filtered_rows))
 
 
 def _jsonable(o: Any) -> Any:

@@ -28,7 +28,8 @@ def rich_progress(console: Console, enabled: bool = True):
     if not enabled:
         yield _Progress()
         return
-    labels = {"generate": "Generating responses", "rate": "LMRA rating pairs"}
+    labels = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
+              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs"}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as prog:
         ids: dict[str, int] = {}
@@ -53,20 +54,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.config is None:
         args.config = str(resource_dir("examples") / "default.toml")
     cfg = load_config(args.config)
-    overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name))
-                 if v is not None}
+    overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name),
+                                   ("prompts", args.prompts), ("text_field", args.text_field),
+                                   ("prompts_per_task", args.per_task)) if v is not None}
+    if args.redact:
+        overrides["redact"] = True
     if overrides:
-        cfg = cfg.model_copy(update=overrides)
+        from lmra.config import parse_config
+
+        cfg = parse_config(cfg.model_dump() | overrides, source="command line")
     audit = Audit(cfg, config_path=args.config)
-    prompts, *_ = audit.load_inputs()
-    plan = audit.planned_calls(len(prompts))
-    console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(prompts)} prompts, {plan['pairs']} pairs; up to "
-                  f"{plan['target']} target calls and {plan['judge']} LMRA calls (cached calls are free). "
+    inputs = audit.load_inputs()
+    plan = audit.planned_calls(inputs)
+    console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(inputs.prompts)} prompts in the file "
+                  f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
+                  f"per-task limit, {plan['pairs']} pairs; at most {plan['target']} target calls and "
+                  f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls (cached calls are free). "
                   f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
     with rich_progress(console, not args.no_progress) as progress:
         audit.progress = progress
         result = audit.run()
-    render_audit(console, result.per_task, result.overall, result.summary, result.manifest)
+    render_audit(console, result)
     return 0
 
 
@@ -83,9 +91,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from lmra.config import load_config
 
     cfg = load_config(args.config)
-    prompts, groups, _, _ = Audit(cfg, config_path=args.config).load_inputs()
-    Console().print(f"{args.config}: valid — {len(prompts)} prompts selected, groups "
-                    + ", ".join(f"{g} ({len(n)} names)" for g, n in groups.items()))
+    inputs = Audit(cfg, config_path=args.config).load_inputs()
+    profiles = [g.name for g in cfg.groups if g.profile]
+    Console().print(f"{args.config}: valid — {len(inputs.prompts)} prompts in the file; name groups "
+                    + (", ".join(f"{g} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
+                    + (f"; profile groups {', '.join(profiles)}" if profiles else ""))
     return 0
 
 
@@ -99,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--output-dir", help="override output_dir")
     a.add_argument("--seed", type=int, help="override seed")
     a.add_argument("--name", help="override the run name")
+    a.add_argument("--prompts", help="prompt file to audit instead of the config's: a prompt set or logged "
+                                     "traffic (JSONL or CSV with a text column)")
+    a.add_argument("--text-field", help="field/column holding the prompt text (default: text)")
+    a.add_argument("--per-task", type=int, help="keep at most N prompts per task (seeded; 0 = all)")
+    a.add_argument("--redact", action="store_true", help="reports and exports carry prompt ids, never prompt text")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.set_defaults(func=cmd_audit)
 

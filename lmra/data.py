@@ -25,6 +25,11 @@ class PromptRecord(BaseModel):
     domain: str | None = None
     task: str | None = None
 
+    @field_validator("id", "text", mode="before")
+    @classmethod
+    def _as_text(cls, v):
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
     @field_validator("id", "text")
     @classmethod
     def _non_empty(cls, v: str) -> str:
@@ -55,12 +60,36 @@ def _open_text(path: Path, what: str) -> str:
         raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=path) from None
 
 
-def load_prompts(path: str | Path) -> list[PromptRecord]:
-    """Read a JSONL prompt set.
+def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool) -> PromptRecord:
+    if text_field != "text":
+        if text_field not in obj:
+            raise LmraInputError(f"missing field '{text_field}'", file=p, line=lineno, field=text_field)
+        obj = dict(obj) | {"text": obj[text_field]}
+    if auto_id and not str(obj.get("id") or "").strip():
+        obj = dict(obj) | {"id": f"line-{lineno:06d}"}
+    for key in ("domain", "task"):
+        if key in obj and (obj[key] is None or not str(obj[key]).strip()):
+            obj = {k: v for k, v in obj.items() if k != key}
+    try:
+        return PromptRecord.model_validate(obj)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or None
+        if field == "text" and text_field != "text":
+            field = text_field
+        raise LmraInputError(err["msg"], file=p, line=lineno, field=field) from None
+
+
+def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = False) -> list[PromptRecord]:
+    """Read a prompt set or logged traffic.
 
     Args:
-        path: JSONL file; each non-blank line an object with ``id`` and ``text`` (strings),
-            optional ``domain`` and ``task``.
+        path: a JSONL file (each non-blank line an object) or a CSV file (header line, one
+            prompt per row), chosen by the ``.csv`` suffix. Each record has the text in
+            ``text_field`` and optional ``id``, ``domain``, ``task``.
+        text_field: name of the field/column holding the prompt text.
+        auto_id: records without an ``id`` get ``line-NNNNNN`` from their line number
+            (for logged traffic); otherwise a missing id is an error.
 
     Returns:
         The prompts in file order (length ≥ 1).
@@ -73,25 +102,35 @@ def load_prompts(path: str | Path) -> list[PromptRecord]:
     text = _open_text(p, "prompt file")
     out: list[PromptRecord] = []
     seen: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
-        if not isinstance(obj, dict):
-            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
-        try:
-            rec = PromptRecord.model_validate(obj)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or None
-            raise LmraInputError(err["msg"], file=p, line=lineno, field=field) from None
+
+    def add(rec: PromptRecord, lineno: int) -> None:
         if rec.id in seen:
-            raise LmraInputError(f"duplicate id '{rec.id}' (first on line {seen[rec.id]})", file=p, line=lineno, field="id")
+            raise LmraInputError(f"duplicate id '{rec.id}' (first on line {seen[rec.id]})", file=p, line=lineno,
+                                 field="id")
         seen[rec.id] = lineno
         out.append(rec)
+
+    if p.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        if reader.fieldnames is None or text_field not in reader.fieldnames:
+            raise LmraInputError(f"missing column '{text_field}' in the header line", file=p, line=1,
+                                 field=text_field)
+        for row in reader:
+            if None in row:
+                raise LmraInputError("more values than header columns", file=p, line=reader.line_num)
+            add(_prompt_from({k: v for k, v in row.items() if v != ""}, p, reader.line_num, text_field, auto_id),
+                reader.line_num)
+    else:
+        for lineno, raw in enumerate(text.splitlines(), start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
+            if not isinstance(obj, dict):
+                raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+            add(_prompt_from(obj, p, lineno, text_field, auto_id), lineno)
     if not out:
         raise LmraInputError("prompt file has no prompts", file=p)
     return out

@@ -65,30 +65,74 @@ class ScriptedTarget:
 
 
 class ScriptedJudge:
-    """An LMRA returning option probabilities ``verdict(response_1, response_2)`` mixed with a
-    position bias: p' = (1 − bias)·p + bias·[A]  ("Response 1 gets the stereotype")."""
+    """An LMRA that answers every lmra question type from scripts, mixed with a position bias
+    ``p' = (1 − bias)·p + bias·[A]`` (the first-listed option gets extra probability).
+
+    Scripts (all optional except ``verdict``):
+        verdict(r1, r2) → {A, B, C} probabilities for the harmful-stereotype question;
+        quality(r1, r2, criterion) → {A, B, C} (default: tie C);
+        refusal(response) → p(refusal) (default 0);
+        identity(prompt) → p(prompt reveals identity) (default 0);
+        classify(prompt, menu_letters) → letter (default: the last, "other").
+    """
 
     name = "scripted-judge"
     model_id = "scripted"
     base_url = ""
 
-    def __init__(self, verdict, *, position_bias: float = 0.0, supports_logprobs: bool = True, mass: float = 1.0):
+    def __init__(self, verdict, *, position_bias: float = 0.0, supports_logprobs: bool = True, mass: float = 1.0,
+                 quality=None, refusal=None, identity=None, classify=None):
         self.verdict = verdict
+        self.quality = quality or (lambda r1, r2, c: {"C": 1.0})
+        self.refusal = refusal or (lambda r: 0.0)
+        self.identity = identity or (lambda p: 0.0)
+        self.classify = classify
         self.position_bias = position_bias
         self.supports_logprobs = supports_logprobs
         self.mass = mass
         self.calls = 0
+        self.kinds: dict[str, int] = {}
+
+    def _probs(self, request: ChatRequest) -> dict[str, float]:
+        text = request.messages[-1].content
+        if "Does this message mention or clearly imply" in text:
+            kind, p_yes = "filter", self.identity(re.search(r"#### User message:\n(.*?)\n\nDoes", text, re.S).group(1))
+        elif "Does the response refuse" in text:
+            kind = "refusal"
+            p_yes = self.refusal(re.search(r"#### Response:\n(.*?)\n\nDoes the response", text, re.S).group(1))
+        elif "Classify" in text:
+            self.kinds["classify"] = self.kinds.get("classify", 0) + 1
+            letters = tuple(re.findall(r"^([A-Z])\) ", text, re.M))
+            pick = self.classify(text, letters) if self.classify else letters[-1]
+            return {o: float(o == pick) for o in letters}
+        elif "Compare the two responses on one criterion" in text:
+            kind = "quality"
+            crit = re.search(r"on one criterion only: (.*?) \(", text).group(1)
+            r1, r2 = responses_in(request)
+            p = self.quality(r1, r2, crit)
+            return self._bias({o: p.get(o, 0.0) for o in ("A", "B", "C")}, kind)
+        else:
+            r1, r2 = responses_in(request)
+            p = self.verdict(r1, r2)
+            return self._bias({o: p.get(o, 0.0) for o in ("A", "B", "C")}, "stereotype")
+        yes_first = re.search(r"^A\) (Yes|No)$", text, re.M).group(1) == "Yes"
+        p = {"A": p_yes, "B": 1 - p_yes} if yes_first else {"A": 1 - p_yes, "B": p_yes}
+        return self._bias(p, kind)
+
+    def _bias(self, p: dict[str, float], kind: str) -> dict[str, float]:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        b = self.position_bias
+        return {o: (1 - b) * v + (b if o == "A" else 0.0) for o, v in p.items()}
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self.calls += 1
-        r1, r2 = responses_in(request)
-        p = self.verdict(r1, r2)
-        b = self.position_bias
-        p = {o: (1 - b) * p.get(o, 0.0) + (b if o == "A" else 0.0) for o in ("A", "B", "C")}
+        p = self._probs(request)
         if self.supports_logprobs and request.options:
-            return ChatResult(text="", option_probs={o: v * self.mass for o, v in p.items()}, provider=self.name)
+            return ChatResult(text="", option_probs={o: p.get(o, 0.0) * self.mass for o in request.options},
+                              provider=self.name)
         rng = random.Random(f"{request.seed}-{request.sample_index}")
-        pick = rng.choices(["A", "B", "C"], weights=[p["A"], p["B"], p["C"]])[0]
+        opts = list(p)
+        pick = rng.choices(opts, weights=[p[o] for o in opts])[0]
         return ChatResult(text=pick, provider=self.name)
 
     async def aclose(self) -> None:

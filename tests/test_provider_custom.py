@@ -53,7 +53,12 @@ def test_custom_provider_audit(tmp_path, bot_url):
     })
     res = Audit(cfg).run()
     assert res.manifest["target"]["provider"] == "inhouse"
-    assert len(_Bot.seen) == 8 + 4 * 2 * 3   # 8 responses, 4 pairs × 2 orders × 3 samples
+    # 8 responses; LMRA with 3 samples per question: filter 4 prompts × 2 option orders,
+    # refusal 8 responses × 2 option orders, stereotype 4 pairs × 2 orders
+    assert len(_Bot.seen) == 8 + 3 * (4 * 2 + 8 * 2 + 4 * 2)
+    # the bot answers "C" to yes/no questions: unparseable, never coerced to yes or no
+    assert res.summary["n_filtered"] == 0 and res.summary["n_pairs_refusal"] == 0
+    assert res.responses["refusal_p"].isna().all()
     assert set(res.ratings["method"]) == {"sampled"}
     assert (res.ratings["h"] == 0).all() and res.overall.iloc[0]["n_pairs"] == 4
 

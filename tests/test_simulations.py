@@ -87,7 +87,7 @@ def test_sampled_judge_recovers_bias(tmp_path, sim_inputs):
     cfg = _cfg(tmp_path, names, prompts)
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, script), judge=judge).run()
     assert set(res.ratings["method"]) == {"sampled"}
-    assert judge.calls == 300 * 2 * cfg.judge.n_samples
+    assert judge.kinds["stereotype"] == 300 * 2 * cfg.judge.n_samples
     ov = res.overall.iloc[0]
     assert ov["ci_low"] <= 0.5 <= ov["ci_high"]
 

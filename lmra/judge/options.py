@@ -31,6 +31,9 @@ class OptionProbs(BaseModel):
         method: ``logprobs`` (token log-probabilities), ``sampled`` (n samples) or
             ``text`` (one greedy answer parsed from text; probabilities are 0/1).
         n_samples: samples drawn (``sampled``), else 1.
+        n_unparseable: answers (samples) that named no option and were not refusals; for
+            ``logprobs`` 1 when no probability fell on any option.
+        n_refused: answers (samples) in which the LMRA declined to judge ("I can't …").
         raw_texts: the sampled or greedy answer texts, kept for audit (≤ 200 chars each).
     """
 
@@ -38,6 +41,8 @@ class OptionProbs(BaseModel):
     mass: float
     method: Method
     n_samples: int = 1
+    n_unparseable: int = 0
+    n_refused: int = 0
     raw_texts: list[str] = []
 
     def top(self) -> str | None:
@@ -75,6 +80,15 @@ def parse_option(text: str, options: tuple[str, ...]) -> str | None:
     return m.group(1) if m else None
 
 
+_JUDGE_REFUSAL = re.compile(r"\b(?:i can(?:no|')t|i cannot|i won't|i will not|i'm (?:sorry|unable)|"
+                            r"i am (?:sorry|unable)|as an ai)\b", re.IGNORECASE)
+
+
+def is_judge_refusal(text: str) -> bool:
+    """True when an LMRA answer declines to judge instead of naming an option."""
+    return bool(_JUDGE_REFUSAL.search(text))
+
+
 async def ask_options(provider: Provider, messages: list[Message], options: tuple[str, ...], judge: JudgeConfig,
                       *, seed_parts: tuple = ()) -> OptionProbs:
     """Ask the LMRA a closed question and return its answer as option probabilities.
@@ -98,12 +112,16 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
         res = await provider.complete(req)
         if res.option_probs is not None:
             probs, mass = renormalise(res.option_probs, options)
-            return OptionProbs(probs=probs, mass=mass, method="logprobs", raw_texts=[res.text[:200]])
+            return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None),
+                               raw_texts=[res.text[:200]])
         opt = parse_option(res.text, options)
+        refused = opt is None and is_judge_refusal(res.text)
         return OptionProbs(probs={o: float(o == opt) for o in options} if opt else None, mass=1.0 if opt else 0.0,
-                           method="text", raw_texts=[res.text[:200]])
+                           method="text", n_unparseable=int(opt is None and not refused), n_refused=int(refused),
+                           raw_texts=[res.text[:200]])
     counts = {o: 0 for o in options}
     texts = []
+    unparseable = refused = 0
     for i in range(judge.n_samples):
         req = ChatRequest(messages=messages, temperature=judge.temperature, max_tokens=judge.max_tokens,
                           seed=base_seed, sample_index=i)
@@ -112,5 +130,10 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
         opt = parse_option(res.text, options)
         if opt is not None:
             counts[opt] += 1
+        elif is_judge_refusal(res.text):
+            refused += 1
+        else:
+            unparseable += 1
     probs, mass = renormalise({o: c / judge.n_samples for o, c in counts.items()}, options)
-    return OptionProbs(probs=probs, mass=mass, method="sampled", n_samples=judge.n_samples, raw_texts=texts)
+    return OptionProbs(probs=probs, mass=mass, method="sampled", n_samples=judge.n_samples,
+                       n_unparseable=unparseable, n_refused=refused, raw_texts=texts)

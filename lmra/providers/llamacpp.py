@@ -155,6 +155,20 @@ class LlamaCppProvider:
             raise ProviderError(f"prompt of {len(toks)} tokens does not fit the context window of {self._llm.n_ctx()}")
         return toks
 
+    def _eval_reusing_prefix(self, toks: list[int]) -> None:
+        """Evaluate ``toks``, keeping the KV cache of the longest prefix shared with the last
+        evaluation (LMRA questions about the same pair share everything up to the question)."""
+        llm = self._llm
+        prev = llm.input_ids[: llm.n_tokens]
+        common = 0
+        for a, b in zip(prev, toks):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(toks) - 1)  # evaluate at least the last token to get its logits
+        llm.n_tokens = common
+        llm.eval(toks[common:])
+
     def _complete_sync(self, request: ChatRequest) -> ChatResult:
         prompt = render_gemma(request.messages)
         t0 = time.perf_counter()
@@ -162,8 +176,7 @@ class LlamaCppProvider:
             toks = self._tokenize(prompt)
             if request.options:
                 option_ids = self._tokens_for(request.options)
-                self._llm.reset()
-                self._llm.eval(toks)
+                self._eval_reusing_prefix(toks)
                 import llama_cpp
 
                 # logits of the last prompt position (logits_all=False keeps only this row)

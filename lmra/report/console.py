@@ -1,4 +1,5 @@
-"""The Rich console report of an audit: per-task table and an overall line per comparison."""
+"""The Rich console report of an audit: harmful-stereotype table per comparison, overall
+lines, refusals, quality criteria, a second judge, judge diagnostics and filter counts."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _fmt(x: float, digits: int = 4) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{digits}f}"
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _signed(x: float, digits: int = 4) -> str:
+    return "—" if _nan(x) else f"{x:+.{digits}f}"
 
 
 def _rate(x: float) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4f}"
+    return "—" if _nan(x) else f"{x:.4f}"
 
 
-def _net_cell(row: pd.Series) -> str:
-    net, lo, hi = row["net_rating"], row["ci_low"], row["ci_high"]
-    text = f"{_fmt(net)} [{_fmt(lo)}, {_fmt(hi)}]"
-    if not any(isinstance(v, float) and math.isnan(v) for v in (lo, hi)):
+def _ci_cell(mean: float, lo: float, hi: float) -> str:
+    text = f"{_signed(mean)} [{_signed(lo)}, {_signed(hi)}]"
+    if not (_nan(lo) or _nan(hi)):
         if lo > 0:
             return f"[bold red]{text}[/]"
         if hi < 0:
@@ -28,44 +32,112 @@ def _net_cell(row: pd.Series) -> str:
     return text
 
 
-def render_audit(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, summary: dict,
-                 manifest: dict) -> None:
-    """Print the per-task table, the overall line(s) and the call counts.
-
-    A net rating whose CI lies above 0 (stereotypes more often in the forward direction)
-    is shown in red, below 0 in blue.
-    """
-    conf = int(round(100 * summary.get("confidence", 0.95)))
+def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
         table = Table(title=f"Harmful-stereotype ratings: {ga} vs {gb}", title_justify="left")
-        for col, kw in [("domain", {}), ("task", {}), ("pairs", {"justify": "right"}),
-                        ("invalid", {"justify": "right"}), ("failed", {"justify": "right"}),
-                        ("forward", {"justify": "right"}), ("reverse", {"justify": "right"}),
-                        (f"net rating [{conf}% CI]", {"justify": "right"})]:
-            table.add_column(col, **kw)
-        for _, row in pt.iterrows():
-            table.add_row(str(row["domain"]), str(row["task"]), str(row["n_pairs"]), str(row["n_invalid"]),
-                          str(row["n_failed"]), _rate(row["forward_rate"]), _rate(row["reverse_rate"]),
-                          _net_cell(row))
+        for col in ("domain", "task", "pairs", "invalid", "refusal", "failed", "forward", "reverse",
+                    f"net rating [{conf}% CI]"):
+            table.add_column(col, justify="left" if col in ("domain", "task") else "right")
+        for _, r in pt.iterrows():
+            table.add_row(str(r["domain"]), str(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
+                          str(r["n_refusal"]), str(r["n_failed"]), _rate(r["forward_rate"]),
+                          _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
         console.print(table)
         ov = overall[(overall["group_a"] == ga) & (overall["group_b"] == gb)]
         if len(ov):
             r = ov.iloc[0]
-            console.print(
-                f"[bold]Overall {ga} vs {gb}:[/] net rating {_net_cell(r)} over {r['n_pairs']} pairs "
-                f"({r['n_invalid']} invalid, {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, "
-                f"reverse {_rate(r['reverse_rate'])}, p = {r['p_value']:.3g}" if not math.isnan(r["p_value"]) else
-                f"[bold]Overall {ga} vs {gb}:[/] net rating {_net_cell(r)} over {r['n_pairs']} pairs "
-                f"({r['n_invalid']} invalid, {r['n_failed']} failed)")
-    calls = manifest.get("calls", {})
-    console.print(
-        f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
-        f"{calls.get('failed', 0)} failed.  Judge method(s): "
-        + (", ".join(f"{k} ×{v}" for k, v in summary.get("judge_methods", {}).items()) or "—")
-        + (f"; mean valid-option mass {summary['judge_valid_option_mass']:.3f}"
-           if summary.get("judge_valid_option_mass") is not None else ""))
+            p = "" if _nan(r["p_value"]) else f", p = {r['p_value']:.3g}"
+            console.print(f"[bold]Overall {ga} vs {gb}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
+                          f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, {r['n_refusal']} with a refusal, "
+                          f"{r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
+                          f"{_rate(r['reverse_rate'])}{p}")
+
+
+def _refusals(console: Console, refusals: pd.DataFrame) -> None:
+    if refusals.empty:
+        return
+    table = Table(title="Refusal rates (Wilson 95% CI; two-proportion z-test)", title_justify="left")
+    for col in ("comparison", "scope", "group A rate", "group B rate", "p"):
+        table.add_column(col, justify="right" if "rate" in col or col == "p" else "left")
+    for _, r in refusals[refusals["level"] != "task"].iterrows():
+        scope = "overall" if r["level"] == "overall" else r["domain"]
+        pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
+        pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
+        p = "—" if _nan(r["p_value"]) else (f"[bold red]{r['p_value']:.3g}[/]" if r["p_value"] < 0.05
+                                              else f"{r['p_value']:.3g}")
+        table.add_row(f"{r['group_a']} vs {r['group_b']}", str(scope), pa, pb, p)
+    console.print(table)
+
+
+def _quality(console: Console, quality: pd.DataFrame) -> None:
+    if quality.empty:
+        return
+    table = Table(title="Response quality: mean q(A better) − q(B better), Bonferroni/Holm over the criteria",
+                  title_justify="left")
+    for col in ("comparison", "criterion", "pairs", "mean [95% CI]", "p", "Bonferroni", "Holm"):
+        table.add_column(col, justify="left" if col in ("comparison", "criterion") else "right")
+    for _, r in quality[quality["level"] == "overall"].iterrows():
+        table.add_row(f"{r['group_a']} vs {r['group_b']}", r["criterion"], str(r["n_pairs"]),
+                      _ci_cell(r["mean"], r["ci_low"], r["ci_high"]), "—" if _nan(r["p_value"]) else f"{r['p_value']:.3g}",
+                      "[bold red]significant[/]" if r["significant_bonferroni"] else "–",
+                      "[bold red]significant[/]" if r["significant_holm"] else "–")
+    console.print(table)
+    sig = quality[(quality["level"] == "task") & quality["significant_holm"].astype(bool)]
+    if len(sig):
+        console.print("Holm-significant per task: " + "; ".join(
+            f"{r['task']}: {r['criterion']} {_signed(r['mean'])}" for _, r in sig.iterrows()))
+
+
+def _judges(console: Console, judges: pd.DataFrame) -> None:
+    if judges.empty:
+        return
+    table = Table(title="Two LMRAs: net harmful-stereotype rating side by side", title_justify="left")
+    for col in ("comparison", "scope", "judge 1", "judge 2", "pairs", "Pearson r", "agreement"):
+        table.add_column(col, justify="left" if col in ("comparison", "scope") else "right")
+    for _, r in judges[judges["level"] != "domain"].iterrows():
+        scope = "overall" if r["level"] == "overall" else r["task"]
+        table.add_row(f"{r['group_a']} vs {r['group_b']}", str(scope),
+                      _ci_cell(r["net_rating_judge1"], r["ci_low_judge1"], r["ci_high_judge1"]),
+                      _ci_cell(r["net_rating_judge2"], r["ci_low_judge2"], r["ci_high_judge2"]), str(r["n_both"]),
+                      _rate(r["pearson_r"]), _rate(r["agreement"]))
+    console.print(table)
+
+
+def _diagnostics(console: Console, summary: dict) -> None:
+    for question, d in summary.get("diagnostics", {}).items():
+        if not d.get("n_answers"):
+            continue
+        style = "bold red" if d.get("flagged") else "green"
+        flag = f" — [bold red]FLAGGED: low {', '.join(d['flag_reasons'])}[/]" if d.get("flagged") else ""
+        methods = ", ".join(f"{k} ×{v}" for k, v in d.get("methods", {}).items())
+        console.print(
+            f"[{style}]Judge diagnostics ({question}):[/] order consistency {_rate(d['order_consistency'])}, "
+            f"position preference {_rate(d['position_preference'])} (0.5 = none), valid-option mass "
+            f"{_rate(d['valid_option_mass'])}, unusable {d['unusable']}, unparseable {d['unparseable']}, "
+            f"judge refused {d['judge_refused']}; method {methods}{flag}")
+
+
+def render_audit(console: Console, result) -> None:
+    """Print the whole audit report for an :class:`~lmra.audit.AuditResult`.
+
+    Net ratings whose CI lies above 0 are red, below 0 blue; a judge below the configured
+    valid-mass or order-consistency thresholds is flagged in red.
+    """
+    s, m = result.summary, result.manifest
+    conf = int(round(100 * s.get("confidence", 0.95)))
+    console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
+                  f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
+                  f"lexical, {s.get('n_filtered_lmra', 0)} LMRA), {s.get('n_prompts')} audited.")
+    _stereotype(console, result.per_task, result.overall, conf)
+    _refusals(console, result.refusals)
+    _quality(console, result.quality)
+    _judges(console, result.judges)
+    _diagnostics(console, s)
+    calls = m.get("calls", {})
+    console.print(f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
+                  f"{calls.get('failed', 0)} failed.")
     console.print(
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
-        "stereotypes more often in the direction that matches how the responses were really assigned. "
+        "stereotypes more often in the direction that matches how the responses were really assigned; "
         "0 means no net bias; red = CI above 0, blue = CI below 0.[/]")
-    console.print(f"Run folder: [bold]{summary.get('run_dir')}[/]")
+    console.print(f"Run folder: [bold]{s.get('run_dir')}[/]")

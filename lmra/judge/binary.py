@@ -1,0 +1,59 @@
+"""Yes/no LMRA questions asked with both option orders (refusal labels, prompt filtering).
+
+A judge that prefers the first-listed option would bias a single yes/no question. Each
+question is therefore asked twice — "A) Yes / B) No" and "A) No / B) Yes" — and
+``p(yes)`` is the mean over the two orders of the renormalised probability of "Yes". This
+is the binary analogue of asking pairwise questions in both presentation orders (FPF App. I).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from lmra.config import JudgeConfig
+from lmra.judge.options import OptionProbs, ask_options
+from lmra.providers.base import Provider
+from lmra.templates import Template
+
+OPTIONS = ("A", "B")
+
+
+class YesNo(BaseModel):
+    """A debiased yes/no answer.
+
+    Attributes:
+        p_yes: probability of "yes" in [0, 1], mean over the usable orders; None when
+            neither order put mass on A/B.
+        mass: mean valid-option mass of the two answers, in [0, 1].
+        method: estimation method of the answers.
+        yes_first, no_first: the two raw answers.
+    """
+
+    p_yes: float | None
+    mass: float
+    method: str
+    yes_first: OptionProbs
+    no_first: OptionProbs
+
+
+async def ask_yes_no(provider: Provider, judge: JudgeConfig, template: Template, *, seed_parts: tuple = (),
+                     **values: str) -> YesNo:
+    """Ask a yes/no question in both option orders.
+
+    Args:
+        provider: the LMRA.
+        judge: LMRA config.
+        template: a template with placeholders ``{option_a}`` and ``{option_b}`` (filled with
+            "Yes"/"No" in one order and "No"/"Yes" in the other) plus ``values``.
+        seed_parts: identifies the question, for stable judge seeds.
+
+    Returns:
+        :class:`YesNo`.
+    """
+    yf = await ask_options(provider, template.render(option_a="Yes", option_b="No", **values), OPTIONS, judge,
+                           seed_parts=(*seed_parts, "yes-first"))
+    nf = await ask_options(provider, template.render(option_a="No", option_b="Yes", **values), OPTIONS, judge,
+                           seed_parts=(*seed_parts, "no-first"))
+    ps = [p for p in ((yf.probs or {}).get("A"), (nf.probs or {}).get("B")) if p is not None]
+    return YesNo(p_yes=sum(ps) / len(ps) if ps else None, mass=(yf.mass + nf.mass) / 2, method=yf.method,
+                 yes_first=yf, no_first=nf)

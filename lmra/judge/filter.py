@@ -1,0 +1,92 @@
+"""Prompt filtering (methodology §1 step 6; FPF §3, App. J): remove prompts that mention or
+imply the user's own name, gender or race, because such prompts make the name swap moot.
+
+Two stages: a fast lexical pre-check (self-identification phrases, and self-introductions
+with any first name from the loaded name lists), then an LMRA yes/no classifier asked in
+both option orders (:mod:`lmra.judge.binary`). A prompt is removed when the pre-check hits
+or when the LMRA's ``p(yes)`` reaches the threshold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pydantic import BaseModel
+
+from lmra.config import JudgeConfig
+from lmra.data import PromptRecord
+from lmra.judge.binary import ask_yes_no
+from lmra.providers.base import Provider
+from lmra.templates import Template
+
+_IDENTITY = (r"woman|man|girl|boy|female|male|lady|gentleman|guy|mother|father|mom|mum|dad|wife|husband|"
+             r"daughter|son|sister|brother|grandmother|grandfather|trans(?:gender)? (?:woman|man)|non-?binary|"
+             r"black|white|asian|hispanic|latina|latino|latinx|african[- ]american|caucasian|native american|"
+             r"indian|chinese|korean|japanese|vietnamese|mexican|arab")
+_PATTERNS = [
+    re.compile(r"\bmy name(?:'s| is)\b", re.I),
+    re.compile(rf"\b(?:i am|i'm|im|i’m)\s+(?:an?\s+)?(?:{_IDENTITY})\b", re.I),
+    re.compile(rf"\bas an?\s+(?:(?:young|old|older|single|working|stay-at-home)\s+)?(?:{_IDENTITY})\b", re.I),
+    re.compile(r"\bmy (?:husband|wife|boyfriend|girlfriend)\b", re.I),
+    re.compile(r"\b(?:my|our) (?:pronouns are|gender|race|ethnicity)\b", re.I),
+]
+
+
+def lexical_hits(text: str, names: Iterable[str] = ()) -> list[str]:
+    """Phrases in ``text`` that reveal the user's own name, gender or race.
+
+    Args:
+        text: the prompt.
+        names: first names to look for in self-introductions ("I'm Maria", "call me John",
+            "this is David", "- Ashley" as a sign-off).
+
+    Returns:
+        The matched phrases (empty when none), in order of the patterns.
+    """
+    hits = [m.group(0) for p in _PATTERNS for m in [p.search(text)] if m]
+    name_alt = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True) if n)
+    if name_alt:
+        intro = re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt})\b"
+                           rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt})\b|[-—]\s*(?:{name_alt})\s*$",
+                           re.I | re.M)
+        m = intro.search(text)
+        if m:
+            hits.append(m.group(0))
+    return hits
+
+
+class FilterDecision(BaseModel):
+    """Why a prompt was kept or removed."""
+
+    prompt_id: str
+    removed: bool
+    reason: str | None = None  # "lexical" or "lmra"
+    lexical: list[str] = []
+    p_yes: float | None = None
+    mass: float | None = None
+
+
+async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: Provider | None, judge: JudgeConfig,
+                       template: Template | None, threshold: float = 0.5) -> FilterDecision:
+    """Decide whether one prompt reveals the user's own name, gender or race.
+
+    Args:
+        prompt: the prompt.
+        names: first names for the self-introduction check.
+        provider, template: the LMRA and the filter template; None skips the LMRA stage.
+        judge: LMRA config.
+        threshold: remove when the LMRA's ``p(yes)`` ≥ threshold, in (0, 1].
+
+    Returns:
+        :class:`FilterDecision`. The LMRA is not asked when the lexical check already hit.
+    """
+    hits = lexical_hits(prompt.text, names)
+    if hits:
+        return FilterDecision(prompt_id=prompt.id, removed=True, reason="lexical", lexical=hits)
+    if provider is None or template is None:
+        return FilterDecision(prompt_id=prompt.id, removed=False)
+    ans = await ask_yes_no(provider, judge, template, seed_parts=("filter", prompt.id), prompt=prompt.text)
+    removed = ans.p_yes is not None and ans.p_yes >= threshold
+    return FilterDecision(prompt_id=prompt.id, removed=removed, reason="lmra" if removed else None, p_yes=ans.p_yes,
+                          mass=ans.mass)

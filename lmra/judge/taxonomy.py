@@ -1,0 +1,112 @@
+"""Task taxonomy and LMRA task classification (methodology §5; FPF §3.1).
+
+The taxonomy (``prompts/taxonomy.toml``) lists domains and their tasks with one-line
+descriptions. A prompt without a task is classified by the LMRA in two closed questions —
+first the domain, then the task within it — each with ``other`` as a last option. Answers
+are option probabilities (:mod:`lmra.judge.options`), so the output is always a valid label;
+an answer with no mass on any option becomes ``other``.
+"""
+
+from __future__ import annotations
+
+import string
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from lmra.config import JudgeConfig
+from lmra.errors import LmraInputError
+from lmra.judge.options import ask_options
+from lmra.providers.base import Provider
+from lmra.templates import Template
+
+OTHER = "other"
+
+
+class TaskDef(BaseModel):
+    name: str
+    description: str
+
+
+class DomainDef(BaseModel):
+    name: str
+    task: list[TaskDef]
+
+
+class Taxonomy(BaseModel):
+    """Domains and their tasks."""
+
+    version: int = 1
+    domain: list[DomainDef]
+
+    def tasks_of(self, domain: str) -> list[TaskDef]:
+        return next((d.task for d in self.domain if d.name == domain), [])
+
+    def domain_of(self, task: str) -> str | None:
+        return next((d.name for d in self.domain for t in d.task if t.name == task), None)
+
+
+def load_taxonomy(path: str | Path) -> Taxonomy:
+    """Read a taxonomy TOML file.
+
+    Raises:
+        LmraInputError: missing file, bad TOML, a missing field, or more than 25 domains or
+            tasks in one domain (options are letters, one kept for ``other``).
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LmraInputError("taxonomy file not found", file=p) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+    try:
+        tax = Taxonomy.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise LmraInputError(err["msg"], file=p, field=".".join(str(x) for x in err["loc"])) from None
+    if len(tax.domain) > 25 or any(len(d.task) > 25 for d in tax.domain):
+        raise LmraInputError("at most 25 domains, and 25 tasks per domain, are supported", file=p)
+    return tax
+
+
+def _menu(items: list[tuple[str, str]]) -> tuple[tuple[str, ...], str]:
+    letters = tuple(string.ascii_uppercase[: len(items) + 1])
+    lines = [f"{letter}) {name}: {desc}" for letter, (name, desc) in zip(letters, items)]
+    lines.append(f"{letters[-1]}) {OTHER}: none of the above")
+    return letters, "\n".join(lines)
+
+
+class Classification(BaseModel):
+    """A prompt's domain and task with the LMRA's probabilities for them."""
+
+    domain: str
+    task: str
+    p_domain: float | None
+    p_task: float | None
+
+
+async def classify_prompt(provider: Provider, judge: JudgeConfig, taxonomy: Taxonomy, domain_tpl: Template,
+                          task_tpl: Template, *, prompt_id: str, text: str) -> Classification:
+    """Classify one prompt into (domain, task) of ``taxonomy``, or ``other``.
+
+    Returns:
+        :class:`Classification`; labels are always taxonomy names or ``other``.
+    """
+    d_letters, d_menu = _menu([(d.name, ", ".join(t.name for t in d.task)) for d in taxonomy.domain])
+    dom = await ask_options(provider, domain_tpl.render(prompt=text, options=d_menu, letters=", ".join(d_letters)),
+                            d_letters, judge, seed_parts=("domain", prompt_id))
+    top = dom.top()
+    if top is None or top == d_letters[-1]:
+        return Classification(domain=OTHER, task=OTHER, p_domain=dom.probs and dom.probs.get(d_letters[-1]),
+                              p_task=None)
+    domain = taxonomy.domain[d_letters.index(top)]
+    t_letters, t_menu = _menu([(t.name, t.description) for t in domain.task])
+    tsk = await ask_options(provider, task_tpl.render(prompt=text, domain=domain.name, options=t_menu,
+                                                      letters=", ".join(t_letters)),
+                            t_letters, judge, seed_parts=("task", prompt_id, domain.name))
+    ttop = tsk.top()
+    task = OTHER if ttop is None or ttop == t_letters[-1] else domain.task[t_letters.index(ttop)].name
+    return Classification(domain=domain.name, task=task, p_domain=dom.probs[top],
+                          p_task=tsk.probs[ttop] if ttop else None)
