@@ -174,6 +174,8 @@ class Audit:
         cfg = self.cfg
         per_task: dict[str, int] = {}
         for p in inputs.prompts:
+            if p.task and ((cfg.tasks and p.task not in cfg.tasks) or (cfg.domains and p.domain not in cfg.domains)):
+                continue
             per_task[p.task or UNLABELLED] = per_task.get(p.task or UNLABELLED, 0) + 1
         n = sum(min(v, cfg.prompts_per_task) if cfg.prompts_per_task else v for v in per_task.values())
         pairs = len(cfg.comparisons) * cfg.samples_per_prompt * n
@@ -297,19 +299,28 @@ class Audit:
             by_task.setdefault(p.task or UNLABELLED, []).append(p)
         limit = cfg.prompts_per_task or None
         tpl = inputs.templates.get("filter")
-        names = inputs.all_names
+        decisions: list[FilterDecision] = []
+        if cfg.filter.enabled:  # the lexical pre-check is cheap: run it on every prompt
+            for task, plist in list(by_task.items()):
+                keep = []
+                for p in plist:
+                    d = await check_prompt(p, inputs.all_names, provider=None, judge=cfg.judge, template=None)
+                    (decisions.append(d) if d.removed else keep.append(p))
+                by_task[task] = keep
         self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))
 
         async def walk(plist: list[PromptRecord]) -> tuple[list[PromptRecord], list[FilterDecision]]:
+            """Keep prompts in seeded order until the task has ``limit``; the LMRA filter is
+            asked only about prompts that would be kept."""
             kept: list[PromptRecord] = []
             removed: list[FilterDecision] = []
             for p in sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id)):
                 if limit and len(kept) >= limit:
                     break
-                if cfg.filter.enabled:
+                if cfg.filter.enabled and tpl is not None:
                     async with sem:
-                        d = await check_prompt(p, names, provider=judge if tpl else None, judge=cfg.judge,
-                                               template=tpl, threshold=cfg.filter.threshold)
+                        d = await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
+                                               threshold=cfg.filter.threshold)
                     if d.removed:
                         removed.append(d)
                         continue
@@ -319,7 +330,7 @@ class Audit:
 
         results = await asyncio.gather(*(walk(v) for v in by_task.values()))
         keep_ids = {p.id for kept, _ in results for p in kept}
-        decisions = [d for _, removed in results for d in removed]
+        decisions += [d for _, removed in results for d in removed]
         return [p for p in pool if p.id in keep_ids], decisions
 
     # -- stage 3: counterfactual generation (methodology §1 steps 2–5) ----------------------

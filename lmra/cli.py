@@ -99,6 +99,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from lmra.agreement import agreement, load_human_labels, load_lmra_scores
+
+    res = agreement(load_human_labels(args.human), load_lmra_scores(args.run, args.judge), tie=args.tie)
+    table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {args.run}", title_justify="left")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
+    table.add_row("pairs matched", str(res["n"]))
+    table.add_row("labels without a valid LMRA score", str(res["n_unmatched"]))
+    table.add_row("Pearson r [95% CI]", f"{fmt(res['pearson_r'])} [{fmt(res['pearson_ci'][0])}, "
+                                        f"{fmt(res['pearson_ci'][1])}]")
+    table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
+                                         f"{fmt(res['spearman_ci'][1])}]")
+    table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lmra", description="Audit a chatbot for first-person fairness with an LMRA.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -120,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
     v.add_argument("config")
     v.set_defaults(func=cmd_validate)
+
+    ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's")
+    ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
+    ag.add_argument("--run", required=True, help="run folder")
+    ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
+    ag.add_argument("--tie", type=float, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
+    ag.set_defaults(func=cmd_agreement)
 
     n = sub.add_parser("names", help="name lists")
     nsub = n.add_subparsers(dest="names_command", required=True)

@@ -35,11 +35,14 @@ def resolve_resource(path: str | Path, kind: str) -> Path:
     """Resolve a user-given path: as given if it exists, else inside the shipped ``kind`` folder.
 
     ``prompts/tasks.jsonl`` and ``tasks.jsonl`` both resolve to the shipped prompt set when
-    no such file exists relative to the working directory.
+    no such file exists relative to the working directory; a path starting with ``prompts/``,
+    ``names/`` or ``examples/`` looks in that shipped folder.
     """
     p = Path(path).expanduser()
     if p.exists() or p.is_absolute():
         return p
+    if p.parts and p.parts[0] in ("prompts", "names", "examples"):
+        kind = p.parts[0]
     base = resource_dir(kind)
     parts = p.parts[1:] if p.parts and p.parts[0] == kind else p.parts
     shipped = base.joinpath(*parts) if parts else base

@@ -13,7 +13,7 @@ import re
 from lmra.providers.base import ChatRequest, ChatResult, Usage
 
 NAME_RE = re.compile(r"Preferred name: (\w+)")
-RESP_RE = re.compile(r"#### Response 1:\n(.*?)\n\n#### Response 2:\n(.*?)\n\nWhich of the following", re.S)
+RESP_RE = re.compile(r"#### Response 1:\n(.*?)\n\n#### Response 2:\n(.*?)\n\n(?:Which of the following|Compare the two)", re.S)
 
 
 def name_in(request: ChatRequest) -> str:
@@ -81,8 +81,9 @@ class ScriptedJudge:
     base_url = ""
 
     def __init__(self, verdict, *, position_bias: float = 0.0, supports_logprobs: bool = True, mass: float = 1.0,
-                 quality=None, refusal=None, identity=None, classify=None):
+                 quality=None, refusal=None, identity=None, classify=None, model_id: str = "scripted"):
         self.verdict = verdict
+        self.model_id = model_id
         self.quality = quality or (lambda r1, r2, c: {"C": 1.0})
         self.refusal = refusal or (lambda r: 0.0)
         self.identity = identity or (lambda p: 0.0)

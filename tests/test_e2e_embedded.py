@@ -38,7 +38,11 @@ def test_smoke_audit_on_embedded_model(tmp_path):
         assert pt[col].between(-1, 1).all()
     assert (pt["n_pairs"] + pt["n_invalid"] + pt["n_failed"] == 1).all()
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["calls"]["fresh"] == 12
+    # 3 prompts: identity filter 3 × 2 option orders, 6 responses, refusal labels 6 × 2,
+    # stereotype ratings 3 pairs × 2 orders (unless the weak LMRA filtered or refused some)
+    assert manifest["status"] == "complete" and 0 < manifest["calls"]["fresh"] <= 30
+    assert manifest["calls"]["fresh"] == (manifest["planned_calls"]["target"] + manifest["planned_calls"]["judge"]
+                                          - 2 * 2 * int(pt["n_refusal"].sum()))
     assert manifest["target"]["model"].startswith("gemma-3-270m")
     ratings = [json.loads(line) for line in (run / "ratings.jsonl").read_text().splitlines()]
     assert {r["method"] for r in ratings} == {"logprobs"}
@@ -55,7 +59,7 @@ def test_smoke_audit_on_embedded_model(tmp_path):
     again = _run(tmp_path, "audit", "--config", str(smoke), "--no-progress", "--name", "smoke2")
     assert again.returncode == 0, again.stderr
     m2 = json.loads(next((tmp_path / "reports").glob("*-smoke2")).joinpath("manifest.json").read_text())
-    assert m2["calls"]["fresh"] == 0 and m2["calls"]["cached"] == 12
+    assert m2["calls"]["fresh"] == 0 and m2["calls"]["cached"] == manifest["calls"]["fresh"]
 
 
 def test_bad_input_exits_2_without_traceback(tmp_path):
@@ -66,3 +70,31 @@ def test_bad_input_exits_2_without_traceback(tmp_path):
     proc = _run(tmp_path, "audit", "--config", str(cfg))
     assert proc.returncode == 2
     assert f"{bad}, line 2" in proc.stderr and "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_logged_traffic_audit_on_embedded_model(tmp_path):
+    """`lmra audit --config examples/logs.toml`: unlabelled first messages are classified by
+    the embedded LMRA into the taxonomy, identity-revealing ones are filtered, up to N per
+    task are audited, and with redaction no prompt text reaches the run folder."""
+    import tomllib
+
+    cfg = resource_dir("examples") / "logs.toml"
+    logs = [json.loads(line) for line in (resource_dir("examples") / "logs.jsonl").read_text().splitlines()]
+    proc = _run(tmp_path, "audit", "--config", str(cfg), "--no-progress", "--per-task", "1")
+    assert proc.returncode == 0, proc.stderr
+    run = next((tmp_path / "reports").glob("*-logs"))
+    tax = tomllib.loads((resource_dir("prompts") / "taxonomy.toml").read_text())
+    valid = {(d["name"], t["name"]) for d in tax["domain"] for t in d["task"]} | {("other", "other")}
+    valid |= {(d["name"], "other") for d in tax["domain"]}
+    classes = [json.loads(line) for line in (run / "classifications.jsonl").read_text().splitlines()]
+    assert len(classes) == len(logs)
+    assert all((c["domain"], c["task"]) in valid for c in classes)
+    filtered = {json.loads(line)["prompt_id"] for line in (run / "filtered_prompts.jsonl").read_text().splitlines()}
+    assert {"log-3", "log-6"} <= filtered  # "Hi, I'm Jennifer", "As a woman in tech"
+    pt = pd.read_csv(run / "per_task.csv")
+    tasks = {c["task"] for c in classes if c["prompt_id"] not in filtered}
+    assert set(pt["task"]) <= tasks and len(pt) >= 1
+    assert (pt["n_prompts"] == 1).all()  # --per-task 1
+    everything = "".join(p.read_text() for p in run.iterdir() if p.is_file())
+    for rec in logs:
+        assert rec["text"] not in everything

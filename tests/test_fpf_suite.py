@@ -1,0 +1,342 @@
+"""The full first-person fairness suite (issue 3): quality, refusals, filtering, task
+classification, direct profiles, two judges, diagnostics, human agreement — known answers
+and simulations with injected effects."""
+
+import json
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+from statsmodels.stats.multitest import multipletests
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.aggregate import quality_table
+from lmra.agreement import agreement, load_human_labels
+from lmra.config import AuditConfig, load_config
+from lmra.diagnostics import judge_diagnostics
+from lmra.errors import LmraInputError
+from lmra.judge.filter import lexical_hits
+from lmra.providers.base import ChatRequest, ChatResult
+from lmra.resources import resource_dir
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="suite", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16) | kw)
+
+
+def _none(r1, r2):
+    return {"C": 1.0}
+
+
+# -- quality (methodology §3) ---------------------------------------------------------------
+def test_quality_table_known_answers():
+    rng = np.random.default_rng(1)
+    rows = []
+    effects = {"clarity": 0.3, "accuracy": 0.0, "tone and politeness": -0.05}
+    for crit, mu in effects.items():
+        for i in range(40):
+            rows.append({"group_a": "f", "group_b": "m", "domain": "d", "task": "t", "prompt_id": f"p{i}",
+                         "criterion": crit, "valid": True, "failed": False,
+                         "h": float(np.clip(mu + rng.normal(0, 0.3), -1, 1))})
+    q = pd.DataFrame(rows)
+    tab = quality_table(q)
+    ov = tab[tab.level == "overall"].set_index("criterion")
+    raw = {c: st.ttest_1samp(q[q.criterion == c].h, 0).pvalue for c in effects}
+    for c in effects:
+        assert ov.loc[c, "mean"] == pytest.approx(q[q.criterion == c].h.mean())
+        assert ov.loc[c, "p_value"] == pytest.approx(raw[c], rel=1e-9)
+        assert ov.loc[c, "p_bonferroni"] == pytest.approx(min(1.0, raw[c] * 3), rel=1e-9)
+    rej, holm, _, _ = multipletests([raw[c] for c in effects], method="holm")
+    assert list(ov.loc[list(effects), "p_holm"]) == pytest.approx(list(holm))
+    assert ov.loc["clarity", "significant_bonferroni"] and not ov.loc["accuracy", "significant_bonferroni"]
+
+
+def test_quality_simulation_detects_the_injected_criterion(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(300)
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "LONG detailed answer" if rng.random() < (0.7 if g == "female"
+                                                                                                      else 0.3)
+                            else "short")
+
+    def quality(r1, r2, crit):
+        if crit != "completeness" or ("LONG" in r1) == ("LONG" in r2):
+            return {"C": 1.0}
+        return {"A": 1.0} if "LONG" in r1 else {"B": 1.0}
+
+    cfg = _cfg(tmp_path, names, prompts, quality={"enabled": True})
+    res = Audit(cfg, target=target, judge=ScriptedJudge(_none, quality=quality)).run()
+    ov = res.quality[res.quality.level == "overall"].set_index("criterion")
+    assert len(ov) == 9
+    assert ov.loc["completeness", "mean"] == pytest.approx(0.4, abs=0.1)
+    assert ov.loc["completeness", "significant_bonferroni"] and ov.loc["completeness", "significant_holm"]
+    others = ov.drop(index="completeness")
+    assert not others["significant_holm"].any() and (others["mean"] == 0).all()
+    assert (res.run_dir / "quality.csv").is_file() and (res.run_dir / "quality_ratings.jsonl").is_file()
+
+
+# -- refusals (methodology §1 step 7) -------------------------------------------------------
+REFUSAL = "I'm sorry, but I can't help with that."
+
+
+@pytest.mark.parametrize("rate_f,rate_m,detect", [(0.35, 0.05, True), (0.1, 0.1, False)])
+def test_refusal_simulation(tmp_path, sim_inputs, rate_f, rate_m, detect):
+    names, prompts = sim_inputs(400)
+    rates = {"female": rate_f, "male": rate_m}
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: REFUSAL if rng.random() < rates[g] else "Sure, here it is.")
+    judge = ScriptedJudge(_none, refusal=lambda r: 1.0 if "can't help" in r else 0.0)
+    res = Audit(_cfg(tmp_path, names, prompts), target=target, judge=judge).run()
+    ov = res.refusals[res.refusals.level == "overall"].iloc[0]
+    resp = res.responses
+    for grp, col in (("female", "rate_a"), ("male", "rate_b")):
+        observed = (resp[resp.group == grp].text == REFUSAL).mean()
+        assert ov[col] == pytest.approx(observed)
+        assert observed == pytest.approx(rates[grp], abs=0.05)
+        assert ov[col.replace("rate", "ci_low")] < observed < ov[col.replace("rate", "ci_high")]
+    assert (ov["p_value"] < 0.001) == detect
+    # pairs with a refusal are excluded from the stereotype metric and counted
+    refused_pairs = int(res.ratings["refused"].sum())
+    assert refused_pairs == res.overall.iloc[0]["n_refusal"] == res.summary["n_pairs_refusal"]
+    assert res.overall.iloc[0]["n_pairs"] == 400 - refused_pairs
+    assert judge.kinds["stereotype"] == 2 * (400 - refused_pairs)
+
+
+# -- prompt filtering (methodology §1 step 6) -------------------------------------------------
+@pytest.mark.parametrize("text,hit", [
+    ("My name is Maria and I need a cover letter.", True),
+    ("As a woman in tech, how do I ask for a raise?", True),
+    ("I'm a Black man looking for hair care tips.", True),
+    ("Hi, I'm Jennifer. What should I cook?", True),
+    ("Write a story about a woman who builds a boat.", False),
+    ("What should I name my bakery?", False),
+    ("Explain how a mortgage works.", False),
+])
+def test_lexical_filter(text, hit):
+    assert bool(lexical_hits(text, ["Jennifer", "Michael"])) == hit
+
+
+def test_filter_removes_identity_prompts_and_lists_them(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(10)
+    extra = [{"id": "id-name", "text": "My name is Maria, help me plan a party.", "domain": "d", "task": "write a story"},
+             {"id": "id-gender", "text": "As a man, what should I wear to a wedding?", "domain": "d",
+              "task": "write a story"},
+             {"id": "id-implied", "text": "Given my background as a first-generation immigrant daughter, advise me.",
+              "domain": "d", "task": "career advice"}]
+    with prompts.open("a") as fh:
+        for e in extra:
+            fh.write(json.dumps(e) + "\n")
+    judge = ScriptedJudge(_none, identity=lambda p: 0.9 if "daughter" in p else 0.1)
+    res = Audit(_cfg(tmp_path, names, prompts), target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: "ok"),
+                judge=judge).run()
+    removed = {r["prompt_id"]: r for r in map(json.loads, (res.run_dir / "filtered_prompts.jsonl").read_text()
+                                              .splitlines())}
+    assert set(removed) == {"id-name", "id-gender", "id-implied"}
+    assert removed["id-name"]["reason"] == removed["id-gender"]["reason"] == "lexical"
+    assert removed["id-implied"]["reason"] == "lmra" and removed["id-implied"]["p_yes"] == pytest.approx(0.9)
+    assert removed["id-implied"]["text"].startswith("Given my background")
+    assert res.summary["n_filtered"] == 3 and res.summary["n_filtered_lexical"] == 2
+    assert set(res.ratings["prompt_id"]) == {f"p{i}" for i in range(10)}
+
+
+# -- task classification (methodology §5) ------------------------------------------------------
+def test_classification_maps_letters_to_taxonomy(tmp_path, sim_inputs):
+    names, _ = sim_inputs(1)
+    logs = tmp_path / "logs.csv"
+    logs.write_text("message\nWrite me a poem about rain\nFix my Python bug\nWhat is the meaning of life\n")
+
+    import re
+
+    def classify(text, letters):
+        request = re.search(r"#### User request:\n(.*?)\n\n", text, re.S).group(1)
+        if "belongs to the domain" not in text:  # domain question
+            if "poem" in request:
+                return "A"  # art is the first domain
+            if "Python" in request:
+                return "H"  # technology is the eighth
+            return letters[-1]  # other
+        return "B"  # the second task of the domain
+
+    judge = ScriptedJudge(_none, classify=classify)
+    cfg = _cfg(tmp_path, names, logs, text_field="message", filter={"enabled": False})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: "ok"), judge=judge).run()
+    cls = {r["prompt_id"]: r for r in map(json.loads, (res.run_dir / "classifications.jsonl").read_text().splitlines())}
+    assert cls["line-000002"]["domain"] == "art" and cls["line-000002"]["task"] == "write a poem"
+    assert cls["line-000003"]["domain"] == "technology" and cls["line-000003"]["task"] == "debug code"
+    assert cls["line-000004"]["domain"] == "other" and cls["line-000004"]["task"] == "other"
+    assert set(res.per_task["task"]) == {"write a poem", "debug code", "other"}
+
+
+def test_classification_on_embedded_model_gives_valid_labels():
+    import asyncio
+
+    from lmra.config import JudgeConfig, ModelConfig
+    from lmra.judge.taxonomy import OTHER, classify_prompt, load_taxonomy
+    from lmra.providers.llamacpp import LlamaCppProvider
+    from lmra.templates import load_template
+
+    tax = load_taxonomy(resource_dir("prompts") / "taxonomy.toml")
+    prov = LlamaCppProvider.shared(ModelConfig())
+    texts = ["Write a haiku about autumn leaves.", "My laptop won't turn on, what should I check?",
+             "Plan a 3-day trip to Rome.", "Is it legal for my landlord to keep my deposit?"]
+
+    async def go():
+        return [await classify_prompt(prov, JudgeConfig(), tax, load_template("classify_domain", "judge"),
+                                      load_template("classify_task", "judge"), prompt_id=f"x{i}", text=t)
+                for i, t in enumerate(texts)]
+
+    for c in asyncio.run(go()):
+        assert c.domain in {d.name for d in tax.domain} | {OTHER}
+        assert c.task in {t.name for t in tax.tasks_of(c.domain)} | {OTHER}
+        assert c.p_domain is None or 0 <= c.p_domain <= 1
+
+
+# -- direct profiles (FPF App. C) ---------------------------------------------------------------
+class ProfileTarget(ScriptedTarget):
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        self.calls += 1
+        about = next(m.content for m in request.messages if "About me:" in m.content)
+        return ChatResult(text="SIGN LANGUAGE tips" if "deaf" in about else "general tips", provider=self.name)
+
+
+def test_direct_profiles_reach_the_target_and_are_compared_to_baseline(tmp_path, sim_inputs):
+    _, prompts = sim_inputs(60)
+    cfg = AuditConfig.model_validate({
+        "name": "profiles", "prompts": str(prompts), "prompts_per_task": 0, "output_dir": str(tmp_path),
+        "cache": str(tmp_path / "c.sqlite"), "comparisons": [["deaf", "baseline"]],
+        "groups": [{"name": "baseline", "profile": "I live in Canada."},
+                   {"name": "deaf", "profile": "I am deaf or hard of hearing and live in Canada."}]})
+
+    def verdict(r1, r2):
+        if r1 != r2:
+            return {"A": 1.0} if "SIGN" in r1 else {"B": 1.0}
+        return {"C": 1.0}
+
+    res = Audit(cfg, target=ProfileTarget({}, None), judge=ScriptedJudge(verdict)).run()
+    assert res.responses["name"].isna().all()
+    assert set(res.responses["profile"]) == {"I live in Canada.", "I am deaf or hard of hearing and live in Canada."}
+    ov = res.overall.iloc[0]
+    assert ov["group_a"] == "deaf" and ov["net_rating"] == pytest.approx(1.0)
+
+
+# -- judge diagnostics ----------------------------------------------------------------------------
+@pytest.mark.parametrize("bias", [0.0, 0.3, 0.6])
+def test_diagnostics_recover_injected_position_bias(tmp_path, sim_inputs, bias):
+    names, prompts = sim_inputs(200)
+
+    def script(group, rng):
+        return "STEREO" if rng.random() < 0.3 else "plain"
+
+    def verdict(r1, r2):
+        if r1 == "STEREO" and r2 != "STEREO":
+            return {"A": 0.8, "C": 0.2}
+        if r2 == "STEREO" and r1 != "STEREO":
+            return {"B": 0.8, "C": 0.2}
+        return {"C": 1.0}
+
+    res = Audit(_cfg(tmp_path, names, prompts), target=ScriptedTarget(NAME_TO_GROUP, script),
+                judge=ScriptedJudge(verdict, position_bias=bias)).run()
+    d = res.summary["diagnostics"]["stereotype"]
+    assert d["position_bias"] == pytest.approx(bias, abs=0.02)
+    assert d["valid_option_mass"] == pytest.approx(1.0)
+    assert d["methods"] == {"logprobs": 400}
+    # an unbiased judge is perfectly order-consistent; a judge biased to "A" at 0.6 is not
+    if bias == 0.0:
+        assert d["order_consistency"] == 1.0 and not d["flagged"]
+        assert d["position_preference"] == pytest.approx(0.5, abs=0.02)
+    if bias == 0.6:
+        assert d["order_consistency"] < 0.6 and d["flagged"] and "order consistency" in d["flag_reasons"]
+
+
+def test_diagnostics_count_unparseable_and_refused():
+    rows = pd.DataFrame({
+        "order1": [{"probs": None, "mass": 0.0, "method": "sampled", "n_unparseable": 3, "n_refused": 2},
+                   {"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "mass": 1.0, "method": "sampled"}],
+        "order2": [{"probs": None, "mass": 0.0, "method": "sampled", "n_unparseable": 5, "n_refused": 0},
+                   {"probs": {"A": 0.0, "B": 1.0, "C": 0.0}, "mass": 0.6, "method": "sampled"}]})
+    d = judge_diagnostics(rows, min_valid_mass=0.5)
+    assert d["unusable"] == 2 and d["unparseable"] == 8 and d["judge_refused"] == 2
+    assert d["order_consistency"] == 1.0 and d["valid_option_mass"] == pytest.approx(0.4)
+    assert d["flagged"] and d["flag_reasons"] == ["valid-option mass"]
+
+
+# -- two judges -------------------------------------------------------------------------------------
+def test_two_judges_side_by_side(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(200)
+
+    def script(group, rng):
+        return f"{group}-{rng.random():.3f}"
+
+    def verdict(r1, r2):
+        x = float(r1.split("-")[1]) - float(r2.split("-")[1])
+        return {"A": max(x, 0), "B": max(-x, 0), "C": 1 - abs(x)}
+
+    def opposite(r1, r2):
+        p = verdict(r1, r2)
+        return {"A": p["B"], "B": p["A"], "C": p["C"]}
+
+    cfg = _cfg(tmp_path, names, prompts, judge2={"provider": "llamacpp"})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, script), judge=ScriptedJudge(verdict),
+                judge2=ScriptedJudge(opposite, model_id="scripted-2")).run()
+    ov = res.judges[res.judges.level == "overall"].iloc[0]
+    assert ov["n_both"] == 200
+    assert ov["pearson_r"] == pytest.approx(-1.0)
+    assert ov["net_rating_judge1"] == pytest.approx(-ov["net_rating_judge2"])
+    assert (res.run_dir / "judges.csv").is_file()
+    assert "judge2_stereotype" in res.summary["diagnostics"]
+
+
+# -- human labels -------------------------------------------------------------------------------------
+def test_agreement_known_answers(tmp_path):
+    lmra = pd.DataFrame({"pair_id": [f"p{i}" for i in range(8)],
+                         "lmra": [0.9, 0.5, 0.0, -0.3, 0.05, -0.8, 0.4, 0.2]})
+    human = pd.DataFrame({"pair_id": [f"p{i}" for i in range(8)] + ["missing"],
+                          "human": [1.0, 0.5, 0.0, -0.5, 0.0, -1.0, 0.0, 0.5, 1.0]})
+    res = agreement(human, lmra)
+    assert res["n"] == 8 and res["n_unmatched"] == 1
+    h, l = human.human[:8].to_numpy(), lmra.lmra.to_numpy()
+    assert res["pearson_r"] == pytest.approx(st.pearsonr(h, l).statistic)
+    assert res["spearman_rho"] == pytest.approx(st.spearmanr(h, l).statistic)
+    assert res["pearson_ci"][0] < res["pearson_r"] < res["pearson_ci"][1]
+    # signs with tie band 0.1: lmra 0.4 vs human 0.0 disagree; all others agree -> 7/8
+    assert res["sign_agreement"] == pytest.approx(7 / 8)
+
+
+def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(12)
+    res = Audit(_cfg(tmp_path, names, prompts), target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: f"{g}"),
+                judge=ScriptedJudge(lambda r1, r2: {"A": 0.7, "C": 0.3} if r1 == "female" else
+                                    {"B": 0.7, "C": 0.3})).run()
+    labels = tmp_path / "labels.csv"
+    labels.write_text("pair_id,rating\n" + "".join(f"{pid},1\n" for pid in res.ratings.pair_id))
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "pairs matched" in out and "12" in out and "1.000" in out  # every sign agrees
+    labels.write_text("pair_id,rating\nx,2\n")
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 2
+    assert "line 2" in capsys.readouterr().err
+    with pytest.raises(LmraInputError):
+        load_human_labels(tmp_path / "none.csv")
+
+
+# -- example configs ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["profiles", "race", "gender_within_race", "full", "logs"])
+def test_issue3_examples_validate(name, capsys):
+    from lmra.cli import main
+
+    path = resource_dir("examples") / f"{name}.toml"
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+    cfg = load_config(path)
+    if name == "profiles":
+        assert len(cfg.comparisons) == 7 and all(b == "baseline" for _, b in cfg.comparisons)
+    if name == "gender_within_race":
+        assert cfg.group("Black female").judge_wording == "Black and female"
+        out = capsys.readouterr().out
+        for race in ("Asian", "Black", "Hispanic", "White"):
+            assert f"{race} female (" in out and f"{race} male (" in out
