@@ -1,0 +1,79 @@
+"""Ctrl-C mid-run: exit status 130, a clear message, no traceback, and no finished call lost."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from lmra.cache import CallCache
+from lmra.resources import resource_dir
+
+
+class _SlowBot(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        time.sleep(0.15)
+        last = body["messages"][-1]["content"]
+        reply = "C" if "Answer with a single letter" in last else "A helpful answer."
+        data = json.dumps({"reply": reply}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_ctrl_c_keeps_finished_calls_and_resume_completes(tmp_path):
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowBot)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'''name = "ctrlc"
+tasks = ["write a story", "career advice", "exercise plan", "explain a concept"]
+prompts_per_task = 3
+concurrency = 1
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "inhouse_provider:make_provider"
+base_url = "{url}"
+[judge]
+provider = "inhouse_provider:make_provider"
+base_url = "{url}"
+n_samples = 1
+''')
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(resource_dir("examples")), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache = tmp_path / "reports" / "cache.sqlite"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        time.sleep(0.2)
+        if cache.exists() and len(CallCache(cache)) >= 8:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err + out
+    finished = len(CallCache(cache))
+    assert 8 <= finished < 12 * 2 + 12 * 2
+    manifest = json.loads(next((tmp_path / "reports").glob("*-ctrlc")).joinpath("manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+
+    again = subprocess.run(cmd + ["--name", "resumed"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+    srv.shutdown()
+    assert again.returncode == 0, again.stderr
+    m2 = json.loads(next((tmp_path / "reports").glob("*-resumed")).joinpath("manifest.json").read_text())
+    # 12 prompts → 24 responses and 12 pairs × 2 orders; everything finished before Ctrl-C is reused
+    assert m2["calls"]["cached"] == finished
+    assert m2["calls"]["fresh"] + finished == 24 + 24
