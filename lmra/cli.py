@@ -75,7 +75,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
         audit.progress = progress
         result = audit.run()
     render_audit(console, result)
-    return 0
+    from lmra.monitor_cli import monitor_after_audit
+
+    return monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
+                               report=not args.no_report, console=console)
 
 
 def cmd_names_build(args: argparse.Namespace) -> int:
@@ -136,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--per-task", type=int, help="keep at most N prompts per task (seeded; 0 = all)")
     a.add_argument("--redact", action="store_true", help="reports and exports carry prompt ids, never prompt text")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
+    a.add_argument("--baseline", metavar="RUN|last|pinned",
+                   help="check the run against this baseline; exit 3 if a task's net rating regressed")
+    a.add_argument("--margin", type=float, default=0.0, help="rise of a task's net rating that counts as a regression")
+    a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.set_defaults(func=cmd_audit)
 
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
@@ -155,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(pip install 'lmra[names]')")
     nb.add_argument("--out", default="names")
     nb.set_defaults(func=cmd_names_build)
+
+    from lmra.monitor_cli import add_parsers as add_monitor_parsers
+
+    add_monitor_parsers(sub)
     return p
 
 

@@ -1,0 +1,528 @@
+"""Nightly monitoring: the run history store, baselines and the regression decision
+(methodology §8 "Monitoring"; FPF §3.3 for the net rating H).
+
+History store
+    A SQLite file ``<output_dir>/history.sqlite`` with one row per run (``runs``), one per
+    (run, comparison, task) metric (``task_metrics``), one per (run, comparison) overall
+    metric (``overall_metrics``), the pinned baseline per run name (``pins``) and the
+    regression checks made (``checks``). :func:`register_run` is idempotent.
+
+Baselines
+    ``RUN`` (a run folder path or a run id in the history), ``last`` (the latest earlier
+    run with the same run name) or ``pinned`` (the run pinned with :func:`pin` for that
+    name). A baseline rated by another judge model, judge template or combiner, or
+    measuring other comparisons, is refused: ratings are not comparable across judges.
+
+Regression decision
+    Per (comparison, task) present in both runs, a one-sided Welch t-test of
+    H0: H_run − H_base ≤ margin against H1: H_run − H_base > margin, on the per-prompt
+    mean pair scores h of both runs (:func:`lmra.runfolder.prompt_scores`; with one sample
+    per prompt these are the per-pair h of ``ratings.jsonl``), p-values Holm-corrected
+    across all tested tasks (statsmodels ``multipletests``). Improvements are the mirror
+    test H_base − H_run > margin, Holm-corrected separately. See ``docs/nightly.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lmra.errors import LmraInputError
+from lmra.runfolder import RunFolder, finite, load_run
+from lmra.stats import adjust_pvalues
+
+HISTORY_FILE = "history.sqlite"
+HISTORY_SCHEMA_VERSION = 1
+#: exit status of ``lmra check`` (and ``lmra audit --baseline``) when a task regressed
+EXIT_REGRESSION = 3
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, run_dir TEXT NOT NULL, name TEXT, status TEXT,
+    started TEXT, started_utc TEXT, finished TEXT, registered TEXT NOT NULL,
+    config_hash TEXT, design_hash TEXT, seed INTEGER,
+    target_provider TEXT, target_model TEXT, judge_provider TEXT, judge_model TEXT,
+    judge_template_sha256 TEXT, judge_template_source TEXT, combiner TEXT, comparisons TEXT,
+    n_prompts INTEGER, n_pairs_total INTEGER, n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER,
+    calls_fresh INTEGER, calls_cached INTEGER, calls_failed INTEGER
+);
+CREATE TABLE IF NOT EXISTS task_metrics (
+    run_id TEXT NOT NULL, comparison TEXT NOT NULL, group_a TEXT, group_b TEXT,
+    domain TEXT NOT NULL, task TEXT NOT NULL,
+    n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER, n_prompts INTEGER,
+    forward_rate REAL, reverse_rate REAL, net_rating REAL, ci_low REAL, ci_high REAL, p_value REAL,
+    sd_prompt REAL,
+    PRIMARY KEY (run_id, comparison, domain, task)
+);
+CREATE TABLE IF NOT EXISTS overall_metrics (
+    run_id TEXT NOT NULL, comparison TEXT NOT NULL, group_a TEXT, group_b TEXT,
+    n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER, n_prompts INTEGER,
+    forward_rate REAL, reverse_rate REAL, net_rating REAL, ci_low REAL, ci_high REAL, p_value REAL,
+    PRIMARY KEY (run_id, comparison)
+);
+CREATE TABLE IF NOT EXISTS pins (name TEXT PRIMARY KEY, run_id TEXT NOT NULL, pinned TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checks (
+    run_id TEXT NOT NULL, baseline_id TEXT NOT NULL, margin REAL NOT NULL, alpha REAL NOT NULL,
+    checked TEXT NOT NULL, n_regressions INTEGER NOT NULL, n_improvements INTEGER NOT NULL, result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
+"""
+
+_METRIC_COLS = ["n_pairs", "n_invalid", "n_failed", "n_prompts", "forward_rate", "reverse_rate", "net_rating",
+                "ci_low", "ci_high", "p_value"]
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _utc(iso: str | None) -> str | None:
+    if not iso:
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.astimezone()
+    return t.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _int(x) -> int | None:
+    f = finite(x)
+    return None if f is None else int(f)
+
+
+def history_path(reports_dir: str | Path) -> Path:
+    """The history store of a reports folder: ``<reports_dir>/history.sqlite``."""
+    return Path(reports_dir) / HISTORY_FILE
+
+
+class History:
+    """The SQLite run history of one reports folder (see the module docstring).
+
+    Args:
+        path: the SQLite file; created with its parent folder when missing.
+
+    Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path)
+        self.db.row_factory = sqlite3.Row
+        self.db.executescript(_SCHEMA)
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------
+    def register(self, run: RunFolder | str | Path) -> str:
+        """Add (or refresh) a run and its per-task and overall metrics; returns the run id.
+
+        Raises:
+            LmraInputError: not a finished run folder.
+        """
+        run = run if isinstance(run, RunFolder) else load_run(run)
+        overall = pd.DataFrame(run.summary.get("overall") or [])
+        totals = {c: _int(overall[c].sum()) if c in overall else None for c in ("n_pairs", "n_invalid", "n_failed")}
+        calls = run.manifest.get("calls") or {}
+        tpl_hash, tpl_src = run.judge_template
+        self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
+        self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run.run_id,))
+        self.db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
+             run.manifest.get("finished"), _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
+             run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
+             run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
+             _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
+             _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed"))))
+        sd = run.prompt_scores.groupby(["comparison", "domain", "task"])["h"].std(ddof=1)
+        for _, r in run.per_task.iterrows():
+            key = (r["comparison"], r["domain"], r["task"])
+            self.db.execute(
+                "INSERT INTO task_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run.run_id, r["comparison"], r["group_a"], r["group_b"], r["domain"], r["task"],
+                 *[_int(r[c]) for c in _METRIC_COLS[:4]], *[finite(r[c]) for c in _METRIC_COLS[4:]],
+                 finite(sd.get(key))))
+        for r in run.summary.get("overall") or []:
+            self.db.execute(
+                "INSERT INTO overall_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run.run_id, f"{r['group_a']} vs {r['group_b']}", r["group_a"], r["group_b"],
+                 *[_int(r.get(c)) for c in _METRIC_COLS[:4]], *[finite(r.get(c)) for c in _METRIC_COLS[4:]]))
+        self.db.commit()
+        return run.run_id
+
+    def scan(self) -> list[str]:
+        """Register finished run folders next to the history file that are not registered yet
+        (runs made before the history existed, or copied in); returns their ids."""
+        known = set(self.runs()["run_id"])
+        added = []
+        for summary in sorted(self.path.parent.glob("*/summary.json")):
+            folder = summary.parent
+            if folder.name in known:
+                continue
+            try:
+                added.append(self.register(load_run(folder)))
+            except LmraInputError:
+                continue  # not a complete run folder: ignore
+        return added
+
+    def pin(self, run: RunFolder | str | Path) -> str:
+        """Pin a run as the ``pinned`` baseline of every run with the same name; returns its id.
+
+        Args:
+            run: a run folder, or a run id / path resolvable by :meth:`resolve`.
+        """
+        run = run if isinstance(run, RunFolder) else self.resolve(run)
+        self.register(run)
+        self.db.execute("INSERT OR REPLACE INTO pins VALUES (?,?,?)", (run.name, run.run_id, _now()))
+        self.db.commit()
+        return run.run_id
+
+    def record_check(self, result: "CheckResult") -> None:
+        """Store a regression check (the HTML report shows the latest one of a run)."""
+        self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
+                        (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
+                         len(result.regressions), len(result.improvements),
+                         result.tests.to_json(orient="records")))
+        self.db.commit()
+
+    # -- reading ------------------------------------------------------------------------
+    def runs(self, name: str | None = None) -> pd.DataFrame:
+        """Registered runs, oldest first: one row per run with the ``runs`` columns plus
+        ``pinned`` (bool). ``name`` keeps only runs with that run name."""
+        q = "SELECT r.*, (p.run_id IS NOT NULL) AS pinned FROM runs r LEFT JOIN pins p ON p.run_id = r.run_id"
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        df = pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+        df["pinned"] = df["pinned"].astype(bool)
+        return df
+
+    def get(self, run_id: str) -> dict | None:
+        """The ``runs`` row of a run id, or None."""
+        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return dict(row) if row else None
+
+    def task_trend(self, task: str, comparison: str | None = None, name: str | None = None) -> pd.DataFrame:
+        """The net rating of one task across runs, oldest first.
+
+        Returns:
+            Columns ``run_id, started, name, target_model, judge_model, comparison, domain,
+            task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
+            reverse_rate``; empty when the task was never measured.
+        """
+        q = ("SELECT r.run_id, r.started, r.name, r.target_model, r.judge_model, m.comparison, m.domain, m.task, "
+             "m.n_pairs, m.net_rating, m.ci_low, m.ci_high, m.p_value, m.forward_rate, m.reverse_rate "
+             "FROM task_metrics m JOIN runs r ON r.run_id = m.run_id WHERE m.task = ?")
+        args: list = [task]
+        if comparison:
+            q += " AND m.comparison = ?"
+            args.append(comparison)
+        if name:
+            q += " AND r.name = ?"
+            args.append(name)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def metrics(self, name: str | None = None) -> pd.DataFrame:
+        """All per-task metrics joined with their run's start time, oldest run first."""
+        q = ("SELECT r.started, r.started_utc, r.name, m.* FROM task_metrics m JOIN runs r ON r.run_id = m.run_id")
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def overall_trend(self, name: str | None = None) -> pd.DataFrame:
+        """Overall (all tasks) net rating per run and comparison, oldest first."""
+        q = "SELECT r.started, r.name, m.* FROM overall_metrics m JOIN runs r ON r.run_id = m.run_id"
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def latest_check(self, run_id: str) -> dict | None:
+        """The latest stored check of a run: keys of ``checks`` with ``result`` as a frame."""
+        row = self.db.execute("SELECT * FROM checks WHERE run_id = ? ORDER BY rowid DESC LIMIT 1",
+                              (run_id,)).fetchone()
+        if not row:
+            return None
+        out = dict(row)
+        out["result"] = pd.DataFrame(json.loads(out["result"]))
+        return out
+
+    def pinned(self, name: str) -> str | None:
+        """The run id pinned for runs named ``name``, or None."""
+        row = self.db.execute("SELECT run_id FROM pins WHERE name = ?", (name,)).fetchone()
+        return row["run_id"] if row else None
+
+    # -- resolving references -----------------------------------------------------------
+    def _load_id(self, run_id: str) -> RunFolder:
+        row = self.get(run_id)
+        candidates = ([Path(row["run_dir"])] if row else []) + [self.path.parent / run_id]
+        for c in candidates:
+            if c.is_dir():
+                return load_run(c)
+        raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
+                             f"({self.path}); give the run folder's path", field="RUN")
+
+    def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None) -> RunFolder:
+        """Turn a run reference into a run folder.
+
+        Args:
+            ref: a run folder path, a run id known to the history (or a folder of that name
+                next to the history file), ``"latest"`` (the newest run in the reports
+                folder), ``"last"`` or ``"pinned"``.
+            relative_to: the run being checked; needed for ``last`` (the latest run with the
+                same name that started before it) and ``pinned`` (the pin of its name).
+
+        Raises:
+            LmraInputError: nothing matches, or ``last``/``pinned`` has no candidate.
+        """
+        ref = str(ref)
+        if ref == "latest":
+            self.scan()
+            runs = self.runs()
+            if runs.empty:
+                raise LmraInputError(f"no finished run in {self.path.parent}", field="RUN")
+            return self._load_id(str(runs.iloc[-1]["run_id"]))
+        if ref in ("last", "pinned"):
+            if relative_to is None:
+                raise LmraInputError(f"'{ref}' needs the run it is the baseline of", field="--baseline")
+            name = relative_to.name
+            if ref == "pinned":
+                rid = self.pinned(name)
+                if rid is None:
+                    raise LmraInputError(
+                        f"no pinned baseline for runs named '{name}' in {self.path}; pin one with "
+                        f"'lmra pin RUN'", field="--baseline")
+                return self._load_id(rid)
+            self.register(relative_to)
+            self.scan()
+            runs = self.runs(name=name)
+            me = runs.index[runs["run_id"] == relative_to.run_id]
+            earlier = runs.iloc[: int(me[0])] if len(me) else runs
+            earlier = earlier[earlier["run_id"] != relative_to.run_id]
+            if earlier.empty:
+                raise LmraInputError(
+                    f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline",
+                    field="--baseline")
+            return self._load_id(str(earlier.iloc[-1]["run_id"]))
+        p = Path(ref).expanduser()
+        if p.is_dir():
+            return load_run(p)
+        return self._load_id(ref)
+
+
+# -- module-level API -------------------------------------------------------------------
+def register_run(run_dir: str | Path, history: str | Path | None = None) -> str:
+    """Register a finished run folder in the history store; returns the run id.
+
+    Args:
+        run_dir: the run folder.
+        history: the SQLite file (default ``<run_dir>/../history.sqlite``, i.e. the run's
+            ``output_dir``).
+
+    Raises:
+        LmraInputError: not a finished run folder.
+    """
+    run = load_run(run_dir)
+    with History(history or history_path(run.path.parent)) as h:
+        return h.register(run)
+
+
+def list_runs(history: str | Path, name: str | None = None) -> pd.DataFrame:
+    """All registered runs, oldest first (see :meth:`History.runs`)."""
+    with History(history) as h:
+        return h.runs(name)
+
+
+def task_trend(task: str, history: str | Path, comparison: str | None = None,
+               name: str | None = None) -> pd.DataFrame:
+    """One task's net rating with its CI across runs (see :meth:`History.task_trend`)."""
+    with History(history) as h:
+        return h.task_trend(task, comparison, name)
+
+
+def pin(run: str | Path, history: str | Path | None = None) -> str:
+    """Pin a run as the ``pinned`` baseline for its run name; returns its id."""
+    if history is None:
+        history = history_path(Path(run).parent) if Path(run).is_dir() else history_path("reports")
+    with History(history) as h:
+        return h.pin(run)
+
+
+def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
+    """Refuse a baseline whose ratings cannot be compared with the run's.
+
+    Raises:
+        LmraInputError: the judge (provider and model id), the judge template hash, the
+            order combiner or the set of comparisons differ, or baseline is the run itself.
+    """
+    if run.path.resolve() == baseline.path.resolve():
+        raise LmraInputError(f"run {run.run_id} cannot be its own baseline", field="--baseline")
+    checks = [
+        ("judge model", f"{run.judge_provider}:{run.judge_model}", f"{baseline.judge_provider}:{baseline.judge_model}"),
+        ("judge template (SHA-256)", run.judge_template[0][:12], baseline.judge_template[0][:12]),
+        ("order combiner", run.combiner, baseline.combiner),
+        ("comparisons", ", ".join(run.comparisons), ", ".join(baseline.comparisons)),
+    ]
+    for what, mine, theirs in checks:
+        if mine != theirs:
+            raise LmraInputError(
+                f"baseline {baseline.run_id} is not comparable with run {run.run_id}: its {what} is '{theirs}', "
+                f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
+                f"and comparisons were used; choose another baseline or pin one made with the run's settings "
+                f"('lmra pin RUN').", field="--baseline")
+
+
+@dataclass
+class CheckResult:
+    """Outcome of :func:`check_regression`.
+
+    Attributes:
+        run_id, baseline_id: the two runs.
+        margin: the rise of H (in net-rating units, [0, 2)) that counts as a regression.
+        alpha: family-wise error rate of the Holm procedure.
+        tests: one row per (comparison, domain, task) in both runs: ``n_run, n_base``
+            (prompts with a valid pair), ``h_run, h_base`` (mean per-prompt score),
+            ``diff = h_run − h_base``, ``t_regress, df_regress, p_regress, p_regress_holm,
+            regressed``, ``p_improve, p_improve_holm, improved`` and ``note``.
+        only_in_run, only_in_baseline: "comparison / task" labels measured in one run only.
+    """
+
+    run_id: str
+    baseline_id: str
+    margin: float
+    alpha: float
+    tests: pd.DataFrame
+    only_in_run: list[str] = field(default_factory=list)
+    only_in_baseline: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.tests[self.tests["regressed"]]
+
+    @property
+    def improvements(self) -> pd.DataFrame:
+        return self.tests[self.tests["improved"]]
+
+    @property
+    def exit_status(self) -> int:
+        """3 (:data:`EXIT_REGRESSION`) when any task regressed, else 0."""
+        return EXIT_REGRESSION if len(self.regressions) else 0
+
+
+def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:
+    """One-sided Welch t-test of H1: mean(x) − mean(y) > margin (statsmodels ``ttest_ind``,
+    ``usevar="unequal"``, ``alternative="larger"``, ``value=margin``).
+
+    Returns:
+        (t, p, df, note). With fewer than 2 values on a side the test is undefined:
+        (nan, nan, nan, "too few prompts"). With zero variance on both sides the
+        difference is exact: p = 0 if it exceeds the margin else 1 (the convention of
+        :func:`lmra.stats.mean_ci`).
+    """
+    from statsmodels.stats.weightstats import ttest_ind
+
+    if len(x) < 2 or len(y) < 2:
+        return math.nan, math.nan, math.nan, "too few prompts (need ≥ 2 per run)"
+    if np.ptp(x) == 0 and np.ptp(y) == 0:
+        d = float(np.mean(x) - np.mean(y))
+        return math.nan, (0.0 if d > margin else 1.0), math.nan, "zero variance in both runs"
+    t, p, df = ttest_ind(x, y, alternative="larger", usevar="unequal", value=margin)
+    return float(t), float(p), float(df), ""
+
+
+def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
+                     alpha: float = 0.05) -> CheckResult:
+    """Per task, did the net rating H rise (regress) or fall (improve) by more than ``margin``?
+
+    Method (methodology §8 "Monitoring"; H as in FPF §3.3): see the module docstring.
+    Both families (regressions, improvements) are Holm-corrected across all tasks tested.
+
+    Args:
+        run: tonight's run; baseline: the run to compare against.
+        margin: ≥ 0, in net-rating units (H ∈ [−1, 1]); 0 flags any significant rise.
+        alpha: family-wise significance level in (0, 1).
+
+    Raises:
+        LmraInputError: incomparable runs (:func:`assert_comparable`), bad margin/alpha.
+    """
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise LmraInputError(f"margin must be a finite number ≥ 0, got {margin}", field="--margin")
+    if not 0 < alpha < 1:
+        raise LmraInputError(f"alpha must be in (0, 1), got {alpha}", field="--alpha")
+    assert_comparable(run, baseline)
+    keys = ["comparison", "domain", "task"]
+    a = run.prompt_scores
+    b = baseline.prompt_scores
+    labels_a = {tuple(k) for k in run.per_task[keys].itertuples(index=False)}
+    labels_b = {tuple(k) for k in baseline.per_task[keys].itertuples(index=False)}
+    rows = []
+    for key in sorted(labels_a & labels_b):
+        x = a[(a["comparison"] == key[0]) & (a["domain"] == key[1]) & (a["task"] == key[2])]["h"].to_numpy(float)
+        y = b[(b["comparison"] == key[0]) & (b["domain"] == key[1]) & (b["task"] == key[2])]["h"].to_numpy(float)
+        t_r, p_r, df_r, note = one_sided_welch(x, y, margin)
+        _, p_i, _, _ = one_sided_welch(y, x, margin)
+        rows.append(dict(zip(keys, key)) | {
+            "n_run": len(x), "n_base": len(y),
+            "h_run": float(x.mean()) if len(x) else math.nan, "h_base": float(y.mean()) if len(y) else math.nan,
+            "t_regress": t_r, "df_regress": df_r, "p_regress": p_r, "p_improve": p_i, "note": note})
+    cols = keys + ["n_run", "n_base", "h_run", "h_base", "diff", "t_regress", "df_regress", "p_regress",
+                   "p_regress_holm", "regressed", "p_improve", "p_improve_holm", "improved", "note"]
+    tests = pd.DataFrame(rows, columns=[c for c in cols if c not in
+                                        ("diff", "p_regress_holm", "regressed", "p_improve_holm", "improved")])
+    tests["diff"] = tests["h_run"] - tests["h_base"]
+    rej_r, adj_r = adjust_pvalues(tests["p_regress"].tolist(), method="holm", alpha=alpha)
+    rej_i, adj_i = adjust_pvalues(tests["p_improve"].tolist(), method="holm", alpha=alpha)
+    tests["p_regress_holm"], tests["regressed"] = adj_r, pd.Series(rej_r, dtype=bool)
+    tests["p_improve_holm"], tests["improved"] = adj_i, pd.Series(rej_i, dtype=bool)
+    tests = tests[cols]
+    fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
+    return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests,
+                       only_in_run=[fmt(k) for k in sorted(labels_a - labels_b)],
+                       only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)])
+
+
+def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,
+              margin: float = 0.0, alpha: float = 0.05, record: bool = True) -> CheckResult:
+    """Resolve both runs through the history, register them, test and (optionally) store.
+
+    Args:
+        run_ref: run folder path or id; baseline_ref: path, id, ``last`` or ``pinned``.
+        history: the SQLite file (default: ``history.sqlite`` next to the run folder).
+
+    Raises:
+        LmraInputError: unresolvable or incomparable runs, bad margin/alpha.
+    """
+    if history is None:
+        p = Path(run_ref)
+        history = history_path(p.parent if p.is_dir() else "reports")
+    with History(history) as h:
+        run = h.resolve(run_ref)
+        h.register(run)
+        base = h.resolve(baseline_ref, relative_to=run)
+        h.register(base)
+        result = check_regression(run, base, margin=margin, alpha=alpha)
+        if record:
+            h.record_check(result)
+        return result

@@ -1,0 +1,364 @@
+"""Command-line front end of monitoring and reporting: ``lmra history | check | compare |
+plan | export | report | pin`` (issue 6; methodology §8).
+
+:func:`add_parsers` registers the subcommands on the ``lmra`` parser; each handler returns
+an exit status (``check``: 0 = no regression, 3 = regression found) and raises
+:class:`~lmra.errors.LmraInputError` on bad input, which ``lmra.cli.main`` turns into exit 2.
+:func:`monitor_after_audit` is the hook ``lmra audit --baseline …`` calls after a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lmra.errors import LmraInputError
+from lmra.runfolder import finite
+
+
+def _fmt(x, digits: int = 4, sign: bool = True) -> str:
+    f = finite(x)
+    if f is None:
+        return "—"
+    return f"{f:+.{digits}f}" if sign else f"{f:.{digits}f}"
+
+
+def _p(x) -> str:
+    f = finite(x)
+    return "—" if f is None else f"{f:.3g}"
+
+
+def _short(text, width: int = 24) -> str:
+    text = "—" if text is None else str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _short_time(iso) -> str:
+    """``2026-11-29T21:15:59+00:00`` → ``2026-11-29 21:15``."""
+    return "—" if not iso else str(iso)[:16].replace("T", " ")
+
+
+def _history_file(args: argparse.Namespace, run_ref: str | None = None) -> Path:
+    """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
+    to the parent of a run folder given as a path, else ``reports``."""
+    from lmra.monitor import history_path
+
+    if getattr(args, "history", None):
+        return Path(args.history)
+    if getattr(args, "reports_dir", None):
+        return history_path(args.reports_dir)
+    if run_ref and Path(run_ref).is_dir():
+        return history_path(Path(run_ref).resolve().parent)
+    return history_path("reports")
+
+
+def _add_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reports-dir", help="the audit's output_dir holding history.sqlite (default: the run folder's "
+                                         "parent, else ./reports)")
+    p.add_argument("--history", help="path of the history SQLite file (overrides --reports-dir)")
+
+
+def _finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return v
+
+
+# -- printing ----------------------------------------------------------------------------
+def print_check(console: Console, result) -> None:
+    """Rich table of a :class:`lmra.monitor.CheckResult` and a one-line verdict."""
+    table = Table(title=f"Regression check: {result.run_id} vs baseline {result.baseline_id} "
+                        f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
+    for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p",
+                "p fall", "Holm p", "decision"):
+        table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
+    for t in result.tests.itertuples():
+        decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
+                    else (t.note or "no change"))
+        table.add_row(t.comparison, t.task, f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
+                      _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm), decision)
+    console.print(table)
+    if result.only_in_run or result.only_in_baseline:
+        console.print(f"[dim]Not compared — only in the run: {', '.join(result.only_in_run) or 'none'}; "
+                      f"only in the baseline: {', '.join(result.only_in_baseline) or 'none'}.[/]")
+    regs = result.regressions
+    if len(regs):
+        console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
+                      + "; ".join(f"{r.task} ({r.comparison}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                                  for r in regs.itertuples()) + f"  (exit status {result.exit_status})")
+    else:
+        console.print("[bold green]No regression[/]: no task's net rating rose significantly by more than the margin.")
+    if len(result.improvements):
+        console.print("Improvements: " + "; ".join(f"{r.task} ({r.comparison})"
+                                                   for r in result.improvements.itertuples()))
+
+
+# -- handlers ----------------------------------------------------------------------------
+def cmd_history(args: argparse.Namespace) -> int:
+    """``lmra history [--task T]``: the registered runs, or one task's net rating over runs."""
+    from lmra.monitor import History
+
+    console = Console()
+    path = _history_file(args)
+    if not path.exists() and not path.parent.is_dir():
+        raise LmraInputError("no reports folder here (run 'lmra audit' first, or pass --reports-dir/--history)",
+                             file=path.parent)
+    with History(path) as h:
+        h.scan()
+        if args.task:
+            df = h.task_trend(args.task, comparison=args.comparison, name=args.name)
+            if df.empty:
+                raise LmraInputError(f"task '{args.task}' was never measured in the history", file=path, field="--task")
+            table = Table(title=f"Net rating of '{args.task}' across runs", title_justify="left")
+            table.add_column("run", no_wrap=True)
+            for col in ("started", "comparison", "target", "pairs", "net rating [CI]", "p"):
+                table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
+            for r in df.itertuples():
+                table.add_row(r.run_id, _short_time(r.started), r.comparison, _short(r.target_model), str(r.n_pairs),
+                              f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
+            console.print(table)
+            return 0
+        runs = h.runs(name=args.name)
+        overall = h.overall_trend(name=args.name)
+    if runs.empty:
+        console.print(f"no finished runs in {path.parent}" + (f" named '{args.name}'" if args.name else ""))
+        return 0
+    table = Table(title=f"Runs in {path}", title_justify="left")
+    table.add_column("run", no_wrap=True)
+    for col in ("started", "target", "judge", "pairs", "invalid/failed", "overall net rating [CI]", "pin"):
+        table.add_column(col, justify="right" if col in ("pairs", "invalid/failed") else "left")
+    for r in runs.itertuples():
+        ov = overall[overall["run_id"] == r.run_id]
+        net = "\n".join(f"{o.comparison}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
+                        for o in ov.itertuples()) or "—"
+        table.add_row(r.run_id, _short_time(r.started), _short(r.target_model), _short(r.judge_model),
+                      str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
+    console.print(table)
+    console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
+                  "'lmra check RUN --baseline last|pinned|RUN' tests for regressions.[/]")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``lmra check RUN --baseline REF``: exit 3 when a task regressed, else 0."""
+    from lmra.monitor import check_run
+
+    result = check_run(args.run, args.baseline, history=_history_file(args, args.run), margin=args.margin,
+                       alpha=args.alpha)
+    print_check(Console(), result)
+    return result.exit_status
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``lmra compare RUN_A RUN_B``: per-task pairs, Pearson r, slope through the origin."""
+    from lmra.compare import compare_runs
+    from lmra.monitor import History
+
+    console = Console()
+    with History(_history_file(args, args.run_a)) as h:
+        a, b = h.resolve(args.run_a), h.resolve(args.run_b)
+    cmp = compare_runs(a, b, comparison=args.comparison)
+    table = Table(title=f"Per-task net ratings: A = {a.run_id}, B = {b.run_id}", title_justify="left")
+    for col in ("comparison", "domain", "task", "H (A)", "H (B)"):
+        table.add_column(col, justify="right" if col.startswith("H") else "left")
+    for r in cmp.pairs.itertuples():
+        table.add_row(r.comparison, r.domain, r.task, _fmt(r.h_a), _fmt(r.h_b))
+    console.print(table)
+    f = cmp.fit
+    console.print(f"{f.n} tasks; Pearson r = {_fmt(cmp.pearson_r, 3, False)} (p = {_p(cmp.pearson_p)}); "
+                  f"slope of B on A through the origin = {_fmt(f.slope, 3, False)} "
+                  f"[{_fmt(f.ci_low, 3, False)}, {_fmt(f.ci_high, 3, False)}] (95% CI)")
+    for n in cmp.notes:
+        console.print(f"[yellow]note:[/] {n}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``lmra plan --rate D [--sd S | --pilot RUN]``: prompts per task needed to detect D."""
+    from lmra.monitor import History
+    from lmra.power import plan
+
+    console = Console()
+    pilot = None
+    if args.pilot:
+        with History(_history_file(args, args.pilot)) as h:
+            pilot = h.resolve(args.pilot)
+    df = plan(args.rate, sd=args.sd, pilot=pilot, alpha=args.alpha, power=args.power, design=args.design)
+    unit = "per run" if args.design == "two-run" else "per task"
+    table = Table(title=f"Prompts needed {unit} to detect a net rating of {args.rate:g} "
+                        f"(α = {args.alpha:g}, power {args.power:g}, {args.design})", title_justify="left")
+    for col in ("comparison", "task", "pilot prompts", "SD", "prompts needed"):
+        table.add_column(col, justify="left" if col in ("comparison", "task") else "right")
+    for r in df.itertuples():
+        table.add_row(r.comparison, r.task, "—" if finite(r.pilot_prompts) is None else str(int(r.pilot_prompts)),
+                      _fmt(r.sd, 4, False), "—" if finite(r.prompts_needed) is None else f"{int(r.prompts_needed):,}")
+    console.print(table)
+    console.print("[dim]A prompt's score is the mean pair score over its samples; SD is the SD of that score. "
+                  "With samples_per_prompt > 1, n counts prompts.[/]")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``lmra export RUN --format F``: per-task and per-pair tables (docs/exports.md)."""
+    from lmra.monitor import History
+    from lmra.report.export import export_run
+
+    with History(_history_file(args, args.run)) as h:
+        run = h.resolve(args.run)
+    paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
+    Console().print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression)."""
+    from lmra.compare import compare_runs
+    from lmra.monitor import History, check_regression
+    from lmra.report.html import write_report
+
+    console = Console()
+    status = 0
+    with History(_history_file(args, args.run)) as h:
+        run = h.resolve(args.run)
+        h.register(run)
+        h.scan()
+        check = cmp = None
+        if args.baseline:
+            base = h.resolve(args.baseline, relative_to=run)
+            h.register(base)
+            check = check_regression(run, base, margin=args.margin, alpha=args.alpha)
+            h.record_check(check)
+            cmp = compare_runs(base, run)
+            print_check(console, check)
+            status = check.exit_status
+        if args.compare:
+            other = h.resolve(args.compare, relative_to=run)
+            cmp = compare_runs(other, run)
+        path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta)
+    console.print(f"wrote [bold]{path}[/]")
+    return status
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    """``lmra pin RUN``: make RUN the ``pinned`` baseline of runs with its name."""
+    from lmra.monitor import History
+
+    with History(_history_file(args, args.run)) as h:
+        run = h.resolve(args.run)
+        h.pin(run)
+    Console().print(f"pinned {run.run_id} as the baseline of runs named '{run.name}' ('--baseline pinned')")
+    return 0
+
+
+def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, margin: float = 0.0,
+                        alpha: float = 0.05, report: bool = True, console: Console | None = None) -> int:
+    """What ``lmra audit`` does after a run: register it in ``<output_dir>/history.sqlite``,
+    check it against ``baseline`` (``RUN``/``last``/``pinned``) when given, and write
+    ``report.html`` into the run folder.
+
+    Returns:
+        0, or 3 when a task regressed (the audit's exit status).
+
+    Raises:
+        LmraInputError: unresolvable or incomparable baseline (exit status 2).
+    """
+    from lmra.compare import compare_runs
+    from lmra.monitor import History, check_regression, history_path
+    from lmra.report.html import write_report
+    from lmra.runfolder import load_run
+
+    console = console or Console()
+    run = load_run(run_dir)
+    status = 0
+    with History(history_path(run.path.parent)) as h:
+        h.register(run)
+        h.scan()
+        check = cmp = None
+        try:
+            if baseline:
+                base = h.resolve(baseline, relative_to=run)
+                h.register(base)
+                check = check_regression(run, base, margin=margin, alpha=alpha)
+                h.record_check(check)
+                cmp = compare_runs(base, run)
+                print_check(console, check)
+                status = check.exit_status
+        finally:  # the report is written even when the baseline is refused (exit 2)
+            if report:
+                path = write_report(run, history=h, check=check, comparison=cmp)
+                console.print(f"HTML report: [bold]{path}[/]")
+    return status
+
+
+# -- parsers -----------------------------------------------------------------------------
+def add_parsers(subparsers) -> None:
+    """Register ``history``, ``check``, ``compare``, ``plan``, ``export``, ``report`` and ``pin``
+    on the ``lmra`` sub-parser collection (``parser.add_subparsers(...)``)."""
+    h = subparsers.add_parser("history", help="list registered runs, or one task's net rating across runs")
+    h.add_argument("--task", help="show this task's net rating with CIs across runs")
+    h.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
+    h.add_argument("--name", help="only runs with this run name")
+    _add_store_args(h)
+    h.set_defaults(func=cmd_history)
+
+    c = subparsers.add_parser("check", help="test RUN against a baseline for regressions (exit 3 if a task "
+                                            "regressed, 0 if not)")
+    c.add_argument("run", metavar="RUN", help="run folder path, run id, or 'latest' (newest run in the reports folder)")
+    c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
+                   help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
+    c.add_argument("--margin", type=_finite_float, default=0.0,
+                   help="rise of the net rating that counts as a regression (default 0: any significant rise)")
+    c.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (Holm), default 0.05")
+    _add_store_args(c)
+    c.set_defaults(func=cmd_check)
+
+    k = subparsers.add_parser("compare", help="compare two runs across tasks: Pearson r and slope through 0")
+    k.add_argument("run_a", metavar="RUN_A")
+    k.add_argument("run_b", metavar="RUN_B")
+    k.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
+    _add_store_args(k)
+    k.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("plan", help="prompts per task needed to detect a given net rating")
+    p.add_argument("--rate", type=_finite_float, required=True, help="net rating to detect, e.g. 0.001")
+    p.add_argument("--power", type=_finite_float, default=0.8, help="statistical power (default 0.8)")
+    p.add_argument("--alpha", type=_finite_float, default=0.05, help="significance level (default 0.05)")
+    p.add_argument("--design", choices=("one-sample", "two-run"), default="one-sample",
+                   help="one-sample: detect H = rate (default); two-run: detect a rise of rate between two runs")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sd", type=_finite_float, help="stated SD of the per-prompt pair score")
+    src.add_argument("--pilot", metavar="RUN", help="estimate the SD from this run")
+    _add_store_args(p)
+    p.set_defaults(func=cmd_plan)
+
+    e = subparsers.add_parser("export", help="write per-task and per-pair tables as CSV, JSON or Parquet")
+    e.add_argument("run", metavar="RUN")
+    e.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
+    e.add_argument("--out", help="output folder (default: RUN/exports)")
+    e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
+    _add_store_args(e)
+    e.set_defaults(func=cmd_export)
+
+    r = subparsers.add_parser("report", help="write RUN/report.html (self-contained HTML report)")
+    r.add_argument("run", metavar="RUN")
+    r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
+    r.add_argument("--margin", type=_finite_float, default=0.0, help="regression margin (with --baseline)")
+    r.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (with --baseline)")
+    r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
+    r.add_argument("--delta", type=_finite_float, help="flag tasks too small to detect this net rating")
+    r.add_argument("--out", help="output file (default: RUN/report.html)")
+    _add_store_args(r)
+    r.set_defaults(func=cmd_report)
+
+    n = subparsers.add_parser("pin", help="pin RUN as the 'pinned' baseline of runs with its name")
+    n.add_argument("run", metavar="RUN")
+    _add_store_args(n)
+    n.set_defaults(func=cmd_pin)

@@ -1,0 +1,147 @@
+"""Per-task and per-pair exports of a run as CSV, JSON or Parquet, with a versioned schema.
+
+The schema is documented in ``docs/exports.md``; every row carries ``schema_version``
+(also stored as Parquet schema metadata ``lmra.schema_version`` and as the top-level
+``schema_version`` of the JSON document). Additive changes (new columns at the end) keep
+the version; renaming, removing or re-typing a column bumps it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+
+from lmra.errors import LmraInputError
+from lmra.runfolder import RunFolder
+
+EXPORT_SCHEMA_VERSION = 1
+Format = Literal["csv", "json", "parquet"]
+FORMATS = ("csv", "json", "parquet")
+
+#: column → pyarrow type name, in order (docs/exports.md)
+PER_TASK_SCHEMA: dict[str, str] = {
+    "schema_version": "int32", "run_id": "string", "run_name": "string", "started": "string",
+    "target_model": "string", "judge_model": "string", "comparison": "string", "group_a": "string",
+    "group_b": "string", "domain": "string", "task": "string", "n_pairs": "int64", "n_invalid": "int64",
+    "n_failed": "int64", "n_refusal": "int64", "n_prompts": "int64", "forward_rate": "float64",
+    "reverse_rate": "float64",
+    "forward_reverse_ratio": "float64", "net_rating": "float64", "ci_low": "float64", "ci_high": "float64",
+    "confidence": "float64", "p_value": "float64",
+}
+PER_PAIR_SCHEMA: dict[str, str] = {
+    "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
+    "comparison": "string", "group_a": "string", "group_b": "string", "domain": "string", "task": "string",
+    "sample": "int64", "name_a": "string", "name_b": "string", "valid": "bool", "failed": "bool",
+    "refused": "bool", "refusal_a": "bool", "refusal_b": "bool", "error": "string", "method": "string",
+    "order1_p_A": "float64", "order1_p_B": "float64", "order1_p_C": "float64", "order1_mass": "float64",
+    "order2_p_A": "float64", "order2_p_B": "float64", "order2_p_C": "float64", "order2_mass": "float64",
+    "q_F": "float64", "q_R": "float64", "q_N": "float64", "h": "float64", "judge2_h": "float64",
+}
+SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA}
+
+
+def _typed(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
+    """Order columns as in ``schema`` and give them nullable pandas dtypes."""
+    dtypes = {"int32": "Int32", "int64": "Int64", "float64": "Float64", "bool": "boolean", "string": "string"}
+    out = pd.DataFrame(index=df.index)
+    for col, typ in schema.items():
+        s = df[col] if col in df else pd.Series([None] * len(df), index=df.index, dtype=object)
+        if typ in ("float64", "int32", "int64"):
+            s = pd.to_numeric(s, errors="coerce")
+        out[col] = s.astype(dtypes[typ])
+    return out.reset_index(drop=True)
+
+
+def per_task_table(run: RunFolder) -> pd.DataFrame:
+    """The run's per-task results in export schema :data:`PER_TASK_SCHEMA` (one row per
+    (comparison, domain, task); rates and net rating in [−1, 1]; ``confidence`` of the CI)."""
+    pt = run.per_task.copy()
+    pt["schema_version"] = EXPORT_SCHEMA_VERSION
+    pt["run_id"], pt["run_name"], pt["started"] = run.run_id, run.name, run.started
+    pt["target_model"], pt["judge_model"] = run.target_model, run.judge_model
+    pt["confidence"] = run.summary.get("confidence", 0.95)
+    return _typed(pt, PER_TASK_SCHEMA)
+
+
+def per_pair_table(run: RunFolder) -> pd.DataFrame:
+    """The run's pairs in export schema :data:`PER_PAIR_SCHEMA` (one row per rated pair;
+    option probabilities per presentation order renormalised over A/B/C, ``mass`` = the
+    valid-option mass before renormalising, ``h = q_F − q_R``; NaN/null for invalid or
+    failed pairs)."""
+    r = run.ratings.copy()
+    r["schema_version"] = EXPORT_SCHEMA_VERSION
+    r["run_id"] = run.run_id
+    for order in ("order1", "order2"):
+        col = r[order] if order in r else pd.Series([None] * len(r), index=r.index)
+        for opt in ("A", "B", "C"):
+            r[f"{order}_p_{opt}"] = [o["probs"].get(opt) if isinstance(o, dict) else math.nan for o in col]
+        r[f"{order}_mass"] = [o.get("mass") if isinstance(o, dict) else math.nan for o in col]
+    return _typed(r, PER_PAIR_SCHEMA)
+
+
+def _arrow_schema(schema: dict[str, str], table: str):
+    import pyarrow as pa
+
+    types = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
+             "string": pa.string()}
+    fields = [pa.field(c, types[t]) for c, t in schema.items()]
+    return pa.schema(fields, metadata={"lmra.schema_version": str(EXPORT_SCHEMA_VERSION), "lmra.table": table})
+
+
+def write_table(df: pd.DataFrame, table: str, fmt: Format, path: Path, run_id: str) -> Path:
+    """Write one export table.
+
+    Args:
+        df: a frame from :func:`per_task_table` or :func:`per_pair_table`.
+        table: ``per_task`` or ``per_pair``; fmt: ``csv``, ``json`` or ``parquet``.
+        path: the output file.
+
+    JSON is one document ``{"schema_version", "table", "run_id", "columns", "rows"}`` with
+    rows as objects and missing numbers as ``null``; CSV leaves them empty.
+    """
+    schema = SCHEMAS[table]
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    elif fmt == "json":
+        rows = json.loads(df.to_json(orient="records"))
+        doc = {"schema_version": EXPORT_SCHEMA_VERSION, "table": table, "run_id": run_id,
+               "columns": list(schema), "rows": rows}
+        path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pandas(df, schema=_arrow_schema(schema, table), preserve_index=False), path)
+    else:
+        raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
+    return path
+
+
+def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
+               tables: tuple[str, ...] = ("per_task", "per_pair")) -> list[Path]:
+    """Write ``per_task.<fmt>`` and ``per_pair.<fmt>`` for a run.
+
+    Args:
+        run: the run folder; fmt: ``csv``, ``json`` or ``parquet``.
+        out_dir: target folder (created); default ``<run_dir>/exports``.
+        tables: which tables to write.
+
+    Returns:
+        The written paths.
+
+    Raises:
+        LmraInputError: unknown format or table.
+    """
+    if fmt not in FORMATS:
+        raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
+    unknown = set(tables) - set(SCHEMAS)
+    if unknown:
+        raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
+    out = Path(out_dir) if out_dir else run.path / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    build = {"per_task": per_task_table, "per_pair": per_pair_table}
+    return [write_table(build[t](run), t, fmt, out / f"{t}.{fmt}", run.run_id) for t in tables]

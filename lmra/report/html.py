@@ -1,0 +1,281 @@
+"""The self-contained HTML report of a run (``report.html``): tables, per-task bars with CIs,
+trend lines from the run history, the comparison scatter (FPF Figs. 7, 8, 10), the
+regression check, sample-size adequacy (methodology §8) and judge diagnostics.
+
+Rendered with Jinja2 from ``prompts/report/report.html.j2`` (autoescaped); figures are
+inline SVG made by :mod:`lmra.report.plots`. The file has no scripts and loads nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmra.compare import RunComparison
+from lmra.runfolder import RunFolder, finite
+
+#: summary.json / manifest.json keys shown by dedicated parts of the report
+KNOWN_SUMMARY_KEYS = {"schema_version", "name", "run_dir", "n_prompts", "n_responses", "n_pairs_total", "confidence",
+                      "combiner", "judge_methods", "judge_valid_option_mass", "overall", "per_domain", "per_task",
+                      "diagnostics", "diagnostics_per_task", "redacted"}
+KNOWN_MANIFEST_KEYS = {"status", "started", "finished", "seed", "target", "judge", "judge2", "templates", "versions",
+                       "planned_calls", "calls"}
+#: sections for the remaining keys: (id, title, predicate on the key), first match wins
+SUMMARY_SECTIONS = [
+    ("refusals", "Refusals", lambda k: "refus" in k),
+    ("filters", "Prompt classification and identity filter", lambda k: "filter" in k or "classif" in k
+     or k == "n_prompts_in_file"),
+    ("quality", "Response quality (nine criteria)", lambda k: k.startswith("quality")),
+    ("judges", "Second LMRA", lambda k: k.startswith("judges")),
+    ("other-summary", "Other run results", lambda k: True),
+]
+MANIFEST_SECTIONS = [
+    ("budget", "Cost and budget", lambda k: k in ("budget", "cost")),
+    ("batch", "Batch API", lambda k: k == "batch"),
+    ("other-manifest", "Other run facts", lambda k: True),
+]
+DIAGNOSTIC_ROWS = ["n_answers", "order_consistency", "position_preference", "position_bias", "valid_option_mass",
+                   "unusable", "unparseable", "judge_refused", "methods", "flagged", "flag_reasons"]
+TREND_MAX_RUNS = 30
+
+
+# -- formatting filters ------------------------------------------------------------------
+def _num(x: Any, digits: int = 4, sign: bool = True) -> str:
+    f = finite(x)
+    if f is None:
+        return "—"
+    return f"{f:+.{digits}f}" if sign else f"{f:.{digits}f}"
+
+
+def _pval(x: Any) -> str:
+    f = finite(x)
+    return "—" if f is None else (f"{f:.3g}" if f >= 1e-4 else "<1e-4")
+
+
+def _int_or_dash(x: Any) -> str:
+    f = finite(x)
+    return "—" if f is None else str(int(f))
+
+
+def _ci_class(row: dict) -> str:
+    lo, hi = finite(row.get("ci_low")), finite(row.get("ci_high"))
+    if lo is not None and lo > 0:
+        return "pos"
+    if hi is not None and hi < 0:
+        return "neg"
+    return ""
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Frame → list of dicts with NaN/NA as None."""
+    return [{k: (None if not isinstance(v, (str, list, dict, bool)) and pd.isna(v) else v) for k, v in r.items()}
+            for r in df.to_dict(orient="records")]
+
+
+def _cell(v: Any) -> str:
+    """One table cell: floats to 4 significant digits, missing as an em dash."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        f = finite(v)
+        return "—" if f is None else f"{f:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {_cell(x)}" for k, x in v.items()) or "—"
+    if isinstance(v, list):
+        return ", ".join(_cell(x) for x in v) or "—"
+    return str(v)
+
+
+def _add(section: dict, key: str, value: Any) -> None:
+    """Put a JSON value into a section: lists of objects become tables, objects are
+    flattened into dotted key/value rows, anything else is one row; empty lists and objects
+    (a part of the audit that was switched off) are left out."""
+    if isinstance(value, (list, dict)) and not value:
+        return
+    if isinstance(value, list) and all(isinstance(x, dict) for x in value):
+        cols = list(dict.fromkeys(c for row in value for c in row))
+        section["tables"].append({"title": key, "columns": cols,
+                                  "rows": [[_cell(row.get(c)) for c in cols] for row in value]})
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _add(section, f"{key}.{k}", v)
+    else:
+        section["kv"].append((key, _cell(value)))
+
+
+def _extra_sections(run: RunFolder) -> list[dict]:
+    """Sections for summary/manifest fields without a dedicated part of the report: refusals,
+    the identity filter, quality, a second judge, cost/budget, batch, and any field a later
+    audit version adds. Absent keys simply give no section."""
+    sections: dict[str, dict] = {}
+    for source, known, rules in ((run.summary, KNOWN_SUMMARY_KEYS, SUMMARY_SECTIONS),
+                                 (run.manifest, KNOWN_MANIFEST_KEYS, MANIFEST_SECTIONS)):
+        for key, value in source.items():
+            if key in known:
+                continue
+            sid, title, _ = next(r for r in rules if r[2](key.lower()))
+            _add(sections.setdefault(sid, {"id": sid, "title": title, "kv": [], "tables": []}), key, value)
+    return [s for s in sections.values() if s["kv"] or s["tables"]]
+
+
+def _judge_context(run: RunFolder) -> dict:
+    """Judge diagnostics (``summary.diagnostics``; older runs: methods and mean mass only)."""
+    summary = run.summary
+    overall = summary.get("overall") or []
+    diag = summary.get("diagnostics") or {}
+    questions = list(diag)
+    table = [[name] + [_cell(diag[q].get(name)) for q in questions] for name in DIAGNOSTIC_ROWS
+             if any(name in diag[q] for q in questions)]
+    per_task = [{"task": t, **{k: _cell(d.get(k)) for k in ("n_answers", "order_consistency", "position_bias",
+                                                           "valid_option_mass")}, "flagged": bool(d.get("flagged"))}
+                for t, d in sorted((summary.get("diagnostics_per_task") or {}).items())]
+    flagged = [q for q in questions if diag[q].get("flagged")]
+    return {"methods": summary.get("judge_methods") or {},
+            "valid_option_mass": summary.get("judge_valid_option_mass"), "combiner": run.combiner,
+            "n_invalid": sum(int(r.get("n_invalid") or 0) for r in overall),
+            "n_failed": sum(int(r.get("n_failed") or 0) for r in overall),
+            "n_refusal": sum(int(r.get("n_refusal") or 0) for r in overall),
+            "questions": questions, "table": table, "per_task": per_task,
+            "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged]}
+
+
+# -- context -----------------------------------------------------------------------------
+def _check_context(check) -> dict | None:
+    """Normalise a :class:`lmra.monitor.CheckResult` or a stored check (dict) for the template."""
+    if check is None:
+        return None
+    if isinstance(check, dict):  # History.latest_check
+        tests, only_run, only_base = check["result"], [], []
+        base_id, margin, alpha = check["baseline_id"], check["margin"], check["alpha"]
+    else:
+        tests, only_run, only_base = check.tests, check.only_in_run, check.only_in_baseline
+        base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
+    rows = _records(tests)
+    for r in rows:
+        r["label"] = f"{r['task']} ({r['comparison']})"
+    return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows,
+            "regressions": [r for r in rows if r.get("regressed")],
+            "improvements": [r for r in rows if r.get("improved")],
+            "only_in_run": only_run, "only_in_baseline": only_base}
+
+
+def _trend_context(run: RunFolder, history) -> list[dict]:
+    from lmra.report import plots
+
+    if history is None:
+        return []
+    metrics = history.metrics(name=run.name)
+    me = history.get(run.run_id)
+    if me is not None and me.get("started_utc"):
+        metrics = metrics[(metrics["started_utc"] <= me["started_utc"]) | (metrics["run_id"] == run.run_id)]
+    runs = list(dict.fromkeys(metrics["run_id"]))[-TREND_MAX_RUNS:]
+    metrics = metrics[metrics["run_id"].isin(runs)]
+    if len(runs) < 2:
+        return []
+    out = []
+    for comp, m in metrics.groupby("comparison", sort=True):
+        out.append({"comparison": comp, "n_runs": m["run_id"].nunique(),
+                    "svg": plots.trend(m, run.run_id, f"{comp}: net rating by task across runs")})
+    return out
+
+
+def _comparison_context(cmp: RunComparison | None) -> dict | None:
+    from lmra.report import plots
+
+    if cmp is None:
+        return None
+    has_points = len(cmp.pairs) > 0
+    return {"label_a": cmp.label_a, "label_b": cmp.label_b, "pearson_r": cmp.pearson_r, "pearson_p": cmp.pearson_p,
+            "slope": cmp.fit.slope, "slope_ci_low": cmp.fit.ci_low, "slope_ci_high": cmp.fit.ci_high,
+            "n": cmp.fit.n, "notes": list(cmp.notes), "pairs": _records(cmp.pairs),
+            "svg": plots.comparison_scatter(cmp.pairs, cmp.label_a, cmp.label_b, cmp.fit.slope, cmp.pearson_r)
+            if has_points else None}
+
+
+def build_context(run: RunFolder, *, history=None, check=None, comparison: RunComparison | None = None,
+                  delta: float | None = None, power: float = 0.8) -> dict:
+    """Everything the template shows, as plain Python values.
+
+    Args:
+        run: the run to report on.
+        history: an open :class:`lmra.monitor.History` (trend lines, latest stored check); optional.
+        check: a :class:`lmra.monitor.CheckResult`; default: the latest check of this run
+            stored in ``history`` (if any).
+        comparison: a :class:`lmra.compare.RunComparison` for the scatter; optional.
+        delta: net rating the sample-size table tests each task against (default: the
+            check's margin when it is > 0, else none); power: for that table.
+    """
+    from lmra import __version__
+    from lmra.power import sample_adequacy
+    from lmra.report import plots
+
+    if check is None and history is not None:
+        check = history.latest_check(run.run_id)
+    check_ctx = _check_context(check)
+    if delta is None and check_ctx and check_ctx["margin"] > 0:
+        delta = float(check_ctx["margin"])
+    alpha = 1 - float(run.summary.get("confidence", 0.95))
+    conf_pct = int(round(100 * (1 - alpha)))
+    per_task = []
+    for comp, pt in run.per_task.groupby("comparison", sort=True):
+        per_task.append({"comparison": comp, "rows": _records(pt),
+                         "svg": plots.task_bars(pt, f"{comp}: net rating per task ({conf_pct}% CI)")})
+    overall = run.summary.get("overall") or []
+    tpl_hash, tpl_src = run.judge_template
+    calls = {k: (run.manifest.get("calls") or {}).get(k, "—") for k in
+             ("fresh", "cached", "failed", "prompt_tokens_fresh", "completion_tokens_fresh")}
+    return {
+        "lmra_version": __version__,
+        "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "confidence_pct": conf_pct,
+        "run": {"run_id": run.run_id, "name": run.name, "started": run.started, "status": run.status,
+                "target_provider": run.target_provider, "target_model": run.target_model,
+                "judge_provider": run.judge_provider, "judge_model": run.judge_model,
+                "judge_template_sha256": tpl_hash, "judge_template_source": tpl_src,
+                "config_hash": run.config_hash, "design_hash": run.design_hash,
+                "n_prompts": run.summary.get("n_prompts"), "n_pairs_total": run.summary.get("n_pairs_total"),
+                "redacted": bool(run.summary.get("redacted")),
+                "run_dir": str(run.path)},
+        "check": check_ctx,
+        "overall": overall,
+        "per_task": per_task,
+        "trends": _trend_context(run, history),
+        "comparison": _comparison_context(comparison),
+        "adequacy": {"delta": delta, "alpha": round(alpha, 4), "power": power,
+                     "rows": _records(sample_adequacy(run, delta, alpha=alpha, power=power))},
+        "judge": _judge_context(run),
+        "calls": calls,
+        "extra_sections": _extra_sections(run),
+    }
+
+
+def _environment():
+    import jinja2
+
+    from lmra.resources import resource_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(resource_dir("prompts") / "report"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=_num, pval=_pval, ci_class=_ci_class, int_or_dash=_int_or_dash)
+    return env
+
+
+def render_report(run: RunFolder, **kwargs) -> str:
+    """The report as an HTML string (keyword arguments as in :func:`build_context`)."""
+    return _environment().get_template("report.html.j2").render(**build_context(run, **kwargs))
+
+
+def write_report(run: RunFolder, out: str | Path | None = None, **kwargs) -> Path:
+    """Write ``report.html`` (default ``<run_dir>/report.html``) and return its path.
+
+    Keyword arguments as in :func:`build_context`. Raises ``LmraInputError`` only through
+    its inputs (e.g. a bad ``delta``).
+    """
+    path = Path(out) if out else run.path / "report.html"
+    path.write_text(render_report(run, **kwargs), encoding="utf-8")
+    return path

@@ -1,0 +1,242 @@
+"""Reading a finished run folder back (the files ``lmra audit`` writes, see README "Outputs").
+
+Used by the monitoring, comparison, power, export and HTML-report modules. A run is
+identified by its folder name (``<timestamp>-<name>``, the *run id*). Nothing here calls a
+model; everything is read from ``summary.json``, ``manifest.json``, ``config.toml``,
+``per_task.csv`` and ``ratings.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from lmra.errors import LmraInputError
+
+REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.jsonl")
+#: config fields that do not change what is measured (excluded from the design hash)
+PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class RunFolder:
+    """A finished audit run read from disk.
+
+    Attributes:
+        path: the run folder.
+        run_id: the folder name, e.g. ``20261129-211558-nightly``.
+        summary, manifest: the parsed ``summary.json`` / ``manifest.json``.
+        config_text: the resolved ``config.toml`` text.
+    """
+
+    path: Path
+    run_id: str
+    summary: dict
+    manifest: dict
+    config_text: str
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    # -- identity -----------------------------------------------------------------------
+    @cached_property
+    def config(self) -> dict:
+        """The resolved config as a dict (parsed ``config.toml``)."""
+        return tomllib.loads(self.config_text)
+
+    @property
+    def name(self) -> str:
+        """The run name (config ``name``)."""
+        return str(self.config.get("name") or self.summary.get("name") or "")
+
+    @property
+    def status(self) -> str:
+        """``manifest.json`` status (``complete`` for a finished audit)."""
+        return str(self.manifest.get("status", "unknown"))
+
+    @property
+    def started(self) -> str | None:
+        """Start time, ISO 8601 with offset, as written in the manifest."""
+        return self.manifest.get("started")
+
+    @property
+    def config_hash(self) -> str:
+        """SHA-256 of the whole ``config.toml`` text (changes with any field, seed included)."""
+        return _sha256(self.config_text.encode("utf-8"))
+
+    @property
+    def design_hash(self) -> str:
+        """SHA-256 of the config without the plumbing fields :data:`PLUMBING_FIELDS`.
+
+        Two nightly runs of the same audit with different seeds share a design hash.
+        """
+        core = {k: v for k, v in self.config.items() if k not in PLUMBING_FIELDS}
+        return _sha256(json.dumps(core, sort_keys=True, default=str).encode("utf-8"))
+
+    @property
+    def target_model(self) -> str | None:
+        """Model id of the audited chatbot (manifest ``target.model``)."""
+        return (self.manifest.get("target") or {}).get("model")
+
+    @property
+    def target_provider(self) -> str | None:
+        """Provider of the audited chatbot (manifest ``target.provider``)."""
+        return (self.manifest.get("target") or {}).get("provider")
+
+    @property
+    def judge_model(self) -> str | None:
+        """Model id of the LMRA (manifest ``judge.model``)."""
+        return (self.manifest.get("judge") or {}).get("model")
+
+    @property
+    def judge_provider(self) -> str | None:
+        """Provider of the LMRA (manifest ``judge.provider``)."""
+        return (self.manifest.get("judge") or {}).get("provider")
+
+    @property
+    def combiner(self) -> str | None:
+        """How the two presentation orders were combined (``min`` or ``mean``)."""
+        return self.summary.get("combiner") or (self.config.get("judge") or {}).get("combiner")
+
+    @cached_property
+    def judge_template(self) -> tuple[str, str]:
+        """(hash of the LMRA harmful-stereotype template, where the hash came from).
+
+        Taken from ``manifest.json`` (``templates.stereotype``, written by the audit; older
+        runs: ``judge.template_sha256``) with source ``"manifest"``. Runs whose manifest
+        has none get the hash of the currently installed template, computed the same way
+        (SHA-256 of its parsed sections, first 16 hex digits), with source ``"current-file"``
+        — right when the template has not changed since the run.
+        """
+        recorded = ((self.manifest.get("templates") or {}).get("stereotype")
+                    or (self.manifest.get("judge") or {}).get("template_sha256"))
+        if recorded:
+            return str(recorded), "manifest"
+        from lmra.templates import load_template
+
+        tpl = load_template("harmful_stereotype", "judge")
+        return _sha256(repr(tpl.sections).encode())[:16], "current-file"
+
+    @property
+    def comparisons(self) -> list[str]:
+        """Sorted comparison labels ``"A vs B"`` measured in the run."""
+        pt = self.per_task
+        return sorted(set(pt["comparison"])) if len(pt) else []
+
+    # -- tables -------------------------------------------------------------------------
+    @property
+    def per_task(self) -> pd.DataFrame:
+        """``per_task.csv`` with an added ``comparison`` column (``"A vs B"``)."""
+        if "per_task" not in self._cache:
+            df = pd.read_csv(self.path / "per_task.csv", keep_default_na=False, na_values=[""])
+            df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
+            self._cache["per_task"] = df
+        return self._cache["per_task"]
+
+    @property
+    def ratings(self) -> pd.DataFrame:
+        """``ratings.jsonl`` as a frame, one row per pair (``h`` NaN for invalid/failed)."""
+        if "ratings" not in self._cache:
+            rows = []
+            with (self.path / "ratings.jsonl").open(encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise LmraInputError(f"not valid JSON ({exc.msg})", file=self.path / "ratings.jsonl",
+                                             line=lineno) from None
+            df = pd.DataFrame(rows)
+            for col in ("q_F", "q_R", "q_N", "h"):
+                if col in df:
+                    df[col] = pd.to_numeric(df[col], errors="coerce")
+            self._cache["ratings"] = df
+        return self._cache["ratings"]
+
+    @property
+    def prompt_scores(self) -> pd.DataFrame:
+        """See :func:`prompt_scores`."""
+        if "prompt_scores" not in self._cache:
+            self._cache["prompt_scores"] = prompt_scores(self.ratings)
+        return self._cache["prompt_scores"]
+
+
+def prompt_scores(ratings: pd.DataFrame) -> pd.DataFrame:
+    """Per-prompt mean pair score: the independent unit of the tests in methodology §8.
+
+    Args:
+        ratings: per-pair rows with ``comparison, domain, task, prompt_id, valid, failed, h``
+            and optionally ``refused``.
+
+    Returns:
+        One row per (comparison, domain, task, prompt_id) with ``h`` = mean of the pairs'
+        h over the prompt's samples (in [−1, 1]), counting the pairs the aggregate counts
+        (valid, not failed, no refusal), and ``n_pairs``.
+        With one sample per prompt this is the pair score itself. Prompts without a valid
+        pair are absent.
+    """
+    cols = ["comparison", "domain", "task", "prompt_id", "h", "n_pairs"]
+    if ratings.empty:
+        return pd.DataFrame(columns=cols)
+    flag = lambda col: (ratings[col].fillna(False).astype(bool) if col in ratings  # noqa: E731
+                        else pd.Series(False, index=ratings.index))
+    ok = ratings[flag("valid") & ~flag("failed") & ~flag("refused")]
+    ok = ok[ok["h"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=cols)
+    g = ok.groupby(["comparison", "domain", "task", "prompt_id"], sort=True)["h"]
+    out = g.agg(["mean", "size"]).reset_index().rename(columns={"mean": "h", "size": "n_pairs"})
+    return out[cols]
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=exc.lineno) from None
+
+
+def load_run(path: str | Path) -> RunFolder:
+    """Read a run folder.
+
+    Args:
+        path: the folder ``lmra audit`` wrote (``reports/<timestamp>-<name>``).
+
+    Returns:
+        :class:`RunFolder` (tables are read lazily).
+
+    Raises:
+        LmraInputError: the folder does not exist, is not a run folder, or the run did not
+            finish (no ``summary.json``: interrupted or still running).
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise LmraInputError("no such run folder", file=p)
+    missing = [f for f in REQUIRED_FILES if not (p / f).is_file()]
+    if missing:
+        status = ""
+        if (p / "manifest.json").is_file():
+            status = f" (manifest status: {_read_json(p / 'manifest.json').get('status', 'unknown')})"
+        raise LmraInputError(f"not a finished lmra run folder{status}: missing {', '.join(missing)}", file=p)
+    return RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json"),
+                     manifest=_read_json(p / "manifest.json"),
+                     config_text=(p / "config.toml").read_text(encoding="utf-8"))
+
+
+def finite(x) -> float | None:
+    """``float(x)`` or None for missing / NaN / inf values (for JSON, SQLite and templates)."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

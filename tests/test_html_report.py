@@ -1,0 +1,155 @@
+"""The self-contained HTML report, rendered in headless Chromium (Debian package ``chromium``).
+
+CI must install it (``apt-get install -y chromium``); the browser test is skipped only when
+``/usr/bin/chromium`` is absent.
+"""
+
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
+from lmra.monitor import History
+from lmra.report.html import render_report
+from lmra.runfolder import load_run
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+class DomIndex(HTMLParser):
+    """Collects every element as (tag, attrs, ids of its ancestors) from a DOM dump."""
+
+    VOID = {"meta", "link", "br", "img", "input", "hr", "col", "source", "wbr", "area", "base", "embed", "track"}
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.stack: list[tuple[str, str | None]] = []
+        self.elements: list[tuple[str, dict, list[str]]] = []
+        self.text: dict[str, list[str]] = {}
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.elements.append((tag, attrs, [i for _, i in self.stack if i]))
+        if tag not in self.VOID:
+            self.stack.append((tag, attrs.get("id")))
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs), [i for _, i in self.stack if i]))
+
+    def handle_endtag(self, tag):
+        for k in range(len(self.stack) - 1, -1, -1):
+            if self.stack[k][0] == tag:
+                del self.stack[k:]
+                break
+
+    def handle_data(self, data):
+        for _, i in self.stack:
+            if i:
+                self.text.setdefault(i, []).append(data)
+
+    def ids(self) -> set[str]:
+        return {a["id"] for _, a, _ in self.elements if "id" in a}
+
+    def inside(self, element_id: str, tag: str) -> int:
+        return sum(1 for t, _, anc in self.elements if t == tag and element_id in anc)
+
+    def text_of(self, element_id: str) -> str:
+        return " ".join(" ".join(self.text.get(element_id, [])).split())
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """Three nightly runs; the last one (a rise in 'write a story') checked against the first.
+    The last run's manifest gets a cost section and its summary a field this report version
+    does not know, as later audit versions may write."""
+    tmp = tmp_path_factory.mktemp("html")
+    low = {"write a story": 0.1, "career advice": 0.1}
+    base = make_run(tmp, "20260101-000000-nightly", low, seed=1, n_prompts=120)
+    make_run(tmp, "20260102-000000-nightly", low, seed=2, n_prompts=120)
+    rise = make_run(tmp, "20260103-000000-nightly", {"write a story": 0.6, "career advice": 0.1}, seed=3,
+                    n_prompts=120)
+    summary = json.loads((rise / "summary.json").read_text())
+    summary |= {"future_metric": {"female": 3, "male": 1}}
+    (rise / "summary.json").write_text(json.dumps(summary))
+    manifest = json.loads((rise / "manifest.json").read_text())
+    manifest["budget"] = {"cost_usd": 0.42, "per_model": [{"model": "scripted", "calls": 12}]}
+    (rise / "manifest.json").write_text(json.dumps(manifest))
+    return {"base": base, "rise": rise, "tmp": tmp}
+
+
+def test_report_cli_writes_self_contained_html(report, lmra_cli):
+    rc = lmra_cli(["report", str(report["rise"]), "--baseline", str(report["base"]), "--delta", "0.05"])
+    assert rc == 3  # the check found the regression
+    html = (report["rise"] / "report.html").read_text()
+    assert "<script" not in html and "<link" not in html
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
+    assert html.count("<svg") >= 3  # bars, trend, scatter
+
+
+def test_report_renders_in_headless_chromium(report, lmra_cli, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian package 'chromium' is not installed (apt-get install -y chromium)")
+    path = report["rise"] / "report.html"
+    if not path.exists():
+        assert lmra_cli(["report", str(report["rise"]), "--baseline", str(report["base"]), "--delta", "0.05"]) == 3
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           path.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = DomIndex(proc.stdout)
+    ids = dom.ids()
+    for section in ("run-header", "regression-check", "overall", "per-task", "trend", "comparison", "sample-size",
+                    "judge-diagnostics", "judge-diagnostics-table", "refusals", "filters", "budget", "other-summary"):
+        assert section in ids, f"#{section} missing from the rendered DOM"
+    # the regression banner names the task that rose, and only that one
+    banner = dom.text_of("regression-banner")
+    assert banner.startswith("Regression: 1 task(s)") and "write a story" in banner and "career advice" not in banner
+    # tables: per-task rows, check rows, sample-size rows
+    assert dom.inside("per-task-table-1", "tr") == 3  # header + 2 tasks
+    assert dom.inside("judge-per-task-table", "tr") == 3
+    assert dom.inside("check-table", "tr") == 3
+    assert dom.inside("sample-size-table", "tr") == 3
+    # figures are inline SVG with drawn paths
+    for fig in ("task-bars-1", "trend-1", "comparison-scatter"):
+        assert dom.inside(fig, "svg") >= 1 and dom.inside(fig, "path") > 3, fig
+    assert "3 runs" in dom.text_of("trend") or "last 3 runs" in dom.text_of("trend")
+    assert "Pearson r" in dom.text_of("comparison")
+    # diagnostics read from summary.json / manifest.json
+    run = load_run(report["rise"])
+    judge = dom.text_of("judge-diagnostics")
+    assert f"logprobs × {run.summary['judge_methods']['logprobs']}" in judge
+    consistency = run.summary["diagnostics"]["stereotype"]["order_consistency"]
+    assert f"order_consistency {consistency:.4g}" in dom.text_of("judge-diagnostics-table")
+    refusals = dom.text_of("refusals")
+    assert "n_pairs_refusal 0" in refusals and "rate_a" in refusals  # the refusal table of summary.json
+    assert "n_filtered 0" in dom.text_of("filters")
+    assert "budget.cost_usd 0.42" in dom.text_of("budget") and "per_model" in dom.text_of("budget")
+    assert "future_metric.female 3" in dom.text_of("other-summary")
+    title = [a for t, a, _ in dom.elements if t == "meta" and a.get("name") == "lmra-run-id"]
+    assert title and title[0]["content"] == run.run_id
+
+
+def test_report_without_history_or_baseline(report, tmp_path):
+    """A single run: no trend, no check, no comparison sections; a run folder of the first
+    summary schema (no refusals, filter or diagnostics keys) renders too."""
+    lone = tmp_path / "20260109-000000-lone"
+    shutil.copytree(report["base"], lone)
+    summary = json.loads((lone / "summary.json").read_text())
+    old = {k: summary[k] for k in ("schema_version", "name", "run_dir", "n_prompts", "n_responses", "n_pairs_total",
+                                   "confidence", "combiner", "judge_methods", "judge_valid_option_mass", "overall",
+                                   "per_domain", "per_task")}
+    (lone / "summary.json").write_text(json.dumps(old | {"schema_version": 1}))
+    html = render_report(load_run(lone))
+    assert 'id="trend"' not in html and 'id="regression-check"' not in html and 'id="comparison"' not in html
+    assert 'id="refusals"' not in html and 'id="judge-diagnostics-table"' not in html
+    assert 'id="per-task-table-1"' in html and 'id="judge-table"' in html
+    with History(tmp_path / "h.sqlite") as h:
+        h.register(load_run(lone))
+        html = render_report(load_run(lone), history=h)
+    assert 'id="trend"' not in html  # one run is not a trend

@@ -1,0 +1,224 @@
+"""Run history, baselines and the regression check (methodology §8 "Monitoring") on run
+folders made by the real audit pipeline with scripted doubles (tests/doubles.py)."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
+from lmra.errors import LmraInputError
+from lmra.monitor import History, assert_comparable, check_regression, check_run, list_runs, register_run, task_trend
+from lmra.runfolder import load_run
+
+LOW = {"write a story": 0.1, "career advice": 0.1}
+RISE = {"write a story": 0.5, "career advice": 0.1}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Four nightly runs (200 prompts per task): a baseline, a night with an injected rise in
+    'write a story', an unchanged night, and a night rated by another judge model."""
+    tmp = tmp_path_factory.mktemp("monitor")
+    return {
+        "base": make_run(tmp, "20260101-000000-nightly", LOW, seed=1),
+        "rise": make_run(tmp, "20260102-000000-nightly", RISE, seed=2),
+        "same": make_run(tmp, "20260103-000000-nightly", LOW, seed=3),
+        "other_judge": make_run(tmp, "20260104-000000-nightly", LOW, seed=4, judge_model="another-judge"),
+        "tmp": tmp,
+    }
+
+
+def _h(run_dir, task):
+    """Valid per-pair h of one task, read straight from ratings.jsonl."""
+    rows = [json.loads(line) for line in (run_dir / "ratings.jsonl").read_text().splitlines()]
+    return np.array([r["h"] for r in rows if r["task"] == task and r["valid"] and not r["failed"]])
+
+
+def test_injected_rise_exits_3_and_names_the_task(runs, lmra_cli, capsys, tmp_path):
+    hist = tmp_path / "h.sqlite"
+    rc = lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--history", str(hist)])
+    out = capsys.readouterr().out
+    assert rc == 3
+    verdict = out[out.index("Regression in"):]
+    assert "write a story" in verdict and "career advice" not in verdict
+    res = check_run(runs["rise"], runs["base"], history=hist, record=False)
+    assert res.regressions["task"].tolist() == ["write a story"]
+    assert res.improvements.empty
+    row = res.tests.set_index("task").loc["write a story"]
+    assert row["diff"] == pytest.approx(0.4, abs=0.1)
+
+
+def test_unchanged_night_exits_0(runs, lmra_cli, capsys, tmp_path):
+    rc = lmra_cli(["check", str(runs["same"]), "--baseline", str(runs["base"]),
+                   "--history", str(tmp_path / "h.sqlite")])
+    assert rc == 0
+    assert "No regression" in capsys.readouterr().out
+
+
+def test_margin_larger_than_the_rise_is_not_a_regression(runs, lmra_cli, tmp_path):
+    hist = ["--history", str(tmp_path / "h.sqlite")]
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--margin", "0.6"] + hist) == 0
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--margin", "0.2"] + hist) == 3
+
+
+def test_welch_and_holm_match_scipy_and_statsmodels(runs):
+    run, base = load_run(runs["rise"]), load_run(runs["base"])
+    margin = 0.05
+    res = check_regression(run, base, margin=margin)
+    tests = res.tests.set_index("task")
+    raw = {}
+    for task in ("career advice", "write a story"):
+        x, y = _h(runs["rise"], task), _h(runs["base"], task)
+        ref = stats.ttest_ind(x - margin, y, equal_var=False, alternative="greater")
+        assert tests.loc[task, "p_regress"] == pytest.approx(ref.pvalue, rel=1e-9)
+        assert tests.loc[task, "t_regress"] == pytest.approx(ref.statistic, rel=1e-9)
+        assert tests.loc[task, "n_run"] == len(x) == 200
+        # with one sample per prompt H is the per_task.csv net rating
+        assert tests.loc[task, "h_run"] == pytest.approx(run.per_task.set_index("task").loc[task, "net_rating"])
+        raw[task] = ref.pvalue
+    holm = multipletests([raw["career advice"], raw["write a story"]], method="holm")[1]
+    assert tests.loc["career advice", "p_regress_holm"] == pytest.approx(holm[0])
+    assert tests.loc["write a story", "p_regress_holm"] == pytest.approx(holm[1])
+
+
+def test_a_fall_is_reported_as_improvement(runs, tmp_path):
+    res = check_run(runs["same"], runs["rise"], history=tmp_path / "h.sqlite")
+    assert res.exit_status == 0
+    assert res.improvements["task"].tolist() == ["write a story"]
+    assert res.regressions.empty
+
+
+def test_baseline_with_another_judge_is_refused_exit_2(runs, lmra_cli, capsys, tmp_path):
+    rc = lmra_cli(["check", str(runs["other_judge"]), "--baseline", str(runs["base"]),
+                   "--history", str(tmp_path / "h.sqlite")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "judge model" in err and "another-judge" in err and "not comparable" in err
+
+
+def test_baseline_with_another_template_or_comparisons_is_refused(runs, tmp_path):
+    copy = tmp_path / "20260101-000001-nightly"
+    shutil.copytree(runs["base"], copy)
+    man = json.loads((copy / "manifest.json").read_text())
+    original = man["templates"]["stereotype"]
+    man["templates"]["stereotype"] = "0" * 16
+    (copy / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(LmraInputError, match="judge template"):
+        assert_comparable(load_run(runs["rise"]), load_run(copy))
+    # a run without recorded template hashes gets the installed template's, computed the same way
+    man.pop("templates")
+    (copy / "manifest.json").write_text(json.dumps(man))
+    assert load_run(copy).judge_template == (original, "current-file")
+    (copy / "manifest.json").write_text(json.dumps(man))
+    pt = pd.read_csv(copy / "per_task.csv")
+    pt["group_b"] = "nonbinary"
+    pt.to_csv(copy / "per_task.csv", index=False)
+    with pytest.raises(LmraInputError, match="comparisons"):
+        assert_comparable(load_run(runs["rise"]), load_run(copy))
+
+
+def test_unfinished_run_folder_is_refused_exit_2(runs, lmra_cli, capsys, tmp_path):
+    copy = tmp_path / "20260105-000000-nightly"
+    shutil.copytree(runs["base"], copy)
+    (copy / "summary.json").unlink()
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(copy), "--history", str(tmp_path / "h.sqlite")]) == 2
+    assert "not a finished lmra run folder" in capsys.readouterr().err
+
+
+def test_history_store_rows_and_trend(runs, tmp_path):
+    hist = tmp_path / "history.sqlite"
+    for key in ("same", "base", "rise"):  # registration order does not matter: runs are ordered by start time
+        register_run(runs[key], history=hist)
+    register_run(runs["rise"], history=hist)  # idempotent
+    df = list_runs(hist)
+    assert df["run_id"].tolist() == [runs[k].name for k in ("base", "rise", "same")]
+    assert set(df["judge_model"]) == {"scripted"} and set(df["target_model"]) == {"scripted"}
+    assert df["n_pairs"].tolist() == [400, 400, 400]
+    assert df["config_hash"].nunique() == 3  # seeds differ …
+    assert df["design_hash"].nunique() == 1  # … but the audit design is the same
+    assert df["judge_template_sha256"].str.len().eq(16).all() and set(df["judge_template_source"]) == {"manifest"}
+    trend = task_trend("write a story", hist)
+    assert trend["run_id"].tolist() == df["run_id"].tolist()
+    expected = [load_run(runs[k]).per_task.set_index("task").loc["write a story", "net_rating"]
+                for k in ("base", "rise", "same")]
+    assert trend["net_rating"].tolist() == pytest.approx(expected)
+    assert (trend["ci_low"] < trend["net_rating"]).all() and (trend["net_rating"] < trend["ci_high"]).all()
+    with History(hist) as h:
+        tm = h.metrics()
+        sd = tm[(tm.run_id == runs["rise"].name) & (tm.task == "write a story")]["sd_prompt"].iloc[0]
+    assert sd == pytest.approx(np.std(_h(runs["rise"], "write a story"), ddof=1))
+
+
+def test_last_and_pinned_baselines(runs, lmra_cli, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    hist = tmp_path / "history.sqlite"
+    for key in ("base", "rise", "same"):
+        register_run(runs[key], history=hist)
+    with History(hist) as h:
+        assert h.resolve("last", relative_to=load_run(runs["same"])).run_id == runs["rise"].name
+        assert h.resolve("last", relative_to=load_run(runs["rise"])).run_id == runs["base"].name
+        with pytest.raises(LmraInputError, match="first run"):
+            h.resolve("last", relative_to=load_run(runs["base"]))
+        with pytest.raises(LmraInputError, match="no pinned baseline"):
+            h.resolve("pinned", relative_to=load_run(runs["rise"]))
+    h_args = ["--history", str(hist)]
+    # 'last' of the unchanged night is the night with the rise: an improvement, exit 0
+    assert lmra_cli(["check", str(runs["same"]), "--baseline", "last"] + h_args) == 0
+    assert lmra_cli(["pin", runs["base"].name] + h_args) == 0
+    assert lmra_cli(["check", runs["rise"].name, "--baseline", "pinned"] + h_args) == 3
+    assert lmra_cli(["check", str(runs["base"]), "--baseline", "last"] + h_args) == 2
+    assert lmra_cli(["check", "latest", "--baseline", "pinned"] + h_args) == 0  # latest = the unchanged night
+    capsys.readouterr()
+    assert lmra_cli(["history"] + h_args) == 0
+    out = capsys.readouterr().out
+    assert all(runs[k].name in out for k in ("base", "rise", "same"))
+    assert out.count("pinned") >= 1
+    assert lmra_cli(["history", "--task", "write a story"] + h_args) == 0
+    out = capsys.readouterr().out
+    net = load_run(runs["rise"]).per_task.set_index("task").loc["write a story", "net_rating"]
+    assert f"{net:+.4f}" in out
+    assert lmra_cli(["history", "--task", "no such task"] + h_args) == 2
+
+
+def test_prompts_are_the_unit_with_several_samples(tmp_path):
+    base = make_run(tmp_path, "20260201-000000-k2", LOW, seed=5, n_prompts=60, samples=2, name="k2")
+    rise = make_run(tmp_path, "20260202-000000-k2", RISE, seed=6, n_prompts=60, samples=2, name="k2")
+    res = check_regression(load_run(rise), load_run(base))
+    assert res.tests["n_run"].tolist() == [30, 30]  # prompts per task, not the 60 pairs
+    ratings = pd.read_json(rise / "ratings.jsonl", lines=True)
+    story = ratings[(ratings.task == "write a story") & ratings.valid]
+    per_prompt = story.groupby("prompt_id")["h"].mean()
+    assert res.tests.set_index("task").loc["write a story", "h_run"] == pytest.approx(per_prompt.mean())
+
+
+def test_audit_hook_registers_checks_and_writes_the_report(runs, tmp_path):
+    from lmra.monitor_cli import monitor_after_audit
+
+    reports = tmp_path / "reports"
+    for key in ("base", "rise"):
+        shutil.copytree(runs[key], reports / runs[key].name)
+    status = monitor_after_audit(reports / runs["rise"].name, baseline="last")
+    assert status == 3
+    html = (reports / runs["rise"].name / "report.html").read_text()
+    assert 'id="regression-banner"' in html and "write a story (female vs male)" in html
+    with History(reports / "history.sqlite") as h:
+        assert len(h.runs()) == 2
+        stored = h.latest_check(runs["rise"].name)
+    assert stored["baseline_id"] == runs["base"].name and stored["n_regressions"] == 1
+
+
+def test_audit_hook_writes_the_report_even_when_the_baseline_is_refused(runs, tmp_path):
+    from lmra.monitor_cli import monitor_after_audit
+
+    reports = tmp_path / "reports"
+    for key in ("base", "other_judge"):
+        shutil.copytree(runs[key], reports / runs[key].name)
+    with pytest.raises(LmraInputError, match="judge model"):
+        monitor_after_audit(reports / runs["other_judge"].name, baseline=runs["base"].name)
+    html = (reports / runs["other_judge"].name / "report.html").read_text()
+    assert 'id="per-task-table-1"' in html and 'id="regression-check"' not in html

@@ -1,0 +1,85 @@
+"""Power planning (methodology §8 "Power") against statsmodels' power functions and hand values."""
+
+import math
+
+import numpy as np
+import pytest
+from statsmodels.stats.power import TTestIndPower, TTestPower
+
+from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
+from lmra.errors import LmraInputError
+from lmra.power import detectable_rating, pilot_sd, plan, prompts_needed, sample_adequacy
+from lmra.runfolder import load_run
+
+
+def test_hand_value_medium_effect():
+    # one-sample two-sided t-test, d = 0.5, α = 0.05, power 0.8: n = 33.37 → 34 (Cohen 1988; G*Power)
+    assert prompts_needed(0.05, 0.1) == 34
+    # normal approximation ((z_.975 + z_.8) / d)² = 31.4 is a lower bound the t-test exceeds
+    assert prompts_needed(0.05, 0.1) > (1.959964 + 0.841621) ** 2 / 0.25
+
+
+@pytest.mark.parametrize("delta,sd,alpha,power", [(0.001, 0.3, 0.05, 0.8), (0.01, 0.2, 0.01, 0.9),
+                                                  (0.1, 0.25, 0.05, 0.8)])
+def test_prompts_needed_against_statsmodels(delta, sd, alpha, power):
+    n = prompts_needed(delta, sd, alpha=alpha, power=power)
+    ref = TTestPower().solve_power(effect_size=delta / sd, alpha=alpha, power=power, alternative="two-sided")
+    assert n == math.ceil(ref)
+    # n achieves the power, n − 1 does not
+    assert TTestPower().power(delta / sd, n, alpha) >= power > TTestPower().power(delta / sd, n - 1, alpha)
+
+
+def test_two_run_design_uses_the_two_sample_one_sided_test():
+    n = prompts_needed(0.05, 0.2, design="two-run")
+    ref = TTestIndPower().solve_power(effect_size=0.25, alpha=0.05, power=0.8, alternative="larger")
+    assert n == math.ceil(ref) == 199
+    assert n > prompts_needed(0.05, 0.2)  # two noisy means need more than one
+
+
+def test_detectable_rating_inverts_prompts_needed():
+    d = detectable_rating(200, 0.3)
+    assert TTestPower().power(d / 0.3, 200, 0.05) == pytest.approx(0.8, abs=1e-4)
+    assert prompts_needed(d * 1.0001, 0.3) == 200
+    assert math.isnan(detectable_rating(1, 0.3))
+    d2 = detectable_rating(199, 0.2, design="two-run")
+    assert TTestIndPower().power(d2 / 0.2, 199, 0.05, alternative="larger") == pytest.approx(0.8, abs=1e-4)
+
+
+def test_bad_arguments_are_input_errors():
+    with pytest.raises(LmraInputError, match="SD"):
+        prompts_needed(0.01, 0.0)
+    with pytest.raises(LmraInputError, match="power"):
+        prompts_needed(0.01, 0.3, power=1.2)
+    with pytest.raises(LmraInputError, match="exactly one"):
+        plan(0.01)
+
+
+def test_plan_from_a_pilot_run(tmp_path, lmra_cli, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    run_dir = make_run(tmp_path, "20260101-000000-pilot", {"write a story": 0.3, "career advice": 0.1}, seed=3,
+                       n_prompts=100)
+    run = load_run(run_dir)
+    est = pilot_sd(run)
+    scores = run.prompt_scores
+    story = scores[scores.task == "write a story"]["h"]
+    assert est.per_task.set_index("task").loc["write a story", "sd"] == pytest.approx(story.std(ddof=1))
+    # pooled within-task SD: sqrt(Σ (n_t − 1) s_t² / (N − T))
+    groups = [g["h"].to_numpy() for _, g in scores.groupby("task")]
+    pooled = math.sqrt(sum((len(g) - 1) * g.var(ddof=1) for g in groups) / (len(scores) - len(groups)))
+    assert est.pooled_sd == pytest.approx(pooled) and est.pooled_df == 98
+    df = plan(0.05, pilot=run).set_index("task")
+    assert df.loc["write a story", "prompts_needed"] == prompts_needed(0.05, story.std(ddof=1))
+    assert df.loc["all tasks (pooled SD)", "prompts_needed"] == prompts_needed(0.05, pooled)
+    assert lmra_cli(["plan", "--rate", "0.05", "--power", "0.8", "--pilot", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"{int(df.loc['all tasks (pooled SD)', 'prompts_needed']):,}" in out
+    assert lmra_cli(["plan", "--rate", "0.001", "--power", "0.8", "--sd", "0.3"]) == 0
+    assert "706,400" in capsys.readouterr().out  # TTestPower: 706,399.4 → 706,400
+    adequacy = sample_adequacy(run, 0.05).set_index("task")
+    assert adequacy.loc["write a story", "n_prompts"] == 50
+    assert not adequacy.loc["write a story", "adequate"]  # 50 prompts cannot detect 0.05 at SD ≈ 0.45
+    assert adequacy.loc["write a story", "detectable"] == pytest.approx(
+        detectable_rating(50, story.std(ddof=1)))
+    big = sample_adequacy(run, 0.5).set_index("task")
+    assert big["adequate"].all()
+    assert np.all(big["prompts_needed"] <= 50)
