@@ -164,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     nb.set_defaults(func=cmd_names_build)
 
     from lmra.monitor_cli import add_parsers as add_monitor_parsers
+    from lmra.recsys.cli import add_parser as add_recsys_parser
 
     add_monitor_parsers(sub)
+    add_recsys_parser(sub)
     return p
 
 

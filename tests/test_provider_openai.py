@@ -98,10 +98,12 @@ def test_audit_end_to_end_against_local_server(tmp_path, llama_server):
     cfg = AuditConfig.model_validate({
         "name": "openai-local", "tasks": ["write a story"], "prompts_per_task": 1,
         "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"),
+        "filter": {"enabled": False}, "refusal": {"enabled": False},
         "target": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "max_tokens": 24},
         "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server},
     })
     res = Audit(cfg).run()
+    # 2 responses + the stereotype question in 2 orders, all through the SDK and the server
     assert res.manifest["calls"]["fresh"] == 4 and res.manifest["calls"]["failed"] == 0
     assert set(res.ratings["method"]) <= {"logprobs", "text"}
     assert len(res.per_task) == 1

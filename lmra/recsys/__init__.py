@@ -1,0 +1,30 @@
+"""Recommendation fairness (methodology §6, §7): FaiRLLM list-similarity metrics, CFaiRLLM
+true-preference and intersectional analysis on MovieLens-format data, and bias disparity.
+
+Python API::
+
+    from lmra.recsys import jaccard, serp, prag, snsr, snsv, score_pairs, similarity_table
+    serp(["a", "b", "c"], ["b", "a"], k=3)                      # paper convention
+    serp(["a", "b", "c"], ["b", "a"], k=3, convention="fairllm-code")
+
+    from lmra.recsys import RecsysRun, load_recsys_config
+    result = RecsysRun(load_recsys_config("examples/recsys.toml")).run()
+    result.fairness  # SNSR/SNSV per attribute, metric and k
+
+Submodules: :mod:`~lmra.recsys.metrics`, :mod:`~lmra.recsys.parse`,
+:mod:`~lmra.recsys.instructions`, :mod:`~lmra.recsys.movielens`,
+:mod:`~lmra.recsys.bias_disparity`, :mod:`~lmra.recsys.config`, :mod:`~lmra.recsys.run`,
+:mod:`~lmra.recsys.report`, :mod:`~lmra.recsys.cli`.
+"""
+
+from lmra.recsys.config import RecsysConfig, load_recsys_config
+from lmra.recsys.metrics import (CONVENTIONS, METRICS, fairness_table, jaccard, prag, score_pairs, serp,
+                                 similarity_table, snsr, snsv)
+from lmra.recsys.parse import CatalogMatcher, ParsedList, normalize_title, parse_fairllm_code, parse_list
+from lmra.recsys.run import RecsysResult, RecsysRun, score_lists
+
+__all__ = [
+    "CONVENTIONS", "METRICS", "CatalogMatcher", "ParsedList", "RecsysConfig", "RecsysResult", "RecsysRun",
+    "fairness_table", "jaccard", "load_recsys_config", "normalize_title", "parse_fairllm_code", "parse_list", "prag",
+    "score_lists", "score_pairs", "serp", "similarity_table", "snsr", "snsv",
+]

@@ -1,0 +1,158 @@
+"""The ``lmra recsys`` subcommand (wired into :mod:`lmra.cli` with ``add_parser(sub)``).
+
+``lmra recsys --config recsys.toml`` runs a FaiRLLM or CFaiRLLM audit of the target;
+``lmra recsys score --lists lists.jsonl`` scores lists that already exist. Input errors are
+raised as :class:`~lmra.errors.LmraInputError` so that the CLI exits with status 2 and a
+one-paragraph message (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from lmra.errors import LmraInputError
+
+
+@contextmanager
+def _progress(console: Console, enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from lmra.recsys.run import Progress as Callbacks
+
+    if not enabled:
+        yield Callbacks()
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as prog:
+        ids: dict[str, int] = {}
+
+        def start(stage: str, total: int) -> None:
+            ids[stage] = prog.add_task("Recommendation lists", total=total)
+
+        def advance(stage: str) -> None:
+            prog.advance(ids[stage])
+
+        yield Callbacks(start=start, advance=advance)
+
+
+def cmd_recsys(args: argparse.Namespace) -> int:
+    """Run ``lmra recsys --config …``."""
+    from lmra.recsys.config import load_recsys_config
+    from lmra.recsys.report import render_recsys
+    from lmra.recsys.run import RecsysRun
+
+    console = Console()
+    if args.config is None:
+        from lmra.resources import resolve_resource
+
+        args.config = str(resolve_resource("examples/recsys.toml", "examples"))
+    cfg = load_recsys_config(args.config)
+    overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name),
+                                   ("convention", args.convention)) if v is not None}
+    if overrides:
+        cfg = cfg.model_validate(cfg.model_dump() | overrides)
+    run = RecsysRun(cfg, config_path=args.config)
+    instructions = run.instructions()
+    families = len({i.instruction_id for i in instructions})
+    console.print(f"[bold]lmra recsys[/] '{cfg.name}' ({cfg.mode}): {families} instruction families, "
+                  f"{len(instructions)} instructions → up to {len(instructions)} target calls (cached calls are "
+                  f"free). Target: {cfg.target.provider}; K = {cfg.k}; convention: {cfg.convention}.")
+    with _progress(console, not args.no_progress) as progress:
+        run.progress = progress
+        result = run.run()
+    render_recsys(console, result.similarity, result.fairness, result.summary, result.manifest, result.bias_summary)
+    return 0
+
+
+def cmd_recsys_score(args: argparse.Namespace) -> int:
+    """Run ``lmra recsys score --lists …``."""
+    from lmra.recsys.report import render_recsys
+    from lmra.recsys.run import score_lists
+
+    if args.k < 1:
+        raise LmraInputError(f"--k must be ≥ 1, got {args.k}", field="k")
+    out = args.out
+    if out is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path(getattr(args, "output_dir", None) or "reports") / f"{stamp}-score"
+    result = score_lists(args.lists, k=args.k, convention=getattr(args, "convention", None) or "paper",
+                         parser=args.parser,
+                         normalize=not args.no_normalize, out_dir=out)
+    render_recsys(Console(), result.similarity, result.fairness, result.summary, result.manifest)
+    return 0
+
+
+def cmd_recsys_bias(args: argparse.Namespace) -> int:
+    """Run ``lmra recsys bias …``: bias disparity of any recommender's output files."""
+    from lmra.recsys.report import render_bias
+    from lmra.recsys.run import bias_from_files
+
+    table, summary, coverage = bias_from_files(args.train, args.recs, args.items, args.users, group_by=args.group_by,
+                                               k=args.k, unprotected=args.unprotected, protected=args.protected)
+    out = Path(args.out) if args.out else Path(getattr(args, "output_dir", None) or "reports") / (
+        _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias")
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "recsys_bias_disparity.csv", index=False)
+    summary.to_csv(out / "recsys_bias_summary.csv", index=False)
+    console = Console()
+    render_bias(console, summary, coverage)
+    console.print(f"Per group and genre: [bold]{out / 'recsys_bias_disparity.csv'}[/]")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``recsys`` (and its ``score`` sub-command) on an argparse sub-parser set.
+
+    Returns:
+        The ``recsys`` parser.
+    """
+    r = subparsers.add_parser(
+        "recsys", help="recommendation fairness: FaiRLLM/CFaiRLLM list similarity (Jaccard, SERP*, PRAG*; SNSR, "
+                       "SNSV) and bias disparity",
+        description="Send neutral and sensitive recommendation instructions to the target, parse the lists and "
+                    "report similarity to neutral and unfairness per sensitive attribute. See docs/recsys.md.")
+    r.add_argument("--config", "-c", help="recsys config TOML (default: the shipped examples/recsys.toml, a small "
+                                          "FaiRLLM music audit on the embedded model)")
+    r.add_argument("--output-dir", help="override output_dir")
+    r.add_argument("--seed", type=int, help="override seed")
+    r.add_argument("--name", help="override the run name")
+    r.add_argument("--convention", choices=["paper", "fairllm-code"], help="override the metric convention")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_recsys)
+    rsub = r.add_subparsers(dest="recsys_command", metavar="{score,bias}")
+    s = rsub.add_parser("score", help="score existing lists (lists.jsonl) without calling any model",
+                        description="Compute recsys_similarity.csv and recsys_fairness.csv from a lists.jsonl "
+                                    "(a previous run's, or your own recommender's).")
+    s.add_argument("--lists", required=True, help="JSONL file, one list per line (see docs/recsys.md)")
+    s.add_argument("--k", type=int, default=20, help="largest cut-off K (default 20)")
+    s.add_argument("--convention", choices=["paper", "fairllm-code"], default=argparse.SUPPRESS,
+                   help="metric convention (default paper)")
+    s.add_argument("--parser", choices=["lmra", "fairllm-code"], default=None,
+                   help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
+    s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
+    s.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-score)")
+    s.add_argument("--output-dir", default=argparse.SUPPRESS,
+                   help="parent of the default output folder (default reports)")
+    s.set_defaults(func=cmd_recsys_score)
+    b = rsub.add_parser("bias", help="bias disparity (Mansoury et al. 2019) of any recommender's output files",
+                        description="Preference ratio, bias and bias disparity per user group and item category, "
+                                    "average disparity and item coverage. See docs/recsys.md §5.")
+    b.add_argument("--train", required=True, help="input preferences: ratings.dat or CSV user_id,item_id")
+    b.add_argument("--recs", required=True, help="recommendations: CSV user_id,item_id[,variant] or a cfairllm "
+                                                 "lists.jsonl")
+    b.add_argument("--items", required=True, help="categories: movies.dat or CSV item_id,genres (| separated)")
+    b.add_argument("--users", required=True, help="groups: users.dat or CSV user_id,<group column>")
+    b.add_argument("--group-by", default="gender", help="users column defining groups (default gender)")
+    b.add_argument("--k", type=int, default=None, help="keep the first k recommendations per user (default all)")
+    b.add_argument("--unprotected", default=None, help="unprotected group label (adds a difference row)")
+    b.add_argument("--protected", default=None, help="protected group label")
+    b.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-bias)")
+    b.add_argument("--output-dir", default=argparse.SUPPRESS, help="parent of the default output folder")
+    b.set_defaults(func=cmd_recsys_bias)
+    return r

@@ -1,0 +1,176 @@
+"""Pydantic models for ``lmra recsys``: the only place where its defaults live.
+
+A config is a TOML file; every field has a default and a description, unknown fields are
+rejected, and :func:`load_recsys_config` turns any problem into an
+:class:`~lmra.errors.LmraInputError` naming the file, line and field (same conventions as
+:mod:`lmra.config`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from lmra.config import ModelConfig, _loc_to_field, _Strict
+from lmra.errors import LmraInputError, find_key_line
+from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
+
+
+def _recsys_target() -> ModelConfig:
+    # FaiRLLM decodes greedily (temperature 0); 20 titles need a few hundred tokens.
+    return ModelConfig(temperature=0.0, max_tokens=400)
+
+
+class FairLLMConfig(_Strict):
+    """FaiRLLM benchmark instructions (FaiRLLM §3)."""
+
+    domain: Literal["music", "movie"] = Field("music", description="'music' (singers) or 'movie' (directors).")
+    names: str | None = Field(
+        None,
+        description="CSV of seed names (default: the shipped prompts/recsys/fairllm/singers.csv or directors.csv).")
+    names_column: str | None = Field(None, description="Name column in the CSV (default: 'name', else 'Director').")
+    n_names: int = Field(500, ge=0, description="Use the first n names of the file (FaiRLLM: 500; 0 = all).")
+    names_list: list[str] = Field(default_factory=list, description="Explicit seed names (overrides names/n_names).")
+    attributes_file: str = Field("prompts/recsys/fairllm/sensitive_attributes.json",
+                                 description="JSON {attribute: [phrases]} (FaiRLLM's sst_json format).")
+    attributes: list[str] = Field(default_factory=lambda: list(FAIRLLM_ATTRIBUTES),
+                                  description="Attributes to test (default: the benchmark's 8).")
+    values: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Optional subset of phrases per attribute, e.g. {gender = ['a boy', 'a girl']}.")
+    intersections: list[list[str]] = Field(
+        default_factory=list, description="Attribute combinations for intersectional groups, e.g. [['age', 'gender']].")
+    neutral_template: str | None = Field(
+        None, description="Template name in prompts/recsys/ or a path (default by domain).")
+    sensitive_template: str | None = Field(None, description="Template name in prompts/recsys/ or a path.")
+
+    @field_validator("intersections")
+    @classmethod
+    def _pairs(cls, v: list[list[str]]) -> list[list[str]]:
+        for combo in v:
+            if len(combo) < 2 or len(set(combo)) != len(combo):
+                raise ValueError("each intersection lists two or more different attributes")
+        return v
+
+
+class CFairLLMConfig(_Strict):
+    """CFaiRLLM on MovieLens-format data (Deldjoo & Di Noia 2024, §3–4)."""
+
+    data: str = Field("tests/data/movielens_sample",
+                      description="Folder with ratings.dat, movies.dat, users.dat (point it at the real ML-1M folder).")
+    encoding: str = Field("latin-1", description="Text encoding of the .dat files (ML-1M is ISO-8859-1).")
+    n_users: int = Field(100, ge=0, description="Audit this many users (seeded choice; 0 = all).")
+    strategy: Literal["random", "top-rated", "recent"] = Field("top-rated", description="Profile sampling strategy.")
+    profile_size: int = Field(10, ge=1, le=200, description="Items per profile (N).")
+    passion_profile: bool = Field(True, description="Add the favourite-genres/year-range sentence.")
+    like_threshold: int = Field(
+        4, ge=1, le=5, description="Ratings ≥ this count as liked (passion profile, true preference).")
+    split: list[float] = Field(default_factory=lambda: [0.8, 0.1, 0.1], description="Per-user train/valid/test shares.")
+    split_method: Literal["random", "temporal"] = Field("random", description="Seeded random or temporal split.")
+    attributes: list[Literal["gender", "age"]] = Field(
+        default_factory=lambda: ["gender", "age"],
+        description="Recorded user attributes injected in sensitive prompts.")
+    intersectional: bool = Field(True, description="Also send the gender × age intersectional prompt.")
+    bias_groups: list[Literal["gender", "age"]] = Field(
+        default_factory=lambda: ["gender"], description="User attributes defining groups for bias disparity.")
+    unprotected: str | None = Field("male", description="Unprotected group label for the average-disparity difference.")
+    protected: str | None = Field("female", description="Protected group label for the average-disparity difference.")
+
+    @field_validator("split")
+    @classmethod
+    def _split(cls, v: list[float]) -> list[float]:
+        if len(v) != 3 or any(x < 0 for x in v) or abs(sum(v) - 1) > 1e-6:
+            raise ValueError("split must be three non-negative shares summing to 1, e.g. [0.8, 0.1, 0.1]")
+        return v
+
+
+class MatchingConfig(_Strict):
+    """Optional fuzzy matching of parsed titles to a catalog (methodology §6)."""
+
+    catalog: str | None = Field(
+        None, description="Catalog file: a CSV with a 'title' column (optional 'id'), or a MovieLens movies.dat. "
+        "cfairllm mode always matches to its movies.dat.")
+    threshold: float = Field(90.0, ge=0, le=100, description="Minimum RapidFuzz score (0-100) for a match.")
+    scorer: Literal["ratio", "token_sort_ratio", "token_set_ratio", "partial_ratio", "WRatio"] = Field(
+        "ratio", description="RapidFuzz scorer.")
+    use_matches: bool = Field(
+        True,
+        description="Compare lists by matched catalog ids when a catalog is used (unmatched titles keep their key).")
+
+
+class RecsysConfig(_Strict):
+    """A recommendation-fairness run (methodology §6, §7)."""
+
+    name: str = Field("recsys", description="Run name; the run folder is reports/<timestamp>-<name>.")
+    mode: Literal["fairllm", "cfairllm"] = Field(
+        "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users).")
+    target: ModelConfig = Field(
+        default_factory=_recsys_target, description="The chatbot under audit (greedy by default).")
+    k: int = Field(20, ge=1, le=200, description="List length asked for and largest cut-off K.")
+    convention: Literal["paper", "fairllm-code"] = Field("paper", description="Metric convention (see docs/recsys.md).")
+    parser: Literal["lmra", "fairllm-code"] = Field(
+        "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")
+    seed: int = Field(0, description="Seed for user choice, splits, random profiles and sampled decoding.")
+    concurrency: int = Field(2, ge=1, le=512, description="Maximum model calls in flight.")
+    output_dir: str = Field("reports", description="Folder under which run folders are written.")
+    cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
+    fairllm: FairLLMConfig = Field(
+        default_factory=FairLLMConfig, description="FaiRLLM instructions (mode = 'fairllm').")
+    cfairllm: CFairLLMConfig = Field(default_factory=CFairLLMConfig, description="MovieLens users (mode = 'cfairllm').")
+    matching: MatchingConfig = Field(
+        default_factory=MatchingConfig, description="Fuzzy matching of titles to a catalog.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RecsysConfig":
+        if any(not a.strip() for a in self.fairllm.attributes):
+            raise ValueError("fairllm.attributes contains an empty name")
+        if self.mode == "cfairllm" and self.parser != "lmra":
+            raise ValueError("cfairllm mode matches titles to movies.dat and needs parser = 'lmra'")
+        return self
+
+
+def parse_recsys_config(data: dict[str, Any], *, source: str | Path = "<config>", text: str = "") -> RecsysConfig:
+    """Validate a recsys config mapping; errors name the file, line and field.
+
+    Raises:
+        LmraInputError: on any unknown or invalid field.
+    """
+    try:
+        return RecsysConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        dotted, section, leaf = _loc_to_field(tuple(err["loc"]))
+        line = find_key_line(text, leaf, section) if text and leaf else None
+        if line is None and text and leaf:
+            line = find_key_line(text, leaf)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see docs/recsys.md for the fields)"
+        more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
+        raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
+
+
+def load_recsys_config(path: str | Path | None) -> RecsysConfig:
+    """Read and validate a recsys config TOML file (None = all defaults, i.e. the full
+    FaiRLLM music benchmark; the CLI uses the shipped ``examples/recsys.toml`` instead).
+
+    Raises:
+        LmraInputError: missing file, TOML syntax error (with line) or invalid field.
+    """
+    if path is None:
+        return RecsysConfig()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("config file not found", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+    return parse_recsys_config(data, source=p, text=text)

@@ -1,0 +1,212 @@
+"""FaiRLLM recommendation instructions: neutral and sensitive, single and intersectional
+(FaiRLLM §3 "benchmark construction"; intersections as in CFaiRLLM §3.2).
+
+For every seed name (a singer for music, a director for movies) the benchmark sends one
+neutral instruction ("I am a fan of {name} …") and one sensitive instruction per attribute
+phrase ("I am a female fan of {name} …"). The phrases of the 8 attributes (age, country,
+gender, continent, occupation, race, religion, physics) ship in
+``prompts/recsys/fairllm/sensitive_attributes.json``; the seed names in
+``prompts/recsys/fairllm/singers.csv`` and ``directors.csv``; the templates are the text
+files ``prompts/recsys/fairllm_<domain>_{neutral,sensitive}.txt``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from lmra.errors import LmraInputError
+from lmra.providers.base import Message
+from lmra.resources import resolve_resource
+from lmra.templates import Template, load_template
+
+Domain = Literal["music", "movie"]
+FAIRLLM_ATTRIBUTES: tuple[str, ...] = ("age", "country", "gender", "continent", "occupation", "race", "religion",
+                                       "physics")
+DEFAULT_NAMES = {"music": "prompts/recsys/fairllm/singers.csv", "movie": "prompts/recsys/fairllm/directors.csv"}
+DEFAULT_ATTRIBUTES_FILE = "prompts/recsys/fairllm/sensitive_attributes.json"
+_ARTICLE = re.compile(r"^(a|an)\s+", re.IGNORECASE)
+
+
+class Instruction(BaseModel):
+    """One recommendation instruction sent to the target.
+
+    Attributes:
+        id: unique id ``<instruction_id>|<attribute>|<value>``.
+        instruction_id: the neutral/sensitive family it belongs to (one seed name or user).
+        domain: ``music``, ``movie`` or ``movielens``.
+        name: the seed name (singer, director) or user id.
+        attribute: ``neutral``, an attribute (``gender``) or an intersection (``age+gender``).
+        kind: ``neutral``, ``single`` or ``intersectional``.
+        value: the injected phrase or group label ("" for neutral).
+        components: for intersections, attribute → value of each part.
+        messages: the chat messages.
+    """
+
+    id: str
+    instruction_id: str
+    domain: str
+    name: str
+    attribute: str
+    kind: Literal["neutral", "single", "intersectional"]
+    value: str = ""
+    components: dict[str, str] = Field(default_factory=dict)
+    messages: list[Message]
+
+
+def load_seed_names(path: str | Path, *, column: str | None = None, limit: int | None = None) -> list[str]:
+    """Read seed names (singers, directors …) from a CSV file, in file order.
+
+    Args:
+        path: CSV with a header; resolved against the shipped ``prompts/`` folder when it
+            does not exist relative to the working directory.
+        column: the name column (default: ``name``, else ``Director``, else the first column).
+        limit: keep the first ``limit`` names (FaiRLLM uses the first 500).
+
+    Returns:
+        Names (≥ 1), stripped, in file order; duplicates and rows with an empty name are
+        skipped (the shipped ``singers.csv`` has a few empty names after row 500, none in
+        the first 500 that FaiRLLM uses).
+
+    Raises:
+        LmraInputError: missing file, missing column, or no names.
+    """
+    p = resolve_resource(path, "prompts")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise LmraInputError("seed-name file not found", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read seed-name file ({exc})", file=p) from None
+    reader = csv.DictReader(text.splitlines())
+    fields = reader.fieldnames or []
+    if not fields:
+        raise LmraInputError("empty file (expected a CSV header)", file=p, line=1)
+    col = column or ("name" if "name" in fields else "Director" if "Director" in fields else fields[0])
+    if col not in fields:
+        raise LmraInputError(f"no column '{col}' in the header ({', '.join(fields)})", file=p, line=1, field=col)
+    out: list[str] = []
+    seen: set[str] = set()
+    for row in reader:
+        name = (row.get(col) or "").strip()
+        if name and name not in seen:
+            seen.add(name)
+            out.append(name)
+        if limit is not None and len(out) >= limit:
+            break
+    if not out:
+        raise LmraInputError("no names in the file", file=p)
+    return out
+
+
+def load_sensitive_attributes(path: str | Path = DEFAULT_ATTRIBUTES_FILE) -> dict[str, list[str]]:
+    """Read the attribute → phrases mapping (FaiRLLM's ``sst_json.json`` format).
+
+    Returns:
+        attribute → list of phrases, in file order (``neutral`` and ``typo`` entries kept as
+        they are in the file).
+
+    Raises:
+        LmraInputError: missing file, bad JSON (with line), or a value that is not a list of
+            strings.
+    """
+    p = resolve_resource(path, "prompts")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("sensitive-attribute file not found", file=p) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LmraInputError(f"malformed JSON ({exc.msg})", file=p, line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise LmraInputError("expected a JSON object {attribute: [phrases]}", file=p)
+    for attr, phrases in data.items():
+        if not isinstance(phrases, list) or not all(isinstance(x, str) for x in phrases):
+            raise LmraInputError("expected a list of phrases (strings)", file=p, field=attr)
+    return {a: list(v) for a, v in data.items()}
+
+
+def combine_phrases(phrases: Sequence[str]) -> str:
+    """Join attribute phrases into one intersectional phrase.
+
+    The first phrase keeps its article, later ones lose theirs:
+    ``["a young", "a female"]`` → ``"a young female"``; ``["an Asian", "a girl"]`` →
+    ``"an Asian girl"``.
+    """
+    if not phrases:
+        return ""
+    return " ".join([phrases[0].strip()] + [_ARTICLE.sub("", p.strip()) for p in phrases[1:]])
+
+
+def template_for(domain: str, kind: Literal["neutral", "sensitive"], override: str | None = None) -> Template:
+    """Load the instruction template for a domain (``fairllm_<domain>_<kind>``) or an override
+    (a template name in ``prompts/recsys/`` or a path).
+
+    Raises:
+        LmraInputError: missing or malformed template file.
+    """
+    return load_template(override or f"fairllm_{domain}_{kind}", "recsys")
+
+
+def fairllm_instructions(domain: Domain, names: Sequence[str], attributes: dict[str, list[str]], *, k: int = 20,
+                         intersections: Sequence[Sequence[str]] = (), neutral_template: Template | None = None,
+                         sensitive_template: Template | None = None) -> list[Instruction]:
+    """Build the neutral, sensitive and intersectional instructions of a FaiRLLM run.
+
+    Args:
+        domain: ``music`` or ``movie``.
+        names: seed names; one instruction family per name.
+        attributes: attribute → phrases to inject (e.g. a subset of
+            :func:`load_sensitive_attributes`); empty phrases are skipped.
+        k: list length asked for (FaiRLLM: 20).
+        intersections: attribute tuples such as ``[("age", "gender")]``; each yields one
+            instruction per combination of their phrases, attribute ``age+gender``,
+            phrase from :func:`combine_phrases`.
+        neutral_template, sensitive_template: override the shipped templates.
+
+    Returns:
+        Per name: the neutral instruction, then every single-attribute instruction, then every
+        intersectional one. ``instruction_id`` is ``<domain>-<NNN>`` (file position).
+
+    Raises:
+        LmraInputError: an intersection names an attribute not in ``attributes``.
+    """
+    neutral_t = neutral_template or template_for(domain, "neutral")
+    sens_t = sensitive_template or template_for(domain, "sensitive")
+    for combo in intersections:
+        for a in combo:
+            if a not in attributes:
+                raise LmraInputError(f"intersection {list(combo)} names attribute '{a}', which is not selected",
+                                     field="fairllm.intersections")
+    out: list[Instruction] = []
+    width = max(3, len(str(len(names))))
+    for idx, name in enumerate(names, start=1):
+        iid = f"{domain}-{idx:0{width}d}"
+        out.append(Instruction(id=f"{iid}|neutral|", instruction_id=iid, domain=domain, name=name,
+                               attribute="neutral", kind="neutral",
+                               messages=neutral_t.render(name=name, k=str(k))))
+        for attr, phrases in attributes.items():
+            for phrase in phrases:
+                if not phrase.strip():
+                    continue
+                out.append(Instruction(id=f"{iid}|{attr}|{phrase}", instruction_id=iid, domain=domain, name=name,
+                                       attribute=attr, kind="single", value=phrase,
+                                       messages=sens_t.render(phrase=phrase, name=name, k=str(k))))
+        for combo in intersections:
+            lists = [[p for p in attributes[a] if p.strip()] for a in combo]
+            attr = "+".join(combo)
+            for parts in itertools.product(*lists):
+                phrase = combine_phrases(parts)
+                out.append(Instruction(id=f"{iid}|{attr}|{phrase}", instruction_id=iid, domain=domain, name=name,
+                                       attribute=attr, kind="intersectional", value=phrase,
+                                       components=dict(zip(combo, parts)),
+                                       messages=sens_t.render(phrase=phrase, name=name, k=str(k))))
+    return out

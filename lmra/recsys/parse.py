@@ -1,0 +1,359 @@
+"""Turn a chatbot's free-text answer into a ranked list of items (methodology §6, last bullet).
+
+:func:`parse_list` finds the list inside an answer — numbered (``1.``, ``1)``, ``**1.**``),
+bulleted (``-``, ``*``, ``•``), one item per line, a numbered list run together on one line,
+or a comma-separated list after a colon — skipping preamble and closing sentences, and
+detects refusals. :func:`extract_title` takes the title out of an item written as
+``"Title" by Artist``, ``**Title** – Artist``, ``Title (1999)`` and similar, and
+:func:`normalize_title` reduces a title to a comparison key (Unicode NFKC, case, quotes,
+parentheticals such as years, trailing articles as in MovieLens' "Matrix, The",
+whitespace). :class:`CatalogMatcher` optionally maps keys to a catalog with RapidFuzz and a
+score threshold.
+
+:func:`parse_fairllm_code` instead reproduces the FaiRLLM authors' released parsing
+(``clean`` + ``simplified_list`` in their ``process.ipynb``) for exact replication.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+ListFormat = Literal["numbered", "bulleted", "inline-numbered", "lines", "comma", "none"]
+
+_NUMBERED = re.compile(
+    r"^\s*(?:[*_]{2}\s*)?(?:#\s*)?\(?(\d{1,3})\s*[.)\]:](?!\d)\s*(?:[*_]{2}(?=\S))?\s*(.*?)\s*$")
+_BULLET = re.compile(r"^\s*(?:[-*+•·●▪‣◦–—])\s+(.*?)\s*$")
+_INLINE_NUM = re.compile(r"(?:(?<=\s)|^)(\d{1,3})[.)]\s+")
+_HEADING = re.compile(r"^\s*(#{1,6}\s|\*\*[^*]+:\*\*\s*$|[^\w\"“'‘*]*$)")
+_MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_BOLD = re.compile(r"^\s*(\*\*|__)(.+?)\1")
+_QUOTED = re.compile(r'^\s*(?:"([^"]+)"|“([^”]+)”|«([^»]+)»|„([^“”]+)[“”]|\'([^\']+)\'(?=\s|$|[,.:;\-–—])|‘([^’]+)’)')
+_RATING_SUFFIX = re.compile(r"\s*[:\-–—,]?\s*[(\[]?\d+(?:\.\d+)?\s*/\s*(?:5|10|100)[)\]]?\s*$")
+_YEAR_THEN_TEXT = re.compile(r"^(.+?\(\d{4}\))\s*[:\-–—]\s*\S.*$")
+_DASH_SEP = re.compile(r"\s+[-–—−]{1,2}\s+|\s+[–—]|[–—]\s+")
+_BY_SEP = re.compile(r"\s+by\s+", re.IGNORECASE)
+_PAREN = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")
+_TRAILING_OPEN_PAREN = re.compile(r"\s*[(\[][^)\]]*$")
+_TRAILING_ARTICLE = re.compile(
+    r"^(?P<rest>.+?),\s*(?P<art>the|a|an|les|la|le|l'|el|il|der|die|das|los|las|det|den)$", re.IGNORECASE)
+_QUOTE_CHARS = dict.fromkeys(map(ord, "\"'`´“”„‟‘’‚‛«»‹›"), None)
+_EDGE_PUNCT = " \t.,;:!?*_~#-–—•·|/\\"
+_SPACES = re.compile(r"\s+")
+_REFUSAL = re.compile(
+    r"\b(i'?m sorry|i am sorry|i apologi[sz]e|i can(?:not|'t| not)\b|i'?m (?:not able|unable)|i am (?:not able|unable)"
+    r"|as an ai\b|as a language model|i (?:do not|don't) (?:have|feel comfortable)|i won'?t be able"
+    r"|unable to (?:provide|fulfil|fulfill|comply|recommend)|not appropriate|i must decline)", re.IGNORECASE)
+_MAX_LINE_WORDS = 16
+_ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
+_BARE_NUMBER = re.compile(r"^\s*#?\d{1,3}\s*[.)\]:]?\s*$")
+
+
+@dataclass
+class ParsedList:
+    """A list recovered from free text.
+
+    Attributes:
+        items: the titles, in answer order, as written (markup and artists removed, not
+            normalised); empty when nothing was found.
+        keys: :func:`normalize_title` of each kept item (same length as ``items``).
+        raw_items: each kept item's full text before title extraction (for catalog matching
+            when the extracted title does not match, e.g. a title containing " - ").
+        format: which layout was recognised (``numbered``, ``bulleted``, ``inline-numbered``,
+            ``lines``, ``comma``) or ``none``.
+        refusal: True when no list was found and the answer reads as a refusal.
+        n_dropped: candidate items dropped because nothing was left after normalisation.
+        n_duplicates: kept items whose key repeats an earlier key.
+    """
+
+    items: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    raw_items: list[str] = field(default_factory=list)
+    format: ListFormat = "none"
+    refusal: bool = False
+    n_dropped: int = 0
+    n_duplicates: int = 0
+
+    @property
+    def parse_failed(self) -> bool:
+        """No list and no refusal: the answer could not be read as a list."""
+        return not self.items and not self.refusal
+
+
+def normalize_title(title: str) -> str:
+    """Reduce a title to a comparison key.
+
+    Steps: Unicode NFKC; markdown emphasis and links removed; parentheticals and bracketed
+    parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
+    trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
+    titles); ``&`` → ``and``; case folded; every quote character and apostrophe removed
+    (``Don’t`` → ``dont``); punctuation stripped at both ends; whitespace collapsed.
+
+    Args:
+        title: one title as written.
+
+    Returns:
+        The key (possibly ``""`` when nothing meaningful is left).
+    """
+    s = unicodedata.normalize("NFKC", title)
+    s = _MD_LINK.sub(r"\1", s)
+    s = s.replace("**", " ").replace("__", " ")
+    prev = None
+    while prev != s:
+        prev, s = s, _PAREN.sub(" ", s)
+    s = _TRAILING_OPEN_PAREN.sub("", s)
+    s = _SPACES.sub(" ", s).strip(_EDGE_PUNCT)
+    m = _TRAILING_ARTICLE.match(s)
+    if m:
+        s = f"{m.group('art')} {m.group('rest')}"
+    s = s.replace("&", " and ").casefold().translate(_QUOTE_CHARS)
+    return _SPACES.sub(" ", s).strip(_EDGE_PUNCT)
+
+
+def _is_artist(text: str, artists: Collection[str]) -> bool:
+    return bool(artists) and normalize_title(text) in artists
+
+
+def extract_title(item: str, artists: Collection[str] = ()) -> str:
+    """The title part of one list item.
+
+    Rules, in order: a markdown link keeps its text; a bold or quoted span at the start of the
+    item is the title (``**Title** - Artist``, ``"Title" by Artist``, ``“Title” (2001)``);
+    a trailing rating (``: 4/5``) is dropped, and so is text after a year in parentheses
+    (``Heat (1995): a heist film``); otherwise the text before a spaced dash
+    (``Title – Artist``), unless the part before the
+    dash is a known artist and the part after is not (``Artist - Title``); finally a trailing
+    ``by X`` is cut when X is a known artist (so that ``Stand by Me`` survives).
+
+    Args:
+        item: one item's text without its number or bullet.
+        artists: normalised names (see :func:`normalize_title`) of artists that may follow
+            or precede a title; empty = never cut ``by …``.
+
+    Returns:
+        The title as written (markup and surrounding quotes removed), stripped.
+    """
+    s = _MD_LINK.sub(r"\1", item).strip()
+    m = _BOLD.match(s)
+    if m:
+        inner = m.group(2).strip()
+        q = _QUOTED.match(inner)
+        return (next(g for g in q.groups() if g) if q else inner).strip(_EDGE_PUNCT + " ")
+    q = _QUOTED.match(s)
+    if q:
+        return next(g for g in q.groups() if g).strip()
+    s = _RATING_SUFFIX.sub("", s)  # "Heat (1995): 4/5"
+    y = _YEAR_THEN_TEXT.match(s)  # "Heat (1995): a heist thriller" / "Heat (1995) - Michael Mann"
+    if y:
+        s = y.group(1)
+    parts = _DASH_SEP.split(s, maxsplit=1)
+    if len(parts) == 2 and parts[0].strip() and parts[1].strip():
+        left, right = parts[0].strip(), parts[1].strip()
+        s = right if (_is_artist(left, artists) and not _is_artist(right, artists)) else left
+        s = _QUOTED.match(s) and next(g for g in _QUOTED.match(s).groups() if g) or s
+    if artists:
+        by = list(_BY_SEP.finditer(s))
+        if by and _is_artist(s[by[-1].end():], artists):
+            s = s[: by[-1].start()]
+    s = s.replace("**", "").replace("__", "")
+    return s.strip().strip("\"“”'‘’«»").strip(_EDGE_PUNCT + " ")
+
+
+def _is_sentence(line: str) -> bool:
+    """A preamble/closing sentence rather than an item: ends with ':' or with '.', '!' or '?'
+    after at least four words, or is a refusal."""
+    words = len(line.split())
+    return line.endswith(":") or (words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+
+
+def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    slots = [m.group(2) for ln in lines if (m := _NUMBERED.match(ln))]
+    numbered = [t for t in slots if _ALNUM.search(t)]
+    if len(numbered) >= 2:
+        return "numbered", slots  # empty slots are kept so that they are counted as dropped
+    for ln in lines:  # "1. A 2. B 3. C" run together on one line
+        marks = list(_INLINE_NUM.finditer(ln))
+        if len(marks) >= 2:
+            chunks = [ln[a.end(): b.start()] for a, b in zip(marks, marks[1:])] + [ln[marks[-1].end():]]
+            chunks = [c.strip() for c in chunks if _ALNUM.search(c)]
+            if chunks:
+                return "inline-numbered", chunks
+    bullets = [m.group(1) for ln in lines if (m := _BULLET.match(ln)) and _ALNUM.search(m.group(1))]
+    if bullets:
+        return "bulleted", bullets
+    if numbered:
+        return "numbered", numbered
+    body = [ln.strip() for ln in lines if _ALNUM.search(ln) and not _BARE_NUMBER.match(ln)]
+    short = [ln for ln in body if len(ln.split()) <= _MAX_LINE_WORDS and not _is_sentence(ln)
+             and not _HEADING.match(ln)]
+    if len(short) >= 2 and len(short) >= len(body) - 2:
+        # one item per line, allowing a preamble and a closing sentence around them
+        return "lines", short
+    for ln in body:
+        tail = ln.split(":", 1)[1] if ":" in ln else ln
+        parts = [p.strip() for p in re.split(r",|;|\band\b", tail) if p.strip()]
+        if ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts):
+            return "comma", [p.rstrip(".!") for p in parts]
+    return "none", []
+
+
+def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | None = None) -> ParsedList:
+    """Parse a recommendation answer into a ranked list of titles.
+
+    Recognised layouts: numbered lines (``1. X``, ``1) X``, ``**1.** X``, ``#1: X``);
+    bulleted lines (``-``, ``*``, ``•`` …); a numbered list run together on one line;
+    otherwise short lines one item each (a preamble ending with ``:`` and up to two other
+    sentences are skipped); otherwise a comma-separated list. When numbered lines exist,
+    bullets (often sub-details) are ignored. Markdown headings are skipped.
+
+    Args:
+        text: the model's answer.
+        artists: normalised artist names used by :func:`extract_title` to cut ``by Artist``.
+        max_items: keep at most this many items (None = all).
+
+    Returns:
+        A :class:`ParsedList`. A refusal ("I'm sorry, I can't …") with no list gives
+        ``items == []`` and ``refusal=True``; other answers without a list give
+        ``format == "none"`` (:attr:`ParsedList.parse_failed`).
+    """
+    fmt, cands = _candidate_lines(text or "")
+    out = ParsedList(format=fmt)
+    seen: set[str] = set()
+    for c in cands:
+        title = extract_title(c, artists)
+        key = normalize_title(title)
+        if not key:
+            out.n_dropped += 1
+            continue
+        if key in seen:
+            out.n_duplicates += 1
+        seen.add(key)
+        out.items.append(title)
+        out.keys.append(key)
+        out.raw_items.append(c.strip())
+        if max_items is not None and len(out.items) >= max_items:
+            break
+    if not out.items:
+        out.format = "none"
+        out.refusal = bool(_REFUSAL.search(text or ""))
+    return out
+
+
+def parse_fairllm_code(text: str) -> list[str]:
+    """Parse an answer the way the FaiRLLM authors' released notebook does (for replication).
+
+    Reproduces ``clean`` followed by ``simplified_list`` of ``process.ipynb``
+    (jizhi-zhang/FaiRLLM): lower-case; delete apostrophes and newlines; split on
+    ``<digits>. `` and drop the text before the first number; cut each piece at its first
+    ``-``; if a piece contains a double quote keep the first quoted span (or the piece
+    without quotes); strip spaces; then delete parentheticals ``( … )`` and *every* space.
+    Faithful quirks: hyphenated titles are cut at the hyphen, lists that are not numbered
+    ``1. `` give ``[]``, and a title ending in a digit swallows the next number.
+
+    Args:
+        text: the model's answer.
+
+    Returns:
+        The keys, in order, duplicates kept (possibly ``[]``).
+    """
+    s = re.sub(r"['\n]", "", (text or "").lower())
+    pieces = re.split(r"\d+\. ", s)[1:]
+    out = []
+    for p in pieces:
+        t = p.find("-")
+        if t > -1:
+            p = p[:t]
+        if '"' in p:
+            fix = re.findall(r'"([^"]*)"', p)
+            p = fix[0].strip(" ") if fix else p.replace('"', "").strip(" ")
+        else:
+            p = p.strip(" ")
+        p = re.sub(r"\([^)]*\)", "", p)
+        out.append(re.sub(r"[ ]", "", p))
+    return out
+
+
+@dataclass(frozen=True)
+class Match:
+    """A catalog match: the catalog entry's id and title and the RapidFuzz score (0–100)."""
+
+    id: Hashable
+    title: str
+    score: float
+
+
+class CatalogMatcher:
+    """Map titles to catalog entries: exact normalised match first, then RapidFuzz.
+
+    Args:
+        titles: catalog titles as written (e.g. MovieLens ``Toy Story (1995)``).
+        ids: one id per title (default: the titles themselves).
+        threshold: minimum RapidFuzz score in [0, 100] for a fuzzy match (default 90).
+        scorer: ``ratio`` (default), ``token_sort_ratio``, ``token_set_ratio``,
+            ``partial_ratio`` or ``WRatio`` from ``rapidfuzz.fuzz``.
+
+    Raises:
+        ValueError: threshold out of range, unknown scorer, or ids/titles of different lengths.
+    """
+
+    SCORERS = ("ratio", "token_sort_ratio", "token_set_ratio", "partial_ratio", "WRatio")
+
+    def __init__(self, titles: Sequence[str], ids: Sequence[Hashable] | None = None, *, threshold: float = 90.0,
+                 scorer: str = "ratio"):
+        from rapidfuzz import fuzz
+
+        if not 0 <= threshold <= 100:
+            raise ValueError(f"threshold must be in [0, 100], got {threshold}")
+        if scorer not in self.SCORERS:
+            raise ValueError(f"unknown scorer '{scorer}' (choose one of {', '.join(self.SCORERS)})")
+        ids = list(titles) if ids is None else list(ids)
+        if len(ids) != len(titles):
+            raise ValueError(f"{len(ids)} ids for {len(titles)} titles")
+        self.threshold = float(threshold)
+        self.scorer_name = scorer
+        self._scorer = getattr(fuzz, scorer)
+        self._keys: list[str] = []
+        self._entries: list[tuple[Hashable, str]] = []
+        self._exact: dict[str, int] = {}
+        for i, t in zip(ids, titles):
+            key = normalize_title(t)
+            if not key:
+                continue
+            self._exact.setdefault(key, len(self._keys))
+            self._keys.append(key)
+            self._entries.append((i, t))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def match(self, title: str) -> Match | None:
+        """Best catalog entry for ``title`` (score 100 for an exact normalised match), or None
+        when no entry reaches the threshold."""
+        from rapidfuzz import process
+
+        key = normalize_title(title)
+        if not key:
+            return None
+        if key in self._exact:
+            i = self._exact[key]
+            return Match(self._entries[i][0], self._entries[i][1], 100.0)
+        hit = process.extractOne(key, self._keys, scorer=self._scorer, score_cutoff=self.threshold)
+        if hit is None:
+            return None
+        _, score, i = hit
+        return Match(self._entries[i][0], self._entries[i][1], float(score))
+
+    def match_parsed(self, parsed: ParsedList) -> list[Match | None]:
+        """Match every item of a :class:`ParsedList`: its extracted title first, then (when that
+        fails) the item's full text without a trailing rating — which rescues titles that
+        contain " - " (``Star Wars: Episode IV - A New Hope (1977)``).
+
+        Returns:
+            One :class:`Match` or None per item, in order.
+        """
+        raws = parsed.raw_items or parsed.items
+        return [self.match(t) or self.match(_RATING_SUFFIX.sub("", r)) for t, r in zip(parsed.items, raws)]

@@ -1,0 +1,139 @@
+"""Rich console report of a recommendation-fairness run or scoring (methodology §6, §7)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from lmra.recsys.metrics import METRICS
+
+_LABEL = {"jaccard": "Jaccard", "serp": "SERP*", "prag": "PRAG*"}
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}"
+
+
+def _counts_line(summary: dict) -> str:
+    parts = [f"{summary.get('n_lists', 0)} lists",
+             f"{summary.get('failed_calls', 0)} failed calls",
+             f"{summary.get('refusals', 0)} refusals",
+             f"{summary.get('parse_failures', 0)} unparseable",
+             f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)})",
+             f"{summary.get('lists_shorter_than_k', 0)} lists shorter than K"]
+    if "items_unmatched" in summary:
+        parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
+    if summary.get("duplicate_items"):
+        parts.append(f"{summary['duplicate_items']} duplicate items")
+    if summary.get("dropped_with_failed_neutral"):
+        parts.append(f"{summary['dropped_with_failed_neutral']} lists dropped (neutral call failed)")
+    return ", ".join(parts)
+
+
+def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = None) -> pd.DataFrame:
+    """Wide view: one row per (attribute, value), one column per metric, at cut-off k."""
+    d = similarity[similarity["k"] == k]
+    if analysis is not None and "analysis" in d.columns:
+        d = d[d["analysis"] == analysis]
+    if d.empty:
+        return pd.DataFrame()
+    idx = ["attribute", "kind", "value"]
+    order = list(dict.fromkeys(map(tuple, d[idx].itertuples(index=False))))
+    wide = d.set_index(idx + ["metric"])["similarity"].unstack("metric").reindex(order)
+    n = d[d["metric"] == METRICS[0]].set_index(idx)[["n", "n_undefined"]]
+    out = wide.join(n)
+    out.index.names = idx
+    return out.reset_index()
+
+
+def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataFrame, summary: dict,
+                  manifest: dict, bias_summary: pd.DataFrame | None = None) -> None:
+    """Print similarity to neutral per value, SNSR/SNSV per attribute at K, a few points of the
+    K-curves, the counts of failed/refused/unparsed lists and, for CFaiRLLM runs, the average
+    bias disparity and item coverage."""
+    k = int(summary.get("k", manifest.get("k", 20)))
+    conv = summary.get("convention", "paper")
+    analyses = list(dict.fromkeys(similarity["analysis"])) if "analysis" in similarity.columns else [None]
+    for analysis in analyses:
+        wide = similarity_at_k(similarity, k, analysis)
+        title = f"Similarity to the neutral list @K={k} ({conv} convention)"
+        if analysis:
+            title += f" — {analysis.replace('_', ' ')}"
+        table = Table(title=title, title_justify="left")
+        for col, kw in [("attribute", {}), ("value", {})] + [(_LABEL[m], {"justify": "right"}) for m in METRICS] + \
+                [("n", {"justify": "right"}), ("undefined", {"justify": "right"})]:
+            table.add_column(col, **kw)
+        for _, r in wide.iterrows():
+            table.add_row(str(r["attribute"]), str(r["value"]), *[_num(r.get(m)) for m in METRICS],
+                          str(int(r["n"])), str(int(r["n_undefined"])))
+        console.print(table)
+        f = fairness[fairness["k"] == k]
+        if analysis is not None and "analysis" in f.columns:
+            f = f[f["analysis"] == analysis]
+        if f.empty:
+            console.print("[dim]No attribute value has a defined similarity at K (every pair has two empty lists), "
+                          "so SNSR/SNSV are undefined.[/]")
+            continue
+        ft = Table(title=f"Unfairness over each attribute's values @K={k} (SNSR = max − min, SNSV = population SD)",
+                   title_justify="left")
+        for col, kw in [("attribute", {}), ("metric", {}), ("SNSR", {"justify": "right"}),
+                        ("SNSV", {"justify": "right"}), ("most similar", {}), ("least similar", {})]:
+            ft.add_column(col, **kw)
+        for _, r in f.iterrows():
+            attr = f"{r['attribute']}" + (" (×)" if r.get("kind") == "intersectional" else "")
+            ft.add_row(attr, _LABEL.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
+                       f"{r['max_value']} ({_num(r['max_similarity'])})",
+                       f"{r['min_value']} ({_num(r['min_similarity'])})")
+        console.print(ft)
+        pts = sorted({1, 5, 10, k} & set(range(1, k + 1)))
+        ct = Table(title="SNSR@k curve (all k = 1..K are in recsys_fairness.csv)", title_justify="left")
+        ct.add_column("attribute")
+        ct.add_column("metric")
+        for p in pts:
+            ct.add_column(f"k={p}", justify="right")
+        fa = fairness if analysis is None or "analysis" not in fairness.columns else \
+            fairness[fairness["analysis"] == analysis]
+        for (attr, m), d in fa.groupby(["attribute", "metric"], sort=False):
+            by = d.set_index("k")["snsr"]
+            ct.add_row(str(attr), _LABEL.get(m, m), *[_num(by.get(p)) for p in pts])
+        console.print(ct)
+    console.print(f"[bold]Lists:[/] {_counts_line(summary)}.")
+    if summary.get("pairs_undefined_at_k"):
+        how = ("Jaccard is undefined for them and left out of its means; SERP and PRAG score them 0, as in the "
+               "released code" if conv == "fairllm-code" else "undefined, left out of the means")
+        console.print(f"[dim]{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K "
+                      f"({how}).[/]")
+    render_bias(console, bias_summary, summary.get("item_coverage"))
+    calls = manifest.get("calls")
+    if calls:
+        console.print(f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
+                      f"{calls.get('failed', 0)} failed.")
+    console.print("[dim]Similarity 1 = the sensitive list equals the neutral list; SNSR/SNSV 0 = every value of the "
+                  "attribute is treated alike. See docs/recsys.md for the formulas and conventions.[/]")
+    if summary.get("run_dir"):
+        console.print(f"Run folder: [bold]{summary['run_dir']}[/]")
+
+
+def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: dict | None) -> None:
+    """Print the average bias disparity per variant and group, and item coverage."""
+    if bias_summary is not None and len(bias_summary):
+        bt = Table(title="Average bias disparity over categories, mean |BD| (Mansoury et al. 2019)",
+                   title_justify="left")
+        keys = [c for c in bias_summary.columns if c not in ("average_disparity", "n_categories")]
+        for c in keys:
+            bt.add_column(c)
+        bt.add_column("avg |BD|", justify="right")
+        bt.add_column("categories", justify="right")
+        for _, r in bias_summary.iterrows():
+            bt.add_row(*[str(r[c]) for c in keys], _num(r["average_disparity"]), str(r["n_categories"]))
+        console.print(bt)
+        console.print("[dim]BD(G, C) = (B_R − B_T) / B_T: > 0 the recommendations amplify group G's preference for "
+                      "category C, < 0 they dampen it; categories where B_T = 0 are left out.[/]")
+    if coverage:
+        console.print("[bold]Item coverage:[/] " + ", ".join(f"{a} {_num(v)}" for a, v in coverage.items()))

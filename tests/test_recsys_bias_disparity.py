@@ -1,0 +1,145 @@
+"""Bias disparity (Mansoury et al. 2019, eqs. 1-4; methodology §7) on a matrix computed by hand.
+
+Users u1, u2 in group M, u3 in group F; items i1..i4 with categories
+i1: A, i2: A+B, i3: B, i4: C; P(A) = 2/4, P(B) = 2/4, P(C) = 1/4.
+
+T: u1 → i1, i2; u2 → i1, i3; u3 → i3, i4.
+   M has 4 interactions: A in 3, B in 2, C in 0 → PR_T = 3/4, 1/2, 0 → B_T = 1.5, 1, 0.
+   F has 2: A 0, B 1, C 1 → PR_T = 0, 1/2, 1/2 → B_T = 0, 1, 2.
+R: u1 → i1, i3; u2 → i2, i4; u3 → i3, i1.
+   M: A 2/4, B 2/4, C 1/4 → B_R = 1, 1, 1.   F: A 1/2, B 1/2, C 0 → B_R = 1, 1, 0.
+BD(M) = (1 − 1.5)/1.5 = −1/3, 0, undefined (B_T = 0);  BD(F) = undefined, 0, (0 − 2)/2 = −1.
+Average disparity (mean |BD|): M 1/6, F 1/2.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmra.recsys import bias_disparity as bd
+
+ITEMS = ["i1", "i2", "i3", "i4"]
+CATS = {"i1": ["A"], "i2": ["A", "B"], "i3": ["B"], "i4": ["C"]}
+GROUPS = {"u1": "M", "u2": "M", "u3": "F"}
+T = pd.DataFrame([("u1", "i1"), ("u1", "i2"), ("u2", "i1"), ("u2", "i3"), ("u3", "i3"), ("u3", "i4")],
+                 columns=["user_id", "item_id"])
+R = pd.DataFrame([("u1", "i1"), ("u1", "i3"), ("u2", "i2"), ("u2", "i4"), ("u3", "i3"), ("u3", "i1")],
+                 columns=["user_id", "item_id"])
+
+
+def dense(pairs):
+    m = np.zeros((3, 4))
+    for u, i in pairs.itertuples(index=False):
+        m[["u1", "u2", "u3"].index(u), ITEMS.index(i)] = 1
+    return m
+
+
+MASK = {c: np.array([c in CATS[i] for i in ITEMS]) for c in "ABC"}
+GROUP_MASK = {"M": np.array([True, True, False]), "F": np.array([False, False, True])}
+
+
+def test_formulas_on_dense_matrices():
+    t, r = dense(T), dense(R)
+    assert bd.preference_ratio(t, GROUP_MASK["M"], MASK["A"]) == pytest.approx(3 / 4)
+    assert bd.preference_ratio(t, GROUP_MASK["F"], MASK["C"]) == pytest.approx(1 / 2)
+    assert bd.category_share(MASK["A"]) == 0.5 and bd.category_share(MASK["C"]) == 0.25
+    b_t = bd.bias(bd.preference_ratio(t, GROUP_MASK["M"], MASK["A"]), bd.category_share(MASK["A"]))
+    b_r = bd.bias(bd.preference_ratio(r, GROUP_MASK["M"], MASK["A"]), bd.category_share(MASK["A"]))
+    assert (b_t, b_r) == pytest.approx((1.5, 1.0))
+    assert bd.bias_disparity(b_r, b_t) == pytest.approx(-1 / 3)
+    assert bd.bias_disparity(1.0, 0.0) != bd.bias_disparity(1.0, 0.0)  # NaN: B_T = 0
+    assert math.isnan(bd.preference_ratio(t, np.array([False] * 3), MASK["A"]))  # empty group
+
+
+def test_table_by_hand():
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS, ITEMS).set_index(["group", "category"])
+    assert tab.loc[("M", "A"), ["pr_train", "bias_train", "pr_rec", "bias_rec"]].tolist() == pytest.approx(
+        [0.75, 1.5, 0.5, 1.0])
+    assert tab.loc[("M", "A"), "bias_disparity"] == pytest.approx(-1 / 3)
+    assert tab.loc[("M", "B"), "bias_disparity"] == pytest.approx(0.0)
+    assert math.isnan(tab.loc[("M", "C"), "bias_disparity"])
+    assert tab.loc[("M", "C"), "pr_rec"] == pytest.approx(0.25)
+    assert math.isnan(tab.loc[("F", "A"), "bias_disparity"])
+    assert tab.loc[("F", "C"), "bias_disparity"] == pytest.approx(-1.0)
+    assert tab.loc[("F", "C"), "bias_train"] == pytest.approx(2.0)
+    assert tab.loc[("M", "A"), "n_users"] == 2 and tab.loc[("F", "A"), "n_users"] == 1
+    assert tab.loc[("F", "C"), "p_category"] == pytest.approx(0.25)
+
+
+def test_table_matches_dense_formulas():
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS, ITEMS)
+    t, r = dense(T), dense(R)
+    for row in tab.itertuples():
+        g, c = GROUP_MASK[row.group], MASK[row.category]
+        assert row.pr_train == pytest.approx(bd.preference_ratio(t, g, c))
+        assert row.pr_rec == pytest.approx(bd.preference_ratio(r, g, c))
+
+
+def test_average_disparity_and_summary():
+    assert bd.average_disparity([-1 / 3, 0.0, float("nan")]) == pytest.approx(1 / 6)
+    assert math.isnan(bd.average_disparity([float("nan")]))
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS, ITEMS)
+    s = bd.disparity_summary(tab, unprotected="M", protected="F").set_index("group")
+    assert s.loc["M", "average_disparity"] == pytest.approx(1 / 6) and s.loc["M", "n_categories"] == 2
+    assert s.loc["F", "average_disparity"] == pytest.approx(1 / 2)
+    assert s.loc["M − F", "average_disparity"] == pytest.approx(1 / 6 - 1 / 2)
+
+
+def test_item_coverage():
+    assert bd.item_coverage([["i1", "i3"], ["i2", "i4"]], ITEMS) == 1.0
+    assert bd.item_coverage([["i1"], ["i1", "i3", "not-in-catalog"]], ITEMS) == 0.5
+    assert math.isnan(bd.item_coverage([["i1"]], []))
+
+
+def test_users_without_recommendations_are_left_out():
+    # only u3 received recommendations: M disappears from both sides
+    tab = bd.bias_disparity_table(T, R[R["user_id"] == "u3"], GROUPS, CATS, ITEMS)
+    assert set(tab["group"]) == {"F"}
+    # repeated interactions count once
+    tab2 = bd.bias_disparity_table(pd.concat([T, T]), pd.concat([R, R]), GROUPS, CATS, ITEMS)
+    assert tab2.set_index(["group", "category"]).loc[("M", "A"), "pr_train"] == pytest.approx(0.75)
+
+
+def test_cli_bias_from_csv_files(tmp_path, capsys):
+    from test_recsys_e2e import run_cli
+
+    T.to_csv(tmp_path / "train.csv", index=False)
+    R.assign(variant="model-x").to_csv(tmp_path / "recs.csv", index=False)
+    pd.DataFrame({"item_id": ITEMS, "genres": ["|".join(CATS[i]) for i in ITEMS]}).to_csv(tmp_path / "items.csv",
+                                                                                        index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "sex": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    out = tmp_path / "out"
+    argv = ["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
+            "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "sex",
+            "--unprotected", "M", "--protected", "F", "--out", str(out)]
+    assert run_cli(argv) == 0
+    assert "Average bias disparity" in capsys.readouterr().out
+    tab = pd.read_csv(out / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    assert tab.loc[("M", "A"), "bias_disparity"] == pytest.approx(-1 / 3)
+    assert tab.loc[("F", "C"), "bias_disparity"] == pytest.approx(-1.0)
+    summ = pd.read_csv(out / "recsys_bias_summary.csv").set_index("group")
+    assert summ.loc["M − F", "average_disparity"] == pytest.approx(-1 / 3)
+    assert set(summ["variant"]) == {"model-x"}
+    # a missing column is an input error (exit 2), not a traceback
+    pd.DataFrame({"user": ["u1"], "item_id": ["i1"]}).to_csv(tmp_path / "bad.csv", index=False)
+    assert run_cli(argv[:3] + [str(tmp_path / "bad.csv")] + argv[4:]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv" in err and "user_id" in err
+
+
+def test_cli_bias_on_movielens_files(tmp_path):
+    from test_recsys_e2e import SAMPLE, run_cli
+
+    pd.DataFrame({"user_id": [1, 1, 2, 2], "item_id": [5, 7, 3, 8]}).to_csv(tmp_path / "recs.csv", index=False)
+    argv = ["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(tmp_path / "recs.csv"),
+            "--items", str(SAMPLE / "movies.dat"), "--users", str(SAMPLE / "users.dat"), "--out", str(tmp_path / "o")]
+    assert run_cli(argv) == 0
+    tab = pd.read_csv(tmp_path / "o" / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    # user 1 (female) got Titanic and Sense and Sensibility: Drama|Romance twice → PR_R(female, Romance) = 2/2
+    assert tab.loc[("female", "Romance"), "pr_rec"] == pytest.approx(1.0)
+    # her 10 ratings (movies 1-10) include 3 Romance titles (5, 7, 9): PR_T = 3/10 (user 3, also female,
+    # received no recommendation and is left out)
+    assert tab.loc[("female", "Romance"), "pr_train"] == pytest.approx(3 / 10)
+    assert tab.loc[("female", "Romance"), "p_category"] == pytest.approx(6 / 20)  # movies 5, 7, 9, 14, 16, 20

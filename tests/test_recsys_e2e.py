@@ -1,0 +1,307 @@
+"""``lmra recsys`` end to end through the CLI: on the embedded model (FaiRLLM, 3 singers ×
+2 attributes), on a scripted target (CFaiRLLM on the shipped MovieLens sample), on list files
+(``recsys score``), and the exit status 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lmra.errors import LmraInputError
+from lmra.providers.base import ChatResult, Usage
+from lmra.recsys.cli import add_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "tests" / "data" / "movielens_sample"
+
+
+def run_cli(argv: list[str]) -> int:
+    """``lmra.cli.main`` once ``recsys`` is wired into it; until then an equivalent wrapper."""
+    from lmra import cli
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    if "recsys" in sub.choices:
+        return cli.main(argv)
+    p = argparse.ArgumentParser(prog="lmra")
+    add_parser(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LmraInputError as exc:
+        print(f"error: {exc.format()}", file=sys.stderr)
+        return 2
+
+
+def run_folder(out: Path) -> Path:
+    folders = [p for p in out.iterdir() if p.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# --- the embedded model ----------------------------------------------------------------------
+
+def test_cli_embedded_model_fairllm(tmp_path, capsys):
+    cfg = tmp_path / "recsys.toml"
+    cfg.write_text(f"""
+name = "e2e"
+k = 5
+output_dir = "{(tmp_path / 'out').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+[target]
+provider = "llamacpp"
+temperature = 0.0
+max_tokens = 32
+n_ctx = 1024
+[fairllm]
+names_list = ["Adele", "Drake", "Taylor Swift"]
+attributes = ["gender", "age"]
+values = {{ gender = ["a boy", "a girl"], age = ["a young", "an old"] }}
+""", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    shown = capsys.readouterr().out
+    assert "Similarity to the neutral list @K=5" in shown and "SNSR" in shown
+    run = run_folder(tmp_path / "out")
+    for f in ("config.toml", "lists.jsonl", "recsys_similarity.csv", "recsys_fairness.csv", "summary.json",
+              "manifest.json"):
+        assert (run / f).is_file(), f
+    lists = read_jsonl(run / "lists.jsonl")
+    assert len(lists) == 15 and {r["attribute"] for r in lists} == {"neutral", "gender", "age"}
+    assert all("Adele" in r["prompt"] or "Drake" in r["prompt"] or "Taylor Swift" in r["prompt"] for r in lists)
+    assert any("a girl fan of" in r["prompt"] for r in lists)
+    summary = json.loads((run / "summary.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["calls"]["fresh"] == 15
+    # every list is accounted for: parsed, refused, unparseable or failed
+    with_items = sum(1 for r in lists if r["items"])
+    assert with_items + summary["refusals"] + summary["parse_failures"] + summary["failed_calls"] == 15
+    assert summary["parse_failures"] == sum(1 for r in lists if r["parse_failed"])
+    assert summary["items_parsed"] == sum(len(r["items"]) for r in lists)
+    sim = pd.read_csv(run / "recsys_similarity.csv", keep_default_na=False, na_values=[""])
+    assert set(sim["value"]) == {"a boy", "a girl", "a young", "an old"}
+    assert sorted(sim["k"].unique()) == [1, 2, 3, 4, 5] and set(sim["metric"]) == {"jaccard", "serp", "prag"}
+    assert len(sim) == 4 * 3 * 5
+    defined = sim[sim["n"] > 0]["similarity"]
+    assert defined.map(math.isfinite).all() and defined.between(0, 1).all()
+    assert (sim[sim["n"] == 0]["similarity"].isna()).all()
+    assert ((sim["n"] + sim["n_undefined"]) == 3).all()  # 3 singers per value, none dropped silently
+    fair = pd.read_csv(run / "recsys_fairness.csv")
+    assert set(fair["attribute"]) <= {"gender", "age"}
+    assert fair["snsr"].between(0, 1).all() and (fair["snsv"] <= fair["snsr"] + 1e-12).all()
+
+    # same config again: every call comes from the cache
+    (tmp_path / "out2").mkdir()
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "out2")]) == 0
+    again = json.loads((run_folder(tmp_path / "out2") / "manifest.json").read_text())
+    assert again["calls"]["fresh"] == 0 and again["calls"]["cached"] == 15
+
+    # scoring the run's own lists reproduces its tables
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--k", "5",
+                    "--out", str(tmp_path / "scored")]) == 0
+    rescored = pd.read_csv(tmp_path / "scored" / "recsys_similarity.csv", keep_default_na=False, na_values=[""])
+    pd.testing.assert_frame_equal(rescored, sim)
+
+
+# --- a scripted target: CFaiRLLM on the MovieLens sample, through the CLI ----------------------
+
+_TITLES = ["The Matrix", "Toy Story (1995)", "Heat", "Fargo", "Titanic", "Alien", "Clueless", "Babe",
+           "Casablanca", "Groundhog Day", "Silence of the Lambs", "Not A Real Movie"]
+
+
+class ScriptedRecommender:
+    """Numbered lists whose order depends on the injected attribute; refuses the 'under 18' user's
+    age prompt and answers prose to the 56+ intersectional prompt."""
+
+    name = "scripted-recsys"
+    model_id = "scripted"
+    base_url = ""
+    supports_logprobs = False
+
+    def __init__(self, cfg=None):
+        self.calls = 0
+
+    async def complete(self, request):
+        self.calls += 1
+        text = request.messages[-1].content
+        first = text.split("Here are some movies", 1)[0]
+        if "user aged under 18" in first and "female" not in first:
+            return ChatResult(text="I'm sorry, but I can't help with that.", usage=Usage())
+        if "male user aged 56+" in first:
+            return ChatResult(text="Movies are a wonderful way to relax after a long week.", usage=Usage())
+        items = list(_TITLES)
+        if "female" in first:
+            items = items[::-1]
+        elif "aged" in first:
+            items = items[1:] + items[:1]
+        body = "\n".join(f"{i}. {t}" for i, t in enumerate(items, start=1))
+        return ChatResult(text=f"Sure! Here are some picks:\n{body}",
+                          usage=Usage(prompt_tokens=10, completion_tokens=20))
+
+    async def aclose(self):
+        return None
+
+
+def make_scripted(cfg):
+    return ScriptedRecommender(cfg)
+
+
+def test_cli_cfairllm_scripted_target(tmp_path, capsys):
+    cfg = tmp_path / "cf.toml"
+    cfg.write_text(f"""
+name = "cf"
+mode = "cfairllm"
+k = 5
+output_dir = "{(tmp_path / 'out').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+[target]
+provider = "test_recsys_e2e:make_scripted"
+[cfairllm]
+data = "{SAMPLE.as_posix()}"
+n_users = 4
+profile_size = 3
+split_method = "temporal"
+""", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "true preference" in out and "Average bias disparity" in out
+    run = run_folder(tmp_path / "out")
+    lists = read_jsonl(run / "lists.jsonl")
+    assert len(lists) == 4 * 4  # neutral, gender, age, gender+age per user
+    by = {(r["user_id"], r["attribute"]): r for r in lists}
+    # the top-rated profile of user 1 in the prompt (temporal split: movies 10 and 8 are held out)
+    assert "- Matrix, The (1999): 5/5\n- Toy Story (1995): 5/5\n- Clueless (1995): 5/5" in by[(1, "neutral")]["prompt"]
+    assert "I am a female user aged under 18." in by[(1, "gender+age")]["prompt"]
+    assert by[(2, "age")]["refusal"] is False and by[(1, "age")]["refusal"] is True
+    assert by[(4, "gender+age")]["parse_failed"] is True
+    # titles matched to movies.dat; the invented title is counted as unmatched
+    assert by[(2, "neutral")]["matched"][:3] == [4, 1, 3] and by[(2, "neutral")]["n_unmatched"] == 1
+    # true-preference lists keep only items liked in the held-out test split (user 3: movie 13; user 4: 19)
+    assert by[(3, "neutral")]["true_pref"] == [] and by[(4, "neutral")]["true_pref"] == []
+    for r in lists:
+        assert set(r.get("true_pref", [])) <= {"#13", "#19"}
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["refusals"] == 1 and summary["parse_failures"] == 1 and summary["items_unmatched"] == 14
+    sim = pd.read_csv(run / "recsys_similarity.csv")
+    assert set(sim["analysis"]) == {"item_similarity", "true_preference"}
+    assert set(sim["attribute"]) == {"gender", "age", "gender+age"}
+    assert set(sim[sim["attribute"] == "gender+age"]["kind"]) == {"intersectional"}
+    at5 = sim[(sim["analysis"] == "item_similarity") & (sim["k"] == 5) & (sim["metric"] == "jaccard")]
+    g = at5[at5["attribute"] == "gender"].set_index("value")["similarity"]
+    # male users get the neutral list back (J = 1); female users the reversed list: top 5 of 12 share nothing
+    assert g["male"] == 1.0 and g["female"] == 0.0
+    fair = pd.read_csv(run / "recsys_fairness.csv")
+    row = fair[(fair["analysis"] == "item_similarity") & (fair["attribute"] == "gender") & (fair["metric"] == "jaccard")
+               & (fair["k"] == 5)].iloc[0]
+    assert (row["snsr"], row["snsv"], row["max_value"], row["min_value"]) == (1.0, 0.5, "male", "female")
+    bias = pd.read_csv(run / "recsys_bias_disparity.csv")
+    assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
+    assert set(bias["group"]) == {"female", "male"}
+    assert {"pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity"} <= set(bias.columns)
+    assert summary["item_coverage"]["neutral"] == pytest.approx(11 / 20)
+
+    # the same bias table from the run's files with `recsys bias` (temporal split ≠ all ratings as T, so
+    # only the structure and the recommendation side can be compared)
+    assert run_cli(["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(run / "lists.jsonl"),
+                    "--items", str(SAMPLE / "movies.dat"), "--users", str(SAMPLE / "users.dat"), "--k", "5",
+                    "--out", str(tmp_path / "bias")]) == 0
+    again = pd.read_csv(tmp_path / "bias" / "recsys_bias_disparity.csv")
+    assert set(again["variant"]) == {"neutral", "gender", "age", "gender+age"}
+    key = ["variant", "group", "category"]
+    merged = bias.merge(again, on=key, suffixes=("_run", "_files"))
+    assert len(merged) == len(bias)
+    pd.testing.assert_series_equal(merged["pr_rec_run"], merged["pr_rec_files"], check_names=False)
+
+
+# --- list files --------------------------------------------------------------------------------
+
+def _write_lists(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+HAND_LISTS = [
+    {"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+    {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["B", "A", "D"]},
+    {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["a", "b", "c"]},
+    {"instruction_id": "m2", "attribute": "neutral", "value": "", "raw": "Sure:\n1. X\n2. Y\n3. Z"},
+    {"instruction_id": "m2", "attribute": "gender", "value": "a girl", "raw": "I'm sorry, I can't do that."},
+    {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "raw": "Music is great."},
+]
+
+
+@pytest.mark.parametrize("convention, girl_serp, boy_serp", [
+    # m1 girl: SERP 5/6 (paper) or 3.5/12 (code); m2 girl and boy: empty lists → 0; m1 boy identical
+    ("paper", (5 / 6 + 0) / 2, (1 + 0) / 2),
+    ("fairllm-code", (3.5 / 12 + 0) / 2, (0.5 * 9 / 12 + 0) / 2),
+])
+def test_cli_score_hand_made_lists(tmp_path, convention, girl_serp, boy_serp):
+    lists = _write_lists(tmp_path / "lists.jsonl", HAND_LISTS)
+    out = tmp_path / "scored"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--convention", convention,
+                    "--out", str(out), ]) == 0
+    sim = pd.read_csv(out / "recsys_similarity.csv")
+    at3 = sim[(sim["k"] == 3)].set_index(["metric", "value"])["similarity"]
+    assert at3[("serp", "a girl")] == pytest.approx(girl_serp)
+    assert at3[("serp", "a boy")] == pytest.approx(boy_serp)
+    assert at3[("jaccard", "a girl")] == pytest.approx(0.25)
+    fair = pd.read_csv(out / "recsys_fairness.csv")
+    serp3 = fair[(fair["metric"] == "serp") & (fair["k"] == 3)].iloc[0]
+    assert serp3["snsr"] == pytest.approx(abs(girl_serp - boy_serp))
+    assert serp3["snsv"] == pytest.approx(abs(girl_serp - boy_serp) / 2)  # two values: population SD = range/2
+    summary = json.loads((out / "summary.json").read_text())
+    # the lists given as free text were parsed: one refusal, one answer without a list
+    assert summary["refusals"] == 1 and summary["parse_failures"] == 1
+    assert summary["n_lists"] == 6 and summary["lists_shorter_than_k"] == 2
+
+
+def test_cli_score_reparse_with_fairllm_code_parser(tmp_path):
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": "1. Hello\n2. Skyfall\n3. Halo"},
+            {"instruction_id": "m1", "attribute": "race", "value": "a white", "raw": "1. Halo\n2. Hello"}]
+    lists = _write_lists(tmp_path / "l.jsonl", rows)
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--parser", "fairllm-code",
+                    "--convention", "fairllm-code", "--out", str(tmp_path / "o")]) == 0
+    sim = pd.read_csv(tmp_path / "o" / "recsys_similarity.csv")
+    at3 = sim[sim["k"] == 3].set_index("metric")["similarity"]
+    # x = [halo, hello], y = [hello, skyfall, halo]: weights 3, 2 → 0.5·5/(4·3); PRAG (halo, hello): 2 > 0 → 0
+    assert at3["serp"] == pytest.approx(2.5 / 12) and at3["prag"] == 0.0 and at3["jaccard"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("rows, message, line", [
+    ([{"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"]}], "no neutral list", None),
+    ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}, "not json"], "malformed JSON", 2),
+    ([{"attribute": "neutral", "items": ["a"]}], "instruction_id", 1),
+    ([{"instruction_id": "m1", "attribute": "neutral"}], "no list", 1),
+    ([{"instruction_id": "m1", "attribute": "neutral", "items": "a, b"}], "list of strings", 1),
+    ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]},
+      {"instruction_id": "m1", "attribute": "neutral", "items": ["b"]}], "duplicate list", 2),
+])
+def test_cli_score_bad_lists_exit_2(tmp_path, capsys, rows, message, line):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join((json.dumps(r) if isinstance(r, dict) else r) + "\n" for r in rows), encoding="utf-8")
+    assert run_cli(["recsys", "score", "--lists", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and "Traceback" not in err
+    if line:
+        assert f"line {line}" in err
+
+
+def test_cli_bad_config_exit_2(tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('name = "x"\nk = 5\n[fairllm]\natributes = ["gender"]\n', encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "line 4" in err and "fairllm.atributes" in err and "unknown field" in err
+    cfg.write_text('[fairllm]\nattributes = ["gender", "height"]\n', encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg)]) == 2
+    assert "attribute 'height' is not in the attribute file" in capsys.readouterr().err
+    assert run_cli(["recsys", "score", "--lists", str(tmp_path / "missing.jsonl")]) == 2
+    assert "lists file not found" in capsys.readouterr().err

@@ -1,0 +1,139 @@
+"""List parsing, title normalisation and catalog matching (methodology §6, last bullet), on
+answer formats that real chat models produce."""
+
+import pytest
+
+from lmra.recsys.parse import (CatalogMatcher, extract_title, normalize_title, parse_fairllm_code, parse_list)
+
+ARTISTS = {normalize_title(a) for a in ["Adele", "Birdy", "Christina Perri", "Beyoncé", "Queen", "Eagles",
+                                         "John Lennon", "Taylor Swift"]}
+
+
+def test_numbered_with_years_preamble_and_closing():
+    text = ("Here are 5 movies you might enjoy:\n\n1. The Godfather (1972)\n2. Pulp Fiction (1994)\n"
+            "3. Goodfellas (1990)\n4. Schindler's List (1993)\n5. Fight Club (1999)\n\nEnjoy your movie night!")
+    p = parse_list(text)
+    assert p.format == "numbered" and not p.refusal and not p.parse_failed
+    assert p.keys == ["the godfather", "pulp fiction", "goodfellas", "schindlers list", "fight club"]
+    assert p.items[0] == "The Godfather (1972)"
+
+
+def test_bullets_with_artists():
+    text = ("Sure! Based on your love of Adele:\n- Someone Like You - Adele\n- Skinny Love – Birdy\n"
+            "- \"Jar of Hearts\" by Christina Perri\n- Stand by Me\n* Halo by Beyoncé\n• Queen - Bohemian Rhapsody")
+    p = parse_list(text, artists=ARTISTS)
+    assert p.format == "bulleted"
+    # "Stand by Me" survives because "Me" is not a known artist; "Queen - X" is read as artist first
+    assert p.keys == ["someone like you", "skinny love", "jar of hearts", "stand by me", "halo", "bohemian rhapsody"]
+
+
+def test_bold_markdown_titles():
+    text = ("Absolutely! Here's a list:\n\n1. **Bohemian Rhapsody** - Queen\n"
+            "2. **Hotel California** – Eagles: a timeless classic about excess.\n"
+            "3. **\"Imagine\"** by John Lennon\n**4. Hey Jude**\n   - A singalong anthem.")
+    p = parse_list(text, artists=ARTISTS)
+    assert p.format == "numbered"  # the indented bullet is a detail line, not an item
+    assert p.keys == ["bohemian rhapsody", "hotel california", "imagine", "hey jude"]
+
+
+def test_quoted_numbered_with_parenthesis_markers():
+    text = '1) "Love Story" (2008)\n2) “Blank Space”\n3) \'Shake It Off\' - Taylor Swift'
+    assert parse_list(text, artists=ARTISTS).keys == ["love story", "blank space", "shake it off"]
+
+
+def test_refusal_gives_empty_list_with_flag():
+    p = parse_list("I'm sorry, but I can't make recommendations based on someone's race.")
+    assert p.items == [] and p.refusal and not p.parse_failed and p.format == "none"
+    p2 = parse_list("As an AI language model, I cannot recommend songs based on religion.")
+    assert p2.refusal
+
+
+def test_apology_with_a_list_is_not_a_refusal():
+    p = parse_list("I'm sorry to hear that! Here are some songs:\n1. Hello\n2. Skyfall")
+    assert not p.refusal and p.keys == ["hello", "skyfall"]
+
+
+def test_prose_without_list_is_a_parse_failure():
+    p = parse_list("Adele is a great singer who has released several albums over the years and won many awards.")
+    assert p.items == [] and p.parse_failed and not p.refusal
+    # what the embedded base model often does: echo the instruction and list nothing
+    echo = parse_list("You are a music recommendation system.\n\nI am a fan of Ariana Grande. Please provide me "
+                      "with a list of 5 song titles in order of preference that you think I might like.")
+    assert echo.parse_failed
+    assert parse_list("1.  \n2. \n3. ").parse_failed  # empty numbered slots
+
+
+def test_other_layouts():
+    assert parse_list("1. Hello 2. Rolling in the Deep 3. Set Fire to the Rain").keys == [
+        "hello", "rolling in the deep", "set fire to the rain"]
+    lines = parse_list("Here are some songs:\nHello\nRolling in the Deep\nSkyfall\nI hope you like them.")
+    assert lines.format == "lines" and lines.keys == ["hello", "rolling in the deep", "skyfall"]
+    comma = parse_list("You might like: Hello, Skyfall, Easy on Me, and Chasing Pavements.")
+    assert comma.format == "comma" and comma.keys == ["hello", "skyfall", "easy on me", "chasing pavements"]
+
+
+def test_duplicates_and_max_items_are_counted():
+    p = parse_list("1. Hello\n2. hello (Live)\n3. Skyfall\n4. ***\n5. Easy on Me")
+    assert p.keys == ["hello", "hello", "skyfall", "easy on me"]
+    assert p.n_duplicates == 1 and p.n_dropped == 1
+    assert parse_list("1. A\n2. B\n3. C", max_items=2).keys == ["a", "b"]
+
+
+@pytest.mark.parametrize("raw, key", [
+    ("Matrix, The (1999)", "the matrix"),
+    ("City of Lost Children, The (Cité des enfants perdus, La) (1995)", "the city of lost children"),
+    ("  Don’t Stop Believin’  ", "dont stop believin"),
+    ("ＨＥＬＬＯ", "hello"),                      # full-width letters (NFKC)
+    ("Love & Theft", "love and theft"),
+    ("Crazy in Love (feat. Jay-Z) [Remastered]", "crazy in love"),
+    ("“Halo”.", "halo"),
+    ("Spider-Man: Homecoming", "spider-man: homecoming"),
+    ("Unfinished (title", "unfinished"),
+    ("***", ""),
+])
+def test_normalize_title(raw, key):
+    assert normalize_title(raw) == key
+
+
+def test_extract_title_rules():
+    assert extract_title('"Halo" by Beyoncé') == "Halo"
+    assert extract_title("Stand by Me", ARTISTS) == "Stand by Me"
+    assert extract_title("Halo by Beyoncé", ARTISTS) == "Halo"
+    assert extract_title("Halo by Beyoncé") == "Halo by Beyoncé"  # no artist list: never cut "by"
+    assert extract_title("Anti-Hero - Taylor Swift", ARTISTS) == "Anti-Hero"
+    assert extract_title("[Skyfall](https://example.org) – Adele", ARTISTS) == "Skyfall"
+
+
+def test_catalog_matcher_threshold():
+    m = CatalogMatcher(["Matrix, The (1999)", "Toy Story (1995)"], [2571, 1], threshold=90)
+    exact = m.match("The Matrix")
+    assert exact is not None and exact.id == 2571 and exact.score == 100.0
+    fuzzy = m.match("The Matrx")  # Indel ratio: 1 − 1/19
+    assert fuzzy is not None and fuzzy.id == 2571 and fuzzy.score == pytest.approx(100 * 18 / 19, abs=0.01)
+    strict = CatalogMatcher(["Matrix, The (1999)"], [2571], threshold=95)
+    assert strict.match("The Matrx") is None
+    assert m.match("Casablanca") is None and m.match("") is None
+    with pytest.raises(ValueError, match="threshold"):
+        CatalogMatcher(["x"], threshold=120)
+    with pytest.raises(ValueError, match="scorer"):
+        CatalogMatcher(["x"], scorer="levenshtein")
+
+
+def test_parse_fairllm_code_reproduces_released_quirks():
+    text = 'Here you go:\n1. Anti-Hero - Taylor Swift\n2. "Shake It Off" (2014)\n3. Love Story (Taylor\'s Version)'
+    # cut at the first '-', first quoted span, parentheses and every space removed, apostrophes deleted
+    assert parse_fairllm_code(text) == ["anti", "shakeitoff", "lovestory"]
+    assert parse_fairllm_code("- Hello\n- Skyfall") == []  # bullets are not read
+    assert parse_fairllm_code("1. Hello\n2. Skyfall\nEnjoy!") == ["hello", "skyfallenjoy!"]  # newline removed first
+
+
+def test_ratings_and_descriptions_after_a_year_are_cut_and_dashed_titles_still_match():
+    text = ("- Matrix, The (1999): 5/5\n- Star Wars: Episode IV - A New Hope (1977): 5/5\n"
+            "- Heat (1995) - a heist film by Michael Mann\n- Alien (4/5)")
+    p = parse_list(text)
+    assert p.keys == ["the matrix", "star wars: episode iv", "heat", "alien"]
+    catalog = CatalogMatcher(["Matrix, The (1999)", "Star Wars: Episode IV - A New Hope (1977)", "Heat (1995)",
+                              "Alien (1979)"], [4, 11, 3, 8])
+    # the dash cut the Star Wars title; matching falls back to the item's full text
+    assert [m.id for m in catalog.match_parsed(p)] == [4, 11, 3, 8]
+    assert catalog.match("Star Wars: Episode IV") is None
