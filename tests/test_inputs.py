@@ -109,4 +109,4 @@ def test_shipped_examples_validate(name):
 def test_default_example_is_small_and_uses_the_embedded_model():
     cfg = load_config(EXAMPLES / "default.toml")
     assert cfg.target.provider == cfg.judge.provider == "llamacpp" and cfg.target.model is None
-    assert cfg.comparisons == [("female", "male")] and cfg.prompts_per_task == 2
+    assert cfg.comparisons == [("female", "male")] and cfg.prompts_per_task == 1
