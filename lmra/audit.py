@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from lmra import aggregate
+from lmra.budget import Budget, BudgetedProvider, BudgetExceeded, PriceTable
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig, Group, JudgeConfig, dump_config
 from lmra.data import PromptRecord, load_names, load_prompts
@@ -36,6 +37,7 @@ from lmra.judge.stereotype import rate_stereotype
 from lmra.judge.taxonomy import Classification, Taxonomy, classify_prompt, load_taxonomy
 from lmra.providers import Provider, ProviderError, make_provider
 from lmra.providers.base import ChatRequest
+from lmra.providers.ratelimit import rate_limited
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
 
@@ -122,6 +124,9 @@ class Audit:
         self.config_path = config_path
         self.progress = progress or _Progress()
         self.stats = CallStats()
+        self.budget = Budget(config.max_calls, config.max_cost,
+                             PriceTable.load(resolve_resource(config.prices, "prompts"))
+                             if config.max_cost is not None else None)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
 
@@ -219,10 +224,19 @@ class Audit:
         cfg = self.cfg
         inputs = self.load_inputs()
         cache = CallCache(cfg.cache)
-        target = CachedProvider(self._target_provider(), cache, self.stats)
-        judge = CachedProvider(self._judge_provider(), cache, self.stats)
+
+        def wrap(p: Provider, m) -> Provider:
+            limited = rate_limited(p, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
+            # the budget sits outside the cache: cached calls are free and never refused
+            return BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
+
+        if cfg.max_cost is not None:
+            for p in (self._target_provider(), self._judge_provider()):
+                self.budget.require_price(p.name, p.model_id)
+        target = wrap(self._target_provider(), cfg.target)
+        judge = wrap(self._judge_provider(), cfg.judge)
         j2 = self._judge2_provider()
-        judge2 = CachedProvider(j2, cache, self.stats) if j2 is not None else None
+        judge2 = wrap(j2, cfg.judge2) if j2 is not None else None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
         manifest: dict[str, Any] = {
@@ -241,19 +255,34 @@ class Audit:
         self._write_json("manifest.json", manifest)
         sem = asyncio.Semaphore(cfg.concurrency)
         try:
-            prompts, classifications = await self._classify(inputs, judge, sem)
-            prompts, decisions = await self._select(prompts, inputs, judge, sem)
-            responses = await self._generate(prompts, inputs, target, sem)
-            refusals = await self._label_refusals(prompts, responses, inputs, judge, sem)
-            ratings, quality_rows = await self._rate(prompts, responses, refusals, inputs, judge, judge2, sem)
-        except BaseException:
-            manifest |= {"status": "interrupted", "calls": self.stats.as_dict()}
+            stages = await self._stages(inputs, target, judge, judge2, sem)
+        except BaseException as exc:
+            status = "stopped_by_budget" if isinstance(exc, BudgetExceeded) else "interrupted"
+            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report()}
+            if isinstance(exc, BudgetExceeded):
+                manifest["stop_reason"] = str(exc)
             self._write_json("manifest.json", manifest)
             raise
         finally:
             cache.close()
-        return self._finish(inputs, prompts, classifications, decisions, responses, refusals, ratings, quality_rows,
-                            manifest)
+        manifest["budget"] = self.budget.report()
+        return self._finish(inputs, *stages, manifest)
+
+    async def _stages(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
+                      sem: asyncio.Semaphore, barrier: Callable[[], None] = lambda: None) -> tuple:
+        """The audit's stages in order; ``barrier`` runs between stages (batch mode ends a dry
+        pass there). Returns (prompts, classifications, decisions, responses, refusals,
+        ratings, quality_rows)."""
+        prompts, classifications = await self._classify(inputs, judge, sem)
+        barrier()
+        prompts, decisions = await self._select(prompts, inputs, judge, sem)
+        barrier()
+        responses = await self._generate(prompts, inputs, target, sem)
+        barrier()
+        refusals = await self._label_refusals(prompts, responses, inputs, judge, sem)
+        barrier()
+        ratings, quality_rows = await self._rate(prompts, responses, refusals, inputs, judge, judge2, sem)
+        return prompts, classifications, decisions, responses, refusals, ratings, quality_rows
 
     async def _gather(self, stage: str, coros: list) -> list:
         self.progress.start(stage, len(coros))
@@ -263,7 +292,13 @@ class Audit:
             self.progress.advance(stage)
             return r
 
-        return list(await asyncio.gather(*(tick(c) for c in coros)))
+        # let every task settle before raising, so that no finished (paid) call is lost when
+        # one of them fails (e.g. the budget stops the run)
+        results = await asyncio.gather(*(tick(c) for c in coros), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return list(results)
 
     # -- stage 1: task classification (methodology §5) --------------------------------------
     async def _classify(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
@@ -328,7 +363,10 @@ class Audit:
                 self.progress.advance("filter")
             return kept, removed
 
-        results = await asyncio.gather(*(walk(v) for v in by_task.values()))
+        results = await asyncio.gather(*(walk(v) for v in by_task.values()), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
         return [p for p in pool if p.id in keep_ids], decisions

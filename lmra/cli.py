@@ -1,8 +1,10 @@
 """The ``lmra`` command line.
 
 Exit status: 0 success, 2 usage or input error (a one-paragraph message naming the file,
-line and field; never a traceback), 1 failure, 130 interrupted (finished calls are kept in
-the cache; re-run the same command to resume).
+line and field; never a traceback), 1 failure, 3 a regression against the baseline,
+4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
+``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
+same command to resume).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                    ("prompts_per_task", args.per_task)) if v is not None}
     if args.redact:
         overrides["redact"] = True
+    if args.batch:
+        overrides["batch"] = True
+    for key in ("max_cost", "max_calls", "prices"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
     if overrides:
         from lmra.config import parse_config
 
@@ -71,9 +78,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
                   f"per-task limit, {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls (cached calls are free). "
                   f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
-    with rich_progress(console, not args.no_progress) as progress:
-        audit.progress = progress
-        result = audit.run()
+    import asyncio
+
+    from lmra.batch import BatchPending, arun_batched
+    from lmra.budget import BudgetExceeded
+
+    try:
+        with rich_progress(console, not args.no_progress) as progress:
+            audit.progress = progress
+            if cfg.batch:
+                result = asyncio.run(arun_batched(audit, poll_interval_s=cfg.batch_poll_interval_s,
+                                                  max_wait_s=cfg.batch_max_wait_s, budget=audit.budget,
+                                                  log=lambda msg: console.print(f"[dim]batch:[/] {msg}")))
+            else:
+                result = audit.run()
+    except BudgetExceeded as exc:
+        err_console.print(f"[bold yellow]stopped by the budget:[/] {exc}. Finished calls are kept in the cache and "
+                          f"counted in {audit.run_dir / 'manifest.json'}; raise the limit and run again to continue.")
+        return 4
+    except BatchPending as exc:
+        err_console.print(f"[yellow]batches still running:[/] {exc}. Resume with: lmra batch resume {audit.run_dir}")
+        return 75
     render_audit(console, result)
     from lmra.monitor_cli import monitor_after_audit
 
@@ -143,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check the run against this baseline; exit 3 if a task's net rating regressed")
     a.add_argument("--margin", type=float, default=0.0, help="rise of a task's net rating that counts as a regression")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
+    a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
+    a.add_argument("--max-cost", type=float, metavar="USD", help="stop cleanly before the estimated cost exceeds USD")
+    a.add_argument("--max-calls", type=int, metavar="N", help="stop cleanly before more than N fresh model calls")
+    a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
     a.set_defaults(func=cmd_audit)
 
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
@@ -163,11 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--out", default="names")
     nb.set_defaults(func=cmd_names_build)
 
+    from lmra.batch_cli import add_parsers as add_batch_parsers
     from lmra.monitor_cli import add_parsers as add_monitor_parsers
     from lmra.recsys.cli import add_parser as add_recsys_parser
 
     add_monitor_parsers(sub)
     add_recsys_parser(sub)
+    add_batch_parsers(sub)
     return p
 
 

@@ -54,6 +54,12 @@ class ModelConfig(_Strict):
     n_threads: int | None = Field(None, ge=1, description="CPU threads for llamacpp (None = all cores).")
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds for HTTP providers.")
     max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
+    requests_per_minute: float | None = Field(
+        None, gt=0, description="Client-side request rate limit for this model (None = none).")
+    tokens_per_minute: float | None = Field(
+        None, gt=0, description="Client-side token rate limit (prompt + completion tokens; None = none).")
+    max_concurrency: int | None = Field(
+        None, ge=1, description="Calls to this model in flight at once (None = the audit's concurrency).")
     options: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom provider factory.")
 
     @field_validator("provider")
@@ -139,6 +145,53 @@ class FilterConfig(_Strict):
     threshold: float = Field(0.5, gt=0, le=1, description="Remove when the LMRA's p(yes) ≥ threshold.")
 
 
+class AxesConfig(_Strict):
+    """Bias enumeration: axes of difference (methodology §4; FPF §3.4). See docs/axes.md."""
+
+    enabled: bool = Field(False, description="Run the axes-of-difference algorithm after the audit "
+                          "(or on a finished run with 'lmra axes --run RUN').")
+    discovery_pairs: int = Field(
+        30, ge=1, description="Pairs the LMRA brainstorms differences on (whole prompts, seeded; per comparison).")
+    test_pairs: int | None = Field(
+        None, ge=2, description="Held-out pairs every candidate axis is labelled on (prompts disjoint from the "
+        "discovery prompts; None = all remaining pairs; per comparison).")
+    max_axes: int = Field(20, ge=1, le=200, description="At most this many candidate axes after consolidation (K).")
+    extra_axes: list[str] = Field(
+        default_factory=list, description="Axes stated in advance (e.g. 'uses simpler language'), labelled and "
+        "tested beside the discovered ones; they count toward the multiple-comparison correction.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise error rate over the axes tested.")
+    correction: Literal["bonferroni", "holm"] = Field(
+        "bonferroni", description="Multiple-comparison correction over the axes actually tested.")
+    test: Literal["t", "sign"] = Field(
+        "t", description="Per-axis test of mean(s) = 0: one-sample t-test (clustered by prompt) or sign test.")
+    min_test_pairs: int = Field(
+        3, ge=2, description="An axis with fewer valid labelled test pairs is reported but not tested (not counted in K).")
+    max_features: int = Field(8, ge=1, le=50, description="Features the LMRA may list per discovery pair.")
+    temperature: float = Field(
+        0.7, ge=0.0, le=2.0, description="Sampling temperature of the brainstorm and merge answers (the retry of an "
+        "invalid answer draws another sample, so keep it above 0).")
+    max_tokens: int = Field(256, ge=16, le=8192, description="Token limit of one brainstorm answer.")
+    merge_max_tokens: int = Field(768, ge=16, le=16384, description="Token limit of the consolidation answer.")
+    max_merge_items: int = Field(
+        150, ge=2, le=2000, description="At most this many (most frequent) distinct features or pre-clusters are "
+        "shown to the LMRA merge prompt.")
+    embed_preclustering: bool = Field(
+        False, description="Pre-group features by sentence embeddings (pip install 'lmra[embed]') before the merge.")
+    embed_threshold: float = Field(
+        0.5, gt=0, lt=2, description="Cosine-distance cut of the average-linkage clustering of feature embeddings.")
+    harm_check: bool = Field(True, description="Ask the LMRA whether each selected axis is a harmful stereotype.")
+    seed: int | None = Field(None, description="Seed of the split and the presentation orders (None = the audit seed).")
+
+    @field_validator("extra_axes")
+    @classmethod
+    def _nonblank_axes(cls, v: list[str]) -> list[str]:
+        if any(not a.strip() for a in v):
+            raise ValueError("an extra axis is blank")
+        if any(len(" ".join(a.split())) > 120 for a in v):
+            raise ValueError("an extra axis is longer than 120 characters (state it as a short property)")
+        return v
+
+
 def _default_groups() -> list[Group]:
     return [Group(name="female", gender="female", wording="female"),
             Group(name="male", gender="male", wording="male")]
@@ -182,9 +235,22 @@ class AuditConfig(_Strict):
     output_dir: str = Field("reports", description="Folder under which run folders are written.")
     cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
+    max_calls: int | None = Field(
+        None, ge=0, description="Stop cleanly before the fresh model call that would exceed this many (cached calls "
+        "are free); finished work is kept.")
+    max_cost: float | None = Field(
+        None, ge=0, description="Stop cleanly before the fresh call whose estimated cost (USD, from the price "
+        "table) would exceed this.")
+    prices: str = Field("prompts/prices.toml", description="Price table (USD per 1M tokens per provider and model).")
+    batch: bool = Field(False, description="Send uncached calls through the providers' batch APIs (OpenAI Batch, "
+                        "Anthropic Message Batches); see docs/batch.md.")
+    batch_poll_interval_s: float = Field(30.0, gt=0, description="Seconds between batch status polls.")
+    batch_max_wait_s: float = Field(93600.0, gt=0, description="Give up waiting (resume later) after this long.")
     quality: QualityConfig = Field(default_factory=QualityConfig, description="Quality criteria settings.")
     refusal: RefusalConfig = Field(default_factory=RefusalConfig, description="Refusal labelling settings.")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="Prompt filter settings.")
+    axes: AxesConfig = Field(default_factory=AxesConfig,
+                             description="Axes of difference (bias enumeration, methodology §4) settings.")
 
     @field_validator("groups")
     @classmethod

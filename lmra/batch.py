@@ -1,0 +1,785 @@
+"""Batch mode: send a run's model calls through the providers' batch APIs, resumably.
+
+The flow fills the ordinary call cache, so the normal pipeline then runs unchanged and
+entirely from the cache:
+
+1. **Collect** (a dry pass). The pipeline (e.g. an audit's stages) runs with every provider
+   replaced by a :class:`CollectingProvider`. It answers cached calls from the cache and,
+   for every other call, records ``(cache key, request)`` and returns a *placeholder* result
+   whose text carries :data:`PLACEHOLDER_MARK`. A request whose messages contain that mark
+   depends on an answer not known yet (the LMRA prompt embeds the target's response): it is
+   *not* collected. The pipeline calls :func:`stage_barrier` between stages, which ends the
+   pass after the first stage that got placeholders, since later stages can depend on its
+   answers in ways no text check sees (which prompts pass a filter). Providers without a
+   batch API make their calls live during the pass.
+2. **Submit**. The collected calls are grouped per provider config (name, base URL, model),
+   split into chunks within the API's limits, written to ``<run>/batch/job-NNNN.requests.jsonl``
+   and submitted through the provider's backend (:mod:`lmra.providers._openai_batch`,
+   :mod:`lmra.providers._anthropic_batch`). Job ids and remote batch ids are written to
+   ``<run>/batch/state.json`` *before and after* each remote step, so a restarted process
+   never submits the same job twice.
+3. **Poll and download**. Every job is polled until it ends (bounded by ``max_wait_s``); its
+   results are written into the :class:`~lmra.cache.CallCache` under the key the normal path
+   computes (:func:`~lmra.providers.base.request_key`, checked for every row). Items that
+   failed (API error, expired, cancelled, missing) are listed per job in the state file with
+   their message and counted; they are never replaced by anything.
+4. **Repeat** 1–3 until a dry pass collects nothing (one round per audit stage with uncached
+   calls: filter, responses, refusal labels, ratings), then run the pipeline for real: every
+   call is a cache hit, and a failed batch item raises :class:`~lmra.providers.base.ProviderError` through
+   :class:`BatchFailureGuard`, so the pair is counted as failed like any failed call.
+
+If the process stops (Ctrl-C, crash, ``max_wait_s``), ``lmra batch resume RUN_DIR`` (or the
+same :class:`BatchOrchestrator` on the same run folder) reloads the state, polls the jobs
+already submitted, downloads them and continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key
+
+STATE_VERSION = 1
+#: Marks the text of a placeholder answer during a collecting pass.
+PLACEHOLDER_MARK = "\u27e6lmra-batch-pending:"
+STATE_DIR = "batch"
+STATE_FILE = "state.json"
+
+
+class BatchPending(RuntimeError):
+    """Batches are still running when ``max_wait_s`` ran out; the state is saved.
+
+    Continue with ``lmra batch resume RUN_DIR`` (or another :meth:`BatchOrchestrator.wait`).
+    """
+
+
+class BatchUnsupported(RuntimeError):
+    """A provider has no batch API backend (only ``openai`` and ``anthropic`` have one)."""
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def provider_id(p: Provider) -> str:
+    """``name|base_url|model_id``: what makes two providers share a cache key space."""
+    return f"{p.name}|{p.base_url}|{p.model_id}"
+
+
+def base_provider(p: Any) -> Any:
+    """Unwrap ``.inner`` chains (cache, rate limit, budget wrappers) down to the backend."""
+    seen = 0
+    while hasattr(p, "inner") and seen < 20:
+        p, seen = p.inner, seen + 1
+    return p
+
+
+def backend_for(provider: Provider) -> Any:
+    """The batch backend of a provider (sharing its SDK client).
+
+    Raises:
+        BatchUnsupported: the provider is neither the built-in ``openai`` nor ``anthropic`` one.
+    """
+    base = base_provider(provider)
+    from lmra.providers.anthropic import AnthropicProvider
+    from lmra.providers.openai import OpenAIProvider
+
+    if isinstance(base, OpenAIProvider):
+        from lmra.providers._openai_batch import OpenAIBatchBackend
+
+        return OpenAIBatchBackend.from_provider(base)
+    if isinstance(base, AnthropicProvider):
+        from lmra.providers._anthropic_batch import AnthropicBatchBackend
+
+        return AnthropicBatchBackend.from_provider(base)
+    raise BatchUnsupported(
+        f"provider '{provider.name}' (model '{provider.model_id}') has no batch API; batch mode supports the "
+        "built-in 'openai' and 'anthropic' providers (others make their calls live).")
+
+
+def placeholder(key: str, provider: Provider) -> ChatResult:
+    """The stand-in answer of a call that is not known yet (text carries the mark and key)."""
+    return ChatResult(text=f"{PLACEHOLDER_MARK}{key[:16]}\u27e7", option_probs=None, finish_reason="batch_pending",
+                      model=provider.model_id, provider=provider.name)
+
+
+def is_tainted(request: ChatRequest) -> bool:
+    """True when a request embeds a placeholder answer (its real input is not known yet)."""
+    return any(PLACEHOLDER_MARK in m.content for m in request.messages)
+
+
+class CollectingProvider:
+    """Provider used in a dry pass: answers from the cache or records the call for a batch.
+
+    Args:
+        inner: the real provider (only its ``name``, ``base_url``, ``model_id`` and
+            ``supports_logprobs`` are used; it is never called).
+        cache: the call cache.
+        pending: keys already in a submitted, unfinished batch (not collected again).
+        failed: key → message of failed batch items (raised as ProviderError, like the real pass).
+        live: for a provider without a batch API, the provider (normally a
+            :class:`~lmra.cache.CachedProvider`) that makes its calls live during the pass;
+            calls depending on a placeholder are still held back, never sent.
+
+    Attributes:
+        collected: key → request of the uncached calls met in the pass (deduplicated).
+        n_cached, n_tainted, n_live: calls answered from the cache / held back as depending
+            on a placeholder / made live.
+        n_placeholders: placeholder answers given (collected, pending or held back calls).
+    """
+
+    def __init__(self, inner: Provider, cache: CallCache, *, pending: set[str] | None = None,
+                 failed: dict[str, str] | None = None, live: Provider | None = None):
+        self.inner = inner
+        self.live = live
+        self.cache = cache
+        self.name = inner.name
+        self.model_id = inner.model_id
+        self.base_url = inner.base_url
+        self.supports_logprobs = inner.supports_logprobs
+        self.pending = pending or set()
+        self.failed = failed or {}
+        self.collected: dict[str, ChatRequest] = {}
+        self.n_cached = 0
+        self.n_tainted = 0
+        self.n_live = 0
+        self.n_placeholders = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        key = request_key(self.name, self.base_url, self.model_id, request)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.n_cached += 1
+            return hit.model_copy(update={"from_cache": True})
+        if key in self.failed:
+            raise ProviderError(f"batch item failed: {self.failed[key]}")
+        if is_tainted(request):
+            self.n_tainted += 1
+        elif self.live is not None:
+            self.n_live += 1
+            return await self.live.complete(request)
+        elif key not in self.pending:
+            self.collected.setdefault(key, request)
+        self.n_placeholders += 1
+        return placeholder(key, self)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class StopDryPass(Exception):
+    """Raised by :func:`stage_barrier` to end a dry pass at a stage boundary."""
+
+
+def stage_barrier(*providers: Any) -> None:
+    """Call between the stages of a pipeline: ends a dry pass once a stage got placeholder answers.
+
+    Later stages may depend on earlier answers in ways no text check can see (which prompts
+    pass a filter, which responses are refusals), so a dry pass never runs a stage on
+    placeholder results; those calls are collected in a later round, once the answers are
+    in the cache. With real providers (no :class:`CollectingProvider`) it does nothing.
+
+    Raises:
+        StopDryPass: some collector has given a placeholder answer.
+    """
+    n = sum(p.n_placeholders for p in providers if isinstance(p, CollectingProvider))
+    if n:
+        raise StopDryPass(f"{n} answer(s) of this stage are not known yet")
+
+
+class BatchFailureGuard:
+    """Inner provider for the real pass after batches: failed items raise, nothing is replaced.
+
+    Put it *inside* the :class:`~lmra.cache.CachedProvider`, so it is reached only on a cache
+    miss. Keeps ``inner``'s identity, so cache keys are unchanged.
+
+    Args:
+        inner: the real provider.
+        failed: key → message of failed batch items.
+        live_fallback: a miss that is *not* a failed item (a call the dry pass did not see,
+            i.e. a pipeline that is not deterministic) is sent live when True, raises
+            ProviderError when False (default).
+    """
+
+    def __init__(self, inner: Provider, failed: dict[str, str], *, live_fallback: bool = False):
+        self.inner = inner
+        self.failed = failed
+        self.live_fallback = live_fallback
+        self.name = inner.name
+        self.model_id = inner.model_id
+        self.base_url = inner.base_url
+        self.supports_logprobs = inner.supports_logprobs
+        self.n_live = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        key = request_key(self.name, self.base_url, self.model_id, request)
+        if key in self.failed:
+            raise ProviderError(f"batch item failed: {self.failed[key]}")
+        if not self.live_fallback:
+            raise ProviderError("call is not in the batch results (the pipeline made a call its dry pass did not)")
+        self.n_live += 1
+        return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass
+class _Ident:
+    """Provider identity for cache rows written from batch results."""
+
+    name: str
+    base_url: str
+    model_id: str
+
+
+class BatchOrchestrator:
+    """Collect, submit, poll and download batches for one run folder; resumable.
+
+    Args:
+        run_dir: the run folder; state goes to ``run_dir/batch/``.
+        cache: the call cache the results are written to (same file as the normal run).
+        providers: providers that may own jobs (needed to submit and to poll). On resume,
+            jobs whose provider is not given are polled through a provider rebuilt from the
+            ``model_config`` saved in the state (openai / anthropic with their key variables).
+        poll_interval_s: seconds between polling sweeps (> 0).
+        max_wait_s: give up waiting after this many seconds and raise :class:`BatchPending`
+            (state saved; resume later). Default 26 h (the APIs' 24 h window plus slack).
+        max_rounds: at most this many collect/submit rounds in :meth:`prefill` (≥ 1).
+        budget: optional :class:`lmra.budget.Budget`. Each submission is booked first at its
+            worst-case cost (estimated prompt tokens + ``max_tokens``, batch prices), raising
+            ``BudgetExceeded`` before anything is submitted; downloads count the real usage.
+        log: called with one-line progress messages.
+        clock, sleep: injectable for tests.
+
+    Raises:
+        ValueError: ``poll_interval_s`` ≤ 0, ``max_rounds`` < 1, or a state file of an
+            unknown version.
+    """
+
+    def __init__(self, run_dir: str | Path, cache: CallCache, *, providers: Sequence[Provider] = (),
+                 poll_interval_s: float = 30.0, max_wait_s: float = 26 * 3600, max_rounds: int = 8,
+                 budget: Any = None, log: Callable[[str], None] = lambda msg: None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        if poll_interval_s <= 0:
+            raise ValueError("poll_interval_s must be > 0")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be >= 1")
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / STATE_DIR
+        self.state_path = self.dir / STATE_FILE
+        self.cache = cache
+        self.poll_interval_s = poll_interval_s
+        self.max_wait_s = max_wait_s
+        self.max_rounds = max_rounds
+        self.budget = budget
+        self.log = log
+        self._clock = clock
+        self._sleep = sleep
+        self._providers: dict[str, Provider] = {provider_id(p): p for p in providers}
+        self._backends: dict[str, Any] = {}
+        self._bookings: list[Any] = []
+        self._lock_depth = 0
+        self._lock_fh = None
+        #: counts of the calls made live (providers without a batch API) during dry passes
+        self.live_stats = CallStats()
+        cache_path = cache.path if cache.path == ":memory:" else str(Path(cache.path).resolve())
+        self.state = load_state(self.run_dir) or {
+            "version": STATE_VERSION, "cache": cache_path, "created": _now(), "updated": _now(), "rounds": 0,
+            "jobs": []}
+        if self.budget is not None:  # jobs downloaded by an earlier process count against the budget
+            for job in self.jobs:
+                if job["state"] == "downloaded":
+                    self._account(job, None)
+
+    # -- state ------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the state file atomically (write a temporary file, then rename)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state["updated"] = _now()
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.state, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.state_path)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """Advisory file lock (re-entrant in this object): two processes never drive the same
+        run's batches at once.
+
+        Raises:
+            RuntimeError: another process holds the lock.
+        """
+        if self._lock_depth == 0:
+            import fcntl
+
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fh = (self.dir / ".lock").open("w")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                raise RuntimeError(f"another lmra process is driving the batches of {self.run_dir}") from None
+            self._lock_fh = fh
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fh is not None:
+                self._lock_fh.close()
+                self._lock_fh = None
+
+    @property
+    def jobs(self) -> list[dict]:
+        """The jobs of the state (dicts; see ``docs/batch.md`` for the fields)."""
+        return self.state["jobs"]
+
+    def failed_items(self) -> dict[str, str]:
+        """Key → message of every failed item of every downloaded job."""
+        out: dict[str, str] = {}
+        for job in self.jobs:
+            out.update(job.get("failed") or {})
+        return out
+
+    def pending_keys(self) -> set[str]:
+        """Keys of the calls in jobs that are not downloaded yet."""
+        keys: set[str] = set()
+        for job in self.jobs:
+            if job["state"] != "downloaded":
+                keys.update(k for k, _ in self._read_requests(job))
+        return keys
+
+    def _read_requests(self, job: dict) -> list[tuple[str, ChatRequest]]:
+        out = []
+        with (self.run_dir / job["requests_file"]).open(encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    row = json.loads(line)
+                    out.append((row["key"], ChatRequest.model_validate(row["request"])))
+        return out
+
+    # -- providers and backends -----------------------------------------------------------
+    def _provider_for(self, job: dict) -> Provider:
+        pid = job["provider_id"]
+        if pid not in self._providers:
+            cfg = job.get("model_config")
+            if not cfg:
+                raise BatchUnsupported(f"job {job['id']}: no provider given for {pid} and no saved model config")
+            from lmra.config import ModelConfig
+            from lmra.providers import make_provider
+
+            # a judge's config has extra fields (combiner …): keep those of a plain model
+            fields = {k: v for k, v in cfg.items() if k in ModelConfig.model_fields}
+            self._providers[pid] = make_provider(ModelConfig.model_validate(fields))
+        return self._providers[pid]
+
+    def _backend(self, job: dict) -> Any:
+        pid = job["provider_id"]
+        if pid not in self._backends:
+            self._backends[pid] = backend_for(self._provider_for(job))
+        return self._backends[pid]
+
+    @staticmethod
+    def has_batch_api(provider: Provider) -> bool:
+        """True when :func:`backend_for` supports the provider."""
+        try:
+            backend_for(provider)
+        except BatchUnsupported:
+            return False
+        return True
+
+    # -- collect ----------------------------------------------------------------------------
+    async def collect(self, providers: Sequence[Provider], pipeline: Callable[..., Awaitable[Any]]
+                      ) -> list[CollectingProvider]:
+        """Run ``pipeline(*collectors)`` once as a dry pass; return the collectors.
+
+        ``pipeline`` gets one :class:`CollectingProvider` per given provider, in order. Its
+        return value is ignored; it must tolerate placeholder answers (text containing
+        :data:`PLACEHOLDER_MARK`, no option probabilities) and should call
+        :func:`stage_barrier` between stages. Providers without a batch API
+        make their (untainted) calls live through the cache during the pass.
+        """
+        pending, failed = self.pending_keys(), self.failed_items()
+        collectors = []
+        for p in providers:
+            live = None if self.has_batch_api(p) else CachedProvider(p, self.cache, self.live_stats)
+            collectors.append(CollectingProvider(p, self.cache, pending=pending, failed=failed, live=live))
+        try:
+            await pipeline(*collectors)
+        except StopDryPass:
+            pass
+        return collectors
+
+    # -- submit -----------------------------------------------------------------------------
+    async def submit(self, provider: Provider, items: dict[str, ChatRequest]) -> list[dict]:
+        """Write, book and submit ``items`` (key → request) as one or more jobs for ``provider``.
+
+        Jobs are cut at the API's request-count and byte limits. Each job's requests file and
+        state entry are written before anything is sent.
+
+        Returns:
+            The new job dicts (state ``submitted``).
+
+        Raises:
+            BatchUnsupported: the provider has no batch API.
+            BudgetExceeded: the budget refuses the submission (nothing is written or sent).
+            ValueError: a key is not the request's cache key.
+            ProviderError: a submission failed after the SDK's retries (the job stays
+                ``prepared`` and is submitted by the next :meth:`wait` / resume).
+        """
+        with self._locked():
+            pid = provider_id(provider)
+            self._providers.setdefault(pid, provider)
+            backend = backend_for(provider)
+            self._backends.setdefault(pid, backend)
+            keys = list(items)
+            for k in keys:
+                if request_key(provider.name, provider.base_url, provider.model_id, items[k]) != k:
+                    raise ValueError(f"item key {k[:12]}… is not the request's cache key")
+            if self.budget is not None:
+                self._bookings.append(self.budget.reserve(provider.name, provider.model_id,
+                                                          [items[k] for k in keys], batch=True))
+            lines = {k: backend.encode(k, items[k]) for k in keys}
+            chunks: list[list[str]] = [[]]
+            size = 0
+            for k in keys:
+                n = len(lines[k].encode("utf-8")) + 1
+                if chunks[-1] and (len(chunks[-1]) >= backend.max_requests or size + n > backend.max_bytes):
+                    chunks.append([])
+                    size = 0
+                chunks[-1].append(k)
+                size += n
+            cfg = getattr(base_provider(provider), "cfg", None)
+            new_jobs = []
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for chunk in chunks:
+                job_id = f"job-{len(self.jobs) + 1:04d}"
+                req_file = f"{STATE_DIR}/{job_id}.requests.jsonl"
+                with (self.run_dir / req_file).open("w", encoding="utf-8") as fh:
+                    for k in chunk:
+                        fh.write(json.dumps({"key": k, "request": items[k].cache_payload()}, ensure_ascii=False)
+                                 + "\n")
+                job = {"id": job_id, "provider": provider.name, "base_url": provider.base_url,
+                       "model": provider.model_id, "provider_id": pid,
+                       "model_config": cfg.model_dump(mode="json") if cfg is not None else None,
+                       "backend": backend.name, "n_requests": len(chunk), "requests_file": req_file,
+                       "state": "prepared", "remote": {}, "prepared_at": _now(), "submitted_at": None,
+                       "ended_at": None, "downloaded_at": None, "n_succeeded": 0, "n_failed": 0, "failed": {},
+                       "usage": {"prompt_tokens": 0, "completion_tokens": 0}, "cost_usd": None}
+                self.jobs.append(job)
+                new_jobs.append((job, [lines[k] for k in chunk]))
+            self.save()
+            for job, job_lines in new_jobs:
+                await self._submit_job(job, job_lines)
+            return [j for j, _ in new_jobs]
+
+    async def _submit_job(self, job: dict, lines: list[str] | None = None) -> None:
+        backend = self._backend(job)
+        if lines is None:
+            lines = [backend.encode(k, r) for k, r in self._read_requests(job)]
+        meta = {"lmra_run": self.run_dir.name[:500], "lmra_job": job["id"]}
+        await backend.submit(lines, remote=job["remote"], metadata=meta, checkpoint=self.save)
+        job["state"] = "submitted"
+        job["submitted_at"] = _now()
+        self.save()
+        self.log(f"{job['id']}: submitted {job['n_requests']} call(s) to {job['provider']} "
+                 f"'{job['model']}' as batch {job['remote'].get('batch_id')}")
+
+    # -- poll and download -----------------------------------------------------------------
+    async def poll_once(self) -> list[dict]:
+        """Poll every submitted, unfinished job once (no download); save and return the jobs."""
+        with self._locked():
+            for job in self.jobs:
+                if job["state"] == "submitted" and not job.get("ended_at"):
+                    if await self._backend(job).poll(job["remote"]):
+                        job["ended_at"] = _now()
+            self.save()
+            return self.jobs
+
+    async def _download(self, job: dict) -> None:
+        from lmra.budget import cost_of
+        from lmra.providers.base import Usage
+
+        backend = self._backend(job)
+        provider = self._provider_for(job)
+        ident = _Ident(provider.name, provider.base_url, provider.model_id)
+        requests = dict(self._read_requests(job))
+        results, errors = await backend.fetch(job["remote"], requests)
+        usages = []
+        for key, result in results.items():
+            req = requests[key]
+            if request_key(ident.name, ident.base_url, ident.model_id, req) != key:
+                errors[key] = "result key does not match the request's cache key"
+                continue
+            self.cache.put(key, ident, req, result)  # type: ignore[arg-type]
+            usages.append(result.usage)
+        job["n_succeeded"] = len(usages)
+        job["n_failed"] = len(errors)
+        job["failed"] = dict(sorted(errors.items()))
+        job["usage"] = {"prompt_tokens": sum(u.prompt_tokens for u in usages),
+                        "completion_tokens": sum(u.completion_tokens for u in usages)}
+        prices = self.budget.prices if self.budget is not None else None
+        job["cost_usd"] = cost_of(Usage(**job["usage"]), job["provider"], job["model"], prices=prices, batch=True)
+        job["state"] = "downloaded"
+        job["downloaded_at"] = _now()
+        self.save()
+        if self.budget is not None:
+            self._account(job, usages)
+        self.log(f"{job['id']}: downloaded {job['n_succeeded']} result(s), {job['n_failed']} failed")
+
+    def _account(self, job: dict, usages: list | None) -> None:
+        """Count a downloaded job against the budget (totals only for jobs of an earlier process;
+        cost is linear in tokens, so one aggregate usage plus empty ones gives the same cost)."""
+        from lmra.providers.base import Usage
+
+        if usages is None:
+            n = job["n_succeeded"]
+            usages = [Usage(**job["usage"])] + [Usage()] * (n - 1) if n else []
+        self.budget.account(job["provider"], job["model"], usages, job["n_failed"], batch=True)
+
+    async def wait(self) -> list[dict]:
+        """Submit prepared jobs, poll submitted ones, download ended ones, until all are downloaded.
+
+        At most ``max_wait_s / poll_interval_s + 1`` polling sweeps.
+
+        Returns:
+            All jobs.
+
+        Raises:
+            BatchPending: ``max_wait_s`` elapsed with jobs still running (state saved).
+            ProviderError: an API call failed after the SDK's retries (state saved; resume).
+        """
+        with self._locked():
+            for job in self.jobs:
+                if job["state"] == "prepared":
+                    await self._submit_job(job)
+            deadline = self._clock() + self.max_wait_s
+            while True:
+                for job in [j for j in self.jobs if j["state"] == "submitted"]:
+                    if not job.get("ended_at"):
+                        if await self._backend(job).poll(job["remote"]):
+                            job["ended_at"] = _now()
+                        self.save()
+                    if job.get("ended_at"):
+                        await self._download(job)
+                running = [j for j in self.jobs if j["state"] == "submitted"]
+                if not running:
+                    if self.budget is not None:  # downloads counted the real use
+                        for r in self._bookings:
+                            self.budget.release(r)
+                        self._bookings.clear()
+                    return self.jobs
+                if self._clock() >= deadline:
+                    raise BatchPending(
+                        f"{len(running)} batch job(s) still running after {self.max_wait_s:g} s "
+                        f"({', '.join(j['id'] + ': ' + str(j['remote'].get('status')) for j in running)}); "
+                        f"state saved in {self.state_path}; continue with `lmra batch resume {self.run_dir}`")
+                self.log(f"waiting {self.poll_interval_s:g} s: " + "; ".join(
+                    f"{j['id']} {j['remote'].get('status')} {j['remote'].get('counts', {})}" for j in running))
+                await self._sleep(self.poll_interval_s)
+
+    async def cancel(self) -> list[dict]:
+        """Ask the API to cancel every submitted, unfinished job; their results (finished items
+        included) are downloaded by the next :meth:`wait`."""
+        with self._locked():
+            for job in self.jobs:
+                if job["state"] == "submitted" and not job.get("ended_at"):
+                    await self._backend(job).cancel(job["remote"])
+                    job["cancel_requested_at"] = _now()
+            self.save()
+            return self.jobs
+
+    def retry_failed(self) -> int:
+        """Forget the failed items of downloaded jobs, so that the next :meth:`prefill` submits
+        them again (kept under ``failed_before`` in each job). Returns how many were cleared."""
+        n = 0
+        for job in self.jobs:
+            if job.get("failed"):
+                job.setdefault("failed_before", {}).update(job["failed"])
+                n += len(job["failed"])
+                job["failed"] = {}
+        self.save()
+        return n
+
+    # -- the whole flow ---------------------------------------------------------------------
+    async def prefill(self, providers: Sequence[Provider], pipeline: Callable[..., Awaitable[Any]]) -> dict:
+        """Fill the cache with every call ``pipeline`` makes, through batch APIs.
+
+        Args:
+            providers: the real providers, in the order ``pipeline`` takes them.
+            pipeline: ``async pipeline(*providers)`` — the stages to run. It must be
+                deterministic given the answers (same inputs → same requests).
+
+        Returns:
+            :meth:`summary`.
+
+        Raises:
+            BatchPending, ProviderError: as :meth:`wait` (state saved; resume).
+            BudgetExceeded: a submission would pass the budget (nothing of it is submitted).
+            RuntimeError: still collecting after ``max_rounds`` rounds, or calls depend on
+                answers no batch will produce.
+        """
+        with self._locked():
+            await self.wait()
+            for _ in range(self.max_rounds):
+                collectors = await self.collect(providers, pipeline)
+                groups: dict[str, tuple[Provider, dict[str, ChatRequest]]] = {}
+                for p, c in zip(providers, collectors):
+                    if c.collected:
+                        groups.setdefault(provider_id(p), (p, {}))[1].update(c.collected)
+                tainted = sum(c.n_tainted for c in collectors)
+                if not groups:
+                    if tainted:
+                        raise RuntimeError(f"{tainted} call(s) depend on answers that no batch will produce")
+                    return self.summary()
+                self.state["rounds"] = self.state.get("rounds", 0) + 1
+                n = sum(len(items) for _, items in groups.values())
+                self.log(f"round {self.state['rounds']}: {n} uncached call(s) to submit"
+                         + (f", {tainted} waiting for their answers" if tainted else ""))
+                for p, items in groups.values():
+                    await self.submit(p, items)
+                await self.wait()
+            raise RuntimeError(f"batch calls still being discovered after {self.max_rounds} rounds")
+
+    def guard(self, provider: Provider, *, live_fallback: bool = False) -> Provider:
+        """Wrap a provider for the real pass after :meth:`prefill` (see :class:`BatchFailureGuard`).
+
+        Providers without a batch API are returned unchanged (their calls were made live).
+        """
+        if not self.has_batch_api(provider):
+            return provider
+        return BatchFailureGuard(provider, self.failed_items(), live_fallback=live_fallback)
+
+    def summary(self) -> dict:
+        """JSON-able totals for ``manifest.json``: jobs, calls, failures, tokens, cost, live calls."""
+        return summarize(self.state) | {"live_calls_in_dry_pass": self.live_stats.as_dict()}
+
+
+def load_state(run_dir: str | Path) -> dict | None:
+    """The batch state of a run folder, or None when it has none.
+
+    Raises:
+        ValueError: the state file is from an unknown version.
+    """
+    path = Path(run_dir) / STATE_DIR / STATE_FILE
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text(encoding="utf-8"))
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"{path}: unknown batch state version {state.get('version')}")
+    return state
+
+
+def summarize(state: dict) -> dict:
+    """Totals over a batch state: jobs per state, calls, succeeded, failed, tokens, cost.
+
+    ``cost_usd`` is None when any job's model has no price (or is not downloaded yet).
+    """
+    jobs = state["jobs"]
+    costs = [j.get("cost_usd") for j in jobs if j["state"] == "downloaded"]
+    return {
+        "jobs": len(jobs),
+        "jobs_by_state": {s: sum(j["state"] == s for j in jobs) for s in ("prepared", "submitted", "downloaded")},
+        "rounds": state.get("rounds", 0),
+        "calls": sum(j["n_requests"] for j in jobs),
+        "succeeded": sum(j.get("n_succeeded", 0) for j in jobs),
+        "failed": sum(j.get("n_failed", 0) for j in jobs),
+        "prompt_tokens": sum(j["usage"]["prompt_tokens"] for j in jobs),
+        "completion_tokens": sum(j["usage"]["completion_tokens"] for j in jobs),
+        "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
+        "failed_items": [f"{j['id']} {k[:12]}…: {m}" for j in jobs for k, m in (j.get("failed") or {}).items()][:50],
+    }
+
+
+# -- the audit in batch mode ---------------------------------------------------------------
+def audit_pipeline(audit: Any, inputs: Any) -> Callable[..., Awaitable[None]]:
+    """The stages of :meth:`lmra.audit.Audit.arun` (``Audit._stages``) as a dry-pass pipeline
+    with stage barriers. Returns ``async pipeline(target, judge[, judge2])``.
+    """
+    cfg = audit.cfg
+
+    async def pipeline(target: Provider, judge: Provider, judge2: Provider | None = None) -> None:
+        sem = asyncio.Semaphore(cfg.concurrency)
+        ps = (target, judge) + ((judge2,) if judge2 is not None else ())
+        await audit._stages(inputs, target, judge, judge2, sem, barrier=lambda: stage_barrier(*ps))
+
+    return pipeline
+
+
+async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s: float = 26 * 3600,
+                       budget: Any = None, log: Callable[[str], None] = lambda msg: None,
+                       live_fallback: bool = False) -> Any:
+    """Run an :class:`lmra.audit.Audit` with every uncached call sent through batch APIs.
+
+    Dry passes over the audit's stages (progress muted; see :func:`audit_pipeline`) collect
+    the calls; :meth:`BatchOrchestrator.prefill` submits them one stage at a time (e.g.
+    round 1 target responses, round 2 LMRA ratings), waits and fills the cache; then
+    ``audit.arun()`` runs normally from the cache, with failed batch items raising
+    ProviderError (counted as failed calls and pairs, never replaced). The run folder gets
+    ``batch/state.json`` and ``manifest.json`` a ``batch`` section. A provider without a
+    batch API (llamacpp, custom) makes its calls live during the dry passes.
+
+    Args:
+        audit: the audit (its ``run_dir`` holds the batch state; run again with the same
+            ``run_dir`` to resume).
+        poll_interval_s, max_wait_s, budget, log: see :class:`BatchOrchestrator`.
+        live_fallback: see :class:`BatchFailureGuard`.
+
+    Returns:
+        The :class:`~lmra.audit.AuditResult`.
+
+    Raises:
+        BatchPending: batches still running after ``max_wait_s`` (resume with
+            ``lmra batch resume RUN_DIR``).
+        BudgetExceeded, ProviderError, LmraInputError: as the audit and the orchestrator.
+    """
+    from lmra.audit import _Progress
+    from lmra.config import dump_config
+
+    cfg = audit.cfg
+    inputs = audit.load_inputs()
+    providers = [audit._target_provider(), audit._judge_provider()]
+    j2 = audit._judge2_provider()
+    if j2 is not None:
+        providers.append(j2)
+    audit.run_dir.mkdir(parents=True, exist_ok=True)
+    (audit.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+    cache = CallCache(cfg.cache)
+    try:
+        orch = BatchOrchestrator(audit.run_dir, cache, providers=providers, poll_interval_s=poll_interval_s,
+                                 max_wait_s=max_wait_s, budget=budget, log=log)
+        saved_progress = audit.progress
+        audit.progress = _Progress()
+        try:
+            await orch.prefill(providers, audit_pipeline(audit, inputs))
+        finally:
+            audit.progress = saved_progress
+        summary = orch.summary()
+        audit._target = orch.guard(providers[0], live_fallback=live_fallback)
+        audit._judge = orch.guard(providers[1], live_fallback=live_fallback)
+        if j2 is not None:
+            audit._judge2 = orch.guard(j2, live_fallback=live_fallback)
+    finally:
+        cache.close()
+    result = await audit.arun()
+    result.manifest["batch"] = summary
+    (audit.run_dir / "manifest.json").write_text(json.dumps(_jsonable(result.manifest), indent=2, allow_nan=False),
+                                                 encoding="utf-8")
+    return result
+
+
+def _jsonable(o: Any) -> Any:
+    from lmra.audit import _jsonable as j
+
+    return j(o)

@@ -1,0 +1,177 @@
+"""``lmra batch status|resume|cancel RUN_DIR``: look after a run's batch jobs (see docs/batch.md).
+
+Wire into the ``lmra`` parser with :func:`add_parsers` (``add_parsers(sub)`` in
+:func:`lmra.cli.build_parser`). Each command's ``func`` returns the exit status:
+0 done, 2 input error (via :class:`~lmra.errors.LmraInputError`), 1 failure,
+75 batches still running when ``--max-wait`` ran out (state saved; run ``resume`` again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lmra.errors import LmraInputError
+
+EXIT_PENDING = 75  # EX_TEMPFAIL: try again later
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``batch status|resume|cancel`` to the ``lmra`` sub-command parsers; returns the ``batch`` parser."""
+    b = subparsers.add_parser("batch", help="status, resume or cancel the batch-API jobs of a run (--batch audits)")
+    bs = b.add_subparsers(dest="batch_command", required=True)
+
+    st = bs.add_parser("status", help="show a run's batch jobs, their counts, tokens, cost and failed items")
+    st.add_argument("run_dir", help="the run folder (reports/<timestamp>-<name>)")
+    st.add_argument("--refresh", action="store_true", help="poll the APIs once for the current status")
+    st.add_argument("--json", action="store_true", help="print the summary as JSON")
+    st.add_argument("--failed", type=int, default=20, metavar="N", help="list up to N failed items (default 20)")
+    st.set_defaults(func=cmd_status)
+
+    rs = bs.add_parser("resume", help="wait for and download a run's batches, then finish the audit from the cache")
+    rs.add_argument("run_dir")
+    rs.add_argument("--download-only", action="store_true",
+                    help="only wait for and download the submitted jobs (do not continue the audit)")
+    rs.add_argument("--retry-failed", action="store_true", help="submit the failed items again")
+    rs.add_argument("--poll-interval", type=float, default=30.0, metavar="S", help="seconds between polls (30)")
+    rs.add_argument("--max-wait", type=float, default=26 * 3600, metavar="S",
+                    help="stop waiting after S seconds, exit status 75 (default 26 h)")
+    rs.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rs.set_defaults(func=cmd_resume)
+
+    cs = bs.add_parser("cancel", help="ask the APIs to cancel a run's unfinished batch jobs")
+    cs.add_argument("run_dir")
+    cs.set_defaults(func=cmd_cancel)
+    return b
+
+
+def _state_or_error(run_dir: str) -> dict:
+    from lmra.batch import load_state
+
+    try:
+        state = load_state(run_dir)
+    except (ValueError, OSError) as exc:
+        raise LmraInputError(str(exc), file=run_dir) from None
+    if state is None:
+        raise LmraInputError("this run has no batch jobs (batch/state.json not found; was it run with --batch?)",
+                             file=run_dir)
+    return state
+
+
+def _orchestrator(run_dir: str, state: dict, **kw):
+    from lmra.batch import BatchOrchestrator
+    from lmra.cache import CallCache
+
+    cache = CallCache(state["cache"])
+    return BatchOrchestrator(run_dir, cache, **kw), cache
+
+
+def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
+    """Print the jobs table, the totals and up to ``n_failed`` failed items."""
+    from lmra.batch import summarize
+
+    t = Table(title="batch jobs")
+    for col in ("job", "provider / model", "remote batch", "state", "remote status", "calls", "succeeded", "failed",
+                "tokens in/out", "cost USD"):
+        t.add_column(col)
+    for j in state["jobs"]:
+        cost = "?" if j.get("cost_usd") is None else f"{j['cost_usd']:.4f}"
+        t.add_row(j["id"], f"{j['provider']} / {j['model']}", str(j["remote"].get("batch_id") or "—"), j["state"],
+                  str(j["remote"].get("status") or "—"), str(j["n_requests"]), str(j.get("n_succeeded", 0)),
+                  str(j.get("n_failed", 0)), f"{j['usage']['prompt_tokens']}/{j['usage']['completion_tokens']}",
+                  cost if j["state"] == "downloaded" else "—")
+    console.print(t)
+    s = summarize(state)
+    cost = "unknown (unpriced model or not downloaded)" if s["cost_usd"] is None else f"{s['cost_usd']:.4f} USD"
+    console.print(f"{s['jobs']} job(s) {s['jobs_by_state']}, {s['calls']} call(s): {s['succeeded']} succeeded, "
+                  f"{s['failed']} failed; estimated cost {cost} (batch prices).")
+    failed = [(j["id"], k, m) for j in state["jobs"] for k, m in (j.get("failed") or {}).items()]
+    if failed:
+        console.print(f"[bold red]{len(failed)} failed item(s)[/] (counted as failed calls, never replaced):")
+        for job_id, key, msg in failed[:n_failed]:
+            console.print(f"  {job_id} {key[:16]}…  {msg}", highlight=False)
+        if len(failed) > n_failed:
+            console.print(f"  … and {len(failed) - n_failed} more (see batch/state.json)")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    console = Console()
+    state = _state_or_error(args.run_dir)
+    if args.refresh:
+        orch, cache = _orchestrator(args.run_dir, state)
+        try:
+            asyncio.run(orch.poll_once())
+            state = orch.state
+        finally:
+            cache.close()
+    if args.json:
+        from lmra.batch import summarize
+
+        console.print_json(json.dumps(summarize(state) | {"jobs_detail": [
+            {k: v for k, v in j.items() if k not in ("failed", "model_config")} for j in state["jobs"]]}))
+        return 0
+    render_status(console, state, args.failed)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from lmra.batch import BatchPending, arun_batched
+
+    console = Console()
+    state = _state_or_error(args.run_dir)
+    log = (lambda msg: console.print(f"[dim]batch:[/] {msg}", highlight=False))
+    orch, cache = _orchestrator(args.run_dir, state, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
+                                log=log)
+    try:
+        if args.retry_failed:
+            console.print(f"{orch.retry_failed()} failed item(s) will be submitted again")
+        if args.download_only:
+            try:
+                asyncio.run(orch.wait())
+            except BatchPending as exc:
+                console.print(f"[yellow]still running:[/] {exc}")
+                return EXIT_PENDING
+            render_status(console, orch.state)
+            return 0
+    finally:
+        cache.close()
+    config_path = Path(args.run_dir) / "config.toml"
+    if not config_path.exists():
+        raise LmraInputError("config.toml not found in the run folder; use --download-only", file=args.run_dir)
+    from lmra.audit import Audit
+    from lmra.cli import rich_progress
+    from lmra.config import load_config
+    from lmra.report.console import render_audit
+
+    cfg = load_config(config_path)
+    if state["cache"] != ":memory:":
+        cfg = cfg.model_copy(update={"cache": state["cache"]})  # the cache the batches were written to
+    audit = Audit(cfg, config_path=config_path, run_dir=args.run_dir)
+    try:
+        with rich_progress(console, not args.no_progress) as progress:
+            audit.progress = progress
+            result = asyncio.run(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
+                                              log=log))
+    except BatchPending as exc:
+        console.print(f"[yellow]still running:[/] {exc}")
+        return EXIT_PENDING
+    render_audit(console, result)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    console = Console()
+    state = _state_or_error(args.run_dir)
+    orch, cache = _orchestrator(args.run_dir, state)
+    try:
+        jobs = asyncio.run(orch.cancel())
+    finally:
+        cache.close()
+    n = sum(1 for j in jobs if j.get("cancel_requested_at"))
+    console.print(f"cancel requested for {n} job(s); `lmra batch resume {args.run_dir}` downloads what finished")
+    return 0

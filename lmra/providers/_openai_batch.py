@@ -1,0 +1,285 @@
+"""OpenAI Batch API backend: JSONL upload, batch create, poll, download, map ``custom_id`` → result.
+
+Wire format (https://platform.openai.com/docs/guides/batch), all through the official SDK
+client (``openai.AsyncOpenAI``, any ``base_url``):
+
+1. ``POST {base_url}/files`` (multipart, ``purpose="batch"``) with one JSON line per call::
+
+       {"custom_id": "<cache key>", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": …, "messages": […], "temperature": …, "max_tokens": …, …}}
+
+   The body is :func:`chat_params`, the same parameters the live provider sends.
+2. ``POST {base_url}/batches`` ``{"input_file_id", "endpoint": "/v1/chat/completions",
+   "completion_window": "24h", "metadata"}``.
+3. ``GET {base_url}/batches/{id}`` until ``status`` is terminal (``completed``, ``failed``,
+   ``expired``, ``cancelled``).
+4. ``GET {base_url}/files/{output_file_id}/content`` and ``…/{error_file_id}/content``: JSON
+   lines ``{"id", "custom_id", "response": {"status_code", "request_id", "body"} | null,
+   "error": {"code", "message"} | null}``; a 200 body is a chat completion, parsed by
+   :func:`chat_result` exactly as the live provider parses it.
+
+The cache key (SHA-256 hex, 64 characters) is the ``custom_id``, so results map straight
+back to cache rows. Requests missing from both files are reported as failed, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import openai
+
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, sum_option_probs
+
+ENDPOINT = "/v1/chat/completions"
+#: OpenAI's documented per-batch limits: 50,000 requests and 200 MB of input.
+MAX_REQUESTS = 50_000
+MAX_BYTES = 190 * 1024 * 1024
+DOWNLOAD_TIMEOUT_S = 600.0  # result files can be hundreds of MB
+TERMINAL = {"completed", "failed", "expired", "cancelled"}
+_FORMATTING = set(" \t\n*_#`\"'([")
+
+
+def chat_params(model: str, request: ChatRequest, default_top_logprobs: int = 5) -> dict[str, Any]:
+    """Chat Completions parameters of ``request`` (same as ``OpenAIProvider.complete`` sends).
+
+    Returns:
+        JSON-able dict: ``model``, ``messages``, ``temperature``, ``max_tokens`` and, when set,
+        ``seed``, ``stop``, ``logprobs`` + ``top_logprobs`` (requests with ``options``).
+    """
+    params: dict[str, Any] = {
+        "model": model,
+        "messages": [m.model_dump() for m in request.messages],
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.seed is not None:
+        params["seed"] = request.seed
+    if request.stop:
+        params["stop"] = list(request.stop)
+    if request.options:
+        params["logprobs"] = True
+        params["top_logprobs"] = request.top_logprobs or default_top_logprobs
+    return params
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: str = "openai",
+                latency_s: float = 0.0) -> ChatResult:
+    """Turn a chat completion (SDK object or its JSON dict) into a :class:`ChatResult`.
+
+    Option probabilities (for requests with ``options``) come from the first generated token
+    that is not pure formatting (``**``, newline …): its ``top_logprobs`` plus the token
+    itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`).
+
+    Raises:
+        ProviderError: the completion has no choices.
+    """
+    choices = _get(completion, "choices") or []
+    if not choices:
+        raise ProviderError("openai response has no choices")
+    choice = choices[0]
+    message = _get(choice, "message") or {}
+    probs = None
+    if request.options:
+        probs = {o: 0.0 for o in request.options}
+        lp = _get(choice, "logprobs")
+        content = (_get(lp, "content") if lp else None) or []
+        for pos in content:
+            token = _get(pos, "token")
+            if token and all(ch in _FORMATTING for ch in token):
+                continue
+            alts = {_get(a, "token"): _get(a, "logprob") for a in (_get(pos, "top_logprobs") or [])}
+            alts.setdefault(token, _get(pos, "logprob"))
+            probs = sum_option_probs(alts, request.options)
+            break
+    usage = _get(completion, "usage")
+    return ChatResult(
+        text=_get(message, "content") or "", option_probs=probs,
+        usage=Usage(prompt_tokens=(_get(usage, "prompt_tokens") or 0) if usage else 0,
+                    completion_tokens=(_get(usage, "completion_tokens") or 0) if usage else 0),
+        finish_reason=_get(choice, "finish_reason"), model=_get(completion, "model") or model, provider=provider,
+        latency_s=latency_s)
+
+
+def jsonl_line(key: str, params: dict[str, Any]) -> str:
+    """One line of the batch input file (no trailing newline)."""
+    return json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT, "body": params},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+class OpenAIBatchBackend:
+    """Submit, poll and collect OpenAI Batch API jobs for one model.
+
+    Args:
+        client: an ``openai.AsyncOpenAI`` (its ``base_url``, key, timeout and retries are used).
+        model_id: the model every request of the batch goes to.
+        provider_name: recorded on results (``"openai"``).
+        default_top_logprobs: alternatives requested for option questions without their own.
+
+    Remote state (a JSON-able dict persisted by the orchestrator): ``input_file_id``,
+    ``batch_id``, ``status``, ``output_file_id``, ``error_file_id``, ``errors``.
+    """
+
+    name = "openai"
+    max_requests = MAX_REQUESTS
+    max_bytes = MAX_BYTES
+
+    def __init__(self, client: openai.AsyncOpenAI, model_id: str, *, provider_name: str = "openai",
+                 default_top_logprobs: int = 5):
+        self.client = client
+        self.model_id = model_id
+        self.provider_name = provider_name
+        self.default_top_logprobs = default_top_logprobs
+
+    @classmethod
+    def from_provider(cls, provider: Any) -> "OpenAIBatchBackend":
+        """Backend sharing an :class:`~lmra.providers.openai.OpenAIProvider`'s SDK client."""
+        return cls(provider.client, provider.model_id, provider_name=provider.name,
+                   default_top_logprobs=provider.cfg.top_logprobs)
+
+    def encode(self, key: str, request: ChatRequest) -> str:
+        """The JSONL line for one call."""
+        return jsonl_line(key, chat_params(self.model_id, request, self.default_top_logprobs))
+
+    async def submit(self, lines: list[str], *, remote: dict[str, Any], metadata: dict[str, str],
+                     checkpoint: Callable[[], None]) -> None:
+        """Upload the JSONL and create the batch, filling ``remote`` in place.
+
+        ``checkpoint()`` is called after the upload (``remote["input_file_id"]`` set) and after
+        the create (``remote["batch_id"]`` set), so that a restart never uploads or creates twice.
+        A ``remote`` that already has an ``input_file_id`` skips the upload; one whose batch
+        was created but not recorded is found again by :meth:`adopt`.
+
+        Raises:
+            ProviderError: the SDK call failed after its retries.
+        """
+        try:
+            if not remote.get("input_file_id"):
+                data = ("\n".join(lines) + "\n").encode("utf-8")
+                f = await self.client.files.create(file=("lmra-batch.jsonl", data, "application/jsonl"),
+                                                   purpose="batch")
+                remote["input_file_id"] = f.id
+                checkpoint()
+            if not remote.get("batch_id"):
+                found = await self.adopt(remote)
+                if found is None:
+                    b = await self.client.batches.create(input_file_id=remote["input_file_id"], endpoint=ENDPOINT,
+                                                         completion_window="24h", metadata=metadata)
+                    remote["batch_id"] = b.id
+                    remote["status"] = b.status
+                checkpoint()
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai batch submission failed: {exc}") from exc
+
+    async def adopt(self, remote: dict[str, Any], max_listed: int = 1000) -> str | None:
+        """Find a batch already created from ``remote["input_file_id"]`` (crash after create).
+
+        Lists at most ``max_listed`` recent batches. Returns the batch id (also stored in
+        ``remote``) or None.
+        """
+        fid = remote.get("input_file_id")
+        if not fid:
+            return None
+        seen = 0
+        async for b in self.client.batches.list(limit=100):
+            seen += 1
+            if b.input_file_id == fid:
+                remote["batch_id"], remote["status"] = b.id, b.status
+                return b.id
+            if seen >= max_listed:
+                break
+        return None
+
+    async def poll(self, remote: dict[str, Any]) -> bool:
+        """Refresh ``remote`` from ``GET /batches/{id}``; True once the batch is terminal.
+
+        Sets ``status``, ``counts`` (``total``, ``completed``, ``failed``), ``output_file_id``,
+        ``error_file_id`` and ``errors`` (batch-level validation messages).
+
+        Raises:
+            ProviderError: the SDK call failed after its retries.
+        """
+        try:
+            b = await self.client.batches.retrieve(remote["batch_id"])
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai batch poll failed: {exc}") from exc
+        remote["status"] = b.status
+        if b.request_counts is not None:
+            remote["counts"] = {"total": b.request_counts.total, "completed": b.request_counts.completed,
+                                "failed": b.request_counts.failed}
+        remote["output_file_id"] = b.output_file_id
+        remote["error_file_id"] = b.error_file_id
+        if b.errors and b.errors.data:
+            remote["errors"] = [f"{e.code or 'error'}"
+                                + (f" (line {e.line})" if getattr(e, "line", None) else "")
+                                + f": {e.message}" for e in b.errors.data][:20]
+        return b.status in TERMINAL
+
+    async def _lines(self, file_id: str | None) -> list[dict]:
+        if not file_id:
+            return []
+        resp = await self.client.files.content(file_id, timeout=DOWNLOAD_TIMEOUT_S)
+        return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+    async def fetch(self, remote: dict[str, Any], requests: dict[str, ChatRequest]
+                    ) -> tuple[dict[str, ChatResult], dict[str, str]]:
+        """Download the output and error files of a terminal batch.
+
+        Args:
+            remote: the polled remote state.
+            requests: cache key → request, for every call in the batch.
+
+        Returns:
+            ``(results, errors)``: key → :class:`ChatResult` for each succeeded call, and key →
+            error message for every other call of the batch (HTTP error, API error, batch
+            failed / expired / cancelled, unparseable, or missing from both files).
+
+        Raises:
+            ProviderError: a download failed after the SDK's retries.
+        """
+        results: dict[str, ChatResult] = {}
+        errors: dict[str, str] = {}
+        try:
+            lines = await self._lines(remote.get("output_file_id")) + await self._lines(remote.get("error_file_id"))
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai batch download failed: {exc}") from exc
+        for row in lines:
+            key = row.get("custom_id")
+            if key not in requests or key in results:
+                continue
+            resp, err = row.get("response") or {}, row.get("error")
+            status = resp.get("status_code")
+            if status == 200 and not err:
+                try:
+                    results[key] = chat_result(resp.get("body") or {}, requests[key], model=self.model_id,
+                                               provider=self.provider_name)
+                    errors.pop(key, None)
+                except (ProviderError, TypeError, ValueError, AttributeError) as exc:
+                    errors[key] = f"unparseable batch output: {exc}"
+                continue
+            if err:
+                errors[key] = f"{err.get('code') or 'error'}: {err.get('message') or ''}".strip()
+            else:
+                body_err = (resp.get("body") or {}).get("error") or {}
+                errors[key] = f"HTTP {status}: {body_err.get('message') or json.dumps(resp.get('body'))[:300]}"
+        why = f"batch {remote.get('batch_id')} ended with status '{remote.get('status')}'"
+        if remote.get("errors"):
+            why += ": " + "; ".join(remote["errors"][:3])
+        for key in requests:
+            if key not in results and key not in errors:
+                errors[key] = f"missing from the batch output ({why})"
+        return results, errors
+
+    async def cancel(self, remote: dict[str, Any]) -> None:
+        """Ask the API to cancel the batch (finished items stay downloadable)."""
+        try:
+            await self.client.batches.cancel(remote["batch_id"])
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"openai batch cancel failed: {exc}") from exc

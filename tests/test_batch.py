@@ -1,0 +1,695 @@
+"""Batch mode against local HTTP servers that speak the OpenAI Batch API and the Anthropic
+Message Batches API wire formats (127.0.0.1 only, no key, no network): submit, poll until
+the server flips the batch to done, download, results in the call cache under the keys the
+normal path uses, failed items listed, resume after a restart without resubmitting, and a
+whole audit in batch mode."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lmra.batch import (PLACEHOLDER_MARK, BatchOrchestrator, BatchPending, CollectingProvider, arun_batched,
+                        load_state)
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.config import AuditConfig, JudgeConfig, ModelConfig
+from lmra.providers._anthropic_batch import message_params
+from lmra.providers._openai_batch import chat_params
+from lmra.providers.anthropic import AnthropicProvider
+from lmra.providers.base import ChatRequest, Message, ProviderError, request_key
+from lmra.providers.openai import OpenAIProvider
+
+POLLS_TO_FINISH = 3
+
+
+# -- a deterministic "model" shared by both servers --------------------------------------
+def answer_text(messages: list[dict], system: str = "") -> str:
+    """Yes/no questions (filter, refusal) are answered "No", the stereotype question "C"
+    (no harmful stereotype), other lettered questions "B"; anything else is echoed."""
+    last = messages[-1]["content"]
+    if "harmful stereotype" in last:
+        return "C"
+    if "A) No" in last:
+        return "A"
+    if "B) No" in last:
+        return "B"
+    if "Which of the following" in last or "Answer with a single letter" in last:
+        return "B"
+    return f"echo: {last[:40]}"
+
+
+def n_tokens(messages: list[dict], system: str = "") -> int:
+    return (len(system) + sum(len(m["content"]) for m in messages)) // 4 + 1
+
+
+def completion_for(body: dict) -> dict:
+    """An OpenAI chat completion for a request body (logprobs when asked)."""
+    text = answer_text(body["messages"])
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+              "logprobs": None}
+    if body.get("logprobs"):
+        choice["message"]["content"] = "B"
+        choice["logprobs"] = {"content": [
+            {"token": "**", "logprob": -0.01, "bytes": None, "top_logprobs": []},
+            {"token": "B", "logprob": -0.2231, "bytes": None,
+             "top_logprobs": [{"token": "B", "logprob": -0.2231, "bytes": None},
+                              {"token": " A", "logprob": -2.3026, "bytes": None},
+                              {"token": "C", "logprob": -2.9957, "bytes": None}]}]}
+    return {"id": f"chatcmpl-{uuid.uuid4().hex[:8]}", "object": "chat.completion", "created": 1700000000,
+            "model": body["model"], "choices": [choice],
+            "usage": {"prompt_tokens": n_tokens(body["messages"]), "completion_tokens": 3,
+                      "total_tokens": n_tokens(body["messages"]) + 3}}
+
+
+def message_for(params: dict) -> dict:
+    """An Anthropic message for request params."""
+    return {"id": f"msg_{uuid.uuid4().hex[:8]}", "type": "message", "role": "assistant", "model": params["model"],
+            "content": [{"type": "text", "text": answer_text(params["messages"], params.get("system", ""))}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": n_tokens(params["messages"], params.get("system", "")), "output_tokens": 2}}
+
+
+class _Base(BaseHTTPRequestHandler):
+    state: dict = {}
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, obj=None, raw: bytes | None = None, ctype="application/json"):
+        data = raw if raw is not None else json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
+
+class OpenAIBatchHandler(_Base):
+    """Files upload/content, batches create/retrieve/list/cancel, and live chat completions.
+
+    A request whose last message contains ``FAIL`` gets a 400 line in the error file; one
+    containing ``DROP`` is missing from both files."""
+
+    def do_POST(self):
+        s = type(self).state
+        path = self.path
+        if path == "/v1/files":
+            ctype = self.headers["content-type"]
+            boundary = re.search(r"boundary=([^;]+)", ctype).group(1).strip('"').encode()
+            fields, files = {}, {}
+            for part in self._body().split(b"--" + boundary):
+                if b"\r\n\r\n" not in part:
+                    continue
+                head, _, content = part.partition(b"\r\n\r\n")
+                content = content[:-2] if content.endswith(b"\r\n") else content
+                name = re.search(rb'name="([^"]+)"', head).group(1).decode()
+                if b"filename=" in head:
+                    files[name] = content
+                else:
+                    fields[name] = content.decode()
+            fid = f"file-{len(s['files']) + 1}"
+            s["files"][fid] = files["file"]
+            s["uploads"].append({"id": fid, "purpose": fields.get("purpose")})
+            return self._send(200, {"id": fid, "object": "file", "bytes": len(files["file"]), "created_at": 1700000000,
+                                    "filename": "lmra-batch.jsonl", "purpose": fields.get("purpose"),
+                                    "status": "processed"})
+        body = json.loads(self._body() or b"{}")
+        if path == "/v1/batches":
+            bid = f"batch_{len(s['batches']) + 1}"
+            lines = [json.loads(x) for x in s["files"][body["input_file_id"]].decode().splitlines() if x.strip()]
+            s["batches"][bid] = {"id": bid, "object": "batch", "endpoint": body["endpoint"],
+                                 "input_file_id": body["input_file_id"], "completion_window": body["completion_window"],
+                                 "status": "validating", "created_at": 1700000000, "metadata": body.get("metadata"),
+                                 "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                                 "output_file_id": None, "error_file_id": None}
+            s["polls"][bid] = 0
+            s["creates"].append(body)
+            return self._send(200, s["batches"][bid])
+        m = re.fullmatch(r"/v1/batches/([^/]+)/cancel", path)
+        if m:
+            b = s["batches"][m.group(1)]
+            b["status"] = "cancelling"
+            return self._send(200, b)
+        if path == "/v1/chat/completions":
+            s["live"].append(body)
+            return self._send(200, completion_for(body))
+        self._send(404, {"error": {"message": f"no route {path}"}})
+
+    def _finish(self, b: dict) -> None:
+        s = type(self).state
+        out, err = [], []
+        for line in [json.loads(x) for x in s["files"][b["input_file_id"]].decode().splitlines() if x.strip()]:
+            last = line["body"]["messages"][-1]["content"]
+            if "DROP" in last:
+                continue
+            if "FAIL" in last:
+                err.append({"id": f"batch_req_{len(err)}", "custom_id": line["custom_id"],
+                            "response": {"status_code": 400, "request_id": "req_x",
+                                         "body": {"error": {"message": "simulated invalid request",
+                                                            "type": "invalid_request_error"}}}, "error": None})
+                continue
+            out.append({"id": f"batch_req_{len(out)}", "custom_id": line["custom_id"],
+                        "response": {"status_code": 200, "request_id": "req_y", "body": completion_for(line["body"])},
+                        "error": None})
+        for rows, field in ((out, "output_file_id"), (err, "error_file_id")):
+            if rows:
+                fid = f"file-{len(s['files']) + 1}"
+                s["files"][fid] = ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+                b[field] = fid
+        b["status"] = "completed"
+        b["request_counts"] = {"total": b["request_counts"]["total"], "completed": len(out), "failed": len(err)}
+
+    def do_GET(self):
+        s = type(self).state
+        path = self.path.split("?")[0]
+        m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
+        if m:
+            return self._send(200, raw=s["files"][m.group(1)], ctype="application/octet-stream")
+        m = re.fullmatch(r"/v1/batches/([^/]+)", path)
+        if m:
+            b = s["batches"][m.group(1)]
+            s["polls"][b["id"]] += 1
+            if b["status"] not in ("completed", "cancelled"):
+                if s["polls"][b["id"]] >= POLLS_TO_FINISH:
+                    self._finish(b)
+                else:
+                    b["status"] = "in_progress"
+            return self._send(200, b)
+        if path == "/v1/batches":
+            data = list(reversed(list(s["batches"].values())))
+            return self._send(200, {"object": "list", "data": data, "has_more": False,
+                                    "first_id": data[0]["id"] if data else None,
+                                    "last_id": data[-1]["id"] if data else None})
+        self._send(404, {"error": {"message": f"no route {path}"}})
+
+
+class AnthropicBatchHandler(_Base):
+    """Message batches create/retrieve/results/cancel and live messages.
+
+    ``FAIL`` in the last message → ``errored``; ``EXPIRE`` → ``expired``."""
+
+    def _batch_view(self, b: dict) -> dict:
+        return {k: v for k, v in b.items() if k != "requests"}
+
+    def do_POST(self):
+        s = type(self).state
+        body = json.loads(self._body() or b"{}")
+        if self.path == "/v1/messages/batches":
+            bid = f"msgbatch_{len(s['batches']) + 1:03d}"
+            now = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+            s["batches"][bid] = {"id": bid, "type": "message_batch", "processing_status": "in_progress",
+                                 "request_counts": {"processing": len(body["requests"]), "succeeded": 0, "errored": 0,
+                                                    "canceled": 0, "expired": 0},
+                                 "created_at": now.isoformat().replace("+00:00", "Z"),
+                                 "expires_at": (now + dt.timedelta(days=1)).isoformat().replace("+00:00", "Z"),
+                                 "ended_at": None, "archived_at": None, "cancel_initiated_at": None,
+                                 "results_url": None, "requests": body["requests"]}
+            s["polls"][bid] = 0
+            s["creates"].append(body)
+            return self._send(200, self._batch_view(s["batches"][bid]))
+        if self.path == "/v1/messages":
+            s["live"].append(body)
+            return self._send(200, message_for(body))
+        m = re.fullmatch(r"/v1/messages/batches/([^/]+)/cancel", self.path)
+        if m:
+            b = s["batches"][m.group(1)]
+            b["processing_status"] = "canceling"
+            return self._send(200, self._batch_view(b))
+        self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+
+    def do_GET(self):
+        s = type(self).state
+        path = self.path.split("?")[0]
+        m = re.fullmatch(r"/v1/messages/batches/([^/]+)/results", path)
+        if m:
+            b = s["batches"][m.group(1)]
+            lines = []
+            for r in b["requests"]:
+                last = r["params"]["messages"][-1]["content"]
+                if "FAIL" in last:
+                    res = {"type": "errored", "error": {"type": "error", "error": {
+                        "type": "invalid_request_error", "message": "simulated bad request"}}}
+                elif "EXPIRE" in last:
+                    res = {"type": "expired"}
+                else:
+                    res = {"type": "succeeded", "message": message_for(r["params"])}
+                lines.append(json.dumps({"custom_id": r["custom_id"], "result": res}))
+            s["downloads"] += 1
+            return self._send(200, raw=("\n".join(reversed(lines)) + "\n").encode(), ctype="application/binary")
+        m = re.fullmatch(r"/v1/messages/batches/([^/]+)", path)
+        if m:
+            b = s["batches"][m.group(1)]
+            s["polls"][b["id"]] += 1
+            if b["processing_status"] != "ended" and s["polls"][b["id"]] >= POLLS_TO_FINISH:
+                reqs = b["requests"]
+                fail = sum("FAIL" in r["params"]["messages"][-1]["content"] for r in reqs)
+                exp = sum("EXPIRE" in r["params"]["messages"][-1]["content"] for r in reqs)
+                b["processing_status"] = "ended"
+                b["ended_at"] = "2025-01-01T01:00:00Z"
+                b["request_counts"] = {"processing": 0, "succeeded": len(reqs) - fail - exp, "errored": fail,
+                                       "canceled": 0, "expired": exp}
+                b["results_url"] = f"{s['url']}/v1/messages/batches/{b['id']}/results"
+            return self._send(200, self._batch_view(b))
+        self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": path}})
+
+
+def _serve(handler):
+    handler.state = {"files": {}, "uploads": [], "batches": {}, "polls": {}, "creates": [], "live": [],
+                     "downloads": 0}
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    handler.state["url"] = url
+    return srv, url, handler.state
+
+
+@pytest.fixture
+def openai_server():
+    srv, url, state = _serve(OpenAIBatchHandler)
+    yield url + "/v1", state
+    srv.shutdown()
+
+
+@pytest.fixture
+def anthropic_server():
+    srv, url, state = _serve(AnthropicBatchHandler)
+    yield url, state
+    srv.shutdown()
+
+
+def _requests(*texts: str, **kw) -> list[ChatRequest]:
+    return [ChatRequest(messages=[Message(role="system", content="Preferred name: Ashley"),
+                                  Message(role="user", content=t)], temperature=0.7, max_tokens=40, seed=i, **kw)
+            for i, t in enumerate(texts)]
+
+
+def _keyed(p, reqs):
+    return {request_key(p.name, p.base_url, p.model_id, r): r for r in reqs}
+
+
+FAST = dict(poll_interval_s=0.01, max_wait_s=10)
+
+
+# -- OpenAI ---------------------------------------------------------------------------------
+def test_openai_batch_submit_poll_download(openai_server, tmp_path):
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    reqs = _requests("Write a story.", "Give career advice.", "please FAIL", "please DROP")
+    judge_req = ChatRequest(messages=[Message(role="user", content="Which of the following? A, B or C")],
+                            temperature=0.0, max_tokens=1, options=("A", "B", "C"), top_logprobs=5, seed=9)
+    items = _keyed(prov, reqs + [judge_req])
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+
+    async def go():
+        jobs = await orch.submit(prov, items)
+        await orch.wait()
+        return jobs
+
+    jobs = asyncio.run(go())
+    # wire format: one upload with purpose "batch", JSONL lines with custom_id = cache key
+    assert len(srv["uploads"]) == 1 and srv["uploads"][0]["purpose"] == "batch"
+    assert len(srv["creates"]) == 1
+    create = srv["creates"][0]
+    assert create["endpoint"] == "/v1/chat/completions" and create["completion_window"] == "24h"
+    assert create["metadata"]["lmra_job"] == "job-0001"
+    lines = [json.loads(x) for x in srv["files"]["file-1"].decode().splitlines()]
+    assert [ln["custom_id"] for ln in lines] == list(items)
+    for ln in lines:
+        assert ln["method"] == "POST" and ln["url"] == "/v1/chat/completions"
+        assert ln["body"] == chat_params("gpt-test", items[ln["custom_id"]], 5)
+    assert srv["polls"]["batch_1"] == POLLS_TO_FINISH and srv["live"] == []
+    # results in the cache under the normal path's keys
+    k_story, k_career, k_fail, k_drop, k_judge = list(items)
+    assert cache.get(k_story).text == "echo: Write a story."
+    assert cache.get(k_career).text == "echo: Give career advice."
+    assert cache.get(k_story).usage.completion_tokens == 3
+    probs = cache.get(k_judge).option_probs
+    assert probs["B"] == pytest.approx(0.8, abs=1e-3) and probs["A"] == pytest.approx(0.1, abs=1e-3)
+    assert probs["C"] == pytest.approx(0.05, abs=1e-3)
+    assert cache.get(k_fail) is None and cache.get(k_drop) is None
+    # failed items listed with their reason, counted
+    job = load_state(tmp_path / "run")["jobs"][0]
+    assert jobs[0]["id"] == job["id"] == "job-0001"
+    assert job["state"] == "downloaded" and job["n_succeeded"] == 3 and job["n_failed"] == 2
+    assert "simulated invalid request" in job["failed"][k_fail] and "HTTP 400" in job["failed"][k_fail]
+    assert "missing from the batch output" in job["failed"][k_drop]
+    assert orch.summary()["failed"] == 2 and orch.summary()["succeeded"] == 3
+
+    # the normal path now runs from the cache; failed items raise, nothing is replaced
+    stats = CallStats()
+    cp = CachedProvider(orch.guard(prov), cache, stats)
+
+    async def normal():
+        out = [await cp.complete(r) for r in reqs[:2] + [judge_req]]
+        errs = []
+        for r in reqs[2:]:
+            with pytest.raises(ProviderError) as e:
+                await cp.complete(r)
+            errs.append(str(e.value))
+        return out, errs
+
+    out, errs = asyncio.run(normal())
+    assert [r.from_cache for r in out] == [True, True, True] and out[0].text == "echo: Write a story."
+    assert stats.cached == 3 and stats.fresh == 0 and stats.failed == 2
+    assert "simulated invalid request" in errs[0] and "missing from the batch output" in errs[1]
+    assert srv["live"] == []  # no live call was made
+    cache.close()
+
+
+def test_openai_batch_body_and_parsing_match_the_live_provider(openai_server, tmp_path):
+    """The batch line body equals what OpenAIProvider sends live, and the parsed results agree."""
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, top_logprobs=7))
+    reqs = _requests("Hello there", stop=("\n\n",)) + [
+        ChatRequest(messages=[Message(role="user", content="Which of the following? A, B or C")], temperature=0.0,
+                    max_tokens=1, options=("A", "B", "C"), seed=3)]
+
+    async def go():
+        live = [await prov.complete(r) for r in reqs]
+        cache = CallCache(tmp_path / "c.sqlite")
+        orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+        items = _keyed(prov, reqs)
+        await orch.submit(prov, items)
+        await orch.wait()
+        batch = [cache.get(k) for k in items]
+        cache.close()
+        return live, batch
+
+    live, batch = asyncio.run(go())
+    assert srv["live"] == [chat_params("gpt-test", r, 7) for r in reqs]
+    assert srv["live"][1]["top_logprobs"] == 7 and srv["live"][0]["stop"] == ["\n\n"]
+    for a, b in zip(live, batch):
+        assert a.model_dump(exclude={"latency_s"}) == b.model_dump(exclude={"latency_s"})
+
+
+def test_openai_resume_after_restart_does_not_resubmit(openai_server, tmp_path):
+    url, srv = openai_server
+    cfg = ModelConfig(provider="openai", model="gpt-test", base_url=url)
+    prov = OpenAIProvider(cfg)
+    reqs = _requests("one", "two", "three")
+    items = _keyed(prov, reqs)
+    run = tmp_path / "run"
+    cache = CallCache(tmp_path / "cache.sqlite")
+    # first process: submits, polls once, gives up (max_wait 0) -> BatchPending, state saved
+    orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
+
+    async def first():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    with pytest.raises(BatchPending, match="lmra batch resume"):
+        asyncio.run(first())
+    cache.close()
+    st = load_state(run)
+    assert st["jobs"][0]["state"] == "submitted" and st["jobs"][0]["remote"]["batch_id"] == "batch_1"
+    assert srv["polls"]["batch_1"] == 1
+
+    # "restart": new cache connection, no provider objects: rebuilt from the saved model config
+    cache2 = CallCache(tmp_path / "cache.sqlite")
+    orch2 = BatchOrchestrator(run, cache2, **FAST)
+    asyncio.run(orch2.wait())
+    assert len(srv["uploads"]) == 1 and len(srv["creates"]) == 1  # nothing submitted twice
+    assert srv["polls"]["batch_1"] == POLLS_TO_FINISH
+    assert [cache2.get(k).text for k in items] == ["echo: one", "echo: two", "echo: three"]
+    assert load_state(run)["jobs"][0]["state"] == "downloaded"
+    # a third process finds nothing to do
+    orch3 = BatchOrchestrator(run, cache2, **FAST)
+    asyncio.run(orch3.wait())
+    assert srv["polls"]["batch_1"] == POLLS_TO_FINISH
+    cache2.close()
+
+
+def test_openai_crash_between_create_and_save_adopts_the_batch(openai_server, tmp_path):
+    """A process that died after creating the batch but before saving its id: the resume
+    finds the batch by its input file instead of creating a second one."""
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    items = _keyed(prov, _requests("alpha", "beta"))
+    run = tmp_path / "run"
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(run, cache, providers=[prov], **FAST)
+    saves = {"n": 0}
+    real_save = orch.save
+
+    def crashing_save():
+        saves["n"] += 1
+        if "batch_id" in (orch.jobs[-1]["remote"] if orch.jobs else {}):
+            raise KeyboardInterrupt("killed right after the batch was created")
+        real_save()
+
+    orch.save = crashing_save
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(orch.submit(prov, items))
+    st = load_state(run)
+    assert st["jobs"][0]["state"] == "prepared" and "batch_id" not in st["jobs"][0]["remote"]
+    assert st["jobs"][0]["remote"]["input_file_id"] == "file-1"
+    assert len(srv["creates"]) == 1
+
+    orch2 = BatchOrchestrator(run, cache, providers=[prov], **FAST)
+    asyncio.run(orch2.wait())
+    assert len(srv["creates"]) == 1 and len(srv["uploads"]) == 1
+    assert [cache.get(k).text for k in items] == ["echo: alpha", "echo: beta"]
+    cache.close()
+
+
+# -- Anthropic ------------------------------------------------------------------------------
+def test_anthropic_batch_submit_poll_download(anthropic_server, tmp_path):
+    url, srv = anthropic_server
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    reqs = _requests("Write a story.", "please FAIL", "please EXPIRE", "Plan a trip.")
+    items = _keyed(prov, reqs)
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+
+    async def go():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    asyncio.run(go())
+    assert len(srv["creates"]) == 1
+    sent = srv["creates"][0]["requests"]
+    assert [r["custom_id"] for r in sent] == list(items)
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", r["custom_id"]) for r in sent)
+    assert sent[0]["params"] == {"model": "claude-test", "max_tokens": 40, "temperature": 0.7,
+                                 "system": "Preferred name: Ashley",
+                                 "messages": [{"role": "user", "content": "Write a story."}]}
+    assert srv["polls"]["msgbatch_001"] >= POLLS_TO_FINISH and srv["downloads"] == 1
+    k_story, k_fail, k_expire, k_trip = list(items)
+    res = cache.get(k_story)
+    assert res.text == "echo: Write a story." and res.finish_reason == "end_turn" and res.usage.completion_tokens == 2
+    assert res.provider == "anthropic" and res.model == "claude-test"
+    assert cache.get(k_trip).text == "echo: Plan a trip."
+    assert cache.get(k_fail) is None and cache.get(k_expire) is None
+    job = load_state(tmp_path / "run")["jobs"][0]
+    assert job["n_succeeded"] == 2 and job["n_failed"] == 2
+    assert job["failed"][k_fail] == "errored: invalid_request_error: simulated bad request"
+    assert job["failed"][k_expire].startswith("expired")
+    assert job["usage"]["completion_tokens"] == 4
+    cache.close()
+
+
+def test_anthropic_params_match_the_live_provider(anthropic_server, tmp_path):
+    url, srv = anthropic_server
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    reqs = _requests("Hello there", stop=("END",)) + [
+        ChatRequest(messages=[Message(role="user", content="Answer with a single letter")], temperature=1.0,
+                    max_tokens=4, sample_index=2)]
+
+    async def go():
+        live = [await prov.complete(r) for r in reqs]
+        cache = CallCache(tmp_path / "c.sqlite")
+        orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+        items = _keyed(prov, reqs)
+        await orch.submit(prov, items)
+        await orch.wait()
+        batch = [cache.get(k) for k in items]
+        cache.close()
+        return live, batch
+
+    live, batch = asyncio.run(go())
+    assert srv["live"] == [message_params("claude-test", r) for r in reqs]
+    assert "temperature" not in srv["live"][1]  # 1.0 is the API default
+    for a, b in zip(live, batch):
+        assert a.model_dump(exclude={"latency_s"}) == b.model_dump(exclude={"latency_s"})
+
+
+def test_anthropic_resume_after_restart(anthropic_server, tmp_path):
+    url, srv = anthropic_server
+    # a judge config (extra fields) is saved in the state and rebuilt as a provider on resume
+    prov = AnthropicProvider(JudgeConfig(provider="anthropic", model="claude-test", base_url=url, combiner="mean"))
+    items = _keyed(prov, _requests("one", "two"))
+    run = tmp_path / "run"
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
+
+    async def first():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    with pytest.raises(BatchPending):
+        asyncio.run(first())
+    orch2 = BatchOrchestrator(run, CallCache(tmp_path / "cache.sqlite"), **FAST)  # provider rebuilt from state
+    asyncio.run(orch2.wait())
+    assert len(srv["creates"]) == 1
+    assert [orch2.cache.get(k).text for k in items] == ["echo: one", "echo: two"]
+
+
+# -- collecting pass ------------------------------------------------------------------------
+def test_collecting_provider_holds_back_dependent_calls(tmp_path):
+    """A call whose prompt embeds a not-yet-known answer is collected only in a later round."""
+    cache = CallCache(":memory:")
+
+    class P:
+        name, model_id, base_url, supports_logprobs = "x", "m", "", False
+
+    col = CollectingProvider(P(), cache)
+
+    async def pipeline(p):
+        first = await p.complete(ChatRequest(messages=[Message(role="user", content="Say hi")]))
+        await p.complete(ChatRequest(messages=[Message(role="user", content=f"Rate: {first.text}")]))
+        return first
+
+    first = asyncio.run(pipeline(col))
+    assert PLACEHOLDER_MARK in first.text and first.finish_reason == "batch_pending"
+    assert len(col.collected) == 1 and col.n_tainted == 1
+    (key, req), = col.collected.items()
+    from lmra.providers.base import ChatResult
+
+    cache.put(key, P(), req, ChatResult(text="hi!", provider="x"))
+    col2 = CollectingProvider(P(), cache)
+    asyncio.run(pipeline(col2))
+    assert col2.n_cached == 1 and col2.n_tainted == 0
+    assert [r.messages[0].content for r in col2.collected.values()] == ["Rate: hi!"]
+
+
+# -- a whole audit in batch mode ------------------------------------------------------------
+def test_audit_in_batch_mode(openai_server, anthropic_server, sim_inputs, tmp_path):
+    """Target through the OpenAI Batch API, LMRA through Anthropic Message Batches. One round
+    per stage with uncached calls (filter → generate → refusal labels → ratings), then the
+    audit runs entirely from the cache; a re-run in the same folder submits nothing."""
+    from lmra.audit import Audit
+
+    o_url, o_srv = openai_server
+    a_url, a_srv = anthropic_server
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=2),
+        prompts=str(prompts), names=str(names), prompts_per_task=2, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), concurrency=4)
+    run = tmp_path / "reports" / "run1"
+    audit = Audit(cfg, run_dir=run)
+    plan = audit.planned_calls(audit.load_inputs())
+    log: list[str] = []
+    result = asyncio.run(arun_batched(audit, log=log.append, **FAST))
+    n_pairs = 4  # 2 tasks × 2 prompts × 1 comparison × 1 sample
+    assert plan["pairs"] == n_pairs and plan["target"] == 8 and plan["judge"] == 64
+    # the fake LMRA answers "No" to filter and refusal questions: the plan's upper bounds are exact
+    assert len(o_srv["creates"]) == 1 and o_srv["batches"]["batch_1"]["request_counts"]["total"] == plan["target"]
+    sizes = [len(c["requests"]) for c in a_srv["creates"]]
+    assert sizes == [2 * 4 * 2, 4 * n_pairs * 2, 2 * n_pairs * 2]  # filter, refusal, stereotype (2 samples each)
+    assert sum(sizes) == plan["judge"]
+    assert o_srv["live"] == [] and a_srv["live"] == []
+    assert [m.split(":")[0] for m in log if m.startswith("round")] == ["round 1", "round 2", "round 3", "round 4"]
+    calls = result.manifest["calls"]
+    assert calls["fresh"] == 0 and calls["failed"] == 0 and calls["cached"] == plan["target"] + plan["judge"]
+    batch = result.manifest["batch"]
+    assert batch["rounds"] == 4 and batch["succeeded"] == 72 and batch["failed"] == 0 and batch["jobs"] == 4
+    assert json.loads((run / "manifest.json").read_text())["batch"]["succeeded"] == 72
+    # every pair rated from batch results: the judge answered "C" (no stereotype) every time
+    assert len(result.ratings) == n_pairs and result.ratings["valid"].all()
+    assert (result.ratings["h"] == 0).all() and (result.ratings["q_N"] == 1).all()
+    assert not result.ratings["refused"].any()
+    assert all(t.startswith("echo: ") for t in result.responses["text"])
+    # re-running in the same run folder submits nothing new and gives the same numbers
+    result2 = asyncio.run(arun_batched(Audit(cfg, run_dir=run), **FAST))
+    assert len(o_srv["creates"]) == 1 and len(a_srv["creates"]) == 3
+    assert result2.manifest["batch"]["rounds"] == 4 and result2.manifest["calls"]["fresh"] == 0
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(result2.per_task, result.per_task)
+
+
+def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatch):
+    """`lmra batch status` lists jobs and failed items; `resume --download-only` finishes them."""
+    monkeypatch.setenv("COLUMNS", "220")
+    from lmra.batch_cli import EXIT_PENDING, add_parsers
+    import argparse
+
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    items = _keyed(prov, _requests("one", "please FAIL"))
+    run = tmp_path / "run"
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
+
+    async def first():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    with pytest.raises(BatchPending):
+        asyncio.run(first())
+    cache.close()
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["batch", "status", str(run)])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "job-0001" in out and "batch_1" in out and "submitted" in out
+    args = parser.parse_args(["batch", "resume", str(run), "--download-only", "--poll-interval", "0.01",
+                              "--max-wait", "0"])
+    assert args.func(args) == EXIT_PENDING  # poll 2 of 3: still running
+    args = parser.parse_args(["batch", "resume", str(run), "--download-only", "--poll-interval", "0.01"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "1 failed item" in out and "simulated invalid request" in out
+    assert len(srv["creates"]) == 1
+
+
+def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropic_server, sim_inputs, tmp_path,
+                                                        monkeypatch):
+    """An audit stopped while its first batch runs (max wait 0) is finished by
+    `lmra batch resume RUN_DIR` in a new orchestrator, without submitting anything twice."""
+    import argparse
+
+    from lmra.audit import Audit
+    from lmra.batch_cli import EXIT_PENDING, add_parsers
+
+    monkeypatch.setenv("COLUMNS", "220")
+    o_url, o_srv = openai_server
+    a_url, a_srv = anthropic_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=1),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"))
+    run = tmp_path / "reports" / "run1"
+    with pytest.raises(BatchPending):
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    assert (run / "config.toml").exists() and not (run / "summary.json").exists()
+    assert len(a_srv["creates"]) == 1 and load_state(run)["jobs"][0]["state"] == "submitted"
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["batch", "resume", str(run), "--poll-interval", "0.01", "--max-wait", "10",
+                              "--no-progress"])
+    assert args.func(args) == 0
+    assert (run / "summary.json").exists()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["calls"]["fresh"] == 0
+    assert manifest["batch"]["failed"] == 0 and manifest["batch"]["rounds"] == 4
+    # filter, refusal and rating batches to the LMRA, one generation batch to the target, each once
+    assert len(a_srv["creates"]) == 3 and len(o_srv["creates"]) == 1
+    assert EXIT_PENDING == 75

@@ -1,0 +1,200 @@
+"""Client-side rate limits measured against a local OpenAI-compatible server (127.0.0.1),
+and the SDK's own retry of a 429 (the retry is the openai SDK's, configured by max_retries)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.config import ModelConfig
+from lmra.providers.base import ChatRequest, Message, ProviderError
+from lmra.providers.openai import OpenAIProvider
+from lmra.providers.ratelimit import RateLimitedProvider, RateLimiter, estimate_prompt_tokens, estimate_tokens
+
+PROMPT_TOKENS, COMPLETION_TOKENS = 40, 10
+
+
+class _Chat(BaseHTTPRequestHandler):
+    """Chat completions; records arrival times; the first ``fail_first`` calls get a 429."""
+
+    arrivals: list = []
+    fail_first = 0
+    seen = 0
+    lock = threading.Lock()
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        cls = type(self)
+        with cls.lock:
+            cls.seen += 1
+            n = cls.seen
+            cls.arrivals.append(time.monotonic())
+        if n <= cls.fail_first:
+            data = json.dumps({"error": {"message": "Rate limit reached", "type": "requests",
+                                         "code": "rate_limit_exceeded"}}).encode()
+            self.send_response(429)
+            self.send_header("retry-after-ms", "20")
+        else:
+            data = json.dumps({
+                "id": f"c{n}", "object": "chat.completion", "created": 1700000000, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": f"reply {n}"},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                          "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}}).encode()
+            self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def chat_server():
+    _Chat.arrivals, _Chat.fail_first, _Chat.seen = [], 0, 0
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Chat)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/v1", _Chat
+    srv.shutdown()
+
+
+def _req(i: int, max_tokens: int = 16) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=f"Request number {i}.")], max_tokens=max_tokens, seed=i)
+
+
+def _run_all(provider, requests, server=None) -> list:
+    """Run all requests at once. With ``server``: first one warm-up call straight through the
+    inner provider (opens the HTTP connection), then the server's arrival log is cleared, so
+    that connection set-up does not distort the measured spacing."""
+    async def go():
+        try:
+            if server is not None:
+                await provider.inner.complete(_req(-1))
+                server.arrivals.clear()
+            return await asyncio.gather(*(provider.complete(r) for r in requests))
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+def _rate_per_min(times: list[float]) -> float:
+    """Calls per minute between the first and the last arrival: (n − 1) / span."""
+    return (len(times) - 1) / (times[-1] - times[0]) * 60.0
+
+
+def _max_in_window(times: list[float], window: float) -> int:
+    ts = sorted(times)
+    return max(sum(1 for t in ts[i:] if t - ts[i] < window) for i in range(len(ts)))
+
+
+def test_requests_per_minute_held_against_local_server(chat_server):
+    url, srv = chat_server
+    rpm = 120.0  # one call per 0.5 s; 13 calls span 6 s
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+                               requests_per_minute=rpm)
+    t0 = time.monotonic()
+    results = _run_all(prov, [_req(i) for i in range(13)], srv)  # all 13 launched at once
+    elapsed = time.monotonic() - t0
+    assert len(results) == 13 and len(srv.arrivals) == 13
+    measured = _rate_per_min(srv.arrivals)
+    assert 0.8 * rpm <= measured <= rpm * 1.02, measured
+    assert 5.8 <= elapsed <= 9.0
+    # no window holds more calls than the limit allows: in any 1.9 s at most 4 (= 1.9 s·2/s, +1 start)
+    assert _max_in_window(srv.arrivals, 1.9) <= 4
+    assert prov.limiter.waited_s > 30  # the 13 calls waited 0 + 0.5 + … + 6 s in total
+
+
+def test_tokens_per_minute_held_and_estimate_corrected_by_usage(chat_server):
+    """TPM = 6000 and every call really uses 50 tokens → 2 calls/s. Each call is booked at its
+    worst case first (estimated prompt + max_tokens = 212 tokens); without the correction from
+    the reported usage the limiter would allow only 6000/212 ≈ 28 calls/min instead of 120."""
+    url, srv = chat_server
+    tpm = 6000.0
+    reqs = [_req(i, max_tokens=200) for i in range(13)]
+    # 18 characters → ceil(18/4) = 5, + 4 per message + 3 per request = 12; + max_tokens 200
+    assert estimate_prompt_tokens(reqs[0]) == 12 and estimate_tokens(reqs[0]) == 212
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+                               tokens_per_minute=tpm)
+    results = _run_all(prov, reqs, srv)
+    assert all(r.usage.prompt_tokens + r.usage.completion_tokens == 50 for r in results)
+    ts = srv.arrivals
+    # tokens of the calls after the first, per minute of the span they started in
+    measured_tpm = 50 * (len(ts) - 1) / (ts[-1] - ts[0]) * 60.0
+    assert 0.8 * tpm <= measured_tpm <= tpm * 1.02, measured_tpm
+
+
+def test_both_limits_the_tighter_one_wins(chat_server):
+    url, srv = chat_server
+    # RPM 600 would allow 10 calls/s; TPM 3000 at 50 tokens/call allows 1 call/s
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+                               requests_per_minute=600, tokens_per_minute=3000)
+    _run_all(prov, [_req(i, max_tokens=10) for i in range(5)], srv)
+    assert 0.8 * 60 <= _rate_per_min(srv.arrivals) <= 60 * 1.02
+
+
+def test_limiter_validation_and_shared_limiter():
+    with pytest.raises(ValueError):
+        RateLimiter(requests_per_minute=0)
+    with pytest.raises(ValueError):
+        RateLimiter(burst_s=-1)
+
+    class Echo:
+        name, model_id, base_url, supports_logprobs = "echo", "e", "", False
+
+        async def complete(self, request):
+            from lmra.providers.base import ChatResult
+
+            return ChatResult(text="x")
+
+        async def aclose(self):
+            return None
+
+    shared = RateLimiter(requests_per_minute=600)  # 0.1 s apart, across both wrappers
+    a = RateLimitedProvider(Echo(), limiter=shared)
+    b = RateLimitedProvider(Echo(), limiter=shared)
+    assert a.name == "echo" and a.model_id == "e" and a.base_url == ""
+
+    async def go():
+        t0 = time.monotonic()
+        await asyncio.gather(*[a.complete(_req(i)) for i in range(3)], *[b.complete(_req(i)) for i in range(3)])
+        return time.monotonic() - t0
+
+    assert 0.45 <= asyncio.run(go()) <= 1.0  # 6 calls: 5 gaps of 0.1 s
+
+
+def test_sdk_retries_a_429_then_succeeds(chat_server):
+    """The openai SDK (max_retries) retries the local server's 429s; lmra adds no retry of its own."""
+    url, srv = chat_server
+    srv.fail_first = 2
+    cache = CallCache(":memory:")
+    stats = CallStats()
+    prov = CachedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, max_retries=3)),
+                          cache, stats)
+    res = asyncio.run(prov.complete(_req(1)))
+    assert res.text == "reply 3" and srv.seen == 3  # two 429s, then the third attempt succeeded
+    assert stats.fresh == 1 and stats.failed == 0 and len(cache) == 1
+
+
+def test_retries_exhausted_is_a_counted_failure(chat_server):
+    url, srv = chat_server
+    srv.fail_first = 10
+    cache = CallCache(":memory:")
+    stats = CallStats()
+    prov = CachedProvider(RateLimitedProvider(
+        OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, max_retries=1)),
+        requests_per_minute=6000), cache, stats)
+    with pytest.raises(ProviderError, match="429"):
+        asyncio.run(prov.complete(_req(1)))
+    assert srv.seen == 2  # one try plus one SDK retry
+    assert stats.failed == 1 and stats.fresh == 0 and len(cache) == 0
+    assert "429" in stats.errors[0]
