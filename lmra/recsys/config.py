@@ -8,14 +8,12 @@ rejected, and :func:`load_recsys_config` turns any problem into an
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from lmra.config import ModelConfig, _loc_to_field, _Strict
-from lmra.errors import LmraInputError, find_key_line
+from lmra.config import ModelConfig, _Strict, load_toml_model, validate_model
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
 
 
@@ -138,19 +136,7 @@ def parse_recsys_config(data: dict[str, Any], *, source: str | Path = "<config>"
     Raises:
         LmraInputError: on any unknown or invalid field.
     """
-    try:
-        return RecsysConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        dotted, section, leaf = _loc_to_field(tuple(err["loc"]))
-        line = find_key_line(text, leaf, section) if text and leaf else None
-        if line is None and text and leaf:
-            line = find_key_line(text, leaf)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see docs/recsys.md for the fields)"
-        more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
-        raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
+    return validate_model(RecsysConfig, data, source=source, text=text, docs="docs/recsys.md")
 
 
 def load_recsys_config(path: str | Path | None) -> RecsysConfig:
@@ -160,17 +146,4 @@ def load_recsys_config(path: str | Path | None) -> RecsysConfig:
     Raises:
         LmraInputError: missing file, TOML syntax error (with line) or invalid field.
     """
-    if path is None:
-        return RecsysConfig()
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LmraInputError("config file not found", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
-    return parse_recsys_config(data, source=p, text=text)
+    return RecsysConfig() if path is None else load_toml_model(RecsysConfig, path, docs="docs/recsys.md")

