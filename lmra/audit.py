@@ -111,9 +111,9 @@ class Audit:
         self.config_path = config_path
         self.progress = progress or _Progress()
         self.stats = CallStats()
+        # the price table is always loaded, so that manifest.json carries an estimated cost
         self.budget = Budget(config.max_calls, config.max_cost,
-                             PriceTable.load(resolve_resource(config.prices, "prompts"))
-                             if config.max_cost is not None else None)
+                             PriceTable.load(resolve_resource(config.prices, "prompts")))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
 

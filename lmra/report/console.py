@@ -134,8 +134,13 @@ def render_audit(console: Console, result) -> None:
     _judges(console, result.judges)
     _diagnostics(console, s)
     calls = m.get("calls", {})
-    console.print(f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
-                  f"{calls.get('failed', 0)} failed.")
+    budget = m.get("budget") or {}
+    cost = budget.get("cost_usd")
+    tokens = (calls.get("prompt_tokens_fresh", 0) or 0) + (calls.get("completion_tokens_fresh", 0) or 0)
+    console.print(f"Model calls: {calls.get('fresh', 0)} fresh ({tokens} tokens), {calls.get('cached', 0)} from "
+                  f"cache, {calls.get('failed', 0)} failed"
+                  + (f"; estimated cost ${cost:.4f} (price table {budget.get('price_table')})" if cost is not None
+                     else "") + ".")
     console.print(
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
         "stereotypes more often in the direction that matches how the responses were really assigned; "
