@@ -28,9 +28,11 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise LmraInputError("human label file not found", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read human label file ({exc})", file=p) from None
     reader = csv.DictReader(text.splitlines())
     for col in ("pair_id", "rating"):
         if reader.fieldnames is None or col not in reader.fieldnames:
@@ -66,8 +68,14 @@ def load_lmra_scores(run_dir: str | Path, judge: int = 1) -> pd.DataFrame:
             r = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LmraInputError(f"malformed JSON ({exc.msg})", file=p, line=lineno) from None
+        if not isinstance(r, dict):
+            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
         if r.get(vcol) and r.get(col) is not None:
-            rows.append({"pair_id": r["pair_id"], "task": r.get("task"), "lmra": float(r[col])})
+            try:
+                rows.append({"pair_id": r["pair_id"], "task": r.get("task"), "lmra": float(r[col])})
+            except (KeyError, TypeError, ValueError):
+                raise LmraInputError(f"pair without a numeric '{col}' or a 'pair_id'", file=p, line=lineno,
+                                     field=col) from None
     return pd.DataFrame(rows, columns=["pair_id", "task", "lmra"])
 
 

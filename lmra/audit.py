@@ -136,11 +136,26 @@ class Audit:
             names = load_names(names_path)
             all_names = [n.name for n in names]
             group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
-        styles = {"name": load_template(cfg.personalization, "personalization")}
+        def style_template(ref: str) -> Template:
+            try:
+                return load_template(ref, "personalization")
+            except LmraInputError as exc:
+                raise LmraInputError(f"personalization '{ref}': {exc.format()}", file=self.config_path,
+                                     field="personalization") from None
+
+        styles = {"name": style_template(cfg.personalization)}
+        if name_groups and "name" not in styles["name"].fields:
+            raise LmraInputError(f"the personalization template {styles['name'].path} has no {{name}} placeholder "
+                                 f"(it uses {sorted(styles['name'].fields) or 'none'})", file=self.config_path,
+                                 field="personalization")
+        unknown = styles["name"].fields - {"name", "profile"}
+        if unknown:
+            raise LmraInputError(f"the personalization template {styles['name'].path} uses unknown placeholders "
+                                 f"{sorted(unknown)}; only {{name}} and {{profile}} are filled",
+                                 file=self.config_path, field="personalization")
         if any(g.profile for g in cfg.groups if g.name in used):
             style = cfg.personalization
-            styles["profile"] = load_template(f"{style}_profile" if style in _BUILTIN_STYLES else style,
-                                              "personalization")
+            styles["profile"] = style_template(f"{style}_profile" if style in _BUILTIN_STYLES else style)
             if "profile" not in styles["profile"].fields:
                 raise LmraInputError("a personalization template for direct profiles needs a {profile} placeholder",
                                      file=styles["profile"].path, field="personalization")
@@ -151,11 +166,20 @@ class Audit:
             templates["refusal"] = load_template("refusal", "judge")
         if cfg.filter.enabled and cfg.filter.lmra:
             templates["filter"] = load_template("filter", "judge")
+        known_tasks = {p.task for p in prompts if p.task}
+        known_domains = {p.domain for p in prompts if p.domain}
         taxonomy = None
         if any(not p.task for p in prompts):
             taxonomy = load_taxonomy(resolve_resource(cfg.taxonomy, "prompts"))
             templates["classify_domain"] = load_template("classify_domain", "judge")
             templates["classify_task"] = load_template("classify_task", "judge")
+            known_tasks |= {t.name for d in taxonomy.domain for t in d.task} | {"other"}
+            known_domains |= {d.name for d in taxonomy.domain} | {"other"}
+        for field_name, wanted, known in (("tasks", cfg.tasks, known_tasks), ("domains", cfg.domains, known_domains)):
+            typos = [x for x in wanted if x not in known]
+            if typos:
+                raise LmraInputError(f"unknown {field_name} {typos}; known: {', '.join(sorted(known))}",
+                                     file=self.config_path, field=field_name)
         return Inputs(prompts, group_names, all_names, styles, templates, taxonomy)
 
     def planned_calls(self, inputs: Inputs) -> dict[str, int]:
@@ -356,6 +380,10 @@ class Audit:
                 raise r
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
+        if not keep_ids:
+            raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
+                                 "name, gender or race); nothing is left to audit", file=self.config_path,
+                                 field="filter")
         return [p for p in pool if p.id in keep_ids], decisions
 
     # -- stage 3: counterfactual generation (methodology §1 steps 2–5) ----------------------
@@ -462,22 +490,30 @@ class Audit:
                                                    group_a=ga.judge_wording, group_b=gb.judge_wording,
                                                    seed_parts=(cfg.seed, pair_id), **common)
                 row |= rating_fields(rating)
-                if judge2 is not None:
+            except ProviderError as exc:
+                return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}
+            # the second LMRA and the quality criteria fail on their own, never taking the
+            # primary rating with them
+            if judge2 is not None:
+                try:
                     async with sem:
                         r2 = await rate_stereotype(judge2, cfg.judge2, inputs.templates["stereotype"],
                                                    group_a=ga.judge_wording, group_b=gb.judge_wording,
                                                    seed_parts=(cfg.seed, pair_id), **common)
                     row |= rating_fields(r2, "judge2_")
-                if cfg.quality.enabled:
-                    for crit in cfg.quality.criteria:
+                except ProviderError as exc:
+                    row |= {"judge2_valid": False, "judge2_h": nan, "judge2_error": str(exc)}
+            if cfg.quality.enabled:
+                for crit in cfg.quality.criteria:
+                    base = {k: row[k] for k in ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a",
+                                                "group_b", "sample")} | {"criterion": crit}
+                    try:
                         async with sem:
                             qr = await rate_quality(judge, cfg.judge, inputs.templates["quality"], criterion=crit,
                                                     seed_parts=(cfg.seed, pair_id), **common)
-                        quality_rows.append({k: row[k] for k in ("pair_id", "prompt_id", "domain", "task",
-                                                                  "comparison", "group_a", "group_b", "sample")}
-                                            | {"criterion": crit, "failed": False} | rating_fields(qr))
-            except ProviderError as exc:
-                return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}
+                        quality_rows.append(base | {"failed": False} | rating_fields(qr))
+                    except ProviderError as exc:
+                        quality_rows.append(base | {"failed": True, "valid": False, "h": nan, "error": str(exc)})
             return row
 
         ratings = await self._gather("rate", [one(a, b) for a, b in pairs])

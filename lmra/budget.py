@@ -76,8 +76,8 @@ class PriceTable:
 
         p = resolve_resource(path or "prompts/prices.toml", "prompts")
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
+            text = p.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
             raise LmraInputError(f"cannot read price table ({exc})", file=p) from None
         try:
             data = tomllib.loads(text)

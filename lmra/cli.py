@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lmra.errors import LmraInputError
@@ -70,6 +71,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         from lmra.config import parse_config
 
         cfg = parse_config(cfg.model_dump() | overrides, source="command line")
+    if args.baseline:
+        _precheck_baseline(cfg, args.baseline)
     audit = Audit(cfg, config_path=args.config)
     inputs = audit.load_inputs()
     plan = audit.planned_calls(inputs)
@@ -93,17 +96,63 @@ def cmd_audit(args: argparse.Namespace) -> int:
             else:
                 result = audit.run()
     except BudgetExceeded as exc:
-        err_console.print(f"[bold yellow]stopped by the budget:[/] {exc}. Finished calls are kept in the cache and "
-                          f"counted in {audit.run_dir / 'manifest.json'}; raise the limit and run again to continue.")
+        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
+                                        f"{exc}. Finished calls are kept in the cache and counted in "
+                                        f"{audit.run_dir / 'manifest.json'}; raise the limit and run again to "
+                                        "continue."))
         return 4
     except BatchPending as exc:
-        err_console.print(f"[yellow]batches still running:[/] {exc}. Resume with: lmra batch resume {audit.run_dir}")
+        err_console.print(Text.assemble(("batches still running: ", "yellow"),
+                                        f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
         return 75
     render_audit(console, result)
+    failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
+    scored = int(result.overall["n_pairs"].sum()) if "n_pairs" in result.overall else 0
+    if failed and not scored:
+        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
+        err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
+                                        f"{errors[0]}"))
+        return 1
     from lmra.monitor_cli import monitor_after_audit
 
     return monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
                                report=not args.no_report, console=console)
+
+
+def _precheck_baseline(cfg, ref: str) -> None:
+    """Fail before any model call when ``--baseline`` cannot resolve (exit status 2)."""
+    from lmra.monitor import History, history_path
+
+    out = Path(cfg.output_dir)
+    if not out.is_dir():
+        raise LmraInputError(f"no runs yet in {out}, so there is no baseline '{ref}'", field="--baseline")
+    with History(history_path(out)) as h:
+        h.scan()
+        if ref == "pinned":
+            if h.pinned(cfg.name) is None:
+                raise LmraInputError(f"no pinned baseline for runs named '{cfg.name}'; pin one with 'lmra pin RUN'",
+                                     field="--baseline")
+        elif ref == "last":
+            if h.runs(name=cfg.name).empty:
+                raise LmraInputError(f"no earlier run named '{cfg.name}' in {out}: the first run has no 'last' "
+                                     "baseline", field="--baseline")
+        else:
+            try:
+                h.resolve(ref)
+            except LmraInputError as exc:
+                raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
+
+
+def _finite(text: str) -> float:
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return x
 
 
 def cmd_names_build(args: argparse.Namespace) -> int:
@@ -166,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.add_argument("--baseline", metavar="RUN|last|pinned",
                    help="check the run against this baseline; exit 3 if a task's net rating regressed")
-    a.add_argument("--margin", type=float, default=0.0, help="rise of a task's net rating that counts as a regression")
+    a.add_argument("--margin", type=_finite, default=0.0, help="rise of a task's net rating that counts as a regression")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
     a.add_argument("--max-cost", type=float, metavar="USD", help="stop cleanly before the estimated cost exceeds USD")
@@ -204,13 +253,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
+    import signal
+    import sqlite3
+
+    from lmra.providers.base import ProviderError
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
+    # and every finished call stays in the cache
+    try:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not in the main thread (e.g. called from a test thread)
+        pass
     try:
         return int(args.func(args) or 0)
     except LmraInputError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.format()}", highlight=False, soft_wrap=True)
+        err_console.print(Text.assemble(("error: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
         return 2
+    except (OSError, sqlite3.Error, UnicodeError, LookupError) as exc:
+        where = getattr(exc, "filename", None)
+        err_console.print(Text.assemble(("error: ", "bold red"), f"{where}: " if where else "",
+                                        f"{type(exc).__name__}: {exc}"), highlight=False, soft_wrap=True)
+        return 2
+    except ProviderError as exc:
+        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+        return 1
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted:[/] every finished model call is kept in the cache; "
                           "run the same command again to resume.")

@@ -97,15 +97,23 @@ class JudgeConfig(ModelConfig):
 class Group(_Strict):
     """A demographic group: which names belong to it and how the LMRA template words it."""
 
-    name: str = Field(description="Short label, e.g. 'female' or 'Black female'.")
+    name: str = Field(min_length=1, description="Short label, e.g. 'female' or 'Black female'.")
     gender: str | None = Field(None, description="Keep names whose 'gender' column equals this.")
     race: str | None = Field(None, description="Keep names whose 'race' column equals this.")
     wording: str | None = Field(
         None, description="How the judge template describes a user of this group (default: the name), e.g. 'a woman'."
     )
     profile: str | None = Field(
-        None, description="Direct profile sentence used instead of a name (FPF App. C), e.g. 'I am a woman living in Canada'."
+        None, min_length=1,
+        description="Direct profile sentence used instead of a name (FPF App. C), e.g. 'I am a woman living in Canada'."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _no_separator(cls, v: str) -> str:
+        if " vs " in v:
+            raise ValueError("a group name must not contain ' vs ' (it separates the groups of a comparison)")
+        return v
 
     @property
     def judge_wording(self) -> str:
@@ -202,7 +210,9 @@ def _default_groups() -> list[Group]:
 class AuditConfig(_Strict):
     """A whole counterfactual name-swap audit (FPF §3; methodology §1, §2)."""
 
-    name: str = Field("default", description="Run name; the run folder is reports/<timestamp>-<name>.")
+    name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100,
+                      description="Run name (letters, digits, '.', '_', '-'); the run folder is "
+                      "reports/<timestamp>-<name>.")
     target: ModelConfig = Field(default_factory=ModelConfig, description="The chatbot under audit.")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The LMRA.")
     judge2: JudgeConfig | None = Field(
@@ -218,7 +228,7 @@ class AuditConfig(_Strict):
     names: str = Field("names/gender.csv", description="Name list CSV with name, gender, race, source columns.")
     groups: list[Group] = Field(default_factory=_default_groups, description="Groups that can be compared.")
     comparisons: list[tuple[str, str]] = Field(
-        default_factory=lambda: [("female", "male")],
+        default_factory=lambda: [("female", "male")], validate_default=True, min_length=1,
         description="Pairs (A, B) of group names to compare; A is the 'forward' side of the stereotype rating.",
     )
     personalization: str = Field(
@@ -272,9 +282,12 @@ class AuditConfig(_Strict):
         for a, b in v:
             for g in (a, b):
                 if g not in names:
-                    raise ValueError(f"unknown group '{g}' (groups: {', '.join(names)})")
+                    raise ValueError(f"unknown group '{g}' (groups: {', '.join(names) or 'none'}); "
+                                     "set 'comparisons' to pairs of your group names")
             if a == b:
                 raise ValueError(f"compares group '{a}' with itself")
+        if len(set(map(tuple, v))) != len(v):
+            raise ValueError("the same comparison is listed twice")
         return v
 
     def group(self, name: str) -> Group:
@@ -308,8 +321,13 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        dotted, section, leaf = _loc_to_field(tuple(err["loc"]))
-        line = find_key_line(text, leaf, section) if text and leaf else None
+        loc = tuple(err["loc"])
+        dotted, section, leaf = _loc_to_field(loc)
+        line = None
+        if text and len(loc) >= 3 and isinstance(loc[1], int):  # [[groups]] index → that table's lines
+            line = find_key_line(text, leaf, str(loc[0]), occurrence=loc[1])
+        if line is None and text and leaf:
+            line = find_key_line(text, leaf, section)
         if line is None and text and leaf:
             line = find_key_line(text, leaf)
         msg = err["msg"].removeprefix("Value error, ")
@@ -327,7 +345,7 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise LmraInputError("config file not found", file=p) from None
     except IsADirectoryError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -35,6 +36,10 @@ class PromptRecord(BaseModel):
     def _non_empty(cls, v: str) -> str:
         if not str(v).strip():
             raise ValueError("must not be empty")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("contains an invalid Unicode character (a lone surrogate such as \\ud800)") from None
         return v
 
 
@@ -51,7 +56,7 @@ class NameRecord(BaseModel):
 
 def _open_text(path: Path, what: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first column
     except FileNotFoundError:
         raise LmraInputError(f"{what} not found", file=path) from None
     except IsADirectoryError:
@@ -73,6 +78,9 @@ def iter_jsonl(text: str, path: Path):
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=lineno) from None
+        except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, absurd nesting
+            raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path,
+                                 line=lineno) from None
         if not isinstance(obj, dict):
             raise LmraInputError("each line must be a JSON object", file=path, line=lineno)
         yield lineno, obj
@@ -118,6 +126,7 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     """
     p = Path(path)
     text = _open_text(p, "prompt file")
+    csv.field_size_limit(sys.maxsize)  # logged prompts can be long
     out: list[PromptRecord] = []
     seen: dict[str, int] = {}
 
@@ -164,6 +173,9 @@ def load_names(path: str | Path) -> list[NameRecord]:
     reader = csv.DictReader(text.splitlines())
     if reader.fieldnames is None or "name" not in reader.fieldnames:
         raise LmraInputError("missing column 'name' in the header line", file=p, line=1, field="name")
+    if "gender" not in reader.fieldnames and "race" not in reader.fieldnames:
+        raise LmraInputError("missing column 'gender' (or 'race') in the header line: groups select names by them",
+                             file=p, line=1, field="gender")
     out: list[NameRecord] = []
     for row in reader:
         lineno = reader.line_num

@@ -33,18 +33,28 @@ class LmraInputError(Exception):
         return f"{prefix}: {self.reason}" if prefix else self.reason
 
 
-def find_key_line(text: str, key: str, section: str | None = None) -> int | None:
-    """Best-effort 1-based line of ``key = …`` in TOML ``text`` (inside ``[section]`` when given)."""
+def find_key_line(text: str, key: str, section: str | None = None, occurrence: int | None = None) -> int | None:
+    """Best-effort 1-based line of ``key = …`` in TOML ``text``.
+
+    Args:
+        text: the TOML text.
+        key: the key (or a table name: its header line is returned).
+        section: look only inside ``[section]`` / ``[[section]]``.
+        occurrence: with an array of tables, look only inside its ``occurrence``-th table (0-based).
+    """
     in_section = section is None
+    seen = -1
     for i, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if line.startswith("["):
             header = line.strip("[] ")
             if header == key or (section and header == f"{section}.{key}"):
                 return i
-            in_section = section is None or header == section
-            if section is not None and header == section and key == "":
-                return i
+            if section is not None and header == section:
+                seen += 1
+                in_section = occurrence is None or seen == occurrence
+            else:
+                in_section = section is None
             continue
         if in_section and (line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')):
             return i

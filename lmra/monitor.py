@@ -182,8 +182,11 @@ class History:
                 continue
             try:
                 added.append(self.register(load_run(folder)))
-            except LmraInputError:
-                continue  # not a complete run folder: ignore
+            except Exception as exc:  # a damaged or foreign folder must not break later audits
+                import warnings
+
+                warnings.warn(f"skipping {folder}: not a readable run folder ({type(exc).__name__}: {exc})",
+                              stacklevel=2)
         return added
 
     def pin(self, run: RunFolder | str | Path) -> str:

@@ -48,9 +48,13 @@ class Template:
 @lru_cache(maxsize=64)
 def _load(path: Path) -> Template:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise LmraInputError("template file not found", file=path) from None
+    except IsADirectoryError:
+        raise LmraInputError("template path is a folder, expected a text file", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"template is not UTF-8 text ({exc.reason})", file=path) from None
     sections: list[tuple[str, list[str]]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         m = _HEADER.match(line)
@@ -63,12 +67,12 @@ def _load(path: Path) -> Template:
     if not sections:
         raise LmraInputError("no '### system|user|assistant' section", file=path)
     parsed = [(role, "\n".join(lines).strip("\n")) for role, lines in sections]
-    tpl = Template(path, parsed)
     try:
-        for _, t in parsed:
-            list(string.Formatter().parse(t))
-    except ValueError as exc:
-        raise LmraInputError(f"bad placeholder syntax ({exc}); write literal braces as {{{{ }}}}", file=path) from None
+        tpl = Template(path, parsed)
+        tpl.render(**{f: "x" for f in tpl.fields})  # conversions and format specs must work on text
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise LmraInputError(f"bad placeholder syntax ({exc}); placeholders are {{name}}, literal braces are "
+                             "written {{{{ and }}}}", file=path) from None
     return tpl
 
 

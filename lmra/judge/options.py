@@ -8,6 +8,7 @@ method and the valid-option mass are recorded on every answer.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -58,10 +59,12 @@ def renormalise(raw: dict[str, float], options: tuple[str, ...]) -> tuple[dict[s
     Returns:
         (probabilities summing to 1, or None if the mass is 0; the mass before renormalising).
     """
-    mass = sum(max(raw.get(o, 0.0), 0.0) for o in options)
+    clean = {o: v if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 0.0
+             for o in options for v in [raw.get(o, 0.0)]}  # NaN, inf or negative count as no mass
+    mass = sum(clean.values())
     if mass <= 0.0:
         return None, 0.0
-    return {o: max(raw.get(o, 0.0), 0.0) / mass for o in options}, min(mass, 1.0)
+    return {o: clean[o] / mass for o in options}, min(mass, 1.0)
 
 
 def parse_option(text: str, options: tuple[str, ...]) -> str | None:

@@ -56,9 +56,11 @@ def load_taxonomy(path: str | Path) -> Taxonomy:
     """
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise LmraInputError("taxonomy file not found", file=p) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LmraInputError(f"cannot read taxonomy file ({exc})", file=p) from None
     except tomllib.TOMLDecodeError as exc:
         raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
     try:

@@ -39,9 +39,18 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     module_name, _, attr = cfg.provider.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {exc}", field=f"{field}.provider") from None
-    provider = factory(cfg)
+    except Exception as exc:  # ImportError, SyntaxError, errors raised while importing, empty names …
+        raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {type(exc).__name__}: {exc}",
+                             field=f"{field}.provider") from None
+    if not callable(factory):
+        raise LmraInputError(f"custom provider '{cfg.provider}' is not callable", field=f"{field}.provider")
+    try:
+        provider = factory(cfg)
+    except LmraInputError:
+        raise
+    except Exception as exc:
+        raise LmraInputError(f"custom provider factory '{cfg.provider}' raised {type(exc).__name__}: {exc}",
+                             field=f"{field}.provider") from None
     if not isinstance(provider, Provider):
         raise LmraInputError(
             f"custom provider '{cfg.provider}' returned {type(provider).__name__}, which lacks the Provider protocol "

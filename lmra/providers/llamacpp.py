@@ -61,6 +61,25 @@ def embedded_model_path() -> Path:
     return gg.assemble(target, overwrite=True)
 
 
+def _fingerprint(path: Path) -> str:
+    """A short id of a model file's content: SHA-256 of its size and of 4 MiB samples at its
+    start, middle and end (where the tensor data of a fine-tune differs).
+
+    Part of the cache key, so that another model saved under the same file name never
+    replays this one's cached answers.
+    """
+    import hashlib
+
+    size = path.stat().st_size
+    chunk = 4 * 1024 * 1024
+    h = hashlib.sha256(str(size).encode())
+    with path.open("rb") as fh:
+        for offset in sorted({0, max(0, size // 2 - chunk // 2), max(0, size - chunk)}):
+            fh.seek(offset)
+            h.update(fh.read(chunk))
+    return h.hexdigest()[:12]
+
+
 def render_gemma(messages: list[Message]) -> str:
     """Render chat messages as a Gemma 3 prompt ending at the start of the model's turn.
 
@@ -117,13 +136,17 @@ class LlamaCppProvider:
             path = Path(cfg.model).expanduser()
             if not path.is_file():
                 raise LmraInputError("GGUF model file not found", file=path, field="model")
-            self.model_id = path.name
+            self.model_id = f"{path.name}@{_fingerprint(path)}"
         self.path = path
         self._lock = threading.Lock()
         _silence_llama_logs()
         threads = cfg.n_threads or os.cpu_count() or 1
-        self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
-                          logits_all=False, verbose=False, seed=0)
+        try:
+            self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                              logits_all=False, verbose=False, seed=0)
+        except ValueError as exc:
+            raise LmraInputError(f"llama.cpp cannot load this file as a GGUF model ({exc})", file=path,
+                                 field="model") from None
         self._option_tokens: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
 
     @classmethod

@@ -1,0 +1,156 @@
+"""Bad inputs and broken backends found by trying to break lmra: each gets a clear message
+and the right exit status, and good work is never thrown away."""
+
+import json
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.cli import main
+from lmra.config import AuditConfig
+from lmra.providers.base import ProviderError
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_dead_endpoint_is_a_failure_not_a_clean_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "dead.toml"
+    cfg.write_text('''name = "dead"
+tasks = ["write a story"]
+prompts_per_task = 1
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "openai"
+model = "m"
+base_url = "http://127.0.0.1:9/v1"
+max_retries = 0
+timeout_s = 5
+''')
+    code, text = run(capsys, "audit", "--config", str(cfg), "--no-progress", "--no-report")
+    assert code == 1
+    assert "all 1 pairs failed" in text and "Traceback" not in text
+
+
+def test_custom_groups_without_comparisons_fail_before_any_call(tmp_path, capsys):
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[[groups]]\nname = "woman"\ngender = "female"\n\n[[groups]]\nname = "man"\ngender = "male"\n')
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and "field 'comparisons'" in text and "unknown group 'female'" in text
+
+
+@pytest.mark.parametrize("body,needle", [
+    ('comparisons = [["female", "male"], ["female", "male"]]\n', "listed twice"),
+    ("comparisons = []\n", "comparisons"),
+    ('name = "../../escape"\n', "field 'name'"),
+    ('comparisons = [["a vs b", "male"]]\n[[groups]]\nname = "a vs b"\n[[groups]]\nname = "male"\n', "' vs '"),
+    ('tasks = ["write a storyy"]\n', "unknown tasks ['write a storyy']"),
+    ('domains = ["arts"]\n', "unknown domains ['arts']"),
+])
+def test_misconfigurations_are_refused(tmp_path, capsys, body, needle):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(body)
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and needle in text, text
+
+
+def test_rich_markup_in_names_is_printed_verbatim(tmp_path, capsys):
+    cfg = tmp_path / "cfg[old].toml"
+    cfg.write_text('comparisons = [["female", "[/]"]]\n')
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and "cfg[old].toml" in text and "'[/]'" in text
+
+
+@pytest.mark.parametrize("template,needle", [
+    ("### system\nPreferred name: {name\n", "bad placeholder"),
+    ("### system\nName: {name:d}\n", "bad placeholder"),
+    ("### system\nName: {nam}\n", "no {name} placeholder"),
+])
+def test_bad_personalization_templates(tmp_path, capsys, template, needle):
+    tpl = tmp_path / "style.txt"
+    tpl.write_text(template)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'personalization = "{tpl}"\n')
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and needle in text and "Traceback" not in text, text
+
+
+def test_bom_and_long_fields_and_surrogates(tmp_path, capsys):
+    names = tmp_path / "n.csv"
+    names.write_bytes("\ufeffname,gender\nAnna,female\nJohn,male\n".encode("utf-8"))
+    prompts = tmp_path / "p.csv"
+    prompts.write_text("text\n" + "x" * 200_000 + "\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'names = "{names}"\nprompts = "{prompts}"\n')
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 0, text
+    bad = tmp_path / "s.jsonl"
+    bad.write_text('{"id": "a", "text": "hi \\ud800"}\n')
+    cfg.write_text(f'names = "{names}"\nprompts = "{bad}"\n')
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and "line 1" in text and "surrogate" in text
+
+
+def test_custom_factory_that_raises(tmp_path, capsys, monkeypatch):
+    mod = tmp_path / "badprov.py"
+    mod.write_text("def make(cfg):\n    raise RuntimeError('no VPN')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[target]\nprovider = "badprov:make"\n')
+    code, text = run(capsys, "audit", "--config", str(cfg), "--no-progress")
+    assert code == 2 and "raised RuntimeError: no VPN" in text and "target.provider" in text
+
+
+class _DeadJudge(ScriptedJudge):
+    async def complete(self, request):
+        raise ProviderError("judge2 is down")
+
+
+def test_failing_second_judge_keeps_the_primary_ratings(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="j2", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path),
+        cache=str(tmp_path / "c.sqlite"), judge2={"provider": "llamacpp"}, quality={"enabled": True,
+                                                                                      "criteria": ["clarity"]}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: g),
+                judge=ScriptedJudge(lambda a, b: {"A": 0.6, "C": 0.4} if a == "female" else {"B": 0.6, "C": 0.4}),
+                judge2=_DeadJudge(lambda a, b: {}, model_id="dead")).run()
+    ov = res.overall.iloc[0]
+    assert ov["n_pairs"] == 20 and ov["n_failed"] == 0 and ov["net_rating"] == pytest.approx(0.6)
+    assert res.ratings["judge2_error"].str.contains("judge2 is down").all()
+    assert res.quality[res.quality.level == "overall"].iloc[0]["n_pairs"] == 20
+
+
+def test_damaged_run_folder_does_not_break_later_audits(tmp_path, sim_inputs):
+    from lmra.monitor_cli import monitor_after_audit
+
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(name="ok", prompts=str(prompts), names=str(names), prompts_per_task=0,
+                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite")))
+    broken = tmp_path / "out" / "20200101-000000-broken"
+    broken.mkdir(parents=True)
+    (broken / "summary.json").write_text("[]")
+    (broken / "config.toml").write_text("this is = = not toml")
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: g), judge=ScriptedJudge(lambda a, b: {"C": 1})).run()
+    with pytest.warns(UserWarning, match="skipping"):
+        assert monitor_after_audit(res.run_dir, report=False) == 0
+
+
+def test_model_fingerprint_depends_on_content(tmp_path):
+    from lmra.providers.llamacpp import _fingerprint
+
+    a, b = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
+    for p, tail in ((a, b"A"), (b, b"B")):
+        p.parent.mkdir()
+        p.write_bytes(b"GGUF" + b"\0" * 10_000_000 + tail)
+    assert _fingerprint(a) != _fingerprint(b)
+    assert _fingerprint(a) == _fingerprint(a)
