@@ -63,6 +63,7 @@ class AuditResult:
     quality_ratings: pd.DataFrame = field(default_factory=pd.DataFrame)
     judges: pd.DataFrame = field(default_factory=pd.DataFrame)
     filtered: pd.DataFrame = field(default_factory=pd.DataFrame)
+    axes: Any = None  #: :class:`lmra.axes.AxesResult` when ``axes.enabled``
 
 
 @dataclass
@@ -202,6 +203,12 @@ class Audit:
                                                                         else 0)
         judge += 2 * unlabelled * per_q
         out = {"target": 2 * pairs, "judge": judge, "pairs": pairs, "prompts": n, "unlabelled": unlabelled}
+        if cfg.axes.enabled:
+            from lmra.axes import axes_call_bound
+
+            out["axes"] = sum(axes_call_bound(cfg, n * cfg.samples_per_prompt, self._judge_provider().supports_logprobs)
+                              for _ in cfg.comparisons)
+            out["judge"] += out["axes"]
         if cfg.judge2 is not None:
             out["judge2"] = pairs * 2 * (1 if self._judge2_provider().supports_logprobs else cfg.judge2.n_samples)
         return out
@@ -265,8 +272,17 @@ class Audit:
         }
         self._write_json("manifest.json", manifest)
         sem = asyncio.Semaphore(cfg.concurrency)
+        axes_result = None
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
+            if cfg.axes.enabled:  # bias enumeration on this run's pairs (methodology §4)
+                from lmra.axes import arun_axes
+
+                prompts, _, _, responses, _, ratings, _ = stages
+                axes_result = await arun_axes(
+                    cfg, judge, responses=pd.DataFrame([r.model_dump() for r in responses]),
+                    ratings=pd.DataFrame(ratings), prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir,
+                    progress=self.progress)
         except BaseException as exc:
             status = "stopped_by_budget" if isinstance(exc, BudgetExceeded) else "interrupted"
             manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report()}
@@ -277,7 +293,8 @@ class Audit:
         finally:
             cache.close()
         manifest["budget"] = self.budget.report()
-        return self._finish(inputs, *stages, manifest)
+        result = self._finish(inputs, *stages, manifest, axes_result)
+        return result
 
     async def _stages(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
                       sem: asyncio.Semaphore, barrier: Callable[[], None] = lambda: None) -> tuple:
@@ -531,7 +548,7 @@ class Audit:
     def _finish(self, inputs: Inputs, prompts: list[PromptRecord], classifications: dict[str, Classification],
                 decisions: list[FilterDecision], responses: list[Response],
                 refusals: dict[int, tuple[float | None, bool]], ratings: list[dict], quality_rows: list[dict],
-                manifest: dict) -> AuditResult:
+                manifest: dict, axes_result: Any = None) -> AuditResult:
         cfg = self.cfg
         all_text = {p.id: p.text for p in inputs.prompts}
         resp_rows = [r.model_dump() for r in responses]
@@ -605,6 +622,8 @@ class Audit:
             "quality": quality_df.to_dict(orient="records"),
             "judges": judges_df.to_dict(orient="records"),
         }
+        if axes_result is not None:
+            summary["axes"] = axes_result.summary
         self._write_json("summary.json", summary)
         manifest |= {"status": "complete",
                      "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -612,7 +631,7 @@ class Audit:
         self._write_json("manifest.json", manifest)
         return AuditResult(self.run_dir, pd.DataFrame(resp_rows), rdf, pt, pdm, ov, summary, manifest,
                            refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
-                           filtered=pd.DataFrame(filtered_rows))
+                           filtered=pd.DataFrame(filtered_rows), axes=axes_result)
 
 
 def _jsonable(o: Any) -> Any:

