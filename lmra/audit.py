@@ -284,10 +284,15 @@ class Audit:
                     ratings=pd.DataFrame(ratings), prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir,
                     progress=self.progress)
         except BaseException as exc:
-            status = "stopped_by_budget" if isinstance(exc, BudgetExceeded) else "interrupted"
-            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report()}
             if isinstance(exc, BudgetExceeded):
-                manifest["stop_reason"] = str(exc)
+                status = "stopped_by_budget"
+            elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                status = "interrupted"
+            else:
+                status = "failed"
+            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report()}
+            if status != "interrupted":
+                manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
             self._write_json("manifest.json", manifest)
             raise
         finally:

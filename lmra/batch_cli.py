@@ -51,8 +51,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 def _state_or_error(run_dir: str) -> dict:
+    from pathlib import Path
+
     from lmra.batch import load_state
 
+    if not Path(run_dir).is_dir():
+        raise LmraInputError("no such run folder", file=run_dir)
     try:
         state = load_state(run_dir)
     except (ValueError, OSError) as exc:

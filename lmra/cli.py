@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
     ag.add_argument("--run", required=True, help="run folder")
     ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
-    ag.add_argument("--tie", type=float, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
+    ag.add_argument("--tie", type=_finite, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
     ag.set_defaults(func=cmd_agreement)
 
     n = sub.add_parser("names", help="name lists")

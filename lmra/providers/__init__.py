@@ -24,18 +24,22 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
         LmraInputError: unknown provider, a custom import path that does not import, or a
             factory whose result lacks the protocol's attributes.
     """
-    if cfg.provider == "llamacpp":
-        from lmra.providers.llamacpp import LlamaCppProvider
+    try:
+        if cfg.provider == "llamacpp":
+            from lmra.providers.llamacpp import LlamaCppProvider
 
-        return LlamaCppProvider.shared(cfg)
-    if cfg.provider == "openai":
-        from lmra.providers.openai import OpenAIProvider
+            return LlamaCppProvider.shared(cfg)
+        if cfg.provider == "openai":
+            from lmra.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(cfg)
-    if cfg.provider == "anthropic":
-        from lmra.providers.anthropic import AnthropicProvider
+            return OpenAIProvider(cfg)
+        if cfg.provider == "anthropic":
+            from lmra.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(cfg)
+            return AnthropicProvider(cfg)
+    except LmraInputError as exc:  # name which model of the config it is about
+        raise LmraInputError(exc.reason, file=exc.file, line=exc.line,
+                             field=f"{field}.{exc.field}" if exc.field else field) from None
     module_name, _, attr = cfg.provider.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
