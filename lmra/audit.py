@@ -560,7 +560,12 @@ class Audit:
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
             row["refusal_p"], row["refused"] = p_ref, refused
-        self._write_jsonl("responses.jsonl", resp_rows)
+        if cfg.redact:  # responses often quote the user's message: keep only their length
+            disk_rows = [r | {"text": None, "scrubbed": None, "n_chars": len(r["text"] or ""), "redacted": True}
+                         for r in resp_rows]
+        else:
+            disk_rows = resp_rows
+        self._write_jsonl("responses.jsonl", disk_rows)
         self._write_jsonl("ratings.jsonl", ratings)
         rdf = pd.DataFrame(ratings)
         pt = aggregate.per_task(rdf, cfg.alpha)
@@ -581,7 +586,8 @@ class Audit:
         if not judges_df.empty:
             judges_df.to_csv(self.run_dir / "judges.csv", index=False)
 
-        filtered_rows = [d.model_dump() | ({} if cfg.redact else {"text": all_text.get(d.prompt_id)})
+        filtered_rows = [d.model_dump() | ({"lexical": [f"<{len(d.lexical)} phrase(s) redacted>"] if d.lexical
+                                            else []} if cfg.redact else {"text": all_text.get(d.prompt_id)})
                          for d in decisions]
         self._write_jsonl("filtered_prompts.jsonl", filtered_rows)
         if classifications:

@@ -92,18 +92,11 @@ class AxisPair:
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
+    from lmra.data import iter_jsonl
+
     if not path.is_file():
         raise LmraInputError("file not found (is this an lmra run folder?)", file=path)
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=lineno) from None
-    return pd.DataFrame(rows)
+    return pd.DataFrame([obj for _, obj in iter_jsonl(path.read_text(encoding="utf-8"), path)])
 
 
 def read_run(run_dir: str | Path) -> tuple[AuditConfig, pd.DataFrame, pd.DataFrame]:
@@ -125,7 +118,11 @@ def read_run(run_dir: str | Path) -> tuple[AuditConfig, pd.DataFrame, pd.DataFra
     if not (run / "config.toml").is_file():
         raise LmraInputError("config.toml not found (is this an lmra run folder?)", file=run / "config.toml")
     cfg = load_config(run / "config.toml")
-    return cfg, _read_jsonl(run / "responses.jsonl"), _read_jsonl(run / "ratings.jsonl")
+    responses = _read_jsonl(run / "responses.jsonl")
+    if cfg.redact or ("redacted" in responses and responses["redacted"].fillna(False).astype(bool).any()):
+        raise LmraInputError("this run was redacted: responses.jsonl holds no response text. Run the axes step "
+                             "inside the audit instead ([axes] enabled = true)", file=run / "responses.jsonl")
+    return cfg, responses, _read_jsonl(run / "ratings.jsonl")
 
 
 def load_prompt_texts(cfg: AuditConfig, run_dir: str | Path | None = None, prompts: str | Path | None = None

@@ -23,6 +23,14 @@ from lmra.errors import LmraInputError
 err_console = Console(stderr=True)
 
 
+def make_console() -> Console:
+    """The stdout console; when stdout is not a terminal (cron, CI logs) tables get 160
+    columns instead of Rich's 80 so that numbers are not cut."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 @contextmanager
 def rich_progress(console: Console, enabled: bool = True):
     """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage)."""
@@ -55,7 +63,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     from lmra.resources import resource_dir
 
-    console = Console()
+    console = make_console()
     if args.config is None:
         args.config = str(resource_dir("examples") / "default.toml")
     cfg = load_config(args.config)
@@ -166,11 +174,26 @@ def cmd_names_build(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    import tomllib
+
     from lmra.audit import Audit
     from lmra.config import load_config
 
+    try:
+        keys = set(tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        keys = set()  # load_config reports it properly
+    if keys & {"mode", "fairllm", "cfairllm", "matching"}:
+        from lmra.recsys.config import load_recsys_config
+
+        rc = load_recsys_config(args.config)
+        Console().print(f"{args.config}: valid recsys config (mode {rc.mode}); run it with "
+                        f"'lmra recsys --config {args.config}'")
+        return 0
     cfg = load_config(args.config)
-    inputs = Audit(cfg, config_path=args.config).load_inputs()
+    audit = Audit(cfg, config_path=args.config)
+    inputs = audit.load_inputs()
+    audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
     profiles = [g.name for g in cfg.groups if g.profile]
     Console().print(f"{args.config}: valid — {len(inputs.prompts)} prompts in the file; name groups "
                     + (", ".join(f"{g} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
@@ -183,7 +206,13 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
     from lmra.agreement import agreement, load_human_labels, load_lmra_scores
 
-    res = agreement(load_human_labels(args.human), load_lmra_scores(args.run, args.judge), tie=args.tie)
+    run = args.run
+    if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
+        from lmra.monitor import History, history_path
+
+        with History(history_path(Path(args.reports_dir))) as h:
+            run = str(h.resolve(run).path)
+    res = agreement(load_human_labels(args.human), load_lmra_scores(run, args.judge), tie=args.tie)
     table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {args.run}", title_justify="left")
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -226,12 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_audit)
 
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
-    v.add_argument("config")
+    v.add_argument("config", help="an audit config (or a recsys config) TOML file")
     v.set_defaults(func=cmd_validate)
 
-    ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's")
+    ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's",
+                        description="Human ratings use the FPF scale: +1 = giving response A to group A and B to "
+                        "group B is a harmful stereotype (forward), -1 = the reverse assignment is, 0 = neither. "
+                        "Pairs are identified by pair_id from the run's ratings.jsonl.")
     ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
-    ag.add_argument("--run", required=True, help="run folder")
+    ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
+    ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
     ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
     ag.add_argument("--tie", type=_finite, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
     ag.set_defaults(func=cmd_agreement)

@@ -429,9 +429,17 @@ class CheckResult:
         return self.tests[self.tests["improved"]]
 
     @property
+    def n_tested(self) -> int:
+        """Tasks that had enough prompts in both runs to be tested."""
+        return int(self.tests["p_regress"].notna().sum()) if len(self.tests) else 0
+
+    @property
     def exit_status(self) -> int:
-        """3 (:data:`EXIT_REGRESSION`) when any task regressed, else 0."""
-        return EXIT_REGRESSION if len(self.regressions) else 0
+        """3 (:data:`EXIT_REGRESSION`) when any task regressed; 2 when no task could be tested
+        (a check that tested nothing must not pass silently); else 0."""
+        if len(self.regressions):
+            return EXIT_REGRESSION
+        return 2 if self.n_tested == 0 else 0
 
 
 def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:

@@ -94,8 +94,12 @@ def print_check(console: Console, result) -> None:
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
                       + "; ".join(f"{r.task} ({r.comparison}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()) + f"  (exit status {result.exit_status})")
+    elif result.n_tested == 0:
+        console.print("[bold yellow]No conclusion[/]: no task had enough prompts (≥ 2 in both runs) to be tested, "
+                      "so nothing was checked (exit status 2). Raise prompts_per_task.")
     else:
-        console.print("[bold green]No regression[/]: no task's net rating rose significantly by more than the margin.")
+        console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
+                      f"margin ({result.n_tested} of {len(result.tests)} task(s) tested).")
     if len(result.improvements):
         console.print("Improvements: " + "; ".join(f"{r.task} ({r.comparison})"
                                                    for r in result.improvements.itertuples()))

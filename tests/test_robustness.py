@@ -154,3 +154,42 @@ def test_model_fingerprint_depends_on_content(tmp_path):
         p.write_bytes(b"GGUF" + b"\0" * 10_000_000 + tail)
     assert _fingerprint(a) != _fingerprint(b)
     assert _fingerprint(a) == _fingerprint(a)
+
+
+def test_redaction_keeps_user_text_out_of_the_run_folder(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(6)
+    secret = "Hi, I'm Anna and my landlord kept my deposit"
+    with prompts.open("a") as fh:
+        fh.write(json.dumps({"id": "leak", "text": secret, "domain": "d", "task": "write a story"}) + "\n")
+    cfg = AuditConfig.model_validate(dict(name="red", prompts=str(prompts), names=str(names), prompts_per_task=0,
+                                          output_dir=str(tmp_path), cache=str(tmp_path / "c.sqlite"), redact=True))
+    echo = ScriptedTarget(NAME_TO_GROUP, lambda g, r: "You asked: Prompt number 3. Here is my answer.")
+    res = Audit(cfg, target=echo, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    everything = "".join(p.read_text() for p in res.run_dir.iterdir() if p.is_file())
+    assert "Anna" not in everything and "I'm" not in everything and "Prompt number" not in everything
+    removed = [json.loads(line) for line in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
+    assert removed[0]["prompt_id"] == "leak" and removed[0]["lexical"] == ["<1 phrase(s) redacted>"]
+    rows = [json.loads(line) for line in (res.run_dir / "responses.jsonl").read_text().splitlines()]
+    assert all(r["text"] is None and r["redacted"] and r["n_chars"] > 0 for r in rows)
+
+
+def test_check_that_tests_nothing_does_not_pass(tmp_path, sim_inputs, capsys):
+    from lmra.monitor_cli import monitor_after_audit
+
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig.model_validate(dict(name="tiny", prompts=str(prompts), names=str(names), prompts_per_task=1,
+                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite")))
+    runs = []
+    for seed in (1, 2):
+        res = Audit(cfg.model_copy(update={"seed": seed}), target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: g),
+                    judge=ScriptedJudge(lambda a, b: {"C": 1.0}), run_dir=tmp_path / "out" / f"2026010{seed}-tiny").run()
+        runs.append(res.run_dir)
+    assert monitor_after_audit(runs[1], baseline=str(runs[0]), report=False) == 2
+    assert "No conclusion" in capsys.readouterr().out
+
+
+def test_validate_recognises_recsys_configs(capsys):
+    from lmra.resources import resource_dir
+
+    code, text = run(capsys, "validate", str(resource_dir("examples") / "recsys.toml"))
+    assert code == 0 and "valid recsys config" in text

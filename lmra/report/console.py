@@ -8,6 +8,7 @@ import math
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def _nan(x) -> bool:
@@ -43,6 +44,8 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                           str(r["n_refusal"]), str(r["n_failed"]), _rate(r["forward_rate"]),
                           _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
         console.print(table)
+        if pt["ci_low"].isna().any():
+            console.print("[dim]— : no interval (fewer than 2 prompts with a valid pair in that task).[/]")
         ov = overall[(overall["group_a"] == ga) & (overall["group_b"] == gb)]
         if len(ov):
             r = ov.iloc[0]
@@ -125,6 +128,13 @@ def render_audit(console: Console, result) -> None:
     """
     s, m = result.summary, result.manifest
     conf = int(round(100 * s.get("confidence", 0.95)))
+    flagged = {q: d for q, d in s.get("diagnostics", {}).items() if d.get("flagged")}
+    if flagged:  # before any number: a flagged LMRA's ratings carry little information
+        console.print(Text.assemble(
+            ("WARNING: the LMRA failed its diagnostics ", "bold red"),
+            f"({'; '.join(f'{q}: low ' + ', '.join(d['flag_reasons']) for q, d in flagged.items())}). "
+            "Its ratings below check the pipeline; they are not evidence about the chatbot. Use a capable LMRA "
+            "(see docs/providers.md)."))
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
                   f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA), {s.get('n_prompts')} audited.")
