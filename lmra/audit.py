@@ -41,6 +41,7 @@ from lmra.providers.ratelimit import rate_limited
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
 from lmra.runfolder import package_versions
+from lmra.runfolder import jsonable
 
 UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
@@ -543,12 +544,12 @@ class Audit:
 
     # -- outputs --------------------------------------------------------------------------
     def _write_json(self, name: str, obj: Any) -> None:
-        (self.run_dir / name).write_text(json.dumps(_jsonable(obj), indent=2, allow_nan=False), encoding="utf-8")
+        (self.run_dir / name).write_text(json.dumps(jsonable(obj), indent=2, allow_nan=False), encoding="utf-8")
 
     def _write_jsonl(self, name: str, rows: list) -> None:
         with (self.run_dir / name).open("w", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(_jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
 
     def _finish(self, inputs: Inputs, prompts: list[PromptRecord], classifications: dict[str, Classification],
                 decisions: list[FilterDecision], responses: list[Response],
@@ -643,18 +644,3 @@ class Audit:
         return AuditResult(self.run_dir, pd.DataFrame(resp_rows), rdf, pt, pdm, ov, summary, manifest,
                            refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
                            filtered=pd.DataFrame(filtered_rows), axes=axes_result)
-
-
-def _jsonable(o: Any) -> Any:
-    """Make ``o`` strict-JSON-safe: NaN/inf → None, numpy scalars → Python, paths → str."""
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if hasattr(o, "item") and not isinstance(o, (str, bytes)):
-        o = o.item()
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, Path):
-        return str(o)
-    return o

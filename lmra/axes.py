@@ -53,6 +53,7 @@ from lmra.judge.axes import (ATTEMPTS, BrainstormResult, brainstorm_pair, consol
 from lmra.providers import Provider, ProviderError, make_provider
 from lmra.stats import adjust_pvalues, mean_ci
 from lmra.templates import Template, load_template
+from lmra.runfolder import jsonable
 
 #: Files :func:`run_axes` writes into the output folder.
 OUTPUT_FILES = ("axes.csv", "axes_candidates.json", "axes_features.jsonl", "axes_labels.jsonl", "axes_summary.json")
@@ -1002,33 +1003,19 @@ def run_axes(cfg: AuditConfig, judge: Provider | None = None, **kwargs: Any) -> 
 
 
 # -- outputs ------------------------------------------------------------------------------------
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if hasattr(o, "item") and not isinstance(o, (str, bytes)):
-        o = o.item()
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, Path):
-        return str(o)
-    return o
-
-
 def write_axes_outputs(result: AxesResult, out_dir: str | Path) -> Path:
     """Write :data:`OUTPUT_FILES` into ``out_dir`` (created if needed) and return it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result.table.to_csv(out / "axes.csv", index=False)
-    (out / "axes_candidates.json").write_text(json.dumps(_jsonable(result.candidates), indent=2, allow_nan=False,
+    (out / "axes_candidates.json").write_text(json.dumps(jsonable(result.candidates), indent=2, allow_nan=False,
                                                          ensure_ascii=False), encoding="utf-8")
-    (out / "axes_summary.json").write_text(json.dumps(_jsonable(result.summary), indent=2, allow_nan=False,
+    (out / "axes_summary.json").write_text(json.dumps(jsonable(result.summary), indent=2, allow_nan=False,
                                                       ensure_ascii=False), encoding="utf-8")
     for name, df in (("axes_features.jsonl", result.features), ("axes_labels.jsonl", result.labels)):
         with (out / name).open("w", encoding="utf-8") as fh:
             for row in df.to_dict(orient="records"):
-                fh.write(json.dumps(_jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
     return out
 
 

@@ -745,6 +745,7 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         BudgetExceeded, ProviderError, LmraInputError: as the audit and the orchestrator.
     """
     from lmra.audit import _Progress
+    from lmra.runfolder import jsonable
     from lmra.config import dump_config
 
     cfg = audit.cfg
@@ -774,12 +775,6 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         cache.close()
     result = await audit.arun()
     result.manifest["batch"] = summary
-    (audit.run_dir / "manifest.json").write_text(json.dumps(_jsonable(result.manifest), indent=2, allow_nan=False),
+    (audit.run_dir / "manifest.json").write_text(json.dumps(jsonable(result.manifest), indent=2, allow_nan=False),
                                                  encoding="utf-8")
     return result
-
-
-def _jsonable(o: Any) -> Any:
-    from lmra.audit import _jsonable as j
-
-    return j(o)

