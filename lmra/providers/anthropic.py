@@ -16,7 +16,7 @@ import anthropic
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError
 
 
 class AnthropicProvider:
@@ -55,27 +55,19 @@ class AnthropicProvider:
         self.client = anthropic.AsyncAnthropic(**kwargs)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        system = "\n\n".join(m.content for m in request.messages if m.role == "system")
-        messages = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
-        kwargs: dict = {"model": self.model_id, "max_tokens": request.max_tokens, "messages": messages}
-        if request.temperature != 1.0:
-            # The Messages API samples at temperature 1.0 by default; recent SDKs dropped the
-            # typed argument, so another temperature travels in the request body.
-            kwargs["extra_body"] = {"temperature": min(request.temperature, 1.0)}
-        if system:
-            kwargs["system"] = system
-        if request.stop:
-            kwargs["stop_sequences"] = list(request.stop)
+        # one definition of the wire format, shared with the Message Batches API (_anthropic_batch)
+        from lmra.providers._anthropic_batch import message_params, message_result
+
+        kwargs = message_params(self.model_id, request)
+        if "temperature" in kwargs:
+            # recent SDKs dropped the typed argument: the temperature travels in the body
+            kwargs["extra_body"] = {"temperature": kwargs.pop("temperature")}
         t0 = time.perf_counter()
         try:
             resp = await self.client.messages.create(**kwargs)
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"anthropic call failed: {exc}") from exc
-        text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
-        usage = Usage(prompt_tokens=resp.usage.input_tokens or 0, completion_tokens=resp.usage.output_tokens or 0)
-        return ChatResult(text=text, option_probs=None, usage=usage, finish_reason=resp.stop_reason,
-                          model=resp.model or self.model_id, provider=self.name,
-                          latency_s=time.perf_counter() - t0)
+        return message_result(resp, model=self.model_id, provider=self.name, latency_s=time.perf_counter() - t0)
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -15,9 +15,7 @@ import openai
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, sum_option_probs
-
-_FORMATTING = set(" \t\n*_#`\"'([")
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError
 
 
 class OpenAIProvider:
@@ -51,45 +49,17 @@ class OpenAIProvider:
                                          max_retries=cfg.max_retries)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        kwargs: dict = {
-            "model": self.model_id,
-            "messages": [m.model_dump() for m in request.messages],
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        }
-        if request.seed is not None:
-            kwargs["seed"] = request.seed
-        if request.stop:
-            kwargs["stop"] = list(request.stop)
-        if request.options:
-            kwargs["logprobs"] = True
-            kwargs["top_logprobs"] = request.top_logprobs or self.cfg.top_logprobs
+        # one definition of the wire format, shared with the Batch API (_openai_batch)
+        from lmra.providers._openai_batch import chat_params, chat_result
+
         t0 = time.perf_counter()
         try:
-            resp = await self.client.chat.completions.create(**kwargs)
+            resp = await self.client.chat.completions.create(**chat_params(self.model_id, request,
+                                                                           self.cfg.top_logprobs))
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai call failed: {exc}") from exc
-        latency = time.perf_counter() - t0
-        if not resp.choices:
-            raise ProviderError("openai response has no choices")
-        choice = resp.choices[0]
-        probs = None
-        if request.options:
-            probs = {o: 0.0 for o in request.options}
-            content = (choice.logprobs.content if choice.logprobs else None) or []
-            for pos in content:
-                # skip leading formatting tokens such as "**" or a newline
-                if pos.token and all(ch in _FORMATTING for ch in pos.token):
-                    continue
-                alts = {alt.token: alt.logprob for alt in (pos.top_logprobs or [])}
-                alts.setdefault(pos.token, pos.logprob)
-                probs = sum_option_probs(alts, request.options)
-                break
-        usage = Usage(prompt_tokens=getattr(resp.usage, "prompt_tokens", 0) or 0,
-                      completion_tokens=getattr(resp.usage, "completion_tokens", 0) or 0)
-        return ChatResult(text=choice.message.content or "", option_probs=probs, usage=usage,
-                          finish_reason=choice.finish_reason, model=resp.model or self.model_id,
-                          provider=self.name, latency_s=latency)
+        return chat_result(resp, request, model=self.model_id, provider=self.name,
+                           latency_s=time.perf_counter() - t0)
 
     async def aclose(self) -> None:
         await self.client.close()
