@@ -614,6 +614,8 @@ class Audit:
             "redacted": cfg.redact,
             "n_prompts_in_file": len(inputs.prompts),
             "n_classified": len(classifications),
+            "classified_tasks": dict(pd.Series([c.task for c in classifications.values()], dtype=object)
+                                     .value_counts().items()) if classifications else {},
             "n_filtered": len(decisions),
             "n_filtered_lexical": n_lex,
             "n_filtered_lmra": len(decisions) - n_lex,

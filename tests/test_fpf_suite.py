@@ -340,3 +340,20 @@ def test_issue3_examples_validate(name, capsys):
         out = capsys.readouterr().out
         for race in ("Asian", "Black", "Hispanic", "White"):
             assert f"{race} female (" in out and f"{race} male (" in out
+
+
+def test_classification_collapse_is_flagged_in_the_report(tmp_path, sim_inputs):
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    names, _ = sim_inputs(1)
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text("".join(json.dumps({"text": f"Question number {i} about anything."}) + "\n" for i in range(6)))
+    judge = ScriptedJudge(_none, classify=lambda text, letters: "A")  # always the first domain and task
+    cfg = _cfg(tmp_path, names, logs, filter={"enabled": False})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: "ok"), judge=judge).run()
+    assert res.summary["classified_tasks"] == {"write a story": 6}
+    console = Console(record=True, width=200)
+    render_audit(console, res)
+    assert "put 6 of 6 classified prompts into 'write a story'" in console.export_text()

@@ -138,6 +138,12 @@ def render_audit(console: Console, result) -> None:
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
                   f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA), {s.get('n_prompts')} audited.")
+    tasks = s.get("classified_tasks") or {}
+    if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
+        top = max(tasks, key=tasks.get)
+        console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {s['n_classified']} "
+                      f"classified prompts into '{top}' (classifications.jsonl); a weak LMRA often collapses "
+                      "onto one label.")
     _stereotype(console, result.per_task, result.overall, conf)
     _refusals(console, result.refusals)
     _quality(console, result.quality)
