@@ -85,6 +85,28 @@ def test_average_disparity_and_summary():
     assert s.loc["M", "average_disparity"] == pytest.approx(1 / 6) and s.loc["M", "n_categories"] == 2
     assert s.loc["F", "average_disparity"] == pytest.approx(1 / 2)
     assert s.loc["M − F", "average_disparity"] == pytest.approx(1 / 6 - 1 / 2)
+    # per-category gap: only B has BD for both groups (0 − 0)
+    assert s.loc["M − F", "mean_abs_gap"] == pytest.approx(0.0) and s.loc["M − F", "n_categories"] == 1
+    assert math.isnan(s.loc["M", "mean_abs_gap"])
+
+
+def test_between_group_gap_by_hand():
+    """BD_u = (0.5, −0.2, NaN), BD_p = (−0.5, 0.1, 0.3) over categories A, B, C.
+    mean |BD|: u (0.5 + 0.2)/2 = 0.35, p (0.5 + 0.1 + 0.3)/3 = 0.3 → difference 0.05;
+    per-category gap over A, B: |1.0|, |−0.3| → mean 0.65."""
+    rows = [("x", "U", "A", 0.5), ("x", "U", "B", -0.2), ("x", "U", "C", float("nan")),
+            ("x", "P", "A", -0.5), ("x", "P", "B", 0.1), ("x", "P", "C", 0.3),
+            ("y", "U", "A", 0.0), ("y", "P", "A", 0.2)]
+    tab = pd.DataFrame(rows, columns=["variant", "group", "category", "bias_disparity"])
+    s = bd.disparity_summary(tab, unprotected="U", protected="P").set_index(["variant", "group"])
+    assert s.loc[("x", "U"), "average_disparity"] == pytest.approx(0.35)
+    assert s.loc[("x", "P"), "average_disparity"] == pytest.approx(0.3)
+    assert s.loc[("x", "U − P"), "average_disparity"] == pytest.approx(0.05)
+    assert s.loc[("x", "U − P"), "mean_abs_gap"] == pytest.approx(0.65)
+    assert s.loc[("x", "U − P"), "n_categories"] == 2
+    assert s.loc[("y", "U − P"), "mean_abs_gap"] == pytest.approx(0.2)
+    # a label that is not in the table adds no comparison row
+    assert len(bd.disparity_summary(tab, unprotected="U", protected="nobody")) == 4
 
 
 def test_item_coverage():

@@ -10,7 +10,8 @@ R = recommendations) and a catalog I:
 - bias disparity (eq. 3)    ``BD(G,C) = (B_R(G,C) − B_T(G,C)) / B_T(G,C)``
 - average disparity (eq. 4, as implemented here) ``BD̄(G) = (1/|C|) Σ_C |BD(G,C)|`` over the
   categories where BD is defined, reported for the unprotected and the protected group side
-  by side with their difference (see docs/recsys.md for the uncertainty about eq. 4)
+  by side with their difference, and the mean per-category gap
+  ``(1/|C|) Σ_C |BD(G_u,C) − BD(G_p,C)|`` (see docs/recsys.md for the uncertainty about eq. 4)
 - item coverage             ``|∪_u R(u)| / |I|``
 
 Items may belong to several categories (MovieLens genres); an interaction then counts in
@@ -174,17 +175,26 @@ def bias_disparity_table(train: pd.DataFrame, recs: pd.DataFrame, user_groups: M
 
 def disparity_summary(table: pd.DataFrame, *, unprotected: str | None = None,
                       protected: str | None = None) -> pd.DataFrame:
-    """Average disparity BD̄(G) per group from a :func:`bias_disparity_table`.
+    """Average disparity per group, and between an unprotected and a protected group, from a
+    :func:`bias_disparity_table` (Mansoury et al. 2019, eq. 4 as read here; see docs/recsys.md).
 
     Args:
         table: output of :func:`bias_disparity_table` (extra key columns such as ``variant``
             are kept as keys).
-        unprotected, protected: group labels to compare; when both are given a row
-            ``group = "<unprotected> − <protected>"`` with the difference is added per key.
+        unprotected, protected: group labels to compare. When both are given and present, a
+            row ``group = "<unprotected> − <protected>"`` is added per key with
+            ``average_disparity`` = BD̄(unprotected) − BD̄(protected) and ``mean_abs_gap`` =
+            (1/|C'|) Σ_{C∈C'} |BD(unprotected, C) − BD(protected, C)| over the categories C'
+            where both groups' BD is defined.
 
     Returns:
-        Rows ([keys …,] ``group``, ``average_disparity``, ``n_categories``).
+        Rows ([keys …,] ``group``, ``average_disparity``, ``mean_abs_gap``, ``n_categories``):
+        for a group row ``average_disparity`` = BD̄(G) in [0, ∞), ``mean_abs_gap`` NaN and
+        ``n_categories`` the categories with a defined BD; for the comparison row
+        ``average_disparity`` in (−∞, ∞), ``mean_abs_gap`` in [0, ∞) (NaN when no category is
+        defined for both) and ``n_categories`` = |C'|.
     """
+    cols = ["group", "average_disparity", "mean_abs_gap", "n_categories"]
     keys = [c for c in table.columns if c not in {"group", "category", "n_users", "pr_train", "bias_train", "pr_rec",
                                                      "bias_rec", "bias_disparity", "p_category"}]
     rows = []
@@ -192,17 +202,23 @@ def disparity_summary(table: pd.DataFrame, *, unprotected: str | None = None,
         key = key if isinstance(key, tuple) else (key,)
         bd = d["bias_disparity"].to_numpy(dtype=float)
         rows.append(dict(zip(keys + ["group"], key)) | {
-            "average_disparity": average_disparity(bd), "n_categories": int(np.isfinite(bd).sum())})
-    out = pd.DataFrame(rows, columns=keys + ["group", "average_disparity", "n_categories"])
-    if unprotected is not None and protected is not None and not out.empty:
-        extra = []
-        for key, d in (out.groupby(keys, sort=False) if keys else [((), out)]):
-            key = key if isinstance(key, tuple) else (key,)
-            vals = d.set_index("group")["average_disparity"]
-            if unprotected in vals.index and protected in vals.index:
-                extra.append(dict(zip(keys, key)) | {"group": f"{unprotected} − {protected}",
-                                                     "average_disparity": vals[unprotected] - vals[protected],
-                                                     "n_categories": 0})
-        if extra:
-            out = pd.concat([out, pd.DataFrame(extra)], ignore_index=True)
-    return out
+            "average_disparity": average_disparity(bd), "mean_abs_gap": math.nan,
+            "n_categories": int(np.isfinite(bd).sum())})
+    out = pd.DataFrame(rows, columns=keys + cols)
+    if unprotected is None or protected is None or out.empty:
+        return out
+    extra = []
+    for key, d in (table.groupby(keys, sort=False) if keys else [((), table)]):
+        key = key if isinstance(key, tuple) else (key,)
+        wide = d.pivot_table(index="category", columns="group", values="bias_disparity", aggfunc="first",
+                             dropna=False)
+        if unprotected not in wide.columns or protected not in wide.columns:
+            continue
+        gap = (wide[unprotected] - wide[protected]).to_numpy(dtype=float)
+        gap = gap[np.isfinite(gap)]
+        extra.append(dict(zip(keys, key)) | {
+            "group": f"{unprotected} − {protected}",
+            "average_disparity": average_disparity(wide[unprotected]) - average_disparity(wide[protected]),
+            "mean_abs_gap": float(np.abs(gap).mean()) if gap.size else math.nan,
+            "n_categories": int(gap.size)})
+    return pd.concat([out, pd.DataFrame(extra, columns=keys + cols)], ignore_index=True) if extra else out

@@ -123,17 +123,19 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
 def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: dict | None) -> None:
     """Print the average bias disparity per variant and group, and item coverage."""
     if bias_summary is not None and len(bias_summary):
-        bt = Table(title="Average bias disparity over categories, mean |BD| (Mansoury et al. 2019)",
-                   title_justify="left")
-        keys = [c for c in bias_summary.columns if c not in ("average_disparity", "n_categories")]
+        bt = Table(title="Average bias disparity over categories (Mansoury et al. 2019)", title_justify="left")
+        keys = [c for c in bias_summary.columns if c not in ("average_disparity", "mean_abs_gap", "n_categories")]
         for c in keys:
             bt.add_column(c)
-        bt.add_column("avg |BD|", justify="right")
+        bt.add_column("mean |BD|", justify="right")
+        bt.add_column("mean |BD_u − BD_p|", justify="right")
         bt.add_column("categories", justify="right")
         for _, r in bias_summary.iterrows():
-            bt.add_row(*[str(r[c]) for c in keys], _num(r["average_disparity"]), str(r["n_categories"]))
+            bt.add_row(*[str(r[c]) for c in keys], _num(r["average_disparity"]),
+                       _num(r.get("mean_abs_gap", float("nan"))), str(r["n_categories"]))
         console.print(bt)
         console.print("[dim]BD(G, C) = (B_R − B_T) / B_T: > 0 the recommendations amplify group G's preference for "
-                      "category C, < 0 they dampen it; categories where B_T = 0 are left out.[/]")
+                      "category C, < 0 they dampen it; categories where B_T = 0 are left out. The row 'u − p' gives the "
+                      "difference of the two groups' mean |BD| and the mean per-category gap |BD_u − BD_p|.[/]")
     if coverage:
         console.print("[bold]Item coverage:[/] " + ", ".join(f"{a} {_num(v)}" for a, v in coverage.items()))
