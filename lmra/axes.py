@@ -886,6 +886,15 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
         limited = rate_limited(judge, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
                                cfg.judge.max_concurrency)
         judge = CachedProvider(limited, cache, stats)
+        if cfg.max_calls is not None or cfg.max_cost is not None:
+            # as in the audit, the budget sits outside the cache: cached calls are free
+            from lmra.budget import Budget, BudgetedProvider, PriceTable
+            from lmra.resources import resolve_resource
+
+            budget = Budget(cfg.max_calls, cfg.max_cost, PriceTable.load(resolve_resource(cfg.prices, "prompts")))
+            if cfg.max_cost is not None:
+                budget.require_price(limited.name, limited.model_id)
+            judge = BudgetedProvider(judge, budget)
     plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs)
     if announce is not None:
         announce(plan)
@@ -1021,14 +1030,15 @@ def write_axes_outputs(result: AxesResult, out_dir: str | Path) -> Path:
 
 # -- config for `lmra axes` -----------------------------------------------------------------------
 #: Keys of an ``--config`` file that ``lmra axes`` applies over the run's config.
-OVERRIDE_KEYS = ("axes", "judge", "cache", "concurrency", "alpha")
+OVERRIDE_KEYS = ("axes", "judge", "cache", "concurrency", "alpha", "max_calls", "max_cost", "prices")
 
 
 def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **overrides: Any) -> AuditConfig:
     """The config ``lmra axes`` runs with: the run's resolved config, then the ``[axes]``
     section (merged field by field), ``[judge]`` (replacing the run's judge), ``cache``,
-    ``concurrency`` and ``alpha`` of ``path`` (a full audit config is accepted; its other
-    fields describe how the run was made and are ignored), then
+    ``concurrency``, ``alpha`` and the budget (``max_calls``, ``max_cost``, ``prices``) of
+    ``path`` (a full audit config is accepted; its other fields describe how the run was made
+    and are ignored; the run's own budget limits are not inherited), then
     ``overrides`` (``axes.<field>`` keys, e.g. ``{"axes.max_axes": 5}``; None values skipped).
 
     Raises:
@@ -1036,6 +1046,8 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
     """
     data = run_cfg.model_dump()
     data["axes"] = dict(data.get("axes") or {})
+    # the run's budget limited the audit that made it; this command's budget is its own
+    data["max_calls"] = data["max_cost"] = None
     text = ""
     if path is not None:
         p = Path(path)

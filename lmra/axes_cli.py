@@ -1,11 +1,15 @@
 """``lmra axes``: the axes-of-difference algorithm on a finished run (methodology §4; FPF §3.4).
 
 ``lmra axes --run RUN [--config axes.toml] [--discovery-pairs N] [--test-pairs N]
-[--max-axes K] [--alpha A] [--correction holm] [--test sign] [--axis TEXT …] [--embed]``
+[--max-axes K] [--alpha A] [--correction holm] [--test sign] [--axis TEXT …] [--embed]
+[--max-cost USD] [--max-calls N]``
 reads the run folder, uses the run's LMRA (``config.toml``) unless the ``--config`` file
 has a ``[judge]`` section, prints the number of LMRA calls it will make, runs, prints the
 ranked list of axes and writes ``axes.csv`` (and the other axes files) into the run folder.
-Input errors raise :class:`~lmra.errors.LmraInputError` (exit status 2).
+Input errors raise :class:`~lmra.errors.LmraInputError` (exit status 2); a budget limit
+(``--max-cost``/``--max-calls``, or ``max_cost``/``max_calls`` in the ``--config`` file; the
+run's own limits are not inherited) raises :class:`~lmra.budget.BudgetExceeded` (exit 4),
+with every finished call kept in the cache.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ def cmd_axes(args: argparse.Namespace) -> int:
                  "axes.max_axes": args.max_axes, "axes.alpha": args.alpha, "axes.correction": args.correction,
                  "axes.test": args.test, "axes.seed": args.seed, "cache": args.cache,
                  "axes.embed_preclustering": True if args.embed else None,
-                 "axes.harm_check": False if args.no_harm_check else None}
+                 "axes.harm_check": False if args.no_harm_check else None,
+                 "max_cost": args.max_cost, "max_calls": args.max_calls}
     cfg = axes_config(run_cfg, args.config, **overrides)
     if args.axis:
         cfg = axes_config(cfg, None, **{"axes.extra_axes": list(cfg.axes.extra_axes) + list(args.axis)})
@@ -107,6 +112,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--prompts", help="the prompt file the audit used (default: the run config's)")
     a.add_argument("--cache", help="call cache (default: the run config's, reports/cache.sqlite)")
     a.add_argument("--seed", type=int, help="seed of the split and presentation orders (default: the run's)")
+    a.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop cleanly (exit 4) before the estimated LMRA cost of this command exceeds USD")
+    a.add_argument("--max-calls", type=int, metavar="N",
+                   help="stop cleanly (exit 4) before this command makes more than N fresh LMRA calls")
     a.add_argument("--out", help="write the axes files here instead of the run folder")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.set_defaults(func=cmd_axes)
@@ -115,7 +124,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m lmra.axes_cli axes --run RUN``), with the exit statuses of
-    ``lmra``: 0 success, 2 input error, 130 interrupted."""
+    ``lmra``: 0 success, 2 input error, 4 stopped by the budget, 130 interrupted."""
+    from lmra.budget import BudgetExceeded
+
     parser = argparse.ArgumentParser(prog="lmra")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
@@ -124,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except LmraInputError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc.format()}", highlight=False, soft_wrap=True)
         return 2
+    except BudgetExceeded as exc:
+        Console(stderr=True).print(f"[bold yellow]stopped by the budget:[/] {exc}", highlight=False, soft_wrap=True)
+        return 4
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted:[/] every finished LMRA call is kept in the cache; run the "
                                    "same command again to resume.")

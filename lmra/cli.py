@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import sqlite3
 
+    from lmra.budget import BudgetExceeded
     from lmra.providers.base import ProviderError
 
     parser = build_parser()
@@ -306,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     except ProviderError as exc:
         err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
         return 1
+    except BudgetExceeded as exc:
+        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"), str(exc)), highlight=False,
+                          soft_wrap=True)
+        return 4
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted:[/] every finished model call is kept in the cache; "
                           "run the same command again to resume.")

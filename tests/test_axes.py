@@ -595,6 +595,28 @@ def test_cli_prints_ranked_list_with_evidence(tmp_path, sim_inputs, capsys, monk
     assert extra.source == "extra" and extra.mean_s == 0 and not extra.selected
 
 
+def test_cli_budget_stops_cleanly_and_resumes_from_cache(tmp_path, sim_inputs, capsys):
+    """``lmra axes --max-calls N`` makes at most N fresh LMRA calls, exits 4, keeps them in the
+    cache; the run's own limits are not inherited; the same command without the limit resumes."""
+    from lmra import cli
+
+    cfg, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.8, 0.2), max_calls=10_000)
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_axes_judge"\n')
+    argv = ["axes", "--run", str(res.run_dir), "--config", str(over), "--discovery-pairs", "10", "--test-pairs",
+            "20", "--max-axes", "3", "--no-progress", "--no-harm-check"]
+    assert axes_config(AuditConfig(max_calls=5), None).max_calls is None
+    assert cli.main(argv + ["--max-calls", "4"]) == 4
+    err = capsys.readouterr().err
+    assert "stopped by the budget" in err and "max_calls=4" in err and "Traceback" not in err
+    assert not (res.run_dir / "axes.csv").exists()
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    m = re.search(r"LMRA calls: (\d+) fresh, (\d+) from cache", out)
+    assert m and 1 <= int(m.group(2)) <= 4 and int(m.group(1)) > 4
+    assert (res.run_dir / "axes.csv").exists()
+
+
 def test_cli_input_error_is_lmra_input_error(tmp_path):
     args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing")])
     with pytest.raises(LmraInputError, match="run folder not found"):

@@ -4,38 +4,24 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from lmra.errors import LmraInputError
 from lmra.providers.base import ChatResult, Usage
-from lmra.recsys.cli import add_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "movielens_sample"
 
 
 def run_cli(argv: list[str]) -> int:
-    """``lmra.cli.main`` once ``recsys`` is wired into it; until then an equivalent wrapper."""
+    """Run the ``lmra`` console script's entry point in-process; returns the exit status."""
     from lmra import cli
 
-    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    if "recsys" in sub.choices:
-        return cli.main(argv)
-    p = argparse.ArgumentParser(prog="lmra")
-    add_parser(p.add_subparsers(dest="command", required=True))
-    args = p.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except LmraInputError as exc:
-        print(f"error: {exc.format()}", file=sys.stderr)
-        return 2
+    return cli.main(argv)
 
 
 def run_folder(out: Path) -> Path:
