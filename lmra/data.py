@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import unicodedata
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -166,7 +167,8 @@ def load_names(path: str | Path) -> list[NameRecord]:
         The names in file order (length ≥ 1).
 
     Raises:
-        LmraInputError: missing file, missing column, empty name, or no rows.
+        LmraInputError: missing file, missing column, empty name, a name with a control
+            character (e.g. NUL or TAB), or no rows.
     """
     p = Path(path)
     text = _open_text(p, "name file")
@@ -184,6 +186,11 @@ def load_names(path: str | Path) -> list[NameRecord]:
         name = (row.get("name") or "").strip()
         if not name:
             raise LmraInputError("empty name", file=p, line=lineno, field="name")
+        bad = next((ch for ch in name if unicodedata.category(ch) == "Cc"), None)
+        if bad is not None:
+            raise LmraInputError(f"name {name!r} contains the control character U+{ord(bad):04X}; a name is "
+                                 "inserted into the chatbot's context and must be printable text",
+                                 file=p, line=lineno, field="name")
         out.append(NameRecord(name=name, gender=(row.get("gender") or "").strip() or None,
                               race=(row.get("race") or "").strip() or None, source=row.get("source")))
     if not out:

@@ -91,6 +91,10 @@ def test_bad_names_file(tmp_path, capsys):
     with pytest.raises(LmraInputError) as e:
         load_names(n)
     assert e.value.line == 1 and e.value.field == "name"
+    n.write_text("name,gender\nAnna,female\nBo\x00b,male\n")
+    with pytest.raises(LmraInputError) as e:
+        load_names(n)
+    assert e.value.line == 3 and e.value.field == "name" and "U+0000" in str(e.value)
 
 
 def test_group_without_names(tmp_path, capsys):
