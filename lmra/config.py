@@ -115,6 +115,13 @@ class Group(_Strict):
             raise ValueError("a group name must not contain ' vs ' (it separates the groups of a comparison)")
         return v
 
+    @model_validator(mode="after")
+    def _selects_something(self) -> "Group":
+        if self.gender is None and self.race is None and self.profile is None:
+            raise ValueError(f"group '{self.name}' selects no one: set 'gender' and/or 'race' (names whose "
+                             "columns match) or 'profile' (a direct profile sentence)")
+        return self
+
     @property
     def judge_wording(self) -> str:
         return self.wording or self.name
@@ -326,6 +333,9 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
         line = None
         if text and len(loc) >= 3 and isinstance(loc[1], int):  # [[groups]] index → that table's lines
             line = find_key_line(text, leaf, str(loc[0]), occurrence=loc[1])
+        if text and len(loc) == 2 and isinstance(loc[1], int):  # a whole [[groups]] table → its header
+            headers = [i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == f"[[{loc[0]}]]"]
+            line = headers[loc[1]] if loc[1] < len(headers) else None
         if line is None and text and leaf:
             line = find_key_line(text, leaf, section)
         if line is None and text and leaf:

@@ -25,6 +25,7 @@ def run_cli(capsys, *argv):
     ('name = "x"\n[target]\nprovider = "gpt"\n', 3, "target.provider"),
     ('name = "x"\ncomparisons = [["female", "robot"]]\n', 2, "comparisons"),
     ('[target]\nprovider = "openai"\n', 1, "target"),
+    ('[[groups]]\nname = "a"\ngender = "female"\n\n[[groups]]\nname = "b"\n', 5, "groups.1"),
 ])
 def test_bad_config_fields(tmp_path, capsys, content, line, field):
     cfg = tmp_path / "bad.toml"
