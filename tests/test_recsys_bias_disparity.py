@@ -165,3 +165,53 @@ def test_cli_bias_on_movielens_files(tmp_path):
     # received no recommendation and is left out)
     assert tab.loc[("female", "Romance"), "pr_train"] == pytest.approx(3 / 10)
     assert tab.loc[("female", "Romance"), "p_category"] == pytest.approx(6 / 20)  # movies 5, 7, 9, 14, 16, 20
+
+
+def _bias_files(tmp_path):
+    T.to_csv(tmp_path / "train.csv", index=False)
+    R.to_csv(tmp_path / "recs.csv", index=False)
+    pd.DataFrame({"item_id": ITEMS, "genres": ["|".join(CATS[i]) for i in ITEMS]}).to_csv(tmp_path / "items.csv",
+                                                                                        index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "sex": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    return ["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
+            "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "sex",
+            "--out", str(tmp_path / "out")]
+
+
+@pytest.mark.parametrize("recs_text, extra, expect", [
+    ("", [], "empty"),
+    ("user_id,item_id\n", [], "no rows"),
+    ("user_id,item_id\nu1,i1,i2,i3\n", [], "line 2"),
+    ("user_id,item_id\nu1,i1\nu9,i2\n", [], "user 'u9' is not in"),
+    ("user_id,item_id\nu1,i1\nu2,i99\n", [], "item 'i99' is not in"),
+    ("user_id,item_id\nu1,i1\n", ["--k", "0"], "k must be ≥ 1"),
+    ("user_id,item_id\nu1,i1\n", ["--unprotected", "men", "--protected", "F"], "no user has sex = 'men'"),
+    ("user_id,item_id\nu1,i1\n", ["--unprotected", "M"], "give both"),
+])
+def test_cli_bias_bad_inputs_are_input_errors(tmp_path, capsys, recs_text, extra, expect):
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    (tmp_path / "recs.csv").write_text(recs_text, encoding="utf-8")
+    assert run_cli(argv + extra) == 2
+    err = capsys.readouterr().err
+    assert expect in err and "Traceback" not in err
+
+
+def test_cli_bias_integer_ids_and_duplicates(tmp_path, capsys):
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    # integer ids compare as numbers: "01" in the recommendations is user 1 of the users file
+    (tmp_path / "train.csv").write_text("user_id,item_id\n1,5\n1,6\n2,5\n", encoding="utf-8")
+    (tmp_path / "recs.csv").write_text("user_id,item_id\n01,05\n2,6\n", encoding="utf-8")
+    (tmp_path / "items.csv").write_text("item_id,genres\n5,A\n6,B\n", encoding="utf-8")
+    (tmp_path / "users.csv").write_text("user_id,sex\n1,F\n2,M\n", encoding="utf-8")
+    assert run_cli(argv) == 0
+    tab = pd.read_csv(tmp_path / "out" / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    # F (user 1): T = {5: A, 6: B} → B_T(A) = (1/2)/(1/2) = 1; R = {5} → B_R(A) = 2 → BD = 1
+    assert tab.loc[("F", "A"), "bias_disparity"] == pytest.approx(1.0)
+    (tmp_path / "items.csv").write_text("item_id,genres\n5,A\n6,B\n05,C\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "duplicate item_id '5'" in err and "line 4" in err

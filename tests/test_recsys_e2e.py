@@ -14,7 +14,7 @@ import pytest
 from lmra.providers.base import ChatResult, Usage
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "tests" / "data" / "movielens_sample"
+SAMPLE = ROOT / "examples" / "movielens_sample"
 
 
 def run_cli(argv: list[str]) -> int:
@@ -182,12 +182,21 @@ split_method = "temporal"
     assert set(sim[sim["attribute"] == "gender+age"]["kind"]) == {"intersectional"}
     at5 = sim[(sim["analysis"] == "item_similarity") & (sim["k"] == 5) & (sim["metric"] == "jaccard")]
     g = at5[at5["attribute"] == "gender"].set_index("value")["similarity"]
-    # male users get the neutral list back (J = 1); female users the reversed list: top 5 of 12 share nothing
-    assert g["male"] == 1.0 and g["female"] == 0.0
+    # profile echoes are left out: user 1's profile is movies 4, 1, 9 (above); user 3's (temporal split,
+    # top-rated of the 8 oldest ratings) is 14, 7, 5
+    assert by[(1, "neutral")]["n_profile_echoes"] == 3 and by[(3, "neutral")]["n_profile_echoes"] == 2
+    assert not {"#4", "#1", "#9"} & set(by[(1, "neutral")]["compare"])
+    assert by[(1, "neutral")]["recommended"][:3] == [3, 6, 5]
+    assert summary["profile_echoes"] == sum(r.get("n_profile_echoes", 0) for r in lists)
+    # male users get the neutral list back (J = 1). Female users get the reversed list; without echoes
+    # user 1: neutral top 5 {3, 6, 5, 8, 12} vs {unmatched, 18, 20, 14, 12} → J = 1/9;
+    # user 3: {4, 1, 3, 6, 8} vs {unmatched, 18, 20, 12, 9} → J = 0; Sim(female) = 1/18
+    assert g["male"] == 1.0 and g["female"] == pytest.approx(1 / 18)
     fair = pd.read_csv(run / "recsys_fairness.csv")
     row = fair[(fair["analysis"] == "item_similarity") & (fair["attribute"] == "gender") & (fair["metric"] == "jaccard")
                & (fair["k"] == 5)].iloc[0]
-    assert (row["snsr"], row["snsv"], row["max_value"], row["min_value"]) == (1.0, 0.5, "male", "female")
+    assert (row["snsr"], row["snsv"]) == pytest.approx((17 / 18, 17 / 36))
+    assert (row["max_value"], row["min_value"]) == ("male", "female")
     bias = pd.read_csv(run / "recsys_bias_disparity.csv")
     assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
     assert set(bias["group"]) == {"female", "male"}
@@ -205,6 +214,17 @@ split_method = "temporal"
     merged = bias.merge(again, on=key, suffixes=("_run", "_files"))
     assert len(merged) == len(bias)
     pd.testing.assert_series_equal(merged["pr_rec_run"], merged["pr_rec_files"], check_names=False)
+
+    # drop_profile_items = false keeps the echoes (counted all the same): female lists are the reversed
+    # 12 titles, whose top 5 shares nothing with the neutral top 5 → Sim(female) = 0
+    cfg.write_text(cfg.read_text(encoding="utf-8") + "drop_profile_items = false\n", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "keep")]) == 0
+    keep = run_folder(tmp_path / "keep")
+    sim2 = pd.read_csv(keep / "recsys_similarity.csv")
+    g2 = sim2[(sim2["analysis"] == "item_similarity") & (sim2["k"] == 5) & (sim2["metric"] == "jaccard")
+              & (sim2["attribute"] == "gender")].set_index("value")["similarity"]
+    assert g2["female"] == 0.0 and g2["male"] == 1.0
+    assert json.loads((keep / "summary.json").read_text())["profile_echoes"] == summary["profile_echoes"]
 
 
 # --- list files --------------------------------------------------------------------------------
@@ -261,8 +281,20 @@ def test_cli_score_reparse_with_fairllm_code_parser(tmp_path):
     assert at3["serp"] == pytest.approx(2.5 / 12) and at3["prag"] == 0.0 and at3["jaccard"] == pytest.approx(2 / 3)
 
 
+_N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
+
+
 @pytest.mark.parametrize("rows, message, line", [
-    ([{"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"]}], "no neutral list", None),
+    ([{"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"]}], "no neutral list", 1),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "items": ["a"]}], "needs the injected value", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": True, "items": ["a"]}], "expected a string", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "kind": "neutral", "items": ["a"]}],
+     "invalid kind", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "true_pref": [{"a": 1}]}],
+     "list of item ids", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "neutral", "value": "again", "items": ["b"]}],
+     "a second neutral list", 2),
+    ([_N], "only neutral lists", None),
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}, "not json"], "malformed JSON", 2),
     ([{"attribute": "neutral", "items": ["a"]}], "instruction_id", 1),
     ([{"instruction_id": "m1", "attribute": "neutral"}], "no list", 1),
@@ -278,6 +310,15 @@ def test_cli_score_bad_lists_exit_2(tmp_path, capsys, rows, message, line):
     assert message in err and str(path) in err and "Traceback" not in err
     if line:
         assert f"line {line}" in err
+
+
+def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):
+    path = _write_lists(tmp_path / "bom.jsonl", HAND_LISTS)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert run_cli(["recsys", "score", "--lists", str(path), "--k", "3", "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(path), "--k", "1000000", "--out", str(tmp_path / "o2")]) == 2
+    assert "between 1 and 200" in capsys.readouterr().err
 
 
 def test_cli_bad_config_exit_2(tmp_path, capsys):

@@ -211,7 +211,8 @@ def test_similarity_and_fairness_tables_by_hand():
     assert g["snsv"] == pytest.approx(math.sqrt(14 / 324))
     assert (g["max_value"], g["min_value"], g["n_values"]) == ("A", "D", 3)
     age = fair[(fair["attribute"] == "age") & (fair["k"] == 4)]
-    assert (age["snsr"] == 0).all() and (age["snsv"] == 0).all()
+    # one value only: a range over one value compares nothing → undefined, n_values says why
+    assert age["snsr"].isna().all() and age["snsv"].isna().all() and (age["n_values"] == 1).all()
     # SERP at k = 1 for gender: A → (1 + 1)/2, B → (0 + 1)/2, D → (1 + 0)/2
     g1 = fair[(fair["attribute"] == "gender") & (fair["metric"] == "serp") & (fair["k"] == 1)].iloc[0]
     assert g1["snsr"] == pytest.approx(0.5) and g1["max_value"] == "A"

@@ -9,7 +9,7 @@ import pytest
 from lmra.errors import LmraInputError
 from lmra.recsys import movielens as ml
 
-SAMPLE = Path(__file__).resolve().parent / "data" / "movielens_sample"
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "movielens_sample"
 
 
 @pytest.fixture(scope="module")

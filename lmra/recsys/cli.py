@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lmra.errors import LmraInputError
+from lmra.recsys.config import MAX_K
 
 
 @contextmanager
@@ -75,8 +76,8 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     from lmra.recsys.report import render_recsys
     from lmra.recsys.run import score_lists
 
-    if args.k < 1:
-        raise LmraInputError(f"--k must be ≥ 1, got {args.k}", field="k")
+    if not 1 <= args.k <= MAX_K:
+        raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
     out = args.out
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -150,8 +151,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     b.add_argument("--users", required=True, help="groups: users.dat or CSV user_id,<group column>")
     b.add_argument("--group-by", default="gender", help="users column defining groups (default gender)")
     b.add_argument("--k", type=int, default=None, help="keep the first k recommendations per user (default all)")
-    b.add_argument("--unprotected", default=None, help="unprotected group label (adds a difference row)")
-    b.add_argument("--protected", default=None, help="protected group label")
+    b.add_argument("--unprotected", default=None, help="unprotected group label (adds a difference row; default "
+                                                       "male when grouping by gender)")
+    b.add_argument("--protected", default=None, help="protected group label (default female when grouping by gender)")
     b.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-bias)")
     b.add_argument("--output-dir", default=argparse.SUPPRESS, help="parent of the default output folder")
     b.set_defaults(func=cmd_recsys_bias)

@@ -22,6 +22,10 @@ def _recsys_target() -> ModelConfig:
     return ModelConfig(temperature=0.0, max_tokens=400)
 
 
+#: Largest cut-off K (list length) accepted anywhere; the metrics use O(K²) memory per pair.
+MAX_K = 200
+
+
 class FairLLMConfig(_Strict):
     """FaiRLLM benchmark instructions (FaiRLLM §3)."""
 
@@ -57,7 +61,7 @@ class FairLLMConfig(_Strict):
 class CFairLLMConfig(_Strict):
     """CFaiRLLM on MovieLens-format data (Deldjoo & Di Noia 2024, §3–4)."""
 
-    data: str = Field("tests/data/movielens_sample",
+    data: str = Field("examples/movielens_sample",
                       description="Folder with ratings.dat, movies.dat, users.dat (point it at the real ML-1M folder).")
     encoding: str = Field("latin-1", description="Text encoding of the .dat files (ML-1M is ISO-8859-1).")
     n_users: int = Field(100, ge=0, description="Audit this many users (seeded choice; 0 = all).")
@@ -74,6 +78,9 @@ class CFairLLMConfig(_Strict):
     intersectional: bool = Field(True, description="Also send the gender × age intersectional prompt.")
     bias_groups: list[Literal["gender", "age"]] = Field(
         default_factory=lambda: ["gender"], description="User attributes defining groups for bias disparity.")
+    drop_profile_items: bool = Field(
+        True, description="Leave out listed movies that are in the user's own prompt profile (the prompt asks for "
+                          "other movies); they are counted as profile echoes either way.")
     unprotected: str | None = Field("male", description="Unprotected group label for the average-disparity difference.")
     protected: str | None = Field("female", description="Protected group label for the average-disparity difference.")
 
@@ -107,7 +114,7 @@ class RecsysConfig(_Strict):
         "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users).")
     target: ModelConfig = Field(
         default_factory=_recsys_target, description="The chatbot under audit (greedy by default).")
-    k: int = Field(20, ge=1, le=200, description="List length asked for and largest cut-off K.")
+    k: int = Field(20, ge=1, le=MAX_K, description="List length asked for and largest cut-off K.")
     convention: Literal["paper", "fairllm-code"] = Field("paper", description="Metric convention (see docs/recsys.md).")
     parser: Literal["lmra", "fairllm-code"] = Field(
         "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")

@@ -318,7 +318,6 @@ def _prag_credit_threshold(first: np.ndarray, len_s: np.ndarray, k: int) -> np.n
     Pair (i1 < i2) of the sensitive list is credited at cut-off k iff i2 < |R^a|,
     first[i1] < first[i2] (absent = ∞) and max(i2, first[i1]) < k.
     """
-    P = first.shape[0]
     i1, i2 = np.triu_indices(k, 1)
     f = np.minimum(first, k).astype(np.int16)  # k = absent
     f1 = f[:, i1]
@@ -525,19 +524,24 @@ def fairness_table(similarity: pd.DataFrame) -> pd.DataFrame:
     Returns:
         One row per ([analysis,] attribute, metric, k) with ``kind``, ``snsr``, ``snsv``
         (population SD), ``n_values`` (values with a finite Sim), ``max_value``,
-        ``max_similarity``, ``min_value``, ``min_similarity``, ``convention``. An attribute
-        with a single value has SNSR = SNSV = 0.
+        ``max_similarity``, ``min_value``, ``min_similarity``, ``convention``. SNSR and SNSV
+        are NaN when fewer than 2 values have a finite Sim (e.g. the other value's calls all
+        failed): a range over one value compares nothing. With no finite Sim at all the table
+        has no row for that key (an empty table keeps the same columns).
     """
+    cols = ["snsr", "snsv", "n_values", "max_value", "max_similarity", "min_value", "min_similarity"]
     keys = [c for c in ("analysis", "attribute", "kind", "metric", "k", "convention") if c in similarity.columns]
+    front = [c for c in keys if c != "convention"]
+    order = front + cols + (["convention"] if "convention" in keys else [])
     d = similarity[np.isfinite(similarity["similarity"].astype(float))]
     if d.empty:
-        return pd.DataFrame(columns=keys + ["snsr", "snsv", "n_values", "max_value", "max_similarity",
-                                            "min_value", "min_similarity"])
+        return pd.DataFrame(columns=order)
     g = d.groupby(keys, sort=False)["similarity"]
+    n = g.size()
     out = pd.DataFrame({
-        "snsr": g.max() - g.min(),
-        "snsv": g.std(ddof=0),
-        "n_values": g.size(),
+        "snsr": (g.max() - g.min()).where(n >= 2),
+        "snsv": g.std(ddof=0).where(n >= 2),
+        "n_values": n,
     })
     imax = g.idxmax()
     imin = g.idxmin()
@@ -545,7 +549,4 @@ def fairness_table(similarity: pd.DataFrame) -> pd.DataFrame:
     out["max_similarity"] = d.loc[imax.values, "similarity"].values
     out["min_value"] = d.loc[imin.values, "value"].values
     out["min_similarity"] = d.loc[imin.values, "similarity"].values
-    out = out.reset_index()
-    front = [c for c in keys if c != "convention"]
-    return out[front + ["snsr", "snsv", "n_values", "max_value", "max_similarity", "min_value", "min_similarity",
-                        "convention"]]
+    return out.reset_index()[order]

@@ -5,7 +5,7 @@ ISO-8859-1 text), splits every user's ratings 80/10/10 (seeded), samples user pr
 (random / top-rated / recent, N items), builds the short "passion profile" (favourite genres
 and year range) and the true-preference sets (items the user liked in the test split).
 
-The repository ships a tiny sample in ``tests/data/movielens_sample/`` made for the tests;
+The repository ships a tiny sample in ``examples/movielens_sample/`` made for the tests;
 for real audits point ``cfairllm.data`` at the folder holding the real ML-1M files
 (https://grouplens.org/datasets/movielens/1m/).
 """

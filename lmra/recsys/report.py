@@ -12,6 +12,8 @@ from rich.table import Table
 from lmra.recsys.metrics import METRICS
 
 _LABEL = {"jaccard": "Jaccard", "serp": "SERP*", "prag": "PRAG*"}
+#: the released FaiRLLM code's metrics are not the starred (normalised) ones of the paper
+_LABEL_CODE = {"jaccard": "Jaccard", "serp": "SERP", "prag": "PRAG"}
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -29,6 +31,8 @@ def _counts_line(summary: dict) -> str:
              f"{summary.get('lists_shorter_than_k', 0)} lists shorter than K"]
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
+    if summary.get("profile_echoes"):
+        parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
     if summary.get("duplicate_items"):
         parts.append(f"{summary['duplicate_items']} duplicate items")
     if summary.get("dropped_with_failed_neutral"):
@@ -59,6 +63,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
     bias disparity and item coverage."""
     k = int(summary.get("k", manifest.get("k", 20)))
     conv = summary.get("convention", "paper")
+    label = _LABEL_CODE if conv == "fairllm-code" else _LABEL
     analyses = list(dict.fromkeys(similarity["analysis"])) if "analysis" in similarity.columns else [None]
     for analysis in analyses:
         wide = similarity_at_k(similarity, k, analysis)
@@ -66,7 +71,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         if analysis:
             title += f" — {analysis.replace('_', ' ')}"
         table = Table(title=title, title_justify="left")
-        for col, kw in [("attribute", {}), ("value", {})] + [(_LABEL[m], {"justify": "right"}) for m in METRICS] + \
+        for col, kw in [("attribute", {}), ("value", {})] + [(label[m], {"justify": "right"}) for m in METRICS] + \
                 [("n", {"justify": "right"}), ("undefined", {"justify": "right"})]:
             table.add_column(col, **kw)
         for _, r in wide.iterrows():
@@ -87,10 +92,14 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             ft.add_column(col, **kw)
         for _, r in f.iterrows():
             attr = f"{r['attribute']}" + (" (×)" if r.get("kind") == "intersectional" else "")
-            ft.add_row(attr, _LABEL.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
+            ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
                        f"{r['max_value']} ({_num(r['max_similarity'])})",
                        f"{r['min_value']} ({_num(r['min_similarity'])})")
         console.print(ft)
+        few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
+        for _, r in few.iterrows():
+            console.print(f"[yellow]{r['attribute']}: only {int(r['n_values'])} value has a defined similarity "
+                          f"(the others' lists failed or were empty), so SNSR/SNSV are undefined.[/]")
         pts = sorted({1, 5, 10, k} & set(range(1, k + 1)))
         ct = Table(title="SNSR@k curve (all k = 1..K are in recsys_fairness.csv)", title_justify="left")
         ct.add_column("attribute")
@@ -101,7 +110,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             fairness[fairness["analysis"] == analysis]
         for (attr, m), d in fa.groupby(["attribute", "metric"], sort=False):
             by = d.set_index("k")["snsr"]
-            ct.add_row(str(attr), _LABEL.get(m, m), *[_num(by.get(p)) for p in pts])
+            ct.add_row(str(attr), label.get(m, m), *[_num(by.get(p)) for p in pts])
         console.print(ct)
     console.print(f"[bold]Lists:[/] {_counts_line(summary)}.")
     if summary.get("pairs_undefined_at_k"):

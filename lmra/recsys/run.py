@@ -47,8 +47,6 @@ from lmra.recsys.parse import CatalogMatcher, normalize_title, parse_fairllm_cod
 from lmra.data import iter_jsonl
 from lmra.runfolder import package_versions
 
-_PKG_ROOT = Path(__file__).resolve().parents[2]
-
 
 @dataclass
 class Progress:
@@ -101,14 +99,16 @@ def _clean_nan(obj: Any) -> Any:
 
 
 def _find_path(path: str, config_path: str | Path | None) -> Path:
-    """A data path as given (working directory), else next to the config file, else in the
-    source checkout."""
+    """A data path as given (working directory), else next to the config file, else among
+    the files shipped with lmra (``examples/…``, ``prompts/…``; see :mod:`lmra.resources`)."""
+    from lmra.resources import resolve_resource
+
     p = Path(path).expanduser()
     candidates = [p]
     if not p.is_absolute():
         if config_path is not None:
             candidates.append(Path(config_path).resolve().parent / p)
-        candidates.append(_PKG_ROOT / p)
+        candidates.append(resolve_resource(p, "examples"))
     return next((c for c in candidates if c.exists()), p)
 
 
@@ -190,6 +190,7 @@ class _CfairContext:
     split: pd.DataFrame
     users: list[int]
     liked: dict[int, set[int]]
+    profiles: dict[int, set[int]]
 
 
 def _cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], _CfairContext]:
@@ -211,9 +212,11 @@ def _cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple
     sens_t = _template("cfairllm_sensitive")
     by_user = dict(tuple(train.groupby("user_id")))
     out: list[Instruction] = []
+    profiles: dict[int, set[int]] = {}
     for uid in users:
         tr = by_user[uid]
         prof = ml.sample_profile(tr, c.strategy, c.profile_size, seed=derive_seed(cfg.seed, "profile", uid))
+        profiles[uid] = {int(i) for i in prof["item_id"]}
         passion = (ml.passion_profile(tr, data.movies, like_threshold=c.like_threshold).text()
                    if c.passion_profile else "")
         values = dict(profile=ml.profile_text(prof, titles), passion=passion, k=str(cfg.k))
@@ -233,7 +236,7 @@ def _cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple
                                    value=value, components={"gender": gender, "age": age},
                                    messages=sens_t.render(phrase=f"a {gender} user aged {age}", **values), **common))
     liked = ml.liked_items(split, part="test", like_threshold=c.like_threshold)
-    return out, _CfairContext(data, split, users, liked)
+    return out, _CfairContext(data, split, users, liked, profiles)
 
 
 def _template(name: str):
@@ -385,8 +388,17 @@ class RecsysRun:
         if self._cf is not None:
             uid = int(ins.name)
             liked = self._cf.liked.get(uid, set())
-            ids = list(dict.fromkeys(i for i in rec.get("matched", []) if i is not None))
+            matched = rec.get("matched", [None] * len(compare))
+            # the prompt asks for *other* movies: items of the user's own profile repeated back
+            # are not recommendations (counted; left out unless drop_profile_items = false)
+            echo = [m is not None and m in self._cf.profiles.get(uid, set()) for m in matched]
+            drop = self.cfg.cfairllm.drop_profile_items
+            if drop:
+                rec["compare"] = [x for x, e in zip(compare, echo) if not e]
+            ids = list(dict.fromkeys(i for i, e in zip(matched, echo) if i is not None and not (drop and e)))
             rec["user_id"] = uid
+            rec["n_profile_echoes"] = sum(echo)
+            rec["recommended"] = ids
             rec["true_pref"] = [f"#{i}" for i in ml.restrict_to(ids[: self.cfg.k], liked)]
             rec["n_liked_test"] = len(liked)
         return rec
@@ -430,13 +442,13 @@ class RecsysRun:
         tables, coverage = [], {}
         ok = lists[lists["error"].isna()]
         for variant, d in ok.groupby("attribute", sort=False):
-            recs = pd.DataFrame([(u, i) for u, m in zip(d["user_id"], d["matched"])
-                                 for i in list(dict.fromkeys(x for x in m if x is not None))[: self.cfg.k]],
+            recs = pd.DataFrame([(u, i) for u, ids in zip(d["user_id"], d["recommended"]) for i in ids[: self.cfg.k]],
                                 columns=["user_id", "item_id"])
-            coverage[str(variant)] = bdm.item_coverage([[i for i in m if i is not None] for m in d["matched"]], catalog)
+            coverage[str(variant)] = bdm.item_coverage(d["recommended"], catalog)
             for g in c.bias_groups:
                 groups = {u: str(info.at[u, col[g]]) for u in cf.users}
-                t = bdm.bias_disparity_table(train, recs, groups, movies, catalog, users=set(d["user_id"]))
+                # only users who received recommendations count, on both the T and the R side
+                t = bdm.bias_disparity_table(train, recs, groups, movies, catalog, users=set(recs["user_id"]))
                 t.insert(0, "group_by", g)
                 t.insert(0, "variant", str(variant))
                 tables.append(t)
@@ -495,6 +507,8 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         "lists_shorter_than_k": int((n_items < k).sum()),
         "mean_list_length": float(n_items.mean()) if len(n_items) else math.nan,
     }
+    if "n_profile_echoes" in ok.columns:
+        out["profile_echoes"] = int(ok["n_profile_echoes"].fillna(0).sum())
     if matched and "n_unmatched" in ok.columns:
         out["items_unmatched"] = int(ok["n_unmatched"].fillna(0).sum())
         out["items_matched"] = out["items_parsed"] - out["items_unmatched"]
@@ -519,7 +533,8 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     """Read a ``lists.jsonl`` file for scoring.
 
     Each non-blank line is a JSON object with ``instruction_id`` and ``attribute`` (strings;
-    ``"neutral"`` for the neutral list), ``value`` (string, "" allowed), optional ``kind``,
+    ``"neutral"`` for the neutral list), ``value`` (the injected value; required and
+    non-empty for sensitive lists, ignored for neutral ones), optional ``kind``,
     and the list as ``compare``, ``keys`` or ``items`` (first present wins; ``items`` are
     normalised with :func:`~lmra.recsys.parse.normalize_title` unless ``normalize`` is
     False) or as free text ``raw`` (parsed). ``true_pref`` (a list) adds the
@@ -536,13 +551,14 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         ``error`` and the other stored fields.
 
     Raises:
-        LmraInputError: missing file, malformed JSON, a missing or ill-typed field, a record
-            with no list and no ``raw`` — naming the file, line and field; duplicate
+        LmraInputError: missing file, malformed JSON, a missing or ill-typed field, a
+            sensitive record without ``value``, a record with no list and no ``raw`` — naming
+            the file, line and field; duplicate
             (instruction_id, attribute, value).
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise LmraInputError("lists file not found", file=p) from None
     except IsADirectoryError:
@@ -559,9 +575,12 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         val = obj.get("value", "")
         if val is None:
             val = ""
-        if not isinstance(val, (str, int, float)):
+        if not isinstance(val, (str, int)) or isinstance(val, bool):
             raise LmraInputError("expected a string", file=p, line=lineno, field="value")
-        obj["value"] = str(val)
+        obj["value"] = str(val).strip()
+        if obj["attribute"] != "neutral" and not obj["value"]:
+            raise LmraInputError(f"missing or empty: a sensitive list (attribute '{obj['attribute']}') needs the "
+                                 "injected value, e.g. \"a girl\"", file=p, line=lineno, field="value")
         key = (obj["instruction_id"], obj["attribute"], obj["value"])
         if key in seen:
             raise LmraInputError(f"duplicate list for instruction '{key[0]}', attribute '{key[1]}', value '{key[2]}' "
@@ -572,14 +591,39 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             obj["compare"] = _list_of(obj, p, lineno, parser, normalize)
         else:
             obj["compare"] = []
-        if "true_pref" in obj and obj["true_pref"] is not None and not isinstance(obj["true_pref"], list):
-            raise LmraInputError("expected a list", file=p, line=lineno, field="true_pref")
-        obj.setdefault("kind", "neutral" if obj["attribute"] == "neutral" else
-                       ("intersectional" if "+" in obj["attribute"] else "single"))
+        tp = obj.get("true_pref")
+        if tp is not None and (not isinstance(tp, list) or not all(isinstance(x, (str, int)) for x in tp)):
+            raise LmraInputError("expected a list of item ids (strings or integers)", file=p, line=lineno,
+                                 field="true_pref")
+        kind = obj.get("kind")
+        if kind is None:
+            kind = "neutral" if obj["attribute"] == "neutral" else (
+                "intersectional" if "+" in obj["attribute"] else "single")
+        elif kind not in ("neutral", "single", "intersectional") or (kind == "neutral") != (
+                obj["attribute"] == "neutral"):
+            raise LmraInputError(f"invalid kind {kind!r} for attribute '{obj['attribute']}' (neutral lists have "
+                                 "kind 'neutral'; sensitive ones 'single' or 'intersectional')", file=p, line=lineno,
+                                 field="kind")
+        obj["kind"] = kind
+        obj["_line"] = lineno
         rows.append(obj)
     if not rows:
         raise LmraInputError("lists file has no records", file=p)
-    return pd.DataFrame(rows)
+    neutral_at: dict[str, int] = {}
+    for r in rows:
+        if r["attribute"] == "neutral":
+            if r["instruction_id"] in neutral_at:
+                raise LmraInputError(f"a second neutral list for instruction '{r['instruction_id']}' (the first is on "
+                                     f"line {neutral_at[r['instruction_id']]})", file=p, line=r["_line"])
+            neutral_at[r["instruction_id"]] = r["_line"]
+    for r in rows:
+        if r["attribute"] != "neutral" and r["instruction_id"] not in neutral_at:
+            raise LmraInputError(f"instruction '{r['instruction_id']}' has sensitive lists but no neutral list "
+                                 "(attribute \"neutral\") to compare them with", file=p, line=r["_line"],
+                                 field="instruction_id")
+    if len(neutral_at) == len(rows):
+        raise LmraInputError("only neutral lists: there is no sensitive list to compare", file=p)
+    return pd.DataFrame(rows).drop(columns="_line")
 
 
 def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool) -> list:
@@ -656,21 +700,47 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
 # --- bias disparity from files (`recsys bias`) ---------------------------------------------
 
 def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFrame:
+    """A CSV with a header line, as strings; every row must have the header's number of
+    fields and a non-empty value in every ``need`` column (errors name the file and line)."""
+    import csv
+
     p = Path(path)
     if not p.is_file():
         raise LmraInputError(f"{what} file not found", file=p)
     try:
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read {what} CSV ({exc})", file=p) from None
-    missing = [c for c in need if c not in df.columns]
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"{what} CSV is not UTF-8 text ({exc.reason})", file=p) from None
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or not any(c.strip() for c in rows[0]):
+        raise LmraInputError(f"{what} CSV is empty (expected a header line with {', '.join(need)})", file=p, line=1)
+    header = [c.strip() for c in rows[0]]
+    missing = [c for c in need if c not in header]
     if missing:
         raise LmraInputError(f"{what} CSV needs column(s) {', '.join(need)}", file=p, line=1, field=missing[0])
+    body = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise LmraInputError(f"{len(row)} values on a line under a header of {len(header)} columns", file=p,
+                                 line=lineno)
+        body.append((lineno, [c.strip() for c in row]))
+    if not body:
+        raise LmraInputError(f"{what} CSV has a header but no rows", file=p)
+    df = pd.DataFrame([r for _, r in body], columns=header)
+    df.attrs["lines"] = [n for n, _ in body]
     for c in need:
-        empty = df.index[df[c].str.strip() == ""]
-        if len(empty):
-            raise LmraInputError("empty value", file=p, line=int(empty[0]) + 2, field=c)
+        empty = [n for n, v in zip(df.attrs["lines"], df[c]) if v == ""]
+        if empty:
+            raise LmraInputError("empty value", file=p, line=empty[0], field=c)
     return df
+
+
+def _id(x: Any) -> str:
+    """An id as text, with integer ids canonical (``"01"`` and ``1`` are both ``"1"``)."""
+    t = str(x).strip()
+    return str(int(t)) if t.lstrip("-").isdigit() else t
 
 
 def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, users: str | Path, *,
@@ -690,57 +760,106 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
         group_by: the users column that defines groups.
         k: keep the first k recommendations per user and variant (None = all).
-        unprotected, protected: group labels for the average-disparity difference.
+        unprotected, protected: group labels for the average-disparity difference (both or
+            neither; default male and female when grouping by gender and both exist).
 
     Returns:
         (table with a ``variant`` column, :func:`~lmra.recsys.bias_disparity.disparity_summary`,
         item coverage per variant).
 
     Raises:
-        LmraInputError: missing file or column, empty id, unknown ``group_by``.
+        LmraInputError: missing or empty file, missing column, a line with the wrong number
+            of values, empty id, duplicate item or user id, an item not in ``items`` (in
+            ``train`` or ``recs``), a ``recs`` user not in ``users``, ``k`` < 1, unknown
+            ``group_by``, an ``unprotected``/``protected`` label no user has, or only one of
+            the two. Integer ids are compared as numbers (``01`` = ``1``).
     """
     def is_dat(p):
         return str(p).endswith(".dat")
 
-    t = (ml.load_ratings(train) if is_dat(train) else _read_table(train, "train", ["user_id", "item_id"]))
-    t = t[["user_id", "item_id"]].astype(str)
+    if k is not None and k < 1:
+        raise LmraInputError(f"k must be ≥ 1, got {k}", field="k")
+
+    def unique(df: pd.DataFrame, col: str, path: str | Path) -> None:
+        dup = df[col].duplicated()
+        if dup.any():
+            i = int(np.flatnonzero(dup.to_numpy())[0])
+            lines = df.attrs.get("lines")
+            raise LmraInputError(f"duplicate {col} '{df[col].iloc[i]}'", file=path,
+                                 line=lines[i] if lines else None, field=col)
+
+    def known(df: pd.DataFrame, col: str, allowed: dict, path: str | Path, what: str, source: str | Path) -> None:
+        bad = ~df[col].isin(allowed)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            lines = df.attrs.get("lines")
+            where = {"line": lines[i]} if lines else {}
+            raise LmraInputError(f"{what} '{df[col].iloc[i]}' is not in {source}"
+                                 f" ({int(bad.sum())} such row(s))", file=path, field=col, **where)
+
     if is_dat(items):
         mv = ml.load_movies(items)
-        cats = {str(i): g for i, g in zip(mv["item_id"], mv["genres"])}
+        cats = {_id(i): g for i, g in zip(mv["item_id"], mv["genres"])}
     else:
         it = _read_table(items, "items", ["item_id", "genres"])
+        it["item_id"] = it["item_id"].map(_id)
+        unique(it, "item_id", items)
         cats = {i: [g for g in gs.split("|") if g] for i, gs in zip(it["item_id"], it["genres"])}
     if is_dat(users):
-        us = ml.load_users(users).astype({"user_id": str})
+        us = ml.load_users(users)
     else:
         us = _read_table(users, "users", ["user_id"])
+    us["user_id"] = us["user_id"].map(_id)
+    unique(us, "user_id", users)
     if group_by not in us.columns:
         raise LmraInputError(f"no column '{group_by}' in the users table ({', '.join(us.columns)})", file=users,
                              field="group_by")
-    groups = dict(zip(us["user_id"].astype(str), us[group_by].astype(str)))
+    groups = dict(zip(us["user_id"], us[group_by].astype(str)))
+    if is_dat(train):
+        t = ml.load_ratings(train)[["user_id", "item_id"]]
+        t = pd.DataFrame({"user_id": t["user_id"].map(_id), "item_id": t["item_id"].map(_id)})
+    else:
+        t = _read_table(train, "train", ["user_id", "item_id"])
+        t = t.assign(user_id=t["user_id"].map(_id), item_id=t["item_id"].map(_id))
+    known(t, "item_id", cats, train, "item", items)
     if str(recs).endswith(".jsonl"):
         rows = []
         for r in read_lists(recs).to_dict(orient="records"):
-            if r.get("user_id") is None or not isinstance(r.get("matched"), list):
+            # "recommended" (matched ids without profile echoes) in runs since it was added
+            got = r.get("recommended") if isinstance(r.get("recommended"), list) else r.get("matched")
+            if r.get("user_id") is None or not isinstance(got, list):
                 continue
-            ids = list(dict.fromkeys(str(i) for i in r["matched"] if i is not None))
-            rows += [(str(r["user_id"]), i, r["attribute"]) for i in (ids[:k] if k else ids)]
+            ids = list(dict.fromkeys(_id(i) for i in got if i is not None))
+            rows += [(_id(r["user_id"]), i, r["attribute"]) for i in (ids[:k] if k else ids)]
         if not rows:
             raise LmraInputError("no record has 'user_id' and 'matched' (a cfairllm run's lists.jsonl)", file=recs)
         rc = pd.DataFrame(rows, columns=["user_id", "item_id", "variant"])
     else:
         rc = _read_table(recs, "recommendations", ["user_id", "item_id"])
+        rc = rc.assign(user_id=rc["user_id"].map(_id), item_id=rc["item_id"].map(_id))
         if "variant" not in rc.columns:
             rc["variant"] = "all"
-        if k:
-            rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
+    known(rc, "item_id", cats, recs, "item", items)
+    known(rc, "user_id", groups, recs, "user", users)
+    if k:
+        rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
     tables, coverage = [], {}
     for variant, d in rc.groupby("variant", sort=False):
-        recs_v = d[["user_id", "item_id"]].astype(str)
+        recs_v = d[["user_id", "item_id"]]
         coverage[str(variant)] = bdm.item_coverage([recs_v["item_id"].tolist()], cats)
         tab = bdm.bias_disparity_table(t, recs_v, groups, cats, list(cats))
         tab.insert(0, "group_by", group_by)
         tab.insert(0, "variant", str(variant))
         tables.append(tab)
     table = pd.concat(tables, ignore_index=True)
+    labels = set(groups.values())
+    if unprotected is None and protected is None and group_by == "gender" and {"male", "female"} <= labels:
+        unprotected, protected = "male", "female"  # the default of the config (docs/recsys.md §5)
+    for flag, label in (("unprotected", unprotected), ("protected", protected)):
+        if label is not None and label not in labels:
+            raise LmraInputError(f"no user has {group_by} = '{label}' (groups: {', '.join(sorted(labels))})",
+                                 file=users, field=flag)
+    if (unprotected is None) != (protected is None):
+        raise LmraInputError("give both --unprotected and --protected (or neither)",
+                             field="unprotected" if unprotected is None else "protected")
     return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage
