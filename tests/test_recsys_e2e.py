@@ -140,6 +140,40 @@ def make_scripted(cfg):
     return ScriptedRecommender(cfg)
 
 
+class DeadTarget(ScriptedRecommender):
+    """Every call fails, as with an unreachable server."""
+
+    async def complete(self, request):
+        from lmra.providers.base import ProviderError
+
+        raise ProviderError("connection refused (scripted)")
+
+
+def make_dead(cfg):
+    return DeadTarget(cfg)
+
+
+def test_cli_every_call_failing_is_a_failure(tmp_path, capsys):
+    cfg = tmp_path / "dead.toml"
+    cfg.write_text(f"""
+name = "dead"
+k = 3
+output_dir = "{(tmp_path / 'out').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+[target]
+provider = "test_recsys_e2e:make_dead"
+[fairllm]
+names_list = ["Adele"]
+attributes = ["gender"]
+values = {{ gender = ["a boy", "a girl"] }}
+""", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "no list could be scored: 3 of 3 target calls failed" in err and "connection refused" in err
+    manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+
+
 def test_cli_cfairllm_scripted_target(tmp_path, capsys):
     cfg = tmp_path / "cf.toml"
     cfg.write_text(f"""

@@ -68,6 +68,14 @@ def cmd_recsys(args: argparse.Namespace) -> int:
         run.progress = progress
         result = run.run()
     render_recsys(console, result.similarity, result.fairness, result.summary, result.manifest, result.bias_summary)
+    summ = result.summary
+    lost = summ.get("failed_calls", 0) + summ.get("dropped_with_failed_neutral", 0)
+    if summ.get("n_lists") and lost >= summ["n_lists"]:
+        errors = [e for e in result.lists.get("error", []) if isinstance(e, str)] or ["(no message)"]
+        Console(stderr=True).print(f"[bold red]failure:[/] no list could be scored: {summ['failed_calls']} of "
+                                   f"{summ['n_lists']} target calls failed; first error: {errors[0]}",
+                                   highlight=False, soft_wrap=True)
+        return 1
     return 0
 
 

@@ -427,7 +427,9 @@ class RecsysRun:
         summary = build_summary(lists, sim, fair, k=cfg.k, convention=cfg.convention, dropped=dropped,
                                 matched=matcher is not None) | extra | {"run_dir": str(self.run_dir)}
         _write_json(self.run_dir / "summary.json", _clean_nan(summary))
-        manifest |= {"status": "finished", "finished": _now(), "calls": self.stats.as_dict()}
+        lost = summary["failed_calls"] + summary["dropped_with_failed_neutral"]
+        status = "failed" if summary["n_lists"] and lost >= summary["n_lists"] else "finished"
+        manifest |= {"status": status, "finished": _now(), "calls": self.stats.as_dict()}
         _write_json(self.run_dir / "manifest.json", manifest)
         return RecsysResult(self.run_dir, lists, sim, fair, summary, manifest, bias, bias_sum)
 
