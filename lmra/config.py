@@ -305,6 +305,9 @@ def _loc_to_field(loc: tuple[Any, ...]) -> tuple[str, str | None, str]:
     """(dotted field, TOML section, leaf key) of a pydantic error location."""
     parts = [str(p) for p in loc]
     dotted = ".".join(parts)
+    named = [p for p in parts if not p.isdigit()]  # an item of a list → the list's key
+    if loc and isinstance(loc[-1], int) and named:
+        return dotted, ".".join(named[:-1]) or None, named[-1]
     leaf = parts[-1] if parts else ""
     section = ".".join(p for p in parts[:-1] if not p.isdigit()) or None
     return dotted, section, leaf

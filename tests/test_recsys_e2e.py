@@ -355,6 +355,31 @@ def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):
     assert "between 1 and 200" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("body, line, field, message", [
+    ('[fairllm]\nattributes = ["zodiac"]', 3, "fairllm.attributes", "not in the attribute file"),
+    ('[fairllm]\nattributes = ["gender"]\nvalues = { gender = ["a martian"] }', 4, "fairllm.values.gender",
+     "not a phrase"),
+    ('[fairllm]\nattributes = ["gender"]\nintersections = [["gender", "age"]]', 4, "fairllm.intersections",
+     "names attribute 'age'"),
+    ('[fairllm]\nattributes = []', 3, "fairllm.attributes", "attributes is empty"),
+    ('[fairllm]\nattributes = ["neutral"]', 3, "fairllm.attributes", "not a sensitive attribute"),
+    ('[fairllm]\nvalues = { gender = ["a boy", "a boy"] }', 3, "fairllm.values", "repeats 'a boy'"),
+    ('[fairllm]\nvalues = { gender = [] }', 3, "fairllm.values", "is empty"),
+    ('[fairllm]\nnames_list = ["Adele", "Adele"]', 3, "fairllm.names_list", "repeats 'Adele'"),
+    ('[cfairllm]\nencoding = "klingon"', 3, "cfairllm.encoding", "unknown text encoding"),
+    ('[cfairllm]\nsplit = [1.0, 0.0, 0.0]', 3, "cfairllm.split", "test share"),
+    ('[cfairllm]\nattributes = ["race"]', 3, "cfairllm.attributes", "'gender' or 'age'"),
+    ('mode = "cfairllm"\n[cfairllm]\nprotected = "women"', 4, "cfairllm.protected", "no user group is labelled"),
+])
+def test_cli_config_errors_name_file_line_field(tmp_path, capsys, body, line, field, message):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "t"\n' + body + "\n", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(cfg) in err and f"line {line}" in err and f"field '{field}" in err and message in err, err
+    assert not any(tmp_path.glob("*-t"))  # nothing was run
+
+
 def test_cli_bad_config_exit_2(tmp_path, capsys):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('name = "x"\nk = 5\n[fairllm]\natributes = ["gender"]\n', encoding="utf-8")

@@ -57,7 +57,9 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name),
                                    ("convention", args.convention)) if v is not None}
     if overrides:
-        cfg = cfg.model_validate(cfg.model_dump() | overrides)
+        from lmra.recsys.config import parse_recsys_config
+
+        cfg = parse_recsys_config(cfg.model_dump() | overrides, source="command line")
     run = RecsysRun(cfg, config_path=args.config)
     instructions = run.instructions()
     families = len({i.instruction_id for i in instructions})

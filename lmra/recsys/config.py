@@ -49,6 +49,41 @@ class FairLLMConfig(_Strict):
         None, description="Template name in prompts/recsys/ or a path (default by domain).")
     sensitive_template: str | None = Field(None, description="Template name in prompts/recsys/ or a path.")
 
+    @field_validator("names_list")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        if any(not n.strip() for n in v):
+            raise ValueError("names_list contains an empty name")
+        dup = [n for i, n in enumerate(v) if n in v[:i]]
+        if dup:
+            raise ValueError(f"names_list repeats '{dup[0]}' (each name is one instruction family)")
+        return v
+
+    @field_validator("attributes")
+    @classmethod
+    def _attributes(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("attributes is empty: give at least one sensitive attribute to compare with neutral")
+        if any(not a.strip() for a in v):
+            raise ValueError("attributes contains an empty name")
+        if "neutral" in v:
+            raise ValueError("'neutral' is not a sensitive attribute (the neutral list is always sent)")
+        dup = [a for i, a in enumerate(v) if a in v[:i]]
+        if dup:
+            raise ValueError(f"attributes repeats '{dup[0]}'")
+        return v
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for a, vals in v.items():
+            if not vals:
+                raise ValueError(f"values.{a} is empty (leave the attribute out of values to use all its phrases)")
+            dup = [x for i, x in enumerate(vals) if x in vals[:i]]
+            if dup:
+                raise ValueError(f"values.{a} repeats '{dup[0]}'")
+        return v
+
     @field_validator("intersections")
     @classmethod
     def _pairs(cls, v: list[list[str]]) -> list[list[str]]:
@@ -89,7 +124,34 @@ class CFairLLMConfig(_Strict):
     def _split(cls, v: list[float]) -> list[float]:
         if len(v) != 3 or any(x < 0 for x in v) or abs(sum(v) - 1) > 1e-6:
             raise ValueError("split must be three non-negative shares summing to 1, e.g. [0.8, 0.1, 0.1]")
+        if v[0] == 0 or v[2] == 0:
+            raise ValueError("split needs a train share (profiles) and a test share (true preference) above 0")
         return v
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding(cls, v: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(v)
+        except LookupError:
+            raise ValueError(f"unknown text encoding '{v}' (e.g. 'latin-1', 'utf-8')") from None
+        return v
+
+    @field_validator("attributes", "bias_groups")
+    @classmethod
+    def _no_repeats(cls, v: list[str]) -> list[str]:
+        dup = [a for i, a in enumerate(v) if a in v[:i]]
+        if dup:
+            raise ValueError(f"repeats '{dup[0]}'")
+        return v
+
+    @model_validator(mode="after")
+    def _labels(self) -> "CFairLLMConfig":
+        if (self.unprotected is None) != (self.protected is None):
+            raise ValueError("set both unprotected and protected (or neither)")
+        return self
 
 
 class MatchingConfig(_Strict):
@@ -109,7 +171,9 @@ class MatchingConfig(_Strict):
 class RecsysConfig(_Strict):
     """A recommendation-fairness run (methodology §6, §7)."""
 
-    name: str = Field("recsys", description="Run name; the run folder is reports/<timestamp>-<name>.")
+    name: str = Field("recsys", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100,
+                      description="Run name (letters, digits, '.', '_', '-'); the run folder is "
+                                  "reports/<timestamp>-<name>.")
     mode: Literal["fairllm", "cfairllm"] = Field(
         "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users).")
     target: ModelConfig = Field(
@@ -130,8 +194,6 @@ class RecsysConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "RecsysConfig":
-        if any(not a.strip() for a in self.fairllm.attributes):
-            raise ValueError("fairllm.attributes contains an empty name")
         if self.mode == "cfairllm" and self.parser != "lmra":
             raise ValueError("cfairllm mode matches titles to movies.dat and needs parser = 'lmra'")
         return self

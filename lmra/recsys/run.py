@@ -151,6 +151,23 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
 
 # --- FaiRLLM / CFaiRLLM instruction sets ------------------------------------------------------
 
+def _config_error(message: str, field: str, config_path: str | Path | None) -> LmraInputError:
+    """An input error about a config field found only after loading data: names the config
+    file and, when it can be found, the line of ``section.key`` (``fairllm.values.gender``
+    → the line of ``values`` in ``[fairllm]``)."""
+    from lmra.errors import find_key_line
+
+    line = None
+    if config_path is not None:
+        try:
+            text = Path(config_path).read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        section, _, rest = field.partition(".")
+        line = find_key_line(text, rest.split(".")[0], section) if rest else find_key_line(text, section)
+    return LmraInputError(message, file=config_path, line=line, field=field)
+
+
 def _fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], set[str]]:
     f = cfg.fairllm
     names_path = f.names or DEFAULT_NAMES[f.domain]
@@ -162,20 +179,26 @@ def _fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[
     selected: dict[str, list[str]] = {}
     for a in f.attributes:
         if a not in phrases:
-            raise LmraInputError(f"attribute '{a}' is not in the attribute file (it has: {', '.join(phrases)})",
-                                 field="fairllm.attributes")
+            raise _config_error(f"attribute '{a}' is not in the attribute file (it has: {', '.join(phrases)})",
+                                "fairllm.attributes", config_path)
         vals = f.values.get(a)
         if vals:
             bad = [v for v in vals if v not in phrases[a]]
             if bad:
-                raise LmraInputError(f"'{bad[0]}' is not a phrase of attribute '{a}' ({', '.join(phrases[a])})",
-                                     field=f"fairllm.values.{a}")
+                raise _config_error(f"'{bad[0]}' is not a phrase of attribute '{a}' ({', '.join(phrases[a])})",
+                                    f"fairllm.values.{a}", config_path)
             selected[a] = list(vals)
         else:
             selected[a] = list(phrases[a])
     extra = set(f.values) - set(f.attributes)
     if extra:
-        raise LmraInputError(f"values given for unselected attribute '{sorted(extra)[0]}'", field="fairllm.values")
+        raise _config_error(f"values given for unselected attribute '{sorted(extra)[0]}'", "fairllm.values",
+                            config_path)
+    for combo in f.intersections:
+        missing = [a for a in combo if a not in selected]
+        if missing:
+            raise _config_error(f"intersection {list(combo)} names attribute '{missing[0]}', which is not in "
+                                "fairllm.attributes", "fairllm.intersections", config_path)
     neutral_t = template_for(f.domain, "neutral", f.neutral_template)
     sens_t = template_for(f.domain, "sensitive", f.sensitive_template)
     instr = fairllm_instructions(f.domain, names, selected, k=cfg.k, intersections=f.intersections,
@@ -198,6 +221,13 @@ def _cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple
 
     c = cfg.cfairllm
     data = ml.load_movielens(_find_path(c.data, config_path), encoding=c.encoding)
+    col = {"gender": "gender", "age": "age_group"}
+    labels = {str(v) for g in c.bias_groups for v in data.users[col[g]].unique()}
+    for key in ("unprotected", "protected"):
+        label = getattr(c, key)
+        if label is not None and label not in labels:
+            raise _config_error(f"no user group is labelled '{label}' (bias_groups {', '.join(c.bias_groups)} have: "
+                                f"{', '.join(sorted(labels))})", f"cfairllm.{key}", config_path)
     split = ml.split_ratings(data.ratings, seed=cfg.seed, fractions=c.split, method=c.split_method)
     train = split[split["split"] == "train"]
     all_users = sorted(int(u) for u in train["user_id"].unique())
