@@ -329,6 +329,9 @@ _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
     ([_N, {"instruction_id": "m1", "attribute": "neutral", "value": "again", "items": ["b"]}],
      "a second neutral list", 2),
     ([_N], "only neutral lists", None),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "a\u0000b", "items": ["a"]}], "U+0000", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "error": False}],
+     "expected null or the error message", 2),
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}, "not json"], "malformed JSON", 2),
     ([{"attribute": "neutral", "items": ["a"]}], "instruction_id", 1),
     ([{"instruction_id": "m1", "attribute": "neutral"}], "no list", 1),
@@ -344,6 +347,17 @@ def test_cli_score_bad_lists_exit_2(tmp_path, capsys, rows, message, line):
     assert message in err and str(path) in err and "Traceback" not in err
     if line:
         assert f"line {line}" in err
+
+
+def test_cli_score_counts_duplicates_and_empty_titles_in_items(tmp_path):
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "items": ["A", "B"], "error": ""},
+            {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["A", "a", "!!!", "B"]}]
+    out = tmp_path / "o"
+    assert run_cli(["recsys", "score", "--lists", str(_write_lists(tmp_path / "l.jsonl", rows)), "--k", "2",
+                    "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    # "A" and "a" normalise to one key (1 duplicate); "!!!" normalises to nothing (1 dropped); "" is no error
+    assert summary["duplicate_items"] == 1 and summary["items_dropped_empty"] == 1 and summary["failed_calls"] == 0
 
 
 def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):

@@ -25,6 +25,7 @@ import csv
 import datetime as _dt
 import json
 import math
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -618,7 +619,14 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             raise LmraInputError(f"duplicate list for instruction '{key[0]}', attribute '{key[1]}', value '{key[2]}' "
                                  f"(first on line {seen[key]})", file=p, line=lineno)
         seen[key] = lineno
-        obj.setdefault("error", None)
+        err = obj.get("error")
+        if err is not None and not isinstance(err, str):
+            raise LmraInputError("expected null or the error message (a string)", file=p, line=lineno, field="error")
+        obj["error"] = err if err and err.strip() else None  # "" is no error
+        for f in ("instruction_id", "attribute", "value"):
+            bad = next((ch for ch in obj[f] if unicodedata.category(ch) == "Cc"), None)
+            if bad is not None:
+                raise LmraInputError(f"contains the control character U+{ord(bad):04X}", file=p, line=lineno, field=f)
         if obj["error"] is None:
             obj["compare"] = _list_of(obj, p, lineno, parser, normalize)
         else:
@@ -666,8 +674,13 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                 if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
                     raise LmraInputError("expected a list of strings", file=p, line=lineno, field=f)
                 if f == "items" and normalize:
-                    return [k for k in (normalize_title(str(x)) for x in v) if k]
-                return [x if isinstance(x, str) else str(x) for x in v]
+                    keys = [normalize_title(str(x)) for x in v]
+                    kept = [k for k in keys if k]
+                    obj.setdefault("n_dropped", len(keys) - len(kept))
+                else:
+                    kept = [x if isinstance(x, str) else str(x) for x in v]
+                obj.setdefault("n_duplicates", len(kept) - len(set(kept)))
+                return kept
     raw = obj.get("raw")
     if not isinstance(raw, str):
         what = "no list ('compare', 'keys' or 'items') and no 'raw' text" if parser is None else \
@@ -734,8 +747,6 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
 def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFrame:
     """A CSV with a header line, as strings; every row must have the header's number of
     fields and a non-empty value in every ``need`` column (errors name the file and line)."""
-    import csv
-
     p = Path(path)
     if not p.is_file():
         raise LmraInputError(f"{what} file not found", file=p)
