@@ -153,6 +153,48 @@ def make_dead(cfg):
     return DeadTarget(cfg)
 
 
+class EchoTarget(ScriptedRecommender):
+    """Repeats the profile lines of the prompt back, as the embedded base model does."""
+
+    async def complete(self, request):
+        text = request.messages[-1].content
+        lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
+        return ChatResult(text="\n".join(lines), usage=Usage())
+
+
+def make_echo(cfg):
+    return EchoTarget(cfg)
+
+
+def test_cli_cfairllm_profile_echoes_only(tmp_path, capsys):
+    """A target that only repeats the profile recommends nothing: echoes are counted and left out,
+    bias disparity is undefined (header-only CSV), and nothing crashes."""
+    cfg = tmp_path / "echo.toml"
+    cfg.write_text(f"""
+name = "echo"
+mode = "cfairllm"
+k = 5
+output_dir = "{(tmp_path / 'out').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+[target]
+provider = "test_recsys_e2e:make_echo"
+[cfairllm]
+n_users = 4
+profile_size = 3
+""", encoding="utf-8")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "repeated back" in out and "Bias disparity: no list had a recommendation matched" in out
+    run = run_folder(tmp_path / "out")
+    summary = json.loads((run / "summary.json").read_text())
+    lists = read_jsonl(run / "lists.jsonl")
+    assert summary["profile_echoes"] == sum(len(r["matched"]) for r in lists) == 16 * 3
+    assert all(r["compare"] == [] and r["recommended"] == [] for r in lists)
+    bias = pd.read_csv(run / "recsys_bias_disparity.csv")
+    assert bias.empty and "bias_disparity" in bias.columns
+    assert all(v == 0 for v in summary["item_coverage"].values())
+
+
 def test_cli_every_call_failing_is_a_failure(tmp_path, capsys):
     cfg = tmp_path / "dead.toml"
     cfg.write_text(f"""

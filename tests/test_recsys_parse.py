@@ -90,6 +90,8 @@ def test_duplicates_and_max_items_are_counted():
     ("Spider-Man: Homecoming", "spider-man: homecoming"),
     ("Unfinished (title", "unfinished"),
     ("***", ""),
+    ("The (1994)", ""),                     # a garbled fragment, not a title
+    ("Them (1954)", "them"),
 ])
 def test_normalize_title(raw, key):
     assert normalize_title(raw) == key

@@ -137,7 +137,8 @@ def bias_disparity_table(train: pd.DataFrame, recs: pd.DataFrame, user_groups: M
     Returns:
         One row per (group, category) with ``n_users``, ``pr_train``, ``bias_train``,
         ``pr_rec``, ``bias_rec``, ``bias_disparity`` (NaN where B_T = 0) and ``p_category``.
-        Categories never seen in T or R have PR = 0.
+        Categories never seen in T or R have PR = 0. No rows (same columns) when no user
+        with a group received recommendations.
     """
     cats = _categories(item_categories)
     catalog = list(cats) if catalog is None else list(catalog)
@@ -147,6 +148,10 @@ def bias_disparity_table(train: pd.DataFrame, recs: pd.DataFrame, user_groups: M
     n_items = len(set(catalog))
     p_c = pd.Series([c for i in set(catalog) for c in cats.get(i, [])]).value_counts() / max(n_items, 1)
     groups = {u: g for u, g in user_groups.items() if u in users}
+    columns = ["group", "category", "n_users", "pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity",
+               "p_category"]
+    if not groups:  # no user with a group received recommendations: nothing to compare
+        return pd.DataFrame(columns=columns)
     tr = _preference(train, groups, cats)
     rc = _preference(recs, groups, cats)
     all_groups = sorted(set(groups.values()), key=str)
@@ -169,8 +174,7 @@ def bias_disparity_table(train: pd.DataFrame, recs: pd.DataFrame, user_groups: M
     out["bias_disparity"] = np.where(bt > 0, (out["bias_rec"] - bt) / bt.where(bt > 0), np.nan)
     size = pd.Series(list(groups.values())).value_counts()
     out.insert(2, "n_users", out["group"].map(size).fillna(0).astype(int))
-    return out[["group", "category", "n_users", "pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity",
-                "p_category"]]
+    return out[columns]
 
 
 def disparity_summary(table: pd.DataFrame, *, unprotected: str | None = None,

@@ -90,7 +90,8 @@ def normalize_title(title: str) -> str:
     parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
     trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
     titles); ``&`` → ``and``; case folded; every quote character and apostrophe removed
-    (``Don’t`` → ``dont``); punctuation stripped at both ends; whitespace collapsed.
+    (``Don’t`` → ``dont``); punctuation stripped at both ends; whitespace collapsed; a key
+    that is only ``the`` becomes ``""`` (a fragment such as ``The (1994)``).
 
     Args:
         title: one title as written.
@@ -110,7 +111,9 @@ def normalize_title(title: str) -> str:
     if m:
         s = f"{m.group('art')} {m.group('rest')}"
     s = s.replace("&", " and ").casefold().translate(_QUOTE_CHARS)
-    return _SPACES.sub(" ", s).strip(_EDGE_PUNCT)
+    s = _SPACES.sub(" ", s).strip(_EDGE_PUNCT)
+    # "the" alone is a fragment, not a title (e.g. "The (1994)" from a garbled answer)
+    return "" if s == "the" else s
 
 
 def _is_artist(text: str, artists: Collection[str]) -> bool:

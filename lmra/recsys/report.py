@@ -146,5 +146,8 @@ def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: d
         console.print("[dim]BD(G, C) = (B_R − B_T) / B_T: > 0 the recommendations amplify group G's preference for "
                       "category C, < 0 they dampen it; categories where B_T = 0 are left out. The row 'u − p' gives the "
                       "difference of the two groups' mean |BD| and the mean per-category gap |BD_u − BD_p|.[/]")
+    elif coverage is not None:
+        console.print("[yellow]Bias disparity: no list had a recommendation matched to the catalog (other than "
+                      "the user's own profile), so it is undefined.[/]")
     if coverage:
         console.print("[bold]Item coverage:[/] " + ", ".join(f"{a} {_num(v)}" for a, v in coverage.items()))

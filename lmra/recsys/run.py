@@ -478,6 +478,8 @@ class RecsysRun:
             recs = pd.DataFrame([(u, i) for u, ids in zip(d["user_id"], d["recommended"]) for i in ids[: self.cfg.k]],
                                 columns=["user_id", "item_id"])
             coverage[str(variant)] = bdm.item_coverage(d["recommended"], catalog)
+            if recs.empty:  # no matched recommendation in this variant (e.g. only profile echoes)
+                continue
             for g in c.bias_groups:
                 groups = {u: str(info.at[u, col[g]]) for u in cf.users}
                 # only users who received recommendations count, on both the T and the R side
@@ -485,7 +487,9 @@ class RecsysRun:
                 t.insert(0, "group_by", g)
                 t.insert(0, "variant", str(variant))
                 tables.append(t)
-        table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+        table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
+            columns=["variant", "group_by", "group", "category", "n_users", "pr_train", "bias_train", "pr_rec",
+                     "bias_rec", "bias_disparity", "p_category"])
         summary = bdm.disparity_summary(table, unprotected=c.unprotected, protected=c.protected) if len(table) else None
         return table, summary, coverage
 
