@@ -353,10 +353,18 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
 def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/config.md") -> M:
     """Read a TOML file and validate it against ``model``.
 
+    A relative ``examples/…`` path that does not exist in the working directory is looked up
+    among the example configs shipped with lmra (so ``--config examples/race.toml`` works
+    from any folder after ``pip install``).
+
     Raises:
         LmraInputError: missing or unreadable file, TOML syntax error (with line) or invalid field.
     """
     p = Path(path)
+    if not p.exists() and not p.is_absolute() and p.parts[:1] == ("examples",):
+        from lmra.resources import resolve_resource
+
+        p = resolve_resource(p, "examples")
     try:
         text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:

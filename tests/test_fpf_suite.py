@@ -337,7 +337,7 @@ def test_issue3_examples_validate(name, capsys):
         assert len(cfg.comparisons) == 7 and all(b == "baseline" for _, b in cfg.comparisons)
     if name == "gender_within_race":
         assert cfg.group("Black female").judge_wording == "Black and female"
-        out = capsys.readouterr().out
+        out = " ".join(capsys.readouterr().out.split())  # the console wraps at its width
         for race in ("Asian", "Black", "Hispanic", "White"):
             assert f"{race} female (" in out and f"{race} male (" in out
 

@@ -115,3 +115,13 @@ def test_default_example_is_small_and_uses_the_embedded_model():
     cfg = load_config(EXAMPLES / "default.toml")
     assert cfg.target.provider == cfg.judge.provider == "llamacpp" and cfg.target.model is None
     assert cfg.comparisons == [("female", "male")] and cfg.prompts_per_task == 1
+
+
+def test_shipped_example_configs_found_from_any_folder(tmp_path, monkeypatch):
+    from lmra.recsys.config import load_recsys_config
+
+    monkeypatch.chdir(tmp_path)  # no examples/ folder here: the shipped copies are used
+    assert load_config("examples/smoke.toml").name
+    assert load_recsys_config("examples/recsys_cfairllm.toml").mode == "cfairllm"
+    with pytest.raises(LmraInputError, match="config file not found"):
+        load_config("examples/no-such-file.toml")

@@ -183,7 +183,7 @@ n_users = 4
 profile_size = 3
 """, encoding="utf-8")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps at its width
     assert "repeated back" in out and "Bias disparity: no list had a recommendation matched" in out
     run = run_folder(tmp_path / "out")
     summary = json.loads((run / "summary.json").read_text())
