@@ -371,6 +371,8 @@ _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
     ([_N, {"instruction_id": "m1", "attribute": "neutral", "value": "again", "items": ["b"]}],
      "a second neutral list", 2),
     ([_N], "only neutral lists", None),
+    ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "true_pref": ["a"]}],
+     "has none to compare it with", 2),
     ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "a\u0000b", "items": ["a"]}], "U+0000", 2),
     ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "error": False}],
      "expected null or the error message", 2),

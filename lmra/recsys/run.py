@@ -667,6 +667,13 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
                                  field="instruction_id")
     if len(neutral_at) == len(rows):
         raise LmraInputError("only neutral lists: there is no sensitive list to compare", file=p)
+    neutral_tp = {r["instruction_id"]: r.get("true_pref") is not None for r in rows if r["attribute"] == "neutral"}
+    for r in rows:
+        if r["attribute"] != "neutral" and r.get("true_pref") is not None and not neutral_tp[r["instruction_id"]] \
+                and r.get("error") is None:
+            raise LmraInputError(f"has 'true_pref' but the neutral list of instruction '{r['instruction_id']}' (line "
+                                 f"{neutral_at[r['instruction_id']]}) has none to compare it with", file=p,
+                                 line=r["_line"], field="true_pref")
     return pd.DataFrame(rows).drop(columns="_line")
 
 
