@@ -192,7 +192,14 @@ profile_size = 3
     assert all(r["compare"] == [] and r["recommended"] == [] for r in lists)
     bias = pd.read_csv(run / "recsys_bias_disparity.csv")
     assert bias.empty and "bias_disparity" in bias.columns
+    assert pd.read_csv(run / "recsys_bias_summary.csv").columns.tolist()[-3:] == ["average_disparity", "mean_abs_gap",
+                                                                                 "n_categories"]
     assert all(v == 0 for v in summary["item_coverage"].values())
+    # the same lists through `recsys bias`: a clear input error, not a false "no user_id" message
+    assert run_cli(["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(run / "lists.jsonl"),
+                    "--items", str(SAMPLE / "movies.dat"), "--users", str(SAMPLE / "users.dat"),
+                    "--out", str(tmp_path / "b")]) == 2
+    assert "no list has a recommended item left" in capsys.readouterr().err
 
 
 def test_cli_every_call_failing_is_a_failure(tmp_path, capsys):
@@ -274,6 +281,8 @@ split_method = "temporal"
     assert (row["snsr"], row["snsv"]) == pytest.approx((17 / 18, 17 / 36))
     assert (row["max_value"], row["min_value"]) == ("male", "female")
     bias = pd.read_csv(run / "recsys_bias_disparity.csv")
+    bsum = pd.read_csv(run / "recsys_bias_summary.csv")
+    assert "male − female" in set(bsum["group"]) and {"mean_abs_gap", "variant"} <= set(bsum.columns)
     assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
     assert set(bias["group"]) == {"female", "male"}
     assert {"pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity"} <= set(bias.columns)

@@ -31,6 +31,8 @@ def _counts_line(summary: dict) -> str:
              f"{summary.get('lists_shorter_than_k', 0)} lists shorter than K"]
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
+    if summary.get("items_dropped_empty"):
+        parts.append(f"{summary['items_dropped_empty']} items dropped (nothing left after normalisation)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
     if summary.get("duplicate_items"):

@@ -449,6 +449,9 @@ class RecsysRun:
         if self._cf is not None:
             bias, bias_sum, coverage = self._bias(lists)
             bias.to_csv(self.run_dir / "recsys_bias_disparity.csv", index=False)
+            summary_cols = ["variant", "group_by", "group", "average_disparity", "mean_abs_gap", "n_categories"]
+            (bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols)).to_csv(
+                self.run_dir / "recsys_bias_summary.csv", index=False)
             extra = {"item_coverage": coverage,
                      "average_disparity": bias_sum.to_dict(orient="records") if bias_sum is not None else []}
         elif matcher is not None and categories:
@@ -878,7 +881,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     known(t, "item_id", cats, train, "item", items)
     if str(recs).endswith(".jsonl"):
         rows = []
-        for r in read_lists(recs).to_dict(orient="records"):
+        records = read_lists(recs).to_dict(orient="records")
+        for r in records:
             # "recommended" (matched ids without profile echoes) in runs since it was added
             got = r.get("recommended") if isinstance(r.get("recommended"), list) else r.get("matched")
             if r.get("user_id") is None or not isinstance(got, list):
@@ -886,7 +890,11 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             ids = list(dict.fromkeys(_id(i) for i in got if i is not None))
             rows += [(_id(r["user_id"]), i, r["attribute"]) for i in (ids[:k] if k else ids)]
         if not rows:
-            raise LmraInputError("no record has 'user_id' and 'matched' (a cfairllm run's lists.jsonl)", file=recs)
+            has_users = any(r.get("user_id") is not None for r in records)
+            raise LmraInputError(
+                "no list has a recommended item left (matched to the catalog, profile echoes left out), so bias "
+                "disparity is undefined" if has_users else
+                "no record has 'user_id' and 'matched' (a cfairllm run's lists.jsonl)", file=recs)
         rc = pd.DataFrame(rows, columns=["user_id", "item_id", "variant"])
     else:
         rc = _read_table(recs, "recommendations", ["user_id", "item_id"])
