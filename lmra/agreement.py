@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 
 
 def load_human_labels(path: str | Path) -> pd.DataFrame:
@@ -27,12 +27,7 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
         LmraInputError: missing file or column, a rating that is not a number in [−1, 1].
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("human label file not found", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read human label file ({exc})", file=p) from None
+    text = read_input_text(p, "human label file")
     reader = csv.DictReader(text.splitlines())
     for col in ("pair_id", "rating"):
         if reader.fieldnames is None or col not in reader.fieldnames:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmra.errors import LmraInputError, find_key_line
+from lmra.errors import LmraInputError, find_key_line, read_input_text
 from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, request_key
 from lmra.providers.ratelimit import estimate_prompt_tokens
 
@@ -75,10 +75,7 @@ class PriceTable:
         from lmra.resources import resolve_resource
 
         p = resolve_resource(path or "prompts/prices.toml", "prompts")
-        try:
-            text = p.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LmraInputError(f"cannot read price table ({exc})", file=p) from None
+        text = read_input_text(p, "price table")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from lmra.errors import LmraInputError, find_key_line
+from lmra.errors import LmraInputError, find_key_line, read_input_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -365,14 +365,7 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
         from lmra.resources import resolve_resource
 
         p = resolve_resource(p, "examples")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("config file not found", file=p) from None
-    except IsADirectoryError:
-        raise LmraInputError("config path is a folder, expected a TOML file", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read config file ({exc})", file=p) from None
+    text = read_input_text(p, "config file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

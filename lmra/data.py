@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 
 
 class PromptRecord(BaseModel):
@@ -53,17 +53,6 @@ class NameRecord(BaseModel):
     gender: str | None = None
     race: str | None = None
     source: str | None = None
-
-
-def _open_text(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first column
-    except FileNotFoundError:
-        raise LmraInputError(f"{what} not found", file=path) from None
-    except IsADirectoryError:
-        raise LmraInputError(f"{what} is a folder, expected a file", file=path) from None
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=path) from None
 
 
 def iter_jsonl(text: str, path: Path):
@@ -126,7 +115,7 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
             or an empty file — naming the file, line and field.
     """
     p = Path(path)
-    text = _open_text(p, "prompt file")
+    text = read_input_text(p, "prompt file")
     csv.field_size_limit(sys.maxsize)  # logged prompts can be long
     out: list[PromptRecord] = []
     seen: dict[str, int] = {}
@@ -171,7 +160,7 @@ def load_names(path: str | Path) -> list[NameRecord]:
             character (e.g. NUL or TAB), or no rows.
     """
     p = Path(path)
-    text = _open_text(p, "name file")
+    text = read_input_text(p, "name file")
     reader = csv.DictReader(text.splitlines())
     if reader.fieldnames is None or "name" not in reader.fieldnames:
         raise LmraInputError("missing column 'name' in the header line", file=p, line=1, field="name")

@@ -59,3 +59,30 @@ def find_key_line(text: str, key: str, section: str | None = None, occurrence: i
         if in_section and (line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')):
             return i
     return None
+
+
+def read_input_text(path: str | Path, what: str, *, field: str | None = None) -> str:
+    """The text of an input file (UTF-8; a byte-order mark is dropped).
+
+    Args:
+        path: the file.
+        what: how messages name it, e.g. ``"lists file"``.
+        field: the config field that named the file, if any (put in the error).
+
+    Raises:
+        LmraInputError: the file is missing, is a folder, is not UTF-8 or cannot be read —
+            naming the file (and ``field``).
+    """
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise LmraInputError(f"{what} not found", file=p, field=field) from None
+    except IsADirectoryError:
+        raise LmraInputError(f"{what} is a folder, expected a file", file=p, field=field) from None
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=p,
+                             field=field) from None
+    except OSError as exc:
+        raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=p, field=field) from None
+

@@ -12,7 +12,7 @@ import string
 from functools import lru_cache
 from pathlib import Path
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
 from lmra.resources import resolve_resource
 
@@ -47,14 +47,7 @@ class Template:
 
 @lru_cache(maxsize=64)
 def _load(path: Path) -> Template:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("template file not found", file=path) from None
-    except IsADirectoryError:
-        raise LmraInputError("template path is a folder, expected a text file", file=path) from None
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"template is not UTF-8 text ({exc.reason})", file=path) from None
+    text = read_input_text(path, "template file")
     sections: list[tuple[str, list[str]]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         m = _HEADER.match(line)

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
@@ -79,12 +79,7 @@ def load_seed_names(path: str | Path, *, column: str | None = None, limit: int |
         LmraInputError: missing file, missing column, or no names.
     """
     p = resolve_resource(path, "prompts")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("seed-name file not found", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read seed-name file ({exc})", file=p) from None
+    text = read_input_text(p, "seed-name file")
     reader = csv.DictReader(text.splitlines())
     fields = reader.fieldnames or []
     if not fields:

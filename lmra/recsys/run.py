@@ -36,7 +36,7 @@ import pandas as pd
 
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import dump_config
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 from lmra.providers import ChatRequest, Provider, ProviderError, make_provider
 from lmra.recsys import bias_disparity as bdm
 from lmra.recsys import movielens as ml
@@ -127,12 +127,7 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
     if p.suffix == ".dat":
         movies = ml.load_movies(p)
         return list(movies["title"]), list(movies["item_id"]), dict(zip(movies["item_id"], movies["genres"]))
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("catalog file not found", file=p, field="matching.catalog") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read catalog file ({exc})", file=p, field="matching.catalog") from None
+    text = read_input_text(p, "catalog file", field="matching.catalog")
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames or "title" not in reader.fieldnames:
         raise LmraInputError("catalog CSV needs a 'title' column", file=p, line=1, field="title")
@@ -597,14 +592,7 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             (instruction_id, attribute, value).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LmraInputError("lists file not found", file=p) from None
-    except IsADirectoryError:
-        raise LmraInputError("lists file is a folder, expected a JSONL file", file=p) from None
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"lists file is not UTF-8 text ({exc.reason})", file=p) from None
+    text = read_input_text(p, "lists file")
     rows: list[dict] = []
     seen: dict[tuple, int] = {}
     for lineno, obj in iter_jsonl(text, p):
@@ -762,12 +750,7 @@ def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFram
     """A CSV with a header line, as strings; every row must have the header's number of
     fields and a non-empty value in every ``need`` column (errors name the file and line)."""
     p = Path(path)
-    if not p.is_file():
-        raise LmraInputError(f"{what} file not found", file=p)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"{what} CSV is not UTF-8 text ({exc.reason})", file=p) from None
+    text = read_input_text(p, f"{what} file")
     rows = list(csv.reader(text.splitlines()))
     if not rows or not any(c.strip() for c in rows[0]):
         raise LmraInputError(f"{what} CSV is empty (expected a header line with {', '.join(need)})", file=p, line=1)
