@@ -22,6 +22,15 @@ def _recsys_target() -> ModelConfig:
     return ModelConfig(temperature=0.0, max_tokens=400)
 
 
+def _no_repeat(items: list[str], what: str, why: str = "") -> None:
+    """Raise ValueError naming the first item of ``items`` that repeats an earlier one."""
+    seen: set[str] = set()
+    for x in items:
+        if x in seen:
+            raise ValueError(f"{what} repeats '{x}'{why}")
+        seen.add(x)
+
+
 #: Largest cut-off K (list length) accepted anywhere; the metrics use O(K²) memory per pair.
 MAX_K = 200
 
@@ -54,9 +63,7 @@ class FairLLMConfig(_Strict):
     def _names(cls, v: list[str]) -> list[str]:
         if any(not n.strip() for n in v):
             raise ValueError("names_list contains an empty name")
-        dup = [n for i, n in enumerate(v) if n in v[:i]]
-        if dup:
-            raise ValueError(f"names_list repeats '{dup[0]}' (each name is one instruction family)")
+        _no_repeat(v, "names_list", " (each name is one instruction family)")
         return v
 
     @field_validator("attributes")
@@ -68,9 +75,7 @@ class FairLLMConfig(_Strict):
             raise ValueError("attributes contains an empty name")
         if "neutral" in v:
             raise ValueError("'neutral' is not a sensitive attribute (the neutral list is always sent)")
-        dup = [a for i, a in enumerate(v) if a in v[:i]]
-        if dup:
-            raise ValueError(f"attributes repeats '{dup[0]}'")
+        _no_repeat(v, "attributes")
         return v
 
     @field_validator("values")
@@ -79,9 +84,7 @@ class FairLLMConfig(_Strict):
         for a, vals in v.items():
             if not vals:
                 raise ValueError(f"values.{a} is empty (leave the attribute out of values to use all its phrases)")
-            dup = [x for i, x in enumerate(vals) if x in vals[:i]]
-            if dup:
-                raise ValueError(f"values.{a} repeats '{dup[0]}'")
+            _no_repeat(vals, f"values.{a}")
         return v
 
     @field_validator("intersections")
@@ -142,9 +145,7 @@ class CFairLLMConfig(_Strict):
     @field_validator("attributes", "bias_groups")
     @classmethod
     def _no_repeats(cls, v: list[str]) -> list[str]:
-        dup = [a for i, a in enumerate(v) if a in v[:i]]
-        if dup:
-            raise ValueError(f"repeats '{dup[0]}'")
+        _no_repeat(v, "the list")
         return v
 
     @model_validator(mode="after")
