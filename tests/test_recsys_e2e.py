@@ -24,6 +24,19 @@ def run_cli(argv: list[str]) -> int:
     return cli.main(argv)
 
 
+def write_config(tmp_path: Path, name: str, body: str, *, k: int = 5, mode: str = "fairllm") -> Path:
+    """A recsys config writing its run folder to tmp_path/out and its cache to tmp_path; ``body``
+    holds the [target] and [fairllm]/[cfairllm] sections."""
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f'''name = "{name}"
+mode = "{mode}"
+k = {k}
+output_dir = "{(tmp_path / 'out').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+{body}''', encoding="utf-8")
+    return cfg
+
+
 def run_folder(out: Path) -> Path:
     folders = [p for p in out.iterdir() if p.is_dir()]
     assert len(folders) == 1, folders
@@ -37,12 +50,7 @@ def read_jsonl(path: Path) -> list[dict]:
 # --- the embedded model ----------------------------------------------------------------------
 
 def test_cli_embedded_model_fairllm(tmp_path, capsys):
-    cfg = tmp_path / "recsys.toml"
-    cfg.write_text(f"""
-name = "e2e"
-k = 5
-output_dir = "{(tmp_path / 'out').as_posix()}"
-cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+    cfg = write_config(tmp_path, "e2e", """
 [target]
 provider = "llamacpp"
 temperature = 0.0
@@ -51,8 +59,8 @@ n_ctx = 1024
 [fairllm]
 names_list = ["Adele", "Drake", "Taylor Swift"]
 attributes = ["gender", "age"]
-values = {{ gender = ["a boy", "a girl"], age = ["a young", "an old"] }}
-""", encoding="utf-8")
+values = { gender = ["a boy", "a girl"], age = ["a young", "an old"] }
+""")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     shown = capsys.readouterr().out
     assert "Similarity to the neutral list @K=5" in shown and "SNSR" in shown
@@ -169,19 +177,13 @@ def make_echo(cfg):
 def test_cli_cfairllm_profile_echoes_only(tmp_path, capsys):
     """A target that only repeats the profile recommends nothing: echoes are counted and left out,
     bias disparity is undefined (header-only CSV), and nothing crashes."""
-    cfg = tmp_path / "echo.toml"
-    cfg.write_text(f"""
-name = "echo"
-mode = "cfairllm"
-k = 5
-output_dir = "{(tmp_path / 'out').as_posix()}"
-cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+    cfg = write_config(tmp_path, "echo", """
 [target]
 provider = "test_recsys_e2e:make_echo"
 [cfairllm]
 n_users = 4
 profile_size = 3
-""", encoding="utf-8")
+""", mode="cfairllm")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the console wraps at its width
     assert "repeated back" in out and "Bias disparity: no list had a recommendation matched" in out
@@ -203,19 +205,14 @@ profile_size = 3
 
 
 def test_cli_every_call_failing_is_a_failure(tmp_path, capsys):
-    cfg = tmp_path / "dead.toml"
-    cfg.write_text(f"""
-name = "dead"
-k = 3
-output_dir = "{(tmp_path / 'out').as_posix()}"
-cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+    cfg = write_config(tmp_path, "dead", """
 [target]
 provider = "test_recsys_e2e:make_dead"
 [fairllm]
 names_list = ["Adele"]
 attributes = ["gender"]
-values = {{ gender = ["a boy", "a girl"] }}
-""", encoding="utf-8")
+values = { gender = ["a boy", "a girl"] }
+""", k=3)
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "no list could be scored: 3 of 3 target calls failed" in err and "connection refused" in err
@@ -224,13 +221,7 @@ values = {{ gender = ["a boy", "a girl"] }}
 
 
 def test_cli_cfairllm_scripted_target(tmp_path, capsys):
-    cfg = tmp_path / "cf.toml"
-    cfg.write_text(f"""
-name = "cf"
-mode = "cfairllm"
-k = 5
-output_dir = "{(tmp_path / 'out').as_posix()}"
-cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+    cfg = write_config(tmp_path, "cf", f"""
 [target]
 provider = "test_recsys_e2e:make_scripted"
 [cfairllm]
@@ -238,7 +229,7 @@ data = "{SAMPLE.as_posix()}"
 n_users = 4
 profile_size = 3
 split_method = "temporal"
-""", encoding="utf-8")
+""", mode="cfairllm")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "true preference" in out and "Average bias disparity" in out
