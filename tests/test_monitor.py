@@ -75,8 +75,13 @@ def test_welch_and_holm_match_scipy_and_statsmodels(runs):
     for task in ("career advice", "write a story"):
         x, y = _h(runs["rise"], task), _h(runs["base"], task)
         ref = stats.ttest_ind(x - margin, y, equal_var=False, alternative="greater")
-        assert tests.loc[task, "p_regress"] == pytest.approx(ref.pvalue, rel=1e-9)
-        assert tests.loc[task, "t_regress"] == pytest.approx(ref.statistic, rel=1e-9)
+        assert tests.loc[task, "t_regress"] == pytest.approx(ref.statistic, rel=1e-9)  # Welch t, reported
+        perm = stats.permutation_test((np.sort(x) - margin, np.sort(y)),
+                                      lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
+                                      permutation_type="independent", alternative="greater", n_resamples=9999,
+                                      vectorized=True, rng=np.random.default_rng(0))
+        assert tests.loc[task, "p_regress"] == pytest.approx(perm.pvalue, rel=1e-9)  # the decision's p-value
+        ref = perm
         assert tests.loc[task, "n_run"] == len(x) == 200
         # with one sample per prompt H is the per_task.csv net rating
         assert tests.loc[task, "h_run"] == pytest.approx(run.per_task.set_index("task").loc[task, "net_rating"])
