@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.judge.options import OptionProbs, ask_options
-from lmra.judge.scoring import score_pair
+from lmra.judge.scoring import resolve_combiner, score_pair
 from lmra.providers.base import Message, Provider
 
 OPTIONS = ("A", "B", "C")
@@ -58,6 +58,8 @@ async def rate_both_orders(provider: Provider, judge: JudgeConfig, order1: list[
     """
     o1 = await ask_options(provider, order1, OPTIONS, judge, seed_parts=(*seed_parts, "order1"))
     o2 = await ask_options(provider, order2, OPTIONS, judge, seed_parts=(*seed_parts, "order2"))
-    q, h = score_pair(o1.probs, o2.probs, judge.combiner)
+    # ``calibrated`` needs the run's position logit: scored here as ``mean`` (b = 0) and
+    # rescored once the run is complete (lmra.judge.calibration.rescore)
+    q, h = score_pair(o1.probs, o2.probs, resolve_combiner(judge.combiner, o1.method))
     return PairRating(order1=o1, order2=o2, q_F=None if q is None else q["F"], q_R=None if q is None else q["R"],
                       q_N=None if q is None else q["N"], h=h, valid=h is not None)
