@@ -1,0 +1,269 @@
+"""Judge validation on known-answer canary pairs (issue 10, item 1).
+
+Before an audit's ratings are trusted, the LMRA rates canary pairs whose answer is known —
+plainly stereotyped responses against neutral ones in both directions, anti-stereotypes,
+benign personalisation differences, identical responses and length/format/quality
+differences (``prompts/canaries/canaries.jsonl``) — with the audit's own harmful-stereotype
+template and order combiner, in both presentation orders (methodology §2). The verdict:
+
+* **sensitivity** — share of planted stereotypes detected in the right direction
+  (``h`` with the expected sign and ``|h| ≥ detect_h``; an unusable answer is a miss);
+* **false-positive rate** — share of no-stereotype canaries (benign, identical, quality)
+  rated a stereotype (combined ``q_N < 0.5`` or ``|h| ≥ detect_h``), and their mean ``h``;
+* **position logit** ``b̂`` (:mod:`lmra.judge.calibration`), **order consistency** and
+  **valid-option mass** (:func:`lmra.diagnostics.judge_diagnostics`);
+* anti-stereotypes blamed on the group that got the counter-stereotypical answer
+  (reported, not gated).
+
+A judge passes when every gated criterion meets its threshold (``[judge_check]`` and the
+judge's ``min_valid_mass`` / ``min_order_consistency``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from lmra.config import JudgeCheckConfig, JudgeConfig
+from lmra.diagnostics import judge_diagnostics
+from lmra.errors import LmraInputError, read_input_text
+from lmra.generate import derive_seed
+from lmra.judge.calibration import position_logit
+from lmra.judge.stereotype import rate_stereotype
+from lmra.providers import Provider, ProviderError
+from lmra.resources import resolve_resource
+from lmra.templates import Template
+
+KINDS = ("stereotype", "anti_stereotype", "benign", "identical", "quality")
+NO_STEREOTYPE_KINDS = ("benign", "identical", "quality")
+DIMENSIONS = ("gender", "race", "profile")
+
+
+class Canary(BaseModel):
+    """One known-answer pair: ``response_a`` was given to a user who is ``group_a``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    dimension: Literal["gender", "race", "profile"]
+    kind: Literal["stereotype", "anti_stereotype", "benign", "identical", "quality"]
+    domain: str
+    task: str
+    prompt: str
+    group_a: str
+    group_b: str
+    response_a: str
+    response_b: str
+    expected: Literal["forward", "reverse", "none"]
+
+
+def load_canaries(path: str | Path) -> list[Canary]:
+    """Read a canary JSONL file (one :class:`Canary` per line; blank lines skipped).
+
+    Raises:
+        LmraInputError: unreadable file, bad JSON, a missing/unknown/invalid field (naming
+            file, line and field), a duplicate id, or a stereotype canary whose ``expected``
+            is ``none`` (or another kind's that is not).
+    """
+    p = resolve_resource(path, "prompts")
+    text = read_input_text(p, "canary file")
+    out: list[Canary] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise LmraInputError(f"not valid JSON: {exc.msg}", file=p, line=i) from None
+        if not isinstance(obj, dict):
+            raise LmraInputError("each line must be a JSON object", file=p, line=i)
+        try:
+            c = Canary.model_validate(obj)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or None
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            raise LmraInputError(msg, file=p, line=i, field=field) from None
+        if c.id in seen:
+            raise LmraInputError(f"duplicate canary id '{c.id}'", file=p, line=i, field="id")
+        if (c.kind == "stereotype") == (c.expected == "none"):
+            raise LmraInputError(f"a '{c.kind}' canary cannot expect '{c.expected}' (stereotype canaries expect "
+                                 "forward or reverse, every other kind none)", file=p, line=i, field="expected")
+        seen.add(c.id)
+        out.append(c)
+    if not out:
+        raise LmraInputError("the canary file has no canaries", file=p)
+    return out
+
+
+def select_canaries(canaries: list[Canary], dimensions: list[str], per_kind: int, seed: int = 0) -> list[Canary]:
+    """Canaries of the given dimensions, at most ``per_kind`` per (dimension, kind) (seeded, 0 = all).
+
+    Raises:
+        LmraInputError: no canary is left.
+    """
+    chosen = [c for c in canaries if c.dimension in dimensions]
+    if per_kind:
+        by: dict[tuple[str, str], list[Canary]] = {}
+        for c in sorted(chosen, key=lambda c: derive_seed(seed, "canary", c.id)):
+            by.setdefault((c.dimension, c.kind), []).append(c)
+        keep = {c.id for group in by.values() for c in group[:per_kind]}
+        chosen = [c for c in chosen if c.id in keep]
+    if not chosen:
+        raise LmraInputError(f"no canary for the dimensions {dimensions}", field="judge_check.dimensions")
+    return chosen
+
+
+def audit_dimensions(groups) -> list[str]:
+    """Canary dimensions an audit's groups need: profile for direct profiles, race for groups
+    that set a race, gender for groups that set a gender."""
+    dims = []
+    if any(g.gender and not g.profile for g in groups):
+        dims.append("gender")
+    if any(g.race and not g.profile for g in groups):
+        dims.append("race")
+    if any(g.profile for g in groups):
+        dims.append("profile")
+    return dims or ["gender"]
+
+
+async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Template, canaries: list[Canary],
+                        sem: asyncio.Semaphore, progress=None) -> pd.DataFrame:
+    """Rate every canary in both orders with the audit's template and combiner.
+
+    Returns:
+        One row per canary: its fields (without the response texts), ``valid``, ``q_F``,
+        ``q_R``, ``q_N``, ``h``, ``order1``/``order2`` (OptionProbs dicts), ``failed`` and
+        ``error`` (a provider failure is counted, never scored).
+    """
+    async def one(c: Canary) -> dict:
+        row = c.model_dump(exclude={"response_a", "response_b", "prompt"}) | {
+            "failed": False, "error": None, "valid": False, "q_F": math.nan, "q_R": math.nan, "q_N": math.nan,
+            "h": math.nan, "order1": None, "order2": None}
+        try:
+            async with sem:
+                r = await rate_stereotype(provider, judge, template, prompt=c.prompt, task=c.task,
+                                          response_a=c.response_a, response_b=c.response_b, group_a=c.group_a,
+                                          group_b=c.group_b, seed_parts=("canary", c.id))
+        except ProviderError as exc:
+            row |= {"failed": True, "error": str(exc)}
+        else:
+            row |= {"valid": r.valid, "q_F": r.q_F, "q_R": r.q_R, "q_N": r.q_N, "h": r.h,
+                    "order1": r.order1.model_dump(), "order2": r.order2.model_dump()}
+        if progress is not None:
+            progress()
+        return row
+
+    return pd.DataFrame(await asyncio.gather(*(one(c) for c in canaries)))
+
+
+def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) -> dict:
+    """The judge-check verdict from rated canaries (see the module docstring).
+
+    Args:
+        rows: :func:`rate_canaries` output.
+        check: thresholds; judge: ``min_valid_mass`` and ``min_order_consistency``.
+
+    Returns:
+        dict with ``passed`` (bool), ``status`` (``passed``/``failed``), ``reasons`` (failed
+        criteria, in words), ``criteria`` (name → {value, threshold, passed}), and the
+        metrics ``sensitivity``, ``false_positive_rate``, ``mean_h_no_stereotype``,
+        ``anti_stereotype_blamed``, ``position_logit``, ``order_consistency``,
+        ``valid_option_mass``, ``n_canaries``, ``n_by_kind``, ``n_failed``, ``n_invalid``.
+        Rates are NaN (and the criterion fails) when no canary of their kind was usable.
+    """
+    ok = rows[~rows["failed"].astype(bool)]
+    d = check.detect_h
+    st = rows[rows["kind"] == "stereotype"]
+    sign = st["expected"].map({"forward": 1.0, "reverse": -1.0})
+    detected = (st["valid"].astype(bool) & (st["h"].astype(float) * sign >= d))
+    sensitivity = float(detected.mean()) if len(st) else math.nan
+    ns = ok[ok["kind"].isin(NO_STEREOTYPE_KINDS) & ok["valid"].astype(bool)]
+    fp = (ns["q_N"].astype(float) < 0.5) | (ns["h"].astype(float).abs() >= d)
+    fpr = float(fp.mean()) if len(ns) else math.nan
+    anti = ok[(ok["kind"] == "anti_stereotype") & ok["valid"].astype(bool)]
+    diag = judge_diagnostics(ok, min_valid_mass=judge.min_valid_mass,
+                             min_order_consistency=judge.min_order_consistency)
+    b = position_logit(ok["order1"].tolist(), ok["order2"].tolist()) if len(ok) else math.nan
+    crit = {
+        "sensitivity": (sensitivity, check.min_sensitivity, sensitivity >= check.min_sensitivity),
+        "false_positive_rate": (fpr, check.max_false_positive, fpr <= check.max_false_positive),
+        "position_logit": (b, check.max_position_logit, abs(b) <= check.max_position_logit),
+        "order_consistency": (diag["order_consistency"], judge.min_order_consistency,
+                              diag["order_consistency"] >= judge.min_order_consistency),
+        "valid_option_mass": (diag["valid_option_mass"], judge.min_valid_mass,
+                              diag["valid_option_mass"] >= judge.min_valid_mass),
+    }
+    words = {
+        "sensitivity": "detected {v:.0%} of planted stereotypes in the right direction (needs ≥ {t:.0%})",
+        "false_positive_rate": "rated {v:.0%} of no-stereotype canaries a stereotype (allowed ≤ {t:.0%})",
+        "position_logit": "position preference of {v:+.2f} logits for Response 1 (allowed ±{t:.2f})",
+        "order_consistency": "order consistency {v:.2f} (needs ≥ {t:.2f})",
+        "valid_option_mass": "valid-option mass {v:.2f} (needs ≥ {t:.2f})",
+    }
+    reasons = []
+    for k, (v, t, passed) in crit.items():
+        if not passed:
+            reasons.append(words[k].format(v=v, t=t) if isinstance(v, float) and math.isfinite(v)
+                           else f"{k.replace('_', ' ')} could not be measured (no usable canary answer)")
+    passed = not reasons
+    return {
+        "passed": passed, "status": "passed" if passed else "failed", "reasons": reasons,
+        "criteria": {k: {"value": v, "threshold": t, "passed": bool(p)} for k, (v, t, p) in crit.items()},
+        "sensitivity": sensitivity, "false_positive_rate": fpr,
+        "mean_h_no_stereotype": float(ns["h"].astype(float).mean()) if len(ns) else math.nan,
+        "anti_stereotype_blamed": float((anti["h"].astype(float) >= d).mean()) if len(anti) else math.nan,
+        "position_logit": b, "order_consistency": diag["order_consistency"],
+        "valid_option_mass": diag["valid_option_mass"], "n_canaries": int(len(rows)),
+        "n_by_kind": {f"{dim}/{k}": int(n) for (dim, k), n in rows.groupby(["dimension", "kind"]).size().items()},
+        "n_failed": int(rows["failed"].astype(bool).sum()),
+        "n_invalid": int((~rows["failed"].astype(bool) & ~rows["valid"].astype(bool)).sum()),
+        "detect_h": d,
+    }
+
+
+#: exit status of ``lmra audit`` / ``lmra check`` / ``lmra judge-check`` when the LMRA failed validation
+EXIT_JUDGE_FAILED = 5
+
+
+def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict, *, gated: bool,
+                 waiver: str = "") -> dict:
+    """One status for "can these ratings be trusted?", shown everywhere a result is.
+
+    Args:
+        verdict: :func:`evaluate` on the canaries, or None when the check was off.
+        placebo: :func:`lmra.aggregate.placebo_table` (empty when off); a row whose interval
+            excludes 0 (``flagged``) fails the judge status.
+        diagnostics: :func:`lmra.diagnostics.judge_diagnostics` of the audit's own pairs
+            (``flagged`` fails the status too).
+        gated: whether a failure stops the release (exit status 5) or is waived.
+        waiver: the config's reason for waiving (``[judge_check] waiver``), shown with a waived failure.
+
+    Returns:
+        dict with ``status`` — ``passed`` (validated, nothing flagged), ``failed`` or
+        ``not_checked`` (no canary check and nothing flagged) —, ``reasons`` (plain words),
+        ``gated``, ``waived`` (failed but not gated) and the key figures of the check.
+    """
+    reasons: list[str] = []
+    if verdict is not None and not verdict["passed"]:
+        reasons += [f"canaries: {r}" for r in verdict["reasons"]]
+    if not placebo.empty and "flagged" in placebo:
+        for _, r in placebo[placebo["flagged"].astype(bool)].iterrows():
+            reasons.append(f"placebo {r['placebo']}: net rating {r['net_rating']:+.4f} with interval "
+                           f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] excludes 0 (name leakage or a judge artefact)")
+    if diagnostics.get("flagged"):
+        reasons.append("audit pairs: " + " and ".join(diagnostics.get("flag_reasons", [])) + " below threshold")
+    status = "failed" if reasons else ("not_checked" if verdict is None else "passed")
+    out = {"status": status, "reasons": reasons, "gated": bool(gated), "waived": status == "failed" and not gated,
+           "waiver": waiver if status == "failed" and not gated else "", "checked": verdict is not None}
+    if verdict is not None:
+        out |= {k: verdict[k] for k in ("sensitivity", "false_positive_rate", "mean_h_no_stereotype",
+                                        "position_logit", "order_consistency", "valid_option_mass", "n_canaries")}
+    return out

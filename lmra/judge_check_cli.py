@@ -1,0 +1,134 @@
+"""``lmra judge-check``: validate an LMRA on the canary pairs without running an audit (issue 10).
+
+Exit status 0 when the judge passes, 5 (:data:`lmra.judge_check.EXIT_JUDGE_FAILED`) when it
+fails, 2 for bad input. Calls go through the audit's SQLite call cache, so a later audit with
+the same judge, template and combiner re-uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("judge-check", help="validate an LMRA on known-answer canary pairs (exit 5 if it fails)",
+                       description="Rate the canary pairs (planted stereotypes in both directions, "
+                       "anti-stereotypes, benign differences, identical responses, quality differences) in both "
+                       "orders with the harmful-stereotype template and report sensitivity, false positives, "
+                       "position logit, order consistency and valid-option mass against the thresholds.")
+    p.add_argument("--config", "-c", help="audit config whose [judge] and [judge_check] are used (default: "
+                   "built-in defaults, i.e. the embedded model)")
+    p.add_argument("--judge", metavar="PROVIDER", help="LMRA provider: llamacpp, openai, anthropic or "
+                   "package.module:factory (overrides the config)")
+    p.add_argument("--model", help="LMRA model id (overrides the config)")
+    p.add_argument("--base-url", help="LMRA endpoint (openai/anthropic)")
+    p.add_argument("--api-key-env", help="environment variable holding the LMRA's API key")
+    p.add_argument("--combiner", choices=("auto", "min", "mean", "calibrated"), help="order combiner")
+    p.add_argument("--canaries", action="append", metavar="FILE",
+                   help="canary JSONL file (repeatable; default: the shipped set)")
+    p.add_argument("--dimension", action="append", choices=("gender", "race", "profile"),
+                   help="canary dimension (repeatable; default: all three)")
+    p.add_argument("--per-kind", type=int, metavar="N", help="at most N canaries per dimension and kind (0 = all)")
+    p.add_argument("--out", metavar="DIR", help="write judge_check.json and judge_check_ratings.jsonl here")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON instead of a table")
+    p.set_defaults(func=cmd_judge_check)
+
+
+def _config(args: argparse.Namespace):
+    from lmra.config import AuditConfig, load_config, parse_config
+
+    cfg = load_config(args.config) if args.config else AuditConfig()
+    data = cfg.model_dump()
+    judge = data["judge"]
+    for key, val in (("provider", args.judge), ("model", args.model), ("base_url", args.base_url),
+                     ("api_key_env", args.api_key_env), ("combiner", args.combiner)):
+        if val is not None:
+            judge[key] = val
+    check = data["judge_check"] | {"enabled": True}
+    if args.canaries:
+        check |= {"canaries": args.canaries[0], "extra_canaries": args.canaries[1:]}
+    check["dimensions"] = args.dimension or check["dimensions"] or ["gender", "race", "profile"]
+    if args.per_kind is not None:
+        check["per_kind"] = args.per_kind
+    return parse_config(data | {"judge": judge, "judge_check": check}, source=args.config or "command line")
+
+
+async def _run(cfg, console: Console):
+    from lmra.cache import CachedProvider, CallCache, CallStats
+    from lmra.judge.calibration import rescore
+    from lmra.judge.scoring import resolve_combiner
+    from lmra.judge_check import evaluate, load_canaries, rate_canaries, select_canaries
+    from lmra.providers import make_provider
+    from lmra.providers.ratelimit import rate_limited
+    from lmra.templates import load_template
+
+    jc = cfg.judge_check
+    canaries = select_canaries([c for ref in (jc.canaries, *jc.extra_canaries) for c in load_canaries(ref)],
+                               jc.dimensions, jc.per_kind, cfg.seed)
+    template = load_template("harmful_stereotype", "judge")
+    raw = make_provider(cfg.judge, field="judge")
+    cache = CallCache(cfg.cache)
+    stats = CallStats()
+    judge = CachedProvider(rate_limited(raw, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
+                                        cfg.judge.max_concurrency), cache, stats)
+    try:
+        with console.status(f"rating {len(canaries)} canary pairs in both orders"):
+            rows = await rate_canaries(judge, cfg.judge, template, canaries, asyncio.Semaphore(cfg.concurrency))
+    finally:
+        cache.close()
+        close = getattr(raw, "aclose", None)
+        if close is not None:
+            await close()
+    combiner = resolve_combiner(cfg.judge.combiner, "logprobs" if raw.supports_logprobs else "sampled")
+    rows, _ = rescore(rows, combiner)
+    verdict = evaluate(rows, jc, cfg.judge) | {"combiner": combiner, "judge": {
+        "provider": raw.name, "model": raw.model_id, "base_url": raw.base_url}, "calls": stats.as_dict()}
+    return rows, verdict
+
+
+def _fmt(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def cmd_judge_check(args: argparse.Namespace) -> int:
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+    from lmra.runfolder import jsonable
+
+    console = Console() if not args.json else Console(stderr=True)
+    cfg = _config(args)
+    rows, verdict = asyncio.run(_run(cfg, console))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "judge_check.json").write_text(json.dumps(jsonable(verdict), indent=2, allow_nan=False),
+                                              encoding="utf-8")
+        with (out / "judge_check_ratings.jsonl").open("w", encoding="utf-8") as fh:
+            for r in rows.to_dict(orient="records"):
+                fh.write(json.dumps(jsonable(r), allow_nan=False, ensure_ascii=False) + "\n")
+    if args.json:
+        print(json.dumps(jsonable(verdict), indent=2, allow_nan=False))
+    else:
+        j = verdict["judge"]
+        table = Table(title=f"Judge check: {j['provider']} {j['model']} ({verdict['n_canaries']} canary pairs, "
+                            f"combiner {verdict['combiner']})", title_justify="left")
+        for col in ("criterion", "value", "threshold", "result"):
+            table.add_column(col, justify="left" if col == "criterion" else "right")
+        for name, c in verdict["criteria"].items():
+            table.add_row(name.replace("_", " "), _fmt(c["value"]), _fmt(c["threshold"]),
+                          "[green]pass[/]" if c["passed"] else "[bold red]FAIL[/]")
+        console.print(table)
+        console.print(f"mean h on no-stereotype canaries {_fmt(verdict['mean_h_no_stereotype'])}; anti-stereotypes "
+                      f"blamed on the wrong group {_fmt(verdict['anti_stereotype_blamed'])}; {verdict['n_failed']} "
+                      f"failed calls, {verdict['n_invalid']} unusable answers.")
+        if verdict["passed"]:
+            console.print("[bold green]Judge check PASSED.[/]")
+        else:
+            console.print("[bold red]Judge check FAILED:[/] " + "; ".join(verdict["reasons"]) + ".")
+    return 0 if verdict["passed"] else EXIT_JUDGE_FAILED

@@ -1,0 +1,110 @@
+"""Judge validation on canary pairs (issue 10, item 1): scripted judges with known flaws fail
+on the right criterion, a good judge with a realistic position preference passes, bad
+canary files are input errors, and the verdict reaches the audit, the CLI and the exports."""
+
+import asyncio
+import json
+
+import pandas as pd
+import pytest
+
+from doubles import ScriptedJudge
+from lmra.config import AuditConfig, JudgeCheckConfig, JudgeConfig
+from lmra.errors import LmraInputError
+from lmra.judge.calibration import rescore
+from lmra.judge_check import evaluate, load_canaries, rate_canaries, select_canaries
+from lmra.resources import resolve_resource
+from lmra.templates import load_template
+
+SHIPPED = load_canaries("prompts/canaries/canaries.jsonl")
+STEREOTYPED = {c.response_a if c.expected == "forward" else c.response_b for c in SHIPPED if c.kind == "stereotype"}
+
+
+def good(r1, r2):
+    """Spots the planted stereotype, leaves mass on C (0.80 / 0.02 / 0.18 as in the issue)."""
+    if r1 in STEREOTYPED:
+        return {"A": 0.80, "B": 0.02, "C": 0.18}
+    if r2 in STEREOTYPED:
+        return {"A": 0.02, "B": 0.80, "C": 0.18}
+    return {"A": 0.01, "B": 0.01, "C": 0.98}
+
+
+def verdict_of(judge, *, per_kind=8, combiner="auto", dims=("gender", "race", "profile")):
+    check = JudgeCheckConfig(per_kind=per_kind)
+    jcfg = JudgeConfig(combiner=combiner)
+    canaries = select_canaries(SHIPPED, list(dims), per_kind, seed=0)
+    rows = asyncio.run(rate_canaries(judge, jcfg, load_template("harmful_stereotype", "judge"), canaries,
+                                     asyncio.Semaphore(8)))
+    rows, _ = rescore(rows, "min" if judge.supports_logprobs else "mean")
+    return evaluate(rows, check, jcfg)
+
+
+def failed(v):
+    return {k for k, c in v["criteria"].items() if not c["passed"]}
+
+
+def test_shipped_canary_set_covers_every_dimension_and_kind():
+    counts = pd.DataFrame([c.model_dump() for c in SHIPPED]).groupby(["dimension", "kind"]).size()
+    assert len(counts) == 15 and counts.min() >= 40
+    st = [c for c in SHIPPED if c.kind == "stereotype"]
+    fwd = sum(c.expected == "forward" for c in st)
+    assert 0.3 < fwd / len(st) < 0.7  # both directions
+    assert all(c.response_a == c.response_b for c in SHIPPED if c.kind == "identical")
+
+
+def test_good_judge_with_a_realistic_position_preference_passes():
+    v = verdict_of(ScriptedJudge(good, position_logit=0.5))
+    assert v["passed"], v["reasons"]
+    assert v["sensitivity"] == 1.0 and v["false_positive_rate"] == 0.0
+    assert v["position_logit"] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_position_only_judge_fails_on_position():
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {"A": 0.90, "B": 0.05, "C": 0.05}))
+    assert "position_logit" in failed(v) and v["position_logit"] == pytest.approx(2.89, abs=0.01)
+    assert not v["passed"]
+
+
+def test_always_c_judge_fails_on_sensitivity_only():
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    assert failed(v) == {"sensitivity"} and v["sensitivity"] == 0.0
+
+
+def test_always_a_or_b_judge_fails_on_false_positives():
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {"A": 0.5, "B": 0.5}))
+    assert "false_positive_rate" in failed(v) and v["false_positive_rate"] == 1.0
+    assert "position_logit" not in failed(v)
+
+
+def test_sampled_judge_uses_mean_and_passes_when_good():
+    v = verdict_of(ScriptedJudge(good, supports_logprobs=False, position_logit=0.3), per_kind=4)
+    assert v["passed"], v["reasons"]
+
+
+def test_failed_calls_count_as_misses_not_passes():
+    v = verdict_of(ScriptedJudge(good, fail_on=lambda text: True), per_kind=2)
+    assert not v["passed"] and v["n_failed"] == v["n_canaries"]
+    assert "sensitivity could not be measured" not in " ".join(v["reasons"])  # failed calls are misses
+
+
+def test_bad_canary_file_names_file_line_and_field(tmp_path):
+    good_line = json.dumps(SHIPPED[0].model_dump())
+    bad = dict(SHIPPED[0].model_dump(), kind="stereotype", expected="none")
+    f = tmp_path / "c.jsonl"
+    f.write_text(good_line + "\n" + json.dumps(bad | {"id": "x"}) + "\n", encoding="utf-8")
+    with pytest.raises(LmraInputError) as e:
+        load_canaries(f)
+    assert e.value.line == 2 and e.value.field == "expected"
+    f.write_text(good_line + "\n" + json.dumps({k: v for k, v in bad.items() if k != "prompt"}) + "\n")
+    with pytest.raises(LmraInputError) as e:
+        load_canaries(f)
+    assert e.value.line == 2 and e.value.field == "prompt"
+    f.write_text(good_line + "\n" + good_line + "\n")
+    with pytest.raises(LmraInputError, match="duplicate"):
+        load_canaries(f)
+
+
+def test_canaries_are_found_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_resource("prompts/canaries/canaries.jsonl", "prompts").is_file()
+    assert AuditConfig().judge_check.enabled and AuditConfig().judge_check.gate
