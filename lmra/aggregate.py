@@ -3,7 +3,9 @@
 Inputs are the per-pair rows written to ``ratings.jsonl`` / ``quality_ratings.jsonl``;
 outputs are pandas frames. Pairs are *failed* (a model call failed), *refusal* (either
 response was labelled a refusal; excluded from the stereotype and quality metrics),
-*invalid* (the LMRA gave no usable answer) or valid.
+*unlabelled* (a refusal label could not be obtained; excluded and counted, never scored as
+"not refused"), *invalid* (the LMRA gave no usable answer) or valid. Intervals are betting
+intervals by default (:func:`lmra.stats.mean_interval`).
 """
 
 from __future__ import annotations
@@ -13,81 +15,96 @@ import math
 import numpy as np
 import pandas as pd
 
-from lmra.stats import adjust_pvalues, mean_ci, two_proportion_test, wilson_ci
+from lmra.judge.scoring import COMBINERS
+from lmra.stats import adjust_pvalues, mean_interval, two_proportion_test, wilson_ci
 
 PER_TASK_COLUMNS = [
-    "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "forward_rate",
-    "reverse_rate", "forward_reverse_ratio", "net_rating", "ci_low", "ci_high", "p_value", "n_prompts",
+    "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled",
+    "forward_rate", "reverse_rate", "forward_reverse_ratio", "net_rating", "ci_low", "ci_high", "p_value",
+    "n_prompts", "net_rating_min", "net_rating_mean", "net_rating_calibrated",
 ]
 
 
-def _flags(rows: pd.DataFrame, prefix: str = "") -> tuple[pd.Series, pd.Series, pd.Series, pd.Series]:
-    failed = rows["failed"].fillna(False).astype(bool)
-    refused = (rows["refused"].fillna(False).astype(bool) if "refused" in rows else pd.Series(False, rows.index))
-    refused &= ~failed
-    vcol = rows[f"{prefix}valid"] if f"{prefix}valid" in rows else pd.Series(False, rows.index)
-    valid = vcol.fillna(False).astype(bool) & ~failed & ~refused
-    invalid = ~valid & ~failed & ~refused
-    return valid, invalid, failed, refused
+def _bool(rows: pd.DataFrame, col: str) -> pd.Series:
+    return rows[col].fillna(False).astype(bool) if col in rows else pd.Series(False, rows.index)
 
 
-def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "") -> dict:
+def _flags(rows: pd.DataFrame, prefix: str = "") -> tuple[pd.Series, pd.Series, pd.Series, pd.Series, pd.Series]:
+    failed = _bool(rows, "failed")
+    refused = _bool(rows, "refused") & ~failed
+    unlabelled = _bool(rows, "unlabelled") & ~failed & ~refused
+    valid = _bool(rows, f"{prefix}valid") & ~failed & ~refused & ~unlabelled
+    invalid = ~valid & ~failed & ~refused & ~unlabelled
+    return valid, invalid, failed, refused, unlabelled
+
+
+def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "", interval: str = "betting") -> dict:
     """Net rating and rates for one set of pairs (methodology §2 step 6).
 
     Args:
-        ratings: rows with ``prompt_id``, ``valid``, ``failed``, optional ``refused``, and
-            ``q_F``, ``q_R``, ``h`` (NaN when not scored). ``prefix`` selects another judge's
-            columns (e.g. ``"judge2_"``).
+        ratings: rows with ``prompt_id``, ``valid``, ``failed``, optional ``refused`` and
+            ``unlabelled``, and ``q_F``, ``q_R``, ``h`` (NaN when not scored); optional
+            ``h_min``, ``h_mean``, ``h_calibrated`` (the pair score under each order combiner).
+            ``prefix`` selects another judge's columns (e.g. ``"judge2_"``).
         alpha: 1 − confidence level.
+        interval: ``betting`` (bounded-mean betting interval, default) or ``t`` (t-interval).
 
     Returns:
         dict with ``n_pairs`` (valid pairs scored), ``n_invalid``, ``n_failed``, ``n_refusal``,
-        ``forward_rate`` = mean q_F, ``reverse_rate`` = mean q_R, ``forward_reverse_ratio``
-        (nan when the reverse rate is 0), ``net_rating`` = mean h with ``ci_low``/``ci_high``
-        (t-interval, clustered by prompt when a prompt has several pairs), ``p_value``
-        (t-test of H = 0) and ``n_prompts``.
+        ``n_unlabelled``, ``forward_rate`` = mean q_F, ``reverse_rate`` = mean q_R,
+        ``forward_reverse_ratio`` (nan when the reverse rate is 0), ``net_rating`` = mean h
+        with ``ci_low``/``ci_high`` (clustered by prompt when a prompt has several pairs),
+        ``p_value`` (test of H = 0 matching the interval), ``n_prompts``, and
+        ``net_rating_<combiner>`` for each combiner (nan when its column is absent).
     """
-    valid, invalid, failed, refused = _flags(ratings, prefix)
+    valid, invalid, failed, refused, unlabelled = _flags(ratings, prefix)
     ok = ratings[valid]
-    ci = mean_ci(ok[f"{prefix}h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha)
+    ci = mean_interval(ok[f"{prefix}h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha,
+                       method=interval)
     fwd = float(ok[f"{prefix}q_F"].mean()) if len(ok) else math.nan
     rev = float(ok[f"{prefix}q_R"].mean()) if len(ok) else math.nan
-    return {
+    out = {
         "n_pairs": int(valid.sum()), "n_invalid": int(invalid.sum()), "n_failed": int(failed.sum()),
-        "n_refusal": int(refused.sum()), "forward_rate": fwd, "reverse_rate": rev,
-        "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
+        "n_refusal": int(refused.sum()), "n_unlabelled": int(unlabelled.sum()), "forward_rate": fwd,
+        "reverse_rate": rev, "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
         "net_rating": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value,
         "n_prompts": int(ratings["prompt_id"].nunique()),
     }
+    for m in COMBINERS:
+        col = f"{prefix}h_{m}"
+        vals = ok[col].astype(float).dropna() if col in ok else pd.Series(dtype=float)
+        out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
+    return out
 
 
-def _table(ratings: pd.DataFrame, keys: list[str], alpha: float, prefix: str = "") -> pd.DataFrame:
+def _table(ratings: pd.DataFrame, keys: list[str], alpha: float, prefix: str = "",
+           interval: str = "betting") -> pd.DataFrame:
     rows = []
     for key, grp in ratings.groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        rows.append(dict(zip(keys, key)) | summarize(grp, alpha, prefix))
+        rows.append(dict(zip(keys, key)) | summarize(grp, alpha, prefix, interval))
     return pd.DataFrame(rows)
 
 
-def per_task(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+def per_task(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
     """One row per (group_a, group_b, domain, task), columns :data:`PER_TASK_COLUMNS`."""
     if ratings.empty:
         return pd.DataFrame(columns=PER_TASK_COLUMNS)
-    return _table(ratings, ["group_a", "group_b", "domain", "task"], alpha)[PER_TASK_COLUMNS]
+    return _table(ratings, ["group_a", "group_b", "domain", "task"], alpha, interval=interval)[PER_TASK_COLUMNS]
 
 
-def per_domain(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+def per_domain(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
     """One row per (group_a, group_b, domain); same statistics as :func:`per_task`."""
     if ratings.empty:
         return pd.DataFrame(columns=[c for c in PER_TASK_COLUMNS if c != "task"])
-    return _table(ratings, ["group_a", "group_b", "domain"], alpha)
+    return _table(ratings, ["group_a", "group_b", "domain"], alpha, interval=interval)
 
 
-def overall(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+def overall(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
     """One row per comparison (group_a, group_b) over all tasks."""
     if ratings.empty:
         return pd.DataFrame(columns=["group_a", "group_b"])
-    return _table(ratings, ["group_a", "group_b"], alpha)
+    return _table(ratings, ["group_a", "group_b"], alpha, interval=interval)
 
 
 def _scopes(df: pd.DataFrame):
@@ -132,7 +149,7 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def quality_table(quality: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t") -> pd.DataFrame:
     """Per criterion: mean pair score with CI and p-value, Bonferroni and Holm over the criteria
     (methodology §3; FPF §3.2).
 
@@ -144,7 +161,8 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``,
         ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
         ``p_holm``, ``significant_holm``. The corrections run over the criteria within each
-        (comparison, level, domain, task).
+        (comparison, level, domain, task). Quality scores are not rare events, so the default
+        interval and p-value are the t-test's (``interval="betting"`` is available).
     """
     if quality.empty:
         return pd.DataFrame()
@@ -155,7 +173,8 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             for crit, c in g.groupby("criterion", sort=False):
                 valid = c["valid"].fillna(False).astype(bool) & ~c["failed"].fillna(False).astype(bool)
                 ok = c[valid]
-                ci = mean_ci(ok["h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha)
+                ci = mean_interval(ok["h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha,
+                                   method=interval)
                 block.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
                               "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid).sum()),
                               "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
@@ -168,7 +187,7 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def two_judges(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+def two_judges(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
     """Both LMRAs' harmful-stereotype ratings side by side, per task and overall.
 
     Returns:
@@ -184,7 +203,7 @@ def two_judges(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for (ga, gb), comp in ratings.groupby(["group_a", "group_b"], sort=False):
         for level, dom, task, g in _scopes(comp):
-            s1, s2 = summarize(g, alpha), summarize(g, alpha, "judge2_")
+            s1, s2 = summarize(g, alpha, interval=interval), summarize(g, alpha, "judge2_", interval)
             both = g[g["valid"].fillna(False).astype(bool) & g["judge2_valid"].fillna(False).astype(bool)]
             h1, h2 = both["h"].astype(float).to_numpy(), both["judge2_h"].astype(float).to_numpy()
             r = float(st.pearsonr(h1, h2).statistic) if len(both) > 2 and np.ptp(h1) > 0 and np.ptp(h2) > 0 \
@@ -196,4 +215,27 @@ def two_judges(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
                          "ci_high_judge1": s1["ci_high"], "net_rating_judge2": s2["net_rating"],
                          "ci_low_judge2": s2["ci_low"], "ci_high_judge2": s2["ci_high"], "n_both": len(both),
                          "pearson_r": r, "agreement": agree})
+    return pd.DataFrame(rows)
+
+
+def placebo_table(ratings: pd.DataFrame, placebo: dict, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
+    """Negative-control (placebo) comparisons: group A's names split in two halves A₁, A₂, the
+    same pipeline and wording as the real comparison (issue 10). Expected net rating 0.
+
+    Args:
+        ratings: the placebo pairs' rows (as in ``placebo_ratings.jsonl``).
+        placebo: placebo label → (real comparison label, group A₁, group A₂).
+
+    Returns:
+        One row per placebo comparison: ``placebo``, ``comparison`` (the real one), the
+        :func:`summarize` columns, and ``flagged`` = the interval excludes 0.
+    """
+    rows = []
+    for label, (real, g1, g2) in placebo.items():
+        g = ratings[ratings["comparison"] == label] if not ratings.empty else ratings
+        s = summarize(g, alpha, interval=interval) if len(g) else {"n_pairs": 0, "net_rating": math.nan,
+                                                                    "ci_low": math.nan, "ci_high": math.nan}
+        flagged = bool(s["n_pairs"] and (s["ci_low"] > 0 or s["ci_high"] < 0))
+        rows.append({"placebo": label, "comparison": real, "group_a": g1.name, "group_b": g2.name} | s
+                    | {"flagged": flagged})
     return pd.DataFrame(rows)

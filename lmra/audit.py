@@ -32,6 +32,7 @@ from lmra.errors import LmraInputError
 from lmra.generate import Response, derive_seed, draw_name, names_for_group, personalized_messages, scrub_name
 from lmra.judge.filter import FilterDecision, check_prompt
 from lmra.judge.quality import rate_quality
+from lmra.judge.scoring import resolve_combiner
 from lmra.judge.refusal import label_refusal
 from lmra.judge.stereotype import rate_stereotype
 from lmra.judge.taxonomy import Classification, Taxonomy, classify_prompt, load_taxonomy
@@ -85,6 +86,17 @@ class Inputs:
     styles: dict[str, Template]
     templates: dict[str, Template]
     taxonomy: Taxonomy | None
+    canaries: list = field(default_factory=list)  #: :class:`lmra.judge_check.Canary` to rate first
+    #: placebo comparison label → (real comparison label, group A₁, group A₂) (negative controls)
+    placebo: dict[str, tuple[str, Group, Group]] = field(default_factory=dict)
+
+
+def placebo_prompts(prompts: list[PromptRecord], share: float, seed: int) -> list[PromptRecord]:
+    """The seeded ``share`` of prompts (at least one when share > 0) that also get a placebo."""
+    if share <= 0 or not prompts:
+        return []
+    k = max(1, round(share * len(prompts)))
+    return sorted(prompts, key=lambda p: derive_seed(seed, "placebo", p.id))[:k]
 
 
 def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
@@ -103,12 +115,16 @@ class Audit:
         config_path: the file the config came from (named in input errors).
         progress: progress callbacks (the CLI passes Rich progress bars).
         run_dir: write here instead of ``<output_dir>/<timestamp>-<name>``.
+        allow_unvalidated_judge: record a failed judge validation as waived (the CLI's
+            ``--allow-unvalidated-judge``); the audit then exits 0 instead of 5.
     """
 
     def __init__(self, config: AuditConfig, *, target: Provider | None = None, judge: Provider | None = None,
                  judge2: Provider | None = None, config_path: str | Path | None = None,
-                 progress: _Progress | None = None, run_dir: str | Path | None = None):
+                 progress: _Progress | None = None, run_dir: str | Path | None = None,
+                 allow_unvalidated_judge: bool = False):
         self.cfg = config
+        self.allow_unvalidated_judge = allow_unvalidated_judge
         self._target, self._judge, self._judge2 = target, judge, judge2
         self.config_path = config_path
         self.progress = progress or _Progress()
@@ -182,7 +198,44 @@ class Audit:
             if typos:
                 raise LmraInputError(f"unknown {field_name} {typos}; known: {', '.join(sorted(known))}",
                                      file=self.config_path, field=field_name)
-        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy)
+        canaries = []
+        if cfg.judge_check.enabled:
+            from lmra.judge_check import audit_dimensions, load_canaries, select_canaries
+
+            pool = [c for ref in (cfg.judge_check.canaries, *cfg.judge_check.extra_canaries)
+                    for c in load_canaries(ref)]
+            dims = cfg.judge_check.dimensions or audit_dimensions([g for g in cfg.groups if g.name in used])
+            canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
+        placebo = self._placebo_groups(group_names)
+        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo)
+
+    def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
+        """Split each placebo comparison's group A names into two seeded halves A₁, A₂ (worded as
+        the real comparison's A and B); adds their names to ``group_names``."""
+        cfg = self.cfg
+        if not cfg.placebo.share:
+            return {}
+        wanted = [tuple(c) for c in cfg.placebo.comparisons] or [tuple(c) for c in cfg.comparisons]
+        out: dict[str, tuple[str, Group, Group]] = {}
+        for a, b in wanted:
+            if a not in group_names:
+                continue  # a direct profile has no names to split
+            names = sorted(group_names[a], key=lambda n: derive_seed(cfg.seed, "placebo-split", a, n))
+            if len(names) < 2:
+                raise LmraInputError(f"group '{a}' has {len(names)} name(s); a placebo needs at least 2 to split",
+                                     file=self.config_path, field="placebo")
+            ga, gb = cfg.group(a), cfg.group(b)
+            g1 = ga.model_copy(update={"name": f"{a}~1", "wording": ga.judge_wording})
+            g2 = ga.model_copy(update={"name": f"{a}~2", "wording": gb.judge_wording})
+            group_names[g1.name], group_names[g2.name] = names[: len(names) // 2], names[len(names) // 2:]
+            out[f"{g1.name} vs {g2.name}"] = (f"{a} vs {b}", g1, g2)
+        return out
+
+    def _group(self, inputs: Inputs, name: str) -> Group:
+        for _, g1, g2 in inputs.placebo.values():
+            if name in (g1.name, g2.name):
+                return g1 if name == g1.name else g2
+        return self.cfg.group(name)
 
     def planned_calls(self, inputs: Inputs) -> dict[str, int]:
         """Upper bounds on the target and LMRA calls a run will make before the cache.
@@ -203,7 +256,12 @@ class Audit:
         judge += (4 * pairs * per_q if cfg.refusal.enabled else 0) + (2 * n * per_q if "filter" in inputs.templates
                                                                         else 0)
         judge += 2 * unlabelled * per_q
-        out = {"target": 2 * pairs, "judge": judge, "pairs": pairs, "prompts": n, "unlabelled": unlabelled}
+        judge += 2 * len(inputs.canaries) * per_q  # the judge check
+        placebo = len(inputs.placebo) * cfg.samples_per_prompt * (max(1, round(cfg.placebo.share * n))
+                                                                  if cfg.placebo.share else 0)
+        judge += placebo * 2 * per_q + (4 * placebo * per_q if cfg.refusal.enabled else 0)
+        out = {"target": 2 * (pairs + placebo), "judge": judge, "pairs": pairs, "prompts": n,
+               "unlabelled": unlabelled, "canaries": len(inputs.canaries), "placebo_pairs": placebo}
         if cfg.axes.enabled:
             from lmra.axes import axes_call_bound
 
@@ -213,6 +271,21 @@ class Audit:
         if cfg.judge2 is not None:
             out["judge2"] = pairs * 2 * (1 if self._judge2_provider().supports_logprobs else cfg.judge2.n_samples)
         return out
+
+    def run_combiner(self, judge_cfg=None, provider: Provider | None = None) -> tuple[str, list[str]]:
+        """The order combiner this run uses (``auto`` resolved by how the LMRA answers) and
+        warnings about the choice (``min`` on sampled answers is biased; issue 10)."""
+        judge_cfg = judge_cfg or self.cfg.judge
+        provider = provider or self._judge_provider()
+        method = "logprobs" if provider.supports_logprobs else "sampled"
+        combiner = resolve_combiner(judge_cfg.combiner, method)
+        warnings = []
+        if combiner == "min" and method == "sampled":
+            warnings.append(f"combiner 'min' on sampled LMRA answers (n_samples = {judge_cfg.n_samples}) is biased: "
+                            "the minimum of two sample frequencies is low for small outcomes, so the stereotype "
+                            "score is pushed up and depends on n_samples (docs/methodology.md). Use 'auto' or "
+                            "'mean'; net ratings under every combiner are in per_task.csv.")
+        return combiner, warnings
 
     def _target_provider(self) -> Provider:
         if self._target is None:
@@ -280,10 +353,11 @@ class Audit:
                 from lmra.axes import arun_axes
 
                 prompts, _, _, responses, _, ratings, _ = stages
-                axes_result = await arun_axes(
-                    cfg, judge, responses=pd.DataFrame([r.model_dump() for r in responses]),
-                    ratings=pd.DataFrame(ratings), prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir,
-                    progress=self.progress)
+                axes_result = await arun_axes(  # on the real comparisons only, never the placebo
+                    cfg, judge, responses=pd.DataFrame([r.model_dump() for r in responses
+                                                        if r.comparison not in inputs.placebo]),
+                    ratings=pd.DataFrame([r for r in ratings if not r.get("placebo")]),
+                    prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir, progress=self.progress)
         except BaseException as exc:
             if isinstance(exc, BudgetExceeded):
                 status = "stopped_by_budget"
@@ -306,7 +380,9 @@ class Audit:
                       sem: asyncio.Semaphore, barrier: Callable[[], None] = lambda: None) -> tuple:
         """The audit's stages in order; ``barrier`` runs between stages (batch mode ends a dry
         pass there). Returns (prompts, classifications, decisions, responses, refusals,
-        ratings, quality_rows)."""
+        ratings, quality_rows); the judge check's rated canaries go to ``self.canary_rows``."""
+        self.canary_rows = await self._judge_check(inputs, judge, sem)
+        barrier()
         prompts, classifications = await self._classify(inputs, judge, sem)
         barrier()
         prompts, decisions = await self._select(prompts, inputs, judge, sem)
@@ -333,6 +409,16 @@ class Audit:
             if isinstance(r, BaseException):
                 raise r
         return list(results)
+
+    # -- stage 0: judge validation on canary pairs (issue 10) --------------------------------
+    async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore) -> pd.DataFrame:
+        if not inputs.canaries:
+            return pd.DataFrame()
+        from lmra.judge_check import rate_canaries
+
+        self.progress.start("judge-check", len(inputs.canaries))
+        return await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
+                                   progress=lambda: self.progress.advance("judge-check"))
 
     # -- stage 1: task classification (methodology §5) --------------------------------------
     async def _classify(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
@@ -383,15 +469,22 @@ class Audit:
             asked only about prompts that would be kept."""
             kept: list[PromptRecord] = []
             removed: list[FilterDecision] = []
+            unlabelled = 0  # a prompt the filter could not label takes its slot: never silently replaced
             for p in sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id)):
-                if limit and len(kept) >= limit:
+                if limit and len(kept) + unlabelled >= limit:
                     break
                 if cfg.filter.enabled and tpl is not None:
-                    async with sem:
-                        d = await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
-                                               threshold=cfg.filter.threshold)
+                    try:
+                        async with sem:
+                            d = await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
+                                                   threshold=cfg.filter.threshold)
+                    except ProviderError as exc:  # counted as unlabelled, never audited as if it passed
+                        d = FilterDecision(prompt_id=p.id, removed=True, reason="unlabelled", error=str(exc))
                     if d.removed:
                         removed.append(d)
+                        unlabelled += d.reason == "unlabelled"
+                        if d.reason == "unlabelled":
+                            self.progress.advance("filter")
                         continue
                 kept.append(p)
                 self.progress.advance("filter")
@@ -403,7 +496,7 @@ class Audit:
                 raise r
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
-        if not keep_ids:
+        if not keep_ids and not any(d.reason == "unlabelled" for d in decisions):
             raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
                                  "name, gender or race); nothing is left to audit", file=self.config_path,
                                  field="filter")
@@ -419,6 +512,10 @@ class Audit:
                 for k in range(cfg.samples_per_prompt):
                     for g in (a, b):
                         jobs.append((p, f"{a} vs {b}", cfg.group(g), k))
+        for label, (_, g1, g2) in inputs.placebo.items():  # negative controls on a seeded share of prompts
+            for p in placebo_prompts(prompts, cfg.placebo.share, cfg.seed):
+                for k in range(cfg.samples_per_prompt):
+                    jobs += [(p, label, g1, k), (p, label, g2, k)]
 
         async def one(p: PromptRecord, comp: str, group: Group, k: int) -> Response:
             name = None if group.profile else draw_name(inputs.group_names[group.name], cfg.seed, p.id, group.name,
@@ -490,22 +587,27 @@ class Audit:
 
         async def one(ia: int, ib: int) -> dict:
             ra, rb = responses[ia], responses[ib]
-            ga, gb = cfg.group(ra.group), cfg.group(rb.group)
+            ga, gb = self._group(inputs, ra.group), self._group(inputs, rb.group)
+            placebo = ra.comparison in inputs.placebo
             pair_id = f"{ra.prompt_id}|{ra.comparison}|{ra.sample}"
             pa, pb = refusals.get(ia, (None, False)), refusals.get(ib, (None, False))
             row: dict[str, Any] = {
                 "pair_id": pair_id, "prompt_id": ra.prompt_id, "domain": ra.domain, "task": ra.task,
-                "comparison": ra.comparison, "group_a": ga.name, "group_b": gb.name, "name_a": ra.name,
+                "comparison": ra.comparison, "placebo": placebo, "group_a": ga.name, "group_b": gb.name,
+                "name_a": ra.name,
                 "name_b": rb.name, "sample": ra.sample, "refusal_p_a": pa[0], "refusal_p_b": pb[0],
                 "refusal_a": None if ia not in refusals or pa[0] is None else pa[1],
                 "refusal_b": None if ib not in refusals or pb[0] is None else pb[1],
-                "refused": bool(pa[1] or pb[1]), "failed": False, "error": None, "valid": False, "method": None,
-                "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
+                "refused": bool(pa[1] or pb[1]), "unlabelled": False, "failed": False, "error": None,
+                "valid": False, "method": None, "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
             }
             if ra.error or rb.error:
                 return row | {"failed": True, "error": ra.error or rb.error}
             if row["refused"]:
                 return row
+            if cfg.refusal.enabled and (row["refusal_a"] is None or row["refusal_b"] is None):
+                # a refusal label could not be obtained: the pair is not scored as "not refused"
+                return row | {"unlabelled": True}
             common = dict(prompt=text_of[ra.prompt_id], task=ra.task, response_a=ra.scrubbed, response_b=rb.scrubbed)
             try:
                 async with sem:
@@ -515,6 +617,8 @@ class Audit:
                 row |= rating_fields(rating)
             except ProviderError as exc:
                 return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}
+            if placebo:  # a negative control needs the primary rating only
+                return row
             # the second LMRA and the quality criteria fail on their own, never taking the
             # primary rating with them
             if judge2 is not None:
@@ -555,7 +659,11 @@ class Audit:
                 decisions: list[FilterDecision], responses: list[Response],
                 refusals: dict[int, tuple[float | None, bool]], ratings: list[dict], quality_rows: list[dict],
                 manifest: dict, axes_result: Any = None) -> AuditResult:
+        from lmra.judge.calibration import rescore
+        from lmra.judge_check import evaluate, judge_status
+
         cfg = self.cfg
+        iv = cfg.interval
         all_text = {p.id: p.text for p in inputs.prompts}
         resp_rows = [r.model_dump() for r in responses]
         for i, row in enumerate(resp_rows):
@@ -566,24 +674,42 @@ class Audit:
                          for r in resp_rows]
         else:
             disk_rows = resp_rows
-        self._write_jsonl("responses.jsonl", disk_rows)
-        self._write_jsonl("ratings.jsonl", ratings)
-        rdf = pd.DataFrame(ratings)
-        pt = aggregate.per_task(rdf, cfg.alpha)
-        pdm = aggregate.per_domain(rdf, cfg.alpha)
-        ov = aggregate.overall(rdf, cfg.alpha)
+        is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
+        self._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
+        # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
+        combiner, warnings = self.run_combiner()
+        all_rdf, position_logit = rescore(pd.DataFrame(ratings), combiner)
+        if cfg.judge2 is not None and "judge2_order1" in all_rdf:
+            all_rdf, _ = rescore(all_rdf, self.run_combiner(cfg.judge2, self._judge2_provider())[0],
+                                 prefix="judge2_")
+        pmask = all_rdf["placebo"].astype(bool) if "placebo" in all_rdf else pd.Series(False, all_rdf.index)
+        rdf, placebo_rdf = all_rdf[~pmask].reset_index(drop=True), all_rdf[pmask].reset_index(drop=True)
+        self._write_jsonl("ratings.jsonl", rdf.to_dict(orient="records"))
+        pt = aggregate.per_task(rdf, cfg.alpha, iv)
+        pdm = aggregate.per_domain(rdf, cfg.alpha, iv)
+        ov = aggregate.overall(rdf, cfg.alpha, iv)
         pt.to_csv(self.run_dir / "per_task.csv", index=False)
         pdm.to_csv(self.run_dir / "per_domain.csv", index=False)
+        placebo_df = pd.DataFrame()
+        if inputs.placebo:
+            self._write_jsonl("placebo_responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if pl])
+            self._write_jsonl("placebo_ratings.jsonl", placebo_rdf.to_dict(orient="records"))
+            placebo_df = aggregate.placebo_table(placebo_rdf, inputs.placebo, cfg.alpha, iv)
+            placebo_df.to_csv(self.run_dir / "placebo.csv", index=False)
 
         refusal_df = aggregate.refusal_table(rdf, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
         if not refusal_df.empty:
             refusal_df.to_csv(self.run_dir / "refusals.csv", index=False)
         qdf = pd.DataFrame(quality_rows)
+        if combiner == "calibrated" and not qdf.empty:  # each criterion's own position logit
+            qdf = pd.concat([rescore(g, combiner)[0] for _, g in qdf.groupby("criterion", sort=False)])
+            qdf = qdf.sort_index().reset_index(drop=True)
+            quality_rows = qdf.to_dict(orient="records")
         quality_df = aggregate.quality_table(qdf, cfg.alpha) if cfg.quality.enabled else pd.DataFrame()
         if cfg.quality.enabled:
             self._write_jsonl("quality_ratings.jsonl", quality_rows)
             quality_df.to_csv(self.run_dir / "quality.csv", index=False)
-        judges_df = aggregate.two_judges(rdf, cfg.alpha) if cfg.judge2 is not None else pd.DataFrame()
+        judges_df = aggregate.two_judges(rdf, cfg.alpha, iv) if cfg.judge2 is not None else pd.DataFrame()
         if not judges_df.empty:
             judges_df.to_csv(self.run_dir / "judges.csv", index=False)
 
@@ -607,6 +733,18 @@ class Audit:
                 rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
                                     "judge2_order2": "order2"}), **th2)
         n_lex = sum(1 for d in decisions if d.reason == "lexical")
+        n_filter_unlabelled = sum(1 for d in decisions if d.reason == "unlabelled")
+        canaries = getattr(self, "canary_rows", pd.DataFrame())
+        verdict = None
+        if not canaries.empty:
+            canaries, _ = rescore(canaries, combiner)
+            self._write_jsonl("judge_check_ratings.jsonl", canaries.to_dict(orient="records"))
+            verdict = evaluate(canaries, cfg.judge_check, cfg.judge)
+            self._write_json("judge_check.json", verdict)
+        status = judge_status(verdict, placebo_df, diag["stereotype"],
+                              gated=cfg.judge_check.gate and not self.allow_unvalidated_judge,
+                              waiver="--allow-unvalidated-judge" if self.allow_unvalidated_judge
+                              else cfg.judge_check.waiver)
         summary = {
             "schema_version": 2,
             "name": cfg.name,
@@ -616,15 +754,24 @@ class Audit:
             "n_classified": len(classifications),
             "classified_tasks": dict(pd.Series([c.task for c in classifications.values()], dtype=object)
                                      .value_counts().items()) if classifications else {},
+            "judge_status": status,
+            "warnings": warnings,
             "n_filtered": len(decisions),
             "n_filtered_lexical": n_lex,
-            "n_filtered_lmra": len(decisions) - n_lex,
+            "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,
+            "n_filtered_unlabelled": n_filter_unlabelled,
             "n_prompts": len(prompts),
             "n_responses": len(responses),
             "n_pairs_total": len(ratings),
             "n_pairs_refusal": int(rdf["refused"].sum()) if not rdf.empty else 0,
+            "n_pairs_unlabelled": int(rdf["unlabelled"].fillna(False).astype(bool).sum())
+            if "unlabelled" in rdf else 0,
             "confidence": 1 - cfg.alpha,
-            "combiner": cfg.judge.combiner,
+            "interval": iv,
+            "combiner": combiner,
+            "combiner_setting": cfg.judge.combiner,
+            "position_logit": position_logit,
+            "placebo": placebo_df.to_dict(orient="records"),
             "judge_methods": diag["stereotype"]["methods"],
             "judge_valid_option_mass": diag["stereotype"]["valid_option_mass"],
             "diagnostics": diag,
@@ -639,7 +786,7 @@ class Audit:
         if axes_result is not None:
             summary["axes"] = axes_result.summary
         self._write_json("summary.json", summary)
-        manifest |= {"status": "complete",
+        manifest |= {"status": "complete", "judge_status": status["status"],
                      "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "calls": self.stats.as_dict()}
         self._write_json("manifest.json", manifest)

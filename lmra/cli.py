@@ -85,13 +85,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
         cfg = parse_config(cfg.model_dump() | overrides, source="command line")
     if args.baseline:
         _precheck_baseline(cfg, args.baseline)
-    audit = Audit(cfg, config_path=args.config)
+    audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
     inputs = audit.load_inputs()
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(inputs.prompts)} prompts in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
                   f"per-task limit, {plan['pairs']} pairs; at most {plan['target']} target calls and "
-                  f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls (cached calls are free). "
+                  f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
+                  f"judge check included (cached calls are free). "
                   f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
     import asyncio
 
@@ -120,15 +121,32 @@ def cmd_audit(args: argparse.Namespace) -> int:
     render_audit(console, result)
     failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
     scored = int(result.overall["n_pairs"].sum()) if "n_pairs" in result.overall else 0
+    if not scored and result.summary.get("n_filtered_unlabelled") and not result.summary.get("n_prompts"):
+        err_console.print(Text.assemble(("failure: ", "bold red"), f"the identity filter could not label any of the "
+                                        f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
+                                        "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
+        return 1
     if failed and not scored:
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
         err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
                                         f"{errors[0]}"))
         return 1
+    from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.monitor_cli import monitor_after_audit
 
-    return monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
-                               report=not args.no_report, console=console)
+    status = monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
+                                 report=not args.no_report, console=console)
+    js = result.summary.get("judge_status") or {}
+    if js.get("status") == "failed":
+        if js.get("gated"):
+            err_console.print(Text.assemble(("judge failed validation: ", "bold red"),
+                                            "; ".join(js.get("reasons", [])) + f". Exit status {EXIT_JUDGE_FAILED}; "
+                                            "the run folder is written. Use a capable LMRA, or pass "
+                                            "--allow-unvalidated-judge to record the failure and go on."))
+            return EXIT_JUDGE_FAILED if status in (0, 3) else status
+        console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
+                      "(judge_status in summary.json, history and exports says so).[/]")
+    return status
 
 
 def _precheck_baseline(cfg, ref: str) -> None:
@@ -242,7 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-cost", type=float, metavar="USD", help="stop cleanly before the estimated cost exceeds USD")
     a.add_argument("--max-calls", type=int, metavar="N", help="stop cleanly before more than N fresh model calls")
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
+    a.add_argument("--allow-unvalidated-judge", action="store_true",
+                   help="record a failed judge validation as waived and exit as if it had passed (default: exit 5)")
     a.set_defaults(func=cmd_audit)
+
+    from lmra.judge_check_cli import add_parser as add_judge_check_parser
+
+    add_judge_check_parser(sub)
 
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
     v.add_argument("config", help="an audit config (or a recsys config) TOML file")

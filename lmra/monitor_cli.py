@@ -73,6 +73,13 @@ def _finite_float(text: str) -> float:
 
 
 # -- printing ----------------------------------------------------------------------------
+def _judge_cell(status: str | None) -> str:
+    status = status or "unknown"
+    if status.startswith("failed"):
+        return f"[bold red]{status}[/]"
+    return f"[green]{status}[/]" if status == "passed" else f"[yellow]{status}[/]"
+
+
 def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult` and a one-line verdict."""
     table = Table(title=f"Regression check: {result.run_id} vs baseline {result.baseline_id} "
@@ -89,6 +96,8 @@ def print_check(console: Console, result) -> None:
     if result.only_in_run or result.only_in_baseline:
         console.print(f"[dim]Not compared — only in the run: {', '.join(result.only_in_run) or 'none'}; "
                       f"only in the baseline: {', '.join(result.only_in_baseline) or 'none'}.[/]")
+    console.print(("[bold red]" if "failed" in result.judge_status_line else "[dim]")
+                  + result.judge_status_line.capitalize() + ".[/]")
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
@@ -137,14 +146,15 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"Runs in {path}", title_justify="left")
     table.add_column("run", no_wrap=True)
-    for col in ("started", "target", "judge", "pairs", "invalid/failed", "overall net rating [CI]", "pin"):
+    for col in ("started", "target", "judge", "judge status", "pairs", "invalid/failed", "overall net rating [CI]",
+                "pin"):
         table.add_column(col, justify="right" if col in ("pairs", "invalid/failed") else "left")
     for r in runs.itertuples():
         ov = overall[overall["run_id"] == r.run_id]
         net = "\n".join(f"{o.comparison}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
                         for o in ov.itertuples()) or "—"
         table.add_row(r.run_id, _short_time(r.started), _short(r.target_model), _short(r.judge_model),
-                      str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
+                      _judge_cell(r.judge_status), str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions.[/]")
@@ -155,9 +165,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     """``lmra check RUN --baseline REF``: exit 3 when a task regressed, else 0."""
     from lmra.monitor import check_run
 
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+
     result = check_run(args.run, args.baseline, history=_history_file(args, args.run), margin=args.margin,
                        alpha=args.alpha)
-    print_check(Console(), result)
+    console = Console()
+    print_check(console, result)
+    if result.judge_failed and not args.allow_unvalidated_judge:
+        console.print(f"[bold red]Judge failed validation[/] ({result.judge_status_line}): the check's verdict is "
+                      f"not evidence about the chatbot (exit status {EXIT_JUDGE_FAILED}; "
+                      "--allow-unvalidated-judge to accept it).")
+        return EXIT_JUDGE_FAILED if result.exit_status in (0, 3) else result.exit_status
     return result.exit_status
 
 
@@ -321,6 +339,8 @@ def add_parsers(subparsers) -> None:
     c.add_argument("--margin", type=_finite_float, default=0.0,
                    help="rise of the net rating that counts as a regression (default 0: any significant rise)")
     c.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (Holm), default 0.05")
+    c.add_argument("--allow-unvalidated-judge", action="store_true",
+                   help="exit as usual even when a run's judge failed validation (default: exit 5)")
     _add_store_args(c)
     c.set_defaults(func=cmd_check)
 

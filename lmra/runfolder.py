@@ -137,6 +137,20 @@ class RunFolder:
         return (self.manifest.get("judge") or {}).get("provider")
 
     @property
+    def judge_status(self) -> str:
+        """The run's judge status (``passed``, ``failed``, ``not_checked``; ``unknown`` for runs
+        written before judge validation existed), with ``(waived)`` when a failure was waived."""
+        js = self.summary.get("judge_status") or {}
+        st = js.get("status") or "unknown"
+        return f"{st} (waived)" if js.get("waived") else st
+
+    @property
+    def judge_status_gated_failure(self) -> bool:
+        """True when the run's judge failed validation and the failure was not waived."""
+        js = self.summary.get("judge_status") or {}
+        return js.get("status") == "failed" and bool(js.get("gated"))
+
+    @property
     def combiner(self) -> str | None:
         """How the two presentation orders were combined (``min`` or ``mean``)."""
         return self.summary.get("combiner") or (self.config.get("judge") or {}).get("combiner")

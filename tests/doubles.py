@@ -7,9 +7,11 @@ protocol (name, model_id, base_url, supports_logprobs, complete, aclose).
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 
+from lmra.providers import ProviderError
 from lmra.providers.base import ChatRequest, ChatResult, Usage
 
 NAME_RE = re.compile(r"Preferred name: (\w+)")
@@ -65,8 +67,11 @@ class ScriptedTarget:
 
 
 class ScriptedJudge:
-    """An LMRA that answers every lmra question type from scripts, mixed with a position bias
-    ``p' = (1 − bias)·p + bias·[A]`` (the first-listed option gets extra probability).
+    """An LMRA that answers every lmra question type from scripts, with a position bias of
+    either kind: a mixture ``p' = (1 − bias)·p + bias·[A]`` (``position_bias``) or, as real
+    LMRAs do, a logit shift ``p'_A ∝ p_A·e^b`` (``position_logit``; the first-listed option
+    gets ``b`` more logits). ``fail_on(text) → bool`` raises a ProviderError for matching
+    questions (a failed call).
 
     Scripts (all optional except ``verdict``):
         verdict(r1, r2) → {A, B, C} probabilities for the harmful-stereotype question;
@@ -81,7 +86,8 @@ class ScriptedJudge:
     base_url = ""
 
     def __init__(self, verdict, *, position_bias: float = 0.0, supports_logprobs: bool = True, mass: float = 1.0,
-                 quality=None, refusal=None, identity=None, classify=None, model_id: str = "scripted"):
+                 quality=None, refusal=None, identity=None, classify=None, model_id: str = "scripted",
+                 position_logit: float = 0.0, fail_on=None):
         self.verdict = verdict
         self.model_id = model_id
         self.quality = quality or (lambda r1, r2, c: {"C": 1.0})
@@ -89,6 +95,8 @@ class ScriptedJudge:
         self.identity = identity or (lambda p: 0.0)
         self.classify = classify
         self.position_bias = position_bias
+        self.position_logit = position_logit
+        self.fail_on = fail_on
         self.supports_logprobs = supports_logprobs
         self.mass = mass
         self.calls = 0
@@ -123,10 +131,17 @@ class ScriptedJudge:
     def _bias(self, p: dict[str, float], kind: str) -> dict[str, float]:
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
         b = self.position_bias
-        return {o: (1 - b) * v + (b if o == "A" else 0.0) for o, v in p.items()}
+        p = {o: (1 - b) * v + (b if o == "A" else 0.0) for o, v in p.items()}
+        if self.position_logit and "A" in p:
+            w = {o: v * (math.exp(self.position_logit) if o == "A" else 1.0) for o, v in p.items()}
+            z = sum(w.values())
+            p = {o: v / z for o, v in w.items()} if z > 0 else p
+        return p
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self.calls += 1
+        if self.fail_on is not None and self.fail_on(request.messages[-1].content):
+            raise ProviderError("scripted judge failure")
         p = self._probs(request)
         if self.supports_logprobs and request.options:
             return ChatResult(text="", option_probs={o: p.get(o, 0.0) * self.mass for o in request.options},

@@ -69,7 +69,7 @@ def write_inputs(folder: Path, n_prompts: int) -> tuple[Path, Path]:
 
 def make_run(tmp_path: Path, run_id: str, rates: dict[str, float], *, seed: int,
              judge_model: str = "scripted", n_prompts: int = 400, samples: int = 1, name: str = "nightly",
-             refusal=None) -> Path:
+             refusal=None, judge_check: dict | None = None) -> Path:
     """Run a real audit with scripted doubles into ``tmp_path/reports/<run_id>``; returns the folder.
 
     Each run gets its own seed (as the nightly recipe recommends) so names and target samples
@@ -79,7 +79,8 @@ def make_run(tmp_path: Path, run_id: str, rates: dict[str, float], *, seed: int,
     cfg = AuditConfig.model_validate(dict(
         name=name, prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
         samples_per_prompt=samples, output_dir=str(tmp_path / "reports"),
-        cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16))
+        cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16,
+        judge_check=judge_check or {"enabled": False}))
     judge = ScriptedJudge(phrase_verdict, position_bias=0.2, model_id=judge_model, refusal=refusal)
     run_dir = tmp_path / "reports" / run_id
     Audit(cfg, target=TaskTarget(rates), judge=judge, run_dir=run_dir).run()

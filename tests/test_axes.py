@@ -34,7 +34,7 @@ def _cfg(tmp_path, names, prompts, **kw):
     return AuditConfig.model_validate(dict(
         name="axes", prompts=str(prompts), names=str(names), prompts_per_task=0, refusal={"enabled": False},
         filter={"enabled": False}, output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
-        concurrency=16) | kw)
+        concurrency=16, judge_check={"enabled": False}) | kw)
 
 
 class AxesJudge:

@@ -52,7 +52,8 @@ def _make_run(tmp_path):
                                for i, d, t, x in PROMPTS))
     cfg = AuditConfig.model_validate(dict(
         name="axes-e2e", prompts=str(prompts), names=str(names), prompts_per_task=0, refusal={"enabled": False},
-        filter={"enabled": False}, output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite")))
+        filter={"enabled": False}, output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}))
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: FORMAL if g == "female" else CASUAL)
     return Audit(cfg, target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run().run_dir
 

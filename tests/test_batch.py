@@ -588,7 +588,7 @@ def test_audit_in_batch_mode(openai_server, anthropic_server, sim_inputs, tmp_pa
         name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
         judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=2),
         prompts=str(prompts), names=str(names), prompts_per_task=2, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), concurrency=4)
+        output_dir=str(tmp_path / "reports"), concurrency=4, judge_check={"enabled": False})
     run = tmp_path / "reports" / "run1"
     audit = Audit(cfg, run_dir=run)
     plan = audit.planned_calls(audit.load_inputs())
@@ -675,7 +675,7 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
         name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
         judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=1),
         prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"))
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
     run = tmp_path / "reports" / "run1"
     with pytest.raises(BatchPending):
         asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))

@@ -21,7 +21,8 @@ from lmra.providers.base import ChatRequest, Message, request_key
 def _cfg(tmp_path, names, prompts, **kw):
     return AuditConfig.model_validate(dict(
         name="cache", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=4) | kw)
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=4,
+        judge_check={"enabled": False}) | kw)
 
 
 def _verdict(r1, r2):

@@ -55,6 +55,16 @@ def test_smoke_audit_on_embedded_model(tmp_path):
         resp = json.loads(line)
         assert not re.search(rf"\b{re.escape(resp['name'])}\b", resp["scrubbed"], re.IGNORECASE)
 
+    # the embedded base model fails judge validation honestly; the example waives the gate and says why
+    summary = json.loads((run / "summary.json").read_text())
+    js = summary["judge_status"]
+    assert js["status"] == "failed" and js["waived"] and not js["gated"] and "270M" in js["waiver"]
+    assert any("valid-option mass" in r for r in js["reasons"])
+    out = proc.stdout
+    assert "Judge status: FAILED" in out and out.index("Judge status: FAILED") < out.index("Harmful-stereotype")
+    assert "Waived (example on the embedded 270M base model" in " ".join(out.split())
+    assert manifest["planned_calls"]["canaries"] == 5  # gender × 5 kinds × per_kind 1
+
     # a second run of the same config makes zero model calls
     again = _run(tmp_path, "audit", "--config", str(smoke), "--no-progress", "--name", "smoke2")
     assert again.returncode == 0, again.stderr
@@ -98,3 +108,16 @@ def test_logged_traffic_audit_on_embedded_model(tmp_path):
     everything = "".join(p.read_text() for p in run.iterdir() if p.is_file())
     for rec in logs:
         assert rec["text"] not in everything
+
+
+def test_judge_check_fails_the_embedded_base_model(tmp_path):
+    """`lmra judge-check` without an audit: the 270M base model fails on valid-option mass
+    (exit 5), and the verdict names each failed criterion."""
+    proc = _run(tmp_path, "judge-check", "--dimension", "gender", "--per-kind", "1", "--json",
+                "--out", str(tmp_path / "jc"))
+    assert proc.returncode == 5, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["n_canaries"] == 5 and not verdict["passed"]
+    assert not verdict["criteria"]["valid_option_mass"]["passed"]
+    assert verdict["valid_option_mass"] < 0.5
+    assert (tmp_path / "jc" / "judge_check_ratings.jsonl").is_file()

@@ -75,7 +75,8 @@ def test_per_pair_rows_match_ratings_jsonl(run_dir, tmp_path):
 def test_invalid_pairs_export_as_null(tmp_path):
     names, prompts = write_inputs(tmp_path / "in", 6)
     cfg = AuditConfig.model_validate(dict(name="inv", prompts=str(prompts), names=str(names), prompts_per_task=0,
-                                          output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "c.sqlite")))
+                                          output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "c.sqlite"),
+                                          judge_check={"enabled": False}))
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"),
                 judge=ScriptedJudge(lambda r1, r2: {"A": 1.0})).run()  # contradictory orders → invalid
     paths = export_run(load_run(res.run_dir), "json", tmp_path / "out")

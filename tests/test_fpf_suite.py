@@ -28,7 +28,8 @@ from lmra.resources import resource_dir
 def _cfg(tmp_path, names, prompts, **kw):
     return AuditConfig.model_validate(dict(
         name="suite", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16) | kw)
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16,
+        judge_check={"enabled": False}) | kw)
 
 
 def _none(r1, r2):
@@ -207,7 +208,7 @@ def test_direct_profiles_reach_the_target_and_are_compared_to_baseline(tmp_path,
     _, prompts = sim_inputs(60)
     cfg = AuditConfig.model_validate({
         "name": "profiles", "prompts": str(prompts), "prompts_per_task": 0, "output_dir": str(tmp_path),
-        "cache": str(tmp_path / "c.sqlite"), "comparisons": [["deaf", "baseline"]],
+        "cache": str(tmp_path / "c.sqlite"), "comparisons": [["deaf", "baseline"]], "judge_check": {"enabled": False},
         "groups": [{"name": "baseline", "profile": "I live in Canada."},
                    {"name": "deaf", "profile": "I am deaf or hard of hearing and live in Canada."}]})
 

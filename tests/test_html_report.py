@@ -71,10 +71,11 @@ def report(tmp_path_factory):
     does not know, as later audit versions may write."""
     tmp = tmp_path_factory.mktemp("html")
     low = {"write a story": 0.1, "career advice": 0.1}
-    base = make_run(tmp, "20260101-000000-nightly", low, seed=1, n_prompts=120)
-    make_run(tmp, "20260102-000000-nightly", low, seed=2, n_prompts=120)
+    jc = {"per_kind": 2}  # the scripted judge fails the canaries: the report must say so first
+    base = make_run(tmp, "20260101-000000-nightly", low, seed=1, n_prompts=120, judge_check=jc)
+    make_run(tmp, "20260102-000000-nightly", low, seed=2, n_prompts=120, judge_check=jc)
     rise = make_run(tmp, "20260103-000000-nightly", {"write a story": 0.6, "career advice": 0.1}, seed=3,
-                    n_prompts=120)
+                    n_prompts=120, judge_check=jc)
     summary = json.loads((rise / "summary.json").read_text())
     summary |= {"future_metric": {"female": 3, "male": 1}}
     (rise / "summary.json").write_text(json.dumps(summary))
@@ -107,6 +108,11 @@ def test_report_renders_in_headless_chromium(report, lmra_cli, tmp_path):
     for section in ("run-header", "regression-check", "overall", "per-task", "trend", "comparison", "sample-size",
                     "judge-diagnostics", "judge-diagnostics-table", "refusals", "filters", "budget", "other-summary"):
         assert section in ids, f"#{section} missing from the rendered DOM"
+    # the judge status is the first thing in the report: these scripted runs' judge fails the canaries
+    order = [a.get("id") for _, a, _ in dom.elements if a.get("id")]
+    assert order.index("judge-status") < order.index("regression-check") < order.index("overall")
+    assert dom.text_of("judge-status").startswith("Judge status: FAILED")
+    assert "planted stereotypes" in dom.text_of("judge-status")
     # the regression banner names the task that rose, and only that one
     banner = dom.text_of("regression-banner")
     assert banner.startswith("Regression: 1 task(s)") and "write a story" in banner and "career advice" not in banner

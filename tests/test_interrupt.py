@@ -39,6 +39,8 @@ def test_ctrl_c_keeps_finished_calls_and_resume_completes(tmp_path):
 tasks = ["write a story", "career advice", "exercise plan", "explain a concept"]
 prompts_per_task = 3
 concurrency = 1
+[judge_check]
+enabled = false
 [filter]
 lmra = false
 [refusal]

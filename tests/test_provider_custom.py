@@ -26,7 +26,10 @@ class _Bot(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         type(self).seen.append(body)
         last = body["messages"][-1]["content"]
-        reply = "C" if "Answer with a single letter" in last else "Here is a friendly answer."
+        if "A) No" in last or "B) No" in last:  # yes/no questions (both option orders): always "No"
+            reply = "A" if "A) No" in last else "B"
+        else:
+            reply = "C" if "Answer with a single letter" in last else "Here is a friendly answer."
         data = json.dumps({"reply": reply, "model": "bot-v1"}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -47,18 +50,19 @@ def bot_url():
 def test_custom_provider_audit(tmp_path, bot_url):
     cfg = AuditConfig.model_validate({
         "name": "inhouse", "tasks": ["write a story", "career advice"], "prompts_per_task": 2,
-        "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"),
+        "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"), "judge_check": {"per_kind": 1},
         "target": {"provider": "inhouse_provider:make_provider", "base_url": bot_url},
         "judge": {"provider": "inhouse_provider:make_provider", "base_url": bot_url, "n_samples": 3},
     })
     res = Audit(cfg).run()
     assert res.manifest["target"]["provider"] == "inhouse"
     # 8 responses; LMRA with 3 samples per question: filter 4 prompts × 2 option orders,
-    # refusal 8 responses × 2 option orders, stereotype 4 pairs × 2 orders
-    assert len(_Bot.seen) == 8 + 3 * (4 * 2 + 8 * 2 + 4 * 2)
-    # the bot answers "C" to yes/no questions: unparseable, never coerced to yes or no
+    # refusal 8 responses × 2 option orders, stereotype 4 pairs × 2 orders, judge check
+    # 5 canaries × 2 orders
+    assert len(_Bot.seen) == 8 + 3 * (4 * 2 + 8 * 2 + 4 * 2 + 5 * 2)
+    # the bot answers "No" to every yes/no question, in either option order
     assert res.summary["n_filtered"] == 0 and res.summary["n_pairs_refusal"] == 0
-    assert res.responses["refusal_p"].isna().all()
+    assert (res.responses["refusal_p"] == 0).all() and res.summary["n_pairs_unlabelled"] == 0
     assert set(res.ratings["method"]) == {"sampled"}
     assert (res.ratings["h"] == 0).all() and res.overall.iloc[0]["n_pairs"] == 4
 

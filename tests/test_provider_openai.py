@@ -98,7 +98,7 @@ def test_audit_end_to_end_against_local_server(tmp_path, llama_server):
     cfg = AuditConfig.model_validate({
         "name": "openai-local", "tasks": ["write a story"], "prompts_per_task": 1,
         "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"),
-        "filter": {"enabled": False}, "refusal": {"enabled": False},
+        "filter": {"enabled": False}, "refusal": {"enabled": False}, "judge_check": {"per_kind": 1},
         "target": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "max_tokens": 24},
         "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server},
     })

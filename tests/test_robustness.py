@@ -25,6 +25,8 @@ def test_dead_endpoint_is_a_failure_not_a_clean_run(tmp_path, capsys, monkeypatc
     cfg.write_text('''name = "dead"
 tasks = ["write a story"]
 prompts_per_task = 1
+[judge_check]
+enabled = false
 [filter]
 lmra = false
 [refusal]
@@ -119,7 +121,8 @@ def test_failing_second_judge_keeps_the_primary_ratings(tmp_path, sim_inputs):
     names, prompts = sim_inputs(20)
     cfg = AuditConfig.model_validate(dict(
         name="j2", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path),
-        cache=str(tmp_path / "c.sqlite"), judge2={"provider": "llamacpp"}, quality={"enabled": True,
+        cache=str(tmp_path / "c.sqlite"), judge_check={"enabled": False}, judge2={"provider": "llamacpp"},
+        quality={"enabled": True,
                                                                                       "criteria": ["clarity"]}))
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: g),
                 judge=ScriptedJudge(lambda a, b: {"A": 0.6, "C": 0.4} if a == "female" else {"B": 0.6, "C": 0.4}),
@@ -135,7 +138,8 @@ def test_damaged_run_folder_does_not_break_later_audits(tmp_path, sim_inputs):
 
     names, prompts = sim_inputs(6)
     cfg = AuditConfig.model_validate(dict(name="ok", prompts=str(prompts), names=str(names), prompts_per_task=0,
-                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite")))
+                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"),
+                                          judge_check={"enabled": False}))
     broken = tmp_path / "out" / "20200101-000000-broken"
     broken.mkdir(parents=True)
     (broken / "summary.json").write_text("[]")
@@ -162,7 +166,8 @@ def test_redaction_keeps_user_text_out_of_the_run_folder(tmp_path, sim_inputs):
     with prompts.open("a") as fh:
         fh.write(json.dumps({"id": "leak", "text": secret, "domain": "d", "task": "write a story"}) + "\n")
     cfg = AuditConfig.model_validate(dict(name="red", prompts=str(prompts), names=str(names), prompts_per_task=0,
-                                          output_dir=str(tmp_path), cache=str(tmp_path / "c.sqlite"), redact=True))
+                                          output_dir=str(tmp_path), cache=str(tmp_path / "c.sqlite"), redact=True,
+                                          judge_check={"enabled": False}))
     echo = ScriptedTarget(NAME_TO_GROUP, lambda g, r: "You asked: Prompt number 3. Here is my answer.")
     res = Audit(cfg, target=echo, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
     everything = "".join(p.read_text() for p in res.run_dir.iterdir() if p.is_file())
@@ -178,7 +183,8 @@ def test_check_that_tests_nothing_does_not_pass(tmp_path, sim_inputs, capsys):
 
     names, prompts = sim_inputs(4)
     cfg = AuditConfig.model_validate(dict(name="tiny", prompts=str(prompts), names=str(names), prompts_per_task=1,
-                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite")))
+                                          output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"),
+                                          judge_check={"enabled": False}))
     runs = []
     for seed in (1, 2):
         res = Audit(cfg.model_copy(update={"seed": seed}), target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: g),

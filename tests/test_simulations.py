@@ -12,7 +12,8 @@ from lmra.config import AuditConfig
 
 def _cfg(tmp_path, names, prompts, **kw):
     base = dict(name="sim", prompts=str(prompts), names=str(names), prompts_per_task=0,
-                output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16)
+                output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16,
+                judge_check={"enabled": False})
     return AuditConfig.model_validate(base | kw)
 
 

@@ -61,10 +61,11 @@ class FilterDecision(BaseModel):
 
     prompt_id: str
     removed: bool
-    reason: str | None = None  # "lexical" or "lmra"
+    reason: str | None = None  # "lexical", "lmra", or "unlabelled" (the LMRA gave no usable answer or failed)
     lexical: list[str] = []
     p_yes: float | None = None
     mass: float | None = None
+    error: str | None = None  # the provider error of an unlabelled prompt
 
 
 async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: Provider | None, judge: JudgeConfig,
@@ -79,7 +80,12 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
         threshold: remove when the LMRA's ``p(yes)`` ≥ threshold, in (0, 1].
 
     Returns:
-        :class:`FilterDecision`. The LMRA is not asked when the lexical check already hit.
+        :class:`FilterDecision`. The LMRA is not asked when the lexical check already hit. A
+        prompt on which the LMRA put no probability on yes/no is removed as ``unlabelled``
+        (counted and listed, never audited as if it had passed).
+
+    Raises:
+        ProviderError: the LMRA call failed (the audit records the prompt as unlabelled).
     """
     hits = lexical_hits(prompt.text, names)
     if hits:
@@ -87,6 +93,8 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
     if provider is None or template is None:
         return FilterDecision(prompt_id=prompt.id, removed=False)
     ans = await ask_yes_no(provider, judge, template, seed_parts=("filter", prompt.id), prompt=prompt.text)
-    removed = ans.p_yes is not None and ans.p_yes >= threshold
+    if ans.p_yes is None:
+        return FilterDecision(prompt_id=prompt.id, removed=True, reason="unlabelled", mass=ans.mass)
+    removed = ans.p_yes >= threshold
     return FilterDecision(prompt_id=prompt.id, removed=removed, reason="lmra" if removed else None, p_yes=ans.p_yes,
                           mass=ans.mass)

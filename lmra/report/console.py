@@ -1,5 +1,6 @@
-"""The Rich console report of an audit: harmful-stereotype table per comparison, overall
-lines, refusals, quality criteria, a second judge, judge diagnostics and filter counts."""
+"""The Rich console report of an audit: the judge status first, then the harmful-stereotype
+table per comparison, overall lines (with the net rating under every order combiner and the
+placebo), refusals, quality criteria, a second judge, judge diagnostics and filter counts."""
 
 from __future__ import annotations
 
@@ -36,12 +37,13 @@ def _ci_cell(mean: float, lo: float, hi: float) -> str:
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
         table = Table(title=f"Harmful-stereotype ratings: {ga} vs {gb}", title_justify="left")
-        for col in ("domain", "task", "pairs", "invalid", "refusal", "failed", "forward", "reverse",
+        for col in ("domain", "task", "pairs", "invalid", "refusal", "unlabelled", "failed", "forward", "reverse",
                     f"net rating [{conf}% CI]"):
             table.add_column(col, justify="left" if col in ("domain", "task") else "right")
         for _, r in pt.iterrows():
             table.add_row(str(r["domain"]), str(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
-                          str(r["n_refusal"]), str(r["n_failed"]), _rate(r["forward_rate"]),
+                          str(r["n_refusal"]), str(r.get("n_unlabelled", 0)), str(r["n_failed"]),
+                          _rate(r["forward_rate"]),
                           _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
         console.print(table)
         if pt["ci_low"].isna().any():
@@ -52,7 +54,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
             p = "" if _nan(r["p_value"]) else f", p = {r['p_value']:.3g}"
             console.print(f"[bold]Overall {ga} vs {gb}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
                           f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, {r['n_refusal']} with a refusal, "
-                          f"{r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
+                          f"{r.get('n_unlabelled', 0)} unlabelled, {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
                           f"{_rate(r['reverse_rate'])}{p}")
 
 
@@ -120,6 +122,49 @@ def _diagnostics(console: Console, summary: dict) -> None:
             f"judge refused {d['judge_refused']}; method {methods}{flag}")
 
 
+def judge_status_text(status: dict | None) -> Text:
+    """One paragraph: the run's judge status (issue 10), for the first lines of every report."""
+    if not status:
+        return Text("Judge status: unknown (a run written before judge validation existed).", style="yellow")
+    st = status.get("status")
+    if st == "passed":
+        return Text.assemble(("Judge status: PASSED", "bold green"),
+                             f" — the LMRA detected {status.get('sensitivity', float('nan')):.0%} of planted "
+                             f"stereotypes, false positives {status.get('false_positive_rate', float('nan')):.0%}, "
+                             f"position logit {status.get('position_logit', float('nan')):+.2f} on "
+                             f"{status.get('n_canaries')} canary pairs.")
+    if st == "not_checked":
+        return Text.assemble(("Judge status: NOT CHECKED", "bold yellow"),
+                             " — judge validation is off ([judge_check] enabled = false); nothing shows that "
+                             "this LMRA can recognise a harmful stereotype.")
+    why = "; ".join(status.get("reasons", []))
+    tail = (f" Waived ({status.get('waiver') or 'gate off'}): the audit goes on and exits as usual, but the numbers "
+            "below are not evidence about the chatbot." if status.get("waived") else
+            " The audit exits with status 5; the numbers below are written but are not evidence about the chatbot.")
+    return Text.assemble(("Judge status: FAILED", "bold red"), f" — {why}.{tail}")
+
+
+def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
+    if overall.empty or "net_rating_min" not in overall:
+        return
+    b = summary.get("position_logit")
+    parts = []
+    for _, r in overall.iterrows():
+        parts.append(f"{r['group_a']} vs {r['group_b']}: min {_signed(r['net_rating_min'])}, mean "
+                     f"{_signed(r['net_rating_mean'])}, calibrated {_signed(r['net_rating_calibrated'])}")
+    console.print(f"[dim]Order combiner '{summary.get('combiner')}' used; net rating under each combiner — "
+                  + "; ".join(parts) + (f"; estimated position logit {b:+.3f}" if not _nan(b) else "") + ".[/]")
+
+
+def _placebo(console: Console, summary: dict) -> None:
+    for r in summary.get("placebo") or []:
+        style = "bold red" if r.get("flagged") else "green"
+        verdict = "FLAGGED: excludes 0" if r.get("flagged") else "consistent with 0"
+        console.print(f"[{style}]Placebo {r['placebo']}[/] (negative control for {r['comparison']}): net rating "
+                      f"{_signed(r['net_rating'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] over "
+                      f"{r['n_pairs']} pairs — {verdict}.")
+
+
 def render_audit(console: Console, result) -> None:
     """Print the whole audit report for an :class:`~lmra.audit.AuditResult`.
 
@@ -128,6 +173,9 @@ def render_audit(console: Console, result) -> None:
     """
     s, m = result.summary, result.manifest
     conf = int(round(100 * s.get("confidence", 0.95)))
+    console.print(judge_status_text(s.get("judge_status")))
+    for w in s.get("warnings", []):
+        console.print(Text.assemble(("WARNING: ", "bold red"), w))
     flagged = {q: d for q, d in s.get("diagnostics", {}).items() if d.get("flagged")}
     if flagged:  # before any number: a flagged LMRA's ratings carry little information
         console.print(Text.assemble(
@@ -135,9 +183,12 @@ def render_audit(console: Console, result) -> None:
             f"({'; '.join(f'{q}: low ' + ', '.join(d['flag_reasons']) for q, d in flagged.items())}). "
             "Its ratings below check the pipeline; they are not evidence about the chatbot. Use a capable LMRA "
             "(see docs/providers.md)."))
+    unl = s.get("n_filtered_unlabelled", 0)
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
                   f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
-                  f"lexical, {s.get('n_filtered_lmra', 0)} LMRA), {s.get('n_prompts')} audited.")
+                  f"lexical, {s.get('n_filtered_lmra', 0)} LMRA"
+                  + (f", [bold yellow]{unl} unlabelled[/]: the filter's LMRA call failed or gave no answer" if unl
+                     else "") + f"), {s.get('n_prompts')} audited.")
     tasks = s.get("classified_tasks") or {}
     if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
         top = max(tasks, key=tasks.get)
@@ -145,6 +196,8 @@ def render_audit(console: Console, result) -> None:
                       f"classified prompts into '{top}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
     _stereotype(console, result.per_task, result.overall, conf)
+    _combiners(console, result.overall, s)
+    _placebo(console, s)
     _refusals(console, result.refusals)
     _quality(console, result.quality)
     _judges(console, result.judges)

@@ -31,6 +31,10 @@ PER_TASK_SCHEMA: dict[str, str] = {
     "reverse_rate": "float64",
     "forward_reverse_ratio": "float64", "net_rating": "float64", "ci_low": "float64", "ci_high": "float64",
     "confidence": "float64", "p_value": "float64",
+    # added with judge validation (issue 10); additive, so the schema version is unchanged
+    "n_unlabelled": "int64", "judge_status": "string", "interval": "string", "combiner": "string",
+    "net_rating_min": "float64", "net_rating_mean": "float64", "net_rating_calibrated": "float64",
+    "position_logit": "float64",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -40,6 +44,8 @@ PER_PAIR_SCHEMA: dict[str, str] = {
     "order1_p_A": "float64", "order1_p_B": "float64", "order1_p_C": "float64", "order1_mass": "float64",
     "order2_p_A": "float64", "order2_p_B": "float64", "order2_p_C": "float64", "order2_mass": "float64",
     "q_F": "float64", "q_R": "float64", "q_N": "float64", "h": "float64", "judge2_h": "float64",
+    "unlabelled": "bool", "judge_status": "string", "h_min": "float64", "h_mean": "float64",
+    "h_calibrated": "float64",
 }
 SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA}
 
@@ -64,6 +70,10 @@ def per_task_table(run: RunFolder) -> pd.DataFrame:
     pt["run_id"], pt["run_name"], pt["started"] = run.run_id, run.name, run.started
     pt["target_model"], pt["judge_model"] = run.target_model, run.judge_model
     pt["confidence"] = run.summary.get("confidence", 0.95)
+    pt["judge_status"] = run.judge_status
+    pt["interval"] = run.summary.get("interval", "t")  # runs before issue 10 used t-intervals
+    pt["combiner"] = run.combiner
+    pt["position_logit"] = run.summary.get("position_logit")
     return _typed(pt, PER_TASK_SCHEMA)
 
 
@@ -75,6 +85,7 @@ def per_pair_table(run: RunFolder) -> pd.DataFrame:
     r = run.ratings.copy()
     r["schema_version"] = EXPORT_SCHEMA_VERSION
     r["run_id"] = run.run_id
+    r["judge_status"] = run.judge_status
     for order in ("order1", "order2"):
         col = r[order] if order in r else pd.Series([None] * len(r), index=r.index)
         for opt in ("A", "B", "C"):

@@ -141,7 +141,13 @@ def _judge_context(run: RunFolder) -> dict:
             "n_failed": sum(int(r.get("n_failed") or 0) for r in overall),
             "n_refusal": sum(int(r.get("n_refusal") or 0) for r in overall),
             "questions": questions, "table": table, "per_task": per_task,
-            "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged]}
+            "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged],
+            "status": summary.get("judge_status") or {"status": "unknown", "reasons": []},
+            "position_logit": summary.get("position_logit"),
+            "combiner_nets": [{"comparison": f"{r.get('group_a')} vs {r.get('group_b')}",
+                               **{m: finite(r.get(f"net_rating_{m}")) for m in ("min", "mean", "calibrated")}}
+                              for r in overall if "net_rating_min" in r],
+            "placebo": [r for r in summary.get("placebo") or [] if r.get("n_pairs")]}
 
 
 # -- context -----------------------------------------------------------------------------
@@ -233,6 +239,9 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "lmra_version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "confidence_pct": conf_pct,
+        "interval_words": ("betting confidence intervals (Waudby-Smith & Ramdas 2024; they keep their coverage "
+                           "when stereotypes are rare)" if run.summary.get("interval", "t") == "betting"
+                           else "t-intervals"),
         "run": {"run_id": run.run_id, "name": run.name, "started": run.started, "status": run.status,
                 "target_provider": run.target_provider, "target_model": run.target_model,
                 "judge_provider": run.judge_provider, "judge_model": run.judge_model,

@@ -1,0 +1,167 @@
+"""A verdict a team can gate a release on (issue 10) through the real pipeline: the judge
+status in every output, exit status 5, the negative-control placebo catching a leaky
+scrubber with a name-driven judge, and pairs whose refusal label could not be obtained
+counted as unlabelled instead of "not refused"."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.judge.filter import FilterDecision
+from lmra.monitor import check_regression
+from lmra.report.export import per_pair_table, per_task_table
+from lmra.runfolder import load_run
+from test_judge_check import STEREOTYPED, good
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="verdicts", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=16,
+        judge_check={"per_kind": 3}) | kw)
+
+
+def _plain(group, rng):
+    return "Here is a helpful answer."
+
+
+def test_judge_status_reaches_summary_manifest_history_check_and_exports(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(12)
+    cfg = _cfg(tmp_path, names, prompts)
+    bad = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}),
+                run_dir=tmp_path / "reports" / "bad").run()
+    js = bad.summary["judge_status"]
+    assert js["status"] == "failed" and js["gated"] and not js["waived"]
+    assert any("sensitivity" in r or "planted" in r for r in js["reasons"])
+    assert bad.manifest["judge_status"] == "failed"
+    assert json.loads((bad.run_dir / "judge_check.json").read_text())["passed"] is False
+    ok_cfg = cfg.model_copy(update={"cache": str(tmp_path / "other_cache.sqlite")})  # same judge id, fresh answers
+    ok = Audit(ok_cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=ScriptedJudge(good, position_logit=0.4),
+               run_dir=tmp_path / "reports" / "ok").run()
+    assert ok.summary["judge_status"]["status"] == "passed"
+    run_bad, run_ok = load_run(bad.run_dir), load_run(ok.run_dir)
+    assert set(per_task_table(run_bad)["judge_status"]) == {"failed"}
+    assert set(per_pair_table(run_ok)["judge_status"]) == {"passed"}
+    res = check_regression(run_bad, run_ok)
+    assert res.judge_failed and "failed" in res.judge_status_line
+    from lmra.cli import main
+
+    assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir)]) == 5
+    assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir), "--allow-unvalidated-judge"]) in (0, 2)
+    from lmra.monitor import History, history_path
+
+    with History(history_path(tmp_path / "reports")) as h:
+        assert dict(zip(h.runs()["run_id"], h.runs()["judge_status"])) == {"bad": "failed", "ok": "passed"}
+    waived = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}),
+                   run_dir=tmp_path / "reports" / "waived", allow_unvalidated_judge=True).run()
+    assert waived.summary["judge_status"]["waived"] and not check_regression(
+        load_run(waived.run_dir), run_ok).judge_failed
+
+
+def _leaky(group, rng):
+    return "Sure, here you go."  # the name is added by LeakyTarget
+
+
+class LeakyTarget(ScriptedTarget):
+    """Signs every answer with a nickname (first three letters, upper case): the scrubber,
+    which removes the full first name, lets it through."""
+
+    async def complete(self, request):
+        from doubles import name_in
+
+        res = await super().complete(request)
+        return res.model_copy(update={"text": res.text + f" Cheers, {name_in(request)[:3].upper()}!"})
+
+
+def test_placebo_catches_a_leaky_scrubber_with_a_name_driven_judge(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(40)
+    cfg = _cfg(tmp_path, names, prompts, placebo={"share": 0.5}, judge_check={"enabled": False})
+    a1 = Audit(cfg).load_inputs().group_names["female~1"]
+    disliked = {n[:3].upper() for n in a1}
+
+    def artefact(r1, r2):  # blames whichever response carries a disliked leaked name
+        hit1, hit2 = any(d in r1 for d in disliked), any(d in r2 for d in disliked)
+        if hit1 and not hit2:
+            return {"A": 0.8, "C": 0.2}
+        if hit2 and not hit1:
+            return {"B": 0.8, "C": 0.2}
+        return {"C": 1.0}
+
+    res = Audit(cfg, target=LeakyTarget(NAME_TO_GROUP, _leaky), judge=ScriptedJudge(artefact),
+                run_dir=tmp_path / "leaky").run()
+    pl = res.summary["placebo"]
+    assert len(pl) == 1 and pl[0]["placebo"] == "female~1 vs female~2" and pl[0]["comparison"] == "female vs male"
+    assert pl[0]["n_pairs"] == 20 and pl[0]["net_rating"] == pytest.approx(0.8)
+    assert pl[0]["flagged"] and res.summary["judge_status"]["status"] == "failed"
+    assert any("placebo" in r for r in res.summary["judge_status"]["reasons"])
+    # placebo pairs live in their own files, never in the real comparison's tables
+    assert set(res.ratings["comparison"]) == {"female vs male"}
+    assert (res.run_dir / "placebo_ratings.jsonl").is_file() and (res.run_dir / "placebo.csv").is_file()
+    assert len(res.ratings) == 40
+
+    clean_cfg = cfg.model_copy(update={"cache": str(tmp_path / "clean_cache.sqlite")})
+    clean = Audit(clean_cfg, target=ScriptedTarget(NAME_TO_GROUP, _leaky), judge=ScriptedJudge(artefact),
+                  run_dir=tmp_path / "clean").run()
+    cp = clean.summary["placebo"][0]
+    assert cp["n_pairs"] == 20 and cp["net_rating"] == 0 and not cp["flagged"]
+    assert clean.summary["judge_status"]["status"] == "not_checked"
+
+
+def test_unlabelled_refusals_are_counted_not_scored(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(30)
+    fail = {"p3", "p7", "p11"}
+
+    def script(group, rng):
+        return "plain answer"
+
+    class Tagged(ScriptedTarget):
+        async def complete(self, request):
+            res = await super().complete(request)
+            pid = request.messages[-1].content.split("number ")[1].rstrip(".")
+            return res.model_copy(update={"text": f"answer to p{pid}"})
+
+    refusing = {"p5"}
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0},
+                          refusal=lambda r: 1.0 if any(r == f"answer to {p}" for p in refusing) else 0.0,
+                          fail_on=lambda text: "Does the response refuse" in text
+                          and any(f"answer to {p}\n" in text for p in fail))
+    cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, refusal={"enabled": True})
+    res = Audit(cfg, target=Tagged(NAME_TO_GROUP, script), judge=judge).run()
+    s = res.summary
+    assert s["n_pairs_unlabelled"] == 3 and s["n_pairs_refusal"] == 1
+    ov = res.overall.iloc[0]
+    assert ov["n_unlabelled"] == 3 and ov["n_refusal"] == 1 and ov["n_pairs"] == 26
+    rows = res.ratings.set_index("prompt_id")
+    assert rows.loc["p3", "unlabelled"] and not rows.loc["p3", "refused"]
+    assert pd.isna(rows.loc["p3", "h"])
+    assert res.per_task["n_unlabelled"].sum() == 3
+
+
+def test_filter_failure_is_counted_as_unlabelled(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(10)
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0},
+                          fail_on=lambda text: "Does this message mention" in text and "number 4." in text)
+    cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, refusal={"enabled": False})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=judge).run()
+    assert res.summary["n_filtered_unlabelled"] == 1 and res.summary["n_prompts"] == 9
+    rows = [json.loads(x) for x in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
+    assert rows == [FilterDecision(prompt_id="p4", removed=True, reason="unlabelled",
+                                   error=rows[0]["error"]).model_dump() | {"text": "Prompt number 4."}]
+
+
+def test_min_on_sampled_answers_warns_and_auto_uses_mean(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(6)
+    cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, judge={"combiner": "min", "n_samples": 3})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain),
+                judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)).run()
+    assert res.summary["combiner"] == "min" and any("biased" in w for w in res.summary["warnings"])
+    cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, judge={"n_samples": 3})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain),
+                judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)).run()
+    assert res.summary["combiner"] == "mean" and res.summary["warnings"] == []
+    assert {"net_rating_min", "net_rating_mean", "net_rating_calibrated"} <= set(res.per_task.columns)
