@@ -9,9 +9,12 @@ order 2, so for every pair
 whatever the content (F, R: the content logits of the forward and reverse outcomes). The
 estimate is the median of that per-pair quantity over the pairs whose four probabilities
 are positive (read through log-probabilities). Sampled answers have zero counts, so for
-them the option probabilities are pooled over pairs first:
-``b̂ = ½ [log(ΣA₁ / ΣB₁) + log(ΣA₂ / ΣB₂)]``, exact when the content logits are the same
-for every pair and close otherwise (see docs/benchmarks.md, combiners table).
+them — and whenever no pair has probability on both A and B in both orders — the option
+probabilities are pooled over pairs first, with half a pseudo-answer on each option so
+that a judge that never answers B still gets a finite, large estimate:
+``b̂ = ½ [log((ΣA₁ + ½) / (ΣB₁ + ½)) + log((ΣA₂ + ½) / (ΣB₂ + ½))]``, exact as the sums
+grow when the content logits are the same for every pair, and close otherwise (see
+docs/benchmarks.md, combiners table). A judge that never names A or B gets ``b̂ = 0``.
 """
 
 from __future__ import annotations
@@ -58,15 +61,12 @@ def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = 
         return 0.0
     if pooled is None:
         pooled = bool(methods & {"sampled", "text"})
-    if pooled:
-        sums = [sum(p[i][o] for p in pairs) for i in (0, 1) for o in ("A", "B")]
-        if min(sums) <= 0:
-            return 0.0
-        a1, b1, a2, b2 = sums
-        return 0.5 * (math.log(a1 / b1) + math.log(a2 / b2))
-    logs = [math.log(p1["A"] / p1["B"]) + math.log(p2["A"] / p2["B"]) for p1, p2 in pairs
-            if min(p1["A"], p1["B"], p2["A"], p2["B"]) > MIN_PROB]
-    return 0.5 * statistics.median(logs) if logs else 0.0
+    logs = [] if pooled else [math.log(p1["A"] / p1["B"]) + math.log(p2["A"] / p2["B"]) for p1, p2 in pairs
+                              if min(p1["A"], p1["B"], p2["A"], p2["B"]) > MIN_PROB]
+    if logs:
+        return 0.5 * statistics.median(logs)
+    a1, b1, a2, b2 = (sum(p[i][o] for p in pairs) + 0.5 for i in (0, 1) for o in ("A", "B"))
+    return 0.5 * (math.log(a1 / b1) + math.log(a2 / b2))
 
 
 def rescore(rows, combiner: str, *, prefix: str = ""):
