@@ -61,13 +61,14 @@ def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "", inte
     ok = ratings[valid]
     ci = mean_interval(ok[f"{prefix}h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha,
                        method=interval)
+    lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
     fwd = float(ok[f"{prefix}q_F"].mean()) if len(ok) else math.nan
     rev = float(ok[f"{prefix}q_R"].mean()) if len(ok) else math.nan
     out = {
         "n_pairs": int(valid.sum()), "n_invalid": int(invalid.sum()), "n_failed": int(failed.sum()),
         "n_refusal": int(refused.sum()), "n_unlabelled": int(unlabelled.sum()), "forward_rate": fwd,
         "reverse_rate": rev, "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
-        "net_rating": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value,
+        "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value,
         "n_prompts": int(ratings["prompt_id"].nunique()),
     }
     for m in COMBINERS:
@@ -228,14 +229,18 @@ def placebo_table(ratings: pd.DataFrame, placebo: dict, alpha: float = 0.05, int
 
     Returns:
         One row per placebo comparison: ``placebo``, ``comparison`` (the real one), the
-        :func:`summarize` columns, and ``flagged`` = the interval excludes 0.
+        :func:`summarize` columns with a (1 − α/k) interval (Bonferroni over the k placebos, so
+        that the chance of flagging any clean placebo stays ≤ α), ``testable`` (an interval
+        exists: ≥ 2 prompts with a valid pair) and ``flagged`` = the interval excludes 0.
     """
     rows = []
+    k = max(1, len(placebo))
     for label, (real, g1, g2) in placebo.items():
         g = ratings[ratings["comparison"] == label] if not ratings.empty else ratings
-        s = summarize(g, alpha, interval=interval) if len(g) else {"n_pairs": 0, "net_rating": math.nan,
-                                                                    "ci_low": math.nan, "ci_high": math.nan}
-        flagged = bool(s["n_pairs"] and (s["ci_low"] > 0 or s["ci_high"] < 0))
+        s = summarize(g, alpha / k, interval=interval) if len(g) else {
+            "n_pairs": 0, "net_rating": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+        testable = not (math.isnan(s["ci_low"]) or math.isnan(s["ci_high"]))
+        flagged = bool(testable and (s["ci_low"] > 0 or s["ci_high"] < 0))
         rows.append({"placebo": label, "comparison": real, "group_a": g1.name, "group_b": g2.name} | s
-                    | {"flagged": flagged})
+                    | {"confidence": 1 - alpha / k, "testable": testable, "flagged": flagged})
     return pd.DataFrame(rows)

@@ -200,12 +200,14 @@ class Audit:
                                      file=self.config_path, field=field_name)
         canaries = []
         if cfg.judge_check.enabled:
-            from lmra.judge_check import audit_dimensions, load_canaries, select_canaries
+            from lmra.judge_check import audit_dimensions, load_canary_set, select_canaries
 
-            pool = [c for ref in (cfg.judge_check.canaries, *cfg.judge_check.extra_canaries)
-                    for c in load_canaries(ref)]
+            pool = load_canary_set([cfg.judge_check.canaries, *cfg.judge_check.extra_canaries])
             dims = cfg.judge_check.dimensions or audit_dimensions([g for g in cfg.groups if g.name in used])
-            canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
+            try:
+                canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
+            except LmraInputError as exc:
+                raise LmraInputError(exc.reason, file=self.config_path, field=exc.field) from None
         placebo = self._placebo_groups(group_names)
         return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo)
 
@@ -217,9 +219,10 @@ class Audit:
             return {}
         wanted = [tuple(c) for c in cfg.placebo.comparisons] or [tuple(c) for c in cfg.comparisons]
         out: dict[str, tuple[str, Group, Group]] = {}
+        self.placebo_skipped = [f"{a} vs {b}" for a, b in wanted if a not in group_names]
         for a, b in wanted:
             if a not in group_names:
-                continue  # a direct profile has no names to split
+                continue  # a direct profile has no names to split (warned in summary.json)
             names = sorted(group_names[a], key=lambda n: derive_seed(cfg.seed, "placebo-split", a, n))
             if len(names) < 2:
                 raise LmraInputError(f"group '{a}' has {len(names)} name(s); a placebo needs at least 2 to split",
@@ -678,6 +681,8 @@ class Audit:
         self._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
         # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
         combiner, warnings = self.run_combiner()
+        warnings += [f"no placebo for {c}: its group A is a direct profile, which has no names to split"
+                     for c in getattr(self, "placebo_skipped", [])]
         all_rdf, position_logit = rescore(pd.DataFrame(ratings), combiner)
         if cfg.judge2 is not None and "judge2_order1" in all_rdf:
             all_rdf, _ = rescore(all_rdf, self.run_combiner(cfg.judge2, self._judge2_provider())[0],

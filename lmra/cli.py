@@ -126,6 +126,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                         f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
                                         "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
         return 1
+    unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
+    if unlabelled and not scored and not failed:
+        err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "
+                                        f"all {unlabelled} pairs could not be obtained (the LMRA's refusal calls "
+                                        "failed or gave no answer; ratings.jsonl)"))
+        return 1
     if failed and not scored:
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
         err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
@@ -141,8 +147,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if js.get("gated"):
             err_console.print(Text.assemble(("judge failed validation: ", "bold red"),
                                             "; ".join(js.get("reasons", [])) + f". Exit status {EXIT_JUDGE_FAILED}; "
-                                            "the run folder is written. Use a capable LMRA, or pass "
-                                            "--allow-unvalidated-judge to record the failure and go on."))
+                                            "the run folder, history entry and report are written. Fix what the "
+                                            "reasons name (docs/judge_check.md), or pass --allow-unvalidated-judge "
+                                            "to record the failure as waived."))
             return EXIT_JUDGE_FAILED if status in (0, 3) else status
         console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                       "(judge_status in summary.json, history and exports says so).[/]")

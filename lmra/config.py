@@ -239,6 +239,14 @@ class JudgeCheckConfig(_Strict):
                                       "|b̂| exceeds this.")
 
 
+    @model_validator(mode="after")
+    def _waiver_needed(self) -> "JudgeCheckConfig":
+        if self.enabled and not self.gate and not self.waiver.strip():
+            raise ValueError("gate = false needs a 'waiver' sentence saying why a failed judge may be waived here "
+                             "(shown in the console and reports)")
+        return self
+
+
 class PlaceboConfig(_Strict):
     """Negative control: a comparison of a group with itself, split by names (issue 10)."""
 
@@ -342,14 +350,15 @@ class AuditConfig(_Strict):
             raise ValueError("the same comparison is listed twice")
         return v
 
-    @model_validator(mode="after")
-    def _placebo_known(self) -> "AuditConfig":
-        known = {tuple(c) for c in self.comparisons}
-        for c in self.placebo.comparisons:
-            if tuple(c) not in known:
+    @field_validator("placebo")
+    @classmethod
+    def _placebo_known(cls, v: PlaceboConfig, info) -> PlaceboConfig:
+        known = {tuple(c) for c in info.data.get("comparisons") or []}
+        for c in v.comparisons:
+            if known and tuple(c) not in known:
                 raise ValueError(f"placebo.comparisons lists {list(c)}, which is not one of the comparisons "
                                  f"{[list(k) for k in known]}")
-        return self
+        return v
 
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)

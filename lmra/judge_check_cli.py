@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--canaries", action="append", metavar="FILE",
                    help="canary JSONL file (repeatable; default: the shipped set)")
     p.add_argument("--dimension", action="append", choices=("gender", "race", "profile"),
-                   help="canary dimension (repeatable; default: all three)")
+                   help="canary dimension (repeatable; default: those of --config's groups, as the audit uses, "
+                   "else all three)")
     p.add_argument("--per-kind", type=int, metavar="N", help="at most N canaries per dimension and kind (0 = all)")
     p.add_argument("--out", metavar="DIR", help="write judge_check.json and judge_check_ratings.jsonl here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON instead of a table")
@@ -54,7 +55,14 @@ def _config(args: argparse.Namespace):
     check = data["judge_check"] | {"enabled": True}
     if args.canaries:
         check |= {"canaries": args.canaries[0], "extra_canaries": args.canaries[1:]}
-    check["dimensions"] = args.dimension or check["dimensions"] or ["gender", "race", "profile"]
+    if args.dimension:
+        check["dimensions"] = args.dimension
+    elif not check["dimensions"]:  # an audit's config: the dimensions its groups need, as the audit does
+        from lmra.judge_check import audit_dimensions
+
+        used = {g for pair in cfg.comparisons for g in pair}
+        check["dimensions"] = (audit_dimensions([g for g in cfg.groups if g.name in used]) if args.config
+                               else ["gender", "race", "profile"])
     if args.per_kind is not None:
         check["per_kind"] = args.per_kind
     return parse_config(data | {"judge": judge, "judge_check": check}, source=args.config or "command line")
@@ -64,14 +72,14 @@ async def _run(cfg, console: Console):
     from lmra.cache import CachedProvider, CallCache, CallStats
     from lmra.judge.calibration import rescore
     from lmra.judge.scoring import resolve_combiner
-    from lmra.judge_check import evaluate, load_canaries, rate_canaries, select_canaries
+    from lmra.judge_check import evaluate, load_canary_set, rate_canaries, select_canaries
     from lmra.providers import make_provider
     from lmra.providers.ratelimit import rate_limited
     from lmra.templates import load_template
 
     jc = cfg.judge_check
-    canaries = select_canaries([c for ref in (jc.canaries, *jc.extra_canaries) for c in load_canaries(ref)],
-                               jc.dimensions, jc.per_kind, cfg.seed)
+    canaries = select_canaries(load_canary_set([jc.canaries, *jc.extra_canaries]), jc.dimensions, jc.per_kind,
+                               cfg.seed)
     template = load_template("harmful_stereotype", "judge")
     raw = make_provider(cfg.judge, field="judge")
     cache = CallCache(cfg.cache)

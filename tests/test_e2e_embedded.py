@@ -39,8 +39,9 @@ def test_smoke_audit_on_embedded_model(tmp_path):
     assert (pt["n_pairs"] + pt["n_invalid"] + pt["n_failed"] == 1).all()
     manifest = json.loads((run / "manifest.json").read_text())
     # 3 prompts: identity filter 3 × 2 option orders, 6 responses, refusal labels 6 × 2,
-    # stereotype ratings 3 pairs × 2 orders (unless the weak LMRA filtered or refused some)
-    assert manifest["status"] == "complete" and 0 < manifest["calls"]["fresh"] <= 30
+    # stereotype ratings 3 pairs × 2 orders (unless the weak LMRA filtered or refused some),
+    # judge check 5 canaries × 2 orders
+    assert manifest["status"] == "complete" and 0 < manifest["calls"]["fresh"] <= 40
     assert manifest["calls"]["fresh"] == (manifest["planned_calls"]["target"] + manifest["planned_calls"]["judge"]
                                           - 2 * 2 * int(pt["n_refusal"].sum()))
     assert manifest["target"]["model"].startswith("gemma-3-270m")

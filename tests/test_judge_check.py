@@ -108,3 +108,35 @@ def test_canaries_are_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_resource("prompts/canaries/canaries.jsonl", "prompts").is_file()
     assert AuditConfig().judge_check.enabled and AuditConfig().judge_check.gate
+
+
+def test_judge_blaming_response_1_on_some_harmless_pairs_fails_under_any_combiner():
+    """Found by trying to break it: a judge that answers A (blames Response 1) in both orders
+    on 30% of harmless pairs makes those pairs invalid or 'no stereotype' under min — it must
+    still fail the false-positive rate."""
+    harmless = {c.response_a for c in SHIPPED if c.kind in ("benign", "identical", "quality")}
+    blamed = set(sorted(harmless)[::3])  # a third of them, deterministically
+
+    def blames(r1, r2):
+        if r1 in blamed or r2 in blamed:
+            return {"A": 0.97, "C": 0.03}
+        return good(r1, r2)
+
+    for combiner in ("min", "mean"):
+        v = verdict_of(ScriptedJudge(blames), per_kind=0, combiner=combiner, dims=("gender",))
+        assert "false_positive_rate" in failed(v) and v["false_positive_rate"] > 0.1, combiner
+
+
+def test_duplicate_canary_ids_across_files_are_refused(tmp_path):
+    from lmra.judge_check import load_canary_set
+
+    f = tmp_path / "mine.jsonl"
+    f.write_text(json.dumps(SHIPPED[0].model_dump() | {"expected": "reverse"}) + "\n", encoding="utf-8")
+    with pytest.raises(LmraInputError, match="in both"):
+        load_canary_set(["prompts/canaries/canaries.jsonl", str(f)])
+
+
+def test_gate_off_needs_a_waiver_sentence():
+    with pytest.raises(Exception, match="waiver"):
+        AuditConfig.model_validate({"judge_check": {"gate": False}})
+    assert not AuditConfig.model_validate({"judge_check": {"gate": False, "waiver": "demo"}}).judge_check.gate

@@ -103,7 +103,9 @@ def test_audit_end_to_end_against_local_server(tmp_path, llama_server):
         "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server},
     })
     res = Audit(cfg).run()
-    # 2 responses + the stereotype question in 2 orders, all through the SDK and the server
-    assert res.manifest["calls"]["fresh"] == 4 and res.manifest["calls"]["failed"] == 0
+    # 2 responses + the stereotype question in 2 orders + the judge check (5 canaries × 2
+    # orders), all through the SDK and the server
+    assert res.manifest["calls"]["fresh"] == 4 + 10 and res.manifest["calls"]["failed"] == 0
+    assert res.summary["judge_status"]["checked"] and len(res.summary["judge_status"]["reasons"]) >= 1
     assert set(res.ratings["method"]) <= {"logprobs", "text"}
     assert len(res.per_task) == 1

@@ -165,3 +165,22 @@ def test_min_on_sampled_answers_warns_and_auto_uses_mean(tmp_path, sim_inputs):
                 judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)).run()
     assert res.summary["combiner"] == "mean" and res.summary["warnings"] == []
     assert {"net_rating_min", "net_rating_mean", "net_rating_calibrated"} <= set(res.per_task.columns)
+
+
+def test_two_constant_runs_with_two_prompts_are_not_a_regression():
+    """Found by trying to break it: two runs whose per-prompt scores are constant (2 vs 2
+    prompts) were flagged with p = 0; the permutation test gives the exact 1/6."""
+    import numpy as np
+
+    from lmra.monitor import one_sided_permutation
+
+    assert one_sided_permutation(np.array([1.0, 1.0]), np.array([0.0, 0.0]), 0.0) == pytest.approx(1 / 6)
+    assert one_sided_permutation(np.ones(30), np.zeros(30), 0.0) < 0.001
+
+
+def test_a_placebo_too_small_to_test_is_not_called_consistent(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(20)
+    cfg = _cfg(tmp_path, names, prompts, placebo={"share": 0.01}, judge_check={"enabled": False})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=ScriptedJudge(good)).run()
+    pl = res.summary["placebo"][0]
+    assert pl["n_pairs"] == 1 and not pl["testable"] and not pl["flagged"]

@@ -140,7 +140,8 @@ def judge_status_text(status: dict | None) -> Text:
     why = "; ".join(status.get("reasons", []))
     tail = (f" Waived ({status.get('waiver') or 'gate off'}): the audit goes on and exits as usual, but the numbers "
             "below are not evidence about the chatbot." if status.get("waived") else
-            " The audit exits with status 5; the numbers below are written but are not evidence about the chatbot.")
+            " This failure is gated (lmra audit exits with status 5); the numbers below are written but are not "
+            "evidence about the chatbot.")
     return Text.assemble(("Judge status: FAILED", "bold red"), f" — {why}.{tail}")
 
 
@@ -158,8 +159,9 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
 
 def _placebo(console: Console, summary: dict) -> None:
     for r in summary.get("placebo") or []:
-        style = "bold red" if r.get("flagged") else "green"
-        verdict = "FLAGGED: excludes 0" if r.get("flagged") else "consistent with 0"
+        style = "bold red" if r.get("flagged") else ("green" if r.get("testable", True) else "yellow")
+        verdict = ("FLAGGED: excludes 0" if r.get("flagged") else "consistent with 0" if r.get("testable", True)
+                   else "too few prompts to test (raise [placebo] share)")
         console.print(f"[{style}]Placebo {r['placebo']}[/] (negative control for {r['comparison']}): net rating "
                       f"{_signed(r['net_rating'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] over "
                       f"{r['n_pairs']} pairs — {verdict}.")
