@@ -125,6 +125,8 @@ class Audit:
                  allow_unvalidated_judge: bool = False):
         self.cfg = config
         self.allow_unvalidated_judge = allow_unvalidated_judge
+        #: called with the judge-check verdict as soon as the canaries are rated (the CLI prints it)
+        self.on_judge_check: Callable[[dict], None] | None = None
         self._target, self._judge, self._judge2 = target, judge, judge2
         self.config_path = config_path
         self.progress = progress or _Progress()
@@ -385,6 +387,12 @@ class Audit:
         pass there). Returns (prompts, classifications, decisions, responses, refusals,
         ratings, quality_rows); the judge check's rated canaries go to ``self.canary_rows``."""
         self.canary_rows = await self._judge_check(inputs, judge, sem)
+        if self.on_judge_check is not None and not self.canary_rows.empty:
+            from lmra.judge.calibration import rescore
+            from lmra.judge_check import evaluate
+
+            self.on_judge_check(evaluate(rescore(self.canary_rows, self.run_combiner()[0])[0], self.cfg.judge_check,
+                                         self.cfg.judge))
         barrier()
         prompts, classifications = await self._classify(inputs, judge, sem)
         barrier()
@@ -761,6 +769,7 @@ class Audit:
                                      .value_counts().items()) if classifications else {},
             "judge_status": status,
             "warnings": warnings,
+            "refusal_labels": cfg.refusal.enabled,
             "n_filtered": len(decisions),
             "n_filtered_lexical": n_lex,
             "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,

@@ -99,6 +99,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded
 
+    if not cfg.batch:  # the verdict is known after the canaries: say it then, not after the whole audit
+        def early(verdict: dict) -> None:
+            word = "[bold green]passed[/]" if verdict["passed"] else "[bold red]FAILED[/]"
+            why = "" if verdict["passed"] else " — " + "; ".join(verdict["reasons"])
+            gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
+                    ("the failure is waived." if not cfg.judge_check.gate or args.allow_unvalidated_judge
+                     else "it will exit with status 5."))
+            console.print(f"Judge check {word} on {verdict['n_canaries']} canary pairs{why}.{gate}")
+
+        audit.on_judge_check = early
     try:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress

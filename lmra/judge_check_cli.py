@@ -128,13 +128,17 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
                             f"combiner {verdict['combiner']})", title_justify="left")
         for col in ("criterion", "value", "threshold", "result"):
             table.add_column(col, justify="left" if col == "criterion" else "right")
+        need = {"sensitivity": "≥ {}", "false_positive_rate": "≤ {}", "position_logit": "|b̂| ≤ {}",
+                "order_consistency": "≥ {}", "valid_option_mass": "≥ {}"}
         for name, c in verdict["criteria"].items():
-            table.add_row(name.replace("_", " "), _fmt(c["value"]), _fmt(c["threshold"]),
+            table.add_row(name.replace("_", " "), _fmt(c["value"]), need[name].format(_fmt(c["threshold"])),
                           "[green]pass[/]" if c["passed"] else "[bold red]FAIL[/]")
         console.print(table)
-        console.print(f"mean h on no-stereotype canaries {_fmt(verdict['mean_h_no_stereotype'])}; anti-stereotypes "
-                      f"blamed on the wrong group {_fmt(verdict['anti_stereotype_blamed'])}; {verdict['n_failed']} "
-                      f"failed calls, {verdict['n_invalid']} unusable answers.")
+        console.print(f"Mean pair score h (q_forward − q_reverse, 0 = no stereotype) on no-stereotype canaries "
+                      f"{_fmt(verdict['mean_h_no_stereotype'])}; share of anti-stereotypes blamed on the group that got "
+                      f"the counter-stereotypical answer {_fmt(verdict['anti_stereotype_blamed'])}; "
+                      f"{verdict['n_failed']} failed calls, {verdict['n_invalid']} unusable answers. "
+                      "What each criterion means: docs/judge_check.md.")
         if verdict["passed"]:
             console.print("[bold green]Judge check PASSED.[/]")
         else:

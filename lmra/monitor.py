@@ -542,6 +542,10 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         p_r, p_i = one_sided_permutation(x, y, margin), one_sided_permutation(y, x, margin)
         if note.startswith("zero variance"):
             note = ""
+        if len(x) >= 2 and len(y) >= 2 and 1 / math.comb(len(x) + len(y), len(x)) > alpha:
+            # no split of so few prompts can reach significance: not a test, so never a pass
+            p_r = p_i = math.nan
+            note = f"too few prompts to reach significance (smallest possible p {1 / math.comb(len(x) + len(y), len(x)):.3g})"
         rows.append(dict(zip(keys, key)) | {
             "n_run": len(x), "n_base": len(y),
             "h_run": float(x.mean()) if len(x) else math.nan, "h_base": float(y.mean()) if len(y) else math.nan,

@@ -184,3 +184,17 @@ def test_a_placebo_too_small_to_test_is_not_called_consistent(tmp_path, sim_inpu
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=ScriptedJudge(good)).run()
     pl = res.summary["placebo"][0]
     assert pl["n_pairs"] == 1 and not pl["testable"] and not pl["flagged"]
+
+
+def test_tasks_too_small_to_reach_significance_are_not_tested(tmp_path):
+    """Found by a new user: 2 prompts per task in both runs can never give p < α (the smallest
+    permutation p is 1/6), so such a check must not report 'No regression'."""
+    from monitor_helpers import make_run
+
+    low = {"write a story": 0.1, "career advice": 0.1}
+    a = make_run(tmp_path, "20260101-000000-nightly", low, seed=1, n_prompts=4)
+    b = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.9, "career advice": 0.9}, seed=2,
+                 n_prompts=4)
+    res = check_regression(load_run(b), load_run(a))
+    assert res.n_tested == 0 and res.exit_status == 2
+    assert all("too few prompts to reach significance" in n for n in res.tests["note"])

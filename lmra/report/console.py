@@ -34,7 +34,8 @@ def _ci_cell(mean: float, lo: float, hi: float) -> str:
     return text
 
 
-def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int) -> None:
+def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,
+                refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
         table = Table(title=f"Harmful-stereotype ratings: {ga} vs {gb}", title_justify="left")
         for col in ("domain", "task", "pairs", "invalid", "refusal", "unlabelled", "failed", "forward", "reverse",
@@ -42,7 +43,8 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
             table.add_column(col, justify="left" if col in ("domain", "task") else "right")
         for _, r in pt.iterrows():
             table.add_row(str(r["domain"]), str(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
-                          str(r["n_refusal"]), str(r.get("n_unlabelled", 0)), str(r["n_failed"]),
+                          str(r["n_refusal"]) if refusals_on else "off", str(r.get("n_unlabelled", 0))
+                          if refusals_on else "off", str(r["n_failed"]),
                           _rate(r["forward_rate"]),
                           _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
         console.print(table)
@@ -53,8 +55,10 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
             r = ov.iloc[0]
             p = "" if _nan(r["p_value"]) else f", p = {r['p_value']:.3g}"
             console.print(f"[bold]Overall {ga} vs {gb}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
-                          f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, {r['n_refusal']} with a refusal, "
-                          f"{r.get('n_unlabelled', 0)} unlabelled, {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
+                          f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, "
+                          + (f"{r['n_refusal']} with a refusal, {r.get('n_unlabelled', 0)} unlabelled"
+                             if refusals_on else "refusals not labelled ([refusal] enabled = false)")
+                          + f", {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
                           f"{_rate(r['reverse_rate'])}{p}")
 
 
@@ -153,8 +157,11 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
     for _, r in overall.iterrows():
         parts.append(f"{r['group_a']} vs {r['group_b']}: min {_signed(r['net_rating_min'])}, mean "
                      f"{_signed(r['net_rating_mean'])}, calibrated {_signed(r['net_rating_calibrated'])}")
-    console.print(f"[dim]Order combiner '{summary.get('combiner')}' used; net rating under each combiner — "
-                  + "; ".join(parts) + (f"; estimated position logit {b:+.3f}" if not _nan(b) else "") + ".[/]")
+    console.print(f"[dim]Order combiner '{summary.get('combiner')}' used; net rating under each combiner (min: "
+                  "per-outcome minimum of the two orders; mean: their average; calibrated: the judge's position "
+                  "preference removed first) — " + "; ".join(parts)
+                  + (f"; the judge's position logit on these pairs {b:+.3f} (0 = none; when the three "
+                     "disagree, its preference for Response 1 moves the result)" if not _nan(b) else "") + ".[/]")
 
 
 def _placebo(console: Console, summary: dict) -> None:
@@ -197,7 +204,7 @@ def render_audit(console: Console, result) -> None:
         console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {s['n_classified']} "
                       f"classified prompts into '{top}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
-    _stereotype(console, result.per_task, result.overall, conf)
+    _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True))
     _combiners(console, result.overall, s)
     _placebo(console, s)
     _refusals(console, result.refusals)

@@ -31,7 +31,7 @@ PER_TASK_SCHEMA: dict[str, str] = {
     "reverse_rate": "float64",
     "forward_reverse_ratio": "float64", "net_rating": "float64", "ci_low": "float64", "ci_high": "float64",
     "confidence": "float64", "p_value": "float64",
-    # added with judge validation (issue 10); additive, so the schema version is unchanged
+    # added with judge validation; additive, so the schema version is unchanged
     "n_unlabelled": "int64", "judge_status": "string", "interval": "string", "combiner": "string",
     "net_rating_min": "float64", "net_rating_mean": "float64", "net_rating_calibrated": "float64",
     "position_logit": "float64",
@@ -71,7 +71,7 @@ def per_task_table(run: RunFolder) -> pd.DataFrame:
     pt["target_model"], pt["judge_model"] = run.target_model, run.judge_model
     pt["confidence"] = run.summary.get("confidence", 0.95)
     pt["judge_status"] = run.judge_status
-    pt["interval"] = run.summary.get("interval", "t")  # runs before issue 10 used t-intervals
+    pt["interval"] = run.summary.get("interval", "t")  # runs before judge validation used t-intervals
     pt["combiner"] = run.combiner
     pt["position_logit"] = run.summary.get("position_logit")
     return _typed(pt, PER_TASK_SCHEMA)
