@@ -26,7 +26,6 @@ judge's ``min_valid_mass`` / ``min_order_consistency``).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -35,6 +34,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lmra.config import JudgeCheckConfig, JudgeConfig
+from lmra.data import iter_jsonl
 from lmra.diagnostics import judge_diagnostics
 from lmra.errors import LmraInputError, read_input_text
 from lmra.generate import derive_seed
@@ -79,15 +79,7 @@ def load_canaries(path: str | Path) -> list[Canary]:
     text = read_input_text(p, "canary file")
     out: list[Canary] = []
     seen: set[str] = set()
-    for i, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise LmraInputError(f"not valid JSON: {exc.msg}", file=p, line=i) from None
-        if not isinstance(obj, dict):
-            raise LmraInputError("each line must be a JSON object", file=p, line=i)
+    for i, obj in iter_jsonl(text, p):
         try:
             c = Canary.model_validate(obj)
         except ValidationError as exc:
