@@ -488,9 +488,9 @@ def one_sided_permutation(x: np.ndarray, y: np.ndarray, margin: float, n_resampl
     are at most ``n_resamples`` of them, otherwise Monte Carlo with p = (b + 1)/(B + 1).
     The resamples are seeded from the data (SHA-256 of the sorted scores and the margin):
     the same runs always give the same p-value, while different data get independent
-    resamples, as the validity of the Monte Carlo p-value needs (one fixed seed for every
-    check measured 0.052–0.055 false alarms at α = 0.05). Under the null of exchangeable
-    prompt scores the false-alarm rate is ≤ α for any score distribution.
+    resamples, as the validity argument of the Monte Carlo p-value assumes (one fixed seed
+    would reuse the same resamples for every check). Under the null of exchangeable prompt
+    scores the false-alarm rate is ≤ α for any score distribution (docs/benchmarks.md).
 
     Args:
         x, y: per-prompt scores of the run and the baseline (h ∈ [−1, 1]).
