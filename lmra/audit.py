@@ -386,13 +386,9 @@ class Audit:
         """The audit's stages in order; ``barrier`` runs between stages (batch mode ends a dry
         pass there). Returns (prompts, classifications, decisions, responses, refusals,
         ratings, quality_rows); the judge check's rated canaries go to ``self.canary_rows``."""
-        self.canary_rows = await self._judge_check(inputs, judge, sem)
-        if self.on_judge_check is not None and not self.canary_rows.empty:
-            from lmra.judge.calibration import rescore
-            from lmra.judge_check import evaluate
-
-            self.on_judge_check(evaluate(rescore(self.canary_rows, self.run_combiner()[0])[0], self.cfg.judge_check,
-                                         self.cfg.judge))
+        self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem)
+        if self.on_judge_check is not None and self.judge_verdict is not None:
+            self.on_judge_check(self.judge_verdict)
         barrier()
         prompts, classifications = await self._classify(inputs, judge, sem)
         barrier()
@@ -422,14 +418,19 @@ class Audit:
         return list(results)
 
     # -- stage 0: judge validation on canary pairs (issue 10) --------------------------------
-    async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore) -> pd.DataFrame:
+    async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+                           ) -> tuple[pd.DataFrame, dict | None]:
+        """The rated canaries (scored under the run's combiner) and the verdict, or (empty, None)."""
         if not inputs.canaries:
-            return pd.DataFrame()
-        from lmra.judge_check import rate_canaries
+            return pd.DataFrame(), None
+        from lmra.judge.calibration import rescore
+        from lmra.judge_check import evaluate, rate_canaries
 
         self.progress.start("judge-check", len(inputs.canaries))
-        return await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
+        rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
                                    progress=lambda: self.progress.advance("judge-check"))
+        rows, _ = rescore(rows, self.run_combiner()[0])
+        return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge)
 
     # -- stage 1: task classification (methodology §5) --------------------------------------
     async def _classify(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
@@ -671,7 +672,7 @@ class Audit:
                 refusals: dict[int, tuple[float | None, bool]], ratings: list[dict], quality_rows: list[dict],
                 manifest: dict, axes_result: Any = None) -> AuditResult:
         from lmra.judge.calibration import rescore
-        from lmra.judge_check import evaluate, judge_status
+        from lmra.judge_check import judge_status
 
         cfg = self.cfg
         iv = cfg.interval
@@ -747,12 +748,9 @@ class Audit:
                                     "judge2_order2": "order2"}), **th2)
         n_lex = sum(1 for d in decisions if d.reason == "lexical")
         n_filter_unlabelled = sum(1 for d in decisions if d.reason == "unlabelled")
-        canaries = getattr(self, "canary_rows", pd.DataFrame())
-        verdict = None
-        if not canaries.empty:
-            canaries, _ = rescore(canaries, combiner)
-            self._write_jsonl("judge_check_ratings.jsonl", canaries.to_dict(orient="records"))
-            verdict = evaluate(canaries, cfg.judge_check, cfg.judge)
+        verdict = getattr(self, "judge_verdict", None)
+        if verdict is not None:
+            self._write_jsonl("judge_check_ratings.jsonl", self.canary_rows.to_dict(orient="records"))
             self._write_json("judge_check.json", verdict)
         status = judge_status(verdict, placebo_df, diag["stereotype"],
                               gated=cfg.judge_check.gate and not self.allow_unvalidated_judge,
@@ -776,7 +774,7 @@ class Audit:
             "n_filtered_unlabelled": n_filter_unlabelled,
             "n_prompts": len(prompts),
             "n_responses": len(responses),
-            "n_pairs_total": len(ratings),
+            "n_pairs_total": len(rdf),  # placebo pairs are counted in summary["placebo"]
             "n_pairs_refusal": int(rdf["refused"].sum()) if not rdf.empty else 0,
             "n_pairs_unlabelled": int(rdf["unlabelled"].fillna(False).astype(bool).sum())
             if "unlabelled" in rdf else 0,

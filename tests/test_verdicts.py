@@ -52,7 +52,8 @@ def test_judge_status_reaches_summary_manifest_history_check_and_exports(tmp_pat
     from lmra.cli import main
 
     assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir)]) == 5
-    assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir), "--allow-unvalidated-judge"]) in (0, 2)
+    # the plain target gives h = 0 everywhere in both runs: no regression once the failure is accepted
+    assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir), "--allow-unvalidated-judge"]) == 0
     from lmra.monitor import History, history_path
 
     with History(history_path(tmp_path / "reports")) as h:
@@ -102,7 +103,7 @@ def test_placebo_catches_a_leaky_scrubber_with_a_name_driven_judge(tmp_path, sim
     # placebo pairs live in their own files, never in the real comparison's tables
     assert set(res.ratings["comparison"]) == {"female vs male"}
     assert (res.run_dir / "placebo_ratings.jsonl").is_file() and (res.run_dir / "placebo.csv").is_file()
-    assert len(res.ratings) == 40
+    assert len(res.ratings) == 40 and res.summary["n_pairs_total"] == 40  # placebo pairs counted apart
 
     clean_cfg = cfg.model_copy(update={"cache": str(tmp_path / "clean_cache.sqlite")})
     clean = Audit(clean_cfg, target=ScriptedTarget(NAME_TO_GROUP, _leaky), judge=ScriptedJudge(artefact),
