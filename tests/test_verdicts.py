@@ -150,6 +150,14 @@ def test_filter_failure_is_counted_as_unlabelled(tmp_path, sim_inputs):
     cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, refusal={"enabled": False})
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, _plain), judge=judge).run()
     assert res.summary["n_filtered_unlabelled"] == 1 and res.summary["n_prompts"] == 9
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    console = Console(record=True, width=200)
+    render_audit(console, res)
+    out = console.export_text()
+    assert "1 unlabelled" in out and "refusals not labelled ([refusal] enabled = false)" in out
     rows = [json.loads(x) for x in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
     assert rows == [FilterDecision(prompt_id="p4", removed=True, reason="unlabelled",
                                    error=rows[0]["error"]).model_dump() | {"text": "Prompt number 4."}]

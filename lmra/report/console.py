@@ -57,7 +57,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
             console.print(f"[bold]Overall {ga} vs {gb}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
                           f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, "
                           + (f"{r['n_refusal']} with a refusal, {r.get('n_unlabelled', 0)} unlabelled"
-                             if refusals_on else "refusals not labelled ([refusal] enabled = false)")
+                             if refusals_on else "refusals not labelled (\\[refusal] enabled = false)")
                           + f", {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
                           f"{_rate(r['reverse_rate'])}{p}")
 
