@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
-import json
 import math
+import os
+import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,8 @@ from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig, Group, dump_config
 from lmra.data import PromptRecord, load_names, load_prompts
 from lmra.diagnostics import judge_diagnostics
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, LmraIOError, io_reason
+from lmra.fileio import write_csv, write_json, write_jsonl, write_text
 from lmra.generate import Response, derive_seed, draw_name, names_for_group, personalized_messages, scrub_name
 from lmra.judge.filter import FilterDecision, check_prompt
 from lmra.judge.quality import rate_quality
@@ -43,6 +46,7 @@ from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
 from lmra.runfolder import package_versions
 from lmra.runfolder import jsonable
+from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir, failed_share, run_status
 
 UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
@@ -128,6 +132,8 @@ class Audit:
         #: called with the judge-check verdict as soon as the canaries are rated (the CLI prints it)
         self.on_judge_check: Callable[[dict], None] | None = None
         self._target, self._judge, self._judge2 = target, judge, judge2
+        self._given = (target is not None, judge is not None, judge2 is not None)
+        self.refusal_errors: dict[int, str] = {}  # response index → error of its failed refusal-label call
         self.config_path = config_path
         self.progress = progress or _Progress()
         self.stats = CallStats()
@@ -136,6 +142,31 @@ class Audit:
                              PriceTable.load(resolve_resource(config.prices, "prompts")))
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
+        self._dir_claimed = False
+        self._explicit_dir = run_dir is not None
+        self._lock: RunLock | None = None
+        #: called with one-line notices during the run (a cache write failed …); the CLI prints them
+        self.on_notice: Callable[[str], None] = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+
+    def claim_dir(self) -> Path:
+        """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
+        lock it for this process; returns it.
+
+        Raises:
+            LmraIOError: the folder cannot be created or locked.
+        """
+        if not self._dir_claimed:
+            if self._explicit_dir:
+                try:
+                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise LmraIOError(f"cannot create the run folder ({io_reason(exc)})", path=self.run_dir) from None
+            else:
+                self.run_dir = claim_run_dir(self.run_dir)
+            self._dir_claimed = True
+        if self._lock is None:
+            self._lock = RunLock(self.run_dir).acquire()
+        return self.run_dir
 
     # -- inputs ---------------------------------------------------------------------------
     def load_inputs(self) -> Inputs:
@@ -320,7 +351,28 @@ class Audit:
         """
         cfg = self.cfg
         inputs = self.load_inputs()
-        cache = CallCache(cfg.cache)
+        cache = CallCache(cfg.cache, on_write_error=self.on_notice)
+        try:
+            return await self._arun(inputs, cache)
+        finally:
+            cache.close()
+            await self._close_providers()
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    async def _close_providers(self) -> None:
+        """Close the clients this audit built (providers passed in are the caller's to close)."""
+        built = [p for p, given in ((self._target, self._given[0]), (self._judge, self._given[1]),
+                                    (self._judge2, self._given[2])) if p is not None and not given]
+        for p in {id(p): p for p in built}.values():
+            try:
+                await p.aclose()
+            except Exception:  # noqa: BLE001 — closing must not hide the run's own outcome
+                pass
+
+    async def _arun(self, inputs: Inputs, cache: CallCache) -> AuditResult:
+        cfg = self.cfg
 
         def wrap(p: Provider, m) -> Provider:
             limited = rate_limited(p, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
@@ -334,11 +386,13 @@ class Audit:
         judge = wrap(self._judge_provider(), cfg.judge)
         j2 = self._judge2_provider()
         judge2 = wrap(j2, cfg.judge2) if j2 is not None else None
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+        self.claim_dir()
+        write_text(self.run_dir / "config.toml", dump_config(cfg))
         manifest: dict[str, Any] = {
-            "status": "running",
+            "status": RUNNING,
             "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
             "seed": cfg.seed,
             "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url},
             "judge": {"provider": judge.name, "model": judge.model_id, "base_url": judge.base_url,
@@ -363,23 +417,25 @@ class Audit:
                                                         if r.comparison not in inputs.placebo]),
                     ratings=pd.DataFrame([r for r in ratings if not r.get("placebo")]),
                     prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir, progress=self.progress)
+            cache.flush()  # answered calls held after a failed cache write (disk full) are stored first
+            manifest["budget"] = self.budget.report()
+            return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
             if isinstance(exc, BudgetExceeded):
                 status = "stopped_by_budget"
             elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 status = "interrupted"
             else:
-                status = "failed"
-            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report()}
+                status = FAILED
+            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report(),
+                         "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
             if status != "interrupted":
                 manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
-            self._write_json("manifest.json", manifest)
+            try:
+                self._write_json("manifest.json", manifest)
+            except LmraIOError:
+                pass  # the disk is full: the folder stays 'running' and is reported 'stale' (its lock is gone)
             raise
-        finally:
-            cache.close()
-        manifest["budget"] = self.budget.report()
-        result = self._finish(inputs, *stages, manifest, axes_result)
-        return result
 
     async def _stages(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
                       sem: asyncio.Semaphore, barrier: Callable[[], None] = lambda: None) -> tuple:
@@ -441,14 +497,18 @@ class Audit:
         tpl_d, tpl_t = inputs.templates["classify_domain"], inputs.templates["classify_task"]
 
         async def one(p: PromptRecord) -> Classification:
-            async with sem:
-                return await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
-                                             text=p.text)
+            try:
+                async with sem:
+                    return await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
+                                                 text=p.text)
+            except ProviderError as exc:  # counted and left out, never audited under a guessed task
+                return Classification(domain=UNLABELLED, task=UNLABELLED, p_domain=None, p_task=None, failed=True,
+                                      error=str(exc))
 
         results = await self._gather("classify", [one(p) for p in todo])
         classes = {p.id: c for p, c in zip(todo, results)}
         out = [p if p.task else p.model_copy(update={"domain": classes[p.id].domain, "task": classes[p.id].task})
-               for p in inputs.prompts]
+               for p in inputs.prompts if p.task or not classes[p.id].failed]
         return out, classes
 
     # -- stage 2: domain/task filters, identity filter, N per task (methodology §1 step 6) ---
@@ -560,6 +620,7 @@ class Audit:
             return {}
         text_of = {p.id: p.text for p in prompts}
         todo = [(i, r) for i, r in enumerate(responses) if not r.error]
+        self.refusal_errors: dict[int, str] = {}
 
         async def one(i: int, r: Response) -> tuple[int, tuple[float | None, bool]]:
             try:
@@ -567,7 +628,8 @@ class Audit:
                     ans = await label_refusal(judge, cfg.judge, inputs.templates["refusal"], prompt=text_of[r.prompt_id],
                                               response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group,
                                                                                r.name, r.sample))
-            except ProviderError:
+            except ProviderError as exc:  # the pair is counted as failed (not as unlabelled)
+                self.refusal_errors[i] = str(exc)
                 return i, (None, False)
             refused = ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold
             return i, (ans.p_yes, refused)
@@ -615,6 +677,9 @@ class Audit:
             }
             if ra.error or rb.error:
                 return row | {"failed": True, "error": ra.error or rb.error}
+            refusal_error = self.refusal_errors.get(ia) or self.refusal_errors.get(ib)
+            if refusal_error:
+                return row | {"failed": True, "error": f"refusal label: {refusal_error}"}
             if row["refused"]:
                 return row
             if cfg.refusal.enabled and (row["refusal_a"] is None or row["refusal_b"] is None):
@@ -660,12 +725,10 @@ class Audit:
 
     # -- outputs --------------------------------------------------------------------------
     def _write_json(self, name: str, obj: Any) -> None:
-        (self.run_dir / name).write_text(json.dumps(jsonable(obj), indent=2, allow_nan=False), encoding="utf-8")
+        write_json(self.run_dir / name, jsonable(obj))
 
     def _write_jsonl(self, name: str, rows: list) -> None:
-        with (self.run_dir / name).open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
+        write_jsonl(self.run_dir / name, (jsonable(r) for r in rows))
 
     def _finish(self, inputs: Inputs, prompts: list[PromptRecord], classifications: dict[str, Classification],
                 decisions: list[FilterDecision], responses: list[Response],
@@ -702,18 +765,18 @@ class Audit:
         pt = aggregate.per_task(rdf, cfg.alpha, iv)
         pdm = aggregate.per_domain(rdf, cfg.alpha, iv)
         ov = aggregate.overall(rdf, cfg.alpha, iv)
-        pt.to_csv(self.run_dir / "per_task.csv", index=False)
-        pdm.to_csv(self.run_dir / "per_domain.csv", index=False)
+        write_csv(pt, self.run_dir / "per_task.csv")
+        write_csv(pdm, self.run_dir / "per_domain.csv")
         placebo_df = pd.DataFrame()
         if inputs.placebo:
             self._write_jsonl("placebo_responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if pl])
             self._write_jsonl("placebo_ratings.jsonl", placebo_rdf.to_dict(orient="records"))
             placebo_df = aggregate.placebo_table(placebo_rdf, inputs.placebo, cfg.alpha, iv)
-            placebo_df.to_csv(self.run_dir / "placebo.csv", index=False)
+            write_csv(placebo_df, self.run_dir / "placebo.csv")
 
         refusal_df = aggregate.refusal_table(rdf, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
         if not refusal_df.empty:
-            refusal_df.to_csv(self.run_dir / "refusals.csv", index=False)
+            write_csv(refusal_df, self.run_dir / "refusals.csv")
         qdf = pd.DataFrame(quality_rows)
         if combiner == "calibrated" and not qdf.empty:  # each criterion's own position logit
             qdf = pd.concat([rescore(g, combiner)[0] for _, g in qdf.groupby("criterion", sort=False)])
@@ -722,10 +785,10 @@ class Audit:
         quality_df = aggregate.quality_table(qdf, cfg.alpha) if cfg.quality.enabled else pd.DataFrame()
         if cfg.quality.enabled:
             self._write_jsonl("quality_ratings.jsonl", quality_rows)
-            quality_df.to_csv(self.run_dir / "quality.csv", index=False)
+            write_csv(quality_df, self.run_dir / "quality.csv")
         judges_df = aggregate.two_judges(rdf, cfg.alpha, iv) if cfg.judge2 is not None else pd.DataFrame()
         if not judges_df.empty:
-            judges_df.to_csv(self.run_dir / "judges.csv", index=False)
+            write_csv(judges_df, self.run_dir / "judges.csv")
 
         filtered_rows = [d.model_dump() | ({"lexical": [f"<{len(d.lexical)} phrase(s) redacted>"] if d.lexical
                                             else []} if cfg.redact else {"text": all_text.get(d.prompt_id)})
@@ -756,8 +819,20 @@ class Audit:
                               gated=cfg.judge_check.gate and not self.allow_unvalidated_judge,
                               waiver="--allow-unvalidated-judge" if self.allow_unvalidated_judge
                               else cfg.judge_check.waiver)
+        n_pairs_failed = int(rdf["failed"].fillna(False).astype(bool).sum()) if "failed" in rdf else 0
+        n_classify_failed = sum(1 for c in classifications.values() if c.failed)
+        n_filter_failed = sum(1 for d in decisions if d.reason == "unlabelled" and d.error)
+        share = failed_share(n_pairs_failed, len(rdf), n_classify_failed + n_filter_failed,
+                             len(cfg.comparisons) * cfg.samples_per_prompt)
+        run_st = run_status(share, cfg.max_failed_share, len(rdf) - n_pairs_failed)
         summary = {
             "schema_version": 2,
+            "run_status": run_st,
+            "n_pairs_failed": n_pairs_failed,
+            "n_prompts_classify_failed": n_classify_failed,
+            "n_prompts_filter_failed": n_filter_failed,
+            "failed_share": share,
+            "max_failed_share": cfg.max_failed_share,
             "name": cfg.name,
             "run_dir": str(self.run_dir),
             "redacted": cfg.redact,
@@ -798,7 +873,7 @@ class Audit:
         if axes_result is not None:
             summary["axes"] = axes_result.summary
         self._write_json("summary.json", summary)
-        manifest |= {"status": "complete", "judge_status": status["status"],
+        manifest |= {"status": run_st, "judge_status": status["status"],
                      "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                      "calls": self.stats.as_dict()}
         self._write_json("manifest.json", manifest)

@@ -1,7 +1,9 @@
 """The ``lmra`` command line.
 
 Exit status: 0 success, 2 usage or input error (a one-paragraph message naming the file,
-line and field; never a traceback), 1 failure, 3 a regression against the baseline,
+line and field; never a traceback), 1 failure (a run whose status is ``partial`` or ``failed``:
+more than ``max_failed_share`` of its pairs lost to failed calls; or an I/O failure such as a
+full disk, naming the path), 3 a regression against the baseline, 5 the judge failed validation,
 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
 ``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
 same command to resume).
@@ -18,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, LmraIOError
 
 from lmra.monitor_cli import _finite_float  # noqa: E402  (one argparse type for finite numbers)
 
@@ -86,6 +88,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.baseline:
         _precheck_baseline(cfg, args.baseline)
     audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
+    audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
+                                                    soft_wrap=True)
     inputs = audit.load_inputs()
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(inputs.prompts)} prompts in the file "
@@ -147,11 +151,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
                                         f"{errors[0]}"))
         return 1
+    if result.summary.get("run_status") == "failed":
+        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
+        err_console.print(Text.assemble(("failure: ", "bold red"), "no pair could be scored because model calls "
+                                        f"failed after every retry; first error: {errors[0]}"), highlight=False,
+                          soft_wrap=True)
+        return 1
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.monitor_cli import monitor_after_audit
 
     status = monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
                                  report=not args.no_report, console=console)
+    if result.summary.get("run_status") == "partial":
+        s = result.summary
+        err_console.print(Text.assemble(("partial run: ", "bold red"),
+                                        f"{s['failed_share']:.1%} of the planned pairs were lost to calls that failed "
+                                        f"after every retry (max_failed_share {s['max_failed_share']:.0%}); first "
+                                        f"error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
+                                        f"Exit status 1; 'latest' and 'last' skip this run. Run the same command "
+                                        "again to complete it from the cache."), highlight=False, soft_wrap=True)
+        return 1
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed":
         if js.get("gated"):
@@ -340,10 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     except LmraInputError as exc:
         err_console.print(Text.assemble(("error: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
         return 2
-    except (OSError, sqlite3.Error, UnicodeError, LookupError) as exc:
+    except LmraIOError as exc:
+        err_console.print(Text.assemble(("I/O failure: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
+        return 1
+    except (OSError, sqlite3.Error) as exc:  # a file or database of lmra's own that could not be used
         where = getattr(exc, "filename", None)
-        err_console.print(Text.assemble(("error: ", "bold red"), f"{where}: " if where else "",
+        err_console.print(Text.assemble(("I/O failure: ", "bold red"), f"{where}: " if where else "",
                                         f"{type(exc).__name__}: {exc}"), highlight=False, soft_wrap=True)
+        return 1
+    except (UnicodeError, LookupError) as exc:
+        err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
+                          soft_wrap=True)
         return 2
     except ProviderError as exc:
         err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)

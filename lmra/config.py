@@ -301,6 +301,10 @@ class AuditConfig(_Strict):
     output_dir: str = Field("reports", description="Folder under which run folders are written.")
     cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
+    max_failed_share: float = Field(
+        0.05, ge=0, le=1,
+        description="Largest share of the planned pairs that may be lost to calls failing after every retry; "
+        "above it the run's status is 'partial' and the audit exits with status 1.")
     interval: Literal["betting", "t"] = Field(
         "betting", description="Interval for net ratings and quality means: 'betting' (bounded-mean betting "
         "interval, keeps its coverage when stereotypes are rare) or 't' (t-interval).")

@@ -86,3 +86,31 @@ def read_input_text(path: str | Path, what: str, *, field: str | None = None) ->
     except OSError as exc:
         raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=p, field=field) from None
 
+
+
+class LmraIOError(Exception):
+    """A file or database could not be written or opened (disk full, read-only folder …).
+
+    The CLI prints one paragraph naming the path and exits with status 1 (a failure of the
+    machine, not of the input). Answered model calls are never dropped silently: the message
+    says how many could not be stored.
+
+    Attributes:
+        path: the file or folder concerned.
+        reason: what failed, in plain words (including the system's own message).
+    """
+
+    def __init__(self, reason: str, *, path: str | Path):
+        self.reason = reason
+        self.path = str(path)
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def io_reason(exc: BaseException) -> str:
+    """A short text for an OS or SQLite error (``No space left on device``, ``database or disk is full`` …)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__

@@ -181,11 +181,13 @@ class History:
     def scan(self) -> list[str]:
         """Register finished run folders next to the history file that are not registered yet
         (runs made before the history existed, or copied in); returns their ids."""
+        from lmra.runstate import FINISHED, folder_status
+
         known = set(self.runs()["run_id"])
         added = []
         for summary in sorted(self.path.parent.glob("*/summary.json")):
             folder = summary.parent
-            if folder.name in known:
+            if folder.name in known or folder_status(folder) not in FINISHED:  # failed / stale: not a run to keep
                 continue
             try:
                 added.append(self.register(load_run(folder)))
@@ -311,8 +313,10 @@ class History:
         if ref == "latest":
             self.scan()
             runs = self.runs()
+            runs = runs[runs["status"].fillna("complete") == "complete"]  # partial runs only when named
             if runs.empty:
-                raise LmraInputError(f"no finished run in {self.path.parent}", field="RUN")
+                raise LmraInputError(f"no complete run in {self.path.parent} (partial runs are used only when "
+                                     "named)", field="RUN")
             return self._load_id(str(runs.iloc[-1]["run_id"]))
         if ref in ("last", "pinned"):
             if relative_to is None:
@@ -330,7 +334,8 @@ class History:
             runs = self.runs(name=name)
             me = runs.index[runs["run_id"] == relative_to.run_id]
             earlier = runs.iloc[: int(me[0])] if len(me) else runs
-            earlier = earlier[earlier["run_id"] != relative_to.run_id]
+            earlier = earlier[(earlier["run_id"] != relative_to.run_id)
+                              & (earlier["status"].fillna("complete") == "complete")]  # never a partial baseline
             if earlier.empty:
                 raise LmraInputError(
                     f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline",

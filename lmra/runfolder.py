@@ -270,12 +270,17 @@ def load_run(path: str | Path) -> RunFolder:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise LmraInputError("no such run folder", file=p)
+    from lmra.runstate import FINISHED, STALE, folder_status
+
     missing = [f for f in REQUIRED_FILES if not (p / f).is_file()]
-    if missing:
-        status = ""
-        if (p / "manifest.json").is_file():
-            status = f" (manifest status: {_read_json(p / 'manifest.json').get('status', 'unknown')})"
-        raise LmraInputError(f"not a finished lmra run folder{status}: missing {', '.join(missing)}", file=p)
+    status = folder_status(p) if (p / "manifest.json").is_file() else None
+    if missing or status not in FINISHED:
+        why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
+                      "holds the folder's lock); run the same audit again to finish from the cache",
+               "running": "an audit is still writing it"}.get(status or "", "")
+        what = f"missing {', '.join(missing)}" if missing else "the run did not finish"
+        raise LmraInputError(f"not a finished lmra run folder (manifest status: {status or 'no manifest'}): {what}"
+                             + (f"; {why}" if why else ""), file=p / "manifest.json" if status else p)
     return RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json"),
                      manifest=_read_json(p / "manifest.json"),
                      config_text=(p / "config.toml").read_text(encoding="utf-8"))

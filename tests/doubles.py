@@ -33,6 +33,10 @@ def responses_in(request: ChatRequest) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+class SimulatedCrash(BaseException):
+    """A process dying mid-run (like Ctrl-C): not a provider failure, so it ends the run."""
+
+
 class ScriptedTarget:
     """A target whose response is ``script(group, rng)``; group looked up from the name."""
 
@@ -51,7 +55,7 @@ class ScriptedTarget:
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         if self.fail_after is not None and self.calls >= self.fail_after:
-            raise RuntimeError("simulated crash")
+            raise SimulatedCrash("simulated crash")
         if self.delay:
             await asyncio.sleep(self.delay)
         self.calls += 1

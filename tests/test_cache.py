@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NAME_TO_GROUP
-from doubles import ScriptedJudge, ScriptedTarget
+from doubles import SimulatedCrash, ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.cache import CallCache
 from lmra.config import AuditConfig
@@ -54,7 +54,7 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, sim_inputs):
     cfg = _cfg(tmp_path, names, prompts, concurrency=1)
     crashing = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r", fail_after=25)
     j1 = ScriptedJudge(_verdict)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(SimulatedCrash):
         Audit(cfg, target=crashing, judge=j1).run()
     assert crashing.calls == 25
     assert len(CallCache(cfg.cache)) == 25 + j1.calls  # the filter's LMRA calls ran before generation

@@ -87,6 +87,9 @@ class Classification(BaseModel):
     task: str
     p_domain: float | None
     p_task: float | None
+    #: the LMRA call failed after every retry: the prompt is left out of the audit and counted
+    failed: bool = False
+    error: str | None = None
 
 
 async def classify_prompt(provider: Provider, judge: JudgeConfig, taxonomy: Taxonomy, domain_tpl: Template,

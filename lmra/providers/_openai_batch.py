@@ -78,19 +78,23 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     that is not pure formatting (``**``, newline …): its ``top_logprobs`` plus the token
     itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`).
 
+    Returns:
+        the result; ``option_probs`` is None when the request asked for options and the
+        completion carries no log-probabilities (never a zero-mass reading).
+
     Raises:
-        ProviderError: the completion has no choices.
+        ProviderError: the completion has no choices (``kind="no_choices"``, retryable).
     """
     choices = _get(completion, "choices") or []
     if not choices:
-        raise ProviderError("openai response has no choices")
+        raise ProviderError("openai response has no choices", kind="no_choices", retryable=True)
     choice = choices[0]
     message = _get(choice, "message") or {}
     probs = None
-    if request.options:
+    lp = _get(choice, "logprobs")
+    content = (_get(lp, "content") if lp else None) or []
+    if request.options and content:  # an answer without log-probabilities keeps probs None
         probs = {o: 0.0 for o in request.options}
-        lp = _get(choice, "logprobs")
-        content = (_get(lp, "content") if lp else None) or []
         for pos in content:
             token = _get(pos, "token")
             if token and all(ch in _FORMATTING for ch in token):

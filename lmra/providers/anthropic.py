@@ -4,7 +4,8 @@ The Messages API returns no log-probabilities, so ``supports_logprobs`` is False
 LMRA layer estimates option probabilities by sampling the answer ``n_samples`` times at
 temperature 1 and records the method ``sampled`` on every judgment. System messages are
 passed in the API's ``system`` field. The API's default temperature is 1.0; another
-temperature is sent in the request body (some recent models reject it). The SDK retries 429/5xx/timeouts with backoff.
+temperature is sent in the request body (some recent models reject it). The SDK retries 429/5xx/timeouts with backoff;
+a 200 response that is not a valid message is retried here (``retry_call``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import anthropic
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError
+from lmra.providers._http import counting_client
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, retry_call
 
 
 class AnthropicProvider:
@@ -26,7 +28,8 @@ class AnthropicProvider:
         cfg: model config; ``model`` required; ``api_key_env`` names the key variable
             (default ``ANTHROPIC_API_KEY``); ``base_url`` optional. A ``base_url`` with no key
             set uses a placeholder key (for local gateways and tests).
-        http_client: optional ``httpx.AsyncClient`` (e.g. with a custom transport).
+        http_client: optional ``httpx2.AsyncClient`` (e.g. with a custom transport; default: the
+            SDK's client on a :class:`~lmra.providers._http.CountingTransport`, so retries are counted).
 
     Raises:
         LmraInputError: no API key for the default endpoint.
@@ -50,11 +53,13 @@ class AnthropicProvider:
         kwargs = {"api_key": key, "timeout": cfg.timeout_s, "max_retries": cfg.max_retries}
         if cfg.base_url:
             kwargs["base_url"] = cfg.base_url
-        if http_client is not None:
-            kwargs["http_client"] = http_client
+        kwargs["http_client"] = http_client or counting_client(anthropic.DefaultAsyncHttpxClient)
         self.client = anthropic.AsyncAnthropic(**kwargs)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
+        return await retry_call(lambda: self._once(request), self.cfg.max_retries)
+
+    async def _once(self, request: ChatRequest) -> ChatResult:
         # one definition of the wire format, shared with the Message Batches API (_anthropic_batch)
         from lmra.providers._anthropic_batch import message_params, message_result
 
@@ -65,9 +70,20 @@ class AnthropicProvider:
         t0 = time.perf_counter()
         try:
             resp = await self.client.messages.create(**kwargs)
+            return message_result(resp, model=self.model_id, provider=self.name,
+                                  latency_s=time.perf_counter() - t0)
+        except anthropic.APITimeoutError as exc:
+            raise ProviderError(f"anthropic call timed out after {self.cfg.timeout_s:g} s and "
+                                f"{self.cfg.max_retries} retries: {exc}", kind="timeout") from exc
+        except anthropic.APIConnectionError as exc:
+            raise ProviderError(f"anthropic connection failed: {exc}", kind="connection") from exc
+        except anthropic.APIStatusError as exc:
+            raise ProviderError(f"anthropic call failed: {exc}", kind=f"http_{exc.status_code}") from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"anthropic call failed: {exc}") from exc
-        return message_result(resp, model=self.model_id, provider=self.name, latency_s=time.perf_counter() - t0)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+            raise ProviderError(f"anthropic response is not a valid message ({type(exc).__name__}: {exc})",
+                                kind="malformed", retryable=True) from exc
 
     async def aclose(self) -> None:
         await self.client.close()

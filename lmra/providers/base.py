@@ -13,9 +13,14 @@ Nothing provider-specific lives outside ``lmra/providers/``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -72,6 +77,9 @@ class ChatResult(BaseModel):
         provider: provider name (``llamacpp``, ``openai``, ``anthropic`` or a custom name).
         latency_s: wall time of the fresh call in seconds (0 for cache hits is not rewritten).
         from_cache: True when served from the call cache.
+        degraded: why a usable answer is not the one asked for (``no_logprobs``: log-
+            probabilities were requested, the answer had none after every retry); such an
+            answer is used for this run but never cached.
     """
 
     text: str = ""
@@ -82,6 +90,7 @@ class ChatResult(BaseModel):
     provider: str = ""
     latency_s: float = 0.0
     from_cache: bool = False
+    degraded: str | None = None
 
 
 @runtime_checkable
@@ -111,7 +120,97 @@ class Provider(Protocol):
 
 
 class ProviderError(RuntimeError):
-    """A model call failed after the backend's own retries."""
+    """A model call failed after the backend's own retries.
+
+    Attributes:
+        kind: what failed, for the per-model counts in the manifest: ``malformed`` (an HTTP
+            200 body that is not a valid completion), ``no_choices``, ``timeout``,
+            ``connection``, ``http_<status>`` (e.g. ``http_429``), or ``error``.
+        retryable: True for faults of one response (malformed body, no choices, answer
+            without the log-probabilities asked for), which :func:`retry_call` tries again.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error", retryable: bool = False):
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+
+
+# -- per-call fault events ----------------------------------------------------------------
+#: The event counter of the call in progress (set by :func:`collect_events`, a context
+#: variable, so that it follows one asyncio task through every wrapper to the HTTP layer).
+_CALL_EVENTS: ContextVar[Counter | None] = ContextVar("lmra_call_events", default=None)
+
+
+def note_event(kind: str, n: int = 1) -> None:
+    """Count a fault event of the current call (``attempt``, ``retry``, ``http_429``,
+    ``http_5xx``, ``timeout``, ``connection``, ``malformed``, ``no_choices``, ``no_logprobs``).
+
+    Providers call it from their transport and retry code; outside :func:`collect_events`
+    it does nothing.
+    """
+    events = _CALL_EVENTS.get()
+    if events is not None:
+        events[kind] += n
+
+
+@contextmanager
+def collect_events() -> Iterator[Counter]:
+    """Collect the fault events of the calls made inside the block (one task's calls).
+
+    Yields:
+        a :class:`collections.Counter` of event kind → count, filled as the calls run.
+    """
+    events: Counter = Counter()
+    token = _CALL_EVENTS.set(events)
+    try:
+        yield events
+    finally:
+        _CALL_EVENTS.reset(token)
+
+
+#: Seconds before the first retry of a faulty response; doubled for each later retry.
+RETRY_BACKOFF_S = 0.25
+
+
+async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int,
+                     needs_logprobs: bool = False) -> ChatResult:
+    """Run ``call`` and retry faults of the response itself, which the SDKs do not retry.
+
+    The SDKs retry HTTP 429/5xx, timeouts and connection errors; a 200 response can still
+    be unusable: a body that is not JSON, a completion with no choices, or (when
+    ``needs_logprobs``) an answer without the log-probabilities it was asked for. Those
+    raise :class:`ProviderError` with ``retryable=True`` (or return a result with
+    ``option_probs`` None) and are tried again up to ``max_retries`` times with exponential
+    backoff (0.25 s, 0.5 s, 1 s …). Every retry is counted (``retry`` event).
+
+    Returns:
+        the first usable result; after the last retry, an answer still without
+        log-probabilities is returned as it is (marked ``degraded="no_logprobs"``: the LMRA
+        layer then parses its text, and the call cache does not keep it).
+
+    Raises:
+        ProviderError: the last attempt failed.
+    """
+    for attempt in range(max_retries + 1):
+        if attempt:
+            note_event("retry")
+            await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            result = await call()
+        except ProviderError as exc:
+            if exc.retryable:  # HTTP-level faults are counted by the transport
+                note_event(exc.kind)
+            if not exc.retryable or attempt == max_retries:
+                raise
+            continue
+        if needs_logprobs and result.option_probs is None:
+            note_event("no_logprobs")
+            if attempt == max_retries:
+                return result.model_copy(update={"degraded": "no_logprobs"})
+            continue
+        return result
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 _VARIANT_STRIP = re.compile(r"^[\s\*\(\[\"'`_#]*|[\s\)\]\.\:\*\"'`,_]*$")

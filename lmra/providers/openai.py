@@ -3,7 +3,8 @@
 Works with any server that speaks the Chat Completions API at a configurable ``base_url``
 (OpenAI, vLLM, Ollama, LM Studio, llama.cpp / llama-cpp-python servers). Option
 probabilities come from ``logprobs`` / ``top_logprobs`` of the first answer token, summed
-over variants (``A``, `` A``, ``A)`` …); the SDK retries 429/5xx/timeouts with backoff.
+over variants (``A``, `` A``, ``A)`` …); the SDK retries 429/5xx/timeouts with backoff, and
+faulty 200 responses are retried here (see :class:`OpenAIProvider`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import openai
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError
+from lmra.providers._http import counting_client
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, retry_call
+
+
+#: Answers to option questions without log-probabilities after which, with none ever seen
+#: with them, the endpoint is taken not to return log-probabilities at all.
+NO_LOGPROBS_ENDPOINT_AFTER = 3
 
 
 class OpenAIProvider:
@@ -25,6 +32,15 @@ class OpenAIProvider:
         cfg: model config; ``model`` required, ``base_url`` optional (SDK default otherwise),
             ``api_key_env`` names the key variable (default ``OPENAI_API_KEY``). A local
             ``base_url`` with no key set uses a placeholder key, since such servers ignore it.
+        http_client: optional ``httpx2.AsyncClient`` (default: the SDK's client on a
+            :class:`~lmra.providers._http.CountingTransport`, so that retries are counted).
+
+    Faults: the SDK retries 429/5xx/timeouts/connection errors (``max_retries``); a 200
+    response that is not a completion (a body that is not JSON, no choices) or an answer
+    to an option question without log-probabilities is retried by
+    :func:`~lmra.providers.base.retry_call` as often. An endpoint that has answered
+    ``NO_LOGPROBS_ENDPOINT_AFTER`` option questions without ever giving log-probabilities
+    is taken not to support them: its answers are parsed as text (method ``text``) and cached.
 
     Raises:
         LmraInputError: no API key for a remote endpoint.
@@ -33,7 +49,7 @@ class OpenAIProvider:
     name = "openai"
     supports_logprobs = True
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, http_client=None):
         env = cfg.api_key_env or "OPENAI_API_KEY"
         key = os.environ.get(env)
         if not key:
@@ -46,9 +62,17 @@ class OpenAIProvider:
         self.model_id = cfg.model or ""
         self.base_url = cfg.base_url or ""
         self.client = openai.AsyncOpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout_s,
-                                         max_retries=cfg.max_retries)
+                                         max_retries=cfg.max_retries,
+                                         http_client=http_client or counting_client(openai.DefaultAsyncHttpxClient))
+        self._logprobs_seen = False
+        self._answers_without_logprobs = 0
 
-    async def complete(self, request: ChatRequest) -> ChatResult:
+    @property
+    def endpoint_lacks_logprobs(self) -> bool:
+        """True once the endpoint has answered several option questions, never with log-probabilities."""
+        return not self._logprobs_seen and self._answers_without_logprobs >= NO_LOGPROBS_ENDPOINT_AFTER
+
+    async def _once(self, request: ChatRequest) -> ChatResult:
         # one definition of the wire format, shared with the Batch API (_openai_batch)
         from lmra.providers._openai_batch import chat_params, chat_result
 
@@ -56,10 +80,30 @@ class OpenAIProvider:
         try:
             resp = await self.client.chat.completions.create(**chat_params(self.model_id, request,
                                                                            self.cfg.top_logprobs))
+            result = chat_result(resp, request, model=self.model_id, provider=self.name,
+                                 latency_s=time.perf_counter() - t0)
+        except openai.APITimeoutError as exc:
+            raise ProviderError(f"openai call timed out after {self.cfg.timeout_s:g} s and "
+                                f"{self.cfg.max_retries} retries: {exc}", kind="timeout") from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderError(f"openai connection failed: {exc}", kind="connection") from exc
+        except openai.APIStatusError as exc:
+            raise ProviderError(f"openai call failed: {exc}", kind=f"http_{exc.status_code}") from exc
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai call failed: {exc}") from exc
-        return chat_result(resp, request, model=self.model_id, provider=self.name,
-                           latency_s=time.perf_counter() - t0)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+            raise ProviderError(f"openai response is not a valid completion ({type(exc).__name__}: {exc})",
+                                kind="malformed", retryable=True) from exc
+        if request.options:
+            if result.option_probs is not None:
+                self._logprobs_seen = True
+            else:
+                self._answers_without_logprobs += 1
+        return result
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        return await retry_call(lambda: self._once(request), self.cfg.max_retries,
+                                needs_logprobs=bool(request.options) and not self.endpoint_lacks_logprobs)
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -34,6 +34,41 @@ def _ci_cell(mean: float, lo: float, hi: float) -> str:
     return text
 
 
+_FAULTS = (("http_429", "429"), ("http_5xx", "5xx"), ("http_4xx", "4xx"), ("timeouts", "timeouts"),
+           ("connection_errors", "connection errors"), ("malformed", "malformed bodies"),
+           ("no_choices", "no choices"), ("no_logprobs", "answers without logprobs"))
+
+
+def call_counts_line(c: dict) -> str:
+    """One model's call counts: fresh, cached, failed (by kind), retries and the faults met."""
+    failed = c.get("failed", 0)
+    kinds = ", ".join(f"{k} {v}" for k, v in (c.get("failed_by_kind") or {}).items())
+    faults = ", ".join(f"{label} {c.get(k, 0)}" for k, label in _FAULTS if c.get(k))
+    out = (f"{c.get('fresh', 0)} fresh, {c.get('cached', 0)} cached, {failed} failed" + (f" ({kinds})" if kinds else "")
+           + f", {c.get('retries', 0)} retries" + (f"; faults met: {faults}" if faults else ""))
+    if c.get("degraded"):
+        out += f"; {c['degraded']} answers used without logprobs (parsed as text, not cached)"
+    if c.get("waited"):
+        out += f"; {c['waited']} waited for the same call in flight"
+    return out
+
+
+def _run_status(console: Console, s: dict) -> None:
+    st = s.get("run_status")
+    if st in (None, "complete") and not s.get("n_pairs_failed"):
+        return
+    share = s.get("failed_share", 0.0)
+    line = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
+            f"failed classification and {s.get('n_prompts_filter_failed', 0)} to failed identity-filter calls: "
+            f"{share:.1%} of the planned pairs (max_failed_share {s.get('max_failed_share', 0):.0%})")
+    if st == "complete":
+        console.print(Text(f"Run status: complete — {line}.", style="yellow"))
+    else:
+        console.print(Text(f"Run status: {str(st).upper()} — {line}. The numbers above miss those pairs; the run is "
+                           "not used as 'latest' or as a baseline unless named; re-run the same command to complete "
+                           "it from the cache.", style="bold red"))
+
+
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,
                 refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
@@ -183,6 +218,7 @@ def render_audit(console: Console, result) -> None:
     s, m = result.summary, result.manifest
     conf = int(round(100 * s.get("confidence", 0.95)))
     console.print(judge_status_text(s.get("judge_status")))
+    _run_status(console, s)
     for w in s.get("warnings", []):
         console.print(Text.assemble(("WARNING: ", "bold red"), w))
     flagged = {q: d for q, d in s.get("diagnostics", {}).items() if d.get("flagged")}
@@ -220,9 +256,11 @@ def render_audit(console: Console, result) -> None:
     cost = budget.get("cost_usd")
     tokens = (calls.get("prompt_tokens_fresh", 0) or 0) + (calls.get("completion_tokens_fresh", 0) or 0)
     console.print(f"Model calls: {calls.get('fresh', 0)} fresh ({tokens} tokens), {calls.get('cached', 0)} from "
-                  f"cache, {calls.get('failed', 0)} failed"
+                  f"cache, {calls.get('failed', 0)} failed, {calls.get('retries', 0)} retries"
                   + (f"; estimated cost ${cost:.4f} (price table {budget.get('price_table')})" if cost is not None
                      else "") + ".")
+    for label, c in (calls.get("by_model") or {}).items():
+        console.print(Text(f"  {label}: {call_counts_line(c)}"))
     console.print(
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
         "stereotypes more often in the direction that matches how the responses were really assigned; "

@@ -1,0 +1,79 @@
+"""Writing output files atomically, with I/O failures that name the path.
+
+Every file of a run folder (and every export) is written to a temporary file in the same
+folder and then renamed over the target (``os.replace``, atomic on POSIX): a reader, a
+crash, ``kill -9`` or a full disk never leaves a file cut mid-record; the old version, or
+none, stays. A write that fails (disk full, read-only folder) removes its temporary file and
+raises :class:`~lmra.errors.LmraIOError` naming the file (the CLI exits with status 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from lmra.errors import LmraIOError, io_reason
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file next to ``path``; on a clean exit it is flushed, synced and
+    renamed to ``path``; on an error it is removed and ``path`` is left as it was.
+
+    Args:
+        path: the final file.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        encoding: text encoding (ignored for bytes).
+
+    Raises:
+        LmraIOError: the file could not be written (naming ``path``).
+    """
+    path = Path(path)
+    tmp_name = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except OSError as exc:
+        raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_open`)."""
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
+    """Write JSON atomically; NaN/inf are refused (``allow_nan=False``): convert them first."""
+    write_text(path, json.dumps(obj, indent=indent, allow_nan=False, ensure_ascii=False))
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Any], dumps: Callable[[Any], str] | None = None) -> None:
+    """Write one JSON document per line atomically."""
+    dumps = dumps or (lambda r: json.dumps(r, allow_nan=False, ensure_ascii=False))
+    with atomic_open(path) as fh:
+        for row in rows:
+            fh.write(dumps(row) + "\n")
+
+
+def write_csv(df, path: str | Path, **kwargs) -> None:
+    """Write a pandas frame as CSV atomically (``index=False`` unless given)."""
+    kwargs.setdefault("index", False)
+    with atomic_open(path) as fh:
+        df.to_csv(fh, **kwargs)

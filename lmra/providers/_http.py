@@ -1,0 +1,59 @@
+"""An httpx2 transport that counts every HTTP attempt an SDK makes, so that retries are visible.
+
+The official SDKs retry 429, 5xx, timeouts and connection errors inside one
+``create(...)`` call. Handing them an ``httpx.AsyncClient`` built on
+:class:`CountingTransport` counts each attempt and its outcome as fault events of the call in
+progress (:func:`lmra.providers.base.note_event`): ``attempt``, ``http_429``, ``http_5xx``,
+``http_4xx``, ``timeout``, ``connection``. :class:`~lmra.cache.CachedProvider` folds them into
+the per-model counts of the manifest (``retries`` = attempts − 1 per call).
+"""
+
+from __future__ import annotations
+
+import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
+
+from lmra.providers.base import note_event
+
+
+class CountingTransport(httpx.AsyncBaseTransport):
+    """Wrap an httpx async transport; count attempts, error statuses, timeouts and connection errors.
+
+    Args:
+        inner: the transport that does the work (default ``httpx.AsyncHTTPTransport()``).
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None):
+        self.inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        note_event("attempt")
+        try:
+            response = await self.inner.handle_async_request(request)
+        except httpx.TimeoutException:
+            note_event("timeout")
+            raise
+        except httpx.TransportError:
+            note_event("connection")
+            raise
+        code = response.status_code
+        if code == 429:
+            note_event("http_429")
+        elif code >= 500:
+            note_event("http_5xx")
+        elif code >= 400:
+            note_event("http_4xx")
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.AsyncBaseTransport | None = None
+                    ) -> httpx.AsyncClient:
+    """An SDK's default async httpx client (its timeouts and connection limits) on a :class:`CountingTransport`.
+
+    Args:
+        client_class: ``openai.DefaultAsyncHttpxClient`` or ``anthropic.DefaultAsyncHttpxClient``.
+        transport: the transport to count (default: a plain ``httpx.AsyncHTTPTransport``).
+    """
+    return client_class(transport=CountingTransport(transport))

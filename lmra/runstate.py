@@ -1,0 +1,170 @@
+"""The life of a run folder: claiming a new folder, the lock of the process writing it, and
+the run status every command reads.
+
+Statuses (``manifest.json`` ``status``):
+
+* ``running`` — an audit is writing the folder; its process holds ``run.lock``
+  (``fcntl.flock``, released by the kernel when the process ends, even on ``kill -9``).
+* ``stale`` — the manifest says ``running`` but no process holds the lock: the audit was
+  killed or the machine stopped. Readers report it as such (and mark the manifest).
+* ``complete`` — finished, with at most ``max_failed_share`` of its planned pairs lost to
+  failed calls.
+* ``partial`` — finished, but more than ``max_failed_share`` of its planned pairs were lost
+  to calls that failed after every retry: the numbers are written, the exit status is 1,
+  and ``latest`` / ``last`` skip the run unless it is named explicitly.
+* ``failed`` — no pair could be scored because calls failed (or the run stopped on an
+  error); exit status 1.
+* ``stopped_by_budget`` (exit 4), ``interrupted`` (Ctrl-C / SIGTERM, exit 130).
+
+Only ``complete`` runs are baselines or ``latest``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import IO
+
+from lmra.errors import LmraIOError, io_reason
+
+COMPLETE, PARTIAL, FAILED, RUNNING, STALE = "complete", "partial", "failed", "running", "stale"
+#: statuses of runs that finished and wrote their numbers
+FINISHED = (COMPLETE, PARTIAL)
+LOCK_FILE = "run.lock"
+
+
+def claim_run_dir(base: Path) -> Path:
+    """Create a new, empty run folder: ``base``, or ``base-2``, ``base-3`` … when taken.
+
+    Never reuses a folder: two audits with the same name started in the same second get
+    two folders (``mkdir`` without ``exist_ok`` is atomic).
+
+    Raises:
+        LmraIOError: the folder cannot be created (read-only location, disk full …).
+    """
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LmraIOError(f"cannot create the output folder ({io_reason(exc)})", path=base.parent) from None
+    for i in range(1, 10_000):
+        cand = base if i == 1 else base.with_name(f"{base.name}-{i}")
+        try:
+            cand.mkdir()
+            return cand
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise LmraIOError(f"cannot create the run folder ({io_reason(exc)})", path=cand) from None
+    raise LmraIOError("no free run folder name (10,000 taken)", path=base)
+
+
+class RunLock:
+    """The lock an audit holds on its run folder while it writes it (see the module docstring).
+
+    Args:
+        run_dir: the run folder.
+    """
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fh: IO | None = None
+
+    def acquire(self) -> "RunLock":
+        """Take the lock (non-blocking; a fresh folder is never locked).
+
+        Raises:
+            LmraIOError: the lock file cannot be written, or another process holds it.
+        """
+        try:
+            self._fh = self.path.open("a+")
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._fh.seek(0)
+            self._fh.truncate()
+            self._fh.write(f"{os.getpid()}\n")
+            self._fh.flush()
+        except BlockingIOError:
+            raise LmraIOError("another process is writing this run folder", path=self.path.parent) from None
+        except OSError as exc:
+            raise LmraIOError(f"cannot lock the run folder ({io_reason(exc)})", path=self.path) from None
+        return self
+
+    def release(self) -> None:
+        """Release the lock (the file stays; an unlocked file means nobody is writing)."""
+        if self._fh is not None:
+            try:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+                self._fh.close()
+            except OSError:
+                pass
+            self._fh = None
+
+
+def is_locked(run_dir: Path) -> bool:
+    """True when a live process holds the run folder's lock."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.is_file():
+        return False
+    try:
+        with path.open("r") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def folder_status(run_dir: str | Path, *, mark: bool = True) -> str:
+    """The status of a run folder, with stale detection.
+
+    Args:
+        run_dir: the folder.
+        mark: rewrite a stale folder's manifest status to ``stale`` (with the time it was found).
+
+    Returns:
+        the manifest's status (``complete``, ``partial``, ``failed``, ``running``, ``stale``,
+        ``stopped_by_budget``, ``interrupted`` …); ``running`` becomes ``stale`` when no
+        process holds the folder's lock; ``unknown`` without a readable manifest.
+    """
+    p = Path(run_dir) / "manifest.json"
+    try:
+        manifest = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "unknown"
+    status = str(manifest.get("status", "unknown"))
+    if status == RUNNING and not is_locked(Path(run_dir)):
+        status = STALE
+        if mark:
+            from lmra.fileio import write_json
+
+            manifest |= {"status": STALE, "stale_found": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+            try:
+                write_json(p, manifest)
+            except LmraIOError:
+                pass  # read-only copy: the status is still reported as stale
+    return status
+
+
+def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs_per_prompt: int) -> float:
+    """Share of the planned pairs lost to calls that failed after every retry.
+
+    ``(n_pairs_failed + n_prompts_failed × pairs_per_prompt) / (n_pairs + n_prompts_failed ×
+    pairs_per_prompt)``: a prompt whose classification or identity-filter call failed loses
+    all its pairs. 0 when nothing was planned.
+    """
+    lost = n_pairs_failed + n_prompts_failed * pairs_per_prompt
+    planned = n_pairs + n_prompts_failed * pairs_per_prompt
+    return lost / planned if planned else 0.0
+
+
+def run_status(share: float, max_share: float, n_scored: int) -> str:
+    """``failed`` when nothing was scored and calls failed, ``partial`` when ``share`` exceeds
+    ``max_share``, else ``complete``."""
+    if n_scored == 0 and share > 0:
+        return FAILED
+    return PARTIAL if share > max_share else COMPLETE

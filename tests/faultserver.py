@@ -1,0 +1,190 @@
+"""A local OpenAI-compatible Chat Completions server on 127.0.0.1 that injects faults.
+
+Answers are deterministic functions of the request body (the same request always gets the
+same completion and the same log-probabilities), so a run against it can be compared with a
+fault-free run. With ``fault_rate`` > 0, that share of requests (chosen by a seeded random
+stream) meets one of :data:`FAULTS`:
+
+* ``malformed`` — HTTP 200 with a body cut mid-JSON;
+* ``no_choices`` — HTTP 200, a completion with ``choices: []``;
+* ``no_logprobs`` — HTTP 200, the right answer without its ``logprobs`` (requests asking for
+  log-probabilities only; others get ``http_500`` instead);
+* ``http_429`` — 429 with ``retry-after-ms``;
+* ``http_500``, ``http_503`` — server errors;
+* ``hang`` — no answer for ``hang_s`` seconds (past the client's timeout), then a valid one.
+
+The LMRA it plays prefers the first-shown response in a logit-like way, leaves probability on
+the neutral option and on tokens that are no option, so that ratings are not trivial.
+
+Run it by hand: ``python tests/faultserver.py --port 8900 --fault-rate 0.2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAULTS = ("malformed", "no_choices", "no_logprobs", "http_429", "http_500", "http_503", "hang")
+#: answer tokens the LMRA puts probability on (options of every lmra question, plus noise)
+TOKENS = ("A", "B", "C", "D", "E", "F", "G", "H", " A", "The", "I")
+
+
+def _digest(body: dict) -> bytes:
+    keep = {k: body.get(k) for k in ("model", "messages", "temperature", "max_tokens", "seed", "top_logprobs")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).digest()
+
+
+def _logprobs(body: dict, k: int) -> list[tuple[str, float]]:
+    """Deterministic top-k log-probabilities of the first answer token."""
+    rng = random.Random(_digest(body))
+    logits = {t: rng.gauss(0.0, 1.0) for t in TOKENS}
+    logits["A"] += 0.6  # first-shown preference
+    logits["C"] += 1.0  # mass on "no stereotype" / the neutral option
+    last = (body.get("messages") or [{}])[-1].get("content", "")
+    for letter in ("A", "B"):  # yes/no questions (refusal, identity filter): mostly "No"
+        if f"{letter}) No" in last:
+            logits[letter] += 3.0
+    z = math.log(sum(math.exp(v) for v in logits.values()))
+    ranked = sorted(((t, v - z) for t, v in logits.items()), key=lambda x: -x[1])
+    return ranked[:k]
+
+
+def completion(body: dict, *, with_logprobs: bool = True) -> dict:
+    """The fault-free completion of a request body."""
+    wants_lp = bool(body.get("logprobs"))
+    choice: dict = {"index": 0, "finish_reason": "stop"}
+    if wants_lp:
+        top = _logprobs(body, int(body.get("top_logprobs") or 5))
+        choice["message"] = {"role": "assistant", "content": top[0][0]}
+        if with_logprobs:
+            choice["logprobs"] = {"content": [{"token": top[0][0], "logprob": top[0][1], "bytes": None,
+                                               "top_logprobs": [{"token": t, "logprob": lp, "bytes": None}
+                                                                for t, lp in top]}]}
+        else:
+            choice["logprobs"] = None
+    else:
+        h = _digest(body).hex()
+        choice["message"] = {"role": "assistant", "content": f"Here is a helpful answer number {h[:10]}. "
+                                                             f"It covers the topic in {int(h[10:12], 16) % 7 + 2} "
+                                                             "short points."}
+    return {"id": "chatcmpl-" + _digest(body).hex()[:12], "object": "chat.completion", "created": 0,
+            "model": body.get("model", "fake"), "choices": [choice],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}}
+
+
+class FaultServer:
+    """The server, started in a daemon thread.
+
+    Args:
+        fault_rate: share of requests that meet a fault (changeable while running).
+        faults: the fault kinds drawn from, uniformly.
+        hang_s: how long a ``hang`` waits before answering.
+        seed: seed of the fault draws.
+        delay_s: latency added to every answer (to keep calls in flight).
+        requests_by_body: how often each distinct request body was received.
+    """
+
+    def __init__(self, fault_rate: float = 0.0, faults: tuple[str, ...] = FAULTS, hang_s: float = 1.5,
+                 seed: int = 0, port: int = 0, delay_s: float = 0.0):
+        self.fault_rate = fault_rate
+        self.delay_s = delay_s
+        self.faults = faults
+        self.hang_s = hang_s
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.injected: Counter = Counter()
+        self.requests = 0
+        self.requests_by_body: Counter = Counter()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code: int, data: bytes, headers: dict | None = None) -> None:
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self):
+                self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                with server.lock:
+                    server.requests_by_body[_digest(body)] += 1
+                if server.delay_s:
+                    time.sleep(server.delay_s)
+                fault = server.draw(bool(body.get("logprobs")))
+                if fault == "malformed":
+                    text = json.dumps(completion(body))
+                    self._send(200, text[: len(text) // 2].encode())
+                elif fault == "no_choices":
+                    self._send(200, json.dumps(completion(body) | {"choices": []}).encode())
+                elif fault == "no_logprobs":
+                    self._send(200, json.dumps(completion(body, with_logprobs=False)).encode())
+                elif fault == "http_429":
+                    self._send(429, b'{"error": {"message": "rate limited", "type": "rate_limit"}}',
+                               {"retry-after-ms": "30"})
+                elif fault in ("http_500", "http_503"):
+                    self._send(int(fault[5:]), b'{"error": {"message": "server error", "type": "server"}}')
+                elif fault == "hang":
+                    time.sleep(server.hang_s)
+                    self._send(200, json.dumps(completion(body)).encode())
+                else:
+                    self._send(200, json.dumps(completion(body)).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def draw(self, wants_logprobs: bool) -> str | None:
+        """The fault of the next request, or None; counted in :attr:`injected`."""
+        with self.lock:
+            self.requests += 1
+            if self.rng.random() >= self.fault_rate:
+                return None
+            fault = self.rng.choice(self.faults)
+            if fault == "no_logprobs" and not wants_logprobs:
+                fault = "http_500"
+            self.injected[fault] += 1
+            return fault
+
+    def __enter__(self) -> "FaultServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=8900)
+    ap.add_argument("--fault-rate", type=float, default=0.2)
+    ap.add_argument("--hang-s", type=float, default=1.5)
+    a = ap.parse_args()
+    with FaultServer(a.fault_rate, hang_s=a.hang_s, port=a.port) as srv:
+        print(f"serving on {srv.url} with {a.fault_rate:.0%} faults; Ctrl-C to stop", flush=True)
+        try:
+            srv.thread.join()
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,281 @@
+"""Provider faults against a real local OpenAI-compatible server (tests/faultserver.py).
+
+Acceptance of issue 11: at 20% faulty requests (malformed 200 bodies, no choices, answers
+without logprobs, 429 with retry-after, 500, 503, hangs past the timeout) one ``lmra audit``
+completes without a traceback; every fault and failure is counted per model; the pairs
+that succeeded carry the ratings of a fault-free run; a re-run against the healthy server
+completes the rest and equals the clean run.
+"""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faultserver import FAULTS, FaultServer
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.config import ModelConfig
+from lmra.providers.base import ChatRequest, Message
+from lmra.providers.openai import NO_LOGPROBS_ENDPOINT_AFTER, OpenAIProvider
+
+TASKS = ["write a story", "career advice", "exercise plan", "explain a concept", "write a poem", "write code",
+         "packing list", "write a joke"]
+
+
+def _config(path: Path, url: str, cache: Path, out: Path, *, retries: int = 1, per_task: int = 2,
+            tasks=TASKS, extra: str = "") -> Path:
+    path.write_text(f'''name = "faults"
+prompts_per_task = {per_task}
+tasks = {json.dumps(tasks)}
+concurrency = 4
+cache = "{cache}"
+output_dir = "{out}"
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+timeout_s = 1.0
+max_retries = {retries}
+[judge]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+timeout_s = 1.0
+max_retries = {retries}
+{extra}''')
+    return path
+
+
+def _audit(cfg: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress",
+                           "--no-report", "--allow-unvalidated-judge"], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _run_dirs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.glob("*/manifest.json"))
+
+
+def _ratings(run_dir: Path) -> pd.DataFrame:
+    return pd.read_json(run_dir / "ratings.jsonl", lines=True).set_index("pair_id")
+
+
+def _clean(stderr: str) -> None:
+    for bad in ("Traceback", "Task exception was never retrieved", "Event loop is closed", "Unclosed"):
+        assert bad not in stderr, stderr[-3000:]
+
+
+def test_audit_through_20_percent_faults_counts_everything_and_resumes_to_the_clean_result(tmp_path):
+    with FaultServer(fault_rate=0.0, hang_s=1.6, seed=11) as srv:
+        clean_cfg = _config(tmp_path / "clean.toml", srv.url, tmp_path / "clean.sqlite", tmp_path / "clean",
+                            per_task=3)
+        r0 = _audit(clean_cfg, tmp_path)
+        _clean(r0.stderr)
+        assert r0.returncode == 0, r0.stderr
+        (clean_dir,) = _run_dirs(tmp_path / "clean")
+        clean = _ratings(clean_dir)
+        assert json.loads((clean_dir / "manifest.json").read_text())["status"] == "complete"
+
+        srv.fault_rate, srv.injected = 0.2, type(srv.injected)()
+        faulty_cfg = _config(tmp_path / "faulty.toml", srv.url, tmp_path / "faulty.sqlite", tmp_path / "faulty",
+                             per_task=3)
+        r1 = _audit(faulty_cfg, tmp_path)
+        _clean(r1.stderr)
+        assert r1.returncode in (0, 1), r1.stderr  # 1 = partial (more than 5% of the pairs lost)
+        (faulty_dir,) = _run_dirs(tmp_path / "faulty")
+        manifest = json.loads((faulty_dir / "manifest.json").read_text())
+        summary = json.loads((faulty_dir / "summary.json").read_text())
+        calls = manifest["calls"]["by_model"]["openai:fake"]
+        inj = srv.injected
+        assert set(inj) == set(FAULTS), inj  # every fault kind was met
+        # every injected fault is counted, kind by kind
+        assert calls["http_429"] == inj["http_429"]
+        assert calls["http_5xx"] == inj["http_500"] + inj["http_503"]
+        assert calls["timeouts"] == inj["hang"]
+        assert calls["malformed"] == inj["malformed"]
+        assert calls["no_choices"] == inj["no_choices"]
+        assert calls["no_logprobs"] == inj["no_logprobs"]
+        assert calls["retries"] > 0 and calls["failed"] == manifest["calls"]["failed"] > 0
+        assert calls["fresh"] + calls["failed"] + calls["retries"] == srv.requests - r0_requests(clean_dir)
+        # the console shows them
+        assert "retries" in r1.stdout and "faults met" in r1.stdout
+        # status and exit status follow max_failed_share
+        expected = "partial" if summary["failed_share"] > summary["max_failed_share"] else "complete"
+        assert manifest["status"] == summary["run_status"] == expected
+        assert r1.returncode == (1 if expected == "partial" else 0)
+
+        faulty = _ratings(faulty_dir)
+        # no pair silently dropped: a missing pair's prompt lost its identity-filter call (counted)
+        lost = pd.read_json(faulty_dir / "filtered_prompts.jsonl", lines=True)
+        lost = set(lost[(lost["reason"] == "unlabelled") & lost["error"].notna()]["prompt_id"]) if len(lost) else set()
+        assert set(faulty.index) <= set(clean.index)
+        assert {pid.split("|")[0] for pid in set(clean.index) - set(faulty.index)} == lost
+        assert summary["n_prompts_filter_failed"] == len(lost)
+        ok = faulty[~faulty["failed"]]
+        assert faulty["failed"].sum() == summary["n_pairs_failed"]
+        assert summary["n_pairs_failed"] + summary["n_prompts_filter_failed"] > 0
+        lp = ok[[o1["method"] == o2["method"] == "logprobs" for o1, o2 in zip(ok["order1"], ok["order2"])]]
+        assert len(lp) >= 0.5 * len(ok) > 0
+        for col in ("h", "q_F", "q_R", "q_N", "valid", "refused"):
+            pd.testing.assert_series_equal(lp[col], clean.loc[lp.index, col], check_names=False)
+
+        # the same command against the healthy server completes the rest and equals the clean run
+        srv.fault_rate = 0.0
+        r2 = _audit(faulty_cfg, tmp_path)
+        _clean(r2.stderr)
+        assert r2.returncode == 0, r2.stderr
+        resumed_dir = [d for d in _run_dirs(tmp_path / "faulty") if d != faulty_dir][0]
+        resumed = _ratings(resumed_dir)
+        cols = ["h", "q_F", "q_R", "q_N", "valid", "refused", "failed"]
+        pd.testing.assert_frame_equal(resumed[cols].sort_index(), clean[cols].sort_index())
+        assert (resumed_dir / "per_task.csv").read_text() == (clean_dir / "per_task.csv").read_text()
+        m2 = json.loads((resumed_dir / "manifest.json").read_text())
+        assert m2["status"] == "complete" and m2["calls"]["failed"] == 0
+        # nothing answered was asked twice: the faulty run's cached answers plus the re-run's
+        # fresh calls are exactly the clean run's calls
+        assert m2["calls"]["fresh"] + calls["fresh"] - calls["degraded"] == r0_requests(clean_dir)
+        assert m2["calls"]["cached"] == calls["fresh"] - calls["degraded"]
+
+
+def r0_requests(clean_dir: Path) -> int:
+    return json.loads((clean_dir / "manifest.json").read_text())["calls"]["fresh"]
+
+
+def test_every_call_failing_is_a_failed_run_that_no_command_takes_as_latest(tmp_path, capsys):
+    from lmra.cli import main
+
+    with FaultServer(fault_rate=1.0, faults=("http_503",)) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", retries=0, per_task=1,
+                      tasks=TASKS[:2])
+        r = _audit(cfg, tmp_path)
+    _clean(r.stderr)
+    assert r.returncode == 1 and ("no pair could be scored" in r.stderr or "nothing was audited" in r.stderr)
+    (run_dir,) = _run_dirs(tmp_path / "out")
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "failed"
+    code = main(["export", "latest", "--format", "csv", "--reports-dir", str(tmp_path / "out"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no complete run" in err and not (tmp_path / "x").exists()
+
+
+def test_partial_run_is_skipped_by_latest_and_last(tmp_path, capsys):
+    from lmra.cli import main
+    from lmra.monitor import History, history_path
+    from lmra.runfolder import load_run
+
+    out = tmp_path / "out"
+    only_pairs = "[filter]\nlmra = false\n[refusal]\nenabled = false\n"  # faults hit generation and ratings only
+    with FaultServer(fault_rate=0.0, seed=3) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", out, retries=0, extra=only_pairs)
+        assert _audit(cfg, tmp_path).returncode == 0
+        time.sleep(1.1)
+        srv.fault_rate, srv.faults = 0.1, ("http_500",)
+        cfg2 = _config(tmp_path / "c2.toml", srv.url, tmp_path / "c2.sqlite", out, retries=0, extra=only_pairs)
+        r = _audit(cfg2, tmp_path)
+    assert r.returncode == 1 and "partial run" in r.stderr, r.stderr
+    complete, partial = _run_dirs(out)
+    assert json.loads((partial / "manifest.json").read_text())["status"] == "partial"
+    with History(history_path(out)) as h:
+        assert h.resolve("latest").path == complete
+        assert h.resolve("last", relative_to=load_run(partial)).path == complete
+        assert h.resolve(str(partial)).path == partial  # named explicitly, it is used
+    code = main(["export", "latest", "--format", "csv", "--reports-dir", str(out), "--out", str(tmp_path / "pt")])
+    capsys.readouterr()
+    assert code == 0 and (tmp_path / "pt" / "per_task.csv").exists()
+
+
+def _req(i: int = 0) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=f"Question {i}? Answer with a single letter.")],
+                       temperature=0.0, max_tokens=1, options=("A", "B", "C"), top_logprobs=5, seed=i)
+
+
+def test_an_answer_without_logprobs_is_retried_then_used_as_text_and_never_cached(tmp_path):
+    with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=2, timeout_s=2)
+        cache = CallCache(tmp_path / "c.sqlite")
+        stats = CallStats()
+
+        async def go():
+            prov = CachedProvider(OpenAIProvider(cfg), cache, stats)
+            res = await prov.complete(_req())
+            await prov.aclose()
+            return res
+
+        res = asyncio.run(go())
+        assert res.option_probs is None and res.degraded == "no_logprobs"  # never a zero-mass "logprobs" reading
+        assert srv.requests == 3 and stats.no_logprobs == 3 and stats.retries == 2 and stats.degraded == 1
+        assert len(cache) == 0  # not cached: the next run asks again
+        srv.fault_rate = 0.0
+        res2 = asyncio.run(go())
+        assert res2.option_probs is not None and res2.degraded is None and len(cache) == 1
+
+
+def test_an_endpoint_that_never_gives_logprobs_is_parsed_as_text_and_cached(tmp_path):
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+
+    with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        cache = CallCache(tmp_path / "c.sqlite")
+
+        async def go():
+            prov = CachedProvider(OpenAIProvider(cfg), cache, CallStats())
+            out = [await ask_options(prov, _req(i).messages, ("A", "B", "C"), JudgeConfig(), seed_parts=(i,))
+                   for i in range(NO_LOGPROBS_ENDPOINT_AFTER + 2)]
+            await prov.aclose()
+            return out
+
+        answers = asyncio.run(go())
+    assert all(a.method == "text" for a in answers)
+    # the first two questions are retried once each (2 + 2 answers without logprobs): not
+    # cached; from then on (≥ 3 such answers, none with logprobs) the endpoint is known to
+    # lack them and each of the other three questions is one request, cached
+    assert NO_LOGPROBS_ENDPOINT_AFTER == 3
+    assert srv.requests == 2 + 2 + 3 and len(cache) == 3
+
+
+def test_malformed_bodies_and_empty_choices_are_retried_and_counted(tmp_path):
+    with FaultServer(fault_rate=1.0, faults=("malformed", "no_choices")) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        stats = CallStats()
+
+        async def go():
+            prov = CachedProvider(OpenAIProvider(cfg), CallCache(":memory:"), stats)
+            try:
+                await prov.complete(_req())
+            finally:
+                await prov.aclose()
+
+        from lmra.providers.base import ProviderError
+
+        with pytest.raises(ProviderError):
+            asyncio.run(go())
+    assert srv.requests == 2 and stats.retries == 1 and stats.failed == 1
+    assert stats.malformed + stats.no_choices == 2 == sum(srv.injected.values())
+
+
+def test_two_processes_sharing_a_cache_pay_once_for_each_call(tmp_path):
+    with FaultServer(fault_rate=0.0, delay_s=0.05) as srv:
+        cfgs = [_config(tmp_path / f"c{i}.toml", srv.url, tmp_path / "shared.sqlite", tmp_path / f"out{i}",
+                        per_task=2, tasks=TASKS[:4]) for i in range(2)]
+        env = os.environ.copy()
+        procs = [subprocess.Popen([sys.executable, "-m", "lmra.cli", "audit", "--config", str(c), "--no-progress",
+                                   "--no-report", "--allow-unvalidated-judge"], cwd=tmp_path, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cfgs]
+        outs = [p.communicate(timeout=600) for p in procs]
+        for p, (o, e) in zip(procs, outs):
+            assert p.returncode == 0, e
+        dup = {k: v for k, v in srv.requests_by_body.items() if v > 1}
+        manifests = [json.loads((d / "manifest.json").read_text()) for i in range(2)
+                     for d in _run_dirs(tmp_path / f"out{i}")]
+    fresh = [m["calls"]["fresh"] for m in manifests]
+    assert not dup, f"{len(dup)} calls paid twice"
+    assert sum(fresh) == len(srv.requests_by_body)  # each distinct call made once, by one of the two
+    assert manifests[0]["calls"]["waited"] + manifests[1]["calls"]["waited"] > 0
