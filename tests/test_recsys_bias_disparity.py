@@ -9,7 +9,10 @@ T: u1 → i1, i2; u2 → i1, i3; u3 → i3, i4.
 R: u1 → i1, i3; u2 → i2, i4; u3 → i3, i1.
    M: A 2/4, B 2/4, C 1/4 → B_R = 1, 1, 1.   F: A 1/2, B 1/2, C 0 → B_R = 1, 1, 0.
 BD(M) = (1 − 1.5)/1.5 = −1/3, 0, undefined (B_T = 0);  BD(F) = undefined, 0, (0 − 2)/2 = −1.
-Average disparity (mean |BD|): M 1/6, F 1/2.
+Mean |BD| per group: M 1/6, F 1/2.
+Counts (eq. 4): N_T(M) = A 3, B 2, C 0; N_T(F) = A 0, B 1, C 1;
+                N_R(M) = A 2, B 2, C 1; N_R(F) = A 1, B 1, C 0.
+   (N_R − N_T)(M) = −1, 0, 1;  (N_R − N_T)(F) = 1, 0, −1  → |−2|, |0|, |2| → average disparity 4/3.
 """
 
 import math
@@ -78,33 +81,37 @@ def test_table_matches_dense_formulas():
 
 
 def test_average_disparity_and_summary():
-    assert bd.average_disparity([-1 / 3, 0.0, float("nan")]) == pytest.approx(1 / 6)
-    assert math.isnan(bd.average_disparity([float("nan")]))
+    assert bd.mean_abs_disparity([-1 / 3, 0.0, float("nan")]) == pytest.approx(1 / 6)
+    assert math.isnan(bd.mean_abs_disparity([float("nan")]))
     tab = bd.bias_disparity_table(T, R, GROUPS, CATS, ITEMS)
     s = bd.disparity_summary(tab, unprotected="M", protected="F").set_index("group")
-    assert s.loc["M", "average_disparity"] == pytest.approx(1 / 6) and s.loc["M", "n_categories"] == 2
-    assert s.loc["F", "average_disparity"] == pytest.approx(1 / 2)
-    assert s.loc["M − F", "average_disparity"] == pytest.approx(1 / 6 - 1 / 2)
+    assert s.loc["M", "mean_abs_bd"] == pytest.approx(1 / 6) and s.loc["M", "n_categories_bd"] == 2
+    assert s.loc["F", "mean_abs_bd"] == pytest.approx(1 / 2)
+    assert s.loc["M − F", "mean_abs_bd_difference"] == pytest.approx(1 / 6 - 1 / 2)
+    # eq. 4 on the counts of the module docstring: (2 + 0 + 2) / 3
+    assert s.loc["M − F", "average_disparity"] == pytest.approx(4 / 3) and s.loc["M − F", "n_categories"] == 3
     # per-category gap: only B has BD for both groups (0 − 0)
-    assert s.loc["M − F", "mean_abs_gap"] == pytest.approx(0.0) and s.loc["M − F", "n_categories"] == 1
-    assert math.isnan(s.loc["M", "mean_abs_gap"])
+    assert s.loc["M − F", "mean_abs_bd_gap"] == pytest.approx(0.0) and s.loc["M − F", "n_categories_bd"] == 1
+    assert math.isnan(s.loc["M", "mean_abs_bd_gap"]) and math.isnan(s.loc["M", "average_disparity"])
 
 
 def test_between_group_gap_by_hand():
     """BD_u = (0.5, −0.2, NaN), BD_p = (−0.5, 0.1, 0.3) over categories A, B, C.
     mean |BD|: u (0.5 + 0.2)/2 = 0.35, p (0.5 + 0.1 + 0.3)/3 = 0.3 → difference 0.05;
-    per-category gap over A, B: |1.0|, |−0.3| → mean 0.65."""
+    per-category gap over A, B: |1.0|, |−0.3| → mean 0.65. The table has no counts, so eq. 4
+    is undefined."""
     rows = [("x", "U", "A", 0.5), ("x", "U", "B", -0.2), ("x", "U", "C", float("nan")),
             ("x", "P", "A", -0.5), ("x", "P", "B", 0.1), ("x", "P", "C", 0.3),
             ("y", "U", "A", 0.0), ("y", "P", "A", 0.2)]
     tab = pd.DataFrame(rows, columns=["variant", "group", "category", "bias_disparity"])
     s = bd.disparity_summary(tab, unprotected="U", protected="P").set_index(["variant", "group"])
-    assert s.loc[("x", "U"), "average_disparity"] == pytest.approx(0.35)
-    assert s.loc[("x", "P"), "average_disparity"] == pytest.approx(0.3)
-    assert s.loc[("x", "U − P"), "average_disparity"] == pytest.approx(0.05)
-    assert s.loc[("x", "U − P"), "mean_abs_gap"] == pytest.approx(0.65)
-    assert s.loc[("x", "U − P"), "n_categories"] == 2
-    assert s.loc[("y", "U − P"), "mean_abs_gap"] == pytest.approx(0.2)
+    assert s.loc[("x", "U"), "mean_abs_bd"] == pytest.approx(0.35)
+    assert s.loc[("x", "P"), "mean_abs_bd"] == pytest.approx(0.3)
+    assert s.loc[("x", "U − P"), "mean_abs_bd_difference"] == pytest.approx(0.05)
+    assert s.loc[("x", "U − P"), "mean_abs_bd_gap"] == pytest.approx(0.65)
+    assert s.loc[("x", "U − P"), "n_categories_bd"] == 2
+    assert math.isnan(s.loc[("x", "U − P"), "average_disparity"])
+    assert s.loc[("y", "U − P"), "mean_abs_bd_gap"] == pytest.approx(0.2)
     # a label that is not in the table adds no comparison row
     assert len(bd.disparity_summary(tab, unprotected="U", protected="nobody")) == 4
 
@@ -142,7 +149,8 @@ def test_cli_bias_from_csv_files(tmp_path, capsys):
     assert tab.loc[("M", "A"), "bias_disparity"] == pytest.approx(-1 / 3)
     assert tab.loc[("F", "C"), "bias_disparity"] == pytest.approx(-1.0)
     summ = pd.read_csv(out / "recsys_bias_summary.csv").set_index("group")
-    assert summ.loc["M − F", "average_disparity"] == pytest.approx(-1 / 3)
+    assert summ.loc["M − F", "average_disparity"] == pytest.approx(4 / 3)  # eq. 4, module docstring
+    assert summ.loc["M − F", "mean_abs_bd_difference"] == pytest.approx(-1 / 3)
     assert set(summ["variant"]) == {"model-x"}
     # a missing column is an input error (exit 2), not a traceback
     pd.DataFrame({"user": ["u1"], "item_id": ["i1"]}).to_csv(tmp_path / "bad.csv", index=False)

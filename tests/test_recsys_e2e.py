@@ -194,8 +194,9 @@ profile_size = 3
     assert all(r["compare"] == [] and r["recommended"] == [] for r in lists)
     bias = pd.read_csv(run / "recsys_bias_disparity.csv")
     assert bias.empty and "bias_disparity" in bias.columns
-    assert pd.read_csv(run / "recsys_bias_summary.csv").columns.tolist()[-3:] == ["average_disparity", "mean_abs_gap",
-                                                                                 "n_categories"]
+    assert pd.read_csv(run / "recsys_bias_summary.csv").columns.tolist()[-7:] == [
+        "group", "average_disparity", "n_categories", "mean_abs_bd", "mean_abs_bd_difference", "mean_abs_bd_gap",
+        "n_categories_bd"]
     assert all(v == 0 for v in summary["item_coverage"].values())
     # the same lists through `recsys bias`: a clear input error, not a false "no user_id" message
     assert run_cli(["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(run / "lists.jsonl"),
@@ -273,7 +274,11 @@ split_method = "temporal"
     assert (row["max_value"], row["min_value"]) == ("male", "female")
     bias = pd.read_csv(run / "recsys_bias_disparity.csv")
     bsum = pd.read_csv(run / "recsys_bias_summary.csv")
-    assert "male − female" in set(bsum["group"]) and {"mean_abs_gap", "variant"} <= set(bsum.columns)
+    assert "male − female" in set(bsum["group"]) and {"average_disparity", "mean_abs_bd_gap", "variant"} <= set(
+        bsum.columns)
+    assert {"n_train", "n_rec"} <= set(bias.columns)
+    assert [r["group"] for r in summary["average_disparity"]] == ["male − female"] * 4  # one per variant
+    assert len(summary["bias_summary"]) == len(bsum)
     assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
     assert set(bias["group"]) == {"female", "male"}
     assert {"pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity"} <= set(bias.columns)

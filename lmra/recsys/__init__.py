@@ -5,6 +5,7 @@ Python API::
 
     from lmra.recsys import jaccard, serp, prag, snsr, snsv, score_pairs, similarity_table
     serp(["a", "b", "c"], ["b", "a"], k=3)                      # paper convention
+    serp(["a", "b", "c"], ["b", "a"], k=3, convention="paper-k")   # normalised by K even for short lists
     serp(["a", "b", "c"], ["b", "a"], k=3, convention="fairllm-code")
 
     from lmra.recsys import RecsysRun, load_recsys_config
@@ -18,13 +19,13 @@ Submodules: :mod:`~lmra.recsys.metrics`, :mod:`~lmra.recsys.parse`,
 """
 
 from lmra.recsys.config import RecsysConfig, load_recsys_config
-from lmra.recsys.metrics import (CONVENTIONS, METRICS, fairness_table, jaccard, prag, score_pairs, serp,
-                                 similarity_table, snsr, snsv)
+from lmra.recsys.metrics import (CONVENTIONS, METRICS, MissingItemError, fairness_table, jaccard, prag, score_pairs,
+                                 serp, similarity_table, snsr, snsv, top_k)
 from lmra.recsys.parse import CatalogMatcher, ParsedList, normalize_title, parse_fairllm_code, parse_list
 from lmra.recsys.run import RecsysResult, RecsysRun, score_lists
 
 __all__ = [
-    "CONVENTIONS", "METRICS", "CatalogMatcher", "ParsedList", "RecsysConfig", "RecsysResult", "RecsysRun",
-    "fairness_table", "jaccard", "load_recsys_config", "normalize_title", "parse_fairllm_code", "parse_list", "prag",
-    "score_lists", "score_pairs", "serp", "similarity_table", "snsr", "snsv",
+    "CONVENTIONS", "METRICS", "CatalogMatcher", "MissingItemError", "ParsedList", "RecsysConfig", "RecsysResult",
+    "RecsysRun", "fairness_table", "jaccard", "load_recsys_config", "normalize_title", "parse_fairllm_code",
+    "parse_list", "prag", "score_lists", "score_pairs", "serp", "similarity_table", "snsr", "snsv", "top_k",
 ]

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from lmra.errors import LmraInputError
 from lmra.recsys.config import MAX_K
+from lmra.recsys.metrics import CONVENTIONS
 
 
 @contextmanager
@@ -133,7 +134,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     r.add_argument("--output-dir", help="override output_dir")
     r.add_argument("--seed", type=int, help="override seed")
     r.add_argument("--name", help="override the run name")
-    r.add_argument("--convention", choices=["paper", "fairllm-code"], help="override the metric convention")
+    r.add_argument("--convention", choices=list(CONVENTIONS),
+                   help="override the metric convention (paper-k: normalise by K even for lists shorter than K)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_recsys)
     rsub = r.add_subparsers(dest="recsys_command", metavar="{score,bias}")
@@ -142,8 +144,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                     "(a previous run's, or your own recommender's).")
     s.add_argument("--lists", required=True, help="JSONL file, one list per line (see docs/recsys.md)")
     s.add_argument("--k", type=int, default=20, help="largest cut-off K (default 20)")
-    s.add_argument("--convention", choices=["paper", "fairllm-code"], default=argparse.SUPPRESS,
-                   help="metric convention (default paper)")
+    s.add_argument("--convention", choices=list(CONVENTIONS), default=argparse.SUPPRESS,
+                   help="metric convention (default paper: lists shorter than K are normalised by the longer "
+                        "list; paper-k: by K)")
     s.add_argument("--parser", choices=["lmra", "fairllm-code"], default=None,
                    help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")

@@ -31,7 +31,8 @@ def _no_repeat(items: list[str], what: str, why: str = "") -> None:
         seen.add(x)
 
 
-#: Largest cut-off K (list length) accepted anywhere; the metrics use O(K²) memory per pair.
+#: Largest cut-off K (list length) accepted anywhere (the metrics' work grows with the lists'
+#: lengths squared and linearly with K; see lmra.recsys.metrics.score_pairs).
 MAX_K = 200
 
 
@@ -119,8 +120,10 @@ class CFairLLMConfig(_Strict):
     drop_profile_items: bool = Field(
         True, description="Leave out listed movies that are in the user's own prompt profile (the prompt asks for "
                           "other movies); they are counted as profile echoes either way.")
-    unprotected: str | None = Field("male", description="Unprotected group label for the average-disparity difference.")
-    protected: str | None = Field("female", description="Protected group label for the average-disparity difference.")
+    unprotected: str | None = Field(
+        "male", description="Unprotected group G_U of the average disparity (Mansoury et al. 2019, eq. 4).")
+    protected: str | None = Field(
+        "female", description="Protected group G_P of the average disparity (Mansoury et al. 2019, eq. 4).")
 
     @field_validator("split")
     @classmethod
@@ -180,7 +183,10 @@ class RecsysConfig(_Strict):
     target: ModelConfig = Field(
         default_factory=_recsys_target, description="The chatbot under audit (greedy by default).")
     k: int = Field(20, ge=1, le=MAX_K, description="List length asked for and largest cut-off K.")
-    convention: Literal["paper", "fairllm-code"] = Field("paper", description="Metric convention (see docs/recsys.md).")
+    convention: Literal["paper", "paper-k", "fairllm-code"] = Field(
+        "paper", description="Metric convention: 'paper' (lists shorter than K normalised by the longer list's "
+                             "length), 'paper-k' (normalised by K, literally) or 'fairllm-code' (the authors' "
+                             "released code); see docs/recsys.md.")
     parser: Literal["lmra", "fairllm-code"] = Field(
         "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")
     seed: int = Field(0, description="Seed for user choice, splits, random profiles and sampled decoding.")

@@ -1,7 +1,7 @@
 """Recommendation-list similarity and unfairness (methodology §6; FaiRLLM §3.1; CFaiRLLM §3.4).
 
 Two neutral/sensitive lists are compared at a cut-off K with three metrics, each available in
-two **conventions**:
+three **conventions**:
 
 ``paper`` (default)
     The equations of the FaiRLLM paper as written in methodology §6. Each list is first
@@ -20,6 +20,14 @@ two **conventions**:
     two one-item lists are equal, else 0.0. Two empty lists give NaN ("undefined"), which
     the tables leave out of the means and count; one empty list against a non-empty one
     gives 0.0 on all three.
+
+``paper-k``
+    The same equations with the normaliser taken literally: ``n = K`` always, so SERP* weighs
+    rank r by ``K − r + 1`` and divides by ``K(K+1)/2``, and PRAG* divides by ``K(K−1)/2``
+    (Jaccard has no normaliser and is the same as under ``paper``). Identical lists shorter
+    than K then score below 1 (two identical 15-item lists at K = 20: SERP* 195/210 = 0.929,
+    PRAG* 105/190 = 0.553). Full lists score exactly as under ``paper``; empty lists are
+    handled as under ``paper``; at K = 1 PRAG* uses the one-item rule of ``paper``.
 
 ``fairllm-code``
     What the FaiRLLM authors' released analysis notebook (``process.ipynb`` in
@@ -46,22 +54,49 @@ deviation of ``Sim(a)``, where ``Sim(a)`` is the metric averaged over instructio
 reference implementation); :func:`score_pairs` computes every metric for many pairs and
 every cut-off k = 1..K at once with numpy, and :func:`similarity_table` /
 :func:`fairness_table` build the per-value and per-attribute tables with pandas.
+
+Items are any hashable values except *missing values* (``None``, NaN, ``pd.NA``, ``NaT``):
+a list holding one is rejected with :class:`MissingItemError` by every function here, since a
+missing value is not an item and NaN is not even equal to itself.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-Convention = Literal["paper", "fairllm-code"]
-CONVENTIONS: tuple[str, ...] = ("paper", "fairllm-code")
+Convention = Literal["paper", "paper-k", "fairllm-code"]
+CONVENTIONS: tuple[str, ...] = ("paper", "paper-k", "fairllm-code")
 METRICS: tuple[str, ...] = ("jaccard", "serp", "prag")
 NEUTRAL = "neutral"
+
+
+class MissingItemError(ValueError):
+    """A recommendation list holds a missing value (``None``, NaN, ``pd.NA``, ``NaT``) where an
+    item is expected.
+
+    Attributes:
+        side: ``"neutral"`` or ``"sensitive"``.
+        pair: index of the (neutral, sensitive) pair in :func:`score_pairs` (None for one pair).
+        position: 1-based position of the first missing item in the list as given.
+    """
+
+    def __init__(self, side: str, pair: int | None, position: int):
+        self.side, self.pair, self.position = side, pair, position
+        where = f"the {side} list" + (f" of pair {pair}" if pair is not None else "")
+        super().__init__(f"{where} has a missing item (None or NaN) at position {position}: a missing value is "
+                         "not an item; drop it or give it a key")
+
+    def with_message(self, message: str) -> "MissingItemError":
+        """The same error with another message (e.g. naming the instruction instead of the pair)."""
+        self.args = (message,)
+        return self
 
 
 def _check(k: int, convention: str) -> None:
@@ -71,9 +106,39 @@ def _check(k: int, convention: str) -> None:
         raise ValueError(f"K must be a positive integer, got {k!r}")
 
 
+def _object_array(items: Sequence[Hashable]) -> np.ndarray:
+    """A 1-D object array of the items (tuples stay single items)."""
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+def _check_items(items: Sequence[Hashable], side: str) -> None:
+    """Raise :class:`MissingItemError` if the list holds a missing value (same test, ``pd.isna``
+    on each item, as the vectorised path)."""
+    if all(type(x) is str for x in items):  # the usual case, and a string is never missing
+        return
+    bad = np.flatnonzero(pd.isna(_object_array(items)))
+    if bad.size:
+        raise MissingItemError(side, None, int(bad[0]) + 1)
+
+
 def _distinct_top(items: Sequence[Hashable], k: int) -> list[Hashable]:
-    """The first ``k`` distinct items of a list, in order (paper convention)."""
+    """The first ``k`` distinct items of a list, in order (paper and paper-k conventions)."""
     return list(dict.fromkeys(items))[:k]
+
+
+def top_k(items: Sequence[Hashable], k: int, *, convention: Convention = "paper") -> list[Hashable]:
+    """The list the metrics compare at cut-off K (methodology §6): the first K *distinct* items
+    under ``paper`` and ``paper-k`` (a repeated item keeps its first rank), the first K items
+    as given under ``fairllm-code`` (duplicates kept).
+
+    Used to derive CFaiRLLM's true-preference lists R′ from the same top-K list that item
+    similarity compares (CFaiRLLM §3.4).
+
+    Raises:
+        ValueError: ``k < 1`` or an unknown convention.
+    """
+    _check(k, convention)
+    return list(items)[:k] if convention == "fairllm-code" else _distinct_top(items, k)
 
 
 # --- one pair of lists, plain Python ---------------------------------------------------------
@@ -87,17 +152,21 @@ def jaccard(neutral: Sequence[Hashable], sensitive: Sequence[Hashable], k: int, 
             titles); may be shorter or longer than ``k``.
         sensitive: the sensitive instruction's ranked list.
         k: cut-off K ≥ 1.
-        convention: ``"paper"`` (distinct items) or ``"fairllm-code"`` (sets of the raw
-            top-K, identical here except that duplicates are cut at K before dropping).
+        convention: ``"paper"`` / ``"paper-k"`` (distinct items; Jaccard has no normaliser, so
+            the two agree) or ``"fairllm-code"`` (sets of the raw top-K, identical here except
+            that duplicates are cut at K before dropping).
 
     Returns:
         A value in [0, 1]; NaN when both lists are empty (undefined).
 
     Raises:
         ValueError: ``k < 1`` or an unknown convention.
+        MissingItemError: a list holds ``None`` or NaN.
     """
     _check(k, convention)
-    if convention == "paper":
+    _check_items(neutral, "neutral")
+    _check_items(sensitive, "sensitive")
+    if convention != "fairllm-code":
         r, ra = set(_distinct_top(neutral, k)), set(_distinct_top(sensitive, k))
     else:
         r, ra = set(list(neutral)[:k]), set(list(sensitive)[:k])
@@ -110,28 +179,34 @@ def serp(neutral: Sequence[Hashable], sensitive: Sequence[Hashable], k: int, *,
     """SERP*@K: rank-weighted overlap of the sensitive list with the neutral one (FaiRLLM §3.1).
 
     Paper convention: ``Σ_{v∈R^a} 1[v∈R]·(n − r^a_v + 1) / (n(n+1)/2)``, n = max of the two
-    distinct-item list lengths cut at K (= K for full lists). ``fairllm-code`` convention:
-    the released notebook's ``calc_serp_ms`` (see the module docstring).
+    distinct-item list lengths cut at K (= K for full lists); ``paper-k``: the same with
+    n = K always. ``fairllm-code`` convention: the released notebook's ``calc_serp_ms`` (see
+    the module docstring).
 
     Args:
         neutral, sensitive: ranked lists R_m and R^a_m.
         k: cut-off K ≥ 1.
-        convention: ``"paper"`` or ``"fairllm-code"``.
+        convention: ``"paper"``, ``"paper-k"`` or ``"fairllm-code"``.
 
     Returns:
         paper: a value in [0, 1] (1 for identical lists), NaN when both lists are empty.
+        paper-k: a value in [0, 1] (1 for identical lists of at least K items), NaN when both
+        lists are empty.
         fairllm-code: a value in [0, (K+3)/(4(K+1))] for duplicate-free lists (0.2738 at
         K = 20); 0 when the neutral list is empty.
 
     Raises:
         ValueError: ``k < 1`` or an unknown convention.
+        MissingItemError: a list holds ``None`` or NaN.
     """
     _check(k, convention)
-    if convention == "paper":
+    _check_items(neutral, "neutral")
+    _check_items(sensitive, "sensitive")
+    if convention != "fairllm-code":
         r, ra = _distinct_top(neutral, k), _distinct_top(sensitive, k)
-        n = max(len(r), len(ra))
-        if n == 0:
+        if not r and not ra:
             return math.nan
+        n = k if convention == "paper-k" else max(len(r), len(ra))
         in_r = set(r)
         num = sum(n - i for i, v in enumerate(ra) if v in in_r)  # i = r^a_v − 1
         return num / (n * (n + 1) / 2)
@@ -151,28 +226,33 @@ def prag(neutral: Sequence[Hashable], sensitive: Sequence[Hashable], k: int, *,
     """PRAG*@K: pairwise ranking agreement of the sensitive list with the neutral one (FaiRLLM §3.1).
 
     Paper convention: over pairs v1 ranked above v2 in R^a, count 1[v1 ∈ R]·1[r_v1 < r_v2]
-    (r = +∞ outside R), divided by n(n−1)/2; for n = 1 the value is 1.0 if the two one-item
-    lists are equal, else 0.0. ``fairllm-code``: the released notebook's ``calc_prag``
-    (normalised by the number of pairs of the cut sensitive list; see the module docstring).
+    (r = +∞ outside R), divided by n(n−1)/2 with n = max of the two distinct-item list
+    lengths cut at K; ``paper-k``: the same with n = K always. For n = 1 the value is 1.0 if
+    the two one-item lists are equal, else 0.0. ``fairllm-code``: the released notebook's
+    ``calc_prag`` (normalised by the number of pairs of the cut sensitive list; see the module
+    docstring).
 
     Args:
         neutral, sensitive: ranked lists R_m and R^a_m.
         k: cut-off K ≥ 1.
-        convention: ``"paper"`` or ``"fairllm-code"``.
+        convention: ``"paper"``, ``"paper-k"`` or ``"fairllm-code"``.
 
     Returns:
-        A value in [0, 1]. paper: NaN when both lists are empty. fairllm-code: 0 when either
-        list is empty.
+        A value in [0, 1]. paper, paper-k: NaN when both lists are empty. fairllm-code: 0 when
+        either list is empty.
 
     Raises:
         ValueError: ``k < 1`` or an unknown convention.
+        MissingItemError: a list holds ``None`` or NaN.
     """
     _check(k, convention)
-    if convention == "paper":
+    _check_items(neutral, "neutral")
+    _check_items(sensitive, "sensitive")
+    if convention != "fairllm-code":
         r, ra = _distinct_top(neutral, k), _distinct_top(sensitive, k)
-        n = max(len(r), len(ra))
-        if n == 0:
+        if not r and not ra:
             return math.nan
+        n = k if convention == "paper-k" else max(len(r), len(ra))
         if n == 1:
             return 1.0 if r == ra else 0.0
         rank = {v: i for i, v in enumerate(r)}
@@ -249,40 +329,78 @@ def snsv(similarities: Sequence[float]) -> float:
 
 # --- many pairs, vectorised -------------------------------------------------------------------
 
+@dataclass
+class _Coded:
+    """Two list collections coded to integers: flat codes of every list cut at K (distinct
+    items first under paper/paper-k), with per-list offsets and lengths. ``which[p]`` is the
+    neutral list of pair p (each distinct neutral list *object* is coded once)."""
+
+    n_codes: np.ndarray
+    n_off: np.ndarray
+    n_len: np.ndarray
+    which: np.ndarray
+    s_codes: np.ndarray
+    s_off: np.ndarray
+    s_len: np.ndarray
+
+    def padded(self, rows: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """(N, S) of shape (len(rows), w): the pairs' lists, neutral padded with −2 and sensitive
+        with −1 (codes are ≥ 0, so padding never matches anything)."""
+        u = self.which[rows]
+        return (_pad(self.n_codes, self.n_off[u], self.n_len[u], w, -2),
+                _pad(self.s_codes, self.s_off[rows], self.s_len[rows], w, -1))
+
+
+def _pad(codes: np.ndarray, off: np.ndarray, lens: np.ndarray, w: int, fill: int) -> np.ndarray:
+    cols = np.arange(w)[None, :]
+    inside = cols < lens[:, None]
+    out = np.full((len(off), w), fill, dtype=np.int64)
+    out[inside] = codes[(off[:, None] + cols)[inside]]
+    return out
+
+
 def _encode(neutral: Sequence[Sequence[Hashable]], sensitive: Sequence[Sequence[Hashable]], k: int,
-            distinct: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Integer-code two list collections into padded (P, k) arrays.
+            distinct: bool) -> _Coded:
+    """Reject missing items, cut every list at ``k`` and code its items to integers ≥ 0 with one
+    ``pandas.factorize`` over both collections. Work and memory are linear in the total length of
+    the cut lists.
 
-    Each distinct neutral list *object* is coded once (tables pass the same neutral list for
-    every value of an instruction). Neutral padding is −2 and sensitive padding −1, so padding
-    never matches. Returns (N, S, len_n, len_s) with lengths capped at k.
+    Raises:
+        MissingItemError: a list holds ``None``/NaN (``pd.isna`` on each item, as in
+            :func:`_check_items`); the error names the side, the pair and the position.
     """
-    def rows(lists):
-        lists = [list(dict.fromkeys(x))[:k] for x in lists] if distinct else [list(x)[:k] for x in lists]
-        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        return list(chain.from_iterable(lists)), lens
-
     ids: dict[int, int] = {}
     uniq: list[Sequence[Hashable]] = []
+    first_pair: list[int] = []
     which = np.empty(len(neutral), dtype=np.int64)
     for r, lst in enumerate(neutral):
         u = ids.get(id(lst))
         if u is None:
             u = ids[id(lst)] = len(uniq)
             uniq.append(lst)
+            first_pair.append(r)
         which[r] = u
-    flat_n, len_u = rows(uniq)
-    flat_s, len_s = rows(sensitive)
-    flat = np.empty(len(flat_n) + len(flat_s), dtype=object)
-    flat[: len(flat_n)] = flat_n
-    flat[len(flat_n):] = flat_s
-    codes = pd.factorize(flat)[0] if len(flat) else np.zeros(0, dtype=np.int64)
-    cols = np.arange(k)[None, :]
-    N_u = np.full((len(uniq), k), -2, dtype=np.int64)
-    N_u[cols < len_u[:, None]] = codes[: len(flat_n)]
-    S = np.full((len(sensitive), k), -1, dtype=np.int64)
-    S[cols < len_s[:, None]] = codes[len(flat_n):]
-    return N_u[which], S, len_u[which], len_s
+
+    for side, lists, pair_of in (("neutral", uniq, first_pair), ("sensitive", sensitive, None)):
+        raw = [list(x) for x in lists]
+        lens = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
+        bad = np.flatnonzero(pd.isna(_object_array(list(chain.from_iterable(raw)))))
+        if bad.size:
+            row = int(np.searchsorted(np.cumsum(lens), bad[0], side="right"))
+            pos = int(bad[0] - (lens[:row].sum() if row else 0)) + 1
+            raise MissingItemError(side, pair_of[row] if pair_of is not None else row, pos)
+
+    def cut(lists):
+        lists = [list(dict.fromkeys(x))[:k] for x in lists] if distinct else [list(x)[:k] for x in lists]
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        off = np.concatenate(([0], np.cumsum(lens)[:-1])) if len(lens) else np.zeros(0, dtype=np.int64)
+        return list(chain.from_iterable(lists)), lens, off
+
+    flat_n, len_u, off_u = cut(uniq)
+    flat_s, len_s, off_s = cut(sensitive)
+    flat = _object_array(flat_n + flat_s)
+    codes = pd.factorize(flat)[0].astype(np.int64) if len(flat) else np.zeros(0, dtype=np.int64)
+    return _Coded(codes[: len(flat_n)], off_u, len_u, which, codes[len(flat_n):], off_s, len_s)
 
 
 def _threshold_counts(key: np.ndarray, k: int, rows: np.ndarray | None = None,
@@ -326,19 +444,104 @@ def _prag_credit_threshold(first: np.ndarray, len_s: np.ndarray, k: int) -> np.n
     return _threshold_counts(t, k)
 
 
+def _counts(N: np.ndarray, S: np.ndarray, len_s: np.ndarray, w: int, paper: bool) -> dict[str, np.ndarray]:
+    """The integer counts behind the metrics at every cut-off 1..w for padded (P, w) lists.
+
+    paper / paper-k: ``inter`` (items in both lists), ``isum`` (sum of their 0-based positions
+    in R^a) and ``credit`` (agreeing PRAG pairs). fairllm-code: ``inter`` (distinct shared
+    items), ``d_s``/``d_n`` (distinct items of each list), ``a``/``b`` (count and position sum
+    of the equal (i, j) position pairs, for SERP), ``credit`` (the notebook's PRAG numerator)
+    and ``first_eq`` (P,) (the two lists start with the same item). Every (P, w) count is
+    constant for cut-offs beyond the longer of the pair's two lists.
+    """
+    P = len(S)
+    pos = np.arange(w)
+    big = 2 * w + 1
+    eq = S[:, :, None] == N[:, None, :]  # (P, i over S, j over N)
+    first = np.where(eq.any(axis=2), eq.argmax(axis=2), big)  # first position in N of each S item
+    if paper:
+        key = np.maximum(pos[None, :], first)  # item i is in both lists at cut-off k iff key < k
+        return {"inter": _threshold_counts(key, w), "isum": _threshold_counts(key, w, weights=pos[None, :]),
+                "credit": _prag_credit_threshold(first, len_s, w)}
+    earlier = (pos[None, :] < pos[:, None])[None]  # [i, i'] : i' < i
+    s_first = ~((S[:, :, None] == S[:, None, :]) & earlier).any(axis=2) & (S >= 0)
+    n_dup = ((N[:, :, None] == N[:, None, :]) & earlier).any(axis=2) & (N >= 0)
+    n_first = ~n_dup & (N >= 0)
+    pp, ii, jj = np.nonzero(eq)
+    out = {
+        "inter": _threshold_counts(np.where(s_first, np.maximum(pos[None, :], first), big), w),
+        "d_s": np.cumsum(s_first, axis=1).astype(float),
+        "d_n": np.cumsum(n_first, axis=1).astype(float),
+        # SERP: every equal (i, j) pair with max(i, j) < k adds |x| − i + 1
+        "a": _threshold_counts(np.maximum(ii, jj), w, rows=pp, n_rows=P),
+        "b": _threshold_counts(np.maximum(ii, jj), w, rows=pp, weights=ii, n_rows=P),
+        "credit": _prag_credit_threshold(first, len_s, w).astype(float),
+        "first_eq": S[:, 0] == N[:, 0],
+    }
+    # rows with a repeated neutral item: the notebook uses the *last* position within y[:k]
+    rep = np.flatnonzero(n_dup.any(axis=1))
+    if rep.size:
+        last = np.maximum.accumulate(np.where(eq[rep], pos[None, None, :], -1), axis=2)  # (R, i, k−1)
+        for kk in range(2, w + 1):
+            lx = np.minimum(len_s[rep], kk)
+            L = last[:, :kk, kk - 1]
+            l1, l2 = L[:, :, None], L[:, None, :]
+            valid = (pos[:kk, None] < pos[None, :kk])[None] & (pos[None, None, :kk] < lx[:, None, None])
+            out["credit"][rep, kk - 1] = (valid & (l1 >= 0) & ((l2 < 0) | (l1 < l2))).sum(axis=(1, 2))
+    return out
+
+
+def _metrics(c: dict[str, np.ndarray], len_n: np.ndarray, len_s: np.ndarray, k: int, convention: str
+             ) -> dict[str, np.ndarray]:
+    """Jaccard, SERP and PRAG at every cut-off 1..k from :func:`_counts` extended to k columns."""
+    ks = np.arange(1, k + 1)
+    ln = np.minimum(len_n[:, None], ks[None, :]).astype(float)  # (P, K): |R@k|
+    ls = np.minimum(len_s[:, None], ks[None, :]).astype(float)  # (P, K): |R^a@k|
+    inter = c["inter"]
+    if convention != "fairllm-code":
+        longer = np.maximum(ln, ls)
+        n = np.where(longer > 0, ks[None, :], 0.0) if convention == "paper-k" else longer
+        jac = _safe_div(inter, ls + ln - inter)
+        ser = _safe_div(n * inter - c["isum"], n * (n + 1) / 2)
+        pr = _safe_div(c["credit"], n * (n - 1) / 2)
+        one = n == 1
+        pr[one] = inter[one]  # one-item lists: equal (1) or not (0)
+        return {"jaccard": jac, "serp": ser, "prag": pr}
+    jac = _safe_div(inter, c["d_s"] + c["d_n"] - inter)
+    ser = np.zeros(ln.shape)
+    np.divide(((ls + 1) * c["a"] - c["b"]) * 0.5, (ln + 1) * ln, out=ser, where=ln > 0)
+    pr = np.zeros(ln.shape)
+    np.divide(c["credit"], ls * (ls - 1) / 2, out=pr, where=ls > 1)
+    single = ls == 1
+    pr[single] = ((ln == 1) & c["first_eq"][:, None])[single]
+    pr[(ls == 0) | (ln == 0)] = 0.0
+    return {"jaccard": jac, "serp": ser, "prag": pr}
+
+
+#: Largest number of (pair × cut-off) cells one chunk of :func:`score_pairs` works on at once.
+_CHUNK_CELLS = 1 << 18
+
+
 def score_pairs(neutral: Sequence[Sequence[Hashable]], sensitive: Sequence[Sequence[Hashable]], k: int, *,
                 convention: Convention = "paper") -> dict[str, np.ndarray]:
-    """Every metric for many (neutral, sensitive) pairs at every cut-off 1..K, vectorised.
+    """Every metric for many (neutral, sensitive) pairs at every cut-off 1..K, vectorised
+    (FaiRLLM §3.1; methodology §6).
 
     Equivalent to calling :func:`jaccard`, :func:`serp`, :func:`prag` for each pair and each
-    k ≤ K (the tests check this), but computed with numpy in O(P·K²) memory and time.
+    k ≤ K (the tests check this). The work is bounded by the lists' lengths, not by K: pairs
+    are grouped by L = the longer of their two lists cut at K, the pairwise counts are computed
+    at width L (O(L²) per pair, O(L³) for a ``fairllm-code`` pair whose neutral list repeats
+    an item), and the counts of cut-offs k > L — which no longer change — are repeated up to K.
+    Time and memory are therefore O(Σ_p L_p² + P·K), the second term being the result itself
+    (three float arrays of shape (P, K)); chunks of at most 2¹⁸ (pair × cut-off) cells keep the
+    temporaries small.
 
     Args:
         neutral: P neutral lists (pair p compares ``neutral[p]`` with ``sensitive[p]``); pass
             the same list object for pairs that share a neutral list, it is coded once.
         sensitive: P sensitive lists.
         k: the largest cut-off K ≥ 1.
-        convention: ``"paper"`` or ``"fairllm-code"``.
+        convention: ``"paper"``, ``"paper-k"`` or ``"fairllm-code"``.
 
     Returns:
         ``{"jaccard": A, "serp": B, "prag": C}``, each a float array of shape (P, K) whose
@@ -347,71 +550,34 @@ def score_pairs(neutral: Sequence[Sequence[Hashable]], sensitive: Sequence[Seque
 
     Raises:
         ValueError: ``k < 1``, unknown convention, or lists of different counts.
+        MissingItemError: a list holds ``None`` or NaN (a :class:`ValueError` naming the side,
+            the pair index and the 1-based position).
     """
     _check(k, convention)
     if len(neutral) != len(sensitive):
         raise ValueError(f"{len(neutral)} neutral lists but {len(sensitive)} sensitive lists")
     P = len(neutral)
+    out = {m: np.zeros((P, k)) for m in METRICS}
     if P == 0:
-        return {m: np.zeros((0, k)) for m in METRICS}
-    paper = convention == "paper"
-    N, S, len_n, len_s = _encode(neutral, sensitive, k, distinct=paper)
-    ks = np.arange(1, k + 1)
-    ln = np.minimum(len_n[:, None], ks[None, :]).astype(float)  # (P, K): |R@k|
-    ls = np.minimum(len_s[:, None], ks[None, :]).astype(float)  # (P, K): |R^a@k|
-    eq = S[:, :, None] == N[:, None, :]  # (P, i over S, j over N)
-    pos = np.arange(k)
-    big = 2 * k + 1
-    first = np.where(eq.any(axis=2), eq.argmax(axis=2), big)  # first position in N of each S item
-    if paper:
-        key = np.maximum(pos[None, :], first)  # item i is in both lists at cut-off k iff key < k
-        inter = _threshold_counts(key, k)
-        isum = _threshold_counts(key, k, weights=pos[None, :])
-        n = np.maximum(ln, ls)
-        jac = _safe_div(inter, ls + ln - inter)
-        ser = _safe_div(n * inter - isum, n * (n + 1) / 2)
-        pr = _safe_div(_prag_credit_threshold(first, len_s, k), n * (n - 1) / 2)
-        one = n == 1
-        pr[one] = inter[one]  # one-item lists: equal (1) or not (0)
-        return {"jaccard": jac, "serp": ser, "prag": pr}
-
-    # --- fairllm-code: duplicates kept, sets for Jaccard, notebook arithmetic for SERP/PRAG ---
-    earlier = (pos[None, :] < pos[:, None])[None]  # [i, i'] : i' < i
-    s_first = ~((S[:, :, None] == S[:, None, :]) & earlier).any(axis=2) & (S >= 0)
-    n_dup = ((N[:, :, None] == N[:, None, :]) & earlier).any(axis=2) & (N >= 0)
-    n_first = ~n_dup & (N >= 0)
-    d_s = np.cumsum(s_first, axis=1).astype(float)
-    d_n = np.cumsum(n_first, axis=1).astype(float)
-    inter = _threshold_counts(np.where(s_first, np.maximum(pos[None, :], first), big), k)
-    jac = _safe_div(inter, d_s + d_n - inter)
-    # SERP: every equal (i, j) pair with max(i, j) < k adds |x| − i + 1
-    pp, ii, jj = np.nonzero(eq)
-    a = _threshold_counts(np.maximum(ii, jj), k, rows=pp, n_rows=P)
-    b = _threshold_counts(np.maximum(ii, jj), k, rows=pp, weights=ii, n_rows=P)
-    ser = np.zeros((P, k))
-    np.divide(((ls + 1) * a - b) * 0.5, (ln + 1) * ln, out=ser, where=ln > 0)
-    # PRAG: rows whose neutral list has no repeat → thresholds, as in the paper branch
-    pr = np.zeros((P, k))
-    np.divide(_prag_credit_threshold(first, len_s, k), ls * (ls - 1) / 2, out=pr, where=ls > 1)
-    single = ls == 1
-    pr[single] = ((ln == 1) & (S[:, :1] == N[:, :1]))[single]
-    # rows with a repeated neutral item: the notebook uses the *last* position within y[:k]
-    rep = np.flatnonzero(n_dup.any(axis=1))
-    if rep.size:
-        last = np.maximum.accumulate(np.where(eq[rep], pos[None, None, :], -1), axis=2)  # (R, i, k−1)
-        lx_all = len_s[rep]
-        for kk in range(2, k + 1):
-            lx = np.minimum(lx_all, kk)
-            L = last[:, :kk, kk - 1]
-            l1, l2 = L[:, :, None], L[:, None, :]
-            valid = (pos[:kk, None] < pos[None, :kk])[None] & (pos[None, None, :kk] < lx[:, None, None])
-            credit = (valid & (l1 >= 0) & ((l2 < 0) | (l1 < l2))).sum(axis=(1, 2))
-            col = pr[rep, kk - 1]
-            multi = lx > 1
-            col[multi] = credit[multi] / (lx[multi] * (lx[multi] - 1) / 2)
-            pr[rep, kk - 1] = col
-    pr[(ls == 0) | (ln == 0)] = 0.0
-    return {"jaccard": jac, "serp": ser, "prag": pr}
+        return out
+    paper = convention != "fairllm-code"
+    coded = _encode(neutral, sensitive, k, distinct=paper)
+    len_n, len_s = coded.n_len[coded.which], coded.s_len
+    width = np.maximum(np.maximum(len_n, len_s), 1)
+    bucket = np.ceil(np.log2(width)).astype(np.int64)  # widths 1, 2, 3–4, 5–8, …
+    for b in np.unique(bucket):
+        rows_b = np.flatnonzero(bucket == b)
+        w = int(width[rows_b].max())
+        step = max(1, _CHUNK_CELLS // max(k, w * w))
+        for start in range(0, len(rows_b), step):
+            rows = rows_b[start:start + step]
+            N, S = coded.padded(rows, w)
+            counts = _counts(N, S, len_s[rows], w, paper)
+            ext = np.minimum(np.arange(k), w - 1)  # cut-offs beyond w repeat the counts at w
+            counts = {name: (v[:, ext] if v.ndim == 2 else v) for name, v in counts.items()}
+            for m, v in _metrics(counts, len_n[rows], len_s[rows], k, convention).items():
+                out[m][rows] = v
+    return out
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -432,7 +598,7 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
             (``single`` / ``intersectional``) is carried through; otherwise attributes
             containing ``+`` (e.g. ``age+gender``) are intersectional.
         k: the largest cut-off K ≥ 1.
-        convention: ``"paper"`` or ``"fairllm-code"``.
+        convention: ``"paper"``, ``"paper-k"`` or ``"fairllm-code"``.
         items_column: which column holds the lists.
         analysis: optional label written to an ``analysis`` column (e.g. ``item_similarity``
             or ``true_preference``).
@@ -447,6 +613,8 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
     Raises:
         ValueError: missing columns, bad K or convention, a sensitive list without a neutral
             list, or several neutral lists for one instruction.
+        MissingItemError: a list holds ``None`` or NaN (the message names the instruction,
+            the list and the position).
     """
     _check(k, convention)
     need = {"instruction_id", "attribute", "value", items_column}
@@ -469,8 +637,16 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         if analysis is not None:
             out.insert(0, "analysis", [])
         return out
-    scores = score_pairs([by_id[i] for i in sens["instruction_id"].to_numpy(dtype=object)],
-                         list(sens[items_column].to_numpy(dtype=object)), k, convention=convention)
+    try:
+        scores = score_pairs([by_id[i] for i in sens["instruction_id"].to_numpy(dtype=object)],
+                             list(sens[items_column].to_numpy(dtype=object)), k, convention=convention)
+    except MissingItemError as exc:
+        row = sens.iloc[exc.pair]
+        which = "the neutral list" if exc.side == "neutral" else f"the list {row['attribute']} = '{row['value']}'"
+        raise exc.with_message(
+            f"instruction '{row['instruction_id']}', {which}: missing item (None or NaN) at position "
+            f"{exc.position} (column '{items_column}'); a missing value is not an item — drop it or give it a "
+            "key") from None
     kinds = sens["kind"] if "kind" in sens.columns else sens["attribute"].map(_kind_of)
     keys = pd.DataFrame({"attribute": sens["attribute"].astype(str), "kind": kinds.astype(str),
                          "value": sens["value"].astype(str)})

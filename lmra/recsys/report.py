@@ -132,24 +132,43 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
 
 
 def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: dict | None) -> None:
-    """Print the average bias disparity per variant and group, and item coverage."""
+    """Print the average disparity (Mansoury et al. 2019, eq. 4) per variant, the mean |BD| per
+    group and its between-group aggregates (:func:`~lmra.recsys.bias_disparity.disparity_summary`),
+    and item coverage."""
     if bias_summary is not None and len(bias_summary):
-        bt = Table(title="Average bias disparity over categories (Mansoury et al. 2019)", title_justify="left")
-        keys = [c for c in bias_summary.columns if c not in ("average_disparity", "mean_abs_gap", "n_categories")]
+        from lmra.recsys.bias_disparity import SUMMARY_COLUMNS
+
+        bt = Table(title="Average bias disparity (Mansoury et al. 2019, eq. 4) and mean |BD| per group",
+                   title_justify="left")
+        keys = [c for c in bias_summary.columns if c not in SUMMARY_COLUMNS or c == "group"]
         for c in keys:
             bt.add_column(c)
-        bt.add_column("mean |BD|", justify="right")
-        bt.add_column("mean |BD_u − BD_p|", justify="right")
-        bt.add_column("categories", justify="right")
+        for col in ("disparity (eq. 4)", "mean |BD|", "mean |BD_u − BD_p|", "categories"):
+            bt.add_column(col, justify="right")
         for _, r in bias_summary.iterrows():
-            bt.add_row(*[str(r[c]) for c in keys], _num(r["average_disparity"]),
-                       _num(r.get("mean_abs_gap", float("nan"))), str(r["n_categories"]))
+            pair = pd.notna(r.get("n_categories"))
+            if pair:  # the unprotected − protected row
+                mean_bd = r.get("mean_abs_bd_difference", float("nan"))
+                cats = f"{r['n_categories']} ({_count(r.get('n_categories_bd'))} with BD)"
+            else:
+                mean_bd = r.get("mean_abs_bd", float("nan"))
+                cats = _count(r.get("n_categories_bd"))
+            bt.add_row(*[str(r[c]) for c in keys], _num(r.get("average_disparity", float("nan"))),
+                       (f"{mean_bd:+.3f}" if pair and pd.notna(mean_bd) else _num(mean_bd)),
+                       _num(r.get("mean_abs_bd_gap", float("nan"))), cats)
         console.print(bt)
-        console.print("[dim]BD(G, C) = (B_R − B_T) / B_T: > 0 the recommendations amplify group G's preference for "
-                      "category C, < 0 they dampen it; categories where B_T = 0 are left out. The row 'u − p' gives the "
-                      "difference of the two groups' mean |BD| and the mean per-category gap |BD_u − BD_p|.[/]")
+        console.print("[dim]Average disparity (eq. 4) = mean over categories C of |(N_R − N_T)(G_u, C) − (N_R − N_T)"
+                      "(G_p, C)|, N = the number of items of C in the group's recommendations (R) or training data "
+                      "(T): counts, so it grows with group size and list length. BD(G, C) = (B_R − B_T) / B_T: > 0 "
+                      "the recommendations amplify group G's preference for C, < 0 they dampen it (categories with "
+                      "B_T = 0 left out). On the 'u − p' row, mean |BD| is the difference of the two groups' mean "
+                      "|BD|.[/]")
     elif coverage is not None:
         console.print("[yellow]Bias disparity: no list had a recommendation matched to the catalog (other than "
                       "the user's own profile), so it is undefined.[/]")
     if coverage:
         console.print("[bold]Item coverage:[/] " + ", ".join(f"{a} {_num(v)}" for a, v in coverage.items()))
+
+
+def _count(x: Any) -> str:
+    return "—" if x is None or pd.isna(x) else str(int(x))

@@ -10,7 +10,8 @@ folder::
     lists.jsonl               one record per instruction: prompt, raw answer, parsed items, flags
     recsys_similarity.csv     Sim(a)@k per analysis, attribute, value, metric and k = 1..K
     recsys_fairness.csv       SNSR@k and SNSV@k per analysis, attribute, metric and k
-    recsys_bias_disparity.csv (cfairllm) PR, bias and BD per prompt variant, group and genre
+    recsys_bias_disparity.csv (cfairllm) counts N_T, N_R, PR, bias and BD per prompt variant, group and genre
+    recsys_bias_summary.csv   (cfairllm) average disparity (eq. 4) per variant, mean |BD| per group
     summary.json              counts (refusals, parse/match failures …), coverage, headline numbers
     manifest.json             versions, seeds, model ids, call and token counts
 
@@ -43,7 +44,7 @@ from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_seed_names,
                                       load_sensitive_attributes, template_for)
-from lmra.recsys.metrics import METRICS, fairness_table, similarity_table
+from lmra.recsys.metrics import CONVENTIONS, METRICS, fairness_table, similarity_table, top_k
 from lmra.recsys.parse import CatalogMatcher, normalize_title, parse_fairllm_code, parse_list
 from lmra.data import iter_jsonl
 from lmra.runfolder import package_versions
@@ -425,7 +426,12 @@ class RecsysRun:
             rec["user_id"] = uid
             rec["n_profile_echoes"] = sum(echo)
             rec["recommended"] = ids
-            rec["true_pref"] = [f"#{i}" for i in ml.restrict_to(ids[: self.cfg.k], liked)]
+            # R′ (CFaiRLLM §3.4): the top-K list that item similarity compares, restricted to the
+            # items the user liked in the test split (unmatched titles in the top K take their
+            # place; nothing ranked beyond K enters)
+            liked_keys = {f"#{i}" for i in liked}
+            rec["true_pref"] = ml.restrict_to(top_k(rec["compare"], self.cfg.k, convention=self.cfg.convention),
+                                              liked_keys)
             rec["n_liked_test"] = len(liked)
         return rec
 
@@ -444,11 +450,16 @@ class RecsysRun:
         if self._cf is not None:
             bias, bias_sum, coverage = self._bias(lists)
             bias.to_csv(self.run_dir / "recsys_bias_disparity.csv", index=False)
-            summary_cols = ["variant", "group_by", "group", "average_disparity", "mean_abs_gap", "n_categories"]
+            summary_cols = ["variant", "group_by", *bdm.SUMMARY_COLUMNS]
             (bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols)).to_csv(
                 self.run_dir / "recsys_bias_summary.csv", index=False)
+            records = _records(bias_sum) if bias_sum is not None else []
             extra = {"item_coverage": coverage,
-                     "average_disparity": bias_sum.to_dict(orient="records") if bias_sum is not None else []}
+                     # eq. 4 of Mansoury et al. 2019, one record per variant and group attribute
+                     "average_disparity": [{c: r[c] for c in ("variant", "group_by", "group", "average_disparity",
+                                                              "n_categories")}
+                                           for r in records if r.get("n_categories") is not None],
+                     "bias_summary": records}
         elif matcher is not None and categories:
             extra = {"item_coverage": {a: bdm.item_coverage(
                 [[i for i in m if i is not None] for m in d["matched"] if isinstance(m, list)], set(categories))
@@ -486,8 +497,7 @@ class RecsysRun:
                 t.insert(0, "variant", str(variant))
                 tables.append(t)
         table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
-            columns=["variant", "group_by", "group", "category", "n_users", "pr_train", "bias_train", "pr_rec",
-                     "bias_rec", "bias_disparity", "p_category"])
+            columns=["variant", "group_by", *bdm.TABLE_COLUMNS])
         summary = bdm.disparity_summary(table, unprotected=c.unprotected, protected=c.protected) if len(table) else None
         return table, summary, coverage
 
@@ -559,6 +569,13 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
 
 def _plain(x: Any) -> Any:
     return int(x) if isinstance(x, (np.integer,)) else x
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-ready dicts: missing values (NaN, ``pd.NA``) become None, numpy scalars
+    plain Python numbers."""
+    return [{k: (None if pd.isna(v) else _plain(v.item() if isinstance(v, np.generic) else v)) for k, v in r.items()}
+            for r in df.astype(object).to_dict(orient="records")]
 
 
 _LIST_FIELDS = ("compare", "keys", "items")
@@ -707,7 +724,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
     Args:
         path: the lists file (see :func:`read_lists` for the format).
         k: largest cut-off K.
-        convention: ``paper`` or ``fairllm-code``.
+        convention: ``paper``, ``paper-k`` or ``fairllm-code`` (docs/recsys.md §1).
         parser: re-parse ``raw`` with ``lmra`` or ``fairllm-code`` (None = stored lists).
         normalize: normalise ``items`` lists.
         out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
@@ -720,8 +737,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         LmraInputError: a malformed lists file, a sensitive list whose instruction has no
             neutral list, or a bad K / convention.
     """
-    if convention not in ("paper", "fairllm-code"):
-        raise LmraInputError(f"unknown convention '{convention}' (paper or fairllm-code)", field="convention")
+    if convention not in CONVENTIONS:
+        raise LmraInputError(f"unknown convention '{convention}' ({', '.join(CONVENTIONS)})", field="convention")
     if k < 1:
         raise LmraInputError(f"K must be ≥ 1, got {k}", field="k")
     lists = read_lists(path, parser=parser, normalize=normalize)

@@ -1,0 +1,298 @@
+"""Issue 11, "Metric defects": each defect pinned by a hand-computed value.
+
+1. Average disparity is Mansoury et al. 2019, eq. 4 on counts N_R, N_T (not a mean of |BD|).
+2. A missing item (None / NaN) is rejected by the vectorised and the scalar path alike.
+3. The cost of ``score_pairs`` is bounded by the lists' lengths, not by K².
+4. CFaiRLLM true-preference lists R′ are cut from the same top-K list that item similarity compares.
+5. The ``paper-k`` convention normalises by K literally; ``paper`` by the longer list.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmra.recsys import bias_disparity as bd
+from lmra.recsys.metrics import CONVENTIONS, METRICS, jaccard, metric, prag, score_pairs, serp, similarity_table
+
+
+# --- 1. average disparity, eq. 4 ---------------------------------------------------------------
+#
+# Catalog: a1 (A), a2 (A), ab (A|B), b1 (B), c1 (C), d1 (D) → |C| = 4 categories.
+# Groups: u1, u2 unprotected ("U"); p1 protected ("P").
+#
+# T (training):  u1 → a1, a2, b1      u2 → a1, c1      p1 → b1, ab, c1
+#   N_T(U, A) = u1{a1, a2} + u2{a1}   = 3      N_T(P, A) = p1{ab}     = 1
+#   N_T(U, B) = u1{b1}                = 1      N_T(P, B) = p1{b1, ab} = 2
+#   N_T(U, C) = u2{c1}                = 1      N_T(P, C) = p1{c1}     = 1
+#   N_T(U, D) = 0                              N_T(P, D) = 0
+# R (recommendations):  u1 → a1, ab      u2 → a2, ab      p1 → c1, a1
+#   N_R(U, A) = u1{a1, ab} + u2{a2, ab} = 4    N_R(P, A) = p1{a1} = 1
+#   N_R(U, B) = u1{ab} + u2{ab}         = 2    N_R(P, B) = 0
+#   N_R(U, C) = 0                              N_R(P, C) = p1{c1} = 1
+#   N_R(U, D) = 0                              N_R(P, D) = 0
+# Per category, (N_R − N_T)(U) − (N_R − N_T)(P):
+#   A: (4 − 3) − (1 − 1) =  1 − 0  =  1
+#   B: (2 − 1) − (0 − 2) =  1 + 2  =  3
+#   C: (0 − 1) − (1 − 1) = −1 − 0  = −1
+#   D: (0 − 0) − (0 − 0) =            0
+# disparity = (|1| + |3| + |−1| + |0|) / 4 = 5 / 4 = 1.25
+
+CATS = {"a1": ["A"], "a2": ["A"], "ab": ["A", "B"], "b1": ["B"], "c1": ["C"], "d1": ["D"]}
+GROUPS = {"u1": "U", "u2": "U", "p1": "P"}
+T = pd.DataFrame([("u1", "a1"), ("u1", "a2"), ("u1", "b1"), ("u2", "a1"), ("u2", "c1"),
+                  ("p1", "b1"), ("p1", "ab"), ("p1", "c1")], columns=["user_id", "item_id"])
+R = pd.DataFrame([("u1", "a1"), ("u1", "ab"), ("u2", "a2"), ("u2", "ab"), ("p1", "c1"), ("p1", "a1")],
+                 columns=["user_id", "item_id"])
+
+
+def test_bias_table_reports_the_counts_n_r_and_n_t():
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS).set_index(["group", "category"])
+    want_t = {("U", "A"): 3, ("U", "B"): 1, ("U", "C"): 1, ("U", "D"): 0,
+              ("P", "A"): 1, ("P", "B"): 2, ("P", "C"): 1, ("P", "D"): 0}
+    want_r = {("U", "A"): 4, ("U", "B"): 2, ("U", "C"): 0, ("U", "D"): 0,
+              ("P", "A"): 1, ("P", "B"): 0, ("P", "C"): 1, ("P", "D"): 0}
+    assert {key: int(tab.loc[key, "n_train"]) for key in want_t} == want_t
+    assert {key: int(tab.loc[key, "n_rec"]) for key in want_r} == want_r
+
+
+def test_average_disparity_is_eq4_on_counts():
+    # the formula itself, categories A, B, C, D in order (hand values above)
+    assert bd.average_disparity([4, 2, 0, 0], [3, 1, 1, 0], [1, 0, 1, 0], [1, 2, 1, 0]) == pytest.approx(5 / 4)
+    assert math.isnan(bd.average_disparity([], [], [], []))
+    with pytest.raises(ValueError, match="same number of categories"):
+        bd.average_disparity([1, 2], [1], [1, 2], [1, 2])
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS)
+    s = bd.disparity_summary(tab, unprotected="U", protected="P").set_index("group")
+    assert s.loc["U − P", "average_disparity"] == pytest.approx(5 / 4)
+    assert s.loc["U − P", "n_categories"] == 4
+    # a group row has no eq.-4 value: eq. 4 compares two groups
+    assert math.isnan(s.loc["U", "average_disparity"])
+
+
+def test_previous_readings_are_kept_under_their_own_names():
+    # B_T and B_R by hand (P(A) = 3/6, P(B) = 2/6, P(C) = 1/6, P(D) = 1/6):
+    #   U: 5 training interactions → PR_T = 3/5, 1/5, 1/5, 0 → B_T = 6/5, 3/5, 6/5, 0
+    #      4 recommended           → PR_R = 4/4, 2/4, 0, 0   → B_R = 2, 3/2, 0, 0
+    #      BD = (2 − 6/5)/(6/5) = 2/3, (3/2 − 3/5)/(3/5) = 3/2, −1, undefined → mean |BD| = (2/3 + 3/2 + 1)/3 = 19/18
+    #   P: 3 training → PR_T = 1/3, 2/3, 1/3, 0 → B_T = 2/3, 2, 2, 0
+    #      2 recommended → PR_R = 1/2, 0, 1/2, 0 → B_R = 1, 0, 3, 0
+    #      BD = 1/2, −1, 1/2, undefined → mean |BD| = 2/3
+    #   per-category gap over A, B, C: |2/3 − 1/2| + |3/2 + 1| + |−1 − 1/2| = 1/6 + 5/2 + 3/2 = 25/6 → /3 = 25/18
+    tab = bd.bias_disparity_table(T, R, GROUPS, CATS)
+    s = bd.disparity_summary(tab, unprotected="U", protected="P").set_index("group")
+    assert s.loc["U", "mean_abs_bd"] == pytest.approx(19 / 18) and s.loc["U", "n_categories_bd"] == 3
+    assert s.loc["P", "mean_abs_bd"] == pytest.approx(2 / 3)
+    assert s.loc["U − P", "mean_abs_bd_difference"] == pytest.approx(19 / 18 - 2 / 3)
+    assert s.loc["U − P", "mean_abs_bd_gap"] == pytest.approx(25 / 18)
+    assert s.loc["U − P", "n_categories_bd"] == 3
+    assert bd.mean_abs_disparity([2 / 3, 1.5, -1.0, float("nan")]) == pytest.approx(19 / 18)
+
+
+def test_cli_bias_writes_eq4_and_the_counts(tmp_path, capsys):
+    from test_recsys_e2e import run_cli
+
+    T.to_csv(tmp_path / "train.csv", index=False)
+    R.to_csv(tmp_path / "recs.csv", index=False)
+    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
+        tmp_path / "items.csv", index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    assert run_cli(["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
+                    "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "g",
+                    "--unprotected", "U", "--protected", "P", "--out", str(tmp_path / "out")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "eq. 4" in shown and "1.250" in shown
+    summ = pd.read_csv(tmp_path / "out" / "recsys_bias_summary.csv").set_index("group")
+    assert summ.loc["U − P", "average_disparity"] == pytest.approx(1.25)
+    tab = pd.read_csv(tmp_path / "out" / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    assert tab.loc[("U", "A"), ["n_train", "n_rec"]].tolist() == [3, 4]
+
+
+# --- 2. missing items ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("missing", [None, float("nan"), np.nan])
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_missing_items_are_rejected_by_both_paths(missing, convention):
+    # today: score_pairs([[None, 'a']], [['a']], 3) gives Jaccard@2 = 2.0 (scalar path: 0.5)
+    with pytest.raises(ValueError, match="missing"):
+        score_pairs([[missing, "a"]], [["a"]], 3, convention=convention)
+    with pytest.raises(ValueError, match="missing"):
+        score_pairs([["a"]], [["b", missing]], 3, convention=convention)
+    for name in METRICS:
+        with pytest.raises(ValueError, match="missing"):
+            metric(name, [missing, "a"], ["a"], 2, convention=convention)
+
+
+def test_missing_item_in_a_table_names_the_list():
+    t = pd.DataFrame([("m1", "neutral", "", ["a", "b"]), ("m1", "gender", "girl", ["a", None])],
+                     columns=["instruction_id", "attribute", "value", "items"])
+    with pytest.raises(ValueError, match=r"instruction 'm1'.*gender.*girl.*position 2"):
+        similarity_table(t, 3)
+
+
+def test_items_that_look_like_padding_are_ordinary_items():
+    # integer items −1 and −2 (the old padding codes) are items like any other
+    assert score_pairs([[-1, -2]], [[-2, -1]], 2)["jaccard"].tolist() == [[0.0, 1.0]]
+    assert jaccard([-1, -2], [-2, -1], 2) == 1.0
+
+
+# --- 3. work bounded by the list lengths --------------------------------------------------------
+
+def _short_pairs(n: int = 1500, seed: int = 3) -> tuple[list[list[str]], list[list[str]]]:
+    rng = random.Random(seed)
+    pool = [f"t{i}" for i in range(40)]
+    neutral = [rng.sample(pool, rng.randint(5, 15)) for _ in range(n)]
+    sensitive = [rng.sample(pool, rng.randint(5, 15)) for _ in range(n)]
+    return neutral, sensitive
+
+
+def _peak_mb(fn) -> float:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def test_score_pairs_memory_is_bounded_by_list_lengths_not_k_squared():
+    neutral, sensitive = _short_pairs()
+    small = _peak_mb(lambda: score_pairs(neutral, sensitive, 20))
+    large = _peak_mb(lambda: score_pairs(neutral, sensitive, 200))
+    # the result alone is 3 metrics × 1,500 pairs × 200 cut-offs × 8 bytes = 6.9 MB at K = 200 (0.7 MB
+    # at K = 20): the peak may be a few times that, not K² (before the fix: 795 MB, ×79 the K = 20 peak)
+    out_mb = 3 * 1500 * 200 * 8 / 2**20
+    assert large < 6 * out_mb and large < 10 * small, (small, large)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_curves_beyond_the_longest_list_match_the_reference(convention):
+    # K far above every list (buckets of different widths), with duplicates and empty lists
+    rng = random.Random(11)
+    neutral, sensitive = [], []
+    for _ in range(120):
+        vocab = list("abcdefghijklmnop")[: rng.randint(1, 16)]
+        neutral.append([rng.choice(vocab) for _ in range(rng.choice([0, 1, 2, 3, 5, 9, 17]))])
+        sensitive.append([rng.choice(vocab) for _ in range(rng.choice([0, 1, 2, 4, 8, 13]))])
+    K = 24
+    got = score_pairs(neutral, sensitive, K, convention=convention)
+    for m in METRICS:
+        want = np.array([[metric(m, n, s, k, convention=convention) for k in range(1, K + 1)]
+                         for n, s in zip(neutral, sensitive)])
+        np.testing.assert_allclose(got[m], want, rtol=0, atol=1e-12, equal_nan=True)
+
+
+# --- 4. CFaiRLLM true preference cut from the compared top-K -----------------------------------
+
+class SixTitles:
+    """Six titles for every prompt: ranks 1, 2 and 5 are not in movies.dat; Shawshank Redemption
+    (movie 13, liked by user 3 in the held-out test split) is 6th in the neutral lists and 5th in
+    the sensitive ones."""
+
+    name = "six-titles"
+    model_id = "six-titles"
+    base_url = ""
+    supports_logprobs = False
+
+    async def complete(self, request):
+        from lmra.providers.base import ChatResult, Usage
+
+        text = request.messages[-1].content
+        fake = ["Not A Real Movie", "Another Invented Picture", "Heat", "Fargo", "Made Up Title Here"]
+        items = fake + ["The Shawshank Redemption"]
+        if text.startswith("I am "):  # sensitive prompt: Shawshank moves into the top 5
+            items = fake[:4] + ["The Shawshank Redemption", fake[4]]
+        return ChatResult(text="\n".join(f"{i}. {t}" for i, t in enumerate(items, 1)), usage=Usage())
+
+    async def aclose(self):
+        return None
+
+
+def test_true_preference_is_cut_from_the_compared_top_k(tmp_path):
+    from test_recsys_e2e import SAMPLE
+
+    from lmra.recsys.config import parse_recsys_config
+    from lmra.recsys.run import RecsysRun
+
+    cfg = parse_recsys_config({"name": "tp", "mode": "cfairllm", "k": 5, "output_dir": str(tmp_path / "out"),
+                               "cache": str(tmp_path / "cache.sqlite"),
+                               "cfairllm": {"data": str(SAMPLE), "n_users": 0, "profile_size": 3,
+                                            "split_method": "temporal"}})
+    result = RecsysRun(cfg, target=SixTitles(), run_dir=tmp_path / "run").run()
+    by = {(r["user_id"], r["attribute"]): r for r in result.lists.to_dict(orient="records")}
+    neutral, gender = by[(3, "neutral")], by[(3, "gender")]
+    # the list item similarity compares at K = 5: [unmatched, unmatched, #3 Heat, #6 Fargo, unmatched];
+    # none of it is liked → R′ = [] by hand (before the fix: ['#13'], the 6th title)
+    assert neutral["compare"][:5] == ["not a real movie", "another invented picture", "#3", "#6",
+                                      "made up title here"]
+    assert neutral["true_pref"] == []
+    # sensitive list: Shawshank is 5th, inside the top K → R′ = ['#13']
+    assert gender["true_pref"] == ["#13"]
+    sim = result.similarity
+    row = sim[(sim["analysis"] == "true_preference") & (sim["attribute"] == "gender") & (sim["value"] == "female")
+              & (sim["metric"] == "jaccard") & (sim["k"] == 5)].iloc[0]
+    # female users 1 and 3: user 1 likes nothing of these in her test split (both R′ empty: undefined);
+    # user 3: R′ = [] vs R′^a = [#13] → Jaccard 0 (before the fix: [#13] vs [#13] → 1)
+    assert (row["similarity"], row["n"], row["n_undefined"]) == (0.0, 1, 1)
+
+
+# --- 5. the paper-k convention -----------------------------------------------------------------
+
+def test_paper_k_normalises_by_k_literally():
+    neutral, sensitive = ["a", "b", "c"], ["b", "a", "c"]
+    # K = 5, three items each. SERP weights K − r + 1 = 5, 4, 3 for ranks 1..3, all in R → 12 / (5·6/2) = 0.8
+    # (paper: n = 3 → (3 + 2 + 1) / 6 = 1). PRAG: (b,a) disagrees, (b,c) and (a,c) agree → 2 / (5·4/2) = 0.2
+    # (paper: 2 / 3). Jaccard has no normaliser: 3/3 in both.
+    assert [metric(m, neutral, sensitive, 5, convention="paper-k") for m in METRICS] == pytest.approx([1.0, 0.8, 0.2])
+    assert [metric(m, neutral, sensitive, 5, convention="paper") for m in METRICS] == pytest.approx(
+        [1.0, 1.0, 2 / 3])
+    # two identical 15-item lists at K = 20: SERP (20 + 19 + … + 6) / 210 = 195/210, PRAG C(15,2)/C(20,2) = 105/190
+    items = [f"s{i}" for i in range(15)]
+    assert serp(items, items, 20, convention="paper-k") == pytest.approx(195 / 210)
+    assert prag(items, items, 20, convention="paper-k") == pytest.approx(105 / 190)
+    assert serp(items, items, 20) == 1.0
+    # the docs/recsys.md example: R = [a, b, c], R^a = [b, a, e], K = 4. Jaccard 2/4; SERP* b, a weigh
+    # 4, 3 → 7/10 (paper: n = 3, 3 + 2 → 5/6); PRAG* (b,a) disagrees, (b,e), (a,e) agree → 2/6 (paper: 2/3)
+    assert [metric(m, neutral, ["b", "a", "e"], 4, convention="paper-k") for m in METRICS] == pytest.approx(
+        [0.5, 0.7, 1 / 3])
+    assert [metric(m, neutral, ["b", "a", "e"], 4) for m in METRICS] == pytest.approx([0.5, 5 / 6, 2 / 3])
+    # full lists: paper-k = paper
+    full = [f"s{i}" for i in range(20)]
+    assert serp(full, full[::-1], 20, convention="paper-k") == serp(full, full[::-1], 20)
+    # empty lists as under paper
+    assert math.isnan(serp([], [], 5, convention="paper-k")) and prag(["a"], [], 5, convention="paper-k") == 0.0
+    # the curve k = 1..5: [a] vs [b] → 0; k = 2: weights 2, 1 → 3/3; k = 3: 3 + 2 + 1 = 6/6;
+    # k = 4: 4 + 3 + 2 = 9/10; k = 5: 12/15
+    np.testing.assert_allclose(score_pairs([neutral], [sensitive], 5, convention="paper-k")["serp"][0],
+                               [0.0, 1.0, 1.0, 0.9, 0.8])
+
+
+def test_paper_k_is_a_config_and_cli_option(tmp_path):
+    from test_recsys_e2e import run_cli
+
+    from lmra.recsys.config import parse_recsys_config
+
+    assert parse_recsys_config({"convention": "paper-k"}).convention == "paper-k"
+    lists = tmp_path / "lists.jsonl"
+    lists.write_text('{"instruction_id": "m1", "attribute": "neutral", "keys": ["a", "b", "c"]}\n'
+                     '{"instruction_id": "m1", "attribute": "gender", "value": "a girl", "keys": ["b", "a", "c"]}\n',
+                     encoding="utf-8")
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "5", "--convention", "paper-k",
+                    "--out", str(tmp_path / "o")]) == 0
+    sim = pd.read_csv(tmp_path / "o" / "recsys_similarity.csv")
+    at5 = sim[sim["k"] == 5].set_index("metric")
+    assert at5.loc["serp", "similarity"] == pytest.approx(0.8) and at5.loc["prag", "similarity"] == pytest.approx(0.2)
+    assert set(sim["convention"]) == {"paper-k"}
+
+
+def test_readme_states_the_normalisation_of_short_lists():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Recommendation fairness", 1)[1].split("\n## ", 1)[0]
+    assert "paper-k" in section and "shorter than K" in section
