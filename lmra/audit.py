@@ -351,7 +351,7 @@ class Audit:
         """
         cfg = self.cfg
         inputs = self.load_inputs()
-        cache = CallCache(cfg.cache, on_write_error=self.on_notice)
+        cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
         try:
             return await self._arun(inputs, cache)
         finally:

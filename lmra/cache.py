@@ -65,6 +65,16 @@ LEASE_TTL_S = 900.0
 LEASE_POLL_S = 0.2
 
 
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back an open transaction (SQLite may already have rolled it back itself, e.g. on a
+    full disk); never raises over the error being handled."""
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -139,7 +149,7 @@ class CallCache:
                                          list(self.pending.values()))
                     self._db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    _rollback(self._db)
                     raise
         except (OSError, sqlite3.Error) as exc:
             self.write_failures += 1
@@ -188,7 +198,7 @@ class CallCache:
                                          (key, self.owner, self.host, os.getpid(), now + LEASE_TTL_S))
                     self._db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    _rollback(self._db)
                     raise
         except (OSError, sqlite3.Error):
             return True

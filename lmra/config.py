@@ -300,6 +300,10 @@ class AuditConfig(_Strict):
     concurrency: int = Field(2, ge=1, le=512, description="Maximum model calls in flight.")
     output_dir: str = Field("reports", description="Folder under which run folders are written.")
     cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
+    cache_write_retry_s: float = Field(
+        60.0, ge=0, le=86400,
+        description="When the cache cannot be written (disk full), answered calls are held in memory; before "
+        "writing results the audit retries storing them for this many seconds, then stops with exit status 1.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
     max_failed_share: float = Field(
         0.05, ge=0, le=1,

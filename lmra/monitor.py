@@ -187,7 +187,10 @@ class History:
         added = []
         for summary in sorted(self.path.parent.glob("*/summary.json")):
             folder = summary.parent
-            if folder.name in known or folder_status(folder) not in FINISHED:  # failed / stale: not a run to keep
+            if folder.name in known:
+                continue
+            status = folder_status(folder)
+            if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register
                 continue
             try:
                 added.append(self.register(load_run(folder)))

@@ -1,0 +1,173 @@
+"""Disks and run folders: a full disk mid-run, an unwritable cache, stale and reused run folders.
+
+The full-disk tests mount a real small tmpfs (root only; skipped elsewhere) and run a real
+``lmra audit`` against the local OpenAI-compatible server of tests/faultserver.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from faultserver import FaultServer
+from lmra.runstate import folder_status
+
+TASKS = ["write a story", "career advice", "exercise plan", "explain a concept"]
+
+
+def _config(path: Path, url: str, cache: Path, out: Path, extra: str = "") -> Path:
+    path.write_text(f'''name = "disk"
+prompts_per_task = 2
+tasks = {json.dumps(TASKS)}
+concurrency = 2
+cache = "{cache}"
+output_dir = "{out}"
+{extra}
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+[judge]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+''')
+    return path
+
+
+def _cmd(cfg: Path) -> list[str]:
+    return [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
+            "--allow-unvalidated-judge"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs, or skip when mounting is not allowed."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(mnt: Path, leave: int) -> Path:
+    """Fill the filesystem until about ``leave`` bytes are free; returns the filler file."""
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    filler = mnt / "filler"
+    with filler.open("wb") as fh:
+        fh.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+def test_disk_full_mid_run_keeps_every_answered_call_and_finishes_when_space_returns(tmp_path, small_disk):
+    with FaultServer(fault_rate=0.0, delay_s=0.02) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, small_disk / "cache.sqlite", tmp_path / "out",
+                      extra="cache_write_retry_s = 60.0")
+        from lmra.cache import CallCache
+
+        CallCache(small_disk / "cache.sqlite").close()  # the cache exists; then the disk fills
+        filler = _fill(small_disk, 64 * 1024)
+        proc = subprocess.Popen(_cmd(cfg), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines: list[str] = []
+
+        def watch():
+            for line in proc.stderr:
+                lines.append(line)
+                if "cannot write to the call cache" in line:
+                    time.sleep(1.0)  # more answers arrive while the disk is full
+                    filler.unlink()  # the operator frees space
+
+        t = threading.Thread(target=watch)
+        t.start()
+        t.join(timeout=300)
+        proc.wait(timeout=60)
+        err = "".join(lines)
+        assert "Traceback" not in err
+        assert "cannot write to the call cache" in err and str(small_disk / "cache.sqlite") in err
+        assert "writable again" in err
+        assert proc.returncode == 0, err
+        first = json.loads(next((tmp_path / "out").glob("*/manifest.json")).read_text())
+        assert first["status"] == "complete"
+        n = srv.requests
+        again = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert srv.requests == n  # every answered call was kept: the re-run is all cache hits
+
+
+def test_disk_that_stays_full_fails_with_the_path_and_exit_1(tmp_path, small_disk):
+    with FaultServer(fault_rate=0.0) as srv:
+        out = small_disk / "out"
+        cfg = _config(tmp_path / "c.toml", srv.url, small_disk / "cache.sqlite", out, extra="cache_write_retry_s = 1.0")
+        _fill(small_disk, 40 * 1024)
+        r = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in r.stderr
+    assert r.returncode == 1, r.stderr
+    assert "I/O failure" in r.stderr and str(small_disk) in r.stderr
+    # nothing is left as if it had succeeded: no half-written file, no folder that says complete
+    for d in out.glob("*"):
+        assert folder_status(d) in ("failed", "stale"), d
+        assert not list(d.glob(".*.tmp"))
+        for f in d.glob("*.jsonl"):
+            text = f.read_text()
+            assert not text or text.endswith("\n")
+
+
+def test_unwritable_cache_location_names_the_path(tmp_path, capsys):
+    from lmra.cli import main
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    cfg = _config(tmp_path / "c.toml", "http://127.0.0.1:9/v1", blocker / "cache.sqlite", tmp_path / "out")
+    code = main(_cmd(cfg)[3:])
+    err = capsys.readouterr().err
+    assert code == 1 and str(blocker / "cache.sqlite") in " ".join(err.split()) and "Traceback" not in err
+    assert "cannot open the call cache" in err
+
+
+def test_two_audits_in_the_same_second_never_share_a_folder(tmp_path, sim_inputs):
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig.model_validate({
+        "name": "same", "names": str(names), "prompts": str(prompts), "output_dir": str(tmp_path / "r"),
+        "cache": str(tmp_path / "c.sqlite"), "judge_check": {"enabled": False}, "filter": {"enabled": False},
+        "refusal": {"enabled": False}})
+    a1 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "one"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
+    a2 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "two"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
+    a2.run_dir = a1.run_dir  # same name, same second
+    r1, r2 = a1.run(), a2.run()
+    assert r1.run_dir != r2.run_dir and r2.run_dir.name == r1.run_dir.name + "-2"
+    assert json.loads((r1.run_dir / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_killed_audit_leaves_a_folder_every_command_calls_stale(tmp_path, capsys):
+    from lmra.cli import main
+
+    with FaultServer(fault_rate=0.0, delay_s=0.2) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out")
+        proc = subprocess.Popen(_cmd(cfg), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline and not list((tmp_path / "out").glob("*/manifest.json")):
+            time.sleep(0.1)
+        (run_dir,) = [p.parent for p in (tmp_path / "out").glob("*/manifest.json")]
+        assert folder_status(run_dir, mark=False) == "running"
+        proc.kill()
+        proc.wait()
+    assert folder_status(run_dir) == "stale"
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "stale"
+    code = main(["export", str(run_dir), "--format", "csv"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "stale" in err and "killed" in err
