@@ -357,9 +357,13 @@ class Audit:
         finally:
             cache.close()
             await self._close_providers()
-            if self._lock is not None:
-                self._lock.release()
-                self._lock = None
+            self.release_dir()
+
+    def release_dir(self) -> None:
+        """Release the run folder's lock (done by :meth:`arun` when it ends, however it ends)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     async def _close_providers(self) -> None:
         """Close the clients this audit built (providers passed in are the caller's to close)."""

@@ -28,7 +28,6 @@ Every LMRA call goes through the SQLite call cache (:class:`~lmra.cache.CachedPr
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import random
@@ -54,6 +53,7 @@ from lmra.providers import Provider, ProviderError, make_provider
 from lmra.stats import adjust_pvalues, mean_ci
 from lmra.templates import Template, load_template
 from lmra.runfolder import jsonable
+from lmra.fileio import write_csv, write_json, write_jsonl
 
 #: Files :func:`run_axes` writes into the output folder.
 OUTPUT_FILES = ("axes.csv", "axes_candidates.json", "axes_features.jsonl", "axes_labels.jsonl", "axes_summary.json")
@@ -1016,15 +1016,11 @@ def write_axes_outputs(result: AxesResult, out_dir: str | Path) -> Path:
     """Write :data:`OUTPUT_FILES` into ``out_dir`` (created if needed) and return it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result.table.to_csv(out / "axes.csv", index=False)
-    (out / "axes_candidates.json").write_text(json.dumps(jsonable(result.candidates), indent=2, allow_nan=False,
-                                                         ensure_ascii=False), encoding="utf-8")
-    (out / "axes_summary.json").write_text(json.dumps(jsonable(result.summary), indent=2, allow_nan=False,
-                                                      ensure_ascii=False), encoding="utf-8")
+    write_csv(result.table, out / "axes.csv")
+    write_json(out / "axes_candidates.json", jsonable(result.candidates))
+    write_json(out / "axes_summary.json", jsonable(result.summary))
     for name, df in (("axes_features.jsonl", result.features), ("axes_labels.jsonl", result.labels)):
-        with (out / name).open("w", encoding="utf-8") as fh:
-            for row in df.to_dict(orient="records"):
-                fh.write(json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False) + "\n")
+        write_jsonl(out / name, (jsonable(row) for row in df.to_dict(orient="records")))
     return out
 
 

@@ -48,6 +48,7 @@ from typing import Any
 
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key
+from lmra.fileio import write_json, write_text
 
 STATE_VERSION = 1
 #: Marks the text of a placeholder answer during a collecting pass.
@@ -754,8 +755,8 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     j2 = audit._judge2_provider()
     if j2 is not None:
         providers.append(j2)
-    audit.run_dir.mkdir(parents=True, exist_ok=True)
-    (audit.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+    audit.claim_dir()
+    write_text(audit.run_dir / "config.toml", dump_config(cfg))
     cache = CallCache(cfg.cache)
     try:
         orch = BatchOrchestrator(audit.run_dir, cache, providers=providers, poll_interval_s=poll_interval_s,
@@ -771,10 +772,12 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         audit._judge = orch.guard(providers[1], live_fallback=live_fallback)
         if j2 is not None:
             audit._judge2 = orch.guard(j2, live_fallback=live_fallback)
+    except BaseException:
+        audit.release_dir()  # batches pending, killed, failed: a resume (even in this process) takes the folder
+        raise
     finally:
         cache.close()
     result = await audit.arun()
     result.manifest["batch"] = summary
-    (audit.run_dir / "manifest.json").write_text(json.dumps(jsonable(result.manifest), indent=2, allow_nan=False),
-                                                 encoding="utf-8")
+    write_json(audit.run_dir / "manifest.json", jsonable(result.manifest))
     return result

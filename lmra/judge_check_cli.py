@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lmra.fileio import write_json, write_jsonl
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("judge-check", help="validate an LMRA on known-answer canary pairs (exit 5 if it fails)",
@@ -115,11 +117,8 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "judge_check.json").write_text(json.dumps(jsonable(verdict), indent=2, allow_nan=False),
-                                              encoding="utf-8")
-        with (out / "judge_check_ratings.jsonl").open("w", encoding="utf-8") as fh:
-            for r in rows.to_dict(orient="records"):
-                fh.write(json.dumps(jsonable(r), allow_nan=False, ensure_ascii=False) + "\n")
+        write_json(out / "judge_check.json", jsonable(verdict))
+        write_jsonl(out / "judge_check_ratings.jsonl", (jsonable(r) for r in rows.to_dict(orient="records")))
     if args.json:
         print(json.dumps(jsonable(verdict), indent=2, allow_nan=False))
     else:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder
+from lmra.fileio import atomic_open, write_csv, write_json
 
 EXPORT_SCHEMA_VERSION = 1
 Format = Literal["csv", "json", "parquet"]
@@ -116,17 +117,18 @@ def write_table(df: pd.DataFrame, table: str, fmt: Format, path: Path, run_id: s
     """
     schema = SCHEMAS[table]
     if fmt == "csv":
-        df.to_csv(path, index=False)
+        write_csv(df, path)
     elif fmt == "json":
         rows = json.loads(df.to_json(orient="records"))
         doc = {"schema_version": EXPORT_SCHEMA_VERSION, "table": table, "run_id": run_id,
                "columns": list(schema), "rows": rows}
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+        write_json(path, doc, indent=1)
     elif fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.Table.from_pandas(df, schema=_arrow_schema(schema, table), preserve_index=False), path)
+        with atomic_open(path, "wb") as fh:
+            pq.write_table(pa.Table.from_pandas(df, schema=_arrow_schema(schema, table), preserve_index=False), fh)
     else:
         raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
     return path

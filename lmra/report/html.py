@@ -16,6 +16,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.runfolder import RunFolder, finite
+from lmra.fileio import write_text
 
 #: summary.json / manifest.json keys shown by dedicated parts of the report
 KNOWN_SUMMARY_KEYS = {"schema_version", "name", "run_dir", "n_prompts", "n_responses", "n_pairs_total", "confidence",
@@ -286,5 +287,5 @@ def write_report(run: RunFolder, out: str | Path | None = None, **kwargs) -> Pat
     its inputs (e.g. a bad ``delta``).
     """
     path = Path(out) if out else run.path / "report.html"
-    path.write_text(render_report(run, **kwargs), encoding="utf-8")
+    write_text(path, render_report(run, **kwargs))
     return path
