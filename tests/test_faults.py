@@ -279,3 +279,40 @@ def test_two_processes_sharing_a_cache_pay_once_for_each_call(tmp_path):
     assert not dup, f"{len(dup)} calls paid twice"
     assert sum(fresh) == len(srv.requests_by_body)  # each distinct call made once, by one of the two
     assert manifests[0]["calls"]["waited"] + manifests[1]["calls"]["waited"] > 0
+
+
+def test_failed_classification_and_refusal_calls_are_counted_not_fatal(tmp_path, sim_inputs):
+    """A prompt whose classification call fails is left out and counted; a failed refusal
+    label makes its pair failed (not 'unlabelled'); the run goes on and its status says
+    what was lost."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(12)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    for r in rows[:4]:  # four prompts need the LMRA to classify them
+        r.pop("task"), r.pop("domain")
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = AuditConfig.model_validate({
+        "name": "f", "names": str(names), "prompts": str(prompts), "prompts_per_task": 0,
+        "output_dir": str(tmp_path / "out"), "cache": str(tmp_path / "c.sqlite"), "judge_check": {"enabled": False},
+        "filter": {"enabled": False}})
+    fail = {"Prompt number 0.", "Prompt number 1."}  # their classification calls fail
+    judge = ScriptedJudge(lambda a, b: {"C": 1.0},
+                          fail_on=lambda text: ("Classify" in text and any(p in text for p in fail))
+                          or ("Does the response refuse" in text and "refuse-me" in text))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "refuse-me" if g == "female" and rng.random() < 0.3 else "ok")
+    res = Audit(cfg, target=target, judge=judge).run()
+    s = res.summary
+    assert s["n_prompts_classify_failed"] == 2
+    failed_cls = pd.read_json(res.run_dir / "classifications.jsonl", lines=True)
+    assert set(failed_cls[failed_cls["failed"]]["prompt_id"]) == {"p0", "p1"}
+    assert not {"p0", "p1"} & set(res.ratings["prompt_id"])
+    refusal_failed = res.ratings["error"].fillna("").str.startswith("refusal label")
+    assert refusal_failed.sum() == s["n_pairs_failed"] > 0
+    assert not res.ratings.loc[refusal_failed, "unlabelled"].any()
+    n = len(res.ratings)
+    assert s["failed_share"] == pytest.approx((s["n_pairs_failed"] + 2) / (n + 2))
+    assert s["run_status"] == res.manifest["status"] == "partial"
