@@ -153,7 +153,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         ov = overall[overall["run_id"] == r.run_id]
         net = "\n".join(f"{o.comparison}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
                         for o in ov.itertuples()) or "—"
-        table.add_row(r.run_id, _short_time(r.started), _short(r.target_model), _short(r.judge_model),
+        run_cell = r.run_id if (r.status or "complete") == "complete" else f"{r.run_id}\n[bold red]{r.status}[/]"
+        table.add_row(run_cell, _short_time(r.started), _short(r.target_model), _short(r.judge_model),
                       _judge_cell(r.judge_status), str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "

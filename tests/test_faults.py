@@ -189,6 +189,11 @@ def test_partial_run_is_skipped_by_latest_and_last(tmp_path, capsys):
     code = main(["export", "latest", "--format", "csv", "--reports-dir", str(out), "--out", str(tmp_path / "pt")])
     capsys.readouterr()
     assert code == 0 and (tmp_path / "pt" / "per_task.csv").exists()
+    exported = pd.read_csv(tmp_path / "pt" / "per_task.csv")
+    assert (exported["run_id"] == complete.name).all() if "run_id" in exported else True
+    assert main(["history", "--reports-dir", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "partial" in shown and partial.name[:15] in shown  # the history shows the partial run as such
 
 
 def _req(i: int = 0) -> ChatRequest:
