@@ -134,13 +134,16 @@ def test_unlabelled_refusals_are_counted_not_scored(tmp_path, sim_inputs):
     cfg = _cfg(tmp_path, names, prompts, judge_check={"enabled": False}, refusal={"enabled": True})
     res = Audit(cfg, target=Tagged(NAME_TO_GROUP, script), judge=judge).run()
     s = res.summary
-    assert s["n_pairs_unlabelled"] == 3 and s["n_pairs_refusal"] == 1
+    # a refusal label whose call failed makes the pair failed (issue 11: counted in the failed
+    # share, asked again on a re-run), never scored as "not refused"
+    assert s["n_pairs_failed"] == 3 and s["n_pairs_unlabelled"] == 0 and s["n_pairs_refusal"] == 1
     ov = res.overall.iloc[0]
-    assert ov["n_unlabelled"] == 3 and ov["n_refusal"] == 1 and ov["n_pairs"] == 26
+    assert ov["n_failed"] == 3 and ov["n_refusal"] == 1 and ov["n_pairs"] == 26
     rows = res.ratings.set_index("prompt_id")
-    assert rows.loc["p3", "unlabelled"] and not rows.loc["p3", "refused"]
+    assert rows.loc["p3", "failed"] and not rows.loc["p3", "refused"]
+    assert rows.loc["p3", "error"].startswith("refusal label")
     assert pd.isna(rows.loc["p3", "h"])
-    assert res.per_task["n_unlabelled"].sum() == 3
+    assert res.per_task["n_failed"].sum() == 3
 
 
 def test_filter_failure_is_counted_as_unlabelled(tmp_path, sim_inputs):
