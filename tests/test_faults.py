@@ -194,6 +194,11 @@ def test_partial_run_is_skipped_by_latest_and_last(tmp_path, capsys):
     assert main(["history", "--reports-dir", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "partial" in shown and partial.name[:15] in shown  # the history shows the partial run as such
+    from lmra.report.html import render_report
+
+    html = render_report(load_run(partial))
+    assert 'id="run-status"' in html and "PARTIAL" in html and "faults met: 5xx" in html
+    assert 'id="run-status"' not in render_report(load_run(complete))
 
 
 def _req(i: int = 0) -> ChatRequest:

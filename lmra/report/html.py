@@ -235,7 +235,11 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
     overall = run.summary.get("overall") or []
     tpl_hash, tpl_src = run.judge_template
     calls = {k: (run.manifest.get("calls") or {}).get(k, "—") for k in
-             ("fresh", "cached", "failed", "prompt_tokens_fresh", "completion_tokens_fresh")}
+             ("fresh", "cached", "failed", "retries", "prompt_tokens_fresh", "completion_tokens_fresh")}
+    from lmra.report.console import call_counts_line
+
+    calls_by_model = [(label, call_counts_line(c))
+                      for label, c in ((run.manifest.get("calls") or {}).get("by_model") or {}).items()]
     return {
         "lmra_version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -250,6 +254,8 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                 "config_hash": run.config_hash, "design_hash": run.design_hash,
                 "n_prompts": run.summary.get("n_prompts"), "n_pairs_total": run.summary.get("n_pairs_total"),
                 "redacted": bool(run.summary.get("redacted")),
+                "summary": {"failed_share": finite(run.summary.get("failed_share")),
+                            "max_failed_share": finite(run.summary.get("max_failed_share"))},
                 "run_dir": str(run.path)},
         "check": check_ctx,
         "overall": overall,
@@ -260,6 +266,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                      "rows": _records(sample_adequacy(run, delta, alpha=alpha, power=power))},
         "judge": _judge_context(run),
         "calls": calls,
+        "calls_by_model": calls_by_model,
         "extra_sections": _extra_sections(run),
     }
 
