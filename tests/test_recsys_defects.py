@@ -5,6 +5,11 @@
 3. The cost of ``score_pairs`` is bounded by the lists' lengths, not by K².
 4. CFaiRLLM true-preference lists R′ are cut from the same top-K list that item similarity compares.
 5. The ``paper-k`` convention normalises by K literally; ``paper`` by the longer list.
+6. Bias disparity counts only the catalogue-matched items among the top-K list (run and
+   ``lmra recsys bias`` on a run's lists.jsonl): an unmatched title in the top K is counted, never
+   replaced by an item ranked beyond K.
+7. The true-preference curve at cut-off k < K compares the liked items of the top-k lists
+   (R′_k), not the first k items of R′.
 """
 
 from __future__ import annotations
@@ -296,3 +301,237 @@ def test_readme_states_the_normalisation_of_short_lists():
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = text.split("## Recommendation fairness", 1)[1].split("\n## ", 1)[0]
     assert "paper-k" in section and "shorter than K" in section
+
+
+# --- 6. bias disparity from the matched items of the top-K list ------------------------------
+
+class SixTitlesLionKing:
+    """Six titles for every prompt, K = 5: ranks 1, 2 and 5 are not in movies.dat, rank 3 is Heat
+    (#3, Action|Crime|Thriller), rank 4 Fargo (#6, Crime|Drama|Thriller) and rank 6 The Lion King
+    (#17, Animation|Children's|Musical — the only Musical, Animation and Children's title here).
+    None of them is in any sample user's prompt profile (profiles 1: {1, 4, 9}, 2: {4, 11, 13},
+    3: {5, 7, 14}, 4: {2, 7, 12})."""
+
+    name = "six-titles-lion-king"
+    model_id = "six-titles-lion-king"
+    base_url = ""
+    supports_logprobs = False
+
+    async def complete(self, request):
+        from lmra.providers.base import ChatResult, Usage
+
+        items = ["Not A Real Movie", "Another Invented Picture", "Heat", "Fargo", "Made Up Title Here",
+                 "The Lion King"]
+        return ChatResult(text="\n".join(f"{i}. {t}" for i, t in enumerate(items, 1)), usage=Usage())
+
+    async def aclose(self):
+        return None
+
+
+def _six_titles_run(tmp_path, target):
+    from test_recsys_e2e import SAMPLE
+
+    from lmra.recsys.config import parse_recsys_config
+    from lmra.recsys.run import RecsysRun
+
+    cfg = parse_recsys_config({"name": "bd", "mode": "cfairllm", "k": 5, "output_dir": str(tmp_path / "out"),
+                               "cache": str(tmp_path / "cache.sqlite"),
+                               "cfairllm": {"data": str(SAMPLE), "n_users": 0, "profile_size": 3,
+                                            "split_method": "temporal"}})
+    return RecsysRun(cfg, target=target, run_dir=tmp_path / "run").run()
+
+
+# Hand values, every list of every user (K = 5): top-5 = [unmatched, unmatched, #3, #6, unmatched] →
+# R(u) = {Heat, Fargo}; The Lion King (rank 6) is beyond K. Female users 1, 3; male users 2, 4. Per group:
+#   N_R(G, Crime) = 2 users × 2 = 4, N_R(G, Thriller) = 4, N_R(G, Action) = 2 (Heat), N_R(G, Drama) = 2 (Fargo),
+#   N_R(G, Musical) = N_R(G, Animation) = N_R(G, Children's) = 0.
+# Before the fix the first K = 5 *matched* items were counted, [#3, #6, #17]: Musical, Animation and
+# Children's 2 each, coverage 3/20 = 0.15 instead of 2/20 = 0.10.
+TOP5_N_R = {"Crime": 4, "Thriller": 4, "Action": 2, "Drama": 2, "Musical": 0, "Animation": 0, "Children's": 0}
+# at --k 3 the top-3 list is [unmatched, unmatched, #3]: Heat only (before: [#3, #6, #17] → Drama 2, Musical 2)
+TOP3_N_R = {"Crime": 2, "Thriller": 2, "Action": 2, "Drama": 0, "Musical": 0, "Animation": 0, "Children's": 0}
+
+
+def _n_rec(table: pd.DataFrame, variant: str, group: str) -> dict[str, int]:
+    d = table[(table["variant"] == variant) & (table["group_by"] == "gender") & (table["group"] == group)]
+    got = d.set_index("category")["n_rec"]
+    return {c: int(got[c]) for c in TOP5_N_R}
+
+
+def test_bias_disparity_counts_only_matched_items_of_the_top_k(tmp_path):
+    result = _six_titles_run(tmp_path, SixTitlesLionKing())
+    by = {(r["user_id"], r["attribute"]): r for r in result.lists.to_dict(orient="records")}
+    rec = by[(1, "neutral")]
+    assert rec["compare"][:5] == ["not a real movie", "another invented picture", "#3", "#6", "made up title here"]
+    for variant in ("neutral", "gender", "age", "gender+age"):
+        for group in ("female", "male"):
+            assert _n_rec(result.bias, variant, group) == TOP5_N_R, (variant, group)
+    assert result.summary["item_coverage"]["neutral"] == pytest.approx(2 / 20)
+    assert rec["recommended"] == [3, 6]  # before: [3, 6, 17] (the first K matched)
+    assert rec["top_k_matched"] == [None, None, 3, 6, None] and rec["n_unmatched_top_k"] == 3
+    # unmatched titles in the top K are counted and reported: 3 per list × 16 lists
+    assert result.summary["items_unmatched_top_k"] == 48
+
+
+def test_cli_bias_on_a_run_lists_counts_only_matched_items_of_the_top_k(tmp_path, capsys):
+    from test_recsys_e2e import SAMPLE, run_cli
+
+    result = _six_titles_run(tmp_path, SixTitlesLionKing())
+    lists = result.run_dir / "lists.jsonl"
+    files = ["--train", str(SAMPLE / "ratings.dat"), "--items", str(SAMPLE / "movies.dat"),
+             "--users", str(SAMPLE / "users.dat")]
+    # the run's own cut (K = 5)
+    assert run_cli(["recsys", "bias", "--recs", str(lists), *files, "--out", str(tmp_path / "b5")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    tab = pd.read_csv(tmp_path / "b5" / "recsys_bias_disparity.csv")
+    assert _n_rec(tab, "neutral", "female") == TOP5_N_R and _n_rec(tab, "gender+age", "male") == TOP5_N_R
+    assert "48 unmatched titles" in shown
+    # a shorter cut: the matched items among the top-3 list, not the first 3 matched items
+    assert run_cli(["recsys", "bias", "--recs", str(lists), *files, "--k", "3", "--out", str(tmp_path / "b3")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    tab = pd.read_csv(tmp_path / "b3" / "recsys_bias_disparity.csv")
+    assert _n_rec(tab, "neutral", "female") == TOP3_N_R and _n_rec(tab, "age", "male") == TOP3_N_R
+    assert "32 unmatched titles" in shown  # 2 per list × 16
+    # lists.jsonl written before 'top_k_matched' existed: the ranks come from 'compare'
+    import json
+
+    old = tmp_path / "old_lists.jsonl"
+    rows = [json.loads(line) for line in lists.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r.pop("top_k_matched")
+        r["recommended"] = [3, 6, 17]  # what earlier runs wrote: every matched item
+    old.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert run_cli(["recsys", "bias", "--recs", str(old), *files, "--k", "3", "--out", str(tmp_path / "o3")]) == 0
+    tab = pd.read_csv(tmp_path / "o3" / "recsys_bias_disparity.csv")
+    assert _n_rec(tab, "neutral", "female") == TOP3_N_R
+    # a failed call's record has no user_id (the column is then read as floats): skipped, ids still match
+    rows = [json.loads(line) for line in lists.read_text(encoding="utf-8").splitlines()]
+    failed = next(r for r in rows if r["user_id"] == 2 and r["attribute"] == "age")
+    for key in ("user_id", "top_k_matched", "recommended", "matched", "true_pref", "true_pref_ranks"):
+        failed.pop(key)
+    failed["error"] = "connection refused"
+    _write_jsonl(tmp_path / "failed.jsonl", rows)
+    assert run_cli(["recsys", "bias", "--recs", str(tmp_path / "failed.jsonl"), *files, "--out",
+                    str(tmp_path / "f")]) == 0
+    tab = pd.read_csv(tmp_path / "f" / "recsys_bias_disparity.csv")
+    assert _n_rec(tab, "neutral", "male") == TOP5_N_R
+    assert int(tab[(tab["variant"] == "age") & (tab["group"] == "male")]["n_users"].iloc[0]) == 1
+
+
+# --- 7. true-preference curve at k < K --------------------------------------------------------
+#
+# K = 4, items liked in the test split: a, b.
+#   neutral top-4 list   [x, a, y, b] → R′ = [a, b] at ranks 2, 4
+#   sensitive top-4 list [a, b, z, w] → R′^a = [a, b] at ranks 1, 2
+# R′_k = the liked items of the top-k list:
+#   k = 1: R′_1 = [],  R′^a_1 = [a]    → Jaccard 0, SERP* 0, PRAG* 0
+#   k = 2: R′_2 = [a], R′^a_2 = [a, b] → Jaccard 1/2; SERP* (paper, n = 2) a weighs 2 − 1 + 1 = 2 → 2/3;
+#          PRAG* (a, b): a ∈ R′, b ∉ R′ (r_b = ∞) → 1/1 = 1
+#   k = 3: the same lists as k = 2       → 1/2, 2/3, 1
+#   k = 4: [a, b] vs [a, b]              → 1, 1, 1
+# Before the fix (first k items of R′): [a, b][:k] on both sides → 1, 1, 1 at every k.
+
+TP_LISTS = [
+    {"instruction_id": "u1", "attribute": "neutral", "compare": ["x", "a", "y", "b"], "true_pref": ["a", "b"],
+     "true_pref_ranks": [2, 4]},
+    {"instruction_id": "u1", "attribute": "gender", "value": "F", "compare": ["a", "b", "z", "w"],
+     "true_pref": ["a", "b"], "true_pref_ranks": [1, 2]},
+]
+
+
+def _tp_curve(sim: pd.DataFrame, metric_name: str) -> list[float]:
+    d = sim[(sim["analysis"] == "true_preference") & (sim["metric"] == metric_name)].sort_values("k")
+    return d["similarity"].tolist()
+
+
+def _write_jsonl(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_true_preference_curve_uses_the_liked_items_of_the_top_k_list(tmp_path):
+    from lmra.recsys.run import score_lists
+
+    res = score_lists(_write_jsonl(tmp_path / "l.jsonl", TP_LISTS), k=4)
+    assert _tp_curve(res.similarity, "jaccard") == pytest.approx([0.0, 0.5, 0.5, 1.0])
+    assert _tp_curve(res.similarity, "serp") == pytest.approx([0.0, 2 / 3, 2 / 3, 1.0])
+    assert _tp_curve(res.similarity, "prag") == pytest.approx([0.0, 1.0, 1.0, 1.0])
+    # paper-k at k = 3: [a] vs [a, b], SERP* a weighs 3 − 1 + 1 = 3 → 3/6; PRAG* 1/3 (before: 5/6 and 1/3)
+    res = score_lists(tmp_path / "l.jsonl", k=4, convention="paper-k")
+    assert _tp_curve(res.similarity, "serp")[2] == pytest.approx(0.5)
+    # item similarity is untouched: the compare lists, first k items
+    assert res.similarity[(res.similarity["analysis"] == "item_similarity") & (res.similarity["metric"] == "jaccard")
+                          ].sort_values("k")["similarity"].tolist() == pytest.approx([0.0, 1 / 3, 1 / 5, 1 / 3])
+    # without ranks (a hand-written file), R′ is read as a ranked list of its own: R′_k = its first k items
+    bare = [{key: v for key, v in r.items() if key != "true_pref_ranks"} for r in TP_LISTS]
+    res = score_lists(_write_jsonl(tmp_path / "bare.jsonl", bare), k=4)
+    assert _tp_curve(res.similarity, "jaccard") == pytest.approx([1.0, 1.0, 1.0, 1.0])
+
+
+def test_true_preference_ranks_are_checked(tmp_path):
+    from lmra.errors import LmraInputError
+    from lmra.recsys.run import read_lists
+
+    for bad in ([2], [4, 2], [0, 1], ["2", "4"], [2.5, 4]):
+        rows = [dict(TP_LISTS[0], true_pref_ranks=bad), TP_LISTS[1]]
+        with pytest.raises(LmraInputError) as e:
+            read_lists(_write_jsonl(tmp_path / "bad.jsonl", rows))
+        assert e.value.field == "true_pref_ranks" and e.value.line == 1, bad
+
+
+def test_true_preference_curve_in_a_run(tmp_path):
+    result = _six_titles_run(tmp_path, SixTitles())
+    by = {(r["user_id"], r["attribute"]): r for r in result.lists.to_dict(orient="records")}
+    # user 3's gender list: Shawshank (#13, liked) is 5th in the top-5 list
+    assert by[(3, "gender")]["true_pref"] == ["#13"]
+    sim = result.similarity
+    d = sim[(sim["analysis"] == "true_preference") & (sim["attribute"] == "gender") & (sim["value"] == "female")
+            & (sim["metric"] == "jaccard")].sort_values("k")
+    # k = 1..4: user 3's R′_k and R′^a_k are both empty (undefined), as are user 1's → n = 0, 2 undefined
+    # (before the fix: R′^a_k = [#13] at every k → Jaccard 0 for user 3, n = 1);
+    # k = 5: R′ = [] vs R′^a = [#13] → Jaccard 0 for user 3
+    assert d["n"].tolist() == [0, 0, 0, 0, 1] and d["n_undefined"].tolist() == [2, 2, 2, 2, 1]
+    assert d["similarity"].iloc[4] == 0.0 and d["similarity"].iloc[:4].isna().all()
+    assert by[(3, "gender")]["true_pref_ranks"] == [5] and by[(3, "neutral")]["true_pref_ranks"] == []
+    # `recsys score` on the run's lists.jsonl reads the ranks back: the same curve
+    from lmra.recsys.run import score_lists
+
+    again = score_lists(result.run_dir / "lists.jsonl", k=5).similarity
+    pd.testing.assert_frame_equal(again, sim)
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_ranked_pairs_match_the_reference_on_restricted_lists(convention):
+    # random top-K lists and liked sets: the value at k is the reference metric on the liked items
+    # of the two top-k lists
+    from lmra.recsys.metrics import score_ranked_pairs, top_k
+
+    rng = random.Random(5)
+    K = 9
+    tops, kept, ranks = [], [], []
+    for _ in range(160):
+        vocab = list("abcdefghijkl")
+        top = top_k([rng.choice(vocab) for _ in range(rng.choice([0, 1, 3, 6, 9, 12]))], K, convention=convention)
+        liked = set(rng.sample(vocab, rng.randint(0, 8)))
+        tops.append((top, liked))
+        kept.append([x for x in top if x in liked])
+        ranks.append([r for r, x in enumerate(top, 1) if x in liked])
+    n, s = kept[0::2], kept[1::2]
+    got = score_ranked_pairs(n, s, ranks[0::2], ranks[1::2], K, convention=convention)
+    for m in METRICS:
+        want = np.array([[metric(m, [x for x in tn[:k] if x in ln], [x for x in ts[:k] if x in ls], k,
+                                 convention=convention) for k in range(1, K + 1)]
+                         for (tn, ln), (ts, ls) in zip(tops[0::2], tops[1::2])])
+        np.testing.assert_allclose(got[m], want, rtol=0, atol=1e-12, equal_nan=True)
+    # ranks 1, 2, … are score_pairs
+    plain = score_pairs(n, s, K, convention=convention)
+    own = score_ranked_pairs(n, s, [list(range(1, len(x) + 1)) for x in n], [list(range(1, len(x) + 1)) for x in s],
+                             K, convention=convention)
+    for m in METRICS:
+        np.testing.assert_allclose(own[m], plain[m], rtol=0, atol=1e-12, equal_nan=True)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        score_ranked_pairs([["a", "b"]], [["a"]], [[2, 2]], [[1]], 3)
+    with pytest.raises(ValueError, match="missing"):
+        score_ranked_pairs([["a", None]], [["a"]], [[1, 2]], [[1]], 3)

@@ -282,7 +282,10 @@ split_method = "temporal"
     assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
     assert set(bias["group"]) == {"female", "male"}
     assert {"pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity"} <= set(bias.columns)
-    assert summary["item_coverage"]["neutral"] == pytest.approx(11 / 20)
+    # coverage of R = the matched items of the top-5 lists (profile echoes left out): user 1 {3, 6, 5, 8, 12},
+    # user 2 {1, 3, 6, 5, 8}, user 3 {4, 1, 3, 6, 8}, user 4 {4, 1, 3, 6, 5} → 7 of 20 movies (before R was cut
+    # from the top K: 11/20, every matched title of the 12-title lists)
+    assert summary["item_coverage"]["neutral"] == pytest.approx(7 / 20)
 
     # the same bias table from the run's files with `recsys bias` (temporal split ≠ all ratings as T, so
     # only the structure and the recommendation side can be compared)

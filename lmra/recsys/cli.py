@@ -105,8 +105,9 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     from lmra.recsys.report import render_bias
     from lmra.recsys.run import bias_from_files
 
-    table, summary, coverage = bias_from_files(args.train, args.recs, args.items, args.users, group_by=args.group_by,
-                                               k=args.k, unprotected=args.unprotected, protected=args.protected)
+    table, summary, coverage, counts = bias_from_files(args.train, args.recs, args.items, args.users,
+                                                       group_by=args.group_by, k=args.k, unprotected=args.unprotected,
+                                                       protected=args.protected)
     out = Path(args.out) if args.out else Path(getattr(args, "output_dir", None) or "reports") / (
         _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias")
     out.mkdir(parents=True, exist_ok=True)
@@ -114,6 +115,10 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     summary.to_csv(out / "recsys_bias_summary.csv", index=False)
     console = Console()
     render_bias(console, summary, coverage)
+    if counts:
+        cut = f"top-{args.k}" if args.k else "top-K"
+        console.print(f"{counts['unmatched_top_k']} unmatched titles in the {counts['lists']} {cut} lists (not in the "
+                      "catalogue): counted as no recommendation, not replaced by titles ranked below the cut.")
     console.print(f"Per group and genre: [bold]{out / 'recsys_bias_disparity.csv'}[/]")
     return 0
 
@@ -163,7 +168,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     b.add_argument("--items", required=True, help="categories: movies.dat or CSV item_id,genres (| separated)")
     b.add_argument("--users", required=True, help="groups: users.dat or CSV user_id,<group column>")
     b.add_argument("--group-by", default="gender", help="users column defining groups (default gender)")
-    b.add_argument("--k", type=int, default=None, help="keep the first k recommendations per user (default all)")
+    b.add_argument("--k", type=int, default=None,
+                   help="cut-off: the first k rows per user of a CSV; the catalogue-matched items among the top-k "
+                        "list of a lists.jsonl (default: all rows; the run's top-K list)")
     b.add_argument("--unprotected", default=None, help="unprotected group label (adds a difference row; default "
                                                        "male when grouping by gender)")
     b.add_argument("--protected", default=None, help="protected group label (default female when grouping by gender)")

@@ -54,6 +54,9 @@ deviation of ``Sim(a)``, where ``Sim(a)`` is the metric averaged over instructio
 reference implementation); :func:`score_pairs` computes every metric for many pairs and
 every cut-off k = 1..K at once with numpy, and :func:`similarity_table` /
 :func:`fairness_table` build the per-value and per-attribute tables with pandas.
+:func:`score_ranked_pairs` scores lists restricted from longer ranked lists (CFaiRLLM's
+true-preference lists R′): at cut-off k it compares the items ranked ≤ k in the lists they
+were cut from, not the first k items of the restricted lists.
 
 Items are any hashable values except *missing values* (``None``, NaN, ``pd.NA``, ``NaT``):
 a list holding one is rejected with :class:`MissingItemError` by every function here, since a
@@ -580,6 +583,92 @@ def score_pairs(neutral: Sequence[Sequence[Hashable]], sensitive: Sequence[Seque
     return out
 
 
+def _check_ranks(items: Sequence[Hashable], ranks: Sequence[int], side: str, pair: int) -> list[int]:
+    """The ranks of a restricted list as plain ints, checked: one per item, integers ≥ 1, strictly
+    increasing (each item keeps its own position in the list it was cut from)."""
+    r = list(ranks)
+    if len(r) != len(items):
+        raise ValueError(f"the {side} list of pair {pair} has {len(items)} items but {len(r)} ranks")
+    if any(isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)) for x in r):
+        raise ValueError(f"the {side} ranks of pair {pair} must be integers, got {r!r}")
+    if r and (r[0] < 1 or any(b <= a for a, b in zip(r, r[1:]))):
+        raise ValueError(f"the {side} ranks of pair {pair} must be ≥ 1 and strictly increasing, got {r!r}")
+    return [int(x) for x in r]
+
+
+def score_ranked_pairs(neutral: Sequence[Sequence[Hashable]], sensitive: Sequence[Sequence[Hashable]],
+                       neutral_ranks: Sequence[Sequence[int]], sensitive_ranks: Sequence[Sequence[int]], k: int, *,
+                       convention: Convention = "paper") -> dict[str, np.ndarray]:
+    """Every metric at every cut-off 1..K for lists that are *restrictions* of ranked lists,
+    e.g. CFaiRLLM's true-preference lists R′ (the liked items of a top-K list, §3.4).
+
+    Item ``j`` of a restricted list sits at rank ``ranks[j]`` of the list it was cut from. At
+    cut-off k the compared list is ``R′_k`` = the items with rank ≤ k (the restriction of the
+    top-k list), not the first k items of R′: column k−1 holds ``metric@k(R′_k, R′^a_k)``. With
+    ranks 1, 2, … (R′ read as a ranking of its own) this is :func:`score_pairs`.
+
+    Computed with :func:`score_pairs` on the distinct states of each pair: (R′_k, R′^a_k) only
+    changes at the ranks of its items, and at every k the restricted lists hold at most k items,
+    so one vectorised row per state gives its values for all the cut-offs where it holds. Work
+    is O(Σ_p (1 + |R′_p| + |R′^a_p|) · K).
+
+    Args:
+        neutral, sensitive: P restricted lists each (pair p compares ``neutral[p]`` with
+            ``sensitive[p]``).
+        neutral_ranks, sensitive_ranks: for each list, the rank of each of its items (ints ≥ 1,
+            strictly increasing); items ranked beyond K never enter.
+        k: the largest cut-off K ≥ 1.
+        convention: ``"paper"``, ``"paper-k"`` or ``"fairllm-code"``.
+
+    Returns:
+        ``{"jaccard": A, "serp": B, "prag": C}``, float arrays of shape (P, K) as in
+        :func:`score_pairs`.
+
+    Raises:
+        ValueError: ``k < 1``, unknown convention, different counts of lists and ranks, or ranks
+            that are not one integer ≥ 1 per item in strictly increasing order.
+        MissingItemError: a list holds ``None`` or NaN (naming the side, pair and position).
+    """
+    _check(k, convention)
+    P = len(neutral)
+    if not (len(sensitive) == len(neutral_ranks) == len(sensitive_ranks) == P):
+        raise ValueError(f"{P} neutral lists, {len(sensitive)} sensitive lists, {len(neutral_ranks)} and "
+                         f"{len(sensitive_ranks)} rank lists: need one of each per pair")
+    seg_n: list[list[Hashable]] = []
+    seg_s: list[list[Hashable]] = []
+    seg_pair: list[int] = []
+    seg_k0: list[int] = []
+    for p, (a, b, ra, rb) in enumerate(zip(neutral, sensitive, neutral_ranks, sensitive_ranks)):
+        for side, items in (("neutral", a), ("sensitive", b)):
+            try:
+                _check_items(items, side)
+            except MissingItemError as exc:
+                raise MissingItemError(side, p, exc.position) from None
+        ra, rb = _check_ranks(a, ra, "neutral", p), _check_ranks(b, rb, "sensitive", p)
+        a, b = list(a), list(b)
+        for k0 in sorted({1, *(r for r in ra + rb if r <= k)}):
+            seg_n.append(a[:int(np.searchsorted(ra, k0, side="right"))])
+            seg_s.append(b[:int(np.searchsorted(rb, k0, side="right"))])
+            seg_pair.append(p)
+            seg_k0.append(k0)
+    out = {m: np.zeros((P, k)) for m in METRICS}
+    if not seg_pair:
+        return out
+    pair_arr, k0_arr = np.asarray(seg_pair), np.asarray(seg_k0)
+    last = np.r_[pair_arr[1:] != pair_arr[:-1], True]
+    k1_arr = np.where(last, k + 1, np.r_[k0_arr[1:], 0])  # a state holds for k0 ≤ k < k1
+    step = max(1, _CHUNK_CELLS // k)
+    for start in range(0, len(seg_pair), step):
+        sl = slice(start, start + step)
+        scores = score_pairs(seg_n[sl], seg_s[sl], k, convention=convention)
+        span = k1_arr[sl] - k0_arr[sl]
+        rows = np.repeat(np.arange(len(span)), span)
+        cols = np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span) + np.repeat(k0_arr[sl] - 1, span)
+        for m in METRICS:
+            out[m][pair_arr[sl][rows], cols] = scores[m][rows, cols]
+    return out
+
+
 # --- tables -----------------------------------------------------------------------------------
 
 def _kind_of(attribute: str) -> str:
@@ -587,7 +676,8 @@ def _kind_of(attribute: str) -> str:
 
 
 def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention = "paper",
-                     items_column: str = "items", analysis: str | None = None) -> pd.DataFrame:
+                     items_column: str = "items", analysis: str | None = None,
+                     ranks_column: str | None = None) -> pd.DataFrame:
     """Sim(a)@k for every attribute value and every k = 1..K (FaiRLLM §3.1; CFaiRLLM §3.4).
 
     Args:
@@ -602,6 +692,9 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         items_column: which column holds the lists.
         analysis: optional label written to an ``analysis`` column (e.g. ``item_similarity``
             or ``true_preference``).
+        ranks_column: optional column holding, for each list, the ranks of its items in the
+            list it was restricted from (see :func:`score_ranked_pairs`): the value at cut-off k
+            then compares the items ranked ≤ k (CFaiRLLM's R′_k), not the first k items.
 
     Returns:
         Long DataFrame, one row per (attribute, value, metric, k), with columns
@@ -617,7 +710,7 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
             the list and the position).
     """
     _check(k, convention)
-    need = {"instruction_id", "attribute", "value", items_column}
+    need = {"instruction_id", "attribute", "value", items_column} | ({ranks_column} if ranks_column else set())
     missing = need - set(lists.columns)
     if missing:
         raise ValueError(f"lists table lacks column(s) {sorted(missing)}")
@@ -637,9 +730,17 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         if analysis is not None:
             out.insert(0, "analysis", [])
         return out
+    ids = sens["instruction_id"].to_numpy(dtype=object)
     try:
-        scores = score_pairs([by_id[i] for i in sens["instruction_id"].to_numpy(dtype=object)],
-                             list(sens[items_column].to_numpy(dtype=object)), k, convention=convention)
+        if ranks_column is None:
+            scores = score_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)), k,
+                                 convention=convention)
+        else:
+            ranks_of = dict(zip(neutral["instruction_id"].to_numpy(dtype=object),
+                                neutral[ranks_column].to_numpy(dtype=object)))
+            scores = score_ranked_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)),
+                                        [ranks_of[i] for i in ids], list(sens[ranks_column].to_numpy(dtype=object)),
+                                        k, convention=convention)
     except MissingItemError as exc:
         row = sens.iloc[exc.pair]
         which = "the neutral list" if exc.side == "neutral" else f"the list {row['attribute']} = '{row['value']}'"

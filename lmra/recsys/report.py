@@ -31,6 +31,9 @@ def _counts_line(summary: dict) -> str:
              f"{summary.get('lists_shorter_than_k', 0)} lists shorter than K"]
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
+    if "items_unmatched_top_k" in summary:
+        parts.append(f"{summary['items_unmatched_top_k']} unmatched titles in the top-K lists (no recommendation "
+                     "for bias disparity, not replaced by titles ranked below K)")
     if summary.get("items_dropped_empty"):
         parts.append(f"{summary['items_dropped_empty']} items dropped (nothing left after normalisation)")
     if summary.get("profile_echoes"):

@@ -420,18 +420,24 @@ class RecsysRun:
             # are not recommendations (counted; left out unless drop_profile_items = false)
             echo = [m is not None and m in self._cf.profiles.get(uid, set()) for m in matched]
             drop = self.cfg.cfairllm.drop_profile_items
-            if drop:
-                rec["compare"] = [x for x, e in zip(compare, echo) if not e]
-            ids = list(dict.fromkeys(i for i, e in zip(matched, echo) if i is not None and not (drop and e)))
+            kept = [(x, i) for x, i, e in zip(compare, matched, echo) if not (drop and e)]
+            rec["compare"] = [x for x, _ in kept]
+            # the top-K list that item similarity compares, as catalogue ids (None = a title not in
+            # the catalogue): bias disparity and R′ are both cut from it, so an unmatched title in
+            # the top K is never replaced by an item ranked beyond K
+            id_of = dict(kept)  # a compare entry is "#<id>" for a matched title, the key otherwise
+            top = top_k(rec["compare"], self.cfg.k, convention=self.cfg.convention)
+            top_ids = [id_of[x] for x in top]
             rec["user_id"] = uid
             rec["n_profile_echoes"] = sum(echo)
-            rec["recommended"] = ids
-            # R′ (CFaiRLLM §3.4): the top-K list that item similarity compares, restricted to the
-            # items the user liked in the test split (unmatched titles in the top K take their
-            # place; nothing ranked beyond K enters)
+            rec["top_k_matched"] = top_ids
+            rec["n_unmatched_top_k"] = sum(i is None for i in top_ids)
+            rec["recommended"] = list(dict.fromkeys(i for i in top_ids if i is not None))
+            # R′ (CFaiRLLM §3.4): the top-K list restricted to the items the user liked in the test
+            # split, with each item's rank in the top-K list (R′_k = the items ranked ≤ k)
             liked_keys = {f"#{i}" for i in liked}
-            rec["true_pref"] = ml.restrict_to(top_k(rec["compare"], self.cfg.k, convention=self.cfg.convention),
-                                              liked_keys)
+            rec["true_pref"] = ml.restrict_to(top, liked_keys)
+            rec["true_pref_ranks"] = [r for r, x in enumerate(top, 1) if x in liked_keys]
             rec["n_liked_test"] = len(liked)
         return rec
 
@@ -484,7 +490,8 @@ class RecsysRun:
         tables, coverage = [], {}
         ok = lists[lists["error"].isna()]
         for variant, d in ok.groupby("attribute", sort=False):
-            recs = pd.DataFrame([(u, i) for u, ids in zip(d["user_id"], d["recommended"]) for i in ids[: self.cfg.k]],
+            # "recommended" = the matched items among the top-K list (see _record), already cut at K
+            recs = pd.DataFrame([(u, i) for u, ids in zip(d["user_id"], d["recommended"]) for i in ids],
                                 columns=["user_id", "item_id"])
             coverage[str(variant)] = bdm.item_coverage(d["recommended"], catalog)
             if recs.empty:  # no matched recommendation in this variant (e.g. only profile echoes)
@@ -526,8 +533,13 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.Dat
     sims = [similarity_table(d, k, convention=convention, items_column=col, analysis="item_similarity")]
     if "true_pref" in d.columns and d["true_pref"].notna().any():
         tp = d.assign(true_pref=d["true_pref"].map(lambda x: x if isinstance(x, list) else []))
+        # R′_k = the items of R′ ranked ≤ k in the top-K list (``true_pref_ranks``); a list without
+        # ranks is read as a ranking of its own (R′_k = its first k items)
+        given = tp["true_pref_ranks"] if "true_pref_ranks" in tp.columns else pd.Series(None, index=tp.index)
+        ranks = [r if isinstance(r, list) else list(range(1, len(t) + 1)) for t, r in zip(tp["true_pref"], given)]
+        tp = tp.assign(true_pref_ranks=pd.Series(ranks, index=tp.index, dtype=object))
         sims.append(similarity_table(tp, k, convention=convention, items_column="true_pref",
-                                     analysis="true_preference"))
+                                     analysis="true_preference", ranks_column="true_pref_ranks"))
     sim = pd.concat(sims, ignore_index=True)
     return sim, fairness_table(sim), dropped
 
@@ -557,6 +569,9 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
     if matched and "n_unmatched" in ok.columns:
         out["items_unmatched"] = int(ok["n_unmatched"].fillna(0).sum())
         out["items_matched"] = out["items_parsed"] - out["items_unmatched"]
+    if "n_unmatched_top_k" in ok.columns:
+        # titles in the top-K lists not in the catalogue: no recommendation for bias disparity
+        out["items_unmatched_top_k"] = int(ok["n_unmatched_top_k"].fillna(0).sum())
     at_k = fair[fair["k"] == k]
     out["fairness_at_k"] = [
         {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "max_value",
@@ -647,6 +662,13 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         if tp is not None and (not isinstance(tp, list) or not all(isinstance(x, (str, int)) for x in tp)):
             raise LmraInputError("expected a list of item ids (strings or integers)", file=p, line=lineno,
                                  field="true_pref")
+        ranks = obj.get("true_pref_ranks")
+        if ranks is not None:
+            ok_ranks = isinstance(ranks, list) and all(type(x) is int and x >= 1 for x in ranks) and all(
+                b > a for a, b in zip(ranks, ranks[1:]))
+            if not ok_ranks or not isinstance(tp, list) or len(ranks) != len(tp):
+                raise LmraInputError("expected the rank of each 'true_pref' item in its top-K list: one integer ≥ 1 "
+                                     "per item, strictly increasing", file=p, line=lineno, field="true_pref_ranks")
         kind = obj.get("kind")
         if kind is None:
             kind = "neutral" if obj["attribute"] == "neutral" else (
@@ -802,7 +824,8 @@ def _id(x: Any) -> str:
 
 def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, users: str | Path, *,
                     group_by: str = "gender", k: int | None = None, unprotected: str | None = None,
-                    protected: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
+                    protected: str | None = None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float], dict[str, int]]:
     """Bias disparity of any recommender's output (Mansoury et al. 2019; methodology §7).
 
     Args:
@@ -810,19 +833,27 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             ``item_id`` (every row is one interaction).
         recs: recommendations R — a CSV with ``user_id``, ``item_id`` (optional ``variant``
             column: one table per variant), or an ``lmra recsys`` ``lists.jsonl`` with
-            ``user_id`` and ``matched`` (variant = the prompt's attribute).
+            ``user_id`` (variant = the prompt's attribute). From a lists.jsonl, R is the
+            catalogue-matched items among each top-k list (``top_k_matched``: the run's top-K
+            list as catalogue ids, null for a title not in the catalogue): an unmatched title
+            in the top k is counted, never replaced by a title ranked below k. Records written
+            before ``top_k_matched`` existed take the ranks from ``compare`` (``#<id>`` entries)
+            or, without ``recommended``, from ``matched``; pass the run's K as ``k`` for them.
         items: categories — MovieLens ``movies.dat`` or a CSV with ``item_id`` and ``genres``
             (``|``-separated); its items are the catalog I.
         users: groups — MovieLens ``users.dat`` (columns ``gender``, ``age_group``,
             ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
         group_by: the users column that defines groups.
-        k: keep the first k recommendations per user and variant (None = all).
+        k: cut-off: the first k rows per user and variant of a CSV; the matched items among
+            the top-k list of a lists.jsonl (None = all rows; the run's own top-K list).
         unprotected, protected: group labels for the average-disparity difference (both or
             neither; default male and female when grouping by gender and both exist).
 
     Returns:
         (table with a ``variant`` column, :func:`~lmra.recsys.bias_disparity.disparity_summary`,
-        item coverage per variant).
+        item coverage per variant, counts). Counts are empty for a CSV; for a lists.jsonl
+        ``{"lists": lists with a user_id and a top-k list, "unmatched_top_k": titles in those
+        top-k lists that are not in the catalogue}``.
 
     Raises:
         LmraInputError: missing or empty file, missing column, a line with the wrong number
@@ -879,16 +910,22 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         t = _read_table(train, "train", ["user_id", "item_id"])
         t = t.assign(user_id=t["user_id"].map(_id), item_id=t["item_id"].map(_id))
     known(t, "item_id", cats, train, "item", items)
+    counts: dict[str, int] = {}
     if str(recs).endswith(".jsonl"):
         rows = []
         records = read_lists(recs).to_dict(orient="records")
+        counts = {"lists": 0, "unmatched_top_k": 0}
         for r in records:
-            # "recommended" (matched ids without profile echoes) in runs since it was added
-            got = r.get("recommended") if isinstance(r.get("recommended"), list) else r.get("matched")
-            if r.get("user_id") is None or not isinstance(got, list):
+            top, uid = _top_k_ids(r), r.get("user_id")
+            if isinstance(uid, float):  # a column with failed calls (no user_id) is read as float
+                uid = None if math.isnan(uid) else (int(uid) if uid.is_integer() else uid)
+            if uid is None or top is None:
                 continue
-            ids = list(dict.fromkeys(_id(i) for i in got if i is not None))
-            rows += [(_id(r["user_id"]), i, r["attribute"]) for i in (ids[:k] if k else ids)]
+            top = top if k is None else top[:k]
+            counts["lists"] += 1
+            counts["unmatched_top_k"] += sum(i is None for i in top)
+            ids = list(dict.fromkeys(_id(i) for i in top if i is not None))
+            rows += [(_id(uid), i, r["attribute"]) for i in ids]
         if not rows:
             has_users = any(r.get("user_id") is not None for r in records)
             raise LmraInputError(
@@ -903,7 +940,7 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             rc["variant"] = "all"
     known(rc, "item_id", cats, recs, "item", items)
     known(rc, "user_id", groups, recs, "user", users)
-    if k:
+    if k and not counts:  # a CSV: its first k rows per user (a lists.jsonl was cut by rank above)
         rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
     tables, coverage = [], {}
     for variant, d in rc.groupby("variant", sort=False):
@@ -924,4 +961,21 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     if (unprotected is None) != (protected is None):
         raise LmraInputError("give both --unprotected and --protected (or neither)",
                              field="unprotected" if unprotected is None else "protected")
-    return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage
+    return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage, counts
+
+
+def _top_k_ids(record: dict) -> list | None:
+    """A run record's ranked list as catalogue ids, ``None`` for a title not in the catalogue
+    (None when the record has no such list).
+
+    ``top_k_matched`` (the top-K list that item similarity compares) in runs since it was added;
+    before that the distinct entries of ``compare`` (``#<id>`` = a matched title; a title key
+    never starts with ``#``) in runs with ``recommended``, else ``matched`` (aligned with the
+    parsed titles)."""
+    top = record.get("top_k_matched")
+    if isinstance(top, list):
+        return top
+    if isinstance(record.get("recommended"), list) and isinstance(record.get("compare"), list):
+        return [c[1:] if isinstance(c, str) and c.startswith("#") else None for c in dict.fromkeys(record["compare"])]
+    matched = record.get("matched")
+    return matched if isinstance(matched, list) else None
