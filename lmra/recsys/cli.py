@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lmra.errors import LmraInputError
+from lmra.fileio import write_csv
 from lmra.recsys.config import MAX_K
 from lmra.recsys.metrics import CONVENTIONS
 
@@ -111,8 +112,8 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(getattr(args, "output_dir", None) or "reports") / (
         _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias")
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "recsys_bias_disparity.csv", index=False)
-    summary.to_csv(out / "recsys_bias_summary.csv", index=False)
+    write_csv(table, out / "recsys_bias_disparity.csv")
+    write_csv(summary, out / "recsys_bias_summary.csv")
     console = Console()
     render_bias(console, summary, coverage)
     if counts:

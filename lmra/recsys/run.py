@@ -38,6 +38,8 @@ import pandas as pd
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import dump_config
 from lmra.errors import LmraInputError, read_input_text
+from lmra.fileio import write_csv, write_jsonl, write_text
+from lmra.runstate import claim_run_dir
 from lmra.providers import ChatRequest, Provider, ProviderError, make_provider
 from lmra.recsys import bias_disparity as bdm
 from lmra.recsys import movielens as ml
@@ -77,7 +79,7 @@ def _now() -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:
@@ -298,6 +300,7 @@ class RecsysRun:
         self.stats = CallStats()
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
+        self._explicit_dir = run_dir is not None
         self._instructions: list[Instruction] | None = None
         self._artists: set[str] = set()
         self._cf: _CfairContext | None = None
@@ -345,8 +348,11 @@ class RecsysRun:
         matcher, categories = self._matcher()
         cache = CallCache(cfg.cache)
         target = CachedProvider(self._target_provider(), cache, self.stats)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(dump_config(cfg), encoding="utf-8")
+        if self._explicit_dir:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.run_dir = claim_run_dir(self.run_dir)  # never a reused folder
+        write_text(self.run_dir / "config.toml", dump_config(cfg))
         manifest: dict[str, Any] = {
             "status": "running", "started": _now(), "seed": cfg.seed, "mode": cfg.mode,
             "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url,
@@ -445,20 +451,19 @@ class RecsysRun:
                 ) -> RecsysResult:
         cfg = self.cfg
         lists = pd.DataFrame(records)
-        with (self.run_dir / "lists.jsonl").open("w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps(_clean_nan(r), ensure_ascii=False, default=_json_default) + "\n")
+        write_jsonl(self.run_dir / "lists.jsonl", records,
+                    dumps=lambda r: json.dumps(_clean_nan(r), ensure_ascii=False, default=_json_default))
         sim, fair, dropped = score_frame(lists, k=cfg.k, convention=cfg.convention)
-        sim.to_csv(self.run_dir / "recsys_similarity.csv", index=False)
-        fair.to_csv(self.run_dir / "recsys_fairness.csv", index=False)
+        write_csv(sim, self.run_dir / "recsys_similarity.csv")
+        write_csv(fair, self.run_dir / "recsys_fairness.csv")
         bias = bias_sum = None
         extra: dict[str, Any] = {}
         if self._cf is not None:
             bias, bias_sum, coverage = self._bias(lists)
-            bias.to_csv(self.run_dir / "recsys_bias_disparity.csv", index=False)
+            write_csv(bias, self.run_dir / "recsys_bias_disparity.csv")
             summary_cols = ["variant", "group_by", *bdm.SUMMARY_COLUMNS]
-            (bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols)).to_csv(
-                self.run_dir / "recsys_bias_summary.csv", index=False)
+            write_csv(bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols),
+                      self.run_dir / "recsys_bias_summary.csv")
             records = _records(bias_sum) if bias_sum is not None else []
             extra = {"item_coverage": coverage,
                      # eq. 4 of Mansoury et al. 2019, one record per variant and group attribute
@@ -775,8 +780,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        sim.to_csv(run_dir / "recsys_similarity.csv", index=False)
-        fair.to_csv(run_dir / "recsys_fairness.csv", index=False)
+        write_csv(sim, run_dir / "recsys_similarity.csv")
+        write_csv(fair, run_dir / "recsys_fairness.csv")
         summary["run_dir"] = str(run_dir)
         _write_json(run_dir / "summary.json", _clean_nan(summary))
         _write_json(run_dir / "manifest.json", manifest)
