@@ -7,8 +7,6 @@ direction, 0: none, 1: forward). They are matched to a run's ``ratings.jsonl`` b
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 
@@ -21,50 +19,72 @@ from lmra.errors import LmraInputError, read_input_text
 def load_human_labels(path: str | Path) -> pd.DataFrame:
     """Read human labels: a CSV with columns ``pair_id`` and ``rating`` in [−1, 1].
 
-    Several rows for one pair (several raters) are averaged.
+    Several rows for one pair (several raters) are averaged. The CSV is read strictly (see
+    :func:`lmra.data.csv_records`).
+
+    Returns:
+        Columns ``pair_id``, ``human``; ``attrs["lines"]`` maps each pair id to the line of
+        its first label.
 
     Raises:
-        LmraInputError: missing file or column, a rating that is not a number in [−1, 1].
+        LmraInputError: missing file, malformed CSV, a missing or repeated column, an empty
+            pair id, a rating that is not a finite number in [−1, 1], or no labels — naming the
+            file, line and column.
     """
+    from lmra.data import MAX_ID_CHARS, _control_char, csv_records
+
     p = Path(path)
     text = read_input_text(p, "human label file")
-    reader = csv.DictReader(text.splitlines())
-    for col in ("pair_id", "rating"):
-        if reader.fieldnames is None or col not in reader.fieldnames:
-            raise LmraInputError(f"missing column '{col}' in the header line", file=p, line=1, field=col)
     rows = []
-    for row in reader:
+    lines: dict[str, int] = {}
+    for lineno, row in csv_records(text, p, required=("pair_id", "rating")):
+        pid = row["pair_id"]
+        if not pid.strip():
+            raise LmraInputError("empty pair_id", file=p, line=lineno, field="pair_id")
+        bad = _control_char(pid)
+        if bad is not None or len(pid) > 3 * MAX_ID_CHARS:
+            raise LmraInputError(f"pair_id {pid[:60]!r} is not a pair id of a run (prompt id|comparison|sample)",
+                                 file=p, line=lineno, field="pair_id")
+        raw = row["rating"].strip()
         try:
-            r = float(row["rating"])
-        except (TypeError, ValueError):
-            raise LmraInputError(f"rating {row['rating']!r} is not a number", file=p, line=reader.line_num,
-                                 field="rating") from None
-        if not -1.0 <= r <= 1.0 or math.isnan(r):
-            raise LmraInputError(f"rating {r} is outside [-1, 1]", file=p, line=reader.line_num, field="rating")
-        rows.append({"pair_id": row["pair_id"], "human": r})
+            r = float(raw)
+        except ValueError:
+            raise LmraInputError(f"rating {raw!r} is not a number", file=p, line=lineno, field="rating") from None
+        if not math.isfinite(r) or not -1.0 <= r <= 1.0:
+            raise LmraInputError(f"rating {raw} is outside [-1, 1]", file=p, line=lineno, field="rating")
+        rows.append({"pair_id": pid, "human": r})
+        lines.setdefault(pid, lineno)
     if not rows:
-        raise LmraInputError("no labels", file=p)
-    return pd.DataFrame(rows).groupby("pair_id", as_index=False)["human"].mean()
+        raise LmraInputError("no labels (only a header line)", file=p)
+    out = pd.DataFrame(rows).groupby("pair_id", as_index=False)["human"].mean()
+    out.attrs["lines"] = lines
+    return out
 
 
 def load_lmra_scores(run_dir: str | Path, judge: int = 1) -> pd.DataFrame:
     """Per-pair LMRA scores ``h`` of a run (``judge=2`` for the second LMRA), valid pairs only.
 
     Raises:
-        LmraInputError: the run folder has no ratings.jsonl, or a line is malformed.
+        LmraInputError: not a run folder, a run that did not finish (manifest status other
+            than ``complete`` or ``partial``: still running, killed, interrupted, stopped by the
+            budget or failed), ``judge=2`` on a run without a second LMRA, or a malformed
+            line of ``ratings.jsonl``.
     """
-    p = Path(run_dir) / "ratings.jsonl"
-    if not p.is_file():
-        raise LmraInputError("not a run folder (no ratings.jsonl)", file=run_dir)
+    from lmra.data import iter_jsonl
+    from lmra.runfolder import load_run
+    from lmra.runstate import FINISHED
+
+    rf = load_run(run_dir)  # a missing folder or file, a run still running or killed (stale) …
+    if rf.status not in FINISHED:  # a partial run's pairs are usable; a failed or killed run's are not
+        raise LmraInputError(f"the run did not complete (manifest status '{rf.status}'); compare human labels with "
+                             "a complete run", file=rf.path / "manifest.json")
+    if judge == 2 and rf.manifest.get("judge2") is None and "judge2" not in rf.config:
+        raise LmraInputError("this run has no second LMRA (its config has no [judge2] table); use --judge 1",
+                             file=rf.path, field="--judge")
+    p = rf.path / "ratings.jsonl"
     col, vcol = ("h", "valid") if judge == 1 else ("judge2_h", "judge2_valid")
     rows = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LmraInputError(f"malformed JSON ({exc.msg})", file=p, line=lineno) from None
-        if not isinstance(r, dict):
-            raise LmraInputError("each line must be a JSON object", file=p, line=lineno)
+    for lineno, r in iter_jsonl(read_input_text(p, "ratings file"), p):
         if r.get(vcol) and r.get(col) is not None:
             try:
                 rows.append({"pair_id": r["pair_id"], "task": r.get("task"), "lmra": float(r[col])})
@@ -72,6 +92,24 @@ def load_lmra_scores(run_dir: str | Path, judge: int = 1) -> pd.DataFrame:
                 raise LmraInputError(f"pair without a numeric '{col}' or a 'pair_id'", file=p, line=lineno,
                                      field=col) from None
     return pd.DataFrame(rows, columns=["pair_id", "task", "lmra"])
+
+
+def require_matches(human: pd.DataFrame, lmra: pd.DataFrame, *, labels: str | Path, run: str | Path) -> None:
+    """Fail when no human label matches a valid LMRA score of the run.
+
+    Raises:
+        LmraInputError: naming the label file, the first label's line and ``pair_id``, and
+            saying whether the pair ids are unknown to the run or only lack a valid score.
+    """
+    if human["pair_id"].isin(lmra["pair_id"]).any():
+        return
+    lines = human.attrs.get("lines") or {}
+    first = min(lines, key=lines.get) if lines else str(human["pair_id"].iloc[0])
+    hint = (f"; its pair ids look like {lmra['pair_id'].iloc[0]!r} (ratings.jsonl)" if len(lmra)
+            else "; the run has no valid score at all")
+    raise LmraInputError(f"none of the {len(human)} labelled pair_id(s) has a valid LMRA score in the run folder "
+                         f"{run} (e.g. {first!r} is not a scored pair of it){hint}", file=labels,
+                         line=lines.get(first), field="pair_id")
 
 
 def _sign(x: np.ndarray, tie: float) -> np.ndarray:

@@ -32,7 +32,6 @@ import math
 import os
 import random
 import re
-import tomllib
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -45,7 +44,7 @@ import pandas as pd
 
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig, load_config, parse_config
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, find_key_line
 from lmra.generate import derive_seed
 from lmra.judge.axes import (ATTEMPTS, BrainstormResult, brainstorm_pair, consolidate_features, harm_check,
                              label_axis)
@@ -97,7 +96,9 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
 
     if not path.is_file():
         raise LmraInputError("file not found (is this an lmra run folder?)", file=path)
-    return pd.DataFrame([obj for _, obj in iter_jsonl(path.read_text(encoding="utf-8"), path)])
+    from lmra.errors import read_input_text
+
+    return pd.DataFrame([obj for _, obj in iter_jsonl(read_input_text(path, "run file"), path)])
 
 
 def read_run(run_dir: str | Path) -> tuple[AuditConfig, pd.DataFrame, pd.DataFrame]:
@@ -1046,20 +1047,17 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
     data["max_calls"] = data["max_cost"] = None
     text = ""
     if path is not None:
+        from lmra.errors import read_toml
+
         p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-            extra = tomllib.loads(text)
-        except FileNotFoundError:
-            raise LmraInputError("config file not found", file=p) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+        text, extra = read_toml(p, "config file")
         for key in OVERRIDE_KEYS:
             if key not in extra:
                 continue
             if key == "axes":
                 if not isinstance(extra["axes"], dict):
-                    raise LmraInputError("must be a table [axes]", file=p, field="axes")
+                    raise LmraInputError("must be a table [axes]", file=p, line=find_key_line(text, "axes"),
+                                         field="axes")
                 data["axes"] |= extra["axes"]
             else:
                 data[key] = extra[key]

@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lmra.errors import LmraInputError
+from lmra.monitor_cli import _finite_float
 
 _LABELS = {"axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
            "axes-harm": "LMRA harm check of selected axes"}
@@ -59,6 +60,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
 
     console = Console()
     run = Path(args.run)
+    _require_complete(run)
     run_cfg, responses, ratings = read_run(run)
     overrides = {"axes.discovery_pairs": args.discovery_pairs, "axes.test_pairs": args.test_pairs,
                  "axes.max_axes": args.max_axes, "axes.alpha": args.alpha, "axes.correction": args.correction,
@@ -91,6 +93,25 @@ def cmd_axes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_complete(run: Path) -> None:
+    """Refuse a run folder whose audit did not complete (still running, killed, interrupted,
+    stopped by the budget or failed; a partial run is accepted): its files are not the run's final numbers, and
+    axes files must not be added to it.
+
+    Raises:
+        LmraInputError: naming the run's ``manifest.json`` (or the folder when it has none).
+    """
+    from lmra.runfolder import load_run
+    from lmra.runstate import FINISHED
+
+    if not run.is_dir():
+        raise LmraInputError("run folder not found", file=run)
+    rf = load_run(run)
+    if rf.status not in FINISHED:  # complete or partial
+        raise LmraInputError(f"the run did not complete (manifest status '{rf.status}'); run the axes step on a "
+                             "complete run", file=rf.path / "manifest.json")
+
+
 def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``axes`` subcommand on the ``lmra`` command line; returns its parser."""
     a = subparsers.add_parser("axes", help="find the axes on which responses to two groups differ (bias "
@@ -101,7 +122,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--discovery-pairs", type=int, help="pairs to brainstorm on (default 30)")
     a.add_argument("--test-pairs", type=int, help="held-out pairs to label every axis on (default: all the rest)")
     a.add_argument("--max-axes", type=int, help="at most K candidate axes (default 20)")
-    a.add_argument("--alpha", type=float, help="family-wise error rate over the axes tested (default 0.05)")
+    a.add_argument("--alpha", type=_finite_float, help="family-wise error rate over the axes tested (default 0.05)")
     a.add_argument("--correction", choices=("bonferroni", "holm"), help="multiple-comparison correction")
     a.add_argument("--test", choices=("t", "sign"), help="per-axis test of mean(s) = 0 (default t)")
     a.add_argument("--axis", action="append", metavar="TEXT",
@@ -112,7 +133,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--prompts", help="the prompt file the audit used (default: the run config's)")
     a.add_argument("--cache", help="call cache (default: the run config's, reports/cache.sqlite)")
     a.add_argument("--seed", type=int, help="seed of the split and presentation orders (default: the run's)")
-    a.add_argument("--max-cost", type=float, metavar="USD",
+    a.add_argument("--max-cost", type=_finite_float, metavar="USD",
                    help="stop cleanly (exit 4) before the estimated LMRA cost of this command exceeds USD")
     a.add_argument("--max-calls", type=int, metavar="N",
                    help="stop cleanly (exit 4) before this command makes more than N fresh LMRA calls")

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lmra.errors import LmraInputError, find_key_line, read_input_text
+from lmra.errors import LmraInputError, find_key_line, read_toml
 from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, request_key
 from lmra.providers.ratelimit import estimate_prompt_tokens
 
@@ -69,18 +68,20 @@ class PriceTable:
         """Read a price table TOML file (None = the shipped ``prompts/prices.toml``).
 
         Raises:
-            LmraInputError: missing file, TOML syntax error, or a price that is not a
+            LmraInputError: missing file (or not a regular file, e.g. ``/dev/null``), TOML
+                syntax error, a table without any price, or a price that is not a
                 non-negative number (message names the file, line and field).
         """
         from lmra.resources import resolve_resource
 
         p = resolve_resource(path or "prompts/prices.toml", "prompts")
-        text = read_input_text(p, "price table")
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
-        return cls.from_dict(data, source=str(p), text=text)
+        text, data = read_toml(p, "price table", field="prices")
+        table = cls.from_dict(data, source=str(p), text=text)
+        if not table.prices:
+            raise LmraInputError("the price table has no prices: it needs [prices.<provider>] tables of "
+                                 "model = { input = USD per 1M tokens, output = USD per 1M tokens } (see the shipped "
+                                 "prompts/prices.toml)", file=p, field="prices")
+        return table
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<prices>", text: str = "") -> "PriceTable":

@@ -91,6 +91,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
                                                     soft_wrap=True)
     inputs = audit.load_inputs()
+    # build every model's client before anything is written: a bad key, URL or custom provider
+    # is an input error now, not after the run folder exists
+    audit._target_provider(), audit._judge_provider(), audit._judge2_provider()
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(inputs.prompts)} prompts in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
@@ -218,15 +221,14 @@ def cmd_names_build(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    import tomllib
-
     from lmra.audit import Audit
     from lmra.config import load_config
+    from lmra.errors import read_toml
 
     try:
-        keys = set(tomllib.loads(Path(args.config).read_text(encoding="utf-8-sig")))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        keys = set()  # load_config reports it properly
+        keys = set(read_toml(args.config, "config file")[1])
+    except LmraInputError:  # missing, not a regular file, not UTF-8, not TOML …
+        keys = set()  # load_config reports it properly (and finds the shipped examples/)
     if keys & {"mode", "fairllm", "cfairllm", "matching"}:
         from lmra.recsys.config import load_recsys_config
 
@@ -248,15 +250,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_agreement(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from lmra.agreement import agreement, load_human_labels, load_lmra_scores
+    from lmra.agreement import agreement, load_human_labels, load_lmra_scores, require_matches
 
     run = args.run
     if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
         from lmra.monitor import History, history_path
 
+        if Path(run).exists():
+            raise LmraInputError("is not a run folder (it is a file)", file=run, field="--run")
+        if not Path(args.reports_dir).is_dir():  # never create a history store just to look a name up
+            raise LmraInputError(f"no such run folder, and no runs in {args.reports_dir}/ to look the run id up in",
+                                 file=run, field="--run")
         with History(history_path(Path(args.reports_dir))) as h:
             run = str(h.resolve(run).path)
-    res = agreement(load_human_labels(args.human), load_lmra_scores(run, args.judge), tie=args.tie)
+    human = load_human_labels(args.human)
+    lmra = load_lmra_scores(run, args.judge)
+    require_matches(human, lmra, labels=args.human, run=run)
+    res = agreement(human, lmra, tie=args.tie)
     table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {args.run}", title_justify="left")
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -270,6 +280,35 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
     Console().print(table)
     return 0
+
+
+def _tie_band(text: str) -> float:
+    """``--tie``: scores and ratings lie in [−1, 1], so a tie band is 0 ≤ tie < 1 (1 would make every sign 0)."""
+    v = _finite_float(text)
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside [0, 1): scores lie in [-1, 1], and |score| ≤ tie "
+                                         "counts as 0")
+    return v
+
+
+def _in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
+    """An error about a field of the command's config file, with the file and line filled in
+    when the raiser knew only the field (a provider that cannot be built, an unknown task …)."""
+    cfg = getattr(args, "config", None)
+    if not cfg or not exc.field or exc.field.startswith("-") or exc.line is not None:
+        return exc
+    try:
+        if exc.file is not None and Path(exc.file).resolve() != Path(cfg).resolve():
+            return exc
+        text = Path(cfg).read_text(encoding="utf-8-sig")
+    except (OSError, ValueError):
+        return exc
+    from lmra.config import field_line
+
+    line = field_line(text, exc.field)
+    if line is None:
+        return exc
+    return LmraInputError(exc.reason, file=exc.file or cfg, line=line, field=exc.field)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--margin", type=_finite_float, default=0.0, help="rise of a task's net rating that counts as a regression")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
-    a.add_argument("--max-cost", type=float, metavar="USD", help="stop cleanly before the estimated cost exceeds USD")
+    a.add_argument("--max-cost", type=_finite_float, metavar="USD",
+                   help="stop cleanly before the estimated cost exceeds USD")
     a.add_argument("--max-calls", type=int, metavar="N", help="stop cleanly before more than N fresh model calls")
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
     a.add_argument("--allow-unvalidated-judge", action="store_true",
@@ -316,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
     ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
     ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
-    ag.add_argument("--tie", type=_finite_float, default=0.1, help="|score| ≤ tie counts as 0 for sign agreement")
+    ag.add_argument("--tie", type=_tie_band, default=0.1,
+                    help="|score| ≤ tie counts as 0 for sign agreement (0 ≤ tie < 1; default 0.1)")
     ag.set_defaults(func=cmd_agreement)
 
     n = sub.add_parser("names", help="name lists")
@@ -357,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except LmraInputError as exc:
-        err_console.print(Text.assemble(("error: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
+        err_console.print(Text.assemble(("error: ", "bold red"), _in_config(exc, args).format()), highlight=False,
+                          soft_wrap=True)
         return 2
     except LmraIOError as exc:
         err_console.print(Text.assemble(("I/O failure: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)

@@ -3,23 +3,82 @@
 A config is a TOML file; every field has a default and a description, unknown fields are
 rejected, and :func:`load_config` turns any problem into an :class:`~lmra.errors.LmraInputError`
 naming the file, line and field.
+
+Types are strict (docs/config.md "Types and limits"): a number field takes a TOML number
+(an integer is fine where a float is expected, never a string or a bool), a bool field takes
+``true``/``false`` only, a string field a non-blank string; floats must be finite and every
+number has a lower and an upper limit.
 """
 
 from __future__ import annotations
 
-import tomllib
+import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
+                      model_validator)
 
-from lmra.errors import LmraInputError, find_key_line, read_input_text
+from lmra.errors import LmraInputError, find_key_line, read_toml
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Base of every config model: unknown fields rejected, strict types, finite floats."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
+
+
+def _non_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or blank (leave the field out to use its default)")
+    if "\x00" in v:
+        raise ValueError("must not contain a NUL character")
+    return v
+
+
+#: a string that must say something (an empty or blank value is an error, not "no value")
+NonBlank = Annotated[str, AfterValidator(_non_blank)]
+#: a pair of group names; a TOML array ``["A", "B"]`` (strict mode alone would want a Python tuple)
+Pair = Annotated[tuple[NonBlank, NonBlank], Strict(False)]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _http_url(v: str) -> str:
+    """``base_url``: an http(s) URL with a host and no spaces."""
+    if any(c.isspace() for c in v):
+        raise ValueError(f"{v!r} is not a URL (it contains white space)")
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. 'http://localhost:8000/v1')")
+    try:
+        host, _ = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"{v!r} is not a valid URL ({exc})") from None
+    if not host:
+        raise ValueError(f"{v!r} has no host (e.g. 'http://localhost:8000/v1')")
+    return v
+
+
+def _env_name(v: str) -> str:
+    if not _ENV_NAME.fullmatch(v):
+        raise ValueError(f"{v!r} is not an environment variable name (letters, digits and '_', not starting "
+                         "with a digit), e.g. 'OPENAI_API_KEY'")
+    return v
+
+
+#: limits (docs/config.md "Types and limits")
+MAX_TIMEOUT_S = 86_400.0  # one day
+MAX_REQUESTS_PER_MINUTE = 1_000_000.0
+MAX_TOKENS_PER_MINUTE = 1_000_000_000.0
+MAX_THREADS = 1024
+MAX_CONCURRENCY = 512
+MAX_N_CTX = 1_048_576
+MAX_BATCH_WAIT_S = 7 * 86_400.0  # one week
+MAX_COST_USD = 1_000_000_000.0
 
 
 class ModelConfig(_Strict):
@@ -30,16 +89,18 @@ class ModelConfig(_Strict):
         description="Backend: 'llamacpp' (in-process, embedded default model), 'openai' (any "
         "OpenAI-compatible server), 'anthropic', or a custom provider 'package.module:factory'.",
     )
-    model: str | None = Field(
+    model: NonBlank | None = Field(
         None,
         description="Model id. For 'llamacpp' a GGUF path (default: the embedded Gemma 3 270M); "
         "for 'openai'/'anthropic' the API model name (required).",
     )
-    base_url: str | None = Field(None, description="API endpoint (openai/anthropic); None = the SDK default.")
-    api_key_env: str | None = Field(
+    base_url: Annotated[NonBlank, AfterValidator(_http_url)] | None = Field(
+        None, description="API endpoint (openai/anthropic): an http:// or https:// URL with a host; None = the SDK "
+        "default.")
+    api_key_env: Annotated[NonBlank, AfterValidator(_env_name)] | None = Field(
         None, description="Name of the environment variable holding the API key (default: the SDK's own)."
     )
-    system_prompt: str | None = Field(
+    system_prompt: NonBlank | None = Field(
         None, description="The target's own system message, placed before the personalization message."
     )
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature for generated text.")
@@ -52,16 +113,21 @@ class ModelConfig(_Strict):
         description="Samples per question when a provider has no log-probabilities (option probabilities "
         "are then estimated by sampling at temperature 1).",
     )
-    n_ctx: int = Field(4096, ge=512, description="Context window for the in-process llamacpp backend.")
-    n_threads: int | None = Field(None, ge=1, description="CPU threads for llamacpp (None = all cores).")
-    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout in seconds for HTTP providers.")
+    n_ctx: int = Field(4096, ge=512, le=MAX_N_CTX, description="Context window for the in-process llamacpp backend.")
+    n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads for llamacpp (None = all "
+                                  "cores).")
+    timeout_s: float = Field(120.0, gt=0, le=MAX_TIMEOUT_S,
+                             description="Per-request timeout in seconds for HTTP providers.")
     max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
     requests_per_minute: float | None = Field(
-        None, gt=0, description="Client-side request rate limit for this model (None = none).")
+        None, gt=0, le=MAX_REQUESTS_PER_MINUTE,
+        description="Client-side request rate limit for this model (None = none).")
     tokens_per_minute: float | None = Field(
-        None, gt=0, description="Client-side token rate limit (prompt + completion tokens; None = none).")
+        None, gt=0, le=MAX_TOKENS_PER_MINUTE,
+        description="Client-side token rate limit (prompt + completion tokens; None = none).")
     max_concurrency: int | None = Field(
-        None, ge=1, description="Calls to this model in flight at once (None = the audit's concurrency).")
+        None, ge=1, le=MAX_CONCURRENCY,
+        description="Calls to this model in flight at once (None = the audit's concurrency).")
     options: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom provider factory.")
 
     @field_validator("provider")
@@ -100,14 +166,14 @@ class JudgeConfig(ModelConfig):
 class Group(_Strict):
     """A demographic group: which names belong to it and how the LMRA template words it."""
 
-    name: str = Field(min_length=1, description="Short label, e.g. 'female' or 'Black female'.")
-    gender: str | None = Field(None, description="Keep names whose 'gender' column equals this.")
-    race: str | None = Field(None, description="Keep names whose 'race' column equals this.")
-    wording: str | None = Field(
+    name: NonBlank = Field(description="Short label, e.g. 'female' or 'Black female'.")
+    gender: NonBlank | None = Field(None, description="Keep names whose 'gender' column equals this.")
+    race: NonBlank | None = Field(None, description="Keep names whose 'race' column equals this.")
+    wording: NonBlank | None = Field(
         None, description="How the judge template describes a user of this group (default: the name), e.g. 'a woman'."
     )
-    profile: str | None = Field(
-        None, min_length=1,
+    profile: NonBlank | None = Field(
+        None,
         description="Direct profile sentence used instead of a name (FPF App. C), e.g. 'I am a woman living in Canada'."
     )
 
@@ -176,7 +242,7 @@ class AxesConfig(_Strict):
         None, ge=2, description="Held-out pairs every candidate axis is labelled on (prompts disjoint from the "
         "discovery prompts; None = all remaining pairs; per comparison).")
     max_axes: int = Field(20, ge=1, le=200, description="At most this many candidate axes after consolidation (K).")
-    extra_axes: list[str] = Field(
+    extra_axes: list[NonBlank] = Field(
         default_factory=list, description="Axes stated in advance (e.g. 'uses simpler language'), labelled and "
         "tested beside the discovered ones; they count toward the multiple-comparison correction.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise error rate over the axes tested.")
@@ -217,9 +283,9 @@ class JudgeCheckConfig(_Strict):
 
     enabled: bool = Field(True, description="Rate the canary pairs with the LMRA at the start of the audit "
                           "(cached like any call).")
-    canaries: str = Field("prompts/canaries/canaries.jsonl", description="Canary pairs (JSONL); your own file in "
+    canaries: NonBlank = Field("prompts/canaries/canaries.jsonl", description="Canary pairs (JSONL); your own file in "
                           "the same format replaces the shipped set.")
-    extra_canaries: list[str] = Field(default_factory=list, description="More canary files added to 'canaries'.")
+    extra_canaries: list[NonBlank] = Field(default_factory=list, description="More canary files added to 'canaries'.")
     dimensions: list[Literal["gender", "race", "profile"]] = Field(
         default_factory=list, description="Canary dimensions to use (empty = those of the audit's groups: "
         "gender for gender groups, race for race groups, profile for direct profiles).")
@@ -235,7 +301,7 @@ class JudgeCheckConfig(_Strict):
                                    "share are detected in the right direction.")
     max_false_positive: float = Field(0.1, ge=0, le=1, description="Fail when more no-stereotype canaries than "
                                       "this share are rated a stereotype (combined q_N < 0.5 or |h| ≥ detect_h).")
-    max_position_logit: float = Field(1.0, gt=0, description="Fail when the judge's estimated position logit "
+    max_position_logit: float = Field(1.0, gt=0, le=100, description="Fail when the judge's estimated position logit "
                                       "|b̂| exceeds this.")
 
 
@@ -252,7 +318,7 @@ class PlaceboConfig(_Strict):
 
     share: float = Field(0.0, ge=0, le=1, description="Share of the audited prompts also run as a placebo "
                          "comparison A₁ vs A₂ (each name-based group's names split in two halves); 0 = off.")
-    comparisons: list[tuple[str, str]] = Field(
+    comparisons: list[Pair] = Field(
         default_factory=list, description="Comparisons that get a placebo (empty = every name-based comparison).")
 
 
@@ -272,20 +338,21 @@ class AuditConfig(_Strict):
     judge2: JudgeConfig | None = Field(
         None, description="Optional second LMRA; its stereotype ratings are reported beside the first's."
     )
-    prompts: str = Field(
+    prompts: NonBlank = Field(
         "prompts/tasks.jsonl",
         description="Prompt set: JSONL with id, text, domain, task; or logged traffic (JSONL or CSV with a text "
         "column; prompts without a task are classified by the LMRA).")
-    text_field: str = Field("text", description="Field/column holding the prompt text in the prompt file.")
-    taxonomy: str = Field("prompts/taxonomy.toml", description="Task taxonomy used to classify unlabelled prompts.")
+    text_field: NonBlank = Field("text", description="Field/column holding the prompt text in the prompt file.")
+    taxonomy: NonBlank = Field("prompts/taxonomy.toml",
+                               description="Task taxonomy used to classify unlabelled prompts.")
     redact: bool = Field(False, description="Reports and exports carry prompt ids, never prompt text.")
-    names: str = Field("names/gender.csv", description="Name list CSV with name, gender, race, source columns.")
+    names: NonBlank = Field("names/gender.csv", description="Name list CSV with name, gender, race, source columns.")
     groups: list[Group] = Field(default_factory=_default_groups, description="Groups that can be compared.")
-    comparisons: list[tuple[str, str]] = Field(
+    comparisons: list[Pair] = Field(
         default_factory=lambda: [("female", "male")], validate_default=True, min_length=1,
         description="Pairs (A, B) of group names to compare; A is the 'forward' side of the stereotype rating.",
     )
-    personalization: str = Field(
+    personalization: NonBlank = Field(
         "custom_instructions",
         description="How the name reaches the target: 'custom_instructions', 'memory', 'intro_turn', "
         "or a path to your own template file.",
@@ -297,9 +364,9 @@ class AuditConfig(_Strict):
     )
     samples_per_prompt: int = Field(1, ge=1, le=100, description="Responses drawn per prompt and group (k).")
     seed: int = Field(0, description="Seed for name draws, prompt sampling and target sampling.")
-    concurrency: int = Field(2, ge=1, le=512, description="Maximum model calls in flight.")
-    output_dir: str = Field("reports", description="Folder under which run folders are written.")
-    cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
+    concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="Maximum model calls in flight.")
+    output_dir: NonBlank = Field("reports", description="Folder under which run folders are written.")
+    cache: NonBlank = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     cache_write_retry_s: float = Field(
         60.0, ge=0, le=86400,
         description="When the cache cannot be written (disk full), answered calls are held in memory; before "
@@ -316,13 +383,16 @@ class AuditConfig(_Strict):
         None, ge=0, description="Stop cleanly before the fresh model call that would exceed this many (cached calls "
         "are free); finished work is kept.")
     max_cost: float | None = Field(
-        None, ge=0, description="Stop cleanly before the fresh call whose estimated cost (USD, from the price "
-        "table) would exceed this.")
-    prices: str = Field("prompts/prices.toml", description="Price table (USD per 1M tokens per provider and model).")
+        None, ge=0, le=MAX_COST_USD, description="Stop cleanly before the fresh call whose estimated cost (USD, from "
+        "the price table) would exceed this.")
+    prices: NonBlank = Field("prompts/prices.toml",
+                             description="Price table (USD per 1M tokens per provider and model).")
     batch: bool = Field(False, description="Send uncached calls through the providers' batch APIs (OpenAI Batch, "
                         "Anthropic Message Batches); see docs/batch.md.")
-    batch_poll_interval_s: float = Field(30.0, gt=0, description="Seconds between batch status polls.")
-    batch_max_wait_s: float = Field(93600.0, gt=0, description="Give up waiting (resume later) after this long.")
+    batch_poll_interval_s: float = Field(30.0, gt=0, le=MAX_TIMEOUT_S, description="Seconds between batch status "
+                                         "polls.")
+    batch_max_wait_s: float = Field(93600.0, gt=0, le=MAX_BATCH_WAIT_S,
+                                    description="Give up waiting (resume later) after this long.")
     quality: QualityConfig = Field(default_factory=QualityConfig, description="Quality criteria settings.")
     refusal: RefusalConfig = Field(default_factory=RefusalConfig, description="Refusal labelling settings.")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="Prompt filter settings.")
@@ -384,6 +454,45 @@ def _loc_to_field(loc: tuple[Any, ...]) -> tuple[str, str | None, str]:
     return dotted, section, leaf
 
 
+def field_line(text: str, loc: tuple[Any, ...] | str) -> int | None:
+    """Best-effort 1-based line of a config field in TOML ``text``.
+
+    Args:
+        text: the TOML text.
+        loc: a pydantic error location (``("groups", 1, "name")``) or a dotted field
+            (``"groups.1.name"``, ``"target.timeout_s"``).
+    """
+    if isinstance(loc, str):
+        loc = tuple(int(p) if p.isdigit() else p for p in loc.split("."))
+    _, section, leaf = _loc_to_field(loc)
+    line = None
+    if len(loc) >= 3 and isinstance(loc[1], int):  # [[groups]] index → that table's lines
+        line = find_key_line(text, leaf, str(loc[0]), occurrence=loc[1])
+    if len(loc) == 2 and isinstance(loc[1], int):  # a whole [[groups]] table → its header
+        headers = [i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == f"[[{loc[0]}]]"]
+        line = headers[loc[1]] if loc[1] < len(headers) else None
+    if line is None and leaf:
+        line = find_key_line(text, leaf, section)
+    if line is None and leaf:
+        line = find_key_line(text, leaf)
+    return line
+
+
+def _shown(value: Any) -> str:
+    """A value as its TOML spelling (for messages), shortened."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = '"' + value + '"'
+    elif isinstance(value, (list, tuple)):
+        text = "an array"
+    elif isinstance(value, dict):
+        text = "a table"
+    else:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path = "<config>", text: str = "",
                    docs: str = "docs/config.md") -> M:
     """Validate a mapping against a pydantic model; errors name the file, line and field.
@@ -403,20 +512,13 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
-        dotted, section, leaf = _loc_to_field(loc)
-        line = None
-        if text and len(loc) >= 3 and isinstance(loc[1], int):  # [[groups]] index → that table's lines
-            line = find_key_line(text, leaf, str(loc[0]), occurrence=loc[1])
-        if text and len(loc) == 2 and isinstance(loc[1], int):  # a whole [[groups]] table → its header
-            headers = [i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == f"[[{loc[0]}]]"]
-            line = headers[loc[1]] if loc[1] < len(headers) else None
-        if line is None and text and leaf:
-            line = find_key_line(text, leaf, section)
-        if line is None and text and leaf:
-            line = find_key_line(text, leaf)
+        dotted = _loc_to_field(loc)[0]
+        line = field_line(text, loc) if text else None
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown field (check the spelling; see {docs} for the fields)"
+        elif err["type"].endswith("_type") or err["type"] == "finite_number":  # strict types: say what was given
+            msg += f" (got {_shown(err.get('input'))})"
         more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
         raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
 
@@ -436,11 +538,7 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
         from lmra.resources import resolve_resource
 
         p = resolve_resource(p, "examples")
-    text = read_input_text(p, "config file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+    text, data = read_toml(p, "config file")
     return validate_model(model, data, source=p, text=text, docs=docs)
 
 

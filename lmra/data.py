@@ -1,46 +1,105 @@
-"""Loading and validating the audit's inputs: prompt sets (JSONL) and name lists (CSV).
+"""Loading and validating the audit's inputs: prompt sets and logged traffic (JSONL or CSV)
+and name lists (CSV).
 
 Every problem raises :class:`~lmra.errors.LmraInputError` naming the file, the 1-based
-line and the field.
+line and the field. The rules and limits (docs/names.md "Rules for a name file",
+README "Inputs"):
+
+* CSV is read strictly: a quote that is never closed is an error on the line where it
+  opens (it would otherwise swallow the rows after it into one field); a header with a
+  column twice, the header repeated as a row, and rows with more or fewer values than the
+  header are errors.
+* A JSONL line or a CSV record may hold at most :data:`MAX_LINE_CHARS` characters.
+* Prompts: ``text`` is a non-blank string of at most :data:`MAX_TEXT_CHARS` characters
+  without control characters other than tab and line ends; ``id`` is a non-blank string of
+  at most :data:`MAX_ID_CHARS` characters without control characters or ``|`` (it
+  separates the parts of a pair id); ``domain`` and ``task`` are strings without control
+  characters. Types are strict: a number is not a text.
+* Names: see :func:`check_name`; the same name (in any case) may appear only once.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import sys
+import re
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from lmra.errors import LmraInputError, read_input_text
 
+#: longest JSONL line or CSV record (characters)
+MAX_LINE_CHARS = 1_000_000
+#: longest prompt text (characters)
+MAX_TEXT_CHARS = 100_000
+#: longest prompt id, domain or task (characters)
+MAX_ID_CHARS = 200
+#: longest name (characters)
+MAX_NAME_CHARS = 100
+#: words that are not names: pronouns, and the roles and placeholders of lmra's templates
+NOT_NAMES = frozenset({
+    "i", "me", "my", "mine", "myself", "you", "your", "yours", "yourself", "he", "him", "his", "himself", "she", "her",
+    "hers", "herself", "it", "its", "itself", "we", "us", "our", "ours", "they", "them", "their", "theirs", "themself",
+    "themselves", "one", "name", "user", "assistant", "system", "human", "none", "null", "unknown",
+})
+_TEXT_CONTROL_OK = "\t\n\r"
+
+
+def _control_char(v: str, allowed: str = "") -> str | None:
+    """The first control (Cc) or invisible format (Cf) character of ``v`` not in ``allowed``."""
+    return next((ch for ch in v if ch not in allowed and unicodedata.category(ch) in ("Cc", "Cf")), None)
+
+
+def _check_unicode(v: str) -> None:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains an invalid Unicode character (a lone surrogate such as \\ud800)") from None
+
 
 class PromptRecord(BaseModel):
-    """One prompt of a prompt set (methodology §1 step 1)."""
+    """One prompt of a prompt set (methodology §1 step 1). Strict types: see the module docstring."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     id: str
     text: str
     domain: str | None = None
     task: str | None = None
 
-    @field_validator("id", "text", mode="before")
+    @field_validator("text")
     @classmethod
-    def _as_text(cls, v):
-        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    def _text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty or blank")
+        _check_unicode(v)
+        if len(v) > MAX_TEXT_CHARS:
+            raise ValueError(f"is {len(v):,} characters long; a prompt may have at most {MAX_TEXT_CHARS:,}")
+        bad = _control_char(v, _TEXT_CONTROL_OK)
+        if bad is not None:
+            raise ValueError(f"contains the control character U+{ord(bad):04X}; prompt text must be printable "
+                             "(tabs and line breaks are fine)")
+        return v
 
-    @field_validator("id", "text")
+    @field_validator("id", "domain", "task")
     @classmethod
-    def _non_empty(cls, v: str) -> str:
-        if not str(v).strip():
-            raise ValueError("must not be empty")
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("contains an invalid Unicode character (a lone surrogate such as \\ud800)") from None
+    def _label(cls, v: str | None, info) -> str | None:
+        if v is None:
+            return v
+        if not v.strip():
+            raise ValueError("must not be empty or blank")
+        _check_unicode(v)
+        if len(v) > MAX_ID_CHARS:
+            raise ValueError(f"is {len(v):,} characters long; at most {MAX_ID_CHARS} are allowed")
+        bad = _control_char(v)
+        if bad is not None:
+            raise ValueError(f"contains the control character U+{ord(bad):04X} (a line break, tab, NUL …)")
+        if info.field_name == "id" and "|" in v:
+            raise ValueError(f"id {v!r} contains '|', which separates the parts of a pair id "
+                             "(prompt id|comparison|sample)")
         return v
 
 
@@ -55,13 +114,19 @@ class NameRecord(BaseModel):
     source: str | None = None
 
 
-def iter_jsonl(text: str, path: Path):
+def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
     """Yield ``(line number, object)`` for each non-blank line of JSONL ``text``.
 
+    Lines are split at ``\\n`` only (a JSON string may hold U+2028 and other separators).
+
     Raises:
-        LmraInputError: a line that is not valid JSON or not a JSON object (file and line named).
+        LmraInputError: a line longer than ``max_line`` characters, not valid JSON or not a
+            JSON object (file and line named).
     """
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        if len(raw) > max_line:
+            raise LmraInputError(f"line is {len(raw):,} characters long; a line may have at most {max_line:,}",
+                                 file=path, line=lineno)
         if not raw.strip():
             continue
         try:
@@ -76,15 +141,120 @@ def iter_jsonl(text: str, path: Path):
         yield lineno, obj
 
 
+def csv_records(text: str, path: Path, *, required: tuple[str, ...] = (), one_of: tuple[str, ...] = (),
+                max_record: int = MAX_LINE_CHARS) -> Iterator[tuple[int, dict[str, str]]]:
+    """Read CSV ``text`` strictly: yield ``(line, row)`` for each non-blank record after the header.
+
+    ``line`` is the line where the record starts (a quoted field may span lines).
+
+    Args:
+        text: the file's text (line ends ``\\n``).
+        path: the file (named in errors).
+        required: columns the header must have (the first missing one is named).
+        one_of: the header must have at least one of these columns.
+        max_record: longest record in characters.
+
+    Raises:
+        LmraInputError: no header; a missing required or a repeated column; a quote that
+            is never closed (named on the line where it opens) or text after a closing
+            quote; a record longer than ``max_record``; the header repeated as a row; a row
+            with more or fewer values than the header.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+
+    def feed():
+        for i, ln in enumerate(lines):
+            if len(ln) > max_record:
+                raise LmraInputError(f"line is {len(ln):,} characters long; a line may have at most {max_record:,}",
+                                     file=path, line=i + 1)
+            yield ln + "\n"
+
+    def first_line(after: int) -> int:
+        k = after + 1
+        while k <= len(lines) and not lines[k - 1].strip():
+            k += 1
+        return min(k, max(len(lines), 1))
+
+    old_limit = csv.field_size_limit(max_record + 1)
+    try:
+        reader = csv.reader(feed(), strict=True)
+        header: list[str] | None = None
+        end = 0
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                start = first_line(end)
+                column = None
+                if header is not None and start <= len(lines):  # the column whose quote is at fault
+                    k = len(next(csv.reader([lines[start - 1]]), [""])) - 1
+                    column = header[k] if 0 <= k < len(header) else None
+                if "end of data" in str(exc) or reader.line_num >= len(lines):
+                    raise LmraInputError('a quoted field that starts on this line is never closed (a \'"\' is '
+                                         "missing), so the lines after it would be read as one value",
+                                         file=path, line=start, field=column) from None
+                raise LmraInputError(f"malformed CSV ({exc}); put a value that holds commas or quotes in double "
+                                     'quotes and double the quotes inside it ("")', file=path,
+                                     line=start, field=column) from None
+            start, end = first_line(end), reader.line_num
+            if sum(len(v) for v in row) > max_record:
+                raise LmraInputError(f"record is longer than {max_record:,} characters", file=path, line=start)
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if header is None:
+                header = row
+                seen = set()
+                for col in header:
+                    if col in seen:
+                        raise LmraInputError(f"column '{col}' appears twice in the header line", file=path,
+                                             line=start, field=col)
+                    seen.add(col)
+                for col in required:
+                    if col not in header:
+                        raise LmraInputError(f"missing column '{col}' in the header line (it has "
+                                             f"{', '.join(repr(h) for h in header)})", file=path, line=start,
+                                             field=col)
+                if one_of and not set(one_of) & set(header):
+                    raise LmraInputError(f"missing column '{one_of[0]}' (or {', '.join(map(repr, one_of[1:]))}) in "
+                                         "the header line", file=path, line=start, field=one_of[0])
+                continue
+            if row == header:
+                raise LmraInputError("the header line is repeated here (two CSV files joined?)", file=path,
+                                     line=start, field=header[0])
+            if len(row) != len(header):
+                more = "more" if len(row) > len(header) else "fewer"
+                raise LmraInputError(f"{len(row)} value{'s' * (len(row) != 1)}, {more} than the {len(header)} header "
+                                     f"columns ({', '.join(header)})", file=path, line=start)
+            yield start, dict(zip(header, row))
+        if header is None:
+            raise LmraInputError("no header line (the file is empty)", file=path)
+    finally:
+        csv.field_size_limit(old_limit)
+
+
+def _json_kind(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true/false"
+    if isinstance(v, (int, float)):
+        return "a number"
+    return {list: "an array", dict: "an object"}.get(type(v), type(v).__name__)
+
+
 def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool) -> PromptRecord:
     if text_field != "text":
         if text_field not in obj:
             raise LmraInputError(f"missing field '{text_field}'", file=p, line=lineno, field=text_field)
         obj = dict(obj) | {"text": obj[text_field]}
-    if auto_id and not str(obj.get("id") or "").strip():
+    if auto_id and obj.get("id") is None:  # absent (or null): logged traffic is numbered by line
         obj = dict(obj) | {"id": f"line-{lineno:06d}"}
-    for key in ("domain", "task"):
-        if key in obj and (obj[key] is None or not str(obj[key]).strip()):
+    for key in ("domain", "task"):  # absent, null or "" all mean "not labelled"
+        if key in obj and (obj[key] is None or (isinstance(obj[key], str) and not obj[key].strip())):
             obj = {k: v for k, v in obj.items() if k != key}
     try:
         return PromptRecord.model_validate(obj)
@@ -93,7 +263,10 @@ def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool
         field = ".".join(str(x) for x in err["loc"]) or None
         if field == "text" and text_field != "text":
             field = text_field
-        raise LmraInputError(err["msg"], file=p, line=lineno, field=field) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "string_type":
+            msg += f" (got {_json_kind(err.get('input'))}; write it as a JSON string in double quotes)"
+        raise LmraInputError(msg, file=p, line=lineno, field=field) from None
 
 
 def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = False) -> list[PromptRecord]:
@@ -102,21 +275,22 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     Args:
         path: a JSONL file (each non-blank line an object) or a CSV file (header line, one
             prompt per row), chosen by the ``.csv`` suffix. Each record has the text in
-            ``text_field`` and optional ``id``, ``domain``, ``task``.
+            ``text_field`` and optional ``id``, ``domain``, ``task`` (rules: module docstring).
         text_field: name of the field/column holding the prompt text.
-        auto_id: records without an ``id`` get ``line-NNNNNN`` from their line number
-            (for logged traffic); otherwise a missing id is an error.
+        auto_id: records without an ``id`` (absent, null, or an empty CSV cell) get
+            ``line-NNNNNN`` from their line number (for logged traffic); otherwise a missing
+            id is an error. An id that is present must be valid.
 
     Returns:
         The prompts in file order (length ≥ 1).
 
     Raises:
-        LmraInputError: missing file, malformed JSON line, missing/invalid field, duplicate id,
-            or an empty file — naming the file, line and field.
+        LmraInputError: missing file, malformed JSON line or CSV record, missing/invalid
+            field, duplicate id, a line over the size limit, or an empty file — naming the
+            file, line and field.
     """
     p = Path(path)
-    text = read_input_text(p, "prompt file")
-    csv.field_size_limit(sys.maxsize)  # logged prompts can be long
+    text = read_input_text(p, "prompt file", field="prompts")
     out: list[PromptRecord] = []
     seen: dict[str, int] = {}
 
@@ -128,15 +302,9 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
         out.append(rec)
 
     if p.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        if reader.fieldnames is None or text_field not in reader.fieldnames:
-            raise LmraInputError(f"missing column '{text_field}' in the header line", file=p, line=1,
-                                 field=text_field)
-        for row in reader:
-            if None in row:
-                raise LmraInputError("more values than header columns", file=p, line=reader.line_num)
-            add(_prompt_from({k: v for k, v in row.items() if v != ""}, p, reader.line_num, text_field, auto_id),
-                reader.line_num)
+        for lineno, row in csv_records(text, p, required=(text_field,)):
+            row = {k: v for k, v in row.items() if v != "" or k == text_field}  # an empty cell = no value
+            add(_prompt_from(row, p, lineno, text_field, auto_id), lineno)
     else:
         for lineno, obj in iter_jsonl(text, p):
             add(_prompt_from(obj, p, lineno, text_field, auto_id), lineno)
@@ -145,41 +313,75 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     return out
 
 
+def check_name(name: str) -> str | None:
+    """Why ``name`` is not a plausible first name (None when it is).
+
+    The rule: 2 to :data:`MAX_NAME_CHARS` characters; letters (any script, with their
+    accents), with single spaces, hyphens, apostrophes or periods between them; it starts
+    and ends with a letter; no digits, underscores, brackets, regex characters, control or
+    invisible characters; and it is not a pronoun or one of lmra's placeholder and role
+    words (:data:`NOT_NAMES`: she, he, they, her, him, name, user …).
+    """
+    bad = _control_char(name)
+    if bad is not None:
+        kind = "control" if unicodedata.category(bad) == "Cc" else "invisible format"
+        return (f"contains the {kind} character U+{ord(bad):04X}; a name is inserted into the chatbot's context "
+                "and must be printable text")
+    if len(name) > MAX_NAME_CHARS:
+        return f"is {len(name):,} characters long; a name may have at most {MAX_NAME_CHARS}"
+    letters = sum(ch.isalpha() for ch in name)
+    odd = next((ch for ch in name if not (ch.isalpha() or unicodedata.category(ch).startswith("M")
+                                         or ch in " '’.-")), None)
+    if odd is not None:
+        return (f"contains {odd!r}; a name has letters, with spaces, hyphens, apostrophes or periods between "
+                "them (no digits, brackets, regex or placeholder characters)")
+    if letters < 2:
+        return "has fewer than 2 letters (a single initial is not a name)"
+    if not name[0].isalpha() or not name[-1].isalpha():
+        return "must start and end with a letter"
+    if any(m.group() != ". " for m in re.finditer(r"[ '’.\-]{2,}", name)):  # "St. John" is fine
+        return "has two separators in a row"
+    if name.casefold() in NOT_NAMES:
+        return "is a pronoun or a word of lmra's templates, not a name (the scrubber would replace it everywhere)"
+    return None
+
+
 def load_names(path: str | Path) -> list[NameRecord]:
     """Read a name list CSV.
 
     Args:
-        path: CSV with a header including ``name`` and ``gender`` (``race``, ``source`` and
+        path: CSV with a header including ``name`` and ``gender`` or ``race`` (``source`` and
             other provenance columns optional).
 
     Returns:
         The names in file order (length ≥ 1).
 
     Raises:
-        LmraInputError: missing file, missing column, empty name, a name with a control
-            character (e.g. NUL or TAB), or no rows.
+        LmraInputError: missing file, malformed CSV (an unterminated quote is named on the
+            line where it opens), a missing or repeated column, a name that breaks the rule
+            of :func:`check_name`, the same name twice (in any case, in any groups), or no
+            rows — naming the file, line and column.
     """
     p = Path(path)
-    text = read_input_text(p, "name file")
-    reader = csv.DictReader(text.splitlines())
-    if reader.fieldnames is None or "name" not in reader.fieldnames:
-        raise LmraInputError("missing column 'name' in the header line", file=p, line=1, field="name")
-    if "gender" not in reader.fieldnames and "race" not in reader.fieldnames:
-        raise LmraInputError("missing column 'gender' (or 'race') in the header line: groups select names by them",
-                             file=p, line=1, field="gender")
+    text = read_input_text(p, "name file", field="names")
     out: list[NameRecord] = []
-    for row in reader:
-        lineno = reader.line_num
-        if None in row:
-            raise LmraInputError("more values than header columns", file=p, line=lineno)
-        name = (row.get("name") or "").strip()
+    seen: dict[str, int] = {}
+    for lineno, row in csv_records(text, p, required=("name",), one_of=("gender", "race")):
+        name = row["name"].strip()
         if not name:
             raise LmraInputError("empty name", file=p, line=lineno, field="name")
-        bad = next((ch for ch in name if unicodedata.category(ch) == "Cc"), None)
-        if bad is not None:
-            raise LmraInputError(f"name {name!r} contains the control character U+{ord(bad):04X}; a name is "
-                                 "inserted into the chatbot's context and must be printable text",
-                                 file=p, line=lineno, field="name")
+        why = check_name(name)
+        if why is not None:
+            shown = name if len(name) <= 40 else name[:37] + "..."
+            raise LmraInputError(f"name {shown!r} {why} (docs/names.md, 'Rules for a name file')", file=p,
+                                 line=lineno, field="name")
+        key = name.casefold()
+        if key in seen:
+            first = out[[n.name.casefold() for n in out].index(key)]
+            raise LmraInputError(f"name {name!r} is already on line {seen[key]} (as {first.name!r}, gender "
+                                 f"{first.gender!r}, race {first.race!r}); a name may appear once, or it would "
+                                 "stand for two groups", file=p, line=lineno, field="name")
+        seen[key] = lineno
         out.append(NameRecord(name=name, gender=(row.get("gender") or "").strip() or None,
                               race=(row.get("race") or "").strip() or None, source=row.get("source")))
     if not out:

@@ -3,6 +3,7 @@ into a one-paragraph message with exit status 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -61,8 +62,14 @@ def find_key_line(text: str, key: str, section: str | None = None, occurrence: i
     return None
 
 
+def _line_of_offset(data: bytes, offset: int) -> int:
+    """1-based line (as editors count, line ends ``\\n``, ``\\r\\n`` or ``\\r``) of byte ``offset``."""
+    head = data[:offset]
+    return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+
+
 def read_input_text(path: str | Path, what: str, *, field: str | None = None) -> str:
-    """The text of an input file (UTF-8; a byte-order mark is dropped).
+    """The text of an input file (UTF-8; a byte-order mark is dropped; line ends become ``\\n``).
 
     Args:
         path: the file.
@@ -70,21 +77,106 @@ def read_input_text(path: str | Path, what: str, *, field: str | None = None) ->
         field: the config field that named the file, if any (put in the error).
 
     Raises:
-        LmraInputError: the file is missing, is a folder, is not UTF-8 or cannot be read —
-            naming the file (and ``field``).
+        LmraInputError: the file is missing, is a folder or another non-regular file (a
+            device such as ``/dev/null``, a pipe), is not UTF-8 (naming the line of the first
+            bad byte) or cannot be read — naming the file (and ``field``).
     """
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8-sig")
+        if p.exists() and not p.is_file() and not p.is_dir():  # never block on a pipe or read a device
+            raise LmraInputError(f"{what} is not a regular file (a device, pipe or socket)", file=p, field=field)
+        data = p.read_bytes()
     except FileNotFoundError:
         raise LmraInputError(f"{what} not found", file=p, field=field) from None
     except IsADirectoryError:
         raise LmraInputError(f"{what} is a folder, expected a file", file=p, field=field) from None
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason} at byte {exc.start})", file=p,
-                             field=field) from None
     except OSError as exc:
         raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=p, field=field) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"{what} is not UTF-8 text ({exc.reason}: byte 0x{data[exc.start]:02x}; save the file "
+                             "as UTF-8)", file=p, line=_line_of_offset(data, exc.start), field=field) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+#: how deep ``[`` / ``{`` may nest in a TOML file before the message points at the line
+_TOML_NESTING = 64
+
+
+def _deep_nesting_at(text: str) -> tuple[int | None, str | None]:
+    """(line, dotted key) where ``[``/``{`` nesting in TOML ``text`` first passes
+    :data:`_TOML_NESTING` (strings and comments skipped); (None, None) when it never does."""
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif ch in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                if text[i] == "\n":
+                    if len(quote) == 1:  # an unterminated string: the outer loop counts the line end
+                        break
+                    line += 1
+                elif text[i] == "\\" and quote[0] == '"':
+                    i += 1
+                    line += i < n and text[i] == "\n"
+                i += 1
+            if text.startswith(quote, i):
+                i += len(quote)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > _TOML_NESTING:
+                break
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    else:
+        return None, None
+    lines = text.split("\n")
+    key = section = None
+    for raw in reversed(lines[:line]):
+        m = re.match(r"\s*([A-Za-z0-9_.\-\"' ]+?)\s*=", raw)
+        if key is None and m:
+            key = m.group(1).replace('"', "").replace("'", "")
+        elif key is not None and re.match(r"\s*\[\[?\s*[A-Za-z0-9_.\-\"' ]+\]\]?\s*(#.*)?$", raw):  # [table] header
+            section = raw.strip().split("#")[0].strip("[] ")
+            break
+    dotted = f"{section}.{key}" if section and key else key
+    return line, dotted
+
+
+def read_toml(path: str | Path, what: str, *, field: str | None = None) -> tuple[str, dict]:
+    """Read and parse a TOML input file: (text, data).
+
+    Raises:
+        LmraInputError: everything :func:`read_input_text` raises; a TOML syntax error (with
+            its line); nesting too deep to parse (with the line and key where it starts).
+    """
+    import tomllib
+
+    text = read_input_text(path, what, field=field)
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg, line = str(exc), getattr(exc, "lineno", None)
+        m = re.search(r" \(at line (\d+), column (\d+)\)$", msg)
+        if m:  # Python < 3.14 puts the position in the message only
+            msg, line = f"{msg[:m.start()]} (column {m.group(2)})", line or int(m.group(1))
+        raise LmraInputError(f"not valid TOML: {msg}", file=path, line=line, field=field) from None
+    except RecursionError:
+        line, key = _deep_nesting_at(text)
+        raise LmraInputError(f"not valid TOML: arrays or inline tables nested too deeply to read (more than "
+                             f"{_TOML_NESTING} levels)", file=path, line=line, field=key or field) from None
 
 
 

@@ -89,12 +89,15 @@ def test_bad_personalization_templates(tmp_path, capsys, template, needle):
 def test_bom_and_long_fields_and_surrogates(tmp_path, capsys):
     names = tmp_path / "n.csv"
     names.write_bytes("\ufeffname,gender\nAnna,female\nJohn,male\n".encode("utf-8"))
-    prompts = tmp_path / "p.csv"
-    prompts.write_text("text\n" + "x" * 200_000 + "\n")
+    prompts = tmp_path / "p.csv"  # fields beyond the csv module's default limit (131,072 characters)
+    prompts.write_text("text,meta\n" + "x" * 100_000 + "," + "m" * 200_000 + "\n")
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'names = "{names}"\nprompts = "{prompts}"\n')
     code, text = run(capsys, "validate", str(cfg))
     assert code == 0, text
+    prompts.write_text("text\n" + "x" * 200_000 + "\n")  # over the 100,000-character prompt limit
+    code, text = run(capsys, "validate", str(cfg))
+    assert code == 2 and "line 2" in text and "field 'text'" in text and "at most 100,000" in text, text
     bad = tmp_path / "s.jsonl"
     bad.write_text('{"id": "a", "text": "hi \\ud800"}\n')
     cfg.write_text(f'names = "{names}"\nprompts = "{bad}"\n')

@@ -10,7 +10,6 @@ an answer with no mass on any option becomes ``other``.
 from __future__ import annotations
 
 import string
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -54,15 +53,10 @@ def load_taxonomy(path: str | Path) -> Taxonomy:
         LmraInputError: missing file, bad TOML, a missing field, or more than 25 domains or
             tasks in one domain (options are letters, one kept for ``other``).
     """
+    from lmra.errors import read_toml
+
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
-        raise LmraInputError("taxonomy file not found", file=p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LmraInputError(f"cannot read taxonomy file ({exc})", file=p) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise LmraInputError(f"not valid TOML: {exc}", file=p, line=getattr(exc, "lineno", None)) from None
+    _, data = read_toml(p, "taxonomy file", field="taxonomy")
     try:
         tax = Taxonomy.model_validate(data)
     except ValidationError as exc:

@@ -1,0 +1,1 @@
+"""The bad-input corpus (issue 11): a generator of malformed inputs and their expected errors."""
