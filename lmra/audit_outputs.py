@@ -159,7 +159,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     n_filter_failed = sum(1 for d in decisions if d.reason == "unlabelled" and d.error)
     share = failed_share(n_pairs_failed, len(rdf), n_classify_failed + n_filter_failed,
                          len(cfg.comparisons) * cfg.samples_per_prompt)
-    run_st = run_status(share, cfg.max_failed_share, len(rdf) - n_pairs_failed)
+    n_valid = int(rdf["valid"].fillna(False).astype(bool).sum()) if "valid" in rdf else 0
+    run_st = run_status(share, cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
     summary = {
         "schema_version": 2,
         "run_status": run_st,

@@ -76,13 +76,18 @@ def _rollback(db: sqlite3.Connection) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True when process ``pid`` runs (a zombie — killed, not yet reaped by its parent — is dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by another user
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:][:1] != "Z"
+    except (OSError, ValueError):
+        return True  # no /proc (not Linux): trust kill(0)
 
 
 class CallCache:
@@ -211,6 +216,18 @@ class CallCache:
         except (OSError, sqlite3.Error):
             pass  # the lease expires, or dies with this process
 
+    async def keep_lease(self, key: str) -> None:
+        """Renew this process's lease on ``key`` every third of :data:`LEASE_TTL_S` while its
+        call runs (a call with many slow retries outlives one lease); cancelled when it ends."""
+        while True:
+            await asyncio.sleep(LEASE_TTL_S / 3)
+            try:
+                with self._lock:
+                    self._db.execute("UPDATE leases SET expires = ? WHERE key = ? AND owner = ?",
+                                     (time.time() + LEASE_TTL_S, key, self.owner))
+            except (OSError, sqlite3.Error):
+                pass
+
     async def acquire(self, key: str) -> ChatResult | None:
         """Wait until this process may make the call ``key``: returns None when it holds the
         lease, or the result when another process made the call meanwhile."""
@@ -230,8 +247,11 @@ class CallCache:
             return self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
 
     def close(self) -> None:
-        """Close the database (held calls, if any, are tried once more first)."""
-        self._write_pending()
+        """Close the database (held calls, if any, are tried once more first; any still held
+        are reported through ``on_write_error``: they are lost and will be asked again)."""
+        if not self._write_pending() and self.on_write_error is not None:
+            self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
+                                f"{self.path} (disk full or not writable); a re-run asks them again")
         with self._lock:
             self._db.close()
 
@@ -383,6 +403,7 @@ class CachedProvider:
         if other is not None:  # another process made this call while we waited for its lease
             _record(self._targets, Counter(), result=other, cached=True, waited=True)
             return other.model_copy(update={"from_cache": True})
+        renew = asyncio.create_task(self.cache.keep_lease(key))
         try:
             with collect_events() as events:
                 try:
@@ -398,6 +419,7 @@ class CachedProvider:
             _record(self._targets, events, result=result, fresh=True)
             return result
         finally:
+            renew.cancel()
             self.cache._release(key)
 
     async def aclose(self) -> None:

@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                           soft_wrap=True)
         return 4
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted:[/] every finished model call is kept in the cache; "
+        err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "
+                          "warning above says could not be stored); "
                           "run the same command again to resume.")
         return 130
 

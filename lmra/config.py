@@ -108,6 +108,9 @@ class ModelConfig(_Strict):
     top_logprobs: int = Field(
         5, ge=1, le=20, description="Alternatives requested per token when reading option probabilities (openai)."
     )
+    logprobs: bool = Field(
+        True, description="False for an OpenAI-compatible endpoint that returns no log-probabilities: option "
+        "probabilities are then estimated by sampling (n_samples), and such answers are cached (openai).")
     n_samples: int = Field(
         5, ge=1, le=100,
         description="Samples per question when a provider has no log-probabilities (option probabilities "

@@ -20,6 +20,19 @@ from typing import IO, Any
 from lmra.errors import LmraIOError, io_reason
 
 
+def _umask() -> int:
+    """The process umask (from /proc, which reads it without changing it; else os.umask twice)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file next to ``path``; on a clean exit it is flushed, synced and
@@ -37,6 +50,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     tmp_name = None
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_umask())  # the mode a plain open() would give (mkstemp makes 0600)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()

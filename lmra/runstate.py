@@ -163,8 +163,8 @@ def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs
 
 
 def run_status(share: float, max_share: float, n_scored: int) -> str:
-    """``failed`` when nothing was scored and calls failed, ``partial`` when ``share`` exceeds
-    ``max_share``, else ``complete``."""
+    """``failed`` when no pair was scored (``n_scored`` valid pairs = 0) and calls failed,
+    ``partial`` when ``share`` exceeds ``max_share``, else ``complete``."""
     if n_scored == 0 and share > 0:
         return FAILED
     return PARTIAL if share > max_share else COMPLETE

@@ -32,6 +32,11 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ("malformed", "no_choices", "no_logprobs", "http_429", "http_500", "http_503", "hang")
+#: odd 200 bodies and broken transfers (found by a break-it session): wrong types, impossible
+#: log-probabilities, a lone surrogate, negative usage, a body cut mid-transfer, gzip garbage,
+#: an HTML page, a body trickling in byte by byte
+ODD_FAULTS = ("message_null", "choices_str", "choice_null", "content_null", "nan_logprob", "pos_logprob",
+              "surrogate", "negative_usage", "cut_body", "gzip_garbage", "html", "trickle")
 #: answer tokens the LMRA puts probability on (options of every lmra question, plus noise)
 TOKENS = ("A", "B", "C", "D", "E", "F", "G", "H", " A", "The", "I")
 
@@ -122,6 +127,69 @@ class FaultServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _odd(self, fault: str, body: dict) -> None:
+                c = completion(body)
+                ch = c["choices"][0]
+                if fault == "message_null":
+                    ch["message"] = None
+                elif fault == "choices_str":
+                    c["choices"] = "x"
+                elif fault == "choice_null":
+                    c["choices"] = [None]
+                elif fault == "content_null":
+                    ch["message"]["content"] = None
+                elif fault in ("nan_logprob", "pos_logprob") and ch.get("logprobs"):
+                    for alt in ch["logprobs"]["content"][0]["top_logprobs"]:
+                        alt["logprob"] = float("nan") if fault == "nan_logprob" else 3.0
+                elif fault == "surrogate":
+                    ch["message"]["content"] = "Hello \ud800 there"
+                elif fault == "negative_usage":
+                    c["usage"]["completion_tokens"] = -5
+                if fault == "surrogate" and not ch.get("logprobs"):
+                    data = json.dumps(c).encode()  # "\ud800" stays an escape: valid JSON, not valid UTF-8
+                elif fault in ("nan_logprob", "pos_logprob"):
+                    data = json.dumps(c).encode()  # NaN is written as the bare token NaN
+                elif fault == "cut_body":
+                    data = json.dumps(c).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 3])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                elif fault == "gzip_garbage":
+                    data = b"\x1f\x8b\x08\x00garbage-not-gzip"
+                    self._send(200, data, {"content-encoding": "gzip"})
+                    return
+                elif fault == "html":
+                    self.send_response(200)
+                    data = b"<html><body>Bad gateway</body></html>"
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                elif fault == "trickle":
+                    data = json.dumps(c).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    try:
+                        for i in range(len(data)):
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(0.02)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    return
+                else:
+                    data = json.dumps(c).encode()
+                self._send(200, data)
+
             def do_GET(self):
                 self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode())
 
@@ -144,6 +212,8 @@ class FaultServer:
                                {"retry-after-ms": "30"})
                 elif fault in ("http_500", "http_503"):
                     self._send(int(fault[5:]), b'{"error": {"message": "server error", "type": "server"}}')
+                elif fault in ODD_FAULTS:
+                    self._odd(fault, body)
                 elif fault == "hang":
                     time.sleep(server.hang_s)
                     self._send(200, json.dumps(completion(body)).encode())
@@ -164,6 +234,8 @@ class FaultServer:
             fault = self.rng.choice(self.faults)
             if fault == "no_logprobs" and not wants_logprobs:
                 fault = "http_500"
+            if fault in ("nan_logprob", "pos_logprob") and not wants_logprobs:
+                fault = "message_null"
             self.injected[fault] += 1
             return fault
 

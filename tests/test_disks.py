@@ -171,3 +171,37 @@ def test_a_killed_audit_leaves_a_folder_every_command_calls_stale(tmp_path, caps
     code = main(["export", str(run_dir), "--format", "csv"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "stale" in err and "killed" in err
+
+
+def test_a_killed_but_unreaped_process_holds_no_lease():
+    from lmra.cache import _pid_alive
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 10
+    while time.time() < deadline and _pid_alive(p.pid):  # exits, and stays a zombie until waited for
+        time.sleep(0.05)
+    assert not _pid_alive(p.pid)
+    assert Path(f"/proc/{p.pid}").exists()  # still a zombie: kill(pid, 0) alone would call it alive
+    p.wait()
+    assert _pid_alive(os.getpid())
+
+
+def test_run_files_get_the_umask_mode_not_0600(tmp_path):
+    from lmra.fileio import write_text
+
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "x.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_run_status_rules():
+    from lmra.runstate import failed_share, run_status
+
+    assert failed_share(2, 20, 1, 2) == (2 + 2) / (20 + 2)
+    assert run_status(0.0, 0.05, 10) == "complete"
+    assert run_status(0.05, 0.05, 10) == "complete" and run_status(0.051, 0.05, 10) == "partial"
+    assert run_status(0.4, 0.05, 0) == "failed"  # no valid pair scored and calls failed
+    assert run_status(0.0, 0.05, 0) == "complete"  # nothing failed: an all-invalid judge is the judge status's business

@@ -227,16 +227,17 @@ def test_an_answer_without_logprobs_is_retried_then_used_as_text_and_never_cache
         assert res2.option_probs is not None and res2.degraded is None and len(cache) == 1
 
 
-def test_an_endpoint_that_never_gives_logprobs_is_parsed_as_text_and_cached(tmp_path):
+def test_an_endpoint_that_never_gives_logprobs_is_not_retried_forever_nor_cached(tmp_path):
     from lmra.config import JudgeConfig
     from lmra.judge.options import ask_options
 
     with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
         cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
         cache = CallCache(tmp_path / "c.sqlite")
+        stats = CallStats()
 
         async def go():
-            prov = CachedProvider(OpenAIProvider(cfg), cache, CallStats())
+            prov = CachedProvider(OpenAIProvider(cfg), cache, stats)
             out = [await ask_options(prov, _req(i).messages, ("A", "B", "C"), JudgeConfig(), seed_parts=(i,))
                    for i in range(NO_LOGPROBS_ENDPOINT_AFTER + 2)]
             await prov.aclose()
@@ -244,11 +245,51 @@ def test_an_endpoint_that_never_gives_logprobs_is_parsed_as_text_and_cached(tmp_
 
         answers = asyncio.run(go())
     assert all(a.method == "text" for a in answers)
-    # the first two questions are retried once each (2 + 2 answers without logprobs): not
-    # cached; from then on (≥ 3 such answers, none with logprobs) the endpoint is known to
-    # lack them and each of the other three questions is one request, cached
+    # the first two questions are retried once each (2 + 2 answers without logprobs); from then
+    # on (≥ 3 such answers, none with logprobs) each question is asked once: never cached, all counted
     assert NO_LOGPROBS_ENDPOINT_AFTER == 3
-    assert srv.requests == 2 + 2 + 3 and len(cache) == 3
+    assert srv.requests == 2 + 2 + 3 and len(cache) == 0
+    assert stats.no_logprobs == 7 and stats.degraded == 5
+
+
+def test_logprobs_false_samples_the_answers_and_caches_them(tmp_path):
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+
+    with FaultServer(fault_rate=0.0) as srv:  # logprobs=false: never asked for, so answers are sampled
+        cfg = JudgeConfig(provider="openai", model="fake", base_url=srv.url, logprobs=False, n_samples=3)
+        cache = CallCache(tmp_path / "c.sqlite")
+
+        async def go():
+            prov = CachedProvider(OpenAIProvider(cfg), cache, CallStats())
+            out = await ask_options(prov, _req().messages, ("A", "B", "C"), cfg, seed_parts=(1,))
+            await prov.aclose()
+            return out
+
+        ans = asyncio.run(go())
+    assert ans.method == "sampled" and ans.n_samples == 3 and len(cache) == 3 and srv.requests == 3
+
+
+def test_a_burst_of_answers_without_logprobs_is_never_cached(tmp_path):
+    """An endpoint that drops logprobs for a while, then recovers: nothing degraded is cached,
+    every such answer is counted, and the next run gets the real logprob answers."""
+    with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        cache = CallCache(tmp_path / "c.sqlite")
+        stats = CallStats()
+
+        async def go(n):
+            prov = CachedProvider(OpenAIProvider(cfg), cache, stats)
+            out = [await prov.complete(_req(i)) for i in range(n)]
+            await prov.aclose()
+            return out
+
+        first = asyncio.run(go(6))
+        assert all(r.degraded == "no_logprobs" for r in first) and len(cache) == 0
+        assert stats.no_logprobs == srv.requests and stats.degraded == 6
+        srv.fault_rate = 0.0
+        again = asyncio.run(go(6))
+    assert all(r.option_probs is not None and r.degraded is None for r in again) and len(cache) == 6
 
 
 def test_malformed_bodies_and_empty_choices_are_retried_and_counted(tmp_path):
@@ -326,3 +367,50 @@ def test_failed_classification_and_refusal_calls_are_counted_not_fatal(tmp_path,
     n = len(res.ratings)
     assert s["failed_share"] == pytest.approx((s["n_pairs_failed"] + 2) / (n + 2))
     assert s["run_status"] == res.manifest["status"] == "partial"
+
+
+def test_odd_bodies_and_broken_transfers_are_retried_never_cached_and_resume_to_the_clean_result(tmp_path):
+    """Wrong-typed 200 bodies, impossible log-probabilities, a lone surrogate, negative usage, a
+    body cut mid-transfer, gzip garbage, HTML, and a body trickling in past the timeout: no
+    traceback, each counted as a fault, none cached as an answer; the healthy re-run equals a
+    clean run."""
+    from faultserver import ODD_FAULTS
+
+    with FaultServer(fault_rate=0.0, seed=5) as srv:
+        clean_cfg = _config(tmp_path / "clean.toml", srv.url, tmp_path / "clean.sqlite", tmp_path / "clean",
+                            tasks=TASKS[:5])
+        assert _audit(clean_cfg, tmp_path).returncode == 0
+        (clean_dir,) = _run_dirs(tmp_path / "clean")
+        srv.fault_rate, srv.faults = 0.3, tuple(f for f in ODD_FAULTS if f != "surrogate")
+        cfg = _config(tmp_path / "odd.toml", srv.url, tmp_path / "odd.sqlite", tmp_path / "odd", retries=2,
+                      tasks=TASKS[:5])
+        r1 = _audit(cfg, tmp_path)
+        _clean(r1.stderr)
+        assert r1.returncode in (0, 1), r1.stderr
+        (odd_dir,) = _run_dirs(tmp_path / "odd")
+        calls = json.loads((odd_dir / "manifest.json").read_text())["calls"]
+        n_faulty = sum(srv.injected.values())
+        faults = calls["malformed"] + calls["timeouts"] + calls["connection_errors"] + calls["no_choices"]
+        assert faults == n_faulty > 0, (calls, srv.injected)
+        assert calls["retries"] + calls["failed"] >= n_faulty
+        srv.fault_rate = 0.0
+        r2 = _audit(cfg, tmp_path)
+        assert r2.returncode == 0, r2.stderr
+    resumed_dir = [d for d in _run_dirs(tmp_path / "odd") if d != odd_dir][0]
+    cols = ["h", "q_F", "q_R", "q_N", "valid", "refused", "failed"]
+    pd.testing.assert_frame_equal(_ratings(resumed_dir)[cols].sort_index(), _ratings(clean_dir)[cols].sort_index())
+    responses = pd.read_json(resumed_dir / "responses.jsonl", lines=True)
+    assert (responses["text"].str.len() > 0).all()  # no empty answer was cached from a wrong-typed body
+
+
+def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
+    """Valid JSON ("\\ud800") but not valid UTF-8: the answer is kept with U+FFFD in its place."""
+    with FaultServer(fault_rate=1.0, faults=("surrogate",)) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
+                      per_task=1)
+        r = _audit(cfg, tmp_path)
+    _clean(r.stderr)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = _run_dirs(tmp_path / "out")
+    texts = pd.read_json(run_dir / "responses.jsonl", lines=True)["text"]
+    assert texts.str.contains("\ufffd").all()

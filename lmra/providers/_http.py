@@ -4,11 +4,15 @@ The official SDKs retry 429, 5xx, timeouts and connection errors inside one
 ``create(...)`` call. Handing them an ``httpx.AsyncClient`` built on
 :class:`CountingTransport` counts each attempt and its outcome as fault events of the call in
 progress (:func:`lmra.providers.base.note_event`): ``attempt``, ``http_429``, ``http_5xx``,
-``http_4xx``, ``timeout``, ``connection``. :class:`~lmra.cache.CachedProvider` folds them into
-the per-model counts of the manifest (``retries`` = attempts − 1 per call).
+``http_4xx``, ``timeout``, ``connection``. It reads each response body in full within the
+attempt's timeout, so that a body trickling in byte by byte times out like a hang, and a body
+cut mid-transfer or undecodable counts as a connection fault. :class:`~lmra.cache.CachedProvider`
+folds them into the per-model counts of the manifest (``retries`` = attempts − 1 per call).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
@@ -27,14 +31,25 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         note_event("attempt")
+        deadline = _attempt_deadline(request)
         try:
-            response = await self.inner.handle_async_request(request)
+            async with asyncio.timeout(deadline):
+                response = await self.inner.handle_async_request(request)
+                body = await response.aread()  # the whole body within the deadline (a trickling body times out)
+        except TimeoutError:
+            note_event("timeout")
+            raise httpx.ReadTimeout(f"no complete response within {deadline:g} s", request=request) from None
         except httpx.TimeoutException:
             note_event("timeout")
             raise
-        except httpx.TransportError:
+        except httpx.RequestError:  # connection reset, body cut mid-transfer, undecodable body …
             note_event("connection")
             raise
+        response = httpx.Response(response.status_code, headers=[(k, v) for k, v in response.headers.items()
+                                                                  if k.lower() not in ("content-encoding",
+                                                                                       "transfer-encoding",
+                                                                                       "content-length")],
+                                  content=body, request=request, extensions=response.extensions)
         code = response.status_code
         if code == 429:
             note_event("http_429")
@@ -46,6 +61,15 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _attempt_deadline(request: httpx.Request) -> float | None:
+    """Seconds one attempt may take in all: the largest of the request's timeouts (the SDKs
+    set them all to ``timeout_s``); httpx's own timeouts apply per read, so a body sent one
+    byte at a time would otherwise never time out."""
+    t = request.extensions.get("timeout") or {}
+    values = [v for v in t.values() if isinstance(v, (int, float))]
+    return max(values) if values else None
 
 
 def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.AsyncBaseTransport | None = None

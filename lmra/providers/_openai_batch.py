@@ -25,6 +25,7 @@ back to cache rows. Requests missing from both files are reported as failed, nev
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -83,16 +84,35 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
         completion carries no log-probabilities (never a zero-mass reading).
 
     Raises:
-        ProviderError: the completion has no choices (``kind="no_choices"``, retryable).
+        ProviderError: the completion has no choices (``kind="no_choices"``), or is not a
+            valid completion (``kind="malformed"``: wrong types, no message text, a
+            log-probability that is not a finite number ≤ 0, negative token counts); both
+            retryable, never cached.
     """
-    choices = _get(completion, "choices") or []
-    if not choices:
+    def bad(why: str) -> ProviderError:
+        return ProviderError(f"openai response is not a valid completion: {why}", kind="malformed", retryable=True)
+
+    if completion is None or isinstance(completion, (str, bytes, int, float, list)):
+        raise bad(f"the body is a {type(completion).__name__}, not a completion object")
+    choices = _get(completion, "choices")
+    if choices is None or (isinstance(choices, (list, tuple)) and not choices):
         raise ProviderError("openai response has no choices", kind="no_choices", retryable=True)
+    if not isinstance(choices, (list, tuple)):
+        raise bad(f"'choices' is a {type(choices).__name__}, not a list")
     choice = choices[0]
-    message = _get(choice, "message") or {}
+    message = _get(choice, "message") if choice is not None and not isinstance(choice, (str, int, float)) else None
+    if message is None or isinstance(message, (str, int, float, list)):
+        raise bad("the first choice has no message")
+    text = _get(message, "content")
+    if text is None:
+        text = _get(message, "refusal")  # a model's own refusal (structured outputs) is its answer
+    if not isinstance(text, str):
+        raise bad("the message has no text content")
     probs = None
     lp = _get(choice, "logprobs")
-    content = (_get(lp, "content") if lp else None) or []
+    content = _get(lp, "content") if lp else None
+    if content is not None and not isinstance(content, (list, tuple)):
+        raise bad("'logprobs.content' is not a list")
     if request.options and content:  # an answer without log-probabilities keeps probs None
         probs = {o: 0.0 for o in request.options}
         for pos in content:
@@ -101,13 +121,18 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                 continue
             alts = {_get(a, "token"): _get(a, "logprob") for a in (_get(pos, "top_logprobs") or [])}
             alts.setdefault(token, _get(pos, "logprob"))
+            for tok, v in alts.items():  # a log-probability is a finite number ≤ 0
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v > 1e-6:
+                    raise bad(f"log-probability {v!r} of token {tok!r} is not a finite number ≤ 0")
             probs = sum_option_probs(alts, request.options)
             break
     usage = _get(completion, "usage")
+    n_in = (_get(usage, "prompt_tokens") or 0) if usage else 0
+    n_out = (_get(usage, "completion_tokens") or 0) if usage else 0
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (n_in, n_out)):
+        raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of counts ≥ 0")
     return ChatResult(
-        text=_get(message, "content") or "", option_probs=probs,
-        usage=Usage(prompt_tokens=(_get(usage, "prompt_tokens") or 0) if usage else 0,
-                    completion_tokens=(_get(usage, "completion_tokens") or 0) if usage else 0),
+        text=text, option_probs=probs, usage=Usage(prompt_tokens=n_in, completion_tokens=n_out),
         finish_reason=_get(choice, "finish_reason"), model=_get(completion, "model") or model, provider=provider,
         latency_s=latency_s)
 

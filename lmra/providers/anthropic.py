@@ -81,7 +81,7 @@ class AnthropicProvider:
             raise ProviderError(f"anthropic call failed: {exc}", kind=f"http_{exc.status_code}") from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"anthropic call failed: {exc}") from exc
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:  # JSONDecodeError: ValueError
             raise ProviderError(f"anthropic response is not a valid message ({type(exc).__name__}: {exc})",
                                 kind="malformed", retryable=True) from exc
 

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 Role = Literal["system", "user", "assistant"]
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Message(BaseModel):
@@ -59,8 +60,8 @@ class ChatRequest(BaseModel):
 class Usage(BaseModel):
     """Token counts of one call."""
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
 
 
 class ChatResult(BaseModel):
@@ -91,6 +92,13 @@ class ChatResult(BaseModel):
     latency_s: float = 0.0
     from_cache: bool = False
     degraded: str | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _no_lone_surrogates(cls, v: str) -> str:
+        """A lone UTF-16 surrogate (valid in JSON, not in UTF-8) becomes U+FFFD, so that the
+        answer can be cached and written like any other."""
+        return _LONE_SURROGATE.sub("\ufffd", v)
 
 
 @runtime_checkable
@@ -169,8 +177,10 @@ def collect_events() -> Iterator[Counter]:
         _CALL_EVENTS.reset(token)
 
 
-#: Seconds before the first retry of a faulty response; doubled for each later retry.
+#: Seconds before the first retry of a faulty response; doubled for each later retry, up to
+#: :data:`RETRY_BACKOFF_MAX_S` (so 20 retries wait at most about 2.5 minutes in all).
 RETRY_BACKOFF_S = 0.25
+RETRY_BACKOFF_MAX_S = 8.0
 
 
 async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int,
@@ -182,7 +192,7 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
     ``needs_logprobs``) an answer without the log-probabilities it was asked for. Those
     raise :class:`ProviderError` with ``retryable=True`` (or return a result with
     ``option_probs`` None) and are tried again up to ``max_retries`` times with exponential
-    backoff (0.25 s, 0.5 s, 1 s …). Every retry is counted (``retry`` event).
+    backoff (0.25 s, 0.5 s, 1 s … capped at 8 s). Every retry is counted (``retry`` event).
 
     Returns:
         the first usable result; after the last retry, an answer still without
@@ -195,7 +205,7 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
     for attempt in range(max_retries + 1):
         if attempt:
             note_event("retry")
-            await asyncio.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+            await asyncio.sleep(min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (attempt - 1)))
         try:
             result = await call()
         except ProviderError as exc:

@@ -40,7 +40,9 @@ class OpenAIProvider:
     to an option question without log-probabilities is retried by
     :func:`~lmra.providers.base.retry_call` as often. An endpoint that has answered
     ``NO_LOGPROBS_ENDPOINT_AFTER`` option questions without ever giving log-probabilities
-    is taken not to support them: its answers are parsed as text (method ``text``) and cached.
+    is no longer retried for them; its answers are parsed as text (method ``text``) and never
+    cached (set ``logprobs = false`` for such an endpoint: the LMRA then samples its answers,
+    which are cached).
 
     Raises:
         LmraInputError: no API key for a remote endpoint.
@@ -64,6 +66,7 @@ class OpenAIProvider:
         self.client = openai.AsyncOpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout_s,
                                          max_retries=cfg.max_retries,
                                          http_client=http_client or counting_client(openai.DefaultAsyncHttpxClient))
+        self.supports_logprobs = cfg.logprobs
         self._logprobs_seen = False
         self._answers_without_logprobs = 0
 
@@ -91,7 +94,7 @@ class OpenAIProvider:
             raise ProviderError(f"openai call failed: {exc}", kind=f"http_{exc.status_code}") from exc
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai call failed: {exc}") from exc
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:  # JSONDecodeError: ValueError
             raise ProviderError(f"openai response is not a valid completion ({type(exc).__name__}: {exc})",
                                 kind="malformed", retryable=True) from exc
         if request.options:
@@ -102,8 +105,12 @@ class OpenAIProvider:
         return result
 
     async def complete(self, request: ChatRequest) -> ChatResult:
-        return await retry_call(lambda: self._once(request), self.cfg.max_retries,
-                                needs_logprobs=bool(request.options) and not self.endpoint_lacks_logprobs)
+        if not request.options:
+            return await retry_call(lambda: self._once(request), self.cfg.max_retries)
+        # an endpoint that never gave log-probabilities is not asked again and again
+        retries = 0 if self.endpoint_lacks_logprobs else self.cfg.max_retries
+        result = await retry_call(lambda: self._once(request), retries, needs_logprobs=True)
+        return result
 
     async def aclose(self) -> None:
         await self.client.close()
