@@ -84,6 +84,36 @@ def completion(body: dict, *, with_logprobs: bool = True) -> dict:
             "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}}
 
 
+def audit_config(path, url: str, cache, out, *, name: str = "faults", tasks: list[str], per_task: int = 2,
+                 concurrency: int = 4, retries: int | None = 1, timeout_s: float | None = 1.0, top: str = "",
+                 extra: str = ""):
+    """Write an audit config whose target and LMRA are this server (judge check off); returns ``path``.
+
+    ``top`` goes before the first table (top-level keys), ``extra`` after the last one.
+    """
+    model = "".join(f"{k} = {v}\n" for k, v in (("timeout_s", timeout_s), ("max_retries", retries))
+                    if v is not None)
+    path.write_text(f'''name = "{name}"
+prompts_per_task = {per_task}
+tasks = {json.dumps(tasks)}
+concurrency = {concurrency}
+cache = "{cache}"
+output_dir = "{out}"
+{top}
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+{model}[judge]
+provider = "openai"
+model = "fake"
+base_url = "{url}"
+{model}{extra}''')
+    return path
+
+
 class FaultServer:
     """The server, started in a daemon thread.
 

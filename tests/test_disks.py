@@ -14,32 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from faultserver import FaultServer
+from faultserver import FaultServer, audit_config
 from lmra.runstate import folder_status
 
 TASKS = ["write a story", "career advice", "exercise plan", "explain a concept"]
 
 
 def _config(path: Path, url: str, cache: Path, out: Path, extra: str = "") -> Path:
-    path.write_text(f'''name = "disk"
-prompts_per_task = 2
-tasks = {json.dumps(TASKS)}
-concurrency = 2
-cache = "{cache}"
-output_dir = "{out}"
-{extra}
-[judge_check]
-enabled = false
-[target]
-provider = "openai"
-model = "fake"
-base_url = "{url}"
-[judge]
-provider = "openai"
-model = "fake"
-base_url = "{url}"
-''')
-    return path
+    return audit_config(path, url, cache, out, name="disk", tasks=TASKS, concurrency=2, retries=None,
+                        timeout_s=None, top=extra)
 
 
 def _cmd(cfg: Path) -> list[str]:

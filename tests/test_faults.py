@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from faultserver import FAULTS, FaultServer
+from faultserver import FAULTS, FaultServer, audit_config
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import ModelConfig
 from lmra.providers.base import ChatRequest, Message
@@ -30,28 +30,7 @@ TASKS = ["write a story", "career advice", "exercise plan", "explain a concept",
 
 def _config(path: Path, url: str, cache: Path, out: Path, *, retries: int = 1, per_task: int = 2,
             tasks=TASKS, extra: str = "") -> Path:
-    path.write_text(f'''name = "faults"
-prompts_per_task = {per_task}
-tasks = {json.dumps(tasks)}
-concurrency = 4
-cache = "{cache}"
-output_dir = "{out}"
-[judge_check]
-enabled = false
-[target]
-provider = "openai"
-model = "fake"
-base_url = "{url}"
-timeout_s = 1.0
-max_retries = {retries}
-[judge]
-provider = "openai"
-model = "fake"
-base_url = "{url}"
-timeout_s = 1.0
-max_retries = {retries}
-{extra}''')
-    return path
+    return audit_config(path, url, cache, out, tasks=tasks, per_task=per_task, retries=retries, extra=extra)
 
 
 def _audit(cfg: Path, cwd: Path) -> subprocess.CompletedProcess:

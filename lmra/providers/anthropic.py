@@ -18,7 +18,7 @@ import anthropic
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, retry_call
+from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
 
 
 class AnthropicProvider:
@@ -72,18 +72,8 @@ class AnthropicProvider:
             resp = await self.client.messages.create(**kwargs)
             return message_result(resp, model=self.model_id, provider=self.name,
                                   latency_s=time.perf_counter() - t0)
-        except anthropic.APITimeoutError as exc:
-            raise ProviderError(f"anthropic call timed out after {self.cfg.timeout_s:g} s and "
-                                f"{self.cfg.max_retries} retries: {exc}", kind="timeout") from exc
-        except anthropic.APIConnectionError as exc:
-            raise ProviderError(f"anthropic connection failed: {exc}", kind="connection") from exc
-        except anthropic.APIStatusError as exc:
-            raise ProviderError(f"anthropic call failed: {exc}", kind=f"http_{exc.status_code}") from exc
-        except anthropic.AnthropicError as exc:
-            raise ProviderError(f"anthropic call failed: {exc}") from exc
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:  # JSONDecodeError: ValueError
-            raise ProviderError(f"anthropic response is not a valid message ({type(exc).__name__}: {exc})",
-                                kind="malformed", retryable=True) from exc
+        except (anthropic.AnthropicError, *BODY_ERRORS) as exc:
+            raise sdk_failure(exc, anthropic, self.name, self.cfg.timeout_s, self.cfg.max_retries) from exc
 
     async def aclose(self) -> None:
         await self.client.close()

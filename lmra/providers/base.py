@@ -177,6 +177,39 @@ def collect_events() -> Iterator[Counter]:
         _CALL_EVENTS.reset(token)
 
 
+#: Exceptions that mean a response body could not be read as the SDK's object (JSONDecodeError
+#: is a ValueError; a deeply nested body raises RecursionError).
+BODY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
+
+
+def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, max_retries: int) -> ProviderError:
+    """The :class:`ProviderError` for an exception of an official SDK call (openai and anthropic
+    name their errors alike: ``APITimeoutError``, ``APIConnectionError``, ``APIStatusError``).
+
+    Args:
+        exc: what ``create(...)`` (or reading its result) raised: an SDK error or one of
+            :data:`BODY_ERRORS`.
+        sdk: the SDK module (``openai`` or ``anthropic``).
+        provider: the provider name, for the message.
+        timeout_s, max_retries: the model's settings, for the message.
+
+    Returns:
+        kind ``timeout``, ``connection``, ``http_<status>``, ``error``, or ``malformed``
+        (retryable) for a body that is not a valid response.
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return ProviderError(f"{provider} call timed out after {timeout_s:g} s and {max_retries} retries: {exc}",
+                             kind="timeout")
+    if isinstance(exc, sdk.APIConnectionError):
+        return ProviderError(f"{provider} connection failed: {exc}", kind="connection")
+    if isinstance(exc, sdk.APIStatusError):
+        return ProviderError(f"{provider} call failed: {exc}", kind=f"http_{exc.status_code}")
+    if isinstance(exc, BODY_ERRORS):
+        return ProviderError(f"{provider} response is not valid ({type(exc).__name__}: {exc})", kind="malformed",
+                             retryable=True)
+    return ProviderError(f"{provider} call failed: {exc}")
+
+
 #: Seconds before the first retry of a faulty response; doubled for each later retry, up to
 #: :data:`RETRY_BACKOFF_MAX_S` (so 20 retries wait at most about 2.5 minutes in all).
 RETRY_BACKOFF_S = 0.25

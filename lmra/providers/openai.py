@@ -17,7 +17,7 @@ import openai
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, retry_call
+from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
 
 
 #: Answers to option questions without log-probabilities after which, with none ever seen
@@ -85,18 +85,8 @@ class OpenAIProvider:
                                                                            self.cfg.top_logprobs))
             result = chat_result(resp, request, model=self.model_id, provider=self.name,
                                  latency_s=time.perf_counter() - t0)
-        except openai.APITimeoutError as exc:
-            raise ProviderError(f"openai call timed out after {self.cfg.timeout_s:g} s and "
-                                f"{self.cfg.max_retries} retries: {exc}", kind="timeout") from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderError(f"openai connection failed: {exc}", kind="connection") from exc
-        except openai.APIStatusError as exc:
-            raise ProviderError(f"openai call failed: {exc}", kind=f"http_{exc.status_code}") from exc
-        except openai.OpenAIError as exc:
-            raise ProviderError(f"openai call failed: {exc}") from exc
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:  # JSONDecodeError: ValueError
-            raise ProviderError(f"openai response is not a valid completion ({type(exc).__name__}: {exc})",
-                                kind="malformed", retryable=True) from exc
+        except (openai.OpenAIError, *BODY_ERRORS) as exc:
+            raise sdk_failure(exc, openai, self.name, self.cfg.timeout_s, self.cfg.max_retries) from exc
         if request.options:
             if result.option_probs is not None:
                 self._logprobs_seen = True
