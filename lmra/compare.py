@@ -1,21 +1,42 @@
 """Comparing two runs or two models across tasks (methodology §8; FPF §4, Figs. 7, 8, 10).
 
 Each (comparison, task) measured in both runs gives one point (H_a, H_b) of per-task net
-ratings. Agreement is summarised by Pearson's r (scipy) and by the least-squares slope of
-H_b on H_a **through the origin** with its 95% CI (statsmodels OLS without a constant):
-a slope of 0.5 means run B's task ratings are about half run A's, as FPF reports when it
-compares models.
+ratings. Agreement is summarised by
+
+* the **errors-in-variables (EIV) slope** of H_b on H_a through the origin
+  (:func:`eiv_slope`): York's line through the origin for data with errors in both
+  coordinates (York 1966, York et al. 2004; Deming 1943 when the two error variances are
+  proportional), with each task's sampling variance in both runs taken from the per-prompt
+  scores, and a 95% BCa bootstrap CI over prompts within tasks (scipy ``bootstrap``). This
+  is the slope to read: a slope of 0.5 means run B's task ratings are about half run A's,
+  as FPF reports when it compares models;
+* the **least-squares (OLS) slope** through the origin with its t-interval (statsmodels OLS
+  without a constant), shown beside it. It treats run A's task ratings as exact, so run A's
+  own sampling noise pulls it towards 0 (attenuation; Fuller 1987, §1.1) and its CI
+  under-covers: 56% instead of 95% with 10 tasks, 30 prompts per task and run A's
+  stereotype rates at 1–5% (docs/benchmarks.md, ``bench/bench_compare_slopes.py``);
+* Pearson's r (scipy), and r corrected for the same noise (Spearman 1904), with a caveat
+  below :data:`MIN_TASKS_FOR_R` tasks.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from lmra.runfolder import RunFolder
+
+#: below this many tasks Pearson's r gets a small-sample caveat
+MIN_TASKS_FOR_R = 8
+#: default number of bootstrap resamples of :func:`eiv_slope`
+N_RESAMPLES = 9999
+
+_GRID = 181  # angles of the coarse search of the general York solver (1° apart)
 
 
 @dataclass(frozen=True)
@@ -34,8 +55,37 @@ class SlopeFit:
     n: int
 
 
+@dataclass(frozen=True)
+class EivFit:
+    """Errors-in-variables slope through the origin, E[y] = slope·E[x] (:func:`eiv_slope`).
+
+    Attributes:
+        slope: the York/Deming estimate; nan with fewer than 2 tasks or when the data say
+            nothing about the slope (every task mean of run A is 0 and exact).
+        ci_low, ci_high: (1 − alpha) bootstrap interval over prompts within tasks; ±inf when
+            resamples give no finite slope often enough that the data cannot bound it.
+        n: number of tasks used.
+        var_a, var_b: per-prompt score variance of run A / B pooled within tasks (units of
+            H², H ∈ [−1, 1]); a task mean's sampling variance is this over its prompt count.
+        ci_method: ``"BCa"``, or ``"percentile"`` (asked for, or BCa undefined for these data).
+        n_resamples: bootstrap resamples (0 when no interval was computed).
+    """
+
+    slope: float
+    ci_low: float
+    ci_high: float
+    n: int
+    var_a: float
+    var_b: float
+    ci_method: str
+    n_resamples: int
+
+
 def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
     """Fit y = b·x by ordinary least squares without intercept (statsmodels ``OLS``).
+
+    x is treated as exact. When x is itself a noisy estimate (run A's task means) the slope
+    is biased towards 0 and its CI under-covers; :func:`eiv_slope` corrects for that.
 
     Args:
         x, y: equal-length sequences of finite floats (net ratings, in [−1, 1]).
@@ -43,6 +93,9 @@ def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
 
     Returns:
         :class:`SlopeFit`.
+
+    Raises:
+        ValueError: x and y differ in length.
 
     Source: methodology §8; FPF Figs. 7, 8, 10 (slope of one model's per-task ratings on
     another's).
@@ -61,6 +114,444 @@ def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
     return SlopeFit(float(fit.params[0]), float(fit.bse[0]), float(lo), float(hi), n)
 
 
+# -- errors in variables -----------------------------------------------------------------
+def _deming(x, y, w, s_x, s_y):
+    """Closed-form minimiser of Σ wᵢ(yᵢ − b·xᵢ)² / (s_y + b²·s_x) along the last axis.
+
+    Setting the derivative to 0 gives s_x·Sxy·b² + (s_y·Sxx − s_x·Syy)·b − s_y·Sxy = 0
+    (weighted uncentred sums Sxx = Σ w x², Syy = Σ w y², Sxy = Σ w x y). With
+    e = s_x·Syy − s_y·Sxx and r = √(e² + 4·s_x·s_y·Sxy²) the minimum is at
+    b = (e + r) / (2·s_x·Sxy) = 2·s_y·Sxy / (r − e); the first form is used when e > 0 and the
+    second otherwise (no cancellation). s_x = 0 gives weighted least squares Sxy/Sxx,
+    s_y = 0 the inverse regression Syy/Sxy, s_x = s_y = 0 weighted least squares.
+    """
+    sxx, syy, sxy = (w * x * x).sum(-1), (w * y * y).sum(-1), (w * x * y).sum(-1)
+    e = s_x * syy - s_y * sxx
+    r = np.sqrt(e * e + 4.0 * s_x * s_y * sxy * sxy)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b = np.where(e > 0, (e + r) / (2.0 * s_x * sxy), 2.0 * s_y * sxy / (r - e))
+        ols = sxy / sxx
+    both_zero = (s_x == 0) & (s_y == 0)
+    b = np.where(both_zero, ols, b)
+    # Sxy = 0 with e > 0: the best line is vertical, keep its sign undefined → +inf
+    return np.where((e > 0) & (sxy == 0) & ~both_zero, np.inf, b)
+
+
+def _york_s(x, y, vx, vy, b):
+    """S(b) = Σ (y − b·x)² / (vy + b²·vx) per fit (rows); b has one value per row. A point with
+    zero variance in both coordinates adds 0 when the line passes through it, else +inf."""
+    b = np.asarray(b, dtype=float)[..., None]
+    num = (y - b * x) ** 2
+    den = vy + b * b * vx
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
+    return q.sum(-1)
+
+
+def _york_grid(x, y, vx, vy):
+    """Global minimiser of S for arbitrary per-point variances: with b = tan θ, S is a smooth
+    function of θ ∈ [−π/2, π/2]; a 1° grid finds the best basin and a golden-section search
+    refines it (to about 1e-8 relative: S is flat at its minimum, so double precision limits
+    the location to √ε). Rows are fits."""
+    rows, t = x.shape
+
+    def s_of(theta):  # theta (m, k) → S (m, k) for the rows of the current chunk
+        c, s = np.cos(theta)[..., None], np.sin(theta)[..., None]
+        num = (y_[:, None, :] * c - x_[:, None, :] * s) ** 2
+        den = vy_[:, None, :] * c * c + vx_[:, None, :] * s * s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
+        return q.sum(-1)
+
+    out = np.empty(rows)
+    grid = np.linspace(-math.pi / 2, math.pi / 2, _GRID)
+    step = grid[1] - grid[0]
+    chunk = max(1, int(2_000_000 // (_GRID * max(t, 1))))
+    g = (math.sqrt(5) - 1) / 2
+    for start in range(0, rows, chunk):
+        sl = slice(start, start + chunk)
+        x_, y_, vx_, vy_ = x[sl], y[sl], vx[sl], vy[sl]
+        vals = s_of(np.broadcast_to(grid, (x_.shape[0], _GRID)))
+        k = np.argmin(vals, axis=1)
+        lo, hi = grid[k] - step, grid[k] + step
+        c, d = hi - g * (hi - lo), lo + g * (hi - lo)
+        fc, fd = s_of(c[:, None])[:, 0], s_of(d[:, None])[:, 0]
+        for _ in range(64):  # golden-section search, vectorised over the fits
+            left = fc < fd  # the minimum is in [lo, d]
+            hi = np.where(left, d, hi)
+            lo = np.where(left, lo, c)
+            c_new = np.where(left, hi - g * (hi - lo), d)
+            d_new = np.where(left, c, lo + g * (hi - lo))
+            f_new = s_of(np.where(left, c_new, d_new)[:, None])[:, 0]
+            fc, fd = np.where(left, f_new, fd), np.where(left, fc, f_new)
+            c, d = c_new, d_new
+        out[sl] = np.tan((lo + hi) / 2)
+    return out
+
+
+def _york_local(x, y, vx, vy, b0):
+    """Secant iterations on York's estimating equation g(b) = Σ rᵢ·(vyᵢ·xᵢ + b·vxᵢ·yᵢ) / Dᵢ² = 0
+    (rᵢ = yᵢ − b·xᵢ, Dᵢ = vyᵢ + b²·vxᵢ; g = −S′/2) from b0. Returns (b, ok): ok where the
+    iteration converged to a local minimum of S no higher than S(b0)."""
+    def g_of(b):
+        bb = b[:, None]
+        r = y - bb * x
+        d = vy + bb * bb * vx
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return (r * (vy * x + bb * vx * y) / (d * d)).sum(-1)
+
+    b_prev = np.asarray(b0, dtype=float).copy()
+    b = b_prev + 1e-4 * (1.0 + np.abs(b_prev))
+    g_prev, g_cur = g_of(b_prev), g_of(b)
+    done = np.zeros(b.shape, dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for _ in range(60):
+            denom = g_cur - g_prev
+            step = np.where(denom != 0, g_cur * (b - b_prev) / np.where(denom != 0, denom, 1.0), 0.0)
+            step = np.where(done, 0.0, step)
+            b_prev, g_prev = b, g_cur
+            b = b - step
+            done |= np.abs(step) <= 1e-13 * (1.0 + np.abs(b))
+            if done.all():
+                break
+            g_cur = np.where(done, g_cur, g_of(b))
+        h = 1e-6 * (1.0 + np.abs(b))
+        s_b = _york_s(x, y, vx, vy, b)
+        local_min = (_york_s(x, y, vx, vy, b - h) >= s_b * (1 - 1e-12)) & (_york_s(x, y, vx, vy, b + h)
+                                                                          >= s_b * (1 - 1e-12))
+        ok = done & np.isfinite(b) & (s_b <= _york_s(x, y, vx, vy, b0) * (1 + 1e-12) + 1e-300) & local_min
+    return b, ok
+
+
+def _york_numeric(x, y, vx, vy, start=None, verify: bool = True):
+    """York's slope for arbitrary per-point variances (rows are fits): secant iterations from
+    ``start`` (default: Deming's closed form with each fit's mean variances), checked against
+    a 10° grid of the line's angle when ``verify``; rows that fail go to :func:`_york_grid`."""
+    x, y, vx, vy = (np.asarray(a, dtype=float) for a in (x, y, vx, vy))
+    if start is None:
+        start = _deming(x, y, 1.0, vx.mean(-1), vy.mean(-1))
+    start = np.broadcast_to(np.asarray(start, dtype=float), x.shape[:1])
+    start = np.where(np.isfinite(start), start, 1.0)
+    b, ok = _york_local(x, y, vx, vy, start)
+    if verify and ok.any():
+        coarse = np.tan(np.linspace(-math.pi / 2 + 1e-9, math.pi / 2 - 1e-9, 19))
+        s_min = np.min(np.stack([_york_s(x, y, vx, vy, np.full(b.shape, c)) for c in coarse]), axis=0)
+        ok &= _york_s(x, y, vx, vy, b) <= s_min * (1 + 1e-9) + 1e-300
+    if (~ok).any():
+        b = b.copy()
+        b[~ok] = _york_grid(x[~ok], y[~ok], vx[~ok], vy[~ok])
+    return b
+
+
+def york_slope_through_origin(x, y, var_x, var_y):
+    """York's errors-in-variables slope of a line through the origin.
+
+    Minimises the weighted sum of squared residuals S(b) = Σᵢ (yᵢ − b·xᵢ)² / (var_yᵢ + b²·var_xᵢ),
+    the maximum-likelihood estimate of b in the functional model yᵢ = b·ξᵢ + errors, xᵢ = ξᵢ +
+    errors, with independent normal errors of known variances (York 1966, Can. J. Phys. 44,
+    1079, and York et al. 2004, Am. J. Phys. 72, 367, with zero error correlation and no
+    intercept; Deming 1943 when var_y ∝ var_x; Fuller 1987, *Measurement Error Models*,
+    §1.3). The estimating equation Σ rᵢ·ξ̂ᵢ / Dᵢ = 0 (rᵢ = yᵢ − b·xᵢ, Dᵢ = var_yᵢ + b²·var_xᵢ,
+    ξ̂ᵢ = (var_yᵢ·xᵢ + b·var_xᵢ·yᵢ)/Dᵢ) has expectation 0 at the true slope, so unlike least
+    squares the estimate is not pulled towards 0 by the noise in x.
+
+    When var_y / var_x is the same for every point (Deming's case; in :func:`eiv_slope` when
+    each task has the same number of prompts in both runs) the closed form of ``_deming`` is
+    used; otherwise a grid plus golden-section search over the angle of the line.
+
+    Args:
+        x, y: point coordinates, shape (..., T): T points per fit along the last axis, any
+            leading axes are separate fits (e.g. bootstrap resamples). Finite.
+        var_x, var_y: each point's error variance in x and in y (≥ 0, finite), broadcastable
+            to the same shape. All zero: ordinary least squares through the origin.
+
+    Returns:
+        The slope (float for 1-D input, else an array of the leading shape); +inf when the
+        best line is vertical, nan when S does not depend on b (e.g. every x is 0 and exact).
+
+    Raises:
+        ValueError: non-finite values, a negative variance, or no points.
+
+    Source: methodology §8 (errors in variables); FPF Figs. 7, 8, 10.
+    """
+    x, y, vx, vy = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (x, y, var_x, var_y)))
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError("no points")
+    if not all(np.all(np.isfinite(a)) for a in (x, y, vx, vy)):
+        raise ValueError("x, y and the variances must be finite")
+    if np.any(vx < 0) or np.any(vy < 0):
+        raise ValueError("variances must be ≥ 0")
+    lead = x.shape[:-1]
+    t = x.shape[-1]
+    out = _york(*(a.reshape(-1, t) for a in (x, y, vx, vy)))
+    return float(out[0]) if not lead else out.reshape(lead)
+
+
+def _york(x2, y2, vx2, vy2, start=None, verify: bool = True):
+    """:func:`york_slope_through_origin` on validated 2-D input (rows are fits); ``start`` and
+    ``verify`` go to :func:`_york_numeric` for the rows without proportional variances."""
+    out = np.full(x2.shape[0], math.nan)
+    # Deming's case: var_x = a·s_x, var_y = a·s_y with one (s_x, s_y) per fit and a > 0 per point
+    scale = np.maximum(vx2, vy2)
+    pos = scale > 0
+    sx = np.where(pos, vx2 / np.where(pos, scale, 1.0), 0.0)
+    sy = np.where(pos, vy2 / np.where(pos, scale, 1.0), 0.0)
+    ref_x = np.take_along_axis(sx, np.argmax(pos, axis=1)[:, None], 1)
+    ref_y = np.take_along_axis(sy, np.argmax(pos, axis=1)[:, None], 1)
+    none = ~pos.any(axis=1)
+    prop = none | (pos.all(axis=1) & np.all(np.abs(sx - ref_x) <= 1e-12, axis=1)
+                   & np.all(np.abs(sy - ref_y) <= 1e-12, axis=1))
+    if prop.any():
+        w = np.where(none[:, None], 1.0, 1.0 / np.where(pos, scale, 1.0))[prop]
+        out[prop] = _deming(x2[prop], y2[prop], w, np.where(none, 0.0, ref_x[:, 0])[prop],
+                            np.where(none, 0.0, ref_y[:, 0])[prop])
+    if (~prop).any():
+        st = None if start is None else np.broadcast_to(np.asarray(start, dtype=float), out.shape)[~prop]
+        out[~prop] = _york_numeric(x2[~prop], y2[~prop], vx2[~prop], vy2[~prop], start=st, verify=verify)
+    # no information: every x is 0 and exact, or no point has any signal
+    flat = np.all((x2 == 0) & (vx2 == 0), axis=1) | np.all((x2 == 0) & (y2 == 0), axis=1)
+    # every y is exactly 0 (and exact): the line is flat whatever x is
+    out[np.all((y2 == 0) & (vy2 == 0), axis=1)] = 0.0
+    out[flat] = math.nan
+    return out
+
+
+def _pooled_task_stats(samples, axis: int = -1):
+    """Task means (..., T), their sampling variances (..., T) and the pooled per-prompt
+    variance (...) from per-task prompt scores: Σᵢ Σⱼ (hᵢⱼ − h̄ᵢ)² / Σᵢ (nᵢ − 1), over each
+    task's nᵢ for the variance of its mean."""
+    means = np.stack([s.mean(axis=axis) for s in samples], axis=-1)
+    ss = sum(((s - s.mean(axis=axis, keepdims=True)) ** 2).sum(axis=axis) for s in samples)
+    sizes = np.array([s.shape[axis] for s in samples], dtype=float)
+    dof = float((sizes - 1).sum())
+    pooled = np.asarray(ss / dof if dof > 0 else np.zeros_like(ss), dtype=float)
+    return means, pooled[..., None] / sizes, pooled
+
+
+def _eiv_statistic(n_tasks: int):
+    """The EIV slope as a vectorised ``scipy.stats.bootstrap`` statistic of 2T samples (run A's
+    tasks, then run B's)."""
+    def statistic(*samples, axis=-1):
+        x, vx, _ = _pooled_task_stats(samples[:n_tasks], axis)
+        y, vy, _ = _pooled_task_stats(samples[n_tasks:], axis)
+        t = x.shape[-1]
+        out = _york(*(np.broadcast_to(v, np.broadcast_shapes(x.shape, y.shape)).reshape(-1, t)
+                      for v in (x, y, vx, vy)))
+        return out.reshape(np.broadcast_shapes(x.shape, y.shape)[:-1])
+
+    return statistic
+
+
+def _jackknife(a: list, b: list, slope: float) -> list[np.ndarray]:
+    """Leave-one-prompt-out slopes, one array per sample (run A's tasks, then run B's), in
+    O(number of scores × tasks): leaving prompt k out of task i changes only that task's mean,
+    its sum of squares (by n/(n − 1)·(hₖ − h̄)²) and its run's pooled variance."""
+    stats_ab = []
+    for samples in (a, b):
+        sizes = np.array([s.size for s in samples], dtype=float)
+        means = np.array([s.mean() for s in samples])
+        ss = np.array([((s - s.mean()) ** 2).sum() for s in samples])
+        stats_ab.append((sizes, means, ss, float(ss.sum()), float((sizes - 1).sum())))
+    base = [(m, (tot / dof if dof > 0 else 0.0) / n) for n, m, _, tot, dof in stats_ab]
+    out = []
+    for run, samples in enumerate((a, b)):
+        sizes, means, ss, tot, dof = stats_ab[run]
+        for i, s in enumerate(samples):
+            n = k = s.size
+            m = means[i]
+            mean_i = (n * m - s) / (n - 1)
+            drop = (s - m) ** 2 * n / (n - 1)
+            pooled = np.maximum(tot - drop, 0.0) / (dof - 1) if dof > 1 else np.zeros(k)
+            new_sizes = sizes.copy()
+            new_sizes[i] = n - 1
+            mu = np.broadcast_to(means, (k, means.size)).copy()
+            mu[:, i] = mean_i
+            var = pooled[:, None] / new_sizes[None, :]
+            other_m, other_v = base[1 - run]
+            om = np.broadcast_to(other_m, (k, means.size))
+            ov = np.broadcast_to(other_v, (k, means.size))
+            x, y, vx, vy = (mu, om, var, ov) if run == 0 else (om, mu, ov, var)
+            out.append(_york(np.ascontiguousarray(x), np.ascontiguousarray(y), np.ascontiguousarray(vx),
+                             np.ascontiguousarray(vy), start=slope if math.isfinite(slope) else None,
+                             verify=not math.isfinite(slope)))
+    return out
+
+
+def _unbounded(dist: np.ndarray) -> np.ndarray:
+    """An undefined resampled slope (nan) counts as unbounded: half of them as −inf, half as
+    +inf, so they can only widen the interval."""
+    d = np.asarray(dist, dtype=float).ravel().copy()
+    bad = np.flatnonzero(np.isnan(d))
+    d[bad[::2]] = -np.inf
+    d[bad[1::2]] = np.inf
+    return d
+
+
+def _quantiles(d: np.ndarray, probs) -> tuple[float, float]:
+    q = np.quantile(d, probs)  # linear interpolation, as scipy.stats.bootstrap
+    if np.isnan(q).any():  # interpolating between two infinite resamples
+        q = np.quantile(d, probs, method="inverted_cdf")
+    return float(q[0]), float(q[1])
+
+
+def _bca_probs(dist: np.ndarray, theta: float, jack: list[np.ndarray], alpha: float) -> tuple[float, float]:
+    """BCa percentiles (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, §14.3):
+    bias correction z₀ = Φ⁻¹(share of resamples below θ̂, ties counted half) and acceleration
+    â = Σ U³ / (6·(Σ U²)^{3/2}) from the jackknife of every sample, Uⱼᵢ = (nⱼ − 1)(θ̄ⱼ − θⱼᵢ)
+    scaled by nⱼ as in ``scipy.stats.bootstrap`` with several samples. nan when undefined."""
+    from scipy.special import ndtr, ndtri
+
+    z0 = ndtri((np.count_nonzero(dist < theta) + np.count_nonzero(dist <= theta)) / (2 * dist.size))
+    nums = dens = 0.0
+    for th in jack:
+        n = float(th.size)
+        u = (n - 1) * (th.mean() - th)
+        nums += float((u ** 3).sum()) / n ** 3
+        dens += float((u ** 2).sum()) / n ** 2
+    with np.errstate(all="ignore"):
+        a_hat = nums / dens ** 1.5 / 6 if dens > 0 else math.nan
+        za, z1a = ndtri(alpha / 2), ndtri(1 - alpha / 2)
+        p1 = ndtr(z0 + (z0 + za) / (1 - a_hat * (z0 + za)))
+        p2 = ndtr(z0 + (z0 + z1a) / (1 - a_hat * (z0 + z1a)))
+    return float(p1), float(p2)
+
+
+def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_resamples: int = N_RESAMPLES,
+              ci_method: str = "BCa", seed: int = 0) -> EivFit:
+    """Errors-in-variables slope of run B's task means on run A's, through the origin, with a
+    bootstrap CI over prompts within tasks (methodology §8; FPF Figs. 7, 8, 10).
+
+    Task i has prompt scores aᵢ (run A, nᵢ of them) and bᵢ (run B, mᵢ). Its point is
+    (xᵢ, yᵢ) = (mean aᵢ, mean bᵢ) with sampling variances var_xᵢ = s²_A / nᵢ and
+    var_yᵢ = s²_B / mᵢ, where s²_A is run A's per-prompt variance **pooled within tasks**
+    (Σᵢ Σⱼ (aᵢⱼ − xᵢ)² / Σᵢ (nᵢ − 1)), likewise s²_B. The slope is York's
+    (:func:`york_slope_through_origin`); with nᵢ = mᵢ it is Deming's closed form.
+    Pooling matters: pair scores are a rare-event mixture, and a task that drew no
+    stereotyped pair has a per-task variance ≈ 0 that would make its mean look exact (the
+    per-task variances gave CIs of median width ≈ 1,000 for a true slope of 2 in the
+    benchmark). With pooled variances the estimating equation still has expectation 0 at
+    the true slope when the true variances differ between tasks, as long as the ratio of
+    the two runs' average variances is right, which pooling estimates.
+
+    The CI is a stratified bootstrap: ``scipy.stats.bootstrap`` (``paired=False``, one sample
+    per task and run) resamples the prompts of every task in both runs independently, so
+    both runs' task means and pooled variances are re-estimated every resample. The BCa
+    interval uses scipy's formulas with the jackknife computed in closed form per left-out
+    prompt (scipy's generic jackknife re-reads all samples for every left-out score). A
+    resample whose slope is undefined counts as unbounded. The interval is about *these
+    tasks*: how the tasks scatter around the line is part of the estimate, not of its error.
+    Coverage in the rare-event benchmark: docs/benchmarks.md, ``bench/bench_compare_slopes.py``.
+
+    Args:
+        scores_a, scores_b: sequences of the same length T ≥ 2 (tasks, in the same order);
+            each item a 1-D array of ≥ 2 finite per-prompt scores in [−1, 1] (the mean pair
+            score of each prompt, :func:`lmra.runfolder.prompt_scores`).
+        alpha: 1 − confidence level, in (0, 1).
+        n_resamples: bootstrap resamples (≥ 0); 0 skips the interval (ci_low/high nan).
+        ci_method: ``"BCa"`` (default) or ``"percentile"``; BCa falls back to percentile when
+            it is undefined (e.g. every resample gives the same slope).
+        seed: seed of the resampling (the result is reproducible).
+
+    Returns:
+        :class:`EivFit`; with fewer than 2 tasks every number is nan.
+
+    Raises:
+        ValueError: the runs have different numbers of tasks, a task has fewer than 2
+            scores in a run or a non-finite score, alpha not in (0, 1), an unknown
+            ``ci_method`` or a negative ``n_resamples``.
+    """
+    from scipy import stats
+
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if ci_method not in ("BCa", "percentile"):
+        raise ValueError(f"ci_method must be 'BCa' or 'percentile', got {ci_method!r}")
+    if n_resamples < 0:
+        raise ValueError(f"n_resamples must be ≥ 0, got {n_resamples}")
+    a = [np.asarray(s, dtype=float).ravel() for s in scores_a]
+    b = [np.asarray(s, dtype=float).ravel() for s in scores_b]
+    if len(a) != len(b):
+        raise ValueError(f"run A has {len(a)} tasks, run B {len(b)}")
+    for run, samples in (("A", a), ("B", b)):
+        for i, s in enumerate(samples):
+            if s.size < 2:
+                raise ValueError(f"task {i} has {s.size} score(s) in run {run}; at least 2 are needed")
+            if not np.all(np.isfinite(s)):
+                raise ValueError(f"task {i} has a non-finite score in run {run}")
+    t = len(a)
+    if t < 2:
+        return EivFit(math.nan, math.nan, math.nan, t, math.nan, math.nan, ci_method, 0)
+    x, vx, var_a = _pooled_task_stats(a)
+    y, vy, var_b = _pooled_task_stats(b)
+    slope = float(york_slope_through_origin(x, y, vx, vy))
+    if n_resamples == 0:
+        return EivFit(slope, math.nan, math.nan, t, float(var_a), float(var_b), ci_method, 0)
+    total = sum(s.size for s in a + b)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # degenerate resamples are handled below
+        res = stats.bootstrap(a + b, _eiv_statistic(t), n_resamples=n_resamples, vectorized=True, paired=False,
+                              confidence_level=1 - alpha, method="percentile", rng=np.random.default_rng(seed),
+                              batch=max(1, min(n_resamples, 8_000_000 // total)))
+    dist = _unbounded(res.bootstrap_distribution)
+    method = ci_method
+    probs = (alpha / 2, 1 - alpha / 2)
+    if ci_method == "BCa":
+        bca = _bca_probs(dist, slope, _jackknife(a, b, slope), alpha) if math.isfinite(slope) else (math.nan,) * 2
+        if all(math.isfinite(p) for p in bca):
+            probs = bca
+        else:
+            method = "percentile"
+    lo, hi = _quantiles(dist, probs)
+    if math.isfinite(slope):  # the interval contains its own estimate
+        lo, hi = min(lo, slope), max(hi, slope)
+    return EivFit(slope, lo, hi, t, float(var_a), float(var_b), method, n_resamples)
+
+
+def reliability(means, sampling_var) -> float:
+    """Share of the observed variance of task means across tasks that is real (not noise).
+
+    ``1 − mean(sampling_var) / var(means)`` (sample variance, ddof = 1), clipped to [0, 1]:
+    the reliability of classical test theory (Spearman 1904), here of a run's per-task net
+    ratings as measures of the tasks' true ratings.
+
+    Args:
+        means: task means (length T).
+        sampling_var: each task mean's sampling variance (same length, ≥ 0).
+
+    Returns:
+        A float in [0, 1]; nan with fewer than 3 tasks or when the means are all equal.
+
+    Raises:
+        ValueError: the lengths differ.
+    """
+    m = np.asarray(means, dtype=float)
+    v = np.asarray(sampling_var, dtype=float)
+    if m.shape != v.shape:
+        raise ValueError(f"{m.size} means but {v.size} variances")
+    if m.size < 3 or np.ptp(m) == 0:
+        return math.nan
+    obs = float(np.var(m, ddof=1))
+    return float(min(1.0, max(0.0, 1.0 - float(np.mean(v)) / obs)))
+
+
+def disattenuated_r(r: float, reliability_a: float, reliability_b: float) -> float:
+    """Pearson's r corrected for measurement noise in both variables (Spearman 1904):
+    ``r / √(reliability_a · reliability_b)``, clipped to [−1, 1].
+
+    Args:
+        r: observed Pearson r in [−1, 1].
+        reliability_a, reliability_b: from :func:`reliability`, in [0, 1].
+
+    Returns:
+        The corrected r; nan when r or a reliability is nan, or a reliability is 0 (a run's
+        task means are all noise: there is no correlation to recover).
+    """
+    if any(not math.isfinite(v) for v in (r, reliability_a, reliability_b)) or min(reliability_a,
+                                                                                   reliability_b) <= 0:
+        return math.nan
+    return float(max(-1.0, min(1.0, r / math.sqrt(reliability_a * reliability_b))))
+
+
 def pearson(x, y) -> tuple[float, float]:
     """Pearson correlation and its two-sided p-value (``scipy.stats.pearsonr``).
 
@@ -76,17 +567,44 @@ def pearson(x, y) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+def _r_caveat(x, y) -> str | None:
+    """The small-sample caveat of Pearson's r over fewer than :data:`MIN_TASKS_FOR_R` tasks."""
+    from scipy import stats
+
+    n = len(x)
+    if n >= MIN_TASKS_FOR_R:
+        return None
+    if n < 3:
+        return f"only {n} task(s): too few for Pearson's r"
+    msg = f"only {n} tasks: Pearson's r from fewer than {MIN_TASKS_FOR_R} tasks is very uncertain"
+    r, _ = pearson(x, y)
+    if n > 3 and math.isfinite(r):
+        ci = stats.pearsonr(np.asarray(x, float), np.asarray(y, float)).confidence_interval(0.95)
+        msg += f" (95% CI of r: [{ci.low:.2f}, {ci.high:.2f}])"
+    return msg + "; read the slope and its CI instead"
+
+
 @dataclass
 class RunComparison:
     """Outcome of :func:`compare_tables` / :func:`compare_runs`.
 
     Attributes:
         pairs: one row per (comparison, domain, task) in both tables: ``h_a, h_b`` (net
-            ratings), ``ci_low_a, ci_high_a, ci_low_b, ci_high_b``, ``n_pairs_a, n_pairs_b``.
+            ratings), ``ci_low_a, ci_high_a, ci_low_b, ci_high_b``, ``n_pairs_a, n_pairs_b``;
+            with prompt scores also ``n_prompts_a, n_prompts_b`` (scored prompts) and
+            ``var_h_a, var_h_b`` (sampling variance of the task mean used by the EIV slope;
+            nan for tasks it left out).
         pearson_r, pearson_p: Pearson's r of h_b vs h_a and its p-value.
-        fit: slope of h_b on h_a through the origin (:class:`SlopeFit`).
+        fit: least-squares (OLS) slope of h_b on h_a through the origin (:class:`SlopeFit`),
+            attenuated by run A's noise; also as :attr:`ols`.
         label_a, label_b: run ids or model names for display.
         notes: warnings (e.g. different judges) for the reader.
+        eiv: errors-in-variables slope (:class:`EivFit`), the one to read; None without
+            prompt scores.
+        pearson_r_disattenuated: r corrected for both runs' sampling noise (nan without
+            prompt scores or when a reliability is 0).
+        reliability_a, reliability_b: reliability of each run's task means (:func:`reliability`).
+        r_caveat: small-sample caveat for r (fewer than :data:`MIN_TASKS_FOR_R` tasks), or None.
     """
 
     pairs: pd.DataFrame
@@ -96,21 +614,82 @@ class RunComparison:
     label_a: str = "A"
     label_b: str = "B"
     notes: tuple[str, ...] = ()
+    eiv: EivFit | None = None
+    pearson_r_disattenuated: float = math.nan
+    reliability_a: float = math.nan
+    reliability_b: float = math.nan
+    r_caveat: str | None = None
+
+    @property
+    def ols(self) -> SlopeFit:
+        """The least-squares slope (same as :attr:`fit`)."""
+        return self.fit
+
+    def summary_lines(self) -> list[str]:
+        """Plain-text lines for the console: r (raw and disattenuated, with the caveat), the
+        EIV slope with its CI and the OLS slope with its CI, in that order."""
+        f, e = self.fit, self.eiv
+        rel = (f"reliability of the task means: A {_num(self.reliability_a, 2)}, "
+               f"B {_num(self.reliability_b, 2)}")
+        dis = ""
+        if e is not None and math.isfinite(self.pearson_r):
+            if math.isfinite(self.pearson_r_disattenuated):
+                dis = f"; corrected for sampling noise (disattenuated) r = {_num(self.pearson_r_disattenuated)} ({rel})"
+            else:
+                dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise "
+                       f"({rel})")
+        lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}){dis}"]
+        if self.r_caveat:
+            lines.append(f"caveat: {self.r_caveat}")
+        if e is not None:
+            lines.append(f"errors-in-variables slope of B on A through the origin = {_num(e.slope)} "
+                         f"[{_num(e.ci_low)}, {_num(e.ci_high)}] (95% CI, {e.ci_method} bootstrap over prompts; "
+                         f"corrects for both runs' sampling noise; {e.n} tasks)")
+        lines.append(f"least-squares slope of B on A through the origin = {_num(f.slope)} "
+                     f"[{_num(f.ci_low)}, {_num(f.ci_high)}] (95% CI"
+                     + ("; treats A as exact, so biased towards 0)" if e is not None else ")"))
+        return lines
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return f"{x:.{digits}f}"
+
+
+def _pv(x) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.3g}"
 
 
 def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha: float = 0.05,
                    comparison: str | None = None, label_a: str = "A", label_b: str = "B",
-                   notes: tuple[str, ...] = ()) -> RunComparison:
-    """Pair two per-task tables on (comparison, domain, task) and summarise their agreement.
+                   notes: tuple[str, ...] = (), prompts_a: pd.DataFrame | None = None,
+                   prompts_b: pd.DataFrame | None = None, n_resamples: int = N_RESAMPLES,
+                   seed: int = 0) -> RunComparison:
+    """Pair two per-task tables on (comparison, domain, task) and summarise their agreement
+    (methodology §8; FPF Figs. 7, 8, 10).
 
     Args:
         per_task_a, per_task_b: ``per_task.csv`` frames (``group_a, group_b, domain, task,
             net_rating, ci_low, ci_high, n_pairs``); a ``comparison`` column is added if absent.
-        alpha: for the slope's CI (0.05 → 95%).
+        alpha: for the slopes' CIs (0.05 → 95%), in (0, 1).
         comparison: keep only this comparison label (``"female vs male"``); None = all.
+        prompts_a, prompts_b: per-prompt scores of each run (:func:`lmra.runfolder.prompt_scores`:
+            ``comparison, domain, task, prompt_id, h``). With both, the errors-in-variables
+            slope (:func:`eiv_slope`), the reliabilities and the disattenuated r are computed
+            on the tasks with ≥ 2 scored prompts in each run; without, they are None / nan.
+        n_resamples, seed: of the EIV slope's bootstrap.
 
     Returns:
         :class:`RunComparison`. Tasks with a missing net rating on either side are dropped.
+        The OLS slope and r use the net ratings; the EIV slope, reliabilities and
+        disattenuated r use the mean prompt scores (the same numbers with one sample per
+        prompt).
+
+    Raises:
+        ValueError: see :func:`eiv_slope`.
     """
     keys = ["comparison", "domain", "task"]
 
@@ -127,12 +706,51 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
     pairs = pairs[pairs["h_a"].notna() & pairs["h_b"].notna()].reset_index(drop=True)
     r, p = pearson(pairs["h_a"], pairs["h_b"])
     fit = slope_through_origin(pairs["h_a"], pairs["h_b"], alpha=alpha)
-    return RunComparison(pairs, r, p, fit, label_a, label_b, notes)
+    caveat = _r_caveat(pairs["h_a"], pairs["h_b"])
+    if prompts_a is None or prompts_b is None:
+        return RunComparison(pairs, r, p, fit, label_a, label_b, tuple(notes), r_caveat=caveat)
+
+    def by_task(ps: pd.DataFrame) -> dict:
+        ps = ps[ps["h"].notna()]
+        return {k: g["h"].to_numpy(float) for k, g in ps.groupby(keys, sort=False)}
+
+    sa, sb = by_task(prompts_a), by_task(prompts_b)
+    empty = np.array([])
+    arr_a = [sa.get(k, empty) for k in pairs[keys].itertuples(index=False, name=None)]
+    arr_b = [sb.get(k, empty) for k in pairs[keys].itertuples(index=False, name=None)]
+    pairs["n_prompts_a"] = [s.size for s in arr_a]
+    pairs["n_prompts_b"] = [s.size for s in arr_b]
+    use = (pairs["n_prompts_a"] >= 2) & (pairs["n_prompts_b"] >= 2)
+    notes = tuple(notes)
+    if (~use).any():
+        left = ", ".join(f"{t} ({c})" for c, t in zip(pairs.loc[~use, "comparison"], pairs.loc[~use, "task"]))
+        notes += (f"left out of the errors-in-variables slope (fewer than 2 scored prompts in a run): {left}",)
+    idx = np.flatnonzero(use.to_numpy())
+    eiv = eiv_slope([arr_a[i] for i in idx], [arr_b[i] for i in idx], alpha=alpha, n_resamples=n_resamples,
+                    seed=seed)
+    for run, var in (("A", eiv.var_a), ("B", eiv.var_b)):
+        if var == 0:
+            notes += (f"run {run}'s prompt scores do not vary within any task: resampling cannot show how "
+                      "uncertain its task ratings are, so the errors-in-variables interval is too narrow",)
+    pairs["var_h_a"] = math.nan
+    pairs["var_h_b"] = math.nan
+    rel_a = rel_b = r_dis = math.nan
+    if len(idx):
+        pairs.loc[idx, "var_h_a"] = eiv.var_a / pairs.loc[idx, "n_prompts_a"]
+        pairs.loc[idx, "var_h_b"] = eiv.var_b / pairs.loc[idx, "n_prompts_b"]
+        xa = np.array([arr_a[i].mean() for i in idx])
+        yb = np.array([arr_b[i].mean() for i in idx])
+        rel_a = reliability(xa, pairs.loc[idx, "var_h_a"].to_numpy(float))
+        rel_b = reliability(yb, pairs.loc[idx, "var_h_b"].to_numpy(float))
+        r_dis = disattenuated_r(pearson(xa, yb)[0], rel_a, rel_b)
+    return RunComparison(pairs, r, p, fit, label_a, label_b, notes, eiv=eiv, pearson_r_disattenuated=r_dis,
+                         reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat)
 
 
 def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
-                 comparison: str | None = None) -> RunComparison:
-    """Compare two runs' per-task net ratings (see :func:`compare_tables`).
+                 comparison: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> RunComparison:
+    """Compare two runs' per-task net ratings (see :func:`compare_tables`), with the
+    errors-in-variables slope computed from both runs' per-prompt scores.
 
     Runs rated by different judges are compared (that is how judge agreement is studied)
     but a note says their ratings are on different scales.
@@ -144,4 +762,6 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     if run_a.judge_template[0] != run_b.judge_template[0]:
         notes.append("different judge templates")
     return compare_tables(run_a.per_task, run_b.per_task, alpha=alpha, comparison=comparison,
-                          label_a=run_a.run_id, label_b=run_b.run_id, notes=tuple(notes))
+                          label_a=run_a.run_id, label_b=run_b.run_id, notes=tuple(notes),
+                          prompts_a=run_a.prompt_scores, prompts_b=run_b.prompt_scores,
+                          n_resamples=n_resamples, seed=seed)

@@ -24,7 +24,9 @@ Regression decision
     false-alarm rate at or below α whatever their distribution, where Welch's t-test went
     slightly above it (docs/benchmarks.md). The Welch t statistic is reported beside it.
     Improvements are the mirror test H_base − H_run > margin, Holm-corrected separately.
-    See ``docs/nightly.md``.
+    Every tested task also gets the check's sensitivity: the smallest rise it detects with
+    80% power at its sizes (:func:`_add_detectable_rise`, :func:`lmra.power.minimum_detectable_rise`;
+    issue 12). See ``docs/nightly.md``.
 """
 
 from __future__ import annotations
@@ -423,7 +425,11 @@ class CheckResult:
         tests: one row per (comparison, domain, task) in both runs: ``n_run, n_base``
             (prompts with a valid pair), ``h_run, h_base`` (mean per-prompt score),
             ``diff = h_run − h_base``, ``t_regress, df_regress, p_regress, p_regress_holm,
-            regressed``, ``p_improve, p_improve_holm, improved`` and ``note``.
+            regressed``, ``p_improve, p_improve_holm, improved``, ``note``, and the check's
+            sensitivity (issue 12): ``base_rate`` (the baseline task's stereotype rate, share of
+            prompts scoring ≥ 0.5), ``mde_rate`` and ``mde`` — the smallest rise of the
+            stereotype rate, and of the net rating, that this check detects with 80% power at
+            its sizes (:func:`_add_detectable_rise`; nan when not tested).
         only_in_run, only_in_baseline: "comparison / task" labels measured in one run only.
         judge_status_run, judge_status_base: each run's judge status (``RunFolder.judge_status``).
         judge_failed: either run's judge failed validation without a waiver (``lmra check``
@@ -574,12 +580,64 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests["p_regress_holm"], tests["regressed"] = adj_r, pd.Series(rej_r, dtype=bool)
     tests["p_improve_holm"], tests["improved"] = adj_i, pd.Series(rej_i, dtype=bool)
     tests = tests[cols]
+    _add_detectable_rise(tests, a, b, margin, alpha)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
     return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests,
                        only_in_run=[fmt(k) for k in sorted(labels_a - labels_b)],
                        only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)],
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure)
+
+
+#: power at which ``lmra check`` states each task's minimum detectable rise
+MDE_POWER = 0.8
+
+
+def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_scores: pd.DataFrame,
+                         margin: float, alpha: float) -> None:
+    """Add the check's sensitivity per task to ``tests`` (in place; issue 12, methodology §8).
+
+    Columns ``base_rate`` (the baseline task's share of prompts scoring ≥ 0.5, its stereotype
+    rate), ``mde_rate`` (the smallest rise of that rate tonight that this check flags with
+    :data:`MDE_POWER` power at its sizes: n_run and n_base prompts, the margin, α/T for the T
+    tasks tested — Holm's first step) and ``mde`` (the same rise of the net rating H,
+    ``mde_rate × s``, s the median stereotyped score of both runs or 0.89), computed exactly
+    in a two-point model by :func:`lmra.power.minimum_detectable_rise`; ties are broken at
+    random when the unstereotyped scores are continuous (a logprob LMRA), else counted against
+    the check. nan for tasks not tested or too small for any rise to reach the power.
+    """
+    from lmra.power import STEREOTYPED_THRESHOLD, continuous_scores, minimum_detectable_rise, stereotyped_score
+
+    both = [run_scores["h"].to_numpy(float), base_scores["h"].to_numpy(float)]
+    s, randomized = stereotyped_score(*both), continuous_scores(*both)
+    n_tested = int(tests["p_regress"].notna().sum())
+    base_rate, mde_rate, mde = [], [], []
+    for t in tests.itertuples():
+        y = base_scores[(base_scores["comparison"] == t.comparison) & (base_scores["domain"] == t.domain)
+                        & (base_scores["task"] == t.task)]["h"].to_numpy(float)
+        p0 = float(np.mean(y >= STEREOTYPED_THRESHOLD)) if len(y) else math.nan
+        base_rate.append(p0)
+        if not (n_tested and math.isfinite(t.p_regress) and math.isfinite(p0) and p0 < 1):
+            mde_rate.append(math.nan)
+            mde.append(math.nan)
+            continue
+        d = minimum_detectable_rise(int(t.n_run), int(t.n_base), p0, margin=margin, alpha=alpha, tasks=n_tested,
+                                    power=MDE_POWER, score=s, randomized=randomized)
+        mde_rate.append(d.rate_rise)
+        mde.append(d.net_rise)
+    tests["base_rate"], tests["mde_rate"], tests["mde"] = base_rate, mde_rate, mde
+
+
+def format_detectable(mde, base_rate, mde_rate) -> str:
+    """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26%)`` — the rise of H and the
+    stereotype rates it corresponds to; ``—`` when not computed (not tested, or a check stored
+    before issue 12); ``none (too few prompts)`` when no rise reaches the power."""
+    m, p0, dp = finite(mde), finite(base_rate), finite(mde_rate)
+    if p0 is None:
+        return "—"
+    if m is None or dp is None:
+        return "none (too few prompts)"
+    return f"{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
 
 
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,

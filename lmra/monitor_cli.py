@@ -81,18 +81,24 @@ def _judge_cell(status: str | None) -> str:
 
 
 def print_check(console: Console, result) -> None:
-    """Rich table of a :class:`lmra.monitor.CheckResult` and a one-line verdict."""
+    """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
+    from lmra.monitor import format_detectable
+
     table = Table(title=f"Regression check: {result.run_id} vs baseline {result.baseline_id} "
                         f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
     for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p",
-                "p fall", "Holm p", "decision"):
+                "p fall", "Holm p", "detectable rise (80%)", "decision"):
         table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
     for t in result.tests.itertuples():
         decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
                     else (t.note or "no change"))
         table.add_row(t.comparison, t.task, f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
-                      _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm), decision)
+                      _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
+                      format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
+                                        getattr(t, "mde_rate", None)), decision)
     console.print(table)
+    if result.n_tested:
+        console.print(f"[dim]{sensitivity_note(result)}[/]")
     if result.only_in_run or result.only_in_baseline:
         console.print(f"[dim]Not compared — only in the run: {', '.join(result.only_in_run) or 'none'}; "
                       f"only in the baseline: {', '.join(result.only_in_baseline) or 'none'}.[/]")
@@ -112,6 +118,20 @@ def print_check(console: Console, result) -> None:
     if len(result.improvements):
         console.print("Improvements: " + "; ".join(f"{r.task} ({r.comparison})"
                                                    for r in result.improvements.itertuples()))
+
+
+def sensitivity_note(result) -> str:
+    """Plain-words footnote of the check table: what the detectable rise means."""
+    from lmra.monitor import MDE_POWER
+
+    t = max(1, result.n_tested)
+    return (f"Detectable rise: the smallest rise of a task's net rating that this check flags with "
+            f"{MDE_POWER:.0%} power at its sizes (its prompts per run, margin {result.margin:g}, "
+            f"α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per task), if the rise is made of stereotyped "
+            f"prompts scoring like this night's (in brackets: the baseline task's stereotype rate → the rate "
+            f"tonight that is flagged {MDE_POWER:.0%} of the time). A night without a regression rules out rises of "
+            f"about this size, not smaller ones; 'lmra plan --design two-run' sizes the audit for the rise you care "
+            f"about.")
 
 
 # -- handlers ----------------------------------------------------------------------------
@@ -181,7 +201,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``lmra compare RUN_A RUN_B``: per-task pairs, Pearson r, slope through the origin."""
+    """``lmra compare RUN_A RUN_B``: per-task pairs, Pearson r (raw and disattenuated), and the slope
+    through the origin: errors-in-variables (York, bootstrap CI) beside least squares."""
     from lmra.compare import compare_runs
     from lmra.monitor import History
 
@@ -195,37 +216,65 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for r in cmp.pairs.itertuples():
         table.add_row(r.comparison, r.domain, r.task, _fmt(r.h_a), _fmt(r.h_b))
     console.print(table)
-    f = cmp.fit
-    console.print(f"{f.n} tasks; Pearson r = {_fmt(cmp.pearson_r, 3, False)} (p = {_p(cmp.pearson_p)}); "
-                  f"slope of B on A through the origin = {_fmt(f.slope, 3, False)} "
-                  f"[{_fmt(f.ci_low, 3, False)}, {_fmt(f.ci_high, 3, False)}] (95% CI)")
+    for line in cmp.summary_lines():  # r (raw, disattenuated, caveat), EIV slope, OLS slope
+        console.print(line, highlight=False, markup=False)
+    console.print("[dim]Read the errors-in-variables slope: the least-squares one treats A's task ratings as exact "
+                  "and is biased towards 0 (docs/nightly.md, 'How to read a slope').[/]")
     for n in cmp.notes:
         console.print(f"[yellow]note:[/] {n}")
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``lmra plan --rate D [--sd S | --pilot RUN]``: prompts per task needed to detect D."""
+    """``lmra plan --rate D (--pilot RUN | --base-rate P | --sd S)``: prompts per task needed to detect D.
+
+    With a pilot or a stated stereotype rate the plan simulates the audit's own test on a
+    rare-event mixture (:func:`lmra.power.plan`); a stated SD gives the normal approximation.
+    """
+    import time
+
     from lmra.monitor import History
-    from lmra.power import plan
+    from lmra.power import MAX_PROMPTS_NORMAL, MAX_PROMPTS_SIM, plan
 
     console = Console()
     pilot = None
     if args.pilot:
         with History(_history_file(args, args.pilot)) as h:
             pilot = h.resolve(args.pilot)
-    df = plan(args.rate, sd=args.sd, pilot=pilot, alpha=args.alpha, power=args.power, design=args.design)
-    unit = "per run" if args.design == "two-run" else "per task"
-    table = Table(title=f"Prompts needed {unit} to detect a net rating of {args.rate:g} "
-                        f"(α = {args.alpha:g}, power {args.power:g}, {args.design})", title_justify="left")
-    for col in ("comparison", "task", "pilot prompts", "SD", "prompts needed"):
+    t0 = time.monotonic()
+    df = plan(args.rate, sd=args.sd, pilot=pilot, base_rate=args.base_rate, alpha=args.alpha, power=args.power,
+              design=args.design, interval=args.interval, tasks=args.tasks, margin=args.margin,
+              per_task=args.per_task, sims=args.sims, seed=args.seed)
+    elapsed = time.monotonic() - t0
+    two = args.design == "two-run"
+    what = f"a rise of the net rating by {args.rate:g}" if two else f"a net rating of {args.rate:g}"
+    table = Table(title=f"Prompts needed per task{' per run' if two else ''} to detect {what} "
+                        f"(power {args.power:g}, {args.design})", title_justify="left")
+    for col in ("comparison", "task", "pilot prompts", "stereotyped", "stereotype rate now → detect",
+                "prompts needed", "power at n ± MC SE", "normal formula"):
         table.add_column(col, justify="left" if col in ("comparison", "task") else "right")
+
+    def pct(x) -> str:
+        f = finite(x)
+        return "—" if f is None else f"{100 * f:.1f}%"
+
     for r in df.itertuples():
+        bound = MAX_PROMPTS_SIM if r.method == "simulation" else MAX_PROMPTS_NORMAL
+        needed = (f"{int(r.prompts_needed):,}" if finite(r.prompts_needed) is not None
+                  else (f"> {bound:,}" if "more than" in str(r.note) else "—"))
+        power = "—" if finite(r.power) is None else f"{r.power:.3f} ± {r.mc_se:.3f}"
+        rates = "—" if finite(r.target_rate) is None else f"{pct(r.base_rate)} → {pct(r.target_rate)}"
         table.add_row(r.comparison, r.task, "—" if finite(r.pilot_prompts) is None else str(int(r.pilot_prompts)),
-                      _fmt(r.sd, 4, False), "—" if finite(r.prompts_needed) is None else f"{int(r.prompts_needed):,}")
+                      "—" if finite(r.stereotyped) is None else str(int(r.stereotyped)), rates, needed, power,
+                      "—" if finite(r.normal_n) is None else f"{int(r.normal_n):,}")
     console.print(table)
-    console.print("[dim]A prompt's score is the mean pair score over its samples; SD is the SD of that score. "
-                  "With samples_per_prompt > 1, n counts prompts.[/]")
+    for r in df.itertuples():
+        if r.note:
+            console.print(f"[yellow]warning[/] ({r.task}): {r.note}.", highlight=False)
+    extra = ("" if args.sd is not None else " 'normal formula': what the normal approximation with the pilot's SD "
+                                           "says, for comparison.")
+    console.print(f"[dim]Assumes: {df.attrs.get('assumptions', '')}{extra} A prompt's score is the mean pair score "
+                  f"over its samples; n counts prompts. Planned in {elapsed:.1f} s.[/]", highlight=False)
     return 0
 
 
@@ -352,15 +401,29 @@ def add_parsers(subparsers) -> None:
     _add_store_args(k)
     k.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("plan", help="prompts per task needed to detect a given net rating")
-    p.add_argument("--rate", type=_finite_float, required=True, help="net rating to detect, e.g. 0.001")
+    p = subparsers.add_parser("plan", help="prompts per task needed to detect a given net rating (or a rise of it)")
+    p.add_argument("--rate", type=_finite_float, required=True,
+                   help="net rating to detect (two-run: its rise), e.g. 0.0712 for a stereotype rate rising by 8 "
+                        "points with stereotyped pairs scoring 0.89")
     p.add_argument("--power", type=_finite_float, default=0.8, help="statistical power (default 0.8)")
-    p.add_argument("--alpha", type=_finite_float, default=0.05, help="significance level (default 0.05)")
+    p.add_argument("--alpha", type=_finite_float, default=0.05, help="significance level, family-wise (default 0.05)")
     p.add_argument("--design", choices=("one-sample", "two-run"), default="one-sample",
-                   help="one-sample: detect H = rate (default); two-run: detect a rise of rate between two runs")
+                   help="one-sample: detect H = rate with the audit's interval (default); two-run: detect a rise "
+                        "of rate with the nightly check")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--sd", type=_finite_float, help="stated SD of the per-prompt pair score")
-    src.add_argument("--pilot", metavar="RUN", help="estimate the SD from this run")
+    src.add_argument("--pilot", metavar="RUN", help="simulate from this run's pair scores (recommended)")
+    src.add_argument("--base-rate", type=_finite_float, metavar="P",
+                     help="no pilot: simulate a chatbot whose stereotype rate is P now (e.g. 0.02)")
+    src.add_argument("--sd", type=_finite_float, help="normal approximation from a stated SD of the per-prompt "
+                                                       "score (misplans rare stereotypes)")
+    p.add_argument("--tasks", type=int, help="tasks the test is corrected over: the check tests at alpha/T "
+                                             "(default: the pilot's tasks for two-run, else 1)")
+    p.add_argument("--margin", type=_finite_float, default=0.0, help="two-run: the check's --margin (default 0)")
+    p.add_argument("--interval", choices=("betting", "t"),
+                   help="one-sample: the audit's interval (default: the pilot's config, else betting)")
+    p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
+    p.add_argument("--sims", type=int, default=2000, help="simulated audits per power estimate (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed of the simulation (default 0)")
     _add_store_args(p)
     p.set_defaults(func=cmd_plan)
 

@@ -1,5 +1,7 @@
-"""Comparing runs across tasks (methodology §8; FPF Figs. 7, 8, 10): Pearson r and the
-least-squares slope through the origin, checked against scipy/statsmodels and by hand."""
+"""Comparing runs across tasks (methodology §8; FPF Figs. 7, 8, 10): Pearson r (raw and
+disattenuated), the least-squares slope through the origin and the errors-in-variables
+(York/Deming) slope with its bootstrap CI, checked against scipy/statsmodels, by hand and on
+simulated noisy runs."""
 
 import math
 
@@ -73,7 +75,211 @@ def test_compare_two_simulated_runs_cli(tmp_path, lmra_cli, capsys, monkeypatch)
     hb = load_run(b).per_task.set_index("task")["net_rating"]
     assert cmp.fit.slope == pytest.approx((ha @ hb) / (ha @ ha))
     assert any("different judges" in n for n in cmp.notes)
+    assert cmp.eiv is not None and cmp.eiv.n == 2
     assert lmra_cli(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert f"slope of B on A through the origin = {cmp.fit.slope:.3f}" in out
+    assert f"least-squares slope of B on A through the origin = {cmp.fit.slope:.3f}" in out
+    assert f"errors-in-variables slope of B on A through the origin = {cmp.eiv.slope:.3f}" in out
+    assert "caveat: only 2 task(s)" in out  # fewer than 8 tasks
     assert "different judges" in out
+
+
+# -- errors-in-variables slope (issue 12, item 4) ---------------------------------------------
+from lmra.compare import (disattenuated_r, eiv_slope, reliability,  # noqa: E402
+                          york_slope_through_origin)
+
+
+def _rare_event_scores(rng, rates, n):
+    """(tasks, n) prompt scores: with probability = the task's rate a stereotyped pair
+    (≈ 0.89), else ≈ N(0, 0.008); the generator of bench/bench_compare_slopes.py."""
+    stereo = rng.random((len(rates), n)) < np.asarray(rates)[:, None]
+    h = np.where(stereo, rng.normal(0.89, 0.03, stereo.shape), rng.normal(0.0, 0.008, stereo.shape))
+    return np.clip(h, -1.0, 1.0)
+
+
+def test_eiv_slope_recovers_known_slope_where_ols_is_attenuated():
+    """200 tasks × 40 prompts, run A's stereotype rates 2–10%, run B's exactly 2× A's: the
+    true slope is 2. Run A's task means are noisy (reliability ≈ 0.75), so least squares
+    is pulled towards 0.
+
+    Tolerances, from 300 seeds of this design (point estimates, no bootstrap): the OLS slope
+    has mean 1.496 and SD 0.087 (largest 1.83), the EIV slope mean 1.994 and SD 0.120. So
+    OLS < 1.75 (about 3 SD above its mean, 0.25 below the truth) and |EIV − 2| < 0.36 (3 SD)
+    hold for ≥ 99.7% of seeds; this seed gives OLS 1.52 and EIV 2.03."""
+    rng = np.random.default_rng(0)
+    rates = rng.uniform(0.02, 0.10, 200)
+    a, b = _rare_event_scores(rng, rates, 40), _rare_event_scores(rng, 2 * rates, 40)
+    x, y = a.mean(axis=1), b.mean(axis=1)
+    ols = slope_through_origin(x, y)
+    assert ols.slope < 1.75
+    assert not ols.ci_low <= 2.0 <= ols.ci_high  # the t-interval misses the true slope
+    fit = eiv_slope(list(a), list(b), n_resamples=999)
+    assert abs(fit.slope - 2.0) < 0.36
+    assert fit.ci_low <= 2.0 <= fit.ci_high and fit.ci_method == "BCa" and fit.n == 200
+    # the pooled per-prompt variances: ≈ 0.89² · mean p(1 − p) for p = 6% and 12%
+    assert fit.var_a == pytest.approx(0.89 ** 2 * 0.06 * 0.94, rel=0.15)
+    assert fit.var_b == pytest.approx(0.89 ** 2 * 0.12 * 0.88, rel=0.15)
+
+
+def test_eiv_slope_by_hand_on_two_tasks():
+    # Run A: task 1 scores (0.1, 0.3) → mean x1 = 0.2, sum of squares 0.01 + 0.01 = 0.02;
+    #        task 2 scores (0.0, 0.2) → mean x2 = 0.1, sum of squares 0.02.
+    #        pooled per-prompt variance s²_A = (0.02 + 0.02) / ((2 − 1) + (2 − 1)) = 0.02,
+    #        so var(x_i) = 0.02 / 2 = 0.01 for both tasks.
+    # Run B: task 1 (0.2, 0.4) → y1 = 0.3; task 2 (0.3, 0.5) → y2 = 0.4; s²_B = 0.02, var(y_i) = 0.01.
+    # Equal variances: Deming with λ = var_y / var_x = 1. Sums: Sxx = 0.2² + 0.1² = 0.05,
+    # Syy = 0.3² + 0.4² = 0.25, Sxy = 0.2·0.3 + 0.1·0.4 = 0.10.
+    # Stationarity: Sxy·b² + (λ·Sxx − Syy)·b − λ·Sxy = 0 → 0.10 b² − 0.20 b − 0.10 = 0
+    # → b² − 2b − 1 = 0 → b = 1 + √2 = 2.41421… (the other root, 1 − √2, is the maximum).
+    # Least squares instead: Sxy / Sxx = 0.10 / 0.05 = 2.
+    a = [np.array([0.1, 0.3]), np.array([0.0, 0.2])]
+    b = [np.array([0.2, 0.4]), np.array([0.3, 0.5])]
+    fit = eiv_slope(a, b, n_resamples=0)
+    assert fit.slope == pytest.approx(1 + math.sqrt(2), rel=1e-12)
+    assert fit.var_a == pytest.approx(0.02) and fit.var_b == pytest.approx(0.02)
+    assert math.isnan(fit.ci_low) and fit.n == 2
+    assert slope_through_origin([0.2, 0.1], [0.3, 0.4]).slope == pytest.approx(2.0)
+    # the same through the general York function, and its objective is smallest there:
+    # S(b) = Σ (y − b x)² / (0.01 + 0.01 b²)
+    x, y, v = np.array([0.2, 0.1]), np.array([0.3, 0.4]), np.array([0.01, 0.01])
+    b_hat = york_slope_through_origin(x, y, v, v)
+    assert b_hat == pytest.approx(1 + math.sqrt(2), rel=1e-12)
+    s = lambda bb: float((((y - bb * x) ** 2) / (v + bb * bb * v)).sum())  # noqa: E731
+    assert all(s(b_hat) <= s(bb) for bb in np.linspace(-50, 50, 20001))
+    # var_x = 0 is least squares; var_y = 0 the inverse regression Syy / Sxy = 2.5
+    assert york_slope_through_origin(x, y, 0.0, v) == pytest.approx(2.0)
+    assert york_slope_through_origin(x, y, v, 0.0) == pytest.approx(2.5)
+
+
+def test_york_with_unequal_variances_is_the_global_minimum():
+    """Variances not proportional between x and y (e.g. tasks with different prompt counts in
+    the two runs): no closed form; the numeric solver must find the global minimum of S."""
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        t = int(rng.integers(2, 9))
+        x = rng.normal(0, 1, t)
+        y = rng.normal(1.5, 1) * x + rng.normal(0, 0.5, t)
+        vx, vy = rng.uniform(0.01, 1, t), rng.uniform(0.01, 1, t)
+        b = york_slope_through_origin(x, y, vx, vy)
+        grid = np.tan(np.linspace(-np.pi / 2, np.pi / 2, 40001)[1:-1])
+        s = (((y - grid[:, None] * x) ** 2) / (vy + grid[:, None] ** 2 * vx)).sum(axis=1)
+        assert (((y - b * x) ** 2) / (vy + b * b * vx)).sum() <= s.min() * (1 + 1e-9)
+    # batched: leading axes are separate fits
+    xb = np.array([[0.2, 0.1], [0.2, 0.1]])
+    yb = np.array([[0.3, 0.4], [0.4, 0.2]])
+    out = york_slope_through_origin(xb, yb, 0.01, 0.01)
+    assert out.shape == (2,) and out[0] == pytest.approx(1 + math.sqrt(2)) and out[1] == pytest.approx(2.0)
+
+
+def test_eiv_bca_interval_matches_scipy():
+    """lmra computes the BCa acceleration from a closed-form jackknife; on a small data set it
+    must equal scipy.stats.bootstrap's BCa with the same resamples."""
+    import warnings
+
+    from lmra.compare import _eiv_statistic
+
+    rng = np.random.default_rng(4)
+    rates = rng.uniform(0.05, 0.25, 5)
+    a = list(_rare_event_scores(rng, rates, 12))
+    b = list(_rare_event_scores(rng, 2 * rates, 12))
+    a[0] = a[0][:7]  # unequal prompt counts: the numeric York path
+    fit = eiv_slope(a, b, n_resamples=500, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = stats.bootstrap(a + b, _eiv_statistic(5), n_resamples=500, vectorized=True, paired=False,
+                              method="BCa", rng=np.random.default_rng(9)).confidence_interval
+    assert fit.ci_method == "BCa"
+    assert (fit.ci_low, fit.ci_high) == (pytest.approx(ref.low, rel=1e-7), pytest.approx(ref.high, rel=1e-7))
+
+
+def test_eiv_slope_edge_cases():
+    one = [np.array([0.1, 0.2])]
+    assert math.isnan(eiv_slope(one, one).slope)  # fewer than 2 tasks
+    with pytest.raises(ValueError, match="at least 2"):
+        eiv_slope([np.array([0.1]), np.array([0.1, 0.2])], [np.array([0.1, 0.2])] * 2)
+    with pytest.raises(ValueError, match="tasks"):
+        eiv_slope([np.array([0.1, 0.2])] * 2, [np.array([0.1, 0.2])] * 3)
+    with pytest.raises(ValueError, match="non-finite"):
+        eiv_slope([np.array([0.1, np.nan])] * 2, [np.array([0.1, 0.2])] * 2)
+    # constant scores: no noise, so the slope is the exact ratio and the interval collapses
+    a = [np.full(5, 0.1), np.full(5, 0.2)]
+    b = [np.full(5, 0.2), np.full(5, 0.4)]
+    fit = eiv_slope(a, b, n_resamples=200)
+    assert fit.slope == pytest.approx(2.0) and fit.ci_low == pytest.approx(2.0) and fit.ci_high == pytest.approx(2.0)
+    # run A never stereotyped (all 0, exact): the slope is undefined; run B never: it is 0
+    zero = [np.zeros(5), np.zeros(5)]
+    assert math.isnan(eiv_slope(zero, b, n_resamples=0).slope)
+    noisy = [np.array([0.0, 0.9, 0.0, 0.0]), np.array([0.9, 0.9, 0.0, 0.0])]
+    assert eiv_slope(noisy, zero, n_resamples=0).slope == 0.0
+
+
+def test_disattenuated_r_by_hand():
+    # Run A's task means 0.1, 0.2, 0.3, 0.4: sample variance (ddof = 1) = 0.05 / 3 = 1/60;
+    # each mean's sampling variance 0.005 → reliability = 1 − 0.005 / (1/60) = 1 − 0.3 = 0.7.
+    assert reliability([0.1, 0.2, 0.3, 0.4], [0.005] * 4) == pytest.approx(0.7)
+    # Run B's means 0.2, 0.4, 0.6, 0.8: variance 4/60; sampling variance 1/30 → 1 − 0.5 = 0.5.
+    assert reliability([0.2, 0.4, 0.6, 0.8], [1 / 30] * 4) == pytest.approx(0.5)
+    # Spearman: r / √(0.7 · 0.5) = 0.5 / √0.35 = 0.5 / 0.591608 = 0.845154
+    assert disattenuated_r(0.5, 0.7, 0.5) == pytest.approx(0.845154, abs=1e-6)
+    assert disattenuated_r(0.9, 0.7, 0.5) == 1.0  # 1.52 is impossible: capped at 1
+    assert math.isnan(disattenuated_r(0.5, 0.0, 0.5))  # all noise: nothing to correct
+    # bounded: more noise than spread → 0; too few tasks or no spread → nan
+    assert reliability([0.1, 0.2, 0.3], [1.0] * 3) == 0.0
+    assert math.isnan(reliability([0.1, 0.2], [0.0, 0.0]))
+    assert math.isnan(reliability([0.1, 0.1, 0.1], [0.0] * 3))
+
+
+def _prompt_frame(scores, tasks):
+    rows = [{"comparison": "female vs male", "domain": "d", "task": t, "prompt_id": f"{t}-{j}", "h": h, "n_pairs": 1}
+            for t, s in zip(tasks, scores) for j, h in enumerate(s)]
+    return pd.DataFrame(rows)
+
+
+def test_compare_tables_with_prompt_scores_reports_eiv_beside_ols():
+    rng = np.random.default_rng(5)
+    rates = rng.uniform(0.05, 0.25, 10)
+    a, b = _rare_event_scores(rng, rates, 30), _rare_event_scores(rng, 2 * rates, 30)
+    tasks = [f"t{i}" for i in range(10)]
+    ta, tb = _table(a.mean(axis=1), tasks), _table(b.mean(axis=1), tasks)
+    without = compare_tables(ta, tb)
+    cmp = compare_tables(ta, tb, prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks),
+                         n_resamples=999)
+    assert without.eiv is None and math.isnan(without.pearson_r_disattenuated)
+    assert cmp.fit == without.fit and cmp.ols is cmp.fit  # OLS unchanged, kept beside
+    assert cmp.eiv.slope == pytest.approx(eiv_slope(list(a), list(b), n_resamples=0).slope)
+    assert cmp.eiv.slope > cmp.fit.slope  # the correction undoes the attenuation
+    # reliabilities and the disattenuated r, recomputed here
+    va = cmp.eiv.var_a / 30
+    rel_a = 1 - va / np.var(a.mean(axis=1), ddof=1)
+    assert cmp.reliability_a == pytest.approx(min(1.0, max(0.0, rel_a)))
+    assert cmp.pairs["var_h_a"].to_numpy() == pytest.approx(np.full(10, va))
+    r = stats.pearsonr(a.mean(axis=1), b.mean(axis=1)).statistic
+    assert cmp.pearson_r_disattenuated == pytest.approx(min(1.0, r / math.sqrt(cmp.reliability_a * cmp.reliability_b)))
+    assert cmp.r_caveat is None  # 10 tasks
+    lines = "\n".join(cmp.summary_lines())
+    assert f"errors-in-variables slope of B on A through the origin = {cmp.eiv.slope:.3f}" in lines
+    assert f"least-squares slope of B on A through the origin = {cmp.fit.slope:.3f}" in lines
+    assert "disattenuated" in lines
+    # a task with a single scored prompt is left out of the EIV slope, with a note
+    pa = _prompt_frame(a, tasks)
+    pa = pa[~((pa["task"] == "t0") & (pa["prompt_id"] != "t0-0"))]
+    cmp1 = compare_tables(ta, tb, prompts_a=pa, prompts_b=_prompt_frame(b, tasks), n_resamples=0)
+    assert cmp1.eiv.n == 9 and any("t0" in n and "left out" in n for n in cmp1.notes)
+    # fewer than 8 tasks: the caveat on r
+    few = compare_tables(ta.iloc[:5], tb.iloc[:5])
+    assert few.r_caveat is not None and "only 5 tasks" in few.r_caveat and "95% CI of r" in few.r_caveat
+
+
+def test_comparison_in_report_shows_both_slopes():
+    from lmra.report.html import _comparison_context
+
+    rng = np.random.default_rng(6)
+    rates = rng.uniform(0.05, 0.25, 6)
+    a, b = _rare_event_scores(rng, rates, 20), _rare_event_scores(rng, 2 * rates, 20)
+    tasks = [f"t{i}" for i in range(6)]
+    cmp = compare_tables(_table(a.mean(axis=1), tasks), _table(b.mean(axis=1), tasks),
+                         prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks), n_resamples=199)
+    ctx = _comparison_context(cmp)
+    assert ctx["eiv"]["slope"] == f"{cmp.eiv.slope:.3f}" and ctx["slope"] == cmp.fit.slope
+    assert "only 6 tasks" in ctx["r_caveat"]
+    assert "errors-in-variables slope" in ctx["svg"] and "least-squares slope" in ctx["svg"]

@@ -67,14 +67,21 @@ def test_plan_from_a_pilot_run(tmp_path, lmra_cli, capsys, monkeypatch):
     groups = [g["h"].to_numpy() for _, g in scores.groupby("task")]
     pooled = math.sqrt(sum((len(g) - 1) * g.var(ddof=1) for g in groups) / (len(scores) - len(groups)))
     assert est.pooled_sd == pytest.approx(pooled) and est.pooled_df == 98
-    df = plan(0.05, pilot=run).set_index("task")
-    assert df.loc["write a story", "prompts_needed"] == prompts_needed(0.05, story.std(ddof=1))
-    assert df.loc["all tasks (pooled SD)", "prompts_needed"] == prompts_needed(0.05, pooled)
-    assert lmra_cli(["plan", "--rate", "0.05", "--power", "0.8", "--pilot", str(run_dir)]) == 0
+    # the plan simulates the audit's own test on the pilot's scores; the normal formula with the
+    # pilot's SD is kept beside it for reference
+    df = plan(0.05, pilot=run, per_task=True, sims=400).set_index("task")
+    assert df.loc["write a story", "normal_n"] == prompts_needed(0.05, story.std(ddof=1))
+    assert list(df.index) == ["career advice", "write a story", "all tasks (pooled)"]
+    pooled_row = df.loc["all tasks (pooled)"]
+    assert pooled_row["method"] == "simulation" and pooled_row["stereotyped"] == (scores["h"] >= 0.5).sum()
+    assert pooled_row["power"] >= 0.8 - 3 * pooled_row["mc_se"]
+    assert "betting" in df.attrs["assumptions"]  # the pilot's configured interval is the test planned for
+    assert lmra_cli(["plan", "--rate", "0.05", "--power", "0.8", "--pilot", str(run_dir), "--sims", "400"]) == 0
     out = capsys.readouterr().out
-    assert f"{int(df.loc['all tasks (pooled SD)', 'prompts_needed']):,}" in out
+    assert f"{int(pooled_row['prompts_needed']):,}" in out and "Assumes: Simulated" in out
     assert lmra_cli(["plan", "--rate", "0.001", "--power", "0.8", "--sd", "0.3"]) == 0
-    assert "706,400" in capsys.readouterr().out  # TTestPower: 706,399.4 → 706,400
+    out = capsys.readouterr().out
+    assert "706,400" in out and "normal approximation" in out  # TTestPower: 706,399.4 → 706,400
     adequacy = sample_adequacy(run, 0.05).set_index("task")
     assert adequacy.loc["write a story", "n_prompts"] == 50
     assert not adequacy.loc["write a story", "adequate"]  # 50 prompts cannot detect 0.05 at SD ≈ 0.45

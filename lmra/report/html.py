@@ -162,10 +162,18 @@ def _check_context(check) -> dict | None:
     else:
         tests, only_run, only_base = check.tests, check.only_in_run, check.only_in_baseline
         base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
+    from lmra.monitor import MDE_POWER, format_detectable
+
     rows = _records(tests)
+    n_tested = sum(1 for r in rows if finite(r.get("p_regress")) is not None)
     for r in rows:
         r["label"] = f"{r['task']} ({r['comparison']})"
-    return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows,
+        # the check's sensitivity (issue 12); absent from checks stored before it existed
+        r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"))
+    sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
+                   "alpha_task": (float(alpha) / n_tested) if n_tested else None,
+                   "shown": any("mde" in r for r in rows)}
+    return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
             "only_in_run": only_run, "only_in_baseline": only_base}
@@ -197,11 +205,34 @@ def _comparison_context(cmp: RunComparison | None) -> dict | None:
     if cmp is None:
         return None
     has_points = len(cmp.pairs) > 0
+    eiv = cmp.eiv
+    eiv_slope = eiv.slope if eiv is not None else None
     return {"label_a": cmp.label_a, "label_b": cmp.label_b, "pearson_r": cmp.pearson_r, "pearson_p": cmp.pearson_p,
+            # least-squares (OLS) slope: kept under its old keys
             "slope": cmp.fit.slope, "slope_ci_low": cmp.fit.ci_low, "slope_ci_high": cmp.fit.ci_high,
+            # errors-in-variables slope (None without per-prompt scores) and the disattenuated r
+            "eiv": None if eiv is None else {"slope": _slope_num(eiv.slope), "ci_low": _slope_num(eiv.ci_low),
+                                             "ci_high": _slope_num(eiv.ci_high), "n": eiv.n,
+                                             "ci_method": eiv.ci_method, "n_resamples": eiv.n_resamples},
+            "pearson_r_disattenuated": cmp.pearson_r_disattenuated, "reliability_a": cmp.reliability_a,
+            "reliability_b": cmp.reliability_b, "r_caveat": cmp.r_caveat,
             "n": cmp.fit.n, "notes": list(cmp.notes), "pairs": _records(cmp.pairs),
-            "svg": plots.comparison_scatter(cmp.pairs, cmp.label_a, cmp.label_b, cmp.fit.slope, cmp.pearson_r)
+            "svg": plots.comparison_scatter(cmp.pairs, cmp.label_a, cmp.label_b, cmp.fit.slope, cmp.pearson_r,
+                                            eiv_slope=eiv_slope)
             if has_points else None}
+
+
+def _slope_num(x: Any) -> str:
+    """A slope or CI bound with 3 decimals; ±inf (an unbounded CI end) as ∞, missing as —."""
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    if f != f:
+        return "—"
+    if f in (float("inf"), float("-inf")):
+        return "∞" if f > 0 else "−∞"
+    return f"{f:.3f}"
 
 
 def build_context(run: RunFolder, *, history=None, check=None, comparison: RunComparison | None = None,

@@ -130,17 +130,31 @@ def trend(metrics: pd.DataFrame, current_run: str, title: str, max_panels: int =
 
 
 @_rc
-def comparison_scatter(pairs: pd.DataFrame, label_a: str, label_b: str, slope: float, r: float) -> str:
+def comparison_scatter(pairs: pd.DataFrame, label_a: str, label_b: str, slope: float, r: float,
+                       eiv_slope: float | None = None) -> str:
     """Scatter of per-task net ratings of run B against run A with the y = x diagonal and the
-    least-squares line through the origin (FPF Figs. 7, 8, 10)."""
+    lines through the origin (FPF Figs. 7, 8, 10): the errors-in-variables slope (solid red,
+    when given) and the least-squares slope (dotted red; solid when it is the only one).
+
+    Args:
+        pairs: ``h_a, h_b`` per task (net ratings in [−1, 1]).
+        slope: least-squares slope through the origin; eiv_slope: errors-in-variables slope
+            (:func:`lmra.compare.eiv_slope`) or None. Non-finite slopes are not drawn.
+        r: Pearson's r for the title.
+    """
     fig, ax = _figure(5.0, 5.0)
     x, y = pairs["h_a"].astype(float), pairs["h_b"].astype(float)
     ax.scatter(x, y, s=18, color=BLUE, alpha=0.8)
     lim = float(np.nanmax(np.abs(np.concatenate([x, y, [1e-3]])))) * 1.15
     grid = np.linspace(-lim, lim, 3)
     ax.plot(grid, grid, "--", color=GREY, linewidth=0.8, label="y = x")
+    has_eiv = eiv_slope is not None and math.isfinite(eiv_slope)
+    if has_eiv:
+        ax.plot(grid, eiv_slope * grid, "-", color=RED, linewidth=1.4,
+                label=f"errors-in-variables slope {eiv_slope:.2f}")
     if math.isfinite(slope):
-        ax.plot(grid, slope * grid, "-", color=RED, linewidth=1.2, label=f"slope {slope:.2f} (through 0)")
+        ax.plot(grid, slope * grid, ":" if has_eiv else "-", color=RED, linewidth=1.2,
+                label=f"least-squares slope {slope:.2f}" + (" (biased towards 0)" if has_eiv else " (through 0)"))
     ax.axhline(0, color="black", linewidth=0.5)
     ax.axvline(0, color="black", linewidth=0.5)
     ax.set_xlim(-lim, lim)
