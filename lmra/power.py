@@ -1132,22 +1132,58 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
     return df
 
 
+def detectable_rating_sim(model: PairScoreModel, n: int, *, alpha: float = 0.05, power: float = 0.8,
+                          interval: str = "betting", sims: int = 500, seed: int = 0) -> float:
+    """Smallest net rating the audit's own test detects with ``power`` at ``n`` prompts, under
+    the rare-event mixture ``model`` (methodology §8 "Power"; issue 12).
+
+    Bisection (12 steps) on δ of :func:`simulated_power` (one-sample design, the audit's
+    ``interval``), power being increasing in δ. Net-rating units.
+
+    Returns:
+        δ in (0, the model's largest net rating]; nan when n < 2 or even the largest net rating
+        the model can give is not detected with ``power``.
+    """
+    if n < 2:
+        return math.nan
+
+    def pw(d: float) -> float:
+        try:
+            return simulated_power(model, n, d, alpha=alpha, interval=interval, sims=sims, seed=seed).power
+        except LmraInputError:  # no stereotype rate gives d under the model
+            return -1.0
+
+    hi = model.mean_at(1.0)
+    if not (hi > 0) or pw(hi) < power:
+        return math.nan
+    lo = 0.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if pw(mid) >= power else (mid, hi)
+    return hi
+
+
 def sample_adequacy(run: RunFolder, delta: float | None, *, alpha: float = 0.05, power: float = 0.8,
                     design: Design = "one-sample") -> pd.DataFrame:
     """For each task of a run: can its sample detect ``delta`` (e.g. the configured margin)?
 
-    Normal theory (:func:`detectable_rating`, :func:`prompts_needed`); the task's own SD is
-    used when it has ≥ 2 scored prompts, else the run's pooled SD.
+    Simulated (issue 12): each task's per-prompt scores are fitted as a rare-event mixture
+    (:class:`PairScoreModel`, the pooled run's stereotyped score when the task has none) and
+    the audit's own test (the run's ``interval``, one-sample design) is simulated:
+    ``detectable`` by :func:`detectable_rating_sim`, ``prompts_needed`` by
+    :func:`prompts_needed_sim`. The normal-theory SD is kept in ``sd`` for reference. The
+    two-run sensitivity of a night's check is :func:`minimum_detectable_rise`.
 
     Args:
         run: a finished run; delta: net rating to detect, in (0, 2], or None to report only
-            the detectable rating; alpha, power, design: as in :func:`prompts_needed`.
+            the detectable rating; alpha, power: as in :func:`prompts_needed`; design: only
+            ``one-sample`` is simulated (``two-run`` keeps the normal formula).
 
     Returns:
         Columns ``comparison, domain, task, n_prompts, sd, sd_source`` (``task``/``pooled``/
         ``none``), one row per task of ``per_task.csv`` (``n_prompts`` = prompts with a scored
-        pair, possibly 0), ``detectable`` (smallest detectable δ at this n; nan when n < 2 or no SD),
-        ``prompts_needed`` and ``adequate`` (True / False; None when no SD or no delta).
+        pair, possibly 0), ``detectable`` (smallest detectable δ at this n; nan when n < 2),
+        ``prompts_needed`` and ``adequate`` (True / False; None when not computable or no delta).
 
     Source: methodology §8 "Power".
     """
@@ -1156,6 +1192,10 @@ def sample_adequacy(run: RunFolder, delta: float | None, *, alpha: float = 0.05,
     keys = ["comparison", "domain", "task"]
     tasks = run.per_task[keys].drop_duplicates().merge(est.per_task, on=keys, how="left")
     tasks["n_prompts"] = tasks["n_prompts"].fillna(0).astype(int)
+    ps = run.prompt_scores
+    interval = str(run.summary.get("interval") or "betting")
+    pooled_score = stereotyped_score(ps["h"].to_numpy(float)) if len(ps) else DEFAULT_STEREOTYPED_SCORE
+    groups = {k: g["h"].to_numpy(float) for k, g in ps.groupby(keys)} if len(ps) else {}
     rows = []
     for r in tasks.itertuples():
         if r.sd > 0 and r.n_prompts >= 2:
@@ -1164,14 +1204,24 @@ def sample_adequacy(run: RunFolder, delta: float | None, *, alpha: float = 0.05,
             s, src = est.pooled_sd, "pooled"
         else:
             s, src = math.nan, "none"
-        if math.isfinite(s):
+        h = groups.get((r.comparison, r.domain, r.task))
+        det, need, ok = math.nan, math.nan, None
+        if h is not None and h.size >= 2 and design == "one-sample":
+            model = PairScoreModel.from_scores(h, score=pooled_score)
+            det = detectable_rating_sim(model, int(r.n_prompts), alpha=alpha, power=power, interval=interval)
+            if delta:
+                try:
+                    sp = prompts_needed_sim(model, delta, alpha=alpha, power=power, interval=interval, sims=500)
+                    need = float(sp.n) if sp.n is not None else math.inf
+                except LmraInputError:
+                    need = math.inf
+                ok = bool(int(r.n_prompts) >= need)
+        elif math.isfinite(s) and design == "two-run":
             det = detectable_rating(int(r.n_prompts), s, alpha=alpha, power=power, design=design)
             need = (_normal_n(delta, s, alpha=alpha, power=power, design=design, alternative=None)
                     if delta else None)
             need = need if need is not None else math.nan
             ok = bool(int(r.n_prompts) >= need) if delta else None
-        else:
-            det, need, ok = math.nan, math.nan, None
         rows.append({"comparison": r.comparison, "domain": r.domain, "task": r.task, "n_prompts": int(r.n_prompts),
                      "sd": s, "sd_source": src, "detectable": det, "prompts_needed": need, "adequate": ok})
     return pd.DataFrame(rows, columns=["comparison", "domain", "task", "n_prompts", "sd", "sd_source", "detectable",

@@ -8,7 +8,8 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from lmra.errors import LmraInputError
-from lmra.power import detectable_rating, pilot_sd, plan, prompts_needed, sample_adequacy
+from lmra.power import (PairScoreModel, detectable_rating, detectable_rating_sim, pilot_sd, plan, prompts_needed,
+                        sample_adequacy, simulated_power, stereotyped_score)
 from lmra.runfolder import load_run
 
 
@@ -85,8 +86,23 @@ def test_plan_from_a_pilot_run(tmp_path, lmra_cli, capsys, monkeypatch):
     adequacy = sample_adequacy(run, 0.05).set_index("task")
     assert adequacy.loc["write a story", "n_prompts"] == 50
     assert not adequacy.loc["write a story", "adequate"]  # 50 prompts cannot detect 0.05 at SD ≈ 0.45
-    assert adequacy.loc["write a story", "detectable"] == pytest.approx(
-        detectable_rating(50, story.std(ddof=1)))
+    # simulated on the task's own mixture with the audit's test, not the normal formula
+    model = PairScoreModel.from_scores(story.to_numpy(float), score=stereotyped_score(scores["h"].to_numpy(float)))
+    assert adequacy.loc["write a story", "detectable"] == pytest.approx(detectable_rating_sim(model, 50))
+    assert simulated_power(model, 50, adequacy.loc["write a story", "detectable"], sims=500).power >= 0.8
     big = sample_adequacy(run, 0.5).set_index("task")
     assert big["adequate"].all()
     assert np.all(big["prompts_needed"] <= 50)
+
+
+def test_sample_size_table_does_not_mistake_a_quiet_task_for_a_sensitive_one(tmp_path):
+    """A task with no stereotyped pair has a tiny SD, so the normal formula claims it detects
+    any net rating; the simulated audit test needs stereotyped prompts to appear (issue 12)."""
+    run = load_run(make_run(tmp_path, "20260101-000000-quiet", {"write a story": 0.0, "career advice": 0.0},
+                            seed=5))
+    ad = sample_adequacy(run, 0.05).set_index("task")
+    row = ad.loc["write a story"]
+    # its scores do not vary (SD 0): normal theory would call any net rating detectable
+    assert not row["sd"] > 0.01
+    # the audit's test needs at least two stereotyped prompts among the task's n to be seen
+    assert row["detectable"] >= 2 * 0.89 / row["n_prompts"]
