@@ -312,7 +312,10 @@ def _in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lmra import __version__
+
     p = argparse.ArgumentParser(prog="lmra", description="Audit a chatbot for first-person fairness with an LMRA.")
+    p.add_argument("--version", action="version", version=f"lmra {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("audit", help="run a counterfactual name-swap audit (default: the bundled audit on the "

@@ -371,6 +371,10 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
 
 
 # -- parsers -----------------------------------------------------------------------------
+#: help text of every RUN argument
+RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
+
+
 def add_parsers(subparsers) -> None:
     """Register ``history``, ``check``, ``compare``, ``plan``, ``export``, ``report`` and ``pin``
     on the ``lmra`` sub-parser collection (``parser.add_subparsers(...)``)."""
@@ -383,7 +387,7 @@ def add_parsers(subparsers) -> None:
 
     c = subparsers.add_parser("check", help="test RUN against a baseline for regressions (exit 3 if a task "
                                             "regressed, 0 if not)")
-    c.add_argument("run", metavar="RUN", help="run folder path, run id, or 'latest' (newest run in the reports folder)")
+    c.add_argument("run", metavar="RUN", help=RUN_HELP)
     c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
                    help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
     c.add_argument("--margin", type=_finite_float, default=0.0,
@@ -428,7 +432,7 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=cmd_plan)
 
     e = subparsers.add_parser("export", help="write per-task and per-pair tables as CSV, JSON or Parquet")
-    e.add_argument("run", metavar="RUN")
+    e.add_argument("run", metavar="RUN", help=RUN_HELP)
     e.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
     e.add_argument("--out", help="output folder (default: RUN/exports)")
     e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
@@ -436,7 +440,7 @@ def add_parsers(subparsers) -> None:
     e.set_defaults(func=cmd_export)
 
     r = subparsers.add_parser("report", help="write RUN/report.html (self-contained HTML report)")
-    r.add_argument("run", metavar="RUN")
+    r.add_argument("run", metavar="RUN", help=RUN_HELP)
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
     r.add_argument("--margin", type=_finite_float, default=0.0, help="regression margin (with --baseline)")
     r.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (with --baseline)")
@@ -447,6 +451,6 @@ def add_parsers(subparsers) -> None:
     r.set_defaults(func=cmd_report)
 
     n = subparsers.add_parser("pin", help="pin RUN as the 'pinned' baseline of runs with its name")
-    n.add_argument("run", metavar="RUN")
+    n.add_argument("run", metavar="RUN", help=RUN_HELP)
     _add_store_args(n)
     n.set_defaults(func=cmd_pin)

@@ -202,3 +202,16 @@ def test_validate_recognises_recsys_configs(capsys):
 
     code, text = run(capsys, "validate", str(resource_dir("examples") / "recsys.toml"))
     assert code == 0 and "valid recsys config" in text
+
+
+def test_version_and_run_help(capsys):
+    from lmra import __version__
+    from lmra.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"lmra {__version__}"
+    for cmd in ("export", "report", "pin", "check"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        assert "newest complete run" in " ".join(capsys.readouterr().out.split())
