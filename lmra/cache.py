@@ -230,7 +230,11 @@ class CallCache:
 
     async def acquire(self, key: str) -> ChatResult | None:
         """Wait until this process may make the call ``key``: returns None when it holds the
-        lease, or the result when another process made the call meanwhile."""
+        lease, or the result when another process made the call meanwhile.
+
+        The cache is read again once the lease is taken: a holder stores its answer before it
+        releases its lease, so a caller that missed the cache just before the holder finished
+        finds the answer here instead of paying for the call a second time."""
         waited = False
         while not self._try_lease(key):
             if not waited:
@@ -240,6 +244,10 @@ class CallCache:
             hit = self.get(key)
             if hit is not None:
                 return hit
+        hit = self.get(key)
+        if hit is not None:
+            self._release(key)
+            return hit
         return None
 
     def __len__(self) -> int:

@@ -117,3 +117,28 @@ def test_key_covers_every_input():
         ("messages", [Message(role="user", content="hi!")]), ("temperature", 0.5), ("max_tokens", 11),
         ("seed", 2), ("top_logprobs", 5), ("options", ("A", "B")), ("sample_index", 1), ("stop", ("x",))]]
     assert len({k0, *variants}) == len(variants) + 1
+
+
+def test_caller_that_missed_the_cache_just_before_the_holder_finished_does_not_pay_again(tmp_path):
+    """Race seen in CI: process B misses the cache, process A stores its answer and releases
+    its lease, then B takes the free lease. B must read the cache again under the lease and
+    use A's answer instead of making the call a second time."""
+    import asyncio
+
+    from lmra.providers.base import ChatResult
+
+    class _P:
+        name, base_url, model_id = "openai", "http://127.0.0.1:1", "m"
+
+    path = tmp_path / "shared.sqlite"
+    a, b = CallCache(path), CallCache(path)
+    req = ChatRequest(messages=[Message(role="user", content="hi")], temperature=0.0, max_tokens=5, seed=1)
+    key = request_key("openai", _P.base_url, "m", req)
+    assert b.get(key) is None  # B's miss comes first …
+    assert asyncio.run(a.acquire(key)) is None  # … A holds the lease,
+    a.put(key, _P(), req, ChatResult(text="answer"))  # stores its answer
+    a._release(key)  # and releases the lease
+    got = asyncio.run(b.acquire(key))  # B now finds the lease free
+    assert got is not None and got.text == "answer"
+    assert b._try_lease(key)  # and did not keep a lease it does not need (it is free)
+    a.close(), b.close()
