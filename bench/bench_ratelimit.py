@@ -146,7 +146,7 @@ def main() -> None:
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    cfg = ModelConfig(provider="openai", model="bench", base_url=url, max_retries=4, timeout_s=30)
+    cfg = ModelConfig(provider="openai", model="bench", base_url=url, api_key_required=False, max_retries=4, timeout_s=30)
     tpm = (PROMPT_TOKENS + COMPLETION_TOKENS) * args.rpm / 2
 
     rows = [

@@ -48,10 +48,14 @@ class InHouseChatbot:
         t0 = time.perf_counter()
         try:
             data = await asyncio.to_thread(self._post, payload)
+        except urllib.error.HTTPError as exc:  # 401/403: kind "auth" stops an audit at once
+            kind = "auth" if exc.code in (401, 403) else f"http_{exc.code}"
+            raise ProviderError(f"in-house chatbot at {self.base_url} answered HTTP {exc.code}", kind=kind) from exc
         except (OSError, urllib.error.URLError, ValueError) as exc:
             raise ProviderError(f"in-house chatbot call failed: {exc}") from exc
+        # served_model: the id the service reports, recorded per run in manifest.json
         return ChatResult(text=data["reply"], model=data.get("model", self.model_id), provider=self.name,
-                          usage=Usage(), latency_s=time.perf_counter() - t0)
+                          usage=Usage(), latency_s=time.perf_counter() - t0, served_model=data.get("model"))
 
     async def aclose(self) -> None:
         return None

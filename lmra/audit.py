@@ -357,18 +357,25 @@ class Audit:
     async def _arun(self, inputs: Inputs, cache: CallCache) -> AuditResult:
         cfg = self.cfg
 
-        def wrap(p: Provider, m) -> Provider:
+        from lmra.identity import RunIdentity
+        from lmra.providers.keys import KeyGuard
+
+        self.identity = RunIdentity(lambda msg: self.on_notice(msg))
+
+        def wrap(p: Provider, m, role: str) -> Provider:
             limited = rate_limited(p, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
-            # the budget sits outside the cache: cached calls are free and never refused
-            return BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
+            # the budget sits outside the cache: cached calls are free and never refused; a
+            # rejected key stops the run (KeyGuard); every answer's served model is counted
+            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
+            return self.identity.watch(KeyGuard(budgeted, role), role)
 
         if cfg.max_cost is not None:
             for p in (self._target_provider(), self._judge_provider()):
                 self.budget.require_price(p.name, p.model_id)
-        target = wrap(self._target_provider(), cfg.target)
-        judge = wrap(self._judge_provider(), cfg.judge)
+        target = wrap(self._target_provider(), cfg.target, "target")
+        judge = wrap(self._judge_provider(), cfg.judge, "judge")
         j2 = self._judge2_provider()
-        judge2 = wrap(j2, cfg.judge2) if j2 is not None else None
+        judge2 = wrap(j2, cfg.judge2, "judge2") if j2 is not None else None
         self.claim_dir()
         write_text(self.run_dir / "config.toml", dump_config(cfg))
         manifest: dict[str, Any] = {
@@ -402,6 +409,7 @@ class Audit:
                     prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir, progress=self.progress)
             cache.flush()  # answered calls held after a failed cache write (disk full) are stored first
             manifest["budget"] = self.budget.report()
+            self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
             if isinstance(exc, BudgetExceeded):
@@ -412,6 +420,7 @@ class Audit:
                 status = FAILED
             manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report(),
                          "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+            self.identity.update_manifest(manifest)
             if status != "interrupted":
                 manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
             try:

@@ -86,10 +86,14 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         disk_rows = resp_rows
     is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
     audit._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
+    if not cfg.redact:  # the audited prompts' texts, for the report's transcripts (a redacted run keeps none)
+        audit._write_jsonl("prompts.jsonl", [p.model_dump(include={"id", "domain", "task", "text"}) for p in prompts])
     # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
     combiner, warnings = audit.run_combiner()
     warnings += [f"no placebo for {c}: its group A is a direct profile, which has no names to split"
                  for c in getattr(audit, "placebo_skipped", [])]
+    identity = getattr(audit, "identity", None)  # chat-template tokens in answers (lmra.identity)
+    warnings += identity.warnings() if identity is not None else []
     all_rdf, position_logit = rescore(pd.DataFrame(ratings), combiner)
     if cfg.judge2 is not None and "judge2_order1" in all_rdf:
         all_rdf, _ = rescore(all_rdf, audit.run_combiner(cfg.judge2, audit._judge2_provider())[0],

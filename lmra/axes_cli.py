@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lmra.console import make_console
 from lmra.errors import LmraInputError
 from lmra.monitor_cli import _finite_float
 
@@ -58,7 +59,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
 
-    console = Console()
+    console = make_console()
     run = Path(args.run)
     _require_complete(run)
     run_cfg, responses, ratings = read_run(run)

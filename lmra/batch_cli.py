@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lmra.console import make_console
 from lmra.errors import LmraInputError
 
 EXIT_PENDING = 75  # EX_TEMPFAIL: try again later
@@ -104,7 +105,7 @@ def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
     state = _state_or_error(args.run_dir)
     if args.refresh:
         orch, cache = _orchestrator(args.run_dir, state)
@@ -126,7 +127,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from lmra.batch import BatchPending, arun_batched
 
-    console = Console()
+    console = make_console()
     state = _state_or_error(args.run_dir)
     log = (lambda msg: console.print(f"[dim]batch:[/] {msg}", highlight=False))
     orch, cache = _orchestrator(args.run_dir, state, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
@@ -169,7 +170,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
     state = _state_or_error(args.run_dir)
     orch, cache = _orchestrator(args.run_dir, state)
     try:

@@ -1,12 +1,21 @@
 """The ``lmra`` command line.
 
-Exit status: 0 success, 2 usage or input error (a one-paragraph message naming the file,
+Exit status: 0 success (also the first night of ``audit --baseline pinned|last``: no baseline
+yet, nothing checked, the run pinned for ``pinned``), 2 usage or input error (a one-paragraph message naming the file,
 line and field; never a traceback), 1 failure (a run whose status is ``partial`` or ``failed``:
 more than ``max_failed_share`` of its pairs lost to failed calls; or an I/O failure such as a
-full disk, naming the path), 3 a regression against the baseline, 5 the judge failed validation,
-4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
+full disk, naming the path; or a model's key rejected by its endpoint, HTTP 401/403, which
+stops an audit at its first rejected call), 3 a regression against the baseline, 5 the judge failed validation,
+6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
+not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
 ``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
 same command to resume).
+
+When a run meets several of 1, 2, 5, 6 and 3, the first in that order is the exit status
+(:data:`lmra.gates_cli.EXIT_PRECEDENCE`): a failed or partial run, or a question that could not be
+answered (a check that tested no task), says nothing about the chatbot; a judge that failed
+validation makes every number untrustworthy; an absolute gate is the release criterion; a
+regression is relative to the baseline. Every applicable message is printed either way.
 """
 
 from __future__ import annotations
@@ -20,19 +29,13 @@ from rich.console import Console
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from lmra.console import make_console  # noqa: F401  (the stdout console of every command)
 from lmra.errors import LmraInputError, LmraIOError
+from lmra.report.jsonout import json_errors
 
-from lmra.monitor_cli import _finite_float  # noqa: E402  (one argparse type for finite numbers)
+from lmra.monitor_cli import _check_alpha_arg, _finite_float  # noqa: E402  (argparse types shared with check)
 
 err_console = Console(stderr=True)
-
-
-def make_console() -> Console:
-    """The stdout console; when stdout is not a terminal (cron, CI logs) tables get 160
-    columns instead of Rich's 80 so that numbers are not cut."""
-    import sys
-
-    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 @contextmanager
@@ -63,11 +66,12 @@ def rich_progress(console: Console, enabled: bool = True):
 def cmd_audit(args: argparse.Namespace) -> int:
     from lmra.audit import Audit
     from lmra.config import load_config
-    from lmra.report.console import render_audit
 
     from lmra.resources import resource_dir
 
     console = make_console()
+    if args.run_dir_file:
+        _clear_run_dir_file(args.run_dir_file)
     if args.config is None:
         args.config = str(resource_dir("examples") / "default.toml")
     cfg = load_config(args.config)
@@ -81,13 +85,109 @@ def cmd_audit(args: argparse.Namespace) -> int:
     for key in ("max_cost", "max_calls", "prices"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
+    for section, spec in (("target", args.target), ("judge", args.judge)):
+        if spec is not None:
+            overrides[section] = model_shorthand(spec, cfg.model_dump()[section], option=f"--{section}")
     if overrides:
         from lmra.config import parse_config
 
         cfg = parse_config(cfg.model_dump() | overrides, source="command line")
+    if args.gate:  # --gate bounds join [gates], so the run's config.toml records the gates applied
+        from lmra.gates_cli import audit_config_with_gates
+
+        cfg = audit_config_with_gates(cfg, args.gate)
+    alpha = cfg.alpha if args.alpha is None else args.alpha
+    first_night = False
     if args.baseline:
-        _precheck_baseline(cfg, args.baseline)
+        from lmra.monitor import check_alpha
+
+        check_alpha(alpha, field="--alpha" if args.alpha is not None else "alpha")  # the config's, used by the check
+        first_night = _precheck_baseline(cfg, args.baseline)
     audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
+    try:
+        return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night)
+    finally:
+        if args.run_dir_file and audit.run_dir.is_dir():
+            from lmra.fileio import write_text
+
+            write_text(args.run_dir_file, f"{audit.run_dir.resolve()}\n")
+
+
+def _clear_run_dir_file(path: str) -> None:
+    """Remove ``--run-dir-file`` before the audit starts, so that a script never reads the
+    folder of an earlier night when this audit stops before creating its own."""
+    try:
+        Path(path).unlink(missing_ok=True)
+    except IsADirectoryError:
+        raise LmraInputError("is a folder, expected a file to write the run folder's path to", file=path,
+                             field="--run-dir-file") from None
+    except OSError as exc:
+        raise LmraInputError(f"cannot be replaced ({exc.strerror or exc})", file=path,
+                             field="--run-dir-file") from None
+
+
+#: the providers of the ``--target``/``--judge`` shorthand and their forms
+SHORTHAND_FORMS = {"openai": "openai:MODEL", "anthropic": "anthropic:MODEL", "llamacpp": "llamacpp[:GGUF path]",
+                   "custom": "custom:package.module:factory[:MODEL]"}
+
+
+def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
+    """The ``[target]``/``[judge]`` section a command-line shorthand such as
+    ``openai:gpt-4o-mini`` makes of the config's ``section``.
+
+    Forms (:data:`SHORTHAND_FORMS`; the model is everything after the first colon, so
+    ``openai:llama3:8b`` is model ``llama3:8b``): ``openai:MODEL``, ``anthropic:MODEL``,
+    ``llamacpp`` (the embedded model) or ``llamacpp:PATH.gguf``, and
+    ``custom:package.module:factory[:MODEL]`` for a custom provider factory.
+
+    When the provider is the section's own, only ``model`` changes and every other field
+    (``base_url``, ``api_key_env``, ``system_prompt``, sampling, rate limits …) is kept. When it
+    changes, the section starts from the defaults: the old provider's endpoint and key would
+    not fit the new one.
+
+    Args:
+        spec: the option's value; section: the config's section as a dict (``model_dump``);
+        option: ``--target`` or ``--judge`` (named in errors).
+
+    Returns:
+        The new section as a dict, validated later with the rest of the config.
+
+    Raises:
+        LmraInputError: an unknown provider (the message lists the valid forms), a missing
+            model for openai/anthropic, or a custom path without module or factory.
+    """
+    kind, _, rest = spec.strip().partition(":")
+    forms = ", ".join(SHORTHAND_FORMS.values())
+    if kind == "custom":
+        module, _, tail = rest.partition(":")
+        factory, _, model = tail.partition(":")
+        if not module.strip() or not factory.strip():
+            raise LmraInputError(f"'{spec}' names no custom provider: write custom:package.module:factory[:MODEL]",
+                                 field=option)
+        provider = f"{module.strip()}:{factory.strip()}"
+    elif kind in ("openai", "anthropic"):
+        provider, model = kind, rest
+        if not model.strip():
+            raise LmraInputError(f"'{spec}' names no model: write {kind}:MODEL, e.g. "
+                                 + ("openai:gpt-4o-mini" if kind == "openai" else "anthropic:claude-3-5-haiku-latest"),
+                                 field=option)
+    elif kind == "llamacpp":
+        provider, model = kind, rest
+    else:
+        raise LmraInputError(f"unknown provider '{kind}' in '{spec}'; valid: {forms}", field=option)
+    model = model.strip() or None
+    if provider == section.get("provider"):
+        return section | {"model": model}
+    return {"provider": provider, "model": model}
+
+
+def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool) -> int:
+    """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
+    print, register and check; returns the exit status."""
+    import asyncio
+
+    from lmra.report.console import render_audit
+
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
                                                     soft_wrap=True)
     inputs = audit.load_inputs()
@@ -101,8 +201,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
                   f"judge check included (cached calls are free). "
                   f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
-    import asyncio
-
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded
 
@@ -160,11 +258,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                         f"failed after every retry; first error: {errors[0]}"), highlight=False,
                           soft_wrap=True)
         return 1
+    from lmra.gates_cli import combine_exit_statuses, gates_after_audit
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.monitor_cli import monitor_after_audit
 
-    status = monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=cfg.alpha,
-                                 report=not args.no_report, console=console)
+    gate_status = gates_after_audit(result.run_dir, cfg.gates, console=console)  # 0, or 6: a gate not met
+    status = monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
+                                 report=not args.no_report, console=console, first_night=first_night)
+    status = combine_exit_statuses(status, gate_status)
     if result.summary.get("run_status") == "partial":
         s = result.summary
         err_console.print(Text.assemble(("partial run: ", "bold red"),
@@ -182,48 +283,67 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                             "the run folder, history entry and report are written. Fix what the "
                                             "reasons name (docs/judge_check.md), or pass --allow-unvalidated-judge "
                                             "to record the failure as waived."))
-            return EXIT_JUDGE_FAILED if status in (0, 3) else status
+            return combine_exit_statuses(status, EXIT_JUDGE_FAILED)  # 5 over 6 and 3; 2 stays
         console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                       "(judge_status in summary.json, history and exports says so).[/]")
     return status
 
 
-def _precheck_baseline(cfg, ref: str) -> None:
-    """Fail before any model call when ``--baseline`` cannot resolve (exit status 2)."""
+def _precheck_baseline(cfg, ref: str) -> bool:
+    """Check ``--baseline`` before any model call.
+
+    Returns:
+        True on a *first night*: ``ref`` is ``pinned`` and no run named ``cfg.name`` is pinned
+        yet, or ``last`` and there is no complete run of that name yet. The audit then runs,
+        is not checked, and (``pinned``) is pinned by :func:`lmra.monitor_cli.monitor_after_audit`.
+        False when the baseline resolves.
+
+    Raises:
+        LmraInputError: an explicit ``RUN`` that does not resolve, or a pin whose run folder
+            cannot be loaded (exit status 2, before anything is called or written).
+    """
     from lmra.monitor import History, history_path
 
     out = Path(cfg.output_dir)
     if not out.is_dir():
+        if ref in ("pinned", "last"):
+            return True
         raise LmraInputError(f"no runs yet in {out}, so there is no baseline '{ref}'", field="--baseline")
     with History(history_path(out)) as h:
         h.scan()
-        if ref == "pinned":
-            if h.pinned(cfg.name) is None:
-                raise LmraInputError(f"no pinned baseline for runs named '{cfg.name}'; pin one with 'lmra pin RUN'",
-                                     field="--baseline")
-        elif ref == "last":
-            if h.runs(name=cfg.name).empty:
-                raise LmraInputError(f"no earlier run named '{cfg.name}' in {out}: the first run has no 'last' "
-                                     "baseline", field="--baseline")
-        else:
-            try:
+        try:
+            if ref == "pinned":
+                rid = h.pinned(cfg.name)
+                if rid is None:
+                    return True
+                h.resolve(rid)
+            elif ref == "last":
+                runs = h.runs(name=cfg.name)
+                return bool((runs["status"].fillna("complete") != "complete").all()) if len(runs) else True
+            else:
                 h.resolve(ref)
-            except LmraInputError as exc:
-                raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
+        except LmraInputError as exc:
+            raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
+    return False
 
 
 def cmd_names_build(args: argparse.Namespace) -> int:
     from lmra import namelists
 
     namelists.write_all(Path(args.out))
-    Console().print(f"wrote name lists to {args.out}")
+    make_console().print(f"wrote name lists to {args.out}")
     return 0
 
 
+@json_errors
 def cmd_validate(args: argparse.Namespace) -> int:
+    """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
+    keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
+    :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
     from lmra.audit import Audit
     from lmra.config import load_config
     from lmra.errors import read_toml
+    from lmra.report import jsonout
 
     try:
         keys = set(read_toml(args.config, "config file")[1])
@@ -233,17 +353,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from lmra.recsys.config import load_recsys_config
 
         rc = load_recsys_config(args.config)
-        Console().print(f"{args.config}: valid recsys config (mode {rc.mode}); run it with "
-                        f"'lmra recsys --config {args.config}'")
+        if args.json:
+            jsonout.emit(jsonout.validate_document(args.config, kind="recsys", name=getattr(rc, "name", None),
+                                                   mode=rc.mode))
+            return 0
+        make_console().print(f"{args.config}: valid recsys config (mode {rc.mode}); run it with "
+                             f"'lmra recsys --config {args.config}'")
         return 0
     cfg = load_config(args.config)
     audit = Audit(cfg, config_path=args.config)
     inputs = audit.load_inputs()
     audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
     profiles = [g.name for g in cfg.groups if g.profile]
-    Console().print(f"{args.config}: valid — {len(inputs.prompts)} prompts in the file; name groups "
-                    + (", ".join(f"{g} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
-                    + (f"; profile groups {', '.join(profiles)}" if profiles else ""))
+    if args.json:
+        models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
+        jsonout.emit(jsonout.validate_document(
+            args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
+            groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
+            comparisons=[list(c) for c in cfg.comparisons],
+            models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
+                    for role, m in models.items() if m is not None}))
+        return 0
+    make_console().print(f"{args.config}: valid — {len(inputs.prompts)} prompts in the file; name groups "
+                         + (", ".join(f"{g} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
+                         + (f"; profile groups {', '.join(profiles)}" if profiles else ""))
     return 0
 
 
@@ -278,7 +411,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
                                          f"{fmt(res['spearman_ci'][1])}]")
     table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -331,8 +464,22 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--redact", action="store_true", help="reports and exports carry prompt ids, never prompt text")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.add_argument("--baseline", metavar="RUN|last|pinned",
-                   help="check the run against this baseline; exit 3 if a task's net rating regressed")
-    a.add_argument("--margin", type=_finite_float, default=0.0, help="rise of a task's net rating that counts as a regression")
+                   help="check the run against this baseline; exit 3 if a task's net rating regressed. First night "
+                        "(pinned/last with no baseline yet): the run is not checked, and with 'pinned' it is pinned")
+    a.add_argument("--margin", type=_finite_float, default=0.0,
+                   help="rise of a task's net rating that counts as a regression (with --baseline; default: "
+                        "%(default)s, any significant rise)")
+    a.add_argument("--alpha", type=_check_alpha_arg, metavar="A",
+                   help="family-wise error rate of the regression check (Holm; with --baseline), 0 < A ≤ 0.5 "
+                        "(default: the config's alpha, 0.05)")
+    a.add_argument("--target", metavar="PROVIDER:MODEL",
+                   help="the chatbot to audit instead of the config's [target]: openai:MODEL, anthropic:MODEL, "
+                        "llamacpp[:GGUF] or custom:package.module:factory[:MODEL]")
+    a.add_argument("--judge", metavar="PROVIDER:MODEL",
+                   help="the LMRA instead of the config's [judge], same forms as --target")
+    a.add_argument("--run-dir-file", metavar="FILE",
+                   help="when the audit ends (whatever its exit status, once its run folder exists) write the run "
+                        "folder's path to FILE, so that a script exports or uploads exactly this run")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
     a.add_argument("--max-cost", type=_finite_float, metavar="USD",
@@ -341,6 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
     a.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="record a failed judge validation as waived and exit as if it had passed (default: exit 5)")
+    from lmra.gates_cli import add_gate_option
+
+    add_gate_option(a, "an absolute release gate, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of "
+                       "the config's [gates]); exit 6 if a gate is not met (docs/nightly.md, 'Release gates')")
     a.set_defaults(func=cmd_audit)
 
     from lmra.judge_check_cli import add_parser as add_judge_check_parser
@@ -349,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check a config and its input files without calling any model")
     v.add_argument("config", help="an audit config (or a recsys config) TOML file")
+    v.add_argument("--json", action="store_true", help="print one JSON document (lmra.validate/1, or lmra.error/1 "
+                   "when invalid) on stdout instead of the message, same exit status (docs/nightly.md, "
+                   "'Machine-readable output')")
     v.set_defaults(func=cmd_validate)
 
     ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's",
@@ -376,6 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmra.recsys.cli import add_parser as add_recsys_parser
 
     add_monitor_parsers(sub)
+    from lmra.gates_cli import add_parser as add_gate_parser
+
+    add_gate_parser(sub)
     add_recsys_parser(sub)
     add_batch_parsers(sub)
     add_axes_parsers(sub)
@@ -389,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lmra.budget import BudgetExceeded
     from lmra.providers.base import ProviderError
+    from lmra.providers.keys import KeyRejected
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -416,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
                           soft_wrap=True)
         return 2
-    except ProviderError as exc:
+    except (ProviderError, KeyRejected) as exc:  # a rejected key stops an audit: exit 1, one line
         err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
         return 1
     except BudgetExceeded as exc:

@@ -577,10 +577,17 @@ def _r_caveat(x, y) -> str | None:
     if n < 3:
         return f"only {n} task(s): too few for Pearson's r"
     msg = f"only {n} tasks: Pearson's r from fewer than {MIN_TASKS_FOR_R} tasks is very uncertain"
-    r, _ = pearson(x, y)
+    r, p = pearson(x, y)
     if n > 3 and math.isfinite(r):
         ci = stats.pearsonr(np.asarray(x, float), np.asarray(y, float)).confidence_interval(0.95)
         msg += f" (95% CI of r: [{ci.low:.2f}, {ci.high:.2f}])"
+    if math.isfinite(p):
+        # the exact permutation p-value: every ordering of the tasks (n! ≤ 5,040 below 8 tasks)
+        perm = stats.pearsonr(np.asarray(x, float), np.asarray(y, float),
+                              method=stats.PermutationMethod(n_resamples=math.factorial(n))).pvalue
+        msg += (f", and its p-value ({_pv(p)}) assumes normally distributed task ratings, which {n} points cannot "
+                f"check; without that assumption (all {math.factorial(n):,} orderings of the tasks) p = {_pv(perm)}"
+                + (f", the smallest possible with {n} tasks" if perm <= 2 / math.factorial(n) + 1e-12 else ""))
     return msg + "; read the slope and its CI instead"
 
 
@@ -638,7 +645,8 @@ class RunComparison:
             else:
                 dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise "
                        f"({rel})")
-        lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}){dis}"]
+        flag = ", see the caveat below" if self.r_caveat and math.isfinite(self.pearson_r) else ""
+        lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
         if self.r_caveat:
             lines.append(f"caveat: {self.r_caveat}")
         if e is not None:
@@ -753,7 +761,8 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     errors-in-variables slope computed from both runs' per-prompt scores.
 
     Runs rated by different judges are compared (that is how judge agreement is studied)
-    but a note says their ratings are on different scales.
+    but a note says their ratings are on different scales; a served model id or system
+    fingerprint that changed from A to B (:func:`lmra.identity.identity_changes`) is a note too.
     """
     notes = []
     if (run_a.judge_provider, run_a.judge_model) != (run_b.judge_provider, run_b.judge_model):
@@ -761,6 +770,9 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
                      "different scales; read r as agreement, not the slope as a change")
     if run_a.judge_template[0] != run_b.judge_template[0]:
         notes.append("different judge templates")
+    from lmra.identity import identity_changes
+
+    notes += [f"{line} (A → B)" for line in identity_changes(run_a.manifest, run_b.manifest)]
     return compare_tables(run_a.per_task, run_b.per_task, alpha=alpha, comparison=comparison,
                           label_a=run_a.run_id, label_b=run_b.run_id, notes=tuple(notes),
                           prompts_a=run_a.prompt_scores, prompts_b=run_b.prompt_scores,

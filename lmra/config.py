@@ -100,6 +100,10 @@ class ModelConfig(_Strict):
     api_key_env: Annotated[NonBlank, AfterValidator(_env_name)] | None = Field(
         None, description="Name of the environment variable holding the API key (default: the SDK's own)."
     )
+    api_key_required: bool = Field(
+        True, description="False for a local server (base_url) that needs no API key: no variable is read and "
+        "a placeholder key is sent. True: the key's variable must be set (checked by 'lmra validate' and before an "
+        "audit writes anything).")
     system_prompt: NonBlank | None = Field(
         None, description="The target's own system message, placed before the personalization message."
     )
@@ -144,6 +148,16 @@ class ModelConfig(_Strict):
     def _model_needed(self) -> "ModelConfig":
         if self.provider in {"openai", "anthropic"} and not self.model:
             raise ValueError(f"provider '{self.provider}' needs 'model' (the API model name)")
+        return self
+
+    @model_validator(mode="after")
+    def _keyless_needs_own_server(self) -> "ModelConfig":
+        if not self.api_key_required and self.api_key_env is not None:
+            raise ValueError("api_key_required = false says the endpoint needs no key, but api_key_env names "
+                             f"one ({self.api_key_env}); remove one of the two")
+        if not self.api_key_required and self.provider in {"openai", "anthropic"} and not self.base_url:
+            raise ValueError(f"api_key_required = false needs base_url: the {self.provider} API itself always "
+                             "needs a key (api_key_required = false is for a local server that needs none)")
         return self
 
 
@@ -325,6 +339,70 @@ class PlaceboConfig(_Strict):
         default_factory=list, description="Comparisons that get a placebo (empty = every name-based comparison).")
 
 
+class TaskGatesConfig(_Strict):
+    """Absolute release gates that apply to each task (``[gates]``) or, as an override, to one
+    task (``[gates.tasks."TASK"]``). Every gate is a maximum; a task whose value is above it, or
+    could not be measured, does not meet the gate (exit status 6; docs/nightly.md "Release gates")."""
+
+    max_net_rating: float | None = Field(
+        None, ge=-1, le=1, description="Every task's net rating (per_task.csv net_rating, per comparison) ≤ this.")
+    max_ci_high: float | None = Field(
+        None, ge=-1, le=1,
+        description="Every task's upper confidence bound of the net rating (per_task.csv ci_high) ≤ this.")
+    max_refusal_gap: float | None = Field(
+        None, ge=0, le=1, description="Every task's refusal-rate gap |rate_a − rate_b| (refusals.csv, level task) "
+        "≤ this; needs [refusal] enabled.")
+    max_quality_gap: float | None = Field(
+        None, ge=0, le=1, description="Every task's |mean| of each quality criterion (quality.csv, level task) "
+        "≤ this; needs [quality] enabled.")
+
+
+class GatesConfig(TaskGatesConfig):
+    """``[gates]``: the per-task gates of :class:`TaskGatesConfig`, the same gates on each
+    comparison's overall row, and per-task overrides."""
+
+    max_overall_net_rating: float | None = Field(
+        None, ge=-1, le=1, description="Each comparison's overall net rating (summary.json overall) ≤ this.")
+    max_overall_ci_high: float | None = Field(
+        None, ge=-1, le=1,
+        description="Each comparison's overall upper confidence bound (summary.json overall ci_high) ≤ this.")
+    max_overall_refusal_gap: float | None = Field(
+        None, ge=0, le=1,
+        description="Each comparison's overall refusal-rate gap (refusals.csv, level overall) ≤ this.")
+    max_overall_quality_gap: float | None = Field(
+        None, ge=0, le=1, description="Each comparison's overall |mean| of each quality criterion (quality.csv, "
+        "level overall) ≤ this.")
+    tasks: dict[NonBlank, TaskGatesConfig] = Field(
+        default_factory=dict, description="Per-task overrides: [gates.tasks.\"write a story\"] max_net_rating = 0.02 "
+        "replaces the [gates] bound for that task (a task that is not measured does not meet it).")
+
+    @property
+    def configured(self) -> bool:
+        """True when at least one gate has a bound (here or in a per-task override)."""
+        return any(v is not None for k, v in self if k != "tasks") or any(
+            v is not None for t in self.tasks.values() for _, v in t)
+
+    def gate_names(self) -> list[str]:
+        """Names of the gates with a bound anywhere (top level or an override), in field order."""
+        used = {k for k, v in self if k != "tasks" and v is not None}
+        used |= {k for t in self.tasks.values() for k, v in t if v is not None}
+        return [k for k in type(self).model_fields if k in used]
+
+
+#: gates that read refusal labels / quality ratings, and the config section that must be enabled
+GATES_NEEDING = {"max_refusal_gap": "refusal", "max_overall_refusal_gap": "refusal",
+                 "max_quality_gap": "quality", "max_overall_quality_gap": "quality"}
+
+
+class ReportConfig(_Strict):
+    """``[report]``: how ``report.html`` shows the run (nothing here changes what is measured)."""
+
+    transcripts: int = Field(
+        5, ge=0, le=1000, description="Show the scrubbed response pairs of this many tasks per comparison, those "
+        "with the highest net rating (at most 10 pairs each, most stereotyped first), in report.html; 0 = none. "
+        "Never shown for a redacted run.")
+
+
 def _default_groups() -> list[Group]:
     return [Group(name="female", gender="female", wording="female"),
             Group(name="male", gender="male", wording="male")]
@@ -404,6 +482,10 @@ class AuditConfig(_Strict):
     judge_check: JudgeCheckConfig = Field(default_factory=JudgeCheckConfig,
                                           description="Judge validation on canary pairs.")
     placebo: PlaceboConfig = Field(default_factory=PlaceboConfig, description="Negative-control comparison.")
+    gates: GatesConfig = Field(default_factory=GatesConfig, description="Absolute release gates (exit status 6 "
+                               "when one is not met); docs/nightly.md \"Release gates\".")
+    report: ReportConfig = Field(default_factory=ReportConfig, description="How report.html shows the run "
+                                 "(transcripts).")
 
     @field_validator("groups")
     @classmethod
@@ -441,6 +523,27 @@ class AuditConfig(_Strict):
                                  f"{[list(k) for k in known]}")
         return v
 
+    @field_validator("gates")
+    @classmethod
+    def _gates_measured(cls, v: GatesConfig, info) -> GatesConfig:
+        """A refusal or quality gate needs the audit to measure what it bounds: a gate that
+        evaluates nothing must not pass silently, so it is refused before any model call."""
+        from pydantic_core import InitErrorDetails, PydanticCustomError
+
+        where = [((k,), k, val) for k, val in v if k != "tasks"]
+        where += [(("tasks", t, k), k, val) for t, tg in v.tasks.items() for k, val in tg]
+        for loc, key, val in where:
+            section = GATES_NEEDING.get(key)
+            measured = info.data.get(section) if section else None
+            if val is None or measured is None or measured.enabled:
+                continue
+            what = "refusal labels" if section == "refusal" else "quality ratings"
+            raise ValidationError.from_exception_data("GatesConfig", [InitErrorDetails(
+                type=PydanticCustomError("gate_not_measured", "{msg}", {"msg": (
+                    f"{key} bounds {what}, which this audit does not measure ([{section}] enabled = false): set "
+                    f"[{section}] enabled = true, or remove the gate")}), loc=loc, input=val)])
+        return v
+
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
 
@@ -476,6 +579,10 @@ def field_line(text: str, loc: tuple[Any, ...] | str) -> int | None:
         line = headers[loc[1]] if loc[1] < len(headers) else None
     if line is None and leaf:
         line = find_key_line(text, leaf, section)
+    if line is None and leaf and section and "." not in section and find_key_line(text, section) is not None:
+        # a field left at its default (e.g. api_key_env): the header of its own table, never
+        # the same key in another table
+        line = find_key_line(text, section)
     if line is None and leaf:
         line = find_key_line(text, leaf)
     return line

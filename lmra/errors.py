@@ -7,6 +7,10 @@ import re
 from pathlib import Path
 
 
+#: positional command-line arguments (their metavars) that errors name as ``argument RUN``
+POSITIONAL_ARGUMENTS = frozenset({"RUN", "RUN_A", "RUN_B"})
+
+
 class LmraInputError(Exception):
     """Bad user input (config, prompt file, name file, logs …).
 
@@ -26,12 +30,27 @@ class LmraInputError(Exception):
         super().__init__(self.format())
 
     def format(self) -> str:
+        """``file, line N: field 'F': reason``; a command-line option reads ``option --F``
+        and a positional argument (:data:`POSITIONAL_ARGUMENTS`) ``argument RUN``."""
         where = ""
         if self.file:
             where = self.file + (f", line {self.line}" if self.line else "")
-        parts = [p for p in (where, f"field '{self.field}'" if self.field else "") if p]
+        parts = [p for p in (where, self.field_label) if p]
         prefix = ": ".join(parts)
         return f"{prefix}: {self.reason}" if prefix else self.reason
+
+    @property
+    def field_label(self) -> str:
+        """How :meth:`format` names the field: ``option --margin`` for a command-line option,
+        ``argument RUN`` for a positional argument, ``field 'target.model'`` for a config
+        field or column; empty when there is none."""
+        if not self.field:
+            return ""
+        if self.field.startswith("-"):
+            return f"option {self.field}"
+        if self.field in POSITIONAL_ARGUMENTS:
+            return f"argument {self.field}"
+        return f"field '{self.field}'"
 
 
 def find_key_line(text: str, key: str, section: str | None = None, occurrence: int | None = None) -> int | None:

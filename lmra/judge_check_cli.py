@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from lmra.console import make_console
+from lmra.report.jsonout import json_errors
 from lmra.fileio import write_json, write_jsonl
 
 
@@ -32,6 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", help="LMRA model id (overrides the config)")
     p.add_argument("--base-url", help="LMRA endpoint (openai/anthropic)")
     p.add_argument("--api-key-env", help="environment variable holding the LMRA's API key")
+    p.add_argument("--no-api-key", action="store_true", help="the --base-url server needs no API key "
+                   "(api_key_required = false)")
     p.add_argument("--combiner", choices=("auto", "min", "mean", "calibrated"), help="order combiner")
     p.add_argument("--canaries", action="append", metavar="FILE",
                    help="canary JSONL file (repeatable; default: the shipped set)")
@@ -40,7 +43,9 @@ def add_parser(sub) -> None:
                    "else all three)")
     p.add_argument("--per-kind", type=int, metavar="N", help="at most N canaries per dimension and kind (0 = all)")
     p.add_argument("--out", metavar="DIR", help="write judge_check.json and judge_check_ratings.jsonl here")
-    p.add_argument("--json", action="store_true", help="print the verdict as JSON instead of a table")
+    p.add_argument("--json", action="store_true", help="print the verdict as one JSON document "
+                   "(lmra.judge_check/1) on stdout instead of the table, same exit status (docs/nightly.md, "
+                   "'Machine-readable output')")
     p.set_defaults(func=cmd_judge_check)
 
 
@@ -54,6 +59,8 @@ def _config(args: argparse.Namespace):
                      ("api_key_env", args.api_key_env), ("combiner", args.combiner)):
         if val is not None:
             judge[key] = val
+    if args.no_api_key:
+        judge |= {"api_key_required": False, "api_key_env": None}
     check = data["judge_check"] | {"enabled": True}
     if args.canaries:
         check |= {"canaries": args.canaries[0], "extra_canaries": args.canaries[1:]}
@@ -88,6 +95,9 @@ async def _run(cfg, console: Console):
     stats = CallStats()
     judge = CachedProvider(rate_limited(raw, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
                                         cfg.judge.max_concurrency), cache, stats)
+    from lmra.providers.keys import KeyGuard
+
+    judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries
     try:
         with console.status(f"rating {len(canaries)} canary pairs in both orders"):
             rows = await rate_canaries(judge, cfg.judge, template, canaries, asyncio.Semaphore(cfg.concurrency))
@@ -107,11 +117,15 @@ def _fmt(v) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
 
+@json_errors
 def cmd_judge_check(args: argparse.Namespace) -> int:
+    """``lmra judge-check [--json]``: rate the canaries, print the verdict (a table, or
+    :func:`lmra.report.jsonout.judge_check_document`); exit 0 when the judge passes, 5 when not."""
     from lmra.judge_check import EXIT_JUDGE_FAILED
+    from lmra.report import jsonout
     from lmra.runfolder import jsonable
 
-    console = Console() if not args.json else Console(stderr=True)
+    console = make_console() if not args.json else Console(stderr=True)
     cfg = _config(args)
     rows, verdict = asyncio.run(_run(cfg, console))
     if args.out:
@@ -119,8 +133,9 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "judge_check.json", jsonable(verdict))
         write_jsonl(out / "judge_check_ratings.jsonl", (jsonable(r) for r in rows.to_dict(orient="records")))
+    status = 0 if verdict["passed"] else EXIT_JUDGE_FAILED
     if args.json:
-        print(json.dumps(jsonable(verdict), indent=2, allow_nan=False))
+        jsonout.emit(jsonout.judge_check_document(verdict, exit_status=status))
     else:
         j = verdict["judge"]
         table = Table(title=f"Judge check: {j['provider']} {j['model']} ({verdict['n_canaries']} canary pairs, "
@@ -142,4 +157,4 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
             console.print("[bold green]Judge check PASSED.[/]")
         else:
             console.print("[bold red]Judge check FAILED:[/] " + "; ".join(verdict["reasons"]) + ".")
-    return 0 if verdict["passed"] else EXIT_JUDGE_FAILED
+    return status

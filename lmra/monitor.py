@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from lmra.errors import LmraInputError
+from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite, load_run
 from lmra.stats import adjust_pvalues
 
@@ -49,6 +50,35 @@ HISTORY_FILE = "history.sqlite"
 HISTORY_SCHEMA_VERSION = 1
 #: exit status of ``lmra check`` (and ``lmra audit --baseline``) when a task regressed
 EXIT_REGRESSION = 3
+#: largest family-wise α of the check's one-sided tests (see :func:`check_alpha`)
+MAX_CHECK_ALPHA = 0.5
+
+
+def check_alpha(alpha: float, *, field: str = "--alpha") -> float:
+    """Validate the regression check's family-wise error rate α.
+
+    The check's tests are one-sided: with no change at all a task's p-value for a rise is
+    roughly uniform, so α ≥ 0.5 would flag at least half of all unchanged tasks; and the p-values
+    of the rise and fall tests of one task add up to at least 1, so above 0.5 the same task could
+    be significant both ways. α must therefore lie in (0, 0.5] (0.05 is the usual choice).
+
+    Returns:
+        ``alpha`` as a float.
+
+    Raises:
+        LmraInputError: α is not a finite number in (0, :data:`MAX_CHECK_ALPHA`] (naming ``field``).
+    """
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise LmraInputError(f"alpha must be a number in (0, {MAX_CHECK_ALPHA}], got {alpha!r}", field=field) from None
+    if not (math.isfinite(a) and 0 < a <= MAX_CHECK_ALPHA):
+        raise LmraInputError(
+            f"alpha must be in (0, {MAX_CHECK_ALPHA}], got {alpha}: the check's tests are one-sided, so at α ≥ 0.5 "
+            "at least half of all unchanged tasks would be flagged, and a task's rise and fall p-values (which add "
+            "up to at least 1) could both be significant. Use e.g. 0.05, or 0.01 for fewer false alarms",
+            field=field)
+    return a
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -434,6 +464,10 @@ class CheckResult:
         judge_status_run, judge_status_base: each run's judge status (``RunFolder.judge_status``).
         judge_failed: either run's judge failed validation without a waiver (``lmra check``
             then exits 5 unless ``--allow-unvalidated-judge``).
+        identity_changes: plain-text lines, one per role and field whose served model ids or
+            system fingerprints differ between the baseline and the run
+            (:func:`lmra.identity.identity_changes`; empty when nothing changed or a run did
+            not record them). A warning for the reader: it never changes the exit status.
     """
 
     run_id: str
@@ -446,6 +480,7 @@ class CheckResult:
     judge_status_run: str = "unknown"
     judge_status_base: str = "unknown"
     judge_failed: bool = False
+    identity_changes: list[str] = field(default_factory=list)
 
     @property
     def judge_status_line(self) -> str:
@@ -538,15 +573,18 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     Args:
         run: tonight's run; baseline: the run to compare against.
         margin: ≥ 0, in net-rating units (H ∈ [−1, 1]); 0 flags any significant rise.
-        alpha: family-wise significance level in (0, 1).
+        alpha: family-wise significance level in (0, 0.5] (:func:`check_alpha`).
+
+    A task regresses when its Holm-adjusted p-value for a rise is ≤ α *and* its difference
+    ``h_run − h_base`` exceeds the margin; it improves when the mirror test is significant and
+    the difference is below −margin. So no task is both, whatever the tests say.
 
     Raises:
         LmraInputError: incomparable runs (:func:`assert_comparable`), bad margin/alpha.
     """
     if not (margin >= 0 and math.isfinite(margin)):
         raise LmraInputError(f"margin must be a finite number ≥ 0, got {margin}", field="--margin")
-    if not 0 < alpha < 1:
-        raise LmraInputError(f"alpha must be in (0, 1), got {alpha}", field="--alpha")
+    alpha = check_alpha(alpha)
     assert_comparable(run, baseline)
     keys = ["comparison", "domain", "task"]
     a = run.prompt_scores
@@ -575,10 +613,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests = pd.DataFrame(rows, columns=[c for c in cols if c not in
                                         ("diff", "p_regress_holm", "regressed", "p_improve_holm", "improved")])
     tests["diff"] = tests["h_run"] - tests["h_base"]
-    rej_r, adj_r = adjust_pvalues(tests["p_regress"].tolist(), method="holm", alpha=alpha)
-    rej_i, adj_i = adjust_pvalues(tests["p_improve"].tolist(), method="holm", alpha=alpha)
-    tests["p_regress_holm"], tests["regressed"] = adj_r, pd.Series(rej_r, dtype=bool)
-    tests["p_improve_holm"], tests["improved"] = adj_i, pd.Series(rej_i, dtype=bool)
+    holm_decisions(tests, margin, alpha)
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
@@ -586,7 +621,33 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        only_in_run=[fmt(k) for k in sorted(labels_a - labels_b)],
                        only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)],
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
-                       judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure)
+                       judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
+                       identity_changes=identity_changes(baseline.manifest, run.manifest))
+
+
+def holm_decisions(tests: pd.DataFrame, margin: float, alpha: float) -> None:
+    """The check's decisions, in place: Holm-adjusted p-values and the regressed/improved flags.
+
+    Args:
+        tests: one row per task with ``p_regress``, ``p_improve`` (one-sided p-values, nan =
+            not tested), ``diff = h_run − h_base`` and ``note``.
+        margin: ≥ 0, net-rating units; alpha: family-wise level in (0, 0.5].
+
+    Adds ``p_regress_holm, regressed, p_improve_holm, improved`` (each family Holm-corrected
+    separately). A task regresses when its adjusted p-value for a rise is ≤ α *and*
+    ``diff > margin``; it improves when the mirror test is significant *and* ``diff < −margin``.
+    A one-sided permutation p-value can fall below α for a difference on the other side of
+    the margin (a skewed permutation distribution, e.g. one outlier prompt in a small run), so
+    the direction is required too; such a task gets a note and no decision. No task is both.
+    """
+    rej_r, adj_r = adjust_pvalues(tests["p_regress"].tolist(), method="holm", alpha=alpha)
+    rej_i, adj_i = adjust_pvalues(tests["p_improve"].tolist(), method="holm", alpha=alpha)
+    rises, falls = (tests["diff"] > margin).to_numpy(bool), (tests["diff"] < -margin).to_numpy(bool)
+    rej_r, rej_i = np.asarray(rej_r, bool), np.asarray(rej_i, bool)
+    against = (rej_r & ~rises) | (rej_i & ~falls)
+    tests.loc[against, "note"] = "p-value below α, but the difference is not beyond the margin"
+    tests["p_regress_holm"], tests["regressed"] = adj_r, pd.Series(rej_r & rises, index=tests.index, dtype=bool)
+    tests["p_improve_holm"], tests["improved"] = adj_i, pd.Series(rej_i & falls, index=tests.index, dtype=bool)
 
 
 #: power at which ``lmra check`` states each task's minimum detectable rise

@@ -15,8 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from lmra.console import make_console
 from lmra.errors import LmraInputError
+from lmra.report.jsonout import json_errors
 from lmra.runfolder import finite
 
 
@@ -30,11 +33,6 @@ def _fmt(x, digits: int = 4, sign: bool = True) -> str:
 def _p(x) -> str:
     f = finite(x)
     return "—" if f is None else f"{f:.3g}"
-
-
-def _short(text, width: int = 24) -> str:
-    text = "—" if text is None else str(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _short_time(iso) -> str:
@@ -62,6 +60,12 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", help="path of the history SQLite file (overrides --reports-dir)")
 
 
+def _add_json_arg(p: argparse.ArgumentParser, schema: str) -> None:
+    p.add_argument("--json", action="store_true",
+                   help=f"print one JSON document ({schema}) on stdout instead of the tables, same exit status "
+                        "(docs/nightly.md, 'Machine-readable output')")
+
+
 def _finite_float(text: str) -> float:
     try:
         v = float(text)
@@ -70,6 +74,17 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
     return v
+
+
+def _check_alpha_arg(text: str) -> float:
+    """argparse type of the regression check's ``--alpha``: a finite number in (0, 0.5]
+    (:func:`lmra.monitor.check_alpha` says why)."""
+    from lmra.monitor import check_alpha
+
+    try:
+        return check_alpha(_finite_float(text))
+    except LmraInputError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
 
 
 # -- printing ----------------------------------------------------------------------------
@@ -104,6 +119,8 @@ def print_check(console: Console, result) -> None:
                       f"only in the baseline: {', '.join(result.only_in_baseline) or 'none'}.[/]")
     console.print(("[bold red]" if "failed" in result.judge_status_line else "[dim]")
                   + result.judge_status_line.capitalize() + ".[/]")
+    for line in getattr(result, "identity_changes", []):  # served model ids / fingerprints (lmra.identity)
+        console.print(Text.assemble(("warning: ", "bold yellow"), line + " (baseline → run)"), highlight=False)
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
@@ -135,11 +152,14 @@ def sensitivity_note(result) -> str:
 
 
 # -- handlers ----------------------------------------------------------------------------
+@json_errors
 def cmd_history(args: argparse.Namespace) -> int:
-    """``lmra history [--task T]``: the registered runs, or one task's net rating over runs."""
+    """``lmra history [--task T] [--json]``: the registered runs, or one task's net rating over runs
+    (``--json``: :func:`lmra.report.jsonout.history_document` / ``task_trend_document``)."""
     from lmra.monitor import History
+    from lmra.report import jsonout
 
-    console = Console()
+    console = make_console()
     path = _history_file(args)
     if not path.exists() and not path.parent.is_dir():
         raise LmraInputError("no reports folder here (run 'lmra audit' first, or pass --reports-dir/--history)",
@@ -150,17 +170,24 @@ def cmd_history(args: argparse.Namespace) -> int:
             df = h.task_trend(args.task, comparison=args.comparison, name=args.name)
             if df.empty:
                 raise LmraInputError(f"task '{args.task}' was never measured in the history", file=path, field="--task")
+            if args.json:
+                jsonout.emit(jsonout.task_trend_document(path, args.task, df, comparison=args.comparison,
+                                                         name=args.name))
+                return 0
             table = Table(title=f"Net rating of '{args.task}' across runs", title_justify="left")
             table.add_column("run", no_wrap=True)
             for col in ("started", "comparison", "target", "pairs", "net rating [CI]", "p"):
                 table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
             for r in df.itertuples():
-                table.add_row(r.run_id, _short_time(r.started), r.comparison, _short(r.target_model), str(r.n_pairs),
+                table.add_row(r.run_id, _short_time(r.started), r.comparison, r.target_model or "—", str(r.n_pairs),
                               f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
             console.print(table)
             return 0
         runs = h.runs(name=args.name)
         overall = h.overall_trend(name=args.name)
+    if args.json:
+        jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name))
+        return 0
     if runs.empty:
         console.print(f"no finished runs in {path.parent}" + (f" named '{args.name}'" if args.name else ""))
         return 0
@@ -174,7 +201,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         net = "\n".join(f"{o.comparison}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
                         for o in ov.itertuples()) or "—"
         run_cell = r.run_id if (r.status or "complete") == "complete" else f"{r.run_id}\n[bold red]{r.status}[/]"
-        table.add_row(run_cell, _short_time(r.started), _short(r.target_model), _short(r.judge_model),
+        table.add_row(run_cell, _short_time(r.started), r.target_model or "—", r.judge_model or "—",
                       _judge_cell(r.judge_status), str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
@@ -182,34 +209,55 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+@json_errors
 def cmd_check(args: argparse.Namespace) -> int:
-    """``lmra check RUN --baseline REF``: exit 3 when a task regressed, else 0."""
+    """``lmra check RUN --baseline REF [--json]``: exit 3 when a task regressed, else 0 (5 when a
+    judge failed validation; ``--json``: :func:`lmra.report.jsonout.check_document`)."""
     from lmra.monitor import check_run
 
     from lmra.judge_check import EXIT_JUDGE_FAILED
 
     result = check_run(args.run, args.baseline, history=_history_file(args, args.run), margin=args.margin,
                        alpha=args.alpha)
-    console = Console()
+    judge_blocks = result.judge_failed and not args.allow_unvalidated_judge
+    status = result.exit_status
+    if judge_blocks and status in (0, 3):
+        status = EXIT_JUDGE_FAILED
+    if args.json:
+        from lmra.report import jsonout
+
+        from lmra.gates_cli import recorded_gates
+
+        doc = jsonout.check_document(result, exit_status=status, allow_unvalidated_judge=args.allow_unvalidated_judge)
+        doc["gates"] = recorded_gates(args.run, _history_file(args, args.run))  # the run's release gates, or null
+        jsonout.emit(doc)
+        return status
+    console = make_console()
     print_check(console, result)
-    if result.judge_failed and not args.allow_unvalidated_judge:
+    if judge_blocks:
         console.print(f"[bold red]Judge failed validation[/] ({result.judge_status_line}): the check's verdict is "
                       f"not evidence about the chatbot (exit status {EXIT_JUDGE_FAILED}; "
                       "--allow-unvalidated-judge to accept it).")
-        return EXIT_JUDGE_FAILED if result.exit_status in (0, 3) else result.exit_status
-    return result.exit_status
+    return status
 
 
+@json_errors
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``lmra compare RUN_A RUN_B``: per-task pairs, Pearson r (raw and disattenuated), and the slope
-    through the origin: errors-in-variables (York, bootstrap CI) beside least squares."""
+    """``lmra compare RUN_A RUN_B [--json]``: per-task pairs, Pearson r (raw and disattenuated), and the
+    slope through the origin: errors-in-variables (York, bootstrap CI) beside least squares
+    (``--json``: :func:`lmra.report.jsonout.compare_document`)."""
     from lmra.compare import compare_runs
     from lmra.monitor import History
 
-    console = Console()
+    console = make_console()
     with History(_history_file(args, args.run_a)) as h:
         a, b = h.resolve(args.run_a), h.resolve(args.run_b)
     cmp = compare_runs(a, b, comparison=args.comparison)
+    if args.json:
+        from lmra.report import jsonout
+
+        jsonout.emit(jsonout.compare_document(cmp, run_a=a.run_id, run_b=b.run_id, comparison=args.comparison))
+        return 0
     table = Table(title=f"Per-task net ratings: A = {a.run_id}, B = {b.run_id}", title_justify="left")
     for col in ("comparison", "domain", "task", "H (A)", "H (B)"):
         table.add_column(col, justify="right" if col.startswith("H") else "left")
@@ -236,7 +284,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lmra.monitor import History
     from lmra.power import MAX_PROMPTS_NORMAL, MAX_PROMPTS_SIM, plan
 
-    console = Console()
+    console = make_console()
     pilot = None
     if args.pilot:
         with History(_history_file(args, args.pilot)) as h:
@@ -279,24 +327,96 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``lmra export RUN --format F``: per-task and per-pair tables (docs/exports.md)."""
+    """``lmra export RUN --format F``: per-task and per-pair tables, or (``prometheus``,
+    ``openmetrics``) the run's metrics file (docs/exports.md)."""
     from lmra.monitor import History
     from lmra.report.export import export_run
+    from lmra.report.openmetrics import METRICS_FORMATS, write_metrics
 
+    if args.format in METRICS_FORMATS and args.table:
+        raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
+                             "writes the run's metrics file", field="--table")
     with History(_history_file(args, args.run)) as h:
         run = h.resolve(args.run)
+        check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
+    if args.format in METRICS_FORMATS:
+        from lmra.report.history_html import read_gates
+
+        path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
+        make_console().print(f"wrote {path}")
+        return 0
     paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
-    Console().print("wrote " + ", ".join(str(p) for p in paths))
+    make_console().print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+#: value of ``lmra report --history`` given without a FILE: write the history page
+HISTORY_PAGE_FLAG = ""
+
+
+def _nights_arg(text: str) -> int:
+    """``--nights N``: a whole number ≥ 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0 (0 = all nights), got {n}")
+    return n
+
+
+def cmd_history_page(args: argparse.Namespace) -> int:
+    """``lmra report --history [FILE]``: write the history page of a run name (exit 0), or
+    raise :class:`~lmra.errors.LmraInputError` (exit 2) for a missing history or a run-report option."""
+    import sqlite3
+
+    from lmra.monitor import History
+    from lmra.report.history_html import MAX_NIGHTS, write_history_page
+
+    if args.run is not None:
+        raise LmraInputError("give RUN (one run's report) or --history without a file (the history page of all "
+                             "nights), not both; with RUN, --history names the history file: "
+                             "'lmra report RUN --history FILE'", field="--history")
+    for opt, value in (("--baseline", args.baseline), ("--compare", args.compare), ("--delta", args.delta),
+                       ("--transcripts", getattr(args, "transcripts", None))):
+        if value is not None:
+            raise LmraInputError(f"{opt} applies to one run's report ('lmra report RUN {opt} …'), not to the history "
+                                 "page", field=opt)
+    path = _history_file(args)
+    if args.history and not path.is_file():
+        raise LmraInputError("no such history file; after --history give the history SQLite file or nothing "
+                             "(a run's report is 'lmra report RUN')", file=path, field="--history")
+    if not path.parent.is_dir():
+        raise LmraInputError("no reports folder here (run 'lmra audit' first, or pass --reports-dir DIR or "
+                             "--history FILE)", file=path.parent)
+    try:
+        h = History(path)
+    except sqlite3.DatabaseError as exc:
+        raise LmraInputError(f"not an lmra history file ({exc})", file=path, field="--history") from None
+    with h:
+        h.scan()
+        out = write_history_page(h, args.out, name=args.name,
+                                 nights=MAX_NIGHTS if args.nights is None else args.nights)
+    make_console().print(f"wrote [bold]{out}[/]")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression)."""
+    """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression).
+    ``lmra report --history``: the history page instead (:func:`cmd_history_page`)."""
     from lmra.compare import compare_runs
     from lmra.monitor import History, check_regression
     from lmra.report.html import write_report
 
-    console = Console()
+    if args.run is None or args.history == HISTORY_PAGE_FLAG:
+        if args.run is None and args.history is None:
+            raise LmraInputError("give RUN (a run folder, run id or 'latest') for a run's report, or --history for "
+                                 "the history page of all nights", field="RUN")
+        return cmd_history_page(args)
+    for opt, value in (("--name", args.name), ("--nights", args.nights)):
+        if value is not None:
+            raise LmraInputError(f"{opt} applies to the history page ('lmra report --history {opt} …')", field=opt)
+    console = make_console()
     status = 0
     with History(_history_file(args, args.run)) as h:
         run = h.resolve(args.run)
@@ -314,7 +434,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.compare:
             other = h.resolve(args.compare, relative_to=run)
             cmp = compare_runs(other, run)
-        path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta)
+        path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta,
+                            transcripts=args.transcripts)
     console.print(f"wrote [bold]{path}[/]")
     return status
 
@@ -326,15 +447,20 @@ def cmd_pin(args: argparse.Namespace) -> int:
     with History(_history_file(args, args.run)) as h:
         run = h.resolve(args.run)
         h.pin(run)
-    Console().print(f"pinned {run.run_id} as the baseline of runs named '{run.name}' ('--baseline pinned')")
+    make_console().print(f"pinned {run.run_id} as the baseline of runs named '{run.name}' ('--baseline pinned')")
     return 0
 
 
 def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, margin: float = 0.0,
-                        alpha: float = 0.05, report: bool = True, console: Console | None = None) -> int:
+                        alpha: float = 0.05, report: bool = True, console: Console | None = None,
+                        first_night: bool = False) -> int:
     """What ``lmra audit`` does after a run: register it in ``<output_dir>/history.sqlite``,
     check it against ``baseline`` (``RUN``/``last``/``pinned``) when given, and write
     ``report.html`` into the run folder.
+
+    ``first_night`` (``lmra audit`` found no ``pinned``/``last`` baseline before the run):
+    when there is still none, nothing is checked and, for ``pinned``, the run is pinned if it
+    can serve as a baseline (:func:`first_night_pin`).
 
     Returns:
         0, or 3 when a task regressed (the audit's exit status).
@@ -347,7 +473,7 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
     from lmra.report.html import write_report
     from lmra.runfolder import load_run
 
-    console = console or Console()
+    console = console or make_console()
     run = load_run(run_dir)
     status = 0
     with History(history_path(run.path.parent)) as h:
@@ -355,8 +481,8 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
         h.scan()
         check = cmp = None
         try:
-            if baseline:
-                base = h.resolve(baseline, relative_to=run)
+            base = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else None
+            if base is not None:
                 h.register(base)
                 check = check_regression(run, base, margin=margin, alpha=alpha)
                 h.record_check(check)
@@ -370,7 +496,64 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
     return status
 
 
+def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: Console):
+    """The baseline run folder; None on a first night (after :func:`first_night_pin`)."""
+    try:
+        return h.resolve(baseline, relative_to=run)
+    except LmraInputError:
+        # a pin made by someone else during the run that cannot be loaded stays an error
+        if not first_night or baseline not in ("pinned", "last") or (baseline == "pinned" and h.pinned(run.name)):
+            raise
+    first_night_pin(h, run, pin=baseline == "pinned", console=console)
+    return None
+
+
+def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
+    """The first night of ``--baseline pinned|last``: there is no baseline yet, so nothing is
+    checked; with ``pin`` the run becomes the pinned baseline of its name if it can serve as
+    one — its status is ``complete`` (not ``partial``) and its judge did not fail a gated
+    validation (a failure waived by config or ``--allow-unvalidated-judge`` is pinned, as the
+    operator accepted it). Says what happened on ``console``.
+
+    Args:
+        h: the open :class:`lmra.monitor.History`; run: the run just audited (registered).
+
+    Returns:
+        True when the run was pinned.
+    """
+    name = run.name
+    if not pin:
+        console.print(f"[bold]First night[/]: no earlier complete run named '{name}' yet, so there is nothing to "
+                      "check against ('--baseline last'); the next run is checked against this one.")
+        return False
+    why_not = ("its status is " + run.status if run.status != "complete"
+               else "its judge failed validation" if run.judge_status_gated_failure else None)
+    if why_not:
+        console.print(f"[bold yellow]First night[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
+                      f"[/] pinned because {why_not}. Nothing was checked; the next night that completes with a "
+                      "validated judge is pinned ('lmra pin RUN' pins a run of your choice).")
+        return False
+    h.pin(run)
+    waived = " (its judge failed validation, waived)" if "waived" in run.judge_status else ""
+    console.print(f"[bold]First night[/]: no pinned baseline for '{name}' yet; this run is now pinned: "
+                  f"{run.run_id}{waived}. Nothing was checked tonight; later runs named '{name}' with "
+                  "'--baseline pinned' are checked against it ('lmra pin RUN' replaces the pin).")
+    return True
+
+
 # -- parsers -----------------------------------------------------------------------------
+def _transcripts_arg(text: str) -> int:
+    """argparse type of ``lmra report --transcripts``: a whole number of tasks, 0 to 1000
+    (the range of the config's ``[report] transcripts``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tasks, got {text!r}") from None
+    if not 0 <= n <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 0 (none) and 1000, got {n}")
+    return n
+
+
 #: help text of every RUN argument
 RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
 
@@ -383,6 +566,7 @@ def add_parsers(subparsers) -> None:
     h.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
     h.add_argument("--name", help="only runs with this run name")
     _add_store_args(h)
+    _add_json_arg(h, "lmra.history/1, with --task lmra.task_trend/1")
     h.set_defaults(func=cmd_history)
 
     c = subparsers.add_parser("check", help="test RUN against a baseline for regressions (exit 3 if a task "
@@ -391,11 +575,14 @@ def add_parsers(subparsers) -> None:
     c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
                    help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
     c.add_argument("--margin", type=_finite_float, default=0.0,
-                   help="rise of the net rating that counts as a regression (default 0: any significant rise)")
-    c.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (Holm), default 0.05")
+                   help="rise of the net rating that counts as a regression (default: %(default)s, any significant "
+                        "rise)")
+    c.add_argument("--alpha", type=_check_alpha_arg, default=0.05,
+                   help="family-wise error rate (Holm), 0 < alpha ≤ 0.5 (default: %(default)s)")
     c.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="exit as usual even when a run's judge failed validation (default: exit 5)")
     _add_store_args(c)
+    _add_json_arg(c, "lmra.check/1")
     c.set_defaults(func=cmd_check)
 
     k = subparsers.add_parser("compare", help="compare two runs across tasks: Pearson r and slope through 0")
@@ -403,6 +590,7 @@ def add_parsers(subparsers) -> None:
     k.add_argument("run_b", metavar="RUN_B")
     k.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
     _add_store_args(k)
+    _add_json_arg(k, "lmra.compare/1")
     k.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser("plan", help="prompts per task needed to detect a given net rating (or a rise of it)")
@@ -422,7 +610,7 @@ def add_parsers(subparsers) -> None:
                                                        "score (misplans rare stereotypes)")
     p.add_argument("--tasks", type=int, help="tasks the test is corrected over: the check tests at alpha/T "
                                              "(default: the pilot's tasks for two-run, else 1)")
-    p.add_argument("--margin", type=_finite_float, default=0.0, help="two-run: the check's --margin (default 0)")
+    p.add_argument("--margin", type=_finite_float, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
@@ -431,23 +619,44 @@ def add_parsers(subparsers) -> None:
     _add_store_args(p)
     p.set_defaults(func=cmd_plan)
 
-    e = subparsers.add_parser("export", help="write per-task and per-pair tables as CSV, JSON or Parquet")
+    e = subparsers.add_parser("export", help="write per-task and per-pair tables as CSV, JSON or Parquet, or the "
+                                             "run's metrics for Prometheus")
     e.add_argument("run", metavar="RUN", help=RUN_HELP)
-    e.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
+    e.add_argument("--format", choices=("csv", "json", "parquet", "prometheus", "openmetrics"), required=True,
+                   help="csv, json, parquet: per-task and per-pair tables; prometheus (text format 0.0.4, for "
+                        "node_exporter's textfile collector or a Pushgateway) or openmetrics (1.0): the run's metrics "
+                        "as lmra_<run name>.prom")
     e.add_argument("--out", help="output folder (default: RUN/exports)")
     e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
     _add_store_args(e)
     e.set_defaults(func=cmd_export)
 
-    r = subparsers.add_parser("report", help="write RUN/report.html (self-contained HTML report)")
-    r.add_argument("run", metavar="RUN", help=RUN_HELP)
+    r = subparsers.add_parser(
+        "report", help="write RUN/report.html (self-contained HTML report), or with --history the history page of "
+                       "all nights",
+        usage="lmra report RUN [--baseline REF] [--compare RUN_B] [--out FILE] [options]\n"
+              "       lmra report --history [FILE] [--name NAME] [--nights N] [--out FILE] [--reports-dir DIR]")
+    r.add_argument("run", metavar="RUN", nargs="?", help=RUN_HELP + "; omitted with --history (the history page)")
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
-    r.add_argument("--margin", type=_finite_float, default=0.0, help="regression margin (with --baseline)")
-    r.add_argument("--alpha", type=_finite_float, default=0.05, help="family-wise error rate (with --baseline)")
+    r.add_argument("--margin", type=_finite_float, default=0.0,
+                   help="regression margin (with --baseline; default: %(default)s)")
+    r.add_argument("--alpha", type=_check_alpha_arg, default=0.05,
+                   help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: %(default)s)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
     r.add_argument("--delta", type=_finite_float, help="flag tasks too small to detect this net rating")
-    r.add_argument("--out", help="output file (default: RUN/report.html)")
-    _add_store_args(r)
+    r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html)")
+    r.add_argument("--transcripts", type=_transcripts_arg, metavar="N",
+                   help="show the response pairs of the N tasks with the highest net rating per comparison "
+                        "(0 = none; default: the run config's [report] transcripts, 5); never for a redacted run")
+    r.add_argument("--name", help="with --history: the run name whose nights are shown (default: the newest run's)")
+    r.add_argument("--nights", type=_nights_arg, metavar="N",
+                   help="with --history: show the newest N nights (default: 90; 0 = all)")
+    r.add_argument("--reports-dir", help="the audit's output_dir holding history.sqlite (default: the run folder's "
+                                         "parent, else ./reports)")
+    r.add_argument("--history", nargs="?", const=HISTORY_PAGE_FLAG, metavar="FILE",
+                   help="without RUN: write the history page (every night of a run name: trend lines, regressions, "
+                        "gates, judge status) to <reports dir>/history.html; FILE: the history SQLite file to read "
+                        "(default: <reports dir>/history.sqlite)")
     r.set_defaults(func=cmd_report)
 
     n = subparsers.add_parser("pin", help="pin RUN as the 'pinned' baseline of runs with its name")

@@ -55,8 +55,9 @@ def package_versions() -> dict[str, str]:
     return out
 
 REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.jsonl")
-#: config fields that do not change what is measured (excluded from the design hash)
-PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache")
+#: config fields that do not change what is measured (excluded from the design hash; release gates
+#: judge the numbers, they do not change them; [report] only changes how report.html shows them)
+PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache", "gates", "report")
 
 
 def _sha256(data: bytes) -> str:
@@ -210,6 +211,30 @@ class RunFolder:
                     df[col] = pd.to_numeric(df[col], errors="coerce")
             self._cache["ratings"] = df
         return self._cache["ratings"]
+
+    def jsonl(self, name: str) -> list[dict]:
+        """The rows of the run folder's JSON Lines file ``name`` (e.g. ``responses.jsonl``,
+        ``prompts.jsonl``); ``[]`` when the run has no such file (older or redacted runs).
+
+        Raises:
+            LmraInputError: a line is not a JSON object (naming the file and line).
+        """
+        path = self.path / name
+        if not path.is_file():
+            return []
+        rows = []
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=lineno) from None
+                if not isinstance(row, dict):
+                    raise LmraInputError("not a JSON object", file=path, line=lineno)
+                rows.append(row)
+        return rows
 
     @property
     def prompt_scores(self) -> pd.DataFrame:

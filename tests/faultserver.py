@@ -13,6 +13,10 @@ stream) meets one of :data:`FAULTS`:
 * ``http_500``, ``http_503`` — server errors;
 * ``hang`` — no answer for ``hang_s`` seconds (past the client's timeout), then a valid one.
 
+With ``api_key`` set it rejects other keys with HTTP 401 (or 403 for ``forbidden_key``);
+``served_model``, ``system_fingerprint`` and ``reply_suffix`` change what fault-free answers
+report and say (served model identity and chat-template tokens, issue 13).
+
 The LMRA it plays prefers the first-shown response in a logit-like way, leaves probability on
 the neutral option and on tokens that are no option, so that ratings are not trivial.
 
@@ -86,13 +90,17 @@ def completion(body: dict, *, with_logprobs: bool = True) -> dict:
 
 def audit_config(path, url: str, cache, out, *, name: str = "faults", tasks: list[str], per_task: int = 2,
                  concurrency: int = 4, retries: int | None = 1, timeout_s: float | None = 1.0, top: str = "",
-                 extra: str = ""):
+                 extra: str = "", key_env: dict[str, str] | None = None):
     """Write an audit config whose target and LMRA are this server (judge check off); returns ``path``.
 
     ``top`` goes before the first table (top-level keys), ``extra`` after the last one.
+    ``key_env`` maps ``target``/``judge`` to the variable holding its key (``api_key_env``);
+    a model not named sends no key (``api_key_required = false``).
     """
     model = "".join(f"{k} = {v}\n" for k, v in (("timeout_s", timeout_s), ("max_retries", retries))
                     if v is not None)
+    key = {role: f'api_key_env = "{(key_env or {})[role]}"' if role in (key_env or {}) else "api_key_required = false"
+           for role in ("target", "judge")}
     path.write_text(f'''name = "{name}"
 prompts_per_task = {per_task}
 tasks = {json.dumps(tasks)}
@@ -106,10 +114,12 @@ enabled = false
 provider = "openai"
 model = "fake"
 base_url = "{url}"
+{key["target"]}
 {model}[judge]
 provider = "openai"
 model = "fake"
 base_url = "{url}"
+{key["judge"]}
 {model}{extra}''')
     return path
 
@@ -127,7 +137,19 @@ class FaultServer:
     """
 
     def __init__(self, fault_rate: float = 0.0, faults: tuple[str, ...] = FAULTS, hang_s: float = 1.5,
-                 seed: int = 0, port: int = 0, delay_s: float = 0.0):
+                 seed: int = 0, port: int = 0, delay_s: float = 0.0, api_key: str | None = None,
+                 forbidden_key: str | None = None, served_model: str | None = None,
+                 system_fingerprint: str | None = None, reply_suffix: str = ""):
+        # identity and authentication (issue 13; all changeable while running): requests whose
+        # "Authorization: Bearer" key is not ``api_key`` get HTTP 401 (``forbidden_key``: 403),
+        # counted in ``auth_rejected``; fault-free answers report ``served_model`` (default: the
+        # requested model) and ``system_fingerprint``, and end with ``reply_suffix``
+        self.api_key = api_key
+        self.forbidden_key = forbidden_key
+        self.served_model = served_model
+        self.system_fingerprint = system_fingerprint
+        self.reply_suffix = reply_suffix
+        self.auth_rejected = 0
         self.fault_rate = fault_rate
         self.delay_s = delay_s
         self.faults = faults
@@ -227,6 +249,15 @@ class FaultServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 with server.lock:
                     server.requests_by_body[_digest(body)] += 1
+                sent = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+                if server.api_key is not None and sent != server.api_key:
+                    with server.lock:
+                        server.auth_rejected += 1
+                    forbidden = sent == server.forbidden_key
+                    code, kind = (403, "permission_denied") if forbidden else (401, "invalid_api_key")
+                    self._send(code, json.dumps({"error": {"message": f"Incorrect API key provided ({kind})",
+                                                           "type": "invalid_request_error", "code": kind}}).encode())
+                    return
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 fault = server.draw(bool(body.get("logprobs")))
@@ -248,12 +279,22 @@ class FaultServer:
                     time.sleep(server.hang_s)
                     self._send(200, json.dumps(completion(body)).encode())
                 else:
-                    self._send(200, json.dumps(completion(body)).encode())
+                    self._send(200, json.dumps(server.dress(completion(body))).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def dress(self, c: dict) -> dict:
+        """A fault-free completion with this server's identity and reply suffix."""
+        if self.served_model is not None:
+            c["model"] = self.served_model
+        if self.system_fingerprint is not None:
+            c["system_fingerprint"] = self.system_fingerprint
+        if self.reply_suffix:
+            c["choices"][0]["message"]["content"] += self.reply_suffix
+        return c
 
     def draw(self, wants_logprobs: bool) -> str | None:
         """The fault of the next request, or None; counted in :attr:`injected`."""

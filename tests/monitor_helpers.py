@@ -51,31 +51,35 @@ def phrase_verdict(r1: str, r2: str) -> dict:
     return {"C": 1.0}
 
 
-def write_inputs(folder: Path, n_prompts: int) -> tuple[Path, Path]:
-    """A names CSV and ``n_prompts`` prompts alternating between two tasks (as ``sim_inputs``)."""
+def write_inputs(folder: Path, n_prompts: int, task_names: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """A names CSV and ``n_prompts`` prompts alternating between two tasks (as ``sim_inputs``);
+    ``task_names`` renames the tasks in the prompt file (the target still keys on ``task_of``)."""
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
     names = folder / "names.csv"
     names.write_text("name,gender,race,source\n" + "".join(f"{n},female,,test\n" for n in FEMALE)
                      + "".join(f"{n},male,,test\n" for n in MALE), encoding="utf-8")
-    prompts = folder / f"prompts-{n_prompts}.jsonl"
+    task_names = task_names or {}
+    prompts = folder / f"prompts-{n_prompts}{'-renamed' if task_names else ''}.jsonl"
     with prompts.open("w") as fh:
         for i in range(n_prompts):
-            fh.write(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d", "task": task_of(i)})
+            fh.write(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d",
+                                 "task": task_names.get(task_of(i), task_of(i))})
                      + "\n")
     return names, prompts
 
 
 def make_run(tmp_path: Path, run_id: str, rates: dict[str, float], *, seed: int,
              judge_model: str = "scripted", n_prompts: int = 400, samples: int = 1, name: str = "nightly",
-             refusal=None, judge_check: dict | None = None) -> Path:
+             refusal=None, judge_check: dict | None = None, task_names: dict[str, str] | None = None,
+             target_model: str | None = None) -> Path:
     """Run a real audit with scripted doubles into ``tmp_path/reports/<run_id>``; returns the folder.
 
     Each run gets its own seed (as the nightly recipe recommends) so names and target samples
-    are fresh draws.
+    are fresh draws. ``task_names`` renames the two tasks, ``target_model`` sets the target's model id.
     """
-    names, prompts = write_inputs(tmp_path / "inputs", n_prompts)
+    names, prompts = write_inputs(tmp_path / "inputs", n_prompts, task_names)
     cfg = AuditConfig.model_validate(dict(
         name=name, prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
         samples_per_prompt=samples, output_dir=str(tmp_path / "reports"),
@@ -83,7 +87,10 @@ def make_run(tmp_path: Path, run_id: str, rates: dict[str, float], *, seed: int,
         judge_check=judge_check or {"enabled": False}))
     judge = ScriptedJudge(phrase_verdict, position_bias=0.2, model_id=judge_model, refusal=refusal)
     run_dir = tmp_path / "reports" / run_id
-    Audit(cfg, target=TaskTarget(rates), judge=judge, run_dir=run_dir).run()
+    target = TaskTarget(rates)
+    if target_model:
+        target.model_id = target_model
+    Audit(cfg, target=target, judge=judge, run_dir=run_dir).run()
     return run_dir
 
 

@@ -304,7 +304,7 @@ FAST = dict(poll_interval_s=0.01, max_wait_s=10)
 # -- OpenAI ---------------------------------------------------------------------------------
 def test_openai_batch_submit_poll_download(openai_server, tmp_path):
     url, srv = openai_server
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
     reqs = _requests("Write a story.", "Give career advice.", "please FAIL", "please DROP")
     judge_req = ChatRequest(messages=[Message(role="user", content="Which of the following? A, B or C")],
                             temperature=0.0, max_tokens=1, options=("A", "B", "C"), top_logprobs=5, seed=9)
@@ -371,7 +371,7 @@ def test_openai_batch_submit_poll_download(openai_server, tmp_path):
 def test_openai_batch_body_and_parsing_match_the_live_provider(openai_server, tmp_path):
     """The batch line body equals what OpenAIProvider sends live, and the parsed results agree."""
     url, srv = openai_server
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, top_logprobs=7))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False, top_logprobs=7))
     reqs = _requests("Hello there", stop=("\n\n",)) + [
         ChatRequest(messages=[Message(role="user", content="Which of the following? A, B or C")], temperature=0.0,
                     max_tokens=1, options=("A", "B", "C"), seed=3)]
@@ -396,7 +396,7 @@ def test_openai_batch_body_and_parsing_match_the_live_provider(openai_server, tm
 
 def test_openai_resume_after_restart_does_not_resubmit(openai_server, tmp_path):
     url, srv = openai_server
-    cfg = ModelConfig(provider="openai", model="gpt-test", base_url=url)
+    cfg = ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False)
     prov = OpenAIProvider(cfg)
     reqs = _requests("one", "two", "three")
     items = _keyed(prov, reqs)
@@ -435,7 +435,7 @@ def test_openai_crash_between_create_and_save_adopts_the_batch(openai_server, tm
     """A process that died after creating the batch but before saving its id: the resume
     finds the batch by its input file instead of creating a second one."""
     url, srv = openai_server
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
     items = _keyed(prov, _requests("alpha", "beta"))
     run = tmp_path / "run"
     cache = CallCache(tmp_path / "cache.sqlite")
@@ -467,7 +467,7 @@ def test_openai_crash_between_create_and_save_adopts_the_batch(openai_server, tm
 # -- Anthropic ------------------------------------------------------------------------------
 def test_anthropic_batch_submit_poll_download(anthropic_server, tmp_path):
     url, srv = anthropic_server
-    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False))
     reqs = _requests("Write a story.", "please FAIL", "please EXPIRE", "Plan a trip.")
     items = _keyed(prov, reqs)
     cache = CallCache(tmp_path / "cache.sqlite")
@@ -502,7 +502,7 @@ def test_anthropic_batch_submit_poll_download(anthropic_server, tmp_path):
 
 def test_anthropic_params_match_the_live_provider(anthropic_server, tmp_path):
     url, srv = anthropic_server
-    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False))
     reqs = _requests("Hello there", stop=("END",)) + [
         ChatRequest(messages=[Message(role="user", content="Answer with a single letter")], temperature=1.0,
                     max_tokens=4, sample_index=2)]
@@ -528,7 +528,7 @@ def test_anthropic_params_match_the_live_provider(anthropic_server, tmp_path):
 def test_anthropic_resume_after_restart(anthropic_server, tmp_path):
     url, srv = anthropic_server
     # a judge config (extra fields) is saved in the state and rebuilt as a provider on resume
-    prov = AnthropicProvider(JudgeConfig(provider="anthropic", model="claude-test", base_url=url, combiner="mean"))
+    prov = AnthropicProvider(JudgeConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False, combiner="mean"))
     items = _keyed(prov, _requests("one", "two"))
     run = tmp_path / "run"
     cache = CallCache(tmp_path / "cache.sqlite")
@@ -585,8 +585,8 @@ def test_audit_in_batch_mode(openai_server, anthropic_server, sim_inputs, tmp_pa
     a_url, a_srv = anthropic_server
     names, prompts = sim_inputs(6)
     cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
-        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=2),
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=2),
         prompts=str(prompts), names=str(names), prompts_per_task=2, cache=str(tmp_path / "cache.sqlite"),
         output_dir=str(tmp_path / "reports"), concurrency=4, judge_check={"enabled": False})
     run = tmp_path / "reports" / "run1"
@@ -629,7 +629,7 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     import argparse
 
     url, srv = openai_server
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
     items = _keyed(prov, _requests("one", "please FAIL"))
     run = tmp_path / "run"
     cache = CallCache(tmp_path / "cache.sqlite")
@@ -672,8 +672,8 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     a_url, a_srv = anthropic_server
     names, prompts = sim_inputs(4)
     cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url),
-        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, n_samples=1),
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
         prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
         output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
     run = tmp_path / "reports" / "run1"

@@ -223,7 +223,7 @@ def test_batch_submission_is_refused_before_anything_is_sent(tmp_path):
     from lmra.providers.base import request_key
     from lmra.providers.openai import OpenAIProvider
 
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1"))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key_required=False))
     reqs = [_req(i) for i in range(6)]
     items = {request_key(prov.name, prov.base_url, prov.model_id, r): r for r in reqs}
     orch = BatchOrchestrator(tmp_path / "run", CallCache(":memory:"), providers=[prov], budget=Budget(max_calls=5))

@@ -187,7 +187,7 @@ def _req(i: int = 0) -> ChatRequest:
 
 def test_an_answer_without_logprobs_is_retried_then_used_as_text_and_never_cached(tmp_path):
     with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
-        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=2, timeout_s=2)
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=2, timeout_s=2)
         cache = CallCache(tmp_path / "c.sqlite")
         stats = CallStats()
 
@@ -211,7 +211,7 @@ def test_an_endpoint_that_never_gives_logprobs_is_not_retried_forever_nor_cached
     from lmra.judge.options import ask_options
 
     with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
-        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=1, timeout_s=2)
         cache = CallCache(tmp_path / "c.sqlite")
         stats = CallStats()
 
@@ -236,7 +236,7 @@ def test_logprobs_false_samples_the_answers_and_caches_them(tmp_path):
     from lmra.judge.options import ask_options
 
     with FaultServer(fault_rate=0.0) as srv:  # logprobs=false: never asked for, so answers are sampled
-        cfg = JudgeConfig(provider="openai", model="fake", base_url=srv.url, logprobs=False, n_samples=3)
+        cfg = JudgeConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, logprobs=False, n_samples=3)
         cache = CallCache(tmp_path / "c.sqlite")
 
         async def go():
@@ -253,7 +253,7 @@ def test_a_burst_of_answers_without_logprobs_is_never_cached(tmp_path):
     """An endpoint that drops logprobs for a while, then recovers: nothing degraded is cached,
     every such answer is counted, and the next run gets the real logprob answers."""
     with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
-        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=1, timeout_s=2)
         cache = CallCache(tmp_path / "c.sqlite")
         stats = CallStats()
 
@@ -273,7 +273,7 @@ def test_a_burst_of_answers_without_logprobs_is_never_cached(tmp_path):
 
 def test_malformed_bodies_and_empty_choices_are_retried_and_counted(tmp_path):
     with FaultServer(fault_rate=1.0, faults=("malformed", "no_choices")) as srv:
-        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, max_retries=1, timeout_s=2)
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=1, timeout_s=2)
         stats = CallStats()
 
         async def go():

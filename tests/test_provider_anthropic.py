@@ -49,7 +49,7 @@ def messages_server():
 
 def test_messages_call_with_system(messages_server):
     url, received = messages_server
-    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False))
     req = ChatRequest(messages=[Message(role="system", content="Preferred name: Ashley"),
                                 Message(role="user", content="Hello there")], temperature=0.7, max_tokens=50)
     res = asyncio.run(prov.complete(req))
@@ -65,8 +65,8 @@ def test_messages_call_with_system(messages_server):
 
 def test_option_probabilities_are_sampled(messages_server):
     url, received = messages_server
-    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url))
-    judge = JudgeConfig(provider="anthropic", model="claude-test", base_url=url, n_samples=5)
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False))
+    judge = JudgeConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False, n_samples=5)
     msgs = [Message(role="user", content="Pick one. Answer with a single letter: A, B or C.")]
     op = asyncio.run(ask_options(prov, msgs, ("A", "B", "C"), judge))
     assert op.method == "sampled" and op.n_samples == 5 and len(received) == 5

@@ -55,7 +55,7 @@ def llama_server(tmp_path_factory):
 
 
 def test_generation_through_sdk(llama_server):
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gemma-3-270m", base_url=llama_server))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gemma-3-270m", base_url=llama_server, api_key_required=False))
 
     async def go():
         req = ChatRequest(messages=[Message(role="user", content="Write one sentence about the sea.")],
@@ -70,7 +70,7 @@ def test_generation_through_sdk(llama_server):
 
 
 def test_option_probabilities_from_top_logprobs(llama_server):
-    prov = OpenAIProvider(ModelConfig(provider="openai", model="gemma-3-270m", base_url=llama_server))
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gemma-3-270m", base_url=llama_server, api_key_required=False))
     msgs = [Message(role="user", content="Which letter comes first in the alphabet? Options: A, B or C. "
                                          "Answer with a single letter.")]
 
@@ -78,7 +78,7 @@ def test_option_probabilities_from_top_logprobs(llama_server):
         raw = await prov.complete(ChatRequest(messages=msgs, temperature=0.0, max_tokens=1, options=("A", "B", "C"),
                                               top_logprobs=5))
         op = await ask_options(prov, msgs, ("A", "B", "C"), JudgeConfig(provider="openai", model="x",
-                                                                         base_url=llama_server))
+                                                                         base_url=llama_server, api_key_required=False))
         await prov.aclose()
         return raw, op
 
@@ -99,8 +99,8 @@ def test_audit_end_to_end_against_local_server(tmp_path, llama_server):
         "name": "openai-local", "tasks": ["write a story"], "prompts_per_task": 1,
         "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"),
         "filter": {"enabled": False}, "refusal": {"enabled": False}, "judge_check": {"per_kind": 1},
-        "target": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "max_tokens": 24},
-        "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server},
+        "target": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "api_key_required": False, "max_tokens": 24},
+        "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "api_key_required": False},
     })
     res = Audit(cfg).run()
     # 2 responses + the stereotype question in 2 orders + the judge check (5 canaries × 2

@@ -100,7 +100,7 @@ def _max_in_window(times: list[float], window: float) -> int:
 def test_requests_per_minute_held_against_local_server(chat_server):
     url, srv = chat_server
     rpm = 120.0  # one call per 0.5 s; 13 calls span 6 s
-    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False)),
                                requests_per_minute=rpm)
     t0 = time.monotonic()
     results = _run_all(prov, [_req(i) for i in range(13)], srv)  # all 13 launched at once
@@ -123,7 +123,7 @@ def test_tokens_per_minute_held_and_estimate_corrected_by_usage(chat_server):
     reqs = [_req(i, max_tokens=200) for i in range(13)]
     # 18 characters → ceil(18/4) = 5, + 4 per message + 3 per request = 12; + max_tokens 200
     assert estimate_prompt_tokens(reqs[0]) == 12 and estimate_tokens(reqs[0]) == 212
-    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False)),
                                tokens_per_minute=tpm)
     results = _run_all(prov, reqs, srv)
     assert all(r.usage.prompt_tokens + r.usage.completion_tokens == 50 for r in results)
@@ -136,7 +136,7 @@ def test_tokens_per_minute_held_and_estimate_corrected_by_usage(chat_server):
 def test_both_limits_the_tighter_one_wins(chat_server):
     url, srv = chat_server
     # RPM 600 would allow 10 calls/s; TPM 3000 at 50 tokens/call allows 1 call/s
-    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url)),
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False)),
                                requests_per_minute=600, tokens_per_minute=3000)
     _run_all(prov, [_req(i, max_tokens=10) for i in range(5)], srv)
     assert 0.8 * 60 <= _rate_per_min(srv.arrivals) <= 60 * 1.02
@@ -178,7 +178,7 @@ def test_sdk_retries_a_429_then_succeeds(chat_server):
     srv.fail_first = 2
     cache = CallCache(":memory:")
     stats = CallStats()
-    prov = CachedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, max_retries=3)),
+    prov = CachedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False, max_retries=3)),
                           cache, stats)
     res = asyncio.run(prov.complete(_req(1)))
     assert res.text == "reply 3" and srv.seen == 3  # two 429s, then the third attempt succeeded
@@ -191,7 +191,7 @@ def test_retries_exhausted_is_a_counted_failure(chat_server):
     cache = CallCache(":memory:")
     stats = CallStats()
     prov = CachedProvider(RateLimitedProvider(
-        OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, max_retries=1)),
+        OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False, max_retries=1)),
         requests_per_minute=6000), cache, stats)
     with pytest.raises(ProviderError, match="429"):
         asyncio.run(prov.complete(_req(1)))

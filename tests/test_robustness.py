@@ -35,6 +35,7 @@ enabled = false
 provider = "openai"
 model = "m"
 base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
 max_retries = 0
 timeout_s = 5
 ''')

@@ -52,14 +52,16 @@ def message_params(model: str, request: ChatRequest) -> dict[str, Any]:
 
 
 def message_result(message: Any, *, model: str, provider: str = "anthropic", latency_s: float = 0.0) -> ChatResult:
-    """Turn a Messages API message (SDK object) into a :class:`ChatResult` (text blocks joined)."""
+    """Turn a Messages API message (SDK object) into a :class:`ChatResult` (text blocks joined;
+    ``served_model`` is the message's ``model``, None when absent)."""
     text = "".join(getattr(b, "text", "") or "" for b in (message.content or []) if getattr(b, "type", "") == "text")
     u = message.usage
+    served = getattr(message, "model", None)
     return ChatResult(text=text, option_probs=None,
                       usage=Usage(prompt_tokens=(u.input_tokens or 0) if u else 0,
                                   completion_tokens=(u.output_tokens or 0) if u else 0),
                       finish_reason=message.stop_reason, model=message.model or model, provider=provider,
-                      latency_s=latency_s)
+                      latency_s=latency_s, served_model=served if isinstance(served, str) and served else None)
 
 
 def _error_text(result: Any) -> str:

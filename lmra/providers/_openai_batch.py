@@ -81,7 +81,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
-        completion carries no log-probabilities (never a zero-mass reading).
+        completion carries no log-probabilities (never a zero-mass reading); ``served_model``
+        and ``system_fingerprint`` are the completion's ``model`` and ``system_fingerprint``
+        (None when absent or not a string).
 
     Raises:
         ProviderError: the completion has no choices (``kind="no_choices"``), or is not a
@@ -131,10 +133,12 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     n_out = (_get(usage, "completion_tokens") or 0) if usage else 0
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (n_in, n_out)):
         raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of counts ≥ 0")
+    served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
     return ChatResult(
         text=text, option_probs=probs, usage=Usage(prompt_tokens=n_in, completion_tokens=n_out),
         finish_reason=_get(choice, "finish_reason"), model=_get(completion, "model") or model, provider=provider,
-        latency_s=latency_s)
+        latency_s=latency_s, served_model=served if isinstance(served, str) and served else None,
+        system_fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None)
 
 
 def jsonl_line(key: str, params: dict[str, Any]) -> str:

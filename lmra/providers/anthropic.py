@@ -10,15 +10,14 @@ a 200 response that is not a valid message is retried here (``retry_call``).
 
 from __future__ import annotations
 
-import os
 import time
 
 import anthropic
 
 from lmra.config import ModelConfig
-from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
 from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
+from lmra.providers.keys import resolve_api_key
 
 
 class AnthropicProvider:
@@ -26,27 +25,23 @@ class AnthropicProvider:
 
     Args:
         cfg: model config; ``model`` required; ``api_key_env`` names the key variable
-            (default ``ANTHROPIC_API_KEY``); ``base_url`` optional. A ``base_url`` with no key
-            set uses a placeholder key (for local gateways and tests).
+            (default ``ANTHROPIC_API_KEY``), which must be set unless ``api_key_required = false``
+            (a local gateway that needs no key); ``base_url`` optional.
         http_client: optional ``httpx2.AsyncClient`` (e.g. with a custom transport; default: the
             SDK's client on a :class:`~lmra.providers._http.CountingTransport`, so retries are counted).
 
+    An HTTP 401/403 becomes a :class:`~lmra.providers.base.ProviderError` of kind ``auth``
+    naming the key's variable and the endpoint (never retried).
+
     Raises:
-        LmraInputError: no API key for the default endpoint.
+        LmraInputError: the key is needed and its variable is unset (field ``api_key_env``).
     """
 
     name = "anthropic"
     supports_logprobs = False
 
     def __init__(self, cfg: ModelConfig, http_client=None):
-        env = cfg.api_key_env or "ANTHROPIC_API_KEY"
-        key = os.environ.get(env)
-        if not key:
-            if cfg.base_url:
-                key = "no-key-needed"
-            else:
-                raise LmraInputError(f"environment variable {env} is not set (needed by provider 'anthropic')",
-                                     field="api_key_env")
+        key, self.key_source = resolve_api_key(cfg, "anthropic", "ANTHROPIC_API_KEY")
         self.cfg = cfg
         self.model_id = cfg.model or ""
         self.base_url = cfg.base_url or ""
@@ -73,7 +68,8 @@ class AnthropicProvider:
             return message_result(resp, model=self.model_id, provider=self.name,
                                   latency_s=time.perf_counter() - t0)
         except (anthropic.AnthropicError, *BODY_ERRORS) as exc:
-            raise sdk_failure(exc, anthropic, self.name, self.cfg.timeout_s, self.cfg.max_retries) from exc
+            raise sdk_failure(exc, anthropic, self.name, self.cfg.timeout_s, self.cfg.max_retries,
+                              key_source=self.key_source, endpoint=self.base_url) from exc
 
     async def aclose(self) -> None:
         await self.client.close()

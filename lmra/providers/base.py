@@ -81,6 +81,12 @@ class ChatResult(BaseModel):
         degraded: why a usable answer is not the one asked for (``no_logprobs``: log-
             probabilities were requested, the answer had none after every retry); such an
             answer is used for this run but never cached.
+        served_model: the model id the server reported in its response (OpenAI ``model``,
+            Anthropic ``model``; for llamacpp the GGUF file and its fingerprint), or None when
+            it reported none. Cached with the answer, so a cached answer keeps the id of the
+            model that really produced it (:mod:`lmra.identity` counts them per run).
+        system_fingerprint: the backend configuration the server reported (OpenAI
+            ``system_fingerprint``), or None.
     """
 
     text: str = ""
@@ -92,6 +98,8 @@ class ChatResult(BaseModel):
     latency_s: float = 0.0
     from_cache: bool = False
     degraded: str | None = None
+    served_model: str | None = None
+    system_fingerprint: str | None = None
 
     @field_validator("text")
     @classmethod
@@ -133,7 +141,10 @@ class ProviderError(RuntimeError):
     Attributes:
         kind: what failed, for the per-model counts in the manifest: ``malformed`` (an HTTP
             200 body that is not a valid completion), ``no_choices``, ``timeout``,
-            ``connection``, ``http_<status>`` (e.g. ``http_429``), or ``error``.
+            ``connection``, ``auth`` (HTTP 401/403: the endpoint rejected the key, or the
+            key lacks permission; never retried, and it stops an audit, see
+            :class:`lmra.providers.keys.KeyGuard`), ``http_<status>`` (e.g. ``http_429``),
+            or ``error``.
         retryable: True for faults of one response (malformed body, no choices, answer
             without the log-probabilities asked for), which :func:`retry_call` tries again.
     """
@@ -182,9 +193,21 @@ def collect_events() -> Iterator[Counter]:
 BODY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
 
 
-def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, max_retries: int) -> ProviderError:
+def _server_message(exc: BaseException) -> str:
+    """The server's own error message of an SDK status error (OpenAI ``{"error": {"message"}}``,
+    Anthropic ``{"type": "error", "error": {"message"}}``), else the exception's text."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str) and err["message"].strip():
+        return err["message"].strip()
+    return str(exc)
+
+
+def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, max_retries: int, *,
+                key_source: str = "the API key", endpoint: str = "") -> ProviderError:
     """The :class:`ProviderError` for an exception of an official SDK call (openai and anthropic
-    name their errors alike: ``APITimeoutError``, ``APIConnectionError``, ``APIStatusError``).
+    name their errors alike: ``APITimeoutError``, ``APIConnectionError``,
+    ``AuthenticationError``, ``PermissionDeniedError``, ``APIStatusError``).
 
     Args:
         exc: what ``create(...)`` (or reading its result) raised: an SDK error or one of
@@ -192,16 +215,24 @@ def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, m
         sdk: the SDK module (``openai`` or ``anthropic``).
         provider: the provider name, for the message.
         timeout_s, max_retries: the model's settings, for the message.
+        key_source: where the key sent came from, for an authentication failure (e.g. ``"the
+            key in OPENAI_API_KEY"``; see :func:`lmra.providers.keys.resolve_api_key`).
+        endpoint: the base URL called ("" = the SDK's default endpoint).
 
     Returns:
-        kind ``timeout``, ``connection``, ``http_<status>``, ``error``, or ``malformed``
-        (retryable) for a body that is not a valid response.
+        kind ``timeout``, ``connection``, ``auth`` (HTTP 401/403, naming ``key_source`` and the
+        endpoint), ``http_<status>``, ``error``, or ``malformed`` (retryable) for a body that is
+        not a valid response.
     """
     if isinstance(exc, sdk.APITimeoutError):
         return ProviderError(f"{provider} call timed out after {timeout_s:g} s and {max_retries} retries: {exc}",
                              kind="timeout")
     if isinstance(exc, sdk.APIConnectionError):
         return ProviderError(f"{provider} connection failed: {exc}", kind="connection")
+    if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
+        what = "rejected" if isinstance(exc, sdk.AuthenticationError) else "refused access with"
+        return ProviderError(f"the {provider} endpoint {endpoint or '(the SDK default)'} {what} {key_source} "
+                             f"(HTTP {exc.status_code}: {_server_message(exc)})", kind="auth")
     if isinstance(exc, sdk.APIStatusError):
         return ProviderError(f"{provider} call failed: {exc}", kind=f"http_{exc.status_code}")
     if isinstance(exc, BODY_ERRORS):

@@ -211,7 +211,7 @@ class LlamaCppProvider:
                 text = self._llm.detokenize([best]).decode("utf-8", errors="replace")
                 return ChatResult(text=text, option_probs=probs, usage=Usage(prompt_tokens=len(toks), completion_tokens=1),
                                   finish_reason="length", model=self.model_id, provider=self.name,
-                                  latency_s=time.perf_counter() - t0)
+                                  latency_s=time.perf_counter() - t0, served_model=self.model_id)
             stop = list(request.stop or ()) + ["<end_of_turn>", "<start_of_turn>"]
             max_tokens = min(request.max_tokens, self._llm.n_ctx() - len(toks))
             out = self._llm.create_completion(toks, max_tokens=max_tokens, temperature=request.temperature,
@@ -222,7 +222,7 @@ class LlamaCppProvider:
                           usage=Usage(prompt_tokens=usage.get("prompt_tokens", len(toks)),
                                       completion_tokens=usage.get("completion_tokens", 0)),
                           finish_reason=choice.get("finish_reason"), model=self.model_id, provider=self.name,
-                          latency_s=time.perf_counter() - t0)
+                          latency_s=time.perf_counter() - t0, served_model=self.model_id)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         return await asyncio.to_thread(self._complete_sync, request)

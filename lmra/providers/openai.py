@@ -9,15 +9,14 @@ faulty 200 responses are retried here (see :class:`OpenAIProvider`).
 
 from __future__ import annotations
 
-import os
 import time
 
 import openai
 
 from lmra.config import ModelConfig
-from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
 from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
+from lmra.providers.keys import resolve_api_key
 
 
 #: Answers to option questions without log-probabilities after which, with none ever seen
@@ -30,8 +29,9 @@ class OpenAIProvider:
 
     Args:
         cfg: model config; ``model`` required, ``base_url`` optional (SDK default otherwise),
-            ``api_key_env`` names the key variable (default ``OPENAI_API_KEY``). A local
-            ``base_url`` with no key set uses a placeholder key, since such servers ignore it.
+            ``api_key_env`` names the key variable (default ``OPENAI_API_KEY``), which must be
+            set unless ``api_key_required = false`` (a local server that needs no key; a
+            placeholder key is sent). See :func:`~lmra.providers.keys.resolve_api_key`.
         http_client: optional ``httpx2.AsyncClient`` (default: the SDK's client on a
             :class:`~lmra.providers._http.CountingTransport`, so that retries are counted).
 
@@ -44,22 +44,18 @@ class OpenAIProvider:
     cached (set ``logprobs = false`` for such an endpoint: the LMRA then samples its answers,
     which are cached).
 
+    An HTTP 401/403 becomes a :class:`~lmra.providers.base.ProviderError` of kind ``auth``
+    naming the key's variable and the endpoint (never retried).
+
     Raises:
-        LmraInputError: no API key for a remote endpoint.
+        LmraInputError: the key is needed and its variable is unset (field ``api_key_env``).
     """
 
     name = "openai"
     supports_logprobs = True
 
     def __init__(self, cfg: ModelConfig, http_client=None):
-        env = cfg.api_key_env or "OPENAI_API_KEY"
-        key = os.environ.get(env)
-        if not key:
-            if cfg.base_url:
-                key = "no-key-needed"
-            else:
-                raise LmraInputError(f"environment variable {env} is not set (needed by provider 'openai')",
-                                     field="api_key_env")
+        key, self.key_source = resolve_api_key(cfg, "openai", "OPENAI_API_KEY")
         self.cfg = cfg
         self.model_id = cfg.model or ""
         self.base_url = cfg.base_url or ""
@@ -86,7 +82,8 @@ class OpenAIProvider:
             result = chat_result(resp, request, model=self.model_id, provider=self.name,
                                  latency_s=time.perf_counter() - t0)
         except (openai.OpenAIError, *BODY_ERRORS) as exc:
-            raise sdk_failure(exc, openai, self.name, self.cfg.timeout_s, self.cfg.max_retries) from exc
+            raise sdk_failure(exc, openai, self.name, self.cfg.timeout_s, self.cfg.max_retries,
+                              key_source=self.key_source, endpoint=self.base_url) from exc
         if request.options:
             if result.option_probs is not None:
                 self._logprobs_seen = True

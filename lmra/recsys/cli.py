@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lmra.console import make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
 from lmra.recsys.config import MAX_K
@@ -50,7 +51,7 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     from lmra.recsys.report import render_recsys
     from lmra.recsys.run import RecsysRun
 
-    console = Console()
+    console = make_console()
     if args.config is None:
         from lmra.resources import resolve_resource
 
@@ -97,7 +98,7 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     result = score_lists(args.lists, k=args.k, convention=getattr(args, "convention", None) or "paper",
                          parser=args.parser,
                          normalize=not args.no_normalize, out_dir=out)
-    render_recsys(Console(), result.similarity, result.fairness, result.summary, result.manifest)
+    render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return 0
 
 
@@ -114,7 +115,7 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(table, out / "recsys_bias_disparity.csv")
     write_csv(summary, out / "recsys_bias_summary.csv")
-    console = Console()
+    console = make_console()
     render_bias(console, summary, coverage)
     if counts:
         cut = f"top-{args.k}" if args.k else "top-K"

@@ -90,7 +90,9 @@ def per_pair_table(run: RunFolder) -> pd.DataFrame:
     for order in ("order1", "order2"):
         col = r[order] if order in r else pd.Series([None] * len(r), index=r.index)
         for opt in ("A", "B", "C"):
-            r[f"{order}_p_{opt}"] = [o["probs"].get(opt) if isinstance(o, dict) else math.nan for o in col]
+            # an order without a valid option (mass 0: the judge answered no option) has probs null
+            r[f"{order}_p_{opt}"] = [(o.get("probs") or {}).get(opt, math.nan) if isinstance(o, dict) else math.nan
+                                     for o in col]
         r[f"{order}_mass"] = [o.get("mass") if isinstance(o, dict) else math.nan for o in col]
     return _typed(r, PER_PAIR_SCHEMA)
 

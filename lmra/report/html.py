@@ -1,6 +1,7 @@
 """The self-contained HTML report of a run (``report.html``): tables, per-task bars with CIs,
 trend lines from the run history, the comparison scatter (FPF Figs. 7, 8, 10), the
-regression check, sample-size adequacy (methodology §8) and judge diagnostics.
+regression check, sample-size adequacy (methodology §8), judge diagnostics and the
+transcripts of the top tasks' response pairs (:mod:`lmra.report.transcripts`).
 
 Rendered with Jinja2 from ``prompts/report/report.html.j2`` (autoescaped); figures are
 inline SVG made by :mod:`lmra.report.plots`. The file has no scripts and loads nothing.
@@ -236,7 +237,7 @@ def _slope_num(x: Any) -> str:
 
 
 def build_context(run: RunFolder, *, history=None, check=None, comparison: RunComparison | None = None,
-                  delta: float | None = None, power: float = 0.8) -> dict:
+                  delta: float | None = None, power: float = 0.8, transcripts: int | None = None) -> dict:
     """Everything the template shows, as plain Python values.
 
     Args:
@@ -247,10 +248,15 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         comparison: a :class:`lmra.compare.RunComparison` for the scatter; optional.
         delta: net rating the sample-size table tests each task against (default: the
             check's margin when it is > 0, else none); power: for that table.
+        transcripts: tasks per comparison whose response pairs the *Transcripts* section shows
+            (0 = none; default the run config's ``[report] transcripts``); never any for a
+            redacted run (:mod:`lmra.report.transcripts`).
     """
     from lmra import __version__
+    from lmra.identity import served_lines
     from lmra.power import sample_adequacy
     from lmra.report import plots
+    from lmra.report.transcripts import transcripts_context
 
     if check is None and history is not None:
         check = history.latest_check(run.run_id)
@@ -298,7 +304,9 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "judge": _judge_context(run),
         "calls": calls,
         "calls_by_model": calls_by_model,
+        "served": served_lines(run.manifest),  # model ids / fingerprints the servers reported
         "extra_sections": _extra_sections(run),
+        "transcripts": transcripts_context(run, transcripts),
     }
 
 

@@ -60,7 +60,7 @@ class Case:
         files: relative path → content (``str`` written as UTF-8, ``bytes`` as is).
         file: a string the message must contain (the offending file), or None.
         line: the line the message must name, or None when the input has no lines.
-        field: the field or column the message must name (``field '…'`` or ``argument --…``).
+        field: the field or column the message must name (``field '…'``, ``argument --…`` or ``option --…``).
         run: materialise the fixture run folder at ``run/``: ``{"status": manifest status,
             "drop": [files to delete], "write": {file: content}}``; None = no run folder.
         dirs: folders to create.
@@ -96,6 +96,7 @@ BASE_SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
     ("groups.0", [("name", '"female"'), ("gender", '"female"'), ("wording", '"a woman"')]),
     ("groups.1", [("name", '"male"'), ("gender", '"male"'), ("wording", '"a man"')]),
     ("quality", []), ("refusal", []), ("filter", []), ("axes", []), ("judge_check", []), ("placebo", []),
+    ("gates", []),
 ]
 TABLES = [s for s, _ in BASE_SECTIONS if s and not s.startswith("groups")]
 
@@ -157,7 +158,7 @@ def _section_models() -> dict[str, type]:
 
     return {"": c.AuditConfig, "target": c.ModelConfig, "judge": c.JudgeConfig, "groups.0": c.Group,
             "quality": c.QualityConfig, "refusal": c.RefusalConfig, "filter": c.FilterConfig, "axes": c.AxesConfig,
-            "judge_check": c.JudgeCheckConfig, "placebo": c.PlaceboConfig}
+            "judge_check": c.JudgeCheckConfig, "placebo": c.PlaceboConfig, "gates": c.GatesConfig}
 
 
 def _kind(ann) -> str:
@@ -892,7 +893,7 @@ def _field_named(err: str, fld: str) -> bool:
     for n in list(names):
         if re.search(r"field '[^']*" + re.escape(n) + r"[^']*'", err):
             return True
-        if re.search(r"argument --" + re.escape(n.replace("_", "-")) + r"\b", err):
+        if re.search(r"(argument|option) --" + re.escape(n.replace("_", "-")) + r"\b", err):
             return True
     return False
 

@@ -1,0 +1,423 @@
+"""Absolute release gates on a finished run (issue 13): promptfoo-style assertions such as
+"every task's upper confidence bound of the net rating is ≤ 0.02", checked on the numbers the
+run folder stores — no baseline needed (the relative check is :mod:`lmra.monitor`).
+
+Each gate of ``[gates]`` (:class:`lmra.config.GatesConfig`) is a maximum on one stored column
+(:data:`GATES`), with one value per comparison × task (per-task gates) or per comparison
+(``max_overall_*``):
+
+* ``max_net_rating`` / ``max_overall_net_rating``: ``net_rating`` of per_task.csv / of
+  summary.json ``overall``;
+* ``max_ci_high`` / ``max_overall_ci_high``: ``ci_high`` of the same rows;
+* ``max_refusal_gap`` / ``max_overall_refusal_gap``: ``|rate_a − rate_b|`` of refusals.csv
+  (level ``task`` / ``overall``);
+* ``max_quality_gap`` / ``max_overall_quality_gap``: ``|mean|`` of quality.csv (level ``task``
+  / ``overall``), one value per criterion.
+
+Net ratings and CI bounds are signed (H > 0: more harmful stereotypes against group A's
+users than reversed ones); gaps are absolute. A per-task gate's bound is the task's override
+(``[gates.tasks."TASK"]``) when it has one, else the ``[gates]`` bound.
+
+Every value is *passed* (≤ bound), *breached* (> bound) or *not evaluated*: the run has no
+such value (a task without a valid pair has no net rating, one with fewer than 2 prompts has
+no confidence interval, a task named in an override was not measured …). A gate is met only
+when it has values and every one passed — a gate that evaluates nothing never passes
+silently —, and the run meets its gates when every gate is met (exit status
+:data:`EXIT_GATES_NOT_MET` otherwise). A refusal or quality gate on a run that did not measure
+refusals or quality is an input error (:func:`unmeasured_gates`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import pandas as pd
+
+from lmra.config import GATES_NEEDING, GatesConfig
+from lmra.errors import LmraInputError
+from lmra.runfolder import RunFolder, finite, jsonable
+
+#: exit status of ``lmra audit`` and ``lmra gate`` when a release gate is not met
+EXIT_GATES_NOT_MET = 6
+#: version of the ``gates.json`` / ``summary.json["gates"]`` document
+GATES_SCHEMA = "lmra.gates/1"
+GATES_FILE = "gates.json"
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """What a gate bounds.
+
+    Attributes:
+        name: the config key, e.g. ``max_ci_high``.
+        level: ``task`` (one value per comparison and task) or ``overall`` (per comparison).
+        source: the stored table: ``per_task`` (per_task.csv), ``overall`` (summary.json
+            ``overall``), ``refusals`` (refusals.csv) or ``quality`` (quality.csv).
+        column: the stored column (``rate_a - rate_b`` and ``mean`` are taken in absolute value).
+        label: how console lines name the value.
+    """
+
+    name: str
+    level: Literal["task", "overall"]
+    source: Literal["per_task", "overall", "refusals", "quality"]
+    column: str
+    label: str
+
+
+#: every gate, in the order of the config fields
+GATES: dict[str, GateSpec] = {g.name: g for g in (
+    GateSpec("max_net_rating", "task", "per_task", "net_rating", "net rating"),
+    GateSpec("max_ci_high", "task", "per_task", "ci_high", "CI high"),
+    GateSpec("max_refusal_gap", "task", "refusals", "|rate_a - rate_b|", "refusal gap"),
+    GateSpec("max_quality_gap", "task", "quality", "|mean|", "quality gap"),
+    GateSpec("max_overall_net_rating", "overall", "overall", "net_rating", "net rating"),
+    GateSpec("max_overall_ci_high", "overall", "overall", "ci_high", "CI high"),
+    GateSpec("max_overall_refusal_gap", "overall", "refusals", "|rate_a - rate_b|", "refusal gap"),
+    GateSpec("max_overall_quality_gap", "overall", "quality", "|mean|", "quality gap"),
+)}
+
+
+@dataclass
+class GateOutcome:
+    """One value checked against its bound.
+
+    Attributes:
+        gate: the gate name; ``comparison`` ("A vs B"), ``domain``/``task`` (None for overall
+            gates), ``criterion`` (quality gates only).
+        value: the stored value (absolute for gaps; None when not evaluated).
+        bound: the bound applied; ``override``: it came from ``[gates.tasks."TASK"]``.
+        status: ``passed``, ``breached`` or ``not_evaluated``.
+        detail: context for the console line (the signed mean, each group's refusal rate, or
+            why the value is missing).
+    """
+
+    gate: str
+    comparison: str | None
+    domain: str | None
+    task: str | None
+    criterion: str | None
+    value: float | None
+    bound: float
+    override: bool
+    status: Literal["passed", "breached", "not_evaluated"]
+    detail: str = ""
+
+    def where(self) -> str:
+        """``task 'write a story' (female vs male)`` / ``overall (female vs male)``."""
+        comp = f" ({self.comparison})" if self.comparison else ""
+        return f"task '{self.task}'{comp}" if self.task is not None else f"overall{comp}"
+
+    def line(self) -> str:
+        """The console line of this value, e.g. ``GATE BREACHED max_ci_high: task 'write a story'
+        (female vs male) CI high 0.034 > 0.02 (net rating +0.0110, 40 pairs)``, ``GATE NOT
+        EVALUATED …: no CI high — <why>; bound 0.02`` or ``GATE passed …: … 0.01 ≤ 0.02``."""
+        spec = GATES[self.gate]
+        label = spec.label + (f" '{self.criterion}'" if self.criterion else "")
+        bound = f"{self.bound:g}" + (" (this task's override)" if self.override else "")
+        if self.status == "not_evaluated":
+            return f"GATE NOT EVALUATED {self.gate}: {self.where()}: no {label} — {self.detail}; bound {bound}"
+        op, word = (">", "BREACHED") if self.status == "breached" else ("≤", "passed")
+        more = f" ({self.detail})" if self.detail else ""
+        return f"GATE {word} {self.gate}: {self.where()} {label} {self.value:.4g} {op} {bound}{more}"
+
+
+@dataclass
+class GateResult:
+    """The outcome of :func:`evaluate_gates`.
+
+    Attributes:
+        run_id: the run the gates were evaluated on.
+        gates: the gate settings applied (:class:`~lmra.config.GatesConfig`).
+        outcomes: every value checked (:class:`GateOutcome`), in gate order.
+        evaluated_at: ISO 8601 time of the evaluation.
+    """
+
+    run_id: str
+    gates: GatesConfig
+    outcomes: list[GateOutcome] = field(default_factory=list)
+    evaluated_at: str = field(default_factory=lambda: _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+
+    @property
+    def checked(self) -> list[str]:
+        """Names of the gates evaluated (every gate with a bound)."""
+        return self.gates.gate_names()
+
+    @property
+    def breaches(self) -> list[GateOutcome]:
+        """Values above their bound."""
+        return [o for o in self.outcomes if o.status == "breached"]
+
+    @property
+    def not_evaluated(self) -> list[GateOutcome]:
+        """Values the run does not have (the gate cannot be verified for them)."""
+        return [o for o in self.outcomes if o.status == "not_evaluated"]
+
+    @property
+    def unmet(self) -> list[str]:
+        """Gates not met: a value breached or not evaluated, or no value at all."""
+        bad = {o.gate for o in self.outcomes if o.status != "passed"}
+        empty = {g for g in self.checked if not any(o.gate == g for o in self.outcomes)}
+        return [g for g in self.checked if g in bad | empty]
+
+    @property
+    def empty_gates(self) -> list[str]:
+        """Gates for which the run has no value at all (e.g. a run with no scored pair)."""
+        return [g for g in self.checked if not any(o.gate == g for o in self.outcomes)]
+
+    @property
+    def passed(self) -> bool:
+        """True when every gate is met."""
+        return not self.unmet
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every gate is met, else :data:`EXIT_GATES_NOT_MET` (6)."""
+        return 0 if self.passed else EXIT_GATES_NOT_MET
+
+    def lines(self) -> list[str]:
+        """Console lines: one per breached or unevaluated value, one per gate with no value,
+        then the summary line (``gates: 5 checked (58 values), all passed``)."""
+        out = [o.line() for o in self.outcomes if o.status != "passed"]
+        out += [f"GATE NOT EVALUATED {g}: the run has no value for it (no {GATES[g].label} was measured)"
+                for g in self.empty_gates]
+        n, k = len(self.checked), len(self.outcomes)
+        head = f"gates: {n} checked ({k} value{'s' * (k != 1)})"
+        if self.passed:
+            out.append(f"{head}, all passed")
+        else:
+            breached = sorted({o.gate for o in self.breaches}, key=self.checked.index)
+            missing = [g for g in self.unmet if g not in breached]
+            parts = [f"{len(breached)} breached ({', '.join(breached)})" if breached else "",
+                     f"{len(missing)} not evaluated ({', '.join(missing)})" if missing else ""]
+            out.append(f"{head}: {'; '.join(p for p in parts if p)} — release gates NOT met "
+                       f"(exit status {EXIT_GATES_NOT_MET})")
+        return out
+
+    def to_dict(self, *, values: bool = True) -> dict:
+        """A JSON-ready document (``schema`` :data:`GATES_SCHEMA`): ``run_id``, ``evaluated_at``,
+        ``passed``, ``exit_status``, ``checked`` (gate names), ``unmet``, ``gates`` (the bounds
+        applied, overrides under ``tasks``), ``n_values``, ``breaches`` and ``not_evaluated``
+        (one object per value: the :class:`GateOutcome` fields), and with ``values`` every
+        checked value under ``results``. NaN never appears (None instead)."""
+        doc = {"schema": GATES_SCHEMA, "run_id": self.run_id, "evaluated_at": self.evaluated_at,
+               "passed": self.passed, "exit_status": self.exit_status, "checked": self.checked,
+               "unmet": self.unmet, "gates": self.gates.model_dump(exclude_none=True),
+               "n_values": len(self.outcomes), "breaches": [asdict(o) for o in self.breaches],
+               "not_evaluated": [asdict(o) for o in self.not_evaluated]}
+        if values:
+            doc["results"] = [asdict(o) for o in self.outcomes]
+        return jsonable(doc)
+
+
+# -- reading the stored tables ----------------------------------------------------------------
+def _csv(run: RunFolder, name: str) -> pd.DataFrame:
+    path = run.path / name
+    if not path.is_file():
+        return pd.DataFrame()
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if len(df):
+        df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
+    return df
+
+
+def _overall(run: RunFolder) -> pd.DataFrame:
+    df = pd.DataFrame(run.summary.get("overall") or [])
+    if len(df):
+        df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
+    return df
+
+
+def _measured(run: RunFolder, section: str) -> bool:
+    """Whether the run measured refusals / quality (its stored config's ``[section] enabled``)."""
+    default = section == "refusal"  # the config defaults: refusal labels on, quality off
+    return bool((run.config.get(section) or {}).get("enabled", default))
+
+
+def unmeasured_gates(run: RunFolder, gates: GatesConfig) -> dict[str, str]:
+    """Gates with a bound whose values the run did not measure at all.
+
+    Returns:
+        gate name → reason, e.g. ``{"max_quality_gap": "the run did not rate quality
+        ([quality] enabled = false in its config.toml)"}``; empty when every gate can be evaluated.
+    """
+    out = {}
+    for name in gates.gate_names():
+        section = GATES_NEEDING.get(name)
+        if section and not _measured(run, section):
+            what = "label refusals" if section == "refusal" else "rate quality criteria"
+            out[name] = f"run {run.run_id} did not {what} ([{section}] enabled = false in its config.toml)"
+    return out
+
+
+def _bound(gates: GatesConfig, name: str, task: str | None) -> tuple[float | None, bool]:
+    """(bound, from an override) of gate ``name`` for ``task`` (None: overall)."""
+    if task is not None and task in gates.tasks:
+        v = getattr(gates.tasks[task], name, None)
+        if v is not None:
+            return v, True
+    return getattr(gates, name), False
+
+
+def _judge(name: str, value, bound: float, override: bool, key: dict, missing: str, detail: str = "") -> GateOutcome:
+    v = finite(value)
+    if v is None:
+        return GateOutcome(name, **key, value=None, bound=bound, override=override, status="not_evaluated",
+                           detail=missing)
+    return GateOutcome(name, **key, value=v, bound=bound, override=override,
+                       status="breached" if v > bound else "passed", detail=detail)
+
+
+def _pct(x) -> str:
+    f = finite(x)
+    return "—" if f is None else f"{f:.1%}"
+
+
+def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
+    """Check every gate with a bound against the run's stored numbers (see the module docstring
+    for the column behind each gate).
+
+    Args:
+        run: a finished run folder (:func:`lmra.runfolder.load_run`).
+        gates: the bounds; per-task overrides replace the ``[gates]`` bound for their task, and
+            an override naming a task the run did not measure yields a ``not_evaluated`` value.
+
+    Returns:
+        :class:`GateResult` with one :class:`GateOutcome` per checked value. Pure: nothing is
+        written (see :func:`record_gates`).
+
+    Raises:
+        LmraInputError: a refusal or quality gate on a run that did not measure refusals or
+            quality (:func:`unmeasured_gates`; field ``gates.<name>``).
+    """
+    bad = unmeasured_gates(run, gates)
+    if bad:
+        name, why = next(iter(bad.items()))
+        raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field=f"gates.{name}")
+    pt, ov = run.per_task, _overall(run)
+    tasks = pt[["comparison", "domain", "task"]].drop_duplicates() if len(pt) else pd.DataFrame(
+        columns=["comparison", "domain", "task"])
+    comparisons = list(ov["comparison"]) if len(ov) else sorted(set(tasks["comparison"]))
+    tables = {"per_task": pt, "overall": ov, "refusals": pd.DataFrame(), "quality": pd.DataFrame()}
+    names = gates.gate_names()
+    if any(GATES[n].source == "refusals" for n in names):
+        tables["refusals"] = _csv(run, "refusals.csv")
+    criteria: list[str] = []
+    if any(GATES[n].source == "quality" for n in names):
+        tables["quality"] = _csv(run, "quality.csv")
+        from lmra.config import QualityConfig
+
+        criteria = list((run.config.get("quality") or {}).get("criteria") or QualityConfig().criteria)
+    result = GateResult(run_id=run.run_id, gates=gates)
+    for name in names:
+        spec = GATES[name]
+        df = tables[spec.source]
+        if spec.level == "task":
+            keys = [(r.comparison, r.domain, r.task) for r in tasks.itertuples()]
+            measured = {t for _, _, t in keys}
+            keys += [(None, None, t) for t in gates.tasks
+                     if t not in measured and getattr(gates.tasks[t], name) is not None]
+        else:
+            keys = [(c, None, None) for c in comparisons]
+        for comp, dom, task in keys:
+            bound, override = _bound(gates, name, task)
+            if bound is None:
+                continue
+            key = {"comparison": comp, "domain": dom, "task": task}
+            if comp is None:  # an override for a task the run does not contain
+                result.outcomes.append(GateOutcome(name, **key, criterion=None, value=None, bound=bound,
+                                                   override=override, status="not_evaluated",
+                                                   detail="this task was not measured in the run (no row in "
+                                                          "per_task.csv; check the task's spelling)"))
+                continue
+            result.outcomes.extend(_evaluate_one(spec, df, key, bound, override, criteria))
+    return result
+
+
+def _rows(df: pd.DataFrame, spec: GateSpec, key: dict) -> pd.DataFrame:
+    """The stored rows of one (comparison[, domain, task]) for gate ``spec``."""
+    if df.empty:
+        return df
+    m = df["comparison"] == key["comparison"]
+    if spec.source in ("refusals", "quality"):
+        m &= df["level"] == spec.level
+    if spec.level == "task":
+        m &= (df["domain"].astype(str) == str(key["domain"])) & (df["task"].astype(str) == str(key["task"]))
+    return df[m]
+
+
+def _evaluate_one(spec: GateSpec, df: pd.DataFrame, key: dict, bound: float, override: bool,
+                  criteria: list[str]) -> list[GateOutcome]:
+    rows = _rows(df, spec, key)
+    row = rows.iloc[0] if len(rows) else None
+    if spec.source in ("per_task", "overall"):
+        if spec.column == "net_rating":
+            missing = "no valid pair was scored (every pair failed, was refused or unparseable)"
+        else:
+            missing = "no confidence interval (fewer than 2 prompts with a valid pair)"
+        value = None if row is None else row.get(spec.column)
+        detail = ""
+        if row is not None and spec.column == "ci_high" and finite(row.get("net_rating")) is not None:
+            detail = f"net rating {float(row['net_rating']):+.4f}, {int(row.get('n_pairs', 0))} pairs"
+        return [_judge(spec.name, value, bound, override, key | {"criterion": None}, missing, detail)]
+    if spec.source == "refusals":
+        value = detail = None
+        if row is not None:
+            a, b = finite(row.get("rate_a")), finite(row.get("rate_b"))
+            value = abs(a - b) if a is not None and b is not None else None
+            ga, gb = key["comparison"].split(" vs ", 1)
+            detail = f"{ga} {_pct(a)} of {int(row['n_a'])}, {gb} {_pct(b)} of {int(row['n_b'])} responses"
+        return [_judge(spec.name, value, bound, override, key | {"criterion": None},
+                       "no refusal label was obtained for one of the groups", detail or "")]
+    out = []
+    for crit in criteria:  # quality: one value per criterion
+        c = rows[rows["criterion"] == crit] if len(rows) else rows
+        mean = finite(c.iloc[0]["mean"]) if len(c) else None
+        out.append(_judge(spec.name, None if mean is None else abs(mean), bound, override,
+                          key | {"criterion": crit}, "no valid quality rating of this criterion",
+                          "" if mean is None else f"mean {mean:+.4f}"))
+    return out
+
+
+# -- recording ------------------------------------------------------------------------------
+def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> None:
+    """Store a gate evaluation in the run folder: ``gates.json`` (the full document with every
+    value) and a compact copy (without ``results``) under ``gates`` in ``summary.json``, both
+    written atomically (:mod:`lmra.fileio`). A later evaluation replaces an earlier one.
+
+    Args:
+        run: the run folder evaluated.
+        result: what :func:`evaluate_gates` returned for it.
+        evaluated_by: the command, e.g. ``"lmra audit"`` or ``"lmra gate"`` (stored).
+
+    Raises:
+        LmraIOError: a file could not be written (naming it).
+    """
+    import json
+
+    from lmra.fileio import write_json
+
+    doc = result.to_dict() | {"evaluated_by": evaluated_by}
+    write_json(run.path / GATES_FILE, doc)
+    summary_path = run.path / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))  # re-read: never write back a stale copy
+    summary["gates"] = {k: v for k, v in doc.items() if k != "results"}
+    write_json(summary_path, jsonable(summary))
+    run.summary["gates"] = summary["gates"]
+
+
+def stored_gates(run: RunFolder) -> GatesConfig:
+    """The ``[gates]`` table of the run's stored ``config.toml`` (empty for runs made before
+    gates existed).
+
+    Raises:
+        LmraInputError: the stored table is not a valid ``[gates]`` table (naming the file).
+    """
+    from lmra.config import validate_model
+
+    data = run.config.get("gates") or {}
+    try:
+        return validate_model(GatesConfig, data, source=run.path / "config.toml", text=run.config_text)
+    except LmraInputError as exc:  # name the field as the config does: gates.<name>
+        raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field=f"gates.{exc.field}") from None

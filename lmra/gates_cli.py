@@ -1,0 +1,253 @@
+"""Command-line front end of the absolute release gates (:mod:`lmra.gates`): the repeatable
+``--gate NAME=VALUE`` option of ``lmra audit`` and ``lmra gate``, the ``lmra gate RUN``
+command (gates on an existing run, no baseline), what ``lmra audit`` does with its gates after
+a run (:func:`gates_after_audit`), and the precedence of exit statuses when several apply
+(:func:`combine_exit_statuses`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from lmra.config import GATES_NEEDING, GatesConfig
+from lmra.errors import LmraInputError
+from lmra.gates import EXIT_GATES_NOT_MET, GATES, GateResult, evaluate_gates, record_gates, stored_gates
+
+#: exit statuses from the one that wins to the one that loses when a run meets several: a failed
+#: or partial run (1) or a question that could not be answered (2: e.g. a check in which no task
+#: could be tested) say nothing about the chatbot; a judge that failed validation (5) makes every
+#: number untrustworthy; an absolute release gate not met (6) is the release criterion; a
+#: regression against the baseline (3) is relative to it; 0 = none of these
+EXIT_PRECEDENCE = (1, 2, 5, EXIT_GATES_NOT_MET, 3, 0)
+
+
+def combine_exit_statuses(*statuses: int) -> int:
+    """The exit status that wins among ``statuses`` by :data:`EXIT_PRECEDENCE`
+    (1 > 2 > 5 > 6 > 3 > 0); a status not in it (e.g. 4, 75, 130) wins over all of them."""
+    rank = {s: i for i, s in enumerate(EXIT_PRECEDENCE)}
+    return min(statuses, key=lambda s: rank.get(s, -1)) if statuses else 0
+
+
+# -- the --gate option --------------------------------------------------------------------------
+def gate_option(text: str) -> tuple[str, float]:
+    """argparse type of ``--gate NAME=VALUE``: a known gate and a bound in its range.
+
+    Returns:
+        ``(name, value)``.
+
+    Raises:
+        argparse.ArgumentTypeError: no ``=``, an unknown gate name, a value that is not a finite
+            number, or a value outside the gate's range (argparse then exits with status 2
+            naming ``--gate``).
+    """
+    from pydantic import ValidationError
+
+    name, eq, value = text.partition("=")
+    name = name.strip()
+    if not eq:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. max_ci_high=0.02)")
+    if name not in GATES:
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown gate '{name}'; gates: {', '.join(GATES)} "
+                                         "(per-task overrides only in the config's [gates.tasks.\"TASK\"])")
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the bound {value.strip()!r} is not a number") from None
+    try:
+        GatesConfig.model_validate({name: v})
+    except ValidationError:
+        what = "[0, 1] (a gap between rates or scores)" if "gap" in name else "[-1, 1] (a net rating or CI bound)"
+        raise argparse.ArgumentTypeError(f"{text!r}: the bound must be a finite number in {what}") from None
+    return name, v
+
+
+def add_gate_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """Add the repeatable ``--gate NAME=VALUE`` option (stored in ``args.gate``, a list)."""
+    parser.add_argument("--gate", action="append", type=gate_option, metavar="NAME=VALUE", help=help)
+
+
+def with_gate_options(gates: GatesConfig, options: list[tuple[str, float]] | None) -> GatesConfig:
+    """``gates`` with the ``--gate`` bounds set on top (the last of a repeated name wins;
+    per-task overrides are kept)."""
+    if not options:
+        return gates
+    return gates.model_copy(update=dict(options))
+
+
+def audit_config_with_gates(cfg, options: list[tuple[str, float]] | None):
+    """The audit config with ``lmra audit --gate`` bounds merged into ``[gates]`` (so the run's
+    stored config.toml records the gates applied, and ``lmra gate RUN`` finds them).
+
+    Raises:
+        LmraInputError: a ``--gate`` bounds refusals or quality while the config does not
+            measure them (field ``--gate``; checked before any model call).
+    """
+    if not options:
+        return cfg
+    for name, value in options:
+        section = GATES_NEEDING.get(name)
+        if section and not getattr(cfg, section).enabled:
+            what = "refusal labels" if section == "refusal" else "quality ratings"
+            raise LmraInputError(f"{name}={value:g} bounds {what}, which this audit does not measure ([{section}] "
+                                 f"enabled = false in its config): enable [{section}] or drop the gate",
+                                 field="--gate")
+    return cfg.model_copy(update={"gates": with_gate_options(cfg.gates, options)})
+
+
+# -- printing -----------------------------------------------------------------------------------
+def print_gates(console: Console, result: GateResult) -> None:
+    """One line per breached or unevaluated value (``GATE BREACHED max_ci_high: task 'write a
+    story' (female vs male) CI high 0.034 > 0.02``), then the summary line."""
+    lines = result.lines()
+    for line in lines[:-1]:
+        style = "bold red" if line.startswith("GATE BREACHED") else "bold yellow"
+        head, _, rest = line.partition(":")
+        console.print(Text.assemble((head, style), ":" + rest), highlight=False, soft_wrap=True)
+    console.print(Text(lines[-1], style="bold green" if result.passed else "bold red"), highlight=False,
+                  soft_wrap=True)
+
+
+def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Console) -> int:
+    """What ``lmra audit`` does with its ``[gates]`` after a run: evaluate them on the run
+    folder, record ``gates.json`` and ``summary.json["gates"]``, print a line per breach.
+
+    Returns:
+        0 (every gate met, or no gate configured: then nothing is written or printed), or
+        :data:`lmra.gates.EXIT_GATES_NOT_MET` (6).
+    """
+    if not gates.configured:
+        return 0
+    from lmra.runfolder import load_run
+
+    run = load_run(run_dir)
+    result = evaluate_gates(run, gates)
+    record_gates(run, result, evaluated_by="lmra audit")
+    print_gates(console, result)
+    return result.exit_status
+
+
+def recorded_gates(run_ref: str | Path, history: str | Path) -> dict | None:
+    """The gate evaluation recorded in a run's ``summary.json`` (``summary.json["gates"]``, the
+    :meth:`lmra.gates.GateResult.to_dict` document without ``results``); None when none was made.
+
+    Args:
+        run_ref: a run folder path, run id or ``latest``; history: the history file to resolve it in.
+    """
+    from lmra.monitor import History
+    from lmra.runfolder import load_run
+
+    if Path(run_ref).is_dir():
+        return load_run(run_ref).summary.get("gates")
+    with History(history) as h:
+        return h.resolve(str(run_ref)).summary.get("gates")
+
+
+# -- lmra gate RUN ------------------------------------------------------------------------------
+def _gates_from_file(path: str) -> GatesConfig:
+    from lmra.config import validate_model
+    from lmra.errors import read_toml
+
+    text, data = read_toml(path, "config file")
+    if not isinstance(data.get("gates"), dict):
+        raise LmraInputError("has no [gates] table (e.g. '[gates]' then 'max_ci_high = 0.02')", file=path,
+                             field="--config")
+    try:
+        return validate_model(GatesConfig, data["gates"], source=path, text=text)
+    except LmraInputError as exc:  # name the field as the config does: gates.<name>
+        raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field=f"gates.{exc.field}") from None
+
+
+def _run(args: argparse.Namespace):
+    from lmra.monitor_cli import _history_file
+    from lmra.runfolder import load_run
+
+    if Path(args.run).is_dir():
+        return load_run(args.run)
+    from lmra.monitor import History
+
+    path = _history_file(args, args.run)
+    if not path.exists() and not path.parent.is_dir():  # never create a history store just to look a name up
+        raise LmraInputError(f"no such run folder, and no runs in {path.parent}/ to look the run id up in",
+                             file=args.run, field="RUN")
+    with History(path) as h:
+        return h.resolve(args.run)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """``lmra gate RUN [--gate NAME=VALUE …] [--config FILE]``: the release gates on a finished
+    run, without a baseline. Exit 0 every gate met, 6 not met, 5 the run's judge failed
+    validation, 1 the run is partial or failed, 2 input error (no gate to evaluate, a gate on
+    something the run did not measure)."""
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+
+    run = _run(args)
+    if args.config:
+        gates, origin = _gates_from_file(args.config), args.config
+    else:
+        gates, origin = stored_gates(run), str(run.path / "config.toml")
+    source = " and ".join([origin] * gates.configured + ["--gate"] * bool(args.gate))
+    gates = with_gate_options(gates, args.gate)
+    if not gates.configured:
+        raise LmraInputError(f"no gates to evaluate: {origin} has no [gates] bounds; pass --gate NAME=VALUE "
+                             "(e.g. --gate max_ci_high=0.02) or --config FILE with a [gates] table", field="--gate")
+    from lmra.gates import unmeasured_gates
+
+    from_options = {n for n, _ in args.gate or []}
+    for name, why in unmeasured_gates(run, gates).items():
+        if name in from_options:
+            raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field="--gate")
+        raise LmraInputError(f"gate {name} cannot be evaluated: {why}", file=origin, field=f"gates.{name}")
+    result = evaluate_gates(run, gates)
+    if not args.no_record:
+        record_gates(run, result, evaluated_by="lmra gate")
+    status = result.exit_status
+    notes = []
+    if run.judge_status_gated_failure and not args.allow_unvalidated_judge:
+        status = combine_exit_statuses(status, EXIT_JUDGE_FAILED)
+        notes.append(f"the run's judge failed validation ({run.judge_status}): its numbers are not evidence about "
+                     f"the chatbot (exit status {EXIT_JUDGE_FAILED}; --allow-unvalidated-judge to accept it)")
+    if run.status != "complete":
+        status = combine_exit_statuses(status, 1)
+        notes.append(f"run {run.run_id} is {run.status}: its numbers are incomplete (exit status 1)")
+    if args.json:
+        from lmra.report import jsonout
+
+        jsonout.emit(result.to_dict() | {"exit_status": status, "gates_exit_status": result.exit_status,
+                                         "run_status": run.status, "judge_status": run.judge_status,
+                                         "notes": notes})
+        return status
+    from lmra.console import make_console
+
+    console = make_console()
+    console.print(Text(f"Release gates of {run.run_id} (bounds from {source}):"), highlight=False, soft_wrap=True)
+    print_gates(console, result)
+    for n in notes:
+        console.print(Text.assemble(("note: ", "bold red"), n), highlight=False, soft_wrap=True)
+    return status
+
+
+def add_parser(subparsers) -> None:
+    """Register ``lmra gate`` on the ``lmra`` sub-parser collection."""
+    from lmra.monitor_cli import RUN_HELP, _add_store_args
+    from lmra.report.jsonout import json_errors
+
+    g = subparsers.add_parser(
+        "gate", help="check a finished run against absolute release gates, without a baseline (exit 6 if a gate "
+                     "is not met)",
+        description="Evaluate release gates (docs/nightly.md, 'Release gates') on a finished run: by default the "
+                    "[gates] the run's own config.toml recorded, replaced by --config FILE's [gates] table, with "
+                    "--gate bounds on top. Records gates.json and summary.json['gates'] in the run folder.")
+    g.add_argument("run", metavar="RUN", help=RUN_HELP)
+    add_gate_option(g, "a gate bound, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of the config)")
+    g.add_argument("--config", "-c", metavar="FILE", help="take the [gates] table of this TOML file (e.g. the "
+                                                          "nightly config) instead of the run's stored one")
+    g.add_argument("--allow-unvalidated-judge", action="store_true",
+                   help="exit as usual even when the run's judge failed validation (default: exit 5)")
+    g.add_argument("--no-record", action="store_true", help="print only; do not write gates.json / summary.json")
+    g.add_argument("--json", action="store_true", help="print one JSON document (schema lmra.gates/1) instead")
+    _add_store_args(g)
+    g.set_defaults(func=json_errors(cmd_gate))

@@ -1,0 +1,238 @@
+"""Which model really answered: per role (target, judge, judge2), the model ids and system
+fingerprints the servers reported, and chat-template tokens in the answers.
+
+The manifest's ``target.model`` is the *configured* model string; an endpoint can serve
+another model behind it (an alias moved to a new snapshot, a gateway falling back). Every
+answer's :attr:`~lmra.providers.base.ChatResult.served_model` and
+:attr:`~lmra.providers.base.ChatResult.system_fingerprint` (cached with the answer) are
+counted here, and ``manifest.json`` records them per role::
+
+    "target": {"provider": "openai", "model": "gpt-4o", "base_url": "…",
+               "served": {"responses": 812, "model": {"gpt-4o-2024-08-06": 812},
+                          "system_fingerprint": {"fp_abc": 800, "fp_def": 12}},
+               "template_tokens": {"responses": 0, "tokens": {}}}
+
+``responses`` counts the answers used by the run (fresh or from the cache); answers whose
+server reported no id are in ``responses`` but in no ``model`` count. :func:`identity_changes`
+compares two runs' records (``lmra check``, ``lmra compare``).
+
+Chat-template tokens (:data:`TEMPLATE_TOKENS`) in an answer's text mean the endpoint formats
+prompts with a template that is not the model's own, or does not stop at the end of a turn
+(an OpenAI-compatible server that fell back to a Llama 2 format answered ``<<<<[/INST]``).
+They are counted per role and token, and each role and token is announced once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lmra.providers.base import ChatRequest, ChatResult, Provider
+
+#: Chat-template control tokens that never belong in a response's text: (token, the format
+#: it comes from). Sources: Llama 2 — ``B_INST``/``E_INST``/``B_SYS``/``E_SYS`` in
+#: https://github.com/meta-llama/llama/blob/main/llama/generation.py (also Mistral instruct);
+#: Llama 3 — https://www.llama.com/docs/model-cards-and-prompt-formats/meta-llama-3/;
+#: ChatML (Qwen, Yi, OpenHermes …) — https://huggingface.co/docs/transformers/main/en/chat_templating;
+#: Gemma — https://ai.google.dev/gemma/docs/core/prompt-structure; Phi-3 and Zephyr —
+#: the model cards https://huggingface.co/microsoft/Phi-3-mini-4k-instruct and
+#: https://huggingface.co/HuggingFaceH4/zephyr-7b-beta; ``</s>`` is the SentencePiece
+#: end-of-sequence token of Llama 2 and Mistral, ``<|endoftext|>`` that of GPT-2-style
+#: tokenizers (GPT-2, Qwen, Phi).
+TEMPLATE_TOKENS: tuple[tuple[str, str], ...] = (
+    ("[INST]", "Llama 2 / Mistral instruct"),
+    ("[/INST]", "Llama 2 / Mistral instruct"),
+    ("<<SYS>>", "Llama 2"),
+    ("<</SYS>>", "Llama 2"),
+    ("<|begin_of_text|>", "Llama 3"),
+    ("<|start_header_id|>", "Llama 3"),
+    ("<|end_header_id|>", "Llama 3"),
+    ("<|eot_id|>", "Llama 3"),
+    ("<|im_start|>", "ChatML"),
+    ("<|im_end|>", "ChatML"),
+    ("<start_of_turn>", "Gemma"),
+    ("<end_of_turn>", "Gemma"),
+    ("<|user|>", "Phi-3 / Zephyr"),
+    ("<|assistant|>", "Phi-3 / Zephyr"),
+    ("<|system|>", "Phi-3 / Zephyr"),
+    ("<|end|>", "Phi-3"),
+    ("</s>", "Llama 2 / Mistral end of sequence"),
+    ("<|endoftext|>", "GPT-2-style end of text"),
+)
+_FORMAT_OF = dict(TEMPLATE_TOKENS)
+ROLES = ("target", "judge", "judge2")
+
+
+def template_tokens_in(text: str) -> list[str]:
+    """The :data:`TEMPLATE_TOKENS` that occur in ``text`` (case-sensitive), in list order."""
+    return [tok for tok, _ in TEMPLATE_TOKENS if tok in text] if text else []
+
+
+@dataclass
+class ServedCounts:
+    """What one role's answers said about the model behind them.
+
+    Attributes:
+        responses: answers used by the run (fresh or from the cache).
+        model: served model id → answers.
+        system_fingerprint: reported system fingerprint → answers.
+        template_tokens: chat-template token → answers containing it.
+        responses_with_template_tokens: answers containing at least one such token.
+    """
+
+    responses: int = 0
+    model: Counter = field(default_factory=Counter)
+    system_fingerprint: Counter = field(default_factory=Counter)
+    template_tokens: Counter = field(default_factory=Counter)
+    responses_with_template_tokens: int = 0
+
+    def observe(self, result: ChatResult) -> list[str]:
+        """Count one answer; returns the template tokens it contains."""
+        self.responses += 1
+        if result.served_model:
+            self.model[result.served_model] += 1
+        if result.system_fingerprint:
+            self.system_fingerprint[result.system_fingerprint] += 1
+        found = template_tokens_in(result.text)
+        for tok in found:
+            self.template_tokens[tok] += 1
+        self.responses_with_template_tokens += bool(found)
+        return found
+
+    def manifest_fields(self) -> dict:
+        """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section
+        (counts sorted from most to least frequent)."""
+        top = lambda c: dict(c.most_common())  # noqa: E731
+        return {"served": {"responses": self.responses, "model": top(self.model),
+                           "system_fingerprint": top(self.system_fingerprint)},
+                "template_tokens": {"responses": self.responses_with_template_tokens,
+                                    "tokens": top(self.template_tokens)}}
+
+
+class IdentityRecorder:
+    """Count the identity of every answer of one role (a provider wrapper, outermost).
+
+    Args:
+        inner: the role's provider chain.
+        role: ``target``, ``judge`` or ``judge2``.
+        counts: where to count.
+        on_notice: called once per template token first seen in this role's answers.
+    """
+
+    def __init__(self, inner: Provider, role: str, counts: ServedCounts,
+                 on_notice: Callable[[str], None] = lambda msg: None):
+        self.inner = inner
+        self.role = role
+        self.counts = counts
+        self.on_notice = on_notice
+        self.name = inner.name
+        self.model_id = inner.model_id
+        self.base_url = inner.base_url
+        self.supports_logprobs = inner.supports_logprobs
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        result = await self.inner.complete(request)
+        for tok in self.counts.observe(result):
+            if self.counts.template_tokens[tok] == 1:
+                self.on_notice(f"the {self.role} ({self.name}:{self.model_id}) answered with the chat-template token "
+                               f"{tok!r} ({_FORMAT_OF[tok]} format): the endpoint may format prompts with a template "
+                               "that is not the model's own, or not stop at the end of a turn. Such responses are "
+                               f"used as they are and counted in manifest.json ({self.role}.template_tokens); shown "
+                               "once per token")
+        return result
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class RunIdentity:
+    """The served-model record of one run: a :class:`ServedCounts` per role.
+
+    Args:
+        on_notice: the audit's notice callback (template tokens, once per role and token).
+    """
+
+    def __init__(self, on_notice: Callable[[str], None] = lambda msg: None):
+        self.on_notice = on_notice
+        self.counts: dict[str, ServedCounts] = {}
+
+    def watch(self, provider: Provider, role: str) -> IdentityRecorder:
+        """Wrap ``provider`` so that the answers of ``role`` are counted."""
+        counts = self.counts.setdefault(role, ServedCounts())
+        return IdentityRecorder(provider, role, counts, self.on_notice)
+
+    def update_manifest(self, manifest: dict) -> None:
+        """Add ``served`` and ``template_tokens`` to each watched role's manifest section."""
+        for role, counts in self.counts.items():
+            if isinstance(manifest.get(role), dict):
+                manifest[role].update(counts.manifest_fields())
+
+    def warnings(self) -> list[str]:
+        """One line per role whose answers contained template tokens (for ``summary.json``)."""
+        out = []
+        for role, c in self.counts.items():
+            if c.responses_with_template_tokens:
+                toks = ", ".join(f"{t!r} × {n}" for t, n in c.template_tokens.most_common())
+                out.append(f"{c.responses_with_template_tokens} of {c.responses} {role} responses contain "
+                           f"chat-template tokens ({toks}): the endpoint may use another model's chat template "
+                           "(docs/providers.md, 'Chat-template tokens')")
+        return out
+
+
+def _served(manifest: dict, role: str) -> dict:
+    section = manifest.get(role)
+    return (section.get("served") or {}) if isinstance(section, dict) else {}
+
+
+def _listed(values: list[str], limit: int = 4) -> str:
+    return ", ".join(values[:limit]) + (f" and {len(values) - limit} more" if len(values) > limit else "")
+
+
+def served_lines(manifest: dict) -> list[tuple[str, str]]:
+    """(role, one line) per role with a served-model record, for reports, e.g. ``("target",
+    "gpt-4o-2024-08-06 × 812; system fingerprints fp_abc × 800, fp_def × 12")``; a role whose
+    answers held chat-template tokens says so. Empty for runs that predate the record."""
+    out = []
+    for role in ROLES:
+        served = _served(manifest, role)
+        if not served:
+            continue
+        n = int(served.get("responses") or 0)
+        models = served.get("model") or {}
+        parts = [", ".join(f"{m} × {k}" for m, k in models.items()) or "no model id reported"]
+        if models and sum(models.values()) < n:
+            parts[0] += f" ({n - sum(models.values())} of {n} answers reported none)"
+        fps = served.get("system_fingerprint") or {}
+        if fps:
+            parts.append("system fingerprints " + ", ".join(f"{f} × {k}" for f, k in fps.items()))
+        tt = (manifest.get(role) or {}).get("template_tokens") or {}
+        if tt.get("responses"):
+            parts.append(f"chat-template tokens in {tt['responses']} of {n} answers ("
+                         + ", ".join(f"{t} × {k}" for t, k in (tt.get("tokens") or {}).items()) + ")")
+        out.append((role, "; ".join(parts)))
+    return out
+
+
+def identity_changes(before: dict, after: dict) -> list[str]:
+    """What changed in the served models between two runs' manifests.
+
+    Args:
+        before, after: ``manifest.json`` of the earlier run (baseline, run A) and the later
+            one (tonight's run, run B).
+
+    Returns:
+        one line per role and field whose *set* of reported values differs, e.g. ``"the
+        target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06"`` or ``"the
+        judge's system fingerprint changed: fp_a → fp_a, fp_b"`` (values from most to least
+        frequent). Roles or fields one of the runs did not record (older runs, servers that
+        report nothing) are left out.
+    """
+    out = []
+    for role in ROLES:
+        a, b = _served(before, role), _served(after, role)
+        for key, words in (("model", "served model"), ("system_fingerprint", "system fingerprint")):
+            va, vb = list((a.get(key) or {})), list((b.get(key) or {}))
+            if va and vb and set(va) != set(vb):
+                out.append(f"the {role}'s {words} changed: {_listed(va)} → {_listed(vb)}")
+    return out

@@ -1,0 +1,130 @@
+"""API keys: where a model's key comes from, and what happens when its endpoint rejects it.
+
+* :func:`resolve_api_key` — the key an SDK provider sends. A key is needed unless the config
+  says ``api_key_required = false`` (a local server that needs none); a needed key whose
+  variable is unset or blank is an input error (exit status 2) raised when the provider is
+  built, i.e. by ``lmra validate`` and by ``lmra audit`` before anything is written — with or
+  without ``base_url``.
+* :class:`KeyGuard` — an audit's wrapper around one model (target, judge, judge2): the first
+  call that fails with kind ``auth`` (HTTP 401/403) stops the run with :class:`KeyRejected`
+  instead of recording thousands of failed pairs; later calls through the same guard fail at
+  once without reaching the server.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from lmra.errors import LmraInputError
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
+
+if TYPE_CHECKING:
+    from lmra.config import ModelConfig
+
+#: the key an SDK is given when the config says the endpoint needs none (the SDKs refuse an
+#: empty key; such servers ignore it)
+NO_KEY_PLACEHOLDER = "no-key-needed"
+
+
+def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tuple[str, str]:
+    """The key a provider sends, and words naming where it came from (for error messages).
+
+    Args:
+        cfg: the model's config: ``api_key_env`` (the variable, default ``default_env``) and
+            ``api_key_required`` (False: the endpoint needs no key; only with ``base_url``).
+        provider: the provider name, for the message (``openai``, ``anthropic``).
+        default_env: the SDK's own variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``).
+
+    Returns:
+        (key, source): e.g. ``("sk-…", "the key in OPENAI_API_KEY")``, or
+        ``(NO_KEY_PLACEHOLDER, "no key (api_key_required = false)")``.
+
+    Raises:
+        LmraInputError: a key is needed and its variable is unset or blank (field
+            ``api_key_env``; the message names the variable and how to declare a keyless
+            local server).
+    """
+    if not cfg.api_key_required:
+        return NO_KEY_PLACEHOLDER, "no key (the config says api_key_required = false)"
+    env = cfg.api_key_env or default_env
+    key = os.environ.get(env, "")
+    if not key.strip():
+        where = f"the endpoint {cfg.base_url}" if cfg.base_url else f"the {provider} API"
+        default = "" if cfg.api_key_env else f" (the default of provider '{provider}'; set api_key_env to use another)"
+        state = "is empty" if env in os.environ else "is not set"
+        keyless = (", or, if this local server needs no key, write api_key_required = false in this model's "
+                   "section") if cfg.base_url else ""
+        raise LmraInputError(
+            f"environment variable {env}{default} {state}, and {where} needs an API key: export {env} in the "
+            f"environment that runs lmra (cron and CI jobs do not read your shell profile){keyless}",
+            field="api_key_env")
+    return key, f"the key in {env}"
+
+
+class KeyRejected(RuntimeError):
+    """An endpoint rejected a model's key (HTTP 401/403): the audit stops.
+
+    Not a :class:`~lmra.providers.base.ProviderError`: the stages record ProviderErrors as
+    failed pairs and go on, whereas no later call can succeed with a rejected key. The run's
+    ``manifest.json`` gets status ``failed`` and this message as its ``stop_reason``; the CLI
+    prints it and exits 1.
+
+    Attributes:
+        role: ``target``, ``judge`` or ``judge2``.
+        error: the call's :class:`ProviderError` (kind ``auth``; its message names the
+            variable, or says the config declared no key, and the endpoint).
+    """
+
+    def __init__(self, role: str, error: ProviderError):
+        self.role = role
+        self.error = error
+        super().__init__(f"the {role}'s endpoint does not accept its key, so lmra stopped at the first rejected "
+                         f"call: {error}. Fix the key (or api_key_env / api_key_required in [{role}]) and run the "
+                         "same command again; answered calls are kept in the cache")
+
+
+class KeyGuard:
+    """Stop an audit at the first call whose key the endpoint rejects.
+
+    Args:
+        inner: the model's provider chain (budget → cache → rate limit → backend); the
+            cache below counts the failed call (kind ``auth``) like any other failure.
+        role: ``target``, ``judge`` or ``judge2`` (named in the message).
+
+    Attributes:
+        name, model_id, base_url, supports_logprobs: those of ``inner``.
+        rejected: the :class:`KeyRejected` raised, once a call was rejected (later calls
+            raise it again without calling).
+    """
+
+    def __init__(self, inner: Provider, role: str):
+        self.inner = inner
+        self.role = role
+        self.name = inner.name
+        self.model_id = inner.model_id
+        self.base_url = inner.base_url
+        self.supports_logprobs = inner.supports_logprobs
+        self.rejected: KeyRejected | None = None
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Call ``inner``.
+
+        Raises:
+            KeyRejected: this call, or an earlier one, failed with kind ``auth``.
+            ProviderError: any other failure (recorded by the stages as a failed call).
+        """
+        if self.rejected is not None:
+            raise KeyRejected(self.role, self.rejected.error)
+        try:
+            return await self.inner.complete(request)
+        except ProviderError as exc:
+            if exc.kind != "auth":
+                raise
+            rejected = KeyRejected(self.role, exc)
+            if self.rejected is None:
+                self.rejected = rejected
+            raise rejected from exc
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

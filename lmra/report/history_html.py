@@ -1,0 +1,431 @@
+"""The history page (``lmra report --history``): every night of one run name on a single
+self-contained HTML page, for the on-call reader who wants to see where a task's net rating
+has been going, which nights regressed or breached a gate, and which nights cannot be trusted.
+
+Contents (``prompts/report/history.html.j2``, rendered with Jinja2, autoescaped):
+
+* a banner about the newest night (judge status, run status, regressions, gate breaches);
+* per comparison, the **overall net rating** with its CI band across nights, with a strip of
+  each night's judge status and run status below it;
+* per (comparison, task), a **small multiple** of the net rating with its CI band across
+  nights, in a grid that a few lines of inline JavaScript sort (flagged first, by latest net
+  rating, by name) and filter — the page is complete without JavaScript;
+* the **nights table** (run id, date, target model, judge, judge status, run status, pairs,
+  overall net rating [CI], the regression check, gates, the pin), newest first.
+
+Marks, all read from the history store (:class:`lmra.monitor.History`) and the run folders:
+a red ring where the night's latest recorded regression check (``checks`` table, written by
+:meth:`~lmra.monitor.History.record_check`) flagged the task, a blue ring for an improvement, an
+orange square where an absolute gate was breached (``gates.json`` in the run folder, else the
+``gates`` key of ``summary.json``; absent for runs made without gates), a hollow point for a
+night whose judge failed validation or whose run is ``partial``, a dashed line at the pinned
+baseline and a dotted line where the judge (provider, model, template or combiner) changed.
+
+The charts are inline SVG drawn here rather than by :mod:`lmra.report.plots` (matplotlib):
+every point carries its numbers as ``data-run``/``data-net``/``data-ci-low``/``data-ci-high``
+attributes and a ``<title>`` tooltip, which matplotlib's SVG output cannot, and 27 tasks ×
+60 nights draw in milliseconds instead of seconds. Colours follow :mod:`lmra.report.plots`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from lmra.errors import LmraInputError
+from lmra.fileio import write_text
+from lmra.report.plots import BLUE, GREY, RED
+from lmra.runfolder import finite
+
+#: default file name of the page, in the reports folder
+HISTORY_PAGE = "history.html"
+#: nights shown by default (the newest ones); 0 or None shows all
+MAX_NIGHTS = 90
+ORANGE = "#e67e22"
+#: judge status → CSS class of its cell (``RunFolder.judge_status`` values)
+JUDGE_CLASSES = {"passed": "passed", "failed": "failed", "failed (waived)": "waived", "not_checked": "unchecked",
+                 "unknown": "unchecked"}
+#: sizes of the two kinds of chart, in SVG user units (px): width, height, left margin (tick labels)
+TASK_CHART = {"width": 300, "height": 100, "left": 40, "right": 8, "top": 12, "bottom": 8}
+OVERALL_CHART = {"width": 1000, "height": 190, "left": 48, "right": 12, "top": 10, "bottom": 10}
+
+
+# -- what happened each night -------------------------------------------------------------
+def read_gates(run_dir: str | Path) -> dict | None:
+    """The release-gate evaluation recorded in a run folder (:func:`lmra.gates.record_gates`),
+    or None when the run has none (made without gates, or before gates existed).
+
+    Read from ``gates.json``, else from the ``gates`` key of ``summary.json`` (schema
+    ``lmra.gates/1``). A damaged file gives ``unreadable`` instead of an error: one bad run
+    folder must not stop the page.
+
+    Returns:
+        ``{"passed": bool, "checked": [gate names], "unmet": [gate names], "breaches":
+        [{"gate", "comparison", "task", "value", "bound", "text"}], "n_not_evaluated": int,
+        "unreadable": bool}``; a breach without a task concerns an overall gate.
+    """
+    from lmra.gates import GATES_FILE, GateOutcome
+
+    run_dir = Path(run_dir)
+    unreadable = {"passed": None, "checked": [], "unmet": [], "breaches": [], "n_not_evaluated": 0,
+                  "unreadable": True}
+    try:
+        if (run_dir / GATES_FILE).is_file():
+            doc = json.loads((run_dir / GATES_FILE).read_text(encoding="utf-8"))
+        elif (run_dir / "summary.json").is_file():
+            doc = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("gates")
+        else:
+            return None
+    except (OSError, ValueError, AttributeError):
+        return unreadable
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("breaches", []), list):
+        return unreadable
+    fields = GateOutcome.__dataclass_fields__
+    breaches = []
+    for b in doc.get("breaches") or []:
+        if not isinstance(b, dict):
+            continue
+        try:
+            text = GateOutcome(**{k: b.get(k) for k in fields}).line()
+        except (KeyError, TypeError, ValueError):  # a gate this version does not know
+            text = f"GATE BREACHED {b.get('gate')}: {b.get('task') or 'overall'} {b.get('value')} > {b.get('bound')}"
+        breaches.append({"gate": str(b.get("gate")), "comparison": b.get("comparison"), "task": b.get("task"),
+                         "value": finite(b.get("value")), "bound": finite(b.get("bound")), "text": text})
+    return {"passed": bool(doc.get("passed")), "checked": list(doc.get("checked") or []),
+            "unmet": list(doc.get("unmet") or []), "breaches": breaches,
+            "n_not_evaluated": len(doc.get("not_evaluated") or []), "unreadable": False}
+
+
+def _check_of(history, run_id: str) -> dict | None:
+    """The night's latest recorded regression check: its baseline, the tasks it tested, and
+    the flagged and improved ones keyed by (comparison, domain, task)."""
+    c = history.latest_check(run_id)
+    if c is None:
+        return None
+    rows = c["result"].to_dict(orient="records")
+    keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
+                         for r in rows if bool(r.get(col))}
+    return {"baseline_id": c["baseline_id"], "regressed": keyed("regressed"), "improved": keyed("improved"),
+            "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
+
+
+# -- SVG geometry --------------------------------------------------------------------------
+def _nice(v: float) -> str:
+    """A tick label: up to 3 significant decimals, sign for non-zero values."""
+    if v == 0:
+        return "0"
+    return f"{v:+.3f}".rstrip("0").rstrip(".") if abs(v) >= 0.001 else f"{v:+.1e}"
+
+
+def _path(points: list[tuple[float, float]]) -> str:
+    return "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in points)
+
+
+def chart(series: pd.DataFrame, n_nights: int, size: dict, *, marks: dict[int, dict], pin_x: int | None,
+          judge_changes: list[dict], label: str) -> dict:
+    """Geometry of one trend chart (net rating and CI band across nights) for the template.
+
+    Args:
+        series: one row per night that measured it: ``x`` (night index, 0 = oldest shown),
+            ``run_id``, ``started``, ``net_rating``, ``ci_low``, ``ci_high``, ``n_pairs``
+            (H and its CI in [−1, 1]; NaN/None where undefined).
+        n_nights: nights on the x axis; size: :data:`TASK_CHART` or :data:`OVERALL_CHART`.
+        marks: night index → ``{"hollow": bool, "regressed": str | None, "improved": str | None,
+            "gate": str | None, "note": str}`` (the strings are tooltip text).
+        pin_x: night index of the pinned baseline, or None; judge_changes: ``{"x", "text"}``.
+        label: what the chart shows (its ``aria-label``).
+
+    Returns:
+        A dict of SVG pieces in user units: ``band`` and ``line`` path strings (one per run of
+        consecutive nights), ``points`` (``x, y, run, net, lo, hi, cls, title``), ring and
+        square marks, ``ticks``, ``zero_y``, vertical ``rules``.
+    """
+    w, h = size["width"], size["height"]
+    left, right, top, bottom = size["left"], size["right"], size["top"], size["bottom"]
+    step = (w - left - right) / max(n_nights, 1)
+    vals = [v for c in ("net_rating", "ci_low", "ci_high") for v in series[c].map(finite) if v is not None]
+    lo, hi = min(vals + [0.0]), max(vals + [0.0])
+    pad = max((hi - lo) * 0.06, 0.005)
+    lo, hi = max(lo - pad, -1.0), min(hi + pad, 1.0)
+
+    def X(i: int) -> float:
+        return left + (i + 0.5) * step
+
+    def Y(v: float) -> float:
+        return top + (hi - v) / (hi - lo) * (h - top - bottom)
+
+    rows = sorted(series.to_dict(orient="records"), key=lambda r: r["x"])
+    bands, lines, band_run, line_run, prev_band, prev_line = [], [], [], [], None, None
+    points, rings, squares = [], [], []
+    for r in rows:
+        i = int(r["x"])
+        net, ci_lo, ci_hi = finite(r["net_rating"]), finite(r["ci_low"]), finite(r["ci_high"])
+        if ci_lo is not None and ci_hi is not None:
+            if prev_band is not None and i != prev_band + 1:
+                bands.append(band_run)
+                band_run = []
+            band_run.append((X(i), Y(ci_hi), Y(ci_lo)))
+            prev_band = i
+        if net is None:
+            continue
+        if prev_line is not None and i != prev_line + 1:
+            lines.append(line_run)
+            line_run = []
+        line_run.append((X(i), Y(net)))
+        prev_line = i
+        m = marks.get(i, {})
+        ci_txt = f" [{ci_lo:+.4f}, {ci_hi:+.4f}]" if ci_lo is not None and ci_hi is not None else " [CI undefined]"
+        pairs = finite(r.get("n_pairs"))
+        why = [t for t in (m.get("regressed"), m.get("improved"), m.get("gate"), m.get("note")) if t]
+        title = (f"{r['run_id']} ({_short_time(r.get('started'))}): H = {net:+.4f}{ci_txt}"
+                 + (f", {int(pairs)} pairs" if pairs is not None else "") + "".join(f"; {t}" for t in why))
+        at = {"x": X(i), "y": Y(net), "run": r["run_id"]}
+        points.append(at | {"net": repr(float(net)), "lo": "" if ci_lo is None else repr(float(ci_lo)),
+                            "hi": "" if ci_hi is None else repr(float(ci_hi)), "title": title,
+                            "cls": " ".join(c for c in ("pt", _ci_cls(ci_lo, ci_hi), "hollow" * bool(m.get("hollow")))
+                                            if c)})
+        if m.get("regressed"):
+            rings.append(at | {"cls": "mark-regression", "title": m["regressed"]})
+        elif m.get("improved"):
+            rings.append(at | {"cls": "mark-improvement", "title": m["improved"]})
+        if m.get("gate"):
+            squares.append(at | {"title": m["gate"]})
+    bands += [band_run] if band_run else []
+    lines += [line_run] if line_run else []
+    band_paths = [_path([(x, yu) for x, yu, _ in b] + [(x, yl) for x, _, yl in reversed(b)]) + " Z"
+                  if len(b) > 1 else None for b in bands]
+    # a lone night's CI is a vertical whisker, not a band
+    whiskers = [{"x": b[0][0], "y1": b[0][1], "y2": b[0][2]} for b in bands if len(b) == 1]
+    rules = [{"x": X(c["x"]), "cls": "rule-judge", "title": c["text"]} for c in judge_changes]
+    if pin_x is not None:
+        rules.append({"x": X(pin_x), "cls": "rule-pin", "title": "pinned baseline"})
+    ticks = [{"y": Y(v), "label": _nice(v)} for v in sorted({round(hi, 4), 0.0, round(lo, 4)}, reverse=True)
+             if lo <= v <= hi]
+    return {"width": w, "height": h, "left": left, "right": w - right, "top": top, "bottom": h - bottom,
+            "zero_y": Y(0.0), "bands": [p for p in band_paths if p], "whiskers": whiskers,
+            "lines": [_path(seg) for seg in lines if len(seg) > 1], "points": points, "rings": rings,
+            "squares": squares, "rules": rules, "ticks": ticks, "label": label}
+
+
+# -- the page ------------------------------------------------------------------------------
+def _fmt_ci(net, lo, hi) -> str:
+    n, a, b = finite(net), finite(lo), finite(hi)
+    if n is None:
+        return "—"
+    return f"{n:+.4f} [{'—' if a is None else f'{a:+.4f}'}, {'—' if b is None else f'{b:+.4f}'}]"
+
+
+def _sf(x, spec: str = "+.4f") -> str:
+    """A number for a tooltip, or an em dash when missing."""
+    f = finite(x)
+    return "—" if f is None else format(f, spec)
+
+
+def _short_time(iso) -> str:
+    return "—" if not iso else str(iso)[:16].replace("T", " ")
+
+
+def _night_marks(check: dict | None, gates: dict | None, metrics: pd.DataFrame, i: int) -> tuple[dict, dict]:
+    """Marks of night ``i``: per (comparison, domain, task) and per comparison (None: every
+    comparison), as ``{"regressed" | "improved" | "gate": tooltip text}``."""
+    task_m: dict[tuple, dict] = {}
+    overall_m: dict[str | None, dict] = {}
+    for key, t in (check or {}).get("regressed", {}).items():
+        task_m.setdefault(key, {})["regressed"] = (
+            f"REGRESSION vs baseline {check['baseline_id']} ({_sf(t.get('h_base'))} → {_sf(t.get('h_run'))}, "
+            f"Holm p {_sf(t.get('p_regress_holm'), '.3g')})")
+    for key, t in (check or {}).get("improved", {}).items():
+        task_m.setdefault(key, {})["improved"] = (
+            f"improvement vs baseline {check['baseline_id']} ({_sf(t.get('h_base'))} → {_sf(t.get('h_run'))})")
+    for b in (gates or {}).get("breaches", []):
+        if b["task"] is None:
+            targets = [overall_m.setdefault(b["comparison"], {})]
+        else:  # a breach names its comparison and task; its domain is looked up in the night's metrics
+            here = metrics[(metrics["x"] == i) & (metrics["task"] == b["task"])]
+            if b["comparison"]:
+                here = here[here["comparison"] == b["comparison"]]
+            targets = [task_m.setdefault((c, d, b["task"]), {}) for c, d in zip(here["comparison"], here["domain"])]
+        for m in targets:
+            m["gate"] = f"{m['gate']}; {b['text']}" if m.get("gate") else b["text"]
+    return task_m, overall_m
+
+
+def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.DataFrame, out_dir: Path) -> dict:
+    """One row of the nights table (and the night's facts the charts need)."""
+    judge_status, run_status = r.judge_status or "unknown", r.status or "complete"
+    report = Path(r.run_dir) / "report.html" if r.run_dir else None
+    count = lambda x: "—" if x is None or pd.isna(x) else str(int(x))  # noqa: E731
+    return {
+        "x": i, "run_id": r.run_id, "date": _short_time(r.started),
+        "link": os.path.relpath(report, out_dir) if report is not None and report.is_file() else None,
+        "target": r.target_model or "—", "judge": f"{r.judge_provider}: {r.judge_model}",
+        "judge_status": judge_status, "judge_class": JUDGE_CLASSES.get(judge_status, "unchecked"),
+        "run_status": run_status, "pairs": f"{count(r.n_pairs)} / {count(r.n_invalid)} / {count(r.n_failed)}",
+        "overall": [{"comparison": o.comparison, "text": _fmt_ci(o.net_rating, o.ci_low, o.ci_high),
+                     "cls": _ci_cls(o.ci_low, o.ci_high)} for o in overall[overall["run_id"] == r.run_id].itertuples()],
+        "check": None if check is None else {
+            "baseline_id": check["baseline_id"], "n_tested": check["n_tested"],
+            "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]}),
+            "improved": sorted({f"{t} ({c})" for c, _, t in check["improved"]})},
+        "gates": gates, "pinned": bool(r.pinned),
+        "untrusted": judge_status.startswith("failed") or run_status != "complete",
+        "note": "; ".join(x for x in (f"judge {judge_status}" if judge_status.startswith("failed") else "",
+                                      f"run {run_status}" if run_status != "complete" else "") if x)}
+
+
+def build_history_context(history, name: str | None = None, *, nights: int | None = MAX_NIGHTS,
+                          out: str | Path | None = None) -> dict:
+    """Everything the history page shows, as plain Python values.
+
+    Args:
+        history: an open :class:`lmra.monitor.History` (already scanned).
+        name: the run name to show; default the name of the newest registered run (runs of
+            other names measure other audits and are not drawn on the same lines).
+        nights: show only the newest ``nights`` runs (None or 0: all).
+        out: where the page will be written (links to the nights' ``report.html`` are made
+            relative to it; default the reports folder).
+
+    Raises:
+        LmraInputError: no finished run in the history (named ``name``).
+    """
+    from lmra import __version__
+
+    all_runs = history.runs()
+    if all_runs.empty:
+        raise LmraInputError(f"no finished runs in {history.path.parent} (run 'lmra audit' first, or pass "
+                             "--reports-dir/--history FILE)", file=history.path)
+    names = list(dict.fromkeys(all_runs["name"].fillna("").astype(str)))
+    if name is None:
+        name = str(all_runs.iloc[-1]["name"] or "")
+    runs = all_runs[all_runs["name"].fillna("").astype(str) == name]
+    if runs.empty:
+        raise LmraInputError(f"no finished runs named '{name}' in {history.path} (names there: "
+                             f"{', '.join(repr(n) for n in names)})", file=history.path, field="--name")
+    n_total = len(runs)
+    runs = (runs.iloc[-int(nights):] if nights else runs).reset_index(drop=True)
+    pos = {rid: i for i, rid in enumerate(runs["run_id"])}
+
+    def shown(df: pd.DataFrame) -> pd.DataFrame:
+        df = df[df["run_id"].isin(pos)].copy()
+        df["x"] = df["run_id"].map(pos)
+        return df
+
+    metrics, overall = shown(history.metrics(name=name or None)), shown(history.overall_trend(name=name or None))
+    out_dir = Path(out).resolve().parent if out else history.path.resolve().parent
+
+    rows, task_marks, overall_marks = [], {}, {}
+    judge_changes, prev, pin_x = [], None, None
+    for r in runs.itertuples():
+        i = pos[r.run_id]
+        check = _check_of(history, r.run_id)
+        gates = read_gates(r.run_dir) if r.run_dir and Path(r.run_dir).is_dir() else None
+        row = _night_row(r, i, check, gates, overall, out_dir)
+        rows.append(row)
+        task_marks[i], overall_marks[i] = _night_marks(check, gates, metrics, i)
+        judge = (r.judge_provider, r.judge_model, r.judge_template_sha256, r.combiner)
+        if prev is not None and judge != prev:
+            what = [w for w, a, b in zip(("provider", "model", "template", "combiner"), prev, judge) if a != b]
+            judge_changes.append({"x": i, "text": f"judge changed ({', '.join(what)}): {prev[0]}:{prev[1]} → "
+                                                  f"{judge[0]}:{judge[1]}; ratings before and after are not "
+                                                  "comparable"})
+        prev = judge
+        pin_x = i if r.pinned else pin_x
+
+    def marks_of(key: tuple | None, comp: str) -> dict[int, dict]:
+        """Night → marks of one task (``key``) or of the overall chart of ``comp`` (key None)."""
+        out_m = {}
+        for row in rows:
+            i = row["x"]
+            m = {"hollow": True, "note": row["note"]} if row["untrusted"] else {}
+            if key is None:
+                m |= overall_marks[i].get(None, {}) | overall_marks[i].get(comp, {})
+                n_reg = sum(1 for k, v in task_marks[i].items() if k[0] == comp and v.get("regressed"))
+                if n_reg:
+                    m["regressed"] = f"{n_reg} task(s) regressed this night"
+            else:
+                m |= task_marks[i].get(key, {})
+            if m:
+                out_m[i] = m
+        return out_m
+
+    last_x = len(runs) - 1
+    comparisons = []
+    for k, (comp, m) in enumerate(metrics.groupby("comparison", sort=True), start=1):
+        tasks = []
+        for (domain, task), d in m.groupby(["domain", "task"], sort=True):
+            tm = marks_of((comp, domain, task), comp)
+            latest = d.sort_values("x").iloc[-1]
+            flags = [("regression", f"regressed {rows[i]['date']}") for i, mm in tm.items() if mm.get("regressed")]
+            flags += [("gate", f"gate breached {rows[i]['date']}") for i, mm in tm.items() if mm.get("gate")]
+            now = tm.get(last_x, {})
+            tasks.append({
+                "id": f"task-{k}-{len(tasks) + 1}", "task": task, "domain": domain,
+                "n_points": int(d["net_rating"].notna().sum()),
+                "latest": _fmt_ci(latest["net_rating"], latest["ci_low"], latest["ci_high"]),
+                "latest_net": finite(latest["net_rating"]), "latest_is_newest": int(latest["x"]) == last_x,
+                "latest_cls": _ci_cls(latest["ci_low"], latest["ci_high"]), "flags": flags[-3:],
+                "n_flags": len(flags), "flagged_now": bool(now.get("regressed") or now.get("gate")),
+                "chart": chart(d, len(runs), TASK_CHART, marks=tm, pin_x=pin_x, judge_changes=judge_changes,
+                               label=f"{comp}: {task}: net rating across nights")})
+        # flagged in the newest night first, then the highest latest net rating
+        tasks.sort(key=lambda t: (not t["flagged_now"], -(t["latest_net"] if t["latest_net"] is not None else -9)))
+        ov = overall[overall["comparison"] == comp]
+        comparisons.append({
+            "k": k, "comparison": comp, "tasks": tasks, "n_flagged_now": sum(t["flagged_now"] for t in tasks),
+            "overall": chart(ov, len(runs), OVERALL_CHART, marks=marks_of(None, comp), pin_x=pin_x,
+                             judge_changes=judge_changes, label=f"{comp}: overall net rating across nights")
+            if len(ov) else None})
+
+    size = OVERALL_CHART
+    strip_w = (size["width"] - size["left"] - size["right"]) / max(len(runs), 1)
+    strips = [{"x": size["left"] + n["x"] * strip_w, "w": strip_w, "run": n["run_id"],
+               "judge_status": n["judge_status"], "judge_class": n["judge_class"], "run_status": n["run_status"],
+               "title": f"{n['run_id']} ({n['date']}): judge {n['judge_status']}, run {n['run_status']}"}
+              for n in rows]
+    label_at = sorted({round(j * (len(rows) - 1) / 6) for j in range(7)})
+    return {
+        "lmra_version": __version__,
+        "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "name": name, "other_names": [n for n in names if n != name], "history_path": str(history.path),
+        "n_nights": len(runs), "n_total": n_total, "first": rows[0]["date"], "last": rows[-1]["date"],
+        "newest": rows[-1], "nights": rows[::-1], "comparisons": comparisons, "strips": strips,
+        "axis_labels": [{"x": strips[j]["x"] + strip_w / 2, "label": rows[j]["date"][:10]} for j in label_at],
+        "strip_width": size["width"], "colors": {"red": RED, "blue": BLUE, "grey": GREY, "orange": ORANGE},
+    }
+
+
+def _ci_cls(lo, hi) -> str:
+    a, b = finite(lo), finite(hi)
+    return "pos" if a is not None and a > 0 else "neg" if b is not None and b < 0 else ""
+
+
+def render_history_page(history, name: str | None = None, **kwargs) -> str:
+    """The history page as an HTML string (arguments as in :func:`build_history_context`)."""
+    from lmra.report.html import _environment
+
+    return _environment().get_template("history.html.j2").render(**build_history_context(history, name, **kwargs))
+
+
+def write_history_page(history, out: str | Path | None = None, name: str | None = None,
+                       nights: int | None = MAX_NIGHTS) -> Path:
+    """Write the history page atomically and return its path.
+
+    Args:
+        history: an open :class:`lmra.monitor.History` (call ``scan()`` first to pick up run
+            folders that are not registered yet).
+        out: the HTML file (default ``<reports dir>/history.html``, next to ``history.sqlite``).
+        name: run name (default: the newest run's); nights: newest nights shown (0/None: all).
+
+    Raises:
+        LmraInputError: no finished run (named ``name``) in the history.
+        LmraIOError: the file cannot be written.
+    """
+    path = Path(out) if out else history.path.parent / HISTORY_PAGE
+    write_text(path, render_history_page(history, name, nights=nights, out=path))
+    return path

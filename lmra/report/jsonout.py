@@ -1,0 +1,277 @@
+"""Machine-readable output of the commands: the JSON document that ``--json`` prints.
+
+Each ``lmra check | history | compare | validate | judge-check --json`` prints exactly one
+JSON document on stdout (warnings and progress go to stderr) and exits with the same status
+as without ``--json``. Every document has a ``"schema"`` key naming its shape and version
+(``"lmra.check/1"`` …; a new version number means a key was renamed or removed, added keys
+do not change it). Numbers are numbers, not formatted strings; a value that is not defined
+(NaN: a task not tested, a p-value not computed) or not finite (an unbounded interval end) is
+``null``, so every document is strict JSON (``allow_nan=False``). A command that fails with
+an input error (exit 2) or an I/O or model-call failure (exit 1) prints the usual paragraph
+on stderr and an ``"lmra.error/1"`` document on stdout (:func:`error_document`). The shapes
+are documented in docs/nightly.md, "Machine-readable output".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from lmra.errors import LmraInputError, LmraIOError
+from lmra.runfolder import jsonable
+
+SCHEMA_CHECK = "lmra.check/1"
+SCHEMA_HISTORY = "lmra.history/1"
+SCHEMA_TASK_TREND = "lmra.task_trend/1"
+SCHEMA_COMPARE = "lmra.compare/1"
+SCHEMA_VALIDATE = "lmra.validate/1"
+SCHEMA_JUDGE_CHECK = "lmra.judge_check/1"
+SCHEMA_ERROR = "lmra.error/1"
+
+
+# -- conversion ------------------------------------------------------------------------
+def plain(o: Any) -> Any:
+    """``o`` as strict-JSON values: DataFrames → lists of row objects, dataclasses → objects,
+    numpy scalars → Python numbers, NaN / ±inf / ``pd.NA`` / ``NaT`` → None, paths → str;
+    dicts, lists and tuples recursively."""
+    if isinstance(o, pd.DataFrame):
+        return [plain(r) for r in o.to_dict(orient="records")]
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return {f.name: plain(getattr(o, f.name)) for f in dataclasses.fields(o)}
+    if isinstance(o, dict):
+        return {str(k): plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [plain(v) for v in o]
+    if o is pd.NA or o is pd.NaT:
+        return None
+    return jsonable(o)
+
+
+def dumps(doc: dict) -> str:
+    """The document as indented strict JSON (no NaN or Infinity: they become ``null``).
+
+    Raises:
+        ValueError: a value that :func:`plain` could not make strict JSON (a bug, not input).
+    """
+    return json.dumps(plain(doc), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def emit(doc: dict) -> None:
+    """Print the document on stdout, followed by a newline, and flush."""
+    sys.stdout.write(dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+# -- documents -------------------------------------------------------------------------
+_CHECK_FIELDS = {"run_id", "baseline_id", "margin", "alpha", "tests", "only_in_run", "only_in_baseline",
+                 "judge_status_run", "judge_status_base", "judge_failed"}
+
+
+def _decision(t: dict) -> str:
+    if t.get("regressed"):
+        return "regression"
+    if t.get("improved"):
+        return "improvement"
+    return "no_change" if t.get("p_regress") is not None else "not_tested"
+
+
+def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = False) -> dict:
+    """The ``lmra check --json`` document of a :class:`lmra.monitor.CheckResult`.
+
+    Args:
+        result: the check.
+        exit_status: the status the command exits with (0, 3, 2 when nothing could be tested,
+            5 when a judge failed validation; what the caller returns).
+        allow_unvalidated_judge: ``--allow-unvalidated-judge`` was given.
+
+    Returns:
+        ``{schema, run_id, baseline_id, margin, alpha, exit_status, verdict, judge_status,
+        n_tested, tests, regressions, improvements, only_in_run, only_in_baseline}``:
+        ``verdict`` is ``regression`` / ``no_regression`` / ``no_conclusion`` (no task could be
+        tested); ``judge_status`` is ``{run, baseline, failed, waived}``; ``tests`` has one
+        object per (comparison, domain, task) with every column of ``result.tests`` (counts as
+        integers, H in [−1, 1], p-values in [0, 1] or null when not tested, ``mde``/``mde_rate``/
+        ``base_rate``, ``regressed``/``improved`` booleans, ``note`` or null) plus ``decision``
+        (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
+        ``improvements`` list ``{comparison, domain, task}``. Fields that later versions add to
+        ``CheckResult`` appear under their own names.
+    """
+    tests = plain(result.tests)
+    for t in tests:
+        t["note"] = t.get("note") or None
+        t["decision"] = _decision(t)
+    keys = ["comparison", "domain", "task"]
+    verdict = ("regression" if len(result.regressions) else "no_conclusion" if result.n_tested == 0
+               else "no_regression")
+    doc = {
+        "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
+        "margin": result.margin, "alpha": result.alpha, "exit_status": int(exit_status), "verdict": verdict,
+        "judge_status": {"run": result.judge_status_run, "baseline": result.judge_status_base,
+                         "failed": bool(result.judge_failed),
+                         "waived": bool(result.judge_failed and allow_unvalidated_judge)},
+        "n_tested": result.n_tested, "tests": tests,
+        "regressions": plain(result.regressions[keys]), "improvements": plain(result.improvements[keys]),
+        "only_in_run": list(result.only_in_run), "only_in_baseline": list(result.only_in_baseline),
+    }
+    for f in dataclasses.fields(result):  # fields added to CheckResult later (gates, model identity …)
+        if f.name not in _CHECK_FIELDS and f.name not in doc:
+            doc[f.name] = plain(getattr(result, f.name))
+    return doc
+
+
+def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, name: str | None = None) -> dict:
+    """The ``lmra history --json`` document.
+
+    Args:
+        path: the history file; runs: :meth:`lmra.monitor.History.runs`; overall:
+            :meth:`lmra.monitor.History.overall_trend`; name: the ``--name`` filter.
+
+    Returns:
+        ``{schema, history, name, runs}``; ``runs`` oldest first, one object per run with every
+        column of the history's ``runs`` table (``run_id, run_dir, name, status, started,
+        target_model, judge_model, judge_status, n_pairs, n_invalid, n_failed, …``),
+        ``comparisons`` as a list, ``pinned`` (bool) and ``overall``: one object per comparison
+        with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``.
+    """
+    out = []
+    for r in plain(runs):
+        try:
+            r["comparisons"] = json.loads(r["comparisons"]) if r.get("comparisons") else []
+        except (TypeError, ValueError):
+            pass
+        ov = overall[overall["run_id"] == r["run_id"]].drop(columns=["run_id", "started", "name"], errors="ignore")
+        r["overall"] = plain(ov)
+        out.append(r)
+    return {"schema": SCHEMA_HISTORY, "history": str(path), "name": name, "runs": out}
+
+
+def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, comparison: str | None = None,
+                        name: str | None = None) -> dict:
+    """The ``lmra history --task T --json`` document.
+
+    Returns:
+        ``{schema, history, task, comparison, name, points}``; ``points`` oldest run first, one
+        object per (run, comparison) with the columns of :meth:`lmra.monitor.History.task_trend`
+        (``run_id, started, target_model, judge_model, comparison, domain, n_pairs, net_rating,
+        ci_low, ci_high, p_value, forward_rate, reverse_rate``).
+    """
+    return {"schema": SCHEMA_TASK_TREND, "history": str(path), "task": task, "comparison": comparison,
+            "name": name, "points": plain(trend)}
+
+
+def _interval_fit(fit) -> dict | None:
+    if fit is None:
+        return None
+    d = plain(fit)
+    d["ci_unbounded"] = bool(math.isinf(fit.ci_low) or math.isinf(fit.ci_high))
+    return d
+
+
+def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = None, alpha: float = 0.05) -> dict:
+    """The ``lmra compare --json`` document of a :class:`lmra.compare.RunComparison`.
+
+    Returns:
+        ``{schema, run_a, run_b, comparison, ci_level, n_tasks, pearson, eiv_slope, ols_slope,
+        notes, tasks}``: ``pearson`` is ``{r, p, r_disattenuated, reliability_a, reliability_b,
+        caveat}``; ``eiv_slope`` (null without prompt scores) ``{slope, ci_low, ci_high, n, var_a,
+        var_b, ci_method, n_resamples, ci_unbounded}`` — an interval end that is ±∞ is null with
+        ``ci_unbounded`` true; ``ols_slope`` ``{slope, se, ci_low, ci_high, n, ci_unbounded}``;
+        ``tasks`` one object per task measured in both runs (``comparison, domain, task, h_a, h_b,
+        ci_low_a, ci_high_a, ci_low_b, ci_high_b, n_pairs_a, n_pairs_b``, with prompt scores
+        ``n_prompts_a, n_prompts_b, var_h_a, var_h_b``).
+    """
+    return {
+        "schema": SCHEMA_COMPARE, "run_a": run_a, "run_b": run_b, "comparison": comparison,
+        "ci_level": 1 - alpha, "n_tasks": int(len(cmp.pairs)),
+        "pearson": {"r": cmp.pearson_r, "p": cmp.pearson_p, "r_disattenuated": cmp.pearson_r_disattenuated,
+                    "reliability_a": cmp.reliability_a, "reliability_b": cmp.reliability_b,
+                    "caveat": cmp.r_caveat},
+        "eiv_slope": _interval_fit(cmp.eiv), "ols_slope": _interval_fit(cmp.fit),
+        "notes": list(cmp.notes), "tasks": plain(cmp.pairs),
+    }
+
+
+def validate_document(config: str, **fields) -> dict:
+    """The ``lmra validate --json`` document: ``{schema, config, valid: true, kind, …fields}``
+    (an invalid config exits 2 with an :func:`error_document` instead)."""
+    return {"schema": SCHEMA_VALIDATE, "config": str(config), "valid": True} | fields
+
+
+def judge_check_document(verdict: dict, *, exit_status: int) -> dict:
+    """The ``lmra judge-check --json`` document: ``{schema, exit_status}`` followed by every key
+    of the verdict (:func:`lmra.judge_check.evaluate` plus ``combiner``, ``judge``, ``calls``),
+    as written to ``judge_check.json``."""
+    return {"schema": SCHEMA_JUDGE_CHECK, "exit_status": int(exit_status)} | verdict
+
+
+# -- errors ----------------------------------------------------------------------------
+def error_document(command: str | None, exc: BaseException, *, exit_status: int, kind: str, message: str) -> dict:
+    """The ``lmra.error/1`` document of a command that failed under ``--json``.
+
+    Returns:
+        ``{schema, command, exit_status, error: {kind, message, file, line, field}}``; ``kind``
+        is ``input`` (exit 2), ``io`` (exit 1) or ``failure`` (exit 1, e.g. a model endpoint that
+        is down); ``message`` is the paragraph printed on stderr; ``file``/``line``/``field`` are
+        null when unknown (an I/O error's path is its ``file``).
+    """
+    err = {"kind": kind, "message": message, "file": None, "line": None, "field": None}
+    if isinstance(exc, LmraInputError):
+        err |= {"file": exc.file, "line": exc.line, "field": exc.field}
+    elif isinstance(exc, LmraIOError):
+        err["file"] = exc.path
+    elif isinstance(exc, OSError) and getattr(exc, "filename", None):
+        err["file"] = str(exc.filename)
+    return {"schema": SCHEMA_ERROR, "command": command, "exit_status": int(exit_status), "error": err}
+
+
+def _failure(exc: BaseException, args) -> tuple[BaseException, int, str, str] | None:
+    """The error as ``lmra.cli.main`` reports it (an input error with the config's file and line
+    filled in), its exit status, kind and stderr text; None for what gets no document (Ctrl-C)."""
+    import sqlite3
+
+    from lmra.providers.base import ProviderError
+
+    if isinstance(exc, LmraInputError):
+        from lmra.cli import _in_config
+
+        exc = _in_config(exc, args)
+        return exc, 2, "input", exc.format()
+    if isinstance(exc, LmraIOError):
+        return exc, 1, "io", exc.format()
+    if isinstance(exc, (OSError, sqlite3.Error)):
+        where = getattr(exc, "filename", None)
+        return exc, 1, "io", (f"{where}: " if where else "") + f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (UnicodeError, LookupError)):
+        return exc, 2, "input", f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ProviderError):
+        return exc, 1, "failure", str(exc)
+    return None
+
+
+def json_errors(handler: Callable) -> Callable:
+    """Decorate a command handler so that, under ``--json``, a failure also prints an
+    :func:`error_document` on stdout before ``lmra.cli.main`` reports it on stderr and exits
+    with the same status (2 input error; 1 I/O or model-call failure). The exception is
+    re-raised unchanged; without ``--json`` the handler is untouched."""
+
+    @functools.wraps(handler)
+    def wrapper(args):
+        try:
+            return handler(args)
+        except Exception as exc:
+            if getattr(args, "json", False):
+                found = _failure(exc, args)
+                if found is not None:
+                    reported, status, kind, message = found
+                    emit(error_document(getattr(args, "command", None), reported, exit_status=status, kind=kind,
+                                        message=message))
+            raise
+
+    return wrapper

@@ -1,0 +1,398 @@
+"""Absolute release gates (issue 13, item 4): ``[gates]`` in the config, ``--gate`` on the command
+line, ``lmra gate RUN``, exit status 6 and its precedence, ``gates.json``.
+
+Runs are made by the real ``lmra audit`` command in process, with the scripted doubles of
+tests/doubles.py loaded as custom providers (``provider = "test_gates:make_target"``), so every
+gate is evaluated on numbers a real run stored; each test reads the expected values from the
+run's own files (per_task.csv, summary.json, refusals.csv, quality.csv) independently of
+lmra.gates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+
+import pandas as pd
+import pytest
+
+from doubles import ScriptedJudge, name_in
+from monitor_helpers import PHRASE, PROMPT_RE, TaskTarget, phrase_verdict, task_of, write_inputs
+from lmra.cli import main
+from lmra.config import GatesConfig, load_config
+from lmra.gates import GATES, GATES_SCHEMA, evaluate_gates, stored_gates
+from lmra.gates_cli import EXIT_PRECEDENCE, combine_exit_statuses, gate_option
+from lmra.runfolder import load_run
+
+REFUSAL = "I cannot help with that."
+RISE = {"write a story": 0.5, "career advice": 0.0}
+FLAT = {"write a story": 0.0, "career advice": 0.0}
+
+
+# -- scripted providers, loaded by the CLI as custom providers ----------------------------------
+class GateTarget(TaskTarget):
+    """TaskTarget (a stereotyped phrase for female users at a per-task rate) whose male users are
+    refused in 'career advice' at ``refuse`` rate: a refusal-rate gap in that task only."""
+
+    def __init__(self, rates: dict, refuse: float):
+        super().__init__(rates)
+        self.refuse = refuse
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        i = int(PROMPT_RE.search(request.messages[-1].content).group(1))
+        male = self.name_to_group[name_in(request)] == "male"
+        if male and task_of(i) == "career advice" and random.Random(f"{request.seed}-r").random() < self.refuse:
+            return res.model_copy(update={"text": REFUSAL})
+        return res
+
+
+def make_target(cfg):
+    """``provider = "test_gates:make_target"``; ``options = {rates = {...}, refuse = 0.3}``."""
+    return GateTarget(cfg.options["rates"], cfg.options.get("refuse", 0.0))
+
+
+def _quality(r1: str, r2: str, criterion: str) -> dict:
+    """'clarity': the stereotyped response is the less clear one; every other criterion a tie."""
+    if criterion == "clarity" and (PHRASE in r1) != (PHRASE in r2):
+        return {"B": 0.8, "C": 0.2} if PHRASE in r1 else {"A": 0.8, "C": 0.2}
+    return {"C": 1.0}
+
+
+def make_judge(cfg):
+    """``provider = "test_gates:make_judge"``: rates the phrase as a stereotype, labels REFUSAL a refusal."""
+    return ScriptedJudge(phrase_verdict, position_bias=0.2, quality=_quality,
+                         refusal=lambda r: 1.0 if REFUSAL in r else 0.0)
+
+
+def write_config(tmp, *, name="gated", rates=RISE, refuse=0.0, seed=1, n_prompts=40, quality=False,
+                 judge_check=False, gates="", top="", output="reports"):
+    """An audit config on the scripted providers; ``gates`` is TOML appended at the end."""
+    names, prompts = write_inputs(tmp / "inputs", n_prompts)
+    rates_toml = ", ".join(f'"{k}" = {v}' for k, v in rates.items())
+    cfg = tmp / f"{name}-{seed}.toml"
+    cfg.write_text(f'''name = "{name}"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+seed = {seed}
+concurrency = 8
+output_dir = "{tmp / output}"
+cache = "{tmp / f'cache-{seed}.sqlite'}"
+{top}
+[judge_check]
+{"per_kind = 3" if judge_check else "enabled = false"}
+[quality]
+enabled = {str(quality).lower()}
+criteria = ["clarity", "tone and politeness"]
+[target]
+provider = "test_gates:make_target"
+options = {{ rates = {{ {rates_toml} }}, refuse = {refuse} }}
+[judge]
+provider = "test_gates:make_judge"
+{gates}
+''')
+    return cfg
+
+
+def audit(capsys, cfg, *extra):
+    """``lmra audit`` in process; returns (exit status, stdout + stderr, run folder or None)."""
+    rc = main(["audit", "--config", str(cfg), "--no-progress", "--no-report", *extra])
+    out = capsys.readouterr()
+    c = load_config(cfg)
+    runs = sorted(p for p in (cfg.parent / c.output_dir).glob(f"*-{c.name}") if p.is_dir()) \
+        if (cfg.parent / c.output_dir).is_dir() else []
+    return rc, out.out + out.err, (runs[-1] if runs else None)
+
+
+def gate(capsys, *argv):
+    rc = main(["gate", *map(str, argv)])
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One run measuring everything a gate can bound: a stereotype in 'write a story', a refusal
+    gap in 'career advice', quality on two criteria (clarity differs, tone is a tie)."""
+    tmp = tmp_path_factory.mktemp("gates")
+    cfg = write_config(tmp, name="measured", refuse=0.4, quality=True)
+    rc = main(["audit", "--config", str(cfg), "--no-progress", "--no-report"])
+    assert rc == 0
+    (run_dir,) = (tmp / "reports").glob("*-measured")
+    return load_run(run_dir)
+
+
+def _expected(run, name: str) -> list[tuple[str | None, str | None, float]]:
+    """(task, criterion, value) of every value of gate ``name``, read from the run's files."""
+    spec = GATES[name]
+    if spec.source == "per_task":
+        pt = pd.read_csv(run.path / "per_task.csv")
+        return [(r.task, None, getattr(r, spec.column)) for r in pt.itertuples()]
+    if spec.source == "overall":
+        return [(None, None, r[spec.column]) for r in json.loads((run.path / "summary.json").read_text())["overall"]]
+    if spec.source == "refusals":
+        rf = pd.read_csv(run.path / "refusals.csv")
+        rf = rf[rf.level == spec.level]
+        return [(r.task if spec.level == "task" else None, None, abs(r.rate_a - r.rate_b)) for r in rf.itertuples()]
+    q = pd.read_csv(run.path / "quality.csv")
+    q = q[q.level == spec.level]
+    return [(r.task if spec.level == "task" else None, r.criterion, abs(r.mean)) for r in q.itertuples()]
+
+
+# -- each gate, breached and not breached ---------------------------------------------------------
+def test_the_measured_run_has_the_planted_differences(measured):
+    pt = measured.per_task.set_index("task")
+    assert pt.loc["write a story", "net_rating"] > 0.2 and pt.loc["career advice", "net_rating"] == 0
+    rf = pd.read_csv(measured.path / "refusals.csv").set_index(["level", "task"])
+    assert rf.loc[("task", "career advice"), "rate_b"] > 0.1 and rf.loc[("task", "career advice"), "rate_a"] == 0
+    assert rf.loc[("task", "write a story"), "rate_b"] == 0
+    q = pd.read_csv(measured.path / "quality.csv").set_index(["level", "task", "criterion"])
+    assert q.loc[("task", "write a story", "clarity"), "mean"] < -0.2
+    assert q.loc[("task", "write a story", "tone and politeness"), "mean"] == 0
+
+
+@pytest.mark.parametrize("name", list(GATES))
+def test_each_gate_is_breached_above_its_bound_and_met_at_it(measured, name):
+    values = _expected(measured, name)
+    top = max(v for _, _, v in values)
+    assert top > 0.05, f"{name}: the run should have a clearly positive value to breach"
+    # the bound at the largest value: met (a gate is "≤ bound"), every value checked
+    res = evaluate_gates(measured, GatesConfig(**{name: top}))
+    assert res.passed and res.exit_status == 0 and res.checked == [name]
+    assert sorted((o.task, o.criterion, o.value) for o in res.outcomes) == sorted(
+        (t, c, pytest.approx(v)) for t, c, v in values)
+    assert res.lines()[-1] == f"gates: 1 checked ({len(values)} value{'s' * (len(values) != 1)}), all passed"
+    # just below it: exactly the values above the bound are breached, with one line each
+    bound = round(top - 0.01, 6)
+    res = evaluate_gates(measured, GatesConfig(**{name: bound}))
+    above = sorted((t, c) for t, c, v in values if v > bound)
+    assert res.exit_status == 6 and not res.passed and res.unmet == [name]
+    assert sorted((o.task, o.criterion) for o in res.breaches) == above and above
+    lines = res.lines()
+    assert len([ln for ln in lines if ln.startswith(f"GATE BREACHED {name}: ")]) == len(above)
+    label = GATES[name].label
+    assert any(f"{label}" in ln and f"> {bound:g}" in ln for ln in lines)
+    assert "release gates NOT met (exit status 6)" in lines[-1]
+
+
+def test_breach_line_names_gate_task_comparison_value_and_bound(measured):
+    hi = measured.per_task.set_index("task").loc["write a story", "ci_high"]
+    res = evaluate_gates(measured, GatesConfig(max_ci_high=0.02))
+    line = next(ln for ln in res.lines() if "'write a story'" in ln)
+    assert line.startswith(f"GATE BREACHED max_ci_high: task 'write a story' (female vs male) CI high {hi:.4g} > 0.02")
+
+
+def test_per_task_override_replaces_the_bound_for_its_task_only(measured):
+    h = measured.per_task.set_index("task")["net_rating"]
+    gates = GatesConfig(max_net_rating=0.01, tasks={"write a story": {"max_net_rating": float(h["write a story"])}})
+    res = evaluate_gates(measured, gates)
+    assert res.passed
+    by_task = {o.task: o for o in res.outcomes}
+    assert by_task["write a story"].override and by_task["write a story"].bound == h["write a story"]
+    assert not by_task["career advice"].override and by_task["career advice"].bound == 0.01
+    # an override tighter than [gates]: only that task is held to it
+    res = evaluate_gates(measured, GatesConfig(max_net_rating=0.9, tasks={"career advice": {"max_net_rating": -0.5}}))
+    assert [(o.task, o.override) for o in res.breaches] == [("career advice", True)]
+    assert "(this task's override)" in res.lines()[0]
+    # an override alone (no [gates] bound) gates only its task
+    res = evaluate_gates(measured, GatesConfig(tasks={"career advice": {"max_ci_high": 0.9}}))
+    assert [o.task for o in res.outcomes] == ["career advice"] and res.passed
+
+
+def test_override_for_a_task_the_run_did_not_measure_is_not_met(measured):
+    res = evaluate_gates(measured, GatesConfig(max_net_rating=0.9, tasks={"write a storyy": {"max_net_rating": 0.5}}))
+    assert not res.passed and res.exit_status == 6 and not res.breaches
+    (miss,) = res.not_evaluated
+    assert miss.task == "write a storyy" and "not measured" in miss.detail
+    assert res.lines()[0].startswith("GATE NOT EVALUATED max_net_rating: task 'write a storyy'")
+    assert "1 not evaluated (max_net_rating)" in res.lines()[-1]
+
+
+def test_a_value_the_run_could_not_measure_fails_the_gate(tmp_path, capsys):
+    """3 prompts: 'write a story' has a single prompt, so no confidence interval; a gate on the
+    CI high cannot be verified for it and is not met — never passed silently."""
+    cfg = write_config(tmp_path, n_prompts=3, rates=FLAT, gates="[gates]\nmax_ci_high = 1\nmax_net_rating = 0.9\n")
+    rc, text, run_dir = audit(capsys, cfg)
+    pt = pd.read_csv(run_dir / "per_task.csv").set_index("task")
+    assert pd.isna(pt.loc["write a story", "ci_high"]) and pt.loc["write a story", "n_prompts"] == 1
+    assert rc == 6
+    assert ("GATE NOT EVALUATED max_ci_high: task 'write a story' (female vs male): no CI high — no confidence "
+            "interval (fewer than 2 prompts with a valid pair); bound 1") in text
+    assert "1 not evaluated (max_ci_high)" in text and "GATE BREACHED" not in text
+    doc = json.loads((run_dir / "gates.json").read_text())
+    assert doc["unmet"] == ["max_ci_high"] and [o["task"] for o in doc["not_evaluated"]] == ["write a story"]
+
+
+def test_gates_without_any_value_are_not_met(tmp_path, capsys):
+    """Every response refused: no task has a net rating, so the gate evaluates nothing and fails."""
+    cfg = write_config(tmp_path, rates=FLAT, refuse=1.0, n_prompts=8, gates="[gates]\nmax_net_rating = 0.5\n",
+                       top='tasks = ["career advice"]')
+    rc, text, run_dir = audit(capsys, cfg)
+    assert pd.read_csv(run_dir / "per_task.csv")["n_pairs"].tolist() == [0]
+    assert rc == 6 and "GATE NOT EVALUATED max_net_rating" in text and "all passed" not in text
+
+
+# -- lmra audit: config, --gate, records, exit statuses -----------------------------------------
+def test_audit_records_gates_and_exits_6_with_one_line_per_breach(tmp_path, capsys):
+    cfg = write_config(tmp_path, gates='[gates]\nmax_net_rating = 0.01\nmax_overall_ci_high = 0.99\n'
+                                       '[gates.tasks."career advice"]\nmax_ci_high = 0.5\n')
+    rc, text, run_dir = audit(capsys, cfg)
+    assert rc == 6
+    h = pd.read_csv(run_dir / "per_task.csv").set_index("task")["net_rating"]
+    assert f"GATE BREACHED max_net_rating: task 'write a story' (female vs male) net rating " \
+           f"{h['write a story']:.4g} > 0.01" in text
+    assert "career advice' (female vs male) net rating" not in text  # met: no line
+    assert "gates: 3 checked (4 values): 1 breached (max_net_rating) — release gates NOT met (exit status 6)" in text
+    doc = json.loads((run_dir / "gates.json").read_text())
+    assert doc["schema"] == GATES_SCHEMA and doc["evaluated_by"] == "lmra audit" and doc["exit_status"] == 6
+    assert doc["checked"] == ["max_net_rating", "max_ci_high", "max_overall_ci_high"]
+    assert [(b["gate"], b["task"], b["value"]) for b in doc["breaches"]] == [
+        ("max_net_rating", "write a story", pytest.approx(h["write a story"]))]
+    assert len(doc["results"]) == doc["n_values"] == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["gates"] == {k: v for k, v in doc.items() if k != "results"}
+    assert not list(run_dir.glob(".*.tmp"))  # written atomically: no temporary file left
+    # the run's own config.toml keeps the gates, so `lmra gate RUN` re-evaluates the same ones
+    assert stored_gates(load_run(run_dir)) == load_config(cfg).gates
+    rc2, text2 = gate(capsys, run_dir)
+    assert rc2 == 6 and "GATE BREACHED max_net_rating: task 'write a story'" in text2
+
+
+def test_audit_gates_all_met_print_a_summary_line_and_exit_0(tmp_path, capsys):
+    cfg = write_config(tmp_path, gates="[gates]\nmax_net_rating = 0.99\nmax_ci_high = 1\n")
+    rc, text, run_dir = audit(capsys, cfg)
+    assert rc == 0 and "gates: 2 checked (4 values), all passed" in text and "GATE" not in text
+    assert json.loads((run_dir / "gates.json").read_text())["passed"] is True
+
+
+def test_audit_without_gates_writes_no_gate_record(tmp_path, capsys):
+    rc, text, run_dir = audit(capsys, write_config(tmp_path))
+    assert rc == 0 and "GATE" not in text and not re.search(r"^gates: ", text, re.M)
+    assert not (run_dir / "gates.json").exists() and "gates" not in json.loads((run_dir / "summary.json").read_text())
+
+
+def test_command_line_gate_overrides_the_config(tmp_path, capsys):
+    cfg = write_config(tmp_path, gates="[gates]\nmax_net_rating = 0.01\n")
+    rc, text, run_dir = audit(capsys, cfg, "--gate", "max_net_rating=0.99", "--gate", "max_overall_net_rating=0.01")
+    assert rc == 6 and "GATE BREACHED max_overall_net_rating: overall (female vs male) net rating" in text
+    assert "GATE BREACHED max_net_rating" not in text
+    assert stored_gates(load_run(run_dir)) == GatesConfig(max_net_rating=0.99, max_overall_net_rating=0.01)
+
+
+def test_gate_over_regression_and_judge_failure_over_gate(tmp_path, capsys):
+    """Precedence 1 > 2 > 5 > 6 > 3 > 0: a breached gate wins over a regression; a judge that
+    failed validation wins over a breached gate."""
+    rc, _, base = audit(capsys, write_config(tmp_path, name="nightly", rates=FLAT, seed=1))
+    assert rc == 0
+    rise = write_config(tmp_path, name="nightly", rates=RISE, seed=2)
+    rc, text, run_dir = audit(capsys, rise, "--baseline", str(base), "--gate", "max_net_rating=0.99")
+    assert rc == 3 and "Regression in 1 task(s)" in text and "all passed" in text  # gate met: the regression
+    rc, text, breached = audit(capsys, rise, "--baseline", str(base), "--gate", "max_net_rating=0.01")
+    assert rc == 6 and "Regression in 1 task(s)" in text and "GATE BREACHED max_net_rating" in text
+    # lmra check stays the relative check (exit 3); its JSON carries the run's recorded gates
+    assert main(["check", str(breached), "--baseline", str(base), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_status"] == 3 and doc["gates"]["unmet"] == ["max_net_rating"]
+    assert doc["gates"] == json.loads((breached / "summary.json").read_text())["gates"]
+    failing = write_config(tmp_path, name="judged", rates=RISE, seed=3, judge_check=True)
+    rc, text, run_dir = audit(capsys, failing, "--gate", "max_net_rating=0.01")
+    assert rc == 5 and "GATE BREACHED max_net_rating" in text and "judge failed validation" in text
+    assert json.loads((run_dir / "gates.json").read_text())["exit_status"] == 6  # recorded all the same
+    rc, text, _ = audit(capsys, failing, "--gate", "max_net_rating=0.01", "--allow-unvalidated-judge")
+    assert rc == 6
+    # lmra gate on the judge-failed run: 5, or 6 when the failure is accepted
+    assert gate(capsys, run_dir)[0] == 5
+    assert gate(capsys, run_dir, "--allow-unvalidated-judge")[0] == 6
+
+
+def test_exit_precedence():
+    assert EXIT_PRECEDENCE == (1, 2, 5, 6, 3, 0)
+    assert combine_exit_statuses(3, 6) == 6 and combine_exit_statuses(6, 5) == 5 and combine_exit_statuses(0, 3) == 3
+    assert combine_exit_statuses(6, 2) == 2 and combine_exit_statuses(5, 1) == 1 and combine_exit_statuses(0, 0) == 0
+
+
+# -- lmra gate RUN ------------------------------------------------------------------------------
+def test_gate_command_on_an_existing_run(measured, tmp_path, capsys):
+    h = measured.per_task.set_index("task")
+    rc, text = gate(capsys, measured.path, "--gate", "max_ci_high=1", "--no-record")
+    assert rc == 0 and "gates: 1 checked (2 values), all passed" in text
+    assert not (measured.path / "gates.json").exists()  # --no-record
+    nightly = tmp_path / "nightly.toml"  # a whole audit config: only its [gates] table is used
+    nightly.write_text('name = "x"\n[gates]\nmax_ci_high = 0.02\n[gates.tasks."career advice"]\nmax_ci_high = 0.9\n')
+    rc, text = gate(capsys, measured.path, "--config", nightly, "--json")
+    doc = json.loads(text[:text.rindex("}") + 1])
+    assert rc == 6 and doc["schema"] == GATES_SCHEMA and doc["exit_status"] == 6 and doc["passed"] is False
+    assert [(b["task"], b["value"], b["bound"]) for b in doc["breaches"]] == [
+        ("write a story", pytest.approx(h.loc["write a story", "ci_high"]), 0.02)]
+    assert json.loads((measured.path / "gates.json").read_text())["evaluated_by"] == "lmra gate"
+    assert json.loads((measured.path / "summary.json").read_text())["gates"]["unmet"] == ["max_ci_high"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    ([], "no gates to evaluate"),
+    (["--config", "{tmp}/nogates.toml"], "has no [gates] table"),
+    (["--config", "{tmp}/badgates.toml"], "badgates.toml, line 2: field 'gates.max_ci_high'"),
+])
+def test_gate_command_input_errors_exit_2(measured, tmp_path, capsys, argv, needle):
+    (tmp_path / "nogates.toml").write_text('name = "x"\n')
+    (tmp_path / "badgates.toml").write_text('[gates]\nmax_ci_high = "0.02"\n')
+    rc, text = gate(capsys, measured.path, *[a.format(tmp=tmp_path) for a in argv])
+    assert rc == 2 and needle in text and "Traceback" not in text
+
+
+def test_gate_on_something_the_run_did_not_measure_exits_2(tmp_path, capsys):
+    rc, _, run_dir = audit(capsys, write_config(tmp_path))  # quality off
+    rc, text = gate(capsys, run_dir, "--gate", "max_overall_quality_gap=0.1")
+    assert rc == 2 and "option --gate" in text and "did not rate quality criteria" in text
+
+
+# -- input errors ------------------------------------------------------------------------------
+@pytest.mark.parametrize("gates,field,line,needle", [
+    ("[gates]\nmax_ci_hi = 0.02\n", "gates.max_ci_hi", 2, "unknown field"),
+    ('[gates]\nmax_ci_high = "0.02"\n', "gates.max_ci_high", 2, "valid number"),
+    ("[gates]\nmax_ci_high = 1.5\n", "gates.max_ci_high", 2, "less than or equal to 1"),
+    ("[gates]\nmax_refusal_gap = -0.1\n", "gates.max_refusal_gap", 2, "greater than or equal to 0"),
+    ("[gates]\nmax_net_rating = true\n", "gates.max_net_rating", 2, "valid number"),
+    ("[gates]\nmax_quality_gap = 0.1\n", "gates.max_quality_gap", 2, "[quality] enabled = false"),
+    ('[gates.tasks."write a story"]\nmax_overall_net_rating = 0.1\n',
+     "gates.tasks.write a story.max_overall_net_rating", 2, "unknown field"),
+])
+def test_config_errors_exit_2_naming_file_line_and_field(tmp_path, capsys, monkeypatch, gates, field, line, needle):
+    monkeypatch.chdir(tmp_path)  # the config's output_dir is the default ./reports
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "x"\n' + gates)
+    for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress"]):
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2, err
+        assert f"c.toml, line {line + 1}: field '{field}'" in " ".join(err.split()) and needle in err
+        assert "Traceback" not in err
+    assert not (tmp_path / "reports").exists()  # refused before any run folder exists
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("max_ci_high", "is not NAME=VALUE"),
+    ("max_ci_hi=0.02", "unknown gate 'max_ci_hi'"),
+    ("max_ci_high=abc", "is not a number"),
+    ("max_ci_high=2", "in [-1, 1]"),
+    ("max_refusal_gap=-0.1", "in [0, 1]"),
+    ("max_ci_high=nan", "finite number"),
+])
+def test_command_line_gate_errors_exit_2_naming_the_option(capsys, value, needle):
+    for cmd in (["audit"], ["gate", "some-run"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*cmd, "--gate", value])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --gate" in err and needle in err
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(needle)):
+        gate_option(value)
+
+
+def test_command_line_quality_gate_without_quality_is_refused_before_any_call(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    rc, text, run_dir = audit(capsys, cfg, "--gate", "max_quality_gap=0.1")
+    assert rc == 2 and "option --gate" in text and "[quality] enabled = false" in text and run_dir is None

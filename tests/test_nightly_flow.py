@@ -1,0 +1,123 @@
+"""The documented nightly flow end to end (issue 13, item 1): the ``nightly.sh`` block of
+docs/nightly.md, extracted from the document itself, run twice with bash against a real
+local OpenAI-compatible server (tests/faultserver.py, no faults).
+
+Night 1 has no pinned baseline: it must exit 0, pin its run and export it. Night 2 must be
+checked against that pin (exit 0, the check recorded in the history) and export its own run,
+not night 1's. Night 3 finds the endpoint down: exit 1 and no export (an export of ``latest``
+would have passed night 2's run off as night 3's). The clock is the only double: a ``date``
+on PATH answers the night's date.
+"""
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faultserver import FaultServer, audit_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["write a story"]
+NIGHTS = ("20261130", "20261201")  # night 3, 20261202, finds the endpoint down
+
+
+def nightly_script() -> str:
+    """The ```bash block of docs/nightly.md whose second line names ``nightly.sh``."""
+    doc = (ROOT / "docs" / "nightly.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", doc, flags=re.S)
+    scripts = [b for b in blocks if b.startswith("#!/usr/bin/env bash\n# nightly.sh")]
+    assert len(scripts) == 1, "docs/nightly.md must hold exactly one '# nightly.sh' bash block"
+    return scripts[0]
+
+
+def _venv(tmp: Path) -> Path:
+    """The virtualenv running the tests (it has ``lmra``); a minimal activate script if the
+    interpreter is not in a venv."""
+    prefix = Path(sys.prefix)
+    if (prefix / "bin" / "activate").is_file():
+        return prefix
+    venv = tmp / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'PATH="{Path(sys.executable).parent}:$PATH"\n')
+    return venv
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path, capsys, monkeypatch):
+    from lmra.cli import main
+
+    script = tmp_path / "nightly.sh"
+    script.write_text(nightly_script())
+    home = tmp_path / "srv"
+    home.mkdir()
+    clock = tmp_path / "clock"
+    clock.mkdir()
+    (clock / "date").write_text('#!/bin/sh\necho "$FAKE_NIGHT"\n')  # the night's `date -u +%Y%m%d`
+    (clock / "date").chmod(0o755)
+    venv = _venv(tmp_path)
+    assert (Path(sys.executable).parent / "lmra").exists() or shutil.which("lmra"), "lmra is not installed"
+    results = []
+    with FaultServer(fault_rate=0.0) as srv:
+        # 5 prompts per task: with 2 per run no permutation split could reach p ≤ 0.05, and a check
+        # that cannot fail exits 2; the judge thresholds are off because the server's LMRA is noise
+        audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
+                     per_task=5, retries=0, timeout_s=10,
+                     extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
+            "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(venv),
+            "PATH": f"{clock}:{os.environ.get('PATH', '')}", "OPENAI_API_KEY": "sk-local-test", "COLUMNS": "200"}
+        for night in NIGHTS:
+            r = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": night}, capture_output=True,
+                               text=True, timeout=300)
+            assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
+            run_dir = Path((home / "last-run-dir.txt").read_text().strip())
+            results.append((r, run_dir))
+    # night 3: the chatbot's endpoint is down (the server is gone): a failed run, exported nowhere
+    n3 = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": "20261202"}, capture_output=True, text=True,
+                        timeout=300)
+
+    (n1, run1), (n2, run2) = results
+    # night 1: no baseline yet -> audited, pinned, nothing checked, exit 0
+    assert n1.returncode == 0, n1.stdout[-3000:] + n1.stderr[-3000:]
+    assert "First night: no pinned baseline for 'nightly' yet; this run is now pinned" in n1.stdout
+    assert "Regression check" not in n1.stdout
+    # night 2: checked against the pin, exit 0
+    assert n2.returncode == 0, n2.stdout[-3000:] + n2.stderr[-3000:]
+    assert "First night" not in n2.stdout
+    assert f"vs baseline {run1.name}" in n2.stdout and "No regression" in n2.stdout
+    assert run1 != run2 and run1.parent == run2.parent == (home / "reports").resolve()
+    cfg_seeds = [int(re.search(r"^seed = (\d+)", (d / "config.toml").read_text(), re.M).group(1)) for d in (run1, run2)]
+    assert cfg_seeds == [int(n) for n in NIGHTS]  # the script's --seed is the night's date
+
+    with sqlite3.connect(home / "reports" / "history.sqlite") as db:
+        pins = dict(db.execute("SELECT name, run_id FROM pins").fetchall())
+        checks = db.execute("SELECT run_id, baseline_id FROM checks").fetchall()
+    assert pins == {"nightly": run1.name}  # the pin stays night 1's
+    assert checks == [(run2.name, run1.name)]  # one check: night 2 against the pin
+
+    # each night exported its own run (never 'latest' from another night)
+    for night, run in zip(NIGHTS, (run1, run2)):
+        out = tmp_path / "dashboards" / night
+        per_task = pd.read_parquet(out / "per_task.parquet")
+        assert set(per_task["run_id"]) == {run.name}
+        assert set(per_task["task"]) == set(TASKS)
+        expected = pd.read_csv(run / "per_task.csv").set_index("task")["net_rating"]
+        got = per_task.set_index("task")["net_rating"]
+        assert got.loc[TASKS].to_numpy() == pytest.approx(expected.loc[TASKS].to_numpy())
+        assert (out / "per_pair.parquet").is_file()
+    assert n3.returncode == 1, n3.stdout[-3000:] + n3.stderr[-3000:]
+    assert "Traceback" not in n3.stdout + n3.stderr
+    run3 = Path((home / "last-run-dir.txt").read_text().strip())
+    assert run3 not in (run1, run2) and (run3 / "manifest.json").is_file()  # the failed night's own folder
+    assert not (tmp_path / "dashboards" / "20261202").exists()  # not night 2's run exported as night 3's
+    # `lmra history` marks the pin
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["history", "--reports-dir", str(home / "reports")]) == 0
+    row1 = next(line for line in capsys.readouterr().out.splitlines() if run1.name in line)
+    assert "pinned" in row1
