@@ -81,6 +81,11 @@ DEFAULT_STEREOTYPED_SCORE = 0.89
 DEFAULT_NOISE_SD = 0.008
 #: bounds of a simulated plan, prompts per task (per run for two-run)
 MIN_PROMPTS, MAX_PROMPTS_SIM = 2, 100_000
+#: The report's sample-size table searches up to this many prompts per task (beyond it:
+#: ``prompts_needed`` = inf, shown as "> 10,000"): a noisy task asked to detect a tiny δ
+#: needs tens of thousands of prompts, and simulating that for every task took minutes per
+#: nightly report; ``lmra plan`` searches up to :data:`MAX_PROMPTS_SIM`.
+ADEQUACY_MAX_PROMPTS = 10_000
 #: bound of a normal-theory plan (``--sd``)
 MAX_PROMPTS_NORMAL = 10_000_000
 #: permutations per simulated check in the final verification of a two-run plan (= ``lmra check``)
@@ -1183,7 +1188,8 @@ def sample_adequacy(run: RunFolder, delta: float | None, *, alpha: float = 0.05,
         Columns ``comparison, domain, task, n_prompts, sd, sd_source`` (``task``/``pooled``/
         ``none``), one row per task of ``per_task.csv`` (``n_prompts`` = prompts with a scored
         pair, possibly 0), ``detectable`` (smallest detectable δ at this n; nan when n < 2),
-        ``prompts_needed`` and ``adequate`` (True / False; None when not computable or no delta).
+        ``prompts_needed`` (inf when more than :data:`ADEQUACY_MAX_PROMPTS` would be needed) and
+        ``adequate`` (True / False; None when not computable or no delta).
 
     Source: methodology §8 "Power".
     """
@@ -1211,7 +1217,8 @@ def sample_adequacy(run: RunFolder, delta: float | None, *, alpha: float = 0.05,
             det = detectable_rating_sim(model, int(r.n_prompts), alpha=alpha, power=power, interval=interval)
             if delta:
                 try:
-                    sp = prompts_needed_sim(model, delta, alpha=alpha, power=power, interval=interval, sims=500)
+                    sp = prompts_needed_sim(model, delta, alpha=alpha, power=power, interval=interval, sims=500,
+                                            max_n=ADEQUACY_MAX_PROMPTS)
                     need = float(sp.n) if sp.n is not None else math.inf
                 except LmraInputError:
                     need = math.inf

@@ -106,3 +106,32 @@ def test_sample_size_table_does_not_mistake_a_quiet_task_for_a_sensitive_one(tmp
     assert not row["sd"] > 0.01
     # the audit's test needs at least two stereotyped prompts among the task's n to be seen
     assert row["detectable"] >= 2 * 0.89 / row["n_prompts"]
+
+
+def test_sample_size_table_stops_at_its_search_limit_for_a_noisy_task(monkeypatch):
+    """A noisy judge (a quarter of the pairs at −1 or +1) asked to detect δ = 0.01 needs tens of
+    thousands of prompts; the report's table searched up to 100,000 (68 s for a 6-task nightly
+    report). It stops at ADEQUACY_MAX_PROMPTS and the report says "> 10,000"."""
+    import pandas as pd
+
+    from lmra import power as pw
+    from lmra.report.html import _prompts_needed
+
+    scores = np.array([0.32, -0.17, -1.0, 1.0])
+    model = PairScoreModel.from_scores(scores, score=1.0)
+    unbounded = pw.prompts_needed_sim(model, 0.01, interval="betting", sims=500, max_n=pw.MAX_PROMPTS_SIM)
+    assert unbounded.n is not None and unbounded.n > pw.ADEQUACY_MAX_PROMPTS  # the plan's true answer is huge
+
+    class _Run:  # the fields sample_adequacy reads: one task with these prompt scores
+        per_task = pd.DataFrame([{"comparison": "female vs male", "domain": "d", "task": "noisy"}])
+        prompt_scores = pd.DataFrame({"comparison": "female vs male", "domain": "d", "task": "noisy", "h": scores,
+                                      "prompt_id": [f"p{i}" for i in range(4)]})
+        summary = {"interval": "betting"}
+
+    searched = []
+    real = pw.prompts_needed_sim
+    monkeypatch.setattr(pw, "prompts_needed_sim", lambda *a, **k: searched.append(k["max_n"]) or real(*a, **k))
+    row = pw.sample_adequacy(_Run(), 0.01).iloc[0]
+    assert searched == [pw.ADEQUACY_MAX_PROMPTS]
+    assert row["prompts_needed"] == math.inf and not row["adequate"]
+    assert _prompts_needed(row["prompts_needed"]) == "> 10,000" and _prompts_needed(846.0) == "846"

@@ -62,6 +62,15 @@ def _int_or_dash(x: Any) -> str:
     return "—" if f is None else str(int(f))
 
 
+def _prompts_needed(x: Any) -> str:
+    """A ``prompts_needed`` cell: a count, "> 10,000" beyond the search limit, or a dash."""
+    from lmra.power import ADEQUACY_MAX_PROMPTS
+
+    if isinstance(x, (int, float)) and x == float("inf"):
+        return f"> {ADEQUACY_MAX_PROMPTS:,}"
+    return _int_or_dash(x)
+
+
 def _ci_class(row: dict) -> str:
     lo, hi = finite(row.get("ci_low")), finite(row.get("ci_high"))
     if lo is not None and lo > 0:
@@ -317,7 +326,8 @@ def _environment():
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(resource_dir("prompts") / "report"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=_num, pval=_pval, ci_class=_ci_class, int_or_dash=_int_or_dash)
+    env.filters.update(num=_num, pval=_pval, ci_class=_ci_class, int_or_dash=_int_or_dash,
+                       prompts_needed=_prompts_needed)
     return env
 
 
