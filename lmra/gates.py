@@ -30,6 +30,7 @@ refusals or quality is an input error (:func:`unmeasured_gates`).
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
@@ -421,3 +422,51 @@ def stored_gates(run: RunFolder) -> GatesConfig:
         return validate_model(GatesConfig, data, source=run.path / "config.toml", text=run.config_text)
     except LmraInputError as exc:  # name the field as the config does: gates.<name>
         raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field=f"gates.{exc.field}") from None
+
+
+def read_gates(run_dir: "str | os.PathLike") -> dict | None:
+    """The release-gate evaluation recorded in a run folder (:func:`lmra.gates.record_gates`),
+    or None when the run has none (made without gates, or before gates existed).
+
+    Read from ``gates.json``, else from the ``gates`` key of ``summary.json`` (schema
+    ``lmra.gates/1``). A damaged file gives ``unreadable`` instead of an error: one bad run
+    folder must not stop the page.
+
+    Returns:
+        ``{"passed": bool, "checked": [gate names], "unmet": [gate names], "breaches":
+        [{"gate", "comparison", "task", "value", "bound", "text"}], "n_not_evaluated": int,
+        "unreadable": bool}``; a breach without a task concerns an overall gate.
+    """
+    import json
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    unreadable = {"passed": None, "checked": [], "unmet": [], "breaches": [], "n_not_evaluated": 0,
+                  "unreadable": True}
+    try:
+        if (run_dir / GATES_FILE).is_file():
+            doc = json.loads((run_dir / GATES_FILE).read_text(encoding="utf-8"))
+        elif (run_dir / "summary.json").is_file():
+            doc = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("gates")
+        else:
+            return None
+    except (OSError, ValueError, AttributeError):
+        return unreadable
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("breaches", []), list):
+        return unreadable
+    fields = GateOutcome.__dataclass_fields__
+    breaches = []
+    for b in doc.get("breaches") or []:
+        if not isinstance(b, dict):
+            continue
+        try:
+            text = GateOutcome(**{k: b.get(k) for k in fields}).line()
+        except (KeyError, TypeError, ValueError):  # a gate this version does not know
+            text = f"GATE BREACHED {b.get('gate')}: {b.get('task') or 'overall'} {b.get('value')} > {b.get('bound')}"
+        breaches.append({"gate": str(b.get("gate")), "comparison": b.get("comparison"), "task": b.get("task"),
+                         "value": finite(b.get("value")), "bound": finite(b.get("bound")), "text": text})
+    return {"passed": bool(doc.get("passed")), "checked": list(doc.get("checked") or []),
+            "unmet": list(doc.get("unmet") or []), "breaches": breaches,
+            "n_not_evaluated": len(doc.get("not_evaluated") or []), "unreadable": False}

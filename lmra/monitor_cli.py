@@ -340,7 +340,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         run = h.resolve(args.run)
         check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
     if args.format in METRICS_FORMATS:
-        from lmra.report.history_html import read_gates
+        from lmra.gates import read_gates
 
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {path}")
@@ -511,8 +511,8 @@ def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: 
 def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     """The first night of ``--baseline pinned|last``: there is no baseline yet, so nothing is
     checked; with ``pin`` the run becomes the pinned baseline of its name if it can serve as
-    one — its status is ``complete`` (not ``partial``) and its judge did not fail a gated
-    validation (a failure waived by config or ``--allow-unvalidated-judge`` is pinned, as the
+    one — its status is ``complete`` (not ``partial``), it met its release gates (if any) and its
+    judge did not fail a gated validation (a failure waived by config or ``--allow-unvalidated-judge`` is pinned, as the
     operator accepted it). Says what happened on ``console``.
 
     Args:
@@ -526,8 +526,13 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
         console.print(f"[bold]First night[/]: no earlier complete run named '{name}' yet, so there is nothing to "
                       "check against ('--baseline last'); the next run is checked against this one.")
         return False
+    from lmra.gates import read_gates
+
+    gates = read_gates(run.path)  # recorded by lmra audit before this is called
     why_not = ("its status is " + run.status if run.status != "complete"
-               else "its judge failed validation" if run.judge_status_gated_failure else None)
+               else "its judge failed validation" if run.judge_status_gated_failure
+               else "it did not meet its release gates" if gates is not None and gates["passed"] is not True
+               else None)
     if why_not:
         console.print(f"[bold yellow]First night[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
                       f"[/] pinned because {why_not}. Nothing was checked; the next night that completes with a "

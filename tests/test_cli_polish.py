@@ -65,6 +65,13 @@ def test_first_nights_pin_only_a_usable_run_then_alpha_and_shorthand_reach_the_r
         assert r.returncode == 5, r.stderr[-2000:]
         assert "was not pinned because its judge failed validation" in " ".join(r.stdout.split())
         assert _history(reports) == ({}, [])
+        # a release gate not met (exit 6): not pinned either — a baseline that breaches the release
+        # criteria would make later nights look fine by comparison
+        r = _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "5", "--allow-unvalidated-judge",
+                   "--gate", "max_ci_high=-1")
+        assert r.returncode == 6, r.stderr[-2000:]
+        assert "was not pinned because it did not meet its release gates" in " ".join(r.stdout.split())
+        assert _history(reports) == ({}, [])
         # the failure waived: pinned, and the console says it was waived
         r = _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "3", "--allow-unvalidated-judge",
                    "--run-dir-file", "rd.txt")
@@ -87,7 +94,7 @@ def test_first_nights_pin_only_a_usable_run_then_alpha_and_shorthand_reach_the_r
     run = load_run(fourth)
     assert run.config["target"]["model"] == "fake-2" and run.config["target"]["base_url"] == srv.url
     assert run.config["judge"]["model"] == "fake"
-    assert len(_run_dirs(reports)) == 4
+    assert len(_run_dirs(reports)) == 5
 
 
 def test_unresolvable_explicit_baseline_stops_before_any_call(tmp_path, capsys):

@@ -30,7 +30,6 @@ attributes and a ``<title>`` tooltip, which matplotlib's SVG output cannot, and 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import pandas as pd
 
 from lmra.errors import LmraInputError
 from lmra.fileio import write_text
+from lmra.gates import read_gates
 from lmra.report.plots import BLUE, GREY, RED
 from lmra.runfolder import finite
 
@@ -55,53 +55,6 @@ OVERALL_CHART = {"width": 1000, "height": 190, "left": 48, "right": 12, "top": 1
 
 
 # -- what happened each night -------------------------------------------------------------
-def read_gates(run_dir: str | Path) -> dict | None:
-    """The release-gate evaluation recorded in a run folder (:func:`lmra.gates.record_gates`),
-    or None when the run has none (made without gates, or before gates existed).
-
-    Read from ``gates.json``, else from the ``gates`` key of ``summary.json`` (schema
-    ``lmra.gates/1``). A damaged file gives ``unreadable`` instead of an error: one bad run
-    folder must not stop the page.
-
-    Returns:
-        ``{"passed": bool, "checked": [gate names], "unmet": [gate names], "breaches":
-        [{"gate", "comparison", "task", "value", "bound", "text"}], "n_not_evaluated": int,
-        "unreadable": bool}``; a breach without a task concerns an overall gate.
-    """
-    from lmra.gates import GATES_FILE, GateOutcome
-
-    run_dir = Path(run_dir)
-    unreadable = {"passed": None, "checked": [], "unmet": [], "breaches": [], "n_not_evaluated": 0,
-                  "unreadable": True}
-    try:
-        if (run_dir / GATES_FILE).is_file():
-            doc = json.loads((run_dir / GATES_FILE).read_text(encoding="utf-8"))
-        elif (run_dir / "summary.json").is_file():
-            doc = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("gates")
-        else:
-            return None
-    except (OSError, ValueError, AttributeError):
-        return unreadable
-    if doc is None:
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("breaches", []), list):
-        return unreadable
-    fields = GateOutcome.__dataclass_fields__
-    breaches = []
-    for b in doc.get("breaches") or []:
-        if not isinstance(b, dict):
-            continue
-        try:
-            text = GateOutcome(**{k: b.get(k) for k in fields}).line()
-        except (KeyError, TypeError, ValueError):  # a gate this version does not know
-            text = f"GATE BREACHED {b.get('gate')}: {b.get('task') or 'overall'} {b.get('value')} > {b.get('bound')}"
-        breaches.append({"gate": str(b.get("gate")), "comparison": b.get("comparison"), "task": b.get("task"),
-                         "value": finite(b.get("value")), "bound": finite(b.get("bound")), "text": text})
-    return {"passed": bool(doc.get("passed")), "checked": list(doc.get("checked") or []),
-            "unmet": list(doc.get("unmet") or []), "breaches": breaches,
-            "n_not_evaluated": len(doc.get("not_evaluated") or []), "unreadable": False}
-
-
 def _check_of(history, run_id: str) -> dict | None:
     """The night's latest recorded regression check: its baseline, the tasks it tested, and
     the flagged and improved ones keyed by (comparison, domain, task)."""

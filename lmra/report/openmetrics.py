@@ -81,7 +81,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             ``baseline_id`` and ``result``, a frame with ``comparison, domain, task, p_regress,
             regressed``), or None; gives ``lmra_task_regressed`` (tested tasks only) and
             ``lmra_run_regressions``.
-        gates: the run's recorded gate evaluation (:func:`lmra.report.history_html.read_gates`),
+        gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
 
     Returns:
