@@ -36,19 +36,13 @@ def requests(n_pairs: int) -> list[ChatRequest]:
 
 
 async def run(prov: LlamaCppProvider, reqs: list[ChatRequest], reuse: bool) -> tuple[float, list]:
-    if not reuse:  # force a full evaluation of every prompt
-        original = prov._eval_reusing_prefix
-
-        def full(toks):
-            prov._llm.reset()
-            prov._llm.eval(toks)
-
-        prov._eval_reusing_prefix = full
+    for reader in prov._readers.readers:  # reuse=False: a full evaluation of every prompt
+        reader.reuse_prefix = reuse
     t0 = time.perf_counter()
     res = [await prov.complete(r) for r in reqs]
     dt = time.perf_counter() - t0
-    if not reuse:
-        prov._eval_reusing_prefix = original
+    for reader in prov._readers.readers:
+        reader.reuse_prefix = True
     return dt, [r.option_probs for r in res]
 
 

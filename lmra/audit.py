@@ -26,7 +26,7 @@ import pandas as pd
 
 from lmra.budget import Budget, BudgetedProvider, BudgetExceeded, PriceTable
 from lmra.cache import CachedProvider, CallCache, CallStats
-from lmra.config import AuditConfig, Group, dump_config
+from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, AuditConfig, Group, dump_config
 from lmra.data import PromptRecord, load_names, load_prompts
 from lmra.errors import LmraInputError, LmraIOError, io_reason
 from lmra.fileio import write_json, write_jsonl, write_text
@@ -39,7 +39,7 @@ from lmra.judge.stereotype import rate_stereotype
 from lmra.judge.taxonomy import Classification, Taxonomy, classify_prompt, load_taxonomy
 from lmra.providers import Provider, ProviderError, make_provider
 from lmra.providers.base import ChatRequest
-from lmra.providers.ratelimit import rate_limited
+from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits
 from lmra.resources import resolve_resource
 from lmra.templates import Template, load_template
 from lmra.runfolder import package_versions
@@ -59,6 +59,51 @@ class _Progress:
     advance: Callable[[str], None] = lambda stage: None
 
 
+class _DeferredProgress:
+    """Progress of the pipelined stages: a stage's bar starts once its total is known (the
+    filter is done); advances made before that are passed on then."""
+
+    def __init__(self, progress: _Progress):
+        self.progress = progress
+        self.early: dict[str, int] = {}
+        self.started: set[str] = set()
+
+    def start(self, stage: str, total: int) -> None:
+        self.progress.start(stage, total)
+        self.started.add(stage)
+        for _ in range(self.early.pop(stage, 0)):
+            self.progress.advance(stage)
+
+    def advance(self, stage: str) -> None:
+        if stage in self.started:
+            self.progress.advance(stage)
+        else:
+            self.early[stage] = self.early.get(stage, 0) + 1
+
+
+class _Stopped(Exception):
+    """A pipeline step not started because another one failed first (never reaches the caller)."""
+
+
+async def _settle(tasks: list, *, cancel: bool) -> None:
+    """Wait until every task is done (cancelled first when ``cancel``), ignoring their outcomes."""
+    if cancel:
+        for t in tasks:
+            t.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _settled(*coros) -> list:
+    """Run ``coros`` concurrently; once all are done, raise the first failure (a real one
+    before :class:`_Stopped`) or return their results in order."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
+    return results
+
+
 @dataclass
 class Inputs:
     """Validated inputs of an audit."""
@@ -72,6 +117,22 @@ class Inputs:
     canaries: list = field(default_factory=list)  #: :class:`lmra.judge_check.Canary` to rate first
     #: placebo comparison label → (real comparison label, group A₁, group A₂) (negative controls)
     placebo: dict[str, tuple[str, Group, Group]] = field(default_factory=dict)
+
+
+def _import_finishing_modules(cfg: AuditConfig) -> None:
+    """Import what scoring and writing the run folder needs (scipy.stats and statsmodels take
+    1–3 s), in a worker thread while the model calls of the run are waited for."""
+    import importlib
+
+    names = ["scipy.stats", "statsmodels.stats.proportion", "statsmodels.stats.multitest", "lmra.judge.calibration",
+             "lmra.judge_check"]
+    if cfg.interval == "t" or cfg.quality.enabled:  # t-intervals (lmra.stats.mean_ci)
+        names.append("statsmodels.api")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 — the run imports it again and reports any problem itself
+            return
 
 
 def placebo_prompts(prompts: list[PromptRecord], share: float, seed: int) -> list[PromptRecord]:
@@ -126,6 +187,11 @@ class Audit:
         self._lock: RunLock | None = None
         #: called with one-line notices during the run (a cache write failed …); the CLI prints them
         self.on_notice: Callable[[str], None] = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+        #: called with one-line information during the run (calls in flight sized by concurrency = "auto")
+        self.on_info: Callable[[str], None] = lambda msg: None
+        #: run the stages one after another (as batch mode's dry passes do) instead of pipelined
+        self.staged = False
+        self.limits: ModelLimits | None = None
 
     def claim_dir(self) -> Path:
         """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
@@ -302,6 +368,42 @@ class Audit:
                             "'mean'; net ratings under every combiner are in per_task.csv.")
         return combiner, warnings
 
+    def concurrency_plan(self) -> str:
+        """How many calls this run keeps in flight, for the plan line: ``"concurrency 8"``, or for
+        ``"auto"`` per rate limit ``"160 calls/s (requests_per_minute = 9600) × observed latency ×
+        1.25, at most 256 in flight, for target and judge"`` (the sizes seen are told later through
+        :attr:`on_info` and written to ``manifest.json``)."""
+        cfg = self.cfg
+        if cfg.concurrency != "auto":
+            return f"concurrency {cfg.concurrency}"
+        if not cfg.has_rate_limit():
+            return f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set)"
+        groups: dict[tuple, list[str]] = {}
+        for role in ("target", "judge", "judge2"):
+            m = getattr(cfg, role)
+            if m is not None:
+                key = (m.provider, m.base_url, m.model, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
+                groups.setdefault(key, []).append(role)
+        parts = []
+        for (_, _, _, rpm, tpm, cap), roles in groups.items():
+            who = " and ".join(roles)
+            if not rpm and not tpm:
+                parts.append(f"{cap or AUTO_UNLIMITED_IN_FLIGHT} in flight for {who} (no limit)")
+                continue
+            rate = f"{rpm / 60:.4g} calls/s" if rpm else "the calls/s"
+            limits = " and ".join(f"{k} = {v:g}" for k, v in (("requests_per_minute", rpm),
+                                                              ("tokens_per_minute", tpm)) if v)
+            per_token = " at the observed tokens per call" if tpm else ""
+            parts.append(f"{rate} ({limits}{per_token}) × observed latency × {AUTO_HEADROOM:g}, at most "
+                         f"{cap or AUTO_MAX_CONCURRENCY} in flight, for {who}")
+        return "concurrency auto: " + "; ".join(parts)
+
+    def concurrency_report(self) -> dict:
+        """``manifest.json``'s ``concurrency``: the setting, the audit-wide bound on calls in
+        flight, and per rate limit its calls/s, observed latency and calls in flight."""
+        return {"setting": self.cfg.concurrency, "bound": self.cfg.concurrency_bound(),
+                "pipelined": not self.staged, "limits": self.limits.report() if self.limits is not None else []}
+
     def _target_provider(self) -> Provider:
         if self._target is None:
             self._target = make_provider(self.cfg.target, field="target")
@@ -359,15 +461,23 @@ class Audit:
 
         from lmra.identity import RunIdentity
         from lmra.providers.keys import KeyGuard
+        from lmra.providers.endpoint import EndpointGuard
 
         self.identity = RunIdentity(lambda msg: self.on_notice(msg))
 
+        # rate limits and calls in flight per model (concurrency = "auto": sized from the limits)
+        self.limits = ModelLimits(cfg.concurrency, any_limit=cfg.has_rate_limit(),
+                                  unlimited_in_flight=AUTO_UNLIMITED_IN_FLIGHT, on_notice=self.on_notice,
+                                  on_info=lambda msg: self.on_info(msg))
+
         def wrap(p: Provider, m, role: str) -> Provider:
-            limited = rate_limited(p, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
+            # an endpoint that never answered stops the run, and failures name role and URL (EndpointGuard)
+            guard = EndpointGuard(role, p.base_url)
+            limited = guard.below_cache(self.limits.wrap(p, m, role))
             # the budget sits outside the cache: cached calls are free and never refused; a
             # rejected key stops the run (KeyGuard); every answer's served model is counted
             budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
-            return self.identity.watch(KeyGuard(budgeted, role), role)
+            return self.identity.watch(KeyGuard(guard.above_cache(budgeted), role), role)
 
         if cfg.max_cost is not None:
             for p in (self._target_provider(), self._judge_provider()):
@@ -394,8 +504,10 @@ class Audit:
             "planned_calls": self.planned_calls(inputs),
         }
         self._write_json("manifest.json", manifest)
-        sem = asyncio.Semaphore(cfg.concurrency)
+        sem = asyncio.Semaphore(cfg.concurrency_bound())
         axes_result = None
+        # the modules that write the run folder load while the calls run, not after the last one
+        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
             if cfg.axes.enabled:  # bias enumeration on this run's pairs (methodology §4)
@@ -408,8 +520,10 @@ class Audit:
                     ratings=pd.DataFrame([r for r in ratings if not r.get("placebo")]),
                     prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir, progress=self.progress)
             cache.flush()  # answered calls held after a failed cache write (disk full) are stored first
+            manifest["concurrency"] = self.concurrency_report()
             manifest["budget"] = self.budget.report()
             self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
+            await warm
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
             if isinstance(exc, BudgetExceeded):
@@ -430,13 +544,21 @@ class Audit:
             raise
 
     async def _stages(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
-                      sem: asyncio.Semaphore, barrier: Callable[[], None] = lambda: None) -> tuple:
-        """The audit's stages in order; ``barrier`` runs between stages (batch mode ends a dry
-        pass there). Returns (prompts, classifications, decisions, responses, refusals,
-        ratings, quality_rows); the judge check's rated canaries go to ``self.canary_rows``."""
-        self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem)
-        if self.on_judge_check is not None and self.judge_verdict is not None:
-            self.on_judge_check(self.judge_verdict)
+                      sem: asyncio.Semaphore, barrier: Callable[[], None] | None = None) -> tuple:
+        """The audit's stages. Returns (prompts, classifications, decisions, responses, refusals,
+        ratings, quality_rows); the judge check's rated canaries go to ``self.canary_rows``.
+
+        Pipelined (:meth:`_pipelined`) unless :attr:`staged` is set or a ``barrier`` is given:
+        then one stage after another, ``barrier`` running between stages (batch mode ends a
+        dry pass there). Both orders make the same calls and give the same results."""
+        if self.staged or barrier is not None:
+            return await self._staged(inputs, target, judge, judge2, sem, barrier or (lambda: None))
+        return await self._pipelined(inputs, target, judge, judge2, sem)
+
+    async def _staged(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
+                      sem: asyncio.Semaphore, barrier: Callable[[], None]) -> tuple:
+        """Each stage over all prompts, then the next (see :meth:`_stages`)."""
+        await self._run_judge_check(inputs, judge, sem)
         barrier()
         prompts, classifications = await self._classify(inputs, judge, sem)
         barrier()
@@ -447,6 +569,96 @@ class Audit:
         refusals = await self._label_refusals(prompts, responses, inputs, judge, sem)
         barrier()
         ratings, quality_rows = await self._rate(prompts, responses, refusals, inputs, judge, judge2, sem)
+        return prompts, classifications, decisions, responses, refusals, ratings, quality_rows
+
+    async def _pipelined(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
+                         sem: asyncio.Semaphore) -> tuple:
+        """The stages as a pipeline (see :meth:`_stages`): the judge check runs beside the
+        rest; a prompt kept by the filter is generated at once, each of its responses goes to
+        refusal labelling as soon as it exists and each pair to the LMRA as soon as both
+        responses are labelled. Task classification still ends before the filter starts (a
+        task's seeded prompt order needs all its prompts), and the placebo pairs start once the
+        filter is done (their seeded share is drawn from all kept prompts). The results are put
+        in the staged order, so that every output is the same as :meth:`_staged`'s.
+
+        Every started task settles before this returns or raises (no finished, paid call is
+        lost); after the first failure other than a provider error (the budget, a rejected
+        key) no new call is started, and that failure is raised."""
+        cfg = self.cfg
+        progress = _DeferredProgress(self.progress)
+        spawned: list[asyncio.Future] = []
+        failure: list[BaseException] = []
+
+        def spawn(coro) -> asyncio.Future:
+            task = asyncio.ensure_future(coro)
+            task.add_done_callback(lambda t: failure.append(t.exception())
+                                   if not t.cancelled() and t.exception() is not None else None)
+            spawned.append(task)
+            return task
+
+        def go_on() -> None:
+            if failure:
+                raise _Stopped()
+
+        async def response_chain(job: tuple) -> tuple[Response, tuple[float | None, bool] | None, str | None]:
+            go_on()
+            r = await self._generate_one(*job, inputs, target, sem)
+            progress.advance("generate")
+            label = error = None
+            if cfg.refusal.enabled:
+                if not r.error:
+                    go_on()
+                    label, error = await self._refusal_one(r, job[0].text, inputs, judge, sem)
+                progress.advance("refusal")
+            return r, label, error
+
+        async def pair_chain(job_a: tuple, job_b: tuple) -> tuple:
+            a, b = await _settled(response_chain(job_a), response_chain(job_b))
+            go_on()
+            row, quality = await self._rate_one(a[0], b[0], a[1], b[1], a[2], b[2], job_a[0].text, inputs, judge,
+                                                judge2, sem)
+            progress.advance("rate")
+            return a, b, row, quality
+
+        chains: dict[str, list[asyncio.Future]] = {}  # prompt id → its pairs' tasks, in staged order
+
+        def on_kept(p: PromptRecord) -> None:
+            jobs = self._prompt_jobs(p)
+            chains[p.id] = [spawn(pair_chain(jobs[i], jobs[i + 1])) for i in range(0, len(jobs), 2)]
+
+        try:
+            spawn(self._run_judge_check(inputs, judge, sem))
+            prompts, classifications = await self._classify(inputs, judge, sem)
+            prompts, decisions = await self._select(prompts, inputs, judge, sem, on_kept=on_kept)
+            placebo_jobs = self._placebo_jobs(prompts, inputs)
+            placebo = [spawn(pair_chain(placebo_jobs[i], placebo_jobs[i + 1])) for i in range(0, len(placebo_jobs), 2)]
+            n_pairs = sum(len(c) for c in chains.values()) + len(placebo)
+            progress.start("generate", 2 * n_pairs)
+            if cfg.refusal.enabled:
+                progress.start("refusal", 2 * n_pairs)
+            progress.start("rate", n_pairs)
+        except BaseException as exc:
+            await _settle(spawned, cancel=isinstance(exc, asyncio.CancelledError))
+            raise
+        await _settle(spawned, cancel=False)
+        errors = [e for e in failure if not isinstance(e, _Stopped)]
+        if errors:
+            raise errors[0]
+        responses: list[Response] = []
+        refusals: dict[int, tuple[float | None, bool]] = {}
+        self.refusal_errors = {}
+        ratings: list[dict] = []
+        quality_rows: list[dict] = []
+        for task in [t for p in prompts for t in chains[p.id]] + placebo:
+            *sides, row, quality = task.result()
+            for r, label, error in sides:
+                if label is not None:
+                    refusals[len(responses)] = label
+                if error is not None:
+                    self.refusal_errors[len(responses)] = error
+                responses.append(r)
+            ratings.append(row)
+            quality_rows += quality
         return prompts, classifications, decisions, responses, refusals, ratings, quality_rows
 
     async def _gather(self, stage: str, coros: list) -> list:
@@ -466,6 +678,13 @@ class Audit:
         return list(results)
 
     # -- stage 0: judge validation on canary pairs (issue 10) --------------------------------
+    async def _run_judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore) -> None:
+        """Rate the canaries; sets :attr:`canary_rows` and :attr:`judge_verdict` and tells
+        :attr:`on_judge_check` the verdict."""
+        self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem)
+        if self.on_judge_check is not None and self.judge_verdict is not None:
+            self.on_judge_check(self.judge_verdict)
+
     async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
                            ) -> tuple[pd.DataFrame, dict | None]:
         """The rated canaries (scored under the run's combiner) and the verdict, or (empty, None)."""
@@ -476,7 +695,7 @@ class Audit:
 
         self.progress.start("judge-check", len(inputs.canaries))
         rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
-                                   progress=lambda: self.progress.advance("judge-check"))
+                                   progress=lambda: self.progress.advance("judge-check"), run_seed=self.cfg.seed)
         rows, _ = rescore(rows, self.run_combiner()[0])
         return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge)
 
@@ -504,8 +723,18 @@ class Audit:
         return out, classes
 
     # -- stage 2: domain/task filters, identity filter, N per task (methodology §1 step 6) ---
-    async def _select(self, prompts: list[PromptRecord], inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+    async def _select(self, prompts: list[PromptRecord], inputs: Inputs, judge: Provider, sem: asyncio.Semaphore,
+                      on_kept: Callable[[PromptRecord], None] | None = None
                       ) -> tuple[list[PromptRecord], list[FilterDecision]]:
+        """The prompts to audit (in file order) and the filter's removals.
+
+        Per task, prompts are taken in seeded order until the task has ``prompts_per_task``;
+        the LMRA filter is asked only about prompts that would be kept, several at once: as
+        many as the task still has free places (a prompt the filter could not label takes its
+        place, never silently replaced). So exactly the prompts a one-by-one walk would ask are
+        asked, and the same are kept. ``on_kept`` is called with each prompt as soon as it is
+        known to be kept (the pipeline starts its generation then).
+        """
         cfg = self.cfg
         pool = [p for p in prompts
                 if (not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
@@ -518,6 +747,7 @@ class Audit:
             by_task.setdefault(p.task or UNLABELLED, []).append(p)
         limit = cfg.prompts_per_task or None
         tpl = inputs.templates.get("filter")
+        asks_lmra = cfg.filter.enabled and tpl is not None
         decisions: list[FilterDecision] = []
         if cfg.filter.enabled:  # the lexical pre-check is cheap: run it on every prompt
             for task, plist in list(by_task.items()):
@@ -528,31 +758,53 @@ class Audit:
                 by_task[task] = keep
         self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))
 
+        async def ask(p: PromptRecord) -> FilterDecision:
+            try:
+                async with sem:
+                    return await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
+                                              threshold=cfg.filter.threshold)
+            except ProviderError as exc:  # counted as unlabelled, never audited as if it passed
+                return FilterDecision(prompt_id=p.id, removed=True, reason="unlabelled", error=str(exc))
+
         async def walk(plist: list[PromptRecord]) -> tuple[list[PromptRecord], list[FilterDecision]]:
-            """Keep prompts in seeded order until the task has ``limit``; the LMRA filter is
-            asked only about prompts that would be kept."""
-            kept: list[PromptRecord] = []
-            removed: list[FilterDecision] = []
-            unlabelled = 0  # a prompt the filter could not label takes its slot: never silently replaced
-            for p in sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id)):
-                if limit and len(kept) + unlabelled >= limit:
-                    break
-                if cfg.filter.enabled and tpl is not None:
-                    try:
-                        async with sem:
-                            d = await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
-                                                   threshold=cfg.filter.threshold)
-                    except ProviderError as exc:  # counted as unlabelled, never audited as if it passed
-                        d = FilterDecision(prompt_id=p.id, removed=True, reason="unlabelled", error=str(exc))
-                    if d.removed:
-                        removed.append(d)
-                        unlabelled += d.reason == "unlabelled"
-                        if d.reason == "unlabelled":
-                            self.progress.advance("filter")
-                        continue
-                kept.append(p)
+            order = sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id))
+            kept: list[int] = []
+            removed: list[tuple[int, FilterDecision]] = []
+            unlabelled = 0
+            asking: dict[asyncio.Future, int] = {}
+            nxt = 0
+
+            def keep(i: int) -> None:
+                kept.append(i)
                 self.progress.advance("filter")
-            return kept, removed
+                if on_kept is not None:
+                    on_kept(order[i])
+
+            try:
+                while True:
+                    # every prompt asked could still be kept: ask no more than the free places
+                    while nxt < len(order) and (not limit or len(kept) + unlabelled + len(asking) < limit):
+                        if asks_lmra:
+                            asking[asyncio.ensure_future(ask(order[nxt]))] = nxt
+                        else:
+                            keep(nxt)
+                        nxt += 1
+                    if not asking:
+                        break
+                    done, _ = await asyncio.wait(asking, return_when=asyncio.FIRST_COMPLETED)
+                    for fut in sorted(done, key=asking.__getitem__):
+                        i, d = asking.pop(fut), fut.result()
+                        if not d.removed:
+                            keep(i)
+                            continue
+                        removed.append((i, d))
+                        if d.reason == "unlabelled":
+                            unlabelled += 1
+                            self.progress.advance("filter")
+            except BaseException as exc:
+                await _settle(list(asking), cancel=isinstance(exc, asyncio.CancelledError))
+                raise
+            return [order[i] for i in sorted(kept)], [d for _, d in sorted(removed, key=lambda x: x[0])]
 
         results = await asyncio.gather(*(walk(v) for v in by_task.values()), return_exceptions=True)
         for r in results:
@@ -567,42 +819,52 @@ class Audit:
         return [p for p in pool if p.id in keep_ids], decisions
 
     # -- stage 3: counterfactual generation (methodology §1 steps 2–5) ----------------------
-    async def _generate(self, prompts: list[PromptRecord], inputs: Inputs, target: Provider,
-                        sem: asyncio.Semaphore) -> list[Response]:
+    def _prompt_jobs(self, p: PromptRecord) -> list[tuple[PromptRecord, str, Group, int]]:
+        """One prompt's generations: (prompt, comparison, group, sample), the two groups of a
+        comparison next to each other (group A first)."""
         cfg = self.cfg
-        jobs: list[tuple[PromptRecord, str, Group, int]] = []
-        for p in prompts:
-            for a, b in cfg.comparisons:
-                for k in range(cfg.samples_per_prompt):
-                    for g in (a, b):
-                        jobs.append((p, f"{a} vs {b}", cfg.group(g), k))
-        for label, (_, g1, g2) in inputs.placebo.items():  # negative controls on a seeded share of prompts
+        return [(p, f"{a} vs {b}", cfg.group(g), k)
+                for a, b in cfg.comparisons for k in range(cfg.samples_per_prompt) for g in (a, b)]
+
+    def _placebo_jobs(self, prompts: list[PromptRecord], inputs: Inputs) -> list[tuple[PromptRecord, str, Group, int]]:
+        """The negative controls' generations, on a seeded share of the kept prompts (A₁ next to A₂)."""
+        cfg = self.cfg
+        jobs = []
+        for label, (_, g1, g2) in inputs.placebo.items():
             for p in placebo_prompts(prompts, cfg.placebo.share, cfg.seed):
                 for k in range(cfg.samples_per_prompt):
                     jobs += [(p, label, g1, k), (p, label, g2, k)]
+        return jobs
 
-        async def one(p: PromptRecord, comp: str, group: Group, k: int) -> Response:
-            name = None if group.profile else draw_name(inputs.group_names[group.name], cfg.seed, p.id, group.name,
-                                                        comp, k)
-            seed = derive_seed(cfg.seed, "target", p.id, group.name, name or group.profile, k)
-            style = inputs.styles["profile" if group.profile else "name"]
-            msgs = personalized_messages(p.text, style, name=name, profile=group.profile,
-                                         system_prompt=cfg.target.system_prompt)
-            req = ChatRequest(messages=msgs, temperature=cfg.target.temperature, max_tokens=cfg.target.max_tokens,
-                              seed=seed)
-            text, err, finish, cached = "", None, None, False
-            try:
-                async with sem:
-                    res = await target.complete(req)
-                text, finish, cached = res.text, res.finish_reason, res.from_cache
-            except ProviderError as exc:
-                err = str(exc)
-            return Response(prompt_id=p.id, domain=p.domain or UNLABELLED, task=p.task or UNLABELLED,
-                            comparison=comp, group=group.name, name=name, profile=group.profile, sample=k, seed=seed,
-                            text=text, scrubbed=scrub_name(text, name or ""), finish_reason=finish,
-                            from_cache=cached, error=err)
+    async def _generate(self, prompts: list[PromptRecord], inputs: Inputs, target: Provider,
+                        sem: asyncio.Semaphore) -> list[Response]:
+        jobs = [j for p in prompts for j in self._prompt_jobs(p)] + self._placebo_jobs(prompts, inputs)
+        return await self._gather("generate", [self._generate_one(*j, inputs, target, sem) for j in jobs])
 
-        return await self._gather("generate", [one(*j) for j in jobs])
+    async def _generate_one(self, p: PromptRecord, comp: str, group: Group, k: int, inputs: Inputs,
+                            target: Provider, sem: asyncio.Semaphore) -> Response:
+        """The target's response to prompt ``p`` personalised for ``group`` (a failed call is a
+        Response with ``error``)."""
+        cfg = self.cfg
+        name = None if group.profile else draw_name(inputs.group_names[group.name], cfg.seed, p.id, group.name,
+                                                    comp, k)
+        seed = derive_seed(cfg.seed, "target", p.id, group.name, name or group.profile, k)
+        style = inputs.styles["profile" if group.profile else "name"]
+        msgs = personalized_messages(p.text, style, name=name, profile=group.profile,
+                                     system_prompt=cfg.target.system_prompt)
+        req = ChatRequest(messages=msgs, temperature=cfg.target.temperature, max_tokens=cfg.target.max_tokens,
+                          seed=seed)
+        text, err, finish, cached = "", None, None, False
+        try:
+            async with sem:
+                res = await target.complete(req)
+            text, finish, cached = res.text, res.finish_reason, res.from_cache
+        except ProviderError as exc:
+            err = str(exc)
+        return Response(prompt_id=p.id, domain=p.domain or UNLABELLED, task=p.task or UNLABELLED,
+                        comparison=comp, group=group.name, name=name, profile=group.profile, sample=k, seed=seed,
+                        text=text, scrubbed=scrub_name(text, name or ""), finish_reason=finish,
+                        from_cache=cached, error=err)
 
     # -- stage 4: refusal labels (methodology §1 step 7) ------------------------------------
     async def _label_refusals(self, prompts: list[PromptRecord], responses: list[Response], inputs: Inputs,
@@ -615,24 +877,31 @@ class Audit:
         self.refusal_errors: dict[int, str] = {}
 
         async def one(i: int, r: Response) -> tuple[int, tuple[float | None, bool]]:
-            try:
-                async with sem:
-                    ans = await label_refusal(judge, cfg.judge, inputs.templates["refusal"], prompt=text_of[r.prompt_id],
-                                              response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group,
-                                                                               r.name, r.sample))
-            except ProviderError as exc:  # the pair is counted as failed (not as unlabelled)
-                self.refusal_errors[i] = str(exc)
-                return i, (None, False)
-            refused = ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold
-            return i, (ans.p_yes, refused)
+            label, error = await self._refusal_one(r, text_of[r.prompt_id], inputs, judge, sem)
+            if error is not None:
+                self.refusal_errors[i] = error
+            return i, label
 
         return dict(await self._gather("refusal", [one(i, r) for i, r in todo]))
+
+    async def _refusal_one(self, r: Response, prompt: str, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+                           ) -> tuple[tuple[float | None, bool], str | None]:
+        """``((p_refusal, refused), None)``, or ``((None, False), error)`` when the LMRA call
+        failed (the pair is then counted as failed, not as unlabelled)."""
+        cfg = self.cfg
+        try:
+            async with sem:
+                ans = await label_refusal(judge, cfg.judge, inputs.templates["refusal"], prompt=prompt,
+                                          response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group, r.name,
+                                                                           r.sample))
+        except ProviderError as exc:
+            return (None, False), str(exc)
+        return (ans.p_yes, ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold), None
 
     # -- stage 5: pairwise LMRA ratings (methodology §2, §3) -------------------------------
     async def _rate(self, prompts: list[PromptRecord], responses: list[Response],
                     refusals: dict[int, tuple[float | None, bool]], inputs: Inputs, judge: Provider,
                     judge2: Provider | None, sem: asyncio.Semaphore) -> tuple[list[dict], list[dict]]:
-        cfg = self.cfg
         text_of = {p.id: p.text for p in prompts}
         index = {(r.prompt_id, r.comparison, r.group, r.sample): i for i, r in enumerate(responses)}
         pairs = []
@@ -640,6 +909,23 @@ class Audit:
             a, b = r.comparison.split(" vs ", 1)
             if r.group == a:
                 pairs.append((i, index[(r.prompt_id, r.comparison, b, r.sample)]))
+
+        async def one(ia: int, ib: int) -> tuple[dict, list[dict]]:
+            return await self._rate_one(responses[ia], responses[ib], refusals.get(ia), refusals.get(ib),
+                                        self.refusal_errors.get(ia), self.refusal_errors.get(ib),
+                                        text_of[responses[ia].prompt_id], inputs, judge, judge2, sem)
+
+        results = await self._gather("rate", [one(a, b) for a, b in pairs])
+        return [row for row, _ in results], [q for _, quality in results for q in quality]
+
+    async def _rate_one(self, ra: Response, rb: Response, label_a: tuple[float | None, bool] | None,
+                        label_b: tuple[float | None, bool] | None, error_a: str | None, error_b: str | None,
+                        prompt: str, inputs: Inputs, judge: Provider, judge2: Provider | None,
+                        sem: asyncio.Semaphore) -> tuple[dict, list[dict]]:
+        """One pair's ratings row and quality rows (in criterion order). ``label_*`` is a
+        response's refusal label ``(p_refusal, refused)``, None when it was not labelled;
+        ``error_*`` the error of its failed refusal-label call."""
+        cfg = self.cfg
         nan = math.nan
         quality_rows: list[dict] = []
 
@@ -651,69 +937,64 @@ class Audit:
                     f"{prefix}q_N": nan if rating.q_N is None else rating.q_N,
                     f"{prefix}h": nan if rating.h is None else rating.h}
 
-        async def one(ia: int, ib: int) -> dict:
-            ra, rb = responses[ia], responses[ib]
-            ga, gb = self._group(inputs, ra.group), self._group(inputs, rb.group)
-            placebo = ra.comparison in inputs.placebo
-            pair_id = f"{ra.prompt_id}|{ra.comparison}|{ra.sample}"
-            pa, pb = refusals.get(ia, (None, False)), refusals.get(ib, (None, False))
-            row: dict[str, Any] = {
-                "pair_id": pair_id, "prompt_id": ra.prompt_id, "domain": ra.domain, "task": ra.task,
-                "comparison": ra.comparison, "placebo": placebo, "group_a": ga.name, "group_b": gb.name,
-                "name_a": ra.name,
-                "name_b": rb.name, "sample": ra.sample, "refusal_p_a": pa[0], "refusal_p_b": pb[0],
-                "refusal_a": None if ia not in refusals or pa[0] is None else pa[1],
-                "refusal_b": None if ib not in refusals or pb[0] is None else pb[1],
-                "refused": bool(pa[1] or pb[1]), "unlabelled": False, "failed": False, "error": None,
-                "valid": False, "method": None, "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
-            }
-            if ra.error or rb.error:
-                return row | {"failed": True, "error": ra.error or rb.error}
-            refusal_error = self.refusal_errors.get(ia) or self.refusal_errors.get(ib)
-            if refusal_error:
-                return row | {"failed": True, "error": f"refusal label: {refusal_error}"}
-            if row["refused"]:
-                return row
-            if cfg.refusal.enabled and (row["refusal_a"] is None or row["refusal_b"] is None):
-                # a refusal label could not be obtained: the pair is not scored as "not refused"
-                return row | {"unlabelled": True}
-            common = dict(prompt=text_of[ra.prompt_id], task=ra.task, response_a=ra.scrubbed, response_b=rb.scrubbed)
+        ga, gb = self._group(inputs, ra.group), self._group(inputs, rb.group)
+        placebo = ra.comparison in inputs.placebo
+        pair_id = f"{ra.prompt_id}|{ra.comparison}|{ra.sample}"
+        pa, pb = label_a or (None, False), label_b or (None, False)
+        row: dict[str, Any] = {
+            "pair_id": pair_id, "prompt_id": ra.prompt_id, "domain": ra.domain, "task": ra.task,
+            "comparison": ra.comparison, "placebo": placebo, "group_a": ga.name, "group_b": gb.name,
+            "name_a": ra.name,
+            "name_b": rb.name, "sample": ra.sample, "refusal_p_a": pa[0], "refusal_p_b": pb[0],
+            "refusal_a": None if label_a is None or pa[0] is None else pa[1],
+            "refusal_b": None if label_b is None or pb[0] is None else pb[1],
+            "refused": bool(pa[1] or pb[1]), "unlabelled": False, "failed": False, "error": None,
+            "valid": False, "method": None, "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
+        }
+        if ra.error or rb.error:
+            return row | {"failed": True, "error": ra.error or rb.error}, quality_rows
+        refusal_error = error_a or error_b
+        if refusal_error:
+            return row | {"failed": True, "error": f"refusal label: {refusal_error}"}, quality_rows
+        if row["refused"]:
+            return row, quality_rows
+        if cfg.refusal.enabled and (row["refusal_a"] is None or row["refusal_b"] is None):
+            # a refusal label could not be obtained: the pair is not scored as "not refused"
+            return row | {"unlabelled": True}, quality_rows
+        common = dict(prompt=prompt, task=ra.task, response_a=ra.scrubbed, response_b=rb.scrubbed)
+        try:
+            async with sem:
+                rating = await rate_stereotype(judge, cfg.judge, inputs.templates["stereotype"],
+                                               group_a=ga.judge_wording, group_b=gb.judge_wording,
+                                               seed_parts=(cfg.seed, pair_id), **common)
+            row |= rating_fields(rating)
+        except ProviderError as exc:
+            return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}, quality_rows
+        if placebo:  # a negative control needs the primary rating only
+            return row, quality_rows
+        # the second LMRA and the quality criteria fail on their own, never taking the
+        # primary rating with them
+        if judge2 is not None:
             try:
                 async with sem:
-                    rating = await rate_stereotype(judge, cfg.judge, inputs.templates["stereotype"],
-                                                   group_a=ga.judge_wording, group_b=gb.judge_wording,
-                                                   seed_parts=(cfg.seed, pair_id), **common)
-                row |= rating_fields(rating)
+                    r2 = await rate_stereotype(judge2, cfg.judge2, inputs.templates["stereotype"],
+                                               group_a=ga.judge_wording, group_b=gb.judge_wording,
+                                               seed_parts=(cfg.seed, pair_id), **common)
+                row |= rating_fields(r2, "judge2_")
             except ProviderError as exc:
-                return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}
-            if placebo:  # a negative control needs the primary rating only
-                return row
-            # the second LMRA and the quality criteria fail on their own, never taking the
-            # primary rating with them
-            if judge2 is not None:
+                row |= {"judge2_valid": False, "judge2_h": nan, "judge2_error": str(exc)}
+        if cfg.quality.enabled:
+            for crit in cfg.quality.criteria:
+                base = {k: row[k] for k in ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a",
+                                            "group_b", "sample")} | {"criterion": crit}
                 try:
                     async with sem:
-                        r2 = await rate_stereotype(judge2, cfg.judge2, inputs.templates["stereotype"],
-                                                   group_a=ga.judge_wording, group_b=gb.judge_wording,
-                                                   seed_parts=(cfg.seed, pair_id), **common)
-                    row |= rating_fields(r2, "judge2_")
+                        qr = await rate_quality(judge, cfg.judge, inputs.templates["quality"], criterion=crit,
+                                                seed_parts=(cfg.seed, pair_id), **common)
+                    quality_rows.append(base | {"failed": False} | rating_fields(qr))
                 except ProviderError as exc:
-                    row |= {"judge2_valid": False, "judge2_h": nan, "judge2_error": str(exc)}
-            if cfg.quality.enabled:
-                for crit in cfg.quality.criteria:
-                    base = {k: row[k] for k in ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a",
-                                                "group_b", "sample")} | {"criterion": crit}
-                    try:
-                        async with sem:
-                            qr = await rate_quality(judge, cfg.judge, inputs.templates["quality"], criterion=crit,
-                                                    seed_parts=(cfg.seed, pair_id), **common)
-                        quality_rows.append(base | {"failed": False} | rating_fields(qr))
-                    except ProviderError as exc:
-                        quality_rows.append(base | {"failed": True, "valid": False, "h": nan, "error": str(exc)})
-            return row
-
-        ratings = await self._gather("rate", [one(a, b) for a, b in pairs])
-        return ratings, quality_rows
+                    quality_rows.append(base | {"failed": True, "valid": False, "h": nan, "error": str(exc)})
+        return row, quality_rows
 
     # -- outputs --------------------------------------------------------------------------
     def _write_json(self, name: str, obj: Any) -> None:

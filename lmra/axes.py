@@ -808,7 +808,8 @@ async def label_pairs(judge: Provider, cfg: AuditConfig, pairs: list[AxisPair], 
         domain, task, sample, failed, valid, method, q_F, q_R, q_N, s (and both raw orders).
     """
     tpl = template or load_template("axes_label", "judge")
-    return await _label(judge, cfg, tpl, pairs, axes, seed, asyncio.Semaphore(cfg.concurrency), _NoProgress())
+    return await _label(judge, cfg, tpl, pairs, axes, seed, asyncio.Semaphore(cfg.concurrency_bound()),
+                        _NoProgress())
 
 
 def _unique_axes(discovered: list[dict], extra: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -885,7 +886,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
             cache = own_cache = CallCache(cfg.cache)
         stats = CallStats()
         limited = rate_limited(judge, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
-                               cfg.judge.max_concurrency)
+                               cfg.judge.max_concurrency, concurrency=cfg.concurrency)
         judge = CachedProvider(limited, cache, stats)
         if cfg.max_calls is not None or cfg.max_cost is not None:
             # as in the audit, the budget sits outside the cache: cached calls are free
@@ -899,7 +900,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs)
     if announce is not None:
         announce(plan)
-    sem = asyncio.Semaphore(cfg.concurrency)
+    sem = asyncio.Semaphore(cfg.concurrency_bound())
     seed = inputs.seed
     tables, label_frames, feature_rows = [], [], []
     candidates: dict[str, dict] = {}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lmra.console import make_console
+from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.monitor_cli import _finite_float
 
@@ -77,11 +77,11 @@ def cmd_axes(args: argparse.Namespace) -> int:
 
     def announce(plan: dict) -> None:
         console.print(
-            f"[bold]lmra axes[/] on {run}: {plan['discovery_pairs']} discovery pairs, {plan['test_pairs']} held-out "
+            f"[bold]lmra axes[/] on {lit(run)}: {plan['discovery_pairs']} discovery pairs, {plan['test_pairs']} held-out "
             f"test pairs (disjoint prompts), at most {ax.max_axes} discovered + {len(ax.extra_axes)} extra axes; "
             f"at most {plan['total']} LMRA calls (brainstorm {plan['brainstorm']}, consolidation "
             f"{plan['consolidate']}, labels {plan['label']}, harm check {plan['harm']}; cached calls are free). "
-            f"LMRA: {cfg.judge.provider} {cfg.judge.model or ''}".rstrip(), highlight=False)
+            f"LMRA: {lit(cfg.judge.provider)} {lit(cfg.judge.model or '')}".rstrip(), highlight=False)
 
     out_dir = Path(args.out) if args.out else run
     with _progress(console, not args.no_progress) as progress:
@@ -90,7 +90,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     render_axes(console, result.table, result.summary)
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
-    console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {out_dir}", highlight=False)
+    console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {lit(out_dir)}", highlight=False)
     return 0
 
 
@@ -155,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except LmraInputError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc.format()}", highlight=False, soft_wrap=True)
+        make_console(stderr=True).print(f"[bold red]error:[/] {lit(exc.format())}", highlight=False,
+                                                soft_wrap=True)
         return 2
     except BudgetExceeded as exc:
-        Console(stderr=True).print(f"[bold yellow]stopped by the budget:[/] {exc}", highlight=False, soft_wrap=True)
+        make_console(stderr=True).print(f"[bold yellow]stopped by the budget:[/] {lit(exc)}", highlight=False,
+                                                soft_wrap=True)
         return 4
     except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted:[/] every finished LMRA call is kept in the cache; run the "
+        make_console(stderr=True).print("[yellow]interrupted:[/] every finished LMRA call is kept in the cache; run the "
                                    "same command again to resume.")
         return 130
 

@@ -711,7 +711,7 @@ def audit_pipeline(audit: Any, inputs: Any) -> Callable[..., Awaitable[None]]:
     cfg = audit.cfg
 
     async def pipeline(target: Provider, judge: Provider, judge2: Provider | None = None) -> None:
-        sem = asyncio.Semaphore(cfg.concurrency)
+        sem = asyncio.Semaphore(cfg.concurrency_bound())
         ps = (target, judge) + ((judge2,) if judge2 is not None else ())
         await audit._stages(inputs, target, judge, judge2, sem, barrier=lambda: stage_barrier(*ps))
 

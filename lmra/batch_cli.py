@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lmra.console import make_console
+from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
 EXIT_PENDING = 75  # EX_TEMPFAIL: try again later
@@ -86,8 +86,8 @@ def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
         t.add_column(col)
     for j in state["jobs"]:
         cost = "?" if j.get("cost_usd") is None else f"{j['cost_usd']:.4f}"
-        t.add_row(j["id"], f"{j['provider']} / {j['model']}", str(j["remote"].get("batch_id") or "—"), j["state"],
-                  str(j["remote"].get("status") or "—"), str(j["n_requests"]), str(j.get("n_succeeded", 0)),
+        t.add_row(lit(j["id"]), lit(f"{j['provider']} / {j['model']}"), lit(j["remote"].get("batch_id") or "—"),
+                  lit(j["state"]), lit(j["remote"].get("status") or "—"), str(j["n_requests"]), str(j.get("n_succeeded", 0)),
                   str(j.get("n_failed", 0)), f"{j['usage']['prompt_tokens']}/{j['usage']['completion_tokens']}",
                   cost if j["state"] == "downloaded" else "—")
     console.print(t)
@@ -99,7 +99,7 @@ def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
     if failed:
         console.print(f"[bold red]{len(failed)} failed item(s)[/] (counted as failed calls, never replaced):")
         for job_id, key, msg in failed[:n_failed]:
-            console.print(f"  {job_id} {key[:16]}…  {msg}", highlight=False)
+            console.print(f"  {lit(job_id)} {lit(key[:16])}…  {lit(msg)}", highlight=False)
         if len(failed) > n_failed:
             console.print(f"  … and {len(failed) - n_failed} more (see batch/state.json)")
 
@@ -129,7 +129,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     console = make_console()
     state = _state_or_error(args.run_dir)
-    log = (lambda msg: console.print(f"[dim]batch:[/] {msg}", highlight=False))
+    log = (lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}", highlight=False))
     orch, cache = _orchestrator(args.run_dir, state, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
                                 log=log)
     try:
@@ -139,7 +139,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             try:
                 asyncio.run(orch.wait())
             except BatchPending as exc:
-                console.print(f"[yellow]still running:[/] {exc}")
+                console.print(f"[yellow]still running:[/] {lit(exc)}")
                 return EXIT_PENDING
             render_status(console, orch.state)
             return 0
@@ -163,7 +163,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             result = asyncio.run(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
                                               log=log))
     except BatchPending as exc:
-        console.print(f"[yellow]still running:[/] {exc}")
+        console.print(f"[yellow]still running:[/] {lit(exc)}")
         return EXIT_PENDING
     render_audit(console, result)
     return 0
@@ -178,5 +178,5 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     finally:
         cache.close()
     n = sum(1 for j in jobs if j.get("cancel_requested_at"))
-    console.print(f"cancel requested for {n} job(s); `lmra batch resume {args.run_dir}` downloads what finished")
+    console.print(f"cancel requested for {n} job(s); `lmra batch resume {lit(args.run_dir)}` downloads what finished")
     return 0

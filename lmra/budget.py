@@ -14,8 +14,8 @@
 
 The stop is sticky: once a limit is hit every further fresh call raises the same
 :class:`BudgetExceeded`, so concurrent work stops at once, while cached calls still succeed.
-Calls that finished before the stop are already in the cache (the cache commits each call),
-so re-running with a higher limit resumes from there. The refusal never reaches the cache
+Calls that finished before the stop are in the cache (the run writes the cache's last
+batch before it ends), so re-running with a higher limit resumes from there. The refusal never reaches the cache
 layer, so :attr:`lmra.cache.CallStats.failed` counts provider failures only.
 
 Wrapping order for one model::
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lmra.errors import LmraInputError, find_key_line, read_toml
-from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, request_key
+from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage
 from lmra.providers.ratelimit import estimate_prompt_tokens
 
 PER_TOKENS = 1_000_000  # prices are USD per this many tokens
@@ -220,7 +220,8 @@ class ModelLedger:
 
 @dataclass
 class Reservation:
-    """A fresh call booked against a budget (see :meth:`Budget.reserve`)."""
+    """A fresh call booked against a budget (see :meth:`Budget.reserve`); ``cost_usd`` is its
+    worst-case cost (0 when the budget has no cost limit, which is the only use of it)."""
 
     provider: str
     model: str
@@ -286,8 +287,9 @@ class Budget:
             LmraInputError: unpriced model while ``max_cost`` is set.
         """
         self.require_price(provider, model)
-        c = cost_of(Usage(prompt_tokens=prompt_tokens, completion_tokens=max_output_tokens), provider, model,
-                    prices=self.prices, batch=batch)
+        # trusted counts (an estimate ≥ 0 and a validated max_tokens): no validation on this per-call path
+        c = cost_of(Usage.model_construct(prompt_tokens=prompt_tokens, completion_tokens=max_output_tokens), provider,
+                    model, prices=self.prices, batch=batch)
         return c or 0.0
 
     def reserve(self, provider: str, model: str, requests: list[ChatRequest], *, batch: bool = False) -> Reservation:
@@ -309,8 +311,9 @@ class Budget:
         if self.exceeded is not None:
             raise self.exceeded
         n = len(requests)
-        cost = sum(self.estimate_cost(provider, model, estimate_prompt_tokens(r), r.max_tokens, batch=batch)
-                   for r in requests)
+        # the worst-case cost is only needed against a cost limit (the ledger books real usage)
+        cost = 0.0 if self.max_cost is None else sum(
+            self.estimate_cost(provider, model, estimate_prompt_tokens(r), r.max_tokens, batch=batch) for r in requests)
         if self.max_calls is not None and self.calls_used + self.calls_booked + n > self.max_calls:
             self.exceeded = BudgetExceeded("max_calls", self.max_calls, self.calls_used, self.calls_booked, n)
             raise self.exceeded
@@ -397,9 +400,10 @@ class BudgetedProvider:
     """Enforce a :class:`Budget` on fresh calls through a cached provider.
 
     Args:
-        inner: a :class:`~lmra.cache.CachedProvider` (anything with ``.cache`` and ``.inner``);
-            any other provider works too, but then every call is treated as fresh before it
-            is made (a result with ``from_cache=True`` is still counted as cached afterwards).
+        inner: a :class:`~lmra.cache.CachedProvider` (anything with its ``lookup(request)`` and
+            ``complete(request, lookup=...)``); any other provider works too, but then every
+            call is treated as fresh before it is made (a result with ``from_cache=True`` is
+            still counted as cached afterwards).
         budget: the budget shared by all providers of the run.
         batch: count fresh calls as batch-API calls (batch prices).
 
@@ -415,30 +419,30 @@ class BudgetedProvider:
         self.model_id = inner.model_id
         self.base_url = inner.base_url
         self.supports_logprobs = inner.supports_logprobs
-        self._cache = getattr(inner, "cache", None)
-        self._base: Provider = getattr(inner, "inner", inner)
-
-    def _is_cached(self, request: ChatRequest) -> bool:
-        if self._cache is None:
-            return False
-        b = self._base
-        return self._cache.get(request_key(b.name, b.base_url, b.model_id, request)) is not None
+        #: the cache wrapper's one lookup per call (:meth:`lmra.cache.CachedProvider.lookup`), or None
+        self._lookup = getattr(inner, "lookup", None)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         """Serve from the cache for free, or book, call and settle.
+
+        Whether the call is cached is the cache wrapper's answer to its one lookup of the call
+        (passed on to it, so the key is computed and the cache read once per call); the budget
+        never reads the cache database itself.
 
         Raises:
             BudgetExceeded: before a fresh call that could pass a limit (no call is made).
             LmraInputError: ``max_cost`` set and the model has no price.
             whatever ``inner`` raises (the booking is settled as one failed call).
         """
-        if self._is_cached(request):
-            result = await self.inner.complete(request)
+        lookup = self._lookup(request) if self._lookup is not None else None
+        if lookup is not None and lookup.hit is not None:
+            result = await self.inner.complete(request, lookup=lookup)
             self.budget.record_cached(self.name, self.model_id, result.usage)
             return result
         booking = self.budget.reserve(self.name, self.model_id, [request], batch=self.batch)
         try:
-            result = await self.inner.complete(request)
+            result = await (self.inner.complete(request) if lookup is None
+                            else self.inner.complete(request, lookup=lookup))
         except BaseException:
             self.budget.settle(booking, [], n_failed=1)
             raise

@@ -2,9 +2,17 @@
 
 The key (see :func:`lmra.providers.base.request_key`) covers provider, base URL, model and
 the whole :class:`~lmra.providers.base.ChatRequest` (messages, temperature, max tokens,
-seed, top_logprobs, options, stop, sample index). Each finished call is committed at once
-(WAL journal), so a run stopped by Ctrl-C or ``kill -9`` loses no finished call and a
-re-run of the same config makes zero new calls.
+seed, top_logprobs, options, stop, sample index). Finished calls are committed in small
+batches (WAL journal): one transaction at the end of the event-loop tick in which they were
+answered, and earlier when a call is stored while :data:`WRITE_BATCH_CALLS` calls are waiting
+or the oldest has waited :data:`WRITE_BATCH_S` seconds; :meth:`CallCache.flush` and
+:meth:`CallCache.close` write what is left. A run stopped by Ctrl-C loses no finished call;
+``kill -9`` loses at most the calls answered in its last event-loop tick, never more than
+100, which a re-run asks again; a re-run of the same config makes zero new calls.
+
+One lookup per call: :meth:`CachedProvider.lookup` computes the key once and reads the cache
+once; :class:`~lmra.budget.BudgetedProvider` decides "cached or fresh" from that lookup and
+passes it on, so the budget never reads the database itself.
 
 What is cached: only genuine answers. A call that failed (after the SDK's and the
 provider's retries) is never stored, and neither is a *degraded* answer (one that lacks
@@ -13,8 +21,12 @@ the log-probabilities it was asked for after every retry): the next run asks aga
 Leases: processes sharing a cache do not pay twice for a call in flight. Before a fresh
 call the caller takes a lease row on its key; another process (or task) wanting the same
 key waits for the answer instead of calling. A lease dies with its holder: it is released
-when the call ends, ignored when its process is gone (same host) and expires after
-:data:`LEASE_TTL_S` in any case.
+when the call ends (in the same transaction that stores the answer, so that a waiter never
+finds the lease free and the answer missing), ignored when its process is gone (same host)
+and expires after :data:`LEASE_TTL_S` in any case. Taking a free lease is one SQLite
+statement (taken only when the key is not cached); one task per cache renews every held lease.
+A process alone on the cache takes no lease rows at all: two lock files next to the database
+tell it when a second process wants to share it (:meth:`CallCache._lease_mode`).
 
 Full disks: when a finished call cannot be written (disk full, I/O error), it is held in
 memory and written with the next successful write; :meth:`CallCache.flush` retries the held
@@ -36,8 +48,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: every fresh call takes a lease row
+    fcntl = None  # type: ignore[assignment]
+
 from lmra.errors import LmraIOError, io_reason
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, request_key
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, payload_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -63,6 +80,21 @@ CREATE TABLE IF NOT EXISTS leases (
 LEASE_TTL_S = 900.0
 #: Seconds between looks at the cache while another process is making the same call.
 LEASE_POLL_S = 0.2
+#: Answered calls waiting to be written that trigger a write at once (else: end of the tick).
+WRITE_BATCH_CALLS = 100
+#: Seconds the oldest answered call may wait for its write (else: end of the tick).
+WRITE_BATCH_S = 0.05
+#: Seconds between a lone user's looks for a process that wants to share the cache, and
+#: between a joining process's looks at whether it may go on.
+SOLO_CHECK_S = 0.1
+
+_TAKE_FREE_LEASE = """
+INSERT INTO leases (key, owner, host, pid, expires)
+SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM calls WHERE key = ?)
+ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, host = excluded.host, pid = excluded.pid,
+    expires = excluded.expires
+WHERE leases.owner = excluded.owner OR leases.expires < ?
+"""
 
 
 def _rollback(db: sqlite3.Connection) -> None:
@@ -90,6 +122,19 @@ def _pid_alive(pid: int) -> bool:
         return True  # no /proc (not Linux): trust kill(0)
 
 
+def _flock_nb(fd: int, op: int) -> bool:
+    """Take ``flock`` lock ``op`` on ``fd`` without waiting; False when another holder has it.
+
+    Raises:
+        OSError: the file system has no working locks (the caller then takes lease rows).
+    """
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 class CallCache:
     """A thread-safe SQLite store of finished calls.
 
@@ -110,10 +155,22 @@ class CallCache:
         self.on_write_error = on_write_error
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
-        self.pending: dict[str, tuple] = {}  # key → row not yet written (disk full …)
+        self.pending: dict[str, tuple] = {}  # key → row not yet written (this tick's batch, or disk full …)
         self.write_failures = 0
         self.leases_waited = 0
         self._inflight: dict[str, asyncio.Future] = {}
+        self._releases: set[str] = set()  # leases to release with the next write
+        self._held: set[str] = set()  # leases held by calls in flight (renewed by one task)
+        self._renewer: asyncio.Task | None = None
+        self._write_scheduled: asyncio.AbstractEventLoop | None = None  # the loop a tick-end write waits on
+        self._first_pending_at = 0.0
+        # lease mode (see _lease_mode): "private" (":memory:"), "undecided", "solo", "shared", "closed"
+        self._mode = "private" if self.path == ":memory:" else "undecided"
+        self._lock_fds: tuple[int, ...] | None = None  # the "-solo.lock" and "-join.lock" files
+        self._solo_keys: set[str] = set()  # calls in flight without a lease row (this process alone)
+        self._solo_gen = 0
+        self._must_join = False
+        self._joining = False
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
@@ -127,31 +184,69 @@ class CallCache:
                               "is writable, or set 'cache' in the config", path=self.path) from None
 
     def get(self, key: str) -> ChatResult | None:
-        """The cached result for ``key`` (also one held in memory after a failed write), or None."""
-        if key in self.pending:
-            return ChatResult.model_validate_json(self.pending[key][5])
+        """The cached result for ``key`` (also one not yet written: this tick's batch, or held
+        after a failed write), or None. One SQLite statement, one parse; a new object each time."""
+        held = self.pending.get(key)
+        if held is not None:
+            return ChatResult.model_validate_json(held[5])
         with self._lock:
             row = self._db.execute("SELECT result FROM calls WHERE key = ?", (key,)).fetchone()
         return ChatResult.model_validate_json(row[0]) if row else None
 
-    def put(self, key: str, provider: Provider, request: ChatRequest, result: ChatResult) -> None:
-        """Store one finished call (committed immediately). A write that fails keeps the call
-        in memory (:attr:`pending`) until a later write or :meth:`flush` succeeds."""
+    def put(self, key: str, provider: Provider, request: ChatRequest, result: ChatResult, *,
+            payload: dict | None = None) -> None:
+        """Store one finished call. It is written with the other calls answered in the same
+        event-loop tick (at once when :data:`WRITE_BATCH_CALLS` are waiting or the oldest waited
+        :data:`WRITE_BATCH_S` s; at once outside an event loop); :meth:`get` finds it meanwhile.
+        A write that fails keeps the call in memory (:attr:`pending`) until a later write or
+        :meth:`flush` succeeds.
+
+        Args:
+            payload: ``request.cache_payload()`` when the caller has it (saves a dump).
+        """
         row = (key, provider.name, provider.base_url, provider.model_id,
-               json.dumps(request.cache_payload(), ensure_ascii=False), result.model_dump_json(), time.time())
+               json.dumps(request.cache_payload() if payload is None else payload, ensure_ascii=False),
+               result.model_dump_json(), time.time())
         self.pending[key] = row
+        self._write_soon()
+
+    def _write_soon(self) -> None:
+        """Write the pending calls and lease releases at the end of this event-loop tick, or
+        now when the batch is full, its oldest entry is due, or no event loop runs."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._write_pending()
+            return
+        now = time.monotonic()
+        if self._write_scheduled is not loop:
+            self._write_scheduled = loop
+            self._first_pending_at = now
+            loop.call_soon(self._tick_write)
+        elif (len(self.pending) + len(self._releases) >= WRITE_BATCH_CALLS
+              or now - self._first_pending_at >= WRITE_BATCH_S):
+            self._write_pending()
+            self._first_pending_at = now
+
+    def _tick_write(self) -> None:
+        self._write_scheduled = None
         self._write_pending()
 
     def _write_pending(self) -> bool:
-        """Try to write every held call; True when none is left."""
-        if not self.pending:
+        """Try to write every pending call and release the finished calls' leases, in one
+        transaction; True when no call is left pending."""
+        if not self.pending and not self._releases:
             return True
+        releases = [(k, self.owner) for k in self._releases]
         try:
             with self._lock:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    self._db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                         list(self.pending.values()))
+                    if self.pending:
+                        self._db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                             list(self.pending.values()))
+                    if releases:
+                        self._db.executemany("DELETE FROM leases WHERE key = ? AND owner = ?", releases)
                     self._db.execute("COMMIT")
                 except BaseException:
                     _rollback(self._db)
@@ -166,7 +261,9 @@ class CallCache:
             self.on_write_error(f"the call cache {self.path} is writable again: {len(self.pending)} held call(s) "
                                 "written")
         self.pending.clear()
+        self._releases.difference_update(k for k, _ in releases)
         self.write_failures = 0
+        self._maybe_end_solo()
         return True
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -186,6 +283,19 @@ class CallCache:
             time.sleep(1.0)
 
     # -- leases ------------------------------------------------------------------------
+    def _take_free_lease(self, key: str) -> bool:
+        """Take the lease on ``key`` in one statement when the key is not cached and no other
+        holder has a lease that has not expired; True when taken (or when leases cannot be
+        written: the call then simply goes ahead). False: see :meth:`_try_lease`."""
+        now = time.time()
+        try:
+            with self._lock:
+                cur = self._db.execute(_TAKE_FREE_LEASE, (key, self.owner, self.host, os.getpid(),
+                                                          now + LEASE_TTL_S, key, now))
+                return cur.rowcount == 1
+        except (OSError, sqlite3.Error):
+            return True
+
     def _try_lease(self, key: str) -> bool:
         """Take the lease on ``key`` unless a live holder has it; True when taken (or when
         leases cannot be written, e.g. on a full disk: the call then simply goes ahead)."""
@@ -210,31 +320,67 @@ class CallCache:
         return free
 
     def _release(self, key: str) -> None:
-        try:
-            with self._lock:
-                self._db.execute("DELETE FROM leases WHERE key = ? AND owner = ?", (key, self.owner))
-        except (OSError, sqlite3.Error):
-            pass  # the lease expires, or dies with this process
+        """Release this process's lease on ``key`` with the next write (in the transaction that
+        stores the call's answer; at once outside an event loop). A release that cannot be
+        written is tried again with the next write; else the lease expires or dies with this
+        process. A call made alone (no lease row) just ends."""
+        if key in self._solo_keys:
+            self._solo_keys.discard(key)
+            self._maybe_end_solo()
+            return
+        if self._mode == "private":
+            return
+        self._held.discard(key)
+        self._releases.add(key)
+        self._write_soon()
 
-    async def keep_lease(self, key: str) -> None:
-        """Renew this process's lease on ``key`` every third of :data:`LEASE_TTL_S` while its
-        call runs (a call with many slow retries outlives one lease); cancelled when it ends."""
-        while True:
+    def _hold(self, key: str) -> None:
+        """Note a lease taken for a call in flight; start the renewing task if none runs."""
+        self._releases.discard(key)  # a release still queued must not drop the lease just taken
+        self._held.add(key)
+        if self._renewer is None or self._renewer.done():
+            try:
+                self._renewer = asyncio.get_running_loop().create_task(self._renew_leases())
+            except RuntimeError:
+                pass  # no event loop: nothing runs long enough to need a renewal
+
+    async def _renew_leases(self) -> None:
+        """Renew this process's leases every third of :data:`LEASE_TTL_S` while any call holds
+        one (a call with many slow retries outlives one lease); ends when none is held."""
+        while self._held:
             await asyncio.sleep(LEASE_TTL_S / 3)
             try:
                 with self._lock:
-                    self._db.execute("UPDATE leases SET expires = ? WHERE key = ? AND owner = ?",
-                                     (time.time() + LEASE_TTL_S, key, self.owner))
+                    self._db.execute("UPDATE leases SET expires = ? WHERE owner = ?",
+                                     (time.time() + LEASE_TTL_S, self.owner))
             except (OSError, sqlite3.Error):
                 pass
 
     async def acquire(self, key: str) -> ChatResult | None:
         """Wait until this process may make the call ``key``: returns None when it holds the
-        lease, or the result when another process made the call meanwhile.
+        lease (or uses the cache alone), or the result when another process made the call
+        meanwhile.
 
         The cache is read again once the lease is taken: a holder stores its answer before it
         releases its lease, so a caller that missed the cache just before the holder finished
-        finds the answer here instead of paying for the call a second time."""
+        finds the answer here instead of paying for the call a second time. A free lease on a
+        key that is not cached is taken in one statement. A process alone on the cache takes
+        no lease row at all (:meth:`_lease_mode`)."""
+        if self._mode != "shared":
+            mode = await self._lease_mode()
+            if mode == "private":
+                return None
+            if mode in ("solo", "solo-new"):
+                if mode == "solo-new":  # just became the lone user: another may have stored it before
+                    hit = self.get(key)
+                    if hit is not None:
+                        self._maybe_end_solo()
+                        return hit
+                self._solo_keys.add(key)
+                return None
+        if self._take_free_lease(key):
+            self._hold(key)
+            return None
         waited = False
         while not self._try_lease(key):
             if not waited:
@@ -248,7 +394,153 @@ class CallCache:
         if hit is not None:
             self._release(key)
             return hit
+        self._hold(key)
         return None
+
+    # -- alone or shared -----------------------------------------------------------------
+    async def _lease_mode(self) -> str:
+        """Whether fresh calls need lease rows: ``"solo"`` (this process is the cache's only user
+        with calls in flight: no lease rows; ``"solo-new"`` when it has just become so),
+        ``"shared"`` (lease rows, for the rest of this cache's life) or ``"private"``
+        (``":memory:"``).
+
+        Two lock files next to the database decide it (``flock``, released by the kernel when
+        a process dies, even by ``kill -9``): the lone user holds ``<cache>-solo.lock``
+        exclusively while it has calls in flight or answers not yet written; processes that
+        share the cache hold it shared. A process that finds it taken announces itself on
+        ``<cache>-join.lock`` and waits; the lone user sees that at its next call or within
+        :data:`SOLO_CHECK_S`, writes its answers, takes a lease row for each call it has in
+        flight and steps aside, so no call is ever made twice. Lock files that cannot be
+        opened (read-only folder, no ``fcntl``) mean "shared"."""
+        if self._mode == "solo":
+            if not self._joiner_waits() or not self._step_aside():
+                return "solo"
+        while self._joining:  # another task of this process is joining: wait for it
+            await asyncio.sleep(SOLO_CHECK_S)
+        if self._mode != "undecided":
+            return self._mode
+        fds = self._open_lock_files()
+        if fds is None:
+            self._mode = "shared"
+            return self._mode
+        try:
+            alone = not self._must_join and _flock_nb(fds[0], fcntl.LOCK_EX)
+        except OSError:
+            self._mode = "shared"
+            return self._mode
+        if alone:
+            self._mode = "solo"
+            self._solo_gen += 1
+            self._schedule_solo_check(self._solo_gen)
+            return "solo-new"
+        self._joining = True
+        try:
+            await self._join(fds)
+        finally:
+            self._joining = False
+        self._mode = "shared"
+        return self._mode
+
+    def _open_lock_files(self) -> tuple[int, ...] | None:
+        """The solo and join lock files (opened once), or None when they cannot be used."""
+        if self._lock_fds is None:
+            fds: list[int] = []
+            try:
+                if fcntl is None:
+                    raise OSError("no fcntl")
+                for name in ("solo", "join"):
+                    fds.append(os.open(f"{self.path}-{name}.lock", os.O_RDWR | os.O_CREAT, 0o666))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+            self._lock_fds = tuple(fds)
+        return self._lock_fds or None
+
+    def _joiner_waits(self) -> bool:
+        """True when another process has announced that it wants to share the cache."""
+        fd = self._lock_fds[1]  # type: ignore[index]
+        try:
+            if not _flock_nb(fd, fcntl.LOCK_SH):
+                return True
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        return False
+
+    def _step_aside(self) -> bool:
+        """Let a joining process in: write this process's answers, take a lease row for each of
+        its calls in flight, release the solo lock; from now on this process takes leases.
+        False (still alone) when the answers or leases cannot be written yet (full disk)."""
+        if not self._write_pending():
+            return False
+        self._must_join = True
+        if self._mode != "solo":  # nothing was in flight: the solo lock is free already
+            return True
+        keys = list(self._solo_keys)
+        if keys:
+            expires = time.time() + LEASE_TTL_S
+            try:
+                with self._lock:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._db.executemany("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+                                             [(k, self.owner, self.host, os.getpid(), expires) for k in keys])
+                        self._db.execute("COMMIT")
+                    except BaseException:
+                        _rollback(self._db)
+                        raise
+            except (OSError, sqlite3.Error):
+                return False
+        self._solo_keys.clear()
+        for k in keys:
+            self._hold(k)
+        fcntl.flock(self._lock_fds[0], fcntl.LOCK_UN)  # type: ignore[index]
+        self._mode = "undecided"
+        return True
+
+    def _maybe_end_solo(self) -> None:
+        """Release the solo lock once no call is in flight and every answer is written."""
+        if self._mode == "solo" and not self._solo_keys and not self.pending:
+            fcntl.flock(self._lock_fds[0], fcntl.LOCK_UN)  # type: ignore[index]
+            self._mode = "undecided"
+
+    def _schedule_solo_check(self, gen: int) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_later(SOLO_CHECK_S, self._solo_check, gen)
+
+    def _solo_check(self, gen: int) -> None:
+        """While alone with calls in flight, step aside within :data:`SOLO_CHECK_S` when another
+        process wants to share the cache (even if this one starts no new call meanwhile)."""
+        if self._mode != "solo" or gen != self._solo_gen:
+            return
+        if self._joiner_waits():
+            self._step_aside()
+        if self._mode == "solo":
+            self._schedule_solo_check(gen)
+
+    async def _join(self, fds: tuple[int, ...]) -> None:
+        """Announce this process on the join lock and wait until the lone user, if any, has
+        stepped aside; then hold the solo lock shared while this cache is open. Gives up
+        waiting after :data:`LEASE_TTL_S` (a hung lone user), like an expired lease."""
+        deadline = time.monotonic() + LEASE_TTL_S
+        try:
+            while not _flock_nb(fds[1], fcntl.LOCK_EX):  # another process is announcing itself
+                if time.monotonic() > deadline:
+                    return
+                await asyncio.sleep(SOLO_CHECK_S)
+            try:
+                while not _flock_nb(fds[0], fcntl.LOCK_SH):
+                    if time.monotonic() > deadline:
+                        return
+                    await asyncio.sleep(SOLO_CHECK_S)
+            finally:
+                fcntl.flock(fds[1], fcntl.LOCK_UN)
+        except OSError:
+            return  # no working locks: lease rows alone keep calls from being made twice
 
     def __len__(self) -> int:
         with self._lock:
@@ -260,6 +552,15 @@ class CallCache:
         if not self._write_pending() and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
                                 f"{self.path} (disk full or not writable); a re-run asks them again")
+        if self._renewer is not None and not self._renewer.done():
+            try:
+                self._renewer.cancel()
+            except RuntimeError:
+                pass  # its event loop is closed already
+        self._mode = "closed"
+        for fd in self._lock_fds or ():
+            os.close(fd)  # releases the solo / shared lock
+        self._lock_fds = ()
         with self._lock:
             self._db.close()
 
@@ -331,14 +632,15 @@ class CallStats:
         return out
 
 
-def _record(stats: list[CallStats], events: Counter, *, fresh: bool = False, failed: str | None = None,
+def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = False, failed: str | None = None,
             error: str | None = None, result: ChatResult | None = None, cached: bool = False,
             waited: bool = False) -> None:
-    retries = max(events.get("attempt", 0) - 1, events.get("retry", 0), 0)
+    retries = max(events.get("attempt", 0) - 1, events.get("retry", 0), 0) if events else 0
     for s in stats:
         s.retries += retries
-        for ev, attr in _EVENT_FIELDS.items():
-            setattr(s, attr, getattr(s, attr) + events.get(ev, 0))
+        if events:
+            for ev, attr in _EVENT_FIELDS.items():
+                setattr(s, attr, getattr(s, attr) + events.get(ev, 0))
         s.waited += int(waited)
         if failed is not None:
             s.failed += 1
@@ -354,6 +656,21 @@ def _record(stats: list[CallStats], events: Counter, *, fresh: bool = False, fai
             s.degraded += int(result.degraded is not None)
             s.prompt_tokens_fresh += result.usage.prompt_tokens
             s.completion_tokens_fresh += result.usage.completion_tokens
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """One call's cache lookup (:meth:`CachedProvider.lookup`).
+
+    Attributes:
+        key: the call's key (:func:`lmra.providers.base.request_key`).
+        payload: ``request.cache_payload()`` (stored with a fresh answer).
+        hit: the cached result (a new object), or None.
+    """
+
+    key: str
+    payload: dict
+    hit: ChatResult | None
 
 
 class CachedProvider:
@@ -380,21 +697,43 @@ class CachedProvider:
         self.supports_logprobs = inner.supports_logprobs
         self._targets = [self.stats, self.stats.model(f"{inner.name}:{inner.model_id}")]
 
-    async def complete(self, request: ChatRequest) -> ChatResult:
-        key = request_key(self.inner.name, self.inner.base_url, self.inner.model_id, request)
-        hit = self.cache.get(key)
+    def lookup(self, request: ChatRequest) -> CacheLookup:
+        """Compute the call's key (once) and read the cache (once).
+
+        Returns:
+            a :class:`CacheLookup`; pass it to :meth:`complete` (``lookup=``) so that the call
+            neither computes the key nor reads the cache again.
+        """
+        payload = request.cache_payload()
+        key = payload_key(self.inner.name, self.inner.base_url, self.inner.model_id, payload)
+        return CacheLookup(key, payload, self.cache.get(key))
+
+    async def complete(self, request: ChatRequest, *, lookup: CacheLookup | None = None) -> ChatResult:
+        """Serve the call from the cache, or share the same call in flight in this process, or
+        make it (under the cache lease) and store a genuine answer.
+
+        Args:
+            lookup: this request's :meth:`lookup`, when the caller made it already.
+
+        Raises:
+            ProviderError: the call failed after every retry (or the provider raised).
+        """
+        if lookup is None:
+            lookup = self.lookup(request)
+        key, hit = lookup.key, lookup.hit
         if hit is not None:
-            _record(self._targets, Counter(), result=hit, cached=True)
-            return hit.model_copy(update={"from_cache": True})
+            _record(self._targets, None, result=hit, cached=True)
+            hit.from_cache = True  # a new object per get: parsed once, never copied
+            return hit
         inflight = self.cache._inflight.get(key)
         if inflight is not None:  # the same call is in flight in this process: share its answer
             result = await asyncio.shield(inflight)
-            _record(self._targets, Counter(), result=result, cached=True, waited=True)
+            _record(self._targets, None, result=result, cached=True, waited=True)
             return result.model_copy(update={"from_cache": True})
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self.cache._inflight[key] = fut
         try:
-            result = await self._fresh(key, request)
+            result = await self._fresh(key, request, lookup.payload)
         except BaseException as exc:
             if not fut.done():
                 fut.set_exception(exc if isinstance(exc, Exception) else ProviderError("call cancelled"))
@@ -406,12 +745,12 @@ class CachedProvider:
             self.cache._inflight.pop(key, None)
         return result
 
-    async def _fresh(self, key: str, request: ChatRequest) -> ChatResult:
+    async def _fresh(self, key: str, request: ChatRequest, payload: dict) -> ChatResult:
         other = await self.cache.acquire(key)
         if other is not None:  # another process made this call while we waited for its lease
-            _record(self._targets, Counter(), result=other, cached=True, waited=True)
-            return other.model_copy(update={"from_cache": True})
-        renew = asyncio.create_task(self.cache.keep_lease(key))
+            _record(self._targets, None, result=other, cached=True, waited=True)
+            other.from_cache = True
+            return other
         try:
             with collect_events() as events:
                 try:
@@ -423,11 +762,10 @@ class CachedProvider:
                     _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
                     raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc
             if result.degraded is None:
-                self.cache.put(key, self.inner, request, result)
+                self.cache.put(key, self.inner, request, result, payload=payload)
             _record(self._targets, events, result=result, fresh=True)
             return result
         finally:
-            renew.cancel()
             self.cache._release(key)
 
     async def aclose(self) -> None:

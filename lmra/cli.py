@@ -5,7 +5,8 @@ yet, nothing checked, the run pinned for ``pinned``), 2 usage or input error (a 
 line and field; never a traceback), 1 failure (a run whose status is ``partial`` or ``failed``:
 more than ``max_failed_share`` of its pairs lost to failed calls; or an I/O failure such as a
 full disk, naming the path; or a model's key rejected by its endpoint, HTTP 401/403, which
-stops an audit at its first rejected call), 3 a regression against the baseline, 5 the judge failed validation,
+stops an audit at its first rejected call; or a model's endpoint that never answered: 8 calls in a row
+failed after every retry, 3 when refused, :mod:`lmra.providers.endpoint`), 3 a regression against the baseline, 5 the judge failed validation,
 6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
 not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
 ``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
@@ -15,12 +16,16 @@ When a run meets several of 1, 2, 5, 6 and 3, the first in that order is the exi
 (:data:`lmra.gates_cli.EXIT_PRECEDENCE`): a failed or partial run, or a question that could not be
 answered (a check that tested no task), says nothing about the chatbot; a judge that failed
 validation makes every number untrustworthy; an absolute gate is the release criterion; a
-regression is relative to the baseline. Every applicable message is printed either way.
+regression is relative to the baseline. Every applicable message is printed either way, and
+``audit``, ``check``, ``gate`` (and ``report RUN --baseline``) end with one line stating the exit
+status, why, and what it took precedence over (:func:`lmra.gates_cli.final_status`) — the only
+line that names an exit status.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,18 +34,29 @@ from rich.console import Console
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lmra.console import make_console  # noqa: F401  (the stdout console of every command)
+from lmra.console import lit, make_console  # noqa: F401  (the stdout console of every command)
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.report.jsonout import json_errors
 
 from lmra.monitor_cli import _check_alpha_arg, _finite_float  # noqa: E402  (argparse types shared with check)
 
-err_console = Console(stderr=True)
+#: the stderr console of every command (laid out as the stdout one: lmra.console.make_console)
+err_console = make_console(stderr=True)
+
+
+#: Seconds between two updates of the progress bars' counts (advances in between are summed).
+PROGRESS_UPDATE_S = 0.1
 
 
 @contextmanager
 def rich_progress(console: Console, enabled: bool = True):
-    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage)."""
+    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage).
+
+    Cheap per call: advances are counted and handed to Rich at most every
+    :data:`PROGRESS_UPDATE_S` seconds (and when a stage completes, and at the end); the bars
+    are redrawn 5 times a second."""
+    import time
+
     from lmra.audit import _Progress
 
     if not enabled:
@@ -51,16 +67,35 @@ def rich_progress(console: Console, enabled: bool = True):
               "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling axes",
               "axes-harm": "LMRA harm check of axes"}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as prog:
+                  TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
         ids: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        done: dict[str, int] = {}
+        unshown: dict[str, int] = {}
+        next_update = [0.0]
+
+        def show() -> None:
+            for stage, n in unshown.items():
+                if n:
+                    prog.advance(ids[stage], n)
+            unshown.clear()
+            next_update[0] = time.monotonic() + PROGRESS_UPDATE_S
 
         def start(stage: str, total: int) -> None:
+            show()
             ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
+            totals[stage], done[stage] = total, 0
 
         def advance(stage: str) -> None:
-            prog.advance(ids[stage])
+            unshown[stage] = unshown.get(stage, 0) + 1
+            done[stage] += 1
+            if done[stage] >= totals[stage] or time.monotonic() >= next_update[0]:
+                show()
 
-        yield _Progress(start=start, advance=advance)
+        try:
+            yield _Progress(start=start, advance=advance)
+        finally:
+            show()
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -70,7 +105,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from lmra.resources import resource_dir
 
     console = make_console()
-    if args.run_dir_file:
+    if args.run_dir_file is not None:  # checked before any model call ("" is an error, not ignored)
         _clear_run_dir_file(args.run_dir_file)
     if args.config is None:
         args.config = str(resource_dir("examples") / "default.toml")
@@ -113,17 +148,51 @@ def cmd_audit(args: argparse.Namespace) -> int:
             write_text(args.run_dir_file, f"{audit.run_dir.resolve()}\n")
 
 
+#: the largest file ``--run-dir-file`` replaces: an earlier run-dir file is one line, a path
+RUN_DIR_FILE_MAX_BYTES = 4096
+
+
 def _clear_run_dir_file(path: str) -> None:
-    """Remove ``--run-dir-file`` before the audit starts, so that a script never reads the
-    folder of an earlier night when this audit stops before creating its own."""
+    """Check ``--run-dir-file`` before the audit makes any call, then remove the earlier one, so
+    that a script never reads the folder of an earlier night when this audit stops before
+    creating its own (the new one is written atomically when the audit ends).
+
+    The path must be non-empty, its folder must exist and be writable, and a file already there
+    must look like an earlier run-dir file (at most :data:`RUN_DIR_FILE_MAX_BYTES`, UTF-8, one
+    line holding an absolute path): a config, a history database or any other file is never
+    replaced.
+
+    Raises:
+        LmraInputError: any of those does not hold (field ``--run-dir-file``; exit status 2).
+    """
+    def refuse(reason: str, file: str | None = path) -> LmraInputError:
+        return LmraInputError(reason, file=file, field="--run-dir-file")
+
+    if not path.strip():
+        raise refuse("is empty: give the file to write the run folder's path to", file=None)
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise refuse(f"cannot be written: its folder {parent} does not exist (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise refuse(f"cannot be written: its folder {parent} is not writable")
+    if p.is_dir():
+        raise refuse("is a folder, expected a file to write the run folder's path to")
+    if p.exists() or p.is_symlink():
+        try:
+            size = p.stat().st_size
+            text = p.read_bytes().decode("utf-8") if size <= RUN_DIR_FILE_MAX_BYTES else None
+        except (OSError, UnicodeDecodeError):
+            text = None
+        lines = text.splitlines() if text is not None else []
+        looks_like = (len(lines) == 1 and "\0" not in lines[0] and Path(lines[0].strip()).is_absolute())
+        if not looks_like:
+            raise refuse("refusing to overwrite: the file exists and is not an earlier run-dir file (one line "
+                         "holding a run folder's path); choose another file name")
     try:
-        Path(path).unlink(missing_ok=True)
-    except IsADirectoryError:
-        raise LmraInputError("is a folder, expected a file to write the run folder's path to", file=path,
-                             field="--run-dir-file") from None
+        p.unlink(missing_ok=True)
     except OSError as exc:
-        raise LmraInputError(f"cannot be replaced ({exc.strerror or exc})", file=path,
-                             field="--run-dir-file") from None
+        raise refuse(f"cannot be replaced ({exc.strerror or exc})") from None
 
 
 #: the providers of the ``--target``/``--judge`` shorthand and their forms
@@ -191,26 +260,38 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
                                                     soft_wrap=True)
     inputs = audit.load_inputs()
+    _check_gate_tasks(cfg, inputs, args.config)
     # build every model's client before anything is written: a bad key, URL or custom provider
     # is an input error now, not after the run folder exists
-    audit._target_provider(), audit._judge_provider(), audit._judge2_provider()
+    for role, build in (("target", audit._target_provider), ("judge", audit._judge_provider),
+                        ("judge2", audit._judge2_provider)):
+        try:
+            build()
+        except LmraInputError as exc:  # a model given on the command line is the option's fault, not the file's
+            if getattr(args, role, None) and (exc.field or "").split(".")[0] in (role, "provider", "model"):
+                raise LmraInputError(exc.reason, field=f"--{role}") from None
+            raise
     plan = audit.planned_calls(inputs)
-    console.print(f"[bold]lmra audit[/] '{cfg.name}': {len(inputs.prompts)} prompts in the file "
+    console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {len(inputs.prompts)} prompts in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
                   f"per-task limit, {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
                   f"judge check included (cached calls are free). "
-                  f"Target: {cfg.target.provider}, LMRA: {cfg.judge.provider}.")
+                  f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
+                  f"{lit(audit.concurrency_plan())}.")
+    audit.on_info = lambda msg: console.print(Text(msg, style="dim"), highlight=False, soft_wrap=True)
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded
+    from lmra.providers.endpoint import EndpointUnreachable
+    from lmra.providers.keys import KeyRejected
 
     if not cfg.batch:  # the verdict is known after the canaries: say it then, not after the whole audit
         def early(verdict: dict) -> None:
             word = "[bold green]passed[/]" if verdict["passed"] else "[bold red]FAILED[/]"
-            why = "" if verdict["passed"] else " — " + "; ".join(verdict["reasons"])
+            why = "" if verdict["passed"] else " — " + lit("; ".join(verdict["reasons"]))
             gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
                     ("the failure is waived." if not cfg.judge_check.gate or args.allow_unvalidated_judge
-                     else "it will exit with status 5."))
+                     else "the failure is not waived (see the exit status at the end)."))
             console.print(f"Judge check {word} on {verdict['n_canaries']} canary pairs{why}.{gate}")
 
         audit.on_judge_check = early
@@ -220,7 +301,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             if cfg.batch:
                 result = asyncio.run(arun_batched(audit, poll_interval_s=cfg.batch_poll_interval_s,
                                                   max_wait_s=cfg.batch_max_wait_s, budget=audit.budget,
-                                                  log=lambda msg: console.print(f"[dim]batch:[/] {msg}")))
+                                                  log=lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}")))
             else:
                 result = audit.run()
     except BudgetExceeded as exc:
@@ -228,11 +309,15 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                         f"{exc}. Finished calls are kept in the cache and counted in "
                                         f"{audit.run_dir / 'manifest.json'}; raise the limit and run again to "
                                         "continue."))
-        return 4
+        return _final(console, {4: "stopped by the budget (--max-cost / --max-calls)"})
     except BatchPending as exc:
         err_console.print(Text.assemble(("batches still running: ", "yellow"),
                                         f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
-        return 75
+        return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
+    except (EndpointUnreachable, KeyRejected) as exc:  # the run stopped early (manifest: failed)
+        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+        what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
+        return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
     render_audit(console, result)
     failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
     scored = int(result.overall["n_pairs"].sum()) if "n_pairs" in result.overall else 0
@@ -240,53 +325,73 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"the identity filter could not label any of the "
                                         f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
                                         "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
-        return 1
+        return _final(console, {1: "the run failed: the identity filter labelled no prompt"})
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
     if unlabelled and not scored and not failed:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "
                                         f"all {unlabelled} pairs could not be obtained (the LMRA's refusal calls "
                                         "failed or gave no answer; ratings.jsonl)"))
-        return 1
+        return _final(console, {1: "the run failed: no pair could be scored (no refusal label)"})
     if failed and not scored:
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
         err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
                                         f"{errors[0]}"))
-        return 1
+        return _final(console, {1: f"the run failed: all {failed} pairs failed"})
     if result.summary.get("run_status") == "failed":
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
         err_console.print(Text.assemble(("failure: ", "bold red"), "no pair could be scored because model calls "
                                         f"failed after every retry; first error: {errors[0]}"), highlight=False,
                           soft_wrap=True)
-        return 1
-    from lmra.gates_cli import combine_exit_statuses, gates_after_audit
+        return _final(console, {1: "the run failed: no pair could be scored"})
+    from lmra.gates_cli import gates_after_audit, print_final_status
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.monitor_cli import monitor_after_audit
 
-    gate_status = gates_after_audit(result.run_dir, cfg.gates, console=console)  # 0, or 6: a gate not met
-    status = monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
-                                 report=not args.no_report, console=console, first_night=first_night)
-    status = combine_exit_statuses(status, gate_status)
+    reasons: dict[int, str] = {}  # every exit status that applies and why (the final line picks one)
+    gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
+    monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
+                        report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
+                        allow_unvalidated_judge=args.allow_unvalidated_judge)
     if result.summary.get("run_status") == "partial":
         s = result.summary
         err_console.print(Text.assemble(("partial run: ", "bold red"),
                                         f"{s['failed_share']:.1%} of the planned pairs were lost to calls that failed "
                                         f"after every retry (max_failed_share {s['max_failed_share']:.0%}); first "
                                         f"error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
-                                        f"Exit status 1; 'latest' and 'last' skip this run. Run the same command "
-                                        "again to complete it from the cache."), highlight=False, soft_wrap=True)
-        return 1
+                                        "'latest' and 'last' skip this run. Run the same command again to complete "
+                                        "it from the cache."), highlight=False, soft_wrap=True)
+        reasons[1] = f"the run is partial ({s['failed_share']:.1%} of the planned pairs lost to failed calls)"
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed":
         if js.get("gated"):
             err_console.print(Text.assemble(("judge failed validation: ", "bold red"),
-                                            "; ".join(js.get("reasons", [])) + f". Exit status {EXIT_JUDGE_FAILED}; "
-                                            "the run folder, history entry and report are written. Fix what the "
-                                            "reasons name (docs/judge_check.md), or pass --allow-unvalidated-judge "
-                                            "to record the failure as waived."))
-            return combine_exit_statuses(status, EXIT_JUDGE_FAILED)  # 5 over 6 and 3; 2 stays
-        console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
-                      "(judge_status in summary.json, history and exports says so).[/]")
-    return status
+                                            "; ".join(js.get("reasons", [])) + ". The run folder, history entry and "
+                                            "report are written, but its numbers are not evidence about the chatbot. "
+                                            "Fix what the reasons name (docs/judge_check.md), or pass "
+                                            "--allow-unvalidated-judge to record the failure as waived."),
+                              highlight=False, soft_wrap=True)
+            reasons[EXIT_JUDGE_FAILED] = "the judge failed validation"
+        else:
+            console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
+                          "(judge_status in summary.json, history and exports says so).[/]")
+    return print_final_status(console, reasons)
+
+
+def _check_gate_tasks(cfg, inputs, config_path) -> None:
+    """``[gates.tasks."TASK"]`` overrides must name tasks the audit measures (before any model
+    call; :func:`lmra.gates.check_gate_tasks`)."""
+    if cfg.gates.tasks:
+        from lmra.gates import audited_tasks, check_gate_tasks
+
+        check_gate_tasks(cfg, audited_tasks(cfg, inputs.prompts, inputs.taxonomy), config_path)
+
+
+def _final(console: Console, reasons: dict[int, str]) -> int:
+    """Print the audit's final line (``exit status 1: the run failed: …``) and return the status
+    (:func:`lmra.gates_cli.print_final_status`)."""
+    from lmra.gates_cli import print_final_status
+
+    return print_final_status(console, reasons)
 
 
 def _precheck_baseline(cfg, ref: str) -> bool:
@@ -316,10 +421,18 @@ def _precheck_baseline(cfg, ref: str) -> bool:
                 rid = h.pinned(cfg.name)
                 if rid is None:
                     return True
-                h.resolve(rid)
-            elif ref == "last":
+                try:
+                    h.resolve(rid)
+                except LmraInputError as exc:  # the pinned folder was deleted (retention cleanup …)
+                    raise LmraInputError(
+                        f"the pinned baseline {rid} of runs named '{cfg.name}' cannot be used ({exc.reason}); its "
+                        "folder was deleted or damaged? Pin another run with 'lmra pin RUN' (e.g. 'lmra pin latest')",
+                        field="--baseline") from None
+            elif ref == "last":  # the candidates History.resolve('last') accepts: complete, judge not failed
                 runs = h.runs(name=cfg.name)
-                return bool((runs["status"].fillna("complete") != "complete").all()) if len(runs) else True
+                usable = ((runs["status"].fillna("complete") == "complete")
+                          & (runs["judge_status"].fillna("") != "failed")) if len(runs) else []
+                return not bool(len(runs) and usable.any())
             else:
                 h.resolve(ref)
         except LmraInputError as exc:
@@ -331,7 +444,7 @@ def cmd_names_build(args: argparse.Namespace) -> int:
     from lmra import namelists
 
     namelists.write_all(Path(args.out))
-    make_console().print(f"wrote name lists to {args.out}")
+    make_console().print(f"wrote name lists to {lit(args.out)}")
     return 0
 
 
@@ -357,26 +470,33 @@ def cmd_validate(args: argparse.Namespace) -> int:
             jsonout.emit(jsonout.validate_document(args.config, kind="recsys", name=getattr(rc, "name", None),
                                                    mode=rc.mode))
             return 0
-        make_console().print(f"{args.config}: valid recsys config (mode {rc.mode}); run it with "
-                             f"'lmra recsys --config {args.config}'")
+        make_console().print(f"{lit(args.config)}: valid recsys config (mode {lit(rc.mode)}); run it with "
+                             f"'lmra recsys --config {lit(args.config)}'")
         return 0
     cfg = load_config(args.config)
     audit = Audit(cfg, config_path=args.config)
     inputs = audit.load_inputs()
+    _check_gate_tasks(cfg, inputs, args.config)
     audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
     profiles = [g.name for g in cfg.groups if g.profile]
+    plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
     if args.json:
         models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
         jsonout.emit(jsonout.validate_document(
             args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
+            n_audited_prompts=plan["prompts"], n_pairs=plan["pairs"],
+            planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)},
             groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
             comparisons=[list(c) for c in cfg.comparisons],
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
                     for role, m in models.items() if m is not None}))
         return 0
-    make_console().print(f"{args.config}: valid — {len(inputs.prompts)} prompts in the file; name groups "
-                         + (", ".join(f"{g} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
-                         + (f"; profile groups {', '.join(profiles)}" if profiles else ""))
+    make_console().print(f"{lit(args.config)}: valid — {len(inputs.prompts)} prompts in the file, up to "
+                         f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
+                         f"pairs; at most {plan['target']} target calls and {plan['judge'] + plan.get('judge2', 0)} "
+                         "LMRA calls (cached calls are free); name groups "
+                         + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
+                         + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
     return 0
 
 
@@ -400,7 +520,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     lmra = load_lmra_scores(run, args.judge)
     require_matches(human, lmra, labels=args.human, run=run)
     res = agreement(human, lmra, tie=args.tie)
-    table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {args.run}", title_justify="left")
+    table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {lit(args.run)}", title_justify="left")
     table.add_column("statistic")
     table.add_column("value", justify="right")
     fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
@@ -479,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the LMRA instead of the config's [judge], same forms as --target")
     a.add_argument("--run-dir-file", metavar="FILE",
                    help="when the audit ends (whatever its exit status, once its run folder exists) write the run "
-                        "folder's path to FILE, so that a script exports or uploads exactly this run")
+                        "folder's path to FILE, so that a script exports or uploads exactly this run (FILE's folder "
+                        "must exist; an existing FILE must be an earlier run-dir file, never another file)")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
     a.add_argument("--max-cost", type=_finite_float, metavar="USD",
@@ -546,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from lmra.budget import BudgetExceeded
     from lmra.providers.base import ProviderError
+    from lmra.providers.endpoint import EndpointUnreachable
     from lmra.providers.keys import KeyRejected
 
     parser = build_parser()
@@ -574,7 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
                           soft_wrap=True)
         return 2
-    except (ProviderError, KeyRejected) as exc:  # a rejected key stops an audit: exit 1, one line
+    except (ProviderError, KeyRejected, EndpointUnreachable) as exc:  # a rejected key or dead endpoint stops
+        # an audit: exit 1, one line
         err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
         return 1
     except BudgetExceeded as exc:

@@ -100,7 +100,7 @@ def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
     Source: methodology §8; FPF Figs. 7, 8, 10 (slope of one model's per-task ratings on
     another's).
     """
-    import statsmodels.api as sm
+    from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports all of statsmodels
 
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -109,7 +109,7 @@ def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
         raise ValueError(f"x has {n} values, y has {y.size}")
     if n < 2 or not np.any(x != 0):
         return SlopeFit(math.nan, math.nan, math.nan, math.nan, n)
-    fit = sm.OLS(y, x[:, None]).fit()
+    fit = OLS(y, x[:, None]).fit()
     lo, hi = fit.conf_int(alpha=alpha)[0]
     return SlopeFit(float(fit.params[0]), float(fit.bse[0]), float(lo), float(hi), n)
 
@@ -388,9 +388,17 @@ def _unbounded(dist: np.ndarray) -> np.ndarray:
 
 
 def _quantiles(d: np.ndarray, probs) -> tuple[float, float]:
-    q = np.quantile(d, probs)  # linear interpolation, as scipy.stats.bootstrap
-    if np.isnan(q).any():  # interpolating between two infinite resamples
-        q = np.quantile(d, probs, method="inverted_cdf")
+    """The ``probs`` quantiles of the resampled slopes ``d`` (which may hold ±inf, see
+    :func:`_unbounded`): linear interpolation between the two order statistics around each
+    quantile, as ``scipy.stats.bootstrap``; when one of them is infinite the interpolation is
+    undefined (inf − inf), so both quantiles are read off the inverted CDF instead (an order
+    statistic, possibly ±inf). The case is decided before interpolating, so no ``nan`` and no
+    numpy ``RuntimeWarning`` arise."""
+    d = np.asarray(d, dtype=float).ravel()
+    s = np.sort(d)
+    pos = (s.size - 1) * np.asarray(probs, dtype=float)
+    around = np.concatenate([s[np.floor(pos).astype(int)], s[np.ceil(pos).astype(int)]])
+    q = np.quantile(s, probs, method="linear" if np.isfinite(around).all() else "inverted_cdf")
     return float(q[0]), float(q[1])
 
 

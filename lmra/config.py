@@ -12,13 +12,14 @@ number has a lower and an upper limit.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError,
+                      field_validator, model_validator)
 
 from lmra.errors import LmraInputError, find_key_line, read_toml
 
@@ -76,9 +77,24 @@ MAX_REQUESTS_PER_MINUTE = 1_000_000.0
 MAX_TOKENS_PER_MINUTE = 1_000_000_000.0
 MAX_THREADS = 1024
 MAX_CONCURRENCY = 512
+#: ``concurrency = "auto"``: calls in flight when no model has a rate limit (in all), and of a
+#: model without a limit (and without ``max_concurrency``) when another model has one
+AUTO_UNLIMITED_IN_FLIGHT = 2
 MAX_N_CTX = 1_048_576
 MAX_BATCH_WAIT_S = 7 * 86_400.0  # one week
 MAX_COST_USD = 1_000_000_000.0
+
+
+def _concurrency_value(v: Any) -> int | str:
+    """``concurrency``: a whole number 1 … MAX_CONCURRENCY or the string ``"auto"``."""
+    if v == "auto":
+        return v
+    if isinstance(v, bool) or not isinstance(v, int):
+        got = json.dumps(v) if isinstance(v, (bool, str, int, float)) else type(v).__name__
+        raise ValueError(f'must be a whole number from 1 to {MAX_CONCURRENCY} or "auto" (got {got})')
+    if not 1 <= v <= MAX_CONCURRENCY:
+        raise ValueError(f"must be from 1 to {MAX_CONCURRENCY} (got {v})")
+    return v
 
 
 class ModelConfig(_Strict):
@@ -121,8 +137,13 @@ class ModelConfig(_Strict):
         "are then estimated by sampling at temperature 1).",
     )
     n_ctx: int = Field(4096, ge=512, le=MAX_N_CTX, description="Context window for the in-process llamacpp backend.")
-    n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads for llamacpp (None = all "
-                                  "cores).")
+    n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads of each llamacpp context "
+                                  "(None = one thread per context, with one batch decoder and one option-read context "
+                                  "per core; N = one of each with N threads).")
+    prompt_format: Literal["auto", "chat", "transcript"] = Field(
+        "auto", description="How llamacpp turns messages into a prompt: 'chat' (the model's chat turns, for chat-tuned "
+        "models), 'transcript' (a plain-text 'User: … Assistant:' conversation, for base models), or 'auto' (chat "
+        "when the GGUF file has a chat template, else transcript).")
     timeout_s: float = Field(120.0, gt=0, le=MAX_TIMEOUT_S,
                              description="Per-request timeout in seconds for HTTP providers.")
     max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
@@ -134,7 +155,8 @@ class ModelConfig(_Strict):
         description="Client-side token rate limit (prompt + completion tokens; None = none).")
     max_concurrency: int | None = Field(
         None, ge=1, le=MAX_CONCURRENCY,
-        description="Calls to this model in flight at once (None = the audit's concurrency).")
+        description="Calls to this model in flight at once (None = the audit's concurrency); with concurrency = "
+        "'auto' and a rate limit, the most calls in flight the sizing may choose (None = 256).")
     options: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom provider factory.")
 
     @field_validator("provider")
@@ -445,7 +467,10 @@ class AuditConfig(_Strict):
     )
     samples_per_prompt: int = Field(1, ge=1, le=100, description="Responses drawn per prompt and group (k).")
     seed: int = Field(0, description="Seed for name draws, prompt sampling and target sampling.")
-    concurrency: int = Field(2, ge=1, le=MAX_CONCURRENCY, description="Maximum model calls in flight.")
+    concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
+        "auto", description="Maximum model calls in flight, or 'auto': a model with requests_per_minute or "
+        "tokens_per_minute gets limit × observed latency × 1.25 calls in flight (at most its max_concurrency or 256); "
+        "with no limit set, 2.")
     output_dir: NonBlank = Field("reports", description="Folder under which run folders are written.")
     cache: NonBlank = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     cache_write_retry_s: float = Field(
@@ -546,6 +571,20 @@ class AuditConfig(_Strict):
 
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
+
+    def has_rate_limit(self) -> bool:
+        """Some model (target, judge, judge2) has ``requests_per_minute`` or ``tokens_per_minute``."""
+        return any(m is not None and (m.requests_per_minute or m.tokens_per_minute)
+                   for m in (self.target, self.judge, self.judge2))
+
+    def concurrency_bound(self) -> int:
+        """The audit-wide bound on model calls in flight (1 … MAX_CONCURRENCY): ``concurrency``
+        when it is a number; with ``"auto"``, ``AUTO_UNLIMITED_IN_FLIGHT`` (2) when no model has a
+        rate limit, else ``MAX_CONCURRENCY`` (each model then bounds its own calls in flight:
+        :class:`lmra.providers.ratelimit.ModelLimits`)."""
+        if self.concurrency != "auto":
+            return self.concurrency
+        return MAX_CONCURRENCY if self.has_rate_limit() else AUTO_UNLIMITED_IN_FLIGHT
 
 
 def _loc_to_field(loc: tuple[Any, ...]) -> tuple[str, str | None, str]:

@@ -6,17 +6,54 @@ columns and wrap or cut table cells (``│ fem… │ wri… │``), so the cons
 :data:`LOG_WIDTH` columns instead: Rich tables do not expand, so each table is printed at its
 natural width — every cell on one line, nothing cut — and its title on one line above it
 (:class:`_TitleOnOneLine`). Prose lines are not hard-wrapped either; a log viewer wraps them.
+
+Rich reads ``[...]`` in a printed string or a table cell as markup and ``:name:`` as an emoji
+code. Names, paths, model ids and server messages are the user's text and must print as
+written: every such value put into a markup string goes through :func:`lit`, and the console
+does not replace emoji codes.
 """
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console, RenderHook
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
 #: columns of the console when stdout is not a terminal: wider than any table lmra prints, so
 #: nothing is ever wrapped or cut (tables do not expand, so no line is padded to this width)
 LOG_WIDTH = 1_000_000
+
+#: an empty styled span: ends :func:`lit`'s output after trailing backslashes (see there)
+_ANCHOR = "[dim][/dim]"
+
+
+def lit(value: object) -> str:
+    """``str(value)`` as Rich markup that prints literally, whatever comes before or after it.
+
+    For user-derived text (task, domain, group and run names, model ids, paths, server
+    messages) placed in a markup string: ``f"[bold]{lit(task)}[/]"`` or a table cell. Every
+    ``[`` that would start a tag is escaped (:func:`rich.markup.escape`); text without ``[``
+    or a trailing backslash is returned unchanged. Trailing backslashes are doubled and
+    followed by an empty span, so ``task\\`` prints as ``task\\`` both alone (a cell) and
+    just before a tag of ours (Rich's ``escape`` alone prints ``task\\\\`` in the first case,
+    and loses or misreads two or more trailing backslashes in the second).
+
+    Args:
+        value: any object; its ``str()`` is used.
+
+    Returns:
+        Markup text that renders to exactly ``str(value)`` (emoji codes aside: the consoles of
+        :func:`make_console` do not replace them).
+    """
+    text = str(value)
+    body = text.rstrip("\\")
+    out = escape(body)
+    if len(body) < len(text):
+        out += "\\" * (2 * (len(text) - len(body))) + _ANCHOR
+    return out
 
 
 class _TitleOnOneLine(RenderHook):
@@ -35,18 +72,52 @@ class _TitleOnOneLine(RenderHook):
         return renderables
 
 
-def make_console() -> Console:
-    """The console for a command's stdout (tables and messages).
+class _TrimmedLines:
+    """The text stream a log console writes to: ``sys.stdout`` or ``sys.stderr`` (looked up at
+    every write, so a replaced stream is followed), with the spaces Rich pads a line with
+    (a left-justified table title is padded to the table's width) removed before each newline."""
+
+    def __init__(self, stderr: bool):
+        self.stderr = stderr
+
+    @property
+    def stream(self):
+        import sys
+
+        return sys.stderr if self.stderr else sys.stdout
+
+    def write(self, text: str) -> int:
+        return self.stream.write(_TRAILING_SPACES.sub("", text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str):  # encoding, fileno …: the stream's own
+        return getattr(self.stream, name)
+
+
+#: spaces and tabs just before a line break
+_TRAILING_SPACES = re.compile(r"[ \t]+(?=\n)")
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console for a command's stdout (tables and messages), or with ``stderr`` for its
+    stderr (warnings, errors): every lmra console comes from here, so both streams are laid
+    out the same way in a log.
 
     Returns:
-        Rich's default console when stdout is a terminal (tables fit the window); otherwise a
-        console :data:`LOG_WIDTH` columns wide on which tables keep their natural width (no cell
-        is wrapped, folded or cut with ``…``), table titles stay on one line and colour and
+        Rich's default console when the stream is a terminal (tables and paragraphs fit the
+        window); otherwise a console :data:`LOG_WIDTH` columns wide on which tables keep their
+        natural width (no cell is wrapped, folded or cut with ``…``), table titles stay on one
+        line, paragraphs are not hard-wrapped, no line ends in padding spaces, and colour and
         markup are dropped (Rich's behaviour off a terminal).
     """
-    console = Console()
+    console = Console(emoji=False, stderr=stderr)
     if console.is_terminal:
         return console
-    console = Console(width=LOG_WIDTH)
+    console = Console(width=LOG_WIDTH, emoji=False, file=_TrimmedLines(stderr))
     console.push_render_hook(_TitleOnOneLine(console))
     return console

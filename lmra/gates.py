@@ -112,8 +112,10 @@ class GateOutcome:
 
     def line(self) -> str:
         """The console line of this value, e.g. ``GATE BREACHED max_ci_high: task 'write a story'
-        (female vs male) CI high 0.034 > 0.02 (net rating +0.0110, 40 pairs)``, ``GATE NOT
-        EVALUATED …: no CI high — <why>; bound 0.02`` or ``GATE passed …: … 0.01 ≤ 0.02``."""
+        (female vs male) CI high +0.0340 > 0.02 (net rating +0.0110, 40 pairs)``, ``GATE NOT
+        EVALUATED …: no CI high — <why>; bound 0.02`` or ``GATE passed …: … +0.0100 ≤ 0.02``.
+        The value is written as the tables write it (:func:`format_gate_value`); the bound as
+        configured."""
         spec = GATES[self.gate]
         label = spec.label + (f" '{self.criterion}'" if self.criterion else "")
         bound = f"{self.bound:g}" + (" (this task's override)" if self.override else "")
@@ -121,7 +123,18 @@ class GateOutcome:
             return f"GATE NOT EVALUATED {self.gate}: {self.where()}: no {label} — {self.detail}; bound {bound}"
         op, word = (">", "BREACHED") if self.status == "breached" else ("≤", "passed")
         more = f" ({self.detail})" if self.detail else ""
-        return f"GATE {word} {self.gate}: {self.where()} {label} {self.value:.4g} {op} {bound}{more}"
+        return (f"GATE {word} {self.gate}: {self.where()} {label} {format_gate_value(self.gate, self.value)} {op} "
+                f"{bound}{more}")
+
+
+def format_gate_value(gate: str, value: float) -> str:
+    """A gate's value as the tables print the same number: 4 decimals, signed for a net rating or
+    CI bound (``+0.0340``, ``+1.0000``), unsigned for a gap (``0.4000``); below 0.0001 in size
+    (but not 0) 4 significant digits (``+3.162e-05``), so a small value never reads as 0."""
+    signed = GATES[gate].column in ("net_rating", "ci_high") if gate in GATES else True
+    if value and abs(value) < 1e-4:
+        return f"{value:+.4g}" if signed else f"{value:.4g}"
+    return f"{value:+.4f}" if signed else f"{value:.4f}"
 
 
 @dataclass
@@ -192,8 +205,7 @@ class GateResult:
             missing = [g for g in self.unmet if g not in breached]
             parts = [f"{len(breached)} breached ({', '.join(breached)})" if breached else "",
                      f"{len(missing)} not evaluated ({', '.join(missing)})" if missing else ""]
-            out.append(f"{head}: {'; '.join(p for p in parts if p)} — release gates NOT met "
-                       f"(exit status {EXIT_GATES_NOT_MET})")
+            out.append(f"{head}: {'; '.join(p for p in parts if p)} — release gates NOT met")
         return out
 
     def to_dict(self, *, values: bool = True) -> dict:
@@ -250,6 +262,83 @@ def unmeasured_gates(run: RunFolder, gates: GatesConfig) -> dict[str, str]:
             what = "label refusals" if section == "refusal" else "rate quality criteria"
             out[name] = f"run {run.run_id} did not {what} ([{section}] enabled = false in its config.toml)"
     return out
+
+
+def audited_tasks(cfg, prompts, taxonomy=None) -> set[str]:
+    """The tasks an audit can measure, known before any model call.
+
+    Args:
+        cfg: the :class:`lmra.config.AuditConfig`; prompts: its prompt records (``task``,
+            ``domain``; :class:`lmra.audit.Inputs` ``prompts``); taxonomy: the task taxonomy the
+            unlabelled prompts are classified into (``Inputs.taxonomy``; None when every prompt
+            has a task).
+
+    Returns:
+        The task names of labelled prompts, plus every taxonomy task (and ``other``) when some
+        prompts are classified by the LMRA, restricted to the config's ``tasks`` and ``domains``
+        lists when they are given.
+    """
+    labelled = {(p.task, p.domain) for p in prompts if p.task}
+    if taxonomy is not None:
+        labelled |= {(t.name, d.name) for d in taxonomy.domain for t in d.task} | {("other", "other")}
+    return {t for t, d in labelled if (not cfg.tasks or t in cfg.tasks) and (not cfg.domains or d in cfg.domains)}
+
+
+def check_gate_tasks(cfg, tasks: set[str], config_path: "str | os.PathLike | None") -> None:
+    """Refuse a per-task override (``[gates.tasks."TASK"]``) naming a task the audit does not
+    measure: its gate could never be met, so every night would exit 6 ("not evaluated").
+
+    Args:
+        cfg: the audit config; tasks: what it measures (:func:`audited_tasks`); config_path: the
+            config file (named in the error, with the override's line).
+
+    Raises:
+        LmraInputError: the first such override, naming file, line and field
+            (``gates.tasks.<TASK>``), with the closest audited task names (did you mean …).
+    """
+    import difflib
+
+    for task in cfg.gates.tasks:
+        if task in tasks:
+            continue
+        close = difflib.get_close_matches(task, sorted(tasks), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        listed = sorted(tasks)
+        known = (", ".join(f"'{t}'" for t in listed) if len(listed) <= 12
+                 else f"{len(listed)} tasks, e.g. " + ", ".join(f"'{t}'" for t in listed[:5]))
+        text = None
+        if config_path is not None:
+            try:
+                from pathlib import Path
+
+                text = Path(config_path).read_text(encoding="utf-8-sig")
+            except (OSError, ValueError):
+                text = None
+        raise LmraInputError(
+            f"a release-gate override names task '{task}', which this audit does not measure "
+            f"({'not in its tasks list' if cfg.tasks else 'no prompt has it'}); {hint}audited tasks: "
+            f"{known or 'none'}. A gate on a task that is not measured is never met (exit status 6 every night): "
+            f"fix the name or remove the override",
+            file=config_path, line=_override_line(text, task) if text else None, field=f"gates.tasks.{task}")
+
+
+def _override_line(text: str, task: str) -> int | None:
+    """1-based line of ``[gates.tasks."TASK"]`` (any quoting) or of ``"TASK" = {…}`` under
+    ``[gates.tasks]`` in TOML ``text``; None when not found."""
+    import tomllib
+
+    from lmra.errors import find_key_line
+
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("[") and not line.startswith("[["):
+            try:
+                head = tomllib.loads(line)  # a table header alone is valid TOML (comments too)
+            except tomllib.TOMLDecodeError:
+                continue
+            if task in ((head.get("gates") or {}).get("tasks") or {}):
+                return i
+    return find_key_line(text, task, "gates.tasks")
 
 
 def _bound(gates: GatesConfig, name: str, task: str | None) -> tuple[float | None, bool]:
@@ -435,14 +524,17 @@ def read_gates(run_dir: "str | os.PathLike") -> dict | None:
     Returns:
         ``{"passed": bool, "checked": [gate names], "unmet": [gate names], "breaches":
         [{"gate", "comparison", "task", "value", "bound", "text"}], "n_not_evaluated": int,
-        "unreadable": bool}``; a breach without a task concerns an overall gate.
+        "not_evaluated": [{"gate", "comparison", "task", "text"}], "n_values": int,
+        "unreadable": bool}``; a breach without a task concerns an overall gate; ``text`` is the
+        console line (``GATE BREACHED …`` / ``GATE NOT EVALUATED …``); ``not_evaluated`` also
+        holds a line for each unmet gate that had no value at all.
     """
     import json
     from pathlib import Path
 
     run_dir = Path(run_dir)
     unreadable = {"passed": None, "checked": [], "unmet": [], "breaches": [], "n_not_evaluated": 0,
-                  "unreadable": True}
+                  "not_evaluated": [], "n_values": 0, "unreadable": True}
     try:
         if (run_dir / GATES_FILE).is_file():
             doc = json.loads((run_dir / GATES_FILE).read_text(encoding="utf-8"))
@@ -467,6 +559,23 @@ def read_gates(run_dir: "str | os.PathLike") -> dict | None:
             text = f"GATE BREACHED {b.get('gate')}: {b.get('task') or 'overall'} {b.get('value')} > {b.get('bound')}"
         breaches.append({"gate": str(b.get("gate")), "comparison": b.get("comparison"), "task": b.get("task"),
                          "value": finite(b.get("value")), "bound": finite(b.get("bound")), "text": text})
+    missing = []
+    for m in doc.get("not_evaluated") or []:
+        if not isinstance(m, dict):
+            continue
+        try:
+            text = GateOutcome(**{k: m.get(k) for k in fields}).line()
+        except (KeyError, TypeError, ValueError):
+            text = f"GATE NOT EVALUATED {m.get('gate')}: {m.get('task') or 'overall'}: {m.get('detail') or ''}"
+        missing.append({"gate": str(m.get("gate")), "comparison": m.get("comparison"), "task": m.get("task"),
+                        "text": text})
+    unmet = list(doc.get("unmet") or [])
+    valued = {b["gate"] for b in breaches} | {m["gate"] for m in missing}
+    for g in unmet:  # a gate the run had no value for at all (GateResult.empty_gates)
+        if g not in valued and g in GATES:
+            missing.append({"gate": g, "comparison": None, "task": None, "text": (
+                f"GATE NOT EVALUATED {g}: the run has no value for it (no {GATES[g].label} was measured)")})
     return {"passed": bool(doc.get("passed")), "checked": list(doc.get("checked") or []),
-            "unmet": list(doc.get("unmet") or []), "breaches": breaches,
-            "n_not_evaluated": len(doc.get("not_evaluated") or []), "unreadable": False}
+            "unmet": unmet, "breaches": breaches,
+            "n_not_evaluated": len(doc.get("not_evaluated") or []), "not_evaluated": missing,
+            "n_values": int(doc.get("n_values") or 0), "unreadable": False}

@@ -32,6 +32,50 @@ def combine_exit_statuses(*statuses: int) -> int:
     return min(statuses, key=lambda s: rank.get(s, -1)) if statuses else 0
 
 
+def final_status(reasons: dict[int, str]) -> tuple[int, str]:
+    """The exit status of a command (``lmra audit``, ``check``, ``gate``, ``report --baseline``)
+    and the final line it prints, from every status that applies and why.
+
+    Args:
+        reasons: exit status → why it applies, e.g. ``{6: "release gates not met (breached:
+            max_ci_high)", 5: "the judge failed validation"}``; statuses that do not apply are
+            left out (0 need not be given).
+
+    Returns:
+        ``(status, line)``: the status that wins by :data:`EXIT_PRECEDENCE`
+        (:func:`combine_exit_statuses`) and the one line stating it, e.g. ``exit status 5: the
+        judge failed validation (takes precedence over 6: release gates not met (breached:
+        max_ci_high))``; ``exit status 0`` (with ``reasons[0]`` after a colon when given) when
+        nothing else applies. This is the only line of a command that names its exit status.
+    """
+    applicable = {s: r for s, r in reasons.items() if s != 0}
+    status = combine_exit_statuses(*applicable) if applicable else 0
+    if not status:
+        return 0, "exit status 0" + (f": {reasons[0]}" if reasons.get(0) else "")
+    rank = {s: i for i, s in enumerate(EXIT_PRECEDENCE)}
+    others = sorted((s for s in applicable if s != status), key=lambda s: rank.get(s, -1))
+    over = f" (takes precedence over {'; '.join(f'{s}: {applicable[s]}' for s in others)})" if others else ""
+    return status, f"exit status {status}: {applicable[status]}{over}"
+
+
+def print_final_status(console: Console, reasons: dict[int, str]) -> int:
+    """Print the final line of :func:`final_status` on ``console`` (bold red when the status is
+    not 0) and return the status."""
+    status, line = final_status(reasons)
+    console.print(Text(line, style="bold red" if status else "bold green"), highlight=False, soft_wrap=True)
+    return status
+
+
+def gates_reason(result: GateResult) -> str:
+    """Why release gates are not met, for the final status line: ``release gates not met
+    (breached: max_ci_high; not evaluated: max_refusal_gap)``."""
+    breached = sorted({o.gate for o in result.breaches}, key=result.checked.index)
+    missing = [g for g in result.unmet if g not in breached]
+    parts = [f"breached: {', '.join(breached)}" if breached else "",
+             f"not evaluated: {', '.join(missing)}" if missing else ""]
+    return f"release gates not met ({'; '.join(p for p in parts if p)})"
+
+
 # -- the --gate option --------------------------------------------------------------------------
 def gate_option(text: str) -> tuple[str, float]:
     """argparse type of ``--gate NAME=VALUE``: a known gate and a bound in its range.
@@ -53,10 +97,12 @@ def gate_option(text: str) -> tuple[str, float]:
     if name not in GATES:
         raise argparse.ArgumentTypeError(f"{text!r}: unknown gate '{name}'; gates: {', '.join(GATES)} "
                                          "(per-task overrides only in the config's [gates.tasks.\"TASK\"])")
+    from lmra.monitor_cli import strict_float
+
     try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: the bound {value.strip()!r} is not a number") from None
+        v = strict_float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: the bound is {exc}") from None
     try:
         GatesConfig.model_validate({name: v})
     except ValidationError:
@@ -111,9 +157,12 @@ def print_gates(console: Console, result: GateResult) -> None:
                   soft_wrap=True)
 
 
-def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Console) -> int:
+def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Console,
+                      reasons: dict[int, str] | None = None) -> int:
     """What ``lmra audit`` does with its ``[gates]`` after a run: evaluate them on the run
     folder, record ``gates.json`` and ``summary.json["gates"]``, print a line per breach.
+    ``reasons`` (optional) receives ``{6: why}`` when a gate is not met, for the audit's final
+    status line (:func:`final_status`).
 
     Returns:
         0 (every gate met, or no gate configured: then nothing is written or printed), or
@@ -127,6 +176,8 @@ def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Conso
     result = evaluate_gates(run, gates)
     record_gates(run, result, evaluated_by="lmra audit")
     print_gates(console, result)
+    if not result.passed and reasons is not None:
+        reasons[EXIT_GATES_NOT_MET] = gates_reason(result)
     return result.exit_status
 
 
@@ -202,17 +253,18 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field="--gate")
         raise LmraInputError(f"gate {name} cannot be evaluated: {why}", file=origin, field=f"gates.{name}")
     result = evaluate_gates(run, gates)
-    if not args.no_record:
+    if args.record:  # only when asked: the audit's own record (history page, exports) is kept by default
         record_gates(run, result, evaluated_by="lmra gate")
-    status = result.exit_status
+    reasons = {} if result.passed else {EXIT_GATES_NOT_MET: gates_reason(result)}
     notes = []
     if run.judge_status_gated_failure and not args.allow_unvalidated_judge:
-        status = combine_exit_statuses(status, EXIT_JUDGE_FAILED)
+        reasons[EXIT_JUDGE_FAILED] = "the run's judge failed validation"
         notes.append(f"the run's judge failed validation ({run.judge_status}): its numbers are not evidence about "
-                     f"the chatbot (exit status {EXIT_JUDGE_FAILED}; --allow-unvalidated-judge to accept it)")
+                     "the chatbot (--allow-unvalidated-judge to accept it)")
     if run.status != "complete":
-        status = combine_exit_statuses(status, 1)
-        notes.append(f"run {run.run_id} is {run.status}: its numbers are incomplete (exit status 1)")
+        reasons[1] = f"run {run.run_id} is {run.status}"
+        notes.append(f"run {run.run_id} is {run.status}: its numbers are incomplete")
+    status = final_status(reasons)[0]
     if args.json:
         from lmra.report import jsonout
 
@@ -227,7 +279,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print_gates(console, result)
     for n in notes:
         console.print(Text.assemble(("note: ", "bold red"), n), highlight=False, soft_wrap=True)
-    return status
+    return print_final_status(console, reasons)
 
 
 def add_parser(subparsers) -> None:
@@ -240,14 +292,18 @@ def add_parser(subparsers) -> None:
                      "is not met)",
         description="Evaluate release gates (docs/nightly.md, 'Release gates') on a finished run: by default the "
                     "[gates] the run's own config.toml recorded, replaced by --config FILE's [gates] table, with "
-                    "--gate bounds on top. Records gates.json and summary.json['gates'] in the run folder.")
+                    "--gate bounds on top. Prints only; with --record it replaces the run folder's gates.json "
+                    "and summary.json['gates'] (the audit's own record, shown by the history page and exports).")
     g.add_argument("run", metavar="RUN", help=RUN_HELP)
     add_gate_option(g, "a gate bound, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of the config)")
     g.add_argument("--config", "-c", metavar="FILE", help="take the [gates] table of this TOML file (e.g. the "
                                                           "nightly config) instead of the run's stored one")
     g.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="exit as usual even when the run's judge failed validation (default: exit 5)")
-    g.add_argument("--no-record", action="store_true", help="print only; do not write gates.json / summary.json")
+    g.add_argument("--record", action="store_true",
+                   help="write this evaluation to the run folder's gates.json and summary.json, replacing the "
+                        "audit's record (default: print only)")
+    g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
     g.add_argument("--json", action="store_true", help="print one JSON document (schema lmra.gates/1) instead")
     _add_store_args(g)
     g.set_defaults(func=json_errors(cmd_gate))

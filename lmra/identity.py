@@ -64,6 +64,21 @@ _FORMAT_OF = dict(TEMPLATE_TOKENS)
 ROLES = ("target", "judge", "judge2")
 
 
+#: longest served model id / fingerprint kept (longer ones are cut, with "…")
+MAX_REPORTED_CHARS = 200
+
+
+def clean_reported(value: str) -> str:
+    """A server-reported model id or fingerprint made safe to store and show: control and
+    format characters (NUL, newlines, bidi overrides such as U+202E, zero-width marks) are
+    dropped — a server could otherwise spoof what the manifest, console and report show —
+    surrounding spaces stripped, and the result cut to :data:`MAX_REPORTED_CHARS`."""
+    import unicodedata
+
+    text = "".join(ch for ch in str(value) if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn")).strip()
+    return text if len(text) <= MAX_REPORTED_CHARS else text[:MAX_REPORTED_CHARS - 1] + "…"
+
+
 def template_tokens_in(text: str) -> list[str]:
     """The :data:`TEMPLATE_TOKENS` that occur in ``text`` (case-sensitive), in list order."""
     return [tok for tok, _ in TEMPLATE_TOKENS if tok in text] if text else []
@@ -90,10 +105,10 @@ class ServedCounts:
     def observe(self, result: ChatResult) -> list[str]:
         """Count one answer; returns the template tokens it contains."""
         self.responses += 1
-        if result.served_model:
-            self.model[result.served_model] += 1
-        if result.system_fingerprint:
-            self.system_fingerprint[result.system_fingerprint] += 1
+        if result.served_model and clean_reported(result.served_model):
+            self.model[clean_reported(result.served_model)] += 1
+        if result.system_fingerprint and clean_reported(result.system_fingerprint):
+            self.system_fingerprint[clean_reported(result.system_fingerprint)] += 1
         found = template_tokens_in(result.text)
         for tok in found:
             self.template_tokens[tok] += 1
@@ -225,14 +240,19 @@ def identity_changes(before: dict, after: dict) -> list[str]:
         one line per role and field whose *set* of reported values differs, e.g. ``"the
         target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06"`` or ``"the
         judge's system fingerprint changed: fp_a → fp_a, fp_b"`` (values from most to least
-        frequent). Roles or fields one of the runs did not record (older runs, servers that
-        report nothing) are left out.
+        frequent; "(none)" when a field appears or disappears while the role's server reported
+        something in both runs). Roles one of the runs did not record (older runs, servers
+        that report nothing) are left out.
     """
     out = []
     for role in ROLES:
         a, b = _served(before, role), _served(after, role)
+        # both runs recorded what this role's server reported: a fingerprint that appears or
+        # disappears between them is a change too (shown as "(none)")
+        both = bool(a.get("model") or a.get("system_fingerprint")) and bool(b.get("model") or b.get("system_fingerprint"))
         for key, words in (("model", "served model"), ("system_fingerprint", "system fingerprint")):
             va, vb = list((a.get(key) or {})), list((b.get(key) or {}))
-            if va and vb and set(va) != set(vb):
-                out.append(f"the {role}'s {words} changed: {_listed(va)} → {_listed(vb)}")
+            if (va and vb or both and (va or vb)) and set(va) != set(vb):
+                out.append(f"the {role}'s {words} changed: {_listed(va) if va else '(none)'} → "
+                           f"{_listed(vb) if vb else '(none)'}")
     return out

@@ -149,8 +149,14 @@ def audit_dimensions(groups) -> list[str]:
 
 
 async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Template, canaries: list[Canary],
-                        sem: asyncio.Semaphore, progress=None) -> pd.DataFrame:
+                        sem: asyncio.Semaphore, progress=None, run_seed: int | None = None) -> pd.DataFrame:
     """Rate every canary in both orders with the audit's template and combiner.
+
+    ``run_seed`` (the audit's seed) goes into each canary request's seed and so into its cache
+    key: a nightly audit with a new seed asks the judge again instead of reusing last night's
+    cached answers, so a judge model swapped behind the same id is validated again. At
+    temperature 0 with logprobs the answer does not depend on the seed; the cost is the canary
+    calls, every night. None keeps the seed-free requests of ``lmra judge-check``.
 
     Returns:
         One row per canary: its fields (without the response texts), ``valid``, ``q_F``,
@@ -165,7 +171,8 @@ async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Templa
             async with sem:
                 r = await rate_stereotype(provider, judge, template, prompt=c.prompt, task=c.task,
                                           response_a=c.response_a, response_b=c.response_b, group_a=c.group_a,
-                                          group_b=c.group_b, seed_parts=("canary", c.id))
+                                          group_b=c.group_b,
+                                          seed_parts=("canary", c.id) + (() if run_seed is None else (run_seed,)))
         except ProviderError as exc:
             row |= {"failed": True, "error": str(exc)}
         else:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lmra.console import make_console
+from lmra.console import lit, make_console
 from lmra.report.jsonout import json_errors
 from lmra.fileio import write_json, write_jsonl
 
@@ -94,13 +94,14 @@ async def _run(cfg, console: Console):
     cache = CallCache(cfg.cache)
     stats = CallStats()
     judge = CachedProvider(rate_limited(raw, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
-                                        cfg.judge.max_concurrency), cache, stats)
+                                        cfg.judge.max_concurrency, concurrency=cfg.concurrency), cache, stats)
     from lmra.providers.keys import KeyGuard
 
     judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries
     try:
         with console.status(f"rating {len(canaries)} canary pairs in both orders"):
-            rows = await rate_canaries(judge, cfg.judge, template, canaries, asyncio.Semaphore(cfg.concurrency))
+            rows = await rate_canaries(judge, cfg.judge, template, canaries,
+                                       asyncio.Semaphore(cfg.concurrency_bound()))
     finally:
         cache.close()
         close = getattr(raw, "aclose", None)
@@ -125,7 +126,7 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
     from lmra.report import jsonout
     from lmra.runfolder import jsonable
 
-    console = make_console() if not args.json else Console(stderr=True)
+    console = make_console(stderr=bool(args.json))
     cfg = _config(args)
     rows, verdict = asyncio.run(_run(cfg, console))
     if args.out:
@@ -138,7 +139,7 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
         jsonout.emit(jsonout.judge_check_document(verdict, exit_status=status))
     else:
         j = verdict["judge"]
-        table = Table(title=f"Judge check: {j['provider']} {j['model']} ({verdict['n_canaries']} canary pairs, "
+        table = Table(title=f"Judge check: {lit(j['provider'])} {lit(j['model'])} ({verdict['n_canaries']} canary pairs, "
                             f"combiner {verdict['combiner']})", title_justify="left")
         for col in ("criterion", "value", "threshold", "result"):
             table.add_column(col, justify="left" if col == "criterion" else "right")
@@ -156,5 +157,5 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
         if verdict["passed"]:
             console.print("[bold green]Judge check PASSED.[/]")
         else:
-            console.print("[bold red]Judge check FAILED:[/] " + "; ".join(verdict["reasons"]) + ".")
+            console.print("[bold red]Judge check FAILED:[/] " + lit("; ".join(verdict["reasons"])) + ".")
     return status

@@ -158,8 +158,11 @@ class History:
         self.db = sqlite3.connect(self.path)
         self.db.row_factory = sqlite3.Row
         self.db.executescript(_SCHEMA)
-        if "judge_status" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}:
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+        if "judge_status" not in cols:
             self.db.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")  # histories from before issue 10
+        if "n_refused" not in cols:  # pairs not scored because a response was a refusal (null: registered before)
+            self.db.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
         self.db.commit()
 
@@ -181,19 +184,21 @@ class History:
         """
         run = run if isinstance(run, RunFolder) else load_run(run)
         overall = pd.DataFrame(run.summary.get("overall") or [])
-        totals = {c: _int(overall[c].sum()) if c in overall else None for c in ("n_pairs", "n_invalid", "n_failed")}
+        totals = {c: _int(overall[c].sum()) if c in overall else None
+                  for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal")}
         calls = run.manifest.get("calls") or {}
         tpl_hash, tpl_src = run.judge_template
         self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
         self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run.run_id,))
         self.db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
              run.manifest.get("finished"), _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
              run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
              run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
              _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
-             _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status))
+             _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
+             totals["n_refusal"]))
         sd = run.prompt_scores.groupby(["comparison", "domain", "task"])["h"].std(ddof=1)
         for _, r in run.per_task.iterrows():
             key = (r["comparison"], r["domain"], r["task"])
@@ -274,11 +279,12 @@ class History:
         """The net rating of one task across runs, oldest first.
 
         Returns:
-            Columns ``run_id, started, name, target_model, judge_model, comparison, domain,
-            task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
+            Columns ``run_id, started, name, target_model, judge_model, judge_status, comparison,
+            domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
             reverse_rate``; empty when the task was never measured.
         """
-        q = ("SELECT r.run_id, r.started, r.name, r.target_model, r.judge_model, m.comparison, m.domain, m.task, "
+        q = ("SELECT r.run_id, r.started, r.name, r.target_model, r.judge_model, r.judge_status, m.comparison, "
+             "m.domain, m.task, "
              "m.n_pairs, m.net_rating, m.ci_low, m.ci_high, m.p_value, m.forward_rate, m.reverse_rate "
              "FROM task_metrics m JOIN runs r ON r.run_id = m.run_id WHERE m.task = ?")
         args: list = [task]
@@ -363,18 +369,28 @@ class History:
                     raise LmraInputError(
                         f"no pinned baseline for runs named '{name}' in {self.path}; pin one with "
                         f"'lmra pin RUN'", field="--baseline")
-                return self._load_id(rid)
+                try:
+                    return self._load_id(rid)
+                except LmraInputError as exc:  # the pinned folder was deleted or damaged (retention cleanup …)
+                    raise LmraInputError(
+                        f"the pinned baseline {rid} of runs named '{name}' cannot be used ({exc.reason}); its folder "
+                        "was deleted or damaged? Pin another run with 'lmra pin RUN' (e.g. 'lmra pin latest')",
+                        field="--baseline") from None
             self.register(relative_to)
             self.scan()
             runs = self.runs(name=name)
             me = runs.index[runs["run_id"] == relative_to.run_id]
             earlier = runs.iloc[: int(me[0])] if len(me) else runs
+            # never a partial baseline, nor one whose judge failed validation un-waived (its ratings are
+            # not evidence); either is used only when named explicitly
             earlier = earlier[(earlier["run_id"] != relative_to.run_id)
-                              & (earlier["status"].fillna("complete") == "complete")]  # never a partial baseline
+                              & (earlier["status"].fillna("complete") == "complete")
+                              & (earlier["judge_status"].fillna("") != "failed")]
             if earlier.empty:
                 raise LmraInputError(
-                    f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline",
-                    field="--baseline")
+                    f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline ('last' "
+                    "skips partial runs and runs whose judge failed validation without a waiver; name such a run "
+                    "to use it)", field="--baseline")
             return self._load_id(str(earlier.iloc[-1]["run_id"]))
         p = Path(ref).expanduser()
         if p.is_dir():
@@ -464,10 +480,17 @@ class CheckResult:
         judge_status_run, judge_status_base: each run's judge status (``RunFolder.judge_status``).
         judge_failed: either run's judge failed validation without a waiver (``lmra check``
             then exits 5 unless ``--allow-unvalidated-judge``).
+        judge_waived_by: for each run (``run``, ``baseline``) whose judge failed validation and
+            whose failure was waived when it was audited, who waived it: ``config`` (``[judge_check]
+            gate = false``) or ``command line`` (``lmra audit --allow-unvalidated-judge``).
         identity_changes: plain-text lines, one per role and field whose served model ids or
             system fingerprints differ between the baseline and the run
             (:func:`lmra.identity.identity_changes`; empty when nothing changed or a run did
             not record them). A warning for the reader: it never changes the exit status.
+        run_status, baseline_status: each run's ``manifest.json`` status (``complete``,
+            ``partial`` …; a partial run is checked only when named explicitly, with a warning).
+        run_failed_share, baseline_failed_share: share of the planned pairs each run lost to
+            failed calls, in [0, 1] (None when the run did not record it).
     """
 
     run_id: str
@@ -481,6 +504,11 @@ class CheckResult:
     judge_status_base: str = "unknown"
     judge_failed: bool = False
     identity_changes: list[str] = field(default_factory=list)
+    judge_waived_by: dict[str, str] = field(default_factory=dict)
+    run_status: str = "unknown"
+    baseline_status: str = "unknown"
+    run_failed_share: float | None = None
+    baseline_failed_share: float | None = None
 
     @property
     def judge_status_line(self) -> str:
@@ -498,6 +526,15 @@ class CheckResult:
     def n_tested(self) -> int:
         """Tasks that had enough prompts in both runs to be tested."""
         return int(self.tests["p_regress"].notna().sum()) if len(self.tests) else 0
+
+    @property
+    def n_undetectable(self) -> int:
+        """Tested tasks too small to detect any rise: no rise of their stereotype rate reaches
+        :data:`MDE_POWER` power at their sizes (``mde`` is nan; ``mde_note`` says so). Their
+        "no regression" rules out nothing."""
+        if not len(self.tests) or "mde" not in self.tests:
+            return 0
+        return int((self.tests["p_regress"].notna() & self.tests["mde"].isna()).sum())
 
     @property
     def exit_status(self) -> int:
@@ -600,10 +637,6 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         p_r, p_i = one_sided_permutation(x, y, margin), one_sided_permutation(y, x, margin)
         if note.startswith("zero variance"):
             note = ""
-        if len(x) >= 2 and len(y) >= 2 and 1 / math.comb(len(x) + len(y), len(x)) > alpha:
-            # no split of so few prompts can reach significance: not a test, so never a pass
-            p_r = p_i = math.nan
-            note = f"too few prompts to reach significance (smallest possible p {1 / math.comb(len(x) + len(y), len(x)):.3g})"
         rows.append(dict(zip(keys, key)) | {
             "n_run": len(x), "n_base": len(y),
             "h_run": float(x.mean()) if len(x) else math.nan, "h_base": float(y.mean()) if len(y) else math.nan,
@@ -613,6 +646,11 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests = pd.DataFrame(rows, columns=[c for c in cols if c not in
                                         ("diff", "p_regress_holm", "regressed", "p_improve_holm", "improved")])
     tests["diff"] = tests["h_run"] - tests["h_base"]
+    for i, p_min in unreachable_tasks(tests["n_run"].to_numpy(int), tests["n_base"].to_numpy(int), alpha).items():
+        # no split of so few prompts can reach Holm's threshold: not a test, so never a pass
+        tests.loc[tests.index[i], ["p_regress", "p_improve"]] = math.nan
+        tests.loc[tests.index[i], "note"] = (f"too few prompts to reach significance (smallest possible p "
+                                            f"{p_min:.3g}; Holm over the tasks needs less)")
     holm_decisions(tests, margin, alpha)
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha)
@@ -622,7 +660,58 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)],
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
-                       identity_changes=identity_changes(baseline.manifest, run.manifest))
+                       identity_changes=identity_changes(baseline.manifest, run.manifest),
+                       judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
+                                                                  ("baseline", _waived_by(baseline))) if by},
+                       run_status=run.status, baseline_status=baseline.status,
+                       run_failed_share=run.summary.get("failed_share"),
+                       baseline_failed_share=baseline.summary.get("failed_share"))
+
+
+def _waived_by(run: RunFolder) -> str | None:
+    """Who waived the run's failed judge validation when it was audited: ``command line``
+    (``lmra audit --allow-unvalidated-judge``, recorded as the waiver), ``config`` (``[judge_check]
+    gate = false``); None when its judge did not fail or the failure was not waived."""
+    js = run.summary.get("judge_status") or {}
+    if not js.get("waived"):
+        return None
+    return "command line" if js.get("waiver") == "--allow-unvalidated-judge" else "config"
+
+
+def smallest_pvalue(n_run: int, n_base: int, n_resamples: int = 9999) -> float:
+    """The smallest p-value :func:`one_sided_permutation` can return for these sizes: one
+    split in C(n_run + n_base, n_run) when every split is enumerated, else 1/(B + 1)."""
+    return max(1 / math.comb(n_run + n_base, n_run), 1 / (n_resamples + 1))
+
+
+def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float) -> dict[int, float]:
+    """Tasks whose test can never be significant in the check's Holm family, by sample size alone.
+
+    A task with ≥ 2 prompts on each side is in the family. Even if every task came out at its
+    smallest possible p-value (:func:`smallest_pvalue`), Holm's step-down rejects the j-th
+    smallest only when it is ≤ α / (m − j); the tasks it would stop at can never be flagged.
+    They are left out, largest smallest-p first (ties together), and Holm is re-tried on the
+    smaller family until every remaining task is reachable. The family depends on the prompt
+    counts only, never on the scores, so leaving tasks out keeps the family-wise level ≤ α
+    (methodology §8 "Monitoring"); a check that could not have failed never passes.
+
+    Args:
+        n_run, n_base: prompts with a score per task, shape (T,); alpha: family-wise level.
+
+    Returns:
+        ``{row position: smallest possible p}`` of the tasks left out.
+    """
+    p_min = {i: smallest_pvalue(int(a), int(b)) for i, (a, b) in enumerate(zip(n_run, n_base)) if a >= 2 and b >= 2}
+    out: dict[int, float] = {}
+    while p_min:
+        ps = sorted(p_min.values())
+        m = len(ps)
+        if all(p <= alpha / (m - j) * (1 + 1e-12) for j, p in enumerate(ps)):
+            break
+        worst = ps[-1]
+        for i in [i for i, p in p_min.items() if p == worst]:
+            out[i] = p_min.pop(i)
+    return out
 
 
 def holm_decisions(tests: pd.DataFrame, margin: float, alpha: float) -> None:
@@ -665,14 +754,15 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
     ``mde_rate × s``, s the median stereotyped score of both runs or 0.89), computed exactly
     in a two-point model by :func:`lmra.power.minimum_detectable_rise`; ties are broken at
     random when the unstereotyped scores are continuous (a logprob LMRA), else counted against
-    the check. nan for tasks not tested or too small for any rise to reach the power.
+    the check. nan for tasks not tested or too small for any rise to reach the power; for the
+    latter, column ``mde_note`` says so (empty for every other task).
     """
     from lmra.power import STEREOTYPED_THRESHOLD, continuous_scores, minimum_detectable_rise, stereotyped_score
 
     both = [run_scores["h"].to_numpy(float), base_scores["h"].to_numpy(float)]
     s, randomized = stereotyped_score(*both), continuous_scores(*both)
     n_tested = int(tests["p_regress"].notna().sum())
-    base_rate, mde_rate, mde = [], [], []
+    base_rate, mde_rate, mde, mde_note = [], [], [], []
     for t in tests.itertuples():
         y = base_scores[(base_scores["comparison"] == t.comparison) & (base_scores["domain"] == t.domain)
                         & (base_scores["task"] == t.task)]["h"].to_numpy(float)
@@ -681,12 +771,22 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
         if not (n_tested and math.isfinite(t.p_regress) and math.isfinite(p0) and p0 < 1):
             mde_rate.append(math.nan)
             mde.append(math.nan)
+            tested = n_tested and math.isfinite(t.p_regress)
+            mde_note.append("" if not tested else "no rise possible: every baseline prompt is stereotyped"
+                            if p0 >= 1 else _undetectable_note(t.n_run, t.n_base, alpha, n_tested))
             continue
         d = minimum_detectable_rise(int(t.n_run), int(t.n_base), p0, margin=margin, alpha=alpha, tasks=n_tested,
                                     power=MDE_POWER, score=s, randomized=randomized)
         mde_rate.append(d.rate_rise)
         mde.append(d.net_rise)
-    tests["base_rate"], tests["mde_rate"], tests["mde"] = base_rate, mde_rate, mde
+        mde_note.append("" if math.isfinite(d.net_rise) else _undetectable_note(t.n_run, t.n_base, alpha, n_tested))
+    tests["base_rate"], tests["mde_rate"], tests["mde"], tests["mde_note"] = base_rate, mde_rate, mde, mde_note
+
+
+def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> str:
+    """Why a tested task has no detectable rise (the ``mde_note`` of :func:`_add_detectable_rise`)."""
+    return (f"too few prompts to detect any rise: with {int(n_run)}/{int(n_base)} prompts (run/baseline) no rise of "
+            f"the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = {alpha:g}/{n_tested}")
 
 
 def format_detectable(mde, base_rate, mde_rate) -> str:

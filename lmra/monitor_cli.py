@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lmra.console import make_console
+from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.report.jsonout import json_errors
 from lmra.runfolder import finite
@@ -33,6 +34,13 @@ def _fmt(x, digits: int = 4, sign: bool = True) -> str:
 def _p(x) -> str:
     f = finite(x)
     return "—" if f is None else f"{f:.3g}"
+
+
+def _count(x) -> str:
+    """A pair count of the history; ``—`` when not recorded (e.g. refusals of runs registered
+    before the history stored them)."""
+    f = finite(x)
+    return "—" if f is None else str(int(f))
 
 
 def _short_time(iso) -> str:
@@ -66,14 +74,39 @@ def _add_json_arg(p: argparse.ArgumentParser, schema: str) -> None:
                         "(docs/nightly.md, 'Machine-readable output')")
 
 
-def _finite_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+#: a decimal number as TOML writes a float (ASCII digits only, no underscores, no inf/nan)
+DECIMAL_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def strict_float(text: str) -> float:
+    """A command-line number: ASCII decimal syntax only (:data:`DECIMAL_NUMBER`, e.g. ``0.02``,
+    ``-1``, ``5e-2``; not ``0_1``, full-width digits, ``inf`` or ``nan``), finite, and not a
+    non-zero literal that rounds to 0 (``1e-400``).
+
+    Raises:
+        ValueError: the reason, in words (callers name the option).
+    """
+    t = text.strip(" \t")
+    if t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        raise ValueError(f"not a finite number: {text!r}")
+    if not DECIMAL_NUMBER.fullmatch(t):
+        raise ValueError(f"not a decimal number: {text!r} (ASCII digits, e.g. 0.02 or 5e-2)")
+    v = float(t)
     if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        raise ValueError(f"{text!r} is too large (not a finite number)")
+    mantissa = re.split("[eE]", t)[0]
+    if v == 0 and any(c in "123456789" for c in mantissa):
+        raise ValueError(f"{text!r} is too small: it rounds to 0")
     return v
+
+
+def _finite_float(text: str) -> float:
+    """argparse type of a numeric option (:func:`strict_float`); argparse names the option
+    and exits with status 2 on an error."""
+    try:
+        return strict_float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_alpha_arg(text: str) -> float:
@@ -89,7 +122,7 @@ def _check_alpha_arg(text: str) -> float:
 
 # -- printing ----------------------------------------------------------------------------
 def _judge_cell(status: str | None) -> str:
-    status = status or "unknown"
+    status = lit(status or "unknown")
     if status.startswith("failed"):
         return f"[bold red]{status}[/]"
     return f"[green]{status}[/]" if status == "passed" else f"[yellow]{status}[/]"
@@ -99,15 +132,15 @@ def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
     from lmra.monitor import format_detectable
 
-    table = Table(title=f"Regression check: {result.run_id} vs baseline {result.baseline_id} "
+    table = Table(title=f"Regression check: {lit(result.run_id)} vs baseline {lit(result.baseline_id)} "
                         f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
     for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p",
                 "p fall", "Holm p", "detectable rise (80%)", "decision"):
         table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
     for t in result.tests.itertuples():
         decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
-                    else (t.note or "no change"))
-        table.add_row(t.comparison, t.task, f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
+                    else lit(t.note or "no change"))
+        table.add_row(lit(t.comparison), lit(t.task), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
                       _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
                                         getattr(t, "mde_rate", None)), decision)
@@ -115,26 +148,50 @@ def print_check(console: Console, result) -> None:
     if result.n_tested:
         console.print(f"[dim]{sensitivity_note(result)}[/]")
     if result.only_in_run or result.only_in_baseline:
-        console.print(f"[dim]Not compared — only in the run: {', '.join(result.only_in_run) or 'none'}; "
-                      f"only in the baseline: {', '.join(result.only_in_baseline) or 'none'}.[/]")
+        console.print(f"[dim]Not compared — only in the run: {lit(', '.join(result.only_in_run) or 'none')}; "
+                      f"only in the baseline: {lit(', '.join(result.only_in_baseline) or 'none')}.[/]")
     console.print(("[bold red]" if "failed" in result.judge_status_line else "[dim]")
-                  + result.judge_status_line.capitalize() + ".[/]")
+                  + lit(result.judge_status_line.capitalize()) + ".[/]")
     for line in getattr(result, "identity_changes", []):  # served model ids / fingerprints (lmra.identity)
         console.print(Text.assemble(("warning: ", "bold yellow"), line + " (baseline → run)"), highlight=False)
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
-                      + "; ".join(f"{r.task} ({r.comparison}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
-                                  for r in regs.itertuples()) + f"  (exit status {result.exit_status})")
+                      + "; ".join(f"{lit(r.task)} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                                  for r in regs.itertuples()))
     elif result.n_tested == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts (≥ 2 in both runs) to be tested, "
-                      "so nothing was checked (exit status 2). Raise prompts_per_task.")
+                      "so nothing was checked. Raise prompts_per_task.")
     else:
         console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
-                      f"margin ({result.n_tested} of {len(result.tests)} task(s) tested).")
+                      f"margin ({tested_words(result)}).")
     if len(result.improvements):
-        console.print("Improvements: " + "; ".join(f"{r.task} ({r.comparison})"
+        console.print("Improvements: " + "; ".join(f"{lit(r.task)} ({lit(r.comparison)})"
                                                    for r in result.improvements.itertuples()))
+
+
+def tested_words(result) -> str:
+    """How many tasks the check tested and how many of them could detect a rise at all:
+    ``3 of 3 tasks tested; 2 of them too small to detect any rise (see 'detectable rise')``."""
+    n, k, blind = result.n_tested, len(result.tests), result.n_undetectable
+    words = f"{n} of {k} task{'s' * (k != 1)} tested"
+    if blind:
+        words += (f"; {'all' if blind == n else blind} of them too small to detect any rise (see 'detectable "
+                  "rise')" if n > 1 else "; it is too small to detect any rise (see 'detectable rise')")
+    return words
+
+
+def check_exit_reasons(result) -> dict[int, str]:
+    """The exit statuses a check's own verdict sets (for :func:`lmra.gates_cli.final_status`):
+    ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
+    tested against the baseline"}``; empty when no task regressed."""
+    regs = result.regressions
+    if len(regs):
+        return {3: f"{len(regs)} task{'s' * (len(regs) != 1)} regressed against baseline {result.baseline_id} ("
+                   + ", ".join(sorted(set(regs["task"]))) + ")"}
+    if result.n_tested == 0:
+        return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
+    return {}
 
 
 def sensitivity_note(result) -> str:
@@ -174,12 +231,13 @@ def cmd_history(args: argparse.Namespace) -> int:
                 jsonout.emit(jsonout.task_trend_document(path, args.task, df, comparison=args.comparison,
                                                          name=args.name))
                 return 0
-            table = Table(title=f"Net rating of '{args.task}' across runs", title_justify="left")
+            table = Table(title=f"Net rating of '{lit(args.task)}' across runs", title_justify="left")
             table.add_column("run", no_wrap=True)
-            for col in ("started", "comparison", "target", "pairs", "net rating [CI]", "p"):
+            for col in ("started", "comparison", "target", "judge status", "pairs", "net rating [CI]", "p"):
                 table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
             for r in df.itertuples():
-                table.add_row(r.run_id, _short_time(r.started), r.comparison, r.target_model or "—", str(r.n_pairs),
+                table.add_row(lit(r.run_id), _short_time(r.started), lit(r.comparison), lit(r.target_model or "—"),
+                              _judge_cell(r.judge_status), str(r.n_pairs),
                               f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
             console.print(table)
             return 0
@@ -189,20 +247,23 @@ def cmd_history(args: argparse.Namespace) -> int:
         jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name))
         return 0
     if runs.empty:
-        console.print(f"no finished runs in {path.parent}" + (f" named '{args.name}'" if args.name else ""))
+        console.print(f"no finished runs in {lit(path.parent)}" + (f" named '{lit(args.name)}'" if args.name else ""))
         return 0
-    table = Table(title=f"Runs in {path}", title_justify="left")
+    table = Table(title=f"Runs in {lit(path)}", title_justify="left")
     table.add_column("run", no_wrap=True)
-    for col in ("started", "target", "judge", "judge status", "pairs", "invalid/failed", "overall net rating [CI]",
-                "pin"):
-        table.add_column(col, justify="right" if col in ("pairs", "invalid/failed") else "left")
+    counts = "valid/invalid/failed/refused"  # the four add up to the pairs scored
+    for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]", "pin"):
+        table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
     for r in runs.itertuples():
         ov = overall[overall["run_id"] == r.run_id]
-        net = "\n".join(f"{o.comparison}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
+        net = "\n".join(f"{lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
                         for o in ov.itertuples()) or "—"
-        run_cell = r.run_id if (r.status or "complete") == "complete" else f"{r.run_id}\n[bold red]{r.status}[/]"
-        table.add_row(run_cell, _short_time(r.started), r.target_model or "—", r.judge_model or "—",
-                      _judge_cell(r.judge_status), str(r.n_pairs), f"{r.n_invalid}/{r.n_failed}", net, "pinned" if r.pinned else "")
+        run_cell = (lit(r.run_id) if (r.status or "complete") == "complete"
+                    else f"{lit(r.run_id)}\n[bold red]{lit(r.status)}[/]")
+        table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
+                      _judge_cell(r.judge_status), _count(r.n_pairs_total),
+                      "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None))),
+                      net, "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions.[/]")
@@ -219,10 +280,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     result = check_run(args.run, args.baseline, history=_history_file(args, args.run), margin=args.margin,
                        alpha=args.alpha)
+    from lmra.gates_cli import final_status, print_final_status
+
     judge_blocks = result.judge_failed and not args.allow_unvalidated_judge
-    status = result.exit_status
-    if judge_blocks and status in (0, 3):
-        status = EXIT_JUDGE_FAILED
+    reasons = check_exit_reasons(result)
+    if judge_blocks:
+        reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({result.judge_status_line})"
+    status = final_status(reasons)[0]
     if args.json:
         from lmra.report import jsonout
 
@@ -234,11 +298,27 @@ def cmd_check(args: argparse.Namespace) -> int:
         return status
     console = make_console()
     print_check(console, result)
+    for line in partial_run_warnings(result):
+        console.print(Text.assemble(("warning: ", "bold yellow"), line), highlight=False, soft_wrap=True)
     if judge_blocks:
-        console.print(f"[bold red]Judge failed validation[/] ({result.judge_status_line}): the check's verdict is "
-                      f"not evidence about the chatbot (exit status {EXIT_JUDGE_FAILED}; "
-                      "--allow-unvalidated-judge to accept it).")
-    return status
+        console.print(f"[bold red]Judge failed validation[/] ({lit(result.judge_status_line)}): the check's verdict is "
+                      "not evidence about the chatbot (--allow-unvalidated-judge to accept it).")
+    return print_final_status(console, reasons)
+
+
+def partial_run_warnings(result) -> list[str]:
+    """One line per run of a :class:`lmra.monitor.CheckResult` whose status is not ``complete``
+    (a ``partial`` run is checked when named explicitly; its numbers miss the pairs lost to failed
+    calls). The exit status does not change."""
+    out = []
+    for role, rid, st, share in (("run", result.run_id, result.run_status, result.run_failed_share),
+                                 ("baseline", result.baseline_id, result.baseline_status,
+                                  result.baseline_failed_share)):
+        if st not in ("complete", "unknown"):
+            lost = f", {share:.1%} of its planned pairs lost to calls that failed" if share is not None else ""
+            out.append(f"the {role} {rid} is {st}{lost}: it was checked because it was named explicitly, on the "
+                       "pairs it scored ('last' and 'latest' skip such runs)")
+    return out
 
 
 @json_errors
@@ -258,18 +338,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         jsonout.emit(jsonout.compare_document(cmp, run_a=a.run_id, run_b=b.run_id, comparison=args.comparison))
         return 0
-    table = Table(title=f"Per-task net ratings: A = {a.run_id}, B = {b.run_id}", title_justify="left")
+    table = Table(title=f"Per-task net ratings: A = {lit(a.run_id)}, B = {lit(b.run_id)}", title_justify="left")
     for col in ("comparison", "domain", "task", "H (A)", "H (B)"):
         table.add_column(col, justify="right" if col.startswith("H") else "left")
     for r in cmp.pairs.itertuples():
-        table.add_row(r.comparison, r.domain, r.task, _fmt(r.h_a), _fmt(r.h_b))
+        table.add_row(lit(r.comparison), lit(r.domain), lit(r.task), _fmt(r.h_a), _fmt(r.h_b))
     console.print(table)
     for line in cmp.summary_lines():  # r (raw, disattenuated, caveat), EIV slope, OLS slope
         console.print(line, highlight=False, markup=False)
     console.print("[dim]Read the errors-in-variables slope: the least-squares one treats A's task ratings as exact "
                   "and is biased towards 0 (docs/nightly.md, 'How to read a slope').[/]")
     for n in cmp.notes:
-        console.print(f"[yellow]note:[/] {n}")
+        console.print(f"[yellow]note:[/] {lit(n)}")
     return 0
 
 
@@ -312,16 +392,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   else (f"> {bound:,}" if "more than" in str(r.note) else "—"))
         power = "—" if finite(r.power) is None else f"{r.power:.3f} ± {r.mc_se:.3f}"
         rates = "—" if finite(r.target_rate) is None else f"{pct(r.base_rate)} → {pct(r.target_rate)}"
-        table.add_row(r.comparison, r.task, "—" if finite(r.pilot_prompts) is None else str(int(r.pilot_prompts)),
+        table.add_row(lit(r.comparison), lit(r.task), "—" if finite(r.pilot_prompts) is None else str(int(r.pilot_prompts)),
                       "—" if finite(r.stereotyped) is None else str(int(r.stereotyped)), rates, needed, power,
                       "—" if finite(r.normal_n) is None else f"{int(r.normal_n):,}")
     console.print(table)
     for r in df.itertuples():
         if r.note:
-            console.print(f"[yellow]warning[/] ({r.task}): {r.note}.", highlight=False)
+            console.print(f"[yellow]warning[/] ({lit(r.task)}): {lit(r.note)}.", highlight=False)
     extra = ("" if args.sd is not None else " 'normal formula': what the normal approximation with the pilot's SD "
                                            "says, for comparison.")
-    console.print(f"[dim]Assumes: {df.attrs.get('assumptions', '')}{extra} A prompt's score is the mean pair score "
+    console.print(f"[dim]Assumes: {lit(df.attrs.get('assumptions', ''))}{extra} A prompt's score is the mean pair score "
                   f"over its samples; n counts prompts. Planned in {elapsed:.1f} s.[/]", highlight=False)
     return 0
 
@@ -343,10 +423,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         from lmra.gates import read_gates
 
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
-        make_console().print(f"wrote {path}")
+        make_console().print(f"wrote {lit(path)}")
         return 0
     paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
-    make_console().print("wrote " + ", ".join(str(p) for p in paths))
+    make_console().print("wrote " + lit(", ".join(str(p) for p in paths)))
     return 0
 
 
@@ -397,7 +477,7 @@ def cmd_history_page(args: argparse.Namespace) -> int:
         h.scan()
         out = write_history_page(h, args.out, name=args.name,
                                  nights=MAX_NIGHTS if args.nights is None else args.nights)
-    make_console().print(f"wrote [bold]{out}[/]")
+    make_console().print(f"wrote [bold]{lit(out)}[/]")
     return 0
 
 
@@ -436,7 +516,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             cmp = compare_runs(other, run)
         path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta,
                             transcripts=args.transcripts)
-    console.print(f"wrote [bold]{path}[/]")
+    console.print(f"wrote [bold]{lit(path)}[/]")
+    if check is not None:  # the check's verdict sets the exit status: say so last
+        from lmra.gates_cli import print_final_status
+
+        return print_final_status(console, check_exit_reasons(check))
     return status
 
 
@@ -447,13 +531,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
     with History(_history_file(args, args.run)) as h:
         run = h.resolve(args.run)
         h.pin(run)
-    make_console().print(f"pinned {run.run_id} as the baseline of runs named '{run.name}' ('--baseline pinned')")
+    make_console().print(f"pinned {lit(run.run_id)} as the baseline of runs named '{lit(run.name)}' ('--baseline pinned')")
     return 0
 
 
 def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, margin: float = 0.0,
                         alpha: float = 0.05, report: bool = True, console: Console | None = None,
-                        first_night: bool = False) -> int:
+                        first_night: bool = False, reasons: dict[int, str] | None = None,
+                        allow_unvalidated_judge: bool = False) -> int:
     """What ``lmra audit`` does after a run: register it in ``<output_dir>/history.sqlite``,
     check it against ``baseline`` (``RUN``/``last``/``pinned``) when given, and write
     ``report.html`` into the run folder.
@@ -462,8 +547,13 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
     when there is still none, nothing is checked and, for ``pinned``, the run is pinned if it
     can serve as a baseline (:func:`first_night_pin`).
 
+    ``reasons`` (optional) receives why the check sets its status (:func:`check_exit_reasons`),
+    for the audit's final status line — including exit status 5 when the baseline's (or the
+    run's) judge failed validation un-waived, as ``lmra check`` does, unless
+    ``allow_unvalidated_judge``.
+
     Returns:
-        0, or 3 when a task regressed (the audit's exit status).
+        0, or 3 when a task regressed, 2 when no task could be tested.
 
     Raises:
         LmraInputError: unresolvable or incomparable baseline (exit status 2).
@@ -489,10 +579,21 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                 cmp = compare_runs(base, run)
                 print_check(console, check)
                 status = check.exit_status
+                judge_blocks = check.judge_failed and not allow_unvalidated_judge
+                if judge_blocks and base.judge_status_gated_failure:
+                    console.print(f"[bold red]The baseline's judge failed validation[/] ({lit(base.run_id)}, "
+                                  f"{lit(check.judge_status_line)}): the check's verdict is not evidence about the "
+                                  "chatbot (--allow-unvalidated-judge to accept it; pin or name another baseline).")
+                if reasons is not None:
+                    reasons.update(check_exit_reasons(check))
+                    if judge_blocks:
+                        from lmra.judge_check import EXIT_JUDGE_FAILED
+
+                        reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({check.judge_status_line})"
         finally:  # the report is written even when the baseline is refused (exit 2)
             if report:
                 path = write_report(run, history=h, check=check, comparison=cmp)
-                console.print(f"HTML report: [bold]{path}[/]")
+                console.print(f"HTML report: [bold]{lit(path)}[/]")
     return status
 
 
@@ -521,7 +622,7 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     Returns:
         True when the run was pinned.
     """
-    name = run.name
+    name = lit(run.name)
     if not pin:
         console.print(f"[bold]First night[/]: no earlier complete run named '{name}' yet, so there is nothing to "
                       "check against ('--baseline last'); the next run is checked against this one.")
@@ -541,7 +642,7 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     h.pin(run)
     waived = " (its judge failed validation, waived)" if "waived" in run.judge_status else ""
     console.print(f"[bold]First night[/]: no pinned baseline for '{name}' yet; this run is now pinned: "
-                  f"{run.run_id}{waived}. Nothing was checked tonight; later runs named '{name}' with "
+                  f"{lit(run.run_id)}{waived}. Nothing was checked tonight; later runs named '{name}' with "
                   "'--baseline pinned' are checked against it ('lmra pin RUN' replaces the pin).")
     return True
 
@@ -587,7 +688,7 @@ def add_parsers(subparsers) -> None:
     c.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="exit as usual even when a run's judge failed validation (default: exit 5)")
     _add_store_args(c)
-    _add_json_arg(c, "lmra.check/1")
+    _add_json_arg(c, "lmra.check/2")
     c.set_defaults(func=cmd_check)
 
     k = subparsers.add_parser("compare", help="compare two runs across tasks: Pearson r and slope through 0")

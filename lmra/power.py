@@ -978,7 +978,7 @@ class PilotSD:
 
 def pilot_sd(run: RunFolder) -> PilotSD:
     """Estimate per-task and pooled SDs of the per-prompt score from a finished run."""
-    import statsmodels.api as sm
+    from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports all of statsmodels
 
     ps = run.prompt_scores
     keys = ["comparison", "domain", "task"]
@@ -988,7 +988,7 @@ def pilot_sd(run: RunFolder) -> PilotSD:
     if df < 1:
         return PilotSD(per_task, math.nan, max(df, 0))
     dummies = pd.get_dummies(ps[keys].astype(str).agg(" / ".join, axis=1), dtype=float)
-    fit = sm.OLS(ps["h"].to_numpy(float), dummies.to_numpy()).fit()
+    fit = OLS(ps["h"].to_numpy(float), dummies.to_numpy()).fit()
     return PilotSD(per_task, float(math.sqrt(fit.mse_resid)), int(fit.df_resid))
 
 

@@ -28,6 +28,11 @@ _VERSIONED = ("lmra", "llama_cpp_python", "openai", "anthropic", "pydantic", "pa
 def jsonable(o: Any) -> Any:
     """Make ``o`` strict-JSON-safe for run-folder files: NaN/inf → None, numpy scalars →
     Python numbers, paths → str; dicts and lists recursively."""
+    t = type(o)
+    if t is str or t is int or t is bool or o is None:  # most values of a row: nothing to do
+        return o
+    if t is float:
+        return o if math.isfinite(o) else None
     if isinstance(o, dict):
         return {str(k): jsonable(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):

@@ -92,7 +92,13 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Release the lock (the file stays; an unlocked file means nobody is writing)."""
+        """Release the lock (the file stays; an unlocked file means nobody is writing).
+
+        The file is deliberately not deleted: stale detection relies only on whether a process
+        holds the ``flock``, and unlinking a lock file on release lets two later processes lock
+        two different files of the same path (one opened before the unlink, one created
+        after) and write the folder at once; a reader that found no file while the manifest
+        still said ``running`` would also mark the run stale (docs/robustness.md)."""
         if self._fh is not None:
             try:
                 fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)

@@ -51,8 +51,8 @@ def mean_ci(values: Sequence[float], clusters: Sequence[object] | None = None, a
         interval and p-value are nan; with zero variance the interval is [mean, mean]
         and the p-value is 1 if mean = 0 else 0.
     """
-    import statsmodels.api as sm
     from scipy import stats as st
+    from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports all of statsmodels
 
     x = np.asarray(values, dtype=float)
     n = int(x.size)
@@ -72,7 +72,7 @@ def mean_ci(values: Sequence[float], clusters: Sequence[object] | None = None, a
     if float(np.ptp(x)) == 0.0:
         return MeanCI(m, m, m, 0.0, 1.0 if m == 0 else 0.0, n, g)
     if groups is not None and g < n:
-        fit = sm.OLS(x, np.ones((n, 1))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+        fit = OLS(x, np.ones((n, 1))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
         se = float(fit.bse[0])
         df = g - 1
     else:

@@ -89,23 +89,26 @@ def completion(body: dict, *, with_logprobs: bool = True) -> dict:
 
 
 def audit_config(path, url: str, cache, out, *, name: str = "faults", tasks: list[str], per_task: int = 2,
-                 concurrency: int = 4, retries: int | None = 1, timeout_s: float | None = 1.0, top: str = "",
-                 extra: str = "", key_env: dict[str, str] | None = None):
+                 concurrency: int | str | None = 4, retries: int | None = 1, timeout_s: float | None = 1.0,
+                 top: str = "", extra: str = "", key_env: dict[str, str] | None = None, model_extra: str = ""):
     """Write an audit config whose target and LMRA are this server (judge check off); returns ``path``.
 
-    ``top`` goes before the first table (top-level keys), ``extra`` after the last one.
+    ``top`` goes before the first table (top-level keys), ``extra`` after the last one;
+    ``model_extra`` (lines such as ``requests_per_minute = 600``) goes into both ``[target]``
+    and ``[judge]``. ``concurrency`` None leaves the field out (its default), a string is
+    written quoted (``"auto"``).
     ``key_env`` maps ``target``/``judge`` to the variable holding its key (``api_key_env``);
     a model not named sends no key (``api_key_required = false``).
     """
     model = "".join(f"{k} = {v}\n" for k, v in (("timeout_s", timeout_s), ("max_retries", retries))
-                    if v is not None)
+                    if v is not None) + (model_extra.strip() + "\n" if model_extra.strip() else "")
+    conc = "" if concurrency is None else f"concurrency = {json.dumps(concurrency)}\n"
     key = {role: f'api_key_env = "{(key_env or {})[role]}"' if role in (key_env or {}) else "api_key_required = false"
            for role in ("target", "judge")}
     path.write_text(f'''name = "{name}"
 prompts_per_task = {per_task}
 tasks = {json.dumps(tasks)}
-concurrency = {concurrency}
-cache = "{cache}"
+{conc}cache = "{cache}"
 output_dir = "{out}"
 {top}
 [judge_check]
@@ -154,7 +157,7 @@ class FaultServer:
         self.delay_s = delay_s
         self.faults = faults
         self.hang_s = hang_s
-        self.rng = random.Random(seed)
+        self.seed, self.rng = seed, random.Random(seed)
         self.lock = threading.Lock()
         self.injected: Counter = Counter()
         self.requests = 0
@@ -249,6 +252,7 @@ class FaultServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 with server.lock:
                     server.requests_by_body[_digest(body)] += 1
+                    attempt = f"{_digest(body).hex()}:{server.requests_by_body[_digest(body)]}"
                 sent = (self.headers.get("authorization") or "").removeprefix("Bearer ")
                 if server.api_key is not None and sent != server.api_key:
                     with server.lock:
@@ -260,7 +264,7 @@ class FaultServer:
                     return
                 if server.delay_s:
                     time.sleep(server.delay_s)
-                fault = server.draw(bool(body.get("logprobs")))
+                fault = server.draw(bool(body.get("logprobs")), attempt)
                 if fault == "malformed":
                     text = json.dumps(completion(body))
                     self._send(200, text[: len(text) // 2].encode())
@@ -296,13 +300,19 @@ class FaultServer:
             c["choices"][0]["message"]["content"] += self.reply_suffix
         return c
 
-    def draw(self, wants_logprobs: bool) -> str | None:
-        """The fault of the next request, or None; counted in :attr:`injected`."""
+    def draw(self, wants_logprobs: bool, attempt: str | None = None) -> str | None:
+        """The fault of the next request, or None; counted in :attr:`injected`.
+
+        ``attempt`` (the request body's digest and how often it was received) seeds the draw,
+        so which attempt of which call meets which fault does not depend on the order in which
+        concurrent requests arrive (pipelined stages, auto concurrency): a test's fault pattern
+        is the same on a busy and a quiet machine."""
         with self.lock:
             self.requests += 1
-            if self.rng.random() >= self.fault_rate:
+            rng = self.rng if attempt is None else random.Random(f"{self.seed}:{attempt}")
+            if rng.random() >= self.fault_rate:
                 return None
-            fault = self.rng.choice(self.faults)
+            fault = rng.choice(self.faults)
             if fault == "no_logprobs" and not wants_logprobs:
                 fault = "http_500"
             if fault in ("nan_logprob", "pos_logprob") and not wants_logprobs:

@@ -60,7 +60,7 @@ def test_smoke_audit_on_embedded_model(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     js = summary["judge_status"]
     assert js["status"] == "failed" and js["waived"] and not js["gated"] and "270M" in js["waiver"]
-    assert any("valid-option mass" in r for r in js["reasons"])
+    assert any("planted stereotypes" in r for r in js["reasons"])  # it detects none of them
     out = proc.stdout
     assert "Judge status: FAILED" in out and out.index("Judge status: FAILED") < out.index("Harmful-stereotype")
     assert "Waived (example on the embedded 270M base model" in " ".join(out.split())
@@ -112,13 +112,16 @@ def test_logged_traffic_audit_on_embedded_model(tmp_path):
 
 
 def test_judge_check_fails_the_embedded_base_model(tmp_path):
-    """`lmra judge-check` without an audit: the 270M base model fails on valid-option mass
-    (exit 5), and the verdict names each failed criterion."""
+    """`lmra judge-check` without an audit: the 270M base model fails (exit 5) — it detects
+    none of the planted stereotypes — and the verdict names each failed criterion. Prompted as a
+    transcript ending "Assistant: The answer is", it does answer with an option letter (with
+    Gemma chat turns its valid-option mass was 0.02)."""
     proc = _run(tmp_path, "judge-check", "--dimension", "gender", "--per-kind", "1", "--json",
                 "--out", str(tmp_path / "jc"))
     assert proc.returncode == 5, proc.stderr
     verdict = json.loads(proc.stdout)
     assert verdict["n_canaries"] == 5 and not verdict["passed"]
-    assert not verdict["criteria"]["valid_option_mass"]["passed"]
-    assert verdict["valid_option_mass"] < 0.5
+    assert not verdict["criteria"]["sensitivity"]["passed"] and verdict["sensitivity"] < 0.8
+    assert any("planted stereotypes" in r for r in verdict["reasons"])
+    assert verdict["valid_option_mass"] > 0.3
     assert (tmp_path / "jc" / "judge_check_ratings.jsonl").is_file()

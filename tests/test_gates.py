@@ -175,14 +175,14 @@ def test_each_gate_is_breached_above_its_bound_and_met_at_it(measured, name):
     assert len([ln for ln in lines if ln.startswith(f"GATE BREACHED {name}: ")]) == len(above)
     label = GATES[name].label
     assert any(f"{label}" in ln and f"> {bound:g}" in ln for ln in lines)
-    assert "release gates NOT met (exit status 6)" in lines[-1]
+    assert lines[-1].endswith("release gates NOT met") and "exit status" not in lines[-1]
 
 
 def test_breach_line_names_gate_task_comparison_value_and_bound(measured):
     hi = measured.per_task.set_index("task").loc["write a story", "ci_high"]
     res = evaluate_gates(measured, GatesConfig(max_ci_high=0.02))
     line = next(ln for ln in res.lines() if "'write a story'" in ln)
-    assert line.startswith(f"GATE BREACHED max_ci_high: task 'write a story' (female vs male) CI high {hi:.4g} > 0.02")
+    assert line.startswith(f"GATE BREACHED max_ci_high: task 'write a story' (female vs male) CI high {hi:+.4f} > 0.02")
 
 
 def test_per_task_override_replaces_the_bound_for_its_task_only(measured):
@@ -243,9 +243,10 @@ def test_audit_records_gates_and_exits_6_with_one_line_per_breach(tmp_path, caps
     assert rc == 6
     h = pd.read_csv(run_dir / "per_task.csv").set_index("task")["net_rating"]
     assert f"GATE BREACHED max_net_rating: task 'write a story' (female vs male) net rating " \
-           f"{h['write a story']:.4g} > 0.01" in text
+           f"{h['write a story']:+.4f} > 0.01" in text
     assert "career advice' (female vs male) net rating" not in text  # met: no line
-    assert "gates: 3 checked (4 values): 1 breached (max_net_rating) — release gates NOT met (exit status 6)" in text
+    assert "gates: 3 checked (4 values): 1 breached (max_net_rating) — release gates NOT met\n" in text
+    assert text.rstrip().splitlines()[-1] == "exit status 6: release gates not met (breached: max_net_rating)"
     doc = json.loads((run_dir / "gates.json").read_text())
     assert doc["schema"] == GATES_SCHEMA and doc["evaluated_by"] == "lmra audit" and doc["exit_status"] == 6
     assert doc["checked"] == ["max_net_rating", "max_ci_high", "max_overall_ci_high"]
@@ -317,12 +318,14 @@ def test_exit_precedence():
 # -- lmra gate RUN ------------------------------------------------------------------------------
 def test_gate_command_on_an_existing_run(measured, tmp_path, capsys):
     h = measured.per_task.set_index("task")
-    rc, text = gate(capsys, measured.path, "--gate", "max_ci_high=1", "--no-record")
+    rc, text = gate(capsys, measured.path, "--gate", "max_ci_high=1")
     assert rc == 0 and "gates: 1 checked (2 values), all passed" in text
-    assert not (measured.path / "gates.json").exists()  # --no-record
+    assert not (measured.path / "gates.json").exists()  # recorded only with --record
+    assert gate(capsys, measured.path, "--gate", "max_ci_high=-1", "--no-record")[0] == 6  # still accepted
+    assert not (measured.path / "gates.json").exists()
     nightly = tmp_path / "nightly.toml"  # a whole audit config: only its [gates] table is used
     nightly.write_text('name = "x"\n[gates]\nmax_ci_high = 0.02\n[gates.tasks."career advice"]\nmax_ci_high = 0.9\n')
-    rc, text = gate(capsys, measured.path, "--config", nightly, "--json")
+    rc, text = gate(capsys, measured.path, "--config", nightly, "--json", "--record")
     doc = json.loads(text[:text.rindex("}") + 1])
     assert rc == 6 and doc["schema"] == GATES_SCHEMA and doc["exit_status"] == 6 and doc["passed"] is False
     assert [(b["task"], b["value"], b["bound"]) for b in doc["breaches"]] == [
@@ -376,7 +379,7 @@ def test_config_errors_exit_2_naming_file_line_and_field(tmp_path, capsys, monke
 @pytest.mark.parametrize("value,needle", [
     ("max_ci_high", "is not NAME=VALUE"),
     ("max_ci_hi=0.02", "unknown gate 'max_ci_hi'"),
-    ("max_ci_high=abc", "is not a number"),
+    ("max_ci_high=abc", "is not a decimal number"),
     ("max_ci_high=2", "in [-1, 1]"),
     ("max_refusal_gap=-0.1", "in [0, 1]"),
     ("max_ci_high=nan", "finite number"),
@@ -396,3 +399,31 @@ def test_command_line_quality_gate_without_quality_is_refused_before_any_call(tm
     cfg = write_config(tmp_path)
     rc, text, run_dir = audit(capsys, cfg, "--gate", "max_quality_gap=0.1")
     assert rc == 2 and "option --gate" in text and "[quality] enabled = false" in text and run_dir is None
+
+
+# -- a per-task override must name a task the audit measures (validate and audit, before any call) ----
+@pytest.mark.parametrize("top,bad,suggest", [
+    ("", "write a storyy", "did you mean 'write a story'?"),  # no such task in the prompt file
+    ('tasks = ["career advice"]', "write a story", ""),      # in the file, but not audited (tasks list)
+])
+def test_gate_override_for_a_task_the_audit_does_not_measure_exits_2(tmp_path, capsys, top, bad, suggest):
+    cfg = write_config(tmp_path, top=top, gates=f'[gates]\nmax_ci_high = 0.5\n\n[gates.tasks."{bad}"]\n'
+                                                f'max_ci_high = 0.9\n')
+    line = cfg.read_text().splitlines().index(f'[gates.tasks."{bad}"]') + 1
+    for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress"]):
+        rc = main(argv)
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2, err
+        assert f"{cfg.name}, line {line}: field 'gates.tasks.{bad}'" in err and "Traceback" not in err
+        assert f"names task '{bad}', which this audit does not measure" in err and suggest in err
+        assert "audited tasks: 'career advice'" in err
+    assert not (tmp_path / "reports").exists()  # refused before any run folder exists
+    # --json: the same error as an lmra.error/1 document
+    assert main(["validate", str(cfg), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["error"]["field"], doc["error"]["line"]) == (f"gates.tasks.{bad}", line)
+
+
+def test_gate_override_naming_an_audited_task_validates(tmp_path, capsys):
+    cfg = write_config(tmp_path, gates='[gates.tasks."write a story"]\nmax_ci_high = 0.9\n')
+    assert main(["validate", str(cfg)]) == 0 and "valid" in capsys.readouterr().out

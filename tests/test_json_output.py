@@ -56,10 +56,11 @@ def test_check_json_matches_check_run_and_the_table(runs, capsys, tmp_path):
     argv = ["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--history", hist]
     rc_json, doc, rc_table, table = _both(capsys, argv)
     assert rc_json == rc_table == doc["exit_status"] == 3
-    assert doc["schema"] == "lmra.check/1" and doc["verdict"] == "regression"
+    assert doc["schema"] == "lmra.check/2" and doc["verdict"] == "regression"
     assert (doc["run_id"], doc["baseline_id"]) == (runs["rise"].name, runs["base"].name)
     assert (doc["margin"], doc["alpha"], doc["n_tested"]) == (0.0, 0.05, 2)
-    assert doc["judge_status"] == {"run": "not_checked", "baseline": "not_checked", "failed": False, "waived": False}
+    assert doc["judge_status"] == {"run": "not_checked", "baseline": "not_checked", "gated_failure": False,
+                                   "waived_by": None}
     res = check_run(runs["rise"], runs["base"], history=hist, record=False)
     ref = res.tests.set_index("task")
     assert [t["task"] for t in doc["tests"]] == res.tests["task"].tolist()
@@ -116,11 +117,13 @@ def test_check_json_judge_failure_exit_5_and_waiver(runs, capsys, tmp_path):
     argv = ["check", str(failed), "--baseline", str(runs["base"]), "--history", str(tmp_path / "h.sqlite")]
     rc_json, doc, rc_table, table = _both(capsys, argv)
     assert rc_json == rc_table == doc["exit_status"] == 5
-    assert doc["judge_status"] == {"run": "failed", "baseline": "not_checked", "failed": True, "waived": False}
+    assert doc["judge_status"] == {"run": "failed", "baseline": "not_checked", "gated_failure": True,
+                                   "waived_by": None}
     assert doc["verdict"] == "regression" and "Judge failed validation" in table
     rc_json, doc, rc_table, _ = _both(capsys, argv + ["--allow-unvalidated-judge"])
     assert rc_json == rc_table == doc["exit_status"] == 3
-    assert doc["judge_status"]["waived"] is True
+    assert doc["judge_status"] == {"run": "failed", "baseline": "not_checked", "gated_failure": False,
+                                   "waived_by": "command line"}
 
 
 # -- history -------------------------------------------------------------------------------

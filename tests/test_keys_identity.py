@@ -392,3 +392,24 @@ def test_foreign_template_tokens_are_warned_once_per_model_and_token_and_counted
     assert proc.returncode == 0 and "chat-template token" not in proc.stderr
     _, manifest = _manifest(tmp_path / "clean")
     assert manifest["target"]["template_tokens"] == {"responses": 0, "tokens": {}}
+
+
+def test_reported_identity_is_cleaned_and_a_fingerprint_that_appears_is_a_change():
+    """Break-it: NUL and U+202E from the server reached manifest and report.html raw; a
+    fingerprint appearing between runs (none → fp_abc) was not reported."""
+    from lmra.identity import MAX_REPORTED_CHARS, ServedCounts, clean_reported, identity_changes
+    from lmra.providers.base import ChatResult
+
+    assert clean_reported("gpt\x00-4o\u202e-evil\n") == "gpt-4o-evil"
+    assert clean_reported("m" * 500).endswith("…") and len(clean_reported("m" * 500)) == MAX_REPORTED_CHARS
+    counts = ServedCounts()
+    counts.observe(ChatResult(text="hi", served_model="a\u202eb", system_fingerprint="\x00"))
+    assert dict(counts.model) == {"ab": 1} and not counts.system_fingerprint  # an all-control value is none
+
+    def manifest(fp):
+        return {"target": {"served": {"model": {"m": 3}, "system_fingerprint": fp}}}
+
+    assert identity_changes(manifest({}), manifest({"fp_abc": 3})) == [
+        "the target's system fingerprint changed: (none) → fp_abc"]
+    assert identity_changes(manifest({"fp_abc": 3}), manifest({"fp_abc": 1})) == []
+    assert identity_changes({}, manifest({"fp_abc": 3})) == []  # an older run without a record: not compared

@@ -4,11 +4,15 @@ local OpenAI-compatible server (tests/faultserver.py, no faults).
 
 Night 1 has no pinned baseline: it must exit 0, pin its run and export it. Night 2 must be
 checked against that pin (exit 0, the check recorded in the history) and export its own run,
-not night 1's. Night 3 finds the endpoint down: exit 1 and no export (an export of ``latest``
-would have passed night 2's run off as night 3's). The clock is the only double: a ``date``
-on PATH answers the night's date.
+not night 1's, its Prometheus metrics (parsed with prometheus_client's parser) and the history
+page of both nights. Night 3 finds the endpoint down: exit 1 and no export (an export of
+``latest`` would have passed night 2's run off as night 3's). The API key reaches the audit
+only through the script's env file (mode 600), extra audit flags only through
+``LMRA_AUDIT_ARGS``, and each night's output lands in its own ``logs/nightly-<night>.log``.
+The clock is the only double: a ``date`` on PATH answers the night's date.
 """
 
+import json
 import os
 import re
 import shutil
@@ -19,12 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from faultserver import FaultServer, audit_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["write a story"]
 NIGHTS = ("20261130", "20261201")  # night 3, 20261202, finds the endpoint down
+KEY_VAR = "ASSISTANT_API_KEY"  # set only in the script's env file
+AUDIT_ARGS = "--gate max_net_rating=1 --gate max_overall_net_rating=1"  # always met: they must reach the audit
 
 
 def nightly_script() -> str:
@@ -67,17 +74,24 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
         # 5 prompts per task: with 2 per run no permutation split could reach p ≤ 0.05, and a check
         # that cannot fail exits 2; the judge thresholds are off because the server's LMRA is noise
         audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
-                     per_task=5, retries=0, timeout_s=10,
+                     per_task=5, retries=0, timeout_s=10, key_env={"target": KEY_VAR, "judge": KEY_VAR},
                      extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
+        env_file = tmp_path / "etc-lmra-env"  # the keys, as /etc/lmra/env: read by the script, not inherited
+        env_file.write_text(f"{KEY_VAR}=sk-local-test\n")
+        env_file.chmod(0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_") and k != KEY_VAR} | {
             "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(venv),
-            "PATH": f"{clock}:{os.environ.get('PATH', '')}", "OPENAI_API_KEY": "sk-local-test", "COLUMNS": "200"}
+            "LMRA_METRICS": str(tmp_path / "textfile_collector"), "LMRA_ENV_FILE": str(env_file),
+            "LMRA_AUDIT_ARGS": AUDIT_ARGS, "PATH": f"{clock}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
         for night in NIGHTS:
             r = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": night}, capture_output=True,
                                text=True, timeout=300)
             assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
             run_dir = Path((home / "last-run-dir.txt").read_text().strip())
             results.append((r, run_dir))
+            if night == NIGHTS[1]:  # what the dashboards have after night 2
+                history_page = (home / "reports" / "history.html").read_text()
+                prom = (tmp_path / "textfile_collector" / "lmra_nightly.prom").read_text()
     # night 3: the chatbot's endpoint is down (the server is gone): a failed run, exported nowhere
     n3 = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": "20261202"}, capture_output=True, text=True,
                         timeout=300)
@@ -116,6 +130,27 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     run3 = Path((home / "last-run-dir.txt").read_text().strip())
     assert run3 not in (run1, run2) and (run3 / "manifest.json").is_file()  # the failed night's own folder
     assert not (tmp_path / "dashboards" / "20261202").exists()  # not night 2's run exported as night 3's
+    # the keys came from the env file, the gates from LMRA_AUDIT_ARGS (both recorded by each night)
+    for run in (run1, run2):
+        gates = json.loads((run / "gates.json").read_text())
+        assert gates["checked"] == ["max_net_rating", "max_overall_net_rating"] and gates["passed"] is True
+    # one log per night: a dated header, only that night's output, the exit status last;
+    # logs/latest.log is tonight's (night 3's)
+    logs = {n: (home / "logs" / f"nightly-{n}.log").read_text() for n in (*NIGHTS, "20261202")}
+    for (night, log), (proc, status) in zip(logs.items(), [(n1, 0), (n2, 0), (n3, 1)]):
+        assert log.startswith(f"=== nightly {night} ===\n"), log[:200]
+        assert log.count("=== nightly ") == 1 and log.rstrip().endswith(f"=== nightly.sh: exit status {status} ===")
+        assert log == proc.stdout  # the log holds what the script printed, stdout and stderr
+        assert re.findall(r"^exit status (\d+)", log, re.M) == [str(status)]  # the audit's final line
+    assert (home / "logs" / "latest.log").resolve() == (home / "logs" / "nightly-20261202.log").resolve()
+    # the dashboards after night 2: the history page with both nights, night 2's metrics
+    assert run1.name in history_page and run2.name in history_page
+    families = {f.name: f for f in text_string_to_metric_families(prom)}
+    (info,) = families["lmra_run_info"].samples
+    assert info.labels["run_id"] == run2.name
+    net = {s.labels["task"]: s.value for s in families["lmra_task_net_rating"].samples}
+    expected2 = pd.read_csv(run2 / "per_task.csv").set_index("task")["net_rating"]
+    assert net == {t: pytest.approx(expected2[t]) for t in TASKS}
     # `lmra history` marks the pin
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["history", "--reports-dir", str(home / "reports")]) == 0

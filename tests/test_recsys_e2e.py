@@ -91,6 +91,10 @@ values = { gender = ["a boy", "a girl"], age = ["a young", "an old"] }
     fair = pd.read_csv(run / "recsys_fairness.csv")
     assert set(fair["attribute"]) <= {"gender", "age"}
     assert fair["snsr"].between(0, 1).all() and (fair["snsv"] <= fair["snsr"] + 1e-12).all()
+    # the base model's answers start with the list prefill, so they parse and the tables are not empty
+    assert all(r["raw"].startswith("Here are 5 song titles:\n1.") for r in lists)
+    assert with_items >= 12 and summary["items_parsed"] >= 30
+    assert (sim["n"] > 0).all() and set(fair["attribute"]) == {"gender", "age"}
 
     # same config again: every call comes from the cache
     (tmp_path / "out2").mkdir()

@@ -210,3 +210,46 @@ def test_tasks_too_small_to_reach_significance_are_not_tested(tmp_path):
     res = check_regression(load_run(b), load_run(a))
     assert res.n_tested == 0 and res.exit_status == 2
     assert all("too few prompts to reach significance" in n for n in res.tests["note"])
+
+
+def test_holm_unreachable_tasks_are_left_out_by_size_alone():
+    """Break-it case: 3 tasks of 3 + 3 prompts at α = 0.05 — each task's smallest possible p is
+    1/C(6, 3) = 0.05, above Holm's first threshold 0.05/3, so no outcome could be flagged: the
+    check said "3 of 3 tested, no regression" while every task rose from 0 to 1."""
+    import numpy as np
+
+    from lmra.monitor import smallest_pvalue, unreachable_tasks
+
+    assert smallest_pvalue(3, 3) == pytest.approx(1 / 20) and smallest_pvalue(4, 4) == pytest.approx(1 / 70)
+    assert smallest_pvalue(40, 40) == pytest.approx(1 / 10_000)  # random splits: (b + 1)/(B + 1)
+    out = unreachable_tasks(np.array([3, 3, 3]), np.array([3, 3, 3]), 0.05)
+    assert sorted(out) == [0, 1, 2] and all(v == pytest.approx(0.05) for v in out.values())
+    # one task alone at 3 + 3 can reach 0.05 (p ≤ α)
+    assert unreachable_tasks(np.array([3]), np.array([3]), 0.05) == {}
+    # 27 tasks of 4 + 4: 1/70 > 0.05/27, all left out; with 2 larger tasks those two stay testable
+    assert len(unreachable_tasks(np.full(27, 4), np.full(27, 4), 0.05)) == 27
+    n = np.array([40, 40] + [4] * 25)
+    out = unreachable_tasks(n, n, 0.05)
+    assert sorted(out) == list(range(2, 27))  # 1e-4 ≤ 0.05/2 for the two big tasks
+    # a task with < 2 prompts is not in the family at all (not reported here)
+    assert unreachable_tasks(np.array([1, 3]), np.array([5, 3]), 0.05) == {}
+
+
+def test_check_with_only_unreachable_tasks_tests_nothing(tmp_path):
+    """End to end: both tasks rise from 0 to a stereotype in every prompt on 3 + 3 prompts; at
+    α = 0.05 over 2 tasks Holm needs p ≤ 0.025 but 3 + 3 prompts cannot go below 0.05. The check
+    must not say 'no regression': nothing is testable (exit status 2)."""
+    import numpy as np
+
+    from monitor_helpers import make_run
+    from lmra.monitor import check_regression
+
+    base = load_run(make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0},
+                             seed=1, n_prompts=6))
+    run = load_run(make_run(tmp_path, "20260102-000000-nightly", {"write a story": 1.0, "career advice": 1.0},
+                            seed=2, n_prompts=6))
+    res = check_regression(run, base, margin=0.0, alpha=0.05)
+    assert (res.tests["n_run"] == 3).all() and (res.tests["diff"] > 0.5).all()
+    assert res.n_tested == 0 and res.exit_status == 2 and not len(res.regressions)
+    assert all("too few prompts to reach significance" in n for n in res.tests["note"])
+    assert np.isnan(res.tests["p_regress"]).all()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from pydantic import BaseModel
 
@@ -45,15 +46,32 @@ def lexical_hits(text: str, names: Iterable[str] = ()) -> list[str]:
         The matched phrases (empty when none), in order of the patterns.
     """
     hits = [m.group(0) for p in _PATTERNS for m in [p.search(text)] if m]
-    name_alt = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True) if n)
-    if name_alt:
-        intro = re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt})\b"
-                           rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt})\b|[-—]\s*(?:{name_alt})\s*$",
-                           re.I | re.M)
+    intro = intro_pattern(names if isinstance(names, tuple) else tuple(names))
+    if intro is not None:
         m = intro.search(text)
         if m:
             hits.append(m.group(0))
     return hits
+
+
+@lru_cache(maxsize=16)
+def intro_pattern(names: tuple[str, ...]) -> re.Pattern | None:
+    """The self-introduction regex of a name list, built and compiled once per list (an audit
+    checks every prompt against the same list).
+
+    Args:
+        names: first names, in any order (duplicates and empty strings are ignored).
+
+    Returns:
+        a case-insensitive, multi-line pattern matching "I'm Maria", "call me John", "this is
+        David", "- Ashley" at a line end …; longer names are tried first. None for no names.
+    """
+    name_alt = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True) if n)
+    if not name_alt:
+        return None
+    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt})\b"
+                      rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt})\b|[-—]\s*(?:{name_alt})\s*$",
+                      re.I | re.M)
 
 
 class FilterDecision(BaseModel):

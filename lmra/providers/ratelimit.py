@@ -16,8 +16,20 @@ is 1 for the request limit and, for the token limit, an estimate made *before* t
 (:func:`estimate_tokens`: prompt characters / 4 plus ``max_tokens``, which is also how the
 big APIs count a request against their token limit). When the call returns, the estimate is
 corrected with the real ``usage`` (prompt + completion tokens): ``tat`` moves by
-``(actual - estimate) / rate`` and waiting calls are woken, so a pessimistic estimate does
-not throttle the run. Waiting calls are served first in, first out.
+``(actual - booked) / rate`` and waiting calls are woken, so a pessimistic estimate does
+not throttle the run. Once calls have reported their usage, a call is booked at its
+estimate × the observed mean ratio of usage to estimate (never above the estimate): with
+many calls in flight, worst-case bookings not yet corrected would otherwise hold the
+token rate far below the limit. Waiting calls are served first in, first out.
+
+Calls in flight: a limit is only reached when enough calls are in flight, ``rate ×
+latency`` of them (Little's law). :class:`InFlight` sizes them automatically (the audit's
+``concurrency = "auto"``): ``ceil(rate × observed latency × AUTO_HEADROOM)``, at most
+``AUTO_MAX_CONCURRENCY`` (or the model's ``max_concurrency``), re-sized as latencies are
+observed. The rate is the request limit in calls/s or, for a token limit, the limit in
+tokens/s ÷ the observed tokens per call (whichever is lower). :func:`limit_models` gives the
+models of an audit that share an endpoint, a model and the same limits one limiter and one
+:class:`InFlight`, since a provider counts their calls against one limit.
 
 Retries are *not* done here: the official SDKs retry 429/5xx/timeouts with backoff
 (``max_retries``); a call that still fails raises :class:`~lmra.providers.base.ProviderError`
@@ -27,10 +39,16 @@ and is counted as failed by :class:`~lmra.cache.CachedProvider`.
 from __future__ import annotations
 
 import asyncio
+import collections
+import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider
+
+if TYPE_CHECKING:
+    from lmra.config import ModelConfig
 
 #: Characters per token assumed by :func:`estimate_tokens` (a common rule of thumb for
 #: English with BPE tokenizers; errs on the high side of the token count for most text).
@@ -38,6 +56,18 @@ CHARS_PER_TOKEN = 4.0
 #: Tokens added per message for role and separators, and per request for the reply primer.
 TOKENS_PER_MESSAGE = 4
 TOKENS_PER_REQUEST = 3
+#: ``concurrency = "auto"``: calls in flight = rate × observed latency × this (a small queue
+#: waits at the limiter, so that no call start is missed when latencies vary)
+AUTO_HEADROOM = 1.25
+#: ``concurrency = "auto"``: at most this many calls in flight per limit (a model's ``max_concurrency`` lowers it)
+AUTO_MAX_CONCURRENCY = 256
+#: ``concurrency = "auto"``: the latency assumed until the first answer (s); the limiter spaces
+#: the first calls, so only a slow endpoint ever has this many in flight
+AUTO_INITIAL_LATENCY_S = 1.0
+#: weight of the newest observation in the running mean latency and tokens per call
+_EWMA_WEIGHT = 0.05
+#: observations before an explicit concurrency is judged too low for the limit (a warning)
+_WARN_AFTER = 50
 
 
 def estimate_prompt_tokens(request: ChatRequest) -> int:
@@ -111,6 +141,25 @@ class RateLimiter:
         self._changed: asyncio.Event | None = None
         #: total seconds calls spent waiting for the limiter (for reports and benchmarks)
         self.waited_s = 0.0
+        #: latencies and tokens of the calls it let through (recorded by :class:`RateLimitedProvider`)
+        self.observed = CallMeter()
+
+    def calls_per_s(self, tokens_per_call: float | None = None) -> float | None:
+        """Calls per second the limits allow: ``requests_per_minute / 60``, and for a token
+        limit ``tokens_per_minute / 60 / tokens_per_call`` (default: the observed mean, or
+        the first estimate), whichever is lower; None when neither limit is set."""
+        rates = []
+        if self.requests_per_minute:
+            rates.append(self.requests_per_minute / 60.0)
+        tokens = tokens_per_call or self.observed.tokens_per_call
+        if self.tokens_per_minute and tokens:
+            rates.append(self.tokens_per_minute / 60.0 / tokens)
+        return min(rates) if rates else None
+
+    def describe(self) -> str:
+        """The limits as configured: ``requests_per_minute = 9600`` and/or ``tokens_per_minute = …``."""
+        return " and ".join(f"{k} = {v:g}" for k, v in (("requests_per_minute", self.requests_per_minute),
+                                                        ("tokens_per_minute", self.tokens_per_minute)) if v)
 
     def _primitives(self) -> tuple[asyncio.Lock, asyncio.Event]:
         loop = asyncio.get_running_loop()
@@ -118,14 +167,18 @@ class RateLimiter:
             self._loop, self._lock, self._changed = loop, asyncio.Lock(), asyncio.Event()
         return self._lock, self._changed  # type: ignore[return-value]
 
-    async def acquire(self, tokens: int = 0) -> None:
+    async def acquire(self, tokens: int = 0) -> int:
         """Wait until a call with ``tokens`` estimated tokens may start, then book it.
 
         Calls are served in arrival order. A single call larger than the per-minute token
         limit is let through alone (it cannot be split) and delays the following calls.
+
+        Returns:
+            the tokens booked on the token limit: the estimate × the usage ratio observed
+            when the call starts (:meth:`CallMeter.booking`), to be corrected by :meth:`correct`.
         """
         if self._req is None and self._tok is None:
-            return
+            return tokens
         lock, changed = self._primitives()
         t_in = self._clock()
         async with lock:
@@ -146,8 +199,10 @@ class RateLimiter:
             if self._req is not None:
                 self._req.take(1, at)
             if self._tok is not None:
+                tokens = self.observed.booking(tokens)
                 self._tok.take(tokens, at)
         self.waited_s += self._clock() - t_in
+        return tokens
 
     def correct(self, estimated: int, actual: int) -> None:
         """Replace a booked token estimate by the real count (either direction)."""
@@ -156,6 +211,133 @@ class RateLimiter:
         self._tok.adjust(actual - estimated)
         if self._changed is not None:
             self._changed.set()
+
+
+class CallMeter:
+    """Running means of the latency (s) and the tokens (prompt + completion) of the calls
+    through one limiter: exponentially weighted, the newest call weighing ``_EWMA_WEIGHT``."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.latency_s: float | None = None
+        self.tokens_per_call: float | None = None
+        #: mean of the reported usage ÷ the estimate before the call (None until a call reports usage)
+        self.usage_ratio: float | None = None
+        #: an explicit concurrency too low for the limit has been reported (once per limiter)
+        self.warned = False
+        #: calls sent and not answered yet, and the most there were at once
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    def record(self, latency_s: float, tokens: float, estimate: float | None = None) -> None:
+        """Add one finished call: ``latency_s`` ≥ 0 without the limiter's wait, ``tokens`` > 0,
+        and ``estimate`` > 0, its estimate before the call, when ``tokens`` is its reported usage."""
+        self.n += 1
+        w = 1.0 if self.n == 1 else _EWMA_WEIGHT
+        self.latency_s = latency_s if self.latency_s is None else self.latency_s + w * (latency_s - self.latency_s)
+        self.tokens_per_call = tokens if self.tokens_per_call is None else (self.tokens_per_call
+                                                                            + w * (tokens - self.tokens_per_call))
+        if estimate:
+            ratio = tokens / estimate
+            self.usage_ratio = ratio if self.usage_ratio is None else self.usage_ratio + _EWMA_WEIGHT * (
+                ratio - self.usage_ratio)
+
+    def booking(self, estimate: int) -> int:
+        """Tokens to book for a call estimated at ``estimate``: the estimate × the observed usage
+        ratio, at least 1 and at most the estimate (the estimate itself before any usage)."""
+        if self.usage_ratio is None or self.usage_ratio >= 1.0:
+            return estimate
+        return max(1, min(estimate, math.ceil(estimate * self.usage_ratio)))
+
+
+class InFlight:
+    """Calls in flight for one rate limit, sized by Little's law (``concurrency = "auto"``).
+
+    ``size = ceil(rate × latency × headroom)``, within ``[1, cap]``: ``rate`` is what the
+    limiter allows in calls/s (:meth:`RateLimiter.calls_per_s` at the observed tokens per call),
+    ``latency`` the observed mean latency of its calls (s, without the limiter's wait;
+    ``initial_latency_s`` until the first answer). The size follows every answer; calls
+    waiting for a slot are served first in, first out. Use as ``async with in_flight: ...``.
+
+    Args:
+        limiter: the limits served (at least one set).
+        headroom: ≥ 1; calls in flight beyond ``rate × latency`` wait at the limiter, so that
+            no call start is missed when latencies vary.
+        cap: the most calls in flight (≥ 1).
+        initial_latency_s: latency assumed before the first answer (> 0).
+        on_sized: called once, with :meth:`describe`, after ``_WARN_AFTER`` answers.
+
+    Raises:
+        ValueError: ``headroom`` < 1, ``cap`` < 1 or ``initial_latency_s`` ≤ 0.
+    """
+
+    def __init__(self, limiter: RateLimiter, *, headroom: float = AUTO_HEADROOM, cap: int = AUTO_MAX_CONCURRENCY,
+                 initial_latency_s: float = AUTO_INITIAL_LATENCY_S,
+                 on_sized: Callable[[str], None] | None = None):
+        if headroom < 1 or cap < 1 or initial_latency_s <= 0:
+            raise ValueError("headroom must be >= 1, cap >= 1 and initial_latency_s > 0")
+        self.limiter = limiter
+        self.headroom = headroom
+        self.cap = cap
+        self.initial_latency_s = initial_latency_s
+        self.on_sized = on_sized
+        self._active = 0
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+
+    @property
+    def size(self) -> int:
+        """Calls allowed in flight now (1 … cap)."""
+        rate = self.limiter.calls_per_s()
+        if rate is None:
+            return self.cap
+        latency = self.limiter.observed.latency_s
+        latency = self.initial_latency_s if latency is None else latency
+        return max(1, min(self.cap, math.ceil(rate * latency * self.headroom)))
+
+    def describe(self) -> str:
+        """``"40 in flight for 160 calls/s at ~0.20 s"`` (the latency observed so far)."""
+        rate, latency = self.limiter.calls_per_s(), self.limiter.observed.latency_s
+        at = f"~{latency:.2f} s" if latency is not None else f"{self.initial_latency_s:g} s assumed"
+        return f"{self.size} in flight for {rate or 0:.4g} calls/s at {at}"
+
+    def observed(self) -> None:
+        """An answer was recorded in the limiter's :class:`CallMeter`: re-size, wake waiting calls."""
+        self._wake()
+        if self.on_sized is not None and self.limiter.observed.n == _WARN_AFTER:
+            self.on_sized(self.describe())
+
+    def _wake(self) -> None:
+        while self._waiters and self._active < self.size:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self._active += 1
+                fut.set_result(None)
+
+    async def __aenter__(self) -> "InFlight":
+        if self._active < self.size and not self._waiters:
+            self._active += 1
+            return self
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():  # granted a slot, then cancelled: give it back
+                self._release()
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        self._active -= 1
+        self._wake()
 
 
 class RateLimitedProvider:
@@ -170,6 +352,14 @@ class RateLimitedProvider:
         limiter: share one :class:`RateLimiter` between several wrappers (e.g. a target and a
             judge on the same account); when given, the two limits above are ignored.
         estimator: request → estimated tokens before the call (default :func:`estimate_tokens`).
+        in_flight: calls in flight sized from the limit (``concurrency = "auto"``; may be
+            shared with other wrappers of the same limiter); replaces ``max_concurrency``.
+        concurrency: the caller's own bound on calls in flight (the audit's explicit
+            ``concurrency``): once ``_WARN_AFTER`` calls are observed, ``on_notice`` is told
+            (once per limiter) when it, or ``max_concurrency``, is too low to reach the limit at
+            the observed latency (bound ÷ latency < the limit's calls/s).
+        on_notice: receives that one-line warning.
+        label: how the warning names the model (e.g. ``judge 'gpt-4o'``).
 
     Attributes:
         name, model_id, base_url, supports_logprobs: those of ``inner`` (cache keys unchanged).
@@ -181,9 +371,15 @@ class RateLimitedProvider:
 
     def __init__(self, inner: Provider, *, requests_per_minute: float | None = None,
                  tokens_per_minute: float | None = None, max_concurrency: int | None = None,
-                 limiter: RateLimiter | None = None, estimator: Callable[[ChatRequest], int] = estimate_tokens):
+                 limiter: RateLimiter | None = None, estimator: Callable[[ChatRequest], int] = estimate_tokens,
+                 in_flight: InFlight | None = None, concurrency: int | None = None,
+                 on_notice: Callable[[str], None] | None = None, label: str = ""):
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        self.in_flight = in_flight
+        self._bound = min(b for b in (concurrency, max_concurrency, math.inf) if b is not None)
+        self._on_notice = on_notice
+        self._label = label or f"{inner.name} '{inner.model_id}'"
         self.inner = inner
         self.name = inner.name
         self.model_id = inner.model_id
@@ -208,8 +404,11 @@ class RateLimitedProvider:
 
         Raises:
             whatever the inner provider raises (normally ProviderError after the SDK's retries).
-            A failed call keeps its estimated token booking (the API may have counted it).
+            A failed call keeps its token booking (the API may have counted it).
         """
+        if self.in_flight is not None:
+            async with self.in_flight:
+                return await self._limited(request)
         sem = self._semaphore()
         if sem is not None:
             async with sem:
@@ -218,21 +417,128 @@ class RateLimitedProvider:
 
     async def _limited(self, request: ChatRequest) -> ChatResult:
         est = self._estimator(request)
-        await self.limiter.acquire(est)
-        result = await self.inner.complete(request)
+        booked = await self.limiter.acquire(est)
+        meter = self.limiter.observed
+        meter.in_flight += 1
+        meter.peak_in_flight = max(meter.peak_in_flight, meter.in_flight)
+        t0 = time.monotonic()
+        try:
+            result = await self.inner.complete(request)
+        finally:
+            meter.in_flight -= 1
         actual = result.usage.prompt_tokens + result.usage.completion_tokens
-        if actual > 0:  # providers that report no usage keep the estimate
-            self.limiter.correct(est, actual)
+        if actual > 0:  # providers that report no usage keep the booking
+            self.limiter.correct(booked, actual)
+        self.limiter.observed.record(time.monotonic() - t0, actual if actual > 0 else est,
+                                     est if actual > 0 else None)
+        if self.in_flight is not None:
+            self.in_flight.observed()
+        elif self._on_notice is not None:
+            self._check_bound()
         return result
+
+    def _check_bound(self) -> None:
+        """Warn once per limiter when the explicit bound on calls in flight cannot reach the limit."""
+        meter = self.limiter.observed
+        if meter.warned or meter.n < _WARN_AFTER or not meter.latency_s or self._bound == math.inf:
+            return
+        rate = self.limiter.calls_per_s()
+        reach = self._bound / meter.latency_s
+        if rate is None or reach >= rate:
+            return
+        meter.warned = True
+        need = math.ceil(rate * meter.latency_s * AUTO_HEADROOM)
+        self._on_notice(f"{self._bound} calls in flight reach at most {reach:.4g} calls/s for {self._label} at its "
+                        f"observed latency of {meter.latency_s:.2f} s, below the {rate:.4g} calls/s that "
+                        f"{self.limiter.describe()} allows; set concurrency = \"auto\" (or at least {need}) to use "
+                        "the limit")
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 def rate_limited(inner: Provider, requests_per_minute: float | None, tokens_per_minute: float | None,
-                 max_concurrency: int | None = None) -> Provider:
-    """``inner`` wrapped in a :class:`RateLimitedProvider`, or ``inner`` itself when no limit is set."""
+                 max_concurrency: int | None = None, *, concurrency: int | str | None = None,
+                 on_notice: Callable[[str], None] | None = None) -> Provider:
+    """``inner`` wrapped in a :class:`RateLimitedProvider`, or ``inner`` itself when no limit is set.
+
+    ``concurrency`` is the caller's setting: ``"auto"`` sizes the calls in flight from the
+    limits (:class:`InFlight`, capped by ``max_concurrency``); an integer is checked against
+    them (a warning to ``on_notice`` when too low).
+    """
     if not requests_per_minute and not tokens_per_minute and not max_concurrency:
         return inner
-    return RateLimitedProvider(inner, requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                               max_concurrency=max_concurrency)
+    limiter = RateLimiter(requests_per_minute, tokens_per_minute)
+    if concurrency == "auto" and (requests_per_minute or tokens_per_minute):
+        return RateLimitedProvider(inner, limiter=limiter,
+                                   in_flight=InFlight(limiter, cap=max_concurrency or AUTO_MAX_CONCURRENCY))
+    return RateLimitedProvider(inner, limiter=limiter, max_concurrency=max_concurrency,
+                               concurrency=concurrency if isinstance(concurrency, int) else None, on_notice=on_notice)
+
+
+class ModelLimits:
+    """The rate limits and calls in flight of one audit's models (target, judge, judge2).
+
+    Models with the same provider, ``base_url``, model and limits share one
+    :class:`RateLimiter` (and, with ``concurrency = "auto"``, one :class:`InFlight`): the
+    provider counts their calls against one limit. With ``"auto"``, a model with a limit gets
+    its calls in flight from :class:`InFlight`; a model without one gets ``max_concurrency``
+    or ``unlimited_in_flight`` calls in flight when another model has a limit (the audit-wide
+    bound is then lifted, see :meth:`lmra.config.AuditConfig.concurrency_bound`).
+
+    Args:
+        concurrency: the audit's ``concurrency`` (an integer or ``"auto"``).
+        any_limit: some model of the audit has a limit.
+        unlimited_in_flight: calls in flight of a model without a limit under ``"auto"`` (≥ 1).
+        on_notice: receives warnings (an explicit concurrency too low for a limit).
+        on_info: receives ``"concurrency auto: … in flight for … calls/s at ~… s"`` once the
+            latency of a limit's calls is known.
+    """
+
+    def __init__(self, concurrency: int | str, *, any_limit: bool, unlimited_in_flight: int,
+                 on_notice: Callable[[str], None] = lambda msg: None, on_info: Callable[[str], None] = lambda msg: None):
+        self.concurrency = concurrency
+        self.any_limit = any_limit
+        self.unlimited_in_flight = unlimited_in_flight
+        self.on_notice, self.on_info = on_notice, on_info
+        #: key → (roles, limiter, in_flight or None)
+        self.groups: dict[tuple, tuple[list[str], RateLimiter, InFlight | None]] = {}
+
+    def wrap(self, inner: Provider, cfg: "ModelConfig", role: str) -> Provider:
+        """``inner`` within ``cfg``'s limits (``role`` names it in messages and the manifest)."""
+        rpm, tpm, cap = cfg.requests_per_minute, cfg.tokens_per_minute, cfg.max_concurrency
+        auto = self.concurrency == "auto"
+        if not rpm and not tpm:
+            if auto and self.any_limit:
+                cap = cap or self.unlimited_in_flight
+            return rate_limited(inner, None, None, cap)
+        key = (inner.name, inner.base_url, inner.model_id, rpm, tpm, cap)
+        if key not in self.groups:
+            limiter = RateLimiter(rpm, tpm)
+            in_flight = None
+            if auto:
+                in_flight = InFlight(limiter, cap=cap or AUTO_MAX_CONCURRENCY,
+                                     on_sized=lambda text, k=key: self.on_info(
+                                         f"concurrency auto: {text} ({', '.join(self.groups[k][0])})"))
+            self.groups[key] = ([], limiter, in_flight)
+        roles, limiter, in_flight = self.groups[key]
+        roles.append(role)
+        return RateLimitedProvider(inner, limiter=limiter, in_flight=in_flight, max_concurrency=cap,
+                                   concurrency=None if auto else int(self.concurrency), on_notice=self.on_notice,
+                                   label=f"{role} '{inner.model_id}'")
+
+    def report(self) -> list[dict]:
+        """One entry per limit for the manifest: roles, limits, calls/s, observed latency (s)
+        and tokens per call, the most calls in flight at once, and (``auto``) the last size."""
+        out = []
+        for roles, limiter, in_flight in self.groups.values():
+            meter = limiter.observed
+            row = {"roles": roles, "requests_per_minute": limiter.requests_per_minute,
+                   "tokens_per_minute": limiter.tokens_per_minute, "calls_per_s": limiter.calls_per_s(),
+                   "observed_latency_s": meter.latency_s, "observed_tokens_per_call": meter.tokens_per_call,
+                   "calls": meter.n, "limiter_wait_s": round(limiter.waited_s, 3),
+                   "peak_in_flight": meter.peak_in_flight}
+            if in_flight is not None:
+                row |= {"in_flight": in_flight.size}
+            out.append(row)
+        return out

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lmra.console import make_console
+from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
 from lmra.recsys.config import MAX_K
@@ -66,9 +66,9 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     run = RecsysRun(cfg, config_path=args.config)
     instructions = run.instructions()
     families = len({i.instruction_id for i in instructions})
-    console.print(f"[bold]lmra recsys[/] '{cfg.name}' ({cfg.mode}): {families} instruction families, "
+    console.print(f"[bold]lmra recsys[/] '{lit(cfg.name)}' ({cfg.mode}): {families} instruction families, "
                   f"{len(instructions)} instructions → up to {len(instructions)} target calls (cached calls are "
-                  f"free). Target: {cfg.target.provider}; K = {cfg.k}; convention: {cfg.convention}.")
+                  f"free). Target: {lit(cfg.target.provider)}; K = {cfg.k}; convention: {cfg.convention}.")
     with _progress(console, not args.no_progress) as progress:
         run.progress = progress
         result = run.run()
@@ -77,8 +77,8 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     lost = summ.get("failed_calls", 0) + summ.get("dropped_with_failed_neutral", 0)
     if summ.get("n_lists") and lost >= summ["n_lists"]:
         errors = [e for e in result.lists.get("error", []) if isinstance(e, str)] or ["(no message)"]
-        Console(stderr=True).print(f"[bold red]failure:[/] no list could be scored: {summ['failed_calls']} of "
-                                   f"{summ['n_lists']} target calls failed; first error: {errors[0]}",
+        make_console(stderr=True).print(f"[bold red]failure:[/] no list could be scored: {summ['failed_calls']} of "
+                                   f"{summ['n_lists']} target calls failed; first error: {lit(errors[0])}",
                                    highlight=False, soft_wrap=True)
         return 1
     return 0
@@ -121,7 +121,7 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
         cut = f"top-{args.k}" if args.k else "top-K"
         console.print(f"{counts['unmatched_top_k']} unmatched titles in the {counts['lists']} {cut} lists (not in the "
                       "catalogue): counted as no recommendation, not replaced by titles ranked below the cut.")
-    console.print(f"Per group and genre: [bold]{out / 'recsys_bias_disparity.csv'}[/]")
+    console.print(f"Per group and genre: [bold]{lit(out / 'recsys_bias_disparity.csv')}[/]")
     return 0
 
 

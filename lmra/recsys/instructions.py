@@ -141,6 +141,17 @@ def combine_phrases(phrases: Sequence[str]) -> str:
     return " ".join([phrases[0].strip()] + [_ARTICLE.sub("", p.strip()) for p in phrases[1:]])
 
 
+def list_prefill(domain: str, k: int) -> str:
+    """The start of a list answer, for targets that continue text (``ChatRequest.prefill``).
+
+    A base model asked for a list tends to repeat the request; started with
+    ``"Here are 5 song titles:\n1."`` it writes a numbered list that :func:`~lmra.recsys.parse.parse_list`
+    reads. ``music`` lists songs, every other domain (``movie``, ``movielens``) movies.
+    """
+    noun = "song" if domain == "music" else "movie"
+    return f"Here are {k} {noun} titles:\n1."
+
+
 def template_for(domain: str, kind: Literal["neutral", "sensitive"], override: str | None = None) -> Template:
     """Load the instruction template for a domain (``fairllm_<domain>_<kind>``) or an override
     (a template name in ``prompts/recsys/`` or a path).

@@ -9,6 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from lmra.console import lit
 from lmra.recsys.metrics import METRICS
 
 _LABEL = {"jaccard": "Jaccard", "serp": "SERP*", "prag": "PRAG*"}
@@ -74,13 +75,13 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         wide = similarity_at_k(similarity, k, analysis)
         title = f"Similarity to the neutral list @K={k} ({conv} convention)"
         if analysis:
-            title += f" — {analysis.replace('_', ' ')}"
+            title += f" — {lit(analysis.replace('_', ' '))}"
         table = Table(title=title, title_justify="left")
         for col, kw in [("attribute", {}), ("value", {})] + [(label[m], {"justify": "right"}) for m in METRICS] + \
                 [("n", {"justify": "right"}), ("undefined", {"justify": "right"})]:
             table.add_column(col, **kw)
         for _, r in wide.iterrows():
-            table.add_row(str(r["attribute"]), str(r["value"]), *[_num(r.get(m)) for m in METRICS],
+            table.add_row(lit(r["attribute"]), lit(r["value"]), *[_num(r.get(m)) for m in METRICS],
                           str(int(r["n"])), str(int(r["n_undefined"])))
         console.print(table)
         f = fairness[fairness["k"] == k]
@@ -96,14 +97,14 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                         ("SNSV", {"justify": "right"}), ("most similar", {}), ("least similar", {})]:
             ft.add_column(col, **kw)
         for _, r in f.iterrows():
-            attr = f"{r['attribute']}" + (" (×)" if r.get("kind") == "intersectional" else "")
+            attr = lit(r['attribute']) + (" (×)" if r.get("kind") == "intersectional" else "")
             ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
-                       f"{r['max_value']} ({_num(r['max_similarity'])})",
-                       f"{r['min_value']} ({_num(r['min_similarity'])})")
+                       f"{lit(r['max_value'])} ({_num(r['max_similarity'])})",
+                       f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
         console.print(ft)
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
-            console.print(f"[yellow]{r['attribute']}: only {int(r['n_values'])} value has a defined similarity "
+            console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "
                           f"(the others' lists failed or were empty), so SNSR/SNSV are undefined.[/]")
         pts = sorted({1, 5, 10, k} & set(range(1, k + 1)))
         ct = Table(title="SNSR@k curve (all k = 1..K are in recsys_fairness.csv)", title_justify="left")
@@ -115,7 +116,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             fairness[fairness["analysis"] == analysis]
         for (attr, m), d in fa.groupby(["attribute", "metric"], sort=False):
             by = d.set_index("k")["snsr"]
-            ct.add_row(str(attr), label.get(m, m), *[_num(by.get(p)) for p in pts])
+            ct.add_row(lit(attr), label.get(m, m), *[_num(by.get(p)) for p in pts])
         console.print(ct)
     console.print(f"[bold]Lists:[/] {_counts_line(summary)}.")
     if summary.get("pairs_undefined_at_k"):
@@ -131,7 +132,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
     console.print("[dim]Similarity 1 = the sensitive list equals the neutral list; SNSR/SNSV 0 = every value of the "
                   "attribute is treated alike. See docs/recsys.md for the formulas and conventions.[/]")
     if summary.get("run_dir"):
-        console.print(f"Run folder: [bold]{summary['run_dir']}[/]")
+        console.print(f"Run folder: [bold]{lit(summary['run_dir'])}[/]")
 
 
 def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: dict | None) -> None:
@@ -145,7 +146,7 @@ def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: d
                    title_justify="left")
         keys = [c for c in bias_summary.columns if c not in SUMMARY_COLUMNS or c == "group"]
         for c in keys:
-            bt.add_column(c)
+            bt.add_column(lit(c))
         for col in ("disparity (eq. 4)", "mean |BD|", "mean |BD_u − BD_p|", "categories"):
             bt.add_column(col, justify="right")
         for _, r in bias_summary.iterrows():
@@ -156,7 +157,7 @@ def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: d
             else:
                 mean_bd = r.get("mean_abs_bd", float("nan"))
                 cats = _count(r.get("n_categories_bd"))
-            bt.add_row(*[str(r[c]) for c in keys], _num(r.get("average_disparity", float("nan"))),
+            bt.add_row(*[lit(r[c]) for c in keys], _num(r.get("average_disparity", float("nan"))),
                        (f"{mean_bd:+.3f}" if pair and pd.notna(mean_bd) else _num(mean_bd)),
                        _num(r.get("mean_abs_bd_gap", float("nan"))), cats)
         console.print(bt)
@@ -170,7 +171,7 @@ def render_bias(console: Console, bias_summary: pd.DataFrame | None, coverage: d
         console.print("[yellow]Bias disparity: no list had a recommendation matched to the catalog (other than "
                       "the user's own profile), so it is undefined.[/]")
     if coverage:
-        console.print("[bold]Item coverage:[/] " + ", ".join(f"{a} {_num(v)}" for a, v in coverage.items()))
+        console.print("[bold]Item coverage:[/] " + ", ".join(f"{lit(a)} {_num(v)}" for a, v in coverage.items()))
 
 
 def _count(x: Any) -> str:

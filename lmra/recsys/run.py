@@ -44,8 +44,8 @@ from lmra.providers import ChatRequest, Provider, ProviderError, make_provider
 from lmra.recsys import bias_disparity as bdm
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
-from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_seed_names,
-                                      load_sensitive_attributes, template_for)
+from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, list_prefill,
+                                      load_seed_names, load_sensitive_attributes, template_for)
 from lmra.recsys.metrics import CONVENTIONS, METRICS, fairness_table, similarity_table, top_k
 from lmra.recsys.parse import CatalogMatcher, normalize_title, parse_fairllm_code, parse_list
 from lmra.data import iter_jsonl
@@ -378,8 +378,11 @@ class RecsysRun:
         from lmra.generate import derive_seed
 
         seed = derive_seed(self.cfg.seed, "recsys", ins.id)
+        # the embedded backend continues text: started with "Here are K … titles:\n1." even a base
+        # model writes a list; chat APIs answer the request as it is (no prefill, cache keys as before)
+        prefill = list_prefill(ins.domain, self.cfg.k) if self.cfg.target.provider == "llamacpp" else None
         req = ChatRequest(messages=ins.messages, temperature=self.cfg.target.temperature,
-                          max_tokens=self.cfg.target.max_tokens, seed=seed)
+                          max_tokens=self.cfg.target.max_tokens, seed=seed, prefill=prefill)
         out: dict[str, Any] = {"seed": seed, "raw": "", "error": None, "from_cache": False, "finish_reason": None}
         try:
             async with sem:

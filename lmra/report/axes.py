@@ -11,7 +11,10 @@ import math
 
 import pandas as pd
 from rich.console import Console
+from rich.rule import Rule
 from rich.table import Table
+
+from lmra.console import LOG_WIDTH, lit
 
 
 def _nan(x) -> bool:
@@ -91,7 +94,9 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         first = ov.iloc[0]
         info = comps.get(comp, {})
         k = int(first["k_tested"])
-        console.rule(f"[bold]Axes of difference: {comp}")
+        # off a terminal the console is LOG_WIDTH wide: a rule that wide would be a million characters
+        console.print(Rule(f"[bold]Axes of difference: {lit(comp)}"),
+                      width=None if console.width < LOG_WIDTH else 100)
         if info:
             b = info.get("brainstorm", {})
             console.print(
@@ -109,21 +114,21 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             console.print(f"  No axis is significant; the {min(max_task_axes, int(ov['tested'].sum()))} with the "
                           "smallest p:")
             for _, r in ov[ov["tested"].astype(bool)].head(max_task_axes).iterrows():
-                console.print(f"   · {axis_line(r)}; mean s {_ci(r)}, n = {int(r['n_test_pairs'])} pairs",
+                console.print(f"   · {lit(axis_line(r))}; mean s {_ci(r)}, n = {int(r['n_test_pairs'])} pairs",
                               highlight=False)
         for i, (_, r) in enumerate(sel.iterrows(), start=1):
-            console.print(f"  {i}. [bold]{axis_line(r)}[/]", highlight=False)
-            console.print(f"     responses to {r['direction']} users show it more; mean s {_ci(r)} ({conf}% CI), "
+            console.print(f"  {i}. [bold]{lit(axis_line(r))}[/]", highlight=False)
+            console.print(f"     responses to {lit(r['direction'])} users show it more; mean s {_ci(r)} ({conf}% CI), "
                           f"p_adjusted = {_p(r['p_adjusted'])}, n = {int(r['n_test_pairs'])} pairs on "
                           f"{int(r['n_prompts'])} prompts ({int(r['n_invalid'])} invalid); harm check: {_harm(r)}",
                           highlight=False)
-        t = Table(title=f"All axes tested: {comp}", title_justify="left")
-        for col in ("#", "axis", "source", f"{first['group_a']} vs {first['group_b']}", f"mean s [{conf}% CI]", "p",
+        t = Table(title=f"All axes tested: {lit(comp)}", title_justify="left")
+        for col in ("#", "axis", "source", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
                     "p adjusted", "selected", "harm check", "n"):
             t.add_column(col, justify="left" if col in ("axis", "source", "harm check") else "right")
         for i, (_, r) in enumerate(ov.head(max_rows).iterrows(), start=1):
             style = "bold" if r["selected"] else None
-            t.add_row(str(i), str(r["axis"]), str(r["source"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}",
+            t.add_row(str(i), lit(r["axis"]), lit(r["source"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}",
                       _ci(r), _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
                       _harm(r), str(int(r["n_test_pairs"])), style=style)
         console.print(t)
@@ -134,12 +139,12 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         if not per_task.empty:
             tt = Table(title=f"Per task ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
                              f"within each task over its axes)", title_justify="left")
-            for col in ("task", "axis", f"{first['group_a']} vs {first['group_b']}", f"mean s [{conf}% CI]", "p",
+            for col in ("task", "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
                         "p adjusted", "significant", "n"):
                 tt.add_column(col, justify="left" if col in ("task", "axis") else "right")
             for _, r in per_task.sort_values(["axis", "task"], key=lambda c: c.map(
                     {a: i for i, a in enumerate(shown)}) if c.name == "axis" else c).iterrows():
-                tt.add_row(str(r["task"]), str(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
+                tt.add_row(lit(r["task"]), lit(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
                            _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
                            str(int(r["n_test_pairs"])))
             console.print(tt)

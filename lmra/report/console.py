@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lmra.console import lit
+
 
 def _nan(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
@@ -72,12 +74,12 @@ def _run_status(console: Console, s: dict) -> None:
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,
                 refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
-        table = Table(title=f"Harmful-stereotype ratings: {ga} vs {gb}", title_justify="left")
+        table = Table(title=f"Harmful-stereotype ratings: {lit(ga)} vs {lit(gb)}", title_justify="left")
         for col in ("domain", "task", "pairs", "invalid", "refusal", "unlabelled", "failed", "forward", "reverse",
                     f"net rating [{conf}% CI]"):
             table.add_column(col, justify="left" if col in ("domain", "task") else "right")
         for _, r in pt.iterrows():
-            table.add_row(str(r["domain"]), str(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
+            table.add_row(lit(r["domain"]), lit(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
                           str(r["n_refusal"]) if refusals_on else "off", str(r.get("n_unlabelled", 0))
                           if refusals_on else "off", str(r["n_failed"]),
                           _rate(r["forward_rate"]),
@@ -89,7 +91,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
         if len(ov):
             r = ov.iloc[0]
             p = "" if _nan(r["p_value"]) else f", p = {r['p_value']:.3g}"
-            console.print(f"[bold]Overall {ga} vs {gb}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
+            console.print(f"[bold]Overall {lit(ga)} vs {lit(gb)}:[/] net rating {_ci_cell(r['net_rating'], r['ci_low'], r['ci_high'])}"
                           f" over {r['n_pairs']} pairs ({r['n_invalid']} invalid, "
                           + (f"{r['n_refusal']} with a refusal, {r.get('n_unlabelled', 0)} unlabelled"
                              if refusals_on else "refusals not labelled (\\[refusal] enabled = false)")
@@ -109,7 +111,7 @@ def _refusals(console: Console, refusals: pd.DataFrame) -> None:
         pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
         p = "—" if _nan(r["p_value"]) else (f"[bold red]{r['p_value']:.3g}[/]" if r["p_value"] < 0.05
                                               else f"{r['p_value']:.3g}")
-        table.add_row(f"{r['group_a']} vs {r['group_b']}", str(scope), pa, pb, p)
+        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, p)
     console.print(table)
 
 
@@ -121,7 +123,7 @@ def _quality(console: Console, quality: pd.DataFrame) -> None:
     for col in ("comparison", "criterion", "pairs", "mean [95% CI]", "p", "Bonferroni", "Holm"):
         table.add_column(col, justify="left" if col in ("comparison", "criterion") else "right")
     for _, r in quality[quality["level"] == "overall"].iterrows():
-        table.add_row(f"{r['group_a']} vs {r['group_b']}", r["criterion"], str(r["n_pairs"]),
+        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(r["criterion"]), str(r["n_pairs"]),
                       _ci_cell(r["mean"], r["ci_low"], r["ci_high"]), "—" if _nan(r["p_value"]) else f"{r['p_value']:.3g}",
                       "[bold red]significant[/]" if r["significant_bonferroni"] else "–",
                       "[bold red]significant[/]" if r["significant_holm"] else "–")
@@ -129,7 +131,7 @@ def _quality(console: Console, quality: pd.DataFrame) -> None:
     sig = quality[(quality["level"] == "task") & quality["significant_holm"].astype(bool)]
     if len(sig):
         console.print("Holm-significant per task: " + "; ".join(
-            f"{r['task']}: {r['criterion']} {_signed(r['mean'])}" for _, r in sig.iterrows()))
+            f"{lit(r['task'])}: {lit(r['criterion'])} {_signed(r['mean'])}" for _, r in sig.iterrows()))
 
 
 def _judges(console: Console, judges: pd.DataFrame) -> None:
@@ -140,7 +142,7 @@ def _judges(console: Console, judges: pd.DataFrame) -> None:
         table.add_column(col, justify="left" if col in ("comparison", "scope") else "right")
     for _, r in judges[judges["level"] != "domain"].iterrows():
         scope = "overall" if r["level"] == "overall" else r["task"]
-        table.add_row(f"{r['group_a']} vs {r['group_b']}", str(scope),
+        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope),
                       _ci_cell(r["net_rating_judge1"], r["ci_low_judge1"], r["ci_high_judge1"]),
                       _ci_cell(r["net_rating_judge2"], r["ci_low_judge2"], r["ci_high_judge2"]), str(r["n_both"]),
                       _rate(r["pearson_r"]), _rate(r["agreement"]))
@@ -190,9 +192,9 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
     b = summary.get("position_logit")
     parts = []
     for _, r in overall.iterrows():
-        parts.append(f"{r['group_a']} vs {r['group_b']}: min {_signed(r['net_rating_min'])}, mean "
+        parts.append(f"{lit(r['group_a'])} vs {lit(r['group_b'])}: min {_signed(r['net_rating_min'])}, mean "
                      f"{_signed(r['net_rating_mean'])}, calibrated {_signed(r['net_rating_calibrated'])}")
-    console.print(f"[dim]Order combiner '{summary.get('combiner')}' used; net rating under each combiner (min: "
+    console.print(f"[dim]Order combiner '{lit(summary.get('combiner'))}' used; net rating under each combiner (min: "
                   "per-outcome minimum of the two orders; mean: their average; calibrated: the judge's position "
                   "preference removed first) — " + "; ".join(parts)
                   + (f"; the judge's position logit on these pairs {b:+.3f} (0 = none; when the three "
@@ -204,7 +206,7 @@ def _placebo(console: Console, summary: dict) -> None:
         style = "bold red" if r.get("flagged") else ("green" if r.get("testable", True) else "yellow")
         verdict = ("FLAGGED: excludes 0" if r.get("flagged") else "consistent with 0" if r.get("testable", True)
                    else "too few prompts to test (raise [placebo] share)")
-        console.print(f"[{style}]Placebo {r['placebo']}[/] (negative control for {r['comparison']}): net rating "
+        console.print(f"[{style}]Placebo {lit(r['placebo'])}[/] (negative control for {lit(r['comparison'])}): net rating "
                       f"{_signed(r['net_rating'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}] over "
                       f"{r['n_pairs']} pairs — {verdict}.")
 
@@ -238,7 +240,7 @@ def render_audit(console: Console, result) -> None:
     if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
         top = max(tasks, key=tasks.get)
         console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {s['n_classified']} "
-                      f"classified prompts into '{top}' (classifications.jsonl); a weak LMRA often collapses "
+                      f"classified prompts into '{lit(top)}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
     _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True))
     _combiners(console, result.overall, s)
@@ -265,4 +267,4 @@ def render_audit(console: Console, result) -> None:
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
         "stereotypes more often in the direction that matches how the responses were really assigned; "
         "0 means no net bias; red = CI above 0, blue = CI below 0.[/]")
-    console.print(f"Run folder: [bold]{s.get('run_dir')}[/]")
+    console.print(f"Run folder: [bold]{lit(s.get('run_dir'))}[/]")

@@ -1,4 +1,5 @@
-"""The self-contained HTML report of a run (``report.html``): tables, per-task bars with CIs,
+"""The self-contained HTML report of a run (``report.html``): the release gates recorded for
+the run (:func:`lmra.gates.read_gates`), tables, per-task bars with CIs,
 trend lines from the run history, the comparison scatter (FPF Figs. 7, 8, 10), the
 regression check, sample-size adequacy (methodology §8), judge diagnostics and the
 transcripts of the top tasks' response pairs (:mod:`lmra.report.transcripts`).
@@ -22,7 +23,7 @@ from lmra.fileio import write_text
 #: summary.json / manifest.json keys shown by dedicated parts of the report
 KNOWN_SUMMARY_KEYS = {"schema_version", "name", "run_dir", "n_prompts", "n_responses", "n_pairs_total", "confidence",
                       "combiner", "judge_methods", "judge_valid_option_mass", "overall", "per_domain", "per_task",
-                      "diagnostics", "diagnostics_per_task", "redacted"}
+                      "diagnostics", "diagnostics_per_task", "redacted", "gates"}
 KNOWN_MANIFEST_KEYS = {"status", "started", "finished", "seed", "target", "judge", "judge2", "templates", "versions",
                        "planned_calls", "calls"}
 #: sections for the remaining keys: (id, title, predicate on the key), first match wins
@@ -262,6 +263,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
             redacted run (:mod:`lmra.report.transcripts`).
     """
     from lmra import __version__
+    from lmra.gates import read_gates
     from lmra.identity import served_lines
     from lmra.power import sample_adequacy
     from lmra.report import plots
@@ -304,6 +306,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                             "max_failed_share": finite(run.summary.get("max_failed_share"))},
                 "run_dir": str(run.path)},
         "check": check_ctx,
+        "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
         "overall": overall,
         "per_task": per_task,
         "trends": _trend_context(run, history),

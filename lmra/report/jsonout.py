@@ -3,7 +3,7 @@
 Each ``lmra check | history | compare | validate | judge-check --json`` prints exactly one
 JSON document on stdout (warnings and progress go to stderr) and exits with the same status
 as without ``--json``. Every document has a ``"schema"`` key naming its shape and version
-(``"lmra.check/1"`` …; a new version number means a key was renamed or removed, added keys
+(``"lmra.check/2"`` …; a new version number means a key was renamed or removed, added keys
 do not change it). Numbers are numbers, not formatted strings; a value that is not defined
 (NaN: a task not tested, a p-value not computed) or not finite (an unbounded interval end) is
 ``null``, so every document is strict JSON (``allow_nan=False``). A command that fails with
@@ -27,7 +27,7 @@ import pandas as pd
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.runfolder import jsonable
 
-SCHEMA_CHECK = "lmra.check/1"
+SCHEMA_CHECK = "lmra.check/2"
 SCHEMA_HISTORY = "lmra.history/1"
 SCHEMA_TASK_TREND = "lmra.task_trend/1"
 SCHEMA_COMPARE = "lmra.compare/1"
@@ -71,7 +71,7 @@ def emit(doc: dict) -> None:
 
 # -- documents -------------------------------------------------------------------------
 _CHECK_FIELDS = {"run_id", "baseline_id", "margin", "alpha", "tests", "only_in_run", "only_in_baseline",
-                 "judge_status_run", "judge_status_base", "judge_failed"}
+                 "judge_status_run", "judge_status_base", "judge_failed", "judge_waived_by"}
 
 
 def _decision(t: dict) -> str:
@@ -95,17 +95,23 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         ``{schema, run_id, baseline_id, margin, alpha, exit_status, verdict, judge_status,
         n_tested, tests, regressions, improvements, only_in_run, only_in_baseline}``:
         ``verdict`` is ``regression`` / ``no_regression`` / ``no_conclusion`` (no task could be
-        tested); ``judge_status`` is ``{run, baseline, failed, waived}``; ``tests`` has one
+        tested); ``judge_status`` is ``{run, baseline, gated_failure, waived_by}`` (see
+        :func:`judge_status_object`); ``tests`` has one
         object per (comparison, domain, task) with every column of ``result.tests`` (counts as
         integers, H in [−1, 1], p-values in [0, 1] or null when not tested, ``mde``/``mde_rate``/
-        ``base_rate``, ``regressed``/``improved`` booleans, ``note`` or null) plus ``decision``
+        ``base_rate``, ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
+        tested task has no detectable rise, else null) plus ``decision``
         (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
         ``improvements`` list ``{comparison, domain, task}``. Fields that later versions add to
-        ``CheckResult`` appear under their own names.
+        ``CheckResult`` appear under their own names: ``identity_changes``, ``judge_failed``,
+        ``judge_waived_by``, ``run_status``/``baseline_status`` (each run's manifest status:
+        ``complete``, ``partial`` …) and ``run_failed_share``/``baseline_failed_share`` (share of
+        the planned pairs lost to failed calls, in [0, 1], or null).
     """
     tests = plain(result.tests)
     for t in tests:
         t["note"] = t.get("note") or None
+        t["mde_note"] = t.get("mde_note") or None
         t["decision"] = _decision(t)
     keys = ["comparison", "domain", "task"]
     verdict = ("regression" if len(result.regressions) else "no_conclusion" if result.n_tested == 0
@@ -113,9 +119,7 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
     doc = {
         "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
         "margin": result.margin, "alpha": result.alpha, "exit_status": int(exit_status), "verdict": verdict,
-        "judge_status": {"run": result.judge_status_run, "baseline": result.judge_status_base,
-                         "failed": bool(result.judge_failed),
-                         "waived": bool(result.judge_failed and allow_unvalidated_judge)},
+        "judge_status": judge_status_object(result, allow_unvalidated_judge=allow_unvalidated_judge),
         "n_tested": result.n_tested, "tests": tests,
         "regressions": plain(result.regressions[keys]), "improvements": plain(result.improvements[keys]),
         "only_in_run": list(result.only_in_run), "only_in_baseline": list(result.only_in_baseline),
@@ -124,6 +128,26 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         if f.name not in _CHECK_FIELDS and f.name not in doc:
             doc[f.name] = plain(getattr(result, f.name))
     return doc
+
+
+def judge_status_object(result, *, allow_unvalidated_judge: bool = False) -> dict:
+    """The ``judge_status`` object of the check document.
+
+    Returns:
+        ``{run, baseline, gated_failure, waived_by}``: ``run`` and ``baseline`` are each run's
+        judge status as ``lmra history`` shows it (``passed``, ``failed``, ``failed (waived)``,
+        ``not_checked``, ``unknown``); ``gated_failure`` is true when the check's verdict is void
+        because a run's judge failed validation and nobody waived it (the check then exits 5);
+        ``waived_by`` says who waived a failed validation the verdict would otherwise be void
+        for: ``"command line"`` (this check's ``--allow-unvalidated-judge``, or the audit's,
+        recorded in the run), ``"config"`` (the run's ``[judge_check] gate = false``), or null
+        when no failure was waived.
+    """
+    recorded = set((getattr(result, "judge_waived_by", None) or {}).values())
+    waived_here = bool(result.judge_failed and allow_unvalidated_judge)
+    waived_by = ("command line" if waived_here or "command line" in recorded else "config" if recorded else None)
+    return {"run": result.judge_status_run, "baseline": result.judge_status_base,
+            "gated_failure": bool(result.judge_failed and not allow_unvalidated_judge), "waived_by": waived_by}
 
 
 def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, name: str | None = None) -> dict:

@@ -1,0 +1,290 @@
+"""End-to-end throughput of an audit against a rate limit or a latency bound (issue 14, goal 1).
+
+A local OpenAI-compatible server (``tests/faultserver.py``, no faults, 127.0.0.1) runs in its
+own process and answers every call after ``--latency`` seconds (default 0.2). Each scenario
+runs a real audit in a fresh Python process (``lmra.Audit(config).run()``, official ``openai``
+SDK, the default stages: identity filter and refusal labels on; judge check off, a fresh
+cache) over a synthetic prompt set of 27 tasks × ``--per-task`` prompts, with target and LMRA
+on the same endpoint and model. The server stamps every call (system monotonic clock, shared
+by the processes), so
+
+* **utilisation** = calls ÷ (end − first call) ÷ the configured rate, where *end* is the
+  moment ``Audit.run()`` returned (the run folder is written) and the rate is
+  ``requests_per_minute / 60`` calls/s, ``tokens_per_minute / 60`` tokens/s (every answer
+  reports 28 tokens), or, without a limit, ``concurrency ÷ latency`` (the latency bound);
+* **pre** = first call − ``run()`` called (the model clients are built before, as ``lmra
+  audit`` does); **post** = end − last answer;
+* **client CPU/call** = the audit process's CPU time during ``run()`` ÷ calls.
+
+Scenarios (``--rpm`` default 9600 = 160 calls/s, ``--concurrency`` default 32):
+
+1. ``rpm, concurrency N``: ``requests_per_minute`` on target and LMRA, ``concurrency = N``;
+2. ``rpm, concurrency default``: the same limit, ``concurrency`` left out of the config
+   (smaller audit with ``--small-per-task`` prompts per task for the old code, whose default
+   of 2 calls in flight makes it slow);
+3. ``tpm, concurrency default``: ``tokens_per_minute`` = rate × 28 × 60 instead;
+4. ``no limit, concurrency N``: latency bound ``N ÷ latency``.
+
+It also prints the client CPU per call of the SDK's ``chat.completions.create`` and of
+``client.post`` (what :class:`~lmra.providers.openai.OpenAIProvider` calls), 600 calls each
+against a second server process answering at once.
+
+``--before DIR`` runs every scenario also on another copy of the code (a folder holding
+``lmra/``, ``prompts/``, ``names/``, e.g. ``git archive <rev> lmra prompts names examples | tar -x -C
+DIR``), so that old and new ratios come from the same run; ``same output`` says whether the
+two runs of a scenario wrote byte-identical ``per_task.csv`` and ``ratings.jsonl``. Usage::
+
+    python bench/bench_throughput.py [--before /tmp/lmra_before] [--per-task 12] [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+TOKENS_PER_CALL = 28  # the fault server's usage: 20 prompt + 8 completion tokens
+TASKS = [f"task {i:02d}" for i in range(27)]
+TOPICS = ["a garden", "a budget", "a trip", "a résumé", "a workout", "a dinner party", "a bicycle repair",
+          "a science fair", "a book club", "a move to a new city", "a job interview", "a birthday card"]
+
+
+# -- the server process ---------------------------------------------------------------------
+def _serve(conn, latency: float) -> None:
+    """Run the fault server (no faults) with ``latency``; answer ``stats`` requests on ``conn``."""
+    sys.path.insert(0, str(TESTS))
+    from faultserver import FaultServer
+
+    class StampedServer(FaultServer):
+        def draw(self, wants_logprobs: bool):  # called once per call, after the latency
+            self.stamps.append(time.monotonic())
+            return super().draw(wants_logprobs)
+
+    srv = StampedServer(delay_s=latency)
+    srv.httpd.socket.listen(256)  # many connections open at once at the start of a run (backlog 5 drops SYNs)
+    srv.stamps = []
+    with srv:
+        conn.send(srv.url)
+        while True:
+            cmd = conn.recv()
+            if cmd == "stop":
+                break
+            stamps, srv.stamps = srv.stamps, []
+            conn.send((len(stamps), min(stamps, default=0.0) - latency, max(stamps, default=0.0)))
+
+
+# -- one audit in its own process -------------------------------------------------------------
+def _child(spec: dict) -> None:
+    """Run one audit (``spec`` from the parent) and print its timings as JSON."""
+    import resource
+
+    from lmra import Audit, load_config
+
+    cfg = load_config(spec["config"])
+    audit = Audit(cfg)
+    audit.on_notice = lambda msg: print(f"notice: {msg}", file=sys.stderr)
+    audit._target_provider(), audit._judge_provider()  # built before the run, as `lmra audit` does
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    res = audit.run()
+    t1 = time.monotonic()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    digest = hashlib.sha256()
+    for name in ("per_task.csv", "ratings.jsonl"):
+        digest.update((Path(res.run_dir) / name).read_bytes())
+    print(json.dumps({"t_run": t0, "t_end": t1, "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+                      "digest": digest.hexdigest(), "plan": _in_flight(audit, cfg)}))
+
+
+def _in_flight(audit, cfg) -> str:
+    """Calls in flight as the run ended: ``auto: 40 (peak 41) at 0.21 s`` per limit, or the setting."""
+    report = getattr(audit, "concurrency_report", None)
+    limits = report()["limits"] if report is not None else []
+    parts = [f"{lim['in_flight']} (peak {lim['peak_in_flight']}) at {lim['observed_latency_s']:.2f} s"
+             for lim in limits if "in_flight" in lim]
+    if parts:
+        return "auto: " + ", ".join(parts)
+    lat = [f"{lim['observed_latency_s']:.2f} s" for lim in limits if lim.get("observed_latency_s")]
+    return f"{cfg.concurrency}" + (f" at {', '.join(lat)}" if lat else "")
+
+
+def _sdk_cpu(url: str, n: int = 600) -> dict[str, float]:
+    """Client CPU ms per call of the SDK's ``chat.completions.create`` and of ``client.post``
+    (what ``OpenAIProvider`` sends through), ``n`` option questions each, 16 in flight, against
+    the server at zero latency (it answers at once; its own time is not counted)."""
+    import asyncio
+
+    from openai.types.chat import ChatCompletion
+
+    from lmra.config import ModelConfig
+    from lmra.providers._openai_batch import chat_params
+    from lmra.providers.base import ChatRequest, Message
+    from lmra.providers.openai import OpenAIProvider
+
+    system = "You are a careful assistant. " * 20
+
+    def request(i: int) -> ChatRequest:
+        return ChatRequest(messages=[Message(role="system", content=system),
+                                     Message(role="user", content=f"Which answer is right for question {i}? " * 8)],
+                           seed=i, options=("A", "B", "C"))
+
+    async def run(mode: str) -> float:
+        p = OpenAIProvider(ModelConfig(provider="openai", model="bench", base_url=url, api_key_required=False))
+        sem = asyncio.Semaphore(16)
+
+        async def one(i: int):
+            async with sem:
+                params = chat_params(p.model_id, request(i), 5)
+                if mode == "create":
+                    return await p.client.chat.completions.create(**params)
+                return await p.client.post("/chat/completions", body=params, cast_to=ChatCompletion)
+
+        await asyncio.gather(*(one(i) for i in range(20)))  # connections opened, code warmed
+        c0 = time.process_time()
+        await asyncio.gather(*(one(i) for i in range(20, 20 + n)))
+        c1 = time.process_time()
+        await p.aclose()
+        return 1000 * (c1 - c0) / n
+
+    return {mode: min(asyncio.run(run(mode)) for _ in range(2)) for mode in ("create", "post")}
+
+
+def _write_inputs(folder: Path, per_task: int) -> Path:
+    prompts = folder / "prompts.jsonl"
+    with prompts.open("w", encoding="utf-8") as fh:
+        for t, task in enumerate(TASKS):
+            for i in range(per_task):
+                fh.write(json.dumps({"id": f"t{t}-p{i}", "domain": f"domain {t % 5}", "task": task,
+                                     "text": f"Please help me plan {TOPICS[i % len(TOPICS)]} (request {t}-{i}); "
+                                             "give practical steps."}) + "\n")
+    return prompts
+
+
+def _run(code_root: Path, label: str, scenario: dict, url: str, conn, args, work: Path) -> dict:
+    sys.path.insert(0, str(TESTS))
+    from faultserver import audit_config
+
+    run = work / f"{label}-{scenario['key']}"
+    run.mkdir()
+    prompts = _write_inputs(run, scenario["per_task"])
+    cfg = audit_config(run / "audit.toml", url, run / "cache.sqlite", run / "reports", name="bench", tasks=TASKS,
+                       per_task=scenario["per_task"], concurrency=scenario["concurrency"], retries=2, timeout_s=30,
+                       top=f'prompts = "{prompts}"', model_extra=scenario["model_extra"])
+    env = dict(os.environ, PYTHONPATH=str(code_root))
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"config": str(cfg)})],
+                         cwd=run, env=env, capture_output=True, text=True, timeout=900)
+    conn.send("stats")
+    n, first, last = conn.recv()
+    if out.returncode != 0:
+        raise SystemExit(f"{label} {scenario['name']} failed:\n{out.stderr[-3000:]}")
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    wall = child["t_end"] - first
+    rate = n / wall
+    if scenario["unit"] == "tokens/s":
+        achieved, bound = rate * TOKENS_PER_CALL, scenario["bound"]
+    else:
+        achieved, bound = rate, scenario["bound"]
+    notices = [ln for ln in out.stderr.splitlines() if ln.startswith("notice:")]
+    return {"label": label, "scenario": scenario["name"], "per_task": scenario["per_task"], "calls": n,
+            "wall": wall, "achieved": achieved, "bound": bound, "unit": scenario["unit"], "ratio": achieved / bound,
+            "before_first": first - child["t_run"], "after_last": child["t_end"] - last,
+            "cpu_ms": 1000 * child["cpu_s"] / max(n, 1), "digest": child["digest"], "plan": child["plan"],
+            "notices": notices}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", type=Path, help="another copy of the code to measure side by side")
+    ap.add_argument("--per-task", type=int, default=12, help="prompts per task (27 tasks; default 12)")
+    ap.add_argument("--small-per-task", type=int, default=1,
+                    help="prompts per task of the 'concurrency default' scenarios on the --before code (default 1)")
+    ap.add_argument("--latency", type=float, default=0.2, help="server latency per call in s (default 0.2)")
+    ap.add_argument("--rpm", type=float, default=9600.0, help="requests_per_minute (default 9600 = 160/s)")
+    ap.add_argument("--concurrency", type=int, default=32, help="explicit concurrency (default 32)")
+    ap.add_argument("--only", nargs="*", help="scenario keys to run (rpm, rpm-default, tpm-default, latency)")
+    ap.add_argument("--no-sdk", action="store_true", help="skip the SDK CPU comparison")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _child(json.loads(args.child))
+        return
+
+    per_s = args.rpm / 60
+    tpm = per_s * TOKENS_PER_CALL * 60
+    scenarios = [
+        {"key": "rpm", "name": f"rpm, concurrency {args.concurrency}", "concurrency": args.concurrency,
+         "model_extra": f"requests_per_minute = {args.rpm:g}", "unit": "calls/s", "bound": per_s},
+        {"key": "rpm-default", "name": "rpm, concurrency default", "concurrency": None,
+         "model_extra": f"requests_per_minute = {args.rpm:g}", "unit": "calls/s", "bound": per_s, "small": True},
+        {"key": "tpm-default", "name": "tpm, concurrency default", "concurrency": None,
+         "model_extra": f"tokens_per_minute = {tpm:g}", "unit": "tokens/s", "bound": tpm / 60, "small": True},
+        {"key": "latency", "name": f"no limit, concurrency {args.concurrency}", "concurrency": args.concurrency,
+         "model_extra": "", "unit": "calls/s", "bound": args.concurrency / args.latency},
+    ]
+    if args.only:
+        scenarios = [s for s in scenarios if s["key"] in args.only]
+    codes = ([("before", args.before.resolve())] if args.before else []) + [("after", ROOT)]
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=_serve, args=(child, args.latency), daemon=True)
+    server.start()
+    url = parent.recv()
+    sdk = {}
+    if not args.no_sdk:
+        fast = ctx.Pipe()
+        quick = ctx.Process(target=_serve, args=(fast[1], 0.0), daemon=True)
+        quick.start()
+        sdk = _sdk_cpu(fast[0].recv())
+        fast[0].send("stop")
+        quick.join(5)
+    load0 = os.getloadavg()
+    t_start = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
+        for sc in scenarios:
+            for label, root in codes:
+                per_task = args.small_per_task if sc.get("small") and label == "before" else args.per_task
+                rows.append(_run(root, label, sc | {"per_task": per_task}, url, parent, args, Path(tmp)))
+    parent.send("stop")
+    server.join(5)
+    load1 = os.getloadavg()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    print(f"# bench_throughput: latency {args.latency * 1000:g} ms, requests_per_minute {args.rpm:g} "
+          f"({per_s:g}/s), tokens_per_minute {tpm:g}, 27 tasks x {args.per_task} prompts "
+          f"(x {args.small_per_task} for 'before' with the default concurrency), filter + refusal labels on")
+    print(f"# machine: nproc = {os.cpu_count()}, {cpu}, Python {platform.python_version()}; load average "
+          f"{load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at start, {load1[0]:.2f} at end; "
+          f"total {time.monotonic() - t_start:.0f} s")
+    print(f"{'scenario':28s} {'code':6s} {'calls':>6s} {'wall s':>7s} {'achieved':>16s} {'bound':>10s} "
+          f"{'ratio':>6s} {'pre s':>6s} {'post s':>6s} {'cpu ms':>6s}  concurrency")
+    for r in rows:
+        plan = r["plan"] or ""
+        print(f"{r['scenario']:28s} {r['label']:6s} {r['calls']:>6d} {r['wall']:>7.2f} "
+              f"{r['achieved']:>7.1f} {r['unit']:8s} {r['bound']:>10.1f} {r['ratio']:>6.3f} {r['before_first']:>6.2f} "
+              f"{r['after_last']:>6.2f} {r['cpu_ms']:>6.2f}  {plan}")
+        for n in r["notices"][:2]:
+            print(f"{'':36s}{n[:160]}")
+    if sdk:
+        print(f"client CPU per call, 600 option questions: chat.completions.create {sdk['create']:.2f} ms, "
+              f"client.post {sdk['post']:.2f} ms (ratio {sdk['post'] / sdk['create']:.2f})")
+    if args.before:
+        for sc in scenarios:
+            pair = [r for r in rows if r["scenario"] == sc["name"]]
+            if len(pair) == 2 and pair[0]["per_task"] == pair[1]["per_task"]:
+                same = "yes" if pair[0]["digest"] == pair[1]["digest"] else "NO"
+                print(f"same output (per_task.csv, ratings.jsonl) before/after, {sc['name']}: {same}")
+
+
+if __name__ == "__main__":
+    main()

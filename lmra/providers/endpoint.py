@@ -1,0 +1,181 @@
+"""Endpoint circuit breaker: an audit stops when a model's endpoint never answered.
+
+A dead port or a server that is down makes every call fail after all its retries; an audit
+that went on would spend minutes retrying hundreds of calls and then blame the judge check
+or the identity filter. :class:`EndpointGuard` watches one role's (target, judge, judge2)
+fresh calls and stops the run with :class:`EndpointUnreachable` once
+
+* :data:`TRIP_AFTER` calls in a row failed after every retry with a transport kind
+  (:data:`TRANSPORT_KINDS`: connection, timeout, HTTP 5xx, auth), or
+  :data:`TRIP_AFTER_REFUSED` when every one of them was refused outright (nothing listens on
+  the port),
+
+and the role has had **no fresh success** in this run. Once one call of the role succeeded,
+the guard is disarmed for the rest of the run: failures after that are a blip, counted as
+failed pairs and judged by ``max_failed_share`` (a partial run).
+
+It also labels every failure with the role and the endpoint (``target at
+http://127.0.0.1:8914/v1: openai connection failed: …``), so that the "first error" of a
+failed or partial run, the manifest's ``calls.errors`` and the failed pairs say which model
+and which URL failed.
+
+Two wrappers share one guard (see :meth:`EndpointGuard.below_cache` and
+:meth:`EndpointGuard.above_cache`): the one below the call cache sees only fresh calls and
+labels their errors (the cache records the labelled message); the one above it raises
+:class:`EndpointUnreachable`, which the call cache would otherwise turn into a failed call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
+
+#: consecutive failed calls (after every retry, no success yet) that stop the run
+TRIP_AFTER = 8
+#: the same when every one of them was "connection refused" (nothing listens on the port)
+TRIP_AFTER_REFUSED = 3
+#: failure kinds that say the endpoint (not one request) is at fault
+TRANSPORT_KINDS = ("connection", "timeout", "auth")
+
+
+def is_transport_failure(kind: str) -> bool:
+    """True for the kinds counted by the breaker: :data:`TRANSPORT_KINDS` and ``http_5xx``."""
+    return kind in TRANSPORT_KINDS or (kind.startswith("http_5") and len(kind) == 8)
+
+
+def _refused(exc: BaseException) -> bool:
+    """True when ``exc`` or one of its causes is a refused TCP connection."""
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 10:
+        if isinstance(e, ConnectionRefusedError) or "connection refused" in str(e).lower() \
+                or "errno 111" in str(e).lower():
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+class EndpointUnreachable(RuntimeError):
+    """A role's endpoint failed every call so far: the audit stops (exit status 1).
+
+    Not a :class:`ProviderError` (the stages record those as failed pairs and go on). The
+    run's manifest gets status ``failed`` and this message as its ``stop_reason``.
+
+    Attributes:
+        role: ``target``, ``judge`` or ``judge2``; url: the endpoint ("" for in-process
+        backends); n_failed: the calls in a row that failed; kinds: their kinds and counts.
+    """
+
+    def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool):
+        self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
+        why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
+        where = f"endpoint {url}" if url else "backend"
+        done = ("the run stopped (answers already in the cache are kept)" if any_answer
+                else "nothing was audited")
+        super().__init__(f"the {role}'s {where} is unreachable: {n_failed} calls in a row failed after every "
+                         f"retry ({why}); {done}. Check that the server is running and that base_url in [{role}] "
+                         "points at it, then run the same command again")
+
+
+class EndpointGuard:
+    """The breaker of one role; wrap its provider chain with :meth:`below_cache` and
+    :meth:`above_cache`.
+
+    Args:
+        role: ``target``, ``judge`` or ``judge2`` (named in messages).
+        url: the endpoint (the provider's ``base_url``; "" for in-process backends).
+        trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
+
+    Attributes:
+        successes: fresh calls of the role that succeeded (≥ 1 disarms the breaker).
+        streak: transport failures in a row since the last success (0 once disarmed).
+        tripped: the :class:`EndpointUnreachable` raised, once the breaker tripped.
+    """
+
+    def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
+                 trip_after_refused: int = TRIP_AFTER_REFUSED):
+        self.role, self.url = role, url
+        self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
+        self.successes = 0
+        self.answered = False  # any answer, cached or fresh, reached the stages
+        self.streak = 0
+        self.all_refused = True
+        self.kinds: Counter = Counter()
+        self.tripped: EndpointUnreachable | None = None
+
+    def label(self, message: str) -> str:
+        """``message`` prefixed with the role and (unless it names it already) the endpoint."""
+        if self.url and self.url not in message:
+            return f"{self.role} at {self.url}: {message}"
+        return f"{self.role}: {message}"
+
+    def _failed(self, exc: ProviderError) -> None:
+        if self.successes or self.tripped is not None:
+            return
+        if not is_transport_failure(exc.kind):
+            self.streak, self.all_refused = 0, True
+            self.kinds.clear()
+            return
+        self.streak += 1
+        self.kinds[exc.kind] += 1
+        self.all_refused = self.all_refused and exc.kind == "connection" and _refused(exc)
+        if self.streak >= (self.trip_after_refused if self.all_refused else self.trip_after):
+            self.tripped = EndpointUnreachable(self.role, self.url, self.streak, self.kinds.copy(),
+                                               self.all_refused, self.answered)
+
+    def below_cache(self, inner: Provider) -> "_Labelled":
+        """Wrap the provider below the call cache: count fresh calls, label their errors."""
+        return _Labelled(inner, self)
+
+    def above_cache(self, inner: Provider) -> "_Breaker":
+        """Wrap the provider above the call cache: raise :class:`EndpointUnreachable` once tripped."""
+        return _Breaker(inner, self)
+
+
+class _Wrapper:
+    def __init__(self, inner: Provider, guard: EndpointGuard):
+        self.inner, self.guard = inner, guard
+        self.name, self.model_id = inner.name, inner.model_id
+        self.base_url, self.supports_logprobs = inner.base_url, inner.supports_logprobs
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Labelled(_Wrapper):
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Call ``inner``; a failure is re-raised as a ProviderError of the same kind whose
+        message names the role and endpoint, and counted by the guard."""
+        try:
+            result = await self.inner.complete(request)
+        except ProviderError as exc:
+            labelled = ProviderError(self.guard.label(str(exc)), kind=exc.kind, retryable=exc.retryable)
+            self.guard._failed(exc)
+            raise labelled from exc
+        self.guard.successes += 1
+        self.guard.streak = 0
+        return result
+
+    def __getattr__(self, name: str):  # e.g. endpoint_lacks_logprobs, key_source of the backend
+        return getattr(self.inner, name)
+
+
+class _Breaker(_Wrapper):
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Call ``inner``.
+
+        Raises:
+            EndpointUnreachable: the breaker tripped on this call or an earlier one.
+            ProviderError: any other failure (recorded by the stages as a failed call).
+        """
+        if self.guard.tripped is not None:
+            raise self.guard.tripped
+        try:
+            result = await self.inner.complete(request)
+        except ProviderError as exc:
+            if self.guard.tripped is not None:
+                raise self.guard.tripped from exc
+            raise
+        self.guard.answered = True
+        return result

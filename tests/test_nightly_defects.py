@@ -1,0 +1,400 @@
+"""Defects a hostile tester and a new user found in the nightly features (issue 13 follow-ups).
+
+* An endpoint that never answered stops the audit early with one line naming the role and the
+  URL (circuit breaker, :mod:`lmra.providers.endpoint`); failures name role and URL.
+"""
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faultserver import FaultServer, audit_config
+from lmra.config import ModelConfig
+from lmra.providers.base import ChatRequest, Message, ProviderError
+from lmra.providers.endpoint import TRIP_AFTER, EndpointGuard, EndpointUnreachable
+from lmra.providers.openai import OpenAIProvider
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["write a story", "career advice"]
+
+
+def _dead_url() -> str:
+    """The URL of a port nothing listens on (bound, then closed)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _audit_cli(cfg: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress",
+                           "--no-report", *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _manifest(out: Path) -> dict:
+    (path,) = out.glob("*/manifest.json")
+    return json.loads(path.read_text())
+
+
+# -- 1. endpoint down: circuit breaker ----------------------------------------------------------
+def test_dead_port_for_both_models_stops_at_once_naming_role_and_url(tmp_path):
+    url = _dead_url()
+    cfg = audit_config(tmp_path / "c.toml", url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS, per_task=6)
+    t0 = time.monotonic()
+    proc = _audit_cli(cfg, tmp_path)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    err = " ".join(proc.stderr.split())
+    m = re.search(r"the (target|judge)'s endpoint (\S+) is unreachable: (\d+) calls in a row failed after every "
+                  r"retry \(connection refused\); nothing was audited", err)
+    assert m, err
+    assert m.group(2) == url and int(m.group(3)) == 3
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("failure:")]) == 1
+    assert "Judge check" not in proc.stdout + proc.stderr and "identity filter" not in err
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["status"] == "failed" and "is unreachable" in manifest["stop_reason"]
+    # bounded: 3 per role plus the calls already in flight (concurrency 4), not 24 pairs × retries
+    assert 3 <= manifest["calls"]["failed"] <= 2 * (3 + 4)
+    assert all(re.match(rf"ProviderError: (target|judge) at {re.escape(url)}: ", e) for e in manifest["calls"]["errors"])
+    assert elapsed < 120
+
+
+def test_only_the_target_down_names_the_target_and_its_url(tmp_path):
+    dead = _dead_url()
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=6)
+        text = cfg.read_text()
+        cfg.write_text(text.replace(f'base_url = "{srv.url}"', f'base_url = "{dead}"', 1))  # [target] comes first
+        proc = _audit_cli(cfg, tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert f"the target's endpoint {dead} is unreachable: 3 calls in a row failed" in err, err
+    assert srv.url not in err
+
+
+def test_server_answering_503_trips_after_n_calls_and_bounds_requests(tmp_path):
+    with FaultServer(fault_rate=1.0, faults=("http_503",)) as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=20)
+        proc = _audit_cli(cfg, tmp_path)
+        requests = srv.requests
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(rf"the (target|judge)'s endpoint {re.escape(srv.url)} is unreachable: {TRIP_AFTER} calls in a "
+                     r"row failed after every retry \(http_503 × \d+\)", err), err
+    # (N + calls in flight) per role, each with 1 retry — far fewer than the 80 pairs' calls × 2 attempts
+    assert requests <= 2 * (TRIP_AFTER + 4) * 2
+
+
+def test_a_blip_after_a_success_never_trips_and_every_error_names_role_and_url():
+    async def go():
+        with FaultServer() as srv:
+            cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False,
+                              max_retries=0, timeout_s=2.0)
+            guard = EndpointGuard("judge", srv.url)
+            p = guard.above_cache(guard.below_cache(OpenAIProvider(cfg)))
+            req = lambda i: ChatRequest(messages=[Message(role="user", content=f"q{i}")], max_tokens=5)  # noqa: E731
+            await p.complete(req(0))
+            srv.fault_rate, srv.faults = 1.0, ("http_500",)
+            errors = []
+            for i in range(1, 3 * TRIP_AFTER):
+                with pytest.raises(ProviderError) as ei:
+                    await p.complete(req(i))
+                errors.append(str(ei.value))
+            await p.aclose()
+            return guard, errors, srv.url
+
+    guard, errors, url = asyncio.run(go())
+    assert guard.tripped is None and guard.successes == 1
+    assert all(e.startswith(f"judge at {url}: ") for e in errors)
+
+
+def test_guard_without_a_success_trips_and_then_stops_calling():
+    async def go():
+        with FaultServer(fault_rate=1.0, faults=("http_500",)) as srv:
+            cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False,
+                              max_retries=0, timeout_s=2.0)
+            guard = EndpointGuard("target", srv.url)
+            p = guard.above_cache(guard.below_cache(OpenAIProvider(cfg)))
+            req = ChatRequest(messages=[Message(role="user", content="q")], max_tokens=5)
+            for _ in range(TRIP_AFTER - 1):
+                with pytest.raises(ProviderError):
+                    await p.complete(req)
+            with pytest.raises(EndpointUnreachable):
+                await p.complete(req)
+            before = srv.requests
+            with pytest.raises(EndpointUnreachable):
+                await p.complete(req)
+            await p.aclose()
+            return before, srv.requests
+
+    before, after = asyncio.run(go())
+    assert before == TRIP_AFTER and after == before
+
+
+# -- 2. a baseline whose judge failed validation -----------------------------------------------
+PASSING_JUDGE = "min_valid_mass = 0.0\nmin_order_consistency = 0.0\n"  # the server's LMRA is noise
+
+
+def test_audit_against_a_judge_failed_baseline_exits_5_like_check_and_last_skips_it(tmp_path, capsys):
+    from lmra.cli import main
+
+    reports = tmp_path / "reports"
+    with FaultServer() as srv:
+        fails = audit_config(tmp_path / "f.toml", srv.url, tmp_path / "c.sqlite", reports, name="n",
+                             tasks=["write a story"], per_task=5, retries=0, timeout_s=10)
+        passes = audit_config(tmp_path / "p.toml", srv.url, tmp_path / "c.sqlite", reports, name="n",
+                              tasks=["write a story"], per_task=5, retries=0, timeout_s=10, extra=PASSING_JUDGE)
+        r1 = _audit_cli(fails, tmp_path, "--seed", "1", "--run-dir-file", "rd1.txt")
+        assert r1.returncode == 5, r1.stdout[-2000:] + r1.stderr[-2000:]
+        night1 = Path((tmp_path / "rd1.txt").read_text().strip())
+        # named explicitly: the audit's status is the check's (5), not 0
+        r2 = _audit_cli(passes, tmp_path, "--seed", "2", "--baseline", str(night1), "--run-dir-file", "rd2.txt")
+        night2 = Path((tmp_path / "rd2.txt").read_text().strip())
+        # 'last' skips the judge-failed night: a first night, not checked
+        r3 = _audit_cli(passes, tmp_path, "--seed", "3", "--baseline", "last")
+    out2 = " ".join((r2.stdout + r2.stderr).split())
+    assert r2.returncode == 5, out2[-3000:]
+    assert "The baseline's judge failed validation" in out2 and night1.name in out2
+    assert re.findall(r"^exit status (\d+)", r2.stdout, re.M) == ["5"]
+    assert main(["check", str(night2), "--baseline", str(night1), "--history", str(reports / "history.sqlite")]) == 5
+    capsys.readouterr()
+    out3 = " ".join(r3.stdout.split())
+    assert r3.returncode in (0, 3), out3[-3000:] + r3.stderr[-2000:]
+    assert f"vs baseline {night2.name}" in out3  # night 2 (judge passed) is 'last', never night 1
+    # a judge-failed night as the only candidate: 'last' finds none
+    from lmra.errors import LmraInputError
+    from lmra.monitor import History, history_path
+    from lmra.runfolder import load_run
+
+    with History(history_path(reports)) as h:
+        with pytest.raises(LmraInputError, match="runs whose judge failed validation"):
+            h.resolve("last", relative_to=load_run(night2))
+
+
+# -- 3. --run-dir-file is checked before anything, never overwrites another file ---------------
+@pytest.mark.parametrize("name, content, reason", [
+    ("cfgcopy.toml", None, "refusing to overwrite"),            # the config itself
+    ("reports/history.sqlite", b"SQLite format 3\x00" + b"\x00" * 5000, "refusing to overwrite"),
+    ("notes.txt", b"line one\nline two\n", "refusing to overwrite"),
+    ("latin1.txt", b"/tmp/r\xe9\n", "refusing to overwrite"),
+    ("nodir/rd.txt", None, "does not exist"),
+    ("", None, "is empty"),
+])
+def test_run_dir_file_is_validated_before_any_call_and_never_replaces_another_file(tmp_path, name, content,
+                                                                                   reason):
+    dead = _dead_url()  # any model call would fail: the error must come first
+    (tmp_path / "reports").mkdir()
+    cfg = audit_config(tmp_path / "cfgcopy.toml", dead, tmp_path / "c.sqlite", tmp_path / "reports", tasks=TASKS)
+    target = tmp_path / name if name else None
+    if content is not None:
+        target.write_bytes(content)
+    before = target.read_bytes() if target is not None and target.is_file() else None
+    proc = _audit_cli(cfg, tmp_path, "--run-dir-file", name)
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2, err
+    assert "--run-dir-file" in err and reason in err and "Traceback" not in err
+    assert not list((tmp_path / "reports").glob("*/manifest.json"))  # no run started
+    if before is not None:
+        assert target.read_bytes() == before
+
+
+def test_an_earlier_run_dir_file_is_replaced(tmp_path):
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:1],
+                           per_task=1, retries=0, timeout_s=10)
+        (tmp_path / "rd.txt").write_text("/srv/reports/20260101-000000-faults\n")
+        proc = _audit_cli(cfg, tmp_path, "--run-dir-file", "rd.txt", "--allow-unvalidated-judge")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = [p.parent for p in (tmp_path / "out").glob("*/manifest.json")]
+    assert (tmp_path / "rd.txt").read_text() == f"{run_dir.resolve()}\n"
+
+
+# -- 4. check on a partial run ------------------------------------------------------------------
+def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
+    import shutil
+
+    from lmra.cli import main
+    from monitor_helpers import make_run
+
+    low = {"write a story": 0.1, "career advice": 0.1}
+    base = make_run(tmp_path, "20260101-000000-nightly", low, seed=1, n_prompts=40)
+    run = make_run(tmp_path, "20260102-000000-nightly", low, seed=2, n_prompts=40)
+    partial = tmp_path / "reports" / "20260103-000000-nightly"
+    shutil.copytree(run, partial)  # a partial run as lmra audit writes it: status and failed share
+    manifest = json.loads((partial / "manifest.json").read_text())
+    (partial / "manifest.json").write_text(json.dumps(manifest | {"status": "partial"}))
+    summary = json.loads((partial / "summary.json").read_text())
+    (partial / "summary.json").write_text(json.dumps(summary | {"run_status": "partial", "failed_share": 0.125}))
+    argv = ["check", str(partial), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]
+    code = main(argv)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"warning: the run {partial.name} is partial, 12.5% of its planned pairs lost" in out
+    code_json = main(argv + ["--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == code_json == doc["exit_status"]  # the status is the check's: a warning only
+    assert doc["schema"] == "lmra.check/2"
+    assert (doc["run_status"], doc["baseline_status"]) == ("partial", "complete")
+    assert doc["run_failed_share"] == 0.125
+    assert main(["check", str(run), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]) == code
+    assert "warning:" not in capsys.readouterr().out
+
+
+# -- 6. numbers on the command line: ASCII decimal syntax only ----------------------------------
+@pytest.mark.parametrize("argv, option, needle", [
+    (["audit", "--gate", "max_ci_high=0_1"], "--gate", "not a decimal number"),
+    (["audit", "--gate", "max_ci_high=\uff11"], "--gate", "not a decimal number"),   # full-width 1
+    (["gate", "r", "--gate", "max_ci_high=1e-400"], "--gate", "rounds to 0"),
+    (["audit", "--gate", "max_ci_high=1e400"], "--gate", "not a finite number"),
+    (["audit", "--alpha", "\uff15e-2"], "--alpha", "not a decimal number"),         # full-width 5
+    (["check", "r", "--baseline", "last", "--alpha", "5e-400"], "--alpha", "rounds to 0"),
+    (["audit", "--margin", "0x1p-3"], "--margin", "not a decimal number"),
+    (["audit", "--max-cost", "1_000"], "--max-cost", "not a decimal number"),
+    (["audit", "--margin", "Infinity"], "--margin", "not a finite number"),
+])
+def test_numeric_options_are_parsed_strictly_and_name_the_option(capsys, argv, option, needle):
+    from lmra.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"argument {option}" in err and needle in err, err
+
+
+def test_strict_float_accepts_toml_style_decimals():
+    from lmra.monitor_cli import strict_float
+
+    for text, v in (("0.02", 0.02), ("-1", -1.0), ("+.5", 0.5), ("5e-2", 0.05), ("1E3", 1000.0), ("0", 0.0),
+                    ("0e-400", 0.0), (" 0.1 ", 0.1)):
+        assert strict_float(text) == v
+    for bad in ("", "1.", "0_1", "\u0661", "1e", "--1", "nan", "1e-400", "1e309", "0.5\n1"):
+        with pytest.raises(ValueError):
+            strict_float(bad)
+
+
+# -- 7. keys that cannot be sent in an HTTP header ----------------------------------------------
+KEY_CONFIG = '''name = "keys"
+output_dir = "reports"
+cache = "reports/cache.sqlite"
+
+[target]
+provider = "openai"
+model = "my-bot"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "MY_BOT_KEY"
+
+[judge]
+provider = "anthropic"
+model = "claude-x"
+api_key_env = "JUDGE_KEY"
+'''
+
+
+@pytest.mark.parametrize("key, needle", [
+    ("sk-good\n", "contains whitespace (a newline"),
+    ("sk-é", "non-ASCII character (U+00E9"),
+    ("sk go", "whitespace (a space"),
+    ("sk-\x07bell", "control character (U+0007"),
+])
+def test_validate_refuses_keys_that_cannot_be_sent_naming_the_variable_not_the_key(tmp_path, monkeypatch, capsys,
+                                                                                   key, needle):
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keys.toml").write_text(KEY_CONFIG)
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-fine")
+    monkeypatch.setenv("MY_BOT_KEY", key)
+    assert main(["validate", "keys.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "keys.toml, line 9: field 'target.api_key_env'" in err, err
+    assert "MY_BOT_KEY" in err and needle in err and key.strip() not in err
+    monkeypatch.setenv("MY_BOT_KEY", "sk-fine")
+    monkeypatch.setenv("JUDGE_KEY", key)  # the anthropic provider checks its key alike
+    assert main(["validate", "keys.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "keys.toml, line 14: field 'judge.api_key_env'" in err and "JUDGE_KEY" in err and needle in err
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-fine")
+    assert main(["validate", "keys.toml"]) == 0
+
+
+def test_deleted_pinned_folder_says_to_pin_another(tmp_path, capsys):
+    """Break-it: after retention cleanup removed the pinned folder, every night exited 2 with
+    '… not a run folder path and not in the history', no hint."""
+    import shutil
+
+    from monitor_helpers import make_run
+    from lmra.cli import main
+    from lmra.monitor import History, history_path
+    from lmra.runfolder import load_run
+
+    first = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                     n_prompts=8)
+    second = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=2,
+                      n_prompts=8)
+    with History(history_path(tmp_path / "reports")) as h:
+        h.register(load_run(first)), h.register(load_run(second))
+        h.pin(load_run(first))
+    shutil.rmtree(first)
+    capsys.readouterr()
+    assert main(["check", str(second), "--baseline", "pinned"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pinned baseline 20260101-000000-nightly of runs named 'nightly' cannot be used" in err
+    assert "lmra pin RUN" in err
+
+
+def test_a_model_from_the_command_line_is_blamed_on_its_option(tmp_path, capsys, monkeypatch):
+    """Break-it: '--target custom:nomod:fac' was reported as 'nightly.toml, line 11: field
+    target.provider' though the value came from the command line."""
+    from lmra.cli import main
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "x"\noutput_dir = "out"\n[judge_check]\nenabled = false\n[target]\nprovider = "openai"\n'
+                   'model = "m"\nbase_url = "http://127.0.0.1:9"\napi_key_required = false\n')
+    monkeypatch.chdir(tmp_path)
+    for spec, words in (("custom:nomod:fac", "cannot load custom provider"), ("anthropic:x", "ANTHROPIC_API_KEY")):
+        capsys.readouterr()
+        assert main(["audit", "-c", str(cfg), "--target", spec, "--no-progress"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "option --target:" in err and words in err and "c.toml" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*-x"))
+
+
+def test_canaries_are_asked_again_with_a_new_seed_and_reused_with_the_same(tmp_path):
+    """New user: from night 2 on every canary answer came from the cache, so a judge swapped
+    behind the same id was never re-validated. The run's seed is part of the canary requests."""
+    import subprocess
+    import sys
+
+    from faultserver import FaultServer, audit_config
+
+    with FaultServer(fault_rate=0.0) as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "cache.sqlite", tmp_path / "out",
+                           tasks=["write a story"], per_task=1, retries=0, timeout_s=10)
+        text = cfg.read_text().replace("[judge_check]\nenabled = false", "[judge_check]\nenabled = true\ngate = false\nwaiver = \"test server: noise judge\"")
+        cfg.write_text(text)
+
+        def night(seed: str) -> int:
+            before = srv.requests
+            r = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "-c", str(cfg), "--seed", seed,
+                                "--no-progress", "--no-report"], capture_output=True, text=True, cwd=tmp_path)
+            assert r.returncode == 0, r.stderr[-1500:]
+            return srv.requests - before
+
+        first = night("1")
+        again = night("1")  # same seed: everything from the cache
+        second = night("2")  # a new night: the canaries (and the audit's own calls) are asked again
+    assert first > 0 and again == 0
+    assert second >= first  # ≥: the canary calls (2 per canary) are all fresh again

@@ -1,0 +1,391 @@
+"""What a new user hit setting up the nightly job (issue 13 follow-ups): the systemd units of
+docs/nightly.md as systemd reads them, the *Release gates* section of report.html (headless
+Chromium), one final line stating the real exit status, no numpy RuntimeWarning in a cron log,
+the check's verdict on tasks too small to detect a rise, ``judge_status`` of ``check --json``,
+stderr and tables in a log, ``validate``'s counts, and the history's judge-status and pair
+columns.
+
+Runs are made by the real ``lmra audit`` command in process on the scripted providers of
+tests/test_gates.py (``provider = "test_gates:make_target"``); every expectation is read from
+the run folders' own files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_gates import FLAT, RISE, write_config
+from test_html_report import CHROMIUM, FLAGS, DomIndex
+from lmra.cli import main
+from lmra.gates import GateOutcome
+from lmra.runfolder import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+EXIT_LINE = re.compile(r"exit status \d+")
+
+
+def _audit_argv(cfg: Path, *extra, report=False) -> list[str]:
+    """``lmra audit`` arguments; the run folder's path goes to ``<cfg>.run`` (--run-dir-file)."""
+    return ["audit", "--config", str(cfg), "--no-progress", "--run-dir-file", f"{cfg}.run",
+            *([] if report else ["--no-report"]), *extra]
+
+
+def _run_dir(cfg: Path) -> Path | None:
+    path = Path(f"{cfg}.run")
+    return Path(path.read_text().strip()) if path.is_file() else None
+
+
+def _audit(capsys, cfg, *extra, report=False):
+    """``lmra audit`` in process: (exit status, stdout, stderr, the run folder it made)."""
+    rc = main(_audit_argv(cfg, *extra, report=report))
+    out = capsys.readouterr()
+    return rc, out.out, out.err, _run_dir(cfg)
+
+
+def _cmd(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _last_line(text: str) -> str:
+    return text.rstrip("\n").splitlines()[-1]
+
+
+def _judge_gate_off(cfg: Path) -> Path:
+    """The config with its judge check's gate off: a failed validation is waived by the config."""
+    cfg.write_text(cfg.read_text().replace("per_kind = 3\n", 'per_kind = 3\ngate = false\n'
+                                           'waiver = "the scripted judge is not a real LMRA"\n'))
+    return cfg
+
+
+# -- 1. the systemd units of docs/nightly.md ------------------------------------------------------
+def systemd_units() -> dict[str, str]:
+    """The ```ini blocks of docs/nightly.md that start with ``# /etc/systemd/system/<unit>``."""
+    doc = (ROOT / "docs" / "nightly.md").read_text(encoding="utf-8")
+    units = {}
+    for block in re.findall(r"```ini\n(.*?)```", doc, flags=re.S):
+        m = re.match(r"# /etc/systemd/system/(\S+)\n", block)
+        if m:
+            units[m.group(1)] = block
+    assert set(units) == {"lmra-nightly.service", "lmra-nightly.timer"}, sorted(units)
+    return units
+
+
+def test_systemd_units_have_no_comment_after_a_setting():
+    """systemd reads a '#' after a setting as part of its value (``OnFailure=x.service  # …``
+    adds dependencies on '#', 'any', …; ``EnvironmentFile=/etc/lmra/env  # …`` names no file)."""
+    for name, text in systemd_units().items():
+        for n, line in enumerate(text.splitlines(), start=1):
+            if "=" in line and not line.lstrip().startswith(("#", ";")):
+                assert "#" not in line.split("=", 1)[1], f"{name} line {n}: a comment after a setting: {line!r}"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_units_pass_systemd_analyze_verify(tmp_path):
+    """``systemd-analyze verify`` on the documented units, as written (only ExecStart points at an
+    executable stand-in for /srv/lmra/nightly.sh, which verify requires to exist). Its exit status
+    is 0 even for settings it ignores, so its output must be empty too."""
+    script = tmp_path / "nightly.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    paths = []
+    for name, text in systemd_units().items():
+        path = tmp_path / name
+        path.write_text(text.replace("/srv/lmra/nightly.sh", str(script)))
+        paths.append(str(path))
+    proc = subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and not (proc.stdout + proc.stderr).strip(), proc.stdout + proc.stderr
+
+
+# -- 3. one final line stating the real exit status -------------------------------------------------
+def _captured_audit(cfg: Path, *extra) -> tuple[int, str, str, Path]:
+    """``lmra audit`` in process with its stdout and stderr captured (module fixtures have no capsys)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(_audit_argv(cfg, *extra))
+    return rc, out.getvalue(), err.getvalue(), _run_dir(cfg)
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    """A flat baseline; a rise checked against it that breaches a gate (exit 6 over 3); a rise whose
+    judge fails validation un-waived, with the same gate and baseline (exit 5 over 6 and 3)."""
+    tmp = tmp_path_factory.mktemp("polish")
+    rc, _, _, base = _captured_audit(write_config(tmp, name="nightly", rates=FLAT, seed=1))
+    assert rc == 0
+    gate = ("--baseline", str(base), "--gate", "max_net_rating=0.01")
+    return {"base": base, "tmp": tmp,
+            "rise": _captured_audit(write_config(tmp, name="nightly", rates=RISE, seed=2), *gate),
+            "judged": _captured_audit(write_config(tmp, name="judged", rates=RISE, seed=3, judge_check=True), *gate)}
+
+
+def test_final_line_states_the_real_exit_status_gate_over_regression(nights, capsys):
+    base = nights["base"]
+    rc, out, err, run = nights["rise"]
+    assert rc == 6 and "Regression in 1 task(s)" in out and "GATE BREACHED max_net_rating" in out
+    assert EXIT_LINE.findall(out + err) == ["exit status 6"]  # no other line names an exit status
+    assert _last_line(out) == ("exit status 6: release gates not met (breached: max_net_rating) (takes precedence "
+                               f"over 3: 1 task regressed against baseline {base.name} (write a story))")
+    # lmra check on it stays the relative check: 3, stated last
+    rc, out, err = _cmd(capsys, "check", run, "--baseline", base)
+    assert rc == 3 and EXIT_LINE.findall(out + err) == ["exit status 3"]
+    assert _last_line(out) == f"exit status 3: 1 task regressed against baseline {base.name} (write a story)"
+    # lmra gate on it: 6
+    rc, out, err = _cmd(capsys, "gate", run)
+    assert rc == 6 and EXIT_LINE.findall(out + err) == ["exit status 6"]
+    assert _last_line(out) == "exit status 6: release gates not met (breached: max_net_rating)"
+    # --json: stdout is the document alone, its exit_status the command's
+    rc, out, _ = _cmd(capsys, "check", run, "--baseline", base, "--json")
+    assert rc == json.loads(out)["exit_status"] == 3
+
+
+def test_final_line_states_the_real_exit_status_judge_over_gate(nights, capsys):
+    base = nights["base"]
+    rc, out, err, run = nights["judged"]
+    assert json.loads((run / "summary.json").read_text())["judge_status"]["gated"] is True
+    assert rc == 5 and "GATE BREACHED max_net_rating" in out and "judge failed validation" in err
+    assert "Regression in 1 task(s)" in out
+    # the night's log used to say "release gates NOT met (exit status 6)" and exit 5
+    assert EXIT_LINE.findall(out + err) == ["exit status 5"]
+    assert _last_line(out) == ("exit status 5: the judge failed validation (takes precedence over 6: release gates "
+                               f"not met (breached: max_net_rating); 3: 1 task regressed against baseline {base.name} "
+                               "(write a story))")
+    rc, out, err = _cmd(capsys, "gate", run)
+    assert rc == 5 and EXIT_LINE.findall(out + err) == ["exit status 5"]
+    assert _last_line(out) == ("exit status 5: the run's judge failed validation (takes precedence over 6: release "
+                               "gates not met (breached: max_net_rating))")
+    rc, out, err = _cmd(capsys, "gate", run, "--allow-unvalidated-judge")
+    assert rc == 6 and _last_line(out).startswith("exit status 6: release gates not met")
+    rc, out, err = _cmd(capsys, "check", run, "--baseline", base)
+    assert rc == 5 and EXIT_LINE.findall(out + err) == ["exit status 5"]
+    assert _last_line(out).startswith("exit status 5: the judge failed validation (judge status: run failed, "
+                                      "baseline not_checked) (takes precedence over 3: ")
+
+
+# -- 2. the Release gates section of report.html ---------------------------------------------------
+def _dom(html: Path, tmp_path: Path) -> DomIndex:
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           html.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return DomIndex(proc.stdout)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian package 'chromium' is not installed")
+def test_report_release_gates_section_in_chromium(tmp_path, capsys):
+    """Not met (a breach and a value that could not be measured), all met, and no gates."""
+    # 3 prompts: 'write a story' has one prompt (no CI: not evaluated), 'career advice' two (a wide CI: breached)
+    unmet_cfg = write_config(tmp_path, name="unmet", rates=FLAT, n_prompts=3, gates="[gates]\nmax_ci_high = 0.01\n")
+    rc, _, _, unmet = _audit(capsys, unmet_cfg, report=True)
+    met_cfg = write_config(tmp_path, name="met", rates=FLAT, seed=2, gates="[gates]\nmax_ci_high = 1\n"
+                                                                          "max_overall_net_rating = 0.5\n")
+    rc_met, _, _, met = _audit(capsys, met_cfg, report=True)
+    rc_none, _, _, none = _audit(capsys, write_config(tmp_path, name="plain", rates=FLAT, seed=3), report=True)
+    assert (rc, rc_met, rc_none) == (6, 0, 0)
+
+    doc = json.loads((unmet / "gates.json").read_text())
+    assert [b["task"] for b in doc["breaches"]] == ["career advice"]
+    assert [m["task"] for m in doc["not_evaluated"]] == ["write a story"]
+    dom = _dom(unmet / "report.html", tmp_path)
+    order = [a.get("id") for _, a, _ in dom.elements if a.get("id")]
+    assert order.index("judge-status") < order.index("release-gates") < order.index("overall")
+    banner = dom.text_of("gates-banner")
+    assert banner.startswith("Release gates NOT met: max_ci_high")
+    items = [(a.get("class"), anc) for t, a, anc in dom.elements if t == "li" and "gate-lines" in anc]
+    assert [c for c, _ in items] == ["gate-breach", "gate-not-evaluated"]
+    ci = pd.read_csv(unmet / "per_task.csv").set_index("task").loc["career advice", "ci_high"]
+    assert f"GATE BREACHED max_ci_high: task 'career advice' (female vs male) CI high {ci:+.4f} > 0.01" in banner
+    assert "GATE NOT EVALUATED max_ci_high: task 'write a story' (female vs male): no CI high" in banner
+    assert "gates.breaches" not in (unmet / "report.html").read_text()  # no raw rows under other results
+
+    dom = _dom(met / "report.html", tmp_path)
+    n_values = json.loads((met / "gates.json").read_text())["n_values"]
+    assert dom.text_of("gates-banner") == (f"2 gates checked ({n_values} values), all met: max_ci_high, "
+                                           "max_overall_net_rating.")
+    assert dom.inside("release-gates", "li") == 0
+
+    dom = _dom(none / "report.html", tmp_path)
+    assert "release-gates" not in dom.ids() and "gates-banner" not in dom.ids()
+
+
+# -- 4. no numpy RuntimeWarning in the cron log -----------------------------------------------------
+@pytest.fixture(scope="module")
+def zero_nights(tmp_path_factory):
+    """Flat runs (every pair score 0) whose judge fails validation: z1, z2 waived by the config,
+    z3 waived on the audit's command line."""
+    tmp = tmp_path_factory.mktemp("zero")
+    runs = {}
+    for key, seed, extra in (("z1", 11, []), ("z2", 12, []), ("z3", 13, ["--allow-unvalidated-judge"])):
+        cfg = write_config(tmp, name="zero", rates=FLAT, seed=seed, n_prompts=12, judge_check=True)
+        if key != "z3":
+            _judge_gate_off(cfg)
+        assert main(_audit_argv(cfg, *extra)) == 0
+        runs[key] = _run_dir(cfg)
+    runs["tmp"] = tmp
+    return runs
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_check_path_emits_no_runtime_warning(zero_nights, capsys):
+    """All-zero scores and a failed judge: the comparison's bootstrap has resamples with no
+    defined slope (±inf), which numpy's linear interpolation turned into 'invalid value
+    encountered in subtract' in the cron log. Warnings are errors here."""
+    z1 = zero_nights["z1"]
+    cfg = write_config(zero_nights["tmp"], name="zero", rates=FLAT, seed=14, n_prompts=12, judge_check=True)
+    rc, out, err, run = _audit(capsys, cfg, "--baseline", str(z1), report=True)  # check, comparison, report
+    assert rc == 5 and (run / "report.html").is_file() and "RuntimeWarning" not in out + err
+    assert (pd.read_csv(run / "per_task.csv")["net_rating"] == 0).all()
+    assert _cmd(capsys, "check", run, "--baseline", z1)[0] == 5
+    assert _cmd(capsys, "report", run, "--baseline", z1)[0] == 0
+    assert _cmd(capsys, "compare", z1, run)[0] == 0
+
+
+def test_bootstrap_quantiles_next_to_an_infinite_resample():
+    from lmra.compare import _quantiles
+
+    d = np.array([-np.inf, 0.5, 1.0, 2.0, 3.0, np.inf, np.inf])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lo, hi = _quantiles(d, (0.025, 0.975))  # both quantiles sit next to an infinite resample
+    assert (lo, hi) == tuple(np.quantile(d, (0.025, 0.975), method="inverted_cdf"))
+    finite = np.linspace(-1, 2, 101)
+    assert _quantiles(finite, (0.1, 0.9)) == pytest.approx(tuple(np.quantile(finite, (0.1, 0.9))))
+
+
+# -- 9. judge_status of check --json -----------------------------------------------------------------
+def test_check_json_judge_status_says_who_waived(zero_nights, nights, capsys):
+    z1, z2, z3 = zero_nights["z1"], zero_nights["z2"], zero_nights["z3"]
+    assert load_run(z1).judge_status == load_run(z3).judge_status == "failed (waived)"
+    rc, out, _ = _cmd(capsys, "check", z2, "--baseline", z1, "--json")
+    assert json.loads(out)["judge_status"] == {"run": "failed (waived)", "baseline": "failed (waived)",
+                                               "gated_failure": False, "waived_by": "config"}
+    rc, out, _ = _cmd(capsys, "check", z3, "--baseline", z1, "--json")
+    assert json.loads(out)["judge_status"]["waived_by"] == "command line"  # the audit's --allow-unvalidated-judge
+    judged, base = nights["judged"][3], nights["base"]
+    rc, out, _ = _cmd(capsys, "check", judged, "--baseline", base, "--json")
+    doc = json.loads(out)
+    assert rc == doc["exit_status"] == 5
+    assert doc["judge_status"] == {"run": "failed", "baseline": "not_checked", "gated_failure": True,
+                                   "waived_by": None}
+    rc, out, _ = _cmd(capsys, "check", judged, "--baseline", base, "--json", "--allow-unvalidated-judge")
+    assert json.loads(out)["judge_status"] == {"run": "failed", "baseline": "not_checked", "gated_failure": False,
+                                               "waived_by": "command line"}
+
+
+# -- 5. tasks too small to detect any rise ------------------------------------------------------------
+def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
+    """7 prompts: 'career advice' has 4 per run, 'write a story' 3. At α/T = 0.05/2 the 3 + 3 split's
+    smallest p-value (1/20) cannot reach significance, so no rise of 'write a story' is ever flagged."""
+    runs = []
+    for seed in (21, 22):
+        rc, _, _, run = _audit(capsys, write_config(tmp_path, name="small", rates=FLAT, seed=seed, n_prompts=7))
+        assert rc == 0
+        runs.append(run)
+    rc, out, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0])
+    assert rc == 0
+    row = next(ln for ln in out.splitlines() if "write a story" in ln and "/" in ln)
+    assert "3/3" in row and "none (too few prompts)" in row
+    verdict = next(ln for ln in out.splitlines() if ln.startswith("No regression"))
+    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise')).")
+    rc, out, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0], "--json")
+    tests = {t["task"]: t for t in json.loads(out)["tests"]}
+    small, big = tests["write a story"], tests["career advice"]
+    assert small["p_regress"] is not None and small["mde"] is None and small["note"] is None
+    assert small["mde_note"].startswith("too few prompts to detect any rise: with 3/3 prompts")
+    assert big["mde"] is not None and big["mde_note"] is None
+
+
+# -- 10. logs: stderr and tables off a terminal, gate values ----------------------------------------------
+def _lmra(*argv, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="80", PYTHONPATH=str(Path(__file__).parent))
+    return subprocess.run([sys.executable, "-c", "import sys; from lmra.cli import main; sys.exit(main())", *argv],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+def test_log_output_is_not_wrapped_or_padded(nights, tmp_path):
+    """stdout and stderr to pipes, COLUMNS=80: an error paragraph stays one line on stderr, and no
+    line of a table (title included) ends in padding."""
+    cfg = write_config(tmp_path, gates='[gates.tasks."carer advice"]\nmax_ci_high = 0.9\n')
+    proc = _lmra("validate", str(cfg), cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1 and len(lines[0]) > 160 and "did you mean 'career advice'?" in lines[0]
+    proc = _lmra("history", "--reports-dir", str(nights["base"].parent), cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("Runs in ")
+    assert [ln for ln in proc.stdout.splitlines() if ln != ln.rstrip()] == []
+    proc = _lmra("check", str(nights["rise"][3]), "--baseline", str(nights["base"]), cwd=tmp_path)
+    assert proc.stdout.startswith("Regression check: ")
+    assert [ln for ln in proc.stdout.splitlines() if ln != ln.rstrip()] == []
+
+
+@pytest.mark.parametrize("gate,value,text", [
+    ("max_ci_high", 1.0, "CI high +1.0000 > 0.02 (net rating +0.6218, 8 pairs)"),
+    ("max_net_rating", 0.6218, "net rating +0.6218 > 0.02"),
+    ("max_net_rating", 3.162e-05, "net rating +3.162e-05 > 0.02"),
+    ("max_refusal_gap", 0.4, "refusal gap 0.4000 > 0.02"),
+])
+def test_gate_values_are_formatted_like_the_tables(gate, value, text):
+    detail = "net rating +0.6218, 8 pairs" if gate == "max_ci_high" else ""
+    line = GateOutcome(gate, "female vs male", "d", "write a story", None, value, 0.02, False, "breached",
+                       detail).line()
+    assert line == f"GATE BREACHED {gate}: task 'write a story' (female vs male) {text}"
+
+
+# -- 11. validate's counts; the history's judge status and pair columns -------------------------------
+def test_validate_states_the_audited_prompts_and_planned_calls(tmp_path, capsys):
+    from lmra.audit import Audit
+    from lmra.config import load_config
+
+    cfg = write_config(tmp_path, n_prompts=12, top='tasks = ["career advice"]')
+    audit = Audit(load_config(cfg), config_path=str(cfg))
+    plan = audit.planned_calls(audit.load_inputs())
+    assert (plan["prompts"], plan["pairs"], plan["target"]) == (6, 6, 12)  # 6 of the 12 prompts are career advice
+    rc, out, _ = _cmd(capsys, "validate", cfg)
+    assert rc == 0
+    assert (f"valid — 12 prompts in the file, up to 6 audited (after tasks, domains and prompts_per_task), 6 pairs; "
+            f"at most 12 target calls and {plan['judge']} LMRA calls") in " ".join(out.split())
+    rc, out, _ = _cmd(capsys, "validate", cfg, "--json")
+    doc = json.loads(out)
+    assert (doc["n_prompts"], doc["n_audited_prompts"], doc["n_pairs"]) == (12, 6, 6)
+    assert doc["planned_calls"] == {"target": 12, "judge": plan["judge"]}
+
+
+def test_history_columns_judge_status_and_pairs_that_add_up(tmp_path, capsys):
+    rc, _, _, run = _audit(capsys, write_config(tmp_path, name="refusing", rates=FLAT, refuse=0.5, n_prompts=20))
+    assert rc == 0
+    summary = json.loads((run / "summary.json").read_text())
+    (ov,) = summary["overall"]
+    assert ov["n_refusal"] > 0  # some pairs were not scored because a response was a refusal
+    reports = run.parent
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports)
+    header = next(ln for ln in out.splitlines() if "valid/invalid/failed/refused" in ln)
+    row = next(ln for ln in out.splitlines() if run.name in ln)
+    cells = dict(zip([c.strip() for c in header.split("┃")], [c.strip() for c in row.split("│")]))
+    valid, invalid, failed, refused = map(int, cells["valid/invalid/failed/refused"].split("/"))
+    assert (valid, invalid, failed, refused) == (ov["n_pairs"], ov["n_invalid"], ov["n_failed"], ov["n_refusal"])
+    assert valid + invalid + failed + refused == int(cells["pairs"]) == summary["n_pairs_total"]
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--json")
+    (r,) = json.loads(out)["runs"]
+    assert (r["n_refused"], r["n_pairs_total"]) == (ov["n_refusal"], summary["n_pairs_total"])
+    # one task's trend: the judge status of each night, in the table and the JSON
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--task", "career advice")
+    header = next(ln for ln in out.splitlines() if "judge status" in ln)
+    row = next(ln for ln in out.splitlines() if run.name in ln)
+    cells = dict(zip([c.strip() for c in header.split("┃")], [c.strip() for c in row.split("│")]))
+    assert cells["judge status"] == load_run(run).judge_status == "not_checked"
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--task", "career advice", "--json")
+    assert [p["judge_status"] for p in json.loads(out)["points"]] == ["not_checked"]

@@ -1,0 +1,246 @@
+"""Structural goals of issue 14 (framework overhead per call), asserted on real components:
+one key computation and one cache read per call, no budget query of the database, answered
+calls written in batches within a bounded window, no lease rows for a process alone on its
+cache (and exact lease handling once a second process joins), the name filter compiled once
+per audit, throttled progress bars, and a cached re-run that makes no call and writes the
+same per_task.csv. Timings live in bench/bench_overhead.py, never in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from conftest import NAME_TO_GROUP
+from doubles import SimulatedCrash, ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.budget import Budget, BudgetedProvider
+from lmra.cache import WRITE_BATCH_CALLS, CachedProvider, CallCache, CallStats
+from lmra.config import AuditConfig
+from lmra.judge.filter import intro_pattern, lexical_hits
+from lmra.providers import base
+from lmra.providers.base import ChatRequest, ChatResult, Message, Usage, request_key
+
+
+class Echo:
+    """A zero-latency provider that answers every request with its last message."""
+
+    name, model_id, base_url, supports_logprobs = "echo", "echo-1", "", False
+
+    def __init__(self):
+        self.calls = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        self.calls += 1
+        return ChatResult(text=f"echo: {request.messages[-1].content}", usage=Usage(prompt_tokens=3, completion_tokens=2),
+                          provider=self.name, model=self.model_id)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _req(i: int) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=f"question {i}")], seed=i)
+
+
+class Statements:
+    """Every SQL statement a cache's connection runs (sqlite3's own trace hook)."""
+
+    def __init__(self, cache: CallCache):
+        self.sql: list[str] = []
+        cache._db.set_trace_callback(self.sql.append)
+
+    def count(self, pattern: str) -> int:
+        return sum(1 for s in self.sql if re.search(pattern, s, re.I | re.S))
+
+
+def _run_calls(path, n: int, *, budgeted: bool, monkeypatch) -> tuple[list[str], int, Echo]:
+    """n distinct calls through (Budgeted)CachedProvider on a cache file; returns the SQL
+    statements run, the number of cache keys computed and the provider."""
+    keys = []
+    real = base.payload_key
+    monkeypatch.setattr("lmra.cache.payload_key", lambda *a: keys.append(a) or real(*a))
+    cache = CallCache(path)
+    trace = Statements(cache)
+    echo = Echo()
+    prov = CachedProvider(echo, cache, CallStats())
+    if budgeted:
+        prov = BudgetedProvider(prov, Budget(max_calls=10 * n))
+
+    async def go():
+        await asyncio.gather(*(prov.complete(_req(i)) for i in range(n)))
+
+    asyncio.run(go())
+    cache.close()
+    return trace.sql, len(keys), echo
+
+
+def test_one_key_and_one_cache_read_per_call_and_the_budget_never_reads_the_database(tmp_path, monkeypatch):
+    n = 250
+    sql, keys, echo = _run_calls(tmp_path / "budget.sqlite", n, budgeted=True, monkeypatch=monkeypatch)
+    assert echo.calls == n
+    assert keys == n  # the key is computed once per call (it was twice with the budget)
+    reads = sum(1 for s in sql if s.startswith("SELECT"))
+    writes = sum(1 for s in sql if s == "BEGIN IMMEDIATE")
+    # answers are written in batches (each full batch, or the end of the tick), never one per call
+    assert 1 <= writes <= n // 10
+    assert sum(1 for s in sql if s.startswith("INSERT OR REPLACE INTO calls")) == n
+    # one read per call, plus one re-read each time this process starts a spell alone on the cache
+    # (a spell ends when nothing is in flight and every answer is written, so after a write at most);
+    # the budget reads nothing: it decides "cached or fresh" from the cache wrapper's lookup
+    # (before, it read every call once more: 2n reads)
+    assert n <= reads <= n + 1 + writes
+    assert all(s.startswith("SELECT result FROM calls WHERE key = ") for s in sql if s.startswith("SELECT"))
+    # a process alone on its cache takes no lease rows
+    assert not [s for s in sql if "leases" in s]
+
+
+def test_a_cached_call_is_read_once_and_written_never(tmp_path, monkeypatch):
+    path = tmp_path / "c.sqlite"
+    _run_calls(path, 120, budgeted=True, monkeypatch=monkeypatch)
+    sql, keys, echo = _run_calls(path, 120, budgeted=True, monkeypatch=monkeypatch)
+    assert echo.calls == 0 and keys == 120
+    assert sum(1 for s in sql if s.startswith("SELECT result FROM calls")) == 120
+    assert not [s for s in sql if s.split()[0] in ("INSERT", "UPDATE", "DELETE", "BEGIN")]
+
+
+def test_answered_calls_are_written_within_the_tick_and_at_most_a_batch_is_ever_unwritten(tmp_path):
+    """The write-behind bound: an answered call waits for its write at most until the end of its
+    event-loop tick, and never more than WRITE_BATCH_CALLS calls wait (a kill -9 loses at most those)."""
+    path = tmp_path / "c.sqlite"
+
+    class P:
+        name, base_url, model_id = "p", "", "m"
+
+    async def go():
+        cache = CallCache(path)
+        waiting = []
+        for i in range(250):  # one tick: no await in between
+            req = _req(i)
+            cache.put(request_key("p", "", "m", req), P(), req, ChatResult(text=str(i)))
+            waiting.append(len(cache.pending))
+        other = CallCache(path)  # another connection (another process) sees only written calls
+        written_in_tick = len(other)
+        await asyncio.sleep(0)  # the tick ends
+        written_after = len(other)
+        other.close()
+        cache.close()
+        return max(waiting), written_in_tick, written_after
+
+    most_waiting, in_tick, after = asyncio.run(go())
+    assert most_waiting <= WRITE_BATCH_CALLS
+    assert 250 - WRITE_BATCH_CALLS < in_tick < 250  # full batches went out at once …
+    assert after == 250  # … and the rest at the end of the tick
+
+
+def test_a_second_process_joining_makes_the_lone_user_lease_its_calls_in_flight(tmp_path):
+    """Two caches on one file stand for two processes. A alone takes no lease rows; when B wants
+    the same call that A has in flight, A publishes a lease for it, B waits and gets A's answer,
+    and the call is made once."""
+    path = tmp_path / "shared.sqlite"
+
+    class P:
+        name, base_url, model_id = "p", "", "m"
+
+    req = _req(1)
+    key = request_key("p", "", "m", req)
+
+    async def go():
+        a, b = CallCache(path), CallCache(path)
+        assert await a.acquire(key) is None  # A makes the call, alone: no lease row
+        leases_alone = a._db.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+        waiter = asyncio.create_task(b.acquire(key))  # B wants the same call
+        leased_by_a = None
+        for _ in range(200):  # A notices B within SOLO_CHECK_S and leases its call in flight
+            await asyncio.sleep(0.05)
+            leased_by_a = a._db.execute("SELECT owner FROM leases WHERE key = ?", (key,)).fetchone()
+            if leased_by_a:
+                break
+        b_waiting = not waiter.done()
+        a.put(key, P(), req, ChatResult(text="A's answer"))
+        a._release(key)  # answer and release in one transaction, at the end of this tick
+        got = await asyncio.wait_for(waiter, 10)
+        lease_left = a._db.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+        a.close(), b.close()
+        return leases_alone, leased_by_a, b_waiting, got, lease_left, a.owner
+
+    leases_alone, leased_by_a, b_waiting, got, lease_left, owner_a = asyncio.run(go())
+    assert leases_alone == 0
+    assert leased_by_a == (owner_a,) and b_waiting
+    assert got is not None and got.text == "A's answer"  # B did not make the call
+    assert lease_left == 0
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="overhead", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=4,
+        judge_check={"enabled": False}, refusal={"enabled": False}, filter={"lmra": False}) | kw)
+
+
+def test_the_name_filter_is_compiled_once_per_audit_and_still_filters(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(40)
+    intro_pattern.cache_clear()
+    Audit(_cfg(tmp_path, names, prompts), target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "ok"),
+          judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    info = intro_pattern.cache_info()
+    assert info.misses == 1 and info.hits >= 39  # 40 prompts checked against one compiled pattern
+    assert lexical_hits("Hi, I'm Anna and I need a plan", ["Anna", "John"]) == ["Hi, I'm Anna"]
+    assert lexical_hits("Thanks, John", ("John",)) == ["Thanks, John"]
+    assert lexical_hits("Ask John about it", ["John"]) == []
+
+
+def test_a_cached_rerun_makes_no_call_and_writes_a_byte_identical_per_task_csv(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(60)
+    cfg = _cfg(tmp_path, names, prompts)
+    first = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} {rng.random():.6f}"),
+                  judge=ScriptedJudge(lambda a, b: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    # providers that end the run if they are asked anything: every call must come from the cache
+    never_t = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x", fail_after=0)
+    never_j = ScriptedJudge(lambda a, b: {"A": 1.0}, fail_on=lambda text: True)
+    again = Audit(cfg, target=never_t, judge=never_j).run()
+    assert never_t.calls == 0 and never_j.calls == 0
+    assert again.manifest["calls"]["fresh"] == 0
+    assert again.manifest["calls"]["cached"] == first.manifest["calls"]["fresh"] == 240
+    assert (again.run_dir / "per_task.csv").read_bytes() == (first.run_dir / "per_task.csv").read_bytes()
+
+
+def test_progress_bars_hand_rich_batched_advances_and_end_exact(monkeypatch):
+    from rich.progress import Progress
+
+    from lmra.cli import rich_progress
+
+    calls = []
+    real = Progress.advance
+    monkeypatch.setattr(Progress, "advance", lambda self, task_id, advance=1: calls.append(advance)
+                        or real(self, task_id, advance))
+    out = io.StringIO()
+    with rich_progress(Console(file=out, force_terminal=True, width=100), True) as progress:
+        progress.start("generate", 20000)
+        for _ in range(20000):
+            progress.advance("generate")
+        progress.start("rate", 7)
+        for _ in range(7):
+            progress.advance("rate")
+    assert sum(calls) == 20000 + 7  # every advance is shown …
+    assert len(calls) < 200  # … in a few batches, not one Rich update per call
+    assert "20000/20000" in out.getvalue() and "7/7" in out.getvalue()
+
+
+def test_a_crash_mid_run_still_stores_every_answered_call(tmp_path, sim_inputs):
+    """An exception that ends the run (Ctrl-C, a crash) goes through close(): the last batch
+    is written, so the resumed run repeats no call."""
+    names, prompts = sim_inputs(40)
+    cfg = _cfg(tmp_path, names, prompts, concurrency=1)
+    crashing = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r", fail_after=33)
+    with pytest.raises(SimulatedCrash):
+        Audit(cfg, target=crashing, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    stored = CallCache(cfg.cache)
+    assert stored._db.execute("SELECT COUNT(*) FROM calls WHERE provider = 'scripted-target'").fetchone()[0] == 33
+    stored.close()
+    resumed = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r")
+    Audit(cfg, target=resumed, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    assert resumed.calls == 80 - 33
