@@ -138,8 +138,8 @@ class ModelConfig(_Strict):
     )
     n_ctx: int = Field(4096, ge=512, le=MAX_N_CTX, description="Context window for the in-process llamacpp backend.")
     n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads of each llamacpp context "
-                                  "(None = one thread per context, with one batch decoder and one option-read context "
-                                  "per core; N = one of each with N threads).")
+                                  "(None = one thread per context, with one option-read context per core and one batch "
+                                  "decoder per two cores; N = one of each with N threads).")
     prompt_format: Literal["auto", "chat", "transcript"] = Field(
         "auto", description="How llamacpp turns messages into a prompt: 'chat' (the model's chat turns, for chat-tuned "
         "models), 'transcript' (a plain-text 'User: … Assistant:' conversation, for base models), or 'auto' (chat "

@@ -93,9 +93,10 @@ def test_list_prefill_names_the_domain_and_k():
 
 
 def test_thread_rule():
-    """One single-threaded reader and batch decoder per core by default; n_threads set means one
-    of each with that many threads (the user's explicit choice)."""
-    assert thread_plan(None, cores=2) == (2, 1, 2, 1)
+    """Single-threaded contexts by default: a reader per core, a batch decoder per two cores;
+    n_threads set means one of each with that many threads (the user's explicit choice)."""
+    assert thread_plan(None, cores=2) == (2, 1, 1, 1)
+    assert thread_plan(None, cores=8) == (8, 1, 4, 1)
     assert thread_plan(None, cores=1) == (1, 1, 1, 1)
     assert thread_plan(3, cores=2) == (1, 3, 1, 3)
 

@@ -60,7 +60,7 @@ def nights(tmp_path_factory):
     # the third night checked against the first: 'write a story' rose from 0.1 to 0.7
     assert main(["report", str(runs[2]), "--baseline", str(runs[0])]) == 3
     # the fourth night's release gates: a net rating above 0.05 in any task breaches
-    assert main(["gate", str(runs[3]), "--gate", "max_net_rating=0.05"]) == 6
+    assert main(["gate", str(runs[3]), "--gate", "max_net_rating=0.05", "--record"]) == 6
     assert main(["report", "--history", "--reports-dir", str(reports)]) == 0
     return {"runs": runs, "reports": reports, "page": reports / "history.html", "tmp": tmp}
 

@@ -173,7 +173,7 @@ def test_gates_and_atomic_replace_in_a_textfile_collector_folder(runs, lmra_cli,
     collector.mkdir()
     (collector / "lmra_nightly.prom").write_text("# an older night\n")
     (collector / "node_other.prom").write_text("other 1\n")
-    assert lmra_cli(["gate", str(runs["base"]), "--gate", "max_ci_high=0.01"]) == 6  # breached
+    assert lmra_cli(["gate", str(runs["base"]), "--gate", "max_ci_high=0.01", "--record"]) == 6  # breached
     assert lmra_cli(["export", str(runs["base"]), "--format", "prometheus", "--out", str(collector)]) == 0
     assert sorted(os.listdir(collector)) == ["lmra_nightly.prom", "node_other.prom"]
     found = samples(parse_prometheus((collector / "lmra_nightly.prom").read_text(encoding="utf-8")))

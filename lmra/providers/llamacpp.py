@@ -156,12 +156,15 @@ def thread_plan(n_threads: int | None, cores: int | None = None) -> ThreadPlan:
             ``os.cpu_count``).
 
     Returns:
-        With ``n_threads`` unset: one reader and one batch decoder per core (at least 1),
-        each a llama.cpp context with one thread. llama.cpp's threads of one context meet at
-        a barrier after every operation, so a context with 2 threads on a 2-core machine
-        stalls whenever another process holds a core (measured 2.5–7.7× slower, see
-        docs/benchmarks.md); single-threaded contexts working side by side only lose the
-        share of CPU the other process takes.
+        With ``n_threads`` unset: one option-read context per core and one batch decoder per
+        two cores (at least 1 of each), each a llama.cpp context with one thread. llama.cpp's
+        threads of one context meet at a barrier after every operation, so a context with 2
+        threads on a 2-core machine stalls whenever another process holds a core (2.5–7.7×
+        slower, docs/benchmarks.md); single-threaded contexts working side by side only lose
+        the share of CPU the other process takes. Reads (whole prompts) are most of the
+        embedded audit's work; one decoder per two cores keeps its 8 slots fuller (a
+        half-empty decode step costs almost as much as a full one) and measured as fast as
+        one per core with less memory.
     """
     if n_threads is not None:
         return ThreadPlan(readers=1, read_threads=n_threads, decoders=1, decode_threads=n_threads)
@@ -171,7 +174,7 @@ def thread_plan(n_threads: int | None, cores: int | None = None) -> ThreadPlan:
         except (AttributeError, OSError):  # pragma: no cover - not Linux
             cores = os.cpu_count() or 1
     cores = max(1, cores)
-    return ThreadPlan(readers=cores, read_threads=1, decoders=cores, decode_threads=1)
+    return ThreadPlan(readers=cores, read_threads=1, decoders=max(1, cores // 2), decode_threads=1)
 
 
 class LlamaCppProvider:
