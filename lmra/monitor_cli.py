@@ -160,8 +160,9 @@ def print_check(console: Console, result) -> None:
                       + "; ".join(f"{lit(r.task)} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
     elif result.n_tested == 0:
-        console.print("[bold yellow]No conclusion[/]: no task had enough prompts (≥ 2 in both runs) to be tested, "
-                      "so nothing was checked. Raise prompts_per_task.")
+        console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
+                      "and enough for a rise to reach significance after the Holm correction over the tasks), so "
+                      "nothing was checked. Raise prompts_per_task ('lmra plan --design two-run' sizes it).")
     else:
         console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
                       f"margin ({tested_words(result)}).")
