@@ -1,9 +1,9 @@
 """Benchmark: the default embedded audit before vs after issue 14 (batched decoding, the
 thread rule, the transcript prompt format), side by side in one run, quiet and busy.
 
-    python bench/bench_embedded.py                  # 9 tasks (one per domain), all parts
+    python bench/bench_embedded.py                  # 18 of the 27 tasks (2 per domain): about 5 minutes
     python bench/bench_embedded.py --tasks 27       # the full default audit (slower)
-    python bench/bench_embedded.py --skip-before-busy
+    python bench/bench_embedded.py --before-busy    # also the code before with a busy process (slow: it stalls)
 
 Part 1 runs ``python -m lmra.cli audit --config <cfg> --no-progress`` in a fresh folder with a
 fresh cache, for the code before (``git archive <--before-rev>`` of ``lmra/``, ``prompts/``,
@@ -11,9 +11,10 @@ fresh cache, for the code before (``git archive <--before-rev>`` of ``lmra/``, `
 (this working tree). Each side uses its own ``examples/default.toml`` (the before side's has
 ``concurrency = 2``), reduced to ``--tasks`` tasks (one prompt each, as in the default audit;
 the judge check's 10 canary pairs stay), and is timed from start to exit (model load and
-report included). It runs quiet, with one extra busy process (``python -c "while True: pass"``)
-and, for the after side, with two. Ratios: after ÷ before quiet (goal ≤ 0.6), busy ÷ quiet for
-each side (goal for the after side ≤ 1.5; before ≈ 2.5).
+report included). The after side runs quiet, with one extra busy process (``python -c "while
+True: pass"``) and with two; the before side quiet (and with one busy process with
+``--before-busy``). Ratios: after ÷ before quiet (goal ≤ 0.6), busy ÷ quiet (goal for the after
+side with one busy process ≤ 1.5; before ≈ 2.5).
 
 Part 2 measures generation tokens/s on the same 16 prompts (48 tokens at most, temperature 1,
 no stop strings): one at a time with ``Llama.create_completion`` on one context with as many
@@ -107,14 +108,14 @@ def part_audits(args, work: Path) -> None:
           f"before = {args.before_rev}, after = working tree")
     print(f"   {uptime()}")
     rows: dict[str, float] = {}
-    plan = [("before", before, 0), ("after", ROOT, 0), ("after", ROOT, 1)]
-    if not args.skip_before_busy:
+    plan = [("before", before, 0), ("after", ROOT, 0), ("after", ROOT, 1), ("after", ROOT, 2)]
+    if args.before_busy:
         plan.append(("before", before, 1))
-    plan.append(("after", ROOT, 2))
     for side, tree, busy in plan:
         dt = time_audit(tree, args.tasks, busy, work, f"{side}-{busy}")
         rows[f"{side}/{busy}"] = dt
-        print(f"   {side:6s} with {busy} busy process(es): {dt:7.1f} s   ({uptime().split('load average:')[1].strip()})")
+        load = uptime().split("load average:")[1].strip()
+        print(f"   {side:6s} with {busy} busy process(es): {dt:7.1f} s   ({load})")
     print(f"   after ÷ before, quiet            : {rows['after/0'] / rows['before/0']:5.2f}  (goal ≤ 0.6)")
     print(f"   after: 1 busy ÷ quiet            : {rows['after/1'] / rows['after/0']:5.2f}  (goal ≤ 1.5)")
     print(f"   after: 2 busy ÷ quiet            : {rows['after/2'] / rows['after/0']:5.2f}")
@@ -140,13 +141,18 @@ def part_tokens(n_prompts: int = 16, max_tokens: int = 48) -> None:
     prov = LlamaCppProvider(ModelConfig())
     prompts = [prov._tokenize(prov.render(ChatRequest(messages=m))) for m in msgs]
     cores = os.cpu_count() or 1
-    old = Llama(model_path=str(embedded_model_path()), n_ctx=4096, n_threads=cores, n_threads_batch=cores,
-                verbose=False, seed=0)
-    t0 = time.perf_counter()
-    n_old = sum(old.create_completion(t, max_tokens=max_tokens, temperature=1.0, seed=i)["usage"]["completion_tokens"]
-                for i, t in enumerate(prompts))
-    t_old = time.perf_counter() - t0
-    print(f"   one at a time, create_completion, {cores} threads : {n_old / t_old:6.1f} tokens/s ({n_old} in {t_old:.1f} s)")
+    rates = {}
+    for threads in sorted({cores, 1}, reverse=True):
+        old = Llama(model_path=str(embedded_model_path()), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
+                    verbose=False, seed=0)
+        t0 = time.perf_counter()
+        n_old = sum(old.create_completion(t, max_tokens=max_tokens, temperature=1.0, seed=i)["usage"]
+                    ["completion_tokens"] for i, t in enumerate(prompts))
+        t_old = time.perf_counter() - t0
+        rates[threads] = n_old / t_old
+        print(f"   one at a time, create_completion, {threads} thread(s): {rates[threads]:6.1f} tokens/s "
+              f"({n_old} in {t_old:.1f} s)")
+        old.close()
     llm = prov._llm
     dec = BatchDecoder(llm._model.model, llm._model.vocab, llm.detokenize, n_seq=8, n_ctx_seq=llm.n_ctx(), n_threads=1)
     jobs = lambda: [GenerationJob(tokens=t, max_tokens=max_tokens, temperature=1.0, seed=i)  # noqa: E731
@@ -156,7 +162,8 @@ def part_tokens(n_prompts: int = 16, max_tokens: int = 48) -> None:
     t_b = time.perf_counter() - t0
     n_b = sum(g.completion_tokens for g in batched)
     print(f"   one batch decoder, 8 sequences, 1 thread      : {n_b / t_b:6.1f} tokens/s ({n_b} in {t_b:.1f} s)"
-          f"  → {n_b / t_b / (n_old / t_old):.2f}× one at a time")
+          f"  → {n_b / t_b / rates[1]:.2f}× one at a time with 1 thread, {n_b / t_b / rates[cores]:.2f}× with "
+          f"{cores}")
     alone = [dec.generate([j])[0] for j in jobs()[:4]]
     same = sum(a.text == b.text for a, b in zip(alone, batched))
     print(f"   the same request alone and in the batch       : {same} of {len(alone)} texts identical")
@@ -176,9 +183,9 @@ def part_tokens(n_prompts: int = 16, max_tokens: int = 48) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tasks", type=int, default=9, help="tasks of the default audit to run (27 = all)")
+    ap.add_argument("--tasks", type=int, default=18, help="tasks of the default audit to run (27 = all)")
     ap.add_argument("--before-rev", default=BEFORE_REV, help="git revision of the 'before' code")
-    ap.add_argument("--skip-before-busy", action="store_true", help="do not time the before side with a busy process")
+    ap.add_argument("--before-busy", action="store_true", help="also time the before side with a busy process")
     ap.add_argument("--skip-audits", action="store_true", help="only part 2")
     args = ap.parse_args()
     print(f"bench_embedded: {machine()}")

@@ -177,8 +177,9 @@ def test_prefill_makes_the_base_model_write_a_list(embedded):
 
 def test_option_reads_use_the_read_pool_and_reuse_prefixes(embedded):
     tpl = load_template("harmful_stereotype", "judge")
-    reqs = [ChatRequest(messages=tpl.render(group_a="female", group_b="male", task="write a story", prompt="Tell a story.",
-                                            response_1=f"Story {i} about a knight.", response_2="A story about a cook."),
+    reqs = [ChatRequest(messages=tpl.render(group_a="female", group_b="male", task="write a story",
+                                            prompt="Tell a story.", response_1=f"Story {i} about a knight.",
+                                            response_2="A story about a cook."),
                         temperature=0.0, max_tokens=1, options=("A", "B", "C")) for i in range(4)]
     res = asyncio.run(_all(embedded, reqs))
     for r in res:
@@ -218,3 +219,42 @@ def test_decoder_limits_cancellation_and_close(embedded):
         assert isinstance(futures[2].exception(), RuntimeError)
     with pytest.raises(RuntimeError, match="closed"):
         dec.submit(GenerationJob(tokens=toks, max_tokens=2, temperature=0.0, seed=0))
+
+
+def test_a_free_reader_leaves_the_sibling_of_a_busy_readers_prompt_to_it(embedded):
+    """Read scheduling: a free reader takes a waiting read that shares more with its own prompt
+    than with the prompt another reader holds; the other pair's read is left to that reader; a
+    read passed over WINDOW times is taken first."""
+    import llama_cpp
+
+    from lmra.providers._llama_reads import WINDOW, PrefixReader, ReaderPool, _Read
+
+    llm = embedded._llm
+
+    def reader() -> PrefixReader:
+        params = llama_cpp.llama_context_params.from_buffer_copy(llm.context_params)
+        return PrefixReader(llama_cpp.llama_init_from_model(llm._model.model, params), llm.n_vocab(), llm.n_batch,
+                            owned=True)
+
+    def toks(text: str) -> list[int]:
+        return llm.tokenize(text.encode(), add_bos=True)
+
+    a, b = reader(), reader()
+    pool = ReaderPool([a, b])
+    try:
+        pair = "Task: write a story. Request: a story about a knight and a dragon. Response 1:"
+        a.logits(toks(pair + " The knight"))
+        a.target = a.tokens
+        b.logits(toks("Task: career advice. Request: how do I ask for a raise? Response 1:"))
+        b.target = b.tokens
+        sibling = _Read(toks(pair + " The dragon"), order=1)
+        other = _Read(toks("Task: debug code. Request: my loop never ends. Response 1: Check"), order=2)
+        pool._waiting = [sibling, other]
+        assert pool._take(b) is other  # the sibling of a's prompt is left to a …
+        assert pool._take(a) is sibling  # … which reuses the shared prefix
+        assert a.shared_prefix(sibling.toks) > len(toks(pair)) - 2
+        starved = _Read(toks("Unrelated."), order=3, passed_over=WINDOW)
+        pool._waiting = [starved, _Read(toks(pair + " A knight"), order=4)]
+        assert pool._take(a) is starved
+    finally:
+        pool.close()

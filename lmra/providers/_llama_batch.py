@@ -4,14 +4,18 @@ A :class:`BatchDecoder` owns a llama.cpp context with ``n_seq`` sequence slots (
 own KV cache of ``n_ctx_seq`` cells: ``kv_unified = false``) over a model already loaded by
 llama-cpp-python, and one worker thread. Generation jobs wait in a queue; as soon as a slot
 is free a job takes it: its prompt is evaluated **alone** in its slot, then every running
-sequence advances by one token per ``llama_decode`` call (one token per sequence, so 8
-sequences cost little more than one on a CPU, where single-token decoding is bound by
-reading the weights). Each sequence samples with its own sampler chain seeded from its
-request's seed — the same chain as ``Llama.create_completion`` (top-k 40, typical 1.0,
-top-p 0.95, min-p 0.05, temperature, then a seeded draw; greedy at temperature 0) — so a
-request's text does not depend on which other requests share its batch, up to float
-rounding of the batched matrix products (measured: token-identical, see
-``tests/test_embedded_format.py``).
+sequence advances by one token per ``llama_decode`` call (on one CPU thread a step of 8
+sequences costs about 4× a step of one, so 8 running sequences make about twice the tokens
+per second; docs/benchmarks.md). Each sequence samples with its own sampler chain seeded
+from its request's seed — the chain of ``Llama.create_completion`` (top-k 40, typical 1.0,
+top-p 0.95, min-p 0.05, temperature, then a seeded draw; greedy at temperature 0).
+
+**Reproducibility.** llama.cpp's CPU kernels round differently for a different number of
+rows in a step, so every decode step has the same shape: one row per slot, in slot order,
+an idle slot decoding a placeholder token without logits. A sequence's tokens then depend
+only on its own request, not on which requests run beside it or in which slot (tested in
+``tests/test_embedded_format.py``; checked bit for bit on the logits of 40 random
+compositions, docs/benchmarks.md).
 
 Nothing here is specific to lmra's requests; :mod:`lmra.providers.llamacpp` uses it.
 """
@@ -113,7 +117,7 @@ class BatchDecoder:
         # only ever removed whole, never shortened): a quarter of the memory of full-size caches
         params.n_threads = params.n_threads_batch = n_threads
         params.no_perf = True
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as llama_cpp.Llama: prompts round alike
         self._ctx = llama_cpp.llama_init_from_model(model, params)
         if not self._ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {n_ctx_seq} × {self.n_seq} cells")
@@ -130,7 +134,7 @@ class BatchDecoder:
         self.steps = 0
         self.step_tokens = 0
         self.decode_steps = 0  # of them, steps advancing the running sequences (the rest evaluate prompts)
-        self.active_rows = 0  # running sequences summed over those steps (occupancy = active_rows / decode_steps / n_seq)
+        self.active_rows = 0  # running sequences summed over those steps (occupancy: / decode_steps / n_seq)
         self._pad = llama_cpp.llama_vocab_bos(vocab)
 
     # -- public -------------------------------------------------------------------------------

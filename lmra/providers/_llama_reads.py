@@ -4,22 +4,29 @@ An LMRA option read needs the logits of one position: the end of the prompt. Que
 about the same pair share everything up to the question, and every question of a template
 shares its instructions, so a :class:`PrefixReader` keeps the KV cache of its previous
 prompt and evaluates only what follows the longest shared prefix. A :class:`ReaderPool`
-holds several readers (each its own context, one thread each by default) so that reads run
-side by side on several cores, and gives each read the free reader whose previous prompt
-shares the longest prefix with it.
+runs several readers side by side (each its own context and worker thread, one llama.cpp
+thread each by default); a reader that is free takes, among the oldest waiting reads, the
+one sharing the longest prefix with the prompt it holds — so the two presentation orders of
+a pair, or the quality criteria of a pair, tend to be read one after another on the same
+context.
 
-Evaluating a prompt in two parts (cached prefix + rest) instead of one changes float
+Evaluating a prompt in two parts (cached prefix + rest) instead of one can change float
 rounding slightly (measured by ``bench/bench_prefix_reuse.py``); which part a read reuses
 depends on the reads before it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
+
+#: A free reader chooses among this many of the oldest waiting reads.
+WINDOW = 16
 
 
 class PrefixReader:
@@ -42,6 +49,7 @@ class PrefixReader:
         self.n_batch = n_batch
         self.owned = owned
         self.tokens: list[int] = []  # the prompt whose KV cache the context holds
+        self.target: list[int] = []  # the prompt being read, or the last one read (set by the pool)
         self.reuse_prefix = True  # False: evaluate every prompt from scratch (benchmarks)
         self.reads = 0  # prompts read, and tokens evaluated for them (the rest came from the KV cache)
         self.evaluated = 0
@@ -49,12 +57,7 @@ class PrefixReader:
 
     def shared_prefix(self, toks: Sequence[int]) -> int:
         """Length of the prefix ``toks`` shares with the prompt held in the KV cache."""
-        n = 0
-        for a, b in zip(self.tokens, toks):
-            if a != b:
-                break
-            n += 1
-        return n
+        return _common(self.tokens, toks)
 
     def logits(self, toks: Sequence[int]) -> np.ndarray:
         """float64 logits of the next token after ``toks`` (≥ 1 token, within the context).
@@ -95,8 +98,16 @@ class PrefixReader:
             self._ll.llama_free(self.ctx)
 
 
+@dataclass
+class _Read:
+    toks: list[int]
+    order: int
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    passed_over: int = 0
+
+
 class ReaderPool:
-    """Readers working side by side; :meth:`reader` lends the best free one.
+    """Readers working side by side on waiting reads (one worker thread per reader).
 
     Args:
         readers: the pool's readers (≥ 1).
@@ -104,25 +115,109 @@ class ReaderPool:
 
     def __init__(self, readers: Sequence[PrefixReader]):
         self.readers = list(readers)
-        self._free = list(self.readers)
+        self._waiting: list[_Read] = []
         self._cond = threading.Condition()
+        self._order = itertools.count()
+        self._workers: list[threading.Thread] = []
+        self._closed = False
 
-    @contextmanager
-    def reader(self, toks: Sequence[int]) -> Iterator[PrefixReader]:
-        """Wait for a free reader and lend the one sharing the longest prefix with ``toks``."""
+    def submit(self, toks: Sequence[int]) -> concurrent.futures.Future:
+        """Queue a read; its future gives the float64 logits after ``toks`` (or the error).
+
+        Raises:
+            RuntimeError: the pool is closed.
+        """
+        read = _Read(list(toks), next(self._order))
         with self._cond:
-            while not self._free:
-                self._cond.wait()
-            best = max(self._free, key=lambda r: r.shared_prefix(toks))
-            self._free.remove(best)
-        try:
-            yield best
-        finally:
+            if self._closed:
+                raise RuntimeError("the reader pool is closed")
+            if not self._workers:
+                self._workers = [threading.Thread(target=self._run, args=(r,), name="lmra-llama-read", daemon=True)
+                                 for r in self.readers]
+                for w in self._workers:
+                    w.start()
+            self._waiting.append(read)
+            self._cond.notify()
+        return read.future
+
+    def _take(self, reader: PrefixReader) -> _Read:
+        """The waiting read for a free reader (called with the condition held, reads waiting).
+
+        Among the :data:`WINDOW` oldest reads: first those that share no longer a prefix with
+        the prompt another reader is reading (or read last) than with this reader's — the
+        other presentation order of the pair another reader is busy with is left to it —
+        then the longest prefix shared with this reader's prompt, then the oldest. The oldest
+        read is taken once it has been passed over WINDOW times.
+        """
+        oldest = self._waiting[0]
+        if oldest.passed_over >= WINDOW:
+            best = oldest
+        else:
+            others = [r.target for r in self.readers if r is not reader]
+
+            def score(read: _Read) -> tuple:
+                own = reader.shared_prefix(read.toks)
+                theirs = max((_common(t, read.toks) for t in others), default=0)
+                return own >= theirs, own, -read.order
+
+            best = max(self._waiting[:WINDOW], key=score)
+        self._waiting.remove(best)
+        if best is not oldest:
+            oldest.passed_over += 1
+        reader.target = best.toks
+        return best
+
+    def _run(self, reader: PrefixReader) -> None:
+        while True:
             with self._cond:
-                self._free.append(best)
-                self._cond.notify()
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                read = self._take(reader)
+            if read.future.cancelled():
+                continue
+            try:
+                result = reader.logits(read.toks)
+            except BaseException as exc:  # noqa: BLE001 — the caller gets the error
+                _settle(read.future, error=exc)
+            else:
+                _settle(read.future, result)
 
     def close(self) -> None:
-        """Close every reader (none may be lent out)."""
+        """Fail the waiting reads, let the running ones finish, stop the workers and close the
+        readers."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            waiting, self._waiting = self._waiting, []
+            self._cond.notify_all()
+        for read in waiting:
+            _settle(read.future, error=RuntimeError("the reader pool was closed before this read"))
+        for w in self._workers:
+            w.join()
         for r in self.readers:
             r.close()
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _settle(future: concurrent.futures.Future, result: np.ndarray | None = None, *,
+            error: BaseException | None = None) -> None:
+    """Set a read's outcome unless its caller cancelled it meanwhile."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -151,7 +151,7 @@ def thread_plan(n_threads: int | None, cores: int | None = None) -> ThreadPlan:
 
     Args:
         n_threads: ``ModelConfig.n_threads``; when set, one reader and one batch decoder run,
-            each with that many threads.
+            each with that many threads (and they may run at the same time).
         cores: CPU cores available to this process (default: ``os.sched_getaffinity`` /
             ``os.cpu_count``).
 
@@ -159,12 +159,13 @@ def thread_plan(n_threads: int | None, cores: int | None = None) -> ThreadPlan:
         With ``n_threads`` unset: one option-read context per core and one batch decoder per
         two cores (at least 1 of each), each a llama.cpp context with one thread. llama.cpp's
         threads of one context meet at a barrier after every operation, so a context with 2
-        threads on a 2-core machine stalls whenever another process holds a core (2.5–7.7×
-        slower, docs/benchmarks.md); single-threaded contexts working side by side only lose
-        the share of CPU the other process takes. Reads (whole prompts) are most of the
-        embedded audit's work; one decoder per two cores keeps its 8 slots fuller (a
-        half-empty decode step costs almost as much as a full one) and measured as fast as
-        one per core with less memory.
+        threads on a 2-core machine stalls whenever another process holds a core (the default
+        audit took 2.5–7.7× longer with 2 threads per context; docs/benchmarks.md);
+        single-threaded contexts working side by side only lose the share of CPU the other
+        process takes. Reads (whole prompts) are most of the embedded audit's work; one
+        decoder per two cores keeps its 8 slots fuller (a step with 2 of 8 sequences running
+        costs three quarters of a full one) and measured as fast as one per core, with less
+        memory.
     """
     if n_threads is not None:
         return ThreadPlan(readers=1, read_threads=n_threads, decoders=1, decode_threads=n_threads)
@@ -231,6 +232,7 @@ class LlamaCppProvider:
                                  field="model") from None
         self.metadata: dict[str, str] = dict(self._llm.metadata)
         self._readers = ReaderPool(self._make_readers())
+        _LIVE_WORKERS.append(self._readers)
         self._option_tokens: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         self._decoders: list[BatchDecoder] = []
         self._decoders_lock = threading.Lock()
@@ -312,17 +314,22 @@ class LlamaCppProvider:
             readers.append(PrefixReader(ctx, llm.n_vocab(), llm.n_batch, owned=True))
         return readers
 
-    def _read_options(self, request: ChatRequest) -> ChatResult:
-        """Option probabilities at the first answer position (on the best free reader)."""
+    def _option_ids(self, options: tuple[str, ...]) -> dict[str, np.ndarray]:
+        with self._lock:  # the option-token table is built once per option set
+            return self._tokens_for(options)
+
+    async def _read_options(self, request: ChatRequest) -> ChatResult:
+        """Option probabilities at the first answer position: the read waits for a free
+        context of the reader pool."""
         t0 = time.perf_counter()
         toks = self._tokenize(self.render(request))
-        with self._lock:  # the option-token table is built once per option set
-            option_ids = self._tokens_for(request.options)
-        with self._readers.reader(toks) as reader:
-            try:
-                logits = reader.logits(toks)
-            except RuntimeError as exc:
-                raise ProviderError(f"llamacpp option read failed: {exc}") from exc
+        option_ids = self._option_tokens.get(request.options)
+        if option_ids is None:  # a scan of the whole vocabulary, once per option set
+            option_ids = await asyncio.to_thread(self._option_ids, request.options)
+        try:
+            logits = await asyncio.wrap_future(self._readers.submit(toks))
+        except RuntimeError as exc:
+            raise ProviderError(f"llamacpp option read failed: {exc}") from exc
         logp = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
         probs = {o: float(np.exp(logp[ids]).sum()) if ids.size else 0.0 for o, ids in option_ids.items()}
         text = self._llm.detokenize([int(np.argmax(logits))]).decode("utf-8", errors="replace")
@@ -339,7 +346,7 @@ class LlamaCppProvider:
                     BatchDecoder(model.model, model.vocab, self._llm.detokenize, n_seq=BATCH_SEQUENCES,
                                  n_ctx_seq=self._llm.n_ctx(), n_threads=self.threads.decode_threads)
                     for _ in range(self.threads.decoders))
-                _LIVE_DECODERS.extend(self._decoders)
+                _LIVE_WORKERS.extend(self._decoders)
             return min(self._decoders, key=lambda d: d.pending)
 
     async def _generate(self, request: ChatRequest) -> ChatResult:
@@ -358,15 +365,14 @@ class LlamaCppProvider:
                           finish_reason=gen.finish_reason, model=self.model_id, provider=self.name,
                           latency_s=time.perf_counter() - t0, served_model=self.model_id)
 
-    def _complete_sync(self, request: ChatRequest) -> ChatResult:
-        """One call from a thread without an event loop (option reads or a generation)."""
-        if request.options:
-            return self._read_options(request)
-        return asyncio.run(self._generate(request))
-
     async def complete(self, request: ChatRequest) -> ChatResult:
+        """Option probabilities (a request with ``options``) or generated text.
+
+        Raises:
+            ProviderError: the prompt does not fit ``n_ctx``, or llama.cpp failed.
+        """
         if request.options:
-            return await asyncio.to_thread(self._read_options, request)
+            return await self._read_options(request)
         return await self._generate(request)
 
     async def aclose(self) -> None:
@@ -375,12 +381,15 @@ class LlamaCppProvider:
         return None
 
 
-#: Batch decoders of every loaded model, closed at interpreter exit (their worker threads
-#: must not be inside llama.cpp while the interpreter shuts down).
-_LIVE_DECODERS: list[BatchDecoder] = []
+#: Reader pools and batch decoders of every loaded model, stopped at interpreter exit (their
+#: worker threads must not be inside llama.cpp while the interpreter frees the model).
+_LIVE_WORKERS: list[BatchDecoder | ReaderPool] = []
 
 
 @atexit.register
-def _close_decoders() -> None:
-    for d in _LIVE_DECODERS:
-        d.close(cancel=True)
+def _stop_workers() -> None:
+    for w in _LIVE_WORKERS:
+        if isinstance(w, BatchDecoder):
+            w.close(cancel=True)
+        else:
+            w.close()
