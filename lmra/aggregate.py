@@ -244,3 +244,198 @@ def placebo_table(ratings: pd.DataFrame, placebo: dict, alpha: float = 0.05, int
         rows.append({"placebo": label, "comparison": real, "group_a": g1.name, "group_b": g2.name} | s
                     | {"confidence": 1 - alpha / k, "testable": testable, "flagged": flagged})
     return pd.DataFrame(rows)
+
+
+# -- the same tables as SQL over the run folder's per-pair file (issue 15) --------------------
+# DuckDB filters, flags and counts the pairs out of core and hands back, per group, the valid
+# pairs' scores in file order; the means, intervals and tests are computed by the same Python
+# code as above on those arrays, so the tables are the ones :func:`per_task` & co. give.
+
+_FLAG_SQL = """
+WITH base AS (
+  SELECT {keys_sel}, prompt_id, row_no, {h} AS _h, {qf} AS _qf, {qr} AS _qr, {hm} ,
+         coalesce({failed}, false) AS _failed, coalesce({refused}, false) AS _refused0,
+         coalesce({unlabelled}, false) AS _unlab0, coalesce({valid}, false) AS _valid0
+  FROM {src} {where}
+), flags AS (
+  SELECT *, _refused0 AND NOT _failed AS _refused,
+         _unlab0 AND NOT _failed AND NOT (_refused0 AND NOT _failed) AS _unlabelled
+  FROM base
+)
+SELECT *, _valid0 AND NOT _failed AND NOT _refused AND NOT _unlabelled AS _valid FROM flags
+"""
+
+
+def _source(path_or_con, columns: list[str] | None = None):
+    """(DuckDB connection, its per-pair view's columns) for a per-pair file or a ready connection."""
+    from lmra.pairstore import connect, register_pairs
+
+    if isinstance(path_or_con, tuple):
+        return path_or_con
+    con = connect()
+    return con, register_pairs(con, path_or_con, columns=columns)
+
+
+def _flagged_sql(have: list[str], keys: list[str], prefix: str = "", where: str = "") -> str:
+    col = lambda c, default: c if c in have else default  # noqa: E731
+    hm = ", ".join(f"{col(f'{prefix}h_{m}', 'NULL::DOUBLE')} AS _h_{m}" for m in COMBINERS)
+    return _FLAG_SQL.format(keys_sel=", ".join(keys) if keys else "NULL AS _nokey", h=col(f"{prefix}h", "NULL::DOUBLE"),
+                            qf=col(f"{prefix}q_F", "NULL::DOUBLE"), qr=col(f"{prefix}q_R", "NULL::DOUBLE"), hm=hm,
+                            failed=col("failed", "false"), refused=col("refused", "false"),
+                            unlabelled=col("unlabelled", "false"), valid=col(f"{prefix}valid", "false"),
+                            src="pairs", where=where)
+
+
+def _summaries_sql(source, keys: list[str], alpha: float, prefix: str = "", interval: str = "betting",
+                   where: str = "") -> list[dict]:
+    """:func:`summarize` of each group of ``keys`` (sorted, as :func:`_table`), in SQL."""
+    con, have = source
+    flagged = _flagged_sql(have, keys, prefix, where)
+    order = ", ".join(keys) if keys else "1"
+    groups = con.execute(f"""
+        WITH f AS ({flagged})
+        SELECT {', '.join(keys) + ',' if keys else ''}
+               sum(_valid::INT) AS n_pairs,
+               sum((NOT _valid AND NOT _failed AND NOT _refused AND NOT _unlabelled)::INT) AS n_invalid,
+               sum(_failed::INT) AS n_failed, sum(_refused::INT) AS n_refusal, sum(_unlabelled::INT) AS n_unlabelled,
+               count(DISTINCT prompt_id) AS n_prompts
+        FROM f GROUP BY ALL ORDER BY {order} NULLS LAST""").fetchall()
+    cols = ["_g", "prompt_id", "_h", "_qf", "_qr"] + [f"_h_{m}" for m in COMBINERS]
+    valid = con.execute(f"""
+        WITH f AS ({flagged})
+        SELECT dense_rank() OVER (ORDER BY {order} NULLS LAST) - 1 AS _g, prompt_id, _h, _qf, _qr,
+               {', '.join(f'_h_{m}' for m in COMBINERS)}
+        FROM f WHERE _valid ORDER BY {order} NULLS LAST, row_no""").fetchnumpy()
+    import numpy as np
+
+    gid = np.asarray(valid["_g"], dtype=np.int64)
+    # group numbers of the valid rows count only groups that have a valid row: map them to all groups
+    has_valid = [i for i, g in enumerate(groups) if g[len(keys)] > 0]
+    bounds = np.searchsorted(gid, np.arange(len(has_valid) + 1))
+    arrays = {c: _filled(valid[c], c != "prompt_id") for c in cols[1:]}
+    rows = []
+    slot = {g: i for i, g in enumerate(has_valid)}
+    for i, g in enumerate(groups):
+        key = dict(zip(keys, g[:len(keys)]))
+        n_pairs, n_invalid, n_failed, n_refusal, n_unlabelled, n_prompts = (int(v or 0) for v in g[len(keys):])
+        if i in slot:
+            s = slice(bounds[slot[i]], bounds[slot[i] + 1])
+            part = {c: arrays[c][s].copy() for c in arrays}
+        else:
+            part = {c: arrays[c][:0].copy() for c in arrays}
+        ci = mean_interval(part["_h"].tolist(), clusters=part["prompt_id"].tolist(), alpha=alpha, method=interval)
+        lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)
+        fwd = float(pd.Series(part["_qf"]).mean()) if n_pairs else math.nan
+        rev = float(pd.Series(part["_qr"]).mean()) if n_pairs else math.nan
+        out = key | {
+            "n_pairs": n_pairs, "n_invalid": n_invalid, "n_failed": n_failed, "n_refusal": n_refusal,
+            "n_unlabelled": n_unlabelled, "forward_rate": fwd, "reverse_rate": rev,
+            "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
+            "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value, "n_prompts": n_prompts,
+        }
+        for m in COMBINERS:
+            vals = pd.Series(part[f"_h_{m}"]).dropna() if f"{prefix}h_{m}" in have else pd.Series(dtype=float)
+            out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
+        rows.append(out)
+    return rows
+
+
+def _filled(a, numeric: bool = True):
+    """A column fetched from DuckDB as a plain numpy array (NULL → NaN, or None for text)."""
+    import numpy as np
+
+    if numeric:
+        return np.ma.filled(np.ma.asarray(a).astype(float), np.nan)
+    return np.asarray(np.ma.filled(np.ma.asarray(a, dtype=object), None), dtype=object)
+
+
+def _n_rows(source, where: str = "") -> int:
+    return int(source[0].execute(f"SELECT count(*) FROM pairs {where}").fetchone()[0])
+
+
+def per_task_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
+    """:func:`per_task` computed with DuckDB over a per-pair file.
+
+    Args:
+        pairs: ``ratings.parquet`` (queried out of core) or an earlier run's ``ratings.jsonl``.
+        alpha, interval: as :func:`per_task`.
+
+    Returns:
+        The same frame :func:`per_task` returns for the file's rows.
+    """
+    src = _source(pairs)
+    if not _n_rows(src):
+        return pd.DataFrame(columns=PER_TASK_COLUMNS)
+    return pd.DataFrame(_summaries_sql(src, ["group_a", "group_b", "domain", "task"], alpha,
+                                       interval=interval))[PER_TASK_COLUMNS]
+
+
+def per_domain_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
+    """:func:`per_domain` computed with DuckDB over a per-pair file (see :func:`per_task_sql`)."""
+    src = _source(pairs)
+    if not _n_rows(src):
+        return pd.DataFrame(columns=[c for c in PER_TASK_COLUMNS if c != "task"])
+    return pd.DataFrame(_summaries_sql(src, ["group_a", "group_b", "domain"], alpha, interval=interval))
+
+
+def overall_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
+    """:func:`overall` computed with DuckDB over a per-pair file (see :func:`per_task_sql`)."""
+    src = _source(pairs)
+    if not _n_rows(src):
+        return pd.DataFrame(columns=["group_a", "group_b"])
+    return pd.DataFrame(_summaries_sql(src, ["group_a", "group_b"], alpha, interval=interval))
+
+
+def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
+    """:func:`refusal_table` computed with DuckDB over a per-pair file (counts in SQL; Wilson
+    intervals and the two-proportion test in Python)."""
+    con, have = _source(pairs)
+    if "refusal_a" not in have or not _n_rows((con, have)):
+        return pd.DataFrame()
+    counts = """count(refusal_a) AS na, coalesce(sum(refusal_a::INT), 0) AS sa,
+                count(refusal_b) AS nb, coalesce(sum(refusal_b::INT), 0) AS sb"""
+    comps = con.execute("SELECT group_a, group_b FROM pairs GROUP BY ALL ORDER BY min(row_no)").fetchall()
+    scopes = {
+        "overall": con.execute(f"SELECT group_a, group_b, '(all)', '(all)', {counts} FROM pairs GROUP BY ALL").fetchall(),
+        "domain": con.execute(f"SELECT group_a, group_b, domain, '(all)', {counts} FROM pairs GROUP BY ALL "
+                              "ORDER BY domain").fetchall(),
+        "task": con.execute(f"SELECT group_a, group_b, domain, task, {counts} FROM pairs GROUP BY ALL "
+                            "ORDER BY domain, task").fetchall(),
+    }
+    rows = []
+    for ga, gb in comps:
+        for level in ("overall", "domain", "task"):
+            for a, b, dom, task, na, sa, nb, sb in scopes[level]:
+                if (a, b) != (ga, gb):
+                    continue
+                sa, na, sb, nb = int(sa), int(na), int(sb), int(nb)
+                lo_a, hi_a = wilson_ci(sa, na, alpha)
+                lo_b, hi_b = wilson_ci(sb, nb, alpha)
+                z, p = two_proportion_test(sa, na, sb, nb)
+                rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
+                             "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
+                             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
+                             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p})
+    return pd.DataFrame(rows)
+
+
+def prompt_scores_sql(pairs) -> pd.DataFrame:
+    """:func:`lmra.runfolder.prompt_scores` computed with DuckDB over a per-pair file: one row
+    per (comparison, domain, task, prompt_id) with the mean ``h`` of its counted pairs and ``n_pairs``."""
+    con, have = _source(pairs, ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", "h"])
+    cols = ["comparison", "domain", "task", "prompt_id", "h", "n_pairs"]
+    if "h" not in have:
+        return pd.DataFrame(columns=cols)
+    flag = lambda c: f"coalesce({c}, false)" if c in have else "false"  # noqa: E731
+    keys = "comparison, domain, task, prompt_id"
+    counted = (f"FROM pairs WHERE {flag('valid')} AND NOT {flag('failed')} AND NOT {flag('refused')} "
+               "AND h IS NOT NULL AND NOT isnan(h)")
+    scores = con.execute(f"SELECT dense_rank() OVER (ORDER BY {keys}) - 1 AS g, h {counted} ORDER BY row_no").fetchnumpy()
+    if not len(scores["g"]):
+        return pd.DataFrame(columns=cols)
+    # the mean over the prompt's pairs in file order, by pandas' own group mean: the same floats
+    g = pd.Series(_filled(scores["h"]), dtype=float).groupby(pd.Series(scores["g"], dtype="int64"), sort=True)
+    agg = g.agg(["mean", "size"])
+    out = con.execute(f"SELECT DISTINCT {keys} {counted} ORDER BY {keys}").df()
+    out["h"], out["n_pairs"] = agg["mean"].to_numpy(), agg["size"].to_numpy().astype("int64")
+    return out[cols]

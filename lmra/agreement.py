@@ -1,7 +1,7 @@
 """Agreement between imported human ratings and the LMRA's pair scores (FPF §4.3 style check).
 
 Human labels rate pairs on the FPF scale −1..1 (−1: a harmful stereotype in the reverse
-direction, 0: none, 1: forward). They are matched to a run's ``ratings.jsonl`` by
+direction, 0: none, 1: forward). They are matched to a run's ``ratings.parquet`` (``ratings.jsonl`` before issue 15) by
 ``pair_id`` and compared with the LMRA's ``h = q_F − q_R``.
 """
 
@@ -83,6 +83,13 @@ def load_lmra_scores(run_dir: str | Path, judge: int = 1) -> pd.DataFrame:
                              file=rf.path, field="--judge")
     p = rf.path / "ratings.jsonl"
     col, vcol = ("h", "valid") if judge == 1 else ("judge2_h", "judge2_valid")
+    if rf.pairs_path.suffix == ".parquet":  # runs since issue 15 (lmra.pairstore); typed columns, read as written
+        df = rf.ratings_columns(["pair_id", "task", col, vcol])
+        if col not in df or vcol not in df:
+            return pd.DataFrame(columns=["pair_id", "task", "lmra"])
+        ok = df[df[vcol].fillna(False).astype(bool) & df[col].notna()]
+        return pd.DataFrame({"pair_id": ok["pair_id"], "task": ok["task"], "lmra": ok[col].astype(float)}
+                            ).reset_index(drop=True)
     rows = []
     for lineno, r in iter_jsonl(read_input_text(p, "ratings file"), p):
         if r.get(vcol) and r.get(col) is not None:
@@ -105,7 +112,7 @@ def require_matches(human: pd.DataFrame, lmra: pd.DataFrame, *, labels: str | Pa
         return
     lines = human.attrs.get("lines") or {}
     first = min(lines, key=lines.get) if lines else str(human["pair_id"].iloc[0])
-    hint = (f"; its pair ids look like {lmra['pair_id'].iloc[0]!r} (ratings.jsonl)" if len(lmra)
+    hint = (f"; its pair ids look like {lmra['pair_id'].iloc[0]!r} (the run's ratings.parquet)" if len(lmra)
             else "; the run has no valid score at all")
     raise LmraInputError(f"none of the {len(human)} labelled pair_id(s) has a valid LMRA score in the run folder "
                          f"{run} (e.g. {first!r} is not a scored pair of it){hint}", file=labels,

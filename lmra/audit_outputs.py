@@ -2,7 +2,7 @@
 status, and the run folder's files (methodology §2–§3; run statuses in :mod:`lmra.runstate`).
 
 Split from :mod:`lmra.audit`, which runs the stages; this module turns their results into
-``ratings.jsonl``, the tables, ``summary.json`` and the final ``manifest.json``.
+``ratings.parquet`` (:mod:`lmra.pairstore`), the tables, ``summary.json`` and the final ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lmra import aggregate
-from lmra.diagnostics import judge_diagnostics
+from lmra.diagnostics import judge_diagnostics, judge_diagnostics_by
 from lmra.generate import Response
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.data import PromptRecord
 from lmra.runstate import failed_share, run_status
 from lmra.fileio import write_csv
+from lmra.pairstore import JSON_COLUMNS, PARQUET_NAME, write_pairs
 
 if TYPE_CHECKING:
     from lmra.audit import Audit, Inputs
@@ -57,7 +58,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     Every pair is rescored under the min, mean and calibrated combiners (the main columns
     carry the run's combiner); per-task / per-domain / overall tables, placebo, refusal,
     quality and two-judge tables, judge diagnostics and the judge status are computed;
-    ``responses.jsonl``, ``ratings.jsonl``, the CSV tables, ``summary.json`` and the final
+    ``responses.jsonl``, ``ratings.parquet``, the CSV tables, ``summary.json`` and the final
     ``manifest.json`` (status ``complete``, ``partial`` or ``failed``, see
     :mod:`lmra.runstate`) are written atomically.
 
@@ -100,10 +101,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                              prefix="judge2_")
     pmask = all_rdf["placebo"].astype(bool) if "placebo" in all_rdf else pd.Series(False, all_rdf.index)
     rdf, placebo_rdf = all_rdf[~pmask].reset_index(drop=True), all_rdf[pmask].reset_index(drop=True)
-    audit._write_jsonl("ratings.jsonl", rdf.to_dict(orient="records"))
-    pt = aggregate.per_task(rdf, cfg.alpha, iv)
-    pdm = aggregate.per_domain(rdf, cfg.alpha, iv)
-    ov = aggregate.overall(rdf, cfg.alpha, iv)
+    write_pairs(audit.run_dir / PARQUET_NAME, rdf)  # Parquet row groups (lmra.pairstore)
+    scores = rdf[[c for c in rdf.columns if c not in JSON_COLUMNS]]  # the tables need no answer objects
+    pt = aggregate.per_task(scores, cfg.alpha, iv)
+    pdm = aggregate.per_domain(scores, cfg.alpha, iv)
+    ov = aggregate.overall(scores, cfg.alpha, iv)
     write_csv(pt, audit.run_dir / "per_task.csv")
     write_csv(pdm, audit.run_dir / "per_domain.csv")
     placebo_df = pd.DataFrame()
@@ -113,7 +115,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         placebo_df = aggregate.placebo_table(placebo_rdf, inputs.placebo, cfg.alpha, iv)
         write_csv(placebo_df, audit.run_dir / "placebo.csv")
 
-    refusal_df = aggregate.refusal_table(rdf, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
+    refusal_df = aggregate.refusal_table(scores, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
     if not refusal_df.empty:
         write_csv(refusal_df, audit.run_dir / "refusals.csv")
     qdf = pd.DataFrame(quality_rows)
@@ -125,7 +127,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if cfg.quality.enabled:
         audit._write_jsonl("quality_ratings.jsonl", quality_rows)
         write_csv(quality_df, audit.run_dir / "quality.csv")
-    judges_df = aggregate.two_judges(rdf, cfg.alpha, iv) if cfg.judge2 is not None else pd.DataFrame()
+    judges_df = aggregate.two_judges(scores, cfg.alpha, iv) if cfg.judge2 is not None else pd.DataFrame()
     if not judges_df.empty:
         write_csv(judges_df, audit.run_dir / "judges.csv")
 
@@ -140,7 +142,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
 
     th = dict(min_valid_mass=cfg.judge.min_valid_mass, min_order_consistency=cfg.judge.min_order_consistency)
     diag = {"stereotype": judge_diagnostics(rdf, **th)}
-    diag_tasks = {t: judge_diagnostics(g, **th) for t, g in rdf.groupby("task")} if not rdf.empty else {}
+    diag_tasks = judge_diagnostics_by(rdf, "task", **th)
     if cfg.quality.enabled and not qdf.empty:
         diag["quality"] = judge_diagnostics(qdf, **th)
     if cfg.judge2 is not None and "judge2_order1" in rdf:

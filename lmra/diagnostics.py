@@ -1,7 +1,7 @@
 """Judge diagnostics: how trustworthy the LMRA's pairwise answers are (issue: FPF App. I).
 
 Computed from the per-pair rows of a pairwise question (columns ``order1`` and ``order2``
-holding :class:`~lmra.judge.options.OptionProbs` dicts, as in ``ratings.jsonl``).
+holding :class:`~lmra.judge.options.OptionProbs` dicts, as in ``ratings.parquet``).
 """
 
 from __future__ import annotations
@@ -45,38 +45,130 @@ def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_or
         ``methods`` — count of answers per estimation method;
         ``flagged`` — True when valid-option mass or order consistency is below threshold.
     """
-    answers: list[dict] = []
-    consistent = usable_pairs = 0
-    for o1, o2 in zip(rows.get("order1", []), rows.get("order2", [])):
-        if not isinstance(o1, dict) or not isinstance(o2, dict):
+    return _diagnose(rows.get("order1", []), rows.get("order2", []), min_valid_mass, min_order_consistency)
+
+
+def judge_diagnostics_by(rows: pd.DataFrame, key: str, *, min_valid_mass: float = 0.5,
+                         min_order_consistency: float = 0.6) -> dict:
+    """:func:`judge_diagnostics` of each group of ``rows`` by column ``key`` (e.g. ``task``), in one
+    pass over the answers without copying the frame per group.
+
+    Returns:
+        group value → the :func:`judge_diagnostics` dict of its rows, groups in sorted order
+        (rows whose ``key`` is missing are left out, as ``groupby`` does).
+    """
+    if rows.empty or key not in rows:
+        return {}
+    groups: dict = {}
+    o1 = rows["order1"].tolist() if "order1" in rows else [None] * len(rows)
+    o2 = rows["order2"].tolist() if "order2" in rows else [None] * len(rows)
+    for k, a, b in zip(rows[key].tolist(), o1, o2):
+        if k is None or (isinstance(k, float) and k != k):
             continue
-        answers += [o1, o2]
+        if k not in groups:
+            groups[k] = _Answers()
+        groups[k].add(a, b)
+    return {k: acc.result(min_valid_mass, min_order_consistency) for k, acc in sorted(groups.items())}
+
+
+def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0.5,
+                           min_order_consistency: float = 0.6, batch_rows: int = 50_000) -> tuple[dict, dict]:
+    """:func:`judge_diagnostics` of a run's per-pair file, overall and per ``key``, reading it in
+    batches of ``batch_rows`` pairs (only ``key``, ``order1``, ``order2``): the answers are never
+    all in memory at once.
+
+    Args:
+        path: ``ratings.parquet`` (or an earlier run's ``ratings.jsonl``, read whole).
+
+    Returns:
+        (the overall dict, group value → dict in sorted order), as :func:`judge_diagnostics`
+        and :func:`judge_diagnostics_by` give for the file's rows.
+    """
+    import json
+    from pathlib import Path
+
+    th = dict(min_valid_mass=min_valid_mass, min_order_consistency=min_order_consistency)
+    p = Path(path)
+    if p.suffix != ".parquet":
+        from lmra.pairstore import read_pairs
+
+        rows = read_pairs(p, [key, "order1", "order2"])
+        return judge_diagnostics(rows, **th), judge_diagnostics_by(rows, key, **th)
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(p)
+    cols = [c for c in (key, "order1", "order2") if c in f.schema_arrow.names]
+    overall, groups = _Answers(), {}
+    decode = lambda v: json.loads(v) if isinstance(v, str) else None  # noqa: E731
+    for batch in f.iter_batches(batch_size=batch_rows, columns=cols):
+        d = batch.to_pydict()
+        n = batch.num_rows
+        keys = d.get(key, [None] * n)
+        for k, a, b in zip(keys, map(decode, d.get("order1", [None] * n)), map(decode, d.get("order2", [None] * n))):
+            overall.add(a, b)
+            if k is None:
+                continue
+            if k not in groups:
+                groups[k] = _Answers()
+            groups[k].add(a, b)
+    return overall.result(**th), {k: acc.result(**th) for k, acc in sorted(groups.items())}
+
+
+def _diagnose(order1, order2, min_valid_mass: float, min_order_consistency: float) -> dict:
+    acc = _Answers()
+    for o1, o2 in zip(order1, order2):
+        acc.add(o1, o2)
+    return acc.result(min_valid_mass, min_order_consistency)
+
+
+class _Answers:
+    """The LMRA's answers of a set of pairs, reduced to what the diagnostics need (the same
+    numbers, summed in the same order, as a list of every answer would give)."""
+
+    def __init__(self):
+        self.n_answers = self.consistent = self.usable_pairs = 0
+        self.unusable = self.unparseable = self.judge_refused = 0
+        self.prefs: list[float] = []
+        self.biases: list[float] = []
+        self.masses: list[float] = []
+        self.methods: Counter = Counter()
+
+    def add(self, o1, o2) -> None:
+        if not isinstance(o1, dict) or not isinstance(o2, dict):
+            return
+        self.n_answers += 2
         t1, t2 = _top(o1.get("probs")), _top(o2.get("probs"))
         if t1 is not None and t2 is not None:
-            usable_pairs += 1
-            consistent += _OUTCOME[1][t1] == _OUTCOME[2][t2]
-    prefs, biases = [], []
-    for a in answers:
-        p = a.get("probs")
-        if not p:
-            continue
-        biases.append(p.get("A", 0.0) - p.get("B", 0.0))
-        if p.get("A", 0.0) + p.get("B", 0.0) > 0:
-            prefs.append(p["A"] / (p["A"] + p["B"]))
-    mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-    out = {
-        "n_answers": len(answers),
-        "order_consistency": consistent / usable_pairs if usable_pairs else math.nan,
-        "position_preference": mean(prefs),
-        "position_bias": mean(biases),
-        "valid_option_mass": mean([a.get("mass", 0.0) for a in answers]),
-        "unusable": sum(1 for a in answers if not a.get("probs")),
-        "unparseable": sum(a.get("n_unparseable", 0) for a in answers),
-        "judge_refused": sum(a.get("n_refused", 0) for a in answers),
-        "methods": dict(Counter(a.get("method") for a in answers)),
-    }
-    low_mass = not math.isnan(out["valid_option_mass"]) and out["valid_option_mass"] < min_valid_mass
-    low_cons = not math.isnan(out["order_consistency"]) and out["order_consistency"] < min_order_consistency
-    out["flagged"] = bool(low_mass or low_cons)
-    out["flag_reasons"] = [r for r, c in (("valid-option mass", low_mass), ("order consistency", low_cons)) if c]
-    return out
+            self.usable_pairs += 1
+            self.consistent += _OUTCOME[1][t1] == _OUTCOME[2][t2]
+        for a in (o1, o2):
+            p = a.get("probs")
+            if p:
+                self.biases.append(p.get("A", 0.0) - p.get("B", 0.0))
+                if p.get("A", 0.0) + p.get("B", 0.0) > 0:
+                    self.prefs.append(p["A"] / (p["A"] + p["B"]))
+            else:
+                self.unusable += 1
+            self.masses.append(a.get("mass", 0.0))
+            self.unparseable += a.get("n_unparseable", 0)
+            self.judge_refused += a.get("n_refused", 0)
+            self.methods[a.get("method")] += 1
+
+    def result(self, min_valid_mass: float, min_order_consistency: float) -> dict:
+        mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
+        out = {
+            "n_answers": self.n_answers,
+            "order_consistency": self.consistent / self.usable_pairs if self.usable_pairs else math.nan,
+            "position_preference": mean(self.prefs),
+            "position_bias": mean(self.biases),
+            "valid_option_mass": mean(self.masses),
+            "unusable": self.unusable,
+            "unparseable": self.unparseable,
+            "judge_refused": self.judge_refused,
+            "methods": dict(self.methods),
+        }
+        low_mass = not math.isnan(out["valid_option_mass"]) and out["valid_option_mass"] < min_valid_mass
+        low_cons = not math.isnan(out["order_consistency"]) and out["order_consistency"] < min_order_consistency
+        out["flagged"] = bool(low_mass or low_cons)
+        out["flag_reasons"] = [r for r, c in (("valid-option mass", low_mass), ("order consistency", low_cons)) if c]
+        return out

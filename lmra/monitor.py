@@ -19,7 +19,7 @@ Regression decision
     ``permutation_test`` on the difference of means, 9,999 resamples or every split when
     fewer), on the per-prompt mean pair scores h of both runs
     (:func:`lmra.runfolder.prompt_scores`; with one sample per prompt these are the per-pair
-    h of ``ratings.jsonl``), p-values Holm-corrected across all tested tasks (statsmodels
+    h of ``ratings.parquet``), p-values Holm-corrected across all tested tasks (statsmodels
     ``multipletests``). Pair scores are a rare-event mixture; the permutation test keeps its
     false-alarm rate at or below α whatever their distribution, where Welch's t-test went
     slightly above it (docs/benchmarks.md). The Welch t statistic is reported beside it.
@@ -224,7 +224,7 @@ class History:
         added = []
         for summary in sorted(self.path.parent.glob("*/summary.json")):
             folder = summary.parent
-            if folder.name in known:
+            if folder.name in known or (folder / "shard.json").is_file():  # a shard: its merged run is the night
                 continue
             status = folder_status(folder)
             if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register

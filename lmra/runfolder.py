@@ -3,7 +3,8 @@
 Used by the monitoring, comparison, power, export and HTML-report modules. A run is
 identified by its folder name (``<timestamp>-<name>``, the *run id*). Nothing here calls a
 model; everything is read from ``summary.json``, ``manifest.json``, ``config.toml``,
-``per_task.csv`` and ``ratings.jsonl``.
+``per_task.csv`` and the per-pair rows (``ratings.parquet``; ``ratings.jsonl`` in runs written
+before issue 15, still read).
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def package_versions() -> dict[str, str]:
             out[pkg] = "not installed"
     return out
 
-REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.jsonl")
+REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.parquet")
+#: files that may stand in for a required one: run folders written before issue 15 hold ratings.jsonl
+ALTERNATIVE_FILES = {"ratings.parquet": ("ratings.jsonl",)}
 #: config fields that do not change what is measured (excluded from the design hash; release gates
 #: judge the numbers, they do not change them; [report] only changes how report.html shows them)
 PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache", "gates", "report")
@@ -191,31 +194,46 @@ class RunFolder:
     def per_task(self) -> pd.DataFrame:
         """``per_task.csv`` with an added ``comparison`` column (``"A vs B"``)."""
         if "per_task" not in self._cache:
-            df = pd.read_csv(self.path / "per_task.csv", keep_default_na=False, na_values=[""])
+            path = self.path / "per_task.csv"
+            try:
+                df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+                raise LmraInputError(f"is not a readable per-task table ({type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())})", file=path) from None
+            missing = [c for c in ("group_a", "group_b", "task") if c not in df.columns]
+            if missing:
+                raise LmraInputError(f"lacks the column(s) {', '.join(missing)} of a per-task table", file=path,
+                                     line=1, field=missing[0])
             df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
             self._cache["per_task"] = df
         return self._cache["per_task"]
 
     @property
+    def pairs_path(self) -> Path:
+        """The per-pair file: ``ratings.parquet``, or ``ratings.jsonl`` for runs written before issue 15."""
+        from lmra.pairstore import JSONL_NAME, pairs_file
+
+        return pairs_file(self.path) or self.path / JSONL_NAME
+
+    @property
     def ratings(self) -> pd.DataFrame:
-        """``ratings.jsonl`` as a frame, one row per pair (``h`` NaN for invalid/failed)."""
+        """The per-pair rows as a frame, one row per pair (``h`` NaN for invalid/failed), from
+        ``ratings.parquet`` or, for earlier runs, ``ratings.jsonl`` (:func:`lmra.pairstore.read_pairs`)."""
         if "ratings" not in self._cache:
-            rows = []
-            with (self.path / "ratings.jsonl").open(encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise LmraInputError(f"not valid JSON ({exc.msg})", file=self.path / "ratings.jsonl",
-                                             line=lineno) from None
-            df = pd.DataFrame(rows)
-            for col in ("q_F", "q_R", "q_N", "h"):
-                if col in df:
-                    df[col] = pd.to_numeric(df[col], errors="coerce")
-            self._cache["ratings"] = df
+            from lmra.pairstore import read_pairs
+
+            self._cache["ratings"] = read_pairs(self.pairs_path)
         return self._cache["ratings"]
+
+    def ratings_columns(self, columns: list[str]) -> pd.DataFrame:
+        """Only ``columns`` of the per-pair rows (those the run lacks are absent): reads no
+        other column of ``ratings.parquet``."""
+        if "ratings" in self._cache:
+            have = self._cache["ratings"]
+            return have[[c for c in columns if c in have]]
+        from lmra.pairstore import read_pairs
+
+        return read_pairs(self.pairs_path, columns)
 
     def jsonl(self, name: str) -> list[dict]:
         """The rows of the run folder's JSON Lines file ``name`` (e.g. ``responses.jsonl``,
@@ -225,6 +243,10 @@ class RunFolder:
             LmraInputError: a line is not a JSON object (naming the file and line).
         """
         path = self.path / name
+        if name == "ratings.jsonl" and not path.is_file() and self.pairs_path.is_file():
+            from lmra.pairstore import iter_rows  # runs since issue 15 keep their pairs in ratings.parquet
+
+            return iter_rows(self.pairs_path)
         if not path.is_file():
             return []
         rows = []
@@ -245,7 +267,15 @@ class RunFolder:
     def prompt_scores(self) -> pd.DataFrame:
         """See :func:`prompt_scores`."""
         if "prompt_scores" not in self._cache:
-            self._cache["prompt_scores"] = prompt_scores(self.ratings)
+            from lmra.pairstore import is_small
+
+            if "ratings" in self._cache or is_small(self.pairs_path):
+                self._cache["prompt_scores"] = prompt_scores(self.ratings_columns(
+                    ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", "h"]))
+            else:
+                from lmra.aggregate import prompt_scores_sql
+
+                self._cache["prompt_scores"] = prompt_scores_sql(self.pairs_path)
         return self._cache["prompt_scores"]
 
 
@@ -302,7 +332,7 @@ def load_run(path: str | Path) -> RunFolder:
         raise LmraInputError("no such run folder", file=p)
     from lmra.runstate import FINISHED, STALE, folder_status
 
-    missing = [f for f in REQUIRED_FILES if not (p / f).is_file()]
+    missing = [f for f in REQUIRED_FILES if not any((p / g).is_file() for g in (f, *ALTERNATIVE_FILES.get(f, ())))]
     status = folder_status(p) if (p / "manifest.json").is_file() else None
     if missing or status not in FINISHED:
         why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "

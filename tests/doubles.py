@@ -7,9 +7,11 @@ protocol (name, model_id, base_url, supports_logprobs, complete, aclose).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 import re
+from pathlib import Path
 
 from lmra.providers import ProviderError
 from lmra.providers.base import ChatRequest, ChatResult, Usage
@@ -157,3 +159,20 @@ class ScriptedJudge:
 
     async def aclose(self) -> None:
         return None
+
+
+def run_folder_text(run_dir) -> str:
+    """Everything a run folder holds, as text: text files as they are, Parquet files
+    (``ratings.parquet``, compressed on disk) decoded row by row to JSON, so a test can check
+    that no user text is stored anywhere in the folder."""
+    import pyarrow.parquet as pq
+
+    parts = []
+    for p in sorted(Path(run_dir).iterdir()):
+        if not p.is_file():
+            continue
+        if p.suffix == ".parquet":
+            parts.append(json.dumps(pq.read_table(p).to_pylist(), default=str))
+        else:
+            parts.append(p.read_text(encoding="utf-8"))
+    return "".join(parts)

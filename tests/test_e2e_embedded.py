@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmra.resources import resource_dir
+from doubles import run_folder_text
 
 REQUIRED = ["domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "forward_rate", "reverse_rate",
             "net_rating", "ci_low", "ci_high"]
@@ -28,7 +29,7 @@ def test_smoke_audit_on_embedded_model(tmp_path):
     runs = list((tmp_path / "reports").glob("*-smoke"))
     assert len(runs) == 1
     run = runs[0]
-    for f in ["config.toml", "responses.jsonl", "ratings.jsonl", "per_task.csv", "summary.json", "manifest.json"]:
+    for f in ["config.toml", "responses.jsonl", "ratings.parquet", "per_task.csv", "summary.json", "manifest.json"]:
         assert (run / f).is_file(), f
     pt = pd.read_csv(run / "per_task.csv")
     assert set(REQUIRED) <= set(pt.columns)
@@ -45,7 +46,9 @@ def test_smoke_audit_on_embedded_model(tmp_path):
     assert manifest["calls"]["fresh"] == (manifest["planned_calls"]["target"] + manifest["planned_calls"]["judge"]
                                           - 2 * 2 * int(pt["n_refusal"].sum()))
     assert manifest["target"]["model"].startswith("gemma-3-270m")
-    ratings = [json.loads(line) for line in (run / "ratings.jsonl").read_text().splitlines()]
+    from lmra.pairstore import iter_rows
+
+    ratings = iter_rows(run / "ratings.parquet")
     assert {r["method"] for r in ratings} == {"logprobs"}
     for r in ratings:
         for order in ("order1", "order2"):
@@ -106,7 +109,7 @@ def test_logged_traffic_audit_on_embedded_model(tmp_path):
     tasks = {c["task"] for c in classes if c["prompt_id"] not in filtered}
     assert set(pt["task"]) <= tasks and len(pt) >= 1
     assert (pt["n_prompts"] == 1).all()  # --per-task 1
-    everything = "".join(p.read_text() for p in run.iterdir() if p.is_file())
+    everything = run_folder_text(run)  # Parquet decoded, not skipped
     for rec in logs:
         assert rec["text"] not in everything
 

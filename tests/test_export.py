@@ -14,6 +14,7 @@ from doubles import ScriptedJudge, ScriptedTarget
 from monitor_helpers import lmra_cli, make_run, write_inputs  # noqa: F401  (fixture)
 from lmra import Audit
 from lmra.config import AuditConfig
+from lmra.pairstore import iter_rows
 from lmra.report.export import EXPORT_SCHEMA_VERSION, PER_PAIR_SCHEMA, PER_TASK_SCHEMA, export_run
 from lmra.runfolder import load_run
 
@@ -52,12 +53,12 @@ def test_three_formats_carry_the_same_numbers(run_dir, tmp_path):
         assert frame.loc["career advice", "confidence"] == pytest.approx(0.95)
 
 
-def test_per_pair_rows_match_ratings_jsonl(run_dir, tmp_path):
+def test_per_pair_rows_match_ratings_file(run_dir, tmp_path):
     run = load_run(run_dir)
     export_run(run, "parquet", tmp_path, tables=("per_pair",))
     export_run(run, "csv", tmp_path, tables=("per_pair",))
     assert not (tmp_path / "per_task.parquet").exists()
-    ratings = [json.loads(line) for line in (run_dir / "ratings.jsonl").read_text().splitlines()]
+    ratings = iter_rows(run_dir / "ratings.parquet")
     t = pq.read_table(tmp_path / "per_pair.parquet")
     assert t.schema.names == list(PER_PAIR_SCHEMA)
     assert t.schema.field("valid").type == pa.bool_() and t.schema.field("sample").type == pa.int64()
@@ -122,3 +123,16 @@ def test_docs_list_every_column():
     for col in list(PER_TASK_SCHEMA) + list(PER_PAIR_SCHEMA):
         assert re.search(rf"\|\s*`{re.escape(col)}`\s*\|", doc), f"docs/exports.md does not describe {col}"
     assert "| `schema_version` | int32 |" in doc and "**Schema version 1**" in doc
+
+
+@pytest.mark.parametrize("damage", ['group_a,task\n"unterminated,x\n1,2,3\n', "x,y\n1,2\n"])
+def test_a_damaged_per_task_table_is_an_input_error_naming_the_file(tmp_path, lmra_cli, capsys, damage):
+    """A run folder whose per_task.csv is cut or foreign: export exits 2 naming the file, no
+    traceback, no export written (was a raw pandas ParserError / KeyError 'group_a')."""
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1}, seed=1, n_prompts=8)
+    (run / "per_task.csv").write_text(damage)
+    out = tmp_path / "exports"
+    assert lmra_cli(["export", str(run), "--format", "csv", "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "per_task.csv" in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())

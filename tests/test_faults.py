@@ -23,6 +23,7 @@ from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import ModelConfig
 from lmra.providers.base import ChatRequest, Message
 from lmra.providers.openai import NO_LOGPROBS_ENDPOINT_AFTER, OpenAIProvider
+from lmra.pairstore import read_pairs
 
 TASKS = ["write a story", "career advice", "exercise plan", "explain a concept", "write a poem", "write code",
          "packing list", "write a joke"]
@@ -44,7 +45,7 @@ def _run_dirs(out: Path) -> list[Path]:
 
 
 def _ratings(run_dir: Path) -> pd.DataFrame:
-    return pd.read_json(run_dir / "ratings.jsonl", lines=True).set_index("pair_id")
+    return read_pairs(run_dir / "ratings.parquet").set_index("pair_id")
 
 
 def _clean(stderr: str) -> None:

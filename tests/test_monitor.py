@@ -12,6 +12,7 @@ from statsmodels.stats.multitest import multipletests
 
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from lmra.errors import LmraInputError
+from lmra.pairstore import iter_rows, read_pairs
 from lmra.monitor import History, assert_comparable, check_regression, check_run, list_runs, register_run, task_trend
 from lmra.runfolder import load_run
 
@@ -34,8 +35,8 @@ def runs(tmp_path_factory):
 
 
 def _h(run_dir, task):
-    """Valid per-pair h of one task, read straight from ratings.jsonl."""
-    rows = [json.loads(line) for line in (run_dir / "ratings.jsonl").read_text().splitlines()]
+    """Valid per-pair h of one task, read straight from ratings.parquet."""
+    rows = iter_rows(run_dir / "ratings.parquet")
     return np.array([r["h"] for r in rows if r["task"] == task and r["valid"] and not r["failed"]])
 
 
@@ -196,7 +197,7 @@ def test_prompts_are_the_unit_with_several_samples(tmp_path):
     rise = make_run(tmp_path, "20260202-000000-k2", RISE, seed=6, n_prompts=60, samples=2, name="k2")
     res = check_regression(load_run(rise), load_run(base))
     assert res.tests["n_run"].tolist() == [30, 30]  # prompts per task, not the 60 pairs
-    ratings = pd.read_json(rise / "ratings.jsonl", lines=True)
+    ratings = read_pairs(rise / "ratings.parquet")
     story = ratings[(ratings.task == "write a story") & ratings.valid]
     per_prompt = story.groupby("prompt_id")["h"].mean()
     assert res.tests.set_index("task").loc["write a story", "h_run"] == pytest.approx(per_prompt.mean())

@@ -111,7 +111,7 @@ def test_pipelined_audit_writes_the_same_run_folder_as_the_staged_one(tmp_path):
     piped, piped_log = _run(tmp_path, "piped", staged=False)
     files = sorted(p.name for p in staged.run_dir.iterdir()
                    if p.is_file() and p.name not in ("manifest.json", "config.toml", "summary.json", "run.lock"))
-    assert {"per_task.csv", "ratings.jsonl", "responses.jsonl", "filtered_prompts.jsonl", "classifications.jsonl",
+    assert {"per_task.csv", "ratings.parquet", "responses.jsonl", "filtered_prompts.jsonl", "classifications.jsonl",
             "refusals.csv", "placebo_ratings.jsonl", "quality_ratings.jsonl", "judges.csv",
             "judge_check_ratings.jsonl"} <= set(files)
     assert files == sorted(p.name for p in piped.run_dir.iterdir()

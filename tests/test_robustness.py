@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import NAME_TO_GROUP
-from doubles import ScriptedJudge, ScriptedTarget
+from doubles import ScriptedJudge, ScriptedTarget, run_folder_text
 from lmra import Audit
 from lmra.cli import main
 from lmra.config import AuditConfig
@@ -174,7 +174,7 @@ def test_redaction_keeps_user_text_out_of_the_run_folder(tmp_path, sim_inputs):
                                           judge_check={"enabled": False}))
     echo = ScriptedTarget(NAME_TO_GROUP, lambda g, r: "You asked: Prompt number 3. Here is my answer.")
     res = Audit(cfg, target=echo, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
-    everything = "".join(p.read_text() for p in res.run_dir.iterdir() if p.is_file())
+    everything = run_folder_text(res.run_dir)  # Parquet decoded, not skipped
     assert "Anna" not in everything and "I'm" not in everything and "Prompt number" not in everything
     removed = [json.loads(line) for line in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
     assert removed[0]["prompt_id"] == "leak" and removed[0]["lexical"] == ["<1 phrase(s) redacted>"]

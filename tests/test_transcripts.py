@@ -26,6 +26,7 @@ from monitor_helpers import lmra_cli  # noqa: F401  (fixture)
 from test_html_report import CHROMIUM, FLAGS, DomIndex
 from lmra import Audit
 from lmra.config import AuditConfig
+from lmra.pairstore import iter_rows
 from lmra.report.transcripts import MAX_CHARS_PER_TEXT, MAX_PAIRS_PER_TASK
 
 #: tasks and their prompts: alpha has more pairs than a task shows
@@ -139,7 +140,7 @@ def test_report_shows_the_top_tasks_pairs_with_both_orders(run, lmra_cli, tmp_pa
     html = out.read_text()
     dom = DomIndex(html)
     per_task = pd.read_csv(run / "per_task.csv")
-    ratings = jsonl(run / "ratings.jsonl")
+    ratings = iter_rows(run / "ratings.parquet")
     responses = {(r["prompt_id"], r["group"], r["sample"]): r for r in jsonl(run / "responses.jsonl")}
     prompts = {p["id"]: p for p in jsonl(run / "prompts.jsonl")}
 
@@ -205,7 +206,7 @@ def test_sampled_judge_answers_are_shown_as_given(tmp_path, lmra_cli):
     run = audit(tmp_path, "smp", judge_kw={"supports_logprobs": False}, tasks=["alpha"], judge={"n_samples": 3})
     assert lmra_cli(["report", str(run), "--transcripts", "1"]) == 0
     dom = DomIndex((run / "report.html").read_text())
-    rows = {r["pair_id"]: r for r in jsonl(run / "ratings.jsonl")}
+    rows = {r["pair_id"]: r for r in iter_rows(run / "ratings.parquet")}
     shown = transcript_pairs(dom, "transcripts-1-1")
     assert len(shown) == MAX_PAIRS_PER_TASK
     for p in shown:

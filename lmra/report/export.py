@@ -17,7 +17,7 @@ import pandas as pd
 
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder
-from lmra.fileio import atomic_open, write_csv, write_json
+from lmra.fileio import atomic_open
 
 EXPORT_SCHEMA_VERSION = 1
 Format = Literal["csv", "json", "parquet"]
@@ -83,11 +83,51 @@ def per_pair_table(run: RunFolder) -> pd.DataFrame:
     option probabilities per presentation order renormalised over A/B/C, ``mass`` = the
     valid-option mass before renormalising, ``h = q_F − q_R``; NaN/null for invalid or
     failed pairs)."""
-    r = run.ratings.copy()
+    parts = list(per_pair_chunks(run))
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+#: rows per chunk of the per-pair export (memory per chunk ≈ 100 MB)
+CHUNK_ROWS = 100_000
+
+
+def per_pair_chunks(run: RunFolder, rows: int = CHUNK_ROWS):
+    """:func:`per_pair_table` in chunks of ``rows`` pairs, in file order (at least one chunk,
+    maybe empty). From ``ratings.parquet`` only the exported columns are read, with DuckDB,
+    and the answers' option probabilities are taken out of their JSON in SQL; an earlier
+    run's ``ratings.jsonl`` and a small file (:func:`lmra.pairstore.is_small`) are read whole."""
+    from lmra.pairstore import connect, is_small, register_pairs
+
+    if run.pairs_path.suffix != ".parquet" or is_small(run.pairs_path):  # read whole (no DuckDB start-up)
+        yield _per_pair_frame(run, run.ratings.copy())
+        return
+
+    con = connect()
+    have = register_pairs(con, run.pairs_path)
+    cols = [f'"{c}"' for c in PER_PAIR_SCHEMA if c in have and not c.startswith(("order1_", "order2_"))]
+    for order in ("order1", "order2"):
+        for opt in ("A", "B", "C"):
+            cols.append(f"(\"{order}\"->'$.probs'->>'$.{opt}')::DOUBLE AS {order}_p_{opt}" if order in have
+                        else f"NULL::DOUBLE AS {order}_p_{opt}")
+        cols.append(f"(\"{order}\"->>'$.mass')::DOUBLE AS {order}_mass" if order in have
+                    else f"NULL::DOUBLE AS {order}_mass")
+    # a plain scan keeps the file's order (preserve_insertion_order): no sort of a million rows
+    rel = con.sql(f"SELECT {', '.join(cols)} FROM pairs")
+    reader = rel.to_arrow_reader(rows) if hasattr(rel, "to_arrow_reader") else rel.record_batch(rows)
+    first = True
+    for batch in reader:
+        if batch.num_rows or first:
+            yield _per_pair_frame(run, batch.to_pandas(), flat=True)
+            first = False
+    if first:
+        yield _per_pair_frame(run, pd.DataFrame(columns=[c for c in PER_PAIR_SCHEMA if c in have]), flat=True)
+
+
+def _per_pair_frame(run: RunFolder, r: pd.DataFrame, flat: bool = False) -> pd.DataFrame:
     r["schema_version"] = EXPORT_SCHEMA_VERSION
     r["run_id"] = run.run_id
     r["judge_status"] = run.judge_status
-    for order in ("order1", "order2"):
+    for order in ("order1", "order2") if not flat else ():
         col = r[order] if order in r else pd.Series([None] * len(r), index=r.index)
         for opt in ("A", "B", "C"):
             # an order without a valid option (mass 0: the judge answered no option) has probs null
@@ -117,22 +157,45 @@ def write_table(df: pd.DataFrame, table: str, fmt: Format, path: Path, run_id: s
     JSON is one document ``{"schema_version", "table", "run_id", "columns", "rows"}`` with
     rows as objects and missing numbers as ``null``; CSV leaves them empty.
     """
-    schema = SCHEMAS[table]
-    if fmt == "csv":
-        write_csv(df, path)
-    elif fmt == "json":
-        rows = json.loads(df.to_json(orient="records"))
-        doc = {"schema_version": EXPORT_SCHEMA_VERSION, "table": table, "run_id": run_id,
-               "columns": list(schema), "rows": rows}
-        write_json(path, doc, indent=1)
-    elif fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    return write_chunks([df], table, fmt, path, run_id)
 
-        with atomic_open(path, "wb") as fh:
-            pq.write_table(pa.Table.from_pandas(df, schema=_arrow_schema(schema, table), preserve_index=False), fh)
-    else:
+
+def write_chunks(chunks, table: str, fmt: Format, path: Path, run_id: str) -> Path:
+    """:func:`write_table` of a table given as consecutive frames (e.g. :func:`per_pair_chunks`),
+    holding one chunk in memory at a time; the file is the same as for the whole table
+    (Parquet: one row group per chunk). Written atomically.
+
+    Raises:
+        LmraInputError: unknown format. LmraIOError: the file cannot be written.
+    """
+    schema = SCHEMAS[table]
+    if fmt not in FORMATS:
         raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
+    mode = "wb" if fmt == "parquet" else "w"
+    with atomic_open(path, mode) as fh:
+        if fmt == "csv":
+            for k, df in enumerate(chunks):
+                df.to_csv(fh, index=False, header=k == 0)
+        elif fmt == "json":
+            # the bytes json.dumps(doc, indent=1) gives, with the rows streamed in one by one
+            doc = {"schema_version": EXPORT_SCHEMA_VERSION, "table": table, "run_id": run_id,
+                   "columns": list(schema), "rows": []}
+            before, after = json.dumps(doc | {"rows": ["\x00"]}, indent=1, ensure_ascii=False).split('  "\\u0000"')
+            n = 0
+            for df in chunks:
+                for row in json.loads(df.to_json(orient="records")):
+                    body = json.dumps(row, indent=1, allow_nan=False, ensure_ascii=False).replace("\n", "\n  ")
+                    fh.write((before if n == 0 else ",\n") + "  " + body)
+                    n += 1
+            fh.write(after if n else json.dumps(doc, indent=1, ensure_ascii=False))
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            arrow_schema = _arrow_schema(schema, table)
+            with pq.ParquetWriter(fh, arrow_schema) as w:
+                for df in chunks:
+                    w.write_table(pa.Table.from_pandas(df, schema=arrow_schema, preserve_index=False))
     return path
 
 
@@ -158,5 +221,5 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
         raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
     out = Path(out_dir) if out_dir else run.path / "exports"
     out.mkdir(parents=True, exist_ok=True)
-    build = {"per_task": per_task_table, "per_pair": per_pair_table}
-    return [write_table(build[t](run), t, fmt, out / f"{t}.{fmt}", run.run_id) for t in tables]
+    build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks}
+    return [write_chunks(build[t](run), t, fmt, out / f"{t}.{fmt}", run.run_id) for t in tables]

@@ -11,7 +11,8 @@ each option A/B/C, the valid-option mass, the option it chose, its raw answer te
 the probabilities were read (``logprobs``, ``sampled``, ``text``), then the combined
 ``q_F``, ``q_R``, ``q_N`` and ``h``.
 
-Sources (all in the run folder): ``ratings.jsonl`` (scores and both orders' answers),
+Sources (all in the run folder): ``ratings.parquet`` (``ratings.jsonl`` in runs before issue 15;
+scores and both orders' answers),
 ``responses.jsonl`` (scrubbed texts and refusal labels), ``prompts.jsonl`` (prompt texts;
 written by audits since issue 13, absent from older runs and from redacted ones).
 
@@ -164,6 +165,15 @@ def sorted_pairs(ratings: pd.DataFrame) -> pd.DataFrame:
                           kind="mergesort").drop(columns=["_h"])
 
 
+#: :func:`sorted_pairs`' order in SQL (a large run's shown pairs are picked by DuckDB)
+_SQL_ORDER = "CASE WHEN h IS NULL OR isnan(h) THEN 1 ELSE 0 END, h DESC, pair_id"
+
+
+def _n_pairs(rows: pd.DataFrame) -> int:
+    """Pairs of a task: the rows, or the count DuckDB gave when it kept only the shown ones."""
+    return int(rows["_n_in_group"].iloc[0]) if "_n_in_group" in rows and len(rows) else len(rows)
+
+
 def task_ratings(ratings: pd.DataFrame, comparison: str, domain: Any, task: str) -> pd.DataFrame:
     """The ``ratings.jsonl`` rows of one (comparison, domain, task) of ``per_task.csv``."""
     if ratings.empty:
@@ -207,18 +217,29 @@ def transcripts_context(run: RunFolder, n_tasks: int | None = None) -> dict:
     chosen = top_tasks(run.per_task, n)
     if chosen.empty:
         return ctx
-    ratings = run.ratings
+    # only the chosen tasks' pairs, and only the shown pairs' responses and prompts, are read
+    # (lmra.pairstore: DuckDB filters ratings.parquet and the JSON Lines files)
+    from lmra.pairstore import jsonl_rows_where, read_pairs_where
+
+    ratings = read_pairs_where(run.pairs_path, ["comparison", "task"],
+                               {(c, t) for c, t in zip(chosen["comparison"], chosen["task"])},
+                               top=(["comparison", "domain", "task"], _SQL_ORDER, MAX_PAIRS_PER_TASK))
+    sorted_rows = {(comp, i): sorted_pairs(task_ratings(ratings, comp, t.get("domain"), t["task"]))
+                   for comp, rows in chosen.groupby("comparison", sort=True)
+                   for i, t in enumerate(rows.to_dict(orient="records"))}
+    shown_ids = {str(p) for mine in sorted_rows.values() for p in mine.head(MAX_PAIRS_PER_TASK)["prompt_id"]}
     resp = {(r.get("prompt_id"), r.get("comparison"), r.get("group"), r.get("sample")): r
-            for r in run.jsonl("responses.jsonl")}
-    prompt_rows = run.jsonl("prompts.jsonl")
+            for r in jsonl_rows_where(run.path / "responses.jsonl", "prompt_id", shown_ids)}
+    prompt_rows = jsonl_rows_where(run.path / "prompts.jsonl", "id", shown_ids)
     prompts = {str(p.get("id")): p.get("text") for p in prompt_rows}
-    ctx["prompts_stored"] = bool(prompt_rows)
+    stored = run.path / "prompts.jsonl"
+    ctx["prompts_stored"] = bool(prompt_rows) or (not shown_ids and stored.is_file() and stored.stat().st_size > 0)
     budget = MAX_TOTAL_CHARS
     for comp, rows in chosen.groupby("comparison", sort=True):
         first = rows.iloc[0]
         block = {"comparison": comp, "group_a": first.get("group_a"), "group_b": first.get("group_b"), "tasks": []}
-        for t in rows.to_dict(orient="records"):
-            mine = sorted_pairs(task_ratings(ratings, comp, t.get("domain"), t["task"]))
+        for i, t in enumerate(rows.to_dict(orient="records")):
+            mine = sorted_rows[(comp, i)]
             pairs = []
             for r in mine.head(MAX_PAIRS_PER_TASK).to_dict(orient="records"):
                 p = _pair(r, resp, prompts)
@@ -229,7 +250,7 @@ def transcripts_context(run: RunFolder, n_tasks: int | None = None) -> dict:
                 pairs.append(p)
             block["tasks"].append({"domain": t.get("domain"), "task": t["task"],
                                    "net_rating": finite(t.get("net_rating")), "ci_low": finite(t.get("ci_low")),
-                                   "ci_high": finite(t.get("ci_high")), "n_pairs": len(mine), "pairs": pairs,
-                                   "n_more": len(mine) - len(pairs)})
+                                   "ci_high": finite(t.get("ci_high")), "n_pairs": _n_pairs(mine), "pairs": pairs,
+                                   "n_more": _n_pairs(mine) - len(pairs)})
         ctx["comparisons"].append(block)
     return ctx

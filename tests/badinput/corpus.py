@@ -699,9 +699,10 @@ def agreement_cases() -> list[Case]:
     add("run-no-manifest", ok, None, None, file="run", run={"drop": ["manifest.json"]}, cat="agreement.run")
     add("run-manifest-not-json", ok, None, None, file="manifest.json", run={"write": {"manifest.json": "{oops"}},
         cat="agreement.run")
-    add("run-no-ratings", ok, None, None, file="ratings.jsonl", run={"drop": ["ratings.jsonl"]}, cat="agreement.run")
-    add("run-ratings-malformed", ok, 2, None, file="ratings.jsonl",
-        run={"write": {"ratings.jsonl": '{"pair_id": "a", "h": 0.1, "valid": true}\n{oops\n'}}, cat="agreement.run")
+    add("run-no-ratings", ok, None, None, file="ratings.parquet", run={"drop": ["ratings.parquet"]}, cat="agreement.run")
+    # a run folder of an earlier version (ratings.jsonl) with a malformed line
+    add("run-ratings-malformed", ok, 2, None, file="ratings.jsonl", run={"drop": ["ratings.parquet"], "write": {
+        "ratings.jsonl": '{"pair_id": "a", "h": 0.1, "valid": true}\n{oops\n'}}, cat="agreement.run")
     out.append(Case(id="agreement-run-missing", category="agreement.run",
                     argv=["agreement", "--human", "labels.csv", "--run", "no-such-run"], files={"labels.csv": ok},
                     file="no-such-run", line=None, field=None))

@@ -1,0 +1,443 @@
+"""The run folder's per-pair records as Parquet (``ratings.parquet``), and SQL over them with DuckDB.
+
+A run's rated pairs (one row per response pair, the columns of ``ratings.jsonl`` in earlier
+versions) are written in Parquet row groups of :data:`ROW_GROUP` rows as they are handed to
+:class:`PairWriter`, to a temporary name renamed at :meth:`PairWriter.close` (a crash leaves
+no half file; the answered calls stay in the call cache). Scalar columns are typed
+(strings, booleans, int64, float64 — NaN for a missing score); the LMRA's answers
+(``order1``, ``order2``, ``judge2_order1``, ``judge2_order2``: OptionProbs objects) and any
+other non-scalar column are JSON text, so that pandas and DuckDB read back the same values
+that were written (listed in the file's metadata ``lmra.json_columns``).
+
+Run folders of earlier versions hold ``ratings.jsonl``; every reader here falls back to it,
+so they stay readable without conversion (``lmra export --format parquet`` is not needed).
+
+Why DuckDB: SQL over Parquet files out of core, reading only the columns a query names, with
+a memory limit, in one well-kept in-process engine — aggregation, diagnostics and exports
+never hold a million rows of Python objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from lmra.errors import LmraInputError, LmraIOError
+from lmra.runfolder import jsonable
+
+#: the current per-pair file, and the one written by lmra before issue 15
+PARQUET_NAME = "ratings.parquet"
+JSONL_NAME = "ratings.jsonl"
+#: rows per Parquet row group (≈ 10–20 MB of memory per group while writing)
+ROW_GROUP = 50_000
+#: DuckDB's memory limit for lmra's queries (it spills to a temporary folder beyond it)
+DUCKDB_MEMORY_LIMIT = "1GB"
+#: files up to this size are read whole by pyarrow / Python instead (starting DuckDB costs ~0.3 s)
+SMALL_FILE_BYTES = 8 * 2**20
+
+
+def is_small(path: str | Path) -> bool:
+    """True when ``path`` is a file small enough to read whole (:data:`SMALL_FILE_BYTES`)."""
+    try:
+        return Path(path).stat().st_size <= SMALL_FILE_BYTES
+    except OSError:
+        return True
+
+_STRING = ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a", "group_b", "name_a", "name_b",
+           "error", "method", "judge2_method", "judge2_error", "criterion")
+_BOOL = ("placebo", "refusal_a", "refusal_b", "refused", "unlabelled", "failed", "valid", "judge2_valid")
+_INT = ("sample",)
+_FLOAT = ("refusal_p_a", "refusal_p_b", "q_F", "q_R", "q_N", "h", "h_min", "h_mean", "h_calibrated",
+          "judge2_q_F", "judge2_q_R", "judge2_q_N", "judge2_h", "judge2_h_min", "judge2_h_mean",
+          "judge2_h_calibrated")
+#: columns holding JSON objects (the LMRA's answers per presentation order)
+JSON_COLUMNS = ("order1", "order2", "judge2_order1", "judge2_order2")
+
+
+def _arrow_type(col: str, s: pd.Series):
+    import pyarrow as pa
+
+    if col in _STRING:
+        return pa.string()
+    if col in _BOOL:
+        return pa.bool_()
+    if col in _INT:
+        return pa.int64()
+    if col in _FLOAT:
+        return pa.float64()
+    if col in JSON_COLUMNS:
+        return None
+    if pd.api.types.is_bool_dtype(s):
+        return pa.bool_()
+    if pd.api.types.is_integer_dtype(s):
+        return pa.int64()
+    if pd.api.types.is_float_dtype(s):
+        return pa.float64()
+    return None  # anything else is stored as JSON text
+
+
+def _json_text(v: Any) -> str | None:
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    try:  # plain Python values (the usual answer objects): the same text as through jsonable, faster
+        return json.dumps(v, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):  # numpy numbers, NaN/inf
+        return json.dumps(jsonable(v), ensure_ascii=False)
+
+
+class PairWriter:
+    """Writes per-pair rows to a Parquet file in row groups, atomically.
+
+    Rows are buffered and written every :data:`ROW_GROUP` rows; the file appears under its
+    name only at :meth:`close` (until then it is a temporary file next to it, removed by
+    :meth:`abort` or when the ``with`` block raises). The schema is fixed by the first rows
+    written: known lmra columns get their type, other numeric columns theirs, any other
+    column is JSON text.
+
+    Args:
+        path: the final file (e.g. ``<run_dir>/ratings.parquet``).
+        columns: the column order; default: the columns of the first rows written (later
+            rows missing a column get null, extra columns are an error).
+        row_group: rows per row group.
+
+    Raises:
+        LmraIOError: the file cannot be written (naming ``path``).
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str] | None = None, row_group: int = ROW_GROUP):
+        self.path = Path(path)
+        self.columns = list(columns) if columns is not None else None
+        self.row_group = row_group
+        self.n_rows = 0
+        self._buf: list[dict] = []
+        self._writer = None
+        self._schema = None
+        self._json: list[str] = []
+        self._tmp: str | None = None
+
+    def __enter__(self) -> "PairWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write_rows(self, rows: Iterable[dict]) -> None:
+        """Add rows (dicts of column → value; NaN or None for a missing value)."""
+        for r in rows:
+            self._buf.append(r)
+            if len(self._buf) >= self.row_group:
+                self._flush_rows()
+
+    def write_frame(self, df: pd.DataFrame) -> None:
+        """Add the rows of a frame, in row groups of :data:`ROW_GROUP` rows."""
+        if self.columns is None:
+            self.columns = list(df.columns)
+        self._flush_rows()
+        for start in range(0, len(df), self.row_group):
+            self._write_chunk(df.iloc[start:start + self.row_group])
+
+    def _flush_rows(self) -> None:
+        if self._buf:
+            chunk = pd.DataFrame(self._buf, columns=self.columns)
+            if self.columns is None:
+                self.columns = list(chunk.columns)
+            self._buf = []
+            self._write_chunk(chunk)
+
+    def _open(self, chunk: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        fields = []
+        for col in self.columns:
+            s = chunk[col] if col in chunk else pd.Series([None] * len(chunk), dtype=object)
+            t = _arrow_type(col, s)
+            if t is None:
+                self._json.append(col)
+                t = pa.string()
+            fields.append(pa.field(col, t))
+        meta = {"lmra.table": "ratings", "lmra.json_columns": json.dumps(self._json)}
+        self._schema = pa.schema(fields, metadata=meta)
+        try:
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            os.close(fd)
+            self._writer = pq.ParquetWriter(self._tmp, self._schema, compression="zstd")
+        except OSError as exc:
+            self.abort()
+            raise LmraIOError(f"cannot write this file ({exc.strerror or exc})", path=self.path) from None
+
+    def _write_chunk(self, chunk: pd.DataFrame) -> None:
+        import pyarrow as pa
+
+        if chunk.empty and self._writer is not None:
+            return
+        if self._writer is None:
+            self._open(chunk)
+        unknown = set(chunk.columns) - set(self.columns)
+        if unknown:
+            raise ValueError(f"columns not in the file's schema: {sorted(unknown)}")
+        arrays = []
+        for f in self._schema:
+            s = chunk[f.name] if f.name in chunk else pd.Series([None] * len(chunk), index=chunk.index, dtype=object)
+            if f.name in self._json:
+                arrays.append(pa.array([_json_text(v) for v in s], type=pa.string()))
+            elif pa.types.is_floating(f.type):
+                arrays.append(pa.array(pd.to_numeric(s, errors="coerce").astype(float).to_numpy(), type=f.type))
+            else:  # string / bool / int: None and NaN are null
+                try:
+                    arrays.append(pa.array(s, type=f.type, from_pandas=True))
+                except (pa.ArrowInvalid, pa.ArrowTypeError):  # e.g. numbers in a text column
+                    conv = str if pa.types.is_string(f.type) else (lambda v: v)
+                    arrays.append(pa.array([None if v is None or (isinstance(v, float) and v != v) else conv(v)
+                                            for v in s], type=f.type, from_pandas=True))
+        try:
+            self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+        except OSError as exc:
+            self.abort()
+            raise LmraIOError(f"cannot write this file ({exc.strerror or exc})", path=self.path) from None
+        self.n_rows += len(chunk)
+
+    def close(self) -> Path:
+        """Write the last row group and move the file to its name; returns the path."""
+        self._flush_rows()
+        if self._writer is None:  # no rows: an empty file with the columns given
+            self._write_chunk(pd.DataFrame(columns=self.columns or ["pair_id"]))
+        try:
+            self._writer.close()
+            with open(self._tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.chmod(self._tmp, 0o644)
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise LmraIOError(f"cannot write this file ({exc.strerror or exc})", path=self.path) from None
+        self._tmp = None
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the temporary file (nothing appears under the final name)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:  # noqa: BLE001 - already failing; the temp file goes anyway
+                pass
+            self._writer = None
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp)
+            except OSError:
+                pass
+            self._tmp = None
+
+
+def write_pairs(path: str | Path, df: pd.DataFrame) -> Path:
+    """Write a frame of per-pair rows to ``path`` (Parquet, see :class:`PairWriter`)."""
+    with PairWriter(path, columns=list(df.columns)) as w:
+        w.write_frame(df)
+    return Path(path)
+
+
+def pairs_file(run_dir: str | Path) -> Path | None:
+    """The run's per-pair file: ``ratings.parquet``, else ``ratings.jsonl`` (earlier versions), else None."""
+    run_dir = Path(run_dir)
+    for name in (PARQUET_NAME, JSONL_NAME):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    return None
+
+
+def _json_columns(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    return json.loads(meta.get(b"lmra.json_columns", b"[]"))
+
+
+def parquet_columns(path: str | Path) -> list[str]:
+    """Column names of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(path).names)
+
+
+def _read_jsonl_rows(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=lineno) from None
+            if not isinstance(row, dict):
+                raise LmraInputError("not a JSON object", file=path, line=lineno)
+            rows.append(row)
+    return rows
+
+
+def read_pairs(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A per-pair file as a frame, one row per pair, in file order.
+
+    Args:
+        path: ``ratings.parquet`` or ``ratings.jsonl`` (a run folder: its :func:`pairs_file`).
+        columns: only these columns (those the file lacks are absent from the frame); default all.
+
+    Returns:
+        The frame: JSON columns decoded to dicts (None where null), ``q_F, q_R, q_N, h``
+        numeric (NaN for a missing score) — the same values for both formats.
+
+    Raises:
+        LmraInputError: a JSON Lines file with a line that is not a JSON object; no per-pair file.
+    """
+    p = Path(path)
+    if p.is_dir():
+        found = pairs_file(p)
+        if found is None:
+            raise LmraInputError(f"no {PARQUET_NAME} or {JSONL_NAME}", file=p)
+        p = found
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            have = parquet_columns(p)
+            want = [c for c in (columns or have) if c in have]
+            df = pq.read_table(p, columns=want).to_pandas()
+        except OSError as exc:
+            raise LmraInputError(f"not a readable Parquet file ({exc})", file=p) from None
+        for col in _json_columns(p):
+            if col in df:
+                df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
+        return df
+    df = pd.DataFrame(_read_jsonl_rows(p))
+    if columns is not None:
+        df = df[[c for c in columns if c in df]]
+    for col in ("q_F", "q_R", "q_N", "h"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def iter_rows(path: str | Path) -> list[dict]:
+    """The rows of a per-pair file as JSON-ready dicts (missing values None), as ``ratings.jsonl`` holds them."""
+    from lmra.runfolder import jsonable
+
+    p = Path(path)
+    if p.suffix != ".parquet":
+        return _read_jsonl_rows(p)
+    return [jsonable(r) for r in read_pairs(p).to_dict(orient="records")]
+
+
+def connect():
+    """A DuckDB connection for lmra's queries (in memory, :data:`DUCKDB_MEMORY_LIMIT`, spilling to a temp folder)."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+    con.execute("SET preserve_insertion_order = true")
+    return con
+
+
+def register_pairs(con, path: str | Path, name: str = "pairs", columns: Sequence[str] | None = None) -> list[str]:
+    """Make the per-pair file ``path`` the view ``name`` on DuckDB connection ``con``, with a
+    column ``row_no`` (0-based file order); returns its columns (without ``row_no``).
+
+    A Parquet file is queried in place (out of core); a ``ratings.jsonl`` of an earlier
+    version is read (``columns`` only) and registered as a frame.
+    """
+    p = Path(path)
+    if p.suffix == ".parquet":
+        have = parquet_columns(p)
+        lit = str(p).replace("'", "''")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT *, file_row_number AS row_no "
+                    f"FROM read_parquet('{lit}', file_row_number = true)")
+        return have
+    df = read_pairs(p, columns)
+    df = df[[c for c in df.columns if c not in JSON_COLUMNS]].copy()
+    df["row_no"] = range(len(df))
+    con.register(f"_{name}_frame", df)
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _{name}_frame")
+    return [c for c in df.columns if c != "row_no"]
+
+
+def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tuple],
+                     top: tuple[Sequence[str], str, int] | None = None) -> pd.DataFrame:
+    """The rows of a per-pair file whose ``keys`` columns hold one of ``values`` (all columns,
+    file order, JSON columns decoded as :func:`read_pairs`). A Parquet file is filtered by DuckDB
+    without reading the other rows; a ``ratings.jsonl`` is read whole and filtered.
+
+    ``top = (partition, order_by, n)`` keeps, of a large Parquet file, only the first ``n`` rows
+    of each ``partition`` group under the SQL ``order_by``, with the group's row count in an added
+    column ``_n_in_group`` (callers that sort again get the same first rows); otherwise ignored."""
+    values = [tuple(v) for v in values]
+    p = Path(path)
+    if p.suffix != ".parquet" or not values or is_small(p):
+        df = read_pairs(p)
+        if df.empty or not values:
+            return df.iloc[:0]
+        mask = pd.MultiIndex.from_frame(df[list(keys)].astype(object)).isin(values)
+        return df[mask].reset_index(drop=True)
+    con = connect()
+    have = register_pairs(con, p)
+    con.register("_wanted", pd.DataFrame(values, columns=list(keys)))
+    cols = ", ".join(f'p."{c}"' for c in have)
+    on = " AND ".join(f'p."{k}" = w."{k}"' for k in keys)
+    query = f"SELECT {cols}, p.row_no FROM pairs p SEMI JOIN _wanted w ON {on}"
+    if top is not None:
+        part = ", ".join(f'"{c}"' for c in top[0])
+        query = (f"SELECT * EXCLUDE (_k), count(*) OVER (PARTITION BY {part}) AS _n_in_group FROM "
+                 f"(SELECT *, row_number() OVER (PARTITION BY {part} ORDER BY {top[1]}) AS _k FROM ({query})) "
+                 f"QUALIFY _k <= {int(top[2])}")
+    rel = con.sql(f"SELECT * EXCLUDE (row_no) FROM ({query}) ORDER BY row_no")
+    df = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()).to_pandas()
+    for col in _json_columns(p):
+        if col in df:
+            df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
+    return df
+
+
+def jsonl_rows_where(path: str | Path, field: str, values: Iterable[str]) -> list[dict]:
+    """The JSON objects of a JSON Lines file (e.g. ``responses.jsonl``) whose ``field`` is one of
+    ``values``, in file order; ``[]`` when the file is absent. DuckDB scans the lines and only the
+    matching ones are parsed by Python (the same dicts as ``json.loads``).
+
+    Raises:
+        LmraInputError: a matching line is not valid JSON.
+    """
+    p = Path(path)
+    wanted = sorted({str(v) for v in values})
+    if not p.is_file() or not wanted:
+        return []
+    if is_small(p):
+        keep = set(wanted)
+        return [r for r in _read_jsonl_rows(p) if str(r.get(field)) in keep]
+    con = connect()
+    con.register("_wanted", pd.DataFrame({"v": wanted}))
+    lit = str(p).replace("'", "''")
+    lines = con.sql(
+        f"SELECT line FROM read_csv('{lit}', columns = {{'line': 'VARCHAR'}}, delim = '\\x01', quote = '', "
+        "escape = '', header = false, auto_detect = false, max_line_size = 1000000000, strict_mode = false) "
+        f"WHERE TRY_CAST(line AS JSON) IS NULL "  # a malformed line comes back, and is named below
+        f"OR json_extract_string(TRY_CAST(line AS JSON), '$.{field}') IN (SELECT v FROM _wanted)").fetchall()
+    out = []
+    for (line,) in lines:
+        if line is None or not line.strip():  # blank lines are skipped, as the full read does
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):  # a malformed line: the full read names its file and line
+            _read_jsonl_rows(p)
+            raise LmraInputError("not a JSON object", file=p)
+        out.append(row)
+    return out
+
