@@ -1,0 +1,28 @@
+"""Helpers shared by the axes steps that call the LMRA (brainstorm, label, harm check):
+bounded concurrency, a silent progress object, and None → nan for optional probabilities."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+
+class NoProgress:
+    """Progress sink that ignores ``start(stage, total)`` and ``advance(stage)``."""
+
+    def start(self, stage: str, total: int) -> None:
+        return None
+
+    def advance(self, stage: str) -> None:
+        return None
+
+
+async def bounded(sem: asyncio.Semaphore, coro):
+    """Await ``coro`` while holding ``sem`` (the calls-in-flight bound)."""
+    async with sem:
+        return await coro
+
+
+def nan_if_none(x: float | None) -> float:
+    """``x`` as a float, nan for None (a probability the LMRA did not give)."""
+    return math.nan if x is None else float(x)

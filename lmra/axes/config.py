@@ -1,0 +1,57 @@
+"""The config ``lmra axes`` runs with on a finished run: the run's resolved config with the
+``[axes]``, ``[judge]``, cache, concurrency, alpha and budget keys of an ``--config`` file
+and command-line overrides applied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmra.config import AuditConfig, parse_config
+from lmra.errors import LmraInputError, find_key_line
+
+#: Keys of an ``--config`` file that ``lmra axes`` applies over the run's config.
+OVERRIDE_KEYS = ("axes", "judge", "cache", "concurrency", "alpha", "max_calls", "max_cost", "prices")
+
+
+def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **overrides: Any) -> AuditConfig:
+    """The config ``lmra axes`` runs with: the run's resolved config, then the ``[axes]``
+    section (merged field by field), ``[judge]`` (replacing the run's judge), ``cache``,
+    ``concurrency``, ``alpha`` and the budget (``max_calls``, ``max_cost``, ``prices``) of
+    ``path`` (a full audit config is accepted; its other fields describe how the run was made
+    and are ignored; the run's own budget limits are not inherited), then
+    ``overrides`` (``axes.<field>`` keys, e.g. ``{"axes.max_axes": 5}``; None values skipped).
+
+    Raises:
+        LmraInputError: unreadable TOML or an invalid field (naming the file, line, field).
+    """
+    data = run_cfg.model_dump()
+    data["axes"] = dict(data.get("axes") or {})
+    # the run's budget limited the audit that made it; this command's budget is its own
+    data["max_calls"] = data["max_cost"] = None
+    text = ""
+    if path is not None:
+        from lmra.errors import read_toml
+
+        p = Path(path)
+        text, extra = read_toml(p, "config file")
+        for key in OVERRIDE_KEYS:
+            if key not in extra:
+                continue
+            if key == "axes":
+                if not isinstance(extra["axes"], dict):
+                    raise LmraInputError("must be a table [axes]", file=p, line=find_key_line(text, "axes"),
+                                         field="axes")
+                data["axes"] |= extra["axes"]
+            else:
+                data[key] = extra[key]
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, leaf = key.partition(".")
+        if section == "axes" and leaf:
+            data["axes"][leaf] = value
+        else:
+            data[key] = value
+    data["axes"]["enabled"] = True
+    return parse_config(data, source=path or "command line", text=text)

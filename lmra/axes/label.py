@@ -1,0 +1,77 @@
+"""Axes step 4 — label (methodology §4 step 4): every test pair on every candidate axis, both
+presentation orders, combined as in §2; ``s = q(y_A more) − q(y_B more)``.
+
+Reads the test :class:`~lmra.axes.pairs.AxisPair` records and the axis list of
+:func:`~lmra.axes.consolidate.candidate_axes`; writes one label row per (axis, pair)
+(``axes_labels.jsonl``) for selection (:mod:`lmra.axes.select`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pandas as pd
+
+from lmra.axes.calls import NoProgress, bounded, nan_if_none
+from lmra.axes.pairs import AxisPair
+from lmra.config import AuditConfig
+from lmra.judge.axes import label_axis
+from lmra.providers import Provider, ProviderError
+from lmra.templates import Template, load_template
+
+
+async def label_test_pairs(judge: Provider, cfg: AuditConfig, tpl: Template, test: list[AxisPair], axes: list[str],
+                           seed: int, sem: asyncio.Semaphore, progress) -> pd.DataFrame:
+    """Label every test pair on every axis (methodology §4 step 4), advancing ``progress``
+    (``axes-label``) once per (pair, axis); a failed call gives a row with ``failed`` true.
+
+    Returns:
+        One row per (pair, axis), in pair order: the columns of :func:`label_pairs`.
+    """
+    async def one(p: AxisPair) -> list[dict]:
+        rows = []
+        for axis in axes:  # one pair's questions in a row: they share the KV prefix
+            base = {"comparison": p.comparison, "group_a": p.group_a, "group_b": p.group_b, "axis": axis,
+                    "pair_id": p.pair_id, "prompt_id": p.prompt_id, "domain": p.domain, "task": p.task,
+                    "sample": p.sample}
+            try:
+                r = await bounded(sem, label_axis(judge, cfg.judge, tpl, axis=axis, task=p.task, prompt=p.prompt,
+                                                  response_a=p.response_a, response_b=p.response_b,
+                                                  seed_parts=(seed, p.pair_id)))
+            except ProviderError as exc:
+                rows.append(base | {"failed": True, "error": str(exc), "valid": False, "method": None,
+                                    "q_F": math.nan, "q_R": math.nan, "q_N": math.nan, "s": math.nan})
+                progress.advance("axes-label")
+                continue
+            rows.append(base | {"failed": False, "error": None, "valid": r.valid, "method": r.method,
+                                "q_F": nan_if_none(r.q_F), "q_R": nan_if_none(r.q_R), "q_N": nan_if_none(r.q_N),
+                                "s": nan_if_none(r.h), "order1": r.order1.model_dump(),
+                                "order2": r.order2.model_dump()})
+            progress.advance("axes-label")
+        return rows
+
+    rows = [r for rs in await asyncio.gather(*(one(p) for p in test)) for r in rs]
+    cols = ["comparison", "group_a", "group_b", "axis", "pair_id", "prompt_id", "domain", "task", "sample", "failed",
+            "error", "valid", "method", "q_F", "q_R", "q_N", "s"]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=cols)
+
+
+async def label_pairs(judge: Provider, cfg: AuditConfig, pairs: list[AxisPair], axes: list[str], *,
+                      template: Template | None = None, seed: int = 0) -> pd.DataFrame:
+    """Label test pairs on axes (methodology §4 step 4), without the cache or a run folder.
+
+    Args:
+        judge: the LMRA (any provider; :func:`run_axes` passes it through the cache).
+        cfg: config (``judge``, ``concurrency``).
+        pairs: test pairs; axes: axis statements.
+        template: default ``prompts/judge/axes_label.txt``.
+        seed: seed part of the judge calls.
+
+    Returns:
+        One row per (axis, pair): comparison, group_a, group_b, axis, pair_id, prompt_id,
+        domain, task, sample, failed, valid, method, q_F, q_R, q_N, s (and both raw orders).
+    """
+    tpl = template or load_template("axes_label", "judge")
+    return await label_test_pairs(judge, cfg, tpl, pairs, axes, seed, asyncio.Semaphore(cfg.concurrency_bound()),
+                                  NoProgress())

@@ -1,0 +1,148 @@
+"""Axes step 5 — select (methodology §4 step 5; §8): per axis a test of mean(s) = 0 (t-test with
+a prompt-clustered standard error, or a sign test on per-prompt means) and a Bonferroni (or
+Holm) correction over the axes actually tested, overall and per task.
+
+Reads the label rows of :mod:`lmra.axes.label`; writes the ``axes.csv`` table rows
+(:data:`TABLE_COLUMNS`; the harm columns are filled by :mod:`lmra.axes.harm`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lmra.stats import adjust_pvalues, mean_ci
+
+#: Columns of ``axes.csv`` (one row per comparison × level × axis).
+TABLE_COLUMNS = ["comparison", "group_a", "group_b", "level", "task", "axis", "source", "direction", "split_a",
+                 "split_b", "more_a", "more_b", "mean_s", "ci_low", "ci_high", "p_value", "p_adjusted", "selected",
+                 "tested", "k_tested", "correction", "test", "harmful_p", "harmful", "n_test_pairs", "n_invalid",
+                 "n_failed", "n_prompts"]
+
+
+def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 0.05, min_test_pairs: int = 3
+                    ) -> dict[str, Any]:
+    """Effect and test of one axis on its labelled test pairs (methodology §4 steps 4–5).
+
+    Args:
+        labels: one row per test pair with ``valid`` (bool), ``failed`` (bool, optional),
+            ``q_F`` = q(y_A more), ``q_R`` = q(y_B more), ``s`` = q_F − q_R in [−1, 1] and
+            ``prompt_id`` (the cluster).
+        test: ``"t"`` — one-sample t-test of mean(s) = 0 with a prompt-clustered standard error
+            (:func:`lmra.stats.mean_ci`; with one pair per prompt it is exactly
+            ``scipy.stats.ttest_1samp``); ``"sign"`` — statsmodels ``sign_test`` on the
+            per-prompt means of s (ties, |mean| < 1e-12, dropped; p = 1 when all tie).
+        ci_alpha: 1 − confidence level of the interval of mean(s).
+        min_test_pairs: fewer valid pairs → not tested (p = nan).
+
+    Returns:
+        dict with ``more_a`` = mean q_F, ``more_b`` = mean q_R, ``split_a`` = more_a / (more_a +
+        more_b) ∈ [0, 1] (nan when both are 0), ``split_b`` = 1 − split_a, ``mean_s`` ∈ [−1, 1],
+        ``ci_low``, ``ci_high``, ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
+        (valid), ``n_invalid``, ``n_failed``, ``n_prompts``.
+    """
+    valid = labels["valid"].to_numpy(dtype=bool) if len(labels) else np.zeros(0, bool)
+    failed = labels["failed"].to_numpy(dtype=bool) if "failed" in labels and len(labels) else np.zeros(len(labels), bool)
+    ok = valid & ~failed
+    n = int(ok.sum())
+    s = labels["s"].to_numpy(dtype=float)[ok] if n else np.zeros(0)
+    prompts = np.asarray([str(x) for x in labels["prompt_id"].to_numpy()[ok]]) if n else np.zeros(0, str)
+    out: dict[str, Any] = {"n_test_pairs": n, "n_invalid": int((~valid & ~failed).sum()), "n_failed": int(failed.sum()),
+                           "n_prompts": int(len(set(prompts.tolist())))}
+    more_a = float(labels["q_F"].to_numpy(dtype=float)[ok].mean()) if n else math.nan
+    more_b = float(labels["q_R"].to_numpy(dtype=float)[ok].mean()) if n else math.nan
+    denom = more_a + more_b
+    split_a = more_a / denom if n and denom > 0 else math.nan
+    ci = mean_ci(s, clusters=prompts.tolist() if n else None, alpha=ci_alpha)
+    tested = n >= min_test_pairs and ci.n_clusters >= 2
+    p = math.nan
+    if tested and test == "t":
+        p = ci.p_value
+    elif tested and test == "sign":
+        from statsmodels.stats.descriptivestats import sign_test
+
+        per_prompt = pd.Series(s).groupby(prompts).mean().to_numpy(float)
+        per_prompt = np.where(np.abs(per_prompt) < 1e-12, 0.0, per_prompt)
+        p = 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
+    elif tested:
+        raise ValueError(f"unknown test '{test}' (use 't' or 'sign')")
+    return out | {"more_a": more_a, "more_b": more_b, "split_a": split_a,
+                  "split_b": 1 - split_a if not math.isnan(split_a) else math.nan, "mean_s": ci.mean,
+                  "ci_low": ci.low, "ci_high": ci.high, "p_value": p, "tested": bool(tested and not math.isnan(p))}
+
+
+def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", group_b: str = "B",
+                alpha: float = 0.05, correction: str = "bonferroni", test: str = "t", ci_alpha: float = 0.05,
+                min_test_pairs: int = 3, by_task: bool = True, sources: Mapping[str, str] | None = None
+                ) -> pd.DataFrame:
+    """Test every candidate axis and select with a multiple-comparison correction
+    (methodology §4 step 5; FPF §3.4).
+
+    At each level (overall, and each task when ``by_task``) every axis with at least
+    ``min_test_pairs`` valid labelled pairs is tested (:func:`axis_statistics`); the
+    p-values of the K axes *actually tested at that level* are corrected together with
+    statsmodels ``multipletests`` (``bonferroni``: select when p < α/K, i.e. p_adjusted < α;
+    ``holm``: step-down). Task rows are corrected over the axes within that task only (not
+    across tasks); they describe where an effect lives, the overall rows decide.
+
+    Args:
+        labels: one row per (axis, test pair): ``axis``, ``task``, ``prompt_id``, ``valid``,
+            ``failed``, ``q_F``, ``q_R``, ``s``.
+        axes: every candidate axis (axes without labels appear untested).
+        group_a, group_b: group names, for ``direction``.
+        alpha: family-wise error rate; correction: ``bonferroni`` or ``holm``; test: ``t`` or ``sign``.
+        ci_alpha: 1 − confidence level of the intervals.
+        min_test_pairs: see :func:`axis_statistics`.
+        by_task: add one row per task and axis.
+        sources: axis → ``discovered`` / ``extra`` (default ``discovered``).
+
+    Returns:
+        DataFrame, columns as :data:`TABLE_COLUMNS` minus comparison and the harm columns;
+        overall rows first, each level sorted by p-value (untested last). ``direction`` is the
+        group whose responses show more of the axis (sign of mean(s)), ``"none"`` at 0 or nan.
+
+    Raises:
+        ValueError: unknown correction or test.
+    """
+    if correction not in ("bonferroni", "holm"):
+        raise ValueError(f"unknown correction '{correction}' (use 'bonferroni' or 'holm')")
+    cols = [c for c in TABLE_COLUMNS if c not in ("comparison", "harmful_p", "harmful")]
+    if not axes:
+        return pd.DataFrame(columns=cols)
+    levels: list[tuple[str, str, pd.DataFrame]] = [("overall", "", labels)]
+    if by_task and not labels.empty:
+        levels += [("task", str(t), g) for t, g in labels.groupby("task", sort=True)]
+    frames = []
+    empty = pd.DataFrame(columns=["axis", "task", "prompt_id", "valid", "failed", "q_F", "q_R", "s"])
+    for level, task, df in levels:
+        rows = []
+        by_axis = {a: g for a, g in df.groupby("axis", sort=False)} if not df.empty else {}
+        for axis in axes:
+            st = axis_statistics(by_axis.get(axis, empty), test=test, ci_alpha=ci_alpha,
+                                 min_test_pairs=min_test_pairs)
+            m = st["mean_s"]
+            direction = "none" if math.isnan(m) or m == 0 else (group_a if m > 0 else group_b)
+            rows.append({"level": level, "task": task, "axis": axis,
+                         "source": (sources or {}).get(axis, "discovered"), "direction": direction} | st)
+        tab = pd.DataFrame(rows)
+        tested = tab["tested"].to_numpy(bool)
+        k = int(tested.sum())
+        tab["k_tested"] = k
+        tab["p_adjusted"] = math.nan
+        tab["selected"] = False
+        if k:
+            reject, adj = adjust_pvalues(tab.loc[tested, "p_value"].tolist(), method=correction, alpha=alpha)
+            tab.loc[tested, "p_adjusted"] = adj
+            tab.loc[tested, "selected"] = reject
+        tab["correction"] = correction
+        tab["test"] = test
+        tab["_order"] = np.where(tested, tab["p_value"].fillna(2.0), 3.0)
+        frames.append(tab.sort_values(["_order", "axis"], kind="stable").drop(columns="_order"))
+    out = pd.concat(frames, ignore_index=True)
+    out["selected"] = out["selected"].astype(bool)
+    out["group_a"], out["group_b"] = group_a, group_b
+    return out[cols]

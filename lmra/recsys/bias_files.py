@@ -1,0 +1,215 @@
+"""Bias disparity from files (``lmra recsys bias``): any recommender's input preferences,
+recommendations (a CSV or an ``lmra recsys`` ``lists.jsonl``), item categories and user groups
+(Mansoury et al. 2019; methodology §7)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lmra.errors import LmraInputError, read_input_text
+from lmra.recsys import bias_disparity as bdm
+from lmra.recsys import movielens as ml
+from lmra.recsys.lists import read_lists
+
+
+def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFrame:
+    """A CSV with a header line, as strings; every row must have the header's number of
+    fields and a non-empty value in every ``need`` column (errors name the file and line)."""
+    p = Path(path)
+    text = read_input_text(p, f"{what} file")
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or not any(c.strip() for c in rows[0]):
+        raise LmraInputError(f"{what} CSV is empty (expected a header line with {', '.join(need)})", file=p, line=1)
+    header = [c.strip() for c in rows[0]]
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise LmraInputError(f"{what} CSV needs column(s) {', '.join(need)}", file=p, line=1, field=missing[0])
+    body = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise LmraInputError(f"{len(row)} values on a line under a header of {len(header)} columns", file=p,
+                                 line=lineno)
+        body.append((lineno, [c.strip() for c in row]))
+    if not body:
+        raise LmraInputError(f"{what} CSV has a header but no rows", file=p)
+    df = pd.DataFrame([r for _, r in body], columns=header)
+    df.attrs["lines"] = [n for n, _ in body]
+    for c in need:
+        empty = [n for n, v in zip(df.attrs["lines"], df[c]) if v == ""]
+        if empty:
+            raise LmraInputError("empty value", file=p, line=empty[0], field=c)
+    return df
+
+
+def _id(x: Any) -> str:
+    """An id as text, with integer ids canonical (``"01"`` and ``1`` are both ``"1"``)."""
+    t = str(x).strip()
+    return str(int(t)) if t.lstrip("-").isdigit() else t
+
+
+def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, users: str | Path, *,
+                    group_by: str = "gender", k: int | None = None, unprotected: str | None = None,
+                    protected: str | None = None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float], dict[str, int]]:
+    """Bias disparity of any recommender's output (Mansoury et al. 2019; methodology §7).
+
+    Args:
+        train: input preferences T — MovieLens ``ratings.dat`` or a CSV with ``user_id``,
+            ``item_id`` (every row is one interaction).
+        recs: recommendations R — a CSV with ``user_id``, ``item_id`` (optional ``variant``
+            column: one table per variant), or an ``lmra recsys`` ``lists.jsonl`` with
+            ``user_id`` (variant = the prompt's attribute). From a lists.jsonl, R is the
+            catalogue-matched items among each top-k list (``top_k_matched``: the run's top-K
+            list as catalogue ids, null for a title not in the catalogue): an unmatched title
+            in the top k is counted, never replaced by a title ranked below k. Records written
+            before ``top_k_matched`` existed take the ranks from ``compare`` (``#<id>`` entries)
+            or, without ``recommended``, from ``matched``; pass the run's K as ``k`` for them.
+        items: categories — MovieLens ``movies.dat`` or a CSV with ``item_id`` and ``genres``
+            (``|``-separated); its items are the catalog I.
+        users: groups — MovieLens ``users.dat`` (columns ``gender``, ``age_group``,
+            ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
+        group_by: the users column that defines groups.
+        k: cut-off: the first k rows per user and variant of a CSV; the matched items among
+            the top-k list of a lists.jsonl (None = all rows; the run's own top-K list).
+        unprotected, protected: group labels for the average-disparity difference (both or
+            neither; default male and female when grouping by gender and both exist).
+
+    Returns:
+        (table with a ``variant`` column, :func:`~lmra.recsys.bias_disparity.disparity_summary`,
+        item coverage per variant, counts). Counts are empty for a CSV; for a lists.jsonl
+        ``{"lists": lists with a user_id and a top-k list, "unmatched_top_k": titles in those
+        top-k lists that are not in the catalogue}``.
+
+    Raises:
+        LmraInputError: missing or empty file, missing column, a line with the wrong number
+            of values, empty id, duplicate item or user id, an item not in ``items`` (in
+            ``train`` or ``recs``), a ``recs`` user not in ``users``, ``k`` < 1, unknown
+            ``group_by``, an ``unprotected``/``protected`` label no user has, or only one of
+            the two. Integer ids are compared as numbers (``01`` = ``1``).
+    """
+    def is_dat(p):
+        return str(p).endswith(".dat")
+
+    if k is not None and k < 1:
+        raise LmraInputError(f"k must be ≥ 1, got {k}", field="k")
+
+    def unique(df: pd.DataFrame, col: str, path: str | Path) -> None:
+        dup = df[col].duplicated()
+        if dup.any():
+            i = int(np.flatnonzero(dup.to_numpy())[0])
+            lines = df.attrs.get("lines")
+            raise LmraInputError(f"duplicate {col} '{df[col].iloc[i]}'", file=path,
+                                 line=lines[i] if lines else None, field=col)
+
+    def known(df: pd.DataFrame, col: str, allowed: dict, path: str | Path, what: str, source: str | Path) -> None:
+        bad = ~df[col].isin(allowed)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            lines = df.attrs.get("lines")
+            where = {"line": lines[i]} if lines else {}
+            raise LmraInputError(f"{what} '{df[col].iloc[i]}' is not in {source}"
+                                 f" ({int(bad.sum())} such row(s))", file=path, field=col, **where)
+
+    if is_dat(items):
+        mv = ml.load_movies(items)
+        cats = {_id(i): g for i, g in zip(mv["item_id"], mv["genres"])}
+    else:
+        it = _read_table(items, "items", ["item_id", "genres"])
+        it["item_id"] = it["item_id"].map(_id)
+        unique(it, "item_id", items)
+        cats = {i: [g for g in gs.split("|") if g] for i, gs in zip(it["item_id"], it["genres"])}
+    if is_dat(users):
+        us = ml.load_users(users)
+    else:
+        us = _read_table(users, "users", ["user_id"])
+    us["user_id"] = us["user_id"].map(_id)
+    unique(us, "user_id", users)
+    if group_by not in us.columns:
+        raise LmraInputError(f"no column '{group_by}' in the users table ({', '.join(us.columns)})", file=users,
+                             field="group_by")
+    groups = dict(zip(us["user_id"], us[group_by].astype(str)))
+    if is_dat(train):
+        t = ml.load_ratings(train)[["user_id", "item_id"]]
+        t = pd.DataFrame({"user_id": t["user_id"].map(_id), "item_id": t["item_id"].map(_id)})
+    else:
+        t = _read_table(train, "train", ["user_id", "item_id"])
+        t = t.assign(user_id=t["user_id"].map(_id), item_id=t["item_id"].map(_id))
+    known(t, "item_id", cats, train, "item", items)
+    counts: dict[str, int] = {}
+    if str(recs).endswith(".jsonl"):
+        rows = []
+        records = read_lists(recs).to_dict(orient="records")
+        counts = {"lists": 0, "unmatched_top_k": 0}
+        for r in records:
+            top, uid = _top_k_ids(r), r.get("user_id")
+            if isinstance(uid, float):  # a column with failed calls (no user_id) is read as float
+                uid = None if math.isnan(uid) else (int(uid) if uid.is_integer() else uid)
+            if uid is None or top is None:
+                continue
+            top = top if k is None else top[:k]
+            counts["lists"] += 1
+            counts["unmatched_top_k"] += sum(i is None for i in top)
+            ids = list(dict.fromkeys(_id(i) for i in top if i is not None))
+            rows += [(_id(uid), i, r["attribute"]) for i in ids]
+        if not rows:
+            has_users = any(r.get("user_id") is not None for r in records)
+            raise LmraInputError(
+                "no list has a recommended item left (matched to the catalog, profile echoes left out), so bias "
+                "disparity is undefined" if has_users else
+                "no record has 'user_id' and 'matched' (a cfairllm run's lists.jsonl)", file=recs)
+        rc = pd.DataFrame(rows, columns=["user_id", "item_id", "variant"])
+    else:
+        rc = _read_table(recs, "recommendations", ["user_id", "item_id"])
+        rc = rc.assign(user_id=rc["user_id"].map(_id), item_id=rc["item_id"].map(_id))
+        if "variant" not in rc.columns:
+            rc["variant"] = "all"
+    known(rc, "item_id", cats, recs, "item", items)
+    known(rc, "user_id", groups, recs, "user", users)
+    if k and not counts:  # a CSV: its first k rows per user (a lists.jsonl was cut by rank above)
+        rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
+    tables, coverage = [], {}
+    for variant, d in rc.groupby("variant", sort=False):
+        recs_v = d[["user_id", "item_id"]]
+        coverage[str(variant)] = bdm.item_coverage([recs_v["item_id"].tolist()], cats)
+        tab = bdm.bias_disparity_table(t, recs_v, groups, cats, list(cats))
+        tab.insert(0, "group_by", group_by)
+        tab.insert(0, "variant", str(variant))
+        tables.append(tab)
+    table = pd.concat(tables, ignore_index=True)
+    labels = set(groups.values())
+    if unprotected is None and protected is None and group_by == "gender" and {"male", "female"} <= labels:
+        unprotected, protected = "male", "female"  # the default of the config (docs/recsys.md §5)
+    for flag, label in (("unprotected", unprotected), ("protected", protected)):
+        if label is not None and label not in labels:
+            raise LmraInputError(f"no user has {group_by} = '{label}' (groups: {', '.join(sorted(labels))})",
+                                 file=users, field=flag)
+    if (unprotected is None) != (protected is None):
+        raise LmraInputError("give both --unprotected and --protected (or neither)",
+                             field="unprotected" if unprotected is None else "protected")
+    return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage, counts
+
+
+def _top_k_ids(record: dict) -> list | None:
+    """A run record's ranked list as catalogue ids, ``None`` for a title not in the catalogue
+    (None when the record has no such list).
+
+    ``top_k_matched`` (the top-K list that item similarity compares) in runs since it was added;
+    before that the distinct entries of ``compare`` (``#<id>`` = a matched title; a title key
+    never starts with ``#``) in runs with ``recommended``, else ``matched`` (aligned with the
+    parsed titles)."""
+    top = record.get("top_k_matched")
+    if isinstance(top, list):
+        return top
+    if isinstance(record.get("recommended"), list) and isinstance(record.get("compare"), list):
+        return [c[1:] if isinstance(c, str) and c.startswith("#") else None for c in dict.fromkeys(record["compare"])]
+    matched = record.get("matched")
+    return matched if isinstance(matched, list) else None

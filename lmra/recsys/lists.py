@@ -1,0 +1,208 @@
+"""Recsys ``lists.jsonl`` files: read one (validated, naming file, line and field on errors) and
+score it (``lmra recsys score --lists``) with the metrics of :mod:`lmra.recsys.scoring`."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pandas as pd
+
+from lmra.data import iter_jsonl
+from lmra.errors import LmraInputError, read_input_text
+from lmra.fileio import write_csv
+from lmra.recsys.metrics import CONVENTIONS
+from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
+from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list
+from lmra.recsys.scoring import build_summary, score_frame
+from lmra.runfolder import package_versions
+
+
+_LIST_FIELDS = ("compare", "keys", "items")
+
+
+def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True) -> pd.DataFrame:
+    """Read a ``lists.jsonl`` file for scoring.
+
+    Each non-blank line is a JSON object with ``instruction_id`` and ``attribute`` (strings;
+    ``"neutral"`` for the neutral list), ``value`` (the injected value; required and
+    non-empty for sensitive lists, ignored for neutral ones), optional ``kind``,
+    and the list as ``compare``, ``keys`` or ``items`` (first present wins; ``items`` are
+    normalised with :func:`~lmra.recsys.parse.normalize_title` unless ``normalize`` is
+    False) or as free text ``raw`` (parsed). ``true_pref`` (a list) adds the
+    true-preference analysis. Records with a non-null ``error`` are counted, not scored.
+
+    Args:
+        path: the JSONL file.
+        parser: ``lmra`` or ``fairllm-code`` to re-parse every record from ``raw``
+            (None = use the stored lists, parsing ``raw`` only where no list is stored).
+        normalize: normalise ``items`` lists.
+
+    Returns:
+        A DataFrame with ``instruction_id``, ``attribute``, ``value``, ``kind``, ``compare``,
+        ``error`` and the other stored fields.
+
+    Raises:
+        LmraInputError: missing file, malformed JSON, a missing or ill-typed field, a
+            sensitive record without ``value``, a record with no list and no ``raw`` — naming
+            the file, line and field; duplicate
+            (instruction_id, attribute, value).
+    """
+    p = Path(path)
+    text = read_input_text(p, "lists file")
+    rows: list[dict] = []
+    seen: dict[tuple, int] = {}
+    for lineno, obj in iter_jsonl(text, p):
+        for f in ("instruction_id", "attribute"):
+            if not isinstance(obj.get(f), (str, int)) or str(obj.get(f)).strip() == "":
+                raise LmraInputError("missing or empty (expected a string)", file=p, line=lineno, field=f)
+        obj["instruction_id"], obj["attribute"] = str(obj["instruction_id"]), str(obj["attribute"])
+        val = obj.get("value", "")
+        if val is None:
+            val = ""
+        if not isinstance(val, (str, int)) or isinstance(val, bool):
+            raise LmraInputError("expected a string", file=p, line=lineno, field="value")
+        obj["value"] = str(val).strip()
+        if obj["attribute"] != "neutral" and not obj["value"]:
+            raise LmraInputError(f"missing or empty: a sensitive list (attribute '{obj['attribute']}') needs the "
+                                 "injected value, e.g. \"a girl\"", file=p, line=lineno, field="value")
+        key = (obj["instruction_id"], obj["attribute"], obj["value"])
+        if key in seen:
+            raise LmraInputError(f"duplicate list for instruction '{key[0]}', attribute '{key[1]}', value '{key[2]}' "
+                                 f"(first on line {seen[key]})", file=p, line=lineno)
+        seen[key] = lineno
+        err = obj.get("error")
+        if err is not None and not isinstance(err, str):
+            raise LmraInputError("expected null or the error message (a string)", file=p, line=lineno, field="error")
+        obj["error"] = err if err and err.strip() else None  # "" is no error
+        for f in ("instruction_id", "attribute", "value"):
+            bad = next((ch for ch in obj[f] if unicodedata.category(ch) == "Cc"), None)
+            if bad is not None:
+                raise LmraInputError(f"contains the control character U+{ord(bad):04X}", file=p, line=lineno, field=f)
+        if obj["error"] is None:
+            obj["compare"] = _list_of(obj, p, lineno, parser, normalize)
+        else:
+            obj["compare"] = []
+        tp = obj.get("true_pref")
+        if tp is not None and (not isinstance(tp, list) or not all(isinstance(x, (str, int)) for x in tp)):
+            raise LmraInputError("expected a list of item ids (strings or integers)", file=p, line=lineno,
+                                 field="true_pref")
+        ranks = obj.get("true_pref_ranks")
+        if ranks is not None:
+            ok_ranks = isinstance(ranks, list) and all(type(x) is int and x >= 1 for x in ranks) and all(
+                b > a for a, b in zip(ranks, ranks[1:]))
+            if not ok_ranks or not isinstance(tp, list) or len(ranks) != len(tp):
+                raise LmraInputError("expected the rank of each 'true_pref' item in its top-K list: one integer ≥ 1 "
+                                     "per item, strictly increasing", file=p, line=lineno, field="true_pref_ranks")
+        kind = obj.get("kind")
+        if kind is None:
+            kind = "neutral" if obj["attribute"] == "neutral" else (
+                "intersectional" if "+" in obj["attribute"] else "single")
+        elif kind not in ("neutral", "single", "intersectional") or (kind == "neutral") != (
+                obj["attribute"] == "neutral"):
+            raise LmraInputError(f"invalid kind {kind!r} for attribute '{obj['attribute']}' (neutral lists have "
+                                 "kind 'neutral'; sensitive ones 'single' or 'intersectional')", file=p, line=lineno,
+                                 field="kind")
+        obj["kind"] = kind
+        obj["_line"] = lineno
+        rows.append(obj)
+    if not rows:
+        raise LmraInputError("lists file has no records", file=p)
+    neutral_at: dict[str, int] = {}
+    for r in rows:
+        if r["attribute"] == "neutral":
+            if r["instruction_id"] in neutral_at:
+                raise LmraInputError(f"a second neutral list for instruction '{r['instruction_id']}' (the first is on "
+                                     f"line {neutral_at[r['instruction_id']]})", file=p, line=r["_line"])
+            neutral_at[r["instruction_id"]] = r["_line"]
+    for r in rows:
+        if r["attribute"] != "neutral" and r["instruction_id"] not in neutral_at:
+            raise LmraInputError(f"instruction '{r['instruction_id']}' has sensitive lists but no neutral list "
+                                 "(attribute \"neutral\") to compare them with", file=p, line=r["_line"],
+                                 field="instruction_id")
+    if len(neutral_at) == len(rows):
+        raise LmraInputError("only neutral lists: there is no sensitive list to compare", file=p)
+    neutral_tp = {r["instruction_id"]: r.get("true_pref") is not None for r in rows if r["attribute"] == "neutral"}
+    for r in rows:
+        if r["attribute"] != "neutral" and r.get("true_pref") is not None and not neutral_tp[r["instruction_id"]] \
+                and r.get("error") is None:
+            raise LmraInputError(f"has 'true_pref' but the neutral list of instruction '{r['instruction_id']}' (line "
+                                 f"{neutral_at[r['instruction_id']]}) has none to compare it with", file=p,
+                                 line=r["_line"], field="true_pref")
+    return pd.DataFrame(rows).drop(columns="_line")
+
+
+def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool) -> list:
+    if parser is None:
+        for f in _LIST_FIELDS:
+            if f in obj and obj[f] is not None:
+                v = obj[f]
+                if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
+                    raise LmraInputError("expected a list of strings", file=p, line=lineno, field=f)
+                if f == "items" and normalize:
+                    keys = [normalize_title(str(x)) for x in v]
+                    kept = [k for k in keys if k]
+                    obj.setdefault("n_dropped", len(keys) - len(kept))
+                else:
+                    kept = [x if isinstance(x, str) else str(x) for x in v]
+                obj.setdefault("n_duplicates", len(kept) - len(set(kept)))
+                return kept
+    raw = obj.get("raw")
+    if not isinstance(raw, str):
+        what = "no list ('compare', 'keys' or 'items') and no 'raw' text" if parser is None else \
+            "re-parsing needs the answer text in 'raw'"
+        raise LmraInputError(what, file=p, line=lineno, field="raw")
+    if parser == "fairllm-code":
+        keys = parse_fairllm_code(raw)
+        obj.setdefault("parse_failed", not keys)
+        return keys
+    parsed = parse_list(raw)
+    obj.setdefault("refusal", parsed.refusal)
+    obj.setdefault("parse_failed", parsed.parse_failed)
+    obj.setdefault("n_dropped", parsed.n_dropped)
+    obj.setdefault("n_duplicates", parsed.n_duplicates)
+    return parsed.keys
+
+
+def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
+                normalize: bool = True, out_dir: str | Path | None = None) -> RecsysResult:
+    """Score an existing ``lists.jsonl`` (``lmra recsys score --lists``).
+
+    Args:
+        path: the lists file (see :func:`read_lists` for the format).
+        k: largest cut-off K.
+        convention: ``paper``, ``paper-k`` or ``fairllm-code`` (docs/recsys.md §1).
+        parser: re-parse ``raw`` with ``lmra`` or ``fairllm-code`` (None = stored lists).
+        normalize: normalise ``items`` lists.
+        out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
+            ``summary.json`` and ``manifest.json`` (created; None = write nothing).
+
+    Returns:
+        :class:`RecsysResult` (``run_dir`` = ``out_dir`` or the lists file's folder).
+
+    Raises:
+        LmraInputError: a malformed lists file, a sensitive list whose instruction has no
+            neutral list, or a bad K / convention.
+    """
+    if convention not in CONVENTIONS:
+        raise LmraInputError(f"unknown convention '{convention}' ({', '.join(CONVENTIONS)})", field="convention")
+    if k < 1:
+        raise LmraInputError(f"K must be ≥ 1, got {k}", field="k")
+    lists = read_lists(path, parser=parser, normalize=normalize)
+    try:
+        sim, fair, dropped = score_frame(lists, k=k, convention=convention)
+    except ValueError as exc:
+        raise LmraInputError(str(exc), file=path) from None
+    lists = lists.assign(n_items=lists["compare"].map(len))
+    summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
+    manifest = {"status": "finished", "started": now(), "finished": now(), "source": str(path), "k": k,
+                "convention": convention, "parser": parser or "stored", "versions": package_versions()}
+    run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
+    if out_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_csv(sim, run_dir / "recsys_similarity.csv")
+        write_csv(fair, run_dir / "recsys_fairness.csv")
+        summary["run_dir"] = str(run_dir)
+        dump_json(run_dir / "summary.json", clean_nan(summary))
+        dump_json(run_dir / "manifest.json", manifest)
+    return RecsysResult(run_dir, lists, sim, fair, summary, manifest)
