@@ -95,6 +95,9 @@ _SIM_BUDGET = 20_000_000
 _MIN_SIMS = 200
 #: simulated audits drawn and tested at a time (memory: a few arrays of n × 50 scores)
 _BLOCK = 50
+#: simulated scores whose random draws a :class:`PairScoreModel` keeps for the next power
+#: evaluation at another rate (4 arrays of float64: at most about 64 MB)
+_DRAW_CACHE_SCORES = 2_000_000
 
 
 # -- normal theory (a stated SD) ----------------------------------------------------------
@@ -334,17 +337,42 @@ class PairScoreModel:
             Array of shape (n, sims) (column = one simulated audit). Seeded with ``seed`` (an int
             or a tuple of ints); draws are prefix-consistent: rows 0..n−1 do not depend on n.
         """
+        u, background, forward, reverse = self._draws(n, sims, seed)
+        out = np.where(u < forward_rate, forward, background)
+        if reverse is not None:
+            out = np.where((u >= forward_rate) & (u < forward_rate + self.reverse_rate), reverse, out)
+        return out
+
+    def _draws(self, n: int, sims: int, seed) -> tuple:
+        """The random part of :meth:`sample`, which does not depend on the stereotype rate:
+        uniforms, and a background, a stereotyped and (when the model has any) a reversed score
+        per simulated prompt, each shape (n, sims). A search evaluates the power at many rates
+        for the same n and seeds (13 times per task in :func:`detectable_rating_sim`), so the
+        last draws are kept on the model (at most :data:`_DRAW_CACHE_SCORES` scores in all):
+        the same arrays, drawn once instead of at every rate."""
+        key = (n, sims, seed if isinstance(seed, int) else tuple(seed))
+        cache = self.__dict__.get("_draw_cache")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_draw_cache", cache)  # frozen dataclass: a private memo, not a field
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
         ss = np.random.SeedSequence(seed if isinstance(seed, int) else list(seed))
         g_u, g_b, g_f, g_r = (np.random.default_rng(c) for c in ss.spawn(4))
         u = g_u.random((n, sims))
-        out = self.background[g_b.integers(0, self.background.size, (n, sims))]
+        background = self.background[g_b.integers(0, self.background.size, (n, sims))]
         fwd = self._forward_values()
-        f_idx = g_f.integers(0, fwd.size, (n, sims))
-        out = np.where(u < forward_rate, fwd[f_idx], out)
+        forward = fwd[g_f.integers(0, fwd.size, (n, sims))]
+        reverse = None
         if self.reverse.size and self.reverse_rate > 0:
-            rv = self.reverse[g_r.integers(0, self.reverse.size, (n, sims))]
-            out = np.where((u >= forward_rate) & (u < forward_rate + self.reverse_rate), rv, out)
-        return out
+            reverse = self.reverse[g_r.integers(0, self.reverse.size, (n, sims))]
+        drawn = (u, background, forward, reverse)
+        if n * sims <= _DRAW_CACHE_SCORES:
+            while cache and sum(k[0] * k[1] for k in cache) + n * sims > _DRAW_CACHE_SCORES:
+                cache.pop(next(iter(cache)))  # the oldest draws first
+            cache[key] = drawn
+        return drawn
 
 
 # -- the audit's tests, vectorised over simulated audits ----------------------------------
@@ -365,16 +393,33 @@ def betting_pvalues(h: np.ndarray, alpha: float = 0.05) -> np.ndarray:
     """
     from lmra.stats import _BET_C, _BET_THETA
 
-    x = np.clip((np.asarray(h, dtype=float) + 1.0) / 2.0, 0.0, 1.0)
+    # the arithmetic of the formulas below, done in place on a few n × sims buffers (the same
+    # operations in the same order, so the same floats; a power search calls this thousands of times)
+    x = np.asarray(h, dtype=float) + 1.0
+    x /= 2.0
+    np.clip(x, 0.0, 1.0, out=x)  # x = clip((h + 1) / 2, 0, 1)
     n = x.shape[0]
-    t = np.arange(1, n + 1)[:, None]
-    mu = (0.5 + np.cumsum(x, axis=0)) / (t + 1)
-    var = (0.25 + np.cumsum((x - mu) ** 2, axis=0)) / (t + 1)
-    var_prev = np.vstack([np.full((1, x.shape[1]), 0.25), var[:-1]])
-    lam = np.sqrt(2 * math.log(2 / alpha) / (n * var_prev))
-    bet = np.minimum(lam, _BET_C / 0.5)
-    k_up = np.log1p(bet * (x - 0.5)).sum(axis=0) + math.log(_BET_THETA)
-    k_down = np.log1p(-bet * (x - 0.5)).sum(axis=0) + math.log(1 - _BET_THETA)
+    t1 = np.arange(2, n + 2)[:, None]  # t + 1 for t = 1 … n
+    mu = np.cumsum(x, axis=0)
+    mu += 0.5
+    mu /= t1  # mu = (0.5 + cumsum(x)) / (t + 1)
+    np.subtract(x, mu, out=mu)
+    np.square(mu, out=mu)
+    var = np.cumsum(mu, axis=0, out=mu)
+    var += 0.25
+    var /= t1  # var = (0.25 + cumsum((x − mu)²)) / (t + 1)
+    lam = np.empty_like(var)
+    lam[0] = 0.25
+    lam[1:] = var[:-1]  # the variance before each prompt
+    lam *= n
+    np.divide(2 * math.log(2 / alpha), lam, out=lam)
+    np.sqrt(lam, out=lam)  # lam = sqrt(2 log(2/α) / (n · var_prev))
+    bet = np.minimum(lam, _BET_C / 0.5, out=lam)
+    x -= 0.5
+    step = np.multiply(bet, x, out=x)  # bet · (x − 0.5)
+    down = np.negative(step)
+    k_up = np.log1p(step, out=step).sum(axis=0) + math.log(_BET_THETA)
+    k_down = np.log1p(down, out=down).sum(axis=0) + math.log(1 - _BET_THETA)
     return np.minimum(1.0, np.exp(-np.logaddexp(k_up, k_down)))
 
 
@@ -987,7 +1032,8 @@ def pilot_sd(run: RunFolder) -> PilotSD:
     df = len(ps) - len(per_task)
     if df < 1:
         return PilotSD(per_task, math.nan, max(df, 0))
-    dummies = pd.get_dummies(ps[keys].astype(str).agg(" / ".join, axis=1), dtype=float)
+    labels = ps[keys].astype(str)  # "comparison / domain / task", joined column-wise (a row-wise agg took seconds)
+    dummies = pd.get_dummies(labels[keys[0]] + " / " + labels[keys[1]] + " / " + labels[keys[2]], dtype=float)
     fit = OLS(ps["h"].to_numpy(float), dummies.to_numpy()).fit()
     return PilotSD(per_task, float(math.sqrt(fit.mse_resid)), int(fit.df_resid))
 
@@ -1158,7 +1204,7 @@ def detectable_rating_sim(model: PairScoreModel, n: int, *, alpha: float = 0.05,
         except LmraInputError:  # no stereotype rate gives d under the model
             return -1.0
 
-    hi = model.mean_at(1.0)
+    hi = model.mean_at(1.0 - model.reverse_rate)  # the largest net rating: reversed prompts keep their share
     if not (hi > 0) or pw(hi) < power:
         return math.nan
     lo = 0.0

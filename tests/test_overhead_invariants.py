@@ -61,8 +61,8 @@ def _run_calls(path, n: int, *, budgeted: bool, monkeypatch) -> tuple[list[str],
     """n distinct calls through (Budgeted)CachedProvider on a cache file; returns the SQL
     statements run, the number of cache keys computed and the provider."""
     keys = []
-    real = base.payload_key
-    monkeypatch.setattr("lmra.cache.payload_key", lambda *a: keys.append(a) or real(*a))
+    real = base.json_key
+    monkeypatch.setattr("lmra.cache.json_key", lambda *a: keys.append(a) or real(*a))
     cache = CallCache(path)
     trace = Statements(cache)
     echo = Echo()

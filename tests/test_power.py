@@ -135,3 +135,17 @@ def test_sample_size_table_stops_at_its_search_limit_for_a_noisy_task(monkeypatc
     assert searched == [pw.ADEQUACY_MAX_PROMPTS]
     assert row["prompts_needed"] == math.inf and not row["adequate"]
     assert _prompts_needed(row["prompts_needed"]) == "> 10,000" and _prompts_needed(846.0) == "846"
+
+
+def test_detectable_rating_of_a_task_with_reversed_prompts_is_finite():
+    """A task whose pilot has reversed prompts (h ≤ −0.5): the largest net rating the model can
+    give is at stereotype rate 1 − reverse_rate (rates above it do not exist), so the smallest
+    detectable rating is found there, not nan (the search used to start at rate 1.0)."""
+    rng = np.random.default_rng(5)
+    h = np.concatenate([np.clip(rng.normal(0, 0.008, 90), -1, 1), np.full(6, 0.9), np.full(4, -0.9)])
+    model = PairScoreModel.from_scores(h)
+    assert model.reverse_rate == pytest.approx(0.04)
+    det = detectable_rating_sim(model, 100, sims=300)
+    assert 0 < det <= model.mean_at(1.0 - model.reverse_rate)
+    assert simulated_power(model, 100, det, sims=300).power >= 0.8
+    assert simulated_power(model, 100, det * 0.5, sims=300).power < 0.8
