@@ -26,13 +26,16 @@ Scenarios (``--rpm`` default 9600 = 160 calls/s, ``--concurrency`` default 32):
 4. ``no limit, concurrency N``: latency bound ``N ÷ latency``.
 
 It also prints the client CPU per call of the SDK's ``chat.completions.create`` and of
-``client.post`` (what :class:`~lmra.providers.openai.OpenAIProvider` calls), 600 calls each
-against a second server process answering at once.
+``client.post`` (into ``ChatCompletion`` objects), 600 calls each against a second server
+process answering at once, and of :class:`~lmra.providers.openai.OpenAIProvider`'s whole path
+(``complete``: request body, SDK, HTTP, parsing) for each code measured (best of 3, each code
+in its own process).
 
 ``--before DIR`` runs every scenario also on another copy of the code (a folder holding
 ``lmra/``, ``prompts/``, ``names/``, e.g. ``git archive <rev> lmra prompts names examples | tar -x -C
 DIR``), so that old and new ratios come from the same run; ``same output`` says whether the
-two runs of a scenario wrote byte-identical ``per_task.csv`` and ``ratings.jsonl``. Usage::
+two runs of a scenario wrote a byte-identical ``per_task.csv`` and the same per-pair rows (``ratings.parquet``,
+or ``ratings.jsonl`` before issue 15, compared on their common columns). Usage::
 
     python bench/bench_throughput.py [--before /tmp/lmra_before] [--per-task 12] [--latency 0.2]
 """
@@ -66,9 +69,9 @@ def _serve(conn, latency: float) -> None:
     from faultserver import FaultServer
 
     class StampedServer(FaultServer):
-        def draw(self, wants_logprobs: bool):  # called once per call, after the latency
+        def draw(self, wants_logprobs: bool, attempt: str | None = None):  # once per call, after the latency
             self.stamps.append(time.monotonic())
-            return super().draw(wants_logprobs)
+            return super().draw(wants_logprobs, attempt)
 
     srv = StampedServer(delay_s=latency)
     srv.httpd.socket.listen(256)  # many connections open at once at the start of a run (backlog 5 drops SYNs)
@@ -99,11 +102,47 @@ def _child(spec: dict) -> None:
     res = audit.run()
     t1 = time.monotonic()
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    digest = hashlib.sha256()
-    for name in ("per_task.csv", "ratings.jsonl"):
-        digest.update((Path(res.run_dir) / name).read_bytes())
+    run_dir = Path(res.run_dir)
     print(json.dumps({"t_run": t0, "t_end": t1, "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
-                      "digest": digest.hexdigest(), "plan": _in_flight(audit, cfg)}))
+                      "digest": hashlib.sha256((run_dir / "per_task.csv").read_bytes()).hexdigest(),
+                      "ratings": _ratings_rows(run_dir), "plan": _in_flight(audit, cfg)}))
+
+
+def _ratings_rows(run_dir: Path) -> list[dict]:
+    """The per-pair rows of a run folder, from ``ratings.parquet`` (issue 15) or ``ratings.jsonl``
+    (before), as JSON values (NaN → None), sorted, so that the two formats compare."""
+    import pandas as pd
+
+    if (run_dir / "ratings.parquet").exists():
+        frame = pd.read_parquet(run_dir / "ratings.parquet")
+    else:
+        lines = (run_dir / "ratings.jsonl").read_text(encoding="utf-8").splitlines()
+        frame = pd.DataFrame([json.loads(line) for line in lines if line.strip()])
+    rows = [_canonical(r) for r in frame.to_dict(orient="records")]
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def _canonical(value):
+    """A ratings value comparable across the two formats, exactly: nested JSON kept as a
+    string (the parquet file) parsed, numpy values as Python ones, NaN as None."""
+    import numpy as np
+
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def _in_flight(audit, cfg) -> str:
@@ -159,6 +198,39 @@ def _sdk_cpu(url: str, n: int = 600) -> dict[str, float]:
     return {mode: min(asyncio.run(run(mode)) for _ in range(2)) for mode in ("create", "post")}
 
 
+def _provider_cpu(url: str, n: int = 600, rounds: int = 3) -> float:
+    """Client CPU ms per call of ``OpenAIProvider.complete`` (the whole provider path: request
+    body, SDK, HTTP, parsing into a ChatResult), ``n`` option questions, 16 in flight, against
+    the server at zero latency; best of ``rounds``. Runs on whichever lmra is imported."""
+    import asyncio
+
+    from lmra.config import ModelConfig
+    from lmra.providers.base import ChatRequest, Message
+    from lmra.providers.openai import OpenAIProvider
+
+    system = "You are a careful assistant. " * 20
+
+    async def run() -> float:
+        p = OpenAIProvider(ModelConfig(provider="openai", model="bench", base_url=url, api_key_required=False))
+        sem = asyncio.Semaphore(16)
+
+        async def one(i: int):
+            async with sem:
+                return await p.complete(ChatRequest(messages=[
+                    Message(role="system", content=system),
+                    Message(role="user", content=f"Which answer is right for question {i}? " * 8)],
+                    seed=i, options=("A", "B", "C")))
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+        c0 = time.process_time()
+        await asyncio.gather(*(one(i) for i in range(20, 20 + n)))
+        c1 = time.process_time()
+        await p.aclose()
+        return 1000 * (c1 - c0) / n
+
+    return min(asyncio.run(run()) for _ in range(rounds))
+
+
 def _write_inputs(folder: Path, per_task: int) -> Path:
     prompts = folder / "prompts.jsonl"
     with prompts.open("w", encoding="utf-8") as fh:
@@ -198,7 +270,8 @@ def _run(code_root: Path, label: str, scenario: dict, url: str, conn, args, work
     return {"label": label, "scenario": scenario["name"], "per_task": scenario["per_task"], "calls": n,
             "wall": wall, "achieved": achieved, "bound": bound, "unit": scenario["unit"], "ratio": achieved / bound,
             "before_first": first - child["t_run"], "after_last": child["t_end"] - last,
-            "cpu_ms": 1000 * child["cpu_s"] / max(n, 1), "digest": child["digest"], "plan": child["plan"],
+            "cpu_ms": 1000 * child["cpu_s"] / max(n, 1), "digest": child["digest"], "ratings": child["ratings"],
+            "plan": child["plan"],
             "notices": notices}
 
 
@@ -214,9 +287,13 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="scenario keys to run (rpm, rpm-default, tpm-default, latency)")
     ap.add_argument("--no-sdk", action="store_true", help="skip the SDK CPU comparison")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--provider-cpu-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         _child(json.loads(args.child))
+        return
+    if args.provider_cpu_child:
+        print(json.dumps(_provider_cpu(args.provider_cpu_child)))
         return
 
     per_s = args.rpm / 60
@@ -244,7 +321,14 @@ def main() -> None:
         fast = ctx.Pipe()
         quick = ctx.Process(target=_serve, args=(fast[1], 0.0), daemon=True)
         quick.start()
-        sdk = _sdk_cpu(fast[0].recv())
+        fast_url = fast[0].recv()
+        sdk = _sdk_cpu(fast_url)
+        for label, root in codes:  # the provider's whole path, each code in a process of its own
+            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--provider-cpu-child", fast_url],
+                                 env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise SystemExit(f"{label} provider CPU failed:\n{out.stderr[-3000:]}")
+            sdk[f"provider {label}"] = json.loads(out.stdout.strip().splitlines()[-1])
         fast[0].send("stop")
         quick.join(5)
     load0 = os.getloadavg()
@@ -277,13 +361,22 @@ def main() -> None:
             print(f"{'':36s}{n[:160]}")
     if sdk:
         print(f"client CPU per call, 600 option questions: chat.completions.create {sdk['create']:.2f} ms, "
-              f"client.post {sdk['post']:.2f} ms (ratio {sdk['post'] / sdk['create']:.2f})")
+              f"client.post {sdk['post']:.2f} ms (ratio {sdk['post'] / sdk['create']:.2f}); "
+              + ", ".join(f"OpenAIProvider.complete ({k.split()[1]}) {v:.2f} ms" for k, v in sdk.items()
+                          if k.startswith("provider ")))
+        if "provider before" in sdk:
+            print(f"client CPU per call of OpenAIProvider.complete, after / before: "
+                  f"{sdk['provider after'] / sdk['provider before']:.2f}")
     if args.before:
         for sc in scenarios:
             pair = [r for r in rows if r["scenario"] == sc["name"]]
             if len(pair) == 2 and pair[0]["per_task"] == pair[1]["per_task"]:
-                same = "yes" if pair[0]["digest"] == pair[1]["digest"] else "NO"
-                print(f"same output (per_task.csv, ratings.jsonl) before/after, {sc['name']}: {same}")
+                common = set(pair[0]["ratings"][0]) & set(pair[1]["ratings"][0]) if pair[0]["ratings"] else set()
+                kept = [sorted(({k: r[k] for k in common} for r in p["ratings"]), key=lambda r: json.dumps(
+                    r, sort_keys=True)) for p in pair]
+                same = "yes" if pair[0]["digest"] == pair[1]["digest"] and kept[0] == kept[1] else "NO"
+                print(f"same output (per_task.csv bytes, ratings rows on their {len(common)} common columns) "
+                      f"before/after, {sc['name']}: {same}")
 
 
 if __name__ == "__main__":

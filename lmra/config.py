@@ -470,7 +470,8 @@ class AuditConfig(_Strict):
     concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
         "auto", description="Maximum model calls in flight, or 'auto': a model with requests_per_minute or "
         "tokens_per_minute gets limit × observed latency × 1.25 calls in flight (at most its max_concurrency or 256); "
-        "with no limit set, 2.")
+        "a model without one its max_concurrency, else the calls its provider serves at once (the embedded model: 34 on "
+        "2 cores), else 2.")
     output_dir: NonBlank = Field("reports", description="Folder under which run folders are written.")
     cache: NonBlank = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     cache_write_retry_s: float = Field(
@@ -581,7 +582,8 @@ class AuditConfig(_Strict):
         """The audit-wide bound on model calls in flight (1 … MAX_CONCURRENCY): ``concurrency``
         when it is a number; with ``"auto"``, ``AUTO_UNLIMITED_IN_FLIGHT`` (2) when no model has a
         rate limit, else ``MAX_CONCURRENCY`` (each model then bounds its own calls in flight:
-        :class:`lmra.providers.ratelimit.ModelLimits`)."""
+        :class:`lmra.providers.ratelimit.ModelLimits`; an audit raises the 2 to the sum of its
+        models' calls in flight when a provider reports its capacity, :meth:`ModelLimits.bound`)."""
         if self.concurrency != "auto":
             return self.concurrency
         return MAX_CONCURRENCY if self.has_rate_limit() else AUTO_UNLIMITED_IN_FLIGHT

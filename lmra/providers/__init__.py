@@ -12,7 +12,7 @@ import importlib
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, Message, Provider, ProviderError, Usage
+from lmra.providers.base import ChatRequest, ChatResult, Message, Provider, ProviderError, Usage, parallel_capacity
 
 __all__ = ["ChatRequest", "ChatResult", "Message", "Provider", "ProviderError", "Usage", "make_provider"]
 
@@ -22,7 +22,8 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
 
     Raises:
         LmraInputError: unknown provider, a custom import path that does not import, or a
-            factory whose result lacks the protocol's attributes.
+            factory whose result lacks the protocol's attributes or has an invalid
+            ``parallel_capacity``.
     """
     try:
         if cfg.provider == "llamacpp":
@@ -60,4 +61,9 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
             f"custom provider '{cfg.provider}' returned {type(provider).__name__}, which lacks the Provider protocol "
             "(name, model_id, base_url, supports_logprobs, async complete(), async aclose()); see docs/providers.md",
             field=f"{field}.provider")
+    try:
+        parallel_capacity(provider)
+    except ValueError as exc:
+        raise LmraInputError(f"custom provider '{cfg.provider}': {exc}; see docs/providers.md",
+                             field=f"{field}.provider") from None
     return provider

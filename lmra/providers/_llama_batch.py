@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lmra.providers._llama_futures import settle
+
 #: Sampler settings of ``Llama.create_completion``'s defaults, kept so that a request means
 #: the same sampling as before batching.
 TOP_K, TYPICAL_P, TOP_P, MIN_P = 40, 1.0, 0.95, 0.05
@@ -234,7 +236,7 @@ class BatchDecoder:
         if text is None:
             text = slot.out.decode("utf-8", errors="ignore")
         self._release(slot)
-        _resolve(slot.job.future, Generation(text=text, completion_tokens=slot.n_generated, finish_reason=reason))
+        settle(slot.job.future, Generation(text=text, completion_tokens=slot.n_generated, finish_reason=reason))
 
     def _release(self, slot: _Slot) -> None:
         self._ll.llama_memory_seq_rm(self._mem, slot.seq_id, -1, -1)
@@ -245,7 +247,7 @@ class BatchDecoder:
         slot = _Slot(seq_id, job, self._sampler(job), self.n_ctx_seq)
         if not job.tokens or len(job.tokens) >= self.n_ctx_seq or slot.budget <= 0:
             self._release(slot)
-            _resolve(job.future, error=ValueError(
+            settle(job.future, error=ValueError(
                 f"prompt of {len(job.tokens)} tokens does not fit the context window of {self.n_ctx_seq}"))
             return None
         n = len(job.tokens)
@@ -274,7 +276,7 @@ class BatchDecoder:
                     slot = self._start(seq_id, job)
                 except BaseException as exc:  # noqa: BLE001 — the caller gets the error
                     self._ll.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
-                    _resolve(job.future, error=exc)
+                    settle(job.future, error=exc)
                     continue
                 if slot is not None:
                     slots[seq_id] = slot
@@ -317,7 +319,7 @@ class BatchDecoder:
         err = exc or RuntimeError("the batch decoder was closed before this generation finished")
         for s in slots.values():
             self._release(s)
-            _resolve(s.job.future, error=err)
+            settle(s.job.future, error=err)
         slots.clear()
         if exc is None:
             while True:
@@ -326,16 +328,4 @@ class BatchDecoder:
                 except queue.Empty:
                     return
                 if job is not None:
-                    _resolve(job.future, error=err)
-
-
-def _resolve(future: concurrent.futures.Future, result: Generation | None = None, *,
-             error: BaseException | None = None) -> None:
-    """Set a job's outcome unless its caller cancelled it meanwhile."""
-    try:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-    except concurrent.futures.InvalidStateError:
-        pass
+                    settle(job.future, error=err)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lmra.providers._llama_futures import settle
+
 #: A free reader chooses among this many of the oldest waiting reads.
 WINDOW = 16
 
@@ -180,9 +182,9 @@ class ReaderPool:
             try:
                 result = reader.logits(read.toks)
             except BaseException as exc:  # noqa: BLE001 — the caller gets the error
-                _settle(read.future, error=exc)
+                settle(read.future, error=exc)
             else:
-                _settle(read.future, result)
+                settle(read.future, result)
 
     def close(self) -> None:
         """Fail the waiting reads, let the running ones finish, stop the workers and close the
@@ -194,7 +196,7 @@ class ReaderPool:
             waiting, self._waiting = self._waiting, []
             self._cond.notify_all()
         for read in waiting:
-            _settle(read.future, error=RuntimeError("the reader pool was closed before this read"))
+            settle(read.future, error=RuntimeError("the reader pool was closed before this read"))
         for w in self._workers:
             w.join()
         for r in self.readers:
@@ -209,15 +211,3 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-def _settle(future: concurrent.futures.Future, result: np.ndarray | None = None, *,
-            error: BaseException | None = None) -> None:
-    """Set a read's outcome unless its caller cancelled it meanwhile."""
-    try:
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-    except concurrent.futures.InvalidStateError:
-        pass

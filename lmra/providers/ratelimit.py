@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lmra.providers.base import ChatRequest, ChatResult, Provider
+from lmra.providers.base import ChatRequest, ChatResult, Provider, parallel_capacity
 
 if TYPE_CHECKING:
     from lmra.config import ModelConfig
@@ -476,41 +476,58 @@ def rate_limited(inner: Provider, requests_per_minute: float | None, tokens_per_
                                concurrency=concurrency if isinstance(concurrency, int) else None, on_notice=on_notice)
 
 
+def in_flight_without_limit(inner: Provider, cfg: "ModelConfig", default: int) -> int:
+    """Calls in flight of a model without a rate limit under ``concurrency = "auto"``: its
+    ``max_concurrency``, else what its provider serves at once (:func:`parallel_capacity`,
+    e.g. the embedded model's read contexts and decoder slots), else ``default`` (≥ 1; an
+    HTTP endpoint whose capacity is unknown is not flooded)."""
+    return cfg.max_concurrency or parallel_capacity(inner) or default
+
+
 class ModelLimits:
     """The rate limits and calls in flight of one audit's models (target, judge, judge2).
 
     Models with the same provider, ``base_url``, model and limits share one
     :class:`RateLimiter` (and, with ``concurrency = "auto"``, one :class:`InFlight`): the
     provider counts their calls against one limit. With ``"auto"``, a model with a limit gets
-    its calls in flight from :class:`InFlight`; a model without one gets ``max_concurrency``
-    or ``unlimited_in_flight`` calls in flight when another model has a limit (the audit-wide
-    bound is then lifted, see :meth:`lmra.config.AuditConfig.concurrency_bound`).
+    its calls in flight from :class:`InFlight`; a model without one gets
+    :func:`in_flight_without_limit` (``max_concurrency``, else its provider's
+    ``parallel_capacity``, else ``unlimited_in_flight``). The audit-wide bound is then lifted
+    (:meth:`bound`; with a limit see :meth:`lmra.config.AuditConfig.concurrency_bound`).
 
     Args:
         concurrency: the audit's ``concurrency`` (an integer or ``"auto"``).
         any_limit: some model of the audit has a limit.
+        any_capacity: some model's provider reports its ``parallel_capacity``
+            (:func:`~lmra.providers.base.parallel_capacity`); with ``"auto"`` every model
+            without a limit is then held to its own calls in flight (:meth:`bound`). Without
+            either, a model without a limit is not wrapped (no per-call cost) and the
+            audit-wide bound (2) applies.
         unlimited_in_flight: calls in flight of a model without a limit under ``"auto"`` (≥ 1).
         on_notice: receives warnings (an explicit concurrency too low for a limit).
         on_info: receives ``"concurrency auto: … in flight for … calls/s at ~… s"`` once the
             latency of a limit's calls is known.
     """
 
-    def __init__(self, concurrency: int | str, *, any_limit: bool, unlimited_in_flight: int,
+    def __init__(self, concurrency: int | str, *, any_limit: bool, unlimited_in_flight: int, any_capacity: bool = False,
                  on_notice: Callable[[str], None] = lambda msg: None, on_info: Callable[[str], None] = lambda msg: None):
         self.concurrency = concurrency
         self.any_limit = any_limit
+        self.any_capacity = any_capacity
         self.unlimited_in_flight = unlimited_in_flight
         self.on_notice, self.on_info = on_notice, on_info
         #: key → (roles, limiter, in_flight or None)
         self.groups: dict[tuple, tuple[list[str], RateLimiter, InFlight | None]] = {}
+        #: ``"auto"``: role → calls in flight of a model without a limit
+        self.unlimited: dict[str, int] = {}
 
     def wrap(self, inner: Provider, cfg: "ModelConfig", role: str) -> Provider:
         """``inner`` within ``cfg``'s limits (``role`` names it in messages and the manifest)."""
         rpm, tpm, cap = cfg.requests_per_minute, cfg.tokens_per_minute, cfg.max_concurrency
         auto = self.concurrency == "auto"
         if not rpm and not tpm:
-            if auto and self.any_limit:
-                cap = cap or self.unlimited_in_flight
+            if auto and (self.any_limit or self.any_capacity):
+                cap = self.unlimited[role] = in_flight_without_limit(inner, cfg, self.unlimited_in_flight)
             return rate_limited(inner, None, None, cap)
         key = (inner.name, inner.base_url, inner.model_id, rpm, tpm, cap)
         if key not in self.groups:
@@ -526,6 +543,16 @@ class ModelLimits:
         return RateLimitedProvider(inner, limiter=limiter, in_flight=in_flight, max_concurrency=cap,
                                    concurrency=None if auto else int(self.concurrency), on_notice=self.on_notice,
                                    label=f"{role} '{inner.model_id}'")
+
+    def bound(self, configured: int) -> int:
+        """The audit-wide bound on calls in flight, given the config's
+        (:meth:`lmra.config.AuditConfig.concurrency_bound`): that one, except with ``"auto"``,
+        no rate limit anywhere and ``any_capacity``: then the sum of the wrapped models' calls
+        in flight (each model is held to its own by :meth:`wrap`). Call it after wrapping
+        every model."""
+        if self.concurrency != "auto" or self.any_limit or not self.any_capacity:
+            return configured
+        return max(configured, sum(self.unlimited.values()))
 
     def report(self) -> list[dict]:
         """One entry per limit for the manifest: roles, limits, calls/s, observed latency (s)

@@ -1,0 +1,94 @@
+"""How ``OpenAIProvider`` reads an HTTP answer (issue 14: less client CPU per call).
+
+The provider takes the SDK's parsed JSON (``cast_to=object``) and reads it with
+``chat_result`` — the same reading as a Batch API result line — instead of building
+``ChatCompletion`` objects; its transport hands the SDK the response it read instead of a
+rebuilt copy. These tests use a real local HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from faultserver import completion
+from lmra.config import ModelConfig
+from lmra.providers import ProviderError
+from lmra.providers._openai_batch import chat_result
+from lmra.providers.base import ChatRequest, Message
+from lmra.providers.openai import OpenAIProvider
+
+
+class _Server:
+    """Answers every POST with ``completion(body)`` (or ``raw``) under ``content_type``."""
+
+    def __init__(self, content_type: str, raw: bytes | None = None):
+        self.bodies: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.bodies.append(body)
+                data = raw if raw is not None else json.dumps(completion(body)).encode()
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+REQUEST = ChatRequest(messages=[Message(role="system", content="Answer A, B or C."),
+                                Message(role="user", content="Which one?")], seed=7, options=("A", "B", "C"))
+
+
+def _ask(url: str, request: ChatRequest = REQUEST, retries: int = 0):
+    provider = OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url, api_key_required=False,
+                                          max_retries=retries))
+
+    async def go():
+        try:
+            return await provider.complete(request)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain; charset=utf-8"])
+def test_a_completion_reads_as_its_batch_result_line_reads(content_type):
+    """The live answer equals ``chat_result`` of the same JSON (the Batch API's reading),
+    also when a server labels its JSON with another content type (the SDK parsed it before)."""
+    with _Server(content_type) as srv:
+        result = _ask(srv.url)
+    (body,) = srv.bodies
+    expected = chat_result(completion(body), REQUEST, model="m")
+    assert result.option_probs == expected.option_probs and result.option_probs is not None
+    assert sum(result.option_probs.values()) > 0
+    assert (result.text, result.usage, result.served_model) == (expected.text, expected.usage, expected.served_model)
+
+
+def test_a_body_that_is_not_json_is_a_malformed_answer():
+    with _Server("text/html", raw=b"<html>gateway error</html>") as srv:
+        with pytest.raises(ProviderError) as err:
+            _ask(srv.url)
+    assert err.value.kind == "malformed" and err.value.retryable
+    assert len(srv.bodies) == 1  # max_retries = 0: asked once
