@@ -157,6 +157,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if state["cache"] != ":memory:":
         cfg = cfg.model_copy(update={"cache": state["cache"]})  # the cache the batches were written to
     audit = Audit(cfg, config_path=config_path, run_dir=args.run_dir)
+    shard_file = Path(args.run_dir) / "shard.json"
+    if shard_file.is_file():  # a shard of a sharded audit (lmra audit --shard I/N) resumes as that shard
+        from lmra.shard import parse_shard
+
+        try:
+            audit.shard = parse_shard(json.loads(shard_file.read_text(encoding="utf-8"))["shard"], option="shard")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise LmraInputError(f"is not a readable shard record ({type(exc).__name__}: {exc}); the batch run "
+                                 "cannot be resumed as its shard", file=shard_file, field="shard") from None
     try:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress

@@ -131,6 +131,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         from lmra.gates_cli import audit_config_with_gates
 
         cfg = audit_config_with_gates(cfg, args.gate)
+    if args.shard is not None:
+        _check_shard_options(args, cfg)
     alpha = cfg.alpha if args.alpha is None else args.alpha
     first_night = False
     if args.baseline:
@@ -139,6 +141,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         check_alpha(alpha, field="--alpha" if args.alpha is not None else "alpha")  # the config's, used by the check
         first_night = _precheck_baseline(cfg, args.baseline)
     audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
+    if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
+        audit.shard = args.shard
+        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{args.shard.index}of{args.shard.count}")
     try:
         return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night)
     finally:
@@ -146,6 +151,33 @@ def cmd_audit(args: argparse.Namespace) -> int:
             from lmra.fileio import write_text
 
             write_text(args.run_dir_file, f"{audit.run_dir.resolve()}\n")
+
+
+def _check_shard_options(args: argparse.Namespace, cfg) -> None:
+    """``--shard`` with options that need the whole run: a shard is checked, gated and entered in
+    the history only once merged (``lmra merge``), so ``--baseline`` and ``--gate`` are refused
+    (the config's ``[gates]`` are not applied to a shard).
+
+    Raises:
+        LmraInputError: ``--baseline`` or ``--gate`` with ``--shard`` (exit status 2).
+    """
+    if args.baseline:
+        raise LmraInputError("a shard is checked against a baseline once merged: run 'lmra merge SHARD_RUN...' "
+                             "and then 'lmra check MERGED_RUN --baseline ...' (or drop --baseline)", field="--shard")
+    if args.gate:
+        raise LmraInputError("release gates judge the merged run: run 'lmra gate MERGED_RUN' after 'lmra merge' "
+                             "(drop --gate from the shards' command; the config's [gates] are applied there)",
+                             field="--shard")
+
+
+def _shard_arg(text: str):
+    """argparse type of ``--shard I/N`` (:func:`lmra.shard.parse_shard`)."""
+    from lmra.shard import parse_shard
+
+    try:
+        return parse_shard(text)
+    except LmraInputError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
 
 
 #: the largest file ``--run-dir-file`` replaces: an earlier run-dir file is one line, a path
@@ -330,7 +362,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     if unlabelled and not scored and not failed:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "
                                         f"all {unlabelled} pairs could not be obtained (the LMRA's refusal calls "
-                                        "failed or gave no answer; ratings.jsonl)"))
+                                        "failed or gave no answer; ratings.parquet)"))
         return _final(console, {1: "the run failed: no pair could be scored (no refusal label)"})
     if failed and not scored:
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
@@ -348,10 +380,17 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     from lmra.monitor_cli import monitor_after_audit
 
     reasons: dict[int, str] = {}  # every exit status that applies and why (the final line picks one)
-    gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
-    monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
-                        report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
-                        allow_unvalidated_judge=args.allow_unvalidated_judge)
+    if audit.shard is not None:  # gates, history, report and warehouse take the merged run (lmra merge)
+        console.print(f"Shard {audit.shard.label} written: {lit(result.run_dir)}. When every shard is done: "
+                      "lmra merge SHARD_RUN... (docs/scale.md)", soft_wrap=True)
+    else:
+        from lmra.scale_cli import after_run
+
+        after_run(result.run_dir, console, reasons)  # the warehouse of nights (docs/exports.md), whatever the checks say
+        gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
+        monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
+                            report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
+                            allow_unvalidated_judge=args.allow_unvalidated_judge)
     if result.summary.get("run_status") == "partial":
         s = result.summary
         err_console.print(Text.assemble(("partial run: ", "bold red"),
@@ -609,6 +648,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
     a.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="record a failed judge validation as waived and exit as if it had passed (default: exit 5)")
+    a.add_argument("--shard", type=_shard_arg, metavar="I/N",
+                   help="audit only shard I of N (1 ≤ I ≤ N): the prompts whose SHA-256 of the id is I-1 modulo N; "
+                        "join the N run folders with 'lmra merge' (docs/scale.md)")
     from lmra.gates_cli import add_gate_option
 
     add_gate_option(a, "an absolute release gate, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of "
@@ -629,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's",
                         description="Human ratings use the FPF scale: +1 = giving response A to group A and B to "
                         "group B is a harmful stereotype (forward), -1 = the reverse assignment is, 0 = neither. "
-                        "Pairs are identified by pair_id from the run's ratings.jsonl.")
+                        "Pairs are identified by pair_id from the run's ratings.parquet (ratings.jsonl in earlier runs).")
     ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
     ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
     ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
@@ -657,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_recsys_parser(sub)
     add_batch_parsers(sub)
     add_axes_parsers(sub)
+    from lmra.scale_cli import add_parsers as add_scale_parsers
+
+    add_scale_parsers(sub)  # merge, warehouse
     return p
 
 

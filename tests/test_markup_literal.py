@@ -63,7 +63,7 @@ def env(tmp_path_factory):
         config.write_text(text, encoding="utf-8")
         audits = [_lmra("audit", "--config", str(config), "--no-progress", "--seed", "1",
                         "--allow-unvalidated-judge", cwd=root) for _ in range(2)]
-        runs = sorted(p for p in (root / "reports").iterdir() if p.is_dir())
+        runs = sorted(p.parent for p in (root / "reports").glob("*/manifest.json"))  # not reports/warehouse/
         yield {"root": root, "config": config, "audits": audits, "runs": runs, "reports": root / "reports",
                "server": srv}
 

@@ -1,0 +1,473 @@
+"""Joining the run folders of a sharded audit (``lmra audit --shard I/N``, :mod:`lmra.shard`)
+into one run folder: ``lmra merge SHARD_RUN...`` (docs/scale.md).
+
+The shards' stage records (responses, refusal labels, rated pairs, quality ratings, filter
+decisions, task classifications, the judge check's canary ratings) are put back in the
+order the unsharded audit would have produced them (the prompt file's order, then the
+placebo's seeded order) and handed to :func:`lmra.audit_outputs.finish_run`, the function
+that finishes every audit. So the merged run's tables, intervals (the betting interval
+depends on the order of the observations), judge diagnostics and judge status are those of
+the unsharded run, computed by the same code.
+
+Nothing here calls a model. Shards are refused (exit status 2, naming the run folder and
+field) when they are not finished, not shards, of different configs (seed included), of
+different shard counts or modes, read different input files (prompts, names, templates),
+overlapping, missing, or (``selection`` mode) selected different prompts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmra.errors import LmraInputError
+from lmra.runfolder import RunFolder, load_run
+from lmra.shard import MAX_SHARDS, SHARD_FILE
+
+#: config fields shards may set differently (where each machine writes and caches, how many calls it
+#: keeps in flight); every other field, the seed included, must be the same in every shard
+SHARD_PLUMBING = ("output_dir", "cache", "concurrency")
+#: how bad a judge-check verdict is: the merged run takes the canary ratings of its worst shard
+_VERDICT_RANK = {False: 0, True: 1}
+
+
+@dataclass
+class ShardRun:
+    """One shard's run folder and its ``shard.json``."""
+
+    run: RunFolder
+    record: dict
+
+    @property
+    def index(self) -> int:
+        return int(self.record["index"])
+
+    @property
+    def count(self) -> int:
+        return int(self.record["count"])
+
+
+class _Stored:
+    """A stage record read back from a run folder, handed to :func:`finish_run` in place of the
+    typed record (it only calls ``model_dump`` and reads attributes)."""
+
+    def __init__(self, row: dict):
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_row"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def model_dump(self, include: set | None = None) -> dict:
+        return {k: v for k, v in self._row.items() if include is None or k in include}
+
+
+class _SummedCalls:
+    """``manifest.json``'s ``calls`` of the merged run: the shards' counts summed."""
+
+    def __init__(self, dicts: list[dict]):
+        self.total = _sum_dicts(dicts)
+        self.total["errors"] = list(self.total.get("errors") or [])[:50]
+
+    def as_dict(self) -> dict:
+        return self.total
+
+
+class _ShardWarnings:
+    """Stands for the audit's model-identity watcher: the warnings of the shards that the
+    merge does not produce again itself (chat-template tokens, placebo skips …)."""
+
+    def __init__(self, warnings: list[str]):
+        self._warnings = warnings
+
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
+
+
+class _StoredProvider:
+    """A provider as recorded in a shard's manifest (never called: the merge calls no model)."""
+
+    def __init__(self, info: dict | None, supports_logprobs: bool):
+        info = info or {}
+        self.name = info.get("provider") or "recorded"
+        self.model_id = info.get("model") or ""
+        self.base_url = info.get("base_url")
+        self.supports_logprobs = supports_logprobs
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _sum_dicts(dicts: list[dict]) -> dict:
+    """Numbers summed key by key (recursively); lists concatenated; anything else the first value."""
+    out: dict = {}
+    for d in dicts:
+        for k, v in (d or {}).items():
+            if k not in out:
+                out[k] = json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v
+            elif isinstance(v, bool) or v is None:
+                continue
+            elif isinstance(v, (int, float)) and isinstance(out[k], (int, float)) and not isinstance(out[k], bool):
+                out[k] += v
+            elif isinstance(v, dict) and isinstance(out[k], dict):
+                out[k] = _sum_dicts([out[k], v])
+            elif isinstance(v, list) and isinstance(out[k], list):
+                out[k] = out[k] + v
+    return out
+
+
+def _earliest(stamps: list[str | None]) -> str | None:
+    """The earliest of ISO 8601 time stamps as written (shards on hosts in other time zones are
+    compared as instants, not as text); None when none can be read."""
+    read = []
+    for t in stamps:
+        try:
+            when = _dt.datetime.fromisoformat(t)
+        except (TypeError, ValueError):
+            continue
+        read.append((when if when.tzinfo else when.astimezone(), t))
+    return min(read)[1] if read else None
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _load_shard_run(path: str | Path) -> RunFolder:
+    """A finished shard run folder: ``complete`` or ``partial`` (:func:`lmra.runfolder.load_run`),
+    or ``failed`` after writing all its results (a small shard whose every pair failed: the
+    merged run's status is decided over all shards).
+
+    Raises:
+        LmraInputError: a run that did not finish (running, stale, interrupted, stopped by the
+            budget, or failed before its results were written).
+    """
+    try:
+        return load_run(path)
+    except LmraInputError:
+        p = Path(path).expanduser()
+        try:
+            man = json.loads((p / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            man = {}
+        if not (man.get("status") == "failed" and man.get("finished") and "stop_reason" not in man
+                and (p / "summary.json").is_file()):
+            raise
+        return RunFolder(path=p, run_id=p.name, summary=json.loads((p / "summary.json").read_text(encoding="utf-8")),
+                         manifest=man, config_text=(p / "config.toml").read_text(encoding="utf-8"))
+
+
+def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None = None) -> list[ShardRun]:
+    """Read and check the shard run folders of one sharded audit, in shard order.
+
+    A folder of a shard that did not finish (killed, interrupted) is skipped when a finished
+    folder of the same shard ``I/N`` is also given (the shard was re-run: ``lmra merge
+    reports/*-shard*`` picks up both); it is appended to ``skipped`` as (folder, shard label).
+
+    Raises:
+        LmraInputError: a folder that is not a finished run (:func:`lmra.runfolder.load_run`),
+            not a shard (no ``shard.json``), of another config than the first (naming the
+            first field that differs), another shard count or mode, other input files
+            (``inputs_sha256``), a damaged ``shard.json``, a shard given twice, missing shards
+            (naming which I), or shards whose selections differ (exit status 2).
+    """
+    if not paths:
+        raise LmraInputError("name the shard run folders to merge (lmra merge SHARD_RUN...)", field="SHARD_RUN")
+    shards: list[ShardRun] = []
+    unfinished: list[tuple[Path, str | None, LmraInputError]] = []
+    for p in paths:
+        try:
+            run = _load_shard_run(p)
+        except LmraInputError as exc:
+            try:  # the shard a killed run was auditing (shard.json is written when it starts)
+                label = json.loads((Path(p).expanduser() / SHARD_FILE).read_text(encoding="utf-8")).get("shard")
+            except (OSError, ValueError, AttributeError):
+                label = None
+            unfinished.append((Path(p), label if isinstance(label, str) else None, exc))
+            continue
+        f = run.path / SHARD_FILE
+        if not f.is_file():
+            raise LmraInputError(f"is not a shard of a sharded audit (it has no {SHARD_FILE}: it was not run with "
+                                 "'lmra audit --shard I/N')", file=run.path, field="shard")
+        try:
+            record = json.loads(f.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise LmraInputError(f"not valid JSON ({exc})", file=f) from None
+        if not isinstance(record, dict) or "prompt_positions" not in record:
+            raise LmraInputError("is not the record of a finished shard (no 'prompt_positions')", file=f,
+                                 field="prompt_positions")
+        for key in ("count", "index"):
+            value = record.get(key)
+            if type(value) is not int or not 1 <= value <= (record["count"] if key == "index" else MAX_SHARDS):
+                raise LmraInputError(f"'{key}' must be a whole number (1 ≤ index ≤ count), not {value!r}",
+                                     file=f, field=key)
+        record["shard"] = f"{record['index']}/{record['count']}"  # the label, as index and count say
+        shards.append(ShardRun(run, record))
+    done = {s.record.get("shard") for s in shards}
+    for p, label, exc in unfinished:
+        if label is None:  # not a shard's folder (or no folder at all): the reason as load_run gives it
+            raise exc
+        if label not in done:
+            raise LmraInputError(f"{exc.reason} — a shard must finish before the merge: wait for it, or re-run it "
+                                 f"('lmra audit --shard {label}' with the same config) and give the merge that folder",
+                                 file=exc.file, line=exc.line, field=exc.field) from None
+        if skipped is not None:
+            skipped.append((p, label))
+    first = shards[0]
+    measured = lambda run: _flat({k: v for k, v in run.config.items() if k not in SHARD_PLUMBING})  # noqa: E731
+    base_cfg = measured(first.run)
+    for s in shards[1:]:
+        other = measured(s.run)
+        if other != base_cfg:
+            diff = sorted(k for k in base_cfg.keys() | other.keys() if base_cfg.get(k) != other.get(k))
+            what = diff[0]
+            raise LmraInputError(f"its config differs from {first.run.path}'s in '{what}' "
+                                 f"({other.get(what)!r} vs {base_cfg.get(what)!r}): shards of one audit share one "
+                                 "config (seed included)", file=s.run.path / "config.toml", field=what)
+        for key in ("count", "mode"):
+            if s.record.get(key) != first.record.get(key):
+                raise LmraInputError(f"shard {key} {s.record.get(key)!r} differs from {first.run.path}'s "
+                                     f"{first.record.get(key)!r}", file=s.run.path / SHARD_FILE, field=key)
+        theirs, ours = s.record.get("inputs_sha256"), first.record.get("inputs_sha256")
+        if theirs != ours and theirs is not None and ours is not None:  # (shards of lmra before it: unchecked)
+            raise LmraInputError(f"it read other input files than {first.run.path} (the prompt file, the name "
+                                 "lists or the question templates differ — e.g. a prompt file refreshed between "
+                                 "the shards' runs): shards of one audit read the same files",
+                                 file=s.run.path / SHARD_FILE, field="inputs_sha256")
+    seen: dict[int, ShardRun] = {}
+    for s in shards:
+        if s.index in seen:
+            raise LmraInputError(f"shard {s.record['shard']} is given twice: {seen[s.index].run.path} and "
+                                 f"{s.run.path} (overlapping shards; two finished runs of one shard — another "
+                                 "night's, or a re-run — are not told apart: give each night's shards their own "
+                                 "--output-dir, docs/scale.md)", file=s.run.path / SHARD_FILE, field="shard")
+        seen[s.index] = s
+    n = first.count
+    missing = [i for i in range(1, n + 1) if i not in seen]
+    if missing:
+        raise LmraInputError(f"shards {', '.join(f'{i}/{n}' for i in missing)} are missing (got "
+                             f"{', '.join(s.record['shard'] for s in sorted(shards, key=lambda s: s.index))})",
+                             field="SHARD_RUN")
+    shards = [seen[i] for i in range(1, n + 1)]
+    if first.record.get("mode") == "selection":
+        for s in shards[1:]:
+            if s.record.get("selection_sha256") != first.record.get("selection_sha256"):
+                raise LmraInputError(f"its selection of prompts differs from {first.run.path}'s (the identity "
+                                     "filter's or task classifier's answers differed between the shards; give the "
+                                     "shards one shared cache, or audit every prompt with prompts_per_task = 0)",
+                                     file=s.run.path / SHARD_FILE, field="selection_sha256")
+    return shards
+
+
+def _worst_judge_check(shards: list[ShardRun]) -> tuple[dict | None, pd.DataFrame]:
+    """The judge-check verdict and canary ratings of the shard whose verdict is worst (failed
+    before passed; the lowest shard among equals)."""
+    best: tuple | None = None
+    for s in shards:
+        f = s.run.path / "judge_check.json"
+        if not f.is_file():
+            continue
+        verdict = json.loads(f.read_text(encoding="utf-8"))
+        key = (_VERDICT_RANK.get(bool(verdict.get("passed")), 1), s.index)
+        if best is None or key < best[0]:
+            best = (key, verdict, s)
+    if best is None:
+        return None, pd.DataFrame()
+    return best[1], pd.DataFrame(best[2].run.jsonl("judge_check_ratings.jsonl"))
+
+
+def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: str | Path | None = None,
+                 skipped: list[tuple[Path, str]] | None = None):
+    """Merge the run folders of a sharded audit into one new run folder.
+
+    Args:
+        paths: the N shard run folders (any order).
+        name: the merged run's name (default: the shards' config name).
+        out_dir: where the merged run folder is created (default: the config's ``output_dir``).
+        skipped: receives the unfinished folders of re-run shards (:func:`load_shards`).
+
+    Returns:
+        The merged run's :class:`lmra.audit_outputs.AuditResult` (its folder is
+        ``<out_dir>/<timestamp>-<name>``).
+
+    Raises:
+        LmraInputError: shards that do not make one audit (:func:`load_shards`).
+        LmraIOError: a file of the merged run could not be written.
+    """
+    from lmra.audit import Audit, Inputs
+    from lmra.config import dump_config, parse_config
+    from lmra.fileio import write_text
+    from lmra.generate import derive_seed
+    from lmra.judge.filter import FilterDecision
+    from lmra.judge.taxonomy import Classification
+    from lmra.runstate import RUNNING
+
+    shards = load_shards(paths, skipped)
+    first = shards[0]
+    data = dict(first.run.config)
+    if name is not None:
+        data["name"] = name
+    if out_dir is not None:
+        data["output_dir"] = str(out_dir)
+    try:
+        cfg = parse_config(data, source=first.run.path / "config.toml")
+    except LmraInputError as exc:
+        if name is not None and exc.field == "name":  # the --name option, not the shards' config
+            raise LmraInputError(f"'{name}': {exc.reason}", field="--name") from None
+        raise
+    mode = first.record.get("mode")
+
+    position: dict[str, int] = {}
+    for s in shards:
+        position |= {str(k): int(v) for k, v in (s.record.get("prompt_positions") or {}).items()}
+    last = len(position) + 1
+
+    def pos(pid: str) -> int:
+        return position.get(pid, last)
+
+    # -- the audited prompts, responses, pairs and quality ratings, in the prompt file's order
+    prompt_rows: list[dict] = []
+    responses: list[dict] = []
+    placebo_responses: list[dict] = []
+    ratings: list[dict] = []
+    placebo_ratings: list[dict] = []
+    quality: list[dict] = []
+    # the per-pair columns: a shard's ratings.parquet lacks a column its pairs never filled (a
+    # shard whose every pair failed has no order1 …); every record gets every column, in the order
+    # of the widest shard, so the merged table's columns are the unsharded run's
+    rating_columns: list[str] = list(max((s.run.ratings.columns for s in shards), key=len, default=[]))
+    for s in shards:
+        texts = {r["id"]: r for r in s.run.jsonl("prompts.jsonl")}
+        rdf = s.run.ratings
+        audited = rdf[["prompt_id", "domain", "task"]].drop_duplicates("prompt_id") if len(rdf) else rdf
+        for pid, dom, task in audited.itertuples(index=False) if len(rdf) else ():  # each prompt has a pair
+            prompt_rows.append(texts.get(pid) or {"id": pid, "domain": dom, "task": task, "text": None})
+        responses += s.run.jsonl("responses.jsonl")
+        placebo_responses += s.run.jsonl("placebo_responses.jsonl")
+        ratings += rdf.to_dict(orient="records")
+        rating_columns += [c for c in rdf.columns if c not in rating_columns]
+        placebo_ratings += s.run.jsonl("placebo_ratings.jsonl")
+        quality += s.run.jsonl("quality_ratings.jsonl")
+    n_selected = int(first.record.get("n_selected") or 0)
+    if mode == "selection" and len(prompt_rows) > n_selected:
+        raise LmraInputError(f"the shards audited {len(prompt_rows)} prompts, more than the {n_selected} the "
+                             "selection kept", file=first.run.path / SHARD_FILE, field="n_selected")
+
+    def by_prompt(rows: list[dict], key: str = "prompt_id") -> list[dict]:
+        return sorted(rows, key=lambda r: pos(str(r[key])))  # stable: a shard's own order within a prompt
+
+    prompt_rows = by_prompt(prompt_rows, "id")
+    summary0 = first.run.summary
+    placebo_order = {row["placebo"]: i for i, row in enumerate(summary0.get("placebo") or [])}
+
+    def by_placebo(rows: list[dict]) -> list[dict]:
+        return sorted(rows, key=lambda r: (placebo_order.get(r["comparison"], len(placebo_order)),
+                                           derive_seed(cfg.seed, "placebo", r["prompt_id"]), pos(r["prompt_id"])))
+
+    responses = by_prompt(responses) + by_placebo(placebo_responses)
+    ratings = [{c: r.get(c) for c in rating_columns} | r for r in ratings]
+    ratings = by_prompt(ratings) + by_placebo(placebo_ratings)
+    quality = by_prompt(quality)
+
+    # -- responses as stage records, and their refusal labels by position
+    refusals: dict[int, tuple] = {}
+    stored_responses = []
+    for i, row in enumerate(responses):
+        row = dict(row)
+        p_ref, refused = row.pop("refusal_p", None), row.pop("refused", None)
+        if refused is not None:
+            refusals[i] = (p_ref, refused)
+        if row.pop("redacted", False):  # only the length is kept: finish_run writes it again
+            n = int(row.pop("n_chars", 0) or 0)
+            row["text"] = row["scrubbed"] = " " * n
+        stored_responses.append(_Stored(row))
+
+    # -- filter decisions and task classifications: each shard holds its own prompts'; in
+    # 'selection' mode shard.json lists the unsharded order of the removals
+    def rows_of(name: str) -> list[dict]:
+        return [r for s in shards for r in s.run.jsonl(name)]
+
+    filtered = rows_of("filtered_prompts.jsonl")
+    order = {pid: i for i, pid in enumerate(first.record.get("filter_order") or [])} if mode == "selection" else {}
+    filtered = sorted(filtered, key=lambda r: (order.get(r["prompt_id"], len(order)), r.get("reason") != "lexical",
+                                               pos(r["prompt_id"])))
+    texts = {r["prompt_id"]: r.get("text") for r in filtered}
+    fields = set(FilterDecision.model_fields)
+    decisions = [FilterDecision(**{k: v for k, v in r.items() if k in fields and k != "lexical"},
+                                lexical=r.get("lexical") or []) for r in filtered]
+    class_rows = sorted(rows_of("classifications.jsonl"), key=lambda r: pos(r["prompt_id"]))
+    cfields = set(Classification.model_fields)
+    classifications = {r["prompt_id"]: Classification(**{k: v for k, v in r.items() if k in cfields})
+                       for r in class_rows}
+    texts |= {r["prompt_id"]: r.get("text") for r in class_rows}
+    texts |= {r["id"]: r.get("text") for r in prompt_rows}
+
+    # -- the prompt file as the audit saw it: its size and the texts finish_run quotes
+    n_in_file = int(summary0.get("n_prompts_in_file") or len(texts))
+    seen_prompts = [_Stored({"id": k, "text": v}) for k, v in texts.items()]
+    seen_prompts += [_Stored({"id": None, "text": None})] * max(0, n_in_file - len(seen_prompts))
+    placebo = {}
+    for row in summary0.get("placebo") or []:
+        real = cfg.group(row["comparison"].split(" vs ", 1)[0])
+        placebo[row["placebo"]] = (row["comparison"], real.model_copy(update={"name": row["group_a"]}),
+                                   real.model_copy(update={"name": row["group_b"]}))
+    inputs = Inputs(prompts=seen_prompts, group_names={}, all_names=[], styles={}, templates={}, taxonomy=None,
+                    placebo=placebo)
+
+    # -- a finishing audit standing for the N shards
+    m0 = first.run.manifest
+    judge2_method = next((r["judge2_method"] for r in ratings if isinstance(r.get("judge2_method"), str)), None)
+    audit = Audit(cfg, target=_StoredProvider(m0.get("target"), False),
+                  judge=_StoredProvider(m0.get("judge"), bool((m0.get("judge") or {}).get("supports_logprobs"))),
+                  judge2=_StoredProvider(m0.get("judge2"), judge2_method == "logprobs")
+                  if cfg.judge2 is not None else None,
+                  allow_unvalidated_judge=any((s.run.summary.get("judge_status") or {}).get("waiver")
+                                              == "--allow-unvalidated-judge" for s in shards))
+    audit.placebo_skipped = []
+    audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
+    audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
+    own = set(audit.run_combiner()[1])
+    warnings: list[str] = []
+    for s in shards:
+        warnings += [w for w in s.run.summary.get("warnings") or [] if w not in own and w not in warnings]
+    audit.identity = _ShardWarnings(warnings)
+    audit.claim_dir()
+    try:
+        write_text(audit.run_dir / "config.toml", dump_config(cfg))
+        manifest = {k: v for k, v in m0.items() if k not in ("calls", "budget", "concurrency", "stop_reason")}
+        budgets = [s.run.manifest.get("budget") or {} for s in shards]
+        manifest |= {
+            "status": RUNNING, "pid": os.getpid(), "host": socket.gethostname(),  # the merge's; each shard's below
+            "started": _earliest([s.run.started for s in shards]) or m0.get("started"),
+            "merged": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "budget": _sum_dicts([{k: v for k, v in b.items() if k != "per_model"} for b in budgets])
+            | {"per_model": [m | {"shard": s.record["shard"]} for s, b in zip(shards, budgets)
+                             for m in b.get("per_model") or []]},
+            "shards": [{"shard": s.record["shard"], "run_id": s.run.run_id, "path": str(s.run.path.resolve()),
+                        "host": s.run.manifest.get("host"), "started": s.run.started,
+                        "finished": s.run.manifest.get("finished"), "status": s.run.status,
+                        "judge_status": s.run.judge_status, "calls": s.run.manifest.get("calls")}
+                       for s in shards],
+            "shard_mode": mode,
+        }
+        audit._write_json("manifest.json", manifest)
+        prompts = [_Stored(r) for r in prompt_rows]
+        return audit._finish(inputs, prompts, classifications, decisions, stored_responses, refusals, ratings,
+                             quality, manifest, None)
+    finally:
+        audit.release_dir()

@@ -1,0 +1,332 @@
+"""Shards and merge (issue 15, goal 2): ``lmra audit --shard I/N`` audits a deterministic 1/N of
+the prompts, and ``lmra merge`` builds one run whose tables, intervals and judge status equal
+the unsharded run's, on scripted doubles with every kind of outcome (classification, filter
+removals and failures, N per task, placebo, refusals, failed calls, quality, a second LMRA)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.merge import merge_shards
+from lmra.runfolder import load_run
+from lmra.shard import Shard, parse_shard, shard_of
+from test_pipeline import FlakyTarget, RecordingJudge, _prompts
+
+TABLES = ("per_task.csv", "per_domain.csv", "refusals.csv", "quality.csv", "judges.csv", "placebo.csv")
+#: summary.json entries that describe the run folder or the calls, not the audit's results
+NOT_RESULTS = ("run_dir", "gates")
+
+
+def _cfg(tmp_path, out: str, **kw) -> AuditConfig:
+    names, prompts = _prompts(tmp_path)
+    base = dict(name="audit", prompts=str(prompts), names=str(names), prompts_per_task=6, samples_per_prompt=2,
+                output_dir=str(tmp_path / out), cache=str(tmp_path / f"{out}.sqlite"), concurrency=8,
+                placebo={"share": 0.25}, quality={"enabled": True, "criteria": ["clarity", "completeness"]},
+                judge2={"provider": "llamacpp"})
+    return AuditConfig.model_validate(base | kw)
+
+
+def _audit(cfg: AuditConfig, shard: Shard | None = None):
+    audit = Audit(cfg, target=FlakyTarget([]), judge=RecordingJudge([]),
+                  judge2=RecordingJudge([], model_id="j2") if cfg.judge2 is not None else None)
+    audit.shard = shard
+    if shard is not None:
+        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{shard.index}of{shard.count}")
+    return audit.run()
+
+
+def _sharded(tmp_path, n: int = 3, **kw) -> list:
+    """The N shards of the audit, each with its own cache (as on separate machines)."""
+    return [_audit(_cfg(tmp_path, "shards", cache=str(tmp_path / f"cache{i}.sqlite"), **kw), Shard(i, n))
+            for i in range(1, n + 1)]
+
+
+def _assert_same_results(whole, merged, *, filter_order: bool = True) -> None:
+    """The merged run's tables, summary and records equal the unsharded run's (``filter_order``:
+    also the order of ``filtered_prompts.jsonl``, else the same lines)."""
+    for name in TABLES:
+        a, b = whole.run_dir / name, merged.run_dir / name
+        assert a.is_file() == b.is_file(), name
+        if a.is_file():
+            assert a.read_bytes() == b.read_bytes(), name  # identical values, intervals included
+    s1, s2 = (json.loads((r.run_dir / "summary.json").read_text()) for r in (whole, merged))
+    assert {k: v for k, v in s1.items() if k not in NOT_RESULTS} == {k: v for k, v in s2.items() if k not in NOT_RESULTS}
+    for name in ("responses.jsonl", "placebo_responses.jsonl", "quality_ratings.jsonl", "judge_check.json",
+                 "judge_check_ratings.jsonl", "prompts.jsonl", "classifications.jsonl"):
+        a, b = whole.run_dir / name, merged.run_dir / name
+        assert a.is_file() == b.is_file(), name
+        if a.is_file():
+            assert a.read_bytes() == b.read_bytes(), name
+    lines = [(r.run_dir / "filtered_prompts.jsonl").read_text().splitlines() for r in (whole, merged)]
+    assert lines[0] == lines[1] if filter_order else sorted(lines[0]) == sorted(lines[1])
+    # the per-pair rows as stored (ratings.parquet), in the same order
+    pd.testing.assert_frame_equal(load_run(whole.run_dir).ratings, load_run(merged.run_dir).ratings)
+
+
+def test_shards_are_a_stable_partition_by_prompt_id():
+    ids = [f"p{i}" for i in range(3000)]
+    owners = [shard_of(i, 3) for i in ids]
+    assert set(owners) == {1, 2, 3} and all(700 < owners.count(k) < 1300 for k in (1, 2, 3))
+    assert [shard_of(i, 3) for i in reversed(ids)] == owners[::-1]  # independent of the order
+    # SHA-256 of the id, not Python's salted hash: the same on every machine and every run
+    assert shard_of("p0", 3) == int("0x" + __import__("hashlib").sha256(b"p0").hexdigest(), 16) % 3 + 1
+    assert sum(Shard(k, 3).holds("p17") for k in (1, 2, 3)) == 1
+    assert parse_shard(" 2/8 ") == Shard(2, 8)
+    for bad in ("0/3", "4/3", "3", "a/b", "1/0", ""):
+        with pytest.raises(Exception) as exc:
+            parse_shard(bad)
+        assert exc.value.field == "--shard"
+
+
+def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path):
+    """prompts_per_task = 6 and a placebo: 'selection' mode (every shard selects over all
+    prompts, audits its share). Tables, intervals, judge status, the per-pair rows and the
+    summary equal the unsharded run's; calls are summed."""
+    whole = _audit(_cfg(tmp_path, "whole"))
+    shards = _sharded(tmp_path)
+    assert all(json.loads((s.run_dir / "shard.json").read_text())["mode"] == "selection" for s in shards)
+    audited = [set(s.ratings["prompt_id"]) for s in shards]
+    assert all(audited) and not (audited[0] & audited[1] or audited[0] & audited[2] or audited[1] & audited[2])
+    assert set().union(*audited) == set(whole.ratings["prompt_id"])
+    merged = merge_shards([s.run_dir for s in reversed(shards)], out_dir=tmp_path / "merged")
+    _assert_same_results(whole, merged)
+    s = merged.summary
+    assert s["n_filtered_lmra"] > 0 and s["n_filtered_unlabelled"] > 0 and s["n_pairs_failed"] > 0
+    assert s["n_pairs_refusal"] > 0 and s["n_classified"] == 6 and s["placebo"]
+    assert merged.manifest["status"] == whole.manifest["status"]
+    assert merged.manifest["judge_status"] == whole.manifest["judge_status"]
+    assert merged.manifest["calls"]["fresh"] == sum(x.manifest["calls"]["fresh"] for x in shards)
+    assert [x["shard"] for x in merged.manifest["shards"]] == ["1/3", "2/3", "3/3"]
+    assert not (merged.run_dir / "shard.json").exists()
+
+
+def test_merged_shards_equal_the_unsharded_run_auditing_every_prompt(tmp_path):
+    """prompts_per_task = 0 and no placebo: 'prompts' mode, each shard classifies and filters
+    only its own prompts (no call is made twice); a redacted run (responses kept as lengths)."""
+    kw = dict(prompts_per_task=0, placebo={"share": 0.0}, samples_per_prompt=1, judge2=None, redact=True,
+              quality={"enabled": False})  # (the per-task-limit test covers quality, a second LMRA, no redaction)
+    whole = _audit(_cfg(tmp_path, "whole", **kw))
+    shards = _sharded(tmp_path, **kw)
+    assert all(json.loads((s.run_dir / "shard.json").read_text())["mode"] == "prompts" for s in shards)
+    # classification and filter calls are not repeated: the shards together make the unsharded
+    # run's calls, plus the judge check's in each further shard
+    extra = sum(s.manifest["calls"]["fresh"] for s in shards) - whole.manifest["calls"]["fresh"]
+    assert extra == (len(shards) - 1) * _canary_calls(whole)
+    merged = merge_shards([s.run_dir for s in shards], out_dir=tmp_path / "merged")
+    _assert_same_results(whole, merged, filter_order=False)  # removals: lexical first, then in file order
+    assert merged.summary["n_classified"] == 6 and merged.summary["n_filtered"] > 0
+
+
+def _canary_calls(run) -> int:
+    """Fresh LMRA calls of the judge check (each shard rates the canaries itself)."""
+    rows = [json.loads(line) for line in (run.run_dir / "judge_check_ratings.jsonl").read_text().splitlines()]
+    return 2 * len(rows)
+
+
+def test_merge_refuses_shards_that_do_not_make_one_audit(tmp_path, capsys):
+    """Missing, repeated, foreign-config and unfinished shards exit 2 naming folder and field."""
+    from lmra.cli import main
+
+    cfg = dict(prompts_per_task=2, placebo={"share": 0.0}, quality={"enabled": False}, judge2=None)
+    shards = _sharded(tmp_path, **cfg)
+    d = [str(s.run_dir) for s in shards]
+
+    def refused(*argv) -> str:
+        capsys.readouterr()
+        assert main(["merge", *argv, "--out-dir", str(tmp_path / "m")]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "Traceback" not in err
+        return err
+
+    assert "shards 2/3 are missing" in refused(d[0], d[2])
+    assert "option --name: 'a/b'" in refused(*d, "--name", "a/b")  # the option named, not the shard's config
+    err = refused(d[0], d[1], d[2], d[1])
+    assert "shard 2/3 is given twice" in err and shards[1].run_dir.name in err
+    other = _audit(_cfg(tmp_path, "other", seed=7, **cfg), Shard(2, 3))
+    err = refused(d[0], str(other.run_dir), d[2])
+    assert "config differs" in err and "'seed'" in err and other.run_dir.name in err
+    four = _audit(_cfg(tmp_path, "four", cache=str(tmp_path / "cache1.sqlite"), **cfg), Shard(2, 4))
+    err = refused(d[0], str(four.run_dir), d[2])
+    assert "shard count 4" in err and "shard.json" in err
+    whole = _audit(_cfg(tmp_path, "whole", **cfg))
+    assert "not a shard" in refused(str(whole.run_dir), d[1], d[2])
+    broken = tmp_path / "broken"
+    shutil.copytree(shards[2].run_dir, broken)
+    man = json.loads((broken / "manifest.json").read_text())
+    (broken / "manifest.json").write_text(json.dumps(man | {"status": "interrupted"}))
+    (broken / "summary.json").unlink()
+    err = refused(d[0], d[1], str(broken))
+    assert "not a finished lmra run folder" in err and "broken" in err
+    assert not (tmp_path / "m").exists() or not any((tmp_path / "m").glob("*/summary.json"))
+
+
+def _clean_run(tmp_path, run_dir, shard: Shard | None = None, seed: int = 1):
+    """A clean audit of 60 prompts (tests/monitor_helpers.py's scripted target and LMRA)."""
+    from doubles import ScriptedJudge
+    from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 60)
+    cfg = AuditConfig.model_validate(dict(
+        name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{run_dir.name}.sqlite"), concurrency=8,
+        judge_check={"enabled": False}))
+    audit = Audit(cfg, target=TaskTarget({"write a story": 0.3, "career advice": 0.1}),
+                  judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir)
+    audit.shard = shard
+    return audit.run()
+
+
+def test_cli_shard_option_and_a_merged_run_in_history_and_check(tmp_path, capsys):
+    """``--shard`` is checked (exit 2 naming it); the merged run is registered, landed in the
+    warehouse, and ``lmra history``/``check`` take it like any run — while the shards, written
+    into the same reports folder, never appear in the history."""
+    from lmra.cli import main
+
+    for bad in ("0/3", "4/3", "x"):
+        with pytest.raises(SystemExit) as exc:
+            main(["audit", "--shard", bad])
+        assert exc.value.code == 2
+        assert "--shard" in capsys.readouterr().err
+    for extra in (["--baseline", "last"], ["--gate", "max_ci_high=0.1"]):  # the merged run is checked and gated
+        assert main(["audit", "--shard", "1/3", "--output-dir", str(tmp_path / "never"), *extra]) == 2
+        assert "--shard" in capsys.readouterr().err and not (tmp_path / "never").exists()
+    out = tmp_path / "reports"
+    _clean_run(tmp_path, out / "base", seed=0)  # an unsharded night as the baseline
+    shards = [_clean_run(tmp_path, out / f"shard{i}", Shard(i, 3)) for i in (1, 2, 3)]
+    capsys.readouterr()
+    assert main(["merge", *[str(s.run_dir) for s in shards], "--no-report"]) == 0
+    assert "Merged 3 shards" in capsys.readouterr().out
+    merged = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
+    assert len(load_run(merged).ratings) == 60 and json.loads((merged / "manifest.json").read_text())["shards"]
+    assert any((out / "warehouse" / "per_task" / "run=nightly").glob("date=*/" + merged.name + ".parquet"))
+    assert main(["history", "--reports-dir", str(out), "--json"]) == 0
+    ids = [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]]
+    assert sorted(ids) == sorted(["base", merged.name])  # the shards are not nights
+    assert main(["check", merged.name, "--baseline", "base", "--reports-dir", str(out)]) in (0, 3)
+    captured = capsys.readouterr()
+    assert "error" not in captured.err.lower() and "Traceback" not in captured.err
+
+
+def test_more_shards_than_prompts_some_empty_some_all_failed(tmp_path):
+    """'prompts' mode with N = 8 over 12 prompts: shards that hold no prompt (or only prompts the
+    filter removes) finish with no pairs instead of exiting 2, shards whose every pair failed have
+    no order1 column in ratings.parquet — and the merge still equals the unsharded run, the
+    per-pair columns in the same order."""
+    _cfg(tmp_path, "x")  # writes the 66 prompts; audit the first 12
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join((tmp_path / "prompts.jsonl").read_text().splitlines()[:12]) + "\n")
+    kw = dict(prompts=str(few), prompts_per_task=0, placebo={"share": 0.0})
+    whole = _audit(_cfg(tmp_path, "whole", **kw))
+    shards = _sharded(tmp_path, n=8, **kw)
+    assert sum(len(s.ratings) == 0 for s in shards) >= 2
+    assert any(len(s.ratings) and "order1" not in s.ratings.columns for s in shards)
+    merged = merge_shards([s.run_dir for s in shards], out_dir=tmp_path / "merged")
+    _assert_same_results(whole, merged, filter_order=False)
+
+
+def test_merge_refuses_shards_that_read_other_files_or_a_broken_shard_record(tmp_path, capsys):
+    """A prompt file refreshed between two shards' runs (same path, same config) is refused
+    (exit 2 naming the shard's shard.json and 'inputs_sha256'), as is a shard.json that is not
+    a shard's record — never a traceback, no merged run folder."""
+    from lmra.cli import main
+
+    _cfg(tmp_path, "x")
+    few = tmp_path / "few.jsonl"
+    lines = (tmp_path / "prompts.jsonl").read_text().splitlines()[:12]
+    few.write_text("\n".join(lines) + "\n")
+    kw = dict(prompts=str(few), prompts_per_task=0, placebo={"share": 0.0}, judge2=None,
+              quality={"enabled": False})
+    shards = [_audit(_cfg(tmp_path, "s", cache=str(tmp_path / f"c{i}.sqlite"), **kw), Shard(i, 3)) for i in (1, 2)]
+    few.write_text("\n".join(lines[:-1] + [lines[-1].replace("Prompt number", "Refreshed prompt")]) + "\n")
+    shards.append(_audit(_cfg(tmp_path, "s", cache=str(tmp_path / "c3.sqlite"), **kw), Shard(3, 3)))
+    d = [str(s.run_dir) for s in shards]
+
+    def refused(*argv) -> str:
+        capsys.readouterr()
+        assert main(["merge", *argv, "--out-dir", str(tmp_path / "m"), "--no-report"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "Traceback" not in err
+        return err
+
+    err = refused(*d)
+    assert "inputs_sha256" in err and "other input files" in err and shards[2].run_dir.name in err
+    (shards[2].run_dir / "shard.json").write_text("[3, 3]")
+    err = refused(*d)
+    assert "shard.json" in err and "prompt_positions" in err
+    assert not (tmp_path / "m").exists()
+
+
+def test_merge_skips_the_killed_folder_of_a_re_run_shard(tmp_path, capsys):
+    """A shard killed and re-run leaves two folders; 'lmra merge reports/*-shard*' (the documented
+    glob) gets both: the unfinished one is skipped (said on stdout) and the merge succeeds; without
+    the re-run's folder the killed one is refused (exit 2) with what to do."""
+    from lmra.cli import main
+
+    cfg = dict(prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False}, judge2=None)
+    shards = _sharded(tmp_path, n=2, **cfg)
+    killed = tmp_path / "shards" / (shards[1].run_dir.name + "-killed")
+    shutil.copytree(shards[1].run_dir, killed)
+    man = json.loads((killed / "manifest.json").read_text())
+    (killed / "manifest.json").write_text(json.dumps(man | {"status": "interrupted"}))
+    (killed / "summary.json").unlink()
+    capsys.readouterr()
+    status = main(["merge", str(shards[0].run_dir), str(shards[1].run_dir), "--no-report", "--out-dir",
+                   str(tmp_path / "none")])  # the reference: the same merge without the killed folder
+    assert status in (0, 1, 5)  # (the scripted doubles fail some calls: partial, exit 1)
+    capsys.readouterr()
+    assert main(["merge", str(shards[0].run_dir), str(killed), "--out-dir", str(tmp_path / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not a finished lmra run folder" in err and "--shard 2/2" in err and "Traceback" not in err
+    assert main(["merge", str(killed), str(shards[0].run_dir), str(shards[1].run_dir), "--no-report",
+                 "--out-dir", str(tmp_path / "m")]) == status
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"Skipped {killed}" in out and "shard 2/2" in out
+    merged, ref = (next(p.glob("*-audit")) for p in (tmp_path / "m", tmp_path / "none"))
+    assert [x["run_id"] for x in json.loads((merged / "manifest.json").read_text())["shards"]] == \
+        [shards[0].run_dir.name, shards[1].run_dir.name]
+    assert (merged / "per_task.csv").read_bytes() == (ref / "per_task.csv").read_bytes()
+
+
+def test_the_merged_run_starts_at_its_earliest_shard_across_time_zones():
+    """Shards on hosts in other time zones: the merged run's start (and so its warehouse date)
+    is the earliest instant, not the smallest text."""
+    from lmra.merge import _earliest
+
+    assert _earliest(["2026-12-01T23:30:00-08:00", "2026-12-02T07:20:00+00:00", None]) == "2026-12-02T07:20:00+00:00"
+    assert _earliest(["2026-12-02T07:40:00+00:00", "2026-12-01T23:30:00-08:00"]) == "2026-12-01T23:30:00-08:00"
+    assert _earliest([None, "not a time"]) is None
+
+
+def test_a_merged_run_whose_every_pair_failed_is_failed_like_an_audit(tmp_path, capsys):
+    """Every target call failed in every shard: 'lmra merge' exits 1 saying so and, as 'lmra
+    audit' does with a failed run, neither enters it in the history nor adds it to the warehouse."""
+    from lmra.cli import main
+    from lmra.providers import ProviderError
+
+    class DownTarget(FlakyTarget):
+        async def complete(self, request):
+            raise ProviderError("scripted outage")
+
+    kw = dict(prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False}, judge2=None)
+    shards = []
+    for i in (1, 2):
+        cfg = _cfg(tmp_path, "shards", cache=str(tmp_path / f"c{i}.sqlite"), **kw)
+        audit = Audit(cfg, target=DownTarget([]), judge=RecordingJudge([]))
+        audit.shard = Shard(i, 2)
+        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{i}of2")
+        shards.append(audit.run())
+    assert {s.manifest["status"] for s in shards} == {"failed"}
+    capsys.readouterr()
+    out = tmp_path / "m"
+    assert main(["merge", *[str(s.run_dir) for s in shards], "--out-dir", str(out), "--no-report"]) == 1
+    cap = capsys.readouterr()
+    assert "failure:" in cap.err and "pairs failed" in " ".join(cap.out.split()) and "Traceback" not in cap.err
+    merged = next(out.glob("*-audit"))
+    assert json.loads((merged / "manifest.json").read_text())["status"] == "failed"
+    assert not (out / "warehouse").exists() and not (out / "history.sqlite").exists()

@@ -1,0 +1,171 @@
+"""The warehouse of nights (issue 15, goal 3): every finished run's per-pair and per-task tables
+land in ``reports/warehouse/`` (Hive partitions ``run=…/date=…``), readable across nights by
+pyarrow/pandas and DuckDB without lmra. Runs are real ``lmra audit`` commands against a local
+OpenAI-compatible server (tests/faultserver.py); the second night is sharded and merged."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from faultserver import FaultServer, audit_config
+from lmra.runfolder import load_run
+from lmra.warehouse import SCHEMA_VERSION, partition_value
+
+TASKS = ["write a story", "career advice", "exercise plan"]
+
+
+def _nights(tmp_path, capsys):
+    """Night 1: an unsharded audit; night 2: the same audit in two shards, merged. Returns
+    (reports folder, [night-1 run folder, merged run folder], shard folders)."""
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--allow-unvalidated-judge"]) == 0
+        night1 = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
+        for i in (1, 2):
+            assert main(["audit", "--config", str(cfg), "--no-progress", "--seed", "1", "--shard", f"{i}/2",
+                         "--allow-unvalidated-judge"]) == 0
+    shards = sorted(p for p in out.iterdir() if "-shard" in p.name)
+    assert len(shards) == 2 and "lmra merge" in capsys.readouterr().out
+    assert main(["merge", *map(str, shards), "--no-report"]) == 0
+    night2 = next(p for p in out.iterdir() if p.name.endswith("-nightly") and p != night1)
+    capsys.readouterr()
+    return out, [night1, night2], shards
+
+
+def test_runs_land_in_a_partitioned_dataset_read_by_pyarrow_pandas_and_duckdb(tmp_path, capsys):
+    from lmra.cli import main
+
+    out, runs, shards = _nights(tmp_path, capsys)
+    wh = out / "warehouse"
+    pairs = {r.name: load_run(r).ratings for r in runs}
+    files = sorted(p.relative_to(wh).as_posix() for p in wh.rglob("*.parquet"))
+    assert len(files) == 4 and not any(s.name in f for s in shards for f in files)  # one file per table per run
+    for r in runs:
+        date = load_run(r).started[:10]
+        for table in ("per_pair", "per_task"):
+            assert f"{table}/run=nightly/date={date}/{r.name}.parquet" in files
+
+    # pyarrow.dataset with Hive partitions, and pandas on the same folder
+    dataset = ds.dataset(wh / "per_pair", format="parquet", partitioning="hive")
+    t = dataset.to_table().to_pandas()
+    assert len(t) == sum(len(p) for p in pairs.values())
+    assert set(t["run"]) == {"nightly"} and set(t["run_id"]) == {r.name for r in runs}
+    assert set(t["schema_version"]) == {SCHEMA_VERSION}
+    one = t[t["run_id"] == runs[1].name].sort_values("pair_id").reset_index(drop=True)
+    ref = pairs[runs[1].name].sort_values("pair_id").reset_index(drop=True)
+    assert list(one["pair_id"]) == list(ref["pair_id"])
+    pd.testing.assert_series_equal(one["h"].astype(float), ref["h"].astype(float), check_names=False)
+    meta = pq.read_schema(next((wh / "per_pair").rglob(f"{runs[0].name}.parquet"))).metadata
+    assert meta[b"lmra.schema_version"] == str(SCHEMA_VERSION).encode() and meta[b"lmra.table"] == b"per_pair"
+    tasks = pd.read_parquet(wh / "per_task")
+    assert len(tasks) == sum(len(load_run(r).per_task) for r in runs)
+
+    # DuckDB across nights, partitions as columns
+    con = duckdb.connect()
+    got = con.execute(
+        f"SELECT run, run_id, count(*) AS n, sum(n_pairs) AS scored FROM read_parquet('{wh}/per_task/**/*.parquet', "
+        "hive_partitioning = true) GROUP BY run, run_id ORDER BY run_id").fetchall()
+    assert got == [("nightly", r.name, len(load_run(r).per_task), int(load_run(r).per_task["n_pairs"].sum()))
+                   for r in runs]
+    n = con.execute(f"SELECT count(*) FROM read_parquet('{wh}/per_pair/**/*.parquet', hive_partitioning = true) "
+                    "WHERE valid AND date = ?", [load_run(runs[0]).started[:10]]).fetchone()[0]
+    assert n == sum(int(p["valid"].sum()) for p in pairs.values())
+
+    # backfill: the same files again from the run folders; a shard is refused (exit 2)
+    before = {f: pd.read_parquet(wh / f) for f in files}
+    shutil.rmtree(wh)
+    assert main(["warehouse", "add", *map(str, runs)]) == 0
+    for f, df in before.items():
+        pd.testing.assert_frame_equal(pd.read_parquet(wh / f), df)
+    assert main(["warehouse", "add", str(shards[0])]) == 2
+    assert "shard" in capsys.readouterr().err
+    assert not list(wh.rglob("*.tmp")) and not (wh / ".staging").exists()  # nothing half-written is left
+
+
+def test_partition_values_are_percent_encoded():
+    assert partition_value("nightly run_2.x-1") == "nightly run_2.x-1"
+    assert partition_value("a/b=c") == "a%2Fb%3Dc"
+
+
+def test_a_warehouse_that_cannot_be_written_leaves_the_run_complete_and_exits_1(tmp_path, capsys):
+    """A file where the warehouse folder should be: the audit's run folder is complete and in the
+    history, stderr names the path, no traceback, exit status 1 with its reason on the last line;
+    'lmra warehouse add' lands the run once the path is free."""
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    out.mkdir()
+    (out / "warehouse").write_text("not a folder\n")
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
+        status = main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--allow-unvalidated-judge"])
+    cap = capsys.readouterr()
+    assert status == 1
+    err = " ".join(cap.err.split())
+    assert "Traceback" not in cap.err and "warehouse not updated" in err and str(out / "warehouse") in err
+    assert "exit status 1: the warehouse was not updated" in " ".join(cap.out.split())
+    run = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
+    assert load_run(run).status == "complete" and (run / "per_task.csv").is_file()
+    (out / "warehouse").unlink()
+    assert main(["warehouse", "add", str(run)]) == 0
+    assert len(list((out / "warehouse").rglob("*.parquet"))) == 2
+
+
+def test_a_run_whose_export_fails_half_way_leaves_the_warehouse_as_it_was(tmp_path, capsys):
+    """per_task cannot be exported (a damaged per_task.csv): 'lmra warehouse add' fails without
+    landing per_pair alone — readers never see a run with one table of two — and with no
+    traceback; the run, repaired, lands both."""
+    from lmra.cli import main
+    from test_shard_merge import _clean_run
+
+    run = _clean_run(tmp_path, tmp_path / "reports" / "20261201-020000-nightly").run_dir
+    good = (run / "per_task.csv").read_bytes()
+    (run / "per_task.csv").write_text('garbage,,\n"\n')
+    capsys.readouterr()
+    assert main(["warehouse", "add", str(run)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err and run.name in err and "per_task" in err and "nothing was added" in err
+    from lmra.console import make_console
+    from lmra.scale_cli import after_run
+
+    reasons: dict[int, str] = {}  # after an audit or a merge: reported, exit status 1, the checks go on
+    assert after_run(run, make_console(), reasons) is False and "warehouse was not updated" in reasons[1]
+    assert "warehouse not updated" in " ".join(capsys.readouterr().err.split())
+    wh = tmp_path / "reports" / "warehouse"
+    assert not list(wh.rglob("*.parquet")) and not (wh / ".staging").exists()
+    (run / "per_task.csv").write_bytes(good)
+    assert main(["warehouse", "add", str(run)]) == 0
+    assert sorted(p.relative_to(wh).parts[0] for p in wh.rglob("*.parquet")) == ["per_pair", "per_task"]
+
+
+def test_a_numeric_run_name_stays_a_string_with_the_documented_partitioning(tmp_path):
+    """A run named "007": with docs/exports.md's explicit Hive partitioning pyarrow and pandas
+    read run = "007" (inferred partitions would give the number 7), DuckDB's hive_partitioning
+    too, and the file's own run_name column agrees."""
+    import pyarrow as pa
+
+    from lmra.config import AuditConfig
+    from lmra.warehouse import add_run
+    from test_shard_merge import _clean_run
+
+    run = _clean_run(tmp_path, tmp_path / "reports" / "20261201-020000-007").run_dir
+    cfg = AuditConfig.model_validate({"name": "007"})  # a valid run name
+    text = (run / "config.toml").read_text(encoding="utf-8")
+    (run / "config.toml").write_text(text.replace('name = "nightly"', f'name = "{cfg.name}"', 1), encoding="utf-8")
+    add_run(run)
+    wh = tmp_path / "reports" / "warehouse" / "per_task"
+    assert [p.name for p in wh.iterdir()] == ["run=007"]
+    hive = ds.partitioning(pa.schema([("run", pa.string()), ("date", pa.string())]), flavor="hive")
+    t = ds.dataset(wh, format="parquet", partitioning=hive).to_table(filter=ds.field("run") == "007").to_pandas()
+    assert len(t) == len(load_run(run).per_task) > 0 and set(t["run_name"]) == {"007"}
+    assert set(pd.read_parquet(wh, partitioning=hive)["run"].astype(str)) == {"007"}
+    got = duckdb.sql(f"SELECT DISTINCT run FROM read_parquet('{wh}/**/*.parquet', hive_partitioning = true)").fetchall()
+    assert [str(r[0]) for r in got] == ["007"]
