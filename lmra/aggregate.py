@@ -117,6 +117,18 @@ def _scopes(df: pd.DataFrame):
         yield "task", d, t, g
 
 
+def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float) -> dict:
+    """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
+    ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them."""
+    lo_a, hi_a = wilson_ci(sa, na, alpha)
+    lo_b, hi_b = wilson_ci(sb, nb, alpha)
+    z, p = two_proportion_test(sa, na, sb, nb)
+    return {"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
+            "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
+            "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
+            "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p}
+
+
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Refusal rates per group with Wilson intervals and a two-proportion z-test (methodology §1 step 7).
 
@@ -139,14 +151,8 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         for level, dom, task, g in _scopes(comp):
             la = g["refusal_a"].dropna().astype(bool)
             lb = g["refusal_b"].dropna().astype(bool)
-            sa, na, sb, nb = int(la.sum()), len(la), int(lb.sum()), len(lb)
-            lo_a, hi_a = wilson_ci(sa, na, alpha)
-            lo_b, hi_b = wilson_ci(sb, nb, alpha)
-            z, p = two_proportion_test(sa, na, sb, nb)
-            rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
-                         "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
-                         "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
-                         "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p})
+            rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
+                                     alpha))
     return pd.DataFrame(rows)
 
 
@@ -408,14 +414,7 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
             for a, b, dom, task, na, sa, nb, sb in scopes[level]:
                 if (a, b) != (ga, gb):
                     continue
-                sa, na, sb, nb = int(sa), int(na), int(sb), int(nb)
-                lo_a, hi_a = wilson_ci(sa, na, alpha)
-                lo_b, hi_b = wilson_ci(sb, nb, alpha)
-                z, p = two_proportion_test(sa, na, sb, nb)
-                rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
-                             "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
-                             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
-                             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p})
+                rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha))
     return pd.DataFrame(rows)
 
 

@@ -268,7 +268,12 @@ def parquet_columns(path: str | Path) -> list[str]:
     return list(pq.read_schema(path).names)
 
 
-def _read_jsonl_rows(path: Path) -> list[dict]:
+def read_jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a JSON Lines file (blank lines skipped), each a JSON object.
+
+    Raises:
+        LmraInputError: a line is not valid JSON or not an object (naming the file and line).
+    """
     rows = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -317,7 +322,7 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None) -> pd.Dat
             if col in df:
                 df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
         return df
-    df = pd.DataFrame(_read_jsonl_rows(p))
+    df = pd.DataFrame(read_jsonl_rows(p))
     if columns is not None:
         df = df[[c for c in columns if c in df]]
     for col in ("q_F", "q_R", "q_N", "h"):
@@ -332,7 +337,7 @@ def iter_rows(path: str | Path) -> list[dict]:
 
     p = Path(path)
     if p.suffix != ".parquet":
-        return _read_jsonl_rows(p)
+        return read_jsonl_rows(p)
     return [jsonable(r) for r in read_pairs(p).to_dict(orient="records")]
 
 
@@ -418,7 +423,7 @@ def jsonl_rows_where(path: str | Path, field: str, values: Iterable[str]) -> lis
         return []
     if is_small(p):
         keep = set(wanted)
-        return [r for r in _read_jsonl_rows(p) if str(r.get(field)) in keep]
+        return [r for r in read_jsonl_rows(p) if str(r.get(field)) in keep]
     con = connect()
     con.register("_wanted", pd.DataFrame({"v": wanted}))
     lit = str(p).replace("'", "''")
@@ -436,7 +441,7 @@ def jsonl_rows_where(path: str | Path, field: str, values: Iterable[str]) -> lis
         except json.JSONDecodeError:
             row = None
         if not isinstance(row, dict):  # a malformed line: the full read names its file and line
-            _read_jsonl_rows(p)
+            read_jsonl_rows(p)
             raise LmraInputError("not a JSON object", file=p)
         out.append(row)
     return out

@@ -249,19 +249,9 @@ class RunFolder:
             return iter_rows(self.pairs_path)
         if not path.is_file():
             return []
-        rows = []
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=lineno) from None
-                if not isinstance(row, dict):
-                    raise LmraInputError("not a JSON object", file=path, line=lineno)
-                rows.append(row)
-        return rows
+        from lmra.pairstore import read_jsonl_rows
+
+        return read_jsonl_rows(path)
 
     @property
     def prompt_scores(self) -> pd.DataFrame:
