@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, LmraIOError
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite, load_run
 from lmra.stats import adjust_pvalues
@@ -143,6 +143,35 @@ def history_path(reports_dir: str | Path) -> Path:
     return Path(reports_dir) / HISTORY_FILE
 
 
+class _HistoryConnection(sqlite3.Connection):
+    """The history's SQLite connection: a database that cannot be written or read (disk full,
+    read-only folder, a damaged file) raises :class:`~lmra.errors.LmraIOError` naming the
+    history file (exit status 1), not a bare ``OperationalError``."""
+
+    history_path: Path = Path("history.sqlite")
+
+    def _named(self, exc: sqlite3.Error) -> LmraIOError:
+        return LmraIOError(f"the run history could not be used ({type(exc).__name__}: {exc})", path=self.history_path)
+
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+    def executescript(self, *args, **kwargs):
+        try:
+            return super().executescript(*args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+    def commit(self):
+        try:
+            return super().commit()
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+
 class History:
     """The SQLite run history of one reports folder (see the module docstring).
 
@@ -155,7 +184,12 @@ class History:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path)
+        try:
+            self.db = sqlite3.connect(self.path, factory=_HistoryConnection)
+        except sqlite3.Error as exc:
+            raise LmraIOError(f"the run history could not be opened ({type(exc).__name__}: {exc})",
+                              path=self.path) from None
+        self.db.history_path = self.path
         self.db.row_factory = sqlite3.Row
         self.db.executescript(_SCHEMA)
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}

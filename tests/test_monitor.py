@@ -229,3 +229,22 @@ def test_audit_hook_writes_the_report_even_when_the_baseline_is_refused(runs, tm
         monitor_after_audit(reports / runs["other_judge"].name, baseline=runs["base"].name)
     html = (reports / runs["other_judge"].name / "report.html").read_text()
     assert 'id="per-task-table-1"' in html and 'id="regression-check"' not in html
+
+
+def test_a_full_history_database_is_an_io_failure_naming_the_file(tmp_path):
+    """The history cannot grow (SQLite's page limit stands in for a full disk): registering a
+    run raises LmraIOError naming history.sqlite (exit status 1), not a bare OperationalError."""
+    from lmra.errors import LmraIOError
+    from lmra.monitor import History
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1}, seed=1, n_prompts=8)
+    path = tmp_path / "reports" / "full-history.sqlite"
+    h = History(path)
+    pages = h.db.execute("PRAGMA page_count").fetchone()[0]
+    h.db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(LmraIOError) as info:
+        for _ in range(50):  # each registration adds a row; the file may not grow
+            h.db.execute("INSERT INTO meta VALUES (?, ?)", (f"filler-{_}", "x" * 4000))
+        h.register(run)
+    assert info.value.path == str(path) and "full" in info.value.reason
+    h.close()
