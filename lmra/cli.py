@@ -391,6 +391,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
                             report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
                             allow_unvalidated_judge=args.allow_unvalidated_judge)
+    if audit.shard is not None:
+        return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":
         s = result.summary
         err_console.print(Text.assemble(("partial run: ", "bold red"),
@@ -414,6 +416,29 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                           "(judge_status in summary.json, history and exports says so).[/]")
     return print_final_status(console, reasons)
+
+
+def _shard_final(console: Console, result) -> int:
+    """The end of ``lmra audit --shard I/N`` once the shard's folder is written: a partial shard
+    or a failed judge check is said plainly, but the exit status is 0 — whether the night is
+    partial (exit 1) or its judge failed (exit 5) is decided over all shards by ``lmra merge``,
+    so that a job runner (CI matrix, Slurm ``afterok``, Kubernetes Job) still runs the merge
+    that flags the night. A shard whose every pair failed has already exited 1."""
+    from lmra.gates_cli import print_final_status
+
+    s = result.summary
+    if s.get("run_status") == "partial":
+        console.print(Text.assemble(("partial shard: ", "bold yellow"),
+                                    f"{s['failed_share']:.1%} of this shard's planned pairs were lost to failed calls "
+                                    f"(max_failed_share {s['max_failed_share']:.0%}); 'lmra merge' decides the "
+                                    "night's status over all shards (exit status 1 there if it is partial)."),
+                      highlight=False, soft_wrap=True)
+    js = s.get("judge_status") or {}
+    if js.get("status") == "failed":
+        console.print(Text.assemble(("judge failed validation in this shard: ", "bold yellow"),
+                                    "; ".join(js.get("reasons", [])) + ". 'lmra merge' gives the night's judge status "
+                                    "(exit status 5 there unless waived)."), highlight=False, soft_wrap=True)
+    return print_final_status(console, {})
 
 
 def _check_gate_tasks(cfg, inputs, config_path) -> None:

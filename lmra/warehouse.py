@@ -103,6 +103,9 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
         for table in TABLES:
             try:
                 exported[table] = export_run(run, "parquet", staging, (table,))[0]
+            except LmraInputError as exc:  # a damaged table file, named by the run folder's reader
+                raise LmraInputError(f"its {table} table cannot be read to land it in the warehouse "
+                                     f"({exc.format()}); nothing was added", file=run.path, field=table) from None
             except (ValueError, KeyError) as exc:  # a damaged table file (pandas' ParserError is a ValueError)
                 raise LmraInputError(f"its {table} table cannot be read to land it in the warehouse "
                                      f"({type(exc).__name__}: {exc}); nothing was added", file=run.path,

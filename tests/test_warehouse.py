@@ -169,3 +169,22 @@ def test_a_numeric_run_name_stays_a_string_with_the_documented_partitioning(tmp_
     assert set(pd.read_parquet(wh, partitioning=hive)["run"].astype(str)) == {"007"}
     got = duckdb.sql(f"SELECT DISTINCT run FROM read_parquet('{wh}/**/*.parquet', hive_partitioning = true)").fetchall()
     assert [str(r[0]) for r in got] == ["007"]
+
+
+def test_a_shard_whose_judge_fails_exits_0_and_the_merge_exits_5(tmp_path, capsys):
+    """The local server's LMRA fails the judge check. Unwaived, a shard still exits 0 once its
+    folder is written (saying the judge failed), so job runners go on to the merge; the merge
+    gives the night's judge status and exits 5 (docs/scale.md, "A shard's exit status")."""
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
+        for i in (1, 2):
+            assert main(["audit", "--config", str(cfg), "--no-progress", "--seed", "1", "--shard", f"{i}/2"]) == 0
+            text = " ".join(capsys.readouterr().out.split())
+            assert "judge failed validation in this shard" in text and "exit status 0" in text
+    shards = sorted(p for p in out.iterdir() if "-shard" in p.name)
+    assert len(shards) == 2
+    assert main(["merge", *map(str, shards), "--no-report"]) == 5
+    assert "exit status 5" in " ".join(capsys.readouterr().out.split())
