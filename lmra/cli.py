@@ -10,7 +10,9 @@ failed after every retry, 3 when refused, :mod:`lmra.providers.endpoint`), 3 a r
 6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
 not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
 ``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
-same command to resume).
+same command to resume). A shard (``audit --shard I/N``) exits 0 once its folder is written even
+when it is partial or its judge check failed (both printed): ``lmra merge`` decides those for the
+night (1, 5, 6) — docs/scale.md.
 
 When a run meets several of 1, 2, 5, 6 and 3, the first in that order is the exit status
 (:data:`lmra.gates_cli.EXIT_PRECEDENCE`): a failed or partial run, or a question that could not be
