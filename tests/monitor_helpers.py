@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 from pathlib import Path
@@ -95,20 +94,8 @@ def make_run(tmp_path: Path, run_id: str, rates: dict[str, float], *, seed: int,
 
 
 @pytest.fixture
-def lmra_cli(monkeypatch):
-    """``lmra.cli.main`` with the monitoring subcommands registered (whether or not the lead
-    has wired ``add_parsers`` into ``build_parser`` yet)."""
-    from lmra import cli
-    from lmra.monitor_cli import add_parsers
+def lmra_cli():
+    """``lmra.cli.main``, the ``lmra`` command in-process."""
+    from lmra.cli import main
 
-    original = cli.build_parser
-
-    def build():
-        parser = original()
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        if "check" not in sub.choices:
-            add_parsers(sub)
-        return parser
-
-    monkeypatch.setattr(cli, "build_parser", build)
-    return cli.main
+    return main

@@ -565,7 +565,7 @@ def make_axes_judge(cfg):
 def _axes_parser():
     import argparse
 
-    from lmra.axes_cli import add_parsers
+    from lmra.cli.axes import add_parsers
 
     p = argparse.ArgumentParser(prog="lmra")
     add_parsers(p.add_subparsers(dest="command", required=True))

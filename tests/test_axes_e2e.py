@@ -30,17 +30,9 @@ FORMAL = "Dear user, I would be pleased to help. Please consider preparing thoro
 CASUAL = "hey! just wing it, you'll be fine :)"
 
 
-def _cli_module() -> str:
-    """``lmra.cli`` once the lead has wired ``axes`` into it, else the stand-alone entry."""
-    from lmra.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return "lmra.cli" if "axes" in sub.choices else "lmra.axes_cli"
-
-
 def _run(cwd, *args):
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", _cli_module(), *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "lmra.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env=env)
 
 

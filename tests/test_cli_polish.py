@@ -121,7 +121,7 @@ def test_check_baseline_pinned_without_a_pin_stays_exit_2(tmp_path, lmra_cli, ca
 
 def test_first_night_does_not_pin_a_partial_run(tmp_path):
     from lmra.monitor import History
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     run = make_run(tmp_path, "20260101-000000-nightly", LOW, seed=1, n_prompts=40)
     manifest = run / "manifest.json"
@@ -249,7 +249,7 @@ def _cfg(tmp_path: Path, body: str) -> Path:
 
 
 def test_model_shorthand_maps_onto_the_config_sections(tmp_path):
-    from lmra.cli import model_shorthand
+    from lmra.cli.audit import model_shorthand
     from lmra.config import load_config, parse_config
 
     cfg = load_config(_cfg(tmp_path, '[target]\nprovider = "openai"\nmodel = "bot"\n'

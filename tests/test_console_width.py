@@ -18,7 +18,7 @@ from rich.console import Console
 from monitor_helpers import make_run
 from lmra.compare import compare_runs
 from lmra.monitor import check_run
-from lmra.monitor_cli import _fmt, _p, print_check
+from lmra.cli.monitor import _fmt, _p, print_check
 from lmra.runfolder import load_run
 
 STORY = ("write a long bedtime story about a dragon who learns to share its treasure with the children of the "

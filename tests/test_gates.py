@@ -23,7 +23,8 @@ from monitor_helpers import PHRASE, PROMPT_RE, TaskTarget, phrase_verdict, task_
 from lmra.cli import main
 from lmra.config import GatesConfig, load_config
 from lmra.gates import GATES, GATES_SCHEMA, evaluate_gates, stored_gates
-from lmra.gates_cli import EXIT_PRECEDENCE, combine_exit_statuses, gate_option
+from lmra.cli.exits import EXIT_PRECEDENCE, combine_exit_statuses
+from lmra.cli.gates import gate_option
 from lmra.runfolder import load_run
 
 REFUSAL = "I cannot help with that."

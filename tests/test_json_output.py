@@ -16,7 +16,7 @@ from monitor_helpers import make_run, write_inputs
 from lmra.cli import main
 from lmra.compare import EivFit, compare_runs, compare_tables
 from lmra.monitor import History, check_run
-from lmra.monitor_cli import _fmt, _p
+from lmra.cli.monitor import _fmt, _p
 from lmra.report import jsonout
 from lmra.runfolder import load_run
 

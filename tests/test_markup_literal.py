@@ -164,7 +164,7 @@ def test_batch_status_prints_model_ids_literally(openai_server, tmp_path, capsys
     import asyncio
 
     from lmra.batch import BatchOrchestrator, BatchPending
-    from lmra.batch_cli import add_parsers
+    from lmra.cli.batch import add_parsers
     from lmra.cache import CallCache
     from lmra.config import ModelConfig
     from lmra.providers.openai import OpenAIProvider

@@ -204,7 +204,7 @@ def test_prompts_are_the_unit_with_several_samples(tmp_path):
 
 
 def test_audit_hook_registers_checks_and_writes_the_report(runs, tmp_path):
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     reports = tmp_path / "reports"
     for key in ("base", "rise"):
@@ -220,7 +220,7 @@ def test_audit_hook_registers_checks_and_writes_the_report(runs, tmp_path):
 
 
 def test_audit_hook_writes_the_report_even_when_the_baseline_is_refused(runs, tmp_path):
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     reports = tmp_path / "reports"
     for key in ("base", "other_judge"):

@@ -138,7 +138,7 @@ def test_failing_second_judge_keeps_the_primary_ratings(tmp_path, sim_inputs):
 
 
 def test_damaged_run_folder_does_not_break_later_audits(tmp_path, sim_inputs):
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     names, prompts = sim_inputs(6)
     cfg = AuditConfig.model_validate(dict(name="ok", prompts=str(prompts), names=str(names), prompts_per_task=0,
@@ -183,7 +183,7 @@ def test_redaction_keeps_user_text_out_of_the_run_folder(tmp_path, sim_inputs):
 
 
 def test_check_that_tests_nothing_does_not_pass(tmp_path, sim_inputs, capsys):
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     names, prompts = sim_inputs(4)
     cfg = AuditConfig.model_validate(dict(name="tiny", prompts=str(prompts), names=str(names), prompts_per_task=1,

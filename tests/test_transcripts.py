@@ -221,7 +221,7 @@ def test_sampled_judge_answers_are_shown_as_given(tmp_path, lmra_cli):
 def test_config_field_and_zero(run, tmp_path, lmra_cli):
     """The audit's own report follows the run config's [report] transcripts; --transcripts 0 turns
     the section off."""
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     one = audit(tmp_path / "cfg", "one", report={"transcripts": 1})
     assert monitor_after_audit(one, report=True) == 0

@@ -134,7 +134,7 @@ def test_a_run_whose_export_fails_half_way_leaves_the_warehouse_as_it_was(tmp_pa
     err = " ".join(capsys.readouterr().err.split())
     assert "Traceback" not in err and run.name in err and "per_task" in err and "nothing was added" in err
     from lmra.console import make_console
-    from lmra.scale_cli import after_run
+    from lmra.cli.scale import after_run
 
     reasons: dict[int, str] = {}  # after an audit or a merge: reported, exit status 1, the checks go on
     assert after_run(run, make_console(), reasons) is False and "warehouse was not updated" in reasons[1]

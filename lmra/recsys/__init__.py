@@ -17,7 +17,7 @@ Submodules: :mod:`~lmra.recsys.metrics`, :mod:`~lmra.recsys.parse`,
 :mod:`~lmra.recsys.bias_disparity`, :mod:`~lmra.recsys.config`, :mod:`~lmra.recsys.run` (a run's stages:
 :mod:`~lmra.recsys.inputs` → :mod:`~lmra.recsys.generate` → :mod:`~lmra.recsys.records` →
 :mod:`~lmra.recsys.scoring` → :mod:`~lmra.recsys.outputs`), :mod:`~lmra.recsys.lists`,
-:mod:`~lmra.recsys.bias_files`, :mod:`~lmra.recsys.report`, :mod:`~lmra.recsys.cli`.
+:mod:`~lmra.recsys.bias_files`, :mod:`~lmra.recsys.report`; the command line is :mod:`lmra.cli.recsys`.
 """
 
 from lmra.recsys.config import RecsysConfig, load_recsys_config

@@ -263,9 +263,9 @@ def _failure(exc: BaseException, args) -> tuple[BaseException, int, str, str] | 
     from lmra.providers.base import ProviderError
 
     if isinstance(exc, LmraInputError):
-        from lmra.cli import _in_config
+        from lmra.cli.common import in_config
 
-        exc = _in_config(exc, args)
+        exc = in_config(exc, args)
         return exc, 2, "input", exc.format()
     if isinstance(exc, LmraIOError):
         return exc, 1, "io", exc.format()

@@ -1,107 +1,28 @@
-"""The ``lmra`` command line.
-
-Exit status: 0 success (also the first night of ``audit --baseline pinned|last``: no baseline
-yet, nothing checked, the run pinned for ``pinned``), 2 usage or input error (a one-paragraph message naming the file,
-line and field; never a traceback), 1 failure (a run whose status is ``partial`` or ``failed``:
-more than ``max_failed_share`` of its pairs lost to failed calls; or an I/O failure such as a
-full disk, naming the path; or a model's key rejected by its endpoint, HTTP 401/403, which
-stops an audit at its first rejected call; or a model's endpoint that never answered: 8 calls in a row
-failed after every retry, 3 when refused, :mod:`lmra.providers.endpoint`), 3 a regression against the baseline, 5 the judge failed validation,
-6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
-not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
-``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
-same command to resume). A shard (``audit --shard I/N``) exits 0 once its folder is written even
-when it is partial or its judge check failed (both printed): ``lmra merge`` decides those for the
-night (1, 5, 6) — docs/scale.md.
-
-When a run meets several of 1, 2, 5, 6 and 3, the first in that order is the exit status
-(:data:`lmra.gates_cli.EXIT_PRECEDENCE`): a failed or partial run, or a question that could not be
-answered (a check that tested no task), says nothing about the chatbot; a judge that failed
-validation makes every number untrustworthy; an absolute gate is the release criterion; a
-regression is relative to the baseline. Every applicable message is printed either way, and
-``audit``, ``check``, ``gate`` (and ``report RUN --baseline``) end with one line stating the exit
-status, why, and what it took precedence over (:func:`lmra.gates_cli.final_status`) — the only
-line that names an exit status.
+"""``lmra audit``: run a counterfactual name-swap audit, then (unless it is a shard) land it in
+the warehouse, apply its release gates, register it in the history, check it against a
+baseline and write its report; the exit statuses are those of :mod:`lmra.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lmra.console import lit, make_console  # noqa: F401  (the stdout console of every command)
-from lmra.errors import LmraInputError, LmraIOError
-from lmra.report.jsonout import json_errors
-
-from lmra.monitor_cli import _check_alpha_arg, _finite_float  # noqa: E402  (argparse types shared with check)
-
-#: the stderr console of every command (laid out as the stdout one: lmra.console.make_console)
-err_console = make_console(stderr=True)
-
-
-#: Seconds between two updates of the progress bars' counts (advances in between are summed).
-PROGRESS_UPDATE_S = 0.1
-
-
-@contextmanager
-def rich_progress(console: Console, enabled: bool = True):
-    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage).
-
-    Cheap per call: advances are counted and handed to Rich at most every
-    :data:`PROGRESS_UPDATE_S` seconds (and when a stage completes, and at the end); the bars
-    are redrawn 5 times a second."""
-    import time
-
-    from lmra.audit import _Progress
-
-    if not enabled:
-        yield _Progress()
-        return
-    labels = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
-              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
-              "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling axes",
-              "axes-harm": "LMRA harm check of axes"}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
-        ids: dict[str, int] = {}
-        totals: dict[str, int] = {}
-        done: dict[str, int] = {}
-        unshown: dict[str, int] = {}
-        next_update = [0.0]
-
-        def show() -> None:
-            for stage, n in unshown.items():
-                if n:
-                    prog.advance(ids[stage], n)
-            unshown.clear()
-            next_update[0] = time.monotonic() + PROGRESS_UPDATE_S
-
-        def start(stage: str, total: int) -> None:
-            show()
-            ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
-            totals[stage], done[stage] = total, 0
-
-        def advance(stage: str) -> None:
-            unshown[stage] = unshown.get(stage, 0) + 1
-            done[stage] += 1
-            if done[stage] >= totals[stage] or time.monotonic() >= next_update[0]:
-                show()
-
-        try:
-            yield _Progress(start=start, advance=advance)
-        finally:
-            show()
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import check_alpha_arg, err_console, finite_float, rich_progress
+from lmra.cli.exits import print_final_status
+from lmra.cli.gates import add_gate_option
+from lmra.console import lit, make_console
+from lmra.errors import LmraInputError
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from lmra.audit import Audit
+    """``lmra audit [options]``: check the options and the config before any model call (exit 2),
+    run the audit, then what follows a run (:func:`_run_audit`); returns the exit status."""
     from lmra.config import load_config
 
     from lmra.resources import resource_dir
@@ -130,7 +51,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
         cfg = parse_config(cfg.model_dump() | overrides, source="command line")
     if args.gate:  # --gate bounds join [gates], so the run's config.toml records the gates applied
-        from lmra.gates_cli import audit_config_with_gates
+        from lmra.cli.gates import audit_config_with_gates
 
         cfg = audit_config_with_gates(cfg, args.gate)
     if args.shard is not None:
@@ -142,6 +63,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
         check_alpha(alpha, field="--alpha" if args.alpha is not None else "alpha")  # the config's, used by the check
         first_night = _precheck_baseline(cfg, args.baseline)
+    from lmra.audit import Audit  # after the checks above: a bad option or config is said without loading it
+
     audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
     if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
         audit.shard = args.shard
@@ -153,6 +76,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
             from lmra.fileio import write_text
 
             write_text(args.run_dir_file, f"{audit.run_dir.resolve()}\n")
+
+
+def _shard_share(audit) -> str:
+    """The plan line's words for a shard: its pairs and calls are its own share of the audit."""
+    return "" if audit.shard is None else f" in this shard ({audit.shard.label}: the prompts it holds)"
 
 
 def _check_shard_options(args: argparse.Namespace, cfg) -> None:
@@ -308,7 +236,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {len(inputs.prompts)} prompts in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
-                  f"per-task limit, {plan['pairs']} pairs; at most {plan['target']} target calls and "
+                  f"per-task limit{_shard_share(audit)}, {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
                   f"judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
@@ -377,16 +305,16 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                         f"failed after every retry; first error: {errors[0]}"), highlight=False,
                           soft_wrap=True)
         return _final(console, {1: "the run failed: no pair could be scored"})
-    from lmra.gates_cli import gates_after_audit, print_final_status
+    from lmra.cli.gates import gates_after_audit
     from lmra.judge_check import EXIT_JUDGE_FAILED
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
 
     reasons: dict[int, str] = {}  # every exit status that applies and why (the final line picks one)
     if audit.shard is not None:  # gates, history, report and warehouse take the merged run (lmra merge)
         console.print(f"Shard {audit.shard.label} written: {lit(result.run_dir)}. When every shard is done: "
                       "lmra merge SHARD_RUN... (docs/scale.md)", soft_wrap=True)
     else:
-        from lmra.scale_cli import after_run
+        from lmra.cli.scale import after_run
 
         after_run(result.run_dir, console, reasons)  # the warehouse of nights (docs/exports.md), whatever the checks say
         gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
@@ -426,8 +354,6 @@ def _shard_final(console: Console, result) -> int:
     partial (exit 1) or its judge failed (exit 5) is decided over all shards by ``lmra merge``,
     so that a job runner (CI matrix, Slurm ``afterok``, Kubernetes Job) still runs the merge
     that flags the night. A shard whose every pair failed has already exited 1."""
-    from lmra.gates_cli import print_final_status
-
     s = result.summary
     if s.get("run_status") == "partial":
         console.print(Text.assemble(("partial shard: ", "bold yellow"),
@@ -454,9 +380,7 @@ def _check_gate_tasks(cfg, inputs, config_path) -> None:
 
 def _final(console: Console, reasons: dict[int, str]) -> int:
     """Print the audit's final line (``exit status 1: the run failed: …``) and return the status
-    (:func:`lmra.gates_cli.print_final_status`)."""
-    from lmra.gates_cli import print_final_status
-
+    (:func:`lmra.cli.exits.print_final_status`)."""
     return print_final_status(console, reasons)
 
 
@@ -466,7 +390,7 @@ def _precheck_baseline(cfg, ref: str) -> bool:
     Returns:
         True on a *first night*: ``ref`` is ``pinned`` and no run named ``cfg.name`` is pinned
         yet, or ``last`` and there is no complete run of that name yet. The audit then runs,
-        is not checked, and (``pinned``) is pinned by :func:`lmra.monitor_cli.monitor_after_audit`.
+        is not checked, and (``pinned``) is pinned by :func:`lmra.cli.monitor.monitor_after_audit`.
         False when the baseline resolves.
 
     Raises:
@@ -506,139 +430,9 @@ def _precheck_baseline(cfg, ref: str) -> bool:
     return False
 
 
-def cmd_names_build(args: argparse.Namespace) -> int:
-    from lmra import namelists
-
-    namelists.write_all(Path(args.out))
-    make_console().print(f"wrote name lists to {lit(args.out)}")
-    return 0
-
-
-@json_errors
-def cmd_validate(args: argparse.Namespace) -> int:
-    """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
-    keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
-    :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
-    from lmra.audit import Audit
-    from lmra.config import load_config
-    from lmra.errors import read_toml
-    from lmra.report import jsonout
-
-    try:
-        keys = set(read_toml(args.config, "config file")[1])
-    except LmraInputError:  # missing, not a regular file, not UTF-8, not TOML …
-        keys = set()  # load_config reports it properly (and finds the shipped examples/)
-    if keys & {"mode", "fairllm", "cfairllm", "matching"}:
-        from lmra.recsys.config import load_recsys_config
-
-        rc = load_recsys_config(args.config)
-        if args.json:
-            jsonout.emit(jsonout.validate_document(args.config, kind="recsys", name=getattr(rc, "name", None),
-                                                   mode=rc.mode))
-            return 0
-        make_console().print(f"{lit(args.config)}: valid recsys config (mode {lit(rc.mode)}); run it with "
-                             f"'lmra recsys --config {lit(args.config)}'")
-        return 0
-    cfg = load_config(args.config)
-    audit = Audit(cfg, config_path=args.config)
-    inputs = audit.load_inputs()
-    _check_gate_tasks(cfg, inputs, args.config)
-    audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
-    profiles = [g.name for g in cfg.groups if g.profile]
-    plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
-    if args.json:
-        models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
-        jsonout.emit(jsonout.validate_document(
-            args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
-            n_audited_prompts=plan["prompts"], n_pairs=plan["pairs"],
-            planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)},
-            groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
-            comparisons=[list(c) for c in cfg.comparisons],
-            models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
-                    for role, m in models.items() if m is not None}))
-        return 0
-    make_console().print(f"{lit(args.config)}: valid — {len(inputs.prompts)} prompts in the file, up to "
-                         f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
-                         f"pairs; at most {plan['target']} target calls and {plan['judge'] + plan.get('judge2', 0)} "
-                         "LMRA calls (cached calls are free); name groups "
-                         + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
-                         + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
-    return 0
-
-
-def cmd_agreement(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from lmra.agreement import agreement, load_human_labels, load_lmra_scores, require_matches
-
-    run = args.run
-    if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
-        from lmra.monitor import History, history_path
-
-        if Path(run).exists():
-            raise LmraInputError("is not a run folder (it is a file)", file=run, field="--run")
-        if not Path(args.reports_dir).is_dir():  # never create a history store just to look a name up
-            raise LmraInputError(f"no such run folder, and no runs in {args.reports_dir}/ to look the run id up in",
-                                 file=run, field="--run")
-        with History(history_path(Path(args.reports_dir))) as h:
-            run = str(h.resolve(run).path)
-    human = load_human_labels(args.human)
-    lmra = load_lmra_scores(run, args.judge)
-    require_matches(human, lmra, labels=args.human, run=run)
-    res = agreement(human, lmra, tie=args.tie)
-    table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {lit(args.run)}", title_justify="left")
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
-    table.add_row("pairs matched", str(res["n"]))
-    table.add_row("labels without a valid LMRA score", str(res["n_unmatched"]))
-    table.add_row("Pearson r [95% CI]", f"{fmt(res['pearson_r'])} [{fmt(res['pearson_ci'][0])}, "
-                                        f"{fmt(res['pearson_ci'][1])}]")
-    table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
-                                         f"{fmt(res['spearman_ci'][1])}]")
-    table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
-    make_console().print(table)
-    return 0
-
-
-def _tie_band(text: str) -> float:
-    """``--tie``: scores and ratings lie in [−1, 1], so a tie band is 0 ≤ tie < 1 (1 would make every sign 0)."""
-    v = _finite_float(text)
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is outside [0, 1): scores lie in [-1, 1], and |score| ≤ tie "
-                                         "counts as 0")
-    return v
-
-
-def _in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
-    """An error about a field of the command's config file, with the file and line filled in
-    when the raiser knew only the field (a provider that cannot be built, an unknown task …)."""
-    cfg = getattr(args, "config", None)
-    if not cfg or not exc.field or exc.field.startswith("-") or exc.line is not None:
-        return exc
-    try:
-        if exc.file is not None and Path(exc.file).resolve() != Path(cfg).resolve():
-            return exc
-        text = Path(cfg).read_text(encoding="utf-8-sig")
-    except (OSError, ValueError):
-        return exc
-    from lmra.config import field_line
-
-    line = field_line(text, exc.field)
-    if line is None:
-        return exc
-    return LmraInputError(exc.reason, file=exc.file or cfg, line=line, field=exc.field)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from lmra import __version__
-
-    p = argparse.ArgumentParser(prog="lmra", description="Audit a chatbot for first-person fairness with an LMRA.")
-    p.add_argument("--version", action="version", version=f"lmra {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    a = sub.add_parser("audit", help="run a counterfactual name-swap audit (default: the bundled audit on the "
-                                     "embedded model)")
+def add_parsers(sub) -> None:
+    """Register ``lmra audit`` on the ``lmra`` sub-parser collection."""
+    a = sub.add_parser("audit", help=COMMANDS["audit"].help)
     a.add_argument("--config", "-c", help="audit config TOML (default: the shipped examples/default.toml)")
     a.add_argument("--output-dir", help="override output_dir")
     a.add_argument("--seed", type=int, help="override seed")
@@ -652,10 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--baseline", metavar="RUN|last|pinned",
                    help="check the run against this baseline; exit 3 if a task's net rating regressed. First night "
                         "(pinned/last with no baseline yet): the run is not checked, and with 'pinned' it is pinned")
-    a.add_argument("--margin", type=_finite_float, default=0.0,
+    a.add_argument("--margin", type=finite_float, default=0.0,
                    help="rise of a task's net rating that counts as a regression (with --baseline; default: "
                         "%(default)s, any significant rise)")
-    a.add_argument("--alpha", type=_check_alpha_arg, metavar="A",
+    a.add_argument("--alpha", type=check_alpha_arg, metavar="A",
                    help="family-wise error rate of the regression check (Holm; with --baseline), 0 < A ≤ 0.5 "
                         "(default: the config's alpha, 0.05)")
     a.add_argument("--target", metavar="PROVIDER:MODEL",
@@ -669,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "must exist; an existing FILE must be an earlier run-dir file, never another file)")
     a.add_argument("--no-report", action="store_true", help="do not write report.html")
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
-    a.add_argument("--max-cost", type=_finite_float, metavar="USD",
+    a.add_argument("--max-cost", type=finite_float, metavar="USD",
                    help="stop cleanly before the estimated cost exceeds USD")
     a.add_argument("--max-calls", type=int, metavar="N", help="stop cleanly before more than N fresh model calls")
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
@@ -678,110 +472,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="audit only shard I of N (1 ≤ I ≤ N): the prompts whose SHA-256 of the id is I-1 modulo N; "
                         "join the N run folders with 'lmra merge' (docs/scale.md)")
-    from lmra.gates_cli import add_gate_option
-
     add_gate_option(a, "an absolute release gate, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of "
                        "the config's [gates]); exit 6 if a gate is not met (docs/nightly.md, 'Release gates')")
     a.set_defaults(func=cmd_audit)
-
-    from lmra.judge_check_cli import add_parser as add_judge_check_parser
-
-    add_judge_check_parser(sub)
-
-    v = sub.add_parser("validate", help="check a config and its input files without calling any model")
-    v.add_argument("config", help="an audit config (or a recsys config) TOML file")
-    v.add_argument("--json", action="store_true", help="print one JSON document (lmra.validate/1, or lmra.error/1 "
-                   "when invalid) on stdout instead of the message, same exit status (docs/nightly.md, "
-                   "'Machine-readable output')")
-    v.set_defaults(func=cmd_validate)
-
-    ag = sub.add_parser("agreement", help="compare imported human ratings of pairs with the LMRA's",
-                        description="Human ratings use the FPF scale: +1 = giving response A to group A and B to "
-                        "group B is a harmful stereotype (forward), -1 = the reverse assignment is, 0 = neither. "
-                        "Pairs are identified by pair_id from the run's ratings.parquet (ratings.jsonl in earlier runs).")
-    ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
-    ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
-    ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
-    ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
-    ag.add_argument("--tie", type=_tie_band, default=0.1,
-                    help="|score| ≤ tie counts as 0 for sign agreement (0 ≤ tie < 1; default 0.1)")
-    ag.set_defaults(func=cmd_agreement)
-
-    n = sub.add_parser("names", help="name lists")
-    nsub = n.add_subparsers(dest="names_command", required=True)
-    nb = nsub.add_parser("build", help="regenerate names/*.csv from the SSA and Tzioumis data packages "
-                                       "(pip install 'lmra[names]')")
-    nb.add_argument("--out", default="names")
-    nb.set_defaults(func=cmd_names_build)
-
-    from lmra.axes_cli import add_parsers as add_axes_parsers
-    from lmra.batch_cli import add_parsers as add_batch_parsers
-    from lmra.monitor_cli import add_parsers as add_monitor_parsers
-    from lmra.recsys.cli import add_parser as add_recsys_parser
-
-    add_monitor_parsers(sub)
-    from lmra.gates_cli import add_parser as add_gate_parser
-
-    add_gate_parser(sub)
-    add_recsys_parser(sub)
-    add_batch_parsers(sub)
-    add_axes_parsers(sub)
-    from lmra.scale_cli import add_parsers as add_scale_parsers
-
-    add_scale_parsers(sub)  # merge, warehouse
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``lmra`` console script; returns the exit status."""
-    import signal
-    import sqlite3
-
-    from lmra.budget import BudgetExceeded
-    from lmra.providers.base import ProviderError
-    from lmra.providers.endpoint import EndpointUnreachable
-    from lmra.providers.keys import KeyRejected
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
-    # and every finished call stays in the cache
-    try:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-    except ValueError:  # not in the main thread (e.g. called from a test thread)
-        pass
-    try:
-        return int(args.func(args) or 0)
-    except LmraInputError as exc:
-        err_console.print(Text.assemble(("error: ", "bold red"), _in_config(exc, args).format()), highlight=False,
-                          soft_wrap=True)
-        return 2
-    except LmraIOError as exc:
-        err_console.print(Text.assemble(("I/O failure: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
-        return 1
-    except (OSError, sqlite3.Error) as exc:  # a file or database of lmra's own that could not be used
-        where = getattr(exc, "filename", None)
-        err_console.print(Text.assemble(("I/O failure: ", "bold red"), f"{where}: " if where else "",
-                                        f"{type(exc).__name__}: {exc}"), highlight=False, soft_wrap=True)
-        return 1
-    except (UnicodeError, LookupError) as exc:
-        err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
-                          soft_wrap=True)
-        return 2
-    except (ProviderError, KeyRejected, EndpointUnreachable) as exc:  # a rejected key or dead endpoint stops
-        # an audit: exit 1, one line
-        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
-        return 1
-    except BudgetExceeded as exc:
-        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"), str(exc)), highlight=False,
-                          soft_wrap=True)
-        return 4
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "
-                          "warning above says could not be stored); "
-                          "run the same command again to resume.")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

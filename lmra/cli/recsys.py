@@ -1,4 +1,4 @@
-"""The ``lmra recsys`` subcommand (wired into :mod:`lmra.cli` with ``add_parser(sub)``).
+"""The ``lmra recsys`` subcommand (wired into :mod:`lmra.cli` with ``add_parsers(sub)``).
 
 ``lmra recsys --config recsys.toml`` runs a FaiRLLM or CFaiRLLM audit of the target;
 ``lmra recsys score --lists lists.jsonl`` scores lists that already exist. Input errors are
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
-from lmra.recsys.config import MAX_K
-from lmra.recsys.metrics import CONVENTIONS
+from lmra.recsys.metrics import CONVENTIONS  # (loads the recsys package: only for lmra recsys)
 
 
 @contextmanager
@@ -86,6 +86,7 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
 def cmd_recsys_score(args: argparse.Namespace) -> int:
     """Run ``lmra recsys score --lists …``."""
+    from lmra.recsys.config import MAX_K
     from lmra.recsys.report import render_recsys
     from lmra.recsys.run import score_lists
 
@@ -125,15 +126,14 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``recsys`` (and its ``score`` sub-command) on an argparse sub-parser set.
 
     Returns:
         The ``recsys`` parser.
     """
     r = subparsers.add_parser(
-        "recsys", help="recommendation fairness: FaiRLLM/CFaiRLLM list similarity (Jaccard, SERP*, PRAG*; SNSR, "
-                       "SNSV) and bias disparity",
+        "recsys", help=COMMANDS["recsys"].help,
         description="Send neutral and sensitive recommendation instructions to the target, parse the lists and "
                     "report similarity to neutral and unfairness per sensitive attribute. See docs/recsys.md.")
     r.add_argument("--config", "-c", help="recsys config TOML (default: the shipped examples/recsys.toml, a small "

@@ -10,18 +10,25 @@ an exit status (``check``: 0 = no regression, 3 = regression found) and raises
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
+                             json_errors)
+from lmra.cli.exits import final_status, print_final_status
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
-from lmra.report.jsonout import json_errors
-from lmra.runfolder import finite
+
+
+def finite(x) -> float | None:
+    """:func:`lmra.runfolder.finite` (imported when first needed: lmra.runfolder loads pandas)."""
+    from lmra.runfolder import finite as _finite
+
+    return _finite(x)
 
 
 def _fmt(x, digits: int = 4, sign: bool = True) -> str:
@@ -46,78 +53,6 @@ def _count(x) -> str:
 def _short_time(iso) -> str:
     """``2026-11-29T21:15:59+00:00`` → ``2026-11-29 21:15``."""
     return "—" if not iso else str(iso)[:16].replace("T", " ")
-
-
-def _history_file(args: argparse.Namespace, run_ref: str | None = None) -> Path:
-    """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
-    to the parent of a run folder given as a path, else ``reports``."""
-    from lmra.monitor import history_path
-
-    if getattr(args, "history", None):
-        return Path(args.history)
-    if getattr(args, "reports_dir", None):
-        return history_path(args.reports_dir)
-    if run_ref and Path(run_ref).is_dir():
-        return history_path(Path(run_ref).resolve().parent)
-    return history_path("reports")
-
-
-def _add_store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reports-dir", help="the audit's output_dir holding history.sqlite (default: the run folder's "
-                                         "parent, else ./reports)")
-    p.add_argument("--history", help="path of the history SQLite file (overrides --reports-dir)")
-
-
-def _add_json_arg(p: argparse.ArgumentParser, schema: str) -> None:
-    p.add_argument("--json", action="store_true",
-                   help=f"print one JSON document ({schema}) on stdout instead of the tables, same exit status "
-                        "(docs/nightly.md, 'Machine-readable output')")
-
-
-#: a decimal number as TOML writes a float (ASCII digits only, no underscores, no inf/nan)
-DECIMAL_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
-
-
-def strict_float(text: str) -> float:
-    """A command-line number: ASCII decimal syntax only (:data:`DECIMAL_NUMBER`, e.g. ``0.02``,
-    ``-1``, ``5e-2``; not ``0_1``, full-width digits, ``inf`` or ``nan``), finite, and not a
-    non-zero literal that rounds to 0 (``1e-400``).
-
-    Raises:
-        ValueError: the reason, in words (callers name the option).
-    """
-    t = text.strip(" \t")
-    if t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
-        raise ValueError(f"not a finite number: {text!r}")
-    if not DECIMAL_NUMBER.fullmatch(t):
-        raise ValueError(f"not a decimal number: {text!r} (ASCII digits, e.g. 0.02 or 5e-2)")
-    v = float(t)
-    if not math.isfinite(v):
-        raise ValueError(f"{text!r} is too large (not a finite number)")
-    mantissa = re.split("[eE]", t)[0]
-    if v == 0 and any(c in "123456789" for c in mantissa):
-        raise ValueError(f"{text!r} is too small: it rounds to 0")
-    return v
-
-
-def _finite_float(text: str) -> float:
-    """argparse type of a numeric option (:func:`strict_float`); argparse names the option
-    and exits with status 2 on an error."""
-    try:
-        return strict_float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _check_alpha_arg(text: str) -> float:
-    """argparse type of the regression check's ``--alpha``: a finite number in (0, 0.5]
-    (:func:`lmra.monitor.check_alpha` says why)."""
-    from lmra.monitor import check_alpha
-
-    try:
-        return check_alpha(_finite_float(text))
-    except LmraInputError as exc:
-        raise argparse.ArgumentTypeError(exc.reason) from None
 
 
 # -- printing ----------------------------------------------------------------------------
@@ -183,7 +118,7 @@ def tested_words(result) -> str:
 
 
 def check_exit_reasons(result) -> dict[int, str]:
-    """The exit statuses a check's own verdict sets (for :func:`lmra.gates_cli.final_status`):
+    """The exit statuses a check's own verdict sets (for :func:`lmra.cli.exits.final_status`):
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
     tested against the baseline"}``; empty when no task regressed."""
     regs = result.regressions
@@ -218,7 +153,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from lmra.report import jsonout
 
     console = make_console()
-    path = _history_file(args)
+    path = history_file(args)
     if not path.exists() and not path.parent.is_dir():
         raise LmraInputError("no reports folder here (run 'lmra audit' first, or pass --reports-dir/--history)",
                              file=path.parent)
@@ -279,10 +214,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from lmra.judge_check import EXIT_JUDGE_FAILED
 
-    result = check_run(args.run, args.baseline, history=_history_file(args, args.run), margin=args.margin,
+    result = check_run(args.run, args.baseline, history=history_file(args, args.run), margin=args.margin,
                        alpha=args.alpha)
-    from lmra.gates_cli import final_status, print_final_status
-
     judge_blocks = result.judge_failed and not args.allow_unvalidated_judge
     reasons = check_exit_reasons(result)
     if judge_blocks:
@@ -291,10 +224,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         from lmra.report import jsonout
 
-        from lmra.gates_cli import recorded_gates
+        from lmra.cli.gates import recorded_gates
 
         doc = jsonout.check_document(result, exit_status=status, allow_unvalidated_judge=args.allow_unvalidated_judge)
-        doc["gates"] = recorded_gates(args.run, _history_file(args, args.run))  # the run's release gates, or null
+        doc["gates"] = recorded_gates(args.run, history_file(args, args.run))  # the run's release gates, or null
         jsonout.emit(doc)
         return status
     console = make_console()
@@ -331,7 +264,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from lmra.monitor import History
 
     console = make_console()
-    with History(_history_file(args, args.run_a)) as h:
+    with History(history_file(args, args.run_a)) as h:
         a, b = h.resolve(args.run_a), h.resolve(args.run_b)
     cmp = compare_runs(a, b, comparison=args.comparison)
     if args.json:
@@ -368,7 +301,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = make_console()
     pilot = None
     if args.pilot:
-        with History(_history_file(args, args.pilot)) as h:
+        with History(history_file(args, args.pilot)) as h:
             pilot = h.resolve(args.pilot)
     t0 = time.monotonic()
     df = plan(args.rate, sd=args.sd, pilot=pilot, base_rate=args.base_rate, alpha=args.alpha, power=args.power,
@@ -417,7 +350,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format in METRICS_FORMATS and args.table:
         raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
                              "writes the run's metrics file", field="--table")
-    with History(_history_file(args, args.run)) as h:
+    with History(history_file(args, args.run)) as h:
         run = h.resolve(args.run)
         check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
     if args.format in METRICS_FORMATS:
@@ -463,7 +396,7 @@ def cmd_history_page(args: argparse.Namespace) -> int:
         if value is not None:
             raise LmraInputError(f"{opt} applies to one run's report ('lmra report RUN {opt} …'), not to the history "
                                  "page", field=opt)
-    path = _history_file(args)
+    path = history_file(args)
     if args.history and not path.is_file():
         raise LmraInputError("no such history file; after --history give the history SQLite file or nothing "
                              "(a run's report is 'lmra report RUN')", file=path, field="--history")
@@ -499,7 +432,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise LmraInputError(f"{opt} applies to the history page ('lmra report --history {opt} …')", field=opt)
     console = make_console()
     status = 0
-    with History(_history_file(args, args.run)) as h:
+    with History(history_file(args, args.run)) as h:
         run = h.resolve(args.run)
         h.register(run)
         h.scan()
@@ -519,8 +452,6 @@ def cmd_report(args: argparse.Namespace) -> int:
                             transcripts=args.transcripts)
     console.print(f"wrote [bold]{lit(path)}[/]")
     if check is not None:  # the check's verdict sets the exit status: say so last
-        from lmra.gates_cli import print_final_status
-
         return print_final_status(console, check_exit_reasons(check))
     return status
 
@@ -529,7 +460,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
     """``lmra pin RUN``: make RUN the ``pinned`` baseline of runs with its name."""
     from lmra.monitor import History
 
-    with History(_history_file(args, args.run)) as h:
+    with History(history_file(args, args.run)) as h:
         run = h.resolve(args.run)
         h.pin(run)
     make_console().print(f"pinned {lit(run.run_id)} as the baseline of runs named '{lit(run.name)}' ('--baseline pinned')")
@@ -661,73 +592,67 @@ def _transcripts_arg(text: str) -> int:
     return n
 
 
-#: help text of every RUN argument
-RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
-
-
 def add_parsers(subparsers) -> None:
     """Register ``history``, ``check``, ``compare``, ``plan``, ``export``, ``report`` and ``pin``
     on the ``lmra`` sub-parser collection (``parser.add_subparsers(...)``)."""
-    h = subparsers.add_parser("history", help="list registered runs, or one task's net rating across runs")
+    h = subparsers.add_parser("history", help=COMMANDS["history"].help)
     h.add_argument("--task", help="show this task's net rating with CIs across runs")
     h.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
     h.add_argument("--name", help="only runs with this run name")
-    _add_store_args(h)
-    _add_json_arg(h, "lmra.history/1, with --task lmra.task_trend/1")
+    add_store_args(h)
+    add_json_arg(h, "lmra.history/1, with --task lmra.task_trend/1")
     h.set_defaults(func=cmd_history)
 
-    c = subparsers.add_parser("check", help="test RUN against a baseline for regressions (exit 3 if a task "
-                                            "regressed, 0 if not)")
+    c = subparsers.add_parser("check", help=COMMANDS["check"].help)
     c.add_argument("run", metavar="RUN", help=RUN_HELP)
     c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
                    help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
-    c.add_argument("--margin", type=_finite_float, default=0.0,
+    c.add_argument("--margin", type=finite_float, default=0.0,
                    help="rise of the net rating that counts as a regression (default: %(default)s, any significant "
                         "rise)")
-    c.add_argument("--alpha", type=_check_alpha_arg, default=0.05,
+    c.add_argument("--alpha", type=check_alpha_arg, default=0.05,
                    help="family-wise error rate (Holm), 0 < alpha ≤ 0.5 (default: %(default)s)")
     c.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="exit as usual even when a run's judge failed validation (default: exit 5)")
-    _add_store_args(c)
-    _add_json_arg(c, "lmra.check/2")
+    add_store_args(c)
+    add_json_arg(c, "lmra.check/2")
     c.set_defaults(func=cmd_check)
 
-    k = subparsers.add_parser("compare", help="compare two runs across tasks: Pearson r and slope through 0")
+    k = subparsers.add_parser("compare", help=COMMANDS["compare"].help)
     k.add_argument("run_a", metavar="RUN_A")
     k.add_argument("run_b", metavar="RUN_B")
     k.add_argument("--comparison", help="only this comparison, e.g. 'female vs male'")
-    _add_store_args(k)
-    _add_json_arg(k, "lmra.compare/1")
+    add_store_args(k)
+    add_json_arg(k, "lmra.compare/1")
     k.set_defaults(func=cmd_compare)
 
-    p = subparsers.add_parser("plan", help="prompts per task needed to detect a given net rating (or a rise of it)")
-    p.add_argument("--rate", type=_finite_float, required=True,
+    p = subparsers.add_parser("plan", help=COMMANDS["plan"].help)
+    p.add_argument("--rate", type=finite_float, required=True,
                    help="net rating to detect (two-run: its rise), e.g. 0.0712 for a stereotype rate rising by 8 "
                         "points with stereotyped pairs scoring 0.89")
-    p.add_argument("--power", type=_finite_float, default=0.8, help="statistical power (default 0.8)")
-    p.add_argument("--alpha", type=_finite_float, default=0.05, help="significance level, family-wise (default 0.05)")
+    p.add_argument("--power", type=finite_float, default=0.8, help="statistical power (default 0.8)")
+    p.add_argument("--alpha", type=finite_float, default=0.05, help="significance level, family-wise (default 0.05)")
     p.add_argument("--design", choices=("one-sample", "two-run"), default="one-sample",
                    help="one-sample: detect H = rate with the audit's interval (default); two-run: detect a rise "
                         "of rate with the nightly check")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--pilot", metavar="RUN", help="simulate from this run's pair scores (recommended)")
-    src.add_argument("--base-rate", type=_finite_float, metavar="P",
+    src.add_argument("--base-rate", type=finite_float, metavar="P",
                      help="no pilot: simulate a chatbot whose stereotype rate is P now (e.g. 0.02)")
-    src.add_argument("--sd", type=_finite_float, help="normal approximation from a stated SD of the per-prompt "
+    src.add_argument("--sd", type=finite_float, help="normal approximation from a stated SD of the per-prompt "
                                                        "score (misplans rare stereotypes)")
     p.add_argument("--tasks", type=int, help="tasks the test is corrected over: the check tests at alpha/T "
                                              "(default: the pilot's tasks for two-run, else 1)")
-    p.add_argument("--margin", type=_finite_float, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
+    p.add_argument("--margin", type=finite_float, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
     p.add_argument("--sims", type=int, default=2000, help="simulated audits per power estimate (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed of the simulation (default 0)")
-    _add_store_args(p)
+    add_store_args(p)
     p.set_defaults(func=cmd_plan)
 
-    e = subparsers.add_parser("export", help="write per-task and per-pair tables as CSV, JSON or Parquet, or the "
-                                             "run's metrics for Prometheus")
+    e = subparsers.add_parser("export", help=COMMANDS["export"].help)
     e.add_argument("run", metavar="RUN", help=RUN_HELP)
     e.add_argument("--format", choices=("csv", "json", "parquet", "prometheus", "openmetrics"), required=True,
                    help="csv, json, parquet: per-task and per-pair tables; prometheus (text format 0.0.4, for "
@@ -735,22 +660,21 @@ def add_parsers(subparsers) -> None:
                         "as lmra_<run name>.prom")
     e.add_argument("--out", help="output folder (default: RUN/exports)")
     e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
-    _add_store_args(e)
+    add_store_args(e)
     e.set_defaults(func=cmd_export)
 
     r = subparsers.add_parser(
-        "report", help="write RUN/report.html (self-contained HTML report), or with --history the history page of "
-                       "all nights",
+        "report", help=COMMANDS["report"].help,
         usage="lmra report RUN [--baseline REF] [--compare RUN_B] [--out FILE] [options]\n"
               "       lmra report --history [FILE] [--name NAME] [--nights N] [--out FILE] [--reports-dir DIR]")
     r.add_argument("run", metavar="RUN", nargs="?", help=RUN_HELP + "; omitted with --history (the history page)")
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
-    r.add_argument("--margin", type=_finite_float, default=0.0,
+    r.add_argument("--margin", type=finite_float, default=0.0,
                    help="regression margin (with --baseline; default: %(default)s)")
-    r.add_argument("--alpha", type=_check_alpha_arg, default=0.05,
+    r.add_argument("--alpha", type=check_alpha_arg, default=0.05,
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: %(default)s)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
-    r.add_argument("--delta", type=_finite_float, help="flag tasks too small to detect this net rating")
+    r.add_argument("--delta", type=finite_float, help="flag tasks too small to detect this net rating")
     r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html)")
     r.add_argument("--transcripts", type=_transcripts_arg, metavar="N",
                    help="show the response pairs of the N tasks with the highest net rating per comparison "
@@ -766,7 +690,7 @@ def add_parsers(subparsers) -> None:
                         "(default: <reports dir>/history.sqlite)")
     r.set_defaults(func=cmd_report)
 
-    n = subparsers.add_parser("pin", help="pin RUN as the 'pinned' baseline of runs with its name")
+    n = subparsers.add_parser("pin", help=COMMANDS["pin"].help)
     n.add_argument("run", metavar="RUN", help=RUN_HELP)
-    _add_store_args(n)
+    add_store_args(n)
     n.set_defaults(func=cmd_pin)

@@ -15,16 +15,15 @@ with every finished call kept in the cache.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import finite_float
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
-from lmra.monitor_cli import _finite_float
 
 _LABELS = {"axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
            "axes-harm": "LMRA harm check of selected axes"}
@@ -56,6 +55,8 @@ def _progress(console: Console, enabled: bool):
 
 def cmd_axes(args: argparse.Namespace) -> int:
     """Run ``lmra axes`` (see the module docstring). Returns the exit status (0)."""
+    import asyncio
+
     from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
 
@@ -115,15 +116,14 @@ def _require_complete(run: Path) -> None:
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``axes`` subcommand on the ``lmra`` command line; returns its parser."""
-    a = subparsers.add_parser("axes", help="find the axes on which responses to two groups differ (bias "
-                                           "enumeration, FPF §3.4) on a finished run")
+    a = subparsers.add_parser("axes", help=COMMANDS["axes"].help)
     a.add_argument("--run", required=True, help="run folder written by `lmra audit`")
     a.add_argument("--config", "-c", help="TOML with an [axes] section (and optionally [judge], cache, concurrency, "
                                           "alpha); a full audit config works too (its other fields are ignored)")
     a.add_argument("--discovery-pairs", type=int, help="pairs to brainstorm on (default 30)")
     a.add_argument("--test-pairs", type=int, help="held-out pairs to label every axis on (default: all the rest)")
     a.add_argument("--max-axes", type=int, help="at most K candidate axes (default 20)")
-    a.add_argument("--alpha", type=_finite_float, help="family-wise error rate over the axes tested (default 0.05)")
+    a.add_argument("--alpha", type=finite_float, help="family-wise error rate over the axes tested (default 0.05)")
     a.add_argument("--correction", choices=("bonferroni", "holm"), help="multiple-comparison correction")
     a.add_argument("--test", choices=("t", "sign"), help="per-axis test of mean(s) = 0 (default t)")
     a.add_argument("--axis", action="append", metavar="TEXT",
@@ -134,7 +134,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--prompts", help="the prompt file the audit used (default: the run config's)")
     a.add_argument("--cache", help="call cache (default: the run config's, reports/cache.sqlite)")
     a.add_argument("--seed", type=int, help="seed of the split and presentation orders (default: the run's)")
-    a.add_argument("--max-cost", type=_finite_float, metavar="USD",
+    a.add_argument("--max-cost", type=finite_float, metavar="USD",
                    help="stop cleanly (exit 4) before the estimated LMRA cost of this command exceeds USD")
     a.add_argument("--max-calls", type=int, metavar="N",
                    help="stop cleanly (exit 4) before this command makes more than N fresh LMRA calls")
@@ -142,31 +142,3 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.set_defaults(func=cmd_axes)
     return a
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m lmra.axes_cli axes --run RUN``), with the exit statuses of
-    ``lmra``: 0 success, 2 input error, 4 stopped by the budget, 130 interrupted."""
-    from lmra.budget import BudgetExceeded
-
-    parser = argparse.ArgumentParser(prog="lmra")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except LmraInputError as exc:
-        make_console(stderr=True).print(f"[bold red]error:[/] {lit(exc.format())}", highlight=False,
-                                                soft_wrap=True)
-        return 2
-    except BudgetExceeded as exc:
-        make_console(stderr=True).print(f"[bold yellow]stopped by the budget:[/] {lit(exc)}", highlight=False,
-                                                soft_wrap=True)
-        return 4
-    except KeyboardInterrupt:
-        make_console(stderr=True).print("[yellow]interrupted:[/] every finished LMRA call is kept in the cache; run the "
-                                   "same command again to resume.")
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

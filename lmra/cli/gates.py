@@ -1,8 +1,8 @@
 """Command-line front end of the absolute release gates (:mod:`lmra.gates`): the repeatable
 ``--gate NAME=VALUE`` option of ``lmra audit`` and ``lmra gate``, the ``lmra gate RUN``
 command (gates on an existing run, no baseline), what ``lmra audit`` does with its gates after
-a run (:func:`gates_after_audit`), and the precedence of exit statuses when several apply
-(:func:`combine_exit_statuses`).
+a run (:func:`gates_after_audit`). The precedence of exit statuses when several apply is
+:mod:`lmra.cli.exits`.
 """
 
 from __future__ import annotations
@@ -10,60 +10,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.text import Text
 
-from lmra.config import GATES_NEEDING, GatesConfig
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import RUN_HELP, add_store_args, history_file, json_errors, strict_float
+from lmra.cli.exits import final_status, print_final_status
 from lmra.errors import LmraInputError
-from lmra.gates import EXIT_GATES_NOT_MET, GATES, GateResult, evaluate_gates, record_gates, stored_gates
 
-#: exit statuses from the one that wins to the one that loses when a run meets several: a failed
-#: or partial run (1) or a question that could not be answered (2: e.g. a check in which no task
-#: could be tested) say nothing about the chatbot; a judge that failed validation (5) makes every
-#: number untrustworthy; an absolute release gate not met (6) is the release criterion; a
-#: regression against the baseline (3) is relative to it; 0 = none of these
-EXIT_PRECEDENCE = (1, 2, 5, EXIT_GATES_NOT_MET, 3, 0)
-
-
-def combine_exit_statuses(*statuses: int) -> int:
-    """The exit status that wins among ``statuses`` by :data:`EXIT_PRECEDENCE`
-    (1 > 2 > 5 > 6 > 3 > 0); a status not in it (e.g. 4, 75, 130) wins over all of them."""
-    rank = {s: i for i, s in enumerate(EXIT_PRECEDENCE)}
-    return min(statuses, key=lambda s: rank.get(s, -1)) if statuses else 0
-
-
-def final_status(reasons: dict[int, str]) -> tuple[int, str]:
-    """The exit status of a command (``lmra audit``, ``check``, ``gate``, ``report --baseline``)
-    and the final line it prints, from every status that applies and why.
-
-    Args:
-        reasons: exit status → why it applies, e.g. ``{6: "release gates not met (breached:
-            max_ci_high)", 5: "the judge failed validation"}``; statuses that do not apply are
-            left out (0 need not be given).
-
-    Returns:
-        ``(status, line)``: the status that wins by :data:`EXIT_PRECEDENCE`
-        (:func:`combine_exit_statuses`) and the one line stating it, e.g. ``exit status 5: the
-        judge failed validation (takes precedence over 6: release gates not met (breached:
-        max_ci_high))``; ``exit status 0`` (with ``reasons[0]`` after a colon when given) when
-        nothing else applies. This is the only line of a command that names its exit status.
-    """
-    applicable = {s: r for s, r in reasons.items() if s != 0}
-    status = combine_exit_statuses(*applicable) if applicable else 0
-    if not status:
-        return 0, "exit status 0" + (f": {reasons[0]}" if reasons.get(0) else "")
-    rank = {s: i for i, s in enumerate(EXIT_PRECEDENCE)}
-    others = sorted((s for s in applicable if s != status), key=lambda s: rank.get(s, -1))
-    over = f" (takes precedence over {'; '.join(f'{s}: {applicable[s]}' for s in others)})" if others else ""
-    return status, f"exit status {status}: {applicable[status]}{over}"
-
-
-def print_final_status(console: Console, reasons: dict[int, str]) -> int:
-    """Print the final line of :func:`final_status` on ``console`` (bold red when the status is
-    not 0) and return the status."""
-    status, line = final_status(reasons)
-    console.print(Text(line, style="bold red" if status else "bold green"), highlight=False, soft_wrap=True)
-    return status
+if TYPE_CHECKING:  # lmra.config and lmra.gates load pydantic and pandas: imported where used
+    from lmra.config import GatesConfig
+    from lmra.gates import GateResult
 
 
 def gates_reason(result: GateResult) -> str:
@@ -90,6 +49,9 @@ def gate_option(text: str) -> tuple[str, float]:
     """
     from pydantic import ValidationError
 
+    from lmra.config import GatesConfig
+    from lmra.gates import GATES
+
     name, eq, value = text.partition("=")
     name = name.strip()
     if not eq:
@@ -97,8 +59,6 @@ def gate_option(text: str) -> tuple[str, float]:
     if name not in GATES:
         raise argparse.ArgumentTypeError(f"{text!r}: unknown gate '{name}'; gates: {', '.join(GATES)} "
                                          "(per-task overrides only in the config's [gates.tasks.\"TASK\"])")
-    from lmra.monitor_cli import strict_float
-
     try:
         v = strict_float(value)
     except ValueError as exc:
@@ -134,6 +94,8 @@ def audit_config_with_gates(cfg, options: list[tuple[str, float]] | None):
     """
     if not options:
         return cfg
+    from lmra.config import GATES_NEEDING
+
     for name, value in options:
         section = GATES_NEEDING.get(name)
         if section and not getattr(cfg, section).enabled:
@@ -170,6 +132,7 @@ def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Conso
     """
     if not gates.configured:
         return 0
+    from lmra.gates import EXIT_GATES_NOT_MET, evaluate_gates, record_gates
     from lmra.runfolder import load_run
 
     run = load_run(run_dir)
@@ -199,7 +162,7 @@ def recorded_gates(run_ref: str | Path, history: str | Path) -> dict | None:
 
 # -- lmra gate RUN ------------------------------------------------------------------------------
 def _gates_from_file(path: str) -> GatesConfig:
-    from lmra.config import validate_model
+    from lmra.config import GatesConfig, validate_model
     from lmra.errors import read_toml
 
     text, data = read_toml(path, "config file")
@@ -213,14 +176,13 @@ def _gates_from_file(path: str) -> GatesConfig:
 
 
 def _run(args: argparse.Namespace):
-    from lmra.monitor_cli import _history_file
     from lmra.runfolder import load_run
 
     if Path(args.run).is_dir():
         return load_run(args.run)
     from lmra.monitor import History
 
-    path = _history_file(args, args.run)
+    path = history_file(args, args.run)
     if not path.exists() and not path.parent.is_dir():  # never create a history store just to look a name up
         raise LmraInputError(f"no such run folder, and no runs in {path.parent}/ to look the run id up in",
                              file=args.run, field="RUN")
@@ -233,6 +195,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     run, without a baseline. Exit 0 every gate met, 6 not met, 5 the run's judge failed
     validation, 1 the run is partial or failed, 2 input error (no gate to evaluate, a gate on
     something the run did not measure)."""
+    from lmra.gates import EXIT_GATES_NOT_MET, evaluate_gates, record_gates, stored_gates
     from lmra.judge_check import EXIT_JUDGE_FAILED
 
     run = _run(args)
@@ -282,14 +245,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return print_final_status(console, reasons)
 
 
-def add_parser(subparsers) -> None:
+def add_parsers(subparsers) -> None:
     """Register ``lmra gate`` on the ``lmra`` sub-parser collection."""
-    from lmra.monitor_cli import RUN_HELP, _add_store_args
-    from lmra.report.jsonout import json_errors
-
     g = subparsers.add_parser(
-        "gate", help="check a finished run against absolute release gates, without a baseline (exit 6 if a gate "
-                     "is not met)",
+        "gate", help=COMMANDS["gate"].help,
         description="Evaluate release gates (docs/nightly.md, 'Release gates') on a finished run: by default the "
                     "[gates] the run's own config.toml recorded, replaced by --config FILE's [gates] table, with "
                     "--gate bounds on top. Prints only; with --record it replaces the run folder's gates.json "
@@ -305,5 +264,5 @@ def add_parser(subparsers) -> None:
                         "audit's record (default: print only)")
     g.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
     g.add_argument("--json", action="store_true", help="print one JSON document (schema lmra.gates/1) instead")
-    _add_store_args(g)
+    add_store_args(g)
     g.set_defaults(func=json_errors(cmd_gate))

@@ -8,20 +8,21 @@ the same judge, template and combiner re-uses them.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import json_errors
 from lmra.console import lit, make_console
-from lmra.report.jsonout import json_errors
 from lmra.fileio import write_json, write_jsonl
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("judge-check", help="validate an LMRA on known-answer canary pairs (exit 5 if it fails)",
+def add_parsers(sub) -> None:
+    """Register ``lmra judge-check`` on the ``lmra`` sub-parser collection."""
+    p = sub.add_parser("judge-check", help=COMMANDS["judge-check"].help,
                        description="Rate the canary pairs (planted stereotypes in both directions, "
                        "anti-stereotypes, benign differences, identical responses, quality differences) in both "
                        "orders with the harmful-stereotype template and report sensitivity, false positives, "
@@ -78,12 +79,14 @@ def _config(args: argparse.Namespace):
 
 
 async def _run(cfg, console: Console):
+    import asyncio
+
     from lmra.cache import CachedProvider, CallCache, CallStats
     from lmra.judge.calibration import rescore
     from lmra.judge.scoring import resolve_combiner
     from lmra.judge_check import evaluate, load_canary_set, rate_canaries, select_canaries
     from lmra.providers import make_provider
-    from lmra.providers.ratelimit import rate_limited
+    from lmra.providers.ratelimit import limit_model
     from lmra.templates import load_template
 
     jc = cfg.judge_check
@@ -93,15 +96,15 @@ async def _run(cfg, console: Console):
     raw = make_provider(cfg.judge, field="judge")
     cache = CallCache(cfg.cache)
     stats = CallStats()
-    judge = CachedProvider(rate_limited(raw, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
-                                        cfg.judge.max_concurrency, concurrency=cfg.concurrency), cache, stats)
+    limited, in_flight = limit_model(raw, cfg.judge, cfg.concurrency, "judge")  # sized as in an audit
+    judge = CachedProvider(limited, cache, stats)
     from lmra.providers.keys import KeyGuard
 
     judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries
     try:
         with console.status(f"rating {len(canaries)} canary pairs in both orders"):
             rows = await rate_canaries(judge, cfg.judge, template, canaries,
-                                       asyncio.Semaphore(cfg.concurrency_bound()))
+                                       asyncio.Semaphore(in_flight))
     finally:
         cache.close()
         close = getattr(raw, "aclose", None)
@@ -122,6 +125,8 @@ def _fmt(v) -> str:
 def cmd_judge_check(args: argparse.Namespace) -> int:
     """``lmra judge-check [--json]``: rate the canaries, print the verdict (a table, or
     :func:`lmra.report.jsonout.judge_check_document`); exit 0 when the judge passes, 5 when not."""
+    import asyncio
+
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.report import jsonout
     from lmra.runfolder import jsonable

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -51,10 +52,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     (1 partial or failed — a failed merged run gets none of these —, 5 judge failed, 6 gate not
     met). Unfinished folders of re-run shards are skipped and said so."""
     from lmra.config import load_config
-    from lmra.gates_cli import gates_after_audit, print_final_status
+    from lmra.cli.exits import print_final_status
+    from lmra.cli.gates import gates_after_audit
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.merge import merge_shards
-    from lmra.monitor_cli import monitor_after_audit
+    from lmra.cli.monitor import monitor_after_audit
     from lmra.report.console import render_audit
 
     console = make_console()
@@ -106,7 +108,7 @@ def cmd_warehouse_add(args: argparse.Namespace) -> int:
     """``lmra warehouse add RUN... [--warehouse DIR]``: land finished runs (folders, run ids or
     ``latest``) in the warehouse (:func:`lmra.warehouse.add_run`)."""
     from lmra.monitor import History
-    from lmra.monitor_cli import _history_file
+    from lmra.cli.common import history_file
     from lmra.warehouse import add_run
 
     console = make_console()
@@ -116,7 +118,7 @@ def cmd_warehouse_add(args: argparse.Namespace) -> int:
 
             run = load_run(ref)
         else:
-            store = _history_file(args, ref)
+            store = history_file(args, ref)
             if not store.is_file():  # never create a history store just to look a name up
                 raise LmraInputError(f"no such run folder, and no history {store} to look the run id up in",
                                      file=ref, field="RUN")
@@ -131,7 +133,7 @@ def cmd_warehouse_add(args: argparse.Namespace) -> int:
 
 def add_parsers(sub) -> None:
     """Add ``merge`` and ``warehouse`` to the ``lmra`` subcommands."""
-    m = sub.add_parser("merge", help="join the run folders of a sharded audit (lmra audit --shard I/N) into one run",
+    m = sub.add_parser("merge", help=COMMANDS["merge"].help,
                        description="Builds one run folder whose tables, intervals and judge status are those of the "
                                    "unsharded audit, registers it in the history, writes report.html and adds it "
                                    "to the warehouse (docs/scale.md).")
@@ -141,8 +143,7 @@ def add_parsers(sub) -> None:
     m.add_argument("--no-report", action="store_true", help="do not write report.html")
     m.set_defaults(func=cmd_merge)
 
-    w = sub.add_parser("warehouse", help="the warehouse of nights: runs' per-pair and per-task tables as one "
-                                         "partitioned Parquet dataset (docs/exports.md)")
+    w = sub.add_parser("warehouse", help=COMMANDS["warehouse"].help)
     wsub = w.add_subparsers(dest="warehouse_command", required=True)
     a = wsub.add_parser("add", help="add finished runs (backfill; lmra audit and lmra merge add theirs)")
     a.add_argument("runs", nargs="+", metavar="RUN", help="run folder, run id or 'latest'")

@@ -9,13 +9,13 @@ Wire into the ``lmra`` parser with :func:`add_parsers` (``add_parsers(sub)`` in
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -24,7 +24,7 @@ EXIT_PENDING = 75  # EX_TEMPFAIL: try again later
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``batch status|resume|cancel`` to the ``lmra`` sub-command parsers; returns the ``batch`` parser."""
-    b = subparsers.add_parser("batch", help="status, resume or cancel the batch-API jobs of a run (--batch audits)")
+    b = subparsers.add_parser("batch", help=COMMANDS["batch"].help)
     bs = b.add_subparsers(dest="batch_command", required=True)
 
     st = bs.add_parser("status", help="show a run's batch jobs, their counts, tokens, cost and failed items")
@@ -105,6 +105,8 @@ def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+
     console = make_console()
     state = _state_or_error(args.run_dir)
     if args.refresh:
@@ -125,6 +127,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    import asyncio
+
     from lmra.batch import BatchPending, arun_batched
 
     console = make_console()
@@ -149,7 +153,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not config_path.exists():
         raise LmraInputError("config.toml not found in the run folder; use --download-only", file=args.run_dir)
     from lmra.audit import Audit
-    from lmra.cli import rich_progress
+    from lmra.cli.common import rich_progress
     from lmra.config import load_config
     from lmra.report.console import render_audit
 
@@ -179,6 +183,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    import asyncio
+
     console = make_console()
     state = _state_or_error(args.run_dir)
     orch, cache = _orchestrator(args.run_dir, state)

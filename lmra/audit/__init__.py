@@ -1,0 +1,458 @@
+"""The counterfactual audit, end to end (methodology §1–§3, §5; FPF §3).
+
+``Audit(config).run()`` runs the audit's stages, one module each, in pipeline order; each
+reads the records of the stage before it:
+
+0. :mod:`lmra.audit.inputs` — load prompts (a prompt set or logged traffic), names,
+   templates, taxonomy, canaries, placebo halves → :class:`~lmra.audit.inputs.Inputs`;
+1. :mod:`lmra.audit.select` — classify prompts without a task, the domain/task filters,
+   filter prompts that reveal the user's identity, keep up to N per task, a shard's share →
+   the kept :class:`~lmra.data.PromptRecord` (and ``Classification``/``FilterDecision``);
+2. :mod:`lmra.audit.generate` — the target's responses under each group (names or direct
+   profiles) and the placebo's halves, names scrubbed → :class:`~lmra.generate.Response`;
+3. :mod:`lmra.audit.label` — refusal labels of the responses;
+4. :mod:`lmra.audit.rate` — the LMRA rates every pair in both presentation orders (harmful
+   stereotype; optionally a second LMRA and the nine quality criteria), the judge check's
+   canaries first → ratings and quality rows;
+5. :mod:`lmra.audit.finish` — rescoring under every combiner, aggregation per task / domain /
+   overall, judge and run status, the run folder's files → :class:`AuditResult`
+   (the report is :mod:`lmra.report`).
+
+:mod:`lmra.audit.pipeline` drives stages 1–4, pipelined or one after another. This module
+holds :class:`Audit`, the orchestrator: the models' clients (rate limits, budget, call cache),
+the run folder's claim and lock and ``manifest.json`` while running. Every model call goes
+through the SQLite call cache, so a re-run makes zero new calls and an interrupted run
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmra.budget import Budget, BudgetedProvider, BudgetExceeded, PriceTable
+from lmra.cache import CachedProvider, CallCache, CallStats
+from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, AuditConfig, dump_config
+from lmra.data import PromptRecord
+from lmra.errors import LmraIOError, io_reason
+from lmra.fileio import write_json, write_jsonl, write_text
+from lmra.judge.scoring import resolve_combiner
+from lmra.providers import Provider, make_provider
+from lmra.providers.base import parallel_capacity
+from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit
+from lmra.resources import resolve_resource
+from lmra.runfolder import jsonable, package_versions
+from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
+
+from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes
+from lmra.audit.select import SelectStage
+from lmra.audit.generate import GenerateStage, placebo_prompts
+from lmra.audit.label import LabelStage
+from lmra.audit.rate import RateStage
+from lmra.audit.pipeline import PipelineDriver, _Progress, _settled, _Stopped
+from lmra.audit.finish import AuditResult, _row_json, finish_run
+
+# the stages' names that callers and tests import from here
+#: default of :attr:`Audit.spool_min_pairs` (a pair's row in memory: ~3 KB with the LMRA's answers)
+SPOOL_MIN_PAIRS = 100_000
+
+__all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placebo_prompts",
+           "_Progress", "_Stopped", "_row_json", "_settled"]
+
+
+def _import_finishing_modules(cfg: AuditConfig) -> None:
+    """Import what scoring and writing the run folder needs (scipy.stats and statsmodels take
+    1–3 s), in a worker thread while the model calls of the run are waited for."""
+    import importlib
+
+    names = ["scipy.stats", "statsmodels.stats.proportion", "statsmodels.stats.multitest", "lmra.judge.calibration",
+             "lmra.judge_check"]
+    if cfg.interval == "t" or cfg.quality.enabled:  # t-intervals (lmra.stats.mean_ci)
+        names.append("statsmodels.api")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 — the run imports it again and reports any problem itself
+            break
+    from lmra.gcquiet import refreeze
+
+    refreeze()  # the modules are long-lived: garbage collections during the calls skip them
+
+
+def _real_pairs(ratings) -> pd.DataFrame:
+    """The ratings rows of the real comparisons (not the placebo) as a frame; ``ratings`` is a
+    list of rows or a :class:`~lmra.pairstore.PairSpool`."""
+    if isinstance(ratings, list):
+        return pd.DataFrame([r for r in ratings if not r.get("placebo")])
+    df = ratings.frame()
+    return df[~df["placebo"].fillna(False).astype(bool)].reset_index(drop=True)
+
+
+class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, PipelineDriver):
+    """Run one counterfactual audit.
+
+    Args:
+        config: the validated audit config.
+        target, judge, judge2: optional ready providers (test doubles, in-house clients);
+            by default built from ``config.target`` / ``config.judge`` / ``config.judge2``.
+        config_path: the file the config came from (named in input errors).
+        progress: progress callbacks (the CLI passes Rich progress bars).
+        run_dir: write here instead of ``<output_dir>/<timestamp>-<name>``.
+        allow_unvalidated_judge: record a failed judge validation as waived (the CLI's
+            ``--allow-unvalidated-judge``); the audit then exits 0 instead of 5.
+    """
+
+    def __init__(self, config: AuditConfig, *, target: Provider | None = None, judge: Provider | None = None,
+                 judge2: Provider | None = None, config_path: str | Path | None = None,
+                 progress: _Progress | None = None, run_dir: str | Path | None = None,
+                 allow_unvalidated_judge: bool = False):
+        self.cfg = config
+        self.allow_unvalidated_judge = allow_unvalidated_judge
+        #: called with the judge-check verdict as soon as the canaries are rated (the CLI prints it)
+        self.on_judge_check: Callable[[dict], None] | None = None
+        self._target, self._judge, self._judge2 = target, judge, judge2
+        self._given = (target is not None, judge is not None, judge2 is not None)
+        self.refusal_errors: dict[int, str] = {}  # response index → error of its failed refusal-label call
+        self.config_path = config_path
+        self.progress = progress or _Progress()
+        self.stats = CallStats()
+        # the price table is always loaded, so that manifest.json carries an estimated cost
+        self.budget = Budget(config.max_calls, config.max_cost,
+                             PriceTable.load(resolve_resource(config.prices, "prompts")))
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
+        self._dir_claimed = False
+        self._explicit_dir = run_dir is not None
+        self._lock: RunLock | None = None
+        #: called with one-line notices during the run (a cache write failed …); the CLI prints them
+        self.on_notice: Callable[[str], None] = lambda msg: print(f"warning: {msg}", file=sys.stderr)
+        #: called with one-line information during the run (calls in flight sized by concurrency = "auto")
+        self.on_info: Callable[[str], None] = lambda msg: None
+        #: run the stages one after another (as batch mode's dry passes do) instead of pipelined
+        self.staged = False
+        self.limits: ModelLimits | None = None
+        #: ``lmra audit --shard I/N``: audit only this shard's prompts (:mod:`lmra.shard`)
+        self.shard = None
+        #: every prompt the selection kept (in a shard: also the other shards'), set by the stages
+        self.selection: list[PromptRecord] | None = None
+        #: the pipelined stages spool the rated pairs to disk (:attr:`spool`) when a run may rate
+        #: at least this many pairs, instead of holding them in memory
+        self.spool_min_pairs = SPOOL_MIN_PAIRS
+        self.spool = None
+
+    def claim_dir(self) -> Path:
+        """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
+        lock it for this process; returns it.
+
+        Raises:
+            LmraIOError: the folder cannot be created or locked.
+        """
+        if not self._dir_claimed:
+            if self._explicit_dir:
+                try:
+                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise LmraIOError(f"cannot create the run folder ({io_reason(exc)})", path=self.run_dir) from None
+            else:
+                self.run_dir = claim_run_dir(self.run_dir)
+            self._dir_claimed = True
+        if self._lock is None:
+            self._lock = RunLock(self.run_dir).acquire()
+        if self.shard is not None and not (self.run_dir / "shard.json").is_file():
+            # which shard this folder holds, from the start (lmra batch resume reads it); the
+            # full record replaces it when the stages are done (_shard_stages)
+            self._write_json("shard.json", {"shard": self.shard.label, "index": self.shard.index,
+                                            "count": self.shard.count, "mode": self.shard.mode_for(self.cfg)})
+        return self.run_dir
+
+    def planned_calls(self, inputs: Inputs) -> dict[str, int]:
+        """Upper bounds on the target and LMRA calls a run will make before the cache.
+
+        LMRA calls assume every examined prompt passes the filter and no response is a refusal.
+        In a shard (``--shard I/N``) the pairs and their calls are this shard's: at most the
+        per-task limit of the prompts it holds; in ``selection`` mode every shard classifies and
+        filters the whole file (:mod:`lmra.shard`), so those bounds stay the whole audit's.
+        """
+        cfg = self.cfg
+        shard = self.shard
+        whole = shard is None or shard.mode_for(cfg) == "selection"  # classify and filter every prompt
+        pool = inputs.prompts if whole else [p for p in inputs.prompts if shard.holds(p.id)]
+
+        def kept(held) -> int:
+            per_task: dict[str, int] = {}
+            for p in pool:
+                if p.task and ((cfg.tasks and p.task not in cfg.tasks)
+                               or (cfg.domains and p.domain not in cfg.domains)):
+                    continue
+                if held(p):
+                    per_task[p.task or UNLABELLED] = per_task.get(p.task or UNLABELLED, 0) + 1
+            return sum(min(v, cfg.prompts_per_task) if cfg.prompts_per_task else v for v in per_task.values())
+
+        n_filter = kept(lambda p: True)  # the prompts the filter may examine
+        n = n_filter if shard is None else kept(lambda p: shard.holds(p.id))  # the prompts this run rates
+        pairs = len(cfg.comparisons) * cfg.samples_per_prompt * n
+        per_q = 1 if self._judge_provider().supports_logprobs else cfg.judge.n_samples
+        unlabelled = sum(1 for p in pool if not p.task)
+        judge = pairs * 2 * per_q * (1 + (len(cfg.quality.criteria) if cfg.quality.enabled else 0))
+        judge += (4 * pairs * per_q if cfg.refusal.enabled else 0) + (2 * n_filter * per_q
+                                                                        if "filter" in inputs.templates else 0)
+        judge += 2 * unlabelled * per_q
+        judge += 2 * len(inputs.canaries) * per_q  # the judge check
+        placebo = len(inputs.placebo) * cfg.samples_per_prompt * (max(1, round(cfg.placebo.share * n))
+                                                                  if cfg.placebo.share else 0)
+        judge += placebo * 2 * per_q + (4 * placebo * per_q if cfg.refusal.enabled else 0)
+        out = {"target": 2 * (pairs + placebo), "judge": judge, "pairs": pairs, "prompts": n,
+               "unlabelled": unlabelled, "canaries": len(inputs.canaries), "placebo_pairs": placebo}
+        if cfg.axes.enabled:
+            from lmra.axes import axes_call_bound
+
+            out["axes"] = sum(axes_call_bound(cfg, n * cfg.samples_per_prompt, self._judge_provider().supports_logprobs)
+                              for _ in cfg.comparisons)
+            out["judge"] += out["axes"]
+        if cfg.judge2 is not None:
+            out["judge2"] = pairs * 2 * (1 if self._judge2_provider().supports_logprobs else cfg.judge2.n_samples)
+        return out
+
+    def run_combiner(self, judge_cfg=None, provider: Provider | None = None) -> tuple[str, list[str]]:
+        """The order combiner this run uses (``auto`` resolved by how the LMRA answers) and
+        warnings about the choice (``min`` on sampled answers is biased; issue 10)."""
+        judge_cfg = judge_cfg or self.cfg.judge
+        provider = provider or self._judge_provider()
+        method = "logprobs" if provider.supports_logprobs else "sampled"
+        combiner = resolve_combiner(judge_cfg.combiner, method)
+        warnings = []
+        if combiner == "min" and method == "sampled":
+            warnings.append(f"combiner 'min' on sampled LMRA answers (n_samples = {judge_cfg.n_samples}) is biased: "
+                            "the minimum of two sample frequencies is low for small outcomes, so the stereotype "
+                            "score is pushed up and depends on n_samples (docs/methodology.md). Use 'auto' or "
+                            "'mean'; net ratings under every combiner are in per_task.csv.")
+        return combiner, warnings
+
+    def concurrency_plan(self) -> str:
+        """How many calls this run keeps in flight, for the plan line: ``"concurrency 8"``, or for
+        ``"auto"`` per rate limit ``"160 calls/s (requests_per_minute = 9600) × observed latency ×
+        1.25, at most 256 in flight, for target and judge"`` (the sizes seen are told later through
+        :attr:`on_info` and written to ``manifest.json``); a model without a limit gets its
+        ``max_concurrency``, else what its provider serves at once (``"34 in flight for target,
+        34 for judge (no rate limit set; …)"`` on the embedded model on 2 cores), else 2. Builds the
+        models' clients (as the run does) to ask them.
+
+        Raises:
+            LmraInputError: a model's client cannot be built (:func:`make_provider`).
+        """
+        cfg = self.cfg
+        if cfg.concurrency != "auto":
+            return f"concurrency {cfg.concurrency}"
+        if not cfg.has_rate_limit():
+            caps = self._in_flight_without_limit()
+            if caps is None:
+                return f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set)"
+            return ("concurrency auto: " + ", ".join(f"{n} in flight for {role}" if i == 0 else f"{n} for {role}"
+                                                     for i, (role, n) in enumerate(caps.items()))
+                    + " (no rate limit set; the calls each model's provider serves at once)")
+        groups: dict[tuple, list[str]] = {}
+        for role in ("target", "judge", "judge2"):
+            m = getattr(cfg, role)
+            if m is not None:
+                key = (m.provider, m.base_url, m.model, m.requests_per_minute, m.tokens_per_minute, m.max_concurrency)
+                groups.setdefault(key, []).append(role)
+        parts = []
+        for (_, _, _, rpm, tpm, cap), roles in groups.items():
+            who = " and ".join(roles)
+            if not rpm and not tpm:
+                n = in_flight_without_limit(self._provider(roles[0]), getattr(cfg, roles[0]), AUTO_UNLIMITED_IN_FLIGHT)
+                parts.append(f"{n} in flight for {who} (no limit)")
+                continue
+            rate = f"{rpm / 60:.4g} calls/s" if rpm else "the calls/s"
+            limits = " and ".join(f"{k} = {v:g}" for k, v in (("requests_per_minute", rpm),
+                                                              ("tokens_per_minute", tpm)) if v)
+            per_token = " at the observed tokens per call" if tpm else ""
+            parts.append(f"{rate} ({limits}{per_token}) × observed latency × {AUTO_HEADROOM:g}, at most "
+                         f"{cap or AUTO_MAX_CONCURRENCY} in flight, for {who}")
+        return "concurrency auto: " + "; ".join(parts)
+
+    def _provider(self, role: str) -> Provider | None:
+        """The client of ``role`` (``target``, ``judge``, ``judge2``), built if need be."""
+        return {"target": self._target_provider, "judge": self._judge_provider, "judge2": self._judge2_provider}[role]()
+
+    def _in_flight_without_limit(self) -> dict[str, int] | None:
+        """``concurrency = "auto"`` without any rate limit: role → calls in flight when some
+        model's provider reports its ``parallel_capacity`` (:class:`ModelLimits`), else None
+        (2 in flight in all)."""
+        models = {role: (self._provider(role), getattr(self.cfg, role)) for role in ("target", "judge", "judge2")
+                  if getattr(self.cfg, role) is not None}
+        if not any(parallel_capacity(p) for p, _ in models.values()):
+            return None
+        return {role: in_flight_without_limit(p, m, AUTO_UNLIMITED_IN_FLIGHT) for role, (p, m) in models.items()}
+
+    def concurrency_report(self) -> dict:
+        """``manifest.json``'s ``concurrency``: the setting, the audit-wide bound on calls in
+        flight, per rate limit its calls/s, observed latency and calls in flight, and with
+        ``"auto"`` the calls in flight of each model without a limit (``unlimited``, role → n)."""
+        bound = self.cfg.concurrency_bound()
+        return {"setting": self.cfg.concurrency, "bound": self.limits.bound(bound) if self.limits is not None else bound,
+                "pipelined": not self.staged, "limits": self.limits.report() if self.limits is not None else [],
+                "unlimited": dict(self.limits.unlimited) if self.limits is not None else {}}
+
+    def _target_provider(self) -> Provider:
+        if self._target is None:
+            self._target = make_provider(self.cfg.target, field="target")
+        return self._target
+
+    def _judge_provider(self) -> Provider:
+        if self._judge is None:
+            self._judge = make_provider(self.cfg.judge, field="judge")
+        return self._judge
+
+    def _judge2_provider(self) -> Provider | None:
+        if self._judge2 is None and self.cfg.judge2 is not None:
+            self._judge2 = make_provider(self.cfg.judge2, field="judge2")
+        return self._judge2
+
+    # -- run ------------------------------------------------------------------------------
+    def run(self) -> AuditResult:
+        """Run the audit synchronously (see :meth:`arun`)."""
+        return asyncio.run(self.arun())
+
+    async def arun(self) -> AuditResult:
+        """Run the audit and write the run folder.
+
+        Raises:
+            LmraInputError: bad config, prompt, name, template or taxonomy input (nothing is called).
+        """
+        cfg = self.cfg
+        inputs = self.load_inputs()
+        cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
+        try:
+            return await self._arun(inputs, cache)
+        finally:
+            cache.close()
+            await self._close_providers()
+            self.release_dir()
+
+    def release_dir(self) -> None:
+        """Release the run folder's lock (done by :meth:`arun` when it ends, however it ends)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def _close_providers(self) -> None:
+        """Close the clients this audit built (providers passed in are the caller's to close)."""
+        built = [p for p, given in ((self._target, self._given[0]), (self._judge, self._given[1]),
+                                    (self._judge2, self._given[2])) if p is not None and not given]
+        for p in {id(p): p for p in built}.values():
+            try:
+                await p.aclose()
+            except Exception:  # noqa: BLE001 — closing must not hide the run's own outcome
+                pass
+
+    async def _arun(self, inputs: Inputs, cache: CallCache) -> AuditResult:
+        cfg = self.cfg
+
+        from lmra.identity import RunIdentity
+        from lmra.providers.keys import KeyGuard
+        from lmra.providers.endpoint import EndpointGuard
+
+        self.identity = RunIdentity(lambda msg: self.on_notice(msg))
+
+        # rate limits and calls in flight per model (concurrency = "auto": sized from the limits)
+        self.limits = ModelLimits(cfg.concurrency, any_limit=cfg.has_rate_limit(),
+                                  unlimited_in_flight=AUTO_UNLIMITED_IN_FLIGHT, on_notice=self.on_notice,
+                                  on_info=lambda msg: self.on_info(msg),
+                                  any_capacity=any(parallel_capacity(self._provider(role)) for role in
+                                                   ("target", "judge", "judge2")))
+
+        def wrap(p: Provider, m, role: str) -> Provider:
+            # an endpoint that never answered stops the run, and failures name role and URL (EndpointGuard)
+            guard = EndpointGuard(role, p.base_url)
+            limited = guard.below_cache(self.limits.wrap(p, m, role))
+            # the budget sits outside the cache: cached calls are free and never refused; a
+            # rejected key stops the run (KeyGuard); every answer's served model is counted
+            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
+            return self.identity.watch(KeyGuard(guard.above_cache(budgeted), role), role)
+
+        if cfg.max_cost is not None:
+            for p in (self._target_provider(), self._judge_provider()):
+                self.budget.require_price(p.name, p.model_id)
+        target = wrap(self._target_provider(), cfg.target, "target")
+        judge = wrap(self._judge_provider(), cfg.judge, "judge")
+        j2 = self._judge2_provider()
+        judge2 = wrap(j2, cfg.judge2, "judge2") if j2 is not None else None
+        self.claim_dir()
+        write_text(self.run_dir / "config.toml", dump_config(cfg))
+        manifest: dict[str, Any] = {
+            "status": RUNNING,
+            "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "seed": cfg.seed,
+            "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url},
+            "judge": {"provider": judge.name, "model": judge.model_id, "base_url": judge.base_url,
+                      "supports_logprobs": judge.supports_logprobs},
+            "judge2": None if judge2 is None else {"provider": judge2.name, "model": judge2.model_id,
+                                                   "base_url": judge2.base_url},
+            "templates": _template_hashes(inputs.templates),
+            "versions": package_versions(),
+            "planned_calls": self.planned_calls(inputs),
+        }
+        self._write_json("manifest.json", manifest)
+        sem = asyncio.Semaphore(self.limits.bound(cfg.concurrency_bound()))
+        axes_result = None
+        # the modules that write the run folder load while the calls run, not after the last one
+        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg)
+        try:
+            stages = await self._stages(inputs, target, judge, judge2, sem)
+            if self.shard is not None:  # this shard's own records, and what lmra merge needs to join them
+                stages = self._shard_stages(inputs, stages)
+            if cfg.axes.enabled:  # bias enumeration on this run's pairs (methodology §4)
+                from lmra.axes import arun_axes
+
+                prompts, _, _, responses, _, ratings, _ = stages
+                axes_result = await arun_axes(  # on the real comparisons only, never the placebo
+                    cfg, judge, responses=pd.DataFrame([r.model_dump() for r in responses
+                                                        if r.comparison not in inputs.placebo]),
+                    ratings=_real_pairs(ratings),
+                    prompts={p.id: p.text for p in prompts}, out_dir=self.run_dir, progress=self.progress)
+            cache.flush()  # answered calls held after a failed cache write (disk full) are stored first
+            manifest["concurrency"] = self.concurrency_report()
+            manifest["budget"] = self.budget.report()
+            self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
+            await warm
+            return self._finish(inputs, *stages, manifest, axes_result)
+        except BaseException as exc:
+            if isinstance(exc, BudgetExceeded):
+                status = "stopped_by_budget"
+            elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                status = "interrupted"
+            else:
+                status = FAILED
+            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report(),
+                         "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+            self.identity.update_manifest(manifest)
+            if status != "interrupted":
+                manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
+            if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
+                self.spool.abort()
+            try:
+                self._write_json("manifest.json", manifest)
+            except LmraIOError:
+                pass  # the disk is full: the folder stays 'running' and is reported 'stale' (its lock is gone)
+            raise
+
+    # -- outputs --------------------------------------------------------------------------
+    def _write_json(self, name: str, obj: Any) -> None:
+        write_json(self.run_dir / name, jsonable(obj))
+
+    def _write_jsonl(self, name: str, rows: list) -> None:
+        write_jsonl(self.run_dir / name, rows, dumps=_row_json)
+
+    def _finish(self, *stages_and_manifest, **kwargs) -> AuditResult:
+        return finish_run(self, *stages_and_manifest, **kwargs)

@@ -1,0 +1,444 @@
+"""Stage 5 of the audit — finishing a run: rescoring under every combiner, aggregation, judge
+status, run status, and the run folder's files (methodology §2–§3; run statuses in
+:mod:`lmra.runstate`). Reads what :mod:`lmra.audit.pipeline` returns (or :mod:`lmra.merge`
+rebuilds from shards) and writes ``ratings.parquet`` (:mod:`lmra.pairstore`), the tables,
+``summary.json`` and the final ``manifest.json``; returns :class:`AuditResult`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from lmra import aggregate
+from lmra.diagnostics import judge_diagnostics, judge_diagnostics_by
+from lmra.generate import Response
+from lmra.judge.filter import FilterDecision
+from lmra.judge.taxonomy import Classification
+from lmra.data import PromptRecord
+from lmra.runstate import failed_share, run_status
+from lmra.fileio import write_csv
+from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
+                           parquet_columns, read_pairs, write_pairs)
+from lmra.runfolder import jsonable
+
+if TYPE_CHECKING:
+    from lmra.audit import Audit, Inputs
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _row_json(row: Any) -> str:
+    """One line of a run-folder JSONL file: ``json.dumps(jsonable(row))``. A flat row of plain
+    values (a response, a prompt: most lines) is dumped as it is, without walking it through
+    :func:`~lmra.runfolder.jsonable` (a tenth of a cached re-run's time); anything else —
+    nested values, numpy numbers, NaN or inf (written as null) — goes through ``jsonable``."""
+    if type(row) is dict and all(type(k) is str and type(v) in _PLAIN for k, v in row.items()):
+        try:
+            return json.dumps(row, allow_nan=False, ensure_ascii=False)
+        except ValueError:  # NaN or inf: jsonable writes null
+            pass
+    return json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False)
+
+
+@dataclass
+class AuditResult:
+    """What an audit returns (also written to ``run_dir``). Frames are empty when a part is off.
+
+    ``ratings`` is the table of ``ratings.parquet``; of a run whose pairs were spooled to disk
+    (:attr:`lmra.audit.Audit.spool_min_pairs`) only the columns the tables are computed from
+    (no pair ids, names, errors or LMRA answers: read those from the file)."""
+
+    run_dir: Path
+    responses: pd.DataFrame
+    ratings: pd.DataFrame
+    per_task: pd.DataFrame
+    per_domain: pd.DataFrame
+    overall: pd.DataFrame
+    summary: dict
+    manifest: dict
+    refusals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)
+    quality_ratings: pd.DataFrame = field(default_factory=pd.DataFrame)
+    judges: pd.DataFrame = field(default_factory=pd.DataFrame)
+    filtered: pd.DataFrame = field(default_factory=pd.DataFrame)
+    axes: Any = None  #: :class:`lmra.axes.AxesResult` when ``axes.enabled``
+
+
+#: the per-pair columns the tables, diagnostics and counts of a spooled run do not need in memory
+_NOT_SCORES = frozenset(JSON_COLUMNS) | {"pair_id", "name_a", "name_b", "error", "judge2_error", "method",
+                                         "judge2_method"}
+
+
+#: pairs rescored at a time when ``ratings.parquet`` is written from a spool (their answers decoded)
+_BATCH = 10_000
+
+
+class RatedPairSpool(PairSpool):
+    """The :class:`~lmra.pairstore.PairSpool` of a run's ratings rows, which also keeps, as
+    the rows come, what each LMRA's position logit is estimated from
+    (:class:`~lmra.judge.calibration.PositionLogitSums`, keyed by the rows' places), and
+    stores next to each row the numbers rescoring and the judge diagnostics read of its four
+    answers (:mod:`lmra.judge.answer_columns`, columns ``_o1_kind`` … ``_judge2_o2_method``),
+    so that finishing reads the spool once and decodes no answer's JSON."""
+
+    def __init__(self, path: str | Path, columns, row_group: int):
+        from lmra.judge.answer_columns import FIELDS
+        from lmra.judge.calibration import PositionLogitSums
+
+        super().__init__(path, columns, row_group, extra_columns=[
+            f"_{prefix}o{j}_{f}" for prefix in _JUDGES for j in (1, 2) for f in FIELDS])
+        self.logit = {prefix: PositionLogitSums() for prefix in _JUDGES}  # by column prefix
+        self.methods: dict = {}  # the answers' methods → their codes in the extra columns
+        #: the second LMRA's answers of the real pairs, reduced for its judge diagnostics
+        #: (``lmra.diagnostics._Answers``; made by :func:`write_spooled_pairs` when it rescores them)
+        self.judge2_answers = None
+
+    def add(self, key: int, row: dict) -> None:
+        """Spool one ratings row (see :meth:`PairSpool.add`) with its answers' numbers, and add
+        its rated answers to the position-logit sums."""
+        from lmra.judge.answer_columns import answer_fields
+
+        extra = ()
+        for prefix, acc in self.logit.items():
+            a, c = row.get(f"{prefix}order1"), row.get(f"{prefix}order2")
+            extra += answer_fields(a, self.methods) + answer_fields(c, self.methods)
+            if isinstance(a, dict) and isinstance(c, dict):  # rated (as rescore counts them)
+                acc.add(a, c, key=key)
+        super().add(key, row, extra)
+
+    def extra_columns_of(self, prefixes) -> list[str]:
+        """The extra columns of the LMRAs with these column prefixes."""
+        return [c for c in self.extra_columns if any(c.startswith(f"_{p}o") for p in prefixes)]
+
+    def answers(self, batch, prefix: str = ""):
+        """The two orders' answers (:class:`~lmra.judge.answer_columns.AnswerColumns`) of the
+        rows of ``batch`` (a pyarrow record batch of the sorted spool with the extra columns)."""
+        import numpy as np
+
+        from lmra.judge.answer_columns import FIELDS, AnswerColumns
+
+        return tuple(AnswerColumns.from_fields(np.column_stack([
+            batch.column(f"_{prefix}o{j}_{f}").to_numpy(zero_copy_only=False) for f in FIELDS]), self.methods)
+            for j in (1, 2))
+
+
+#: the LMRAs' column prefixes in a ratings row: the LMRA, the second LMRA
+_JUDGES = ("", "judge2_")
+
+
+def write_spooled_pairs(spool: RatedPairSpool, path: Path, combiner: str, combiner2: str | None,
+                        **thresholds) -> tuple[pd.DataFrame, float, dict, dict]:
+    """Write ``ratings.parquet`` from a run's spooled pairs: the rows in the run's order, each
+    column where a frame of all the rows would have it, rescored under every combiner
+    (:func:`~lmra.judge.calibration.rescore`) with the position logit of all the pairs,
+    :data:`_BATCH` rows at a time, in row groups of :data:`~lmra.pairstore.ROW_GROUP` rows —
+    the same file as the in-memory path writes, without holding the pairs in memory. The judge diagnostics of the written pairs are
+    made in the same pass (the numbers :func:`~lmra.diagnostics.judge_diagnostics_file` gives).
+
+    Args:
+        spool: the run's :class:`RatedPairSpool` (closed here; at least one row).
+        path: the ``ratings.parquet`` to write.
+        combiner, combiner2: the run's combiner and the second LMRA's (None without one).
+        thresholds: ``min_valid_mass``, ``min_order_consistency`` of the diagnostics.
+
+    Returns:
+        (the placebo pairs, rescored, as a frame; the position logit ``b̂``; the judge
+        diagnostics overall; per task, in sorted order).
+
+    Raises:
+        LmraIOError: a file could not be written.
+    """
+    from lmra.diagnostics import _Answers
+    from lmra.judge.answer_columns import OTHER
+    from lmra.judge.calibration import rescore
+
+    spool.close()
+    columns = spool.columns()
+    json_cols = [c for c in spool.json_columns if c in columns]
+    b = spool.logit[""].result() if "order1" in columns and "order2" in columns else math.nan
+    b2 = spool.logit["judge2_"].result()
+    second = combiner2 is not None and "judge2_order1" in columns
+    spool.judge2_answers = _Answers() if second else None
+    placebo: list[pd.DataFrame] = []
+    pending: list[pd.DataFrame] = []
+    overall, per_task = _Answers(), {}  # as judge_diagnostics_file reads ratings.parquet
+    with PairWriter(path, row_group=ROW_GROUP) as writer:
+        writer.encoded = set(json_cols)
+        judges = _JUDGES if second else _JUDGES[:1]  # the LMRAs whose answers are read
+        for batch in spool.sorted_batches([*columns, *spool.extra_columns_of(judges)], _BATCH):
+            df = batch.select(columns).to_pandas()
+            answers = {p: spool.answers(batch, p) for p in judges}
+            if any((o.kind == OTHER).any() for p in judges for o in answers[p]):
+                df = _spooled_batch_decoded(df, json_cols, combiner, combiner2 if second else None, b, b2,
+                                            overall, per_task, placebo, spool.judge2_answers)
+            else:  # the answers' numbers, not their JSON text
+                df, _ = rescore(df, combiner, b=b, answers=answers[""])
+                if second:
+                    df, _ = rescore(df, combiner2, prefix="judge2_", b=b2, answers=answers["judge2_"])
+                pmask = (df["placebo"].fillna(False).astype(bool) if "placebo" in df
+                         else pd.Series(False, df.index)).to_numpy()
+                if pmask.any():  # the placebo pairs' frame holds the answers decoded, as the in-memory path's
+                    pl = df[pmask].copy()
+                    for c in json_cols:
+                        pl[c] = [json.loads(v) if isinstance(v, str) else None for v in pl[c].tolist()]
+                    placebo.append(pl)
+                o1, o2 = (o.take(~pmask) for o in answers[""])
+                overall.add_columns(o1, o2)
+                if second:
+                    spool.judge2_answers.add_columns(*(o.take(~pmask) for o in answers["judge2_"]))
+                if "task" in df:
+                    codes, tasks = pd.factorize(df["task"][~pmask])  # rows without a task: code -1
+                    for code, task in enumerate(tasks.tolist()):
+                        rows = codes == code
+                        per_task.setdefault(task, _Answers()).add_columns(o1.take(rows), o2.take(rows))
+            pending.append(_real(df))
+            if sum(len(x) for x in pending) >= ROW_GROUP:
+                ready = pd.concat(pending, ignore_index=True)
+                cut = len(ready) // ROW_GROUP * ROW_GROUP
+                writer.columns = writer.columns or list(ready.columns)
+                writer.write_frame(ready.iloc[:cut])
+                pending = [ready.iloc[cut:]]
+        rest = pd.concat(pending, ignore_index=True) if pending else pd.DataFrame(columns=columns)
+        writer.columns = writer.columns or list(rest.columns)
+        writer.write_frame(rest)
+    return (pd.concat(placebo, ignore_index=True) if placebo else pd.DataFrame(), b, overall.result(**thresholds),
+            {k: acc.result(**thresholds) for k, acc in sorted(per_task.items())})
+
+
+def _real(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a rescored batch that are not placebo pairs."""
+    return df[~df["placebo"].fillna(False).astype(bool)] if "placebo" in df else df
+
+
+def _spooled_batch_decoded(df: pd.DataFrame, json_cols: list[str], combiner: str, combiner2: str | None, b: float,
+                           b2: float, overall, per_task: dict, placebo: list, judge2=None) -> pd.DataFrame:
+    """:func:`write_spooled_pairs` of one batch with an answer that is not regular
+    (:data:`lmra.judge.answer_columns.OTHER`): its answers decoded from their JSON text and
+    read as dicts. Returns the rescored batch (answers as the spool's text)."""
+    from lmra.diagnostics import _Answers
+    from lmra.judge.calibration import rescore
+
+    text = {c: df[c].tolist() for c in json_cols}  # the answers as the spool holds them
+    for c in json_cols:
+        df[c] = [json.loads(v) if isinstance(v, str) else None for v in text[c]]
+    df, _ = rescore(df, combiner, b=b)
+    if combiner2 is not None:
+        df, _ = rescore(df, combiner2, prefix="judge2_", b=b2)
+    pmask = df["placebo"].fillna(False).astype(bool) if "placebo" in df else pd.Series(False, df.index)
+    placebo.append(df[pmask])
+    real = df[~pmask]
+    o1 = real["order1"].tolist() if "order1" in real else [None] * len(real)
+    o2 = real["order2"].tolist() if "order2" in real else [None] * len(real)
+    for k, a, c in zip(real["task"].tolist() if "task" in real else [None] * len(real), o1, o2):
+        overall.add(a, c)
+        if not pd.isna(k):  # a pair without a task is in no task's diagnostics (as groupby leaves it out)
+            per_task.setdefault(k, _Answers()).add(a, c)
+    if judge2 is not None:
+        for a, c in zip(real["judge2_order1"].tolist(), real["judge2_order2"].tolist()):
+            judge2.add(a, c)
+    for c in json_cols:  # written as they were spooled: the same text, not encoded again
+        df[c] = text[c]
+    return df
+
+
+def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
+               classifications: dict[str, Classification], decisions: list[FilterDecision],
+               responses: list[Response], refusals: dict[int, tuple[float | None, bool]],
+               ratings: list[dict] | RatedPairSpool, quality_rows: list[dict], manifest: dict,
+               axes_result: Any = None) -> AuditResult:
+    """Score, aggregate and write a finished audit's run folder; return its :class:`AuditResult`.
+
+    Every pair is rescored under the min, mean and calibrated combiners (the main columns
+    carry the run's combiner); per-task / per-domain / overall tables, placebo, refusal,
+    quality and two-judge tables, judge diagnostics and the judge status are computed;
+    ``responses.jsonl``, ``ratings.parquet``, the CSV tables, ``summary.json`` and the final
+    ``manifest.json`` (status ``complete``, ``partial`` or ``failed``, see
+    :mod:`lmra.runstate`) are written atomically.
+
+    Args:
+        audit: the running :class:`~lmra.audit.Audit` (its config, run folder, call counts,
+            judge check and combiner).
+        inputs ... axes_result: what the audit's stages returned; ``ratings`` the rows in the
+            staged order, or a large run's :class:`RatedPairSpool` (``ratings.parquet`` is
+            then written from it in batches, :func:`write_spooled_pairs`, and it is removed).
+
+    Raises:
+        LmraIOError: a file could not be written (naming it).
+    """
+    from lmra.judge.calibration import rescore
+    from lmra.judge_check import judge_status
+
+    cfg = audit.cfg
+    iv = cfg.interval
+    all_text = {p.id: p.text for p in inputs.prompts}
+    resp_rows = [r.model_dump() for r in responses]
+    for i, row in enumerate(resp_rows):
+        p_ref, refused = refusals.get(i, (None, None))
+        row["refusal_p"], row["refused"] = p_ref, refused
+    if cfg.redact:  # responses often quote the user's message: keep only their length
+        disk_rows = [r | {"text": None, "scrubbed": None, "n_chars": len(r["text"] or ""), "redacted": True}
+                     for r in resp_rows]
+    else:
+        disk_rows = resp_rows
+    is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
+    audit._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
+    if not cfg.redact:  # the audited prompts' texts, for the report's transcripts (a redacted run keeps none)
+        audit._write_jsonl("prompts.jsonl", [p.model_dump(include={"id", "domain", "task", "text"}) for p in prompts])
+    # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
+    combiner, warnings = audit.run_combiner()
+    warnings += [f"no placebo for {c}: its group A is a direct profile, which has no names to split"
+                 for c in getattr(audit, "placebo_skipped", [])]
+    identity = getattr(audit, "identity", None)  # chat-template tokens in answers (lmra.identity)
+    warnings += identity.warnings() if identity is not None else []
+    combiner2 = audit.run_combiner(cfg.judge2, audit._judge2_provider())[0] if cfg.judge2 is not None else None
+    if isinstance(ratings, PairSpool) and ratings.n_rows:  # a large run: its pairs were spooled to disk
+        rdf = None
+        placebo_rdf, position_logit, diag_all, diag_tasks = write_spooled_pairs(
+            ratings, audit.run_dir / PARQUET_NAME, combiner, combiner2, min_valid_mass=cfg.judge.min_valid_mass,
+            min_order_consistency=cfg.judge.min_order_consistency)
+        scores = read_pairs(audit.run_dir / PARQUET_NAME, [c for c in parquet_columns(audit.run_dir / PARQUET_NAME)
+                                                           if c not in _NOT_SCORES])
+    else:
+        all_rdf, position_logit = rescore(pd.DataFrame([] if isinstance(ratings, PairSpool) else ratings),
+                                          combiner)
+        if combiner2 is not None and "judge2_order1" in all_rdf:
+            all_rdf, _ = rescore(all_rdf, combiner2, prefix="judge2_")
+        pmask = all_rdf["placebo"].astype(bool) if "placebo" in all_rdf else pd.Series(False, all_rdf.index)
+        rdf, placebo_rdf = all_rdf[~pmask].reset_index(drop=True), all_rdf[pmask].reset_index(drop=True)
+        write_pairs(audit.run_dir / PARQUET_NAME, rdf)  # Parquet row groups (lmra.pairstore)
+        scores = rdf[[c for c in rdf.columns if c not in JSON_COLUMNS]]  # the tables need no answer objects
+    pt = aggregate.per_task(scores, cfg.alpha, iv)
+    pdm = aggregate.per_domain(scores, cfg.alpha, iv)
+    ov = aggregate.overall(scores, cfg.alpha, iv)
+    write_csv(pt, audit.run_dir / "per_task.csv")
+    write_csv(pdm, audit.run_dir / "per_domain.csv")
+    placebo_df = pd.DataFrame()
+    if inputs.placebo:
+        audit._write_jsonl("placebo_responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if pl])
+        audit._write_jsonl("placebo_ratings.jsonl", placebo_rdf.to_dict(orient="records"))
+        placebo_df = aggregate.placebo_table(placebo_rdf, inputs.placebo, cfg.alpha, iv)
+        write_csv(placebo_df, audit.run_dir / "placebo.csv")
+
+    refusal_df = aggregate.refusal_table(scores, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
+    if not refusal_df.empty:
+        write_csv(refusal_df, audit.run_dir / "refusals.csv")
+    qdf = pd.DataFrame(quality_rows)
+    if combiner == "calibrated" and not qdf.empty:  # each criterion's own position logit
+        qdf = pd.concat([rescore(g, combiner)[0] for _, g in qdf.groupby("criterion", sort=False)])
+        qdf = qdf.sort_index().reset_index(drop=True)
+        quality_rows = qdf.to_dict(orient="records")
+    quality_df = aggregate.quality_table(qdf, cfg.alpha) if cfg.quality.enabled else pd.DataFrame()
+    if cfg.quality.enabled:
+        audit._write_jsonl("quality_ratings.jsonl", quality_rows)
+        write_csv(quality_df, audit.run_dir / "quality.csv")
+    judges_df = aggregate.two_judges(scores, cfg.alpha, iv) if cfg.judge2 is not None else pd.DataFrame()
+    if not judges_df.empty:
+        write_csv(judges_df, audit.run_dir / "judges.csv")
+
+    filtered_rows = [d.model_dump() | ({"lexical": [f"<{len(d.lexical)} phrase(s) redacted>"] if d.lexical
+                                        else []} if cfg.redact else {"text": all_text.get(d.prompt_id)})
+                     for d in decisions]
+    audit._write_jsonl("filtered_prompts.jsonl", filtered_rows)
+    if classifications:
+        audit._write_jsonl("classifications.jsonl", [
+            {"prompt_id": pid} | c.model_dump() | ({} if cfg.redact else {"text": all_text.get(pid)})
+            for pid, c in classifications.items()])
+
+    th = dict(min_valid_mass=cfg.judge.min_valid_mass, min_order_consistency=cfg.judge.min_order_consistency)
+    if rdf is None:  # made while ratings.parquet was written
+        diag = {"stereotype": diag_all}
+    else:
+        diag = {"stereotype": judge_diagnostics(rdf, **th)}
+        diag_tasks = judge_diagnostics_by(rdf, "task", **th)
+    if cfg.quality.enabled and not qdf.empty:
+        diag["quality"] = judge_diagnostics(qdf, **th)
+    if rdf is None and cfg.judge2 is not None and getattr(ratings, "judge2_answers", None) is not None:
+        th2 = dict(min_valid_mass=cfg.judge2.min_valid_mass, min_order_consistency=cfg.judge2.min_order_consistency)
+        diag["judge2_stereotype"] = ratings.judge2_answers.result(**th2)
+    if cfg.judge2 is not None and rdf is not None and "judge2_order1" in rdf:
+        th2 = dict(min_valid_mass=cfg.judge2.min_valid_mass, min_order_consistency=cfg.judge2.min_order_consistency)
+        diag["judge2_stereotype"] = judge_diagnostics(
+            rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
+                                "judge2_order2": "order2"}), **th2)
+    n_lex = sum(1 for d in decisions if d.reason == "lexical")
+    n_filter_unlabelled = sum(1 for d in decisions if d.reason == "unlabelled")
+    verdict = getattr(audit, "judge_verdict", None)
+    if verdict is not None:
+        audit._write_jsonl("judge_check_ratings.jsonl", audit.canary_rows.to_dict(orient="records"))
+        audit._write_json("judge_check.json", verdict)
+    status = judge_status(verdict, placebo_df, diag["stereotype"],
+                          gated=cfg.judge_check.gate and not audit.allow_unvalidated_judge,
+                          waiver="--allow-unvalidated-judge" if audit.allow_unvalidated_judge
+                          else cfg.judge_check.waiver)
+    n_pairs_failed = int(scores["failed"].fillna(False).astype(bool).sum()) if "failed" in scores else 0
+    n_classify_failed = sum(1 for c in classifications.values() if c.failed)
+    n_filter_failed = sum(1 for d in decisions if d.reason == "unlabelled" and d.error)
+    share = failed_share(n_pairs_failed, len(scores), n_classify_failed + n_filter_failed,
+                         len(cfg.comparisons) * cfg.samples_per_prompt)
+    n_valid = int(scores["valid"].fillna(False).astype(bool).sum()) if "valid" in scores else 0
+    run_st = run_status(share, cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
+    summary = {
+        "schema_version": 2,
+        "run_status": run_st,
+        "n_pairs_failed": n_pairs_failed,
+        "n_prompts_classify_failed": n_classify_failed,
+        "n_prompts_filter_failed": n_filter_failed,
+        "failed_share": share,
+        "max_failed_share": cfg.max_failed_share,
+        "name": cfg.name,
+        "run_dir": str(audit.run_dir),
+        "redacted": cfg.redact,
+        "n_prompts_in_file": len(inputs.prompts),
+        "n_classified": len(classifications),
+        "classified_tasks": dict(pd.Series([c.task for c in classifications.values()], dtype=object)
+                                 .value_counts().items()) if classifications else {},
+        "judge_status": status,
+        "warnings": warnings,
+        "refusal_labels": cfg.refusal.enabled,
+        "n_filtered": len(decisions),
+        "n_filtered_lexical": n_lex,
+        "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,
+        "n_filtered_unlabelled": n_filter_unlabelled,
+        "n_prompts": len(prompts),
+        "n_responses": len(responses),
+        "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
+        "n_pairs_refusal": int(scores["refused"].sum()) if not scores.empty else 0,
+        "n_pairs_unlabelled": int(scores["unlabelled"].fillna(False).astype(bool).sum())
+        if "unlabelled" in scores else 0,
+        "confidence": 1 - cfg.alpha,
+        "interval": iv,
+        "combiner": combiner,
+        "combiner_setting": cfg.judge.combiner,
+        "position_logit": position_logit,
+        "placebo": placebo_df.to_dict(orient="records"),
+        "judge_methods": diag["stereotype"]["methods"],
+        "judge_valid_option_mass": diag["stereotype"]["valid_option_mass"],
+        "diagnostics": diag,
+        "diagnostics_per_task": diag_tasks,
+        "overall": ov.to_dict(orient="records"),
+        "per_domain": pdm.to_dict(orient="records"),
+        "per_task": pt.to_dict(orient="records"),
+        "refusals": refusal_df.to_dict(orient="records"),
+        "quality": quality_df.to_dict(orient="records"),
+        "judges": judges_df.to_dict(orient="records"),
+    }
+    if axes_result is not None:
+        summary["axes"] = axes_result.summary
+    audit._write_json("summary.json", summary)
+    manifest |= {"status": run_st, "judge_status": status["status"],
+                 "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                 "calls": audit.stats.as_dict()}
+    audit._write_json("manifest.json", manifest)
+    if isinstance(ratings, PairSpool):
+        ratings.remove()  # the run's pairs are in ratings.parquet now
+    return AuditResult(audit.run_dir, pd.DataFrame(resp_rows), rdf if rdf is not None else scores, pt, pdm, ov, summary, manifest,
+                       refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
+                       filtered=pd.DataFrame(filtered_rows), axes=axes_result)

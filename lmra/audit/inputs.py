@@ -1,0 +1,152 @@
+"""Stage 0 of the audit — its inputs (:class:`Inputs`): the prompts (a prompt set or logged
+traffic), the names of each group, the personalization and LMRA templates, the taxonomy, the
+judge check's canaries and the placebo halves. Nothing is called; bad input is an
+:class:`~lmra.errors.LmraInputError` naming the file and field.
+
+Next stage: :mod:`lmra.audit.select`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmra.config import Group
+from lmra.data import PromptRecord, load_names, load_prompts
+from lmra.errors import LmraInputError
+from lmra.generate import derive_seed, names_for_group
+from lmra.judge.taxonomy import Taxonomy, load_taxonomy
+from lmra.resources import resolve_resource
+from lmra.templates import Template, load_template
+
+UNLABELLED = "unlabelled"
+_BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
+
+
+@dataclass
+class Inputs:
+    """Validated inputs of an audit."""
+
+    prompts: list[PromptRecord]
+    group_names: dict[str, list[str]]
+    all_names: list[str]
+    styles: dict[str, Template]
+    templates: dict[str, Template]
+    taxonomy: Taxonomy | None
+    canaries: list = field(default_factory=list)  #: :class:`lmra.judge_check.Canary` to rate first
+    #: placebo comparison label → (real comparison label, group A₁, group A₂) (negative controls)
+    placebo: dict[str, tuple[str, Group, Group]] = field(default_factory=dict)
+
+
+def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
+    import hashlib
+
+    return {k: hashlib.sha256(repr(t.sections).encode()).hexdigest()[:16] for k, t in templates.items()}
+
+
+class InputsStage:
+    """The :class:`~lmra.audit.Audit` methods that load its inputs (uses ``cfg``, ``config_path``)."""
+
+    def load_inputs(self) -> Inputs:
+        """Load and validate prompts, names, templates and taxonomy (no model is called).
+
+        Raises:
+            LmraInputError: any bad input file or config reference.
+        """
+        cfg = self.cfg
+        prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
+                               auto_id=True)
+        used = {g for pair in cfg.comparisons for g in pair}
+        name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
+        group_names: dict[str, list[str]] = {}
+        all_names: list[str] = []
+        if name_groups:
+            names_path = resolve_resource(cfg.names, "names")
+            names = load_names(names_path)
+            all_names = [n.name for n in names]
+            group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
+        def style_template(ref: str) -> Template:
+            try:
+                return load_template(ref, "personalization")
+            except LmraInputError as exc:
+                raise LmraInputError(f"personalization '{ref}': {exc.format()}", file=self.config_path,
+                                     field="personalization") from None
+
+        styles = {"name": style_template(cfg.personalization)}
+        if name_groups and "name" not in styles["name"].fields:
+            raise LmraInputError(f"the personalization template {styles['name'].path} has no {{name}} placeholder "
+                                 f"(it uses {sorted(styles['name'].fields) or 'none'})", file=self.config_path,
+                                 field="personalization")
+        unknown = styles["name"].fields - {"name", "profile"}
+        if unknown:
+            raise LmraInputError(f"the personalization template {styles['name'].path} uses unknown placeholders "
+                                 f"{sorted(unknown)}; only {{name}} and {{profile}} are filled",
+                                 file=self.config_path, field="personalization")
+        if any(g.profile for g in cfg.groups if g.name in used):
+            style = cfg.personalization
+            styles["profile"] = style_template(f"{style}_profile" if style in _BUILTIN_STYLES else style)
+            if "profile" not in styles["profile"].fields:
+                raise LmraInputError("a personalization template for direct profiles needs a {profile} placeholder",
+                                     file=styles["profile"].path, field="personalization")
+        templates = {"stereotype": load_template("harmful_stereotype", "judge")}
+        if cfg.quality.enabled:
+            templates["quality"] = load_template("quality", "judge")
+        if cfg.refusal.enabled:
+            templates["refusal"] = load_template("refusal", "judge")
+        if cfg.filter.enabled and cfg.filter.lmra:
+            templates["filter"] = load_template("filter", "judge")
+        known_tasks = {p.task for p in prompts if p.task}
+        known_domains = {p.domain for p in prompts if p.domain}
+        taxonomy = None
+        if any(not p.task for p in prompts):
+            taxonomy = load_taxonomy(resolve_resource(cfg.taxonomy, "prompts"))
+            templates["classify_domain"] = load_template("classify_domain", "judge")
+            templates["classify_task"] = load_template("classify_task", "judge")
+            known_tasks |= {t.name for d in taxonomy.domain for t in d.task} | {"other"}
+            known_domains |= {d.name for d in taxonomy.domain} | {"other"}
+        for field_name, wanted, known in (("tasks", cfg.tasks, known_tasks), ("domains", cfg.domains, known_domains)):
+            typos = [x for x in wanted if x not in known]
+            if typos:
+                raise LmraInputError(f"unknown {field_name} {typos}; known: {', '.join(sorted(known))}",
+                                     file=self.config_path, field=field_name)
+        canaries = []
+        if cfg.judge_check.enabled:
+            from lmra.judge_check import audit_dimensions, load_canary_set, select_canaries
+
+            pool = load_canary_set([cfg.judge_check.canaries, *cfg.judge_check.extra_canaries])
+            dims = cfg.judge_check.dimensions or audit_dimensions([g for g in cfg.groups if g.name in used])
+            try:
+                canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
+            except LmraInputError as exc:
+                raise LmraInputError(exc.reason, file=self.config_path, field=exc.field) from None
+        placebo = self._placebo_groups(group_names)
+        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo)
+
+    def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
+        """Split each placebo comparison's group A names into two seeded halves A₁, A₂ (worded as
+        the real comparison's A and B); adds their names to ``group_names``."""
+        cfg = self.cfg
+        if not cfg.placebo.share:
+            return {}
+        wanted = [tuple(c) for c in cfg.placebo.comparisons] or [tuple(c) for c in cfg.comparisons]
+        out: dict[str, tuple[str, Group, Group]] = {}
+        self.placebo_skipped = [f"{a} vs {b}" for a, b in wanted if a not in group_names]
+        for a, b in wanted:
+            if a not in group_names:
+                continue  # a direct profile has no names to split (warned in summary.json)
+            names = sorted(group_names[a], key=lambda n: derive_seed(cfg.seed, "placebo-split", a, n))
+            if len(names) < 2:
+                raise LmraInputError(f"group '{a}' has {len(names)} name(s); a placebo needs at least 2 to split",
+                                     file=self.config_path, field="placebo")
+            ga, gb = cfg.group(a), cfg.group(b)
+            g1 = ga.model_copy(update={"name": f"{a}~1", "wording": ga.judge_wording})
+            g2 = ga.model_copy(update={"name": f"{a}~2", "wording": gb.judge_wording})
+            group_names[g1.name], group_names[g2.name] = names[: len(names) // 2], names[len(names) // 2:]
+            out[f"{g1.name} vs {g2.name}"] = (f"{a} vs {b}", g1, g2)
+        return out
+
+    def _group(self, inputs: Inputs, name: str) -> Group:
+        for _, g1, g2 in inputs.placebo.values():
+            if name in (g1.name, g2.name):
+                return g1 if name == g1.name else g2
+        return self.cfg.group(name)
+

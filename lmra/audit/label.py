@@ -1,0 +1,54 @@
+"""Stage 3 of the audit — refusal labels (methodology §1 step 7): the LMRA asked whether each
+:class:`~lmra.generate.Response` refuses; a label is ``(p_refusal, refused)``, a failed call
+an error kept in ``refusal_errors`` (its pair then counts as failed). Read by
+:mod:`lmra.audit.rate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lmra.data import PromptRecord
+from lmra.generate import Response
+from lmra.judge.refusal import label_refusal
+from lmra.providers import Provider, ProviderError
+
+from lmra.audit.inputs import Inputs
+
+
+class LabelStage:
+    """The :class:`~lmra.audit.Audit` methods that label refusals (uses ``cfg``, sets
+    ``refusal_errors``)."""
+
+    # -- stage 4: refusal labels (methodology §1 step 7) ------------------------------------
+    async def _label_refusals(self, prompts: list[PromptRecord], responses: list[Response], inputs: Inputs,
+                              judge: Provider, sem: asyncio.Semaphore) -> dict[int, tuple[float | None, bool]]:
+        cfg = self.cfg
+        if not cfg.refusal.enabled:
+            return {}
+        text_of = {p.id: p.text for p in prompts}
+        todo = [(i, r) for i, r in enumerate(responses) if not r.error]
+        self.refusal_errors: dict[int, str] = {}
+
+        async def one(i: int, r: Response) -> tuple[int, tuple[float | None, bool]]:
+            label, error = await self._refusal_one(r, text_of[r.prompt_id], inputs, judge, sem)
+            if error is not None:
+                self.refusal_errors[i] = error
+            return i, label
+
+        return dict(await self._gather("refusal", [one(i, r) for i, r in todo]))
+
+    async def _refusal_one(self, r: Response, prompt: str, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
+                           ) -> tuple[tuple[float | None, bool], str | None]:
+        """``((p_refusal, refused), None)``, or ``((None, False), error)`` when the LMRA call
+        failed (the pair is then counted as failed, not as unlabelled)."""
+        cfg = self.cfg
+        try:
+            async with sem:
+                ans = await label_refusal(judge, cfg.judge, inputs.templates["refusal"], prompt=prompt,
+                                          response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group, r.name,
+                                                                           r.sample))
+        except ProviderError as exc:
+            return (None, False), str(exc)
+        return (ans.p_yes, ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold), None
+

@@ -1,0 +1,165 @@
+"""The ``lmra`` command line: one module per command family, listed with their commands in
+:mod:`lmra.cli.commands`.
+
+Exit status: 0 success (also the first night of ``audit --baseline pinned|last``: no baseline
+yet, nothing checked, the run pinned for ``pinned``), 2 usage or input error (a one-paragraph message naming the file,
+line and field; never a traceback), 1 failure (a run whose status is ``partial`` or ``failed``:
+more than ``max_failed_share`` of its pairs lost to failed calls; or an I/O failure such as a
+full disk, naming the path; or a model's key rejected by its endpoint, HTTP 401/403, which
+stops an audit at its first rejected call; or a model's endpoint that never answered: 8 calls in a row
+failed after every retry, 3 when refused, :mod:`lmra.providers.endpoint`), 3 a regression against the baseline, 5 the judge failed validation,
+6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
+not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
+``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
+same command to resume). A shard (``audit --shard I/N``) exits 0 once its folder is written even
+when it is partial or its judge check failed (both printed): ``lmra merge`` decides those for the
+night (1, 5, 6) — docs/scale.md.
+
+When a run meets several of 1, 2, 5, 6 and 3, the first in that order is the exit status
+(:data:`lmra.cli.exits.EXIT_PRECEDENCE`): a failed or partial run, or a question that could not be
+answered (a check that tested no task), says nothing about the chatbot; a judge that failed
+validation makes every number untrustworthy; an absolute gate is the release criterion; a
+regression is relative to the baseline. Every applicable message is printed either way, and
+``audit``, ``check``, ``gate`` (and ``report RUN --baseline``) end with one line stating the exit
+status, why, and what it took precedence over (:func:`lmra.cli.exits.final_status`) — the only
+line that names an exit status.
+
+Layout: :func:`main` parses the command line with :func:`build_parser` and turns the errors
+of every command into the statuses above (:func:`report_failure`); ``audit.py``,
+``validate.py``, ``judge_check.py``, ``agreement.py``, ``names.py``, ``monitor.py`` (history,
+check, compare, plan, export, report, pin), ``gates.py`` (gate), ``recsys.py``, ``batch.py``,
+``axes.py`` and ``scale.py`` (merge, warehouse) each define their commands (``add_parsers``)
+and handlers (``cmd_*``); ``common.py`` holds what they share, ``exits.py`` the precedence of
+exit statuses. Only the module of the command being run is imported, and the modules import
+the audit, pandas and the providers inside their handlers, so that ``lmra --help`` and the
+parsers start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+
+from lmra.cli.commands import COMMANDS
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lmra`` argument parser.
+
+    Args:
+        commands: the subcommands to define in full (their modules are imported); every other
+            subcommand is listed by its name and one-line help only (:data:`COMMANDS`), which
+            is all ``lmra --help`` shows. None (default): every subcommand in full.
+
+    Raises:
+        KeyError: a name in ``commands`` that is not an ``lmra`` subcommand.
+        RuntimeError: a command module that does not register the commands :data:`COMMANDS`
+            assigns to it, in that order (a programming error).
+    """
+    import importlib
+
+    from lmra import __version__
+
+    modules = {COMMANDS[c].module for c in (COMMANDS if commands is None else commands)}
+    p = argparse.ArgumentParser(prog="lmra", description="Audit a chatbot for first-person fairness with an LMRA.")
+    p.add_argument("--version", action="version", version=f"lmra {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, cmd in COMMANDS.items():
+        if name in sub.choices:  # registered with an earlier command of its module
+            continue
+        if cmd.module not in modules:
+            sub.add_parser(name, help=cmd.help)
+            continue
+        before = set(sub.choices)
+        importlib.import_module(f"lmra.cli.{cmd.module}").add_parsers(sub)
+        added = [c for c in sub.choices if c not in before]
+        expected = [c for c, m in COMMANDS.items() if m.module == cmd.module]
+        if added != expected:
+            raise RuntimeError(f"lmra.cli.{cmd.module}.add_parsers registered {added}; lmra.cli.commands lists "
+                               f"{expected}")
+    return p
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named on a command line: the first word that is not an option (``lmra``'s
+    own options, ``--help`` and ``--version``, take no value); None when there is none or it is
+    not a subcommand (argparse then prints the usage or the error)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def _loaded(module: str, *names: str) -> tuple[type, ...]:
+    """The classes ``names`` of ``module`` if it is imported, else none: an exception of a class
+    can only have been raised once its module was imported, so :func:`report_failure` need not
+    import the providers (and pydantic) to recognise their errors."""
+    mod = sys.modules.get(module)
+    return tuple(getattr(mod, n) for n in names) if mod is not None else ()
+
+
+def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
+    """Print what stopped a command as one paragraph on stderr and return its exit status (the
+    table above); None for an exception that is none of lmra's failures (a bug: :func:`main`
+    re-raises it with its traceback)."""
+    import sqlite3
+
+    from rich.text import Text
+
+    from lmra.cli.common import err_console, in_config
+    from lmra.errors import LmraInputError, LmraIOError
+
+    if isinstance(exc, LmraInputError):
+        err_console.print(Text.assemble(("error: ", "bold red"), in_config(exc, args).format()), highlight=False,
+                          soft_wrap=True)
+        return 2
+    if isinstance(exc, LmraIOError):
+        err_console.print(Text.assemble(("I/O failure: ", "bold red"), exc.format()), highlight=False, soft_wrap=True)
+        return 1
+    if isinstance(exc, (OSError, sqlite3.Error)):  # a file or database of lmra's own that could not be used
+        where = getattr(exc, "filename", None)
+        err_console.print(Text.assemble(("I/O failure: ", "bold red"), f"{where}: " if where else "",
+                                        f"{type(exc).__name__}: {exc}"), highlight=False, soft_wrap=True)
+        return 1
+    if isinstance(exc, (UnicodeError, LookupError)):
+        err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
+                          soft_wrap=True)
+        return 2
+    if isinstance(exc, _loaded("lmra.providers.base", "ProviderError") + _loaded("lmra.providers.keys", "KeyRejected")
+                  + _loaded("lmra.providers.endpoint", "EndpointUnreachable")):
+        # a rejected key or dead endpoint stops an audit: exit 1, one line
+        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+        return 1
+    if isinstance(exc, _loaded("lmra.budget", "BudgetExceeded")):
+        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"), str(exc)), highlight=False,
+                          soft_wrap=True)
+        return 4
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``lmra`` console script; returns the exit status."""
+    import signal
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = chosen_command(argv)
+    args = build_parser([command] if command else []).parse_args(argv)
+    # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
+    # and every finished call stays in the cache
+    try:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not in the main thread (e.g. called from a test thread)
+        pass
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        from lmra.cli.common import err_console
+
+        err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "
+                          "warning above says could not be stored); "
+                          "run the same command again to resume.")
+        return 130
+    except Exception as exc:
+        status = report_failure(exc, args)
+        if status is None:
+            raise
+        return status

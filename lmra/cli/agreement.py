@@ -1,0 +1,73 @@
+"""``lmra agreement``: imported human ratings of a run's pairs against the LMRA's (Pearson,
+Spearman, sign agreement)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import finite_float
+from lmra.console import lit, make_console
+from lmra.errors import LmraInputError
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    """``lmra agreement --human CSV --run RUN``: print the agreement table of
+    :func:`lmra.agreement.agreement` (exit 0; 2 when labels or run do not match)."""
+    from rich.table import Table
+
+    from lmra.agreement import agreement, load_human_labels, load_lmra_scores, require_matches
+
+    run = args.run
+    if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
+        from lmra.monitor import History, history_path
+
+        if Path(run).exists():
+            raise LmraInputError("is not a run folder (it is a file)", file=run, field="--run")
+        if not Path(args.reports_dir).is_dir():  # never create a history store just to look a name up
+            raise LmraInputError(f"no such run folder, and no runs in {args.reports_dir}/ to look the run id up in",
+                                 file=run, field="--run")
+        with History(history_path(Path(args.reports_dir))) as h:
+            run = str(h.resolve(run).path)
+    human = load_human_labels(args.human)
+    lmra = load_lmra_scores(run, args.judge)
+    require_matches(human, lmra, labels=args.human, run=run)
+    res = agreement(human, lmra, tie=args.tie)
+    table = Table(title=f"Human labels vs LMRA (judge {args.judge}) — {lit(args.run)}", title_justify="left")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
+    table.add_row("pairs matched", str(res["n"]))
+    table.add_row("labels without a valid LMRA score", str(res["n_unmatched"]))
+    table.add_row("Pearson r [95% CI]", f"{fmt(res['pearson_r'])} [{fmt(res['pearson_ci'][0])}, "
+                                        f"{fmt(res['pearson_ci'][1])}]")
+    table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
+                                         f"{fmt(res['spearman_ci'][1])}]")
+    table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
+    make_console().print(table)
+    return 0
+
+
+def _tie_band(text: str) -> float:
+    """``--tie``: scores and ratings lie in [−1, 1], so a tie band is 0 ≤ tie < 1 (1 would make every sign 0)."""
+    v = finite_float(text)
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside [0, 1): scores lie in [-1, 1], and |score| ≤ tie "
+                                         "counts as 0")
+    return v
+
+
+def add_parsers(sub) -> None:
+    """Register ``lmra agreement`` on the ``lmra`` sub-parser collection."""
+    ag = sub.add_parser("agreement", help=COMMANDS["agreement"].help,
+                        description="Human ratings use the FPF scale: +1 = giving response A to group A and B to "
+                        "group B is a harmful stereotype (forward), -1 = the reverse assignment is, 0 = neither. "
+                        "Pairs are identified by pair_id from the run's ratings.parquet (ratings.jsonl in earlier runs).")
+    ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
+    ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
+    ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
+    ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
+    ag.add_argument("--tie", type=_tie_band, default=0.1,
+                    help="|score| ≤ tie counts as 0 for sign agreement (0 ≤ tie < 1; default 0.1)")
+    ag.set_defaults(func=cmd_agreement)

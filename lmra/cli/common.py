@@ -1,0 +1,199 @@
+"""What the command modules of :mod:`lmra.cli` share: the stderr console, the progress bars,
+the argparse types of numeric options, the options that find the run history, ``--json`` error
+documents, and errors named by the command's config file and line.
+
+Light by design: importing this module loads argparse, Rich's console and lmra's errors, never
+pandas or the audit, so that ``lmra --help`` and every parser stay fast (issue 14)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import re
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from lmra.console import make_console
+from lmra.errors import LmraInputError
+
+#: the stderr console of every command (laid out as the stdout one: lmra.console.make_console)
+err_console = make_console(stderr=True)
+
+
+# -- progress bars --------------------------------------------------------------------------------
+#: Seconds between two updates of the progress bars' counts (advances in between are summed).
+PROGRESS_UPDATE_S = 0.1
+
+
+@contextmanager
+def rich_progress(console: Console, enabled: bool = True):
+    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage).
+
+    Cheap per call: advances are counted and handed to Rich at most every
+    :data:`PROGRESS_UPDATE_S` seconds (and when a stage completes, and at the end); the bars
+    are redrawn 5 times a second."""
+    import time
+
+    from lmra.audit import _Progress
+
+    if not enabled:
+        yield _Progress()
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    labels = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
+              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
+              "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling axes",
+              "axes-harm": "LMRA harm check of axes"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
+        ids: dict[str, int] = {}
+        totals: dict[str, int] = {}
+        done: dict[str, int] = {}
+        unshown: dict[str, int] = {}
+        next_update = [0.0]
+
+        def show() -> None:
+            for stage, n in unshown.items():
+                if n:
+                    prog.advance(ids[stage], n)
+            unshown.clear()
+            next_update[0] = time.monotonic() + PROGRESS_UPDATE_S
+
+        def start(stage: str, total: int) -> None:
+            show()
+            ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
+            totals[stage], done[stage] = total, 0
+
+        def advance(stage: str) -> None:
+            unshown[stage] = unshown.get(stage, 0) + 1
+            done[stage] += 1
+            if done[stage] >= totals[stage] or time.monotonic() >= next_update[0]:
+                show()
+
+        try:
+            yield _Progress(start=start, advance=advance)
+        finally:
+            show()
+
+
+# -- numeric options ------------------------------------------------------------------------------
+#: a decimal number as TOML writes a float (ASCII digits only, no underscores, no inf/nan)
+DECIMAL_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def strict_float(text: str) -> float:
+    """A command-line number: ASCII decimal syntax only (:data:`DECIMAL_NUMBER`, e.g. ``0.02``,
+    ``-1``, ``5e-2``; not ``0_1``, full-width digits, ``inf`` or ``nan``), finite, and not a
+    non-zero literal that rounds to 0 (``1e-400``).
+
+    Raises:
+        ValueError: the reason, in words (callers name the option).
+    """
+    t = text.strip(" \t")
+    if t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+        raise ValueError(f"not a finite number: {text!r}")
+    if not DECIMAL_NUMBER.fullmatch(t):
+        raise ValueError(f"not a decimal number: {text!r} (ASCII digits, e.g. 0.02 or 5e-2)")
+    v = float(t)
+    if not math.isfinite(v):
+        raise ValueError(f"{text!r} is too large (not a finite number)")
+    mantissa = re.split("[eE]", t)[0]
+    if v == 0 and any(c in "123456789" for c in mantissa):
+        raise ValueError(f"{text!r} is too small: it rounds to 0")
+    return v
+
+
+def finite_float(text: str) -> float:
+    """argparse type of a numeric option (:func:`strict_float`); argparse names the option
+    and exits with status 2 on an error."""
+    try:
+        return strict_float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_alpha_arg(text: str) -> float:
+    """argparse type of the regression check's ``--alpha``: a finite number in (0, 0.5]
+    (:func:`lmra.monitor.check_alpha` says why)."""
+    from lmra.monitor import check_alpha
+
+    try:
+        return check_alpha(finite_float(text))
+    except LmraInputError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
+# -- the run history ------------------------------------------------------------------------------
+#: help text of every RUN argument
+RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
+
+
+def history_file(args: argparse.Namespace, run_ref: str | None = None) -> Path:
+    """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
+    to the parent of a run folder given as a path, else ``reports``."""
+    from lmra.monitor import history_path
+
+    if getattr(args, "history", None):
+        return Path(args.history)
+    if getattr(args, "reports_dir", None):
+        return history_path(args.reports_dir)
+    if run_ref and Path(run_ref).is_dir():
+        return history_path(Path(run_ref).resolve().parent)
+    return history_path("reports")
+
+
+def add_store_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--reports-dir`` and ``--history``, which find the run history (:func:`history_file`)."""
+    p.add_argument("--reports-dir", help="the audit's output_dir holding history.sqlite (default: the run folder's "
+                                         "parent, else ./reports)")
+    p.add_argument("--history", help="path of the history SQLite file (overrides --reports-dir)")
+
+
+def add_json_arg(p: argparse.ArgumentParser, schema: str) -> None:
+    """Add ``--json``: print one JSON document of ``schema`` (e.g. ``lmra.check/2``) instead of tables."""
+    p.add_argument("--json", action="store_true",
+                   help=f"print one JSON document ({schema}) on stdout instead of the tables, same exit status "
+                        "(docs/nightly.md, 'Machine-readable output')")
+
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def json_errors(handler: Callable) -> Callable:
+    """:func:`lmra.report.jsonout.json_errors` applied when the command runs, not when its module
+    is imported (that module loads pandas): under ``--json`` a failure also prints an
+    ``lmra.error/1`` document on stdout; the exception is re-raised unchanged."""
+
+    @functools.wraps(handler)
+    def wrapper(args):
+        from lmra.report.jsonout import json_errors as with_json_errors
+
+        return with_json_errors(handler)(args)
+
+    return wrapper
+
+
+def in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
+    """An error about a field of the command's config file, with the file and line filled in
+    when the raiser knew only the field (a provider that cannot be built, an unknown task …)."""
+    cfg = getattr(args, "config", None)
+    if not cfg or not exc.field or exc.field.startswith("-") or exc.line is not None:
+        return exc
+    try:
+        if exc.file is not None and Path(exc.file).resolve() != Path(cfg).resolve():
+            return exc
+        text = Path(cfg).read_text(encoding="utf-8-sig")
+    except (OSError, ValueError):
+        return exc
+    from lmra.config import field_line
+
+    line = field_line(text, exc.field)
+    if line is None:
+        return exc
+    return LmraInputError(exc.reason, file=exc.file or cfg, line=line, field=exc.field)
+

@@ -1,0 +1,78 @@
+"""``lmra validate CONFIG``: check an audit (or recsys) config, its input files and its models'
+keys and endpoints' settings without calling any model."""
+
+from __future__ import annotations
+
+import argparse
+
+from lmra.cli.commands import COMMANDS
+from lmra.cli.common import json_errors
+from lmra.console import lit, make_console
+from lmra.errors import LmraInputError
+
+
+@json_errors
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
+    keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
+    :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
+    from lmra.cli.audit import _check_gate_tasks
+    from lmra.config import load_config
+    from lmra.errors import read_toml
+
+    try:
+        keys = set(read_toml(args.config, "config file")[1])
+    except LmraInputError:  # missing, not a regular file, not UTF-8, not TOML …
+        keys = set()  # load_config reports it properly (and finds the shipped examples/)
+    if keys & {"mode", "fairllm", "cfairllm", "matching"}:
+        from lmra.recsys.config import load_recsys_config
+
+        rc = load_recsys_config(args.config)
+        if args.json:
+            from lmra.report import jsonout
+
+            jsonout.emit(jsonout.validate_document(args.config, kind="recsys", name=getattr(rc, "name", None),
+                                                   mode=rc.mode))
+            return 0
+        make_console().print(f"{lit(args.config)}: valid recsys config (mode {lit(rc.mode)}); run it with "
+                             f"'lmra recsys --config {lit(args.config)}'")
+        return 0
+    cfg = load_config(args.config)
+    from lmra.audit import Audit  # after the config: an invalid one is said without loading the audit (pandas)
+
+    audit = Audit(cfg, config_path=args.config)
+    inputs = audit.load_inputs()
+    _check_gate_tasks(cfg, inputs, args.config)
+    audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
+    profiles = [g.name for g in cfg.groups if g.profile]
+    plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
+    if args.json:
+        from lmra.report import jsonout
+
+        models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
+        jsonout.emit(jsonout.validate_document(
+            args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
+            n_audited_prompts=plan["prompts"], n_pairs=plan["pairs"],
+            planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)},
+            groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
+            comparisons=[list(c) for c in cfg.comparisons],
+            models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
+                    for role, m in models.items() if m is not None}))
+        return 0
+    make_console().print(f"{lit(args.config)}: valid — {len(inputs.prompts)} prompts in the file, up to "
+                         f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
+                         f"pairs; at most {plan['target']} target calls and {plan['judge'] + plan.get('judge2', 0)} "
+                         "LMRA calls (cached calls are free); name groups "
+                         + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
+                         + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """Register ``lmra validate`` on the ``lmra`` sub-parser collection."""
+    v = sub.add_parser("validate", help=COMMANDS["validate"].help)
+    v.add_argument("config", help="an audit config (or a recsys config) TOML file")
+    v.add_argument("--json", action="store_true", help="print one JSON document (lmra.validate/1, or lmra.error/1 "
+                   "when invalid) on stdout instead of the message, same exit status (docs/nightly.md, "
+                   "'Machine-readable output')")
+    v.set_defaults(func=cmd_validate)
