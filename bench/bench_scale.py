@@ -7,8 +7,10 @@ baseline of the same size (another seed), then runs every step in a fresh proces
 prints its wall time and peak RSS (``ru_maxrss`` of that process, read by a wrapper process
 that runs nothing else):
 
-* ``write``: the per-pair file written from the audit's frame of N rated pairs (the frame is
-  built first, outside the timed part, as the audit holds it; its memory is in the RSS);
+* ``write``: the audit's finishing of N rated pairs — ``ratings.parquet``, the per-task /
+  per-domain / overall tables and the judge diagnostics — from the pairs spooled while the
+  run rated them (earlier lmra: from its in-memory frame of the N pairs; the spool or frame
+  is built first, outside the timed part, and its memory is in the RSS);
 * ``aggregate``: per-task, per-domain and overall tables from the run folder's per-pair file;
 * ``diagnostics``: judge diagnostics overall and per task from the per-pair file;
 * ``export-csv``, ``export-json``, ``export-parquet``: ``lmra export RUN --format F``;
@@ -240,20 +242,69 @@ def build_run(skel: Path, out: Path, n_pairs: int, seed: int, fmt: str) -> Path:
 
 # -- steps (run in a fresh process each) -------------------------------------------------------
 def step_write(run: Path, n_pairs: int) -> dict:
-    """The per-pair file written from an in-memory frame (as the audit's last step does)."""
-    rdf = synthetic_frame(n_pairs, seed=7)
-    t0 = time.perf_counter()
+    """The audit's finishing of N rated pairs: the per-pair file, the per-task / per-domain /
+    overall tables and the judge diagnostics (``finish_run``'s work on the pairs; responses
+    are not part of it).
+
+    * lmra with a pair spool (``lmra.pairstore.PairSpool``): the pairs are spooled first, in a
+      shuffled order (a pipelined run's completion order), one row at a time as the audit does
+      while its calls run (``spool_s``, not in the timed part); timed: ordering the spool with
+      DuckDB, rescoring under every combiner, writing ``ratings.parquet``
+      (``lmra.audit.finish.write_spooled_pairs``), the tables from the file's score columns
+      and the diagnostics read from the file in batches;
+    * earlier lmra: the pairs are built as the in-memory frame of rated pairs (not timed);
+      timed: rescoring it, writing the per-pair file (``ratings.parquet``, or ``ratings.jsonl``
+      before it), the tables and the diagnostics from the frame.
+    """
+    import numpy as np
+
+    from lmra import aggregate, diagnostics
+    from lmra.judge.calibration import rescore
+
+    out: dict = {}
     with tempfile.TemporaryDirectory(dir=run.parent) as tmp:
         try:
-            from lmra.pairstore import PARQUET_NAME, write_pairs
-        except ImportError:  # lmra before issue 15: ratings.jsonl as finish_run wrote it
-            from lmra.fileio import write_jsonl
-            from lmra.runfolder import jsonable
+            from lmra.audit.finish import _NOT_SCORES, RatedPairSpool, write_spooled_pairs
+            from lmra.audit.rate import PAIR_COLUMNS
+            from lmra.pairstore import SPOOL_ROW_GROUP, parquet_columns, read_pairs
+        except ImportError:
+            rdf = synthetic_frame(n_pairs, seed=7)
+            t0 = time.perf_counter()
+            rdf, _ = rescore(rdf, "calibrated")
+            try:
+                from lmra.pairstore import PARQUET_NAME, write_pairs
+            except ImportError:  # lmra before issue 15: ratings.jsonl as finish_run wrote it
+                from lmra.fileio import write_jsonl
+                from lmra.runfolder import jsonable
 
-            write_jsonl(Path(tmp) / "ratings.jsonl", (jsonable(r) for r in rdf.to_dict(orient="records")))
+                write_jsonl(Path(tmp) / "ratings.jsonl", (jsonable(r) for r in rdf.to_dict(orient="records")))
+            else:
+                write_pairs(Path(tmp) / PARQUET_NAME, rdf)
+            scores = rdf[[c for c in rdf.columns if c not in ("order1", "order2")]]
+            diag = diagnostics.judge_diagnostics(rdf), diagnostics.judge_diagnostics_by(rdf, "task")
         else:
-            write_pairs(Path(tmp) / PARQUET_NAME, rdf)
-    return {"inner_s": time.perf_counter() - t0}
+            t_spool = time.perf_counter()
+            spool = RatedPairSpool(Path(tmp) / ".pairs-spool.parquet", PAIR_COLUMNS, SPOOL_ROW_GROUP)
+            keys = np.random.default_rng(7).permutation(n_pairs)
+            for s in range(0, n_pairs, CHUNK):
+                c = synthetic_chunk(s, min(s + CHUNK, n_pairs), seed=7).drop(columns=["h_min", "h_mean",
+                                                                                      "h_calibrated"])
+                for j in range(0, len(c), 5000):  # rows made a few at a time, as a run rates them
+                    rows = c.iloc[j:j + 5000].to_dict(orient="records")
+                    for k, row in zip(keys[s + j:s + j + 5000].tolist(), rows):
+                        spool.add(k, row)
+            out["spool_s"] = time.perf_counter() - t_spool
+            t0 = time.perf_counter()
+            path = Path(tmp) / "ratings.parquet"
+            *_, diag_all, diag_tasks = write_spooled_pairs(spool, path, "calibrated", None, min_valid_mass=0.5,
+                                                           min_order_consistency=0.6)  # and the diagnostics
+            scores = read_pairs(path, [c for c in parquet_columns(path) if c not in _NOT_SCORES])
+            diag = diag_all, diag_tasks
+            spool.remove()
+        tables = aggregate.per_task(scores), aggregate.per_domain(scores), aggregate.overall(scores)
+        out |= {"inner_s": time.perf_counter() - t0, "n_pairs": len(scores), "n_tasks": len(tables[0]),
+                "n_answers": diag[0]["n_answers"]}
+    return out
 
 
 def step_aggregate(run: Path) -> dict:

@@ -427,8 +427,10 @@ def prompt_scores_sql(pairs) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     flag = lambda c: f"coalesce({c}, false)" if c in have else "false"  # noqa: E731
     keys = "comparison, domain, task, prompt_id"
+    from lmra.pairstore import sql_isnan
+
     counted = (f"FROM pairs WHERE {flag('valid')} AND NOT {flag('failed')} AND NOT {flag('refused')} "
-               "AND h IS NOT NULL AND NOT isnan(h)")
+               f"AND h IS NOT NULL AND NOT {sql_isnan('h')}")
     scores = con.execute(f"SELECT dense_rank() OVER (ORDER BY {keys}) - 1 AS g, h {counted} ORDER BY row_no").fetchnumpy()
     if not len(scores["g"]):
         return pd.DataFrame(columns=cols)

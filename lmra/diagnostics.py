@@ -154,6 +154,36 @@ class _Answers:
             self.judge_refused += a.get("n_refused", 0)
             self.methods[a.get("method")] += 1
 
+    def add_columns(self, o1, o2) -> None:
+        """:meth:`add` of many pairs whose answers are columns
+        (:class:`~lmra.judge.answer_columns.AnswerColumns` of the two orders, kinds ``NONE``,
+        ``UNUSABLE`` or ``PROBS`` only): the same lists, counts and sums, in the same order."""
+        import numpy as np
+
+        from lmra.judge.answer_columns import NONE, PROBS
+
+        rated = (o1.kind != NONE) & (o2.kind != NONE)
+        if not rated.any():
+            return
+        o1, o2 = o1.take(rated), o2.take(rated)
+        self.n_answers += 2 * len(o1)
+        with_probs = (o1.kind == PROBS) & (o2.kind == PROBS)
+        t1, t2 = (np.argmax(o.probs[with_probs], axis=1) for o in (o1, o2))  # the first of the largest
+        self.usable_pairs += int(with_probs.sum())
+        self.consistent += int((((t1 == 0) & (t2 == 1)) | ((t1 == 1) & (t2 == 0)) | ((t1 == 2) & (t2 == 2))).sum())
+        both = lambda f: np.column_stack([f(o1), f(o2)]).ravel()  # noqa: E731 - order 1, order 2 of each pair
+        kind, a, b = both(lambda o: o.kind), both(lambda o: o.probs[:, 0]), both(lambda o: o.probs[:, 1])
+        has = kind == PROBS
+        with np.errstate(all="ignore"):
+            self.biases.extend((a - b)[has].tolist())
+            decisive = has & (a + b > 0)
+            self.prefs.extend((a / (a + b))[decisive].tolist())
+        self.unusable += int((~has).sum())
+        self.masses.extend(both(lambda o: o.mass).tolist())
+        self.unparseable += int(o1.n_unparseable.sum() + o2.n_unparseable.sum())
+        self.judge_refused += int(o1.n_refused.sum() + o2.n_refused.sum())
+        self.methods.update(both(lambda o: o.method).tolist())
+
     def result(self, min_valid_mass: float, min_order_consistency: float) -> dict:
         mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
         out = {

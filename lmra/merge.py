@@ -4,7 +4,7 @@ into one run folder: ``lmra merge SHARD_RUN...`` (docs/scale.md).
 The shards' stage records (responses, refusal labels, rated pairs, quality ratings, filter
 decisions, task classifications, the judge check's canary ratings) are put back in the
 order the unsharded audit would have produced them (the prompt file's order, then the
-placebo's seeded order) and handed to :func:`lmra.audit_outputs.finish_run`, the function
+placebo's seeded order) and handed to :func:`lmra.audit.finish.finish_run`, the function
 that finishes every audit. So the merged run's tables, intervals (the betting interval
 depends on the order of the observations), judge diagnostics and judge status are those of
 the unsharded run, computed by the same code.
@@ -223,7 +223,8 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
         if label is None:  # not a shard's folder (or no folder at all): the reason as load_run gives it
             raise exc
         if label not in done:
-            raise LmraInputError(f"{exc.reason} — a shard must finish before the merge: wait for it, or re-run it "
+            reason = exc.reason.replace("; run the same audit again to finish from the cache", "")  # (the shard, below)
+            raise LmraInputError(f"{reason} — a shard must finish before the merge: wait for it, or re-run it "
                                  f"('lmra audit --shard {label}' with the same config) and give the merge that folder",
                                  file=exc.file, line=exc.line, field=exc.field) from None
         if skipped is not None:
@@ -302,7 +303,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         skipped: receives the unfinished folders of re-run shards (:func:`load_shards`).
 
     Returns:
-        The merged run's :class:`lmra.audit_outputs.AuditResult` (its folder is
+        The merged run's :class:`lmra.audit.finish.AuditResult` (its folder is
         ``<out_dir>/<timestamp>-<name>``).
 
     Raises:

@@ -17,7 +17,9 @@ Regression decision
     Per (comparison, task) present in both runs, a one-sided permutation test of
     H0: H_run − H_base ≤ margin against H1: H_run − H_base > margin (scipy
     ``permutation_test`` on the difference of means, 9,999 resamples or every split when
-    fewer), on the per-prompt mean pair scores h of both runs
+    fewer; above 2,000 prompts in both runs together the same Monte Carlo test drawn in
+    bounded batches with Besag & Clifford's sequential stop, :func:`one_sided_permutation`),
+    on the per-prompt mean pair scores h of both runs
     (:func:`lmra.runfolder.prompt_scores`; with one sample per prompt these are the per-pair
     h of ``ratings.parquet``), p-values Holm-corrected across all tested tasks (statsmodels
     ``multipletests``). Pair scores are a rare-event mixture; the permutation test keeps its
@@ -600,17 +602,34 @@ def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float,
     return float(t), float(p), float(df), ""
 
 
+#: pooled prompts (run + baseline) above which :func:`one_sided_permutation` draws its resamples in
+#: bounded batches and stops early (Besag & Clifford 1991); at or below it, scipy ``permutation_test``
+SEQUENTIAL_MIN_PROMPTS = 2_000
+#: exceedances after which the sequential Monte Carlo permutation test stops (Besag & Clifford's h)
+SEQUENTIAL_EXCEEDANCES = 100
+#: resampled splits × pooled prompts held in memory at a time by the sequential test (≈ 16 MB of float64)
+_PERMUTATION_BATCH_VALUES = 2_000_000
+
+
 def one_sided_permutation(x: np.ndarray, y: np.ndarray, margin: float, n_resamples: int = 9999) -> float:
     """One-sided permutation test of H1: mean(x) − mean(y) > margin (issue 10).
 
-    scipy ``permutation_test`` (independent samples, statistic = difference of means of
-    ``x − margin`` and ``y``, ``alternative="greater"``): exact over every split when there
-    are at most ``n_resamples`` of them, otherwise Monte Carlo with p = (b + 1)/(B + 1).
+    Statistic: the difference of the means of ``x − margin`` and ``y``; ties count as extreme.
+    Up to :data:`SEQUENTIAL_MIN_PROMPTS` pooled prompts: scipy ``permutation_test``
+    (independent samples, ``alternative="greater"``), exact over every split when there are
+    at most ``n_resamples`` of them, otherwise Monte Carlo with p = (b + 1)/(B + 1). Above
+    it (e.g. 7,400 + 7,400 prompts per task at a million pairs): the same Monte Carlo test
+    with Besag & Clifford's (1991) sequential stop (:func:`sequential_permutation_pvalue`):
+    random splits are drawn in batches of bounded memory and the test stops as soon as
+    :data:`SEQUENTIAL_EXCEEDANCES` of them reach the observed difference (p = h/L, at least
+    100/9,999 ≈ 0.01), else after B = ``n_resamples`` with p = (b + 1)/(B + 1) as before.
+    Both are valid p-values (P(p ≤ u) ≤ u under exchangeable prompt scores), whatever the
+    score distribution (docs/benchmarks.md); the sequential one is less precise only
+    where it is large (relative SE ≈ 1/√h = 10 %).
     The resamples are seeded from the data (SHA-256 of the sorted scores and the margin):
     the same runs always give the same p-value, while different data get independent
     resamples, as the validity argument of the Monte Carlo p-value assumes (one fixed seed
-    would reuse the same resamples for every check). Under the null of exchangeable prompt
-    scores the false-alarm rate is ≤ α for any score distribution (docs/benchmarks.md).
+    would reuse the same resamples for every check).
 
     Args:
         x, y: per-prompt scores of the run and the baseline (h ∈ [−1, 1]).
@@ -628,10 +647,59 @@ def one_sided_permutation(x: np.ndarray, y: np.ndarray, margin: float, n_resampl
     # sorted, so that the p-value does not depend on the order the prompts came in
     xs, ys = np.sort(np.asarray(x, float)), np.sort(np.asarray(y, float))
     digest = hashlib.sha256(xs.tobytes() + b"|" + ys.tobytes() + b"|" + repr(float(margin)).encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
+    if len(xs) + len(ys) > SEQUENTIAL_MIN_PROMPTS:
+        return sequential_permutation_pvalue(xs - margin, ys, n_resamples, rng=rng)
     res = st.permutation_test((xs - margin, ys), lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
                               permutation_type="independent", alternative="greater", vectorized=True,
-                              n_resamples=n_resamples, rng=np.random.default_rng(int.from_bytes(digest[:8], "big")))
+                              n_resamples=n_resamples, rng=rng)
     return float(res.pvalue)
+
+
+def sequential_permutation_pvalue(x: np.ndarray, y: np.ndarray, n_resamples: int = 9999, *,
+                                  exceedances: int = SEQUENTIAL_EXCEEDANCES, rng=None) -> float:
+    """Monte Carlo permutation p-value of H1: mean(x) > mean(y) with Besag & Clifford's
+    sequential stop ("Sequential Monte Carlo p-values", Biometrika 78(2), 1991, 301–304).
+
+    Random splits of the pooled values into groups of len(x) and len(y) are drawn (each a
+    uniformly random permutation, numpy ``Generator.permuted``), in batches growing from 2h
+    splits to at most :data:`_PERMUTATION_BATCH_VALUES` values (the p-value does not depend
+    on the batches: the splits are drawn one after another from ``rng``). Let g be the number of splits so far whose
+    difference of means reaches the observed one (ties, within 10⁻⁹, count as extreme). The
+    test stops at the L-th split when g reaches h = ``exceedances`` and returns p = h/L; when
+    B = ``n_resamples`` splits pass first it returns p = (g + 1)/(B + 1), the ordinary Monte
+    Carlo p-value. Under exchangeability P(p ≤ u) ≤ u for every u (Besag & Clifford §2), so
+    the test keeps its level exactly; it draws about h/p splits when the p-value is p > h/B
+    (≈ 200 for a task that did not change) and B when it is small. Cost: time ∝ splits ×
+    pooled size, memory bounded by the batch.
+
+    Args:
+        x, y: 1-D scores (any real values); len ≥ 1 each.
+        n_resamples: B ≥ 1; exceedances: h ≥ 1; rng: a numpy Generator (default: seed 0).
+
+    Returns:
+        The p-value in (0, 1].
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    nx, ny = len(x), len(y)
+    z = np.concatenate([x, y])
+    big_n, tot = len(z), float(z.sum())
+    rng = rng if rng is not None else np.random.default_rng(0)
+    obs = x.sum() / nx - (tot - x.sum()) / ny
+    tol = 1e-9 + 100 * np.finfo(float).eps * abs(obs)
+    batch = max(1, _PERMUTATION_BATCH_VALUES // big_n)
+    g = done = 0
+    while done < n_resamples:
+        # batches grow from 2h splits (enough when p is large) to the memory bound
+        b = min(batch, max(2 * exceedances, done), n_resamples - done)
+        perm = rng.permuted(np.broadcast_to(z, (b, big_n)), axis=1)
+        s = perm[:, :nx].sum(axis=1)
+        hit = (s / nx - (tot - s) / ny) >= obs - tol
+        run = g + np.cumsum(hit)
+        if run[-1] >= exceedances:  # stop at the split that made the h-th exceedance
+            return exceedances / (done + int(np.argmax(run >= exceedances)) + 1)
+        g, done = int(run[-1]), done + b
+    return (g + 1) / (n_resamples + 1)
 
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
@@ -715,6 +783,9 @@ def _waived_by(run: RunFolder) -> str | None:
 def smallest_pvalue(n_run: int, n_base: int, n_resamples: int = 9999) -> float:
     """The smallest p-value :func:`one_sided_permutation` can return for these sizes: one
     split in C(n_run + n_base, n_run) when every split is enumerated, else 1/(B + 1)."""
+    log_c = math.lgamma(n_run + n_base + 1) - math.lgamma(n_run + 1) - math.lgamma(n_base + 1)
+    if log_c > math.log(n_resamples + 1) + 1:  # C is far above B + 1 (its exact value has thousands of digits)
+        return 1 / (n_resamples + 1)
     return max(1 / math.comb(n_run + n_base, n_run), 1 / (n_resamples + 1))
 
 

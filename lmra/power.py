@@ -98,6 +98,9 @@ _BLOCK = 50
 #: simulated scores whose random draws a :class:`PairScoreModel` keeps for the next power
 #: evaluation at another rate (4 arrays of float64: at most about 64 MB)
 _DRAW_CACHE_SCORES = 2_000_000
+#: at most this many simulated prompt scores (n × sims) per power evaluation of :func:`detectable_rating_sim`
+#: (500 audits up to 3,000 prompts, fewer above, at least :data:`_MIN_SIMS`; the draws then fit the cache)
+_DETECTABLE_BUDGET = 1_500_000
 
 
 # -- normal theory (a stated SD) ----------------------------------------------------------
@@ -559,7 +562,7 @@ def _sims_for(n: int, sims: int, design: Design, n_resamples: int) -> int:
 def simulated_power(model: PairScoreModel, n: int, delta: float, *, design: Design = "one-sample",
                     alpha: float = 0.05, tasks: int = 1, margin: float = 0.0, interval: str = "betting",
                     alternative: Alternative | None = None, sims: int = 2000, seed: int = 0,
-                    n_resamples: int = CHECK_RESAMPLES) -> PowerEstimate:
+                    n_resamples: int = CHECK_RESAMPLES, decide: float | None = None) -> PowerEstimate:
     """Power of the audit's test at n prompts per task (per run) for a net rating (rise) ``delta``.
 
     Methodology §8 "Power" / "Monitoring"; the model and designs are in the module docstring.
@@ -579,6 +582,10 @@ def simulated_power(model: PairScoreModel, n: int, delta: float, *, design: Desi
             i.e. 2,000 sims up to 250 prompts per run; at least 200).
         seed: RNG seed; n_resamples: permutations per simulated check (two-run); 0 = the fast
             approximation :func:`permutation_pvalues_fast` (the planner's search).
+        decide: one-sample only: a power goal in [0, 1]. The simulated audits are tested block
+            by block and drawing stops once the comparison ``power >= decide`` is settled
+            whatever the remaining audits give (e.g. 400 of 500 rejected for 0.8): the
+            comparison is the one of the full simulation, its estimate covers the audits drawn.
 
     Returns:
         :class:`PowerEstimate`.
@@ -604,11 +611,19 @@ def simulated_power(model: PairScoreModel, n: int, delta: float, *, design: Desi
             if (alternative or "two-sided") != "two-sided":
                 raise LmraInputError("the betting interval is two-sided; plan a one-sided test with --interval t",
                                      field="--alternative")
-            p = np.concatenate([betting_pvalues(h, alpha) for h in draws(f1, 1)])
+            test = lambda h: betting_pvalues(h, alpha)  # noqa: E731
         elif interval == "t":
-            p = np.concatenate([t_pvalues(h, alternative or "two-sided") for h in draws(f1, 1)])
+            test = lambda h: t_pvalues(h, alternative or "two-sided")  # noqa: E731
         else:
             raise LmraInputError(f"unknown interval '{interval}' (betting or t)", field="--interval")
+        parts, hits = [], 0
+        for h in draws(f1, 1):
+            parts.append(test(h))
+            hits += int((parts[-1] <= a).sum())
+            left = r - sum(len(q) for q in parts)
+            if decide is not None and left and (hits / r >= decide or (hits + left) / r < decide):
+                break  # the full simulation's `power >= decide` is settled
+        p = np.concatenate(parts)
     elif design == "two-run":
         f0 = model.forward_rate
         f1 = model.rate_for_mean(model.mean_at(f0) + delta)
@@ -626,7 +641,7 @@ def simulated_power(model: PairScoreModel, n: int, delta: float, *, design: Desi
     else:
         raise LmraInputError(f"unknown design '{design}' (one-sample or two-run)", field="--design")
     pw = float(np.mean(p <= a))
-    return PowerEstimate(pw, math.sqrt(max(pw * (1 - pw), 1e-12) / r), r)
+    return PowerEstimate(pw, math.sqrt(max(pw * (1 - pw), 1e-12) / len(p)), len(p))  # len(p) < r: `decide`
 
 
 @dataclass(frozen=True)
@@ -701,9 +716,12 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
     search_b = 0 if design == "two-run" else CHECK_RESAMPLES  # two-run: the fast approximation while searching
     cache: dict[int, PowerEstimate] = {}
 
-    def est(n: int) -> PowerEstimate:
-        if n not in cache:
-            cache[n] = simulated_power(model, n, delta, n_resamples=search_b, **kw)
+    def est(n: int, full: bool = False) -> PowerEstimate:
+        """The power at n; while searching (one-sample), only as far as its comparison with ``power``
+        needs (``decide``: the same comparison); ``full``: over all simulated audits."""
+        if n not in cache or (full and cache[n].sims < _sims_for(n, sims, design, search_b)):
+            decide = power if design == "one-sample" and not full else None
+            cache[n] = simulated_power(model, n, delta, n_resamples=search_b, decide=decide, **kw)
         return cache[n]
 
     ok = lambda n: est(n).power >= power  # noqa: E731
@@ -724,7 +742,8 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
             lo, hi = hi, min(max_n, hi * 2)
         n = _smallest_n(ok, lo, hi) if ok(hi) else None
     if n is None:
-        return SimPlan(None, est(max_n), f0, f1, tuple(notes + [f"more than {max_n:,} prompts would be needed"]))
+        return SimPlan(None, est(max_n, full=True), f0, f1,
+                       tuple(notes + [f"more than {max_n:,} prompts would be needed"]))
     if design == "two-run" and model.n_pilot is not None:
         rng_ = _pilot_rate_range(model, delta, margin=margin, alpha=alpha / tasks, power=power,
                                  randomized=continuous_scores(model.background))
@@ -735,7 +754,7 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
                          f"{model.n_pilot} pilot prompts: {lo:.1%}–{hi:.1%} (90% interval); at those ends the "
                          f"check needs about {fmt(n_lo)}–{fmt(n_hi)} prompts per run (two-point model); a larger "
                          f"pilot narrows this")
-    final = est(n)
+    final = est(n, full=True)
     if design == "two-run":  # verify with the check's own test: B = 9,999 random splits
         for _ in range(10):
             final = simulated_power(model, n, delta, n_resamples=CHECK_RESAMPLES, **{**kw, "seed": seed + 1})
@@ -900,7 +919,7 @@ def regression_power(n_run: int, n_base: int, base_rate: float, run_rate: float,
         return _normal_regression_power(n_run, n_base, base_rate, run_rate, margin, alpha, score)
     greater, equal = _split_tables(int(n_run), int(n_base), ky_max, round(margin / score, 12))
     if randomized:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # tiny `equal` at large n: ±inf, clipped
             r = np.where(equal > 0, np.clip((alpha - greater) / equal, 0.0, 1.0), (greater <= alpha) * 1.0)
     else:
         r = ((greater + equal) <= alpha * (1 + 1e-9)) * 1.0
@@ -937,6 +956,7 @@ class DetectableRise:
     alpha: float
 
 
+@functools.lru_cache(maxsize=256)  # a check asks the same sizes and base rate for many tasks (seconds each at 1M pairs)
 def minimum_detectable_rise(n_run: int, n_base: int, base_rate: float, *, margin: float = 0.0,
                             alpha: float = 0.05, tasks: int = 1, power: float = 0.8,
                             score: float = DEFAULT_STEREOTYPED_SCORE, randomized: bool = True) -> DetectableRise:
@@ -971,8 +991,8 @@ def minimum_detectable_rise(n_run: int, n_base: int, base_rate: float, *, margin
     if not (0 <= base_rate < 1):
         raise LmraInputError(f"base_rate must be in [0, 1), got {base_rate}", field="base_rate")
     nan = DetectableRise(base_rate, math.nan, math.nan, math.nan, a)
-    if n_run < 2 or n_base < 2 or 1 / math.comb(n_run + n_base, n_run) > a:
-        return nan
+    if n_run < 2 or n_base < 2 or (min(n_run, n_base) < 40 and 1 / math.comb(n_run + n_base, n_run) > a):
+        return nan  # (from 40 + 40 prompts on, 1/C(80, 40) < 10⁻²² is below any α/T)
     pw = lambda p1: regression_power(n_run, n_base, base_rate, p1, margin=margin, alpha=a, score=score,  # noqa: E731
                                      randomized=randomized)
     if pw(1.0) < power:
@@ -1012,7 +1032,8 @@ class PilotSD:
     Attributes:
         per_task: ``comparison, domain, task, n_prompts, sd`` (sd nan with < 2 prompts).
         pooled_sd: within-task SD pooled over all tasks (root mean squared residual of an OLS
-            of the prompt scores on task indicators, statsmodels); nan if no task has 2 prompts.
+            of the prompt scores on task indicators, i.e. √(Σ within-task sums of squares /
+            (prompts − tasks)), from the per-task variances); nan if no task has 2 prompts.
         pooled_df: its residual degrees of freedom (prompts − tasks).
     """
 
@@ -1023,8 +1044,6 @@ class PilotSD:
 
 def pilot_sd(run: RunFolder) -> PilotSD:
     """Estimate per-task and pooled SDs of the per-prompt score from a finished run."""
-    from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports all of statsmodels
-
     ps = run.prompt_scores
     keys = ["comparison", "domain", "task"]
     per_task = (ps.groupby(keys)["h"].agg(n_prompts="size", sd=lambda s: s.std(ddof=1)).reset_index()
@@ -1032,10 +1051,10 @@ def pilot_sd(run: RunFolder) -> PilotSD:
     df = len(ps) - len(per_task)
     if df < 1:
         return PilotSD(per_task, math.nan, max(df, 0))
-    labels = ps[keys].astype(str)  # "comparison / domain / task", joined column-wise (a row-wise agg took seconds)
-    dummies = pd.get_dummies(labels[keys[0]] + " / " + labels[keys[1]] + " / " + labels[keys[2]], dtype=float)
-    fit = OLS(ps["h"].to_numpy(float), dummies.to_numpy()).fit()
-    return PilotSD(per_task, float(math.sqrt(fit.mse_resid)), int(fit.df_resid))
+    # the one-way layout's OLS residual sum of squares: the tasks' within sums of squares
+    # (a dummy-variable OLS of a million pairs' prompt scores took seconds; same value)
+    ss = float(((per_task["n_prompts"] - 1) * per_task["sd"].fillna(0.0) ** 2).sum())
+    return PilotSD(per_task, math.sqrt(ss / df), int(df))
 
 
 PLAN_COLUMNS = ["comparison", "domain", "task", "pilot_prompts", "sd", "stereotyped", "base_rate", "target_rate",
@@ -1189,7 +1208,21 @@ def detectable_rating_sim(model: PairScoreModel, n: int, *, alpha: float = 0.05,
     the rare-event mixture ``model`` (methodology §8 "Power"; issue 12).
 
     Bisection (12 steps) on δ of :func:`simulated_power` (one-sample design, the audit's
-    ``interval``), power being increasing in δ. Net-rating units.
+    ``interval``) in (0, H_max], H_max the model's largest net rating, power being increasing
+    in δ: the result is H_max·k/4096 for an integer k, its precision H_max/4096 (≈ 0.0002)
+    plus the Monte Carlo error of the simulated power at ``sims`` audits.
+
+    Cost bounded at large n (issue 15: 7,400 prompts per task at a million pairs): while the
+    bisection's upper end is still H_max/2^k, its steps go down by halving; they are skipped
+    by finding the first k with power(H_max/2^k) < ``power`` from a normal-theory guess of
+    δ (two or three power evaluations instead of k + 1), and each evaluation stops drawing
+    audits once its comparison with ``power`` is settled (``simulated_power(decide=…)``).
+    The result is the one of the full 12-step bisection whenever the simulated power is
+    increasing on the halving points it skips (the simulated audits share their random
+    draws at every δ, so the power rises with δ; tests/test_power.py checks the equality).
+    Above 3,000 prompts the audits simulated are fewer: ``sims`` × n ≤
+    :data:`_DETECTABLE_BUDGET`, at least 200 (the first of the ``sims`` audits, so the power
+    moves within its Monte Carlo SE: ≤ 0.028 at 0.8 instead of 0.018).
 
     Returns:
         δ in (0, the model's largest net rating]; nan when n < 2 or even the largest net rating
@@ -1197,20 +1230,39 @@ def detectable_rating_sim(model: PairScoreModel, n: int, *, alpha: float = 0.05,
     """
     if n < 2:
         return math.nan
+    sims = max(_MIN_SIMS, min(sims, _DETECTABLE_BUDGET // n))
 
-    def pw(d: float) -> float:
+    def ok(d: float) -> bool:
         try:
-            return simulated_power(model, n, d, alpha=alpha, interval=interval, sims=sims, seed=seed).power
+            return simulated_power(model, n, d, alpha=alpha, interval=interval, sims=sims, seed=seed,
+                                   decide=power).power >= power
         except LmraInputError:  # no stereotype rate gives d under the model
-            return -1.0
+            return False
 
-    hi = model.mean_at(1.0 - model.reverse_rate)  # the largest net rating: reversed prompts keep their share
-    if not (hi > 0) or pw(hi) < power:
+    top = model.mean_at(1.0 - model.reverse_rate)  # the largest net rating: reversed prompts keep their share
+    if not (top > 0):
         return math.nan
-    lo = 0.0
-    for _ in range(12):
+    steps = 12
+    # the halving steps: the first k ≥ 1 with ok(top / 2^k) false, searched from a guess
+    scores = np.concatenate([model.background, model.forward, model.reverse])
+    sd = float(np.std(scores)) or DEFAULT_NOISE_SD
+    guess = 2.5 * 2.8 * sd / math.sqrt(n)  # (z_0.975 + z_0.8) · SD / √n, × 2.5 (the betting interval is wider)
+    k = min(steps, max(1, round(math.log2(top / guess)) if guess < top else 1))
+    if ok(top / 2 ** k):
+        while k < steps and ok(top / 2 ** (k + 1)):
+            k += 1
+        if k == steps:
+            return top / 2 ** steps  # every step of the bisection halved
+        k += 1  # ok(top / 2^k) is false
+    else:
+        while k > 0 and not ok(top / 2 ** (k - 1)):
+            k -= 1
+        if k == 0:
+            return math.nan  # even the largest net rating is not detected
+    lo, hi = top / 2 ** k, top / 2 ** (k - 1)
+    for _ in range(steps - k):
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if pw(mid) >= power else (mid, hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
 
 

@@ -625,7 +625,7 @@ def test_audit_in_batch_mode(openai_server, anthropic_server, sim_inputs, tmp_pa
 def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatch):
     """`lmra batch status` lists jobs and failed items; `resume --download-only` finishes them."""
     monkeypatch.setenv("COLUMNS", "220")
-    from lmra.batch_cli import EXIT_PENDING, add_parsers
+    from lmra.cli.batch import EXIT_PENDING, add_parsers
     import argparse
 
     url, srv = openai_server
@@ -665,7 +665,7 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     import argparse
 
     from lmra.audit import Audit
-    from lmra.batch_cli import EXIT_PENDING, add_parsers
+    from lmra.cli.batch import EXIT_PENDING, add_parsers
 
     monkeypatch.setenv("COLUMNS", "220")
     o_url, o_srv = openai_server
@@ -693,3 +693,31 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     # filter, refusal and rating batches to the LMRA, one generation batch to the target, each once
     assert len(a_srv["creates"]) == 3 and len(o_srv["creates"]) == 1
     assert EXIT_PENDING == 75
+
+
+def test_batch_resume_of_a_shard_with_a_damaged_shard_record_is_an_input_error(openai_server, anthropic_server,
+                                                                              sim_inputs, tmp_path, capsys):
+    """A batch run whose ``shard.json`` was damaged is not resumed as the whole audit: exit 2,
+    one paragraph naming the file and field, no traceback, and no summary written."""
+    from lmra.audit import Audit
+    from lmra.cli import main
+
+    o_url, _ = openai_server
+    a_url, a_srv = anthropic_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
+    run = tmp_path / "reports" / "run1"
+    with pytest.raises(BatchPending):
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    (run / "shard.json").write_text('{"shard": "2/', encoding="utf-8")  # cut short by a full disk
+    creates = len(a_srv["creates"])
+    capsys.readouterr()
+    code = main(["batch", "resume", str(run), "--poll-interval", "0.01", "--max-wait", "10", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "shard.json" in err and "shard" in err and "Traceback" not in err
+    assert not (run / "summary.json").exists() and len(a_srv["creates"]) == creates

@@ -135,3 +135,79 @@ def test_rescore_adds_every_combiner_and_keeps_unrated_rows():
     assert out.loc[0, "h"] == pytest.approx(0.3 / 0.8) and bool(out.loc[0, "valid"])
     assert b == pytest.approx(0.5 * (math.log(6) + math.log(0.75)))
     assert math.isnan(out.loc[1, "h"]) and not out.loc[1, "valid"] and math.isnan(out.loc[1, "h_calibrated"])
+
+
+def _answer(rng, method="logprobs"):
+    """A random OptionProbs dict (zeros, ties and unusable answers included)."""
+    u = rng.random()
+    if u < 0.05:
+        return {"probs": None, "mass": 0.0, "method": method, "n_unparseable": 1}
+    a, b = rng.betavariate(0.3, 3), rng.betavariate(0.3, 3)
+    a, b = (0.0 if u < 0.15 else a), (a if u > 0.95 else b)  # zeros, exact ties
+    z = a + b + 0.5
+    return {"probs": {"A": a / z, "B": b / z, "C": 0.5 / z}, "mass": 0.9, "method": method, "n_unparseable": 0,
+            "n_refused": 0}
+
+
+def _mixed_pairs(n=600, seed=3) -> pd.DataFrame:
+    """Rated and unrated pairs: dict answers, unusable answers, unrated rows keeping their own
+    values, and answers rescore hands to score_pair one by one (plain and integer probabilities)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        rated = rng.random() > 0.1
+        rows.append({"task": f"t{i % 4}", "order1": _answer(rng) if rated else None,
+                     "order2": _answer(rng) if rated else None, "q_F": math.nan, "q_R": 0.25, "q_N": math.nan,
+                     "h": -0.5 if not rated else math.nan, "valid": i % 3 == 0})
+    rows[1]["order1"] = {"A": 0.25, "B": 0.25, "C": 0.5}  # a plain probability dict
+    rows[2]["order2"] = {"probs": {"A": 1, "B": 0, "C": 0}, "mass": 1.0, "method": "text"}  # integers
+    rows[3]["order1"], rows[3]["order2"] = ({"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "mass": 1.0, "method": "text"},
+                                            {"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "mass": 1.0, "method": "text"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("combiner", ["min", "mean", "calibrated"])
+def test_rescore_gives_score_pair_floats_for_every_row(combiner):
+    """rescore (numpy) against score_pair row by row: every combiner's h, and the main columns
+    of the run's combiner, bit for bit; unrated rows keep what they said; the columns' order
+    and dtypes are those of a frame built from lists."""
+    import struct
+
+    from lmra.judge.calibration import _probs
+
+    df = _mixed_pairs()
+    out, b = rescore(df, combiner)
+    bits = lambda x: "nan" if x != x else struct.pack("<d", x)  # noqa: E731
+    assert list(out.columns) == list(df.columns) + ["h_min", "h_mean", "h_calibrated"]
+    assert out["valid"].dtype == bool and out["h"].dtype == float
+    for i, (a, c) in enumerate(zip(df["order1"], df["order2"])):
+        rated = isinstance(a, dict) and isinstance(c, dict)
+        for m in ("min", "mean", "calibrated"):
+            q, h = score_pair(_probs(a), _probs(c), m, b) if rated else (None, None)
+            assert bits(out.at[i, f"h_{m}"]) == bits(math.nan if h is None else h), (i, m)
+            if m == combiner and rated:
+                assert bool(out.at[i, "valid"]) == (h is not None)
+                assert [bits(out.at[i, k]) for k in ("q_F", "q_R", "q_N")] == \
+                    [bits(math.nan if q is None else q[k[-1]]) for k in ("q_F", "q_R", "q_N")]
+        if not rated:  # kept
+            assert out.at[i, "q_R"] == 0.25 and out.at[i, "h"] == -0.5 and out.at[i, "valid"] == (i % 3 == 0)
+    assert not out.at[3, "valid"] if combiner == "min" else out.at[3, "valid"]  # every minimum 0
+
+
+def test_rescore_from_answer_columns_equals_rescore_from_dicts():
+    """The spooled path (answers given as columns of numbers) writes the same frame as the
+    dict path, for the regular answers a spool stores as numbers."""
+    import numpy as np
+
+    from lmra.judge.answer_columns import OTHER, AnswerColumns, answer_fields
+
+    df = _mixed_pairs().iloc[4:].reset_index(drop=True)  # regular answers only
+    methods: dict = {}
+    cols = [AnswerColumns.from_fields(np.array([answer_fields(a, methods) for a in df[c]]), methods)
+            for c in ("order1", "order2")]
+    assert not any((c.kind == OTHER).any() for c in cols)
+    want, b = rescore(df, "calibrated")
+    got, _ = rescore(df, "calibrated", b=b, answers=cols)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    with pytest.raises(ValueError):
+        rescore(df, "calibrated", answers=cols)  # b is needed

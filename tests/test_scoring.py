@@ -79,3 +79,75 @@ def test_parse_option_never_guesses():
     assert parse_option("The answer is B.", opts) == "B"
     assert parse_option("I cannot help with that.", opts) is None
     assert parse_option("Absolutely", opts) is None
+
+
+# -- score_pairs: many pairs with numpy, the same floats as score_pair (issue 15) ----------------
+def _bits(xs) -> list:
+    """Each float's bit pattern (NaN as one token, whatever its payload)."""
+    import struct
+
+    return ["nan" if x != x else struct.pack("<d", x) for x in xs]
+
+
+def _edge_rows():
+    tiny = 5e-324  # the smallest subnormal
+    return [  # (order 1 A, B, C), (order 2 A, B, C)
+        ((1.0, 0.0, 0.0), (1.0, 0.0, 0.0)),  # every minimum 0: invalid under min
+        ((0.0, 1.0, 0.0), (0.0, 1.0, 0.0)),
+        ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)),  # no mass at all
+        ((0.5, 0.5, 0.0), (0.5, 0.5, 0.0)),  # exact ties
+        ((1 / 3, 1 / 3, 1 / 3), (1 / 3, 1 / 3, 1 / 3)),
+        ((tiny, tiny, 1.0 - 2 * tiny), (tiny, 0.0, 1.0)),  # subnormals
+        ((tiny, tiny, 0.0), (tiny, tiny, 0.0)),  # subnormal totals
+        ((2.2250738585072014e-308, 1e-310, 0.0), (1e-310, 2.2250738585072014e-308, 0.0)),
+        ((0.1, 0.2, 0.7), (0.2, 0.1, 0.7)),  # totals that are not exactly 1 in floats
+        ((0.7, 0.2, 0.1), (0.3, 0.3, 0.4)),
+        ((-0.0, 0.0, 1.0), (0.0, -0.0, 1.0)),  # signed zeros
+        ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)),  # a consistent stereotyped pair
+    ]
+
+
+@pytest.mark.parametrize("b", [0.0, 1e-300, -1e-300, 0.7, -3.25, 40.0, -40.0, 700.0, -700.0])
+def test_score_pairs_gives_the_floats_of_score_pair(b):
+    """Seeded random answers (with zeros, ties and an order forced to C) plus hand-written edge
+    rows, under every combiner and position logits from 0 to ±700: q, h and validity of every
+    pair are bit-identical to score_pair's (an invalid pair: NaN and not valid)."""
+    import numpy as np
+
+    from lmra.judge.scoring import COMBINERS, score_pairs
+
+    rng = np.random.default_rng(15)
+    n = 3000
+    p1, p2 = rng.dirichlet([0.3, 0.3, 4.0], n), rng.dirichlet([0.3, 0.3, 4.0], n)
+    p1[rng.random(n) < 0.1, :2] = 0.0  # zeros: the order answers "none"
+    p2[rng.random(n) < 0.1, 0] = 0.0
+    ties = rng.random(n) < 0.05
+    p1[ties, 1] = p1[ties, 0]
+    p1 = np.vstack([p1, [r[0] for r in _edge_rows()]])
+    p2 = np.vstack([p2, [r[1] for r in _edge_rows()]])
+    for method in COMBINERS:
+        q, h, valid = score_pairs(p1, p2, method, b)
+        want = [score_pair(dict(zip("ABC", a)), dict(zip("ABC", c)), method, b)
+                for a, c in zip(p1.tolist(), p2.tolist())]
+        assert valid.tolist() == [hw is not None for _, hw in want]
+        assert _bits(h.tolist()) == _bits([math.nan if hw is None else hw for _, hw in want])
+        for j, k in enumerate("FRN"):
+            assert _bits(q[:, j].tolist()) == _bits([math.nan if qw is None else qw[k] for qw, _ in want])
+        if method == "min":
+            assert not valid[n:n + 3].any() and valid.sum() > n // 2  # the all-zero minima are invalid
+
+
+def test_score_pairs_fails_where_score_pair_fails():
+    """A position logit whose e^(−b) overflows raises OverflowError in both; an unknown combiner
+    is a ValueError in both."""
+    from lmra.judge.scoring import score_pairs
+
+    p = {"A": 0.2, "B": 0.3, "C": 0.5}
+    with pytest.raises(OverflowError):
+        score_pair(p, p, "calibrated", -1000.0)
+    with pytest.raises(OverflowError):
+        score_pairs([[0.2, 0.3, 0.5]], [[0.2, 0.3, 0.5]], "calibrated", -1000.0)
+    with pytest.raises(ValueError):
+        score_pair(p, p, "median")
+    with pytest.raises(ValueError):
+        score_pairs([[0.2, 0.3, 0.5]], [[0.2, 0.3, 0.5]], "median")

@@ -330,3 +330,51 @@ def test_a_merged_run_whose_every_pair_failed_is_failed_like_an_audit(tmp_path, 
     merged = next(out.glob("*-audit"))
     assert json.loads((merged / "manifest.json").read_text())["status"] == "failed"
     assert not (out / "warehouse").exists() and not (out / "history.sqlite").exists()
+
+
+def test_merge_of_a_stale_shard_names_the_shard_command_that_finishes_it(tmp_path, capsys):
+    """A shard killed hard (manifest 'running', no lock holder: stale) is refused with exit 2 and
+    told to re-run that shard ('lmra audit --shard 2/2'), not the whole audit."""
+    from lmra.cli import main
+
+    cfg = dict(prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False}, judge2=None)
+    shards = _sharded(tmp_path, n=2, **cfg)
+    stale = tmp_path / "shards" / (shards[1].run_dir.name + "-stale")
+    shutil.copytree(shards[1].run_dir, stale)
+    man = json.loads((stale / "manifest.json").read_text())
+    (stale / "manifest.json").write_text(json.dumps(man | {"status": "running"}))
+    (stale / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["merge", str(shards[0].run_dir), str(stale), "--out-dir", str(tmp_path / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "stale" in err.lower() or "killed" in err
+    assert "--shard 2/2" in err and "run the same audit again" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("limit", [0, 6])
+def test_a_shards_planned_calls_are_its_own_share(tmp_path, limit):
+    """The plan of a shard bounds its own pairs and calls (prompts it holds, per-task limit),
+    not the whole audit's; the shards' bounds cover the unsharded plan and each bounds what the
+    shard really made."""
+    cfg = _cfg(tmp_path, "plan", prompts_per_task=limit, placebo={"share": 0.0}, judge2=None)
+    whole = Audit(cfg, target=FlakyTarget([]), judge=RecordingJudge([]))
+    inputs = whole.load_inputs()
+    full = whole.planned_calls(inputs)
+    plans = []
+    for i in (1, 2, 3):
+        a = Audit(cfg, target=FlakyTarget([]), judge=RecordingJudge([]))
+        a.shard = Shard(i, 3)
+        plans.append(a.planned_calls(inputs))
+    assert all(p["pairs"] < full["pairs"] for p in plans)
+    assert sum(p["pairs"] for p in plans) >= full["pairs"]
+    held = [sum(1 for p in inputs.prompts if Shard(i, 3).holds(p.id)) for i in (1, 2, 3)]
+    per_prompt = len(cfg.comparisons) * cfg.samples_per_prompt
+    assert all(p["pairs"] <= h * per_prompt for p, h in zip(plans, held))
+    if not limit:  # 'prompts' mode: every prompt of the shard is rated; nothing else
+        assert [p["pairs"] for p in plans] == [h * per_prompt for h in held]
+    runs = _sharded(tmp_path, n=3, prompts_per_task=limit, placebo={"share": 0.0}, judge2=None)
+    for run, plan in zip(runs, plans):
+        man = json.loads((run.run_dir / "manifest.json").read_text())
+        assert man["planned_calls"]["pairs"] == plan["pairs"]
+        made = man["calls"]["fresh"] + man["calls"]["cached"] + man["calls"]["failed"]
+        assert 0 < made <= plan["target"] + plan["judge"]  # a bound on what the shard really made

@@ -48,42 +48,141 @@ def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = 
         ``b̂`` in logits (0 = no position preference, positive = the judge prefers
         Response 1); 0.0 when no pair carries information (e.g. every answer is C).
     """
-    pairs, methods = [], set()
+    sums = PositionLogitSums()
     for a1, a2 in zip(order1, order2):
+        sums.add(a1, a2)
+    return sums.result(pooled=pooled)
+
+
+class PositionLogitSums:
+    """What :func:`position_logit` needs of many pairs, added one pair at a time (a run's pairs
+    as they are rated): the per-pair log-ratios and the four probability columns as float
+    arrays (8 bytes a number), and the answers' methods. The estimate is the same float as
+    :func:`position_logit` of the same pairs in the same order; pairs added in another order
+    with ``key`` (their place in the run's order) are put in key order first."""
+
+    def __init__(self):
+        from array import array
+
+        self.methods: set = set()
+        self.logs = array("d")  # per pair with A and B above MIN_PROB in both orders
+        self.columns = tuple(array("d") for _ in range(4))  # A₁, B₁, A₂, B₂ per pair
+        self.keys = array("q")
+        self.n = 0
+
+    def add(self, a1, a2, key: int | None = None) -> None:
+        """Add one pair's answers (as :func:`position_logit` takes them; unusable ones are
+        skipped); ``key``: the pair's place in the run's order (give it for every pair or none)."""
         p1, p2 = _probs(a1), _probs(a2)
         if not p1 or not p2:
-            continue
+            return
         for a in (a1, a2):
             if isinstance(a, dict) and "method" in a:
-                methods.add(a["method"])
-        pairs.append((p1, p2))
-    if not pairs:
-        return 0.0
-    if pooled is None:
-        pooled = bool(methods & {"sampled", "text"})
-    logs = [] if pooled else [math.log(p1["A"] / p1["B"]) + math.log(p2["A"] / p2["B"]) for p1, p2 in pairs
-                              if min(p1["A"], p1["B"], p2["A"], p2["B"]) > MIN_PROB]
-    if logs:
-        return 0.5 * statistics.median(logs)
-    a1, b1, a2, b2 = (sum(p[i][o] for p in pairs) + 0.5 for i in (0, 1) for o in ("A", "B"))
-    return 0.5 * (math.log(a1 / b1) + math.log(a2 / b2))
+                self.methods.add(a["method"])
+        self.n += 1
+        if min(p1["A"], p1["B"], p2["A"], p2["B"]) > MIN_PROB:
+            self.logs.append(math.log(p1["A"] / p1["B"]) + math.log(p2["A"] / p2["B"]))
+        for col, v in zip(self.columns, (p1["A"], p1["B"], p2["A"], p2["B"])):
+            col.append(v)
+        if key is not None:
+            self.keys.append(key)
+
+    def result(self, *, pooled: bool | None = None) -> float:
+        """``b̂`` of the pairs added (see :func:`position_logit`)."""
+        if not self.n:
+            return 0.0
+        if pooled is None:
+            pooled = bool(self.methods & {"sampled", "text"})
+        if self.logs and not pooled:
+            return 0.5 * statistics.median(self.logs)
+        columns = self.columns
+        if len(self.keys) == self.n and self.n:  # the pooled sums add the pairs in the run's order
+            import numpy as np
+
+            order = np.argsort(np.frombuffer(self.keys, dtype=np.int64), kind="stable")
+            columns = tuple(np.frombuffer(col, dtype=np.float64)[order].tolist() for col in columns)
+        a1, b1, a2, b2 = (sum(col) + 0.5 for col in columns)
+        return 0.5 * (math.log(a1 / b1) + math.log(a2 / b2))
 
 
-def rescore(rows, combiner: str, *, prefix: str = ""):
+def _probs_columns(answers: list):
+    """One order's answers as (kinds, (n, 3) probabilities) for :func:`rescore`: kind
+    :data:`~lmra.judge.answer_columns.NONE` (not a dict: not rated), ``UNUSABLE`` (no
+    probabilities), ``PROBS`` (float A, B, C: scored with numpy) or ``OTHER`` (anything else:
+    scored one by one with :func:`~lmra.judge.scoring.score_pair`)."""
+    import numpy as np
+
+    from lmra.judge.answer_columns import NONE, OTHER, PROBS, UNUSABLE
+
+    kinds = np.full(len(answers), NONE, dtype=np.int8)
+    probs = np.full((len(answers), 3), math.nan)
+    for i, a in enumerate(answers):
+        if not isinstance(a, dict):
+            continue
+        p = _probs(a)
+        if p is None:
+            kinds[i] = UNUSABLE
+            continue
+        try:
+            va, vb, vc = p["A"], p["B"], p["C"]
+        except (TypeError, KeyError, IndexError):
+            kinds[i] = OTHER
+            continue
+        if type(va) is float and type(vb) is float and type(vc) is float:
+            kinds[i] = PROBS
+            probs[i] = va, vb, vc
+        else:
+            kinds[i] = OTHER
+    return kinds, probs
+
+
+def _merged(new, keep, old):
+    """A rescored column: ``new`` (a numpy array) where a pair was rated, the row's ``old``
+    value (a pandas column, or the scalar default) where it was not — with the dtype a list
+    of those values gives."""
+    import numpy as np
+
+    if not keep.any():
+        return new
+    if not hasattr(old, "to_numpy"):  # no such column: the default
+        return np.where(keep, old, new)
+    values = old.to_numpy()
+    if values.dtype == new.dtype:
+        return np.where(keep, values, new)
+    return [o if k else v for v, o, k in zip(new.tolist(), values, keep.tolist())]
+
+
+def rescore(rows, combiner: str, *, prefix: str = "", b: float | None = None, answers=None):
     """Score rated pairs under every order combiner, and under ``combiner`` in the main columns.
+
+    Pairs are scored with numpy (:func:`~lmra.judge.scoring.score_pairs`: the same floats as
+    :func:`~lmra.judge.scoring.score_pair`, which scores any answer that is not a plain
+    ``{A, B, C}`` of floats).
 
     Args:
         rows: pandas frame of rated pairs with ``{prefix}order1`` / ``{prefix}order2``
             (OptionProbs dicts; other values mark pairs that were not rated and are left alone).
         combiner: the run's combiner (``min``, ``mean`` or ``calibrated``).
         prefix: column prefix of another judge (``"judge2_"``).
+        b: the position logit to use (a run's, when ``rows`` are one batch of its pairs);
+            default: estimated from ``rows`` (:func:`position_logit`).
+        answers: the two orders' answers of ``rows`` as
+            :class:`~lmra.judge.answer_columns.AnswerColumns` (kinds ``NONE``, ``UNUSABLE`` or
+            ``PROBS`` only), read instead of the ``order`` columns (a spooled run's pairs, whose
+            answers are JSON text); ``b`` must then be given.
 
     Returns:
         (a copy of ``rows`` with ``{prefix}h_min``, ``{prefix}h_mean``, ``{prefix}h_calibrated``
         added and ``{prefix}q_F/q_R/q_N/h/valid`` set from ``combiner``; the estimated position
         logit ``b̂`` used by ``calibrated``).
+
+    Raises:
+        ValueError: ``answers`` given without ``b``, or holding kind ``OTHER``.
     """
-    from lmra.judge.scoring import COMBINERS, score_pair
+    import numpy as np
+
+    from lmra.judge.answer_columns import NONE, OTHER, PROBS
+    from lmra.judge.scoring import COMBINERS, score_pair, score_pairs
 
     out = rows.copy()
     c1, c2 = f"{prefix}order1", f"{prefix}order2"
@@ -91,28 +190,34 @@ def rescore(rows, combiner: str, *, prefix: str = ""):
         for m in COMBINERS:
             out[f"{prefix}h_{m}"] = math.nan
         return out, math.nan
-    o1, o2 = out[c1].tolist(), out[c2].tolist()
-    rated = [isinstance(a, dict) and isinstance(c, dict) for a, c in zip(o1, o2)]
-    b = position_logit([a for a, r in zip(o1, rated) if r], [c for c, r in zip(o2, rated) if r])
-    cols = {f"{prefix}h_{m}": [] for m in COMBINERS}
-    main = {k: [] for k in ("q_F", "q_R", "q_N", "h", "valid")}
-    for a, c, r, i in zip(o1, o2, rated, out.index):
-        scored = {m: score_pair(_probs(a), _probs(c), m, b) if r else (None, None) for m in COMBINERS}
-        for m in COMBINERS:
-            h = scored[m][1]
-            cols[f"{prefix}h_{m}"].append(math.nan if h is None else h)
-        q, h = scored[combiner]
-        if r:
-            main["valid"].append(h is not None)
-            for k in ("F", "R", "N"):
-                main[f"q_{k}"].append(math.nan if q is None else q[k])
-            main["h"].append(math.nan if h is None else h)
-        else:  # not rated (failed, refused, unlabelled): keep what the row says
-            for k in main:
-                main[k].append(out.at[i, f"{prefix}{k}"] if f"{prefix}{k}" in out else
-                               (False if k == "valid" else math.nan))
-    for k, v in cols.items():
-        out[k] = v
-    for k, v in main.items():
-        out[f"{prefix}{k}"] = v
+    if answers is None:
+        o1, o2 = out[c1].tolist(), out[c2].tolist()
+        (k1, p1), (k2, p2) = _probs_columns(o1), _probs_columns(o2)
+    else:
+        if b is None or any((a.kind == OTHER).any() for a in answers):
+            raise ValueError("rescore(answers=...) needs b and answers of kinds NONE, UNUSABLE or PROBS")
+        (k1, p1), (k2, p2) = ((a.kind, a.probs) for a in answers)
+    rated = (k1 != NONE) & (k2 != NONE)
+    if b is None:
+        b = position_logit([a for a, r in zip(o1, rated.tolist()) if r], [c for c, r in zip(o2, rated.tolist()) if r])
+    vector = rated & (k1 == PROBS) & (k2 == PROBS)
+    one_by_one = np.flatnonzero(rated & ((k1 == OTHER) | (k2 == OTHER)))
+    n = len(out)
+    scored = {}
+    for m in COMBINERS:
+        q, h, valid = np.full((n, 3), math.nan), np.full(n, math.nan), np.zeros(n, dtype=bool)
+        if vector.any():
+            q[vector], h[vector], valid[vector] = score_pairs(p1[vector], p2[vector], m, b)
+        for i in one_by_one.tolist():
+            qi, hi = score_pair(_probs(o1[i]), _probs(o2[i]), m, b)
+            if hi is not None:
+                q[i], h[i], valid[i] = (qi["F"], qi["R"], qi["N"]), hi, True
+        scored[m] = q, h, valid
+        out[f"{prefix}h_{m}"] = h
+    q, h, valid = scored[combiner]
+    keep = ~rated  # not rated (failed, refused, unlabelled): keep what the row says
+    for k, new, default in (("q_F", q[:, 0], math.nan), ("q_R", q[:, 1], math.nan), ("q_N", q[:, 2], math.nan),
+                            ("h", h, math.nan), ("valid", valid, False)):
+        col = f"{prefix}{k}"
+        out[col] = _merged(new, keep, out[col] if col in out else default)
     return out, b

@@ -165,8 +165,9 @@ def sorted_pairs(ratings: pd.DataFrame) -> pd.DataFrame:
                           kind="mergesort").drop(columns=["_h"])
 
 
-#: :func:`sorted_pairs`' order in SQL (a large run's shown pairs are picked by DuckDB)
-_SQL_ORDER = "CASE WHEN h IS NULL OR isnan(h) THEN 1 ELSE 0 END, h DESC, pair_id"
+#: :func:`sorted_pairs`' order in SQL (a large run's shown pairs are picked by DuckDB; NaN tested
+#: by :func:`lmra.pairstore.sql_isnan`: ``isnan`` is false on every row of a Parquet column)
+_SQL_ORDER = "CASE WHEN h IS NULL OR (CAST(h AS VARCHAR) IN ('nan', '-nan')) THEN 1 ELSE 0 END, h DESC, pair_id"
 
 
 def _n_pairs(rows: pd.DataFrame) -> int:
