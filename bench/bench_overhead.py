@@ -130,7 +130,10 @@ def worker_inprocess(work: Path, tag: str) -> dict:
 
     import lmra
     from lmra import Audit
-    from lmra.cli import rich_progress
+    try:
+        from lmra.cli.common import rich_progress
+    except ImportError:  # a copy of lmra from before the lmra/cli/ package
+        from lmra.cli import rich_progress
     from lmra.config import load_config
 
     def cfg_for(name: str, n_prompts: int | None = None):

@@ -1,7 +1,9 @@
 """End-to-end throughput of an audit against a rate limit or a latency bound (issue 14, goal 1).
 
 A local OpenAI-compatible server (``tests/faultserver.py``, no faults, 127.0.0.1) runs in its
-own process and answers every call after ``--latency`` seconds (default 0.2). Each scenario
+own process and answers every call after ``--latency`` seconds (default 0.2; before issue 14's
+last round its answers also waited ~40 ms for the client's delayed ACK, Nagle's algorithm
+being on: 248 ms per call, not 200). Each scenario
 runs a real audit in a fresh Python process (``lmra.Audit(config).run()``, official ``openai``
 SDK, the default stages: identity filter and refusal labels on; judge check off, a fresh
 cache) over a synthetic prompt set of 27 tasks × ``--per-task`` prompts, with target and LMRA
@@ -13,8 +15,17 @@ by the processes), so
   ``requests_per_minute / 60`` calls/s, ``tokens_per_minute / 60`` tokens/s (every answer
   reports 28 tokens), or, without a limit, ``concurrency ÷ latency`` (the latency bound);
 * **pre** = first call − ``run()`` called (the model clients are built before, as ``lmra
-  audit`` does); **post** = end − last answer;
-* **client CPU/call** = the audit process's CPU time during ``run()`` ÷ calls.
+  audit`` does); **post** = end − last answer; **idle** = the time the rate limiter left its
+  limit unused between the first call and the last start (``limiter_idle_s`` of
+  ``manifest.json``: no call was ready, or the event loop woke one late), so that wall ≈
+  calls ÷ rate + idle + the last call's latency + post;
+* **client CPU/call** = the audit process's CPU time during ``run()`` ÷ calls;
+* **srv ms** = the mean time a call spends at the server (request read … answer written:
+  the configured latency plus the server's own work);
+* for the latency bound, also the ratio at the *measured* latency: calls/s ÷ (concurrency ÷
+  srv ms), i.e. the mean calls in flight at the server ÷ concurrency — how well the audit
+  keeps its calls in flight, apart from a server slowed by a busy machine (``--timeline``
+  prints the calls reaching the server per second).
 
 Scenarios (``--rpm`` default 9600 = 160 calls/s, ``--concurrency`` default 32):
 
@@ -28,8 +39,9 @@ Scenarios (``--rpm`` default 9600 = 160 calls/s, ``--concurrency`` default 32):
 It also prints the client CPU per call of the SDK's ``chat.completions.create`` and of
 ``client.post`` (into ``ChatCompletion`` objects), 600 calls each against a second server
 process answering at once, and of :class:`~lmra.providers.openai.OpenAIProvider`'s whole path
-(``complete``: request body, SDK, HTTP, parsing) for each code measured (best of 3, each code
-in its own process).
+(``complete``: request body, SDK, HTTP, parsing) for each code measured, with 48 calls in
+flight against a server answering after 50 ms (the connections an audit at the limit keeps
+open; best of 3 rounds, the codes by turns, each in its own process).
 
 ``--before DIR`` runs every scenario also on another copy of the code (a folder holding
 ``lmra/``, ``prompts/``, ``names/``, e.g. ``git archive <rev> lmra prompts names examples | tar -x -C
@@ -37,7 +49,7 @@ DIR``), so that old and new ratios come from the same run; ``same output`` says 
 two runs of a scenario wrote a byte-identical ``per_task.csv`` and the same per-pair rows (``ratings.parquet``,
 or ``ratings.jsonl`` before issue 15, compared on their common columns). Usage::
 
-    python bench/bench_throughput.py [--before /tmp/lmra_before] [--per-task 12] [--latency 0.2]
+    python bench/bench_throughput.py [--before /tmp/lmra_before] [--per-task 12] [--latency 0.2] [--timeline]
 """
 
 from __future__ import annotations
@@ -57,6 +69,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 TOKENS_PER_CALL = 28  # the fault server's usage: 20 prompt + 8 completion tokens
+TIMELINE_S = 1.0  # --timeline: calls reaching the server per this many seconds
+#: OpenAIProvider.complete's CPU per call is measured with as many calls in flight (and so
+#: connections open) as an audit at 160 calls/s keeps, against a server answering after 50 ms
+PROVIDER_IN_FLIGHT, PROVIDER_LATENCY_S, PROVIDER_ROUNDS = 48, 0.05, 3
 TASKS = [f"task {i:02d}" for i in range(27)]
 TOPICS = ["a garden", "a budget", "a trip", "a résumé", "a workout", "a dinner party", "a bicycle repair",
           "a science fair", "a book club", "a move to a new city", "a job interview", "a birthday card"]
@@ -68,22 +84,26 @@ def _serve(conn, latency: float) -> None:
     sys.path.insert(0, str(TESTS))
     from faultserver import FaultServer
 
-    class StampedServer(FaultServer):
-        def draw(self, wants_logprobs: bool, attempt: str | None = None):  # once per call, after the latency
-            self.stamps.append(time.monotonic())
-            return super().draw(wants_logprobs, attempt)
-
-    srv = StampedServer(delay_s=latency)
+    srv = FaultServer(delay_s=latency)
     srv.httpd.socket.listen(256)  # many connections open at once at the start of a run (backlog 5 drops SYNs)
-    srv.stamps = []
+    handler = srv.httpd.RequestHandlerClass
+    answer = handler.do_POST
+    spans: list[tuple[float, float]] = []
+
+    def do_POST(self):  # each call's time at the server: request read … answer written
+        t0 = time.monotonic()
+        answer(self)
+        spans.append((t0, time.monotonic()))
+
+    handler.do_POST = do_POST
     with srv:
         conn.send(srv.url)
         while True:
             cmd = conn.recv()
             if cmd == "stop":
                 break
-            stamps, srv.stamps = srv.stamps, []
-            conn.send((len(stamps), min(stamps, default=0.0) - latency, max(stamps, default=0.0)))
+            done, spans[:] = list(spans), []
+            conn.send(done)
 
 
 # -- one audit in its own process -------------------------------------------------------------
@@ -105,7 +125,16 @@ def _child(spec: dict) -> None:
     run_dir = Path(res.run_dir)
     print(json.dumps({"t_run": t0, "t_end": t1, "cpu_s": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
                       "digest": hashlib.sha256((run_dir / "per_task.csv").read_bytes()).hexdigest(),
-                      "ratings": _ratings_rows(run_dir), "plan": _in_flight(audit, cfg)}))
+                      "ratings": _ratings_rows(run_dir), "plan": _in_flight(audit, cfg), "idle_s": _idle(audit)}))
+
+
+def _idle(audit) -> float | None:
+    """Seconds the rate limiters left unused between the first call and the last start (None
+    without a limit, or on code that does not count them)."""
+    report = getattr(audit, "concurrency_report", None)
+    idle = [lim["limiter_idle_s"] for lim in (report()["limits"] if report is not None else [])
+            if "limiter_idle_s" in lim]
+    return sum(idle) if idle else None
 
 
 def _ratings_rows(run_dir: Path) -> list[dict]:
@@ -198,10 +227,11 @@ def _sdk_cpu(url: str, n: int = 600) -> dict[str, float]:
     return {mode: min(asyncio.run(run(mode)) for _ in range(2)) for mode in ("create", "post")}
 
 
-def _provider_cpu(url: str, n: int = 600, rounds: int = 3) -> float:
+def _provider_cpu(url: str, n: int = 600, rounds: int = 1, in_flight: int = PROVIDER_IN_FLIGHT) -> float:
     """Client CPU ms per call of ``OpenAIProvider.complete`` (the whole provider path: request
-    body, SDK, HTTP, parsing into a ChatResult), ``n`` option questions, 16 in flight, against
-    the server at zero latency; best of ``rounds``. Runs on whichever lmra is imported."""
+    body, SDK, HTTP, parsing into a ChatResult), ``n`` option questions, ``in_flight`` at once
+    (as many connections as an audit at the limit keeps open), against the server at
+    ``PROVIDER_LATENCY_S``; best of ``rounds``. Runs on whichever lmra is imported."""
     import asyncio
 
     from lmra.config import ModelConfig
@@ -212,7 +242,7 @@ def _provider_cpu(url: str, n: int = 600, rounds: int = 3) -> float:
 
     async def run() -> float:
         p = OpenAIProvider(ModelConfig(provider="openai", model="bench", base_url=url, api_key_required=False))
-        sem = asyncio.Semaphore(16)
+        sem = asyncio.Semaphore(in_flight)
 
         async def one(i: int):
             async with sem:
@@ -221,9 +251,9 @@ def _provider_cpu(url: str, n: int = 600, rounds: int = 3) -> float:
                     Message(role="user", content=f"Which answer is right for question {i}? " * 8)],
                     seed=i, options=("A", "B", "C")))
 
-        await asyncio.gather(*(one(i) for i in range(20)))
+        await asyncio.gather(*(one(i) for i in range(2 * in_flight)))  # connections opened, code warmed
         c0 = time.process_time()
-        await asyncio.gather(*(one(i) for i in range(20, 20 + n)))
+        await asyncio.gather(*(one(i) for i in range(1000, 1000 + n)))
         c1 = time.process_time()
         await p.aclose()
         return 1000 * (c1 - c0) / n
@@ -256,7 +286,8 @@ def _run(code_root: Path, label: str, scenario: dict, url: str, conn, args, work
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({"config": str(cfg)})],
                          cwd=run, env=env, capture_output=True, text=True, timeout=900)
     conn.send("stats")
-    n, first, last = conn.recv()
+    spans = conn.recv()
+    n, first, last = len(spans), min(a for a, _ in spans), max(b for _, b in spans)
     if out.returncode != 0:
         raise SystemExit(f"{label} {scenario['name']} failed:\n{out.stderr[-3000:]}")
     child = json.loads(out.stdout.strip().splitlines()[-1])
@@ -267,11 +298,17 @@ def _run(code_root: Path, label: str, scenario: dict, url: str, conn, args, work
     else:
         achieved, bound = rate, scenario["bound"]
     notices = [ln for ln in out.stderr.splitlines() if ln.startswith("notice:")]
+    server_s = sum(b - a for a, b in spans)  # call-seconds at the server: mean calls in flight there × wall
+    timeline = [0] * (int((child["t_end"] - first) / TIMELINE_S) + 1)
+    for a, _ in spans:
+        timeline[int((a - first) / TIMELINE_S)] += 1
     return {"label": label, "scenario": scenario["name"], "per_task": scenario["per_task"], "calls": n,
             "wall": wall, "achieved": achieved, "bound": bound, "unit": scenario["unit"], "ratio": achieved / bound,
             "before_first": first - child["t_run"], "after_last": child["t_end"] - last,
             "cpu_ms": 1000 * child["cpu_s"] / max(n, 1), "digest": child["digest"], "ratings": child["ratings"],
-            "plan": child["plan"],
+            "plan": child["plan"], "server_latency": server_s / max(n, 1), "timeline": timeline,
+            "idle_s": child.get("idle_s"),
+            "in_flight_ratio": server_s / wall / scenario["concurrency"] if scenario["key"] == "latency" else None,
             "notices": notices}
 
 
@@ -286,6 +323,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32, help="explicit concurrency (default 32)")
     ap.add_argument("--only", nargs="*", help="scenario keys to run (rpm, rpm-default, tpm-default, latency)")
     ap.add_argument("--no-sdk", action="store_true", help="skip the SDK CPU comparison")
+    ap.add_argument("--timeline", action="store_true", help=f"print the calls reaching the server per {TIMELINE_S:g} s")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--provider-cpu-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -323,14 +361,23 @@ def main() -> None:
         quick.start()
         fast_url = fast[0].recv()
         sdk = _sdk_cpu(fast_url)
-        for label, root in codes:  # the provider's whole path, each code in a process of its own
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--provider-cpu-child", fast_url],
-                                 env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=600)
-            if out.returncode != 0:
-                raise SystemExit(f"{label} provider CPU failed:\n{out.stderr[-3000:]}")
-            sdk[f"provider {label}"] = json.loads(out.stdout.strip().splitlines()[-1])
         fast[0].send("stop")
         quick.join(5)
+        paced = ctx.Pipe()
+        slow = ctx.Process(target=_serve, args=(paced[1], PROVIDER_LATENCY_S), daemon=True)
+        slow.start()
+        paced_url = paced[0].recv()
+        for _ in range(PROVIDER_ROUNDS):  # the provider's whole path, each code in a process of its own, by turns
+            for label, root in codes:
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--provider-cpu-child", paced_url],
+                                     env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                                     timeout=600)
+                if out.returncode != 0:
+                    raise SystemExit(f"{label} provider CPU failed:\n{out.stderr[-3000:]}")
+                ms = json.loads(out.stdout.strip().splitlines()[-1])
+                sdk[f"provider {label}"] = min(ms, sdk.get(f"provider {label}", ms))
+        paced[0].send("stop")
+        slow.join(5)
     load0 = os.getloadavg()
     t_start = time.monotonic()
     rows = []
@@ -351,19 +398,25 @@ def main() -> None:
           f"{load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at start, {load1[0]:.2f} at end; "
           f"total {time.monotonic() - t_start:.0f} s")
     print(f"{'scenario':28s} {'code':6s} {'calls':>6s} {'wall s':>7s} {'achieved':>16s} {'bound':>10s} "
-          f"{'ratio':>6s} {'pre s':>6s} {'post s':>6s} {'cpu ms':>6s}  concurrency")
+          f"{'ratio':>6s} {'pre s':>6s} {'idle s':>6s} {'post s':>6s} {'cpu ms':>6s} {'srv ms':>6s}  concurrency")
     for r in rows:
         plan = r["plan"] or ""
         print(f"{r['scenario']:28s} {r['label']:6s} {r['calls']:>6d} {r['wall']:>7.2f} "
               f"{r['achieved']:>7.1f} {r['unit']:8s} {r['bound']:>10.1f} {r['ratio']:>6.3f} {r['before_first']:>6.2f} "
-              f"{r['after_last']:>6.2f} {r['cpu_ms']:>6.2f}  {plan}")
+              f"{'' if r['idle_s'] is None else format(r['idle_s'], '.2f'):>6s} {r['after_last']:>6.2f} {r['cpu_ms']:>6.2f} {1000 * r['server_latency']:>6.1f}  {plan}")
         for n in r["notices"][:2]:
             print(f"{'':36s}{n[:160]}")
+        if r["in_flight_ratio"] is not None:
+            print(f"{'':36s}at the measured latency ({1000 * r['server_latency']:.1f} ms at the server): "
+                  f"{r['in_flight_ratio']:.3f} of the latency bound (mean calls in flight at the server ÷ concurrency)")
+        if args.timeline:
+            print(f"{'':36s}calls per {TIMELINE_S:g} s: {' '.join(map(str, r['timeline']))}")
     if sdk:
         print(f"client CPU per call, 600 option questions: chat.completions.create {sdk['create']:.2f} ms, "
-              f"client.post {sdk['post']:.2f} ms (ratio {sdk['post'] / sdk['create']:.2f}); "
-              + ", ".join(f"OpenAIProvider.complete ({k.split()[1]}) {v:.2f} ms" for k, v in sdk.items()
-                          if k.startswith("provider ")))
+              f"client.post {sdk['post']:.2f} ms (ratio {sdk['post'] / sdk['create']:.2f}, 16 in flight, server at "
+              f"once); OpenAIProvider.complete, {PROVIDER_IN_FLIGHT} in flight, server at "
+              f"{1000 * PROVIDER_LATENCY_S:g} ms, best of {PROVIDER_ROUNDS} by turns: "
+              + ", ".join(f"({k.split()[1]}) {v:.2f} ms" for k, v in sdk.items() if k.startswith("provider ")))
         if "provider before" in sdk:
             print(f"client CPU per call of OpenAIProvider.complete, after / before: "
                   f"{sdk['provider after'] / sdk['provider before']:.2f}")

@@ -711,8 +711,17 @@ def audit_pipeline(audit: Any, inputs: Any) -> Callable[..., Awaitable[None]]:
     cfg = audit.cfg
 
     async def pipeline(target: Provider, judge: Provider, judge2: Provider | None = None) -> None:
-        sem = asyncio.Semaphore(cfg.concurrency_bound())
+        from lmra.providers.ratelimit import ModelLimits
+
         ps = (target, judge) + ((judge2,) if judge2 is not None else ())
+        # calls in flight sized as in the audit (concurrency = "auto"): a provider without a
+        # batch API makes its calls live in the pass, within its model's limits and capacity
+        models = list(zip(ps, (cfg.target, cfg.judge, cfg.judge2), ("target", "judge", "judge2")))
+        limits = ModelLimits.of(cfg.concurrency, [(getattr(p, "inner", p), m) for p, m, _ in models])
+        for p, m, role in models:
+            if isinstance(p, CollectingProvider) and isinstance(p.live, CachedProvider):
+                p.live = CachedProvider(limits.wrap(p.inner, m, role), p.live.cache, p.live.stats)
+        sem = asyncio.Semaphore(limits.run_bound())
         await audit._stages(inputs, target, judge, judge2, sem, barrier=lambda: stage_barrier(*ps))
 
     return pipeline

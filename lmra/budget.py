@@ -62,6 +62,7 @@ class PriceTable:
         self.prices = prices
         self.batch_multiplier = batch_multiplier or {}
         self.source = source
+        self._found: dict[tuple[str, str], Price | None] = {}  # lookup's answers (the table is not changed)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "PriceTable":
@@ -122,7 +123,15 @@ class PriceTable:
         return cls(prices, mult, source)
 
     def lookup(self, provider: str, model: str) -> Price | None:
-        """The price of ``model`` under ``provider``, or None when the table has none."""
+        """The price of ``model`` under ``provider``, or None when the table has none (found once
+        per provider and model: every call of a run asks it)."""
+        key = (provider, model)
+        if key in self._found:
+            return self._found[key]
+        price = self._found[key] = self._lookup(provider, model)
+        return price
+
+    def _lookup(self, provider: str, model: str) -> Price | None:
         table = self.prices.get(provider)
         if not table:
             return None
@@ -427,7 +436,8 @@ class BudgetedProvider:
 
         Whether the call is cached is the cache wrapper's answer to its one lookup of the call
         (passed on to it, so the key is computed and the cache read once per call); the budget
-        never reads the cache database itself.
+        never reads the cache database itself. A budget without limits books nothing before the
+        call and counts it after (the same ledger).
 
         Raises:
             BudgetExceeded: before a fresh call that could pass a limit (no call is made).
@@ -438,6 +448,19 @@ class BudgetedProvider:
         if lookup is not None and lookup.hit is not None:
             result = await self.inner.complete(request, lookup=lookup)
             self.budget.record_cached(self.name, self.model_id, result.usage)
+            return result
+        budget = self.budget
+        if budget.max_calls is None and budget.max_cost is None:  # nothing to enforce: no booking
+            try:
+                result = await (self.inner.complete(request) if lookup is None
+                                else self.inner.complete(request, lookup=lookup))
+            except BaseException:
+                budget.account(self.name, self.model_id, [], 1, batch=self.batch)
+                raise
+            if result.from_cache:  # an identical call finished meanwhile
+                budget.record_cached(self.name, self.model_id, result.usage)
+            else:
+                budget.account(self.name, self.model_id, [result.usage], batch=self.batch)
             return result
         booking = self.budget.reserve(self.name, self.model_id, [request], batch=self.batch)
         try:

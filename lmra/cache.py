@@ -46,6 +46,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 try:
     import fcntl
@@ -91,6 +92,19 @@ PAGE_SIZE = 16384
 #: Seconds between a lone user's looks at the join lock when starting calls (two system calls
 #: per look: once per call was a noticeable share of a zero-latency call's cost).
 JOINER_LOOK_S = 0.005
+#: Rows read ahead after a hit found by a statement: the rows written after it, which a re-run
+#: of the same audit asks next (one statement for up to this many hits instead of one each).
+#: Reading ahead stops while fewer than a quarter of the rows read ahead are asked for.
+READ_AHEAD_ROWS = 256
+#: Misses (keys looked up and not cached) after which the cache's keys are read once, when the
+#: table holds at most :data:`KEY_SNAPSHOT_RATIO` rows per miss so far; looked at again after
+#: 4×, 16× … as many misses. Later misses then need no statement.
+KEY_SNAPSHOT_AFTER_MISSES = 256
+KEY_SNAPSHOT_RATIO = 8
+#: Seconds between looks at whether another connection wrote to the cache since its keys were
+#: read (``PRAGMA data_version``); a write by one drops the keys read (lookups read the table
+#: again). A process that starts a spell alone on the cache looks at once.
+KEY_SNAPSHOT_CHECK_S = 0.005
 
 _TAKE_FREE_LEASE = """
 INSERT INTO leases (key, owner, host, pid, expires)
@@ -176,6 +190,15 @@ class CallCache:
         self._must_join = False
         self._joining = False
         self._joiner_look_at = 0.0  # monotonic time of the next look at the join lock when a call starts
+        # lookups without a statement (see get): rows read ahead after a hit, and the keys of the
+        # table once many lookups missed (None: not read), valid while data_version is unchanged
+        self._ahead: dict[str, str] = {}
+        self._ahead_read = self._ahead_used = 0
+        self._keys: set[str] | None = None
+        self._keys_version = None
+        self._keys_checked_until = 0.0
+        self._misses = 0
+        self._next_snapshot_at = KEY_SNAPSHOT_AFTER_MISSES
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
@@ -193,13 +216,81 @@ class CallCache:
 
     def get(self, key: str) -> ChatResult | None:
         """The cached result for ``key`` (also one not yet written: this tick's batch, or held
-        after a failed write), or None. One SQLite statement, one parse; a new object each time."""
+        after a failed write), or None. At most one SQLite statement, one parse; a new object
+        each time.
+
+        Most lookups of a long run need no statement of their own: a hit found by a statement
+        reads the :data:`READ_AHEAD_ROWS` rows written after it (a re-run asks them next, in
+        about the order the first run stored them), and once :data:`KEY_SNAPSHOT_AFTER_MISSES`
+        lookups missed, the table's keys are read once (when it holds at most
+        :data:`KEY_SNAPSHOT_RATIO` rows per miss so far), so that a key not among them and not
+        written since is a miss without a statement. Those keys are used only while no other
+        connection has written to the database (``PRAGMA data_version``, looked at every
+        :data:`KEY_SNAPSHOT_CHECK_S` and whenever this process starts a spell alone on the
+        cache, before it makes a call without a lease; see :meth:`acquire`); after another
+        connection's write, lookups read the table again."""
         held = self.pending.get(key)
         if held is not None:
             return ChatResult.model_validate_json(held[5])
+        text = self._ahead.pop(key, None)
+        if text is not None:
+            self._ahead_used += 1
+            return ChatResult.model_validate_json(text)
+        keys = self._keys
+        if keys is not None and key not in keys and self._keys_valid():
+            return None
         with self._lock:
-            row = self._db.execute("SELECT result FROM calls WHERE key = ?", (key,)).fetchone()
-        return ChatResult.model_validate_json(row[0]) if row else None
+            row = self._db.execute("SELECT rowid, result FROM calls WHERE key = ?", (key,)).fetchone()
+            if row is not None and 4 * self._ahead_used >= self._ahead_read - 4 * READ_AHEAD_ROWS:
+                ahead = self._db.execute("SELECT key, result FROM calls WHERE rowid > ? AND rowid <= ?",
+                                         (row[0], row[0] + READ_AHEAD_ROWS)).fetchall()
+                self._ahead = dict(ahead)
+                self._ahead_read += len(ahead)
+        if row is None:
+            self._misses += 1
+            if self._misses >= self._next_snapshot_at:
+                self._next_snapshot_at *= 4
+                self._read_keys()
+            return None
+        return ChatResult.model_validate_json(row[1])
+
+    def _read_keys(self) -> None:
+        """Read the table's keys (see :meth:`get`) when it holds at most
+        :data:`KEY_SNAPSHOT_RATIO` rows per miss so far (``max(rowid)`` bounds the row count)."""
+        try:
+            with self._lock:
+                rows = self._db.execute("SELECT max(rowid) FROM calls").fetchone()[0] or 0
+                if rows > KEY_SNAPSHOT_RATIO * self._misses:
+                    return
+                version = self._db.execute("PRAGMA data_version").fetchone()[0]
+                keys = {k for (k,) in self._db.execute("SELECT key FROM calls")}
+        except (OSError, sqlite3.Error):
+            return
+        keys.update(self.pending)
+        self._keys, self._keys_version = keys, version
+        self._keys_checked_until = time.monotonic() + KEY_SNAPSHOT_CHECK_S
+
+    def _keys_valid(self) -> bool:
+        """True while no other connection has written to the database since its keys were read
+        (looked at every :data:`KEY_SNAPSHOT_CHECK_S`) and this process does not share the cache
+        with another (then every lookup reads the table, and so does every look of the lease
+        protocol); else the keys are dropped."""
+        now = time.monotonic()
+        if now < self._keys_checked_until and self._mode != "shared":
+            return True
+        if self._mode == "shared":
+            self._keys = None
+            return False
+        try:
+            with self._lock:
+                version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        except (OSError, sqlite3.Error):
+            version = None
+        if version is None or version != self._keys_version:
+            self._keys = None
+            return False
+        self._keys_checked_until = now + KEY_SNAPSHOT_CHECK_S
+        return True
 
     def put(self, key: str, provider: Provider, request: ChatRequest, result: ChatResult, *,
             request_text: str | None = None) -> None:
@@ -217,6 +308,9 @@ class CallCache:
                request_json(request) if request_text is None else request_text,
                result.model_dump_json(), time.time())
         self.pending[key] = row
+        if self._keys is not None:
+            self._keys.add(key)
+        self._ahead.pop(key, None)
         self._write_soon()
 
     def _write_soon(self) -> None:
@@ -381,6 +475,7 @@ class CallCache:
                 return None
             if mode in ("solo", "solo-new"):
                 if mode == "solo-new":  # just became the lone user: another may have stored it before
+                    self._keys_checked_until = 0.0  # so the keys read before are looked at first
                     hit = self.get(key)
                     if hit is not None:
                         self._maybe_end_solo()
@@ -672,9 +767,8 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
             s.completion_tokens_fresh += result.usage.completion_tokens
 
 
-@dataclass(frozen=True)
-class CacheLookup:
-    """One call's cache lookup (:meth:`CachedProvider.lookup`).
+class CacheLookup(NamedTuple):
+    """One call's cache lookup (:meth:`CachedProvider.lookup`; a named tuple: made once per call).
 
     Attributes:
         key: the call's key (:func:`lmra.providers.base.request_key`).

@@ -8,6 +8,7 @@ import hashlib
 import random
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from pydantic import BaseModel
 
@@ -20,7 +21,7 @@ from lmra.templates import Template
 
 def derive_seed(*parts: object) -> int:
     """A stable 31-bit seed from any parts (independent of Python's hash randomisation)."""
-    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
@@ -58,14 +59,23 @@ def personalized_messages(prompt: str, template: Template, *, name: str | None =
         system_prompt: the target's own system message, if any; placed first.
 
     Returns:
-        The message list ending with the user prompt.
+        The message list ending with the user prompt (a new list; the messages before the
+        prompt are rendered once per template, name, profile and system message and shared).
     """
+    msgs = list(_personalization(template, name or "", profile or "", system_prompt or ""))
+    msgs.append(Message(role="user", content=prompt))
+    return msgs
+
+
+@lru_cache(maxsize=4096)
+def _personalization(template: Template, name: str, profile: str, system_prompt: str) -> tuple[Message, ...]:
+    """The target's system message (if any) and the rendered personalization (see
+    :func:`personalized_messages`); a run renders each name's and profile's once."""
     msgs: list[Message] = []
     if system_prompt:
         msgs.append(Message(role="system", content=system_prompt))
-    msgs.extend(template.render(name=name or "", profile=profile or ""))
-    msgs.append(Message(role="user", content=prompt))
-    return msgs
+    msgs.extend(template.render(name=name, profile=profile))
+    return tuple(msgs)
 
 
 def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
@@ -73,8 +83,13 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     (methodology §1 step 5). Possessives keep their suffix: "Ashley's" → "[NAME]'s"."""
     if not name:
         return text
-    pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])", re.IGNORECASE)
-    return pattern.sub(placeholder, text)
+    return _name_pattern(name).sub(placeholder, text)
+
+
+@lru_cache(maxsize=4096)
+def _name_pattern(name: str) -> re.Pattern:
+    """The whole-word, case-insensitive pattern of ``name`` (compiled once per name)."""
+    return re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])", re.IGNORECASE)
 
 
 class Response(BaseModel):

@@ -79,9 +79,30 @@ def clean_reported(value: str) -> str:
     return text if len(text) <= MAX_REPORTED_CHARS else text[:MAX_REPORTED_CHARS - 1] + "…"
 
 
+#: a character every template token holds: a text without any of them holds no token
+_TOKEN_MARKS = ("<", "[")
+assert all(any(m in tok for m in _TOKEN_MARKS) for tok, _ in TEMPLATE_TOKENS)
+
+
 def template_tokens_in(text: str) -> list[str]:
     """The :data:`TEMPLATE_TOKENS` that occur in ``text`` (case-sensitive), in list order."""
-    return [tok for tok, _ in TEMPLATE_TOKENS if tok in text] if text else []
+    if not text or ("<" not in text and "[" not in text):
+        return []
+    return [tok for tok, _ in TEMPLATE_TOKENS if tok in text]
+
+
+_CLEANED: dict[str, str] = {}  # served model ids / fingerprints seen → clean_reported of them
+
+
+def _clean_once(value: str) -> str:
+    """:func:`clean_reported` of a reported id, computed once per distinct id (a run's answers
+    report a handful; up to 4,096 are remembered)."""
+    cleaned = _CLEANED.get(value) if type(value) is str else None
+    if cleaned is None:
+        cleaned = clean_reported(value)
+        if type(value) is str and len(_CLEANED) < 4096:
+            _CLEANED[value] = cleaned
+    return cleaned
 
 
 @dataclass
@@ -105,10 +126,14 @@ class ServedCounts:
     def observe(self, result: ChatResult) -> list[str]:
         """Count one answer; returns the template tokens it contains."""
         self.responses += 1
-        if result.served_model and clean_reported(result.served_model):
-            self.model[clean_reported(result.served_model)] += 1
-        if result.system_fingerprint and clean_reported(result.system_fingerprint):
-            self.system_fingerprint[clean_reported(result.system_fingerprint)] += 1
+        if result.served_model:
+            served = _clean_once(result.served_model)
+            if served:
+                self.model[served] += 1
+        if result.system_fingerprint:
+            fingerprint = _clean_once(result.system_fingerprint)
+            if fingerprint:
+                self.system_fingerprint[fingerprint] += 1
         found = template_tokens_in(result.text)
         for tok in found:
             self.template_tokens[tok] += 1

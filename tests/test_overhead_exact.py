@@ -189,3 +189,84 @@ def test_new_caches_get_16k_pages_and_old_4k_caches_keep_working(tmp_path):
         assert again._db.execute("SELECT request FROM calls").fetchone()[0] == request_json(req)
         again.close()
     assert PAGE_SIZE == 16384
+
+
+# -- third round: per-call work done once, the same values -------------------------------------
+def test_seeds_name_scrubbing_and_template_tokens_are_those_of_the_plain_code():
+    import re as _re
+
+    from lmra.generate import derive_seed, scrub_name
+    from lmra.identity import TEMPLATE_TOKENS, template_tokens_in
+
+    # seeds computed by lmra before this change (git 7980377): names and judge seeds stay the same
+    assert derive_seed(7, "target", "p1", "female", "Ashley", 0) == 1348641759
+    assert derive_seed("judge", "stereotype", 7, "p1|a vs b|0", "order1") == 1309787434
+    assert derive_seed(1.5, None, ("x",), "é中") == 1701611876
+    rng = random.Random(5)
+    for name in ["Ann", "J.R.", "Zoë", "a+b", "(Bo)", "Mary Ann", "o'Neil"]:
+        for _ in range(20):
+            text = "".join(rng.choice([name, name.upper(), name.lower(), " ", "x", "'s", ".", "é", "_"])
+                           for _ in range(rng.randint(0, 12)))
+            plain = _re.compile(rf"(?<![\w]){_re.escape(name)}(?![\w])", _re.IGNORECASE).sub("[NAME]", text)
+            assert scrub_name(text, name) == plain
+    pieces = [tok for tok, _ in TEMPLATE_TOKENS] + ["<", "[", "INST", "|", "hello ", "\n"]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+        assert template_tokens_in(text) == [tok for tok, _ in TEMPLATE_TOKENS if tok in text]
+
+
+def test_personalization_rendered_once_gives_the_same_messages_in_a_new_list():
+    from lmra.generate import personalized_messages
+    from lmra.templates import load_template
+
+    style = load_template("custom_instructions", "personalization")
+    first = personalized_messages("Plan my week", style, name="Ann", system_prompt="Be brief.")
+    first.append(Message(role="user", content="appended by a caller"))
+    again = personalized_messages("Plan my week", style, name="Ann", system_prompt="Be brief.")
+    plain = [Message(role="system", content="Be brief."), *style.render(name="Ann", profile=""),
+             Message(role="user", content="Plan my week")]
+    assert again == plain and len(first) == len(again) + 1
+    assert personalized_messages("Hi", style, name="Bo")[:-1] == style.render(name="Bo", profile="")
+
+
+def test_a_budget_without_limits_keeps_the_same_ledger_without_booking():
+    from lmra.budget import Budget, BudgetedProvider, PriceTable
+    from lmra.cache import CachedProvider, CallCache, CallStats
+    from lmra.providers.base import ChatResult, ProviderError, Usage
+
+    prices = PriceTable.from_dict({"prices": {"echo": {"e*": {"input": 1.0, "output": 3.0}}}})
+
+    class Echo:
+        name, model_id, base_url, supports_logprobs = "echo", "echo-1", "", False
+
+        async def complete(self, request):
+            if request.seed == 3:
+                raise ProviderError("boom", kind="http_500")
+            return ChatResult(text="x", usage=Usage(prompt_tokens=request.seed or 1, completion_tokens=2))
+
+        async def aclose(self):
+            return None
+
+    def run(budget: Budget) -> dict:
+        cache = CallCache(":memory:")
+        prov = BudgetedProvider(CachedProvider(Echo(), cache, CallStats()), budget)
+
+        async def go():
+            for seed in (1, 2, 3, 1, 2, 4):  # fresh, fresh, failed, cached, cached, fresh
+                try:
+                    await prov.complete(ChatRequest(messages=[Message(role="user", content="q")], seed=seed))
+                except ProviderError:
+                    pass
+
+        asyncio.run(go())
+        cache.close()
+        return budget.report()
+
+    unlimited = run(Budget(prices=prices))
+    limited = run(Budget(max_calls=10 ** 9, max_cost=10.0 ** 9, prices=prices))
+    assert {k: v for k, v in unlimited.items() if k not in ("max_calls", "max_cost_usd")} == \
+        {k: v for k, v in limited.items() if k not in ("max_calls", "max_cost_usd")}
+    row = unlimited["per_model"][0]
+    assert (row["calls_fresh"], row["calls_cached"], row["calls_failed"]) == (3, 2, 1)
+    assert prices.lookup("echo", "echo-1") is prices.lookup("echo", "echo-1") is not None
+    assert prices.lookup("echo", "other") is None

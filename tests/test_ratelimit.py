@@ -231,3 +231,21 @@ def test_retries_exhausted_is_a_counted_failure(chat_server):
     assert srv.seen == 2  # one try plus one SDK retry
     assert stats.failed == 1 and stats.fresh == 0 and len(cache) == 0
     assert "429" in stats.errors[0]
+
+
+def test_limiter_counts_the_time_its_limit_was_left_unused():
+    """``idle_s`` (manifest → concurrency → limits → ``limiter_idle_s``): the time between the
+    moment the limit allowed a call and the moment one started. A clock under the test's
+    control, so that no call waits: 1 call/s, calls at 0, 5 and 6 s → 4 s unused (the first
+    call has nothing to wait for, the third comes exactly on time)."""
+    now = [0.0]
+    limiter = RateLimiter(requests_per_minute=60, clock=lambda: now[0])
+
+    async def go():
+        for t in (0.0, 5.0, 6.0):
+            now[0] = t
+            await limiter.acquire()
+
+    asyncio.run(go())
+    assert limiter.idle_s == pytest.approx(4.0)
+    assert limiter.waited_s == 0.0

@@ -18,6 +18,7 @@ from lmra.axes.pairs import AxisPair
 from lmra.config import AuditConfig
 from lmra.judge.axes import label_axis
 from lmra.providers import Provider, ProviderError
+from lmra.providers.ratelimit import wrapped_bound
 from lmra.templates import Template, load_template
 
 
@@ -73,5 +74,5 @@ async def label_pairs(judge: Provider, cfg: AuditConfig, pairs: list[AxisPair], 
         domain, task, sample, failed, valid, method, q_F, q_R, q_N, s (and both raw orders).
     """
     tpl = template or load_template("axes_label", "judge")
-    return await label_test_pairs(judge, cfg, tpl, pairs, axes, seed, asyncio.Semaphore(cfg.concurrency_bound()),
-                                  NoProgress())
+    sem = asyncio.Semaphore(wrapped_bound(judge, cfg.concurrency))  # as in an audit (concurrency = "auto")
+    return await label_test_pairs(judge, cfg, tpl, pairs, axes, seed, sem, NoProgress())

@@ -25,6 +25,7 @@ from lmra.axes.select import TABLE_COLUMNS, select_axes
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig
 from lmra.providers import Provider, make_provider
+from lmra.providers.ratelimit import wrapped_bound
 from lmra.templates import load_template
 
 
@@ -72,7 +73,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs)
     if announce is not None:
         announce(plan)
-    sem = asyncio.Semaphore(cfg.concurrency_bound())
+    # calls in flight as the judge's limits hold them (concurrency = "auto": sized as in an audit)
+    sem = asyncio.Semaphore(wrapped_bound(judge, cfg.concurrency))
     seed = inputs.seed
     tables, label_frames, feature_rows = [], [], []
     candidates: dict[str, dict] = {}
@@ -146,13 +148,12 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
     if cached is not None:  # already behind the call cache (e.g. the audit's judge): use as is
         stats = cached.stats
     else:
-        from lmra.providers.ratelimit import rate_limited
+        from lmra.providers.ratelimit import limit_model
 
         if cache is None:
             cache = own_cache = CallCache(cfg.cache)
         stats = CallStats()
-        limited = rate_limited(judge, cfg.judge.requests_per_minute, cfg.judge.tokens_per_minute,
-                               cfg.judge.max_concurrency, concurrency=cfg.concurrency)
+        limited, _ = limit_model(judge, cfg.judge, cfg.concurrency, "judge")
         judge = CachedProvider(limited, cache, stats)
         if cfg.max_calls is not None or cfg.max_cost is not None:
             # as in the audit, the budget sits outside the cache: cached calls are free

@@ -18,8 +18,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -205,19 +204,24 @@ def note_event(kind: str, n: int = 1) -> None:
         events[kind] += n
 
 
-@contextmanager
-def collect_events() -> Iterator[Counter]:
+class collect_events:  # noqa: N801 — used as a function: ``with collect_events() as events``
     """Collect the fault events of the calls made inside the block (one task's calls).
 
     Yields:
         a :class:`collections.Counter` of event kind → count, filled as the calls run.
+
+    (A class rather than a generator context manager: it is entered once per fresh call.)
     """
-    events: Counter = Counter()
-    token = _CALL_EVENTS.set(events)
-    try:
-        yield events
-    finally:
-        _CALL_EVENTS.reset(token)
+
+    __slots__ = ("events", "_token")
+
+    def __enter__(self) -> Counter:
+        self.events: Counter = Counter()
+        self._token = _CALL_EVENTS.set(self.events)
+        return self.events
+
+    def __exit__(self, *exc_info) -> None:
+        _CALL_EVENTS.reset(self._token)
 
 
 #: Exceptions that mean a response body could not be read as the SDK's object (JSONDecodeError
@@ -414,12 +418,12 @@ def request_json(request: ChatRequest) -> str:
                 if type(m) is not Message or type(content) is not str or type(role) is not str:
                     break
                 parts.append('{"content":' + _enc(content) + ',"role":' + _enc(role) + "}")
-            else:
-                return ('{"max_tokens":' + repr(mt) + ',"messages":[' + ",".join(parts) + '],"options":' + options
-                        + ("" if prefill is None else ',"prefill":' + _enc(prefill))
-                        + ',"sample_index":' + repr(si) + ',"seed":' + ("null" if seed is None else repr(seed))
-                        + ',"stop":' + stop + ',"temperature":' + repr(t)
-                        + ',"top_logprobs":' + ("null" if tl is None else repr(tl)) + "}")
+            else:  # one join: the messages (1–3 KB for an LMRA question) are copied once
+                return "".join(('{"max_tokens":', repr(mt), ',"messages":[', ",".join(parts), '],"options":', options,
+                                "" if prefill is None else ',"prefill":' + _enc(prefill),
+                                ',"sample_index":', repr(si), ',"seed":', "null" if seed is None else repr(seed),
+                                ',"stop":', stop, ',"temperature":', repr(t),
+                                ',"top_logprobs":', "null" if tl is None else repr(tl), "}"))
     return json.dumps(r.cache_payload(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -430,9 +434,11 @@ def json_key(provider: str, base_url: str, model: str, request_text: str) -> str
     :func:`payload_key`'s sorted, compact ``json.dumps``."""
     enc = _enc if type(provider) is str and type(base_url) is str and type(model) is str else (
         lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
-    blob = ('{"base_url":' + enc(base_url) + ',"model":' + enc(model) + ',"provider":' + enc(provider)
-            + ',"request":' + request_text + "}")
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    h = hashlib.sha256(('{"base_url":' + enc(base_url) + ',"model":' + enc(model) + ',"provider":' + enc(provider)
+                        + ',"request":').encode("utf-8"))
+    h.update(request_text.encode("utf-8"))  # hashed in parts: the same bytes, the request not copied again
+    h.update(b"}")
+    return h.hexdigest()
 
 
 def payload_key(provider: str, base_url: str, model: str, payload: dict[str, Any]) -> str:

@@ -141,6 +141,10 @@ class RateLimiter:
         self._changed: asyncio.Event | None = None
         #: total seconds calls spent waiting for the limiter (for reports and benchmarks)
         self.waited_s = 0.0
+        #: seconds of the limit left unused between the first call and the last start: each
+        #: call started this much after the limits allowed it (no call was ready, or the event
+        #: loop woke it more than ``max_catchup_s`` late); rate × idle_s calls were possible
+        self.idle_s = 0.0
         #: latencies and tokens of the calls it let through (recorded by :class:`RateLimitedProvider`)
         self.observed = CallMeter()
 
@@ -196,6 +200,8 @@ class RateLimiter:
             # event-loop lateness does not add up to a lower rate than configured), but never
             # more than max_catchup_s in the past (no burst to make up for a stalled loop).
             at = max(start, t_in, now - self.max_catchup_s)
+            if start > -math.inf:
+                self.idle_s += at - start
             if self._req is not None:
                 self._req.take(1, at)
             if self._tok is not None:
@@ -544,6 +550,33 @@ class ModelLimits:
                                    concurrency=None if auto else int(self.concurrency), on_notice=self.on_notice,
                                    label=f"{role} '{inner.model_id}'")
 
+    @classmethod
+    def of(cls, concurrency: int | str, models: "list[tuple[Provider, ModelConfig]]", *,
+           on_notice: Callable[[str], None] = lambda msg: None,
+           on_info: Callable[[str], None] = lambda msg: None) -> "ModelLimits":
+        """The limits of a run calling ``models`` ((provider, its config) pairs) with
+        ``concurrency`` (a number or ``"auto"``), as an audit sizes them: ``any_limit`` and
+        ``any_capacity`` read from the models, ``AUTO_UNLIMITED_IN_FLIGHT`` (2) calls in flight
+        for a model of unknown capacity. Wrap each model with :meth:`wrap`, then bound the
+        run's calls with :meth:`run_bound`."""
+        from lmra.config import AUTO_UNLIMITED_IN_FLIGHT
+
+        return cls(concurrency, any_limit=any(m.requests_per_minute or m.tokens_per_minute for _, m in models),
+                   any_capacity=any(parallel_capacity(p) for p, _ in models),
+                   unlimited_in_flight=AUTO_UNLIMITED_IN_FLIGHT, on_notice=on_notice, on_info=on_info)
+
+    def run_bound(self) -> int:
+        """The bound on all calls in flight of a run (its semaphore), after :meth:`wrap`:
+        ``concurrency`` when it is a number; with ``"auto"``, ``MAX_CONCURRENCY`` when a model
+        has a limit (each limited model holds its own calls, :class:`InFlight`), else the sum
+        of the wrapped models' calls in flight when a provider reports its capacity, else 2
+        (as :meth:`lmra.config.AuditConfig.concurrency_bound` and :meth:`bound` for an audit)."""
+        from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, MAX_CONCURRENCY
+
+        if self.concurrency != "auto":
+            return int(self.concurrency)
+        return self.bound(MAX_CONCURRENCY if self.any_limit else AUTO_UNLIMITED_IN_FLIGHT)
+
     def bound(self, configured: int) -> int:
         """The audit-wide bound on calls in flight, given the config's
         (:meth:`lmra.config.AuditConfig.concurrency_bound`): that one, except with ``"auto"``,
@@ -556,7 +589,8 @@ class ModelLimits:
 
     def report(self) -> list[dict]:
         """One entry per limit for the manifest: roles, limits, calls/s, observed latency (s)
-        and tokens per call, the most calls in flight at once, and (``auto``) the last size."""
+        and tokens per call, the most calls in flight at once, the limiter's total wait and
+        unused time (s, :attr:`RateLimiter.idle_s`), and (``auto``) the last size."""
         out = []
         for roles, limiter, in_flight in self.groups.values():
             meter = limiter.observed
@@ -564,8 +598,56 @@ class ModelLimits:
                    "tokens_per_minute": limiter.tokens_per_minute, "calls_per_s": limiter.calls_per_s(),
                    "observed_latency_s": meter.latency_s, "observed_tokens_per_call": meter.tokens_per_call,
                    "calls": meter.n, "limiter_wait_s": round(limiter.waited_s, 3),
+                   "limiter_idle_s": round(limiter.idle_s, 3),
                    "peak_in_flight": meter.peak_in_flight}
             if in_flight is not None:
                 row |= {"in_flight": in_flight.size}
             out.append(row)
         return out
+
+
+def limit_model(inner: Provider, cfg: "ModelConfig", concurrency: int | str, role: str, *,
+                on_notice: Callable[[str], None] = lambda msg: None) -> tuple[Provider, int]:
+    """One model of a tool that calls a single model (``lmra recsys``, ``lmra judge-check``,
+    ``lmra axes``) within its limits, sized as an audit sizes it (:meth:`ModelLimits.of`).
+
+    Returns:
+        (the wrapped provider, the bound on the tool's calls in flight): under ``"auto"`` the
+        model's ``max_concurrency``, else its provider's ``parallel_capacity`` (e.g. the
+        embedded model's 34 on 2 cores), else 2 without a rate limit; with a limit, calls in
+        flight sized from the limit and the observed latency (:class:`InFlight`). A number
+        is used as given (and checked against the limit, a warning to ``on_notice``).
+    """
+    limits = ModelLimits.of(concurrency, [(inner, cfg)], on_notice=on_notice)
+    wrapped = limits.wrap(inner, cfg, role)
+    return wrapped, limits.run_bound()
+
+
+def wrapped_bound(provider: Provider, concurrency: int | str) -> int:
+    """The bound on calls in flight for a tool given an already limited model (e.g. the
+    audit's judge handed to the axes stage): ``concurrency`` when it is a number; with
+    ``"auto"``, what the :class:`RateLimitedProvider` found in ``provider``'s chain of
+    wrappers (``.inner``) holds it to (its :class:`InFlight` cap or its ``max_concurrency``);
+    without one, the backend's ``parallel_capacity``, else 2 (``AUTO_UNLIMITED_IN_FLIGHT``,
+    an endpoint of unknown capacity).
+
+    Returns:
+        A whole number ≥ 1.
+    """
+    from lmra.config import AUTO_UNLIMITED_IN_FLIGHT
+
+    if concurrency != "auto":
+        return int(concurrency)
+    node, depth = provider, 0
+    while depth < 16:
+        if isinstance(node, RateLimitedProvider):
+            if node.in_flight is not None:
+                return node.in_flight.cap
+            return node.max_concurrency or AUTO_UNLIMITED_IN_FLIGHT
+        capacity = parallel_capacity(node)  # a backend that is not wrapped says what it serves
+        if capacity:
+            return capacity
+        node, depth = getattr(node, "inner", None), depth + 1
+        if node is None:
+            break
+    return AUTO_UNLIMITED_IN_FLIGHT

@@ -9,11 +9,11 @@ rejected, and :func:`load_recsys_config` turns any problem into an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PlainValidator, field_validator, model_validator
 
-from lmra.config import ModelConfig, _Strict, load_toml_model, validate_model
+from lmra.config import ModelConfig, _concurrency_value, _Strict, load_toml_model, validate_model
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
 
 
@@ -190,7 +190,11 @@ class RecsysConfig(_Strict):
     parser: Literal["lmra", "fairllm-code"] = Field(
         "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")
     seed: int = Field(0, description="Seed for user choice, splits, random profiles and sampled decoding.")
-    concurrency: int = Field(2, ge=1, le=512, description="Maximum model calls in flight.")
+    concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
+        "auto", description="Maximum model calls in flight, or 'auto' (as in an audit): with requests_per_minute or "
+        "tokens_per_minute, limit × observed latency × 1.25 calls in flight (at most max_concurrency or 256); "
+        "without, max_concurrency, else the calls the provider serves at once (the embedded model: 34 on 2 cores), "
+        "else 2.")
     output_dir: str = Field("reports", description="Folder under which run folders are written.")
     cache: str = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
     fairllm: FairLLMConfig = Field(

@@ -35,6 +35,7 @@ from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import dump_config
 from lmra.fileio import write_text
 from lmra.providers import Provider, make_provider
+from lmra.providers.ratelimit import limit_model
 from lmra.recsys.bias_files import bias_from_files
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.generate import Progress, ask_target
@@ -78,6 +79,8 @@ class RecsysRun:
         self._instructions: list[Instruction] | None = None
         self._artists: set[str] = set()
         self._cf: CfairContext | None = None
+        #: receives one-line warnings (an explicit concurrency too low for the target's rate limit)
+        self.on_notice = lambda msg: None
 
     def instructions(self) -> list[Instruction]:
         """Build (once) and return the instructions; raises LmraInputError on bad inputs."""
@@ -107,7 +110,10 @@ class RecsysRun:
         instructions = self.instructions()
         matcher, categories = make_matcher(cfg, self._cf, self.config_path)
         cache = CallCache(cfg.cache)
-        target = CachedProvider(self._target_provider(), cache, self.stats)
+        # calls in flight sized as in an audit (concurrency = "auto": the limits, or the provider's capacity)
+        limited, in_flight = limit_model(self._target_provider(), cfg.target, cfg.concurrency, "target",
+                                         on_notice=self.on_notice)
+        target = CachedProvider(limited, cache, self.stats)
         if self._explicit_dir:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         else:
@@ -119,9 +125,10 @@ class RecsysRun:
                        "temperature": cfg.target.temperature, "max_tokens": cfg.target.max_tokens},
             "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "versions": package_versions(),
             "planned_calls": len(instructions),
+            "concurrency": {"setting": cfg.concurrency, "bound": in_flight},
         }
         dump_json(self.run_dir / "manifest.json", manifest)
-        sem = asyncio.Semaphore(cfg.concurrency)
+        sem = asyncio.Semaphore(in_flight)
         self.progress.start("recsys", len(instructions))
         try:
             answers = await asyncio.gather(*(ask_target(cfg, ins, target, sem, self.progress)
