@@ -176,3 +176,31 @@ def run_folder_text(run_dir) -> str:
         else:
             parts.append(p.read_text(encoding="utf-8"))
     return "".join(parts)
+
+
+class InFlightGate:
+    """Counts a provider double's calls in flight and their peak; the first calls wait (up to
+    ``wait_s``) until ``expect`` of them are in flight at once, so that a bound on calls in
+    flight shows as the peak (a lower bound than ``expect`` lets the run go on after ``wait_s``)."""
+
+    def __init__(self, expect: int, wait_s: float):
+        self.expect, self.wait_s = expect, wait_s
+        self.in_flight = self.peak = 0
+        self._full: asyncio.Event | None = None
+
+    async def run(self, call):
+        """Await the coroutine ``call`` once ``expect`` calls are in flight (or ``wait_s`` passed)."""
+        if self._full is None:
+            self._full = asyncio.Event()
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        if self.in_flight >= self.expect:
+            self._full.set()
+        try:
+            try:
+                await asyncio.wait_for(self._full.wait(), self.wait_s)
+            except TimeoutError:
+                self._full.set()  # the bound is lower than expected: let the run finish
+            return await call
+        finally:
+            self.in_flight -= 1

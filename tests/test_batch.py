@@ -658,18 +658,11 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     assert len(srv["creates"]) == 1
 
 
-def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropic_server, sim_inputs, tmp_path,
-                                                        monkeypatch):
-    """An audit stopped while its first batch runs (max wait 0) is finished by
-    `lmra batch resume RUN_DIR` in a new orchestrator, without submitting anything twice."""
-    import argparse
-
+def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str):
+    """A batch-mode audit (target on the OpenAI server, LMRA on the Anthropic one) stopped while
+    its first batch runs (max wait 0); returns its run folder."""
     from lmra.audit import Audit
-    from lmra.cli.batch import EXIT_PENDING, add_parsers
 
-    monkeypatch.setenv("COLUMNS", "220")
-    o_url, o_srv = openai_server
-    a_url, a_srv = anthropic_server
     names, prompts = sim_inputs(4)
     cfg = AuditConfig(
         name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
@@ -679,6 +672,21 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     run = tmp_path / "reports" / "run1"
     with pytest.raises(BatchPending):
         asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    return run
+
+
+def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropic_server, sim_inputs, tmp_path,
+                                                        monkeypatch):
+    """An audit stopped while its first batch runs (max wait 0) is finished by
+    `lmra batch resume RUN_DIR` in a new orchestrator, without submitting anything twice."""
+    import argparse
+
+    from lmra.cli.batch import EXIT_PENDING, add_parsers
+
+    monkeypatch.setenv("COLUMNS", "220")
+    o_url, o_srv = openai_server
+    a_url, a_srv = anthropic_server
+    run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url)
     assert (run / "config.toml").exists() and not (run / "summary.json").exists()
     assert len(a_srv["creates"]) == 1 and load_state(run)["jobs"][0]["state"] == "submitted"
     parser = argparse.ArgumentParser()
@@ -699,20 +707,11 @@ def test_batch_resume_of_a_shard_with_a_damaged_shard_record_is_an_input_error(o
                                                                               sim_inputs, tmp_path, capsys):
     """A batch run whose ``shard.json`` was damaged is not resumed as the whole audit: exit 2,
     one paragraph naming the file and field, no traceback, and no summary written."""
-    from lmra.audit import Audit
     from lmra.cli import main
 
     o_url, _ = openai_server
     a_url, a_srv = anthropic_server
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
-        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
-        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
-    run = tmp_path / "reports" / "run1"
-    with pytest.raises(BatchPending):
-        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url)
     (run / "shard.json").write_text('{"shard": "2/', encoding="utf-8")  # cut short by a full disk
     creates = len(a_srv["creates"])
     capsys.readouterr()

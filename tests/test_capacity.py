@@ -16,7 +16,7 @@ import json
 import pytest
 
 from conftest import FEMALE, MALE, NAME_TO_GROUP
-from doubles import ScriptedJudge, ScriptedTarget
+from doubles import InFlightGate, ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig, ModelConfig
 from lmra.errors import LmraInputError
@@ -36,25 +36,14 @@ class CapacityTarget(ScriptedTarget):
         super().__init__(NAME_TO_GROUP, lambda group, rng: rng.choice(["A plain answer.", "Another answer."]))
         if capacity is not None:
             self.parallel_capacity = capacity
-        self.expect, self.wait_s = expect, wait_s
-        self.in_flight = self.peak = 0
-        self._full: asyncio.Event | None = None
+        self.gate = InFlightGate(expect, wait_s)
+
+    @property
+    def peak(self) -> int:
+        return self.gate.peak
 
     async def complete(self, request):
-        if self._full is None:
-            self._full = asyncio.Event()
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        if self.in_flight >= self.expect:
-            self._full.set()
-        try:
-            try:
-                await asyncio.wait_for(self._full.wait(), self.wait_s)
-            except TimeoutError:
-                self._full.set()  # the bound is lower than expected: let the audit finish
-            return await super().complete(request)
-        finally:
-            self.in_flight -= 1
+        return await self.gate.run(super().complete(request))
 
 
 class PeakJudge(ScriptedJudge):

@@ -5,10 +5,8 @@ an injected rise; the report's detectable rating equal to the full 12-step bisec
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,14 +16,8 @@ from lmra import monitor, pairstore
 from lmra.monitor import one_sided_permutation, sequential_permutation_pvalue
 from lmra.power import PairScoreModel, detectable_rating_sim, simulated_power
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from test_pairstore import _bench  # noqa: E402  (bench/bench_scale.py's synthetic pairs)
 
 
 # -- exports --------------------------------------------------------------------------------------

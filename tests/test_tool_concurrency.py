@@ -19,7 +19,7 @@ import types
 import pytest
 
 from conftest import NAME_TO_GROUP
-from doubles import ScriptedJudge, ScriptedTarget
+from doubles import InFlightGate, ScriptedJudge, ScriptedTarget
 from lmra.config import AuditConfig, ModelConfig
 from lmra.providers.base import ChatResult, Usage
 from lmra.providers.ratelimit import ModelLimits, limit_model, wrapped_bound
@@ -38,25 +38,14 @@ class CapacityProbe:
         self.name, self.model_id, self.base_url = inner.name, inner.model_id, inner.base_url
         self.supports_logprobs = inner.supports_logprobs
         self.parallel_capacity = capacity
-        self.expect = expect
-        self.in_flight = self.peak = 0
-        self._full: asyncio.Event | None = None
+        self.gate = InFlightGate(expect, FILL_WAIT_S)
+
+    @property
+    def peak(self) -> int:
+        return self.gate.peak
 
     async def complete(self, request):
-        if self._full is None:
-            self._full = asyncio.Event()
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        if self.in_flight >= self.expect:
-            self._full.set()
-        try:
-            try:
-                await asyncio.wait_for(self._full.wait(), FILL_WAIT_S)
-            except TimeoutError:
-                self._full.set()  # the bound is lower than expected: let the run finish
-            return await self.inner.complete(request)
-        finally:
-            self.in_flight -= 1
+        return await self.gate.run(self.inner.complete(request))
 
     async def aclose(self):
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -147,6 +148,36 @@ def _csv_text_sql(col: str, typ: str) -> str:
             f"ELSE CAST({x} AS VARCHAR) END")
 
 
+@contextmanager
+def _duckdb_writes(path: Path):
+    """A temporary file next to ``path`` for DuckDB's ``COPY … TO`` to write; when the block
+    ends it is synced and renamed to ``path`` (atomic, as :func:`lmra.fileio.atomic_open`), and
+    removed if the block fails.
+
+    Raises:
+        LmraIOError: the file cannot be written (an OS error, or DuckDB's I/O or permission
+            error: a full disk, a read-only folder), naming ``path``.
+    """
+    import os
+
+    from lmra.errors import LmraIOError, io_reason
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
+    except Exception as exc:  # DuckDB's IOException (a full disk, a read-only folder)
+        if type(exc).__name__ not in ("IOException", "PermissionException"):
+            raise
+        raise LmraIOError(f"cannot write this file ({exc})", path=path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_per_pair_csv(run: RunFolder, path: Path) -> Path:
     """``per_pair.csv`` of a run whose pairs are in a large ``ratings.parquet``, written by
     DuckDB (``COPY … TO`` CSV, streamed from the Parquet file in file order) with the bytes
@@ -158,13 +189,9 @@ def write_per_pair_csv(run: RunFolder, path: Path) -> Path:
     Raises:
         LmraIOError: the file cannot be written.
     """
-    import os
-
-    from lmra.errors import LmraIOError, io_reason
     from lmra.pairstore import connect, register_pairs
 
     con = connect()
-    con.execute("SET enable_progress_bar = false")  # a long COPY would draw DuckDB's bar on the terminal
     have = register_pairs(con, run.pairs_path)
     lit = lambda v: "'" + str(v).replace("'", "''") + "'"  # noqa: E731
     strings = [f'contains(CAST("{c}" AS VARCHAR), chr(13))' for c, t in PER_PAIR_SCHEMA.items()
@@ -180,21 +207,9 @@ def write_per_pair_csv(run: RunFolder, path: Path) -> Path:
     outer = [(f'"{c}"' if c in const else f'{_csv_text_sql(chr(34) + c + chr(34), t)} AS "{c}"')
              for c, t in PER_PAIR_SCHEMA.items()]
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with _duckdb_writes(path) as tmp:
         con.execute(f"COPY (SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM pairs)) "
                     f"TO {lit(tmp)} (FORMAT csv, HEADER true, DELIMITER ',', QUOTE '\"', ESCAPE '\"')")
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())  # as atomic_open does
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
-    except Exception as exc:  # DuckDB's IOException (a full disk, a read-only folder)
-        if type(exc).__name__ not in ("IOException", "PermissionException"):
-            raise
-        raise LmraIOError(f"cannot write this file ({exc})", path=path) from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -272,7 +287,6 @@ def write_per_pair_json(run: RunFolder, path: Path) -> Path:
     from lmra.pairstore import connect, register_pairs
 
     con = connect()
-    con.execute("SET enable_progress_bar = false")  # a long COPY would draw DuckDB's bar on the terminal
     have = register_pairs(con, run.pairs_path)
     lit = lambda v: "'" + str(v).replace("'", "''") + "'"  # noqa: E731
     const = {"schema_version": str(EXPORT_SCHEMA_VERSION), "run_id": run.run_id, "judge_status": run.judge_status}
@@ -305,29 +319,16 @@ def write_per_pair_json(run: RunFolder, path: Path) -> Path:
         # pair, the document's head on the first and its tail on the last): no text through Python
         import os
 
-        from lmra.errors import LmraIOError, io_reason
-
         text = (f"concat(CASE WHEN row_no = 0 THEN {lit(before)} ELSE '' END, {row}, "
                 f"CASE WHEN row_no = {n_rows - 1} THEN {lit(after)} ELSE ',' END)")
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with _duckdb_writes(path) as tmp:
             con.execute(f"COPY (SELECT {text} FROM {src}) TO {lit(tmp)} "
                         "(FORMAT csv, QUOTE '', ESCAPE '', HEADER false, DELIMITER ',')")
             with tmp.open("rb+") as fh:  # the CSV writer's line end after the tail
                 fh.seek(-1, os.SEEK_END)
                 if fh.read(1) == b"\n":
                     fh.truncate(tmp.stat().st_size - 1)
-                os.fsync(fh.fileno())  # as atomic_open does
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
-        except Exception as exc:  # DuckDB's IOException (a full disk, a read-only folder)
-            if type(exc).__name__ not in ("IOException", "PermissionException"):
-                raise
-            raise LmraIOError(f"cannot write this file ({exc})", path=path) from None
-        finally:
-            tmp.unlink(missing_ok=True)
         return path
     rel = con.sql(f"SELECT row_no, {row} AS row FROM {src}")
     reader = rel.to_arrow_reader(CHUNK_ROWS) if hasattr(rel, "to_arrow_reader") else rel.record_batch(CHUNK_ROWS)
