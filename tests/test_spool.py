@@ -63,6 +63,57 @@ def test_spooled_pairs_give_the_run_folder_of_the_in_memory_run(in_memory, tmp_p
     assert list(spooled.per_task.columns) == list(in_memory.per_task.columns)
 
 
+def _responses_alive_at_finish(audit: Audit) -> list[int]:
+    """Run ``audit``; the number of live :class:`~lmra.generate.Response` objects when its
+    stages have returned and the run folder is about to be written (after a full collection)."""
+    import gc
+
+    from lmra.generate import Response
+
+    alive, finish = [], audit._finish
+
+    def counting(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, Response)))
+        return finish(*args, **kwargs)
+
+    audit._finish = counting
+    audit.run()
+    return alive
+
+
+def test_a_spooled_run_holds_no_responses(in_memory, tmp_path):
+    """The spooled run's responses go to their own spool as their lines (with their refusal
+    labels): when its stages end no Response object is alive (the in-memory run holds all of
+    them), no spool is left, and the response files are the in-memory run's, byte for byte
+    (with placebo responses and refusal labels in them)."""
+    held = _responses_alive_at_finish(_audit(tmp_path, "mem2", spool=False))
+    audit = _audit(tmp_path, "spool2", spool=True)
+    assert _responses_alive_at_finish(audit) == [0]
+    n = json.loads((audit.run_dir / "summary.json").read_text())["n_responses"]
+    assert held[0] >= n > 0 and audit.response_spool is not None and audit.response_spool.n_rows == n
+    assert not [p.name for p in audit.run_dir.iterdir() if "spool" in p.name]
+    for f in ("responses.jsonl", "placebo_responses.jsonl"):
+        assert (audit.run_dir / f).read_bytes() == (in_memory.run_dir / f).read_bytes(), f
+    rows = _jsonl_rows(audit.run_dir / "responses.jsonl")
+    assert _jsonl_rows(audit.run_dir / "placebo_responses.jsonl") and any(r["refused"] for r in rows)
+    assert any(r["refusal_p"] is None for r in rows)  # failed calls: no label
+
+
+def test_a_redacted_spooled_run_writes_the_redacted_responses(tmp_path, monkeypatch):
+    """Redacted, with row groups of 3: the spooled responses' lines keep only the texts' lengths,
+    as the in-memory run's."""
+    import lmra.pairstore as pairstore
+
+    monkeypatch.setattr(pairstore, "SPOOL_ROW_GROUP", 3)
+    runs = [_audit(tmp_path, name, spool=spool, redact=True).run() for name, spool in (("m", False), ("s", True))]
+    for f in ("responses.jsonl", "placebo_responses.jsonl"):
+        assert (runs[0].run_dir / f).read_bytes() == (runs[1].run_dir / f).read_bytes(), f
+    rows = _jsonl_rows(runs[1].run_dir / "responses.jsonl")
+    assert rows and all(r["redacted"] and r["text"] is None and r["n_chars"] >= 0 for r in rows)
+    assert runs[1].responses.empty and len(runs[0].responses) == runs[1].summary["n_responses"]
+
+
 def test_spooled_pairs_are_rescored_across_row_groups(in_memory, tmp_path, monkeypatch):
     """With row groups of 5 pairs (spool and ratings.parquet), the pairs are ordered, rescored
     with the run's position logit and split from the placebo across batches: the same table

@@ -147,6 +147,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         #: at least this many pairs, instead of holding them in memory
         self.spool_min_pairs = SPOOL_MIN_PAIRS
         self.spool = None
+        self.response_spool = None  #: that run's responses (lmra.audit.finish.ResponseSpool), unless axes run
 
     def claim_dir(self) -> Path:
         """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
@@ -441,6 +442,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                 manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
                 self.spool.abort()
+            if self.response_spool is not None:
+                self.response_spool.abort()
             try:
                 self._write_json("manifest.json", manifest)
             except LmraIOError:

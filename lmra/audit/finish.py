@@ -54,7 +54,8 @@ class AuditResult:
 
     ``ratings`` is the table of ``ratings.parquet``; of a run whose pairs were spooled to disk
     (:attr:`lmra.audit.Audit.spool_min_pairs`) only the columns the tables are computed from
-    (no pair ids, names, errors or LMRA answers: read those from the file)."""
+    (no pair ids, names, errors or LMRA answers: read those from the file), and its
+    ``responses`` frame is empty (read ``responses.jsonl``)."""
 
     run_dir: Path
     responses: pd.DataFrame
@@ -132,6 +133,66 @@ class RatedPairSpool(PairSpool):
 
 #: the LMRAs' column prefixes in a ratings row: the LMRA, the second LMRA
 _JUDGES = ("", "judge2_")
+
+
+class ResponseSpool(PairSpool):
+    """The :class:`~lmra.pairstore.PairSpool` of a spooled run's responses (see
+    :class:`RatedPairSpool`): each response is kept only as its line of ``responses.jsonl``
+    (or ``placebo_responses.jsonl``) — the line :func:`finish_run`'s in-memory path writes,
+    refusal label included — with its place in the staged order (``2 × pair key + side``) and
+    whether it answers a placebo comparison (columns ``placebo``, ``line``). No
+    :class:`~lmra.generate.Response` is held; :func:`write_spooled_responses` writes the files.
+
+    Args:
+        path: the spool file (``<run_dir>/.responses-spool.parquet``).
+        redact: the run's ``redact`` (a redacted line keeps only the text's length).
+        placebo: the run's placebo comparisons (names).
+        row_group: rows per row group.
+    """
+
+    def __init__(self, path: str | Path, redact: bool, placebo, row_group: int):
+        super().__init__(path, ["placebo", "line"], row_group)
+        self._writer.encoded = {"line"}  # the JSON line is stored as its text, not encoded again
+        self.redact = redact
+        self.placebo = frozenset(placebo)
+
+    def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
+        """Spool one response with its refusal label ``(p, refused)`` (None: not labelled) at
+        place ``key`` of the staged order.
+
+        Raises:
+            LmraIOError: the spool cannot be written.
+        """
+        row = response.model_dump()
+        row["refusal_p"], row["refused"] = label if label is not None else (None, None)
+        if self.redact:  # as finish_run's disk rows
+            row = row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
+        self.add(key, {"placebo": response.comparison in self.placebo, "line": _row_json(row)})
+
+
+def write_spooled_responses(spool: ResponseSpool, run_dir: Path, placebo: bool) -> int:
+    """Write ``responses.jsonl`` (and, when ``placebo``, ``placebo_responses.jsonl``) from a
+    run's spooled responses, in the staged order, :data:`_BATCH` lines at a time: the files of
+    the in-memory path, byte for byte. Returns the number of responses (placebo included).
+
+    Raises:
+        LmraIOError: a file could not be written.
+    """
+    from contextlib import nullcontext
+
+    from lmra.fileio import atomic_open
+
+    spool.close()
+    with atomic_open(run_dir / "responses.jsonl") as real, \
+            (atomic_open(run_dir / "placebo_responses.jsonl") if placebo else nullcontext()) as fake:
+        if spool.n_rows:
+            for batch in spool.sorted_batches(["placebo", "line"], _BATCH):
+                for pl, line in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                    if not pl:
+                        real.write(line + "\n")
+                    elif fake is not None:
+                        fake.write(line + "\n")
+    return spool.n_rows
 
 
 def write_spooled_pairs(spool: RatedPairSpool, path: Path, combiner: str, combiner2: str | None,
@@ -251,7 +312,7 @@ def _spooled_batch_decoded(df: pd.DataFrame, json_cols: list[str], combiner: str
 
 def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                classifications: dict[str, Classification], decisions: list[FilterDecision],
-               responses: list[Response], refusals: dict[int, tuple[float | None, bool]],
+               responses: list[Response] | ResponseSpool, refusals: dict[int, tuple[float | None, bool]],
                ratings: list[dict] | RatedPairSpool, quality_rows: list[dict], manifest: dict,
                axes_result: Any = None) -> AuditResult:
     """Score, aggregate and write a finished audit's run folder; return its :class:`AuditResult`.
@@ -268,7 +329,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
             judge check and combiner).
         inputs ... axes_result: what the audit's stages returned; ``ratings`` the rows in the
             staged order, or a large run's :class:`RatedPairSpool` (``ratings.parquet`` is
-            then written from it in batches, :func:`write_spooled_pairs`, and it is removed).
+            then written from it in batches, :func:`write_spooled_pairs`, and it is removed);
+            ``responses`` the responses in the staged order, or that run's
+            :class:`ResponseSpool` (its labels in its lines; ``refusals`` then unused; the
+            response files written by :func:`write_spooled_responses`, and it is removed).
 
     Raises:
         LmraIOError: a file could not be written (naming it).
@@ -279,17 +343,23 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     cfg = audit.cfg
     iv = cfg.interval
     all_text = {p.id: p.text for p in inputs.prompts}
-    resp_rows = [r.model_dump() for r in responses]
-    for i, row in enumerate(resp_rows):
-        p_ref, refused = refusals.get(i, (None, None))
-        row["refusal_p"], row["refused"] = p_ref, refused
-    if cfg.redact:  # responses often quote the user's message: keep only their length
-        disk_rows = [r | {"text": None, "scrubbed": None, "n_chars": len(r["text"] or ""), "redacted": True}
-                     for r in resp_rows]
+    if isinstance(responses, ResponseSpool):  # a large run: its responses were spooled as their lines
+        n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
+        responses.remove()
+        resp_rows = disk_rows = is_placebo = []
     else:
-        disk_rows = resp_rows
-    is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
-    audit._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
+        n_responses = len(responses)
+        resp_rows = [r.model_dump() for r in responses]
+        for i, row in enumerate(resp_rows):
+            p_ref, refused = refusals.get(i, (None, None))
+            row["refusal_p"], row["refused"] = p_ref, refused
+        if cfg.redact:  # responses often quote the user's message: keep only their length
+            disk_rows = [r | {"text": None, "scrubbed": None, "n_chars": len(r["text"] or ""), "redacted": True}
+                         for r in resp_rows]
+        else:
+            disk_rows = resp_rows
+        is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
+        audit._write_jsonl("responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if not pl])
     if not cfg.redact:  # the audited prompts' texts, for the report's transcripts (a redacted run keeps none)
         audit._write_jsonl("prompts.jsonl", [p.model_dump(include={"id", "domain", "task", "text"}) for p in prompts])
     # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
@@ -322,7 +392,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     write_csv(pdm, audit.run_dir / "per_domain.csv")
     placebo_df = pd.DataFrame()
     if inputs.placebo:
-        audit._write_jsonl("placebo_responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if pl])
+        if not isinstance(responses, ResponseSpool):  # else written from the spool above
+            audit._write_jsonl("placebo_responses.jsonl", [r for r, pl in zip(disk_rows, is_placebo) if pl])
         audit._write_jsonl("placebo_ratings.jsonl", placebo_rdf.to_dict(orient="records"))
         placebo_df = aggregate.placebo_table(placebo_rdf, inputs.placebo, cfg.alpha, iv)
         write_csv(placebo_df, audit.run_dir / "placebo.csv")
@@ -408,7 +479,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,
         "n_filtered_unlabelled": n_filter_unlabelled,
         "n_prompts": len(prompts),
-        "n_responses": len(responses),
+        "n_responses": n_responses,
         "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
         "n_pairs_refusal": int(scores["refused"].sum()) if not scores.empty else 0,
         "n_pairs_unlabelled": int(scores["unlabelled"].fillna(False).astype(bool).sum())

@@ -23,6 +23,8 @@ from lmra.audit.inputs import Inputs
 
 #: a large run's rated pairs while it runs (:class:`~lmra.pairstore.PairSpool`); gone once it ends
 SPOOL_NAME = ".pairs-spool.parquet"
+#: a spooled run's responses (as their lines of responses.jsonl), next to its pairs
+RESPONSE_SPOOL_NAME = ".responses-spool.parquet"
 
 
 @dataclass
@@ -177,6 +179,7 @@ class PipelineDriver:
             return r, label, error
 
         spool = self._pair_spool(inputs)  # a large run's rated pairs go to disk as they come
+        responses_spool = self._response_spool(inputs) if spool is not None else None  # and its responses
         per_prompt = len(cfg.comparisons) * cfg.samples_per_prompt
         position = {p.id: i for i, p in enumerate(inputs.prompts)}  # the staged order is the file's
 
@@ -188,6 +191,10 @@ class PipelineDriver:
             if spool is not None:  # key: the pair's place in the staged order
                 spool.add(key, row)
                 row = None
+            if responses_spool is not None:  # the task's result then holds no Response
+                responses_spool.add_response(2 * key, a[0], a[1])
+                responses_spool.add_response(2 * key + 1, b[0], b[1])
+                a = b = None
             progress.advance("rate")
             return a, b, row, quality
 
@@ -229,7 +236,7 @@ class PipelineDriver:
         quality_rows: list[dict] = []
         for task in [t for p in prompts for t in chains[p.id]] + placebo:
             *sides, row, quality = task.result()
-            for r, label, error in sides:
+            for r, label, error in sides if responses_spool is None else ():
                 if label is not None:
                     refusals[len(responses)] = label
                 if error is not None:
@@ -240,6 +247,8 @@ class PipelineDriver:
             quality_rows += quality
         if spool is not None:
             ratings = spool  # read back in the staged order when the run is finished
+        if responses_spool is not None:
+            responses = responses_spool  # written to responses.jsonl in the staged order at the finish
         return prompts, classifications, decisions, responses, refusals, ratings, quality_rows
 
     def _pair_spool(self, inputs: Inputs):
@@ -255,6 +264,19 @@ class PipelineDriver:
 
         self.spool = RatedPairSpool(self.run_dir / SPOOL_NAME, PAIR_COLUMNS, row_group=pairstore.SPOOL_ROW_GROUP)
         return self.spool
+
+    def _response_spool(self, inputs: Inputs):
+        """A :class:`~lmra.audit.finish.ResponseSpool` in the run folder
+        (:attr:`response_spool`) for a spooled run's responses, or None when the axes stage
+        runs (it reads the responses as a frame: they are then kept in memory)."""
+        if self.cfg.axes.enabled:
+            return None
+        from lmra import pairstore
+        from lmra.audit.finish import ResponseSpool
+
+        self.response_spool = ResponseSpool(self.run_dir / RESPONSE_SPOOL_NAME, self.cfg.redact, inputs.placebo,
+                                            row_group=pairstore.SPOOL_ROW_GROUP)
+        return self.response_spool
 
     async def _gather(self, stage: str, coros: list) -> list:
         self.progress.start(stage, len(coros))
