@@ -135,6 +135,12 @@ class RatedPairSpool(PairSpool):
 _JUDGES = ("", "judge2_")
 
 
+def _redacted(row: dict) -> dict:
+    """A response row as a redacted run writes it: responses often quote the user's message, so
+    only the text's length is kept (``n_chars``, ``redacted``)."""
+    return row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
+
+
 class ResponseSpool(PairSpool):
     """The :class:`~lmra.pairstore.PairSpool` of a spooled run's responses (see
     :class:`RatedPairSpool`): each response is kept only as its line of ``responses.jsonl``
@@ -166,7 +172,7 @@ class ResponseSpool(PairSpool):
         row = response.model_dump()
         row["refusal_p"], row["refused"] = label if label is not None else (None, None)
         if self.redact:  # as finish_run's disk rows
-            row = row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
+            row = _redacted(row)
         self.add(key, {"placebo": response.comparison in self.placebo, "line": _row_json(row)})
 
 
@@ -354,8 +360,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
             p_ref, refused = refusals.get(i, (None, None))
             row["refusal_p"], row["refused"] = p_ref, refused
         if cfg.redact:  # responses often quote the user's message: keep only their length
-            disk_rows = [r | {"text": None, "scrubbed": None, "n_chars": len(r["text"] or ""), "redacted": True}
-                         for r in resp_rows]
+            disk_rows = [_redacted(r) for r in resp_rows]
         else:
             disk_rows = resp_rows
         is_placebo = [r["comparison"] in inputs.placebo for r in resp_rows]
