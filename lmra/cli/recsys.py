@@ -19,7 +19,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
-from lmra.recsys.metrics import CONVENTIONS  # (loads the recsys package: only for lmra recsys)
+from lmra.recsys.conventions import CONVENTIONS  # (no numpy/pandas: the package is lazy)
 
 
 @contextmanager

@@ -20,11 +20,32 @@ Submodules: :mod:`~lmra.recsys.metrics`, :mod:`~lmra.recsys.parse`,
 :mod:`~lmra.recsys.bias_files`, :mod:`~lmra.recsys.report`; the command line is :mod:`lmra.cli.recsys`.
 """
 
-from lmra.recsys.config import RecsysConfig, load_recsys_config
-from lmra.recsys.metrics import (CONVENTIONS, METRICS, MissingItemError, fairness_table, jaccard, prag, score_pairs,
-                                 serp, similarity_table, snsr, snsv, top_k)
-from lmra.recsys.parse import CatalogMatcher, ParsedList, normalize_title, parse_fairllm_code, parse_list
-from lmra.recsys.run import RecsysResult, RecsysRun, score_lists
+#: the Python API and the modules it comes from, imported on first use (PEP 562), so that
+#: ``lmra recsys --help`` and ``lmra.recsys.conventions`` load neither pandas nor the run
+_API = {
+    **dict.fromkeys(("RecsysConfig", "load_recsys_config"), "lmra.recsys.config"),
+    **dict.fromkeys(("CONVENTIONS", "METRICS", "MissingItemError", "fairness_table", "jaccard", "prag",
+                     "score_pairs", "serp", "similarity_table", "snsr", "snsv", "top_k"), "lmra.recsys.metrics"),
+    **dict.fromkeys(("CatalogMatcher", "ParsedList", "normalize_title", "parse_fairllm_code", "parse_list"),
+                    "lmra.recsys.parse"),
+    **dict.fromkeys(("RecsysResult", "RecsysRun", "score_lists"), "lmra.recsys.run"),
+}
+
+
+def __getattr__(name: str):
+    """``lmra.recsys.serp`` & co. (:data:`_API`), imported when first asked for."""
+    if name in _API:
+        import importlib
+
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lmra.recsys' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
+
 
 __all__ = [
     "CONVENTIONS", "METRICS", "CatalogMatcher", "MissingItemError", "ParsedList", "RecsysConfig", "RecsysResult",

@@ -69,13 +69,11 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-Convention = Literal["paper", "paper-k", "fairllm-code"]
-CONVENTIONS: tuple[str, ...] = ("paper", "paper-k", "fairllm-code")
+from lmra.recsys.conventions import CONVENTIONS, Convention  # noqa: F401 — part of this module's API
 METRICS: tuple[str, ...] = ("jaccard", "serp", "prag")
 NEUTRAL = "neutral"
 
