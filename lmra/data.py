@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,13 @@ _TEXT_CONTROL_OK = "\t\n\r"
 
 def _control_char(v: str, allowed: str = "") -> str | None:
     """The first control (Cc) or invisible format (Cf) character of ``v`` not in ``allowed``."""
+    if v.isprintable():
+        return None  # no character of category C* or Z* (other than the space): none to find
+    rest = v
+    for ch in allowed:
+        rest = rest.replace(ch, "")
+    if rest.isprintable():
+        return None
     return next((ch for ch in v if ch not in allowed and unicodedata.category(ch) in ("Cc", "Cf")), None)
 
 
@@ -256,6 +264,8 @@ def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool
     for key in ("domain", "task"):  # absent, null or "" all mean "not labelled"
         if key in obj and (obj[key] is None or (isinstance(obj[key], str) and not obj[key].strip())):
             obj = {k: v for k, v in obj.items() if k != key}
+        elif type(obj.get(key)) is str:  # one string object per label, not one per prompt (large prompt sets)
+            obj[key] = sys.intern(obj[key])
     try:
         return PromptRecord.model_validate(obj)
     except ValidationError as exc:

@@ -17,7 +17,7 @@ _OUTCOME = {1: {"A": "F", "B": "R", "C": "N"}, 2: {"A": "R", "B": "F", "C": "N"}
 def _top(probs: dict | None) -> str | None:
     if not probs:
         return None
-    return max(probs, key=lambda o: probs[o])
+    return max(probs, key=probs.__getitem__)  # the first of the largest
 
 
 def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_order_consistency: float = 0.6) -> dict:
@@ -69,6 +69,32 @@ def judge_diagnostics_by(rows: pd.DataFrame, key: str, *, min_valid_mass: float 
             groups[k] = _Answers()
         groups[k].add(a, b)
     return {k: acc.result(min_valid_mass, min_order_consistency) for k, acc in sorted(groups.items())}
+
+
+def judge_diagnostics_with_by(rows: pd.DataFrame, key: str, *, min_valid_mass: float = 0.5,
+                              min_order_consistency: float = 0.6) -> tuple[dict, dict]:
+    """``(judge_diagnostics(rows), judge_diagnostics_by(rows, key))`` — the same two results —
+    in one pass over the answers (each pair's answers are read once for both).
+
+    Returns:
+        (the overall dict, group value → dict in sorted order).
+    """
+    th = dict(min_valid_mass=min_valid_mass, min_order_consistency=min_order_consistency)
+    if rows.empty or key not in rows:
+        return judge_diagnostics(rows, **th), {}
+    n = len(rows)
+    o1 = rows["order1"].tolist() if "order1" in rows else [None] * n
+    o2 = rows["order2"].tolist() if "order2" in rows else [None] * n
+    overall, groups = _Answers(), {}
+    for k, a, b in zip(rows[key].tolist(), o1, o2):
+        if k is None or (isinstance(k, float) and k != k):
+            overall.add(a, b)
+            continue
+        acc = groups.get(k)
+        if acc is None:
+            acc = groups[k] = _Answers()
+        overall.add(a, b, acc)
+    return overall.result(**th), {k: acc.result(**th) for k, acc in sorted(groups.items())}
 
 
 def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0.5,
@@ -133,26 +159,41 @@ class _Answers:
         self.masses: list[float] = []
         self.methods: Counter = Counter()
 
-    def add(self, o1, o2) -> None:
+    def add(self, o1, o2, also: "_Answers | None" = None) -> None:
+        """Count one pair's two answers (OptionProbs dicts; anything else: the pair was not
+        rated), in this accumulator and in ``also`` when given (read once for both)."""
         if not isinstance(o1, dict) or not isinstance(o2, dict):
             return
-        self.n_answers += 2
-        t1, t2 = _top(o1.get("probs")), _top(o2.get("probs"))
-        if t1 is not None and t2 is not None:
-            self.usable_pairs += 1
-            self.consistent += _OUTCOME[1][t1] == _OUTCOME[2][t2]
-        for a in (o1, o2):
-            p = a.get("probs")
+        p1, p2 = o1.get("probs"), o2.get("probs")
+        t1, t2 = _top(p1), _top(p2)
+        usable = t1 is not None and t2 is not None
+        consistent = usable and _OUTCOME[1][t1] == _OUTCOME[2][t2]
+        biases, prefs, unusable = [], [], 0
+        for p in (p1, p2):
             if p:
-                self.biases.append(p.get("A", 0.0) - p.get("B", 0.0))
-                if p.get("A", 0.0) + p.get("B", 0.0) > 0:
-                    self.prefs.append(p["A"] / (p["A"] + p["B"]))
+                pa, pb = p.get("A", 0.0), p.get("B", 0.0)
+                biases.append(pa - pb)
+                if pa + pb > 0:
+                    prefs.append(p["A"] / (p["A"] + p["B"]))
             else:
-                self.unusable += 1
-            self.masses.append(a.get("mass", 0.0))
-            self.unparseable += a.get("n_unparseable", 0)
-            self.judge_refused += a.get("n_refused", 0)
-            self.methods[a.get("method")] += 1
+                unusable += 1
+        masses = [o1.get("mass", 0.0), o2.get("mass", 0.0)]
+        unparseable = o1.get("n_unparseable", 0) + o2.get("n_unparseable", 0)
+        refused = o1.get("n_refused", 0) + o2.get("n_refused", 0)
+        m1, m2 = o1.get("method"), o2.get("method")
+        for acc in (self,) if also is None else (self, also):
+            acc.n_answers += 2
+            if usable:
+                acc.usable_pairs += 1
+                acc.consistent += consistent
+            acc.biases += biases
+            acc.prefs += prefs
+            acc.unusable += unusable
+            acc.masses += masses
+            acc.unparseable += unparseable
+            acc.judge_refused += refused
+            acc.methods[m1] += 1
+            acc.methods[m2] += 1
 
     def add_columns(self, o1, o2) -> None:
         """:meth:`add` of many pairs whose answers are columns

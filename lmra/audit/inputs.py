@@ -145,6 +145,8 @@ class InputsStage:
         return out
 
     def _group(self, inputs: Inputs, name: str) -> Group:
+        if not inputs.placebo:
+            return self.cfg.group(name)
         for _, g1, g2 in inputs.placebo.values():
             if name in (g1.name, g2.name):
                 return g1 if name == g1.name else g2

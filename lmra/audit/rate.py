@@ -18,6 +18,7 @@ import pandas as pd
 from lmra.data import PromptRecord
 from lmra.generate import Response
 from lmra.judge.quality import rate_quality
+from lmra.judge.options import answer_dict
 from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
 
@@ -90,7 +91,7 @@ class RateStage:
 
         def rating_fields(rating, prefix: str = "") -> dict:
             return {f"{prefix}valid": rating.valid, f"{prefix}method": rating.method,
-                    f"{prefix}order1": rating.order1.model_dump(), f"{prefix}order2": rating.order2.model_dump(),
+                    f"{prefix}order1": answer_dict(rating.order1), f"{prefix}order2": answer_dict(rating.order2),
                     f"{prefix}q_F": nan if rating.q_F is None else rating.q_F,
                     f"{prefix}q_R": nan if rating.q_R is None else rating.q_R,
                     f"{prefix}q_N": nan if rating.q_N is None else rating.q_N,

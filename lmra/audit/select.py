@@ -123,10 +123,11 @@ class SelectStage:
         asks_lmra = cfg.filter.enabled and tpl is not None
         decisions: list[FilterDecision] = []
         if cfg.filter.enabled:  # the lexical pre-check is cheap: run it on every prompt
+            names = tuple(inputs.all_names)  # once, not per prompt
             for task, plist in list(by_task.items()):
                 keep = []
                 for p in plist:
-                    d = await check_prompt(p, inputs.all_names, provider=None, judge=cfg.judge, template=None)
+                    d = await check_prompt(p, names, provider=None, judge=cfg.judge, template=None)
                     (decisions.append(d) if d.removed else keep.append(p))
                 by_task[task] = keep
         self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))

@@ -59,12 +59,26 @@ def renormalise(raw: dict[str, float], options: tuple[str, ...]) -> tuple[dict[s
     Returns:
         (probabilities summing to 1, or None if the mass is 0; the mass before renormalising).
     """
-    clean = {o: v if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 0.0
-             for o in options for v in [raw.get(o, 0.0)]}  # NaN, inf or negative count as no mass
-    mass = sum(clean.values())
+    get = raw.get
+    clean = [v if type(v) is float and 0.0 < v < _INF or isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+             else 0.0 for v in [get(o, 0.0) for o in options]]  # NaN, inf or negative count as no mass
+    mass = sum(clean)
     if mass <= 0.0:
         return None, 0.0
-    return {o: clean[o] / mass for o in options}, min(mass, 1.0)
+    return {o: v / mass for o, v in zip(options, clean)}, min(mass, 1.0)
+
+
+_INF = math.inf
+
+
+def answer_dict(answer: OptionProbs) -> dict:
+    """``answer.model_dump()`` (the ``order1``/``order2`` value of a ratings row), built from the
+    validated fields without pydantic's serializer: the same keys in the same order, new
+    ``probs`` dict and ``raw_texts`` list."""
+    probs = answer.probs
+    return {"probs": None if probs is None else dict(probs), "mass": answer.mass, "method": answer.method,
+            "n_samples": answer.n_samples, "n_unparseable": answer.n_unparseable, "n_refused": answer.n_refused,
+            "raw_texts": list(answer.raw_texts)}
 
 
 def parse_option(text: str, options: tuple[str, ...]) -> str | None:

@@ -1,0 +1,265 @@
+"""Issue 14, goal 2: the audit's own per-pair work and its finish, made cheaper, send the same
+requests and write the same files. Each shortcut is compared with the plain code it replaces
+(pydantic's ``model_dump``, the per-character control-character scan, two diagnostics passes,
+a copied name list); and a small audit exercising every stage (refusal labels, LMRA filter,
+placebo, quality, a second LMRA, the calibrated combiner, k = 2) is pinned to the cache keys
+and run-folder contents that lmra wrote before these changes (git 8b899bf)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import sqlite3
+import sys
+import unicodedata
+
+import pandas as pd
+
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.data import PromptRecord, _control_char, load_prompts
+from lmra.diagnostics import judge_diagnostics, judge_diagnostics_by
+from lmra.errors import LmraInputError
+from lmra.generate import Response, derive_seed, draw_name
+from lmra.judge.options import OptionProbs, renormalise
+
+from tests.conftest import FEMALE, MALE
+from tests.doubles import ScriptedJudge, ScriptedTarget
+
+NAME_TO_GROUP = {n: "female" for n in FEMALE} | {n: "male" for n in MALE}
+
+
+def _plain_renormalise(raw, options):
+    """renormalise as written before (a dict comprehension per call)."""
+    clean = {o: v if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 0.0
+             for o in options for v in [raw.get(o, 0.0)]}
+    mass = sum(clean.values())
+    if mass <= 0.0:
+        return None, 0.0
+    return {o: clean[o] / mass for o in options}, min(mass, 1.0)
+
+
+def test_renormalise_gives_the_plain_formulas_floats_for_any_raw_values():
+    rng = random.Random(14)
+    values = [0, 1, 3, 0.0, -0.0, -1.0, math.nan, math.inf, -math.inf, True, False, "0.5", None, 1e-320, 0.1, 0.2,
+              0.7, 2.5, 1 / 3]
+    for _ in range(3000):
+        raw = {o: rng.choice(values) for o in rng.sample("ABCD", rng.randint(0, 4))}
+        for options in (("A", "B", "C"), ("A", "B")):
+            assert repr(renormalise(raw, options)) == repr(_plain_renormalise(raw, options))
+
+
+def test_answer_dict_is_model_dump_with_new_containers():
+    from lmra.judge.options import answer_dict
+
+    answers = [OptionProbs(probs={"A": 0.2, "B": 0.3, "C": 0.5}, mass=0.9, method="logprobs", raw_texts=[""]),
+               OptionProbs(probs=None, mass=0.0, method="text", n_unparseable=1, raw_texts=["I can't"]),
+               OptionProbs(probs={"A": 1.0, "B": 0.0, "C": 0.0}, mass=1, method="sampled", n_samples=5,
+                           n_refused=2, raw_texts=["A", "a", "x", "A", "A"]),
+               OptionProbs(probs={"A": 1, "B": 0}, mass=1, method="text")]  # ints validated to floats
+    for a in answers:
+        d = answer_dict(a)
+        assert d == a.model_dump() and list(d) == list(a.model_dump())
+        assert json.dumps(d) == json.dumps(a.model_dump())
+        if a.probs is not None:
+            d["probs"]["A"] = -1.0
+            assert a.probs["A"] != -1.0  # a copy, as model_dump gives
+        d["raw_texts"].append("more")
+        assert "more" not in a.raw_texts
+
+
+def test_response_row_is_model_dump_and_odd_responses_still_go_through_pydantic():
+    from lmra.generate import response_row
+
+    base = dict(prompt_id="p1", domain="d", task="t", comparison="a vs b", group="a", name="Ann", sample=0, seed=5,
+                text="Hi Ann ✓", scrubbed="Hi [NAME] ✓")
+    responses = [Response(**base), Response(**base | {"name": None, "profile": "a nurse", "error": "timeout",
+                                                     "finish_reason": "length", "from_cache": True}),
+                 Response.model_construct(**base), Response(**base).model_copy(update={"text": "changed"})]
+    for r in responses:
+        row = response_row(r)
+        assert row == r.model_dump() and list(row) == list(r.model_dump())
+        row["text"] = "mutated"
+        assert r.text != "mutated"
+
+    class Sub(Response):
+        extra: dict = {}
+
+    sub = Sub(**base, extra={"k": [1]})
+    assert response_row(sub) == sub.model_dump() and "extra" in response_row(sub)
+
+
+def test_control_character_check_finds_exactly_what_the_per_character_scan_finds():
+    def plain(v, allowed=""):
+        return next((ch for ch in v if ch not in allowed and unicodedata.category(ch) in ("Cc", "Cf")), None)
+
+    rng = random.Random(7)
+    pool = ([chr(c) for c in range(0x250)] + ["\u200b", "\u200e", "\u2028", "\u2029", "\xa0", "\u3000", "\ufeff",
+                                              "\ud800", "\U0001f600", "\ue000", "\U0010ffff", "\u0378", "\U000e0001"]
+            + ["\n", "\t", "\r", " ", "a", "é"] * 30)
+    for _ in range(6000):
+        v = "".join(rng.choice(pool) for _ in range(rng.randint(0, 10)))
+        for allowed in ("", "\t\n\r", "\n"):
+            assert _control_char(v, allowed) == plain(v, allowed)
+
+
+def test_a_prompt_file_with_a_hidden_character_is_still_refused_with_its_line_and_field(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "fine\nline two\ttab"}) + "\n"
+                    + json.dumps({"id": "b", "text": "hidden\u200bspace"}) + "\n", encoding="utf-8")
+    try:
+        load_prompts(path)
+    except LmraInputError as exc:
+        assert "line 2" in str(exc) and "text" in str(exc) and "U+200B" in str(exc)
+    else:
+        raise AssertionError("a zero-width space in a prompt was accepted")
+    path.write_text(json.dumps({"id": "a", "text": "fine\nline two\ttab\u00a0nbsp"}) + "\n", encoding="utf-8")
+    assert load_prompts(path)[0].text.endswith("\u00a0nbsp")
+
+
+def test_diagnostics_in_one_pass_are_the_two_separate_results():
+    from lmra.diagnostics import judge_diagnostics_with_by
+
+    rng = random.Random(3)
+
+    def answer():
+        kind = rng.random()
+        if kind < 0.1:
+            return math.nan  # a pair that was not rated
+        if kind < 0.2:
+            return {"probs": None, "mass": 0.0, "method": "text", "n_unparseable": 1, "n_refused": 0}
+        p = [rng.random() for _ in range(3)]
+        s = sum(p)
+        return {"probs": {"A": p[0] / s, "B": p[1] / s, "C": p[2] / s}, "mass": rng.random(),
+                "method": rng.choice(["logprobs", "sampled"]), "n_unparseable": rng.randint(0, 2), "n_refused": 0}
+
+    rows = pd.DataFrame({"task": [rng.choice(["b", "a", None, math.nan, "c"]) for _ in range(400)],
+                         "order1": [answer() for _ in range(400)], "order2": [answer() for _ in range(400)]})
+    both = judge_diagnostics_with_by(rows, "task", min_valid_mass=0.4, min_order_consistency=0.5)
+    apart = (judge_diagnostics(rows, min_valid_mass=0.4, min_order_consistency=0.5),
+             judge_diagnostics_by(rows, "task", min_valid_mass=0.4, min_order_consistency=0.5))
+    assert json.dumps(both) == json.dumps(apart) and list(both[1]) == ["a", "b", "c"]
+    empty = judge_diagnostics_with_by(pd.DataFrame(), "task")
+    assert json.dumps(empty) == json.dumps((judge_diagnostics(pd.DataFrame()), {}))
+
+
+def test_name_draws_are_those_of_a_new_rng_over_a_copied_list():
+    names = [f"Name{i}" for i in range(37)]
+    for i in range(300):
+        plain = random.Random(derive_seed(9, "name", f"p{i}", "g", "g vs h", i % 3)).choice(list(names))
+        assert draw_name(names, 9, f"p{i}", "g", "g vs h", i % 3) == plain
+        assert draw_name(tuple(names), 9, f"p{i}", "g", "g vs h", i % 3) == plain
+        assert draw_name(iter(names), 9, f"p{i}", "g", "g vs h", i % 3) == plain  # any iterable
+
+
+def test_prompt_lines_are_the_records_model_dump():
+    from lmra.audit.finish import _prompt_line
+
+    for rec in (PromptRecord(id="p1", text="Hi ✓", domain="d", task="t"), PromptRecord(id="p2", text="x")):
+        line = _prompt_line(rec)
+        assert line == rec.model_dump(include={"id", "domain", "task", "text"})
+        assert list(line) == list(rec.model_dump(include={"id", "domain", "task", "text"}))
+
+
+def test_the_responses_frame_built_by_column_is_the_frame_of_the_rows():
+    from lmra.audit.finish import _rows_frame
+
+    rng = random.Random(2)
+    values = [None, "a", "", "é", 1, 0, 2 ** 63, 1.5, math.nan, math.inf, True, False, [1], {"a": 1}]
+    for _ in range(400):
+        pools = [rng.sample(values, rng.randint(1, 3)) for _ in range(rng.randint(1, 4))]
+        rows = [{f"c{j}": rng.choice(pool) for j, pool in enumerate(pools)} for _ in range(rng.randint(1, 5))]
+        rows = [dict(rng.sample(list(r.items()), len(r))) if rng.random() < 0.3 else r for r in rows]
+        if rng.random() < 0.2:
+            rows[-1] = rows[-1] | {"extra": 1}  # rows with other keys: pandas' own path
+        plain, frame = pd.DataFrame(rows), _rows_frame(rows)
+        pd.testing.assert_frame_equal(frame, plain, check_exact=True)
+        assert list(frame.columns) == list(plain.columns) and list(frame.dtypes) == list(plain.dtypes)
+    assert _rows_frame([]).equals(pd.DataFrame([]))
+
+
+def test_the_finish_runs_with_the_audits_heap_frozen_and_gives_it_back(tmp_path, sim_inputs, monkeypatch):
+    import gc
+
+    import lmra.aggregate as aggregate
+
+    names, prompts = sim_inputs(6)
+    seen = []
+    per_task = aggregate.per_task
+    monkeypatch.setattr(aggregate, "per_task", lambda *a, **k: seen.append(gc.get_freeze_count()) or per_task(*a, **k))
+    cfg = AuditConfig.model_validate(dict(
+        name="frozen", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, refusal={"enabled": False}, filter={"lmra": False}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "ok"),
+                judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    assert len(seen) == 1 and seen[0] > 1000  # the objects alive at the finish's start were frozen
+    assert gc.get_freeze_count() == 0 and len(res.per_task) == 2
+
+
+# -- a whole audit, pinned to what lmra wrote before -------------------------------------------
+def _pinned_audit(tmp_path) -> tuple[str, str, int]:
+    """Run the pinned audit; returns (digest of its sorted cache keys, digest of its run folder's
+    contents, number of calls)."""
+    names, prompts = tmp_path / "names.csv", tmp_path / "prompts.jsonl"
+    names.write_text("name,gender,race,source\n" + "".join(f"{n},female,,test\n" for n in FEMALE)
+                     + "".join(f"{n},male,,test\n" for n in MALE), encoding="utf-8")
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}: plan my week ✓.",
+                                           "domain": "d" if i % 3 else "e", "task": ["story", "advice"][i % 2]})
+                               + "\n" for i in range(24)), encoding="utf-8")
+    cfg = AuditConfig.model_validate(dict(
+        name="pinned", prompts=str(prompts), names=str(names), prompts_per_task=0, samples_per_prompt=2,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=3,
+        judge_check={"enabled": False}, refusal={"enabled": True}, filter={"lmra": True},
+        quality={"enabled": True, "criteria": ["clarity", "accuracy"]}, placebo={"share": 0.25},
+        judge={"provider": "openai", "model": "j1", "combiner": "calibrated"},
+        judge2={"provider": "openai", "model": "j2"}))
+
+    def verdict(r1, r2):
+        h = hashlib.sha256(f"{r1}|{r2}".encode()).digest()
+        return {"A": h[0] / 255, "B": h[1] / 255, "C": 0.5 + h[2] / 255}
+
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"For a {g}: {rng.random():.6f} — “quoted” ✓")
+    judge = ScriptedJudge(verdict, position_logit=0.4, refusal=lambda r: 0.9 if "1 —" in r else 0.1,
+                          identity=lambda p: 0.8 if "7:" in p else 0.2,
+                          quality=lambda r1, r2, c: {"A": 0.3, "B": 0.2, "C": 0.5})
+    judge2 = ScriptedJudge(lambda r1, r2: {"A": 0.1, "B": 0.2, "C": 0.7}, supports_logprobs=False, model_id="j2")
+    res = Audit(cfg, target=target, judge=judge, judge2=judge2).run()
+    db = sqlite3.connect(tmp_path / "cache.sqlite")
+    keys = sorted(k for (k,) in db.execute("SELECT key FROM calls"))
+    db.close()
+    parts = []
+    for name in ("per_task.csv", "per_domain.csv", "placebo.csv", "quality.csv", "refusals.csv", "judges.csv",
+                 "responses.jsonl", "placebo_responses.jsonl", "placebo_ratings.jsonl", "quality_ratings.jsonl",
+                 "prompts.jsonl", "filtered_prompts.jsonl"):
+        parts.append(name + "\n" + (res.run_dir / name).read_text(encoding="utf-8"))
+    import pyarrow.parquet as pq
+
+    parts.append(json.dumps(pq.read_table(res.run_dir / "ratings.parquet").to_pylist(), sort_keys=True))
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    parts.append(json.dumps({k: summary[k] for k in ("diagnostics", "diagnostics_per_task", "position_logit",
+                                                     "placebo", "overall", "n_pairs_total", "n_filtered")}))
+    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:16]  # noqa: E731
+    return digest("\n".join(keys)), digest("\n".join(parts)), len(keys)
+
+
+def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tmp_path):
+    keys, contents, n_calls = _pinned_audit(tmp_path)
+    # computed with lmra at git 8b899bf, before the per-pair speed-ups (see the module docstring)
+    assert (keys, n_calls) == PINNED_KEYS
+    assert contents == PINNED_CONTENTS
+
+
+#: ``python tests/test_pairwork_exact.py`` prints them for the lmra on PYTHONPATH (run from outside the checkout)
+PINNED_KEYS = ("6fe16433efaee2c8", 996)
+PINNED_CONTENTS = "2006965804ff41e2"
+
+
+if __name__ == "__main__":  # print the pins with whatever lmra is on PYTHONPATH
+    import pathlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        print(_pinned_audit(pathlib.Path(d)), file=sys.stdout)
