@@ -106,6 +106,17 @@ KEY_SNAPSHOT_RATIO = 8
 #: again). A process that starts a spell alone on the cache looks at once.
 KEY_SNAPSHOT_CHECK_S = 0.005
 
+#: the pair memo's table (:mod:`lmra.audit.memo`): pair key → the pair's recorded result and calls
+#: pair memo rows written in one transaction (:meth:`CallCache.memo_put`)
+MEMO_WRITE_ROWS = 256
+_MEMO_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pair_memo (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
 _TAKE_FREE_LEASE = """
 INSERT INTO leases (key, owner, host, pid, expires)
 SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM calls WHERE key = ?)
@@ -153,6 +164,86 @@ def _flock_nb(fd: int, op: int) -> bool:
     return True
 
 
+#: Keys a :class:`_KeySnapshot` holds as a set of strings (about 150 bytes a key: 19 MB); beyond
+#: that it holds 8 bytes a key.
+KEY_SNAPSHOT_COMPACT_AT = 131072
+#: Keys added to a compact :class:`_KeySnapshot` that are held in a set until they are merged
+#: into its sorted array (one copy of the array per this many keys).
+KEY_SNAPSHOT_MERGE_AT = 65536
+
+
+class _KeySnapshot:
+    """The keys of the calls table read once (see :meth:`CallCache.get`), bounded in memory.
+
+    Up to :data:`KEY_SNAPSHOT_COMPACT_AT` keys it is a set of the keys (a lookup costs a set
+    lookup). Beyond that each key is held as its 64-bit ``hash()`` (this process's string hash;
+    the snapshot is never stored) in a sorted numpy array, plus a set of the hashes added since
+    (merged into the array every :data:`KEY_SNAPSHOT_MERGE_AT`): a million-pair audit's 4
+    million keys take 32 MB instead of about 600 MB, and a lookup about 2 µs. ``key in
+    snapshot`` is therefore "may be cached": False means certainly not among the keys (a miss
+    without a statement); True for a key held or, once compact, for another key of the same
+    hash (then the lookup reads the table, which answers exactly).
+    """
+
+    __slots__ = ("_small", "_sorted", "_added")
+
+    def __init__(self, keys) -> None:
+        self._small: set[str] | None = set()
+        self._sorted = None
+        self._added: set[int] = set()
+        keys = iter(keys)
+        for k in keys:
+            self._small.add(k)
+            if len(self._small) > KEY_SNAPSHOT_COMPACT_AT:
+                self._compact(keys)
+                break
+
+    def _compact(self, more=()) -> None:
+        """Hold the keys as sorted hashes (with ``more`` keys still to read)."""
+        import itertools
+
+        import numpy as np
+
+        hashes = np.fromiter((hash(k) for k in itertools.chain(self._small, more)), dtype=np.int64)
+        hashes.sort()
+        self._small, self._sorted = None, hashes
+
+    def __contains__(self, key: str) -> bool:
+        if self._small is not None:
+            return key in self._small
+        h = hash(key)
+        if h in self._added:
+            return True
+        arr = self._sorted
+        i = arr.searchsorted(h)
+        return bool(i < arr.shape[0] and arr[i] == h)
+
+    def add(self, key: str) -> None:
+        if self._small is not None:
+            self._small.add(key)
+            if len(self._small) > KEY_SNAPSHOT_COMPACT_AT:
+                self._compact()
+            return
+        self._added.add(hash(key))
+        if len(self._added) >= KEY_SNAPSHOT_MERGE_AT:
+            import numpy as np
+
+            new = np.fromiter(self._added, dtype=np.int64, count=len(self._added))
+            new.sort()
+            self._sorted = np.insert(self._sorted, self._sorted.searchsorted(new), new)
+            self._added = set()
+
+    def update(self, keys) -> None:
+        for k in keys:
+            self.add(k)
+
+    def __len__(self) -> int:
+        """Keys held (once compact: hashes held, a key added twice may count twice)."""
+        if self._small is not None:
+            return len(self._small)
+        return int(self._sorted.shape[0]) + len(self._added)
+
+
 class CallCache:
     """A thread-safe SQLite store of finished calls.
 
@@ -194,7 +285,7 @@ class CallCache:
         # table once many lookups missed (None: not read), valid while data_version is unchanged
         self._ahead: dict[str, str] = {}
         self._ahead_read = self._ahead_used = 0
-        self._keys: set[str] | None = None
+        self._keys: _KeySnapshot | None = None
         self._keys_version = None
         self._keys_checked_until = 0.0
         self._misses = 0
@@ -210,6 +301,10 @@ class CallCache:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._db.executescript(_MEMO_SCHEMA)  # the pair memo (lmra.audit.memo)
+            self._memo_pending: dict[str, tuple] = {}  # its rows not written yet (memo_put)
+            self._memo_ahead: dict[str, str] = {}  # rows read ahead by memo_get
+            self._memo_ahead_read = self._memo_ahead_used = 0
         except (OSError, sqlite3.Error) as exc:
             raise LmraIOError(f"cannot open the call cache ({io_reason(exc)}); check that the folder exists and "
                               "is writable, or set 'cache' in the config", path=self.path) from None
@@ -263,7 +358,7 @@ class CallCache:
                 if rows > KEY_SNAPSHOT_RATIO * self._misses:
                     return
                 version = self._db.execute("PRAGMA data_version").fetchone()[0]
-                keys = {k for (k,) in self._db.execute("SELECT key FROM calls")}
+                keys = _KeySnapshot(k for (k,) in self._db.execute("SELECT key FROM calls"))
         except (OSError, sqlite3.Error):
             return
         keys.update(self.pending)
@@ -459,6 +554,17 @@ class CallCache:
             except (OSError, sqlite3.Error):
                 pass
 
+    def acquire_alone(self, key: str) -> bool:
+        """:meth:`acquire`'s most common answer without awaiting it: True when this process may
+        make the call ``key`` at once without a lease (alone on the cache with calls in flight
+        and not yet due to look at the join lock, or ``":memory:"``), and then notes it exactly
+        as :meth:`acquire` does; False when :meth:`acquire` must be awaited."""
+        mode = self._mode
+        if mode == "solo" and time.monotonic() < self._joiner_look_at:
+            self._solo_keys.add(key)
+            return True
+        return mode == "private"
+
     async def acquire(self, key: str) -> ChatResult | None:
         """Wait until this process may make the call ``key``: returns None when it holds the
         lease (or uses the cache alone), or the result when another process made the call
@@ -651,6 +757,71 @@ class CallCache:
         except OSError:
             return  # no working locks: lease rows alone keep calls from being made twice
 
+    # -- the pair memo (lmra.audit.memo): its own table, written after the calls it records ---
+    def memo_get(self, key: str) -> str | None:
+        """The pair memo's row of ``key`` (its JSON text; also one not written yet), or None
+        (also when the database cannot be read: the pair is then simply run)."""
+        held = self._memo_pending.get(key)
+        if held is not None:
+            return held[1]
+        text = self._memo_ahead.pop(key, None)
+        if text is not None:
+            self._memo_ahead_used += 1
+            return text
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT rowid, value FROM pair_memo WHERE key = ?", (key,)).fetchone()
+                # a re-run asks the rows in about the order they were written: read the next ones
+                # with this one (as :meth:`get` does), while most rows read ahead are asked for
+                if row is not None and 4 * self._memo_ahead_used >= self._memo_ahead_read - 4 * READ_AHEAD_ROWS:
+                    self._memo_ahead = dict(self._db.execute(
+                        "SELECT key, value FROM pair_memo WHERE rowid > ? AND rowid <= ?",
+                        (row[0], row[0] + READ_AHEAD_ROWS)).fetchall())
+                    self._memo_ahead_read += len(self._memo_ahead)
+        except (OSError, sqlite3.Error):
+            return None
+        return row[1] if row is not None else None
+
+    def memo_holds(self, prefix: str) -> bool:
+        """True when the pair memo holds a row whose key starts with ``prefix`` (a run's part
+        of its pairs' keys, hex digits), or when that cannot be told (the database cannot be
+        read): a run whose pairs the memo cannot hold looks none of them up."""
+        try:
+            with self._lock:
+                return self._db.execute("SELECT 1 FROM pair_memo WHERE key > ? AND key < ? LIMIT 1",
+                                        (prefix, prefix + "g")).fetchone() is not None
+        except (OSError, sqlite3.Error):
+            return True
+
+    def memo_put(self, key: str, value: str) -> None:
+        """Store a pair memo row: written with :data:`MEMO_WRITE_ROWS` others (or by
+        :meth:`memo_flush`, which :meth:`close` calls), and only once every call waiting to be
+        written is written, so that a row never outlives the calls it records. A row lost to
+        ``kill -9`` only means its pair is run again (from the cached calls)."""
+        self._memo_pending[key] = (key, value, time.time())
+        if len(self._memo_pending) >= MEMO_WRITE_ROWS:
+            self.memo_flush()
+
+    def memo_flush(self) -> None:
+        """Write the held pair memo rows in one transaction, after the pending calls; rows are
+        kept (and tried again later) while calls are held or the write fails."""
+        rows = list(self._memo_pending.values())
+        if not rows or self._mode == "closed" or not self._write_pending():
+            return
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany("INSERT OR REPLACE INTO pair_memo VALUES (?, ?, ?)", rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    _rollback(self._db)
+                    raise
+        except (OSError, sqlite3.Error):
+            return
+        for key, _, _ in rows:
+            self._memo_pending.pop(key, None)
+
     def __len__(self) -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
@@ -658,6 +829,7 @@ class CallCache:
     def close(self) -> None:
         """Close the database (held calls, if any, are tried once more first; any still held
         are reported through ``on_write_error``: they are lost and will be asked again)."""
+        self.memo_flush()  # the pair memo's held rows (after the calls they record)
         if not self._write_pending() and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
                                 f"{self.path} (disk full or not writable); a re-run asks them again")
@@ -744,6 +916,21 @@ class CallStats:
 def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = False, failed: str | None = None,
             error: str | None = None, result: ChatResult | None = None, cached: bool = False,
             waited: bool = False) -> None:
+    if not events and failed is None and not waited and result is not None:  # an answer without any fault event
+        usage = result.usage
+        if cached:
+            for s in stats:
+                s.cached += 1
+                s.prompt_tokens_cached += usage.prompt_tokens
+                s.completion_tokens_cached += usage.completion_tokens
+        elif fresh:
+            degraded = int(result.degraded is not None)
+            for s in stats:
+                s.fresh += 1
+                s.degraded += degraded
+                s.prompt_tokens_fresh += usage.prompt_tokens
+                s.completion_tokens_fresh += usage.completion_tokens
+        return
     retries = max(events.get("attempt", 0) - 1, events.get("retry", 0), 0) if events else 0
     for s in stats:
         s.retries += retries
@@ -855,7 +1042,7 @@ class CachedProvider:
         return result
 
     async def _fresh(self, key: str, request: ChatRequest, request_text: str) -> ChatResult:
-        other = await self.cache.acquire(key)
+        other = None if self.cache.acquire_alone(key) else await self.cache.acquire(key)
         if other is not None:  # another process made this call while we waited for its lease
             _record(self._targets, None, result=other, cached=True, waited=True)
             other.from_cache = True

@@ -204,6 +204,9 @@ def note_event(kind: str, n: int = 1) -> None:
         events[kind] += n
 
 
+_new_counter = Counter.__new__
+
+
 class collect_events:  # noqa: N801 — used as a function: ``with collect_events() as events``
     """Collect the fault events of the calls made inside the block (one task's calls).
 
@@ -216,7 +219,7 @@ class collect_events:  # noqa: N801 — used as a function: ``with collect_event
     __slots__ = ("events", "_token")
 
     def __enter__(self) -> Counter:
-        self.events: Counter = Counter()
+        self.events: Counter = _new_counter(Counter)  # an empty Counter without running __init__ (4× cheaper)
         self._token = _CALL_EVENTS.set(self.events)
         return self.events
 
