@@ -135,6 +135,21 @@ def synthetic_chunk(start: int, stop: int, seed: int = 0):
     return df
 
 
+def synthetic_responses(start: int, stop: int):
+    """The responses of pairs ``start … stop−1`` (group A's, then group B's, per pair) with
+    their refusal labels ``(p, refused)``: ``Response`` objects as a run makes them."""
+    from lmra.generate import Response
+
+    names_a, names_b = ["Emily", "Sarah", "Olivia", "Anna"], ["James", "Michael", "David", "John"]
+    for i in range(start, stop):
+        prompt, sample = divmod(i, SAMPLES)
+        domain, task = task_of(prompt % N_TASKS)
+        for g, name in ((GROUP_A, names_a[i % 4]), (GROUP_B, names_b[i % 4])):
+            yield Response(prompt_id=f"p{prompt}", domain=domain, task=task, comparison=COMPARISON, group=g,
+                           name=name, sample=sample, seed=2 * i + (g == GROUP_B), text=f"A helpful answer for {name}.",
+                           scrubbed="A helpful answer.", finish_reason="stop"), (0.05, False)
+
+
 def synthetic_frame(n_pairs: int, seed: int = 0):
     """All ``n_pairs`` synthetic pairs in one frame (see :func:`synthetic_chunk`)."""
     import pandas as pd
@@ -243,18 +258,23 @@ def build_run(skel: Path, out: Path, n_pairs: int, seed: int, fmt: str) -> Path:
 # -- steps (run in a fresh process each) -------------------------------------------------------
 def step_write(run: Path, n_pairs: int) -> dict:
     """The audit's finishing of N rated pairs: the per-pair file, the per-task / per-domain /
-    overall tables and the judge diagnostics (``finish_run``'s work on the pairs; responses
-    are not part of it).
+    overall tables, the judge diagnostics and ``responses.jsonl`` of the 2N responses
+    (``finish_run``'s work on the pairs and responses; ``responses_s``: the responses' part).
 
     * lmra with a pair spool (``lmra.pairstore.PairSpool``): the pairs are spooled first, in a
       shuffled order (a pipelined run's completion order), one row at a time as the audit does
       while its calls run (``spool_s``, not in the timed part); timed: ordering the spool with
       DuckDB, rescoring under every combiner, writing ``ratings.parquet``
       (``lmra.audit.finish.write_spooled_pairs``), the tables from the file's score columns
-      and the diagnostics read from the file in batches;
-    * earlier lmra: the pairs are built as the in-memory frame of rated pairs (not timed);
-      timed: rescoring it, writing the per-pair file (``ratings.parquet``, or ``ratings.jsonl``
-      before it), the tables and the diagnostics from the frame.
+      and the diagnostics read from the file in batches; the responses are spooled as a run
+      spools them (``lmra.audit.finish.ResponseSpool``, one ``Response`` at a time in the same
+      shuffled order, refusal labels included; not timed), and timed: writing
+      ``responses.jsonl`` from that spool in the staged order (``write_spooled_responses``);
+    * earlier lmra: the pairs are built as the in-memory frame of rated pairs and the
+      responses as the run's list of ``Response`` objects (not timed); timed: rescoring the
+      frame, writing the per-pair file (``ratings.parquet``, or ``ratings.jsonl`` before it),
+      the tables and the diagnostics from the frame, and ``responses.jsonl`` from the list
+      (each response's fields and refusal label as one JSON line, as ``finish_run`` wrote them).
     """
     import numpy as np
 
@@ -269,6 +289,8 @@ def step_write(run: Path, n_pairs: int) -> dict:
             from lmra.pairstore import SPOOL_ROW_GROUP, parquet_columns, read_pairs
         except ImportError:
             rdf = synthetic_frame(n_pairs, seed=7)
+            responses = [r for s in range(0, n_pairs, CHUNK)
+                         for r, _ in synthetic_responses(s, min(s + CHUNK, n_pairs))]
             t0 = time.perf_counter()
             rdf, _ = rescore(rdf, "calibrated")
             try:
@@ -282,6 +304,13 @@ def step_write(run: Path, n_pairs: int) -> dict:
                 write_pairs(Path(tmp) / PARQUET_NAME, rdf)
             scores = rdf[[c for c in rdf.columns if c not in ("order1", "order2")]]
             diag = diagnostics.judge_diagnostics(rdf), diagnostics.judge_diagnostics_by(rdf, "task")
+            t_resp = time.perf_counter()
+            from lmra.fileio import write_jsonl
+            from lmra.runfolder import jsonable
+
+            write_jsonl(Path(tmp) / "responses.jsonl",
+                        (jsonable(r.model_dump() | {"refusal_p": 0.05, "refused": False}) for r in responses))
+            out["responses_s"] = time.perf_counter() - t_resp
         else:
             t_spool = time.perf_counter()
             spool = RatedPairSpool(Path(tmp) / ".pairs-spool.parquet", PAIR_COLUMNS, SPOOL_ROW_GROUP)
@@ -293,6 +322,12 @@ def step_write(run: Path, n_pairs: int) -> dict:
                     rows = c.iloc[j:j + 5000].to_dict(orient="records")
                     for k, row in zip(keys[s + j:s + j + 5000].tolist(), rows):
                         spool.add(k, row)
+            from lmra.audit.finish import ResponseSpool, write_spooled_responses
+
+            responses = ResponseSpool(Path(tmp) / ".responses-spool.parquet", False, (), SPOOL_ROW_GROUP)
+            for s in range(0, n_pairs, CHUNK):  # the responses, as a run spools them (shuffled: completion order)
+                for j, (r, label) in enumerate(synthetic_responses(s, min(s + CHUNK, n_pairs))):
+                    responses.add_response(2 * int(keys[s + j // 2]) + j % 2, r, label)
             out["spool_s"] = time.perf_counter() - t_spool
             t0 = time.perf_counter()
             path = Path(tmp) / "ratings.parquet"
@@ -301,6 +336,10 @@ def step_write(run: Path, n_pairs: int) -> dict:
             scores = read_pairs(path, [c for c in parquet_columns(path) if c not in _NOT_SCORES])
             diag = diag_all, diag_tasks
             spool.remove()
+            t_resp = time.perf_counter()
+            out["n_responses"] = write_spooled_responses(responses, Path(tmp), False)
+            out["responses_s"] = time.perf_counter() - t_resp
+            responses.remove()
         tables = aggregate.per_task(scores), aggregate.per_domain(scores), aggregate.overall(scores)
         out |= {"inner_s": time.perf_counter() - t0, "n_pairs": len(scores), "n_tasks": len(tables[0]),
                 "n_answers": diag[0]["n_answers"]}
@@ -410,7 +449,9 @@ def main() -> None:
             ok = m["rc"] == 0 or (step == "check" and m["rc"] in (3, 4))
             inner = ""
             if ok and step in ("write", "aggregate", "diagnostics"):
-                inner = f" (timed part {json.loads(m['out'].strip().splitlines()[-1])['inner_s']:.1f} s)"
+                r = json.loads(m["out"].strip().splitlines()[-1])
+                inner = f" (timed part {r['inner_s']:.1f} s" + (
+                    f", of which responses.jsonl {r['responses_s']:.1f} s)" if "responses_s" in r else ")")
             print(f"{step:15s} {tag:6s} {m['wall_s']:7.1f} s  peak RSS {m['rss_kib'] / 2**20:5.2f} GiB"
                   f"  exit {m['rc']}{inner}", flush=True)
             if not ok:

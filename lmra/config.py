@@ -478,6 +478,10 @@ class AuditConfig(_Strict):
         60.0, ge=0, le=86400,
         description="When the cache cannot be written (disk full), answered calls are held in memory; before "
         "writing results the audit retries storing them for this many seconds, then stops with exit status 1.")
+    pair_memo: bool = Field(
+        True, description="Keep each finished pair in the call cache's pair memo, and replay it when a later run over "
+        "the same cache audits the same pair with the same settings (a cached re-run skips the pair's work; "
+        "manifest.json's pair_memo counts the pairs replayed).")
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
     max_failed_share: float = Field(
         0.05, ge=0, le=1,

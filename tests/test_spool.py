@@ -8,12 +8,14 @@ placebo, refusals, failed calls, quality, a second LMRA), and a stopped run leav
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
 import pyarrow.parquet as pq
 import pytest
 
+from doubles import ScriptedJudge
 from test_pipeline import FlakyTarget, RecordingJudge, _prompts
 from lmra import Audit
 from lmra.budget import BudgetExceeded
@@ -238,3 +240,51 @@ def test_spooled_answers_are_scored_from_numbers_with_the_same_results(tmp_path,
     assert json.dumps(spool.judge2_answers.result(**th)) == json.dumps(judge_diagnostics(second, **th))
     assert overall["judge_refused"] > 0 and overall["unusable"] > 0 and set(overall["methods"]) == {
         "logprobs", "sampled", "text", None}
+
+
+def test_a_spooled_run_keeps_only_a_window_of_pair_chains(tmp_path, monkeypatch):
+    """800 prompts (1,000 pairs with the placebo) through a window of 16 pair chains, with
+    pairs and responses spooled: at no call are more than 16 pair chains alive (counted among
+    the event loop's tasks), the window is used, and the run folder is the one the staged
+    in-memory run writes (every chain's result put back in the staged order), as is the
+    folder of the same window without a spool (the chains' responses and rows kept by key)."""
+    import lmra.audit.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "PAIR_WINDOW_MIN", 16)
+    monkeypatch.setattr(pipeline, "PAIR_WINDOW_PER_CALL", 1)  # concurrency 8 → a window of 16
+    names, _ = _prompts(tmp_path)
+    prompts = tmp_path / "many.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d",
+                                           "task": ("write a story", "career advice", "plan a trip")[i % 3]}) + "\n"
+                               for i in range(800)))
+    live: list[int] = []
+
+    class CountingTarget(FlakyTarget):
+        async def complete(self, request):
+            live.append(sum(1 for t in asyncio.all_tasks() if t.get_coro().__qualname__.endswith(".pair_chain")))
+            return await super().complete(request)
+
+    class QuickJudge(RecordingJudge):  # without RecordingJudge's 1 ms per call
+        async def complete(self, request):
+            return await ScriptedJudge.complete(self, request)
+
+    def run(name: str, *, spool: bool, staged: bool, target):
+        target.delay = 0.0  # zero-latency calls: chains waiting in the window are tasks all the same
+        cfg = AuditConfig.model_validate(dict(
+            name="audit", prompts=str(prompts), names=str(names), prompts_per_task=0, samples_per_prompt=1,
+            output_dir=str(tmp_path / name), cache=str(tmp_path / f"{name}.sqlite"), concurrency=8,
+            placebo={"share": 0.25}, refusal={"enabled": False}, filter={"enabled": False}))
+        audit = Audit(cfg, target=target, judge=QuickJudge([]))
+        audit.spool_min_pairs, audit.staged = (0 if spool else 10 ** 9), staged
+        return audit.run()
+
+    spooled = run("spool", spool=True, staged=False, target=CountingTarget([]))
+    staged = run("staged", spool=False, staged=True, target=FlakyTarget([]))
+    in_memory = run("memory", spool=False, staged=False, target=FlakyTarget([]))  # the window without a spool
+    assert spooled.summary["n_pairs_total"] + len(_jsonl_rows(spooled.run_dir / "placebo_ratings.jsonl")) == 1000
+    assert len(live) == 2000 and max(live) == 16  # every call counted; the window full, never exceeded
+    files = sorted(p.name for p in spooled.run_dir.iterdir() if p.name not in SKIP)
+    assert files == sorted(p.name for p in staged.run_dir.iterdir() if p.name not in SKIP)
+    for f in files:
+        assert (spooled.run_dir / f).read_bytes() == (staged.run_dir / f).read_bytes(), f
+        assert (in_memory.run_dir / f).read_bytes() == (staged.run_dir / f).read_bytes(), f

@@ -18,7 +18,9 @@ reads the records of the stage before it:
    overall, judge and run status, the run folder's files → :class:`AuditResult`
    (the report is :mod:`lmra.report`).
 
-:mod:`lmra.audit.pipeline` drives stages 1–4, pipelined or one after another. This module
+:mod:`lmra.audit.pipeline` drives stages 1–4, pipelined or one after another; above the call
+cache, :mod:`lmra.audit.memo` replays each pair of stages 2–4 that an earlier run over the
+same cache finished (the pair memo). This module
 holds :class:`Audit`, the orchestrator: the models' clients (rate limits, budget, call cache),
 the run folder's claim and lock and ``manifest.json`` while running. Every model call goes
 through the SQLite call cache, so a re-run makes zero new calls and an interrupted run
@@ -69,12 +71,17 @@ __all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placeb
 
 
 def _import_finishing_modules(cfg: AuditConfig) -> None:
-    """Import what scoring and writing the run folder needs (scipy.stats and statsmodels take
-    1–3 s), in a worker thread while the model calls of the run are waited for."""
+    """Import what scoring and writing the run folder needs, in a worker thread while the model
+    calls of the run are waited for: scipy.stats and statsmodels (1–3 s) only when this config's
+    run uses them (refusal rates, t-intervals, quality criteria, axes); a run without them (the
+    betting interval, refusal labels off) never loads them."""
     import importlib
 
-    names = ["scipy.stats", "statsmodels.stats.proportion", "statsmodels.stats.multitest", "lmra.judge.calibration",
-             "lmra.judge_check"]
+    names = ["lmra.judge.calibration", "lmra.judge_check"]
+    if cfg.refusal.enabled:  # Wilson intervals and z-tests of the refusal rates (lmra.aggregate.refusal_table)
+        names += ["scipy.stats", "statsmodels.stats.proportion"]
+    if cfg.quality.enabled or cfg.axes.enabled:  # Holm / Bonferroni (lmra.stats.adjust_pvalues, lmra.axes)
+        names.append("statsmodels.stats.multitest")
     if cfg.interval == "t" or cfg.quality.enabled:  # t-intervals (lmra.stats.mean_ci)
         names.append("statsmodels.api")
     for name in names:
@@ -148,6 +155,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         self.spool_min_pairs = SPOOL_MIN_PAIRS
         self.spool = None
         self.response_spool = None  #: that run's responses (lmra.audit.finish.ResponseSpool), unless axes run
+        #: replay finished pairs of an earlier run over the same cache (:mod:`lmra.audit.memo`)
+        self.pair_memo = True
+        self.memo = None  #: this run's :class:`~lmra.audit.memo.PairMemo` while it runs, if used
 
     def claim_dir(self) -> Path:
         """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
@@ -319,18 +329,22 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         return self._judge2
 
     # -- run ------------------------------------------------------------------------------
-    def run(self) -> AuditResult:
+    def run(self, inputs: Inputs | None = None) -> AuditResult:
         """Run the audit synchronously (see :meth:`arun`)."""
-        return asyncio.run(self.arun())
+        return asyncio.run(self.arun(inputs))
 
-    async def arun(self) -> AuditResult:
+    async def arun(self, inputs: Inputs | None = None) -> AuditResult:
         """Run the audit and write the run folder.
+
+        Args:
+            inputs: what :meth:`load_inputs` returned for this audit (``lmra audit`` loads and
+                checks them before the run), so that they are not read twice; default: loaded here.
 
         Raises:
             LmraInputError: bad config, prompt, name, template or taxonomy input (nothing is called).
         """
         cfg = self.cfg
-        inputs = self.load_inputs()
+        inputs = self.load_inputs() if inputs is None else inputs
         cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
         try:
             return await self._arun(inputs, cache)
@@ -378,11 +392,15 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             # the budget sits outside the cache: cached calls are free and never refused; a
             # rejected key stops the run (KeyGuard); every answer's served model is counted
             budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
-            return self.identity.watch(KeyGuard(guard.above_cache(budgeted), role), role)
+            keys = KeyGuard(guard.above_cache(budgeted), role)
+            watched = self.identity.watch(keys, role)
+            # outermost: a pair chain's calls are recorded for the pair memo (lmra.audit.memo)
+            return watched if self.memo is None else self.memo.watch(watched, role, guard=guard, keys=keys)
 
         if cfg.max_cost is not None:
             for p in (self._target_provider(), self._judge_provider()):
                 self.budget.require_price(p.name, p.model_id)
+        memo_report = self._open_memo(inputs, cache)
         target = wrap(self._target_provider(), cfg.target, "target")
         judge = wrap(self._judge_provider(), cfg.judge, "judge")
         j2 = self._judge2_provider()
@@ -426,6 +444,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             manifest["concurrency"] = self.concurrency_report()
             manifest["budget"] = self.budget.report()
             self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
+            manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
             await warm
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
@@ -438,6 +457,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report(),
                          "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
             self.identity.update_manifest(manifest)
+            manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
             if status != "interrupted":
                 manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
@@ -449,6 +469,28 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             except LmraIOError:
                 pass  # the disk is full: the folder stays 'running' and is reported 'stale' (its lock is gone)
             raise
+
+    def _open_memo(self, inputs: Inputs, cache: CallCache) -> dict:
+        """Set :attr:`memo` (a :class:`~lmra.audit.memo.PairMemo`) when this run may use the pair
+        memo; returns ``manifest.json``'s ``pair_memo`` for a run that does not (why not)."""
+        from lmra.audit import memo
+
+        self.memo = None
+        if not self.cfg.pair_memo:
+            return memo.bypass_report("turned off (pair_memo = false)")
+        if not self.pair_memo:
+            return memo.bypass_report("turned off (Audit.pair_memo = False)")
+        if self.cfg.batch:
+            return memo.bypass_report("batch mode (batch = true)")
+        if self.staged:
+            return memo.bypass_report("stages run one after another")
+        try:
+            key = memo.run_key(self.cfg, inputs, {role: self._provider(role) for role in ("target", "judge", "judge2")})
+        except ValueError:
+            return memo.bypass_report("an input has no stable form to key the memo on")
+        self.memo = memo.PairMemo(cache, key, stats=self.stats, budget=self.budget, identity=self.identity,
+                                  refusal=self.cfg.refusal.enabled)
+        return self.memo.report()
 
     # -- outputs --------------------------------------------------------------------------
     def _write_json(self, name: str, obj: Any) -> None:

@@ -11,6 +11,9 @@ Next: :mod:`lmra.audit.finish`.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +28,12 @@ from lmra.audit.inputs import Inputs
 SPOOL_NAME = ".pairs-spool.parquet"
 #: a spooled run's responses (as their lines of responses.jsonl), next to its pairs
 RESPONSE_SPOOL_NAME = ".responses-spool.parquet"
+#: pair chains the pipeline runs at once, per call the audit keeps in flight: each chain waits
+#: for at most two calls at a time, so this keeps the calls' semaphore busy while only a window
+#: of chains (their coroutines, tasks and prepared requests) is alive, not one per pair
+PAIR_WINDOW_PER_CALL = 4
+#: … and at least this many
+PAIR_WINDOW_MIN = 64
 
 
 @dataclass
@@ -55,6 +64,12 @@ class _DeferredProgress:
             self.progress.advance(stage)
         else:
             self.early[stage] = self.early.get(stage, 0) + 1
+
+
+def _free_places(sem: asyncio.Semaphore) -> int:
+    """The places free in ``sem`` (its bound, when no call is in flight yet); asyncio has no
+    public accessor for it."""
+    return max(1, sem._value)
 
 
 class _Stopped(Exception):
@@ -147,20 +162,64 @@ class PipelineDriver:
         filter is done (their seeded share is drawn from all kept prompts). The results are put
         in the staged order, so that every output is the same as :meth:`_staged`'s.
 
+        A pair's chain (its two generations, their refusal labels, its rating) starts when the
+        pair is kept, if fewer than a window of chains runs (:data:`PAIR_WINDOW_PER_CALL` per
+        call in flight, at least :data:`PAIR_WINDOW_MIN`), else as soon as an earlier one ends,
+        in the order the pairs were kept (a kept prompt waits as its record only): the memory
+        held while a large run goes is the window's, not one chain per pair. A spooled run
+        keeps of a finished chain only its quality rows (its pair and responses are in the
+        spools).
+
         Every started task settles before this returns or raises (no finished, paid call is
         lost); after the first failure other than a provider error (the budget, a rejected
         key) no new call is started, and that failure is raised."""
         cfg = self.cfg
         progress = _DeferredProgress(self.progress)
-        spawned: list[asyncio.Future] = []
+        live: set[asyncio.Future] = set()  # started tasks not done yet
         failure: list[BaseException] = []
+        waiting: deque[PromptRecord] = deque()  # kept prompts whose pair chains have not started, in the order kept
+        ready: deque[tuple] = deque()  # pair chains not started yet: (job_a, job_b, key), of one prompt at most
+        placebo_pairs = iter(())  # the placebo's pair chains, (job_a, job_b, key), once the filter is done
+        window = max(PAIR_WINDOW_MIN, PAIR_WINDOW_PER_CALL * _free_places(sem))  # pair chains started at once
+        running = [0]  # pair chains started and not done
+        done_pairs: dict[int, tuple] = {}  # key → what the finish needs of a done pair chain
+        spooled_nothing = (None, None, None, ())  # a spooled chain's result without quality rows
 
-        def spawn(coro) -> asyncio.Future:
+        def settled(key: int | None, task: asyncio.Future) -> None:
+            live.discard(task)
+            if key is not None:
+                running[0] -= 1
+            if task.cancelled():
+                return
+            if task.exception() is not None:
+                failure.append(task.exception())
+            elif key is not None:
+                result = task.result()
+                if result[0] is not None or result[2] is not None or result[3]:
+                    done_pairs[key] = result
+            try:
+                start_waiting()
+            except Exception as exc:  # noqa: BLE001 — raised by the pipeline once every started task settled
+                failure.append(exc)
+
+        def spawn(coro, key: int | None = None) -> None:
             task = asyncio.ensure_future(coro)
-            task.add_done_callback(lambda t: failure.append(t.exception())
-                                   if not t.cancelled() and t.exception() is not None else None)
-            spawned.append(task)
-            return task
+            live.add(task)
+            task.add_done_callback(functools.partial(settled, key))
+
+        def start_waiting() -> None:
+            """Start waiting pair chains while the window has room (none after a failure): the
+            kept prompts' (a prompt's chains made when its first one starts), then the placebo's."""
+            while running[0] < window and not failure:
+                if not ready and waiting:
+                    p = waiting.popleft()
+                    jobs, first = self._prompt_jobs(p), position[p.id] * per_prompt
+                    ready.extend((jobs[i], jobs[i + 1], first + i // 2) for i in range(0, len(jobs), 2))
+                chain = ready.popleft() if ready else next(placebo_pairs, None)
+                if chain is None:
+                    return
+                running[0] += 1
+                spawn(pair_chain(*chain), chain[2])
 
         def go_on() -> None:
             if failure:
@@ -183,11 +242,16 @@ class PipelineDriver:
         per_prompt = len(cfg.comparisons) * cfg.samples_per_prompt
         position = {p.id: i for i, p in enumerate(inputs.prompts)}  # the staged order is the file's
 
-        async def pair_chain(job_a: tuple, job_b: tuple, key: int) -> tuple:
+        async def rated_pair(job_a: tuple, job_b: tuple) -> tuple:
             a, b = await _settled(response_chain(job_a), response_chain(job_b))
             go_on()
             row, quality = await self._rate_one(a[0], b[0], a[1], b[1], a[2], b[2], job_a[0].text, inputs, judge,
                                                 judge2, sem)
+            return a, b, row, quality
+
+        async def pair_chain(job_a: tuple, job_b: tuple, key: int) -> tuple:
+            a, b, row, quality = await (rated_pair(job_a, job_b) if self.memo is None  # lmra.audit.memo
+                                        else self.memo.chain(rated_pair, job_a, job_b, progress, go_on))
             if spool is not None:  # key: the pair's place in the staged order
                 spool.add(key, row)
                 row = None
@@ -198,13 +262,14 @@ class PipelineDriver:
             progress.advance("rate")
             return a, b, row, quality
 
-        chains: dict[str, list[asyncio.Future]] = {}  # prompt id → its pairs' tasks, in staged order
+        n_kept = [0]  # prompts kept (and held by this shard)
 
         def on_kept(p: PromptRecord) -> None:
             if self.shard is not None and not self.shard.holds(p.id):
                 return  # another shard audits it
-            jobs, first = self._prompt_jobs(p), position[p.id] * per_prompt
-            chains[p.id] = [spawn(pair_chain(jobs[i], jobs[i + 1], first + i // 2)) for i in range(0, len(jobs), 2)]
+            n_kept[0] += 1
+            waiting.append(p)
+            start_waiting()
 
         try:
             spawn(self._run_judge_check(inputs, judge, sem))
@@ -213,19 +278,24 @@ class PipelineDriver:
             prompts = self._shard_selection(prompts)
             placebo_jobs = self._placebo_jobs(prompts, inputs)
             first = len(inputs.prompts) * per_prompt  # the placebo pairs come after every prompt's
-            placebo = []
-            for i in range(0, len(placebo_jobs), 2):
-                placebo.append(spawn(pair_chain(placebo_jobs[i], placebo_jobs[i + 1], first + i // 2)))
-                await asyncio.sleep(0)  # one pair's first call prepared per turn of the loop (see _select)
-            n_pairs = sum(len(c) for c in chains.values()) + len(placebo)
+            n_placebo = len(placebo_jobs) // 2
+            placebo_pairs = ((placebo_jobs[i], placebo_jobs[i + 1], first + i // 2)
+                             for i in range(0, len(placebo_jobs), 2))
+            start_waiting()
+            n_pairs = n_kept[0] * per_prompt + n_placebo
             progress.start("generate", 2 * n_pairs)
             if cfg.refusal.enabled:
                 progress.start("refusal", 2 * n_pairs)
             progress.start("rate", n_pairs)
+            while live:  # a chain done starts a waiting one: wait until none is left
+                await _settle(list(live), cancel=False)
         except BaseException as exc:
-            await _settle(spawned, cancel=isinstance(exc, asyncio.CancelledError))
+            waiting.clear()  # no new pair chain
+            ready.clear()
+            placebo_pairs = iter(())
+            while live:
+                await _settle(list(live), cancel=isinstance(exc, asyncio.CancelledError))
             raise
-        await _settle(spawned, cancel=False)
         errors = [e for e in failure if not isinstance(e, _Stopped)]
         if errors:
             raise errors[0]
@@ -234,8 +304,9 @@ class PipelineDriver:
         self.refusal_errors = {}
         ratings: list[dict] = []
         quality_rows: list[dict] = []
-        for task in [t for p in prompts for t in chains[p.id]] + placebo:
-            *sides, row, quality = task.result()
+        keys = [range(position[p.id] * per_prompt, (position[p.id] + 1) * per_prompt) for p in prompts]
+        for key in itertools.chain(*keys, range(first, first + n_placebo)):  # the staged order
+            *sides, row, quality = done_pairs.pop(key) if spool is None else done_pairs.pop(key, spooled_nothing)
             for r, label, error in sides if responses_spool is None else ():
                 if label is not None:
                     refusals[len(responses)] = label

@@ -1,0 +1,288 @@
+"""The pair memo (lmra.audit.memo; issue 14 goal 2): a re-run over the same call cache replays
+each finished pair instead of redoing it, and writes exactly what a re-run with the memo off
+writes; any input that shapes a pair's calls misses it; a crashed run's memo rows are valid."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget, SimulatedCrash
+from lmra import Audit
+from lmra.audit.pipeline import _Progress
+from lmra.config import AuditConfig
+from lmra.identity import TEMPLATE_TOKENS, template_tokens_in
+from test_pipeline import FlakyTarget, RecordingJudge, _prompts
+
+#: manifest.json fields that differ between any two runs (times, process, the memo's own counters)
+RUN_FIELDS = {"started", "finished", "pid", "pair_memo", "concurrency", "calls"}
+
+
+def _config(tmp_path, **over) -> AuditConfig:
+    names, prompts = _prompts(tmp_path)
+    return AuditConfig.model_validate(dict(
+        name="memo", prompts=str(prompts), names=str(names), prompts_per_task=4, samples_per_prompt=2,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        placebo={"share": 0.25}, quality={"enabled": True, "criteria": ["clarity", "completeness"]},
+        judge2={"provider": "llamacpp"}) | over)
+
+
+class _Counting(_Progress):
+    def __init__(self):
+        self.totals: dict[str, int] = {}
+        self.advances: dict[str, int] = {}
+        super().__init__(start=lambda s, n: self.totals.__setitem__(s, n),
+                         advance=lambda s: self.advances.__setitem__(s, self.advances.get(s, 0) + 1))
+
+
+class _Target(FlakyTarget):
+    """test_pipeline's flaky target without its delay."""
+
+    def __init__(self, **kw):
+        super().__init__([], **kw)
+        self.delay = 0.0
+
+
+class _Judge(RecordingJudge):
+    """test_pipeline's scripted LMRA (failures, refusals, quality) without its delay."""
+
+    def __init__(self, **kw):
+        super().__init__([], **kw)
+
+    async def complete(self, request):
+        return await ScriptedJudge.complete(self, request)
+
+
+def _run(cfg, run_dir, *, memo: bool = True, target=None, judge=None, progress=None):
+    judge2 = _Judge(model_id="j2", supports_logprobs=False) if cfg.judge2 is not None else None  # sampled answers
+    audit = Audit(cfg, target=target or _Target(), judge=judge or _Judge(), judge2=judge2, run_dir=run_dir,
+                  progress=progress)
+    audit.pair_memo = memo
+    return audit.run()
+
+
+def _memoisable(run_dir) -> int:
+    """Pairs the memo may hold: not failed, rated validly (or refused / unlabelled), no
+    failed second-LMRA or quality rating."""
+    df = pd.concat([pd.read_parquet(run_dir / "ratings.parquet"),
+                    pd.read_json(run_dir / "placebo_ratings.jsonl", lines=True)], ignore_index=True)
+    q = pd.read_json(run_dir / "quality_ratings.jsonl", lines=True)
+    bad_quality = set(q.loc[q["failed"].astype(bool), "pair_id"])
+    ok = (~df["failed"].astype(bool) & (df["valid"].astype(bool) | df["refused"].astype(bool)
+                                        | df["unlabelled"].astype(bool))
+          & (df["judge2_error"].isna() if "judge2_error" in df else True) & ~df["pair_id"].isin(bad_quality))
+    return int(ok.sum())
+
+
+def _same_folders(a, b, ignore: tuple[str, ...] = ()) -> None:
+    files = sorted(p.name for p in a.iterdir() if p.is_file() and p.name != "run.lock")
+    assert files == sorted(p.name for p in b.iterdir() if p.is_file() and p.name != "run.lock")
+    for f in files:
+        if f not in ("manifest.json", "summary.json", *ignore):
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert {k: v for k, v in s1.items() if k != "run_dir"} == {k: v for k, v in s2.items() if k != "run_dir"}
+    m1, m2 = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    assert {k: v for k, v in m1.items() if k not in RUN_FIELDS} == {k: v for k, v in m2.items() if k not in RUN_FIELDS}
+    c1, c2 = m1["calls"], m2["calls"]  # the same counts; errors listed in the order they happened
+    assert {**c1, "errors": sorted(c1["errors"])} == {**c2, "errors": sorted(c2["errors"])}
+
+
+def test_memo_replay_writes_the_same_run_folder_as_a_rerun_without_it(tmp_path):
+    """Failed generations, refusals, failed refusal labels, failed ratings, quality, a second
+    LMRA with sampled answers, placebo pairs: the re-run that replays the memo writes byte-identical files, the same
+    call counts (as cache hits), budget ledger, served-model record and progress as a re-run
+    with the memo off over the same cache; failed and invalid pairs are never memoised."""
+    cfg = _config(tmp_path)
+    first = _run(cfg, tmp_path / "first")
+    stored = first.manifest["pair_memo"]["stored"]
+    assert stored == _memoisable(first.run_dir) > 0
+    df = pd.read_parquet(first.run_dir / "ratings.parquet")
+    placebo = pd.read_json(first.run_dir / "placebo_ratings.jsonl", lines=True)
+    assert df["failed"].any() and df["refused"].any() and df["judge2_valid"].any() and not placebo["failed"].all()
+    p_memo, p_off = _Counting(), _Counting()
+    memo = _run(cfg, tmp_path / "memo", progress=p_memo)
+    off = _run(cfg, tmp_path / "off", memo=False, progress=p_off)
+    assert memo.manifest["pair_memo"] == {"enabled": True, "hits": stored, "stored": 0, "bypassed": None}
+    assert off.manifest["pair_memo"]["enabled"] is False and off.manifest["pair_memo"]["hits"] == 0
+    assert memo.manifest["calls"]["fresh"] == off.manifest["calls"]["fresh"] == 0  # failures asked again, failed again
+    assert memo.manifest["calls"]["cached"] == off.manifest["calls"]["cached"] > 0
+    assert memo.manifest["judge"]["served"]["responses"] > 0
+    _same_folders(memo.run_dir, off.run_dir)
+    assert (p_memo.totals, p_memo.advances) == (p_off.totals, p_off.advances)
+    assert p_memo.advances["rate"] == len(df) + len(placebo)
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    for result, line in ((memo, f"({stored} pairs replayed from the pair memo)"), (off, None)):
+        console = Console(record=True, width=250)
+        render_audit(console, result)
+        text = console.export_text()
+        assert ("pairs replayed from the pair memo" in text) == (line is not None) and (line is None or line in text)
+
+
+def test_inputs_that_shape_a_pair_miss_the_memo_and_others_do_not(tmp_path):
+    """A changed template, name file, judge model or config field reaching the calls misses
+    the memo; the run's name, output folder and budget limits do not."""
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, placebo={"share": 0.0}, prompts_per_task=2)
+    stored = _run(cfg, tmp_path / "first").manifest["pair_memo"]["stored"]
+    assert stored > 0
+
+    def hits(cfg, judge=None, name: str = "run") -> int:
+        return _run(cfg, tmp_path / name, judge=judge).manifest["pair_memo"]["hits"]
+
+    assert hits(cfg.model_copy(update={"name": "other", "output_dir": str(tmp_path / "elsewhere"), "max_calls": 10**6}),
+                name="same") == stored
+    names = tmp_path / "names2.csv"
+    names.write_text(open(cfg.names).read() + "Sara,female,,test\n")
+    changed = {
+        "judge temperature": cfg.model_copy(update={"judge": cfg.judge.model_copy(update={"temperature": 0.5})}),
+        "target max_tokens": cfg.model_copy(update={"target": cfg.target.model_copy(update={"max_tokens": 77})}),
+        "seed": cfg.model_copy(update={"seed": 1}),
+        "names file": cfg.model_copy(update={"names": str(names)}),
+    }
+    for what, c in changed.items():
+        assert hits(c, name=what.replace(" ", "-")) == 0, what
+    assert hits(cfg, judge=_Judge(model_id="other-judge"), name="judge-model") == 0
+
+
+def test_more_prompts_per_task_replays_the_pairs_of_fewer(tmp_path):
+    """prompts_per_task only chooses prompts: a run with more of them replays the pairs of a run
+    with fewer (same seed) and writes what a run with more and the memo off writes."""
+    import sqlite3
+
+    small = _config(tmp_path, quality={"enabled": False}, judge2=None, prompts_per_task=2)
+    stored = _run(small, tmp_path / "small").manifest["pair_memo"]["stored"]
+    with sqlite3.connect(small.cache) as src, sqlite3.connect(tmp_path / "copy.sqlite") as dst:
+        src.backup(dst)  # the same cache for the run with the memo off
+    big = small.model_copy(update={"prompts_per_task": 4})
+    memo = _run(big, tmp_path / "memo")
+    off = _run(big.model_copy(update={"cache": str(tmp_path / "copy.sqlite")}), tmp_path / "off", memo=False)
+    assert 0 < memo.manifest["pair_memo"]["hits"] <= stored  # (a placebo pair may not be drawn again)
+    assert memo.manifest["calls"]["fresh"] == off.manifest["calls"]["fresh"] > 0  # the new pairs
+    _same_folders(memo.run_dir, off.run_dir, ignore=("config.toml",))
+
+
+def test_a_changed_template_misses_the_memo(tmp_path):
+    """The stereotype template's text is in the key: one more line misses every pair."""
+    from lmra.audit.memo import run_key
+
+    cfg = _config(tmp_path)
+    audit = Audit(cfg, target=_Target(), judge=_Judge(), judge2=_Judge(model_id="j2"))
+    inputs = audit.load_inputs()
+    providers = {"target": audit._target, "judge": audit._judge, "judge2": audit._judge2}
+    key = run_key(cfg, inputs, providers)
+    assert run_key(cfg, inputs, providers) == key
+    import copy
+
+    tpl = copy.copy(inputs.templates["stereotype"])  # a copy: the loaded templates are shared by the process
+    tpl.sections = [(role, text + "\n" if i == 0 else text) for i, (role, text) in enumerate(tpl.sections)]
+    inputs.templates["stereotype"] = tpl
+    assert run_key(cfg, inputs, providers) != key
+
+
+def test_a_crashed_runs_memo_rows_are_valid(tmp_path):
+    """A run that dies mid-way (not a provider failure) keeps the memo rows of the pairs it
+    finished; the re-run replays them and writes what a re-run with the memo off writes."""
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None)
+
+    with pytest.raises(SimulatedCrash):
+        _run(cfg, tmp_path / "crashed", target=_Target(fail_after=40))
+    from lmra.cache import CallCache
+
+    cache = CallCache(cfg.cache)
+    kept = cache._db.execute("SELECT COUNT(*) FROM pair_memo").fetchone()[0]
+    cache.close()
+    assert kept > 0
+    import sqlite3
+
+    # the re-run with the memo off starts from the same cache (a copy): both ask the calls the crash left
+    with sqlite3.connect(cfg.cache) as src, sqlite3.connect(tmp_path / "copy.sqlite") as dst:
+        src.backup(dst)
+    memo = _run(cfg, tmp_path / "memo")
+    assert memo.manifest["pair_memo"]["hits"] == kept and memo.manifest["calls"]["fresh"] > 0
+    off = _run(cfg.model_copy(update={"cache": str(tmp_path / "copy.sqlite")}), tmp_path / "off", memo=False)
+    _same_folders(memo.run_dir, off.run_dir, ignore=("config.toml",))  # it names the cache file
+
+
+def test_an_unreadable_memo_row_is_run_again(tmp_path):
+    """A memo row this code cannot read (damaged, or written by other code) is never replayed:
+    its pair is run from the call cache and counted once, as without the memo."""
+    import sqlite3
+
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, placebo={"share": 0.0}, prompts_per_task=2)
+    stored = _run(cfg, tmp_path / "first").manifest["pair_memo"]["stored"]
+    with sqlite3.connect(cfg.cache) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM pair_memo ORDER BY key")]
+        bad = ['{"a": 1}', "not json", '{"a": [{}, null, null], "b": [{}, null, null], "row": {}, "quality": [], '
+               '"calls": [["target", "x"]]}']
+        db.executemany("UPDATE pair_memo SET value = ? WHERE key = ?", [(bad[i % 3], k) for i, k in enumerate(keys)])
+    assert len(keys) == stored > 0
+    memo, off = _run(cfg, tmp_path / "memo"), _run(cfg, tmp_path / "off", memo=False)
+    assert memo.manifest["pair_memo"]["hits"] == 0 and memo.manifest["pair_memo"]["stored"] == stored
+    _same_folders(memo.run_dir, off.run_dir)
+
+
+def test_template_tokens_survive_the_replayed_answer():
+    """A replayed answer's text is its template tokens joined by spaces: the served-model
+    record finds exactly those tokens again (no token holds a space or another token)."""
+    from lmra.audit.memo import _Answer
+
+    tokens = [t for t, _ in TEMPLATE_TOKENS]
+    assert all(" " not in t for t in tokens)
+    for i, t in enumerate(tokens):
+        assert template_tokens_in(_Answer(None, None, [t]).text) == [t]
+    assert template_tokens_in(_Answer(None, None, tokens).text) == tokens
+    assert template_tokens_in(_Answer(None, None, []).text) == []
+
+
+def test_a_spooled_run_replays_the_memo_into_its_spools(tmp_path):
+    """A large run's pairs and responses go to disk as they come (the spools): replayed pairs
+    are spooled as run ones, and the run folder is the same as without the memo."""
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, prompts_per_task=3)
+
+    def run(name: str, memo: bool):
+        audit = Audit(cfg, target=_Target(), judge=_Judge(), run_dir=tmp_path / name)
+        audit.spool_min_pairs, audit.pair_memo = 1, memo
+        result = audit.run()
+        assert audit.spool is not None
+        return result
+
+    stored = run("first", True).manifest["pair_memo"]["stored"]
+    memo, off = run("memo", True), run("off", False)
+    assert memo.manifest["pair_memo"]["hits"] == stored > 0
+    _same_folders(memo.run_dir, off.run_dir)
+
+
+def test_staged_runs_bypass_the_memo(tmp_path):
+    """Stages one after another do not use the memo, and say so in manifest.json."""
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, prompts_per_task=2)
+    audit = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "An answer."),
+                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}), run_dir=tmp_path / "staged")
+    audit.staged = True
+    m = audit.run().manifest["pair_memo"]
+    assert m["enabled"] is False and m["bypassed"] == "stages run one after another"
+
+
+def test_the_config_turns_the_memo_off(tmp_path):
+    """``pair_memo = false``: nothing is stored or replayed, a re-run asks the call cache again,
+    and manifest.json says why; the setting is not part of a pair's key (a later run with the
+    memo on reuses nothing, since nothing was stored)."""
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, prompts_per_task=2, pair_memo=False)
+    first = _run(cfg, tmp_path / "one")
+    again = _run(cfg, tmp_path / "two")
+    for res in (first, again):
+        m = res.manifest["pair_memo"]
+        assert m["enabled"] is False and m["bypassed"] == "turned off (pair_memo = false)"
+    assert again.manifest["calls"]["fresh"] == 0 and again.manifest["calls"]["cached"] > 0
+    import sqlite3
+
+    db = sqlite3.connect(cfg.cache)
+    assert db.execute("SELECT COUNT(*) FROM pair_memo").fetchone()[0] == 0
+    db.close()
+    on = _run(cfg.model_copy(update={"pair_memo": True}), tmp_path / "three")
+    assert on.manifest["pair_memo"]["hits"] == 0 and on.manifest["pair_memo"]["stored"] > 0
