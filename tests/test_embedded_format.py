@@ -194,7 +194,9 @@ def test_option_reads_use_the_read_pool_and_reuse_prefixes(embedded):
     finally:
         for reader in embedded._readers.readers:
             reader.reuse_prefix = True
-    assert again.option_probs == pytest.approx(fresh.option_probs, rel=1e-3)
+    # the same up to the rounding of llama.cpp's quantized kernels, which depends on how the prompt
+    # is split into batches (prefix, then suffix): seen up to 0.005 apart in a full test run
+    assert again.option_probs == pytest.approx(fresh.option_probs, abs=0.01)
 
 
 def test_decoder_limits_cancellation_and_close(embedded):
