@@ -105,6 +105,12 @@ def _clean_once(value: str) -> str:
     return cleaned
 
 
+def _by_count(counter) -> list[tuple]:
+    """``counter``'s items from most to least frequent, ties in the order of their names (not
+    of first sighting, as ``Counter.most_common`` has it)."""
+    return sorted(counter.items(), key=lambda kv: (-kv[1], str(kv[0])))
+
+
 @dataclass
 class ServedCounts:
     """What one role's answers said about the model behind them.
@@ -142,8 +148,9 @@ class ServedCounts:
 
     def manifest_fields(self) -> dict:
         """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section
-        (counts sorted from most to least frequent)."""
-        top = lambda c: dict(c.most_common())  # noqa: E731
+        (counts sorted from most to least frequent, ties by name: the same fields whatever order
+        the answers came in — a pipelined run's, or a re-run replaying the pair memo)."""
+        top = lambda c: dict(_by_count(c))  # noqa: E731
         return {"served": {"responses": self.responses, "model": top(self.model),
                            "system_fingerprint": top(self.system_fingerprint)},
                 "template_tokens": {"responses": self.responses_with_template_tokens,
@@ -213,7 +220,7 @@ class RunIdentity:
         out = []
         for role, c in self.counts.items():
             if c.responses_with_template_tokens:
-                toks = ", ".join(f"{t!r} × {n}" for t, n in c.template_tokens.most_common())
+                toks = ", ".join(f"{t!r} × {n}" for t, n in _by_count(c.template_tokens))
                 out.append(f"{c.responses_with_template_tokens} of {c.responses} {role} responses contain "
                            f"chat-template tokens ({toks}): the endpoint may use another model's chat template "
                            "(docs/providers.md, 'Chat-template tokens')")

@@ -64,8 +64,9 @@ REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv"
 #: files that may stand in for a required one: run folders written before issue 15 hold ratings.jsonl
 ALTERNATIVE_FILES = {"ratings.parquet": ("ratings.jsonl",)}
 #: config fields that do not change what is measured (excluded from the design hash; release gates
-#: judge the numbers, they do not change them; [report] only changes how report.html shows them)
-PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache", "gates", "report")
+#: judge the numbers, they do not change them; [report] only changes how report.html shows them; the
+#: pair memo only how fast a re-run is)
+PLUMBING_FIELDS = ("name", "seed", "concurrency", "output_dir", "cache", "gates", "report", "pair_memo")
 
 
 def _sha256(data: bytes) -> str:

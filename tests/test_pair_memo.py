@@ -286,3 +286,29 @@ def test_the_config_turns_the_memo_off(tmp_path):
     db.close()
     on = _run(cfg.model_copy(update={"pair_memo": True}), tmp_path / "three")
     assert on.manifest["pair_memo"]["hits"] == 0 and on.manifest["pair_memo"]["stored"] > 0
+    from lmra.runfolder import load_run
+
+    # the switch changes how fast a re-run is, not what is measured: the nights share a design
+    assert load_run(first.run_dir).design_hash == load_run(on.run_dir).design_hash
+    assert load_run(first.run_dir).config_hash != load_run(on.run_dir).config_hash
+
+
+def test_served_models_are_listed_the_same_whatever_order_the_answers_came_in():
+    """Ties in the served-model, fingerprint and template-token counts are ordered by name, not
+    by first sighting: a replay (answers in the order the first run finished them) and a cached
+    re-run (in the order it schedules them) write the same manifest.json and warnings."""
+    from lmra.identity import RunIdentity, ServedCounts
+
+    fields = []
+    for order in (["srv-male", "srv-female"], ["srv-female", "srv-male"]):
+        c = ServedCounts()
+        for name in order + ["srv-z", "srv-z"]:
+            c.model[name] += 1
+            c.template_tokens[f"<{name}>"] += 1
+        fields.append(c.manifest_fields())
+        ident = RunIdentity(lambda msg: None)
+        ident.counts["target"] = c
+        c.responses = c.responses_with_template_tokens = 4
+        fields.append(ident.warnings())
+    assert fields[0] == fields[2] and fields[1] == fields[3]
+    assert list(fields[0]["served"]["model"]) == ["srv-z", "srv-female", "srv-male"]
