@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from lmra.cache import CachedProvider, CallCache, CallStats
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key, wrap_identity
 from lmra.fileio import write_json, write_text
 
 STATE_VERSION = 1
@@ -141,13 +141,9 @@ class CollectingProvider:
 
     def __init__(self, inner: Provider, cache: CallCache, *, pending: set[str] | None = None,
                  failed: dict[str, str] | None = None, live: Provider | None = None):
-        self.inner = inner
         self.live = live
         self.cache = cache
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         self.pending = pending or set()
         self.failed = failed or {}
         self.collected: dict[str, ChatRequest] = {}
@@ -213,13 +209,9 @@ class BatchFailureGuard:
     """
 
     def __init__(self, inner: Provider, failed: dict[str, str], *, live_fallback: bool = False):
-        self.inner = inner
         self.failed = failed
         self.live_fallback = live_fallback
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         self.n_live = 0
 
     async def complete(self, request: ChatRequest) -> ChatResult:

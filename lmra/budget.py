@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lmra.errors import LmraInputError, find_key_line, read_toml
-from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage
+from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, wrap_identity
 from lmra.providers.ratelimit import estimate_prompt_tokens
 
 PER_TOKENS = 1_000_000  # prices are USD per this many tokens
@@ -421,13 +421,9 @@ class BudgetedProvider:
     """
 
     def __init__(self, inner: Provider, budget: Budget, *, batch: bool = False):
-        self.inner = inner
         self.budget = budget
         self.batch = batch
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         #: the cache wrapper's one lookup per call (:meth:`lmra.cache.CachedProvider.lookup`), or None
         self._lookup = getattr(inner, "lookup", None)
 

@@ -54,7 +54,8 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
     fcntl = None  # type: ignore[assignment]
 
 from lmra.errors import LmraIOError, io_reason
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json, \
+    wrap_identity
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -984,13 +985,9 @@ class CachedProvider:
     """
 
     def __init__(self, inner: Provider, cache: CallCache, stats: CallStats | None = None):
-        self.inner = inner
         self.cache = cache
         self.stats = stats or CallStats()
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         self._targets = [self.stats, self.stats.model(f"{inner.name}:{inner.model_id}")]
 
     def lookup(self, request: ChatRequest) -> CacheLookup:

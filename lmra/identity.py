@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lmra.providers.base import ChatRequest, ChatResult, Provider
+from lmra.providers.base import ChatRequest, ChatResult, Provider, wrap_identity
 
 #: Chat-template control tokens that never belong in a response's text: (token, the format
 #: it comes from). Sources: Llama 2 — ``B_INST``/``E_INST``/``B_SYS``/``E_SYS`` in
@@ -169,14 +169,10 @@ class IdentityRecorder:
 
     def __init__(self, inner: Provider, role: str, counts: ServedCounts,
                  on_notice: Callable[[str], None] = lambda msg: None):
-        self.inner = inner
         self.role = role
         self.counts = counts
         self.on_notice = on_notice
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         result = await self.inner.complete(request)

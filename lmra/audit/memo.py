@@ -62,7 +62,7 @@ from typing import Any
 from lmra.cache import CallCache, CallStats, _record
 from lmra.generate import Response
 from lmra.identity import IdentityRecorder, RunIdentity, template_tokens_in
-from lmra.providers.base import ChatRequest, ChatResult, Provider
+from lmra.providers.base import ChatRequest, ChatResult, Provider, wrap_identity
 
 #: bumped whenever the memo's key or value changes meaning (older rows are then never hit)
 MEMO_VERSION = 1
@@ -100,12 +100,8 @@ class MemoRecorder:
     it only passes the call on."""
 
     def __init__(self, inner: Provider, role: str):
-        self.inner = inner
         self.role = role
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         rec = _RECORDING.get()

@@ -148,6 +148,15 @@ class Provider(Protocol):
         ...
 
 
+def wrap_identity(wrapper: object, inner: Provider) -> None:
+    """Give a provider wrapper (the cache, the budget, the rate limiter, the guards …) the
+    identity of the provider it wraps: ``inner`` and its ``name``, ``model_id``, ``base_url``
+    and ``supports_logprobs`` (:class:`Provider`'s attributes), set on ``wrapper``."""
+    wrapper.inner = inner
+    wrapper.name, wrapper.model_id = inner.name, inner.model_id
+    wrapper.base_url, wrapper.supports_logprobs = inner.base_url, inner.supports_logprobs
+
+
 def parallel_capacity(provider: object) -> int | None:
     """The calls ``provider`` serves at once: its optional ``parallel_capacity`` attribute.
 

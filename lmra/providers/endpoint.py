@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, wrap_identity
 
 #: consecutive failed calls (after every retry, no success yet) that stop the run
 TRIP_AFTER = 8
@@ -135,9 +135,8 @@ class EndpointGuard:
 
 class _Wrapper:
     def __init__(self, inner: Provider, guard: EndpointGuard):
-        self.inner, self.guard = inner, guard
-        self.name, self.model_id = inner.name, inner.model_id
-        self.base_url, self.supports_logprobs = inner.base_url, inner.supports_logprobs
+        wrap_identity(self, inner)
+        self.guard = guard
 
     async def aclose(self) -> None:
         await self.inner.aclose()

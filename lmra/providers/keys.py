@@ -17,7 +17,7 @@ import os
 from typing import TYPE_CHECKING
 
 from lmra.errors import LmraInputError
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, wrap_identity
 
 if TYPE_CHECKING:
     from lmra.config import ModelConfig
@@ -131,12 +131,8 @@ class KeyGuard:
     """
 
     def __init__(self, inner: Provider, role: str):
-        self.inner = inner
         self.role = role
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         self.rejected: KeyRejected | None = None
 
     async def complete(self, request: ChatRequest) -> ChatResult:

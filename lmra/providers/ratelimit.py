@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lmra.providers.base import ChatRequest, ChatResult, Provider, parallel_capacity
+from lmra.providers.base import ChatRequest, ChatResult, Provider, parallel_capacity, wrap_identity
 
 if TYPE_CHECKING:
     from lmra.config import ModelConfig
@@ -386,11 +386,7 @@ class RateLimitedProvider:
         self._bound = min(b for b in (concurrency, max_concurrency, math.inf) if b is not None)
         self._on_notice = on_notice
         self._label = label or f"{inner.name} '{inner.model_id}'"
-        self.inner = inner
-        self.name = inner.name
-        self.model_id = inner.model_id
-        self.base_url = inner.base_url
-        self.supports_logprobs = inner.supports_logprobs
+        wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
         self.limiter = limiter or RateLimiter(requests_per_minute, tokens_per_minute)
         self.max_concurrency = max_concurrency
         self._estimator = estimator
