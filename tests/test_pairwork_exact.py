@@ -25,8 +25,8 @@ from lmra.errors import LmraInputError
 from lmra.generate import Response, derive_seed, draw_name
 from lmra.judge.options import OptionProbs, renormalise
 
-from tests.conftest import FEMALE, MALE
-from tests.doubles import ScriptedJudge, ScriptedTarget
+from conftest import FEMALE, MALE
+from doubles import ScriptedJudge, ScriptedTarget
 
 NAME_TO_GROUP = {n: "female" for n in FEMALE} | {n: "male" for n in MALE}
 
