@@ -131,12 +131,13 @@ def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0
         n = batch.num_rows
         keys = d.get(key, [None] * n)
         for k, a, b in zip(keys, map(decode, d.get("order1", [None] * n)), map(decode, d.get("order2", [None] * n))):
-            overall.add(a, b)
             if k is None:
+                overall.add(a, b)
                 continue
-            if k not in groups:
-                groups[k] = _Answers()
-            groups[k].add(a, b)
+            acc = groups.get(k)
+            if acc is None:
+                acc = groups[k] = _Answers()
+            overall.add(a, b, acc)  # the pair's answers read once for both
     return overall.result(**th), {k: acc.result(**th) for k, acc in sorted(groups.items())}
 
 
