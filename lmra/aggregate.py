@@ -57,33 +57,55 @@ def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "", inte
         ``p_value`` (test of H = 0 matching the interval), ``n_prompts``, and
         ``net_rating_<combiner>`` for each combiner (nan when its column is absent).
     """
-    valid, invalid, failed, refused, unlabelled = _flags(ratings, prefix)
-    ok = ratings[valid]
-    ci = mean_interval(ok[f"{prefix}h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha,
-                       method=interval)
+    return _summary(_Columns(ratings, prefix), np.arange(len(ratings)), alpha, interval)
+
+
+class _Columns:
+    """What :func:`summarize` reads of a frame, taken out once for all its groups: the pair
+    flags (:func:`_flags`, computed row by row, so that a group's flags are the whole frame's
+    at its rows) as numpy arrays and the score columns as Series, read at a group's row
+    positions with ``iloc`` — the same values and dtypes as the group's own columns."""
+
+    def __init__(self, ratings: pd.DataFrame, prefix: str):
+        flags = _flags(ratings, prefix)
+        self.valid, self.invalid, self.failed, self.refused, self.unlabelled = (f.to_numpy() for f in flags)
+        self.h, self.q_F, self.q_R = (ratings[f"{prefix}{c}"] for c in ("h", "q_F", "q_R"))
+        self.prompt_id = ratings["prompt_id"]
+        self.combined = {m: ratings[f"{prefix}h_{m}"] for m in COMBINERS if f"{prefix}h_{m}" in ratings}
+
+
+def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> dict:
+    """:func:`summarize` of the rows at positions ``pos`` (ascending) of the frame of ``cols``."""
+    ok = pos[cols.valid[pos]]
+    ci = mean_interval(cols.h.iloc[ok].astype(float).tolist(), clusters=cols.prompt_id.iloc[ok].tolist(),
+                       alpha=alpha, method=interval)
     lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
-    fwd = float(ok[f"{prefix}q_F"].mean()) if len(ok) else math.nan
-    rev = float(ok[f"{prefix}q_R"].mean()) if len(ok) else math.nan
+    fwd = float(cols.q_F.iloc[ok].mean()) if len(ok) else math.nan
+    rev = float(cols.q_R.iloc[ok].mean()) if len(ok) else math.nan
     out = {
-        "n_pairs": int(valid.sum()), "n_invalid": int(invalid.sum()), "n_failed": int(failed.sum()),
-        "n_refusal": int(refused.sum()), "n_unlabelled": int(unlabelled.sum()), "forward_rate": fwd,
-        "reverse_rate": rev, "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
+        "n_pairs": len(ok), "n_invalid": int(cols.invalid[pos].sum()), "n_failed": int(cols.failed[pos].sum()),
+        "n_refusal": int(cols.refused[pos].sum()), "n_unlabelled": int(cols.unlabelled[pos].sum()),
+        "forward_rate": fwd, "reverse_rate": rev,
+        "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
         "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value,
-        "n_prompts": int(ratings["prompt_id"].nunique()),
+        "n_prompts": int(cols.prompt_id.iloc[pos].nunique()),
     }
     for m in COMBINERS:
-        col = f"{prefix}h_{m}"
-        vals = ok[col].astype(float).dropna() if col in ok else pd.Series(dtype=float)
+        col = cols.combined.get(m)
+        vals = col.iloc[ok].astype(float).dropna() if col is not None else pd.Series(dtype=float)
         out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
     return out
 
 
 def _table(ratings: pd.DataFrame, keys: list[str], alpha: float, prefix: str = "",
            interval: str = "betting") -> pd.DataFrame:
+    """:func:`summarize` per group of ``keys`` (sorted, NaN keys kept), a row each; the frame's
+    columns are read once (:class:`_Columns`), the groups' rows by position."""
+    cols = _Columns(ratings, prefix)
     rows = []
-    for key, grp in ratings.groupby(keys, sort=True, dropna=False):
+    for key, grp in ratings[keys].reset_index(drop=True).groupby(keys, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        rows.append(dict(zip(keys, key)) | summarize(grp, alpha, prefix, interval))
+        rows.append(dict(zip(keys, key)) | _summary(cols, grp.index.to_numpy(), alpha, interval))
     return pd.DataFrame(rows)
 
 

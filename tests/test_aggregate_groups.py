@@ -1,0 +1,69 @@
+"""The per-task / per-domain / overall tables read the frame's columns once and each group's rows
+by position (lmra.aggregate._table): every row must equal `summarize` of that group's own
+sub-frame, exactly, whatever the frame holds (NaN keys, missing flag or combiner columns,
+object columns, another judge's prefix)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmra import aggregate
+
+
+def _frame(seed: int, *, with_flags: bool, prefix: str = "", object_scores: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = 400
+    valid = rng.random(n) < 0.8
+    q_f = rng.random(n).round(3)
+    q_r = rng.random(n).round(3)
+    h = np.where(valid, (q_f - q_r).round(3), np.nan)
+    df = pd.DataFrame({
+        "group_a": rng.choice(["female", "male", None], n, p=[0.45, 0.45, 0.1]),
+        "group_b": rng.choice(["male", "female"], n),
+        "domain": rng.choice(["travel", "art", np.nan], n, p=[0.5, 0.4, 0.1]),
+        "task": rng.choice([f"task {i}" for i in range(7)], n),
+        "prompt_id": rng.integers(0, 90, n).astype(str),
+        f"{prefix}valid": valid,
+        f"{prefix}q_F": q_f, f"{prefix}q_R": q_r, f"{prefix}h": h,
+        f"{prefix}h_min": np.where(rng.random(n) < 0.9, h, np.nan),
+    })
+    if with_flags:
+        df["failed"] = np.where(rng.random(n) < 0.05, True, None)
+        df["refused"] = rng.random(n) < 0.07
+        df["unlabelled"] = np.where(rng.random(n) < 0.03, True, False)
+    if object_scores:  # scores as Python objects with None for the unscored, as read from JSON lines
+        df[f"{prefix}h"] = [None if math.isnan(x) else float(x) for x in h]
+        df[f"{prefix}q_F"] = df[f"{prefix}q_F"].astype(object)
+    return df
+
+
+@pytest.mark.parametrize("interval", ["betting", "t"])
+@pytest.mark.parametrize("seed,with_flags,prefix,object_scores",
+                         [(1, True, "", False), (2, False, "", False), (3, True, "judge2_", False), (4, True, "", True)])
+def test_each_group_row_is_summarize_of_the_group(seed, with_flags, prefix, object_scores, interval):
+    df = _frame(seed, with_flags=with_flags, prefix=prefix, object_scores=object_scores)
+    df.index = np.arange(len(df))[::-1] * 3  # a non-default index: positions, not labels, are used
+    for keys in (["group_a", "group_b", "domain", "task"], ["group_a", "group_b", "domain"], ["group_a", "group_b"]):
+        got = aggregate._table(df, keys, 0.05, prefix, interval)
+        expected = pd.DataFrame([dict(zip(keys, k if isinstance(k, tuple) else (k,)))
+                                 | aggregate.summarize(g, 0.05, prefix, interval)
+                                 for k, g in df.groupby(keys, sort=True, dropna=False)])
+        assert len(got) > 3
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+
+
+def test_summarize_counts_and_rates_by_hand():
+    df = pd.DataFrame({"prompt_id": ["a", "a", "b", "c", "d"], "valid": [True, True, True, False, True],
+                       "failed": [False, False, False, False, True], "refused": [False, True, False, False, False],
+                       "q_F": [0.5, 0.1, 0.25, np.nan, 0.9], "q_R": [0.25, 0.2, 0.0, np.nan, 0.1],
+                       "h": [0.25, -0.1, 0.25, np.nan, 0.8]})
+    s = aggregate.summarize(df, interval="t")
+    # rows 0 and 2 are valid pairs; 1 is a refusal, 3 invalid, 4 failed
+    assert (s["n_pairs"], s["n_refusal"], s["n_invalid"], s["n_failed"], s["n_unlabelled"]) == (2, 1, 1, 1, 0)
+    assert s["forward_rate"] == pytest.approx(0.375) and s["reverse_rate"] == pytest.approx(0.125)
+    assert s["forward_reverse_ratio"] == pytest.approx(3.0) and s["net_rating"] == pytest.approx(0.25)
+    assert s["n_prompts"] == 4 and math.isnan(s["net_rating_min"])
