@@ -34,6 +34,7 @@ import datetime as _dt
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,12 +71,13 @@ __all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placeb
            "_Progress", "_Stopped", "_row_json", "_settled"]
 
 
-def _import_finishing_modules(cfg: AuditConfig) -> None:
+def _import_finishing_modules(cfg: AuditConfig, hurry: threading.Event) -> None:
     """Import what scoring and writing the run folder needs, in a worker thread while the model
-    calls of the run are waited for: scipy.stats and statsmodels (1–3 s) only when this config's
-    run uses them (refusal rates, t-intervals, quality criteria, axes); a run without them (the
-    betting interval, refusal labels off) never loads them."""
-    import importlib
+    calls of the run are waited for, paced (:func:`lmra.warmup.import_paced`: the event loop
+    keeps the interpreter) until ``hurry`` is set: scipy.stats and statsmodels (1–3 s) only when
+    this config's run uses them (refusal rates, t-intervals, quality criteria, axes); a run
+    without them (the betting interval, refusal labels off) never loads them."""
+    from lmra.warmup import import_paced
 
     names = ["lmra.judge.calibration", "lmra.judge_check"]
     if cfg.refusal.enabled:  # Wilson intervals and z-tests of the refusal rates (lmra.aggregate.refusal_table)
@@ -84,11 +86,7 @@ def _import_finishing_modules(cfg: AuditConfig) -> None:
         names.append("statsmodels.stats.multitest")
     if cfg.interval == "t" or cfg.quality.enabled:  # t-intervals (lmra.stats.mean_ci)
         names.append("statsmodels.api")
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 — the run imports it again and reports any problem itself
-            break
+    import_paced(names, hurry)  # a module that fails is imported again by the run, which says why
     from lmra.gcquiet import refreeze
 
     refreeze()  # the modules are long-lived: garbage collections during the calls skip them
@@ -426,7 +424,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         sem = asyncio.Semaphore(self.limits.bound(cfg.concurrency_bound()))
         axes_result = None
         # the modules that write the run folder load while the calls run, not after the last one
-        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg)
+        hurry = threading.Event()  # set once the calls are done: the finish needs the modules now
+        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, hurry)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
             if self.shard is not None:  # this shard's own records, and what lmra merge needs to join them
@@ -445,9 +444,11 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             manifest["budget"] = self.budget.report()
             self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
+            hurry.set()
             await warm
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
+            hurry.set()  # the worker thread ends soon: asyncio.run waits for it
             if isinstance(exc, BudgetExceeded):
                 status = "stopped_by_budget"
             elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):

@@ -277,10 +277,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
 
         audit.on_judge_check = early
     warm = None
-    if audit.shard is None and not args.no_report:  # report.html's modules load while the calls run
-        import threading
+    import threading
 
-        warm = threading.Thread(target=_import_report_modules, name="lmra-report-imports", daemon=True)
+    hurry = threading.Event()  # set when the run ends: the report needs its modules now
+    if audit.shard is None and not args.no_report:  # report.html's modules load while the calls run
+        warm = threading.Thread(target=_import_report_modules, args=(hurry,), name="lmra-report-imports", daemon=True)
         warm.start()
     try:
         with rich_progress(console, not args.no_progress) as progress:
@@ -306,6 +307,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
         return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
     finally:
+        hurry.set()
         if warm is not None:  # done unless the run was very short: matplotlib is then used by one thread only
             warm.join()
     render_audit(console, result)
@@ -381,15 +383,17 @@ REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja
                   "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
 
 
-def _import_report_modules() -> None:
+def _import_report_modules(hurry) -> None:
     """Import :data:`REPORT_MODULES` and compile the report's template in a background thread
-    while the audit's model calls are waited for, so that the report does not wait for them after
-    the last call; a module that fails to import is left to the report, which says why."""
-    import importlib
+    while the audit's model calls are waited for, paced (:func:`lmra.warmup.import_paced`: the
+    event loop keeps the interpreter) until ``hurry`` (a :class:`threading.Event`) is set, so
+    that the report does not wait for them after the last call; a module that fails to import
+    is left to the report, which says why."""
+    from lmra.warmup import import_paced
 
     try:
-        for name in REPORT_MODULES:
-            importlib.import_module(name)
+        if import_paced(REPORT_MODULES, hurry) is not None:
+            return
         from lmra.report.html import report_template
 
         report_template()

@@ -1,0 +1,103 @@
+"""Import heavy modules in a background thread while an audit's model calls are waited for,
+paced so that the event loop making the calls keeps the interpreter.
+
+Python runs one thread's bytecode at a time (the GIL). A thread importing scipy.stats,
+statsmodels or matplotlib (0.5–1 s of work each) takes the interpreter from the event loop
+for up to the switch interval (5 ms) at every turn, and an audit's loop needs about half
+of it at 160 calls/s: unpaced, the calls in flight fell from 32 to 11–16 for half a second
+at the start of a run (``bench/bench_throughput.py``, issue 14). So the importing threads
+import a module at a time — the heavy packages through public sub-packages first
+(:data:`STEPS`), so that each import is a fraction of the whole — and after each one wait
+``(1 − DUTY) ÷ DUTY`` times as long as it took (all importing threads together: one shared
+schedule), until the run says it needs the modules now (``hurry``), from then on at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+#: share of wall time the importing threads together spend importing while not hurried
+DUTY = 1 / 3
+#: the interpreter's switch interval while a module is imported (Python's default is 5 ms):
+#: the event loop, woken by an answer, waits at most this long for the interpreter
+SWITCH_INTERVAL_S = 0.0005
+
+#: modules imported before a heavy package, in the order Python finishes them (``python -X
+#: importtime``), so that no single import holds the interpreter long; a name missing in
+#: another version of the package is skipped (the package itself then imports it)
+STEPS: dict[str, tuple[str, ...]] = {
+    "scipy.stats": ("scipy.linalg", "scipy.special", "scipy.sparse", "scipy.spatial", "scipy.optimize",
+                    "scipy.interpolate", "scipy.integrate", "scipy.stats._distn_infrastructure",
+                    "scipy.stats._continuous_distns", "scipy.stats.distributions", "scipy.stats._stats_py",
+                    "scipy.stats._morestats"),
+    "statsmodels.base.model": ("scipy.stats", "statsmodels.tools", "narwhals", "formulaic", "statsmodels.formula"),
+    "statsmodels.stats.proportion": ("statsmodels.base.model",),
+    "statsmodels.stats.multitest": ("scipy.stats", "statsmodels.tools"),
+    "statsmodels.api": ("statsmodels.base.model", "statsmodels.distributions", "statsmodels.stats.api",
+                        "scipy.signal", "statsmodels.graphics.api", "statsmodels.tsa.api"),
+    "matplotlib.figure": ("matplotlib", "matplotlib.colors", "matplotlib.text", "matplotlib.collections",
+                          "matplotlib.backend_bases", "matplotlib.axes", "matplotlib.projections"),
+}
+
+_lock = threading.Lock()  # one import at a time across the importing threads
+_next_at = 0.0  # monotonic time before which no paced import starts
+
+
+def steps(names: Iterable[str]) -> Iterator[str]:
+    """``names`` with each one's :data:`STEPS` before it, every module once, in order."""
+    seen: set[str] = set()
+    for name in names:
+        for step in (*_expand(name), name):
+            if step not in seen:
+                seen.add(step)
+                yield step
+
+
+def _expand(name: str) -> Iterator[str]:
+    for step in STEPS.get(name, ()):
+        yield from _expand(step)
+        yield step
+
+
+def import_paced(names: Iterable[str], hurry: threading.Event, *, duty: float = DUTY) -> str | None:
+    """Import ``names`` (with their :data:`STEPS`) at a share ``duty`` of wall time, or at once
+    after ``hurry`` is set.
+
+    Args:
+        names: module names, imported in this order.
+        hurry: set by the caller when it needs the modules now (its calls are done, or it
+            stops): the remaining imports run without waiting.
+        duty: in (0, 1]; the importing threads of this process together import for at most
+            this share of wall time while not hurried.
+
+    Returns:
+        the first name of ``names`` that failed to import (the caller imports it again and
+        reports the problem itself; nothing after it is imported), or None. A step that
+        fails is skipped.
+    """
+    global _next_at
+    wanted = set(names := list(names))
+    for name in steps(names):
+        while True:
+            with _lock:
+                wait = 0.0 if hurry.is_set() else _next_at - time.monotonic()
+                if wait <= 0:
+                    t0 = time.monotonic()
+                    switch = sys.getswitchinterval()
+                    sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+                    try:
+                        importlib.import_module(name)
+                    except Exception:  # noqa: BLE001 — the caller's own import says what is wrong
+                        if name in wanted:
+                            return name
+                    finally:
+                        sys.setswitchinterval(switch)
+                    took = time.monotonic() - t0
+                    _next_at = time.monotonic() + took * (1 - duty) / duty
+                    break
+            hurry.wait(wait)
+    return None

@@ -1,0 +1,100 @@
+"""Paced background imports (lmra.warmup): the importing thread leaves the interpreter to the
+event loop most of the time until the run needs the modules, then imports at once."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from lmra import warmup
+
+WORK_S = 0.06  # each fake module's import busies the interpreter this long
+
+
+@pytest.fixture
+def fake_modules(tmp_path, monkeypatch):
+    """Modules ``lmra_fake_0`` … ``lmra_fake_3`` whose import spins WORK_S, and ``lmra_fake_bad`` that raises."""
+    names = [f"lmra_fake_{i}_{tmp_path.name[-6:]}" for i in range(4)]
+    for n in names:
+        (tmp_path / f"{n}.py").write_text(f"import time\nt = time.monotonic()\nwhile time.monotonic() - t < {WORK_S}:\n"
+                                          "    pass\n")
+    bad = f"lmra_fake_bad_{tmp_path.name[-6:]}"
+    (tmp_path / f"{bad}.py").write_text("raise RuntimeError('broken module')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "_next_at", 0.0)
+    yield names, bad
+    for n in (*names, bad):
+        sys.modules.pop(n, None)
+
+
+def test_imports_are_paced_at_the_duty_share_until_hurried(fake_modules):
+    names, _ = fake_modules
+    t0 = time.monotonic()
+    assert warmup.import_paced(names, threading.Event(), duty=0.25) is None
+    took = time.monotonic() - t0
+    assert all(n in sys.modules for n in names)
+    # 4 imports of WORK_S, each followed by 3 × its time of waiting except after the last: ≥ 13 × WORK_S
+    assert took >= 4 * WORK_S + 3 * 3 * WORK_S * 0.9
+
+
+def test_hurry_imports_at_once(fake_modules):
+    names, _ = fake_modules
+    hurry = threading.Event()
+    hurry.set()
+    t0 = time.monotonic()
+    assert warmup.import_paced(names, hurry, duty=0.01) is None
+    assert time.monotonic() - t0 < 4 * WORK_S + 2.0  # not the 99 × WORK_S of waiting per import
+
+
+def test_hurry_set_while_waiting_ends_the_wait(fake_modules):
+    names, _ = fake_modules
+    hurry = threading.Event()
+    threading.Timer(2 * WORK_S, hurry.set).start()
+    t0 = time.monotonic()
+    warmup.import_paced(names, hurry, duty=0.01)  # unhurried: about 6 s of waiting after the first import
+    assert time.monotonic() - t0 < 2.0
+    assert all(n in sys.modules for n in names)
+
+
+def test_a_failing_name_is_returned_and_a_failing_step_skipped(fake_modules, monkeypatch):
+    names, bad = fake_modules
+    hurry = threading.Event()
+    hurry.set()
+    monkeypatch.setitem(warmup.STEPS, names[1], (bad, names[0]))  # a step that fails, then one that works
+    assert warmup.import_paced([names[1], names[2]], hurry) is None
+    assert names[0] in sys.modules and names[2] in sys.modules
+    assert warmup.import_paced([bad, names[3]], hurry) == bad  # a wanted module: reported, nothing after it
+    assert names[3] not in sys.modules
+
+
+def test_switch_interval_is_restored(fake_modules):
+    names, _ = fake_modules
+    before = sys.getswitchinterval()
+    seen = []
+    hurry = threading.Event()
+    hurry.set()
+    real = warmup.importlib.import_module
+
+    def spy(name):
+        seen.append(sys.getswitchinterval())
+        return real(name)
+
+    warmup.importlib.import_module, saved = spy, real
+    try:
+        warmup.import_paced(names[:2], hurry)
+    finally:
+        warmup.importlib.import_module = saved
+    assert seen == [pytest.approx(min(before, warmup.SWITCH_INTERVAL_S))] * 2
+    assert sys.getswitchinterval() == before
+
+
+def test_steps_come_first_once_each_in_order():
+    order = list(warmup.steps(["statsmodels.stats.proportion", "statsmodels.api"]))
+    assert len(order) == len(set(order))
+    assert order.index("scipy.linalg") < order.index("scipy.stats") < order.index("statsmodels.base.model")
+    assert order.index("statsmodels.base.model") < order.index("statsmodels.stats.proportion")
+    assert order.index("statsmodels.stats.proportion") < order.index("statsmodels.api")
+    assert order[-1] == "statsmodels.api"
