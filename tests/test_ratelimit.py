@@ -253,3 +253,43 @@ def test_limiter_counts_the_time_its_limit_was_left_unused():
     asyncio.run(go())
     assert limiter.idle_s == pytest.approx(4.0)
     assert limiter.waited_s == 0.0
+
+
+def test_token_booking_learns_each_kind_of_call_apart():
+    """Target generations use a small share of their estimate (max_tokens mostly unused), option
+    questions to the LMRA nearly all of it: each kind is booked at its own observed share, so
+    neither is over-booked (the limit idle) nor under-booked (a burst over the limit)."""
+    import asyncio
+
+    from lmra.providers.base import ChatRequest, ChatResult, Message, Usage
+    from lmra.providers.ratelimit import RateLimitedProvider, RateLimiter, estimate_tokens, request_kind
+
+    generate = ChatRequest(messages=[Message(role="user", content="Plan a trip, please.")], max_tokens=400)
+    option = ChatRequest(messages=[Message(role="user", content="Which response is better? " * 40)],
+                         max_tokens=1, options=("A", "B"))
+
+    class Echo:
+        name, model_id, base_url, supports_logprobs = "echo", "e", "", True
+
+        async def complete(self, request):
+            used = 50 if request.options is None else estimate_tokens(request) - 20
+            return ChatResult(text="x", usage=Usage(prompt_tokens=used - 1, completion_tokens=1))
+
+        async def aclose(self):
+            return None
+
+    limiter = RateLimiter(tokens_per_minute=60_000_000)
+    provider = RateLimitedProvider(Echo(), limiter=limiter)
+
+    async def go():
+        for _ in range(30):
+            await provider.complete(generate)
+            await provider.complete(option)
+
+    asyncio.run(go())
+    meter = limiter.observed
+    est_g, est_o = estimate_tokens(generate), estimate_tokens(option)
+    assert meter.booking(est_g, request_kind(generate)) == 50
+    assert meter.booking(est_o, request_kind(option)) == est_o - 20
+    # one mean over both kinds books the generations at several times their use
+    assert meter.booking(est_g) > 3 * 50

@@ -42,7 +42,7 @@ import asyncio
 import collections
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, parallel_capacity, wrap_identity
@@ -85,6 +85,13 @@ def estimate_prompt_tokens(request: ChatRequest) -> int:
 def estimate_tokens(request: ChatRequest) -> int:
     """Worst-case tokens of one call: estimated prompt tokens plus ``max_tokens``."""
     return estimate_prompt_tokens(request) + request.max_tokens
+
+
+def request_kind(request: ChatRequest) -> tuple[int, bool]:
+    """The kind of call whose usage ÷ estimate is learnt apart (:meth:`CallMeter.booking`):
+    ``(max_tokens, asks for options)`` — an audit's target generations, option questions to
+    the LMRA and free-text labels use very different shares of their ``max_tokens``."""
+    return request.max_tokens, request.options is not None
 
 
 class _Gcra:
@@ -171,11 +178,15 @@ class RateLimiter:
             self._loop, self._lock, self._changed = loop, asyncio.Lock(), asyncio.Event()
         return self._lock, self._changed  # type: ignore[return-value]
 
-    async def acquire(self, tokens: int = 0) -> int:
+    async def acquire(self, tokens: int = 0, kind: Hashable = None) -> int:
         """Wait until a call with ``tokens`` estimated tokens may start, then book it.
 
         Calls are served in arrival order. A single call larger than the per-minute token
         limit is let through alone (it cannot be split) and delays the following calls.
+
+        Args:
+            tokens: the call's estimated tokens (:func:`estimate_tokens`).
+            kind: the call's :func:`request_kind` (its usage ratio is learnt apart).
 
         Returns:
             the tokens booked on the token limit: the estimate × the usage ratio observed
@@ -205,7 +216,7 @@ class RateLimiter:
             if self._req is not None:
                 self._req.take(1, at)
             if self._tok is not None:
-                tokens = self.observed.booking(tokens)
+                tokens = self.observed.booking(tokens, kind)
                 self._tok.take(tokens, at)
         self.waited_s += self._clock() - t_in
         return tokens
@@ -229,15 +240,18 @@ class CallMeter:
         self.tokens_per_call: float | None = None
         #: mean of the reported usage ÷ the estimate before the call (None until a call reports usage)
         self.usage_ratio: float | None = None
+        #: the same per kind of call (:func:`request_kind`)
+        self.usage_ratio_by_kind: dict[Hashable, float] = {}
         #: an explicit concurrency too low for the limit has been reported (once per limiter)
         self.warned = False
         #: calls sent and not answered yet, and the most there were at once
         self.in_flight = 0
         self.peak_in_flight = 0
 
-    def record(self, latency_s: float, tokens: float, estimate: float | None = None) -> None:
+    def record(self, latency_s: float, tokens: float, estimate: float | None = None, kind: Hashable = None) -> None:
         """Add one finished call: ``latency_s`` ≥ 0 without the limiter's wait, ``tokens`` > 0,
-        and ``estimate`` > 0, its estimate before the call, when ``tokens`` is its reported usage."""
+        and ``estimate`` > 0, its estimate before the call, when ``tokens`` is its reported
+        usage; ``kind`` its :func:`request_kind`."""
         self.n += 1
         w = 1.0 if self.n == 1 else _EWMA_WEIGHT
         self.latency_s = latency_s if self.latency_s is None else self.latency_s + w * (latency_s - self.latency_s)
@@ -247,13 +261,18 @@ class CallMeter:
             ratio = tokens / estimate
             self.usage_ratio = ratio if self.usage_ratio is None else self.usage_ratio + _EWMA_WEIGHT * (
                 ratio - self.usage_ratio)
+            if kind is not None:
+                mean = self.usage_ratio_by_kind.get(kind)
+                self.usage_ratio_by_kind[kind] = ratio if mean is None else mean + _EWMA_WEIGHT * (ratio - mean)
 
-    def booking(self, estimate: int) -> int:
+    def booking(self, estimate: int, kind: Hashable = None) -> int:
         """Tokens to book for a call estimated at ``estimate``: the estimate × the observed usage
-        ratio, at least 1 and at most the estimate (the estimate itself before any usage)."""
-        if self.usage_ratio is None or self.usage_ratio >= 1.0:
+        ratio of its ``kind`` of call (of all calls until one of that kind reported usage), at
+        least 1 and at most the estimate (the estimate itself before any usage)."""
+        ratio = self.usage_ratio_by_kind.get(kind, self.usage_ratio)
+        if ratio is None or ratio >= 1.0:
             return estimate
-        return max(1, min(estimate, math.ceil(estimate * self.usage_ratio)))
+        return max(1, min(estimate, math.ceil(estimate * ratio)))
 
 
 class InFlight:
@@ -419,7 +438,8 @@ class RateLimitedProvider:
 
     async def _limited(self, request: ChatRequest) -> ChatResult:
         est = self._estimator(request)
-        booked = await self.limiter.acquire(est)
+        kind = request_kind(request)
+        booked = await self.limiter.acquire(est, kind)
         meter = self.limiter.observed
         meter.in_flight += 1
         meter.peak_in_flight = max(meter.peak_in_flight, meter.in_flight)
@@ -432,7 +452,7 @@ class RateLimitedProvider:
         if actual > 0:  # providers that report no usage keep the booking
             self.limiter.correct(booked, actual)
         self.limiter.observed.record(time.monotonic() - t0, actual if actual > 0 else est,
-                                     est if actual > 0 else None)
+                                     est if actual > 0 else None, kind)
         if self.in_flight is not None:
             self.in_flight.observed()
         elif self._on_notice is not None:
