@@ -9,7 +9,10 @@ at the start of a run (``bench/bench_throughput.py``, issue 14). So the importin
 import a module at a time — the heavy packages through public sub-packages first
 (:data:`STEPS`), so that each import is a fraction of the whole — and after each one wait
 ``(1 − DUTY) ÷ DUTY`` times as long as it took (all importing threads together: one shared
-schedule), until the run says it needs the modules now (``hurry``), from then on at once.
+schedule), until the run says it needs the modules soon (:meth:`Pace.hurry`: its last pair
+chains have started, or its calls are done), from then on at once; a run that stops
+(Ctrl-C, a failure, the budget) abandons the rest (:meth:`Pace.abandon`), so that it exits
+without loading what it will not use.
 """
 
 from __future__ import annotations
@@ -47,6 +50,24 @@ _lock = threading.Lock()  # one import at a time across the importing threads
 _next_at = 0.0  # monotonic time before which no paced import starts
 
 
+class Pace:
+    """When :func:`import_paced` stops waiting between imports: one per run, shared by its
+    importing threads."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  #: set by :meth:`hurry` and :meth:`abandon`
+        self.abandoned = False
+
+    def hurry(self) -> None:
+        """The modules are needed soon: import the rest at once."""
+        self.wake.set()
+
+    def abandon(self) -> None:
+        """The modules will not be used (the run stopped): import nothing more."""
+        self.abandoned = True
+        self.wake.set()
+
+
 def steps(names: Iterable[str]) -> Iterator[str]:
     """``names`` with each one's :data:`STEPS` before it, every module once, in order."""
     seen: set[str] = set()
@@ -63,14 +84,13 @@ def _expand(name: str) -> Iterator[str]:
         yield step
 
 
-def import_paced(names: Iterable[str], hurry: threading.Event, *, duty: float = DUTY) -> str | None:
-    """Import ``names`` (with their :data:`STEPS`) at a share ``duty`` of wall time, or at once
-    after ``hurry`` is set.
+def import_paced(names: Iterable[str], pace: Pace, *, duty: float = DUTY) -> str | None:
+    """Import ``names`` (with their :data:`STEPS`) at a share ``duty`` of wall time, at once
+    after ``pace`` is hurried, not at all after it is abandoned (the import under way ends first).
 
     Args:
         names: module names, imported in this order.
-        hurry: set by the caller when it needs the modules now (its calls are done, or it
-            stops): the remaining imports run without waiting.
+        pace: the run's :class:`Pace`.
         duty: in (0, 1]; the importing threads of this process together import for at most
             this share of wall time while not hurried.
 
@@ -83,8 +103,10 @@ def import_paced(names: Iterable[str], hurry: threading.Event, *, duty: float = 
     wanted = set(names := list(names))
     for name in steps(names):
         while True:
+            if pace.abandoned:
+                return None
             with _lock:
-                wait = 0.0 if hurry.is_set() else _next_at - time.monotonic()
+                wait = 0.0 if pace.wake.is_set() else _next_at - time.monotonic()
                 if wait <= 0:
                     t0 = time.monotonic()
                     switch = sys.getswitchinterval()
@@ -99,5 +121,5 @@ def import_paced(names: Iterable[str], hurry: threading.Event, *, duty: float = 
                     took = time.monotonic() - t0
                     _next_at = time.monotonic() + took * (1 - duty) / duty
                     break
-            hurry.wait(wait)
+            pace.wake.wait(wait)
     return None

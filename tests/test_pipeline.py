@@ -297,3 +297,47 @@ def test_token_limit_books_the_observed_usage_so_enough_calls_fit_in_flight():
     assert limiter.observed.usage_ratio == pytest.approx(40 / 212)
     assert limiter.observed.booking(212) in (40, 41) and limiter.calls_per_s() == pytest.approx(40)
     assert Slow.peak >= 3
+
+
+def test_background_imports_are_hurried_once_every_pair_chain_has_started(tmp_path):
+    """The run's paced imports (lmra.warmup.Pace) stop waiting when the last pair chain starts,
+    not only after the last call: by then only the chains under way are left, and a short
+    run's finish does not wait for imports paced for a long one. A run that fails abandons them."""
+    from lmra.warmup import Pace
+
+    names, prompts = _prompts(tmp_path)
+    cfg = AuditConfig.model_validate(dict(
+        name="audit", prompts=str(prompts), names=str(names), prompts_per_task=6, samples_per_prompt=2,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"), concurrency=2,
+        placebo={"share": 0.25}))
+    log: list[str] = []
+
+    class Recorder(Pace):
+        def __init__(self):
+            super().__init__()
+            self.hurried_at: list[int] = []
+
+        def hurry(self):
+            self.hurried_at.append(log.count("rate"))
+            super().hurry()
+
+    audit = Audit(cfg, target=FlakyTarget(log), judge=RecordingJudge(log))
+    audit.pace = pace = Recorder()
+    res = audit.run()
+    rated = log.count("rate")
+    assert len(res.ratings) > 20 and rated > 20
+    # first from the pipeline, while calls of the last chains were still to come (at most
+    # concurrency × 2 orders of rating calls per chain in flight or ahead), then before the finish
+    assert len(pace.hurried_at) == 2 and pace.hurried_at[1] == rated
+    assert pace.hurried_at[0] < rated and not pace.abandoned
+
+    class Broken(FlakyTarget):
+        async def complete(self, request):
+            raise KeyboardInterrupt  # the run stops
+
+    audit = Audit(cfg.model_copy(update={"cache": str(tmp_path / "c2.sqlite")}), target=Broken([]),
+                  judge=RecordingJudge([]))
+    audit.pace = pace = Pace()
+    with pytest.raises(KeyboardInterrupt):
+        audit.run()
+    assert pace.abandoned

@@ -33,7 +33,7 @@ def fake_modules(tmp_path, monkeypatch):
 def test_imports_are_paced_at_the_duty_share_until_hurried(fake_modules):
     names, _ = fake_modules
     t0 = time.monotonic()
-    assert warmup.import_paced(names, threading.Event(), duty=0.25) is None
+    assert warmup.import_paced(names, warmup.Pace(), duty=0.25) is None
     took = time.monotonic() - t0
     assert all(n in sys.modules for n in names)
     # 4 imports of WORK_S, each followed by 3 × its time of waiting except after the last: ≥ 13 × WORK_S
@@ -42,31 +42,44 @@ def test_imports_are_paced_at_the_duty_share_until_hurried(fake_modules):
 
 def test_hurry_imports_at_once(fake_modules):
     names, _ = fake_modules
-    hurry = threading.Event()
-    hurry.set()
+    pace = warmup.Pace()
+    pace.hurry()
     t0 = time.monotonic()
-    assert warmup.import_paced(names, hurry, duty=0.01) is None
+    assert warmup.import_paced(names, pace, duty=0.01) is None
     assert time.monotonic() - t0 < 4 * WORK_S + 2.0  # not the 99 × WORK_S of waiting per import
 
 
 def test_hurry_set_while_waiting_ends_the_wait(fake_modules):
     names, _ = fake_modules
-    hurry = threading.Event()
-    threading.Timer(2 * WORK_S, hurry.set).start()
+    pace = warmup.Pace()
+    threading.Timer(2 * WORK_S, pace.hurry).start()
     t0 = time.monotonic()
-    warmup.import_paced(names, hurry, duty=0.01)  # unhurried: about 6 s of waiting after the first import
+    warmup.import_paced(names, pace, duty=0.01)  # unhurried: about 6 s of waiting after the first import
     assert time.monotonic() - t0 < 2.0
     assert all(n in sys.modules for n in names)
 
 
+def test_abandon_imports_nothing_more(fake_modules):
+    """A run that stops (Ctrl-C, a failure) does not wait for modules it will not use."""
+    names, _ = fake_modules
+    pace = warmup.Pace()
+    threading.Timer(2 * WORK_S, pace.abandon).start()  # while waiting after the first import
+    t0 = time.monotonic()
+    assert warmup.import_paced(names, pace, duty=0.01) is None
+    assert time.monotonic() - t0 < 2.0
+    assert names[0] in sys.modules and not any(n in sys.modules for n in names[1:])
+    pace.hurry()  # hurried after: still nothing more
+    assert warmup.import_paced(names[1:], pace) is None and names[1] not in sys.modules
+
+
 def test_a_failing_name_is_returned_and_a_failing_step_skipped(fake_modules, monkeypatch):
     names, bad = fake_modules
-    hurry = threading.Event()
-    hurry.set()
+    pace = warmup.Pace()
+    pace.hurry()
     monkeypatch.setitem(warmup.STEPS, names[1], (bad, names[0]))  # a step that fails, then one that works
-    assert warmup.import_paced([names[1], names[2]], hurry) is None
+    assert warmup.import_paced([names[1], names[2]], pace) is None
     assert names[0] in sys.modules and names[2] in sys.modules
-    assert warmup.import_paced([bad, names[3]], hurry) == bad  # a wanted module: reported, nothing after it
+    assert warmup.import_paced([bad, names[3]], pace) == bad  # a wanted module: reported, nothing after it
     assert names[3] not in sys.modules
 
 
@@ -74,8 +87,8 @@ def test_switch_interval_is_restored(fake_modules):
     names, _ = fake_modules
     before = sys.getswitchinterval()
     seen = []
-    hurry = threading.Event()
-    hurry.set()
+    pace = warmup.Pace()
+    pace.hurry()
     real = warmup.importlib.import_module
 
     def spy(name):
@@ -84,7 +97,7 @@ def test_switch_interval_is_restored(fake_modules):
 
     warmup.importlib.import_module, saved = spy, real
     try:
-        warmup.import_paced(names[:2], hurry)
+        warmup.import_paced(names[:2], pace)
     finally:
         warmup.importlib.import_module = saved
     assert seen == [pytest.approx(min(before, warmup.SWITCH_INTERVAL_S))] * 2

@@ -34,7 +34,6 @@ import datetime as _dt
 import os
 import socket
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelL
 from lmra.resources import resolve_resource
 from lmra.runfolder import jsonable, package_versions
 from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
+from lmra.warmup import Pace
 
 from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes
 from lmra.audit.select import SelectStage
@@ -71,10 +71,10 @@ __all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placeb
            "_Progress", "_Stopped", "_row_json", "_settled"]
 
 
-def _import_finishing_modules(cfg: AuditConfig, hurry: threading.Event) -> None:
+def _import_finishing_modules(cfg: AuditConfig, pace: Pace) -> None:
     """Import what scoring and writing the run folder needs, in a worker thread while the model
-    calls of the run are waited for, paced (:func:`lmra.warmup.import_paced`: the event loop
-    keeps the interpreter) until ``hurry`` is set: scipy.stats and statsmodels (1–3 s) only when
+    calls of the run are waited for, paced by the run's ``pace`` (:func:`lmra.warmup.import_paced`:
+    the event loop keeps the interpreter): scipy.stats and statsmodels (1–3 s) only when
     this config's run uses them (refusal rates, t-intervals, quality criteria, axes); a run
     without them (the betting interval, refusal labels off) never loads them."""
     from lmra.warmup import import_paced
@@ -86,7 +86,7 @@ def _import_finishing_modules(cfg: AuditConfig, hurry: threading.Event) -> None:
         names.append("statsmodels.stats.multitest")
     if cfg.interval == "t" or cfg.quality.enabled:  # t-intervals (lmra.stats.mean_ci)
         names.append("statsmodels.api")
-    import_paced(names, hurry)  # a module that fails is imported again by the run, which says why
+    import_paced(names, pace)  # a module that fails is imported again by the run, which says why
     from lmra.gcquiet import refreeze
 
     refreeze()  # the modules are long-lived: garbage collections during the calls skip them
@@ -156,6 +156,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         #: replay finished pairs of an earlier run over the same cache (:mod:`lmra.audit.memo`)
         self.pair_memo = True
         self.memo = None  #: this run's :class:`~lmra.audit.memo.PairMemo` while it runs, if used
+        #: paces the background imports of the run (:class:`lmra.warmup.Pace`; the CLI passes the
+        #: one its report imports use); None: a new one per run
+        self.pace = None
 
     def claim_dir(self) -> Path:
         """Create the run folder (a new one, never reused, unless ``run_dir`` was given) and
@@ -424,8 +427,11 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         sem = asyncio.Semaphore(self.limits.bound(cfg.concurrency_bound()))
         axes_result = None
         # the modules that write the run folder load while the calls run, not after the last one
-        hurry = threading.Event()  # set once the calls are done: the finish needs the modules now
-        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, hurry)
+        # hurried once the last pair chains have started (lmra.audit.pipeline) or the calls are
+        # done, abandoned when the run stops; shared with the CLI's report imports when it gave one
+        pace = self.pace or Pace()
+        self.on_all_pairs_started = pace.hurry
+        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, pace)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
             if self.shard is not None:  # this shard's own records, and what lmra merge needs to join them
@@ -444,11 +450,11 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             manifest["budget"] = self.budget.report()
             self.identity.update_manifest(manifest)  # served model ids, fingerprints, template tokens
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
-            hurry.set()
+            pace.hurry()
             await warm
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
-            hurry.set()  # the worker thread ends soon: asyncio.run waits for it
+            pace.abandon()  # the worker thread ends after its current import: asyncio.run waits for it
             if isinstance(exc, BudgetExceeded):
                 status = "stopped_by_budget"
             elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):

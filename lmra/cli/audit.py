@@ -276,12 +276,15 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             console.print(f"Judge check {word} on {verdict['n_canaries']} canary pairs{why}.{gate}")
 
         audit.on_judge_check = early
-    warm = None
-    import threading
-
-    hurry = threading.Event()  # set when the run ends: the report needs its modules now
+    warm = result = None
     if audit.shard is None and not args.no_report:  # report.html's modules load while the calls run
-        warm = threading.Thread(target=_import_report_modules, args=(hurry,), name="lmra-report-imports", daemon=True)
+        import threading
+
+        from lmra.warmup import Pace
+
+        audit.pace = Pace()  # shared with the run's own imports: hurried near its end, abandoned if it stops
+        warm = threading.Thread(target=_import_report_modules, args=(audit.pace,), name="lmra-report-imports",
+                                daemon=True)
         warm.start()
     try:
         with rich_progress(console, not args.no_progress) as progress:
@@ -307,8 +310,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
         return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
     finally:
-        hurry.set()
         if warm is not None:  # done unless the run was very short: matplotlib is then used by one thread only
+            if result is None:  # no report is written
+                audit.pace.abandon()
+            else:
+                audit.pace.hurry()
             warm.join()
     render_audit(console, result)
     failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
@@ -383,16 +389,16 @@ REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja
                   "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
 
 
-def _import_report_modules(hurry) -> None:
+def _import_report_modules(pace) -> None:
     """Import :data:`REPORT_MODULES` and compile the report's template in a background thread
-    while the audit's model calls are waited for, paced (:func:`lmra.warmup.import_paced`: the
-    event loop keeps the interpreter) until ``hurry`` (a :class:`threading.Event`) is set, so
-    that the report does not wait for them after the last call; a module that fails to import
-    is left to the report, which says why."""
+    while the audit's model calls are waited for, paced by the run's ``pace``
+    (:func:`lmra.warmup.import_paced`: the event loop keeps the interpreter), so that the report
+    does not wait for them after the last call; a module that fails to import is left to the
+    report, which says why."""
     from lmra.warmup import import_paced
 
     try:
-        if import_paced(REPORT_MODULES, hurry) is not None:
+        if import_paced(REPORT_MODULES, pace) is not None or pace.abandoned:
             return
         from lmra.report.html import report_template
 
