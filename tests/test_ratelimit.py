@@ -293,3 +293,16 @@ def test_token_booking_learns_each_kind_of_call_apart():
     assert meter.booking(est_o, request_kind(option)) == est_o - 20
     # one mean over both kinds books the generations at several times their use
     assert meter.booking(est_g) > 3 * 50
+    # a kind not seen yet is booked at its worst case, the estimate
+    assert meter.booking(est_g, (123, False)) == est_g
+
+
+def test_a_kind_using_more_than_its_estimate_is_booked_at_its_use_within_a_bound():
+    from lmra.providers.ratelimit import BOOKING_MAX_RATIO, CallMeter
+
+    meter = CallMeter()
+    for _ in range(5):
+        meter.record(0.1, 137, 100, kind="long")  # 1.37 × the estimate (text that is not English)
+        meter.record(0.1, 900, 100, kind="huge")  # 9 × the estimate once
+    assert meter.booking(100, "long") == 137
+    assert meter.booking(100, "huge") == int(BOOKING_MAX_RATIO * 100)

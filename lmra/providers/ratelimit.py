@@ -17,10 +17,11 @@ is 1 for the request limit and, for the token limit, an estimate made *before* t
 big APIs count a request against their token limit). When the call returns, the estimate is
 corrected with the real ``usage`` (prompt + completion tokens): ``tat`` moves by
 ``(actual - booked) / rate`` and waiting calls are woken, so a pessimistic estimate does
-not throttle the run. Once calls have reported their usage, a call is booked at its
-estimate × the observed mean ratio of usage to estimate (never above the estimate): with
-many calls in flight, worst-case bookings not yet corrected would otherwise hold the
-token rate far below the limit. Waiting calls are served first in, first out.
+not throttle the run. Once calls of its kind (:func:`request_kind`) have reported their
+usage, a call is booked at its estimate × their observed mean ratio of usage to estimate (at
+most :data:`BOOKING_MAX_RATIO` × the estimate): with many calls in flight, worst-case
+bookings not yet corrected would otherwise hold the token rate far below the limit. Waiting
+calls are served first in, first out.
 
 Calls in flight: a limit is only reached when enough calls are in flight, ``rate ×
 latency`` of them (Little's law). :class:`InFlight` sizes them automatically (the audit's
@@ -66,6 +67,8 @@ AUTO_MAX_CONCURRENCY = 256
 AUTO_INITIAL_LATENCY_S = 1.0
 #: weight of the newest observation in the running mean latency and tokens per call
 _EWMA_WEIGHT = 0.05
+#: a token booking is at most this many times the call's estimate (:meth:`CallMeter.booking`)
+BOOKING_MAX_RATIO = 2.0
 #: observations before an explicit concurrency is judged too low for the limit (a warning)
 _WARN_AFTER = 50
 
@@ -267,12 +270,14 @@ class CallMeter:
 
     def booking(self, estimate: int, kind: Hashable = None) -> int:
         """Tokens to book for a call estimated at ``estimate``: the estimate × the observed usage
-        ratio of its ``kind`` of call (of all calls until one of that kind reported usage), at
-        least 1 and at most the estimate (the estimate itself before any usage)."""
-        ratio = self.usage_ratio_by_kind.get(kind, self.usage_ratio)
-        if ratio is None or ratio >= 1.0:
+        ratio of its ``kind`` of call, at least 1 and at most :data:`BOOKING_MAX_RATIO` × the
+        estimate (a kind whose calls use more than their estimate — text that is not English,
+        say — is booked at what it uses). A kind that has not reported usage yet is booked at
+        the estimate (its worst case); without a ``kind``, the ratio over all calls is used."""
+        ratio = self.usage_ratio if kind is None else self.usage_ratio_by_kind.get(kind)
+        if ratio is None:
             return estimate
-        return max(1, min(estimate, math.ceil(estimate * ratio)))
+        return max(1, math.ceil(estimate * min(ratio, BOOKING_MAX_RATIO)))
 
 
 class InFlight:
