@@ -69,9 +69,18 @@ class _Columns:
     def __init__(self, ratings: pd.DataFrame, prefix: str):
         flags = _flags(ratings, prefix)
         self.valid, self.invalid, self.failed, self.refused, self.unlabelled = (f.to_numpy() for f in flags)
-        self.h, self.q_F, self.q_R = (ratings[f"{prefix}{c}"] for c in ("h", "q_F", "q_R"))
+        self.h = ratings[f"{prefix}h"]
         self.prompt_id = ratings["prompt_id"]
         self.combined = {m: ratings[f"{prefix}h_{m}"] for m in COMBINERS if f"{prefix}h_{m}" in ratings}
+        self._ratings, self._prefix = ratings, prefix
+
+    def rates(self, ok: np.ndarray) -> tuple[float, float]:
+        """Mean q_F and q_R of the valid rows at ``ok`` (nan, nan when none; the columns are
+        read only then: a second LMRA that never answered has none). Raises KeyError as the
+        frame does when rows are valid and a column is missing."""
+        if not len(ok):
+            return math.nan, math.nan
+        return tuple(float(self._ratings[f"{self._prefix}{c}"].iloc[ok].mean()) for c in ("q_F", "q_R"))
 
 
 def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> dict:
@@ -80,8 +89,7 @@ def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> di
     ci = mean_interval(cols.h.iloc[ok].astype(float).tolist(), clusters=cols.prompt_id.iloc[ok].tolist(),
                        alpha=alpha, method=interval)
     lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
-    fwd = float(cols.q_F.iloc[ok].mean()) if len(ok) else math.nan
-    rev = float(cols.q_R.iloc[ok].mean()) if len(ok) else math.nan
+    fwd, rev = cols.rates(ok)
     out = {
         "n_pairs": len(ok), "n_invalid": int(cols.invalid[pos].sum()), "n_failed": int(cols.failed[pos].sum()),
         "n_refusal": int(cols.refused[pos].sum()), "n_unlabelled": int(cols.unlabelled[pos].sum()),

@@ -56,6 +56,19 @@ def test_each_group_row_is_summarize_of_the_group(seed, with_flags, prefix, obje
         pd.testing.assert_frame_equal(got, expected, check_exact=True)
 
 
+def test_a_second_lmra_that_never_answered_has_no_rate_columns():
+    """judge2_valid all False and no judge2_q_F / judge2_q_R columns (every judge2 call failed):
+    rows of zero valid pairs, as summarize gives, never a KeyError."""
+    df = _frame(5, with_flags=True, prefix="judge2_").drop(columns=["judge2_q_F", "judge2_q_R"])
+    df["judge2_valid"] = False
+    df["judge2_h"] = np.nan
+    got = aggregate._table(df, ["group_a", "group_b"], 0.05, "judge2_")
+    assert (got["n_pairs"] == 0).all() and got["forward_rate"].isna().all()
+    expected = pd.DataFrame([dict(zip(["group_a", "group_b"], k)) | aggregate.summarize(g, 0.05, "judge2_")
+                             for k, g in df.groupby(["group_a", "group_b"], sort=True, dropna=False)])
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+
+
 def test_summarize_counts_and_rates_by_hand():
     df = pd.DataFrame({"prompt_id": ["a", "a", "b", "c", "d"], "valid": [True, True, True, False, True],
                        "failed": [False, False, False, False, True], "refused": [False, True, False, False, False],
