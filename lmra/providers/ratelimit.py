@@ -272,9 +272,11 @@ class CallMeter:
         """Tokens to book for a call estimated at ``estimate``: the estimate × the observed usage
         ratio of its ``kind`` of call, at least 1 and at most :data:`BOOKING_MAX_RATIO` × the
         estimate (a kind whose calls use more than their estimate — text that is not English,
-        say — is booked at what it uses). A kind that has not reported usage yet is booked at
-        the estimate (its worst case); without a ``kind``, the ratio over all calls is used."""
-        ratio = self.usage_ratio if kind is None else self.usage_ratio_by_kind.get(kind)
+        say — is booked at what it uses). A kind that has not reported usage yet, or no
+        ``kind``, is booked at the ratio over all calls (the estimate itself before any usage:
+        booking a new kind's first calls at their estimate left the limit idle for longer,
+        ``bench/bench_throughput.py``)."""
+        ratio = self.usage_ratio_by_kind.get(kind, self.usage_ratio)
         if ratio is None:
             return estimate
         return max(1, math.ceil(estimate * min(ratio, BOOKING_MAX_RATIO)))
