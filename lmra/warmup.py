@@ -9,8 +9,9 @@ at the start of a run (``bench/bench_throughput.py``, issue 14). So the importin
 import a module at a time — the heavy packages through public sub-packages first
 (:data:`STEPS`), so that each import is a fraction of the whole — and after each one wait
 ``(1 − DUTY) ÷ DUTY`` times as long as it took (all importing threads together: one shared
-schedule), until the run says it needs the modules soon (:meth:`Pace.hurry`: its last pair
-chains have started, or its calls are done), from then on at once; a run that stops
+schedule), until the run says it needs the modules now (:meth:`Pace.hurry`: its calls are
+done), from then on at once (a run shorter than about three times the imports waits for the
+rest after its calls); a run that stops
 (Ctrl-C, a failure, the budget) abandons the rest (:meth:`Pace.abandon`), so that it exits
 without loading what it will not use.
 """
@@ -59,7 +60,7 @@ class Pace:
         self.abandoned = False
 
     def hurry(self) -> None:
-        """The modules are needed soon: import the rest at once."""
+        """The modules are needed now: import the rest at once."""
         self.wake.set()
 
     def abandon(self) -> None:

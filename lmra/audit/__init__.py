@@ -427,10 +427,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         sem = asyncio.Semaphore(self.limits.bound(cfg.concurrency_bound()))
         axes_result = None
         # the modules that write the run folder load while the calls run, not after the last one
-        # hurried once the last pair chains have started (lmra.audit.pipeline) or the calls are
-        # done, abandoned when the run stops; shared with the CLI's report imports when it gave one
+        # hurried once the calls are done, abandoned when the run stops; shared with the CLI's
+        # report imports when it gave one
         pace = self.pace or Pace()
-        self.on_all_pairs_started = pace.hurry
         warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, pace)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)

@@ -118,10 +118,6 @@ class PipelineDriver:
     """The :class:`~lmra.audit.Audit` methods that run the stages (uses ``cfg``, ``progress``,
     ``shard``, ``staged`` and the stage methods)."""
 
-    #: called once when the pipelined stages have started every pair chain (what is left is
-    #: the calls of the chains under way): the run's background imports need not wait any more
-    on_all_pairs_started: Callable[[], None] | None = None
-
     async def _stages(self, inputs: Inputs, target: Provider, judge: Provider, judge2: Provider | None,
                       sem: asyncio.Semaphore, barrier: Callable[[], None] | None = None) -> tuple:
         """The audit's stages. Returns (prompts, classifications, decisions, responses, refusals,
@@ -186,7 +182,6 @@ class PipelineDriver:
         placebo_pairs = iter(())  # the placebo's pair chains, (job_a, job_b, key), once the filter is done
         window = max(PAIR_WINDOW_MIN, PAIR_WINDOW_PER_CALL * _free_places(sem))  # pair chains started at once
         running = [0]  # pair chains started and not done
-        started = [0, None]  # pair chains started; how many there are (once the filter is done)
         done_pairs: dict[int, tuple] = {}  # key → what the finish needs of a done pair chain
         spooled_nothing = (None, None, None, ())  # a spooled chain's result without quality rows
 
@@ -222,13 +217,9 @@ class PipelineDriver:
                     ready.extend((jobs[i], jobs[i + 1], first + i // 2) for i in range(0, len(jobs), 2))
                 chain = ready.popleft() if ready else next(placebo_pairs, None)
                 if chain is None:
-                    break
+                    return
                 running[0] += 1
-                started[0] += 1
                 spawn(pair_chain(*chain), chain[2])
-            if started[0] == started[1] and self.on_all_pairs_started is not None:
-                started[1] = None  # said once
-                self.on_all_pairs_started()
 
         def go_on() -> None:
             if failure:
@@ -290,9 +281,8 @@ class PipelineDriver:
             n_placebo = len(placebo_jobs) // 2
             placebo_pairs = ((placebo_jobs[i], placebo_jobs[i + 1], first + i // 2)
                              for i in range(0, len(placebo_jobs), 2))
-            n_pairs = n_kept[0] * per_prompt + n_placebo
-            started[1] = n_pairs
             start_waiting()
+            n_pairs = n_kept[0] * per_prompt + n_placebo
             progress.start("generate", 2 * n_pairs)
             if cfg.refusal.enabled:
                 progress.start("refusal", 2 * n_pairs)
