@@ -53,7 +53,7 @@ from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelL
 from lmra.resources import resolve_resource
 from lmra.runfolder import jsonable, package_versions
 from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
-from lmra.warmup import Pace
+from lmra.warmup import Pace, import_paced
 
 from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes
 from lmra.audit.select import SelectStage
@@ -77,8 +77,6 @@ def _import_finishing_modules(cfg: AuditConfig, pace: Pace) -> None:
     the event loop keeps the interpreter): scipy.stats and statsmodels (1–3 s) only when
     this config's run uses them (refusal rates, t-intervals, quality criteria, axes); a run
     without them (the betting interval, refusal labels off) never loads them."""
-    from lmra.warmup import import_paced
-
     names = ["lmra.judge.calibration", "lmra.judge_check"]
     if cfg.refusal.enabled:  # Wilson intervals and z-tests of the refusal rates (lmra.aggregate.refusal_table)
         names += ["scipy.stats", "statsmodels.stats.proportion"]
