@@ -31,7 +31,6 @@ Run: python bench/bench_cli_split.py [--before /tmp/lmra_before] [--after DIR] [
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -44,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_overhead import config_text, write_inputs  # noqa: E402  (the zero-latency providers)
+from bench_overhead import before_after_parser, config_text, write_inputs  # noqa: E402  (the zero-latency providers)
 
 #: (module, attribute path, part) of the functions timed, wrapped when their module is loaded
 TIMED = [("lmra.audit", "Audit.run", "run"), ("lmra.audit", "Audit._finish", "finish"),
@@ -155,12 +154,7 @@ def run_cli(pythonpath: str, work: Path, tag: str) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", default="/tmp/lmra_before", help="folder with the other copy of lmra/")
-    ap.add_argument("--after", default=str(ROOT), help="folder with the copy of lmra/ to compare (default: this one)")
-    ap.add_argument("--pairs", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=2)
-    args = ap.parse_args()
+    args = before_after_parser(__doc__).parse_args()
     versions = [("before", str(Path(args.before).resolve())), ("after", str(Path(args.after).resolve()))]
     t_start = time.perf_counter()
     best: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}

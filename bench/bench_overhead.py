@@ -203,12 +203,19 @@ def run_cli(pythonpath: str, work: Path, tag: str) -> dict:
     return {"cli_fresh_s": times[0], "cli_cached_s": times[1], "cli_fresh_cpu_s": cpu[0], "cli_cached_cpu_s": cpu[1]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def before_after_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments the zero-latency benches share: ``--before``/``--after`` (folders holding a
+    copy of ``lmra/``), ``--pairs``, ``--repeat``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--before", default="/tmp/lmra_before", help="folder with the other copy of lmra/")
     ap.add_argument("--after", default=str(ROOT), help="folder with the copy of lmra/ to compare (default: this one)")
     ap.add_argument("--pairs", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=2)
+    return ap
+
+
+def main() -> None:
+    ap = before_after_parser(__doc__)
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

@@ -140,17 +140,14 @@ def run_worker(pythonpath: str, work: Path, tag: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", default="/tmp/lmra_before")
-    ap.add_argument("--after", default=str(ROOT))
-    ap.add_argument("--pairs", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=2)
+    import bench_overhead as bo
+
+    ap = bo.before_after_parser(__doc__)
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(Path(args.worker[0]), args.worker[1])))
         return
-    import bench_overhead as bo
 
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
