@@ -2,13 +2,12 @@
 
 The key (see :func:`lmra.providers.base.request_key`) covers provider, base URL, model and
 the whole :class:`~lmra.providers.base.ChatRequest` (messages, temperature, max tokens,
-seed, top_logprobs, options, stop, sample index). Finished calls are committed in small
-batches (WAL journal): one transaction at the end of the event-loop tick in which they were
-answered, and earlier when a call is stored while :data:`WRITE_BATCH_CALLS` calls are waiting
-or the oldest has waited :data:`WRITE_BATCH_S` seconds; :meth:`CallCache.flush` and
-:meth:`CallCache.close` write what is left. A run stopped by Ctrl-C loses no finished call;
-``kill -9`` loses at most the calls answered in its last event-loop tick, never more than
-100, which a re-run asks again; a re-run of the same config makes zero new calls.
+seed, top_logprobs, options, stop, sample index). Finished calls are committed in batches
+(WAL journal): one transaction when the oldest answered call has waited :data:`WRITE_BATCH_S`
+seconds (50 ms), earlier when :data:`WRITE_BATCH_CALLS` calls are waiting; :meth:`CallCache.flush`
+and :meth:`CallCache.close` write what is left. A run stopped by Ctrl-C, SIGTERM or an error
+loses no finished call; ``kill -9`` loses at most the calls answered in its last 50 ms, never
+more than 500, which a re-run asks again; a re-run of the same config makes zero new calls.
 
 One lookup per call: :meth:`CachedProvider.lookup` computes the key once and reads the cache
 once; :class:`~lmra.budget.BudgetedProvider` decides "cached or fresh" from that lookup and
@@ -81,9 +80,13 @@ CREATE TABLE IF NOT EXISTS leases (
 LEASE_TTL_S = 900.0
 #: Seconds between looks at the cache while another process is making the same call.
 LEASE_POLL_S = 0.2
-#: Answered calls waiting to be written that trigger a write at once (else: end of the tick).
-WRITE_BATCH_CALLS = 100
-#: Seconds the oldest answered call may wait for its write (else: end of the tick).
+#: Answered calls waiting to be written that trigger a write at once (else: when the oldest has
+#: waited :data:`WRITE_BATCH_S`); the most a ``kill -9`` can lose.
+WRITE_BATCH_CALLS = 500
+#: Seconds the oldest answered call waits for its write (a timer on the event loop; also
+#: checked whenever a call is stored, for a loop too busy to run the timer on time). One
+#: transaction per batch: each rewrites every index page its random keys touch, so fewer,
+#: larger batches write less (docs/benchmarks.md, "The eighth round").
 WRITE_BATCH_S = 0.05
 #: Seconds between a lone user's looks for a process that wants to share the cache, and
 #: between a joining process's looks at whether it may go on.
@@ -265,14 +268,15 @@ class CallCache:
         self.on_write_error = on_write_error
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
-        self.pending: dict[str, tuple] = {}  # key → row not yet written (this tick's batch, or disk full …)
+        self.pending: dict[str, tuple] = {}  # key → row not yet written (this batch, or disk full …)
         self.write_failures = 0
         self.leases_waited = 0
         self._inflight: dict[str, asyncio.Future] = {}
         self._releases: set[str] = set()  # leases to release with the next write
         self._held: set[str] = set()  # leases held by calls in flight (renewed by one task)
         self._renewer: asyncio.Task | None = None
-        self._write_scheduled: asyncio.AbstractEventLoop | None = None  # the loop a tick-end write waits on
+        self._write_timer: asyncio.TimerHandle | None = None  # the batch's timed write (see _write_soon)
+        self._write_loop: asyncio.AbstractEventLoop | None = None  # the loop that timer runs on
         self._first_pending_at = 0.0
         # lease mode (see _lease_mode): "private" (":memory:"), "undecided", "solo", "shared", "closed"
         self._mode = "private" if self.path == ":memory:" else "undecided"
@@ -311,7 +315,7 @@ class CallCache:
                               "is writable, or set 'cache' in the config", path=self.path) from None
 
     def get(self, key: str) -> ChatResult | None:
-        """The cached result for ``key`` (also one not yet written: this tick's batch, or held
+        """The cached result for ``key`` (also one not yet written: this batch, or held
         after a failed write), or None. At most one SQLite statement, one parse; a new object
         each time.
 
@@ -390,9 +394,9 @@ class CallCache:
 
     def put(self, key: str, provider: Provider, request: ChatRequest, result: ChatResult, *,
             request_text: str | None = None) -> None:
-        """Store one finished call. It is written with the other calls answered in the same
-        event-loop tick (at once when :data:`WRITE_BATCH_CALLS` are waiting or the oldest waited
-        :data:`WRITE_BATCH_S` s; at once outside an event loop); :meth:`get` finds it meanwhile.
+        """Store one finished call. It is written with the calls answered in the same
+        :data:`WRITE_BATCH_S` s (at once when :data:`WRITE_BATCH_CALLS` are waiting; at once
+        outside an event loop); :meth:`get` finds it meanwhile.
         A write that fails keeps the call in memory (:attr:`pending`) until a later write or
         :meth:`flush` succeeds.
 
@@ -410,25 +414,27 @@ class CallCache:
         self._write_soon()
 
     def _write_soon(self) -> None:
-        """Write the pending calls and lease releases at the end of this event-loop tick, or
-        now when the batch is full, its oldest entry is due, or no event loop runs."""
+        """Write the pending calls and lease releases when the oldest has waited
+        :data:`WRITE_BATCH_S` (a timer on the running event loop), or now when
+        :data:`WRITE_BATCH_CALLS` are waiting, the oldest is overdue (a loop too busy to run the
+        timer), or no event loop runs."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self._write_pending()
             return
         now = time.monotonic()
-        if self._write_scheduled is not loop:
-            self._write_scheduled = loop
+        if self._write_timer is None or self._write_loop is not loop:
+            self._write_loop = loop
             self._first_pending_at = now
-            loop.call_soon(self._tick_write)
+            self._write_timer = loop.call_later(WRITE_BATCH_S, self._timed_write)
         elif (len(self.pending) + len(self._releases) >= WRITE_BATCH_CALLS
               or now - self._first_pending_at >= WRITE_BATCH_S):
             self._write_pending()
             self._first_pending_at = now
 
-    def _tick_write(self) -> None:
-        self._write_scheduled = None
+    def _timed_write(self) -> None:
+        self._write_timer = None
         self._write_pending()
 
     def _write_pending(self) -> bool:
@@ -824,12 +830,18 @@ class CallCache:
             self._memo_pending.pop(key, None)
 
     def __len__(self) -> int:
+        """Calls this cache holds: its rows, after writing the calls waiting for their batch's
+        write (plus those held after a failed write)."""
+        self._write_pending()
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+            return self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] + len(self.pending)
 
     def close(self) -> None:
         """Close the database (held calls, if any, are tried once more first; any still held
         are reported through ``on_write_error``: they are lost and will be asked again)."""
+        if self._write_timer is not None:
+            self._write_timer.cancel()  # what it would write is written here
+            self._write_timer = None
         self.memo_flush()  # the pair memo's held rows (after the calls they record)
         if not self._write_pending() and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "

@@ -20,7 +20,7 @@ from conftest import NAME_TO_GROUP
 from doubles import SimulatedCrash, ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.budget import Budget, BudgetedProvider
-from lmra.cache import WRITE_BATCH_CALLS, CachedProvider, CallCache, CallStats
+from lmra.cache import WRITE_BATCH_CALLS, WRITE_BATCH_S, CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig
 from lmra.judge.filter import intro_pattern, lexical_hits
 from lmra.providers import base
@@ -203,33 +203,47 @@ def test_keys_read_once_never_hide_an_answer_stored_by_another_connection(tmp_pa
     b.close()
 
 
-def test_answered_calls_are_written_within_the_tick_and_at_most_a_batch_is_ever_unwritten(tmp_path):
-    """The write-behind bound: an answered call waits for its write at most until the end of its
-    event-loop tick, and never more than WRITE_BATCH_CALLS calls wait (a kill -9 loses at most those)."""
+def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is_ever_unwritten(tmp_path):
+    """The write-behind bound: an answered call waits for its write at most WRITE_BATCH_S (a timer),
+    and never more than WRITE_BATCH_CALLS calls wait (a kill -9 loses at most those). Calls answered
+    in one busy tick go out in full batches at once; a lone call waits for the timer, not for more."""
     path = tmp_path / "c.sqlite"
+    n = 2 * WRITE_BATCH_CALLS + 50
 
     class P:
         name, base_url, model_id = "p", "", "m"
 
     async def go():
         cache = CallCache(path)
+        other = CallCache(path)  # another connection (another process) sees only written calls
         waiting = []
-        for i in range(250):  # one tick: no await in between
+        for i in range(n):  # one tick: no await in between
             req = _req(i)
             cache.put(request_key("p", "", "m", req), P(), req, ChatResult(text=str(i)))
             waiting.append(len(cache.pending))
-        other = CallCache(path)  # another connection (another process) sees only written calls
         written_in_tick = len(other)
-        await asyncio.sleep(0)  # the tick ends
-        written_after = len(other)
+        await asyncio.sleep(0)  # the tick ends: the rest waits for the timer
+        after_tick = len(other)
+        await asyncio.sleep(WRITE_BATCH_S * 1.5)
+        after_timer = len(other)
+        # a lone call later on: written within WRITE_BATCH_S of its answer, not before
+        req = _req(n)
+        t0 = time.monotonic()
+        cache.put(request_key("p", "", "m", req), P(), req, ChatResult(text="lone"))
+        while len(other) == after_timer and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.002)
+        lone_wait = time.monotonic() - t0
         other.close()
         cache.close()
-        return max(waiting), written_in_tick, written_after
+        return max(waiting), written_in_tick, after_tick, after_timer, lone_wait, len(CallCache(path))
 
-    most_waiting, in_tick, after = asyncio.run(go())
+    most_waiting, in_tick, after_tick, after_timer, lone_wait, final = asyncio.run(go())
     assert most_waiting <= WRITE_BATCH_CALLS
-    assert 250 - WRITE_BATCH_CALLS < in_tick < 250  # full batches went out at once …
-    assert after == 250  # … and the rest at the end of the tick
+    assert in_tick == 2 * WRITE_BATCH_CALLS  # full batches went out at once …
+    assert after_tick == in_tick  # … the rest waits for the timer …
+    assert after_timer == n  # … which writes it
+    assert 0.8 * WRITE_BATCH_S <= lone_wait < WRITE_BATCH_S + 1.0, lone_wait
+    assert final == n + 1
 
 
 def test_a_second_process_joining_makes_the_lone_user_lease_its_calls_in_flight(tmp_path):
