@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from lmra.errors import LmraInputError, LmraIOError
-from lmra.runfolder import jsonable
+from lmra.runfolder import json_text
 
 #: the current per-pair file, and the one written by lmra before issue 15
 PARQUET_NAME = "ratings.parquet"
@@ -84,10 +84,7 @@ def _arrow_type(col: str, s: pd.Series):
 def _json_text(v: Any) -> str | None:
     if v is None or (isinstance(v, float) and v != v):
         return None
-    try:  # plain Python values (the usual answer objects): the same text as through jsonable, faster
-        return json.dumps(v, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):  # numpy numbers, NaN/inf
-        return json.dumps(jsonable(v), ensure_ascii=False)
+    return json_text(v)
 
 
 class PairWriter:

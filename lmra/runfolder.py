@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic_core import to_json as _to_json
 
 from lmra.errors import LmraInputError
 
@@ -45,6 +46,20 @@ def jsonable(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     return o
+
+
+def json_text(o: Any) -> str:
+    """The compact, strict JSON text of ``jsonable(o)``: one line (a run-folder JSONL line, a
+    JSON cell of ``ratings.parquet``), NaN/inf written as ``null``, non-ASCII kept as it is.
+
+    Dumped by pydantic-core's serializer (``pydantic_core.to_json``, about 4× ``json.dumps``:
+    a tenth of a cached re-run's finish); a value it cannot serialize (a numpy number, a key
+    that is not a string …) goes through :func:`jsonable` and ``json.dumps``. Floats are
+    written in their shortest exact form either way (``1e-05`` or ``0.00001``: the same number)."""
+    try:
+        return _to_json(o, inf_nan_mode="null").decode()
+    except (TypeError, ValueError):  # (PydanticSerializationError is a ValueError)
+        return json.dumps(jsonable(o), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def package_versions() -> dict[str, str]:

@@ -148,20 +148,29 @@ def test_settled_runs_the_first_inline_settles_every_coroutine_and_raises_the_re
     asyncio.run(go())
 
 
-def test_run_folder_lines_are_what_jsonable_then_dumps_writes():
+def test_run_folder_lines_and_json_cells_read_back_as_jsonable_values():
+    """json_text (run-folder JSONL lines, ratings.parquet's JSON cells) gives back exactly what
+    jsonable makes of a value — NaN/inf null, numpy numbers as Python numbers, every float bit
+    for bit — on one compact line, strict JSON (no NaN literal)."""
     from pathlib import Path
 
-    from lmra.audit import _row_json
-    from lmra.runfolder import jsonable
+    from lmra.pairstore import _json_text
+    from lmra.runfolder import json_text, jsonable
 
-    rows = [{"prompt_id": "p1", "text": "é \"x\"\n", "sample": 0, "seed": 2 ** 40, "from_cache": False, "name": None,
-             "score": 0.25},
-            {"h": float("nan"), "q": float("inf"), "a": 1.0},  # NaN / inf → null
+    floats = [0.1 + 0.2, 1e-05, 1e16, 1e300, 5e-324, -0.0, 1 / 3, 2.0 ** 60, 123456789.125]
+    rows = [{"prompt_id": "p1", "text": "é \"x\"\n\u2028 \\", "sample": 0, "seed": 2 ** 40, "from_cache": False,
+             "name": None, "score": 0.25},
+            {"h": float("nan"), "q": float("inf"), "r": float("-inf"), "a": 1.0},  # NaN / inf → null
             {"n": np.int64(3), "x": np.float64(0.5), "b": np.bool_(True)},  # numpy values
             {"lexical": ["Hi, I'm Anna"], "order1": {"probs": {"A": 0.2}, "mass": float("nan")}},  # nested
-            {1: "int key", "p": Path("/tmp/x")}, ["a", 1, None], "text"]
+            {1: "int key", "p": Path("/tmp/x")}, ["a", 1, None], "text", {"f": floats}, (1, "t")]
     for row in rows:
-        assert _row_json(row) == json.dumps(jsonable(row), allow_nan=False, ensure_ascii=False)
+        for text in (json_text(row), _json_text(row)):
+            assert "\n" not in text and ", " not in text.replace("Hi, I", "")  # one compact line
+            back = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+            assert back == jsonable(row) and json.dumps(back) == json.dumps(jsonable(row))  # floats bit for bit
+    assert [math.copysign(1, f) for f in json.loads(json_text(floats))] == [math.copysign(1, f) for f in floats]
+    assert _json_text(None) is None and _json_text(float("nan")) is None
 
 
 def test_new_caches_get_16k_pages_and_old_4k_caches_keep_working(tmp_path):

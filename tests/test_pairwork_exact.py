@@ -200,6 +200,13 @@ def test_the_finish_runs_with_the_audits_heap_frozen_and_gives_it_back(tmp_path,
 
 
 # -- a whole audit, pinned to what lmra wrote before -------------------------------------------
+def _as_8b899bf(text: str) -> str:
+    """A JSON text (a JSONL line, a JSON cell of ratings.parquet) in the form lmra 8b899bf wrote it,
+    ``json.dumps(…, ensure_ascii=False)``: its values (every float bit for bit) and key order are
+    kept, only the separators may differ."""
+    return json.dumps(json.loads(text), ensure_ascii=False)
+
+
 def _pinned_audit(tmp_path) -> tuple[str, str, int]:
     """Run the pinned audit; returns (digest of its sorted cache keys, digest of its run folder's
     contents, number of calls)."""
@@ -234,10 +241,17 @@ def _pinned_audit(tmp_path) -> tuple[str, str, int]:
     for name in ("per_task.csv", "per_domain.csv", "placebo.csv", "quality.csv", "refusals.csv", "judges.csv",
                  "responses.jsonl", "placebo_responses.jsonl", "placebo_ratings.jsonl", "quality_ratings.jsonl",
                  "prompts.jsonl", "filtered_prompts.jsonl"):
-        parts.append(name + "\n" + (res.run_dir / name).read_text(encoding="utf-8"))
+        text = (res.run_dir / name).read_text(encoding="utf-8")
+        if name.endswith(".jsonl"):  # the same records: lines (compact since the eighth round) in 8b899bf's form
+            text = "".join(_as_8b899bf(line) + "\n" for line in text.split("\n") if line)
+        parts.append(name + "\n" + text)
     import pyarrow.parquet as pq
 
-    parts.append(json.dumps(pq.read_table(res.run_dir / "ratings.parquet").to_pylist(), sort_keys=True))
+    table = pq.read_table(res.run_dir / "ratings.parquet")
+    json_columns = json.loads(table.schema.metadata[b"lmra.json_columns"])
+    rows = [{k: _as_8b899bf(v) if k in json_columns and v is not None else v for k, v in row.items()}
+            for row in table.to_pylist()]
+    parts.append(json.dumps(rows, sort_keys=True))
     summary = json.loads((res.run_dir / "summary.json").read_text())
     parts.append(json.dumps({k: summary[k] for k in ("diagnostics", "diagnostics_per_task", "position_logit",
                                                      "placebo", "overall", "n_pairs_total", "n_filtered")}))

@@ -51,7 +51,7 @@ from lmra.providers import Provider, make_provider
 from lmra.providers.base import parallel_capacity
 from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit
 from lmra.resources import resolve_resource
-from lmra.runfolder import jsonable, package_versions
+from lmra.runfolder import json_text, jsonable, package_versions
 from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
 from lmra.warmup import Pace, import_paced
 
@@ -61,14 +61,14 @@ from lmra.audit.generate import GenerateStage, placebo_prompts
 from lmra.audit.label import LabelStage
 from lmra.audit.rate import RateStage
 from lmra.audit.pipeline import PipelineDriver, _Progress, _settled, _Stopped
-from lmra.audit.finish import AuditResult, _row_json, finish_run
+from lmra.audit.finish import AuditResult, finish_run
 
 # the stages' names that callers and tests import from here
 #: default of :attr:`Audit.spool_min_pairs` (a pair's row in memory: ~3 KB with the LMRA's answers)
 SPOOL_MIN_PAIRS = 100_000
 
 __all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placebo_prompts",
-           "_Progress", "_Stopped", "_row_json", "_settled"]
+           "_Progress", "_Stopped", "_settled"]
 
 
 def _import_finishing_modules(cfg: AuditConfig, pace: Pace) -> None:
@@ -501,7 +501,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         write_json(self.run_dir / name, jsonable(obj))
 
     def _write_jsonl(self, name: str, rows: list) -> None:
-        write_jsonl(self.run_dir / name, rows, dumps=_row_json)
+        write_jsonl(self.run_dir / name, rows, dumps=json_text)
 
     def _finish(self, *stages_and_manifest, **kwargs) -> AuditResult:
         return finish_run(self, *stages_and_manifest, **kwargs)
