@@ -312,3 +312,31 @@ def test_served_models_are_listed_the_same_whatever_order_the_answers_came_in():
         fields.append(ident.warnings())
     assert fields[0] == fields[2] and fields[1] == fields[3]
     assert list(fields[0]["served"]["model"]) == ["srv-z", "srv-female", "srv-male"]
+
+
+def test_memo_rows_read_back_as_json_dumps_and_refuse_what_json_does_not_give_back():
+    """_encode's rows (written by pydantic-core's serializer) read back as json.dumps's text does
+    (compact, NaN as a literal, floats bit for bit); a numpy integer is refused (the pair is then
+    simply not memoised)."""
+    import json
+
+    import numpy as np
+
+    from lmra.audit.memo import _encode
+    from lmra.generate import Response
+
+    def resp(name: str, text: str) -> Response:
+        return Response(prompt_id="p1", domain="d", task="t", comparison="c", group="g", name=name, sample=0,
+                        seed=2 ** 31 - 1, text=text, scrubbed=text, finish_reason="stop")
+
+    row = {"pair_id": "x", "h": float("nan"), "q_F": 0.1 + 0.2, "q_R": 1e-05, "valid": True, "error": None,
+           "order1": {"probs": {"A": 1 / 3, "B": 2 / 3}, "raw_texts": ["é “x” \u2028 \\"]}, "labels": ("A", "B")}
+    out = ((resp("Ann", "é ✓\n\"q\""), ("ok", 0.2), None), (resp("Bob", "b"), None, "err"), row, [{"c": 1.0}])
+    calls = [["judge", 10, 1, "m", None, []]]
+    text = _encode(out, calls)
+    value = {"a": [vars(out[0][0]), ("ok", 0.2), None], "b": [vars(out[1][0]), None, "err"], "row": row,
+             "quality": [{"c": 1.0}], "calls": calls}
+    back, expected = json.loads(text), json.loads(json.dumps(value, allow_nan=True))
+    assert json.dumps(back) == json.dumps(expected)  # the same values, floats bit for bit (NaN too)
+    assert "NaN" in text and "\n" not in text and "é" in text
+    assert _encode(((out[0][0], None, None), out[1], row | {"n": np.int64(3)}, []), calls) is None

@@ -59,6 +59,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic_core import to_json
+
 from lmra.cache import CallCache, CallStats, _record
 from lmra.generate import Response
 from lmra.identity import IdentityRecorder, RunIdentity, template_tokens_in
@@ -223,11 +225,20 @@ def run_key(cfg, inputs, providers: dict[str, Provider]) -> str:
 
 def _encode(out: tuple, calls: list[list]) -> str | None:
     """The memo row of a chain's result ``(a, b, row, quality)`` (``a``/``b``: ``(Response,
-    label, error)``), or None when it holds something JSON does not give back as it was."""
+    label, error)``), or None when it holds something JSON does not give back as it was (a
+    numpy integer …). Written by pydantic-core's serializer: ``json.loads`` reads back what it
+    reads of ``json.dumps(value, allow_nan=True)`` (every float bit for bit, NaN as a literal;
+    non-ASCII kept as it is). The rows hold JSON values only (str, numbers, bools, None,
+    lists/tuples, dicts); pydantic-core would also write a set, a date or an enum, which the
+    stages never put in a row."""
     (ra, la, ea), (rb, lb, eb), row, quality = out
     # a Response's fields are its __dict__ (flat, no serializers): what model_dump gives, 4× faster
     value = {"a": [vars(ra), la, ea], "b": [vars(rb), lb, eb], "row": row, "quality": quality,
              "calls": calls}
+    try:  # pydantic-core's serializer: the same values as the json.dumps below, about 3× faster
+        return to_json(value, inf_nan_mode="constants", fallback=_refuse).decode()
+    except (TypeError, ValueError, RecursionError):  # a value JSON does not give back (or an old pydantic-core)
+        pass
     try:
         return json.dumps(value, allow_nan=True, check_circular=False, separators=(",", ":"), default=_refuse)
     except (TypeError, ValueError, RecursionError):
