@@ -111,8 +111,6 @@ KEY_SNAPSHOT_RATIO = 8
 KEY_SNAPSHOT_CHECK_S = 0.005
 
 #: the pair memo's table (:mod:`lmra.audit.memo`): pair key → the pair's recorded result and calls
-#: pair memo rows written in one transaction (:meth:`CallCache.memo_put`)
-MEMO_WRITE_ROWS = 256
 _MEMO_SCHEMA = """
 CREATE TABLE IF NOT EXISTS pair_memo (
     key TEXT PRIMARY KEY,
@@ -438,11 +436,13 @@ class CallCache:
         self._write_pending()
 
     def _write_pending(self) -> bool:
-        """Try to write every pending call and release the finished calls' leases, in one
-        transaction; True when no call is left pending."""
-        if not self.pending and not self._releases:
+        """Try to write every pending call, release the finished calls' leases and write the
+        held pair memo rows (after the calls: a memo row's calls are written before it or with
+        it), in one transaction; True when no call is left pending."""
+        if not self.pending and not self._releases and not self._memo_pending:
             return True
         releases = [(k, self.owner) for k in self._releases]
+        memo = list(self._memo_pending.values())
         try:
             with self._lock:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -452,6 +452,8 @@ class CallCache:
                                              list(self.pending.values()))
                     if releases:
                         self._db.executemany("DELETE FROM leases WHERE key = ? AND owner = ?", releases)
+                    if memo:
+                        self._db.executemany("INSERT OR REPLACE INTO pair_memo VALUES (?, ?, ?)", memo)
                     self._db.execute("COMMIT")
                 except BaseException:
                     _rollback(self._db)
@@ -467,6 +469,8 @@ class CallCache:
                                 "written")
         self.pending.clear()
         self._releases.difference_update(k for k, _ in releases)
+        for key, _, _ in memo:
+            self._memo_pending.pop(key, None)
         self.write_failures = 0
         self._maybe_end_solo()
         return True
@@ -801,33 +805,18 @@ class CallCache:
             return True
 
     def memo_put(self, key: str, value: str) -> None:
-        """Store a pair memo row: written with :data:`MEMO_WRITE_ROWS` others (or by
-        :meth:`memo_flush`, which :meth:`close` calls), and only once every call waiting to be
-        written is written, so that a row never outlives the calls it records. A row lost to
-        ``kill -9`` only means its pair is run again (from the cached calls)."""
+        """Store a pair memo row: written with the next batch of calls (:meth:`_write_soon`; the
+        pair's own calls were stored before it, so the row never outlives the calls it records),
+        or by :meth:`memo_flush`, which :meth:`close` calls. A row lost to ``kill -9`` only means
+        its pair is run again (from the cached calls)."""
         self._memo_pending[key] = (key, value, time.time())
-        if len(self._memo_pending) >= MEMO_WRITE_ROWS:
-            self.memo_flush()
+        self._write_soon()
 
     def memo_flush(self) -> None:
-        """Write the held pair memo rows in one transaction, after the pending calls; rows are
-        kept (and tried again later) while calls are held or the write fails."""
-        rows = list(self._memo_pending.values())
-        if not rows or self._mode == "closed" or not self._write_pending():
-            return
-        try:
-            with self._lock:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.executemany("INSERT OR REPLACE INTO pair_memo VALUES (?, ?, ?)", rows)
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    _rollback(self._db)
-                    raise
-        except (OSError, sqlite3.Error):
-            return
-        for key, _, _ in rows:
-            self._memo_pending.pop(key, None)
+        """Write the held pair memo rows now, with the pending calls (one transaction); rows are
+        kept (and tried again later) while the write fails."""
+        if self._memo_pending and self._mode != "closed":
+            self._write_pending()
 
     def __len__(self) -> int:
         """Calls this cache holds: its rows, after writing the calls waiting for their batch's
