@@ -11,6 +11,8 @@ from collections import Counter
 
 import pandas as pd
 
+from lmra.runfolder import json_value
+
 _OUTCOME = {1: {"A": "F", "B": "R", "C": "N"}, 2: {"A": "R", "B": "F", "C": "N"}}
 
 
@@ -110,7 +112,6 @@ def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0
         (the overall dict, group value → dict in sorted order), as :func:`judge_diagnostics`
         and :func:`judge_diagnostics_by` give for the file's rows.
     """
-    import json
     from pathlib import Path
 
     th = dict(min_valid_mass=min_valid_mass, min_order_consistency=min_order_consistency)
@@ -125,7 +126,7 @@ def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0
     f = pq.ParquetFile(p)
     cols = [c for c in (key, "order1", "order2") if c in f.schema_arrow.names]
     overall, groups = _Answers(), {}
-    decode = lambda v: json.loads(v) if isinstance(v, str) else None  # noqa: E731
+    decode = lambda v: json_value(v) if isinstance(v, str) else None  # noqa: E731
     for batch in f.iter_batches(batch_size=batch_rows, columns=cols):
         d = batch.to_pydict()
         n = batch.num_rows

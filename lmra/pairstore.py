@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from lmra.errors import LmraInputError, LmraIOError
-from lmra.runfolder import json_text
+from lmra.runfolder import json_text, json_value
 
 #: the current per-pair file, and the one written by lmra before issue 15
 PARQUET_NAME = "ratings.parquet"
@@ -351,7 +351,7 @@ class PairSpool:
         df = pa.Table.from_batches(list(self.sorted_batches(columns, ROW_GROUP))).to_pandas()
         for col in self.json_columns:
             if col in df:
-                df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
+                df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
         return df[columns]
 
     @property
@@ -439,7 +439,7 @@ def read_jsonl_rows(path: Path) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json_value(line)
             except json.JSONDecodeError as exc:
                 raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=lineno) from None
             if not isinstance(row, dict):
@@ -479,7 +479,7 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None) -> pd.Dat
             raise LmraInputError(f"not a readable Parquet file ({exc})", file=p) from None
         for col in _json_columns(p):
             if col in df:
-                df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
+                df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
         return df
     df = pd.DataFrame(read_jsonl_rows(p))
     if columns is not None:
@@ -565,7 +565,7 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
     df = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()).to_pandas()
     for col in _json_columns(p):
         if col in df:
-            df[col] = [json.loads(v) if isinstance(v, str) else None for v in df[col]]
+            df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
     return df
 
 
@@ -597,7 +597,7 @@ def jsonl_rows_where(path: str | Path, field: str, values: Iterable[str]) -> lis
         if line is None or not line.strip():  # blank lines are skipped, as the full read does
             continue
         try:
-            row = json.loads(line)
+            row = json_value(line)
         except json.JSONDecodeError:
             row = None
         if not isinstance(row, dict):  # a malformed line: the full read names its file and line

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic_core import from_json as _from_json
 from pydantic_core import to_json as _to_json
 
 from lmra.errors import LmraInputError
@@ -60,6 +61,17 @@ def json_text(o: Any) -> str:
         return _to_json(o, inf_nan_mode="null").decode()
     except (TypeError, ValueError):  # (PydanticSerializationError is a ValueError)
         return json.dumps(jsonable(o), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_value(text: str | bytes) -> Any:
+    """``json.loads(text)``: read by pydantic-core's parser (about 2× faster; every float the
+    same, NaN/Infinity literals read, big integers exact), and by ``json.loads`` when that
+    refuses the text (a lone surrogate escape …), so that what is accepted, and the error of
+    what is not (``json.JSONDecodeError``), are ``json.loads``'s."""
+    try:
+        return _from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 def package_versions() -> dict[str, str]:

@@ -279,3 +279,26 @@ def test_a_budget_without_limits_keeps_the_same_ledger_without_booking():
     assert (row["calls_fresh"], row["calls_cached"], row["calls_failed"]) == (3, 2, 1)
     assert prices.lookup("echo", "echo-1") is prices.lookup("echo", "echo-1") is not None
     assert prices.lookup("echo", "other") is None
+
+
+def test_json_value_reads_what_json_loads_reads():
+    """json_value (pydantic-core's parser) gives what json.loads gives: floats bit for bit over the
+    whole range, NaN/inf literals, big integers, escapes; a lone surrogate falls back to json.loads."""
+    import random
+
+    from lmra.runfolder import json_value
+
+    rng = random.Random(7)
+    floats = [rng.random() * 10.0 ** rng.randint(-320, 300) for _ in range(20000)] + [5e-324, 1.7976931348623157e308,
+                                                                                     0.1 + 0.2, -0.0, 1e-05]
+    texts = [json.dumps(floats), json.dumps(floats, separators=(",", ":")),
+             '{"h":NaN,"i":Infinity,"j":-Infinity,"big":123456789012345678901234567890,"s":"\\u00e9\\n\\"é ✓"}',
+             '["\\ud800 lone"]']
+    for text in texts:
+        got, want = json_value(text), json.loads(text)
+        assert json.dumps(got) == json.dumps(want)
+    assert [math.copysign(1, f) for f in json_value(texts[0])] == [math.copysign(1, f) for f in floats]
+    assert json_value('{"a": 1, "a": 2}') == json.loads('{"a": 1, "a": 2}') == {"a": 2}  # the last one
+    for bad in ('{"a": 1', "[1,]", "nul", '{"a" 1}'):
+        with pytest.raises(json.JSONDecodeError):  # json.loads's error, with its message
+            json_value(bad)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from lmra.runstate import failed_share, run_status
 from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
-from lmra.runfolder import json_text
+from lmra.runfolder import json_text, json_value
 
 if TYPE_CHECKING:
     from lmra.audit import Audit, Inputs
@@ -251,7 +250,7 @@ def write_spooled_pairs(spool: RatedPairSpool, path: Path, combiner: str, combin
                 if pmask.any():  # the placebo pairs' frame holds the answers decoded, as the in-memory path's
                     pl = df[pmask].copy()
                     for c in json_cols:
-                        pl[c] = [json.loads(v) if isinstance(v, str) else None for v in pl[c].tolist()]
+                        pl[c] = [json_value(v) if isinstance(v, str) else None for v in pl[c].tolist()]
                     placebo.append(pl)
                 o1, o2 = (o.take(~pmask) for o in answers[""])
                 overall.add_columns(o1, o2)
@@ -291,7 +290,7 @@ def _spooled_batch_decoded(df: pd.DataFrame, json_cols: list[str], combiner: str
 
     text = {c: df[c].tolist() for c in json_cols}  # the answers as the spool holds them
     for c in json_cols:
-        df[c] = [json.loads(v) if isinstance(v, str) else None for v in text[c]]
+        df[c] = [json_value(v) if isinstance(v, str) else None for v in text[c]]
     df, _ = rescore(df, combiner, b=b)
     if combiner2 is not None:
         df, _ = rescore(df, combiner2, prefix="judge2_", b=b2)

@@ -59,12 +59,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
 from lmra.cache import CallCache, CallStats, _record
 from lmra.generate import Response
 from lmra.identity import IdentityRecorder, RunIdentity, template_tokens_in
 from lmra.providers.base import ChatRequest, ChatResult, Provider, wrap_identity
+from lmra.runfolder import json_value
 
 #: bumped whenever the memo's key or value changes meaning (older rows are then never hit)
 MEMO_VERSION = 1
@@ -245,16 +246,6 @@ def _encode(out: tuple, calls: list[list]) -> str | None:
         return None
 
 
-def _decode(text: str) -> Any:
-    """A memo row's value: ``json.loads(text)``, read by pydantic-core's parser (about 2× faster;
-    every float the same, NaN/Infinity literals read) and by ``json.loads`` when that refuses
-    the text (a lone surrogate …)."""
-    try:
-        return from_json(text)
-    except ValueError:
-        return json.loads(text)
-
-
 def _refuse(obj: Any):
     raise TypeError(type(obj).__name__)
 
@@ -361,7 +352,7 @@ class PairMemo:
         """Count the recorded calls as cache hits and advance the bars; the pair's result, or
         None when the row cannot be read (it is then run again)."""
         try:
-            value = _decode(text)
+            value = json_value(text)
             a, b = _response(value["a"]), _response(value["b"])
             row, quality = value["row"], value["quality"]
             calls = [(role, int(pt), int(ct), served, fp, list(tokens))
