@@ -3,17 +3,26 @@ paced so that the event loop making the calls keeps the interpreter.
 
 Python runs one thread's bytecode at a time (the GIL). A thread importing scipy.stats,
 statsmodels or matplotlib (0.5–1 s of work each) takes the interpreter from the event loop
-for up to the switch interval (5 ms) at every turn, and an audit's loop needs about half
-of it at 160 calls/s: unpaced, the calls in flight fell from 32 to 11–16 for half a second
-at the start of a run (``bench/bench_throughput.py``, issue 14). So the importing threads
-import a module at a time — the heavy packages through public sub-packages first
-(:data:`STEPS`), so that each import is a fraction of the whole — and after each one wait
-``(1 − DUTY) ÷ DUTY`` times as long as it took (all importing threads together: one shared
-schedule), until the run says it needs the modules now (:meth:`Pace.hurry`: its calls are
-done), from then on at once (a run shorter than about three times the imports waits for the
-rest after its calls); a run that stops
-(Ctrl-C, a failure, the budget) abandons the rest (:meth:`Pace.abandon`), so that it exits
-without loading what it will not use.
+for up to the switch interval (5 ms) at every turn, and an audit's loop needs about three
+quarters of it at 160 calls/s: unpaced, the calls in flight fell from 32 to 11–16 for half a
+second at the start of a run (``bench/bench_throughput.py``, issue 14). So the importing
+threads import a module at a time — the heavy packages through public sub-packages first
+(:data:`STEPS`) — and
+
+* within an import, a profile hook of the importing thread (:class:`_Slicer`) pauses after
+  each :data:`SLICE_S` of wall time for ``(1 − DUTY) ÷ DUTY`` as long, when the event loop
+  wanted the interpreter during that slice (the thread did not get most of it), so that even
+  an import that cannot be split (scipy.stats' package, 0.3–0.4 s) leaves the loop most of
+  the interpreter: with a rate limit, the limiter's unused time fell from 0.9–1.2 s to
+  0.1–0.4 s (docs/benchmarks.md, "The eighth round");
+* after each import, the thread waits for the rest of ``(1 − DUTY) ÷ DUTY`` times its busy
+  time (all importing threads together: one shared schedule),
+
+until the run says it needs the modules now (:meth:`Pace.hurry`: its calls are done), from
+then on at once (the hook removed: it costs about as much as the import itself). A run
+shorter than about three times the imports waits for the rest after its calls (about
++0.3–0.5 s for a 3-s run); a run that stops (Ctrl-C, a failure, the budget) abandons the
+rest (:meth:`Pace.abandon`), so that it exits without loading what it will not use.
 """
 
 from __future__ import annotations
@@ -29,6 +38,12 @@ DUTY = 1 / 3
 #: the interpreter's switch interval while a module is imported (Python's default is 5 ms):
 #: the event loop, woken by an answer, waits at most this long for the interpreter
 SWITCH_INTERVAL_S = 0.0005
+#: while not hurried, a module is imported in slices of this much wall time, each followed by
+#: a pause of ``(1 − DUTY) ÷ DUTY`` slices when another thread wanted the interpreter (a profile
+#: hook of the importing thread), so that no import, however long (scipy.stats' package:
+#: 0.3–0.4 s), holds it for more than a slice at a time; a call into C code that does not
+#: return to Python meanwhile runs whole
+SLICE_S = 0.002
 
 #: modules imported before a heavy package, in the order Python finishes them (``python -X
 #: importtime``), so that no single import holds the interpreter long; a name missing in
@@ -79,6 +94,39 @@ def steps(names: Iterable[str]) -> Iterator[str]:
                 yield step
 
 
+class _Slicer:
+    """The importing thread's profile hook (``sys.setprofile``): after each :data:`SLICE_S` of
+    wall time in which this thread ran less than 80 % of the time (another thread, the event
+    loop, wanted the interpreter), it pauses ``SLICE_S × (1 − duty) ÷ duty`` (the GIL free for
+    that thread), until the pace is hurried or abandoned, and then removes itself;
+    :attr:`paused` adds up the pauses (s)."""
+
+    __slots__ = ("pace", "pause", "until", "paused", "cpu")
+
+    def __init__(self, pace: Pace, duty: float):
+        self.pace = pace
+        self.pause = SLICE_S * (1 - duty) / duty
+        self.until = time.perf_counter() + SLICE_S
+        self.paused = 0.0
+        self.cpu = time.thread_time()
+
+    def __call__(self, frame, event, arg) -> None:
+        now = time.perf_counter()
+        if now < self.until:
+            return
+        if self.pace.wake.is_set():  # hurried (or abandoned): the rest of the import at full speed
+            sys.setprofile(None)  # (the hook costs about as much as the import itself)
+            return
+        cpu = time.thread_time()
+        if cpu - self.cpu > 0.8 * (now - self.until + SLICE_S):  # the slice was this thread's alone: no one waits
+            self.until, self.cpu = now + SLICE_S, cpu
+            return
+        self.pace.wake.wait(self.pause)
+        after = time.perf_counter()
+        self.paused += after - now
+        self.until, self.cpu = after + SLICE_S, time.thread_time()
+
+
 def _expand(name: str) -> Iterator[str]:
     for step in STEPS.get(name, ()):
         yield from _expand(step)
@@ -110,17 +158,21 @@ def import_paced(names: Iterable[str], pace: Pace, *, duty: float = DUTY) -> str
                 wait = 0.0 if pace.wake.is_set() else _next_at - time.monotonic()
                 if wait <= 0:
                     t0 = time.monotonic()
-                    switch = sys.getswitchinterval()
+                    switch, profile = sys.getswitchinterval(), sys.getprofile()
                     sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+                    slicer = _Slicer(pace, duty)
+                    sys.setprofile(slicer)
                     try:
                         importlib.import_module(name)
                     except Exception:  # noqa: BLE001 — the caller's own import says what is wrong
                         if name in wanted:
                             return name
                     finally:
+                        sys.setprofile(profile)
                         sys.setswitchinterval(switch)
-                    took = time.monotonic() - t0
-                    _next_at = time.monotonic() + took * (1 - duty) / duty
+                    busy = time.monotonic() - t0 - slicer.paused
+                    # the rest of this import's pauses (one shorter than a slice had none)
+                    _next_at = time.monotonic() + max(0.0, busy * (1 - duty) / duty - slicer.paused)
                     break
             pace.wake.wait(wait)
     return None

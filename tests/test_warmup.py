@@ -16,10 +16,11 @@ WORK_S = 0.06  # each fake module's import busies the interpreter this long
 
 @pytest.fixture
 def fake_modules(tmp_path, monkeypatch):
-    """Modules ``lmra_fake_0`` … ``lmra_fake_3`` whose import spins WORK_S, and ``lmra_fake_bad`` that raises."""
+    """Modules ``lmra_fake_0`` … ``lmra_fake_3`` whose import spins WORK_S of the importing
+    thread's CPU time, and ``lmra_fake_bad`` that raises."""
     names = [f"lmra_fake_{i}_{tmp_path.name[-6:]}" for i in range(4)]
     for n in names:
-        (tmp_path / f"{n}.py").write_text(f"import time\nt = time.monotonic()\nwhile time.monotonic() - t < {WORK_S}:\n"
+        (tmp_path / f"{n}.py").write_text(f"import time\nt = time.thread_time()\nwhile time.thread_time() - t < {WORK_S}:\n"
                                           "    pass\n")
     bad = f"lmra_fake_bad_{tmp_path.name[-6:]}"
     (tmp_path / f"{bad}.py").write_text("raise RuntimeError('broken module')\n")
@@ -38,6 +39,49 @@ def test_imports_are_paced_at_the_duty_share_until_hurried(fake_modules):
     assert all(n in sys.modules for n in names)
     # 4 imports of WORK_S, each followed by 3 × its time of waiting except after the last: ≥ 13 × WORK_S
     assert took >= 4 * WORK_S + 3 * 3 * WORK_S * 0.9
+
+
+def test_a_long_import_is_sliced_so_the_other_thread_keeps_the_interpreter(tmp_path, monkeypatch):
+    """One module whose import is 0.3 s of the importing thread's CPU time: unhurried, while the
+    main thread is busy too, it is run in slices of SLICE_S with pauses (duty 0.25: at least
+    0.3 / 0.25 s of wall time, during which the main thread gets most of the interpreter);
+    hurried, at full speed; while the main thread sleeps (nobody waits for the interpreter),
+    without pauses."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "_next_at", 0.0)
+    work = 0.3
+    results = {}
+    for label, hurried in (("sliced", False), ("hurried", True), ("idle", False)):
+        name = f"lmra_fake_long_{label}_{tmp_path.name[-6:]}"
+        (tmp_path / f"{name}.py").write_text(
+            f"import time\nt = time.thread_time()\nwhile time.thread_time() - t < {work}:\n    sum(range(50))\n")
+        pace = warmup.Pace()
+        if hurried:
+            pace.hurry()
+        monkeypatch.setattr(warmup, "_next_at", 0.0)  # no wait left over from the case before
+        spins, done = [0], threading.Event()
+
+        def importer():
+            warmup.import_paced([name], pace, duty=0.25)
+            done.set()
+
+        t0 = time.monotonic()
+        threading.Thread(target=importer).start()
+        while not done.is_set():  # the main thread's own work meanwhile (pure Python, as an event loop's)
+            if label == "idle":
+                done.wait(0.01)
+                continue
+            sum(range(50))
+            spins[0] += 1
+        took = time.monotonic() - t0
+        results[label] = (took, spins[0] / took)
+        sys.modules.pop(name, None)
+        assert sys.getprofile() is None  # the hook is the importing thread's only, and removed
+    assert results["sliced"][0] >= 0.9 * work / 0.25  # pauses: at least 1.2 s of wall time for 0.3 s of work
+    assert results["hurried"][0] < results["sliced"][0] / 2
+    assert results["idle"][0] < 0.5 * results["sliced"][0]  # no pauses when nobody waits
+    # the main thread ran faster while the import was sliced than while it ran at full speed
+    assert results["sliced"][1] > 1.2 * results["hurried"][1], results
 
 
 def test_hurry_imports_at_once(fake_modules):
