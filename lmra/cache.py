@@ -441,19 +441,24 @@ class CallCache:
         it), in one transaction; True when no call is left pending."""
         if not self.pending and not self._releases and not self._memo_pending:
             return True
+        # what this write holds; calls and memo rows stored meanwhile (by another thread while
+        # SQLite commits) stay for the next write. The memo rows are taken first: their calls,
+        # stored before them, are then among the calls taken (or written already)
+        memo = list(self._memo_pending.items())
+        calls = list(self.pending.items())
         releases = [(k, self.owner) for k in self._releases]
-        memo = list(self._memo_pending.values())
         try:
             with self._lock:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    if self.pending:
+                    if calls:
                         self._db.executemany("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                             list(self.pending.values()))
+                                             [row for _, row in calls])
                     if releases:
                         self._db.executemany("DELETE FROM leases WHERE key = ? AND owner = ?", releases)
                     if memo:
-                        self._db.executemany("INSERT OR REPLACE INTO pair_memo VALUES (?, ?, ?)", memo)
+                        self._db.executemany("INSERT OR REPLACE INTO pair_memo VALUES (?, ?, ?)",
+                                             [row for _, row in memo])
                     self._db.execute("COMMIT")
                 except BaseException:
                     _rollback(self._db)
@@ -467,10 +472,11 @@ class CallCache:
         if self.write_failures and self.on_write_error is not None:
             self.on_write_error(f"the call cache {self.path} is writable again: {len(self.pending)} held call(s) "
                                 "written")
-        self.pending.clear()
+        for held, written in ((self.pending, calls), (self._memo_pending, memo)):
+            for key, row in written:
+                if held.get(key) is row:  # not stored again meanwhile
+                    del held[key]
         self._releases.difference_update(k for k, _ in releases)
-        for key, _, _ in memo:
-            self._memo_pending.pop(key, None)
         self.write_failures = 0
         self._maybe_end_solo()
         return True

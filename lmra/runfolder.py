@@ -54,9 +54,12 @@ def json_text(o: Any) -> str:
     JSON cell of ``ratings.parquet``), NaN/inf written as ``null``, non-ASCII kept as it is.
 
     Dumped by pydantic-core's serializer (``pydantic_core.to_json``, about 4× ``json.dumps``:
-    a tenth of a cached re-run's finish); a value it cannot serialize (a numpy number, a key
-    that is not a string …) goes through :func:`jsonable` and ``json.dumps``. Floats are
-    written in their shortest exact form either way (``1e-05`` or ``0.00001``: the same number)."""
+    a tenth of a cached re-run's finish); a value it cannot serialize (a numpy number …) goes
+    through :func:`jsonable` and ``json.dumps``. Floats are written in their shortest exact
+    form either way (``1e-05`` or ``0.00001``: the same number). Run-folder rows hold JSON
+    values (str, numbers, bools, None, lists, dicts with str keys); beyond them pydantic-core
+    writes some values ``json.dumps`` refused (a date as ISO text, a set as a list, bytes as
+    text) and a bool or tuple key as ``"true"`` / ``"1,2"`` (``json.dumps``: ``"True"``)."""
     try:
         return _to_json(o, inf_nan_mode="null").decode()
     except (TypeError, ValueError):  # (PydanticSerializationError is a ValueError)
@@ -70,7 +73,7 @@ def json_value(text: str | bytes) -> Any:
     what is not (``json.JSONDecodeError``), are ``json.loads``'s."""
     try:
         return _from_json(text)
-    except ValueError:
+    except (ValueError, TypeError):  # (a str holding a lone surrogate is a TypeError there)
         return json.loads(text)
 
 

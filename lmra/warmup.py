@@ -168,7 +168,8 @@ def import_paced(names: Iterable[str], pace: Pace, *, duty: float = DUTY) -> str
                         if name in wanted:
                             return name
                     finally:
-                        sys.setprofile(profile)
+                        if sys.getprofile() in (slicer, None):  # (one the module set itself stays)
+                            sys.setprofile(profile)
                         sys.setswitchinterval(switch)
                     busy = time.monotonic() - t0 - slicer.paused
                     # the rest of this import's pauses (one shorter than a slice had none)

@@ -299,6 +299,7 @@ def test_json_value_reads_what_json_loads_reads():
         assert json.dumps(got) == json.dumps(want)
     assert [math.copysign(1, f) for f in json_value(texts[0])] == [math.copysign(1, f) for f in floats]
     assert json_value('{"a": 1, "a": 2}') == json.loads('{"a": 1, "a": 2}') == {"a": 2}  # the last one
+    assert json_value('["\ud800 raw"]') == json.loads('["\ud800 raw"]')  # a raw lone surrogate in a str
     for bad in ('{"a": 1', "[1,]", "nul", '{"a" 1}'):
         with pytest.raises(json.JSONDecodeError):  # json.loads's error, with its message
             json_value(bad)

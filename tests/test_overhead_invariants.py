@@ -87,7 +87,7 @@ def test_one_key_and_one_cache_read_per_call_and_the_budget_never_reads_the_data
     assert keys == n  # the key is computed once per call (it was twice with the budget)
     reads = sum(1 for s in sql if s.startswith("SELECT"))
     writes = sum(1 for s in sql if s == "BEGIN IMMEDIATE")
-    # answers are written in batches (each full batch, or the end of the tick), never one per call
+    # answers are written in batches (each full batch, or every WRITE_BATCH_S), never one per call
     assert 1 <= writes <= n // 10
     assert sum(1 for s in sql if s.startswith("INSERT OR REPLACE INTO calls")) == n
     # one read per call, plus one re-read each time this process starts a spell alone on the cache
@@ -354,3 +354,43 @@ def test_a_crash_mid_run_still_stores_every_answered_call(tmp_path, sim_inputs):
     resumed = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "r")
     Audit(cfg, target=resumed, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
     assert resumed.calls == 80 - 33
+
+
+def test_a_write_from_another_thread_keeps_the_calls_stored_meanwhile(tmp_path):
+    """CallCache is thread-safe: while another thread's len() writes the waiting calls (SQLite
+    commits without the interpreter), calls the event loop stores meanwhile stay waiting for the
+    next write instead of being dropped with that write's batch; memo rows likewise."""
+    import sqlite3
+    import threading
+
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    class P:
+        name, base_url, model_id = "p", "", "m"
+
+    req, res, n = _req(0), ChatResult(text="y"), 3000
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            len(cache)
+            time.sleep(0.0005)
+
+    async def go():
+        for i in range(n):
+            cache.put(f"k{i:06d}", P(), req, res, request_text="{}")
+            cache.memo_put(f"m{i:06d}", "{}")
+            await asyncio.sleep(0.00002)  # the other thread's writes commit meanwhile
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        asyncio.run(go())
+    finally:
+        stop.set()
+        poller.join()
+    cache.close()
+    db = sqlite3.connect(tmp_path / "c.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == n
+    assert db.execute("SELECT COUNT(*) FROM pair_memo").fetchone()[0] == n
+    db.close()

@@ -155,3 +155,23 @@ def test_steps_come_first_once_each_in_order():
     assert order.index("statsmodels.base.model") < order.index("statsmodels.stats.proportion")
     assert order.index("statsmodels.stats.proportion") < order.index("statsmodels.api")
     assert order[-1] == "statsmodels.api"
+
+
+def test_a_profile_function_set_by_the_module_itself_is_kept(tmp_path, monkeypatch):
+    """The import's slicing hook is removed afterwards, but not a profile function the imported
+    module set on purpose; one set before the import is restored."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "_next_at", 0.0)
+    name = f"lmra_fake_prof_{tmp_path.name[-6:]}"
+    (tmp_path / f"{name}.py").write_text("import sys\ndef mine(frame, event, arg):\n    pass\nsys.setprofile(mine)\n")
+    try:
+        warmup.import_paced([name], warmup.Pace())
+        assert sys.getprofile() is sys.modules[name].mine
+        before = lambda frame, event, arg: None  # noqa: E731
+        sys.setprofile(before)
+        warmup.import_paced(["lmra_fake_none_" + tmp_path.name[-6:]], warmup.Pace())  # missing: skipped
+        assert sys.getprofile() is before
+    finally:
+        sys.setprofile(None)
+        sys.modules.pop(name, None)
+

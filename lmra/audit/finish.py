@@ -40,12 +40,10 @@ class AuditResult:
     ``ratings`` is the table of ``ratings.parquet``; of a run whose pairs were spooled to disk
     (:attr:`lmra.audit.Audit.spool_min_pairs`) only the columns the tables are computed from
     (no pair ids, names, errors or LMRA answers: read those from the file), and its
-    ``responses`` frame is empty (read ``responses.jsonl``). ``responses`` is built from
-    ``response_rows`` when first read (a caller that never reads it does not pay for it: 10,000
-    responses, about 0.03–0.06 s)."""
+    ``responses`` frame is empty (read ``responses.jsonl``)."""
 
     run_dir: Path
-    response_rows: list[dict] = field(repr=False)  #: the responses' rows (see :attr:`responses`)
+    responses: pd.DataFrame
     ratings: pd.DataFrame
     per_task: pd.DataFrame
     per_domain: pd.DataFrame
@@ -58,12 +56,6 @@ class AuditResult:
     judges: pd.DataFrame = field(default_factory=pd.DataFrame)
     filtered: pd.DataFrame = field(default_factory=pd.DataFrame)
     axes: Any = None  #: :class:`lmra.axes.AxesResult` when ``axes.enabled``
-
-    @functools.cached_property
-    def responses(self) -> pd.DataFrame:
-        """The responses (one row each, the columns of ``responses.jsonl`` plus ``refusal_p``
-        and ``refused``; placebo responses included), built from :attr:`response_rows` once."""
-        return _rows_frame(self.response_rows)
 
 
 #: the per-pair columns the tables, diagnostics and counts of a spooled run do not need in memory
@@ -545,6 +537,6 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     audit._write_json("manifest.json", manifest)
     if isinstance(ratings, PairSpool):
         ratings.remove()  # the run's pairs are in ratings.parquet now
-    return AuditResult(audit.run_dir, resp_rows, rdf if rdf is not None else scores, pt, pdm, ov, summary, manifest,
+    return AuditResult(audit.run_dir, _rows_frame(resp_rows), rdf if rdf is not None else scores, pt, pdm, ov, summary, manifest,
                        refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
                        filtered=pd.DataFrame(filtered_rows), axes=axes_result)

@@ -10,9 +10,9 @@ the LMRA's ratings, the second LMRA's and the quality rows):
 * **Where**: the table ``pair_memo`` of the call cache's SQLite file
   (:meth:`lmra.cache.CallCache.memo_get` / ``memo_put``): deleting the cache deletes the memo,
   and a cache shared by several processes shares it. A pair is written only after its chain
-  finished and only once every call it made is written to the cache (same connection, after
-  the calls' batch; 256 rows a transaction, the rest when the cache closes), so a memo row
-  written by a run that later crashed is valid (a row lost with the process only means its
+  finished and only once every call it made is written to the cache (same connection, in the
+  transaction of the calls' batch or a later one; the rest when the cache closes), so a memo
+  row written by a run that later crashed is valid (a row lost with the process only means its
   pair is run again, from the cached calls).
 * **Key**: SHA-256 of a run-level part — :data:`MEMO_VERSION`, the lmra version and a hash
   of its source files and of the package versions (:func:`code_hash`: new code never
