@@ -9,12 +9,12 @@ second at the start of a run (``bench/bench_throughput.py``, issue 14). So the i
 threads import a module at a time — the heavy packages through public sub-packages first
 (:data:`STEPS`) — and
 
-* within an import, a profile hook of the importing thread (:class:`_Slicer`) pauses after
-  each :data:`SLICE_S` of wall time for ``(1 − DUTY) ÷ DUTY`` as long, when the event loop
-  wanted the interpreter during that slice (the thread did not get most of it), so that even
-  an import that cannot be split (scipy.stats' package, 0.3–0.4 s) leaves the loop most of
-  the interpreter: with a rate limit, the limiter's unused time fell from 0.9–1.2 s to
-  0.1–0.4 s (docs/benchmarks.md, "The eighth round");
+* in a run with a rate limit (:attr:`Pace.sliced`), within an import too: a profile hook of
+  the importing thread (:class:`_Slicer`) pauses after each :data:`SLICE_S` of wall time for
+  ``(1 − DUTY) ÷ DUTY`` as long, when the event loop wanted the interpreter during that slice
+  (the thread did not get most of it), so that even an import that cannot be split
+  (scipy.stats' package, 0.3–0.4 s) leaves the loop most of the interpreter: the limiter's
+  unused time fell from 0.7–1.2 s to 0.1–0.4 s (docs/benchmarks.md, "The eighth round");
 * after each import, the thread waits for the rest of ``(1 − DUTY) ÷ DUTY`` times its busy
   time (all importing threads together: one shared schedule),
 
@@ -68,11 +68,19 @@ _next_at = 0.0  # monotonic time before which no paced import starts
 
 class Pace:
     """When :func:`import_paced` stops waiting between imports: one per run, shared by its
-    importing threads."""
+    importing threads.
 
-    def __init__(self) -> None:
+    Args:
+        sliced: also slice each import (:class:`_Slicer`), for a run with a rate limit: there a
+            late event loop leaves the limit unused, and the rate limiter does not make it up
+            later. The hook about doubles the imports' own CPU time, so a run without a limit
+            (bounded by its calls in flight, or by its own CPU at zero latency) does without it.
+    """
+
+    def __init__(self, sliced: bool = False) -> None:
         self.wake = threading.Event()  #: set by :meth:`hurry` and :meth:`abandon`
         self.abandoned = False
+        self.sliced = sliced  #: read before each import (a run may set it after the pace is shared)
 
     def hurry(self) -> None:
         """The modules are needed now: import the rest at once."""
@@ -161,7 +169,8 @@ def import_paced(names: Iterable[str], pace: Pace, *, duty: float = DUTY) -> str
                     switch, profile = sys.getswitchinterval(), sys.getprofile()
                     sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
                     slicer = _Slicer(pace, duty)
-                    sys.setprofile(slicer)
+                    if pace.sliced:
+                        sys.setprofile(slicer)
                     try:
                         importlib.import_module(name)
                     except Exception:  # noqa: BLE001 — the caller's own import says what is wrong

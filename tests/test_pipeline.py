@@ -325,6 +325,7 @@ def test_background_imports_are_hurried_when_the_calls_are_done_and_abandoned_wh
     res = audit.run()
     assert len(res.ratings) > 20
     assert pace.hurried_at == [len(log)] and not pace.abandoned  # once, after the last call
+    assert not pace.sliced  # no rate limit: the imports are not sliced (lmra.warmup.Pace)
 
     class Broken(FlakyTarget):
         async def complete(self, request):
@@ -336,3 +337,10 @@ def test_background_imports_are_hurried_when_the_calls_are_done_and_abandoned_wh
     with pytest.raises(KeyboardInterrupt):
         audit.run()
     assert pace.abandoned
+
+    limited = cfg.model_copy(update={"cache": str(tmp_path / "c3.sqlite"), "judge": cfg.judge.model_copy(
+        update={"requests_per_minute": 60000})})
+    audit = Audit(limited, target=FlakyTarget([]), judge=RecordingJudge([]))
+    audit.pace = pace = Pace()
+    audit.run()
+    assert pace.sliced  # a rate limit: the imports are sliced within a module too

@@ -55,7 +55,7 @@ def test_a_long_import_is_sliced_so_the_other_thread_keeps_the_interpreter(tmp_p
         name = f"lmra_fake_long_{label}_{tmp_path.name[-6:]}"
         (tmp_path / f"{name}.py").write_text(
             f"import time\nt = time.thread_time()\nwhile time.thread_time() - t < {work}:\n    sum(range(50))\n")
-        pace = warmup.Pace()
+        pace = warmup.Pace(sliced=True)
         if hurried:
             pace.hurry()
         monkeypatch.setattr(warmup, "_next_at", 0.0)  # no wait left over from the case before
@@ -158,20 +158,28 @@ def test_steps_come_first_once_each_in_order():
 
 
 def test_a_profile_function_set_by_the_module_itself_is_kept(tmp_path, monkeypatch):
-    """The import's slicing hook is removed afterwards, but not a profile function the imported
-    module set on purpose; one set before the import is restored."""
+    """The import's slicing hook (a pace with a rate limit only) is removed afterwards, but not a
+    profile function the imported module set on purpose; one set before the import is restored."""
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(warmup, "_next_at", 0.0)
     name = f"lmra_fake_prof_{tmp_path.name[-6:]}"
-    (tmp_path / f"{name}.py").write_text("import sys\ndef mine(frame, event, arg):\n    pass\nsys.setprofile(mine)\n")
+    (tmp_path / f"{name}.py").write_text("import sys\nseen = sys.getprofile()\ndef mine(frame, event, arg):\n"
+                                          "    pass\nsys.setprofile(mine)\n")
+    plain = f"lmra_fake_plain_{tmp_path.name[-6:]}"
+    (tmp_path / f"{plain}.py").write_text("import sys\nseen = sys.getprofile()\n")
     try:
-        warmup.import_paced([name], warmup.Pace())
-        assert sys.getprofile() is sys.modules[name].mine
+        warmup.import_paced([name], warmup.Pace(sliced=True))
+        assert isinstance(sys.modules[name].seen, warmup._Slicer)  # sliced while importing …
+        assert sys.getprofile() is sys.modules[name].mine  # … and the module's own function kept
         before = lambda frame, event, arg: None  # noqa: E731
         sys.setprofile(before)
-        warmup.import_paced(["lmra_fake_none_" + tmp_path.name[-6:]], warmup.Pace())  # missing: skipped
+        warmup.import_paced(["lmra_fake_none_" + tmp_path.name[-6:]], warmup.Pace(sliced=True))  # missing: skipped
         assert sys.getprofile() is before
+        sys.setprofile(None)
+        warmup.import_paced([plain], warmup.Pace())  # a run without a rate limit: no hook
+        assert sys.modules[plain].seen is None and sys.getprofile() is None
     finally:
         sys.setprofile(None)
         sys.modules.pop(name, None)
+        sys.modules.pop(plain, None)
 

@@ -428,6 +428,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         # hurried once the calls are done, abandoned when the run stops; shared with the CLI's
         # report imports when it gave one
         pace = self.pace or Pace()
+        pace.sliced = cfg.has_rate_limit()  # (a shared pace too: its report imports are sliced alike)
         warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, pace)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)

@@ -282,7 +282,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
 
         from lmra.warmup import Pace
 
-        audit.pace = Pace()  # shared with the run's own imports: hurried when its calls are done, abandoned if it stops
+        # shared with the run's own imports: hurried when its calls are done, abandoned if it stops
+        audit.pace = Pace(sliced=cfg.has_rate_limit())
         warm = threading.Thread(target=_import_report_modules, args=(audit.pace,), name="lmra-report-imports",
                                 daemon=True)
         warm.start()
