@@ -813,16 +813,10 @@ class CallCache:
     def memo_put(self, key: str, value: str) -> None:
         """Store a pair memo row: written with the next batch of calls (:meth:`_write_soon`; the
         pair's own calls were stored before it, so the row never outlives the calls it records),
-        or by :meth:`memo_flush`, which :meth:`close` calls. A row lost to ``kill -9`` only means
-        its pair is run again (from the cached calls)."""
+        or when the cache closes. A row lost to ``kill -9`` only means its pair is run again
+        (from the cached calls)."""
         self._memo_pending[key] = (key, value, time.time())
         self._write_soon()
-
-    def memo_flush(self) -> None:
-        """Write the held pair memo rows now, with the pending calls (one transaction); rows are
-        kept (and tried again later) while the write fails."""
-        if self._memo_pending and self._mode != "closed":
-            self._write_pending()
 
     def __len__(self) -> int:
         """Calls this cache holds: its rows, after writing the calls waiting for their batch's
@@ -837,8 +831,7 @@ class CallCache:
         if self._write_timer is not None:
             self._write_timer.cancel()  # what it would write is written here
             self._write_timer = None
-        self.memo_flush()  # the pair memo's held rows (after the calls they record)
-        if not self._write_pending() and self.on_write_error is not None:
+        if not self._write_pending() and self.on_write_error is not None:  # (and the held memo rows)
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
                                 f"{self.path} (disk full or not writable); a re-run asks them again")
         if self._renewer is not None and not self._renewer.done():

@@ -38,7 +38,8 @@ DUTY = 1 / 3
 #: the interpreter's switch interval while a module is imported (Python's default is 5 ms):
 #: the event loop, woken by an answer, waits at most this long for the interpreter
 SWITCH_INTERVAL_S = 0.0005
-#: while not hurried, a module is imported in slices of this much wall time, each followed by
+#: in a run with a rate limit (:attr:`Pace.sliced`), while not hurried, a module is imported
+#: in slices of this much wall time, each followed by
 #: a pause of ``(1 − DUTY) ÷ DUTY`` slices when another thread wanted the interpreter (a profile
 #: hook of the importing thread), so that no import, however long (scipy.stats' package:
 #: 0.3–0.4 s), holds it for more than a slice at a time; a call into C code that does not
