@@ -53,6 +53,7 @@ from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelL
 from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
 from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
+from lmra.syncrun import run_sync
 from lmra.warmup import Pace, import_paced
 
 from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes
@@ -330,7 +331,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
     # -- run ------------------------------------------------------------------------------
     def run(self, inputs: Inputs | None = None) -> AuditResult:
         """Run the audit synchronously (see :meth:`arun`)."""
-        return asyncio.run(self.arun(inputs))
+        return run_sync(self.arun(inputs))
 
     async def arun(self, inputs: Inputs | None = None) -> AuditResult:
         """Run the audit and write the run folder.

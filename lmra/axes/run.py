@@ -26,6 +26,7 @@ from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig
 from lmra.providers import Provider, make_provider
 from lmra.providers.ratelimit import wrapped_bound
+from lmra.syncrun import run_sync
 from lmra.templates import load_template
 
 
@@ -187,4 +188,4 @@ def run_axes(cfg: AuditConfig, judge: Provider | None = None, **kwargs: Any) -> 
         result = run_axes(cfg, run_dir="reports/20260101-000000-default")
         result.table[result.table.selected]
     """
-    return asyncio.run(arun_axes(cfg, judge, **kwargs))
+    return run_sync(arun_axes(cfg, judge, **kwargs))

@@ -234,9 +234,8 @@ def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool) -> int:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
     print, register and check; returns the exit status."""
-    import asyncio
-
     from lmra.report.console import render_audit
+    from lmra.syncrun import run_sync
 
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
                                                     soft_wrap=True)
@@ -291,9 +290,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress
             if cfg.batch:
-                result = asyncio.run(arun_batched(audit, poll_interval_s=cfg.batch_poll_interval_s,
-                                                  max_wait_s=cfg.batch_max_wait_s, budget=audit.budget,
-                                                  log=lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}")))
+                result = run_sync(arun_batched(audit, poll_interval_s=cfg.batch_poll_interval_s,
+                                               max_wait_s=cfg.batch_max_wait_s, budget=audit.budget,
+                                               log=lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}")))
             else:
                 result = audit.run(inputs)  # the inputs checked above, not read again
     except BudgetExceeded as exc:

@@ -55,10 +55,9 @@ def _progress(console: Console, enabled: bool):
 
 def cmd_axes(args: argparse.Namespace) -> int:
     """Run ``lmra axes`` (see the module docstring). Returns the exit status (0)."""
-    import asyncio
-
     from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
+    from lmra.syncrun import run_sync
 
     console = make_console()
     run = Path(args.run)
@@ -86,8 +85,8 @@ def cmd_axes(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out) if args.out else run
     with _progress(console, not args.no_progress) as progress:
-        result = asyncio.run(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
-                                       announce=announce))
+        result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
+                                    announce=announce))
     render_axes(console, result.table, result.summary)
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")

@@ -156,6 +156,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from lmra.cli.common import rich_progress
     from lmra.config import load_config
     from lmra.report.console import render_audit
+    from lmra.syncrun import run_sync
 
     cfg = load_config(config_path)
     if state["cache"] != ":memory:":
@@ -173,8 +174,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress
-            result = asyncio.run(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
-                                              log=log))
+            result = run_sync(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
+                                           log=log))
     except BatchPending as exc:
         console.print(f"[yellow]still running:[/] {lit(exc)}")
         return EXIT_PENDING

@@ -47,6 +47,7 @@ from lmra.recsys.records import list_record, load_catalog, make_matcher
 from lmra.recsys.scoring import build_summary, score_frame
 from lmra.runstate import claim_run_dir
 from lmra.runfolder import package_versions
+from lmra.syncrun import run_sync
 
 __all__ = ["Progress", "RecsysResult", "RecsysRun", "bias_from_files", "build_summary", "load_catalog", "read_lists",
            "score_frame", "score_lists"]
@@ -98,7 +99,7 @@ class RecsysRun:
 
     def run(self) -> RecsysResult:
         """Run synchronously (see :meth:`arun`)."""
-        return asyncio.run(self.arun())
+        return run_sync(self.arun())
 
     async def arun(self) -> RecsysResult:
         """Send every instruction, parse, score and write the run folder.

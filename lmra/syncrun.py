@@ -1,0 +1,36 @@
+"""Running an audit's coroutine from synchronous code without formatting its result.
+
+On Python 3.11, :func:`asyncio.run` ends by asking ``signal.getsignal(SIGINT)`` whether its
+own Ctrl-C handler is still installed, and :mod:`signal` tries to turn that handler — a
+``functools.partial`` holding the main task — into a ``Handlers`` enum member. The failed
+lookup formats ``repr(handler)``, which formats the finished task *with its result*, twice.
+For an :class:`~lmra.audit.AuditResult` that is every DataFrame's ``to_string``: about 0.05 s
+each time, 0.1 s after the last answer of every run (``bench/bench_overhead.py``; issue 14).
+:func:`run_sync` keeps the result out of the main task, so nothing large is formatted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``, returning its result, with a main task whose result is None.
+
+    Ctrl-C, cancellation and exceptions behave as with :func:`asyncio.run` (the main task
+    awaits ``coro``, so a cancellation of it reaches ``coro``).
+
+    Raises:
+        whatever ``coro`` raises; RuntimeError when called from a running event loop.
+    """
+    box: list[T] = []
+
+    async def main() -> None:
+        box.append(await coro)
+
+    asyncio.run(main())
+    return box[0]

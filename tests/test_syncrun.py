@@ -1,0 +1,74 @@
+"""run_sync: asyncio.run without formatting the coroutine's result (lmra.syncrun, issue 14)."""
+
+import asyncio
+import signal
+import sys
+
+import pytest
+
+from lmra.syncrun import run_sync
+
+
+class _Counted:
+    reprs = 0
+
+    def __repr__(self) -> str:
+        type(self).reprs += 1
+        return "_Counted()"
+
+
+async def _result():
+    await asyncio.sleep(0)
+    return _Counted()
+
+
+def test_result_returned_and_never_formatted():
+    _Counted.reprs = 0
+    out = run_sync(_result())
+    assert isinstance(out, _Counted)
+    assert _Counted.reprs == 0
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the cost run_sync avoids is Python 3.11's signal module")
+def test_plain_asyncio_run_formats_the_result():
+    """What run_sync avoids: on 3.11, asyncio.run formats its main task with the result."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("asyncio.run installs its Ctrl-C handler only over Python's default one")
+    _Counted.reprs = 0
+    asyncio.run(_result())
+    assert _Counted.reprs >= 1
+
+
+def test_exceptions_and_cancellation_propagate():
+    async def fails():
+        raise KeyError("x")
+
+    with pytest.raises(KeyError):
+        run_sync(fails())
+
+    async def cancelled():
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+
+    with pytest.raises(asyncio.CancelledError):
+        run_sync(cancelled())
+
+
+def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs):
+    """Audit.run returns its AuditResult without formatting it (0.05 s a time with its tables)."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.audit import finish
+    from lmra.config import AuditConfig
+
+    formatted = []
+    monkeypatch.setattr(finish.AuditResult, "__repr__", lambda self: formatted.append(1) or "AuditResult(...)")
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(
+        name="syncrun", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+    result = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
+                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    assert isinstance(result, finish.AuditResult) and len(result.responses) == 12
+    assert formatted == []
