@@ -55,6 +55,7 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 from lmra.errors import LmraIOError, io_reason
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json, \
     wrap_identity
+from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -303,6 +304,10 @@ class CallCache:
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints in a worker thread (lmra.walcheckpoint); the writer's own only as a backstop
+            self._checkpointer = Checkpointer(self.path) if self.path != ":memory:" else None
+            if self._checkpointer is not None:
+                self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
             self._db.executescript(_SCHEMA)
             self._db.executescript(_MEMO_SCHEMA)  # the pair memo (lmra.audit.memo)
             self._memo_pending: dict[str, tuple] = {}  # its rows not written yet (memo_put)
@@ -479,6 +484,8 @@ class CallCache:
         self._releases.difference_update(k for k, _ in releases)
         self.write_failures = 0
         self._maybe_end_solo()
+        if self._checkpointer is not None:
+            self._checkpointer.after_write()
         return True
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -843,6 +850,8 @@ class CallCache:
         for fd in self._lock_fds or ():
             os.close(fd)  # releases the solo / shared lock
         self._lock_fds = ()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         with self._lock:
             self._db.close()
 
