@@ -61,18 +61,29 @@ def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "", inte
 
 
 class _Columns:
-    """What :func:`summarize` reads of a frame, taken out once for all its groups: the pair
-    flags (:func:`_flags`, computed row by row, so that a group's flags are the whole frame's
-    at its rows) as numpy arrays and the score columns as Series, read at a group's row
-    positions with ``iloc`` — the same values and dtypes as the group's own columns."""
+    """What :func:`summarize` reads of a frame, taken out once for all its groups as numpy
+    arrays read at a group's row positions: the pair flags (:func:`_flags`, computed row by
+    row, so that a group's flags are the whole frame's at its rows), the scores as floats
+    (``astype(float)`` of the whole column: the same values as the group's own column) and
+    the prompt ids with their codes (``pd.factorize``; NaN is −1). A column is read when a
+    group first needs it."""
 
     def __init__(self, ratings: pd.DataFrame, prefix: str):
         flags = _flags(ratings, prefix)
         self.valid, self.invalid, self.failed, self.refused, self.unlabelled = (f.to_numpy() for f in flags)
-        self.h = ratings[f"{prefix}h"]
-        self.prompt_id = ratings["prompt_id"]
-        self.combined = {m: ratings[f"{prefix}h_{m}"] for m in COMBINERS if f"{prefix}h_{m}" in ratings}
+        self.prompt_id = ratings["prompt_id"].to_numpy(dtype=object)
+        self.prompt_code = pd.factorize(ratings["prompt_id"])[0]
+        self._floats: dict[str, np.ndarray] = {}
         self._ratings, self._prefix = ratings, prefix
+
+    def floats(self, name: str) -> np.ndarray | None:
+        """Column ``prefix + name`` as float64 (None when the frame has no such column)."""
+        col = self._prefix + name
+        if col not in self._floats:
+            if col not in self._ratings:
+                return None
+            self._floats[col] = self._ratings[col].astype(float).to_numpy()
+        return self._floats[col]
 
     def rates(self, ok: np.ndarray) -> tuple[float, float]:
         """Mean q_F and q_R of the valid rows at ``ok`` (nan, nan when none; the columns are
@@ -80,28 +91,48 @@ class _Columns:
         frame does when rows are valid and a column is missing."""
         if not len(ok):
             return math.nan, math.nan
-        return tuple(float(self._ratings[f"{self._prefix}{c}"].iloc[ok].mean()) for c in ("q_F", "q_R"))
+        out = []
+        for c in ("q_F", "q_R"):
+            values = self.floats(c)
+            if values is None:
+                raise KeyError(self._prefix + c)
+            out.append(_nanmean(values[ok]))
+        return out[0], out[1]
+
+
+def _nanmean(x: np.ndarray) -> float:
+    """``pd.Series(x).mean()`` of a float64 array, computed as pandas does without bottleneck
+    (NaNs as 0 in the sum, divided by the count of the others): the same bits; nan when empty."""
+    missing = np.isnan(x)
+    n = x.size - int(missing.sum())
+    if n == 0:
+        return math.nan
+    return float(np.where(missing, 0.0, x).sum() / np.float64(n)) if missing.any() else float(x.sum() / np.float64(n))
 
 
 def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> dict:
     """:func:`summarize` of the rows at positions ``pos`` (ascending) of the frame of ``cols``."""
     ok = pos[cols.valid[pos]]
-    ci = mean_interval(cols.h.iloc[ok].astype(float).tolist(), clusters=cols.prompt_id.iloc[ok].tolist(),
-                       alpha=alpha, method=interval)
+    h = cols.floats("h")
+    if h is None:
+        raise KeyError(cols._prefix + "h")
+    ci = mean_interval(h[ok].tolist(), clusters=cols.prompt_id[ok].tolist(), alpha=alpha, method=interval)
     lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
     fwd, rev = cols.rates(ok)
+    codes = cols.prompt_code[pos]
     out = {
         "n_pairs": len(ok), "n_invalid": int(cols.invalid[pos].sum()), "n_failed": int(cols.failed[pos].sum()),
         "n_refusal": int(cols.refused[pos].sum()), "n_unlabelled": int(cols.unlabelled[pos].sum()),
         "forward_rate": fwd, "reverse_rate": rev,
         "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
         "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value,
-        "n_prompts": int(cols.prompt_id.iloc[pos].nunique()),
+        "n_prompts": int(np.unique(codes[codes >= 0]).size),
     }
     for m in COMBINERS:
-        col = cols.combined.get(m)
-        vals = col.iloc[ok].astype(float).dropna() if col is not None else pd.Series(dtype=float)
-        out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
+        col = cols.floats(f"h_{m}")
+        vals = col[ok] if col is not None else np.empty(0)
+        vals = vals[~np.isnan(vals)]  # dropped, not zeroed as in _nanmean: the sum of the others alone
+        out[f"net_rating_{m}"] = float(vals.sum() / np.float64(vals.size)) if vals.size else math.nan
     return out
 
 
