@@ -448,12 +448,14 @@ def read_jsonl_rows(path: Path) -> list[dict]:
     return rows
 
 
-def read_pairs(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+def read_pairs(path: str | Path, columns: Sequence[str] | None = None, *, decode: bool = True) -> pd.DataFrame:
     """A per-pair file as a frame, one row per pair, in file order.
 
     Args:
         path: ``ratings.parquet`` or ``ratings.jsonl`` (a run folder: its :func:`pairs_file`).
         columns: only these columns (those the file lacks are absent from the frame); default all.
+        decode: False leaves a Parquet file's JSON columns as their text (:func:`decode_json`
+            decodes them, e.g. after rows were selected).
 
     Returns:
         The frame: JSON columns decoded to dicts (None where null), ``q_F, q_R, q_N, h``
@@ -477,16 +479,22 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None) -> pd.Dat
             df = pq.read_table(p, columns=want).to_pandas()
         except OSError as exc:
             raise LmraInputError(f"not a readable Parquet file ({exc})", file=p) from None
-        for col in _json_columns(p):
-            if col in df:
-                df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
-        return df
+        return decode_json(df, p) if decode else df
     df = pd.DataFrame(read_jsonl_rows(p))
     if columns is not None:
         df = df[[c for c in columns if c in df]]
     for col in ("q_F", "q_R", "q_N", "h"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def decode_json(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """Decode, in place, the JSON columns of rows read from the Parquet file ``path`` (with
+    ``read_pairs(..., decode=False)``; dicts, None where null); returns ``df``."""
+    for col in _json_columns(Path(path)):
+        if col in df:
+            df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
     return df
 
 
@@ -545,11 +553,16 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
     values = [tuple(v) for v in values]
     p = Path(path)
     if p.suffix != ".parquet" or not values or is_small(p):
-        df = read_pairs(p)
+        df = read_pairs(p, decode=False)  # the JSON cells of the rows kept are decoded below
         if df.empty or not values:
-            return df.iloc[:0]
+            return (decode_json(df, p) if p.suffix == ".parquet" else df).iloc[:0]
         mask = pd.MultiIndex.from_frame(df[list(keys)].astype(object)).isin(values)
-        return df[mask].reset_index(drop=True)
+        kept = df[mask].reset_index(drop=True)
+        if p.suffix != ".parquet":
+            return kept
+        if kept.empty:  # the JSON columns' dtype of the decoded file
+            return kept.astype({c: object for c in _json_columns(p) if c in kept})
+        return decode_json(kept, p)
     con = connect()
     have = register_pairs(con, p)
     con.register("_wanted", pd.DataFrame(values, columns=list(keys)))
@@ -563,10 +576,7 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
                  f"QUALIFY _k <= {int(top[2])}")
     rel = con.sql(f"SELECT * EXCLUDE (row_no) FROM ({query}) ORDER BY row_no")
     df = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()).to_pandas()
-    for col in _json_columns(p):
-        if col in df:
-            df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
-    return df
+    return decode_json(df, p)
 
 
 def jsonl_rows_where(path: str | Path, field: str, values: Iterable[str]) -> list[dict]:

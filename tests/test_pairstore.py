@@ -198,3 +198,23 @@ def test_duckdb_reads_give_the_report_the_same_transcripts(run_fixture_legacy, m
     with pytest.raises(LmraInputError) as e:
         transcripts_context(load_run(new), 2)
     assert "responses.jsonl" in str(e.value)
+
+
+def test_rows_where_of_a_small_file_are_the_filtered_rows_with_their_json_decoded(tmp_path):
+    """read_pairs_where of a small Parquet file decodes the JSON cells of the rows it keeps only:
+    the same frame (values and dtypes) as filtering the fully decoded file, also when nothing
+    matches."""
+    from lmra.pairstore import read_pairs_where
+
+    df = _bench().synthetic_frame(600, seed=4)
+    df["judge_forward"] = [{"probs": {"A": 0.1 * (i % 10)}, "mass": 1.0} if i % 7 else None for i in range(len(df))]
+    path = tmp_path / "ratings.parquet"
+    write_pairs(path, df)
+    full = read_pairs(path)
+    assert isinstance(full["judge_forward"].iloc[1], dict) and full["judge_forward"].iloc[0] is None
+    tasks = sorted(set(full["task"]))
+    for wanted in (tasks[:2], tasks[3:4], ["no such task"]):
+        got = read_pairs_where(path, ["task"], [(t,) for t in wanted])
+        expected = full[full["task"].isin(wanted)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+        assert len(got) == (0 if wanted == ["no such task"] else len(expected))
