@@ -48,3 +48,36 @@ def test_an_audit_runs_its_calls_with_a_frozen_heap_and_gives_it_back(tmp_path, 
           judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
     assert seen and min(seen) > 1000
     assert gc.get_freeze_count() == 0
+
+
+def test_young_collections_are_rarer_inside_the_block_and_the_thresholds_come_back():
+    """Inside frozen_heap the youngest generation waits for YOUNG_THRESHOLD allocations (an
+    audit allocates a few dozen containers per call); the process's thresholds come back after,
+    and a higher threshold the process set itself is kept."""
+    from lmra.gcquiet import YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    young = []
+    cb = lambda phase, info: young.append(1) if phase == "start" and info["generation"] == 0 else None  # noqa: E731
+
+    def allocate():
+        young.clear()
+        gc.callbacks.append(cb)
+        try:
+            keep = [[i] for i in range(100_000)]
+        finally:
+            gc.callbacks.remove(cb)
+        return len(young), len(keep)
+
+    outside, _ = allocate()
+    with frozen_heap():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        inside, _ = allocate()
+    assert gc.get_threshold() == before
+    assert outside >= 100_000 // max(before[0], 1) // 2 and inside <= 100_000 // YOUNG_THRESHOLD + 1 < outside
+    gc.set_threshold(50_000, *before[1:])
+    try:
+        with frozen_heap():
+            assert gc.get_threshold()[0] == 50_000
+    finally:
+        gc.set_threshold(*before)
