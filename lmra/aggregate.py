@@ -63,27 +63,62 @@ def summarize(ratings: pd.DataFrame, alpha: float = 0.05, prefix: str = "", inte
 class _Columns:
     """What :func:`summarize` reads of a frame, taken out once for all its groups as numpy
     arrays read at a group's row positions: the pair flags (:func:`_flags`, computed row by
-    row, so that a group's flags are the whole frame's at its rows), the scores as floats
-    (``astype(float)`` of the whole column: the same values as the group's own column) and
-    the prompt ids with their codes (``pd.factorize``; NaN is −1). A column is read when a
-    group first needs it."""
+    row, so that a group's flags are the whole frame's at its rows), the prompt ids with their
+    codes (``pd.factorize``; NaN is −1), and each score column as float64 when it is float64
+    or an object column that converts as a whole (``astype(float)``: the same values as the
+    group's own rows). A score column of any other kind (float32, nullable, text in rows that
+    are not scored …) is read as before, the group's rows with ``iloc`` and pandas'
+    reductions, so that every number equals pandas' own. A column is read when a group first
+    needs it."""
 
     def __init__(self, ratings: pd.DataFrame, prefix: str):
         flags = _flags(ratings, prefix)
         self.valid, self.invalid, self.failed, self.refused, self.unlabelled = (f.to_numpy() for f in flags)
         self.prompt_id = ratings["prompt_id"].to_numpy(dtype=object)
         self.prompt_code = pd.factorize(ratings["prompt_id"])[0]
-        self._floats: dict[str, np.ndarray] = {}
+        self._floats: dict[str, np.ndarray | None] = {}
         self._ratings, self._prefix = ratings, prefix
 
-    def floats(self, name: str) -> np.ndarray | None:
-        """Column ``prefix + name`` as float64 (None when the frame has no such column)."""
-        col = self._prefix + name
+    def _array(self, col: str) -> np.ndarray | None:
+        """Column ``col`` as float64 when that gives pandas' own numbers, else None."""
         if col not in self._floats:
-            if col not in self._ratings:
-                return None
-            self._floats[col] = self._ratings[col].astype(float).to_numpy()
+            s = self._ratings[col]
+            values = None
+            if s.dtype == np.float64:
+                values = s.to_numpy()
+            elif s.dtype == object:
+                try:
+                    values = s.astype(float).to_numpy()
+                except (TypeError, ValueError):
+                    values = None
+            self._floats[col] = values
         return self._floats[col]
+
+    def values(self, name: str, ok: np.ndarray) -> list[float]:
+        """Column ``prefix + name`` at rows ``ok`` as floats (KeyError when absent)."""
+        col = self._prefix + name
+        a = self._array(col)
+        return a[ok].tolist() if a is not None else self._ratings[col].iloc[ok].astype(float).tolist()
+
+    def mean(self, name: str, ok: np.ndarray) -> float:
+        """Mean of column ``prefix + name`` at rows ``ok``, NaNs skipped (``Series.mean``)."""
+        col = self._prefix + name
+        a = self._array(col)
+        return _nanmean(a[ok]) if a is not None else float(self._ratings[col].iloc[ok].mean())
+
+    def mean_of_scored(self, name: str, ok: np.ndarray) -> float:
+        """Mean of the non-NaN values of column ``prefix + name`` at rows ``ok`` (nan when none
+        or when the frame has no such column)."""
+        col = self._prefix + name
+        if col not in self._ratings:
+            return math.nan
+        a = self._array(col)
+        if a is None:
+            vals = self._ratings[col].iloc[ok].astype(float).dropna()
+            return float(vals.mean()) if len(vals) else math.nan
+        vals = a[ok]
+        vals = vals[~np.isnan(vals)]  # dropped, not zeroed as in _nanmean: the sum of the others alone
+        return float(vals.sum() / np.float64(vals.size)) if vals.size else math.nan
 
     def rates(self, ok: np.ndarray) -> tuple[float, float]:
         """Mean q_F and q_R of the valid rows at ``ok`` (nan, nan when none; the columns are
@@ -91,13 +126,7 @@ class _Columns:
         frame does when rows are valid and a column is missing."""
         if not len(ok):
             return math.nan, math.nan
-        out = []
-        for c in ("q_F", "q_R"):
-            values = self.floats(c)
-            if values is None:
-                raise KeyError(self._prefix + c)
-            out.append(_nanmean(values[ok]))
-        return out[0], out[1]
+        return self.mean("q_F", ok), self.mean("q_R", ok)
 
 
 def _nanmean(x: np.ndarray) -> float:
@@ -113,10 +142,7 @@ def _nanmean(x: np.ndarray) -> float:
 def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> dict:
     """:func:`summarize` of the rows at positions ``pos`` (ascending) of the frame of ``cols``."""
     ok = pos[cols.valid[pos]]
-    h = cols.floats("h")
-    if h is None:
-        raise KeyError(cols._prefix + "h")
-    ci = mean_interval(h[ok].tolist(), clusters=cols.prompt_id[ok].tolist(), alpha=alpha, method=interval)
+    ci = mean_interval(cols.values("h", ok), clusters=cols.prompt_id[ok].tolist(), alpha=alpha, method=interval)
     lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
     fwd, rev = cols.rates(ok)
     codes = cols.prompt_code[pos]
@@ -129,10 +155,7 @@ def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> di
         "n_prompts": int(np.unique(codes[codes >= 0]).size),
     }
     for m in COMBINERS:
-        col = cols.floats(f"h_{m}")
-        vals = col[ok] if col is not None else np.empty(0)
-        vals = vals[~np.isnan(vals)]  # dropped, not zeroed as in _nanmean: the sum of the others alone
-        out[f"net_rating_{m}"] = float(vals.sum() / np.float64(vals.size)) if vals.size else math.nan
+        out[f"net_rating_{m}"] = cols.mean_of_scored(f"h_{m}", ok)
     return out
 
 

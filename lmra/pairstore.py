@@ -489,11 +489,12 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None, *, decode
     return df
 
 
-def decode_json(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+def decode_json(df: pd.DataFrame, path: str | Path, only: Iterable[str] | None = None) -> pd.DataFrame:
     """Decode, in place, the JSON columns of rows read from the Parquet file ``path`` (with
-    ``read_pairs(..., decode=False)``; dicts, None where null); returns ``df``."""
+    ``read_pairs(..., decode=False)``; None where null), or those of them in ``only``;
+    returns ``df``. A column's dtype is what pandas infers from the decoded values."""
     for col in _json_columns(Path(path)):
-        if col in df:
+        if col in df and (only is None or col in only):
             df[col] = [json_value(v) if isinstance(v, str) else None for v in df[col]]
     return df
 
@@ -553,16 +554,22 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
     values = [tuple(v) for v in values]
     p = Path(path)
     if p.suffix != ".parquet" or not values or is_small(p):
-        df = read_pairs(p, decode=False)  # the JSON cells of the rows kept are decoded below
+        df = read_pairs(p, decode=False)
         if df.empty or not values:
             return (decode_json(df, p) if p.suffix == ".parquet" else df).iloc[:0]
+        # the LMRA's answers (JSON_COLUMNS: objects or null, so an object column however many
+        # rows) are decoded for the rows kept only; other JSON columns whole, as read_pairs
+        # does, since the dtype pandas infers depends on all their values
+        late = [c for c in (_json_columns(p) if p.suffix == ".parquet" else []) if c in JSON_COLUMNS]
+        if p.suffix == ".parquet":
+            decode_json(df, p, only=[c for c in _json_columns(p) if c not in late])
         mask = pd.MultiIndex.from_frame(df[list(keys)].astype(object)).isin(values)
         kept = df[mask].reset_index(drop=True)
         if p.suffix != ".parquet":
             return kept
-        if kept.empty:  # the JSON columns' dtype of the decoded file
-            return kept.astype({c: object for c in _json_columns(p) if c in kept})
-        return decode_json(kept, p)
+        if kept.empty:
+            return kept.astype({c: object for c in late if c in kept})
+        return decode_json(kept, p, only=late)
     con = connect()
     have = register_pairs(con, p)
     con.register("_wanted", pd.DataFrame(values, columns=list(keys)))

@@ -22,11 +22,21 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)``, returning its result, with a main task whose result is None.
 
     Ctrl-C, cancellation and exceptions behave as with :func:`asyncio.run` (the main task
-    awaits ``coro``, so a cancellation of it reaches ``coro``).
+    awaits ``coro``, so a cancellation of it reaches ``coro``); only the main task's own
+    coroutine is this function's wrapper, not ``coro``.
 
     Raises:
-        whatever ``coro`` raises; RuntimeError when called from a running event loop.
+        whatever ``coro`` raises; ValueError when ``coro`` is not a coroutine and RuntimeError
+        when called from a running event loop (both as :func:`asyncio.run`).
     """
+    if not asyncio.iscoroutine(coro):
+        raise ValueError(f"a coroutine was expected, got {coro!r}")
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("asyncio.run() cannot be called from a running event loop")
     box: list[T] = []
 
     async def main() -> None:

@@ -125,3 +125,18 @@ def test_rows_equal_pandas_own_reductions_bit_for_bit(seed, object_scores):
                                  | _pandas_summary(g, 0.05, "", "betting")
                                  for k, g in big.groupby(keys, sort=True, dropna=False)])
         pd.testing.assert_frame_equal(got, expected, check_exact=True)
+
+
+def test_float32_scores_and_text_in_unscored_rows_give_pandas_numbers():
+    """A float32 score column is averaged as pandas averages it (in float32), and text in a row
+    that is not scored does not stop the table (the numpy path is for float64 / numeric
+    object columns only)."""
+    rng = np.random.default_rng(5)
+    n = 50
+    df = pd.DataFrame({"prompt_id": np.arange(n).astype(str), "valid": True,
+                       "q_F": rng.random(n).astype(np.float32), "q_R": rng.random(n), "h": rng.random(n) - 0.5})
+    assert aggregate.summarize(df)["forward_rate"] == float(df["q_F"].mean())
+    df2 = pd.DataFrame({"prompt_id": ["1", "2", "3"], "valid": [True, True, False], "q_F": [0.5, 0.25, 0.0],
+                        "q_R": [0.5, 0.0, 0.0], "h": [0.0, 0.25, "n/a"]})
+    s = aggregate.summarize(df2)
+    assert s["net_rating"] == 0.125 and s["n_pairs"] == 2

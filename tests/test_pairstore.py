@@ -208,6 +208,9 @@ def test_rows_where_of_a_small_file_are_the_filtered_rows_with_their_json_decode
 
     df = _bench().synthetic_frame(600, seed=4)
     df["judge_forward"] = [{"probs": {"A": 0.1 * (i % 10)}, "mass": 1.0} if i % 7 else None for i in range(len(df))]
+    tasks_sorted = sorted(set(df["task"]))
+    # an extra JSON column whose rows of one task hold only ints (pandas infers its dtype from all rows)
+    df["extra"] = [i if t == tasks_sorted[3] else {"i": i} for i, t in enumerate(df["task"])]
     path = tmp_path / "ratings.parquet"
     write_pairs(path, df)
     full = read_pairs(path)

@@ -54,6 +54,21 @@ def test_exceptions_and_cancellation_propagate():
         run_sync(cancelled())
 
 
+def test_refuses_what_asyncio_run_refuses():
+    with pytest.raises(ValueError):
+        run_sync(asyncio.sleep)  # not a coroutine
+
+    async def inside():
+        coro = _result()
+        try:
+            with pytest.raises(RuntimeError, match="running event loop"):
+                run_sync(coro)
+        finally:
+            coro.close()
+
+    asyncio.run(inside())
+
+
 def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs):
     """Audit.run returns its AuditResult without formatting it (0.05 s a time with its tables)."""
     from conftest import NAME_TO_GROUP

@@ -81,3 +81,61 @@ def test_close_waits_for_a_checkpoint_under_way_and_errors_are_ignored(tmp_path)
     broken.after_write()
     broken.close()
     assert broken.done == 0
+
+
+def test_one_checkpoint_at_a_time_from_many_threads_and_close_after_it(tmp_path, monkeypatch):
+    """Writes from several threads start at most one checkpoint thread at a time (a second
+    one would share the connection), and close() returns with none left running."""
+    monkeypatch.setattr(wc, "CHECKPOINT_EVERY_S", 0.0)
+    running, most, guard = [0], [0], threading.Lock()
+    real = Checkpointer._checkpoint
+
+    def spy(self):
+        with guard:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            threading.Event().wait(0.003)
+            real(self)
+        finally:
+            with guard:
+                running[0] -= 1
+
+    monkeypatch.setattr(Checkpointer, "_checkpoint", spy)
+    for trial in range(20):
+        cache = CallCache(tmp_path / f"c{trial}.sqlite")
+
+        def put_many(j):
+            for i in range(20):
+                cache.put(f"k{j}-{i}", P(), _req(i), ChatResult(text="x" * 3000), request_text="{}")
+
+        threads = [threading.Thread(target=put_many, args=(j,)) for j in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        cache.close()
+        assert running[0] == 0
+        assert not any(t.name == "lmra-wal-checkpoint" and t.is_alive() for t in threading.enumerate())
+    assert most[0] == 1
+
+
+def test_a_relative_path_stays_the_same_file_after_a_chdir_and_a_thread_that_cannot_start_is_ignored(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cp = Checkpointer("c.sqlite")
+    assert cp.path == str(tmp_path / "c.sqlite")
+    cp.close()
+
+    class NoThread(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(wc.threading, "Thread", NoThread)
+    cache = CallCache(tmp_path / "d.sqlite")
+    cache._checkpointer._last_start -= 10
+    cache.put("k", P(), _req(1), ChatResult(text="x"), request_text="{}")  # written, no error
+    cache.close()
+    other = sqlite3.connect(tmp_path / "d.sqlite")
+    assert other.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 1
+    other.close()
