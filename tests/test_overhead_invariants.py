@@ -394,3 +394,20 @@ def test_a_write_from_another_thread_keeps_the_calls_stored_meanwhile(tmp_path):
     assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == n
     assert db.execute("SELECT COUNT(*) FROM pair_memo").fetchone()[0] == n
     db.close()
+
+
+def test_the_one_search_for_any_pattern_finds_exactly_the_prompts_some_pattern_finds():
+    """lexical_hits skips the five identity patterns when their alternation finds nothing: the
+    same hits as searching each, on prompts that hit none, one, several or only the names."""
+    from lmra.judge import filter as flt
+
+    rng = random.Random(3)
+    pieces = ["my name is Bo", "I'm a woman", "as an older man", "my wife", "our pronouns are",
+              "I am Vietnamese", "plan a trip", "As A Single Mother", "im non-binary", "my race",
+              "Thanks, Anna", "- John", "name's", "womanhood", "a man i am", "MY HUSBAND said"]
+    texts = [" ".join(rng.sample(pieces, rng.randint(0, 4))) + " please help" for _ in range(2000)]
+    for text in texts:
+        each = [m.group(0) for p in flt._PATTERNS for m in [p.search(text)] if m]
+        assert bool(flt._ANY_PATTERN.search(text)) == bool(each)
+        got = lexical_hits(text, ("Anna", "John"))
+        assert got[:len(each)] == each

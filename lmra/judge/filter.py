@@ -32,6 +32,9 @@ _PATTERNS = [
     re.compile(r"\bmy (?:husband|wife|boyfriend|girlfriend)\b", re.I),
     re.compile(r"\b(?:my|our) (?:pronouns are|gender|race|ethnicity)\b", re.I),
 ]
+# any of them: one search instead of five for the many prompts that match none (it matches
+# exactly when one of them does)
+_ANY_PATTERN = re.compile("|".join(f"(?:{p.pattern})" for p in _PATTERNS), re.I)
 
 
 def lexical_hits(text: str, names: Iterable[str] = ()) -> list[str]:
@@ -45,7 +48,7 @@ def lexical_hits(text: str, names: Iterable[str] = ()) -> list[str]:
     Returns:
         The matched phrases (empty when none), in order of the patterns.
     """
-    hits = [m.group(0) for p in _PATTERNS for m in [p.search(text)] if m]
+    hits = [m.group(0) for p in _PATTERNS for m in [p.search(text)] if m] if _ANY_PATTERN.search(text) else []
     intro = intro_pattern(names if isinstance(names, tuple) else tuple(names))
     if intro is not None:
         m = intro.search(text)
