@@ -13,8 +13,9 @@ objects waits for the end of the calls.
 
 Within the same block the youngest generation is collected after :data:`YOUNG_THRESHOLD`
 allocations instead of Python's 700: an audit allocates a few dozen container objects per
-call, so at zero latency a 20,000-call run made 381 young collections (and 33 of the middle
-generation) taking 0.16–0.20 s; with 20,000 it makes 11, taking 0.03–0.10 s (docs/benchmarks.md,
+call, so at zero latency a fresh 20,000-call run made 180 young, 16 middle and 1 full
+collection, 0.08–0.10 s in all; with 20,000 it makes 25 young and 1 middle collection,
+0.02–0.03 s (most of them while it reads its inputs, before the block; docs/benchmarks.md,
 "The ninth round"). A young collection then takes about a millisecond.
 """
 
