@@ -3,9 +3,10 @@
 SQLite in WAL mode appends every committed page to the ``-wal`` file and, by default, copies
 them back into the database file (a *checkpoint*) inside the COMMIT that takes the log past
 1,000 pages. With ``synchronous=NORMAL`` a checkpoint syncs the log and the database file to
-disk: 20–35 ms, against about 1 ms for an ordinary COMMIT of a batch of calls. A fresh
-20,000-call audit at zero latency committed 76 batches, of which 6 checkpointed; those 6
-took 0.15 of the 0.23 s spent in COMMIT, on the event loop, with every call waiting.
+disk: 22–37 ms, against about 1 ms for an ordinary COMMIT of a batch of calls. A fresh
+20,000-call audit at zero latency committed 70–74 batches, of which 6 checkpointed; those 6
+took 0.16 of the 0.24 s spent in COMMIT, on the event loop, with every call waiting (with
+the checkpoints in this module's thread: 0.10–0.12 s; docs/benchmarks.md, "The ninth round").
 
 :class:`Checkpointer` runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its own in a
 worker thread instead: SQLite does the copying and syncing without the interpreter, while
