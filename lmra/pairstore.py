@@ -560,9 +560,10 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
         # the LMRA's answers (JSON_COLUMNS: objects or null, so an object column however many
         # rows) are decoded for the rows kept only; other JSON columns whole, as read_pairs
         # does, since the dtype pandas infers depends on all their values
-        late = [c for c in (_json_columns(p) if p.suffix == ".parquet" else []) if c in JSON_COLUMNS]
-        if p.suffix == ".parquet":
-            decode_json(df, p, only=[c for c in _json_columns(p) if c not in late])
+        json_cols = _json_columns(p) if p.suffix == ".parquet" else []
+        late = [c for c in json_cols if c in JSON_COLUMNS]
+        if json_cols:
+            decode_json(df, p, only=[c for c in json_cols if c not in late])
         mask = pd.MultiIndex.from_frame(df[list(keys)].astype(object)).isin(values)
         kept = df[mask].reset_index(drop=True)
         if p.suffix != ".parquet":

@@ -4,8 +4,9 @@ On Python 3.11, :func:`asyncio.run` ends by asking ``signal.getsignal(SIGINT)`` 
 own Ctrl-C handler is still installed, and :mod:`signal` tries to turn that handler — a
 ``functools.partial`` holding the main task — into a ``Handlers`` enum member. The failed
 lookup formats ``repr(handler)``, which formats the finished task *with its result*, twice.
-For an :class:`~lmra.audit.AuditResult` that is every DataFrame's ``to_string``: about 0.05 s
-each time, 0.1 s after the last answer of every run (``bench/bench_overhead.py``; issue 14).
+For an :class:`~lmra.audit.AuditResult` that is every DataFrame's ``to_string``: about 0.02 s
+each time at 5,000 pairs, after the last answer of every run (issue 14; docs/benchmarks.md,
+"The ninth round").
 :func:`run_sync` keeps the result out of the main task, so nothing large is formatted.
 """
 

@@ -75,10 +75,11 @@ __all__ = ["Audit", "AuditResult", "Inputs", "UNLABELLED", "finish_run", "placeb
 def _import_finishing_modules(cfg: AuditConfig, pace: Pace) -> None:
     """Import what scoring and writing the run folder needs, in a worker thread while the model
     calls of the run are waited for, paced by the run's ``pace`` (:func:`lmra.warmup.import_paced`:
-    the event loop keeps the interpreter): pyarrow's Parquet writer, and scipy.stats and statsmodels (1–3 s) only when
-    this config's run uses them (refusal rates, t-intervals, quality criteria, axes); a run
-    without them (the betting interval, refusal labels off) never loads them."""
-    names = ["lmra.judge.calibration", "lmra.judge_check", "pyarrow.parquet"]  # pyarrow.parquet: ratings.parquet
+    the event loop keeps the interpreter): pyarrow's Parquet writer (``ratings.parquet``) always,
+    scipy.stats and statsmodels (1–3 s) only when this config's run uses them (refusal rates,
+    t-intervals, quality criteria, axes); a run without them (the betting interval, refusal
+    labels off) never loads them."""
+    names = ["lmra.judge.calibration", "lmra.judge_check", "pyarrow.parquet"]
     if cfg.refusal.enabled:  # Wilson intervals and z-tests of the refusal rates (lmra.aggregate.refusal_table)
         names += ["scipy.stats", "statsmodels.stats.proportion"]
     if cfg.quality.enabled or cfg.axes.enabled:  # Holm / Bonferroni (lmra.stats.adjust_pvalues, lmra.axes)
