@@ -17,13 +17,15 @@ is first imported):
   (scoring, the run folder's files);
 * **console report**, **warehouse** (``lmra.cli.scale.after_run``), **gates**, **history and check**
   (``monitor_after_audit`` without the report), **report.html** (``write_report``: its modules'
-  first import, the figures, the sample-size simulation, the transcripts, the template);
+  first import, the figures, the sample-size simulation, the transcripts, the template; or, in
+  versions with the forked report process, ``ReportWorker.render``: the wait for that process to
+  write it, its imports done during the run on the other core);
 * **other**: the rest of ``lmra.cli.main``.
 
 "fixed" = everything but the model calls and pair work: what a re-run costs even when its calls
 cost nothing, so (fixed of the cached run) ÷ (fresh run) bounds cached ÷ fresh from below.
 Each column is the run with the smallest wall time of ``--repeat`` (default 2), wall time and the
-process's CPU time (all threads). Both versions must write the same ``per_task.csv`` bytes (checked). About 2–3
+process's CPU time (all threads; the total also counts a forked report process, the parts do not). Both versions must write the same ``per_task.csv`` bytes (checked). About 2–3
 minutes on 2 busy cores.
 
 Run: python bench/bench_cli_split.py [--before /tmp/lmra_before] [--after DIR] [--pairs 5000] [--repeat 2]
@@ -50,7 +52,8 @@ TIMED = [("lmra.audit", "Audit.run", "run"), ("lmra.audit", "Audit._finish", "fi
          ("lmra.audit.inputs", "InputsStage.load_inputs", "load_inputs"),
          ("lmra.report.console", "render_audit", "console report"), ("lmra.cli.scale", "after_run", "warehouse"),
          ("lmra.cli.gates", "gates_after_audit", "gates"), ("lmra.cli.monitor", "monitor_after_audit", "monitor"),
-         ("lmra.report.html", "write_report", "report.html")]
+         ("lmra.report.html", "write_report", "report.html"),
+         ("lmra.report.worker", "ReportWorker.render", "report.html")]
 PARTS = ["start", "before the run", "  of which load_inputs", "model calls and pair work", "finish", "console report",
          "warehouse", "gates", "history and check", "report.html", "other", "total", "fixed (all but the calls)"]
 

@@ -20,9 +20,9 @@ from test_gates import write_config
 TESTS = Path(__file__).resolve().parent
 
 
-def _python(code: str, cwd: Path) -> str:
+def _python(code: str, cwd: Path, env: dict | None = None) -> str:
     """Run ``code`` in a fresh interpreter that imports the test providers; its last stdout line."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])} | (env or {})
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
@@ -61,16 +61,21 @@ def test_audit_without_refusal_labels_loads_no_scipy_stats_nor_statsmodels(tmp_p
     """Refusal labels off, betting intervals, no quality criteria: neither the run, nor the
     warehouse, nor report.html needs scipy.stats or statsmodels (1–3 s of imports), so the
     command never imports them; it reads its inputs once (the run gets the checked ones); the
-    report's modules (matplotlib …) are loaded by a background thread started before the calls,
-    so they are in when the calls end — and never with ``--no-report``; at exit the heap is
-    frozen, so the interpreter's last garbage collections skip it."""
+    report's modules (matplotlib …) are loaded by the forked report process
+    (:mod:`lmra.report.worker`), never by the command's own process, or, with
+    ``LMRA_REPORT_PROCESS=0``, by a background thread started before the calls, so they are in
+    when the calls end — and never with ``--no-report``; at exit the heap is frozen, so the
+    interpreter's last garbage collections skip it."""
     cfg = write_config(tmp_path, name="norefusal", n_prompts=12, top='interval = "betting"\n[refusal]\nenabled = false')
     code = AUDIT.replace("sys.argv[1]", repr(str(cfg)))
     out = json.loads(_python(code.replace("EXTRA", "[]"), tmp_path))
+    assert out == {"rc": 0, "heavy": [], "loads": 1, "matplotlib_before_report": False, "matplotlib": False,
+                   "frozen_at_exit": True}
+    out = json.loads(_python(code.replace("EXTRA", "[]"), tmp_path, {"LMRA_REPORT_PROCESS": "0"}))
     assert out == {"rc": 0, "heavy": [], "loads": 1, "matplotlib_before_report": True, "matplotlib": True,
                    "frozen_at_exit": True}
-    (report,) = (tmp_path / "reports").glob("*-norefusal/report.html")
-    assert b"<svg" in report.read_bytes()
+    reports = list((tmp_path / "reports").glob("*-norefusal/report.html"))
+    assert len(reports) == 2 and all(b"<svg" in r.read_bytes() for r in reports)
     out = json.loads(_python(code.replace("EXTRA", "['--no-report']"), tmp_path))
     assert out == {"rc": 0, "heavy": [], "loads": 1, "matplotlib_before_report": False, "matplotlib": False,
                    "frozen_at_exit": True}

@@ -66,14 +66,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
         first_night = _precheck_baseline(cfg, args.baseline)
     from lmra.audit import Audit  # after the checks above: a bad option or config is said without loading it
 
-    audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
-    if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
-        audit.shard = args.shard
-        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{args.shard.index}of{args.shard.count}")
+    worker = None
+    if not args.no_report and args.shard is None:  # report.html written by a process of its own, forked
+        from lmra.report.worker import ReportWorker  # now: before any model, cache or thread exists
+
+        worker = ReportWorker.start()
+    audit = None
     try:
-        return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night)
+        audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
+        if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
+            audit.shard = args.shard
+            audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{args.shard.index}of{args.shard.count}")
+        return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night, report_worker=worker)
     finally:
-        if args.run_dir_file and audit.run_dir.is_dir():
+        if worker is not None:  # ended by the report, or killed now (no report: the run failed or stopped)
+            worker.close()
+        if args.run_dir_file and audit is not None and audit.run_dir.is_dir():
             from lmra.fileio import write_text
 
             write_text(args.run_dir_file, f"{audit.run_dir.resolve()}\n")
@@ -231,9 +239,11 @@ def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
     return {"provider": provider, "model": model}
 
 
-def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool) -> int:
+def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,
+               report_worker=None) -> int:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
-    print, register and check; returns the exit status."""
+    print, register and check; returns the exit status. ``report_worker``: the
+    :class:`~lmra.report.worker.ReportWorker` that writes report.html, if one was forked."""
     from lmra.report.console import render_audit
     from lmra.syncrun import run_sync
 
@@ -276,7 +286,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
 
         audit.on_judge_check = early
     warm = result = None
-    if audit.shard is None and not args.no_report:  # report.html's modules load while the calls run
+    if audit.shard is None and not args.no_report and report_worker is None:  # report.html's modules load
+        # while the calls run (a forked report process imports them itself)
         import threading
 
         from lmra.warmup import Pace
@@ -356,7 +367,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
         monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
                             report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
-                            allow_unvalidated_judge=args.allow_unvalidated_judge)
+                            allow_unvalidated_judge=args.allow_unvalidated_judge, report_worker=report_worker)
     if audit.shard is not None:
         return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":
@@ -384,17 +395,14 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     return print_final_status(console, reasons)
 
 
-#: what writing report.html loads (matplotlib takes 0.5–1 s), imported by :func:`_import_report_modules`
-REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja2", "lmra.report.html",
-                  "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
-
-
 def _import_report_modules(pace) -> None:
-    """Import :data:`REPORT_MODULES` and compile the report's template in a background thread
-    while the audit's model calls are waited for, paced by the run's ``pace``
+    """Import :data:`lmra.report.worker.REPORT_MODULES` and compile the report's template in a
+    background thread while the audit's model calls are waited for, paced by the run's ``pace``
     (:func:`lmra.warmup.import_paced`: the event loop keeps the interpreter), so that the report
     does not wait for them after the last call; a module that fails to import is left to the
-    report, which says why."""
+    report, which says why. (Where the report has a process of its own,
+    :class:`lmra.report.worker.ReportWorker`, that process imports them instead.)"""
+    from lmra.report.worker import REPORT_MODULES
     from lmra.warmup import import_paced
 
     try:

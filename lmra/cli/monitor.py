@@ -470,10 +470,11 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, margin: float = 0.0,
                         alpha: float = 0.05, report: bool = True, console: Console | None = None,
                         first_night: bool = False, reasons: dict[int, str] | None = None,
-                        allow_unvalidated_judge: bool = False) -> int:
+                        allow_unvalidated_judge: bool = False, report_worker=None) -> int:
     """What ``lmra audit`` does after a run: register it in ``<output_dir>/history.sqlite``,
     check it against ``baseline`` (``RUN``/``last``/``pinned``) when given, and write
-    ``report.html`` into the run folder.
+    ``report.html`` into the run folder — by ``report_worker`` (a forked
+    :class:`~lmra.report.worker.ReportWorker`) when given and able, else in this process.
 
     ``first_night`` (``lmra audit`` found no ``pinned``/``last`` baseline before the run):
     when there is still none, nothing is checked and, for ``pinned``, the run is pinned if it
@@ -524,7 +525,15 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                         reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({check.judge_status_line})"
         finally:  # the report is written even when the baseline is refused (exit 2)
             if report:
-                path = write_report(run, history=h, check=check, comparison=cmp)
+                path = None
+                if report_worker is not None:
+                    h.db.commit()  # the child reads the history through a connection of its own
+                    path = report_worker.render(run, history_path=h.path, check=check, comparison=cmp)
+                    if path is None:
+                        console.print(Text(f"report.html is written by this process: its report process could not "
+                                           f"write it ({report_worker.failure})", style="dim"), soft_wrap=True)
+                if path is None:
+                    path = write_report(run, history=h, check=check, comparison=cmp)
                 console.print(f"HTML report: [bold]{lit(path)}[/]")
     return status
 

@@ -1,0 +1,254 @@
+"""``report.html`` of ``lmra audit`` rendered by a child process forked before the run (issue 14,
+goal 2), so that the report's imports (matplotlib: 0.5–1 s of CPU with its template) run on
+another core instead of taking the interpreter from the event loop making the calls.
+
+:meth:`ReportWorker.start` forks the ``lmra audit`` process once its config is checked and
+before anything else is opened (no call cache, model, thread or SQLite connection yet: the
+child shares no lock or file position the parent uses later). The child ignores Ctrl-C (the
+parent handles it), imports :data:`REPORT_MODULES`, compiles the template, says it is ready
+and waits. After the run, :meth:`ReportWorker.render` hands it the run folder (the parent's
+:class:`~lmra.runfolder.RunFolder`, regression check and comparison, pickled) and the run
+history's path; the child opens the history itself, writes ``report.html`` with
+:func:`lmra.report.html.write_report` — the same function on the same inputs as in-process —
+and returns the path. The parent waits meanwhile (it prints the path afterwards, as before).
+
+Nothing is lost when the child cannot help: ``render`` returns None — the child could not be
+forked, died, failed (its error is kept in :attr:`ReportWorker.failure`), took longer than
+:data:`READY_TIMEOUT_S` to import, or an input cannot be pickled — and the caller writes the
+report in-process, which raises what it raises there. A parent that ends without a report
+(a failed or stopped run, an exception, Ctrl-C) calls :meth:`ReportWorker.close`, which kills
+the child; a parent killed outright closes the pipe, and the child, reading end-of-file,
+exits. The child leaves with ``os._exit`` (no ``atexit`` handlers, no flushing of the
+parent's buffers).
+
+Used only on Linux, with one Python thread alive, unless ``LMRA_REPORT_PROCESS=0`` (then the
+report's modules are imported by a paced thread during the run, :mod:`lmra.warmup`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+#: what writing report.html loads (matplotlib takes 0.5–1 s); the child imports them ahead
+REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja2", "lmra.report.html",
+                  "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
+#: seconds the run's end waits for the child to finish its imports before writing the report itself
+READY_TIMEOUT_S = 60.0
+#: seconds between looks at whether the child is still alive while waiting for it
+POLL_S = 0.1
+#: seconds a child that has answered is given to exit by itself before it is killed
+EXIT_WAIT_S = 1.0
+#: the environment variable that turns the child process off (value ``0``)
+ENV_SWITCH = "LMRA_REPORT_PROCESS"
+
+
+def import_report_modules(import_module=None) -> None:
+    """Import :data:`REPORT_MODULES` (with ``import_module``, default :func:`importlib.import_module`)
+    and compile the report's template.
+
+    Raises:
+        whatever an import raises (the report then says it in-process).
+    """
+    import importlib
+
+    for name in REPORT_MODULES:
+        (import_module or importlib.import_module)(name)
+    from lmra.report.html import report_template
+
+    report_template()
+
+
+def forking_allowed() -> bool:
+    """True where :meth:`ReportWorker.start` forks: Linux, ``os.fork`` present, only the main
+    Python thread alive (a lock held by another thread at the fork would stay held in the
+    child), and ``LMRA_REPORT_PROCESS`` not ``0``."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+            and os.environ.get(ENV_SWITCH, "1").strip() != "0")
+
+
+class ReportWorker:
+    """The forked report process of one ``lmra audit`` (see the module docstring).
+
+    Attributes:
+        pid: the child's process id.
+        failure: why the last :meth:`render` returned None (None when it did not).
+    """
+
+    def __init__(self, pid: int, conn) -> None:
+        self.pid = pid
+        self._conn = conn
+        self._ready = False
+        self._reaped = False
+        self._answered = False
+        self.failure: str | None = None
+
+    @classmethod
+    def start(cls) -> "ReportWorker | None":
+        """Fork the report process; None where :func:`forking_allowed` is False or the fork
+        fails (the report is then written in-process)."""
+        if not forking_allowed():
+            return None
+        from multiprocessing import Pipe
+
+        try:
+            parent_conn, child_conn = Pipe()
+            for stream in (sys.stdout, sys.stderr):  # the child must not write the parent's buffered text again
+                try:
+                    stream.flush()
+                except (AttributeError, OSError, ValueError):
+                    pass
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:  # the child: never returns
+            status = 1
+            try:
+                parent_conn.close()
+                _child_main(child_conn)
+                status = 0
+            finally:
+                os._exit(status)
+        child_conn.close()
+        return cls(pid, parent_conn)
+
+    def alive(self) -> bool:
+        """True while the child runs (it is reaped once it has ended)."""
+        if self._reaped:
+            return False
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = self.pid
+        if pid == self.pid:
+            self._reaped = True
+            return False
+        return True
+
+    def _receive(self, timeout_s: float | None) -> tuple[str, object]:
+        """``("message", the child's next message)``, ``("ended", None)`` when it ended or closed
+        the pipe, or ``("late", None)`` when it sent nothing within ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                if self._conn.poll(POLL_S):
+                    return "message", self._conn.recv()
+            except (EOFError, OSError):
+                return "ended", None
+            if not self.alive():
+                return "ended", None
+            if deadline is not None and time.monotonic() >= deadline:
+                return "late", None
+
+    def render(self, run, *, history_path: str | Path | None, check=None, comparison=None) -> Path | None:
+        """``report.html`` of ``run`` written by the child, as :func:`lmra.report.html.write_report`
+        ``(run, history=…, check=check, comparison=comparison)`` writes it; its path, or None
+        when the child could not write it (:attr:`failure` says why; the caller then writes it
+        in-process). The child ends either way.
+
+        Args:
+            run: the :class:`~lmra.runfolder.RunFolder` (pickled to the child).
+            history_path: the run history's SQLite file, opened by the child (its writes
+                committed by the caller first); None for no history.
+            check, comparison: the regression check and run comparison, or None.
+        """
+        self.failure = None
+        try:
+            if not self._ready:
+                kind, msg = self._receive(READY_TIMEOUT_S)
+                if (kind, msg) != ("message", ("ready", None)):
+                    self.failure = (f"its imports took longer than {READY_TIMEOUT_S:.0f} s" if kind == "late"
+                                    else "it ended before it was ready")
+                    return None
+                self._ready = True
+            job = {"run": run, "history_path": None if history_path is None else str(history_path),
+                   "check": check, "comparison": comparison}
+            from multiprocessing.reduction import ForkingPickler  # what Connection.send pickles with
+
+            try:
+                payload = ForkingPickler.dumps(job)
+            except Exception as exc:  # noqa: BLE001 — an input pickle cannot take
+                self.failure = f"the report's inputs cannot be sent to it ({type(exc).__name__}: {exc})"
+                return None
+            try:
+                self._conn.send_bytes(payload)
+            except (OSError, EOFError, ValueError) as exc:  # the child is gone
+                self.failure = f"it could not be reached ({type(exc).__name__})"
+                return None
+            kind, msg = self._receive(None)
+            self._answered = kind == "message"
+            if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "done":
+                return Path(msg[1])
+            self.failure = (f"it failed: {msg[1]}" if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error"
+                            else "it ended without writing the report")
+            return None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the child and reap it: at once (killed) unless it has just answered a report, when
+        it is given :data:`EXIT_WAIT_S` to exit by itself; safe to call again."""
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        if self._reaped:
+            return
+        deadline = time.monotonic() + (EXIT_WAIT_S if self._answered else 0.0)
+        while self.alive():
+            if time.monotonic() >= deadline:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    os.waitpid(self.pid, 0)
+                except ChildProcessError:
+                    pass
+                self._reaped = True
+                return
+            time.sleep(0.005)
+
+
+def _child_main(conn) -> None:
+    """The child: import, say ready, render one job, answer; returns when done or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it kills this process)
+    gc.freeze()  # the parent's objects: no collection traverses (and copies) their pages
+    try:
+        import_report_modules()
+    except Exception:  # noqa: BLE001 — the report, rendered below or in-process, says why
+        pass
+    try:
+        conn.send(("ready", None))
+        job = conn.recv()
+    except (EOFError, OSError):  # the parent ended or needs no report
+        return
+    try:
+        path = _render(**job)
+        answer = ("done", str(path))
+    except BaseException as exc:  # noqa: BLE001 — the parent writes the report itself
+        answer = ("error", f"{type(exc).__name__}: {exc}")
+    try:
+        conn.send(answer)
+    except (EOFError, OSError):
+        pass
+
+
+def _render(run, history_path: str | None, check, comparison) -> Path:
+    from lmra.report.html import write_report
+
+    if history_path is None:
+        return write_report(run, check=check, comparison=comparison)
+    from lmra.monitor import History
+
+    with History(history_path) as h:
+        return write_report(run, history=h, check=check, comparison=comparison)
+
+
+__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "REPORT_MODULES", "ReportWorker", "forking_allowed",
+           "import_report_modules"]
