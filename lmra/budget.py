@@ -194,12 +194,16 @@ class BudgetExceeded(RuntimeError):
 
     def __init__(self, limit: str, value: float, used: float, booked: float, needed: float):
         self.limit, self.value, self.used, self.booked, self.needed = limit, value, used, booked, needed
-        unit = " USD" if limit == "max_cost" else " calls"
-        fmt = (lambda x: f"{x:.4f}") if limit == "max_cost" else (lambda x: f"{int(x)}")
+        if limit == "max_cost":
+            def fmt(x):
+                return f"{x:.4f} USD"
+        else:
+            def fmt(x):
+                return f"{int(x)} call" + ("" if int(x) == 1 else "s")
         super().__init__(
-            f"budget limit {limit}={value:g}{unit} reached: {fmt(used)}{unit} used, {fmt(booked)}{unit} in flight, "
-            f"next fresh call needs up to {fmt(needed)}{unit}. Finished calls are in the cache; raise the limit "
-            f"and re-run to continue.")
+            f"budget limit {limit}={fmt(value) if limit != 'max_cost' else f'{value:g} USD'} reached: {fmt(used)} "
+            f"used, {fmt(booked)} in flight, next fresh call needs up to {fmt(needed)}. Finished calls are in the "
+            f"cache; raise the limit and re-run to continue.")
 
 
 @dataclass

@@ -200,6 +200,18 @@ class JudgeConfig(ModelConfig):
     min_order_consistency: float = Field(
         0.6, ge=0, le=1, description="Flag the judge when the share of pairs whose two orders agree is below this."
     )
+    system_prompt: NonBlank | None = Field(
+        None, description="Not used by the LMRA: its messages are its templates (prompts/judge/); setting it is an "
+        "input error, not silently ignored. The chatbot's system message is [target] system_prompt."
+    )
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _no_system_prompt(cls, v: str | None) -> None:
+        if v is not None:
+            raise ValueError("the LMRA takes no system_prompt: its messages are its templates (prompts/judge/); "
+                             "the chatbot's own system message is [target] system_prompt")
+        return v
 
 
 class Group(_Strict):

@@ -30,6 +30,12 @@ LOG_WIDTH = 1_000_000
 _ANCHOR = "[dim][/dim]"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 prompt"``, ``"0 prompts"``, ``"2 prompts"``: ``n`` and ``noun`` in the number ``n``
+    asks for (``plural`` default: ``noun + "s"``); for counts in console lines."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def lit(value: object) -> str:
     """``str(value)`` as Rich markup that prints literally, whatever comes before or after it.
 

@@ -923,7 +923,12 @@ def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | P
     with History(history) as h:
         run = h.resolve(run_ref)
         h.register(run)
-        base = h.resolve(baseline_ref, relative_to=run)
+        try:
+            base = h.resolve(baseline_ref, relative_to=run)
+        except LmraInputError as exc:  # a baseline that names no run is the baseline's fault, not RUN's
+            if exc.field != "RUN":
+                raise
+            raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
         h.register(base)
         result = check_regression(run, base, margin=margin, alpha=alpha)
         if record:

@@ -297,3 +297,17 @@ def test_bad_model_shorthand_is_exit_2_naming_the_option(spec, message, tmp_path
         err = " ".join(capsys.readouterr().err.split())
         assert f"option {option}: " in err and message in err and "Traceback" not in err
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_missing_gguf_given_on_the_command_line_is_named(tmp_path, capsys, monkeypatch):
+    """New-user trial: '--target llamacpp:/nonexistent.gguf' said only "option --target: GGUF
+    model file not found", without the path."""
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "model.gguf"
+    assert main(["audit", "--config", "examples/smoke.toml", "--target", f"llamacpp:{missing}",
+                 "--output-dir", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{missing}: option --target: GGUF model file not found" in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

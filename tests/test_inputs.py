@@ -26,6 +26,9 @@ def run_cli(capsys, *argv):
     ('name = "x"\ncomparisons = [["female", "robot"]]\n', 2, "comparisons"),
     ('[target]\nprovider = "openai"\n', 1, "target"),
     ('[[groups]]\nname = "a"\ngender = "female"\n\n[[groups]]\nname = "b"\n', 5, "groups.1"),
+    # the LMRA has no system message of its own: set, it would be silently ignored
+    ('name = "x"\n[judge]\nsystem_prompt = "Be fair."\n', 3, "judge.system_prompt"),
+    ('name = "x"\n[judge2]\nprovider = "llamacpp"\nsystem_prompt = "Be fair."\n', 4, "judge2.system_prompt"),
 ])
 def test_bad_config_fields(tmp_path, capsys, content, line, field):
     cfg = tmp_path / "bad.toml"

@@ -140,3 +140,14 @@ def test_gate_off_needs_a_waiver_sentence():
     with pytest.raises(Exception, match="waiver"):
         AuditConfig.model_validate({"judge_check": {"gate": False}})
     assert not AuditConfig.model_validate({"judge_check": {"gate": False, "waiver": "demo"}}).judge_check.gate
+
+
+def test_a_judge_without_probability_on_the_options_has_no_position_logit_to_pass():
+    """Every answer unusable (no probability on A, B or C): the position logit is not measured —
+    NaN and a failed criterion saying so — instead of b̂ = 0 passing as "no preference"."""
+    import math
+
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {}), per_kind=2)
+    assert v["valid_option_mass"] == 0.0 and math.isnan(v["position_logit"])
+    assert {"position_logit", "valid_option_mass"} <= failed(v)
+    assert "position logit could not be measured (no usable canary answer)" in v["reasons"]

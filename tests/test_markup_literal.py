@@ -186,3 +186,10 @@ def test_batch_status_prints_model_ids_literally(openai_server, tmp_path, capsys
     args = parser.parse_args(["batch", "status", str(run)])
     assert args.func(args) == 0  # stdout is captured, not a terminal: the full-width console
     _row_line(capsys.readouterr().out, "job-0001", f"openai / {TARGET_MODEL}")
+
+
+def test_counted_puts_the_noun_in_the_number_asked():
+    from lmra.console import counted
+
+    assert [counted(n, "prompt") for n in (0, 1, 2)] == ["0 prompts", "1 prompt", "2 prompts"]
+    assert counted(1, "list") == "1 list" and counted(3, "query", "queries") == "3 queries"

@@ -354,6 +354,23 @@ def test_deleted_pinned_folder_says_to_pin_another(tmp_path, capsys):
     assert "lmra pin RUN" in err
 
 
+def test_check_blames_a_baseline_that_names_no_run_on_the_option(tmp_path, capsys):
+    """New-user trial: 'lmra check latest --baseline nonexistent' said "argument RUN: run
+    'nonexistent' is not a run folder path …" (and "field": "RUN" in --json), though RUN was fine."""
+    from monitor_helpers import make_run
+    from lmra.cli import main
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                   n_prompts=8)
+    capsys.readouterr()
+    assert main(["check", str(run), "--baseline", "nonexistent"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "option --baseline: run 'nonexistent' is not a run folder path" in err and "argument RUN" not in err
+    assert main(["check", str(run), "--baseline", "nonexistent", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"]["field"] == "--baseline"
+
+
 def test_a_model_from_the_command_line_is_blamed_on_its_option(tmp_path, capsys, monkeypatch):
     """Break-it: '--target custom:nomod:fac' was reported as 'nightly.toml, line 11: field
     target.provider' though the value came from the command line."""

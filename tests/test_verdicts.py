@@ -253,3 +253,21 @@ def test_check_with_only_unreachable_tasks_tests_nothing(tmp_path):
     assert res.n_tested == 0 and res.exit_status == 2 and not len(res.regressions)
     assert all("too few prompts to reach significance" in n for n in res.tests["note"])
     assert np.isnan(res.tests["p_regress"]).all()
+
+
+@pytest.mark.parametrize("mass,shown", [(0.0, False), (float("nan"), False), (0.7, True)])
+def test_console_shows_the_position_logit_only_when_answers_had_option_probability(mass, shown):
+    """b̂ = 0 of a run whose answers put no probability on A/B/C is no measurement: the console
+    line of the order combiners then leaves it out instead of printing "+0.000"."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.report.console import _combiners
+
+    overall = pd.DataFrame([{"group_a": "female", "group_b": "male", "net_rating_min": float("nan"),
+                             "net_rating_mean": float("nan"), "net_rating_calibrated": float("nan")}])
+    summary = {"combiner": "min", "position_logit": 0.0, "diagnostics": {"stereotype": {"valid_option_mass": mass}}}
+    buf = io.StringIO()
+    _combiners(Console(file=buf, width=400), overall, summary)
+    assert ("the judge's position logit on these pairs +0.000" in buf.getvalue()) is shown

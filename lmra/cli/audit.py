@@ -16,7 +16,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.cli.common import check_alpha_arg, err_console, finite_float, rich_progress
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
-from lmra.console import lit, make_console
+from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
@@ -259,10 +259,10 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             build()
         except LmraInputError as exc:  # a model given on the command line is the option's fault, not the file's
             if getattr(args, role, None) and (exc.field or "").split(".")[0] in (role, "provider", "model"):
-                raise LmraInputError(exc.reason, field=f"--{role}") from None
+                raise LmraInputError(exc.reason, file=exc.file, field=f"--{role}") from None  # (a GGUF path)
             raise
     plan = audit.planned_calls(inputs)
-    console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {len(inputs.prompts)} prompts in the file "
+    console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {counted(len(inputs.prompts), 'prompt')} in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
                   f"per-task limit{_shard_share(audit)}, {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
@@ -308,9 +308,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                 result = audit.run(inputs)  # the inputs checked above, not read again
     except BudgetExceeded as exc:
         err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
-                                        f"{exc}. Finished calls are kept in the cache and counted in "
-                                        f"{audit.run_dir / 'manifest.json'}; raise the limit and run again to "
-                                        "continue."))
+                                        f"{exc} Their numbers are in {audit.run_dir / 'manifest.json'}."))
         return _final(console, {4: "stopped by the budget (--max-cost / --max-calls)"})
     except BatchPending as exc:
         err_console.print(Text.assemble(("batches still running: ", "yellow"),

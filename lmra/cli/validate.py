@@ -7,7 +7,7 @@ import argparse
 
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import json_errors
-from lmra.console import lit, make_console
+from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
@@ -59,7 +59,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
                     for role, m in models.items() if m is not None}))
         return 0
-    make_console().print(f"{lit(args.config)}: valid — {len(inputs.prompts)} prompts in the file, up to "
+    make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
                          f"pairs; at most {plan['target']} target calls and {plan['judge'] + plan.get('judge2', 0)} "
                          "LMRA calls (cached calls are free); name groups "

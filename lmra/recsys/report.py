@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from lmra.console import lit
+from lmra.console import counted, lit
 from lmra.recsys.metrics import METRICS
 
 _LABEL = {"jaccard": "Jaccard", "serp": "SERP*", "prag": "PRAG*"}
@@ -24,12 +24,12 @@ def _num(x: Any, digits: int = 3) -> str:
 
 
 def _counts_line(summary: dict) -> str:
-    parts = [f"{summary.get('n_lists', 0)} lists",
+    parts = [counted(summary.get('n_lists', 0), "list"),
              f"{summary.get('failed_calls', 0)} failed calls",
              f"{summary.get('refusals', 0)} refusals",
              f"{summary.get('parse_failures', 0)} unparseable",
              f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)})",
-             f"{summary.get('lists_shorter_than_k', 0)} lists shorter than K"]
+             f"{counted(summary.get('lists_shorter_than_k', 0), 'list')} shorter than K"]
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
     if "items_unmatched_top_k" in summary:

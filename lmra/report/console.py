@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lmra.console import lit
+from lmra.console import counted, lit
 
 
 def _nan(x) -> bool:
@@ -49,7 +49,7 @@ def call_counts_line(c: dict) -> str:
     out = (f"{c.get('fresh', 0)} fresh, {c.get('cached', 0)} cached, {failed} failed" + (f" ({kinds})" if kinds else "")
            + f", {c.get('retries', 0)} retries" + (f"; faults met: {faults}" if faults else ""))
     if c.get("degraded"):
-        out += f"; {c['degraded']} answers used without logprobs (parsed as text, not cached)"
+        out += f"; {counted(c['degraded'], 'answer')} used without logprobs (parsed as text, not cached)"
     if c.get("waited"):
         out += f"; {c['waited']} waited for the same call in flight"
     return out
@@ -190,6 +190,9 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
     if overall.empty or "net_rating_min" not in overall:
         return
     b = summary.get("position_logit")
+    mass = (summary.get("diagnostics") or {}).get("stereotype", {}).get("valid_option_mass")
+    if not (isinstance(mass, (int, float)) and mass > 0):  # no answer put probability on the options: not measured
+        b = None
     parts = []
     for _, r in overall.iterrows():
         parts.append(f"{lit(r['group_a'])} vs {lit(r['group_b'])}: min {_signed(r['net_rating_min'])}, mean "
