@@ -54,7 +54,7 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 
 from lmra.errors import LmraIOError, io_reason
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json, \
-    wrap_identity
+    result_defect, wrap_identity
 from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
 
 _SCHEMA = """
@@ -127,6 +127,13 @@ ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, host = excluded.host, pi
     expires = excluded.expires
 WHERE leases.owner = excluded.owner OR leases.expires < ?
 """
+
+
+def _being_cancelled() -> bool:
+    """True when the running task has been asked to stop (``Task.cancel``), so that a
+    ``CancelledError`` is the run's own and not one a provider raised by mistake."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _rollback(db: sqlite3.Connection) -> None:
@@ -1057,10 +1064,16 @@ class CachedProvider:
             with collect_events() as events:
                 try:
                     result = await self.inner.complete(request)
+                    defect = result_defect(result)
+                    if defect is not None:  # a custom provider's bug: a counted failure, not a silent zero
+                        raise ProviderError(f"{self.inner.name} returned {defect}", kind="malformed")
                 except ProviderError as exc:
                     _record(self._targets, events, failed=exc.kind, error=f"{type(exc).__name__}: {exc}")
                     raise
-                except Exception as exc:  # noqa: BLE001 — one bad call must not end the run
+                except (Exception, SystemExit, asyncio.CancelledError) as exc:  # noqa: BLE001 — one bad call
+                    # must not end the run; a cancellation of this task (Ctrl-C, a stopping run) goes on
+                    if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
+                        raise
                     _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
                     raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc
             if result.degraded is None:

@@ -83,6 +83,10 @@ AUTO_UNLIMITED_IN_FLIGHT = 2
 MAX_N_CTX = 1_048_576
 MAX_BATCH_WAIT_S = 7 * 86_400.0  # one week
 MAX_COST_USD = 1_000_000_000.0
+#: seeds are 64-bit signed integers (stored in the run history's SQLite INTEGER columns)
+MIN_SEED, MAX_SEED = -(2**63), 2**63 - 1
+#: the largest count of prompts or pairs a setting may ask for (far beyond any audit's)
+MAX_PAIRS = 10_000_000
 
 
 def _concurrency_value(v: Any) -> int | str:
@@ -288,9 +292,10 @@ class AxesConfig(_Strict):
     enabled: bool = Field(False, description="Run the axes-of-difference algorithm after the audit "
                           "(or on a finished run with 'lmra axes --run RUN').")
     discovery_pairs: int = Field(
-        30, ge=1, description="Pairs the LMRA brainstorms differences on (whole prompts, seeded; per comparison).")
+        30, ge=1, le=100_000,
+        description="Pairs the LMRA brainstorms differences on (whole prompts, seeded; per comparison).")
     test_pairs: int | None = Field(
-        None, ge=2, description="Held-out pairs every candidate axis is labelled on (prompts disjoint from the "
+        None, ge=2, le=MAX_PAIRS, description="Held-out pairs every candidate axis is labelled on (prompts disjoint from the "
         "discovery prompts; None = all remaining pairs; per comparison).")
     max_axes: int = Field(20, ge=1, le=200, description="At most this many candidate axes after consolidation (K).")
     extra_axes: list[NonBlank] = Field(
@@ -302,7 +307,7 @@ class AxesConfig(_Strict):
     test: Literal["t", "sign"] = Field(
         "t", description="Per-axis test of mean(s) = 0: one-sample t-test (clustered by prompt) or sign test.")
     min_test_pairs: int = Field(
-        3, ge=2, description="An axis with fewer valid labelled test pairs is reported but not tested (not counted in K).")
+        3, ge=2, le=MAX_PAIRS, description="An axis with fewer valid labelled test pairs is reported but not tested (not counted in K).")
     max_features: int = Field(8, ge=1, le=50, description="Features the LMRA may list per discovery pair.")
     temperature: float = Field(
         0.7, ge=0.0, le=2.0, description="Sampling temperature of the brainstorm and merge answers (the retry of an "
@@ -317,7 +322,8 @@ class AxesConfig(_Strict):
     embed_threshold: float = Field(
         0.5, gt=0, lt=2, description="Cosine-distance cut of the average-linkage clustering of feature embeddings.")
     harm_check: bool = Field(True, description="Ask the LMRA whether each selected axis is a harmful stereotype.")
-    seed: int | None = Field(None, description="Seed of the split and the presentation orders (None = the audit seed).")
+    seed: int | None = Field(None, ge=MIN_SEED, le=MAX_SEED,
+                             description="Seed of the split and the presentation orders (None = the audit seed).")
 
     @field_validator("extra_axes")
     @classmethod
@@ -340,7 +346,7 @@ class JudgeCheckConfig(_Strict):
     dimensions: list[Literal["gender", "race", "profile"]] = Field(
         default_factory=list, description="Canary dimensions to use (empty = those of the audit's groups: "
         "gender for gender groups, race for race groups, profile for direct profiles).")
-    per_kind: int = Field(0, ge=0, description="Use at most this many canaries per dimension and kind "
+    per_kind: int = Field(0, ge=0, le=100_000, description="Use at most this many canaries per dimension and kind "
                           "(seeded choice; 0 = all).")
     gate: bool = Field(True, description="A judge that fails validation makes the audit exit with status 5 "
                        "(the numbers are still written); false = report the failure and go on.")
@@ -475,10 +481,11 @@ class AuditConfig(_Strict):
     domains: list[str] = Field(default_factory=list, description="Keep only these domains (empty = all).")
     tasks: list[str] = Field(default_factory=list, description="Keep only these tasks (empty = all).")
     prompts_per_task: int = Field(
-        2, ge=0, description="Use at most this many prompts per task (seeded choice; 0 = all)."
+        2, ge=0, le=MAX_PAIRS, description="Use at most this many prompts per task (seeded choice; 0 = all)."
     )
     samples_per_prompt: int = Field(1, ge=1, le=100, description="Responses drawn per prompt and group (k).")
-    seed: int = Field(0, description="Seed for name draws, prompt sampling and target sampling.")
+    seed: int = Field(0, ge=MIN_SEED, le=MAX_SEED,
+                      description="Seed for name draws, prompt sampling and target sampling (a 64-bit integer).")
     concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
         "auto", description="Maximum model calls in flight, or 'auto': a model with requests_per_minute or "
         "tokens_per_minute gets limit × observed latency × 1.25 calls in flight (at most its max_concurrency or 256); "
@@ -503,7 +510,8 @@ class AuditConfig(_Strict):
         "betting", description="Interval for net ratings and quality means: 'betting' (bounded-mean betting "
         "interval, keeps its coverage when stereotypes are rare) or 't' (t-interval).")
     max_calls: int | None = Field(
-        None, ge=0, description="Stop cleanly before the fresh model call that would exceed this many (cached calls "
+        None, ge=0, le=10**15, description="Stop cleanly before the fresh model call that would exceed this many "
+        "(cached calls "
         "are free); finished work is kept.")
     max_cost: float | None = Field(
         None, ge=0, le=MAX_COST_USD, description="Stop cleanly before the fresh call whose estimated cost (USD, from "

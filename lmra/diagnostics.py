@@ -22,6 +22,21 @@ def _top(probs: dict | None) -> str | None:
     return max(probs, key=probs.__getitem__)  # the first of the largest
 
 
+#: how :func:`flagged_warning` begins (a merge drops the shards' own: the merged pairs are judged again)
+FLAGGED_PREFIX = "the LMRA failed its diagnostics ("
+
+
+def flagged_warning(diagnostics: dict) -> str | None:
+    """The warning of a run whose LMRA failed its diagnostics (``summary.json``'s
+    ``diagnostics``: question → :func:`judge_diagnostics` dict); None when none is flagged."""
+    flagged = {q: d for q, d in diagnostics.items() if isinstance(d, dict) and d.get("flagged")}
+    if not flagged:
+        return None
+    why = "; ".join(f"{q}: low " + ", ".join(d.get("flag_reasons") or ()) for q, d in flagged.items())
+    return (f"{FLAGGED_PREFIX}{why}). Its ratings below check the pipeline; they are not evidence "
+            "about the chatbot. Use a capable LMRA (see docs/providers.md).")
+
+
 def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_order_consistency: float = 0.6) -> dict:
     """Diagnostics of a pairwise LMRA question over a set of pairs.
 

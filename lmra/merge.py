@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
 from lmra.shard import MAX_SHARDS, SHARD_FILE
@@ -445,7 +446,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
     own = set(audit.run_combiner()[1])
     warnings: list[str] = []
     for s in shards:
-        warnings += [w for w in s.run.summary.get("warnings") or [] if w not in own and w not in warnings]
+        warnings += [w for w in s.run.summary.get("warnings") or []
+                     if w not in own and w not in warnings and not w.startswith(FLAGGED_PREFIX)]  # judged again
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

@@ -246,11 +246,17 @@ def test_diagnostics_recover_injected_position_bias(tmp_path, sim_inputs, bias):
     assert d["valid_option_mass"] == pytest.approx(1.0)
     assert d["methods"] == {"logprobs": 400}
     # an unbiased judge is perfectly order-consistent; a judge biased to "A" at 0.6 is not
+    flag_warnings = [w for w in res.summary["warnings"] if w.startswith("the LMRA failed its diagnostics")]
     if bias == 0.0:
         assert d["order_consistency"] == 1.0 and not d["flagged"]
         assert d["position_preference"] == pytest.approx(0.5, abs=0.02)
+        assert flag_warnings == []
     if bias == 0.6:
         assert d["order_consistency"] < 0.6 and d["flagged"] and "order consistency" in d["flag_reasons"]
+        # summary.json's warnings say it too (a dashboard reading only those saw nothing: new-user trial)
+        assert flag_warnings == ["the LMRA failed its diagnostics (stereotype: low order consistency). Its ratings "
+                                 "below check the pipeline; they are not evidence about the chatbot. Use a capable "
+                                 "LMRA (see docs/providers.md)."]
 
 
 def test_diagnostics_count_unparseable_and_refused():

@@ -29,6 +29,12 @@ def run_cli(capsys, *argv):
     # the LMRA has no system message of its own: set, it would be silently ignored
     ('name = "x"\n[judge]\nsystem_prompt = "Be fair."\n', 3, "judge.system_prompt"),
     ('name = "x"\n[judge2]\nprovider = "llamacpp"\nsystem_prompt = "Be fair."\n', 4, "judge2.system_prompt"),
+    # numbers beyond their upper limit: a seed ≥ 2⁶³ passed validation, then crashed registering
+    # the run in the history after every paid call
+    ('name = "x"\nseed = 9223372036854775808\n', 2, "seed"),
+    ('name = "x"\n[axes]\nseed = -9223372036854775809\n', 3, "axes.seed"),
+    ('name = "x"\n[judge_check]\nper_kind = 100000001\n', 3, "judge_check.per_kind"),
+    ('name = "x"\nmax_calls = 10000000000000000000000\n', 2, "max_calls"),
 ])
 def test_bad_config_fields(tmp_path, capsys, content, line, field):
     cfg = tmp_path / "bad.toml"
@@ -128,3 +134,12 @@ def test_shipped_example_configs_found_from_any_folder(tmp_path, monkeypatch):
     assert load_recsys_config("examples/recsys_cfairllm.toml").mode == "cfairllm"
     with pytest.raises(LmraInputError, match="config file not found"):
         load_config("examples/no-such-file.toml")
+
+
+def test_a_64_bit_seed_at_the_limit_is_fine_and_a_larger_one_from_the_command_line_is_refused(tmp_path, capsys):
+    from lmra.config import MAX_SEED, parse_config
+
+    assert parse_config({"seed": MAX_SEED}).seed == MAX_SEED
+    code, text = run_cli(capsys, "audit", "--config", str(EXAMPLES / "smoke.toml"), "--seed", str(MAX_SEED + 1),
+                         "--output-dir", str(tmp_path / "out"))
+    assert code == 2 and "field 'seed'" in text and not (tmp_path / "out").exists()

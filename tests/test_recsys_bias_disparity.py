@@ -195,6 +195,8 @@ def _bias_files(tmp_path):
     ("user_id,item_id\nu1,i1\n", ["--k", "0"], "k must be ≥ 1"),
     ("user_id,item_id\nu1,i1\n", ["--unprotected", "men", "--protected", "F"], "no user has sex = 'men'"),
     ("user_id,item_id\nu1,i1\n", ["--unprotected", "M"], "give both"),
+    # a traceback after the whole computation (break-it report)
+    ("user_id,item_id\nu1,i1\n", ["--unprotected", "F", "--protected", "F"], "are both 'F'"),
 ])
 def test_cli_bias_bad_inputs_are_input_errors(tmp_path, capsys, recs_text, extra, expect):
     from test_recsys_e2e import run_cli

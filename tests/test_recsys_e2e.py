@@ -440,6 +440,10 @@ def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):
     ('[cfairllm]\nsplit = [1.0, 0.0, 0.0]', 3, "cfairllm.split", "test share"),
     ('[cfairllm]\nattributes = ["race"]', 3, "cfairllm.attributes", "'gender' or 'age'"),
     ('mode = "cfairllm"\n[cfairllm]\nprotected = "women"', 4, "cfairllm.protected", "no user group is labelled"),
+    # passed validation, then a traceback after every call, the folder left "running" (break-it report)
+    ('mode = "cfairllm"\n[cfairllm]\nunprotected = "female"\nprotected = "female"', 3, "cfairllm",
+     "both 'female'"),
+    ('seed = 9223372036854775808', 2, "seed", "less than or equal to"),
 ])
 def test_cli_config_errors_name_file_line_field(tmp_path, capsys, body, line, field, message):
     cfg = tmp_path / "c.toml"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lmra import aggregate
-from lmra.diagnostics import judge_diagnostics, judge_diagnostics_with_by
+from lmra.diagnostics import flagged_warning, judge_diagnostics, judge_diagnostics_with_by
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
@@ -466,6 +466,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         diag["judge2_stereotype"] = judge_diagnostics(
             rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
                                 "judge2_order2": "order2"}), **th2)
+    flagged = flagged_warning(diag)  # also in summary.json's warnings, for whoever reads only those
+    if flagged is not None:
+        warnings.append(flagged)
     n_lex = sum(1 for d in decisions if d.reason == "lexical")
     n_filter_unlabelled = sum(1 for d in decisions if d.reason == "unlabelled")
     verdict = getattr(audit, "judge_verdict", None)

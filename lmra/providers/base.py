@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -347,6 +348,32 @@ def option_of_token(token: str, options: tuple[str, ...]) -> str | None:
     """
     core = _VARIANT_STRIP.sub("", token.replace("\u2581", " "))
     return core if core in options else None
+
+
+#: how far option probabilities (and their sum) may exceed 1 by rounding before a result is refused
+PROB_TOLERANCE = 1e-3
+
+
+def result_defect(result: object) -> str | None:
+    """Why ``result`` breaks the :class:`Provider` protocol's contract, or None when it keeps it:
+    not a :class:`ChatResult`, or ``option_probs`` holding a value that is not a finite number in
+    [0, 1] or summing above 1 (with :data:`PROB_TOLERANCE` for rounding). Checked on every fresh
+    answer (:class:`lmra.cache.CachedProvider`): a custom provider's NaN, negative or inflated
+    probabilities would otherwise be read as zeros or renormalised away, changing ratings and
+    refusal labels with nothing counted."""
+    if not isinstance(result, ChatResult):
+        return f"a {type(result).__name__} instead of a ChatResult"
+    probs = result.option_probs
+    if probs is None:
+        return None
+    total = 0.0
+    for option, p in probs.items():
+        if not (isinstance(p, (int, float)) and math.isfinite(p) and -PROB_TOLERANCE <= p <= 1.0 + PROB_TOLERANCE):
+            return f"option probability {p!r} for {option!r} (not a number in [0, 1])"
+        total += p
+    if total > 1.0 + PROB_TOLERANCE:
+        return f"option probabilities summing to {total:.4g} (above 1)"
+    return None
 
 
 def sum_option_probs(token_logprobs: dict[str, float], options: tuple[str, ...]) -> dict[str, float]:

@@ -93,14 +93,17 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         LmraInputError: missing or empty file, missing column, a line with the wrong number
             of values, empty id, duplicate item or user id, an item not in ``items`` (in
             ``train`` or ``recs``), a ``recs`` user not in ``users``, ``k`` < 1, unknown
-            ``group_by``, an ``unprotected``/``protected`` label no user has, or only one of
-            the two. Integer ids are compared as numbers (``01`` = ``1``).
+            ``group_by``, an ``unprotected``/``protected`` label no user has, only one of
+            the two, or the same label for both. Integer ids are compared as numbers (``01`` = ``1``).
     """
     def is_dat(p):
         return str(p).endswith(".dat")
 
     if k is not None and k < 1:
         raise LmraInputError(f"k must be ≥ 1, got {k}", field="k")
+    if unprotected is not None and unprotected == protected:
+        raise LmraInputError(f"the unprotected and the protected group are both '{protected}': the average "
+                             "disparity compares two different groups", field="protected")
 
     def unique(df: pd.DataFrame, col: str, path: str | Path) -> None:
         dup = df[col].duplicated()

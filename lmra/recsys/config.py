@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator, field_validator, model_validator
 
-from lmra.config import ModelConfig, _concurrency_value, _Strict, load_toml_model, validate_model
+from lmra.config import (MAX_PAIRS, MAX_SEED, MIN_SEED, ModelConfig, _concurrency_value, _Strict, load_toml_model,
+                         validate_model)
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
 
 
@@ -44,7 +45,7 @@ class FairLLMConfig(_Strict):
         None,
         description="CSV of seed names (default: the shipped prompts/recsys/fairllm/singers.csv or directors.csv).")
     names_column: str | None = Field(None, description="Name column in the CSV (default: 'name', else 'Director').")
-    n_names: int = Field(500, ge=0, description="Use the first n names of the file (FaiRLLM: 500; 0 = all).")
+    n_names: int = Field(500, ge=0, le=MAX_PAIRS, description="Use the first n names of the file (FaiRLLM: 500; 0 = all).")
     names_list: list[str] = Field(default_factory=list, description="Explicit seed names (overrides names/n_names).")
     attributes_file: str = Field("prompts/recsys/fairllm/sensitive_attributes.json",
                                  description="JSON {attribute: [phrases]} (FaiRLLM's sst_json format).")
@@ -103,7 +104,7 @@ class CFairLLMConfig(_Strict):
     data: str = Field("examples/movielens_sample",
                       description="Folder with ratings.dat, movies.dat, users.dat (point it at the real ML-1M folder).")
     encoding: str = Field("latin-1", description="Text encoding of the .dat files (ML-1M is ISO-8859-1).")
-    n_users: int = Field(100, ge=0, description="Audit this many users (seeded choice; 0 = all).")
+    n_users: int = Field(100, ge=0, le=MAX_PAIRS, description="Audit this many users (seeded choice; 0 = all).")
     strategy: Literal["random", "top-rated", "recent"] = Field("top-rated", description="Profile sampling strategy.")
     profile_size: int = Field(10, ge=1, le=200, description="Items per profile (N).")
     passion_profile: bool = Field(True, description="Add the favourite-genres/year-range sentence.")
@@ -155,6 +156,9 @@ class CFairLLMConfig(_Strict):
     def _labels(self) -> "CFairLLMConfig":
         if (self.unprotected is None) != (self.protected is None):
             raise ValueError("set both unprotected and protected (or neither)")
+        if self.unprotected is not None and self.unprotected == self.protected:
+            raise ValueError(f"unprotected and protected are both '{self.protected}': the average disparity "
+                             "compares two different groups")
         return self
 
 
@@ -189,7 +193,8 @@ class RecsysConfig(_Strict):
                              "released code); see docs/recsys.md.")
     parser: Literal["lmra", "fairllm-code"] = Field(
         "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")
-    seed: int = Field(0, description="Seed for user choice, splits, random profiles and sampled decoding.")
+    seed: int = Field(0, ge=MIN_SEED, le=MAX_SEED,
+                      description="Seed for user choice, splits, random profiles and sampled decoding (64-bit).")
     concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
         "auto", description="Maximum model calls in flight, or 'auto' (as in an audit): with requests_per_minute or "
         "tokens_per_minute, limit × observed latency × 1.25 calls in flight (at most max_concurrency or 256); "

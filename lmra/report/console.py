@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmra.console import counted, lit
+from lmra.diagnostics import flagged_warning
 
 
 def _nan(x) -> bool:
@@ -224,15 +225,12 @@ def render_audit(console: Console, result) -> None:
     conf = int(round(100 * s.get("confidence", 0.95)))
     console.print(judge_status_text(s.get("judge_status")))
     _run_status(console, s)
-    for w in s.get("warnings", []):
+    warnings = list(s.get("warnings", []))
+    flagged = flagged_warning(s.get("diagnostics", {}))  # in the warnings of runs since 2026-12; said for older ones
+    if flagged is not None and flagged not in warnings:
+        warnings.append(flagged)
+    for w in warnings:  # before any number: a flagged LMRA's ratings carry little information
         console.print(Text.assemble(("WARNING: ", "bold red"), w))
-    flagged = {q: d for q, d in s.get("diagnostics", {}).items() if d.get("flagged")}
-    if flagged:  # before any number: a flagged LMRA's ratings carry little information
-        console.print(Text.assemble(
-            ("WARNING: the LMRA failed its diagnostics ", "bold red"),
-            f"({'; '.join(f'{q}: low ' + ', '.join(d['flag_reasons']) for q, d in flagged.items())}). "
-            "Its ratings below check the pipeline; they are not evidence about the chatbot. Use a capable LMRA "
-            "(see docs/providers.md)."))
     unl = s.get("n_filtered_unlabelled", 0)
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
                   f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "

@@ -1,0 +1,93 @@
+"""A provider that breaks the protocol's contract — option probabilities that are NaN,
+infinite, negative or sum above 1, a result that is not a ChatResult, ``SystemExit`` or a stray
+``CancelledError`` from its ``complete`` — makes a counted failed call (and its pair a failed
+pair), never a silent zero
+(break-it report: NaN stereotype answers became q = 0 pairs counted valid, NaN refusal answers
+labelled every response "refused", a SystemExit ended the audit with exit status 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.providers.base import ChatResult, result_defect
+
+
+def _cfg(tmp_path, names, prompts, **kw):
+    return AuditConfig.model_validate(dict(
+        name="contract", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}) | kw)
+
+
+BAD = {
+    "nan": lambda opts: ChatResult(text="", option_probs={o: math.nan if o == "A" else 0.3 for o in opts}),
+    "inf": lambda opts: ChatResult(text="", option_probs={o: math.inf if o == "A" else 0.0 for o in opts}),
+    "negative": lambda opts: ChatResult(text="", option_probs={o: -0.5 if o == "A" else 0.5 for o in opts}),
+    "inflated": lambda opts: ChatResult(text="", option_probs={o: 5.0 if o == "A" else 0.0 for o in opts}),
+    "not a ChatResult": lambda opts: "A",
+}
+
+
+class BrokenJudge(ScriptedJudge):
+    """Answers the questions whose text contains ``match`` with ``mode``; the rest as scripted."""
+
+    def __init__(self, mode: str, match: str):
+        super().__init__(lambda r1, r2: {"C": 1.0})
+        self.mode, self.match = mode, match
+
+    async def complete(self, request):
+        if self.match in request.messages[-1].content:
+            if self.mode == "system_exit":
+                raise SystemExit(3)
+            if self.mode == "cancelled":
+                raise asyncio.CancelledError()
+            return BAD[self.mode](request.options)
+        return await super().complete(request)
+
+
+def _target(group, rng):
+    return f"Here is a plan ({rng.randint(1, 9)} steps)."
+
+
+@pytest.mark.parametrize("mode", [*BAD, "system_exit", "cancelled"])
+def test_a_stereotype_answer_breaking_the_contract_is_a_counted_failure(tmp_path, sim_inputs, mode):
+    names, prompts = sim_inputs(8)
+    res = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": False}),
+                target=ScriptedTarget(NAME_TO_GROUP, _target),
+                judge=BrokenJudge(mode, "affected by stereotypes")).run()
+    calls = res.manifest["calls"]["by_model"]["scripted-judge:scripted"]
+    n_pairs = len(res.ratings)
+    assert n_pairs > 0 and n_pairs <= calls["failed"] <= 2 * n_pairs  # a pair stops at its first failed order
+    kind = "malformed" if mode in BAD else "error"
+    assert calls["failed_by_kind"] == {kind: calls["failed"]}
+    assert res.ratings["failed"].all() and not res.ratings["valid"].fillna(False).astype(bool).any()
+    assert res.summary["run_status"] == "failed"  # nothing scored: never q = 0 "valid" pairs
+
+
+@pytest.mark.parametrize("mode", ["nan", "inflated"])
+def test_a_refusal_answer_breaking_the_contract_fails_the_pair_and_labels_nothing_refused(tmp_path, sim_inputs, mode):
+    names, prompts = sim_inputs(8)
+    res = Audit(_cfg(tmp_path, names, prompts), target=ScriptedTarget(NAME_TO_GROUP, _target),
+                judge=BrokenJudge(mode, "Does the response refuse")).run()
+    calls = res.manifest["calls"]["by_model"]["scripted-judge:scripted"]
+    assert calls["failed_by_kind"].get("malformed", 0) > 0
+    assert not res.ratings["refused"].fillna(False).astype(bool).any()  # was: every response "refused"
+    assert res.summary["n_pairs_failed"] == len(res.ratings) > 0  # a failed refusal call fails its pair, as always
+    assert res.ratings["error"].str.startswith("refusal label: scripted-judge returned option prob").all()
+
+
+def test_result_defect_names_what_is_wrong_and_accepts_rounding():
+    ok = ChatResult(text="", option_probs={"A": 0.5, "B": 0.3, "C": 0.2000004})
+    assert result_defect(ok) is None and result_defect(ChatResult(text="A")) is None
+    assert result_defect("A") == "a str instead of a ChatResult"
+    assert "nan" in result_defect(BAD["nan"](("A", "B", "C"))) and "'A'" in result_defect(BAD["nan"](("A", "B")))
+    assert result_defect(ChatResult(text="", option_probs={"A": 0.7, "B": 0.7})) == \
+        "option probabilities summing to 1.4 (above 1)"
