@@ -138,6 +138,9 @@ def judge_diagnostics_file(path, key: str = "task", *, min_valid_mass: float = 0
         return judge_diagnostics(rows, **th), judge_diagnostics_by(rows, key, **th)
     import pyarrow.parquet as pq
 
+    from lmra.pairstore import parquet_schema
+
+    parquet_schema(p)  # a damaged file: an input error naming it
     f = pq.ParquetFile(p)
     cols = [c for c in (key, "order1", "order2") if c in f.schema_arrow.names]
     overall, groups = _Answers(), {}

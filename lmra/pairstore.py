@@ -413,18 +413,34 @@ def pairs_file(run_dir: str | Path) -> Path | None:
     return None
 
 
-def _json_columns(path: Path) -> list[str]:
+def parquet_schema(path: str | Path):
+    """The Arrow schema of a Parquet file (its footer only).
+
+    Raises:
+        LmraInputError: the file is missing, empty, cut short or not Parquet (naming it): a
+            damaged run folder, said in one line instead of pyarrow's traceback.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LmraInputError(f"not a readable Parquet file ({type(exc).__name__}: {' '.join(str(exc).split())})",
+                             file=path) from None
+
+
+def _json_columns(path: Path) -> list[str]:
+    meta = parquet_schema(path).metadata or {}
     return json.loads(meta.get(b"lmra.json_columns", b"[]"))
 
 
 def parquet_columns(path: str | Path) -> list[str]:
-    """Column names of a Parquet file."""
-    import pyarrow.parquet as pq
+    """Column names of a Parquet file.
 
-    return list(pq.read_schema(path).names)
+    Raises:
+        LmraInputError: not a readable Parquet file (:func:`parquet_schema`)."""
+    return list(parquet_schema(path).names)
 
 
 def read_jsonl_rows(path: Path) -> list[dict]:
@@ -462,7 +478,8 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None, *, decode
         numeric (NaN for a missing score) — the same values for both formats.
 
     Raises:
-        LmraInputError: a JSON Lines file with a line that is not a JSON object; no per-pair file.
+        LmraInputError: a JSON Lines file with a line that is not a JSON object; a Parquet file that cannot
+            be read; no per-pair file.
     """
     p = Path(path)
     if p.is_dir():
@@ -471,14 +488,16 @@ def read_pairs(path: str | Path, columns: Sequence[str] | None = None, *, decode
             raise LmraInputError(f"no {PARQUET_NAME} or {JSONL_NAME}", file=p)
         p = found
     if p.suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
+        have = parquet_columns(p)
+        want = [c for c in (columns or have) if c in have]
         try:
-            have = parquet_columns(p)
-            want = [c for c in (columns or have) if c in have]
             df = pq.read_table(p, columns=want).to_pandas()
-        except OSError as exc:
-            raise LmraInputError(f"not a readable Parquet file ({exc})", file=p) from None
+        except (OSError, pa.ArrowException) as exc:  # a footer that reads, pages that do not
+            raise LmraInputError(f"not a readable Parquet file ({type(exc).__name__}: {' '.join(str(exc).split())})",
+                                 file=p) from None
         return decode_json(df, p) if decode else df
     df = pd.DataFrame(read_jsonl_rows(p))
     if columns is not None:

@@ -415,3 +415,25 @@ def test_canaries_are_asked_again_with_a_new_seed_and_reused_with_the_same(tmp_p
         second = night("2")  # a new night: the canaries (and the audit's own calls) are asked again
     assert first > 0 and again == 0
     assert second >= first  # ≥: the canary calls (2 per canary) are all fresh again
+
+
+@pytest.mark.parametrize("size", [0, 100])
+def test_a_damaged_ratings_parquet_is_one_line_naming_it_and_nothing_is_exported(tmp_path, capsys, size):
+    """Break-it: a ratings.parquet cut to 0 or 100 bytes made export, report and axes --run end
+    in pyarrow's traceback (exit 1), export after it had written exports/per_task.csv."""
+    import os
+
+    from monitor_helpers import make_run
+    from lmra.cli import main
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                   n_prompts=8)
+    with open(run / "ratings.parquet", "r+b") as fh:
+        fh.truncate(size)
+    capsys.readouterr()
+    for argv in (["export", str(run), "--format", "csv"], ["report", str(run)], ["axes", "--run", str(run)]):
+        assert main(argv) == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{run / 'ratings.parquet'}: not a readable Parquet file (ArrowInvalid" in err, (argv, err)
+        assert "Traceback" not in err
+    assert not (run / "exports").exists() and not os.path.exists(run / "report.html")

@@ -466,17 +466,21 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
         The written paths.
 
     Raises:
-        LmraInputError: unknown format or table.
+        LmraInputError: unknown format or table; a per-pair file that cannot be read (said
+            before any file is written).
     """
     if fmt not in FORMATS:
         raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
     unknown = set(tables) - set(SCHEMAS)
     if unknown:
         raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
+    from lmra.pairstore import is_small, parquet_schema
+
+    if run.pairs_path.suffix == ".parquet":  # a damaged file stops the export before it writes anything
+        parquet_schema(run.pairs_path)
     out = Path(out_dir) if out_dir else run.path / "exports"
     out.mkdir(parents=True, exist_ok=True)
     build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks}
-    from lmra.pairstore import is_small
 
     large = run.pairs_path.suffix == ".parquet" and not is_small(run.pairs_path)  # DuckDB writes the text
     sql = {("per_pair", "csv"): write_per_pair_csv, ("per_pair", "json"): write_per_pair_json} if large else {}
