@@ -251,8 +251,8 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
             ``failed``, ``h`` = q(y_A better) − q(y_B better).
 
     Returns:
-        One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``,
-        ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
+        One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``
+        (rated without a usable answer), ``n_failed`` (the call failed after every retry), ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
         ``p_holm``, ``significant_holm``. The corrections run over the criteria within each
         (comparison, level, domain, task). Quality scores are not rare events, so the default
         interval and p-value are the t-test's (``interval="betting"`` is available).
@@ -264,12 +264,14 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
         for level, dom, task, g in _scopes(comp):
             block = []
             for crit, c in g.groupby("criterion", sort=False):
-                valid = c["valid"].fillna(False).astype(bool) & ~c["failed"].fillna(False).astype(bool)
+                failed = c["failed"].fillna(False).astype(bool)
+                valid = c["valid"].fillna(False).astype(bool) & ~failed
                 ok = c[valid]
                 ci = mean_interval(ok["h"].astype(float).tolist(), clusters=ok["prompt_id"].tolist(), alpha=alpha,
                                    method=interval)
                 block.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
-                              "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid).sum()),
+                              "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid & ~failed).sum()),
+                              "n_failed": int(failed.sum()),
                               "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
             pv = [b["p_value"] for b in block]
             rb, ab = adjust_pvalues(pv, "bonferroni", alpha)

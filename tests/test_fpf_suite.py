@@ -364,3 +364,25 @@ def test_classification_collapse_is_flagged_in_the_report(tmp_path, sim_inputs):
     console = Console(record=True, width=200)
     render_audit(console, res)
     assert "put 6 of 6 classified prompts into 'write a story'" in console.export_text()
+
+
+def test_failed_quality_calls_are_counted_apart_from_invalid_answers(tmp_path, sim_inputs, capsys):
+    """Break-it: every quality call failing gave quality.csv "n_pairs 0, n_invalid 6" (failed
+    calls counted as invalid answers) and a console table with no word of why."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.report.console import _quality
+
+    names, prompts = sim_inputs(8)
+    judge = ScriptedJudge(_none, fail_on=lambda text: "Compare the two responses on one criterion" in text)
+    res = Audit(_cfg(tmp_path, names, prompts, quality={"enabled": True, "criteria": ["clarity"]}),
+                target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Same answer."), judge=judge).run()
+    overall = res.quality[res.quality["level"] == "overall"].iloc[0]
+    n = len(res.ratings)
+    assert (overall["n_pairs"], overall["n_invalid"], overall["n_failed"]) == (0, 0, n)
+    buf = io.StringIO()
+    _quality(Console(file=buf, width=300), res.quality)
+    assert f"Left out of the quality means: {n} ratings whose LMRA call failed after every retry, 0 without a usable " \
+           "answer" in buf.getvalue()

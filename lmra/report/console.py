@@ -129,6 +129,12 @@ def _quality(console: Console, quality: pd.DataFrame) -> None:
                       "[bold red]significant[/]" if r["significant_bonferroni"] else "–",
                       "[bold red]significant[/]" if r["significant_holm"] else "–")
     console.print(table)
+    overall = quality[quality["level"] == "overall"]
+    failed = int(overall["n_failed"].sum()) if "n_failed" in overall else 0
+    invalid = int(overall["n_invalid"].sum()) if "n_invalid" in overall else 0
+    if failed or invalid:  # pairs left out of the means above, and why
+        console.print(f"[bold yellow]Left out of the quality means:[/] {counted(failed, 'rating')} whose LMRA call "
+                      f"failed after every retry, {invalid} without a usable answer (quality_ratings.jsonl).")
     sig = quality[(quality["level"] == "task") & quality["significant_holm"].astype(bool)]
     if len(sig):
         console.print("Holm-significant per task: " + "; ".join(
