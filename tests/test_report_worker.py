@@ -258,3 +258,34 @@ def test_a_run_stopped_by_ctrl_c_kills_the_report_child(tmp_path):
     cfg = write_config(tmp_path, name="stopped", n_prompts=12)
     out = _python(FAILED_RUN.replace("sys.argv[1]", repr(str(cfg))), tmp_path)
     assert out == {"rc": 130, "children": [], "matplotlib": False}
+
+
+FORKED = r"""
+from lmra.report.worker import forked_call
+out = {}
+call = forked_call(lambda: {"n": sum(range(1000)), "text": "ok"})
+out["value"] = call()
+out["again"] = call()  # answered once
+def boom():
+    raise ValueError("no")
+out["raises"] = forked_call(boom)()
+out["unpicklable"] = forked_call(lambda: (lambda: 0))()
+call = forked_call(lambda: time.sleep(60))
+os.kill(call.pid, signal.SIGKILL)
+out["killed"] = call()
+call = forked_call(lambda: time.sleep(60))
+call.close()  # never asked: killed and reaped
+call.close()
+out["children"] = children()
+print(json.dumps(out))
+"""
+
+
+def test_forked_call_returns_the_result_or_none_and_leaves_no_process(tmp_path):
+    """The report's sample-size table is computed by a forked process meanwhile
+    (lmra.report.worker.forked_call): its result comes back pickled; an exception, an
+    unpicklable result or a killed process gives None (the caller computes it itself); a call
+    closed unasked is killed and reaped."""
+    out = _python(FORKED, tmp_path)
+    assert out == {"value": {"n": 499500, "text": "ok"}, "again": None, "raises": None, "unpicklable": None,
+                   "killed": None, "children": []}

@@ -247,8 +247,23 @@ def _slope_num(x: Any) -> str:
     return f"{f:.3f}"
 
 
+def adequacy_args(run: RunFolder, *, history=None, check=None, delta: float | None = None,
+                  power: float = 0.8) -> dict:
+    """The arguments :func:`build_context` gives :func:`lmra.power.sample_adequacy` besides
+    ``run`` — ``delta`` (the given one, else the check's margin when it is > 0, else None),
+    ``alpha`` (the run's) and ``power`` — so that the sample-size table can be computed
+    elsewhere (another process, :mod:`lmra.report.worker`) with the same result."""
+    if check is None and history is not None:
+        check = history.latest_check(run.run_id)
+    check_ctx = _check_context(check)
+    if delta is None and check_ctx and check_ctx["margin"] > 0:
+        delta = float(check_ctx["margin"])
+    return {"delta": delta, "alpha": 1 - float(run.summary.get("confidence", 0.95)), "power": power}
+
+
 def build_context(run: RunFolder, *, history=None, check=None, comparison: RunComparison | None = None,
-                  delta: float | None = None, power: float = 0.8, transcripts: int | None = None) -> dict:
+                  delta: float | None = None, power: float = 0.8, transcripts: int | None = None,
+                  adequacy=None) -> dict:
     """Everything the template shows, as plain Python values.
 
     Args:
@@ -262,6 +277,9 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         transcripts: tasks per comparison whose response pairs the *Transcripts* section shows
             (0 = none; default the run config's ``[report] transcripts``); never any for a
             redacted run (:mod:`lmra.report.transcripts`).
+        adequacy: a callable returning the sample-size table, ``sample_adequacy(run,
+            **adequacy_args(...))``, computed elsewhere meanwhile (called last, after every other
+            part; its None means "compute it here"); default: computed here.
     """
     from lmra import __version__
     from lmra.gates import read_gates
@@ -273,9 +291,8 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
     if check is None and history is not None:
         check = history.latest_check(run.run_id)
     check_ctx = _check_context(check)
-    if delta is None and check_ctx and check_ctx["margin"] > 0:
-        delta = float(check_ctx["margin"])
-    alpha = 1 - float(run.summary.get("confidence", 0.95))
+    args = adequacy_args(run, check=check, delta=delta, power=power)
+    delta, alpha = args["delta"], args["alpha"]
     conf_pct = int(round(100 * (1 - alpha)))
     per_task = []
     for comp, pt in run.per_task.groupby("comparison", sort=True):
@@ -289,7 +306,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
 
     calls_by_model = [(label, call_counts_line(c))
                       for label, c in ((run.manifest.get("calls") or {}).get("by_model") or {}).items()]
-    return {
+    context = {
         "lmra_version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "confidence_pct": conf_pct,
@@ -312,8 +329,6 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "per_task": per_task,
         "trends": _trend_context(run, history),
         "comparison": _comparison_context(comparison),
-        "adequacy": {"delta": delta, "alpha": round(alpha, 4), "power": power,
-                     "rows": _records(sample_adequacy(run, delta, alpha=alpha, power=power))},
         "judge": _judge_context(run),
         "calls": calls,
         "calls_by_model": calls_by_model,
@@ -321,6 +336,11 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "extra_sections": _extra_sections(run),
         "transcripts": transcripts_context(run, transcripts),
     }
+    table = adequacy() if adequacy is not None else None  # last: computed elsewhere meanwhile
+    if table is None:
+        table = sample_adequacy(run, **args)
+    context["adequacy"] = {"delta": delta, "alpha": round(alpha, 4), "power": power, "rows": _records(table)}
+    return context
 
 
 @functools.lru_cache(maxsize=1)

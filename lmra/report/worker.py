@@ -10,7 +10,9 @@ and waits. After the run, :meth:`ReportWorker.render` hands it the run folder (t
 :class:`~lmra.runfolder.RunFolder`, regression check and comparison, pickled) and the run
 history's path; the child opens the history itself, writes ``report.html`` with
 :func:`lmra.report.html.write_report` — the same function on the same inputs as in-process —
-and returns the path. The parent waits meanwhile (it prints the path afterwards, as before).
+and returns the path, its sample-size table (the adequacy simulation, about half the report's
+time) computed meanwhile by a grandchild process (:func:`forked_call`) while it draws the rest.
+The parent waits meanwhile (it prints the path afterwards, as before).
 
 Nothing is lost when the child cannot help: ``render`` returns None — the child could not be
 forked, died, failed (its error is kept in :attr:`ReportWorker.failure`), took longer than
@@ -240,15 +242,95 @@ def _child_main(conn) -> None:
 
 
 def _render(run, history_path: str | None, check, comparison) -> Path:
-    from lmra.report.html import write_report
+    """``write_report`` in the child, its sample-size table (the adequacy simulation, about half
+    the report's time) computed by a grandchild meanwhile (:func:`forked_call`)."""
+    from contextlib import ExitStack
 
-    if history_path is None:
-        return write_report(run, check=check, comparison=comparison)
-    from lmra.monitor import History
+    from lmra.power import sample_adequacy
+    from lmra.report.html import adequacy_args, write_report
 
-    with History(history_path) as h:
-        return write_report(run, history=h, check=check, comparison=comparison)
+    with ExitStack() as stack:
+        h = None
+        if history_path is not None:
+            from lmra.monitor import History
+
+            h = stack.enter_context(History(history_path))
+        args = adequacy_args(run, history=h, check=check)
+        table = forked_call(lambda: sample_adequacy(run, **args))
+        if table is not None:
+            stack.callback(table.close)
+        return write_report(run, history=h, check=check, comparison=comparison, adequacy=table)
 
 
-__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "REPORT_MODULES", "ReportWorker", "forking_allowed",
-           "import_report_modules"]
+class ForkedCall:
+    """``fn()`` running in a forked process (:func:`forked_call`); calling this object waits
+    for its result."""
+
+    def __init__(self, pid: int, conn) -> None:
+        self.pid, self._conn, self._done = pid, conn, False
+
+    def __call__(self):
+        """``fn()``'s result, or None when it raised or its process died (the caller then
+        computes it itself)."""
+        if self._done:
+            return None
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError, ValueError, TypeError):
+            kind, value = "error", None
+        self.close()
+        return value if kind == "ok" else None
+
+    def close(self) -> None:
+        """End the process (killed if it still runs) and reap it; safe to call again."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._conn.close()
+        except OSError:
+            pass
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            if pid == 0:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+
+
+def forked_call(fn) -> ForkedCall | None:
+    """Run ``fn()`` in a forked process (it must return something picklable); None where
+    :func:`forking_allowed` is False or the fork fails (the caller then runs ``fn`` itself)."""
+    if not forking_allowed():
+        return None
+    from multiprocessing import Pipe
+
+    try:
+        reader, writer = Pipe(duplex=False)
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:  # never returns
+        status = 1
+        try:
+            reader.close()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            gc.freeze()
+            try:
+                answer = ("ok", fn())
+            except BaseException as exc:  # noqa: BLE001 — the caller computes it itself
+                answer = ("error", f"{type(exc).__name__}: {exc}")
+            try:
+                writer.send(answer)
+            except Exception:  # noqa: BLE001 — an unpicklable result: the caller computes it
+                writer.send(("error", "unpicklable result"))
+            status = 0
+        finally:
+            os._exit(status)
+    writer.close()
+    return ForkedCall(pid, reader)
+
+
+__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "REPORT_MODULES", "ForkedCall", "ReportWorker", "forked_call",
+           "forking_allowed", "import_report_modules"]
