@@ -188,3 +188,26 @@ def test_a_shard_whose_judge_fails_exits_0_and_the_merge_exits_5(tmp_path, capsy
     assert len(shards) == 2
     assert main(["merge", *map(str, shards), "--no-report"]) == 5
     assert "exit status 5" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_warehouse_lands_a_run_whose_history_cannot_be_opened_and_while_its_report_is_written(tmp_path, capsys):
+    """The warehouse is landed while the report process writes report.html (after the check):
+    a history that cannot be opened (a folder where history.sqlite should be) still gets the run
+    into the warehouse, said on the console, with the history failure's exit status; with a
+    report, the warehouse line comes before the report's."""
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    (out / "history.sqlite").mkdir(parents=True)
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
+        status = main(["audit", "--config", str(cfg), "--no-progress", "--allow-unvalidated-judge"])
+        cap = capsys.readouterr()
+        assert status == 1 and "Traceback" not in cap.err
+        assert "history" in " ".join(cap.err.split())
+        assert len(list((out / "warehouse").rglob("*.parquet"))) == 2 and "Warehouse: " in cap.out
+        (out / "history.sqlite").rmdir()
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--allow-unvalidated-judge"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.index("Warehouse: ") < text.index("HTML report: ")
+    assert len(list((out / "warehouse").rglob("*.parquet"))) == 4

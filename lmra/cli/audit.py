@@ -361,11 +361,22 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     else:
         from lmra.cli.scale import after_run
 
-        after_run(result.run_dir, console, reasons)  # the warehouse of nights (docs/exports.md), whatever the checks say
         gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
-        monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
-                            report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
-                            allow_unvalidated_judge=args.allow_unvalidated_judge, report_worker=report_worker)
+        # the warehouse of nights (docs/exports.md), whatever the checks say: landed while the
+        # report process writes report.html (else after the check; at the latest, here)
+        landed: list[bool] = []
+
+        def land() -> None:
+            if not landed:
+                landed.append(after_run(result.run_dir, console, reasons))
+
+        try:
+            monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
+                                report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
+                                allow_unvalidated_judge=args.allow_unvalidated_judge, report_worker=report_worker,
+                                meanwhile=land)
+        finally:
+            land()
     if audit.shard is not None:
         return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":

@@ -470,11 +470,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
 def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, margin: float = 0.0,
                         alpha: float = 0.05, report: bool = True, console: Console | None = None,
                         first_night: bool = False, reasons: dict[int, str] | None = None,
-                        allow_unvalidated_judge: bool = False, report_worker=None) -> int:
+                        allow_unvalidated_judge: bool = False, report_worker=None, meanwhile=None) -> int:
     """What ``lmra audit`` does after a run: register it in ``<output_dir>/history.sqlite``,
     check it against ``baseline`` (``RUN``/``last``/``pinned``) when given, and write
     ``report.html`` into the run folder — by ``report_worker`` (a forked
     :class:`~lmra.report.worker.ReportWorker`) when given and able, else in this process.
+    ``meanwhile`` (optional) is called at most once: while the report process writes the
+    report, else after the check (``lmra audit``: the warehouse; it calls it itself if this
+    raised first).
 
     ``first_night`` (``lmra audit`` found no ``pinned``/``last`` baseline before the run):
     when there is still none, nothing is checked and, for ``pinned``, the run is pinned if it
@@ -524,11 +527,15 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
 
                         reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({check.judge_status_line})"
         finally:  # the report is written even when the baseline is refused (exit 2)
+            if not report or report_worker is None:
+                if meanwhile is not None:
+                    meanwhile()
             if report:
                 path = None
                 if report_worker is not None:
                     h.db.commit()  # the child reads the history through a connection of its own
-                    path = report_worker.render(run, history_path=h.path, check=check, comparison=cmp)
+                    path = report_worker.render(run, history_path=h.path, check=check, comparison=cmp,
+                                                meanwhile=meanwhile)
                     if path is None:
                         console.print(Text(f"report.html is written by this process: its report process could not "
                                            f"write it ({report_worker.failure})", style="dim"), soft_wrap=True)

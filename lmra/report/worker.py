@@ -147,7 +147,8 @@ class ReportWorker:
             if deadline is not None and time.monotonic() >= deadline:
                 return "late", None
 
-    def render(self, run, *, history_path: str | Path | None, check=None, comparison=None) -> Path | None:
+    def render(self, run, *, history_path: str | Path | None, check=None, comparison=None,
+               meanwhile=None) -> Path | None:
         """``report.html`` of ``run`` written by the child, as :func:`lmra.report.html.write_report`
         ``(run, history=…, check=check, comparison=comparison)`` writes it; its path, or None
         when the child could not write it (:attr:`failure` says why; the caller then writes it
@@ -158,30 +159,17 @@ class ReportWorker:
             history_path: the run history's SQLite file, opened by the child (its writes
                 committed by the caller first); None for no history.
             check, comparison: the regression check and run comparison, or None.
+            meanwhile: called once (whatever happens) while the child writes the report — other
+                work of the command that does not need it (``lmra audit``: the warehouse) — or,
+                when the child cannot write it, before this returns.
         """
         self.failure = None
         try:
-            if not self._ready:
-                kind, msg = self._receive(READY_TIMEOUT_S)
-                if (kind, msg) != ("message", ("ready", None)):
-                    self.failure = (f"its imports took longer than {READY_TIMEOUT_S:.0f} s" if kind == "late"
-                                    else "it ended before it was ready")
-                    return None
-                self._ready = True
-            job = {"run": run, "history_path": None if history_path is None else str(history_path),
-                   "check": check, "comparison": comparison}
-            from multiprocessing.reduction import ForkingPickler  # what Connection.send pickles with
-
-            try:
-                payload = ForkingPickler.dumps(job)
-            except Exception as exc:  # noqa: BLE001 — an input pickle cannot take
-                self.failure = f"the report's inputs cannot be sent to it ({type(exc).__name__}: {exc})"
+            if not self._submit(run, history_path, check, comparison):
                 return None
-            try:
-                self._conn.send_bytes(payload)
-            except (OSError, EOFError, ValueError) as exc:  # the child is gone
-                self.failure = f"it could not be reached ({type(exc).__name__})"
-                return None
+            if meanwhile is not None:
+                pending, meanwhile = meanwhile, None
+                pending()
             kind, msg = self._receive(None)
             self._answered = kind == "message"
             if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "done":
@@ -191,6 +179,33 @@ class ReportWorker:
             return None
         finally:
             self.close()
+            if meanwhile is not None:
+                meanwhile()
+
+    def _submit(self, run, history_path, check, comparison) -> bool:
+        """Send the child its job once it is ready; False (and :attr:`failure`) when it cannot be."""
+        if not self._ready:
+            kind, msg = self._receive(READY_TIMEOUT_S)
+            if (kind, msg) != ("message", ("ready", None)):
+                self.failure = (f"its imports took longer than {READY_TIMEOUT_S:.0f} s" if kind == "late"
+                                else "it ended before it was ready")
+                return False
+            self._ready = True
+        job = {"run": run, "history_path": None if history_path is None else str(history_path),
+               "check": check, "comparison": comparison}
+        from multiprocessing.reduction import ForkingPickler  # what Connection.send pickles with
+
+        try:
+            payload = ForkingPickler.dumps(job)
+        except Exception as exc:  # noqa: BLE001 — an input pickle cannot take
+            self.failure = f"the report's inputs cannot be sent to it ({type(exc).__name__}: {exc})"
+            return False
+        try:
+            self._conn.send_bytes(payload)
+        except (OSError, EOFError, ValueError) as exc:  # the child is gone
+            self.failure = f"it could not be reached ({type(exc).__name__})"
+            return False
+        return True
 
     def close(self) -> None:
         """End the child and reap it: at once (killed) unless it has just answered a report, when
