@@ -22,6 +22,10 @@ is first imported):
   write it, its imports done during the run on the other core);
 * **other**: the rest of ``lmra.cli.main``.
 
+Each part is its own time: a timed call made inside another (``Audit._finish`` inside
+``Audit.run``, ``write_report`` inside ``monitor_after_audit``, the warehouse landed while the
+report process writes the report) counts in its own part only.
+
 "fixed" = everything but the model calls and pair work: what a re-run costs even when its calls
 cost nothing, so (fixed of the cached run) ÷ (fresh run) bounds cached ÷ fresh from below.
 Each column is the run with the smallest wall time of ``--repeat`` (default 2), wall time and the
@@ -65,16 +69,26 @@ acc = {}
 TIMED = %(timed)r
 
 
+stack = []  # the timed calls in progress: [part, wall and cpu of the timed calls inside it]
+
+
 def timer(f, part):
     @functools.wraps(f)
     def timed(*a, **k):
         w, c = time.perf_counter(), time.process_time()
+        stack.append([part, 0.0, 0.0])
         try:
             return f(*a, **k)
-        finally:  # [wall, cpu, wall and cpu clocks at the first call's start]
+        finally:  # [wall, cpu, wall and cpu clocks at the first call's start]; a part's own time:
+            # what a timed call inside it took belongs to that call's part
+            _, inner_w, inner_c = stack.pop()
+            dw, dc = time.perf_counter() - w, time.process_time() - c
             d = acc.setdefault(part, [0.0, 0.0, w, c])
-            d[0] += time.perf_counter() - w
-            d[1] += time.process_time() - c
+            d[0] += dw - inner_w
+            d[1] += dc - inner_c
+            if stack:
+                stack[-1][1] += dw
+                stack[-1][2] += dc
     return timed
 
 
@@ -123,14 +137,16 @@ def _parts(acc: dict, wall: float, cpu: float) -> dict[str, tuple[float, float]]
     main_ = acc["main"]
     run = acc["run"]
     before = (run[2] - main_[2], run[3] - main_[3])  # from main's start to Audit.run's
-    after = [get(k) for k in ("console report", "warehouse", "gates", "monitor")]
-    calls = sub(get("run"), get("finish"))
+    after = [get(k) for k in ("console report", "warehouse", "gates", "monitor", "report.html")]
+    calls = get("run")  # each part's own time (a timed call inside another is its own part's)
+    if "load_inputs" in acc and acc["load_inputs"][2] >= run[2]:  # versions that read the inputs inside the run
+        calls = tuple(a + b for a, b in zip(calls, get("load_inputs")))
     return {"start": sub((wall, cpu), get("main")), "before the run": before,
             "  of which load_inputs": get("load_inputs"),  # all calls (the CLI's, and the run's own if any)
             "model calls and pair work": calls, "finish": get("finish"),
             "console report": get("console report"), "warehouse": get("warehouse"), "gates": get("gates"),
-            "history and check": sub(get("monitor"), get("report.html")), "report.html": get("report.html"),
-            "other": sub(get("main"), before, get("run"), *after), "total": (wall, cpu),
+            "history and check": get("monitor"), "report.html": get("report.html"),
+            "other": sub(get("main"), before, calls, get("finish"), *after), "total": (wall, cpu),
             "fixed (all but the calls)": sub((wall, cpu), calls)}
 
 
