@@ -91,3 +91,37 @@ def test_result_defect_names_what_is_wrong_and_accepts_rounding():
     assert "nan" in result_defect(BAD["nan"](("A", "B", "C"))) and "'A'" in result_defect(BAD["nan"](("A", "B")))
     assert result_defect(ChatResult(text="", option_probs={"A": 0.7, "B": 0.7})) == \
         "option probabilities summing to 1.4 (above 1)"
+
+
+class FilteringTarget(ScriptedTarget):
+    """A target whose provider's content filter stops every third answer (empty text,
+    ``finish_reason`` ``content_filter``) and which answers every fifth with nothing."""
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        if self.calls % 3 == 0:
+            return ChatResult(text="", finish_reason="content_filter", provider=self.name, model=self.model_id)
+        if self.calls % 5 == 0:
+            return ChatResult(text="  ", finish_reason="stop", provider=self.name, model=self.model_id)
+        return res
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim_inputs, spool):
+    """Break-it: target answers with no text, or stopped by the provider's content filter, were
+    rated as ordinary responses with nothing counted anywhere. They are still rated, but the
+    summary counts them and its warnings (printed first by the console) say so — in a spooled
+    (large) run as in an in-memory one."""
+    names, prompts = sim_inputs(12)
+    target = FilteringTarget(NAME_TO_GROUP, _target)
+    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": False}), target=target,
+                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    n = res.summary["n_responses"]
+    filtered = sum(1 for i in range(1, n + 1) if i % 3 == 0)
+    empty = sum(1 for i in range(1, n + 1) if i % 3 == 0 or i % 5 == 0)
+    assert n == target.calls == 24
+    assert (res.summary["n_responses_empty"], res.summary["n_responses_content_filter"]) == (empty, filtered)
+    assert (f"{empty} of {n} target responses were empty and {filtered} were stopped by the provider's content "
+            "filter") in " ".join(res.summary["warnings"])

@@ -126,6 +126,24 @@ def _redacted(row: dict) -> dict:
     return row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
 
 
+def response_notes(response: Response) -> tuple[bool, bool]:
+    """``(empty, filtered)`` of one target response: no text although the call did not fail,
+    and stopped by the provider's content filter (``finish_reason`` ``content_filter``): answers
+    that are rated as they are, and counted so that a run says how many it had."""
+    if response.error is not None:
+        return False, False
+    return not (response.text or "").strip(), response.finish_reason == "content_filter"
+
+
+def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
+    """The run's warning about empty and content-filtered target responses; None when none."""
+    if not n_empty and not n_filtered:
+        return None
+    return (f"{n_empty} of {n_responses} target responses were empty and {n_filtered} were stopped by the "
+            "provider's content filter (finish_reason content_filter); their pairs are rated as they are — "
+            "responses.jsonl has each response's finish_reason")
+
+
 class ResponseSpool(PairSpool):
     """The :class:`~lmra.pairstore.PairSpool` of a spooled run's responses (see
     :class:`RatedPairSpool`): each response is kept only as its line of ``responses.jsonl``
@@ -146,6 +164,7 @@ class ResponseSpool(PairSpool):
         self._writer.encoded = {"line"}  # the JSON line is stored as its text, not encoded again
         self.redact = redact
         self.placebo = frozenset(placebo)
+        self.n_empty = self.n_filtered = 0  # (response_notes)
 
     def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
         """Spool one response with its refusal label ``(p, refused)`` (None: not labelled) at
@@ -154,6 +173,9 @@ class ResponseSpool(PairSpool):
         Raises:
             LmraIOError: the spool cannot be written.
         """
+        empty, filtered = response_notes(response)
+        self.n_empty += empty
+        self.n_filtered += filtered
         row = response_row(response)
         row["refusal_p"], row["refused"] = label if label is not None else (None, None)
         if self.redact:  # as finish_run's disk rows
@@ -373,10 +395,13 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     all_text = {p.id: p.text for p in inputs.prompts if p.id in asked}
     if isinstance(responses, ResponseSpool):  # a large run: its responses were spooled as their lines
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
+        n_empty, n_filtered = responses.n_empty, responses.n_filtered
         responses.remove()
         resp_rows = disk_rows = is_placebo = []
     else:
         n_responses = len(responses)
+        notes = [response_notes(r) for r in responses]
+        n_empty, n_filtered = sum(e for e, _ in notes), sum(f for _, f in notes)
         resp_rows = [response_row(r) for r in responses]
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
@@ -466,6 +491,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         diag["judge2_stereotype"] = judge_diagnostics(
             rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
                                 "judge2_order2": "order2"}), **th2)
+    empty = empty_responses_warning(n_empty, n_filtered, n_responses)
+    if empty is not None:
+        warnings.append(empty)
     flagged = flagged_warning(diag)  # also in summary.json's warnings, for whoever reads only those
     if flagged is not None:
         warnings.append(flagged)
@@ -510,6 +538,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_filtered_unlabelled": n_filter_unlabelled,
         "n_prompts": len(prompts),
         "n_responses": n_responses,
+        "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
+        "n_responses_content_filter": n_filtered,
         "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
         "n_pairs_refusal": int(scores["refused"].sum()) if not scores.empty else 0,
         "n_pairs_unlabelled": int(scores["unlabelled"].fillna(False).astype(bool).sum())
