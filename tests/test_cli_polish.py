@@ -311,3 +311,15 @@ def test_a_missing_gguf_given_on_the_command_line_is_named(tmp_path, capsys, mon
     err = " ".join(capsys.readouterr().err.split())
     assert f"{missing}: option --target: GGUF model file not found" in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_judge_check_refuses_a_key_variable_with_no_key(capsys):
+    """Break-it: '--no-api-key --api-key-env X' was accepted (the variable silently ignored); a
+    config refuses the same pair of settings."""
+    from lmra.cli import main
+
+    try:
+        code = main(["judge-check", "--no-api-key", "--api-key-env", "X"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2 and "not allowed with argument --no-api-key" in capsys.readouterr().err

@@ -33,9 +33,10 @@ def add_parsers(sub) -> None:
                    "package.module:factory (overrides the config)")
     p.add_argument("--model", help="LMRA model id (overrides the config)")
     p.add_argument("--base-url", help="LMRA endpoint (openai/anthropic)")
-    p.add_argument("--api-key-env", help="environment variable holding the LMRA's API key")
-    p.add_argument("--no-api-key", action="store_true", help="the --base-url server needs no API key "
-                   "(api_key_required = false)")
+    keys = p.add_mutually_exclusive_group()  # as in a config: a key's variable, or no key at all
+    keys.add_argument("--api-key-env", help="environment variable holding the LMRA's API key")
+    keys.add_argument("--no-api-key", action="store_true", help="the --base-url server needs no API key "
+                      "(api_key_required = false)")
     p.add_argument("--combiner", choices=("auto", "min", "mean", "calibrated"), help="order combiner")
     p.add_argument("--canaries", action="append", metavar="FILE",
                    help="canary JSONL file (repeatable; default: the shipped set)")
