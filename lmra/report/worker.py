@@ -50,9 +50,8 @@ EXIT_WAIT_S = 1.0
 ENV_SWITCH = "LMRA_REPORT_PROCESS"
 
 
-def import_report_modules(import_module=None) -> None:
-    """Import :data:`REPORT_MODULES` (with ``import_module``, default :func:`importlib.import_module`)
-    and compile the report's template.
+def import_report_modules() -> None:
+    """Import :data:`REPORT_MODULES` and compile the report's template.
 
     Raises:
         whatever an import raises (the report then says it in-process).
@@ -60,7 +59,7 @@ def import_report_modules(import_module=None) -> None:
     import importlib
 
     for name in REPORT_MODULES:
-        (import_module or importlib.import_module)(name)
+        importlib.import_module(name)
     from lmra.report.html import report_template
 
     report_template()
