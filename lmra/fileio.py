@@ -58,6 +58,8 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         os.replace(tmp_name, path)
         tmp_name = None
     except OSError as exc:
+        if "Failed to read file" in str(exc):  # DuckDB reading what is written (lmra.pairstore.reading names it)
+            raise
         raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
     finally:
         if tmp_name is not None:

@@ -136,6 +136,13 @@ def _utc(iso: str | None) -> str | None:
 
 
 def _int(x) -> int | None:
+    """An integer for an INTEGER column: ints (and numpy integers) exactly — a 64-bit seed
+    through a float was rounded, up to 2⁶³ and an overflow —, other numbers truncated, None for
+    missing or non-finite values."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
+        return int(x)
     f = finite(x)
     return None if f is None else int(f)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -430,6 +431,27 @@ def parquet_schema(path: str | Path):
                              file=path) from None
 
 
+@contextmanager
+def reading(path: str | Path):
+    """Around code that reads the per-pair file ``path``: a damaged file's error from pyarrow or
+    DuckDB (a data page that does not decompress, a bad footer …) becomes one
+    :class:`~lmra.errors.LmraInputError` naming it. I/O errors (OSError, DuckDB's IOException:
+    a full disk while writing) pass as they are, but for DuckDB's "Failed to read file"."""
+    try:
+        yield
+    except LmraInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — sorted below
+        import pyarrow as pa
+
+        duck = type(exc).__module__.lstrip("_").startswith("duckdb")
+        if "Failed to read file" in str(exc) or (isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError)) \
+                or (duck and not isinstance(exc, OSError)):
+            raise LmraInputError(f"not a readable Parquet file ({type(exc).__name__}: "
+                                 f"{' '.join(str(exc).split())[:300]})", file=path) from None
+        raise
+
+
 def _json_columns(path: Path) -> list[str]:
     meta = parquet_schema(path).metadata or {}
     return json.loads(meta.get(b"lmra.json_columns", b"[]"))
@@ -590,6 +612,12 @@ def read_pairs_where(path: str | Path, keys: Sequence[str], values: Iterable[tup
         if kept.empty:
             return kept.astype({c: object for c in late if c in kept})
         return decode_json(kept, p, only=late)
+    with reading(p):
+        return _pairs_where_sql(p, keys, values, top)
+
+
+def _pairs_where_sql(p: Path, keys: Sequence[str], values: list[tuple], top) -> pd.DataFrame:
+    """:func:`read_pairs_where` of a large Parquet file, by DuckDB."""
     con = connect()
     have = register_pairs(con, p)
     con.register("_wanted", pd.DataFrame(values, columns=list(keys)))

@@ -295,8 +295,10 @@ class RunFolder:
                     ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", "h"]))
             else:
                 from lmra.aggregate import prompt_scores_sql
+                from lmra.pairstore import reading
 
-                self._cache["prompt_scores"] = prompt_scores_sql(self.pairs_path)
+                with reading(self.pairs_path):
+                    self._cache["prompt_scores"] = prompt_scores_sql(self.pairs_path)
         return self._cache["prompt_scores"]
 
 

@@ -437,3 +437,49 @@ def test_a_damaged_ratings_parquet_is_one_line_naming_it_and_nothing_is_exported
         assert f"{run / 'ratings.parquet'}: not a readable Parquet file (ArrowInvalid" in err, (argv, err)
         assert "Traceback" not in err
     assert not (run / "exports").exists() and not os.path.exists(run / "report.html")
+
+
+def test_a_seed_at_the_64_bit_limit_is_registered_exactly(tmp_path, capsys):
+    """Break-it: the history stored a seed through a float, so seeds from 2⁶³ − 512 crashed the
+    end of the audit (OverflowError, a traceback) and seeds above 2⁵³ were stored rounded."""
+    import sqlite3
+
+    from lmra.cli import main
+    from lmra.config import MAX_SEED
+    from lmra.monitor import _int
+    from test_gates import write_config
+
+    assert _int(MAX_SEED) == MAX_SEED and _int(9007199254740993) == 9007199254740993 and _int(2.9) == 2
+    for seed in (MAX_SEED, 9007199254740993):
+        cfg = write_config(tmp_path, name=f"s{seed % 1000}", seed=seed, n_prompts=8)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+        assert "Traceback" not in capsys.readouterr().err
+    db = sqlite3.connect(tmp_path / "reports" / "history.sqlite")
+    assert sorted(s for (s,) in db.execute("SELECT seed FROM runs")) == [9007199254740993, MAX_SEED]
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_ratings_parquet_with_a_damaged_data_page_is_named_and_nothing_is_exported(tmp_path, capsys, monkeypatch,
+                                                                                      large):
+    """Break-it: a footer intact and a data page zeroed: export left per_task.* behind; a large
+    file (read by DuckDB) gave tracebacks in report and export, or blamed the output file."""
+    import lmra.pairstore as pairstore
+    from monitor_helpers import make_run
+    from lmra.cli import main
+
+    if large:
+        monkeypatch.setattr(pairstore, "SMALL_FILE_BYTES", 0)
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                   n_prompts=8)
+    path = run / "ratings.parquet"
+    data = bytearray(path.read_bytes())
+    data[8:8 + len(data) // 6] = bytes(len(data) // 6)  # the first pages zeroed, the footer kept
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    for argv in ([["export", str(run), "--format", f] for f in ("csv", "json", "parquet")]
+                 + [["report", str(run)]]):
+        assert main(argv) == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{path}: not a readable Parquet file" in err and "Traceback" not in err, (argv, err)
+        assert not any((run / "exports").glob("*")) if (run / "exports").exists() else True
+    assert not (run / "report.html").exists()

@@ -277,6 +277,19 @@ call = forked_call(lambda: time.sleep(60))
 call.close()  # never asked: killed and reaped
 call.close()
 out["children"] = children()
+r, w = os.pipe()  # its caller killed (the report process, on Ctrl-C): the call's process goes too
+pid = os.fork()
+if pid == 0:
+    os.write(w, str(forked_call(lambda: time.sleep(60)).pid).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+orphan = int(os.read(r, 64))
+time.sleep(0.5)
+try:
+    state = open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[0]
+except OSError:
+    state = "gone"
+out["orphan_running"] = state in ("R", "S", "D")
 print(json.dumps(out))
 """
 
@@ -288,4 +301,4 @@ def test_forked_call_returns_the_result_or_none_and_leaves_no_process(tmp_path):
     closed unasked is killed and reaped."""
     out = _python(FORKED, tmp_path)
     assert out == {"value": {"n": 499500, "text": "ok"}, "again": None, "raises": None, "unpicklable": None,
-                   "killed": None, "children": []}
+                   "killed": None, "children": [], "orphan_running": False}

@@ -364,11 +364,12 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         gates_after_audit(result.run_dir, cfg.gates, console=console, reasons=reasons)  # 6: a gate not met
         # the warehouse of nights (docs/exports.md), whatever the checks say: landed while the
         # report process writes report.html (else after the check; at the latest, here)
-        landed: list[bool] = []
+        landed: list[bool] = []  # (True once the landing has started)
 
         def land() -> None:
-            if not landed:
-                landed.append(after_run(result.run_dir, console, reasons))
+            if not landed:  # once: a landing interrupted (Ctrl-C) is not started again
+                landed.append(True)
+                after_run(result.run_dir, console, reasons)
 
         try:
             monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,

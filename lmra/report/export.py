@@ -168,12 +168,12 @@ def _duckdb_writes(path: Path):
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
-        raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=path) from None
-    except Exception as exc:  # DuckDB's IOException (a full disk, a read-only folder)
-        if type(exc).__name__ not in ("IOException", "PermissionException"):
-            raise
-        raise LmraIOError(f"cannot write this file ({exc})", path=path) from None
+    except Exception as exc:  # OSError, or DuckDB's IOException (a full disk, a read-only folder)
+        if "Failed to read file" in str(exc) or not (
+                isinstance(exc, OSError) or type(exc).__name__ in ("IOException", "PermissionException")):
+            raise  # (reading a damaged per-pair file: lmra.pairstore.reading names it)
+        raise LmraIOError(f"cannot write this file ({io_reason(exc) if isinstance(exc, OSError) else exc})",
+                          path=path) from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -474,7 +474,7 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     unknown = set(tables) - set(SCHEMAS)
     if unknown:
         raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
-    from lmra.pairstore import is_small, parquet_schema
+    from lmra.pairstore import is_small, parquet_schema, reading
 
     if run.pairs_path.suffix == ".parquet":  # a damaged file stops the export before it writes anything
         parquet_schema(run.pairs_path)
@@ -484,5 +484,13 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
 
     large = run.pairs_path.suffix == ".parquet" and not is_small(run.pairs_path)  # DuckDB writes the text
     sql = {("per_pair", "csv"): write_per_pair_csv, ("per_pair", "json"): write_per_pair_json} if large else {}
-    return [sql[(t, fmt)](run, out / f"{t}.{fmt}") if (t, fmt) in sql
-            else write_chunks(build[t](run), t, fmt, out / f"{t}.{fmt}", run.run_id) for t in tables]
+    paths = [out / f"{t}.{fmt}" for t in tables]
+    new = [p for p in paths if not p.exists()]
+    try:
+        with reading(run.pairs_path):  # a damaged data page, found only when it is read
+            return [sql[(t, fmt)](run, path) if (t, fmt) in sql else write_chunks(build[t](run), t, fmt, path, run.run_id)
+                    for t, path in zip(tables, paths)]
+    except BaseException:  # nothing half-exported: the files this export created go again
+        for path in new:
+            path.unlink(missing_ok=True)
+        raise

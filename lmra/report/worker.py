@@ -313,6 +313,19 @@ class ForkedCall:
             pass
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent ends (Linux ``PR_SET_PDEATHSIG``), and
+    end at once if it already has; where that cannot be set, the parent's pipe still closes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def forked_call(fn) -> ForkedCall | None:
     """Run ``fn()`` in a forked process (it must return something picklable); None where
     :func:`forking_allowed` is False or the fork fails (the caller then runs ``fn`` itself)."""
@@ -322,6 +335,7 @@ def forked_call(fn) -> ForkedCall | None:
 
     try:
         reader, writer = Pipe(duplex=False)
+        parent = os.getpid()
         pid = os.fork()
     except OSError:
         return None
@@ -329,6 +343,7 @@ def forked_call(fn) -> ForkedCall | None:
         status = 1
         try:
             reader.close()
+            _die_with_parent(parent)  # a caller killed (Ctrl-C ends the report process so) takes it along
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             gc.freeze()
             try:
