@@ -394,9 +394,9 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         p_ref, refused = row.pop("refusal_p", None), row.pop("refused", None)
         if refused is not None:
             refusals[i] = (p_ref, refused)
-        if row.pop("redacted", False):  # only the length is kept: finish_run writes it again
-            n = int(row.pop("n_chars", 0) or 0)
-            row["text"] = row["scrubbed"] = " " * n
+        if row.pop("redacted", False):  # only the length is kept: finish_run writes it again (and
+            n = int(row.pop("n_chars", 0) or 0)  # counts a length-0 text as an empty response)
+            row["text"] = row["scrubbed"] = "x" * n
         stored_responses.append(_Stored(row))
 
     # -- filter decisions and task classifications: each shard holds its own prompts'; in

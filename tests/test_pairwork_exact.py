@@ -268,7 +268,9 @@ def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tm
 
 #: ``python tests/test_pairwork_exact.py`` prints them for the lmra on PYTHONPATH (run from outside the checkout)
 PINNED_KEYS = ("6fe16433efaee2c8", 996)
-PINNED_CONTENTS = "2006965804ff41e2"
+#: (2006965804ff41e2 until the tenth session: quality.csv then counted failed quality calls in
+#: n_invalid; with n_invalid + n_failed folded back and n_failed dropped the files give it still)
+PINNED_CONTENTS = "2e96a1fe31b19ce7"
 
 
 if __name__ == "__main__":  # print the pins with whatever lmra is on PYTHONPATH
