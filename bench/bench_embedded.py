@@ -124,7 +124,7 @@ def part_audits(args, work: Path) -> None:
 
 
 def part_tokens(n_prompts: int = 16, max_tokens: int = 48) -> None:
-    from llama_cpp import Llama
+    from lmra.providers._llama_cpu import load_llama as Llama  # lmra loads models so (no AMX buffers)
 
     from lmra.config import ModelConfig
     from lmra.providers._llama_batch import BatchDecoder, GenerationJob

