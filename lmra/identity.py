@@ -176,6 +176,12 @@ class IdentityRecorder:
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         result = await self.inner.complete(request)
+        self.note(result)
+        return result
+
+    def note(self, result) -> None:
+        """Count ``result`` (an answer of this role: its ``served_model``,
+        ``system_fingerprint`` and ``text`` are read) and announce a template token first seen."""
         for tok in self.counts.observe(result):
             if self.counts.template_tokens[tok] == 1:
                 self.on_notice(f"the {self.role} ({self.name}:{self.model_id}) answered with the chat-template token "
@@ -183,7 +189,6 @@ class IdentityRecorder:
                                "that is not the model's own, or not stop at the end of a turn. Such responses are "
                                f"used as they are and counted in manifest.json ({self.role}.template_tokens); shown "
                                "once per token")
-        return result
 
     async def aclose(self) -> None:
         await self.inner.aclose()

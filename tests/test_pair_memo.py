@@ -342,3 +342,58 @@ def test_memo_rows_read_back_as_json_dumps_and_refuse_what_json_does_not_give_ba
     assert "NaN" in text and "\n" not in text and "é" in text
     assert _encode(((out[0][0], None, None), out[1], row | {"n": np.int64(3)}, []), calls) is None
 
+
+
+def test_the_memo_is_asked_once_per_pair_and_replays_without_tasks(tmp_path, monkeypatch):
+    """A re-run with more prompts: each pair's key is computed and looked up once (a hit is
+    replayed where the chain would start, a miss goes to its chain with the key), and the
+    replayed pairs start no asyncio task of their own."""
+    import asyncio
+
+    from lmra.audit import memo as memo_mod
+    from lmra.cache import CallCache
+
+    small = _config(tmp_path, quality={"enabled": False}, judge2=None, prompts_per_task=2)
+    _run(small, tmp_path / "small")
+    big = small.model_copy(update={"prompts_per_task": 4})
+    keys, gets, tasks = [], [], [0]
+    real_key, real_get, real_ensure = memo_mod.PairMemo.pair_key, CallCache.memo_get, asyncio.ensure_future
+    monkeypatch.setattr(memo_mod.PairMemo, "pair_key", lambda self, a, b: keys.append(1) or real_key(self, a, b))
+    monkeypatch.setattr(CallCache, "memo_get", lambda self, k: gets.append(k) or real_get(self, k))
+
+    def counting(coro, **kw):
+        tasks[0] += getattr(getattr(coro, "cr_code", None), "co_name", "") == "pair_chain"
+        return real_ensure(coro, **kw)
+
+    monkeypatch.setattr(asyncio, "ensure_future", counting)
+    res = _run(big, tmp_path / "big")
+    memo = res.manifest["pair_memo"]
+    n_pairs = len(keys)  # placebo pairs included
+    assert 0 < memo["hits"] < res.summary["n_pairs_total"] < n_pairs
+    assert len(gets) == len(set(gets)) == n_pairs
+    assert tasks[0] == n_pairs - memo["hits"]  # a chain task per pair the memo did not hold
+    tasks[0] = 0
+    again = _run(big, tmp_path / "again")  # every memoisable pair replayed
+    hits = again.manifest["pair_memo"]["hits"]
+    assert memo["hits"] < hits <= n_pairs  # (pairs with a failed call are not memoised)
+    assert tasks[0] == n_pairs - hits
+
+
+def test_a_replay_that_fails_is_raised_once_the_started_chains_settle(tmp_path, monkeypatch):
+    from lmra.audit import memo as memo_mod
+
+    cfg = _config(tmp_path, quality={"enabled": False}, judge2=None, placebo={"share": 0.0})
+    _run(cfg, tmp_path / "first")
+    real = memo_mod.PairMemo._replay
+    seen = [0]
+
+    def failing(self, text, progress):
+        seen[0] += 1
+        if seen[0] == 3:
+            raise OSError("disk full while replaying")
+        return real(self, text, progress)
+
+    monkeypatch.setattr(memo_mod.PairMemo, "_replay", failing)
+    with pytest.raises(OSError, match="disk full while replaying"):
+        _run(cfg, tmp_path / "second")
+    assert seen[0] == 3  # no pair replayed after the failure

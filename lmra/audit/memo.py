@@ -157,19 +157,6 @@ class _Cached:
         self.usage = usage
 
 
-class _Preset:
-    """A stand-in provider answering the :class:`_Answer` set last (feeds a replayed call to the
-    role's :class:`~lmra.identity.IdentityRecorder`)."""
-
-    def __init__(self, provider: Provider):
-        self.name, self.model_id = provider.name, provider.model_id
-        self.base_url, self.supports_logprobs = provider.base_url, provider.supports_logprobs
-        self.answer: _Answer | None = None
-
-    async def complete(self, request) -> "_Answer":
-        return self.answer
-
-
 def _stable_repr(obj: Any) -> str:
     """``repr(obj)`` for the key; raises ValueError when it names an object's address (not stable)."""
     text = repr(obj)
@@ -304,7 +291,7 @@ class PairMemo:
         self._roles[role] = (provider, [self.stats, self.stats.model(label)], guard, keys)
         counts = self.identity.counts.get(role)
         if counts is not None:
-            self._served[role] = IdentityRecorder(_Preset(provider), role, counts, self.identity.on_notice)
+            self._served[role] = IdentityRecorder(provider, role, counts, self.identity.on_notice)
         return MemoRecorder(provider, role)
 
     def pair_key(self, job_a: tuple, job_b: tuple) -> str:
@@ -320,21 +307,33 @@ class PairMemo:
         return any((g is not None and g.tripped is not None) or (kg is not None and kg.rejected is not None)
                    for _, _, g, kg in self._roles.values())
 
-    async def chain(self, rated_pair: Callable[[tuple, tuple], Awaitable[tuple]], job_a: tuple, job_b: tuple,
-                    progress, go_on: Callable[[], None]) -> tuple:
-        """The pair's ``(a, b, row, quality)``: replayed from the memo, or ``rated_pair(job_a,
-        job_b)`` run while its calls are recorded and then memoised (when it may be).
-
-        ``progress`` gets the chain's ``generate`` (and ``refusal``) advances on a hit;
-        ``go_on`` raises when the run is stopping (as the chain's first call would)."""
+    def replay(self, job_a: tuple, job_b: tuple, progress) -> tuple[str, tuple | None]:
+        """``(key, out)``: the pair's :meth:`pair_key` and, when the memo holds the pair (and no
+        role's calls would raise before the cache), its ``(a, b, row, quality)`` replayed —
+        its recorded calls counted as cache hits and its ``generate`` (and ``refusal``)
+        progress advanced — else None (run it with :meth:`chain`, passing ``key``).
+        Synchronous: a replayed pair needs no task of its own."""
         key = self.pair_key(job_a, job_b)
         if self._lookups and not self._blocked():
             text = self.cache.memo_get(key)
             if text is not None:
-                go_on()
-                out = await self._replay(text, progress)
-                if out is not None:
-                    return out
+                return key, self._replay(text, progress)
+        return key, None
+
+    async def chain(self, rated_pair: Callable[[tuple, tuple], Awaitable[tuple]], job_a: tuple, job_b: tuple,
+                    progress, go_on: Callable[[], None], key: str | None = None) -> tuple:
+        """The pair's ``(a, b, row, quality)``: replayed from the memo, or ``rated_pair(job_a,
+        job_b)`` run while its calls are recorded and then memoised (when it may be).
+
+        ``progress`` gets the chain's ``generate`` (and ``refusal``) advances on a hit;
+        ``go_on`` raises when the run is stopping (as the chain's first call would); ``key``:
+        the pair's key from a :meth:`replay` that found nothing (the memo is then not asked
+        again)."""
+        if key is None:
+            go_on()
+            key, out = self.replay(job_a, job_b, progress)
+            if out is not None:
+                return out
         rec = _Recording()
         token = _RECORDING.set(rec)
         try:
@@ -348,7 +347,7 @@ class PairMemo:
                 self.stored += 1
         return out
 
-    async def _replay(self, text: str, progress) -> tuple | None:
+    def _replay(self, text: str, progress) -> tuple | None:
         """Count the recorded calls as cache hits and advance the bars; the pair's result, or
         None when the row cannot be read (it is then run again)."""
         try:
@@ -371,9 +370,8 @@ class PairMemo:
             if guard is not None:
                 guard.answered = True
             served_record = self._served.get(role)
-            if served_record is not None:
-                served_record.inner.answer = _Answer(served, fingerprint, tokens)
-                await served_record.complete(None)  # counted and announced as the wrapper does
+            if served_record is not None:  # counted and announced as the wrapper does
+                served_record.note(_Answer(served, fingerprint, tokens))
         for _ in range(2):
             progress.advance("generate")
             if self.refusal:

@@ -185,6 +185,10 @@ class PipelineDriver:
         done_pairs: dict[int, tuple] = {}  # key → what the finish needs of a done pair chain
         spooled_nothing = (None, None, None, ())  # a spooled chain's result without quality rows
 
+        def keep(key: int, result: tuple) -> None:
+            if result[0] is not None or result[2] is not None or result[3]:
+                done_pairs[key] = result
+
         def settled(key: int | None, task: asyncio.Future) -> None:
             live.discard(task)
             if key is not None:
@@ -194,9 +198,7 @@ class PipelineDriver:
             if task.exception() is not None:
                 failure.append(task.exception())
             elif key is not None:
-                result = task.result()
-                if result[0] is not None or result[2] is not None or result[3]:
-                    done_pairs[key] = result
+                keep(key, task.result())
             try:
                 start_waiting()
             except Exception as exc:  # noqa: BLE001 — raised by the pipeline once every started task settled
@@ -218,8 +220,18 @@ class PipelineDriver:
                 chain = ready.popleft() if ready else next(placebo_pairs, None)
                 if chain is None:
                     return
+                memo_key = None
+                if self.memo is not None:  # a memoised pair is replayed here, with no task of its own
+                    try:
+                        memo_key, out = self.memo.replay(chain[0], chain[1], progress)
+                        if out is not None:
+                            keep(chain[2], chain_done(chain[2], *out))
+                            continue
+                    except Exception as exc:  # noqa: BLE001 — as a failed chain's task: raised once all settled
+                        failure.append(exc)
+                        return
                 running[0] += 1
-                spawn(pair_chain(*chain), chain[2])
+                spawn(pair_chain(*chain, memo_key), chain[2])
 
         def go_on() -> None:
             if failure:
@@ -249,9 +261,13 @@ class PipelineDriver:
                                                 judge2, sem)
             return a, b, row, quality
 
-        async def pair_chain(job_a: tuple, job_b: tuple, key: int) -> tuple:
-            a, b, row, quality = await (rated_pair(job_a, job_b) if self.memo is None  # lmra.audit.memo
-                                        else self.memo.chain(rated_pair, job_a, job_b, progress, go_on))
+        async def pair_chain(job_a: tuple, job_b: tuple, key: int, memo_key: str | None) -> tuple:
+            """``memo_key``: the pair's key in the memo (lmra.audit.memo), which does not hold it."""
+            out = await (rated_pair(job_a, job_b) if self.memo is None
+                         else self.memo.chain(rated_pair, job_a, job_b, progress, go_on, key=memo_key))
+            return chain_done(key, *out)
+
+        def chain_done(key: int, a, b, row, quality) -> tuple:
             if spool is not None:  # key: the pair's place in the staged order
                 spool.add(key, row)
                 row = None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from lmra.data import PromptRecord
 from lmra.errors import LmraInputError
 from lmra.generate import derive_seed
-from lmra.judge.filter import FilterDecision, check_prompt
+from lmra.judge.filter import FilterDecision, check_prompt, lexical_decision
 from lmra.judge.taxonomy import Classification, classify_prompt
 from lmra.providers import Provider, ProviderError
 
@@ -127,8 +127,8 @@ class SelectStage:
             for task, plist in list(by_task.items()):
                 keep = []
                 for p in plist:
-                    d = await check_prompt(p, names, provider=None, judge=cfg.judge, template=None)
-                    (decisions.append(d) if d.removed else keep.append(p))
+                    d = lexical_decision(p, names)
+                    (keep.append(p) if d is None else decisions.append(d))
                 by_task[task] = keep
         self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))
 

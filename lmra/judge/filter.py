@@ -89,6 +89,13 @@ class FilterDecision(BaseModel):
     error: str | None = None  # the provider error of an unlabelled prompt
 
 
+def lexical_decision(prompt: PromptRecord, names: Iterable[str]) -> FilterDecision | None:
+    """The lexical check alone (:func:`lexical_hits`): the prompt's removal decision when it
+    reveals the user's name, gender or race, else None (kept by this check)."""
+    hits = lexical_hits(prompt.text, names)
+    return FilterDecision(prompt_id=prompt.id, removed=True, reason="lexical", lexical=hits) if hits else None
+
+
 async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: Provider | None, judge: JudgeConfig,
                        template: Template | None, threshold: float = 0.5) -> FilterDecision:
     """Decide whether one prompt reveals the user's own name, gender or race.
@@ -108,9 +115,9 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
     Raises:
         ProviderError: the LMRA call failed (the audit records the prompt as unlabelled).
     """
-    hits = lexical_hits(prompt.text, names)
-    if hits:
-        return FilterDecision(prompt_id=prompt.id, removed=True, reason="lexical", lexical=hits)
+    removed = lexical_decision(prompt, names)
+    if removed is not None:
+        return removed
     if provider is None or template is None:
         return FilterDecision(prompt_id=prompt.id, removed=False)
     ans = await ask_yes_no(provider, judge, template, seed_parts=("filter", prompt.id), prompt=prompt.text)
