@@ -180,6 +180,15 @@ out["error"] = [w.render(run, history_path=run.path), w.failure, report.exists()
 w = W.ReportWorker.start()  # an input pickle cannot take
 out["unpicklable"] = [w.render(run, history_path=hp, check=lambda: 0), w.failure, children()]
 
+W.RENDER_TIMEOUT_S = 1.0  # a child stopped (SIGSTOP) once it has its job: killed, not waited for
+w = W.ReportWorker.start()
+w._conn.poll(120)
+real_submit = w._submit
+w._submit = lambda *a: real_submit(*a) and (os.kill(w.pid, signal.SIGSTOP) or True)
+t0 = time.monotonic()
+out["stopped"] = [w.render(run, history_path=hp), w.failure, report.exists(), children(), time.monotonic() - t0]
+W.RENDER_TIMEOUT_S = 600.0
+
 W.READY_TIMEOUT_S = 0.01  # slower imports than the run's end waits for
 w = W.ReportWorker.start()
 out["slow"] = [w.render(run, history_path=hp), w.failure, report.exists(), children()]
@@ -202,7 +211,7 @@ print(json.dumps(out))
 
 
 def test_a_child_that_cannot_write_the_report_says_why_and_is_reaped(tmp_path):
-    """Killed before it was asked, failing, too slow or sent an unpicklable input: render
+    """Killed before it was asked, failing, too slow, stopped or sent an unpicklable input: render
     returns None and says why (the caller then writes the report itself), and no child is left
     running or unreaped; Ctrl-C sent to the child does not stop it; a second thread or
     ``LMRA_REPORT_PROCESS=0`` means no fork."""
@@ -222,6 +231,8 @@ def test_a_child_that_cannot_write_the_report_says_why_and_is_reaped(tmp_path):
     path, failure, kids = out["unpicklable"]
     assert path is None and failure.startswith("the report's inputs cannot be sent to it") and kids == []
     assert out["slow"] == [None, "its imports took longer than 0 s", False, []]
+    *stopped, waited = out["stopped"]
+    assert stopped == [None, "it had not written the report after 1 s", False, []] and 1.0 <= waited < 30
     assert out["closed"] == [False, []]
     assert out["thread"] == [True, False]
     assert out["switch"] is True

@@ -16,7 +16,8 @@ The parent waits meanwhile (it prints the path afterwards, as before).
 
 Nothing is lost when the child cannot help: ``render`` returns None — the child could not be
 forked, died, failed (its error is kept in :attr:`ReportWorker.failure`), took longer than
-:data:`READY_TIMEOUT_S` to import, or an input cannot be pickled — and the caller writes the
+:data:`READY_TIMEOUT_S` to import or :data:`RENDER_TIMEOUT_S` to write the report (it is then
+killed), or an input cannot be pickled — and the caller writes the
 report in-process, which raises what it raises there. A parent that ends without a report
 (a failed or stopped run, an exception, Ctrl-C) calls :meth:`ReportWorker.close`, which kills
 the child; a parent killed outright closes the pipe, and the child, reading end-of-file,
@@ -42,6 +43,10 @@ REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja
                   "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
 #: seconds the run's end waits for the child to finish its imports before writing the report itself
 READY_TIMEOUT_S = 60.0
+#: seconds the command waits for the child's report once it has its job; then the child is
+#: killed and the command writes the report itself (a child stopped, e.g. by SIGSTOP, or stuck
+#: must not hang a nightly run; a slow one only costs the time the report takes again)
+RENDER_TIMEOUT_S = 600.0
 #: seconds between looks at whether the child is still alive while waiting for it
 POLL_S = 0.1
 #: seconds a child that has answered is given to exit by itself before it is killed
@@ -169,8 +174,11 @@ class ReportWorker:
             if meanwhile is not None:
                 pending, meanwhile = meanwhile, None
                 pending()
-            kind, msg = self._receive(None)
+            kind, msg = self._receive(RENDER_TIMEOUT_S)
             self._answered = kind == "message"
+            if kind == "late":
+                self.failure = f"it had not written the report after {RENDER_TIMEOUT_S:.0f} s"
+                return None
             if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "done":
                 return Path(msg[1])
             self.failure = (f"it failed: {msg[1]}" if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error"
@@ -361,5 +369,5 @@ def forked_call(fn) -> ForkedCall | None:
     return ForkedCall(pid, reader)
 
 
-__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "REPORT_MODULES", "ForkedCall", "ReportWorker", "forked_call",
+__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "RENDER_TIMEOUT_S", "REPORT_MODULES", "ForkedCall", "ReportWorker", "forked_call",
            "forking_allowed", "import_report_modules"]
