@@ -33,6 +33,8 @@ BAD = {
     "negative": lambda opts: ChatResult(text="", option_probs={o: -0.5 if o == "A" else 0.5 for o in opts}),
     "inflated": lambda opts: ChatResult(text="", option_probs={o: 5.0 if o == "A" else 0.0 for o in opts}),
     "not a ChatResult": lambda opts: "A",
+    "a list": lambda opts: ChatResult.model_construct(text="", option_probs=[0.2, 0.8]),  # built without checks
+    "bools": lambda opts: ChatResult.model_construct(text="", option_probs={o: o == "C" for o in opts}),
 }
 
 
@@ -91,6 +93,8 @@ def test_result_defect_names_what_is_wrong_and_accepts_rounding():
     assert "nan" in result_defect(BAD["nan"](("A", "B", "C"))) and "'A'" in result_defect(BAD["nan"](("A", "B")))
     assert result_defect(ChatResult(text="", option_probs={"A": 0.7, "B": 0.7})) == \
         "option probabilities summing to 1.4 (above 1)"
+    assert result_defect(BAD["a list"](())) == "option_probs as a list instead of a dict of option → probability"
+    assert result_defect(BAD["bools"](("A", "C"))) == "option probability False for 'A' (not a number in [0, 1])"
 
 
 class FilteringTarget(ScriptedTarget):
