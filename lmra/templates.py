@@ -62,7 +62,12 @@ def _load(path: Path) -> Template:
     parsed = [(role, "\n".join(lines).strip("\n")) for role, lines in sections]
     try:
         tpl = Template(path, parsed)
-        tpl.render(**{f: "x" for f in tpl.fields})  # conversions and format specs must work on text
+        for _, text in parsed:  # plain {name} only: a format spec ({name:>100000000}) could fill the memory
+            for _, field, spec, conversion in string.Formatter().parse(text):
+                if field is not None and (spec or conversion):
+                    bad = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                    raise ValueError(f"{bad} has a {'format spec' if spec else 'conversion'}")
+        tpl.render(**{f: "x" for f in tpl.fields})
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
         raise LmraInputError(f"bad placeholder syntax ({exc}); placeholders are {{name}}, literal braces are "
                              "written {{{{ and }}}}", file=path) from None

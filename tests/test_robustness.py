@@ -76,6 +76,8 @@ def test_rich_markup_in_names_is_printed_verbatim(tmp_path, capsys):
 @pytest.mark.parametrize("template,needle", [
     ("### system\nPreferred name: {name\n", "bad placeholder"),
     ("### system\nName: {name:d}\n", "bad placeholder"),
+    ("### system\nName: {name:>100000000}\n", "{name:>100000000} has a format spec"),  # was: 100 MB per message
+    ("### system\nName: {name!r}\n", "{name!r} has a conversion"),
     ("### system\nName: {nam}\n", "no {name} placeholder"),
 ])
 def test_bad_personalization_templates(tmp_path, capsys, template, needle):
