@@ -139,7 +139,7 @@ def test_model_limits_per_model_calls_in_flight():
     assert ModelLimits(8, any_limit=False, unlimited_in_flight=2, any_capacity=True).bound(8) == 8
 
 
-@pytest.mark.parametrize("value", [0, -3, 2.5, True, "8"])
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "8", 513, 10**9])
 def test_an_invalid_parallel_capacity_of_a_custom_provider_is_an_input_error(tmp_path, monkeypatch, value):
     module = tmp_path / "capacity_provider.py"
     module.write_text("from doubles import ScriptedJudge\n\n"
@@ -150,7 +150,7 @@ def test_an_invalid_parallel_capacity_of_a_custom_provider_is_an_input_error(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(LmraInputError) as err:
         make_provider(ModelConfig(provider="capacity_provider:make"), field="judge")
-    assert err.value.field == "judge.provider" and "parallel_capacity must be a whole number >= 1" in str(err.value)
+    assert err.value.field == "judge.provider" and "parallel_capacity must be a whole number from 1 to 512" in str(err.value)
     assert parallel_capacity(ScriptedJudge(lambda r1, r2: {"C": 1.0})) is None
 
 
