@@ -347,7 +347,10 @@ def check_name(name: str) -> str | None:
                 "them (no digits, brackets, regex or placeholder characters)")
     if letters < 2:
         return "has fewer than 2 letters (a single initial is not a name)"
-    if not name[0].isalpha() or not name[-1].isalpha():
+    last = len(name)  # the last letter may carry combining marks (an accent typed after it)
+    while last > 1 and unicodedata.category(name[last - 1]).startswith("M"):
+        last -= 1
+    if not name[0].isalpha() or not name[last - 1].isalpha():
         return "must start and end with a letter"
     if any(m.group() != ". " for m in re.finditer(r"[ '’.\-]{2,}", name)):  # "St. John" is fine
         return "has two separators in a row"
@@ -377,7 +380,7 @@ def load_names(path: str | Path) -> list[NameRecord]:
     out: list[NameRecord] = []
     seen: dict[str, int] = {}
     for lineno, row in csv_records(text, p, required=("name",), one_of=("gender", "race")):
-        name = row["name"].strip()
+        name = unicodedata.normalize("NFC", row["name"].strip())  # "José" typed as e + U+0301 is "José"
         if not name:
             raise LmraInputError("empty name", file=p, line=lineno, field="name")
         why = check_name(name)
