@@ -7,7 +7,9 @@ thread rule, the transcript prompt format), side by side in one run, quiet and b
 
 Part 1 runs ``python -m lmra.cli audit --config <cfg> --no-progress`` in a fresh folder with a
 fresh cache, for the code before (``git archive <--before-rev>`` of ``lmra/``, ``prompts/``,
-``names/``, ``examples/`` into a temporary folder, put first on ``PYTHONPATH``) and after
+``names/``, ``examples/`` into a temporary folder, put first on ``PYTHONPATH``, with a
+``sitecustomize.py`` that loads models as this checkout does: no AMX weight buffers on an AMX
+CPU, where the code before crashes) and after
 (this working tree). Each side uses its own ``examples/default.toml`` (the before side's has
 ``concurrency = 2``), reduced to ``--tasks`` tasks (one prompt each, as in the default audit;
 the judge check's 10 canary pairs stay), and is timed from start to exit (model load and
@@ -60,6 +62,14 @@ def before_tree(rev: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "lmra", "prompts", "names", "examples"],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # the code before loads llama.cpp's AMX weight buffers, which crash on some AMX CPUs
+    # (lmra/providers/_llama_cpu.py): its processes load models as this checkout does
+    (dest / "sitecustomize.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('_lmra_llama_cpu', {str(ROOT / 'lmra/providers/_llama_cpu.py')!r})\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(mod)\n"
+        "mod.patch_process()\n")
     return dest
 
 

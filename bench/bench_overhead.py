@@ -11,8 +11,8 @@ process selected by ``PYTHONPATH``:
   ``Audit(config).run()`` on a fresh cache → calls/s; the same audit again on that cache
   (all hits) → cached ÷ fresh time; fresh runs with Rich progress bars drawn to a
   terminal console, alternating with runs without → bars-on ÷ bars-off time (best of two each,
-  all four after the fresh and cached runs: a process's later runs are a little slower, so the
-  first fresh run is not the bars' baseline);
+  all four after the fresh and cached runs, so that the bars are compared with runs made
+  alike and alternating with them);
 * **CLI**: ``python -m lmra.cli audit --config … --no-progress`` (report.html included) on a
   fresh cache, wall time of the whole process → calls/s; the same command again (all hits)
   → cached ÷ fresh time.
@@ -164,8 +164,7 @@ def worker_inprocess(work: Path, tag: str) -> dict:
             return audit.run()
 
     # bars on and off alternate (fresh caches), so that a busy spell does not fall on one of them;
-    # the bars are compared with these runs without bars only (made at the same point of the
-    # process's life, after the same earlier runs), not with the first fresh run
+    # the bars are compared with these runs without bars only, not with the first fresh run
     bars, bars_s, bars_cpu = timed(lambda: bars_run("bars1"))
     _, off_s, off_cpu = timed(Audit(cfg_for("off2")).run)
     _, bars2_s, bars2_cpu = timed(lambda: bars_run("bars2"))
