@@ -361,8 +361,12 @@ def test_the_memo_is_asked_once_per_pair_and_replays_without_tasks(tmp_path, mon
     monkeypatch.setattr(memo_mod.PairMemo, "pair_key", lambda self, a, b: keys.append(1) or real_key(self, a, b))
     monkeypatch.setattr(CallCache, "memo_get", lambda self, k: gets.append(k) or real_get(self, k))
 
+    turns = [0]
+
     def counting(coro, **kw):
-        tasks[0] += getattr(getattr(coro, "cr_code", None), "co_name", "") == "pair_chain"
+        name = getattr(getattr(coro, "cr_code", None), "co_name", "")
+        tasks[0] += name == "pair_chain"
+        turns[0] += name == "loop_turn"
         return real_ensure(coro, **kw)
 
     monkeypatch.setattr(asyncio, "ensure_future", counting)
@@ -372,11 +376,16 @@ def test_the_memo_is_asked_once_per_pair_and_replays_without_tasks(tmp_path, mon
     assert 0 < memo["hits"] < res.summary["n_pairs_total"] < n_pairs
     assert len(gets) == len(set(gets)) == n_pairs
     assert tasks[0] == n_pairs - memo["hits"]  # a chain task per pair the memo did not hold
-    tasks[0] = 0
+    tasks[0] = turns[0] = 0
+    from lmra.audit import pipeline
+
+    monkeypatch.setattr(pipeline, "REPLAY_BATCH", 1)  # the event loop gets a turn after every replay
     again = _run(big, tmp_path / "again")  # every memoisable pair replayed
     hits = again.manifest["pair_memo"]["hits"]
     assert memo["hits"] < hits <= n_pairs  # (pairs with a failed call are not memoised)
     assert tasks[0] == n_pairs - hits
+    assert turns[0] >= 2
+    assert (again.run_dir / "per_task.csv").read_bytes() == (res.run_dir / "per_task.csv").read_bytes()
 
 
 def test_a_replay_that_fails_is_raised_once_the_started_chains_settle(tmp_path, monkeypatch):

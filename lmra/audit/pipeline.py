@@ -34,6 +34,9 @@ RESPONSE_SPOOL_NAME = ".responses-spool.parquet"
 PAIR_WINDOW_PER_CALL = 4
 #: … and at least this many
 PAIR_WINDOW_MIN = 64
+#: memoised pairs replayed in one go before the event loop gets a turn (about 50 µs each: a
+#: long run of replays would hold up the answers and call starts of the pairs that do call)
+REPLAY_BATCH = 64
 
 
 @dataclass
@@ -209,10 +212,23 @@ class PipelineDriver:
             live.add(task)
             task.add_done_callback(functools.partial(settled, key))
 
+        replaying = [False]  # a turn of the event loop is scheduled, after which replays go on
+
+        async def loop_turn() -> None:
+            replaying[0] = False  # (its task's end calls start_waiting again: settled)
+
         def start_waiting() -> None:
             """Start waiting pair chains while the window has room (none after a failure): the
-            kept prompts' (a prompt's chains made when its first one starts), then the placebo's."""
+            kept prompts' (a prompt's chains made when its first one starts), then the placebo's.
+            A memoised pair is replayed at once, at most :data:`REPLAY_BATCH` in one call (then
+            the event loop gets a turn and they go on)."""
+            replayed = 0
             while running[0] < window and not failure:
+                if replayed >= REPLAY_BATCH:
+                    if not replaying[0]:
+                        replaying[0] = True
+                        spawn(loop_turn())
+                    return
                 if not ready and waiting:
                     p = waiting.popleft()
                     jobs, first = self._prompt_jobs(p), position[p.id] * per_prompt
@@ -226,6 +242,7 @@ class PipelineDriver:
                         memo_key, out = self.memo.replay(chain[0], chain[1], progress)
                         if out is not None:
                             keep(chain[2], chain_done(chain[2], *out))
+                            replayed += 1
                             continue
                     except Exception as exc:  # noqa: BLE001 — as a failed chain's task: raised once all settled
                         failure.append(exc)
