@@ -323,6 +323,18 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     return out
 
 
+#: combining marks a letter of a name may carry in a row (Vietnamese has 2, Indic and Tibetan
+#: stacks up to 4; more is decoration such as "Zalgo" text, not a name)
+MAX_MARK_RUN = 4
+_MARK_RUN = re.compile("m+")
+
+
+def _same_name_key(name: str) -> str:
+    """What two spellings of one name share: its composed form (NFC: José typed with a combining
+    accent is José), without case. Only for finding repeats; a name is used as it is written."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
 def check_name(name: str) -> str | None:
     """Why ``name`` is not a plausible first name (None when it is).
 
@@ -347,7 +359,11 @@ def check_name(name: str) -> str | None:
                 "them (no digits, brackets, regex or placeholder characters)")
     if letters < 2:
         return "has fewer than 2 letters (a single initial is not a name)"
-    last = len(name)  # the last letter may carry combining marks (an accent typed after it)
+    run = max((len(m.group()) for m in _MARK_RUN.finditer("".join(
+        "m" if unicodedata.category(ch).startswith("M") else "." for ch in name))), default=0)
+    if run > MAX_MARK_RUN:
+        return f"has {run} combining marks in a row (at most {MAX_MARK_RUN} on a letter)"
+    last = len(name)  # the last letter may carry combining marks (an accent typed after it: José as e + U+0301)
     while last > 1 and unicodedata.category(name[last - 1]).startswith("M"):
         last -= 1
     if not name[0].isalpha() or not name[last - 1].isalpha():
@@ -380,7 +396,7 @@ def load_names(path: str | Path) -> list[NameRecord]:
     out: list[NameRecord] = []
     seen: dict[str, int] = {}
     for lineno, row in csv_records(text, p, required=("name",), one_of=("gender", "race")):
-        name = unicodedata.normalize("NFC", row["name"].strip())  # "José" typed as e + U+0301 is "José"
+        name = row["name"].strip()
         if not name:
             raise LmraInputError("empty name", file=p, line=lineno, field="name")
         why = check_name(name)
@@ -388,9 +404,9 @@ def load_names(path: str | Path) -> list[NameRecord]:
             shown = name if len(name) <= 40 else name[:37] + "..."
             raise LmraInputError(f"name {shown!r} {why} (docs/names.md, 'Rules for a name file')", file=p,
                                  line=lineno, field="name")
-        key = name.casefold()
+        key = _same_name_key(name)
         if key in seen:
-            first = out[[n.name.casefold() for n in out].index(key)]
+            first = out[[_same_name_key(n.name) for n in out].index(key)]
             raise LmraInputError(f"name {name!r} is already on line {seen[key]} (as {first.name!r}, gender "
                                  f"{first.gender!r}, race {first.race!r}); a name may appear once, or it would "
                                  "stand for two groups", file=p, line=lineno, field="name")

@@ -139,7 +139,7 @@ def test_model_limits_per_model_calls_in_flight():
     assert ModelLimits(8, any_limit=False, unlimited_in_flight=2, any_capacity=True).bound(8) == 8
 
 
-@pytest.mark.parametrize("value", [0, -3, 2.5, True, "8", 513, 10**9])
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "8"])
 def test_an_invalid_parallel_capacity_of_a_custom_provider_is_an_input_error(tmp_path, monkeypatch, value):
     module = tmp_path / "capacity_provider.py"
     module.write_text("from doubles import ScriptedJudge\n\n"
@@ -150,7 +150,7 @@ def test_an_invalid_parallel_capacity_of_a_custom_provider_is_an_input_error(tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(LmraInputError) as err:
         make_provider(ModelConfig(provider="capacity_provider:make"), field="judge")
-    assert err.value.field == "judge.provider" and "parallel_capacity must be a whole number from 1 to 512" in str(err.value)
+    assert err.value.field == "judge.provider" and "parallel_capacity must be a whole number >= 1" in str(err.value)
     assert parallel_capacity(ScriptedJudge(lambda r1, r2: {"C": 1.0})) is None
 
 
@@ -170,3 +170,22 @@ def test_the_embedded_model_reports_its_contexts_and_slots(tmp_path):
     assert cfg.concurrency == "auto" and not cfg.has_rate_limit()
     audit = Audit(cfg)
     assert audit.concurrency_plan().startswith(f"concurrency auto: {expected} in flight for target, {expected} for judge")
+
+
+def test_a_parallel_capacity_above_the_concurrency_limit_is_taken_as_the_limit():
+    """The embedded model serves cores + 16 + (cores // 2) × 16 calls at once: 592 on 64 cores.
+    That is taken as 512 (MAX_CONCURRENCY), not refused (which stopped the default audit on a
+    big machine) nor used as it is (as many calls and pair windows in flight)."""
+    from lmra.config import MAX_CONCURRENCY
+    from lmra.providers.llamacpp import LlamaCppProvider, thread_plan
+
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0})
+    judge.parallel_capacity = 10**9
+    assert parallel_capacity(judge) == MAX_CONCURRENCY == 512
+    judge.parallel_capacity = 512
+    assert parallel_capacity(judge) == 512
+    fake = type("Fake", (), {"threads": thread_plan(None, cores=64), "_readers": None})()
+    fake._readers = type("R", (), {"readers": [object()] * fake.threads.readers})()
+    assert LlamaCppProvider.parallel_capacity.fget(fake) > 512
+    fake.parallel_capacity = LlamaCppProvider.parallel_capacity.fget(fake)
+    assert parallel_capacity(fake) == 512

@@ -30,22 +30,48 @@ def test_extra_buffers_off_on_amx_unless_the_environment_says(tmp_path, monkeypa
     assert cpu.use_extra_buffers(str(tmp_path / "cpuinfo")) is expected
 
 
-def test_model_params_set_extra_buffers_while_they_last_and_nest():
+def test_model_params_set_extra_buffers_in_their_thread_only_and_patch_process_stays():
+    """A model_params block sets use_extra_bufts for loads in its own thread while it lasts (a
+    load in another thread meanwhile keeps llama.cpp's default); nested blocks restore the
+    outer one; patch_process's setting holds for every thread and outlives later blocks."""
+    import threading
+
     import llama_cpp.llama_cpp as ll
 
-    default = ll.llama_model_default_params
+    from lmra.providers import _llama_cpu as mod
+
+    default = getattr(ll.llama_model_default_params, "lmra_default", ll.llama_model_default_params)
     assert default().use_extra_bufts  # llama.cpp's own default
-    with cpu.model_params(False):
-        assert ll.llama_model_default_params().use_extra_bufts is False
-    assert ll.llama_model_default_params is default
-    cpu.patch_process()  # a server process: the setting stays; patching again wraps the default, not the patch
+    seen = {}
+
+    def other_thread():
+        seen["other"] = ll.llama_model_default_params().use_extra_bufts
+
     try:
-        cpu.patch_process()
-        assert ll.llama_model_default_params.lmra_default is default
+        with cpu.model_params(False):
+            assert ll.llama_model_default_params().use_extra_bufts is False
+            t = threading.Thread(target=other_thread)
+            t.start()
+            t.join()
+            with cpu.model_params(True):
+                assert ll.llama_model_default_params().use_extra_bufts is True
+            assert ll.llama_model_default_params().use_extra_bufts is False
+        assert seen["other"] is True
+        assert ll.llama_model_default_params().use_extra_bufts is True
+        wrapper = ll.llama_model_default_params
+        mod._process_setting[0] = False  # as patch_process on an AMX CPU
+        cpu.patch_process()  # installs nothing twice
+        assert ll.llama_model_default_params is wrapper
+        mod._process_setting[0] = False
         with cpu.model_params(True):
             assert ll.llama_model_default_params().use_extra_bufts is True
+        assert ll.llama_model_default_params().use_extra_bufts is False  # the process setting stays
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        assert seen["other"] is False
     finally:
-        ll.llama_model_default_params = default
+        mod._process_setting[0] = None
 
 
 def test_the_embedded_model_is_loaded_with_this_cpus_setting():

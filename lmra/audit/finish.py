@@ -12,7 +12,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -40,12 +40,10 @@ class AuditResult:
     ``ratings`` is the table of ``ratings.parquet``; of a run whose pairs were spooled to disk
     (:attr:`lmra.audit.Audit.spool_min_pairs`) only the columns the tables are computed from
     (no pair ids, names, errors or LMRA answers: read those from the file), and its
-    ``responses`` frame is empty (read ``responses.jsonl``). The ``responses`` frame is built
-    when first read (``lmra audit`` never reads it: 3% of a cached run's time at 5,000 pairs);
-    ``_responses`` holds it, or what builds it."""
+    ``responses`` frame is empty (read ``responses.jsonl``)."""
 
     run_dir: Path
-    _responses: pd.DataFrame | Callable[[], pd.DataFrame]
+    responses: pd.DataFrame
     ratings: pd.DataFrame
     per_task: pd.DataFrame
     per_domain: pd.DataFrame
@@ -58,14 +56,6 @@ class AuditResult:
     judges: pd.DataFrame = field(default_factory=pd.DataFrame)
     filtered: pd.DataFrame = field(default_factory=pd.DataFrame)
     axes: Any = None  #: :class:`lmra.axes.AxesResult` when ``axes.enabled``
-
-    @property
-    def responses(self) -> pd.DataFrame:
-        """The run's responses, a row each, in ``responses.jsonl``'s order with the placebo's
-        (columns those of :class:`~lmra.generate.Response` plus ``refusal_p``, ``refused``)."""
-        if callable(self._responses):
-            self._responses = self._responses()
-        return self._responses
 
 
 #: the per-pair columns the tables, diagnostics and counts of a spooled run do not need in memory
@@ -580,6 +570,6 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     audit._write_json("manifest.json", manifest)
     if isinstance(ratings, PairSpool):
         ratings.remove()  # the run's pairs are in ratings.parquet now
-    return AuditResult(audit.run_dir, functools.partial(_rows_frame, resp_rows), rdf if rdf is not None else scores, pt, pdm, ov, summary, manifest,
+    return AuditResult(audit.run_dir, _rows_frame(resp_rows), rdf if rdf is not None else scores, pt, pdm, ov, summary, manifest,
                        refusals=refusal_df, quality=quality_df, quality_ratings=qdf, judges=judges_df,
                        filtered=pd.DataFrame(filtered_rows), axes=axes_result)

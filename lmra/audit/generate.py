@@ -36,11 +36,8 @@ class GenerateStage:
         """One prompt's generations: (prompt, comparison, group, sample), the two groups of a
         comparison next to each other (group A first)."""
         cfg = self.cfg
-        plan = getattr(self, "_jobs_plan", None)  # (config, its (comparison, group, sample)s): made once per config
-        if plan is None or plan[0] is not cfg:
-            plan = self._jobs_plan = (cfg, [(f"{a} vs {b}", cfg.group(g), k) for a, b in cfg.comparisons
-                                            for k in range(cfg.samples_per_prompt) for g in (a, b)])
-        return [(p, comparison, group, k) for comparison, group, k in plan[1]]
+        return [(p, f"{a} vs {b}", cfg.group(g), k)
+                for a, b in cfg.comparisons for k in range(cfg.samples_per_prompt) for g in (a, b)]
 
     def _placebo_jobs(self, prompts: list[PromptRecord], inputs: Inputs) -> list[tuple[PromptRecord, str, Group, int]]:
         """The negative controls' generations, on a seeded share of the kept prompts (A₁ next to A₂)."""

@@ -52,29 +52,50 @@ def use_extra_buffers(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return not cpu_has_amx(cpuinfo)
 
 
-def _params_factory(default, extra_buffers: bool):
-    def params():
-        p = default()
-        p.use_extra_bufts = extra_buffers
-        return p
-    params.lmra_default = default  # the factory this one wraps
-    return params
+_local = threading.local()  # .extra_buffers: this thread's setting while model_params() lasts
+_process_setting: list[bool | None] = [None]  # patch_process()'s setting, for every thread
+
+
+def _install() -> None:
+    """Wrap ``llama_cpp.llama_model_default_params`` (once per process) so that the params it
+    returns get ``use_extra_bufts`` from this thread's :func:`model_params`, else from
+    :func:`patch_process`, else llama.cpp's own default. The wrapper stays: nothing is swapped
+    back and forth, so a load in another thread, or a wrapper someone installs later, is not
+    affected."""
+    import llama_cpp.llama_cpp as ll
+
+    with _patch_lock:
+        current = ll.llama_model_default_params
+        if getattr(current, "lmra_wrapper", False):
+            return
+
+        def params():
+            p = current()
+            setting = getattr(_local, "extra_buffers", None)
+            if setting is None:
+                setting = _process_setting[0]
+            if setting is not None:
+                p.use_extra_bufts = setting
+            return p
+
+        params.lmra_wrapper = True
+        params.lmra_default = current  # the factory it wraps
+        ll.llama_model_default_params = params
 
 
 @contextmanager
 def model_params(extra_buffers: bool) -> Iterator[None]:
-    """While it lasts, the models ``llama_cpp.Llama`` loads in this process get
+    """While it lasts, the models ``llama_cpp.Llama`` loads **in this thread** get
     ``use_extra_bufts = extra_buffers`` (``Llama.__init__`` reads
-    ``llama_cpp.llama_model_default_params()``; no argument of its own sets it). One at a time."""
-    import llama_cpp.llama_cpp as ll
-
-    with _patch_lock:
-        default = getattr(ll.llama_model_default_params, "lmra_default", ll.llama_model_default_params)
-        ll.llama_model_default_params = _params_factory(default, extra_buffers)
-        try:
-            yield
-        finally:
-            ll.llama_model_default_params = default
+    ``llama_cpp.llama_model_default_params()``; no argument of its own sets it); other
+    threads' loads are not affected. May be nested."""
+    _install()
+    before = getattr(_local, "extra_buffers", None)
+    _local.extra_buffers = extra_buffers
+    try:
+        yield
+    finally:
+        _local.extra_buffers = before
 
 
 def load_llama(**kwargs):
@@ -87,12 +108,11 @@ def load_llama(**kwargs):
 
 
 def patch_process() -> None:
-    """Every model loaded later in this process gets :func:`use_extra_buffers`'s setting (for
-    a process that only serves a model: :mod:`lmra.providers.llama_server`)."""
-    import llama_cpp.llama_cpp as ll
-
-    default = getattr(ll.llama_model_default_params, "lmra_default", ll.llama_model_default_params)
-    ll.llama_model_default_params = _params_factory(default, use_extra_buffers())
+    """Every model loaded later in this process, in any thread, gets :func:`use_extra_buffers`'s
+    setting (unless a :func:`model_params` block says otherwise in its thread): for a process
+    that only serves a model, :mod:`lmra.providers.llama_server`."""
+    _install()
+    _process_setting[0] = use_extra_buffers()
 
 
 __all__ = ["EXTRA_BUFFERS_ENV", "cpu_has_amx", "load_llama", "model_params", "patch_process", "use_extra_buffers"]

@@ -162,23 +162,22 @@ def parallel_capacity(provider: object) -> int | None:
     """The calls ``provider`` serves at once: its optional ``parallel_capacity`` attribute.
 
     Returns:
-        A whole number in 1 … :data:`lmra.config.MAX_CONCURRENCY` (512), or None when the
-        provider does not say.
+        A whole number in 1 … :data:`lmra.config.MAX_CONCURRENCY` (512; a larger capacity —
+        the embedded model's on 56 cores or more, a gateway's — is taken as 512, the most
+        calls ``concurrency = "auto"`` keeps in flight), or None when the provider does not say.
 
     Raises:
         ValueError: the attribute is set to anything else (0, a negative or fractional
-            number, a bool, a string, or above 512: ``concurrency = "auto"`` would keep that
-            many calls, and a window of pair chains per call, in flight).
+            number, a bool, a string).
     """
     from lmra.config import MAX_CONCURRENCY
 
     value = getattr(provider, "parallel_capacity", None)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
-        raise ValueError(f"parallel_capacity must be a whole number from 1 to {MAX_CONCURRENCY} or None "
-                         f"(got {value!r})")
-    return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"parallel_capacity must be a whole number >= 1 or None (got {value!r})")
+    return min(value, MAX_CONCURRENCY)
 
 
 class ProviderError(RuntimeError):
