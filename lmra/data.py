@@ -21,6 +21,7 @@ README "Inputs"):
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 import sys
@@ -326,7 +327,6 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
 #: combining marks a letter of a name may carry in a row (Vietnamese has 2, Indic and Tibetan
 #: stacks up to 4; more is decoration such as "Zalgo" text, not a name)
 MAX_MARK_RUN = 4
-_MARK_RUN = re.compile("m+")
 
 
 def _same_name_key(name: str) -> str:
@@ -359,8 +359,9 @@ def check_name(name: str) -> str | None:
                 "them (no digits, brackets, regex or placeholder characters)")
     if letters < 2:
         return "has fewer than 2 letters (a single initial is not a name)"
-    run = max((len(m.group()) for m in _MARK_RUN.finditer("".join(
-        "m" if unicodedata.category(ch).startswith("M") else "." for ch in name))), default=0)
+    run = max((len(list(marks)) for is_mark, marks in
+               itertools.groupby(name, key=lambda ch: unicodedata.category(ch).startswith("M")) if is_mark),
+              default=0)
     if run > MAX_MARK_RUN:
         return f"has {run} combining marks in a row (at most {MAX_MARK_RUN} on a letter)"
     last = len(name)  # the last letter may carry combining marks (an accent typed after it: José as e + U+0301)

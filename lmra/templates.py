@@ -26,12 +26,15 @@ class Template:
         path: the file it was read from.
         sections: list of (role, text) in order.
         fields: the placeholder names used.
+        placeholders: (name, format spec, conversion) of each placeholder, in order.
     """
 
     def __init__(self, path: Path, sections: list[tuple[str, str]]):
         self.path = path
         self.sections = sections
-        self.fields = {f for _, t in sections for _, f, _, _ in string.Formatter().parse(t) if f}
+        self.placeholders = [(f, spec, conv) for _, t in sections for _, f, spec, conv in string.Formatter().parse(t)
+                             if f is not None]
+        self.fields = {f for f, _, _ in self.placeholders if f}
 
     def render(self, **values: str) -> list[Message]:
         """Fill the placeholders and return the messages.
@@ -62,11 +65,10 @@ def _load(path: Path) -> Template:
     parsed = [(role, "\n".join(lines).strip("\n")) for role, lines in sections]
     try:
         tpl = Template(path, parsed)
-        for _, text in parsed:  # plain {name} only: a format spec ({name:>100000000}) could fill the memory
-            for _, field, spec, conversion in string.Formatter().parse(text):
-                if field is not None and (spec or conversion):
-                    bad = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-                    raise ValueError(f"{bad} has a {'format spec' if spec else 'conversion'}")
+        for field, spec, conversion in tpl.placeholders:  # plain {name} only: a spec could fill the memory
+            if spec or conversion:
+                bad = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                raise ValueError(f"{bad} has a {'format spec' if spec else 'conversion'}")
         tpl.render(**{f: "x" for f in tpl.fields})
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
         raise LmraInputError(f"bad placeholder syntax ({exc}); placeholders are {{name}}, literal braces are "

@@ -374,7 +374,8 @@ def result_defect(result: object) -> str | None:
         return f"option_probs as a {type(probs).__name__} instead of a dict of option → probability"
     total = 0.0
     for option, p in probs.items():
-        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and -PROB_TOLERANCE <= p <= 1.0 + PROB_TOLERANCE):
+        if not (isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+                and -PROB_TOLERANCE <= p <= 1.0 + PROB_TOLERANCE):
             return f"option probability {p!r} for {option!r} (not a number in [0, 1])"
         total += p
     if total > 1.0 + PROB_TOLERANCE:

@@ -369,5 +369,5 @@ def forked_call(fn) -> ForkedCall | None:
     return ForkedCall(pid, reader)
 
 
-__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "RENDER_TIMEOUT_S", "REPORT_MODULES", "ForkedCall", "ReportWorker", "forked_call",
-           "forking_allowed", "import_report_modules"]
+__all__ = ["ENV_SWITCH", "READY_TIMEOUT_S", "RENDER_TIMEOUT_S", "REPORT_MODULES", "ForkedCall", "ReportWorker",
+           "forked_call", "forking_allowed", "import_report_modules"]
