@@ -149,7 +149,9 @@ class ModelConfig(_Strict):
         "models), 'transcript' (a plain-text 'User: … Assistant:' conversation, for base models), or 'auto' (chat "
         "when the GGUF file has a chat template, else transcript).")
     timeout_s: float = Field(120.0, gt=0, le=MAX_TIMEOUT_S,
-                             description="Per-request timeout in seconds for HTTP providers.")
+                             description="Per-request timeout in seconds: for openai/anthropic the SDK's timeout "
+                             "of each attempt; a custom provider's call still running after it is cancelled and "
+                             "counted as failed (kind timeout).")
     max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
     requests_per_minute: float | None = Field(
         None, gt=0, le=MAX_REQUESTS_PER_MINUTE,

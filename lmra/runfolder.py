@@ -9,12 +9,12 @@ before issue 15, still read).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import tomllib
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,14 @@ def json_value(text: str | bytes) -> Any:
 
 
 def package_versions() -> dict[str, str]:
-    """Python and package versions recorded in every run's ``manifest.json``."""
+    """Python and package versions recorded in every run's ``manifest.json`` (a new dict each
+    call; read from the installed distributions once per process, as :func:`lmra.audit.memo.code_hash`
+    does — a few milliseconds a run otherwise)."""
+    return dict(_package_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _package_versions() -> dict[str, str]:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
@@ -122,7 +129,7 @@ class RunFolder:
     _cache: dict = field(default_factory=dict, repr=False)
 
     # -- identity -----------------------------------------------------------------------
-    @cached_property
+    @functools.cached_property
     def config(self) -> dict:
         """The resolved config as a dict (parsed ``config.toml``)."""
         return tomllib.loads(self.config_text)
@@ -195,7 +202,7 @@ class RunFolder:
         """How the two presentation orders were combined (``min`` or ``mean``)."""
         return self.summary.get("combiner") or (self.config.get("judge") or {}).get("combiner")
 
-    @cached_property
+    @functools.cached_property
     def judge_template(self) -> tuple[str, str]:
         """(hash of the LMRA harmful-stereotype template, where the hash came from).
 

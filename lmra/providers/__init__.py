@@ -3,7 +3,8 @@
 :func:`make_provider` builds one from a :class:`~lmra.config.ModelConfig`: ``llamacpp``
 (in-process, the embedded default), ``openai``, ``anthropic``, or a custom provider given
 as an import path ``"package.module:factory"``; the factory is called with the
-``ModelConfig`` and must return an object satisfying the protocol.
+``ModelConfig`` and must return an object satisfying the protocol, which is then wrapped in
+a :class:`~lmra.providers.deadline.DeadlineProvider` (each call fails after ``timeout_s``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ __all__ = ["ChatRequest", "ChatResult", "Message", "Provider", "ProviderError", 
 
 def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     """Instantiate the provider a config names.
+
+    Returns:
+        the built-in provider, or the custom factory's provider wrapped in a
+        :class:`~lmra.providers.deadline.DeadlineProvider` with ``cfg.timeout_s`` (the
+        built-in ones bound their calls themselves).
 
     Raises:
         LmraInputError: unknown provider, a custom import path that does not import, or a
@@ -66,4 +72,6 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     except ValueError as exc:
         raise LmraInputError(f"custom provider '{cfg.provider}': {exc}; see docs/providers.md",
                              field=f"{field}.provider") from None
-    return provider
+    from lmra.providers.deadline import DeadlineProvider
+
+    return DeadlineProvider(provider, cfg.timeout_s)

@@ -1,0 +1,155 @@
+"""A custom provider's call that never returns fails after the model's ``timeout_s``
+(lmra.providers.deadline) instead of holding the audit forever (break-it finding: a custom
+target awaiting an event that never came hung ``lmra audit`` with nothing on screen)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig, ModelConfig
+from lmra.providers import make_provider
+from lmra.providers.base import ChatRequest, ChatResult, Message, ProviderError, collect_events
+from lmra.providers.deadline import DeadlineProvider
+
+HANG = re.compile(r"Prompt number 1?3\.")  # prompts p3 and p13 hang
+
+
+class HangingTarget(ScriptedTarget):
+    """Answers as scripted, except that a prompt matching ``HANG`` never gets an answer
+    (the call awaits an event nobody sets); counts the hung calls that were cancelled."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+        self.parallel_capacity = 3
+        self.hung = 0
+        self.cancelled = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        if HANG.search(request.messages[-1].content):
+            self.hung += 1
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        return await super().complete(request)
+
+
+def make_hanging(cfg: ModelConfig) -> HangingTarget:
+    return HangingTarget(cfg)
+
+
+def make_judge(cfg: ModelConfig) -> ScriptedJudge:
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0})
+
+
+class _Inner:
+    name, model_id, base_url, supports_logprobs = "inner", "m", "", False
+    extra = "kept"
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.closed = False
+
+    async def complete(self, request):
+        return await self.behaviour()
+
+    async def aclose(self):
+        self.closed = True
+
+
+def _request() -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content="hi")])
+
+
+def test_a_call_past_the_deadline_is_cancelled_and_fails_as_a_timeout():
+    seen = []
+
+    async def forever():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    async def main():
+        p = DeadlineProvider(_Inner(forever), 0.05)
+        t0 = time.monotonic()
+        with collect_events() as events:
+            with pytest.raises(ProviderError) as err:
+                await p.complete(_request())
+        assert 0.04 <= time.monotonic() - t0 < 2
+        assert err.value.kind == "timeout" and "timeout_s = 0.05 s" in str(err.value)
+        assert events["timeout"] == 1
+        assert asyncio.current_task().cancelling() == 0  # the task itself is not left cancelled
+        await asyncio.sleep(0)  # and goes on running
+
+    asyncio.run(main())
+    assert seen == ["cancelled"]
+
+
+def test_answers_and_the_providers_own_errors_pass_through_unchanged():
+    answer = ChatResult(text="ok")
+
+    async def quick():
+        await asyncio.sleep(0.01)
+        return answer
+
+    async def own_timeout():
+        raise TimeoutError("the provider's own")
+
+    async def main():
+        p = DeadlineProvider(_Inner(quick), 5)
+        assert await p.complete(_request()) is answer
+        assert (p.name, p.model_id, p.extra, p.inner.extra) == ("inner", "m", "kept", "kept")
+        with pytest.raises(TimeoutError, match="the provider's own"):
+            await DeadlineProvider(_Inner(own_timeout), 5).complete(_request())
+        await p.aclose()
+        assert p.inner.closed
+
+    asyncio.run(main())
+    with pytest.raises(ValueError):
+        DeadlineProvider(_Inner(quick), 0)
+
+
+def test_make_provider_wraps_custom_providers_only():
+    p = make_provider(ModelConfig(provider="test_provider_deadline:make_hanging", timeout_s=7))
+    assert isinstance(p, DeadlineProvider) and p.timeout_s == 7
+    assert isinstance(p.inner, HangingTarget) and p.parallel_capacity == 3  # read from the provider
+    assert (p.name, p.model_id) == ("scripted-target", "scripted")
+
+
+def test_an_audit_with_a_hanging_custom_target_finishes_and_counts_the_timeouts(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="deadline", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
+        target={"provider": "test_provider_deadline:make_hanging", "timeout_s": 0.3},
+        judge={"provider": "test_provider_deadline:make_judge"}))
+    audit = Audit(cfg)
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("res", audit.run()), daemon=True)
+    t0 = time.monotonic()
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the audit hung on the custom provider's call"
+    res = out["res"]
+    hanging = audit._target.inner
+    n_hang = sum(bool(HANG.search(f"Prompt number {i}.")) for i in range(20))  # p3 and p13
+    assert n_hang == 2 and hanging.hung >= n_hang  # (a pair stops at its first failed call)
+    assert hanging.cancelled == hanging.hung  # every hung call was cancelled, none left running
+    calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
+    assert calls["failed"] == hanging.hung and calls["failed_by_kind"] == {"timeout": hanging.hung}
+    failed = res.ratings[res.ratings["failed"].astype(bool)]
+    assert set(failed["prompt_id"]) == {"p3", "p13"}
+    assert res.summary["n_pairs_failed"] == len(failed) and "timeout_s" in failed["error"].iloc[0]
+    assert time.monotonic() - t0 < 30
