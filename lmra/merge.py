@@ -441,6 +441,9 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                   allow_unvalidated_judge=any((s.run.summary.get("judge_status") or {}).get("waiver")
                                               == "--allow-unvalidated-judge" for s in shards))
     audit.placebo_skipped = []
+    # every shard selects from the whole file alike (then takes its share): the first one's counts
+    audit.prompts_left_out = {"not_selected": summary0.get("n_prompts_not_selected"),
+                              "over_limit": summary0.get("n_prompts_over_limit")}
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])

@@ -52,6 +52,7 @@ from lmra.providers.base import parallel_capacity
 from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit
 from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
+from lmra.redact import redacted_calls, redacted_message
 from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
 from lmra.syncrun import run_sync
 from lmra.warmup import Pace, import_paced
@@ -461,12 +462,15 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                 status = "interrupted"
             else:
                 status = FAILED
-            manifest |= {"status": status, "calls": self.stats.as_dict(), "budget": self.budget.report(),
+            calls = self.stats.as_dict()
+            manifest |= {"status": status, "calls": redacted_calls(calls) if cfg.redact else calls,
+                         "budget": self.budget.report(),
                          "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
             self.identity.update_manifest(manifest)
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
             if status != "interrupted":
-                manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"
+                manifest["stop_reason"] = (redacted_message(f"{type(exc).__name__}: {exc}") if cfg.redact
+                                           else f"{type(exc).__name__}: {exc}")
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
                 self.spool.abort()
             if self.response_spool is not None:

@@ -28,6 +28,7 @@ from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
 from lmra.runfolder import json_text, json_value
+from lmra.redact import redacted_calls
 
 if TYPE_CHECKING:
     from lmra.audit import Audit, Inputs
@@ -513,6 +514,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     share = failed_share(n_pairs_failed, len(scores), n_classify_failed + n_filter_failed,
                          len(cfg.comparisons) * cfg.samples_per_prompt)
     n_valid = int(scores["valid"].fillna(False).astype(bool).sum()) if "valid" in scores else 0
+    left_out = getattr(audit, "prompts_left_out", None) or {}
     run_st = run_status(share, cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
     summary = {
         "schema_version": 2,
@@ -536,6 +538,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_filtered_lexical": n_lex,
         "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,
         "n_filtered_unlabelled": n_filter_unlabelled,
+        "n_prompts_not_selected": left_out.get("not_selected"),  # outside the configured domains/tasks
+        "n_prompts_over_limit": left_out.get("over_limit"),  # beyond prompts_per_task in their task
+        "prompts_per_task": cfg.prompts_per_task,
         "n_prompts": len(prompts),
         "n_responses": n_responses,
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
@@ -566,7 +571,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     audit._write_json("summary.json", summary)
     manifest |= {"status": run_st, "judge_status": status["status"],
                  "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "calls": audit.stats.as_dict()}
+                 "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict()}
     audit._write_json("manifest.json", manifest)
     if isinstance(ratings, PairSpool):
         ratings.remove()  # the run's pairs are in ratings.parquet now

@@ -17,6 +17,7 @@ from lmra.providers import Provider, ProviderError
 from lmra.providers.base import ChatRequest
 
 from lmra.audit.inputs import UNLABELLED, Inputs
+from lmra.redact import error_text
 
 
 def placebo_prompts(prompts: list[PromptRecord], share: float, seed: int) -> list[PromptRecord]:
@@ -77,7 +78,7 @@ class GenerateStage:
                 res = await target.complete(req)
             text, finish, cached = res.text, res.finish_reason, res.from_cache
         except ProviderError as exc:
-            err = str(exc)
+            err = error_text(exc, cfg.redact)
         return Response(prompt_id=p.id, domain=p.domain or UNLABELLED, task=p.task or UNLABELLED,
                         comparison=comp, group=group.name, name=name, profile=group.profile, sample=k, seed=seed,
                         text=text, scrubbed=scrub_name(text, name or ""), finish_reason=finish,

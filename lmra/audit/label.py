@@ -14,6 +14,7 @@ from lmra.judge.refusal import label_refusal
 from lmra.providers import Provider, ProviderError
 
 from lmra.audit.inputs import Inputs
+from lmra.redact import error_text
 
 
 class LabelStage:
@@ -49,6 +50,6 @@ class LabelStage:
                                           response=r.scrubbed, seed_parts=(cfg.seed, r.prompt_id, r.group, r.name,
                                                                            r.sample))
         except ProviderError as exc:
-            return (None, False), str(exc)
+            return (None, False), error_text(exc, cfg.redact)
         return (ans.p_yes, ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold), None
 

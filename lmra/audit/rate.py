@@ -23,6 +23,7 @@ from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
 
 from lmra.audit.inputs import Inputs
+from lmra.redact import error_text
 
 #: every column of a pair's ratings row (:meth:`RateStage._rate_one`; a row has some of them):
 #: the pair, its refusal labels and outcome, the LMRA's rating, the second LMRA's
@@ -129,7 +130,7 @@ class RateStage:
                                                seed_parts=(cfg.seed, pair_id), **common)
             row |= rating_fields(rating)
         except ProviderError as exc:
-            return row | {"failed": True, "error": str(exc), "valid": False, "h": nan}, quality_rows
+            return row | {"failed": True, "error": error_text(exc, cfg.redact), "valid": False, "h": nan}, quality_rows
         if placebo:  # a negative control needs the primary rating only
             return row, quality_rows
         # the second LMRA and the quality criteria fail on their own, never taking the
@@ -142,7 +143,7 @@ class RateStage:
                                                seed_parts=(cfg.seed, pair_id), **common)
                 row |= rating_fields(r2, "judge2_")
             except ProviderError as exc:
-                row |= {"judge2_valid": False, "judge2_h": nan, "judge2_error": str(exc)}
+                row |= {"judge2_valid": False, "judge2_h": nan, "judge2_error": error_text(exc, cfg.redact)}
         if cfg.quality.enabled:
             for crit in cfg.quality.criteria:
                 base = {k: row[k] for k in ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a",
@@ -153,6 +154,7 @@ class RateStage:
                                                 seed_parts=(cfg.seed, pair_id), **common)
                     quality_rows.append(base | {"failed": False} | rating_fields(qr))
                 except ProviderError as exc:
-                    quality_rows.append(base | {"failed": True, "valid": False, "h": nan, "error": str(exc)})
+                    quality_rows.append(base | {"failed": True, "valid": False, "h": nan,
+                                                 "error": error_text(exc, cfg.redact)})
         return row, quality_rows
 

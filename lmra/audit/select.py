@@ -20,6 +20,7 @@ from lmra.providers import Provider, ProviderError
 
 from lmra.audit.inputs import UNLABELLED, Inputs, _template_hashes
 from lmra.audit.pipeline import _settle
+from lmra.redact import error_text
 
 
 class SelectStage:
@@ -87,7 +88,7 @@ class SelectStage:
                                                  text=p.text)
             except ProviderError as exc:  # counted and left out, never audited under a guessed task
                 return Classification(domain=UNLABELLED, task=UNLABELLED, p_domain=None, p_task=None, failed=True,
-                                      error=str(exc))
+                                      error=error_text(exc, self.cfg.redact))
 
         results = await self._gather("classify", [one(p) for p in todo])
         classes = {p.id: c for p, c in zip(todo, results)}
@@ -107,6 +108,10 @@ class SelectStage:
         place, never silently replaced). So exactly the prompts a one-by-one walk would ask are
         asked, and the same are kept. ``on_kept`` is called with each prompt as soon as it is
         known to be kept (the pipeline starts its generation then).
+
+        Sets ``self.prompts_left_out``: ``not_selected`` (outside the configured ``domains`` /
+        ``tasks``) and ``over_limit`` (a task's prompts beyond ``prompts_per_task``, never
+        asked about), so that no prompt leaves the audit uncounted.
         """
         cfg = self.cfg
         pool = [p for p in prompts
@@ -138,7 +143,8 @@ class SelectStage:
                     return await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
                                               threshold=cfg.filter.threshold)
             except ProviderError as exc:  # counted as unlabelled, never audited as if it passed
-                return FilterDecision(prompt_id=p.id, removed=True, reason="unlabelled", error=str(exc))
+                return FilterDecision(prompt_id=p.id, removed=True, reason="unlabelled",
+                                      error=error_text(exc, cfg.redact))
 
         async def walk(plist: list[PromptRecord]) -> tuple[list[PromptRecord], list[FilterDecision]]:
             order = sorted(plist, key=lambda p: derive_seed(cfg.seed, "prompt", p.id))
@@ -195,5 +201,8 @@ class SelectStage:
             raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
                                  "name, gender or race); nothing is left to audit", file=self.config_path,
                                  field="filter")
+        #: prompts not audited for neither the filter nor a failed call (summary.json, the console's Prompts line)
+        self.prompts_left_out = {"not_selected": len(prompts) - len(pool),
+                                 "over_limit": len(pool) - len(keep_ids) - len(decisions)}
         return [p for p in pool if p.id in keep_ids], decisions
 

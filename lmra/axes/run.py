@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from lmra.redact import redacted_calls
 from lmra.axes.brainstorm import brainstorm_features
 from lmra.axes.calls import NoProgress
 from lmra.axes.consolidate import add_extra_axes, candidate_axes, consolidate_candidates
@@ -127,7 +128,9 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     summary = {"schema_version": 1, "settings": ax.model_dump(mode="json") | {"seed": seed},
                "confidence": 1 - cfg.alpha, "judge": {"provider": judge.name, "model": judge.model_id,
                                                       "supports_logprobs": judge.supports_logprobs},
-               "planned_calls": plan, "calls": stats.as_dict(), "comparisons": comp_summary}
+               "planned_calls": plan, "comparisons": comp_summary,
+               # a redacted audit's axes step: error messages may quote the responses (lmra.redact)
+               "calls": redacted_calls(stats.as_dict()) if getattr(cfg, "redact", False) else stats.as_dict()}
     result = AxesResult(table=table[[c for c in TABLE_COLUMNS if c in table.columns]], candidates=candidates,
                         features=pd.DataFrame(feature_rows), labels=labels_df, summary=summary, stats=stats)
     target = out_dir if out_dir is not None else run_dir

@@ -56,6 +56,17 @@ def call_counts_line(c: dict) -> str:
     return out
 
 
+def _left_out(s: dict) -> str:
+    """The Prompts line's part on prompts the selection left out (runs before 2026-12-02 did not
+    record them: nothing)."""
+    out = ""
+    if s.get("n_prompts_not_selected"):
+        out += f", {s['n_prompts_not_selected']} outside the configured domains/tasks"
+    if s.get("n_prompts_over_limit"):
+        out += f", {s['n_prompts_over_limit']} left out by prompts_per_task = {s.get('prompts_per_task')}"
+    return out
+
+
 def _run_status(console: Console, s: dict) -> None:
     st = s.get("run_status")
     if st in (None, "complete") and not s.get("n_pairs_failed"):
@@ -242,7 +253,7 @@ def render_audit(console: Console, result) -> None:
                   f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA"
                   + (f", [bold yellow]{unl} unlabelled[/]: the filter's LMRA call failed or gave no answer" if unl
-                     else "") + f"), {s.get('n_prompts')} audited.")
+                     else "") + ")" + _left_out(s) + f", {s.get('n_prompts')} audited.")
     tasks = s.get("classified_tasks") or {}
     if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
         top = max(tasks, key=tasks.get)

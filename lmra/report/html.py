@@ -31,7 +31,7 @@ KNOWN_MANIFEST_KEYS = {"status", "started", "finished", "seed", "target", "judge
 SUMMARY_SECTIONS = [
     ("refusals", "Refusals", lambda k: "refus" in k),
     ("filters", "Prompt classification and identity filter", lambda k: "filter" in k or "classif" in k
-     or k == "n_prompts_in_file"),
+     or k in ("n_prompts_in_file", "n_prompts_not_selected", "n_prompts_over_limit", "prompts_per_task")),
     ("quality", "Response quality (nine criteria)", lambda k: k.startswith("quality")),
     ("judges", "Second LMRA", lambda k: k.startswith("judges")),
     ("other-summary", "Other run results", lambda k: True),

@@ -1,0 +1,61 @@
+"""Prompts the selection leaves out — outside the configured ``domains``/``tasks``, or beyond
+``prompts_per_task`` in their task — are counted in ``summary.json`` and on the console's
+Prompts line (break-it finding: a per-task limit dropped most of a prompt file without a word
+in the report; only the plan line said "up to N kept")."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.report.console import render_audit
+
+
+def _prompts(tmp_path):
+    rows = [{"id": f"c{i}", "text": f"Career question {i}.", "domain": "work", "task": "career advice"} for i in range(9)]
+    rows[4]["text"] = "My name is Emily, which job should I take?"  # removed by the lexical filter
+    rows += [{"id": f"s{i}", "text": f"Story request {i}.", "domain": "art", "task": "write a story"} for i in range(5)]
+    rows += [{"id": f"r{i}", "text": f"Recipe request {i}.", "domain": "food", "task": "recipe"} for i in range(4)]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _run(tmp_path, sim_inputs, **kw):
+    names, _ = sim_inputs(2)
+    cfg = AuditConfig.model_validate(dict(
+        name="left-out", prompts=str(_prompts(tmp_path)), names=str(names), output_dir=str(tmp_path / "out"),
+        cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}, filter={"lmra": False},
+        refusal={"enabled": False}) | kw)
+    return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "An answer."),
+                 judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
+
+
+def test_prompts_beyond_the_limit_and_outside_the_tasks_are_counted_and_shown(tmp_path, sim_inputs):
+    res = _run(tmp_path, sim_inputs, prompts_per_task=3, tasks=["career advice", "write a story"])
+    s = json.loads((res.run_dir / "summary.json").read_text())
+    # 18 in the file: 4 recipes outside the tasks; career: 9 − 1 removed (lexical) − 3 kept = 5 over the
+    # limit; story: 5 − 3 = 2 over the limit
+    assert (s["n_prompts_in_file"], s["n_prompts_not_selected"], s["n_filtered_lexical"]) == (18, 4, 1)
+    assert (s["n_prompts_over_limit"], s["prompts_per_task"], s["n_prompts"]) == (7, 3, 6)
+    assert s["n_prompts_not_selected"] + s["n_filtered"] + s["n_prompts_over_limit"] + s["n_prompts"] == 18
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    line = next(t for t in console.export_text().splitlines() if t.startswith("Prompts:"))
+    assert "4 outside the configured domains/tasks" in line and "7 left out by prompts_per_task = 3" in line
+    assert line.endswith("6 audited.")
+
+
+def test_nothing_is_said_when_every_prompt_is_audited(tmp_path, sim_inputs):
+    res = _run(tmp_path, sim_inputs, prompts_per_task=0)
+    s = res.summary
+    assert (s["n_prompts_not_selected"], s["n_prompts_over_limit"], s["n_prompts"]) == (0, 0, 17)
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    line = next(t for t in console.export_text().splitlines() if t.startswith("Prompts:"))
+    assert "left out" not in line and "outside" not in line
