@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import check_alpha_arg, err_console, finite_float, rich_progress
+from lmra.cli.common import check_alpha_arg, err_console, finite_float, margin_arg, rich_progress
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
 from lmra.console import counted, lit, make_console
@@ -58,6 +58,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.shard is not None:
         _check_shard_options(args, cfg)
     alpha = cfg.alpha if args.alpha is None else args.alpha
+    for opt, value in (("--margin", args.margin), ("--alpha", args.alpha)):
+        if value is not None and not args.baseline:  # the regression check's: never ignored silently
+            raise LmraInputError(f"{opt} applies to the regression check: give --baseline RUN|last|pinned too",
+                                 field=opt)
     first_night = False
     if args.baseline:
         from lmra.monitor import check_alpha
@@ -372,7 +376,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                 after_run(result.run_dir, console, reasons)
 
         try:
-            monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin, alpha=alpha,
+            monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin or 0.0, alpha=alpha,
                                 report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
                                 allow_unvalidated_judge=args.allow_unvalidated_judge, report_worker=report_worker,
                                 meanwhile=land)
@@ -526,9 +530,9 @@ def add_parsers(sub) -> None:
     a.add_argument("--baseline", metavar="RUN|last|pinned",
                    help="check the run against this baseline; exit 3 if a task's net rating regressed. First night "
                         "(pinned/last with no baseline yet): the run is not checked, and with 'pinned' it is pinned")
-    a.add_argument("--margin", type=finite_float, default=0.0,
-                   help="rise of a task's net rating that counts as a regression (with --baseline; default: "
-                        "%(default)s, any significant rise)")
+    a.add_argument("--margin", type=margin_arg,
+                   help="rise of a task's net rating that counts as a regression, ≥ 0 (with --baseline; default: "
+                        "0.0, any significant rise)")
     a.add_argument("--alpha", type=check_alpha_arg, metavar="A",
                    help="family-wise error rate of the regression check (Holm; with --baseline), 0 < A ≤ 0.5 "
                         "(default: the config's alpha, 0.05)")

@@ -118,6 +118,15 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def margin_arg(text: str) -> float:
+    """argparse type of the regression check's ``--margin``: a finite number ≥ 0 (net-rating
+    units), refused before anything runs (:func:`lmra.monitor.check_regression` says the same)."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"margin must be a finite number ≥ 0, got {text}")
+    return value
+
+
 def check_alpha_arg(text: str) -> float:
     """argparse type of the regression check's ``--alpha``: a finite number in (0, 0.5]
     (:func:`lmra.monitor.check_alpha` says why)."""

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
-                             json_errors)
+                             json_errors, margin_arg)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
@@ -430,6 +430,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     for opt, value in (("--name", args.name), ("--nights", args.nights)):
         if value is not None:
             raise LmraInputError(f"{opt} applies to the history page ('lmra report --history {opt} …')", field=opt)
+    for opt, value in (("--margin", args.margin), ("--alpha", args.alpha)):
+        if value is not None and not args.baseline:  # never ignored silently
+            raise LmraInputError(f"{opt} applies to the regression check: give --baseline RUN|last|pinned too",
+                                 field=opt)
     console = make_console()
     status = 0
     with History(history_file(args, args.run)) as h:
@@ -440,7 +444,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.baseline:
             base = h.resolve(args.baseline, relative_to=run)
             h.register(base)
-            check = check_regression(run, base, margin=args.margin, alpha=args.alpha)
+            check = check_regression(run, base, margin=args.margin or 0.0,
+                                     alpha=0.05 if args.alpha is None else args.alpha)
             h.record_check(check)
             cmp = compare_runs(base, run)
             print_check(console, check)
@@ -623,7 +628,7 @@ def add_parsers(subparsers) -> None:
     c.add_argument("run", metavar="RUN", help=RUN_HELP)
     c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
                    help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
-    c.add_argument("--margin", type=finite_float, default=0.0,
+    c.add_argument("--margin", type=margin_arg, default=0.0,
                    help="rise of the net rating that counts as a regression (default: %(default)s, any significant "
                         "rise)")
     c.add_argument("--alpha", type=check_alpha_arg, default=0.05,
@@ -659,7 +664,7 @@ def add_parsers(subparsers) -> None:
                                                        "score (misplans rare stereotypes)")
     p.add_argument("--tasks", type=int, help="tasks the test is corrected over: the check tests at alpha/T "
                                              "(default: the pilot's tasks for two-run, else 1)")
-    p.add_argument("--margin", type=finite_float, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
+    p.add_argument("--margin", type=margin_arg, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
@@ -685,10 +690,10 @@ def add_parsers(subparsers) -> None:
               "       lmra report --history [FILE] [--name NAME] [--nights N] [--out FILE] [--reports-dir DIR]")
     r.add_argument("run", metavar="RUN", nargs="?", help=RUN_HELP + "; omitted with --history (the history page)")
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
-    r.add_argument("--margin", type=finite_float, default=0.0,
-                   help="regression margin (with --baseline; default: %(default)s)")
-    r.add_argument("--alpha", type=check_alpha_arg, default=0.05,
-                   help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: %(default)s)")
+    r.add_argument("--margin", type=margin_arg,
+                   help="regression margin, ≥ 0 (with --baseline; default: 0.0)")
+    r.add_argument("--alpha", type=check_alpha_arg,
+                   help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
     r.add_argument("--delta", type=finite_float, help="flag tasks too small to detect this net rating")
     r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html)")
