@@ -93,10 +93,43 @@ class _TrimmedLines:
         return sys.stderr if self.stderr else sys.stdout
 
     def write(self, text: str) -> int:
-        return self.stream.write(_TRAILING_SPACES.sub("", text))
+        try:
+            return self.stream.write(_TRAILING_SPACES.sub("", text))
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> None:
+        """The reader of the stream went away (``lmra audit | head -1``): what the command still
+        prints goes to ``/dev/null``, and the command goes on — its run folder, gates, history
+        and report.html are written and its exit status is the run's, not a crash's. Said once
+        on stderr when stdout closed."""
+        import os
+        import sys
+
+        stream = self.stream
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # no file descriptor: nothing more to do
+            return
+        if not self.stderr:
+            try:
+                sys.stderr.write("warning: standard output was closed (broken pipe): the rest of the console "
+                                 "report is not shown; the run folder, gates, history and report.html are written "
+                                 "as usual\n")
+                sys.stderr.flush()
+            except OSError:
+                pass
 
     def isatty(self) -> bool:
         return False
