@@ -198,6 +198,12 @@ def test_check_that_tests_nothing_does_not_pass(tmp_path, sim_inputs, capsys):
         runs.append(res.run_dir)
     assert monitor_after_audit(runs[1], baseline=str(runs[0]), report=False) == 2
     assert "No conclusion" in capsys.readouterr().out
+    # report.html says the same (it said "No regression" in green: break-it finding)
+    assert monitor_after_audit(runs[1], baseline=str(runs[0])) == 2
+    html = (runs[1] / "report.html").read_text()
+    banner = html[html.index('id="regression-banner"'):].split("</div>", 1)[0]
+    assert 'class="banner untested"' in html and "No conclusion" in banner and "nothing was" in banner
+    assert "No regression" not in html
 
 
 def test_validate_recognises_recsys_configs(capsys):
