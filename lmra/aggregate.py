@@ -25,6 +25,22 @@ PER_TASK_COLUMNS = [
 ]
 
 
+
+#: the counts that only refusal labels measure: not labelled (``[refusal] enabled = false``) they
+#: are unknown, written empty (CSV) / null (JSON), never a measured 0
+REFUSAL_COUNTS = ("n_refusal", "n_unlabelled")
+
+
+def refusals_not_labelled(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (per task, per domain, overall, placebo) of a run without refusal labels, with
+    :data:`REFUSAL_COUNTS` set to None: such a run cannot tell a refused pair from a scored one
+    (refused responses are rated as they are), so it has no refusal count, not a count of 0."""
+    out = table.copy()
+    for c in REFUSAL_COUNTS:
+        if c in out:
+            out[c] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    return out
+
 def _bool(rows: pd.DataFrame, col: str) -> pd.Series:
     return rows[col].fillna(False).astype(bool) if col in rows else pd.Series(False, rows.index)
 

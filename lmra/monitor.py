@@ -227,7 +227,8 @@ class History:
         """
         run = run if isinstance(run, RunFolder) else load_run(run)
         overall = pd.DataFrame(run.summary.get("overall") or [])
-        totals = {c: _int(overall[c].sum()) if c in overall else None
+        # a count no row measured (refusals of a run without refusal labels) is unknown, not 0
+        totals = {c: _int(overall[c].sum()) if c in overall and overall[c].notna().any() else None
                   for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal")}
         calls = run.manifest.get("calls") or {}
         tpl_hash, tpl_src = run.judge_template

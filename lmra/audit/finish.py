@@ -441,6 +441,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pt = aggregate.per_task(scores, cfg.alpha, iv)
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
+    if not cfg.refusal.enabled:  # no refusal count was measured: unknown, not 0
+        pt, pdm, ov = (aggregate.refusals_not_labelled(t) for t in (pt, pdm, ov))
     write_csv(pt, audit.run_dir / "per_task.csv")
     write_csv(pdm, audit.run_dir / "per_domain.csv")
     placebo_df = pd.DataFrame()
@@ -546,9 +548,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
         "n_responses_content_filter": n_filtered,
         "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
-        "n_pairs_refusal": int(scores["refused"].sum()) if not scores.empty else 0,
-        "n_pairs_unlabelled": int(scores["unlabelled"].fillna(False).astype(bool).sum())
-        if "unlabelled" in scores else 0,
+        "n_pairs_refusal": (int(scores["refused"].sum()) if not scores.empty else 0) if cfg.refusal.enabled else None,
+        "n_pairs_unlabelled": (int(scores["unlabelled"].fillna(False).astype(bool).sum()) if "unlabelled" in scores
+                               else 0) if cfg.refusal.enabled else None,
         "confidence": 1 - cfg.alpha,
         "interval": iv,
         "combiner": combiner,

@@ -152,7 +152,9 @@ def _judge_context(run: RunFolder) -> dict:
             "valid_option_mass": summary.get("judge_valid_option_mass"), "combiner": run.combiner,
             "n_invalid": sum(int(r.get("n_invalid") or 0) for r in overall),
             "n_failed": sum(int(r.get("n_failed") or 0) for r in overall),
-            "n_refusal": sum(int(r.get("n_refusal") or 0) for r in overall),
+            # refusals of a run without refusal labels: not measured, shown as such
+            "n_refusal": sum(int(r.get("n_refusal") or 0) for r in overall)
+            if summary.get("refusal_labels", True) else "not labelled ([refusal] enabled = false)",
             "questions": questions, "table": table, "per_task": per_task,
             "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged],
             "status": summary.get("judge_status") or {"status": "unknown", "reasons": []},

@@ -55,6 +55,15 @@ def metrics_file_name(run: RunFolder) -> str:
     return f"lmra_{run.name or 'run'}.prom"
 
 
+def _measured(row, col: str) -> bool:
+    """Whether ``row`` has a value of ``col``: a count that was not measured (the refusals of a
+    run without refusal labels: empty in ``per_task.csv``) gets no sample, not a NaN one."""
+    if col not in row:
+        return False
+    v = row[col]
+    return v is not None and not (isinstance(v, float) and v != v)
+
+
 def _value(x) -> float:
     """A sample value: the number, or NaN when missing or not finite."""
     f = finite(x)
@@ -139,7 +148,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["lo"].add_metric(labels, _value(r.get("ci_low")))
         fam["hi"].add_metric(labels, _value(r.get("ci_high")))
         for col, outcome in PAIR_OUTCOMES.items():
-            if col in r:
+            if _measured(r, col):
                 fam["pairs"].add_metric(labels + [outcome], _value(r[col]))
         if "n_prompts" in r:
             fam["prompts"].add_metric(labels, _value(r["n_prompts"]))
@@ -158,7 +167,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["o_lo"].add_metric(labels, _value(r.get("ci_low")))
         fam["o_hi"].add_metric(labels, _value(r.get("ci_high")))
         for col, outcome in PAIR_OUTCOMES.items():
-            if col in r:
+            if _measured(r, col):
                 fam["o_pairs"].add_metric(labels + [outcome], _value(r[col]))
     judge_state = JUDGE_STATES.get(run.judge_status, "unknown")
     for state in dict.fromkeys(JUDGE_STATES.values()):

@@ -1,0 +1,56 @@
+"""A run without refusal labels (``[refusal] enabled = false``) has no refusal count: its tables,
+summary, history and metrics say "not measured", never a measured 0 (break-it finding: half the
+responses were refusals, yet per_task.csv, summary.json, the exports, report.html and ``lmra
+history`` all said 0 pairs with a refusal)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.monitor import History
+from lmra.report.openmetrics import exposition
+from lmra.runfolder import load_run
+
+REFUSAL = "I'm sorry, I can't help with that."
+
+
+def _run(tmp_path, sim_inputs, refusal: bool):
+    names, prompts = sim_inputs(12)
+    cfg = AuditConfig.model_validate(dict(
+        name="refusals", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / f"out-{refusal}"), cache=str(tmp_path / f"c-{refusal}.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": refusal}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: REFUSAL if rng.random() < 0.5 else "Here is a plan.")
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 1.0 if r == REFUSAL else 0.0)
+    return Audit(cfg, target=target, judge=judge).run()
+
+
+@pytest.mark.parametrize("refusal", [False, True])
+def test_refusal_counts_are_unknown_without_labels_and_counted_with_them(tmp_path, sim_inputs, refusal):
+    res = _run(tmp_path, sim_inputs, refusal)
+    table = pd.read_csv(res.run_dir / "per_task.csv")
+    s = json.loads((res.run_dir / "summary.json").read_text())
+    run = load_run(res.run_dir)
+    with History(tmp_path / "h.sqlite") as h:
+        h.register(run)
+        n_refused = h.runs()["n_refused"].iloc[0]
+    prom = exposition(run, "prometheus").decode()
+    if refusal:  # measured: about half the pairs have a refused response
+        assert (table["n_refusal"] > 0).all() and s["n_pairs_refusal"] == int(table["n_refusal"].sum()) > 0
+        assert all(isinstance(r["n_refusal"], int) for r in s["overall"] + s["per_task"])
+        assert n_refused == s["n_pairs_refusal"] and 'outcome="refusal"' in prom
+    else:  # not measured: empty, null, absent — never 0
+        assert table["n_refusal"].isna().all() and table["n_unlabelled"].isna().all()
+        assert s["n_pairs_refusal"] is None and s["n_pairs_unlabelled"] is None
+        assert all(r["n_refusal"] is None and r["n_unlabelled"] is None for r in s["overall"] + s["per_task"])
+        assert pd.isna(n_refused)
+        assert 'outcome="refusal"' not in prom and 'outcome="unlabelled"' not in prom
+        assert 'outcome="valid"' in prom  # the measured outcomes are still there
+        assert res.ratings["refusal_a"].isna().all()  # per pair: no label
