@@ -168,6 +168,22 @@ def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs
     return lost / planned if planned else 0.0
 
 
+def partial_because(summary: dict) -> list[str]:
+    """What a finished run lost beyond ``max_failed_share`` (``summary.json``'s
+    ``failed_share`` and ``failed_by_metric``), one phrase each, e.g. ``"12.5% of the planned
+    pairs lost to failed calls"``, ``"10 of 20 quality ratings failed (50.0%)"``; empty when
+    nothing was."""
+    limit = summary.get("max_failed_share") or 0.0
+    out = []
+    share = summary.get("failed_share") or 0.0
+    if share > limit:
+        out.append(f"{share:.1%} of the planned pairs lost to failed calls")
+    for what, d in (summary.get("failed_by_metric") or {}).items():
+        if (d.get("share") or 0.0) > limit:
+            out.append(f"{d.get('failed')} of {d.get('asked')} {what} failed ({d['share']:.1%})")
+    return out
+
+
 def run_status(share: float, max_share: float, n_scored: int) -> str:
     """``failed`` when no pair was scored (``n_scored`` valid pairs = 0) and calls failed,
     ``partial`` when ``share`` exceeds ``max_share``, else ``complete``."""

@@ -60,8 +60,7 @@ class AuditResult:
 
 
 #: the per-pair columns the tables, diagnostics and counts of a spooled run do not need in memory
-_NOT_SCORES = frozenset(JSON_COLUMNS) | {"pair_id", "name_a", "name_b", "error", "judge2_error", "method",
-                                         "judge2_method"}
+_NOT_SCORES = frozenset(JSON_COLUMNS) | {"pair_id", "name_a", "name_b", "error", "method", "judge2_method"}
 
 
 #: pairs rescored at a time when ``ratings.parquet`` is written from a spool (their answers decoded)
@@ -335,6 +334,22 @@ def _prompt_line(p: PromptRecord) -> dict:
     return p.model_dump(include={"id", "domain", "task", "text"})
 
 
+def _metric_losses(cfg, scores: pd.DataFrame, quality: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """The failed calls of a run's secondary metrics: ``{"quality ratings": (failed, asked),
+    "second-LMRA ratings": (failed, asked)}`` for those that were asked anything. A quality
+    rating is one criterion of one pair; the second LMRA is asked about each pair the first
+    one rated (``judge2_valid`` set), and failed when it left ``judge2_error``."""
+    out = {}
+    if cfg.quality.enabled and len(quality) and "failed" in quality:
+        out["quality ratings"] = (int(quality["failed"].fillna(False).astype(bool).sum()), len(quality))
+    if cfg.judge2 is not None and "judge2_valid" in scores:
+        asked = scores["judge2_valid"].notna()
+        failed = scores["judge2_error"].notna() & asked if "judge2_error" in scores else asked & False
+        if asked.any():
+            out["second-LMRA ratings"] = (int(failed.sum()), int(asked.sum()))
+    return out
+
+
 def _rows_frame(rows: list[dict]) -> pd.DataFrame:
     """``pd.DataFrame(rows)`` of rows that all have the same keys (the responses' rows), built
     from one list per column — the same frame (columns, dtypes, values) in half the time;
@@ -517,7 +532,13 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                          len(cfg.comparisons) * cfg.samples_per_prompt)
     n_valid = int(scores["valid"].fillna(False).astype(bool).sum()) if "valid" in scores else 0
     left_out = getattr(audit, "prompts_left_out", None) or {}
-    run_st = run_status(share, cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
+    metric_losses = _metric_losses(cfg, scores, qdf)
+    for what, (lost, asked) in metric_losses.items():
+        if lost / asked > cfg.max_failed_share:  # a metric mostly lost: partial, as lost pairs make a run
+            warnings.append(f"{lost} of {asked} {what} failed ({lost / asked:.1%}, above max_failed_share = "
+                            f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
+    run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
+                        cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
     summary = {
         "schema_version": 2,
         "run_status": run_st,
@@ -525,6 +546,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_prompts_classify_failed": n_classify_failed,
         "n_prompts_filter_failed": n_filter_failed,
         "failed_share": share,
+        # the secondary metrics' failed ratings: {metric: {"failed", "asked", "share"}}
+        "failed_by_metric": {what: {"failed": lost, "asked": asked, "share": lost / asked}
+                             for what, (lost, asked) in metric_losses.items()},
         "max_failed_share": cfg.max_failed_share,
         "name": cfg.name,
         "run_dir": str(audit.run_dir),

@@ -386,13 +386,15 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":
         s = result.summary
+        from lmra.runstate import partial_because
+
+        lost = "; ".join(partial_because(s)) or "calls failed"
         err_console.print(Text.assemble(("partial run: ", "bold red"),
-                                        f"{s['failed_share']:.1%} of the planned pairs were lost to calls that failed "
-                                        f"after every retry (max_failed_share {s['max_failed_share']:.0%}); first "
-                                        f"error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
+                                        f"{lost}, after every retry (max_failed_share {s['max_failed_share']:.0%}); "
+                                        f"first error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
                                         "'latest' and 'last' skip this run. Run the same command again to complete "
                                         "it from the cache."), highlight=False, soft_wrap=True)
-        reasons[1] = f"the run is partial ({s['failed_share']:.1%} of the planned pairs lost to failed calls)"
+        reasons[1] = f"the run is partial ({lost})"
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed":
         if js.get("gated"):
