@@ -270,8 +270,9 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
         One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``
         (rated without a usable answer), ``n_failed`` (the call failed after every retry), ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
         ``p_holm``, ``significant_holm``. The corrections run over the criteria within each
-        (comparison, level, domain, task). Quality scores are not rare events, so the default
-        interval and p-value are the t-test's (``interval="betting"`` is available).
+        (comparison, level, domain, task). ``interval``: the run's ``interval`` (an audit
+        passes it, as for the net ratings: ``betting`` by default, its anytime-valid p-value of
+        mean = 0; ``t`` the t-interval and t-test).
     """
     if quality.empty:
         return pd.DataFrame()

@@ -270,6 +270,9 @@ class QualityConfig(_Strict):
         bad = [c for c in v if c not in CRITERIA]
         if bad:
             raise ValueError(f"unknown criteria {bad}; known: {', '.join(CRITERIA)}")
+        twice = sorted({c for c in v if v.count(c) > 1})
+        if twice:  # each would be rated (and counted) twice per pair
+            raise ValueError(f"criteria listed more than once: {twice}")
         return v
 
 
@@ -334,6 +337,12 @@ class AxesConfig(_Strict):
             raise ValueError("an extra axis is blank")
         if any(len(" ".join(a.split())) > 120 for a in v):
             raise ValueError("an extra axis is longer than 120 characters (state it as a short property)")
+        seen: dict[str, str] = {}
+        for a in v:  # the same axis twice would be labelled and tested twice, and counted twice in K
+            key = " ".join(a.split()).casefold()
+            if key in seen:
+                raise ValueError(f"extra axis {a!r} is listed more than once (as {seen[key]!r})")
+            seen[key] = a
         return v
 
 

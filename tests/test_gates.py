@@ -99,13 +99,18 @@ provider = "test_gates:make_judge"
 
 
 def audit(capsys, cfg, *extra):
-    """``lmra audit`` in process; returns (exit status, stdout + stderr, run folder or None)."""
+    """``lmra audit`` in process; returns (exit status, stdout + stderr, its run folder or None)."""
+    c = load_config(cfg)
+    out_dir = cfg.parent / c.output_dir
+    before = set(out_dir.iterdir()) if out_dir.is_dir() else set()
     rc = main(["audit", "--config", str(cfg), "--no-progress", "--no-report", *extra])
     out = capsys.readouterr()
-    c = load_config(cfg)
-    runs = sorted(p for p in (cfg.parent / c.output_dir).glob(f"*-{c.name}") if p.is_dir()) \
-        if (cfg.parent / c.output_dir).is_dir() else []
-    return rc, out.out + out.err, (runs[-1] if runs else None)
+    # the folder this audit made (two audits started in the same second get names that do not
+    # sort by start: the newest by name was sometimes the earlier run)
+    runs = [p for p in (set(out_dir.iterdir()) - before if out_dir.is_dir() else ()) if p.is_dir()
+            and p.name.endswith(f"-{c.name}") or p.is_dir() and f"-{c.name}-" in p.name]
+    assert len(runs) <= 1, runs
+    return rc, out.out + out.err, (runs[0] if runs else None)
 
 
 def gate(capsys, *argv):

@@ -1,0 +1,36 @@
+"""A quality criterion or an extra axis listed twice is an input error (exit 2 naming the field),
+not a metric rated and counted twice per pair (break-it finding: ``criteria = ["clarity",
+"clarity", "relevance"]`` validated, planned 144 instead of 120 LMRA calls, and quality.csv
+reported 24 clarity pairs for 12 pairs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("section, says", [
+    ('[quality]\nenabled = true\ncriteria = ["clarity", "relevance", "clarity"]\n',
+     "criteria listed more than once: ['clarity']"),
+    ('[axes]\nextra_axes = ["uses simpler language", "Uses  simpler language"]\n',
+     "listed more than once"),
+])
+def test_a_criterion_or_axis_listed_twice_is_refused(tmp_path, section, says):
+    cfg = tmp_path / "dup.toml"
+    cfg.write_text('name = "dup"\n' + section)
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and says in p.stderr and "dup.toml" in p.stderr and "Traceback" not in p.stderr
+    field = "quality.criteria" if "quality" in section else "axes.extra_axes"
+    assert field in p.stderr
+
+
+def test_distinct_criteria_and_axes_are_fine(tmp_path):
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text('name = "ok"\n[quality]\nenabled = true\ncriteria = ["clarity", "relevance"]\n'
+                   '[axes]\nextra_axes = ["uses simpler language", "uses longer sentences"]\n')
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
