@@ -6,8 +6,10 @@ seed, top_logprobs, options, stop, sample index). Finished calls are committed i
 (WAL journal): one transaction when the oldest answered call has waited :data:`WRITE_BATCH_S`
 seconds (50 ms), earlier when :data:`WRITE_BATCH_CALLS` calls are waiting; :meth:`CallCache.flush`
 and :meth:`CallCache.close` write what is left. A run stopped by Ctrl-C, SIGTERM or an error
-loses no finished call; ``kill -9`` loses at most the calls answered in its last 50 ms, never
-more than 500, which a re-run asks again; a re-run of the same config makes zero new calls.
+loses no finished call; neither does ``kill -9``: each answered call is also appended to the
+connection's answer log before its batch is written (:mod:`lmra.answerlog`; one ``write``,
+in the kernel once it returns), which the next open of the cache stores; a re-run of the
+same config makes zero new calls.
 
 One lookup per call: :meth:`CachedProvider.lookup` computes the key once and reads the cache
 once; :class:`~lmra.budget.BudgetedProvider` decides "cached or fresh" from that lookup and
@@ -52,6 +54,8 @@ try:
 except ImportError:  # not POSIX: every fresh call takes a lease row
     fcntl = None  # type: ignore[assignment]
 
+from lmra import answerlog
+from lmra.answerlog import AnswerLog
 from lmra.errors import LmraIOError, io_reason
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json, \
     result_defect, wrap_identity
@@ -82,7 +86,7 @@ LEASE_TTL_S = 900.0
 #: Seconds between looks at the cache while another process is making the same call.
 LEASE_POLL_S = 0.2
 #: Answered calls waiting to be written that trigger a write at once (else: when the oldest has
-#: waited :data:`WRITE_BATCH_S`); the most a ``kill -9`` can lose.
+#: waited :data:`WRITE_BATCH_S`); until written they are also in the answer log (lmra.answerlog).
 WRITE_BATCH_CALLS = 500
 #: Seconds the oldest answered call waits for its write (a timer on the event loop; also
 #: checked whenever a call is stored, for a loop too busy to run the timer on time). One
@@ -320,9 +324,43 @@ class CallCache:
             self._memo_pending: dict[str, tuple] = {}  # its rows not written yet (memo_put)
             self._memo_ahead: dict[str, str] = {}  # rows read ahead by memo_get
             self._memo_ahead_read = self._memo_ahead_used = 0
+            #: answered calls stored from the answer logs of killed processes when this cache opened
+            self.recovered = 0
+            self._answers = self._open_answer_log()
         except (OSError, sqlite3.Error) as exc:
             raise LmraIOError(f"cannot open the call cache ({io_reason(exc)}); check that the folder exists and "
                               "is writable, or set 'cache' in the config", path=self.path) from None
+
+    def _open_answer_log(self) -> AnswerLog | None:
+        """Store the calls of the answer logs whose writers were killed, then open this
+        connection's own log (:mod:`lmra.answerlog`; None for ``:memory:`` or without ``flock``,
+        or when the log cannot be created: the batches' window then stays)."""
+        if self.path == ":memory:" or answerlog.fcntl is None:
+            return None
+        rows, taken = answerlog.recover(self.path)
+        if rows:
+            try:
+                with self._lock:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._db.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                        self._db.execute("COMMIT")
+                    except BaseException:
+                        _rollback(self._db)
+                        raise
+            except BaseException:
+                for _, fd in taken:  # the logs stay for the next open
+                    os.close(fd)
+                raise
+            self.recovered = len(rows)
+            if self.on_write_error is not None:
+                self.on_write_error(f"stored {len(rows)} answered call(s) of an earlier run that was killed before "
+                                    f"writing them (from its answer log next to {self.path})")
+        answerlog.release(taken)
+        try:
+            return AnswerLog(self.path)
+        except OSError:
+            return None
 
     def get(self, key: str) -> ChatResult | None:
         """The cached result for ``key`` (also one not yet written: this batch, or held
@@ -418,6 +456,8 @@ class CallCache:
                request_json(request) if request_text is None else request_text,
                result.model_dump_json(), time.time())
         self.pending[key] = row
+        if self._answers is not None:  # in the kernel before its batch is written: kill -9 loses none
+            self._answers.append(row)
         if self._keys is not None:
             self._keys.add(key)
         self._ahead.pop(key, None)
@@ -489,6 +529,8 @@ class CallCache:
                 if held.get(key) is row:  # not stored again meanwhile
                     del held[key]
         self._releases.difference_update(k for k, _ in releases)
+        if not self.pending and self._answers is not None:  # every answered call is in the database
+            self._answers.clear()
         self.write_failures = 0
         self._maybe_end_solo()
         if self._checkpointer is not None:
@@ -841,13 +883,20 @@ class CallCache:
 
     def close(self) -> None:
         """Close the database (held calls, if any, are tried once more first; any still held
-        are reported through ``on_write_error``: they are lost and will be asked again)."""
+        are reported through ``on_write_error``: they stay in this connection's answer log,
+        which the next open of the cache stores, or — without one — are asked again)."""
         if self._write_timer is not None:
             self._write_timer.cancel()  # what it would write is written here
             self._write_timer = None
-        if not self._write_pending() and self.on_write_error is not None:  # (and the held memo rows)
+        written = self._write_pending()  # (and the held memo rows)
+        kept = self._answers is not None and not self._answers.failed
+        if not written and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
-                                f"{self.path} (disk full or not writable); a re-run asks them again")
+                                f"{self.path} (disk full or not writable); "
+                                + (f"they are kept in {self._answers.path} and stored when the cache is next opened"
+                                   if kept else "a re-run asks them again"))
+        if self._answers is not None:
+            self._answers.close(keep=bool(self.pending))
         if self._renewer is not None and not self._renewer.done():
             try:
                 self._renewer.cancel()

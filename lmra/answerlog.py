@@ -1,0 +1,161 @@
+"""The answer log of a call cache: every answered call in the kernel before its batch is written.
+
+:class:`~lmra.cache.CallCache` writes answered calls to SQLite in batches (one transaction per
+50 ms or 500 calls, issue 14), so a process killed with ``kill -9`` (or by the OOM killer)
+between an answer and its batch's COMMIT would lose the calls answered meanwhile. To lose
+none, each answered call's row is also appended to a log file next to the database — one
+``write`` of one JSON line, no ``fsync``: once ``write`` returns, the line is in the
+operating system's page cache and survives the death of the process (not a power cut, as
+SQLite's own ``synchronous=NORMAL`` does not) — and the log is emptied once every answered
+call is in the database.
+
+Each cache connection has its own log, ``<cache>-answers-<pid>-<id>.log``, locked with
+``flock`` while it is open. Opening the cache first takes over every log whose lock is free
+(its writer is gone): their rows go into the database (``INSERT OR IGNORE``: a row already
+written is kept as it is; a line cut short by the kill is skipped), then the logs are
+deleted. A cache closed cleanly deletes its log; one closed with calls it could not write
+(disk full) keeps it, so that the next open stores them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from pydantic_core import from_json, to_json
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no answer log (the batches' window stays)
+    fcntl = None  # type: ignore[assignment]
+
+#: the columns of a ``calls`` row: key, provider, base_url, model, request, result, created
+ROW_FIELDS = 7
+
+
+def _locked(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` without waiting; False when another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def _row(line: bytes) -> tuple | None:
+    """A ``calls`` row read back from a log line, or None for a line that is not one (cut short)."""
+    try:
+        value = from_json(line)
+    except ValueError:
+        return None
+    if (not isinstance(value, list) or len(value) != ROW_FIELDS or not all(isinstance(v, str) for v in value[:6])
+            or not isinstance(value[6], (int, float)) or isinstance(value[6], bool)):
+        return None
+    return tuple(value)
+
+
+class AnswerLog:
+    """The answer log of one cache connection (see the module docstring).
+
+    Args:
+        cache_path: the cache's database file.
+
+    Raises:
+        OSError: the log cannot be created (the caller then goes on without one).
+    """
+
+    def __init__(self, cache_path: str | Path):
+        base = Path(cache_path)
+        tmp = base.with_name(f"{base.name}-answers-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            if not _locked(fd):  # a new file: nobody else can hold it
+                raise OSError(f"cannot lock {tmp}")
+            self.path = tmp.with_suffix(".log")
+            os.rename(tmp, self.path)  # found by recover() only once it is locked
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        self.fd: int | None = fd
+        self.lines = 0  # lines written since the log was last emptied
+        self.failed = False  # a write failed (disk full): the calls are still held in memory
+
+    def append(self, row: tuple) -> None:
+        """Log one answered call's ``calls`` row (one ``write``; a failure is noted, not raised:
+        the call is still held in memory until its batch is written)."""
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, to_json(row) + b"\n")
+            self.lines += 1
+        except OSError:
+            self.failed = True
+
+    def clear(self) -> None:
+        """Empty the log: every call it holds is in the database."""
+        if self.fd is None or not self.lines:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+            self.lines = 0
+        except OSError:
+            pass  # the rows stay: recovering them later is harmless (INSERT OR IGNORE)
+
+    def close(self, *, keep: bool) -> None:
+        """Close the log, and delete it unless ``keep`` (calls in it are not in the database)."""
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        if not keep:
+            self.path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def recover(cache_path: str | Path) -> tuple[list[tuple], list[tuple[Path, int]]]:
+    """The answered calls of the logs whose writers are gone (their lock is free).
+
+    Returns:
+        (the ``calls`` rows, in log order; the logs taken over, as (path, locked fd) — pass them
+        to :func:`release` once the rows are in the database). Left-over ``.tmp`` files of
+        writers killed while creating their log are deleted.
+    """
+    if fcntl is None:
+        return [], []
+    base = Path(cache_path)
+    rows: list[tuple] = []
+    taken: list[tuple[Path, int]] = []
+    for path in sorted(base.parent.glob(f"{base.name}-answers-*")):
+        if path.suffix not in (".log", ".tmp"):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if not _locked(fd):  # its writer is alive
+            os.close(fd)
+            continue
+        if path.suffix == ".tmp":  # never renamed: empty
+            path.unlink(missing_ok=True)
+            os.close(fd)
+            continue
+        try:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read()
+        except OSError:
+            os.close(fd)
+            continue
+        rows += [r for r in map(_row, data.split(b"\n")) if r is not None]
+        taken.append((path, fd))
+    return rows, taken
+
+
+def release(taken: list[tuple[Path, int]]) -> None:
+    """Delete the logs :func:`recover` took over (their rows are in the database now)."""
+    for path, fd in taken:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+__all__ = ["AnswerLog", "ROW_FIELDS", "recover", "release"]
