@@ -153,3 +153,73 @@ def test_an_audit_with_a_hanging_custom_target_finishes_and_counts_the_timeouts(
     assert set(failed["prompt_id"]) == {"p3", "p13"}
     assert res.summary["n_pairs_failed"] == len(failed) and "timeout_s" in failed["error"].iloc[0]
     assert time.monotonic() - t0 < 30
+
+
+def test_a_cancellation_the_run_asked_for_stays_a_cancellation():
+    async def forever():
+        await asyncio.sleep(3600)
+
+    async def main():
+        p = DeadlineProvider(_Inner(forever), 5)
+        call = asyncio.ensure_future(p.complete(_request()))
+        await asyncio.sleep(0.02)
+        call.cancel()  # Ctrl-C, the end of the run …
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert not p._running and not p._expired
+
+    asyncio.run(main())
+
+
+def test_the_watchdog_follows_the_provider_into_a_new_event_loop_and_spares_a_swallowed_cancel():
+    async def forever():
+        await asyncio.sleep(3600)
+
+    swallowed = []
+
+    async def stubborn():  # answers even when cancelled
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.append(1)
+        return ChatResult(text="late")
+
+    p = DeadlineProvider(_Inner(forever), 0.05)
+    for _ in range(2):  # one provider, two asyncio.run (two loops): each call times out
+        async def main():
+            with pytest.raises(ProviderError, match="timeout_s = 0.05 s"):
+                await asyncio.wait_for(p.complete(_request()), 5)
+        asyncio.run(main())
+
+    async def answered():
+        q = DeadlineProvider(_Inner(stubborn), 0.05)
+        assert (await q.complete(_request())).text == "late"
+        assert asyncio.current_task().cancelling() == 0  # its cancel is taken back
+        await asyncio.sleep(0)
+
+    asyncio.run(answered())
+    assert swallowed == [1]
+
+
+def test_many_calls_at_once_each_time_out_and_the_quick_ones_answer():
+    async def maybe_forever(i):
+        await asyncio.sleep(3600 if i % 2 else 0.001)
+        return ChatResult(text=str(i))
+
+    class Numbered(_Inner):
+        def __init__(self):
+            super().__init__(None)
+            self.i = 0
+
+        async def complete(self, request):
+            self.i += 1
+            return await maybe_forever(self.i)
+
+    async def main():
+        p = DeadlineProvider(Numbered(), 0.1)
+        out = await asyncio.gather(*(p.complete(_request()) for _ in range(40)), return_exceptions=True)
+        assert sum(isinstance(o, ProviderError) and o.kind == "timeout" for o in out) == 20
+        assert sum(isinstance(o, ChatResult) for o in out) == 20
+        assert not p._running and not p._expired
+
+    asyncio.run(main())

@@ -10,8 +10,17 @@ never comes) would hold its pair, and at the end the whole audit, forever.
 and fails with a :class:`~lmra.providers.base.ProviderError` of kind ``timeout``, counted and
 reported like any failed call (the pair is failed, the run's ``failed_share`` counts it).
 
-The limit is :func:`asyncio.timeout` around the call, so it cancels the provider's awaiting
-code; a provider that blocks the event loop itself (a synchronous ``time.sleep`` inside
+The calls in flight are watched by one timer per provider, not one per call: a call records
+its task and deadline (a dict entry), and a watchdog callback, run every ``timeout_s / 10``
+(at most 1 s, at least 10 ms) while calls are in flight, cancels the tasks past their
+deadline; the cancelled call's ``CancelledError`` becomes the ``timeout`` failure (a
+cancellation the run asked for — Ctrl-C, SIGTERM, the end of the run — stays one). A call
+thus fails between ``timeout_s`` and ``timeout_s`` plus one tick after it started.
+:func:`asyncio.timeout` per call does the same with a timer handle per call: 7–8 µs a call
+against 1.2–1.4 µs for the watchdog (``bench/bench_deadline.py``), the difference being 8 % of
+the zero-latency audit's time (docs/benchmarks.md, "The twelfth round"); a call outside a task
+(or one nested in another call of the same provider) still uses it.
+A provider that blocks the event loop itself (a synchronous ``time.sleep`` inside
 ``async def complete``) cannot be interrupted from the loop and is not covered.
 """
 
@@ -34,6 +43,7 @@ class DeadlineProvider:
         name, model_id, base_url, supports_logprobs, inner: those of ``inner``
             (:func:`~lmra.providers.base.wrap_identity`: cache keys unchanged);
             ``parallel_capacity`` and any other attribute are read from ``inner``.
+        tick_s: seconds between two looks of the watchdog at the calls in flight.
 
     Raises:
         ValueError: ``timeout_s`` ≤ 0.
@@ -44,6 +54,11 @@ class DeadlineProvider:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s!r})")
         wrap_identity(self, inner)
         self.timeout_s = float(timeout_s)
+        self.tick_s = min(1.0, max(0.01, self.timeout_s / 10))
+        self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (loop time)
+        self._expired: set[asyncio.Task] = set()  # tasks the watchdog cancelled
+        self._watch: asyncio.TimerHandle | None = None
+        self._watch_loop: asyncio.AbstractEventLoop | None = None
 
     def __getattr__(self, attr: str) -> Any:
         # optional extensions of the provider (parallel_capacity, a batch API …) are the inner one's
@@ -58,6 +73,46 @@ class DeadlineProvider:
             ProviderError: kind ``timeout`` when the call did not return within ``timeout_s``
                 (the inner call is cancelled); whatever the inner provider raises otherwise.
         """
+        task = asyncio.current_task()
+        running = self._running
+        if task is None or task in running:
+            return await self._one_timer(request)
+        loop = task.get_loop()
+        running[task] = loop.time() + self.timeout_s
+        if self._watch is None or self._watch_loop is not loop:
+            self._watch_loop = loop
+            self._watch = loop.call_later(self.tick_s, self._look)
+        try:
+            return await self.inner.complete(request)
+        except asyncio.CancelledError:
+            if task in self._expired:
+                self._expired.discard(task)
+                if task.uncancel() == 0:  # cancelled by the watchdog alone: the call timed out
+                    note_event("timeout")
+                    raise self._timed_out() from None
+            raise
+        finally:
+            del running[task]
+            if task in self._expired:  # the provider swallowed the cancellation and answered
+                self._expired.discard(task)
+                task.uncancel()
+
+    def _look(self) -> None:
+        """The watchdog: cancel the calls past their deadline; look again in ``tick_s`` while
+        calls are in flight (the next call starts it again otherwise)."""
+        self._watch = None
+        loop = self._watch_loop
+        if not self._running or loop is None or loop.is_closed():
+            return
+        now = loop.time()
+        for task, deadline in list(self._running.items()):
+            if deadline <= now and task not in self._expired and not task.done() and task.get_loop() is loop:
+                self._expired.add(task)
+                task.cancel()
+        self._watch = loop.call_later(self.tick_s, self._look)
+
+    async def _one_timer(self, request: ChatRequest) -> ChatResult:
+        """The call under :func:`asyncio.timeout` (outside a task, or nested in a call)."""
         limit = asyncio.timeout(self.timeout_s)
         try:
             async with limit:
@@ -66,8 +121,11 @@ class DeadlineProvider:
             if not limit.expired():  # the provider's own TimeoutError: its failure, as it raised it
                 raise
             note_event("timeout")
-            raise ProviderError(f"{self.name} call did not return within timeout_s = {self.timeout_s:g} s "
-                                "(custom provider; the call was cancelled)", kind="timeout") from None
+            raise self._timed_out() from None
+
+    def _timed_out(self) -> ProviderError:
+        return ProviderError(f"{self.name} call did not return within timeout_s = {self.timeout_s:g} s "
+                             "(custom provider; the call was cancelled)", kind="timeout")
 
     async def aclose(self) -> None:
         await self.inner.aclose()
