@@ -19,6 +19,7 @@ deleted. A cache closed cleanly deletes its log; one closed with calls it could 
 
 from __future__ import annotations
 
+import glob
 import os
 import uuid
 from pathlib import Path
@@ -126,7 +127,7 @@ def recover(cache_path: str | Path) -> tuple[list[tuple], list[tuple[Path, int]]
     base = Path(cache_path)
     rows: list[tuple] = []
     taken: list[tuple[Path, int]] = []
-    for path in sorted(base.parent.glob(f"{base.name}-answers-*")):
+    for path in sorted(base.parent.glob(f"{glob.escape(base.name)}-answers-*")):  # (a name may hold [ ? *)
         if path.suffix not in (".log", ".tmp"):
             continue
         try:

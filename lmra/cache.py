@@ -306,6 +306,7 @@ class CallCache:
         self._misses = 0
         self._next_snapshot_at = KEY_SNAPSHOT_AFTER_MISSES
         self._lock = threading.Lock()
+        self._log_lock = threading.Lock()  # a call's pending entry and its answer-log line, vs emptying the log
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -343,7 +344,9 @@ class CallCache:
                 with self._lock:
                     self._db.execute("BEGIN IMMEDIATE")
                     try:
+                        before = self._db.total_changes
                         self._db.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                        added = self._db.total_changes - before  # rows not in the database yet
                         self._db.execute("COMMIT")
                     except BaseException:
                         _rollback(self._db)
@@ -352,9 +355,9 @@ class CallCache:
                 for _, fd in taken:  # the logs stay for the next open
                     os.close(fd)
                 raise
-            self.recovered = len(rows)
-            if self.on_write_error is not None:
-                self.on_write_error(f"stored {len(rows)} answered call(s) of an earlier run that was killed before "
+            self.recovered = added
+            if added and self.on_write_error is not None:
+                self.on_write_error(f"stored {added} answered call(s) of an earlier run that was killed before "
                                     f"writing them (from its answer log next to {self.path})")
         answerlog.release(taken)
         try:
@@ -455,9 +458,12 @@ class CallCache:
         row = (key, provider.name, provider.base_url, provider.model_id,
                request_json(request) if request_text is None else request_text,
                result.model_dump_json(), time.time())
-        self.pending[key] = row
         if self._answers is not None:  # in the kernel before its batch is written: kill -9 loses none
-            self._answers.append(row)
+            with self._log_lock:  # (with the log's emptying: a put from another thread is never wiped)
+                self.pending[key] = row
+                self._answers.append(row)
+        else:
+            self.pending[key] = row
         if self._keys is not None:
             self._keys.add(key)
         self._ahead.pop(key, None)
@@ -529,8 +535,10 @@ class CallCache:
                 if held.get(key) is row:  # not stored again meanwhile
                     del held[key]
         self._releases.difference_update(k for k, _ in releases)
-        if not self.pending and self._answers is not None:  # every answered call is in the database
-            self._answers.clear()
+        if not self.pending and self._answers is not None:
+            with self._log_lock:
+                if not self.pending:  # every answered call is in the database
+                    self._answers.clear()
         self.write_failures = 0
         self._maybe_end_solo()
         if self._checkpointer is not None:

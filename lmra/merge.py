@@ -276,6 +276,16 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
     return shards
 
 
+def _left_out(shards: list, field: str, *, summed: bool) -> int | None:
+    """A count of prompts the selection left out (``summary.json`` ``field``) of the merged run:
+    the shards' sum (``summed``) or the first shard's; None when a shard did not record it
+    (written before the count existed)."""
+    values = [s.run.summary.get(field) for s in shards]
+    if any(v is None for v in values):
+        return None
+    return sum(values) if summed else values[0]
+
+
 def _worst_judge_check(shards: list[ShardRun]) -> tuple[dict | None, pd.DataFrame]:
     """The judge-check verdict and canary ratings of the shard whose verdict is worst (failed
     before passed; the lowest shard among equals)."""
@@ -441,9 +451,12 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                   allow_unvalidated_judge=any((s.run.summary.get("judge_status") or {}).get("waiver")
                                               == "--allow-unvalidated-judge" for s in shards))
     audit.placebo_skipped = []
-    # every shard selects from the whole file alike (then takes its share): the first one's counts
-    audit.prompts_left_out = {"not_selected": summary0.get("n_prompts_not_selected"),
-                              "over_limit": summary0.get("n_prompts_over_limit")}
+    # prompts left out by the selection: 'selection' mode shards select from the whole file
+    # alike (then take their share): the first one's counts; 'prompts' mode shards select from
+    # their own prompts only: the sum
+    audit.prompts_left_out = {key: _left_out(shards, field, summed=mode == "prompts")
+                              for key, field in (("not_selected", "n_prompts_not_selected"),
+                                                 ("over_limit", "n_prompts_over_limit"))}
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])

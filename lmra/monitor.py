@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lmra.runstate import partial_because
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite, load_run
@@ -535,6 +536,9 @@ class CheckResult:
             ``partial`` …; a partial run is checked only when named explicitly, with a warning).
         run_failed_share, baseline_failed_share: share of the planned pairs each run lost to
             failed calls, in [0, 1] (None when the run did not record it).
+        run_partial_because, baseline_partial_because: what made each run partial, one phrase
+            each (:func:`lmra.runstate.partial_because`: lost pairs, failed quality or
+            second-LMRA ratings); empty when nothing did.
     """
 
     run_id: str
@@ -553,6 +557,8 @@ class CheckResult:
     baseline_status: str = "unknown"
     run_failed_share: float | None = None
     baseline_failed_share: float | None = None
+    run_partial_because: list[str] = field(default_factory=list)
+    baseline_partial_because: list[str] = field(default_factory=list)
 
     @property
     def judge_status_line(self) -> str:
@@ -775,7 +781,9 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,
                        run_failed_share=run.summary.get("failed_share"),
-                       baseline_failed_share=baseline.summary.get("failed_share"))
+                       baseline_failed_share=baseline.summary.get("failed_share"),
+                       run_partial_because=partial_because(run.summary),
+                       baseline_partial_because=partial_because(baseline.summary))
 
 
 def _waived_by(run: RunFolder) -> str | None:

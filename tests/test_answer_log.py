@@ -125,3 +125,29 @@ def test_a_log_line_is_one_row_and_the_log_is_emptied_once_written(tmp_path):
     assert log.path.read_bytes() == b"" and log.lines == 0
     log.close(keep=False)
     assert not log.path.exists()
+
+
+@pytest.mark.parametrize("name, other", [("cache[prod].sqlite", None), ("c?.sqlite", "c1.sqlite")])
+def test_a_cache_name_with_glob_characters_finds_its_own_logs_only(tmp_path, name, other):
+    row = ("k1", "p", "u", "m", "{}", '{"text":"mine"}', 1.0)
+    (tmp_path / f"{name}-answers-1-dead.log").write_bytes(b'["k1","p","u","m","{}","{\\"text\\":\\"mine\\"}",1.0]\n')
+    if other:  # another cache's dead log, which a glob of "c?.sqlite" would match
+        (tmp_path / f"{other}-answers-2-dead.log").write_bytes(b'["k2","p","u","m","{}","{\\"text\\":\\"x\\"}",1.0]\n')
+    cache = CallCache(tmp_path / name)
+    assert cache.recovered == 1 and cache.get(row[0]).text == "mine" and cache.get("k2") is None
+    cache.close()
+    if other:
+        assert (tmp_path / f"{other}-answers-2-dead.log").exists()  # left for its own cache
+
+
+def test_recovered_counts_the_calls_stored_not_the_lines_read(tmp_path):
+    path = tmp_path / "c.sqlite"
+    cache = CallCache(path)
+    cache.pending["k"] = ("k", "p", "u", "m", "{}", '{"text":"x"}', 1.0)
+    cache._write_pending()
+    cache.close()
+    line = b'["k","p","u","m","{}","{\\"text\\":\\"x\\"}",1.0]\n'
+    (tmp_path / "c.sqlite-answers-9-dead.log").write_bytes(line * 3)  # written already, three times
+    again = CallCache(path)
+    assert again.recovered == 0
+    again.close()

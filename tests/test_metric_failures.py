@@ -62,3 +62,26 @@ def test_a_second_lmra_that_always_fails_makes_the_run_partial(tmp_path, sim_inp
     assert s["failed_by_metric"] == {"second-LMRA ratings": {"failed": 20, "asked": 20, "share": 1.0}}
     assert s["run_status"] == "partial" and any("20 of 20 second-LMRA ratings failed" in w for w in s["warnings"])
     assert int(res.overall["n_pairs"].sum()) == 20  # the primary ratings stand
+
+
+def test_the_readers_of_a_partial_run_say_which_metric_made_it_partial(tmp_path, sim_inputs):
+    """report.html and the regression check's warning name the failed quality ratings, not
+    "0.0% of the planned pairs lost" (review finding)."""
+    import re
+
+    from lmra.cli.monitor import partial_run_warnings
+    from lmra.monitor import check_regression
+    from lmra.report.html import write_report
+    from lmra.runfolder import load_run
+
+    res = _run(tmp_path, sim_inputs, QualityFailingJudge(set(range(10))))
+    run = load_run(res.run_dir)
+    html = write_report(run).read_text()
+    banner = " ".join(re.search(r'id="run-status">(.*?)</div>', html, re.S).group(1).split())
+    assert "10 of 20 quality ratings failed (50.0%)" in banner and "planned pairs" not in banner
+    import shutil
+
+    twin = shutil.copytree(res.run_dir, res.run_dir.with_name(res.run_dir.name + "-2"))
+    check = check_regression(run, load_run(twin))
+    assert check.run_partial_because == ["10 of 20 quality ratings failed (50.0%)"]
+    assert any("10 of 20 quality ratings failed" in w for w in partial_run_warnings(check))

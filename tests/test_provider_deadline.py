@@ -223,3 +223,43 @@ def test_many_calls_at_once_each_time_out_and_the_quick_ones_answer():
         assert not p._running and not p._expired
 
     asyncio.run(main())
+
+
+def test_calls_from_two_event_loops_at_once_each_time_out():
+    """An embedding program may call one provider from two event loops, each in its thread."""
+    async def forever():
+        await asyncio.sleep(3600)
+
+    async def quick():
+        await asyncio.sleep(0.001)
+        return ChatResult(text="ok")
+
+    class Either(_Inner):
+        async def complete(self, request):
+            return await (forever() if request.messages[-1].content == "hang" else quick())
+
+    p = DeadlineProvider(Either(None), 0.2)
+    hang = ChatRequest(messages=[Message(role="user", content="hang")])
+    out: dict = {}
+
+    def loop_a():
+        async def main():
+            t0 = time.monotonic()
+            try:
+                await p.complete(hang)
+            except ProviderError as exc:
+                out["a"] = (exc.kind, time.monotonic() - t0)
+        asyncio.run(main())
+
+    def loop_b():
+        async def main():
+            for _ in range(100):  # short calls on another loop meanwhile
+                assert (await p.complete(_request())).text == "ok"
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=loop_a), threading.Thread(target=loop_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert out.get("a") is not None and out["a"][0] == "timeout" and out["a"][1] < 2

@@ -378,3 +378,19 @@ def test_a_shards_planned_calls_are_its_own_share(tmp_path, limit):
         assert man["planned_calls"]["pairs"] == plan["pairs"]
         made = man["calls"]["fresh"] + man["calls"]["cached"] + man["calls"]["failed"]
         assert 0 < made <= plan["target"] + plan["judge"]  # a bound on what the shard really made
+
+
+def test_merged_prompts_mode_shards_count_the_prompts_outside_the_tasks_as_the_unsharded_run(tmp_path):
+    """'prompts' mode shards select from their own prompts: the merge adds their counts of the
+    prompts left out (review finding: it took the first shard's)."""
+    from test_pipeline import TASKS
+
+    kw = dict(prompts_per_task=0, placebo={"share": 0.0}, samples_per_prompt=1, judge2=None,
+              quality={"enabled": False}, tasks=[TASKS[0], TASKS[1]])
+    whole = _audit(_cfg(tmp_path, "whole", **kw))
+    shards = _sharded(tmp_path, **kw)
+    assert {json.loads((s.run_dir / "shard.json").read_text())["mode"] for s in shards} == {"prompts"}
+    merged = merge_shards([s.run_dir for s in shards], out_dir=tmp_path / "merged")
+    n = whole.summary["n_prompts_not_selected"]
+    assert n > 0 and sum(s.summary["n_prompts_not_selected"] for s in shards) == n
+    assert merged.summary["n_prompts_not_selected"] == n and merged.summary["n_prompts_over_limit"] == 0

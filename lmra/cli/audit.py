@@ -442,9 +442,12 @@ def _shard_final(console: Console, result) -> int:
     that flags the night. A shard whose every pair failed has already exited 1."""
     s = result.summary
     if s.get("run_status") == "partial":
+        from lmra.runstate import partial_because
+
+        lost = "; ".join(partial_because(s)) or f"{s['failed_share']:.1%} of the planned pairs lost to failed calls"
         console.print(Text.assemble(("partial shard: ", "bold yellow"),
-                                    f"{s['failed_share']:.1%} of this shard's planned pairs were lost to failed calls "
-                                    f"(max_failed_share {s['max_failed_share']:.0%}); 'lmra merge' decides the "
+                                    f"{lost} in this shard (max_failed_share {s['max_failed_share']:.0%}); "
+                                    "'lmra merge' decides the "
                                     "night's status over all shards (exit status 1 there if it is partial)."),
                       highlight=False, soft_wrap=True)
     js = s.get("judge_status") or {}

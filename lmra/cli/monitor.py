@@ -245,11 +245,13 @@ def partial_run_warnings(result) -> list[str]:
     (a ``partial`` run is checked when named explicitly; its numbers miss the pairs lost to failed
     calls). The exit status does not change."""
     out = []
-    for role, rid, st, share in (("run", result.run_id, result.run_status, result.run_failed_share),
-                                 ("baseline", result.baseline_id, result.baseline_status,
-                                  result.baseline_failed_share)):
+    for role, rid, st, share, because in (
+            ("run", result.run_id, result.run_status, result.run_failed_share, result.run_partial_because),
+            ("baseline", result.baseline_id, result.baseline_status, result.baseline_failed_share,
+             result.baseline_partial_because)):
         if st not in ("complete", "unknown"):
-            lost = f", {share:.1%} of its planned pairs lost to calls that failed" if share is not None else ""
+            lost = (f", {'; '.join(because)}" if because else
+                    f", {share:.1%} of its planned pairs lost to calls that failed" if share is not None else "")
             out.append(f"the {role} {rid} is {st}{lost}: it was checked because it was named explicitly, on the "
                        "pairs it scored ('last' and 'latest' skip such runs)")
     return out

@@ -78,8 +78,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
     monitor_after_audit(result.run_dir, report=not args.no_report, console=console, reasons=reasons)
     after_run(result.run_dir, console, reasons)
     if result.summary.get("run_status") in ("partial", "failed"):
-        reasons[1] = f"the merged run is {result.summary['run_status']} ({result.summary['failed_share']:.1%} of the " \
-                     "planned pairs lost to failed calls)"
+        from lmra.runstate import partial_because
+
+        lost = "; ".join(partial_because(result.summary)) or \
+            f"{result.summary['failed_share']:.1%} of the planned pairs lost to failed calls"
+        reasons[1] = f"the merged run is {result.summary['run_status']} ({lost})"
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed" and js.get("gated"):
         reasons[EXIT_JUDGE_FAILED] = "the judge failed validation"

@@ -55,10 +55,10 @@ class DeadlineProvider:
         wrap_identity(self, inner)
         self.timeout_s = float(timeout_s)
         self.tick_s = min(1.0, max(0.01, self.timeout_s / 10))
-        self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (loop time)
+        self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (its loop's time)
         self._expired: set[asyncio.Task] = set()  # tasks the watchdog cancelled
-        self._watch: asyncio.TimerHandle | None = None
-        self._watch_loop: asyncio.AbstractEventLoop | None = None
+        #: event loop → its watchdog's next look (one per loop: calls from several loops, each in its thread)
+        self._watches: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
     def __getattr__(self, attr: str) -> Any:
         # optional extensions of the provider (parallel_capacity, a batch API …) are the inner one's
@@ -79,9 +79,8 @@ class DeadlineProvider:
             return await self._one_timer(request)
         loop = task.get_loop()
         running[task] = loop.time() + self.timeout_s
-        if self._watch is None or self._watch_loop is not loop:
-            self._watch_loop = loop
-            self._watch = loop.call_later(self.tick_s, self._look)
+        if loop not in self._watches:
+            self._watch(loop)
         try:
             return await self.inner.complete(request)
         except asyncio.CancelledError:
@@ -97,19 +96,25 @@ class DeadlineProvider:
                 self._expired.discard(task)
                 task.uncancel()
 
-    def _look(self) -> None:
-        """The watchdog: cancel the calls past their deadline; look again in ``tick_s`` while
-        calls are in flight (the next call starts it again otherwise)."""
-        self._watch = None
-        loop = self._watch_loop
-        if not self._running or loop is None or loop.is_closed():
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start ``loop``'s watchdog (forgetting those of closed loops)."""
+        for old in [lp for lp in list(self._watches) if lp.is_closed()]:  # (another thread may add one)
+            self._watches.pop(old, None)
+        self._watches[loop] = loop.call_later(self.tick_s, self._look, loop)
+
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop``'s watchdog (run on that loop): cancel its calls past their deadline; look
+        again in ``tick_s`` while it has calls in flight (its next call starts it again otherwise)."""
+        mine = [(task, deadline) for task, deadline in list(self._running.items()) if task.get_loop() is loop]
+        if not mine:
+            self._watches.pop(loop, None)
             return
         now = loop.time()
-        for task, deadline in list(self._running.items()):
-            if deadline <= now and task not in self._expired and not task.done() and task.get_loop() is loop:
+        for task, deadline in mine:
+            if deadline <= now and task not in self._expired and not task.done():
                 self._expired.add(task)
                 task.cancel()
-        self._watch = loop.call_later(self.tick_s, self._look)
+        self._watches[loop] = loop.call_later(self.tick_s, self._look, loop)
 
     async def _one_timer(self, request: ChatRequest) -> ChatResult:
         """The call under :func:`asyncio.timeout` (outside a task, or nested in a call)."""

@@ -19,6 +19,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.runfolder import RunFolder, finite
+from lmra.runstate import partial_because
 from lmra.fileio import write_text
 
 #: summary.json / manifest.json keys shown by dedicated parts of the report
@@ -324,6 +325,8 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                 "redacted": bool(run.summary.get("redacted")),
                 "summary": {"failed_share": finite(run.summary.get("failed_share")),
                             "max_failed_share": finite(run.summary.get("max_failed_share"))},
+                # what made the run partial: lost pairs and/or secondary metrics (lmra.runstate)
+                "partial_because": partial_because(run.summary),
                 "run_dir": str(run.path)},
         "check": check_ctx,
         "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
