@@ -16,10 +16,10 @@ its task and deadline (a dict entry), and a watchdog callback, run every ``timeo
 deadline; the cancelled call's ``CancelledError`` becomes the ``timeout`` failure (a
 cancellation the run asked for — Ctrl-C, SIGTERM, the end of the run — stays one). A call
 thus fails between ``timeout_s`` and ``timeout_s`` plus one tick after it started.
-:func:`asyncio.timeout` per call does the same with a timer handle per call: 7–8 µs a call
-against 1.2–1.4 µs for the watchdog (``bench/bench_deadline.py``), the difference being 8 % of
-the zero-latency audit's time (docs/benchmarks.md, "The twelfth round"); a call outside a task
-(or one nested in another call of the same provider) still uses it.
+:func:`asyncio.timeout` per call does the same with a timer handle per call: 7–9 µs a call
+against 1.2–2.1 µs for the watchdog (``bench/bench_deadline.py``; docs/benchmarks.md, "The
+twelfth round"); a call outside a task (or one nested in another call of the same provider)
+still uses it.
 A provider that blocks the event loop itself (a synchronous ``time.sleep`` inside
 ``async def complete``) cannot be interrupted from the loop and is not covered.
 """
