@@ -457,6 +457,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
     audit.prompts_left_out = {key: _left_out(shards, field, summed=mode == "prompts")
                               for key, field in (("not_selected", "n_prompts_not_selected"),
                                                  ("over_limit", "n_prompts_over_limit"))}
+    audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])

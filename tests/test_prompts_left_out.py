@@ -26,8 +26,9 @@ def _prompts(tmp_path):
     return path
 
 
-def _run(tmp_path, sim_inputs, **kw):
+def _run(tmp_path, sim_inputs, extra_names: str = "", **kw):
     names, _ = sim_inputs(2)
+    names.write_text(names.read_text() + extra_names, encoding="utf-8")
     cfg = AuditConfig.model_validate(dict(
         name="left-out", prompts=str(_prompts(tmp_path)), names=str(names), output_dir=str(tmp_path / "out"),
         cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}, filter={"lmra": False},
@@ -59,3 +60,12 @@ def test_nothing_is_said_when_every_prompt_is_audited(tmp_path, sim_inputs):
     render_audit(console, res)
     line = next(t for t in console.export_text().splitlines() if t.startswith("Prompts:"))
     assert "left out" not in line and "outside" not in line
+
+
+def test_names_whose_gender_no_group_selects_are_counted_and_said(tmp_path, sim_inputs, capsys):
+    """A misspelt gender value ('mal') leaves its names out of every group: said on stderr and
+    counted in summary.json (break-it finding: silently left out)."""
+    res = _run(tmp_path, sim_inputs, "Zed,mal,,test\nYan,Mal,,test\n", prompts_per_task=0)
+    assert res.summary["names_unmatched"] == {"gender": {"Mal": 1, "mal": 1}}
+    assert "names whose value no group selects are never drawn (gender 'Mal' ×1; gender 'mal' ×1)" in \
+        capsys.readouterr().err

@@ -567,6 +567,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_prompts_not_selected": left_out.get("not_selected"),  # outside the configured domains/tasks
         "n_prompts_over_limit": left_out.get("over_limit"),  # beyond prompts_per_task in their task
         "prompts_per_task": cfg.prompts_per_task,
+        # the name list's gender/race values no group selects (a misspelt 'mal'): never drawn
+        "names_unmatched": getattr(audit, "names_unmatched", None) or {},
         "n_prompts": len(prompts),
         "n_responses": n_responses,
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)

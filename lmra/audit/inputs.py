@@ -43,6 +43,29 @@ def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
     return {k: hashlib.sha256(repr(t.sections).encode()).hexdigest()[:16] for k, t in templates.items()}
 
 
+def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
+    """The gender and race values of the name list that no group of the config selects (a
+    misspelt ``mal``), with how many names carry each: ``{"gender": {"mal": 1}}``; a column
+    no group filters by is not looked at, and neither is an empty value.
+
+    Args:
+        names: the name list's records (``gender``, ``race``); groups: the config's groups.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for col in ("gender", "race"):
+        wanted = {getattr(g, col).lower() for g in groups if getattr(g, col)}
+        if not wanted:
+            continue
+        counts: dict[str, int] = {}
+        for n in names:
+            value = getattr(n, col) or ""
+            if value and value.lower() not in wanted:
+                counts[value] = counts.get(value, 0) + 1
+        if counts:
+            out[col] = dict(sorted(counts.items()))
+    return out
+
+
 class InputsStage:
     """The :class:`~lmra.audit.Audit` methods that load its inputs (uses ``cfg``, ``config_path``)."""
 
@@ -64,6 +87,14 @@ class InputsStage:
             names = load_names(names_path)
             all_names = [n.name for n in names]
             group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
+            self.names_unmatched = unmatched_name_values(names, cfg.groups)
+            if self.names_unmatched:
+                said = "; ".join(f"{col} {v!r} ×{n}" for col, vals in self.names_unmatched.items()
+                                 for v, n in vals.items())
+                notice = getattr(self, "on_notice", None)
+                if notice is not None:
+                    notice(f"{names_path}: names whose value no group selects are never drawn ({said}); "
+                           "check for a misspelt gender or race")
         def style_template(ref: str) -> Template:
             try:
                 return load_template(ref, "personalization")
