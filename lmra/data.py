@@ -123,14 +123,30 @@ class NameRecord(BaseModel):
     source: str | None = None
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_key(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``'s ``object_pairs_hook``: the object, or :class:`_RepeatedKey` for a key
+    given twice (``{"id": "a", …, "id": "b"}``), which ``json.loads`` would resolve silently."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
 def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
     """Yield ``(line number, object)`` for each non-blank line of JSONL ``text``.
 
     Lines are split at ``\\n`` only (a JSON string may hold U+2028 and other separators).
 
     Raises:
-        LmraInputError: a line longer than ``max_line`` characters, not valid JSON or not a
-            JSON object (file and line named).
+        LmraInputError: a line longer than ``max_line`` characters, not valid JSON, not a
+            JSON object, or an object with a key given twice (file and line named).
     """
     for lineno, raw in enumerate(text.split("\n"), start=1):
         if len(raw) > max_line:
@@ -139,7 +155,10 @@ def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_no_repeated_key)
+        except _RepeatedKey as exc:
+            raise LmraInputError(f"key {exc.key!r} appears twice in one object (JSON readers keep one of them "
+                                 "silently: which was meant?)", file=path, line=lineno, field=exc.key) from None
         except json.JSONDecodeError as exc:
             raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=lineno) from None
         except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, absurd nesting

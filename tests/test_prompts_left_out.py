@@ -69,3 +69,17 @@ def test_names_whose_gender_no_group_selects_are_counted_and_said(tmp_path, sim_
     assert res.summary["names_unmatched"] == {"gender": {"Mal": 1, "mal": 1}}
     assert "names whose value no group selects are never drawn (gender 'Mal' ×1; gender 'mal' ×1)" in \
         capsys.readouterr().err
+
+
+def test_a_prompt_line_with_a_key_given_twice_is_an_input_error(tmp_path):
+    """``{"id": "a", …, "id": "b"}``: json.loads keeps the last silently (break-it finding)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "dup.jsonl").write_text('{"id": "a", "text": "hi", "domain": "d", "task": "t"}\n'
+                                        '{"id": "b", "text": "hi", "domain": "d", "task": "t", "id": "c"}\n')
+    (tmp_path / "v.toml").write_text('name = "v"\nprompts = "dup.jsonl"\n')
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", "v.toml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "dup.jsonl, line 2: field 'id': key 'id' appears twice in one object" in p.stderr
