@@ -391,7 +391,8 @@ _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}, "not json"], "malformed JSON", 2),
     ([{"attribute": "neutral", "items": ["a"]}], "instruction_id", 1),
     ([{"instruction_id": "m1", "attribute": "neutral"}], "no list", 1),
-    ([{"instruction_id": "m1", "attribute": "neutral", "items": "a, b"}], "list of strings", 1),
+    ([{"instruction_id": "m1", "attribute": "neutral", "items": "a, b"}], "list of items", 1),
+    ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a", True]}], "list of items", 1),
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]},
       {"instruction_id": "m1", "attribute": "neutral", "items": ["b"]}], "duplicate list", 2),
 ])

@@ -137,8 +137,11 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
         for f in _LIST_FIELDS:
             if f in obj and obj[f] is not None:
                 v = obj[f]
-                if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) for x in v):
-                    raise LmraInputError("expected a list of strings", file=p, line=lineno, field=f)
+                if not isinstance(v, list) or not all(isinstance(x, (str, int, float)) and not isinstance(x, bool)
+                                                      for x in v):
+                    # numbers are taken as their text (item ids, years); true/false, null, lists are not items
+                    raise LmraInputError("expected a list of items (strings, or numbers taken as their text)",
+                                         file=p, line=lineno, field=f)
                 if f == "items" and normalize:
                     keys = [normalize_title(str(x)) for x in v]
                     kept = [k for k in keys if k]
