@@ -88,17 +88,22 @@ def load_lmra_scores(run_dir: str | Path, judge: int = 1) -> pd.DataFrame:
         if col not in df or vcol not in df:
             return pd.DataFrame(columns=["pair_id", "task", "lmra"])
         ok = df[df[vcol].fillna(False).astype(bool) & df[col].notna()]
-        return pd.DataFrame({"pair_id": ok["pair_id"], "task": ok["task"], "lmra": ok[col].astype(float)}
-                            ).reset_index(drop=True)
-    rows = []
+        out = pd.DataFrame({"pair_id": ok["pair_id"], "task": ok["task"], "lmra": ok[col].astype(float)}
+                           ).reset_index(drop=True)
+        out.attrs["run_pair_ids"] = frozenset(df["pair_id"].dropna().tolist())
+        return out
+    rows, every = [], set()
     for lineno, r in iter_jsonl(read_input_text(p, "ratings file"), p):
+        every.add(r.get("pair_id"))
         if r.get(vcol) and r.get(col) is not None:
             try:
                 rows.append({"pair_id": r["pair_id"], "task": r.get("task"), "lmra": float(r[col])})
             except (KeyError, TypeError, ValueError):
                 raise LmraInputError(f"pair without a numeric '{col}' or a 'pair_id'", file=p, line=lineno,
                                      field=col) from None
-    return pd.DataFrame(rows, columns=["pair_id", "task", "lmra"])
+    out = pd.DataFrame(rows, columns=["pair_id", "task", "lmra"])
+    out.attrs["run_pair_ids"] = frozenset(every - {None})
+    return out
 
 
 def require_matches(human: pd.DataFrame, lmra: pd.DataFrame, *, labels: str | Path, run: str | Path) -> None:
@@ -136,7 +141,9 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
 
     Returns:
         dict with ``n`` (matched pairs), ``n_unmatched`` (human labels without a valid LMRA
-        score), ``pearson_r`` with ``pearson_ci`` (scipy's Fisher-z interval), ``spearman_rho``
+        score), ``n_not_in_run`` (of those, the labels whose pair id is not a pair of the run at
+        all — a typo, another run's pair; None when ``lmra`` does not say which pairs the run
+        has), ``pearson_r`` with ``pearson_ci`` (scipy's Fisher-z interval), ``spearman_rho``
         with ``spearman_ci`` (scipy.stats.bootstrap, percentile method, 2000 paired resamples) and ``sign_agreement``
         = share of pairs whose signs (−1/0/1 with the tie band) agree. Correlations are nan
         with fewer than 3 pairs or a constant input.
@@ -145,7 +152,10 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
 
     m = human.merge(lmra, on="pair_id", how="inner")
     n = len(m)
-    out = {"n": n, "n_unmatched": int(len(human) - n), "pearson_r": math.nan, "pearson_ci": [math.nan, math.nan],
+    in_run = lmra.attrs.get("run_pair_ids")  # every pair of the run, scored or not (load_lmra_scores)
+    out = {"n": n, "n_unmatched": int(len(human) - n),
+           "n_not_in_run": int((~human["pair_id"].isin(in_run)).sum()) if in_run is not None else None,
+           "pearson_r": math.nan, "pearson_ci": [math.nan, math.nan],
            "spearman_rho": math.nan, "spearman_ci": [math.nan, math.nan], "sign_agreement": math.nan}
     if n == 0:
         return out

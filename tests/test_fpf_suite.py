@@ -325,6 +325,14 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "pairs matched" in out and "12" in out and "1.000" in out  # every sign agrees
+    # a label of a pair the run does not have is counted as such, not as "no valid score"
+    pid = res.ratings.pair_id.iloc[0]
+    labels.write_text(f"pair_id,rating\n{pid},1\nnosuch|female vs male|0,1\n")
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in capsys.readouterr().out.splitlines()
+            if line.count("│") >= 3}
+    assert rows["labels whose pair_id is not a pair of the run"] == "1"
+    assert rows["labels whose pair has no valid LMRA score"] == "0"
     labels.write_text("pair_id,rating\nx,2\n")
     assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 2
     assert "line 2" in capsys.readouterr().err

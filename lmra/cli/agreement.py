@@ -39,7 +39,11 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_column("value", justify="right")
     fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
     table.add_row("pairs matched", str(res["n"]))
-    table.add_row("labels without a valid LMRA score", str(res["n_unmatched"]))
+    if res.get("n_not_in_run") is not None:  # a pair the run does not have is not "unscored"
+        table.add_row("labels whose pair_id is not a pair of the run", str(res["n_not_in_run"]))
+        table.add_row("labels whose pair has no valid LMRA score", str(res["n_unmatched"] - res["n_not_in_run"]))
+    else:
+        table.add_row("labels without a valid LMRA score", str(res["n_unmatched"]))
     table.add_row("Pearson r [95% CI]", f"{fmt(res['pearson_r'])} [{fmt(res['pearson_ci'][0])}, "
                                         f"{fmt(res['pearson_ci'][1])}]")
     table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
