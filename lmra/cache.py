@@ -150,6 +150,27 @@ def _rollback(db: sqlite3.Connection) -> None:
         pass
 
 
+#: seconds an opening connection retries a statement SQLite refused with "database is locked"
+OPEN_RETRY_S = 30.0
+
+
+def _when_unlocked(statement):
+    """Run ``statement()`` (a statement of opening the cache), retrying while SQLite answers
+    "database is locked" without waiting itself — two processes opening a new cache file at
+    the same moment, one switching it to WAL while the other reads its header — for up to
+    :data:`OPEN_RETRY_S` seconds; other errors, and the last one, are raised."""
+    deadline = time.monotonic() + OPEN_RETRY_S
+    pause = 0.01
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(0.25, pause * 2)
+
+
 def _pid_alive(pid: int) -> bool:
     """True when process ``pid`` runs (a zombie — killed, not yet reaped by its parent — is dead)."""
     try:
@@ -314,14 +335,14 @@ class CallCache:
             # a new cache file gets 16 KB pages (rows of 1–3 KB: a third less CPU per written row
             # than 4 KB pages, a fifth smaller file); an existing file keeps its page size
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _when_unlocked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute("PRAGMA synchronous=NORMAL")
             # checkpoints in a worker thread (lmra.walcheckpoint); the writer's own only as a backstop
             self._checkpointer = Checkpointer(self.path) if self.path != ":memory:" else None
             if self._checkpointer is not None:
                 self._db.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
-            self._db.executescript(_SCHEMA)
-            self._db.executescript(_MEMO_SCHEMA)  # the pair memo (lmra.audit.memo)
+            _when_unlocked(lambda: self._db.executescript(_SCHEMA))
+            _when_unlocked(lambda: self._db.executescript(_MEMO_SCHEMA))  # the pair memo (lmra.audit.memo)
             self._memo_pending: dict[str, tuple] = {}  # its rows not written yet (memo_put)
             self._memo_ahead: dict[str, str] = {}  # rows read ahead by memo_get
             self._memo_ahead_read = self._memo_ahead_used = 0

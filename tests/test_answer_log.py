@@ -151,3 +151,41 @@ def test_recovered_counts_the_calls_stored_not_the_lines_read(tmp_path):
     again = CallCache(path)
     assert again.recovered == 0
     again.close()
+
+
+def test_opening_statements_wait_out_a_locked_database_and_raise_anything_else():
+    """Two processes opening a new cache file at once: SQLite may answer "database is locked"
+    to one of them without waiting (seen in CI: one audit of two sharing a cache exited 1)."""
+    from lmra.cache import _when_unlocked
+
+    tries = []
+
+    def locked_twice():
+        tries.append(1)
+        if len(tries) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "ok"
+
+    assert _when_unlocked(locked_twice) == "ok" and len(tries) == 3
+
+    def broken():
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _when_unlocked(broken)
+
+
+def test_processes_opening_a_new_cache_at_once_all_open_it(tmp_path):
+    code = ("import sys; from lmra.cache import CallCache; c = CallCache(sys.argv[1]); "
+            "c.put('k' + sys.argv[2], type('P', (), {'name': 'p', 'base_url': '', 'model_id': 'm'})(), "
+            "__import__('lmra.providers.base', fromlist=['x']).ChatRequest(messages=[]), "
+            "__import__('lmra.providers.base', fromlist=['x']).ChatResult(text='x')); c.close()")
+    for round_ in range(2):
+        path = tmp_path / f"new{round_}.sqlite"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(i)], stderr=subprocess.PIPE, text=True)
+                 for i in range(4)]
+        errs = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, errs
+        db = sqlite3.connect(path)
+        assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 4
+        db.close()

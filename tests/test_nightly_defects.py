@@ -240,7 +240,7 @@ def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
     argv = ["check", str(partial), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]
     code = main(argv)
     out = " ".join(capsys.readouterr().out.split())
-    assert f"warning: the run {partial.name} is partial, 12.5% of its planned pairs lost" in out
+    assert f"warning: the run {partial.name} is partial, 12.5% of the planned pairs lost to failed calls" in out
     code_json = main(argv + ["--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == code_json == doc["exit_status"]  # the status is the check's: a warning only
