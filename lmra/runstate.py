@@ -168,20 +168,29 @@ def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs
     return lost / planned if planned else 0.0
 
 
-def partial_because(summary: dict) -> list[str]:
-    """What a finished run lost beyond ``max_failed_share`` (``summary.json``'s
-    ``failed_share`` and ``failed_by_metric``), one phrase each, e.g. ``"12.5% of the planned
-    pairs lost to failed calls"``, ``"10 of 20 quality ratings failed (50.0%)"``; empty when
-    nothing was."""
+def lost_metrics(summary: dict) -> list[str]:
+    """The secondary metrics a finished run lost beyond ``max_failed_share`` (``summary.json``'s
+    ``failed_by_metric``), one phrase each, e.g. ``"10 of 20 quality ratings failed (50.0%)"``."""
     limit = summary.get("max_failed_share") or 0.0
-    out = []
+    return [f"{d.get('failed')} of {d.get('asked')} {what} failed ({d['share']:.1%})"
+            for what, d in (summary.get("failed_by_metric") or {}).items() if (d.get("share") or 0.0) > limit]
+
+
+def partial_because(summary: dict) -> list[str]:
+    """What a finished run lost beyond ``max_failed_share``: its pairs (``failed_share``,
+    ``"12.5% of the planned pairs lost to failed calls"``) and :func:`lost_metrics`; empty when
+    nothing was."""
     share = summary.get("failed_share") or 0.0
-    if share > limit:
-        out.append(f"{share:.1%} of the planned pairs lost to failed calls")
-    for what, d in (summary.get("failed_by_metric") or {}).items():
-        if (d.get("share") or 0.0) > limit:
-            out.append(f"{d.get('failed')} of {d.get('asked')} {what} failed ({d['share']:.1%})")
-    return out
+    pairs = [f"{share:.1%} of the planned pairs lost to failed calls"] \
+        if share > (summary.get("max_failed_share") or 0.0) else []
+    return pairs + lost_metrics(summary)
+
+
+def partial_text(summary: dict) -> str:
+    """:func:`partial_because` as one phrase (the pairs' share when nothing exceeds the limit:
+    a run recorded before ``failed_by_metric``)."""
+    return "; ".join(partial_because(summary)) or \
+        f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"
 
 
 def run_status(share: float, max_share: float, n_scored: int) -> str:

@@ -469,8 +469,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             self.identity.update_manifest(manifest)
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
             if status != "interrupted":
-                manifest["stop_reason"] = (redacted_message(f"{type(exc).__name__}: {exc}") if cfg.redact
-                                           else f"{type(exc).__name__}: {exc}")
+                reason = f"{type(exc).__name__}: {exc}"
+                manifest["stop_reason"] = redacted_message(reason) if cfg.redact else reason
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
                 self.spool.abort()
             if self.response_spool is not None:

@@ -386,9 +386,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":
         s = result.summary
-        from lmra.runstate import partial_because
+        from lmra.runstate import partial_text
 
-        lost = "; ".join(partial_because(s)) or "calls failed"
+        lost = partial_text(s)
         err_console.print(Text.assemble(("partial run: ", "bold red"),
                                         f"{lost}, after every retry (max_failed_share {s['max_failed_share']:.0%}); "
                                         f"first error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
@@ -442,9 +442,9 @@ def _shard_final(console: Console, result) -> int:
     that flags the night. A shard whose every pair failed has already exited 1."""
     s = result.summary
     if s.get("run_status") == "partial":
-        from lmra.runstate import partial_because
+        from lmra.runstate import partial_text
 
-        lost = "; ".join(partial_because(s)) or f"{s['failed_share']:.1%} of the planned pairs lost to failed calls"
+        lost = partial_text(s)
         console.print(Text.assemble(("partial shard: ", "bold yellow"),
                                     f"{lost} in this shard (max_failed_share {s['max_failed_share']:.0%}); "
                                     "'lmra merge' decides the "

@@ -78,10 +78,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     monitor_after_audit(result.run_dir, report=not args.no_report, console=console, reasons=reasons)
     after_run(result.run_dir, console, reasons)
     if result.summary.get("run_status") in ("partial", "failed"):
-        from lmra.runstate import partial_because
+        from lmra.runstate import partial_text
 
-        lost = "; ".join(partial_because(result.summary)) or \
-            f"{result.summary['failed_share']:.1%} of the planned pairs lost to failed calls"
+        lost = partial_text(result.summary)
         reasons[1] = f"the merged run is {result.summary['run_status']} ({lost})"
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed" and js.get("gated"):

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from lmra.console import counted, lit
 from lmra.diagnostics import flagged_warning
-from lmra.runstate import partial_because
+from lmra.runstate import lost_metrics, partial_because
 
 
 def _nan(x) -> bool:
@@ -76,7 +76,7 @@ def _run_status(console: Console, s: dict) -> None:
     line = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
             f"failed classification and {s.get('n_prompts_filter_failed', 0)} to failed identity-filter calls: "
             f"{share:.1%} of the planned pairs (max_failed_share {s.get('max_failed_share', 0):.0%})")
-    metrics = [p for p in partial_because(s) if "planned pairs" not in p]
+    metrics = lost_metrics(s)
     if metrics:  # a secondary metric mostly lost (quality ratings, the second LMRA's)
         line += "; " + "; ".join(metrics)
     if st == "complete":
