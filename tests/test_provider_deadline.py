@@ -47,6 +47,25 @@ def make_hanging(cfg: ModelConfig) -> HangingTarget:
     return HangingTarget(cfg)
 
 
+class BlockingTarget(ScriptedTarget):
+    """Answers as scripted, but a prompt matching ``HANG`` first waits 0.4 s synchronously
+    (``time.sleep`` inside ``async def complete``: the event loop is held, nothing can cancel it)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+        self.blocked = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        if HANG.search(request.messages[-1].content):
+            self.blocked += 1
+            time.sleep(0.4)
+        return await super().complete(request)
+
+
+def make_blocking(cfg: ModelConfig) -> BlockingTarget:
+    return BlockingTarget(cfg)
+
+
 def make_judge(cfg: ModelConfig) -> ScriptedJudge:
     return ScriptedJudge(lambda r1, r2: {"C": 1.0})
 
@@ -155,6 +174,28 @@ def test_an_audit_with_a_hanging_custom_target_finishes_and_counts_the_timeouts(
     assert time.monotonic() - t0 < 30
 
 
+def test_an_audit_whose_custom_target_holds_the_event_loop_counts_its_late_answers_as_timeouts(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="blocking", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
+        target={"provider": "test_provider_deadline:make_blocking", "timeout_s": 0.2},
+        judge={"provider": "test_provider_deadline:make_judge"}))
+    audit = Audit(cfg)
+    res = audit.run()
+    blocking = audit._target.inner
+    assert blocking.blocked >= 2  # p3 and p13 (a pair stops at its first failed call)
+    calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
+    assert calls["failed"] == blocking.blocked and calls["failed_by_kind"] == {"timeout": blocking.blocked}
+    failed = res.ratings[res.ratings["failed"].astype(bool)]
+    assert set(failed["prompt_id"]) == {"p3", "p13"}
+    assert "past timeout_s = 0.2 s" in failed["error"].iloc[0]
+    assert res.summary["n_pairs_failed"] == len(failed)
+    again = Audit(cfg).run()  # the late answers were not cached as answers: they are asked again
+    assert again.manifest["calls"]["by_model"]["scripted-target:scripted"]["failed"] >= 2
+
+
 def test_a_cancellation_the_run_asked_for_stays_a_cancellation():
     async def forever():
         await asyncio.sleep(3600)
@@ -171,7 +212,7 @@ def test_a_cancellation_the_run_asked_for_stays_a_cancellation():
     asyncio.run(main())
 
 
-def test_the_watchdog_follows_the_provider_into_a_new_event_loop_and_spares_a_swallowed_cancel():
+def test_the_watchdog_follows_the_provider_into_a_new_event_loop_and_a_swallowed_cancel_still_times_out():
     async def forever():
         await asyncio.sleep(3600)
 
@@ -193,12 +234,46 @@ def test_the_watchdog_follows_the_provider_into_a_new_event_loop_and_spares_a_sw
 
     async def answered():
         q = DeadlineProvider(_Inner(stubborn), 0.05)
-        assert (await q.complete(_request())).text == "late"
+        with collect_events() as events:
+            with pytest.raises(ProviderError, match="returned after .* past timeout_s = 0.05 s") as err:
+                await q.complete(_request())  # its late answer is dropped: the limit holds
+        assert err.value.kind == "timeout" and events["timeout"] == 1
         assert asyncio.current_task().cancelling() == 0  # its cancel is taken back
         await asyncio.sleep(0)
 
     asyncio.run(answered())
     assert swallowed == [1]
+
+
+class _Blocking(_Inner):
+    """Waits synchronously (``time.sleep`` inside ``async def complete``: the event loop is held)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(None)
+        self.seconds = seconds
+
+    async def complete(self, request):
+        time.sleep(self.seconds)
+        return ChatResult(text="blocked, then answered")
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_call_that_holds_the_event_loop_past_its_limit_fails_as_a_timeout(nested):
+    """The watchdog cannot cancel a call that never yields; its answer, later than ``timeout_s``,
+    is dropped and the call counted as a timeout, in a task and outside one alike; a blocking
+    call within its limit answers."""
+    async def main():
+        slow, quick = DeadlineProvider(_Blocking(0.2), 0.05), DeadlineProvider(_Blocking(0.001), 5)
+        if nested:  # the asyncio.timeout path: a call nested in another call of the same provider
+            slow._running[asyncio.current_task()] = float("inf")
+        with collect_events() as events:
+            with pytest.raises(ProviderError, match=r"returned after 0\.2\d* s, past timeout_s = 0\.05 s") as err:
+                await slow.complete(_request())
+        assert err.value.kind == "timeout" and events["timeout"] == 1
+        assert (await quick.complete(_request())).text == "blocked, then answered"
+        slow._running.clear()
+
+    asyncio.run(main())
 
 
 def test_many_calls_at_once_each_time_out_and_the_quick_ones_answer():

@@ -20,8 +20,12 @@ thus fails between ``timeout_s`` and ``timeout_s`` plus one tick after it starte
 against 1.2–2.1 µs for the watchdog (``bench/bench_deadline.py``; docs/benchmarks.md, "The
 twelfth round"); a call outside a task (or one nested in another call of the same provider)
 still uses it.
-A provider that blocks the event loop itself (a synchronous ``time.sleep`` inside
-``async def complete``) cannot be interrupted from the loop and is not covered.
+A provider that blocks the event loop itself (a synchronous ``time.sleep`` or blocking HTTP
+call inside ``async def complete``) cannot be interrupted from the loop: its call runs to its
+end, holding every other call meanwhile. Its answer, and that of a provider that swallows the
+cancellation and answers anyway, still fails as a ``timeout`` when it comes after ``timeout_s``
+(one clock read a call), so the limit means the same for every provider; a synchronous call
+that never returns still hangs the audit.
 """
 
 from __future__ import annotations
@@ -71,18 +75,25 @@ class DeadlineProvider:
 
         Raises:
             ProviderError: kind ``timeout`` when the call did not return within ``timeout_s``
-                (the inner call is cancelled); whatever the inner provider raises otherwise.
+                (the inner call is cancelled; an answer that still comes later, from a
+                provider that held the event loop or swallowed the cancellation, is dropped);
+                whatever the inner provider raises otherwise.
         """
         task = asyncio.current_task()
         running = self._running
         if task is None or task in running:
             return await self._one_timer(request)
         loop = task.get_loop()
-        running[task] = loop.time() + self.timeout_s
+        started = loop.time()
+        running[task] = deadline = started + self.timeout_s
         if loop not in self._watches:
             self._watch(loop)
         try:
-            return await self.inner.complete(request)
+            result = await self.inner.complete(request)
+            if loop.time() > deadline:  # answered past its limit: the loop was held, or the cancel swallowed
+                note_event("timeout")
+                raise self._late(loop.time() - started)
+            return result
         except asyncio.CancelledError:
             if task in self._expired:
                 self._expired.discard(task)
@@ -119,14 +130,26 @@ class DeadlineProvider:
     async def _one_timer(self, request: ChatRequest) -> ChatResult:
         """The call under :func:`asyncio.timeout` (outside a task, or nested in a call)."""
         limit = asyncio.timeout(self.timeout_s)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             async with limit:
-                return await self.inner.complete(request)
+                result = await self.inner.complete(request)
         except TimeoutError:
             if not limit.expired():  # the provider's own TimeoutError: its failure, as it raised it
                 raise
             note_event("timeout")
             raise self._timed_out() from None
+        if loop.time() > started + self.timeout_s:
+            note_event("timeout")
+            raise self._late(loop.time() - started)
+        return result
+
+    def _late(self, took: float) -> ProviderError:
+        return ProviderError(f"{self.name} call returned after {took:.3g} s, past timeout_s = {self.timeout_s:g} s "
+                             "(custom provider; it could not be cancelled in time: a synchronous wait inside "
+                             "async def complete holds the event loop, and every other call with it)",
+                             kind="timeout")
 
     def _timed_out(self) -> ProviderError:
         return ProviderError(f"{self.name} call did not return within timeout_s = {self.timeout_s:g} s "
