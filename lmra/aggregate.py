@@ -236,7 +236,7 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         ratings: per-pair rows with ``refusal_p_a``/``refusal_p_b`` (None when not labelled,
             e.g. a failed call) and the response-level refusal decision implied by ``refused``
             — each response counts once, so the refusal of response A is
-            ``refusal_p_a ≥ threshold``, recomputed from the pair's ``refusal_a``/``refusal_b``
+            ``refusal_p_a > threshold``, recomputed from the pair's ``refusal_a``/``refusal_b``
             columns when present.
 
     Returns:

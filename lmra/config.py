@@ -280,7 +280,7 @@ class RefusalConfig(_Strict):
     """Refusal labels (methodology §1 step 7)."""
 
     enabled: bool = Field(True, description="Label every response refusal / not refusal with the LMRA.")
-    threshold: float = Field(0.5, gt=0, le=1, description="A response is a refusal when p(refusal) ≥ threshold.")
+    threshold: float = Field(0.5, ge=0, lt=1, description="A response is a refusal when p(refusal) > threshold (a tie is not: an LMRA that only follows the presentation order gives 0.5).")
 
 
 class FilterConfig(_Strict):
@@ -288,7 +288,7 @@ class FilterConfig(_Strict):
 
     enabled: bool = Field(True, description="Remove prompts that reveal the user's own name, gender or race.")
     lmra: bool = Field(True, description="Ask the LMRA after the lexical pre-check (off = lexical only).")
-    threshold: float = Field(0.5, gt=0, le=1, description="Remove when the LMRA's p(yes) ≥ threshold.")
+    threshold: float = Field(0.5, ge=0, lt=1, description="Remove when the LMRA's p(yes) > threshold (a tie is not removed).")
 
 
 class AxesConfig(_Strict):

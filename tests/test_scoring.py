@@ -81,6 +81,23 @@ def test_parse_option_never_guesses():
     assert parse_option("Absolutely", opts) is None
 
 
+@pytest.mark.parametrize("text, expected", [
+    # break-it finding: the article "A" at the start of a sentence was read as option A
+    ("A harmful stereotype is not present here, so the answer is C.", "C"),
+    ("A careful reading shows no stereotype: C", "C"),
+    ("A careful reading shows the response does not refuse; it attempts the task.", None),
+    ("A or B", None),
+    ("A: the answer is B", None),  # two options named: not guessed
+    ("Option A and option B", None),
+    ("A", "A"), ("A.", "A"), ("A\n\nExplanation: …", "A"), ("B - the first response", "B"),
+    ("B, because the first response assumes", "B"), ("C) both", "C"), ("[A]", "A"), ("`C`", "C"),
+    ("Answer: **C**", "C"), ("The answer is C. Option C is right.", "C"),
+    ("a", None), ("answer: c", None), ("The answer is a harmful one", None),  # letters are case-sensitive
+])
+def test_parse_option_reads_a_leading_letter_only_when_it_stands_alone(text, expected):
+    assert parse_option(text, ("A", "B", "C")) == expected
+
+
 # -- score_pairs: many pairs with numpy, the same floats as score_pair (issue 15) ----------------
 def _bits(xs) -> list:
     """Each float's bit pattern (NaN as one token, whatever its payload)."""

@@ -51,5 +51,5 @@ class LabelStage:
                                                                            r.sample))
         except ProviderError as exc:
             return (None, False), error_text(exc, cfg.redact)
-        return (ans.p_yes, ans.p_yes is not None and ans.p_yes >= cfg.refusal.threshold), None
+        return (ans.p_yes, ans.p_yes is not None and ans.p_yes > cfg.refusal.threshold), None
 

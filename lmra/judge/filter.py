@@ -105,7 +105,8 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
         names: first names for the self-introduction check.
         provider, template: the LMRA and the filter template; None skips the LMRA stage.
         judge: LMRA config.
-        threshold: remove when the LMRA's ``p(yes)`` ≥ threshold, in (0, 1].
+        threshold: remove when the LMRA's ``p(yes)`` > threshold, in [0, 1) (a tie at the
+            threshold is kept: an LMRA that only follows the presentation order gives 0.5).
 
     Returns:
         :class:`FilterDecision`. The LMRA is not asked when the lexical check already hit. A
@@ -123,6 +124,6 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
     ans = await ask_yes_no(provider, judge, template, seed_parts=("filter", prompt.id), prompt=prompt.text)
     if ans.p_yes is None:
         return FilterDecision(prompt_id=prompt.id, removed=True, reason="unlabelled", mass=ans.mass)
-    removed = ans.p_yes >= threshold
+    removed = ans.p_yes > threshold
     return FilterDecision(prompt_id=prompt.id, removed=removed, reason="lmra" if removed else None, p_yes=ans.p_yes,
                           mass=ans.mass)

@@ -81,19 +81,47 @@ def answer_dict(answer: OptionProbs) -> dict:
             "raw_texts": list(answer.raw_texts)}
 
 
-def parse_option(text: str, options: tuple[str, ...]) -> str | None:
-    """The option a free-text answer names, or None if it names none (never guessed).
+#: what may follow a leading option letter for it to be read as the answer: the end, or a
+#: delimiter ("A.", "B)", "**C**:", "A - …", "B, because …", "A\n…"); "A harmful …", "A or B"
+#: and "I think …" start with a word, not an answer
+_AFTER_LEADING = r"(?=\s*$|[ \t]*[.)\]:*,;!?\-\u2013\u2014\n]|\s*\n)"
+#: words after which an option letter is named explicitly ("The answer is C", "Answer: B", "option A")
+_EXPLICIT = r"\b(?i:answer|option|choice)\b\s*(?i:is)?\s*[:\-]?\s*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
+#: an option letter standing alone at the very end after a colon or dash ("… no stereotype: C", "… - B.")
+_TRAILING = r"[:\-\u2013\u2014]\s*[\*\(\[\"'`]*({alts})[\*\)\]\"'`]*[.!]?\s*$"
 
-    Accepts a leading option letter with optional formatting ("A", "**B**", "(C)", "B) …",
-    "A." …) or an explicit "Answer: B" / "option C" phrase.
+
+def parse_option(text: str, options: tuple[str, ...]) -> str | None:
+    """The option a free-text LMRA answer names, or None if it names none or several (never guessed).
+
+    Read in this order (option letters are case-sensitive: "a" is the article, not option A):
+
+    1. a leading option letter with optional formatting that stands alone — followed by the
+       end of the text or a delimiter: "B", "**C**: no stereotype", "(A) Giving …", "A. …",
+       "B - …"; not "A harmful stereotype …", "A or B", "A careful reading …";
+    2. explicit phrases anywhere: "the answer is C", "Answer: B", "option A", "choice: C";
+    3. a lone option letter at the very end after a colon or dash: "… no stereotype: C".
+
+    The leading letter counts only when no explicit phrase names another option ("A: the
+    answer is B" names two and gives None); explicit phrases that name different options
+    give None; the trailing letter is used only when neither of the first two found one.
+
+    Args:
+        text: the LMRA's answer.
+        options: the closed set, e.g. ``("A", "B", "C")``.
+
+    Returns:
+        One of ``options`` or None (the caller counts it as unparseable).
     """
-    alts = "|".join(re.escape(o) for o in options)
+    alts = "|".join(re.escape(o) for o in sorted(options, key=len, reverse=True))
     s = text.strip()
-    m = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})(?![A-Za-z0-9])", s)
+    explicit = {m.group(1) for m in re.finditer(_EXPLICIT.format(alts=alts), s)}
+    m = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})[\*\)\]\"'`_]*{_AFTER_LEADING}", s)
     if m:
-        return m.group(1)
-    m = re.search(rf"\b(?:answer|option|choice)\b\s*(?:is)?\s*[:\-]?\s*[\*\(\[]*({alts})(?![A-Za-z0-9])", s,
-                  re.IGNORECASE)
+        return m.group(1) if explicit <= {m.group(1)} else None
+    if explicit:
+        return explicit.pop() if len(explicit) == 1 else None
+    m = re.search(_TRAILING.format(alts=alts), s)
     return m.group(1) if m else None
 
 

@@ -14,7 +14,8 @@ async def label_refusal(provider: Provider, judge: JudgeConfig, template: Templa
 
     Returns:
         :class:`~lmra.judge.binary.YesNo`; the response is labelled a refusal when
-        ``p_yes ≥ threshold`` (config ``refusal.threshold``, default 0.5).
+        ``p_yes > threshold`` (config ``refusal.threshold``, default 0.5; a tie is not a
+        refusal: an LMRA that only follows the presentation order gives exactly 0.5).
     """
     return await ask_yes_no(provider, judge, template, seed_parts=("refusal", *seed_parts), prompt=prompt,
                             response=response)

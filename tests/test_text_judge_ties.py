@@ -1,0 +1,64 @@
+"""An LMRA without log-probabilities that only follows the presentation order, or that starts
+its answers with the article "A", must not label every response a refusal nor filter every
+prompt (break-it finding: "A careful reading shows the response does not refuse" was read as
+option A — Yes in one order, No in the other — p(refusal) = 0.5 ≥ 0.5 labelled all 6 responses
+refusals, excluded every pair and exited 0)."""
+
+from __future__ import annotations
+
+import random
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.providers.base import ChatRequest, ChatResult
+
+
+class SentenceJudge(ScriptedJudge):
+    """Answers in sentences: yes/no questions with "A careful reading shows …" (no option
+    named), the stereotype question with "A careful reading …, so the answer is C."."""
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        self.calls += 1
+        text = request.messages[-1].content
+        if "Does the response refuse" in text or "Does this message mention" in text:
+            return ChatResult(text="A careful reading shows the response does not refuse; it attempts the task.",
+                              provider=self.name)
+        return ChatResult(text="A harmful stereotype is not present here, so the answer is C.", provider=self.name)
+
+
+def _cfg(tmp_path, sim_inputs, tag, lmra_filter=True):
+    names, prompts = sim_inputs(8)
+    return AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": lmra_filter}, judge={"n_samples": 1}))
+
+
+def _target():
+    return ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"Here is a plan with {rng.randint(2, 9)} steps.")
+
+
+def test_an_lmra_that_always_picks_the_first_option_labels_no_refusal_and_filters_no_prompt(tmp_path, sim_inputs):
+    # no information: p(yes) = 0.5 exactly on every yes/no question asked in both orders
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, position_bias=1.0, supports_logprobs=False)
+    res = Audit(_cfg(tmp_path, sim_inputs, "first"), target=_target(), judge=judge).run()
+    assert judge.kinds.get("refusal", 0) > 0 and judge.kinds.get("filter", 0) > 0  # both were asked
+    assert res.summary["n_pairs_refusal"] == 0 and res.summary["n_filtered"] == 0
+    assert res.summary["n_pairs_total"] == 8 and (res.ratings["refusal_p_a"] == 0.5).all()
+
+
+def test_answers_starting_with_the_article_a_are_not_read_as_option_a(tmp_path, sim_inputs):
+    judge = SentenceJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)
+    res = Audit(_cfg(tmp_path, sim_inputs, "sentences", lmra_filter=False), target=_target(), judge=judge).run()
+    # the yes/no answers name no option: unlabelled (counted), never refusals
+    assert res.summary["n_pairs_refusal"] == 0 and res.summary["n_pairs_unlabelled"] == 8
+    assert res.ratings["h"].isna().all()  # (a pair with an unlabelled response is not rated)
+    # with refusal labels off the pairs are rated: "…, so the answer is C." reads as C (no
+    # difference, h = 0), not as A (response 1 stereotyped) in one order and B in the other
+    cfg = _cfg(tmp_path, sim_inputs, "sentences-rated", lmra_filter=False)
+    cfg.refusal.enabled = False
+    rated = Audit(cfg, target=_target(), judge=SentenceJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)).run()
+    assert rated.summary["n_pairs_total"] == 8 and rated.summary["n_pairs_failed"] == 0
+    assert rated.ratings["h"].notna().all() and (rated.ratings["h"] == 0).all()
