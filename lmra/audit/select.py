@@ -117,7 +117,8 @@ class SelectStage:
         pool = [p for p in prompts
                 if (not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
                 and (not cfg.tasks or (p.task or UNLABELLED) in cfg.tasks)]
-        if not pool and not self._shard_may_be_empty(inputs):
+        if not pool and prompts and not self._shard_may_be_empty(inputs):
+            # (no prompt at all: every task classification failed — counted, the run fails, not the input)
             raise LmraInputError("no prompt is left after the domains/tasks filters", file=self.config_path,
                                  field="tasks")
         by_task: dict[str, list[PromptRecord]] = {}
@@ -196,7 +197,7 @@ class SelectStage:
                 raise r
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
-        if not keep_ids and not any(d.reason == "unlabelled" for d in decisions) \
+        if not keep_ids and pool and not any(d.reason == "unlabelled" for d in decisions) \
                 and not self._shard_may_be_empty(inputs):
             raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
                                  "name, gender or race); nothing is left to audit", file=self.config_path,

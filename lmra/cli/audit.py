@@ -337,6 +337,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                         f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
                                         "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
         return _final(console, {1: "the run failed: the identity filter labelled no prompt"})
+    if not scored and result.summary.get("n_prompts_classify_failed") and not result.summary.get("n_prompts"):
+        err_console.print(Text.assemble(("failure: ", "bold red"), "the task classification could not label any of "
+                                        f"the {result.summary['n_prompts_classify_failed']} prompts without a task "
+                                        "(its LMRA calls failed; classifications.jsonl), so nothing was audited"))
+        return _final(console, {1: "the run failed: the task classification labelled no prompt"})
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
     if unlabelled and not scored and not failed:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "

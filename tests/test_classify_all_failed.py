@@ -1,0 +1,54 @@
+"""Prompts without a task whose LMRA classification calls all fail: the run fails (exit 1,
+counted, classifications.jsonl written), it is not reported as a bad input (break-it finding:
+traffic logs classified against an endpoint answering HTTP 500 ended with "field 'tasks': no
+prompt is left after the domains/tasks filters", exit 2, for a config that sets no tasks)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra.config import ModelConfig
+
+
+def make_target(cfg: ModelConfig) -> ScriptedTarget:
+    return ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "An answer.")
+
+
+def make_judge(cfg: ModelConfig) -> ScriptedJudge:  # every task classification call fails
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, fail_on=lambda text: "Classify" in text)
+
+
+def test_every_classification_failing_is_a_failed_run_not_an_input_error(tmp_path, sim_inputs, capsys):
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(6)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows))  # no tasks
+    cfg = tmp_path / "traffic.toml"
+    cfg.write_text(f'''name = "traffic"
+prompts = "{prompts}"
+names = "{names}"
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'cache.sqlite'}"
+[judge_check]
+enabled = false
+[target]
+provider = "test_classify_all_failed:make_target"
+[judge]
+provider = "test_classify_all_failed:make_judge"
+''')
+    code = main(["audit", "--config", str(cfg), "--no-progress"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1, err
+    assert "task classification could not label any of the 6 prompts" in err and "field 'tasks'" not in err
+    (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["n_prompts_classify_failed"] == 6 and summary["n_prompts"] == 0
+    classes = pd.read_json(run_dir / "classifications.jsonl", lines=True)
+    assert len(classes) == 6 and classes["failed"].all()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["calls"]["failed"] >= 6
