@@ -114,8 +114,19 @@ class AnswerLog:
         os.close(fd)
 
 
-def recover(cache_path: str | Path) -> tuple[list[tuple], list[tuple[Path, int]]]:
+#: suffix of a log kept aside because some of its complete lines could not be read as calls
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def recover(cache_path: str | Path, unreadable: list[tuple[Path, int]] | None = None
+            ) -> tuple[list[tuple], list[tuple[Path, int]]]:
     """The answered calls of the logs whose writers are gone (their lock is free).
+
+    Args:
+        unreadable: when given, gets (path, lines) for each log holding complete lines that are
+            not ``calls`` rows (the line a kill cut short, the last one, is not counted); such a
+            log is renamed to ``<log>.unreadable`` after its readable rows are taken, so that the
+            caller can say so and nothing in it is deleted unseen.
 
     Returns:
         (the ``calls`` rows, in log order; the logs taken over, as (path, locked fd) — pass them
@@ -147,7 +158,20 @@ def recover(cache_path: str | Path) -> tuple[list[tuple], list[tuple[Path, int]]
         except OSError:
             os.close(fd)
             continue
-        rows += [r for r in map(_row, data.split(b"\n")) if r is not None]
+        lines = data.split(b"\n")  # every row ends with a newline: the last part is empty or cut short
+        read = [_row(line) for line in lines]
+        bad = sum(r is None for r in read[:-1])
+        rows += [r for r in read if r is not None]
+        if bad:
+            kept = path.with_name(path.name + UNREADABLE_SUFFIX)
+            try:
+                os.rename(path, kept)
+            except OSError:
+                kept = path
+            if unreadable is not None:
+                unreadable.append((kept, bad))
+            os.close(fd)
+            continue
         taken.append((path, fd))
     return rows, taken
 

@@ -359,7 +359,11 @@ class CallCache:
         or when the log cannot be created: the batches' window then stays)."""
         if self.path == ":memory:" or answerlog.fcntl is None:
             return None
-        rows, taken = answerlog.recover(self.path)
+        unreadable: list[tuple[Path, int]] = []
+        rows, taken = answerlog.recover(self.path, unreadable)
+        if unreadable and self.on_write_error is not None:
+            self.on_write_error("; ".join(f"{n} line(s) of an answer log of a killed run could not be read as calls "
+                                          f"(kept as {path})" for path, n in unreadable))
         if rows:
             try:
                 with self._lock:

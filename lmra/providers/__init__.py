@@ -10,6 +10,7 @@ a :class:`~lmra.providers.deadline.DeadlineProvider` (each call fails after ``ti
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
@@ -67,6 +68,10 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
             f"custom provider '{cfg.provider}' returned {type(provider).__name__}, which lacks the Provider protocol "
             "(name, model_id, base_url, supports_logprobs, async complete(), async aclose()); see docs/providers.md",
             field=f"{field}.provider")
+    problem = _identity_problem(provider)
+    if problem:
+        raise LmraInputError(f"custom provider '{cfg.provider}': {problem}; see docs/providers.md",
+                             field=f"{field}.provider")
     try:
         parallel_capacity(provider)
     except ValueError as exc:
@@ -75,3 +80,25 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     from lmra.providers.deadline import DeadlineProvider
 
     return DeadlineProvider(provider, cfg.timeout_s)
+
+
+def _identity_problem(provider: object) -> str | None:
+    """What is wrong with a custom provider's identity and methods, or None: ``name`` and
+    ``model_id`` non-empty strings, ``base_url`` a string or None (taken as ""), and
+    ``supports_logprobs`` a bool — they go into every cache key and row; ``complete`` and
+    ``aclose`` coroutine functions (``async def``: a plain function's result cannot be
+    awaited, so every call would fail)."""
+    for attr in ("name", "model_id"):
+        value = getattr(provider, attr)
+        if not isinstance(value, str) or not value:
+            return f"{attr} must be a non-empty string (got {value!r})"
+    base_url = getattr(provider, "base_url")
+    if base_url is not None and not isinstance(base_url, str):
+        return f"base_url must be a string or None (got {base_url!r})"
+    if not isinstance(getattr(provider, "supports_logprobs"), bool):
+        return f"supports_logprobs must be True or False (got {getattr(provider, 'supports_logprobs')!r})"
+    for method in ("complete", "aclose"):
+        fn = inspect.unwrap(getattr(provider, method))
+        if (inspect.isfunction(fn) or inspect.ismethod(fn)) and not inspect.iscoroutinefunction(fn):
+            return f"{method}() must be a coroutine function ('async def {method}'), not a plain function"
+    return None

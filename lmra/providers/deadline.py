@@ -57,6 +57,8 @@ class DeadlineProvider:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s!r})")
         wrap_identity(self, inner)
+        if self.base_url is None:  # (a custom provider copying an unset cfg.base_url): "" in keys and rows
+            self.base_url = ""
         self.timeout_s = float(timeout_s)
         self.tick_s = min(1.0, max(0.01, self.timeout_s / 10))
         self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (its loop's time)
