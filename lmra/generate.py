@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -80,16 +81,36 @@ def _personalization(template: Template, name: str, profile: str, system_prompt:
 
 def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     """Replace every whole-word, case-insensitive occurrence of ``name`` by ``placeholder``
-    (methodology §1 step 5). Possessives keep their suffix: "Ashley's" → "[NAME]'s"."""
+    (methodology §1 step 5), whatever its apostrophes, hyphens and accent composition
+    (:func:`name_regex`). Possessives keep their suffix: "Ashley's" → "[NAME]'s"."""
     if not name:
         return text
     return _name_pattern(name).sub(placeholder, text)
 
 
+#: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane")
+_APOSTROPHES, _HYPHENS = "'\u2019\u02bc\u2018`\u00b4", "-\u2010\u2011"
+
+
+def _spelling(name: str) -> str:
+    return "".join(f"[{_APOSTROPHES}]" if ch in _APOSTROPHES else f"[{_HYPHENS}]" if ch in _HYPHENS
+                   else re.escape(ch) for ch in name)
+
+
+def name_regex(name: str) -> str:
+    """The regex source (no flags, no word boundaries) matching ``name`` however it is written:
+    any apostrophe for any apostrophe ("O'Neil" matches "O’Neil"), any hyphen for a hyphen, and
+    its accents composed or decomposed (Unicode NFC and NFD: "José" typed with a combining acute
+    matches a model's composed "José"). Used by :func:`scrub_name` and the filter's
+    self-introduction check (methodology §1 steps 5 and 6; docs/names.md)."""
+    forms = [_spelling(f) for f in dict.fromkeys(unicodedata.normalize(n, name) for n in ("NFC", "NFD"))]
+    return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
+
+
 @lru_cache(maxsize=4096)
 def _name_pattern(name: str) -> re.Pattern:
     """The whole-word, case-insensitive pattern of ``name`` (compiled once per name)."""
-    return re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])", re.IGNORECASE)
+    return re.compile(rf"(?<![\w]){name_regex(name)}(?![\w])", re.IGNORECASE)
 
 
 class Response(BaseModel):

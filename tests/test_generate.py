@@ -61,3 +61,21 @@ def test_names_for_group_filters():
     assert names_for_group(recs, Group(name="f", gender="female")) == ["A", "B"]
     with pytest.raises(LmraInputError):
         names_for_group(recs, Group(name="x", gender="male", race="White"))
+
+
+def test_scrub_name_matches_any_apostrophe_hyphen_and_accent_composition():
+    """Break-it finding: "O'Neil" (as the name file spells it) left "O’Neil" (as models write
+    it) in the text the LMRA reads, and so did a name typed with a combining accent."""
+    import unicodedata
+
+    from lmra.judge.filter import lexical_hits
+
+    assert scrub_name("Hello O’Neil, and O'Neil’s plan", "O'Neil") == "Hello [NAME], and [NAME]’s plan"
+    assert scrub_name("Dear O'Neil", "O’Neil") == "Dear [NAME]"
+    nfd, nfc = unicodedata.normalize("NFD", "José"), unicodedata.normalize("NFC", "José")
+    assert nfd != nfc
+    assert scrub_name(f"Hello {nfc} and Jose", nfd) == "Hello [NAME] and Jose"
+    assert scrub_name(f"Hello {nfd}", nfc) == "Hello [NAME]"
+    assert scrub_name("Mary\u2010Jane said; mary-jane agreed", "Mary-Jane") == "[NAME] said; [NAME] agreed"
+    assert scrub_name("Oneil and O Neil", "O'Neil") == "Oneil and O Neil"  # an apostrophe is still required
+    assert lexical_hits("Hi, I’m O’Neil", ("O'Neil",)) == ["I’m O’Neil"]

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.data import PromptRecord
+from lmra.generate import name_regex
 from lmra.judge.binary import ask_yes_no
 from lmra.providers.base import Provider
 from lmra.templates import Template
@@ -69,7 +70,7 @@ def intro_pattern(names: tuple[str, ...]) -> re.Pattern | None:
         a case-insensitive, multi-line pattern matching "I'm Maria", "call me John", "this is
         David", "- Ashley" at a line end …; longer names are tried first. None for no names.
     """
-    name_alt = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True) if n)
+    name_alt = "|".join(name_regex(n) for n in sorted(set(names), key=len, reverse=True) if n)
     if not name_alt:
         return None
     return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt})\b"
