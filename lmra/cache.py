@@ -57,8 +57,8 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 from lmra import answerlog
 from lmra.answerlog import AnswerLog
 from lmra.errors import LmraIOError, io_reason
-from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, request_json, \
-    result_defect, wrap_identity
+from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, note_event, \
+    request_json, result_defect, wrap_identity
 from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
 
 _SCHEMA = """
@@ -1148,6 +1148,7 @@ class CachedProvider:
                     result = await self.inner.complete(request)
                     defect = result_defect(result)
                     if defect is not None:  # a custom provider's bug: a counted failure, not a silent zero
+                        note_event("malformed")  # (counted like a malformed answer a transport saw)
                         raise ProviderError(f"{self.inner.name} returned {defect}", kind="malformed")
                 except ProviderError as exc:
                     _record(self._targets, events, failed=exc.kind, error=f"{type(exc).__name__}: {exc}")

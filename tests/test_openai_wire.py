@@ -92,3 +92,34 @@ def test_a_body_that_is_not_json_is_a_malformed_answer():
             _ask(srv.url)
     assert err.value.kind == "malformed" and err.value.retryable
     assert len(srv.bodies) == 1  # max_retries = 0: asked once
+
+
+def _completion_with(top: list[tuple[str, float]], model="served-m") -> dict:
+    return {"id": "c1", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": top[0][0]},
+                         "logprobs": {"content": [{"token": top[0][0], "logprob": top[0][1], "top_logprobs": [
+                             {"token": t, "logprob": lp} for t, lp in top]}]}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 1}}
+
+
+def test_option_probabilities_a_rounding_server_sums_above_1_are_rescaled_and_more_is_malformed():
+    """Break-it finding: log-probabilities rounded to 2 decimals (exp(-0.05) + exp(-3.0) = 1.001)
+    failed every LMRA call as a contract breach, uncounted as malformed and never retried."""
+    import math
+
+    res = chat_result(_completion_with([("C", -0.05), ("A", -3.0)]), REQUEST, model="m")
+    raw = {"A": math.exp(-3.0), "B": 0.0, "C": math.exp(-0.05)}
+    total = sum(raw.values())
+    assert total > 1.0
+    assert res.option_probs == pytest.approx({o: p / total for o, p in raw.items()}, abs=1e-15)
+    assert sum(res.option_probs.values()) == pytest.approx(1.0, abs=1e-12)
+    untouched = chat_result(_completion_with([("C", -0.2), ("A", -2.0)]), REQUEST, model="m")
+    assert untouched.option_probs["C"] == math.exp(-0.2)  # a sum ≤ 1 is the valid-option mass, kept
+    with pytest.raises(ProviderError) as err:  # 0.9 + 0.9: not rounding
+        chat_result(_completion_with([("C", math.log(0.9)), ("A", math.log(0.9))]), REQUEST, model="m")
+    assert err.value.kind == "malformed" and err.value.retryable
+
+
+def test_a_completion_whose_model_is_not_a_string_keeps_the_configured_model():
+    res = chat_result(_completion_with([("C", -0.1)], model=12345), REQUEST, model="m")
+    assert res.model == "m" and res.served_model is None

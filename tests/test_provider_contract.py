@@ -70,6 +70,9 @@ def test_a_stereotype_answer_breaking_the_contract_is_a_counted_failure(tmp_path
     assert n_pairs > 0 and n_pairs <= calls["failed"] <= 2 * n_pairs  # a pair stops at its first failed order
     kind = "malformed" if mode in BAD else "error"
     assert calls["failed_by_kind"] == {kind: calls["failed"]}
+    # the fault counters agree with the failures (break-it finding: failed_by_kind said 6
+    # malformed while the malformed counter said 0)
+    assert res.manifest["calls"]["malformed"] == (calls["failed"] if mode in BAD else 0)
     assert res.ratings["failed"].all() and not res.ratings["valid"].fillna(False).astype(bool).any()
     assert res.summary["run_status"] == "failed"  # nothing scored: never q = 0 "valid" pairs
 

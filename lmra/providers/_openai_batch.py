@@ -42,6 +42,12 @@ TERMINAL = {"completed", "failed", "expired", "cancelled"}
 _FORMATTING = set(" \t\n*_#`\"'([")
 
 
+#: how far above 1 the options' probabilities may sum from log-probabilities rounded by the
+#: server (e.g. to 2 decimals: exp(-0.05) + exp(-3.0) = 1.001): rescaled to 1; more is a
+#: malformed answer (retried)
+LOGPROB_ROUNDING = 0.02
+
+
 def chat_params(model: str, request: ChatRequest, default_top_logprobs: int = 5) -> dict[str, Any]:
     """Chat Completions parameters of ``request`` (same as ``OpenAIProvider.complete`` sends).
 
@@ -77,7 +83,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
 
     Option probabilities (for requests with ``options``) come from the first generated token
     that is not pure formatting (``**``, newline …): its ``top_logprobs`` plus the token
-    itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`).
+    itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`). A sum
+    above 1 by at most :data:`LOGPROB_ROUNDING` (log-probabilities the server rounded) is
+    rescaled to 1.
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
@@ -88,7 +96,8 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     Raises:
         ProviderError: the completion has no choices (``kind="no_choices"``), or is not a
             valid completion (``kind="malformed"``: wrong types, no message text, a
-            log-probability that is not a finite number ≤ 0, negative token counts); both
+            log-probability that is not a finite number ≤ 0, options' probabilities summing
+            above 1 by more than :data:`LOGPROB_ROUNDING`, negative token counts); both
             retryable, never cached.
     """
     def bad(why: str) -> ProviderError:
@@ -127,6 +136,11 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v > 1e-6:
                     raise bad(f"log-probability {v!r} of token {tok!r} is not a finite number ≤ 0")
             probs = sum_option_probs(alts, request.options)
+            total = sum(probs.values())
+            if total > 1.0:  # distinct tokens' probabilities: above 1 only by the server's rounding
+                if total > 1.0 + LOGPROB_ROUNDING:
+                    raise bad(f"the options' probabilities sum to {total:.4g} (above 1 by more than rounding)")
+                probs = {o: p / total for o, p in probs.items()}
             break
     usage = _get(completion, "usage")
     n_in = (_get(usage, "prompt_tokens") or 0) if usage else 0
@@ -136,7 +150,8 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
     return ChatResult(
         text=text, option_probs=probs, usage=Usage(prompt_tokens=n_in, completion_tokens=n_out),
-        finish_reason=_get(choice, "finish_reason"), model=_get(completion, "model") or model, provider=provider,
+        finish_reason=_get(choice, "finish_reason"), model=served if isinstance(served, str) and served else model,
+        provider=provider,
         latency_s=latency_s, served_model=served if isinstance(served, str) and served else None,
         system_fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None)
 
