@@ -72,7 +72,7 @@ def _load(path: Path) -> Template:
         tpl.render(**{f: "x" for f in tpl.fields})
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
         raise LmraInputError(f"bad placeholder syntax ({exc}); placeholders are {{name}}, literal braces are "
-                             "written {{{{ and }}}}", file=path) from None
+                             "written {{ and }}", file=path) from None
     return tpl
 
 

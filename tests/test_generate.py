@@ -79,3 +79,14 @@ def test_scrub_name_matches_any_apostrophe_hyphen_and_accent_composition():
     assert scrub_name("Mary\u2010Jane said; mary-jane agreed", "Mary-Jane") == "[NAME] said; [NAME] agreed"
     assert scrub_name("Oneil and O Neil", "O'Neil") == "Oneil and O Neil"  # an apostrophe is still required
     assert lexical_hits("Hi, I’m O’Neil", ("O'Neil",)) == ["I’m O’Neil"]
+
+
+def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):
+    from lmra.errors import LmraInputError
+    from lmra.templates import load_template
+
+    bad = tmp_path / "p.txt"
+    bad.write_text("### user\nHello {} there {name}\n")
+    with pytest.raises(LmraInputError) as err:
+        load_template(bad)
+    assert "literal braces are written {{ and }}" in str(err.value) and "{{{{" not in str(err.value)
