@@ -225,3 +225,30 @@ def test_cli_bias_integer_ids_and_duplicates(tmp_path, capsys):
     assert run_cli(argv) == 2
     err = capsys.readouterr().err
     assert "duplicate item_id '5'" in err and "line 4" in err
+
+
+def test_cli_bias_blank_groups_one_gender_and_a_group_without_recommendations(tmp_path, capsys):
+    """Break-it findings: a blank group value made a group named '' (exit 0); users of one gender
+    only dropped the default male − female row without a word; so did a protected group that
+    received no recommendation."""
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    (tmp_path / "users.csv").write_text("user_id,sex\nu1,M\nu2,\nu3,F\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "users.csv" in err and "line 3" in err and "empty sex value" in err and "Traceback" not in err
+    # grouping by gender with only male users: the default comparison cannot be made
+    gender = [a if a != "sex" else "gender" for a in argv]
+    (tmp_path / "users.csv").write_text("user_id,gender\nu1,male\nu2,male\nu3,male\n", encoding="utf-8")
+    assert run_cli(gender) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no user has gender = 'female'" in err
+    # both genders, but the only female user received no recommendation: the row is missing, and said
+    (tmp_path / "users.csv").write_text("user_id,gender\nu1,male\nu2,male\nu3,female\n", encoding="utf-8")
+    (tmp_path / "recs.csv").write_text("user_id,item_id\nu1,i1\nu2,i2\n", encoding="utf-8")
+    assert run_cli(gender) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no male − female comparison for 'all': female received no recommendation there" in out
+    summ = pd.read_csv(tmp_path / "out" / "recsys_bias_summary.csv")
+    assert "male − female" not in set(summ["group"])

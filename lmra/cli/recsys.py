@@ -118,6 +118,8 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     write_csv(summary, out / "recsys_bias_summary.csv")
     console = make_console()
     render_bias(console, summary, coverage)
+    for note in summary.attrs.get("notes", []):
+        console.print(f"[yellow]{lit(note)}[/]")
     if counts:
         cut = f"top-{args.k}" if args.k else "top-K"
         console.print(f"{counts['unmatched_top_k']} unmatched titles in the {counts['lists']} {cut} lists (not in the "

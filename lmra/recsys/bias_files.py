@@ -81,17 +81,19 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         k: cut-off: the first k rows per user and variant of a CSV; the matched items among
             the top-k list of a lists.jsonl (None = all rows; the run's own top-K list).
         unprotected, protected: group labels for the average-disparity difference (both or
-            neither; default male and female when grouping by gender and both exist).
+            neither; default male and female when grouping by gender and either exists —
+            then both must).
 
     Returns:
         (table with a ``variant`` column, :func:`~lmra.recsys.bias_disparity.disparity_summary`,
-        item coverage per variant, counts). Counts are empty for a CSV; for a lists.jsonl
+        item coverage per variant, counts). ``summary.attrs["notes"]`` says which variants
+        have no comparison row because a compared group received no recommendation there. Counts are empty for a CSV; for a lists.jsonl
         ``{"lists": lists with a user_id and a top-k list, "unmatched_top_k": titles in those
         top-k lists that are not in the catalogue}``.
 
     Raises:
         LmraInputError: missing or empty file, missing column, a line with the wrong number
-            of values, empty id, duplicate item or user id, an item not in ``items`` (in
+            of values, empty id or group value, duplicate item or user id, an item not in ``items`` (in
             ``train`` or ``recs``), a ``recs`` user not in ``users``, ``k`` < 1, unknown
             ``group_by``, an ``unprotected``/``protected`` label no user has, only one of
             the two, or the same label for both. Integer ids are compared as numbers (``01`` = ``1``).
@@ -139,6 +141,11 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     if group_by not in us.columns:
         raise LmraInputError(f"no column '{group_by}' in the users table ({', '.join(us.columns)})", file=users,
                              field="group_by")
+    blank = [i for i, v in enumerate(us[group_by].astype(str)) if not v.strip()]
+    if blank:  # a user with no group would form a group named '' and leave the real one
+        lines = us.attrs.get("lines")
+        raise LmraInputError(f"empty {group_by} value (every user needs a group)", file=users,
+                             line=lines[blank[0]] if lines else None, field=group_by)
     groups = dict(zip(us["user_id"], us[group_by].astype(str)))
     if is_dat(train):
         t = ml.load_ratings(train)[["user_id", "item_id"]]
@@ -189,8 +196,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         tables.append(tab)
     table = pd.concat(tables, ignore_index=True)
     labels = set(groups.values())
-    if unprotected is None and protected is None and group_by == "gender" and {"male", "female"} <= labels:
-        unprotected, protected = "male", "female"  # the default of the config (docs/recsys.md §5)
+    if unprotected is None and protected is None and group_by == "gender" and {"male", "female"} & labels:
+        unprotected, protected = "male", "female"  # the default of the config (docs/recsys.md §5): both must exist
     for flag, label in (("unprotected", unprotected), ("protected", protected)):
         if label is not None and label not in labels:
             raise LmraInputError(f"no user has {group_by} = '{label}' (groups: {', '.join(sorted(labels))})",
@@ -198,7 +205,18 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     if (unprotected is None) != (protected is None):
         raise LmraInputError("give both --unprotected and --protected (or neither)",
                              field="unprotected" if unprotected is None else "protected")
-    return table, bdm.disparity_summary(table, unprotected=unprotected, protected=protected), coverage, counts
+    summary = bdm.disparity_summary(table, unprotected=unprotected, protected=protected)
+    notes = []
+    if unprotected is not None:  # a variant whose recommendations lack a group has no comparison row: say so
+        compared = set(summary.loc[summary["group"] == f"{unprotected} − {protected}", "variant"]) \
+            if "variant" in summary else set()
+        for variant, d in table.groupby("variant", sort=False):
+            if variant not in compared:
+                missing = [g for g in (unprotected, protected) if g not in set(d["group"])]
+                notes.append(f"no {unprotected} − {protected} comparison for '{variant}': "
+                             f"{' and '.join(missing) or 'either group'} received no recommendation there")
+    summary.attrs["notes"] = notes
+    return table, summary, coverage, counts
 
 
 def _top_k_ids(record: dict) -> list | None:
