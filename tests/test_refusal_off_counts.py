@@ -54,3 +54,29 @@ def test_refusal_counts_are_unknown_without_labels_and_counted_with_them(tmp_pat
         assert 'outcome="refusal"' not in prom and 'outcome="unlabelled"' not in prom
         assert 'outcome="valid"' in prom  # the measured outcomes are still there
         assert res.ratings["refusal_a"].isna().all()  # per pair: no label
+
+
+def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_path, sim_inputs):
+    """New-user finding: an own audit whose LMRA labelled every response a refusal printed
+    "over 0 pairs", status complete, exit 0, and no warning anywhere."""
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(
+        name="all-refused", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Here is a plan.")
+    res = Audit(cfg, target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 0.9)).run()
+    s = json.loads((res.run_dir / "summary.json").read_text())
+    (warning,) = [w for w in s["warnings"] if w.startswith("no pair could be scored")]
+    assert "of the 6 pairs, 6 had a response the LMRA labelled a refusal" in warning and "[refusal] threshold" in warning
+    console = Console(record=True, width=200)
+    render_audit(console, res)
+    assert "no pair could be scored" in console.export_text()
+    # a run with scored pairs has no such warning
+    ok = Audit(cfg.model_copy(update={"output_dir": str(tmp_path / "ok"), "cache": str(tmp_path / "ok.sqlite")}),
+               target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
+    assert not [w for w in ok.summary["warnings"] if w.startswith("no pair could be scored")]

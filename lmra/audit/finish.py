@@ -135,6 +135,33 @@ def response_notes(response: Response) -> tuple[bool, bool]:
     return not (response.text or "").strip(), response.finish_reason == "content_filter"
 
 
+def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
+    """The warning of a run in which pairs were rated or labelled but none could be scored, or
+    None: its stereotype rates are undefined, whatever the exit status (a run whose every
+    call failed is a failed run and says so elsewhere).
+
+    Args:
+        scores: one row per pair with ``refused``, ``unlabelled`` and ``valid`` (bools, NA allowed).
+        n_valid, n_failed: pairs scored / failed."""
+    n = len(scores)
+    if not n or n_valid or n_failed == n:
+        return None
+
+    def flag(col: str) -> pd.Series:
+        return scores[col].fillna(False).astype(bool) if col in scores else pd.Series(False, index=scores.index)
+
+    failed, refused = flag("failed"), flag("refused") & ~flag("failed")
+    unlabelled = flag("unlabelled") & ~refused & ~failed  # each pair in one category
+    refused, unlabelled = int(refused.sum()), int(unlabelled.sum())
+    invalid = n - n_failed - refused - unlabelled
+    parts = [f"{k} {what}" for k, what in ((refused, "had a response the LMRA labelled a refusal"),
+                                           (unlabelled, "had a response with no refusal label"),
+                                           (invalid, "got no valid LMRA answer"), (n_failed, "failed")) if k]
+    hint = (" — if the chatbot does not refuse, the LMRA's refusal labels are wrong: check refusals.csv and "
+            "[refusal] threshold, or turn the labels off" if refused else "")
+    return f"no pair could be scored, so there is no stereotype rate: of the {n} pairs, {', '.join(parts)}{hint}"
+
+
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
     """The run's warning about empty and content-filtered target responses; None when none."""
     if not n_empty and not n_filtered:
@@ -539,6 +566,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                             f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
     run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
                         cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
+    none_scored = no_pair_scored_warning(scores, n_valid, n_pairs_failed)
+    if none_scored is not None:
+        warnings.append(none_scored)
     summary = {
         "schema_version": 2,
         "run_status": run_st,
