@@ -151,3 +151,24 @@ def test_a_judge_without_probability_on_the_options_has_no_position_logit_to_pas
     assert v["valid_option_mass"] == 0.0 and math.isnan(v["position_logit"])
     assert {"position_logit", "valid_option_mass"} <= failed(v)
     assert "position logit could not be measured (no usable canary answer)" in v["reasons"]
+
+
+def test_lmra_judge_check_says_how_many_calls_it_plans_before_it_starts(tmp_path, monkeypatch, capsys):
+    """New-user finding: ``lmra judge-check`` on the embedded model ran 17+ minutes (600 canaries)
+    without a word of how many calls it would make; with ``--json`` the line goes to stderr."""
+    import sys
+    import types
+
+    from doubles import ScriptedJudge
+    from lmra import cli
+
+    module = types.ModuleType("lmra_judge_check_plan")
+    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {"C": 1.0})
+    monkeypatch.setitem(sys.modules, "lmra_judge_check_plan", module)
+    cfg = tmp_path / "audit.toml"
+    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_plan:make"\n'
+                   "[judge_check]\nper_kind = 2\n", encoding="utf-8")
+    assert cli.main(["judge-check", "--config", str(cfg), "--json"]) in (0, 5)
+    out, err = capsys.readouterr()
+    n = json.loads(out)["n_canaries"]
+    assert f"Judge check: {n} canary pairs in both orders = up to {2 * n} LMRA calls" in " ".join(err.split())

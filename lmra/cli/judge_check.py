@@ -102,6 +102,13 @@ async def _run(cfg, console: Console):
     from lmra.providers.keys import KeyGuard
 
     judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries
+    n_calls = 2 * len(canaries) * (1 if raw.supports_logprobs else cfg.judge.n_samples)
+    console.print(f"Judge check: {len(canaries)} canary pairs in both orders = up to {n_calls} LMRA calls to "
+                  f"{lit(raw.name)}:{lit(raw.model_id)}, {in_flight} at once (cached calls are not made again)"
+                  + ("; the embedded model takes about a second a call, so this takes minutes: '--per-kind 1' "
+                     "rates one canary per dimension and kind" if cfg.judge.provider == "llamacpp"
+                     and len(canaries) > 60 else ""),
+                  highlight=False)
     try:
         with console.status(f"rating {len(canaries)} canary pairs in both orders"):
             rows = await rate_canaries(judge, cfg.judge, template, canaries,
