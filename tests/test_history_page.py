@@ -155,6 +155,13 @@ def test_history_page_options_and_errors(nights, lmra_cli, capsys, tmp_path):
     runs = set(re.findall(r'class="pt[^"]*" data-run="([^"]+)"', html))
     assert runs == {nights["runs"][2].name, nights["runs"][3].name}  # the newest two nights only
     assert "the newest 2 of 4" in " ".join(html.split())
+    # --name without --out: a page of its own, the default page is not overwritten (new-user finding)
+    default_page = nights["page"].read_bytes()
+    assert lmra_cli(["report", "--history", "--reports-dir", reports, "--name", "nightly", "--nights", "1"]) == 0
+    named = nights["reports"] / "history-nightly.html"
+    assert named.is_file() and "the newest 1 of 4" in " ".join(named.read_text(encoding="utf-8").split())
+    assert nights["page"].read_bytes() == default_page
+    named.unlink()
     capsys.readouterr()
     cases = [
         (["report", "--reports-dir", reports], "argument RUN"),  # neither RUN nor --history

@@ -698,7 +698,7 @@ def add_parsers(subparsers) -> None:
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
     r.add_argument("--delta", type=finite_float, help="flag tasks too small to detect this net rating")
-    r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html)")
+    r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html, or history-NAME.html with --name)")
     r.add_argument("--transcripts", type=_transcripts_arg, metavar="N",
                    help="show the response pairs of the N tasks with the highest net rating per comparison "
                         "(0 = none; default: the run config's [report] transcripts, 5); never for a redacted run")

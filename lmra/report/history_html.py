@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -372,13 +373,16 @@ def write_history_page(history, out: str | Path | None = None, name: str | None 
     Args:
         history: an open :class:`lmra.monitor.History` (call ``scan()`` first to pick up run
             folders that are not registered yet).
-        out: the HTML file (default ``<reports dir>/history.html``, next to ``history.sqlite``).
+        out: the HTML file (default ``<reports dir>/history.html``, next to ``history.sqlite``;
+            with ``name`` given, ``<reports dir>/history-<name>.html``, so that the pages of
+            several audits do not overwrite each other).
         name: run name (default: the newest run's); nights: newest nights shown (0/None: all).
 
     Raises:
         LmraInputError: no finished run (named ``name``) in the history.
         LmraIOError: the file cannot be written.
     """
-    path = Path(out) if out else history.path.parent / HISTORY_PAGE
+    path = Path(out) if out else history.path.parent / (
+        HISTORY_PAGE if name is None else f"history-{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.html")
     write_text(path, render_history_page(history, name, nights=nights, out=path))
     return path
