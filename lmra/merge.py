@@ -471,6 +471,13 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         write_text(audit.run_dir / "config.toml", dump_config(cfg))
         manifest = {k: v for k, v in m0.items() if k not in ("calls", "budget", "concurrency", "stop_reason")}
         budgets = [s.run.manifest.get("budget") or {} for s in shards]
+        memos = [s.run.manifest.get("pair_memo") for s in shards]
+        if any(memos):  # summed like the calls: each shard replayed its own pairs
+            manifest["pair_memo"] = {
+                "enabled": any(bool(m and m.get("enabled")) for m in memos),
+                "hits": sum(int((m or {}).get("hits") or 0) for m in memos),
+                "stored": sum(int((m or {}).get("stored") or 0) for m in memos),
+                "bypassed": next((m.get("bypassed") for m in memos if m and m.get("bypassed")), None)}
         manifest |= {
             "status": RUNNING, "pid": os.getpid(), "host": socket.gethostname(),  # the merge's; each shard's below
             "started": _earliest([s.run.started for s in shards]) or m0.get("started"),

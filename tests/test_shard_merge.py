@@ -394,3 +394,17 @@ def test_merged_prompts_mode_shards_count_the_prompts_outside_the_tasks_as_the_u
     n = whole.summary["n_prompts_not_selected"]
     assert n > 0 and sum(s.summary["n_prompts_not_selected"] for s in shards) == n
     assert merged.summary["n_prompts_not_selected"] == n and merged.summary["n_prompts_over_limit"] == 0
+
+
+def test_merged_pair_memo_counts_are_the_shards_summed(tmp_path):
+    """New-user finding: a merged run said "(6 pairs replayed from the pair memo)" — the first
+    shard's count — where the shards had replayed 6 + 4."""
+    kw = dict(prompts_per_task=0, placebo={"share": 0.0}, samples_per_prompt=1, judge2=None,
+              quality={"enabled": False})
+    _sharded(tmp_path, 2, **kw)  # the first nights fill each shard's cache and pair memo
+    again = _sharded(tmp_path, 2, **kw)  # re-run on those caches: pairs replayed from the memo
+    hits = [s.manifest["pair_memo"]["hits"] for s in again]
+    assert all(h > 0 for h in hits)
+    merged = merge_shards([s.run_dir for s in again], out_dir=tmp_path / "merged")
+    memo = json.loads((merged.run_dir / "manifest.json").read_text())["pair_memo"]
+    assert memo["hits"] == sum(hits) and memo["enabled"] is True
