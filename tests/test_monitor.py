@@ -248,3 +248,18 @@ def test_a_full_history_database_is_an_io_failure_naming_the_file(tmp_path):
         h.register(run)
     assert info.value.path == str(path) and "full" in info.value.reason
     h.close()
+
+
+def test_a_task_trend_of_several_audits_says_so(tmp_path, lmra_cli, capsys, monkeypatch):
+    """New-user finding: ``lmra history --task T`` mixed the default demo's runs and another
+    audit's in one trend without a word."""
+    monkeypatch.setenv("COLUMNS", "200")
+    hist = tmp_path / "history.sqlite"
+    for rid, name in (("20260301-000000-nightly", "nightly"), ("20260302-000000-other", "other")):
+        register_run(make_run(tmp_path, rid, LOW, seed=3, n_prompts=40, name=name), history=hist)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--task", "write a story", "--history", str(hist)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "runs of 2 audits (nightly, other)" in out and "--name NAME" in out
+    assert lmra_cli(["history", "--task", "write a story", "--history", str(hist), "--name", "other"]) == 0
+    assert "audits (" not in capsys.readouterr().out

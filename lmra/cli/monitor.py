@@ -176,6 +176,10 @@ def cmd_history(args: argparse.Namespace) -> int:
                               _judge_cell(r.judge_status), str(r.n_pairs),
                               f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
             console.print(table)
+            names = sorted({str(n) for n in df["name"].dropna()}) if "name" in df else []
+            if not args.name and len(names) > 1:  # (the run ids end with their names)
+                console.print(f"[yellow]These are runs of {len(names)} audits ({lit(', '.join(names))}), which measure "
+                              "different things: add --name NAME for one audit's trend.[/]")
             return 0
         runs = h.runs(name=args.name)
         overall = h.overall_trend(name=args.name)
