@@ -394,3 +394,41 @@ def test_failed_quality_calls_are_counted_apart_from_invalid_answers(tmp_path, s
     _quality(Console(file=buf, width=300), res.quality)
     assert f"Left out of the quality means: {n} ratings whose LMRA call failed after every retry, 0 without a usable " \
            "answer" in buf.getvalue()
+
+
+def test_the_offline_nightly_example_pins_then_checks_both_of_its_tasks(tmp_path, monkeypatch, capsys):
+    """examples/nightly_local.toml (README, "Try the nightly flow offline"), with scripted
+    doubles in place of the embedded model (--target/--judge): night 1 is pinned, night 2 is
+    checked and both tasks have enough prompts to be tested (new-user finding: the default
+    demo's 1 prompt per task cannot be tested, and no offline example showed the flow)."""
+    import sys
+    import types
+
+    from doubles import ScriptedJudge
+    from lmra.cli import main
+    from lmra.providers.base import ChatResult
+
+    module = types.ModuleType("lmra_nightly_local_doubles")
+    class Target:  # any name of the shipped list: the same kind of answer
+        name, model_id, base_url, supports_logprobs = "plain-target", "plain", "", False
+
+        async def complete(self, request):
+            return ChatResult(text=f"A plan of {request.seed % 7 + 2} steps.")
+
+        async def aclose(self):
+            return None
+
+    module.target = lambda cfg: Target()
+    module.judge = lambda cfg: ScriptedJudge(lambda r1, r2: {"C": 1.0})
+    monkeypatch.setitem(sys.modules, "lmra_nightly_local_doubles", module)
+    monkeypatch.chdir(tmp_path)
+    path = resource_dir("examples") / "nightly_local.toml"
+    assert main(["validate", str(path)]) == 0
+    base = ["audit", "--config", str(path), "--target", "custom:lmra_nightly_local_doubles:target",
+            "--judge", "custom:lmra_nightly_local_doubles:judge", "--no-progress", "--baseline", "pinned"]
+    capsys.readouterr()
+    assert main(base + ["--seed", "1"]) == 0
+    assert "this run is now pinned" in " ".join(capsys.readouterr().out.split())
+    assert main(base + ["--seed", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No regression" in out and "(2 of 2 tasks tested)" in out
