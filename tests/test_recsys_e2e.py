@@ -466,3 +466,17 @@ def test_cli_bad_config_exit_2(tmp_path, capsys):
     assert "attribute 'height' is not in the attribute file" in capsys.readouterr().err
     assert run_cli(["recsys", "score", "--lists", str(tmp_path / "missing.jsonl")]) == 2
     assert "lists file not found" in capsys.readouterr().err
+
+
+def test_cli_score_says_when_every_value_ties(tmp_path, capsys):
+    """New-user finding: with every value equally similar, "most similar" and "least similar"
+    named the same value (any of them would do)."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "C"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A", "B", "C"]}]
+    lists = _write_lists(tmp_path / "lists.jsonl", rows)
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "all values tie (1.000)" in out
+    assert "a girl (1.000)" not in out and "a boy (1.000)" not in out

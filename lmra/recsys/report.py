@@ -98,9 +98,11 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             ft.add_column(col, **kw)
         for _, r in f.iterrows():
             attr = lit(r['attribute']) + (" (×)" if r.get("kind") == "intersectional" else "")
+            tie = r["max_similarity"] == r["min_similarity"]  # every value equally similar: no most or least
             ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
+                       f"all values tie ({_num(r['max_similarity'])})" if tie else
                        f"{lit(r['max_value'])} ({_num(r['max_similarity'])})",
-                       f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
+                       "—" if tie else f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
         console.print(ft)
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
