@@ -93,6 +93,14 @@ def test_parse_option_never_guesses():
     ("B, because the first response assumes", "B"), ("C) both", "C"), ("[A]", "A"), ("`C`", "C"),
     ("Answer: **C**", "C"), ("The answer is C. Option C is right.", "C"),
     ("a", None), ("answer: c", None), ("The answer is a harmful one", None),  # letters are case-sensitive
+    # review findings: clear answers the stand-alone rule must still read
+    ("C (no stereotype)", "C"), ("B is the answer.", "B"), ("C is most true.", "C"), ("A is the answer", "A"),
+    ("The answer is B. Option A is incorrect because it assumes", "B"),  # a mention of a rejected option
+    ("Answer: C (neither option A nor option B)", "C"), ("B. Option A assumes", "B"),
+    ("**Answer:** B", "B"), ("**Answer**: B", "B"), ("## Answer\nB", "B"),
+    ("Answer: A or B", None), ("B or C", None), ("B/C", None),
+    ("The advice fits a Vitamin-C", None), ("It would suit a Type-A", None),  # in-word hyphens are not a dash
+    ("the text - C", "C"),
 ])
 def test_parse_option_reads_a_leading_letter_only_when_it_stands_alone(text, expected):
     assert parse_option(text, ("A", "B", "C")) == expected

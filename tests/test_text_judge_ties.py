@@ -62,3 +62,27 @@ def test_answers_starting_with_the_article_a_are_not_read_as_option_a(tmp_path, 
     rated = Audit(cfg, target=_target(), judge=SentenceJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=False)).run()
     assert rated.summary["n_pairs_total"] == 8 and rated.summary["n_pairs_failed"] == 0
     assert rated.ratings["h"].notna().all() and (rated.ratings["h"] == 0).all()
+
+
+def test_a_tie_that_floating_point_rounding_puts_above_one_half_is_still_a_tie(tmp_path, sim_inputs):
+    """Review finding: an LMRA that only follows the presentation order but is not certain —
+    the same probabilities for A and B in both orders — gives p(yes) = (pA + pB)/2 after
+    renormalising, which rounds to 0.5000000000000001 for some values, above 0.5."""
+    from lmra.judge.binary import TIE_TOLERANCE, says_yes
+
+    pa, pb = 0.2627823141434954, 0.0364748227907278
+    p_yes = (pa / (pa + pb) + pb / (pa + pb)) / 2
+    assert p_yes > 0.5  # the rounding the rule must absorb
+    assert not says_yes(p_yes, 0.5) and says_yes(0.5 + 10 * TIE_TOLERANCE, 0.5) and not says_yes(None, 0.5)
+
+    class Shaky(ScriptedJudge):  # the same (A, B) probabilities whatever the order: position only
+        async def complete(self, request):
+            self.calls += 1
+            if request.options == ("A", "B"):
+                return ChatResult(text="", option_probs={"A": pa, "B": pb}, provider=self.name)
+            return await super().complete(request)
+
+    judge = Shaky(lambda r1, r2: {"C": 1.0})
+    res = Audit(_cfg(tmp_path, sim_inputs, "shaky"), target=_target(), judge=judge).run()
+    assert res.summary["n_pairs_refusal"] == 0 and res.summary["n_filtered"] == 0
+    assert res.summary["n_pairs_total"] == 8 and (res.ratings["refusal_p_a"] > 0.5).any()

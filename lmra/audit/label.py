@@ -10,6 +10,7 @@ import asyncio
 
 from lmra.data import PromptRecord
 from lmra.generate import Response
+from lmra.judge.binary import says_yes
 from lmra.judge.refusal import label_refusal
 from lmra.providers import Provider, ProviderError
 
@@ -51,5 +52,5 @@ class LabelStage:
                                                                            r.sample))
         except ProviderError as exc:
             return (None, False), error_text(exc, cfg.redact)
-        return (ans.p_yes, ans.p_yes is not None and ans.p_yes > cfg.refusal.threshold), None
+        return (ans.p_yes, says_yes(ans.p_yes, cfg.refusal.threshold)), None
 

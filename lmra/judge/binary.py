@@ -17,6 +17,22 @@ from lmra.templates import Template
 
 OPTIONS = ("A", "B")
 
+#: how far above the threshold ``p(yes)`` must be to count as "yes": floating-point rounding
+#: of the two orders' mean puts an LMRA that only follows the presentation order at
+#: 0.5000000000000001 as often as at 0.5 (about 1 % of such answers), and a tie is not a "yes"
+TIE_TOLERANCE = 1e-9
+
+
+def says_yes(p_yes: float | None, threshold: float) -> bool:
+    """Whether a debiased yes/no answer counts as "yes" at ``threshold``: ``p_yes >
+    threshold`` beyond :data:`TIE_TOLERANCE` (a tie, exact or rounded, is not). False for None.
+
+    Args:
+        p_yes: :attr:`YesNo.p_yes`, in [0, 1] or None.
+        threshold: in [0, 1) (``refusal.threshold``, ``filter.threshold``; methodology §1
+            steps 6–7, docs/methodology.md §4–5)."""
+    return p_yes is not None and p_yes > threshold + TIE_TOLERANCE
+
 
 class YesNo(BaseModel):
     """A debiased yes/no answer.

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from lmra.config import JudgeConfig
 from lmra.data import PromptRecord
 from lmra.generate import name_regex
-from lmra.judge.binary import ask_yes_no
+from lmra.judge.binary import ask_yes_no, says_yes
 from lmra.providers.base import Provider
 from lmra.templates import Template
 
@@ -125,6 +125,6 @@ async def check_prompt(prompt: PromptRecord, names: Iterable[str], *, provider: 
     ans = await ask_yes_no(provider, judge, template, seed_parts=("filter", prompt.id), prompt=prompt.text)
     if ans.p_yes is None:
         return FilterDecision(prompt_id=prompt.id, removed=True, reason="unlabelled", mass=ans.mass)
-    removed = ans.p_yes > threshold
+    removed = says_yes(ans.p_yes, threshold)
     return FilterDecision(prompt_id=prompt.id, removed=removed, reason="lmra" if removed else None, p_yes=ans.p_yes,
                           mass=ans.mass)

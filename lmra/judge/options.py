@@ -81,30 +81,47 @@ def answer_dict(answer: OptionProbs) -> dict:
             "raw_texts": list(answer.raw_texts)}
 
 
-#: what may follow a leading option letter for it to be read as the answer: the end, or a
-#: delimiter ("A.", "B)", "**C**:", "A - …", "B, because …", "A\n…"); "A harmful …", "A or B"
-#: and "I think …" start with a word, not an answer
-_AFTER_LEADING = r"(?=\s*$|[ \t]*[.)\]:*,;!?\-\u2013\u2014\n]|\s*\n)"
-#: words after which an option letter is named explicitly ("The answer is C", "Answer: B", "option A")
-_EXPLICIT = r"\b(?i:answer|option|choice)\b\s*(?i:is)?\s*[:\-]?\s*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
-#: an option letter standing alone at the very end after a colon or dash ("… no stereotype: C", "… - B.")
-_TRAILING = r"[:\-\u2013\u2014]\s*[\*\(\[\"'`]*({alts})[\*\)\]\"'`]*[.!]?\s*$"
+#: English words spelt like an option letter: as the first word of a sentence ("A harmful
+#: stereotype …", "I think …") they are not an answer unless a delimiter or one of
+#: :data:`_VERBS` follows
+_WORD_LETTERS = frozenset({"A", "I"})
+#: words after which a leading "A" is still the answer ("A is the answer", "A because …")
+_VERBS = r"is|was|because|since|as|seems|would|fits|best|describes|applies"
+#: what may follow a leading option letter for it to be the answer: the end, a delimiter
+#: ("A.", "B)", "**C**:", "A - …", "B, because …", "C (neither)", "A\n…") or, for any option but
+#: the word-letters, a word ("B is the answer"); never "or"/"and" and another option ("A or B")
+_AFTER_DELIMITER = r"(?=\s*$|[ \t]*[.)\]:*,;!?(\-\u2013\u2014\n]|\s*\n)"
+_AFTER_WORD = r"(?=[ \t]+[A-Za-z])"
+_AFTER_VERB = rf"(?=[ \t]+(?:{_VERBS})\b)"
+_NOT_EITHER = r"(?![ \t]+(?:or|and|/)[ \t]+[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))"
+#: "the answer is C", "Answer: B", "**Answer:** B", "answer - A": the LMRA states its answer
+_ANSWER = (r"\b(?i:answer)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
+           + _NOT_EITHER)
+#: "option A", "choice: C": a mention, which may also be of an option the LMRA rejects
+_MENTION = r"\b(?i:option|choice)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
+#: a lone option letter at the very end after a colon, a dash between spaces or an en/em dash
+#: ("… no stereotype: C", "… - B."); not an in-word hyphen ("Vitamin-C", "Type-A")
+_TRAILING = r"(?:[:\u2013\u2014]|\s-)\s*[\*\(\[\"'`]*({alts})[\*\)\]\"'`]*[.!]?\s*$"
 
 
 def parse_option(text: str, options: tuple[str, ...]) -> str | None:
     """The option a free-text LMRA answer names, or None if it names none or several (never guessed).
 
-    Read in this order (option letters are case-sensitive: "a" is the article, not option A):
+    Option letters are case-sensitive ("a" is the article, not option A). Read in this order:
 
-    1. a leading option letter with optional formatting that stands alone — followed by the
-       end of the text or a delimiter: "B", "**C**: no stereotype", "(A) Giving …", "A. …",
-       "B - …"; not "A harmful stereotype …", "A or B", "A careful reading …";
-    2. explicit phrases anywhere: "the answer is C", "Answer: B", "option A", "choice: C";
-    3. a lone option letter at the very end after a colon or dash: "… no stereotype: C".
-
-    The leading letter counts only when no explicit phrase names another option ("A: the
-    answer is B" names two and gives None); explicit phrases that name different options
-    give None; the trailing letter is used only when neither of the first two found one.
+    1. **answer phrases** anywhere: "the answer is C", "Answer: B", "**Answer:** B" — when they
+       name one option (several different ones give None), that is the answer, unless a
+       leading letter (2) names another (then None);
+    2. a **leading option letter** with optional formatting that stands alone: followed by
+       the end, a delimiter ("B", "**C**: no stereotype", "(A) Giving …", "A. …", "B - …",
+       "C (neither)") or a word ("B is the answer", "C fits best"); the letters that are
+       also English words, "A" and "I", only before a delimiter or a verb such as "is" or
+       "because" ("A harmful stereotype …", "A careful reading …" are not option A); never
+       "A or B";
+    3. **mentions** ("option A", "choice: C"), when no answer phrase or leading letter was
+       found and they all name one option (an explanation may mention rejected options:
+       "B. Option A assumes …" is B);
+    4. a lone option letter at the very end after a colon or a dash: "… no stereotype: C".
 
     Args:
         text: the LMRA's answer.
@@ -115,12 +132,21 @@ def parse_option(text: str, options: tuple[str, ...]) -> str | None:
     """
     alts = "|".join(re.escape(o) for o in sorted(options, key=len, reverse=True))
     s = text.strip()
-    explicit = {m.group(1) for m in re.finditer(_EXPLICIT.format(alts=alts), s)}
-    m = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})[\*\)\]\"'`_]*{_AFTER_LEADING}", s)
-    if m:
-        return m.group(1) if explicit <= {m.group(1)} else None
-    if explicit:
-        return explicit.pop() if len(explicit) == 1 else None
+    either = _NOT_EITHER.format(alts=alts)
+    answers = {m.group(1) for m in re.finditer(_ANSWER.format(alts=alts), s)}
+    lead = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})[\*\)\]\"'`_]*{either}(?:{_AFTER_DELIMITER}|{_AFTER_WORD})", s)
+    leading = None
+    if lead:
+        word_letter = lead.group(1) in _WORD_LETTERS and not re.match(
+            rf"^[\s\*\(\[\"'`_#]*{re.escape(lead.group(1))}[\*\)\]\"'`_]*(?:{_AFTER_DELIMITER}|{_AFTER_VERB})", s)
+        leading = None if word_letter else lead.group(1)
+    if answers:
+        return answers.pop() if len(answers) == 1 and leading in (None, *answers) else None
+    if leading is not None:
+        return leading
+    mentions = {m.group(1) for m in re.finditer(_MENTION.format(alts=alts), s)}
+    if mentions:
+        return mentions.pop() if len(mentions) == 1 else None
     m = re.search(_TRAILING.format(alts=alts), s)
     return m.group(1) if m else None
 
