@@ -1096,7 +1096,7 @@ class CachedProvider:
             neither computes the key nor reads the cache again.
         """
         text = request_json(request)
-        key = json_key(self.inner.name, self.inner.base_url, self.inner.model_id, text)
+        key = json_key(self.name, self.base_url, self.model_id, text)  # (wrap_identity's: base_url None → "")
         return CacheLookup(key, text, self.cache.get(key))
 
     async def complete(self, request: ChatRequest, *, lookup: CacheLookup | None = None) -> ChatResult:
@@ -1160,7 +1160,7 @@ class CachedProvider:
                     _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
                     raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc
             if result.degraded is None:
-                self.cache.put(key, self.inner, request, result, request_text=request_text)
+                self.cache.put(key, self, request, result, request_text=request_text)
             _record(self._targets, events, result=result, fresh=True)
             return result
         finally:

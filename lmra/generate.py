@@ -107,10 +107,15 @@ def name_regex(name: str) -> str:
     return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
 
 
+#: what may not follow a name for it to be a whole word: a letter, digit or underscore, or a
+#: combining mark (U+0301 after "Jose" makes "José", another name)
+NAME_END = r"(?![\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f])"
+
+
 @lru_cache(maxsize=4096)
 def _name_pattern(name: str) -> re.Pattern:
     """The whole-word, case-insensitive pattern of ``name`` (compiled once per name)."""
-    return re.compile(rf"(?<![\w]){name_regex(name)}(?![\w])", re.IGNORECASE)
+    return re.compile(rf"(?<![\w]){name_regex(name)}{NAME_END}", re.IGNORECASE)
 
 
 class Response(BaseModel):

@@ -90,3 +90,20 @@ def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):
     with pytest.raises(LmraInputError) as err:
         load_template(bad)
     assert "literal braces are written {{ and }}" in str(err.value) and "{{{{" not in str(err.value)
+
+
+def test_a_name_followed_by_a_combining_mark_is_another_name_and_nfd_introductions_match():
+    """Review findings: the self-introduction check did not match "Hi, I'm José." written with
+    a combining accent (no word boundary after U+0301), and "Jose" was scrubbed out of "José"
+    (NFD), leaving a stray accent."""
+    import unicodedata
+
+    from lmra.judge.filter import lexical_hits
+
+    nfd = unicodedata.normalize("NFD", "José")
+    assert lexical_hits(f"Hi, I'm {nfd}.", ("José",)) == [f"Hi, I'm {nfd}"]
+    assert lexical_hits("Hi, I'm José.", (nfd,)) == ["Hi, I'm José"]
+    assert lexical_hits(f"Hi, I'm {nfd}.", ("Jose",)) == []  # José is not Jose
+    assert scrub_name(f"{nfd} and Jose", "Jose") == f"{nfd} and [NAME]"
+    renee = unicodedata.normalize("NFD", "Renée")
+    assert scrub_name(renee, "Rene") == renee and scrub_name(renee, "Renée") == "[NAME]"

@@ -17,7 +17,7 @@ from lmra.cache import CallCache
 from lmra.config import AuditConfig, ModelConfig
 from lmra.errors import LmraInputError
 from lmra.providers import make_provider
-from lmra.providers.base import ChatResult
+from lmra.providers.base import ChatRequest, ChatResult, Message
 
 
 class NoBaseUrl(ScriptedTarget):
@@ -68,7 +68,7 @@ class StrLogprobs(_Bare):
     supports_logprobs = "yes"
 
 
-BROKEN = {"SyncComplete": "complete() must be a coroutine function", "NumberName": "name must be a non-empty string",
+BROKEN = {"NumberName": "name must be a non-empty string",
           "EmptyModel": "model_id must be a non-empty string", "IntBaseUrl": "base_url must be a string or None",
           "StrLogprobs": "supports_logprobs must be True or False"}
 
@@ -78,6 +78,26 @@ def test_a_custom_provider_with_a_broken_identity_is_refused_at_load(cls):
     with pytest.raises(LmraInputError) as err:
         make_provider(ModelConfig(provider=f"test_provider_identity:{cls}"), field="target")
     assert BROKEN[cls] in err.value.reason and err.value.field == "target.provider"
+
+
+def test_a_plain_def_complete_is_awaited_only_when_it_returns_an_awaitable():
+    """A plain ``def complete`` that answers at once (it holds the event loop meanwhile) or one
+    that returns a coroutine (delegating to an async client) both work."""
+    import asyncio
+
+    class Delegating(_Bare):
+        def complete(self, request):
+            return _Bare.complete(self, request)  # a coroutine
+
+    import test_provider_identity as me
+    me.Delegating = Delegating
+    try:
+        for cls in ("SyncComplete", "Delegating"):
+            p = make_provider(ModelConfig(provider=f"test_provider_identity:{cls}"))
+            assert asyncio.run(p.complete(ChatRequest(messages=[Message(role="user", content="hi")]))).text == "x"
+            asyncio.run(p.aclose())
+    finally:
+        del me.Delegating
 
 
 def test_a_decorated_async_complete_is_accepted():
@@ -132,3 +152,22 @@ def test_unreadable_lines_of_a_dead_writers_log_are_kept_aside_and_said(tmp_path
     said.clear()
     CallCache(path, on_write_error=said.append).close()  # kept aside: not read (nor said) again
     assert said == [] and kept.exists()
+
+
+def test_a_provider_object_without_base_url_passed_in_python_is_cached_under_an_empty_one(tmp_path, sim_inputs):
+    """Review finding: the load-time fix covered providers named in the config only; an object
+    passed to ``Audit(cfg, target=...)`` with base_url None still failed every cache write."""
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig.model_validate(dict(
+        name="no-base-url-py", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, cache_write_retry_s=0))
+    target = NoBaseUrl(ModelConfig())
+    assert target.base_url is None
+    res = Audit(cfg, target=target, judge=make_judge(None)).run()
+    assert res.summary["run_status"] == "complete"
+    with sqlite3.connect(tmp_path / "cache.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM calls WHERE base_url = '' AND provider = 'scripted-target'"
+                          ).fetchone()[0] == 8
+    again = Audit(cfg, target=NoBaseUrl(ModelConfig()), judge=make_judge(None)).run()
+    assert again.manifest["calls"]["fresh"] == 0  # the same keys: every call cached

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.data import PromptRecord
-from lmra.generate import name_regex
+from lmra.generate import NAME_END, name_regex
 from lmra.judge.binary import ask_yes_no, says_yes
 from lmra.providers.base import Provider
 from lmra.templates import Template
@@ -73,8 +73,8 @@ def intro_pattern(names: tuple[str, ...]) -> re.Pattern | None:
     name_alt = "|".join(name_regex(n) for n in sorted(set(names), key=len, reverse=True) if n)
     if not name_alt:
         return None
-    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt})\b"
-                      rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt})\b|[-—]\s*(?:{name_alt})\s*$",
+    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt}){NAME_END}"
+                      rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt}){NAME_END}|[-—]\s*(?:{name_alt})\s*$",
                       re.I | re.M)
 
 

@@ -10,7 +10,6 @@ a :class:`~lmra.providers.deadline.DeadlineProvider` (each call fails after ``ti
 from __future__ import annotations
 
 import importlib
-import inspect
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
@@ -85,9 +84,9 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
 def _identity_problem(provider: object) -> str | None:
     """What is wrong with a custom provider's identity and methods, or None: ``name`` and
     ``model_id`` non-empty strings, ``base_url`` a string or None (taken as ""), and
-    ``supports_logprobs`` a bool — they go into every cache key and row; ``complete`` and
-    ``aclose`` coroutine functions (``async def``: a plain function's result cannot be
-    awaited, so every call would fail)."""
+    ``supports_logprobs`` a bool — they go into every cache key and row. (A plain ``def
+    complete`` is taken as it is: :class:`~lmra.providers.deadline.DeadlineProvider` awaits
+    what it returns when that is awaitable.)"""
     for attr in ("name", "model_id"):
         value = getattr(provider, attr)
         if not isinstance(value, str) or not value:
@@ -97,8 +96,4 @@ def _identity_problem(provider: object) -> str | None:
         return f"base_url must be a string or None (got {base_url!r})"
     if not isinstance(getattr(provider, "supports_logprobs"), bool):
         return f"supports_logprobs must be True or False (got {getattr(provider, 'supports_logprobs')!r})"
-    for method in ("complete", "aclose"):
-        fn = inspect.unwrap(getattr(provider, method))
-        if (inspect.isfunction(fn) or inspect.ismethod(fn)) and not inspect.iscoroutinefunction(fn):
-            return f"{method}() must be a coroutine function ('async def {method}'), not a plain function"
     return None

@@ -155,7 +155,10 @@ def wrap_identity(wrapper: object, inner: Provider) -> None:
     and ``supports_logprobs`` (:class:`Provider`'s attributes), set on ``wrapper``."""
     wrapper.inner = inner
     wrapper.name, wrapper.model_id = inner.name, inner.model_id
-    wrapper.base_url, wrapper.supports_logprobs = inner.base_url, inner.supports_logprobs
+    # an unset base_url (None: a provider copying ``cfg.base_url`` of a config without one) is
+    # keyed and stored as "": the cache's rows need a string
+    wrapper.base_url = "" if inner.base_url is None else inner.base_url
+    wrapper.supports_logprobs = inner.supports_logprobs
 
 
 def parallel_capacity(provider: object) -> int | None:

@@ -31,6 +31,7 @@ that never returns still hangs the audit.
 from __future__ import annotations
 
 import asyncio
+from inspect import isawaitable
 from typing import Any
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, note_event, wrap_identity
@@ -57,8 +58,6 @@ class DeadlineProvider:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s!r})")
         wrap_identity(self, inner)
-        if self.base_url is None:  # (a custom provider copying an unset cfg.base_url): "" in keys and rows
-            self.base_url = ""
         self.timeout_s = float(timeout_s)
         self.tick_s = min(1.0, max(0.01, self.timeout_s / 10))
         self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (its loop's time)
@@ -91,7 +90,9 @@ class DeadlineProvider:
         if loop not in self._watches:
             self._watch(loop)
         try:
-            result = await self.inner.complete(request)
+            result = self.inner.complete(request)
+            if isawaitable(result):  # (a plain ``def complete`` answered already, holding the loop)
+                result = await result
             if loop.time() > deadline:  # answered past its limit: the loop was held, or the cancel swallowed
                 note_event("timeout")
                 raise self._late(loop.time() - started)
@@ -136,7 +137,9 @@ class DeadlineProvider:
         started = loop.time()
         try:
             async with limit:
-                result = await self.inner.complete(request)
+                result = self.inner.complete(request)
+                if isawaitable(result):
+                    result = await result
         except TimeoutError:
             if not limit.expired():  # the provider's own TimeoutError: its failure, as it raised it
                 raise
@@ -158,7 +161,9 @@ class DeadlineProvider:
                              "(custom provider; the call was cancelled)", kind="timeout")
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        closed = self.inner.aclose()
+        if isawaitable(closed):
+            await closed
 
 
 __all__ = ["DeadlineProvider"]
