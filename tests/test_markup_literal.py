@@ -135,7 +135,9 @@ def test_plan_prints_task_names_literally(tmp_path):
 def test_judge_check_and_axes_print_model_and_axis_literally(env):
     out = _ok(_lmra("judge-check", "--config", str(env["config"]), "--per-kind", "1", "--dimension", "gender",
                     cwd=env["root"]), status=5)  # the fault server's LMRA detects no planted stereotype
-    assert out.splitlines()[0].startswith(f"Judge check: openai {JUDGE_MODEL} (")
+    lines = out.splitlines()
+    assert lines[0].startswith("Judge check: 5 canary pairs") and f"openai:{JUDGE_MODEL}," in lines[0]  # the plan
+    assert any(line.startswith(f"Judge check: openai {JUDGE_MODEL} (") for line in lines)  # the table's title
     run = env["runs"][1]
     axes_run = env["root"] / "axes-run"
     shutil.copytree(run, axes_run)  # the axes step writes into its run folder

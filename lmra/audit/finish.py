@@ -135,6 +135,10 @@ def response_notes(response: Response) -> tuple[bool, bool]:
     return not (response.text or "").strip(), response.finish_reason == "content_filter"
 
 
+#: the start of :func:`no_pair_scored_warning`'s text (a merge recomputes it, not a shard's)
+NO_PAIR_SCORED_PREFIX = "no pair could be scored, so there is no stereotype rate"
+
+
 def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
     """The warning of a run in which pairs were rated or labelled but none could be scored, or
     None: its stereotype rates are undefined, whatever the exit status (a run whose every
@@ -159,7 +163,7 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
                                            (invalid, "got no valid LMRA answer"), (n_failed, "failed")) if k]
     hint = (" — if the chatbot does not refuse, the LMRA's refusal labels are wrong: check refusals.csv and "
             "[refusal] threshold, or turn the labels off" if refused else "")
-    return f"no pair could be scored, so there is no stereotype rate: of the {n} pairs, {', '.join(parts)}{hint}"
+    return f"{NO_PAIR_SCORED_PREFIX}: of the {n} pairs, {', '.join(parts)}{hint}"
 
 
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
@@ -566,7 +570,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                             f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
     run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
                         cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
-    none_scored = no_pair_scored_warning(scores, n_valid, n_pairs_failed)
+    n_scored = int(ov["n_pairs"].sum()) if "n_pairs" in ov else n_valid  # (as the console's overall line)
+    none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
     if none_scored is not None:
         warnings.append(none_scored)
     summary = {
