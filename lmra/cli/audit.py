@@ -268,7 +268,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {counted(len(inputs.prompts), 'prompt')} in the file "
                   f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
-                  f"per-task limit{_shard_share(audit)}, {plan['pairs']} pairs; at most {plan['target']} target calls and "
+                  f"per-task limit{_shard_share(audit)}, up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
                   f"judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
