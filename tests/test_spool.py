@@ -69,6 +69,7 @@ def _responses_alive_at_finish(audit: Audit) -> list[int]:
     """Run ``audit``; the number of live :class:`~lmra.generate.Response` objects when its
     stages have returned and the run folder is about to be written (after a full collection)."""
     import gc
+    import warnings
 
     from lmra.generate import Response
 
@@ -76,7 +77,9 @@ def _responses_alive_at_finish(audit: Audit) -> list[int]:
 
     def counting(*args, **kwargs):
         gc.collect()
-        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, Response)))
+        with warnings.catch_warnings():  # isinstance on every live object touches deprecated torch aliases
+            warnings.simplefilter("ignore", FutureWarning)
+            alive.append(sum(1 for o in gc.get_objects() if isinstance(o, Response)))
         return finish(*args, **kwargs)
 
     audit._finish = counting
