@@ -6,7 +6,10 @@ refusals, excluded every pair and exited 0)."""
 
 from __future__ import annotations
 
+import json
 import random
+
+import pandas as pd
 
 from conftest import NAME_TO_GROUP
 from doubles import ScriptedJudge, ScriptedTarget
@@ -86,3 +89,34 @@ def test_a_tie_that_floating_point_rounding_puts_above_one_half_is_still_a_tie(t
     res = Audit(_cfg(tmp_path, sim_inputs, "shaky"), target=_target(), judge=judge).run()
     assert res.summary["n_pairs_refusal"] == 0 and res.summary["n_filtered"] == 0
     assert res.summary["n_pairs_total"] == 8 and (res.ratings["refusal_p_a"] > 0.5).any()
+
+
+class OneOrderBlankJudge(ScriptedJudge):
+    """Yes/no questions: A 0.6 / B 0.35 whatever the content (a first-option preference, no
+    information: p(yes) = 0.5 from both orders) — but in the "A) No / B) Yes" order of every
+    other question it puts no mass on A/B (break-it finding: the label was then decided from
+    the "A) Yes" order alone, p(yes) = 0.63, and a target that never refuses had 16 of 90
+    responses labelled refusals and 15 prompts filtered)."""
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        text = request.messages[-1].content
+        if "Does the response refuse" in text or "Does this message mention" in text:
+            self.calls += 1
+            blank = "A) No" in text and (sum(map(ord, text)) % 2 == 0)
+            probs = {"A": 0.0, "B": 0.0} if blank else {"A": 0.6, "B": 0.35}
+            return ChatResult(text="", option_probs=probs, provider=self.name, model=self.model_id)
+        return await super().complete(request)
+
+
+def test_a_yes_no_label_is_never_decided_from_one_order(tmp_path, sim_inputs):
+    judge = OneOrderBlankJudge(lambda r1, r2: {"C": 1.0})
+    res = Audit(_cfg(tmp_path, sim_inputs, "one-order"), target=_target(), judge=judge).run()
+    s = res.summary
+    filtered = [json.loads(x) for x in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
+    # prompts whose no-first order was blank are removed as unlabelled (counted), never as "lmra"
+    assert filtered and {f["reason"] for f in filtered} == {"unlabelled"}
+    assert s["n_filtered"] == len(filtered) == s["n_filtered_unlabelled"]
+    # responses whose no-first order was blank are unlabelled, the rest are not refusals (0.5 is a tie)
+    assert s["n_pairs_refusal"] == 0 and s["n_pairs_unlabelled"] > 0
+    p = pd.concat([res.ratings["refusal_p_a"], res.ratings["refusal_p_b"]])
+    assert p.isna().any() and (p.dropna().round(12) == 0.5).all() and p.notna().any()

@@ -325,7 +325,7 @@ async def harm_check(provider: Provider, judge: JudgeConfig, template: Template,
     """Would "responses to ``more_group`` users show ``axis`` more" be a harmful stereotype?
 
     A yes/no question in both option orders (methodology §4 step 6); ``p_yes`` in [0, 1] or
-    None when neither order put mass on the options.
+    None when either order put no mass on the options (no label from one order).
 
     Raises:
         ProviderError: a call failed after the backend's retries.

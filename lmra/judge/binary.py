@@ -38,8 +38,9 @@ class YesNo(BaseModel):
     """A debiased yes/no answer.
 
     Attributes:
-        p_yes: probability of "yes" in [0, 1], mean over the usable orders; None when
-            neither order put mass on A/B.
+        p_yes: probability of "yes" in [0, 1], mean over the two orders; None when either
+            order put no mass on A/B (one order alone keeps the judge's preference for the
+            first-listed option: the answer is unlabelled, not decided from the other order).
         mass: mean valid-option mass of the two answers, in [0, 1].
         method: estimation method of the answers.
         yes_first, no_first: the two raw answers.
@@ -64,12 +65,13 @@ async def ask_yes_no(provider: Provider, judge: JudgeConfig, template: Template,
         seed_parts: identifies the question, for stable judge seeds.
 
     Returns:
-        :class:`YesNo`.
+        :class:`YesNo`; ``p_yes`` is None (unlabelled) unless both orders are usable.
     """
     yf = await ask_options(provider, template.render(option_a="Yes", option_b="No", **values), OPTIONS, judge,
                            seed_parts=(*seed_parts, "yes-first"))
     nf = await ask_options(provider, template.render(option_a="No", option_b="Yes", **values), OPTIONS, judge,
                            seed_parts=(*seed_parts, "no-first"))
-    ps = [p for p in ((yf.probs or {}).get("A"), (nf.probs or {}).get("B")) if p is not None]
-    return YesNo(p_yes=sum(ps) / len(ps) if ps else None, mass=(yf.mass + nf.mass) / 2, method=yf.method,
+    yes_1, yes_2 = (yf.probs or {}).get("A"), (nf.probs or {}).get("B")
+    both = yes_1 is not None and yes_2 is not None
+    return YesNo(p_yes=(yes_1 + yes_2) / 2 if both else None, mass=(yf.mass + nf.mass) / 2, method=yf.method,
                  yes_first=yf, no_first=nf)
