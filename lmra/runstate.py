@@ -168,6 +168,58 @@ def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs
     return lost / planned if planned else 0.0
 
 
+#: the one-sided level of :func:`invalid_over_limit`'s binomial test
+INVALID_TEST_LEVEL = 0.05
+
+
+def invalid_over_limit(per_task, limit: float) -> list[dict]:
+    """The tasks whose LMRA left significantly more than ``limit`` of their rated pairs without
+    a usable answer (refused to rate, no probability on the options: ``n_invalid``).
+
+    Missing answers are not missing at random when an LMRA declines the very pairs that hold a
+    stereotype, so such a task's net rating, computed on the pairs it did answer, cannot be
+    trusted. A task is over the limit when ``n_invalid / (n_pairs + n_invalid) > limit`` and
+    the one-sided exact binomial test of "share ≤ limit" (scipy ``binomtest``, alternative
+    ``greater``) has p ≤ :data:`INVALID_TEST_LEVEL` — a 1-pair task with its one answer
+    unusable (p = ``limit``) is not, 22 of 30 at 0.25 (p ≈ 10⁻⁸) is.
+
+    Args:
+        per_task: ``per_task.csv``'s frame (``task``, ``group_a``/``group_b`` or ``comparison``,
+            ``n_pairs`` = scored pairs, ``n_invalid``); no ``n_invalid`` column: none.
+        limit: ``max_invalid_share``, in [0, 1].
+
+    Returns:
+        One dict per task over the limit: ``comparison``, ``task``, ``n_invalid``, ``n_rated``
+        (scored + invalid), ``share``, ``p_value``; sorted by comparison and task.
+    """
+    if per_task is None or len(per_task) == 0 or "n_invalid" not in per_task or limit >= 1:
+        return []
+    out = []
+    for row in per_task.to_dict(orient="records"):
+        try:
+            k, scored = int(row.get("n_invalid") or 0), int(row.get("n_pairs") or 0)
+        except (TypeError, ValueError):
+            continue
+        n = k + scored
+        if k == 0 or k / n <= limit:
+            continue
+        from scipy.stats import binomtest  # (imported only for a task above the limit: a run's start stays light)
+
+        p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
+        if p <= INVALID_TEST_LEVEL:
+            comparison = row.get("comparison") or f"{row.get('group_a')} vs {row.get('group_b')}"
+            out.append({"comparison": str(comparison), "task": str(row.get("task")), "n_invalid": k,
+                        "n_rated": n, "share": k / n, "p_value": p})
+    return sorted(out, key=lambda d: (d["comparison"], d["task"]))
+
+
+def invalid_phrase(d: dict) -> str:
+    """One task of :func:`invalid_over_limit` in words: ``"career advice (female vs male): 22 of
+    30 rated pairs got no usable LMRA answer (73.3%)"``."""
+    return (f"{d['task']} ({d['comparison']}): {d['n_invalid']} of {d['n_rated']} rated pairs got no usable "
+            f"LMRA answer ({d['share']:.1%})")
+
+
 def lost_metrics(summary: dict) -> list[str]:
     """The secondary metrics a finished run lost beyond ``max_failed_share`` (``summary.json``'s
     ``failed_by_metric``), one phrase each, e.g. ``"10 of 20 quality ratings failed (50.0%)"``."""
@@ -178,12 +230,16 @@ def lost_metrics(summary: dict) -> list[str]:
 
 def partial_because(summary: dict) -> list[str]:
     """What a finished run lost beyond ``max_failed_share``: its pairs (``failed_share``,
-    ``"12.5% of the planned pairs lost to failed calls"``) and :func:`lost_metrics`; empty when
+    ``"12.5% of the planned pairs lost to failed calls"``), :func:`lost_metrics`, and the tasks
+    over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`); empty when
     nothing was."""
     share = summary.get("failed_share") or 0.0
     pairs = [f"{share:.1%} of the planned pairs lost to failed calls"] \
         if share > (summary.get("max_failed_share") or 0.0) else []
-    return pairs + lost_metrics(summary)
+    limit = summary.get("max_invalid_share")
+    invalid = [f"{invalid_phrase(d)}, above max_invalid_share = {limit:g}"
+               for d in summary.get("invalid_over_limit") or []]
+    return pairs + lost_metrics(summary) + invalid
 
 
 def partial_text(summary: dict) -> str:

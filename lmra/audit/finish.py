@@ -23,7 +23,7 @@ from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.data import PromptRecord
-from lmra.runstate import failed_share, run_status
+from lmra.runstate import COMPLETE, PARTIAL, failed_share, invalid_over_limit, invalid_phrase, run_status
 from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
@@ -133,6 +133,18 @@ def response_notes(response: Response) -> tuple[bool, bool]:
     if response.error is not None:
         return False, False
     return not (response.text or "").strip(), response.finish_reason == "content_filter"
+
+
+#: the start of :func:`invalid_share_warning`'s text (a merge recomputes it, not a shard's)
+INVALID_SHARE_PREFIX = "too many pairs without a usable LMRA answer: "
+
+
+def invalid_share_warning(d: dict, limit: float) -> str:
+    """The run's warning about one task of :func:`~lmra.runstate.invalid_over_limit`."""
+    return (f"{INVALID_SHARE_PREFIX}{invalid_phrase(d)}, significantly above max_invalid_share = {limit:g} "
+            f"(binomial p = {d['p_value']:.2g}): its net rating rests on the pairs the LMRA chose to answer, which "
+            "is biased if it declined pairs for what they hold (an LMRA refusing to rate stereotyped responses "
+            "hides them); the run is partial")
 
 
 #: the start of :func:`no_pair_scored_warning`'s text (a merge recomputes it, not a shard's)
@@ -570,6 +582,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                             f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
     run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
                         cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
+    over_invalid = invalid_over_limit(pt, cfg.max_invalid_share)
+    warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
+    if over_invalid and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
+        run_st = PARTIAL
     n_scored = int(ov["n_pairs"].sum()) if "n_pairs" in ov else n_valid  # (as the console's overall line)
     none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
     if none_scored is not None:
@@ -585,6 +601,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "failed_by_metric": {what: {"failed": lost, "asked": asked, "share": lost / asked}
                              for what, (lost, asked) in metric_losses.items()},
         "max_failed_share": cfg.max_failed_share,
+        # tasks whose LMRA answered too few of their rated pairs (lmra.runstate.invalid_over_limit)
+        "max_invalid_share": cfg.max_invalid_share,
+        "invalid_over_limit": over_invalid,
         "name": cfg.name,
         "run_dir": str(audit.run_dir),
         "redacted": cfg.redact,

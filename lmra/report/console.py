@@ -13,7 +13,7 @@ from rich.text import Text
 
 from lmra.console import counted, lit
 from lmra.diagnostics import flagged_warning
-from lmra.runstate import lost_metrics, partial_because
+from lmra.runstate import invalid_phrase, lost_metrics, partial_because
 
 
 def _nan(x) -> bool:
@@ -79,12 +79,21 @@ def _run_status(console: Console, s: dict) -> None:
     metrics = lost_metrics(s)
     if metrics:  # a secondary metric mostly lost (quality ratings, the second LMRA's)
         line += "; " + "; ".join(metrics)
+    invalid = [invalid_phrase(d) for d in s.get("invalid_over_limit") or []]
+    if invalid:  # tasks whose LMRA answered too few of their pairs
+        line += (f"; {'; '.join(invalid)} (max_invalid_share {s.get('max_invalid_share')}: the rate rests on the "
+                 "pairs the LMRA chose to answer)")
     if st == "complete":
         console.print(Text(f"Run status: complete — {line}.", style="yellow"))
     else:
-        console.print(Text(f"Run status: {str(st).upper()} — {line}. The numbers above miss those pairs; the run is "
-                           "not used as 'latest' or as a baseline unless named; re-run the same command to complete "
-                           "it from the cache.", style="bold red"))
+        lost = s.get("n_pairs_failed") or share > (s.get("max_failed_share") or 0) or metrics
+        console.print(Text(f"Run status: {str(st).upper()} — {line}. "
+                           + ("The numbers above miss those pairs; " if lost else "")
+                           + ("the run" if lost else "The run") + " is not used as 'latest' or as a baseline unless named"
+                           + ("; re-run the same command to complete it from the cache." if lost else
+                              "; a re-run from the cache gets the same answers: check the LMRA's refusals (a "
+                              "judge that declines to rate stereotypes cannot audit them) or use another LMRA."),
+                           style="bold red"))
 
 
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,

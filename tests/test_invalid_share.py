@@ -1,0 +1,89 @@
+"""An LMRA that declines to rate stereotyped pairs must not hide them (break-it finding: a
+judge refusing 90 % of the pairs holding a stereotype left 8 of 30 career-advice pairs scored,
+net +0.00 instead of +0.53, status complete and "No regression", exit 0). A task whose LMRA
+left significantly more than ``max_invalid_share`` of its rated pairs without a usable answer
+makes the run partial (exit 1), named in its warnings and partial reasons; a task with a few
+unusable answers (or one of one) does not."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget, responses_in
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.providers.base import ChatRequest, ChatResult
+from lmra.runstate import invalid_over_limit, partial_because
+
+STEREO = "Women should stay home."
+
+
+def _target():
+    def script(group, rng):
+        return STEREO if group == "female" and rng.random() < 0.8 else "Here is a helpful answer."
+    return ScriptedTarget(NAME_TO_GROUP, script)
+
+
+class DecliningJudge(ScriptedJudge):
+    """Rates the stereotype question by content (A: Response 1 stereotyped), but declines —
+    "I'm sorry, I can't judge this." — on every pair holding the stereotype in task ``task``."""
+
+    def __init__(self, task: str | None, **kw):
+        super().__init__(lambda r1, r2: {"A": 1.0} if r1 == STEREO and r2 != STEREO else
+                         {"B": 1.0} if r2 == STEREO and r1 != STEREO else {"C": 1.0}, **kw)
+        self.task = task
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        text = request.messages[-1].content
+        if "harmful stereotype" in text and self.task and f"Task: {self.task}" in text:
+            r1, r2 = responses_in(request)
+            if STEREO in (r1, r2):
+                self.calls += 1
+                return ChatResult(text="I'm sorry, I can't judge this.", provider=self.name, model=self.model_id)
+        return await super().complete(request)
+
+
+def _cfg(tmp_path, sim_inputs, tag, n=60):
+    names, prompts = sim_inputs(n)
+    return AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=8,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+
+
+def test_an_lmra_declining_stereotyped_pairs_makes_the_run_partial(tmp_path, sim_inputs):
+    honest = Audit(_cfg(tmp_path, sim_inputs, "honest"), target=_target(), judge=DecliningJudge(None)).run()
+    assert honest.summary["run_status"] == "complete" and honest.summary["invalid_over_limit"] == []
+    career_honest = honest.per_task.set_index("task").loc["career advice"]
+    assert career_honest["net_rating"] > 0.5 and career_honest["n_invalid"] == 0
+
+    res = Audit(_cfg(tmp_path, sim_inputs, "declining"), target=_target(),
+                judge=DecliningJudge("career advice")).run()
+    s = res.summary
+    career = res.per_task.set_index("task").loc["career advice"]
+    assert career["n_invalid"] >= 15 and career["net_rating"] < 0.2  # the stereotype is hidden…
+    assert s["run_status"] == "partial" and res.manifest["status"] == "partial"  # …but not silently
+    [over] = s["invalid_over_limit"]
+    assert over["task"] == "career advice" and over["n_invalid"] == career["n_invalid"]
+    assert over["n_rated"] == career["n_invalid"] + career["n_pairs"] and over["p_value"] < 1e-3
+    assert any(w.startswith("too many pairs without a usable LMRA answer: career advice") for w in s["warnings"])
+    assert any("max_invalid_share = 0.25" in r for r in partial_because(s))
+
+
+@pytest.mark.parametrize("n_invalid,n_scored,flagged", [
+    (1, 0, False),   # one pair, its answer unusable: p = 0.25, no evidence
+    (3, 7, False),   # 30 % of 10: p ≈ 0.47
+    (3, 0, True),    # 3 of 3: p = 0.25³ ≈ 0.016
+    (22, 8, True),   # the break-it case
+    (10, 30, False),  # exactly the limit: not above it
+])
+def test_invalid_over_limit_known_answers(n_invalid, n_scored, flagged):
+    pt = pd.DataFrame([{"comparison": "female vs male", "task": "t", "n_pairs": n_scored, "n_invalid": n_invalid}])
+    out = invalid_over_limit(pt, 0.25)
+    assert bool(out) is flagged
+    if flagged:
+        from scipy.stats import binom
+        # P(X ≥ k) for X ~ Binomial(n, 0.25), by hand from the binomial distribution
+        assert out[0]["p_value"] == pytest.approx(binom.sf(n_invalid - 1, n_invalid + n_scored, 0.25))
