@@ -72,3 +72,29 @@ def test_bad_custom_provider_path():
         make_provider(ModelConfig(provider="no_such_module:factory"))
     with pytest.raises(LmraInputError, match="lacks the Provider protocol"):
         make_provider(ModelConfig(provider="builtins:dict"))
+
+
+def test_changed_options_are_another_model_for_the_cache(tmp_path, bot_url):
+    """A custom provider's ``options`` (a route, a deployment) are part of its calls' identity:
+    changing them asks the model again instead of replaying the old answers (break-it finding:
+    a changed option was served every answer from the cache, "0 fresh")."""
+    def cfg(options):
+        return AuditConfig.model_validate({
+            "name": "inhouse", "tasks": ["write a story"], "prompts_per_task": 2,
+            "output_dir": str(tmp_path), "cache": str(tmp_path / "c.sqlite"), "judge_check": {"enabled": False},
+            "filter": {"lmra": False}, "refusal": {"enabled": False},
+            "target": {"provider": "inhouse_provider:make_provider", "base_url": bot_url, "options": options},
+            "judge": {"provider": "inhouse_provider:make_provider", "base_url": bot_url},
+        })
+
+    first = Audit(cfg({"route": "/chat"})).run()
+    n_first = len(_Bot.seen)
+    assert n_first > 4  # 4 responses, then the LMRA's calls
+    again = Audit(cfg({"route": "/chat"})).run()
+    assert len(_Bot.seen) == n_first  # the same options: every call from the cache
+    changed = Audit(cfg({"route": "/chat", "deployment": "canary"})).run()
+    assert len(_Bot.seen) == n_first + 4  # the target asked again; the judge's answers were cached
+    # recorded as another endpoint identity in the manifest (shown by the nightly check)
+    urls = [r.manifest["target"]["base_url"] for r in (first, again, changed)]
+    assert urls[0] == urls[1] != urls[2] and all(u.startswith(bot_url + "#options=") for u in urls)
+    assert first.manifest["judge"]["base_url"] == bot_url  # no options: unchanged

@@ -78,7 +78,25 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
                              field=f"{field}.provider") from None
     from lmra.providers.deadline import DeadlineProvider
 
-    return DeadlineProvider(provider, cfg.timeout_s)
+    wrapped = DeadlineProvider(provider, cfg.timeout_s)
+    wrapped.base_url = options_identity(wrapped.base_url, cfg.options)
+    return wrapped
+
+
+def options_identity(base_url: str, options: dict) -> str:
+    """A custom provider's ``base_url`` as keyed and recorded: with ``#options=<digest>`` (the
+    first 16 hex digits of the SHA-256 of ``options`` as sorted JSON) appended when the config
+    gives the factory ``options`` — a changed route or deployment chosen through them is
+    another model for the cache, the pair memo and the run's manifest (identity changes are
+    shown by the nightly check), never served the old answers. ``base_url`` unchanged
+    without options."""
+    if not options:
+        return base_url
+    import hashlib
+    import json
+
+    text = json.dumps(options, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"{base_url}#options={hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}"
 
 
 def _identity_problem(provider: object) -> str | None:
