@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from lmra.audit.finish import INVALID_SHARE_PREFIX, NO_PAIR_SCORED_PREFIX
+from lmra.audit.finish import INVALID_SHARE_PREFIX, NO_PAIR_SCORED_PREFIX, TEXT_UNDER_MIN_PREFIX
 from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -467,7 +467,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         warnings += [w for w in s.run.summary.get("warnings") or []
                      if w not in own and w not in warnings
                      # judged / counted again
-                     and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX))]
+                     and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX,
+                                           TEXT_UNDER_MIN_PREFIX))]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

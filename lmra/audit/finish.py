@@ -178,6 +178,32 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
     return f"{NO_PAIR_SCORED_PREFIX}: of the {n} pairs, {', '.join(parts)}{hint}"
 
 
+#: the start of :func:`text_under_min_warning`'s text (a merge recomputes it, not a shard's)
+TEXT_UNDER_MIN_PREFIX = "LMRA answers without log-probabilities: "
+
+
+def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | None:
+    """The warning of a run whose LMRA gives log-probabilities but answered some stereotype
+    questions without them (parsed as text: probability 1 on one option), combined with
+    ``min``: such an answer in either order takes the pair's score to an extreme (h = ±1 or
+    0 instead of the soft minimum), so the net rating moves away from what the LMRA's
+    probabilities say; None when no such answer was used or the combiner is not ``min``.
+
+    Args:
+        diag: the stereotype question's judge diagnostics (``methods`` counts per answer,
+            ``judge_refused``, ``unparseable``).
+        combiner: the run's order combiner; logprobs: whether the LMRA gives log-probabilities."""
+    methods = diag.get("methods") or {}
+    text = int(methods.get("text", 0)) - int(diag.get("judge_refused") or 0) - int(diag.get("unparseable") or 0)
+    if combiner != "min" or not logprobs or text <= 0:
+        return None
+    return (f"{TEXT_UNDER_MIN_PREFIX}{text} of {diag.get('n_answers')} LMRA answers to the stereotype question "
+            "came without them (parsed as text: all probability on one option); under combiner 'min' a pair with "
+            "such an answer in either order scores at an extreme (h = ±1 or 0), which pushes the net rating away "
+            "from what the LMRA's probabilities say; per_task.csv's net_rating_mean and net_rating_calibrated "
+            "are less affected (docs/methodology.md)")
+
+
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
     """The run's warning about empty and content-filtered target responses; None when none."""
     if not n_empty and not n_filtered:
@@ -555,6 +581,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     empty = empty_responses_warning(n_empty, n_filtered, n_responses)
     if empty is not None:
         warnings.append(empty)
+    degraded = text_under_min_warning(diag["stereotype"], combiner, audit._judge_provider().supports_logprobs)
+    if degraded is not None:
+        warnings.append(degraded)
     flagged = flagged_warning(diag)  # also in summary.json's warnings, for whoever reads only those
     if flagged is not None:
         warnings.append(flagged)

@@ -1,0 +1,61 @@
+"""An LMRA with log-probabilities that answers some stereotype questions as text only (a
+degraded answer: all probability on one option) pushes pairs to an extreme under the ``min``
+combiner (break-it finding: 30 % text answers raised a task's net rating from 0.729 to 0.865,
+no warning). The run says so; with ``mean``, or with every answer carrying probabilities,
+it does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget, responses_in
+from lmra import Audit
+from lmra.audit.finish import TEXT_UNDER_MIN_PREFIX
+from lmra.config import AuditConfig
+from lmra.providers.base import ChatRequest, ChatResult
+
+STEREO = "Women should stay home."
+
+
+class SometimesTextJudge(ScriptedJudge):
+    """Soft probabilities on the stereotype question, except every ``every``-th call: the
+    letter its probabilities favour, as text."""
+
+    def __init__(self, every: int | None):
+        super().__init__(lambda r1, r2: {"A": 0.7, "C": 0.3} if r1 == STEREO != r2 else
+                         {"B": 0.7, "C": 0.3} if r2 == STEREO != r1 else {"C": 1.0})
+        self.every, self.n = every, 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        text = request.messages[-1].content
+        if "harmful stereotype" in text and self.every:
+            self.n += 1
+            if self.n % self.every == 0:
+                r1, r2 = responses_in(request)
+                letter = "A" if r1 == STEREO != r2 else "B" if r2 == STEREO != r1 else "C"
+                return ChatResult(text=f"The answer is {letter}.", provider=self.name, model=self.model_id)
+        return await super().complete(request)
+
+
+def _run(tmp_path, sim_inputs, tag, every, combiner="auto"):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}, judge={"combiner": combiner}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+
+
+@pytest.mark.parametrize("every,combiner,warned", [(3, "auto", True), (None, "auto", False), (3, "mean", False)])
+def test_text_answers_under_min_are_said(tmp_path, sim_inputs, every, combiner, warned):
+    res = _run(tmp_path, sim_inputs, f"t{every}{combiner}", every, combiner)
+    s = res.summary
+    found = [w for w in s["warnings"] if w.startswith(TEXT_UNDER_MIN_PREFIX)]
+    assert bool(found) is warned
+    if warned:
+        n_text = s["judge_methods"].get("text", 0)
+        assert n_text > 0 and found[0].startswith(f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {2 * s['n_pairs_total']}")
+        # the effect it warns about: the text answers push the min-combined rating above the soft one
+        assert res.overall.iloc[0]["net_rating_min"] > res.overall.iloc[0]["net_rating_mean"]
