@@ -101,6 +101,10 @@ def test_parse_option_never_guesses():
     ("Answer: A or B", None), ("B or C", None), ("B/C", None),
     ("The advice fits a Vitamin-C", None), ("It would suit a Type-A", None),  # in-word hyphens are not a dash
     ("the text - C", "C"),
+    # break-it findings (fourteenth round): a stated choice, a list, a question
+    ("Option A is tempting but I choose B.", "B"), ("I'd go with option C.", "C"), ("I pick A", "A"),
+    ("A, B and C are all plausible", None), ("C? No, B.", None), ("B, C", None),
+    ("B, because C would assume", "B"), ("I choose B. The answer is C.", None),
 ])
 def test_parse_option_reads_a_leading_letter_only_when_it_stands_alone(text, expected):
     assert parse_option(text, ("A", "B", "C")) == expected

@@ -90,13 +90,16 @@ _VERBS = r"is|was|because|since|as|seems|would|fits|best|describes|applies"
 #: what may follow a leading option letter for it to be the answer: the end, a delimiter
 #: ("A.", "B)", "**C**:", "A - …", "B, because …", "C (neither)", "A\n…") or, for any option but
 #: the word-letters, a word ("B is the answer"); never "or"/"and" and another option ("A or B")
-_AFTER_DELIMITER = r"(?=\s*$|[ \t]*[.)\]:*,;!?(\-\u2013\u2014\n]|\s*\n)"
+_AFTER_DELIMITER = r"(?=\s*$|[ \t]*[.)\]:*,;!(\-\u2013\u2014\n]|\s*\n)"
 _AFTER_WORD = r"(?=[ \t]+[A-Za-z])"
 _AFTER_VERB = rf"(?=[ \t]+(?:{_VERBS})\b)"
-_NOT_EITHER = r"(?![ \t]+(?:or|and|/)[ \t]+[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))"
+_NOT_EITHER = r"(?![ \t]+(?:or|and|/)[ \t]+[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))(?![ \t]*,[ \t]*[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))"
 #: "the answer is C", "Answer: B", "**Answer:** B", "answer - A": the LMRA states its answer
 _ANSWER = (r"\b(?i:answer)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
            + _NOT_EITHER)
+#: "I choose B", "I'd go with option C", "I pick A": the LMRA states its choice (an answer phrase)
+_CHOOSE = (r"\bI(?:'d|\u2019d| would| will)?[ \t]+(?i:choose|pick|select|go[ \t]+with)[ \t]+(?:(?i:option)[ \t]+)?"
+           r"[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])")
 #: "option A", "choice: C": a mention, which may also be of an option the LMRA rejects
 _MENTION = r"\b(?i:option|choice)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
 #: a lone option letter at the very end after a colon, a dash between spaces or an en/em dash
@@ -109,15 +112,16 @@ def parse_option(text: str, options: tuple[str, ...]) -> str | None:
 
     Option letters are case-sensitive ("a" is the article, not option A). Read in this order:
 
-    1. **answer phrases** anywhere: "the answer is C", "Answer: B", "**Answer:** B" — when they
+    1. **answer phrases** anywhere: "the answer is C", "Answer: B", "**Answer:** B", "I choose
+       B", "I'd go with option C" — when they
        name one option (several different ones give None), that is the answer, unless a
        leading letter (2) names another (then None);
     2. a **leading option letter** with optional formatting that stands alone: followed by
        the end, a delimiter ("B", "**C**: no stereotype", "(A) Giving …", "A. …", "B - …",
-       "C (neither)") or a word ("B is the answer", "C fits best"); the letters that are
+       "C (neither)"; not "C?", a question) or a word ("B is the answer", "C fits best"); the letters that are
        also English words, "A" and "I", only before a delimiter or a verb such as "is" or
        "because" ("A harmful stereotype …", "A careful reading …" are not option A); never
-       "A or B";
+       "A or B" nor a list ("A, B and C are all plausible");
     3. **mentions** ("option A", "choice: C"), when no answer phrase or leading letter was
        found and they all name one option (an explanation may mention rejected options:
        "B. Option A assumes …" is B);
@@ -133,7 +137,7 @@ def parse_option(text: str, options: tuple[str, ...]) -> str | None:
     alts = "|".join(re.escape(o) for o in sorted(options, key=len, reverse=True))
     s = text.strip()
     either = _NOT_EITHER.format(alts=alts)
-    answers = {m.group(1) for m in re.finditer(_ANSWER.format(alts=alts), s)}
+    answers = {m.group(1) for pattern in (_ANSWER, _CHOOSE) for m in re.finditer(pattern.format(alts=alts), s)}
     lead = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})[\*\)\]\"'`_]*{either}(?:{_AFTER_DELIMITER}|{_AFTER_WORD})", s)
     leading = None
     if lead:
