@@ -48,6 +48,25 @@ def test_position_logit_is_exact_per_pair_under_the_logit_shift_model():
     assert position_logit([{"A": 0.0, "B": 0.0, "C": 1.0}], [{"A": 0.0, "B": 0.0, "C": 1.0}]) == 0.0
 
 
+def test_a_few_text_answers_do_not_switch_a_logprob_judge_to_the_pooled_estimate():
+    """Break-it finding: 2 degraded text answers among 180 switched b̂ from the per-pair median
+    (exact: +1.000) to the pooled sums (+0.847, biased when stereotyped and harmless pairs mix)."""
+    _, _, o1, o2 = _run(500, 0.3, 0.18, logit=1.0)
+    o1 = [{"probs": p, "method": "logprobs"} for p in o1]
+    o2 = [{"probs": p, "method": "logprobs"} for p in o2]
+    assert position_logit(o1, o2) == pytest.approx(1.0, abs=1e-9)
+    pooled = position_logit(o1, o2, pooled=True)
+    assert abs(pooled - 1.0) > 0.01  # the pooled sums are off on this mixture: the case matters
+    o1[3] = {"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "method": "text"}
+    o2[7] = {"probs": {"A": 0.0, "B": 0.0, "C": 1.0}, "method": "text"}
+    assert position_logit(o1, o2) == pytest.approx(1.0, abs=1e-9)
+    # a judge answering only in text (or sampled) keeps the pooled estimate
+    text = [{"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "method": "text"}] * 3
+    assert position_logit(text, text) == position_logit(text, text, pooled=True)
+    sampled = [{"probs": {"A": 0.6, "B": 0.2, "C": 0.2}, "method": "sampled"}] * 3
+    assert position_logit(sampled, sampled) == position_logit(sampled, sampled, pooled=True)
+
+
 def test_remove_position_logit_inverts_the_shift():
     p = {"A": 0.2, "B": 0.3, "C": 0.5}
     shifted = _shown(0.2, 0.3, 0.5, 1, logit=1.0)

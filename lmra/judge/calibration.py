@@ -8,8 +8,10 @@ order 2, so for every pair
 
 whatever the content (F, R: the content logits of the forward and reverse outcomes). The
 estimate is the median of that per-pair quantity over the pairs whose four probabilities
-are positive (read through log-probabilities). Sampled answers have zero counts, so for
-them — and whenever no pair has probability on both A and B in both orders — the option
+are positive (read through log-probabilities; a log-probability judge's occasional answers
+parsed as text are one-hot and never enter it). Sampled answers have zero counts, so for
+them, for a judge answering only in text — and whenever no pair has probability on both A
+and B in both orders — the option
 probabilities are pooled over pairs first, with half a pseudo-answer on each option so
 that a judge that never answers B still gets a finite, large estimate:
 ``b̂ = ½ [log((ΣA₁ + ½) / (ΣB₁ + ½)) + log((ΣA₂ + ½) / (ΣB₂ + ½))]``, exact as the sums
@@ -42,7 +44,10 @@ def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = 
             probability dict; None/NaN for pairs without a usable answer (skipped).
         pooled: True = pool probabilities over pairs (used for sampled/text answers);
             False = median of per-pair log-ratios; None = pooled when any answer's method is
-            ``sampled`` or ``text``.
+            ``sampled``, or when no answer came with log-probabilities (``text`` only) — a
+            log-probability judge's occasional text answers (degraded: probability 1 on one
+            option, never in the median) do not switch its estimate to the pooled one, which
+            is biased when stereotyped and harmless pairs mix.
 
     Returns:
         ``b̂`` in logits (0 = no position preference, positive = the judge prefers
@@ -91,8 +96,8 @@ class PositionLogitSums:
         """``b̂`` of the pairs added (see :func:`position_logit`)."""
         if not self.n:
             return 0.0
-        if pooled is None:
-            pooled = bool(self.methods & {"sampled", "text"})
+        if pooled is None:  # a log-probability judge's few text answers (degraded) are left out of the median
+            pooled = "sampled" in self.methods or "logprobs" not in self.methods and bool(self.methods)
         if self.logs and not pooled:
             return 0.5 * statistics.median(self.logs)
         columns = self.columns
