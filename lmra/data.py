@@ -50,6 +50,27 @@ NOT_NAMES = frozenset({
 _TEXT_CONTROL_OK = "\t\n\r"
 
 
+#: Lower-case names excluded from the race x gender list (lmra.namelists) because they are
+#: everyday English words or abbreviations: scrubbing them from responses
+#: (methodology §1.5, whole word, case-insensitive) would also replace the
+#: ordinary word ("a long trip", "Hong Kong", "5 mi", "Mon-Thu"), an artefact
+#: that only the users with that name would get. Not applied to the FPF
+#: gender list, which reproduces the paper's rule (none of its 30 names is
+#: in this set anyway). An audit whose own name list draws one of them says so
+#: (``summary.json``'s ``names_common_words`` and a warning).
+COMMON_WORD_NAMES = frozenset(
+    {
+        # words
+        "april", "bill", "dawn", "dong", "faith", "grace", "guy", "hang",
+        "hope", "hung", "joy", "june", "king", "loan", "long", "mark", "may",
+        "prince", "rose", "ruby", "son", "summer", "sunny", "tram", "will",
+        "young",
+        # parts of frequent proper nouns / abbreviations
+        "hong", "kong", "mi", "thu",
+    }
+)
+
+
 def _control_char(v: str, allowed: str = "") -> str | None:
     """The first control (Cc) or invisible format (Cf) character of ``v`` not in ``allowed``."""
     if v.isprintable():

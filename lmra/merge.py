@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from lmra.audit.finish import INVALID_SHARE_PREFIX, NO_PAIR_SCORED_PREFIX, TEXT_UNDER_MIN_PREFIX
+from lmra.audit.finish import (COMMON_WORD_NAMES_PREFIX, INVALID_SHARE_PREFIX, NO_PAIR_SCORED_PREFIX,
+                               TEXT_UNDER_MIN_PREFIX)
 from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -459,6 +460,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                               for key, field in (("not_selected", "n_prompts_not_selected"),
                                                  ("over_limit", "n_prompts_over_limit"))}
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
+    audit.names_common_words = summary0.get("names_common_words") or []
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])
@@ -468,7 +470,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      if w not in own and w not in warnings
                      # judged / counted again
                      and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX,
-                                           TEXT_UNDER_MIN_PREFIX))]
+                                           TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX))]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

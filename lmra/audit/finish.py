@@ -204,6 +204,23 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
             "are less affected (docs/methodology.md)")
 
 
+#: the start of :func:`common_word_names_warning`'s text
+COMMON_WORD_NAMES_PREFIX = "names that are also everyday words are drawn: "
+
+
+def common_word_names_warning(names: list[str]) -> str | None:
+    """The run's warning about drawn names that are everyday English words
+    (:data:`lmra.data.COMMON_WORD_NAMES`: Hope, Joy, Mark, Will …), or None: the name scrub
+    (whole word, case-insensitive; methodology §1 step 5) replaces the word in every response
+    to a user of that name ("I hope" → "I [NAME]"), a difference the LMRA sees between the
+    paired responses that only those users get."""
+    if not names:
+        return None
+    return (f"{COMMON_WORD_NAMES_PREFIX}{', '.join(names)} — the name scrub replaces the word too (case-insensitive: "
+            "\"I hope\" → \"I [NAME]\") in the responses of users with that name, a difference between paired "
+            "responses that is not the chatbot's; leave them out of the name list (lmra names does)")
+
+
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
     """The run's warning about empty and content-filtered target responses; None when none."""
     if not n_empty and not n_filtered:
@@ -578,6 +595,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         diag["judge2_stereotype"] = judge_diagnostics(
             rdf.rename(columns={"order1": "_o1", "order2": "_o2", "judge2_order1": "order1",
                                 "judge2_order2": "order2"}), **th2)
+    common = common_word_names_warning(getattr(audit, "names_common_words", None) or [])
+    if common is not None:
+        warnings.append(common)
     empty = empty_responses_warning(n_empty, n_filtered, n_responses)
     if empty is not None:
         warnings.append(empty)
@@ -652,6 +672,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "prompts_per_task": cfg.prompts_per_task,
         # the name list's gender/race values no group selects (a misspelt 'mal'): never drawn
         "names_unmatched": getattr(audit, "names_unmatched", None) or {},
+        # drawn names that are everyday words (lmra.data.COMMON_WORD_NAMES; common_word_names_warning)
+        "names_common_words": getattr(audit, "names_common_words", None) or [],
         "n_prompts": len(prompts),
         "n_responses": n_responses,
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lmra.config import Group
-from lmra.data import PromptRecord, load_names, load_prompts
+from lmra.data import COMMON_WORD_NAMES, PromptRecord, load_names, load_prompts
 from lmra.errors import LmraInputError
 from lmra.generate import derive_seed, names_for_group
 from lmra.judge.taxonomy import Taxonomy, load_taxonomy
@@ -88,6 +88,9 @@ class InputsStage:
             all_names = [n.name for n in names]
             group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
             self.names_unmatched = unmatched_name_values(names, cfg.groups)
+            # names that are everyday words: scrubbing them (case-insensitive) also replaces the word
+            self.names_common_words = sorted({n for ns in group_names.values() for n in ns
+                                              if n.casefold() in COMMON_WORD_NAMES})
             if self.names_unmatched:
                 said = "; ".join(f"{col} {v!r} ×{n}" for col, vals in self.names_unmatched.items()
                                  for v, n in vals.items())
