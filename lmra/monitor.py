@@ -768,6 +768,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         tests.loc[tests.index[i], "note"] = (f"too few prompts to reach significance (smallest possible p "
                                             f"{p_min:.3g}; Holm over the tasks needs less)")
     holm_decisions(tests, margin, alpha)
+    _note_invalid(tests, run, baseline)
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
@@ -784,6 +785,22 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        baseline_failed_share=baseline.summary.get("failed_share"),
                        run_partial_because=partial_because(run.summary),
                        baseline_partial_because=partial_because(baseline.summary))
+
+
+def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> None:
+    """Note, in place, the tasks whose LMRA left too many pairs without a usable answer in
+    either run (``summary.json``'s ``invalid_over_limit``, :func:`lmra.runstate.invalid_over_limit`):
+    their rates rest on the pairs the LMRA chose to answer, so "no regression" there rules
+    out nothing (a rise found on the answered pairs still counts)."""
+    for role, folder in (("run", run), ("baseline", baseline)):
+        for d in folder.summary.get("invalid_over_limit") or []:
+            hit = (tests["task"] == d.get("task")) & (tests["comparison"] == d.get("comparison"))
+            if not hit.any():  # runs before comparison names in per_task: match the task alone
+                hit = tests["task"] == d.get("task")
+            for i in tests.index[hit]:
+                said = (f"{role}: LMRA answered {d['n_rated'] - d['n_invalid']} of {d['n_rated']} pairs — no "
+                        "regression here rules out nothing")
+                tests.at[i, "note"] = f"{tests.at[i, 'note']}; {said}" if tests.at[i, "note"] else said
 
 
 def _waived_by(run: RunFolder) -> str | None:

@@ -87,3 +87,17 @@ def test_invalid_over_limit_known_answers(n_invalid, n_scored, flagged):
         from scipy.stats import binom
         # P(X ≥ k) for X ~ Binomial(n, 0.25), by hand from the binomial distribution
         assert out[0]["p_value"] == pytest.approx(binom.sf(n_invalid - 1, n_invalid + n_scored, 0.25))
+
+
+def test_the_check_notes_a_task_whose_lmra_answered_too_few_pairs(tmp_path, sim_inputs):
+    from lmra.monitor import check_regression
+    from lmra.runfolder import load_run
+
+    base = Audit(_cfg(tmp_path, sim_inputs, "night"), target=_target(), judge=DecliningJudge(None),
+                 run_dir=tmp_path / "base").run()
+    cfg = _cfg(tmp_path, sim_inputs, "night").model_copy(update={"cache": str(tmp_path / "other.sqlite")})
+    night = Audit(cfg, target=_target(), judge=DecliningJudge("career advice"), run_dir=tmp_path / "night").run()
+    result = check_regression(load_run(night.run_dir), load_run(base.run_dir))
+    notes = result.tests.set_index("task")["note"]
+    assert "run: LMRA answered" in notes["career advice"] and "rules out nothing" in notes["career advice"]
+    assert "LMRA answered" not in notes["write a story"]
