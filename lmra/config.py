@@ -724,7 +724,8 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
     from any folder after ``pip install``).
 
     Raises:
-        LmraInputError: missing or unreadable file, TOML syntax error (with line) or invalid field.
+        LmraInputError: missing or unreadable file, a file that sets nothing, TOML syntax error
+            (with line) or invalid field.
     """
     p = Path(path)
     if not p.exists() and not p.is_absolute() and p.parts[:1] == ("examples",):
@@ -732,6 +733,9 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
 
         p = resolve_resource(p, "examples")
     text, data = read_toml(p, "config file")
+    if not data:  # nothing set: more likely a mistake (a truncated or wrong file) than a wish for every default
+        raise LmraInputError("config file sets nothing (empty, or comments only); give the settings to change, or "
+                             "leave out --config for the shipped default", file=p)
     return validate_model(model, data, source=p, text=text, docs=docs)
 
 

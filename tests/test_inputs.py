@@ -163,3 +163,18 @@ def test_names_typed_with_combining_accents_are_accepted_as_written(tmp_path):
         n.write_text(f"name,gender\n{bad},male\n", encoding="utf-8")
         with pytest.raises(LmraInputError, match=why):
             load_names(n)
+
+
+@pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n"])
+def test_a_config_file_that_sets_nothing_is_an_input_error(tmp_path, body, capsys, monkeypatch):
+    """Break-it finding: an empty (0-byte) config was taken as "all defaults" and started the
+    whole default audit; it is a mistake more often than a wish, so it exits 2 naming the file."""
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)  # (the default output folder is relative: nothing may appear there)
+    cfg = tmp_path / "empty.toml"
+    cfg.write_text(body)
+    assert main(["audit", "--config", str(cfg), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "empty.toml" in err and "sets nothing" in err and "Traceback" not in err
+    assert not (tmp_path / "reports").exists()
