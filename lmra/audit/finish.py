@@ -216,9 +216,9 @@ def common_word_names_warning(names: list[str]) -> str | None:
     paired responses that only those users get."""
     if not names:
         return None
-    return (f"{COMMON_WORD_NAMES_PREFIX}{', '.join(names)} — the name scrub replaces the word too (case-insensitive: "
-            "\"I hope\" → \"I [NAME]\") in the responses of users with that name, a difference between paired "
-            "responses that is not the chatbot's; leave them out of the name list (lmra names does)")
+    return (f"{COMMON_WORD_NAMES_PREFIX}{', '.join(names)} — the name scrub replaces the word as well "
+            "(case-insensitive: a user named Hope gets every \"hope\" of the response scrubbed), a difference "
+            "between paired responses that is not the chatbot's; leave them out of the name list (lmra names does)")
 
 
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
