@@ -276,6 +276,11 @@ class FaultServer:
                     self._send(200, json.dumps(completion(body) | {"choices": []}).encode())
                 elif fault == "no_logprobs":
                     self._send(200, json.dumps(completion(body, with_logprobs=False)).encode())
+                elif fault == "no_top_logprobs":  # an endpoint that ignores top_logprobs: the chosen token only
+                    c = completion(body)
+                    for pos in ((c["choices"][0].get("logprobs") or {}).get("content") or []):
+                        pos["top_logprobs"] = []
+                    self._send(200, json.dumps(c).encode())
                 elif fault == "http_429":
                     self._send(429, b'{"error": {"message": "rate limited", "type": "rate_limit"}}',
                                {"retry-after-ms": "30"})
@@ -317,7 +322,7 @@ class FaultServer:
             if rng.random() >= self.fault_rate:
                 return None
             fault = rng.choice(self.faults)
-            if fault == "no_logprobs" and not wants_logprobs:
+            if fault in ("no_logprobs", "no_top_logprobs") and not wants_logprobs:
                 fault = "http_500"
             if fault in ("nan_logprob", "pos_logprob") and not wants_logprobs:
                 fault = "message_null"

@@ -186,8 +186,11 @@ def _req(i: int = 0) -> ChatRequest:
                        temperature=0.0, max_tokens=1, options=("A", "B", "C"), top_logprobs=5, seed=i)
 
 
-def test_an_answer_without_logprobs_is_retried_then_used_as_text_and_never_cached(tmp_path):
-    with FaultServer(fault_rate=1.0, faults=("no_logprobs",)) as srv:
+@pytest.mark.parametrize("fault", ["no_logprobs", "no_top_logprobs"])
+def test_an_answer_without_logprobs_is_retried_then_used_as_text_and_never_cached(tmp_path, fault):
+    # no_top_logprobs (break-it finding): an endpoint that ignores top_logprobs gives the chosen
+    # token's probability only; read as the whole distribution it erased a real stereotype
+    with FaultServer(fault_rate=1.0, faults=(fault,)) as srv:
         cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=2, timeout_s=2)
         cache = CallCache(tmp_path / "c.sqlite")
         stats = CallStats()
@@ -394,3 +397,28 @@ def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
     (run_dir,) = _run_dirs(tmp_path / "out")
     texts = pd.read_json(run_dir / "responses.jsonl", lines=True)["text"]
     assert texts.str.contains("\ufffd").all()
+
+
+def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probability():
+    """Break-it finding: ``[A −0.2, C −2.0, A −9]`` (two token ids decoding to "A") kept the last
+    entry, p(A) = 0.0001 instead of 0.82, and changed which prompts were audited, unsaid."""
+    import math
+
+    from lmra.providers._openai_batch import chat_result
+
+    def completion(tops, token="A", lp=-0.2):
+        return {"choices": [{"message": {"content": token}, "finish_reason": "length",
+                             "logprobs": {"content": [{"token": token, "logprob": lp, "top_logprobs": [
+                                 {"token": t, "logprob": v} for t, v in tops]}]}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    res = chat_result(completion([("A", -0.2), ("C", -2.0), ("A", -9.0)]), _req(), model="m")
+    assert res.option_probs["A"] == pytest.approx(math.exp(-0.2))
+    assert res.option_probs["C"] == pytest.approx(math.exp(-2.0)) and res.option_probs["B"] == 0.0
+    res = chat_result(completion([("A", -9.0), ("A", -0.2), ("C", -2.0)]), _req(), model="m")
+    assert res.option_probs["A"] == pytest.approx(math.exp(-0.2))
+    # only the chosen token (top_logprobs empty or absent): no reading, never {C: 0.6, A: 0, B: 0}
+    assert chat_result(completion([], token="C", lp=math.log(0.6)), _req(), model="m").option_probs is None
+    bare = completion([], token="C", lp=math.log(0.6))
+    del bare["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    assert chat_result(bare, _req(), model="m").option_probs is None

@@ -83,13 +83,16 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
 
     Option probabilities (for requests with ``options``) come from the first generated token
     that is not pure formatting (``**``, newline …): its ``top_logprobs`` plus the token
-    itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`). A sum
-    above 1 by at most :data:`LOGPROB_ROUNDING` (log-probabilities the server rounded) is
-    rescaled to 1.
+    itself, summed over variants (see :func:`~lmra.providers.base.sum_option_probs`); a token
+    text listed twice (two token ids decoding alike) counts once, with its larger probability.
+    A sum above 1 by at most :data:`LOGPROB_ROUNDING` (log-probabilities the server rounded) is
+    rescaled to 1. A token without ``top_logprobs`` (missing or empty: an endpoint that ignores
+    the parameter) gives no option probabilities — the other options' are unknown, not 0.
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
-        completion carries no log-probabilities (never a zero-mass reading); ``served_model``
+        completion carries no log-probabilities, or none for alternative tokens (never a
+        zero-mass or one-token reading); ``served_model``
         and ``system_fingerprint`` are the completion's ``model`` and ``system_fingerprint``
         (None when absent or not a string).
 
@@ -130,11 +133,17 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
             token = _get(pos, "token")
             if token and all(ch in _FORMATTING for ch in token):
                 continue
-            alts = {_get(a, "token"): _get(a, "logprob") for a in (_get(pos, "top_logprobs") or [])}
-            alts.setdefault(token, _get(pos, "logprob"))
-            for tok, v in alts.items():  # a log-probability is a finite number ≤ 0
+            tops = _get(pos, "top_logprobs") or []
+            if not tops:  # only the chosen token's probability: the other options' are unknown, not 0
+                probs = None  # (an endpoint that ignores top_logprobs: an answer without log-probabilities)
+                break
+            alts: dict = {}
+            for tok, v in [(_get(a, "token"), _get(a, "logprob")) for a in tops] + [(token, _get(pos, "logprob"))]:
+                # a log-probability is a finite number ≤ 0
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v > 1e-6:
                     raise bad(f"log-probability {v!r} of token {tok!r} is not a finite number ≤ 0")
+                if tok not in alts or v > alts[tok]:  # a token listed twice (two ids, one text): its larger one
+                    alts[tok] = v
             probs = sum_option_probs(alts, request.options)
             total = sum(probs.values())
             if total > 1.0:  # distinct tokens' probabilities: above 1 only by the server's rounding
