@@ -16,6 +16,7 @@ from lmra.providers.base import ChatRequest, Message
 
 class _Handler(BaseHTTPRequestHandler):
     received: list = []
+    odd_bodies: list = []  # functions turning the valid reply into the body of the n-th request
 
     def log_message(self, *args):
         pass
@@ -29,6 +30,9 @@ class _Handler(BaseHTTPRequestHandler):
         resp = {"id": "msg_local_1", "type": "message", "role": "assistant", "model": body["model"],
                 "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
                 "usage": {"input_tokens": 11, "output_tokens": 3}}
+        odd = type(self).odd_bodies  # break-it finding: 200 bodies that are no message, once each
+        if odd and len(type(self).received) <= len(odd):
+            resp = odd[len(type(self).received) - 1](resp)
         data = json.dumps(resp).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -39,7 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def messages_server():
-    _Handler.received = []
+    _Handler.received, _Handler.odd_bodies = [], []
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
@@ -81,3 +85,54 @@ def test_missing_key_is_an_input_error(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(LmraInputError, match="ANTHROPIC_API_KEY"):
         AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test"))
+
+
+ODD_BODIES = [
+    lambda r: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    lambda r: r | {"content": "hello"},
+    lambda r: r | {"content": None},
+    lambda r: {k: v for k, v in r.items() if k != "content"},
+    lambda r: r | {"content": [{"type": "text", "text": None}]},
+]
+
+
+@pytest.mark.parametrize("odd", range(len(ODD_BODIES)))
+def test_a_200_body_that_is_no_message_is_retried_and_counted_never_an_empty_answer(messages_server, odd, tmp_path):
+    """Break-it finding: an HTTP 200 carrying an error object, or a message whose content is a
+    string, null or missing, was read as an empty answer and cached."""
+    from lmra.cache import CachedProvider, CallCache, CallStats
+
+    url, received = messages_server
+    _Handler.odd_bodies = [ODD_BODIES[odd]]
+    cfg = ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False, max_retries=2)
+    stats = CallStats()
+    cache = CallCache(tmp_path / "c.sqlite")
+
+    async def go():
+        prov = CachedProvider(AnthropicProvider(cfg), cache, stats)
+        try:
+            return await prov.complete(ChatRequest(messages=[Message(role="user", content="Hello there")],
+                                                   max_tokens=20))
+        finally:
+            await prov.aclose()
+
+    res = asyncio.run(go())
+    assert res.text == "echo: Hello there"  # the retry's genuine answer
+    assert len(received) == 2 and stats.retries == 1 and stats.failed_by_kind.get("malformed", 0) == 0
+    assert len(cache) == 1
+
+    _Handler.odd_bodies = [ODD_BODIES[odd]] * 10  # every attempt odd: a failed call, never cached
+    received.clear()
+    from lmra.providers.base import ProviderError
+    cache2 = CallCache(tmp_path / "c2.sqlite")
+
+    async def go2():
+        prov = CachedProvider(AnthropicProvider(cfg), cache2, CallStats())
+        try:
+            return await prov.complete(ChatRequest(messages=[Message(role="user", content="Hi again")], max_tokens=20))
+        finally:
+            await prov.aclose()
+
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(go2())
+    assert info.value.kind == "malformed" and len(received) == 3 and len(cache2) == 0

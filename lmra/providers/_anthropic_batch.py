@@ -53,8 +53,34 @@ def message_params(model: str, request: ChatRequest) -> dict[str, Any]:
 
 def message_result(message: Any, *, model: str, provider: str = "anthropic", latency_s: float = 0.0) -> ChatResult:
     """Turn a Messages API message (SDK object) into a :class:`ChatResult` (text blocks joined;
-    ``served_model`` is the message's ``model``, None when absent)."""
-    text = "".join(getattr(b, "text", "") or "" for b in (message.content or []) if getattr(b, "type", "") == "text")
+    ``served_model`` is the message's ``model``, None when absent).
+
+    Raises:
+        ProviderError: kind ``malformed`` (retryable, never cached) when the body is not a
+            message: ``type`` other than ``"message"`` (an HTTP 200 carrying ``{"type":
+            "error", …}``), ``content`` not a list (missing, null, a string), or a text block
+            whose ``text`` is not a string — never read as an empty answer."""
+    def bad(why: str) -> ProviderError:
+        return ProviderError(f"{provider} response is not a valid message: {why}", kind="malformed", retryable=True)
+
+    kind = getattr(message, "type", None)
+    if kind != "message":
+        error = getattr(message, "error", None)
+        detail = getattr(error, "type", None) or (error.get("type") if isinstance(error, dict) else None)
+        raise bad(f"type {kind!r}" + (f" ({detail})" if detail else ""))
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        raise bad(f"'content' is {type(content).__name__}, not a list of blocks")
+    texts = []
+    for block in content:
+        block_type = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
+        if block_type != "text":
+            continue  # (thinking, tool use …: not the answer's text)
+        value = block.get("text") if isinstance(block, dict) else getattr(block, "text", None)
+        if not isinstance(value, str):
+            raise bad(f"a text block's text is {type(value).__name__}, not a string")
+        texts.append(value)
+    text = "".join(texts)
     u = message.usage
     served = getattr(message, "model", None)
     return ChatResult(text=text, option_probs=None,
@@ -163,7 +189,7 @@ class AnthropicBatchBackend:
                     try:
                         results[key] = message_result(item.result.message, model=self.model_id,
                                                       provider=self.provider_name)
-                    except (TypeError, ValueError, AttributeError) as exc:
+                    except (TypeError, ValueError, AttributeError, ProviderError) as exc:
                         errors[key] = f"unparseable batch result: {exc}"
                 else:
                     errors[key] = _error_text(item.result)
