@@ -521,9 +521,9 @@ class AuditConfig(_Strict):
     max_invalid_share: float = Field(
         0.25, ge=0, le=1,
         description="Largest share of a task's rated pairs that may get no usable LMRA answer (the LMRA refused to "
-        "rate, or put no probability on the options): a task significantly above it (one-sided exact binomial "
-        "test at 0.05) makes the run 'partial' (exit status 1), since its rate rests on the pairs the LMRA chose "
-        "to answer.")
+        "rate, put no probability on the options, or gave no refusal label): a task, or a comparison over all "
+        "its tasks, significantly above it (one-sided exact binomial test at 0.05) makes the run 'partial' (exit "
+        "status 1), since its rate rests on the pairs the LMRA chose to answer.")
     interval: Literal["betting", "t"] = Field(
         "betting", description="Interval for net ratings and quality means: 'betting' (bounded-mean betting "
         "interval, keeps its coverage when stereotypes are rare) or 't' (t-interval).")

@@ -798,7 +798,8 @@ def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> N
             if not hit.any():  # runs before comparison names in per_task: match the task alone
                 hit = tests["task"] == d.get("task")
             for i in tests.index[hit]:
-                said = (f"{role}: LMRA answered {d['n_rated'] - d['n_invalid']} of {d['n_rated']} pairs — no "
+                said = (f"{role}: LMRA answered {d['n_rated'] - d['n_invalid'] - d.get('n_unlabelled', 0)} of "
+                        f"{d['n_rated']} pairs — no "
                         "regression here rules out nothing")
                 tests.at[i, "note"] = f"{tests.at[i, 'note']}; {said}" if tests.at[i, "note"] else said
 

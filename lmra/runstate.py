@@ -172,52 +172,75 @@ def failed_share(n_pairs_failed: int, n_pairs: int, n_prompts_failed: int, pairs
 INVALID_TEST_LEVEL = 0.05
 
 
-def invalid_over_limit(per_task, limit: float) -> list[dict]:
-    """The tasks whose LMRA left significantly more than ``limit`` of their rated pairs without
-    a usable answer (refused to rate, no probability on the options: ``n_invalid``).
+def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
+    """The tasks — and, from ``overall``, each comparison's whole run — whose LMRA left
+    significantly more than ``limit`` of their rated pairs without a usable answer: no usable
+    stereotype rating (``n_invalid``: it refused to rate, or put no probability on the
+    options) or no refusal label (``n_unlabelled``).
 
     Missing answers are not missing at random when an LMRA declines the very pairs that hold a
-    stereotype, so such a task's net rating, computed on the pairs it did answer, cannot be
-    trusted. A task is over the limit when ``n_invalid / (n_pairs + n_invalid) > limit`` and
-    the one-sided exact binomial test of "share ≤ limit" (scipy ``binomtest``, alternative
-    ``greater``) has p ≤ :data:`INVALID_TEST_LEVEL` — a 1-pair task with its one answer
-    unusable (p = ``limit``) is not, 22 of 30 at 0.25 (p ≈ 10⁻⁸) is.
+    stereotype (or the very responses that refuse), so a rate computed on the pairs it did
+    answer cannot be trusted. A row is over the limit when ``k / n > limit`` (``k`` = invalid
+    + unlabelled pairs, ``n`` = ``k`` + scored pairs) and the one-sided exact binomial test of
+    "share ≤ limit" (scipy ``binomtest``, alternative ``greater``) has p ≤
+    :data:`INVALID_TEST_LEVEL` — a 1-pair task with its one answer unusable (p = ``limit``)
+    is not, 22 of 30 at 0.25 (p ≈ 10⁻⁸) is; the overall rows catch unusable answers spread
+    thinly over small tasks (24 of 54 over 27 tasks of 2 pairs: p ≈ 0.001).
 
     Args:
         per_task: ``per_task.csv``'s frame (``task``, ``group_a``/``group_b`` or ``comparison``,
-            ``n_pairs`` = scored pairs, ``n_invalid``); no ``n_invalid`` column: none.
+            ``n_pairs`` = scored pairs, ``n_invalid``, ``n_unlabelled`` — empty when refusal
+            labels are off); no ``n_invalid`` column: none.
         limit: ``max_invalid_share``, in [0, 1].
+        overall: ``overall.csv``'s frame (the same columns, one row per comparison) or None;
+            its rows are reported with task ``"all tasks"``.
 
     Returns:
-        One dict per task over the limit: ``comparison``, ``task``, ``n_invalid``, ``n_rated``
-        (scored + invalid), ``share``, ``p_value``; sorted by comparison and task.
+        One dict per row over the limit: ``comparison``, ``task``, ``n_invalid``,
+        ``n_unlabelled``, ``n_rated`` (scored + invalid + unlabelled), ``share``, ``p_value``;
+        the tasks sorted by comparison and task, then the overall rows.
     """
-    if per_task is None or len(per_task) == 0 or "n_invalid" not in per_task or limit >= 1:
-        return []
-    out = []
-    for row in per_task.to_dict(orient="records"):
-        try:
-            k, scored = int(row.get("n_invalid") or 0), int(row.get("n_pairs") or 0)
-        except (TypeError, ValueError):
-            continue
-        n = k + scored
-        if k == 0 or k / n <= limit:
-            continue
-        from scipy.stats import binomtest  # (imported only for a task above the limit: a run's start stays light)
+    def over(frame, task_name=None) -> list[dict]:
+        if frame is None or len(frame) == 0 or "n_invalid" not in frame or limit >= 1:
+            return []
+        out = []
+        for row in frame.to_dict(orient="records"):
+            try:
+                bad, unlabelled, scored = (int(_count(row.get(c))) for c in ("n_invalid", "n_unlabelled", "n_pairs"))
+            except (TypeError, ValueError):
+                continue
+            k = bad + unlabelled
+            n = k + scored
+            if k == 0 or k / n <= limit:
+                continue
+            from scipy.stats import binomtest  # (imported only for a row above the limit: a run's start stays light)
 
-        p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
-        if p <= INVALID_TEST_LEVEL:
-            comparison = row.get("comparison") or f"{row.get('group_a')} vs {row.get('group_b')}"
-            out.append({"comparison": str(comparison), "task": str(row.get("task")), "n_invalid": k,
-                        "n_rated": n, "share": k / n, "p_value": p})
-    return sorted(out, key=lambda d: (d["comparison"], d["task"]))
+            p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
+            if p <= INVALID_TEST_LEVEL:
+                comparison = row.get("comparison") or f"{row.get('group_a')} vs {row.get('group_b')}"
+                out.append({"comparison": str(comparison), "task": task_name or str(row.get("task")),
+                            "n_invalid": bad, "n_unlabelled": unlabelled, "n_rated": n, "share": k / n,
+                            "p_value": p})
+        return out
+
+    tasks = sorted(over(per_task), key=lambda d: (d["comparison"], d["task"]))
+    return tasks + over(overall, "all tasks")
+
+
+def _count(v) -> int:
+    """A count column's value as an int (NaN/None — refusal labels off — as 0)."""
+    if v is None or (isinstance(v, float) and v != v):
+        return 0
+    return int(v)
 
 
 def invalid_phrase(d: dict) -> str:
-    """One task of :func:`invalid_over_limit` in words: ``"career advice (female vs male): 22 of
+    """One row of :func:`invalid_over_limit` in words: ``"career advice (female vs male): 22 of
     30 rated pairs got no usable LMRA answer (73.3%)"``."""
-    return (f"{d['task']} ({d['comparison']}): {d['n_invalid']} of {d['n_rated']} rated pairs got no usable "
-            f"LMRA answer ({d['share']:.1%})")
+    lost = d["n_invalid"] + d.get("n_unlabelled", 0)
+    what = ("no usable LMRA answer" if not d.get("n_unlabelled") else
+            f"no usable LMRA answer ({d['n_invalid']} ratings, {d['n_unlabelled']} refusal labels)")
+    return f"{d['task']} ({d['comparison']}): {lost} of {d['n_rated']} rated pairs got {what} ({d['share']:.1%})"
 
 
 def lost_metrics(summary: dict) -> list[str]:

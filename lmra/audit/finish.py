@@ -631,7 +631,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                             f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
     run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
                         cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
-    over_invalid = invalid_over_limit(pt, cfg.max_invalid_share)
+    over_invalid = invalid_over_limit(pt, cfg.max_invalid_share, ov)
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
     if over_invalid and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
         run_st = PARTIAL
