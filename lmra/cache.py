@@ -582,9 +582,21 @@ class CallCache:
         while not self._write_pending():
             if time.monotonic() >= deadline:
                 raise LmraIOError(f"{len(self.pending)} answered call(s) could not be stored in the call cache (disk "
-                                  "full or not writable); free space and run the same command again (they will be "
-                                  "asked again)", path=self.path)
+                                  "full or not writable); free space and run the same command again ("
+                                  + self._fate_of_pending() + ")", path=self.path)
             time.sleep(1.0)
+
+    def _fate_of_pending(self) -> str:
+        """What becomes of the calls held in memory: kept in the answer log (stored when the
+        cache is next opened), partly kept (the log's write failed too: those it holds are
+        stored, the rest asked again), or asked again by a re-run."""
+        log = self._answers
+        if log is None:
+            return "a re-run asks them again"
+        if not log.failed:
+            return f"they are kept in {log.path} and stored when the cache is next opened"
+        return (f"those the answer log {log.path} holds are stored when the cache is next opened, the rest are "
+                "asked again")
 
     # -- leases ------------------------------------------------------------------------
     def _take_free_lease(self, key: str) -> bool:
@@ -922,12 +934,9 @@ class CallCache:
             self._write_timer.cancel()  # what it would write is written here
             self._write_timer = None
         written = self._write_pending()  # (and the held memo rows)
-        kept = self._answers is not None and not self._answers.failed
         if not written and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
-                                f"{self.path} (disk full or not writable); "
-                                + (f"they are kept in {self._answers.path} and stored when the cache is next opened"
-                                   if kept else "a re-run asks them again"))
+                                f"{self.path} (disk full or not writable); " + self._fate_of_pending())
         if self._answers is not None:
             self._answers.close(keep=bool(self.pending))
         if self._renewer is not None and not self._renewer.done():

@@ -188,3 +188,22 @@ def test_run_status_rules():
     assert run_status(0.05, 0.05, 10) == "complete" and run_status(0.051, 0.05, 10) == "partial"
     assert run_status(0.4, 0.05, 0) == "failed"  # no valid pair scored and calls failed
     assert run_status(0.0, 0.05, 0) == "complete"  # nothing failed: an all-invalid judge is the judge status's business
+
+
+def test_what_becomes_of_calls_the_cache_could_not_store_is_said_truly(tmp_path):
+    """Break-it finding: a full disk said "(they will be asked again)" although the answer log
+    held 152 of the 180 calls, which the next run stored."""
+    from lmra.cache import CallCache
+
+    cache = CallCache(tmp_path / "c.sqlite")
+    try:
+        log = cache._answers
+        assert log is not None and "stored when the cache is next opened" in cache._fate_of_pending()
+        log.failed = True  # the log's own write failed too: part of the calls are in it
+        assert "holds are stored when the cache is next opened, the rest are asked again" in cache._fate_of_pending()
+        cache._answers = None
+        assert cache._fate_of_pending() == "a re-run asks them again"
+        cache._answers = log
+        log.failed = False
+    finally:
+        cache.close()

@@ -194,14 +194,16 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
             ``judge_refused``, ``unparseable``).
         combiner: the run's order combiner; logprobs: whether the LMRA gives log-probabilities."""
     methods = diag.get("methods") or {}
-    text = int(methods.get("text", 0)) - int(diag.get("judge_refused") or 0) - int(diag.get("unparseable") or 0)
-    if combiner != "min" or not logprobs or text <= 0:
+    n_text = int(methods.get("text", 0))
+    read = n_text - int(diag.get("judge_refused") or 0) - int(diag.get("unparseable") or 0)
+    if combiner != "min" or not logprobs or read <= 0:
         return None
-    return (f"{TEXT_UNDER_MIN_PREFIX}{text} of {diag.get('n_answers')} LMRA answers to the stereotype question "
-            "came without them (parsed as text: all probability on one option); under combiner 'min' a pair with "
-            "such an answer in either order scores at an extreme (h = ±1 or 0), which pushes the net rating away "
-            "from what the LMRA's probabilities say; per_task.csv's net_rating_mean and net_rating_calibrated "
-            "are less affected (docs/methodology.md)")
+    return (f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {diag.get('n_answers')} LMRA answers to the stereotype question "
+            f"came without them ({read} read as text: all probability on one option; the rest unreadable); under "
+            "combiner 'min' a pair with such an answer in either order scores at an extreme (h = ±1 or 0) or, when "
+            "its two orders name different options, is invalid — which pushes the net rating away from what the "
+            "LMRA's probabilities say; per_task.csv's net_rating_mean and net_rating_calibrated are less affected "
+            "(docs/methodology.md)")
 
 
 #: the start of :func:`common_word_names_warning`'s text
