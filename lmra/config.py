@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError,
                       field_validator, model_validator)
 
-from lmra.errors import LmraInputError, find_key_line, read_toml
+from lmra.errors import LmraInputError, find_key_line, read_toml, require_settings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -733,9 +733,7 @@ def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/confi
 
         p = resolve_resource(p, "examples")
     text, data = read_toml(p, "config file")
-    if not data:  # nothing set: more likely a mistake (a truncated or wrong file) than a wish for every default
-        raise LmraInputError("config file sets nothing (empty, or comments only); give the settings to change, or "
-                             "leave out --config for the shipped default", file=p)
+    require_settings(data, p)
     return validate_model(model, data, source=p, text=text, docs=docs)
 
 

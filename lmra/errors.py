@@ -199,6 +199,21 @@ def read_toml(path: str | Path, what: str, *, field: str | None = None) -> tuple
 
 
 
+def require_settings(data: dict, path: str | Path) -> None:
+    """Refuse a config file that sets nothing: empty, comments only, or only empty tables
+    (``[target]`` with no key) — more likely a mistake (a truncated or wrong file) than a wish
+    for every default.
+
+    Raises:
+        LmraInputError: naming the file."""
+    def sets(value) -> bool:
+        return not isinstance(value, dict) or any(sets(v) for v in value.values())
+
+    if not any(sets(v) for v in data.values()):
+        raise LmraInputError("config file sets nothing (empty, comments only, or only empty tables); give the "
+                             "settings to change, or leave out --config for the shipped default", file=path)
+
+
 class LmraIOError(Exception):
     """A file or database could not be written or opened (disk full, read-only folder …).
 

@@ -128,3 +128,8 @@ def test_axes_cli_input_errors_exit_2(tmp_path):
     proc = _run(tmp_path, "axes", "--run", str(run), "--config", str(bad), "--no-progress")
     assert proc.returncode == 2 and "axes.max_axes" in proc.stderr and "line 2" in proc.stderr
     assert not (run / "axes.csv").exists()
+    empty = tmp_path / "empty.toml"  # break-it finding: a file that sets nothing was accepted here only
+    empty.write_text("# nothing\n[axes]\n")
+    proc = _run(tmp_path, "axes", "--run", str(run), "--config", str(empty), "--no-progress")
+    assert proc.returncode == 2 and "sets nothing" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (run / "axes.csv").exists()

@@ -165,7 +165,7 @@ def test_names_typed_with_combining_accents_are_accepted_as_written(tmp_path):
             load_names(n)
 
 
-@pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n"])
+@pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n", "[target]\n[judge]\n[axes]\n"])
 def test_a_config_file_that_sets_nothing_is_an_input_error(tmp_path, body, capsys, monkeypatch):
     """Break-it finding: an empty (0-byte) config was taken as "all defaults" and started the
     whole default audit; it is a mistake more often than a wish, so it exits 2 naming the file."""

@@ -31,10 +31,11 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
     data["max_calls"] = data["max_cost"] = None
     text = ""
     if path is not None:
-        from lmra.errors import read_toml
+        from lmra.errors import read_toml, require_settings
 
         p = Path(path)
         text, extra = read_toml(p, "config file")
+        require_settings(extra, p)
         for key in OVERRIDE_KEYS:
             if key not in extra:
                 continue
