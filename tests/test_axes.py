@@ -332,6 +332,11 @@ def test_axis_statistics_t_and_sign_known_answers():
     assert not few["tested"] and math.isnan(few["p_value"]) and few["mean_s"] == pytest.approx(0.45)
     # all-tie sign test
     assert axis_statistics(_labels([0, 0, 0, 0]), test="sign")["p_value"] == 1.0
+    # every s alike (break-it finding: t = inf gave p = 0 and "selected" for 4 pairs of 0.85):
+    # the t-test falls back to the exact sign test, 2 × 0.5⁴ = 0.125
+    same = axis_statistics(_labels([0.85] * 4), test="t")
+    assert same["tested"] and same["p_value"] == pytest.approx(0.125) and same["mean_s"] == pytest.approx(0.85)
+    assert axis_statistics(_labels([0.0] * 5), test="t")["p_value"] == 1.0
 
 
 def test_select_axes_bonferroni_and_holm_over_tested_axes_only():

@@ -34,8 +34,9 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
             ``prompt_id`` (the cluster).
         test: ``"t"`` — one-sample t-test of mean(s) = 0 with a prompt-clustered standard error
             (:func:`lmra.stats.mean_ci`; with one pair per prompt it is exactly
-            ``scipy.stats.ttest_1samp``); ``"sign"`` — statsmodels ``sign_test`` on the
-            per-prompt means of s (ties, |mean| < 1e-12, dropped; p = 1 when all tie).
+            ``scipy.stats.ttest_1samp``; when every s is the same, which gives an infinite t
+            and p = 0, the sign test below instead); ``"sign"`` — statsmodels ``sign_test``
+            on the per-prompt means of s (ties, |mean| < 1e-12, dropped; p = 1 when all tie).
         ci_alpha: 1 − confidence level of the interval of mean(s).
         min_test_pairs: fewer valid pairs → not tested (p = nan).
 
@@ -60,14 +61,20 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
     ci = mean_ci(s, clusters=prompts.tolist() if n else None, alpha=ci_alpha)
     tested = n >= min_test_pairs and ci.n_clusters >= 2
     p = math.nan
-    if tested and test == "t":
-        p = ci.p_value
-    elif tested and test == "sign":
+
+    def sign_p() -> float:
         from statsmodels.stats.descriptivestats import sign_test
 
         per_prompt = pd.Series(s).groupby(prompts).mean().to_numpy(float)
         per_prompt = np.where(np.abs(per_prompt) < 1e-12, 0.0, per_prompt)
-        p = 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
+        return 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
+
+    if tested and test == "t":
+        # every s alike: the t statistic is infinite (p = 0 for 4 pairs of 0.85) — the sign test
+        # is exact without a variance (4 prompts leaning one way: p = 0.125)
+        p = sign_p() if np.ptp(s) == 0 else ci.p_value
+    elif tested and test == "sign":
+        p = sign_p()
     elif tested:
         raise ValueError(f"unknown test '{test}' (use 't' or 'sign')")
     return out | {"more_a": more_a, "more_b": more_b, "split_a": split_a,
