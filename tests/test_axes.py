@@ -721,3 +721,15 @@ def test_axes_section_of_the_audit_config_runs_with_the_audit(tmp_path, sim_inpu
     assert res.manifest["planned_calls"]["axes"] >= sum(axes_judge.kinds.values())
     # the axes calls went through the audit's cache and are counted in its manifest
     assert res.manifest["calls"]["fresh"] >= sum(axes_judge.kinds.values())
+
+
+def test_an_extra_axis_that_repeats_a_discovered_one_is_tested_once():
+    """Break-it finding: "Uses formal language." next to the discovered "uses formal language"
+    was labelled, paid for and counted in K twice."""
+    from lmra.axes.consolidate import candidate_axes
+
+    names, sources = candidate_axes([{"axis": "uses formal language"}, {"axis": "gives more examples"}],
+                                    ["Uses formal language.", "  uses   FORMAL language ", "mentions costs"])
+    assert names == ["uses formal language", "gives more examples", "mentions costs"]
+    assert sources == {"uses formal language": "discovered+extra", "gives more examples": "discovered",
+                       "mentions costs": "extra"}

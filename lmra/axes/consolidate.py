@@ -137,8 +137,11 @@ async def consolidate_candidates(judge: Provider, cfg: AuditConfig, tpl: Templat
 
 
 def candidate_axes(discovered: list[dict], extra: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The axes the labelling step tests: the discovered axes (case-insensitive duplicates
-    dropped), then ``axes.extra_axes`` not already among them (whitespace collapsed).
+    """The axes the labelling step tests: the discovered axes (duplicates dropped), then
+    ``axes.extra_axes`` not already among them (whitespace collapsed). Two axes are the same
+    when their :func:`~lmra.axes.brainstorm.normalise_feature` keys are (case, punctuation,
+    spacing and leading filler words aside: "Uses formal language." is "uses formal
+    language"), so one hypothesis is never labelled, paid for and counted in K twice.
 
     Returns:
         (axis names in that order, axis → source ``discovered`` / ``extra`` / ``discovered+extra``).
@@ -146,14 +149,16 @@ def candidate_axes(discovered: list[dict], extra: list[str]) -> tuple[list[str],
     names: list[str] = []
     source: dict[str, str] = {}
     seen: dict[str, str] = {}
+    from lmra.axes.brainstorm import normalise_feature
+
     for a in discovered:
-        key = a["axis"].strip().lower()
+        key = normalise_feature(a["axis"])
         if key not in seen:
             seen[key] = a["axis"]
             names.append(a["axis"])
             source[a["axis"]] = "discovered"
     for e in extra:
-        key = " ".join(e.split()).lower()
+        key = normalise_feature(e)
         if key in seen:
             source[seen[key]] = "discovered+extra"
             continue
