@@ -791,12 +791,14 @@ def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> N
     """Note, in place, the tasks whose LMRA left too many pairs without a usable answer in
     either run (``summary.json``'s ``invalid_over_limit``, :func:`lmra.runstate.invalid_over_limit`):
     their rates rest on the pairs the LMRA chose to answer, so "no regression" there rules
-    out nothing (a rise found on the answered pairs still counts)."""
+    out nothing (a rise found on the answered pairs still counts). A comparison over the limit
+    over all its tasks (task ``"all tasks"``) notes each of its tasks."""
     for role, folder in (("run", run), ("baseline", baseline)):
         for d in folder.summary.get("invalid_over_limit") or []:
-            hit = (tests["task"] == d.get("task")) & (tests["comparison"] == d.get("comparison"))
-            if not hit.any():  # runs before comparison names in per_task: match the task alone
-                hit = tests["task"] == d.get("task")
+            if d.get("task") == "all tasks":  # unusable answers spread over the comparison's tasks: every task
+                hit = tests["comparison"] == d.get("comparison")
+            else:
+                hit = (tests["task"] == d.get("task")) & (tests["comparison"] == d.get("comparison"))
             for i in tests.index[hit]:
                 said = (f"{role}: LMRA answered {d['n_rated'] - d['n_invalid'] - d.get('n_unlabelled', 0)} of "
                         f"{d['n_rated']} pairs — no "

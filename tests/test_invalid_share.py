@@ -101,6 +101,15 @@ def test_the_check_notes_a_task_whose_lmra_answered_too_few_pairs(tmp_path, sim_
     notes = result.tests.set_index("task")["note"]
     assert "run: LMRA answered" in notes["career advice"] and "rules out nothing" in notes["career advice"]
     assert "LMRA answered" not in notes["write a story"]
+    # a comparison over the limit over all its tasks notes every task of it
+    import json
+    path = night.run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["invalid_over_limit"] = [{"comparison": "female vs male", "task": "all tasks", "n_invalid": 24,
+                                      "n_unlabelled": 0, "n_rated": 54, "share": 24 / 54, "p_value": 0.001}]
+    path.write_text(json.dumps(summary))
+    notes = check_regression(load_run(night.run_dir), load_run(base.run_dir)).tests.set_index("task")["note"]
+    assert all("run: LMRA answered 30 of 54 pairs" in n for n in notes)
 
 
 def test_unusable_answers_spread_over_small_tasks_are_caught_overall():
