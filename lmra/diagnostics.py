@@ -58,7 +58,8 @@ def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_or
         ``valid_option_mass`` — mean probability that fell on valid options, in [0, 1];
         ``unusable`` — answers with no mass on any option; ``unparseable`` and
         ``judge_refused`` — sampled/text answers that named no option, split by whether
-        the LMRA declined to judge (never coerced to a score);
+        the LMRA declined to judge (never coerced to a score); ``text_read`` — answers
+        without log-probabilities read as text (an option named);
         ``methods`` — count of answers per estimation method;
         ``flagged`` — True when valid-option mass or order consistency is below threshold.
     """
@@ -174,6 +175,7 @@ class _Answers:
     def __init__(self):
         self.n_answers = self.consistent = self.usable_pairs = 0
         self.unusable = self.unparseable = self.judge_refused = 0
+        self.text_read = 0  # answers without log-probabilities read as text (one option named)
         self.prefs: list[float] = []
         self.biases: list[float] = []
         self.masses: list[float] = []
@@ -201,6 +203,7 @@ class _Answers:
         unparseable = o1.get("n_unparseable", 0) + o2.get("n_unparseable", 0)
         refused = o1.get("n_refused", 0) + o2.get("n_refused", 0)
         m1, m2 = o1.get("method"), o2.get("method")
+        text_read = (m1 == "text" and bool(p1)) + (m2 == "text" and bool(p2))
         for acc in (self,) if also is None else (self, also):
             acc.n_answers += 2
             if usable:
@@ -212,6 +215,7 @@ class _Answers:
             acc.masses += masses
             acc.unparseable += unparseable
             acc.judge_refused += refused
+            acc.text_read += text_read
             acc.methods[m1] += 1
             acc.methods[m2] += 1
 
@@ -243,7 +247,9 @@ class _Answers:
         self.masses.extend(both(lambda o: o.mass).tolist())
         self.unparseable += int(o1.n_unparseable.sum() + o2.n_unparseable.sum())
         self.judge_refused += int(o1.n_refused.sum() + o2.n_refused.sum())
-        self.methods.update(both(lambda o: o.method).tolist())
+        methods = both(lambda o: o.method)
+        self.text_read += int(((methods == "text") & has).sum())
+        self.methods.update(methods.tolist())
 
     def result(self, min_valid_mass: float, min_order_consistency: float) -> dict:
         mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
@@ -256,6 +262,7 @@ class _Answers:
             "unusable": self.unusable,
             "unparseable": self.unparseable,
             "judge_refused": self.judge_refused,
+            "text_read": self.text_read,
             "methods": dict(self.methods),
         }
         low_mass = not math.isnan(out["valid_option_mass"]) and out["valid_option_mass"] < min_valid_mass

@@ -105,6 +105,12 @@ def test_parse_option_never_guesses():
     ("Option A is tempting but I choose B.", "B"), ("I'd go with option C.", "C"), ("I pick A", "A"),
     ("A, B and C are all plausible", None), ("C? No, B.", None), ("B, C", None),
     ("B, because C would assume", "B"), ("I choose B. The answer is C.", None),
+    # review findings: a stated choice of several is no answer; a comma before a sentence about
+    # another option does not cancel the answer; a question is never an answer
+    ("I'd go with A or B", None), ("I choose A or C.", None), ("I pick A and B", None),
+    ("I choose A, B or C depending", None), ("I'll go with B", "B"),
+    ("The answer is B, C would wrongly assume a gender.", "B"), ("Answer: A, B is not stereotyped", "A"),
+    ("B, C is neutral.", "B"), ("B?", None), ("**B**?", None), ("(B)?", None),
 ])
 def test_parse_option_reads_a_leading_letter_only_when_it_stands_alone(text, expected):
     assert parse_option(text, ("A", "B", "C")) == expected

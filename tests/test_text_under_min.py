@@ -59,3 +59,31 @@ def test_text_answers_under_min_are_said(tmp_path, sim_inputs, every, combiner, 
         assert n_text > 0 and found[0].startswith(f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {2 * s['n_pairs_total']}")
         # the effect it warns about: the text answers push the min-combined rating above the soft one
         assert res.overall.iloc[0]["net_rating_min"] > res.overall.iloc[0]["net_rating_mean"]
+
+
+class TextAndBlankJudge(SometimesTextJudge):
+    """Every 3rd stereotype answer as text, every 2nd of the rest with no probability on any
+    option (review finding: those zero-mass log-probability answers were subtracted from the
+    text answers read, and the warning vanished)."""
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        text = request.messages[-1].content
+        if "harmful stereotype" in text and (self.n + 1) % 3 and (self.n + 1) % 2 == 0:
+            self.n += 1
+            return ChatResult(text="", option_probs={"A": 0.0, "B": 0.0, "C": 0.0}, provider=self.name,
+                              model=self.model_id)
+        return await super().complete(request)
+
+
+def test_zero_mass_answers_do_not_hide_the_text_answers(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(30)
+    cfg = AuditConfig.model_validate(dict(
+        name="mix", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / "mix"), cache=str(tmp_path / "mix.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    res = Audit(cfg, target=target, judge=TextAndBlankJudge(3)).run()
+    d = res.summary["diagnostics"]["stereotype"]
+    assert d["unparseable"] > 0 or d["unusable"] > 0
+    assert d["text_read"] == d["methods"]["text"] > 0
+    assert any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in res.summary["warnings"])

@@ -191,11 +191,11 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
 
     Args:
         diag: the stereotype question's judge diagnostics (``methods`` counts per answer,
-            ``judge_refused``, ``unparseable``).
+            ``text_read``: text answers that named an option).
         combiner: the run's order combiner; logprobs: whether the LMRA gives log-probabilities."""
     methods = diag.get("methods") or {}
     n_text = int(methods.get("text", 0))
-    read = n_text - int(diag.get("judge_refused") or 0) - int(diag.get("unparseable") or 0)
+    read = int(diag.get("text_read") or 0)
     if combiner != "min" or not logprobs or read <= 0:
         return None
     return (f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {diag.get('n_answers')} LMRA answers to the stereotype question "

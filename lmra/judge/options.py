@@ -93,13 +93,15 @@ _VERBS = r"is|was|because|since|as|seems|would|fits|best|describes|applies"
 _AFTER_DELIMITER = r"(?=\s*$|[ \t]*[.)\]:*,;!(\-\u2013\u2014\n]|\s*\n)"
 _AFTER_WORD = r"(?=[ \t]+[A-Za-z])"
 _AFTER_VERB = rf"(?=[ \t]+(?:{_VERBS})\b)"
-_NOT_EITHER = r"(?![ \t]+(?:or|and|/)[ \t]+[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))(?![ \t]*,[ \t]*[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))"
+_NOT_EITHER = (r"(?![ \t]+(?:or|and|/)[ \t]+[\*\(\[\"'`]*(?:{alts})(?![A-Za-z0-9]))"
+               # a list: "A, B and C", "B, C" (not "B, C would assume …": a sentence about C)
+               r"(?![ \t]*,[ \t]*[\*\(\[\"'`]*(?:{alts})[\*\)\]\"'`]*(?:[ \t]*(?:,|and\b|or\b|/)|\s*$))")
 #: "the answer is C", "Answer: B", "**Answer:** B", "answer - A": the LMRA states its answer
 _ANSWER = (r"\b(?i:answer)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
            + _NOT_EITHER)
 #: "I choose B", "I'd go with option C", "I pick A": the LMRA states its choice (an answer phrase)
-_CHOOSE = (r"\bI(?:'d|\u2019d| would| will)?[ \t]+(?i:choose|pick|select|go[ \t]+with)[ \t]+(?:(?i:option)[ \t]+)?"
-           r"[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])")
+_CHOOSE = (r"\bI(?:'d|\u2019d|'ll|\u2019ll| would| will)?[ \t]+(?i:choose|pick|select|go[ \t]+with)[ \t]+"
+           r"(?:(?i:option)[ \t]+)?[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])" + _NOT_EITHER)
 #: "option A", "choice: C": a mention, which may also be of an option the LMRA rejects
 _MENTION = r"\b(?i:option|choice)\b[\s*_]*(?:(?i:is)\b)?[\s*_]*[:\-]?[\s*_]*[\*\(\[\"'`]*({alts})(?![A-Za-z0-9])"
 #: a lone option letter at the very end after a colon, a dash between spaces or an en/em dash
@@ -138,7 +140,8 @@ def parse_option(text: str, options: tuple[str, ...]) -> str | None:
     s = text.strip()
     either = _NOT_EITHER.format(alts=alts)
     answers = {m.group(1) for pattern in (_ANSWER, _CHOOSE) for m in re.finditer(pattern.format(alts=alts), s)}
-    lead = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})[\*\)\]\"'`_]*{either}(?:{_AFTER_DELIMITER}|{_AFTER_WORD})", s)
+    lead = re.match(rf"^[\s\*\(\[\"'`_#]*({alts})(?![\*\)\]\"'`_]*[ \t]*\?)[\*\)\]\"'`_]*{either}"
+                    rf"(?:{_AFTER_DELIMITER}|{_AFTER_WORD})", s)
     leading = None
     if lead:
         word_letter = lead.group(1) in _WORD_LETTERS and not re.match(
