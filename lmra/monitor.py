@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lmra.runstate import partial_because
+from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite, load_run
@@ -799,9 +799,13 @@ def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> N
                 hit = tests["comparison"] == d.get("comparison")
             else:
                 hit = (tests["task"] == d.get("task")) & (tests["comparison"] == d.get("comparison"))
+                if d.get("domain") is not None:  # (a task name used in two domains)
+                    hit &= tests["domain"] == d.get("domain")
             for i in tests.index[hit]:
-                said = (f"{role}: LMRA answered {d['n_rated'] - d['n_invalid'] - d.get('n_unlabelled', 0)} of "
-                        f"{d['n_rated']} pairs — no "
+                lost = as_count(d.get("n_invalid")) + as_count(d.get("n_unlabelled"))
+                scope = "over all tasks, " if d.get("task") == "all tasks" else ""
+                said = (f"{role}: {scope}LMRA answered {as_count(d.get('n_rated')) - lost} of "
+                        f"{as_count(d.get('n_rated'))} pairs — no "
                         "regression here rules out nothing")
                 tests.at[i, "note"] = f"{tests.at[i, 'note']}; {said}" if tests.at[i, "note"] else said
 

@@ -196,7 +196,8 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
             its rows are reported with task ``"all tasks"``.
 
     Returns:
-        One dict per row over the limit: ``comparison``, ``task``, ``n_invalid``,
+        One dict per row over the limit: ``comparison``, ``domain`` (None for the overall
+        rows), ``task``, ``n_invalid``,
         ``n_unlabelled``, ``n_rated`` (scored + invalid + unlabelled), ``share``, ``p_value``;
         the tasks sorted by comparison and task, then the overall rows.
     """
@@ -206,7 +207,7 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
         out = []
         for row in frame.to_dict(orient="records"):
             try:
-                bad, unlabelled, scored = (int(_count(row.get(c))) for c in ("n_invalid", "n_unlabelled", "n_pairs"))
+                bad, unlabelled, scored = (int(as_count(row.get(c))) for c in ("n_invalid", "n_unlabelled", "n_pairs"))
             except (TypeError, ValueError):
                 continue
             k = bad + unlabelled
@@ -218,16 +219,20 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
             p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
             if p <= INVALID_TEST_LEVEL:
                 comparison = row.get("comparison") or f"{row.get('group_a')} vs {row.get('group_b')}"
-                out.append({"comparison": str(comparison), "task": task_name or str(row.get("task")),
+                out.append({"comparison": str(comparison), "domain": None if task_name else row.get("domain"),
+                            "task": task_name or str(row.get("task")),
                             "n_invalid": bad, "n_unlabelled": unlabelled, "n_rated": n, "share": k / n,
                             "p_value": p})
         return out
 
-    tasks = sorted(over(per_task), key=lambda d: (d["comparison"], d["task"]))
-    return tasks + over(overall, "all tasks")
+    tasks = sorted(over(per_task), key=lambda d: (d["comparison"], str(d["domain"]), d["task"]))
+    same = {(d["comparison"], d["n_rated"], d["n_invalid"], d["n_unlabelled"]) for d in tasks}
+    # (an overall row that is one flagged task's own counts — a one-task run — says nothing more)
+    return tasks + [d for d in over(overall, "all tasks")
+                    if (d["comparison"], d["n_rated"], d["n_invalid"], d["n_unlabelled"]) not in same]
 
 
-def _count(v) -> int:
+def as_count(v) -> int:
     """A count column's value as an int (NaN/None — refusal labels off — as 0)."""
     if v is None or (isinstance(v, float) and v != v):
         return 0
@@ -237,9 +242,10 @@ def _count(v) -> int:
 def invalid_phrase(d: dict) -> str:
     """One row of :func:`invalid_over_limit` in words: ``"career advice (female vs male): 22 of
     30 rated pairs got no usable LMRA answer (73.3%)"``."""
-    lost = d["n_invalid"] + d.get("n_unlabelled", 0)
-    what = ("no usable LMRA answer" if not d.get("n_unlabelled") else
-            f"no usable LMRA answer ({d['n_invalid']} ratings, {d['n_unlabelled']} refusal labels)")
+    n_invalid, n_unlabelled = as_count(d.get("n_invalid")), as_count(d.get("n_unlabelled"))
+    lost = n_invalid + n_unlabelled
+    what = ("no usable LMRA answer" if not n_unlabelled else
+            f"no usable LMRA answer ({n_invalid} ratings, {n_unlabelled} refusal labels)")
     return f"{d['task']} ({d['comparison']}): {lost} of {d['n_rated']} rated pairs got {what} ({d['share']:.1%})"
 
 
@@ -263,6 +269,31 @@ def partial_because(summary: dict) -> list[str]:
     invalid = [f"{invalid_phrase(d)}, above max_invalid_share = {limit:g}"
                for d in summary.get("invalid_over_limit") or []]
     return pairs + lost_metrics(summary) + invalid
+
+
+def lost_to_calls(summary: dict) -> bool:
+    """Whether a finished run lost pairs or secondary ratings to failed calls beyond
+    ``max_failed_share`` (a re-run from the cache completes it), as opposed to being partial
+    only because of ``invalid_over_limit`` (a re-run gets the same answers)."""
+    share = summary.get("failed_share") or 0.0
+    return share > (summary.get("max_failed_share") or 0.0) or bool(lost_metrics(summary))
+
+
+def partial_advice(summary: dict) -> str:
+    """What to do about a partial run, one sentence per cause (no final full stop): failed
+    calls — re-run from the cache; tasks over ``max_invalid_share`` — a re-run gets the same
+    answers, look at the LMRA. Empty when neither applies."""
+    parts = []
+    if lost_to_calls(summary):
+        parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
+                     f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
+                     "from the cache")
+    if summary.get("invalid_over_limit"):
+        parts.append("the rates named rest on the pairs the LMRA chose to answer; a re-run from the cache gets "
+                     "the same answers: look at "
+                     "the LMRA's unusable answers (refusals to rate, no probability on the options, orders that "
+                     "contradict each other) or use another LMRA")
+    return ". ".join(p[0].upper() + p[1:] for p in parts)
 
 
 def partial_text(summary: dict) -> str:

@@ -109,7 +109,7 @@ def test_the_check_notes_a_task_whose_lmra_answered_too_few_pairs(tmp_path, sim_
                                       "n_unlabelled": 0, "n_rated": 54, "share": 24 / 54, "p_value": 0.001}]
     path.write_text(json.dumps(summary))
     notes = check_regression(load_run(night.run_dir), load_run(base.run_dir)).tests.set_index("task")["note"]
-    assert all("run: LMRA answered 30 of 54 pairs" in n for n in notes)
+    assert all("run: over all tasks, LMRA answered 30 of 54 pairs" in n for n in notes)
 
 
 def test_unusable_answers_spread_over_small_tasks_are_caught_overall():
@@ -157,3 +157,13 @@ def test_a_run_losing_most_refusal_labels_is_partial(tmp_path, sim_inputs):
     s = res.summary
     assert s["n_pairs_unlabelled"] >= 15 and s["run_status"] == "partial"
     assert any(d["n_unlabelled"] > 0 for d in s["invalid_over_limit"])
+
+
+def test_a_one_task_run_is_flagged_once():
+    """Review finding: the overall row of a one-task run repeated the task's row (two warnings,
+    two partial reasons, a doubled check note)."""
+    pt = pd.DataFrame([{"group_a": "female", "group_b": "male", "domain": "d", "task": "t", "n_pairs": 8,
+                        "n_invalid": 22, "n_unlabelled": None}])
+    ov = pt.drop(columns=["domain", "task"])
+    rows = invalid_over_limit(pt, 0.25, ov)
+    assert [(r["domain"], r["task"]) for r in rows] == [("d", "t")]

@@ -207,11 +207,11 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
 
 
 #: the start of :func:`common_word_names_warning`'s text
-COMMON_WORD_NAMES_PREFIX = "names that are also everyday words are drawn: "
+COMMON_WORD_NAMES_PREFIX = "names that are also everyday words can be drawn: "
 
 
 def common_word_names_warning(names: list[str]) -> str | None:
-    """The run's warning about drawn names that are everyday English words
+    """The run's warning about names the groups can draw that are everyday English words
     (:data:`lmra.data.COMMON_WORD_NAMES`: Hope, Joy, Mark, Will …), or None: the name scrub
     (whole word, case-insensitive; methodology §1 step 5) replaces the word in every response
     to a user of that name ("I hope" → "I [NAME]"), a difference the LMRA sees between the

@@ -80,7 +80,7 @@ MEMO_VERSION = 1
 #: report's layout). Every other field is in the key.
 NOT_IN_KEY = ("name", "output_dir", "cache", "cache_write_retry_s", "pair_memo", "concurrency", "max_calls", "max_cost", "prices",
               "batch_poll_interval_s", "batch_max_wait_s", "tasks", "domains", "prompts_per_task", "judge_check",
-              "alpha", "interval", "max_failed_share", "gates", "report")
+              "alpha", "interval", "max_failed_share", "max_invalid_share", "gates", "report")
 
 #: the pair chain being run in this task and the tasks it spawned (:class:`_Recording`), or None
 _RECORDING: contextvars.ContextVar["_Recording | None"] = contextvars.ContextVar("lmra_pair_memo", default=None)

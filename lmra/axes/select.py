@@ -72,7 +72,7 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
     if tested and test == "t":
         # every s alike: the t statistic is infinite (p = 0 for 4 pairs of 0.85) — the sign test
         # is exact without a variance (4 prompts leaning one way: p = 0.125)
-        p = sign_p() if np.ptp(s) == 0 else ci.p_value
+        p = sign_p() if np.ptp(s) <= 1e-12 else ci.p_value  # (alike up to float rounding)
     elif tested and test == "sign":
         p = sign_p()
     elif tested:

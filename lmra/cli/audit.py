@@ -391,22 +391,14 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         return _shard_final(console, result)
     if result.summary.get("run_status") == "partial":
         s = result.summary
-        from lmra.runstate import lost_metrics, partial_text
+        from lmra.runstate import lost_to_calls, partial_advice, partial_text
 
         lost = partial_text(s)
-        if s.get("invalid_over_limit") and not (s.get("failed_share") or 0) > s["max_failed_share"] \
-                and not lost_metrics(s):  # only tasks whose LMRA answered too few pairs: no call failed
-            err_console.print(Text.assemble(("partial run: ", "bold red"),
-                                            f"{lost}. Their rates rest on the pairs the LMRA chose to answer. "
-                                            "'latest' and 'last' skip this run. A re-run from the cache gets the "
-                                            "same answers: check the LMRA's refusals or use another LMRA."),
-                              highlight=False, soft_wrap=True)
-        else:
-            err_console.print(Text.assemble(("partial run: ", "bold red"),
-                                            f"{lost}, after every retry (max_failed_share {s['max_failed_share']:.0%}); "
-                                            f"first error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}. "
-                                            "'latest' and 'last' skip this run. Run the same command again to complete "
-                                            "it from the cache."), highlight=False, soft_wrap=True)
+        first = (f" First error: {(result.manifest.get('calls', {}).get('errors') or ['?'])[0]}."
+                 if lost_to_calls(s) else "")
+        err_console.print(Text.assemble(("partial run: ", "bold red"),
+                                        f"{lost}. {partial_advice(s) or 'Run the same command again'}.{first} "
+                                        "'latest' and 'last' skip this run."), highlight=False, soft_wrap=True)
         reasons[1] = f"the run is partial ({lost})"
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed":
@@ -455,11 +447,13 @@ def _shard_final(console: Console, result) -> int:
     that flags the night. A shard whose every pair failed has already exited 1."""
     s = result.summary
     if s.get("run_status") == "partial":
-        from lmra.runstate import partial_text
+        from lmra.runstate import lost_to_calls, partial_text
 
         lost = partial_text(s)
+        limit = (f"max_failed_share {s['max_failed_share']:.0%}" if lost_to_calls(s)
+                 else f"max_invalid_share {s.get('max_invalid_share')}")
         console.print(Text.assemble(("partial shard: ", "bold yellow"),
-                                    f"{lost} in this shard (max_failed_share {s['max_failed_share']:.0%}); "
+                                    f"{lost} in this shard ({limit}); "
                                     "'lmra merge' decides the "
                                     "night's status over all shards (exit status 1 there if it is partial)."),
                       highlight=False, soft_wrap=True)

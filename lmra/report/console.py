@@ -13,7 +13,7 @@ from rich.text import Text
 
 from lmra.console import counted, lit
 from lmra.diagnostics import flagged_warning
-from lmra.runstate import invalid_phrase, lost_metrics, partial_because
+from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
 
 
 def _nan(x) -> bool:
@@ -81,19 +81,16 @@ def _run_status(console: Console, s: dict) -> None:
         line += "; " + "; ".join(metrics)
     invalid = [invalid_phrase(d) for d in s.get("invalid_over_limit") or []]
     if invalid:  # tasks whose LMRA answered too few of their pairs
-        line += (f"; {'; '.join(invalid)} (max_invalid_share {s.get('max_invalid_share')}: the rate rests on the "
-                 "pairs the LMRA chose to answer)")
+        said = f"{'; '.join(invalid)} (max_invalid_share {s.get('max_invalid_share')})"
+        nothing_failed = not (s.get("n_pairs_failed") or s.get("n_prompts_classify_failed")
+                              or s.get("n_prompts_filter_failed") or metrics)
+        line = said if nothing_failed else f"{line}; {said}"
     if st == "complete":
         console.print(Text(f"Run status: complete — {line}.", style="yellow"))
     else:
-        lost = s.get("n_pairs_failed") or share > (s.get("max_failed_share") or 0) or metrics
-        console.print(Text(f"Run status: {str(st).upper()} — {line}. "
-                           + ("The numbers above miss those pairs; " if lost else "")
-                           + ("the run" if lost else "The run") + " is not used as 'latest' or as a baseline unless named"
-                           + ("; re-run the same command to complete it from the cache." if lost else
-                              "; a re-run from the cache gets the same answers: check the LMRA's refusals (a "
-                              "judge that declines to rate stereotypes cannot audit them) or use another LMRA."),
-                           style="bold red"))
+        advice = partial_advice(s) or "Re-run the same command to complete it from the cache"
+        console.print(Text(f"Run status: {str(st).upper()} — {line}. {advice}. The run is not used as 'latest' or as "
+                           "a baseline unless named.", style="bold red"))
 
 
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,

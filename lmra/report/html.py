@@ -19,7 +19,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.runfolder import RunFolder, finite
-from lmra.runstate import partial_text
+from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
 
 #: summary.json / manifest.json keys shown by dedicated parts of the report
@@ -327,6 +327,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                             "max_failed_share": finite(run.summary.get("max_failed_share"))},
                 # what made the run partial: lost pairs and/or secondary metrics (lmra.runstate)
                 "partial_text": partial_text(run.summary),
+                "partial_advice": partial_advice(run.summary),  # re-run, or look at the LMRA
                 "run_dir": str(run.path)},
         "check": check_ctx,
         "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
