@@ -801,12 +801,11 @@ def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> N
                 hit = (tests["task"] == d.get("task")) & (tests["comparison"] == d.get("comparison"))
                 if d.get("domain") is not None:  # (a task name used in two domains)
                     hit &= tests["domain"] == d.get("domain")
+            lost = as_count(d.get("n_invalid")) + as_count(d.get("n_unlabelled"))
+            scope = "over all tasks, " if d.get("task") == "all tasks" else ""
+            said = (f"{role}: {scope}LMRA answered {as_count(d.get('n_rated')) - lost} of {as_count(d.get('n_rated'))} "
+                    "pairs — no regression here rules out nothing")
             for i in tests.index[hit]:
-                lost = as_count(d.get("n_invalid")) + as_count(d.get("n_unlabelled"))
-                scope = "over all tasks, " if d.get("task") == "all tasks" else ""
-                said = (f"{role}: {scope}LMRA answered {as_count(d.get('n_rated')) - lost} of "
-                        f"{as_count(d.get('n_rated'))} pairs — no "
-                        "regression here rules out nothing")
                 tests.at[i, "note"] = f"{tests.at[i, 'note']}; {said}" if tests.at[i, "note"] else said
 
 

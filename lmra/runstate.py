@@ -207,7 +207,7 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
         out = []
         for row in frame.to_dict(orient="records"):
             try:
-                bad, unlabelled, scored = (int(as_count(row.get(c))) for c in ("n_invalid", "n_unlabelled", "n_pairs"))
+                bad, unlabelled, scored = (as_count(row.get(c)) for c in ("n_invalid", "n_unlabelled", "n_pairs"))
             except (TypeError, ValueError):
                 continue
             k = bad + unlabelled
@@ -262,21 +262,24 @@ def partial_because(summary: dict) -> list[str]:
     ``"12.5% of the planned pairs lost to failed calls"``), :func:`lost_metrics`, and the tasks
     over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`); empty when
     nothing was."""
-    share = summary.get("failed_share") or 0.0
-    pairs = [f"{share:.1%} of the planned pairs lost to failed calls"] \
-        if share > (summary.get("max_failed_share") or 0.0) else []
+    pairs = [f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"] \
+        if _pairs_lost(summary) else []
     limit = summary.get("max_invalid_share")
     invalid = [f"{invalid_phrase(d)}, above max_invalid_share = {limit:g}"
                for d in summary.get("invalid_over_limit") or []]
     return pairs + lost_metrics(summary) + invalid
 
 
+def _pairs_lost(summary: dict) -> bool:
+    """Whether more than ``max_failed_share`` of the planned pairs were lost to failed calls."""
+    return (summary.get("failed_share") or 0.0) > (summary.get("max_failed_share") or 0.0)
+
+
 def lost_to_calls(summary: dict) -> bool:
     """Whether a finished run lost pairs or secondary ratings to failed calls beyond
     ``max_failed_share`` (a re-run from the cache completes it), as opposed to being partial
     only because of ``invalid_over_limit`` (a re-run gets the same answers)."""
-    share = summary.get("failed_share") or 0.0
-    return share > (summary.get("max_failed_share") or 0.0) or bool(lost_metrics(summary))
+    return _pairs_lost(summary) or bool(lost_metrics(summary))
 
 
 def partial_advice(summary: dict) -> str:
