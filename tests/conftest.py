@@ -1,4 +1,5 @@
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,3 +29,13 @@ def sim_inputs(tmp_path):
         return names, prompts
 
     return make
+
+
+def run_folders(root: Path, name: str) -> list[Path]:
+    """The run folders ``<stamp>-<name>`` under ``root``, oldest first, including the
+    ``<stamp>-<name>-2`` … that :func:`lmra.runstate.claim_run_dir` makes when two runs with
+    the same name start in the same second."""
+    pat = re.compile(rf"(\d{{8}}-\d{{6}})-{re.escape(name)}(?:-(\d+))?")
+    found = [(m.group(1), int(m.group(2) or 1), p) for p in Path(root).iterdir()
+             if p.is_dir() and (m := pat.fullmatch(p.name))]
+    return [p for *_, p in sorted(found)]

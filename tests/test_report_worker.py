@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_folders
 from test_gates import write_config
 
 TESTS = Path(__file__).resolve().parent
@@ -93,7 +94,7 @@ def test_lmra_audit_writes_its_report_in_a_child_and_leaves_no_process(tmp_path)
 
     out = _cli(tmp_path, cfg, env={"LMRA_REPORT_PROCESS": "0"})
     assert out["rc"] == 0 and out["used"] == [] and out["matplotlib"] is True and out["children"] == []
-    runs = sorted((tmp_path / "reports").glob("*-forked"))
+    runs = run_folders(tmp_path / "reports", "forked")  # oldest first, two may share a second
     assert len(runs) == 2
     in_process = (runs[1] / "report.html").read_text()
     # the second run is a cached re-run of the first (same numbers) with one more night of history
