@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from conftest import run_folders
 from faultserver import FaultServer, audit_config
 from lmra.runfolder import load_run
 from lmra.warehouse import SCHEMA_VERSION, partition_value
@@ -28,14 +29,15 @@ def _nights(tmp_path, capsys):
     with FaultServer() as srv:
         cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
         assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--allow-unvalidated-judge"]) == 0
-        night1 = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
+        (night1,) = run_folders(out, "nightly")
         for i in (1, 2):
             assert main(["audit", "--config", str(cfg), "--no-progress", "--seed", "1", "--shard", f"{i}/2",
                          "--allow-unvalidated-judge"]) == 0
     shards = sorted(p for p in out.iterdir() if "-shard" in p.name)
     assert len(shards) == 2 and "lmra merge" in capsys.readouterr().out
     assert main(["merge", *map(str, shards), "--no-report"]) == 0
-    night2 = next(p for p in out.iterdir() if p.name.endswith("-nightly") and p != night1)
+    night1_, night2 = run_folders(out, "nightly")  # the merged one may be <stamp>-nightly-2 (same second)
+    assert night1_ == night1
     capsys.readouterr()
     return out, [night1, night2], shards
 
