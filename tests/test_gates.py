@@ -342,6 +342,8 @@ def test_gate_command_on_an_existing_run(measured, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     ([], "no gates to evaluate"),
+    (["--gate", "max_ci_high=0.02", "--gate", "max_ci_high=1"],  # an appended --gate loosening a gate
+     "option --gate: max_ci_high is given twice (max_ci_high=0.02 and max_ci_high=1); give each gate once"),
     (["--config", "{tmp}/nogates.toml"], "has no [gates] table"),
     (["--config", "{tmp}/badgates.toml"], "badgates.toml, line 2: field 'gates.max_ci_high'"),
 ])
@@ -399,6 +401,14 @@ def test_command_line_gate_errors_exit_2_naming_the_option(capsys, value, needle
         assert "argument --gate" in err and needle in err
     with pytest.raises(argparse.ArgumentTypeError, match=re.escape(needle)):
         gate_option(value)
+
+
+def test_a_gate_given_twice_with_two_bounds_is_refused_before_any_call(tmp_path, capsys):
+    cfg = write_config(tmp_path)
+    rc, text, run_dir = audit(capsys, cfg, "--gate", "max_ci_high=0.02", "--gate", "max_ci_high=1")
+    assert rc == 2 and "option --gate: max_ci_high is given twice" in text and run_dir is None
+    rc, text, run_dir = audit(capsys, cfg, "--gate", "max_ci_high=1", "--gate", "max_ci_high=1")  # the same: one
+    assert rc == 0 and stored_gates(load_run(run_dir)) == GatesConfig(max_ci_high=1)
 
 
 def test_command_line_quality_gate_without_quality_is_refused_before_any_call(tmp_path, capsys):

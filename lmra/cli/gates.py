@@ -77,11 +77,21 @@ def add_gate_option(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def with_gate_options(gates: GatesConfig, options: list[tuple[str, float]] | None) -> GatesConfig:
-    """``gates`` with the ``--gate`` bounds set on top (the last of a repeated name wins;
-    per-task overrides are kept)."""
+    """``gates`` with the ``--gate`` bounds set on top (per-task overrides are kept).
+
+    Raises:
+        LmraInputError: one gate given twice with different bounds (field ``--gate``): an
+            appended ``--gate`` must not loosen a release gate unnoticed.
+    """
     if not options:
         return gates
-    return gates.model_copy(update=dict(options))
+    seen: dict[str, float] = {}
+    for name, value in options:
+        if name in seen and seen[name] != value:
+            raise LmraInputError(f"{name} is given twice ({name}={seen[name]:g} and {name}={value:g}); give each "
+                                 "gate once", field="--gate")
+        seen[name] = value
+    return gates.model_copy(update=seen)
 
 
 def audit_config_with_gates(cfg, options: list[tuple[str, float]] | None):
