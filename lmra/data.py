@@ -127,6 +127,9 @@ class PromptRecord(BaseModel):
         bad = _control_char(v)
         if bad is not None:
             raise ValueError(f"contains the control character U+{ord(bad):04X} (a line break, tab, NUL …)")
+        if info.field_name != "id" and v != v.strip():
+            raise ValueError(f"{v!r} has leading or trailing whitespace; labels are compared exactly, so it would "
+                             f"be another {info.field_name} than {v.strip()!r}: remove the whitespace")
         if info.field_name == "id" and "|" in v:
             raise ValueError(f"id {v!r} contains '|', which separates the parts of a pair id "
                              "(prompt id|comparison|sample)")

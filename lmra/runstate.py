@@ -285,16 +285,17 @@ def lost_to_calls(summary: dict) -> bool:
 def partial_advice(summary: dict) -> str:
     """What to do about a partial run, one sentence per cause (no final full stop): failed
     calls — re-run from the cache; tasks over ``max_invalid_share`` — a re-run gets the same
-    answers, look at the LMRA. Empty when neither applies."""
+    cached answers (answers without log-probabilities are asked again), look at the LMRA.
+    Empty when neither applies."""
     parts = []
     if lost_to_calls(summary):
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")
     if summary.get("invalid_over_limit"):
-        parts.append("the rates named rest on the pairs the LMRA chose to answer; a re-run from the cache gets "
-                     "the same answers: look at "
-                     "the LMRA's unusable answers (refusals to rate, no probability on the options, orders that "
+        parts.append("the rates named rest on the pairs the LMRA chose to answer; a re-run gets the same answers "
+                     "from the cache (but for answers without log-probabilities, which are not cached and are "
+                     "asked again): look at the LMRA's unusable answers (refusals to rate, no probability on the options, orders that "
                      "contradict each other) or use another LMRA")
     return ". ".join(p[0].upper() + p[1:] for p in parts)
 

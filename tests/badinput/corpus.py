@@ -537,7 +537,8 @@ def prompts_cases() -> list[Case]:
                          ("int", 5), ("over-200", "i" * 201), ("cr", "a\rb")):
         add(f"id-{label}", _prompt_lines(json.dumps(good | {"id": value})), 3, "id")
     for key in ("domain", "task"):
-        for label, value in (("int", 5), ("list", ["a"]), ("bool", True), ("newline", "a\nb"), ("nul", "a\u0000b")):
+        for label, value in (("int", 5), ("list", ["a"]), ("bool", True), ("newline", "a\nb"), ("nul", "a\u0000b"),
+                             ("trailing-space", "write a story "), ("leading-space", " art")):
             add(f"{key}-{label}", _prompt_lines(json.dumps(good | {key: value})), 3, key)
     add("missing-text", _prompt_lines('{"id": "x9", "task": "write a story"}'), 3, "text")
     add("duplicate-id", _prompt_lines(json.dumps(good | {"id": "q0"})), 3, "id")
