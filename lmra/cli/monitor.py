@@ -72,10 +72,11 @@ def print_check(console: Console, result) -> None:
     for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p",
                 "p fall", "Holm p", "detectable rise (80%)", "decision"):
         table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
+    task = _task_namer(result.tests)
     for t in result.tests.itertuples():
         decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
                     else lit(t.note or "no change"))
-        table.add_row(lit(t.comparison), lit(t.task), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
+        table.add_row(lit(t.comparison), lit(task(t)), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
                       _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
                                         getattr(t, "mde_rate", None)), decision)
@@ -92,7 +93,7 @@ def print_check(console: Console, result) -> None:
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
-                      + "; ".join(f"{lit(r.task)} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                      + "; ".join(f"{lit(task(r))} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
     elif result.n_tested == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
@@ -102,8 +103,19 @@ def print_check(console: Console, result) -> None:
         console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
                       f"margin ({tested_words(result)}).")
     if len(result.improvements):
-        console.print("Improvements: " + "; ".join(f"{lit(r.task)} ({lit(r.comparison)})"
+        console.print("Improvements: " + "; ".join(f"{lit(task(r))} ({lit(r.comparison)})"
                                                    for r in result.improvements.itertuples()))
+
+
+def _task_namer(rows):
+    """``row → label`` of a task in a table of tasks: the task's name, or ``domain / task`` when
+    the same task name occurs in more than one domain of ``rows`` (a frame with ``task`` and
+    maybe ``domain`` columns), so that two rows never read alike."""
+    if "domain" not in rows or rows.empty:
+        return lambda r: str(r.task)
+    domains = rows.groupby("task", dropna=False)["domain"].nunique(dropna=False)
+    twice = set(domains[domains > 1].index)
+    return lambda r: f"{r.domain} / {r.task}" if r.task in twice and isinstance(r.domain, str) else str(r.task)
 
 
 def tested_words(result) -> str:
@@ -169,10 +181,14 @@ def cmd_history(args: argparse.Namespace) -> int:
                 return 0
             table = Table(title=f"Net rating of '{lit(args.task)}' across runs", title_justify="left")
             table.add_column("run", no_wrap=True)
-            for col in ("started", "comparison", "target", "judge status", "pairs", "net rating [CI]", "p"):
+            domains = "domain" in df and df["domain"].nunique(dropna=False) > 1  # the task in several domains
+            for col in ("started", "comparison", *(("domain",) if domains else ()), "target", "judge status", "pairs",
+                        "net rating [CI]", "p"):
                 table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
             for r in df.itertuples():
-                table.add_row(lit(r.run_id), _short_time(r.started), lit(r.comparison), lit(r.target_model or "—"),
+                table.add_row(lit(r.run_id), _short_time(r.started), lit(r.comparison),
+                              *((lit(r.domain if isinstance(r.domain, str) else "—"),) if domains else ()),
+                              lit(r.target_model or "—"),
                               _judge_cell(r.judge_status), str(r.n_pairs),
                               f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
             console.print(table)

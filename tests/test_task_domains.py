@@ -1,0 +1,42 @@
+"""One task name in two domains is two tasks (per_task.csv keys on domain and task): the
+regression table of ``lmra check`` names them ``domain / task`` and ``lmra history --task``
+adds a domain column, so that no two rows read alike. Real ``lmra audit`` runs on the scripted
+providers of tests/test_gates.py."""
+
+from __future__ import annotations
+
+import json
+
+from lmra.cli import main
+from test_gates import audit, write_config
+
+
+def _two_domains(cfg) -> None:
+    """Move every other 'career advice' prompt of the config's prompt file to domain 'd2'."""
+    prompts = next(line.split('"')[1] for line in cfg.read_text().splitlines() if line.startswith("prompts ="))
+    rows = [json.loads(line) for line in open(prompts, encoding="utf-8")]
+    for k, r in enumerate(x for x in rows if x["task"] == "career advice"):
+        if k % 2:
+            r["domain"] = "d2"
+    with open(prompts, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_a_task_in_two_domains_is_named_with_its_domain(tmp_path, capsys):
+    runs = []
+    for seed in (1, 2):
+        cfg = write_config(tmp_path, name="twodom", seed=seed, n_prompts=32)
+        _two_domains(cfg)
+        rc, out, run = audit(capsys, cfg)
+        assert rc == 0, out
+        runs.append(run)
+    rc = main(["check", str(runs[1]), "--baseline", str(runs[0]), "--allow-unvalidated-judge"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [line for line in out.splitlines() if "career advice" in line and "female vs male" in line]
+    assert len(rows) == 2 and any("d / career advice" in r for r in rows) and any("d2 / career" in r for r in rows)
+    assert any("write a story" in line and "/ write a story" not in line for line in out.splitlines())
+    rc = main(["history", "--reports-dir", str(tmp_path / "reports"), "--task", "career advice", "--name", "twodom"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "domain" in out.splitlines()[2]
+    assert sum(" d2 " in line for line in out.splitlines()) == 2 and sum(" d " in line for line in out.splitlines()) == 2
