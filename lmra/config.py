@@ -513,7 +513,8 @@ class AuditConfig(_Strict):
         True, description="Keep each finished pair in the call cache's pair memo, and replay it when a later run over "
         "the same cache audits the same pair with the same settings (a cached re-run skips the pair's work; "
         "manifest.json's pair_memo counts the pairs replayed).")
-    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level for confidence intervals (0.05 → 95%).")
+    alpha: float = Field(0.05, gt=0, le=0.5, description="Significance level for confidence intervals (0.05 → 95%) "
+                         "and, with --baseline, the regression check's family-wise error rate; 0 < alpha ≤ 0.5.")
     max_failed_share: float = Field(
         0.05, ge=0, le=1,
         description="Largest share of the planned pairs that may be lost to calls failing after every retry; "

@@ -121,28 +121,28 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                           f"{_rate(r['reverse_rate'])}{p}")
 
 
-def _refusals(console: Console, refusals: pd.DataFrame) -> None:
+def _refusals(console: Console, refusals: pd.DataFrame, conf: int, alpha: float) -> None:
     if refusals.empty:
         return
-    table = Table(title="Refusal rates (Wilson 95% CI; two-proportion z-test)", title_justify="left")
+    table = Table(title=f"Refusal rates (Wilson {conf}% CI; two-proportion z-test)", title_justify="left")
     for col in ("comparison", "scope", "group A rate", "group B rate", "p"):
         table.add_column(col, justify="right" if "rate" in col or col == "p" else "left")
     for _, r in refusals[refusals["level"] != "task"].iterrows():
         scope = "overall" if r["level"] == "overall" else r["domain"]
         pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
         pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
-        p = "—" if _nan(r["p_value"]) else (f"[bold red]{r['p_value']:.3g}[/]" if r["p_value"] < 0.05
+        p = "—" if _nan(r["p_value"]) else (f"[bold red]{r['p_value']:.3g}[/]" if r["p_value"] < alpha
                                               else f"{r['p_value']:.3g}")
         table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, p)
     console.print(table)
 
 
-def _quality(console: Console, quality: pd.DataFrame) -> None:
+def _quality(console: Console, quality: pd.DataFrame, conf: int) -> None:
     if quality.empty:
         return
     table = Table(title="Response quality: mean q(A better) − q(B better), Bonferroni/Holm over the criteria",
                   title_justify="left")
-    for col in ("comparison", "criterion", "pairs", "mean [95% CI]", "p", "Bonferroni", "Holm"):
+    for col in ("comparison", "criterion", "pairs", f"mean [{conf}% CI]", "p", "Bonferroni", "Holm"):
         table.add_column(col, justify="left" if col in ("comparison", "criterion") else "right")
     for _, r in quality[quality["level"] == "overall"].iterrows():
         table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(r["criterion"]), str(r["n_pairs"]),
@@ -273,8 +273,8 @@ def render_audit(console: Console, result) -> None:
     _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True))
     _combiners(console, result.overall, s)
     _placebo(console, s)
-    _refusals(console, result.refusals)
-    _quality(console, result.quality)
+    _refusals(console, result.refusals, conf, 1 - s.get("confidence", 0.95))
+    _quality(console, result.quality, conf)
     _judges(console, result.judges)
     if getattr(result, "axes", None) is not None:
         from lmra.report.axes import render_axes
