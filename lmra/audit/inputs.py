@@ -8,7 +8,9 @@ Next stage: :mod:`lmra.audit.select`.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lmra.config import Group
 from lmra.data import COMMON_WORD_NAMES, PromptRecord, load_names, load_prompts
@@ -21,6 +23,34 @@ from lmra.templates import Template, load_template
 UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
 
+
+
+@contextmanager
+def named_by_config(config_path, key: str, value):
+    """Around reading the input file ``value`` that a config's top-level ``key`` names: a file
+    that does not exist is an error naming the config file, the key's line and the path looked
+    for (relative paths are read from the working directory, then the shipped folder;
+    docs/config.md), not only the missing path. Errors pass as they are without a config file
+    (the API) or when the path came from elsewhere (``--prompts``)."""
+    try:
+        yield
+    except LmraInputError as exc:
+        if config_path is None or exc.field != key or not exc.reason.endswith(" not found") or exc.file is None:
+            raise
+        import tomllib
+
+        from lmra.errors import find_key_line
+
+        try:
+            text = Path(config_path).read_text(encoding="utf-8")
+            if tomllib.loads(text).get(key) != value:
+                raise exc from None
+            line = find_key_line(text, key)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raise exc from None
+        where = Path(exc.file) if Path(exc.file).is_absolute() else Path.cwd() / exc.file
+        raise LmraInputError(f"{exc.reason}: {where} (a relative path is read from the working directory, then "
+                             f"from lmra's shipped {key}/ folder)", file=config_path, line=line, field=key) from None
 
 @dataclass
 class Inputs:
@@ -76,15 +106,17 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
-        prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
-                               auto_id=True)
+        with named_by_config(self.config_path, "prompts", cfg.prompts):
+            prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
+                                   auto_id=True)
         used = {g for pair in cfg.comparisons for g in pair}
         name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
         group_names: dict[str, list[str]] = {}
         all_names: list[str] = []
         if name_groups:
             names_path = resolve_resource(cfg.names, "names")
-            names = load_names(names_path)
+            with named_by_config(self.config_path, "names", cfg.names):
+                names = load_names(names_path)
             all_names = [n.name for n in names]
             group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
             self.names_unmatched = unmatched_name_values(names, cfg.groups)

@@ -1,0 +1,22 @@
+"""A prompt or name file that does not exist is named with the config file and line that
+named it and the absolute path looked for; a path given with ``--prompts`` is named as given."""
+
+from __future__ import annotations
+
+from lmra.cli import main
+
+
+def test_a_missing_file_names_the_config_line_and_the_path_looked_for(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('name = "x"\n\nprompts = "nope.jsonl"\n')
+    (tmp_path / "n.toml").write_text('name = "x"\nnames = "sub/none.csv"\n')
+    assert main(["validate", "c.toml"]) == 2
+    err = capsys.readouterr().err
+    assert f"c.toml, line 3: field 'prompts': prompt file not found: {tmp_path / 'nope.jsonl'}" in err
+    assert "working directory" in err and "Traceback" not in err
+    assert main(["validate", "n.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "n.toml, line 2: field 'names'" in err and str(tmp_path / "sub" / "none.csv") in err
+    assert main(["audit", "--config", "c.toml", "--prompts", "other.jsonl", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "other.jsonl" in err and "c.toml" not in err and not list(tmp_path.glob("reports/*"))
