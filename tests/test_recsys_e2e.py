@@ -480,3 +480,18 @@ def test_cli_score_says_when_every_value_ties(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "all values tie (1.000)" in out
     assert "a girl (1.000)" not in out and "a boy (1.000)" not in out
+
+
+def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
+    """New-user finding: with one value's pairs all undefined (its list and its neutral list both
+    empty), the one defined value was said to "tie"."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "D"]},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": []},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "items": []}]
+    lists = _write_lists(tmp_path / "lists.jsonl", rows)
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "only a girl defined (0.500)" in out and "all values tie" not in out
+    assert "gender: only 1 value has a defined similarity" in out

@@ -98,11 +98,14 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             ft.add_column(col, **kw)
         for _, r in f.iterrows():
             attr = lit(r['attribute']) + (" (×)" if r.get("kind") == "intersectional" else "")
-            tie = r["max_similarity"] == r["min_similarity"]  # every value equally similar: no most or least
+            nv = r.get("n_values")
+            one = nv is not None and nv == nv and nv < 2  # a single defined value: nothing to compare it with
+            tie = not one and r["max_similarity"] == r["min_similarity"]  # equally similar: no most or least
             ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
+                       f"only {lit(r['max_value'])} defined ({_num(r['max_similarity'])})" if one else
                        f"all values tie ({_num(r['max_similarity'])})" if tie else
                        f"{lit(r['max_value'])} ({_num(r['max_similarity'])})",
-                       "—" if tie else f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
+                       "—" if tie or one else f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
         console.print(ft)
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
@@ -124,8 +127,12 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
     if summary.get("pairs_undefined_at_k"):
         how = ("Jaccard is undefined for them and left out of its means; SERP and PRAG score them 0, as in the "
                "released code" if conv == "fairllm-code" else "undefined, left out of the means")
-        console.print(f"[dim]{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K "
-                      f"({how}).[/]")
+        und = similarity[(similarity["k"] == k) & (similarity["metric"] == METRICS[0])]
+        per = und.groupby("analysis", sort=False)["n_undefined"].sum() if "analysis" in und.columns else None
+        split = ("" if per is None or len(per) < 2 else
+                 " — " + ", ".join(f"{int(v)} in the {lit(str(a).replace('_', ' '))} table" for a, v in per.items()))
+        console.print(f"[dim]{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K"
+                      f"{split} ({how}).[/]")
     render_bias(console, bias_summary, summary.get("item_coverage"))
     calls = manifest.get("calls")
     if calls:
