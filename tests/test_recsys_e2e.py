@@ -202,6 +202,14 @@ profile_size = 3
         "group", "average_disparity", "n_categories", "mean_abs_bd", "mean_abs_bd_difference", "mean_abs_bd_gap",
         "n_categories_bd"]
     assert all(v == 0 for v in summary["item_coverage"].values())
+    # the empty pairs at K, counted per table (the line once added the two tables' counts unsaid)
+    sim = pd.read_csv(run / "recsys_similarity.csv")
+    und = sim[(sim["k"] == summary["k"]) & (sim["metric"] == sim["metric"].iloc[0])].groupby("analysis")["n_undefined"]
+    per = und.sum()
+    assert len(per) == 2 and per.sum() == summary["pairs_undefined_at_k"]
+    assert (f"{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K — "
+            f"{per['item_similarity']} in the item similarity table, {per['true_preference']} in the true "
+            "preference table") in out
     # the same lists through `recsys bias`: a clear input error, not a false "no user_id" message
     assert run_cli(["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(run / "lists.jsonl"),
                     "--items", str(SAMPLE / "movies.dat"), "--users", str(SAMPLE / "users.dat"),
