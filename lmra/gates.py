@@ -486,14 +486,17 @@ def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> No
     """
     import json
 
+    from lmra.digests import rerecord, verify_files
     from lmra.fileio import write_json
 
     doc = result.to_dict() | {"evaluated_by": evaluated_by}
-    write_json(run.path / GATES_FILE, doc)
     summary_path = run.path / "summary.json"
+    verify_files(run.path, summary_path.name)  # a damaged summary is never recorded as sound
+    write_json(run.path / GATES_FILE, doc)
     summary = json.loads(summary_path.read_text(encoding="utf-8"))  # re-read: never write back a stale copy
     summary["gates"] = {k: v for k, v in doc.items() if k != "results"}
     write_json(summary_path, jsonable(summary))
+    rerecord(run.path, "summary.json")  # its digest in manifest.json (lmra.digests)
     run.summary["gates"] = summary["gates"]
 
 

@@ -296,6 +296,7 @@ def _worst_judge_check(shards: list[ShardRun]) -> tuple[dict | None, pd.DataFram
         f = s.run.path / "judge_check.json"
         if not f.is_file():
             continue
+        s.run.verified(f.name)
         verdict = json.loads(f.read_text(encoding="utf-8"))
         key = (_VERDICT_RANK.get(bool(verdict.get("passed")), 1), s.index)
         if best is None or key < best[0]:

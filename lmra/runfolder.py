@@ -232,7 +232,7 @@ class RunFolder:
     def per_task(self) -> pd.DataFrame:
         """``per_task.csv`` with an added ``comparison`` column (``"A vs B"``)."""
         if "per_task" not in self._cache:
-            path = self.path / "per_task.csv"
+            path = self.verified("per_task.csv")
             try:
                 df = pd.read_csv(path, keep_default_na=False, na_values=[""])
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
@@ -251,7 +251,23 @@ class RunFolder:
         """The per-pair file: ``ratings.parquet``, or ``ratings.jsonl`` for runs written before issue 15."""
         from lmra.pairstore import JSONL_NAME, pairs_file
 
-        return pairs_file(self.path) or self.path / JSONL_NAME
+        return self.verified((pairs_file(self.path) or self.path / JSONL_NAME).name)
+
+    def verified(self, name: str) -> Path:
+        """The path of the run folder's file ``name``, checked (once per :class:`RunFolder`)
+        against the digest ``manifest.json`` recorded when the run finished (:mod:`lmra.digests`).
+
+        Raises:
+            LmraInputError: the file changed or was damaged since the run (naming it).
+        """
+        path = self.path / name
+        done = self._cache.setdefault("verified", set())
+        if name not in done:
+            from lmra.digests import verify
+
+            verify(path, self.manifest)
+            done.add(name)
+        return path
 
     @property
     def ratings(self) -> pd.DataFrame:
@@ -289,7 +305,7 @@ class RunFolder:
             return []
         from lmra.pairstore import read_jsonl_rows
 
-        return read_jsonl_rows(path)
+        return read_jsonl_rows(self.verified(name))
 
     @property
     def prompt_scores(self) -> pd.DataFrame:
@@ -337,9 +353,16 @@ def prompt_scores(ratings: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def _read_json(path: Path) -> dict:
+def _text(path: Path, data: bytes) -> str:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LmraInputError(f"not UTF-8 text (byte {exc.start})", file=path) from None
+
+
+def _read_json(path: Path, data: bytes | None = None) -> dict:
+    try:
+        return json.loads(_text(path, data) if data is not None else path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=exc.lineno) from None
 
@@ -371,9 +394,16 @@ def load_run(path: str | Path) -> RunFolder:
         what = f"missing {', '.join(missing)}" if missing else "the run did not finish"
         raise LmraInputError(f"not a finished lmra run folder (manifest status: {status or 'no manifest'}): {what}"
                              + (f"; {why}" if why else ""), file=p / "manifest.json" if status else p)
-    return RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json"),
-                     manifest=_read_json(p / "manifest.json"),
-                     config_text=(p / "config.toml").read_text(encoding="utf-8"))
+    from lmra.digests import verify
+
+    manifest = _read_json(p / "manifest.json")
+    raw = {name: (p / name).read_bytes() for name in ("summary.json", "config.toml")}
+    for name, data in raw.items():
+        verify(p / name, manifest, data)
+    run = RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json", raw["summary.json"]),
+                    manifest=manifest, config_text=_text(p / "config.toml", raw["config.toml"]))
+    run._cache["verified"] = set(raw)
+    return run
 
 
 def finite(x) -> float | None:

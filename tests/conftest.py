@@ -39,3 +39,14 @@ def run_folders(root: Path, name: str) -> list[Path]:
     found = [(m.group(1), int(m.group(2) or 1), p) for p in Path(root).iterdir()
              if p.is_dir() and (m := pat.fullmatch(p.name))]
     return [p for *_, p in sorted(found)]
+
+
+def rerecord_files(run_dir: Path) -> None:
+    """After a test edited a finished run folder's data files on purpose (a scenario built from
+    a real run: other numbers, a field of a later version …), record their new digests in its
+    manifest.json, as an audit that had written them would have (lmra.digests)."""
+    from lmra.digests import record
+
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    manifest["files"] = record(run_dir)
+    (Path(run_dir) / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import rerecord_files
 import monitor_helpers
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from test_html_report import CHROMIUM, FLAGS, DomIndex
@@ -199,6 +200,7 @@ def test_sixty_nights_of_27_tasks_stay_readable(tmp_path, monkeypatch):
         manifest = json.loads((night / "manifest.json").read_text())
         manifest["started"] = f"2026-{1 + n // 28:02d}-{1 + n % 28:02d}T02:15:00+00:00"
         (night / "manifest.json").write_text(json.dumps(manifest))
+        rerecord_files(night)
     with History(reports / "history.sqlite") as h:
         h.scan()
         assert len(h.runs()) == 60

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import rerecord_files
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from lmra.monitor import History
 from lmra.report.html import render_report
@@ -82,6 +83,7 @@ def report(tmp_path_factory):
     manifest = json.loads((rise / "manifest.json").read_text())
     manifest["budget"] = {"cost_usd": 0.42, "per_model": [{"model": "scripted", "calls": 12}]}
     (rise / "manifest.json").write_text(json.dumps(manifest))
+    rerecord_files(rise)
     return {"base": base, "rise": rise, "tmp": tmp}
 
 
@@ -151,6 +153,9 @@ def test_report_without_history_or_baseline(report, tmp_path):
                                    "confidence", "combiner", "judge_methods", "judge_valid_option_mass", "overall",
                                    "per_domain", "per_task")}
     (lone / "summary.json").write_text(json.dumps(old | {"schema_version": 1}))
+    manifest = json.loads((lone / "manifest.json").read_text())  # nor file digests (lmra.digests)
+    del manifest["files"]
+    (lone / "manifest.json").write_text(json.dumps(manifest))
     html = render_report(load_run(lone))
     assert 'id="trend"' not in html and 'id="regression-check"' not in html and 'id="comparison"' not in html
     assert 'id="refusals"' not in html and 'id="judge-diagnostics-table"' not in html

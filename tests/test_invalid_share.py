@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import NAME_TO_GROUP
+from conftest import NAME_TO_GROUP, rerecord_files
 from doubles import ScriptedJudge, ScriptedTarget, responses_in
 from lmra import Audit
 from lmra.config import AuditConfig
@@ -108,6 +108,7 @@ def test_the_check_notes_a_task_whose_lmra_answered_too_few_pairs(tmp_path, sim_
     summary["invalid_over_limit"] = [{"comparison": "female vs male", "task": "all tasks", "n_invalid": 24,
                                       "n_unlabelled": 0, "n_rated": 54, "share": 24 / 54, "p_value": 0.001}]
     path.write_text(json.dumps(summary))
+    rerecord_files(night.run_dir)
     notes = check_regression(load_run(night.run_dir), load_run(base.run_dir)).tests.set_index("task")["note"]
     assert all("run: over all tasks, LMRA answered 30 of 54 pairs" in n for n in notes)
 

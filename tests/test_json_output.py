@@ -10,7 +10,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import FEMALE, MALE
+from conftest import FEMALE, MALE, rerecord_files
 from faultserver import FaultServer
 from monitor_helpers import make_run, write_inputs
 from lmra.cli import main
@@ -114,6 +114,7 @@ def test_check_json_judge_failure_exit_5_and_waiver(runs, capsys, tmp_path):
     summary = json.loads((failed / "summary.json").read_text())
     summary["judge_status"] = {"status": "failed", "gated": True, "reasons": ["sensitivity 0.2 (needs ≥ 0.8)"]}
     (failed / "summary.json").write_text(json.dumps(summary))
+    rerecord_files(failed)
     argv = ["check", str(failed), "--baseline", str(runs["base"]), "--history", str(tmp_path / "h.sqlite")]
     rc_json, doc, rc_table, table = _both(capsys, argv)
     assert rc_json == rc_table == doc["exit_status"] == 5

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from conftest import rerecord_files
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from lmra.errors import LmraInputError
 from lmra.pairstore import iter_rows, read_pairs
@@ -125,6 +126,7 @@ def test_baseline_with_another_template_or_comparisons_is_refused(runs, tmp_path
     pt = pd.read_csv(copy / "per_task.csv")
     pt["group_b"] = "nonbinary"
     pt.to_csv(copy / "per_task.csv", index=False)
+    rerecord_files(copy)
     with pytest.raises(LmraInputError, match="comparisons"):
         assert_comparable(load_run(runs["rise"]), load_run(copy))
 

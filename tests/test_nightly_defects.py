@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import rerecord_files
 from faultserver import FaultServer, audit_config
 from lmra.config import ModelConfig
 from lmra.providers.base import ChatRequest, Message, ProviderError
@@ -237,6 +238,7 @@ def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
     (partial / "manifest.json").write_text(json.dumps(manifest | {"status": "partial"}))
     summary = json.loads((partial / "summary.json").read_text())
     (partial / "summary.json").write_text(json.dumps(summary | {"run_status": "partial", "failed_share": 0.125}))
+    rerecord_files(partial)
     argv = ["check", str(partial), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]
     code = main(argv)
     out = " ".join(capsys.readouterr().out.split())
@@ -417,6 +419,22 @@ def test_canaries_are_asked_again_with_a_new_seed_and_reused_with_the_same(tmp_p
     assert second >= first  # ≥: the canary calls (2 per canary) are all fresh again
 
 
+def _damage_named_by_its_digest(run, capsys) -> None:
+    """A damaged ratings.parquet of a run whose manifest records its digest is named as changed
+    since the run (lmra.digests) before any reader opens it; then the records are removed, so
+    that the rest of the test sees a run folder of an earlier version, whose damage the Parquet
+    readers themselves must name."""
+    from lmra.cli import main
+
+    assert main(["export", str(run), "--format", "csv"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{run / 'ratings.parquet'}: changed or damaged since the run finished" in err and "Traceback" not in err
+    assert not (run / "exports").exists() or not any((run / "exports").glob("*"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["files"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
 @pytest.mark.parametrize("size", [0, 100])
 def test_a_damaged_ratings_parquet_is_one_line_naming_it_and_nothing_is_exported(tmp_path, capsys, size):
     """Break-it: a ratings.parquet cut to 0 or 100 bytes made export, report and axes --run end
@@ -431,6 +449,7 @@ def test_a_damaged_ratings_parquet_is_one_line_naming_it_and_nothing_is_exported
     with open(run / "ratings.parquet", "r+b") as fh:
         fh.truncate(size)
     capsys.readouterr()
+    _damage_named_by_its_digest(run, capsys)
     for argv in (["export", str(run), "--format", "csv"], ["report", str(run)], ["axes", "--run", str(run)]):
         assert main(argv) == 2, argv
         err = " ".join(capsys.readouterr().err.split())
@@ -476,6 +495,7 @@ def test_a_ratings_parquet_with_a_damaged_data_page_is_named_and_nothing_is_expo
     data[8:8 + len(data) // 6] = bytes(len(data) // 6)  # the first pages zeroed, the footer kept
     path.write_bytes(bytes(data))
     capsys.readouterr()
+    _damage_named_by_its_digest(run, capsys)
     for argv in ([["export", str(run), "--format", f] for f in ("csv", "json", "parquet")]
                  + [["report", str(run)]]):
         assert main(argv) == 2, argv

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_prometheus
 
+from conftest import rerecord_files
 import monitor_helpers
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 
@@ -157,6 +158,7 @@ def test_label_escaping_of_a_task_name_with_quote_backslash_and_newline(runs, tm
     text = (folder / "per_task.csv").read_text(encoding="utf-8")
     (folder / "per_task.csv").write_text(text.replace('"quote "" backslash \\ end"',
                                                       '"quote "" backslash \\ newline\n end"'), encoding="utf-8")
+    rerecord_files(folder)
     run = load_run(folder)
     assert NASTY in set(run.per_task["task"])
     for fmt, parse in (("prometheus", parse_prometheus), ("openmetrics", parse_openmetrics)):

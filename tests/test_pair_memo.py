@@ -86,7 +86,11 @@ def _same_folders(a, b, ignore: tuple[str, ...] = ()) -> None:
     s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (a, b))
     assert {k: v for k, v in s1.items() if k != "run_dir"} == {k: v for k, v in s2.items() if k != "run_dir"}
     m1, m2 = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
-    assert {k: v for k, v in m1.items() if k not in RUN_FIELDS} == {k: v for k, v in m2.items() if k not in RUN_FIELDS}
+    assert {k: v for k, v in m1.items() if k not in (*RUN_FIELDS, "files")} == \
+        {k: v for k, v in m2.items() if k not in (*RUN_FIELDS, "files")}
+    # the data files' digests: the same for the files compared byte for byte above
+    f1, f2 = ({k: v for k, v in m["files"].items() if k not in ("summary.json", *ignore)} for m in (m1, m2))
+    assert f1 == f2 and set(f1) >= {"ratings.parquet", "per_task.csv", "responses.jsonl"}
     c1, c2 = m1["calls"], m2["calls"]  # the same counts; errors listed in the order they happened
     assert {**c1, "errors": sorted(c1["errors"])} == {**c2, "errors": sorted(c2["errors"])}
 

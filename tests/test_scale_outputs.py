@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from conftest import rerecord_files
 from lmra import monitor, pairstore
 from lmra.monitor import one_sided_permutation, sequential_permutation_pvalue
 from lmra.power import PairScoreModel, detectable_rating_sim, simulated_power
@@ -43,10 +44,12 @@ def large_run(tmp_path_factory):
     df.loc[100: 100 + len(errors) - 1, "error"] = errors
     df.loc[200:210, "h_calibrated"] = math.nan
     pairstore.write_pairs(run / "ratings.parquet", df)
+    rerecord_files(run)
     odd = tmp / "reports" / "20260102-000000-nightly"
     shutil.copytree(run, odd)
     df.loc[120:123, "error"] = ["cr\rlf", "ctl \x0b and \x1f", "a literal \\u00e9", "nul \x00"]
     pairstore.write_pairs(odd / "ratings.parquet", df)
+    rerecord_files(odd)
     return {"plain": run, "odd strings": odd}
 
 

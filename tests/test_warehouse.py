@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from conftest import run_folders
+from conftest import run_folders, rerecord_files
 from faultserver import FaultServer, audit_config
 from lmra.runfolder import load_run
 from lmra.warehouse import SCHEMA_VERSION, partition_value
@@ -162,6 +162,7 @@ def test_a_numeric_run_name_stays_a_string_with_the_documented_partitioning(tmp_
     cfg = AuditConfig.model_validate({"name": "007"})  # a valid run name
     text = (run / "config.toml").read_text(encoding="utf-8")
     (run / "config.toml").write_text(text.replace('name = "nightly"', f'name = "{cfg.name}"', 1), encoding="utf-8")
+    rerecord_files(run)
     add_run(run)
     wh = tmp_path / "reports" / "warehouse" / "per_task"
     assert [p.name for p in wh.iterdir()] == ["run=007"]

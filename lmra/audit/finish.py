@@ -438,6 +438,21 @@ def _metric_losses(cfg, scores: pd.DataFrame, quality: pd.DataFrame) -> dict[str
     return out
 
 
+def _file_records(run_dir: Path) -> dict[str, dict]:
+    """The run's data-file digests for ``manifest.json`` (:func:`lmra.digests.record`).
+
+    Raises:
+        LmraIOError: a file just written cannot be read back.
+    """
+    from lmra.digests import record
+    from lmra.errors import LmraIOError, io_reason
+
+    try:
+        return record(run_dir)
+    except OSError as exc:
+        raise LmraIOError(f"cannot read back the run's files ({io_reason(exc)})", path=run_dir) from None
+
+
 def _rows_frame(rows: list[dict]) -> pd.DataFrame:
     """``pd.DataFrame(rows)`` of rows that all have the same keys (the responses' rows), built
     from one list per column — the same frame (columns, dtypes, values) in half the time;
@@ -706,7 +721,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     audit._write_json("summary.json", summary)
     manifest |= {"status": run_st, "judge_status": status["status"],
                  "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                 "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict()}
+                 "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict(),
+                 "files": _file_records(audit.run_dir)}  # checked when read back (lmra.digests)
     audit._write_json("manifest.json", manifest)
     if isinstance(ratings, PairSpool):
         ratings.remove()  # the run's pairs are in ratings.parquet now

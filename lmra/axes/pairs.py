@@ -74,6 +74,9 @@ def read_run(run_dir: str | Path) -> tuple[AuditConfig, pd.DataFrame, pd.DataFra
         raise LmraInputError("run folder not found", file=run)
     if not (run / "config.toml").is_file():
         raise LmraInputError("config.toml not found (is this an lmra run folder?)", file=run / "config.toml")
+    from lmra.digests import verify_files
+
+    verify_files(run, "config.toml", "responses.jsonl", "ratings.parquet", "ratings.jsonl")
     cfg = load_config(run / "config.toml")
     responses = _read_jsonl(run / "responses.jsonl")
     if cfg.redact or ("redacted" in responses and responses["redacted"].fillna(False).astype(bool).any()):

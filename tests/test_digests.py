@@ -1,0 +1,126 @@
+"""A finished run's data files carry SHA-256 digests in manifest.json (lmra.digests): a file
+changed or damaged after the run — here a ratings.parquet rewritten with one rating changed,
+which still decodes — stops ``lmra check``, ``compare``, ``export`` and ``axes`` with exit 2
+and one paragraph naming it, where without the records the regression verdict silently
+changed. ``lmra gate`` (which adds its results to summary.json) records the new digest.
+Runs are real ``lmra audit`` commands on the scripted providers of tests/test_gates.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmra.cli import main
+from lmra.digests import RECORDED
+from test_gates import audit, write_config
+
+
+@pytest.fixture
+def nights(tmp_path, capsys):
+    """Two nights of the same audit (different seeds): (baseline folder, run folder)."""
+    runs = []
+    for seed in (1, 2):
+        rc, out, run = audit(capsys, write_config(tmp_path, name="dig", seed=seed, n_prompts=24))
+        assert rc == 0, out
+        runs.append(run)
+    return runs
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _check(capsys, run, base) -> tuple[int, dict | str]:
+    rc, out, err = _cli(capsys, "check", run, "--baseline", base, "--allow-unvalidated-judge", "--json")
+    return rc, (json.loads(out) if rc in (0, 3) else err)
+
+
+def _damage_ratings(run) -> None:
+    """Rewrite ratings.parquet with the first valid pair's h raised by 0.5: a readable file."""
+    path = run / "ratings.parquet"
+    table = pq.read_table(path)
+    h = table.column("h").to_pylist()
+    i = next(k for k, v in enumerate(h) if v is not None and v == v)
+    h[i] = h[i] + 0.5
+    table = table.set_column(table.schema.get_field_index("h"), "h", pa.array(h, type=table.schema.field("h").type))
+    pq.write_table(table, path, compression="zstd")
+
+
+def test_the_manifest_records_each_data_file(nights):
+    run = nights[0]
+    files = json.loads((run / "manifest.json").read_text())["files"]
+    present = {p.name for p in run.iterdir() if p.name in RECORDED}
+    assert {"ratings.parquet", "per_task.csv", "summary.json", "config.toml", "responses.jsonl"} <= present
+    assert set(files) == present
+    for name, rec in files.items():
+        data = (run / name).read_bytes()
+        assert rec == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+
+
+def test_a_damaged_ratings_file_that_still_decodes_is_an_input_error(nights, capsys):
+    base, run = nights
+    rc, doc = _check(capsys, run, base)
+    assert rc == 0, doc
+    before = {(t["comparison"], t["task"]): t["h_base"] for t in doc["tests"]}
+    _damage_ratings(base)
+    rc, err = _check(capsys, run, base)
+    assert rc == 2
+    assert "ratings.parquet" in err and "changed or damaged since the run finished" in err
+    assert "Traceback" not in err
+    for argv in (["compare", base, run], ["export", base, "--format", "csv", "--table", "per_pair",
+                                           "--out", base.parent / "x"]):
+        rc, out, err = _cli(capsys, *argv)
+        assert rc == 2 and "ratings.parquet" in err and "changed or damaged" in err, (argv, out, err)
+    assert not (base.parent / "x").exists() or not any((base.parent / "x").iterdir())
+    # the same damage without the records (a run folder of an earlier version): read as it is,
+    # and the baseline's numbers silently move — what the records prevent
+    m = json.loads((base / "manifest.json").read_text())
+    del m["files"]
+    (base / "manifest.json").write_text(json.dumps(m))
+    rc, doc = _check(capsys, run, base)
+    assert rc in (0, 3), doc
+    after = {(t["comparison"], t["task"]): t["h_base"] for t in doc["tests"]}
+    assert after != before
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("per_task.csv", lambda b: b.replace(b"0.", b"1.", 1)),
+    ("summary.json", lambda b: b.replace(b'"n_prompts": ', b'"n_prompts": 1', 1)),
+    ("config.toml", lambda b: b + b"\n# edited\n"),
+])
+def test_an_edited_table_summary_or_config_is_an_input_error(nights, capsys, name, edit):
+    base, run = nights
+    path = run / name
+    data = path.read_bytes()
+    assert edit(data) != data
+    path.write_bytes(edit(data))
+    rc, out, err = _cli(capsys, "compare", base, run)
+    assert rc == 2 and name in err and "changed or damaged" in err and "Traceback" not in err, (out, err)
+
+
+def test_lmra_gate_records_the_summary_it_rewrites(nights, capsys):
+    base, run = nights
+    rc, out, err = _cli(capsys, "gate", run, "--gate", "max_ci_high=1", "--record")
+    assert rc == 0, out + err
+    summary = (run / "summary.json").read_bytes()
+    assert b'"gates"' in summary
+    rec = json.loads((run / "manifest.json").read_text())["files"]["summary.json"]
+    assert rec["sha256"] == hashlib.sha256(summary).hexdigest()
+    assert _check(capsys, run, base)[0] == 0
+    # a summary damaged before the gate is never recorded as sound
+    (base / "summary.json").write_bytes((base / "summary.json").read_bytes() + b" ")
+    rc, out, err = _cli(capsys, "gate", base, "--gate", "max_ci_high=1", "--record")
+    assert rc == 2 and "summary.json" in err and "changed or damaged" in err
+
+
+def test_a_missing_recorded_file_is_named(nights, capsys):
+    base, run = nights
+    (run / "responses.jsonl").unlink()
+    rc, out, err = _cli(capsys, "axes", "--run", run)
+    assert rc == 2 and "responses.jsonl" in err and "missing, though manifest.json records it" in err, (out, err)
