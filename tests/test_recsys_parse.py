@@ -92,6 +92,10 @@ def test_duplicates_and_max_items_are_counted():
     ("***", ""),
     ("The (1994)", ""),                     # a garbled fragment, not a title
     ("Them (1954)", "them"),
+    ("<em>The Voice</em>", "the voice"),    # HTML markup (a new user's finding: kept in the key)
+    ("<b>Matrix, The</b> (1999)", "the matrix"),
+    ("Tom &amp; Jerry", "tom and jerry"),   # an HTML entity
+    ("I <3 NY", "i <3 ny"),                 # not a tag
 ])
 def test_normalize_title(raw, key):
     assert normalize_title(raw) == key

@@ -16,6 +16,7 @@ score threshold.
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from collections.abc import Collection, Hashable, Sequence
@@ -29,6 +30,8 @@ _NUMBERED = re.compile(
 _BULLET = re.compile(r"^\s*(?:[-*+•·●▪‣◦–—])\s+(.*?)\s*$")
 _INLINE_NUM = re.compile(r"(?:(?<=\s)|^)(\d{1,3})[.)]\s+")
 _HEADING = re.compile(r"^\s*(#{1,6}\s|\*\*[^*]+:\*\*\s*$|[^\w\"“'‘*]*$)")
+#: an HTML tag (``<em>``, ``</b>``, ``<br/>``): a letter after ``<`` (so ``<3`` is kept)
+_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _BOLD = re.compile(r"^\s*(\*\*|__)(.+?)\1")
 _QUOTED = re.compile(r'^\s*(?:"([^"]+)"|“([^”]+)”|«([^»]+)»|„([^“”]+)[“”]|\'([^\']+)\'(?=\s|$|[,.:;\-–—])|‘([^’]+)’)')
@@ -86,7 +89,8 @@ class ParsedList:
 def normalize_title(title: str) -> str:
     """Reduce a title to a comparison key.
 
-    Steps: Unicode NFKC; markdown emphasis and links removed; parentheticals and bracketed
+    Steps: Unicode NFKC; HTML tags removed and entities decoded (``<em>Title</em>``,
+    ``&amp;``); markdown emphasis and links removed; parentheticals and bracketed
     parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
     trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
     titles); ``&`` → ``and``; case folded; every quote character and apostrophe removed
@@ -100,6 +104,7 @@ def normalize_title(title: str) -> str:
         The key (possibly ``""`` when nothing meaningful is left).
     """
     s = unicodedata.normalize("NFKC", title)
+    s = html.unescape(_HTML_TAG.sub(" ", s)) if "<" in s or "&" in s else s  # <em>Title</em>, &amp;
     s = _MD_LINK.sub(r"\1", s)
     s = s.replace("**", " ").replace("__", " ")
     prev = None
