@@ -229,7 +229,7 @@ def _csv(run: RunFolder, name: str) -> pd.DataFrame:
     path = run.path / name
     if not path.is_file():
         return pd.DataFrame()
-    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    df = pd.read_csv(run.verified(name), keep_default_na=False, na_values=[""])
     if len(df):
         df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
     return df
