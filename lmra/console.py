@@ -30,6 +30,12 @@ LOG_WIDTH = 1_000_000
 _ANCHOR = "[dim][/dim]"
 
 
+def percent_level(confidence: float) -> str:
+    """A confidence level as a percentage without rounding it away: 0.95 → ``95``, 0.975 →
+    ``97.5``, 0.999 → ``99.9`` (for ``[95% CI]`` labels)."""
+    return f"{100 * float(confidence):.6g}"
+
+
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``"1 prompt"``, ``"0 prompts"``, ``"2 prompts"``: ``n`` and ``noun`` in the number ``n``
     asks for (``plural`` default: ``noun + "s"``); for counts in console lines."""

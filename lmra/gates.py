@@ -105,12 +105,14 @@ class GateOutcome:
     status: Literal["passed", "breached", "not_evaluated"]
     detail: str = ""
 
-    def where(self) -> str:
-        """``task 'write a story' (female vs male)`` / ``overall (female vs male)``."""
+    def where(self, with_domain: bool = False) -> str:
+        """``task 'write a story' (female vs male)`` / ``overall (female vs male)``;
+        ``with_domain``: ``task 'art / write a story' (…)`` (a task name in two domains)."""
         comp = f" ({self.comparison})" if self.comparison else ""
-        return f"task '{self.task}'{comp}" if self.task is not None else f"overall{comp}"
+        task = f"{self.domain} / {self.task}" if with_domain and self.domain else self.task
+        return f"task '{task}'{comp}" if self.task is not None else f"overall{comp}"
 
-    def line(self) -> str:
+    def line(self, with_domain: bool = False) -> str:
         """The console line of this value, e.g. ``GATE BREACHED max_ci_high: task 'write a story'
         (female vs male) CI high +0.0340 > 0.02 (net rating +0.0110, 40 pairs)``, ``GATE NOT
         EVALUATED …: no CI high — <why>; bound 0.02`` or ``GATE passed …: … +0.0100 ≤ 0.02``.
@@ -120,11 +122,22 @@ class GateOutcome:
         label = spec.label + (f" '{self.criterion}'" if self.criterion else "")
         bound = f"{self.bound:g}" + (" (this task's override)" if self.override else "")
         if self.status == "not_evaluated":
-            return f"GATE NOT EVALUATED {self.gate}: {self.where()}: no {label} — {self.detail}; bound {bound}"
+            return (f"GATE NOT EVALUATED {self.gate}: {self.where(with_domain)}: no {label} — {self.detail}; "
+                    f"bound {bound}")
         op, word = (">", "BREACHED") if self.status == "breached" else ("≤", "passed")
         more = f" ({self.detail})" if self.detail else ""
-        return (f"GATE {word} {self.gate}: {self.where()} {label} {format_gate_value(self.gate, self.value)} {op} "
+        return (f"GATE {word} {self.gate}: {self.where(with_domain)} {label} {format_gate_value(self.gate, self.value)} {op} "
                 f"{bound}{more}")
+
+
+def tasks_in_two_domains(outcomes) -> set[str]:
+    """The task names that occur with more than one domain among ``outcomes`` (their lines name
+    the domain too: two tasks, never two lines that read alike)."""
+    seen: dict[str, set] = {}
+    for o in outcomes:
+        if o.task is not None:
+            seen.setdefault(o.task, set()).add(o.domain)
+    return {t for t, d in seen.items() if len(d) > 1}
 
 
 def format_gate_value(gate: str, value: float) -> str:
@@ -193,7 +206,8 @@ class GateResult:
     def lines(self) -> list[str]:
         """Console lines: one per breached or unevaluated value, one per gate with no value,
         then the summary line (``gates: 5 checked (58 values), all passed``)."""
-        out = [o.line() for o in self.outcomes if o.status != "passed"]
+        twice = tasks_in_two_domains(self.outcomes)
+        out = [o.line(o.task in twice) for o in self.outcomes if o.status != "passed"]
         out += [f"GATE NOT EVALUATED {g}: the run has no value for it (no {GATES[g].label} was measured)"
                 for g in self.empty_gates]
         n, k = len(self.checked), len(self.outcomes)
@@ -226,8 +240,10 @@ class GateResult:
 
 # -- reading the stored tables ----------------------------------------------------------------
 def _csv(run: RunFolder, name: str) -> pd.DataFrame:
+    from lmra.digests import recorded
+
     path = run.path / name
-    if not path.is_file():
+    if not path.is_file() and not recorded(run.manifest, name):  # (recorded: named as missing)
         return pd.DataFrame()
     df = pd.read_csv(run.verified(name), keep_default_na=False, na_values=[""])
     if len(df):
@@ -486,17 +502,18 @@ def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> No
     """
     import json
 
-    from lmra.digests import rerecord, verify_files
-    from lmra.fileio import write_json
+    from lmra.digests import rewrite, verify_files
+
+    def text(obj) -> bytes:  # as lmra.fileio.write_json writes it
+        return json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
     doc = result.to_dict() | {"evaluated_by": evaluated_by}
     summary_path = run.path / "summary.json"
     verify_files(run.path, summary_path.name)  # a damaged summary is never recorded as sound
-    write_json(run.path / GATES_FILE, doc)
     summary = json.loads(summary_path.read_text(encoding="utf-8"))  # re-read: never write back a stale copy
     summary["gates"] = {k: v for k, v in doc.items() if k != "results"}
-    write_json(summary_path, jsonable(summary))
-    rerecord(run.path, "summary.json")  # its digest in manifest.json (lmra.digests)
+    # both files and their digests in manifest.json, safe to interrupt and to read meanwhile (lmra.digests)
+    rewrite(run.path, {GATES_FILE: text(jsonable(doc)), "summary.json": text(jsonable(summary))})
     run.summary["gates"] = summary["gates"]
 
 
@@ -538,26 +555,34 @@ def read_gates(run_dir: "str | os.PathLike") -> dict | None:
     run_dir = Path(run_dir)
     unreadable = {"passed": None, "checked": [], "unmet": [], "breaches": [], "n_not_evaluated": 0,
                   "not_evaluated": [], "n_values": 0, "unreadable": True}
+    from lmra.digests import verify_files
+    from lmra.errors import LmraInputError
+
     try:
         if (run_dir / GATES_FILE).is_file():
+            verify_files(run_dir, GATES_FILE)  # changed since it was recorded: unreadable (lmra.digests)
             doc = json.loads((run_dir / GATES_FILE).read_text(encoding="utf-8"))
         elif (run_dir / "summary.json").is_file():
+            verify_files(run_dir, "summary.json")
             doc = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("gates")
         else:
             return None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, LmraInputError):
         return unreadable
     if doc is None:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("breaches", []), list):
         return unreadable
     fields = GateOutcome.__dataclass_fields__
+    twice = tasks_in_two_domains([GateOutcome(**{k: r.get(k) for k in fields}) for r in
+                                  [*(doc.get("breaches") or []), *(doc.get("not_evaluated") or [])]
+                                  if isinstance(r, dict) and set(fields) - {"detail"} <= set(r)])
     breaches = []
     for b in doc.get("breaches") or []:
         if not isinstance(b, dict):
             continue
         try:
-            text = GateOutcome(**{k: b.get(k) for k in fields}).line()
+            text = GateOutcome(**{k: b.get(k) for k in fields}).line(b.get("task") in twice)
         except (KeyError, TypeError, ValueError):  # a gate this version does not know
             text = f"GATE BREACHED {b.get('gate')}: {b.get('task') or 'overall'} {b.get('value')} > {b.get('bound')}"
         breaches.append({"gate": str(b.get("gate")), "comparison": b.get("comparison"), "task": b.get("task"),
@@ -567,7 +592,7 @@ def read_gates(run_dir: "str | os.PathLike") -> dict | None:
         if not isinstance(m, dict):
             continue
         try:
-            text = GateOutcome(**{k: m.get(k) for k in fields}).line()
+            text = GateOutcome(**{k: m.get(k) for k in fields}).line(m.get("task") in twice)
         except (KeyError, TypeError, ValueError):
             text = f"GATE NOT EVALUATED {m.get('gate')}: {m.get('task') or 'overall'}: {m.get('detail') or ''}"
         missing.append({"gate": str(m.get("gate")), "comparison": m.get("comparison"), "task": m.get("task"),

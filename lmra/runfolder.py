@@ -249,8 +249,11 @@ class RunFolder:
     @property
     def pairs_path(self) -> Path:
         """The per-pair file: ``ratings.parquet``, or ``ratings.jsonl`` for runs written before issue 15."""
-        from lmra.pairstore import JSONL_NAME, pairs_file
+        from lmra.digests import recorded
+        from lmra.pairstore import JSONL_NAME, PARQUET_NAME, pairs_file
 
+        if recorded(self.manifest, PARQUET_NAME):  # never another file in its place (lmra.digests)
+            return self.verified(PARQUET_NAME)
         return self.verified((pairs_file(self.path) or self.path / JSONL_NAME).name)
 
     def verified(self, name: str) -> Path:
@@ -263,9 +266,9 @@ class RunFolder:
         path = self.path / name
         done = self._cache.setdefault("verified", set())
         if name not in done:
-            from lmra.digests import verify
+            from lmra.digests import read_manifest, verify
 
-            verify(path, self.manifest)
+            verify(path, self.manifest, reload=lambda: read_manifest(self.path))
             done.add(name)
         return path
 
@@ -301,7 +304,9 @@ class RunFolder:
             from lmra.pairstore import iter_rows  # runs since issue 15 keep their pairs in ratings.parquet
 
             return iter_rows(self.pairs_path)
-        if not path.is_file():
+        from lmra.digests import recorded
+
+        if not path.is_file() and not recorded(self.manifest, name):  # (recorded: named as missing)
             return []
         from lmra.pairstore import read_jsonl_rows
 
@@ -394,12 +399,12 @@ def load_run(path: str | Path) -> RunFolder:
         what = f"missing {', '.join(missing)}" if missing else "the run did not finish"
         raise LmraInputError(f"not a finished lmra run folder (manifest status: {status or 'no manifest'}): {what}"
                              + (f"; {why}" if why else ""), file=p / "manifest.json" if status else p)
-    from lmra.digests import verify
+    from lmra.digests import read_manifest, verify
 
     manifest = _read_json(p / "manifest.json")
     raw = {name: (p / name).read_bytes() for name in ("summary.json", "config.toml")}
-    for name, data in raw.items():
-        verify(p / name, manifest, data)
+    for name, data in raw.items():  # (reload: lmra gate --record rewrote summary.json meanwhile)
+        verify(p / name, manifest, data, reload=lambda: read_manifest(p))
     run = RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json", raw["summary.json"]),
                     manifest=manifest, config_text=_text(p / "config.toml", raw["config.toml"]))
     run._cache["verified"] = set(raw)

@@ -25,6 +25,14 @@ def test_every_table_names_the_runs_confidence_level(tmp_path, capsys):
     assert f"[{ci.low:.4f}, {ci.high:.4f}]" in out
 
 
+def test_a_level_that_is_not_a_whole_percent_is_not_rounded(tmp_path, capsys):
+    cfg = write_config(tmp_path, name="half", refuse=0.4, quality=True, top="alpha = 0.025")
+    rc, out, run = audit(capsys, cfg)
+    assert rc == 0, out
+    assert "net rating [97.5% CI]" in out and "Wilson 97.5% CI" in out and "mean [97.5% CI]" in out
+    assert "98%" not in out
+
+
 def test_alpha_above_one_half_is_refused_by_validate_and_audit(tmp_path, capsys):
     cfg = write_config(tmp_path, name="wide", top="alpha = 0.7")
     for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress", "--no-report"]):

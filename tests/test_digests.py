@@ -124,3 +124,75 @@ def test_a_missing_recorded_file_is_named(nights, capsys):
     (run / "responses.jsonl").unlink()
     rc, out, err = _cli(capsys, "axes", "--run", run)
     assert rc == 2 and "responses.jsonl" in err and "missing, though manifest.json records it" in err, (out, err)
+
+
+def test_gate_record_cut_short_between_its_writes_leaves_a_readable_run(nights, capsys, monkeypatch):
+    """lmra gate --record rewrites gates.json and summary.json and their records in steps: cut
+    after the manifest accepts both versions, or after the files are written, the run reads."""
+    import lmra.digests as digests
+    import lmra.fileio as fileio
+
+    base, run = nights
+    real = fileio.atomic_open
+    for cut_at in (1, 3):  # after the first manifest write; after both files (before the last manifest)
+        writes = [0]
+
+        def counting(path, mode="w", encoding="utf-8", _cut=cut_at):
+            writes[0] += 1
+            if writes[0] > _cut:
+                raise KeyboardInterrupt  # a Ctrl-C between two writes
+            return real(path, mode, encoding)
+
+        monkeypatch.setattr(fileio, "atomic_open", counting)
+        with pytest.raises(KeyboardInterrupt):
+            digests.rewrite(run, {"summary.json": (run / "summary.json").read_bytes().replace(b"{", b"{\n", 1),
+                                  "gates.json": b"{}"})
+        monkeypatch.setattr(fileio, "atomic_open", real)
+        assert _check(capsys, run, base)[0] == 0, cut_at
+    rc, out, err = _cli(capsys, "gate", run, "--gate", "max_ci_high=1", "--record")  # and records again
+    assert rc == 0 and _check(capsys, run, base)[0] == 0
+    rec = json.loads((run / "manifest.json").read_text())["files"]
+    assert "previous" not in rec["summary.json"] and rec["gates.json"]["sha256"] == hashlib.sha256(
+        (run / "gates.json").read_bytes()).hexdigest()
+
+
+def test_a_reader_that_read_the_manifest_before_a_gate_record_still_reads(nights, capsys):
+    from lmra.runfolder import load_run
+
+    base, run = nights
+    before = load_run(run)  # holds the manifest as it was
+    assert _cli(capsys, "gate", run, "--gate", "max_ci_high=1", "--record")[0] == 0
+    assert len(before.jsonl("responses.jsonl")) > 0 and before.verified("summary.json")  # re-reads the manifest
+
+
+def test_an_edited_gates_json_is_not_exported_as_a_metric(nights, capsys):
+    base, run = nights
+    assert _cli(capsys, "gate", run, "--gate", "max_ci_high=0.0001", "--record")[0] == 6
+    doc = json.loads((run / "gates.json").read_text())
+    (run / "gates.json").write_text(json.dumps(doc | {"passed": True, "breaches": []}))
+    rc, out, err = _cli(capsys, "export", run, "--format", "prometheus")
+    assert rc == 2 and "gates.json" in err and "changed or damaged" in err
+    from lmra.gates import read_gates
+
+    assert read_gates(run)["unreadable"] is True  # the report and the history page say so
+
+
+def test_a_recorded_file_replaced_or_removed_is_named(nights, capsys):
+    base, run = nights
+    import pandas as pd
+
+    pd.read_parquet(run / "ratings.parquet").to_json(run / "ratings.jsonl", orient="records", lines=True)
+    (run / "ratings.parquet").unlink()  # the older format in its place: not read instead
+    rc, out, err = _cli(capsys, "compare", base, run)
+    assert rc == 2 and "ratings.parquet: missing, though manifest.json records it" in err
+    (base / "refusals.csv").unlink()
+    rc, out, err = _cli(capsys, "gate", base, "--gate", "max_refusal_gap=1")
+    assert rc == 2 and "refusals.csv: missing, though manifest.json records it" in err
+
+
+def test_export_into_the_run_folder_itself_is_refused(nights, capsys):
+    base, run = nights
+    before = (run / "per_task.csv").read_bytes()
+    rc, out, err = _cli(capsys, "export", run, "--format", "csv", "--out", run)
+    assert rc == 2 and "is a run folder: the export would overwrite its per_task.csv" in err
+    assert (run / "per_task.csv").read_bytes() == before and _check(capsys, run, base)[0] == 0

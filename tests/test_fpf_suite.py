@@ -391,7 +391,7 @@ def test_failed_quality_calls_are_counted_apart_from_invalid_answers(tmp_path, s
     n = len(res.ratings)
     assert (overall["n_pairs"], overall["n_invalid"], overall["n_failed"]) == (0, 0, n)
     buf = io.StringIO()
-    _quality(Console(file=buf, width=300), res.quality, 95)
+    _quality(Console(file=buf, width=300), res.quality, "95")
     assert f"Left out of the quality means: {n} ratings whose LMRA call failed after every retry, 0 without a usable " \
            "answer" in buf.getvalue()
 

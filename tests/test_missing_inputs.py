@@ -17,6 +17,9 @@ def test_a_missing_file_names_the_config_line_and_the_path_looked_for(tmp_path, 
     assert main(["validate", "n.toml"]) == 2
     err = capsys.readouterr().err
     assert "n.toml, line 2: field 'names'" in err and str(tmp_path / "sub" / "none.csv") in err
+    (tmp_path / "bom.toml").write_bytes("\ufeffname = 'x'\nprompts = 'nope.jsonl'\n".encode("utf-8"))  # a BOM
+    assert main(["validate", "bom.toml"]) == 2
+    assert "bom.toml, line 2: field 'prompts': prompt file not found" in capsys.readouterr().err
     assert main(["audit", "--config", "c.toml", "--prompts", "other.jsonl", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "other.jsonl" in err and "c.toml" not in err and not list(tmp_path.glob("reports/*"))

@@ -96,6 +96,9 @@ def test_duplicates_and_max_items_are_counted():
     ("<b>Matrix, The</b> (1999)", "the matrix"),
     ("Tom &amp; Jerry", "tom and jerry"),   # an HTML entity
     ("I <3 NY", "i <3 ny"),                 # not a tag
+    ("&lt;em&gt;The Voice&lt;/em&gt;", "the voice"),  # tags written as entities
+    ("x<y and z>w", "x<y and z>w"),         # not a tag either: kept
+    ('<A HREF="https://x">Heat</a>', "heat"),
 ])
 def test_normalize_title(raw, key):
     assert normalize_title(raw) == key

@@ -40,3 +40,25 @@ def test_a_task_in_two_domains_is_named_with_its_domain(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "domain" in out.splitlines()[2]
     assert sum(" d2 " in line for line in out.splitlines()) == 2 and sum(" d " in line for line in out.splitlines()) == 2
+    # gate lines: one per task, each named with its domain
+    rc = main(["gate", str(runs[1]), "--gate", "max_ci_high=-1"])
+    out = capsys.readouterr().out
+    assert rc == 6
+    assert sum("task 'd / career advice'" in line for line in out.splitlines()) == 1
+    assert sum("task 'd2 / career advice'" in line for line in out.splitlines()) == 1
+    assert "task 'write a story'" in out  # one domain only: its name alone
+
+
+def test_the_exit_line_names_a_regressed_task_with_its_domain():
+    """The check's final line (exit status 3) names the regressed task as the table does."""
+    import pandas as pd
+
+    from lmra.cli.monitor import check_exit_reasons
+
+    class Result:
+        baseline_id, n_tested = "b", 3
+        tests = pd.DataFrame({"comparison": ["f vs m"] * 3, "domain": ["d", "d2", "d"],
+                              "task": ["advice", "advice", "story"], "regressed": [True, False, True]})
+        regressions = tests[tests["regressed"]]
+
+    assert check_exit_reasons(Result) == {3: "2 tasks regressed against baseline b (d / advice, story)"}

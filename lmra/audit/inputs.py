@@ -42,7 +42,7 @@ def named_by_config(config_path, key: str, value):
         from lmra.errors import find_key_line
 
         try:
-            text = Path(config_path).read_text(encoding="utf-8")
+            text = Path(config_path).read_text(encoding="utf-8-sig")  # (a BOM, as the config reader allows)
             if tomllib.loads(text).get(key) != value:
                 raise exc from None
             line = find_key_line(text, key)

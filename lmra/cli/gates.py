@@ -88,7 +88,7 @@ def with_gate_options(gates: GatesConfig, options: list[tuple[str, float]] | Non
     seen: dict[str, float] = {}
     for name, value in options:
         if name in seen and seen[name] != value:
-            raise LmraInputError(f"{name} is given twice ({name}={seen[name]:g} and {name}={value:g}); give each "
+            raise LmraInputError(f"{name} is given twice ({name}={seen[name]!r} and {name}={value!r}); give each "
                                  "gate once", field="--gate")
         seen[name] = value
     return gates.model_copy(update=seen)

@@ -135,8 +135,9 @@ def check_exit_reasons(result) -> dict[int, str]:
     tested against the baseline"}``; empty when no task regressed."""
     regs = result.regressions
     if len(regs):
+        task = _task_namer(result.tests)  # domain / task when the name is in two domains
         return {3: f"{len(regs)} task{'s' * (len(regs) != 1)} regressed against baseline {result.baseline_id} ("
-                   + ", ".join(sorted(set(regs["task"]))) + ")"}
+                   + ", ".join(sorted({task(r) for r in regs.itertuples()})) + ")"}
     if result.n_tested == 0:
         return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
     return {}
@@ -376,8 +377,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         run = h.resolve(args.run)
         check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
     if args.format in METRICS_FORMATS:
-        from lmra.gates import read_gates
+        from lmra.digests import verify_files
+        from lmra.gates import GATES_FILE, read_gates
 
+        verify_files(run.path, GATES_FILE)  # a gates.json changed since it was recorded: exit 2, not a metric
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {lit(path)}")
         return 0

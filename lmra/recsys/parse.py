@@ -30,8 +30,10 @@ _NUMBERED = re.compile(
 _BULLET = re.compile(r"^\s*(?:[-*+•·●▪‣◦–—])\s+(.*?)\s*$")
 _INLINE_NUM = re.compile(r"(?:(?<=\s)|^)(\d{1,3})[.)]\s+")
 _HEADING = re.compile(r"^\s*(#{1,6}\s|\*\*[^*]+:\*\*\s*$|[^\w\"“'‘*]*$)")
-#: an HTML tag (``<em>``, ``</b>``, ``<br/>``): a letter after ``<`` (so ``<3`` is kept)
-_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9]*(?:\s[^<>]*)?/?>")
+#: an HTML tag of the kinds chat models put around titles (``<em>``, ``</b>``, ``<br/>``,
+#: ``<a href=…>``); other text between ``<`` and ``>`` (``x<y and z>w``, ``<Title>``) is kept
+_HTML_TAG = re.compile(r"</?(?:a|abbr|b|big|blockquote|br|cite|code|del|div|em|font|h[1-6]|i|ins|li|mark|ol|p|q|s|"
+                       r"small|span|strike|strong|sub|sup|tt|u|ul)(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _BOLD = re.compile(r"^\s*(\*\*|__)(.+?)\1")
 _QUOTED = re.compile(r'^\s*(?:"([^"]+)"|“([^”]+)”|«([^»]+)»|„([^“”]+)[“”]|\'([^\']+)\'(?=\s|$|[,.:;\-–—])|‘([^’]+)’)')
@@ -89,8 +91,8 @@ class ParsedList:
 def normalize_title(title: str) -> str:
     """Reduce a title to a comparison key.
 
-    Steps: Unicode NFKC; HTML tags removed and entities decoded (``<em>Title</em>``,
-    ``&amp;``); markdown emphasis and links removed; parentheticals and bracketed
+    Steps: Unicode NFKC; HTML entities decoded and then the usual inline HTML tags removed
+    (``&amp;``, ``<em>Title</em>``, ``&lt;b&gt;``); markdown emphasis and links removed; parentheticals and bracketed
     parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
     trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
     titles); ``&`` → ``and``; case folded; every quote character and apostrophe removed
@@ -104,7 +106,7 @@ def normalize_title(title: str) -> str:
         The key (possibly ``""`` when nothing meaningful is left).
     """
     s = unicodedata.normalize("NFKC", title)
-    s = html.unescape(_HTML_TAG.sub(" ", s)) if "<" in s or "&" in s else s  # <em>Title</em>, &amp;
+    s = _HTML_TAG.sub(" ", html.unescape(s)) if "<" in s or "&" in s else s  # &amp;, <em>Title</em>
     s = _MD_LINK.sub(r"\1", s)
     s = s.replace("**", " ").replace("__", " ")
     prev = None

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
-from lmra.console import LOG_WIDTH, lit
+from lmra.console import LOG_WIDTH, lit, percent_level
 
 
 def _nan(x) -> bool:
@@ -85,7 +85,7 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
     """
     summary = summary or {}
     comps = summary.get("comparisons", {})
-    conf = int(round(100 * summary.get("confidence", 0.95)))
+    conf = percent_level(summary.get("confidence", 0.95))
     if table.empty:
         console.print("[bold]Axes of difference:[/] no candidate axis (no valid brainstorm feature and no "
                       "extra axes).")

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lmra.console import counted, lit
+from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
 from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
 
@@ -93,7 +93,7 @@ def _run_status(console: Console, s: dict) -> None:
                            "a baseline unless named.", style="bold red"))
 
 
-def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: int,
+def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
                 refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
         table = Table(title=f"Harmful-stereotype ratings: {lit(ga)} vs {lit(gb)}", title_justify="left")
@@ -121,7 +121,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                           f"{_rate(r['reverse_rate'])}{p}")
 
 
-def _refusals(console: Console, refusals: pd.DataFrame, conf: int, alpha: float) -> None:
+def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float) -> None:
     if refusals.empty:
         return
     table = Table(title=f"Refusal rates (Wilson {conf}% CI; two-proportion z-test)", title_justify="left")
@@ -137,7 +137,7 @@ def _refusals(console: Console, refusals: pd.DataFrame, conf: int, alpha: float)
     console.print(table)
 
 
-def _quality(console: Console, quality: pd.DataFrame, conf: int) -> None:
+def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
     if quality.empty:
         return
     table = Table(title="Response quality: mean q(A better) − q(B better), Bonferroni/Holm over the criteria",
@@ -249,7 +249,7 @@ def render_audit(console: Console, result) -> None:
     valid-mass or order-consistency thresholds is flagged in red.
     """
     s, m = result.summary, result.manifest
-    conf = int(round(100 * s.get("confidence", 0.95)))
+    conf = percent_level(s.get("confidence", 0.95))
     console.print(judge_status_text(s.get("judge_status")))
     _run_status(console, s)
     warnings = list(s.get("warnings", []))

@@ -467,7 +467,8 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
 
     Raises:
         LmraInputError: unknown format or table; a per-pair file that cannot be read (said
-            before any file is written).
+            before any file is written); ``out_dir`` a run folder whose data file the export
+            would overwrite (``--out RUN``).
     """
     if fmt not in FORMATS:
         raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
@@ -479,6 +480,12 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     if run.pairs_path.suffix == ".parquet":  # a damaged file stops the export before it writes anything
         parquet_schema(run.pairs_path)
     out = Path(out_dir) if out_dir else run.path / "exports"
+    from lmra.digests import RECORDED
+
+    clash = [f"{t}.{fmt}" for t in tables if f"{t}.{fmt}" in RECORDED and (out / f"{t}.{fmt}").is_file()]
+    if clash and (out / "manifest.json").is_file():  # a run folder's own data file is never overwritten
+        raise LmraInputError(f"is a run folder: the export would overwrite its {clash[0]}; write to another folder "
+                             "(by default RUN/exports)", file=out, field="--out")
     out.mkdir(parents=True, exist_ok=True)
     build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks}
 

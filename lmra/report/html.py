@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from lmra.compare import RunComparison
+from lmra.console import percent_level
 from lmra.runfolder import RunFolder, finite
 from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
@@ -296,7 +297,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
     check_ctx = _check_context(check)
     args = adequacy_args(run, check=check, delta=delta, power=power)
     delta, alpha = args["delta"], args["alpha"]
-    conf_pct = int(round(100 * (1 - alpha)))
+    conf_pct = percent_level(1 - alpha)
     per_task = []
     for comp, pt in run.per_task.groupby("comparison", sort=True):
         per_task.append({"comparison": comp, "rows": _records(pt),
