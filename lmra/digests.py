@@ -28,7 +28,8 @@ from lmra.errors import LmraInputError
 RECORDED = ("summary.json", "config.toml", "per_task.csv", "per_domain.csv", "ratings.parquet", "ratings.jsonl",
             "responses.jsonl", "prompts.jsonl", "refusals.csv", "quality.csv", "quality_ratings.jsonl",
             "judges.csv", "placebo.csv", "placebo_ratings.jsonl", "placebo_responses.jsonl",
-            "filtered_prompts.jsonl", "classifications.jsonl", "judge_check.json", "judge_check_ratings.jsonl")
+            "filtered_prompts.jsonl", "classifications.jsonl", "judge_check.json", "judge_check_ratings.jsonl",
+            "shard.json", "gates.json")
 
 
 def file_digest(path: str | Path) -> str:

@@ -207,6 +207,7 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
         if not f.is_file():
             raise LmraInputError(f"is not a shard of a sharded audit (it has no {SHARD_FILE}: it was not run with "
                                  "'lmra audit --shard I/N')", file=run.path, field="shard")
+        run.verified(SHARD_FILE)  # changed since the shard finished: named (lmra.digests)
         try:
             record = json.loads(f.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

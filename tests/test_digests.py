@@ -196,3 +196,19 @@ def test_export_into_the_run_folder_itself_is_refused(nights, capsys):
     rc, out, err = _cli(capsys, "export", run, "--format", "csv", "--out", run)
     assert rc == 2 and "is a run folder: the export would overwrite its per_task.csv" in err
     assert (run / "per_task.csv").read_bytes() == before and _check(capsys, run, base)[0] == 0
+
+
+def test_a_shards_changed_record_stops_the_merge(tmp_path, capsys):
+    cfg = write_config(tmp_path, name="sh", n_prompts=16)
+    for i in (1, 2):
+        rc = main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--shard", f"{i}/2"])
+        assert rc == 0, capsys.readouterr()
+    shards = sorted(p for p in (tmp_path / "reports").iterdir() if "-shard" in p.name)
+    assert len(shards) == 2 and all("shard.json" in json.loads((s / "manifest.json").read_text())["files"]
+                                    for s in shards)
+    rec = json.loads((shards[0] / "shard.json").read_text())
+    (shards[0] / "shard.json").write_text(json.dumps(rec | {"n_selected": 1}))  # an edited number
+    capsys.readouterr()
+    rc, out, err = _cli(capsys, "merge", *shards, "--no-report")
+    assert rc == 2 and "shard.json: changed or damaged since the run finished" in err
+    assert not [p for p in (tmp_path / "reports").iterdir() if p.name.endswith("-sh")]  # no merged run
