@@ -139,6 +139,9 @@ def run_fixture_legacy(tmp_path):
         for r in iter_rows(new / "ratings.parquet"):
             fh.write(json.dumps(r) + "\n")
     (old / "ratings.parquet").unlink()
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["files"]  # nor file digests (lmra.digests)
+    (old / "manifest.json").write_text(json.dumps(manifest))
     return new, old
 
 

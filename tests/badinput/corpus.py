@@ -62,7 +62,8 @@ class Case:
         line: the line the message must name, or None when the input has no lines.
         field: the field or column the message must name (``field '…'``, ``argument --…`` or ``option --…``).
         run: materialise the fixture run folder at ``run/``: ``{"status": manifest status,
-            "drop": [files to delete], "write": {file: content}}``; None = no run folder.
+            "drop": [files to delete], "write": {file: content}, "legacy": True for a run folder
+            of an earlier version, without file digests}``; None = no run folder.
         dirs: folders to create.
     """
 
@@ -702,8 +703,9 @@ def agreement_cases() -> list[Case]:
         cat="agreement.run")
     add("run-no-ratings", ok, None, None, file="ratings.parquet", run={"drop": ["ratings.parquet"]}, cat="agreement.run")
     # a run folder of an earlier version (ratings.jsonl) with a malformed line
-    add("run-ratings-malformed", ok, 2, None, file="ratings.jsonl", run={"drop": ["ratings.parquet"], "write": {
-        "ratings.jsonl": '{"pair_id": "a", "h": 0.1, "valid": true}\n{oops\n'}}, cat="agreement.run")
+    add("run-ratings-malformed", ok, 2, None, file="ratings.jsonl", cat="agreement.run", run={
+        "drop": ["ratings.parquet"], "legacy": True,
+        "write": {"ratings.jsonl": '{"pair_id": "a", "h": 0.1, "valid": true}\n{oops\n'}})
     out.append(Case(id="agreement-run-missing", category="agreement.run",
                     argv=["agreement", "--human", "labels.csv", "--run", "no-such-run"], files={"labels.csv": ok},
                     file="no-such-run", line=None, field=None))
@@ -822,6 +824,10 @@ def materialize(case: Case, workdir: Path, run_fixture: Path | None) -> None:
             (run / rel).unlink()
         for rel, content in case.run.get("write", {}).items():
             (run / rel).write_text(content, encoding="utf-8")
+        if case.run.get("legacy"):  # a run folder of an earlier version: no file digests (lmra.digests)
+            m = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+            m.pop("files", None)
+            (run / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
