@@ -257,6 +257,12 @@ def test_merge_refuses_shards_that_read_other_files_or_a_broken_shard_record(tmp
     err = refused(*d)
     assert "inputs_sha256" in err and "other input files" in err and shards[2].run_dir.name in err
     (shards[2].run_dir / "shard.json").write_text("[3, 3]")
+    err = refused(*d)  # changed since the shard finished (lmra.digests) …
+    assert "shard.json: changed or damaged since the run finished" in err
+    manifest_path = shards[2].run_dir / "manifest.json"  # … and in a folder without digests, not a record
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["files"]["shard.json"]
+    manifest_path.write_text(json.dumps(manifest))
     err = refused(*d)
     assert "shard.json" in err and "prompt_positions" in err
     assert not (tmp_path / "m").exists()
