@@ -75,9 +75,16 @@ def write_text(path: str | Path, text: str) -> None:
         fh.write(text)
 
 
+def json_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
+    """The UTF-8 bytes :func:`write_json` writes for ``obj`` (NaN/inf refused: ValueError)."""
+    return json.dumps(obj, indent=indent, allow_nan=False, ensure_ascii=False).encode("utf-8")
+
+
 def write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
     """Write JSON atomically; NaN/inf are refused (``allow_nan=False``): convert them first."""
-    write_text(path, json.dumps(obj, indent=indent, allow_nan=False, ensure_ascii=False))
+    data = json_bytes(obj, indent=indent)  # (a ValueError before any file is opened)
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
 
 
 def write_jsonl(path: str | Path, rows: Iterable[Any], dumps: Callable[[Any], str] | None = None) -> None:

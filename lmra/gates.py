@@ -131,12 +131,13 @@ class GateOutcome:
 
 
 def tasks_in_two_domains(outcomes) -> set[str]:
-    """The task names that occur with more than one domain among ``outcomes`` (their lines name
-    the domain too: two tasks, never two lines that read alike)."""
+    """The task names that occur with more than one domain among ``outcomes`` (objects with
+    ``task`` and ``domain``: gate outcomes, a check's rows); their lines name the domain too:
+    two tasks, never two lines that read alike."""
     seen: dict[str, set] = {}
-    for o in outcomes:
-        if o.task is not None:
-            seen.setdefault(o.task, set()).add(o.domain)
+    for o in outcomes:  # (rows of a frame too: a missing domain, None or NaN, is one domain)
+        if isinstance(o.task, str):
+            seen.setdefault(o.task, set()).add(o.domain if isinstance(o.domain, str) else None)
     return {t for t, d in seen.items() if len(d) > 1}
 
 
@@ -503,9 +504,7 @@ def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> No
     import json
 
     from lmra.digests import rewrite, verify_files
-
-    def text(obj) -> bytes:  # as lmra.fileio.write_json writes it
-        return json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    from lmra.fileio import json_bytes
 
     doc = result.to_dict() | {"evaluated_by": evaluated_by}
     summary_path = run.path / "summary.json"
@@ -513,7 +512,7 @@ def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> No
     summary = json.loads(summary_path.read_text(encoding="utf-8"))  # re-read: never write back a stale copy
     summary["gates"] = {k: v for k, v in doc.items() if k != "results"}
     # both files and their digests in manifest.json, safe to interrupt and to read meanwhile (lmra.digests)
-    rewrite(run.path, {GATES_FILE: text(jsonable(doc)), "summary.json": text(jsonable(summary))})
+    rewrite(run.path, {GATES_FILE: json_bytes(jsonable(doc)), "summary.json": json_bytes(jsonable(summary))})
     run.summary["gates"] = summary["gates"]
 
 

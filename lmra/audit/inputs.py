@@ -24,7 +24,6 @@ UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
 
 
-
 @contextmanager
 def named_by_config(config_path, key: str, value):
     """Around reading the input file ``value`` that a config's top-level ``key`` names: a file
@@ -51,6 +50,7 @@ def named_by_config(config_path, key: str, value):
         where = Path(exc.file) if Path(exc.file).is_absolute() else Path.cwd() / exc.file
         raise LmraInputError(f"{exc.reason}: {where} (a relative path is read from the working directory, then "
                              f"from lmra's shipped {key}/ folder)", file=config_path, line=line, field=key) from None
+
 
 @dataclass
 class Inputs:

@@ -111,10 +111,11 @@ def _task_namer(rows):
     """``row → label`` of a task in a table of tasks: the task's name, or ``domain / task`` when
     the same task name occurs in more than one domain of ``rows`` (a frame with ``task`` and
     maybe ``domain`` columns), so that two rows never read alike."""
+    from lmra.gates import tasks_in_two_domains
+
     if "domain" not in rows or rows.empty:
         return lambda r: str(r.task)
-    domains = rows.groupby("task", dropna=False)["domain"].nunique(dropna=False)
-    twice = set(domains[domains > 1].index)
+    twice = tasks_in_two_domains(rows.itertuples())
     return lambda r: f"{r.domain} / {r.task}" if r.task in twice and isinstance(r.domain, str) else str(r.task)
 
 
