@@ -157,6 +157,11 @@ def test_final_line_states_the_real_exit_status_gate_over_regression(nights, cap
 def test_final_line_states_the_real_exit_status_judge_over_gate(nights, capsys):
     base = nights["base"]
     rc, out, err, run = nights["judged"]
+    # the early line says the check failed; on stdout its reasons are stated once, by the report's
+    # judge status (stderr's paragraph on the exit status states them too: a stream of its own)
+    reasons = json.loads((run / "summary.json").read_text())["judge_status"]["reasons"]
+    assert len(reasons) == 2 and all(out.count(r) == 1 and err.count(r) == 1 for r in reasons)
+    assert re.search(r"Judge check FAILED on \d+ canary pairs \(2 reasons, stated in the report at the end\)", out)
     assert json.loads((run / "summary.json").read_text())["judge_status"]["gated"] is True
     assert rc == 5 and "GATE BREACHED max_net_rating" in out and "judge failed validation" in err
     assert "Regression in 1 task(s)" in out

@@ -35,7 +35,7 @@ class _Counting(_Progress):
         self.totals: dict[str, int] = {}
         self.advances: dict[str, int] = {}
         super().__init__(start=lambda s, n: self.totals.__setitem__(s, n),
-                         advance=lambda s: self.advances.__setitem__(s, self.advances.get(s, 0) + 1))
+                         advance=lambda s, failed=False: self.advances.__setitem__(s, self.advances.get(s, 0) + 1))
 
 
 class _Target(FlakyTarget):

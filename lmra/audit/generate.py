@@ -57,7 +57,8 @@ class GenerateStage:
     async def _generate(self, prompts: list[PromptRecord], inputs: Inputs, target: Provider,
                         sem: asyncio.Semaphore) -> list[Response]:
         jobs = [j for p in prompts for j in self._prompt_jobs(p)] + self._placebo_jobs(prompts, inputs)
-        return await self._gather("generate", [self._generate_one(*j, inputs, target, sem) for j in jobs])
+        return await self._gather("generate", [self._generate_one(*j, inputs, target, sem) for j in jobs],
+                                  failed=lambda r: bool(r.error))
 
     async def _generate_one(self, p: PromptRecord, comp: str, group: Group, k: int, inputs: Inputs,
                             target: Provider, sem: asyncio.Semaphore) -> Response:

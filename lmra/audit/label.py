@@ -38,7 +38,8 @@ class LabelStage:
                 self.refusal_errors[i] = error
             return i, label
 
-        return dict(await self._gather("refusal", [one(i, r) for i, r in todo]))
+        return dict(await self._gather("refusal", [one(i, r) for i, r in todo],
+                                       failed=lambda result: result[0] in self.refusal_errors))
 
     async def _refusal_one(self, r: Response, prompt: str, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
                            ) -> tuple[tuple[float | None, bool], str | None]:

@@ -15,11 +15,11 @@ import functools
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from lmra.data import PromptRecord
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response
+from lmra.progress import Progress
 from lmra.providers import Provider
 
 from lmra.audit.inputs import Inputs
@@ -39,12 +39,7 @@ PAIR_WINDOW_MIN = 64
 REPLAY_BATCH = 64
 
 
-@dataclass
-class _Progress:
-    """Progress callbacks: ``start(stage, total)``, ``advance(stage)``."""
-
-    start: Callable[[str, int], None] = lambda stage, total: None
-    advance: Callable[[str], None] = lambda stage: None
+_Progress = Progress  # the name lmra.audit has exported
 
 
 class _DeferredProgress:
@@ -53,20 +48,20 @@ class _DeferredProgress:
 
     def __init__(self, progress: _Progress):
         self.progress = progress
-        self.early: dict[str, int] = {}
+        self.early: dict[str, list[bool]] = {}
         self.started: set[str] = set()
 
     def start(self, stage: str, total: int) -> None:
         self.progress.start(stage, total)
         self.started.add(stage)
-        for _ in range(self.early.pop(stage, 0)):
-            self.progress.advance(stage)
+        for failed in self.early.pop(stage, ()):
+            self.progress.advance(stage, failed)
 
-    def advance(self, stage: str) -> None:
+    def advance(self, stage: str, failed: bool = False) -> None:
         if stage in self.started:
-            self.progress.advance(stage)
+            self.progress.advance(stage, failed)
         else:
-            self.early[stage] = self.early.get(stage, 0) + 1
+            self.early.setdefault(stage, []).append(failed)
 
 
 def _free_places(sem: asyncio.Semaphore) -> int:
@@ -257,13 +252,13 @@ class PipelineDriver:
         async def response_chain(job: tuple) -> tuple[Response, tuple[float | None, bool] | None, str | None]:
             go_on()
             r = await self._generate_one(*job, inputs, target, sem)
-            progress.advance("generate")
+            progress.advance("generate", bool(r.error))
             label = error = None
             if cfg.refusal.enabled:
                 if not r.error:
                     go_on()
                     label, error = await self._refusal_one(r, job[0].text, inputs, judge, sem)
-                progress.advance("refusal")
+                progress.advance("refusal", error is not None)  # (a failed response: in "generate")
             return r, label, error
 
         spool = self._pair_spool(inputs)  # a large run's rated pairs go to disk as they come
@@ -285,6 +280,7 @@ class PipelineDriver:
             return chain_done(key, *out)
 
         def chain_done(key: int, a, b, row, quality) -> tuple:
+            progress.advance("rate", bool(row["failed"]))
             if spool is not None:  # key: the pair's place in the staged order
                 spool.add(key, row)
                 row = None
@@ -292,7 +288,6 @@ class PipelineDriver:
                 responses_spool.add_response(2 * key, a[0], a[1])
                 responses_spool.add_response(2 * key + 1, b[0], b[1])
                 a = b = None
-            progress.advance("rate")
             return a, b, row, quality
 
         n_kept = [0]  # prompts kept (and held by this shard)
@@ -382,12 +377,15 @@ class PipelineDriver:
                                             row_group=pairstore.SPOOL_ROW_GROUP)
         return self.response_spool
 
-    async def _gather(self, stage: str, coros: list) -> list:
+    async def _gather(self, stage: str, coros: list, failed: Callable[[object], bool] = lambda result: False
+                      ) -> list:
+        """Run ``coros`` concurrently under the stage's progress bar; ``failed(result)`` tells the
+        bar whether an item failed."""
         self.progress.start(stage, len(coros))
 
         async def tick(c):
             r = await c
-            self.progress.advance(stage)
+            self.progress.advance(stage, failed(r))
             return r
 
         # let every task settle before raising, so that no finished (paid) call is lost when

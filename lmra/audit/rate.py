@@ -76,7 +76,7 @@ class RateStage:
                                         self.refusal_errors.get(ia), self.refusal_errors.get(ib),
                                         text_of[responses[ia].prompt_id], inputs, judge, judge2, sem)
 
-        results = await self._gather("rate", [one(a, b) for a, b in pairs])
+        results = await self._gather("rate", [one(a, b) for a, b in pairs], failed=lambda result: result[0]["failed"])
         return [row for row, _ in results], [q for _, quality in results for q in quality]
 
     async def _rate_one(self, ra: Response, rb: Response, label_a: tuple[float | None, bool] | None,

@@ -90,7 +90,7 @@ class SelectStage:
                 return Classification(domain=UNLABELLED, task=UNLABELLED, p_domain=None, p_task=None, failed=True,
                                       error=error_text(exc, self.cfg.redact))
 
-        results = await self._gather("classify", [one(p) for p in todo])
+        results = await self._gather("classify", [one(p) for p in todo], failed=lambda c: c.failed)
         classes = {p.id: c for p, c in zip(todo, results)}
         out = [p if p.task else p.model_copy(update={"domain": classes[p.id].domain, "task": classes[p.id].task})
                for p in pool if p.task or not classes[p.id].failed]
@@ -185,7 +185,7 @@ class SelectStage:
                         removed.append((i, d))
                         if d.reason == "unlabelled":
                             unlabelled += 1
-                            self.progress.advance("filter")
+                            self.progress.advance("filter", True)
             except BaseException as exc:
                 await _settle(list(asking), cancel=isinstance(exc, asyncio.CancelledError))
                 raise

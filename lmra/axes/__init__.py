@@ -60,7 +60,6 @@ from lmra.axes.plan import axes_call_bound, planned_axes_calls
 from lmra.axes.run import arun_axes, run_axes
 from lmra.axes.select import TABLE_COLUMNS, axis_statistics, select_axes
 
-_NoProgress = NoProgress  # the name lmra.cli.axes imports
 
 __all__ = [
     "OUTPUT_FILES", "OVERRIDE_KEYS", "TABLE_COLUMNS", "AxesInputs", "AxesResult", "AxisPair", "Brainstorm",

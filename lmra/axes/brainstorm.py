@@ -83,7 +83,7 @@ async def brainstorm_features(judge: Provider, cfg: AuditConfig, tpl: Template, 
             err = None
         except ProviderError as exc:
             res, err = None, str(exc)
-        progress.advance("axes-brainstorm")
+        progress.advance("axes-brainstorm", err is not None)
         return p, res, err
 
     results = await asyncio.gather(*(one(p) for p in disc))

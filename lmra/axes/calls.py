@@ -6,15 +6,10 @@ from __future__ import annotations
 import asyncio
 import math
 
+from lmra.progress import Progress
 
-class NoProgress:
-    """Progress sink that ignores ``start(stage, total)`` and ``advance(stage)``."""
 
-    def start(self, stage: str, total: int) -> None:
-        return None
-
-    def advance(self, stage: str) -> None:
-        return None
+NoProgress = Progress  # the default callbacks do nothing
 
 
 async def bounded(sem: asyncio.Semaphore, coro):

@@ -49,6 +49,8 @@ async def check_harm(judge: Provider, cfg: AuditConfig, tpl: Template, table: pd
             p = nan_if_none(ans.p_yes)
         except ProviderError:
             p = math.nan
+            progress.advance("axes-harm", True)
+            return idx, p
         progress.advance("axes-harm")
         return idx, p
 

@@ -43,7 +43,7 @@ async def label_test_pairs(judge: Provider, cfg: AuditConfig, tpl: Template, tes
             except ProviderError as exc:
                 rows.append(base | {"failed": True, "error": str(exc), "valid": False, "method": None,
                                     "q_F": math.nan, "q_R": math.nan, "q_N": math.nan, "s": math.nan})
-                progress.advance("axes-label")
+                progress.advance("axes-label", True)
                 continue
             rows.append(base | {"failed": False, "error": None, "valid": r.valid, "method": r.method,
                                 "q_F": nan_if_none(r.q_F), "q_R": nan_if_none(r.q_R), "q_N": nan_if_none(r.q_N),

@@ -282,7 +282,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     if not cfg.batch:  # the verdict is known after the canaries: say it then, not after the whole audit
         def early(verdict: dict) -> None:
             word = "[bold green]passed[/]" if verdict["passed"] else "[bold red]FAILED[/]"
-            why = "" if verdict["passed"] else " — " + lit("; ".join(verdict["reasons"]))
+            n = len(verdict["reasons"])  # stated once, in the report's "Judge status" line at the end
+            why = "" if verdict["passed"] else f" ({n} reason{'s' * (n != 1)}, stated in the report at the end)"
             gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
                     ("the failure is waived." if not cfg.judge_check.gate or args.allow_unvalidated_judge
                      else "the failure is not waived (see the exit status at the end)."))

@@ -15,43 +15,13 @@ with every finished call kept in the cache.
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float
+from lmra.cli.common import finite_float, rich_progress
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
-
-_LABELS = {"axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
-           "axes-harm": "LMRA harm check of selected axes"}
-
-
-@contextmanager
-def _progress(console: Console, enabled: bool):
-    from lmra.axes import _NoProgress
-
-    if not enabled:
-        yield _NoProgress()
-        return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console) as prog:
-        ids: dict[str, int] = {}
-
-        class P:
-            def start(self, stage: str, total: int) -> None:
-                ids[stage] = prog.add_task(_LABELS.get(stage, stage), total=total)
-
-            def advance(self, stage: str) -> None:
-                prog.advance(ids[stage])
-
-        yield P()
-
 
 def cmd_axes(args: argparse.Namespace) -> int:
     """Run ``lmra axes`` (see the module docstring). Returns the exit status (0)."""
@@ -84,7 +54,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
             f"LMRA: {lit(cfg.judge.provider)} {lit(cfg.judge.model or '')}".rstrip(), highlight=False)
 
     out_dir = Path(args.out) if args.out else run
-    with _progress(console, not args.no_progress) as progress:
+    with rich_progress(console, not args.no_progress) as progress:
         result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
                                     announce=announce))
     render_axes(console, result.table, result.summary)

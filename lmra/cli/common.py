@@ -29,55 +29,72 @@ err_console = make_console(stderr=True)
 PROGRESS_UPDATE_S = 0.1
 
 
+#: the bars' labels, by stage (a stage not listed is shown by its name)
+STAGE_LABELS = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
+                "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
+                "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
+                "axes-harm": "LMRA harm check of selected axes", "recsys": "Recommendation lists"}
+
+
 @contextmanager
 def rich_progress(console: Console, enabled: bool = True):
-    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage).
+    """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage); a
+    stage whose items failed (failed calls, unlabelled prompts, pairs not rated) says how many
+    in its label, e.g. "LMRA rating pairs (3 failed)": a bar counts every item done, failed or not.
 
     Cheap per call: advances are counted and handed to Rich at most every
     :data:`PROGRESS_UPDATE_S` seconds (and when a stage completes, and at the end); the bars
     are redrawn 5 times a second."""
     import time
 
-    from lmra.audit import _Progress
+    from lmra.progress import Progress as Callbacks
 
     if not enabled:
-        yield _Progress()
+        yield Callbacks()
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
-    labels = {"classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
-              "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
-              "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling axes",
-              "axes-harm": "LMRA harm check of axes"}
+    labels = STAGE_LABELS
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
         ids: dict[str, int] = {}
         totals: dict[str, int] = {}
         done: dict[str, int] = {}
+        failed: dict[str, int] = {}  # of the items done, those that failed
         unshown: dict[str, int] = {}
+        unshown_failed: set[str] = set()  # stages whose failed count changed since the last update
         next_update = [0.0]
 
         def show() -> None:
             for stage, n in unshown.items():
                 if n:
                     prog.advance(ids[stage], n)
+            for stage in unshown_failed:
+                prog.update(ids[stage], description=failed_label(stage))
             unshown.clear()
+            unshown_failed.clear()
             next_update[0] = time.monotonic() + PROGRESS_UPDATE_S
+
+        def failed_label(stage: str) -> str:
+            return f"{labels.get(stage, stage)} [red]({failed[stage]:,} failed)[/]"
 
         def start(stage: str, total: int) -> None:
             show()
             ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
-            totals[stage], done[stage] = total, 0
+            totals[stage], done[stage], failed[stage] = total, 0, 0
 
-        def advance(stage: str) -> None:
+        def advance(stage: str, is_failed: bool = False) -> None:
             unshown[stage] = unshown.get(stage, 0) + 1
             done[stage] += 1
+            if is_failed:
+                failed[stage] += 1
+                unshown_failed.add(stage)
             if done[stage] >= totals[stage] or time.monotonic() >= next_update[0]:
                 show()
 
         try:
-            yield _Progress(start=start, advance=advance)
+            yield Callbacks(start=start, advance=advance)
         finally:
             show()
 

@@ -10,39 +10,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
 
 from lmra.cli.commands import COMMANDS
+from lmra.cli.common import rich_progress
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
 from lmra.recsys.conventions import CONVENTIONS  # (no numpy/pandas: the package is lazy)
-
-
-@contextmanager
-def _progress(console: Console, enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
-
-    from lmra.recsys.run import Progress as Callbacks
-
-    if not enabled:
-        yield Callbacks()
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as prog:
-        ids: dict[str, int] = {}
-
-        def start(stage: str, total: int) -> None:
-            ids[stage] = prog.add_task("Recommendation lists", total=total)
-
-        def advance(stage: str) -> None:
-            prog.advance(ids[stage])
-
-        yield Callbacks(start=start, advance=advance)
 
 
 def cmd_recsys(args: argparse.Namespace) -> int:
@@ -69,7 +45,7 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     console.print(f"[bold]lmra recsys[/] '{lit(cfg.name)}' ({cfg.mode}): {families} instruction families, "
                   f"{len(instructions)} instructions → up to {len(instructions)} target calls (cached calls are "
                   f"free). Target: {lit(cfg.target.provider)}; K = {cfg.k}; convention: {cfg.convention}.")
-    with _progress(console, not args.no_progress) as progress:
+    with rich_progress(console, not args.no_progress) as progress:
         run.progress = progress
         result = run.run()
     render_recsys(console, result.similarity, result.fairness, result.summary, result.manifest, result.bias_summary)

@@ -8,22 +8,13 @@ Reads an :class:`~lmra.recsys.instructions.Instruction`; writes the answer dict 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lmra.generate import derive_seed
+from lmra.progress import Progress
 from lmra.providers import ChatRequest, Provider, ProviderError
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.instructions import Instruction, list_prefill
-
-
-@dataclass
-class Progress:
-    """Progress callbacks: ``start(stage, total)`` and ``advance(stage)``."""
-
-    start: Callable[[str, int], None] = lambda stage, total: None
-    advance: Callable[[str], None] = lambda stage: None
 
 
 async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem: asyncio.Semaphore,
@@ -48,5 +39,5 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
         out |= {"raw": res.text, "from_cache": res.from_cache, "finish_reason": res.finish_reason}
     except ProviderError as exc:
         out["error"] = str(exc)
-    progress.advance("recsys")
+    progress.advance("recsys", out["error"] is not None)
     return out
