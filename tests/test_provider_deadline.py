@@ -338,3 +338,116 @@ def test_calls_from_two_event_loops_at_once_each_time_out():
     for t in threads:
         t.join(10)
     assert out.get("a") is not None and out["a"][0] == "timeout" and out["a"][1] < 2
+
+
+# -- a plain ``def complete`` runs in a worker thread -------------------------------------------------
+class SyncTarget(ScriptedTarget):
+    """A synchronous custom target (plain ``def complete``, as a blocking HTTP client would be
+    wrapped): each call sleeps 0.05 s; a prompt matching ``HANG`` never returns (it waits on an
+    event nobody sets). Records the calls in flight at once and the threads they ran in."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = self.hung = 0
+        self.threads: set[str] = set()
+
+    def complete(self, request: ChatRequest) -> ChatResult:  # not async
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.threads.add(threading.current_thread().name)
+        try:
+            if HANG.search(request.messages[-1].content):
+                with self.lock:
+                    self.hung += 1
+                threading.Event().wait()  # never returns
+            time.sleep(0.05)
+            return asyncio.run(ScriptedTarget.complete(self, request))
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def make_sync(cfg: ModelConfig) -> SyncTarget:
+    return SyncTarget(cfg)
+
+
+def test_a_plain_def_provider_runs_in_worker_threads_and_a_call_that_never_returns_times_out(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="sync", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
+        target={"provider": "test_provider_deadline:make_sync", "timeout_s": 0.5},
+        judge={"provider": "test_provider_deadline:make_judge"}))
+    audit = Audit(cfg)
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("res", audit.run()), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the audit hung on the synchronous provider's call"
+    res, sync = out["res"], audit._target.inner
+    assert audit._target.synchronous
+    assert threading.main_thread().name not in sync.threads and worker.name not in sync.threads
+    assert sync.most_in_flight > 1  # calls overlap (each held the event loop before)
+    assert sync.hung >= 2  # p3 and p13 (a pair stops at its first failed call)
+    calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
+    assert calls["failed"] == sync.hung and calls["failed_by_kind"] == {"timeout": sync.hung}
+    failed = res.ratings[res.ratings["failed"].astype(bool)]
+    assert set(failed["prompt_id"]) == {"p3", "p13"}
+    assert calls["fresh"] == 40 - sync.hung
+
+
+def test_a_plain_def_providers_error_and_note_events_reach_the_audit():
+    class Raising(_Inner):
+        def complete(self, request):  # not async
+            from lmra.providers.base import note_event
+            note_event("retry")
+            raise ProviderError("sync failure", kind="http_503")
+
+    async def main():
+        p = DeadlineProvider(Raising(None), 5)
+        with collect_events() as events:
+            with pytest.raises(ProviderError, match="sync failure") as err:
+                await p.complete(_request())
+        assert err.value.kind == "http_503" and events["retry"] == 1
+
+    asyncio.run(main())
+
+
+def test_lmra_audit_exits_although_a_synchronous_call_never_returned(tmp_path, sim_inputs):
+    """The abandoned worker thread is a daemon: the process ends with the audit."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    names, prompts = sim_inputs(6)
+    tests_dir = Path(__file__).resolve().parent
+    config = tmp_path / "sync.toml"
+    config.write_text(f"""name = "sync"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'cache.sqlite'}"
+max_failed_share = 1.0
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "test_provider_deadline:make_sync"
+timeout_s = 0.5
+[judge]
+provider = "test_provider_deadline:make_judge"
+""")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tests_dir}:{tests_dir.parent}"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(config), "--no-progress",
+                           "--no-report"], capture_output=True, text=True, env=env, timeout=120)
+    assert time.monotonic() - t0 < 100
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "timeout" in proc.stdout

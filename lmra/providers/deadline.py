@@ -20,18 +20,27 @@ thus fails between ``timeout_s`` and ``timeout_s`` plus one tick after it starte
 against 1.2–2.1 µs for the watchdog (``bench/bench_deadline.py``; docs/benchmarks.md, "The
 twelfth round"); a call outside a task (or one nested in another call of the same provider)
 still uses it.
+A plain ``def complete`` (a synchronous provider: a blocking HTTP client, say) runs in a
+worker thread of its own (a daemon thread, one per call: as many at once as the audit's
+concurrency lets in, so it must be thread-safe), never on the event loop: its calls overlap,
+and one that never returns fails as a ``timeout`` like any other — the thread is abandoned
+(it cannot be stopped; being a daemon thread, it does not keep the process alive at the end).
+What it returns is awaited on the loop when it is awaitable (a ``def`` delegating to an async
+client).
 A provider that blocks the event loop itself (a synchronous ``time.sleep`` or blocking HTTP
 call inside ``async def complete``) cannot be interrupted from the loop: its call runs to its
 end, holding every other call meanwhile. Its answer, and that of a provider that swallows the
 cancellation and answers anyway, still fails as a ``timeout`` when it comes after ``timeout_s``
-(one clock read a call), so the limit means the same for every provider; a synchronous call
-that never returns still hangs the audit.
+(one clock read a call), so the limit means the same for every provider; such a call that
+never returns hangs the audit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from inspect import isawaitable
+import contextvars
+import threading
+from inspect import isawaitable, iscoroutinefunction
 from typing import Any
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, note_event, wrap_identity
@@ -58,6 +67,8 @@ class DeadlineProvider:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s!r})")
         wrap_identity(self, inner)
+        #: a plain ``def complete``: each call runs in a worker thread (:meth:`_in_thread`)
+        self.synchronous = not iscoroutinefunction(inner.complete)
         self.timeout_s = float(timeout_s)
         self.tick_s = min(1.0, max(0.01, self.timeout_s / 10))
         self._running: dict[asyncio.Task, float] = {}  # task of a call in flight → its deadline (its loop's time)
@@ -90,8 +101,8 @@ class DeadlineProvider:
         if loop not in self._watches:
             self._watch(loop)
         try:
-            result = self.inner.complete(request)
-            if isawaitable(result):  # (a plain ``def complete`` answered already, holding the loop)
+            result = self._in_thread(request) if self.synchronous else self.inner.complete(request)
+            if isawaitable(result):
                 result = await result
             if loop.time() > deadline:  # answered past its limit: the loop was held, or the cancel swallowed
                 note_event("timeout")
@@ -137,7 +148,7 @@ class DeadlineProvider:
         started = loop.time()
         try:
             async with limit:
-                result = self.inner.complete(request)
+                result = self._in_thread(request) if self.synchronous else self.inner.complete(request)
                 if isawaitable(result):
                     result = await result
         except TimeoutError:
@@ -148,6 +159,35 @@ class DeadlineProvider:
         if loop.time() > started + self.timeout_s:
             note_event("timeout")
             raise self._late(loop.time() - started)
+        return result
+
+    async def _in_thread(self, request: ChatRequest) -> ChatResult:
+        """A plain ``def complete``'s call, made in a daemon thread of its own (with the caller's
+        context variables, so that the events it notes are counted) while the event loop goes
+        on; what it returns is awaited here when it is awaitable. Cancelling this coroutine (the
+        watchdog, a stopping run) abandons the thread: its late answer or error is dropped."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def deliver(value: object, exc: BaseException | None) -> None:
+            if not answer.done():  # (not when the call was cancelled meanwhile)
+                answer.set_exception(exc) if exc is not None else answer.set_result(value)
+
+        def call(ctx: contextvars.Context) -> None:
+            try:
+                value, exc = ctx.run(self.inner.complete, request), None
+            except BaseException as e:  # noqa: BLE001 — handed to the awaiting call, which counts it
+                value, exc = None, e
+            try:
+                loop.call_soon_threadsafe(deliver, value, exc)
+            except RuntimeError:  # the event loop is closed: the run ended without this call
+                pass
+
+        threading.Thread(target=call, args=(contextvars.copy_context(),), daemon=True,
+                         name=f"lmra-{self.name}-call").start()
+        result = await answer
+        if isawaitable(result):  # a ``def`` delegating to an async client
+            result = await result
         return result
 
     def _late(self, took: float) -> ProviderError:
