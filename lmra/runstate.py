@@ -12,8 +12,9 @@ Statuses (``manifest.json`` ``status``):
 * ``partial`` — finished, but more than ``max_failed_share`` of its planned pairs were lost
   to calls that failed after every retry: the numbers are written, the exit status is 1,
   and ``latest`` / ``last`` skip the run unless it is named explicitly.
-* ``failed`` — no pair could be scored because calls failed (or the run stopped on an
-  error); exit status 1.
+* ``failed`` — no pair could be scored (calls failed, every pair had a refusal or got no
+  usable LMRA answer, or no prompt was left to audit), or the run stopped on an error; exit
+  status 1.
 * ``stopped_by_budget`` (exit 4), ``interrupted`` (Ctrl-C / SIGTERM, exit 130).
 
 Only ``complete`` runs are baselines or ``latest``.
@@ -308,8 +309,10 @@ def partial_text(summary: dict) -> str:
 
 
 def run_status(share: float, max_share: float, n_scored: int) -> str:
-    """``failed`` when no pair was scored (``n_scored`` valid pairs = 0) and calls failed,
-    ``partial`` when ``share`` exceeds ``max_share``, else ``complete``."""
-    if n_scored == 0 and share > 0:
+    """``failed`` when no pair was scored (``n_scored`` valid pairs = 0: every call failed, or
+    every pair had a refused or unlabelled response or got no valid LMRA answer, or no prompt
+    was left to audit — the run has no stereotype rate to report), ``partial`` when ``share``
+    exceeds ``max_share``, else ``complete``."""
+    if n_scored == 0:
         return FAILED
     return PARTIAL if share > max_share else COMPLETE

@@ -73,6 +73,9 @@ def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_p
     s = json.loads((res.run_dir / "summary.json").read_text())
     (warning,) = [w for w in s["warnings"] if w.startswith("no pair could be scored")]
     assert "of the 6 pairs, 6 had a response the LMRA labelled a refusal" in warning and "[refusal] threshold" in warning
+    # no stereotype rate: the run cannot answer its question, so it is failed (exit 1), never a baseline
+    assert s["run_status"] == "failed" and s["failed_share"] == 0
+    assert json.loads((res.run_dir / "manifest.json").read_text())["status"] == "failed"
     console = Console(record=True, width=200)
     render_audit(console, res)
     assert "no pair could be scored" in console.export_text()
@@ -80,3 +83,40 @@ def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_p
     ok = Audit(cfg.model_copy(update={"output_dir": str(tmp_path / "ok"), "cache": str(tmp_path / "ok.sqlite")}),
                target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
     assert not [w for w in ok.summary["warnings"] if w.startswith("no pair could be scored")]
+    assert ok.summary["run_status"] == "complete"
+
+
+def make_target(cfg):
+    return ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Here is a plan.")
+
+
+def make_refusing_judge(cfg):
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 0.9)
+
+
+def test_lmra_audit_exits_1_and_says_why_when_every_pair_had_a_refusal(tmp_path, sim_inputs, capsys):
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(6)
+    config = tmp_path / "refused.toml"
+    config.write_text(f"""name = "refused"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'out'}"
+cache = "{tmp_path / 'c.sqlite'}"
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[target]
+provider = "test_refusal_off_counts:make_target"
+[judge]
+provider = "test_refusal_off_counts:make_refusing_judge"
+""")
+    assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
+    out, err = capsys.readouterr()
+    assert "failure: no pair could be scored, so there is no stereotype rate: of the 6 pairs, 6 had a response the " \
+           "LMRA labelled a refusal" in " ".join(err.split())
+    assert "model calls failed" not in err
+    assert out.rstrip().splitlines()[-1] == "exit status 1: the run failed: no pair could be scored"

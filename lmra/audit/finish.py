@@ -153,8 +153,8 @@ NO_PAIR_SCORED_PREFIX = "no pair could be scored, so there is no stereotype rate
 
 def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
     """The warning of a run in which pairs were rated or labelled but none could be scored, or
-    None: its stereotype rates are undefined, whatever the exit status (a run whose every
-    call failed is a failed run and says so elsewhere).
+    None: its stereotype rates are undefined, and the run is ``failed`` (a run whose every
+    call failed says so elsewhere).
 
     Args:
         scores: one row per pair with ``refused``, ``unlabelled`` and ``valid`` (bools, NA allowed).
@@ -646,13 +646,13 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         if lost / asked > cfg.max_failed_share:  # a metric mostly lost: partial, as lost pairs make a run
             warnings.append(f"{lost} of {asked} {what} failed ({lost / asked:.1%}, above max_failed_share = "
                             f"{cfg.max_failed_share:g}): its table rests on the rest, and the run is partial")
+    n_scored = int(ov["n_pairs"].sum()) if "n_pairs" in ov else n_valid  # (as the console's overall line)
     run_st = run_status(max([share, *(lost / asked for lost, asked in metric_losses.values())]),
-                        cfg.max_failed_share, n_valid)  # nothing scored and calls failed → failed
+                        cfg.max_failed_share, n_scored)  # nothing scored → failed
     over_invalid = invalid_over_limit(pt, cfg.max_invalid_share, ov)
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
     if over_invalid and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
         run_st = PARTIAL
-    n_scored = int(ov["n_pairs"].sum()) if "n_pairs" in ov else n_valid  # (as the console's overall line)
     none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
     if none_scored is not None:
         warnings.append(none_scored)
