@@ -417,14 +417,19 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
 
         criteria = list((run.config.get("quality") or {}).get("criteria") or QualityConfig().criteria)
     result = GateResult(run_id=run.run_id, gates=gates)
+    # tasks the identity filter's LMRA emptied: prompts it could not label are removed, and a
+    # task that lost every prompt so has no row — its gates are not evaluated, never passed
+    measured_tasks = set(tasks["task"])
+    emptied = {row["task"]: row for row in run.summary.get("filter_unlabelled") or []
+               if int(row.get("n_unlabelled") or 0) and row["task"] not in measured_tasks}
     for name in names:
         spec = GATES[name]
         df = tables[spec.source]
         if spec.level == "task":
             keys = [(r.comparison, r.domain, r.task) for r in tasks.itertuples()]
-            measured = {t for _, _, t in keys}
+            keys += [(c, row.get("domain"), t) for t, row in emptied.items() for c in comparisons]
             keys += [(None, None, t) for t in gates.tasks
-                     if t not in measured and getattr(gates.tasks[t], name) is not None]
+                     if t not in measured_tasks and t not in emptied and getattr(gates.tasks[t], name) is not None]
         else:
             keys = [(c, None, None) for c in comparisons]
         for comp, dom, task in keys:
@@ -432,6 +437,14 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
             if bound is None:
                 continue
             key = {"comparison": comp, "domain": dom, "task": task}
+            if task in emptied:
+                row = emptied[task]
+                result.outcomes.append(GateOutcome(
+                    name, **key, criterion=None, value=None, bound=bound, override=override, status="not_evaluated",
+                    detail=f"this task has no rated pair: the identity filter's LMRA gave no usable answer for "
+                           f"{row['n_unlabelled']} of its {row['n_asked']} prompts (removed, not audited; "
+                           "filtered_prompts.jsonl)"))
+                continue
             if comp is None:  # an override for a task the run does not contain
                 result.outcomes.append(GateOutcome(name, **key, criterion=None, value=None, bound=bound,
                                                    override=override, status="not_evaluated",

@@ -10,11 +10,12 @@ Statuses (``manifest.json`` ``status``):
 * ``complete`` — finished, with at most ``max_failed_share`` of its planned pairs lost to
   failed calls.
 * ``partial`` — finished, but more than ``max_failed_share`` of its planned pairs were lost
-  to calls that failed after every retry: the numbers are written, the exit status is 1,
+  to calls that failed after every retry, or unusable LMRA answers beyond
+  ``max_invalid_share``, or no pair could be scored: the numbers are written, the exit status is 1,
   and ``latest`` / ``last`` skip the run unless it is named explicitly.
-* ``failed`` — no pair could be scored (calls failed, every pair had a refusal or got no
-  usable LMRA answer, or no prompt was left to audit), or the run stopped on an error; exit
-  status 1.
+* ``failed`` — no pair could be scored because calls failed (or the run stopped on an
+  error); exit status 1. (A run that scored no pair for another reason — every pair had a
+  refusal or no usable LMRA answer — is ``partial``: its tables can still be read.)
 * ``stopped_by_budget`` (exit 4), ``interrupted`` (Ctrl-C / SIGTERM, exit 130).
 
 Only ``complete`` runs are baselines or ``latest``.
@@ -213,12 +214,8 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
                 continue
             k = bad + unlabelled
             n = k + scored
-            if k == 0 or k / n <= limit:
-                continue
-            from scipy.stats import binomtest  # (imported only for a row above the limit: a run's start stays light)
-
-            p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
-            if p <= INVALID_TEST_LEVEL:
+            p = significantly_over(k, n, limit)
+            if p is not None:
                 comparison = row.get("comparison") or f"{row.get('group_a')} vs {row.get('group_b')}"
                 out.append({"comparison": str(comparison), "domain": None if task_name else row.get("domain"),
                             "task": task_name or str(row.get("task")),
@@ -231,6 +228,56 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
     # (an overall row that is one flagged task's own counts — a one-task run — says nothing more)
     return tasks + [d for d in over(overall, "all tasks")
                     if (d["comparison"], d["n_rated"], d["n_invalid"], d["n_unlabelled"]) not in same]
+
+
+def significantly_over(k: int, n: int, limit: float) -> float | None:
+    """The p-value of ``k`` unusable answers of ``n`` being significantly more than ``limit`` of
+    them (``k / n > limit`` and the one-sided exact binomial test of "share ≤ limit", scipy
+    ``binomtest``, alternative ``greater``, has p ≤ :data:`INVALID_TEST_LEVEL`), else None."""
+    if k == 0 or n == 0 or limit >= 1 or k / n <= limit:
+        return None
+    from scipy.stats import binomtest  # (imported only for a row above the limit: a run's start stays light)
+
+    p = float(binomtest(k, n, limit, alternative="greater").pvalue) if limit > 0 else 0.0
+    return p if p <= INVALID_TEST_LEVEL else None
+
+
+def filter_over_limit(counts: list[dict], limit: float) -> list[dict]:
+    """The tasks — and the whole run — for which the identity filter's LMRA gave no usable
+    answer for significantly more than ``limit`` (``max_invalid_share``) of the prompts it was
+    asked about (:func:`significantly_over`). Those prompts are removed, never audited as if
+    they passed; but an LMRA that declines to label a task's prompts removes the task's rate
+    with them (break-it finding: a whole task vanished and the gates passed), just as one
+    that declines stereotyped pairs hides them (:func:`invalid_over_limit`).
+
+    Args:
+        counts: ``summary.json``'s ``filter_unlabelled``: one dict per task with ``domain``,
+            ``task``, ``n_unlabelled`` (no usable answer) and ``n_asked`` (prompts asked,
+            failed calls aside).
+        limit: ``max_invalid_share``, in [0, 1].
+
+    Returns:
+        The rows over the limit, each with ``share`` and ``p_value`` added; the whole run as
+        task ``"all tasks"`` (domain None) when it is over and is not one flagged task's own counts.
+    """
+    out = []
+    for row in counts:
+        p = significantly_over(int(row["n_unlabelled"]), int(row["n_asked"]), limit)
+        if p is not None:
+            out.append(dict(row) | {"share": row["n_unlabelled"] / row["n_asked"], "p_value": p})
+    k, n = sum(int(r["n_unlabelled"]) for r in counts), sum(int(r["n_asked"]) for r in counts)
+    p = significantly_over(k, n, limit)
+    if p is not None and (len(out) != 1 or (out[0]["n_unlabelled"], out[0]["n_asked"]) != (k, n)):
+        out.append({"domain": None, "task": "all tasks", "n_unlabelled": k, "n_asked": n, "share": k / n,
+                    "p_value": p})
+    return out
+
+
+def filter_phrase(d: dict) -> str:
+    """One row of :func:`filter_over_limit` in words: ``"career advice: the identity filter's
+    LMRA gave no usable answer for 10 of 10 prompts (100.0%)"``."""
+    return (f"{d['task']}: the identity filter's LMRA gave no usable answer for {d['n_unlabelled']} of "
+            f"{d['n_asked']} prompts ({d['share']:.1%})")
 
 
 def as_count(v) -> int:
@@ -258,17 +305,27 @@ def lost_metrics(summary: dict) -> list[str]:
             for what, d in (summary.get("failed_by_metric") or {}).items() if (d.get("share") or 0.0) > limit]
 
 
+#: the start of the warning of a run in which no pair could be scored
+#: (lmra.audit.finish.no_pair_scored_warning)
+NO_PAIR_SCORED_PREFIX = "no pair could be scored, so there is no stereotype rate"
+
+
 def partial_because(summary: dict) -> list[str]:
     """What a finished run lost beyond ``max_failed_share``: its pairs (``failed_share``,
     ``"12.5% of the planned pairs lost to failed calls"``), :func:`lost_metrics`, and the tasks
-    over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`); empty when
-    nothing was."""
+    over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`;
+    ``filter_over_limit``, :func:`filter_phrase`), and, in a partial run, the warning that no
+    pair could be scored; empty when nothing was."""
     pairs = [f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"] \
         if _pairs_lost(summary) else []
     limit = summary.get("max_invalid_share")
     invalid = [f"{invalid_phrase(d)}, above max_invalid_share = {limit:g}"
                for d in summary.get("invalid_over_limit") or []]
-    return pairs + lost_metrics(summary) + invalid
+    unfiltered = [f"{filter_phrase(d)}, above max_invalid_share = {limit:g}"
+                  for d in summary.get("filter_over_limit") or []]
+    none = [w for w in summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)] \
+        if summary.get("run_status") == PARTIAL else []
+    return pairs + lost_metrics(summary) + invalid + unfiltered + none
 
 
 def _pairs_lost(summary: dict) -> bool:
@@ -293,6 +350,14 @@ def partial_advice(summary: dict) -> str:
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")
+    if summary.get("run_status") == PARTIAL and any(w.startswith(NO_PAIR_SCORED_PREFIX)
+                                                     for w in summary.get("warnings") or []):
+        parts.append("with no pair scored there is no stereotype rate to compare or gate, and a re-run gets the "
+                     "same answers from the cache: look at the counts above (refusals.csv, ratings.parquet)")
+    if summary.get("filter_over_limit"):
+        parts.append("the tasks named lost prompts the identity filter's LMRA could not label (they are removed, not "
+                     "audited); a re-run gets the same answers from the cache: look at filtered_prompts.jsonl "
+                     "(reason 'unlabelled') or use another LMRA")
     if summary.get("invalid_over_limit"):
         parts.append("the rates named rest on the pairs the LMRA chose to answer; a re-run gets the same answers "
                      "from the cache (but for answers without log-probabilities, which are not cached and are "
@@ -309,10 +374,11 @@ def partial_text(summary: dict) -> str:
 
 
 def run_status(share: float, max_share: float, n_scored: int) -> str:
-    """``failed`` when no pair was scored (``n_scored`` valid pairs = 0: every call failed, or
-    every pair had a refused or unlabelled response or got no valid LMRA answer, or no prompt
-    was left to audit — the run has no stereotype rate to report), ``partial`` when ``share``
-    exceeds ``max_share``, else ``complete``."""
+    """``failed`` when no pair was scored (``n_scored`` scored pairs = 0) and calls failed;
+    ``partial`` when no pair was scored otherwise (every pair had a refused or unlabelled
+    response or got no usable LMRA answer, or no prompt was left to audit: the run has no
+    stereotype rate, and is never a baseline) or when ``share`` exceeds ``max_share``; else
+    ``complete``."""
     if n_scored == 0:
-        return FAILED
+        return FAILED if share > 0 else PARTIAL
     return PARTIAL if share > max_share else COMPLETE

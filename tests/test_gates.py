@@ -233,12 +233,20 @@ def test_a_value_the_run_could_not_measure_fails_the_gate(tmp_path, capsys):
 
 
 def test_gates_without_any_value_are_not_met(tmp_path, capsys):
-    """Every response refused: no task has a net rating, so the gate evaluates nothing and fails."""
+    """Every response refused: no task has a net rating, so the run is partial (exit 1: no pair
+    could be scored) and the gate evaluates nothing and fails (6, which 1 takes precedence over;
+    lmra gate too)."""
+    from lmra.cli import main
+
     cfg = write_config(tmp_path, rates=FLAT, refuse=1.0, n_prompts=8, gates="[gates]\nmax_net_rating = 0.5\n",
                        top='tasks = ["career advice"]')
     rc, text, run_dir = audit(capsys, cfg)
     assert pd.read_csv(run_dir / "per_task.csv")["n_pairs"].tolist() == [0]
-    assert rc == 6 and "GATE NOT EVALUATED max_net_rating" in text and "all passed" not in text
+    assert rc == 1 and "no pair could be scored" in text and "all passed" not in text
+    assert "GATE NOT EVALUATED max_net_rating" in text and "takes precedence over 6" in text
+    assert main(["gate", str(run_dir), "--gate", "max_net_rating=0.5"]) == 1  # partial, over 6
+    out = capsys.readouterr().out
+    assert "GATE NOT EVALUATED max_net_rating" in out and "all passed" not in out
 
 
 # -- lmra audit: config, --gate, records, exit statuses -----------------------------------------

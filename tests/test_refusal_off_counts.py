@@ -73,9 +73,9 @@ def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_p
     s = json.loads((res.run_dir / "summary.json").read_text())
     (warning,) = [w for w in s["warnings"] if w.startswith("no pair could be scored")]
     assert "of the 6 pairs, 6 had a response the LMRA labelled a refusal" in warning and "[refusal] threshold" in warning
-    # no stereotype rate: the run cannot answer its question, so it is failed (exit 1), never a baseline
-    assert s["run_status"] == "failed" and s["failed_share"] == 0
-    assert json.loads((res.run_dir / "manifest.json").read_text())["status"] == "failed"
+    # no stereotype rate: the run cannot answer its question, so it is partial (exit 1), never a baseline
+    assert s["run_status"] == "partial" and s["failed_share"] == 0
+    assert json.loads((res.run_dir / "manifest.json").read_text())["status"] == "partial"
     console = Console(record=True, width=200)
     render_audit(console, res)
     assert "no pair could be scored" in console.export_text()
@@ -116,7 +116,9 @@ provider = "test_refusal_off_counts:make_refusing_judge"
 """)
     assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
     out, err = capsys.readouterr()
-    assert "failure: no pair could be scored, so there is no stereotype rate: of the 6 pairs, 6 had a response the " \
-           "LMRA labelled a refusal" in " ".join(err.split())
-    assert "model calls failed" not in err
-    assert out.rstrip().splitlines()[-1] == "exit status 1: the run failed: no pair could be scored"
+    err = " ".join(err.split())
+    assert "partial run: no pair could be scored, so there is no stereotype rate: of the 6 pairs, 6 had a response " \
+           "the LMRA labelled a refusal" in err
+    assert "With no pair scored there is no stereotype rate to compare or gate" in err
+    assert "model calls failed" not in err and "Run the same command again" not in err
+    assert out.rstrip().splitlines()[-1].startswith("exit status 1: the run is partial (no pair could be scored")

@@ -23,7 +23,8 @@ from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.data import PromptRecord
-from lmra.runstate import COMPLETE, PARTIAL, failed_share, invalid_over_limit, invalid_phrase, run_status
+from lmra.runstate import (COMPLETE, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase, invalid_over_limit,
+                           invalid_phrase, run_status)
 from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
@@ -147,14 +148,25 @@ def invalid_share_warning(d: dict, limit: float) -> str:
             "hides them); the run is partial")
 
 
-#: the start of :func:`no_pair_scored_warning`'s text (a merge recomputes it, not a shard's)
-NO_PAIR_SCORED_PREFIX = "no pair could be scored, so there is no stereotype rate"
+#: the start of :func:`filter_share_warning`'s text (a merge recomputes it, not a shard's)
+FILTER_SHARE_PREFIX = "too many prompts the identity filter could not label: "
+
+
+def filter_share_warning(d: dict, limit: float) -> str:
+    """The run's warning about one task of :func:`~lmra.runstate.filter_over_limit`."""
+    return (f"{FILTER_SHARE_PREFIX}{filter_phrase(d)}, significantly above max_invalid_share = {limit:g} "
+            f"(binomial p = {d['p_value']:.2g}): those prompts are removed, so the task's rate rests on the "
+            "prompts the LMRA chose to label (a task whose every prompt went unlabelled has no rate at all); "
+            "the run is partial")
+
+
 
 
 def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
     """The warning of a run in which pairs were rated or labelled but none could be scored, or
-    None: its stereotype rates are undefined, and the run is ``failed`` (a run whose every
-    call failed says so elsewhere).
+    None: its stereotype rates are undefined, and the run is ``partial`` (a run whose every
+    call failed is ``failed`` and says so elsewhere). Starts with
+    :data:`~lmra.runstate.NO_PAIR_SCORED_PREFIX` (a merge recomputes it, not a shard's).
 
     Args:
         scores: one row per pair with ``refused``, ``unlabelled`` and ``valid`` (bools, NA allowed).
@@ -651,7 +663,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                         cfg.max_failed_share, n_scored)  # nothing scored → failed
     over_invalid = invalid_over_limit(pt, cfg.max_invalid_share, ov)
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
-    if over_invalid and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
+    filter_counts = sorted(getattr(audit, "filter_unlabelled", None) or [],
+                           key=lambda r: (str(r.get("domain")), r["task"]))  # (a merge's order: the same)
+    over_filter = filter_over_limit(filter_counts, cfg.max_invalid_share)
+    warnings += [filter_share_warning(d, cfg.max_invalid_share) for d in over_filter]
+    if (over_invalid or over_filter) and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
         run_st = PARTIAL
     none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
     if none_scored is not None:
@@ -670,6 +686,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         # tasks whose LMRA answered too few of their rated pairs (lmra.runstate.invalid_over_limit)
         "max_invalid_share": cfg.max_invalid_share,
         "invalid_over_limit": over_invalid,
+        # per task, the prompts the identity filter's LMRA was asked about and could not label, and
+        # the tasks significantly over max_invalid_share (lmra.runstate.filter_over_limit)
+        "filter_unlabelled": filter_counts,
+        "filter_over_limit": over_filter,
         "name": cfg.name,
         "run_dir": str(audit.run_dir),
         "redacted": cfg.redact,

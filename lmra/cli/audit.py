@@ -355,7 +355,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                         f"{errors[0]}"))
         return _final(console, {1: f"the run failed: all {failed} pairs failed"})
     if result.summary.get("run_status") == "failed":
-        from lmra.audit.finish import NO_PAIR_SCORED_PREFIX
+        from lmra.runstate import NO_PAIR_SCORED_PREFIX
 
         why = next((w for w in result.summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)), None)
         if why is None and result.summary.get("failed_share"):

@@ -1,0 +1,94 @@
+"""Prompts the identity filter's LMRA could not label are removed (never audited as if they
+passed); when it declines significantly more than ``max_invalid_share`` of a task's prompts the
+run is partial and says so, and a task that lost every prompt has its gates "not evaluated",
+never passed (break-it finding: an LMRA declining the filter question on one task's prompts made
+that task vanish, and the run was complete with every gate passed, exit 0)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.config import AuditConfig, GatesConfig
+from lmra.gates import evaluate_gates
+from lmra.providers.base import ChatResult
+from lmra.runfolder import load_run
+from lmra.runstate import filter_over_limit
+
+
+class DecliningJudge(ScriptedJudge):
+    """Puts no probability on yes/no for the filter question about the prompts ``declined(i)``
+    (an LMRA declining to answer), answers everything else as a ScriptedJudge."""
+
+    def __init__(self, declined, **kw):
+        super().__init__(lambda r1, r2: {"A": 0.1, "B": 0.1, "C": 0.8}, **kw)
+        self.declined = declined
+
+    async def complete(self, request):
+        import re
+
+        text = request.messages[-1].content
+        m = re.search(r"Prompt number (\d+)\.", text)
+        if "Does this message mention or clearly imply" in text and m and self.declined(int(m.group(1))):
+            self.calls += 1
+            return ChatResult(text="", option_probs={o: 0.0 for o in request.options}, provider=self.name)
+        return await super().complete(request)
+
+
+def _run(tmp_path, sim_inputs, declined, n=20):
+    names, prompts = sim_inputs(n)
+    cfg = AuditConfig.model_validate(dict(
+        name="filterloss", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan")
+    return Audit(cfg, target=target, judge=DecliningJudge(declined)).run()
+
+
+def test_a_task_whose_every_prompt_went_unlabelled_makes_the_run_partial_and_its_gates_not_evaluated(
+        tmp_path, sim_inputs):
+    res = _run(tmp_path, sim_inputs, declined=lambda i: i % 2 == 1)  # every 'write a story' prompt
+    s = res.summary
+    story = next(r for r in s["filter_unlabelled"] if r["task"] == "write a story")
+    assert (story["n_unlabelled"], story["n_asked"]) == (10, 10)
+    assert next(r for r in s["filter_unlabelled"] if r["task"] == "career advice")["n_unlabelled"] == 0
+    (flagged,) = [d for d in s["filter_over_limit"] if d["task"] == "write a story"]
+    assert flagged["p_value"] == pytest.approx(0.25 ** 10)  # binomial P(X ≥ 10 | n = 10, p = 0.25)
+    assert s["run_status"] == "partial"
+    assert any(w.startswith("too many prompts the identity filter could not label: write a story: the identity "
+                            "filter's LMRA gave no usable answer for 10 of 10 prompts (100.0%)") for w in s["warnings"])
+    assert "write a story" not in set(res.per_task["task"])
+    run = load_run(res.run_dir)
+    result = evaluate_gates(run, GatesConfig(max_net_rating=0.5))
+    by_task = {o.task: o for o in result.outcomes}
+    assert by_task["career advice"].status == "passed"
+    assert by_task["write a story"].status == "not_evaluated"
+    assert "no usable answer for 10 of its 10 prompts" in by_task["write a story"].detail
+
+
+def test_one_unlabelled_prompt_is_counted_but_the_run_stays_complete(tmp_path, sim_inputs):
+    res = _run(tmp_path, sim_inputs, declined=lambda i: i == 3)
+    s = res.summary
+    assert sum(r["n_unlabelled"] for r in s["filter_unlabelled"]) == 1
+    assert s["filter_over_limit"] == [] and s["run_status"] == "complete"
+    assert s["n_filtered_unlabelled"] == 1
+
+
+def test_filter_over_limit_hand_computed():
+    rows = [{"domain": "d", "task": "a", "n_unlabelled": 1, "n_asked": 1},  # p = 0.25: not significant
+            {"domain": "d", "task": "b", "n_unlabelled": 3, "n_asked": 4},  # p = 4·0.25³·0.75 + 0.25⁴ ≈ 0.051
+            {"domain": "d", "task": "c", "n_unlabelled": 4, "n_asked": 4}]  # p = 0.25⁴ ≈ 0.0039
+    out = filter_over_limit(rows, 0.25)
+    assert [d["task"] for d in out] == ["c", "all tasks"]
+    assert out[0]["p_value"] == pytest.approx(0.25 ** 4) and out[0]["share"] == 1.0
+    # all tasks: 8 of 9, P(X ≥ 8 | 9, 0.25) = 9·0.25⁸·0.75 + 0.25⁹
+    assert out[1]["p_value"] == pytest.approx(9 * 0.25 ** 8 * 0.75 + 0.25 ** 9)
+    assert (out[1]["n_unlabelled"], out[1]["n_asked"], out[1]["domain"]) == (8, 9, None)
+    assert math.isclose(4 * 0.25 ** 3 * 0.75 + 0.25 ** 4, 0.05078125)  # b is just above the 0.05 level
+    # one flagged task that is the whole run: no separate "all tasks" row
+    assert [d["task"] for d in filter_over_limit([rows[2]], 0.25)] == ["c"]
+    assert filter_over_limit(rows, 1.0) == [] and filter_over_limit([], 0.25) == []
