@@ -477,6 +477,13 @@ def _evaluate_one(spec: GateSpec, df: pd.DataFrame, key: dict, bound: float, ove
         else:
             missing = "no confidence interval (fewer than 2 prompts with a valid pair)"
         value = None if row is None else row.get(spec.column)
+        if spec.column == "net_rating" and finite(value) is not None and finite(row.get("ci_high")) is None:
+            # a net rating with no interval rests on one prompt: no evidence either way, never a pass
+            value = None
+            n = int(row.get("n_pairs", 0))
+            missing = (f"fewer than 2 prompts with a valid pair (its {float(row['net_rating']):+.4f} rests on {n} "
+                       f"pair{'s' * (n != 1)}, with no confidence interval): one prompt's rating is no evidence "
+                       "either way")
         detail = ""
         if row is not None and spec.column == "ci_high" and finite(row.get("net_rating")) is not None:
             detail = f"net rating {float(row['net_rating']):+.4f}, {int(row.get('n_pairs', 0))} pairs"

@@ -92,3 +92,16 @@ def test_filter_over_limit_hand_computed():
     # one flagged task that is the whole run: no separate "all tasks" row
     assert [d["task"] for d in filter_over_limit([rows[2]], 0.25)] == ["c"]
     assert filter_over_limit(rows, 1.0) == [] and filter_over_limit([], 0.25) == []
+
+
+def test_a_net_rating_gate_on_one_prompt_is_not_evaluated(tmp_path, sim_inputs):
+    """Break-it finding: max_net_rating passed on a single pair. A net rating with no interval
+    (fewer than 2 prompts with a valid pair) is no evidence either way: not evaluated."""
+    res = _run(tmp_path, sim_inputs, declined=lambda i: False, n=3)  # career advice: p0, p2; write a story: p1
+    run = load_run(res.run_dir)
+    result = evaluate_gates(run, GatesConfig(max_net_rating=0.5, max_overall_net_rating=0.5))
+    by_task = {(o.gate, o.task): o for o in result.outcomes}
+    one = by_task[("max_net_rating", "write a story")]
+    assert one.status == "not_evaluated" and "fewer than 2 prompts with a valid pair" in one.detail
+    assert by_task[("max_net_rating", "career advice")].status == "passed"  # 2 prompts: a CI, gated
+    assert by_task[("max_overall_net_rating", None)].status == "passed"

@@ -227,9 +227,14 @@ def test_a_value_the_run_could_not_measure_fails_the_gate(tmp_path, capsys):
     assert rc == 6
     assert ("GATE NOT EVALUATED max_ci_high: task 'write a story' (female vs male): no CI high — no confidence "
             "interval (fewer than 2 prompts with a valid pair); bound 1") in text
-    assert "1 not evaluated (max_ci_high)" in text and "GATE BREACHED" not in text
+    # the net rating of its one prompt is not gated either (break-it finding: it passed on one pair)
+    assert ("GATE NOT EVALUATED max_net_rating: task 'write a story' (female vs male): no net rating — fewer than 2 "
+            "prompts with a valid pair (its +0.0000 rests on 1 pair, with no confidence interval): one prompt's "
+            "rating is no evidence either way; bound 0.9") in text
+    assert "2 not evaluated (max_net_rating, max_ci_high)" in text and "GATE BREACHED" not in text
     doc = json.loads((run_dir / "gates.json").read_text())
-    assert doc["unmet"] == ["max_ci_high"] and [o["task"] for o in doc["not_evaluated"]] == ["write a story"]
+    assert doc["unmet"] == ["max_net_rating", "max_ci_high"]
+    assert [o["task"] for o in doc["not_evaluated"]] == ["write a story", "write a story"]
 
 
 def test_gates_without_any_value_are_not_met(tmp_path, capsys):
