@@ -69,6 +69,11 @@ class EivFit:
             H², H ∈ [−1, 1]); a task mean's sampling variance is this over its prompt count.
         ci_method: ``"BCa"``, or ``"percentile"`` (asked for, or BCa undefined for these data).
         n_resamples: bootstrap resamples (0 when no interval was computed).
+        identified: False when run A's task means are jointly indistinguishable from 0 at
+            level alpha (:func:`slope_identified`): then any slope fits the data, and the
+            interval is (−∞, +∞) whatever the bootstrap gave.
+        a_zero_p: the p-value of that test (χ² with one degree of freedom per task; nan
+            when it was not computed).
     """
 
     slope: float
@@ -79,6 +84,8 @@ class EivFit:
     var_b: float
     ci_method: str
     n_resamples: int
+    identified: bool = True
+    a_zero_p: float = math.nan
 
 
 def slope_through_origin(x, y, alpha: float = 0.05) -> SlopeFit:
@@ -424,6 +431,36 @@ def _bca_probs(dist: np.ndarray, theta: float, jack: list[np.ndarray], alpha: fl
     return float(p1), float(p2)
 
 
+def slope_identified(x, var_x, alpha: float) -> tuple[bool, float]:
+    """Whether a slope through the origin of y on x is identified: run A's task means ``x``
+    (with sampling variances ``var_x``) must differ from 0 jointly at level ``alpha``.
+
+    The ratio E[y]/E[x] has a bounded confidence set only when its denominator is
+    significantly non-zero (Fieller 1954, "Some problems in interval estimation", JRSS B 16;
+    for one task this is Fieller's condition). Over T tasks the test is W = Σ xᵢ² / var_xᵢ,
+    χ² with T degrees of freedom under "every E[xᵢ] = 0". When it is not rejected — two nights
+    of a chatbot with no bias, whose task ratings are all noise around 0 — every slope fits,
+    and a finite bootstrap interval (break-it finding: "18.86 [18.79, 7193.47]" in 4 of 24
+    null pairs) would claim a change that is not there.
+
+    Args:
+        x, var_x: 1-D arrays of the same length T ≥ 1; ``var_x`` ≥ 0 (a 0 variance with
+            xᵢ ≠ 0 makes W infinite, with xᵢ = 0 it adds nothing).
+        alpha: the level, in (0, 1).
+
+    Returns:
+        (identified, p): p = the χ² test's p-value (scipy ``chi2.sf``).
+    """
+    from scipy import stats
+
+    x, v = np.asarray(x, dtype=float), np.asarray(var_x, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(x == 0, 0.0, np.where(v > 0, x * x / np.where(v > 0, v, 1.0), np.inf))
+    w = float(terms.sum())
+    p = float(stats.chi2.sf(w, df=x.size)) if math.isfinite(w) else 0.0
+    return p <= alpha, p
+
+
 def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_resamples: int = N_RESAMPLES,
               ci_method: str = "BCa", seed: int = 0) -> EivFit:
     """Errors-in-variables slope of run B's task means on run A's, through the origin, with a
@@ -446,7 +483,9 @@ def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_
     both runs' task means and pooled variances are re-estimated every resample. The BCa
     interval uses scipy's formulas with the jackknife computed in closed form per left-out
     prompt (scipy's generic jackknife re-reads all samples for every left-out score). A
-    resample whose slope is undefined counts as unbounded. The interval is about *these
+    resample whose slope is undefined counts as unbounded. When run A's task means are jointly
+    indistinguishable from 0 (:func:`slope_identified`, Fieller's condition) the slope is not
+    identified and the interval is (−∞, +∞). The interval is about *these
     tasks*: how the tasks scatter around the line is part of the estimate, not of its error.
     Coverage in the rare-event benchmark: docs/benchmarks.md, ``bench/bench_compare_slopes.py``.
 
@@ -492,8 +531,12 @@ def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_
     x, vx, var_a = _pooled_task_stats(a)
     y, vy, var_b = _pooled_task_stats(b)
     slope = float(york_slope_through_origin(x, y, vx, vy))
+    identified, a_zero_p = slope_identified(x, vx, alpha)
     if n_resamples == 0:
-        return EivFit(slope, math.nan, math.nan, t, float(var_a), float(var_b), ci_method, 0)
+        return EivFit(slope, math.nan, math.nan, t, float(var_a), float(var_b), ci_method, 0, identified, a_zero_p)
+    if not identified:  # any slope fits: no finite interval, whatever a bootstrap would give
+        return EivFit(slope, -math.inf, math.inf, t, float(var_a), float(var_b), ci_method, n_resamples, False,
+                      a_zero_p)
     total = sum(s.size for s in a + b)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # degenerate resamples are handled below
@@ -512,7 +555,7 @@ def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_
     lo, hi = _quantiles(dist, probs)
     if math.isfinite(slope):  # the interval contains its own estimate
         lo, hi = min(lo, slope), max(hi, slope)
-    return EivFit(slope, lo, hi, t, float(var_a), float(var_b), method, n_resamples)
+    return EivFit(slope, lo, hi, t, float(var_a), float(var_b), method, n_resamples, True, a_zero_p)
 
 
 def reliability(means, sampling_var) -> float:
@@ -657,7 +700,12 @@ class RunComparison:
         lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
         if self.r_caveat:
             lines.append(f"caveat: {self.r_caveat}")
-        if e is not None:
+        if e is not None and not e.identified:
+            lines.append(f"errors-in-variables slope of B on A through the origin: not identified — A's task "
+                         f"ratings are indistinguishable from 0 (χ² test, p = {_pv(e.a_zero_p)}), so every slope "
+                         f"fits: CI [{_num(e.ci_low)}, {_num(e.ci_high)}] (the estimate {_num(e.slope)} means "
+                         f"nothing; {e.n} tasks)")
+        elif e is not None:
             lines.append(f"errors-in-variables slope of B on A through the origin = {_num(e.slope)} "
                          f"[{_num(e.ci_low)}, {_num(e.ci_high)}] (95% CI, {e.ci_method} bootstrap over prompts; "
                          f"corrects for both runs' sampling noise; {e.n} tasks)")

@@ -179,7 +179,7 @@ def test_eiv_bca_interval_matches_scipy():
     from lmra.compare import _eiv_statistic
 
     rng = np.random.default_rng(4)
-    rates = rng.uniform(0.05, 0.25, 5)
+    rates = rng.uniform(0.15, 0.35, 5)  # (run A's ratings clearly above 0: the slope is identified)
     a = list(_rare_event_scores(rng, rates, 12))
     b = list(_rare_event_scores(rng, 2 * rates, 12))
     a[0] = a[0][:7]  # unequal prompt counts: the numeric York path
@@ -283,3 +283,47 @@ def test_comparison_in_report_shows_both_slopes():
     assert ctx["eiv"]["slope"] == f"{cmp.eiv.slope:.3f}" and ctx["slope"] == cmp.fit.slope
     assert "only 6 tasks" in ctx["r_caveat"]
     assert "errors-in-variables slope" in ctx["svg"] and "least-squares slope" in ctx["svg"]
+
+
+def test_slope_identified_by_hand():
+    """W = Σ x² / var_x, χ² with T = 2 degrees of freedom, whose survival function is e^(−W/2)."""
+    from lmra.compare import slope_identified
+
+    ok, p = slope_identified([0.1, 0.2], [0.01, 0.01], 0.05)  # W = 1 + 4 = 5 → p = e^−2.5 = 0.0821
+    assert not ok and p == pytest.approx(math.exp(-2.5))
+    ok, p = slope_identified([0.3, 0.2], [0.01, 0.01], 0.05)  # W = 9 + 4 = 13 → p = e^−6.5 = 0.0015
+    assert ok and p == pytest.approx(math.exp(-6.5))
+    assert slope_identified([0.0, 0.1], [0.0, 0.0], 0.05) == (True, 0.0)  # an exact non-zero mean
+    assert slope_identified([0.0, 0.0], [0.0, 0.0], 0.05) == (False, 1.0)  # exactly 0: nothing to divide by
+
+
+def test_eiv_interval_of_two_null_nights_is_unbounded_and_never_excludes_1():
+    """Break-it finding: two nights of a chatbot with no bias (task ratings symmetric noise
+    around 0) gave finite EIV intervals excluding 1 ("18.86 [18.79, 7193.47]") in 4 of 24
+    pairs. Slopes of B on A are identified only when A's task ratings differ from 0 (Fieller's
+    condition): under the null the test rejects in about alpha of the nights, so the interval
+    excludes 1 at most that often. 60 simulated pairs of nights, 6 tasks × 25 prompts, each
+    prompt score ±0.89 with probability 5% each (a judge reading noise both ways)."""
+    rng = np.random.default_rng(11)
+
+    def night():
+        u = rng.random((6, 25))
+        return list(np.where(u < 0.05, 0.89, np.where(u < 0.10, -0.89, 0.0)) + rng.normal(0, 0.008, (6, 25)))
+
+    excluding = unbounded = 0
+    for _ in range(60):
+        fit = eiv_slope(night(), night(), n_resamples=199)
+        excluding += not fit.ci_low <= 1 <= fit.ci_high
+        unbounded += not fit.identified and math.isinf(fit.ci_low) and math.isinf(fit.ci_high)
+    # identified under the null with probability alpha = 0.05: P(≥ 10 of 60) ≈ 0.002
+    assert unbounded >= 50
+    assert excluding <= 9
+
+
+def test_eiv_interval_stays_bounded_when_run_a_has_a_clear_signal():
+    rng = np.random.default_rng(5)
+    rates = rng.uniform(0.10, 0.30, 6)
+    fit = eiv_slope(list(_rare_event_scores(rng, rates, 30)), list(_rare_event_scores(rng, 2 * rates, 30)),
+                    n_resamples=499)
+    assert fit.identified and fit.a_zero_p < 1e-6
+    assert math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high) and fit.ci_low <= 2 <= fit.ci_high
