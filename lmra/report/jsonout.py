@@ -205,7 +205,7 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
         ``{schema, run_a, run_b, comparison, ci_level, n_tasks, pearson, eiv_slope, ols_slope,
         notes, tasks}``: ``pearson`` is ``{r, p, r_disattenuated, reliability_a, reliability_b,
         caveat}``; ``eiv_slope`` (null without prompt scores) ``{slope, ci_low, ci_high, n, var_a,
-        var_b, ci_method, n_resamples, ci_unbounded}`` — an interval end that is ±∞ is null with
+        var_b, ci_method, n_resamples, identified, a_zero_p, ci_unbounded}`` — an interval end that is ±∞ is null with
         ``ci_unbounded`` true; ``ols_slope`` ``{slope, se, ci_low, ci_high, n, ci_unbounded}``;
         ``tasks`` one object per task measured in both runs (``comparison, domain, task, h_a, h_b,
         ci_low_a, ci_high_a, ci_low_b, ci_high_b, n_pairs_a, n_pairs_b``, with prompt scores
