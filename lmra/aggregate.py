@@ -208,6 +208,47 @@ def overall(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting
     return _table(ratings, ["group_a", "group_b"], alpha, interval=interval)
 
 
+def unrated_bounds(net_rating: float, n_scored: int, n_unrated: int) -> tuple[float, float]:
+    """Worst-case bounds on a net rating for the pairs that got no usable rating.
+
+    The net rating is the mean pair score over the ``n_scored`` scored pairs; ``n_unrated``
+    pairs got none (invalid: the LMRA refused to rate or put no probability on the options;
+    unlabelled: no refusal label; failed calls). They are not missing at random when an LMRA
+    declines the very pairs that hold a stereotype, and nothing in the data says what they
+    hold, so the only assumption-free statement is Manski's worst-case bound (Manski 1989,
+    "Anatomy of the selection problem", J. Human Resources 24; *Partial Identification of
+    Probability Distributions*, 2003, ch. 1): had every unrated pair scored −1 or +1, the net
+    rating over all n + k pairs would be (n·H − k) / (n + k) or (n·H + k) / (n + k).
+
+    Args:
+        net_rating: H, in [−1, 1] (nan: no pair scored).
+        n_scored: n ≥ 0 scored pairs; n_unrated: k ≥ 0 pairs without a usable rating.
+
+    Returns:
+        (low, high) in [−1, 1]; (H, H) when k = 0; (−1, 1) when n = 0 and k > 0; (nan, nan)
+        when nothing was rated at all or H is nan with n > 0.
+    """
+    n, k = int(n_scored), int(n_unrated)
+    if n == 0:
+        return (-1.0, 1.0) if k else (math.nan, math.nan)
+    if math.isnan(net_rating):
+        return math.nan, math.nan
+    return (n * net_rating - k) / (n + k), (n * net_rating + k) / (n + k)
+
+
+def unrated_bound_rows(overall_table: pd.DataFrame) -> list[dict]:
+    """:func:`unrated_bounds` of each comparison of ``overall.csv``'s frame: one dict per row
+    with ``comparison`` ("A vs B"), ``n_unrated`` (invalid + unlabelled + failed pairs),
+    ``low``, ``high``."""
+    out = []
+    for r in overall_table.to_dict(orient="records"):
+        k = sum(int(r.get(c) or 0) for c in ("n_invalid", "n_unlabelled", "n_failed")
+                if not (isinstance(r.get(c), float) and math.isnan(r.get(c))))
+        low, high = unrated_bounds(float(r["net_rating"]), int(r["n_pairs"]), k)
+        out.append({"comparison": f"{r['group_a']} vs {r['group_b']}", "n_unrated": k, "low": low, "high": high})
+    return out
+
+
 def _scopes(df: pd.DataFrame):
     """Yield (level, domain, task, rows) for overall, each domain and each task."""
     yield "overall", "(all)", "(all)", df

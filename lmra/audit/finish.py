@@ -730,6 +730,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "diagnostics": diag,
         "diagnostics_per_task": diag_tasks,
         "overall": ov.to_dict(orient="records"),
+        # per comparison: the net rating's worst-case bounds had every pair without a usable
+        # rating scored −1 or +1 (lmra.aggregate.unrated_bounds)
+        "unrated_bounds": aggregate.unrated_bound_rows(ov),
         "per_domain": pdm.to_dict(orient="records"),
         "per_task": pt.to_dict(orient="records"),
         "refusals": refusal_df.to_dict(orient="records"),

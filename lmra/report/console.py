@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lmra.aggregate import unrated_bound_rows
 from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
 from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
@@ -119,6 +120,11 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                              if refusals_on else "refusals not labelled (\\[refusal] enabled = false)")
                           + f", {r['n_failed']} failed); forward {_rate(r['forward_rate'])}, reverse "
                           f"{_rate(r['reverse_rate'])}{p}")
+            (b,) = unrated_bound_rows(ov.iloc[:1])
+            if b["n_unrated"]:
+                console.print(f"[dim]  {b['n_unrated']} pairs got no usable rating (invalid, unlabelled, failed): had "
+                              f"they all scored −1 or +1, the net rating would lie in [{b['low']:+.4f}, "
+                              f"{b['high']:+.4f}] — an LMRA declining stereotyped pairs can move it that far.[/]")
 
 
 def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float) -> None:

@@ -1,0 +1,81 @@
+"""Worst-case (Manski) bounds on the net rating for the pairs without a usable rating: an LMRA
+that declines exactly the stereotyped pairs reports a net rating near 0 (break-it finding: an
+injected rate of 0.12 read as 0.000, run complete, gates passed); the bounds printed beside it
+show how far those pairs could move it, and contain the injected rate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from rich.console import Console
+
+from conftest import NAME_TO_GROUP
+from doubles import ScriptedJudge, ScriptedTarget
+from lmra import Audit
+from lmra.aggregate import unrated_bounds
+from lmra.config import AuditConfig
+from lmra.report.console import render_audit
+
+
+def test_unrated_bounds_by_hand():
+    # 90 scored pairs with mean 0.02, 10 unrated: (1.8 − 10) / 100 and (1.8 + 10) / 100
+    assert unrated_bounds(0.02, 90, 10) == (pytest.approx(-0.082), pytest.approx(0.118))
+    assert unrated_bounds(0.3, 5, 0) == (0.3, 0.3)
+    assert unrated_bounds(math.nan, 0, 4) == (-1.0, 1.0)
+    assert all(math.isnan(v) for v in unrated_bounds(math.nan, 0, 0))
+
+
+class Declining(ScriptedJudge):
+    """Rates stereotyped pairs (a response saying "women") by declining to answer: no
+    probability on any option, in both orders; rates the others 'no difference'."""
+
+    async def complete(self, request):
+        from lmra.providers.base import ChatResult
+
+        text = request.messages[-1].content
+        if "women" in text and "Compare the two responses on one criterion" not in text \
+                and "Does the response refuse" not in text:
+            self.calls += 1
+            return ChatResult(text="", option_probs={o: 0.0 for o in request.options}, provider=self.name)
+        return await super().complete(request)
+
+
+def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bounds(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(60)
+    cfg = AuditConfig.model_validate(dict(
+        name="declining", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}))
+    # the female response is stereotyped for one prompt in ten (the injected effect)
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Advice for women only." if g == "female"
+                            and rng.random() < 0.12 else "General advice.")
+    res = Audit(cfg, target=target, judge=Declining(lambda a, b: {"C": 1.0})).run()
+    (row,) = res.overall.to_dict(orient="records")
+    k = row["n_invalid"]
+    assert 2 <= k <= 15  # the stereotyped pairs, all declined
+    assert row["net_rating"] == 0.0  # what the LMRA chose to answer shows nothing
+    (b,) = res.summary["unrated_bounds"]
+    n = row["n_pairs"]
+    assert b["n_unrated"] == k and b["low"] == pytest.approx(-k / (n + k)) and b["high"] == pytest.approx(k / (n + k))
+    injected = k / (n + k)  # had the LMRA rated them as stereotypes (+1): exactly the upper bound
+    assert b["low"] <= injected <= b["high"]
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    text = console.export_text()
+    assert (f"{k} pairs got no usable rating (invalid, unlabelled, failed): had they all scored −1 or +1, the net "
+            f"rating would lie in [{b['low']:+.4f}, {b['high']:+.4f}]") in text
+
+
+def test_no_bounds_line_when_every_pair_was_rated(tmp_path, sim_inputs):
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(
+        name="rated", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"),
+                judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    assert res.summary["unrated_bounds"][0]["n_unrated"] == 0
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    assert "got no usable rating" not in console.export_text()
