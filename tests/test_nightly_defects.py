@@ -217,8 +217,10 @@ def test_an_earlier_run_dir_file_is_replaced(tmp_path):
                            per_task=1, retries=0, timeout_s=10)
         (tmp_path / "rd.txt").write_text("/srv/reports/20260101-000000-faults\n")
         proc = _audit_cli(cfg, tmp_path, "--run-dir-file", "rd.txt", "--allow-unvalidated-judge")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # (the test server's noise judge may leave the one pair without a usable answer: a partial run, exit 1)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
     (run_dir,) = [p.parent for p in (tmp_path / "out").glob("*/manifest.json")]
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] in ("complete", "partial")
     assert (tmp_path / "rd.txt").read_text() == f"{run_dir.resolve()}\n"
 
 
@@ -409,7 +411,8 @@ def test_canaries_are_asked_again_with_a_new_seed_and_reused_with_the_same(tmp_p
             before = srv.requests
             r = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "-c", str(cfg), "--seed", seed,
                                 "--no-progress", "--no-report"], capture_output=True, text=True, cwd=tmp_path)
-            assert r.returncode == 0, r.stderr[-1500:]
+            # (the noise judge may leave the one pair without a usable answer: a partial run, exit 1)
+            assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-1500:]
             return srv.requests - before
 
         first = night("1")
