@@ -79,3 +79,22 @@ def test_no_bounds_line_when_every_pair_was_rated(tmp_path, sim_inputs):
     console = Console(record=True, width=400)
     render_audit(console, res)
     assert "got no usable rating" not in console.export_text()
+
+
+def test_report_html_states_the_bounds(tmp_path, sim_inputs):
+    from lmra.report.html import write_report
+    from lmra.runfolder import load_run
+
+    names, prompts = sim_inputs(30)
+    cfg = AuditConfig.model_validate(dict(
+        name="declining", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Advice for women only." if g == "female"
+                            and rng.random() < 0.3 else "General advice.")
+    res = Audit(cfg, target=target, judge=Declining(lambda a, b: {"C": 1.0})).run()
+    (b,) = res.summary["unrated_bounds"]
+    assert b["n_unrated"] > 0
+    html = write_report(load_run(res.run_dir)).read_text()
+    assert f'id="unrated-bounds-1">female vs male: {b["n_unrated"]}' in html
+    assert f"in [{b['low']:+.4f}, {b['high']:+.4f}]" in html

@@ -333,6 +333,8 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "check": check_ctx,
         "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
         "overall": overall,
+        # worst-case bounds for the pairs without a usable rating (lmra.aggregate.unrated_bounds)
+        "unrated_bounds": [b for b in run.summary.get("unrated_bounds") or [] if b.get("n_unrated")],
         "per_task": per_task,
         "trends": _trend_context(run, history),
         "comparison": _comparison_context(comparison),
