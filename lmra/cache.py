@@ -140,6 +140,19 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+def _parsed(text: str) -> ChatResult | None:
+    """A stored answer, or None (a miss: the call is made again, fresh, and counted so) when it
+    is not a ChatResult this code can read — a row stored by a version that let a provider's
+    malformed answer through (break-it finding: ``text = None`` cached, every later run ended
+    in a traceback until the cache was deleted), or a damaged one. (Answers are checked with
+    :func:`~lmra.providers.base.result_defect` before they are stored; parsing validates the
+    fields' types again.)"""
+    try:
+        return ChatResult.model_validate_json(text)
+    except ValueError:  # (pydantic's ValidationError is a ValueError)
+        return None
+
+
 def _rollback(db: sqlite3.Connection) -> None:
     """Roll back an open transaction (SQLite may already have rolled it back itself, e.g. on a
     full disk); never raises over the error being handled."""
@@ -407,11 +420,11 @@ class CallCache:
         connection's write, lookups read the table again."""
         held = self.pending.get(key)
         if held is not None:
-            return ChatResult.model_validate_json(held[5])
+            return _parsed(held[5])
         text = self._ahead.pop(key, None)
         if text is not None:
             self._ahead_used += 1
-            return ChatResult.model_validate_json(text)
+            return _parsed(text)
         keys = self._keys
         if keys is not None and key not in keys and self._keys_valid():
             return None
@@ -428,7 +441,7 @@ class CallCache:
                 self._next_snapshot_at *= 4
                 self._read_keys()
             return None
-        return ChatResult.model_validate_json(row[1])
+        return _parsed(row[1])
 
     def _read_keys(self) -> None:
         """Read the table's keys (see :meth:`get`) when it holds at most
@@ -1162,9 +1175,11 @@ class CachedProvider:
                 except ProviderError as exc:
                     _record(self._targets, events, failed=exc.kind, error=f"{type(exc).__name__}: {exc}")
                     raise
-                except (Exception, SystemExit, asyncio.CancelledError) as exc:  # noqa: BLE001 — one bad call
-                    # must not end the run; a cancellation of this task (Ctrl-C, a stopping run) goes on
-                    if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
+                except BaseException as exc:  # noqa: BLE001 — one bad call must not end the run (any
+                    # exception a provider raises: SystemExit, another BaseException subclass); a
+                    # cancellation of this task (Ctrl-C, a stopping run) and KeyboardInterrupt go on
+                    if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or (
+                            isinstance(exc, asyncio.CancelledError) and _being_cancelled()):
                         raise
                     _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
                     raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc

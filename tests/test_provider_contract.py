@@ -132,3 +132,90 @@ def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim
     assert (res.summary["n_responses_empty"], res.summary["n_responses_content_filter"]) == (empty, filtered)
     assert (f"{empty} of {n} target responses were empty and {filtered} were stopped by the provider's content "
             "filter") in " ".join(res.summary["warnings"])
+
+
+# -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------
+class _Custom(BaseException):
+    """A BaseException subclass of a provider's own (not an Exception)."""
+
+
+def _mutated(mode: str) -> ChatResult:
+    r = ChatResult(text="fine", provider="scripted-target", model="scripted")
+    if mode == "text None":
+        r.text = None  # pydantic does not validate assignments
+    elif mode == "text list":
+        r.text = ["a", "b"]
+    elif mode == "negative usage":
+        r.usage.prompt_tokens = -32
+    elif mode == "huge usage":
+        r.usage.completion_tokens = 10 ** 30
+    elif mode == "usage float":
+        r.usage.completion_tokens = 2.5
+    return r
+
+
+class MutatingTarget(ScriptedTarget):
+    """Answers prompt 3 with ``mode`` (a mutated ChatResult, or raises a BaseException
+    subclass); every other prompt as scripted."""
+
+    def __init__(self, mode: str):
+        super().__init__(NAME_TO_GROUP, _target)
+        self.mode = mode
+
+    async def complete(self, request):
+        if "Prompt number 3." in request.messages[-1].content:
+            self.calls += 1
+            if self.mode == "base exception":
+                raise _Custom("the provider's own")
+            return _mutated(self.mode)
+        return await super().complete(request)
+
+
+@pytest.mark.parametrize("mode", ["text None", "text list", "negative usage", "huge usage", "usage float",
+                                  "base exception"])
+def test_a_mutated_answer_or_a_base_exception_is_a_counted_failure_never_cached(tmp_path, sim_inputs, mode):
+    names, prompts = sim_inputs(8)
+    cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": False}, filter={"lmra": False})
+    res = Audit(cfg, target=MutatingTarget(mode), judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
+    kind = "error" if mode == "base exception" else "malformed"
+    assert calls["failed"] >= 1 and calls["failed_by_kind"] == {kind: calls["failed"]}
+    failed = res.ratings[res.ratings["failed"].astype(bool)]
+    assert set(failed["prompt_id"]) == {"p3"} and res.summary["run_status"] in ("complete", "partial")
+    # nothing of it was cached: the fixed provider is asked prompt 3's calls again, nothing else
+    fixed = ScriptedTarget(NAME_TO_GROUP, _target)
+    again = Audit(cfg, target=fixed, judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    assert fixed.calls == 2 and not again.ratings["failed"].astype(bool).any()
+
+
+def test_result_defect_checks_the_fields_a_provider_may_have_changed():
+    assert result_defect(_mutated("text None")) == "text as a NoneType instead of a string"
+    assert result_defect(_mutated("negative usage")) == \
+        "usage.prompt_tokens = -32 (not a whole number of tokens in [0, 1,000,000,000])"
+    assert "usage.completion_tokens = 1000000000000000000000000000000" in result_defect(_mutated("huge usage"))
+    assert result_defect(ChatResult.model_construct(text="", model=5)) == "model as a int instead of a string"
+    assert result_defect(_mutated("fine")) is None
+
+
+def test_an_unreadable_cached_answer_is_a_miss_not_a_traceback(tmp_path):
+    """A row stored by an earlier version that let ``text = null`` through is asked again."""
+    from lmra.cache import CallCache
+
+    class P:
+        name, base_url, model_id = "p", "", "m"
+
+    cache = CallCache(tmp_path / "c.sqlite")
+    from lmra.providers.base import ChatRequest, Message
+
+    req = ChatRequest(messages=[Message(role="user", content="hi")])
+    cache.put("k1", P(), req, ChatResult(text="ok"))
+    cache.close()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "c.sqlite")
+    db.execute("UPDATE calls SET result = ? WHERE key = 'k1'", ('{"text": null, "provider": "p"}',))
+    db.commit()
+    db.close()
+    again = CallCache(tmp_path / "c.sqlite")
+    assert again.get("k1") is None
+    again.close()

@@ -361,15 +361,40 @@ def option_of_token(token: str, options: tuple[str, ...]) -> str | None:
 PROB_TOLERANCE = 1e-3
 
 
+#: the most tokens one call's usage may count (prompt or completion): far beyond any context
+#: window, so a larger count is a provider's bug, not a bill (break-it finding: 10³⁰ was summed)
+MAX_TOKENS_PER_CALL = 10 ** 9
+
+
 def result_defect(result: object) -> str | None:
     """Why ``result`` breaks the :class:`Provider` protocol's contract, or None when it keeps it:
-    not a :class:`ChatResult`, or ``option_probs`` holding a value that is not a finite number in
+    not a :class:`ChatResult`; a field of the wrong type (pydantic validates a ChatResult when
+    it is made, not when a provider assigns to it afterwards: ``text`` not a string, a token
+    count that is not an int in [0, :data:`MAX_TOKENS_PER_CALL`], a name or reason not a string
+    or None); or ``option_probs`` holding a value that is not a finite number in
     [0, 1] or summing above 1 (with :data:`PROB_TOLERANCE` for rounding). Checked on every fresh
-    answer (:class:`lmra.cache.CachedProvider`): a custom provider's NaN, negative or inflated
-    probabilities would otherwise be read as zeros or renormalised away, changing ratings and
-    refusal labels with nothing counted."""
+    answer (:class:`lmra.cache.CachedProvider`), before it is used or cached: a custom provider's
+    NaN, negative or inflated probabilities would otherwise be read as zeros or renormalised
+    away, changing ratings and refusal labels with nothing counted, and a ``text = None`` would
+    end the audit with a traceback and be cached for the next night (break-it findings)."""
     if not isinstance(result, ChatResult):
         return f"a {type(result).__name__} instead of a ChatResult"
+    if not isinstance(result.text, str):
+        return f"text as a {type(result.text).__name__} instead of a string"
+    usage = result.usage
+    if not isinstance(usage, Usage):
+        return f"usage as a {type(usage).__name__} instead of a Usage"
+    for field in ("prompt_tokens", "completion_tokens"):
+        n = getattr(usage, field)
+        if not (type(n) is int and 0 <= n <= MAX_TOKENS_PER_CALL):
+            return f"usage.{field} = {n!r} (not a whole number of tokens in [0, {MAX_TOKENS_PER_CALL:,}])"
+    for field in ("model", "provider"):
+        if not isinstance(getattr(result, field), str):
+            return f"{field} as a {type(getattr(result, field)).__name__} instead of a string"
+    for field in ("finish_reason", "degraded", "served_model", "system_fingerprint"):
+        value = getattr(result, field)
+        if value is not None and not isinstance(value, str):
+            return f"{field} as a {type(value).__name__} instead of a string or None"
     probs = result.option_probs
     if probs is None:
         return None
