@@ -105,3 +105,14 @@ def test_a_net_rating_gate_on_one_prompt_is_not_evaluated(tmp_path, sim_inputs):
     assert one.status == "not_evaluated" and "fewer than 2 prompts with a valid pair" in one.detail
     assert by_task[("max_net_rating", "career advice")].status == "passed"  # 2 prompts: a CI, gated
     assert by_task[("max_overall_net_rating", None)].status == "passed"
+
+
+def test_a_run_whose_filter_labelled_no_prompt_is_partial_never_complete(tmp_path, sim_inputs, capsys):
+    """Break-it finding: an LMRA answering every filter question unusably left nothing to audit;
+    lmra audit said "the run failed" but the folder was recorded complete, and the next night's
+    --baseline last picked it (then refused it as not comparable)."""
+    res = _run(tmp_path, sim_inputs, declined=lambda i: True, n=6)
+    s = res.summary
+    assert s["n_prompts"] == 0 and s["n_filtered_unlabelled"] == 6
+    assert s["run_status"] == "partial"  # readable, in the history, never a baseline
+    assert [d["task"] for d in s["filter_over_limit"]] == ["career advice", "write a story", "all tasks"]

@@ -337,18 +337,18 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"the identity filter could not label any of the "
                                         f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
                                         "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
-        return _final(console, {1: "the run failed: the identity filter labelled no prompt"})
+        return _final(console, {1: f"{_ended(result)}: the identity filter labelled no prompt"})
     if not scored and result.summary.get("n_prompts_classify_failed") and not result.summary.get("n_prompts"):
         err_console.print(Text.assemble(("failure: ", "bold red"), "the task classification could not label any of "
                                         f"the {result.summary['n_prompts_classify_failed']} prompts without a task "
                                         "(its LMRA calls failed; classifications.jsonl), so nothing was audited"))
-        return _final(console, {1: "the run failed: the task classification labelled no prompt"})
+        return _final(console, {1: f"{_ended(result)}: the task classification labelled no prompt"})
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
     if unlabelled and not scored and not failed:
         err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "
                                         f"all {unlabelled} pairs could not be obtained (the LMRA's refusal calls "
                                         "failed or gave no answer; ratings.parquet)"))
-        return _final(console, {1: "the run failed: no pair could be scored (no refusal label)"})
+        return _final(console, {1: f"{_ended(result)}: no pair could be scored (no refusal label)"})
     if failed and not scored:
         errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
         err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
@@ -444,6 +444,12 @@ def _import_report_modules(pace) -> None:
     from lmra.gcquiet import refreeze
 
     refreeze()  # long-lived: garbage collections during the calls skip them
+
+
+def _ended(result) -> str:
+    """How a run that audited nothing ended, as its recorded status says: ``failed`` (calls
+    failed) or ``partial`` (the LMRA answered, unusably; the folder can be read)."""
+    return "the run failed" if result.summary.get("run_status") == "failed" else "the run is partial"
 
 
 def _shard_final(console: Console, result) -> int:
