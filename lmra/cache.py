@@ -140,6 +140,11 @@ def _being_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
+#: every call-cache file this process opened (an SQLite error names no file: lmra.cli's
+#: report of a damaged database names these)
+USED_PATHS: set[str] = set()
+
+
 def _parsed(text: str) -> ChatResult | None:
     """A stored answer, or None (a miss: the call is made again, fresh, and counted so) when it
     is not a ChatResult this code can read — a row stored by a version that let a provider's
@@ -308,6 +313,8 @@ class CallCache:
 
     def __init__(self, path: str | Path, *, write_retry_s: float = 60.0, on_write_error=None):
         self.path = str(path)
+        if self.path != ":memory:":
+            USED_PATHS.add(str(Path(self.path).resolve()))
         self.write_retry_s = write_retry_s
         self.on_write_error = on_write_error
         self.owner = uuid.uuid4().hex

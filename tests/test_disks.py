@@ -209,3 +209,28 @@ def test_what_becomes_of_calls_the_cache_could_not_store_is_said_truly(tmp_path)
         log.failed = False
     finally:
         cache.close()
+
+
+def test_a_damaged_call_cache_is_named_in_the_failure(tmp_path, capsys):
+    """Break-it finding: a page of cache.sqlite overwritten mid-file gave "I/O failure:
+    DatabaseError: database disk image is malformed" naming no file (SQLite names none)."""
+    from test_gates import FLAT, write_config
+
+    from lmra.cli import main
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=40)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    cache = tmp_path / "cache-1.sqlite"
+    data = bytearray(cache.read_bytes())
+    n = len(data) // 4096
+    assert n > 8
+    for page in range(n // 4, 3 * n // 4):  # the middle half of the file (the first pages open fine)
+        data[page * 4096:(page + 1) * 4096] = bytes((i * 7919) % 251 for i in range(4096))
+    cache.write_bytes(bytes(data))
+    for extra in (cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    capsys.readouterr()
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "I/O failure: DatabaseError: database disk image is malformed (in an SQLite database this command " \
+           f"used: the call cache {cache.resolve()}, or the run history" in err and "Traceback" not in err

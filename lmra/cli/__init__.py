@@ -117,8 +117,14 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
         return 1
     if isinstance(exc, (OSError, sqlite3.Error)):  # a file or database of lmra's own that could not be used
         where = getattr(exc, "filename", None)
+        which = ""
+        caches = sorted(getattr(sys.modules.get("lmra.cache"), "USED_PATHS", ()))
+        if isinstance(exc, sqlite3.Error) and caches:  # SQLite names no file: say which databases it can be
+            which = (f" (in an SQLite database this command used: the call cache {', '.join(caches)}, or the run "
+                     "history / warehouse under the output folder; a damaged call cache can be moved aside — "
+                     "its answers are then asked again)")
         err_console.print(Text.assemble(("I/O failure: ", "bold red"), f"{where}: " if where else "",
-                                        f"{type(exc).__name__}: {exc}"), highlight=False, soft_wrap=True)
+                                        f"{type(exc).__name__}: {exc}{which}"), highlight=False, soft_wrap=True)
         return 1
     if isinstance(exc, (UnicodeError, LookupError)):
         err_console.print(Text.assemble(("error: ", "bold red"), f"{type(exc).__name__}: {exc}"), highlight=False,
