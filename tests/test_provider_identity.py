@@ -171,3 +171,22 @@ def test_a_provider_object_without_base_url_passed_in_python_is_cached_under_an_
                           ).fetchone()[0] == 8
     again = Audit(cfg, target=NoBaseUrl(ModelConfig()), judge=make_judge(None)).run()
     assert again.manifest["calls"]["fresh"] == 0  # the same keys: every call cached
+
+
+async def make_async(cfg=None):  # an async def factory: returns a coroutine, not a provider
+    return _Bare()
+
+
+def test_an_async_factory_is_named_as_such_without_a_never_awaited_warning():
+    import warnings
+
+    import gc
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(LmraInputError) as err:
+            make_provider(ModelConfig(provider="test_provider_identity:make_async"), field="judge")
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)]
+    assert "is an async def: it must return the provider itself" in err.value.reason
+    assert err.value.field == "judge.provider"

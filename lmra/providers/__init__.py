@@ -10,6 +10,7 @@ a :class:`~lmra.providers.deadline.DeadlineProvider` (each call fails after ``ti
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
@@ -63,6 +64,11 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
         raise LmraInputError(f"custom provider factory '{cfg.provider}' raised {type(exc).__name__}: {exc}",
                              field=f"{field}.provider") from None
     if not isinstance(provider, Provider):
+        if inspect.iscoroutine(provider):  # an ``async def`` factory: say so, without a "never awaited" warning
+            provider.close()
+            raise LmraInputError(f"custom provider factory '{cfg.provider}' is an async def: it must return the "
+                                 "provider itself (a plain def factory; the provider's complete() is async)",
+                                 field=f"{field}.provider")
         raise LmraInputError(
             f"custom provider '{cfg.provider}' returned {type(provider).__name__}, which lacks the Provider protocol "
             "(name, model_id, base_url, supports_logprobs, async complete(), async aclose()); see docs/providers.md",
