@@ -402,8 +402,8 @@ class CallCache:
                 raise
             self.recovered = added
             if added and self.on_write_error is not None:
-                self.on_write_error(f"stored {added} answered call(s) of an earlier run that was killed before "
-                                    f"writing them (from its answer log next to {self.path})")
+                self.on_write_error(f"stored {added} answered call(s) of an earlier run that could not write them "
+                                    f"(it was killed, or its disk was full; from its answer log next to {self.path})")
         answerlog.release(taken)
         try:
             return AnswerLog(self.path)
