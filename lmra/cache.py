@@ -1182,11 +1182,11 @@ class CachedProvider:
                 except ProviderError as exc:
                     _record(self._targets, events, failed=exc.kind, error=f"{type(exc).__name__}: {exc}")
                     raise
-                except BaseException as exc:  # noqa: BLE001 — one bad call must not end the run (any
-                    # exception a provider raises: SystemExit, another BaseException subclass); a
-                    # cancellation of this task (Ctrl-C, a stopping run) and KeyboardInterrupt go on
-                    if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or (
-                            isinstance(exc, asyncio.CancelledError) and _being_cancelled()):
+                except (Exception, SystemExit, asyncio.CancelledError) as exc:  # noqa: BLE001 — one bad call
+                    # must not end the run; a cancellation of this task (Ctrl-C, a stopping run) goes on.
+                    # Other BaseExceptions (KeyboardInterrupt, a crash) end the run: its folder says
+                    # failed or interrupted, and lmra's CLI says why in one paragraph
+                    if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
                         raise
                     _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
                     raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc

@@ -230,6 +230,9 @@ def test_a_damaged_call_cache_is_named_in_the_failure(tmp_path, capsys):
     for extra in (cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
         extra.unlink(missing_ok=True)
     capsys.readouterr()
+    import lmra.cache
+
+    lmra.cache.USED_PATHS.clear()  # (the caches of other tests in this process: a command opens its own)
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "I/O failure: DatabaseError: database disk image is malformed (in an SQLite database this command " \

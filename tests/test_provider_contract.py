@@ -135,6 +135,49 @@ def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim
 
 
 # -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------
+def make_crashing_target(cfg):
+    return MutatingTarget("base exception")
+
+
+def make_plain_judge(cfg):
+    return ScriptedJudge(lambda a, b: {"C": 1.0})
+
+
+def test_a_providers_own_base_exception_ends_the_run_in_one_paragraph_without_a_traceback(tmp_path, sim_inputs,
+                                                                                            capsys):
+    """Not an Exception: it ends the run like a crash (the folder says failed, answered calls
+    are cached), and lmra audit says so in one paragraph, exit 1 (it printed a traceback)."""
+    import json
+
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(8)
+    config = tmp_path / "crash.toml"
+    config.write_text(f"""name = "crash"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'out'}"
+cache = "{tmp_path / 'c.sqlite'}"
+concurrency = 1
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "test_provider_contract:make_crashing_target"
+[judge]
+provider = "test_provider_contract:make_plain_judge"
+""")
+    assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "failure: the command stopped on _Custom: the provider's own (a BaseException, not an Exception" in err
+    assert "Traceback" not in err
+    (manifest,) = (tmp_path / "out").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["status"] == "failed"
+
 class _Custom(BaseException):
     """A BaseException subclass of a provider's own (not an Exception)."""
 
@@ -171,15 +214,13 @@ class MutatingTarget(ScriptedTarget):
         return await super().complete(request)
 
 
-@pytest.mark.parametrize("mode", ["text None", "text list", "negative usage", "huge usage", "usage float",
-                                  "base exception"])
+@pytest.mark.parametrize("mode", ["text None", "text list", "negative usage", "huge usage", "usage float"])
 def test_a_mutated_answer_or_a_base_exception_is_a_counted_failure_never_cached(tmp_path, sim_inputs, mode):
     names, prompts = sim_inputs(8)
     cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": False}, filter={"lmra": False})
     res = Audit(cfg, target=MutatingTarget(mode), judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
     calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
-    kind = "error" if mode == "base exception" else "malformed"
-    assert calls["failed"] >= 1 and calls["failed_by_kind"] == {kind: calls["failed"]}
+    assert calls["failed"] >= 1 and calls["failed_by_kind"] == {"malformed": calls["failed"]}
     failed = res.ratings[res.ratings["failed"].astype(bool)]
     assert set(failed["prompt_id"]) == {"p3"} and res.summary["run_status"] in ("complete", "partial")
     # nothing of it was cached: the fixed provider is asked prompt 3's calls again, nothing else

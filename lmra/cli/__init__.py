@@ -169,3 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         if status is None:
             raise
         return status
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # not an Exception (e.g. a custom provider's own BaseException subclass):
+        # it ended the run like a crash (the run folder says failed; answered calls are cached)
+        from rich.text import Text
+
+        from lmra.cli.common import err_console
+
+        err_console.print(Text.assemble(("failure: ", "bold red"), f"the command stopped on {type(exc).__name__}: "
+                                        f"{exc} (a BaseException, not an Exception: it ends a run like a crash; "
+                                        "finished model calls are kept in the cache)"), highlight=False,
+                          soft_wrap=True)
+        return 1
