@@ -379,6 +379,24 @@ def result_defect(result: object) -> str | None:
     end the audit with a traceback and be cached for the next night (break-it findings)."""
     if not isinstance(result, ChatResult):
         return f"a {type(result).__name__} instead of a ChatResult"
+    f = result.__dict__  # (a pydantic model's fields; one check of the usual case, the messages below)
+    usage = f["usage"]
+    u = usage.__dict__ if type(usage) is Usage else None
+    if not (u is not None and type(f["text"]) is str and type(u["prompt_tokens"]) is int
+            and type(u["completion_tokens"]) is int and 0 <= u["prompt_tokens"] <= MAX_TOKENS_PER_CALL
+            and 0 <= u["completion_tokens"] <= MAX_TOKENS_PER_CALL and type(f["model"]) is str
+            and type(f["provider"]) is str and (f["finish_reason"] is None or type(f["finish_reason"]) is str)
+            and (f["degraded"] is None or type(f["degraded"]) is str)
+            and (f["served_model"] is None or type(f["served_model"]) is str)
+            and (f["system_fingerprint"] is None or type(f["system_fingerprint"]) is str)):
+        why = _field_defect(result)
+        if why is not None:
+            return why
+    return _probs_defect(result.option_probs)
+
+
+def _field_defect(result: ChatResult) -> str | None:
+    """:func:`result_defect`'s message about a field of the wrong type, or None."""
     if not isinstance(result.text, str):
         return f"text as a {type(result.text).__name__} instead of a string"
     usage = result.usage
@@ -395,7 +413,11 @@ def result_defect(result: object) -> str | None:
         value = getattr(result, field)
         if value is not None and not isinstance(value, str):
             return f"{field} as a {type(value).__name__} instead of a string or None"
-    probs = result.option_probs
+    return None
+
+
+def _probs_defect(probs: object) -> str | None:
+    """:func:`result_defect`'s message about ``option_probs``, or None."""
     if probs is None:
         return None
     if not isinstance(probs, dict):
