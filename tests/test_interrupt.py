@@ -79,3 +79,27 @@ n_samples = 1
     # 12 prompts → 24 responses and 12 pairs × 2 orders; everything finished before Ctrl-C is reused
     assert m2["calls"]["cached"] == finished
     assert m2["calls"]["fresh"] + finished == 24 + 24
+
+
+def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(tmp_path, capsys, monkeypatch):
+    """Break-it finding: a SIGTERM while report.html was written said "interrupted … run again
+    to resume" although the folder was complete (a re-run would be a new night)."""
+    import json
+
+    import lmra.cli.scale
+    from test_gates import FLAT, write_config
+
+    from lmra.cli import main
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmra.cli.scale, "after_run", interrupted)  # Ctrl-C while the warehouse lands
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
+    run = manifest.parent
+    assert json.loads(manifest.read_text())["status"] == "complete"
+    assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
+    assert f"'lmra report {run}' writes the report" in err and "run the same command again" not in err

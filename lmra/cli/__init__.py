@@ -158,8 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        from rich.text import Text
+
         from lmra.cli.common import err_console
 
+        done = getattr(args, "finished_run_dir", None)
+        if done is not None:  # Ctrl-C / SIGTERM after the run folder was written (break-it finding)
+            err_console.print(Text.assemble(
+                ("interrupted after the run finished: ", "yellow"),
+                f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, "
+                f"history and check, report.html) may not have run: 'lmra report {done}' writes the report, "
+                f"'lmra gate {done}' and 'lmra check {done}' evaluate it; re-running the audit would be a new run."),
+                highlight=False, soft_wrap=True)
+            return 130
         err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "
                           "warning above says could not be stored); "
                           "run the same command again to resume.")

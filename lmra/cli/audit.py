@@ -311,6 +311,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                                log=lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}")))
             else:
                 result = audit.run(inputs)  # the inputs checked above, not read again
+        args.finished_run_dir = result.run_dir  # (an interrupt from here on says the run is complete)
     except BudgetExceeded as exc:
         err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
                                         f"{exc} Their numbers are in {audit.run_dir / 'manifest.json'}."))
