@@ -1,4 +1,5 @@
-"""Running an audit's coroutine from synchronous code without formatting its result.
+"""Running an audit's coroutine from synchronous code without formatting its result, and
+without waiting forever for a call it gave up on (:func:`abandon`).
 
 On Python 3.11, :func:`asyncio.run` ends by asking ``signal.getsignal(SIGINT)`` whether its
 own Ctrl-C handler is still installed, and :mod:`signal` tries to turn that handler — a
@@ -13,10 +14,44 @@ each time at 5,000 pairs, after the last answer of every run (issue 14; docs/ben
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: seconds an abandoned task (:func:`abandon`) gets to end, once cancelled, when the run ends
+ABANDONED_GRACE_S = 1.0
+_abandoned: "weakref.WeakSet[asyncio.Task]" = weakref.WeakSet()
+
+
+def abandon(task: asyncio.Task) -> None:
+    """Cancel ``task`` and stop waiting for it: a custom provider's call past its time limit
+    that does not end when cancelled (it swallows the cancellation, or awaits forever in its
+    cleanup; lmra.providers.deadline). When the coroutine of :func:`run_sync` ends, such tasks
+    get :data:`ABANDONED_GRACE_S` more to end; those still running are then left out of the
+    event loop's final wait, which would otherwise hang forever (asyncio.run waits for every
+    task it cancels)."""
+    task.cancel()
+    _abandoned.add(task)
+
+
+async def _let_go_of_abandoned() -> None:
+    """See :func:`abandon`: wait a little for the abandoned tasks, then forget those left."""
+    tasks = [t for t in _abandoned if not t.done() and t.get_loop() is asyncio.get_running_loop()]
+    if not tasks:
+        return
+    for t in tasks:
+        t.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=ABANDONED_GRACE_S)
+    unregister = getattr(asyncio.tasks, "_unregister_task", None)  # (CPython's: all_tasks() forgets it)
+    for t in pending:
+        if unregister is not None:
+            unregister(t)
+        try:
+            t._log_destroy_pending = False  # no "Task was destroyed but it is pending" at exit
+        except AttributeError:
+            pass
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -41,7 +76,10 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     box: list[T] = []
 
     async def main() -> None:
-        box.append(await coro)
+        try:
+            box.append(await coro)
+        finally:
+            await _let_go_of_abandoned()
 
     asyncio.run(main())
     return box[0]

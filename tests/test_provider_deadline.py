@@ -235,8 +235,9 @@ def test_the_watchdog_follows_the_provider_into_a_new_event_loop_and_a_swallowed
     async def answered():
         q = DeadlineProvider(_Inner(stubborn), 0.05)
         with collect_events() as events:
-            with pytest.raises(ProviderError, match="returned after .* past timeout_s = 0.05 s") as err:
-                await q.complete(_request())  # its late answer is dropped: the limit holds
+            # the call stops being waited for at its limit; the late answer of its abandoned task is dropped
+            with pytest.raises(ProviderError, match="did not return within timeout_s = 0.05 s") as err:
+                await q.complete(_request())
         assert err.value.kind == "timeout" and events["timeout"] == 1
         assert asyncio.current_task().cancelling() == 0  # its cancel is taken back
         await asyncio.sleep(0)
@@ -451,3 +452,125 @@ provider = "test_provider_deadline:make_judge"
     assert time.monotonic() - t0 < 100
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "timeout" in proc.stdout
+
+
+# -- an async call that does not end when cancelled (break-it finding) -------------------------------
+class StubbornTarget(ScriptedTarget):
+    """Answers as scripted, except for prompts matching ``HANG``: ``swallow`` catches every
+    cancellation and waits on; ``cleanup`` awaits forever in its ``finally``."""
+
+    mode = "swallow"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+        self.stuck = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        await asyncio.sleep(0)  # (a real call waits: the rest of it runs in a task of its own)
+        if HANG.search(request.messages[-1].content):
+            self.stuck += 1
+            if self.mode == "swallow":
+                while True:
+                    try:
+                        await asyncio.sleep(3600)
+                    except asyncio.CancelledError:
+                        continue
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                await asyncio.Event().wait()
+        return await super().complete(request)
+
+
+class CleanupTarget(StubbornTarget):
+    mode = "cleanup"
+
+
+def make_stubborn(cfg: ModelConfig) -> StubbornTarget:
+    return StubbornTarget(cfg)
+
+
+def make_cleanup(cfg: ModelConfig) -> CleanupTarget:
+    return CleanupTarget(cfg)
+
+
+@pytest.mark.parametrize("factory", ["make_stubborn", "make_cleanup"])
+def test_a_call_that_does_not_end_when_cancelled_still_times_out_and_the_audit_ends(tmp_path, sim_inputs, factory):
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="stubborn", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
+        target={"provider": f"test_provider_deadline:{factory}", "timeout_s": 0.3},
+        judge={"provider": "test_provider_deadline:make_judge"}))
+    audit = Audit(cfg)
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("res", audit.run()), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the audit hung on a call that does not end when cancelled"
+    res, stubborn = out["res"], audit._target.inner
+    assert stubborn.stuck >= 2
+    calls = res.manifest["calls"]["by_model"]["scripted-target:scripted"]
+    assert calls["failed"] == stubborn.stuck and calls["failed_by_kind"] == {"timeout": stubborn.stuck}
+    assert set(res.ratings[res.ratings["failed"].astype(bool)]["prompt_id"]) == {"p3", "p13"}
+
+
+def test_lmra_audit_exits_although_a_call_swallows_every_cancellation(tmp_path, sim_inputs):
+    """In a real process: asyncio.run's end waits for every task it cancels; an abandoned call
+    that never ends is left out of that wait (lmra.syncrun.abandon), so the command exits."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    names, prompts = sim_inputs(6)
+    tests_dir = Path(__file__).resolve().parent
+    config = tmp_path / "stubborn.toml"
+    config.write_text(f"""name = "stubborn"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'cache.sqlite'}"
+max_failed_share = 1.0
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "test_provider_deadline:make_stubborn"
+timeout_s = 0.5
+[judge]
+provider = "test_provider_deadline:make_judge"
+""")
+    env = {**os.environ, "PYTHONPATH": f"{tests_dir}:{tests_dir.parent}"}
+    proc = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(config), "--no-progress",
+                           "--no-report"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Task was destroyed but it is pending" not in proc.stderr
+
+
+def test_an_answer_that_needs_no_waiting_makes_no_task():
+    """The fast path: a coroutine that returns at its first step is not given a task."""
+    from lmra.providers.deadline import _abandonable
+
+    async def instant():
+        return ChatResult(text="now")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        made = []
+        real = loop.create_task
+        loop.create_task = lambda *a, **k: made.append(1) or real(*a, **k)
+        try:
+            assert (await _abandonable(instant(), loop)).text == "now"
+            assert made == []
+            p = DeadlineProvider(_Inner(instant), 5)
+            assert (await p.complete(_request())).text == "now" and made == []
+        finally:
+            loop.create_task = real
+
+    asyncio.run(main())
