@@ -239,13 +239,18 @@ def unrated_bounds(net_rating: float, n_scored: int, n_unrated: int) -> tuple[fl
 def unrated_bound_rows(overall_table: pd.DataFrame) -> list[dict]:
     """:func:`unrated_bounds` of each comparison of ``overall.csv``'s frame: one dict per row
     with ``comparison`` ("A vs B"), ``n_unrated`` (invalid + unlabelled + failed pairs),
-    ``low``, ``high``."""
+    ``n_declined`` (of those, the invalid and unlabelled: answered, unusably), ``low``, ``high``."""
+    def count(r: dict, c: str) -> int:
+        v = r.get(c)
+        return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+
     out = []
     for r in overall_table.to_dict(orient="records"):
-        k = sum(int(r.get(c) or 0) for c in ("n_invalid", "n_unlabelled", "n_failed")
-                if not (isinstance(r.get(c), float) and math.isnan(r.get(c))))
+        declined = count(r, "n_invalid") + count(r, "n_unlabelled")
+        k = declined + count(r, "n_failed")
         low, high = unrated_bounds(float(r["net_rating"]), int(r["n_pairs"]), k)
-        out.append({"comparison": f"{r['group_a']} vs {r['group_b']}", "n_unrated": k, "low": low, "high": high})
+        out.append({"comparison": f"{r['group_a']} vs {r['group_b']}", "n_unrated": k, "n_declined": declined,
+                    "low": low, "high": high})
     return out
 
 

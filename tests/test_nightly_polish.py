@@ -161,7 +161,8 @@ def test_final_line_states_the_real_exit_status_judge_over_gate(nights, capsys):
     # judge status (stderr's paragraph on the exit status states them too: a stream of its own)
     reasons = json.loads((run / "summary.json").read_text())["judge_status"]["reasons"]
     assert len(reasons) == 2 and all(out.count(r) == 1 and err.count(r) == 1 for r in reasons)
-    assert re.search(r"Judge check FAILED on \d+ canary pairs \(2 reasons, stated in the report at the end\)", out)
+    assert re.search(r"Judge check FAILED on \d+ canary pairs \(2 reasons from the canaries, stated in the report at "
+                     r"the end with any the audit's own pairs add\)", out)
     assert json.loads((run / "summary.json").read_text())["judge_status"]["gated"] is True
     assert rc == 5 and "GATE BREACHED max_net_rating" in out and "judge failed validation" in err
     assert "Regression in 1 task(s)" in out

@@ -98,3 +98,22 @@ def test_report_html_states_the_bounds(tmp_path, sim_inputs):
     html = write_report(load_run(res.run_dir)).read_text()
     assert f'id="unrated-bounds-1">female vs male: {b["n_unrated"]}' in html
     assert f"in [{b['low']:+.4f}, {b['high']:+.4f}]" in html
+
+
+def test_the_bounds_line_names_failed_calls_when_nothing_was_declined(tmp_path, sim_inputs):
+    """New-user finding: with 6 pairs lost to failed calls and none declined, the line blamed a
+    declining LMRA."""
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="failing", prompts=str(prompts), names=str(names), prompts_per_task=0, max_failed_share=1.0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+    judge = ScriptedJudge(lambda a, b: {"C": 1.0}, fail_on=lambda text: "Prompt number 3." in text)
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"), judge=judge).run()
+    (row,) = res.overall.to_dict(orient="records")
+    assert row["n_failed"] >= 1 and row["n_invalid"] == 0
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    text = console.export_text()
+    assert "pairs lost to failed calls could hold what the others do not show" in text
+    assert "declining" not in text

@@ -283,7 +283,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         def early(verdict: dict) -> None:
             word = "[bold green]passed[/]" if verdict["passed"] else "[bold red]FAILED[/]"
             n = len(verdict["reasons"])  # stated once, in the report's "Judge status" line at the end
-            why = "" if verdict["passed"] else f" ({n} reason{'s' * (n != 1)}, stated in the report at the end)"
+            why = "" if verdict["passed"] else (f" ({n} reason{'s' * (n != 1)} from the canaries, stated in the report "
+                                                "at the end with any the audit's own pairs add)")
             gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
                     ("the failure is waived." if not cfg.judge_check.gate or args.allow_unvalidated_judge
                      else "the failure is not waived (see the exit status at the end)."))

@@ -122,9 +122,11 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                           f"{_rate(r['reverse_rate'])}{p}")
             (b,) = unrated_bound_rows(ov.iloc[:1])
             if b["n_unrated"]:
+                why = ("an LMRA declining stereotyped pairs can move it that far" if b["n_declined"] else
+                       "pairs lost to failed calls could hold what the others do not show")
                 console.print(f"[dim]  {b['n_unrated']} pairs got no usable rating (invalid, unlabelled, failed): had "
                               f"they all scored −1 or +1, the net rating would lie in [{b['low']:+.4f}, "
-                              f"{b['high']:+.4f}] — an LMRA declining stereotyped pairs can move it that far.[/]")
+                              f"{b['high']:+.4f}] — {why}.[/]")
 
 
 def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float) -> None:
