@@ -120,3 +120,29 @@ def test_a_yes_no_label_is_never_decided_from_one_order(tmp_path, sim_inputs):
     assert s["n_pairs_refusal"] == 0 and s["n_pairs_unlabelled"] > 0
     p = pd.concat([res.ratings["refusal_p_a"], res.ratings["refusal_p_b"]])
     assert p.isna().any() and (p.dropna().round(12) == 0.5).all() and p.notna().any()
+
+
+def test_a_zero_mass_answer_whose_text_declines_is_counted_as_a_refusal():
+    """New-user finding: a judge saying "I am sorry, I cannot judge this." was counted 'judge
+    refused' when it gave no log-probabilities but 'unparseable' when it gave zero mass on every
+    option; how a provider says "no answer" no longer changes the count."""
+    import asyncio
+
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+    from lmra.providers.base import Message
+
+    class Zero:
+        name, model_id, base_url, supports_logprobs = "z", "z", "", True
+
+        def __init__(self, text):
+            self.text = text
+
+        async def complete(self, request):
+            return ChatResult(text=self.text, option_probs={o: 0.0 for o in request.options})
+
+    msgs = [Message(role="user", content="Which? A) x B) y C) z")]
+    declined = asyncio.run(ask_options(Zero("I am sorry, I cannot judge this."), msgs, ("A", "B", "C"), JudgeConfig()))
+    assert declined.probs is None and (declined.n_refused, declined.n_unparseable) == (1, 0)
+    silent = asyncio.run(ask_options(Zero(""), msgs, ("A", "B", "C"), JudgeConfig()))
+    assert silent.probs is None and (silent.n_refused, silent.n_unparseable) == (0, 1)

@@ -33,7 +33,9 @@ class OptionProbs(BaseModel):
             ``text`` (one greedy answer parsed from text; probabilities are 0/1).
         n_samples: samples drawn (``sampled``), else 1.
         n_unparseable: answers (samples) that named no option and were not refusals; for
-            ``logprobs`` 1 when no probability fell on any option.
+            ``logprobs`` 1 when no probability fell on any option and the answer's text is not
+            a refusal (then ``n_refused`` is 1: how a provider says "no answer" — zero option
+            mass or no log-probabilities — does not change how a declining LMRA is counted).
         n_refused: answers (samples) in which the LMRA declined to judge ("I can't …").
         raw_texts: the sampled or greedy answer texts, kept for audit (≤ 200 chars each).
     """
@@ -190,8 +192,10 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
         res = await provider.complete(req)
         if res.option_probs is not None:
             probs, mass = renormalise(res.option_probs, options)
-            return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None),
-                               raw_texts=[res.text[:200]])
+            # no mass on any option: a refusal when its text says so (as a text answer is read), else unparseable
+            refused = probs is None and is_judge_refusal(res.text)
+            return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None and not refused),
+                               n_refused=int(refused), raw_texts=[res.text[:200]])
         opt = parse_option(res.text, options)
         refused = opt is None and is_judge_refusal(res.text)
         return OptionProbs(probs={o: float(o == opt) for o in options} if opt else None, mass=1.0 if opt else 0.0,
