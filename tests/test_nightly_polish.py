@@ -395,3 +395,15 @@ def test_history_columns_judge_status_and_pairs_that_add_up(tmp_path, capsys):
     assert cells["judge status"] == load_run(run).judge_status == "not_checked"
     rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--task", "career advice", "--json")
     assert [p["judge_status"] for p in json.loads(out)["points"]] == ["not_checked"]
+
+
+def test_history_in_a_log_prints_a_partial_run_on_its_row(tmp_path, capsys):
+    """New-user finding: piped, 'lmra history' put a partial run's status on a second line, so
+    grepping the run id missed it (docs/nightly.md: in a log each row is one line)."""
+    rc, _, _, run = _audit(capsys, write_config(tmp_path, name="allrefused", rates=FLAT, refuse=1.0, n_prompts=8,
+                                                top='tasks = ["career advice"]'))
+    assert rc == 1 and load_run(run).status == "partial"  # no pair scored
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", run.parent)
+    (row,) = [ln for ln in out.splitlines() if run.name in ln]
+    assert f"{run.name} partial" in row
+    assert not [ln for ln in out.splitlines() if ln.strip("│ ").startswith("partial")]

@@ -212,12 +212,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     counts = "valid/invalid/failed/refused"  # the four add up to the pairs scored
     for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]", "pin"):
         table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
+    # on a terminal a run's status and comparisons stack in their cells; in a log each row is one
+    # line (docs/nightly.md, "Logs"), so that grepping a run id finds its status too
+    stack, between = ("\n", "\n") if console.is_terminal else (" ", "; ")
     for r in runs.itertuples():
         ov = overall[overall["run_id"] == r.run_id]
-        net = "\n".join(f"{lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
-                        for o in ov.itertuples()) or "—"
+        net = between.join(f"{lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
+                           for o in ov.itertuples()) or "—"
         run_cell = (lit(r.run_id) if (r.status or "complete") == "complete"
-                    else f"{lit(r.run_id)}\n[bold red]{lit(r.status)}[/]")
+                    else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]")
         table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
                       _judge_cell(r.judge_status), _count(r.n_pairs_total),
                       "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None))),
