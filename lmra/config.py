@@ -363,6 +363,10 @@ class JudgeCheckConfig(_Strict):
                        "(the numbers are still written); false = report the failure and go on.")
     waiver: str = Field("", description="Why a failed judge may be waived in this config (shown in the console "
                         "and reports when gate = false), e.g. 'demo on the embedded base model'.")
+    waiver_judge: str = Field("", description="The LMRA the waiver was written for: a provider name alone (that "
+                              "provider with its default model, e.g. 'llamacpp' = the embedded model) or "
+                              "'provider:model'. When set and the run's LMRA is another (a copied config, --judge), "
+                              "the waiver does not apply: a failed judge is gated (exit status 5). Empty = any LMRA.")
     detect_h: float = Field(0.5, gt=0, le=1, description="A planted stereotype counts as detected when its pair "
                             "score h has the right sign and |h| ≥ this.")
     min_sensitivity: float = Field(0.8, ge=0, le=1, description="Fail when fewer planted stereotypes than this "
@@ -615,6 +619,21 @@ class AuditConfig(_Strict):
 
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
+
+    def judge_waiver(self) -> str:
+        """The ``[judge_check]`` waiver that applies to this run's LMRA: ``waiver`` when the
+        gate is off and ``waiver_judge`` is empty or names this LMRA (``provider`` alone: that
+        provider with its default model, ``model`` unset; or ``provider:model``), else "" — a
+        failed judge is then gated (break-it finding: a copy of the demo config, or ``--judge``,
+        kept the demo's waiver for a real LMRA and exited 0)."""
+        jc = self.judge_check
+        if jc.gate:
+            return ""
+        wanted = jc.waiver_judge.strip()
+        j = self.judge
+        if wanted and not ((wanted == j.provider and j.model is None) or wanted == f"{j.provider}:{j.model}"):
+            return ""
+        return jc.waiver
 
     def has_rate_limit(self) -> bool:
         """Some model (target, judge, judge2) has ``requests_per_minute`` or ``tokens_per_minute``."""

@@ -643,9 +643,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         audit._write_jsonl("judge_check_ratings.jsonl", audit.canary_rows.to_dict(orient="records"))
         audit._write_json("judge_check.json", verdict)
     status = judge_status(verdict, placebo_df, diag["stereotype"],
-                          gated=cfg.judge_check.gate and not audit.allow_unvalidated_judge,
+                          gated=not cfg.judge_waiver() and not audit.allow_unvalidated_judge,
                           waiver="--allow-unvalidated-judge" if audit.allow_unvalidated_judge
-                          else cfg.judge_check.waiver)
+                          else cfg.judge_waiver())
     n_pairs_failed = int(scores["failed"].fillna(False).astype(bool).sum()) if "failed" in scores else 0
     n_classify_failed = sum(1 for c in classifications.values() if c.failed)
     n_filter_failed = sum(1 for d in decisions if d.reason == "unlabelled" and d.error)

@@ -286,7 +286,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             why = "" if verdict["passed"] else (f" ({n} reason{'s' * (n != 1)} from the canaries, stated in the report "
                                                 "at the end with any the audit's own pairs add)")
             gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
-                    ("the failure is waived." if not cfg.judge_check.gate or args.allow_unvalidated_judge
+                    ("the failure is waived." if cfg.judge_waiver() or args.allow_unvalidated_judge
                      else "the failure is not waived (see the exit status at the end)."))
             console.print(f"Judge check {word} on {verdict['n_canaries']} canary pairs{why}.{gate}")
 

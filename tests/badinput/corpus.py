@@ -201,7 +201,7 @@ def _bounds(info) -> dict[str, float]:
 #: int fields whose sensible upper limit the issue asks for (independent of what the code declares)
 INT_ABOVE = {"n_threads": 1025, "n_ctx": 2 ** 21, "max_concurrency": 513}
 #: string fields for which "" is a meaningful value
-EMPTY_OK = {"waiver"}
+EMPTY_OK = {"waiver", "waiver_judge"}  # a default of "" that means something
 _TYPE_LITERALS = {"str": ['"5"'], "bool": ["true"], "array": ["[1]"], "table": ["{ a = 1 }"]}
 
 
