@@ -354,7 +354,7 @@ def test_gate_command_on_an_existing_run(measured, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    ([], "no gates to evaluate"),
+    ([], "error: no gates to evaluate: "),  # not "option --gate: …" (no --gate was given)
     (["--gate", "max_ci_high=0.02", "--gate", "max_ci_high=1"],  # an appended --gate loosening a gate
      "option --gate: max_ci_high is given twice (max_ci_high=0.02 and max_ci_high=1.0); give each gate once"),
     (["--gate", "max_ci_high=0.02", "--gate", "max_ci_high=0.0200001"],  # two bounds that :g would print alike

@@ -216,8 +216,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     source = " and ".join([origin] * gates.configured + ["--gate"] * bool(args.gate))
     gates = with_gate_options(gates, args.gate)
     if not gates.configured:
-        raise LmraInputError(f"no gates to evaluate: {origin} has no [gates] bounds; pass --gate NAME=VALUE "
-                             "(e.g. --gate max_ci_high=0.02) or --config FILE with a [gates] table", field="--gate")
+        raise LmraInputError(f"no gates to evaluate: {origin} has no [gates] bounds and no --gate was given; pass "
+                             "--gate NAME=VALUE (e.g. --gate max_ci_high=0.02) or --config FILE with a [gates] "
+                             "table")  # (not "option --gate: …": the user gave no such option; new-user finding)
     from lmra.gates import unmeasured_gates
 
     from_options = {n for n, _ in args.gate or []}
