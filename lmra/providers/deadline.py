@@ -37,7 +37,7 @@ swallows every ``CancelledError``, or awaits forever in its cleanup) does not: a
 once in the caller's task and, if it has to wait, goes on in a task of its own
 (:func:`_abandonable`), which the watchdog's cancellation abandons (:func:`lmra.syncrun.abandon`).
 A call answered at its first step (a zero-latency provider) costs no task; one that waits
-costs about 2 µs more than before, beside its wait (``bench/bench_deadline.py``).
+costs about 1 µs more, beside its wait (``bench/bench_deadline.py``; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ async def _abandonable(coro, loop: asyncio.AbstractEventLoop):
 
     ``coro`` is stepped once in the caller's task: an answer that needs no waiting (a cache in
     the provider, a zero-latency provider) costs nothing more. Otherwise the rest of it runs in
-    a task of its own (about 2 µs more a call, beside a call that waits anyway), which the caller waits for
+    a task of its own (about 1 µs more a call, beside a call that waits anyway), which the caller waits for
     through a plain future: cancelling the caller cancels that task and abandons it
     (:func:`lmra.syncrun.abandon`) — break-it finding: a provider whose call swallowed every
     cancellation, or awaited forever in its cleanup, held the audit past ``timeout_s``, and
