@@ -424,8 +424,11 @@ def test_the_offline_nightly_example_pins_then_checks_both_of_its_tasks(tmp_path
     monkeypatch.chdir(tmp_path)
     path = resource_dir("examples") / "nightly_local.toml"
     assert main(["validate", str(path)]) == 0
+    # (the example's waiver is for the embedded model only — judge_check.waiver_judge — so the
+    # scripted judge's failed validation is waived on the command line, as a user would)
     base = ["audit", "--config", str(path), "--target", "custom:lmra_nightly_local_doubles:target",
-            "--judge", "custom:lmra_nightly_local_doubles:judge", "--no-progress", "--baseline", "pinned"]
+            "--judge", "custom:lmra_nightly_local_doubles:judge", "--no-progress", "--baseline", "pinned",
+            "--allow-unvalidated-judge"]
     capsys.readouterr()
     assert main(base + ["--seed", "1"]) == 0
     assert "this run is now pinned" in " ".join(capsys.readouterr().out.split())
