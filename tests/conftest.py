@@ -50,3 +50,33 @@ def rerecord_files(run_dir: Path) -> None:
     manifest = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
     manifest["files"] = record(run_dir)
     (Path(run_dir) / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def custom_audit_config(tmp_path: Path, names: Path, prompts: Path, *, target: str, judge: str, name: str = "custom",
+                        top: str = "", target_lines: str = "", refusal: bool = False) -> Path:
+    """An audit config file on custom providers (``module:factory`` of the tests folder) over the
+    inputs of :func:`sim_inputs`, for tests that run ``lmra audit`` itself: judge check and LMRA
+    filter off, refusal labels as ``refusal``, run folders under ``tmp_path / "reports"``.
+    ``top``: more top-level lines (e.g. ``max_failed_share = 1.0``); ``target_lines``: more
+    lines of ``[target]`` (e.g. ``timeout_s = 0.5``)."""
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'''name = "{name}"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'cache.sqlite'}"
+{top}
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[refusal]
+enabled = {str(refusal).lower()}
+[target]
+provider = "{target}"
+{target_lines}
+[judge]
+provider = "{judge}"
+''')
+    return config

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from conftest import NAME_TO_GROUP
+from conftest import NAME_TO_GROUP, custom_audit_config
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig
@@ -152,30 +152,13 @@ def test_a_providers_own_base_exception_ends_the_run_in_one_paragraph_without_a_
     from lmra.cli import main
 
     names, prompts = sim_inputs(8)
-    config = tmp_path / "crash.toml"
-    config.write_text(f"""name = "crash"
-prompts = "{prompts}"
-names = "{names}"
-prompts_per_task = 0
-output_dir = "{tmp_path / 'out'}"
-cache = "{tmp_path / 'c.sqlite'}"
-concurrency = 1
-[judge_check]
-enabled = false
-[filter]
-lmra = false
-[refusal]
-enabled = false
-[target]
-provider = "test_provider_contract:make_crashing_target"
-[judge]
-provider = "test_provider_contract:make_plain_judge"
-""")
+    config = custom_audit_config(tmp_path, names, prompts, target="test_provider_contract:make_crashing_target",
+                                 judge="test_provider_contract:make_plain_judge", name="crash", top="concurrency = 1")
     assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "failure: the command stopped on _Custom: the provider's own (a BaseException, not an Exception" in err
     assert "Traceback" not in err
-    (manifest,) = (tmp_path / "out").glob("*/manifest.json")
+    (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
     assert json.loads(manifest.read_text())["status"] == "failed"
 
 class _Custom(BaseException):

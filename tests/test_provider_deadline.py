@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import NAME_TO_GROUP
+from conftest import NAME_TO_GROUP, custom_audit_config
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig, ModelConfig
@@ -417,38 +417,30 @@ def test_a_plain_def_providers_error_and_note_events_reach_the_audit():
     asyncio.run(main())
 
 
-def test_lmra_audit_exits_although_a_synchronous_call_never_returned(tmp_path, sim_inputs):
-    """The abandoned worker thread is a daemon: the process ends with the audit."""
+def _audit_process(config):
+    """``lmra audit --config CONFIG`` in a process of its own (the tests folder importable)."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
-    names, prompts = sim_inputs(6)
     tests_dir = Path(__file__).resolve().parent
-    config = tmp_path / "sync.toml"
-    config.write_text(f"""name = "sync"
-prompts = "{prompts}"
-names = "{names}"
-prompts_per_task = 0
-output_dir = "{tmp_path / 'reports'}"
-cache = "{tmp_path / 'cache.sqlite'}"
-max_failed_share = 1.0
-[judge_check]
-enabled = false
-[filter]
-lmra = false
-[refusal]
-enabled = false
-[target]
-provider = "test_provider_deadline:make_sync"
-timeout_s = 0.5
-[judge]
-provider = "test_provider_deadline:make_judge"
-""")
-    env = {**__import__("os").environ, "PYTHONPATH": f"{tests_dir}:{tests_dir.parent}"}
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(config), "--no-progress",
+    env = {**os.environ, "PYTHONPATH": f"{tests_dir}:{tests_dir.parent}"}
+    return subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(config), "--no-progress",
                            "--no-report"], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _subprocess_config(tmp_path, sim_inputs, factory: str):
+    names, prompts = sim_inputs(6)
+    return custom_audit_config(tmp_path, names, prompts, target=f"test_provider_deadline:{factory}",
+                               judge="test_provider_deadline:make_judge", name=factory,
+                               top="max_failed_share = 1.0", target_lines="timeout_s = 0.5")
+
+
+def test_lmra_audit_exits_although_a_synchronous_call_never_returned(tmp_path, sim_inputs):
+    """The abandoned worker thread is a daemon: the process ends with the audit."""
+    t0 = time.monotonic()
+    proc = _audit_process(_subprocess_config(tmp_path, sim_inputs, "make_sync"))
     assert time.monotonic() - t0 < 100
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "timeout" in proc.stdout
@@ -519,36 +511,7 @@ def test_a_call_that_does_not_end_when_cancelled_still_times_out_and_the_audit_e
 def test_lmra_audit_exits_although_a_call_swallows_every_cancellation(tmp_path, sim_inputs):
     """In a real process: asyncio.run's end waits for every task it cancels; an abandoned call
     that never ends is left out of that wait (lmra.syncrun.abandon), so the command exits."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    names, prompts = sim_inputs(6)
-    tests_dir = Path(__file__).resolve().parent
-    config = tmp_path / "stubborn.toml"
-    config.write_text(f"""name = "stubborn"
-prompts = "{prompts}"
-names = "{names}"
-prompts_per_task = 0
-output_dir = "{tmp_path / 'reports'}"
-cache = "{tmp_path / 'cache.sqlite'}"
-max_failed_share = 1.0
-[judge_check]
-enabled = false
-[filter]
-lmra = false
-[refusal]
-enabled = false
-[target]
-provider = "test_provider_deadline:make_stubborn"
-timeout_s = 0.5
-[judge]
-provider = "test_provider_deadline:make_judge"
-""")
-    env = {**os.environ, "PYTHONPATH": f"{tests_dir}:{tests_dir.parent}"}
-    proc = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(config), "--no-progress",
-                           "--no-report"], capture_output=True, text=True, env=env, timeout=120)
+    proc = _audit_process(_subprocess_config(tmp_path, sim_inputs, "make_stubborn"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Task was destroyed but it is pending" not in proc.stderr
 

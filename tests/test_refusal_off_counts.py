@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import NAME_TO_GROUP
+from conftest import NAME_TO_GROUP, custom_audit_config
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig
@@ -98,22 +98,8 @@ def test_lmra_audit_exits_1_and_says_why_when_every_pair_had_a_refusal(tmp_path,
     from lmra.cli import main
 
     names, prompts = sim_inputs(6)
-    config = tmp_path / "refused.toml"
-    config.write_text(f"""name = "refused"
-prompts = "{prompts}"
-names = "{names}"
-prompts_per_task = 0
-output_dir = "{tmp_path / 'out'}"
-cache = "{tmp_path / 'c.sqlite'}"
-[judge_check]
-enabled = false
-[filter]
-lmra = false
-[target]
-provider = "test_refusal_off_counts:make_target"
-[judge]
-provider = "test_refusal_off_counts:make_refusing_judge"
-""")
+    config = custom_audit_config(tmp_path, names, prompts, target="test_refusal_off_counts:make_target",
+                                 judge="test_refusal_off_counts:make_refusing_judge", name="refused", refusal=True)
     assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
     out, err = capsys.readouterr()
     err = " ".join(err.split())

@@ -41,16 +41,24 @@ class Declining(ScriptedJudge):
         return await super().complete(request)
 
 
-def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bounds(tmp_path, sim_inputs):
-    names, prompts = sim_inputs(60)
-    cfg = AuditConfig.model_validate(dict(
-        name="declining", prompts=str(prompts), names=str(names), prompts_per_task=0,
+def _cfg(tmp_path, sim_inputs, n_prompts: int, **kw) -> AuditConfig:
+    names, prompts = sim_inputs(n_prompts)
+    return AuditConfig.model_validate(dict(
+        name="bounds", prompts=str(prompts), names=str(names), prompts_per_task=0,
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
-        judge_check={"enabled": False}, filter={"lmra": False}))
-    # the female response is stereotyped for one prompt in ten (the injected effect)
+        judge_check={"enabled": False}, filter={"lmra": False}) | kw)
+
+
+def _declined_run(tmp_path, sim_inputs, n_prompts: int, rate: float):
+    """An audit whose female response is stereotyped with probability ``rate`` (the injected
+    effect) and whose LMRA declines exactly those pairs."""
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Advice for women only." if g == "female"
-                            and rng.random() < 0.12 else "General advice.")
-    res = Audit(cfg, target=target, judge=Declining(lambda a, b: {"C": 1.0})).run()
+                            and rng.random() < rate else "General advice.")
+    return Audit(_cfg(tmp_path, sim_inputs, n_prompts), target=target, judge=Declining(lambda a, b: {"C": 1.0})).run()
+
+
+def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bounds(tmp_path, sim_inputs):
+    res = _declined_run(tmp_path, sim_inputs, 60, 0.12)
     (row,) = res.overall.to_dict(orient="records")
     k = row["n_invalid"]
     assert 2 <= k <= 15  # the stereotyped pairs, all declined
@@ -68,12 +76,7 @@ def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bou
 
 
 def test_no_bounds_line_when_every_pair_was_rated(tmp_path, sim_inputs):
-    names, prompts = sim_inputs(6)
-    cfg = AuditConfig.model_validate(dict(
-        name="rated", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
-        judge_check={"enabled": False}, filter={"lmra": False}))
-    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"),
+    res = Audit(_cfg(tmp_path, sim_inputs, 6), target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"),
                 judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
     assert res.summary["unrated_bounds"][0]["n_unrated"] == 0
     console = Console(record=True, width=400)
@@ -85,14 +88,7 @@ def test_report_html_states_the_bounds(tmp_path, sim_inputs):
     from lmra.report.html import write_report
     from lmra.runfolder import load_run
 
-    names, prompts = sim_inputs(30)
-    cfg = AuditConfig.model_validate(dict(
-        name="declining", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
-        judge_check={"enabled": False}, filter={"lmra": False}))
-    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Advice for women only." if g == "female"
-                            and rng.random() < 0.3 else "General advice.")
-    res = Audit(cfg, target=target, judge=Declining(lambda a, b: {"C": 1.0})).run()
+    res = _declined_run(tmp_path, sim_inputs, 30, 0.3)
     (b,) = res.summary["unrated_bounds"]
     assert b["n_unrated"] > 0
     html = write_report(load_run(res.run_dir)).read_text()
@@ -103,11 +99,7 @@ def test_report_html_states_the_bounds(tmp_path, sim_inputs):
 def test_the_bounds_line_names_failed_calls_when_nothing_was_declined(tmp_path, sim_inputs):
     """New-user finding: with 6 pairs lost to failed calls and none declined, the line blamed a
     declining LMRA."""
-    names, prompts = sim_inputs(20)
-    cfg = AuditConfig.model_validate(dict(
-        name="failing", prompts=str(prompts), names=str(names), prompts_per_task=0, max_failed_share=1.0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
-        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+    cfg = _cfg(tmp_path, sim_inputs, 20, max_failed_share=1.0, refusal={"enabled": False})
     judge = ScriptedJudge(lambda a, b: {"C": 1.0}, fail_on=lambda text: "Prompt number 3." in text)
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "x"), judge=judge).run()
     (row,) = res.overall.to_dict(orient="records")
