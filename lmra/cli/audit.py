@@ -359,14 +359,13 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     if result.summary.get("run_status") == "failed":
         from lmra.runstate import NO_PAIR_SCORED_PREFIX
 
-        why = next((w for w in result.summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)), None)
-        if why is None and result.summary.get("failed_share"):
-            errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
-            why = f"no pair could be scored because model calls failed after every retry; first error: {errors[0]}"
-        elif why is None:
-            why = (f"no pair could be scored: no prompt was left to audit (of the {result.summary.get('n_prompts_in_file')} "
-                   "in the file; see the Prompts line and filtered_prompts.jsonl)")
-        err_console.print(Text.assemble(("failure: ", "bold red"), why), highlight=False, soft_wrap=True)
+        # failed = nothing scored and calls failed (lmra.runstate.run_status); the warning, when
+        # there is one, says how the pairs split (failed, refused, no usable answer)
+        why = next((w for w in result.summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)),
+                   "no pair could be scored because model calls failed after every retry")
+        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
+        err_console.print(Text.assemble(("failure: ", "bold red"), f"{why}; first error: {errors[0]}"), highlight=False,
+                          soft_wrap=True)
         return _final(console, {1: "the run failed: no pair could be scored"})
     from lmra.cli.gates import gates_after_audit
     from lmra.judge_check import EXIT_JUDGE_FAILED
