@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_overhead import before_after_parser, config_text, write_inputs  # noqa: E402  (the zero-latency providers)
+from bench_overhead import before_after_parser, config_text, version_env, write_inputs  # noqa: E402  (the zero-latency providers)
 
 #: (module, attribute path, part) of the functions timed, wrapped when their module is loaded
 TIMED = [("lmra.audit", "Audit.run", "run"), ("lmra.audit", "Audit._finish", "finish"),
@@ -152,7 +152,7 @@ def _parts(acc: dict, wall: float, cpu: float) -> dict[str, tuple[float, float]]
 
 def run_cli(pythonpath: str, work: Path, tag: str) -> list[dict]:
     """The fresh and the cached command of one version: per run, each part's (wall, cpu) in seconds."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([pythonpath, str(work)])}
+    env = version_env(pythonpath, work)
     cache, cfg = work / f"{tag}.sqlite", work / f"{tag}.toml"
     cfg.write_text(config_text(work, cache, work / f"{tag}-out"))
     script = work / "worker.py"
