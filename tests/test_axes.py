@@ -733,3 +733,47 @@ def test_an_extra_axis_that_repeats_a_discovered_one_is_tested_once():
     assert names == ["uses formal language", "gives more examples", "mentions costs"]
     assert sources == {"uses formal language": "discovered+extra", "gives more examples": "discovered",
                        "mentions costs": "extra"}
+
+
+class FailingLabelJudge(AxesJudge):
+    """Every label of the axis "is longer" fails after every retry (a timing-out LMRA)."""
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        text = request.messages[-1].content
+        if "Compare the two responses on one property only: is longer." in text:
+            from lmra.providers.base import ProviderError
+
+            raise ProviderError("timed out (scripted)", kind="timeout")
+        return await super().complete(request)
+
+
+def make_failing_label_judge(cfg):
+    """Custom-provider factory (``provider = "test_axes:make_failing_label_judge"``)."""
+    return FailingLabelJudge(TRAITS)
+
+
+def test_cli_failed_labels_are_shown_and_too_many_make_it_partial(tmp_path, sim_inputs, capsys, monkeypatch):
+    """Labels that failed after every retry are counted on each axis's line and in a warning, and
+    more of them than max_failed_share allows exits 1 (the files are written); they were only in
+    axes.csv's n_failed, exit 0."""
+    from lmra import cli
+
+    monkeypatch.setenv("COLUMNS", "220")
+    cfg, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_failing_label_judge"\n')
+    argv = ["axes", "--run", str(res.run_dir), "--config", str(over), "--discovery-pairs", "20", "--test-pairs", "30",
+            "--max-axes", "3", "--no-progress", "--no-harm-check"]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    out, err = " ".join(captured.out.split()), " ".join(captured.err.split())
+    summary = json.loads((res.run_dir / "axes_summary.json").read_text())
+    info = next(iter(summary["comparisons"].values()))
+    assert info["n_labels_failed"] == 30 and info["n_labels"] == 30 * info["n_candidate_axes"]
+    assert f"30 of {info['n_labels']} labels (test pair × axis) failed after every retry" in out
+    tab = pd.read_csv(res.run_dir / "axes.csv")
+    longer = tab[(tab.level == "overall") & (tab.axis == "is longer")].iloc[0]
+    assert longer.n_failed == 30 and longer.n_test_pairs == 0 and not longer.tested
+    formal = tab[(tab.level == "overall") & (tab.axis == "uses formal language")].iloc[0]
+    assert formal.selected and "(0 invalid, 0 failed)" in out
+    assert "partial:" in err and "max_failed_share = 0.05" in err and "Traceback" not in err

@@ -228,7 +228,7 @@ values = { gender = ["a boy", "a girl"] }
 """, k=3)
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert "no list could be scored: 3 of 3 target calls failed" in err and "connection refused" in err
+    assert "no sensitive list could be compared with its neutral list: 3 of 3 target calls failed" in err and "connection refused" in err
     manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
     assert manifest["status"] == "failed"
 
@@ -341,9 +341,10 @@ HAND_LISTS = [
 
 
 @pytest.mark.parametrize("convention, girl_serp, boy_serp", [
-    # m1 girl: SERP 5/6 (paper) or 3.5/12 (code); m2 girl and boy: empty lists → 0; m1 boy identical
-    ("paper", (5 / 6 + 0) / 2, (1 + 0) / 2),
-    ("fairllm-code", (3.5 / 12 + 0) / 2, (0.5 * 9 / 12 + 0) / 2),
+    # m1 girl: SERP 5/6 (paper) or 3.5/12 (code); m2 girl refused: an empty list → 0; m1 boy
+    # identical; m2 boy's answer holds no list (not a refusal): left out of the mean, counted
+    ("paper", (5 / 6 + 0) / 2, 1.0),
+    ("fairllm-code", (3.5 / 12 + 0) / 2, 0.5 * 9 / 12),
 ])
 def test_cli_score_hand_made_lists(tmp_path, convention, girl_serp, boy_serp):
     lists = _write_lists(tmp_path / "lists.jsonl", HAND_LISTS)
@@ -362,7 +363,13 @@ def test_cli_score_hand_made_lists(tmp_path, convention, girl_serp, boy_serp):
     summary = json.loads((out / "summary.json").read_text())
     # the lists given as free text were parsed: one refusal, one answer without a list
     assert summary["refusals"] == 1 and summary["parse_failures"] == 1
-    assert summary["n_lists"] == 6 and summary["lists_shorter_than_k"] == 2
+    assert summary["unparseable_unscored"] == 1 and summary["sensitive_scored"] == 3
+    # every list that holds one has 3 distinct items: none is shorter than K (refusals and
+    # answers without a list are counted on their own)
+    assert summary["n_lists"] == 6 and summary["lists_shorter_than_k"] == 0
+    per = sim[(sim["k"] == 3) & (sim["metric"] == "serp")].set_index("value")
+    assert per.loc["a boy", ["n", "n_unparseable", "n_failed"]].tolist() == [1, 1, 0]
+    assert per.loc["a girl", ["n", "n_unparseable", "n_failed"]].tolist() == [2, 0, 0]
 
 
 def test_cli_score_reparse_with_fairllm_code_parser(tmp_path):

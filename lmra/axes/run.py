@@ -114,7 +114,11 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
                                   "brainstorm": {k: v for k, v in bcounts.items()
                                                  if k not in ("invalid_pairs", "answers")},
                                   "n_features": len(feats), "consolidation_path": cand["path"],
-                                  "preclustering": cand["preclustering"], "n_candidate_axes": len(names)}
+                                  "preclustering": cand["preclustering"], "n_candidate_axes": len(names),
+                                  # one label per (test pair, axis): failed after every retry / unusable
+                                  "n_labels": len(labels), "n_labels_failed": int(labels["failed"].sum()) if len(labels)
+                                  else 0, "n_labels_invalid": int((~labels["valid"] & ~labels["failed"]).sum())
+                                  if len(labels) else 0}
         table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=TABLE_COLUMNS)
         if ax.harm_check:
             await check_harm(judge, cfg, tpls["harm"], table, seed, sem, progress)

@@ -24,7 +24,8 @@ from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
 def cmd_axes(args: argparse.Namespace) -> int:
-    """Run ``lmra axes`` (see the module docstring). Returns the exit status (0)."""
+    """Run ``lmra axes`` (see the module docstring). Returns the exit status: 0, or 1 when more labels
+    failed than ``max_failed_share`` allows (the files are written)."""
     from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
     from lmra.syncrun import run_sync
@@ -61,7 +62,23 @@ def cmd_axes(args: argparse.Namespace) -> int:
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
     console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {lit(out_dir)}", highlight=False)
-    return 0
+    return _failed_labels_exit(result.summary, cfg.max_failed_share)
+
+
+def _failed_labels_exit(summary: dict, max_failed_share: float) -> int:
+    """1, with a paragraph on stderr, when more than ``max_failed_share`` of a comparison's labels
+    (test pair × axis) failed after every retry — its tests rest on pairs the LMRA happened to
+    answer; else 0."""
+    over = [(c, i["n_labels_failed"], i["n_labels"]) for c, i in summary.get("comparisons", {}).items()
+            if i.get("n_labels") and i.get("n_labels_failed", 0) > max_failed_share * i["n_labels"]]
+    if not over:
+        return 0
+    what = "; ".join(f"{lit(c)}: {f} of {n} ({f / n:.0%})" for c, f, n in over)
+    make_console(stderr=True).print(
+        f"[bold red]partial:[/] more labels failed after every retry than max_failed_share = {max_failed_share:g} "
+        f"allows ({what}); the files are written, but the axes tests rest on the pairs the LMRA answered. Run the "
+        "same command again to retry the failed calls (answered calls are cached).", highlight=False, soft_wrap=True)
+    return 1
 
 
 def _require_complete(run: Path) -> None:

@@ -49,15 +49,18 @@ def cmd_recsys(args: argparse.Namespace) -> int:
         run.progress = progress
         result = run.run()
     render_recsys(console, result.similarity, result.fairness, result.summary, result.manifest, result.bias_summary)
-    summ = result.summary
-    lost = summ.get("failed_calls", 0) + summ.get("dropped_with_failed_neutral", 0)
-    if summ.get("n_lists") and lost >= summ["n_lists"]:
-        errors = [e for e in result.lists.get("error", []) if isinstance(e, str)] or ["(no message)"]
-        make_console(stderr=True).print(f"[bold red]failure:[/] no list could be scored: {summ['failed_calls']} of "
-                                   f"{summ['n_lists']} target calls failed; first error: {lit(errors[0])}",
-                                   highlight=False, soft_wrap=True)
-        return 1
-    return 0
+    return _nothing_scored_exit(result)
+
+
+def _nothing_scored_exit(result) -> int:
+    """1 with the reason on stderr when no sensitive list could be scored (status ``failed``), else 0."""
+    from lmra.recsys.scoring import nothing_scored, nothing_scored_message
+
+    if not nothing_scored(result.summary):
+        return 0
+    make_console(stderr=True).print(f"[bold red]failure:[/] {lit(nothing_scored_message(result.summary, result.lists))}",
+                                    highlight=False, soft_wrap=True)
+    return 1
 
 
 def cmd_recsys_score(args: argparse.Namespace) -> int:
@@ -76,7 +79,7 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
                          parser=args.parser,
                          normalize=not args.no_normalize, out_dir=out)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
-    return 0
+    return _nothing_scored_exit(result)
 
 
 def cmd_recsys_bias(args: argparse.Namespace) -> int:

@@ -18,9 +18,16 @@ from lmra.config import (MAX_PAIRS, MAX_SEED, MIN_SEED, ModelConfig, _concurrenc
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
 
 
-def _recsys_target() -> ModelConfig:
-    # FaiRLLM decodes greedily (temperature 0); 20 titles need a few hundred tokens.
-    return ModelConfig(temperature=0.0, max_tokens=400)
+class RecsysModelConfig(ModelConfig):
+    """The target of a recommendation-fairness run: :class:`lmra.config.ModelConfig` with
+    FaiRLLM's decoding as the defaults of a ``[target]`` table too (the benchmark decodes
+    greedily, temperature 0; 20 titles need a few hundred tokens), so that naming the model
+    does not switch to an audit's sampling defaults (temperature 1, 160 tokens)."""
+
+    temperature: float = Field(0.0, ge=0.0, le=2.0,
+                               description="Sampling temperature (recsys: 0, greedy, as in FaiRLLM).")
+    max_tokens: int = Field(400, ge=1, le=32768,
+                            description="Maximum tokens per answer (recsys: 400, room for 20 titles).")
 
 
 def _no_repeat(items: list[str], what: str, why: str = "") -> None:
@@ -92,9 +99,15 @@ class FairLLMConfig(_Strict):
     @field_validator("intersections")
     @classmethod
     def _pairs(cls, v: list[list[str]]) -> list[list[str]]:
+        seen: dict[frozenset, list[str]] = {}
         for combo in v:
             if len(combo) < 2 or len(set(combo)) != len(combo):
                 raise ValueError("each intersection lists two or more different attributes")
+            if frozenset(combo) in seen:
+                # the same users in another word order: the calls twice, one group counted as two
+                raise ValueError(f"intersection {combo} repeats {seen[frozenset(combo)]} (the same attributes in "
+                                 "another order; the order only sets the order of the phrases in the prompt)")
+            seen[frozenset(combo)] = combo
         return v
 
 
@@ -184,8 +197,8 @@ class RecsysConfig(_Strict):
                                   "reports/<timestamp>-<name>.")
     mode: Literal["fairllm", "cfairllm"] = Field(
         "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users).")
-    target: ModelConfig = Field(
-        default_factory=_recsys_target, description="The chatbot under audit (greedy by default).")
+    target: RecsysModelConfig = Field(
+        default_factory=RecsysModelConfig, description="The chatbot under audit (greedy by default).")
     k: int = Field(20, ge=1, le=MAX_K, description="List length asked for and largest cut-off K.")
     convention: Literal["paper", "paper-k", "fairllm-code"] = Field(
         "paper", description="Metric convention: 'paper' (lists shorter than K normalised by the longer list's "

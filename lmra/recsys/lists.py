@@ -14,7 +14,7 @@ from lmra.fileio import write_csv
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
 from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list
-from lmra.recsys.scoring import build_summary, score_frame
+from lmra.recsys.scoring import build_summary, nothing_scored, score_frame
 from lmra.runfolder import package_versions
 
 
@@ -30,7 +30,8 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     and the list as ``compare``, ``keys`` or ``items`` (first present wins; ``items`` are
     normalised with :func:`~lmra.recsys.parse.normalize_title` unless ``normalize`` is
     False) or as free text ``raw`` (parsed). ``true_pref`` (a list) adds the
-    true-preference analysis. Records with a non-null ``error`` are counted, not scored.
+    true-preference analysis (on an instruction's neutral list and each of its sensitive lists,
+    or on none of them). Records with a non-null ``error`` are counted, not scored.
 
     Args:
         path: the JSONL file.
@@ -44,7 +45,8 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
 
     Raises:
         LmraInputError: missing file, malformed JSON, a missing or ill-typed field, a
-            sensitive record without ``value``, a record with no list and no ``raw`` — naming
+            sensitive record without ``value``, a record with no list and no ``raw``, ``true_pref``
+            on only one side of a neutral/sensitive pair — naming
             the file, line and field; duplicate
             (instruction_id, attribute, value).
     """
@@ -122,13 +124,20 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
                                  field="instruction_id")
     if len(neutral_at) == len(rows):
         raise LmraInputError("only neutral lists: there is no sensitive list to compare", file=p)
-    neutral_tp = {r["instruction_id"]: r.get("true_pref") is not None for r in rows if r["attribute"] == "neutral"}
+    neutral_tp = {r["instruction_id"]: r.get("true_pref") is not None for r in rows
+                  if r["attribute"] == "neutral" and r.get("error") is None}
     for r in rows:
-        if r["attribute"] != "neutral" and r.get("true_pref") is not None and not neutral_tp[r["instruction_id"]] \
-                and r.get("error") is None:
-            raise LmraInputError(f"has 'true_pref' but the neutral list of instruction '{r['instruction_id']}' (line "
-                                 f"{neutral_at[r['instruction_id']]}) has none to compare it with", file=p,
+        iid = r["instruction_id"]
+        if r["attribute"] == "neutral" or r.get("error") is not None or iid not in neutral_tp:
+            continue
+        if r.get("true_pref") is not None and not neutral_tp[iid]:
+            raise LmraInputError(f"has 'true_pref' but the neutral list of instruction '{iid}' (line "
+                                 f"{neutral_at[iid]}) has none to compare it with", file=p,
                                  line=r["_line"], field="true_pref")
+        if r.get("true_pref") is None and neutral_tp[iid]:
+            raise LmraInputError(f"missing: the neutral list of instruction '{iid}' (line {neutral_at[iid]}) has "
+                                 "'true_pref', so each of its sensitive lists needs one too (an empty list [] if "
+                                 "none of its items is a true preference)", file=p, line=r["_line"], field="true_pref")
     return pd.DataFrame(rows).drop(columns="_line")
 
 
@@ -198,7 +207,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         raise LmraInputError(str(exc), file=path) from None
     lists = lists.assign(n_items=lists["compare"].map(len))
     summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
-    manifest = {"status": "finished", "started": now(), "finished": now(), "source": str(path), "k": k,
+    manifest = {"status": "failed" if nothing_scored(summary) else "finished", "started": now(), "finished": now(), "source": str(path), "k": k,
                 "convention": convention, "parser": parser or "stored", "versions": package_versions()}
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:

@@ -22,7 +22,7 @@ from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext
 from lmra.recsys.parse import CatalogMatcher
 from lmra.recsys.records import plain
-from lmra.recsys.scoring import build_summary, run_bias, score_frame
+from lmra.recsys.scoring import build_summary, nothing_scored, run_bias, score_frame
 
 
 @dataclass
@@ -124,8 +124,7 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
     summary = build_summary(lists, sim, fair, k=cfg.k, convention=cfg.convention, dropped=dropped,
                             matched=matcher is not None) | extra | {"run_dir": str(run_dir)}
     dump_json(run_dir / "summary.json", clean_nan(summary))
-    lost = summary["failed_calls"] + summary["dropped_with_failed_neutral"]
-    status = "failed" if summary["n_lists"] and lost >= summary["n_lists"] else "finished"
+    status = "failed" if nothing_scored(summary) else "finished"
     manifest |= {"status": status, "finished": now(), "calls": stats.as_dict()}
     dump_json(run_dir / "manifest.json", manifest)
     return RecsysResult(run_dir, lists, sim, fair, summary, manifest, bias, bias_sum)

@@ -43,6 +43,12 @@ def _counts_line(summary: dict) -> str:
         parts.append(f"{summary['duplicate_items']} duplicate items")
     if summary.get("dropped_with_failed_neutral"):
         parts.append(f"{summary['dropped_with_failed_neutral']} lists dropped (neutral call failed)")
+    if summary.get("unparseable_unscored"):
+        parts.append(f"{summary['unparseable_unscored']} sensitive lists not scored (no list in the answer)")
+    if summary.get("dropped_with_unparseable_neutral"):
+        parts.append(f"{summary['dropped_with_unparseable_neutral']} lists dropped (no list in the neutral answer)")
+    if "sensitive_scored" in summary:
+        parts.append(f"{counted(summary['sensitive_scored'], 'sensitive list')} scored against the neutral list")
     return ", ".join(parts)
 
 
@@ -56,7 +62,8 @@ def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = Non
     idx = ["attribute", "kind", "value"]
     order = list(dict.fromkeys(map(tuple, d[idx].itertuples(index=False))))
     wide = d.set_index(idx + ["metric"])["similarity"].unstack("metric").reindex(order)
-    n = d[d["metric"] == METRICS[0]].set_index(idx)[["n", "n_undefined"]]
+    counts = [c for c in ("n", "n_undefined", "n_failed", "n_unparseable") if c in d.columns]
+    n = d[d["metric"] == METRICS[0]].set_index(idx)[counts]
     out = wide.join(n)
     out.index.names = idx
     return out.reset_index()
@@ -77,13 +84,19 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         if analysis:
             title += f" — {lit(analysis.replace('_', ' '))}"
         table = Table(title=title, title_justify="left")
+        unscored = [c for c in ("n_failed", "n_unparseable") if c in wide.columns]
         for col, kw in [("attribute", {}), ("value", {})] + [(label[m], {"justify": "right"}) for m in METRICS] + \
-                [("n", {"justify": "right"}), ("undefined", {"justify": "right"})]:
+                [("n", {"justify": "right"}), ("undefined", {"justify": "right"})] + \
+                [({"n_failed": "failed", "n_unparseable": "no list"}[c], {"justify": "right"}) for c in unscored]:
             table.add_column(col, **kw)
         for _, r in wide.iterrows():
             table.add_row(lit(r["attribute"]), lit(r["value"]), *[_num(r.get(m)) for m in METRICS],
-                          str(int(r["n"])), str(int(r["n_undefined"])))
+                          str(int(r["n"])), str(int(r["n_undefined"])), *[str(int(r[c])) for c in unscored])
         console.print(table)
+        if unscored and wide[unscored].to_numpy().sum():
+            console.print("[yellow]Not every list was scored: 'failed' = its call or its neutral call failed, 'no "
+                          "list' = its answer or the neutral answer held no list and was not a refusal; those are "
+                          "left out of the value's mean (n counts the instructions scored), not scored as 0.[/]")
         f = fairness[fairness["k"] == k]
         if analysis is not None and "analysis" in f.columns:
             f = f[f["analysis"] == analysis]

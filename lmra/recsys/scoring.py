@@ -12,32 +12,77 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from lmra.recsys import bias_disparity as bdm
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext
-from lmra.recsys.metrics import METRICS, fairness_table, similarity_table
+from lmra.recsys.metrics import METRICS, fairness_table, similarity_table, top_k
+
+
+def _flag(d: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean column of ``d`` (missing or null = False)."""
+    if column not in d.columns:
+        return pd.Series(False, index=d.index)
+    return d[column].map(lambda x: x is True or (isinstance(x, (bool, np.bool_)) and bool(x)))
+
+
+def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
+    """Why each list of a lists table is not scored ("" = scored), by precedence:
+
+    * ``failed``: its model call failed (``error`` set);
+    * ``neutral_failed``: a sensitive list whose instruction's neutral call failed;
+    * ``neutral_unparseable``: a sensitive list whose neutral answer held no list and was not a
+      refusal (``parse_failed``): there is nothing to compare it with;
+    * ``unparseable``: its own answer held no list and was not a refusal — not read as an empty
+      list (a parser's limit or an answer in another format is not a difference in
+      treatment), left out like an unusable LMRA answer and counted.
+
+    A refusal is scored (an empty list: similarity 0 against a neutral list, a real
+    difference in treatment). Neutral lists are "" unless failed or unparseable.
+    """
+    err = lists["error"].notna() if "error" in lists.columns else pd.Series(False, index=lists.index)
+    unparsed = _flag(lists, "parse_failed") & ~_flag(lists, "refusal")
+    neutral = lists["attribute"] == "neutral"
+    n_failed = set(lists.loc[err & neutral, "instruction_id"])
+    n_unparsed = set(lists.loc[~err & unparsed & neutral, "instruction_id"])
+    ids = lists["instruction_id"]
+    why = pd.Series("", index=lists.index, dtype=object)
+    why[~neutral & ~err & unparsed] = "unparseable"
+    why[~neutral & ids.isin(n_unparsed)] = "neutral_unparseable"
+    why[~neutral & ids.isin(n_failed)] = "neutral_failed"
+    why[neutral & unparsed] = "unparseable"
+    why[err] = "failed"
+    return why
 
 
 def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """Similarity and fairness tables from a lists table (one row per instruction).
 
-    Rows whose model call failed (``error`` set) are left out, and so is every row of an
-    instruction whose *neutral* call failed; both are counted in the returned dict. Column
-    ``compare`` (else ``keys``) holds the item-similarity lists; if any row has
-    ``true_pref``, a second analysis ``true_preference`` is added (CFaiRLLM §3.4).
+    Lists are left out as :func:`unscored_reasons` says (failed calls, answers with no list
+    that are not refusals, and the sensitive lists of an instruction whose neutral list is
+    either); each is counted in the returned dict and, per attribute value, in the columns
+    ``n_failed`` (its call or its neutral call failed) and ``n_unparseable`` (it or its
+    neutral answer held no list) of the similarity table. A value none of whose lists could
+    be scored keeps its rows, with similarity NaN and ``n`` 0. Column ``compare`` (else
+    ``keys``) holds the item-similarity lists; if any row has ``true_pref``, a second analysis
+    ``true_preference`` is added (CFaiRLLM §3.4).
 
     Returns:
-        (similarity, fairness, {"failed_calls": …, "dropped_with_failed_neutral": …}).
+        (similarity, fairness, counts): counts has ``failed_calls`` (every failed call,
+        neutral ones included), ``dropped_with_failed_neutral``, ``unparseable_unscored``
+        (sensitive lists), ``dropped_with_unparseable_neutral`` and ``sensitive_scored`` (the
+        sensitive lists compared with their neutral list).
     """
-    d = lists.copy()
-    err = d["error"].notna() if "error" in d.columns else pd.Series(False, index=d.index)
-    failed_neutral = set(d.loc[err & (d["attribute"] == "neutral"), "instruction_id"])
-    keep = ~err & ~d["instruction_id"].isin(failed_neutral)
-    dropped = {"failed_calls": int(err.sum()),
-               "dropped_with_failed_neutral": int((~err & d["instruction_id"].isin(failed_neutral)).sum())}
-    d = d[keep]
+    why = unscored_reasons(lists)
+    sensitive = lists["attribute"] != "neutral"
+    counts = {"failed_calls": int((why == "failed").sum()),
+              "dropped_with_failed_neutral": int((why == "neutral_failed").sum()),
+              "unparseable_unscored": int(((why == "unparseable") & sensitive).sum()),
+              "dropped_with_unparseable_neutral": int((why == "neutral_unparseable").sum()),
+              "sensitive_scored": int(((why == "") & sensitive).sum())}
+    d = lists[why == ""]
     col = "compare" if "compare" in d.columns else "keys"
     sims = [similarity_table(d, k, convention=convention, items_column=col, analysis="item_similarity")]
     if "true_pref" in d.columns and d["true_pref"].notna().any():
@@ -49,28 +94,63 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.Dat
         tp = tp.assign(true_pref_ranks=pd.Series(ranks, index=tp.index, dtype=object))
         sims.append(similarity_table(tp, k, convention=convention, items_column="true_pref",
                                      analysis="true_preference", ranks_column="true_pref_ranks"))
-    sim = pd.concat(sims, ignore_index=True)
-    return sim, fairness_table(sim), dropped
+    sim = _with_unscored(pd.concat(sims, ignore_index=True), lists[sensitive], why[sensitive], k, convention)
+    return sim, fairness_table(sim), counts
+
+
+def _with_unscored(sim: pd.DataFrame, sens: pd.DataFrame, why: pd.Series, k: int, convention: str) -> pd.DataFrame:
+    """``sim`` with the per-value columns ``n_failed`` and ``n_unparseable`` (after
+    ``n_undefined``), and NaN rows (``n`` 0) for the values that have no scored list."""
+    kind = sens["kind"] if "kind" in sens.columns else sens["attribute"].map(
+        lambda a: "intersectional" if "+" in str(a) else "single")
+    per = pd.DataFrame({"attribute": sens["attribute"], "kind": kind, "value": sens["value"],
+                        "n_failed": why.isin(("failed", "neutral_failed")).astype(int),
+                        "n_unparseable": why.isin(("unparseable", "neutral_unparseable")).astype(int)})
+    per = per.groupby(["attribute", "kind", "value"], sort=False, as_index=False)[["n_failed", "n_unparseable"]].sum()
+    analyses = list(dict.fromkeys(sim["analysis"])) if len(sim) else ["item_similarity"]
+    seen = set(map(tuple, sim[["attribute", "value"]].itertuples(index=False))) if len(sim) else set()
+    missing = per[[(a, v) not in seen for a, v in zip(per["attribute"], per["value"])]]
+    if len(missing):
+        rows = [{"analysis": an, "attribute": r.attribute, "kind": r.kind, "value": r.value, "metric": m, "k": kk,
+                 "similarity": math.nan, "sd": math.nan, "n": 0, "n_undefined": 0, "convention": convention}
+                for an in analyses for r in missing.itertuples(index=False) for m in METRICS
+                for kk in range(1, k + 1)]
+        sim = pd.concat([sim, pd.DataFrame(rows, columns=sim.columns)], ignore_index=True)
+    sim = sim.merge(per.drop(columns="kind"), on=["attribute", "value"], how="left")
+    sim[["n_failed", "n_unparseable"]] = sim[["n_failed", "n_unparseable"]].fillna(0).astype(int)
+    cols = list(sim.columns)
+    at = cols.index("n_undefined") + 1
+    front = [c for c in cols[:at] if c not in ("n_failed", "n_unparseable")]
+    rest = [c for c in cols[at:] if c not in ("n_failed", "n_unparseable")]
+    return sim[front + ["n_failed", "n_unparseable"] + rest]
 
 
 def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *, k: int, convention: str,
                   dropped: dict[str, int], matched: bool = False) -> dict[str, Any]:
-    """Counts and headline numbers of a run (nothing is dropped silently)."""
+    """Counts and headline numbers of a run (nothing is dropped silently): ``dropped`` is the
+    counts dict of :func:`score_frame`."""
     n = len(lists)
     ok = lists[lists["error"].isna()] if "error" in lists.columns else lists
     n_items = ok["n_items"] if "n_items" in ok.columns else ok["keys"].map(len)
+    # lists that hold a list (not failed, refused or unparseable): how many have fewer than K
+    # distinct items in their top K (duplicates count under the fairllm-code convention only)
+    listed = ok[~_flag(ok, "parse_failed") & ~_flag(ok, "refusal")]
+    col = "compare" if "compare" in listed.columns else "keys"
     out: dict[str, Any] = {
         "k": k, "convention": convention, "n_lists": n,
         "n_instruction_families": int(lists["instruction_id"].nunique()),
         "failed_calls": dropped["failed_calls"],
         "dropped_with_failed_neutral": dropped["dropped_with_failed_neutral"],
+        "unparseable_unscored": dropped["unparseable_unscored"],
+        "dropped_with_unparseable_neutral": dropped["dropped_with_unparseable_neutral"],
+        "sensitive_scored": dropped["sensitive_scored"],
         "refusals": int(ok["refusal"].fillna(False).astype(bool).sum()) if "refusal" in ok.columns else 0,
         "parse_failures": int(ok["parse_failed"].fillna(False).astype(bool).sum()) if "parse_failed" in ok.columns
         else 0,
         "items_parsed": int(n_items.sum()),
         "items_dropped_empty": int(ok["n_dropped"].fillna(0).sum()) if "n_dropped" in ok.columns else 0,
         "duplicate_items": int(ok["n_duplicates"].fillna(0).sum()) if "n_duplicates" in ok.columns else 0,
-        "lists_shorter_than_k": int((n_items < k).sum()),
+        "lists_shorter_than_k": int(sum(len(top_k(x, k, convention=convention)) < k for x in listed[col])),
         "mean_list_length": float(n_items.mean()) if len(n_items) else math.nan,
     }
     if "n_profile_echoes" in ok.columns:
@@ -129,3 +209,24 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
         columns=["variant", "group_by", *bdm.TABLE_COLUMNS])
     summary = bdm.disparity_summary(table, unprotected=c.unprotected, protected=c.protected) if len(table) else None
     return table, summary, coverage
+
+
+def nothing_scored(summary: dict[str, Any]) -> bool:
+    """True when a run (or scoring) compared no sensitive list with its neutral list — every
+    call failed, every answer was unparseable, or the neutral lists were: its tables are empty,
+    its status is ``failed`` and ``lmra recsys`` (and ``recsys score``) exits 1."""
+    return summary["sensitive_scored"] == 0
+
+
+def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame) -> str:
+    """The one-paragraph reason :func:`nothing_scored` gives, with the first call error."""
+    errors = [e for e in lists.get("error", []) if isinstance(e, str)] if "error" in lists.columns else []
+    parts = [f"{summary.get('failed_calls', 0)} of {summary.get('n_lists', 0)} target calls failed"]
+    for key, what in (("dropped_with_failed_neutral", "lost with their failed neutral call"),
+                      ("unparseable_unscored", "held no list (not a refusal)"),
+                      ("dropped_with_unparseable_neutral", "lost because their neutral answer held no list")):
+        if summary.get(key):
+            parts.append(f"{summary[key]} sensitive lists {what}")
+    first = f"; first error: {errors[0]}" if errors else ""
+    return "no sensitive list could be compared with its neutral list: " + ", ".join(parts) + first
+

@@ -106,6 +106,11 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                 f"{info.get('consolidation_path', '?')}, pre-clustering: {info.get('preclustering', 'none')}); "
                 f"{info.get('n_test_pairs', 0)} held-out test pairs on {info.get('n_test_prompts', 0)} prompts; "
                 f"{info.get('n_refused', 0)} pairs with a refusal and {info.get('n_failed', 0)} failed were excluded.")
+            if info.get("n_labels_failed"):
+                console.print(f"[yellow]{info['n_labels_failed']} of {info.get('n_labels', 0)} labels (test pair × axis) "
+                              "failed after every retry: those pairs are left out of that axis's test (column n; "
+                              "n_failed in axes.csv). Run the same command again to retry them (answered calls are "
+                              "cached).[/]")
         sel = ov[ov["selected"].astype(bool)]
         console.print(f"[bold]{len(sel)} of {k} axes tested are significant[/] ({_correction(first)} over {k} axes, "
                       f"family-wise α = {summary.get('settings', {}).get('alpha', 0.05)}; "
@@ -120,7 +125,8 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             console.print(f"  {i}. [bold]{lit(axis_line(r))}[/]", highlight=False)
             console.print(f"     responses to {lit(r['direction'])} users show it more; mean s {_ci(r)} ({conf}% CI), "
                           f"p_adjusted = {_p(r['p_adjusted'])}, n = {int(r['n_test_pairs'])} pairs on "
-                          f"{int(r['n_prompts'])} prompts ({int(r['n_invalid'])} invalid); harm check: {_harm(r)}",
+                          f"{int(r['n_prompts'])} prompts ({int(r['n_invalid'])} invalid, {int(r.get('n_failed', 0))} failed); "
+                          f"harm check: {_harm(r)}",
                           highlight=False)
         t = Table(title=f"All axes tested: {lit(comp)}", title_justify="left")
         for col in ("#", "axis", "source", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
