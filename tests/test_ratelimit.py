@@ -306,3 +306,32 @@ def test_a_kind_using_more_than_its_estimate_is_booked_at_its_use_within_a_bound
         meter.record(0.1, 900, 100, kind="huge")  # 9 × the estimate once
     assert meter.booking(100, "long") == 137
     assert meter.booking(100, "huge") == int(BOOKING_MAX_RATIO * 100)
+
+
+def test_retries_are_booked_on_the_limit_like_new_calls(chat_server):
+    """Every HTTP attempt passes the limiter, the SDK's retries of a 429 included: an API counts
+    the requests it rejects, so retries sent 20 ms after each 429 (the server's retry-after-ms)
+    must not burst past the limit (break-it finding: 40 calls at 120/min made 79 requests, 36 in
+    one 10 s window where 20 were allowed)."""
+    url, srv = chat_server
+    rpm = 120.0  # one request per 0.5 s
+    prov = RateLimitedProvider(OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=url,
+                                                          api_key_required=False, max_retries=3)),
+                               requests_per_minute=rpm)
+
+    async def go():
+        try:
+            await prov.inner.complete(_req(-1))  # opens the connection, unlimited
+            srv.arrivals.clear()
+            srv.fail_first = srv.seen + 6  # the next 6 requests get a 429
+            return await asyncio.gather(*(prov.complete(_req(i)) for i in range(6)))
+        finally:
+            await prov.aclose()
+
+    t0 = time.monotonic()
+    results = asyncio.run(go())
+    elapsed = time.monotonic() - t0
+    assert len(results) == 6 and len(srv.arrivals) == 12  # 6 rejected first attempts + 6 retries
+    assert _max_in_window(srv.arrivals, 1.5) <= 4  # at most 3 starts per 1.5 s (+1 of jitter)
+    assert _rate_per_min(srv.arrivals) <= rpm * 1.15
+    assert elapsed >= 11 * 0.5 - 0.3  # 12 requests spaced 0.5 s apart (without the gate: about 2.5 s)

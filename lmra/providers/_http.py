@@ -9,6 +9,8 @@ progress (:func:`lmra.providers.base.note_event`): ``attempt``, ``http_429``, ``
 attempt's timeout, so that a body trickling in byte by byte times out like a hang, and a body
 cut mid-transfer or undecodable counts as a connection fault. :class:`~lmra.cache.CachedProvider`
 folds them into the per-model counts of the manifest (``retries`` = attempts − 1 per call).
+Every attempt after a call's first also passes the call's rate limit, if it has one
+(:func:`lmra.providers.base.before_attempt`): an API counts retried requests too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import httpcore2 as httpcore  # httpx2's connection pool and network streams
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
 from lmra.config import MAX_CONCURRENCY
-from lmra.providers.base import note_event
+from lmra.providers.base import before_attempt, note_event
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -35,6 +37,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
         self.inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await before_attempt()  # a retry waits for the rate limit like a new call
         note_event("attempt")
         deadline = _attempt_deadline(request)
         try:

@@ -244,6 +244,43 @@ class collect_events:  # noqa: N801 — used as a function: ``with collect_event
         _CALL_EVENTS.reset(self._token)
 
 
+# -- rate limits per HTTP attempt -----------------------------------------------------------
+class AttemptGate:
+    """What every HTTP attempt of one call passes before it is sent (:func:`before_attempt`):
+    the first attempt was booked by the rate limiter before the call started; each later one —
+    a retry of the SDK (429, 5xx, timeout, connection) or of :func:`retry_call` — awaits
+    ``book()``, which books it on the same limits, since an API counts every request it
+    receives, rejected ones included.
+
+    Args:
+        book: coroutine function booking one more attempt (e.g. ``RateLimiter.acquire``).
+
+    Attributes:
+        attempts: the call's HTTP attempts so far.
+    """
+
+    __slots__ = ("book", "attempts")
+
+    def __init__(self, book: Callable[[], Awaitable[Any]]):
+        self.book = book
+        self.attempts = 0
+
+
+#: the :class:`AttemptGate` of the call in progress (set by a rate limiter around the call; a
+#: context variable, so that it follows the call's task through the SDK to the HTTP transport)
+ATTEMPT_GATE: ContextVar[AttemptGate | None] = ContextVar("lmra_attempt_gate", default=None)
+
+
+async def before_attempt() -> None:
+    """Called by the HTTP transport before each attempt: waits for the rate limit to allow a
+    retry (see :class:`AttemptGate`); nothing outside a rate-limited call or for a first attempt."""
+    gate = ATTEMPT_GATE.get()
+    if gate is not None:
+        gate.attempts += 1
+        if gate.attempts > 1:
+            await gate.book()
+
+
 #: Exceptions that mean a response body could not be read as the SDK's object (JSONDecodeError
 #: is a ValueError; a deeply nested body raises RecursionError).
 BODY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)

@@ -34,7 +34,11 @@ models of an audit that share an endpoint, a model and the same limits one limit
 
 Retries are *not* done here: the official SDKs retry 429/5xx/timeouts with backoff
 (``max_retries``); a call that still fails raises :class:`~lmra.providers.base.ProviderError`
-and is counted as failed by :class:`~lmra.cache.CachedProvider`.
+and is counted as failed by :class:`~lmra.cache.CachedProvider`. But every retry is *booked*
+here: an API counts each request it receives, rejected ones included, so a call's HTTP
+attempts after its first wait for the limits and take a request (and its token estimate) like
+a new call (:class:`~lmra.providers.base.AttemptGate`, passed by the HTTP transport) — else a
+server answering 429 would draw more requests than the limit exactly when it is overloaded.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from lmra.providers.base import ChatRequest, ChatResult, Provider, parallel_capacity, wrap_identity
+from lmra.providers.base import (ATTEMPT_GATE, AttemptGate, ChatRequest, ChatResult, Provider, parallel_capacity,
+                                 wrap_identity)
 
 if TYPE_CHECKING:
     from lmra.config import ModelConfig
@@ -446,14 +451,17 @@ class RateLimitedProvider:
     async def _limited(self, request: ChatRequest) -> ChatResult:
         est = self._estimator(request)
         kind = request_kind(request)
-        booked = await self.limiter.acquire(est, kind)
-        meter = self.limiter.observed
+        limiter = self.limiter
+        booked = await limiter.acquire(est, kind)
+        meter = limiter.observed
         meter.in_flight += 1
         meter.peak_in_flight = max(meter.peak_in_flight, meter.in_flight)
         t0 = time.monotonic()
+        gate = ATTEMPT_GATE.set(AttemptGate(lambda: limiter.acquire(est, kind)))  # retries book the limits too
         try:
             result = await self.inner.complete(request)
         finally:
+            ATTEMPT_GATE.reset(gate)
             meter.in_flight -= 1
         actual = result.usage.prompt_tokens + result.usage.completion_tokens
         if actual > 0:  # providers that report no usage keep the booking
