@@ -373,12 +373,23 @@ class History:
         return row["run_id"] if row else None
 
     # -- resolving references -----------------------------------------------------------
-    def _load_id(self, run_id: str) -> RunFolder:
-        row = self.get(run_id)
-        candidates = ([Path(row["run_dir"])] if row else []) + [self.path.parent / run_id]
-        for c in candidates:
+    def folder_of(self, run_id: str, recorded: str | None = None) -> Path | None:
+        """The folder of a registered run: the one of that name next to the history file if it
+        exists — in a copy of a reports folder (a CI artifact, a restored backup) the recorded
+        absolute path still names the original, which a command must neither read nor change —
+        else the recorded ``run_dir`` (``recorded``, or looked up); None when neither exists."""
+        if recorded is None:
+            row = self.get(run_id)
+            recorded = row["run_dir"] if row else None
+        for c in [self.path.parent / run_id] + ([Path(recorded)] if recorded else []):
             if c.is_dir():
-                return load_run(c)
+                return c
+        return None
+
+    def _load_id(self, run_id: str) -> RunFolder:
+        folder = self.folder_of(run_id)
+        if folder is not None:
+            return load_run(folder)
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path", field="RUN")
 

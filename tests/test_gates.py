@@ -458,3 +458,27 @@ def test_gate_override_for_a_task_the_audit_does_not_measure_exits_2(tmp_path, c
 def test_gate_override_naming_an_audited_task_validates(tmp_path, capsys):
     cfg = write_config(tmp_path, gates='[gates.tasks."write a story"]\nmax_ci_high = 0.9\n')
     assert main(["validate", str(cfg)]) == 0 and "valid" in capsys.readouterr().out
+
+
+def test_a_copied_reports_folder_resolves_run_ids_to_its_own_folders(tmp_path, capsys, monkeypatch):
+    """A copy of a reports folder (a CI artifact, a backup restored beside the original): a run id
+    resolves to the copy's folder, not to the absolute path the copied history recorded — `gate
+    --record` changed the original's gates.json and `export` wrote into the original (break-it)."""
+    import shutil
+
+    orig = tmp_path / "orig"
+    orig.mkdir()
+    rc, _, run = audit(capsys, write_config(orig, rates=FLAT))
+    assert rc == 0 and run is not None
+    copy = tmp_path / "copy"
+    shutil.copytree(orig, copy)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    monkeypatch.chdir(copy)
+    rc, out = gate(capsys, run.name, "--gate", "max_ci_high=0.5", "--record")
+    assert rc == 0, out
+    mine = copy / "reports" / run.name
+    assert (mine / "gates.json").is_file()
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # the original untouched
+    assert main(["export", run.name, "--format", "csv"]) == 0
+    shown = capsys.readouterr().out
+    assert (mine / "exports").is_dir() and not (run / "exports").exists(), shown

@@ -278,8 +278,10 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
     for r in runs.itertuples():
         i = pos[r.run_id]
         check = _check_of(history, r.run_id)
-        gates = read_gates(r.run_dir) if r.run_dir and Path(r.run_dir).is_dir() else None
-        row = _night_row(r, i, check, gates, overall, out_dir)
+        folder = history.folder_of(r.run_id, r.run_dir)
+        gates = read_gates(folder) if folder is not None else None
+        row = _night_row(r._replace(run_dir=str(folder) if folder is not None else None), i, check, gates, overall,
+                         out_dir)
         rows.append(row)
         task_marks[i], overall_marks[i] = _night_marks(check, gates, metrics, i)
         judge = (r.judge_provider, r.judge_model, r.judge_template_sha256, r.combiner)
