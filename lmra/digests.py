@@ -12,8 +12,9 @@ instead of changing a regression verdict. The only writer that changes a finishe
 gate results), records their new digests in steps that no interruption or concurrent reader
 can catch half done (:func:`rewrite`). Run folders written before these records, and files
 not in them, are read as they are. ``manifest.json`` itself (model ids, versions, call counts)
-holds the records and is not covered by them: treat the run folder as a whole as the record,
-and keep it where only lmra writes.
+holds the records and is not covered by them (its ``status`` is checked against the covered
+``summary.json``'s ``run_status`` by :func:`lmra.runfolder.load_run`): treat the run folder as a
+whole as the record, and keep it where only lmra writes.
 """
 
 from __future__ import annotations

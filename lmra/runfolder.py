@@ -407,6 +407,12 @@ def load_run(path: str | Path) -> RunFolder:
         verify(p / name, manifest, data, reload=lambda: read_manifest(p))
     run = RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json", raw["summary.json"]),
                     manifest=manifest, config_text=_text(p / "config.toml", raw["config.toml"]))
+    recorded = run.summary.get("run_status")
+    if recorded in FINISHED and status != recorded:
+        # manifest.json is not covered by the digests; summary.json is, and says how the run ended
+        raise LmraInputError(f"the manifest's status '{status}' disagrees with summary.json's run_status "
+                             f"'{recorded}' (which its digest covers): the manifest was edited or damaged after the "
+                             "run; restore it, or re-run the audit", file=p / "manifest.json", field="status")
     run._cache["verified"] = set(raw)
     return run
 

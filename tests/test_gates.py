@@ -482,3 +482,16 @@ def test_a_copied_reports_folder_resolves_run_ids_to_its_own_folders(tmp_path, c
     assert main(["export", run.name, "--format", "csv"]) == 0
     shown = capsys.readouterr().out
     assert (mine / "exports").is_dir() and not (run / "exports").exists(), shown
+
+
+def test_a_manifest_status_that_disagrees_with_the_summary_is_an_input_error(tmp_path, capsys):
+    """manifest.json is not covered by the digests, but summary.json (which is) records how the run
+    ended: a manifest edited from partial to complete made `lmra gate` pass a partial night."""
+    rc, _, run = audit(capsys, write_config(tmp_path, rates=FLAT))
+    assert rc == 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == json.loads((run / "summary.json").read_text())["run_status"] == "complete"
+    (run / "manifest.json").write_text(json.dumps(manifest | {"status": "partial"}))
+    rc, out = gate(capsys, run, "--gate", "max_ci_high=0.5")
+    assert rc == 2 and "manifest.json" in out and "disagrees with summary.json's run_status 'complete'" in out
+    assert "Traceback" not in out
