@@ -818,9 +818,18 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
 
     Runs rated by different judges are compared (that is how judge agreement is studied)
     but a note says their ratings are on different scales; a served model id or system
-    fingerprint that changed from A to B (:func:`lmra.identity.identity_changes`) is a note too.
+    fingerprint that changed from A to B (:func:`lmra.identity.identity_changes`), a run that
+    is partial, and a run whose LMRA failed validation are notes too.
     """
     notes = []
+    for label, run in (("A", run_a), ("B", run_b)):
+        if run.status != "complete":  # partial: its numbers rest on what was left
+            why = run.summary.get("warnings") or []
+            notes.append(f"run {label} ({run.run_id}) is {run.status}: its task ratings rest on the pairs that were "
+                         f"not lost (failed share {run.summary.get('failed_share', 0):.1%})"
+                         + (f"; {why[0]}" if why else ""))
+        if run.judge_status.startswith("failed"):
+            notes.append(f"run {label}'s LMRA failed validation ({run.judge_status}): its ratings are not evidence")
     if (run_a.judge_provider, run_a.judge_model) != (run_b.judge_provider, run_b.judge_model):
         notes.append(f"different judges ({run_a.judge_model} vs {run_b.judge_model}): ratings are on "
                      "different scales; read r as agreement, not the slope as a change")

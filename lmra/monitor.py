@@ -324,11 +324,12 @@ class History:
         """The net rating of one task across runs, oldest first.
 
         Returns:
-            Columns ``run_id, started, name, target_model, judge_model, judge_status, comparison,
-            domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
-            reverse_rate``; empty when the task was never measured.
+            Columns ``run_id, started, name, status, target_model, judge_provider, judge_model,
+            judge_status, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value,
+            forward_rate, reverse_rate``; empty when the task was never measured.
         """
-        q = ("SELECT r.run_id, r.started, r.name, r.target_model, r.judge_model, r.judge_status, m.comparison, "
+        q = ("SELECT r.run_id, r.started, r.name, COALESCE(r.status, 'complete') AS status, r.target_model, "
+             "r.judge_provider, r.judge_model, r.judge_status, m.comparison, "
              "m.domain, m.task, "
              "m.n_pairs, m.net_rating, m.ci_low, m.ci_high, m.p_value, m.forward_rate, m.reverse_rate "
              "FROM task_metrics m JOIN runs r ON r.run_id = m.run_id WHERE m.task = ?")

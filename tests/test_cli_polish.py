@@ -124,8 +124,12 @@ def test_first_night_does_not_pin_a_partial_run(tmp_path):
     from lmra.cli.monitor import monitor_after_audit
 
     run = make_run(tmp_path, "20260101-000000-nightly", LOW, seed=1, n_prompts=40)
-    manifest = run / "manifest.json"
+    manifest, summary = run / "manifest.json", run / "summary.json"
     manifest.write_text(manifest.read_text().replace('"status": "complete"', '"status": "partial"'))
+    summary.write_text(summary.read_text().replace('"run_status": "complete"', '"run_status": "partial"'))
+    from conftest import rerecord_files
+
+    rerecord_files(run)  # a partial run as an audit writes one: manifest and summary agree
     assert load_run(run).status == "partial"
     out = io.StringIO()
     status = monitor_after_audit(run, baseline="pinned", report=False, first_night=True,

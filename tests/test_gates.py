@@ -495,3 +495,52 @@ def test_a_manifest_status_that_disagrees_with_the_summary_is_an_input_error(tmp
     rc, out = gate(capsys, run, "--gate", "max_ci_high=0.5")
     assert rc == 2 and "manifest.json" in out and "disagrees with summary.json's run_status 'complete'" in out
     assert "Traceback" not in out
+
+
+class FlakyJudge(ScriptedJudge):
+    """The test judge under another model id; a quarter of its rating calls fail after every retry."""
+
+    async def complete(self, request):
+        from lmra.providers.base import ProviderError
+
+        digest = sum(request.messages[-1].content.encode()) + (request.seed or 0)
+        if request.options and digest % 4 == 0:
+            raise ProviderError("HTTP 503 (scripted)", kind="http_503")
+        return await super().complete(request)
+
+
+def make_flaky_judge(cfg):
+    """``provider = "test_gates:make_flaky_judge"``."""
+    return FlakyJudge(phrase_verdict, position_bias=0.2, quality=_quality, model_id="scripted-v2",
+                      refusal=lambda r: 1.0 if REFUSAL in r else 0.0)
+
+
+def test_compare_and_task_history_mark_partial_nights_and_a_new_lmra(tmp_path, capsys, monkeypatch):
+    """`lmra compare` against a partial night says so (console notes, --json status_a/status_b) and
+    `lmra history --task` marks the partial night and the night a new LMRA rated (both were shown
+    as ordinary points; break-it finding)."""
+    monkeypatch.setenv("COLUMNS", "250")
+    rc, _, night1 = audit(capsys, write_config(tmp_path, rates=FLAT, seed=1))
+    assert rc == 0
+    cfg2 = write_config(tmp_path, rates=FLAT, seed=2)
+    cfg2.write_text(cfg2.read_text().replace('provider = "test_gates:make_judge"',
+                                             'provider = "test_gates:make_flaky_judge"'))
+    rc, text, night2 = audit(capsys, cfg2)
+    assert rc == 1 and json.loads((night2 / "manifest.json").read_text())["status"] == "partial", text
+    assert main(["compare", str(night1), str(night2)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"run B ({night2.name}) is partial" in out and "different judges" in out
+    assert main(["compare", str(night1), str(night2), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["status_a"], doc["status_b"]) == ("complete", "partial")
+    assert any("is partial" in n for n in doc["notes"])
+    assert main(["history", "--task", "write a story", "--name", "gated",
+                 "--reports-dir", str(tmp_path / "reports")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{night2.name} partial" in out and "new LMRA scripted-v2" in out
+    assert "Runs marked partial" in out and "rated by another judge than the night before" in out
+    assert main(["history", "--task", "write a story", "--name", "gated", "--json",
+                 "--reports-dir", str(tmp_path / "reports")]) == 0
+    points = json.loads(capsys.readouterr().out)["points"]
+    assert [p["status"] for p in points] == ["complete", "partial"]
+    assert [p["judge_model"] for p in points] == ["scripted", "scripted-v2"]

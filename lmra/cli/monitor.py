@@ -187,13 +187,24 @@ def cmd_history(args: argparse.Namespace) -> int:
             for col in ("started", "comparison", *(("domain",) if domains else ()), "target", "judge status", "pairs",
                         "net rating [CI]", "p"):
                 table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
-            for r in df.itertuples():
-                table.add_row(lit(r.run_id), _short_time(r.started), lit(r.comparison),
+            judges = df["judge_provider"].fillna("").astype(str) + ":" + df["judge_model"].fillna("").astype(str)
+            changed = judges.ne(judges.shift()) & judges.shift().notna()  # a night rated by another LMRA than the last
+            stack = "\n" if console.is_terminal else " "  # one line per run in a log (docs/nightly.md, "Logs")
+            for (_, r), new_judge in zip(df.iterrows(), changed):
+                run_cell = lit(r.run_id) if r.status == "complete" else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]"
+                judge = _judge_cell(r.judge_status) + (f"{stack}[yellow]new LMRA {lit(r.judge_model)}[/]" if new_judge
+                                                       else "")
+                table.add_row(run_cell, _short_time(r.started), lit(r.comparison),
                               *((lit(r.domain if isinstance(r.domain, str) else "—"),) if domains else ()),
-                              lit(r.target_model or "—"),
-                              _judge_cell(r.judge_status), str(r.n_pairs),
+                              lit(r.target_model or "—"), judge, str(r.n_pairs),
                               f"{_fmt(r.net_rating)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _p(r.p_value))
             console.print(table)
+            if (df["status"] != "complete").any():
+                console.print("[yellow]Runs marked partial lost more than max_failed_share of their pairs (or left too "
+                              "many unrated): their points rest on what was left.[/]")
+            if changed.any():
+                console.print("[yellow]'new LMRA': that night was rated by another judge than the night before; its "
+                              "ratings are on another scale, so a step there may be the judge's.[/]")
             names = sorted({str(n) for n in df["name"].dropna()}) if "name" in df else []
             if not args.name and len(names) > 1:  # (the run ids end with their names)
                 console.print(f"[yellow]These are runs of {len(names)} audits ({lit(', '.join(names))}), which measure "
@@ -297,7 +308,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         from lmra.report import jsonout
 
-        jsonout.emit(jsonout.compare_document(cmp, run_a=a.run_id, run_b=b.run_id, comparison=args.comparison))
+        jsonout.emit(jsonout.compare_document(cmp, run_a=a.run_id, run_b=b.run_id, comparison=args.comparison,
+                                              status_a=a.status, status_b=b.status))
         return 0
     table = Table(title=f"Per-task net ratings: A = {lit(a.run_id)}, B = {lit(b.run_id)}", title_justify="left")
     for col in ("comparison", "domain", "task", "H (A)", "H (B)"):

@@ -183,8 +183,9 @@ def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, compariso
     Returns:
         ``{schema, history, task, comparison, name, points}``; ``points`` oldest run first, one
         object per (run, comparison) with the columns of :meth:`lmra.monitor.History.task_trend`
-        (``run_id, started, target_model, judge_model, comparison, domain, n_pairs, net_rating,
-        ci_low, ci_high, p_value, forward_rate, reverse_rate``).
+        (``run_id, started, name, status, target_model, judge_provider, judge_model, judge_status,
+        comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
+        reverse_rate``).
     """
     return {"schema": SCHEMA_TASK_TREND, "history": str(path), "task": task, "comparison": comparison,
             "name": name, "points": plain(trend)}
@@ -198,12 +199,14 @@ def _interval_fit(fit) -> dict | None:
     return d
 
 
-def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = None, alpha: float = 0.05) -> dict:
+def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = None, alpha: float = 0.05,
+                     status_a: str | None = None, status_b: str | None = None) -> dict:
     """The ``lmra compare --json`` document of a :class:`lmra.compare.RunComparison`.
 
     Returns:
-        ``{schema, run_a, run_b, comparison, ci_level, n_tasks, pearson, eiv_slope, ols_slope,
-        notes, tasks}``: ``pearson`` is ``{r, p, r_disattenuated, reliability_a, reliability_b,
+        ``{schema, run_a, run_b, status_a, status_b, comparison, ci_level, n_tasks, pearson,
+        eiv_slope, ols_slope, notes, tasks}`` (``status_*``: each run's manifest status,
+        ``complete`` or ``partial``): ``pearson`` is ``{r, p, r_disattenuated, reliability_a, reliability_b,
         caveat}``; ``eiv_slope`` (null without prompt scores) ``{slope, ci_low, ci_high, n, var_a,
         var_b, ci_method, n_resamples, identified, a_zero_p, ci_unbounded}`` — an interval end that is ±∞ is null with
         ``ci_unbounded`` true; ``ols_slope`` ``{slope, se, ci_low, ci_high, n, ci_unbounded}``;
@@ -212,7 +215,8 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
         ``n_prompts_a, n_prompts_b, var_h_a, var_h_b``).
     """
     return {
-        "schema": SCHEMA_COMPARE, "run_a": run_a, "run_b": run_b, "comparison": comparison,
+        "schema": SCHEMA_COMPARE, "run_a": run_a, "run_b": run_b, "status_a": status_a, "status_b": status_b,
+        "comparison": comparison,
         "ci_level": 1 - alpha, "n_tasks": int(len(cmp.pairs)),
         "pearson": {"r": cmp.pearson_r, "p": cmp.pearson_p, "r_disattenuated": cmp.pearson_r_disattenuated,
                     "reliability_a": cmp.reliability_a, "reliability_b": cmp.reliability_b,
