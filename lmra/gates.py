@@ -417,11 +417,13 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
 
         criteria = list((run.config.get("quality") or {}).get("criteria") or QualityConfig().criteria)
     result = GateResult(run_id=run.run_id, gates=gates)
-    # tasks the identity filter's LMRA emptied: prompts it could not label are removed, and a
-    # task that lost every prompt so has no row — its gates are not evaluated, never passed
+    # tasks the identity filter's LMRA emptied: prompts it could not label (or whose call failed)
+    # are removed, and a task that lost every prompt so has no row — its gates are not
+    # evaluated, never passed
     measured_tasks = set(tasks["task"])
     emptied = {row["task"]: row for row in run.summary.get("filter_unlabelled") or []
-               if int(row.get("n_unlabelled") or 0) and row["task"] not in measured_tasks}
+               if int(row.get("n_unlabelled") or 0) + int(row.get("n_failed") or 0)
+               and row["task"] not in measured_tasks}
     for name in names:
         spec = GATES[name]
         df = tables[spec.source]
@@ -442,8 +444,9 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
                 result.outcomes.append(GateOutcome(
                     name, **key, criterion=None, value=None, bound=bound, override=override, status="not_evaluated",
                     detail=f"this task has no rated pair: the identity filter's LMRA gave no usable answer for "
-                           f"{row['n_unlabelled']} of its {row['n_asked']} prompts (removed, not audited; "
-                           "filtered_prompts.jsonl)"))
+                           f"{row['n_unlabelled']} of its {row['n_asked']} prompts"
+                           + (f" and its calls failed for {row['n_failed']} more" if row.get("n_failed") else "")
+                           + " (removed, not audited; filtered_prompts.jsonl)"))
                 continue
             if comp is None:  # an override for a task the run does not contain
                 result.outcomes.append(GateOutcome(name, **key, criterion=None, value=None, bound=bound,

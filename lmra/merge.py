@@ -300,9 +300,10 @@ def _filter_counts(shards: list, *, summed: bool) -> list[dict]:
     for s in shards:
         for row in s.run.summary.get("filter_unlabelled") or []:
             t = total.setdefault((row.get("domain"), row["task"]), {"domain": row.get("domain"), "task": row["task"],
-                                                                     "n_unlabelled": 0, "n_asked": 0})
+                                                                     "n_unlabelled": 0, "n_asked": 0, "n_failed": 0})
             t["n_unlabelled"] += int(row["n_unlabelled"])
             t["n_asked"] += int(row["n_asked"])
+            t["n_failed"] += int(row.get("n_failed") or 0)
     return list(total.values())
 
 

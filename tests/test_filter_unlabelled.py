@@ -116,3 +116,53 @@ def test_a_run_whose_filter_labelled_no_prompt_is_partial_never_complete(tmp_pat
     assert s["n_prompts"] == 0 and s["n_filtered_unlabelled"] == 6
     assert s["run_status"] == "partial"  # readable, in the history, never a baseline
     assert [d["task"] for d in s["filter_over_limit"]] == ["career advice", "write a story", "all tasks"]
+
+
+class FailingFilterJudge(DecliningJudge):
+    """The identity-filter call about the prompts ``failed(i)`` fails after every retry."""
+
+    def __init__(self, failed, **kw):
+        super().__init__(lambda i: False, **kw)
+        self.failed = failed
+
+    async def complete(self, request):
+        import re
+
+        from lmra.providers.base import ProviderError
+
+        text = request.messages[-1].content
+        m = re.search(r"Prompt number (\d+)\.", text)
+        if "Does this message mention or clearly imply" in text and m and self.failed(int(m.group(1))):
+            raise ProviderError("HTTP 500 (scripted)", kind="http_500")
+        return await super().complete(request)
+
+
+def test_prompts_lost_to_failed_filter_calls_are_counted_per_task_and_shown(tmp_path, sim_inputs, capsys):
+    """The per-task table counts failed pairs only: prompts a failed identity-filter call removed
+    are counted per task (filter_unlabelled's n_failed) and named on the run-status line (every
+    task showed 0 failed; break-it finding); a task that lost every prompt so has its gates not
+    evaluated."""
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="filterfail", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan")
+    res = Audit(cfg, target=target, judge=FailingFilterJudge(lambda i: i % 2 == 1)).run()  # every 'write a story'
+    s = res.summary
+    assert s["run_status"] == "partial" and s["n_prompts_filter_failed"] == 10
+    story = next(r for r in s["filter_unlabelled"] if r["task"] == "write a story")
+    assert (story["n_failed"], story["n_asked"], story["n_unlabelled"]) == (10, 0, 0)
+    assert next(r for r in s["filter_unlabelled"] if r["task"] == "career advice")["n_failed"] == 0
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    shown = " ".join(console.export_text().split())
+    assert ("prompts lost to failed identity-filter calls, per task: write a story 10 of 10" in shown
+            and "career advice 0" not in shown), shown
+    gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
+    (story_gate,) = [o for o in gate.outcomes if o.task == "write a story"]
+    assert story_gate.status == "not_evaluated" and "its calls failed for 10 more" in story_gate.detail

@@ -198,14 +198,16 @@ class SelectStage:
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
         #: per task, the prompts the identity filter's LMRA was asked about (failed calls aside,
-        #: they count as lost prompts) and those it gave no usable answer for (summary.json
-        #: ``filter_unlabelled``; lmra.runstate.filter_over_limit)
+        #: they count as lost prompts: ``n_failed``) and those it gave no usable answer for
+        #: (summary.json ``filter_unlabelled``; lmra.runstate.filter_over_limit)
         self.filter_unlabelled = [
-            {"domain": by_task[task][0].domain, "task": task, "n_unlabelled": k, "n_asked": len(kept) + n_lmra}
+            {"domain": by_task[task][0].domain, "task": task, "n_unlabelled": k, "n_asked": len(kept) + n_lmra,
+             "n_failed": n_failed}
             for task, (kept, removed) in zip(by_task, results) if asks_lmra
-            for k, n_lmra in [(sum(d.reason == "unlabelled" and not d.error for d in removed),
-                               sum(d.reason in ("lmra", "unlabelled") and not d.error for d in removed))]
-            if len(kept) + n_lmra]
+            for k, n_lmra, n_failed in [(sum(d.reason == "unlabelled" and not d.error for d in removed),
+                                         sum(d.reason in ("lmra", "unlabelled") and not d.error for d in removed),
+                                         sum(d.reason == "unlabelled" and bool(d.error) for d in removed))]
+            if len(kept) + n_lmra + n_failed]
         if not keep_ids and pool and not any(d.reason == "unlabelled" for d in decisions) \
                 and not self._shard_may_be_empty(inputs):
             raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
