@@ -30,7 +30,8 @@ class _SlowBot(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def test_ctrl_c_keeps_finished_calls_and_resume_completes(tmp_path):
+def _slow_audit(tmp_path):
+    """A slow local chatbot (0.15 s a call) and ``lmra audit`` on it: (server, command, env)."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowBot)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}"
@@ -55,13 +56,23 @@ n_samples = 1
 ''')
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(resource_dir("examples")), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return srv, cmd, env
+
+
+def _wait_for_calls(tmp_path, n=8):
     cache = tmp_path / "reports" / "cache.sqlite"
     deadline = time.time() + 60
     while time.time() < deadline:
         time.sleep(0.2)
-        if cache.exists() and len(CallCache(cache)) >= 8:
+        if cache.exists() and len(CallCache(cache)) >= n:
             break
+    return cache
+
+
+def test_ctrl_c_keeps_finished_calls_and_resume_completes(tmp_path):
+    srv, cmd, env = _slow_audit(tmp_path)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cache = _wait_for_calls(tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -79,6 +90,32 @@ n_samples = 1
     # 12 prompts → 24 responses and 12 pairs × 2 orders; everything finished before Ctrl-C is reused
     assert m2["calls"]["cached"] == finished
     assert m2["calls"]["fresh"] + finished == 24 + 24
+
+
+def test_sighup_stops_like_ctrl_c_unless_nohup_ignores_it(tmp_path):
+    """The terminal or SSH session closing (SIGHUP) stops a run like Ctrl-C — status interrupted,
+    exit 130, calls kept (it killed the process: exit 129, the manifest left 'running') — and a
+    run started under nohup (SIGHUP ignored) goes on to the end."""
+    srv, cmd, env = _slow_audit(tmp_path)
+    try:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_calls(tmp_path, 4)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in out + err, err
+        run = next((tmp_path / "reports").glob("*-ctrlc"))
+        assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+        nohup = subprocess.Popen(cmd + ["--name", "nohup"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        time.sleep(1.5)
+        nohup.send_signal(signal.SIGHUP)
+        out, err = nohup.communicate(timeout=300)
+        assert nohup.returncode == 0, err
+        run = next((tmp_path / "reports").glob("*-nohup"))
+        assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+    finally:
+        srv.shutdown()
 
 
 def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(tmp_path, capsys, monkeypatch):

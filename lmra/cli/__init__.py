@@ -150,9 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
     # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
-    # and every finished call stays in the cache
+    # and every finished call stays in the cache; so does SIGHUP (the terminal or SSH session
+    # closed), unless it is ignored (nohup: the run goes on)
     try:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+            signal.signal(signal.SIGHUP, signal.default_int_handler)
     except ValueError:  # not in the main thread (e.g. called from a test thread)
         pass
     try:
