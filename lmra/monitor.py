@@ -391,6 +391,10 @@ class History:
         folder = self.folder_of(run_id)
         if folder is not None:
             return load_run(folder)
+        row = self.get(run_id)
+        if row is not None:  # registered, but its folder is gone (retention cleanup, a moved reports folder)
+            raise LmraInputError(f"run '{run_id}' is in the history ({self.path}) but its folder is gone (not at "
+                                 f"{row['run_dir']} nor beside the history)", field="RUN")
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path", field="RUN")
 
@@ -430,9 +434,9 @@ class History:
                     return self._load_id(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted or damaged (retention cleanup …)
                     raise LmraInputError(
-                        f"the pinned baseline {rid} of runs named '{name}' cannot be used ({exc.reason}); its folder "
-                        "was deleted or damaged? Pin another run with 'lmra pin RUN' (e.g. 'lmra pin latest')",
-                        field="--baseline") from None
+                        f"the pinned baseline {rid} of runs named '{name}' cannot be used ({exc.reason}). Pin another "
+                        "run with 'lmra pin RUN' (e.g. 'lmra pin latest'); if no other complete run is left, run the "
+                        "audit once without --baseline and pin that night", field="--baseline") from None
             self.register(relative_to)
             self.scan()
             runs = self.runs(name=name)

@@ -356,6 +356,10 @@ def test_deleted_pinned_folder_says_to_pin_another(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "pinned baseline 20260101-000000-nightly of runs named 'nightly' cannot be used" in err
     assert "lmra pin RUN" in err
+    # the run is still in the history: the message says its folder is gone (it said "not in the
+    # history"), and how to go on when no other complete run is left to pin
+    assert "is in the history" in err and "its folder is gone" in err and "not in the history" not in err
+    assert "run the audit once without --baseline and pin that night" in err
 
 
 def test_check_blames_a_baseline_that_names_no_run_on_the_option(tmp_path, capsys):
