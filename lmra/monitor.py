@@ -433,10 +433,7 @@ class History:
                 try:
                     return self._load_id(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted or damaged (retention cleanup …)
-                    raise LmraInputError(
-                        f"the pinned baseline {rid} of runs named '{name}' cannot be used ({exc.reason}). Pin another "
-                        "run with 'lmra pin RUN' (e.g. 'lmra pin latest'); if no other complete run is left, run the "
-                        "audit once without --baseline and pin that night", field="--baseline") from None
+                    raise unusable_pin(rid, name, exc) from None
             self.register(relative_to)
             self.scan()
             runs = self.runs(name=name)
@@ -495,6 +492,41 @@ def pin(run: str | Path, history: str | Path | None = None) -> str:
         history = history_path(Path(run).parent) if Path(run).is_dir() else history_path("reports")
     with History(history) as h:
         return h.pin(run)
+
+
+def unusable_pin(run_id: str, name: str, exc: LmraInputError) -> LmraInputError:
+    """The error for a pinned baseline ``run_id`` (of runs named ``name``) that cannot be loaded
+    (``exc``: its folder is gone or damaged), with what to do next."""
+    return LmraInputError(
+        f"the pinned baseline {run_id} of runs named '{name}' cannot be used ({exc.reason}). Pin another run with "
+        "'lmra pin RUN' (e.g. 'lmra pin latest'); if no other complete run is left, run the audit once without "
+        "--baseline and pin that night", field="--baseline")
+
+
+#: built-in providers whose manifest ``judge.model`` is the config's ``model`` as written
+_MODEL_AS_CONFIGURED = ("openai", "anthropic")
+
+
+def precheck_judge(provider: str, model: str | None, baseline: RunFolder) -> None:
+    """Before an audit's first call: refuse a baseline that :func:`assert_comparable` is certain
+    to refuse after the run for its LMRA — a built-in provider other than the baseline's, or an
+    ``openai``/``anthropic`` model id other than the baseline's — so that a night is not paid
+    for and then not checked. Other providers (the embedded model's id carries its file's hash,
+    a custom one names itself) are left to the check after the run.
+
+    Raises:
+        LmraInputError: (field ``--baseline``) naming both LMRAs.
+    """
+    builtin = (*_MODEL_AS_CONFIGURED, "llamacpp")
+    theirs = (baseline.judge_provider, baseline.judge_model)
+    differs = (provider in builtin and theirs[0] in builtin and provider != theirs[0]) or (
+        provider in _MODEL_AS_CONFIGURED and provider == theirs[0] and (model or "") != (theirs[1] or ""))
+    if differs:
+        raise LmraInputError(
+            f"baseline {baseline.run_id} is not comparable with this audit: its LMRA is '{theirs[0]}:{theirs[1]}', "
+            f"this config's is '{provider}:{model or ''}'. Net ratings are only comparable when the same LMRA rated "
+            "them, so the check after the run would refuse it; nothing was called. Choose another baseline or pin "
+            "one made with this LMRA ('lmra pin RUN'), or run without --baseline.", field="--baseline")
 
 
 def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:

@@ -510,3 +510,57 @@ def test_a_ratings_parquet_with_a_damaged_data_page_is_named_and_nothing_is_expo
         assert f"{path}: not a readable Parquet file" in err and "Traceback" not in err, (argv, err)
         assert not any((run / "exports").glob("*")) if (run / "exports").exists() else True
     assert not (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("ref", ["pinned", "last"])
+def test_a_baseline_rated_by_another_lmra_is_refused_before_any_call(tmp_path, capsys, ref):
+    """Break-it finding: a baseline the check must refuse for its LMRA was refused only after the
+    whole audit had run (and been paid for). A built-in judge whose model differs from the
+    baseline's is now refused before the first call (exit 2, no run folder)."""
+    from monitor_helpers import make_run
+    from lmra.cli import main
+    from lmra.monitor import History, history_path
+    from lmra.runfolder import load_run
+
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                    n_prompts=8)
+    manifest = json.loads((base / "manifest.json").read_text())  # a night an openai LMRA rated
+    manifest["judge"] = manifest["judge"] | {"provider": "openai", "model": "gpt-4o"}
+    (base / "manifest.json").write_text(json.dumps(manifest))
+    with History(history_path(tmp_path / "reports")) as h:
+        h.register(load_run(base))
+        h.pin(load_run(base))
+    from monitor_helpers import write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 8)
+    cfg = tmp_path / "night.toml"
+    body = f'''name = "nightly"
+prompts = "{prompts}"
+names = "{names}"
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'night.sqlite'}"
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "bot"
+base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
+max_retries = 0
+[judge]
+provider = "openai"
+model = "%s"
+base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
+max_retries = 0
+'''
+    cfg.write_text(body % "gpt-4o-mini")
+    before = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert main(["audit", "--config", str(cfg), "--baseline", ref, "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "its LMRA is 'openai:gpt-4o', this config's is 'openai:gpt-4o-mini'" in err and "nothing was called" in err
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == before  # nothing written
+    # the same LMRA passes the pre-check (the audit then stops at the unreachable endpoint, exit 1)
+    cfg.write_text(body % "gpt-4o")
+    assert main(["audit", "--config", str(cfg), "--baseline", ref, "--no-progress", "--no-report"]) == 1
+    assert "unreachable" in capsys.readouterr().err

@@ -507,7 +507,7 @@ def _precheck_baseline(cfg, ref: str) -> bool:
         LmraInputError: an explicit ``RUN`` that does not resolve, or a pin whose run folder
             cannot be loaded (exit status 2, before anything is called or written).
     """
-    from lmra.monitor import History, history_path
+    from lmra.monitor import History, history_path, precheck_judge, unusable_pin
 
     out = Path(cfg.output_dir)
     if not out.is_dir():
@@ -522,21 +522,21 @@ def _precheck_baseline(cfg, ref: str) -> bool:
                 if rid is None:
                     return True
                 try:
-                    h.resolve(rid)
+                    baseline = h.resolve(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted (retention cleanup …)
-                    raise LmraInputError(
-                        f"the pinned baseline {rid} of runs named '{cfg.name}' cannot be used ({exc.reason}); its "
-                        "folder was deleted or damaged? Pin another run with 'lmra pin RUN' (e.g. 'lmra pin latest')",
-                        field="--baseline") from None
+                    raise unusable_pin(rid, cfg.name, exc) from None
             elif ref == "last":  # the candidates History.resolve('last') accepts: complete, judge not failed
                 runs = h.runs(name=cfg.name)
-                usable = ((runs["status"].fillna("complete") == "complete")
-                          & (runs["judge_status"].fillna("") != "failed")) if len(runs) else []
-                return not bool(len(runs) and usable.any())
+                usable = runs[(runs["status"].fillna("complete") == "complete")
+                              & (runs["judge_status"].fillna("") != "failed")] if len(runs) else runs
+                if not len(usable):
+                    return True
+                baseline = h.resolve(str(usable.iloc[-1]["run_id"]))  # the newest: 'last' once this run exists
             else:
-                h.resolve(ref)
+                baseline = h.resolve(ref)
         except LmraInputError as exc:
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
+    precheck_judge(cfg.judge.provider, cfg.judge.model, baseline)
     return False
 
 
