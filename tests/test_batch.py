@@ -658,9 +658,9 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     assert len(srv["creates"]) == 1
 
 
-def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str):
+def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str, **extra):
     """A batch-mode audit (target on the OpenAI server, LMRA on the Anthropic one) stopped while
-    its first batch runs (max wait 0); returns its run folder."""
+    its first batch runs (max wait 0); returns its run folder. ``extra``: more config fields."""
     from lmra.audit import Audit
 
     names, prompts = sim_inputs(4)
@@ -668,7 +668,7 @@ def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: st
         name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
         judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
         prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, **extra)
     run = tmp_path / "reports" / "run1"
     with pytest.raises(BatchPending):
         asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
@@ -701,6 +701,34 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     # filter, refusal and rating batches to the LMRA, one generation batch to the target, each once
     assert len(a_srv["creates"]) == 3 and len(o_srv["creates"]) == 1
     assert EXIT_PENDING == 75
+    # it ends as `lmra audit --batch` does: report.html, the history entry, the warehouse
+    assert (run / "report.html").is_file() and (run.parent / "history.sqlite").is_file()
+    assert (run.parent / "warehouse" / "per_task").is_dir()
+
+
+def test_batch_resume_keeps_the_runs_budget_and_exit_statuses(openai_server, anthropic_server, sim_inputs, tmp_path,
+                                                             capsys, monkeypatch):
+    """Break-it findings: `lmra batch resume` ignored the run's max_calls (it submitted every call)
+    and always exited 0 (a partial or failed run, a failed judge said nothing)."""
+    import argparse
+
+    from lmra.cli.batch import add_parsers
+
+    monkeypatch.setenv("COLUMNS", "220")
+    o_url, _ = openai_server
+    a_url, a_srv = anthropic_server
+    run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url, max_calls=10)
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["batch", "resume", str(run), "--poll-interval", "0.01", "--max-wait", "10",
+                              "--no-progress"])
+    assert args.func(args) == 4
+    out = capsys.readouterr()
+    assert "stopped by the budget" in out.err and "exit status 4" in out.out + out.err
+    assert "state.json" in out.err  # (nothing submitted past the limit: no manifest yet)
+    assert not (run / "summary.json").exists()
+    submitted = sum(len(c["requests"]) for c in a_srv["creates"])
+    assert submitted <= 10  # the limit held (it submitted every call)
 
 
 def test_batch_resume_of_a_shard_with_a_damaged_shard_record_is_an_input_error(openai_server, anthropic_server,

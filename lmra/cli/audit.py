@@ -248,7 +248,6 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
     print, register and check; returns the exit status. ``report_worker``: the
     :class:`~lmra.report.worker.ReportWorker` that writes report.html, if one was forked."""
-    from lmra.report.console import render_audit
     from lmra.syncrun import run_sync
 
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
@@ -313,18 +312,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             else:
                 result = audit.run(inputs)  # the inputs checked above, not read again
         args.finished_run_dir = result.run_dir  # (an interrupt from here on says the run is complete)
-    except BudgetExceeded as exc:
-        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
-                                        f"{exc} Their numbers are in {audit.run_dir / 'manifest.json'}."))
-        return _final(console, {4: "stopped by the budget (--max-cost / --max-calls)"})
-    except BatchPending as exc:
-        err_console.print(Text.assemble(("batches still running: ", "yellow"),
-                                        f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
-        return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
-    except (EndpointUnreachable, KeyRejected) as exc:  # the run stopped early (manifest: failed)
-        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
-        what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
-        return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
+    except (BudgetExceeded, BatchPending, EndpointUnreachable, KeyRejected) as exc:
+        return stopped_exit(exc, audit, console)
     finally:
         if warm is not None:  # done unless the run was very short: matplotlib is then used by one thread only
             if result is None:  # no report is written
@@ -332,6 +321,50 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             else:
                 audit.pace.hurry()
             warm.join()
+    return finish_audit(args, cfg, audit, result, console, alpha=alpha, first_night=first_night,
+                        report_worker=report_worker)
+
+
+def stopped_exit(exc: Exception, audit, console: Console) -> int:
+    """The paragraph and exit status of an audit (or a resumed batch run) that stopped before
+    its folder was written: 4 for the budget (``BudgetExceeded``), 75 for batches still running
+    (``BatchPending``), 1 for an unreachable endpoint or a rejected key (manifest: failed)."""
+    from lmra.batch import BatchPending
+    from lmra.budget import BudgetExceeded
+    from lmra.providers.endpoint import EndpointUnreachable
+
+    if isinstance(exc, BudgetExceeded):
+        manifest = audit.run_dir / "manifest.json"  # (a batch run stopped before a submission has none yet)
+        where = manifest if manifest.is_file() else audit.run_dir / "batch" / "state.json"
+        err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
+                                        f"{exc} Their numbers are in {where}."))
+        return _final(console, {4: "stopped by the budget (--max-cost / --max-calls)"})
+    if isinstance(exc, BatchPending):
+        err_console.print(Text.assemble(("batches still running: ", "yellow"),
+                                        f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
+        return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
+    err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+    what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
+    return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
+
+
+def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console, *, alpha: float,
+                 first_night: bool = False, report_worker=None) -> int:
+    """The end of an audit once its run folder is written (``lmra audit``, and ``lmra batch
+    resume`` for a batch run): the console report, the failure paragraphs, the gates, the
+    warehouse, history and baseline check, report.html, and the exit status with its final line.
+
+    Args:
+        args: the command's options; read: ``baseline``, ``margin``, ``no_report``,
+            ``allow_unvalidated_judge`` (missing ones count as not given).
+        cfg, audit, result: the run's config, :class:`~lmra.audit.Audit` and result.
+        alpha: the regression check's family-wise error rate.
+
+    Returns:
+        the exit status (0, 1 partial or failed, 3 regression, 5 judge failed, 6 gate not met).
+    """
+    from lmra.report.console import render_audit
+
     render_audit(console, result)
     failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
     scored = int(result.overall["n_pairs"].sum()) if "n_pairs" in result.overall else 0
@@ -389,10 +422,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                 after_run(result.run_dir, console, reasons)
 
         try:
-            monitor_after_audit(result.run_dir, baseline=args.baseline, margin=args.margin or 0.0, alpha=alpha,
-                                report=not args.no_report, console=console, first_night=first_night, reasons=reasons,
-                                allow_unvalidated_judge=args.allow_unvalidated_judge, report_worker=report_worker,
-                                meanwhile=land)
+            monitor_after_audit(result.run_dir, baseline=getattr(args, "baseline", None),
+                                margin=getattr(args, "margin", None) or 0.0, alpha=alpha,
+                                report=not getattr(args, "no_report", False), console=console, first_night=first_night,
+                                reasons=reasons, allow_unvalidated_judge=getattr(args, "allow_unvalidated_judge", False),
+                                report_worker=report_worker, meanwhile=land)
         finally:
             land()
     if audit.shard is not None:

@@ -153,9 +153,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not config_path.exists():
         raise LmraInputError("config.toml not found in the run folder; use --download-only", file=args.run_dir)
     from lmra.audit import Audit
+    from lmra.budget import BudgetExceeded
+    from lmra.cli.audit import finish_audit, stopped_exit
     from lmra.cli.common import rich_progress
     from lmra.config import load_config
-    from lmra.report.console import render_audit
+    from lmra.providers.endpoint import EndpointUnreachable
+    from lmra.providers.keys import KeyRejected
     from lmra.syncrun import run_sync
 
     cfg = load_config(config_path)
@@ -174,13 +177,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress
+            # the run's own limits (max_calls / max_cost) hold as in `lmra audit --batch`
             result = run_sync(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
-                                           log=log))
-    except BatchPending as exc:
-        console.print(f"[yellow]still running:[/] {lit(exc)}")
-        return EXIT_PENDING
-    render_audit(console, result)
-    return 0
+                                           budget=audit.budget, log=log))
+        args.finished_run_dir = result.run_dir  # (an interrupt from here on says the run is complete)
+    except (BudgetExceeded, BatchPending, EndpointUnreachable, KeyRejected) as exc:
+        return stopped_exit(exc, audit, console)
+    # the ending of `lmra audit`: failure paragraphs, gates, warehouse, history, report.html and
+    # the exit status (it was always 0: a partial or failed run, or a failed judge, said nothing)
+    return finish_audit(args, cfg, audit, result, console, alpha=cfg.alpha)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
