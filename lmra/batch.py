@@ -530,6 +530,8 @@ class BatchOrchestrator:
         if self.budget is not None:
             self._account(job, usages)
         self.log(f"{job['id']}: downloaded {job['n_succeeded']} result(s), {job['n_failed']} failed")
+        for note in job["remote"].get("output_notes") or []:  # unreadable lines, results for unknown calls
+            self.log(f"{job['id']}: {note}")
 
     def _account(self, job: dict, usages: list | None) -> None:
         """Count a downloaded job against the budget (totals only for jobs of an earlier process;

@@ -174,7 +174,10 @@ class OpenAIBatchHandler(_Base):
         path = self.path.split("?")[0]
         m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
         if m:
-            return self._send(200, raw=s["files"][m.group(1)], ctype="application/octet-stream")
+            raw = s["files"][m.group(1)]
+            if s.get("mangle") and m.group(1) != "file-1":  # an output file, damaged by the test
+                raw = s["mangle"](raw.decode()).encode()
+            return self._send(200, raw=raw, ctype="application/octet-stream")
         m = re.fullmatch(r"/v1/batches/([^/]+)", path)
         if m:
             b = s["batches"][m.group(1)]
@@ -245,7 +248,10 @@ class AnthropicBatchHandler(_Base):
                     res = {"type": "succeeded", "message": message_for(r["params"])}
                 lines.append(json.dumps({"custom_id": r["custom_id"], "result": res}))
             s["downloads"] += 1
-            return self._send(200, raw=("\n".join(reversed(lines)) + "\n").encode(), ctype="application/binary")
+            text = "\n".join(reversed(lines)) + "\n"
+            if s.get("mangle"):  # the results stream, altered by the test
+                text = s["mangle"](text)
+            return self._send(200, raw=text.encode(), ctype="application/binary")
         m = re.fullmatch(r"/v1/messages/batches/([^/]+)", path)
         if m:
             b = s["batches"][m.group(1)]
@@ -748,3 +754,75 @@ def test_batch_resume_of_a_shard_with_a_damaged_shard_record_is_an_input_error(o
     assert code == 2
     assert "shard.json" in err and "shard" in err and "Traceback" not in err
     assert not (run / "summary.json").exists() and len(a_srv["creates"]) == creates
+
+
+# -- odd batch outputs (break-it findings: tracebacks, a run stuck for good, silent drops) ----------
+def test_openai_output_with_cut_and_garbage_lines_fails_those_items_and_keeps_the_rest(openai_server, tmp_path):
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
+    items = _keyed(prov, _requests("one", "two", "three", "four"))
+    keys = list(items)
+
+    def mangle(text: str) -> str:
+        rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+        by_key = {r["custom_id"]: r for r in rows}
+        four = json.dumps(by_key[keys[3]])
+        return "\n".join([json.dumps(by_key[keys[0]]), "not json at all", "[1, 2]",
+                          json.dumps({"custom_id": keys[1], "response": "oops"}),  # response not an object
+                          json.dumps({"custom_id": "no-such-call", "response": by_key[keys[0]]["response"]}),
+                          json.dumps(by_key[keys[2]]), four[: len(four) // 2]]) + "\n"  # the last line cut
+
+    srv["mangle"] = mangle
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+    log = []
+    orch.log = log.append
+
+    async def go():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    asyncio.run(go())
+    job = load_state(tmp_path / "run")["jobs"][0]
+    assert job["state"] == "downloaded" and job["n_succeeded"] == 2 and job["n_failed"] == 2
+    assert cache.get(keys[0]).text == "echo: one" and cache.get(keys[2]).text == "echo: three"
+    assert job["failed"][keys[1]].startswith("HTTP None")  # a row of the wrong shape: its call failed
+    assert "3 output line(s) could not be read" in job["failed"][keys[3]]  # the cut line: missing, said why
+    assert "1 result(s) for calls that are not in this batch were ignored" in job["failed"][keys[3]]
+    assert any("could not be read" in m for m in log)
+    cache.close()
+
+
+def test_anthropic_repeated_and_unknown_results_are_sorted_not_miscounted(anthropic_server, tmp_path):
+    url, srv = anthropic_server
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url,
+                                         api_key_required=False))
+    items = _keyed(prov, _requests("one", "two", "three"))
+    keys = list(items)
+
+    def mangle(text: str) -> str:
+        rows = {json.loads(x)["custom_id"]: json.loads(x) for x in text.splitlines() if x.strip()}
+        err = {"type": "errored", "error": {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}}
+        other = json.loads(json.dumps(rows[keys[1]]))
+        other["result"]["message"]["content"][0]["text"] = "a different answer"
+        lines = [{"custom_id": keys[0], "result": err}, rows[keys[0]],  # failed, then retried: the answer stands
+                 rows[keys[1]], other,  # two different answers: neither is used
+                 rows[keys[2]], rows[keys[2]],  # the same answer twice: one answer
+                 {"custom_id": "unknown", "result": rows[keys[2]]["result"]}]
+        return "\n".join(json.dumps(x) for x in lines) + "\n"
+
+    srv["mangle"] = mangle
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+
+    async def go():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    asyncio.run(go())
+    job = load_state(tmp_path / "run")["jobs"][0]
+    assert job["n_succeeded"] == 2 and job["n_failed"] == 1 and list(job["failed"]) == [keys[1]]
+    assert "two different answers" in job["failed"][keys[1]]
+    assert cache.get(keys[0]).text == "echo: one" and cache.get(keys[1]) is None
+    assert job["remote"]["output_notes"] == ["1 result(s) for calls that are not in this batch were ignored"]
+    cache.close()

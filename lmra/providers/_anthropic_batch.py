@@ -24,6 +24,7 @@ from typing import Any
 
 import anthropic
 
+from lmra.providers._batch_results import BatchResults
 from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage
 
 MAX_REQUESTS = 100_000
@@ -177,28 +178,23 @@ class AnthropicBatchBackend:
         Raises:
             ProviderError: the download failed after the SDK's retries.
         """
-        results: dict[str, ChatResult] = {}
-        errors: dict[str, str] = {}
+        sorter = BatchResults(requests)
         try:
             stream = await self.client.messages.batches.results(remote["batch_id"])
             async for item in stream:
-                key = item.custom_id
-                if key not in requests or key in results:
-                    continue
-                if getattr(item.result, "type", None) == "succeeded":
-                    try:
-                        results[key] = message_result(item.result.message, model=self.model_id,
-                                                      provider=self.provider_name)
-                    except (TypeError, ValueError, AttributeError, ProviderError) as exc:
-                        errors[key] = f"unparseable batch result: {exc}"
+                key = getattr(item, "custom_id", None)
+                result = getattr(item, "result", None)
+                if getattr(result, "type", None) == "succeeded":
+                    sorter.success(key, lambda result=result: message_result(result.message, model=self.model_id,
+                                                                             provider=self.provider_name))
                 else:
-                    errors[key] = _error_text(item.result)
+                    sorter.failure(key, _error_text(result))
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"anthropic batch download failed: {exc}") from exc
-        for key in requests:
-            if key not in results and key not in errors:
-                errors[key] = f"missing from the results of batch {remote.get('batch_id')}"
-        return results, errors
+        except ValueError:  # a results line cut mid-transfer or not JSON (the SDK's decoder): the rest is lost
+            sorter.line_unreadable()
+        remote["output_notes"] = sorter.notes
+        return sorter.finish(f"results of batch {remote.get('batch_id')}")
 
     async def cancel(self, remote: dict[str, Any]) -> None:
         """Ask the API to cancel the batch (finished items stay downloadable)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 import openai
 
+from lmra.providers._batch_results import BatchResults
 from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, sum_option_probs
 
 ENDPOINT = "/v1/chat/completions"
@@ -279,11 +280,11 @@ class OpenAIBatchBackend:
                                 + f": {e.message}" for e in b.errors.data][:20]
         return b.status in TERMINAL
 
-    async def _lines(self, file_id: str | None) -> list[dict]:
+    async def _lines(self, file_id: str | None) -> list[str]:
         if not file_id:
             return []
         resp = await self.client.files.content(file_id, timeout=DOWNLOAD_TIMEOUT_S)
-        return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+        return [line for line in resp.text.splitlines() if line.strip()]
 
     async def fetch(self, remote: dict[str, Any], requests: dict[str, ChatRequest]
                     ) -> tuple[dict[str, ChatResult], dict[str, str]]:
@@ -301,38 +302,39 @@ class OpenAIBatchBackend:
         Raises:
             ProviderError: a download failed after the SDK's retries.
         """
-        results: dict[str, ChatResult] = {}
-        errors: dict[str, str] = {}
+        sorter = BatchResults(requests)
         try:
             lines = await self._lines(remote.get("output_file_id")) + await self._lines(remote.get("error_file_id"))
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai batch download failed: {exc}") from exc
-        for row in lines:
-            key = row.get("custom_id")
-            if key not in requests or key in results:
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line cut mid-transfer, garbage (JSONDecodeError is a ValueError)
+                row = None
+            if not isinstance(row, dict):
+                sorter.line_unreadable()
                 continue
-            resp, err = row.get("response") or {}, row.get("error")
+            key = row.get("custom_id")
+            resp, err = row.get("response"), row.get("error")
+            resp = resp if isinstance(resp, dict) else {}
+            body = resp.get("body") if isinstance(resp.get("body"), dict) else {}
             status = resp.get("status_code")
             if status == 200 and not err:
-                try:
-                    results[key] = chat_result(resp.get("body") or {}, requests[key], model=self.model_id,
-                                               provider=self.provider_name)
-                    errors.pop(key, None)
-                except (ProviderError, TypeError, ValueError, AttributeError) as exc:
-                    errors[key] = f"unparseable batch output: {exc}"
-                continue
-            if err:
-                errors[key] = f"{err.get('code') or 'error'}: {err.get('message') or ''}".strip()
+                sorter.success(key, lambda key=key, body=body: chat_result(
+                    body, requests[key], model=self.model_id, provider=self.provider_name))
+            elif isinstance(err, dict):
+                sorter.failure(key, f"{err.get('code') or 'error'}: {err.get('message') or ''}".strip())
+            elif err:
+                sorter.failure(key, f"error: {str(err)[:300]}")
             else:
-                body_err = (resp.get("body") or {}).get("error") or {}
-                errors[key] = f"HTTP {status}: {body_err.get('message') or json.dumps(resp.get('body'))[:300]}"
+                body_err = body.get("error") if isinstance(body.get("error"), dict) else {}
+                sorter.failure(key, f"HTTP {status}: {body_err.get('message') or json.dumps(resp.get('body'))[:300]}")
         why = f"batch {remote.get('batch_id')} ended with status '{remote.get('status')}'"
         if remote.get("errors"):
             why += ": " + "; ".join(remote["errors"][:3])
-        for key in requests:
-            if key not in results and key not in errors:
-                errors[key] = f"missing from the batch output ({why})"
-        return results, errors
+        remote["output_notes"] = sorter.notes
+        return sorter.finish(why)
 
     async def cancel(self, remote: dict[str, Any]) -> None:
         """Ask the API to cancel the batch (finished items stay downloadable)."""
