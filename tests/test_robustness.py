@@ -118,6 +118,28 @@ def test_custom_factory_that_raises(tmp_path, capsys, monkeypatch):
     assert code == 2 and "raised RuntimeError: no VPN" in text and "target.provider" in text
 
 
+@pytest.mark.parametrize("source, what", [
+    ("def make(cfg):\n    raise SystemExit(0)\n", "factory 'exitprov_{n}:make' raised SystemExit"),
+    ("raise SystemExit(0)\ndef make(cfg):\n    return None\n", "cannot load custom provider 'exitprov_{n}:make': SystemExit"),
+    ("class P:\n    name, base_url, supports_logprobs = 'p', '', False\n    @property\n    def model_id(self):\n"
+     "        raise RuntimeError('lookup failed')\n    async def complete(self, r): ...\n"
+     "    async def aclose(self): ...\ndef make(cfg):\n    return P()\n",
+     "reading its attributes raised RuntimeError: lookup failed"),
+])
+def test_custom_factory_that_exits_or_whose_attributes_raise_is_an_input_error(tmp_path, capsys, monkeypatch, source,
+                                                                              what):
+    """Break-it findings: a factory (or its module) calling sys.exit(0) ended `lmra audit` and
+    `lmra validate` silently with exit 0; a protocol property that raises gave a traceback."""
+    n = len(what)  # a module name of its own per case (imports are cached)
+    (tmp_path / f"exitprov_{n}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[target]\nprovider = "exitprov_{n}:make"\n')
+    for command in (["audit", "--config", str(cfg), "--no-progress"], ["validate", str(cfg)]):
+        code, text = run(capsys, *command)
+        assert code == 2 and what.format(n=n) in " ".join(text.split()) and "Traceback" not in text, text
+
+
 class _DeadJudge(ScriptedJudge):
     async def complete(self, request):
         raise ProviderError("judge2 is down")

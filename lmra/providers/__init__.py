@@ -51,7 +51,7 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     module_name, _, attr = cfg.provider.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except Exception as exc:  # ImportError, SyntaxError, errors raised while importing, empty names …
+    except (Exception, SystemExit) as exc:  # ImportError, SyntaxError, errors (or sys.exit) while importing …
         raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {type(exc).__name__}: {exc}",
                              field=f"{field}.provider") from None
     if not callable(factory):
@@ -60,10 +60,15 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
         provider = factory(cfg)
     except LmraInputError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (a sys.exit() in a factory ended lmra silently with its status)
         raise LmraInputError(f"custom provider factory '{cfg.provider}' raised {type(exc).__name__}: {exc}",
                              field=f"{field}.provider") from None
-    if not isinstance(provider, Provider):
+    try:
+        is_provider = isinstance(provider, Provider)
+    except Exception as exc:  # a property of the protocol (model_id …) that raises when read
+        raise LmraInputError(f"custom provider '{cfg.provider}': reading its attributes raised "
+                             f"{type(exc).__name__}: {exc}", field=f"{field}.provider") from None
+    if not is_provider:
         if inspect.iscoroutine(provider):  # an ``async def`` factory: say so, without a "never awaited" warning
             provider.close()
             raise LmraInputError(f"custom provider factory '{cfg.provider}' is an async def: it must return the "
