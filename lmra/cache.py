@@ -1180,7 +1180,8 @@ class CachedProvider:
                         note_event("malformed")  # (counted like a malformed answer a transport saw)
                         raise ProviderError(f"{self.inner.name} returned {defect}", kind="malformed")
                 except ProviderError as exc:
-                    _record(self._targets, events, failed=exc.kind, error=f"{type(exc).__name__}: {exc}")
+                    _record(self._targets, events, failed=exc.kind if isinstance(exc.kind, str) and exc.kind
+                            else "error", error=f"{type(exc).__name__}: {exc}")
                     raise
                 except (Exception, SystemExit, asyncio.CancelledError) as exc:  # noqa: BLE001 — one bad call
                     # must not end the run; a cancellation of this task (Ctrl-C, a stopping run) goes on.

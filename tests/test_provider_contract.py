@@ -243,3 +243,30 @@ def test_an_unreadable_cached_answer_is_a_miss_not_a_traceback(tmp_path):
     again = CallCache(tmp_path / "c.sqlite")
     assert again.get("k1") is None
     again.close()
+
+
+class KindlessTarget(ScriptedTarget):
+    """Prompt 3's calls fail with a ProviderError built with kind=None (or "")."""
+
+    def __init__(self, kind):
+        super().__init__(NAME_TO_GROUP, _target)
+        self.kind = kind
+
+    async def complete(self, request):
+        from lmra.providers.base import ProviderError
+
+        if "Prompt number 3." in request.messages[-1].content:
+            raise ProviderError("backend said no", kind=self.kind)
+        return await super().complete(request)
+
+
+@pytest.mark.parametrize("kind", [None, ""])
+def test_a_provider_error_without_a_kind_is_counted_as_a_failed_call(tmp_path, sim_inputs, kind):
+    """Break-it finding: ProviderError(kind=None) failed its pair but was counted nowhere
+    (calls.failed 0, no error listed)."""
+    names, prompts = sim_inputs(8)
+    cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": False}, filter={"lmra": False})
+    res = Audit(cfg, target=KindlessTarget(kind), judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    calls = res.manifest["calls"]
+    assert calls["failed"] == 2 and calls["by_model"]["scripted-target:scripted"]["failed_by_kind"] == {"error": 2}
+    assert "backend said no" in calls["errors"][0]

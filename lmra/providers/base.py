@@ -199,7 +199,8 @@ class ProviderError(RuntimeError):
 
     def __init__(self, message: str, *, kind: str = "error", retryable: bool = False):
         super().__init__(message)
-        self.kind = kind
+        # (a custom provider's kind=None or "" is "error": a failure is never left uncounted)
+        self.kind = kind if isinstance(kind, str) and kind else "error"
         self.retryable = retryable
 
 
