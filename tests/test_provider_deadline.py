@@ -537,3 +537,30 @@ def test_an_answer_that_needs_no_waiting_makes_no_task():
             loop.create_task = real
 
     asyncio.run(main())
+
+
+class NeverClosingTarget(ScriptedTarget):
+    """Answers as scripted; its ``aclose`` awaits forever and swallows every cancellation."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+
+    async def aclose(self):
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+
+def make_never_closing(cfg: ModelConfig) -> NeverClosingTarget:
+    return NeverClosingTarget(cfg)
+
+
+def test_lmra_audit_exits_although_a_providers_aclose_never_returns(tmp_path, sim_inputs):
+    """Break-it finding: an aclose that never returned held `lmra audit` forever after its run
+    folder was written; it is abandoned after the model's timeout_s, like a call."""
+    t0 = time.monotonic()
+    proc = _audit_process(_subprocess_config(tmp_path, sim_inputs, "make_never_closing"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - t0 < 60 and "Task was destroyed but it is pending" not in proc.stderr

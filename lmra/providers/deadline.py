@@ -270,9 +270,18 @@ class DeadlineProvider:
                              "(custom provider; the call was cancelled)", kind="timeout")
 
     async def aclose(self) -> None:
+        """Close ``inner``: an ``aclose`` that has not ended after ``timeout_s`` (or that
+        swallows its cancellation) is abandoned, like a call (break-it finding: one that never
+        returned held ``lmra audit`` forever after its run folder was written).
+
+        Raises:
+            TimeoutError: ``inner.aclose`` did not end in time (the caller ignores close errors).
+        """
         closed = self.inner.aclose()
-        if isawaitable(closed):
-            await closed
+        if not isawaitable(closed):
+            return
+        waiting = _abandonable(closed, asyncio.get_running_loop()) if iscoroutine(closed) else closed
+        await asyncio.wait_for(waiting, self.timeout_s)
 
 
 __all__ = ["DeadlineProvider"]
