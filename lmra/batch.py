@@ -311,7 +311,7 @@ class BatchOrchestrator:
         run's batches at once.
 
         Raises:
-            RuntimeError: another process holds the lock.
+            LmraIOError: another process holds the lock (the CLI says so in one paragraph, exit 1).
         """
         if self._lock_depth == 0:
             import fcntl
@@ -322,7 +322,12 @@ class BatchOrchestrator:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 fh.close()
-                raise RuntimeError(f"another lmra process is driving the batches of {self.run_dir}") from None
+                from lmra.errors import LmraIOError
+
+                raise LmraIOError(f"another lmra process is driving the batches of {self.run_dir} (an 'lmra audit "
+                                  "--batch' or 'lmra batch resume' still running): wait for it to end, or stop it "
+                                  "(Ctrl-C keeps the batches and their state) and run this command again",
+                                  path=self.dir / ".lock") from None
             self._lock_fh = fh
         self._lock_depth += 1
         try:

@@ -826,3 +826,30 @@ def test_anthropic_repeated_and_unknown_results_are_sorted_not_miscounted(anthro
     assert cache.get(keys[0]).text == "echo: one" and cache.get(keys[1]) is None
     assert job["remote"]["output_notes"] == ["1 result(s) for calls that are not in this batch were ignored"]
     cache.close()
+
+
+def test_batch_commands_on_batches_another_process_drives_say_so_in_one_paragraph(openai_server, tmp_path, capsys):
+    """Break-it finding: `lmra batch cancel` and `batch status --refresh` while an audit drives the
+    batches printed a RuntimeError traceback."""
+    import fcntl
+
+    from lmra.cli import main
+
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
+    run = tmp_path / "run"
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
+    async def first():
+        await orch.submit(prov, _keyed(prov, _requests("one")))
+        await orch.wait()
+
+    with pytest.raises(BatchPending):
+        asyncio.run(first())
+    cache.close()
+    with (run / "batch" / ".lock").open("w") as held:  # the other process
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for argv in (["batch", "cancel", str(run)], ["batch", "status", str(run), "--refresh"]):
+            assert main(argv) == 1
+            err = " ".join(capsys.readouterr().err.split())
+            assert "another lmra process is driving the batches" in err and "Traceback" not in err
