@@ -57,6 +57,10 @@ STATE_DIR = "batch"
 STATE_FILE = "state.json"
 
 
+#: a job's remote status once the provider no longer knows its batch (HTTP 404 when polled)
+GONE = "gone"
+
+
 class BatchPending(RuntimeError):
     """Batches are still running when ``max_wait_s`` ran out; the state is saved.
 
@@ -513,7 +517,11 @@ class BatchOrchestrator:
         provider = self._provider_for(job)
         ident = _Ident(provider.name, provider.base_url, provider.model_id)
         requests = dict(self._read_requests(job))
-        results, errors = await backend.fetch(job["remote"], requests)
+        if job["remote"].get("status") == GONE:  # nothing to download from a batch the provider forgot
+            results, errors = {}, {key: f"{job['remote']['gone']} (submit again: lmra batch resume --retry-failed)"
+                                   for key in requests}
+        else:
+            results, errors = await backend.fetch(job["remote"], requests)
         usages = []
         for key, result in results.items():
             req = requests[key]
@@ -568,7 +576,18 @@ class BatchOrchestrator:
             while True:
                 for job in [j for j in self.jobs if j["state"] == "submitted"]:
                     if not job.get("ended_at"):
-                        if await self._backend(job).poll(job["remote"]):
+                        try:
+                            ended = await self._backend(job).poll(job["remote"])
+                        except ProviderError as exc:
+                            if exc.kind != "http_404":
+                                raise
+                            # the provider forgot the batch: its items fail (counted, with why), and
+                            # `lmra batch resume --retry-failed` submits them again (it was stuck for good)
+                            job["remote"] |= {"status": GONE, "gone": str(exc)}
+                            self.log(f"{job['id']}: {exc}; its items are counted as failed (resume with "
+                                     "--retry-failed to submit them again)")
+                            ended = True
+                        if ended:
                             job["ended_at"] = _now()
                         self.save()
                     if job.get("ended_at"):

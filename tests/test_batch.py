@@ -179,6 +179,9 @@ class OpenAIBatchHandler(_Base):
                 raw = s["mangle"](raw.decode()).encode()
             return self._send(200, raw=raw, ctype="application/octet-stream")
         m = re.fullmatch(r"/v1/batches/([^/]+)", path)
+        if m and m.group(1) in s.get("forgotten", ()):  # the provider no longer knows this batch
+            return self._send(404, {"error": {"message": f"No batch found with id '{m.group(1)}'.",
+                                              "type": "invalid_request_error"}})
         if m:
             b = s["batches"][m.group(1)]
             s["polls"][b["id"]] += 1
@@ -853,3 +856,26 @@ def test_batch_commands_on_batches_another_process_drives_say_so_in_one_paragrap
             assert main(argv) == 1
             err = " ".join(capsys.readouterr().err.split())
             assert "another lmra process is driving the batches" in err and "Traceback" not in err
+
+
+def test_a_batch_the_provider_forgot_fails_its_items_and_retry_failed_submits_them_again(openai_server, tmp_path):
+    """Break-it finding: a batch answering 404 when polled stopped every resume and status
+    refresh for good; its items now fail (said why) and --retry-failed submits them afresh."""
+    url, srv = openai_server
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False))
+    items = _keyed(prov, _requests("one", "two"))
+    cache = CallCache(tmp_path / "cache.sqlite")
+    orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
+    srv["forgotten"] = {"batch_1"}
+
+    async def go():
+        await orch.submit(prov, items)
+        await orch.wait()
+
+    asyncio.run(go())
+    job = load_state(tmp_path / "run")["jobs"][0]
+    assert job["state"] == "downloaded" and job["n_failed"] == 2 and job["remote"]["status"] == "gone"
+    assert all("batch_1 is not found" in m and "--retry-failed" in m for m in job["failed"].values())
+    assert orch.retry_failed() == 2  # the next pass (lmra batch resume --retry-failed) submits them afresh
+    assert load_state(tmp_path / "run")["jobs"][0]["failed"] == {}
+    cache.close()

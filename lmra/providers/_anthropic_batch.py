@@ -157,6 +157,8 @@ class AnthropicBatchBackend:
         """
         try:
             b = await self.client.messages.batches.retrieve(remote["batch_id"])
+        except anthropic.NotFoundError as exc:  # the provider no longer knows it (deleted, another workspace …)
+            raise ProviderError(f"anthropic batch {remote['batch_id']} is not found: {exc}", kind="http_404") from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"anthropic batch poll failed: {exc}") from exc
         c = b.request_counts

@@ -266,6 +266,8 @@ class OpenAIBatchBackend:
         """
         try:
             b = await self.client.batches.retrieve(remote["batch_id"])
+        except openai.NotFoundError as exc:  # the provider no longer knows it (deleted, another account …)
+            raise ProviderError(f"openai batch {remote['batch_id']} is not found: {exc}", kind="http_404") from exc
         except openai.OpenAIError as exc:
             raise ProviderError(f"openai batch poll failed: {exc}") from exc
         remote["status"] = b.status
