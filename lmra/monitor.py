@@ -23,8 +23,13 @@ Regression decision
     (:func:`lmra.runfolder.prompt_scores`; with one sample per prompt these are the per-pair
     h of ``ratings.parquet``), p-values Holm-corrected across all tested tasks (statsmodels
     ``multipletests``). Pair scores are a rare-event mixture; the permutation test keeps its
-    false-alarm rate at or below α whatever their distribution, where Welch's t-test went
-    slightly above it (docs/benchmarks.md). The Welch t statistic is reported beside it.
+    false-alarm rate at or below α whatever their distribution when both nights' scores come
+    from one process, where Welch's t-test went slightly above it (docs/benchmarks.md); but
+    when the nights' spreads differ under the null (another mix of forward and reverse
+    stereotypes, a rise exactly at the margin, fewer prompts or samples per prompt tonight)
+    the permutation test alone went to 0.14–0.24 at α = 0.05, so a task's p-value is the
+    larger of the two (:func:`_both`): a rise is flagged only when both tests find it. The
+    Welch t statistic is reported beside it.
     Improvements are the mirror test H_base − H_run > margin, Holm-corrected separately.
     Every tested task also gets the check's sensitivity: the smallest rise it detects with
     80% power at its sizes (:func:`_add_detectable_rise`, :func:`lmra.power.minimum_detectable_rise`;
@@ -664,6 +669,17 @@ def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float,
     return float(t), float(p), float(df), ""
 
 
+def _both(p_permutation: float, p_welch: float) -> float:
+    """The check's p-value of one task: the larger of the permutation test's and Welch's (a
+    rise is flagged only when both tests find it). P(max ≤ u) ≤ each test's own P(p ≤ u), so
+    the level is the permutation test's (exact) when the nights' scores are exchangeable and
+    Welch's (asymptotically exact for unequal variances) when their spreads differ; nan when the
+    permutation test is undefined (fewer than 2 prompts on a side)."""
+    if not math.isfinite(p_permutation):
+        return p_permutation
+    return max(p_permutation, p_welch) if math.isfinite(p_welch) else p_permutation
+
+
 #: pooled prompts (run + baseline) above which :func:`one_sided_permutation` draws its resamples in
 #: bounded batches and stops early (Besag & Clifford 1991); at or below it, scipy ``permutation_test``
 SEQUENTIAL_MIN_PROMPTS = 2_000
@@ -797,8 +813,13 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         x = a[(a["comparison"] == key[0]) & (a["domain"] == key[1]) & (a["task"] == key[2])]["h"].to_numpy(float)
         y = b[(b["comparison"] == key[0]) & (b["domain"] == key[1]) & (b["task"] == key[2])]["h"].to_numpy(float)
         t_r, p_welch, df_r, note = one_sided_welch(x, y, margin)
-        # the permutation test needs no variance: two constant runs still get an honest p-value
-        p_r, p_i = one_sided_permutation(x, y, margin), one_sided_permutation(y, x, margin)
+        # the permutation test needs no variance: two constant runs still get an honest p-value.
+        # It is exact when the two nights' scores are exchangeable, but not when their spreads
+        # differ (another mix of forward and reverse stereotypes, fewer prompts tonight, other
+        # samples per prompt: break-it simulations measured 0.14–0.24 false alarms at α = 0.05);
+        # Welch's test allows unequal variances, so a task is flagged only when both reject
+        p_r = _both(one_sided_permutation(x, y, margin), p_welch)
+        p_i = _both(one_sided_permutation(y, x, margin), one_sided_welch(y, x, margin)[1])
         if note.startswith("zero variance"):
             note = ""
         rows.append(dict(zip(keys, key)) | {
@@ -947,19 +968,27 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
     in a two-point model by :func:`lmra.power.minimum_detectable_rise`; ties are broken at
     random when the unstereotyped scores are continuous (a logprob LMRA), else counted against
     the check. nan for tasks not tested or too small for any rise to reach the power; for the
-    latter, column ``mde_note`` says so (empty for every other task).
+    latter, column ``mde_note`` says so (empty for every other task). Column ``mde_lower_bound``
+    is True where either run's task has reverse-stereotyped prompts (h ≤ −0.5): the model leaves
+    their variance out (break-it simulation: a printed rise was found 60% of the time, not
+    80%), so the true detectable rise is larger than ``mde`` — shown as "≥".
     """
     from lmra.power import STEREOTYPED_THRESHOLD, continuous_scores, minimum_detectable_rise, stereotyped_score
 
     both = [run_scores["h"].to_numpy(float), base_scores["h"].to_numpy(float)]
     s, randomized = stereotyped_score(*both), continuous_scores(*both)
     n_tested = int(tests["p_regress"].notna().sum())
-    base_rate, mde_rate, mde, mde_note = [], [], [], []
+    base_rate, mde_rate, mde, mde_note, lower = [], [], [], [], []
     for t in tests.itertuples():
         y = base_scores[(base_scores["comparison"] == t.comparison) & (base_scores["domain"] == t.domain)
                         & (base_scores["task"] == t.task)]["h"].to_numpy(float)
+        x = run_scores[(run_scores["comparison"] == t.comparison) & (run_scores["domain"] == t.domain)
+                       & (run_scores["task"] == t.task)]["h"].to_numpy(float)
         p0 = float(np.mean(y >= STEREOTYPED_THRESHOLD)) if len(y) else math.nan
         base_rate.append(p0)
+        # reverse-stereotyped prompts (h ≤ −0.5) add variance the two-point model leaves out, and
+        # the Welch guard of the decision costs power: the true detectable rise is larger
+        lower.append(bool(np.any(y <= -STEREOTYPED_THRESHOLD) or np.any(x <= -STEREOTYPED_THRESHOLD)))
         if not (n_tested and math.isfinite(t.p_regress) and math.isfinite(p0) and p0 < 1):
             mde_rate.append(math.nan)
             mde.append(math.nan)
@@ -973,6 +1002,7 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
         mde.append(d.net_rise)
         mde_note.append("" if math.isfinite(d.net_rise) else _undetectable_note(t.n_run, t.n_base, alpha, n_tested))
     tests["base_rate"], tests["mde_rate"], tests["mde"], tests["mde_note"] = base_rate, mde_rate, mde, mde_note
+    tests["mde_lower_bound"] = [b and math.isfinite(m) for b, m in zip(lower, mde)]
 
 
 def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> str:
@@ -981,16 +1011,17 @@ def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> 
             f"the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = {alpha:g}/{n_tested}")
 
 
-def format_detectable(mde, base_rate, mde_rate) -> str:
+def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
     """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26%)`` — the rise of H and the
-    stereotype rates it corresponds to; ``—`` when not computed (not tested, or a check stored
-    before issue 12); ``none (too few prompts)`` when no rise reaches the power."""
+    stereotype rates it corresponds to; ``≥ +0.2135 …`` when it is a lower bound (``mde_lower_bound``:
+    reverse-stereotyped prompts the model leaves out); ``—`` when not computed (not tested, or a
+    check stored before issue 12); ``none (too few prompts)`` when no rise reaches the power."""
     m, p0, dp = finite(mde), finite(base_rate), finite(mde_rate)
     if p0 is None:
         return "—"
     if m is None or dp is None:
         return "none (too few prompts)"
-    return f"{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
+    return f"{'≥ ' if lower_bound is True else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
 
 
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,

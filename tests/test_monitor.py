@@ -82,8 +82,9 @@ def test_welch_and_holm_match_scipy_and_statsmodels(runs):
                                       lambda a, b, axis: a.mean(axis=axis) - b.mean(axis=axis),
                                       permutation_type="independent", alternative="greater", n_resamples=9999,
                                       vectorized=True, rng=np.random.default_rng(1))
-        # the decision's p-value: a permutation p (seeded from the data, so only close to another seed's)
-        assert tests.loc[task, "p_regress"] == pytest.approx(perm.pvalue, abs=0.01)
+        # the decision's p-value: the larger of a permutation p (seeded from the data, so only close to
+        # another seed's) and Welch's
+        assert tests.loc[task, "p_regress"] == pytest.approx(max(perm.pvalue, ref.pvalue), abs=0.01)
         ref = perm
         assert tests.loc[task, "n_run"] == len(x) == 200
         # with one sample per prompt H is the per_task.csv net rating
@@ -265,3 +266,25 @@ def test_a_task_trend_of_several_audits_says_so(tmp_path, lmra_cli, capsys, monk
     assert "runs of 2 audits (nightly, other)" in out and "--name NAME" in out
     assert lmra_cli(["history", "--task", "write a story", "--history", str(hist), "--name", "other"]) == 0
     assert "audits (" not in capsys.readouterr().out
+
+
+def test_the_check_keeps_its_level_when_the_nights_spreads_differ():
+    """Break-it simulation: H0 true (the net rating unchanged) but tonight's 40 prompts mix 12%
+    forward and 10% reverse stereotypes where the baseline's 400 had 2% forward only — the
+    permutation test alone raised 96 false alarms in 400 nights (0.24 at α = 0.05). With the
+    Welch test beside it the rate is at most α (≤ 27 of 300 here: P(Binomial(300, 0.05) ≥ 28)
+    < 0.001), and a real rise of the same size is still found."""
+    from lmra.monitor import _both, one_sided_permutation, one_sided_welch
+
+    def mixture(rng, n, fwd, rev):
+        u = rng.random(n)
+        return np.where(u < fwd, 0.89, np.where(u < fwd + rev, -0.89, 0.0)) + rng.normal(0, 0.005, n)
+
+    def flagged(x, y):  # (999 resamples: the decision at 0.05 as with the check's 9,999, ten times faster)
+        return _both(one_sided_permutation(x, y, 0.0, n_resamples=999), one_sided_welch(x, y, 0.0)[1]) <= 0.05
+
+    rng = np.random.default_rng(2026)
+    null = [flagged(mixture(rng, 40, 0.12, 0.10), mixture(rng, 400, 0.02, 0.0)) for _ in range(300)]
+    assert sum(null) <= 27, sum(null)
+    rise = [flagged(mixture(rng, 40, 0.25, 0.0), mixture(rng, 400, 0.02, 0.0)) for _ in range(100)]
+    assert sum(rise) >= 80, sum(rise)

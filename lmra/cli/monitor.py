@@ -79,7 +79,8 @@ def print_check(console: Console, result) -> None:
         table.add_row(lit(t.comparison), lit(task(t)), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
                       _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
-                                        getattr(t, "mde_rate", None)), decision)
+                                        getattr(t, "mde_rate", None), getattr(t, "mde_lower_bound", False)),
+                      decision)
     console.print(table)
     if result.n_tested:
         console.print(f"[dim]{sensitivity_note(result)}[/]")
@@ -154,8 +155,9 @@ def sensitivity_note(result) -> str:
             f"α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per task), if the rise is made of stereotyped "
             f"prompts scoring like this night's (in brackets: the baseline task's stereotype rate → the rate "
             f"tonight that is flagged {MDE_POWER:.0%} of the time). A night without a regression rules out rises of "
-            f"about this size, not smaller ones; 'lmra plan --design two-run' sizes the audit for the rise you care "
-            f"about.")
+            f"about this size, not smaller ones; '≥' marks a task with reverse-stereotyped prompts, which the model "
+            f"leaves out: the rise it detects is larger. 'lmra plan --design two-run' sizes the audit for the rise "
+            f"you care about.")
 
 
 # -- handlers ----------------------------------------------------------------------------

@@ -185,7 +185,8 @@ def _check_context(check) -> dict | None:
     for r in rows:
         r["label"] = f"{r['task']} ({r['comparison']})"
         # the check's sensitivity (issue 12); absent from checks stored before it existed
-        r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"))
+        r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"),
+                                            r.get("mde_lower_bound", False))
     sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
                    "alpha_task": (float(alpha) / n_tested) if n_tested else None,
                    "shown": any("mde" in r for r in rows)}

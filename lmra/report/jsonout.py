@@ -99,7 +99,8 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         :func:`judge_status_object`); ``tests`` has one
         object per (comparison, domain, task) with every column of ``result.tests`` (counts as
         integers, H in [−1, 1], p-values in [0, 1] or null when not tested, ``mde``/``mde_rate``/
-        ``base_rate``, ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
+        ``base_rate``, ``mde_lower_bound`` (the detectable rise is larger than ``mde``: reverse-stereotyped
+        prompts), ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
         tested task has no detectable rise, else null) plus ``decision``
         (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
         ``improvements`` list ``{comparison, domain, task}``. Fields that later versions add to
