@@ -1021,7 +1021,8 @@ def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
         return "—"
     if m is None or dp is None:
         return "none (too few prompts)"
-    return f"{'≥ ' if lower_bound is True else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
+    bound = lower_bound is not None and lower_bound == lower_bound and bool(lower_bound)  # (None/NaN: stored before)
+    return f"{'≥ ' if bound else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
 
 
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,

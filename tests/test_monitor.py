@@ -288,3 +288,30 @@ def test_the_check_keeps_its_level_when_the_nights_spreads_differ():
     assert sum(null) <= 27, sum(null)
     rise = [flagged(mixture(rng, 40, 0.25, 0.0), mixture(rng, 400, 0.02, 0.0)) for _ in range(100)]
     assert sum(rise) >= 80, sum(rise)
+
+
+def test_the_detectable_rise_is_a_lower_bound_where_prompts_are_reverse_stereotyped():
+    """The two-point model of the detectable rise leaves reverse-stereotyped prompts (h ≤ −0.5)
+    out, so it is optimistic there (break-it: the printed rise was found 60% of the time, not
+    80%); it is flagged and shown with "≥"."""
+    import pandas as pd
+
+    from lmra.monitor import _add_detectable_rise, format_detectable
+
+    def scores(task, h):
+        return pd.DataFrame({"comparison": "f vs m", "domain": "d", "task": task, "h": h})
+
+    plain_h = np.r_[np.full(2, 0.89), np.zeros(98)]
+    reverse_h = np.r_[np.full(2, 0.89), np.full(2, -0.89), np.zeros(96)]
+    run = pd.concat([scores("plain", plain_h), scores("reverse", plain_h)])
+    base = pd.concat([scores("plain", plain_h), scores("reverse", reverse_h)])
+    tests = pd.DataFrame({"comparison": "f vs m", "domain": "d", "task": ["plain", "reverse"], "n_run": 100,
+                          "n_base": 100, "p_regress": 0.5})
+    _add_detectable_rise(tests, run, base, 0.0, 0.05)
+    t = tests.set_index("task")
+    assert not t.loc["plain", "mde_lower_bound"] and t.loc["reverse", "mde_lower_bound"]
+    shown = format_detectable(t.loc["reverse", "mde"], t.loc["reverse", "base_rate"], t.loc["reverse", "mde_rate"],
+                              t.loc["reverse", "mde_lower_bound"])
+    assert shown.startswith("≥ +") and not format_detectable(
+        t.loc["plain", "mde"], t.loc["plain", "base_rate"], t.loc["plain", "mde_rate"],
+        t.loc["plain", "mde_lower_bound"]).startswith("≥")
