@@ -160,12 +160,15 @@ class GateResult:
         gates: the gate settings applied (:class:`~lmra.config.GatesConfig`).
         outcomes: every value checked (:class:`GateOutcome`), in gate order.
         evaluated_at: ISO 8601 time of the evaluation.
+        warnings: caveats of the verdict (:data:`T_INTERVAL_WARNING`), printed before its summary line.
     """
 
     run_id: str
     gates: GatesConfig
     outcomes: list[GateOutcome] = field(default_factory=list)
     evaluated_at: str = field(default_factory=lambda: _dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+    #: what the reader of the verdict must know (e.g. a CI gate on t-intervals), in words
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def checked(self) -> list[str]:
@@ -211,6 +214,7 @@ class GateResult:
         out = [o.line(o.task in twice) for o in self.outcomes if o.status != "passed"]
         out += [f"GATE NOT EVALUATED {g}: the run has no value for it (no {GATES[g].label} was measured)"
                 for g in self.empty_gates]
+        out += [f"warning: {w}" for w in self.warnings]
         n, k = len(self.checked), len(self.outcomes)
         head = f"gates: {n} checked ({k} value{'s' * (k != 1)})"
         if self.passed:
@@ -233,7 +237,7 @@ class GateResult:
                "passed": self.passed, "exit_status": self.exit_status, "checked": self.checked,
                "unmet": self.unmet, "gates": self.gates.model_dump(exclude_none=True),
                "n_values": len(self.outcomes), "breaches": [asdict(o) for o in self.breaches],
-               "not_evaluated": [asdict(o) for o in self.not_evaluated]}
+               "not_evaluated": [asdict(o) for o in self.not_evaluated], "warnings": list(self.warnings)}
         if values:
             doc["results"] = [asdict(o) for o in self.outcomes]
         return jsonable(doc)
@@ -455,7 +459,17 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
                                                           "per_task.csv; check the task's spelling)"))
                 continue
             result.outcomes.extend(_evaluate_one(spec, df, key, bound, override, criteria))
+    ci_gates = [n for n in names if GATES[n].column == "ci_high"]
+    if ci_gates and run.summary.get("interval") == "t":
+        result.warnings.append(T_INTERVAL_WARNING.format(gates=", ".join(ci_gates)))
     return result
+
+
+#: the caveat of a CI gate read on t-intervals (``interval = "t"``), :attr:`GateResult.warnings`
+T_INTERVAL_WARNING = ("{gates} read the upper ends of t-intervals (this run's interval = \"t\"), which fall below the "
+                      "true rate of rare stereotypes too often (a simulation: 30% wrong passes with 40 prompts and a "
+                      "3% stereotype rate, where 5% is allowed); audit with interval = \"betting\" (the default) "
+                      "for release gates")
 
 
 def _rows(df: pd.DataFrame, spec: GateSpec, key: dict) -> pd.DataFrame:

@@ -544,3 +544,16 @@ def test_compare_and_task_history_mark_partial_nights_and_a_new_lmra(tmp_path, c
     points = json.loads(capsys.readouterr().out)["points"]
     assert [p["status"] for p in points] == ["complete", "partial"]
     assert [p["judge_model"] for p in points] == ["scripted", "scripted-v2"]
+
+
+def test_a_ci_gate_on_t_intervals_says_they_under_cover_rare_stereotypes(tmp_path, capsys):
+    """Break-it simulation: with interval = "t" a max_ci_high gate passed tasks whose true rate
+    was above the bound 11–30% of the time (5% allowed); the verdict now says so (console, JSON)."""
+    rc, text, run = audit(capsys, write_config(tmp_path, rates=FLAT, top='interval = "t"',
+                                              gates="[gates]\nmax_ci_high = 0.9\n"))
+    assert rc == 0 and 'max_ci_high read the upper ends of t-intervals (this run\'s interval = "t")' in text
+    assert main(["gate", str(run), "--gate", "max_ci_high=0.9", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] and len(doc["warnings"]) == 1 and "betting" in doc["warnings"][0]
+    rc, text, run = audit(capsys, write_config(tmp_path, rates=FLAT, seed=2, gates="[gates]\nmax_ci_high = 0.9\n"))
+    assert rc == 0 and "t-intervals" not in text  # the default betting intervals keep their coverage
