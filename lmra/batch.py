@@ -652,7 +652,12 @@ class BatchOrchestrator:
         with self._locked():
             await self.wait()
             for _ in range(self.max_rounds):
+                failed_before = self.live_stats.failed
                 collectors = await self.collect(providers, pipeline)
+                if self.live_stats.failed > failed_before:  # said, not only in the manifest (break-it finding)
+                    self.log(f"{self.live_stats.failed - failed_before} live call(s) of models without a batch API "
+                             "failed in this collecting pass; the next pass makes them again (a live audit would "
+                             "count them as failed pairs; all are in manifest.json, batch.live_calls_in_dry_pass)")
                 groups: dict[str, tuple[Provider, dict[str, ChatRequest]]] = {}
                 for p, c in zip(providers, collectors):
                     if c.collected:

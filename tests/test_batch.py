@@ -879,3 +879,37 @@ def test_a_batch_the_provider_forgot_fails_its_items_and_retry_failed_submits_th
     assert orch.retry_failed() == 2  # the next pass (lmra batch resume --retry-failed) submits them afresh
     assert load_state(tmp_path / "run")["jobs"][0]["failed"] == {}
     cache.close()
+
+
+def test_a_live_call_that_failed_in_a_collecting_pass_is_said(anthropic_server, sim_inputs, tmp_path):
+    """Break-it finding: in batch mode a model without a batch API (a custom target) is called in
+    each collecting pass, so a call that failed there was made again and the run ended with "0
+    failed" — the failures were only in the manifest. Each pass now logs them."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedTarget
+    from lmra.audit import Audit
+
+    class FlakyTarget(ScriptedTarget):
+        failed = 0
+
+        async def complete(self, request):
+            if "Prompt number 1." in request.messages[-1].content and not self.failed:
+                self.failed += 1
+                raise ProviderError("HTTP 503 (scripted)", kind="http_503")
+            return await super().complete(request)
+
+    a_url, _ = anthropic_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batchlive", judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url,
+                                            api_key_required=False, n_samples=1),
+        prompts=str(prompts), names=str(names), prompts_per_task=0, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, refusal={"enabled": False},
+        filter={"lmra": False})
+    target = FlakyTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer")
+    log: list[str] = []
+    result = asyncio.run(arun_batched(Audit(cfg, target=target, run_dir=tmp_path / "reports" / "r"), log=log.append,
+                                      **FAST))
+    assert target.failed == 1
+    assert any("1 live call(s) of models without a batch API failed in this collecting pass" in m for m in log), log
+    assert result.manifest["batch"]["live_calls_in_dry_pass"]["failed"] == 1
