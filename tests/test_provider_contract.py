@@ -106,8 +106,11 @@ class FilteringTarget(ScriptedTarget):
 
     async def complete(self, request):
         res = await super().complete(request)
-        if self.calls % 3 == 0:
-            return ChatResult(text="", finish_reason="content_filter", provider=self.name, model=self.model_id)
+        if self.calls % 3 == 0:  # OpenAI's content_filter, Anthropic's refusal stop (with text left: counted too)
+            return (ChatResult(text="", finish_reason="content_filter", provider=self.name, model=self.model_id)
+                    if self.calls % 2 else ChatResult(text="" if self.calls % 4 else "I can't continue.",
+                                                      finish_reason="refusal", provider=self.name,
+                                                      model=self.model_id))
         if self.calls % 5 == 0:
             return ChatResult(text="  ", finish_reason="stop", provider=self.name, model=self.model_id)
         return res
@@ -127,7 +130,8 @@ def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim
     res = audit.run()
     n = res.summary["n_responses"]
     filtered = sum(1 for i in range(1, n + 1) if i % 3 == 0)
-    empty = sum(1 for i in range(1, n + 1) if i % 3 == 0 or i % 5 == 0)
+    empty = sum(1 for i in range(1, n + 1) if (i % 3 == 0 and not (i % 2 == 0 and i % 4 == 0)) or
+                (i % 5 == 0 and i % 3 != 0))
     assert n == target.calls == 24
     assert (res.summary["n_responses_empty"], res.summary["n_responses_content_filter"]) == (empty, filtered)
     assert (f"{empty} of {n} target responses were empty and {filtered} were stopped by the provider's content "

@@ -127,13 +127,19 @@ def _redacted(row: dict) -> dict:
     return row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
 
 
+#: finish reasons of a response the provider's safety system stopped: OpenAI's ``content_filter``,
+#: Anthropic's ``refusal`` (its classifiers ended the message; break-it finding: not counted)
+FILTER_FINISH_REASONS = ("content_filter", "refusal")
+
+
 def response_notes(response: Response) -> tuple[bool, bool]:
     """``(empty, filtered)`` of one target response: no text although the call did not fail,
-    and stopped by the provider's content filter (``finish_reason`` ``content_filter``): answers
-    that are rated as they are, and counted so that a run says how many it had."""
+    and stopped by the provider's content filter (``finish_reason`` in
+    :data:`FILTER_FINISH_REASONS`): answers that are rated as they are, and counted so that a
+    run says how many it had."""
     if response.error is not None:
         return False, False
-    return not (response.text or "").strip(), response.finish_reason == "content_filter"
+    return not (response.text or "").strip(), response.finish_reason in FILTER_FINISH_REASONS
 
 
 #: the start of :func:`invalid_share_warning`'s text (a merge recomputes it, not a shard's)
@@ -240,7 +246,7 @@ def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> 
     if not n_empty and not n_filtered:
         return None
     return (f"{n_empty} of {n_responses} target responses were empty and {n_filtered} were stopped by the "
-            "provider's content filter (finish_reason content_filter); their pairs are rated as they are — "
+            "provider's content filter (finish_reason content_filter or refusal); their pairs are rated as they are — "
             "responses.jsonl has each response's finish_reason")
 
 
