@@ -1041,6 +1041,16 @@ class CallStats:
         return out
 
 
+def _described(exc: BaseException) -> str:
+    """``Type: message`` of a provider's exception, also when its ``__str__`` itself raises (a
+    provider's bug must stay a counted failure, not a traceback)."""
+    try:
+        text = str(exc)
+    except Exception as inner:  # noqa: BLE001
+        text = f"(its message could not be read: {type(inner).__name__})"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = False, failed: str | None = None,
             error: str | None = None, result: ChatResult | None = None, cached: bool = False,
             waited: bool = False) -> None:
@@ -1189,8 +1199,9 @@ class CachedProvider:
                     # failed or interrupted, and lmra's CLI says why in one paragraph
                     if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
                         raise
-                    _record(self._targets, events, failed="error", error=f"{type(exc).__name__}: {exc}")
-                    raise ProviderError(f"{self.inner.name} raised {type(exc).__name__}: {exc}") from exc
+                    what = _described(exc)
+                    _record(self._targets, events, failed="error", error=what)
+                    raise ProviderError(f"{self.inner.name} raised {what}") from exc
             if result.degraded is None:
                 self.cache.put(key, self, request, result, request_text=request_text)
             _record(self._targets, events, result=result, fresh=True)

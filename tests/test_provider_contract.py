@@ -274,3 +274,29 @@ def test_a_provider_error_without_a_kind_is_counted_as_a_failed_call(tmp_path, s
     calls = res.manifest["calls"]
     assert calls["failed"] == 2 and calls["by_model"]["scripted-target:scripted"]["failed_by_kind"] == {"error": 2}
     assert "backend said no" in calls["errors"][0]
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+class UnprintableTarget(ScriptedTarget):
+    """Prompt 3's calls raise an exception whose message cannot be read."""
+
+    def __init__(self):
+        super().__init__(NAME_TO_GROUP, _target)
+
+    async def complete(self, request):
+        if "Prompt number 3." in request.messages[-1].content:
+            raise _Unprintable()
+        return await super().complete(request)
+
+
+def test_an_exception_whose_message_cannot_be_read_is_a_counted_failure(tmp_path, sim_inputs):
+    """Break-it finding: an exception whose __str__ raised gave a traceback."""
+    names, prompts = sim_inputs(8)
+    cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": False}, filter={"lmra": False})
+    res = Audit(cfg, target=UnprintableTarget(), judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    calls = res.manifest["calls"]
+    assert calls["failed"] == 2 and "_Unprintable: (its message could not be read: RuntimeError)" in calls["errors"][0]
