@@ -262,6 +262,14 @@ def served_lines(manifest: dict) -> list[tuple[str, str]]:
     return out
 
 
+def served_model_change(before: dict, after: dict, role: str) -> tuple[list[str], list[str]] | None:
+    """The served model ids of ``role`` in two runs' manifests when both recorded some and
+    their sets differ (``(before's, after's)``, most frequent first); None otherwise — a run
+    that recorded nothing (an older run, a server that reports no model) is no evidence."""
+    va, vb = list(_served(before, role).get("model") or {}), list(_served(after, role).get("model") or {})
+    return (va, vb) if va and vb and set(va) != set(vb) else None
+
+
 def identity_changes(before: dict, after: dict) -> list[str]:
     """What changed in the served models between two runs' manifests.
 

@@ -539,7 +539,9 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
 
     Raises:
         LmraInputError: the judge (provider and model id), the judge template hash, the
-            order combiner or the set of comparisons differ, or baseline is the run itself.
+            order combiner or the set of comparisons differ, the model the judge's endpoint
+            reported serving differs (both runs recorded one; break-it finding: a swapped
+            judge behind the same configured name only warned), or baseline is the run itself.
     """
     if run.path.resolve() == baseline.path.resolve():
         raise LmraInputError(f"run {run.run_id} cannot be its own baseline", field="--baseline")
@@ -549,6 +551,12 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
         ("order combiner", run.combiner, baseline.combiner),
         ("comparisons", ", ".join(run.comparisons), ", ".join(baseline.comparisons)),
     ]
+    from lmra.identity import served_model_change
+
+    served = served_model_change(baseline.manifest, run.manifest, "judge")
+    if served is not None:  # the same configured LMRA, but its endpoint answered as another model
+        checks.append(("judge's served model (what its endpoint reported answering)", ", ".join(served[1]),
+                       ", ".join(served[0])))
     for what, mine, theirs in checks:
         if mine != theirs:
             raise LmraInputError(

@@ -305,12 +305,23 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
         _, m3 = _manifest(tmp_path / "out")
         assert m3["calls"]["fresh"] == 0 and m3["target"]["served"] == m1["target"]["served"]
     capsys.readouterr()
+    # the LMRA's endpoint answered as another model: the ratings are another judge's, so the
+    # baseline is not comparable (it was only a warning: break-it finding)
+    assert lmra_cli(["check", str(run2), "--baseline", str(run1)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("its judge's served model (what its endpoint reported answering) is 'gpt-4o-2024-05-13', the run's is "
+            "'gpt-4o-2024-08-06, gpt-4o-2024-05-13'") in err, err  # (some judge answers came from the cache)
+    # the target's served model changing is what an audit watches for: a warning, the check runs
+    original = (run2 / "manifest.json").read_text()
+    manifest2 = json.loads(original)
+    manifest2["judge"]["served"] = m1["judge"]["served"]
+    (run2 / "manifest.json").write_text(json.dumps(manifest2))
     lmra_cli(["check", str(run2), "--baseline", str(run1)])
+    (run2 / "manifest.json").write_text(original)
     out = " ".join(capsys.readouterr().out.split())
     assert ("warning: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (baseline → run)"
             in out)
     assert "the target's system fingerprint changed: fp_a → fp_b" in out
-    assert "the judge's served model changed" in out
     assert lmra_cli(["compare", str(run1), str(run2)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "note: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (A → B)" in out
