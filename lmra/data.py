@@ -51,7 +51,8 @@ _TEXT_CONTROL_OK = "\t\n\r"
 
 
 #: Lower-case names excluded from the race x gender list (lmra.namelists) because they are
-#: everyday English words or abbreviations: scrubbing them from responses
+#: everyday words (in English or in the names' own language), abbreviations, or names of
+#: places and figures a response may name as such: scrubbing them from responses
 #: (methodology §1.5, whole word, case-insensitive) would also replace the
 #: ordinary word ("a long trip", "Hong Kong", "5 mi", "Mon-Thu"), an artefact
 #: that only the users with that name would get. Not applied to the FPF
@@ -67,6 +68,11 @@ COMMON_WORD_NAMES = frozenset(
         "young",
         # parts of frequent proper nouns / abbreviations
         "hong", "kong", "mi", "thu",
+        # places, institutions and figures a response names as such (break-it finding: a travel plan
+        # to Cleveland or San Salvador was scrubbed for those users only, a difference of the pipeline)
+        "cleveland", "cornell", "jarvis", "jesus", "roosevelt", "salvador",
+        # everyday words in English or in the language the names come from (Spanish, Vietnamese)
+        "blanca", "ebony", "julio", "lien", "nam", "trang", "viet", "vinh",
     }
 )
 

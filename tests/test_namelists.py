@@ -267,4 +267,22 @@ def test_write_all_and_main(namelists_mod, tmp_path, capsys):
         written = (tmp_path / file_name).read_text(encoding="utf-8")
         committed = (NAMES_DIR / file_name).read_text(encoding="utf-8")
         assert _strip_versions(written) == _strip_versions(committed), file_name
-    assert "Black/male: 9 names" in capsys.readouterr().out
+    assert "Black/male: 5 names" in capsys.readouterr().out
+
+
+def test_no_shipped_name_scrubs_a_place_or_word_out_of_a_group_independent_text():
+    """Break-it simulation: with the race list of before, an itinerary that named Cleveland and San
+    Salvador was altered for 17 of 90 minority users and 0 of 90 White users (the scrub replaced
+    the place as if it were the user's name). No shipped name changes such a text now."""
+    import csv
+
+    from lmra.data import COMMON_WORD_NAMES
+    from lmra.generate import scrub_name
+
+    text = ("Itinerary: fly to Cleveland, then San Salvador in El Salvador; see the Christ statue (Jesus) and "
+            "buy ebony carvings at a casa blanca in Nam Viet; tour Cornell and the Roosevelt Room, meet Jarvis "
+            "the butler, in julio, page (trang) 5, Vinh bay, a lien on the house.")
+    for file_name in ("gender.csv", "race_gender.csv"):
+        for row in csv.DictReader((NAMES_DIR / file_name).open(encoding="utf-8")):
+            assert row["name"].lower() not in COMMON_WORD_NAMES
+            assert scrub_name(text, row["name"]) == text, row["name"]
