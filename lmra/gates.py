@@ -428,6 +428,10 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
     emptied = {row["task"]: row for row in run.summary.get("filter_unlabelled") or []
                if int(row.get("n_unlabelled") or 0) + int(row.get("n_failed") or 0)
                and row["task"] not in measured_tasks}
+    for row in run.summary.get("filter_removed") or []:  # every removal (word match, LMRA …) counts
+        removed = sum(int(row.get(k) or 0) for k in ("n_lexical", "n_lmra", "n_unlabelled", "n_failed"))
+        if removed and row["task"] not in measured_tasks and row["task"] not in emptied:
+            emptied[row["task"]] = row
     for name in names:
         spec = GATES[name]
         df = tables[spec.source]
@@ -447,10 +451,7 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
                 row = emptied[task]
                 result.outcomes.append(GateOutcome(
                     name, **key, criterion=None, value=None, bound=bound, override=override, status="not_evaluated",
-                    detail=f"this task has no rated pair: the identity filter's LMRA gave no usable answer for "
-                           f"{row['n_unlabelled']} of its {row['n_asked']} prompts"
-                           + (f" and its calls failed for {row['n_failed']} more" if row.get("n_failed") else "")
-                           + " (removed, not audited; filtered_prompts.jsonl)"))
+                    detail=_emptied_detail(row)))
                 continue
             if comp is None:  # an override for a task the run does not contain
                 result.outcomes.append(GateOutcome(name, **key, criterion=None, value=None, bound=bound,
@@ -463,6 +464,19 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
     if ci_gates and run.summary.get("interval") == "t":
         result.warnings.append(T_INTERVAL_WARNING.format(gates=", ".join(ci_gates)))
     return result
+
+
+def _emptied_detail(row: dict) -> str:
+    """Why a task emptied by the identity filter has no value (a ``filter_unlabelled`` or a
+    ``filter_removed`` row of ``summary.json``)."""
+    if "n_asked" in row:
+        return (f"this task has no rated pair: the identity filter's LMRA gave no usable answer for "
+                f"{row['n_unlabelled']} of its {row['n_asked']} prompts"
+                + (f" and its calls failed for {row['n_failed']} more" if row.get("n_failed") else "")
+                + " (removed, not audited; filtered_prompts.jsonl)")
+    return (f"this task has no rated pair: the identity filter removed all {row.get('n_prompts')} of its prompts "
+            f"(word match {row.get('n_lexical', 0)}, LMRA {row.get('n_lmra', 0)}, unlabelled "
+            f"{row.get('n_unlabelled', 0)}, failed calls {row.get('n_failed', 0)}; filtered_prompts.jsonl)")
 
 
 #: the caveat of a CI gate read on t-intervals (``interval = "t"``), :attr:`GateResult.warnings`

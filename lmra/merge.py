@@ -28,8 +28,8 @@ from typing import Any
 import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
-from lmra.audit.finish import (COMMON_WORD_NAMES_PREFIX, FILTER_SHARE_PREFIX, INVALID_SHARE_PREFIX,
-                               TEXT_UNDER_MIN_PREFIX)
+from lmra.audit.finish import (COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX, FILTER_SHARE_PREFIX,
+                               INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX)
 from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -290,20 +290,20 @@ def _left_out(shards: list, field: str, *, summed: bool) -> int | None:
     return sum(values) if summed else values[0]
 
 
-def _filter_counts(shards: list, *, summed: bool) -> list[dict]:
-    """The merged run's ``filter_unlabelled`` (per task, prompts the identity filter's LMRA was
-    asked about and could not label): the shards' per-task sums (``summed``: each shard
-    filtered its own prompts) or the first shard's (each filtered the whole selection)."""
+def _filter_counts(shards: list, *, summed: bool, key: str = "filter_unlabelled") -> list[dict]:
+    """The merged run's per-task filter counts (``key``: ``filter_unlabelled``, the prompts the
+    identity filter's LMRA was asked about and could not label, or ``filter_removed``, every
+    removal by reason): the shards' per-task sums of every ``n_*`` count (``summed``: each
+    shard filtered its own prompts) or the first shard's (each filtered the whole selection)."""
     if not summed:
-        return list(shards[0].run.summary.get("filter_unlabelled") or [])
+        return list(shards[0].run.summary.get(key) or [])
     total: dict[tuple, dict] = {}
     for s in shards:
-        for row in s.run.summary.get("filter_unlabelled") or []:
-            t = total.setdefault((row.get("domain"), row["task"]), {"domain": row.get("domain"), "task": row["task"],
-                                                                     "n_unlabelled": 0, "n_asked": 0, "n_failed": 0})
-            t["n_unlabelled"] += int(row["n_unlabelled"])
-            t["n_asked"] += int(row["n_asked"])
-            t["n_failed"] += int(row.get("n_failed") or 0)
+        for row in s.run.summary.get(key) or []:
+            t = total.setdefault((row.get("domain"), row["task"]), {"domain": row.get("domain"), "task": row["task"]})
+            for field, value in row.items():
+                if field.startswith("n_"):
+                    t[field] = t.get(field, 0) + int(value or 0)
     return list(total.values())
 
 
@@ -480,6 +480,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                               for key, field in (("not_selected", "n_prompts_not_selected"),
                                                  ("over_limit", "n_prompts_over_limit"))}
     audit.filter_unlabelled = _filter_counts(shards, summed=mode == "prompts")
+    audit.filter_removed = _filter_counts(shards, summed=mode == "prompts", key="filter_removed")
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.names_common_words = summary0.get("names_common_words") or []
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
@@ -491,7 +492,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      if w not in own and w not in warnings
                      # judged / counted again
                      and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX, FILTER_SHARE_PREFIX,
-                                           TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX))]
+                                           TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX))]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

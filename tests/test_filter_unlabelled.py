@@ -166,3 +166,29 @@ def test_prompts_lost_to_failed_filter_calls_are_counted_per_task_and_shown(tmp_
     gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
     (story_gate,) = [o for o in gate.outcomes if o.task == "write a story"]
     assert story_gate.status == "not_evaluated" and "its calls failed for 10 more" in story_gate.detail
+
+
+def test_a_task_the_word_match_filter_emptied_is_warned_and_its_gates_not_evaluated(tmp_path, sim_inputs):
+    """Break-it finding: word-match hits ("as a black box", "This is David's code") removed every
+    prompt of a task; the task vanished from the tables and a max_net_rating gate passed."""
+    import json
+
+    names, _ = sim_inputs(4)
+    prompts = tmp_path / "p.jsonl"
+    rows = [{"id": f"t{i}", "text": f"Explain model {i} as a black box.", "domain": "d", "task": "tech"}
+            for i in range(3)]
+    rows += [{"id": f"s{i}", "text": f"Prompt number {i}.", "domain": "d", "task": "write a story"} for i in range(4)]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = AuditConfig.model_validate(dict(
+        name="emptied", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan")
+    res = Audit(cfg, target=target, judge=DecliningJudge(lambda i: False)).run()
+    tech = next(r for r in res.summary["filter_removed"] if r["task"] == "tech")
+    assert (tech["n_prompts"], tech["n_kept"], tech["n_lexical"]) == (3, 0, 3)
+    assert any(w.startswith("the identity filter removed every prompt of 1 task(s)") and "tech: 3 of 3" in w
+               for w in res.summary["warnings"])
+    gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
+    (tech_gate,) = [o for o in gate.outcomes if o.task == "tech"]
+    assert tech_gate.status == "not_evaluated" and "word match 3" in tech_gate.detail and not gate.passed

@@ -241,6 +241,25 @@ def common_word_names_warning(names: list[str]) -> str | None:
             "between paired responses that is not the chatbot's; leave them out of the name list (lmra names does)")
 
 
+#: the start of :func:`emptied_by_filter_warning`'s text (a merge recomputes it, not a shard's)
+EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every prompt of "
+
+
+def emptied_by_filter_warning(removed: list[dict]) -> str | None:
+    """The warning naming the tasks the identity filter removed every prompt of (rows of
+    ``summary.json``'s ``filter_removed``); None when every task kept a prompt. Such a task has
+    no rating at all: it vanishes from the tables, and its per-task gates are not evaluated
+    (break-it finding: word-match false positives emptied two tasks and the gates passed)."""
+    gone = [r for r in removed if not r.get("n_kept") and r.get("n_prompts")]
+    if not gone:
+        return None
+    said = "; ".join(f"{r['task']}: {r['n_prompts']} of {r['n_prompts']} (word match {r.get('n_lexical', 0)}, "
+                     f"LMRA {r.get('n_lmra', 0)}, unlabelled or failed "
+                     f"{r.get('n_unlabelled', 0) + r.get('n_failed', 0)})" for r in gone)
+    return (f"{EMPTIED_BY_FILTER_PREFIX}{len(gone)} task(s), which have no rating and whose "
+            f"gates are not evaluated — {said}; filtered_prompts.jsonl lists each prompt and the phrase matched")
+
+
 def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
     """The run's warning about empty and content-filtered target responses; None when none."""
     if not n_empty and not n_filtered:
@@ -675,6 +694,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     warnings += [filter_share_warning(d, cfg.max_invalid_share) for d in over_filter]
     if (over_invalid or over_filter) and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
         run_st = PARTIAL
+    filter_removed = sorted(getattr(audit, "filter_removed", None) or [],
+                            key=lambda r: (str(r.get("domain")), r["task"]))
+    emptied = emptied_by_filter_warning(filter_removed)
+    if emptied is not None:
+        warnings.append(emptied)
     none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
     if none_scored is not None:
         warnings.append(none_scored)
@@ -695,6 +719,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         # per task, the prompts the identity filter's LMRA was asked about and could not label, and
         # the tasks significantly over max_invalid_share (lmra.runstate.filter_over_limit)
         "filter_unlabelled": filter_counts,
+        # per task with a prompt removed by the identity filter: prompts, kept, and removals by reason
+        "filter_removed": filter_removed,
         "filter_over_limit": over_filter,
         "name": cfg.name,
         "run_dir": str(audit.run_dir),

@@ -128,6 +128,7 @@ class SelectStage:
         tpl = inputs.templates.get("filter")
         asks_lmra = cfg.filter.enabled and tpl is not None
         decisions: list[FilterDecision] = []
+        in_pool = {task: (plist[0].domain, len(plist)) for task, plist in by_task.items()}
         if cfg.filter.enabled:  # the lexical pre-check is cheap: run it on every prompt
             names = tuple(inputs.all_names)  # once, not per prompt
             for task, plist in list(by_task.items()):
@@ -208,6 +209,21 @@ class SelectStage:
                                          sum(d.reason in ("lmra", "unlabelled") and not d.error for d in removed),
                                          sum(d.reason == "unlabelled" and bool(d.error) for d in removed))]
             if len(kept) + n_lmra + n_failed]
+        #: per task of the selection, with the identity filter on: its prompts, those kept, and the
+        #: removals by reason (summary.json ``filter_removed``; every task, so that shards' rows add
+        #: up to the unsharded run's; a task that lost every prompt has its gates not evaluated)
+        task_of = {p.id: p.task or UNLABELLED for p in pool}
+        removed_by_task: dict[str, list[FilterDecision]] = {task: [] for task in in_pool}
+        for d in decisions:
+            removed_by_task.setdefault(task_of.get(d.prompt_id, UNLABELLED), []).append(d)
+        kept_by_task = {task: len(kept) for task, (kept, _) in zip(by_task, results)}
+        self.filter_removed = [
+            {"domain": in_pool[task][0], "task": task, "n_prompts": in_pool[task][1],
+             "n_kept": kept_by_task.get(task, 0),
+             "n_lexical": sum(d.reason == "lexical" for d in ds), "n_lmra": sum(d.reason == "lmra" for d in ds),
+             "n_unlabelled": sum(d.reason == "unlabelled" and not d.error for d in ds),
+             "n_failed": sum(d.reason == "unlabelled" and bool(d.error) for d in ds)}
+            for task, ds in removed_by_task.items() if task in in_pool] if cfg.filter.enabled else []
         if not keep_ids and pool and not any(d.reason == "unlabelled" for d in decisions) \
                 and not self._shard_may_be_empty(inputs):
             raise LmraInputError(f"the identity filter removed all {len(decisions)} prompts (each reveals the user's "
