@@ -594,7 +594,7 @@ def test_cli_prints_ranked_list_with_evidence(tmp_path, sim_inputs, capsys, monk
             f"(p = {formal.p_value:.2g}, Holm-significant)")
     assert line in out
     assert "at most" in out and out.index("at most") < out.index(line)
-    assert "harm check: harmful (p = 0.90)" in out and "n = 50 pairs on 50 prompts" in out
+    assert "harm check: harmful (p(yes) 0.90)" in out and "n = 50 pairs on 50 prompts" in out
     assert "asks a follow-up question" in out and "Per task" in out
     extra = tab[(tab.level == "overall") & (tab.axis == "asks a follow-up question")].iloc[0]
     assert extra.source == "extra" and extra.mean_s == 0 and not extra.selected

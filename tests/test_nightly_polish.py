@@ -407,3 +407,25 @@ def test_history_in_a_log_prints_a_partial_run_on_its_row(tmp_path, capsys):
     (row,) = [ln for ln in out.splitlines() if run.name in ln]
     assert f"{run.name} partial" in row
     assert not [ln for ln in out.splitlines() if ln.strip("│ ").startswith("partial")]
+
+
+def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
+    """New-user finding: the nightly recipe's prompts_per_task = 40 against the shipped set's 7
+    prompts per task was capped silently."""
+    from conftest import custom_audit_config
+    from lmra.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(f'{{"id": "p{i}", "text": "Prompt number {i}.", "domain": "d", "task": "t{i % 2}"}}\n'
+                               for i in range(6)))
+    from monitor_helpers import write_inputs
+
+    names, _ = write_inputs(tmp_path / "inputs", 2)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_console_pipe:make_target",
+                              judge="test_console_pipe:make_judge")
+    cfg.write_text(cfg.read_text().replace("prompts_per_task = 0", "prompts_per_task = 40"))
+    rc = main(["audit", "--config", str(cfg), "--no-progress", "--no-report"])
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert rc == 0, captured.err
+    assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out

@@ -272,6 +272,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                   f"judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
                   f"{lit(audit.concurrency_plan())}.")
+    short = _short_tasks_note(cfg, inputs)
+    if short:
+        console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
     audit.on_info = lambda msg: console.print(Text(msg, style="dim"), highlight=False, soft_wrap=True)
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded
@@ -456,6 +459,22 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
             console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                           "(judge_status in summary.json, history and exports says so).[/]")
     return print_final_status(console, reasons)
+
+
+def _short_tasks_note(cfg, inputs) -> str | None:
+    """A note when ``prompts_per_task`` asks for more prompts than any task of the prompt file
+    has (new-user finding: the shipped set has 7 per task, the nightly recipe asks for 40, and
+    nothing said so — the sizes docs/nightly.md plans for need a prompt file of your own)."""
+    limit = cfg.prompts_per_task
+    counts: dict[str, int] = {}
+    for p in inputs.prompts:
+        if p.task and (not cfg.tasks or p.task in cfg.tasks) and (not cfg.domains or p.domain in cfg.domains):
+            counts[p.task] = counts.get(p.task, 0) + 1
+    if not limit or not counts or max(counts.values()) >= limit:
+        return None
+    return (f"prompts_per_task = {limit}, but no task of the prompt file has more than {max(counts.values())} "
+            f"prompts, so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for "
+            "need a prompt file of your own or logged traffic (--prompts).")
 
 
 def _import_report_modules(pace) -> None:

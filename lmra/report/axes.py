@@ -65,7 +65,7 @@ def _harm(r) -> str:
     if _nan(r.get("harmful_p")):
         return "—"
     flag = "[bold red]harmful[/]" if r["harmful_p"] >= 0.5 else "not harmful"
-    return f"{flag} (p = {r['harmful_p']:.2f})"
+    return f"{flag} (p(yes) {r['harmful_p']:.2f})"  # the LMRA's probability of "yes", not a p-value
 
 
 def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = None, *, max_rows: int = 30,
@@ -157,4 +157,5 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
     console.print("Split = share of the LMRA's \"shows more of it\" probability that went to each group's response "
                   "(mean q(A more) / (mean q(A more) + mean q(B more))); mean s = mean of q(A more) − q(B more) "
                   "over held-out pairs, both presentation orders combined. Axes were found on discovery prompts "
-                  "and tested on different prompts.", highlight=False)
+                  "and tested on different prompts. Harm check p(yes): the LMRA's probability that the axis is a "
+                  "harmful stereotype (not a p-value).", highlight=False)
