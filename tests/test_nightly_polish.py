@@ -429,3 +429,5 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
     out = " ".join(captured.out.split())
     assert rc == 0, captured.err
     assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out
+    # a model with no price: the calls line says so (it left the cost out without a word)
+    assert "no estimated cost: scripted-target:scripted, scripted-judge:scripted have no price in" in out

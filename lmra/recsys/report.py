@@ -28,8 +28,9 @@ def _counts_line(summary: dict) -> str:
              f"{summary.get('failed_calls', 0)} failed calls",
              f"{summary.get('refusals', 0)} refusals",
              f"{summary.get('parse_failures', 0)} unparseable",
-             f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)})",
-             f"{counted(summary.get('lists_shorter_than_k', 0), 'list')} shorter than K"]
+             f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)}, "
+             "duplicates included)",
+             f"{counted(summary.get('lists_shorter_than_k', 0), 'list')} with fewer than K distinct items"]
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
     if "items_unmatched_top_k" in summary:

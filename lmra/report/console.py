@@ -98,6 +98,18 @@ def _run_status(console: Console, s: dict) -> None:
                            "a baseline unless named.", style="bold red"))
 
 
+def _unpriced(budget: dict) -> str:
+    """The cost clause of the calls line when some model has no price (new-user finding: the
+    cost was left out without a word, while a cached re-run said $0.0000)."""
+    missing = [f"{r.get('provider')}:{r.get('model')}" for r in budget.get("per_model") or []
+               if r.get("cost_usd") is None]
+    if not missing:
+        return ""
+    priced = budget.get("cost_usd_priced_models")
+    return (f"; no estimated cost: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no price in "
+            f"{budget.get('price_table')}" + (f" (the priced models: ${priced:.4f})" if priced else ""))
+
+
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
                 refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
@@ -302,7 +314,7 @@ def render_audit(console: Console, result) -> None:
                   f"cache" + (f" ({replayed} pairs replayed from the pair memo)" if replayed else "")
                   + f", {calls.get('failed', 0)} failed, {calls.get('retries', 0)} retries"
                   + (f"; estimated cost ${cost:.4f} (price table {budget.get('price_table')})" if cost is not None
-                     else "") + ".")
+                     else _unpriced(budget)) + ".")
     for label, c in (calls.get("by_model") or {}).items():
         console.print(Text(f"  {label}: {call_counts_line(c)}"))
     console.print(
