@@ -106,8 +106,8 @@ def _unpriced(budget: dict) -> str:
     if not missing:
         return ""
     priced = budget.get("cost_usd_priced_models")
-    return (f"; no estimated cost: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no price in "
-            f"{budget.get('price_table')}" + (f" (the priced models: ${priced:.4f})" if priced else ""))
+    return (f"; no estimated cost: {lit(', '.join(missing))} {'has' if len(missing) == 1 else 'have'} no price in "
+            f"{lit(str(budget.get('price_table')))}" + (f" (the priced models: ${priced:.4f})" if priced else ""))
 
 
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
