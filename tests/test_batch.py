@@ -310,6 +310,17 @@ def _keyed(p, reqs):
 FAST = dict(poll_interval_s=0.01, max_wait_s=10)
 
 
+def _submit_and_wait(orch, prov, items) -> list:
+    """Submit ``items`` to ``prov``'s batch API through ``orch`` and wait for every job (raises
+    BatchPending when the orchestrator's max wait passes first); returns the submitted jobs."""
+    async def go():
+        jobs = await orch.submit(prov, items)
+        await orch.wait()
+        return jobs
+
+    return asyncio.run(go())
+
+
 # -- OpenAI ---------------------------------------------------------------------------------
 def test_openai_batch_submit_poll_download(openai_server, tmp_path):
     url, srv = openai_server
@@ -321,12 +332,7 @@ def test_openai_batch_submit_poll_download(openai_server, tmp_path):
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
 
-    async def go():
-        jobs = await orch.submit(prov, items)
-        await orch.wait()
-        return jobs
-
-    jobs = asyncio.run(go())
+    jobs = _submit_and_wait(orch, prov, items)
     # wire format: one upload with purpose "batch", JSONL lines with custom_id = cache key
     assert len(srv["uploads"]) == 1 and srv["uploads"][0]["purpose"] == "batch"
     assert len(srv["creates"]) == 1
@@ -414,12 +420,8 @@ def test_openai_resume_after_restart_does_not_resubmit(openai_server, tmp_path):
     # first process: submits, polls once, gives up (max_wait 0) -> BatchPending, state saved
     orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
 
-    async def first():
-        await orch.submit(prov, items)
-        await orch.wait()
-
     with pytest.raises(BatchPending, match="lmra batch resume"):
-        asyncio.run(first())
+        _submit_and_wait(orch, prov, items)
     cache.close()
     st = load_state(run)
     assert st["jobs"][0]["state"] == "submitted" and st["jobs"][0]["remote"]["batch_id"] == "batch_1"
@@ -482,11 +484,7 @@ def test_anthropic_batch_submit_poll_download(anthropic_server, tmp_path):
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
 
-    async def go():
-        await orch.submit(prov, items)
-        await orch.wait()
-
-    asyncio.run(go())
+    _submit_and_wait(orch, prov, items)
     assert len(srv["creates"]) == 1
     sent = srv["creates"][0]["requests"]
     assert [r["custom_id"] for r in sent] == list(items)
@@ -543,12 +541,8 @@ def test_anthropic_resume_after_restart(anthropic_server, tmp_path):
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
 
-    async def first():
-        await orch.submit(prov, items)
-        await orch.wait()
-
     with pytest.raises(BatchPending):
-        asyncio.run(first())
+        _submit_and_wait(orch, prov, items)
     orch2 = BatchOrchestrator(run, CallCache(tmp_path / "cache.sqlite"), **FAST)  # provider rebuilt from state
     asyncio.run(orch2.wait())
     assert len(srv["creates"]) == 1
@@ -644,12 +638,8 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
 
-    async def first():
-        await orch.submit(prov, items)
-        await orch.wait()
-
     with pytest.raises(BatchPending):
-        asyncio.run(first())
+        _submit_and_wait(orch, prov, items)
     cache.close()
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers(dest="command"))
@@ -781,11 +771,7 @@ def test_openai_output_with_cut_and_garbage_lines_fails_those_items_and_keeps_th
     log = []
     orch.log = log.append
 
-    async def go():
-        await orch.submit(prov, items)
-        await orch.wait()
-
-    asyncio.run(go())
+    _submit_and_wait(orch, prov, items)
     job = load_state(tmp_path / "run")["jobs"][0]
     assert job["state"] == "downloaded" and job["n_succeeded"] == 2 and job["n_failed"] == 2
     assert cache.get(keys[0]).text == "echo: one" and cache.get(keys[2]).text == "echo: three"
@@ -818,11 +804,7 @@ def test_anthropic_repeated_and_unknown_results_are_sorted_not_miscounted(anthro
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
 
-    async def go():
-        await orch.submit(prov, items)
-        await orch.wait()
-
-    asyncio.run(go())
+    _submit_and_wait(orch, prov, items)
     job = load_state(tmp_path / "run")["jobs"][0]
     assert job["n_succeeded"] == 2 and job["n_failed"] == 1 and list(job["failed"]) == [keys[1]]
     assert "two different answers" in job["failed"][keys[1]]
@@ -843,12 +825,8 @@ def test_batch_commands_on_batches_another_process_drives_say_so_in_one_paragrap
     run = tmp_path / "run"
     cache = CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
-    async def first():
-        await orch.submit(prov, _keyed(prov, _requests("one")))
-        await orch.wait()
-
     with pytest.raises(BatchPending):
-        asyncio.run(first())
+        _submit_and_wait(orch, prov, _keyed(prov, _requests("one")))
     cache.close()
     with (run / "batch" / ".lock").open("w") as held:  # the other process
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -868,11 +846,7 @@ def test_a_batch_the_provider_forgot_fails_its_items_and_retry_failed_submits_th
     orch = BatchOrchestrator(tmp_path / "run", cache, providers=[prov], **FAST)
     srv["forgotten"] = {"batch_1"}
 
-    async def go():
-        await orch.submit(prov, items)
-        await orch.wait()
-
-    asyncio.run(go())
+    _submit_and_wait(orch, prov, items)
     job = load_state(tmp_path / "run")["jobs"][0]
     assert job["state"] == "downloaded" and job["n_failed"] == 2 and job["remote"]["status"] == "gone"
     assert all("batch_1 is not found" in m and "--retry-failed" in m for m in job["failed"].values())

@@ -19,7 +19,7 @@ import pytest
 from rich.markup import render
 
 from faultserver import FaultServer, audit_config
-from test_batch import _keyed, _requests, openai_server  # noqa: F401  (a local batch-API server)
+from test_batch import _keyed, _requests, _submit_and_wait, openai_server  # noqa: F401  (a local batch-API server)
 from monitor_helpers import make_run
 from test_console_width import _lmra, _row_line
 from lmra.console import lit, make_console
@@ -163,7 +163,6 @@ def test_recsys_score_prints_attribute_values_literally(tmp_path):
 
 def test_batch_status_prints_model_ids_literally(openai_server, tmp_path, capsys):  # noqa: F811
     import argparse
-    import asyncio
 
     from lmra.batch import BatchOrchestrator, BatchPending
     from lmra.cli.batch import add_parsers
@@ -176,12 +175,8 @@ def test_batch_status_prints_model_ids_literally(openai_server, tmp_path, capsys
     run, cache = tmp_path / "run", CallCache(tmp_path / "cache.sqlite")
     orch = BatchOrchestrator(run, cache, providers=[prov], poll_interval_s=0.01, max_wait_s=0)
 
-    async def submit():
-        await orch.submit(prov, _keyed(prov, _requests("one")))
-        await orch.wait()
-
     with pytest.raises(BatchPending):
-        asyncio.run(submit())
+        _submit_and_wait(orch, prov, _keyed(prov, _requests("one")))
     cache.close()
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers(dest="command"))
