@@ -421,13 +421,12 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
 
         criteria = list((run.config.get("quality") or {}).get("criteria") or QualityConfig().criteria)
     result = GateResult(run_id=run.run_id, gates=gates)
-    # tasks the identity filter's LMRA emptied: prompts it could not label (or whose call failed)
-    # are removed, and a task that lost every prompt so has no row — its gates are not
-    # evaluated, never passed
+    # tasks the identity filter emptied: removed prompts (word match, LMRA, no usable answer, a
+    # failed call) are not audited, and a task that lost every prompt so has no row — its gates
+    # are not evaluated, never passed (filter_unlabelled: runs written before filter_removed)
     measured_tasks = set(tasks["task"])
     emptied = {row["task"]: row for row in run.summary.get("filter_unlabelled") or []
-               if int(row.get("n_unlabelled") or 0) + int(row.get("n_failed") or 0)
-               and row["task"] not in measured_tasks}
+               if int(row.get("n_unlabelled") or 0) and row["task"] not in measured_tasks}
     for row in run.summary.get("filter_removed") or []:  # every removal (word match, LMRA …) counts
         removed = sum(int(row.get(k) or 0) for k in ("n_lexical", "n_lmra", "n_unlabelled", "n_failed"))
         if removed and row["task"] not in measured_tasks and row["task"] not in emptied:
@@ -471,9 +470,8 @@ def _emptied_detail(row: dict) -> str:
     ``filter_removed`` row of ``summary.json``)."""
     if "n_asked" in row:
         return (f"this task has no rated pair: the identity filter's LMRA gave no usable answer for "
-                f"{row['n_unlabelled']} of its {row['n_asked']} prompts"
-                + (f" and its calls failed for {row['n_failed']} more" if row.get("n_failed") else "")
-                + " (removed, not audited; filtered_prompts.jsonl)")
+                f"{row['n_unlabelled']} of its {row['n_asked']} prompts (removed, not audited; "
+                "filtered_prompts.jsonl)")
     return (f"this task has no rated pair: the identity filter removed all {row.get('n_prompts')} of its prompts "
             f"(word match {row.get('n_lexical', 0)}, LMRA {row.get('n_lmra', 0)}, unlabelled "
             f"{row.get('n_unlabelled', 0)}, failed calls {row.get('n_failed', 0)}; filtered_prompts.jsonl)")

@@ -139,7 +139,7 @@ class FailingFilterJudge(DecliningJudge):
 
 def test_prompts_lost_to_failed_filter_calls_are_counted_per_task_and_shown(tmp_path, sim_inputs, capsys):
     """The per-task table counts failed pairs only: prompts a failed identity-filter call removed
-    are counted per task (filter_unlabelled's n_failed) and named on the run-status line (every
+    are counted per task (filter_removed's n_failed) and named on the run-status line (every
     task showed 0 failed; break-it finding); a task that lost every prompt so has its gates not
     evaluated."""
     from rich.console import Console
@@ -155,9 +155,9 @@ def test_prompts_lost_to_failed_filter_calls_are_counted_per_task_and_shown(tmp_
     res = Audit(cfg, target=target, judge=FailingFilterJudge(lambda i: i % 2 == 1)).run()  # every 'write a story'
     s = res.summary
     assert s["run_status"] == "partial" and s["n_prompts_filter_failed"] == 10
-    story = next(r for r in s["filter_unlabelled"] if r["task"] == "write a story")
-    assert (story["n_failed"], story["n_asked"], story["n_unlabelled"]) == (10, 0, 0)
-    assert next(r for r in s["filter_unlabelled"] if r["task"] == "career advice")["n_failed"] == 0
+    story = next(r for r in s["filter_removed"] if r["task"] == "write a story")
+    assert (story["n_failed"], story["n_kept"], story["n_unlabelled"], story["n_prompts"]) == (10, 0, 0, 10)
+    assert next(r for r in s["filter_removed"] if r["task"] == "career advice")["n_failed"] == 0
     console = Console(record=True, width=400)
     render_audit(console, res)
     shown = " ".join(console.export_text().split())
@@ -165,7 +165,7 @@ def test_prompts_lost_to_failed_filter_calls_are_counted_per_task_and_shown(tmp_
             and "career advice 0" not in shown), shown
     gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
     (story_gate,) = [o for o in gate.outcomes if o.task == "write a story"]
-    assert story_gate.status == "not_evaluated" and "its calls failed for 10 more" in story_gate.detail
+    assert story_gate.status == "not_evaluated" and "failed calls 10" in story_gate.detail
 
 
 def test_a_task_the_word_match_filter_emptied_is_warned_and_its_gates_not_evaluated(tmp_path, sim_inputs):

@@ -199,16 +199,14 @@ class SelectStage:
         keep_ids = {p.id for kept, _ in results for p in kept}
         decisions += [d for _, removed in results for d in removed]
         #: per task, the prompts the identity filter's LMRA was asked about (failed calls aside,
-        #: they count as lost prompts: ``n_failed``) and those it gave no usable answer for
-        #: (summary.json ``filter_unlabelled``; lmra.runstate.filter_over_limit)
+        #: they count as lost prompts: ``filter_removed``'s ``n_failed``) and those it gave no
+        #: usable answer for (summary.json ``filter_unlabelled``; lmra.runstate.filter_over_limit)
         self.filter_unlabelled = [
-            {"domain": by_task[task][0].domain, "task": task, "n_unlabelled": k, "n_asked": len(kept) + n_lmra,
-             "n_failed": n_failed}
+            {"domain": by_task[task][0].domain, "task": task, "n_unlabelled": k, "n_asked": len(kept) + n_lmra}
             for task, (kept, removed) in zip(by_task, results) if asks_lmra
-            for k, n_lmra, n_failed in [(sum(d.reason == "unlabelled" and not d.error for d in removed),
-                                         sum(d.reason in ("lmra", "unlabelled") and not d.error for d in removed),
-                                         sum(d.reason == "unlabelled" and bool(d.error) for d in removed))]
-            if len(kept) + n_lmra + n_failed]
+            for k, n_lmra in [(sum(d.reason == "unlabelled" and not d.error for d in removed),
+                               sum(d.reason in ("lmra", "unlabelled") and not d.error for d in removed))]
+            if len(kept) + n_lmra]
         #: per task of the selection, with the identity filter on: its prompts, those kept, and the
         #: removals by reason (summary.json ``filter_removed``; every task, so that shards' rows add
         #: up to the unsharded run's; a task that lost every prompt has its gates not evaluated)

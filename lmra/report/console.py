@@ -77,8 +77,8 @@ def _run_status(console: Console, s: dict) -> None:
     line = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
             f"failed classification and {s.get('n_prompts_filter_failed', 0)} to failed identity-filter calls: "
             f"{share:.1%} of the planned pairs (max_failed_share {s.get('max_failed_share', 0):.0%})")
-    lost_by_task = [f"{r['task']} {r['n_failed']} of {r['n_failed'] + r['n_asked']}"
-                    for r in s.get("filter_unlabelled") or [] if r.get("n_failed")]
+    lost_by_task = [f"{r['task']} {r['n_failed']} of {r['n_prompts']}"
+                    for r in s.get("filter_removed") or [] if r.get("n_failed")]
     if lost_by_task:  # the per-task table counts failed pairs only: say which tasks lost prompts
         line += f" (prompts lost to failed identity-filter calls, per task: {', '.join(lost_by_task)})"
     metrics = lost_metrics(s)
