@@ -165,6 +165,62 @@ def test_a_providers_own_base_exception_ends_the_run_in_one_paragraph_without_a_
     (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
     assert json.loads(manifest.read_text())["status"] == "failed"
 
+class StrayExitJudge(ScriptedJudge):
+    """Raises GeneratorExit itself (a bug of its own, not lmra closing the call) on prompt 3's
+    questions; ``complete`` is async or, with ``sync``, a plain def (run in a thread)."""
+
+    def __init__(self, sync: bool):
+        super().__init__(lambda a, b: {"C": 1.0})
+        if sync:
+            self.complete = self._sync_complete
+
+    async def complete(self, request):
+        if "Prompt number 3." in request.messages[-1].content:
+            raise GeneratorExit("a stray one")
+        return await super().complete(request)
+
+    def _sync_complete(self, request):
+        if "Prompt number 3." in request.messages[-1].content:
+            raise GeneratorExit("a stray one")
+        return asyncio.run(ScriptedJudge.complete(self, request))
+
+
+def make_stray_exit_judge(cfg):
+    return StrayExitJudge(sync=False)
+
+
+def make_stray_exit_sync_judge(cfg):
+    return StrayExitJudge(sync=True)
+
+
+def make_plain_target(cfg):
+    return ScriptedTarget(NAME_TO_GROUP, _target)
+
+
+@pytest.mark.parametrize("factory", ["make_stray_exit_judge", "make_stray_exit_sync_judge"])
+def test_a_generator_exit_raised_by_a_custom_provider_is_a_counted_failed_call(tmp_path, sim_inputs, capsys, factory):
+    """Break-it finding: a custom provider's call raising GeneratorExit went past every handler
+    and ended ``lmra audit`` with a traceback. It is one failed call, counted and named; the
+    run goes on (here partial: prompt 3's pair of 8 is lost, above max_failed_share)."""
+    import json
+
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(8)
+    config = custom_audit_config(tmp_path, names, prompts, target="test_provider_contract:make_plain_target",
+                                 judge=f"test_provider_contract:{factory}", name="stray", top="concurrency = 1")
+    assert main(["audit", "--config", str(config), "--no-progress", "--no-report"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Traceback" not in err
+    assert "First error: StrayGeneratorExit: the provider raised GeneratorExit: a stray one" in err
+    (summary,) = (tmp_path / "reports").glob("*/summary.json")
+    doc = json.loads(summary.read_text())
+    assert doc["run_status"] == "partial"
+    (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
+    calls = json.loads(manifest.read_text())["calls"]["by_model"]["scripted-judge:scripted"]
+    assert calls["failed"] >= 1 and calls["failed_by_kind"] == {"error": calls["failed"]}
+
+
 class _Custom(BaseException):
     """A BaseException subclass of a provider's own (not an Exception)."""
 

@@ -121,6 +121,9 @@ def test_custom_factory_that_raises(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("source, what", [
     ("def make(cfg):\n    raise SystemExit(0)\n", "factory 'exitprov_{n}:make' raised SystemExit"),
     ("raise SystemExit(0)\ndef make(cfg):\n    return None\n", "cannot load custom provider 'exitprov_{n}:make': SystemExit"),
+    ("def make(cfg):\n    raise GeneratorExit('oops')\n", "factory 'exitprov_{n}:make' raised GeneratorExit: oops"),
+    ("raise GeneratorExit\ndef make(cfg):\n    return None\n",
+     "cannot load custom provider 'exitprov_{n}:make': GeneratorExit"),
     ("class P:\n    name, base_url, supports_logprobs = 'p', '', False\n    @property\n    def model_id(self):\n"
      "        raise RuntimeError('lookup failed')\n    async def complete(self, r): ...\n"
      "    async def aclose(self): ...\ndef make(cfg):\n    return P()\n",

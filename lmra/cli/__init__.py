@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if status is None:
             raise
         return status
-    except (SystemExit, GeneratorExit):
+    except SystemExit:
         raise
     except BaseException as exc:  # not an Exception (e.g. a custom provider's own BaseException subclass):
         # it ended the run like a crash (the run folder says failed; answered calls are cached)

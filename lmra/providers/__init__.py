@@ -51,7 +51,7 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     module_name, _, attr = cfg.provider.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (Exception, SystemExit) as exc:  # ImportError, SyntaxError, errors (or sys.exit) while importing …
+    except (Exception, SystemExit, GeneratorExit) as exc:  # ImportError, SyntaxError, errors (or sys.exit) while importing …
         raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {type(exc).__name__}: {exc}",
                              field=f"{field}.provider") from None
     if not callable(factory):
@@ -60,7 +60,8 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
         provider = factory(cfg)
     except LmraInputError:
         raise
-    except (Exception, SystemExit) as exc:  # (a sys.exit() in a factory ended lmra silently with its status)
+    except (Exception, SystemExit, GeneratorExit) as exc:  # (a sys.exit() in a factory ended lmra silently with
+        # its status; a GeneratorExit, raised by mistake, went past every handler as a traceback)
         raise LmraInputError(f"custom provider factory '{cfg.provider}' raised {type(exc).__name__}: {exc}",
                              field=f"{field}.provider") from None
     try:

@@ -52,6 +52,17 @@ from typing import Any
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, note_event, wrap_identity
 
 
+class StrayGeneratorExit(Exception):
+    """A custom provider's call raised ``GeneratorExit`` itself (not thrown in by lmra closing
+    the call): an error of that one call, counted like any other exception a provider raises
+    (break-it finding: it went through every ``except Exception`` and ended the run with a
+    traceback)."""
+
+
+def _stray(exc: GeneratorExit) -> StrayGeneratorExit:
+    return StrayGeneratorExit(f"the provider raised GeneratorExit{f': {exc}' if str(exc) else ''}")
+
+
 @types.coroutine
 def _resume(coro, yielded):
     """Drive ``coro`` — stepped once by hand, suspended having yielded ``yielded`` to its
@@ -67,11 +78,15 @@ def _resume(coro, yielded):
                 yielded = coro.throw(exc)
             except StopIteration as stop:
                 return stop.value
+            except GeneratorExit as raised:
+                raise _stray(raised) from raised
         else:
             try:
                 yielded = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
+            except GeneratorExit as raised:
+                raise _stray(raised) from raised
 
 
 async def _abandonable(coro, loop: asyncio.AbstractEventLoop):
@@ -89,6 +104,8 @@ async def _abandonable(coro, loop: asyncio.AbstractEventLoop):
         yielded = coro.send(None)
     except StopIteration as stop:
         return stop.value
+    except GeneratorExit as raised:
+        raise _stray(raised) from raised
     inner = loop.create_task(_resume(coro, yielded))
     waiter = loop.create_future()
 
@@ -245,6 +262,8 @@ class DeadlineProvider:
         def call(ctx: contextvars.Context) -> None:
             try:
                 value, exc = ctx.run(self.inner.complete, request), None
+            except GeneratorExit as e:  # not an exception a future may carry as the call's own
+                value, exc = None, _stray(e)
             except BaseException as e:  # noqa: BLE001 — handed to the awaiting call, which counts it
                 value, exc = None, e
             try:
