@@ -140,6 +140,9 @@ def test_filter_removes_identity_prompts_and_lists_them(tmp_path, sim_inputs):
     assert removed["id-name"]["reason"] == removed["id-gender"]["reason"] == "lexical"
     assert removed["id-implied"]["reason"] == "lmra" and removed["id-implied"]["p_yes"] == pytest.approx(0.9)
     assert removed["id-implied"]["text"].startswith("Given my background")
+    # each row says which task (and domain) lost the prompt
+    assert [(removed[i]["domain"], removed[i]["task"]) for i in ("id-name", "id-gender", "id-implied")] == \
+        [("d", "write a story"), ("d", "write a story"), ("d", "career advice")]
     assert res.summary["n_filtered"] == 3 and res.summary["n_filtered_lexical"] == 2
     assert set(res.ratings["prompt_id"]) == {f"p{i}" for i in range(10)}
 

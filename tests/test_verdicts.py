@@ -164,7 +164,9 @@ def test_filter_failure_is_counted_as_unlabelled(tmp_path, sim_inputs):
     assert "1 unlabelled" in out and "refusals not labelled ([refusal] enabled = false)" in out
     rows = [json.loads(x) for x in (res.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
     assert rows == [FilterDecision(prompt_id="p4", removed=True, reason="unlabelled",
-                                   error=rows[0]["error"]).model_dump() | {"text": "Prompt number 4."}]
+                                   error=rows[0]["error"], domain=rows[0]["domain"],
+                                   task=rows[0]["task"]).model_dump() | {"text": "Prompt number 4."}]
+    assert (rows[0]["domain"], rows[0]["task"]) == ("d", "career advice")  # prompt 4's, as in the prompt file
 
 
 def test_min_on_sampled_answers_warns_and_auto_uses_mean(tmp_path, sim_inputs):

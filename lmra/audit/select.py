@@ -211,6 +211,9 @@ class SelectStage:
         #: removals by reason (summary.json ``filter_removed``; every task, so that shards' rows add
         #: up to the unsharded run's; a task that lost every prompt has its gates not evaluated)
         task_of = {p.id: p.task or UNLABELLED for p in pool}
+        domain_of = {p.id: p.domain or UNLABELLED for p in pool}
+        decisions = [d.model_copy(update={"domain": domain_of.get(d.prompt_id), "task": task_of.get(d.prompt_id)})
+                     for d in decisions]
         removed_by_task: dict[str, list[FilterDecision]] = {task: [] for task in in_pool}
         for d in decisions:
             removed_by_task.setdefault(task_of.get(d.prompt_id, UNLABELLED), []).append(d)

@@ -88,6 +88,10 @@ class FilterDecision(BaseModel):
     p_yes: float | None = None
     mass: float | None = None
     error: str | None = None  # the provider error of an unlabelled prompt
+    #: the prompt's domain and task (as audited: classified where the file gave none), set by the
+    #: audit's selection so that ``filtered_prompts.jsonl`` rows say which task lost them
+    domain: str | None = None
+    task: str | None = None
 
 
 def lexical_decision(prompt: PromptRecord, names: Iterable[str]) -> FilterDecision | None:
