@@ -74,7 +74,7 @@ def test_scrub_name_matches_any_apostrophe_hyphen_and_accent_composition():
     assert scrub_name("Dear O'Neil", "O’Neil") == "Dear [NAME]"
     nfd, nfc = unicodedata.normalize("NFD", "José"), unicodedata.normalize("NFC", "José")
     assert nfd != nfc
-    assert scrub_name(f"Hello {nfc} and Jose", nfd) == "Hello [NAME] and Jose"
+    assert scrub_name(f"Hello {nfc} and Jose", nfd) == "Hello [NAME] and [NAME]"
     assert scrub_name(f"Hello {nfd}", nfc) == "Hello [NAME]"
     assert scrub_name("Mary\u2010Jane said; mary-jane agreed", "Mary-Jane") == "[NAME] said; [NAME] agreed"
     assert scrub_name("Oneil and O Neil", "O'Neil") == "Oneil and O Neil"  # an apostrophe is still required
@@ -92,10 +92,12 @@ def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):
     assert "literal braces are written {{ and }}" in str(err.value) and "{{{{" not in str(err.value)
 
 
-def test_a_name_followed_by_a_combining_mark_is_another_name_and_nfd_introductions_match():
+def test_a_name_matches_with_or_without_its_accents_and_nfd_introductions_match():
     """Review findings: the self-introduction check did not match "Hi, I'm José." written with
     a combining accent (no word boundary after U+0301), and "Jose" was scrubbed out of "José"
-    (NFD), leaving a stray accent."""
+    (NFD), leaving a stray accent. Break-it finding: a model that wrote "Jesús" for a user named
+    Jesus (or "Jose" for José) left the name in the text the LMRA read: Latin letters now match
+    with or without accents, composed or decomposed, and no accent is left behind."""
     import unicodedata
 
     from lmra.judge.filter import lexical_hits
@@ -103,7 +105,37 @@ def test_a_name_followed_by_a_combining_mark_is_another_name_and_nfd_introductio
     nfd = unicodedata.normalize("NFD", "José")
     assert lexical_hits(f"Hi, I'm {nfd}.", ("José",)) == [f"Hi, I'm {nfd}"]
     assert lexical_hits("Hi, I'm José.", (nfd,)) == ["Hi, I'm José"]
-    assert lexical_hits(f"Hi, I'm {nfd}.", ("Jose",)) == []  # José is not Jose
-    assert scrub_name(f"{nfd} and Jose", "Jose") == f"{nfd} and [NAME]"
+    assert lexical_hits(f"Hi, I'm {nfd}.", ("Jose",)) == [f"Hi, I'm {nfd}"]  # the phrase as written
+    assert lexical_hits("Thanks, Zoë", ("Zoe",)) == ["Thanks, Zoë"]
+    assert scrub_name(f"{nfd} and Jose", "Jose") == "[NAME] and [NAME]"  # no stray accent left
+    assert scrub_name("JOSÉ, josé's plan, Joseph, Josée", "Jose") == "[NAME], [NAME]'s plan, Joseph, Josée"
+    assert scrub_name("Hi Jesús, and Jesus", "Jesus") == scrub_name("Hi Jesús, and Jesus", "Jesús") == \
+        "Hi [NAME], and [NAME]"
+    assert scrub_name("Łukasz, Lukasz, Søren, Soren", "Lukasz") == "[NAME], [NAME], Søren, Soren"
+    assert scrub_name("Łukasz, Lukasz, Søren, Soren", "Søren") == "Łukasz, Lukasz, [NAME], [NAME]"
     renee = unicodedata.normalize("NFD", "Renée")
-    assert scrub_name(renee, "Rene") == renee and scrub_name(renee, "Renée") == "[NAME]"
+    assert scrub_name(renee, "Rene") == renee and scrub_name(renee, "Renée") == "[NAME]"  # another name
+    assert scrub_name("René", "Rene") == "[NAME]"
+    # other scripts: as written, in either normal form ("й" is not "и")
+    andrei = "Андрей"
+    assert scrub_name(f"{andrei} Андреи {unicodedata.normalize('NFD', andrei)}", andrei) == "[NAME] Андреи [NAME]"
+    assert scrub_name("王芳 说", "王芳") == "[NAME] 说"
+
+
+def test_fold_latin_keeps_every_span():
+    """The scrub matches in folded text and replaces in the original: each character folds to
+    one character (an accented Latin letter to its letter, a combining mark to one mark)."""
+    import random
+    import unicodedata
+
+    from lmra.generate import fold_latin
+
+    rng = random.Random(7)
+    alphabet = "aeiouAEIOU éÉèüÜñÑçłŁøØ" + "".join(map(chr, range(0x0300, 0x0310))) + "Андрей王芳’—-"
+    for _ in range(500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        folded = fold_latin(text)
+        assert len(folded) == len(text)
+        assert all(a == b or unicodedata.combining(b) or not b.isascii() for a, b in zip(folded, text))
+    assert fold_latin("plain ASCII text") == "plain ASCII text"
+    assert fold_latin("José Łukasz Ærø") == "Jose Lukasz Æro"

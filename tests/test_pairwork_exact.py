@@ -242,6 +242,10 @@ def _pinned_audit(tmp_path) -> tuple[str, str, int]:
                  "responses.jsonl", "placebo_responses.jsonl", "placebo_ratings.jsonl", "quality_ratings.jsonl",
                  "prompts.jsonl", "filtered_prompts.jsonl"):
         text = (res.run_dir / name).read_text(encoding="utf-8")
+        if name == "filtered_prompts.jsonl":  # rows name their domain and task since the eighteenth session
+            rows = [json.loads(line) for line in text.split("\n") if line]
+            assert all(r.pop("domain") in ("d", "e") and r.pop("task") in ("story", "advice") for r in rows)
+            text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         if name.endswith(".jsonl"):  # the same records: lines (compact since the eighth round) in 8b899bf's form
             text = "".join(_as_8b899bf(line) + "\n" for line in text.split("\n") if line)
         parts.append(name + "\n" + text)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.data import PromptRecord
-from lmra.generate import NAME_END, name_regex
+from lmra.generate import NAME_END, fold_latin, name_regex
 from lmra.judge.binary import ask_yes_no, says_yes
 from lmra.providers.base import Provider
 from lmra.templates import Template
@@ -52,9 +52,9 @@ def lexical_hits(text: str, names: Iterable[str] = ()) -> list[str]:
     hits = [m.group(0) for p in _PATTERNS for m in [p.search(text)] if m] if _ANY_PATTERN.search(text) else []
     intro = intro_pattern(names if isinstance(names, tuple) else tuple(names))
     if intro is not None:
-        m = intro.search(text)
+        m = intro.search(fold_latin(text))  # (same length as text: the phrase is text's own)
         if m:
-            hits.append(m.group(0))
+            hits.append(text[m.start():m.end()])
     return hits
 
 
