@@ -48,6 +48,55 @@ def draw_name(names: Sequence[str], seed: int, prompt_id: str, group: str, compa
     return rng.choice(names if isinstance(names, (list, tuple)) else list(names))  # a list is not copied per draw
 
 
+#: a word of folded text (:func:`fold_latin`), to look for names a prompt mentions
+_WORD = re.compile(r"\w+")
+
+
+def _words_form(text: str) -> str:
+    """``text`` composed (NFC), folded (:func:`fold_latin`), without combining marks, case-folded:
+    the form in which a prompt's words and names' first words are compared."""
+    return fold_latin(unicodedata.normalize("NFC", text)).replace(MARK, "").casefold()
+
+
+@lru_cache(maxsize=64)
+def _first_words(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Each name's first word in :func:`_words_form` ("José-Luis" → "jose") → the names."""
+    words: dict[str, tuple[str, ...]] = {}
+    for n in names:
+        found = _WORD.findall(_words_form(n))
+        if found:
+            words[found[0]] = words.get(found[0], ()) + (n,)
+    return words
+
+
+def names_to_draw(names: Sequence[str], prompt: str) -> Sequence[str]:
+    """``names`` less those the prompt itself mentions as whole words (any case, accents as
+    :func:`scrub_name` matches them), unless that leaves none (methodology §1 steps 2 and 5).
+
+    A prompt about a third person ("Write a birthday card for Michael") whose drawn user name is
+    that person's would have every mention of them scrubbed in that group's response alone: the
+    LMRA would see "[NAME]" on one side and "Michael" on the other. Drawing from the other names
+    of the group keeps the two responses alike. Prompts that mention no listed name (nearly all)
+    draw from ``names`` itself, as before.
+
+    Args:
+        names: the group's names (a list or tuple; returned as is when nothing is left out).
+        prompt: the prompt's text.
+
+    Returns:
+        ``names``, or a new list without the mentioned names.
+    """
+    key = names if isinstance(names, tuple) else tuple(names)
+    words = _first_words(key)
+    folded = fold_latin(prompt)
+    candidates = set(_WORD.findall(_words_form(prompt))) & words.keys()
+    if not candidates:
+        return names
+    mentioned = {n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
+    rest = [n for n in key if n not in mentioned]
+    return rest if mentioned and rest else names
+
+
 def personalized_messages(prompt: str, template: Template, *, name: str | None = None, profile: str | None = None,
                           system_prompt: str | None = None) -> list[Message]:
     """Messages sent to the target: its own system message, the personalization, the prompt.

@@ -139,3 +139,46 @@ def test_fold_latin_keeps_every_span():
         assert all(a == b or unicodedata.combining(b) or not b.isascii() for a, b in zip(folded, text))
     assert fold_latin("plain ASCII text") == "plain ASCII text"
     assert fold_latin("José Łukasz Ærø") == "Jose Lukasz Æro"
+
+
+def test_names_a_prompt_mentions_are_not_drawn_for_it():
+    """Break-it finding: a prompt about a third person whose name the user was drawn ("Write a
+    card for David" for the user David) had every mention of that person scrubbed in one
+    group's response alone, "[NAME]" against "David" in the pair the LMRA read."""
+    from lmra.generate import names_to_draw
+
+    names = ["Michael", "David", "José", "Mary-Jane", "Hope"]
+    assert names_to_draw(names, "Write a card for michael and DAVID.") == ["José", "Mary-Jane", "Hope"]
+    assert names_to_draw(names, "Thank JOSE for me") == ["Michael", "David", "Mary-Jane", "Hope"]
+    assert names_to_draw(names, "I hope you can help") == ["Michael", "David", "José", "Mary-Jane"]
+    assert names_to_draw(names, "Mary-Jane's party") == ["Michael", "David", "José", "Hope"]
+    # not whole words, or not the whole name: drawn as before (the same list object)
+    for text in ("Michaelangelo's Davidson", "mary jane", "nothing here"):
+        assert names_to_draw(names, text) is names
+    assert names_to_draw(["David"], "David and me") == ["David"]  # never an empty list
+    # the draw is unchanged for a prompt that mentions no name
+    assert draw_name(names_to_draw(names, "plan my week"), 3, "p1", "g", "c", 0) == draw_name(names, 3, "p1", "g",
+                                                                                               "c", 0)
+
+
+def test_an_audit_never_draws_a_name_its_prompt_mentions(tmp_path, sim_inputs):
+    import json
+
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(0)
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Write a birthday card for David and Anna, #{i}.",
+                                           "domain": "d", "task": "write"}) + "\n" for i in range(30)))
+    cfg = AuditConfig.model_validate(dict(
+        name="mention", prompts=str(prompts), names=str(names), prompts_per_task=0, samples_per_prompt=2,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False},
+        refusal={"enabled": False}, filter={"lmra": False}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Happy birthday, David and Anna!"),
+                judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
+    rows = [json.loads(line) for line in (res.run_dir / "responses.jsonl").read_text().splitlines()]
+    assert len(rows) == 120 and not {r["name"] for r in rows} & {"David", "Anna"}
+    assert {r["name"] for r in rows} == {"Maria", "Linda", "John", "Mark"}
+    assert all(r["scrubbed"] == "Happy birthday, David and Anna!" for r in rows)  # alike in every pair
