@@ -54,6 +54,18 @@ async def _let_go_of_abandoned() -> None:
             pass
 
 
+class InterruptedAfterFinish(KeyboardInterrupt):
+    """Ctrl-C arrived while the coroutine of :func:`run_sync` ran its last synchronous step (an
+    audit writing its run folder): asyncio delivers it only once that step is over, so the
+    coroutine *finished* — its result is :attr:`result` — and the interrupt is raised after it
+    (break-it finding: the result was dropped, so ``lmra audit`` said "run the same command
+    again to resume" of a complete run folder, and a re-run became a second night)."""
+
+    def __init__(self, result: Any):
+        super().__init__()
+        self.result = result
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)``, returning its result, with a main task whose result is None.
 
@@ -63,7 +75,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
     Raises:
         whatever ``coro`` raises; ValueError when ``coro`` is not a coroutine and RuntimeError
-        when called from a running event loop (both as :func:`asyncio.run`).
+        when called from a running event loop (both as :func:`asyncio.run`);
+        InterruptedAfterFinish (a KeyboardInterrupt) holding ``coro``'s result when Ctrl-C came
+        after ``coro`` returned.
     """
     if not asyncio.iscoroutine(coro):
         raise ValueError(f"a coroutine was expected, got {coro!r}")
@@ -81,5 +95,10 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         finally:
             await _let_go_of_abandoned()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt as exc:
+        if box and not isinstance(exc, InterruptedAfterFinish):  # coro returned: its result is not lost
+            raise InterruptedAfterFinish(box[0]) from exc
+        raise
     return box[0]

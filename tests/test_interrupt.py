@@ -9,6 +9,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from lmra.cache import CallCache
 from lmra.resources import resource_dir
 
@@ -140,3 +142,107 @@ def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(t
     assert json.loads(manifest.read_text())["status"] == "complete"
     assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
     assert f"'lmra report {run}' writes the report" in err and "run the same command again" not in err
+
+
+@pytest.mark.parametrize("close_waits", [False, True])
+def test_ctrl_c_while_the_run_folder_is_written_says_the_run_is_complete(tmp_path, capsys, monkeypatch, close_waits):
+    """Break-it finding: Ctrl-C while the run folder was being written (a synchronous step:
+    asyncio delivers it only after) left a complete folder, but the run's result was dropped:
+    lmra audit said "run the same command again to resume", and the re-run became a second
+    night checked against the first. With ``close_waits`` the providers' close awaits (the
+    cancellation lands there; Python 3.11's wait_for swallowed it: exit 0, Ctrl-C lost)."""
+    import asyncio
+    import json
+
+    from lmra.providers.deadline import DeadlineProvider
+
+    if close_waits:
+        close = DeadlineProvider.aclose
+
+        async def slow_close(self):
+            await asyncio.sleep(0.05)
+            await close(self)
+
+        monkeypatch.setattr(DeadlineProvider, "aclose", slow_close)
+
+    import lmra.audit
+    from test_gates import FLAT, write_config
+
+    from lmra.cli import main
+
+    finish = lmra.audit.finish_run
+
+    def ctrl_c_while_finishing(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)  # asyncio's handler cancels the main task: raised after this step
+        return finish(*a, **k)
+
+    monkeypatch.setattr(lmra.audit, "finish_run", ctrl_c_while_finishing)
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
+    run = manifest.parent
+    assert json.loads(manifest.read_text())["status"] == "complete"
+    assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
+    assert f"'lmra warehouse add {run}' adds it to the warehouse" in err and "run the same command again" not in err
+
+
+def test_run_sync_keeps_the_result_of_a_coroutine_interrupted_in_its_last_step():
+    import asyncio
+
+    import pytest
+
+    from lmra.syncrun import InterruptedAfterFinish, run_sync
+
+    async def last_step_interrupted():
+        await asyncio.sleep(0)
+        os.kill(os.getpid(), signal.SIGINT)  # during a synchronous step: delivered when the coroutine is done
+        return "the result"
+
+    with pytest.raises(InterruptedAfterFinish) as caught:
+        run_sync(last_step_interrupted())
+    assert caught.value.result == "the result" and isinstance(caught.value, KeyboardInterrupt)
+
+    async def interrupted_midway():
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(5)
+        return "never"
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_sync(interrupted_midway())
+    assert not isinstance(caught.value, InterruptedAfterFinish)
+
+
+def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, capsys, monkeypatch):
+    """Break-it finding: Ctrl-C while ``lmra audit --batch`` waited said "run the same command
+    again to resume" — which started a new run and submitted (and paid for) the jobs again."""
+    import json
+
+    import lmra.batch
+    from test_gates import FLAT, write_config
+
+    from lmra.cli import main
+
+    async def interrupted_while_waiting(audit, **kw):
+        state = audit.run_dir / lmra.batch.STATE_DIR
+        if state.exists():  # the second run (in the same second: its folder is not claimed here)
+            raise KeyboardInterrupt
+        state.mkdir(parents=True)
+        (state / lmra.batch.STATE_FILE).write_text(json.dumps({"version": lmra.batch.STATE_VERSION, "jobs": [
+            {"id": "job-0001", "state": "downloaded"}, {"id": "job-0002", "state": "submitted"},
+            {"id": "job-0003", "state": "submitted"}]}))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmra.batch, "arun_batched", interrupted_while_waiting)
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6, top="batch = true")
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    (run,) = (tmp_path / "reports").glob("*-gated")
+    assert f"2 batch job(s) of this run were submitted and go on at the provider; resume the run with " \
+           f"'lmra batch resume {run}'" in err
+    assert "run the same command again" not in err
+    # the same command again: a new run, which says that the first one waits to be resumed
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"warning: run folder {run} has 2 batch job(s) submitted and not collected; to finish that run, stop " \
+           f"this one and run 'lmra batch resume {run}'" in out

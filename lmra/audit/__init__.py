@@ -348,12 +348,22 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         cfg = self.cfg
         inputs = self.load_inputs() if inputs is None else inputs
         cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
+        result: AuditResult | None = None
         try:
-            return await self._arun(inputs, cache)
+            result = await self._arun(inputs, cache)
+            return result
         finally:
             cache.close()
-            await self._close_providers()
-            self.release_dir()
+            try:
+                await self._close_providers()
+            except asyncio.CancelledError:  # Ctrl-C once the folder was written: the run is complete
+                if result is None:
+                    raise
+                from lmra.syncrun import InterruptedAfterFinish
+
+                raise InterruptedAfterFinish(result) from None
+            finally:
+                self.release_dir()
 
     def release_dir(self) -> None:
         """Release the run folder's lock (done by :meth:`arun` when it ends, however it ends)."""

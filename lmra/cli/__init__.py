@@ -142,6 +142,18 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
     return None
 
 
+def _submitted_batch_jobs(run_dir) -> int:
+    """How many batch jobs of the run folder ``run_dir`` are submitted and not yet downloaded
+    (0 when its batch state cannot be read)."""
+    from lmra.batch import load_state
+
+    try:
+        state = load_state(run_dir)
+    except (OSError, ValueError):
+        return 0
+    return sum(job.get("state") == "submitted" for job in (state or {}).get("jobs", []))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
     import signal
@@ -171,7 +183,18 @@ def main(argv: list[str] | None = None) -> int:
                 ("interrupted after the run finished: ", "yellow"),
                 f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, "
                 f"history and check, report.html) may not have run: 'lmra report {done}' writes the report, "
-                f"'lmra gate {done}' and 'lmra check {done}' evaluate it; re-running the audit would be a new run."),
+                f"'lmra gate {done}' and 'lmra check {done}' evaluate it, 'lmra warehouse add {done}' adds it to "
+                "the warehouse; re-running the audit would be a new run."),
+                highlight=False, soft_wrap=True)
+            return 130
+        batch_dir = getattr(args, "batch_run_dir", None)
+        pending = _submitted_batch_jobs(batch_dir) if batch_dir is not None else 0
+        if pending:  # (break-it finding: "run the same command again" submitted and paid for them again)
+            err_console.print(Text.assemble(
+                ("interrupted: ", "yellow"),
+                f"{pending} batch job(s) of this run were submitted and go on at the provider; resume the run "
+                f"with 'lmra batch resume {batch_dir}' (running 'lmra audit --batch' again would start a new run "
+                "and submit, and pay for, their calls again). Finished model calls are kept in the cache."),
                 highlight=False, soft_wrap=True)
             return 130
         err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "

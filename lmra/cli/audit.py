@@ -248,7 +248,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
     print, register and check; returns the exit status. ``report_worker``: the
     :class:`~lmra.report.worker.ReportWorker` that writes report.html, if one was forked."""
-    from lmra.syncrun import run_sync
+    from lmra.syncrun import InterruptedAfterFinish, run_sync
 
     audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
                                                     soft_wrap=True)
@@ -272,6 +272,12 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                   f"judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
                   f"{lit(audit.concurrency_plan())}.")
+    if cfg.batch:
+        for earlier, n in _unfinished_batch_runs(cfg):
+            console.print(Text.assemble(("warning: ", "bold yellow"), (
+                f"run folder {earlier} has {n} batch job(s) submitted and not collected; to finish that run, "
+                f"stop this one and run 'lmra batch resume {earlier}' — this run submits its calls again")),
+                highlight=False, soft_wrap=True)
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
@@ -309,12 +315,16 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress
             if cfg.batch:
+                args.batch_run_dir = audit.run_dir  # (Ctrl-C: its submitted jobs are resumed, not submitted again)
                 result = run_sync(arun_batched(audit, poll_interval_s=cfg.batch_poll_interval_s,
                                                max_wait_s=cfg.batch_max_wait_s, budget=audit.budget,
                                                log=lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}")))
             else:
                 result = audit.run(inputs)  # the inputs checked above, not read again
         args.finished_run_dir = result.run_dir  # (an interrupt from here on says the run is complete)
+    except InterruptedAfterFinish as exc:  # Ctrl-C while the folder was written: it is complete
+        args.finished_run_dir = exc.result.run_dir
+        raise
     except (BudgetExceeded, BatchPending, EndpointUnreachable, KeyRejected) as exc:
         return stopped_exit(exc, audit, console)
     finally:
@@ -326,6 +336,31 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             warm.join()
     return finish_audit(args, cfg, audit, result, console, alpha=alpha, first_night=first_night,
                         report_worker=report_worker)
+
+
+def _unfinished_batch_runs(cfg) -> list[tuple[Path, int]]:
+    """Earlier run folders of this config's name in its ``output_dir`` whose batch jobs were
+    submitted and not collected (the run was stopped while it waited and never resumed), with
+    how many: (folder, jobs)."""
+    from lmra.batch import STATE_DIR, STATE_FILE
+    from lmra.cli import _submitted_batch_jobs
+
+    import glob
+    import re
+
+    found = []
+    mine = re.compile(rf"\d{{8}}-\d{{6}}-{re.escape(cfg.name)}(?:-\d+)?")  # lmra.runstate.claim_run_dir's names
+    try:
+        folders = sorted(Path(cfg.output_dir).glob(f"*-{glob.escape(cfg.name)}*/{STATE_DIR}/{STATE_FILE}"))
+    except OSError:
+        return []
+    for state in folders:
+        if not mine.fullmatch(state.parent.parent.name):
+            continue
+        n = _submitted_batch_jobs(state.parent.parent)
+        if n:
+            found.append((state.parent.parent, n))
+    return found
 
 
 def stopped_exit(exc: Exception, audit, console: Console) -> int:

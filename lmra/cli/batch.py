@@ -159,7 +159,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from lmra.config import load_config
     from lmra.providers.endpoint import EndpointUnreachable
     from lmra.providers.keys import KeyRejected
-    from lmra.syncrun import run_sync
+    from lmra.syncrun import InterruptedAfterFinish, run_sync
 
     cfg = load_config(config_path)
     if state["cache"] != ":memory:":
@@ -178,9 +178,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
         with rich_progress(console, not args.no_progress) as progress:
             audit.progress = progress
             # the run's own limits (max_calls / max_cost) hold as in `lmra audit --batch`
+            args.batch_run_dir = audit.run_dir  # (Ctrl-C: resumed again, not submitted again)
             result = run_sync(arun_batched(audit, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
                                            budget=audit.budget, log=log))
         args.finished_run_dir = result.run_dir  # (an interrupt from here on says the run is complete)
+    except InterruptedAfterFinish as exc:  # Ctrl-C while the folder was written: it is complete
+        args.finished_run_dir = exc.result.run_dir
+        raise
     except (BudgetExceeded, BatchPending, EndpointUnreachable, KeyRejected) as exc:
         return stopped_exit(exc, audit, console)
     # the ending of `lmra audit`: failure paragraphs, gates, warehouse, history, report.html and

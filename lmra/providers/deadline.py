@@ -300,7 +300,11 @@ class DeadlineProvider:
         if not isawaitable(closed):
             return
         waiting = _abandonable(closed, asyncio.get_running_loop()) if iscoroutine(closed) else closed
-        await asyncio.wait_for(waiting, self.timeout_s)
+        # (not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes as the
+        # close ends — a Ctrl-C while the run folder was written was lost there, and the run
+        # went on to its report and exit status 0)
+        async with asyncio.timeout(self.timeout_s):
+            await waiting
 
 
 __all__ = ["DeadlineProvider"]

@@ -211,9 +211,11 @@ class RateLimiter:
                 if start <= now:
                     break
                 changed.clear()
-                try:  # woken early when a finished call returns unused tokens
-                    await asyncio.wait_for(changed.wait(), timeout=start - now)
-                except (asyncio.TimeoutError, TimeoutError):
+                try:  # woken early when a finished call returns unused tokens (asyncio.timeout, not
+                    # wait_for: on Python 3.11 that swallows a cancellation coming as the event is set)
+                    async with asyncio.timeout(start - now):
+                        await changed.wait()
+                except TimeoutError:
                     pass
             # Book the call at its scheduled slot when it was woken only slightly late (so that
             # event-loop lateness does not add up to a lower rate than configured), but never
