@@ -15,12 +15,22 @@ Each cache connection has its own log, ``<cache>-answers-<pid>-<id>.log``, locke
 written is kept as it is; a line cut short by the kill is skipped), then the logs are
 deleted. A cache closed cleanly deletes its log; one closed with calls it could not write
 (disk full) keeps it, so that the next open stores them.
+
+When the log cannot hold them either (it shares the cache's full disk), the calls still held
+when the run gives up are *spilled* (:func:`spill`) to a log of the same form in a folder on
+another disk — ``$LMRA_SPILL_DIR`` if set, else the temporary folder, else
+``~/.cache/lmra/unsaved-calls`` — named after the cache's real path
+(``<sha256[:16]>-answers-…log``), where the next open of the same cache finds and stores them
+(break-it finding: with the cache's disk full past ``cache_write_retry_s``, 151 of 162
+answered calls were asked, and paid for, again).
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -66,8 +76,8 @@ class AnswerLog:
         OSError: the log cannot be created (the caller then goes on without one).
     """
 
-    def __init__(self, cache_path: str | Path):
-        base = Path(cache_path)
+    def __init__(self, cache_path: str | Path, folder: Path | None = None):
+        base = Path(cache_path) if folder is None else folder / _spill_stem(cache_path)
         tmp = base.with_name(f"{base.name}-answers-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
@@ -82,25 +92,40 @@ class AnswerLog:
         self.fd: int | None = fd
         self.lines = 0  # lines written since the log was last emptied
         self.failed = False  # a write failed (disk full): the calls are still held in memory
+        self._cut = False  # the log ends with a line cut short that could not be taken back
 
     def append(self, row: tuple) -> None:
         """Log one answered call's ``calls`` row (one ``write``; a failure is noted, not raised:
         the call is still held in memory until its batch is written)."""
         if self.fd is None:
             return
+        if self._cut:  # a cut line could not be taken back: nothing is glued to it
+            self.failed = True
+            return
+        line = to_json(row) + b"\n"
         try:
-            os.write(self.fd, to_json(row) + b"\n")
-            self.lines += 1
+            n = os.write(self.fd, line)
         except OSError:
             self.failed = True
+            return
+        if n < len(line):  # the disk filled (or a file size limit) mid-line: take the cut line back
+            # (break-it finding: the next line was glued to it, and both were lost on recovery)
+            self.failed = True
+            try:
+                os.ftruncate(self.fd, os.fstat(self.fd).st_size - n)
+            except OSError:
+                self._cut = True  # recover() skips a cut last line; no line may follow it
+            return
+        self.lines += 1
 
     def clear(self) -> None:
         """Empty the log: every call it holds is in the database."""
-        if self.fd is None or not self.lines:
-            return
+        if self.fd is None or not (self.lines or self.failed):
+            return  # (a failed log is emptied too: its cut line must not start the next one)
         try:
             os.ftruncate(self.fd, 0)
             self.lines = 0
+            self.failed = self._cut = False  # (empty again: every call it missed is in the database)
         except OSError:
             pass  # the rows stay: recovering them later is harmless (INSERT OR IGNORE)
 
@@ -138,7 +163,14 @@ def recover(cache_path: str | Path, unreadable: list[tuple[Path, int]] | None = 
     base = Path(cache_path)
     rows: list[tuple] = []
     taken: list[tuple[Path, int]] = []
-    for path in sorted(base.parent.glob(f"{glob.escape(base.name)}-answers-*")):  # (a name may hold [ ? *)
+    logs = sorted(base.parent.glob(f"{glob.escape(base.name)}-answers-*"))  # (a name may hold [ ? *)
+    stem = _spill_stem(cache_path)
+    for folder in spill_folders():
+        try:
+            logs += sorted(folder.glob(f"{stem}-answers-*"))
+        except OSError:
+            continue
+    for path in logs:
         if path.suffix not in (".log", ".tmp"):
             continue
         try:
@@ -183,4 +215,57 @@ def release(taken: list[tuple[Path, int]]) -> None:
         os.close(fd)
 
 
-__all__ = ["AnswerLog", "ROW_FIELDS", "recover", "release"]
+#: environment variable naming the folder for spilled calls (:func:`spill`), before the defaults
+SPILL_ENV = "LMRA_SPILL_DIR"
+
+
+def spill_folders() -> list[Path]:
+    """Where :func:`spill` may write, in order: ``$LMRA_SPILL_DIR`` (if set), the temporary
+    folder's ``lmra-unsaved-calls``, ``~/.cache/lmra/unsaved-calls``."""
+    folders = [Path(os.environ[SPILL_ENV])] if os.environ.get(SPILL_ENV) else []
+    folders.append(Path(tempfile.gettempdir()) / "lmra-unsaved-calls")
+    try:
+        folders.append(Path.home() / ".cache" / "lmra" / "unsaved-calls")
+    except RuntimeError:  # no home folder
+        pass
+    return folders
+
+
+def _spill_stem(cache_path: str | Path) -> str:
+    """The name spilled logs of a cache start with: the first 16 hex digits of the SHA-256 of
+    its real path (the same cache however its path is written)."""
+    return hashlib.sha256(os.path.realpath(cache_path).encode()).hexdigest()[:16]
+
+
+def spill(cache_path: str | Path, rows: list[tuple]) -> Path | None:
+    """Write ``rows`` (``calls`` rows a cache could not store, nor its answer log hold) to a log
+    in the first of :func:`spill_folders` that takes them all, where the next open of the same
+    cache stores them (:func:`recover`). Returns the log's path, or None when no folder could
+    take them (each failed attempt leaves nothing behind).
+
+    The log is written, flushed to the disk (``fsync``: it may be all that is left of these
+    calls) and closed unlocked: the next :func:`recover` of this cache takes it over."""
+    if fcntl is None or not rows:
+        return None
+    for folder in spill_folders():
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            log = AnswerLog(cache_path, folder=folder)
+        except OSError:
+            continue
+        for row in rows:
+            log.append(row)
+        ok = not log.failed
+        if ok:
+            try:
+                os.fsync(log.fd)
+            except OSError:
+                ok = False
+        path = log.path
+        log.close(keep=ok)
+        if ok:
+            return path
+    return None
+
+
+__all__ = ["AnswerLog", "ROW_FIELDS", "SPILL_ENV", "recover", "release", "spill", "spill_folders"]

@@ -321,6 +321,9 @@ class CallCache:
         self.host = socket.gethostname()
         self.pending: dict[str, tuple] = {}  # key → row not yet written (this batch, or disk full …)
         self.write_failures = 0
+        #: the log on another disk the held calls were spilled to (:meth:`_spill`): None before
+        #: a spill was tried, False when no folder could take them
+        self._spilled: Path | bool | None = None
         self.leases_waited = 0
         self._inflight: dict[str, asyncio.Future] = {}
         self._releases: set[str] = set()  # leases to release with the next write
@@ -601,15 +604,29 @@ class CallCache:
         deadline = time.monotonic() + (self.write_retry_s if timeout_s is None else timeout_s)
         while not self._write_pending():
             if time.monotonic() >= deadline:
+                self._spill()
                 raise LmraIOError(f"{len(self.pending)} answered call(s) could not be stored in the call cache (disk "
                                   "full or not writable); free space and run the same command again ("
                                   + self._fate_of_pending() + ")", path=self.path)
             time.sleep(1.0)
 
+    def _spill(self) -> None:
+        """Write the calls held in memory that the answer log does not hold (it failed too, or
+        there is none) to a log on another disk (:func:`lmra.answerlog.spill`), once."""
+        if self._spilled is not None or not self.pending or self.path == ":memory:":
+            return
+        if self._answers is not None and not self._answers.failed:
+            return  # the answer log holds every one of them
+        self._spilled = answerlog.spill(self.path, list(self.pending.values())) or False
+
     def _fate_of_pending(self) -> str:
         """What becomes of the calls held in memory: kept in the answer log (stored when the
-        cache is next opened), partly kept (the log's write failed too: those it holds are
-        stored, the rest asked again), or asked again by a re-run."""
+        cache is next opened), spilled to a log on another disk (the same), partly kept (the
+        log's write failed too: those it holds are stored, the rest asked again), or asked
+        again by a re-run."""
+        if self._spilled:
+            return (f"they are kept in {self._spilled} (the cache's own disk could not hold them) and stored when "
+                    f"this cache is next opened")
         log = self._answers
         if log is None:
             return "a re-run asks them again"
@@ -954,6 +971,8 @@ class CallCache:
             self._write_timer.cancel()  # what it would write is written here
             self._write_timer = None
         written = self._write_pending()  # (and the held memo rows)
+        if not written:
+            self._spill()
         if not written and self.on_write_error is not None:
             self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
                                 f"{self.path} (disk full or not writable); " + self._fate_of_pending())

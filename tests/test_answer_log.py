@@ -189,3 +189,35 @@ def test_processes_opening_a_new_cache_at_once_all_open_it(tmp_path):
         db = sqlite3.connect(path)
         assert db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 4
         db.close()
+
+
+def test_a_line_cut_short_by_a_full_disk_is_taken_back(tmp_path):
+    """Break-it finding: a write the disk cut short (ENOSPC, a file size limit) was counted as
+    logged; once space returned, the next call's line was glued to the cut one, and both were
+    lost when the log was recovered (the log was set aside as unreadable). The cut line is
+    taken back and the log marked failed (its calls are held in memory). A real short write:
+    a file size limit (RLIMIT_FSIZE) in a child process, lifted again afterwards."""
+    script = textwrap.dedent(f"""
+        import os, resource, signal, sys
+        from lmra.answerlog import AnswerLog
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit is cut short, not fatal
+        log = AnswerLog({str(tmp_path / 'cache.sqlite')!r})
+        row = lambda i, n: (f"key{{i}}", "openai", "http://x", "m", "{{}}", "x" * n, 1.0)
+        log.append(row(0, 100))
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.fstat(log.fd).st_size + 50, hard))
+        log.append(row(1, 20000))  # 50 bytes of it fit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the space is back
+        print(log.lines, log.failed, flush=True)
+        log.append(row(2, 100))
+        print(log.lines, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # the writer dies with its log
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert r.stdout.split() == ["1", "True", "2"]
+    unreadable: list = []
+    rows, taken = recover(tmp_path / "cache.sqlite", unreadable)
+    assert [row[0] for row in rows] == ["key0", "key2"] and not unreadable
+    for _, fd in taken:
+        os.close(fd)

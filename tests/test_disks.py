@@ -237,3 +237,31 @@ def test_a_damaged_call_cache_is_named_in_the_failure(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "I/O failure: DatabaseError: database disk image is malformed (in an SQLite database this command " \
            f"used: the call cache {cache.resolve()}, or the run history" in err and "Traceback" not in err
+
+
+def test_calls_a_full_cache_disk_cannot_hold_are_spilled_and_stored_at_the_next_open(tmp_path, small_disk):
+    """Break-it finding: with the cache's disk full past cache_write_retry_s, the calls its
+    answer log (on the same disk) could not hold either were lost — 151 of 162 answered calls
+    asked, and paid for, again. They are spilled to a log on another disk ($LMRA_SPILL_DIR
+    here), named in the failure, and stored when the cache is next opened."""
+    with FaultServer(fault_rate=0.0, delay_s=0.01) as srv:
+        cache = small_disk / "cache.sqlite"
+        cfg = _config(tmp_path / "c.toml", srv.url, cache, tmp_path / "out", extra="cache_write_retry_s = 1.0")
+        from lmra.cache import CallCache
+
+        CallCache(cache).close()  # the cache exists; then its disk fills
+        filler = _fill(small_disk, 150 * 1024)  # room to open it (its WAL), not for the run's calls
+        env = os.environ | {"LMRA_SPILL_DIR": str(tmp_path / "spill")}
+        r = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        err = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "Traceback" not in err, err
+        (spilled,) = list((tmp_path / "spill").glob("*-answers-*.log")) or [err]
+        assert f"they are kept in {spilled} (the cache's own disk could not hold them)" in err
+        answered = srv.requests
+        assert answered > 0
+        filler.unlink()  # space returns
+        again = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "stored" in again.stderr and "answered call(s) of an earlier run" in again.stderr
+        assert srv.requests == answered  # nothing asked again: every answered call was kept
+        assert not list((tmp_path / "spill").glob("*-answers-*"))  # taken over and deleted
