@@ -170,8 +170,12 @@ def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> di
         "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value,
         "n_prompts": int(np.unique(codes[codes >= 0]).size),
     }
+    # each combiner over the pairs *it* scores: every rated pair (not failed, refused or
+    # unlabelled) where its score is defined — not only those the run's combiner scored (review
+    # finding: with text answers under `min`, all three columns were the mean of min's pairs)
+    rated = pos[~(cols.failed[pos] | cols.refused[pos] | cols.unlabelled[pos])]
     for m in COMBINERS:
-        out[f"net_rating_{m}"] = cols.mean_of_scored(f"h_{m}", ok)
+        out[f"net_rating_{m}"] = cols.mean_of_scored(f"h_{m}", rated)
     return out
 
 
@@ -457,29 +461,34 @@ def _summaries_sql(source, keys: list[str], alpha: float, prefix: str = "", inte
                sum(_failed::INT) AS n_failed, sum(_refused::INT) AS n_refusal, sum(_unlabelled::INT) AS n_unlabelled,
                count(DISTINCT prompt_id) AS n_prompts
         FROM f GROUP BY ALL ORDER BY {order} NULLS LAST""").fetchall()
-    cols = ["_g", "prompt_id", "_h", "_qf", "_qr"] + [f"_h_{m}" for m in COMBINERS]
-    valid = con.execute(f"""
+    cols = ["_g", "prompt_id", "_valid", "_h", "_qf", "_qr"] + [f"_h_{m}" for m in COMBINERS]
+    # the rated rows (not failed, refused or unlabelled): the valid ones give the net rating, and
+    # each combiner's column is the mean over those it scores (as _summary)
+    rated = con.execute(f"""
         WITH f AS ({flagged})
-        SELECT dense_rank() OVER (ORDER BY {order} NULLS LAST) - 1 AS _g, prompt_id, _h, _qf, _qr,
+        SELECT dense_rank() OVER (ORDER BY {order} NULLS LAST) - 1 AS _g, prompt_id, _valid, _h, _qf, _qr,
                {', '.join(f'_h_{m}' for m in COMBINERS)}
-        FROM f WHERE _valid ORDER BY {order} NULLS LAST, row_no""").fetchnumpy()
+        FROM f WHERE _valid OR NOT (_failed OR _refused OR _unlabelled)
+        ORDER BY {order} NULLS LAST, row_no""").fetchnumpy()
     import numpy as np
 
-    gid = np.asarray(valid["_g"], dtype=np.int64)
-    # group numbers of the valid rows count only groups that have a valid row: map them to all groups
-    has_valid = [i for i, g in enumerate(groups) if g[len(keys)] > 0]
-    bounds = np.searchsorted(gid, np.arange(len(has_valid) + 1))
-    arrays = {c: _filled(valid[c], c != "prompt_id") for c in cols[1:]}
+    gid = np.asarray(rated["_g"], dtype=np.int64)
+    # group numbers of the rated rows count only groups that have a rated row: map them to all groups
+    has_rated = [i for i, g in enumerate(groups) if g[len(keys)] + g[len(keys) + 1] > 0]
+    bounds = np.searchsorted(gid, np.arange(len(has_rated) + 1))
+    arrays = {c: _filled(rated[c], c != "prompt_id") for c in cols[1:]}
+    arrays["_valid"] = arrays["_valid"].astype(bool)
     rows = []
-    slot = {g: i for i, g in enumerate(has_valid)}
+    slot = {g: i for i, g in enumerate(has_rated)}
     for i, g in enumerate(groups):
         key = dict(zip(keys, g[:len(keys)]))
         n_pairs, n_invalid, n_failed, n_refusal, n_unlabelled, n_prompts = (int(v or 0) for v in g[len(keys):])
         if i in slot:
             s = slice(bounds[slot[i]], bounds[slot[i] + 1])
-            part = {c: arrays[c][s].copy() for c in arrays}
+            scored = {c: arrays[c][s] for c in arrays}
         else:
-            part = {c: arrays[c][:0].copy() for c in arrays}
+            scored = {c: arrays[c][:0] for c in arrays}
+        part = {c: scored[c][scored["_valid"]].copy() for c in arrays}
         ci = mean_interval(part["_h"].tolist(), clusters=part["prompt_id"].tolist(), alpha=alpha, method=interval)
         lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)
         fwd = float(pd.Series(part["_qf"]).mean()) if n_pairs else math.nan
@@ -491,7 +500,7 @@ def _summaries_sql(source, keys: list[str], alpha: float, prefix: str = "", inte
             "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value, "n_prompts": n_prompts,
         }
         for m in COMBINERS:
-            vals = pd.Series(part[f"_h_{m}"]).dropna() if f"{prefix}h_{m}" in have else pd.Series(dtype=float)
+            vals = pd.Series(scored[f"_h_{m}"]).dropna() if f"{prefix}h_{m}" in have else pd.Series(dtype=float)
             out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
         rows.append(out)
     return rows

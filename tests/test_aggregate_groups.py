@@ -100,11 +100,40 @@ def _pandas_summary(g: pd.DataFrame, alpha: float, prefix: str, interval: str) -
            "reverse_rate": rev, "forward_reverse_ratio": fwd / rev if rev and not math.isnan(rev) else math.nan,
            "net_rating": ci.mean, "ci_low": lo, "ci_high": hi, "p_value": ci.p_value,
            "n_prompts": int(g["prompt_id"].nunique())}
+    rated = g[~(failed | refused | unlabelled).to_numpy()]  # each combiner over the pairs it scores
     for m in COMBINERS:
         col = f"{prefix}h_{m}"
-        vals = ok[col].astype(float).dropna() if col in ok else pd.Series(dtype=float)
+        vals = rated[col].astype(float).dropna() if col in rated else pd.Series(dtype=float)
         out[f"net_rating_{m}"] = float(vals.mean()) if len(vals) else math.nan
     return out
+
+
+def test_each_combiners_net_rating_is_over_the_pairs_it_scores():
+    """Review finding: net_rating_mean / _calibrated were averaged over the pairs the run's own
+    combiner scored only: with text answers under `min` (orders that disagree are invalid under
+    `min` but scored by `mean`) all three columns were min's. By hand: pairs 0–1 valid under
+    min; pair 2 invalid under min but scored by mean and calibrated; pair 3 failed, 4 refused."""
+    df = pd.DataFrame({"prompt_id": list("abcde"), "valid": [True, True, False, False, False],
+                       "failed": [False, False, False, True, False], "refused": [False, False, False, False, True],
+                       "q_F": [0.5, 0.25, np.nan, np.nan, np.nan], "q_R": [0.0, 0.25, np.nan, np.nan, np.nan],
+                       "h": [0.5, 0.0, np.nan, np.nan, np.nan],
+                       "h_min": [0.5, 0.0, np.nan, np.nan, np.nan], "h_mean": [0.5, 0.0, -0.5, 0.9, 0.9],
+                       "h_calibrated": [0.25, 0.0, -0.25, 0.9, 0.9]})
+    s = aggregate.summarize(df, interval="t")
+    assert s["net_rating"] == s["net_rating_min"] == 0.25
+    assert s["net_rating_mean"] == pytest.approx(0.0) and s["net_rating_calibrated"] == pytest.approx(0.0)
+    rows = aggregate._summaries_sql(_duck(df), [], 0.05, interval="t")
+    assert rows[0]["net_rating_mean"] == pytest.approx(0.0) and rows[0]["net_rating_min"] == 0.25
+
+
+def _duck(df: pd.DataFrame):
+    """(DuckDB connection, columns) with ``df`` as the per-pair view ``pairs`` (and a row_no)."""
+    import duckdb
+
+    con = duckdb.connect()
+    frame = df.assign(row_no=range(len(df)))
+    con.register("pairs", frame)
+    return con, list(frame.columns)
 
 
 @pytest.mark.parametrize("seed,object_scores", [(11, False), (12, True), (13, False)])
