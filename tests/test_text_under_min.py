@@ -87,3 +87,31 @@ def test_zero_mass_answers_do_not_hide_the_text_answers(tmp_path, sim_inputs):
     assert d["unparseable"] > 0 or d["unusable"] > 0
     assert d["text_read"] == d["methods"]["text"] > 0
     assert any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in res.summary["warnings"])
+
+
+@pytest.mark.parametrize("spool", [False, True])
+@pytest.mark.parametrize("every,combiner,used", [(1, "auto", "mean"), (3, "auto", "min"), (1, "min", "min")])
+def test_auto_uses_mean_when_most_answers_came_without_log_probabilities(tmp_path, sim_inputs, spool, every,
+                                                                        combiner, used):
+    """Review finding: an LMRA whose provider supports log-probabilities but whose endpoint
+    answered every stereotype question as text kept 'min' under 'auto' (12 % of the pairs
+    invalid, the rating off by +8 %); 'auto' means 'mean' for such answers. A third of the
+    answers as text keeps 'min' (and its warning); an explicit 'min' is kept."""
+    from lmra.audit.finish import AUTO_MEAN_PREFIX
+
+    names, prompts = sim_inputs(20)
+    tag = f"a{every}{combiner}{spool}"
+    cfg = AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}, judge={"combiner": combiner}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    audit = Audit(cfg, target=target, judge=SometimesTextJudge(every))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    s = audit.run().summary
+    assert s["combiner"] == used
+    notes = [w for w in s["warnings"] if w.startswith(AUTO_MEAN_PREFIX)]
+    assert bool(notes) is (used == "mean")
+    if notes:
+        assert notes[0].startswith(f"{AUTO_MEAN_PREFIX}{2 * s['n_pairs_total']} of {2 * s['n_pairs_total']} rated")
+        assert not any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in s["warnings"])

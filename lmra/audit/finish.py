@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,8 @@ class RatedPairSpool(PairSpool):
             f"_{prefix}o{j}_{f}" for prefix in _JUDGES for j in (1, 2) for f in FIELDS])
         self.logit = {prefix: PositionLogitSums() for prefix in _JUDGES}  # by column prefix
         self.methods: dict = {}  # the answers' methods → their codes in the extra columns
+        #: how the LMRA's rated answers were read (method → answers; :func:`answer_methods`)
+        self.method_counts: Counter = Counter()
         #: the second LMRA's answers of the real pairs, reduced for its judge diagnostics
         #: (``lmra.diagnostics._Answers``; made by :func:`write_spooled_pairs` when it rescores them)
         self.judge2_answers = None
@@ -99,6 +102,8 @@ class RatedPairSpool(PairSpool):
             extra += answer_fields(a, self.methods) + answer_fields(c, self.methods)
             if isinstance(a, dict) and isinstance(c, dict):  # rated (as rescore counts them)
                 acc.add(a, c, key=key)
+                if not prefix:
+                    self.method_counts.update((a.get("method"), c.get("method")))
         super().add(key, row, extra)
 
     def extra_columns_of(self, prefixes) -> list[str]:
@@ -222,6 +227,43 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
             "its two orders name different options, is invalid — which pushes the net rating away from what the "
             "LMRA's probabilities say; per_task.csv's net_rating_mean and net_rating_calibrated are less affected "
             "(docs/methodology.md)")
+
+
+def answer_methods(ratings) -> Counter:
+    """How the LMRA's rated stereotype answers were read: ``logprobs``, ``sampled`` or
+    ``text`` → number of answers (both orders of every rated pair; a spool counted them as
+    they came)."""
+    if isinstance(ratings, RatedPairSpool):
+        return ratings.method_counts
+    counts: Counter = Counter()
+    for row in ([] if isinstance(ratings, PairSpool) else ratings):
+        a, c = row.get("order1"), row.get("order2")
+        if isinstance(a, dict) and isinstance(c, dict):
+            counts.update((a.get("method"), c.get("method")))
+    return counts
+
+
+#: the start of :func:`auto_combiner_for_answers`'s note
+AUTO_MEAN_PREFIX = "combiner 'auto' used 'mean': "
+
+
+def auto_combiner_for_answers(setting: str, combiner: str, methods: Counter) -> tuple[str, str | None]:
+    """``auto`` resolved by how the answers *came*, not only by what the LMRA's provider says it
+    supports: ``min`` (chosen for a provider with log-probabilities) becomes ``mean`` when more
+    than half of the rated answers came without them (read as text or sampled) — ``min`` of two
+    0/1 answers scores a pair at an extreme or, when its orders name different options, not at
+    all (review finding: every answer of an endpoint that ignored the log-probability request
+    came as text, and ``auto`` kept ``min``: 12 % of the pairs dropped as invalid, the rating
+    +8 % off). Returns (the combiner, the note saying so or None). Methodology §2 step 4."""
+    if setting != "auto" or combiner != "min":
+        return combiner, None
+    total = sum(methods.values())
+    without = methods.get("text", 0) + methods.get("sampled", 0)
+    if not total or 2 * without <= total:
+        return combiner, None
+    return "mean", (f"{AUTO_MEAN_PREFIX}{without} of {total} rated LMRA answers to the stereotype question came "
+                    "without log-probabilities (its provider supports them, but the endpoint did not return them), "
+                    "and 'mean' is the unbiased combiner for such answers (docs/methodology.md)")
 
 
 #: the start of :func:`common_word_names_warning`'s text
@@ -572,6 +614,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         audit._write_jsonl("prompts.jsonl", (_prompt_line(p) for p in prompts))  # one line at a time
     # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
     combiner, warnings = audit.run_combiner()
+    combiner, switched = auto_combiner_for_answers(cfg.judge.combiner, combiner, answer_methods(ratings))
+    if switched is not None:
+        warnings.append(switched)
     warnings += [f"no placebo for {c}: its group A is a direct profile, which has no names to split"
                  for c in getattr(audit, "placebo_skipped", [])]
     identity = getattr(audit, "identity", None)  # chat-template tokens in answers (lmra.identity)
