@@ -807,8 +807,9 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     Raises:
         LmraInputError: incomparable runs (:func:`assert_comparable`), bad margin/alpha.
     """
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise LmraInputError(f"margin must be a finite number ≥ 0, got {margin}", field="--margin")
+    if not (0 <= margin < 2):
+        raise LmraInputError(f"margin must be a number in [0, 2) (a rise of the net rating, which lies in [-1, 1]), "
+                             f"got {margin}", field="--margin")
     alpha = check_alpha(alpha)
     assert_comparable(run, baseline)
     keys = ["comparison", "domain", "task"]

@@ -136,11 +136,22 @@ def finite_float(text: str) -> float:
 
 
 def margin_arg(text: str) -> float:
-    """argparse type of the regression check's ``--margin``: a finite number ≥ 0 (net-rating
-    units), refused before anything runs (:func:`lmra.monitor.check_regression` says the same)."""
+    """argparse type of the regression check's ``--margin``: a number in [0, 2) (net-rating
+    units: H lies in [−1, 1], so no rise reaches 2), refused before anything runs
+    (:func:`lmra.monitor.check_regression` says the same; break-it finding: ``--margin 1e308``
+    was accepted, stored with the check, and broke ``lmra report`` of that run)."""
     value = finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"margin must be a finite number ≥ 0, got {text}")
+    if not 0 <= value < 2:
+        raise argparse.ArgumentTypeError(f"margin must be a number in [0, 2) (a rise of the net rating, which lies "
+                                         f"in [-1, 1]), got {text}")
+    return value
+
+
+def delta_arg(text: str) -> float:
+    """argparse type of ``lmra report --delta``: the net rating to detect, in (0, 2]."""
+    value = finite_float(text)
+    if not 0 < value <= 2:
+        raise argparse.ArgumentTypeError(f"the net rating to detect must be in (0, 2], got {text}")
     return value
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
-                             json_errors, margin_arg)
+                             delta_arg, json_errors, margin_arg)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
@@ -738,7 +738,7 @@ def add_parsers(subparsers) -> None:
     r.add_argument("--alpha", type=check_alpha_arg,
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
-    r.add_argument("--delta", type=finite_float, help="flag tasks too small to detect this net rating")
+    r.add_argument("--delta", type=delta_arg, help="flag tasks too small to detect this net rating, in (0, 2]")
     r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html, or history-NAME.html with --name)")
     r.add_argument("--transcripts", type=_transcripts_arg, metavar="N",
                    help="show the response pairs of the N tasks with the highest net rating per comparison "

@@ -261,8 +261,8 @@ def adequacy_args(run: RunFolder, *, history=None, check=None, delta: float | No
     if check is None and history is not None:
         check = history.latest_check(run.run_id)
     check_ctx = _check_context(check)
-    if delta is None and check_ctx and check_ctx["margin"] > 0:
-        delta = float(check_ctx["margin"])
+    if delta is None and check_ctx and 0 < check_ctx["margin"] <= 2:  # (a margin stored by an older lmra
+        delta = float(check_ctx["margin"])  # that took any number is left out, not refused)
     return {"delta": delta, "alpha": 1 - float(run.summary.get("confidence", 0.95)), "power": power}
 
 
