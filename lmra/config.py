@@ -267,6 +267,9 @@ class QualityConfig(_Strict):
     def _known(cls, v: list[str]) -> list[str]:
         from lmra.judge.quality import CRITERIA
 
+        if not v:  # (break-it finding: "enabled" measured nothing, and a quality gate ended the run in a traceback)
+            raise ValueError("no criterion listed: give at least one (of " + ", ".join(CRITERIA) + ") or leave "
+                             "criteria out for all nine; to rate none, set enabled = false")
         bad = [c for c in v if c not in CRITERIA]
         if bad:
             raise ValueError(f"unknown criteria {bad}; known: {', '.join(CRITERIA)}")

@@ -242,6 +242,17 @@ class RunFolder:
             if missing:
                 raise LmraInputError(f"lacks the column(s) {', '.join(missing)} of a per-task table", file=path,
                                      line=1, field=missing[0])
+            from lmra.aggregate import PER_TASK_COLUMNS
+
+            for col in [c for c in PER_TASK_COLUMNS if c in df.columns and c not in ("domain", "task", "group_a",
+                                                                                       "group_b")]:
+                values = pd.to_numeric(df[col], errors="coerce")
+                bad = values.isna() & df[col].notna()
+                if bad.any():  # (break-it finding: a text cell ended `lmra compare` in a traceback)
+                    row = int(bad.to_numpy().argmax())
+                    raise LmraInputError(f"holds '{df[col].iloc[row]}' where column '{col}' holds numbers", file=path,
+                                         line=row + 2, field=col)
+                df[col] = values
             df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
             self._cache["per_task"] = df
         return self._cache["per_task"]
@@ -372,6 +383,36 @@ def _read_json(path: Path, data: bytes | None = None) -> dict:
         raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=exc.lineno) from None
 
 
+#: fields of ``manifest.json`` / ``summary.json`` that commands read as a JSON object (dict),
+#: array (list) or string when present (null is allowed): a file edited into another shape is an
+#: input error naming the field, not a traceback in every command that reads the run (break-it finding)
+_MANIFEST_SHAPES = {"status": str, "started": str, "calls": dict, "files": dict, "target": dict, "judge": dict,
+                    "templates": dict, "budget": dict, "versions": dict}
+_SUMMARY_SHAPES = {"run_status": str, "overall": list, "per_task": list, "per_domain": list, "warnings": list,
+                   "judge_status": dict, "diagnostics": dict, "diagnostics_per_task": dict, "failed_by_metric": dict,
+                   "unrated_bounds": list, "refusals": list, "quality": list, "combiner": str, "interval": str}
+
+
+def _check_shapes(doc: Any, path: Path, shapes: dict[str, type]) -> dict:
+    """``doc`` (a parsed run file) when it is a JSON object whose fields in ``shapes`` have their
+    types (or null); the items of its arrays of rows (``overall`` …) must be objects.
+
+    Raises:
+        LmraInputError: naming the file and the first field of another shape."""
+    if not isinstance(doc, dict):
+        raise LmraInputError(f"is a JSON {type(doc).__name__}, not the object a run folder holds: the file was "
+                             "edited or damaged after the run; restore it, or re-run the audit", file=path)
+    for name, kind in shapes.items():
+        value = doc.get(name)
+        rows = kind is list and name != "warnings"  # arrays of table rows
+        if value is None or (isinstance(value, kind) and not (rows and not all(isinstance(r, dict) for r in value))):
+            continue
+        what = {dict: "object", str: "string"}.get(kind) or ("array of objects" if rows else "array")
+        raise LmraInputError(f"field '{name}' is not a JSON {what}: the file was edited or damaged after the run; "
+                             "restore it, or re-run the audit", file=path, field=name)
+    return doc
+
+
 def load_run(path: str | Path) -> RunFolder:
     """Read a run folder.
 
@@ -401,12 +442,18 @@ def load_run(path: str | Path) -> RunFolder:
                              + (f"; {why}" if why else ""), file=p / "manifest.json" if status else p)
     from lmra.digests import read_manifest, verify
 
-    manifest = _read_json(p / "manifest.json")
+    manifest = _check_shapes(_read_json(p / "manifest.json"), p / "manifest.json", _MANIFEST_SHAPES)
     raw = {name: (p / name).read_bytes() for name in ("summary.json", "config.toml")}
     for name, data in raw.items():  # (reload: lmra gate --record rewrote summary.json meanwhile)
         verify(p / name, manifest, data, reload=lambda: read_manifest(p))
-    run = RunFolder(path=p, run_id=p.name, summary=_read_json(p / "summary.json", raw["summary.json"]),
-                    manifest=manifest, config_text=_text(p / "config.toml", raw["config.toml"]))
+    summary = _check_shapes(_read_json(p / "summary.json", raw["summary.json"]), p / "summary.json", _SUMMARY_SHAPES)
+    config_text = _text(p / "config.toml", raw["config.toml"])
+    try:
+        tomllib.loads(config_text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LmraInputError(f"is not readable TOML ({exc}): the file was edited or damaged after the run; restore "
+                             "it, or re-run the audit", file=p / "config.toml") from None
+    run = RunFolder(path=p, run_id=p.name, summary=summary, manifest=manifest, config_text=config_text)
     recorded = run.summary.get("run_status")
     if recorded in FINISHED and status != recorded:
         # manifest.json is not covered by the digests; summary.json is, and says how the run ended

@@ -144,6 +144,8 @@ def folder_status(run_dir: str | Path, *, mark: bool = True) -> str:
         manifest = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "unknown"
+    if not isinstance(manifest, dict):  # (edited into another JSON value: not a run's manifest)
+        return "unknown"
     status = str(manifest.get("status", "unknown"))
     if status == RUNNING and not is_locked(Path(run_dir)):
         status = STALE

@@ -16,6 +16,9 @@ import pytest
      "criteria listed more than once: ['clarity']"),
     ('[axes]\nextra_axes = ["uses simpler language", "Uses  simpler language"]\n',
      "listed more than once"),
+    # break-it finding: an empty list validated, measured nothing, and a quality gate ended the
+    # audit in a traceback after every call
+    ('[quality]\nenabled = true\ncriteria = []\n', "no criterion listed: give at least one"),
 ])
 def test_a_criterion_or_axis_listed_twice_is_refused(tmp_path, section, says):
     cfg = tmp_path / "dup.toml"

@@ -1,0 +1,73 @@
+"""Run folders whose files parse but have another shape (break-it findings: a manifest edited
+into a JSON array, a summary whose ``overall`` is a string, a ``config.toml`` that is not TOML,
+a text cell in ``per_task.csv``) gave a traceback in every command that read the run; each is
+now an input error (exit 2) naming the file and the field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from lmra.cli import main
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from test_gates import FLAT, write_config
+
+    tmp = tmp_path_factory.mktemp("shapes")
+    cfg = write_config(tmp, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    (run,) = (tmp / "reports").glob("*-gated")
+    return run
+
+
+def _edited(finished_run, tmp_path, name: str, text: str, rehash: bool = True):
+    run = tmp_path / finished_run.name
+    shutil.copytree(finished_run, run)
+    (run / name).write_text(text)
+    if rehash and name != "manifest.json":  # as a careful editor would: the digest made to match
+        manifest = json.loads((run / "manifest.json").read_text())
+        data = (run / name).read_bytes()
+        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def _summary_with(finished_run, **fields) -> str:
+    return json.dumps(json.loads((finished_run / "summary.json").read_text()) | fields)
+
+
+def _manifest_with(finished_run, **fields) -> str:
+    return json.dumps(json.loads((finished_run / "manifest.json").read_text()) | fields)
+
+
+CASES = {
+    "manifest array": ("manifest.json", lambda r: "[1, 2]", "manifest.json"),
+    "manifest calls text": ("manifest.json", lambda r: _manifest_with(r, calls="x"), "field 'calls' is not a JSON object"),
+    "manifest files list": ("manifest.json", lambda r: _manifest_with(r, files=[]), "field 'files' is not a JSON object"),
+    "summary array": ("summary.json", lambda r: "[]", "is a JSON list, not the object a run folder holds"),
+    "overall text": ("summary.json", lambda r: _summary_with(r, overall="x"),
+                     "field 'overall' is not a JSON array of objects"),
+    "config not TOML": ("config.toml", lambda r: "name = = 1\n", "config.toml: is not readable TOML"),
+    "per_task text cell": ("per_task.csv", lambda r: (r / "per_task.csv").read_text().replace(",0.", ",zero.", 1),
+                           "where column"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("command", ["report", "gate", "export", "compare"])
+def test_a_run_file_of_another_shape_is_an_input_error(finished_run, tmp_path, capsys, case, command):
+    name, text, says = CASES[case]
+    run = _edited(finished_run, tmp_path, name, text(finished_run))
+    argv = {"report": ["report", str(run), "--out", str(tmp_path / "r.html")],
+            "gate": ["gate", str(run), "--gate", "max_ci_high=0.9"],
+            "export": ["export", str(run), "--format", "csv", "--out", str(tmp_path / "x")],
+            "compare": ["compare", str(run), str(finished_run)]}[command]
+    status = main(argv)
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 2 and "Traceback" not in err, err
+    assert says in err or (case == "manifest array" and "not a finished lmra run folder" in err), err
