@@ -29,6 +29,9 @@ def _lmra(tmp_path, *argv):
     (["check", "RUN", "--baseline", "last", "--margin", "2"], "margin must be a number in [0, 2) (a rise of the net rating, which lies in [-1, 1]), got 2"),
     (["report", "RUN", "--delta", "-1"], "argument --delta: the net rating to detect must be in (0, 2], got -1"),
     (["report", "RUN", "--delta", "5"], "argument --delta: the net rating to detect must be in (0, 2], got 5"),
+    # break-it finding: the page replaced a run's data file, or the run history, with HTML
+    (["report", "RUN", "--out", "RUN/summary.json"], "the report is an HTML page: give a file name ending in .html"),
+    (["report", "--history", "--out", "reports/history.sqlite"], "the report is an HTML page"),
 ])
 def test_a_margin_or_alpha_that_cannot_apply_is_refused_before_anything_runs(tmp_path, argv, says):
     out = tmp_path / "reports"

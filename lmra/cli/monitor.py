@@ -458,6 +458,15 @@ def cmd_history_page(args: argparse.Namespace) -> int:
     return 0
 
 
+def _html_out_arg(text: str) -> str:
+    """argparse type of ``lmra report --out``: a file name ending in ``.html`` (or ``.htm``) — the
+    page never replaces a run's data file or the run history (break-it finding: ``--out
+    RUN/summary.json`` and ``--out reports/history.sqlite`` overwrote them with HTML)."""
+    if Path(text).suffix.lower() not in (".html", ".htm"):
+        raise argparse.ArgumentTypeError(f"the report is an HTML page: give a file name ending in .html, got {text}")
+    return text
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression).
     ``lmra report --history``: the history page instead (:func:`cmd_history_page`)."""
@@ -739,7 +748,9 @@ def add_parsers(subparsers) -> None:
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
     r.add_argument("--delta", type=delta_arg, help="flag tasks too small to detect this net rating, in (0, 2]")
-    r.add_argument("--out", help="output file (default: RUN/report.html; with --history: <reports dir>/history.html, or history-NAME.html with --name)")
+    r.add_argument("--out", type=_html_out_arg,
+                   help="output file, a .html name (default: RUN/report.html; with --history: <reports "
+                        "dir>/history.html, or history-NAME.html with --name)")
     r.add_argument("--transcripts", type=_transcripts_arg, metavar="N",
                    help="show the response pairs of the N tasks with the highest net rating per comparison "
                         "(0 = none; default: the run config's [report] transcripts, 5); never for a redacted run")
