@@ -315,3 +315,23 @@ def test_the_detectable_rise_is_a_lower_bound_where_prompts_are_reverse_stereoty
     assert shown.startswith("≥ +") and not format_detectable(
         t.loc["plain", "mde"], t.loc["plain", "base_rate"], t.loc["plain", "mde_rate"],
         t.loc["plain", "mde_lower_bound"]).startswith("≥")
+
+
+@pytest.mark.parametrize("baseline", [None, "last"])
+def test_a_damaged_history_stops_the_audit_before_any_call(tmp_path, capsys, baseline):
+    """Break-it finding: a damaged history.sqlite was found only after every model call, with a
+    complete run folder that was never registered. It is an I/O failure naming the file before
+    anything is called or written."""
+    from test_gates import FLAT, write_config
+
+    from lmra.cli import main
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "history.sqlite").write_text("not a database, but the file of something else\n" * 20)
+    status = main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]
+                  + (["--baseline", baseline] if baseline else []))
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 1 and f"I/O failure: {tmp_path / 'reports' / 'history.sqlite'}: the run history" in err, err
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["history.sqlite"]  # no run folder
+    assert not list(tmp_path.glob("*.sqlite*"))  # no cache either: nothing was called

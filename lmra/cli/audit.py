@@ -68,6 +68,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
         check_alpha(alpha, field="--alpha" if args.alpha is not None else "alpha")  # the config's, used by the check
         first_night = _precheck_baseline(cfg, args.baseline)
+    elif args.shard is None:
+        _precheck_history(cfg)
     from lmra.audit import Audit  # after the checks above: a bad option or config is said without loading it
 
     worker = None
@@ -580,6 +582,21 @@ def _final(console: Console, reasons: dict[int, str]) -> int:
     """Print the audit's final line (``exit status 1: the run failed: …``) and return the status
     (:func:`lmra.cli.exits.print_final_status`)."""
     return print_final_status(console, reasons)
+
+
+def _precheck_history(cfg) -> None:
+    """Open the run history the audit registers its run in (``<output_dir>/history.sqlite``, when
+    it exists) before any model call (break-it finding: a damaged history was found only after
+    every call, with a complete run folder that was never registered).
+
+    Raises:
+        LmraIOError: the history cannot be read (naming it; exit status 1)."""
+    from lmra.monitor import History, history_path
+
+    path = history_path(cfg.output_dir)
+    if path.is_file():
+        with History(path) as h:
+            h.runs(name=cfg.name)
 
 
 def _precheck_baseline(cfg, ref: str) -> bool:
