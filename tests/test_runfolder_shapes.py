@@ -71,3 +71,4 @@ def test_a_run_file_of_another_shape_is_an_input_error(finished_run, tmp_path, c
     err = " ".join(capsys.readouterr().err.split())
     assert status == 2 and "Traceback" not in err, err
     assert says in err or (case == "manifest array" and "not a finished lmra run folder" in err), err
+

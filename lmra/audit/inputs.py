@@ -174,6 +174,13 @@ class InputsStage:
             if typos:
                 raise LmraInputError(f"unknown {field_name} {typos}; known: {', '.join(sorted(known))}",
                                      file=self.config_path, field=field_name)
+        if (cfg.tasks or cfg.domains) and prompts and all(p.task for p in prompts):  # (none to classify first)
+            if not any((not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
+                       and (not cfg.tasks or p.task in cfg.tasks) for p in prompts):
+                # (break-it finding: validate said "valid, 0 pairs"; audit said this after making its folder)
+                raise LmraInputError("no prompt is left after the domains/tasks filters (no prompt of a listed task "
+                                     "is in a listed domain)", file=self.config_path,
+                                     field="tasks" if cfg.tasks else "domains")
         canaries = []
         if cfg.judge_check.enabled:
             from lmra.judge_check import audit_dimensions, load_canary_set, select_canaries
