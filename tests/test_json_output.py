@@ -267,3 +267,18 @@ def test_judge_check_json_matches_the_table(tmp_path, capsys, monkeypatch):
         row = _line(table, f"│ {name.replace('_', ' ')} ")
         assert f"{c['value']:.3f}" in row and ("pass" if c["passed"] else "FAIL") in row
     assert ("PASSED" in table) == doc["passed"]
+
+
+def test_judge_check_out_naming_a_file_is_refused_before_any_call(tmp_path, capsys, monkeypatch):
+    """Break-it finding: ``--out`` naming a file failed only after every LMRA call (1,200+ with
+    the full canary set), as an I/O failure."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAKE_JUDGE_KEY", "x")
+    (tmp_path / "notadir").write_text("x")
+    with FaultServer() as srv:
+        status = main(["judge-check", "--judge", "openai", "--model", "fake", "--base-url", srv.url,
+                       "--api-key-env", "FAKE_JUDGE_KEY", "--dimension", "gender", "--per-kind", "1",
+                       "--out", "notadir"])
+        assert srv.requests == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 2 and "notadir" in err and "is a file: --out names the folder" in err

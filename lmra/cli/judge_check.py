@@ -18,6 +18,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.cli.common import json_errors
 from lmra.console import lit, make_console
 from lmra.fileio import write_json, write_jsonl
+from lmra.errors import LmraInputError
 
 
 def add_parsers(sub) -> None:
@@ -141,6 +142,9 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
 
     console = make_console(stderr=bool(args.json))
     cfg = _config(args)
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # said before the LMRA calls
+        raise LmraInputError("is a file: --out names the folder that receives judge_check.json and "
+                             "judge_check_ratings.jsonl", file=args.out, field="--out")
     rows, verdict = asyncio.run(_run(cfg, console))
     if args.out:
         out = Path(args.out)
