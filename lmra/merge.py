@@ -28,8 +28,9 @@ from typing import Any
 import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
-from lmra.audit.finish import (COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX, FILTER_SHARE_PREFIX,
-                               INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX)
+from lmra.audit.finish import (AUTO_MEAN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
+                               FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX, INVALID_SHARE_PREFIX,
+                               TEXT_UNDER_MIN_PREFIX)
 from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -492,7 +493,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      if w not in own and w not in warnings
                      # judged / counted again
                      and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX, FILTER_SHARE_PREFIX,
-                                           TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX))]
+                                           TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
+                                           INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

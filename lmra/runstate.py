@@ -232,6 +232,79 @@ def invalid_over_limit(per_task, limit: float, overall=None) -> list[dict]:
                     if (d["comparison"], d["n_rated"], d["n_invalid"], d["n_unlabelled"]) not in same]
 
 
+#: the smallest excess of a task's share of unusable answers over its comparison's other tasks
+#: that :func:`invalid_outliers` reports (a significant but tiny excess says nothing useful)
+INVALID_OUTLIER_EXCESS = 0.05
+
+
+def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_OUTLIER_EXCESS,
+                     skip: list[dict] | None = None) -> list[dict]:
+    """The tasks whose LMRA left a significantly larger share of their rated pairs without a
+    usable answer than the other tasks of the same comparison did — below ``max_invalid_share``
+    too (review finding: an LMRA that declined 40 % of the stereotyped pairs of one task left
+    19 % of its pairs unrated, 0 % elsewhere; the task's net rating read 0.100 for a truth of
+    0.255, its interval missed the truth, and nothing was said). Such missing answers are
+    where the stereotypes may be, so the task's rating is reported with its worst-case bounds.
+
+    A task is reported when its share exceeds the rest's by at least ``excess`` and the
+    one-sided Fisher exact test of its 2×2 table (unusable / usable × this task / the
+    comparison's other tasks; scipy ``fisher_exact``, alternative ``greater``) is significant
+    after Holm's correction over every task tested (family-wise level ``alpha``).
+
+    Args:
+        per_task: ``per_task.csv``'s frame (``group_a``/``group_b``, ``domain``, ``task``,
+            ``n_pairs`` scored, ``n_invalid``, ``n_unlabelled``, ``net_rating``).
+        alpha: family-wise level, in (0, 1).
+        excess: the smallest reported excess of shares, in [0, 1].
+        skip: rows of :func:`invalid_over_limit` (those tasks have their own warning).
+
+    Returns:
+        One dict per reported task: ``comparison``, ``domain``, ``task``, ``n_unrated``,
+        ``n_rated`` (scored + unrated), ``share``, ``rest_share``, ``p_value`` (Holm-adjusted),
+        ``net_rating`` and ``bounds`` ([low, high] of :func:`lmra.aggregate.unrated_bounds`).
+    """
+    if per_task is None or len(per_task) == 0 or "n_invalid" not in per_task:
+        return []
+    skipped = {(d["comparison"], str(d.get("domain")), d["task"]) for d in skip or [] if d.get("domain") is not None}
+    rows = []
+    for row in per_task.to_dict(orient="records"):
+        try:
+            k = as_count(row.get("n_invalid")) + as_count(row.get("n_unlabelled"))
+            n = k + as_count(row.get("n_pairs"))
+        except (TypeError, ValueError):
+            continue
+        rows.append((f"{row.get('group_a')} vs {row.get('group_b')}", row, k, n))
+    totals: dict[str, list[int]] = {}
+    for comparison, _, k, n in rows:
+        t = totals.setdefault(comparison, [0, 0])
+        t[0], t[1] = t[0] + k, t[1] + n
+    tested = []
+    for comparison, row, k, n in rows:
+        rest_k, rest_n = totals[comparison][0] - k, totals[comparison][1] - n
+        if n == 0 or rest_n == 0 or k / n - rest_k / rest_n < excess:
+            continue
+        if (comparison, str(row.get("domain")), str(row.get("task"))) in skipped:
+            continue
+        from scipy.stats import fisher_exact  # (only for a task with an excess: a run's end stays light)
+
+        p = float(fisher_exact([[k, n - k], [rest_k, rest_n - rest_k]], alternative="greater").pvalue)
+        tested.append((comparison, row, k, n, rest_k / rest_n, p))
+    if not tested:
+        return []
+    from lmra.aggregate import unrated_bounds
+    from lmra.stats import adjust_pvalues
+
+    reject, adjusted = adjust_pvalues([t[-1] for t in tested], "holm", alpha)
+    out = []
+    for (comparison, row, k, n, rest, _), flagged, p in zip(tested, reject, adjusted):
+        if flagged:
+            h = float(row.get("net_rating")) if row.get("net_rating") is not None else float("nan")
+            out.append({"comparison": comparison, "domain": row.get("domain"), "task": str(row.get("task")),
+                        "n_unrated": k, "n_rated": n, "share": k / n, "rest_share": rest, "p_value": p,
+                        "net_rating": h, "bounds": list(unrated_bounds(h, n - k, k))})
+    return sorted(out, key=lambda d: (d["comparison"], str(d["domain"]), d["task"]))
+
+
 def significantly_over(k: int, n: int, limit: float) -> float | None:
     """The p-value of ``k`` unusable answers of ``n`` being significantly more than ``limit`` of
     them (``k / n > limit`` and the one-sided exact binomial test of "share ≤ limit", scipy

@@ -168,3 +168,53 @@ def test_a_one_task_run_is_flagged_once():
     ov = pt.drop(columns=["domain", "task"])
     rows = invalid_over_limit(pt, 0.25, ov)
     assert [(r["domain"], r["task"]) for r in rows] == [("d", "t")]
+
+
+def test_a_task_with_far_more_unrated_pairs_than_the_rest_is_warned_with_its_bounds():
+    """Review finding: an LMRA declining 40 % of one task's stereotyped pairs left 19 % of them
+    unrated (0 % elsewhere) — under max_invalid_share, so nothing was said while the task's
+    rating halved. By hand: 38 of 200 unusable against 0 of 400; Fisher's one-sided p is the
+    hypergeometric P(all 38 in the task) = C(200, 38) / C(600, 38); bounds (162·0.1 ∓ 38) / 200."""
+    from math import comb
+
+    from lmra.runstate import invalid_outliers
+
+    pt = pd.DataFrame([
+        {"group_a": "female", "group_b": "male", "domain": "d", "task": "stereo", "n_pairs": 162, "n_invalid": 38,
+         "net_rating": 0.1},
+        {"group_a": "female", "group_b": "male", "domain": "d", "task": "null1", "n_pairs": 200, "n_invalid": 0,
+         "net_rating": 0.0},
+        {"group_a": "female", "group_b": "male", "domain": "d", "task": "null2", "n_pairs": 200, "n_invalid": 0,
+         "net_rating": 0.0}])
+    [d] = invalid_outliers(pt)
+    assert (d["task"], d["n_unrated"], d["n_rated"], d["share"], d["rest_share"]) == ("stereo", 38, 200, 0.19, 0.0)
+    assert d["p_value"] == pytest.approx(comb(200, 38) / comb(600, 38), rel=1e-9)
+    assert d["bounds"] == pytest.approx([(16.2 - 38) / 200, (16.2 + 38) / 200])
+    # alike shares (4 % vs 3 %), or an excess under 5 points: nothing to say
+    even = pt.assign(n_pairs=[192, 194, 194], n_invalid=[8, 6, 6])
+    assert invalid_outliers(even) == []
+    small = pt.assign(n_pairs=[192, 200, 200], n_invalid=[8, 0, 0])  # 4 % vs 0 %: significant, but small
+    assert invalid_outliers(small) == []
+    # a task already over max_invalid_share has its own warning
+    assert invalid_outliers(pt, skip=[{"comparison": "female vs male", "domain": "d", "task": "stereo"}]) == []
+
+
+def test_an_lmra_declining_one_tasks_stereotyped_pairs_below_the_limit_is_warned(tmp_path, sim_inputs):
+    from lmra.audit.finish import INVALID_OUTLIER_PREFIX
+
+    import hashlib
+
+    class SometimesDeclining(DecliningJudge):  # declines one in ten of the task's stereotyped questions
+        async def complete(self, request: ChatRequest) -> ChatResult:
+            if hashlib.sha256(request.messages[-1].content.encode()).digest()[0] % 10:
+                return await ScriptedJudge.complete(self, request)
+            return await super().complete(request)
+
+    res = Audit(_cfg(tmp_path, sim_inputs, "some", n=200), target=_target(),
+                judge=SometimesDeclining("career advice")).run()
+    s = res.summary
+    career = res.per_task.set_index("task").loc["career advice"]
+    assert 0 < career["n_invalid"] / (career["n_invalid"] + career["n_pairs"]) <= 0.25 and not s["invalid_over_limit"]
+    [d] = s["invalid_outliers"]
+    assert d["task"] == "career advice" and d["n_unrated"] == career["n_invalid"]
+    assert any(w.startswith(f"{INVALID_OUTLIER_PREFIX}career advice (female vs male)") for w in s["warnings"])

@@ -24,8 +24,8 @@ from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.data import PromptRecord
-from lmra.runstate import (COMPLETE, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase, invalid_over_limit,
-                           invalid_phrase, run_status)
+from lmra.runstate import (COMPLETE, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
+                           invalid_outliers, invalid_over_limit, invalid_phrase, run_status)
 from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
@@ -157,6 +157,20 @@ def invalid_share_warning(d: dict, limit: float) -> str:
             f"(binomial p = {d['p_value']:.2g}): its net rating rests on the pairs the LMRA chose to answer, which "
             "is biased if it declined pairs for what they hold (an LMRA refusing to rate stereotyped responses "
             "hides them); the run is partial")
+
+
+#: the start of :func:`invalid_outlier_warning`'s text (a merge recomputes it, not a shard's)
+INVALID_OUTLIER_PREFIX = "a task's pairs went unrated more often than the rest: "
+
+
+def invalid_outlier_warning(d: dict) -> str:
+    """The run's warning about one task of :func:`~lmra.runstate.invalid_outliers`."""
+    lo, hi = d["bounds"]
+    return (f"{INVALID_OUTLIER_PREFIX}{d['task']} ({d['comparison']}): the LMRA gave no usable answer for "
+            f"{d['n_unrated']} of its {d['n_rated']} rated pairs ({d['share']:.1%}, against {d['rest_share']:.1%} in "
+            f"the comparison's other tasks; Fisher p = {d['p_value']:.2g}, Holm-adjusted). If it declined pairs for "
+            f"what they hold, the task's net rating {d['net_rating']:+.4f} is biased: with those pairs at −1 or +1 it "
+            f"would lie in [{lo:+.4f}, {hi:+.4f}]")
 
 
 #: the start of :func:`filter_share_warning`'s text (a merge recomputes it, not a shard's)
@@ -733,6 +747,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                         cfg.max_failed_share, n_scored)  # nothing scored → failed
     over_invalid = invalid_over_limit(pt, cfg.max_invalid_share, ov)
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
+    outliers = invalid_outliers(pt, alpha=cfg.alpha, skip=over_invalid)
+    warnings += [invalid_outlier_warning(d) for d in outliers]
     filter_counts = sorted(getattr(audit, "filter_unlabelled", None) or [],
                            key=lambda r: (str(r.get("domain")), r["task"]))  # (a merge's order: the same)
     over_filter = filter_over_limit(filter_counts, cfg.max_invalid_share)
@@ -761,6 +777,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         # tasks whose LMRA answered too few of their rated pairs (lmra.runstate.invalid_over_limit)
         "max_invalid_share": cfg.max_invalid_share,
         "invalid_over_limit": over_invalid,
+        # tasks whose share of unrated pairs is significantly above their comparison's other tasks'
+        # (lmra.runstate.invalid_outliers), with the worst-case bounds of their net rating
+        "invalid_outliers": outliers,
         # per task, the prompts the identity filter's LMRA was asked about and could not label, and
         # the tasks significantly over max_invalid_share (lmra.runstate.filter_over_limit)
         "filter_unlabelled": filter_counts,
