@@ -280,12 +280,16 @@ class History:
             if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register
                 continue
             try:
-                added.append(self.register(load_run(folder)))
+                run = load_run(folder)
             except Exception as exc:  # a damaged or foreign folder must not break later audits
                 import warnings
 
-                warnings.warn(f"skipping {folder}: not a readable run folder ({type(exc).__name__}: {exc})",
-                              stacklevel=2)
+                reason = exc.format() if isinstance(exc, LmraInputError) else f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"skipping {folder}: not a readable run folder ({reason})", stacklevel=2)
+                continue
+            # (a history that cannot be written — a full disk — is the history's failure, named as
+            # such, exit 1: not the folder's, which it called unreadable and left out; break-it finding)
+            added.append(self.register(run))
         return added
 
     def pin(self, run: RunFolder | str | Path) -> str:

@@ -249,3 +249,46 @@ def test_version_and_run_help(capsys):
         with pytest.raises(SystemExit):
             main([cmd, "--help"])
         assert "newest complete run" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_folder_left_out_of_the_history_is_one_warning_paragraph(tmp_path, capsys):
+    """Break-it finding: ``lmra history`` printed ``…/lmra/cli/monitor.py:177: UserWarning:
+    skipping …`` and a line of lmra's source."""
+    from lmra.cli import main
+
+    broken = tmp_path / "reports" / "20200101-000000-broken"
+    broken.mkdir(parents=True)
+    (broken / "summary.json").write_text("[]")
+    (broken / "manifest.json").write_text('{"status": "complete"}')
+    assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(f"warning: skipping {broken}: not a readable run folder (") and "UserWarning" not in err
+
+
+def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_path, capsys, monkeypatch):
+    """Break-it finding: with the history unable to grow (a full disk), ``lmra history`` called an
+    intact run folder unreadable, left it out and exited 0. It is an I/O failure naming the
+    history (exit 1). A history that refuses every write (``PRAGMA query_only``) stands in for
+    the full disk."""
+    import lmra.monitor
+    from lmra.cli import main
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    reports = tmp_path / "reports"
+    (run,) = reports.glob("*-gated")
+    for f in reports.glob("history.sqlite*"):
+        f.unlink()
+    lmra.monitor.History(reports / "history.sqlite").close()  # a new, empty history: the run is not in it
+    opened = lmra.monitor.History.__init__
+
+    def unwritable(self, *a, **k):
+        opened(self, *a, **k)
+        self.db.execute("PRAGMA query_only = ON")
+
+    monkeypatch.setattr(lmra.monitor.History, "__init__", unwritable)
+    status = main(["history", "--reports-dir", str(reports)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 1 and f"I/O failure: {reports / 'history.sqlite'}" in err, err
+    assert "not a readable run folder" not in err and run.name not in err

@@ -142,6 +142,23 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
     return None
 
 
+def _warnings_as_paragraphs() -> None:
+    """Python warnings (lmra's own — a run folder left out of the history — and libraries') print
+    as one ``warning:`` paragraph on stderr, not as ``file.py:177: UserWarning: …`` followed by
+    a line of lmra's source (break-it finding)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        from rich.text import Text
+
+        from lmra.cli.common import err_console
+
+        err_console.print(Text.assemble(("warning: ", "bold yellow"), " ".join(str(message).split())),
+                          highlight=False, soft_wrap=True)
+
+    warnings.showwarning = show
+
+
 def _submitted_batch_jobs(run_dir) -> int:
     """How many batch jobs of the run folder ``run_dir`` are submitted and not yet downloaded
     (0 when its batch state cannot be read)."""
@@ -170,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGHUP, signal.default_int_handler)
     except ValueError:  # not in the main thread (e.g. called from a test thread)
         pass
+    _warnings_as_paragraphs()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
