@@ -217,6 +217,11 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
         if not isinstance(record, dict) or "prompt_positions" not in record:
             raise LmraInputError("is not the record of a finished shard (no 'prompt_positions')", file=f,
                                  field="prompt_positions")
+        positions = record["prompt_positions"]
+        if not isinstance(positions, dict) or not all(type(v) is int and v >= 0 for v in positions.values()):
+            raise LmraInputError("'prompt_positions' must map each prompt id to its line position (a whole number "
+                                 "≥ 0): the file was edited or damaged after the shard finished", file=f,
+                                 field="prompt_positions")
         for key in ("count", "index"):
             value = record.get(key)
             if type(value) is not int or not 1 <= value <= (record["count"] if key == "index" else MAX_SHARDS):

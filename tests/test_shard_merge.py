@@ -265,6 +265,11 @@ def test_merge_refuses_shards_that_read_other_files_or_a_broken_shard_record(tmp
     manifest_path.write_text(json.dumps(manifest))
     err = refused(*d)
     assert "shard.json" in err and "prompt_positions" in err
+    for positions in ([1], {"x": "y"}, {"p1": -1}):  # break-it finding: a traceback
+        (shards[2].run_dir / "shard.json").write_text(json.dumps({"count": 3, "index": 3,
+                                                                  "prompt_positions": positions}))
+        err = refused(*d)
+        assert "field 'prompt_positions': 'prompt_positions' must map each prompt id to its line position" in err
     assert not (tmp_path / "m").exists()
 
 
