@@ -793,6 +793,8 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     try:
         orch = BatchOrchestrator(audit.run_dir, cache, providers=providers, poll_interval_s=poll_interval_s,
                                  max_wait_s=max_wait_s, budget=budget, log=log)
+        if getattr(audit, "allow_unvalidated_judge", False):  # the waiver holds for `lmra batch resume` too
+            orch.state["allow_unvalidated_judge"] = True
         saved_progress = audit.progress
         audit.progress = _Progress()
         try:

@@ -887,3 +887,28 @@ def test_a_live_call_that_failed_in_a_collecting_pass_is_said(anthropic_server, 
     assert target.failed == 1
     assert any("1 live call(s) of models without a batch API failed in this collecting pass" in m for m in log), log
     assert result.manifest["batch"]["live_calls_in_dry_pass"]["failed"] == 1
+
+
+def test_batch_resume_keeps_the_judge_waiver_and_the_runs_poll_interval(openai_server, anthropic_server, sim_inputs,
+                                                                       tmp_path):
+    """Break-it findings: a run audited with --allow-unvalidated-judge exited 5 once resumed
+    (`batch resume` had no such option and the waiver was not kept), and resume polled every
+    30 s whatever the run's batch_poll_interval_s."""
+    from lmra.audit import Audit
+    from lmra.cli.batch import _configured_poll_interval
+
+    o_url, _ = openai_server
+    a_url, _ = anthropic_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, batch_poll_interval_s=2.5)
+    run = tmp_path / "reports" / "run1"
+    with pytest.raises(BatchPending):
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run, allow_unvalidated_judge=True), poll_interval_s=0.01,
+                                 max_wait_s=0))
+    assert load_state(run)["allow_unvalidated_judge"] is True
+    assert _configured_poll_interval(run / "config.toml") == 2.5
+    assert _configured_poll_interval(tmp_path / "no-such-config.toml") == 30.0

@@ -39,7 +39,11 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     rs.add_argument("--download-only", action="store_true",
                     help="only wait for and download the submitted jobs (do not continue the audit)")
     rs.add_argument("--retry-failed", action="store_true", help="submit the failed items again")
-    rs.add_argument("--poll-interval", type=float, default=30.0, metavar="S", help="seconds between polls (30)")
+    rs.add_argument("--poll-interval", type=float, metavar="S",
+                    help="seconds between polls (default: the run config's batch_poll_interval_s, else 30)")
+    rs.add_argument("--allow-unvalidated-judge", action="store_true",
+                    help="waive a failed judge validation, as 'lmra audit --allow-unvalidated-judge' (a waiver "
+                         "given to the audit that submitted the batches holds without it)")
     rs.add_argument("--max-wait", type=float, default=26 * 3600, metavar="S",
                     help="stop waiting after S seconds, exit status 75 (default 26 h)")
     rs.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -126,6 +130,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configured_poll_interval(config_path: Path) -> float:
+    """The run config's ``batch_poll_interval_s`` (30 when it cannot be read: ``--download-only``
+    of a folder without its config)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(config_path.read_text(encoding="utf-8")).get("batch_poll_interval_s", 30.0)
+    except (OSError, ValueError):
+        return 30.0
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 30.0
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -133,6 +149,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     console = make_console()
     state = _state_or_error(args.run_dir)
+    args.allow_unvalidated_judge = bool(args.allow_unvalidated_judge or state.get("allow_unvalidated_judge"))
+    if args.poll_interval is None:  # the run's own setting (break-it finding: always 30 s)
+        args.poll_interval = _configured_poll_interval(Path(args.run_dir) / "config.toml")
     log = (lambda msg: console.print(f"[dim]batch:[/] {lit(msg)}", highlight=False))
     orch, cache = _orchestrator(args.run_dir, state, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
                                 log=log)
@@ -164,7 +183,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     cfg = load_config(config_path)
     if state["cache"] != ":memory:":
         cfg = cfg.model_copy(update={"cache": state["cache"]})  # the cache the batches were written to
-    audit = Audit(cfg, config_path=config_path, run_dir=args.run_dir)
+    audit = Audit(cfg, config_path=config_path, run_dir=args.run_dir,
+                  allow_unvalidated_judge=args.allow_unvalidated_judge)
     shard_file = Path(args.run_dir) / "shard.json"
     if shard_file.is_file():  # a shard of a sharded audit (lmra audit --shard I/N) resumes as that shard
         from lmra.shard import parse_shard
