@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from lmra.errors import LmraIOError, io_reason
+from lmra.errors import LmraInputError, LmraIOError, io_reason
 
 
 def _umask() -> int:
@@ -67,6 +67,25 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
                 os.unlink(tmp_name)
             except OSError:
                 pass
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """The folder an option names for a command's output files, created if needed.
+
+    Raises:
+        LmraInputError: ``path`` is a file, not a folder (exit status 2, naming ``option``;
+            break-it finding: ``FileExistsError: [Errno 17]`` as an I/O failure).
+        LmraIOError: the folder cannot be created (naming it).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise LmraInputError(f"is a file: {option} names the folder that receives the output files", file=out,
+                             field=option)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LmraIOError(f"cannot create the folder ({io_reason(exc)})", path=out) from None
+    return out
 
 
 def write_text(path: str | Path, text: str) -> None:

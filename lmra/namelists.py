@@ -490,8 +490,9 @@ def write_all(out_dir: str | Path = "names") -> dict[str, Path]:
 
     Source: FPF App. D.1 and Tzioumis (2018); see the builders.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from lmra.fileio import output_folder
+
+    out = output_folder(out_dir, "--out")
     paths = {"gender": out / "gender.csv", "race_gender": out / "race_gender.csv"}
     build_gender_names().to_csv(paths["gender"], index=False, float_format="%.6f")
     build_race_gender_names().to_csv(paths["race_gender"], index=False, float_format="%.6f")

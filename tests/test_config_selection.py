@@ -27,3 +27,23 @@ def test_domains_and_tasks_that_leave_no_prompt_are_refused_before_anything_is_w
     err = " ".join(capsys.readouterr().err.split())
     assert "field 'tasks': no prompt is left after the domains/tasks filters" in err and "Traceback" not in err
     assert not (tmp_path / "reports").exists() and not list(tmp_path.glob("cache*"))
+
+
+@pytest.mark.parametrize("field", ["output_dir", "cache"])
+def test_an_output_dir_that_is_a_file_or_a_cache_that_is_a_folder_is_an_input_error(tmp_path, capsys, field):
+    """Break-it finding: both were I/O failures (exit 1) after the cache had been created, and
+    `lmra validate` passed them."""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    wrong = tmp_path / ("a-file" if field == "output_dir" else "a-folder")
+    wrong.write_text("x") if field == "output_dir" else wrong.mkdir()
+    text = cfg.read_text()
+    key = "output_dir = " if field == "output_dir" else "cache = "
+    line = next(ln for ln in text.splitlines() if ln.startswith(key))
+    cfg.write_text(text.replace(line, f'{key}"{wrong}"'))
+    for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress"]):
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"field '{field}': {wrong} is a" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("cache*")) and not (tmp_path / "reports").exists()

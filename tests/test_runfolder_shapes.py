@@ -72,3 +72,18 @@ def test_a_run_file_of_another_shape_is_an_input_error(finished_run, tmp_path, c
     assert status == 2 and "Traceback" not in err, err
     assert says in err or (case == "manifest array" and "not a finished lmra run folder" in err), err
 
+
+
+@pytest.mark.parametrize("command", ["export", "names build", "recsys score"])
+def test_an_output_folder_option_naming_a_file_is_an_input_error(finished_run, tmp_path, capsys, command):
+    """Break-it finding: ``--out FILE`` was an I/O failure (exit 1) with Python's ``FileExistsError:
+    [Errno 17]`` text; it is the option's fault (exit 2, one paragraph naming it)."""
+    target = tmp_path / "a-file"
+    target.write_text("keep me\n")
+    argv = {"export": ["export", str(finished_run), "--format", "csv", "--out", str(target)],
+            "names build": ["names", "build", "--out", str(target)],
+            "recsys score": ["recsys", "score", "--lists", str(target), "--out", str(target)]}[command]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{target}: option --out: is a file: --out names the folder that receives the output files" in err, err
+    assert target.read_text() == "keep me\n"

@@ -106,6 +106,13 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
+        out, cache = Path(cfg.output_dir), Path(cfg.cache)
+        if out.exists() and not out.is_dir():  # (break-it finding: an I/O failure, exit 1, after the cache was made)
+            raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
+                                 file=self.config_path, field="output_dir")
+        if cfg.cache != ":memory:" and cache.is_dir():
+            raise LmraInputError(f"{cache} is a folder: cache names the call cache's SQLite file (e.g. "
+                                 f"{cache / 'cache.sqlite'})", file=self.config_path, field="cache")
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
                                    auto_id=True)

@@ -17,8 +17,7 @@ from rich.table import Table
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import json_errors
 from lmra.console import lit, make_console
-from lmra.fileio import write_json, write_jsonl
-from lmra.errors import LmraInputError
+from lmra.fileio import output_folder, write_json, write_jsonl
 
 
 def add_parsers(sub) -> None:
@@ -142,13 +141,9 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
 
     console = make_console(stderr=bool(args.json))
     cfg = _config(args)
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # said before the LMRA calls
-        raise LmraInputError("is a file: --out names the folder that receives judge_check.json and "
-                             "judge_check_ratings.jsonl", file=args.out, field="--out")
+    out = output_folder(args.out, "--out") if args.out else None  # said before the LMRA calls
     rows, verdict = asyncio.run(_run(cfg, console))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         write_json(out / "judge_check.json", jsonable(verdict))
         write_jsonl(out / "judge_check_ratings.jsonl", (jsonable(r) for r in rows.to_dict(orient="records")))
     status = 0 if verdict["passed"] else EXIT_JUDGE_FAILED

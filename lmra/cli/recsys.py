@@ -75,6 +75,9 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(getattr(args, "output_dir", None) or "reports") / f"{stamp}-score"
+    elif Path(out).exists() and not Path(out).is_dir():
+        raise LmraInputError("is a file: --out names the folder that receives the output files", file=out,
+                             field="--out")
     result = score_lists(args.lists, k=args.k, convention=getattr(args, "convention", None) or "paper",
                          parser=args.parser,
                          normalize=not args.no_normalize, out_dir=out)
@@ -92,7 +95,9 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
                                                        protected=args.protected)
     out = Path(args.out) if args.out else Path(getattr(args, "output_dir", None) or "reports") / (
         _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias")
-    out.mkdir(parents=True, exist_ok=True)
+    from lmra.fileio import output_folder
+
+    output_folder(out, "--out")
     write_csv(table, out / "recsys_bias_disparity.csv")
     write_csv(summary, out / "recsys_bias_summary.csv")
     console = make_console()

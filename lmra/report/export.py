@@ -486,7 +486,9 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     if clash and (out / "manifest.json").is_file():  # a run folder's own data file is never overwritten
         raise LmraInputError(f"is a run folder: the export would overwrite its {clash[0]}; write to another folder "
                              "(by default RUN/exports)", file=out, field="--out")
-    out.mkdir(parents=True, exist_ok=True)
+    from lmra.fileio import output_folder
+
+    output_folder(out, "--out")
     build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks}
 
     large = run.pairs_path.suffix == ".parquet" and not is_small(run.pairs_path)  # DuckDB writes the text
