@@ -87,3 +87,15 @@ def test_an_output_folder_option_naming_a_file_is_an_input_error(finished_run, t
     err = " ".join(capsys.readouterr().err.split())
     assert f"{target}: option --out: is a file: --out names the folder that receives the output files" in err, err
     assert target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("argv", [["pin", "/no/such/run"], ["check", "./no-such-run", "--baseline", "last"],
+                                  ["plan", "--pilot", "/no/such/run", "--rate", "0.1"],
+                                  ["export", "/no/such/run", "--format", "csv"]])
+def test_a_run_path_to_no_folder_is_refused_without_writing_a_history(tmp_path, capsys, monkeypatch, argv):
+    """Break-it finding: the lookup failed (exit 2) after creating ./reports/history.sqlite."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no such run folder" in err and ("--pilot" in err) == (argv[0] == "plan")
+    assert not list(tmp_path.iterdir())

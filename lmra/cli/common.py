@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import re
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -171,9 +172,12 @@ def check_alpha_arg(text: str) -> float:
 RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
 
 
-def history_file(args: argparse.Namespace, run_ref: str | None = None) -> Path:
+def history_file(args: argparse.Namespace, run_ref: str | None = None, option: str = "RUN") -> Path:
     """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
-    to the parent of a run folder given as a path, else ``reports``."""
+    to the parent of a run folder given as a path, else ``reports``.
+
+    Raises:
+        LmraInputError: ``run_ref`` (given as ``option``) is a path to no folder."""
     from lmra.monitor import history_path
 
     if getattr(args, "history", None):
@@ -182,6 +186,9 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None) -> Path:
         return history_path(args.reports_dir)
     if run_ref and Path(run_ref).is_dir():
         return history_path(Path(run_ref).resolve().parent)
+    if run_ref and (os.sep in run_ref or run_ref.startswith(".")):  # a path, not a run id: nothing to look up
+        # (break-it finding: `lmra pin /nope` refused it, after creating ./reports/history.sqlite)
+        raise LmraInputError("no such run folder", file=run_ref, field=option)
     return history_path("reports")
 
 

@@ -342,7 +342,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = make_console()
     pilot = None
     if args.pilot:
-        with History(history_file(args, args.pilot)) as h:
+        with History(history_file(args, args.pilot, "--pilot")) as h:
             pilot = h.resolve(args.pilot)
     t0 = time.monotonic()
     df = plan(args.rate, sd=args.sd, pilot=pilot, base_rate=args.base_rate, alpha=args.alpha, power=args.power,
