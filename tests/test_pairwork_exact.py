@@ -277,6 +277,17 @@ def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tm
     # (betting here; 8b899bf always used the t-interval) — pinned with the t-interval, all else as it was
     quality_table = lmra.aggregate.quality_table
     monkeypatch.setattr(lmra.aggregate, "quality_table", lambda q, alpha=0.05, interval="t": quality_table(q, alpha))
+    # and the second (sampled) LMRA's position logit: Mantel–Haenszel since the eighteenth session,
+    # 8b899bf's pooled probability sums here
+    import math
+
+    import lmra.judge.calibration
+
+    def pooled_sums(a1, b1, a2, b2):
+        s1, t1, s2, t2 = (sum(c.tolist()) + 0.5 for c in (a1, b1, a2, b2))
+        return 0.5 * (math.log(s1 / t1) + math.log(s2 / t2))
+
+    monkeypatch.setattr(lmra.judge.calibration, "mantel_haenszel_logit", pooled_sums)
     keys, contents, n_calls = _pinned_audit(tmp_path)
     # computed with lmra at git 8b899bf, before the per-pair speed-ups (see the module docstring)
     assert (keys, n_calls) == PINNED_KEYS

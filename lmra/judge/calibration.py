@@ -100,14 +100,50 @@ class PositionLogitSums:
             pooled = "sampled" in self.methods or "logprobs" not in self.methods and bool(self.methods)
         if self.logs and not pooled:
             return 0.5 * statistics.median(self.logs)
-        columns = self.columns
-        if len(self.keys) == self.n and self.n:  # the pooled sums add the pairs in the run's order
-            import numpy as np
+        import numpy as np
 
+        a1, b1, a2, b2 = (np.frombuffer(col, dtype=np.float64) for col in self.columns)
+        if len(self.keys) == self.n and self.n:  # the sums add the pairs in the run's order
             order = np.argsort(np.frombuffer(self.keys, dtype=np.int64), kind="stable")
-            columns = tuple(np.frombuffer(col, dtype=np.float64)[order].tolist() for col in columns)
-        a1, b1, a2, b2 = (sum(col) + 0.5 for col in columns)
-        return 0.5 * (math.log(a1 / b1) + math.log(a2 / b2))
+            a1, b1, a2, b2 = (col[order] for col in (a1, b1, a2, b2))
+        return mantel_haenszel_logit(a1, b1, a2, b2)
+
+
+def mantel_haenszel_logit(a1, b1, a2, b2) -> float:
+    """The position logit of sampled or text answers: half the log of the Mantel–Haenszel common
+    odds ratio over pairs (statsmodels ``StratifiedTable.oddsratio_pooled``; Mantel & Haenszel
+    1959). Each pair is a 2×2 table — rows: order 1 (the forward response shown first), order 2
+    (it is shown second); columns: the answer names the forward / the reverse response, as
+    probabilities ``[[a1, b1], [b2, a2]]`` (A, B of order 1; A, B of order 2). Under the
+    logit-shift model (methodology §2 step 4) its odds ratio is ``e^(2b)`` whatever the pair's
+    content, so the pooled ratio estimates ``e^(2b)`` consistently over many sparse tables (a
+    few samples per order, or one text answer) — where pooling the probabilities over pairs,
+    as lmra did before, was biased toward 0 when stereotyped and harmless pairs mix (review
+    finding: b̂ 0.24 for a true 1.0 in a sampled judge's audit).
+
+    Args:
+        a1, b1, a2, b2: per pair, the probability of A and of B in order 1 and in order 2
+            (numpy arrays of equal length; C's probability is not used).
+
+    Returns:
+        b̂ in logits; 0.0 when no pair has both a forward and a reverse answer across its orders
+        (the ratio is 0/0), and the probability-pooled estimate (with 0.5 added to each sum) when
+        only one side has any (0 or ∞).
+    """
+    import numpy as np
+
+    n = a1 + b1 + a2 + b2
+    keep = n > 0
+    num, den = float(np.sum(a1[keep] * a2[keep] / n[keep])), float(np.sum(b1[keep] * b2[keep] / n[keep]))
+    if num <= 0 and den <= 0:
+        return 0.0
+    if num <= 0 or den <= 0:  # one-sided: no finite ratio; the smoothed pooled log-ratio keeps its sign
+        sa1, sb1, sa2, sb2 = (float(np.sum(c)) + 0.5 for c in (a1, b1, a2, b2))
+        return 0.5 * (math.log(sa1 / sb1) + math.log(sa2 / sb2))
+    from statsmodels.stats.contingency_tables import StratifiedTable
+
+    tables = np.stack([np.stack([a1[keep], b1[keep]], axis=-1), np.stack([b2[keep], a2[keep]], axis=-1)], axis=1)
+    return 0.5 * math.log(StratifiedTable(np.moveaxis(tables, 0, -1)).oddsratio_pooled)
 
 
 def _probs_columns(answers: list):
