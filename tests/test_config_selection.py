@@ -47,3 +47,15 @@ def test_an_output_dir_that_is_a_file_or_a_cache_that_is_a_folder_is_an_input_er
         err = " ".join(capsys.readouterr().err.split())
         assert f"field '{field}': {wrong} is a" in err and "Traceback" not in err, err
     assert not list(tmp_path.glob("cache*")) and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("line", ['canaries = "no-such-canaries.jsonl"', 'extra_canaries = ["no-such-canaries.jsonl"]'])
+def test_a_missing_canary_file_names_the_configs_line(tmp_path, capsys, line):
+    """Break-it finding: ``error: nope.jsonl: canary file not found`` named neither the config
+    nor the field."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "c"\n[judge_check]\n{line}\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    field = line.split(" =")[0]
+    assert f"c.toml, line 3: field 'judge_check.{field}': canary file not found: no-such-canaries.jsonl" in err, err

@@ -192,7 +192,22 @@ class InputsStage:
         if cfg.judge_check.enabled:
             from lmra.judge_check import audit_dimensions, load_canary_set, select_canaries
 
-            pool = load_canary_set([cfg.judge_check.canaries, *cfg.judge_check.extra_canaries])
+            try:
+                pool = load_canary_set([cfg.judge_check.canaries, *cfg.judge_check.extra_canaries])
+            except LmraInputError as exc:  # a canary file that is missing (or a folder): name the config's line
+                key = "canaries" if str(exc.file) == str(cfg.judge_check.canaries) else "extra_canaries"
+                if self.config_path is None or exc.line is not None:
+                    raise
+                from lmra.errors import find_key_line
+
+                try:
+                    line = find_key_line(Path(self.config_path).read_text(encoding="utf-8-sig"), key, "judge_check")
+                except (OSError, UnicodeDecodeError):
+                    raise exc from None
+                if line is None:  # (the shipped default: not in the config file)
+                    raise
+                raise LmraInputError(f"{exc.reason}: {exc.file}", file=self.config_path, line=line,
+                                     field=f"judge_check.{key}") from None
             dims = cfg.judge_check.dimensions or audit_dimensions([g for g in cfg.groups if g.name in used])
             try:
                 canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
