@@ -18,8 +18,9 @@ deleted. A cache closed cleanly deletes its log; one closed with calls it could 
 
 When the log cannot hold them either (it shares the cache's full disk), the calls still held
 when the run gives up are *spilled* (:func:`spill`) to a log of the same form in a folder on
-another disk — ``$LMRA_SPILL_DIR`` if set, else the temporary folder, else
-``~/.cache/lmra/unsaved-calls`` — named after the cache's real path
+another disk — ``$LMRA_SPILL_DIR`` if set, else the temporary folder's
+``lmra-unsaved-calls-<uid>``, else ``~/.cache/lmra/unsaved-calls``, each only when it is the
+user's own and writable by no one else — named after the cache's real path
 (``<sha256[:16]>-answers-…log``), where the next open of the same cache finds and stores them
 (break-it finding: with the cache's disk full past ``cache_write_retry_s``, 151 of 162
 answered calls were asked, and paid for, again).
@@ -165,11 +166,16 @@ def recover(cache_path: str | Path, unreadable: list[tuple[Path, int]] | None = 
     taken: list[tuple[Path, int]] = []
     logs = sorted(base.parent.glob(f"{glob.escape(base.name)}-answers-*"))  # (a name may hold [ ? *)
     stem = _spill_stem(cache_path)
+    spilled = set()
     for folder in spill_folders():
+        if not _own_folder(folder):
+            continue
         try:
-            logs += sorted(folder.glob(f"{stem}-answers-*"))
+            found = sorted(folder.glob(f"{stem}-answers-*"))
         except OSError:
             continue
+        logs += found
+        spilled.update(found)
     for path in logs:
         if path.suffix not in (".log", ".tmp"):
             continue
@@ -177,7 +183,7 @@ def recover(cache_path: str | Path, unreadable: list[tuple[Path, int]] | None = 
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
-        if not _locked(fd):  # its writer is alive
+        if not _locked(fd) or (path in spilled and not _own_file(fd)):  # its writer is alive, or not ours
             os.close(fd)
             continue
         if path.suffix == ".tmp":  # never renamed: empty
@@ -220,15 +226,39 @@ SPILL_ENV = "LMRA_SPILL_DIR"
 
 
 def spill_folders() -> list[Path]:
-    """Where :func:`spill` may write, in order: ``$LMRA_SPILL_DIR`` (if set), the temporary
-    folder's ``lmra-unsaved-calls``, ``~/.cache/lmra/unsaved-calls``."""
+    """Where :func:`spill` may write and :func:`recover` looks, in order: ``$LMRA_SPILL_DIR``
+    (if set), the temporary folder's ``lmra-unsaved-calls-<uid>``, ``~/.cache/lmra/unsaved-calls``
+    — each used only when it is this user's own, writable by no one else (:func:`_own_folder`)."""
     folders = [Path(os.environ[SPILL_ENV])] if os.environ.get(SPILL_ENV) else []
-    folders.append(Path(tempfile.gettempdir()) / "lmra-unsaved-calls")
+    folders.append(Path(tempfile.gettempdir()) / f"lmra-unsaved-calls-{os.getuid()}")
     try:
         folders.append(Path.home() / ".cache" / "lmra" / "unsaved-calls")
     except RuntimeError:  # no home folder
         pass
     return folders
+
+
+def _own_folder(folder: Path) -> bool:
+    """True when ``folder`` is a folder (not a link) owned by this user and writable by no other
+    (no group or other write bit): a log in it can only be this user's (break-it finding: with
+    a shared folder in /tmp, another local user could plant answers that the next open of the
+    cache stored as genuine)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _own_file(fd: int) -> bool:
+    """True when the open file ``fd`` belongs to this user and no other may write it."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
 def _spill_stem(cache_path: str | Path) -> str:
@@ -250,6 +280,8 @@ def spill(cache_path: str | Path, rows: list[tuple]) -> Path | None:
     for folder in spill_folders():
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not _own_folder(folder):  # another user's, or open to others: never used
+                continue
             log = AnswerLog(cache_path, folder=folder)
         except OSError:
             continue

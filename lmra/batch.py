@@ -700,6 +700,8 @@ def load_state(run_dir: str | Path) -> dict | None:
     if not path.exists():
         return None
     state = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: not a batch state (a JSON {type(state).__name__})")
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"{path}: unknown batch state version {state.get('version')}")
     return state

@@ -406,7 +406,8 @@ class CallCache:
             self.recovered = added
             if added and self.on_write_error is not None:
                 self.on_write_error(f"stored {added} answered call(s) of an earlier run that could not write them "
-                                    f"(it was killed, or its disk was full; from its answer log next to {self.path})")
+                                    f"(it was killed, or its disk was full) in {self.path}, from the answer logs it "
+                                    f"left: {', '.join(sorted({str(p) for p, _ in taken}))}")
         answerlog.release(taken)
         try:
             return AnswerLog(self.path)

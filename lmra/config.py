@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError,
-                      field_validator, model_validator)
+                      ValidationInfo, field_validator, model_validator)
 
 from lmra.errors import LmraInputError, find_key_line, read_toml, require_settings
 
@@ -264,10 +264,11 @@ class QualityConfig(_Strict):
 
     @field_validator("criteria")
     @classmethod
-    def _known(cls, v: list[str]) -> list[str]:
+    def _known(cls, v: list[str], info: ValidationInfo) -> list[str]:
         from lmra.judge.quality import CRITERIA
 
-        if not v:  # (break-it finding: "enabled" measured nothing, and a quality gate ended the run in a traceback)
+        if not v and info.data.get("enabled"):  # (break-it finding: "enabled" measured nothing, and a quality
+            # gate ended the run in a traceback; with enabled = false an empty list is fine)
             raise ValueError("no criterion listed: give at least one (of " + ", ".join(CRITERIA) + ") or leave "
                              "criteria out for all nine; to rate none, set enabled = false")
         bad = [c for c in v if c not in CRITERIA]
@@ -277,6 +278,7 @@ class QualityConfig(_Strict):
         if twice:  # each would be rated (and counted) twice per pair
             raise ValueError(f"criteria listed more than once: {twice}")
         return v
+
 
 
 class RefusalConfig(_Strict):

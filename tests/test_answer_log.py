@@ -221,3 +221,30 @@ def test_a_line_cut_short_by_a_full_disk_is_taken_back(tmp_path):
     assert [row[0] for row in rows] == ["key0", "key2"] and not unreadable
     for _, fd in taken:
         os.close(fd)
+
+
+def test_a_spill_folder_others_may_write_is_never_read(tmp_path, monkeypatch):
+    """Break-it finding: another local user could create the shared spill folder (mode 1777)
+    and plant a log there, which the next open of the cache stored as genuine answers. A spill
+    folder — or a spilled log — that is not the user's own, or that others may write, is
+    ignored; the user's own are taken over."""
+    from lmra.answerlog import spill, spill_folders
+
+    monkeypatch.setenv("LMRA_SPILL_DIR", str(tmp_path / "spill"))
+    cache = tmp_path / "cache.sqlite"
+    row = ("k1", "p", "", "m", "{}", '{"text": "FORGED"}', 1.0)
+    path = spill(cache, [row])
+    assert path is not None and path.parent == tmp_path / "spill"
+    os.chmod(tmp_path / "spill", 0o777)  # open to every user: its logs may be planted
+    rows, taken = recover(cache)
+    assert rows == [] and taken == [] and path.exists()
+    os.chmod(tmp_path / "spill", 0o700)
+    os.chmod(path, 0o666)  # a log others may write
+    rows, taken = recover(cache)
+    assert rows == [] and path.exists()
+    os.chmod(path, 0o600)
+    rows, taken = recover(cache)
+    assert [r[0] for r in rows] == ["k1"]
+    for _, fd in taken:
+        os.close(fd)
+    assert spill_folders()[1].name == f"lmra-unsaved-calls-{os.getuid()}"  # per user in the temp folder

@@ -37,3 +37,13 @@ def test_distinct_criteria_and_axes_are_fine(tmp_path):
     p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_an_empty_criteria_list_is_fine_with_quality_off(tmp_path):
+    """Break-it finding: the check refused it with enabled = false too — which older configs (and
+    run folders' config.toml, read back by `lmra axes --run`) hold."""
+    cfg = tmp_path / "off.toml"
+    cfg.write_text('name = "off"\n[quality]\nenabled = false\ncriteria = []\n')
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr

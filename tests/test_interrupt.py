@@ -217,6 +217,7 @@ def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, 
     """Break-it finding: Ctrl-C while ``lmra audit --batch`` waited said "run the same command
     again to resume" — which started a new run and submitted (and paid for) the jobs again."""
     import json
+    import shutil
 
     import lmra.batch
     from test_gates import FLAT, write_config
@@ -246,3 +247,14 @@ def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, 
     out = " ".join(capsys.readouterr().out.split())
     assert f"warning: run folder {run} has 2 batch job(s) submitted and not collected; to finish that run, stop " \
            f"this one and run 'lmra batch resume {run}'" in out
+    # break-it findings: a shard's folder was not recognised, and a damaged state ended the new run
+    # in a traceback: a shard is named, a damaged state is passed over
+    shard = run.with_name(run.name + "-shard1of2")
+    shutil.copytree(run, shard)
+    for state in ("[]", '{"version": 1, "jobs": [1]}', "not json"):
+        (run / lmra.batch.STATE_DIR / lmra.batch.STATE_FILE).write_text(state)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
+        captured = capsys.readouterr()
+        out = " ".join(captured.out.split())
+        assert "Traceback" not in captured.err
+        assert f"run folder {shard} has 2 batch job(s)" in out and f"run folder {run} has" not in out

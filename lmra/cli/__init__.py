@@ -168,7 +168,8 @@ def _submitted_batch_jobs(run_dir) -> int:
         state = load_state(run_dir)
     except (OSError, ValueError):
         return 0
-    return sum(job.get("state") == "submitted" for job in (state or {}).get("jobs", []))
+    jobs = state.get("jobs") if isinstance(state, dict) else None  # (a damaged state: nothing said of it)
+    return sum(isinstance(job, dict) and job.get("state") == "submitted" for job in jobs) if isinstance(jobs, list) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

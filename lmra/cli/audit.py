@@ -351,7 +351,8 @@ def _unfinished_batch_runs(cfg) -> list[tuple[Path, int]]:
     import re
 
     found = []
-    mine = re.compile(rf"\d{{8}}-\d{{6}}-{re.escape(cfg.name)}(?:-\d+)?")  # lmra.runstate.claim_run_dir's names
+    # the folder names lmra.runstate.claim_run_dir gives runs of this name (a shard's too)
+    mine = re.compile(rf"\d{{8}}-\d{{6}}-{re.escape(cfg.name)}(?:-shard\d+of\d+)?(?:-\d+)?")
     try:
         folders = sorted(Path(cfg.output_dir).glob(f"*-{glob.escape(cfg.name)}*/{STATE_DIR}/{STATE_FILE}"))
     except OSError:
