@@ -55,7 +55,8 @@ _WORD = re.compile(r"\w+")
 def _words_form(text: str) -> str:
     """``text`` composed (NFC), folded (:func:`fold_latin`), without combining marks, case-folded:
     the form in which a prompt's words and names' first words are compared."""
-    return fold_latin(unicodedata.normalize("NFC", text)).replace(MARK, "").casefold()
+    folded = fold_latin(unicodedata.normalize("NFC", text)).replace(MARK, "")
+    return folded.translate(_APOSTROPHE_TO_SPACE).casefold()  # ("ʼ" is a letter to \w: O'Neil's first word is "o")
 
 
 @lru_cache(maxsize=64)
@@ -139,8 +140,7 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
 
 #: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane")
 _APOSTROPHES, _HYPHENS = "'\u2019\u02bc\u2018`\u00b4", "-\u2010\u2011"
-#: combining marks (the accents of a decomposed letter)
-_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+_APOSTROPHE_TO_SPACE = {ord(c): " " for c in _APOSTROPHES}
 #: Latin letters with no decomposition that are written for their plain letter ("Łukasz" / "Lukasz")
 _UNDECOMPOSED = {"ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "ħ": "h", "Ħ": "H", "ı": "i"}
 
@@ -151,32 +151,40 @@ def _latin_base(ch: str) -> str | None:
     return base if base != ch and base.isascii() and base.isalpha() else None
 
 
-#: the one combining mark :func:`fold_latin` writes for every combining mark (a literal in the
-#: name patterns: a class of the mark blocks in each letter's place made the self-introduction
-#: pattern of 75 names take 0.2–0.3 s to compile, case-insensitively)
+#: the one combining mark :func:`fold_latin` writes for the combining marks after a Latin letter
+#: (a literal in the name patterns: a class of the mark blocks in each letter's place made the
+#: self-introduction pattern of 75 names take 0.2–0.3 s to compile, case-insensitively)
 MARK = "\u0301"
+#: the combining marks (their Unicode blocks), as a regex character-class body
+_MARK_RANGES = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
 #: accented Latin letter → its plain letter, one character for one (Latin-1, Latin Extended-A/B
-#: and Latin Extended Additional, by Unicode decomposition), and every combining mark → MARK;
-#: for ``str.translate``
-_FOLD = {cp: b for cp in [*range(0x00C0, 0x0250), *range(0x1E00, 0x1F00)] for b in [_latin_base(chr(cp))] if b} | {
-    cp: MARK for lo, hi in ((0x0300, 0x036F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x20FF), (0xFE20, 0xFE2F))
-    for cp in range(lo, hi + 1) if cp != ord(MARK)}
-_FOLDABLE = re.compile("[" + "".join(map(chr, sorted(_FOLD))) + "]")
+#: and Latin Extended Additional, by Unicode decomposition), for ``str.translate``-like folding
+_FOLD = {cp: b for cp in [*range(0x00C0, 0x0250), *range(0x1E00, 0x1F00)] for b in [_latin_base(chr(cp))] if b}
+_FOLDABLE = re.compile("[" + "".join(map(chr, sorted(_FOLD))) + _MARK_RANGES + "]")
+_LETTERS = re.compile("[" + "".join(map(chr, sorted(_FOLD))) + "]")
+#: a run of combining marks after a (folded) Latin letter: the accents of that letter
+_LATIN_MARKS = re.compile(f"(?<=[A-Za-z])[{_MARK_RANGES}]+")
 
 
 def fold_latin(text: str) -> str:
     """``text`` with every accented Latin letter written as its plain letter ("José" → "Jose",
-    "Łukasz" → "Lukasz") and every combining mark as :data:`MARK`, character for character:
-    the result has ``text``'s length, so a match's span in it is the same span of ``text``.
-    Other letters are untouched. Returns ``text`` itself when there is nothing to change (most
-    text: one C-speed search)."""
+    "Łukasz" → "Lukasz") and every combining mark after a Latin letter as :data:`MARK`,
+    character for character: the result has ``text``'s length, so a match's span in it is the
+    same span of ``text``. Letters of other scripts and their marks are untouched ("й" written
+    "и" + breve stays so, never "и" + acute: break-it finding). Returns ``text`` itself when
+    there is nothing to change (most text: one C-speed search)."""
     if _FOLDABLE.search(text) is None:
         return text
-    return _FOLDABLE.sub(_fold_one, text)  # (4× faster than str.translate on text with a few such letters)
+    folded = _LETTERS.sub(_fold_one, text)  # (4× faster than str.translate on text with a few such letters)
+    return _LATIN_MARKS.sub(_one_mark_each, folded)
 
 
 def _fold_one(m: re.Match) -> str:
     return _FOLD[ord(m.group())]
+
+
+def _one_mark_each(m: re.Match) -> str:
+    return MARK * len(m.group())
 
 
 def _spelling(name: str) -> str:
@@ -229,7 +237,7 @@ def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
 
 #: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter,
 #: digit or underscore, or a combining mark (the name would end inside its last letter's accents)
-NAME_END = rf"(?![\w{MARK}])"
+NAME_END = rf"(?![\w{_MARK_RANGES}])"
 
 
 @lru_cache(maxsize=4096)

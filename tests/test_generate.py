@@ -182,3 +182,18 @@ def test_an_audit_never_draws_a_name_its_prompt_mentions(tmp_path, sim_inputs):
     assert len(rows) == 120 and not {r["name"] for r in rows} & {"David", "Anna"}
     assert {r["name"] for r in rows} == {"Maria", "Linda", "John", "Mark"}
     assert all(r["scrubbed"] == "Happy birthday, David and Anna!" for r in rows)  # alike in every pair
+
+
+def test_marks_of_other_scripts_are_not_folded_and_every_apostrophe_splits_a_name():
+    """Break-it findings: folding every combining mark to one made "Андрей" (й = и + breve)
+    match "Андреи́" (и + acute); and "OʼNeil" (U+02BC, a letter to \\w) was scrubbed but still
+    drawn for the prompt that mentions it."""
+    import unicodedata
+
+    from lmra.generate import fold_latin, names_to_draw
+
+    andrei = unicodedata.normalize("NFD", "Андрей")
+    assert scrub_name("Андреи\u0301 and " + andrei, "Андрей") == "Андреи\u0301 and [NAME]"
+    assert fold_latin("и\u0306 e\u0308") == "и\u0306 e\u0301"  # a Latin letter's accent only
+    assert names_to_draw(["O'Neil", "Amy"], "Write a letter to O\u02bcNeil") == ["Amy"]
+    assert scrub_name("Write a letter to O\u02bcNeil", "O'Neil") == "Write a letter to [NAME]"
