@@ -115,3 +115,20 @@ def test_auto_uses_mean_when_most_answers_came_without_log_probabilities(tmp_pat
     if notes:
         assert notes[0].startswith(f"{AUTO_MEAN_PREFIX}{2 * s['n_pairs_total']} of {2 * s['n_pairs_total']} rated")
         assert not any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in s["warnings"])
+
+
+def test_the_auto_mean_note_counts_the_answers_the_diagnostics_count(tmp_path, sim_inputs):
+    """Break-it finding: placebo pairs were counted (27 of 40 in the note, 22 of 32 in the
+    diagnostics), so they could decide the switch."""
+    from lmra.audit.finish import AUTO_MEAN_PREFIX
+
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="pl", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / "pl"), cache=str(tmp_path / "pl.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}, placebo={"share": 0.5}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    s = Audit(cfg, target=target, judge=SometimesTextJudge(1)).run().summary
+    methods = s["judge_methods"]
+    [note] = [w for w in s["warnings"] if w.startswith(AUTO_MEAN_PREFIX)]
+    assert note.startswith(f"{AUTO_MEAN_PREFIX}{methods.get('text', 0)} of {sum(methods.values())} rated")

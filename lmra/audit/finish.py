@@ -102,7 +102,7 @@ class RatedPairSpool(PairSpool):
             extra += answer_fields(a, self.methods) + answer_fields(c, self.methods)
             if isinstance(a, dict) and isinstance(c, dict):  # rated (as rescore counts them)
                 acc.add(a, c, key=key)
-                if not prefix:
+                if not prefix and not row.get("placebo"):
                     self.method_counts.update((a.get("method"), c.get("method")))
         super().add(key, row, extra)
 
@@ -245,14 +245,14 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
 
 def answer_methods(ratings) -> Counter:
     """How the LMRA's rated stereotype answers were read: ``logprobs``, ``sampled`` or
-    ``text`` → number of answers (both orders of every rated pair; a spool counted them as
-    they came)."""
+    ``text`` → number of answers (both orders of every rated pair of the real comparisons —
+    not the placebo's, as the judge diagnostics count them; a spool counted them as they came)."""
     if isinstance(ratings, RatedPairSpool):
         return ratings.method_counts
     counts: Counter = Counter()
     for row in ([] if isinstance(ratings, PairSpool) else ratings):
         a, c = row.get("order1"), row.get("order2")
-        if isinstance(a, dict) and isinstance(c, dict):
+        if isinstance(a, dict) and isinstance(c, dict) and not row.get("placebo"):
             counts.update((a.get("method"), c.get("method")))
     return counts
 
