@@ -69,6 +69,15 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
                 pass
 
 
+def blocking_file(path: str | Path) -> Path | None:
+    """The nearest existing parent folder of ``path`` that is not a folder (a file in the way:
+    ``afile/sub`` cannot be created), or None."""
+    for parent in Path(path).absolute().parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
 def output_folder(path: str | Path, option: str) -> Path:
     """The folder an option names for a command's output files, created if needed.
 
@@ -81,6 +90,9 @@ def output_folder(path: str | Path, option: str) -> Path:
     if out.exists() and not out.is_dir():
         raise LmraInputError(f"is a file: {option} names the folder that receives the output files", file=out,
                              field=option)
+    blocked = blocking_file(out)
+    if blocked is not None:
+        raise LmraInputError(f"cannot be created: {blocked} is a file, not a folder", file=out, field=option)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

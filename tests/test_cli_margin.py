@@ -32,6 +32,7 @@ def _lmra(tmp_path, *argv):
     # break-it finding: the page replaced a run's data file, or the run history, with HTML
     (["report", "RUN", "--out", "RUN/summary.json"], "the report is an HTML page: give a file name ending in .html"),
     (["report", "--history", "--out", "reports/history.sqlite"], "the report is an HTML page"),
+    (["report", "RUN", "--out", "."], "the report is an HTML page"),
 ])
 def test_a_margin_or_alpha_that_cannot_apply_is_refused_before_anything_runs(tmp_path, argv, says):
     out = tmp_path / "reports"

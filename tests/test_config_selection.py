@@ -59,3 +59,21 @@ def test_a_missing_canary_file_names_the_configs_line(tmp_path, capsys, line):
     err = " ".join(capsys.readouterr().err.split())
     field = line.split(" =")[0]
     assert f"c.toml, line 3: field 'judge_check.{field}': canary file not found: no-such-canaries.jsonl" in err, err
+
+
+@pytest.mark.parametrize("field, value", [("output_dir", "{tmp}/a-file/sub"), ("cache", "{tmp}/a-file/c.sqlite"),
+                                          ("cache", "/dev/null")])
+def test_paths_behind_a_file_or_a_device_cache_are_input_errors(tmp_path, capsys, field, value):
+    """Break-it finding (second round): a path whose parent is a file, or /dev/null as the cache,
+    passed validate and failed the audit with an errno text (exit 1)."""
+    from test_gates import FLAT, write_config
+
+    (tmp_path / "a-file").write_text("x")
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    text = cfg.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"{field} = "))
+    cfg.write_text(text.replace(line, f'{field} = "{value.format(tmp=tmp_path)}"'))
+    for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress"]):
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"field '{field}'" in err and ("is a file, not a folder" in err or "not a regular file" in err), err

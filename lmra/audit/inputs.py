@@ -106,6 +106,8 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
+        from lmra.fileio import blocking_file
+
         out, cache = Path(cfg.output_dir), Path(cfg.cache)
         if out.exists() and not out.is_dir():  # (break-it finding: an I/O failure, exit 1, after the cache was made)
             raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
@@ -113,6 +115,14 @@ class InputsStage:
         if cfg.cache != ":memory:" and cache.is_dir():
             raise LmraInputError(f"{cache} is a folder: cache names the call cache's SQLite file (e.g. "
                                  f"{cache / 'cache.sqlite'})", file=self.config_path, field="cache")
+        if cfg.cache != ":memory:" and cache.exists() and not cache.is_file():
+            raise LmraInputError(f"{cache} is not a regular file (a device, pipe or socket): cache names the call "
+                                 "cache's SQLite file", file=self.config_path, field="cache")
+        for field, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
+            blocked = blocking_file(path) if path is not None else None
+            if blocked is not None:
+                raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
+                                     file=self.config_path, field=field)
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
                                    auto_id=True)

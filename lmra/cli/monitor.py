@@ -464,6 +464,13 @@ def _html_out_arg(text: str) -> str:
     RUN/summary.json`` and ``--out reports/history.sqlite`` overwrote them with HTML)."""
     if Path(text).suffix.lower() not in (".html", ".htm"):
         raise argparse.ArgumentTypeError(f"the report is an HTML page: give a file name ending in .html, got {text}")
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give the report's file name")
+    from lmra.fileio import blocking_file
+
+    blocked = blocking_file(text)
+    if blocked is not None:
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: {blocked} is a file, not a folder")
     return text
 
 
