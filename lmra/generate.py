@@ -55,8 +55,18 @@ _WORD = re.compile(r"\w+")
 def _words_form(text: str) -> str:
     """``text`` composed (NFC), folded (:func:`fold_latin`), without combining marks, case-folded:
     the form in which a prompt's words and names' first words are compared."""
-    folded = fold_latin(unicodedata.normalize("NFC", text)).replace(MARK, "")
-    return folded.translate(_APOSTROPHE_TO_SPACE).casefold()  # ("ʼ" is a letter to \w: O'Neil's first word is "o")
+    folded = fold_latin(unicodedata.normalize("NFC", text))
+    if MARK in folded:
+        folded = folded.replace(MARK, "")
+    if _ANY_APOSTROPHE.search(folded):  # ("ʼ" is a letter to \w: O'Neil's first word is "o")
+        folded = folded.translate(_APOSTROPHE_TO_SPACE)
+    return folded.casefold()
+
+
+@lru_cache(maxsize=4096)
+def _prompt_words(prompt: str) -> frozenset[str]:
+    """The words of a prompt in :func:`_words_form` (kept for the prompt's other groups' draws)."""
+    return frozenset(_WORD.findall(_words_form(prompt)))
 
 
 @lru_cache(maxsize=64)
@@ -89,10 +99,10 @@ def names_to_draw(names: Sequence[str], prompt: str) -> Sequence[str]:
     """
     key = names if isinstance(names, tuple) else tuple(names)
     words = _first_words(key)
-    folded = fold_latin(prompt)
-    candidates = set(_WORD.findall(_words_form(prompt))) & words.keys()
+    candidates = words.keys() & _prompt_words(prompt)
     if not candidates:
         return names
+    folded = fold_latin(prompt)
     mentioned = {n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
     rest = [n for n in key if n not in mentioned]
     return rest if mentioned and rest else names
@@ -141,6 +151,7 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
 #: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane")
 _APOSTROPHES, _HYPHENS = "'\u2019\u02bc\u2018`\u00b4", "-\u2010\u2011"
 _APOSTROPHE_TO_SPACE = {ord(c): " " for c in _APOSTROPHES}
+_ANY_APOSTROPHE = re.compile(f"[{_APOSTROPHES}]")
 #: Latin letters with no decomposition that are written for their plain letter ("Łukasz" / "Lukasz")
 _UNDECOMPOSED = {"ł": "l", "Ł": "L", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D", "ħ": "h", "Ħ": "H", "ı": "i"}
 
