@@ -70,8 +70,16 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
 
 
 def blocking_file(path: str | Path) -> Path | None:
-    """The nearest existing parent folder of ``path`` that is not a folder (a file in the way:
-    ``afile/sub`` cannot be created), or None."""
+    """What keeps ``path`` from being created: its nearest existing ancestor when that is not a
+    folder (``afile/sub`` cannot be created under the file ``afile``).
+
+    Args:
+        path: a file or folder to be created (relative to the working directory if relative).
+
+    Returns:
+        that ancestor, or None (also when the nearest existing ancestor is a folder). Raises
+        nothing (an ancestor that cannot be examined counts as absent).
+    """
     for parent in Path(path).absolute().parents:
         if parent.exists():
             return None if parent.is_dir() else parent

@@ -234,11 +234,21 @@ def name_regex(name: str) -> str:
 
 
 def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
-    """Replace every match of ``pattern`` (a :func:`name_regex` pattern) in :func:`fold_latin`
-    of ``text`` by ``placeholder``, in ``text`` itself (same spans)."""
+    """Replace every match of ``pattern`` in :func:`fold_latin` of ``text`` by ``placeholder``, in
+    ``text`` itself (methodology §1 step 5).
+
+    Args:
+        pattern: a compiled :func:`name_regex` pattern (as :func:`_name_pattern` makes it: whole
+            word, case-insensitive), matched against ``fold_latin(text)``.
+        text: the response; placeholder: what replaces each match (literally).
+
+    Returns:
+        ``text`` with each match's span replaced (the spans are ``text``'s own: folding keeps
+        the length).
+    """
     folded = fold_latin(text)
     if folded is text:
-        return pattern.sub(placeholder, text)
+        return pattern.sub(lambda _: placeholder, text)  # (literally, as below: no \g<0> expansion)
     out, last = [], 0
     for m in pattern.finditer(folded):
         out += [text[last:m.start()], placeholder]

@@ -45,3 +45,11 @@ def test_ordinary_names_give_no_such_warning(tmp_path):
                "plain")
     assert res.summary["names_common_words"] == []
     assert not any(w.startswith(COMMON_WORD_NAMES_PREFIX) for w in res.summary["warnings"])
+
+
+def test_a_common_word_written_with_accents_is_named_too(tmp_path):
+    """Docs-truth finding: the scrub matches "Jesús" as "Jesus" (a word the list names for the
+    figure), but the check looked the name up as written."""
+    res = _run(tmp_path, [("Jennifer", "female"), ("Ashley", "female"), ("Jesús", "male"), ("James", "male")],
+               "accented")
+    assert res.summary["names_common_words"] == ["Jesús"]

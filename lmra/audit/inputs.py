@@ -24,6 +24,16 @@ UNLABELLED = "unlabelled"
 _BUILTIN_STYLES = {"custom_instructions", "memory", "intro_turn"}
 
 
+def _plain(name: str) -> str:
+    """A name as :data:`~lmra.data.COMMON_WORD_NAMES` lists it: composed, Latin accents folded,
+    case-folded ("Jesús" → "jesus": the scrub replaces "Jesus" for it too)."""
+    import unicodedata
+
+    from lmra.generate import MARK, fold_latin
+
+    return fold_latin(unicodedata.normalize("NFC", name)).replace(MARK, "").casefold()
+
+
 @contextmanager
 def named_by_config(config_path, key: str, value):
     """Around reading the input file ``value`` that a config's top-level ``key`` names: a file
@@ -139,7 +149,7 @@ class InputsStage:
             self.names_unmatched = unmatched_name_values(names, cfg.groups)
             # names that are everyday words: scrubbing them (case-insensitive) also replaces the word
             self.names_common_words = sorted({n for ns in group_names.values() for n in ns
-                                              if n.casefold() in COMMON_WORD_NAMES})
+                                              if _plain(n) in COMMON_WORD_NAMES})
             if self.names_unmatched:
                 said = "; ".join(f"{col} {v!r} ×{n}" for col, vals in self.names_unmatched.items()
                                  for v, n in vals.items())

@@ -663,7 +663,7 @@ def add_parsers(sub) -> None:
                    help="check the run against this baseline; exit 3 if a task's net rating regressed. First night "
                         "(pinned/last with no baseline yet): the run is not checked, and with 'pinned' it is pinned")
     a.add_argument("--margin", type=margin_arg,
-                   help="rise of a task's net rating that counts as a regression, ≥ 0 (with --baseline; default: "
+                   help="rise of a task's net rating that counts as a regression, in [0, 2) (with --baseline; default: "
                         "0.0, any significant rise)")
     a.add_argument("--alpha", type=check_alpha_arg, metavar="A",
                    help="family-wise error rate of the regression check (Holm; with --baseline), 0 < A ≤ 0.5 "

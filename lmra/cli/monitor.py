@@ -750,7 +750,7 @@ def add_parsers(subparsers) -> None:
     r.add_argument("run", metavar="RUN", nargs="?", help=RUN_HELP + "; omitted with --history (the history page)")
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
     r.add_argument("--margin", type=margin_arg,
-                   help="regression margin, ≥ 0 (with --baseline; default: 0.0)")
+                   help="regression margin, in [0, 2) (with --baseline; default: 0.0)")
     r.add_argument("--alpha", type=check_alpha_arg,
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")

@@ -11,12 +11,12 @@ estimate is the median of that per-pair quantity over the pairs whose four proba
 are positive (read through log-probabilities; a log-probability judge's occasional answers
 parsed as text are one-hot and never enter it). Sampled answers have zero counts, so for
 them, for a judge answering only in text — and whenever no pair has probability on both A
-and B in both orders — the option
-probabilities are pooled over pairs first, with half a pseudo-answer on each option so
-that a judge that never answers B still gets a finite, large estimate:
-``b̂ = ½ [log((ΣA₁ + ½) / (ΣB₁ + ½)) + log((ΣA₂ + ½) / (ΣB₂ + ½))]``, exact as the sums
-grow when the content logits are the same for every pair, and close otherwise (see
-docs/benchmarks.md, combiners table). A judge that never names A or B gets ``b̂ = 0``.
+and B in both orders — the estimate is half the log of the Mantel–Haenszel common odds ratio
+over the pairs' 2×2 tables (order × forward/reverse answer; :func:`mantel_haenszel_logit`),
+consistent over many sparse tables; only when every table is one-sided does it fall back to
+the pooled log-ratio with half a pseudo-answer on each option,
+``b̂ = ½ [log((ΣA₁ + ½) / (ΣB₁ + ½)) + log((ΣA₂ + ½) / (ΣB₂ + ½))]``, so that a judge that never
+answers B still gets a finite, large estimate. A judge that never names A or B gets ``b̂ = 0``.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = 
         order1, order2: per pair, the answer of order 1 and order 2: an ``OptionProbs`` dict
             (as in ``ratings.jsonl``, with ``probs`` and ``method``) or a plain ``{A, B, C}``
             probability dict; None/NaN for pairs without a usable answer (skipped).
-        pooled: True = pool probabilities over pairs (used for sampled/text answers);
-            False = median of per-pair log-ratios; None = pooled when any answer's method is
-            ``sampled``, or when no answer came with log-probabilities (``text`` only) — a
-            log-probability judge's occasional text answers (degraded: probability 1 on one
-            option, never in the median) do not switch its estimate to the pooled one, which
-            is biased when stereotyped and harmless pairs mix.
+        pooled: True = Mantel–Haenszel over the pairs' 2×2 tables (:func:`mantel_haenszel_logit`;
+            used for sampled/text answers); False = median of per-pair log-ratios; None =
+            pooled when any answer's method is ``sampled``, or when no answer came with
+            log-probabilities (``text`` only) — a log-probability judge's occasional text
+            answers (degraded: probability 1 on one option, never in the median) do not switch
+            its estimate to the pooled one.
 
     Returns:
         ``b̂`` in logits (0 = no position preference, positive = the judge prefers
