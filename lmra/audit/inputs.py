@@ -128,11 +128,11 @@ class InputsStage:
         if cfg.cache != ":memory:" and cache.exists() and not cache.is_file():
             raise LmraInputError(f"{cache} is not a regular file (a device, pipe or socket): cache names the call "
                                  "cache's SQLite file", file=self.config_path, field="cache")
-        for field, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
+        for key, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
             blocked = blocking_file(path) if path is not None else None
             if blocked is not None:
                 raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
-                                     file=self.config_path, field=field)
+                                     file=self.config_path, field=key)
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
                                    auto_id=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
