@@ -77,3 +77,26 @@ def test_paths_behind_a_file_or_a_device_cache_are_input_errors(tmp_path, capsys
         assert main(argv) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert f"field '{field}'" in err and ("is a file, not a folder" in err or "not a regular file" in err), err
+
+
+@pytest.mark.parametrize("command", ["validate", "recsys"])
+@pytest.mark.parametrize("edit, says", [
+    (('names_list = ["Adele", "Drake", "Taylor Swift"]', 'names = "no-such-names.csv"'),
+     "field 'fairllm.names': seed-name file not found: no-such-names.csv"),
+    (("[fairllm]", '[fairllm]\nattributes_file = "no-such.json"'),
+     "field 'fairllm.attributes_file': sensitive-attribute file not found: no-such.json"),
+])
+def test_a_recsys_data_file_that_is_missing_names_the_configs_line(tmp_path, capsys, monkeypatch, command, edit,
+                                                                    says):
+    """Break-it findings: ``error: nope.csv: seed-name file not found`` named neither the config
+    nor its field, and `lmra validate` said "valid" of such a config."""
+    from conftest import ROOT
+
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "r.toml"
+    cfg.write_text((ROOT / "examples" / "recsys.toml").read_text().replace(*edit))
+    argv = ["validate", str(cfg)] if command == "validate" else ["recsys", "--config", str(cfg)]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "r.toml, line " in err and says in err, err
+    assert not (tmp_path / "reports").exists()

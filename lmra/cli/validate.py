@@ -28,6 +28,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from lmra.recsys.config import load_recsys_config
 
         rc = load_recsys_config(args.config)
+        from lmra.recsys.inputs import cfairllm_inputs, fairllm_inputs
+
+        # its data files, as the run reads them (break-it finding: "valid", then the run refused a
+        # missing seed-name or attribute file)
+        (fairllm_inputs if rc.mode == "fairllm" else cfairllm_inputs)(rc, args.config)
         if args.json:
             from lmra.report import jsonout
 

@@ -11,6 +11,7 @@ disparity.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,20 @@ def _config_error(message: str, field: str, config_path: str | Path | None) -> L
     return LmraInputError(message, file=config_path, line=line, field=field)
 
 
+@contextmanager
+def _named_by(field: str, config_path: str | Path | None):
+    """Around reading a data file or folder that the config's ``field`` names: an error about the
+    file as a whole (not found, a folder, unreadable — it has no line of its own) names the
+    config file, the field's line and the path (break-it finding: ``nope.csv: seed-name file not
+    found`` named neither)."""
+    try:
+        yield
+    except LmraInputError as exc:
+        if config_path is None or exc.line is not None:
+            raise
+        raise _config_error(f"{exc.reason}: {exc.file}", field, config_path) from None
+
+
 def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], set[str]]:
     """The FaiRLLM instruction set: seed names × the selected attribute phrases (and
     intersections), neutral and sensitive.
@@ -70,11 +85,14 @@ def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[l
     """
     f = cfg.fairllm
     names_path = f.names or DEFAULT_NAMES[f.domain]
-    all_names = load_seed_names(find_path(names_path, config_path) if f.names else names_path, column=f.names_column)
+    with _named_by("fairllm.names", config_path if f.names else None):
+        all_names = load_seed_names(find_path(names_path, config_path) if f.names else names_path,
+                                    column=f.names_column)
     names = list(f.names_list) if f.names_list else (all_names[: f.n_names] if f.n_names else all_names)
     attr_path = f.attributes_file
     found = find_path(attr_path, config_path)
-    phrases = load_sensitive_attributes(found if found.exists() else attr_path)
+    with _named_by("fairllm.attributes_file", config_path):
+        phrases = load_sensitive_attributes(found if found.exists() else attr_path)
     selected: dict[str, list[str]] = {}
     for a in f.attributes:
         if a not in phrases:
@@ -133,7 +151,8 @@ def cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[
     from lmra.generate import derive_seed
 
     c = cfg.cfairllm
-    data = ml.load_movielens(find_path(c.data, config_path), encoding=c.encoding)
+    with _named_by("cfairllm.data", config_path):
+        data = ml.load_movielens(find_path(c.data, config_path), encoding=c.encoding)
     col = {"gender": "gender", "age": "age_group"}
     labels = {str(v) for g in c.bias_groups for v in data.users[col[g]].unique()}
     for key in ("unprotected", "protected"):
