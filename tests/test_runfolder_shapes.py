@@ -99,3 +99,14 @@ def test_a_run_path_to_no_folder_is_refused_without_writing_a_history(tmp_path, 
     err = " ".join(capsys.readouterr().err.split())
     assert "no such run folder" in err and ("--pilot" in err) == (argv[0] == "plan")
     assert not list(tmp_path.iterdir())
+
+
+def test_exporting_a_run_folder_needs_no_run_history(finished_run, tmp_path, capsys):
+    """Break-it finding: with the history's disk full, `lmra export RUN --out /elsewhere` failed
+    on the history it only read (exit 1). A run folder's tables are exported without opening
+    it — here the history is a folder, which no SQLite can open."""
+    copy = tmp_path / "reports" / finished_run.name
+    shutil.copytree(finished_run, copy)
+    (tmp_path / "reports" / "history.sqlite").mkdir()
+    assert main(["export", str(copy), "--format", "csv", "--out", str(tmp_path / "x")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "x" / "per_task.csv").is_file()

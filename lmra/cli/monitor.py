@@ -391,9 +391,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format in METRICS_FORMATS and args.table:
         raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
                              "writes the run's metrics file", field="--table")
-    with History(history_file(args, args.run)) as h:
-        run = h.resolve(args.run)
-        check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
+    if (args.format not in METRICS_FORMATS and args.run not in ("latest", "last", "pinned") and Path(args.run).is_dir()
+            and not args.history and not args.reports_dir):
+        # a run folder's tables need no run history: it is neither opened nor written (break-it
+        # finding: with the history's disk full, the export to another disk failed on it)
+        from lmra.runfolder import load_run
+
+        run, check = load_run(args.run), None
+    else:
+        with History(history_file(args, args.run)) as h:
+            run = h.resolve(args.run)
+            check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
     if args.format in METRICS_FORMATS:
         from lmra.digests import verify_files
         from lmra.gates import GATES_FILE, read_gates
