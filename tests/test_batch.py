@@ -657,9 +657,11 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     assert len(srv["creates"]) == 1
 
 
-def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str, **extra):
+def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str, *,
+                                     allow_unvalidated_judge: bool = False, **extra):
     """A batch-mode audit (target on the OpenAI server, LMRA on the Anthropic one) stopped while
-    its first batch runs (max wait 0); returns its run folder. ``extra``: more config fields."""
+    its first batch runs (max wait 0); returns its run folder. ``extra``: more config fields;
+    ``allow_unvalidated_judge``: the audit's waiver (``lmra audit --allow-unvalidated-judge``)."""
     from lmra.audit import Audit
 
     names, prompts = sim_inputs(4)
@@ -670,7 +672,8 @@ def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: st
         output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, **extra)
     run = tmp_path / "reports" / "run1"
     with pytest.raises(BatchPending):
-        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run, allow_unvalidated_judge=allow_unvalidated_judge),
+                                 poll_interval_s=0.01, max_wait_s=0))
     return run
 
 
@@ -894,21 +897,12 @@ def test_batch_resume_keeps_the_judge_waiver_and_the_runs_poll_interval(openai_s
     """Break-it findings: a run audited with --allow-unvalidated-judge exited 5 once resumed
     (`batch resume` had no such option and the waiver was not kept), and resume polled every
     30 s whatever the run's batch_poll_interval_s."""
-    from lmra.audit import Audit
     from lmra.cli.batch import _configured_poll_interval
 
     o_url, _ = openai_server
     a_url, _ = anthropic_server
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
-        judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url, api_key_required=False, n_samples=1),
-        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, batch_poll_interval_s=2.5)
-    run = tmp_path / "reports" / "run1"
-    with pytest.raises(BatchPending):
-        asyncio.run(arun_batched(Audit(cfg, run_dir=run, allow_unvalidated_judge=True), poll_interval_s=0.01,
-                                 max_wait_s=0))
+    run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url, allow_unvalidated_judge=True,
+                                           batch_poll_interval_s=2.5)
     assert load_state(run)["allow_unvalidated_judge"] is True
     assert _configured_poll_interval(run / "config.toml") == 2.5
     assert _configured_poll_interval(tmp_path / "no-such-config.toml") == 30.0

@@ -120,20 +120,15 @@ def test_sighup_stops_like_ctrl_c_unless_nohup_ignores_it(tmp_path):
         srv.shutdown()
 
 
-def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(tmp_path, capsys, monkeypatch):
-    """Break-it finding: a SIGTERM while report.html was written said "interrupted … run again
-    to resume" although the folder was complete (a re-run would be a new night)."""
+def _interrupted_after_the_run_finished(tmp_path, capsys):
+    """Run ``lmra audit`` (an interrupt arranged by the caller): exit 130, the folder complete,
+    and the message saying so, not "run again"; returns (the run folder, stderr in one line)."""
     import json
 
-    import lmra.cli.scale
     from test_gates import FLAT, write_config
 
     from lmra.cli import main
 
-    def interrupted(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(lmra.cli.scale, "after_run", interrupted)  # Ctrl-C while the warehouse lands
     cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
     err = " ".join(capsys.readouterr().err.split())
@@ -141,7 +136,21 @@ def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(t
     run = manifest.parent
     assert json.loads(manifest.read_text())["status"] == "complete"
     assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
-    assert f"'lmra report {run}' writes the report" in err and "run the same command again" not in err
+    assert "run the same command again" not in err
+    return run, err
+
+
+def test_an_interrupt_after_the_run_folder_is_written_says_the_run_is_complete(tmp_path, capsys, monkeypatch):
+    """Break-it finding: a SIGTERM while report.html was written said "interrupted … run again
+    to resume" although the folder was complete (a re-run would be a new night)."""
+    import lmra.cli.scale
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmra.cli.scale, "after_run", interrupted)  # Ctrl-C while the warehouse lands
+    run, err = _interrupted_after_the_run_finished(tmp_path, capsys)
+    assert f"'lmra report {run}' writes the report" in err
 
 
 @pytest.mark.parametrize("close_waits", [False, True])
@@ -152,7 +161,6 @@ def test_ctrl_c_while_the_run_folder_is_written_says_the_run_is_complete(tmp_pat
     night checked against the first. With ``close_waits`` the providers' close awaits (the
     cancellation lands there; Python 3.11's wait_for swallowed it: exit 0, Ctrl-C lost)."""
     import asyncio
-    import json
 
     from lmra.providers.deadline import DeadlineProvider
 
@@ -166,9 +174,6 @@ def test_ctrl_c_while_the_run_folder_is_written_says_the_run_is_complete(tmp_pat
         monkeypatch.setattr(DeadlineProvider, "aclose", slow_close)
 
     import lmra.audit
-    from test_gates import FLAT, write_config
-
-    from lmra.cli import main
 
     finish = lmra.audit.finish_run
 
@@ -177,14 +182,8 @@ def test_ctrl_c_while_the_run_folder_is_written_says_the_run_is_complete(tmp_pat
         return finish(*a, **k)
 
     monkeypatch.setattr(lmra.audit, "finish_run", ctrl_c_while_finishing)
-    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
-    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
-    err = " ".join(capsys.readouterr().err.split())
-    (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
-    run = manifest.parent
-    assert json.loads(manifest.read_text())["status"] == "complete"
-    assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
-    assert f"'lmra warehouse add {run}' adds it to the warehouse" in err and "run the same command again" not in err
+    run, err = _interrupted_after_the_run_finished(tmp_path, capsys)
+    assert f"'lmra warehouse add {run}' adds it to the warehouse" in err
 
 
 def test_run_sync_keeps_the_result_of_a_coroutine_interrupted_in_its_last_step():
