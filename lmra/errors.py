@@ -4,6 +4,7 @@ into a one-paragraph message with exit status 2 (never a traceback)."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -79,6 +80,44 @@ def find_key_line(text: str, key: str, section: str | None = None, occurrence: i
         if in_section and (line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')):
             return i
     return None
+
+
+def config_field_error(message: str, field: str, config_path: str | Path | None) -> LmraInputError:
+    """An input error about a config field found only after loading data: names the config
+    file and, when it can be found, the line of ``section.key`` (``fairllm.values.gender``
+    → the line of ``values`` in ``[fairllm]``; a top-level ``key`` → its line)."""
+    line = None
+    if config_path is not None:
+        try:
+            text = Path(config_path).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        section, _, rest = field.partition(".")
+        line = find_key_line(text, rest.split(".")[0], section) if rest else find_key_line(text, section)
+    return LmraInputError(message, file=config_path, line=line, field=field)
+
+
+@contextmanager
+def named_by_field(config_path: str | Path | None, field):
+    """Around reading a data file or folder that the config's ``field`` names (a string, or a
+    function of the error giving it: one of several fields): an error about the file as a whole
+    — not found, a folder, unreadable: it has no line of its own — names the config file, the
+    field's line and the path (break-it findings: ``nope.csv: seed-name file not found`` named
+    neither). Errors pass unchanged without a config file, with a line of their own, or when
+    the field is not in the config file (a shipped default).
+
+    Raises:
+        LmraInputError: the error, so named."""
+    try:
+        yield
+    except LmraInputError as exc:
+        if config_path is None or exc.line is not None:
+            raise
+        named = config_field_error(f"{exc.reason}: {exc.file}", field(exc) if callable(field) else field,
+                                   config_path)
+        if named.line is None:
+            raise
+        raise named from None
 
 
 def _line_of_offset(data: bytes, offset: int) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lmra.config import Group
 from lmra.data import COMMON_WORD_NAMES, PromptRecord, load_names, load_prompts
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, named_by_field
 from lmra.generate import derive_seed, names_for_group
 from lmra.judge.taxonomy import Taxonomy, load_taxonomy
 from lmra.resources import resolve_resource
@@ -212,22 +212,10 @@ class InputsStage:
         if cfg.judge_check.enabled:
             from lmra.judge_check import audit_dimensions, load_canary_set, select_canaries
 
-            try:
-                pool = load_canary_set([cfg.judge_check.canaries, *cfg.judge_check.extra_canaries])
-            except LmraInputError as exc:  # a canary file that is missing (or a folder): name the config's line
-                key = "canaries" if str(exc.file) == str(cfg.judge_check.canaries) else "extra_canaries"
-                if self.config_path is None or exc.line is not None:
-                    raise
-                from lmra.errors import find_key_line
-
-                try:
-                    line = find_key_line(Path(self.config_path).read_text(encoding="utf-8-sig"), key, "judge_check")
-                except (OSError, UnicodeDecodeError):
-                    raise exc from None
-                if line is None:  # (the shipped default: not in the config file)
-                    raise
-                raise LmraInputError(f"{exc.reason}: {exc.file}", file=self.config_path, line=line,
-                                     field=f"judge_check.{key}") from None
+            jc = cfg.judge_check  # a missing canary file: named by its config field's line
+            with named_by_field(self.config_path, lambda exc: "judge_check.canaries" if str(exc.file) == str(
+                    jc.canaries) else "judge_check.extra_canaries"):
+                pool = load_canary_set([jc.canaries, *jc.extra_canaries])
             dims = cfg.judge_check.dimensions or audit_dimensions([g for g in cfg.groups if g.name in used])
             try:
                 canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)

@@ -11,14 +11,13 @@ disparity.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from lmra.errors import LmraInputError
+from lmra.errors import config_field_error, named_by_field
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_seed_names,
@@ -40,37 +39,6 @@ def find_path(path: str, config_path: str | Path | None) -> Path:
     return next((c for c in candidates if c.exists()), p)
 
 
-def _config_error(message: str, field: str, config_path: str | Path | None) -> LmraInputError:
-    """An input error about a config field found only after loading data: names the config
-    file and, when it can be found, the line of ``section.key`` (``fairllm.values.gender``
-    → the line of ``values`` in ``[fairllm]``)."""
-    from lmra.errors import find_key_line
-
-    line = None
-    if config_path is not None:
-        try:
-            text = Path(config_path).read_text(encoding="utf-8")
-        except OSError:
-            text = ""
-        section, _, rest = field.partition(".")
-        line = find_key_line(text, rest.split(".")[0], section) if rest else find_key_line(text, section)
-    return LmraInputError(message, file=config_path, line=line, field=field)
-
-
-@contextmanager
-def _named_by(field: str, config_path: str | Path | None):
-    """Around reading a data file or folder that the config's ``field`` names: an error about the
-    file as a whole (not found, a folder, unreadable — it has no line of its own) names the
-    config file, the field's line and the path (break-it finding: ``nope.csv: seed-name file not
-    found`` named neither)."""
-    try:
-        yield
-    except LmraInputError as exc:
-        if config_path is None or exc.line is not None:
-            raise
-        raise _config_error(f"{exc.reason}: {exc.file}", field, config_path) from None
-
-
 def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], set[str]]:
     """The FaiRLLM instruction set: seed names × the selected attribute phrases (and
     intersections), neutral and sensitive.
@@ -85,36 +53,36 @@ def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[l
     """
     f = cfg.fairllm
     names_path = f.names or DEFAULT_NAMES[f.domain]
-    with _named_by("fairllm.names", config_path if f.names else None):
+    with named_by_field(config_path if f.names else None, "fairllm.names"):
         all_names = load_seed_names(find_path(names_path, config_path) if f.names else names_path,
                                     column=f.names_column)
     names = list(f.names_list) if f.names_list else (all_names[: f.n_names] if f.n_names else all_names)
     attr_path = f.attributes_file
     found = find_path(attr_path, config_path)
-    with _named_by("fairllm.attributes_file", config_path):
+    with named_by_field(config_path, "fairllm.attributes_file"):
         phrases = load_sensitive_attributes(found if found.exists() else attr_path)
     selected: dict[str, list[str]] = {}
     for a in f.attributes:
         if a not in phrases:
-            raise _config_error(f"attribute '{a}' is not in the attribute file (it has: {', '.join(phrases)})",
+            raise config_field_error(f"attribute '{a}' is not in the attribute file (it has: {', '.join(phrases)})",
                                 "fairllm.attributes", config_path)
         vals = f.values.get(a)
         if vals:
             bad = [v for v in vals if v not in phrases[a]]
             if bad:
-                raise _config_error(f"'{bad[0]}' is not a phrase of attribute '{a}' ({', '.join(phrases[a])})",
+                raise config_field_error(f"'{bad[0]}' is not a phrase of attribute '{a}' ({', '.join(phrases[a])})",
                                     f"fairllm.values.{a}", config_path)
             selected[a] = list(vals)
         else:
             selected[a] = list(phrases[a])
     extra = set(f.values) - set(f.attributes)
     if extra:
-        raise _config_error(f"values given for unselected attribute '{sorted(extra)[0]}'", "fairllm.values",
+        raise config_field_error(f"values given for unselected attribute '{sorted(extra)[0]}'", "fairllm.values",
                             config_path)
     for combo in f.intersections:
         missing = [a for a in combo if a not in selected]
         if missing:
-            raise _config_error(f"intersection {list(combo)} names attribute '{missing[0]}', which is not in "
+            raise config_field_error(f"intersection {list(combo)} names attribute '{missing[0]}', which is not in "
                                 "fairllm.attributes", "fairllm.intersections", config_path)
     neutral_t = template_for(f.domain, "neutral", f.neutral_template)
     sens_t = template_for(f.domain, "sensitive", f.sensitive_template)
@@ -151,14 +119,14 @@ def cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[
     from lmra.generate import derive_seed
 
     c = cfg.cfairllm
-    with _named_by("cfairllm.data", config_path):
+    with named_by_field(config_path, "cfairllm.data"):
         data = ml.load_movielens(find_path(c.data, config_path), encoding=c.encoding)
     col = {"gender": "gender", "age": "age_group"}
     labels = {str(v) for g in c.bias_groups for v in data.users[col[g]].unique()}
     for key in ("unprotected", "protected"):
         label = getattr(c, key)
         if label is not None and label not in labels:
-            raise _config_error(f"no user group is labelled '{label}' (bias_groups {', '.join(c.bias_groups)} have: "
+            raise config_field_error(f"no user group is labelled '{label}' (bias_groups {', '.join(c.bias_groups)} have: "
                                 f"{', '.join(sorted(labels))})", f"cfairllm.{key}", config_path)
     split = ml.split_ratings(data.ratings, seed=cfg.seed, fractions=c.split, method=c.split_method)
     train = split[split["split"] == "train"]
