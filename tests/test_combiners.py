@@ -74,7 +74,8 @@ def test_the_pooled_estimate_recovers_the_position_logit_of_a_sampled_judge(b, s
     """Review finding: pooling a sampled judge's answer frequencies over pairs read b̂ = 0.60–0.89
     for a true 1.0 and 1.19–1.41 for 2.0 once stereotyped pairs mixed in (0.24 in a whole
     audit), so 'calibrated' barely moved from 'mean'. Simulated: 5 samples per order from a
-    logit-shift judge (stereotyped pairs A/B/C logits 3/−2/1, others −2/−2/2.5; +b on A)."""
+    logit-shift judge (stereotyped pairs A/B/C logits 3/−2/1, others −2/−2/2.5; +b on A);
+    bench/bench_position_logit.py prints both estimates side by side over seeds."""
     import numpy as np
 
     rng = np.random.default_rng(7)
