@@ -384,6 +384,38 @@ def test_cli_score_reparse_with_fairllm_code_parser(tmp_path):
     assert at3["serp"] == pytest.approx(2.5 / 12) and at3["prag"] == 0.0 and at3["jaccard"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.parametrize("stored, parser, refusal, parse_failed", [
+    # a run's lmra parser took the bulleted answer for a refusal-free list and the refusal for a
+    # refusal; fairllm-code finds no numbered list in either (and detects no refusals): both are
+    # parse failures, left out — the stored flags of the other parser must not survive
+    ("lmra", "fairllm-code", False, True),
+    # a fairllm-code run stored the refusal as a parse failure; lmra's parser sees a refusal (scored 0)
+    ("fairllm-code", "lmra", True, False),
+])
+def test_reparsing_replaces_the_stored_parse_flags(tmp_path, stored, parser, refusal, parse_failed):
+    from lmra.recsys.lists import read_lists
+
+    refused = "I'm sorry, but I can't help with that request."
+    flags = ({"refusal": True, "parse_failed": False} if stored == "lmra"
+             else {"refusal": False, "parse_failed": True})
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": "1. Hello\n2. Skyfall\n3. Halo",
+             "refusal": False, "parse_failed": False},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "raw": refused, **flags},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "raw": "1. Halo\n2. Hello",
+             "refusal": False, "parse_failed": False}]
+    lists = _write_lists(tmp_path / "l.jsonl", rows)
+    df = read_lists(lists, parser=parser).set_index("value")
+    assert (bool(df.loc["a girl", "refusal"]), bool(df.loc["a girl", "parse_failed"])) == (refusal, parse_failed)
+    out = tmp_path / "o"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--parser", parser, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["refusals"], summary["parse_failures"]) == (int(refusal), int(parse_failed))
+    girl = pd.read_csv(out / "recsys_similarity.csv").query("k == 3 and metric == 'jaccard' and value == 'a girl'")
+    # a refusal is an empty list, scored 0; a parse failure is not scored (no value, counted)
+    assert girl[["n", "n_unparseable"]].values.tolist() == [[1, 0] if refusal else [0, 1]]
+    assert (girl["similarity"].iloc[0] == 0.0) if refusal else math.isnan(girl["similarity"].iloc[0])
+
+
 _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
 
 

@@ -164,15 +164,19 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
         what = "no list ('compare', 'keys' or 'items') and no 'raw' text" if parser is None else \
             "re-parsing needs the answer text in 'raw'"
         raise LmraInputError(what, file=p, line=lineno, field="raw")
-    if parser == "fairllm-code":
+    # a parser given (--parser) re-parses: its flags replace the stored ones (a record written by
+    # a run holds its own parser's refusal and parse_failed); with none, the text of a record
+    # without a list is parsed as lmra parses it and flags the file states are kept
+    put = obj.__setitem__ if parser is not None else obj.setdefault
+    if parser == "fairllm-code":  # as a fairllm-code run records it (lmra.recsys.records): no refusal detection
         keys = parse_fairllm_code(raw)
-        obj.setdefault("parse_failed", not keys)
+        for key, value in (("refusal", False), ("parse_failed", not keys), ("n_dropped", 0),
+                           ("n_duplicates", len(keys) - len(set(keys)))):
+            put(key, value)
         return keys
     parsed = parse_list(raw)
-    obj.setdefault("refusal", parsed.refusal)
-    obj.setdefault("parse_failed", parsed.parse_failed)
-    obj.setdefault("n_dropped", parsed.n_dropped)
-    obj.setdefault("n_duplicates", parsed.n_duplicates)
+    for key in ("refusal", "parse_failed", "n_dropped", "n_duplicates"):
+        put(key, getattr(parsed, key))
     return parsed.keys
 
 
