@@ -377,6 +377,26 @@ class History:
         out["result"] = pd.DataFrame(json.loads(out["result"]))
         return out
 
+    def check_summary(self, run_id: str) -> dict | None:
+        """What the latest stored regression check of a run found (the history page's and
+        ``lmra history``'s "check"), or None when the run was never checked.
+
+        Returns:
+            ``{"baseline_id": str, "checked": ISO time, "n_tested": int, "regressed": {key:
+            test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
+            row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
+            counts the tasks with a p-value (the others were too small to test).
+        """
+        c = self.latest_check(run_id)
+        if c is None:
+            return None
+        rows = c["result"].to_dict(orient="records")
+        keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
+                             for r in rows if bool(r.get(col))}
+        return {"baseline_id": c["baseline_id"], "checked": c["checked"], "regressed": keyed("regressed"),
+                "improved": keyed("improved"),
+                "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
+
     def pinned(self, name: str) -> str | None:
         """The run id pinned for runs named ``name``, or None."""
         row = self.db.execute("SELECT run_id FROM pins WHERE name = ?", (name,)).fetchone()

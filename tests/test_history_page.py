@@ -180,6 +180,33 @@ def test_history_page_options_and_errors(nights, lmra_cli, capsys, tmp_path):
     assert not (tmp_path / "missing.sqlite").exists()  # refusing it did not create it
 
 
+def test_lmra_history_lists_each_nights_check_and_gates(nights, lmra_cli, capsys, monkeypatch):
+    """``lmra history`` answers the morning question per night, as the history page does: the
+    night's latest regression check (night 3 flagged 'write a story' against night 1) and its
+    recorded gates (night 4 breached max_net_rating in both tasks); ``--json`` carries both."""
+    monkeypatch.setenv("COLUMNS", "400")  # one line per night (a log), wide enough not to wrap
+    runs, reports = nights["runs"], str(nights["reports"])
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    out = capsys.readouterr().out
+    row = {r.name: next(line for line in out.splitlines() if line.lstrip("│ ").startswith(r.name)) for r in runs}
+    assert "regression check" in out and "gates" in out
+    cells = lambda line: [c.strip() for c in line.strip().strip("│").split("│")]  # noqa: E731
+    assert cells(row[runs[0].name])[-3:] == ["—", "—", "pinned"]
+    assert cells(row[runs[2].name])[-3] == (f"REGRESSION vs {runs[0].name} in 1 of 2 tested: write a story "
+                                            "(female vs male)")
+    assert cells(row[runs[3].name])[-2] == "NOT MET: max_net_rating (career advice, write a story)"
+    assert cells(row[runs[1].name])[-3:-1] == ["—", "—"]
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    third, fourth = doc[runs[2].name], doc[runs[3].name]
+    assert third["check"]["baseline_id"] == runs[0].name and third["check"]["n_tested"] == 2
+    assert [f["task"] for f in third["check"]["regressed"]] == ["write a story"] and third["gates"] is None
+    assert fourth["check"] is None and fourth["gates"]["passed"] is False
+    assert sorted(b["task"] for b in fourth["gates"]["breaches"]) == ["career advice", "write a story"]
+    assert fourth["gates"]["breaches"][0]["bound"] == 0.05 and doc[runs[0].name]["gates"] is None
+
+
 def test_sixty_nights_of_27_tasks_stay_readable(tmp_path, monkeypatch):
     """27 tasks × 60 nights: every task gets its own small chart with 60 points; the page stays
     small; ``--nights`` keeps the newest N."""

@@ -214,8 +214,9 @@ def cmd_history(args: argparse.Namespace) -> int:
             return 0
         runs = h.runs(name=args.name)
         overall = h.overall_trend(name=args.name)
+        verdicts = _verdicts(h, runs)
     if args.json:
-        jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name))
+        jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name, verdicts=verdicts))
         return 0
     if runs.empty:
         console.print(f"no finished runs in {lit(path.parent)}" + (f" named '{lit(args.name)}'" if args.name else ""))
@@ -223,7 +224,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     table = Table(title=f"Runs in {lit(path)}", title_justify="left")
     table.add_column("run", no_wrap=True)
     counts = "valid/invalid/failed/refused"  # the four add up to the pairs scored
-    for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]", "pin"):
+    for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]",
+                "regression check", "gates", "pin"):
         table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
     # on a terminal a run's status and comparisons stack in their cells; in a log each row is one
     # line (docs/nightly.md, "Logs"), so that grepping a run id finds its status too
@@ -237,11 +239,64 @@ def cmd_history(args: argparse.Namespace) -> int:
         table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
                       _judge_cell(r.judge_status), _count(r.n_pairs_total),
                       "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None))),
-                      net, "pinned" if r.pinned else "")
+                      net, _check_cell(verdicts[r.run_id]["check"], between),
+                      _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
-                  "'lmra check RUN --baseline last|pinned|RUN' tests for regressions.[/]")
+                  "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
+                  "latest check); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
     return 0
+
+
+def _verdicts(history, runs) -> dict[str, dict]:
+    """Each run's latest regression check (:meth:`lmra.monitor.History.check_summary`) and
+    recorded release gates (:func:`lmra.gates.read_gates`; None when its folder is gone),
+    keyed by run id: ``{run_id: {"check": dict | None, "gates": dict | None}}``."""
+    from lmra.gates import read_gates
+
+    out = {}
+    for r in runs.itertuples():
+        folder = history.folder_of(r.run_id, r.run_dir)
+        out[r.run_id] = {"check": history.check_summary(r.run_id),
+                         "gates": read_gates(folder) if folder is not None else None}
+    return out
+
+
+def _tasks_named(keyed: dict, between: str) -> str:
+    """The tasks of a check's flagged rows, ``task (comparison)``, sorted."""
+    return between.join(sorted({f"{lit(t)} ({lit(c)})" for c, _, t in keyed}))
+
+
+def _check_cell(check: dict | None, between: str) -> str:
+    """``lmra history``'s regression-check cell: the run's latest check (docs/nightly.md)."""
+    if check is None:
+        return "—"
+    base = lit(check["baseline_id"])
+    if check["regressed"]:
+        text = (f"[bold red]REGRESSION[/] vs {base} in {len(check['regressed'])} of {check['n_tested']} tested:"
+                f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between)}")
+    else:
+        text = f"[green]no regression[/] ({check['n_tested']} tested) vs {base}"
+    if check["improved"]:
+        text += f"{between}improved: {_tasks_named(check['improved'], between)}"
+    return text
+
+
+def _gates_cell(gates: dict | None, between: str) -> str:
+    """``lmra history``'s gates cell: the run's recorded release gates (:func:`lmra.gates.read_gates`)."""
+    if gates is None:
+        return "—"
+    if gates["unreadable"]:
+        return "[yellow]unreadable[/]"
+    if gates["breaches"]:  # per gate, the tasks it breached ('overall' for an overall gate); lmra gate RUN says more
+        where: dict[str, list[str]] = {}
+        for b in gates["breaches"]:
+            where.setdefault(b["gate"], []).append(b["task"] or "overall")
+        return "[bold red]NOT MET[/]: " + between.join(
+            f"{lit(g)} ({lit(', '.join(dict.fromkeys(ts)))})" for g, ts in where.items())
+    if not gates["passed"]:
+        return f"[bold red]NOT MET[/]: not evaluated: {lit(', '.join(gates['unmet']))}"
+    return f"[green]met[/] ({lit(', '.join(gates['checked']))})"
 
 
 @json_errors

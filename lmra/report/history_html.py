@@ -55,20 +55,6 @@ TASK_CHART = {"width": 300, "height": 100, "left": 40, "right": 8, "top": 12, "b
 OVERALL_CHART = {"width": 1000, "height": 190, "left": 48, "right": 12, "top": 10, "bottom": 10}
 
 
-# -- what happened each night -------------------------------------------------------------
-def _check_of(history, run_id: str) -> dict | None:
-    """The night's latest recorded regression check: its baseline, the tasks it tested, and
-    the flagged and improved ones keyed by (comparison, domain, task)."""
-    c = history.latest_check(run_id)
-    if c is None:
-        return None
-    rows = c["result"].to_dict(orient="records")
-    keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
-                         for r in rows if bool(r.get(col))}
-    return {"baseline_id": c["baseline_id"], "regressed": keyed("regressed"), "improved": keyed("improved"),
-            "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
-
-
 # -- SVG geometry --------------------------------------------------------------------------
 def _nice(v: float) -> str:
     """A tick label: up to 3 significant decimals, sign for non-zero values."""
@@ -277,7 +263,7 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
     judge_changes, prev, pin_x = [], None, None
     for r in runs.itertuples():
         i = pos[r.run_id]
-        check = _check_of(history, r.run_id)
+        check = history.check_summary(r.run_id)
         folder = history.folder_of(r.run_id, r.run_dir)
         gates = read_gates(folder) if folder is not None else None
         row = _night_row(r._replace(run_dir=str(folder) if folder is not None else None), i, check, gates, overall,

@@ -151,19 +151,26 @@ def judge_status_object(result, *, allow_unvalidated_judge: bool = False) -> dic
             "gated_failure": bool(result.judge_failed and not allow_unvalidated_judge), "waived_by": waived_by}
 
 
-def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, name: str | None = None) -> dict:
+def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, name: str | None = None,
+                     verdicts: dict[str, dict] | None = None) -> dict:
     """The ``lmra history --json`` document.
 
     Args:
         path: the history file; runs: :meth:`lmra.monitor.History.runs`; overall:
-            :meth:`lmra.monitor.History.overall_trend`; name: the ``--name`` filter.
+            :meth:`lmra.monitor.History.overall_trend`; name: the ``--name`` filter;
+            verdicts: ``{run_id: {"check": …, "gates": …}}`` — a run's
+            :meth:`lmra.monitor.History.check_summary` and :func:`lmra.gates.read_gates`.
 
     Returns:
         ``{schema, history, name, runs}``; ``runs`` oldest first, one object per run with every
         column of the history's ``runs`` table (``run_id, run_dir, name, status, started,
         target_model, judge_model, judge_status, n_pairs, n_invalid, n_failed, …``),
-        ``comparisons`` as a list, ``pinned`` (bool) and ``overall``: one object per comparison
-        with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``.
+        ``comparisons`` as a list, ``pinned`` (bool), ``overall``: one object per comparison
+        with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
+        ``check``: the run's latest regression check ``{baseline_id, checked, n_tested,
+        regressed, improved}`` (the last two lists of ``{comparison, domain, task}``), null when
+        never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
+        breaches, unreadable}`` (as ``lmra gate --json`` lists them), null when it has none.
     """
     out = []
     for r in plain(runs):
@@ -173,6 +180,14 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             pass
         ov = overall[overall["run_id"] == r["run_id"]].drop(columns=["run_id", "started", "name"], errors="ignore")
         r["overall"] = plain(ov)
+        v = (verdicts or {}).get(r["run_id"]) or {}
+        check, gates = v.get("check"), v.get("gates")
+        flagged = lambda keyed: [{"comparison": c, "domain": d, "task": t} for c, d, t in sorted(keyed, key=str)]  # noqa: E731
+        r["check"] = None if check is None else {
+            "baseline_id": check["baseline_id"], "checked": check["checked"], "n_tested": check["n_tested"],
+            "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"])}
+        r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
+            "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}
         out.append(r)
     return {"schema": SCHEMA_HISTORY, "history": str(path), "name": name, "runs": out}
 
