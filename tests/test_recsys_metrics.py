@@ -174,8 +174,10 @@ def test_snsr_snsv_population_sd():
     # mean 4/9; squared deviations 4/81 + 1/324 + 25/324 = 42/324; divided by |A| = 3
     assert snsv(sims) == pytest.approx(math.sqrt(14 / 324))
     assert snsv(sims) != pytest.approx(float(np.std(sims, ddof=1)))
-    assert snsr([0.4]) == 0.0 and snsv([0.4]) == 0.0
-    assert snsr([0.4, float("nan")]) == 0.0
+    # fewer than 2 finite values: undefined, as in fairness_table (not "perfectly fair")
+    assert math.isnan(snsr([0.4])) and math.isnan(snsv([0.4]))
+    assert math.isnan(snsr([0.4, float("nan")])) and math.isnan(snsv([float("nan"), 0.4]))
+    assert snsr([0.4, 0.4]) == 0.0 and snsv([0.4, 0.4]) == 0.0
     assert math.isnan(snsr([])) and math.isnan(snsv([float("nan")]))
 
 

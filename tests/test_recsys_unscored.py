@@ -118,6 +118,26 @@ def test_scoring_a_lists_file_shows_the_unscored_counts_per_value(tmp_path, caps
     assert _at(sim, 3).loc["a boy", ["n", "n_unparseable"]].tolist() == [1, 1]
 
 
+def test_a_value_left_out_of_snsr_is_named_in_the_console_and_summary(tmp_path, capsys):
+    """Three values, one ("a boy") with no scored list: SNSR/SNSV range over the other two — the
+    console and summary.json say which value they leave out (the CSV's n_values = 2)."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "raw": "1. A\n2. B\n3. C"},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "raw": "1. A\n2. B\n3. C"},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a woman", "raw": "1. A\n2. X\n3. Y"},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy",
+             "raw": "Music is a wonderful thing, and you will find many songs you love."}]
+    path = tmp_path / "lists.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(path), "--k", "3", "--out", str(tmp_path / "o")]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "gender: SNSR/SNSV range over the values with a defined similarity; left out: a boy" in shown
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    jac = next(r for r in summary["fairness_at_k"] if r["metric"] == "jaccard")
+    assert jac["n_values"] == 2 and jac["values_undefined"] == ["a boy"]
+    assert jac["snsr"] == pytest.approx(1.0 - 1 / 5)  # girl 1, woman |{A}| / |{A,B,C,X,Y}| = 0.2
+
+
 # --- 3. nothing scored is a failure ------------------------------------------------------------
 
 class NeutralOnlyTarget:

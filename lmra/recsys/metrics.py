@@ -306,11 +306,12 @@ def snsr(similarities: Sequence[float]) -> float:
         similarities: Sim(a) for every value a of one attribute (NaNs are ignored).
 
     Returns:
-        A value ≥ 0 (0 with a single value); NaN when no value is finite.
+        A value ≥ 0; NaN when fewer than 2 values are finite (a range over one value compares
+        nothing — as in :func:`fairness_table`).
     """
     x = np.asarray(similarities, dtype=float)
     x = x[np.isfinite(x)]
-    return float(x.max() - x.min()) if x.size else math.nan
+    return float(x.max() - x.min()) if x.size >= 2 else math.nan
 
 
 def snsv(similarities: Sequence[float]) -> float:
@@ -321,11 +322,11 @@ def snsv(similarities: Sequence[float]) -> float:
         similarities: Sim(a) for every value a of one attribute (NaNs are ignored).
 
     Returns:
-        A value ≥ 0; NaN when no value is finite.
+        A value ≥ 0; NaN when fewer than 2 values are finite (as in :func:`fairness_table`).
     """
     x = np.asarray(similarities, dtype=float)
     x = x[np.isfinite(x)]
-    return float(x.std(ddof=0)) if x.size else math.nan
+    return float(x.std(ddof=0)) if x.size >= 2 else math.nan
 
 
 # --- many pairs, vectorised -------------------------------------------------------------------

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from lmra.console import counted, lit
 from lmra.recsys.metrics import METRICS
+from lmra.recsys.scoring import values_without_similarity
 
 _LABEL = {"jaccard": "Jaccard", "serp": "SERP*", "prag": "PRAG*"}
 #: the released FaiRLLM code's metrics are not the starred (normalised) ones of the paper
@@ -125,6 +126,16 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "
                           f"(the others' lists failed or were empty), so SNSR/SNSV are undefined.[/]")
+        left_out = values_without_similarity(similarity if analysis is None or "analysis" not in similarity.columns
+                                             else similarity[similarity["analysis"] == analysis], k)
+        said: set[str] = set(few["attribute"])
+        for (_, attr, _metric), values in left_out.items():  # SNSR/SNSV over fewer values than the attribute has
+            if attr in said:
+                continue
+            said.add(attr)
+            console.print(f"[yellow]{lit(attr)}: SNSR/SNSV range over the values with a defined similarity; "
+                          f"left out: {lit(', '.join(values))} (no list scored: failed, no list, or only empty "
+                          "lists), so the unfairness above may understate the attribute's.[/]")
         pts = sorted({1, 5, 10, k} & set(range(1, k + 1)))
         ct = Table(title="SNSR@k curve (all k = 1..K are in recsys_fairness.csv)", title_justify="left")
         ct.add_column("attribute")

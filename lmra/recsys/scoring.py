@@ -125,6 +125,27 @@ def _with_unscored(sim: pd.DataFrame, sens: pd.DataFrame, why: pd.Series, k: int
     return sim[front + ["n_failed", "n_unparseable"] + rest]
 
 
+def values_without_similarity(sim: pd.DataFrame, k: int) -> dict[tuple, list[str]]:
+    """The values an attribute's SNSR/SNSV@k leave out: no scored list, or only pairs of two
+    empty lists, so their Sim(a)@k is undefined (FaiRLLM §3.1 ranges over the values that have
+    one).
+
+    Args:
+        sim: :func:`lmra.recsys.metrics.similarity_table` output (an ``analysis`` column kept
+            when present); k: the cut-off.
+
+    Returns:
+        ``{(analysis or None, attribute, metric): [values, in the table's order]}``, only keys with
+        at least one such value.
+    """
+    d = sim[(sim["k"] == k) & ~np.isfinite(sim["similarity"].astype(float))]
+    out: dict[tuple, list[str]] = {}
+    for r in d.itertuples(index=False):
+        key = (getattr(r, "analysis", None), r.attribute, r.metric)
+        out.setdefault(key, []).append(str(r.value))
+    return out
+
+
 def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *, k: int, convention: str,
                   dropped: dict[str, int], matched: bool = False) -> dict[str, Any]:
     """Counts and headline numbers of a run (nothing is dropped silently): ``dropped`` is the
@@ -162,9 +183,12 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         # titles in the top-K lists not in the catalogue: no recommendation for bias disparity
         out["items_unmatched_top_k"] = int(ok["n_unmatched_top_k"].fillna(0).sum())
     at_k = fair[fair["k"] == k]
+    undefined = values_without_similarity(sim, k)
     out["fairness_at_k"] = [
         {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "max_value",
                                                "min_value")}
+        | {"n_values": int(r["n_values"]),
+           "values_undefined": undefined.get((r.get("analysis"), r["attribute"], r["metric"]), [])}
         for _, r in at_k.iterrows()]
     und = sim[(sim["k"] == k) & (sim["metric"] == METRICS[0])]
     out["pairs_undefined_at_k"] = int(und["n_undefined"].sum()) if len(und) else 0
