@@ -197,6 +197,27 @@ def _hand_table() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["instruction_id", "attribute", "value", "items"])
 
 
+def test_similarity_t_interval_by_hand():
+    """Sim(a)'s 95 % t-interval (methodology §8), hand-computed: mean 0.6, sd 0.1 over 5
+    instructions: t_0.975,4 = 2.776445, half-width 2.776445 · 0.1/√5 = 0.124166."""
+    from lmra.recsys.metrics import similarity_ci
+
+    lo, hi = similarity_ci(np.array([0.6, 0.5, 0.95, 0.3]), np.array([0.1, 0.2, 0.2, 0.0]), np.array([5, 1, 3, 4]))
+    assert (lo[0], hi[0]) == (pytest.approx(0.475834, abs=1e-6), pytest.approx(0.724166, abs=1e-6))
+    assert math.isnan(lo[1]) and math.isnan(hi[1])  # one instruction: no spread to estimate
+    assert hi[2] == 1.0 and lo[2] == pytest.approx(0.95 - 4.302653 * 0.2 / math.sqrt(3), abs=1e-6)  # clipped at 1
+    assert (lo[3], hi[3]) == (0.3, 0.3)  # all alike: the point
+    # wired into the table: Jaccard 1, 1, 1/2, 1/2 over 4 instructions → mean 0.75, sd 0.288675,
+    # half-width t_0.975,3 · sd/2 = 3.182446 · 0.144338 = 0.459347 → [0.290653, 1 (clipped)]
+    rows = [(f"m{i}", "neutral", "", ["a", "b"]) for i in range(4)] + [
+        ("m0", "gender", "A", ["a", "b"]), ("m1", "gender", "A", ["b", "a"]), ("m2", "gender", "A", ["a"]),
+        ("m3", "gender", "A", ["b"])]
+    t = pd.DataFrame(rows, columns=["instruction_id", "attribute", "value", "items"])
+    row = similarity_table(t, 2).query("metric == 'jaccard' and k == 2").iloc[0]
+    assert row["similarity"] == pytest.approx(0.75)
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(0.290653, abs=1e-6), 1.0)
+
+
 def test_similarity_and_fairness_tables_by_hand():
     sim = similarity_table(_hand_table(), 4)
     at4 = sim[(sim["k"] == 4) & (sim["metric"] == "jaccard")].set_index("value")

@@ -699,8 +699,9 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         Long DataFrame, one row per (attribute, value, metric, k), with columns
         ``analysis`` (if given), ``attribute``, ``kind``, ``value``, ``metric``, ``k``,
         ``similarity`` (mean over instructions of the defined values, in [0, 1]; NaN if
-        none), ``sd`` (sample SD over instructions), ``n`` (instructions with a defined
-        value), ``n_undefined`` (both lists empty), ``convention``.
+        none), ``sd`` (sample SD over instructions), ``ci_low``/``ci_high`` (its 95 %
+        t-interval, :func:`similarity_ci`), ``n`` (instructions with a defined value),
+        ``n_undefined`` (both lists empty), ``convention``.
 
     Raises:
         ValueError: missing columns, bad K or convention, a sensitive list without a neutral
@@ -723,7 +724,8 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
     absent = sorted(set(sens["instruction_id"].unique()) - by_id.keys(), key=str)
     if absent:
         raise ValueError(f"{len(absent)} instruction(s) have sensitive lists but no neutral list, e.g. '{absent[0]}'")
-    cols = ["attribute", "kind", "value", "metric", "k", "similarity", "sd", "n", "n_undefined", "convention"]
+    cols = ["attribute", "kind", "value", "metric", "k", "similarity", "sd", "ci_low", "ci_high", "n", "n_undefined",
+            "convention"]
     if sens.empty:
         out = pd.DataFrame(columns=cols)
         if analysis is not None:
@@ -766,6 +768,7 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         mean = _safe_div(tot, cnt)
         var = _safe_div(sq - cnt * np.nan_to_num(mean) ** 2, cnt - 1)
         sd = np.sqrt(np.clip(var, 0.0, None))
+        lo, hi = similarity_ci(mean, sd, cnt)
         frame = pd.DataFrame({
             "attribute": np.repeat(uniques.get_level_values(0), k),
             "kind": np.repeat(uniques.get_level_values(1), k),
@@ -774,6 +777,8 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
             "k": np.tile(np.arange(1, k + 1), G),
             "similarity": mean.ravel(),
             "sd": sd.ravel(),
+            "ci_low": lo.ravel(),
+            "ci_high": hi.ravel(),
             "n": cnt.ravel().astype(int),
             "n_undefined": (rows - cnt).ravel().astype(int),
             "convention": convention,
@@ -788,6 +793,36 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
     if analysis is not None:
         out.insert(0, "analysis", analysis)
     return out
+
+
+#: level of the t-interval of Sim(a) (methodology §8: means get a t-interval)
+SIMILARITY_CI_LEVEL = 0.95
+
+
+def similarity_ci(mean: np.ndarray, sd: np.ndarray, n: np.ndarray,
+                  level: float = SIMILARITY_CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """The t-interval of Sim(a), a mean over n instructions (methodology §8 "Means: t-interval"):
+    ``mean ± t_{(1+level)/2, n−1} · sd/√n``, clipped to [0, 1], the range of every similarity
+    metric (clipping only drops values the mean cannot take, so the coverage is unchanged).
+
+    Args:
+        mean, sd, n: arrays of one shape — the mean, the sample SD (ddof 1) and the count of
+            instructions of each value (n ≥ 0).
+        level: the coverage, in (0, 1).
+
+    Returns:
+        (low, high), arrays of the same shape; NaN where n < 2 (no spread to estimate). A value
+        whose instructions all scored alike (sd 0) gets the point [mean, mean].
+    """
+    from scipy import stats as st
+
+    mean, sd, n = (np.asarray(a, dtype=float) for a in (mean, sd, n))
+    ok = n >= 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = st.t.ppf((1 + level) / 2, np.where(ok, n - 1, 1)) * sd / np.sqrt(np.where(ok, n, 1))
+    low = np.where(ok, np.clip(mean - half, 0.0, 1.0), np.nan)
+    high = np.where(ok, np.clip(mean + half, 0.0, 1.0), np.nan)
+    return low, high
 
 
 def fairness_table(similarity: pd.DataFrame) -> pd.DataFrame:

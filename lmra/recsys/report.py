@@ -24,6 +24,14 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _with_ci(row, metric: str) -> str:
+    """A similarity cell: the mean and, when defined (n ≥ 2), its t-interval ``0.812 [0.747, 0.877]``."""
+    lo, hi = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return _num(row.get(metric))
+    return f"{_num(row.get(metric))} [{_num(lo)}, {_num(hi)}]"
+
+
 def _counts_line(summary: dict) -> str:
     parts = [counted(summary.get('n_lists', 0), "list"),
              f"{summary.get('failed_calls', 0)} failed calls",
@@ -55,7 +63,8 @@ def _counts_line(summary: dict) -> str:
 
 
 def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = None) -> pd.DataFrame:
-    """Wide view: one row per (attribute, value), one column per metric, at cut-off k."""
+    """Wide view: one row per (attribute, value), one column per metric (and, when the table
+    has them, ``<metric>_ci_low``/``<metric>_ci_high``: its t-interval), at cut-off k."""
     d = similarity[similarity["k"] == k]
     if analysis is not None and "analysis" in d.columns:
         d = d[d["analysis"] == analysis]
@@ -64,6 +73,10 @@ def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = Non
     idx = ["attribute", "kind", "value"]
     order = list(dict.fromkeys(map(tuple, d[idx].itertuples(index=False))))
     wide = d.set_index(idx + ["metric"])["similarity"].unstack("metric").reindex(order)
+    if {"ci_low", "ci_high"} <= set(d.columns):  # each metric's t-interval as <metric>_ci_low/_ci_high
+        for end in ("ci_low", "ci_high"):
+            ci = d.set_index(idx + ["metric"])[end].unstack("metric").reindex(order)
+            wide = wide.join(ci.rename(columns=lambda m: f"{m}_{end}"))
     counts = [c for c in ("n", "n_undefined", "n_failed", "n_unparseable") if c in d.columns]
     n = d[d["metric"] == METRICS[0]].set_index(idx)[counts]
     out = wide.join(n)
@@ -82,7 +95,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
     analyses = list(dict.fromkeys(similarity["analysis"])) if "analysis" in similarity.columns else [None]
     for analysis in analyses:
         wide = similarity_at_k(similarity, k, analysis)
-        title = f"Similarity to the neutral list @K={k} ({conv} convention)"
+        title = f"Similarity to the neutral list @K={k} ({conv} convention; mean over instructions [95% t-interval])"
         if analysis:
             title += f" — {lit(analysis.replace('_', ' '))}"
         table = Table(title=title, title_justify="left")
@@ -92,7 +105,7 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                 [({"n_failed": "failed", "n_unparseable": "no list"}[c], {"justify": "right"}) for c in unscored]:
             table.add_column(col, **kw)
         for _, r in wide.iterrows():
-            table.add_row(lit(r["attribute"]), lit(r["value"]), *[_num(r.get(m)) for m in METRICS],
+            table.add_row(lit(r["attribute"]), lit(r["value"]), *[_with_ci(r, m) for m in METRICS],
                           str(int(r["n"])), str(int(r["n_undefined"])), *[str(int(r[c])) for c in unscored])
         console.print(table)
         if unscored and wide[unscored].to_numpy().sum():
