@@ -16,7 +16,8 @@ from lmra.providers.base import ChatRequest, Message
 
 class _Handler(BaseHTTPRequestHandler):
     received: list = []
-    odd_bodies: list = []  # functions turning the valid reply into the body of the n-th request
+    odd_bodies: list = []
+    overloaded: tuple | None = None  # (status, headers) for every request  # functions turning the valid reply into the body of the n-th request
 
     def log_message(self, *args):
         pass
@@ -30,6 +31,15 @@ class _Handler(BaseHTTPRequestHandler):
         resp = {"id": "msg_local_1", "type": "message", "role": "assistant", "model": body["model"],
                 "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
                 "usage": {"input_tokens": 11, "output_tokens": 3}}
+        if type(self).overloaded:  # every request: an error status with its headers (no message)
+            code, headers = type(self).overloaded
+            data = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).encode()
+            self.send_response(code)
+            for k, v in {"content-type": "application/json", "content-length": str(len(data)), **headers}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            return
         odd = type(self).odd_bodies  # break-it finding: 200 bodies that are no message, once each
         if odd and len(type(self).received) <= len(odd):
             resp = odd[len(type(self).received) - 1](resp)
@@ -43,7 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def messages_server():
-    _Handler.received, _Handler.odd_bodies = [], []
+    _Handler.received, _Handler.odd_bodies, _Handler.overloaded = [], [], None
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
@@ -136,3 +146,37 @@ def test_a_200_body_that_is_no_message_is_retried_and_counted_never_an_empty_ans
     with pytest.raises(ProviderError) as info:
         asyncio.run(go2())
     assert info.value.kind == "malformed" and len(received) == 3 and len(cache2) == 0
+
+
+@pytest.mark.parametrize("code, retry_after, attempts", [
+    (529, "3600", 1),  # an hour: no retry, the call fails now (the SDK alone would sleep an hour, twice)
+    (429, "http-date+3600", 1),  # the same as an HTTP date
+    (529, "1", 3),  # a short wait is honoured: max_retries = 2 retries
+])
+def test_a_retry_after_beyond_two_minutes_fails_the_call_at_once(messages_server, code, retry_after, attempts):
+    """Break-it finding: the anthropic SDK slept as long as Retry-After asked (3,600 s), so an
+    overloaded endpoint stalled the audit far past timeout_s with nothing counted."""
+    import email.utils
+    import time
+
+    from lmra.providers.base import ProviderError
+
+    url, received = messages_server
+    value = (email.utils.formatdate(time.time() + 3600, usegmt=True) if retry_after.startswith("http-date")
+             else retry_after)
+    _Handler.overloaded = (code, {"retry-after": value})
+    cfg = ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False, max_retries=2,
+                      timeout_s=5.0)
+
+    async def go():
+        prov = AnthropicProvider(cfg)
+        try:
+            return await prov.complete(ChatRequest(messages=[Message(role="user", content="Hello")], max_tokens=5))
+        finally:
+            await prov.aclose()
+
+    t0 = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(go())
+    assert len(received) == attempts and time.monotonic() - t0 < (30 if attempts > 1 else 10)
+    assert str(code) in info.value.kind

@@ -56,6 +56,11 @@ class CountingTransport(httpx.AsyncBaseTransport):
         # returned as it is: its (decoded) body is read and its connection back in the pool, so
         # the client's own read is a no-op (rebuilding a Response cost 5 % of the SDK's CPU per call)
         code = response.status_code
+        if code >= 400 and retry_wait_s(response.headers) > MAX_RETRY_AFTER_S:
+            # a server asking to wait longer: no SDK retry (the call fails now, counted by its
+            # status) — the anthropic SDK would sleep as long as asked (an hour, a day), the
+            # openai SDK already gives up past 60 s; both obey x-should-retry
+            response.headers["x-should-retry"] = "false"
         if code == 429:
             note_event("http_429")
         elif code >= 500:
@@ -66,6 +71,38 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+#: longest wait (s) a ``Retry-After`` may ask of an SDK retry; a longer one makes the call fail
+#: at once (counted as its HTTP status) instead of stalling the audit (docs/robustness.md)
+MAX_RETRY_AFTER_S = 120.0
+
+
+def retry_wait_s(headers: httpx.Headers) -> float:
+    """Seconds a response asks the client to wait before retrying: ``retry-after-ms``, else
+    ``retry-after`` as seconds or as an HTTP date (RFC 9110 §10.2.3); 0 when it asks nothing
+    or the value cannot be read."""
+    import email.utils
+    import time
+
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, when.timestamp() - time.time()) if when is not None else 0.0
 
 
 def _attempt_deadline(request: httpx.Request) -> float | None:
