@@ -50,6 +50,7 @@ import pandas as pd
 
 from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError, LmraIOError
+from lmra.comparable import comparability_warnings
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite, load_run
 from lmra.stats import adjust_pvalues
@@ -617,6 +618,10 @@ class CheckResult:
             system fingerprints differ between the baseline and the run
             (:func:`lmra.identity.identity_changes`; empty when nothing changed or a run did
             not record them). A warning for the reader: it never changes the exit status.
+        comparability: plain-text warnings that the check is not a night-to-night comparison
+            of one chatbot — another target, another design, or a replay of the baseline's
+            cached answers (:func:`lmra.comparable.comparability_warnings`); never changes the
+            exit status.
         run_status, baseline_status: each run's ``manifest.json`` status (``complete``,
             ``partial`` …; a partial run is checked only when named explicitly, with a warning).
         run_failed_share, baseline_failed_share: share of the planned pairs each run lost to
@@ -637,6 +642,7 @@ class CheckResult:
     judge_status_base: str = "unknown"
     judge_failed: bool = False
     identity_changes: list[str] = field(default_factory=list)
+    comparability: list[str] = field(default_factory=list)
     judge_waived_by: dict[str, str] = field(default_factory=dict)
     run_status: str = "unknown"
     baseline_status: str = "unknown"
@@ -880,6 +886,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
+                       comparability=comparability_warnings(baseline, run),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,

@@ -91,6 +91,8 @@ def print_check(console: Console, result) -> None:
                   + lit(result.judge_status_line.capitalize()) + ".[/]")
     for line in getattr(result, "identity_changes", []):  # served model ids / fingerprints (lmra.identity)
         console.print(Text.assemble(("warning: ", "bold yellow"), line + " (baseline → run)"), highlight=False)
+    for line in getattr(result, "comparability", []):  # another target, design, or a replay (lmra.comparable)
+        console.print(Text.assemble(("warning: ", "bold yellow"), line), highlight=False, soft_wrap=True)
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "

@@ -1,0 +1,89 @@
+"""Whether two runs measure the same chatbot under the same conditions: the warnings a regression
+check (``lmra check``, ``lmra audit --baseline``) prints beside its verdict.
+
+A check's permutation test compares two nights' per-prompt scores; it cannot tell whether they
+differ because the chatbot changed — the thing it is meant to see — or because the two runs
+asked differently. :func:`comparability_warnings` names what the run folders record that makes
+a verdict mean something else than "tonight's chatbot vs the baseline's":
+
+* **another target**: the audited chatbot's provider or model id differs (a check of two models
+  is a comparison of models, not a regression of one);
+* **another design**: a field that changes what is measured differs — the names and groups, the
+  comparisons, the personalisation style, samples per prompt, the taxonomy, redaction, or the
+  target's sampling settings (temperature, max_tokens, prompt format);
+* **a replay**: the run drew with the baseline's seed and took target answers from the call
+  cache (or the pair memo) — the baseline's own answers (same prompts, names, seed and model
+  give the same cache keys) — so the check compares the chatbot with its earlier answers, not
+  with what it does tonight (docs/nightly.md: a new seed each night).
+
+Served-model ids and fingerprints are compared by :func:`lmra.identity.identity_changes`.
+The warnings never change the check's exit status: a check of two models or designs can be
+what the user wants; they are said so that nobody reads it as a night-to-night verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: config fields that change what an audit measures (compared between a run and its baseline)
+MEASUREMENT_FIELDS = ("names", "groups", "comparisons", "personalization", "samples_per_prompt", "taxonomy", "redact")
+#: target settings that change the chatbot's answers
+TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def target_calls(run) -> tuple[int, int] | None:
+    """``(fresh, cached)``: the target calls a run made and those it took from the call cache or
+    the pair memo, from its ``manifest.json`` (``calls.by_model`` under ``provider:model``);
+    None when the run did not record them or its LMRA is the same provider and model (the counts
+    are then shared and cannot be split)."""
+    calls = run.manifest.get("calls") or {}
+    key = f"{run.target_provider}:{run.target_model}"
+    by_model = calls.get("by_model") or {}
+    if key == f"{run.judge_provider}:{run.judge_model}" or not isinstance(by_model.get(key), dict):
+        return None
+    fresh, cached = by_model[key].get("fresh"), by_model[key].get("cached")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (fresh, cached)):
+        return None
+    return int(fresh), int(cached)
+
+
+def comparability_warnings(baseline, run) -> list[str]:
+    """Plain-text warnings, one per reason the check of ``run`` against ``baseline`` is not a
+    night-to-night comparison of one chatbot (see the module docstring).
+
+    Args:
+        baseline, run: :class:`lmra.runfolder.RunFolder` objects.
+
+    Returns:
+        A list of sentences (empty when the two runs are comparable as far as their folders say).
+    """
+    out: list[str] = []
+    t_base = (baseline.target_provider, baseline.target_model)
+    t_run = (run.target_provider, run.target_model)
+    if all(t_base) and all(t_run) and t_base != t_run:
+        out.append(f"the target differs: baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
+                   "compares two chatbots, not two nights of one")
+    cb, cr = baseline.config, run.config
+    changed = [f"{f} ({_short(cb.get(f))} → {_short(cr.get(f))})" for f in MEASUREMENT_FIELDS
+               if f in cb and f in cr and cb.get(f) != cr.get(f)]
+    tb, tr = cb.get("target") or {}, cr.get("target") or {}
+    changed += [f"target.{f} ({_short(tb.get(f))} → {_short(tr.get(f))})" for f in TARGET_SETTINGS
+                if f in tb and f in tr and tb.get(f) != tr.get(f)]
+    if changed:
+        out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
+                   "design's, not the chatbot's")
+    counts = target_calls(run)
+    seed_b, seed_r = cb.get("seed"), cr.get("seed")
+    if counts and counts[1] and seed_b is not None and seed_b == seed_r and t_base == t_run and not changed:
+        fresh, cached = counts
+        share = "every chatbot answer was" if not fresh else f"{cached} of its {fresh + cached} chatbot answers were"
+        out.append(f"the run drew with the baseline's seed ({seed_r}) and {share} replayed from the call cache — "
+                   "the answers recorded for the same prompts, names, seed and model, the baseline's own — so the "
+                   "check compares the chatbot with its earlier answers, not with what it does tonight; give each "
+                   "night its own seed (--seed, docs/nightly.md)")
+    return out

@@ -1,0 +1,60 @@
+"""A regression check says when it is not a night-to-night comparison of one chatbot
+(lmra/comparable.py): a replay of the baseline's cached answers (the same seed), another
+target, another design. Real audits with scripted doubles (tests/monitor_helpers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from doubles import ScriptedJudge
+from lmra import Audit
+from lmra.config import AuditConfig
+from lmra.monitor import check_run
+from monitor_helpers import TaskTarget, lmra_cli, make_run, phrase_verdict, write_inputs  # noqa: F401  (fixture)
+
+
+def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None) -> Path:
+    """A night of one audit whose call cache is shared by every night (as in a nightly job)."""
+    names, prompts = write_inputs(tmp_path / "inputs", 60)
+    extra = {"personalization": personalization} if personalization else {}
+    cfg = AuditConfig.model_validate(dict(
+        name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, **extra))
+    run_dir = tmp_path / "reports" / run_id
+    Audit(cfg, target=TaskTarget({"write a story": rate, "career advice": rate}),
+          judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
+    return run_dir
+
+
+def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_so(tmp_path, lmra_cli, capsys):
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    # the chatbot got far more biased, but the night forgot its seed: every answer is the cached one
+    same_seed = night(tmp_path, "20260102-000000-nightly", 0.9, seed=1)
+    result = check_run(same_seed, base)
+    assert result.regressions.empty  # the hazard: no regression seen
+    assert len(result.comparability) == 1 and "every chatbot answer was replayed" in result.comparability[0]
+    capsys.readouterr()
+    assert lmra_cli(["check", str(same_seed), "--baseline", str(base)]) == 0
+    err_out = " ".join(capsys.readouterr().out.split())
+    assert "warning: the run drew with the baseline's seed (1) and every chatbot answer was replayed" in err_out
+    # a night with its own seed asks the chatbot again and sees the rise; no warning
+    fresh = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
+    result = check_run(fresh, base)
+    assert not result.regressions.empty and result.comparability == []
+
+
+def test_another_target_or_design_is_named(tmp_path):
+    a = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                 n_prompts=40)
+    b = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=2,
+                 n_prompts=40, target_model="chatbot-v2")
+    lines = check_run(b, a).comparability
+    assert len(lines) == 1 and lines[0].startswith("the target differs: baseline scripted-target:") and \
+        "run scripted-target:chatbot-v2" in lines[0]
+    style = tmp_path / "short_style.txt"  # another personalisation wording (the scripted target reads the name)
+    style.write_text("### system\nPreferred name: {name}\n", encoding="utf-8")
+    c = night(tmp_path / "d", "20260101-000000-nightly", 0.1, seed=1)
+    d = night(tmp_path / "d", "20260102-000000-nightly", 0.1, seed=2, personalization=str(style))
+    lines = check_run(d, c).comparability
+    assert len(lines) == 1 and "the audit design differs: personalization (" in lines[0]
