@@ -422,3 +422,48 @@ def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probab
     bare = completion([], token="C", lp=math.log(0.6))
     del bare["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     assert chat_result(bare, _req(), model="m").option_probs is None
+
+
+def test_alternatives_summing_above_one_are_malformed_even_when_one_option_takes_them():
+    """Break-it finding: ``top_logprobs`` A −0.01 and " A" −0.01 (total 1.98) were read as
+    {A: 1.0} — each option's sum is capped at 1, which hid the overflow — and cached; a milder
+    1.05 spread over two options was already refused. The check is on the distinct tokens."""
+    import math
+
+    from lmra.providers._openai_batch import chat_result
+    from lmra.providers.base import ProviderError
+
+    def completion(tops, token="A", lp=-0.01):
+        return {"choices": [{"message": {"content": token}, "finish_reason": "length",
+                             "logprobs": {"content": [{"token": token, "logprob": lp, "top_logprobs": [
+                                 {"token": t, "logprob": v} for t, v in tops]}]}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    for tops in ([("A", -0.01), (" A", -0.01)], [("A", -0.3), ("The", -0.3)]):  # 1.98; 1.48 with a non-option
+        with pytest.raises(ProviderError) as info:
+            chat_result(completion(tops), _req(), model="m")
+        assert info.value.kind == "malformed" and info.value.retryable and "sum to" in str(info.value)
+    # rounding (2 decimals) is not an error: rescaled as before
+    res = chat_result(completion([("A", -0.05), ("C", -3.0)], lp=-0.05), _req(), model="m")
+    assert sum(res.option_probs.values()) == pytest.approx(1.0) and res.option_probs["A"] > 0.9
+    assert math.isclose(res.option_probs["A"] / res.option_probs["C"], math.exp(2.95))
+
+
+def test_an_answer_of_formatting_tokens_only_reads_no_option():
+    """Break-it finding: under max_tokens = 1 a judge answering "**" (alternatives A/B/C at that
+    position) got {A: 0, B: 0, C: 0} — a zero-mass reading, cached — instead of no reading
+    (None: retried, then read by sampling, never cached as a probability reading)."""
+    from lmra.providers._openai_batch import chat_result
+
+    completion = {"choices": [{"message": {"content": "**"}, "finish_reason": "length",
+                               "logprobs": {"content": [{"token": "**", "logprob": -0.4, "top_logprobs": [
+                                   {"token": "**", "logprob": -0.4}, {"token": "A", "logprob": -1.5},
+                                   {"token": "B", "logprob": -2.5}]}]}}],
+                  "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    assert chat_result(completion, _req(), model="m").option_probs is None
+    # the letter after the formatting is read as before
+    completion["choices"][0]["message"]["content"] = "**B"
+    completion["choices"][0]["logprobs"]["content"].append(
+        {"token": "B", "logprob": -0.1, "top_logprobs": [{"token": "B", "logprob": -0.1}, {"token": "A", "logprob": -2.5}]})
+    res = chat_result(completion, _req(), model="m")
+    assert res.option_probs["B"] > 0.85 and res.option_probs["C"] == 0.0

@@ -92,16 +92,16 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
-        completion carries no log-probabilities, or none for alternative tokens (never a
-        zero-mass or one-token reading); ``served_model``
+        completion carries no log-probabilities, none for alternative tokens, or only
+        formatting tokens (never a zero-mass or one-token reading); ``served_model``
         and ``system_fingerprint`` are the completion's ``model`` and ``system_fingerprint``
         (None when absent or not a string).
 
     Raises:
         ProviderError: the completion has no choices (``kind="no_choices"``), or is not a
             valid completion (``kind="malformed"``: wrong types, no message text, a
-            log-probability that is not a finite number ≤ 0, options' probabilities summing
-            above 1 by more than :data:`LOGPROB_ROUNDING`, negative token counts); both
+            log-probability that is not a finite number ≤ 0, the distinct alternative tokens' or
+            the options' probabilities summing above 1 by more than :data:`LOGPROB_ROUNDING`, negative token counts); both
             retryable, never cached.
     """
     def bad(why: str) -> ProviderError:
@@ -128,8 +128,8 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     content = _get(lp, "content") if lp else None
     if content is not None and not isinstance(content, (list, tuple)):
         raise bad("'logprobs.content' is not a list")
-    if request.options and content:  # an answer without log-probabilities keeps probs None
-        probs = {o: 0.0 for o in request.options}
+    if request.options and content:  # an answer without log-probabilities keeps probs None, and so
+        # does one of formatting tokens only ("**" under max_tokens = 1): it reads no option
         for pos in content:
             token = _get(pos, "token")
             if token and all(ch in _FORMATTING for ch in token):
@@ -145,6 +145,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                     raise bad(f"log-probability {v!r} of token {tok!r} is not a finite number ≤ 0")
                 if tok not in alts or v > alts[tok]:  # a token listed twice (two ids, one text): its larger one
                     alts[tok] = v
+            mass = sum(math.exp(v) for v in alts.values())  # distinct tokens at one position: at most 1
+            if mass > 1.0 + LOGPROB_ROUNDING:  # (checked before the options' sums, which cap each at 1)
+                raise bad(f"the alternative tokens' probabilities sum to {mass:.4g} (above 1 by more than rounding)")
             probs = sum_option_probs(alts, request.options)
             total = sum(probs.values())
             if total > 1.0:  # distinct tokens' probabilities: above 1 only by the server's rounding
