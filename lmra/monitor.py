@@ -119,6 +119,9 @@ CREATE TABLE IF NOT EXISTS checks (
     run_id TEXT NOT NULL, baseline_id TEXT NOT NULL, margin REAL NOT NULL, alpha REAL NOT NULL,
     checked TEXT NOT NULL, n_regressions INTEGER NOT NULL, n_improvements INTEGER NOT NULL, result TEXT NOT NULL
 );
+-- which command recorded a check ('audit', 'check', 'report'), by the check's rowid: a table of
+-- its own, so that an older lmra still inserts its 8 values into checks (none: recorded before)
+CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
 """
 
@@ -305,12 +308,15 @@ class History:
         self.db.commit()
         return run.run_id
 
-    def record_check(self, result: "CheckResult") -> None:
-        """Store a regression check (the HTML report shows the latest one of a run)."""
-        self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
-                        (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
-                         len(result.regressions), len(result.improvements),
-                         result.tests.to_json(orient="records")))
+    def record_check(self, result: "CheckResult", source: str = "check") -> None:
+        """Store a regression check; ``source`` names the command that made it: ``audit`` (the
+        night's own check, ``lmra audit --baseline``), ``check`` or ``report`` (made by hand
+        later). :meth:`latest_check` prefers the audit's."""
+        cur = self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
+                              (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
+                               len(result.regressions), len(result.improvements),
+                               result.tests.to_json(orient="records")))
+        self.db.execute("INSERT OR REPLACE INTO check_sources VALUES (?,?)", (cur.lastrowid, source))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -369,8 +375,13 @@ class History:
         return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
 
     def latest_check(self, run_id: str) -> dict | None:
-        """The latest stored check of a run: keys of ``checks`` with ``result`` as a frame."""
-        row = self.db.execute("SELECT * FROM checks WHERE run_id = ? ORDER BY rowid DESC LIMIT 1",
+        """The night's verdict: the latest check its own audit recorded (``lmra audit
+        --baseline``, source ``audit``), else the latest stored check of the run — so a check
+        made by hand afterwards (against another baseline, with another margin) does not
+        replace the nightly verdict on the history page, the report and the exports. Keys of
+        ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
+        row = self.db.execute("SELECT c.*, s.source FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
+                              "WHERE c.run_id = ? ORDER BY COALESCE(s.source = 'audit', 0) DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
         if not row:
             return None
@@ -383,7 +394,9 @@ class History:
         ``lmra history``'s "check"), or None when the run was never checked.
 
         Returns:
-            ``{"baseline_id": str, "checked": ISO time, "n_tested": int, "regressed": {key:
+            ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
+            (``audit``, ``check``, ``report``; None before it was recorded), "n_tested": int,
+            "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
             counts the tasks with a p-value (the others were too small to test).
@@ -394,7 +407,8 @@ class History:
         rows = c["result"].to_dict(orient="records")
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col))}
-        return {"baseline_id": c["baseline_id"], "checked": c["checked"], "regressed": keyed("regressed"),
+        return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
+                "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
 

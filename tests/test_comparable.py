@@ -58,3 +58,39 @@ def test_another_target_or_design_is_named(tmp_path):
     d = night(tmp_path / "d", "20260102-000000-nightly", 0.1, seed=2, personalization=str(style))
     lines = check_run(d, c).comparability
     assert len(lines) == 1 and "the audit design differs: personalization (" in lines[0]
+
+
+def test_a_check_made_by_hand_later_does_not_replace_the_nights_own_verdict(tmp_path, lmra_cli, capsys):
+    """New-user finding: the nightly audit's check against the pinned baseline flagged a
+    regression (exit 3); a check by hand against the night before (no regression) then replaced
+    it on the history page, the report and the Prometheus export. The audit's own check wins."""
+    import json
+
+    from lmra.monitor import History
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    prev = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2)
+    now = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
+    hist = tmp_path / "reports" / "history.sqlite"
+    from lmra.cli.monitor import monitor_after_audit
+
+    # the night's own check (as `lmra audit --baseline` makes it): regression against the first night
+    assert monitor_after_audit(now, baseline=str(base), report=False) == 3
+    capsys.readouterr()
+    assert lmra_cli(["check", str(now), "--baseline", str(prev)]) == 0  # by hand: vs the night before
+    with History(hist) as h:
+        own = h.latest_check(now.name)
+        assert own["baseline_id"] == base.name and own["source"] == "audit" and own["n_regressions"] > 0
+    assert lmra_cli(["export", str(now), "--format", "prometheus", "--out", str(tmp_path / "metrics")]) == 0
+    (prom_file,) = (tmp_path / "metrics").glob("*.prom")
+    prom = prom_file.read_text()
+    assert any(line.startswith("lmra_run_regressions{") and not line.endswith(" 0") for line in prom.splitlines())
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports"), "--json"]) == 0
+    doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert doc[now.name]["check"]["baseline_id"] == base.name and doc[now.name]["check"]["source"] == "audit"
+    # a run that only has checks by hand shows the latest of them
+    assert lmra_cli(["check", str(prev), "--baseline", str(base)]) == 3
+    assert lmra_cli(["check", str(prev), "--baseline", str(now)]) == 0
+    with History(hist) as h:
+        assert h.latest_check(prev.name)["baseline_id"] == now.name

@@ -104,8 +104,9 @@ def test_check_history_and_compare_print_names_literally(env):
         _row_line(out, COMPARISON, task, "3/3")
     assert "No regression" in out
     out = _ok(_lmra("history", "--reports-dir", str(env["reports"]), cwd=env["root"]))
-    for r in (base, run):  # the name then its cell's padding: X-markup is not X-markup-2 (same second)
-        _row_line(out, f"{r.name} ", TARGET_MODEL, JUDGE_MODEL, f"{COMPARISON}: ")
+    for r in (base, run):  # the name in the first cell, then its padding: X-markup is not X-markup-2 (same
+        # second), and not the baseline named in the regression-check cell of the other row
+        _row_line(out, f"│ {r.name} ", TARGET_MODEL, JUDGE_MODEL, f"{COMPARISON}: ")
     out = _ok(_lmra("history", "--reports-dir", str(env["reports"]), "--task", TASKS[1], cwd=env["root"]))
     assert out.splitlines()[0].rstrip() == f"Net rating of '{TASKS[1]}' across runs"
     for r in (base, run):

@@ -246,7 +246,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
-                  "latest check); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
+                  "own check, else the latest); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
     return 0
 
 
@@ -270,7 +270,7 @@ def _tasks_named(keyed: dict, between: str) -> str:
 
 
 def _check_cell(check: dict | None, between: str) -> str:
-    """``lmra history``'s regression-check cell: the run's latest check (docs/nightly.md)."""
+    """``lmra history``'s regression-check cell: the run's check (:meth:`lmra.monitor.History.latest_check`)."""
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
@@ -570,7 +570,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             h.register(base)
             check = check_regression(run, base, margin=args.margin or 0.0,
                                      alpha=0.05 if args.alpha is None else args.alpha)
-            h.record_check(check)
+            h.record_check(check, source="report")
             cmp = compare_runs(base, run)
             print_check(console, check)
             status = check.exit_status
@@ -640,7 +640,7 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
             if base is not None:
                 h.register(base)
                 check = check_regression(run, base, margin=margin, alpha=alpha)
-                h.record_check(check)
+                h.record_check(check, source="audit")
                 cmp = compare_runs(base, run)
                 print_check(console, check)
                 status = check.exit_status

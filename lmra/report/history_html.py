@@ -14,7 +14,7 @@ Contents (``prompts/report/history.html.j2``, rendered with Jinja2, autoescaped)
   overall net rating [CI], the regression check, gates, the pin), newest first.
 
 Marks, all read from the history store (:class:`lmra.monitor.History`) and the run folders:
-a red ring where the night's latest recorded regression check (``checks`` table, written by
+a red ring where the night's regression check (its audit's own, else the latest; ``checks`` table, written by
 :meth:`~lmra.monitor.History.record_check`) flagged the task, a blue ring for an improvement, an
 orange square where an absolute gate was breached (``gates.json`` in the run folder, else the
 ``gates`` key of ``summary.json``; absent for runs made without gates), a hollow point for a
