@@ -70,7 +70,11 @@ def test_first_nights_pin_only_a_usable_run_then_alpha_and_shorthand_reach_the_r
         r = _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "5", "--allow-unvalidated-judge",
                    "--gate", "max_ci_high=-1")
         assert r.returncode == 6, r.stderr[-2000:]
-        assert "was not pinned because it did not meet its release gates" in " ".join(r.stdout.split())
+        text = " ".join(r.stdout.split())
+        assert "was not pinned because it did not meet its release gates" in text
+        # new-user finding: it said "the next night that completes with a validated judge is pinned",
+        # though one that breaches the gates again is not, and never said that nothing is checked meanwhile
+        assert "no night is checked until a run is pinned" in text and "meets its release gates" in text
         assert _history(reports) == ({}, [])
         # the failure waived: pinned, and the console says it was waived
         r = _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "3", "--allow-unvalidated-judge",

@@ -205,6 +205,11 @@ def test_lmra_history_lists_each_nights_check_and_gates(nights, lmra_cli, capsys
     assert fourth["check"] is None and fourth["gates"]["passed"] is False
     assert sorted(b["task"] for b in fourth["gates"]["breaches"]) == ["career advice", "write a story"]
     assert fourth["gates"]["breaches"][0]["bound"] == 0.05 and doc[runs[0].name]["gates"] is None
+    # a name no run has is a typo, said as 'lmra report --history' says it (was: an empty list, exit 0)
+    for extra in ([], ["--json"], ["--task", "write a story"]):
+        assert lmra_cli(["history", "--reports-dir", reports, "--name", "nigthly", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "no run named 'nigthly' in the history (names there: 'nightly')" in err and "Traceback" not in err
 
 
 def test_sixty_nights_of_27_tasks_stay_readable(tmp_path, monkeypatch):

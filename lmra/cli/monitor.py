@@ -177,6 +177,11 @@ def cmd_history(args: argparse.Namespace) -> int:
                              file=path.parent)
     with History(path) as h:
         h.scan()
+        if args.name:  # a name no run has is a typo to say (exit 2), as 'lmra report --history' says it
+            names = list(dict.fromkeys(h.runs()["name"].dropna().astype(str)))
+            if names and args.name not in names:
+                raise LmraInputError(f"no run named '{args.name}' in the history (names there: "
+                                     f"{', '.join(repr(n) for n in names)})", file=path, field="--name")
         if args.task:
             df = h.task_trend(args.task, comparison=args.comparison, name=args.name)
             if df.empty:
@@ -713,8 +718,9 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
                else None)
     if why_not:
         console.print(f"[bold yellow]First night[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
-                      f"[/] pinned because {why_not}. Nothing was checked; the next night that completes with a "
-                      "validated judge is pinned ('lmra pin RUN' pins a run of your choice).")
+                      f"[/] pinned because {why_not}. Nothing was checked, and no night is checked until a run is "
+                      "pinned: the next night that completes, with a validated judge, and meets its release gates "
+                      "(if any) is pinned — 'lmra pin RUN' pins a run of your choice.")
         return False
     h.pin(run)
     waived = " (its judge failed validation, waived)" if "waived" in run.judge_status else ""
