@@ -68,8 +68,11 @@ def test_custom_provider_audit(tmp_path, bot_url):
 
 
 def test_bad_custom_provider_path():
-    with pytest.raises(LmraInputError, match="cannot load custom provider"):
+    with pytest.raises(LmraInputError, match="cannot load custom provider") as info:
         make_provider(ModelConfig(provider="no_such_module:factory"))
+    # new-user finding: the 'lmra' command (unlike python -m lmra.cli) does not import from the
+    # current folder; the message says where the module must be
+    assert "put the folder holding no_such_module.py on PYTHONPATH" in str(info.value)
     with pytest.raises(LmraInputError, match="lacks the Provider protocol"):
         make_provider(ModelConfig(provider="builtins:dict"))
 

@@ -52,7 +52,14 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (Exception, SystemExit, GeneratorExit) as exc:  # ImportError, SyntaxError, errors (or sys.exit) while importing …
-        raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {type(exc).__name__}: {exc}",
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            # the module itself is not on the import path (not a module it imports): the 'lmra'
+            # command does not look in the current folder, 'python -m lmra.cli' does
+            hint = (f" — the module must be importable: put the folder holding {exc.name}.py on PYTHONPATH (e.g. "
+                    f"PYTHONPATH=/path/to/that/folder lmra …; the 'lmra' command does not look in the current "
+                    "folder; docs/providers.md)")
+        raise LmraInputError(f"cannot load custom provider '{cfg.provider}': {type(exc).__name__}: {exc}{hint}",
                              field=f"{field}.provider") from None
     if not callable(factory):
         raise LmraInputError(f"custom provider '{cfg.provider}' is not callable", field=f"{field}.provider")
