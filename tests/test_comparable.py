@@ -94,3 +94,25 @@ def test_a_check_made_by_hand_later_does_not_replace_the_nights_own_verdict(tmp_
     assert lmra_cli(["check", str(prev), "--baseline", str(now)]) == 0
     with History(hist) as h:
         assert h.latest_check(prev.name)["baseline_id"] == now.name
+
+
+def test_an_audit_whose_check_can_flag_nothing_is_warned_before_its_calls(tmp_path):
+    """New-user finding: prompts_per_task = 1 with --baseline pinned was pinned on the first
+    night, and every later night paid for its calls to end 'no task could be tested' (exit 2).
+    Two tasks, one comparison: Holm needs p ≤ 0.025; the smallest p with k prompts a run is
+    1/C(2k, k): 0.5, 0.167, 0.05, then 0.0143 at k = 4."""
+    from lmra.cli.audit import _untestable_check_note
+
+    names, prompts = write_inputs(tmp_path / "inputs", 60)
+
+    def note(per_task: int) -> str | None:
+        cfg = AuditConfig.model_validate(dict(name="n", prompts=str(prompts), names=str(names),
+                                              prompts_per_task=per_task, output_dir=str(tmp_path / "r")))
+        return _untestable_check_note(cfg, Audit(cfg).load_inputs(), 0.05)
+
+    one = note(1)
+    assert one and "can flag no task (a task needs at least 2 prompts in each run)" in one
+    assert "raise prompts_per_task to at least 4" in one
+    three = note(3)
+    assert three and "smallest possible p with 3 per run 0.05, Holm over the 2 task rows needs ≤ 0.025" in three
+    assert note(4) is None and note(0) is None  # 0: every prompt of the file (30 per task)

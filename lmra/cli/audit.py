@@ -283,6 +283,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
+    untestable = _untestable_check_note(cfg, inputs, alpha) if getattr(args, "baseline", None) else None
+    if untestable:
+        console.print(Text.assemble(("warning: ", "bold yellow"), untestable), highlight=False, soft_wrap=True)
     audit.on_info = lambda msg: console.print(Text(msg, style="dim"), highlight=False, soft_wrap=True)
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded
@@ -504,15 +507,54 @@ def _short_tasks_note(cfg, inputs) -> str | None:
     has (new-user finding: the shipped set has 7 per task, the nightly recipe asks for 40, and
     nothing said so — the sizes docs/nightly.md plans for need a prompt file of your own)."""
     limit = cfg.prompts_per_task
-    counts: dict[str, int] = {}
-    for p in inputs.prompts:
-        if p.task and (not cfg.tasks or p.task in cfg.tasks) and (not cfg.domains or p.domain in cfg.domains):
-            counts[p.task] = counts.get(p.task, 0) + 1
+    counts = _task_sizes(cfg, inputs, 0)
     if not limit or not counts or max(counts.values()) >= limit:
         return None
     return (f"prompts_per_task = {limit}, but no task of the prompt file has more than {max(counts.values())} "
             f"prompts, so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for "
             "need a prompt file of your own or logged traffic (--prompts).")
+
+
+def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:
+    """Prompts per task of the prompt file within the config's domains and tasks, at most
+    ``limit`` (0: all); prompts without a task (classified during the run) are not counted."""
+    counts: dict[str, int] = {}
+    for p in inputs.prompts:
+        if p.task and (not cfg.tasks or p.task in cfg.tasks) and (not cfg.domains or p.domain in cfg.domains):
+            counts[p.task] = counts.get(p.task, 0) + 1
+    return {t: min(n, limit) if limit else n for t, n in counts.items()}
+
+
+def _untestable_check_note(cfg, inputs, alpha: float) -> str | None:
+    """With ``--baseline``: a warning before any call when the regression check can flag no
+    task at this audit's sizes (new-user finding: ``prompts_per_task = 1`` was pinned on the
+    first night, and every later night paid for a full run to end "no task could be tested",
+    exit 2). Each task is assumed to have as many prompts in the baseline as tonight;
+    :func:`lmra.monitor.unreachable_tasks` decides, for the Holm family of every comparison's
+    tasks."""
+    import math
+
+    import numpy as np
+
+    from lmra.monitor import smallest_pvalue, unreachable_tasks
+
+    sizes = _task_sizes(cfg, inputs, cfg.prompts_per_task)
+    n = np.repeat(np.array(list(sizes.values()), dtype=int), max(1, len(cfg.comparisons)))
+    if not len(n):
+        return None
+    family = int((n >= 2).sum())
+    if family and len(unreachable_tasks(n, n, alpha)) < family:
+        return None  # some task can be flagged
+    t = len(n)
+    need = next((k for k in range(2, 200) if smallest_pvalue(k, k) <= alpha / t), None)
+    largest = int(n.max())
+    p_min = smallest_pvalue(largest, largest) if largest >= 2 else math.nan
+    why = (f"smallest possible p with {largest} per run {p_min:.3g}, Holm over the {t} task rows needs ≤ "
+           f"{alpha / t:.3g}" if largest >= 2 else "a task needs at least 2 prompts in each run")
+    return (f"with at most {largest} prompt(s) per task, the regression check against --baseline can flag no task "
+            f"({why}), so every night would end 'no task could be tested' (exit 2) after its calls; raise "
+            f"prompts_per_task{f' to at least {need}' if need else ''} ('lmra plan --design two-run' sizes it for "
+            "the rise you care about).")
 
 
 def _import_report_modules(pace) -> None:
