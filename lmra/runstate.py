@@ -127,6 +127,29 @@ def is_locked(run_dir: Path) -> bool:
         return False
 
 
+def running_runs(output_dir: str | Path, name: str) -> list[tuple[str, str]]:
+    """The run folders of audits named ``name`` that a live process is writing now (their
+    ``run.lock`` held): ``[(run id, pid as recorded in the lock file, or "?")]``, oldest first.
+    Folders ``<YYYYmmdd-HHMMSS>-<name>`` and ``…-<name>-N`` only (a shard's ``…-shardIofN`` is
+    one of several run at once by design, docs/scale.md)."""
+    import re
+
+    pattern = re.compile(r"\d{8}-\d{6}-" + re.escape(name) + r"(-\d+)?")
+    out = []
+    try:
+        folders = sorted(Path(output_dir).iterdir())
+    except OSError:
+        return []
+    for d in folders:
+        if pattern.fullmatch(d.name) and is_locked(d):
+            try:
+                pid = (d / LOCK_FILE).read_text(encoding="utf-8").strip() or "?"
+            except (OSError, UnicodeDecodeError):
+                pid = "?"
+            out.append((d.name, pid))
+    return out
+
+
 def folder_status(run_dir: str | Path, *, mark: bool = True) -> str:
     """The status of a run folder, with stale detection.
 

@@ -116,3 +116,29 @@ def test_an_audit_whose_check_can_flag_nothing_is_warned_before_its_calls(tmp_pa
     three = note(3)
     assert three and "smallest possible p with 3 per run 0.05, Holm over the 2 task rows needs ≤ 0.025" in three
     assert note(4) is None and note(0) is None  # 0: every prompt of the file (30 per task)
+
+
+def test_a_second_audit_of_the_same_name_while_one_runs_is_said(tmp_path, capsys):
+    """New-user finding: two nightly jobs of one audit at once (an overrunning cron job) both ran
+    and registered, interleaving their logs and exports, and nothing said so."""
+    from lmra.runstate import RunLock, running_runs
+    from test_gates import audit, write_config
+
+    cfg = write_config(tmp_path, name="nightly", n_prompts=8)
+    reports = tmp_path / "reports"
+    running = reports / "20260101-000000-nightly"
+    running.mkdir(parents=True)
+    (reports / "20260101-000000-nightly-shard1of2").mkdir()  # a shard: one of several at once by design
+    RunLock(reports / "20260101-000000-nightly-shard1of2").acquire()
+    (reports / "20260101-000000-other").mkdir()
+    RunLock(reports / "20260101-000000-other").acquire()  # another audit's run
+    lock = RunLock(running).acquire()  # held by this process, as by a live audit
+    assert running_runs(reports, "nightly") == [(running.name, str(__import__("os").getpid()))]
+    rc, out, _ = audit(capsys, cfg)
+    assert rc == 0
+    text = " ".join(out.split())
+    assert (f"warning: another audit named 'nightly' is running in {reports} (run {running.name}, pid" in text
+            and "this run goes on beside it" in text and text.count("another audit named") == 1)
+    lock.release()  # ended: not said any more
+    rc, out, _ = audit(capsys, cfg)
+    assert rc == 0 and "another audit named" not in out

@@ -283,6 +283,14 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
+    if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
+        from lmra.runstate import running_runs
+
+        for other, pid in running_runs(cfg.output_dir, cfg.name):
+            console.print(Text.assemble(("warning: ", "bold yellow"), (
+                f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); this run "
+                "goes on beside it: the two share the rate limits and the budget, and their logs and exports "
+                "interleave — stop one if that was not meant")), highlight=False, soft_wrap=True)
     untestable = _untestable_check_note(cfg, inputs, alpha) if getattr(args, "baseline", None) else None
     if untestable:
         console.print(Text.assemble(("warning: ", "bold yellow"), untestable), highlight=False, soft_wrap=True)
