@@ -711,6 +711,31 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: what a field's pattern asks for, in words (a config error names this instead of the regex)
+PATTERN_WORDS = {r"^[A-Za-z0-9][A-Za-z0-9._-]*$": "letters, digits, '.', '_' and '-' only, starting with a letter "
+                                                   "or digit (it names run folders and files)"}
+
+
+def _close_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The fields of the (sub)model at ``loc[:-1]`` spelled closest to the unknown ``loc[-1]``
+    (:func:`difflib.get_close_matches`); [] when the model there cannot be found."""
+    import difflib
+    import typing
+
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return []
+        ann = current.model_fields[part].annotation
+        models = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not models:
+            return []
+        current = models[0]
+    if not (isinstance(current, type) and issubclass(current, BaseModel)) or not isinstance(loc[-1], str):
+        return []
+    return difflib.get_close_matches(loc[-1], list(current.model_fields), n=2, cutoff=0.75)
+
+
 def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path = "<config>", text: str = "",
                    docs: str = "docs/config.md") -> M:
     """Validate a mapping against a pydantic model; errors name the file, line and field.
@@ -734,7 +759,11 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
         line = field_line(text, loc) if text else None
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field (check the spelling; see {docs} for the fields)"
+            close = _close_fields(model, loc)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            msg = f"unknown field ({hint}check the spelling; see {docs} for the fields)"
+        elif err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_WORDS:
+            msg = f"{PATTERN_WORDS[err['ctx']['pattern']]} (got {_shown(err.get('input'))})"
         elif err["type"].endswith("_type") or err["type"] == "finite_number":  # strict types: say what was given
             msg += f" (got {_shown(err.get('input'))})"
         more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""

@@ -439,8 +439,12 @@ class History:
         if row is not None:  # registered, but its folder is gone (retention cleanup, a moved reports folder)
             raise LmraInputError(f"run '{run_id}' is in the history ({self.path}) but its folder is gone (not at "
                                  f"{row['run_dir']} nor beside the history)", field="RUN")
+        import difflib
+
+        close = difflib.get_close_matches(str(run_id), ["latest", "last", "pinned"], n=1, cutoff=0.6)
+        hint = f" — did you mean '{close[0]}'?" if close else " (or latest for RUN; last or pinned for --baseline)"
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
-                             f"({self.path}); give the run folder's path", field="RUN")
+                             f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")
 
     def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None) -> RunFolder:
         """Turn a run reference into a run folder.

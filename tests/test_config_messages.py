@@ -1,0 +1,34 @@
+"""Config and reference mistakes a new user makes get a message that says what to write
+(new-user findings): a misspelt field names the closest field, a run name that breaks its
+pattern says the rule in words (not the regex), a misspelt baseline reference names the word."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmra.config import parse_config
+from lmra.errors import LmraInputError
+
+
+@pytest.mark.parametrize("data, field, says", [
+    ({"prompts_per_tsk": 3}, "prompts_per_tsk", "did you mean 'prompts_per_task'?"),
+    ({"target": {"temprature": 0.5}}, "target.temprature", "did you mean 'temperature'?"),
+    ({"judge_check": {"per_knd": 3}}, "judge_check.per_knd", "did you mean 'per_kind'?"),
+    ({"zzzz": 1}, "zzzz", "unknown field (check the spelling"),  # nothing close: no guess
+    ({"name": "my audit"}, "name", "letters, digits, '.', '_' and '-' only, starting with a letter or digit"),
+])
+def test_config_errors_say_what_to_write(data, field, says):
+    with pytest.raises(LmraInputError) as info:
+        parse_config(data, source="my.toml")
+    assert info.value.field == field and says in info.value.reason
+    assert "String should match pattern" not in info.value.reason and "did you mean 'zzzz'" not in info.value.reason
+
+
+def test_a_misspelt_baseline_word_is_named(tmp_path):
+    from lmra.monitor import History
+
+    with History(tmp_path / "history.sqlite") as h:
+        with pytest.raises(LmraInputError, match="did you mean 'pinned'"):
+            h.resolve("pined")
+        with pytest.raises(LmraInputError, match=r"or latest for RUN; last or pinned for --baseline"):
+            h.resolve("20260101-nosuchrun")
