@@ -997,7 +997,7 @@ class CallCache:
 #: Fault events (see :func:`lmra.providers.base.note_event`) → :class:`CallStats` fields.
 _EVENT_FIELDS = {"http_429": "http_429", "http_5xx": "http_5xx", "http_4xx": "http_4xx", "timeout": "timeouts",
                  "connection": "connection_errors", "malformed": "malformed", "no_choices": "no_choices",
-                 "no_logprobs": "no_logprobs"}
+                 "no_logprobs": "no_logprobs", "no_usage": "no_usage"}
 
 
 @dataclass
@@ -1011,6 +1011,8 @@ class CallStats:
         http_429, http_5xx, http_4xx, timeouts, connection_errors: attempts that met each fault.
         malformed, no_choices, no_logprobs: 200 responses that were not usable (a body that is
             not a completion, no choices, an answer without the requested log-probabilities).
+        no_usage: responses that reported no token usage (counted as 0 tokens, so the cost
+            and token budgets undercount them; not a fault: the answer is used).
         degraded: answers used without what was asked for (``no_logprobs`` after every retry:
             parsed as text) and therefore not cached.
         waited: calls that waited for another process making the same call (lease).
@@ -1030,6 +1032,7 @@ class CallStats:
     malformed: int = 0
     no_choices: int = 0
     no_logprobs: int = 0
+    no_usage: int = 0
     degraded: int = 0
     waited: int = 0
     prompt_tokens_fresh: int = 0

@@ -467,3 +467,25 @@ def test_an_answer_of_formatting_tokens_only_reads_no_option():
         {"token": "B", "logprob": -0.1, "top_logprobs": [{"token": "B", "logprob": -0.1}, {"token": "A", "logprob": -2.5}]})
     res = chat_result(completion, _req(), model="m")
     assert res.option_probs["B"] > 0.85 and res.option_probs["C"] == 0.0
+
+
+def test_a_response_without_token_usage_is_counted_not_silently_zero(tmp_path):
+    """Break-it finding: a completion without ``usage`` (or with null counts) was taken as 0
+    tokens and nothing said so: the cost and the token budget undercount it. Counted as
+    ``no_usage`` in the call stats (manifest) and said on the console's per-model line."""
+    from lmra.providers._openai_batch import chat_result
+    from lmra.providers.base import collect_events
+    from lmra.report.console import call_counts_line
+
+    body = {"choices": [{"message": {"content": "Hello"}, "finish_reason": "stop"}]}
+    for usage in (None, {"prompt_tokens": None, "completion_tokens": 3}):
+        b = body if usage is None else body | {"usage": usage}
+        with collect_events() as events:
+            res = chat_result(b, ChatRequest(messages=[Message(role="user", content="hi")]), model="m")
+        assert res.text == "Hello" and events["no_usage"] == 1
+    with collect_events() as events:
+        chat_result(body | {"usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+                    ChatRequest(messages=[Message(role="user", content="hi")]), model="m")
+    assert events["no_usage"] == 0
+    line = call_counts_line({"fresh": 4, "cached": 0, "failed": 0, "retries": 0, "no_usage": 2})
+    assert "2 responses reported no token usage (counted as 0 tokens" in line

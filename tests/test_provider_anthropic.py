@@ -103,6 +103,10 @@ ODD_BODIES = [
     lambda r: r | {"content": None},
     lambda r: {k: v for k, v in r.items() if k != "content"},
     lambda r: r | {"content": [{"type": "text", "text": None}]},
+    # break-it finding: only thinking (cut by max_tokens) or tool use — no text — was cached as ""
+    lambda r: r | {"content": [{"type": "thinking", "thinking": "Let me", "signature": "x"}],
+                   "stop_reason": "max_tokens"},
+    lambda r: r | {"content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}], "stop_reason": "tool_use"},
 ]
 
 
@@ -180,3 +184,21 @@ def test_a_retry_after_beyond_two_minutes_fails_the_call_at_once(messages_server
         asyncio.run(go())
     assert len(received) == attempts and time.monotonic() - t0 < (30 if attempts > 1 else 10)
     assert str(code) in info.value.kind
+
+
+def test_a_message_without_usage_is_counted(messages_server):
+    """Break-it finding: a message without ``usage`` counted 0 tokens and said nothing."""
+    from lmra.providers._anthropic_batch import message_result
+    from lmra.providers.base import collect_events
+
+    msg = {"id": "m", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+           "content": [{"type": "text", "text": "hi"}]}
+    import anthropic
+
+    for usage in (None, {"input_tokens": 3, "output_tokens": 2}):
+        m = anthropic.types.Message.construct(**(msg | ({"usage": anthropic.types.Usage.construct(**usage)}
+                                                          if usage else {})))
+        with collect_events() as events:
+            res = message_result(m, model="c")
+        assert res.text == "hi" and events["no_usage"] == (0 if usage else 1)
+        assert res.usage.prompt_tokens == (3 if usage else 0)

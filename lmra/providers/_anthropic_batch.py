@@ -25,7 +25,7 @@ from typing import Any
 import anthropic
 
 from lmra.providers._batch_results import BatchResults
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, note_event
 
 MAX_REQUESTS = 100_000
 MAX_BYTES = 240 * 1024 * 1024
@@ -59,8 +59,10 @@ def message_result(message: Any, *, model: str, provider: str = "anthropic", lat
     Raises:
         ProviderError: kind ``malformed`` (retryable, never cached) when the body is not a
             message: ``type`` other than ``"message"`` (an HTTP 200 carrying ``{"type":
-            "error", …}``), ``content`` not a list (missing, null, a string), or a text block
-            whose ``text`` is not a string — never read as an empty answer."""
+            "error", …}``), ``content`` not a list (missing, null, a string), a text block
+            whose ``text`` is not a string, or blocks but no text block (only thinking cut by
+            ``max_tokens``, only tool use) — never read as an empty answer. A message without
+            token usage counts 0 tokens and notes a ``no_usage`` event (counted, shown)."""
     def bad(why: str) -> ProviderError:
         return ProviderError(f"{provider} response is not a valid message: {why}", kind="malformed", retryable=True)
 
@@ -72,21 +74,26 @@ def message_result(message: Any, *, model: str, provider: str = "anthropic", lat
     content = getattr(message, "content", None)
     if not isinstance(content, list):
         raise bad(f"'content' is {type(content).__name__}, not a list of blocks")
-    texts = []
+    texts, others = [], []
     for block in content:
         block_type = block.get("type") if isinstance(block, dict) else getattr(block, "type", None)
         if block_type != "text":
+            others.append(str(block_type))
             continue  # (thinking, tool use …: not the answer's text)
         value = block.get("text") if isinstance(block, dict) else getattr(block, "text", None)
         if not isinstance(value, str):
             raise bad(f"a text block's text is {type(value).__name__}, not a string")
         texts.append(value)
+    if others and not texts:  # only thinking / tool use (e.g. cut by max_tokens before any text): no answer
+        raise bad(f"no text block, only {', '.join(sorted(set(others)))}")
     text = "".join(texts)
-    u = message.usage
+    u = getattr(message, "usage", None)
+    n_in, n_out = (getattr(u, "input_tokens", None), getattr(u, "output_tokens", None)) if u else (None, None)
+    if n_in is None or n_out is None:  # counted as 0 tokens: the cost and token budgets undercount it (said)
+        note_event("no_usage")
     served = getattr(message, "model", None)
     return ChatResult(text=text, option_probs=None,
-                      usage=Usage(prompt_tokens=(u.input_tokens or 0) if u else 0,
-                                  completion_tokens=(u.output_tokens or 0) if u else 0),
+                      usage=Usage(prompt_tokens=n_in or 0, completion_tokens=n_out or 0),
                       finish_reason=message.stop_reason, model=message.model or model, provider=provider,
                       latency_s=latency_s, served_model=served if isinstance(served, str) and served else None)
 

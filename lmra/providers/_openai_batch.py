@@ -32,7 +32,7 @@ from typing import Any
 import openai
 
 from lmra.providers._batch_results import BatchResults
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, sum_option_probs
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, note_event, sum_option_probs
 
 ENDPOINT = "/v1/chat/completions"
 #: OpenAI's documented per-batch limits: 50,000 requests and 200 MB of input.
@@ -156,8 +156,11 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                 probs = {o: p / total for o, p in probs.items()}
             break
     usage = _get(completion, "usage")
-    n_in = (_get(usage, "prompt_tokens") or 0) if usage else 0
-    n_out = (_get(usage, "completion_tokens") or 0) if usage else 0
+    n_in = _get(usage, "prompt_tokens") if usage else None
+    n_out = _get(usage, "completion_tokens") if usage else None
+    if n_in is None or n_out is None:  # counted as 0 tokens: the cost and token budgets undercount it (said)
+        note_event("no_usage")
+    n_in, n_out = n_in or 0, n_out or 0
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (n_in, n_out)):
         raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of counts ≥ 0")
     served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
