@@ -39,12 +39,16 @@ def _short(value: Any) -> str:
 def target_calls(run) -> tuple[int, int] | None:
     """``(fresh, cached)``: the target calls a run made and those it took from the call cache or
     the pair memo, from its ``manifest.json`` (``calls.by_model`` under ``provider:model``);
-    None when the run did not record them or its LMRA is the same provider and model (the counts
-    are then shared and cannot be split)."""
+    None when the run did not record them. When its LMRA is the same provider and model the
+    counts are shared and cannot be split: ``(0, cached calls)`` when the run made no fresh call
+    at all (every target answer was replayed too), else None."""
     calls = run.manifest.get("calls") or {}
     key = f"{run.target_provider}:{run.target_model}"
     by_model = calls.get("by_model") or {}
-    if key == f"{run.judge_provider}:{run.judge_model}" or not isinstance(by_model.get(key), dict):
+    if key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: only "no fresh call at all"
+        fresh, cached = calls.get("fresh"), calls.get("cached")  # tells that every target answer was replayed
+        return (0, int(cached)) if fresh == 0 and isinstance(cached, int) and cached > 0 else None
+    if not isinstance(by_model.get(key), dict):
         return None
     fresh, cached = by_model[key].get("fresh"), by_model[key].get("cached")
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (fresh, cached)):

@@ -13,7 +13,8 @@ from lmra.monitor import check_run
 from monitor_helpers import TaskTarget, lmra_cli, make_run, phrase_verdict, write_inputs  # noqa: F401  (fixture)
 
 
-def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None) -> Path:
+def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None,
+          one_model: bool = False) -> Path:
     """A night of one audit whose call cache is shared by every night (as in a nightly job)."""
     names, prompts = write_inputs(tmp_path / "inputs", 60)
     extra = {"personalization": personalization} if personalization else {}
@@ -22,8 +23,11 @@ def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalizatio
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
         judge_check={"enabled": False}, **extra))
     run_dir = tmp_path / "reports" / run_id
-    Audit(cfg, target=TaskTarget({"write a story": rate, "career advice": rate}),
-          judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
+    target = TaskTarget({"write a story": rate, "career advice": rate})
+    judge = ScriptedJudge(phrase_verdict, position_bias=0.2)
+    if one_model:  # one provider and model in both roles (as the embedded demo): shared call counts
+        judge.name, judge.model_id = target.name, target.model_id
+    Audit(cfg, target=target, judge=judge, run_dir=run_dir).run()
     return run_dir
 
 
@@ -42,6 +46,15 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     fresh = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
     result = check_run(fresh, base)
     assert not result.regressions.empty and result.comparability == []
+
+
+def test_a_replay_is_said_when_one_model_plays_both_roles(tmp_path):
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1, one_model=True)
+    again = night(tmp_path, "20260102-000000-nightly", 0.9, seed=1, one_model=True)
+    lines = check_run(again, base).comparability
+    assert len(lines) == 1 and "every chatbot answer was replayed" in lines[0]
+    other = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3, one_model=True)
+    assert check_run(other, base).comparability == []
 
 
 def test_another_target_or_design_is_named(tmp_path):
