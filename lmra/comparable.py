@@ -8,9 +8,11 @@ a verdict mean something else than "tonight's chatbot vs the baseline's":
 
 * **another target**: the audited chatbot's provider or model id differs (a check of two models
   is a comparison of models, not a regression of one);
-* **another design**: a field that changes what is measured differs — the names and groups, the
-  comparisons, the personalisation style, samples per prompt, the taxonomy, redaction, or the
-  target's sampling settings (temperature, max_tokens, prompt format);
+* **another design**: a field that changes what is measured differs — the groups, the
+  comparisons, samples per prompt, redaction, the target's sampling settings (temperature,
+  max_tokens, prompt format), or what the names file, the personalisation style and the
+  taxonomy hold (their digests in ``manifest.json`` ``design``, so that a path written another
+  way is not a change and a file edited in place is);
 * **a replay**: the run drew with the baseline's seed and took target answers from the call
   cache (or the pair memo) — the baseline's own answers (same prompts, names, seed and model
   give the same cache keys) — so the check compares the chatbot with its earlier answers, not
@@ -26,7 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 #: config fields that change what an audit measures (compared between a run and its baseline)
-MEASUREMENT_FIELDS = ("names", "groups", "comparisons", "personalization", "samples_per_prompt", "taxonomy", "redact")
+MEASUREMENT_FIELDS = ("groups", "comparisons", "samples_per_prompt", "redact")
+#: fields naming a file (or a built-in style): compared by the digest of what they hold
+#: (``manifest.json`` ``design``, :func:`lmra.audit.inputs.design_digests`), not by the path
+#: written — the same file named by another path is the same design, one changed in place is not
+DIGEST_FIELDS = ("names", "personalization", "taxonomy")
 #: target settings that change the chatbot's answers
 TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
 
@@ -78,6 +84,9 @@ def comparability_warnings(baseline, run) -> list[str]:
     tb, tr = cb.get("target") or {}, cr.get("target") or {}
     changed += [f"target.{f} ({_short(tb.get(f))} → {_short(tr.get(f))})" for f in TARGET_SETTINGS
                 if f in tb and f in tr and tb.get(f) != tr.get(f)]
+    db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
+    changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else f'{_short(cb.get(f))} → {_short(cr.get(f))}'})"
+                for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
     if changed:
         out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")

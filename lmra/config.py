@@ -724,6 +724,8 @@ def _close_fields(model: type[BaseModel], loc: tuple) -> list[str]:
 
     current: Any = model
     for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list of tables ([[groups]]): the item's model, found above
+            continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
             return []
         ann = current.model_fields[part].annotation

@@ -376,12 +376,14 @@ class History:
 
     def latest_check(self, run_id: str) -> dict | None:
         """The night's verdict: the latest check its own audit recorded (``lmra audit
-        --baseline``, source ``audit``), else the latest stored check of the run — so a check
-        made by hand afterwards (against another baseline, with another margin) does not
-        replace the nightly verdict on the history page, the report and the exports. Keys of
+        --baseline``, source ``audit``), else the latest check recorded before sources were
+        (by an older lmra: possibly the audit's own), else the latest stored check of the run —
+        so a check made by hand afterwards (against another baseline, with another margin) does
+        not replace the nightly verdict on the history page, the report and the exports. Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
         row = self.db.execute("SELECT c.*, s.source FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
-                              "WHERE c.run_id = ? ORDER BY COALESCE(s.source = 'audit', 0) DESC, c.rowid DESC LIMIT 1",
+                              "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
+                              "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
         if not row:
             return None
@@ -441,8 +443,10 @@ class History:
                                  f"{row['run_dir']} nor beside the history)", field="RUN")
         import difflib
 
-        close = difflib.get_close_matches(str(run_id), ["latest", "last", "pinned"], n=1, cutoff=0.6)
-        hint = f" — did you mean '{close[0]}'?" if close else " (or latest for RUN; last or pinned for --baseline)"
+        words = {"latest": "'latest' (as RUN)", "last": "'last' (as --baseline)", "pinned": "'pinned' (as --baseline)"}
+        close = difflib.get_close_matches(str(run_id).lower(), list(words), n=1, cutoff=0.6)
+        hint = (f" — did you mean {words[close[0]]}?" if close
+                else " (or latest for RUN; last or pinned for --baseline)")
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")
 

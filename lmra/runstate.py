@@ -130,18 +130,27 @@ def is_locked(run_dir: Path) -> bool:
 def running_runs(output_dir: str | Path, name: str) -> list[tuple[str, str]]:
     """The run folders of audits named ``name`` that a live process is writing now (their
     ``run.lock`` held): ``[(run id, pid as recorded in the lock file, or "?")]``, oldest first.
-    Folders ``<YYYYmmdd-HHMMSS>-<name>`` and ``…-<name>-N`` only (a shard's ``…-shardIofN`` is
-    one of several run at once by design, docs/scale.md)."""
+    The name is the one the folder's ``config.toml`` records (a folder ``…-nightly-2`` may be a
+    second run of ``nightly`` or a run of ``nightly-2``); a shard's folder (``…-shardIofN``) is
+    one of several run at once by design (docs/scale.md) and is left out."""
     import re
+    import tomllib
 
-    pattern = re.compile(r"\d{8}-\d{6}-" + re.escape(name) + r"(-\d+)?")
+    stamped = re.compile(r"\d{8}-\d{6}-.+")
     out = []
     try:
         folders = sorted(Path(output_dir).iterdir())
     except OSError:
         return []
     for d in folders:
-        if pattern.fullmatch(d.name) and is_locked(d):
+        if not stamped.fullmatch(d.name) or name not in d.name or re.search(r"-shard\d+of\d+$", d.name):
+            continue
+        try:
+            recorded = tomllib.loads((d / "config.toml").read_text(encoding="utf-8")).get("name")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            recorded = None  # (claimed a moment ago, config not written yet: judged by the folder's name)
+        if (recorded == name if recorded is not None
+                else re.fullmatch(r"\d{8}-\d{6}-" + re.escape(name) + r"(-\d+)?", d.name)) and is_locked(d):
             try:
                 pid = (d / LOCK_FILE).read_text(encoding="utf-8").strip() or "?"
             except (OSError, UnicodeDecodeError):

@@ -14,9 +14,10 @@ from monitor_helpers import TaskTarget, lmra_cli, make_run, phrase_verdict, writ
 
 
 def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None,
-          one_model: bool = False) -> Path:
+          one_model: bool = False, names: str | None = None) -> Path:
     """A night of one audit whose call cache is shared by every night (as in a nightly job)."""
-    names, prompts = write_inputs(tmp_path / "inputs", 60)
+    default_names, prompts = write_inputs(tmp_path / "inputs", 60)
+    names = names or default_names
     extra = {"personalization": personalization} if personalization else {}
     cfg = AuditConfig.model_validate(dict(
         name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
@@ -107,6 +108,17 @@ def test_a_check_made_by_hand_later_does_not_replace_the_nights_own_verdict(tmp_
     assert lmra_cli(["check", str(prev), "--baseline", str(now)]) == 0
     with History(hist) as h:
         assert h.latest_check(prev.name)["baseline_id"] == now.name
+        # a check an older lmra recorded (no source: maybe the audit's own) outranks a hand check made
+        # after the upgrade (break-it finding: the nightly REGRESSION of an old history was hidden)
+        h.db.execute("DELETE FROM check_sources WHERE check_rowid = (SELECT MAX(rowid) FROM checks WHERE run_id = ?)",
+                     (prev.name,))
+        h.db.execute("DELETE FROM check_sources WHERE check_rowid = (SELECT MIN(rowid) FROM checks WHERE run_id = ?)",
+                     (prev.name,))
+        h.db.commit()
+    assert lmra_cli(["check", str(prev), "--baseline", str(now), "--margin", "0.5"]) == 0  # by hand, after
+    with History(hist) as h:
+        kept = h.latest_check(prev.name)
+        assert kept["source"] is None and kept["margin"] == 0.0 and kept["baseline_id"] == now.name
 
 
 def test_an_audit_whose_check_can_flag_nothing_is_warned_before_its_calls(tmp_path):
@@ -142,9 +154,19 @@ def test_a_second_audit_of_the_same_name_while_one_runs_is_said(tmp_path, capsys
     running = reports / "20260101-000000-nightly"
     running.mkdir(parents=True)
     (reports / "20260101-000000-nightly-shard1of2").mkdir()  # a shard: one of several at once by design
-    RunLock(reports / "20260101-000000-nightly-shard1of2").acquire()
+    held = [RunLock(reports / "20260101-000000-nightly-shard1of2").acquire()]  # (kept: a lock lives with its file)
     (reports / "20260101-000000-other").mkdir()
-    RunLock(reports / "20260101-000000-other").acquire()  # another audit's run
+    held.append(RunLock(reports / "20260101-000000-other").acquire())  # another audit's run
+    # break-it finding: a run of the audit 'nightly-2' was taken for a second run of 'nightly'
+    (reports / "20260101-000000-nightly-2").mkdir()
+    (reports / "20260101-000000-nightly-2" / "config.toml").write_text('name = "nightly-2"\n')
+    held.append(RunLock(reports / "20260101-000000-nightly-2").acquire())
+    (reports / "20260101-000001-nightly-2").mkdir()  # a second folder of 'nightly' in the same second
+    (reports / "20260101-000001-nightly-2" / "config.toml").write_text('name = "nightly"\n')
+    second = RunLock(reports / "20260101-000001-nightly-2").acquire()
+    assert [r for r, _ in running_runs(reports, "nightly")] == ["20260101-000001-nightly-2"]
+    assert [r for r, _ in running_runs(reports, "nightly-2")] == ["20260101-000000-nightly-2"]
+    second.release()
     lock = RunLock(running).acquire()  # held by this process, as by a live audit
     assert running_runs(reports, "nightly") == [(running.name, str(__import__("os").getpid()))]
     rc, out, _ = audit(capsys, cfg)
@@ -155,3 +177,55 @@ def test_a_second_audit_of_the_same_name_while_one_runs_is_said(tmp_path, capsys
     lock.release()  # ended: not said any more
     rc, out, _ = audit(capsys, cfg)
     assert rc == 0 and "another audit named" not in out
+
+
+def test_the_names_file_is_compared_by_what_it_holds_not_by_its_path(tmp_path, monkeypatch):
+    """Break-it finding: the same names file named by a relative and an absolute path was 'another
+    design', and a names file cut down in place was not."""
+    import shutil
+
+    default_names, _ = write_inputs(tmp_path / "inputs", 60)
+    names = tmp_path / "mine" / "names.csv"
+    names.parent.mkdir()
+    shutil.copy(default_names, names)
+    base = night(tmp_path, "20260101-000000-nightly", 0.1, seed=1, names=str(names))
+    monkeypatch.chdir(tmp_path)
+    relative = night(tmp_path, "20260102-000000-nightly", 0.1, seed=2, names="mine/names.csv")
+    assert check_run(relative, base).comparability == []
+    lines = names.read_text(encoding="utf-8").splitlines(keepends=True)
+    names.write_text("".join(lines[:3] + lines[-2:]), encoding="utf-8")  # fewer names, same path
+    edited = night(tmp_path, "20260103-000000-nightly", 0.1, seed=3, names=str(names))
+    warned = check_run(edited, base).comparability
+    assert len(warned) == 1 and "the audit design differs: names (its content changed)" in warned[0]
+
+
+def test_the_untestable_warning_counts_the_family_and_the_baseline_as_the_check_does(tmp_path):
+    """Break-it findings: one-prompt tasks were counted in the Holm family (12 rows, 'at least 5',
+    for a family of 2); prompts without a task (classified during the run) made a false alarm;
+    a baseline too small was not seen on the nights after the first."""
+    import json
+
+    from lmra.cli.audit import _untestable_check_note
+
+    names, _ = write_inputs(tmp_path / "inputs", 4)
+
+    def note(rows, per_task: int, baseline=None) -> str | None:
+        prompts = tmp_path / f"p{len(list(tmp_path.glob('p*.jsonl')))}.jsonl"
+        prompts.write_text("".join(json.dumps({"id": f"q{i}", "text": f"Prompt number {i}.", "domain": "d",
+                                                **({"task": t} if t else {})}) + "\n" for i, t in enumerate(rows)))
+        cfg = AuditConfig.model_validate(dict(name="n", prompts=str(prompts), names=str(names),
+                                              prompts_per_task=per_task, output_dir=str(tmp_path / "r")))
+        return _untestable_check_note(cfg, Audit(cfg).load_inputs(), 0.05, baseline)
+
+    big = ["career advice"] * 10 + ["write a story"] * 10
+    singles = [f"task {k}" for k in range(10)]  # ten tasks of one prompt: never in the check's family
+    warned = note(big + singles, 3)
+    assert warned and "Holm over the 2 task rows needs ≤ 0.025" in warned and "at least 4" in warned
+    assert note(big + singles, 4) is None
+    assert note(big + [None] * 30, 1) is None  # prompts to classify: sizes unknown, nothing said
+    small_file = note(["career advice"] * 3 + ["write a story"] * 3, 0)
+    assert small_file and "add prompts: the prompt file has at most 3 per task and the check needs 4" in small_file
+    # tonight is big enough, the pinned baseline is not
+    tiny_base = note(big, 10, {"career advice": 1, "write a story": 1})
+    assert tiny_base and "the baseline has at most 1 prompt(s) per task: pin a run with at least 4" in tiny_base
+    assert note(big, 10, {"career advice": 10, "write a story": 10}) is None

@@ -15,6 +15,7 @@ from lmra.errors import LmraInputError
     ({"target": {"temprature": 0.5}}, "target.temprature", "did you mean 'temperature'?"),
     ({"judge_check": {"per_knd": 3}}, "judge_check.per_knd", "did you mean 'per_kind'?"),
     ({"zzzz": 1}, "zzzz", "unknown field (check the spelling"),  # nothing close: no guess
+    ({"groups": [{"name": "female", "gender": "female", "namess": 1}]}, "groups.0.namess", "did you mean 'name'"),
     ({"name": "my audit"}, "name", "letters, digits, '.', '_' and '-' only, starting with a letter or digit"),
 ])
 def test_config_errors_say_what_to_write(data, field, says):
@@ -28,7 +29,11 @@ def test_a_misspelt_baseline_word_is_named(tmp_path):
     from lmra.monitor import History
 
     with History(tmp_path / "history.sqlite") as h:
-        with pytest.raises(LmraInputError, match="did you mean 'pinned'"):
+        with pytest.raises(LmraInputError, match=r"did you mean 'pinned' \(as --baseline\)"):
             h.resolve("pined")
+        with pytest.raises(LmraInputError, match=r"did you mean 'pinned' \(as --baseline\)"):
+            h.resolve("PINNED")  # (case)
+        with pytest.raises(LmraInputError, match=r"did you mean 'latest' \(as RUN\)"):
+            h.resolve("lastest")
         with pytest.raises(LmraInputError, match=r"or latest for RUN; last or pinned for --baseline"):
             h.resolve("20260101-nosuchrun")

@@ -57,7 +57,7 @@ from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
 from lmra.syncrun import run_sync
 from lmra.warmup import Pace, import_paced
 
-from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes
+from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes, design_digests
 from lmra.audit.select import SelectStage
 from lmra.audit.generate import GenerateStage, placebo_prompts
 from lmra.audit.label import LabelStage
@@ -431,6 +431,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             "judge2": None if judge2 is None else {"provider": judge2.name, "model": judge2.model_id,
                                                    "base_url": judge2.base_url},
             "templates": _template_hashes(inputs.templates),
+            "design": design_digests(inputs),
             "versions": package_versions(),
             "planned_calls": self.planned_calls(inputs),
         }

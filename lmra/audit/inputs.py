@@ -83,6 +83,22 @@ def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
     return {k: hashlib.sha256(repr(t.sections).encode()).hexdigest()[:16] for k, t in templates.items()}
 
 
+def design_digests(inputs: Inputs) -> dict[str, str | None]:
+    """Digests of what the config's path-valued measurement fields point to, for ``manifest.json``
+    ``design`` (compared between a run and its baseline by :mod:`lmra.comparable`: the same file
+    named by another path is the same design, a file changed in place is not): ``names`` (the
+    groups' names), ``personalization`` (the style templates' text), ``taxonomy`` (None when the
+    audit has none). Short SHA-256 hex digests."""
+    import hashlib
+    import json
+
+    def digest(obj) -> str:
+        return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+    return {"names": digest(inputs.group_names), "personalization": digest(_template_hashes(inputs.styles)),
+            "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json"))}
+
+
 def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
     """The gender and race values of the name list that no group of the config selects (a
     misspelt ``mal``), with how many names carry each: ``{"gender": {"mal": 1}}``; a column

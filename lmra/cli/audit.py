@@ -62,12 +62,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if value is not None and not args.baseline:  # the regression check's: never ignored silently
             raise LmraInputError(f"{opt} applies to the regression check: give --baseline RUN|last|pinned too",
                                  field=opt)
-    first_night = False
+    first_night, baseline_sizes = False, None
     if args.baseline:
         from lmra.monitor import check_alpha
 
         check_alpha(alpha, field="--alpha" if args.alpha is not None else "alpha")  # the config's, used by the check
-        first_night = _precheck_baseline(cfg, args.baseline)
+        first_night, baseline_sizes = _precheck_baseline(cfg, args.baseline)
     elif args.shard is None:
         _precheck_history(cfg)
     from lmra.audit import Audit  # after the checks above: a bad option or config is said without loading it
@@ -83,7 +83,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
             audit.shard = args.shard
             audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{args.shard.index}of{args.shard.count}")
-        return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night, report_worker=worker)
+        return _run_audit(args, cfg, audit, console, alpha=alpha, first_night=first_night, report_worker=worker,
+                          baseline_sizes=baseline_sizes)
     finally:
         if worker is not None:  # ended by the report, or killed now (no report: the run failed or stopped)
             worker.close()
@@ -246,7 +247,7 @@ def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
 
 
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,
-               report_worker=None) -> int:
+               report_worker=None, baseline_sizes: dict[str, int] | None = None) -> int:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
     print, register and check; returns the exit status. ``report_worker``: the
     :class:`~lmra.report.worker.ReportWorker` that writes report.html, if one was forked."""
@@ -291,7 +292,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                 f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); this run "
                 "goes on beside it: the two share the rate limits and the budget, and their logs and exports "
                 "interleave — stop one if that was not meant")), highlight=False, soft_wrap=True)
-    untestable = _untestable_check_note(cfg, inputs, alpha) if getattr(args, "baseline", None) else None
+    untestable = (_untestable_check_note(cfg, inputs, alpha, baseline_sizes) if getattr(args, "baseline", None)
+                  else None)
     if untestable:
         console.print(Text.assemble(("warning: ", "bold yellow"), untestable), highlight=False, soft_wrap=True)
     audit.on_info = lambda msg: console.print(Text(msg, style="dim"), highlight=False, soft_wrap=True)
@@ -533,36 +535,58 @@ def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:
     return {t: min(n, limit) if limit else n for t, n in counts.items()}
 
 
-def _untestable_check_note(cfg, inputs, alpha: float) -> str | None:
+def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, int] | None = None) -> str | None:
     """With ``--baseline``: a warning before any call when the regression check can flag no
     task at this audit's sizes (new-user finding: ``prompts_per_task = 1`` was pinned on the
     first night, and every later night paid for a full run to end "no task could be tested",
-    exit 2). Each task is assumed to have as many prompts in the baseline as tonight;
-    :func:`lmra.monitor.unreachable_tasks` decides, for the Holm family of every comparison's
-    tasks."""
-    import math
+    exit 2). The check's Holm family is every comparison's tasks with ≥ 2 prompts in both runs
+    (:func:`lmra.monitor.unreachable_tasks` decides, on the smallest p-value each size allows);
+    the baseline's sizes are its recorded ones (``baseline_sizes``, task → prompts), tonight's on
+    a first night, whose run becomes the baseline. Nothing is said when some prompts have no
+    task yet (classified during the run: the sizes are not known).
 
+    Returns:
+        the warning's text, or None when some task can be flagged (or the sizes are unknown).
+    """
     import numpy as np
 
     from lmra.monitor import smallest_pvalue, unreachable_tasks
 
-    sizes = _task_sizes(cfg, inputs, cfg.prompts_per_task)
-    n = np.repeat(np.array(list(sizes.values()), dtype=int), max(1, len(cfg.comparisons)))
-    if not len(n):
+    kept = [p for p in inputs.prompts if (not cfg.tasks or not p.task or p.task in cfg.tasks)
+            and (not cfg.domains or not p.domain or p.domain in cfg.domains)]
+    if not kept or any(not p.task for p in kept):
         return None
-    family = int((n >= 2).sum())
-    if family and len(unreachable_tasks(n, n, alpha)) < family:
+    in_file = _task_sizes(cfg, inputs, 0)
+    tonight = {t: min(n, cfg.prompts_per_task) if cfg.prompts_per_task else n for t, n in in_file.items()}
+    base = baseline_sizes if baseline_sizes is not None else tonight
+    reps = max(1, len(cfg.comparisons))
+    tasks = list(tonight)
+    n_run = np.repeat(np.array([tonight[t] for t in tasks], dtype=int), reps)
+    n_base = np.repeat(np.array([base.get(t, 0) for t in tasks], dtype=int), reps)
+    family = int(((n_run >= 2) & (n_base >= 2)).sum())
+    if family and len(unreachable_tasks(n_run, n_base, alpha)) < family:
         return None  # some task can be flagged
-    t = len(n)
-    need = next((k for k in range(2, 200) if smallest_pvalue(k, k) <= alpha / t), None)
-    largest = int(n.max())
-    p_min = smallest_pvalue(largest, largest) if largest >= 2 else math.nan
-    why = (f"smallest possible p with {largest} per run {p_min:.3g}, Holm over the {t} task rows needs ≤ "
-           f"{alpha / t:.3g}" if largest >= 2 else "a task needs at least 2 prompts in each run")
+    # the fix: the rows that would be in the family with enough prompts (the file's, the baseline's)
+    largest_file = max(in_file.values())
+    rows = sum(reps for t in tasks if in_file[t] >= 2)
+    need = next((k for k in range(2, 200) if rows and smallest_pvalue(k, k) <= alpha / rows), None)
+    small_base = baseline_sizes is not None and max(base.get(t, 0) for t in tasks) < (need or 2)
+    if small_base:
+        fix = (f"the baseline has at most {max(base.get(t, 0) for t in tasks)} prompt(s) per task: pin a run with "
+               f"{'at least ' + str(need) if need else 'more'} per task ('lmra pin RUN')")
+    elif need and largest_file >= need and (not cfg.prompts_per_task or cfg.prompts_per_task < need):
+        fix = f"raise prompts_per_task to at least {need}"
+    else:
+        fix = (f"add prompts: the prompt file has at most {largest_file} per task"
+               + (f" and the check needs {need}" if need else ""))
+    largest = int(n_run.max())
+    why = (f"smallest possible p with {largest} per run {smallest_pvalue(largest, largest):.3g}, Holm over the "
+           f"{rows} task rows needs ≤ {alpha / rows:.3g}" if largest >= 2 and rows and not small_base
+           else "a task needs at least 2 prompts in each run" if not family
+           else "the baseline's tasks are too small for any p-value to pass Holm's threshold")
     return (f"with at most {largest} prompt(s) per task, the regression check against --baseline can flag no task "
-            f"({why}), so every night would end 'no task could be tested' (exit 2) after its calls; raise "
-            f"prompts_per_task{f' to at least {need}' if need else ''} ('lmra plan --design two-run' sizes it for "
-            "the rise you care about).")
+            f"({why}), so every night would end 'no task could be tested' (exit 2) after its calls; {fix} "
+            "('lmra plan --design two-run' sizes it for the rise you care about).")
 
 
 def _import_report_modules(pace) -> None:
@@ -650,14 +674,15 @@ def _precheck_history(cfg) -> None:
             h.runs(name=cfg.name)
 
 
-def _precheck_baseline(cfg, ref: str) -> bool:
+def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
     """Check ``--baseline`` before any model call.
 
     Returns:
-        True on a *first night*: ``ref`` is ``pinned`` and no run named ``cfg.name`` is pinned
-        yet, or ``last`` and there is no complete run of that name yet. The audit then runs,
-        is not checked, and (``pinned``) is pinned by :func:`lmra.cli.monitor.monitor_after_audit`.
-        False when the baseline resolves.
+        (first night, the baseline's prompts per task — :func:`_run_task_sizes`, None on a
+        first night). First night — True: ``ref`` is ``pinned`` and no run named ``cfg.name``
+        is pinned yet, or ``last`` and there is no complete run of that name yet. The audit
+        then runs, is not checked, and (``pinned``) is pinned by
+        :func:`lmra.cli.monitor.monitor_after_audit`. False when the baseline resolves.
 
     Raises:
         LmraInputError: an explicit ``RUN`` that does not resolve, or a pin whose run folder
@@ -668,7 +693,7 @@ def _precheck_baseline(cfg, ref: str) -> bool:
     out = Path(cfg.output_dir)
     if not out.is_dir():
         if ref in ("pinned", "last"):
-            return True
+            return True, None
         raise LmraInputError(f"no runs yet in {out}, so there is no baseline '{ref}'", field="--baseline")
     with History(history_path(out)) as h:
         h.scan()
@@ -676,7 +701,7 @@ def _precheck_baseline(cfg, ref: str) -> bool:
             if ref == "pinned":
                 rid = h.pinned(cfg.name)
                 if rid is None:
-                    return True
+                    return True, None
                 try:
                     baseline = h.resolve(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted (retention cleanup …)
@@ -686,14 +711,24 @@ def _precheck_baseline(cfg, ref: str) -> bool:
                 usable = runs[(runs["status"].fillna("complete") == "complete")
                               & (runs["judge_status"].fillna("") != "failed")] if len(runs) else runs
                 if not len(usable):
-                    return True
+                    return True, None
                 baseline = h.resolve(str(usable.iloc[-1]["run_id"]))  # the newest: 'last' once this run exists
             else:
                 baseline = h.resolve(ref)
         except LmraInputError as exc:
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
     precheck_judge(cfg.judge.provider, cfg.judge.model, baseline)
-    return False
+    return False, _run_task_sizes(baseline)
+
+
+def _run_task_sizes(run) -> dict[str, int] | None:
+    """Prompts with a scored pair per task of a finished run (``per_task.csv`` ``n_prompts``,
+    the largest over its comparisons); None when the run did not record them."""
+    try:
+        pt = run.per_task
+        return {str(t): int(n) for t, n in pt.groupby("task")["n_prompts"].max().items()}
+    except (KeyError, ValueError, TypeError, OSError):
+        return None
 
 
 def add_parsers(sub) -> None:

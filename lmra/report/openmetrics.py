@@ -113,7 +113,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "prompts": G("lmra_task_prompts", "Prompts of the task in the run", labels=TASK_LABELS),
         "refusal": G("lmra_task_refusal_rate", "Share of the group's responses labelled a refusal, in [0, 1]",
                      labels=TASK_LABELS + ["group"]),
-        "regressed": G("lmra_task_regressed", "1 if the run's latest regression check flagged the task (its net "
+        "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else the latest) flagged the task (its net "
                        "rating rose significantly above the margin vs the baseline), 0 if tested and not flagged",
                        labels=TASK_LABELS),
         "o_net": G("lmra_overall_net_rating", "Net rating H over all tasks of the comparison, in [-1, 1]",
@@ -132,7 +132,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                     "its pairs lost to failed calls), 0 for the other", labels=RUN_LABELS + ["status"]),
         "start": G("lmra_run_timestamp_seconds", "Start of the run, Unix time in seconds", labels=RUN_LABELS),
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
-        "regressions": G("lmra_run_regressions", "Tasks flagged by the run's latest regression check",
+        "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, else the latest)",
                          labels=RUN_LABELS),
         "gates_met": G("lmra_run_gates_met", "1 if every release gate of the run was met, 0 if one was breached or "
                        "could not be evaluated (absent: the run had no gates)", labels=RUN_LABELS),
