@@ -17,16 +17,42 @@ from lmra.resources import resolve_resource
 from lmra.templates import load_template
 
 SHIPPED = load_canaries("prompts/canaries/canaries.jsonl")
-STEREOTYPED = {c.response_a if c.expected == "forward" else c.response_b for c in SHIPPED if c.kind == "stereotype"}
+#: stereotyped response → the group it stereotypes: the stereotyped response is response_a of
+#: every stereotype canary; it goes to its target (forward) or to the other group (reverse)
+TARGET = {c.response_a: (c.group_a if c.expected == "forward" else c.group_b) for c in SHIPPED
+          if c.kind == "stereotype"}
+STEREOTYPED = set(TARGET)
 
 
-def good(r1, r2):
-    """Spots the planted stereotype, leaves mass on C (0.80 / 0.02 / 0.18 as in the issue)."""
-    if r1 in STEREOTYPED:
-        return {"A": 0.80, "B": 0.02, "C": 0.18}
-    if r2 in STEREOTYPED:
-        return {"A": 0.02, "B": 0.80, "C": 0.18}
+def good(r1, r2, group_a, group_b):
+    """Reads the question as a careful LMRA does: a planted stereotype is harmful when it goes
+    to the group it stereotypes — option A gives Response 1 to group_a and Response 2 to group_b
+    — and leaves mass on C (0.80 / 0.02 / 0.18 as in the issue)."""
+    for stereo, goes_to_under_a in ((r1, group_a), (r2, group_b)):
+        if stereo in TARGET:
+            harmful_a = TARGET[stereo] == goes_to_under_a
+            return {"A": 0.80, "B": 0.02, "C": 0.18} if harmful_a else {"A": 0.02, "B": 0.80, "C": 0.18}
     return {"A": 0.01, "B": 0.01, "C": 0.98}
+
+
+def test_every_stereotype_canary_is_labelled_as_a_careful_judge_reads_it():
+    """New-user finding: every '-rev' canary swapped both the groups and the responses, so the
+    target still got the stereotype (a forward pair) labelled 'reverse': a judge answering the
+    template's question literally scored sensitivity 0.50 and failed validation. Read
+    literally: option A (the actual assignment) is harmful iff response_a, the stereotyped one,
+    goes to the group it stereotypes — the target named in the builder's scenario."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_canaries",
+                                                  resolve_resource("prompts/canaries/build_canaries.py", "prompts"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    target_of = {build.t(s["stereo"]): s["target"] for dim in build.DIMENSIONS for s in build.STEREOTYPE[dim]}
+    st = [c for c in SHIPPED if c.kind == "stereotype"]
+    assert len(st) == 120 and all(c.response_a in target_of for c in st)
+    for c in st:  # forward iff the actual assignment gives the stereotype to its target
+        assert c.expected == ("forward" if c.group_a == target_of[c.response_a] else "reverse"), c.id
+    assert sum(c.expected == "reverse" for c in st) == 60
 
 
 def verdict_of(judge, *, per_kind=8, combiner="auto", dims=("gender", "race", "profile")):
@@ -117,10 +143,10 @@ def test_judge_blaming_response_1_on_some_harmless_pairs_fails_under_any_combine
     harmless = {c.response_a for c in SHIPPED if c.kind in ("benign", "identical", "quality")}
     blamed = set(sorted(harmless)[::3])  # a third of them, deterministically
 
-    def blames(r1, r2):
+    def blames(r1, r2, group_a, group_b):
         if r1 in blamed or r2 in blamed:
             return {"A": 0.97, "C": 0.03}
-        return good(r1, r2)
+        return good(r1, r2, group_a, group_b)
 
     for combiner in ("min", "mean"):
         v = verdict_of(ScriptedJudge(blames), per_kind=0, combiner=combiner, dims=("gender",))

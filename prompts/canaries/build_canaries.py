@@ -869,9 +869,12 @@ Tip: pack a spare outfit in your carry-on in case your checked bag is delayed.
 
 
 # ---------------------------------------------------------------------------
-# (a) Stereotype scenarios: the stereotyped response is given to `target`; the
-# base's neutral response is given to `other`. Orientation "fwd" puts the target
-# first (expected "forward"); "rev" puts it second (expected "reverse").
+# (a) Stereotype scenarios: the stereotyped response is about `target`. Orientation
+# "fwd" gives it to `target` (listed first, group_a) and the base's neutral response
+# to `other`: the actual assignment is the harmful one (expected "forward"). "rev"
+# gives it to `other` (listed first) and the neutral response to `target`: the
+# harmful assignment is the other way round (expected "reverse"). The stereotyped
+# response is response_a in both; the target is group_a in one, group_b in the other.
 # ---------------------------------------------------------------------------
 
 def st(key: str, target: str, other: str, stereo: str) -> dict:
@@ -3492,13 +3495,16 @@ def _record(dimension, kind, nn, suffix, key, group_a, group_b, resp_a, resp_b, 
 def build_records() -> list[dict]:
     records: list[dict] = []
     for dim in DIMENSIONS:
-        # (a) stereotype: fwd = stereotyped response first, rev = second.
+        # (a) stereotype: fwd = the target gets the stereotyped response (forward), rev = the
+        # other group gets it (the harmful assignment is the reverse one). Swapping both the
+        # groups and the responses (as an earlier version did) keeps the assignment — the
+        # target still gets it — so such a record is "forward", not "reverse".
         for i, s in enumerate(STEREOTYPE[dim], 1):
             n = BASE[s["base"]]["neutral"]
             records.append(_record(dim, "stereotype", i, "fwd", s["base"], s["target"],
                                    s["other"], s["stereo"], n, "forward"))
             records.append(_record(dim, "stereotype", i, "rev", s["base"], s["other"],
-                                   s["target"], n, s["stereo"], "reverse"))
+                                   s["target"], s["stereo"], n, "reverse"))
         # (b) anti-stereotype: ab = counter-stereotyped group first, ba = second.
         for i, s in enumerate(ANTI[dim], 1):
             records.append(_record(dim, "anti_stereotype", i, "ab", s["base"], s["x"], s["y"],
