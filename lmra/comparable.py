@@ -15,8 +15,9 @@ a verdict mean something else than "tonight's chatbot vs the baseline's":
   way is not a change and a file edited in place is);
 * **a replay**: the run drew with the baseline's seed and took target answers from the call
   cache (or the pair memo) — the baseline's own answers (same prompts, names, seed and model
-  give the same cache keys) — so the check compares the chatbot with its earlier answers, not
-  with what it does tonight (docs/nightly.md: a new seed each night).
+  give the same cache keys) — or, with another seed, took every target answer from the cache
+  (an earlier night's, the seed left fixed): the check does not see what the chatbot does
+  tonight (docs/nightly.md: a new seed each night).
 
 Served-model ids and fingerprints are compared by :func:`lmra.identity.identity_changes`.
 The warnings never change the check's exit status: a check of two models or designs can be
@@ -37,9 +38,16 @@ DIGEST_FIELDS = ("names", "personalization", "taxonomy")
 TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "…"
+def _change(a: Any, b: Any) -> str:
+    """``a → b`` in a line: long values (a list of groups) around their first difference, so
+    that the two sides never read alike."""
+    ta, tb = repr(a), repr(b)
+    if len(ta) <= 60 and len(tb) <= 60:
+        return f"{ta} → {tb}"
+    i = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    lo = max(0, i - 20)
+    cut = lambda t: ("…" if lo else "") + t[lo:lo + 60] + ("…" if len(t) > lo + 60 else "")  # noqa: E731
+    return f"{cut(ta)} → {cut(tb)}"
 
 
 def target_calls(run) -> tuple[int, int] | None:
@@ -79,24 +87,41 @@ def comparability_warnings(baseline, run) -> list[str]:
         out.append(f"the target differs: baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
                    "compares two chatbots, not two nights of one")
     cb, cr = baseline.config, run.config
-    changed = [f"{f} ({_short(cb.get(f))} → {_short(cr.get(f))})" for f in MEASUREMENT_FIELDS
+    changed = [f"{f} ({_change(cb.get(f), cr.get(f))})" for f in MEASUREMENT_FIELDS
                if f in cb and f in cr and cb.get(f) != cr.get(f)]
     tb, tr = cb.get("target") or {}, cr.get("target") or {}
-    changed += [f"target.{f} ({_short(tb.get(f))} → {_short(tr.get(f))})" for f in TARGET_SETTINGS
+    changed += [f"target.{f} ({_change(tb.get(f), tr.get(f))})" for f in TARGET_SETTINGS
                 if f in tb and f in tr and tb.get(f) != tr.get(f)]
     db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
-    changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else f'{_short(cb.get(f))} → {_short(cr.get(f))}'})"
+    changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else _change(cb.get(f), cr.get(f))})"
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
     if changed:
         out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")
     counts = target_calls(run)
     seed_b, seed_r = cb.get("seed"), cr.get("seed")
-    if counts and counts[1] and seed_b is not None and seed_b == seed_r and t_base == t_run and not changed:
+    same_seed = seed_b is not None and seed_b == seed_r and t_base == t_run and not changed
+    if counts and counts[1] and same_seed:
         fresh, cached = counts
         share = "every chatbot answer was" if not fresh else f"{cached} of its {fresh + cached} chatbot answers were"
         out.append(f"the run drew with the baseline's seed ({seed_r}) and {share} replayed from the call cache — "
                    "the answers recorded for the same prompts, names, seed and model, the baseline's own — so the "
                    "check compares the chatbot with its earlier answers, not with what it does tonight; give each "
                    "night its own seed (--seed, docs/nightly.md)")
+    elif counts and counts[1] and not counts[0]:  # another seed, but an earlier night's (a seed left fixed)
+        out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache (an "
+                   f"earlier run with the same prompts, names, seed {seed_r} and model), so the check does not see "
+                   "what the chatbot does tonight; give each night its own seed (--seed, docs/nightly.md)")
     return out
+
+
+def short_label(warning: str) -> str:
+    """Two or three words for a warning of :func:`comparability_warnings` (a table cell):
+    ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
+    for start, label in (("the run drew with the baseline's seed", "replayed answers"),
+                         ("the run made no fresh target call", "replayed answers"),
+                         ("the target differs", "another target"), ("the audit design differs", "another design")):
+        if warning.startswith(start):
+            return label
+    return warning[:40]
+

@@ -121,7 +121,7 @@ CREATE TABLE IF NOT EXISTS checks (
 );
 -- which command recorded a check ('audit', 'check', 'report'), by the check's rowid: a table of
 -- its own, so that an older lmra still inserts its 8 values into checks (none: recorded before)
-CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL, warnings TEXT);
 CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
 """
 
@@ -216,6 +216,8 @@ class History:
             self.db.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")  # histories from before issue 10
         if "n_refused" not in cols:  # pairs not scored because a response was a refusal (null: registered before)
             self.db.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
+        if "warnings" not in {r[1] for r in self.db.execute("PRAGMA table_info(check_sources)")}:
+            self.db.execute("ALTER TABLE check_sources ADD COLUMN warnings TEXT")  # (the table's first form)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
         self.db.commit()
 
@@ -316,7 +318,8 @@ class History:
                               (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
                                len(result.regressions), len(result.improvements),
                                result.tests.to_json(orient="records")))
-        self.db.execute("INSERT OR REPLACE INTO check_sources VALUES (?,?)", (cur.lastrowid, source))
+        self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source, warnings) VALUES (?,?,?)",
+                        (cur.lastrowid, source, json.dumps(list(getattr(result, "comparability", []) or []))))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -381,7 +384,8 @@ class History:
         so a check made by hand afterwards (against another baseline, with another margin) does
         not replace the nightly verdict on the history page, the report and the exports. Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
-        row = self.db.execute("SELECT c.*, s.source FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
+        row = self.db.execute("SELECT c.*, s.source, s.warnings FROM checks c "
+                              "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
@@ -389,6 +393,10 @@ class History:
             return None
         out = dict(row)
         out["result"] = pd.DataFrame(json.loads(out["result"]))
+        try:  # the check's comparability warnings (lmra.comparable); [] when none or not recorded
+            out["warnings"] = [str(w) for w in json.loads(out.get("warnings") or "[]")]
+        except (TypeError, ValueError):
+            out["warnings"] = []
         return out
 
     def check_summary(self, run_id: str) -> dict | None:
@@ -397,7 +405,8 @@ class History:
 
         Returns:
             ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
-            (``audit``, ``check``, ``report``; None before it was recorded), "n_tested": int,
+            (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
+            check's comparability warnings (:mod:`lmra.comparable`), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
@@ -410,7 +419,7 @@ class History:
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col))}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
-                "regressed": keyed("regressed"),
+                "warnings": c.get("warnings") or [], "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
 

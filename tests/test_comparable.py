@@ -14,9 +14,9 @@ from monitor_helpers import TaskTarget, lmra_cli, make_run, phrase_verdict, writ
 
 
 def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None,
-          one_model: bool = False, names: str | None = None) -> Path:
+          one_model: bool = False, names: str | None = None, n_prompts: int = 60) -> Path:
     """A night of one audit whose call cache is shared by every night (as in a nightly job)."""
-    default_names, prompts = write_inputs(tmp_path / "inputs", 60)
+    default_names, prompts = write_inputs(tmp_path / "inputs", n_prompts)
     names = names or default_names
     extra = {"personalization": personalization} if personalization else {}
     cfg = AuditConfig.model_validate(dict(
@@ -47,6 +47,11 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     fresh = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
     result = check_run(fresh, base)
     assert not result.regressions.empty and result.comparability == []
+    # new-user finding: the seed left fixed at another value than the baseline's — the third
+    # night's answers replay the night before, and the check saw nothing of tonight
+    again = night(tmp_path, "20260104-000000-nightly", 0.0, seed=3)
+    lines = check_run(again, base).comparability
+    assert len(lines) == 1 and "the run made no fresh target call: every chatbot answer was replayed" in lines[0]
 
 
 def test_a_replay_is_said_when_one_model_plays_both_roles(tmp_path):
@@ -229,3 +234,44 @@ def test_the_untestable_warning_counts_the_family_and_the_baseline_as_the_check_
     tiny_base = note(big, 10, {"career advice": 1, "write a story": 1})
     assert tiny_base and "the baseline has at most 1 prompt(s) per task: pin a run with at least 4" in tiny_base
     assert note(big, 10, {"career advice": 10, "write a story": 10}) is None
+    # tonight too small against a big baseline: 1/C(2 + 15, 2) = 0.0074 ≤ 0.025, so 2 a task would do
+    against_big = note(big, 1, {"career advice": 15, "write a story": 15})
+    assert against_big and "raise prompts_per_task to at least 2" in against_big
+
+
+def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_path, lmra_cli, capsys):
+    """New-user findings: the comparability warnings were only in the console log — a replayed
+    night was a clean 'no regression' on the dashboards — and a check that tested no task read
+    'no regression (0 tested)' and lmra_run_regressions 0. Recorded with the check; shown."""
+    import json
+
+    from lmra.cli.monitor import monitor_after_audit
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    replay = night(tmp_path, "20260102-000000-nightly", 0.9, seed=1)
+    assert monitor_after_audit(replay, baseline=str(base), report=False) == 0
+    reports = str(tmp_path / "reports")
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert len(doc[replay.name]["check"]["warnings"]) == 1
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    assert "warning: replayed answers" in " ".join(capsys.readouterr().out.split())
+    assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(tmp_path / "m")]) == 0
+    prom = next((tmp_path / "m").glob("*.prom")).read_text()
+    assert any(ln.startswith("lmra_run_check_warnings{") and ln.endswith(" 1.0") for ln in prom.splitlines())
+    assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert "warning: replayed answers" in page
+    # two tiny nights (1 prompt a task): the check tests nothing — no verdict anywhere, never a pass
+    tiny = tmp_path / "tiny"
+    t1 = night(tiny, "20260101-000000-nightly", 0.05, seed=1, n_prompts=2)
+    t2 = night(tiny, "20260102-000000-nightly", 0.05, seed=2, n_prompts=2)
+    monitor_after_audit(t2, baseline=str(t1), report=False)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tiny / "reports")]) == 0
+    assert "no conclusion (no task could be tested)" in " ".join(capsys.readouterr().out.split())
+    assert lmra_cli(["export", str(t2), "--format", "prometheus", "--out", str(tmp_path / "m2")]) == 0
+    prom = next((tmp_path / "m2").glob("*.prom")).read_text()
+    assert "lmra_run_regressions{" not in prom and any(
+        ln.startswith("lmra_run_check_tested_tasks{") and ln.endswith(" 0.0") for ln in prom.splitlines())

@@ -569,7 +569,10 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     # the fix: the rows that would be in the family with enough prompts (the file's, the baseline's)
     largest_file = max(in_file.values())
     rows = sum(reps for t in tasks if in_file[t] >= 2)
-    need = next((k for k in range(2, 200) if rows and smallest_pvalue(k, k) <= alpha / rows), None)
+    # prompts a task needs tonight: against the baseline's recorded sizes (the smallest of its
+    # tasks that can be in the family), else against as many in the baseline (a first night)
+    base_n = min((base.get(t, 0) for t in tasks if base.get(t, 0) >= 2), default=0) if baseline_sizes else 0
+    need = next((k for k in range(2, 200) if rows and smallest_pvalue(k, base_n or k) <= alpha / rows), None)
     small_base = baseline_sizes is not None and max(base.get(t, 0) for t in tasks) < (need or 2)
     if small_base:
         fix = (f"the baseline has at most {max(base.get(t, 0) for t in tasks)} prompt(s) per task: pin a run with "

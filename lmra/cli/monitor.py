@@ -279,13 +279,20 @@ def _check_cell(check: dict | None, between: str) -> str:
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
-    if check["regressed"]:
+    if not check["n_tested"]:  # nothing tested: no verdict, never a pass
+        text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
+    elif check["regressed"]:
         text = (f"[bold red]REGRESSION[/] vs {base} in {len(check['regressed'])} of {check['n_tested']} tested:"
                 f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between)}")
     else:
         text = f"[green]no regression[/] ({check['n_tested']} tested) vs {base}"
     if check["improved"]:
         text += f"{between}improved: {_tasks_named(check['improved'], between)}"
+    if check.get("warnings"):  # not a night-to-night comparison of one chatbot (lmra.comparable)
+        from lmra.comparable import short_label
+
+        labels = ", ".join(dict.fromkeys(short_label(w) for w in check["warnings"]))
+        text += f"{between}[bold yellow]warning: {lit(labels)}[/] ('lmra check' says more)"
     return text
 
 

@@ -38,6 +38,7 @@ import pandas as pd
 
 from lmra.errors import LmraInputError
 from lmra.fileio import write_text
+from lmra.comparable import short_label
 from lmra.gates import read_gates
 from lmra.report.plots import BLUE, GREY, RED
 from lmra.runfolder import finite
@@ -211,6 +212,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
                      "cls": _ci_cls(o.ci_low, o.ci_high)} for o in overall[overall["run_id"] == r.run_id].itertuples()],
         "check": None if check is None else {
             "baseline_id": check["baseline_id"], "n_tested": check["n_tested"],
+            "warnings": [short_label(w) for w in check.get("warnings") or []],
             "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]}),
             "improved": sorted({f"{t} ({c})" for c, _, t in check["improved"]})},
         "gates": gates, "pinned": bool(r.pinned),

@@ -169,7 +169,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
         ``check``: the run's regression check (its audit's own, else the latest:
         :meth:`lmra.monitor.History.latest_check`) ``{baseline_id, checked, source, n_tested,
-        regressed, improved}`` (the last two lists of ``{comparison, domain, task}``), null when
+        warnings, regressed, improved}`` (``warnings``: the check's comparability warnings,
+        :mod:`lmra.comparable`) (the last two lists of ``{comparison, domain, task}``), null when
         never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
         breaches, unreadable}`` (as ``lmra gate --json`` lists them), null when it has none.
     """
@@ -186,7 +187,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         flagged = lambda keyed: [{"comparison": c, "domain": d, "task": t} for c, d, t in sorted(keyed, key=str)]  # noqa: E731
         r["check"] = None if check is None else {
             "baseline_id": check["baseline_id"], "checked": check["checked"], "source": check.get("source"),
-            "n_tested": check["n_tested"],
+            "warnings": list(check.get("warnings") or []), "n_tested": check["n_tested"],
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"])}
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}

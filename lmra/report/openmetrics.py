@@ -88,8 +88,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         run: a finished run folder.
         check: the run's regression check (:meth:`lmra.monitor.History.latest_check`, its audit's own first:
             ``baseline_id`` and ``result``, a frame with ``comparison, domain, task, p_regress,
-            regressed``), or None; gives ``lmra_task_regressed`` (tested tasks only) and
-            ``lmra_run_regressions``.
+            regressed``, and ``warnings``), or None; gives ``lmra_task_regressed`` (tested tasks
+            only), ``lmra_run_regressions`` (absent when no task was tested),
+            ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
 
@@ -132,8 +133,13 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                     "its pairs lost to failed calls), 0 for the other", labels=RUN_LABELS + ["status"]),
         "start": G("lmra_run_timestamp_seconds", "Start of the run, Unix time in seconds", labels=RUN_LABELS),
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
-        "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, else the latest)",
-                         labels=RUN_LABELS),
+        "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, "
+                         "else the latest); absent when it tested no task (no verdict)", labels=RUN_LABELS),
+        "tested": G("lmra_run_check_tested_tasks", "Tasks the run's regression check could test (0: no verdict)",
+                    labels=RUN_LABELS),
+        "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
+                            "night-to-night comparison of one chatbot (replayed answers, another target or design)",
+                            labels=RUN_LABELS),
         "gates_met": G("lmra_run_gates_met", "1 if every release gate of the run was met, 0 if one was breached or "
                        "could not be evaluated (absent: the run had no gates)", labels=RUN_LABELS),
         "gates": G("lmra_run_gate_breaches", "Values above their release-gate bound", labels=RUN_LABELS),
@@ -178,7 +184,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     fam["end"].add_metric(run_labels, _epoch(run.manifest.get("finished")))
     if check is not None:
         res = check["result"]
-        n = 0
+        n = tested = 0
         for t in res.to_dict(orient="records"):
             if finite(t.get("p_regress")) is None:  # not tested: no verdict either way
                 continue
@@ -186,7 +192,11 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             n += flagged
             fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge],
                                         float(flagged))
-        fam["regressions"].add_metric(run_labels, float(n))
+            tested += 1
+        if tested:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
+            fam["regressions"].add_metric(run_labels, float(n))
+        fam["tested"].add_metric(run_labels, float(tested))
+        fam["check_warnings"].add_metric(run_labels, float(len(check.get("warnings") or [])))
     if gates is not None and not gates.get("unreadable"):
         fam["gates_met"].add_metric(run_labels, float(bool(gates.get("passed"))))
         fam["gates"].add_metric(run_labels, float(len(gates.get("breaches") or [])))
