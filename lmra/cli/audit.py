@@ -290,8 +290,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         for other, pid in running_runs(cfg.output_dir, cfg.name):
             console.print(Text.assemble(("warning: ", "bold yellow"), (
                 f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); this run "
-                "goes on beside it: the two share the rate limits and the budget, and their logs and exports "
-                "interleave — stop one if that was not meant")), highlight=False, soft_wrap=True)
+                "goes on beside it: the two compete for the endpoints' rate limits (each with its own budget), "
+                "and their logs and exports interleave — stop one if that was not meant")), highlight=False, soft_wrap=True)
     untestable = (_untestable_check_note(cfg, inputs, alpha, baseline_sizes) if getattr(args, "baseline", None)
                   else None)
     if untestable:
