@@ -232,7 +232,8 @@ class History:
 
     # -- writing ------------------------------------------------------------------------
     def register(self, run: RunFolder | str | Path) -> str:
-        """Add (or refresh) a run and its per-task and overall metrics; returns the run id.
+        """Add (or refresh) a run and its per-task and overall metrics; returns the run id. The
+        run's ``registered`` time is the first registration's (a refresh keeps it).
 
         Raises:
             LmraInputError: not a finished run folder.
@@ -246,10 +247,11 @@ class History:
         tpl_hash, tpl_src = run.judge_template
         self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
         self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run.run_id,))
+        first = self.db.execute("SELECT registered FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
         self.db.execute(
             "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
-             run.manifest.get("finished"), _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
+             run.manifest.get("finished"), first["registered"] if first else _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
              run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
              run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
              _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],

@@ -275,3 +275,18 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
     prom = next((tmp_path / "m2").glob("*.prom")).read_text()
     assert "lmra_run_regressions{" not in prom and any(
         ln.startswith("lmra_run_check_tested_tasks{") and ln.endswith(" 0.0") for ln in prom.splitlines())
+
+
+def test_refreshing_a_run_keeps_its_first_registration_time(tmp_path, monkeypatch):
+    """New-user finding: every command rewrote each run's 'registered' time in the history."""
+    from lmra import monitor
+    from lmra.monitor import History
+
+    run = night(tmp_path, "20260101-000000-nightly", 0.1, seed=1)
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.register(run)
+        first = h.get(run.name)["registered"]
+        monkeypatch.setattr(monitor, "_now", lambda: "2099-01-01T00:00:00+00:00")
+        h.register(run)
+        h.scan()
+        assert h.get(run.name)["registered"] == first != "2099-01-01T00:00:00+00:00"
