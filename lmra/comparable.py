@@ -70,12 +70,29 @@ def target_calls(run) -> tuple[int, int] | None:
     return int(fresh), int(cached)
 
 
-def comparability_warnings(baseline, run) -> list[str]:
+def earlier_same_draw(history, run) -> str | None:
+    """The run id of a finished earlier run (complete or partial) of the same name, seed and
+    design hash in ``history`` (:class:`lmra.monitor.History`) — whose answers a run with no
+    fresh target call replayed — or None (e.g. the cache was filled by an interrupted run of the
+    same night, which a re-run resumes: tonight's answers, not a replay)."""
+    row = history.db.execute(
+        "SELECT run_id FROM runs WHERE name = ? AND seed = ? AND design_hash = ? AND run_id != ? "
+        "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc < ? "
+        "ORDER BY started_utc DESC LIMIT 1",
+        (run.name, run.config.get("seed"), run.design_hash, run.run_id,
+         (history.get(run.run_id) or {}).get("started_utc") or "9999")).fetchone()
+    return row["run_id"] if row else None
+
+
+def comparability_warnings(baseline, run, history=None) -> list[str]:
     """Plain-text warnings, one per reason the check of ``run`` against ``baseline`` is not a
     night-to-night comparison of one chatbot (see the module docstring).
 
     Args:
         baseline, run: :class:`lmra.runfolder.RunFolder` objects.
+        history: the open :class:`lmra.monitor.History` the two are registered in; needed to
+            tell a replay of an earlier night with another seed than the baseline's
+            (:func:`earlier_same_draw`) — without it that case is not said.
 
     Returns:
         A list of sentences (empty when the two runs are comparable as far as their folders say).
@@ -108,10 +125,13 @@ def comparability_warnings(baseline, run) -> list[str]:
                    "the answers recorded for the same prompts, names, seed and model, the baseline's own — so the "
                    "check compares the chatbot with its earlier answers, not with what it does tonight; give each "
                    "night its own seed (--seed, docs/nightly.md)")
-    elif counts and counts[1] and not counts[0]:  # another seed, but an earlier night's (a seed left fixed)
-        out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache (an "
-                   f"earlier run with the same prompts, names, seed {seed_r} and model), so the check does not see "
-                   "what the chatbot does tonight; give each night its own seed (--seed, docs/nightly.md)")
+    elif counts and counts[1] and not counts[0] and history is not None:  # another seed, an earlier night's?
+        earlier = earlier_same_draw(history, run)
+        if earlier is not None:  # (a seed left fixed), not a re-run resuming an interrupted night
+            out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache "
+                       f"(run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and model), so "
+                       "the check does not see what the chatbot does tonight; give each night its own seed (--seed, "
+                       "docs/nightly.md)")
     return out
 
 

@@ -121,7 +121,9 @@ CREATE TABLE IF NOT EXISTS checks (
 );
 -- which command recorded a check ('audit', 'check', 'report'), by the check's rowid: a table of
 -- its own, so that an older lmra still inserts its 8 values into checks (none: recorded before)
-CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL, warnings TEXT);
+CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
+-- a check's comparability warnings (JSON list; lmra.comparable), likewise a table of its own
+CREATE TABLE IF NOT EXISTS check_warnings (check_rowid INTEGER PRIMARY KEY, warnings TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
 """
 
@@ -216,8 +218,6 @@ class History:
             self.db.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")  # histories from before issue 10
         if "n_refused" not in cols:  # pairs not scored because a response was a refusal (null: registered before)
             self.db.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
-        if "warnings" not in {r[1] for r in self.db.execute("PRAGMA table_info(check_sources)")}:
-            self.db.execute("ALTER TABLE check_sources ADD COLUMN warnings TEXT")  # (the table's first form)
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
         self.db.commit()
 
@@ -320,8 +320,10 @@ class History:
                               (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
                                len(result.regressions), len(result.improvements),
                                result.tests.to_json(orient="records")))
-        self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source, warnings) VALUES (?,?,?)",
-                        (cur.lastrowid, source, json.dumps(list(getattr(result, "comparability", []) or []))))
+        self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source) VALUES (?,?)",
+                        (cur.lastrowid, source))
+        self.db.execute("INSERT OR REPLACE INTO check_warnings (check_rowid, warnings) VALUES (?,?)",
+                        (cur.lastrowid, json.dumps(list(getattr(result, "comparability", []) or []))))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -386,8 +388,9 @@ class History:
         so a check made by hand afterwards (against another baseline, with another margin) does
         not replace the nightly verdict on the history page, the report and the exports. Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
-        row = self.db.execute("SELECT c.*, s.source, s.warnings FROM checks c "
+        row = self.db.execute("SELECT c.*, s.source, w.warnings FROM checks c "
                               "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
+                              "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
@@ -395,10 +398,11 @@ class History:
             return None
         out = dict(row)
         out["result"] = pd.DataFrame(json.loads(out["result"]))
-        try:  # the check's comparability warnings (lmra.comparable); [] when none or not recorded
-            out["warnings"] = [str(w) for w in json.loads(out.get("warnings") or "[]")]
+        try:  # the check's comparability warnings (lmra.comparable); None when not recorded (an older lmra)
+            out["warnings"] = (None if out.get("warnings") is None
+                               else [str(w) for w in json.loads(out["warnings"])])
         except (TypeError, ValueError):
-            out["warnings"] = []
+            out["warnings"] = None
         return out
 
     def check_summary(self, run_id: str) -> dict | None:
@@ -408,7 +412,8 @@ class History:
         Returns:
             ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
-            check's comparability warnings (:mod:`lmra.comparable`), "n_tested": int,
+            check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
+            check an older lmra made), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
@@ -421,7 +426,7 @@ class History:
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col))}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
-                "warnings": c.get("warnings") or [], "regressed": keyed("regressed"),
+                "warnings": c.get("warnings"), "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
 
@@ -852,7 +857,7 @@ def sequential_permutation_pvalue(x: np.ndarray, y: np.ndarray, n_resamples: int
 
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
-                     alpha: float = 0.05) -> CheckResult:
+                     alpha: float = 0.05, history: "History | None" = None) -> CheckResult:
     """Per task, did the net rating H rise (regress) or fall (improve) by more than ``margin``?
 
     Method (methodology §8 "Monitoring"; H as in FPF §3.3): see the module docstring.
@@ -919,7 +924,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
-                       comparability=comparability_warnings(baseline, run),
+                       comparability=comparability_warnings(baseline, run, history),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,
@@ -1122,7 +1127,7 @@ def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | P
                 raise
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
         h.register(base)
-        result = check_regression(run, base, margin=margin, alpha=alpha)
+        result = check_regression(run, base, margin=margin, alpha=alpha, history=h)
         if record:
             h.record_check(result)
         return result

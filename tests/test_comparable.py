@@ -52,6 +52,24 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     again = night(tmp_path, "20260104-000000-nightly", 0.0, seed=3)
     lines = check_run(again, base).comparability
     assert len(lines) == 1 and "the run made no fresh target call: every chatbot answer was replayed" in lines[0]
+    assert f"(run {fresh.name}, finished earlier" in lines[0]
+    # break-it finding: a re-run resuming an interrupted night (its answers cached, the run not
+    # finished) replays tonight's answers — not a replay of another night: nothing said
+    from lmra.monitor import History
+
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.db.execute("UPDATE runs SET status = 'interrupted' WHERE seed = 3")
+        h.db.commit()
+        h.db.execute("DELETE FROM runs WHERE run_id = ?", (again.name,))
+        h.db.commit()
+    resumed = night(tmp_path, "20260105-000000-nightly", 0.0, seed=3)
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.register(resumed)
+        h.db.execute("UPDATE runs SET status = 'interrupted' WHERE seed = 3 AND run_id != ?", (resumed.name,))
+        h.db.commit()
+        from lmra.monitor import check_regression, load_run
+
+        assert check_regression(load_run(resumed), load_run(base), history=h).comparability == []
 
 
 def test_a_replay_is_said_when_one_model_plays_both_roles(tmp_path):
@@ -263,6 +281,24 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
     assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
     page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
     assert "warning: replayed answers" in page
+    # the run's own report says it too (break-it finding: a green 'No regression' banner only)
+    assert lmra_cli(["report", str(replay), "--out", str(tmp_path / "r.html")]) == 0
+    report = " ".join((tmp_path / "r.html").read_text(encoding="utf-8").split())
+    assert "Warning: the run drew with the baseline&#39;s seed (1)" in report or \
+        "Warning: the run drew with the baseline's seed (1)" in report
+    # a check an older lmra recorded has no warnings row: unknown (null, no sample), never a clean 0
+    from lmra.monitor import History
+
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.db.execute("DELETE FROM check_warnings")
+        h.db.execute("DELETE FROM check_sources")
+        h.db.commit()
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert doc[replay.name]["check"]["warnings"] is None and doc[replay.name]["check"]["source"] is None
+    assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(tmp_path / "m3")]) == 0
+    assert "lmra_run_check_warnings{" not in next((tmp_path / "m3").glob("*.prom")).read_text()
     # two tiny nights (1 prompt a task): the check tests nothing — no verdict anywhere, never a pass
     tiny = tmp_path / "tiny"
     t1 = night(tiny, "20260101-000000-nightly", 0.05, seed=1, n_prompts=2)

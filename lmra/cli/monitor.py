@@ -580,7 +580,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.baseline:
             base = h.resolve(args.baseline, relative_to=run)
             h.register(base)
-            check = check_regression(run, base, margin=args.margin or 0.0,
+            check = check_regression(run, base, history=h, margin=args.margin or 0.0,
                                      alpha=0.05 if args.alpha is None else args.alpha)
             h.record_check(check, source="report")
             cmp = compare_runs(base, run)
@@ -651,7 +651,7 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
             base = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else None
             if base is not None:
                 h.register(base)
-                check = check_regression(run, base, margin=margin, alpha=alpha)
+                check = check_regression(run, base, margin=margin, alpha=alpha, history=h)
                 h.record_check(check, source="audit")
                 cmp = compare_runs(base, run)
                 print_check(console, check)

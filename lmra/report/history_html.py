@@ -213,6 +213,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
         "check": None if check is None else {
             "baseline_id": check["baseline_id"], "n_tested": check["n_tested"],
             "warnings": [short_label(w) for w in check.get("warnings") or []],
+            "warnings_recorded": check.get("warnings") is not None,
             "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]}),
             "improved": sorted({f"{t} ({c})" for c, _, t in check["improved"]})},
         "gates": gates, "pinned": bool(r.pinned),

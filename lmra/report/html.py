@@ -175,9 +175,11 @@ def _check_context(check) -> dict | None:
     if isinstance(check, dict):  # History.latest_check
         tests, only_run, only_base = check["result"], [], []
         base_id, margin, alpha = check["baseline_id"], check["margin"], check["alpha"]
+        warnings = list(check.get("warnings") or [])
     else:
         tests, only_run, only_base = check.tests, check.only_in_run, check.only_in_baseline
         base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
+        warnings = list(getattr(check, "comparability", []) or [])
     from lmra.monitor import MDE_POWER, format_detectable
 
     rows = _records(tests)
@@ -193,7 +195,8 @@ def _check_context(check) -> dict | None:
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
-            "only_in_run": only_run, "only_in_baseline": only_base}
+            "only_in_run": only_run, "only_in_baseline": only_base,
+            "warnings": warnings}  # not a night-to-night comparison of one chatbot (lmra.comparable)
 
 
 def _trend_context(run: RunFolder, history) -> list[dict]:

@@ -187,7 +187,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         flagged = lambda keyed: [{"comparison": c, "domain": d, "task": t} for c, d, t in sorted(keyed, key=str)]  # noqa: E731
         r["check"] = None if check is None else {
             "baseline_id": check["baseline_id"], "checked": check["checked"], "source": check.get("source"),
-            "warnings": list(check.get("warnings") or []), "n_tested": check["n_tested"],
+            "warnings": None if check.get("warnings") is None else list(check["warnings"]),
+            "n_tested": check["n_tested"],
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"])}
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}

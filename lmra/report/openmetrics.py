@@ -196,7 +196,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         if tested:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
             fam["regressions"].add_metric(run_labels, float(n))
         fam["tested"].add_metric(run_labels, float(tested))
-        fam["check_warnings"].add_metric(run_labels, float(len(check.get("warnings") or [])))
+        if check.get("warnings") is not None:  # (not recorded by an older lmra: no sample, never a 0)
+            fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
     if gates is not None and not gates.get("unreadable"):
         fam["gates_met"].add_metric(run_labels, float(bool(gates.get("passed"))))
         fam["gates"].add_metric(run_labels, float(len(gates.get("breaches") or [])))
