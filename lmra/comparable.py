@@ -75,13 +75,7 @@ def earlier_same_draw(history, run) -> str | None:
     design hash in ``history`` (:class:`lmra.monitor.History`) — whose answers a run with no
     fresh target call replayed — or None (e.g. the cache was filled by an interrupted run of the
     same night, which a re-run resumes: tonight's answers, not a replay)."""
-    row = history.db.execute(
-        "SELECT run_id FROM runs WHERE name = ? AND seed = ? AND design_hash = ? AND run_id != ? "
-        "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc < ? "
-        "ORDER BY started_utc DESC LIMIT 1",
-        (run.name, run.config.get("seed"), run.design_hash, run.run_id,
-         (history.get(run.run_id) or {}).get("started_utc") or "9999")).fetchone()
-    return row["run_id"] if row else None
+    return history.finished_before(run)
 
 
 def comparability_warnings(baseline, run, history=None) -> list[str]:

@@ -338,6 +338,17 @@ class History:
         df["pinned"] = df["pinned"].astype(bool)
         return df
 
+    def finished_before(self, run: RunFolder) -> str | None:
+        """The newest finished run (complete or partial) of ``run``'s name, seed and design hash
+        that started before it (another run id), or None (:func:`lmra.comparable.earlier_same_draw`)."""
+        row = self.db.execute(
+            "SELECT run_id FROM runs WHERE name = ? AND seed = ? AND design_hash = ? AND run_id != ? "
+            "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc < ? "
+            "ORDER BY started_utc DESC LIMIT 1",
+            (run.name, run.config.get("seed"), run.design_hash, run.run_id,
+             (self.get(run.run_id) or {}).get("started_utc") or "9999")).fetchone()
+        return row["run_id"] if row else None
+
     def get(self, run_id: str) -> dict | None:
         """The ``runs`` row of a run id, or None."""
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()

@@ -556,8 +556,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
             and (not cfg.domains or not p.domain or p.domain in cfg.domains)]
     if not kept or any(not p.task for p in kept):
         return None
-    in_file = _task_sizes(cfg, inputs, 0)
-    tonight = {t: min(n, cfg.prompts_per_task) if cfg.prompts_per_task else n for t, n in in_file.items()}
+    in_file, tonight = _task_sizes(cfg, inputs, 0), _task_sizes(cfg, inputs, cfg.prompts_per_task)
     base = baseline_sizes if baseline_sizes is not None else tonight
     reps = max(1, len(cfg.comparisons))
     tasks = list(tonight)
