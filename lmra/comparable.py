@@ -72,7 +72,7 @@ def target_calls(run) -> tuple[int, int] | None:
 
 def earlier_same_draw(history, run) -> str | None:
     """The run id of a finished earlier run (complete or partial) of the same name, seed and
-    design hash in ``history`` (:class:`lmra.monitor.History`) — whose answers a run with no
+    design hash in ``history`` (:class:`lmra.history.History`) — whose answers a run with no
     fresh target call replayed — or None (e.g. the cache was filled by an interrupted run of the
     same night, which a re-run resumes: tonight's answers, not a replay)."""
     return history.finished_before(run)
@@ -84,7 +84,7 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
 
     Args:
         baseline, run: :class:`lmra.runfolder.RunFolder` objects.
-        history: the open :class:`lmra.monitor.History` the two are registered in; needed to
+        history: the open :class:`lmra.history.History` the two are registered in; needed to
             tell a replay of an earlier night with another seed than the baseline's
             (:func:`earlier_same_draw`) — without it that case is not said.
 

@@ -21,7 +21,7 @@ CLI_DIR = Path(__file__).resolve().parents[1] / "lmra" / "cli"
 
 #: modules that must not be imported before a command's handler runs (they take 0.1–1.3 s)
 HEAVY = ("pandas", "numpy", "pydantic", "scipy", "statsmodels", "pyarrow", "duckdb", "matplotlib", "asyncio",
-         "lmra.audit", "lmra.config", "lmra.providers", "lmra.monitor", "lmra.runfolder", "lmra.report.jsonout")
+         "lmra.audit", "lmra.config", "lmra.providers", "lmra.monitor", "lmra.history", "lmra.runfolder", "lmra.report.jsonout")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

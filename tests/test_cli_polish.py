@@ -124,7 +124,7 @@ def test_check_baseline_pinned_without_a_pin_stays_exit_2(tmp_path, lmra_cli, ca
 
 
 def test_first_night_does_not_pin_a_partial_run(tmp_path):
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.cli.monitor import monitor_after_audit
 
     run = make_run(tmp_path, "20260101-000000-nightly", LOW, seed=1, n_prompts=40)

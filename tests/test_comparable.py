@@ -55,7 +55,7 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     assert f"(run {fresh.name}, finished earlier" in lines[0]
     # break-it finding: a re-run resuming an interrupted night (its answers cached, the run not
     # finished) replays tonight's answers — not a replay of another night: nothing said
-    from lmra.monitor import History
+    from lmra.history import History
 
     with History(tmp_path / "reports" / "history.sqlite") as h:
         h.db.execute("UPDATE runs SET status = 'interrupted' WHERE seed = 3")
@@ -67,7 +67,8 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
         h.register(resumed)
         h.db.execute("UPDATE runs SET status = 'interrupted' WHERE seed = 3 AND run_id != ?", (resumed.name,))
         h.db.commit()
-        from lmra.monitor import check_regression, load_run
+        from lmra.monitor import check_regression
+        from lmra.runfolder import load_run
 
         assert check_regression(load_run(resumed), load_run(base), history=h).comparability == []
 
@@ -103,7 +104,7 @@ def test_a_check_made_by_hand_later_does_not_replace_the_nights_own_verdict(tmp_
     it on the history page, the report and the Prometheus export. The audit's own check wins."""
     import json
 
-    from lmra.monitor import History
+    from lmra.history import History
 
     base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
     prev = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2)
@@ -287,7 +288,7 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
     assert "Warning: the run drew with the baseline&#39;s seed (1)" in report or \
         "Warning: the run drew with the baseline's seed (1)" in report
     # a check an older lmra recorded has no warnings row: unknown (null, no sample), never a clean 0
-    from lmra.monitor import History
+    from lmra.history import History
 
     with History(tmp_path / "reports" / "history.sqlite") as h:
         h.db.execute("DELETE FROM check_warnings")
@@ -315,14 +316,14 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
 
 def test_refreshing_a_run_keeps_its_first_registration_time(tmp_path, monkeypatch):
     """New-user finding: every command rewrote each run's 'registered' time in the history."""
-    from lmra import monitor
-    from lmra.monitor import History
+    from lmra import history
+    from lmra.history import History
 
     run = night(tmp_path, "20260101-000000-nightly", 0.1, seed=1)
     with History(tmp_path / "reports" / "history.sqlite") as h:
         h.register(run)
         first = h.get(run.name)["registered"]
-        monkeypatch.setattr(monitor, "_now", lambda: "2099-01-01T00:00:00+00:00")
+        monkeypatch.setattr(history, "_now", lambda: "2099-01-01T00:00:00+00:00")
         h.register(run)
         h.scan()
         assert h.get(run.name)["registered"] == first != "2099-01-01T00:00:00+00:00"

@@ -26,7 +26,7 @@ def test_config_errors_say_what_to_write(data, field, says):
 
 
 def test_a_misspelt_baseline_word_is_named(tmp_path):
-    from lmra.monitor import History
+    from lmra.history import History
 
     with History(tmp_path / "history.sqlite") as h:
         with pytest.raises(LmraInputError, match=r"did you mean 'pinned' \(as --baseline\)"):

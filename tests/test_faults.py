@@ -147,7 +147,7 @@ def test_every_call_failing_is_a_failed_run_that_no_command_takes_as_latest(tmp_
 
 def test_partial_run_is_skipped_by_latest_and_last(tmp_path, capsys):
     from lmra.cli import main
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
     from lmra.runfolder import load_run
 
     out = tmp_path / "out"

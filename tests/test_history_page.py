@@ -21,7 +21,7 @@ from conftest import rerecord_files
 import monitor_helpers
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from test_html_report import CHROMIUM, FLAGS, DomIndex
-from lmra.monitor import History
+from lmra.history import History
 
 #: (run id, rate of stereotyped answers in 'write a story', judge_check settings, judge status it gives)
 NIGHTS = [

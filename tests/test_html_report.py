@@ -14,7 +14,7 @@ import pytest
 
 from conftest import rerecord_files
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
-from lmra.monitor import History
+from lmra.history import History
 from lmra.report.html import render_report
 from lmra.runfolder import load_run
 

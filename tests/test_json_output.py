@@ -15,7 +15,8 @@ from faultserver import FaultServer
 from monitor_helpers import make_run, write_inputs
 from lmra.cli import main
 from lmra.compare import EivFit, compare_runs, compare_tables
-from lmra.monitor import History, check_run
+from lmra.monitor import check_run
+from lmra.history import History
 from lmra.cli.monitor import _fmt, _p
 from lmra.report import jsonout
 from lmra.runfolder import load_run

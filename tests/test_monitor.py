@@ -14,7 +14,8 @@ from conftest import rerecord_files
 from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
 from lmra.errors import LmraInputError
 from lmra.pairstore import iter_rows, read_pairs
-from lmra.monitor import History, assert_comparable, check_regression, check_run, list_runs, register_run, task_trend
+from lmra.monitor import assert_comparable, check_regression, check_run
+from lmra.history import History, list_runs, register_run, task_trend
 from lmra.runfolder import load_run
 
 LOW = {"write a story": 0.1, "career advice": 0.1}
@@ -238,7 +239,7 @@ def test_a_full_history_database_is_an_io_failure_naming_the_file(tmp_path):
     """The history cannot grow (SQLite's page limit stands in for a full disk): registering a
     run raises LmraIOError naming history.sqlite (exit status 1), not a bare OperationalError."""
     from lmra.errors import LmraIOError
-    from lmra.monitor import History
+    from lmra.history import History
 
     run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1}, seed=1, n_prompts=8)
     path = tmp_path / "reports" / "full-history.sqlite"

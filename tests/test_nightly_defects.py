@@ -176,7 +176,7 @@ def test_audit_against_a_judge_failed_baseline_exits_5_like_check_and_last_skips
     assert f"vs baseline {night2.name}" in out3  # night 2 (judge passed) is 'last', never night 1
     # a judge-failed night as the only candidate: 'last' finds none
     from lmra.errors import LmraInputError
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
     from lmra.runfolder import load_run
 
     with History(history_path(reports)) as h:
@@ -340,7 +340,7 @@ def test_deleted_pinned_folder_says_to_pin_another(tmp_path, capsys):
 
     from monitor_helpers import make_run
     from lmra.cli import main
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
     from lmra.runfolder import load_run
 
     first = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
@@ -472,7 +472,7 @@ def test_a_seed_at_the_64_bit_limit_is_registered_exactly(tmp_path, capsys):
 
     from lmra.cli import main
     from lmra.config import MAX_SEED
-    from lmra.monitor import _int
+    from lmra.history import _int
     from test_gates import write_config
 
     assert _int(MAX_SEED) == MAX_SEED and _int(9007199254740993) == 9007199254740993 and _int(2.9) == 2
@@ -519,7 +519,7 @@ def test_a_baseline_rated_by_another_lmra_is_refused_before_any_call(tmp_path, c
     baseline's is now refused before the first call (exit 2, no run folder)."""
     from monitor_helpers import make_run
     from lmra.cli import main
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
     from lmra.runfolder import load_run
 
     base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,

@@ -14,7 +14,7 @@ from conftest import NAME_TO_GROUP, custom_audit_config
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig
-from lmra.monitor import History
+from lmra.history import History
 from lmra.report.openmetrics import exposition
 from lmra.runfolder import load_run
 

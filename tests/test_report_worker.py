@@ -121,7 +121,7 @@ def test_a_failing_report_child_leaves_the_report_to_the_command_which_says_so(t
 
 
 PARITY = r"""
-from lmra.monitor import History, history_path
+from lmra.history import History, history_path
 from lmra.report.html import write_report
 from lmra.report.worker import ReportWorker
 from lmra.runfolder import load_run
@@ -150,7 +150,7 @@ def test_the_childs_report_is_the_in_process_report(tmp_path):
 
 
 FAILURES = r"""
-from lmra.monitor import history_path
+from lmra.history import history_path
 from lmra.report import worker as W
 from lmra.runfolder import load_run
 run = load_run(sys.argv[1])

@@ -270,7 +270,7 @@ def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_
     intact run folder unreadable, left it out and exited 0. It is an I/O failure naming the
     history (exit 1). A history that refuses every write (``PRAGMA query_only``) stands in for
     the full disk."""
-    import lmra.monitor
+    import lmra.history
     from lmra.cli import main
     from test_gates import FLAT, write_config
 
@@ -280,14 +280,14 @@ def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_
     (run,) = reports.glob("*-gated")
     for f in reports.glob("history.sqlite*"):
         f.unlink()
-    lmra.monitor.History(reports / "history.sqlite").close()  # a new, empty history: the run is not in it
-    opened = lmra.monitor.History.__init__
+    lmra.history.History(reports / "history.sqlite").close()  # a new, empty history: the run is not in it
+    opened = lmra.history.History.__init__
 
     def unwritable(self, *a, **k):
         opened(self, *a, **k)
         self.db.execute("PRAGMA query_only = ON")
 
-    monkeypatch.setattr(lmra.monitor.History, "__init__", unwritable)
+    monkeypatch.setattr(lmra.history.History, "__init__", unwritable)
     status = main(["history", "--reports-dir", str(reports)])
     err = " ".join(capsys.readouterr().err.split())
     assert status == 1 and f"I/O failure: {reports / 'history.sqlite'}" in err, err

@@ -55,7 +55,7 @@ def test_judge_status_reaches_summary_manifest_history_check_and_exports(tmp_pat
     assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir)]) == 5
     # the plain target gives h = 0 everywhere in both runs: no regression once the failure is accepted
     assert main(["check", str(bad.run_dir), "--baseline", str(ok.run_dir), "--allow-unvalidated-judge"]) == 0
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
 
     with History(history_path(tmp_path / "reports")) as h:
         assert dict(zip(h.runs()["run_id"], h.runs()["judge_status"])) == {"bad": "failed", "ok": "passed"}

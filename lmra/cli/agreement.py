@@ -21,7 +21,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
     run = args.run
     if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
-        from lmra.monitor import History, history_path
+        from lmra.history import History, history_path
 
         if Path(run).exists():
             raise LmraInputError("is not a run folder (it is a file)", file=run, field="--run")

@@ -668,7 +668,7 @@ def _precheck_history(cfg) -> None:
 
     Raises:
         LmraIOError: the history cannot be read (naming it; exit status 1)."""
-    from lmra.monitor import History, history_path
+    from lmra.history import History, history_path
 
     path = history_path(cfg.output_dir)
     if path.is_file():
@@ -690,7 +690,8 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
         LmraInputError: an explicit ``RUN`` that does not resolve, or a pin whose run folder
             cannot be loaded (exit status 2, before anything is called or written).
     """
-    from lmra.monitor import History, history_path, precheck_judge, unusable_pin
+    from lmra.monitor import precheck_judge
+    from lmra.history import History, history_path, unusable_pin
 
     out = Path(cfg.output_dir)
     if not out.is_dir():

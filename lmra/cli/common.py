@@ -178,7 +178,7 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
 
     Raises:
         LmraInputError: ``run_ref`` (given as ``option``) is a path to no folder."""
-    from lmra.monitor import history_path
+    from lmra.history import history_path
 
     if getattr(args, "history", None):
         return Path(args.history)

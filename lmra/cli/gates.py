@@ -161,7 +161,7 @@ def recorded_gates(run_ref: str | Path, history: str | Path) -> dict | None:
     Args:
         run_ref: a run folder path, run id or ``latest``; history: the history file to resolve it in.
     """
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.runfolder import load_run
 
     if Path(run_ref).is_dir():
@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace):
 
     if Path(args.run).is_dir():
         return load_run(args.run)
-    from lmra.monitor import History
+    from lmra.history import History
 
     path = history_file(args, args.run)
     if not path.exists() and not path.parent.is_dir():  # never create a history store just to look a name up

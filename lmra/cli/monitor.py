@@ -167,7 +167,7 @@ def sensitivity_note(result) -> str:
 def cmd_history(args: argparse.Namespace) -> int:
     """``lmra history [--task T] [--json]``: the registered runs, or one task's net rating over runs
     (``--json``: :func:`lmra.report.jsonout.history_document` / ``task_trend_document``)."""
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.report import jsonout
 
     console = make_console()
@@ -256,7 +256,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _verdicts(history, runs) -> dict[str, dict]:
-    """Each run's latest regression check (:meth:`lmra.monitor.History.check_summary`) and
+    """Each run's latest regression check (:meth:`lmra.history.History.check_summary`) and
     recorded release gates (:func:`lmra.gates.read_gates`; None when its folder is gone),
     keyed by run id: ``{run_id: {"check": dict | None, "gates": dict | None}}``."""
     from lmra.gates import read_gates
@@ -275,7 +275,7 @@ def _tasks_named(keyed: dict, between: str) -> str:
 
 
 def _check_cell(check: dict | None, between: str) -> str:
-    """``lmra history``'s regression-check cell: the run's check (:meth:`lmra.monitor.History.latest_check`)."""
+    """``lmra history``'s regression-check cell: the run's check (:meth:`lmra.history.History.latest_check`)."""
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
@@ -370,7 +370,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     slope through the origin: errors-in-variables (York, bootstrap CI) beside least squares
     (``--json``: :func:`lmra.report.jsonout.compare_document`)."""
     from lmra.compare import compare_runs
-    from lmra.monitor import History
+    from lmra.history import History
 
     console = make_console()
     with History(history_file(args, args.run_a)) as h:
@@ -405,7 +405,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """
     import time
 
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.power import MAX_PROMPTS_NORMAL, MAX_PROMPTS_SIM, plan
 
     console = make_console()
@@ -453,7 +453,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """``lmra export RUN --format F``: per-task and per-pair tables, or (``prometheus``,
     ``openmetrics``) the run's metrics file (docs/exports.md)."""
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.report.export import export_run
     from lmra.report.openmetrics import METRICS_FORMATS, write_metrics
 
@@ -504,7 +504,7 @@ def cmd_history_page(args: argparse.Namespace) -> int:
     raise :class:`~lmra.errors.LmraInputError` (exit 2) for a missing history or a run-report option."""
     import sqlite3
 
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.report.history_html import MAX_NIGHTS, write_history_page
 
     if args.run is not None:
@@ -555,7 +555,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression).
     ``lmra report --history``: the history page instead (:func:`cmd_history_page`)."""
     from lmra.compare import compare_runs
-    from lmra.monitor import History, check_regression
+    from lmra.monitor import check_regression
+    from lmra.history import History
     from lmra.report.html import write_report
 
     if args.run is None or args.history == HISTORY_PAGE_FLAG:
@@ -599,7 +600,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     """``lmra pin RUN``: make RUN the ``pinned`` baseline of runs with its name."""
-    from lmra.monitor import History
+    from lmra.history import History
 
     with History(history_file(args, args.run)) as h:
         run = h.resolve(args.run)
@@ -636,7 +637,8 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
         LmraInputError: unresolvable or incomparable baseline (exit status 2).
     """
     from lmra.compare import compare_runs
-    from lmra.monitor import History, check_regression, history_path
+    from lmra.monitor import check_regression
+    from lmra.history import History, history_path
     from lmra.report.html import write_report
     from lmra.runfolder import load_run
 
@@ -706,7 +708,7 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     operator accepted it). Says what happened on ``console``.
 
     Args:
-        h: the open :class:`lmra.monitor.History`; run: the run just audited (registered).
+        h: the open :class:`lmra.history.History`; run: the run just audited (registered).
 
     Returns:
         True when the run was pinned.

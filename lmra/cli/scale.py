@@ -109,7 +109,7 @@ def _failed(result) -> str | None:
 def cmd_warehouse_add(args: argparse.Namespace) -> int:
     """``lmra warehouse add RUN... [--warehouse DIR]``: land finished runs (folders, run ids or
     ``latest``) in the warehouse (:func:`lmra.warehouse.add_run`)."""
-    from lmra.monitor import History
+    from lmra.history import History
     from lmra.cli.common import history_file
     from lmra.warehouse import add_run
 

@@ -13,9 +13,9 @@ Contents (``prompts/report/history.html.j2``, rendered with Jinja2, autoescaped)
 * the **nights table** (run id, date, target model, judge, judge status, run status, pairs,
   overall net rating [CI], the regression check, gates, the pin), newest first.
 
-Marks, all read from the history store (:class:`lmra.monitor.History`) and the run folders:
+Marks, all read from the history store (:class:`lmra.history.History`) and the run folders:
 a red ring where the night's regression check (its audit's own, else the latest; ``checks`` table, written by
-:meth:`~lmra.monitor.History.record_check`) flagged the task, a blue ring for an improvement, an
+:meth:`~lmra.history.History.record_check`) flagged the task, a blue ring for an improvement, an
 orange square where an absolute gate was breached (``gates.json`` in the run folder, else the
 ``gates`` key of ``summary.json``; absent for runs made without gates), a hollow point for a
 night whose judge failed validation or whose run is ``partial``, a dashed line at the pinned
@@ -227,7 +227,7 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
     """Everything the history page shows, as plain Python values.
 
     Args:
-        history: an open :class:`lmra.monitor.History` (already scanned).
+        history: an open :class:`lmra.history.History` (already scanned).
         name: the run name to show; default the name of the newest registered run (runs of
             other names measure other audits and are not drawn on the same lines).
         nights: show only the newest ``nights`` runs (None or 0: all).
@@ -362,7 +362,7 @@ def write_history_page(history, out: str | Path | None = None, name: str | None 
     """Write the history page atomically and return its path.
 
     Args:
-        history: an open :class:`lmra.monitor.History` (call ``scan()`` first to pick up run
+        history: an open :class:`lmra.history.History` (call ``scan()`` first to pick up run
             folders that are not registered yet).
         out: the HTML file (default ``<reports dir>/history.html``, next to ``history.sqlite``;
             with ``name`` given, ``<reports dir>/history-<name>.html``, so that the pages of

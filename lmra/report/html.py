@@ -276,7 +276,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
 
     Args:
         run: the run to report on.
-        history: an open :class:`lmra.monitor.History` (trend lines, latest stored check); optional.
+        history: an open :class:`lmra.history.History` (trend lines, latest stored check); optional.
         check: a :class:`lmra.monitor.CheckResult`; default: the latest check of this run
             stored in ``history`` (if any).
         comparison: a :class:`lmra.compare.RunComparison` for the scatter; optional.

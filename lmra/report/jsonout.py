@@ -156,10 +156,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
     """The ``lmra history --json`` document.
 
     Args:
-        path: the history file; runs: :meth:`lmra.monitor.History.runs`; overall:
-            :meth:`lmra.monitor.History.overall_trend`; name: the ``--name`` filter;
+        path: the history file; runs: :meth:`lmra.history.History.runs`; overall:
+            :meth:`lmra.history.History.overall_trend`; name: the ``--name`` filter;
             verdicts: ``{run_id: {"check": …, "gates": …}}`` — a run's
-            :meth:`lmra.monitor.History.check_summary` and :func:`lmra.gates.read_gates`.
+            :meth:`lmra.history.History.check_summary` and :func:`lmra.gates.read_gates`.
 
     Returns:
         ``{schema, history, name, runs}``; ``runs`` oldest first, one object per run with every
@@ -168,7 +168,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         ``comparisons`` as a list, ``pinned`` (bool), ``overall``: one object per comparison
         with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
         ``check``: the run's regression check (its audit's own, else the latest:
-        :meth:`lmra.monitor.History.latest_check`) ``{baseline_id, checked, source, n_tested,
+        :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, n_tested,
         warnings, regressed, improved}`` (``warnings``: the check's comparability warnings,
         :mod:`lmra.comparable`) (the last two lists of ``{comparison, domain, task}``), null when
         never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
@@ -202,7 +202,7 @@ def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, compariso
 
     Returns:
         ``{schema, history, task, comparison, name, points}``; ``points`` oldest run first, one
-        object per (run, comparison) with the columns of :meth:`lmra.monitor.History.task_trend`
+        object per (run, comparison) with the columns of :meth:`lmra.history.History.task_trend`
         (``run_id, started, name, status, target_model, judge_provider, judge_model, judge_status,
         comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
         reverse_rate``).

@@ -86,7 +86,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
 
     Args:
         run: a finished run folder.
-        check: the run's regression check (:meth:`lmra.monitor.History.latest_check`, its audit's own first:
+        check: the run's regression check (:meth:`lmra.history.History.latest_check`, its audit's own first:
             ``baseline_id`` and ``result``, a frame with ``comparison, domain, task, p_regress,
             regressed``, and ``warnings``), or None; gives ``lmra_task_regressed`` (tested tasks
             only), ``lmra_run_regressions`` (absent when no task was tested),

@@ -40,7 +40,8 @@ from pathlib import Path
 
 #: what writing report.html loads (matplotlib takes 0.5–1 s); the child imports them ahead
 REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja2", "lmra.report.html",
-                  "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor", "lmra.warehouse")
+                  "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor",
+                  "lmra.history", "lmra.warehouse")
 #: seconds the run's end waits for the child to finish its imports before writing the report itself
 READY_TIMEOUT_S = 60.0
 #: seconds the command waits for the child's report once it has its job; then the child is
@@ -274,7 +275,7 @@ def _render(run, history_path: str | None, check, comparison) -> Path:
     with ExitStack() as stack:
         h = None
         if history_path is not None:
-            from lmra.monitor import History
+            from lmra.history import History
 
             h = stack.enter_context(History(history_path))
         args = adequacy_args(run, history=h, check=check)

@@ -1,0 +1,531 @@
+"""The run history store of nightly monitoring and the baselines it resolves (methodology §8
+"Monitoring"); the regression decision between two runs is :mod:`lmra.monitor`.
+
+History store
+    A SQLite file ``<output_dir>/history.sqlite`` with one row per run (``runs``), one per
+    (run, comparison, task) metric (``task_metrics``), one per (run, comparison) overall
+    metric (``overall_metrics``), the pinned baseline per run name (``pins``) and the
+    regression checks made (``checks``, with ``check_sources`` and ``check_warnings``).
+    :func:`register_run` is idempotent.
+
+Baselines
+    ``RUN`` (a run folder path or a run id in the history), ``last`` (the latest earlier
+    run with the same run name) or ``pinned`` (the run pinned with :func:`pin` for that
+    name), resolved by :meth:`History.resolve`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from lmra.errors import LmraInputError, LmraIOError
+from lmra.runfolder import RunFolder, finite, load_run
+
+if TYPE_CHECKING:
+    from lmra.monitor import CheckResult
+
+HISTORY_FILE = "history.sqlite"
+HISTORY_SCHEMA_VERSION = 1
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, run_dir TEXT NOT NULL, name TEXT, status TEXT,
+    started TEXT, started_utc TEXT, finished TEXT, registered TEXT NOT NULL,
+    config_hash TEXT, design_hash TEXT, seed INTEGER,
+    target_provider TEXT, target_model TEXT, judge_provider TEXT, judge_model TEXT,
+    judge_template_sha256 TEXT, judge_template_source TEXT, combiner TEXT, comparisons TEXT,
+    n_prompts INTEGER, n_pairs_total INTEGER, n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER,
+    calls_fresh INTEGER, calls_cached INTEGER, calls_failed INTEGER
+);
+CREATE TABLE IF NOT EXISTS task_metrics (
+    run_id TEXT NOT NULL, comparison TEXT NOT NULL, group_a TEXT, group_b TEXT,
+    domain TEXT NOT NULL, task TEXT NOT NULL,
+    n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER, n_prompts INTEGER,
+    forward_rate REAL, reverse_rate REAL, net_rating REAL, ci_low REAL, ci_high REAL, p_value REAL,
+    sd_prompt REAL,
+    PRIMARY KEY (run_id, comparison, domain, task)
+);
+CREATE TABLE IF NOT EXISTS overall_metrics (
+    run_id TEXT NOT NULL, comparison TEXT NOT NULL, group_a TEXT, group_b TEXT,
+    n_pairs INTEGER, n_invalid INTEGER, n_failed INTEGER, n_prompts INTEGER,
+    forward_rate REAL, reverse_rate REAL, net_rating REAL, ci_low REAL, ci_high REAL, p_value REAL,
+    PRIMARY KEY (run_id, comparison)
+);
+CREATE TABLE IF NOT EXISTS pins (name TEXT PRIMARY KEY, run_id TEXT NOT NULL, pinned TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checks (
+    run_id TEXT NOT NULL, baseline_id TEXT NOT NULL, margin REAL NOT NULL, alpha REAL NOT NULL,
+    checked TEXT NOT NULL, n_regressions INTEGER NOT NULL, n_improvements INTEGER NOT NULL, result TEXT NOT NULL
+);
+-- which command recorded a check ('audit', 'check', 'report'), by the check's rowid: a table of
+-- its own, so that an older lmra still inserts its 8 values into checks (none: recorded before)
+CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
+-- a check's comparability warnings (JSON list; lmra.comparable), likewise a table of its own
+CREATE TABLE IF NOT EXISTS check_warnings (check_rowid INTEGER PRIMARY KEY, warnings TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
+"""
+
+_METRIC_COLS = ["n_pairs", "n_invalid", "n_failed", "n_prompts", "forward_rate", "reverse_rate", "net_rating",
+                "ci_low", "ci_high", "p_value"]
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _utc(iso: str | None) -> str | None:
+    if not iso:
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.astimezone()
+    return t.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _int(x) -> int | None:
+    """An integer for an INTEGER column: ints (and numpy integers) exactly — a 64-bit seed
+    through a float was rounded, up to 2⁶³ and an overflow —, other numbers truncated, None for
+    missing or non-finite values."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int) or (hasattr(x, "dtype") and getattr(x.dtype, "kind", "") in "iu"):
+        return int(x)
+    f = finite(x)
+    return None if f is None else int(f)
+
+
+def history_path(reports_dir: str | Path) -> Path:
+    """The history store of a reports folder: ``<reports_dir>/history.sqlite``."""
+    return Path(reports_dir) / HISTORY_FILE
+
+
+class _HistoryConnection(sqlite3.Connection):
+    """The history's SQLite connection: a database that cannot be written or read (disk full,
+    read-only folder, a damaged file) raises :class:`~lmra.errors.LmraIOError` naming the
+    history file (exit status 1), not a bare ``OperationalError``."""
+
+    history_path: Path = Path("history.sqlite")
+
+    def _named(self, exc: sqlite3.Error) -> LmraIOError:
+        return LmraIOError(f"the run history could not be used ({type(exc).__name__}: {exc})", path=self.history_path)
+
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+    def executescript(self, *args, **kwargs):
+        try:
+            return super().executescript(*args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+    def commit(self):
+        try:
+            return super().commit()
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise self._named(exc) from None
+
+
+class History:
+    """The SQLite run history of one reports folder (see the module docstring).
+
+    Args:
+        path: the SQLite file; created with its parent folder when missing.
+
+    Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, factory=_HistoryConnection)
+        except sqlite3.Error as exc:
+            raise LmraIOError(f"the run history could not be opened ({type(exc).__name__}: {exc})",
+                              path=self.path) from None
+        self.db.history_path = self.path
+        self.db.row_factory = sqlite3.Row
+        self.db.executescript(_SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+        if "judge_status" not in cols:
+            self.db.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")  # histories from before issue 10
+        if "n_refused" not in cols:  # pairs not scored because a response was a refusal (null: registered before)
+            self.db.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------
+    def register(self, run: RunFolder | str | Path) -> str:
+        """Add (or refresh) a run and its per-task and overall metrics; returns the run id. The
+        run's ``registered`` time is the first registration's (a refresh keeps it).
+
+        Raises:
+            LmraInputError: not a finished run folder.
+        """
+        run = run if isinstance(run, RunFolder) else load_run(run)
+        overall = pd.DataFrame(run.summary.get("overall") or [])
+        # a count no row measured (refusals of a run without refusal labels) is unknown, not 0
+        totals = {c: _int(overall[c].sum()) if c in overall and overall[c].notna().any() else None
+                  for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal")}
+        calls = run.manifest.get("calls") or {}
+        tpl_hash, tpl_src = run.judge_template
+        self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
+        self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run.run_id,))
+        first = self.db.execute("SELECT registered FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
+        self.db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
+             run.manifest.get("finished"), first["registered"] if first else _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
+             run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
+             run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
+             _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
+             _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
+             totals["n_refusal"]))
+        sd = run.prompt_scores.groupby(["comparison", "domain", "task"])["h"].std(ddof=1)
+        for _, r in run.per_task.iterrows():
+            key = (r["comparison"], r["domain"], r["task"])
+            self.db.execute(
+                "INSERT INTO task_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run.run_id, r["comparison"], r["group_a"], r["group_b"], r["domain"], r["task"],
+                 *[_int(r[c]) for c in _METRIC_COLS[:4]], *[finite(r[c]) for c in _METRIC_COLS[4:]],
+                 finite(sd.get(key))))
+        for r in run.summary.get("overall") or []:
+            self.db.execute(
+                "INSERT INTO overall_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run.run_id, f"{r['group_a']} vs {r['group_b']}", r["group_a"], r["group_b"],
+                 *[_int(r.get(c)) for c in _METRIC_COLS[:4]], *[finite(r.get(c)) for c in _METRIC_COLS[4:]]))
+        self.db.commit()
+        return run.run_id
+
+    def scan(self) -> list[str]:
+        """Register finished run folders next to the history file that are not registered yet
+        (runs made before the history existed, or copied in); returns their ids."""
+        from lmra.runstate import FINISHED, folder_status
+
+        known = set(self.runs()["run_id"])
+        added = []
+        for summary in sorted(self.path.parent.glob("*/summary.json")):
+            folder = summary.parent
+            if folder.name in known or (folder / "shard.json").is_file():  # a shard: its merged run is the night
+                continue
+            status = folder_status(folder)
+            if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register
+                continue
+            try:
+                run = load_run(folder)
+            except Exception as exc:  # a damaged or foreign folder must not break later audits
+                import warnings
+
+                reason = exc.format() if isinstance(exc, LmraInputError) else f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"skipping {folder}: not a readable run folder ({reason})", stacklevel=2)
+                continue
+            # (a history that cannot be written — a full disk — is the history's failure, named as
+            # such, exit 1: not the folder's, which it called unreadable and left out; break-it finding)
+            added.append(self.register(run))
+        return added
+
+    def pin(self, run: RunFolder | str | Path) -> str:
+        """Pin a run as the ``pinned`` baseline of every run with the same name; returns its id.
+
+        Args:
+            run: a run folder, or a run id / path resolvable by :meth:`resolve`.
+        """
+        run = run if isinstance(run, RunFolder) else self.resolve(run)
+        self.register(run)
+        self.db.execute("INSERT OR REPLACE INTO pins VALUES (?,?,?)", (run.name, run.run_id, _now()))
+        self.db.commit()
+        return run.run_id
+
+    def record_check(self, result: "CheckResult", source: str = "check") -> None:
+        """Store a regression check; ``source`` names the command that made it: ``audit`` (the
+        night's own check, ``lmra audit --baseline``), ``check`` or ``report`` (made by hand
+        later). :meth:`latest_check` prefers the audit's."""
+        cur = self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
+                              (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
+                               len(result.regressions), len(result.improvements),
+                               result.tests.to_json(orient="records")))
+        self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source) VALUES (?,?)",
+                        (cur.lastrowid, source))
+        self.db.execute("INSERT OR REPLACE INTO check_warnings (check_rowid, warnings) VALUES (?,?)",
+                        (cur.lastrowid, json.dumps(list(getattr(result, "comparability", []) or []))))
+        self.db.commit()
+
+    # -- reading ------------------------------------------------------------------------
+    def runs(self, name: str | None = None) -> pd.DataFrame:
+        """Registered runs, oldest first: one row per run with the ``runs`` columns plus
+        ``pinned`` (bool). ``name`` keeps only runs with that run name."""
+        q = "SELECT r.*, (p.run_id IS NOT NULL) AS pinned FROM runs r LEFT JOIN pins p ON p.run_id = r.run_id"
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        df = pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+        df["pinned"] = df["pinned"].astype(bool)
+        return df
+
+    def finished_before(self, run: RunFolder) -> str | None:
+        """The newest finished run (complete or partial) of ``run``'s name, seed and design hash
+        that started before it (another run id), or None (:func:`lmra.comparable.earlier_same_draw`)."""
+        row = self.db.execute(
+            "SELECT run_id FROM runs WHERE name = ? AND seed = ? AND design_hash = ? AND run_id != ? "
+            "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc < ? "
+            "ORDER BY started_utc DESC LIMIT 1",
+            (run.name, run.config.get("seed"), run.design_hash, run.run_id,
+             (self.get(run.run_id) or {}).get("started_utc") or "9999")).fetchone()
+        return row["run_id"] if row else None
+
+    def get(self, run_id: str) -> dict | None:
+        """The ``runs`` row of a run id, or None."""
+        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return dict(row) if row else None
+
+    def task_trend(self, task: str, comparison: str | None = None, name: str | None = None) -> pd.DataFrame:
+        """The net rating of one task across runs, oldest first.
+
+        Returns:
+            Columns ``run_id, started, name, status, target_model, judge_provider, judge_model,
+            judge_status, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value,
+            forward_rate, reverse_rate``; empty when the task was never measured.
+        """
+        q = ("SELECT r.run_id, r.started, r.name, COALESCE(r.status, 'complete') AS status, r.target_model, "
+             "r.judge_provider, r.judge_model, r.judge_status, m.comparison, "
+             "m.domain, m.task, "
+             "m.n_pairs, m.net_rating, m.ci_low, m.ci_high, m.p_value, m.forward_rate, m.reverse_rate "
+             "FROM task_metrics m JOIN runs r ON r.run_id = m.run_id WHERE m.task = ?")
+        args: list = [task]
+        if comparison:
+            q += " AND m.comparison = ?"
+            args.append(comparison)
+        if name:
+            q += " AND r.name = ?"
+            args.append(name)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def metrics(self, name: str | None = None) -> pd.DataFrame:
+        """All per-task metrics joined with their run's start time, oldest run first."""
+        q = ("SELECT r.started, r.started_utc, r.name, m.* FROM task_metrics m JOIN runs r ON r.run_id = m.run_id")
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def overall_trend(self, name: str | None = None) -> pd.DataFrame:
+        """Overall (all tasks) net rating per run and comparison, oldest first."""
+        q = "SELECT r.started, r.name, m.* FROM overall_metrics m JOIN runs r ON r.run_id = m.run_id"
+        args: tuple = ()
+        if name:
+            q, args = q + " WHERE r.name = ?", (name,)
+        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+
+    def latest_check(self, run_id: str) -> dict | None:
+        """The night's verdict: the latest check its own audit recorded (``lmra audit
+        --baseline``, source ``audit``), else the latest check recorded before sources were
+        (by an older lmra: possibly the audit's own), else the latest stored check of the run —
+        so a check made by hand afterwards (against another baseline, with another margin) does
+        not replace the nightly verdict on the history page, the report and the exports. Keys of
+        ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
+        row = self.db.execute("SELECT c.*, s.source, w.warnings FROM checks c "
+                              "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
+                              "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
+                              "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
+                              "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
+                              (run_id,)).fetchone()
+        if not row:
+            return None
+        out = dict(row)
+        out["result"] = pd.DataFrame(json.loads(out["result"]))
+        try:  # the check's comparability warnings (lmra.comparable); None when not recorded (an older lmra)
+            out["warnings"] = (None if out.get("warnings") is None
+                               else [str(w) for w in json.loads(out["warnings"])])
+        except (TypeError, ValueError):
+            out["warnings"] = None
+        return out
+
+    def check_summary(self, run_id: str) -> dict | None:
+        """What the latest stored regression check of a run found (the history page's and
+        ``lmra history``'s "check"), or None when the run was never checked.
+
+        Returns:
+            ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
+            (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
+            check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
+            check an older lmra made), "n_tested": int,
+            "regressed": {key:
+            test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
+            row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
+            counts the tasks with a p-value (the others were too small to test).
+        """
+        c = self.latest_check(run_id)
+        if c is None:
+            return None
+        rows = c["result"].to_dict(orient="records")
+        keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
+                             for r in rows if bool(r.get(col))}
+        return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
+                "warnings": c.get("warnings"), "regressed": keyed("regressed"),
+                "improved": keyed("improved"),
+                "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
+
+    def pinned(self, name: str) -> str | None:
+        """The run id pinned for runs named ``name``, or None."""
+        row = self.db.execute("SELECT run_id FROM pins WHERE name = ?", (name,)).fetchone()
+        return row["run_id"] if row else None
+
+    # -- resolving references -----------------------------------------------------------
+    def folder_of(self, run_id: str, recorded: str | None = None) -> Path | None:
+        """The folder of a registered run: the one of that name next to the history file if it
+        exists — in a copy of a reports folder (a CI artifact, a restored backup) the recorded
+        absolute path still names the original, which a command must neither read nor change —
+        else the recorded ``run_dir`` (``recorded``, or looked up); None when neither exists."""
+        if recorded is None:
+            row = self.get(run_id)
+            recorded = row["run_dir"] if row else None
+        for c in [self.path.parent / run_id] + ([Path(recorded)] if recorded else []):
+            if c.is_dir():
+                return c
+        return None
+
+    def _load_id(self, run_id: str) -> RunFolder:
+        folder = self.folder_of(run_id)
+        if folder is not None:
+            return load_run(folder)
+        row = self.get(run_id)
+        if row is not None:  # registered, but its folder is gone (retention cleanup, a moved reports folder)
+            raise LmraInputError(f"run '{run_id}' is in the history ({self.path}) but its folder is gone (not at "
+                                 f"{row['run_dir']} nor beside the history)", field="RUN")
+        import difflib
+
+        words = {"latest": "'latest' (as RUN)", "last": "'last' (as --baseline)", "pinned": "'pinned' (as --baseline)"}
+        close = difflib.get_close_matches(str(run_id).lower(), list(words), n=1, cutoff=0.6)
+        hint = (f" — did you mean {words[close[0]]}?" if close
+                else " (or latest for RUN; last or pinned for --baseline)")
+        raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
+                             f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")
+
+    def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None) -> RunFolder:
+        """Turn a run reference into a run folder.
+
+        Args:
+            ref: a run folder path, a run id known to the history (or a folder of that name
+                next to the history file), ``"latest"`` (the newest run in the reports
+                folder), ``"last"`` or ``"pinned"``.
+            relative_to: the run being checked; needed for ``last`` (the latest run with the
+                same name that started before it) and ``pinned`` (the pin of its name).
+
+        Raises:
+            LmraInputError: nothing matches, or ``last``/``pinned`` has no candidate.
+        """
+        ref = str(ref)
+        if ref == "latest":
+            self.scan()
+            runs = self.runs()
+            runs = runs[runs["status"].fillna("complete") == "complete"]  # partial runs only when named
+            if runs.empty:
+                raise LmraInputError(f"no complete run in {self.path.parent} (partial runs are used only when "
+                                     "named)", field="RUN")
+            return self._load_id(str(runs.iloc[-1]["run_id"]))
+        if ref in ("last", "pinned"):
+            if relative_to is None:
+                raise LmraInputError(f"'{ref}' needs the run it is the baseline of", field="--baseline")
+            name = relative_to.name
+            if ref == "pinned":
+                rid = self.pinned(name)
+                if rid is None:
+                    raise LmraInputError(
+                        f"no pinned baseline for runs named '{name}' in {self.path}; pin one with "
+                        f"'lmra pin RUN'", field="--baseline")
+                try:
+                    return self._load_id(rid)
+                except LmraInputError as exc:  # the pinned folder was deleted or damaged (retention cleanup …)
+                    raise unusable_pin(rid, name, exc) from None
+            self.register(relative_to)
+            self.scan()
+            runs = self.runs(name=name)
+            me = runs.index[runs["run_id"] == relative_to.run_id]
+            earlier = runs.iloc[: int(me[0])] if len(me) else runs
+            # never a partial baseline, nor one whose judge failed validation un-waived (its ratings are
+            # not evidence); either is used only when named explicitly
+            earlier = earlier[(earlier["run_id"] != relative_to.run_id)
+                              & (earlier["status"].fillna("complete") == "complete")
+                              & (earlier["judge_status"].fillna("") != "failed")]
+            if earlier.empty:
+                raise LmraInputError(
+                    f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline ('last' "
+                    "skips partial runs and runs whose judge failed validation without a waiver; name such a run "
+                    "to use it)", field="--baseline")
+            return self._load_id(str(earlier.iloc[-1]["run_id"]))
+        p = Path(ref).expanduser()
+        if p.is_dir():
+            return load_run(p)
+        return self._load_id(ref)
+
+
+# -- module-level API -------------------------------------------------------------------
+def register_run(run_dir: str | Path, history: str | Path | None = None) -> str:
+    """Register a finished run folder in the history store; returns the run id.
+
+    Args:
+        run_dir: the run folder.
+        history: the SQLite file (default ``<run_dir>/../history.sqlite``, i.e. the run's
+            ``output_dir``).
+
+    Raises:
+        LmraInputError: not a finished run folder.
+    """
+    run = load_run(run_dir)
+    with History(history or history_path(run.path.parent)) as h:
+        return h.register(run)
+
+
+def list_runs(history: str | Path, name: str | None = None) -> pd.DataFrame:
+    """All registered runs, oldest first (see :meth:`History.runs`)."""
+    with History(history) as h:
+        return h.runs(name)
+
+
+def task_trend(task: str, history: str | Path, comparison: str | None = None,
+               name: str | None = None) -> pd.DataFrame:
+    """One task's net rating with its CI across runs (see :meth:`History.task_trend`)."""
+    with History(history) as h:
+        return h.task_trend(task, comparison, name)
+
+
+def pin(run: str | Path, history: str | Path | None = None) -> str:
+    """Pin a run as the ``pinned`` baseline for its run name; returns its id."""
+    if history is None:
+        history = history_path(Path(run).parent) if Path(run).is_dir() else history_path("reports")
+    with History(history) as h:
+        return h.pin(run)
+
+
+def unusable_pin(run_id: str, name: str, exc: LmraInputError) -> LmraInputError:
+    """The error for a pinned baseline ``run_id`` (of runs named ``name``) that cannot be loaded
+    (``exc``: its folder is gone or damaged), with what to do next."""
+    return LmraInputError(
+        f"the pinned baseline {run_id} of runs named '{name}' cannot be used ({exc.reason}). Pin another run with "
+        "'lmra pin RUN' (e.g. 'lmra pin latest'); if no other complete run is left, run the audit once without "
+        "--baseline and pin that night", field="--baseline")
+
+
+__all__ = ["HISTORY_FILE", "HISTORY_SCHEMA_VERSION", "History", "history_path", "list_runs", "pin",
+           "register_run", "task_trend", "unusable_pin"]
