@@ -49,6 +49,15 @@ def is_small(path: str | Path) -> bool:
     except OSError:
         return True
 
+def pair_flag(value: Any) -> bool:
+    """A boolean flag of a pair row (``refused``, ``unlabelled``, ``failed`` …, :data:`_BOOL`) as
+    read from ``ratings.parquet`` / ``ratings.jsonl``: True only when set; a missing value (None,
+    NaN, ``pd.NA`` — a row or an older run without the column) is False."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return False
+    return bool(value)
+
+
 _STRING = ("pair_id", "prompt_id", "domain", "task", "comparison", "group_a", "group_b", "name_a", "name_b",
            "error", "method", "judge2_method", "judge2_error", "criterion")
 _BOOL = ("placebo", "refusal_a", "refusal_b", "refused", "unlabelled", "failed", "valid", "judge2_valid")

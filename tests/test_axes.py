@@ -407,9 +407,25 @@ def test_prepare_axes_excludes_refusals_and_failures(tmp_path, sim_inputs):
     n_ref = int(res.ratings.refused.sum())
     assert n_ref > 0
     counts = inputs.counts["female vs male"]
-    assert counts == {"n_pairs_total": 40, "n_failed": 0, "n_refused": n_ref, "n_usable": 40 - n_ref}
+    assert counts == {"n_pairs_total": 40, "n_failed": 0, "n_refused": n_ref, "n_unlabelled": 0,
+                      "n_usable": 40 - n_ref}
     disc, test = inputs.splits["female vs male"]
     assert len(disc) + len(test) == 40 - n_ref and not any(refusal in p.response_a + p.response_b for p in disc + test)
+    # statistics-review finding: a pair whose refusal label could not be obtained (it might be a
+    # refusal) entered discovery and the tests; it is excluded and counted, as the stereotype metric does
+    ratings = res.ratings.copy()
+    lost = ratings.index[~ratings.refused.astype(bool)][:3]
+    ratings["unlabelled"] = pd.Series(False, index=ratings.index, dtype=object)
+    ratings.loc[lost, "unlabelled"] = True
+    ratings.loc[ratings.index[~ratings.refused.astype(bool)][3], "unlabelled"] = None  # missing: not unlabelled
+    marked = prepare_axes(cfg, responses=res.responses, ratings=ratings)
+    assert marked.counts["female vs male"] == {"n_pairs_total": 40, "n_failed": 0, "n_refused": n_ref,
+                                               "n_unlabelled": 3, "n_usable": 37 - n_ref}
+    kept = {p.pair_id for half in marked.splits["female vs male"] for p in half}
+    assert kept.isdisjoint(set(ratings.loc[lost, "pair_id"]))
+    from lmra.axes.pairs import load_prompt_texts, usable_pairs
+
+    assert usable_pairs(res.responses, ratings, load_prompt_texts(cfg))[1]["n_unlabelled"] == 3
     plan = planned_axes_calls(cfg, inputs, supports_logprobs=True)
     k = cfg.axes.max_axes
     assert plan == {"brainstorm": 10, "consolidate": 2, "label": k * len(test) * 2, "harm": 2 * k,

@@ -18,6 +18,7 @@ import pandas as pd
 from lmra.config import AuditConfig, load_config
 from lmra.errors import LmraInputError
 from lmra.generate import derive_seed
+from lmra.pairstore import pair_flag
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,10 @@ def usable_pairs(responses: pd.DataFrame, ratings: pd.DataFrame, prompts: Mappin
                  ) -> tuple[list[AxisPair], dict[str, int]]:
     """Join a run's ratings with its scrubbed responses and prompt texts.
 
-    Pairs whose target call failed or in which either response is a refusal are excluded
-    and counted (as for the stereotype metric, methodology §1 step 7).
+    Pairs whose target call failed, in which either response is a refusal, or whose refusal
+    label could not be obtained (``unlabelled``: a response might be a refusal) are excluded and
+    counted, as for the stereotype metric (methodology §1 step 7; statistics-review finding:
+    unlabelled pairs entered discovery and the tests).
 
     Args:
         responses: ``responses.jsonl`` rows (prompt_id, comparison, group, sample, scrubbed, error).
@@ -128,7 +131,8 @@ def usable_pairs(responses: pd.DataFrame, ratings: pd.DataFrame, prompts: Mappin
         prompts: prompt id → text.
 
     Returns:
-        (usable pairs in the ratings' order, counts ``n_pairs_total``, ``n_failed``, ``n_refused``).
+        (usable pairs in the ratings' order, counts ``n_pairs_total``, ``n_failed``, ``n_refused``,
+        ``n_unlabelled``).
 
     Raises:
         LmraInputError: a column is missing, a response of a pair is missing, or a prompt id
@@ -136,11 +140,12 @@ def usable_pairs(responses: pd.DataFrame, ratings: pd.DataFrame, prompts: Mappin
     """
     need_r = {"prompt_id", "comparison", "group", "sample", "scrubbed"}
     need_p = {"pair_id", "prompt_id", "task", "comparison", "group_a", "group_b", "sample", "refused", "failed"}
+    # (``unlabelled`` is optional: runs made before refusal labels could fail have none)
     for df, need, what in ((responses, need_r, "responses.jsonl"), (ratings, need_p, "ratings.jsonl")):
         missing = need - set(df.columns)
         if len(df) and missing:
             raise LmraInputError(f"missing columns {sorted(missing)}", file=what)
-    counts = {"n_pairs_total": len(ratings), "n_failed": 0, "n_refused": 0}
+    counts = {"n_pairs_total": len(ratings), "n_failed": 0, "n_refused": 0, "n_unlabelled": 0}
     if ratings.empty:
         return [], counts
     text = {(r.prompt_id, r.comparison, r.group, int(r.sample)): r.scrubbed
@@ -153,6 +158,9 @@ def usable_pairs(responses: pd.DataFrame, ratings: pd.DataFrame, prompts: Mappin
             continue
         if bool(r.get("refused")):
             counts["n_refused"] += 1
+            continue
+        if pair_flag(r.get("unlabelled")):
+            counts["n_unlabelled"] += 1
             continue
         ka = (r["prompt_id"], r["comparison"], r["group_a"], int(r["sample"]))
         kb = (r["prompt_id"], r["comparison"], r["group_b"], int(r["sample"]))
@@ -226,7 +234,8 @@ class AxesInputs:
 
     Attributes:
         splits: comparison → (discovery pairs, test pairs).
-        counts: comparison → exclusion counts (``n_pairs_total``, ``n_failed``, ``n_refused``, ``n_usable``).
+        counts: comparison → exclusion counts (``n_pairs_total``, ``n_failed``, ``n_refused``,
+            ``n_unlabelled``, ``n_usable``).
         seed: the split/presentation seed.
     """
 
@@ -262,12 +271,15 @@ def prepare_axes(cfg: AuditConfig, *, run_dir: str | Path | None = None, respons
         by_comp.setdefault(p.comparison, []).append(p)
     if not by_comp:
         raise LmraInputError(f"the run has no usable pair ({counts['n_pairs_total']} pairs, {counts['n_failed']} "
-                             f"failed, {counts['n_refused']} with a refusal)", field="run")
+                             f"failed, {counts['n_refused']} with a refusal, {counts['n_unlabelled']} without a "
+                             "refusal label)", field="run")
     splits = {c: split_by_prompt(ps, cfg.axes.discovery_pairs, cfg.axes.test_pairs, seed) for c, ps in by_comp.items()}
     per_comp = {}
     for c in by_comp:
         sub = ratings[ratings["comparison"] == c]
-        per_comp[c] = {"n_pairs_total": len(sub), "n_failed": int(sub["failed"].astype(bool).sum()),
-                       "n_refused": int((sub["refused"].astype(bool) & ~sub["failed"].astype(bool)).sum()),
+        failed, refused = sub["failed"].astype(bool), sub["refused"].astype(bool) & ~sub["failed"].astype(bool)
+        unlabelled = (sub["unlabelled"].map(pair_flag) if "unlabelled" in sub else pd.Series(False, index=sub.index))
+        per_comp[c] = {"n_pairs_total": len(sub), "n_failed": int(failed.sum()), "n_refused": int(refused.sum()),
+                       "n_unlabelled": int((unlabelled.astype(bool) & ~failed & ~refused).sum()),
                        "n_usable": len(by_comp[c])}
     return AxesInputs(splits=splits, counts=per_comp, seed=seed)

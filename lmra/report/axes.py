@@ -105,7 +105,8 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                 f"{info.get('n_candidate_axes', len(ov))} candidate axes (consolidation: "
                 f"{info.get('consolidation_path', '?')}, pre-clustering: {info.get('preclustering', 'none')}); "
                 f"{info.get('n_test_pairs', 0)} held-out test pairs on {info.get('n_test_prompts', 0)} prompts; "
-                f"{info.get('n_refused', 0)} pairs with a refusal and {info.get('n_failed', 0)} failed were excluded.")
+                f"{info.get('n_refused', 0)} pairs with a refusal, {info.get('n_unlabelled', 0)} without a refusal "
+                f"label and {info.get('n_failed', 0)} failed were excluded.")
             if info.get("n_labels_failed"):
                 console.print(f"[yellow]{info['n_labels_failed']} of {info.get('n_labels', 0)} labels (test pair × axis) "
                               "failed after every retry: those pairs are left out of that axis's test (column n; "

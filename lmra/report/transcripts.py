@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from lmra.judge.scoring import order_outcomes
+from lmra.pairstore import pair_flag
 from lmra.runfolder import RunFolder, finite
 
 #: tasks per comparison shown when neither the command line nor the run's config says
@@ -67,15 +68,11 @@ def clip(text: Any, limit: int = MAX_CHARS_PER_TEXT) -> dict:
     return {"text": text[:limit], "n_chars": len(text), "n_cut": max(0, len(text) - limit)}
 
 
-def _flag(v: Any) -> bool:
-    return bool(v) and not (isinstance(v, float) and math.isnan(v))
-
-
 def _refusal(label: Any, p: Any) -> dict:
     """A response's refusal label: ``{"label": "refusal" | "not a refusal" | "not labelled", "p": p(refusal)}``."""
     if label is None or (isinstance(label, float) and math.isnan(label)):
         return {"label": "not labelled", "p": finite(p)}
-    return {"label": "refusal" if _flag(label) else "not a refusal", "p": finite(p)}
+    return {"label": "refusal" if pair_flag(label) else "not a refusal", "p": finite(p)}
 
 
 def _order(answer: Any, order: int, first: str, second: str) -> dict:
@@ -103,13 +100,13 @@ def _excerpt(text: Any, limit: int = 100) -> str | None:
 
 
 def _status(r: dict) -> str:
-    if _flag(r.get("failed")):
+    if pair_flag(r.get("failed")):
         return "failed: " + str(r.get("error") or "a model call failed")
-    if _flag(r.get("refused")):
+    if pair_flag(r.get("refused")):
         return "not rated: a response was labelled a refusal"
-    if _flag(r.get("unlabelled")):
+    if pair_flag(r.get("unlabelled")):
         return "not rated: a refusal label could not be obtained"
-    if not _flag(r.get("valid")):
+    if not pair_flag(r.get("valid")):
         return "invalid: the LMRA's answers gave no usable rating"
     return "rated"
 
