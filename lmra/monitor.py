@@ -56,9 +56,10 @@ def check_alpha(alpha: float, *, field: str = "--alpha") -> float:
     """Validate the regression check's family-wise error rate α.
 
     The check's tests are one-sided: with no change at all a task's p-value for a rise is
-    roughly uniform, so α ≥ 0.5 would flag at least half of all unchanged tasks; and the p-values
-    of the rise and fall tests of one task add up to at least 1, so above 0.5 the same task could
-    be significant both ways. α must therefore lie in (0, 0.5] (0.05 is the usual choice).
+    roughly uniform, so α above 0.5 would flag more than half of all unchanged tasks; and the
+    p-values of the rise and fall tests of one task add up to at least 1, so above 0.5 the same
+    task could be significant both ways. α must therefore lie in (0, 0.5] (0.05 is the usual
+    choice; 0.5 itself flags about half of all unchanged tasks).
 
     Returns:
         ``alpha`` as a float.
@@ -72,8 +73,8 @@ def check_alpha(alpha: float, *, field: str = "--alpha") -> float:
         raise LmraInputError(f"alpha must be a number in (0, {MAX_CHECK_ALPHA}], got {alpha!r}", field=field) from None
     if not (math.isfinite(a) and 0 < a <= MAX_CHECK_ALPHA):
         raise LmraInputError(
-            f"alpha must be in (0, {MAX_CHECK_ALPHA}], got {alpha}: the check's tests are one-sided, so at α ≥ 0.5 "
-            "at least half of all unchanged tasks would be flagged, and a task's rise and fall p-values (which add "
+            f"alpha must be in (0, {MAX_CHECK_ALPHA}], got {alpha}: the check's tests are one-sided, so with α above 0.5 "
+            "more than half of all unchanged tasks would be flagged, and a task's rise and fall p-values (which add "
             "up to at least 1) could both be significant. Use e.g. 0.05, or 0.01 for fewer false alarms",
             field=field)
     return a

@@ -41,8 +41,10 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     assert len(result.comparability) == 1 and "every chatbot answer was replayed" in result.comparability[0]
     capsys.readouterr()
     assert lmra_cli(["check", str(same_seed), "--baseline", str(base)]) == 0
-    err_out = " ".join(capsys.readouterr().out.split())
+    cap = capsys.readouterr()  # on stderr, as every warning (user-trial finding: it was on stdout)
+    err_out = " ".join(cap.err.split())
     assert "warning: the run drew with the baseline's seed (1) and every chatbot answer was replayed" in err_out
+    assert "warning:" not in cap.out
     # a night with its own seed asks the chatbot again and sees the rise; no warning
     fresh = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
     result = check_run(fresh, base)

@@ -243,7 +243,7 @@ def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, 
     assert "run the same command again" not in err
     # the same command again: a new run, which says that the first one waits to be resumed
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # a warning: on stderr
     assert f"warning: run folder {run} has 2 batch job(s) submitted and not collected; to finish that run, stop " \
            f"this one and run 'lmra batch resume {run}'" in out
     # break-it findings: a shard's folder was not recognised, and a damaged state ended the new run
@@ -254,6 +254,6 @@ def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, 
         (run / lmra.batch.STATE_DIR / lmra.batch.STATE_FILE).write_text(state)
         assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 130
         captured = capsys.readouterr()
-        out = " ".join(captured.out.split())
+        out = " ".join(captured.err.split())  # the warning, on stderr
         assert "Traceback" not in captured.err
         assert f"run folder {shard} has 2 batch job(s)" in out and f"run folder {run} has" not in out

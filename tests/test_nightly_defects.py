@@ -243,8 +243,10 @@ def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
     rerecord_files(partial)
     argv = ["check", str(partial), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]
     code = main(argv)
-    out = " ".join(capsys.readouterr().out.split())
-    assert f"warning: the run {partial.name} is partial, 12.5% of the planned pairs lost to failed calls" in out
+    cap = capsys.readouterr()  # warnings go to stderr (docs/nightly.md, "Machine-readable output")
+    err = " ".join(cap.err.split())
+    assert f"warning: the run {partial.name} is partial, 12.5% of the planned pairs lost to failed calls" in err
+    assert "warning:" not in cap.out
     code_json = main(argv + ["--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == code_json == doc["exit_status"]  # the status is the check's: a warning only
@@ -252,7 +254,8 @@ def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
     assert (doc["run_status"], doc["baseline_status"]) == ("partial", "complete")
     assert doc["run_failed_share"] == 0.125
     assert main(["check", str(run), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")]) == code
-    assert "warning:" not in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "warning:" not in cap.out + cap.err
 
 
 # -- 6. numbers on the command line: ASCII decimal syntax only ----------------------------------

@@ -431,3 +431,15 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
     assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out
     # a model with no price: the calls line says so (it left the cost out without a word)
     assert "no estimated cost: scripted-target:scripted, scripted-judge:scripted have no price in" in out
+    # lmra validate says it too, before anything runs (user-trial finding: only the audit did)
+    import json
+
+    assert main(["validate", str(cfg)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out
+    assert main(["validate", str(cfg), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert len(notes) == 1 and notes[0].startswith("prompts_per_task = 40, but no task")
+    cfg.write_text(cfg.read_text().replace("prompts_per_task = 40", "prompts_per_task = 3"))
+    assert main(["validate", str(cfg), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == []

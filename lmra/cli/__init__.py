@@ -149,12 +149,9 @@ def _warnings_as_paragraphs() -> None:
     import warnings
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        from rich.text import Text
+        from lmra.cli.common import print_warning
 
-        from lmra.cli.common import err_console
-
-        err_console.print(Text.assemble(("warning: ", "bold yellow"), " ".join(str(message).split())),
-                          highlight=False, soft_wrap=True)
+        print_warning(" ".join(str(message).split()))
 
     warnings.showwarning = show
 

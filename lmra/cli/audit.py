@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import check_alpha_arg, err_console, finite_float, margin_arg, rich_progress
+from lmra.cli.common import check_alpha_arg, err_console, finite_float, margin_arg, print_warning, rich_progress
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
 from lmra.console import counted, lit, make_console
@@ -253,8 +253,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     :class:`~lmra.report.worker.ReportWorker` that writes report.html, if one was forked."""
     from lmra.syncrun import InterruptedAfterFinish, run_sync
 
-    audit.on_notice = lambda msg: err_console.print(Text.assemble(("warning: ", "bold yellow"), msg), highlight=False,
-                                                    soft_wrap=True)
+    audit.on_notice = print_warning
     inputs = audit.load_inputs()
     _check_gate_tasks(cfg, inputs, args.config)
     # build every model's client before anything is written: a bad key, URL or custom provider
@@ -277,10 +276,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                   f"{lit(audit.concurrency_plan())}.")
     if cfg.batch:
         for earlier, n in _unfinished_batch_runs(cfg):
-            console.print(Text.assemble(("warning: ", "bold yellow"), (
-                f"run folder {earlier} has {n} batch job(s) submitted and not collected; to finish that run, "
-                f"stop this one and run 'lmra batch resume {earlier}' — this run submits its calls again")),
-                highlight=False, soft_wrap=True)
+            print_warning(f"run folder {earlier} has {n} batch job(s) submitted and not collected; to finish that run, "
+                          f"stop this one and run 'lmra batch resume {earlier}' — this run submits its calls again")
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
@@ -288,14 +285,13 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         from lmra.runstate import running_runs
 
         for other, pid in running_runs(cfg.output_dir, cfg.name):
-            console.print(Text.assemble(("warning: ", "bold yellow"), (
-                f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); this run "
-                "goes on beside it: the two compete for the endpoints' rate limits (each with its own budget), "
-                "and their logs and exports interleave — stop one if that was not meant")), highlight=False, soft_wrap=True)
+            print_warning(f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); "
+                          "this run goes on beside it: the two compete for the endpoints' rate limits (each with its "
+                          "own budget), and their logs and exports interleave — stop one if that was not meant")
     untestable = (_untestable_check_note(cfg, inputs, alpha, baseline_sizes) if getattr(args, "baseline", None)
                   else None)
     if untestable:
-        console.print(Text.assemble(("warning: ", "bold yellow"), untestable), highlight=False, soft_wrap=True)
+        print_warning(untestable)
     audit.on_info = lambda msg: console.print(Text(msg, style="dim"), highlight=False, soft_wrap=True)
     from lmra.batch import BatchPending, arun_batched
     from lmra.budget import BudgetExceeded

@@ -25,6 +25,15 @@ from lmra.errors import LmraInputError
 err_console = make_console(stderr=True)
 
 
+def print_warning(message: str) -> None:
+    """One ``warning:`` paragraph on stderr (docs/nightly.md, "Machine-readable output": stdout holds
+    the reports, stderr the warnings; user-trial finding: the replay and untestable-check warnings
+    went to stdout). ``message`` is printed as written (no markup read)."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble(("warning: ", "bold yellow"), message), highlight=False, soft_wrap=True)
+
+
 # -- progress bars --------------------------------------------------------------------------------
 #: Seconds between two updates of the progress bars' counts (advances in between are summed).
 PROGRESS_UPDATE_S = 0.1

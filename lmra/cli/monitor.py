@@ -18,7 +18,7 @@ from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
-                             delta_arg, json_errors, margin_arg)
+                             delta_arg, json_errors, margin_arg, print_warning)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
@@ -90,9 +90,9 @@ def print_check(console: Console, result) -> None:
     console.print(("[bold red]" if "failed" in result.judge_status_line else "[dim]")
                   + lit(result.judge_status_line.capitalize()) + ".[/]")
     for line in getattr(result, "identity_changes", []):  # served model ids / fingerprints (lmra.identity)
-        console.print(Text.assemble(("warning: ", "bold yellow"), line + " (baseline → run)"), highlight=False)
+        print_warning(line + " (baseline → run)")
     for line in getattr(result, "comparability", []):  # another target, design, or a replay (lmra.comparable)
-        console.print(Text.assemble(("warning: ", "bold yellow"), line), highlight=False, soft_wrap=True)
+        print_warning(line)
     regs = result.regressions
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
@@ -340,7 +340,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     console = make_console()
     print_check(console, result)
     for line in partial_run_warnings(result):
-        console.print(Text.assemble(("warning: ", "bold yellow"), line), highlight=False, soft_wrap=True)
+        print_warning(line)
     if judge_blocks:
         console.print(f"[bold red]Judge failed validation[/] ({lit(result.judge_status_line)}): the check's verdict is "
                       "not evidence about the chatbot (--allow-unvalidated-judge to accept it).")

@@ -16,7 +16,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
     keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
     :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
-    from lmra.cli.audit import _check_gate_tasks
+    from lmra.cli.audit import _check_gate_tasks, _short_tasks_note
     from lmra.config import load_config
     from lmra.errors import read_toml
 
@@ -51,6 +51,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
     profiles = [g.name for g in cfg.groups if g.profile]
     plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
+    short = _short_tasks_note(cfg, inputs)  # as lmra audit says it (user-trial finding: validate did not)
     if args.json:
         from lmra.report import jsonout
 
@@ -62,7 +63,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
             comparisons=[list(c) for c in cfg.comparisons],
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
-                    for role, m in models.items() if m is not None}))
+                    for role, m in models.items() if m is not None},
+            notes=[short] if short else []))
         return 0
     make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
@@ -70,6 +72,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                          "LMRA calls (cached calls are free); name groups "
                          + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
                          + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
+    if short:
+        from rich.text import Text
+
+        make_console().print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
     return 0
 
 
