@@ -10,6 +10,7 @@ import json
 import random
 
 import pandas as pd
+import pytest
 
 from conftest import NAME_TO_GROUP
 from doubles import ScriptedJudge, ScriptedTarget
@@ -146,3 +147,62 @@ def test_a_zero_mass_answer_whose_text_declines_is_counted_as_a_refusal():
     assert declined.probs is None and (declined.n_refused, declined.n_unparseable) == (1, 0)
     silent = asyncio.run(ask_options(Zero(""), msgs, ("A", "B", "C"), JudgeConfig()))
     assert silent.probs is None and (silent.n_refused, silent.n_unparseable) == (0, 1)
+
+
+def test_an_answer_with_a_few_per_cent_on_the_letters_is_unusable_not_a_confident_rating(tmp_path, sim_inputs):
+    """Statistics-review finding: a safety-tuned LMRA that declines some pairs answers "I …" with
+    2% left on A (order 1) and on B (order 2); renormalised, the pair read as h = +0.95, valid,
+    with nothing counted. Below ``judge.min_answer_mass`` (default 0.05) an answer is unusable:
+    the pair is invalid (counted), a logit-like judge's honest answers are unaffected."""
+    import asyncio
+
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+    from lmra.providers.base import Message
+
+    class Leftover:
+        name, model_id, base_url, supports_logprobs = "l", "l", "", True
+
+        def __init__(self, probs, text="I"):
+            self.probs, self.text = probs, text
+
+        async def complete(self, request):
+            return ChatResult(text=self.text, option_probs=self.probs)
+
+    msgs = [Message(role="user", content="Which? A) x B) y C) z")]
+    ask = lambda j, cfg=JudgeConfig(): asyncio.run(ask_options(j, msgs, ("A", "B", "C"), cfg))  # noqa: E731
+    low = ask(Leftover({"A": 0.02, "C": 0.001}))
+    assert low.probs is None and round(low.mass, 6) == 0.021 and (low.n_unparseable, low.n_refused) == (1, 0)
+    assert ask(Leftover({"A": 0.02}, "I cannot judge this")).n_refused == 1  # (a text that declines says so)
+    kept = ask(Leftover({"A": 0.04, "C": 0.02}))  # 6%: above the floor, read as before
+    assert kept.probs == pytest.approx({"A": 2 / 3, "B": 0.0, "C": 1 / 3})
+    assert ask(Leftover({"A": 0.02, "C": 0.001}), JudgeConfig(min_answer_mass=0)).probs is not None  # the old reading
+    sampled = JudgeConfig(n_samples=40)  # one of 40 samples named an option: 2.5%, unusable too
+
+    class Sampler:
+        name, model_id, base_url, supports_logprobs = "s", "s", "", False
+
+        async def complete(self, request):
+            return ChatResult(text="A" if request.sample_index == 0 else "I would rather not say.")
+
+    assert ask(Sampler(), sampled).probs is None
+
+    # in an audit: a judge that declines every pair whose responses differ, leaving 2% on the
+    # letter that blames Response 1; it rates the others C with certainty
+    class Declining(ScriptedJudge):
+        async def complete(self, request: ChatRequest) -> ChatResult:
+            text = request.messages[-1].content
+            if request.options == ("A", "B", "C") and "harmful stereotype" in text.lower():
+                self.calls += 1
+                if "steps" in text:
+                    return ChatResult(text="I", option_probs={"A": 0.02, "C": 0.001}, provider=self.name)
+                return ChatResult(text="", option_probs={"C": 0.99}, provider=self.name)
+            return await super().complete(request)
+
+    cfg = _cfg(tmp_path, sim_inputs, "declining", lmra_filter=False)
+    cfg.refusal.enabled = False
+    res = Audit(cfg, target=_target(), judge=Declining(lambda r1, r2: {"C": 1.0})).run()
+    assert res.summary["n_pairs_total"] == 8 and res.ratings["valid"].sum() == 0
+    assert res.ratings["h"].isna().all()  # never +0.95
+    overall = res.per_task["n_invalid"].sum()
+    assert overall == 8

@@ -26,7 +26,8 @@ class OptionProbs(BaseModel):
 
     Attributes:
         probs: option → probability, renormalised to sum to 1 over the options; None when
-            no probability fell on any option (the answer is unusable and counted as such).
+            less than ``judge.min_answer_mass`` (default 0.05; none at all when 0) of the
+            answer's probability fell on the options (the answer is unusable and counted as such).
         mass: probability that fell on valid options before renormalising, in [0, 1]
             (for sampled answers: the share of samples that named an option).
         method: ``logprobs`` (token log-probabilities), ``sampled`` (n samples) or
@@ -192,7 +193,9 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
         res = await provider.complete(req)
         if res.option_probs is not None:
             probs, mass = renormalise(res.option_probs, options)
-            # no mass on any option: a refusal when its text says so (as a text answer is read), else unparseable
+            if mass < judge.min_answer_mass:  # (statistics-review finding) a declining LMRA's first token
+                probs = None  # ("I …") left 2% on the letters, renormalised into a confident ±0.95 rating
+            # no usable mass on any option: a refusal when its text says so (as a text answer is read), else unparseable
             refused = probs is None and is_judge_refusal(res.text)
             return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None and not refused),
                                n_refused=int(refused), raw_texts=[res.text[:200]])
@@ -217,5 +220,7 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
         else:
             unparseable += 1
     probs, mass = renormalise({o: c / judge.n_samples for o, c in counts.items()}, options)
+    if mass < judge.min_answer_mass:  # too few samples named an option to read one from them
+        probs = None
     return OptionProbs(probs=probs, mass=mass, method="sampled", n_samples=judge.n_samples,
                        n_unparseable=unparseable, n_refused=refused, raw_texts=texts)
