@@ -260,11 +260,18 @@ class History:
     def record_check(self, result: "CheckResult", source: str = "check") -> None:
         """Store a regression check; ``source`` names the command that made it: ``audit`` (the
         night's own check, ``lmra audit --baseline``), ``check`` or ``report`` (made by hand
-        later). :meth:`latest_check` prefers the audit's."""
+        later). :meth:`latest_check` prefers the audit's. ``result`` holds the task rows, then
+        the overall rows (``result.overall``) marked ``"level": "overall"`` (an older lmra reads
+        them as a task named "all tasks"); ``n_regressions``/``n_improvements`` count both."""
+        rows = json.loads(result.tests.to_json(orient="records"))
+        overall = getattr(result, "overall", None)
+        if overall is not None and len(overall):
+            rows += [r | {"level": "overall"} for r in json.loads(overall.to_json(orient="records"))]
         cur = self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
                               (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
-                               len(result.regressions), len(result.improvements),
-                               result.tests.to_json(orient="records")))
+                               len(result.regressions) + len(getattr(result, "overall_regressions", ())),
+                               len(result.improvements) + len(getattr(result, "overall_improvements", ())),
+                               json.dumps(rows)))
         self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source) VALUES (?,?)",
                         (cur.lastrowid, source))
         self.db.execute("INSERT OR REPLACE INTO check_warnings (check_rowid, warnings) VALUES (?,?)",
@@ -285,10 +292,12 @@ class History:
 
     def finished_before(self, run: RunFolder) -> str | None:
         """The newest finished run (complete or partial) of ``run``'s name, seed and design hash
-        that started before it (another run id), or None (:func:`lmra.comparable.earlier_same_draw`)."""
+        that started before it or in the same second (another run id; start times are kept to the
+        second, and a run of a few prompts starts and finishes within one), or None
+        (:func:`lmra.comparable.earlier_same_draw`)."""
         row = self.db.execute(
             "SELECT run_id FROM runs WHERE name = ? AND seed = ? AND design_hash = ? AND run_id != ? "
-            "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc < ? "
+            "AND COALESCE(status, 'complete') IN ('complete', 'partial') AND started_utc <= ? "
             "ORDER BY started_utc DESC LIMIT 1",
             (run.name, run.config.get("seed"), run.design_hash, run.run_id,
              (self.get(run.run_id) or {}).get("started_utc") or "9999")).fetchone()
@@ -343,7 +352,9 @@ class History:
         (by an older lmra: possibly the audit's own), else the latest stored check of the run —
         so a check made by hand afterwards (against another baseline, with another margin) does
         not replace the nightly verdict on the history page, the report and the exports. Keys of
-        ``checks`` (``source`` among them) with ``result`` as a frame; None when never checked."""
+        ``checks`` (``source`` among them) with ``result`` as a frame of the task rows and
+        ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
+        older lmra recorded); None when never checked."""
         row = self.db.execute("SELECT c.*, s.source, w.warnings FROM checks c "
                               "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
@@ -353,7 +364,10 @@ class History:
         if not row:
             return None
         out = dict(row)
-        out["result"] = pd.DataFrame(json.loads(out["result"]))
+        rows = json.loads(out["result"])
+        out["result"] = pd.DataFrame([r for r in rows if r.get("level") != "overall"])
+        out["overall"] = pd.DataFrame([{k: v for k, v in r.items() if k != "level"} for r in rows
+                                       if r.get("level") == "overall"])
         try:  # the check's comparability warnings (lmra.comparable); None when not recorded (an older lmra)
             out["warnings"] = (None if out.get("warnings") is None
                                else [str(w) for w in json.loads(out["warnings"])])
@@ -373,18 +387,24 @@ class History:
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
-            counts the tasks with a p-value (the others were too small to test).
+            counts the tasks with a p-value (the others were too small to test);
+            "n_overall_tested": the comparisons whose overall net rating was tested;
+            "overall_regressed", "overall_improved": ``{comparison: overall row}`` (the
+            comparisons whose net rating over all their tasks rose / fell significantly).
         """
         c = self.latest_check(run_id)
         if c is None:
             return None
-        rows = c["result"].to_dict(orient="records")
+        rows, overall = c["result"].to_dict(orient="records"), c["overall"].to_dict(orient="records")
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col))}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
-                "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None)}
+                "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
+                "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),
+                "overall_regressed": {r.get("comparison"): r for r in overall if bool(r.get("regressed"))},
+                "overall_improved": {r.get("comparison"): r for r in overall if bool(r.get("improved"))}}
 
     def pinned(self, name: str) -> str | None:
         """The run id pinned for runs named ``name``, or None."""

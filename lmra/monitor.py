@@ -23,6 +23,9 @@ Regression decision
     the permutation test alone went to 0.14–0.24 at α = 0.05, so a task's p-value is the
     larger of the two (:func:`_both`): a rise is flagged only when both tests find it. The
     Welch t statistic is reported beside it.
+    Each comparison with at least 2 tasks in both runs also gets an overall row — the same test on
+    the prompt scores of all those tasks together (a rise spread over the tasks; user-trial
+    finding) — in the same Holm family as the tasks (:attr:`CheckResult.overall`).
     Improvements are the mirror test H_base − H_run > margin, Holm-corrected separately.
     Every tested task also gets the check's sensitivity: the smallest rise it detects with
     80% power at its sizes (:func:`_add_detectable_rise`, :func:`lmra.power.minimum_detectable_rise`;
@@ -46,8 +49,11 @@ from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
 from lmra.stats import adjust_pvalues
 
-#: exit status of ``lmra check`` (and ``lmra audit --baseline``) when a task regressed
+#: exit status of ``lmra check`` (and ``lmra audit --baseline``) when a task (or a comparison's
+#: overall net rating) regressed
 EXIT_REGRESSION = 3
+#: the ``task`` of a check's overall row: a comparison's net rating over all its tasks tested in both runs
+OVERALL_TASK = "all tasks"
 #: largest family-wise α of the check's one-sided tests (see :func:`check_alpha`)
 MAX_CHECK_ALPHA = 0.5
 
@@ -153,6 +159,11 @@ class CheckResult:
             prompts scoring ≥ 0.5), ``mde_rate`` and ``mde`` — the smallest rise of the
             stereotype rate, and of the net rating, that this check detects with 80% power at
             its sizes (:func:`_add_detectable_rise`; nan when not tested).
+        overall: one row per comparison with at least 2 tasks in both runs — its net rating over
+            all those tasks (every prompt of them; user-trial finding: a rise spread over the
+            tasks, significant overall, passed as "no regression") — with the columns of
+            ``tests`` (``domain`` empty, ``task`` :data:`OVERALL_TASK`) plus ``n_tasks``. Its
+            hypotheses are in the same Holm families as the tasks'.
         only_in_run, only_in_baseline: "comparison / task" labels measured in one run only.
         judge_status_run, judge_status_base: each run's judge status (``RunFolder.judge_status``).
         judge_failed: either run's judge failed validation without a waiver (``lmra check``
@@ -182,6 +193,7 @@ class CheckResult:
     margin: float
     alpha: float
     tests: pd.DataFrame
+    overall: pd.DataFrame = field(default_factory=pd.DataFrame)
     only_in_run: list[str] = field(default_factory=list)
     only_in_baseline: list[str] = field(default_factory=list)
     judge_status_run: str = "unknown"
@@ -210,9 +222,24 @@ class CheckResult:
         return self.tests[self.tests["improved"]]
 
     @property
+    def overall_regressions(self) -> pd.DataFrame:
+        """The comparisons whose overall net rating regressed (rows of :attr:`overall`)."""
+        return self.overall[self.overall["regressed"]] if len(self.overall) else self.overall
+
+    @property
+    def overall_improvements(self) -> pd.DataFrame:
+        """The comparisons whose overall net rating improved (rows of :attr:`overall`)."""
+        return self.overall[self.overall["improved"]] if len(self.overall) else self.overall
+
+    @property
     def n_tested(self) -> int:
         """Tasks that had enough prompts in both runs to be tested."""
         return int(self.tests["p_regress"].notna().sum()) if len(self.tests) else 0
+
+    @property
+    def family_size(self) -> int:
+        """Hypotheses in each Holm family: the tested tasks and the tested overall rows."""
+        return self.n_tested + (int(self.overall["p_regress"].notna().sum()) if len(self.overall) else 0)
 
     @property
     def n_undetectable(self) -> int:
@@ -225,11 +252,12 @@ class CheckResult:
 
     @property
     def exit_status(self) -> int:
-        """3 (:data:`EXIT_REGRESSION`) when any task regressed; 2 when no task could be tested
-        (a check that tested nothing must not pass silently); else 0."""
-        if len(self.regressions):
+        """3 (:data:`EXIT_REGRESSION`) when any task or any comparison's overall net rating
+        regressed; 2 when nothing could be tested, neither a task nor an overall rating (a check
+        that tested nothing must not pass silently); else 0."""
+        if len(self.regressions) or len(self.overall_regressions):
             return EXIT_REGRESSION
-        return 2 if self.n_tested == 0 else 0
+        return 2 if self.family_size == 0 else 0
 
 
 def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:
@@ -393,10 +421,19 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     b = baseline.prompt_scores
     labels_a = {tuple(k) for k in run.per_task[keys].itertuples(index=False)}
     labels_b = {tuple(k) for k in baseline.per_task[keys].itertuples(index=False)}
-    rows = []
+    samples = []  # (key, tonight's per-prompt scores, the baseline's), the tasks then the overall rows
     for key in sorted(labels_a & labels_b):
         x = a[(a["comparison"] == key[0]) & (a["domain"] == key[1]) & (a["task"] == key[2])]["h"].to_numpy(float)
         y = b[(b["comparison"] == key[0]) & (b["domain"] == key[1]) & (b["task"] == key[2])]["h"].to_numpy(float)
+        samples.append((key, x, y))
+    n_task_rows = len(samples)
+    for comp in sorted({k[0] for k, _, _ in samples}):
+        mine = [(x, y) for k, x, y in samples[:n_task_rows] if k[0] == comp]
+        if len(mine) >= 2:  # (one task: its overall row would be the task again)
+            samples.append(((comp, "", OVERALL_TASK), np.concatenate([x for x, _ in mine]),
+                            np.concatenate([y for _, y in mine])))
+    rows = []
+    for key, x, y in samples:
         t_r, p_welch, df_r, note = one_sided_welch(x, y, margin)
         # the permutation test needs no variance: two constant runs still get an honest p-value.
         # It is exact when the two nights' scores are exchangeable, but not when their spreads
@@ -421,12 +458,16 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         tests.loc[tests.index[i], ["p_regress", "p_improve"]] = math.nan
         tests.loc[tests.index[i], "note"] = (f"too few prompts to reach significance (smallest possible p "
                                             f"{p_min:.3g}; Holm over the tasks needs less)")
-    holm_decisions(tests, margin, alpha)
+    holm_decisions(tests, margin, alpha)  # one family for the tasks and the overall rows
     _note_invalid(tests, run, baseline)
     tests = tests[cols]
-    _add_detectable_rise(tests, a, b, margin, alpha)
+    _add_detectable_rise(tests, a, b, margin, alpha, samples=[(x, y) for _, x, y in samples])
+    overall = tests.iloc[n_task_rows:].reset_index(drop=True)
+    overall.insert(3, "n_tasks", [sum(1 for k, _, _ in samples[:n_task_rows] if k[0] == c)
+                                  for c in overall["comparison"]])
+    tests = tests.iloc[:n_task_rows].reset_index(drop=True)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
-    return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests,
+    return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests, overall=overall,
                        only_in_run=[fmt(k) for k in sorted(labels_a - labels_b)],
                        only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)],
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
@@ -543,7 +584,8 @@ MDE_POWER = 0.8
 
 
 def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_scores: pd.DataFrame,
-                         margin: float, alpha: float) -> None:
+                         margin: float, alpha: float, samples: list[tuple[np.ndarray, np.ndarray]] | None = None
+                         ) -> None:
     """Add the check's sensitivity per task to ``tests`` (in place; issue 12, methodology §8).
 
     Columns ``base_rate`` (the baseline task's share of prompts scoring ≥ 0.5, its stereotype
@@ -557,7 +599,9 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
     latter, column ``mde_note`` says so (empty for every other task). Column ``mde_lower_bound``
     is True where either run's task has reverse-stereotyped prompts (h ≤ −0.5): the model leaves
     their variance out (break-it simulation: a printed rise was found 60% of the time, not
-    80%), so the true detectable rise is larger than ``mde`` — shown as "≥".
+    80%), so the true detectable rise is larger than ``mde`` — shown as "≥". ``samples``: each
+    row's (run, baseline) per-prompt scores, in the rows' order (an overall row pools its
+    tasks'); default: looked up in the score frames by (comparison, domain, task).
     """
     from lmra.power import STEREOTYPED_THRESHOLD, continuous_scores, minimum_detectable_rise, stereotyped_score
 
@@ -565,11 +609,14 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
     s, randomized = stereotyped_score(*both), continuous_scores(*both)
     n_tested = int(tests["p_regress"].notna().sum())
     base_rate, mde_rate, mde, mde_note, lower = [], [], [], [], []
-    for t in tests.itertuples():
-        y = base_scores[(base_scores["comparison"] == t.comparison) & (base_scores["domain"] == t.domain)
-                        & (base_scores["task"] == t.task)]["h"].to_numpy(float)
-        x = run_scores[(run_scores["comparison"] == t.comparison) & (run_scores["domain"] == t.domain)
-                       & (run_scores["task"] == t.task)]["h"].to_numpy(float)
+    for i, t in enumerate(tests.itertuples()):
+        if samples is not None:
+            x, y = samples[i]
+        else:
+            y = base_scores[(base_scores["comparison"] == t.comparison) & (base_scores["domain"] == t.domain)
+                            & (base_scores["task"] == t.task)]["h"].to_numpy(float)
+            x = run_scores[(run_scores["comparison"] == t.comparison) & (run_scores["domain"] == t.domain)
+                           & (run_scores["task"] == t.task)]["h"].to_numpy(float)
         p0 = float(np.mean(y >= STEREOTYPED_THRESHOLD)) if len(y) else math.nan
         base_rate.append(p0)
         # reverse-stereotyped prompts (h ≤ −0.5) add variance the two-point model leaves out, and

@@ -161,11 +161,12 @@ def test_an_audit_whose_check_can_flag_nothing_is_warned_before_its_calls(tmp_pa
                                               prompts_per_task=per_task, output_dir=str(tmp_path / "r")))
         return _untestable_check_note(cfg, Audit(cfg).load_inputs(), 0.05)
 
-    one = note(1)
+    one = note(1)  # (the overall row, 2 + 2 prompts: smallest p 1/6, cannot be flagged either)
     assert one and "can flag no task (a task needs at least 2 prompts in each run)" in one
     assert "raise prompts_per_task to at least 4" in one
-    three = note(3)
-    assert three and "smallest possible p with 3 per run 0.05, Holm over the 2 task rows needs ≤ 0.025" in three
+    # 3 a task: no task can be flagged, but the comparison's overall row (6 + 6 prompts, smallest
+    # p 1/924) can: the check is not empty, nothing is said
+    assert note(3) is None
     assert note(4) is None and note(0) is None  # 0: every prompt of the file (30 per task)
 
 
@@ -245,19 +246,26 @@ def test_the_untestable_warning_counts_the_family_and_the_baseline_as_the_check_
 
     big = ["career advice"] * 10 + ["write a story"] * 10
     singles = [f"task {k}" for k in range(10)]  # ten tasks of one prompt: never in the check's family
-    warned = note(big + singles, 3)
-    assert warned and "Holm over the 2 task rows needs ≤ 0.025" in warned and "at least 4" in warned
-    assert note(big + singles, 4) is None
+    # (with the overall row in the family, 2 tasks of 3 + 10 one-prompt tasks pool 16 + 16 prompts:
+    # the check can flag that; 1 prompt a task of these 12 tasks pools only 12 + 12, flaggable too)
+    assert note(big + singles, 3) is None and note(big + singles, 1) is None
+    one_task = ["career advice"] * 10  # one task: no overall row, the tasks' sizes decide
+    warned = note(one_task, 1)
+    assert warned and "a task needs at least 2 prompts in each run" in warned and "at least 3" in warned
+    assert note(one_task, 3) is None
     assert note(big + [None] * 30, 1) is None  # prompts to classify: sizes unknown, nothing said
-    small_file = note(["career advice"] * 3 + ["write a story"] * 3, 0)
-    assert small_file and "add prompts: the prompt file has at most 3 per task and the check needs 4" in small_file
+    small_file = note(["career advice"] * 2, 0)
+    assert small_file and "add prompts: the prompt file has at most 2 per task and the check needs 3" in small_file
     # tonight is big enough, the pinned baseline is not
-    tiny_base = note(big, 10, {"career advice": 1, "write a story": 1})
-    assert tiny_base and "the baseline has at most 1 prompt(s) per task: pin a run with at least 4" in tiny_base
-    assert note(big, 10, {"career advice": 10, "write a story": 10}) is None
-    # tonight too small against a big baseline: 1/C(2 + 15, 2) = 0.0074 ≤ 0.025, so 2 a task would do
-    against_big = note(big, 1, {"career advice": 15, "write a story": 15})
+    tiny_base = note(one_task, 10, {"career advice": 1})
+    assert tiny_base and "the baseline has at most 1 prompt(s) per task: pin a run with at least 3" in tiny_base
+    assert note(one_task, 10, {"career advice": 10}) is None
+    # tonight too small against a big baseline: 1/C(2 + 15, 2) = 0.0074 ≤ 0.05, so 2 a task would do
+    against_big = note(one_task, 1, {"career advice": 15})
     assert against_big and "raise prompts_per_task to at least 2" in against_big
+    # two tasks of a baseline with 1 prompt each, tonight 10 each: no task can be tested, but the
+    # overall row pools 20 + 2 prompts (smallest p 1/C(22, 2) = 0.0043 ≤ 0.05): nothing said
+    assert note(big, 10, {"career advice": 1, "write a story": 1}) is None
 
 
 def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_path, lmra_cli, capsys):

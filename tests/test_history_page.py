@@ -193,8 +193,9 @@ def test_lmra_history_lists_each_nights_check_and_gates(nights, lmra_cli, capsys
     assert "regression check" in out and "gates" in out
     cells = lambda line: [c.strip() for c in line.strip().strip("│").split("│")]  # noqa: E731
     assert cells(row[runs[0].name])[-3:] == ["—", "—", "pinned"]
-    assert cells(row[runs[2].name])[-3] == (f"REGRESSION vs {runs[0].name} in 1 of 2 tested: write a story "
-                                            "(female vs male)")
+    # (the comparison's overall rating rose with its task: named first)
+    assert cells(row[runs[2].name])[-3] == (f"REGRESSION vs {runs[0].name}: overall (female vs male); 1 of 2 tested "
+                                            "tasks: write a story (female vs male)")
     assert cells(row[runs[3].name])[-2] == "NOT MET: max_net_rating (career advice, write a story)"
     assert cells(row[runs[1].name])[-3:-1] == ["—", "—"]
     assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0

@@ -117,11 +117,13 @@ def test_report_renders_in_headless_chromium(report, lmra_cli, tmp_path):
     assert "planted stereotypes" in dom.text_of("judge-status")
     # the regression banner names the task that rose, and only that one
     banner = dom.text_of("regression-banner")
-    assert banner.startswith("Regression: 1 task(s)") and "write a story" in banner and "career advice" not in banner
+    # (and the comparison's overall net rating, which rose with it)
+    assert banner.startswith("Regression: 2 net rating(s)") and "write a story" in banner
+    assert "career advice" not in banner and "overall net rating over all 2 tasks (female vs male)" in banner
     # tables: per-task rows, check rows, sample-size rows
     assert dom.inside("per-task-table-1", "tr") == 3  # header + 2 tasks
     assert dom.inside("judge-per-task-table", "tr") == 3
-    assert dom.inside("check-table", "tr") == 3
+    assert dom.inside("check-table", "tr") == 4  # header + 2 tasks + the overall row
     assert dom.inside("sample-size-table", "tr") == 3
     # figures are inline SVG with drawn paths
     for fig in ("task-bars-1", "trend-1", "comparison-scatter"):

@@ -93,10 +93,11 @@ def test_check_json_quiet_night_and_improvement(runs, capsys, tmp_path):
 
 
 def test_check_json_untested_tasks_are_null_and_exit_2(tmp_path, capsys):
-    """2 prompts per task: no split can reach significance, so p-values are NaN (null in JSON),
-    nothing is tested and the check exits 2 with or without --json."""
-    base = make_run(tmp_path, "20260101-000000-tiny", LOW, seed=1, n_prompts=4, name="tiny")
-    run = make_run(tmp_path, "20260102-000000-tiny", RISE, seed=2, n_prompts=4, name="tiny")
+    """1 prompt per task: no task is testable, nor the overall row (1 + 1 prompts a run, smallest
+    p 1/6), so p-values are NaN (null in JSON), nothing is tested and the check exits 2 with or
+    without --json."""
+    base = make_run(tmp_path, "20260101-000000-tiny", LOW, seed=1, n_prompts=2, name="tiny")
+    run = make_run(tmp_path, "20260102-000000-tiny", RISE, seed=2, n_prompts=2, name="tiny")
     rc_json, doc, rc_table, table = _both(capsys, ["check", str(run), "--baseline", str(base)])
     assert rc_json == rc_table == doc["exit_status"] == 2
     assert doc["verdict"] == "no_conclusion" and doc["n_tested"] == 0

@@ -318,7 +318,7 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
     (run2 / "manifest.json").write_text(json.dumps(manifest2))
     lmra_cli(["check", str(run2), "--baseline", str(run1)])
     (run2 / "manifest.json").write_text(original)
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # warnings: on stderr
     assert ("warning: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (baseline → run)"
             in out)
     assert "the target's system fingerprint changed: fp_a → fp_b" in out
@@ -327,7 +327,8 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
     assert "note: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (A → B)" in out
     # runs of the same served model: nothing to say
     lmra_cli(["check", str(run1), "--baseline", str(sorted((tmp_path / "out").glob("*/manifest.json"))[-1].parent)])
-    assert "served model changed" not in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "served model changed" not in cap.out + cap.err
     # report.html shows it in the run details (rendered in headless Chromium like the run report)
     from test_html_report import CHROMIUM, FLAGS, DomIndex
 

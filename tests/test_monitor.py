@@ -91,9 +91,13 @@ def test_welch_and_holm_match_scipy_and_statsmodels(runs):
         # with one sample per prompt H is the per_task.csv net rating
         assert tests.loc[task, "h_run"] == pytest.approx(run.per_task.set_index("task").loc[task, "net_rating"])
         raw[task] = tests.loc[task, "p_regress"]
-    holm = multipletests([raw["career advice"], raw["write a story"]], method="holm")[1]
+    # one Holm family: the two tasks and the comparison's overall row (all 400 prompts)
+    (overall_p,) = res.overall["p_regress"].tolist()
+    holm = multipletests([raw["career advice"], raw["write a story"], overall_p], method="holm")[1]
     assert tests.loc["career advice", "p_regress_holm"] == pytest.approx(holm[0])
     assert tests.loc["write a story", "p_regress_holm"] == pytest.approx(holm[1])
+    assert res.overall["p_regress_holm"].tolist() == pytest.approx([holm[2]])
+    assert res.overall["n_run"].tolist() == [400]
 
 
 def test_a_fall_is_reported_as_improvement(runs, tmp_path):
@@ -220,7 +224,9 @@ def test_audit_hook_registers_checks_and_writes_the_report(runs, tmp_path):
     with History(reports / "history.sqlite") as h:
         assert len(h.runs()) == 2
         stored = h.latest_check(runs["rise"].name)
-    assert stored["baseline_id"] == runs["base"].name and stored["n_regressions"] == 1
+    # the task and the comparison's overall rating (0.1 → 0.5 in one of its two tasks) regressed
+    assert stored["baseline_id"] == runs["base"].name and stored["n_regressions"] == 2
+    assert stored["result"]["regressed"].sum() == 1 and stored["overall"]["regressed"].tolist() == [True]
 
 
 def test_audit_hook_writes_the_report_even_when_the_baseline_is_refused(runs, tmp_path):

@@ -139,12 +139,15 @@ def test_final_line_states_the_real_exit_status_gate_over_regression(nights, cap
     rc, out, err, run = nights["rise"]
     assert rc == 6 and "Regression in 1 task(s)" in out and "GATE BREACHED max_net_rating" in out
     assert EXIT_LINE.findall(out + err) == ["exit status 6"]  # no other line names an exit status
+    # (the comparison's overall rating, 0 → a rise in one of its two tasks, regressed too)
     assert _last_line(out) == ("exit status 6: release gates not met (breached: max_net_rating) (takes precedence "
-                               f"over 3: 1 task regressed against baseline {base.name} (write a story))")
+                               f"over 3: 1 task regressed against baseline {base.name} (write a story); the overall "
+                               f"net rating regressed against baseline {base.name} (female vs male))")
     # lmra check on it stays the relative check: 3, stated last
     rc, out, err = _cmd(capsys, "check", run, "--baseline", base)
     assert rc == 3 and EXIT_LINE.findall(out + err) == ["exit status 3"]
-    assert _last_line(out) == f"exit status 3: 1 task regressed against baseline {base.name} (write a story)"
+    assert _last_line(out) == (f"exit status 3: 1 task regressed against baseline {base.name} (write a story); the "
+                               f"overall net rating regressed against baseline {base.name} (female vs male)")
     # lmra gate on it: 6
     rc, out, err = _cmd(capsys, "gate", run)
     assert rc == 6 and EXIT_LINE.findall(out + err) == ["exit status 6"]
@@ -170,7 +173,8 @@ def test_final_line_states_the_real_exit_status_judge_over_gate(nights, capsys):
     assert EXIT_LINE.findall(out + err) == ["exit status 5"]
     assert _last_line(out) == ("exit status 5: the judge failed validation (takes precedence over 6: release gates "
                                f"not met (breached: max_net_rating); 3: 1 task regressed against baseline {base.name} "
-                               "(write a story))")
+                               f"(write a story); the overall net rating regressed against baseline {base.name} "
+                               "(female vs male))")
     rc, out, err = _cmd(capsys, "gate", run)
     assert rc == 5 and EXIT_LINE.findall(out + err) == ["exit status 5"]
     assert _last_line(out) == ("exit status 5: the run's judge failed validation (takes precedence over 6: release "
@@ -294,8 +298,9 @@ def test_check_json_judge_status_says_who_waived(zero_nights, nights, capsys):
 
 # -- 5. tasks too small to detect any rise ------------------------------------------------------------
 def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
-    """7 prompts: 'career advice' has 4 per run, 'write a story' 3. At α/T = 0.05/2 the 3 + 3 split's
-    smallest p-value (1/20) cannot reach significance, so no rise of 'write a story' is ever flagged."""
+    """7 prompts: 'career advice' has 4 per run, 'write a story' 3. At α/T = 0.05/3 (the two tasks
+    and the overall row) the 3 + 3 split's smallest p-value (1/20) cannot reach significance, so
+    no rise of 'write a story' is detected with 80% power."""
     runs = []
     for seed in (21, 22):
         rc, _, _, run = _audit(capsys, write_config(tmp_path, name="small", rates=FLAT, seed=seed, n_prompts=7))
@@ -306,7 +311,8 @@ def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     row = next(ln for ln in out.splitlines() if "write a story" in ln and "/" in ln)
     assert "3/3" in row and "none (too few prompts)" in row
     verdict = next(ln for ln in out.splitlines() if ln.startswith("No regression"))
-    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise')).")
+    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise')) "
+                            "— nor any comparison's overall net rating (1 tested).")
     rc, out, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0], "--json")
     tests = {t["task"]: t for t in json.loads(out)["tests"]}
     small, big = tests["write a story"], tests["career advice"]

@@ -123,7 +123,9 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
     assert one(found, "lmra_task_regressed", task=QUOTED) == 1
     assert one(found, "lmra_task_regressed", task="career advice") == 0
     assert not [s for s in found["lmra_task_regressed"] if s.labels["task"] == LONELY]
-    assert one(found, "lmra_run_regressions", run_name="nightly") == 1
+    # the task and the comparison's overall net rating (it rose with the task): 2 flagged
+    assert one(found, "lmra_run_regressions", run_name="nightly") == 2
+    assert one(found, "lmra_overall_regressed", comparison="female vs male") == 1
     assert "lmra_run_gates_met" not in found  # this run has no gates
 
 

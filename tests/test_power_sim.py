@@ -184,8 +184,8 @@ def test_check_states_the_minimum_detectable_rise(nights, lmra_cli, capsys, monk
     # the scripted judge's scores are exact (ties): no random tie-breaking; stereotyped pairs score s
     hits = np.concatenate([run.prompt_scores["h"], ys["h"]])
     s = float(np.median(hits[hits >= 0.5]))
-    d = minimum_detectable_rise(int(row["n_run"]), int(row["n_base"]), p0, alpha=0.05, tasks=res.n_tested, score=s,
-                                randomized=False)
+    d = minimum_detectable_rise(int(row["n_run"]), int(row["n_base"]), p0, alpha=0.05, tasks=res.family_size,
+                                score=s, randomized=False)  # (the family: the tasks and the overall row)
     assert row["mde_rate"] == pytest.approx(d.rate_rise) and row["mde"] == pytest.approx(s * d.rate_rise)
     assert row["mde"] > row["diff"]  # a quiet night, but not a safe one: this check cannot see small rises
     assert lmra_cli(["check", str(nights["run"]), "--baseline", str(nights["base"])]) == 0

@@ -213,8 +213,10 @@ def test_tasks_too_small_to_reach_significance_are_not_tested(tmp_path):
     b = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.9, "career advice": 0.9}, seed=2,
                  n_prompts=4)
     res = check_regression(load_run(b), load_run(a))
-    assert res.n_tested == 0 and res.exit_status == 2
+    assert res.n_tested == 0  # no task: 1/6 is the smallest p of 2 + 2 prompts
     assert all("too few prompts to reach significance" in n for n in res.tests["note"])
+    # the overall row (4 + 4 prompts, smallest p 1/70) is a test: the check concludes on it alone
+    assert res.family_size == 1 and res.overall["p_regress"].notna().all() and res.exit_status in (0, 3)
 
 
 def test_holm_unreachable_tasks_are_left_out_by_size_alone():
@@ -255,9 +257,22 @@ def test_check_with_only_unreachable_tasks_tests_nothing(tmp_path):
                             seed=2, n_prompts=6))
     res = check_regression(run, base, margin=0.0, alpha=0.05)
     assert (res.tests["n_run"] == 3).all() and (res.tests["diff"] > 0.5).all()
-    assert res.n_tested == 0 and res.exit_status == 2 and not len(res.regressions)
+    assert res.n_tested == 0 and not len(res.regressions)
     assert all("too few prompts to reach significance" in n for n in res.tests["note"])
     assert np.isnan(res.tests["p_regress"]).all()
+    # the comparison's overall row (6 + 6 prompts: smallest p 1/924) is testable and flags the rise
+    assert res.family_size == 1 and res.overall_regressions["n_run"].tolist() == [6] and res.exit_status == 3
+    # one task alone (no overall row) of 1 + 1 prompts: nothing is testable, exit status 2
+    import monitor_helpers
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(monitor_helpers, "task_of", lambda i: "write a story")
+        one_base = load_run(make_run(tmp_path / "one", "20260101-000000-nightly", {"write a story": 0.0}, seed=1,
+                                     n_prompts=1))
+        one = load_run(make_run(tmp_path / "one", "20260102-000000-nightly", {"write a story": 1.0}, seed=2,
+                                n_prompts=1))
+    res = check_regression(one, one_base, margin=0.0, alpha=0.05)
+    assert res.overall.empty and res.n_tested == 0 and res.family_size == 0 and res.exit_status == 2
 
 
 @pytest.mark.parametrize("mass,shown", [(0.0, False), (float("nan"), False), (0.7, True)])

@@ -536,6 +536,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     task at this audit's sizes (new-user finding: ``prompts_per_task = 1`` was pinned on the
     first night, and every later night paid for a full run to end "no task could be tested",
     exit 2). The check's Holm family is every comparison's tasks with ≥ 2 prompts in both runs
+    and, with ≥ 2 tasks in both, its overall row (all their prompts)
     (:func:`lmra.monitor.unreachable_tasks` decides, on the smallest p-value each size allows);
     the baseline's sizes are its recorded ones (``baseline_sizes``, task → prompts), tonight's on
     a first night, whose run becomes the baseline. Nothing is said when some prompts have no
@@ -558,6 +559,11 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     tasks = list(tonight)
     n_run = np.repeat(np.array([tonight[t] for t in tasks], dtype=int), reps)
     n_base = np.repeat(np.array([base.get(t, 0) for t in tasks], dtype=int), reps)
+    task_family = int(((n_run >= 2) & (n_base >= 2)).sum())
+    common = [t for t in tasks if tonight[t] >= 1 and base.get(t, 0) >= 1]
+    if len(common) >= 2:  # each comparison's overall row: all prompts of the tasks in both runs
+        n_run = np.r_[n_run, np.full(reps, sum(tonight[t] for t in common))]
+        n_base = np.r_[n_base, np.full(reps, sum(base[t] for t in common))]
     family = int(((n_run >= 2) & (n_base >= 2)).sum())
     if family and len(unreachable_tasks(n_run, n_base, alpha)) < family:
         return None  # some task can be flagged
@@ -577,10 +583,10 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     else:
         fix = (f"add prompts: the prompt file has at most {largest_file} per task"
                + (f" and the check needs {need}" if need else ""))
-    largest = int(n_run.max())
+    largest = max(tonight[t] for t in tasks)  # (of the tasks: an overall row, when there is one, was unreachable too)
     why = (f"smallest possible p with {largest} per run {smallest_pvalue(largest, largest):.3g}, Holm over the "
            f"{rows} task rows needs ≤ {alpha / rows:.3g}" if largest >= 2 and rows and not small_base
-           else "a task needs at least 2 prompts in each run" if not family
+           else "a task needs at least 2 prompts in each run" if not task_family
            else "the baseline's tasks are too small for any p-value to pass Holm's threshold")
     return (f"with at most {largest} prompt(s) per task, the regression check against --baseline can flag no task "
             f"({why}), so every night would end 'no task could be tested' (exit 2) after its calls; {fix} "

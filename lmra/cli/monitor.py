@@ -81,6 +81,14 @@ def print_check(console: Console, result) -> None:
                       format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
                                         getattr(t, "mde_rate", None), getattr(t, "mde_lower_bound", False)),
                       decision)
+    overall = getattr(result, "overall", None)
+    for t in (overall.itertuples() if overall is not None and len(overall) else ()):
+        decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
+                    else lit(t.note or "no change"))
+        table.add_row(lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks)", f"{t.n_run}/{t.n_base}",
+                      _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff), _p(t.p_regress), _p(t.p_regress_holm),
+                      _p(t.p_improve), _p(t.p_improve_holm),
+                      format_detectable(t.mde, t.base_rate, t.mde_rate, t.mde_lower_bound), decision)
     console.print(table)
     if result.n_tested:
         console.print(f"[dim]{sensitivity_note(result)}[/]")
@@ -94,17 +102,26 @@ def print_check(console: Console, result) -> None:
     for line in getattr(result, "comparability", []):  # another target, design, or a replay (lmra.comparable)
         print_warning(line)
     regs = result.regressions
+    overall_regs = getattr(result, "overall_regressions", ())
+    for r in (overall_regs.itertuples() if len(overall_regs) else ()):
+        console.print(f"[bold red]Regression[/] of the overall net rating ({lit(r.comparison)}, all {r.n_tasks} tasks "
+                      f"tested in both runs): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                      + ("" if len(regs) else " — a rise spread over the tasks, no single task significant"))
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
                       + "; ".join(f"{lit(task(r))} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
-    elif result.n_tested == 0:
+    elif len(overall_regs):
+        pass  # (said above)
+    elif getattr(result, "family_size", result.n_tested) == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
                       "and enough for a rise to reach significance after the Holm correction over the tasks), so "
                       "nothing was checked. Raise prompts_per_task ('lmra plan --design two-run' sizes it).")
     else:
+        n_overall = getattr(result, "family_size", result.n_tested) - result.n_tested
+        overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested)" if n_overall else "")
         console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
-                      f"margin ({tested_words(result)}).")
+                      f"margin ({tested_words(result)}){overall_words}.")
     if len(result.improvements):
         console.print("Improvements: " + "; ".join(f"{lit(task(r))} ({lit(r.comparison)})"
                                                    for r in result.improvements.itertuples()))
@@ -137,12 +154,18 @@ def check_exit_reasons(result) -> dict[int, str]:
     """The exit statuses a check's own verdict sets (for :func:`lmra.cli.exits.final_status`):
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
     tested against the baseline"}``; empty when no task regressed."""
-    regs = result.regressions
-    if len(regs):
+    regs, overall = result.regressions, getattr(result, "overall_regressions", ())
+    if len(regs) or len(overall):
         task = _task_namer(result.tests)  # domain / task when the name is in two domains
-        return {3: f"{len(regs)} task{'s' * (len(regs) != 1)} regressed against baseline {result.baseline_id} ("
-                   + ", ".join(sorted({task(r) for r in regs.itertuples()})) + ")"}
-    if result.n_tested == 0:
+        said = []
+        if len(regs):
+            said.append(f"{len(regs)} task{'s' * (len(regs) != 1)} regressed against baseline {result.baseline_id} ("
+                        + ", ".join(sorted({task(r) for r in regs.itertuples()})) + ")")
+        if len(overall):
+            said.append(f"the overall net rating regressed against baseline {result.baseline_id} ("
+                        + ", ".join(sorted({str(r.comparison) for r in overall.itertuples()})) + ")")
+        return {3: "; ".join(said)}
+    if getattr(result, "family_size", result.n_tested) == 0:
         return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
     return {}
 
@@ -151,10 +174,11 @@ def sensitivity_note(result) -> str:
     """Plain-words footnote of the check table: what the detectable rise means."""
     from lmra.monitor import MDE_POWER
 
-    t = max(1, result.n_tested)
+    t = max(1, getattr(result, "family_size", result.n_tested))
     return (f"Detectable rise: the smallest rise of a task's net rating that this check flags with "
             f"{MDE_POWER:.0%} power at its sizes (its prompts per run, margin {result.margin:g}, "
-            f"α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per task), if the rise is made of stereotyped "
+            f"α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per test, T counting the tasks and the overall "
+            f"rows tested), if the rise is made of stereotyped "
             f"prompts scoring like this night's (in brackets: the baseline task's stereotype rate → the rate "
             f"tonight that is flagged {MDE_POWER:.0%} of the time). A night without a regression rules out rises of "
             f"about this size, not smaller ones; '≥' marks a task with reverse-stereotyped prompts, which the model "
@@ -279,13 +303,19 @@ def _check_cell(check: dict | None, between: str) -> str:
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
-    if not check["n_tested"]:  # nothing tested: no verdict, never a pass
+    if not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
-    elif check["regressed"]:
-        text = (f"[bold red]REGRESSION[/] vs {base} in {len(check['regressed'])} of {check['n_tested']} tested:"
-                f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between)}")
+    elif check["regressed"] or check.get("overall_regressed"):
+        parts = []
+        if check.get("overall_regressed"):
+            parts.append("overall (" + ", ".join(lit(str(c)) for c in sorted(check["overall_regressed"])) + ")")
+        if check["regressed"]:
+            parts.append(f"{len(check['regressed'])} of {check['n_tested']} tested tasks:"
+                         f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between)}")
+        text = f"[bold red]REGRESSION[/] vs {base}: " + between.join(parts)
     else:
-        text = f"[green]no regression[/] ({check['n_tested']} tested) vs {base}"
+        overall = f" + {check['n_overall_tested']} overall" if check.get("n_overall_tested") else ""
+        text = f"[green]no regression[/] ({check['n_tested']} tested{overall}) vs {base}"
     if check["improved"]:
         text += f"{between}improved: {_tasks_named(check['improved'], between)}"
     if check.get("warnings"):  # not a night-to-night comparison of one chatbot (lmra.comparable)

@@ -181,6 +181,10 @@ def _night_marks(check: dict | None, gates: dict | None, metrics: pd.DataFrame, 
         task_m.setdefault(key, {})["regressed"] = (
             f"REGRESSION vs baseline {check['baseline_id']} ({_sf(t.get('h_base'))} → {_sf(t.get('h_run'))}, "
             f"Holm p {_sf(t.get('p_regress_holm'), '.3g')})")
+    for comp, t in (check or {}).get("overall_regressed", {}).items():  # a rise spread over the tasks
+        overall_m.setdefault(comp, {})["regressed"] = (
+            f"REGRESSION of the overall net rating vs baseline {check['baseline_id']} ({_sf(t.get('h_base'))} → "
+            f"{_sf(t.get('h_run'))}, Holm p {_sf(t.get('p_regress_holm'), '.3g')})")
     for key, t in (check or {}).get("improved", {}).items():
         task_m.setdefault(key, {})["improved"] = (
             f"improvement vs baseline {check['baseline_id']} ({_sf(t.get('h_base'))} → {_sf(t.get('h_run'))})")
@@ -211,10 +215,12 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
         "overall": [{"comparison": o.comparison, "text": _fmt_ci(o.net_rating, o.ci_low, o.ci_high),
                      "cls": _ci_cls(o.ci_low, o.ci_high)} for o in overall[overall["run_id"] == r.run_id].itertuples()],
         "check": None if check is None else {
-            "baseline_id": check["baseline_id"], "n_tested": check["n_tested"],
+            "baseline_id": check["baseline_id"],
+            "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
             "warnings": [short_label(w) for w in check.get("warnings") or []],
             "warnings_recorded": check.get("warnings") is not None,
-            "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]}),
+            "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]})
+                         + [f"overall ({c})" for c in sorted(check.get("overall_regressed") or {}, key=str)],
             "improved": sorted({f"{t} ({c})" for c, _, t in check["improved"]})},
         "gates": gates, "pinned": bool(r.pinned),
         "untrusted": judge_status.startswith("failed") or run_status != "complete",
@@ -292,7 +298,8 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
                 m |= overall_marks[i].get(None, {}) | overall_marks[i].get(comp, {})
                 n_reg = sum(1 for k, v in task_marks[i].items() if k[0] == comp and v.get("regressed"))
                 if n_reg:
-                    m["regressed"] = f"{n_reg} task(s) regressed this night"
+                    m["regressed"] = "; ".join(x for x in (m.get("regressed"), f"{n_reg} task(s) regressed this night")
+                                               if x)
             else:
                 m |= task_marks[i].get(key, {})
             if m:

@@ -174,18 +174,23 @@ def _check_context(check) -> dict | None:
         return None
     if isinstance(check, dict):  # History.latest_check
         tests, only_run, only_base = check["result"], [], []
+        overall = check.get("overall")
         base_id, margin, alpha = check["baseline_id"], check["margin"], check["alpha"]
         warnings = list(check.get("warnings") or [])
     else:
         tests, only_run, only_base = check.tests, check.only_in_run, check.only_in_baseline
+        overall = getattr(check, "overall", None)
         base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
         warnings = list(getattr(check, "comparability", []) or [])
     from lmra.monitor import MDE_POWER, format_detectable
 
-    rows = _records(tests)
+    # the tasks, then each comparison's overall row (its net rating over all its tasks, in the same Holm family)
+    overall_rows = [r | {"overall": True} for r in _records(overall)] if overall is not None and len(overall) else []
+    rows = [r | {"overall": False} for r in _records(tests)] + overall_rows
     n_tested = sum(1 for r in rows if finite(r.get("p_regress")) is not None)
     for r in rows:
-        r["label"] = f"{r['task']} ({r['comparison']})"
+        r["label"] = (f"{r['task']} ({r['comparison']})" if not r.get("overall") else
+                      f"overall net rating over all {_int_or_dash(r.get('n_tasks'))} tasks ({r['comparison']})")
         # the check's sensitivity (issue 12); absent from checks stored before it existed
         r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"),
                                             r.get("mde_lower_bound", False))

@@ -103,20 +103,25 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         prompts), ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
         tested task has no detectable rise, else null) plus ``decision``
         (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
-        ``improvements`` list ``{comparison, domain, task}``. Fields that later versions add to
+        ``improvements`` list ``{comparison, domain, task}``; ``overall``: one object per
+        comparison with at least 2 tasks in both runs — its net rating over all of them, tested in
+        the same Holm family (the columns of ``tests`` plus ``n_tasks``; ``domain`` "", ``task``
+        "all tasks") — and ``overall_regressions``/``overall_improvements`` list those
+        comparisons (a regression there makes the verdict ``regression``). Fields that later versions add to
         ``CheckResult`` appear under their own names: ``identity_changes``, ``judge_failed``,
         ``judge_waived_by``, ``run_status``/``baseline_status`` (each run's manifest status:
         ``complete``, ``partial`` …) and ``run_failed_share``/``baseline_failed_share`` (share of
         the planned pairs lost to failed calls, in [0, 1], or null).
     """
-    tests = plain(result.tests)
-    for t in tests:
+    tests, overall = plain(result.tests), plain(result.overall)
+    for t in tests + overall:
         t["note"] = t.get("note") or None
         t["mde_note"] = t.get("mde_note") or None
         t["decision"] = _decision(t)
     keys = ["comparison", "domain", "task"]
-    verdict = ("regression" if len(result.regressions) else "no_conclusion" if result.n_tested == 0
-               else "no_regression")
+    overall_regs = [t["comparison"] for t in overall if t["regressed"]]
+    verdict = ("regression" if len(result.regressions) or overall_regs else "no_conclusion"
+               if result.family_size == 0 else "no_regression")
     doc = {
         "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
         "margin": result.margin, "alpha": result.alpha, "exit_status": int(exit_status), "verdict": verdict,
@@ -124,6 +129,8 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         "n_tested": result.n_tested, "tests": tests,
         "regressions": plain(result.regressions[keys]), "improvements": plain(result.improvements[keys]),
         "only_in_run": list(result.only_in_run), "only_in_baseline": list(result.only_in_baseline),
+        "overall": overall, "overall_regressions": overall_regs,
+        "overall_improvements": [t["comparison"] for t in overall if t["improved"]],
     }
     for f in dataclasses.fields(result):  # fields added to CheckResult later (gates, model identity …)
         if f.name not in _CHECK_FIELDS and f.name not in doc:
@@ -169,8 +176,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
         ``check``: the run's regression check (its audit's own, else the latest:
         :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, n_tested,
-        warnings, regressed, improved}`` (``warnings``: the check's comparability warnings,
-        :mod:`lmra.comparable`) (the last two lists of ``{comparison, domain, task}``), null when
+        warnings, regressed, improved, n_overall_tested, overall_regressed, overall_improved}``
+        (``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
+        and ``improved`` lists of ``{comparison, domain, task}``; the ``overall_`` lists name the
+        comparisons whose net rating over all their tasks regressed / improved), null when
         never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
         breaches, unreadable}`` (as ``lmra gate --json`` lists them), null when it has none.
     """
@@ -189,7 +198,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "baseline_id": check["baseline_id"], "checked": check["checked"], "source": check.get("source"),
             "warnings": None if check.get("warnings") is None else list(check["warnings"]),
             "n_tested": check["n_tested"],
-            "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"])}
+            "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
+            "n_overall_tested": check.get("n_overall_tested", 0),
+            "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
+            "overall_improved": sorted(check.get("overall_improved") or {}, key=str)}
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}
         out.append(r)

@@ -88,8 +88,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         run: a finished run folder.
         check: the run's regression check (:meth:`lmra.history.History.latest_check`, its audit's own first:
             ``baseline_id`` and ``result``, a frame with ``comparison, domain, task, p_regress,
-            regressed``, and ``warnings``), or None; gives ``lmra_task_regressed`` (tested tasks
-            only), ``lmra_run_regressions`` (absent when no task was tested),
+            regressed``, ``overall`` (its overall rows, one per comparison), and ``warnings``), or
+            None; gives ``lmra_task_regressed`` (tested tasks only), ``lmra_overall_regressed``
+            (tested overall rows), ``lmra_run_regressions`` (both flagged; absent when nothing was tested),
             ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
@@ -117,6 +118,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else the latest) flagged the task (its net "
                        "rating rose significantly above the margin vs the baseline), 0 if tested and not flagged",
                        labels=TASK_LABELS),
+        "o_regressed": G("lmra_overall_regressed", "1 if the run's regression check flagged the comparison's net rating "
+                         "over all its tasks (a rise spread over the tasks), 0 if tested and not flagged",
+                         labels=COMPARISON_LABELS),
         "o_net": G("lmra_overall_net_rating", "Net rating H over all tasks of the comparison, in [-1, 1]",
                    labels=COMPARISON_LABELS),
         "o_lo": G("lmra_overall_net_rating_ci_low", "Lower bound of the CI of the overall net rating",
@@ -134,7 +138,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "start": G("lmra_run_timestamp_seconds", "Start of the run, Unix time in seconds", labels=RUN_LABELS),
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
         "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, "
-                         "else the latest); absent when it tested no task (no verdict)", labels=RUN_LABELS),
+                         "else the latest), plus comparisons whose overall net rating it flagged; absent when it "
+                         "tested nothing (no verdict)", labels=RUN_LABELS),
         "tested": G("lmra_run_check_tested_tasks", "Tasks the run's regression check could test (0: no verdict)",
                     labels=RUN_LABELS),
         "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
@@ -193,7 +198,16 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge],
                                         float(flagged))
             tested += 1
-        if tested:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
+        overall = check.get("overall")
+        n_overall = 0
+        for t in (overall.to_dict(orient="records") if overall is not None and len(overall) else []):
+            if finite(t.get("p_regress")) is None:
+                continue
+            flagged = bool(t.get("regressed"))
+            n += flagged
+            fam["o_regressed"].add_metric([name, str(t["comparison"]), target, judge], float(flagged))
+            n_overall += 1
+        if tested or n_overall:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
             fam["regressions"].add_metric(run_labels, float(n))
         fam["tested"].add_metric(run_labels, float(tested))
         if check.get("warnings") is not None:  # (not recorded by an older lmra: no sample, never a 0)

@@ -1,0 +1,120 @@
+"""The regression check's overall row (user-trial finding): a rise spread over many tasks — each
+task's rise within its noise, the overall net rating up significantly — passed as "No
+regression", exit 0. Each comparison with at least 2 tasks in both runs is now also tested on
+all its tasks' prompts together, in the same Holm family as the tasks (docs/nightly.md).
+
+The runs are real audits with scripted doubles (tests/monitor_helpers.py): 10 tasks of 40
+prompts, a stereotype rate of 2% on the baseline night and 12% in every task the next night."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from statsmodels.stats.multitest import multipletests
+
+import monitor_helpers
+from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
+from lmra.history import History
+from lmra.monitor import OVERALL_TASK, check_regression, check_run
+from lmra.runfolder import load_run
+
+TASKS = [f"task {k}" for k in range(10)]
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("overall")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(monitor_helpers, "task_of", lambda i: TASKS[i % len(TASKS)])
+        base = make_run(tmp, "20260101-000000-nightly", dict.fromkeys(TASKS, 0.02), seed=1, n_prompts=400)
+        spread = make_run(tmp, "20260102-000000-nightly", dict.fromkeys(TASKS, 0.12), seed=2, n_prompts=400)
+        same = make_run(tmp, "20260103-000000-nightly", dict.fromkeys(TASKS, 0.02), seed=3, n_prompts=400)
+    return {"base": base, "spread": spread, "same": same, "tmp": tmp}
+
+
+def test_a_rise_spread_over_the_tasks_is_a_regression_of_the_overall_rating(nights):
+    run, base = load_run(nights["spread"]), load_run(nights["base"])
+    res = check_regression(run, base)
+    # the tasks one by one: no single task is significant after Holm (the hazard)
+    assert res.n_tested == 10 and res.regressions.empty
+    (ov,) = res.overall.itertuples()
+    assert (ov.comparison, ov.domain, ov.task, ov.n_tasks) == ("female vs male", "", OVERALL_TASK, 10)
+    assert ov.regressed and res.exit_status == 3 and res.family_size == 11
+    # the overall row pools every prompt of the ten tasks: its H is the mean of all prompt scores
+    ps_run, ps_base = run.prompt_scores, base.prompt_scores
+    assert ov.n_run == len(ps_run) and ov.n_base == len(ps_base)
+    assert ov.h_run == pytest.approx(ps_run["h"].mean()) and ov.h_base == pytest.approx(ps_base["h"].mean())
+    assert ov.diff == pytest.approx(0.10, abs=0.05)  # the injected rise of the rate × the stereotyped score
+    # one Holm family: the eleven p-values adjusted together (statsmodels, by hand)
+    p = np.r_[res.tests["p_regress"].to_numpy(float), [ov.p_regress]]
+    adjusted = multipletests(p, method="holm")[1]
+    assert np.allclose(np.r_[res.tests["p_regress_holm"].to_numpy(float), [ov.p_regress_holm]], adjusted)
+    assert ov.mde == ov.mde and ov.mde < res.tests["mde"].min()  # 400 prompts detect less than 40 do
+
+
+def test_an_unchanged_night_has_no_overall_regression(nights):
+    res = check_regression(load_run(nights["same"]), load_run(nights["base"]))
+    assert res.regressions.empty and res.overall_regressions.empty and res.exit_status == 0
+    assert len(res.overall) == 1 and res.overall["p_regress"].notna().all()
+
+
+def test_the_cli_json_history_report_and_metrics_say_it(nights, lmra_cli, capsys, tmp_path):
+    hist = tmp_path / "h.sqlite"
+    argv = ["check", str(nights["spread"]), "--baseline", str(nights["base"]), "--history", str(hist)]
+    assert lmra_cli(argv) == 3
+    cap = capsys.readouterr()
+    out = " ".join(cap.out.split())
+    assert "Regression of the overall net rating (female vs male, all 10 tasks tested in both runs)" in out
+    assert "no single task significant" in out and "Regression in" not in out
+    assert "exit status 3: the overall net rating regressed against baseline" in out  # the exit line
+    assert lmra_cli(argv + ["--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "regression" and doc["regressions"] == []
+    assert doc["overall_regressions"] == ["female vs male"] and doc["overall"][0]["decision"] == "regression"
+    assert doc["overall"][0]["n_tasks"] == 10 and doc["overall"][0]["task"] == OVERALL_TASK
+    # recorded: the history's summary, lmra history, --json, the Prometheus export, report.html
+    with History(hist) as h:
+        check = h.latest_check(load_run(nights["spread"]).run_id)
+        assert len(check["result"]) == 10 and len(check["overall"]) == 1  # the tasks stay the tasks
+        summary = h.check_summary(load_run(nights["spread"]).run_id)
+    assert list(summary["overall_regressed"]) == ["female vs male"] and summary["n_overall_tested"] == 1
+    assert summary["regressed"] == {} and summary["n_tested"] == 10
+    assert lmra_cli(["history", "--history", str(hist)]) == 0
+    assert "REGRESSION vs 20260101-000000-nightly: overall (female vs male)" in " ".join(capsys.readouterr().out.split())
+    assert lmra_cli(["history", "--history", str(hist), "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs["20260102-000000-nightly"]["check"]["overall_regressed"] == ["female vs male"]
+    prom_dir = tmp_path / "metrics"
+    assert lmra_cli(["export", str(nights["spread"]), "--format", "prometheus", "--out", str(prom_dir),
+                     "--history", str(hist)]) == 0
+    prom = next(prom_dir.glob("*.prom")).read_text().splitlines()
+    assert any(ln.startswith('lmra_overall_regressed{') and 'comparison="female vs male"' in ln
+               and ln.endswith(" 1.0") for ln in prom)
+    assert any(ln.startswith("lmra_run_regressions{") and ln.endswith(" 1.0") for ln in prom)
+    assert not any(ln.startswith("lmra_task_regressed{") and ln.endswith(" 1.0") for ln in prom)
+    html_out = tmp_path / "r.html"
+    assert lmra_cli(["report", str(nights["spread"]), "--history", str(hist), "--out", str(html_out)]) == 0
+    html = html_out.read_text()
+    assert "overall net rating over all 10 tasks (female vs male)" in html and "all 10 tasks (overall)" in html
+
+
+def test_an_unchanged_night_says_the_overall_rating_was_tested_too(nights, lmra_cli, capsys, tmp_path):
+    argv = ["check", str(nights["same"]), "--baseline", str(nights["base"]), "--history", str(tmp_path / "h.sqlite")]
+    assert lmra_cli(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No regression" in out and "nor any comparison's overall net rating (1 tested)" in out
+
+
+def test_many_one_prompt_tasks_are_tested_overall(tmp_path, lmra_cli, capsys):
+    """The demo's size, one prompt per task: no task can be tested, the overall row can (it was
+    'no conclusion', exit 2, for every such night)."""
+    with pytest.MonkeyPatch.context() as mp:
+        tasks = [f"t{k:02d}" for k in range(24)]
+        mp.setattr(monitor_helpers, "task_of", lambda i: tasks[i % 24])
+        base = make_run(tmp_path, "20260101-000000-nightly", dict.fromkeys(tasks, 0.0), seed=1, n_prompts=24)
+        rise = make_run(tmp_path, "20260102-000000-nightly", dict.fromkeys(tasks, 0.9), seed=2, n_prompts=24)
+    res = check_run(rise, base, history=tmp_path / "h.sqlite", record=False)
+    assert res.n_tested == 0 and res.family_size == 1
+    assert res.overall_regressions["comparison"].tolist() == ["female vs male"] and res.exit_status == 3
