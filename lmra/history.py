@@ -69,6 +69,9 @@ CREATE TABLE IF NOT EXISTS checks (
 CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
 -- a check's comparability warnings (JSON list; lmra.comparable), likewise a table of its own
 CREATE TABLE IF NOT EXISTS check_warnings (check_rowid INTEGER PRIMARY KEY, warnings TEXT NOT NULL);
+-- pairs left out because a refusal label could not be obtained, per run (null: a run without
+-- refusal labels); a table of its own, so that an older lmra still inserts its values into runs
+CREATE TABLE IF NOT EXISTS run_unlabelled (run_id TEXT PRIMARY KEY, n_unlabelled INTEGER);
 CREATE INDEX IF NOT EXISTS task_metrics_task ON task_metrics (task);
 """
 
@@ -187,7 +190,7 @@ class History:
         overall = pd.DataFrame(run.summary.get("overall") or [])
         # a count no row measured (refusals of a run without refusal labels) is unknown, not 0
         totals = {c: _int(overall[c].sum()) if c in overall and overall[c].notna().any() else None
-                  for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal")}
+                  for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled")}
         calls = run.manifest.get("calls") or {}
         tpl_hash, tpl_src = run.judge_template
         self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
@@ -202,6 +205,7 @@ class History:
              _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
              _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
              totals["n_refusal"]))
+        self.db.execute("INSERT OR REPLACE INTO run_unlabelled VALUES (?,?)", (run.run_id, totals["n_unlabelled"]))
         sd = run.prompt_scores.groupby(["comparison", "domain", "task"])["h"].std(ddof=1)
         for _, r in run.per_task.iterrows():
             key = (r["comparison"], r["domain"], r["task"])
@@ -281,8 +285,11 @@ class History:
     # -- reading ------------------------------------------------------------------------
     def runs(self, name: str | None = None) -> pd.DataFrame:
         """Registered runs, oldest first: one row per run with the ``runs`` columns plus
-        ``pinned`` (bool). ``name`` keeps only runs with that run name."""
-        q = "SELECT r.*, (p.run_id IS NOT NULL) AS pinned FROM runs r LEFT JOIN pins p ON p.run_id = r.run_id"
+        ``n_unlabelled`` (pairs left out for a missing refusal label; null for a run without
+        refusal labels or registered by an older lmra) and ``pinned`` (bool). ``name`` keeps only
+        runs with that run name."""
+        q = ("SELECT r.*, u.n_unlabelled, (p.run_id IS NOT NULL) AS pinned FROM runs r "
+             "LEFT JOIN run_unlabelled u ON u.run_id = r.run_id LEFT JOIN pins p ON p.run_id = r.run_id")
         args: tuple = ()
         if name:
             q, args = q + " WHERE r.name = ?", (name,)

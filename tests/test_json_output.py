@@ -284,3 +284,23 @@ def test_judge_check_out_naming_a_file_is_refused_before_any_call(tmp_path, caps
         assert srv.requests == 0
     err = " ".join(capsys.readouterr().err.split())
     assert status == 2 and "notadir" in err and "is a file: --out names the folder" in err
+
+
+def test_judge_check_out_naming_a_run_folder_is_refused_before_any_call(tmp_path, capsys, monkeypatch):
+    """Break-it finding: ``--out RUN`` replaced a finished run's recorded judge validation
+    (judge_check.json, judge_check_ratings.jsonl) with another judge's, and the run's exports,
+    report and gates went on accepting it."""
+    from test_gates import FLAT, audit, write_config
+
+    cfg = write_config(tmp_path, name="n", rates=FLAT, n_prompts=6, judge_check=True)
+    rc, _, run = audit(capsys, cfg, "--allow-unvalidated-judge")
+    recorded = (run / "judge_check.json").read_bytes()
+    monkeypatch.setenv("FAKE_JUDGE_KEY", "x")
+    with FaultServer() as srv:
+        status = main(["judge-check", "--judge", "openai", "--model", "fake", "--base-url", srv.url,
+                       "--api-key-env", "FAKE_JUDGE_KEY", "--dimension", "gender", "--per-kind", "1",
+                       "--out", str(run)])
+        assert srv.requests == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 2 and "is a run folder: judge-check would overwrite its judge_check.json" in err
+    assert (run / "judge_check.json").read_bytes() == recorded

@@ -567,3 +567,26 @@ max_retries = 0
     cfg.write_text(body % "gpt-4o")
     assert main(["audit", "--config", str(cfg), "--baseline", ref, "--no-progress", "--no-report"]) == 1
     assert "unreachable" in capsys.readouterr().err
+
+
+def test_a_lost_history_does_not_silently_make_a_new_baseline(tmp_path, capsys):
+    """Break-it finding: with history.sqlite deleted (or emptied), `--baseline pinned` beside three
+    finished runs of the name said "First night", pinned tonight's run and checked nothing —
+    silently; a regression that night would have become the reference. It is said now."""
+    from test_gates import FLAT, audit, write_config
+
+    cfg = write_config(tmp_path, name="slow", rates=FLAT, n_prompts=6)
+    rc, out, first = audit(capsys, cfg, "--baseline", "pinned")
+    assert rc == 0 and "is pinned, but" not in out  # a real first night: nothing to say
+    reports = first.parent
+    for f in reports.glob("history.sqlite*"):
+        f.unlink()
+    rc, out, second = audit(capsys, cfg, "--baseline", "pinned")
+    text = " ".join(out.split())
+    assert rc == 0 and (f"warning: no run named 'slow' is pinned, but 1 finished run(s) of that name are in "
+                        f"{reports} (newest: {first.name})") in text
+    assert f"stop and pin one ('lmra pin {first.name}'), or run with --baseline last" in text
+    (reports / "history.sqlite").unlink()
+    (reports / "history.sqlite").write_bytes(b"")  # emptied: the same
+    rc, out, _ = audit(capsys, cfg, "--baseline", "pinned")
+    assert rc == 0 and "no run named 'slow' is pinned, but 2 finished run(s)" in " ".join(out.split())

@@ -384,15 +384,37 @@ def test_history_columns_judge_status_and_pairs_that_add_up(tmp_path, capsys):
     assert ov["n_refusal"] > 0  # some pairs were not scored because a response was a refusal
     reports = run.parent
     rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports)
-    header = next(ln for ln in out.splitlines() if "valid/invalid/failed/refused" in ln)
+    key = "valid/invalid/failed/refused/unlabelled"
+    header = next(ln for ln in out.splitlines() if key in ln)
     row = next(ln for ln in out.splitlines() if run.name in ln)
     cells = dict(zip([c.strip() for c in header.split("┃")], [c.strip() for c in row.split("│")]))
-    valid, invalid, failed, refused = map(int, cells["valid/invalid/failed/refused"].split("/"))
-    assert (valid, invalid, failed, refused) == (ov["n_pairs"], ov["n_invalid"], ov["n_failed"], ov["n_refusal"])
-    assert valid + invalid + failed + refused == int(cells["pairs"]) == summary["n_pairs_total"]
+    valid, invalid, failed, refused, unlabelled = map(int, cells[key].split("/"))
+    assert (valid, invalid, failed, refused, unlabelled) == (ov["n_pairs"], ov["n_invalid"], ov["n_failed"],
+                                                             ov["n_refusal"], ov["n_unlabelled"])
+    assert valid + invalid + failed + refused + unlabelled == int(cells["pairs"]) == summary["n_pairs_total"]
     rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--json")
     (r,) = json.loads(out)["runs"]
-    assert (r["n_refused"], r["n_pairs_total"]) == (ov["n_refusal"], summary["n_pairs_total"])
+    assert (r["n_refused"], r["n_unlabelled"], r["n_pairs_total"]) == (ov["n_refusal"], ov["n_unlabelled"],
+                                                                       summary["n_pairs_total"])
+    # break-it finding: pairs left out for a missing refusal label were in no column (the four
+    # did not add up); a night with 2 of them (its summary edited: 2 valid pairs unlabelled)
+    from conftest import rerecord_files
+
+    copy = tmp_path / "copy"  # (a reports folder of its own: the rest of this test reads the one run)
+    night = copy / (run.name[:-len("refusing")] + "unlabelled")
+    shutil.copytree(run, night)
+    edited = json.loads((night / "summary.json").read_text())
+    edited["overall"][0] |= {"n_pairs": ov["n_pairs"] - 2, "n_unlabelled": ov["n_unlabelled"] + 2}
+    (night / "summary.json").write_text(json.dumps(edited))
+    rerecord_files(night)
+    rc, out, _ = _cmd(capsys, "history", "--reports-dir", copy)
+    row = next(ln for ln in out.splitlines() if night.name in ln)
+    cells = dict(zip([c.strip() for c in header.split("┃")], [c.strip() for c in row.split("│")]))
+    assert cells[key] == "/".join(map(str, (ov["n_pairs"] - 2, ov["n_invalid"], ov["n_failed"], ov["n_refusal"],
+                                            ov["n_unlabelled"] + 2)))
+    rc, out, _ = _cmd(capsys, "report", "--history", "--reports-dir", copy)
+    page = (copy / "history.html").read_text()
+    assert f"{ov['n_pairs'] - 2} / {ov['n_invalid']} / {ov['n_failed']} / {ov['n_refusal']} / {ov['n_unlabelled'] + 2}" in page
     # one task's trend: the judge status of each night, in the table and the JSON
     rc, out, _ = _cmd(capsys, "history", "--reports-dir", reports, "--task", "career advice")
     header = next(ln for ln in out.splitlines() if "judge status" in ln)

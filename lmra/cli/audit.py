@@ -706,6 +706,7 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
             if ref == "pinned":
                 rid = h.pinned(cfg.name)
                 if rid is None:
+                    _warn_unpinned_runs(h, cfg.name, out)
                     return True, None
                 try:
                     baseline = h.resolve(rid)
@@ -724,6 +725,21 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
     precheck_judge(cfg.judge.provider, cfg.judge.model, baseline)
     return False, _run_task_sizes(baseline)
+
+
+def _warn_unpinned_runs(history, name: str, out: Path) -> None:
+    """A first night of ``--baseline pinned`` beside finished runs of the same name: said (break-it
+    finding: a lost or emptied history.sqlite silently made a night the new baseline, unchecked —
+    a regression that night would have become the reference)."""
+    runs = history.runs(name=name)
+    done = runs[runs["status"].fillna("complete") == "complete"] if len(runs) else runs
+    if not len(done):
+        return
+    print_warning(f"no run named '{name}' is pinned, but {len(done)} finished run(s) of that name are in {out} "
+                  f"(newest: {done.iloc[-1]['run_id']}): if the history (history.sqlite) was lost or the pin "
+                  "removed, this night is not checked and becomes the pinned baseline. To check it against an "
+                  f"earlier night, stop and pin one ('lmra pin {done.iloc[-1]['run_id']}'), or run with "
+                  "--baseline last")
 
 
 def _run_task_sizes(run) -> dict[str, int] | None:

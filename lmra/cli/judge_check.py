@@ -19,6 +19,23 @@ from lmra.console import lit, make_console
 from lmra.fileio import output_folder, write_json, write_jsonl
 
 
+def _not_a_run_folder(out) -> None:
+    """Refuse ``--out`` naming a run folder whose own judge_check files it would overwrite
+    (break-it finding: a finished run's recorded canary verdict was replaced by another judge's,
+    and its exports, report and gates went on accepting it).
+
+    Raises:
+        LmraInputError: (field ``--out``) before any LMRA call.
+    """
+    from lmra.digests import RECORDED
+    from lmra.errors import LmraInputError
+
+    clash = [f for f in ("judge_check.json", "judge_check_ratings.jsonl") if f in RECORDED and (out / f).is_file()]
+    if clash and (out / "manifest.json").is_file():
+        raise LmraInputError(f"is a run folder: judge-check would overwrite its {clash[0]} (the audit's own judge "
+                             "validation); write to another folder", file=out, field="--out")
+
+
 def add_parsers(sub) -> None:
     """Register ``lmra judge-check`` on the ``lmra`` sub-parser collection."""
     p = sub.add_parser("judge-check", help=COMMANDS["judge-check"].help,
@@ -141,6 +158,8 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
     console = make_console(stderr=bool(args.json))
     cfg = _config(args)
     out = output_folder(args.out, "--out") if args.out else None  # said before the LMRA calls
+    if out is not None:
+        _not_a_run_folder(out)
     rows, verdict = asyncio.run(_run(cfg, console))
     if out is not None:
         write_json(out / "judge_check.json", jsonable(verdict))

@@ -254,7 +254,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"Runs in {lit(path)}", title_justify="left")
     table.add_column("run", no_wrap=True)
-    counts = "valid/invalid/failed/refused"  # the four add up to the pairs scored
+    counts = "valid/invalid/failed/refused/unlabelled"  # the five add up to the pairs (break-it: unlabelled were missing)
     for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]",
                 "regression check", "gates", "pin"):
         table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
@@ -269,7 +269,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                     else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]")
         table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
                       _judge_cell(r.judge_status), _count(r.n_pairs_total),
-                      "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None))),
+                      "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
+                                                   getattr(r, "n_unlabelled", None))),
                       net, _check_cell(verdicts[r.run_id]["check"], between),
                       _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
     console.print(table)

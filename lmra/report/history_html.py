@@ -211,7 +211,8 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
         "link": os.path.relpath(report, out_dir) if report is not None and report.is_file() else None,
         "target": r.target_model or "—", "judge": f"{r.judge_provider}: {r.judge_model}",
         "judge_status": judge_status, "judge_class": JUDGE_CLASSES.get(judge_status, "unchecked"),
-        "run_status": run_status, "pairs": f"{count(r.n_pairs)} / {count(r.n_invalid)} / {count(r.n_failed)}",
+        "run_status": run_status, "pairs": " / ".join(count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
+                                                getattr(r, "n_unlabelled", None))),
         "overall": [{"comparison": o.comparison, "text": _fmt_ci(o.net_rating, o.ci_low, o.ci_high),
                      "cls": _ci_cls(o.ci_low, o.ci_high)} for o in overall[overall["run_id"] == r.run_id].itertuples()],
         "check": None if check is None else {
