@@ -1,7 +1,8 @@
 """Message templates stored as text files in ``prompts/``.
 
 Format: optional ``#`` comment lines, then one or more sections headed ``### system``,
-``### user`` or ``### assistant``; each section becomes one chat message. Placeholders use
+``### user`` or ``### assistant`` (any case); each section becomes one chat message, none may be
+empty, and a one-word ``### word`` line that names no role is refused (not read as text). Placeholders use
 ``str.format`` syntax (``{name}``); literal braces are written ``{{`` and ``}}``.
 """
 
@@ -16,7 +17,10 @@ from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
 from lmra.resources import resolve_resource
 
-_HEADER = re.compile(r"^###\s+(system|user|assistant)\s*$")
+_HEADER = re.compile(r"^###\s+(system|user|assistant)\s*$", re.IGNORECASE)
+#: a line that reads as a section header but names no role (``### robot``, ``### Human``): refused,
+#: not folded into the previous message as text (break-it finding)
+_NEAR_HEADER = re.compile(r"^###\s+([A-Za-z_-]+):?\s*$")
 
 
 class Template:
@@ -51,18 +55,25 @@ class Template:
 @lru_cache(maxsize=64)
 def _load(path: Path) -> Template:
     text = read_input_text(path, "template file")
-    sections: list[tuple[str, list[str]]] = []
+    sections: list[tuple[str, list[str], int]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         m = _HEADER.match(line)
         if m:
-            sections.append((m.group(1), []))
+            sections.append((m.group(1).lower(), [], lineno))
+        elif _NEAR_HEADER.match(line):
+            raise LmraInputError(f"'{line.strip()}' is not a section header: the sections are '### system', "
+                                 "'### user' and '### assistant' (a markdown heading inside a message needs more than "
+                                 "one word)", file=path, line=lineno)
         elif sections:
             sections[-1][1].append(line)
         elif line.strip() and not line.startswith("#"):
             raise LmraInputError("text before the first '### system|user|assistant' header", file=path, line=lineno)
     if not sections:
         raise LmraInputError("no '### system|user|assistant' section", file=path)
-    parsed = [(role, "\n".join(lines).strip("\n")) for role, lines in sections]
+    for role, lines, lineno in sections:  # an empty message is refused by some APIs, and says nothing
+        if not "".join(lines).strip():
+            raise LmraInputError(f"the '### {role}' section is empty", file=path, line=lineno)
+    parsed = [(role, "\n".join(lines).strip("\n")) for role, lines, _ in sections]
     try:
         tpl = Template(path, parsed)
         for field, spec, conversion in tpl.placeholders:  # plain {name} only: a spec could fill the memory

@@ -197,3 +197,26 @@ def test_marks_of_other_scripts_are_not_folded_and_every_apostrophe_splits_a_nam
     assert fold_latin("и\u0306 e\u0308") == "и\u0306 e\u0301"  # a Latin letter's accent only
     assert names_to_draw(["O'Neil", "Amy"], "Write a letter to O\u02bcNeil") == ["Amy"]
     assert scrub_name("Write a letter to O\u02bcNeil", "O'Neil") == "Write a letter to [NAME]"
+
+
+def test_a_template_header_naming_no_role_is_refused_not_read_as_text(tmp_path):
+    """Break-it finding: '### User' (capital U) and '### robot' were folded into the previous
+    message as text, so the chatbot got a literal '### User' line in its system message; an empty
+    '### user' section was accepted. Roles are read in any case; a one-word header naming no role
+    and an empty section are input errors naming the line."""
+    def load(text):
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.txt"
+        path.write_text(text)
+        return load_template(path)
+
+    tpl = load("### system\nName: {name}\n### User\nHi there\n")
+    assert tpl.sections == [("system", "Name: {name}"), ("user", "Hi there")]
+    for text, line, said in (("### system\nx\n### robot\ny\n", 3, "'### robot' is not a section header"),
+                             ("### system\nx\n### Human:\ny\n", 3, "'### Human:' is not a section header"),
+                             ("### system\nx\n### user\n\n  \n", 3, "the '### user' section is empty")):
+        with pytest.raises(LmraInputError, match=said) as err:
+            load(text)
+        assert err.value.line == line
+    # a markdown heading of several words inside a message stays text
+    tpl = load("### system\n### Instructions for you\nbe kind\n### user\n{prompt}\n")
+    assert tpl.sections[0] == ("system", "### Instructions for you\nbe kind")
