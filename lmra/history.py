@@ -141,20 +141,59 @@ class _HistoryConnection(sqlite3.Connection):
             raise self._named(exc) from None
 
 
+def _read_only(path: Path) -> bool:
+    """True when the history at ``path`` cannot be written: its folder exists and cannot be
+    written to, or the file exists and cannot be (a read-only mount, permissions)."""
+    import os
+
+    folder = path.parent
+    if path.exists():
+        return not (os.access(path, os.W_OK) and os.access(folder, os.W_OK))
+    return folder.is_dir() and not os.access(folder, os.W_OK)
+
+
+def _memory_copy(path: Path) -> sqlite3.Connection:
+    """An in-memory copy of the history at ``path`` (empty when there is none), opened for
+    :class:`History` on a folder it cannot write; said once on stderr."""
+    import sys
+
+    db = sqlite3.connect(":memory:", factory=_HistoryConnection)
+    if path.is_file():
+        from urllib.parse import quote
+
+        src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            src.backup(db)
+        finally:
+            src.close()
+    print(f"note: {path} is read-only (its folder cannot be written): the run history is read from a copy in "
+          "memory; nothing is stored (a pin or a check cannot be)", file=sys.stderr)
+    return db
+
+
 class History:
     """The SQLite run history of one reports folder (see the module docstring).
 
     Args:
         path: the SQLite file; created with its parent folder when missing.
 
+    A history in a folder that cannot be written (a read-only mount of archived reports; break-it
+    finding: ``lmra history``, ``compare``, ``plan`` and ``report --out`` failed on one) is read
+    into memory instead (:attr:`read_only` True, said once on stderr): the reading commands work,
+    run folders not registered yet are registered in the copy, and what must be stored — a pin, a
+    check — raises :class:`~lmra.errors.LmraIOError` naming the file.
+
     Use as a context manager or call :meth:`close`.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = _read_only(self.path)
+        if not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(self.path, factory=_HistoryConnection)
+            self.db = (_memory_copy(self.path) if self.read_only
+                       else sqlite3.connect(self.path, factory=_HistoryConnection))
         except sqlite3.Error as exc:
             raise LmraIOError(f"the run history could not be opened ({type(exc).__name__}: {exc})",
                               path=self.path) from None
@@ -249,12 +288,19 @@ class History:
             added.append(self.register(run))
         return added
 
+    def _writable(self, what: str) -> None:
+        """Raise :class:`~lmra.errors.LmraIOError` when the history is :attr:`read_only`."""
+        if self.read_only:
+            raise LmraIOError(f"the run history is read-only (its folder cannot be written): {what} cannot be "
+                              "stored", path=self.path)
+
     def pin(self, run: RunFolder | str | Path) -> str:
         """Pin a run as the ``pinned`` baseline of every run with the same name; returns its id.
 
         Args:
             run: a run folder, or a run id / path resolvable by :meth:`resolve`.
         """
+        self._writable("a pin")
         run = run if isinstance(run, RunFolder) else self.resolve(run)
         self.register(run)
         self.db.execute("INSERT OR REPLACE INTO pins VALUES (?,?,?)", (run.name, run.run_id, _now()))
@@ -266,7 +312,12 @@ class History:
         night's own check, ``lmra audit --baseline``), ``check`` or ``report`` (made by hand
         later). :meth:`latest_check` prefers the audit's. ``result`` holds the task rows, then
         the overall rows (``result.overall``) marked ``"level": "overall"`` (an older lmra reads
-        them as a task named "all tasks"); ``n_regressions``/``n_improvements`` count both."""
+        them as a task named "all tasks"); ``n_regressions``/``n_improvements`` count both.
+
+        Raises:
+            LmraIOError: the history is :attr:`read_only`, or cannot be written (a full disk).
+        """
+        self._writable("the check")
         rows = json.loads(result.tests.to_json(orient="records"))
         overall = getattr(result, "overall", None)
         if overall is not None and len(overall):

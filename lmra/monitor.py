@@ -683,6 +683,6 @@ def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | P
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
         h.register(base)
         result = check_regression(run, base, margin=margin, alpha=alpha, history=h)
-        if record:
+        if record and not h.read_only:  # (a read-only archive: checked, not stored — History says so)
             h.record_check(result)
         return result

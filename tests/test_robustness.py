@@ -292,3 +292,68 @@ def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_
     err = " ".join(capsys.readouterr().err.split())
     assert status == 1 and f"I/O failure: {reports / 'history.sqlite'}" in err, err
     assert "not a readable run folder" not in err and run.name not in err
+
+
+def _read_only_reports(tmp_path, capsys):
+    """Two finished runs and their history, as an archive of reports would hold them."""
+    from lmra.cli import main
+    from test_gates import FLAT, RISE, write_config
+
+    for rates, seed in ((FLAT, 1), (RISE, 2)):
+        cfg = write_config(tmp_path, rates=rates, n_prompts=12, seed=seed)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    capsys.readouterr()
+    reports = tmp_path / "reports"
+    return reports, sorted(p.parent for p in reports.glob("*/manifest.json"))
+
+
+def _reads_work_and_writes_are_refused(reports, runs, tmp_path, capsys):
+    from lmra.cli import main
+
+    before = (reports / "history.sqlite").read_bytes()
+    assert main(["history", "--reports-dir", str(reports)]) == 0
+    cap = capsys.readouterr()
+    assert runs[0].name in cap.out and runs[1].name in cap.out
+    assert "is read-only (its folder cannot be written): the run history is read from a copy in memory" in cap.err
+    assert main(["compare", str(runs[0]), str(runs[1])]) == 0
+    status = main(["check", str(runs[1]), "--baseline", str(runs[0])])
+    cap = capsys.readouterr()
+    assert status in (0, 3) and "Regression check" in cap.out  # checked, shown, not stored
+    assert main(["report", str(runs[1]), "--out", str(tmp_path / "elsewhere.html")]) == 0
+    assert (tmp_path / "elsewhere.html").is_file()
+    capsys.readouterr()
+    assert main(["pin", str(runs[0])]) == 1  # an explicit write: an I/O failure naming the file
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the run history is read-only (its folder cannot be written): a pin cannot be stored" in err
+    assert (reports / "history.sqlite").read_bytes() == before
+
+
+def test_a_read_only_history_is_read_from_a_copy(tmp_path, capsys, monkeypatch):
+    """Break-it finding: on a read-only copy of archived reports, `lmra history`, `compare`,
+    `plan` and `report --out` exited 1 ("attempt to write a readonly database"). The history is
+    read into memory; what must be stored (a pin) is refused naming it. (The folder's writability
+    is stood in for here; the next test uses a real read-only mount where it can.)"""
+    import lmra.history
+
+    reports, runs = _read_only_reports(tmp_path, capsys)
+    monkeypatch.setattr(lmra.history, "_read_only", lambda path: True)
+    _reads_work_and_writes_are_refused(reports, runs, tmp_path, capsys)
+
+
+def test_a_history_on_a_read_only_mount_is_read(tmp_path, capsys):
+    """The same on a real read-only bind mount (root only; skipped where mounting is not allowed)."""
+    import os
+    import subprocess
+
+    reports, runs = _read_only_reports(tmp_path, capsys)
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", "-o", "ro", str(reports), str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("a read-only bind mount needs root and mount permission")
+    try:
+        if os.access(mnt, os.W_OK):  # (a kernel that ignored ro on the bind: nothing to test)
+            pytest.skip("the bind mount is writable")
+        _reads_work_and_writes_are_refused(mnt, [mnt / r.name for r in runs], tmp_path, capsys)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -614,7 +614,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             h.register(base)
             check = check_regression(run, base, history=h, margin=args.margin or 0.0,
                                      alpha=0.05 if args.alpha is None else args.alpha)
-            h.record_check(check, source="report")
+            if not h.read_only:  # (a read-only archive: checked, not stored — History says so)
+                h.record_check(check, source="report")
             cmp = compare_runs(base, run)
             print_check(console, check)
             status = check.exit_status
