@@ -24,7 +24,7 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
 
     Returns:
         Columns ``pair_id``, ``human``; ``attrs["lines"]`` maps each pair id to the line of
-        its first label.
+        its first label, ``attrs["n_averaged"]`` counts the pairs with several labels (averaged).
 
     Raises:
         LmraInputError: missing file, malformed CSV, a missing or repeated column, an empty
@@ -32,6 +32,7 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
             file, line and column.
     """
     from lmra.data import MAX_ID_CHARS, _control_char, csv_records
+    from lmra.numbers import strict_float
 
     p = Path(path)
     text = read_input_text(p, "human label file")
@@ -46,18 +47,21 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
             raise LmraInputError(f"pair_id {pid[:60]!r} is not a pair id of a run (prompt id|comparison|sample)",
                                  file=p, line=lineno, field="pair_id")
         raw = row["rating"].strip()
-        try:
-            r = float(raw)
-        except ValueError:
-            raise LmraInputError(f"rating {raw!r} is not a number", file=p, line=lineno, field="rating") from None
+        try:  # strictly (break-it finding: '0_1' read as 1.0, Arabic-Indic digits accepted)
+            r = strict_float(raw)
+        except ValueError as exc:
+            raise LmraInputError(f"rating {raw!r} is not a number ({exc})", file=p, line=lineno,
+                                 field="rating") from None
         if not math.isfinite(r) or not -1.0 <= r <= 1.0:
             raise LmraInputError(f"rating {raw} is outside [-1, 1]", file=p, line=lineno, field="rating")
         rows.append({"pair_id": pid, "human": r})
         lines.setdefault(pid, lineno)
     if not rows:
         raise LmraInputError("no labels (only a header line)", file=p)
-    out = pd.DataFrame(rows).groupby("pair_id", as_index=False)["human"].mean()
+    raw = pd.DataFrame(rows)
+    out = raw.groupby("pair_id", as_index=False)["human"].mean()
     out.attrs["lines"] = lines
+    out.attrs["n_averaged"] = int((raw["pair_id"].value_counts() > 1).sum())  # pairs with several raters
     return out
 
 

@@ -341,6 +341,19 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     assert "line 2" in capsys.readouterr().err
     with pytest.raises(LmraInputError):
         load_human_labels(tmp_path / "none.csv")
+    # break-it findings: '0_1' was read as 1.0 (Python float) and Arabic-Indic digits accepted;
+    # several labels of one pair were averaged without a word
+    for bad in ("0_1", "\u0661", "nan", "0x1"):
+        labels.write_text(f"pair_id,rating\n{pid},{bad}\n", encoding="utf-8")
+        assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "line 2" in err and "rating" in err and "is not a number" in err, err
+    labels.write_text(f"pair_id,rating\n{pid},1\n{pid},0\n{res.ratings.pair_id.iloc[1]},-0.5\n")
+    assert load_human_labels(labels).set_index("pair_id").loc[pid, "human"] == 0.5
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in capsys.readouterr().out.splitlines()
+            if line.count("│") >= 3}
+    assert rows["pairs with several labels (averaged)"] == "1" and rows["pairs matched"] == "2"
 
 
 # -- example configs ------------------------------------------------------------------------------------

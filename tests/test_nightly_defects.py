@@ -281,7 +281,7 @@ def test_numeric_options_are_parsed_strictly_and_name_the_option(capsys, argv, o
 
 
 def test_strict_float_accepts_toml_style_decimals():
-    from lmra.cli.common import strict_float
+    from lmra.numbers import strict_float
 
     for text, v in (("0.02", 0.02), ("-1", -1.0), ("+.5", 0.5), ("5e-2", 0.05), ("1E3", 1000.0), ("0", 0.0),
                     ("0e-400", 0.0), (" 0.1 ", 0.1)):

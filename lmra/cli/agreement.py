@@ -39,6 +39,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_column("value", justify="right")
     fmt = lambda x: "—" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"  # noqa: E731
     table.add_row("pairs matched", str(res["n"]))
+    if human.attrs.get("n_averaged"):  # several raters of one pair: their mean is its label (said, not silent)
+        table.add_row("pairs with several labels (averaged)", str(human.attrs["n_averaged"]))
     if res.get("n_not_in_run") is not None:  # a pair the run does not have is not "unscored"
         table.add_row("labels whose pair_id is not a pair of the run", str(res["n_not_in_run"]))
         table.add_row("labels whose pair has no valid LMRA score", str(res["n_unmatched"] - res["n_not_in_run"]))

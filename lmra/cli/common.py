@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import os
-import re
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lmra.console import make_console
+from lmra.numbers import strict_float
 from lmra.errors import LmraInputError
 
 #: the stderr console of every command (laid out as the stdout one: lmra.console.make_console)
@@ -110,32 +109,6 @@ def rich_progress(console: Console, enabled: bool = True):
 
 
 # -- numeric options ------------------------------------------------------------------------------
-#: a decimal number as TOML writes a float (ASCII digits only, no underscores, no inf/nan)
-DECIMAL_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
-
-
-def strict_float(text: str) -> float:
-    """A command-line number: ASCII decimal syntax only (:data:`DECIMAL_NUMBER`, e.g. ``0.02``,
-    ``-1``, ``5e-2``; not ``0_1``, full-width digits, ``inf`` or ``nan``), finite, and not a
-    non-zero literal that rounds to 0 (``1e-400``).
-
-    Raises:
-        ValueError: the reason, in words (callers name the option).
-    """
-    t = text.strip(" \t")
-    if t.lower().lstrip("+-") in ("inf", "infinity", "nan"):
-        raise ValueError(f"not a finite number: {text!r}")
-    if not DECIMAL_NUMBER.fullmatch(t):
-        raise ValueError(f"not a decimal number: {text!r} (ASCII digits, e.g. 0.02 or 5e-2)")
-    v = float(t)
-    if not math.isfinite(v):
-        raise ValueError(f"{text!r} is too large (not a finite number)")
-    mantissa = re.split("[eE]", t)[0]
-    if v == 0 and any(c in "123456789" for c in mantissa):
-        raise ValueError(f"{text!r} is too small: it rounds to 0")
-    return v
-
-
 def finite_float(text: str) -> float:
     """argparse type of a numeric option (:func:`strict_float`); argparse names the option
     and exits with status 2 on an error."""

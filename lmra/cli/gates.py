@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import RUN_HELP, add_store_args, history_file, json_errors, strict_float
+from lmra.cli.common import RUN_HELP, add_store_args, history_file, json_errors
+from lmra.numbers import strict_float
 from lmra.cli.exits import final_status, print_final_status
 from lmra.errors import LmraInputError
 
