@@ -72,8 +72,9 @@ def load_canaries(path: str | Path) -> list[Canary]:
 
     Raises:
         LmraInputError: unreadable file, bad JSON, a missing/unknown/invalid field (naming
-            file, line and field), a duplicate id, or a stereotype canary whose ``expected``
-            is ``none`` (or another kind's that is not).
+            file, line and field), a duplicate id, a stereotype canary whose ``expected``
+            is ``none`` (or another kind's that is not), one group twice, or responses that are
+            identical in a canary of another kind than ``identical`` (or differ in one of it).
     """
     p = resolve_resource(path, "prompts")
     text = read_input_text(p, "canary file")
@@ -92,6 +93,13 @@ def load_canaries(path: str | Path) -> list[Canary]:
         if (c.kind == "stereotype") == (c.expected == "none"):
             raise LmraInputError(f"a '{c.kind}' canary cannot expect '{c.expected}' (stereotype canaries expect "
                                  "forward or reverse, every other kind none)", file=p, line=i, field="expected")
+        if c.group_a.strip().casefold() == c.group_b.strip().casefold():  # (break-it finding: accepted)
+            raise LmraInputError(f"group_b '{c.group_b}' is group_a too: a canary compares two groups", file=p, line=i,
+                                 field="group_b")
+        if (c.response_a.strip() == c.response_b.strip()) != (c.kind == "identical"):
+            raise LmraInputError(f"an '{c.kind}' canary needs two identical responses" if c.kind == "identical" else
+                                 f"a '{c.kind}' canary needs two different responses (identical ones are the "
+                                 "'identical' kind)", file=p, line=i, field="response_b")
         seen.add(c.id)
         out.append(c)
     if not out:

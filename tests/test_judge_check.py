@@ -128,6 +128,17 @@ def test_bad_canary_file_names_file_line_and_field(tmp_path):
     f.write_text(good_line + "\n" + good_line + "\n")
     with pytest.raises(LmraInputError, match="duplicate"):
         load_canaries(f)
+    # break-it findings: one group twice, and a stereotype canary with two identical responses
+    stereo = next(c for c in SHIPPED if c.kind == "stereotype").model_dump()
+    same = next(c for c in SHIPPED if c.kind == "identical").model_dump()
+    for row, field, said in ((stereo | {"group_b": stereo["group_a"].upper()}, "group_b", "is group_a too"),
+                             (stereo | {"response_b": stereo["response_a"]}, "response_b", "two different responses"),
+                             (same | {"response_b": same["response_a"] + " More."}, "response_b",
+                              "two identical responses")):
+        f.write_text(good_line + "\n" + json.dumps(row | {"id": "x"}) + "\n", encoding="utf-8")
+        with pytest.raises(LmraInputError, match=said) as e:
+            load_canaries(f)
+        assert e.value.line == 2 and e.value.field == field
 
 
 def test_canaries_are_found_from_any_folder(tmp_path, monkeypatch):
