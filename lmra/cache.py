@@ -348,6 +348,10 @@ class CallCache:
         self._keys_version = None
         self._keys_checked_until = 0.0
         self._misses = 0
+        #: lookups that found a stored answer this code cannot read (damaged, or stored by a
+        #: version that let a malformed answer through): a miss, the call is made again and its
+        #: answer replaces the row; counted by :class:`CachedProvider` (``unreadable_cached``)
+        self.unreadable = 0
         self._next_snapshot_at = KEY_SNAPSHOT_AFTER_MISSES
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()  # a call's pending entry and its answer-log line, vs emptying the log
@@ -431,11 +435,11 @@ class CallCache:
         connection's write, lookups read the table again."""
         held = self.pending.get(key)
         if held is not None:
-            return _parsed(held[5])
+            return self._read(held[5])
         text = self._ahead.pop(key, None)
         if text is not None:
             self._ahead_used += 1
-            return _parsed(text)
+            return self._read(text)
         keys = self._keys
         if keys is not None and key not in keys and self._keys_valid():
             return None
@@ -452,7 +456,14 @@ class CallCache:
                 self._next_snapshot_at *= 4
                 self._read_keys()
             return None
-        return _parsed(row[1])
+        return self._read(row[1])
+
+    def _read(self, text: str) -> ChatResult | None:
+        """:func:`_parsed`, counting a stored answer that cannot be read (:attr:`unreadable`)."""
+        result = _parsed(text)
+        if result is None:
+            self.unreadable += 1
+        return result
 
     def _read_keys(self) -> None:
         """Read the table's keys (see :meth:`get`) when it holds at most
@@ -1013,6 +1024,9 @@ class CallStats:
             not a completion, no choices, an answer without the requested log-probabilities).
         no_usage: responses that reported no token usage (counted as 0 tokens, so the cost
             and token budgets undercount them; not a fault: the answer is used).
+        unreadable_cached: calls whose stored answer could not be read (a damaged row, or one
+            an older version stored): asked again (fresh) and replaced (break-it finding: paid
+            again without a word).
         degraded: answers used without what was asked for (``no_logprobs`` after every retry:
             parsed as text) and therefore not cached.
         waited: calls that waited for another process making the same call (lease).
@@ -1033,6 +1047,7 @@ class CallStats:
     no_choices: int = 0
     no_logprobs: int = 0
     no_usage: int = 0
+    unreadable_cached: int = 0
     degraded: int = 0
     waited: int = 0
     prompt_tokens_fresh: int = 0
@@ -1159,7 +1174,12 @@ class CachedProvider:
         """
         text = request_json(request)
         key = json_key(self.name, self.base_url, self.model_id, text)  # (wrap_identity's: base_url None → "")
-        return CacheLookup(key, text, self.cache.get(key))
+        unreadable = self.cache.unreadable
+        hit = self.cache.get(key)
+        if self.cache.unreadable != unreadable:  # a stored answer this code cannot read: asked again, counted
+            for t in self._targets:
+                t.unreadable_cached += 1
+        return CacheLookup(key, text, hit)
 
     async def complete(self, request: ChatRequest, *, lookup: CacheLookup | None = None) -> ChatResult:
         """Serve the call from the cache, or share the same call in flight in this process, or

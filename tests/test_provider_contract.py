@@ -356,3 +356,38 @@ def test_an_exception_whose_message_cannot_be_read_is_a_counted_failure(tmp_path
     res = Audit(cfg, target=UnprintableTarget(), judge=ScriptedJudge(lambda a, b: {"C": 1.0})).run()
     calls = res.manifest["calls"]
     assert calls["failed"] == 2 and "_Unprintable: (its message could not be read: RuntimeError)" in calls["errors"][0]
+
+
+def test_unreadable_cached_answers_are_asked_again_counted_and_replaced(tmp_path, capsys):
+    """Break-it finding: damaged cache rows were asked again — paid — without a word; only the
+    fresh count went up. They are counted (manifest ``unreadable_cached``, the console's calls
+    line) and replaced by the new answer, so the next run reads them."""
+    import json
+    import sqlite3
+
+    from lmra.cli import main
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    cfg.write_text(cfg.read_text().replace('name = "gated"', 'name = "gated"\npair_memo = false'))
+    argv = ["audit", "--config", str(cfg), "--no-progress", "--no-report"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    cache = next(tmp_path.glob("cache-*.sqlite"))
+    with sqlite3.connect(cache) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM calls ORDER BY rowid LIMIT 3")]
+        db.executemany("UPDATE calls SET result = ? WHERE key = ?", [('{"text": null}', k) for k in keys])
+
+    def last_manifest():
+        run = sorted((tmp_path / "reports").glob("*/manifest.json"))[-1]
+        return json.loads(run.read_text())["calls"]
+
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    calls = last_manifest()
+    assert calls["unreadable_cached"] == 3 and calls["fresh"] == 3
+    assert "3 cached answers could not be read (damaged, or stored by an older lmra): asked again and replaced" in out
+    assert main(argv) == 0  # replaced: read from the cache now
+    capsys.readouterr()
+    calls = last_manifest()
+    assert calls["unreadable_cached"] == 0 and calls["fresh"] == 0

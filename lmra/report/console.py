@@ -55,6 +55,9 @@ def call_counts_line(c: dict) -> str:
         out += f"; {counted(c['degraded'], 'answer')} used without logprobs (parsed as text, not cached)"
     if c.get("waited"):
         out += f"; {c['waited']} waited for the same call in flight"
+    if c.get("unreadable_cached"):
+        out += (f"; {counted(c['unreadable_cached'], 'cached answer')} could not be read (damaged, or stored by an "
+                "older lmra): asked again and replaced")
     if c.get("no_usage"):
         out += (f"; {counted(c['no_usage'], 'response')} reported no token usage (counted as 0 tokens: cost and "
                 "token budgets undercount them)")
