@@ -308,17 +308,25 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t") -> pd.DataFrame:
+def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t",
+                  pairs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per criterion: mean pair score with CI and p-value, Bonferroni and Holm over the criteria
     (methodology §3; FPF §3.2).
 
     Args:
         quality: one row per (pair, criterion) with ``criterion``, ``prompt_id``, ``valid``,
             ``failed``, ``h`` = q(y_A better) − q(y_B better).
+        pairs: the run's pairs (``group_a, group_b, domain, task``; placebo pairs left out), to
+            count the pairs of each scope that were never rated on quality — a failed target
+            call, a refusal, no refusal label, a failed stereotype call — as ``n_not_rated``
+            (statistics-review finding: they left the denominators uncounted); None: the column
+            is left out.
 
     Returns:
         One row per (comparison, level, domain, task, criterion): ``n_pairs``, ``n_invalid``
-        (rated without a usable answer), ``n_failed`` (the call failed after every retry), ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
+        (rated without a usable answer), ``n_failed`` (the call failed after every retry),
+        ``n_not_rated`` (with ``pairs``: the scope's pairs not asked about quality; ``n_pairs +
+        n_invalid + n_failed + n_not_rated`` = the scope's pairs), ``mean``, ``ci_low``, ``ci_high``, ``p_value``, ``p_bonferroni``, ``significant_bonferroni``,
         ``p_holm``, ``significant_holm``. The corrections run over the criteria within each
         (comparison, level, domain, task). ``interval``: the run's ``interval`` (an audit
         passes it, as for the net ratings: ``betting`` by default, its anytime-valid p-value of
@@ -326,10 +334,17 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
     """
     if quality.empty:
         return pd.DataFrame()
+    if pairs is not None and "placebo" in pairs:
+        pairs = pairs[~pairs["placebo"].fillna(False).astype(bool)]
     out = []
     for (ga, gb), comp in quality.groupby(["group_a", "group_b"], sort=False):
+        comp_pairs = (pairs[(pairs["group_a"] == ga) & (pairs["group_b"] == gb)] if pairs is not None else None)
         for level, dom, task, g in _scopes(comp):
             block = []
+            n_scope = None
+            if comp_pairs is not None:
+                n_scope = len(comp_pairs) if level == "overall" else int(
+                    ((comp_pairs["domain"] == dom) & ((comp_pairs["task"] == task) if level == "task" else True)).sum())
             for crit, c in g.groupby("criterion", sort=False):
                 failed = c["failed"].fillna(False).astype(bool)
                 valid = c["valid"].fillna(False).astype(bool) & ~failed
@@ -338,8 +353,9 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
                                    method=interval)
                 block.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
                               "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid & ~failed).sum()),
-                              "n_failed": int(failed.sum()),
-                              "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
+                              "n_failed": int(failed.sum())}
+                             | ({} if n_scope is None else {"n_not_rated": max(0, n_scope - len(c))})
+                             | {"mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
             pv = [b["p_value"] for b in block]
             rb, ab = adjust_pvalues(pv, "bonferroni", alpha)
             rh, ah = adjust_pvalues(pv, "holm", alpha)

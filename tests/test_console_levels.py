@@ -35,3 +35,27 @@ def test_alpha_above_one_half_is_refused_by_validate_and_audit(tmp_path, capsys)
         rc = main(argv)
         err = capsys.readouterr().err
         assert rc == 2 and "field 'alpha'" in err and "0.5" in err, (argv, err)
+
+
+def test_pairs_never_rated_on_quality_are_counted(tmp_path, capsys):
+    """Statistics-review finding: pairs with a refusal (and failed or unlabelled ones) get no
+    quality rating and were in no count of quality.csv. ``n_not_rated`` makes each scope's counts
+    add up to its pairs, and the console names them."""
+    cfg = write_config(tmp_path, name="quality", refuse=0.4, quality=True)
+    rc, out, run = audit(capsys, cfg)
+    assert rc == 0, out
+    q = pd.read_csv(run / "quality.csv")
+    pt = pd.read_csv(run / "per_task.csv")
+    refused = int(pt["n_refusal"].sum())
+    assert refused > 0
+    total = q["n_pairs"] + q["n_invalid"] + q["n_failed"] + q["n_not_rated"]
+    overall = q[q["level"] == "overall"]
+    assert (overall["n_not_rated"] == refused).all()  # every criterion: the refused pairs
+    assert (total[q["level"] == "overall"] == int(pt["n_pairs"].sum() + pt["n_invalid"].sum() + pt["n_failed"].sum()
+                                                 + refused)).all()
+    for task, g in q[q["level"] == "task"].groupby("task"):
+        row = pt[pt["task"] == task].iloc[0]
+        assert (g["n_not_rated"] == row["n_refusal"]).all()
+        assert (total[g.index] == row["n_pairs"] + row["n_invalid"] + row["n_failed"] + row["n_refusal"]).all()
+    text = " ".join(out.split())
+    assert f"Not rated on quality (female vs male): {refused} pairs" in text

@@ -675,7 +675,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         qdf = pd.concat([rescore(g, combiner)[0] for _, g in qdf.groupby("criterion", sort=False)])
         qdf = qdf.sort_index().reset_index(drop=True)
         quality_rows = qdf.to_dict(orient="records")
-    quality_df = aggregate.quality_table(qdf, cfg.alpha, iv) if cfg.quality.enabled else pd.DataFrame()
+    quality_df = aggregate.quality_table(qdf, cfg.alpha, iv, pairs=scores) if cfg.quality.enabled else pd.DataFrame()
     if cfg.quality.enabled:
         audit._write_jsonl("quality_ratings.jsonl", quality_rows)
         write_csv(quality_df, audit.run_dir / "quality.csv")

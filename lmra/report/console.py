@@ -186,6 +186,11 @@ def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
     if failed or invalid:  # pairs left out of the means above, and why
         console.print(f"[bold yellow]Left out of the quality means:[/] {counted(failed, 'rating')} whose LMRA call "
                       f"failed after every retry, {invalid} without a usable answer (quality_ratings.jsonl).")
+    not_rated = {f"{r['group_a']} vs {r['group_b']}": int(r["n_not_rated"]) for _, r in overall.iterrows()
+                 if "n_not_rated" in r and r["n_not_rated"] == r["n_not_rated"] and r["n_not_rated"]}
+    for comp, n in not_rated.items():  # the same for every criterion: said once per comparison
+        console.print(f"[yellow]Not rated on quality ({lit(comp)}):[/] {counted(n, 'pair')} — a failed target call, a "
+                      "refusal, no refusal label or a failed stereotype rating (column n_not_rated of quality.csv).")
     sig = quality[(quality["level"] == "task") & quality["significant_holm"].astype(bool)]
     if len(sig):
         console.print("Holm-significant per task: " + "; ".join(
