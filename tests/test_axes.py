@@ -793,3 +793,56 @@ def test_cli_failed_labels_are_shown_and_too_many_make_it_partial(tmp_path, sim_
     formal = tab[(tab.level == "overall") & (tab.axis == "uses formal language")].iloc[0]
     assert formal.selected and "(0 invalid, 0 failed)" in out
     assert "partial:" in err and "max_failed_share = 0.05" in err and "Traceback" not in err
+
+
+def test_labels_are_combined_as_the_audit_combines_its_ratings():
+    """Statistics-review finding: axis labels were combined by ``min`` for a log-probability LMRA
+    whatever ``judge.combiner`` said (``calibrated`` was scored as ``mean``), and ``auto`` never
+    turned to ``mean`` for answers that came without log-probabilities. A judge with a logit-like
+    preference for the first-shown response (b = 1.2) labels pairs whose true difference is
+    known: ``calibrated`` recovers it (each axis's own b̂), ``min`` does not."""
+    from lmra.axes.label import combined_labels
+
+    rng = np.random.default_rng(7)
+    b = {"x": 1.2, "y": 0.4}  # each axis's own position logit
+
+    def shifted(p, logit):
+        w = {o: v * (math.exp(logit) if o == "A" else 1.0) for o, v in p.items()}
+        z = sum(w.values())
+        return {o: v / z for o, v in w.items()}
+
+    def answer(p, method="logprobs"):
+        return {"probs": p, "mass": 1.0, "method": method, "n_samples": 1, "n_unparseable": 0, "n_refused": 0,
+                "raw_texts": []}
+
+    rows, truth = [], {"x": [], "y": []}
+    for axis in ("x", "y"):
+        for i in range(400):
+            f = rng.uniform(0.05, 0.5)  # q(y_A more), q(y_B more), q(about equal): the judge's true view
+            r = rng.uniform(0.05, 0.9 - f)
+            true = {"A": f, "B": r, "C": 1 - f - r}
+            truth[axis].append(f - r)
+            o1 = shifted(true, b[axis])  # Response 1 = y_A: A means "y_A more"
+            o2 = shifted({"A": r, "B": f, "C": 1 - f - r}, b[axis])  # Response 1 = y_B
+            rows.append({"axis": axis, "pair_id": f"p{i}", "prompt_id": f"p{i}", "failed": False, "valid": True,
+                         "order1": answer(o1), "order2": answer(o2), "s": math.nan})
+    rows.append({"axis": "x", "pair_id": "lost", "prompt_id": "lost", "failed": True, "valid": False,
+                 "order1": None, "order2": None, "s": math.nan})  # a failed label stays failed
+    labels = pd.DataFrame(rows)
+    cal, combiner, note = combined_labels(labels, "calibrated", True)
+    assert combiner == "calibrated" and note is None
+    for axis in ("x", "y"):
+        got = cal[(cal["axis"] == axis) & cal["valid"].astype(bool)]["s"]
+        assert len(got) == 400 and got.mean() == pytest.approx(np.mean(truth[axis]), abs=1e-6)
+    lost = cal[cal["pair_id"] == "lost"].iloc[0]
+    assert not lost["valid"] and lost["failed"] and math.isnan(lost["s"])
+    # 'auto' on a log-probability LMRA: min, as the stereotype rating; here biased by the position logit
+    mins, combiner, _ = combined_labels(labels, "auto", True)
+    assert combiner == "min"
+    assert abs(mins[mins["axis"] == "x"]["s"].mean() - np.mean(truth["x"])) > 0.01
+    # 'auto' whose answers came as text: mean, with the note the audit gives
+    text = labels.copy()
+    text["order1"] = [answer(a["probs"], "text") if isinstance(a, dict) else a for a in text["order1"]]
+    text["order2"] = [answer(a["probs"], "text") if isinstance(a, dict) else a for a in text["order2"]]
+    _, combiner, note = combined_labels(text, "auto", True)
+    assert combiner == "mean" and note and note.startswith("combiner 'auto' used 'mean'")

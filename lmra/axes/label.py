@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 
 import pandas as pd
 
@@ -76,3 +77,42 @@ async def label_pairs(judge: Provider, cfg: AuditConfig, pairs: list[AxisPair], 
     tpl = template or load_template("axes_label", "judge")
     sem = asyncio.Semaphore(wrapped_bound(judge, cfg.concurrency))  # as in an audit (concurrency = "auto")
     return await label_test_pairs(judge, cfg, tpl, pairs, axes, seed, sem, NoProgress())
+
+
+def combined_labels(labels: pd.DataFrame, setting: str, supports_logprobs: bool
+                    ) -> tuple[pd.DataFrame, str, str | None]:
+    """The labels scored under the audit's order combiner, as its stereotype ratings are
+    (methodology §2 step 4; statistics-review finding: labels were combined by ``min`` for a
+    log-probability LMRA whatever was configured — ``calibrated`` was scored as ``mean``, and
+    ``auto`` never turned to ``mean`` when the answers came without log-probabilities).
+
+    ``auto`` resolves by the LMRA's provider and then by how the answers came
+    (:func:`lmra.audit.finish.auto_combiner_for_answers`); ``calibrated`` removes each axis's own
+    position logit, estimated from that axis's labels (:func:`lmra.judge.calibration.rescore`, as
+    each quality criterion's own). Failed labels are left as they are.
+
+    Args:
+        labels: :func:`label_test_pairs` rows (``axis``, ``order1``, ``order2``, ``s`` …).
+        setting: ``judge.combiner`` as configured; supports_logprobs: the LMRA provider's.
+
+    Returns:
+        (the labels with ``q_F, q_R, q_N, s, valid`` from the combiner and ``s_min``, ``s_mean``,
+        ``s_calibrated`` added; the combiner used; the note of an ``auto`` switched to
+        ``mean``, or None).
+    """
+    from lmra.audit.finish import auto_combiner_for_answers
+    from lmra.judge.calibration import rescore
+    from lmra.judge.scoring import resolve_combiner
+
+    combiner = resolve_combiner(setting, "logprobs" if supports_logprobs else "sampled")
+    methods: Counter = Counter()
+    for a, b in zip(labels.get("order1", []), labels.get("order2", [])):
+        if isinstance(a, dict) and isinstance(b, dict):
+            methods.update((a.get("method"), b.get("method")))
+    combiner, note = auto_combiner_for_answers(setting, combiner, methods)
+    if labels.empty or "order1" not in labels:
+        return labels, combiner, note
+    names = {"h": "s", "h_min": "s_min", "h_mean": "s_mean", "h_calibrated": "s_calibrated"}
+    parts = [rescore(g.rename(columns={"s": "h"}), combiner)[0].rename(columns=names)
+             for _, g in labels.groupby("axis", sort=False)]
+    return pd.concat(parts).sort_index(), combiner, note

@@ -18,7 +18,7 @@ from lmra.axes.calls import NoProgress
 from lmra.axes.consolidate import add_extra_axes, candidate_axes, consolidate_candidates
 from lmra.axes.embed import require_embed_extra
 from lmra.axes.harm import check_harm
-from lmra.axes.label import label_test_pairs
+from lmra.axes.label import combined_labels, label_test_pairs
 from lmra.axes.outputs import AxesResult, write_axes_outputs
 from lmra.axes.pairs import AxesInputs, prepare_axes
 from lmra.axes.plan import planned_axes_calls
@@ -94,6 +94,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
         for comp, (disc, test) in inputs.splits.items():
             names, sources = axis_lists[comp]
             labels = await label_test_pairs(judge, cfg, tpls["label"], test, names, seed, sem, progress)
+            labels, combiner, combiner_note = combined_labels(labels, cfg.judge.combiner, judge.supports_logprobs)
             ga, gb = (test or disc)[0].group_a, (test or disc)[0].group_b
             tab = select_axes(labels, names, group_a=ga, group_b=gb, alpha=ax.alpha, correction=ax.correction,
                               test=ax.test, ci_alpha=cfg.alpha, min_test_pairs=ax.min_test_pairs, sources=sources)
@@ -109,6 +110,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
             cand["brainstorm"] = bcounts
             candidates[comp] = cand
             comp_summary[comp] = {"group_a": ga, "group_b": gb, **inputs.counts[comp],
+                                  "combiner": combiner, "combiner_note": combiner_note,
                                   "n_discovery_pairs": len(disc), "n_discovery_prompts": len({p.prompt_id for p in disc}),
                                   "n_test_pairs": len(test), "n_test_prompts": len({p.prompt_id for p in test}),
                                   "brainstorm": {k: v for k, v in bcounts.items()
