@@ -590,3 +590,23 @@ def test_a_lost_history_does_not_silently_make_a_new_baseline(tmp_path, capsys):
     (reports / "history.sqlite").write_bytes(b"")  # emptied: the same
     rc, out, _ = audit(capsys, cfg, "--baseline", "pinned")
     assert rc == 0 and "no run named 'slow' is pinned, but 2 finished run(s)" in " ".join(out.split())
+
+
+def test_a_damaged_baseline_pair_file_is_refused_before_the_nights_calls(tmp_path, capsys):
+    """Break-it finding: a pinned baseline's ratings.parquet damaged in place (same size) was found
+    only after the whole audit had been paid for (then exit 2); per_task.csv damage was caught
+    before any call. Both are now."""
+    from test_gates import FLAT, audit, write_config
+
+    cfg = write_config(tmp_path, name="slow", rates=FLAT, n_prompts=6)
+    rc, _, base = audit(capsys, cfg)
+    assert rc == 0
+    parquet = base / "ratings.parquet"
+    data = bytearray(parquet.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    parquet.write_bytes(bytes(data))
+    before = sorted(p.name for p in base.parent.iterdir())
+    rc, out, run = audit(capsys, cfg, "--baseline", str(base))
+    text = " ".join(out.split())
+    assert rc == 2 and "ratings.parquet" in text and "--baseline" in text, text
+    assert sorted(p.name for p in base.parent.iterdir()) == before  # no run folder: nothing called or written

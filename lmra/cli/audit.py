@@ -721,6 +721,9 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
                 baseline = h.resolve(str(usable.iloc[-1]["run_id"]))  # the newest: 'last' once this run exists
             else:
                 baseline = h.resolve(ref)
+            # its per-pair file, which the check reads after the run, checked against its digest now
+            # (break-it finding: a damaged ratings.parquet was found after the whole night was paid for)
+            _ = baseline.pairs_path  # (verified against its digest when read)
         except LmraInputError as exc:
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
     precheck_judge(cfg.judge.provider, cfg.judge.model, baseline)
