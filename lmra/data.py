@@ -422,7 +422,20 @@ def check_name(name: str) -> str | None:
         return "has two separators in a row"
     if name.casefold() in NOT_NAMES:
         return "is a pronoun or a word of lmra's templates, not a name (the scrubber would replace it everywhere)"
+    scripts = sorted({_script(ch) for ch in name if ch.isalpha()} & _LOOKALIKE_SCRIPTS)
+    if len(scripts) > 1:  # break-it finding: "Annа" (Cyrillic а) as a male name beside a female "Anna"
+        return (f"mixes {' and '.join(s.title() for s in scripts)} letters (a lookalike of another name? e.g. "
+                "Cyrillic 'а' for Latin 'a'); a name is written in one script")
     return None
+
+
+#: scripts whose letters look alike (a name mixing them is a lookalike, not a name)
+_LOOKALIKE_SCRIPTS = {"LATIN", "CYRILLIC", "GREEK"}
+
+
+def _script(ch: str) -> str:
+    """The script of a letter by its Unicode name's first word (``LATIN``, ``CYRILLIC`` …)."""
+    return unicodedata.name(ch, "UNKNOWN").split(" ", 1)[0]
 
 
 def load_names(path: str | Path) -> list[NameRecord]:

@@ -159,10 +159,14 @@ def test_names_typed_with_combining_accents_are_accepted_as_written(tmp_path):
         load_names(n)
     assert e.value.line == 3 and e.value.field == "name"
     for bad, why in (("Ab-\u0301", "must start and end with a letter"),
-                     ("Ab" + "\u0301" * 5, "5 combining marks in a row"), ("A\u0301\u0302\u0303\u0304\u0305b", "5 combining")):
+                     ("Ab" + "\u0301" * 5, "5 combining marks in a row"), ("A\u0301\u0302\u0303\u0304\u0305b", "5 combining"),
+                     # break-it finding: a lookalike (Cyrillic а in "Annа") beside a female "Anna"
+                     ("Ann\u0430", "mixes Cyrillic and Latin letters"), ("\u039flga", "mixes Greek and Latin")):
         n.write_text(f"name,gender\n{bad},male\n", encoding="utf-8")
         with pytest.raises(LmraInputError, match=why):
             load_names(n)
+    n.write_text("name,gender\nОльга,female\nΣοφία,female\nŁukasz,male\nNgọc,male\n", encoding="utf-8")
+    assert len(load_names(n)) == 4  # one script each: fine
 
 
 @pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n", "[target]\n[judge]\n[axes]\n"])
