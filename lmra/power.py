@@ -1061,6 +1061,15 @@ PLAN_COLUMNS = ["comparison", "domain", "task", "pilot_prompts", "sd", "stereoty
                 "score", "prompts_needed", "power", "mc_se", "normal_n", "method", "note"]
 
 
+def _check_family(per_task: pd.DataFrame) -> int:
+    """The regression check's Holm family for runs with these tasks: one hypothesis per
+    (comparison, task) row and one per comparison with at least 2 tasks (its overall row)."""
+    keys = ["comparison", "domain", "task"] if "comparison" in per_task else ["group_a", "group_b", "domain", "task"]
+    rows = per_task[keys].drop_duplicates()
+    comp = rows["comparison"] if "comparison" in rows else rows["group_a"] + " vs " + rows["group_b"]
+    return len(rows) + int((comp.value_counts() >= 2).sum())
+
+
 def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = None, base_rate: float | None = None,
          alpha: float = 0.05, power: float = 0.8, design: Design = "one-sample",
          alternative: Alternative | None = None, interval: str | None = None, tasks: int | None = None,
@@ -1081,8 +1090,9 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
         alternative: normal theory and the one-sample t-test only.
         interval: one-sample: the audit's test, ``betting`` or ``t`` (default: the pilot's
             config ``interval``, else ``betting``).
-        tasks: T, the test is made at α/T (two-run: the tasks the check Holm-corrects over;
-            default the pilot's number of (comparison, task) rows for two-run, else 1).
+        tasks: T, the test is made at α/T (two-run: the hypotheses the check Holm-corrects over;
+            default for two-run the pilot's number of (comparison, task) rows plus one overall row
+            per comparison with at least 2 tasks, :func:`lmra.monitor.check_regression`; else 1).
         margin: two-run: the check's margin (≥ 0).
         per_task: also a row per pilot task from that task's scores alone (noisy: a task
             of 40 prompts says little about a 2% rate); default only the pooled row.
@@ -1112,8 +1122,9 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
         interval = str((pilot.config.get("interval") if pilot is not None else None) or "betting")
     if interval not in ("betting", "t"):
         raise LmraInputError(f"unknown interval '{interval}' (betting or t)", field="--interval")
-    if tasks is None:
-        tasks = (len(pilot.per_task) if (pilot is not None and design == "two-run" and len(pilot.per_task)) else 1)
+    if tasks is None:  # two-run: the check's Holm family — the tasks, and each comparison's overall row
+        tasks = (_check_family(pilot.per_task) if (pilot is not None and design == "two-run" and len(pilot.per_task))
+                 else 1)
     if not (isinstance(tasks, (int, np.integer)) and tasks >= 1):
         raise LmraInputError(f"the number of tasks must be an integer ≥ 1, got {tasks}", field="--tasks")
     if not (margin >= 0 and math.isfinite(margin)):

@@ -197,3 +197,17 @@ def test_check_states_the_minimum_detectable_rise(nights, lmra_cli, capsys, monk
     stored = {"result": res.tests.drop(columns=["base_rate", "mde_rate", "mde"]), "baseline_id": res.baseline_id,
               "margin": 0.0, "alpha": 0.05}
     assert 'id="check-sensitivity"' not in render_report(run, check=stored)
+
+
+def test_a_two_run_plan_corrects_over_the_checks_family(tmp_path):
+    """The check's Holm family holds the tasks and each comparison's overall row: a plan from a
+    pilot of 2 tasks tests at α/3 (it said α/2 once the check gained its overall row)."""
+    from monitor_helpers import make_run
+    from lmra.power import plan
+    from lmra.runfolder import load_run
+
+    pilot = load_run(make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1},
+                              seed=1, n_prompts=40))
+    df = plan(0.2, pilot=pilot, design="two-run", sims=100)
+    assert "α/T = 0.05/3" in df.attrs["assumptions"]
+    assert "α/T = 0.05/2" in plan(0.2, pilot=pilot, design="two-run", sims=100, tasks=2).attrs["assumptions"]

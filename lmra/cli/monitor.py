@@ -833,8 +833,9 @@ def add_parsers(subparsers) -> None:
                      help="no pilot: simulate a chatbot whose stereotype rate is P now (e.g. 0.02)")
     src.add_argument("--sd", type=finite_float, help="normal approximation from a stated SD of the per-prompt "
                                                        "score (misplans rare stereotypes)")
-    p.add_argument("--tasks", type=int, help="tasks the test is corrected over: the check tests at alpha/T "
-                                             "(default: the pilot's tasks for two-run, else 1)")
+    p.add_argument("--tasks", type=int, help="hypotheses the test is corrected over: the check tests at alpha/T "
+                                             "(default for two-run: the pilot's tasks plus one overall row per "
+                                             "comparison with 2 or more tasks; else 1)")
     p.add_argument("--margin", type=margin_arg, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
