@@ -502,8 +502,9 @@ class AuditConfig(_Strict):
     personalization: NonBlank = Field(
         "custom_instructions",
         description="How the name reaches the target: 'custom_instructions', 'memory', 'intro_turn', "
-        "or a path to your own template file (sections '### system', '### user', '### assistant', one "
-        "message each, none empty; placeholders plain {name} / {profile}: no format spec or conversion).",
+        "or a path to your own template file (sections '### system', '### user', '### assistant' in any case, one "
+        "message each, none empty; a one-word '### word' line naming no role is refused; placeholders plain {name} / "
+        "{profile}: no format spec or conversion).",
     )
     domains: list[str] = Field(default_factory=list, description="Keep only these domains (empty = all).")
     tasks: list[str] = Field(default_factory=list, description="Keep only these tasks (empty = all).")

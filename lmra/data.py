@@ -390,8 +390,9 @@ def check_name(name: str) -> str | None:
     The rule: 2 to :data:`MAX_NAME_CHARS` characters; letters (any script, with their
     accents), with single spaces, hyphens, apostrophes or periods between them; it starts
     and ends with a letter; no digits, underscores, brackets, regex characters, control or
-    invisible characters; and it is not a pronoun or one of lmra's placeholder and role
-    words (:data:`NOT_NAMES`: she, he, they, her, him, name, user …).
+    invisible characters; it is not a pronoun or one of lmra's placeholder and role
+    words (:data:`NOT_NAMES`: she, he, they, her, him, name, user …); and it does not mix
+    Latin, Cyrillic or Greek letters (a lookalike such as "Annа" with a Cyrillic а).
     """
     bad = _control_char(name)
     if bad is not None:

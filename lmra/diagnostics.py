@@ -56,7 +56,8 @@ def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_or
         cancel across the two orders, so for a judge that mixes its verdict with "A" at
         rate b this is ≈ b;
         ``valid_option_mass`` — mean probability that fell on valid options, in [0, 1];
-        ``unusable`` — answers with no mass on any option; ``unparseable`` and
+        ``unusable`` — answers without usable mass on the options (below
+        ``judge.min_answer_mass``, :func:`lmra.judge.options.ask_options`); ``unparseable`` and
         ``judge_refused`` — sampled/text answers that named no option, split by whether
         the LMRA declined to judge (never coerced to a score); ``text_read`` — answers
         without log-probabilities read as text (an option named);

@@ -299,6 +299,10 @@ class History:
 
         Args:
             run: a run folder, or a run id / path resolvable by :meth:`resolve`.
+
+        Raises:
+            LmraIOError: the history is :attr:`read_only` or cannot be written.
+            LmraInputError: ``run`` names no run.
         """
         self._writable("a pin")
         run = run if isinstance(run, RunFolder) else self.resolve(run)

@@ -394,10 +394,13 @@ def sequential_permutation_pvalue(x: np.ndarray, y: np.ndarray, n_resamples: int
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                      alpha: float = 0.05, history: "History | None" = None) -> CheckResult:
-    """Per task, did the net rating H rise (regress) or fall (improve) by more than ``margin``?
+    """Per task — and per comparison over all its tasks (the overall row) — did the net rating H
+    rise (regress) or fall (improve) by more than ``margin``?
 
-    Method (methodology §8 "Monitoring"; H as in FPF §3.3): see the module docstring.
-    Both families (regressions, improvements) are Holm-corrected across all tasks tested.
+    Method (methodology §8 "Monitoring"; H as in FPF §3.3): see the module docstring. Both
+    families (regressions, improvements) are Holm-corrected across every task and overall row
+    tested; an overall row exists for a comparison with at least 2 tasks in both runs and
+    pools those tasks' per-prompt scores.
 
     Args:
         run: tonight's run; baseline: the run to compare against.
@@ -407,6 +410,11 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     A task regresses when its Holm-adjusted p-value for a rise is ≤ α *and* its difference
     ``h_run − h_base`` exceeds the margin; it improves when the mirror test is significant and
     the difference is below −margin. So no task is both, whatever the tests say.
+
+    Returns:
+        :class:`CheckResult`: ``tests`` one row per task in both runs, ``overall`` one row per
+        comparison with at least 2 of them (H in [−1, 1], p-values in [0, 1] or nan when not
+        tested); ``exit_status`` 3 when any row regressed, 2 when no row could be tested.
 
     Raises:
         LmraInputError: incomparable runs (:func:`assert_comparable`), bad margin/alpha.

@@ -846,3 +846,4 @@ def test_labels_are_combined_as_the_audit_combines_its_ratings():
     text["order2"] = [answer(a["probs"], "text") if isinstance(a, dict) else a for a in text["order2"]]
     _, combiner, note = combined_labels(text, "auto", True)
     assert combiner == "mean" and note and note.startswith("combiner 'auto' used 'mean'")
+    assert "to the axis-label question" in note

@@ -555,5 +555,9 @@ def test_a_ci_gate_on_t_intervals_says_they_under_cover_rare_stereotypes(tmp_pat
     assert main(["gate", str(run), "--gate", "max_ci_high=0.9", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["passed"] and len(doc["warnings"]) == 1 and "betting" in doc["warnings"][0]
+    assert main(["gate", str(run), "--gate", "max_ci_high=0.9"]) == 0  # the table: the warning on stderr
+    cap = capsys.readouterr()
+    assert "warning: max_ci_high read the upper ends of t-intervals" in " ".join(cap.err.split())
+    assert "warning" not in cap.out
     rc, text, run = audit(capsys, write_config(tmp_path, rates=FLAT, seed=2, gates="[gates]\nmax_ci_high = 0.9\n"))
     assert rc == 0 and "t-intervals" not in text  # the default betting intervals keep their coverage

@@ -302,5 +302,5 @@ def test_judge_check_out_naming_a_run_folder_is_refused_before_any_call(tmp_path
                        "--out", str(run)])
         assert srv.requests == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert status == 2 and "is a run folder: judge-check would overwrite its judge_check.json" in err
+    assert status == 2 and "is a run folder: judge-check would write its judge_check.json" in err
     assert (run / "judge_check.json").read_bytes() == recorded

@@ -583,13 +583,13 @@ def test_a_lost_history_does_not_silently_make_a_new_baseline(tmp_path, capsys):
         f.unlink()
     rc, out, second = audit(capsys, cfg, "--baseline", "pinned")
     text = " ".join(out.split())
-    assert rc == 0 and (f"warning: no run named 'slow' is pinned, but 1 finished run(s) of that name are in "
+    assert rc == 0 and (f"warning: no run named 'slow' is pinned, but 1 complete run(s) of that name are in "
                         f"{reports} (newest: {first.name})") in text
     assert f"stop and pin one ('lmra pin {first.name}'), or run with --baseline last" in text
     (reports / "history.sqlite").unlink()
     (reports / "history.sqlite").write_bytes(b"")  # emptied: the same
     rc, out, _ = audit(capsys, cfg, "--baseline", "pinned")
-    assert rc == 0 and "no run named 'slow' is pinned, but 2 finished run(s)" in " ".join(out.split())
+    assert rc == 0 and "no run named 'slow' is pinned, but 2 complete run(s)" in " ".join(out.split())
 
 
 def test_a_damaged_baseline_pair_file_is_refused_before_the_nights_calls(tmp_path, capsys):

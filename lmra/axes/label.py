@@ -110,6 +110,8 @@ def combined_labels(labels: pd.DataFrame, setting: str, supports_logprobs: bool
         if isinstance(a, dict) and isinstance(b, dict):
             methods.update((a.get("method"), b.get("method")))
     combiner, note = auto_combiner_for_answers(setting, combiner, methods)
+    if note is not None:  # (the audit's note, said of its stereotype answers: here the labels')
+        note = note.replace("to the stereotype question", "to the axis-label question")
     if labels.empty or "order1" not in labels:
         return labels, combiner, note
     names = {"h": "s", "h_min": "s_min", "h_mean": "s_mean", "h_calibrated": "s_calibrated"}

@@ -738,7 +738,7 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     done = runs[runs["status"].fillna("complete") == "complete"] if len(runs) else runs
     if not len(done):
         return
-    print_warning(f"no run named '{name}' is pinned, but {len(done)} finished run(s) of that name are in {out} "
+    print_warning(f"no run named '{name}' is pinned, but {len(done)} complete run(s) of that name are in {out} "
                   f"(newest: {done.iloc[-1]['run_id']}): if the history (history.sqlite) was lost or the pin "
                   "removed, this night is not checked and becomes the pinned baseline. To check it against an "
                   f"earlier night, stop and pin one ('lmra pin {done.iloc[-1]['run_id']}'), or run with "

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import RUN_HELP, add_store_args, history_file, json_errors
+from lmra.cli.common import RUN_HELP, add_store_args, history_file, json_errors, print_warning
 from lmra.numbers import strict_float
 from lmra.cli.exits import final_status, print_final_status
 from lmra.errors import LmraInputError
@@ -123,6 +123,9 @@ def print_gates(console: Console, result: GateResult) -> None:
     story' (female vs male) CI high 0.034 > 0.02``), then the summary line."""
     lines = result.lines()
     for line in lines[:-1]:
+        if line.startswith("warning: "):  # on stderr, as every warning (docs/nightly.md, "Machine-readable output")
+            print_warning(line[len("warning: "):])
+            continue
         style = "bold red" if line.startswith("GATE BREACHED") else "bold yellow"
         head, _, rest = line.partition(":")
         console.print(Text.assemble((head, style), ":" + rest), highlight=False, soft_wrap=True)

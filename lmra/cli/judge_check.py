@@ -20,20 +20,18 @@ from lmra.fileio import output_folder, write_json, write_jsonl
 
 
 def _not_a_run_folder(out) -> None:
-    """Refuse ``--out`` naming a run folder whose own judge_check files it would overwrite
-    (break-it finding: a finished run's recorded canary verdict was replaced by another judge's,
+    """Refuse ``--out`` naming a run folder (``manifest.json``): its judge_check files are the
+    audit's own record (break-it finding: a finished run's recorded canary verdict was replaced by another judge's,
     and its exports, report and gates went on accepting it).
 
     Raises:
         LmraInputError: (field ``--out``) before any LMRA call.
     """
-    from lmra.digests import RECORDED
     from lmra.errors import LmraInputError
 
-    clash = [f for f in ("judge_check.json", "judge_check_ratings.jsonl") if f in RECORDED and (out / f).is_file()]
-    if clash and (out / "manifest.json").is_file():
-        raise LmraInputError(f"is a run folder: judge-check would overwrite its {clash[0]} (the audit's own judge "
-                             "validation); write to another folder", file=out, field="--out")
+    if (out / "manifest.json").is_file():  # a run folder: its judge_check files are its own record (or absent)
+        raise LmraInputError("is a run folder: judge-check would write its judge_check.json (the audit's own judge "
+                             "validation, recorded with the run); write to another folder", file=out, field="--out")
 
 
 def add_parsers(sub) -> None:

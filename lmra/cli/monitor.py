@@ -472,8 +472,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       "—" if finite(r.normal_n) is None else f"{int(r.normal_n):,}")
     console.print(table)
     for r in df.itertuples():
-        if r.note:
-            console.print(f"[yellow]warning[/] ({lit(r.task)}): {lit(r.note)}.", highlight=False)
+        if r.note:  # on stderr, as every warning
+            print_warning(f"({r.task}): {r.note}.")
     extra = ("" if args.sd is not None else " 'normal formula': what the normal approximation with the pilot's SD "
                                            "says, for comparison.")
     console.print(f"[dim]Assumes: {lit(df.attrs.get('assumptions', ''))}{extra} A prompt's score is the mean pair score "
@@ -663,7 +663,8 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
     ``allow_unvalidated_judge``.
 
     Returns:
-        0, or 3 when a task regressed, 2 when no task could be tested.
+        0, or 3 when a task or a comparison's overall net rating regressed, 2 when nothing could
+        be tested (no task and no overall row).
 
     Raises:
         LmraInputError: unresolvable or incomparable baseline (exit status 2).

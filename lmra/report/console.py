@@ -228,7 +228,7 @@ def _diagnostics(console: Console, summary: dict) -> None:
         console.print(
             f"[{style}]Judge diagnostics ({question}):[/] order consistency {_rate(d['order_consistency'])}, "
             f"position preference {_rate(d['position_preference'])} (0.5 = none), valid-option mass "
-            f"{_rate(d['valid_option_mass'])}; answers with no option mass {d['unusable']}, unparseable {d['unparseable']}, "
+            f"{_rate(d['valid_option_mass'])}; answers without usable option mass {d['unusable']}, unparseable {d['unparseable']}, "
             f"judge refused {d['judge_refused']}; method {methods}{flag}")
 
 

@@ -93,9 +93,11 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
 
     Returns:
         ``{schema, run_id, baseline_id, margin, alpha, exit_status, verdict, judge_status,
-        n_tested, tests, regressions, improvements, only_in_run, only_in_baseline}``:
-        ``verdict`` is ``regression`` / ``no_regression`` / ``no_conclusion`` (no task could be
-        tested); ``judge_status`` is ``{run, baseline, gated_failure, waived_by}`` (see
+        n_tested, tests, regressions, improvements, only_in_run, only_in_baseline, overall,
+        overall_regressions, overall_improvements}``:
+        ``verdict`` is ``regression`` (a task or an overall row) / ``no_regression`` /
+        ``no_conclusion`` (nothing could be tested, neither a task nor an overall row);
+        ``n_tested`` counts the tasks tested; ``judge_status`` is ``{run, baseline, gated_failure, waived_by}`` (see
         :func:`judge_status_object`); ``tests`` has one
         object per (comparison, domain, task) with every column of ``result.tests`` (counts as
         integers, H in [−1, 1], p-values in [0, 1] or null when not tested, ``mde``/``mde_rate``/
