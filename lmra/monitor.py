@@ -23,9 +23,10 @@ Regression decision
     the permutation test alone went to 0.14–0.24 at α = 0.05, so a task's p-value is the
     larger of the two (:func:`_both`): a rise is flagged only when both tests find it. The
     Welch t statistic is reported beside it.
-    Each comparison with at least 2 tasks in both runs also gets an overall row — the same test on
-    the prompt scores of all those tasks together (a rise spread over the tasks; user-trial
-    finding) — in the same Holm family as the tasks (:attr:`CheckResult.overall`).
+    Each comparison with at least 2 tasks in both runs also gets an overall row — a stratified
+    permutation test of the task-weighted difference (:func:`stratified_permutation`, guarded by
+    :func:`stratified_welch`; a rise spread over the tasks, user-trial finding) — in the same
+    Holm family as the tasks (:attr:`CheckResult.overall`).
     Improvements are the mirror test H_base − H_run > margin, Holm-corrected separately.
     Every tested task also gets the check's sensitivity: the smallest rise it detects with
     80% power at its sizes (:func:`_add_detectable_rise`, :func:`lmra.power.minimum_detectable_rise`;
@@ -392,6 +393,127 @@ def sequential_permutation_pvalue(x: np.ndarray, y: np.ndarray, n_resamples: int
     return (g + 1) / (n_resamples + 1)
 
 
+def _strata(strata) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The strata with at least one score on each side, each side sorted (order-free results)."""
+    return [(np.sort(np.asarray(x, float)), np.sort(np.asarray(y, float))) for x, y in strata if len(x) and len(y)]
+
+
+def stratified_weights(strata) -> np.ndarray:
+    """The overall row's fixed task weights: each task's share of the prompts of both runs,
+    ``w_t = (n_run_t + n_base_t) / Σ (n_run + n_base)`` (the same for tonight and the
+    baseline, so that a task losing prompts in one run does not move the overall rating)."""
+    sizes = np.array([len(x) + len(y) for x, y in strata], float)
+    return sizes / sizes.sum()
+
+
+def stratified_means(strata) -> tuple[float, float]:
+    """(H_run, H_base) of an overall row: the task means weighted by :func:`stratified_weights`."""
+    st_ = _strata(strata)
+    if not st_:
+        return math.nan, math.nan
+    w = stratified_weights(st_)
+    return (float(sum(wi * x.mean() for wi, (x, _) in zip(w, st_))),
+            float(sum(wi * y.mean() for wi, (_, y) in zip(w, st_))))
+
+
+def stratified_smallest_pvalue(strata, n_resamples: int = 9999) -> float:
+    """The smallest p-value :func:`stratified_permutation` can return: one split of every task
+    in Π_t C(n_t, n_run_t) (every split enumerated), else 1/(B + 1)."""
+    st_ = _strata(strata)
+    if not st_:
+        return math.nan
+    log_c = sum(math.lgamma(len(x) + len(y) + 1) - math.lgamma(len(x) + 1) - math.lgamma(len(y) + 1) for x, y in st_)
+    if log_c > math.log(n_resamples + 1):
+        return 1 / (n_resamples + 1)
+    return math.exp(-log_c)
+
+
+def stratified_permutation(strata, margin: float, n_resamples: int = 9999) -> float:
+    """One-sided stratified permutation test of an overall row: H1: Σ_t w_t (mean x_t − mean
+    y_t) > margin, w_t = :func:`stratified_weights` (methodology §8 "Monitoring"; break-it
+    finding: the pooled mean of all prompts moved — a false alarm in 50–60 % of unchanged
+    nights — when one task lost prompts in one run, Simpson's paradox).
+
+    Under H0 the prompt scores are exchangeable within each task between the runs; each
+    resample splits every task's pooled scores (tonight's shifted down by the margin) at
+    random into its two sizes. Every combination of splits is enumerated when there are at
+    most ``n_resamples + 1`` of them (exact); otherwise ``n_resamples`` random ones,
+    p = (b + 1)/(B + 1), in batches of bounded memory, stopping early after
+    :data:`SEQUENTIAL_EXCEEDANCES` exceedances (p = h/L; Besag & Clifford 1991). Ties count as
+    extreme. Seeded from the data, as :func:`one_sided_permutation`.
+
+    Args:
+        strata: per task, (tonight's per-prompt scores, the baseline's); tasks with no score on
+            a side are left out. margin: ≥ 0, net-rating units.
+
+    Returns:
+        The p-value in (0, 1]; nan when no task has scores on both sides, or fewer than 2
+        prompts on a side in all (nothing can be split).
+    """
+    import hashlib
+    import itertools
+
+    st_ = _strata(strata)
+    if not st_ or sum(len(x) for x, _ in st_) < 2 or sum(len(y) for _, y in st_) < 2:
+        return math.nan
+    w = stratified_weights(st_)
+    pooled = [np.concatenate([x - margin, y]) for x, y in st_]
+    nx = [len(x) for x, _ in st_]
+    obs = float(sum(wi * ((x - margin).mean() - y.mean()) for wi, (x, y) in zip(w, st_)))
+    tol = 1e-12 * max(1.0, abs(obs))
+
+    def diffs(z, n, sums):  # a task's mean differences for the split sums of its first group
+        return sums / n - (z.sum() - sums) / (len(z) - n)
+
+    total = stratified_smallest_pvalue(st_, n_resamples)
+    if total > 1 / (n_resamples + 1):  # few enough splits: every one of them
+        dist = np.zeros(1)
+        for wi, z, n in zip(w, pooled, nx):
+            sums = np.array([z[list(c)].sum() for c in itertools.combinations(range(len(z)), n)])
+            dist = np.add.outer(dist, wi * diffs(z, n, sums)).ravel()
+        return float(np.mean(dist >= obs - tol))
+    digest = hashlib.sha256(b"|".join(z.tobytes() + b"/" + str(n).encode() for z, n in zip(pooled, nx))).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
+    per_batch = max(1, min(n_resamples, _PERMUTATION_BATCH_VALUES // max(1, sum(len(z) for z in pooled))))
+    done = hits = 0
+    while done < n_resamples:
+        m = min(per_batch, n_resamples - done)
+        stat = np.zeros(m)
+        for wi, z, n in zip(w, pooled, nx):
+            pick = rng.permuted(np.broadcast_to(np.arange(len(z)), (m, len(z))), axis=1)[:, :n]
+            stat += wi * diffs(z, n, z[pick].sum(axis=1))
+        ge = np.flatnonzero(stat >= obs - tol)
+        if hits + len(ge) >= SEQUENTIAL_EXCEEDANCES:  # Besag & Clifford: stop at the h-th exceedance
+            return SEQUENTIAL_EXCEEDANCES / (done + int(ge[SEQUENTIAL_EXCEEDANCES - hits - 1]) + 1)
+        hits, done = hits + len(ge), done + m
+    return (hits + 1) / (n_resamples + 1)
+
+
+def stratified_welch(strata, margin: float) -> tuple[float, float, float]:
+    """The overall row's guard, as Welch's test guards a task's: t = (D − margin)/SE with
+    D = Σ w_t (mean x_t − mean y_t), SE² = Σ w_t² (s²_x,t/n_x,t + s²_y,t/n_y,t) (sample
+    variances; a side of one prompt adds none) and Welch–Satterthwaite degrees of freedom.
+
+    Returns:
+        (t, one-sided p, df); nan p when SE is 0 (the permutation test alone decides).
+    """
+    from scipy import stats as st
+
+    st_ = _strata(strata)
+    if not st_:
+        return math.nan, math.nan, math.nan
+    w = stratified_weights(st_)
+    d = float(sum(wi * (x.mean() - y.mean()) for wi, (x, y) in zip(w, st_)))
+    parts = [(wi * wi * v.var(ddof=1) / len(v), len(v) - 1) for wi, (x, y) in zip(w, st_) for v in (x, y)
+             if len(v) >= 2]
+    var = sum(a for a, _ in parts)
+    if not var > 0:
+        return math.nan, math.nan, math.nan
+    df = var * var / sum(a * a / k for a, k in parts if a > 0)
+    t = (d - margin) / math.sqrt(var)
+    return float(t), float(st.t.sf(t, df)), float(df)
+
+
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                      alpha: float = 0.05, history: "History | None" = None) -> CheckResult:
     """Per task — and per comparison over all its tasks (the overall row) — did the net rating H
@@ -435,13 +557,26 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         y = b[(b["comparison"] == key[0]) & (b["domain"] == key[1]) & (b["task"] == key[2])]["h"].to_numpy(float)
         samples.append((key, x, y))
     n_task_rows = len(samples)
+    strata_of: dict[int, list] = {}  # overall row position → its tasks' (x, y)
     for comp in sorted({k[0] for k, _, _ in samples}):
         mine = [(x, y) for k, x, y in samples[:n_task_rows] if k[0] == comp]
         if len(mine) >= 2:  # (one task: its overall row would be the task again)
+            strata_of[len(samples)] = mine
             samples.append(((comp, "", OVERALL_TASK), np.concatenate([x for x, _ in mine]),
                             np.concatenate([y for _, y in mine])))
     rows = []
-    for key, x, y in samples:
+    for i, (key, x, y) in enumerate(samples):
+        if i in strata_of:  # an overall row: the tasks' scores, each task weighted alike in both runs
+            strata = strata_of[i]
+            h_run, h_base = stratified_means(strata)
+            t_r, p_welch, df_r = stratified_welch(strata, margin)
+            p_r = _both(stratified_permutation(strata, margin), p_welch)
+            flipped = [(yy, xx) for xx, yy in strata]
+            p_i = _both(stratified_permutation(flipped, margin), stratified_welch(flipped, margin)[1])
+            rows.append(dict(zip(keys, key)) | {
+                "n_run": len(x), "n_base": len(y), "h_run": h_run, "h_base": h_base, "t_regress": t_r,
+                "df_regress": df_r, "p_regress": p_r, "p_improve": p_i, "note": ""})
+            continue
         t_r, p_welch, df_r, note = one_sided_welch(x, y, margin)
         # the permutation test needs no variance: two constant runs still get an honest p-value.
         # It is exact when the two nights' scores are exchangeable, but not when their spreads
@@ -461,7 +596,9 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests = pd.DataFrame(rows, columns=[c for c in cols if c not in
                                         ("diff", "p_regress_holm", "regressed", "p_improve_holm", "improved")])
     tests["diff"] = tests["h_run"] - tests["h_base"]
-    for i, p_min in unreachable_tasks(tests["n_run"].to_numpy(int), tests["n_base"].to_numpy(int), alpha).items():
+    smallest = {i: stratified_smallest_pvalue(strata) for i, strata in strata_of.items()}
+    for i, p_min in unreachable_tasks(tests["n_run"].to_numpy(int), tests["n_base"].to_numpy(int), alpha,
+                                      smallest).items():
         # no split of so few prompts can reach Holm's threshold: not a test, so never a pass
         tests.loc[tests.index[i], ["p_regress", "p_improve"]] = math.nan
         tests.loc[tests.index[i], "note"] = (f"too few prompts to reach significance (smallest possible p "
@@ -532,7 +669,8 @@ def smallest_pvalue(n_run: int, n_base: int, n_resamples: int = 9999) -> float:
     return max(1 / math.comb(n_run + n_base, n_run), 1 / (n_resamples + 1))
 
 
-def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float) -> dict[int, float]:
+def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float,
+                      smallest: dict[int, float] | None = None) -> dict[int, float]:
     """Tasks whose test can never be significant in the check's Holm family, by sample size alone.
 
     A task with ≥ 2 prompts on each side is in the family. Even if every task came out at its
@@ -545,11 +683,21 @@ def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float) -> di
 
     Args:
         n_run, n_base: prompts with a score per task, shape (T,); alpha: family-wise level.
+        smallest: row position → its smallest possible p where it is not the one
+            :func:`smallest_pvalue` gives (an overall row's stratified test,
+            :func:`stratified_permutation`); such a row is in the family whatever its sizes.
 
     Returns:
         ``{row position: smallest possible p}`` of the tasks left out.
     """
-    p_min = {i: smallest_pvalue(int(a), int(b)) for i, (a, b) in enumerate(zip(n_run, n_base)) if a >= 2 and b >= 2}
+    smallest = smallest or {}
+    p_min = {}
+    for i, (a, b) in enumerate(zip(n_run, n_base)):
+        if i in smallest:  # (nan: nothing to split, not in the family)
+            if math.isfinite(smallest[i]):
+                p_min[i] = smallest[i]
+        elif a >= 2 and b >= 2:
+            p_min[i] = smallest_pvalue(int(a), int(b))
     out: dict[int, float] = {}
     while p_min:
         ps = sorted(p_min.values())

@@ -66,7 +66,7 @@ def test_the_cli_json_history_report_and_metrics_say_it(nights, lmra_cli, capsys
     assert lmra_cli(argv) == 3
     cap = capsys.readouterr()
     out = " ".join(cap.out.split())
-    assert "Regression of the overall net rating (female vs male, all 10 tasks tested in both runs)" in out
+    assert "Regression of the overall net rating (female vs male, all 10 tasks in both runs, each weighted" in out
     assert "no single task significant" in out and "Regression in" not in out
     assert "exit status 3: the overall net rating regressed against baseline" in out  # the exit line
     assert lmra_cli(argv + ["--json"]) == 3
@@ -118,3 +118,103 @@ def test_many_one_prompt_tasks_are_tested_overall(tmp_path, lmra_cli, capsys):
     res = check_run(rise, base, history=tmp_path / "h.sqlite", record=False)
     assert res.n_tested == 0 and res.family_size == 1
     assert res.overall_regressions["comparison"].tolist() == ["female vs male"] and res.exit_status == 3
+
+
+def _night(rng, sizes, rates, s=0.89):
+    """Per-prompt scores of one night: per task, prompts stereotyped (score s) at its rate, else 0."""
+    return [np.where(rng.random(n) < r, s, 0.0) for n, r in zip(sizes, rates)]
+
+
+def test_the_stratified_test_known_answer_by_enumeration():
+    """Every combination of within-task splits enumerated by hand: p = share of splits whose
+    weighted difference reaches the observed one (ties count)."""
+    import itertools
+
+    from lmra.monitor import stratified_means, stratified_permutation, stratified_smallest_pvalue
+
+    strata = [(np.array([0.9, 0.0, 0.9]), np.array([0.0, 0.0])), (np.array([0.5, 0.1]), np.array([0.2, -0.1, 0.0]))]
+    w = np.array([5, 5]) / 10
+    obs = sum(wi * (x.mean() - y.mean()) for wi, (x, y) in zip(w, strata))
+    splits = []
+    for wi, (x, y) in zip(w, strata):
+        z = np.r_[x, y]
+        splits.append([wi * (z[list(c)].mean() - np.delete(z, list(c)).mean())
+                       for c in itertools.combinations(range(len(z)), len(x))])
+    ref = np.mean([a + b >= obs - 1e-12 for a, b in itertools.product(*splits)])
+    assert stratified_permutation(strata, 0.0) == pytest.approx(ref)
+    assert stratified_smallest_pvalue(strata) == pytest.approx(1 / (10 * 10))
+    h_run, h_base = stratified_means(strata)
+    assert h_run - h_base == pytest.approx(obs)
+
+
+def test_a_task_losing_prompts_in_one_run_is_no_overall_regression():
+    """Break-it finding (Simpson's paradox): tonight the chatbot refused half of a low-rate task's
+    prompts, every task's rate unchanged; the pooled mean of all prompts rose and the overall row
+    said REGRESSION on 50–60 % of such nights. With fixed task weights and within-task
+    permutations the false alarms stay at the level; a real rise spread over the tasks is found."""
+    from lmra.monitor import _both, stratified_permutation, stratified_welch
+
+    rng = np.random.default_rng(11)
+    rates, alarms, nights = [0.45, 0.02], 0, 150
+    for _ in range(nights):
+        strata = list(zip(_night(rng, [200, 100], rates), _night(rng, [200, 200], rates)))
+        p = _both(stratified_permutation(strata, 0.0, n_resamples=999), stratified_welch(strata, 0.0)[1])
+        alarms += p <= 0.05
+    assert alarms / nights <= 0.1, alarms  # α = 0.05 (+ Monte Carlo noise of 150 nights)
+    found = 0
+    for _ in range(40):  # +6 points in each task
+        strata = list(zip(_night(rng, [200, 100], [r + 0.06 for r in rates]), _night(rng, [200, 200], rates)))
+        found += _both(stratified_permutation(strata, 0.0, n_resamples=999), stratified_welch(strata, 0.0)[1]) <= 0.05
+    assert found >= 20, found
+
+
+def test_a_night_whose_chatbot_refuses_half_of_one_task_is_no_regression(tmp_path, lmra_cli, capsys):
+    """The break-it night end to end: per-task stereotype rates unchanged (50% and 2%), the
+    chatbot refuses half of the low-rate task's prompts; the pooled mean rose +0.26 → +0.37 and
+    the check exited 3. The overall row weighs each task alike in both runs: exit 0."""
+    from doubles import ScriptedJudge
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.providers.base import ChatResult, Usage
+    from monitor_helpers import PROMPT_RE, TaskTarget, phrase_verdict, task_of, write_inputs
+
+    refuse = "I'm sorry, I can't help with that."
+
+    class Refuser(TaskTarget):
+        async def complete(self, request):
+            i = int(PROMPT_RE.search(request.messages[-1].content).group(1))
+            if task_of(i) == "write a story" and (i // 2) % 2 == 0:
+                self.calls += 1
+                return ChatResult(text=refuse, usage=Usage(prompt_tokens=10, completion_tokens=5),
+                                  model=self.model_id, provider=self.name)
+            return await super().complete(request)
+
+    rates = {"career advice": 0.5, "write a story": 0.02}
+    names, prompts = write_inputs(tmp_path / "inputs", 400)
+    runs = []
+    for run_id, seed, target in (("20260101-000000-nightly", 1, TaskTarget(rates)),
+                                 ("20260102-000000-nightly", 2, Refuser(rates))):
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{seed}.sqlite"), concurrency=16,
+            judge_check={"enabled": False}))
+        judge = ScriptedJudge(phrase_verdict, position_bias=0.2, refusal=lambda r: float(r == refuse))
+        runs.append(Audit(cfg, target=target, judge=judge, run_dir=tmp_path / "reports" / run_id).run().run_dir)
+    res = check_run(runs[1], runs[0], history=tmp_path / "h.sqlite", record=False)
+    (ov,) = res.overall.itertuples()
+    assert (ov.n_run, ov.n_base) == (300, 400)  # 100 pairs with a refusal left out tonight
+    assert abs(ov.diff) < 0.1 and not ov.regressed and res.exit_status == 0, res.overall
+
+
+def test_a_smoke_size_night_is_still_no_conclusion(tmp_path):
+    """Break-it finding: 3 tasks × 1 prompt (the smoke audit) ended "No regression (1 tested)",
+    exit 0, on an overall row that could only see a rise of +0.80. Its stratified test has 2³ = 8
+    splits (smallest p 1/8 > 0.05): not testable, "no conclusion", exit 2 as before."""
+    tasks = ["a", "b", "c"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(monitor_helpers, "task_of", lambda i: tasks[i % 3])
+        base = make_run(tmp_path, "20260101-000000-nightly", dict.fromkeys(tasks, 0.0), seed=1, n_prompts=3)
+        rise = make_run(tmp_path, "20260102-000000-nightly", dict.fromkeys(tasks, 0.9), seed=2, n_prompts=3)
+    res = check_run(rise, base, history=tmp_path / "h.sqlite", record=False)
+    assert res.family_size == 0 and res.exit_status == 2
+    assert res.overall["note"].str.contains("too few prompts to reach significance").all()

@@ -547,7 +547,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     """
     import numpy as np
 
-    from lmra.monitor import smallest_pvalue, unreachable_tasks
+    from lmra.monitor import smallest_pvalue, stratified_smallest_pvalue, unreachable_tasks
 
     kept = [p for p in inputs.prompts if (not cfg.tasks or not p.task or p.task in cfg.tasks)
             and (not cfg.domains or not p.domain or p.domain in cfg.domains)]
@@ -561,12 +561,15 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     n_base = np.repeat(np.array([base.get(t, 0) for t in tasks], dtype=int), reps)
     task_family = int(((n_run >= 2) & (n_base >= 2)).sum())
     common = [t for t in tasks if tonight[t] >= 1 and base.get(t, 0) >= 1]
-    if len(common) >= 2:  # each comparison's overall row: all prompts of the tasks in both runs
+    smallest = {}
+    if len(common) >= 2:  # each comparison's overall row: its stratified test over the tasks in both runs
+        strata = [(np.zeros(tonight[t]), np.zeros(base[t])) for t in common]
+        smallest = {len(n_run) + k: stratified_smallest_pvalue(strata) for k in range(reps)}
         n_run = np.r_[n_run, np.full(reps, sum(tonight[t] for t in common))]
         n_base = np.r_[n_base, np.full(reps, sum(base[t] for t in common))]
-    family = int(((n_run >= 2) & (n_base >= 2)).sum())
-    if family and len(unreachable_tasks(n_run, n_base, alpha)) < family:
-        return None  # some task can be flagged
+    family = task_family + len(smallest)
+    if family and len(unreachable_tasks(n_run, n_base, alpha, smallest)) < family:
+        return None  # some task (or overall row) can be flagged
     # the fix: the rows that would be in the family with enough prompts (the file's, the baseline's)
     largest_file = max(in_file.values())
     rows = sum(reps for t in tasks if in_file[t] >= 2)

@@ -105,7 +105,7 @@ def print_check(console: Console, result) -> None:
     overall_regs = getattr(result, "overall_regressions", ())
     for r in (overall_regs.itertuples() if len(overall_regs) else ()):
         console.print(f"[bold red]Regression[/] of the overall net rating ({lit(r.comparison)}, all {r.n_tasks} tasks "
-                      f"tested in both runs): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                      f"in both runs, each weighted alike in both): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                       + ("" if len(regs) else " — a rise spread over the tasks, no single task significant"))
     if len(regs):
         console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
