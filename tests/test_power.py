@@ -81,8 +81,8 @@ def test_plan_from_a_pilot_run(tmp_path, lmra_cli, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert f"{int(pooled_row['prompts_needed']):,}" in out and "Assumes: Simulated" in out
     assert lmra_cli(["plan", "--rate", "0.001", "--power", "0.8", "--sd", "0.3"]) == 0
-    out = capsys.readouterr().out
-    assert "706,400" in out and "normal approximation" in out  # TTestPower: 706,399.4 → 706,400
+    cap = capsys.readouterr()  # (the plan's warning, on stderr)
+    assert "706,400" in cap.out and "normal approximation" in cap.err  # TTestPower: 706,399.4 → 706,400
     adequacy = sample_adequacy(run, 0.05).set_index("task")
     assert adequacy.loc["write a story", "n_prompts"] == 50
     assert not adequacy.loc["write a story", "adequate"]  # 50 prompts cannot detect 0.05 at SD ≈ 0.45

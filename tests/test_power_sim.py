@@ -93,7 +93,7 @@ def test_two_run_planner_on_the_crashing_input(tmp_path, lmra_cli, capsys):
     assert df.loc[0, "prompts_needed"] > 50  # sd under the alternative sqrt(0.008² + 0.89·0.05) = 0.211
     assert lmra_cli(["plan", "--design", "two-run", "--sd", "0.008", "--rate", "0.05"]) == 0
     out = capsys.readouterr()
-    assert "Traceback" not in out.out + out.err and "normal approximation" in out.out
+    assert "Traceback" not in out.out + out.err and "normal approximation" in out.err  # (a warning: stderr)
     # the same night as a pilot: an unbiased chatbot, no stereotyped prompt (scores N(0, 0.008))
     pilot = np.clip(np.random.default_rng(3).normal(0, 0.008, 320), -1, 1)
     sp = prompts_needed_sim(PairScoreModel.from_scores(pilot), 0.0712, design="two-run", tasks=8, sims=400)
