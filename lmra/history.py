@@ -166,8 +166,8 @@ def _memory_copy(path: Path) -> sqlite3.Connection:
             src.backup(db)
         finally:
             src.close()
-    print(f"note: {path} is read-only (its folder cannot be written): the run history is read from a copy in "
-          "memory; nothing is stored (a pin or a check cannot be)", file=sys.stderr)
+    print(f"note: {path} is read-only (it or its folder cannot be written): the run history is read from a copy "
+          "in memory; nothing is stored (a pin or a check cannot be)", file=sys.stderr)
     return db
 
 
@@ -291,8 +291,8 @@ class History:
     def _writable(self, what: str) -> None:
         """Raise :class:`~lmra.errors.LmraIOError` when the history is :attr:`read_only`."""
         if self.read_only:
-            raise LmraIOError(f"the run history is read-only (its folder cannot be written): {what} cannot be "
-                              "stored", path=self.path)
+            raise LmraIOError(f"the run history is read-only (it or its folder cannot be written): {what} cannot "
+                              "be stored", path=self.path)
 
     def pin(self, run: RunFolder | str | Path) -> str:
         """Pin a run as the ``pinned`` baseline of every run with the same name; returns its id.

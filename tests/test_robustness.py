@@ -314,7 +314,7 @@ def _reads_work_and_writes_are_refused(reports, runs, tmp_path, capsys):
     assert main(["history", "--reports-dir", str(reports)]) == 0
     cap = capsys.readouterr()
     assert runs[0].name in cap.out and runs[1].name in cap.out
-    assert "is read-only (its folder cannot be written): the run history is read from a copy in memory" in cap.err
+    assert "is read-only (it or its folder cannot be written): the run history is read from a copy in memory" in cap.err
     assert main(["compare", str(runs[0]), str(runs[1])]) == 0
     status = main(["check", str(runs[1]), "--baseline", str(runs[0])])
     cap = capsys.readouterr()
@@ -324,7 +324,7 @@ def _reads_work_and_writes_are_refused(reports, runs, tmp_path, capsys):
     capsys.readouterr()
     assert main(["pin", str(runs[0])]) == 1  # an explicit write: an I/O failure naming the file
     err = " ".join(capsys.readouterr().err.split())
-    assert "the run history is read-only (its folder cannot be written): a pin cannot be stored" in err
+    assert "the run history is read-only (it or its folder cannot be written): a pin cannot be stored" in err
     assert (reports / "history.sqlite").read_bytes() == before
 
 
@@ -357,3 +357,22 @@ def test_a_history_on_a_read_only_mount_is_read(tmp_path, capsys):
         _reads_work_and_writes_are_refused(mnt, [mnt / r.name for r in runs], tmp_path, capsys)
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_an_audit_whose_history_cannot_be_written_stops_before_its_calls(tmp_path, capsys, monkeypatch):
+    """Break-it finding: with history.sqlite read-only (an immutable file, another user's), the
+    audit made every call and then failed to store its check (exit 1, the verdict never shown).
+    It stops before the calls, naming the file (exit 1, no new run folder)."""
+    import lmra.history
+    from lmra.cli import main
+
+    reports, runs = _read_only_reports(tmp_path, capsys)
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=12, seed=3)
+    monkeypatch.setattr(lmra.history, "_read_only", lambda path: True)
+    before = sorted(p.name for p in reports.iterdir())
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--baseline", "last"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"I/O failure: {reports / 'history.sqlite'}: the run history cannot be written" in err
+    assert sorted(p.name for p in reports.iterdir()) == before

@@ -666,16 +666,35 @@ def _final(console: Console, reasons: dict[int, str]) -> int:
     return print_final_status(console, reasons)
 
 
+def _require_writable_history(path: Path) -> None:
+    """Refuse, before any model call, a run history the audit could not write (a read-only file
+    or folder): its run could not be registered, nor its check or pin stored (break-it finding:
+    found after every call was paid for, the night's verdict never shown).
+
+    Raises:
+        LmraIOError: naming the file (exit status 1)."""
+    from lmra.errors import LmraIOError
+    from lmra.history import _read_only
+
+    if (path.is_file() or path.parent.is_dir()) and _read_only(path):
+        raise LmraIOError("the run history cannot be written (the file or its folder is read-only): the run could "
+                          "not be registered nor its check stored; make it writable or choose another output_dir",
+                          path=path)
+
+
 def _precheck_history(cfg) -> None:
     """Open the run history the audit registers its run in (``<output_dir>/history.sqlite``, when
     it exists) before any model call (break-it finding: a damaged history was found only after
     every call, with a complete run folder that was never registered).
 
     Raises:
-        LmraIOError: the history cannot be read (naming it; exit status 1)."""
+        LmraIOError: the history cannot be read, or cannot be written (a read-only file or folder:
+            the run could not be registered, its check or pin not stored — said before the calls;
+            break-it finding) — naming it; exit status 1."""
     from lmra.history import History, history_path
 
     path = history_path(cfg.output_dir)
+    _require_writable_history(path)
     if path.is_file():
         with History(path) as h:
             h.runs(name=cfg.name)
@@ -699,6 +718,7 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
     from lmra.history import History, history_path, unusable_pin
 
     out = Path(cfg.output_dir)
+    _require_writable_history(history_path(out))
     if not out.is_dir():
         if ref in ("pinned", "last"):
             return True, None
