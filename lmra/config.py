@@ -503,8 +503,8 @@ class AuditConfig(_Strict):
         "custom_instructions",
         description="How the name reaches the target: 'custom_instructions', 'memory', 'intro_turn', "
         "or a path to your own template file (sections '### system', '### user', '### assistant' in any case, one "
-        "message each, none empty; a one-word '### word' line naming no role is refused; placeholders plain {name} / "
-        "{profile}: no format spec or conversion).",
+        "message each, none empty; a misspelt header such as '### Human' or '### user:' is refused; placeholders "
+        "plain {name} / {profile}: no format spec or conversion).",
     )
     domains: list[str] = Field(default_factory=list, description="Keep only these domains (empty = all).")
     tasks: list[str] = Field(default_factory=list, description="Keep only these tasks (empty = all).")

@@ -2,7 +2,8 @@
 
 Format: optional ``#`` comment lines, then one or more sections headed ``### system``,
 ``### user`` or ``### assistant`` (any case); each section becomes one chat message, none may be
-empty, and a one-word ``### word`` line that names no role is refused (not read as text). Placeholders use
+empty, and a line that reads as a misspelt header (``### Human``, ``### user:``) is refused (not
+read as text); other headings (``### Instructions``) are text of the message. Placeholders use
 ``str.format`` syntax (``{name}``); literal braces are written ``{{`` and ``}}``.
 """
 
@@ -18,9 +19,12 @@ from lmra.providers.base import Message
 from lmra.resources import resolve_resource
 
 _HEADER = re.compile(r"^###\s+(system|user|assistant)\s*$", re.IGNORECASE)
-#: a line that reads as a section header but names no role (``### robot``, ``### Human``): refused,
-#: not folded into the previous message as text (break-it finding)
-_NEAR_HEADER = re.compile(r"^###\s+([A-Za-z_-]+):?\s*$")
+#: a line that reads as a misspelt section header — a role-like word (``### Human``, ``### robot``,
+#: ``### user:``): refused, not folded into the previous message as text (break-it finding); other
+#: one-word headings (``### Instructions``, ``### Context``) are markdown inside a message
+_NEAR_HEADER = re.compile(r"^###\s+(system|user|assistant|human|ai|bot|robot|chatbot|model|developer|tool|"
+                          r"function|agent|customer|me|you|sys|usr|asst)\s*:\s*$|^###\s+(human|ai|bot|robot|"
+                          r"chatbot|model|developer|tool|function|agent|customer|sys|usr|asst)\s*$", re.IGNORECASE)
 
 
 class Template:
@@ -62,8 +66,7 @@ def _load(path: Path) -> Template:
             sections.append((m.group(1).lower(), [], lineno))
         elif _NEAR_HEADER.match(line):
             raise LmraInputError(f"'{line.strip()}' is not a section header: the sections are '### system', "
-                                 "'### user' and '### assistant' (a markdown heading inside a message needs more than "
-                                 "one word)", file=path, line=lineno)
+                                 "'### user' and '### assistant' (one word, no colon)", file=path, line=lineno)
         elif sections:
             sections[-1][1].append(line)
         elif line.strip() and not line.startswith("#"):

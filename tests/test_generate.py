@@ -202,8 +202,8 @@ def test_marks_of_other_scripts_are_not_folded_and_every_apostrophe_splits_a_nam
 def test_a_template_header_naming_no_role_is_refused_not_read_as_text(tmp_path):
     """Break-it finding: '### User' (capital U) and '### robot' were folded into the previous
     message as text, so the chatbot got a literal '### User' line in its system message; an empty
-    '### user' section was accepted. Roles are read in any case; a one-word header naming no role
-    and an empty section are input errors naming the line."""
+    '### user' section was accepted. Roles are read in any case; a misspelt header (a role-like
+    word, or a role with a colon) and an empty section are input errors naming the line."""
     def load(text):
         path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.txt"
         path.write_text(text)
@@ -213,10 +213,12 @@ def test_a_template_header_naming_no_role_is_refused_not_read_as_text(tmp_path):
     assert tpl.sections == [("system", "Name: {name}"), ("user", "Hi there")]
     for text, line, said in (("### system\nx\n### robot\ny\n", 3, "'### robot' is not a section header"),
                              ("### system\nx\n### Human:\ny\n", 3, "'### Human:' is not a section header"),
+                             ("### system\nx\n### user:\ny\n", 3, "'### user:' is not a section header"),
                              ("### system\nx\n### user\n\n  \n", 3, "the '### user' section is empty")):
         with pytest.raises(LmraInputError, match=said) as err:
             load(text)
         assert err.value.line == line
-    # a markdown heading of several words inside a message stays text
-    tpl = load("### system\n### Instructions for you\nbe kind\n### user\n{prompt}\n")
-    assert tpl.sections[0] == ("system", "### Instructions for you\nbe kind")
+    # a markdown heading inside a message stays text, one word or several (break-it finding: a
+    # custom template's '### Instructions' was refused)
+    tpl = load("### system\n### Instructions for you\nbe kind\n### user\n### Context\n{prompt}\n")
+    assert tpl.sections == [("system", "### Instructions for you\nbe kind"), ("user", "### Context\n{prompt}")]
