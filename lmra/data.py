@@ -379,9 +379,10 @@ MAX_MARK_RUN = 4
 
 
 def _same_name_key(name: str) -> str:
-    """What two spellings of one name share: its composed form (NFC: José typed with a combining
-    accent is José), without case. Only for finding repeats; a name is used as it is written."""
-    return unicodedata.normalize("NFC", name).casefold()
+    """What two spellings of one name share: its compatibility-composed form (NFKC: José typed
+    with a combining accent is José, a full-width or mathematical 'Ａｎｎａ' is Anna), without
+    case. Only for finding repeats; a name is used as it is written."""
+    return unicodedata.normalize("NFKC", name).casefold()
 
 
 def check_name(name: str) -> str | None:
@@ -391,8 +392,9 @@ def check_name(name: str) -> str | None:
     accents), with single spaces, hyphens, apostrophes or periods between them; it starts
     and ends with a letter; no digits, underscores, brackets, regex characters, control or
     invisible characters; it is not a pronoun or one of lmra's placeholder and role
-    words (:data:`NOT_NAMES`: she, he, they, her, him, name, user …); and it does not mix
-    Latin, Cyrillic or Greek letters (a lookalike such as "Annа" with a Cyrillic а).
+    words (:data:`NOT_NAMES`: she, he, they, her, him, name, user …); and its letters are of
+    one script (by their Unicode names: Latin, Cyrillic, Armenian, full-width, mathematical …;
+    kanji with kana excepted) — a mix is a lookalike such as "Annа" with a Cyrillic а.
     """
     bad = _control_char(name)
     if bad is not None:
@@ -423,15 +425,16 @@ def check_name(name: str) -> str | None:
         return "has two separators in a row"
     if name.casefold() in NOT_NAMES:
         return "is a pronoun or a word of lmra's templates, not a name (the scrubber would replace it everywhere)"
-    scripts = sorted({_script(ch) for ch in name if ch.isalpha()} & _LOOKALIKE_SCRIPTS)
-    if len(scripts) > 1:  # break-it finding: "Annа" (Cyrillic а) as a male name beside a female "Anna"
-        return (f"mixes {' and '.join(s.title() for s in scripts)} letters (a lookalike of another name? e.g. "
-                "Cyrillic 'а' for Latin 'a'); a name is written in one script")
+    scripts = {_script(ch) for ch in name if ch.isalpha() and unicodedata.category(ch) != "Lm"}  # (ʼ: a modifier)
+    if len(scripts) > 1 and not scripts <= _JAPANESE_SCRIPTS:  # break-it findings: "Annа" (Cyrillic а),
+        # "Jօhn" (Armenian օ), "Ann𝖺" (a mathematical letter) beside "Anna" and "John"
+        return (f"mixes {' and '.join(s.title() for s in sorted(scripts))} letters (a lookalike of another name? "
+                "e.g. Cyrillic 'а' for Latin 'a'); a name is written in one script")
     return None
 
 
-#: scripts whose letters look alike (a name mixing them is a lookalike, not a name)
-_LOOKALIKE_SCRIPTS = {"LATIN", "CYRILLIC", "GREEK"}
+#: scripts a Japanese name mixes (kanji with kana); any other mix of scripts in one name is refused
+_JAPANESE_SCRIPTS = {"CJK", "HIRAGANA", "KATAKANA"}
 
 
 def _script(ch: str) -> str:

@@ -151,9 +151,9 @@ def test_names_typed_with_combining_accents_are_accepted_as_written(tmp_path):
     as U+0958); the same name in both forms is one name twice; more than 4 marks on a letter
     and a name that ends in a mark after a separator are refused."""
     n = tmp_path / "n.csv"
-    n.write_text("name,gender\nJose\u0301,male\nZoe\u0308,female\nAna\u0331,female\n\u0958adir,male\n",
+    n.write_text("name,gender\nJose\u0301,male\nZoe\u0308,female\nAna\u0331,female\n\u0958\u093e\u0926\u093f\u0930,male\n",
                  encoding="utf-8")
-    assert [r.name for r in load_names(n)] == ["Jose\u0301", "Zoe\u0308", "Ana\u0331", "\u0958adir"]
+    assert [r.name for r in load_names(n)] == ["Jose\u0301", "Zoe\u0308", "Ana\u0331", "\u0958\u093e\u0926\u093f\u0930"]
     n.write_text("name,gender\nJosé,male\nJOSE\u0301,male\n", encoding="utf-8")  # the same name twice
     with pytest.raises(LmraInputError) as e:
         load_names(n)
@@ -161,12 +161,19 @@ def test_names_typed_with_combining_accents_are_accepted_as_written(tmp_path):
     for bad, why in (("Ab-\u0301", "must start and end with a letter"),
                      ("Ab" + "\u0301" * 5, "5 combining marks in a row"), ("A\u0301\u0302\u0303\u0304\u0305b", "5 combining"),
                      # break-it finding: a lookalike (Cyrillic а in "Annа") beside a female "Anna"
-                     ("Ann\u0430", "mixes Cyrillic and Latin letters"), ("\u039flga", "mixes Greek and Latin")):
+                     ("Ann\u0430", "mixes Cyrillic and Latin letters"), ("\u039flga", "mixes Greek and Latin"),
+                     ("J\u0585hn", "mixes Armenian and Latin"), ("Ann\U0001d5ba", "mixes Latin and Mathematical"),
+                     ("Ann\uff41", "mixes Fullwidth and Latin")):
         n.write_text(f"name,gender\n{bad},male\n", encoding="utf-8")
         with pytest.raises(LmraInputError, match=why):
             load_names(n)
-    n.write_text("name,gender\nОльга,female\nΣοφία,female\nŁukasz,male\nNgọc,male\n", encoding="utf-8")
-    assert len(load_names(n)) == 4  # one script each: fine
+    n.write_text("name,gender\nОльга,female\nΣοφία,female\nŁukasz,male\nNgọc,male\n佐藤さくら,female\nOʼNeil,male\n",
+                 encoding="utf-8")
+    assert len(load_names(n)) == 6  # one script each (kanji with kana, a modifier apostrophe): fine
+    n.write_text("name,gender\nAnna,female\n\uff21\uff4e\uff4e\uff41,male\n", encoding="utf-8")  # full-width Anna
+    with pytest.raises(LmraInputError) as e:  # the same name twice (compared in NFKC)
+        load_names(n)
+    assert e.value.line == 3
 
 
 @pytest.mark.parametrize("body", ["", "\n\n", "# only a comment\n", "[target]\n[judge]\n[axes]\n"])
