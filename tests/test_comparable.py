@@ -337,3 +337,25 @@ def test_refreshing_a_run_keeps_its_first_registration_time(tmp_path, monkeypatc
         h.register(run)
         h.scan()
         assert h.get(run.name)["registered"] == first != "2099-01-01T00:00:00+00:00"
+
+
+def test_a_placebo_split_anew_each_night_is_not_another_design(tmp_path):
+    """Break-it finding: with a placebo, every night's own seed splits group A's names into other
+    halves, and the names digest held the halves: every check said "the audit design differs:
+    names (its content changed)", recorded in the history and Prometheus."""
+    default_names, prompts = write_inputs(tmp_path / "inputs", 60)
+    runs = []
+    for seed in (1, 2):
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(default_names), prompts_per_task=0, seed=seed,
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+            judge_check={"enabled": False}, placebo={"share": 0.5}))
+        run_dir = tmp_path / "reports" / f"2026010{seed}-000000-nightly"
+        Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}),
+              judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
+        runs.append(run_dir)
+    import json
+
+    halves = [json.loads((r / "summary.json").read_text())["placebo"] for r in runs]
+    assert halves[0] and halves[1]  # (a placebo was run on both nights)
+    assert check_run(runs[1], runs[0]).comparability == []

@@ -87,7 +87,8 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
     """Digests of what the config's path-valued measurement fields point to, for ``manifest.json``
     ``design`` (compared between a run and its baseline by :mod:`lmra.comparable`: the same file
     named by another path is the same design, a file changed in place is not): ``names`` (the
-    groups' names), ``personalization`` (the style templates' text), ``taxonomy`` (None when the
+    groups' names; not the placebo's seeded halves, which every night with its own seed splits
+    anew — break-it finding: a false "design differs" every night), ``personalization`` (the style templates' text), ``taxonomy`` (None when the
     audit has none). Short SHA-256 hex digests."""
     import hashlib
     import json
@@ -95,7 +96,9 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
     def digest(obj) -> str:
         return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
 
-    return {"names": digest(inputs.group_names), "personalization": digest(_template_hashes(inputs.styles)),
+    halves = {g.name for _, g1, g2 in inputs.placebo.values() for g in (g1, g2)}  # (seeded: another each night)
+    names = {k: v for k, v in inputs.group_names.items() if k not in halves}
+    return {"names": digest(names), "personalization": digest(_template_hashes(inputs.styles)),
             "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json"))}
 
 
