@@ -106,6 +106,9 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
     changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else _change(cb.get(f), cr.get(f))})"
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
+    jb, jr = (cb.get("judge") or {}).get("min_answer_mass"), (cr.get("judge") or {}).get("min_answer_mass")
+    if jb is not None and jr is not None and jb != jr:  # how little option mass still reads as a rating
+        changed.append(f"judge.min_answer_mass ({_change(jb, jr)})")  # (a baseline from before the field: not said)
     if changed:
         out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")

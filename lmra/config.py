@@ -209,8 +209,8 @@ class JudgeConfig(ModelConfig):
     min_answer_mass: float = Field(
         0.05, ge=0, lt=1, description="An LMRA answer with less than this share of its probability on the options "
         "(log-probabilities: of the first answer token; sampled: of the samples) is unusable — a refusal when its "
-        "text says so, else unparseable — not renormalised into a confident rating from the leftover. 0 keeps any "
-        "answer with some mass."
+        "text says so (a log-probability read sees one token, so its declining answers count as unparseable), else "
+        "unparseable — not renormalised into a confident rating from the leftover. 0 keeps any answer with some mass."
     )
     system_prompt: NonBlank | None = Field(
         None, description="Not used by the LMRA: its messages are its templates (prompts/judge/); setting it is an "

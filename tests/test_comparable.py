@@ -359,3 +359,21 @@ def test_a_placebo_split_anew_each_night_is_not_another_design(tmp_path):
     halves = [json.loads((r / "summary.json").read_text())["placebo"] for r in runs]
     assert halves[0] and halves[1]  # (a placebo was run on both nights)
     assert check_run(runs[1], runs[0]).comparability == []
+
+
+def test_another_min_answer_mass_is_another_design(tmp_path):
+    """Break-it note: a change of judge.min_answer_mass (how little option mass still reads as a
+    rating) between the baseline and the run was not among the comparability warnings."""
+    default_names, prompts = write_inputs(tmp_path / "inputs", 40)
+    runs = []
+    for seed, floor in ((1, 0.05), (2, 0.2)):
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(default_names), prompts_per_task=0, seed=seed,
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+            judge_check={"enabled": False}, judge={"min_answer_mass": floor}))
+        run_dir = tmp_path / "reports" / f"2026010{seed}-000000-nightly"
+        Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}),
+              judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
+        runs.append(run_dir)
+    (line,) = check_run(runs[1], runs[0]).comparability
+    assert "the audit design differs: judge.min_answer_mass (0.05 → 0.2)" in line
