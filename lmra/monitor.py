@@ -480,8 +480,7 @@ def stratified_permutation(strata, margin: float, n_resamples: int = 9999) -> fl
         m = min(per_batch, n_resamples - done)
         stat = np.zeros(m)
         for wi, z, n in zip(w, pooled, nx):
-            pick = rng.permuted(np.broadcast_to(np.arange(len(z)), (m, len(z))), axis=1)[:, :n]
-            stat += wi * diffs(z, n, z[pick].sum(axis=1))
+            stat += wi * diffs(z, n, rng.permuted(np.broadcast_to(z, (m, len(z))), axis=1)[:, :n].sum(axis=1))
         ge = np.flatnonzero(stat >= obs - tol)
         if hits + len(ge) >= SEQUENTIAL_EXCEEDANCES:  # Besag & Clifford: stop at the h-th exceedance
             return SEQUENTIAL_EXCEEDANCES / (done + int(ge[SEQUENTIAL_EXCEEDANCES - hits - 1]) + 1)
@@ -492,7 +491,9 @@ def stratified_permutation(strata, margin: float, n_resamples: int = 9999) -> fl
 def stratified_welch(strata, margin: float) -> tuple[float, float, float]:
     """The overall row's guard, as Welch's test guards a task's: t = (D − margin)/SE with
     D = Σ w_t (mean x_t − mean y_t), SE² = Σ w_t² (s²_x,t/n_x,t + s²_y,t/n_y,t) (sample
-    variances; a side of one prompt adds none) and Welch–Satterthwaite degrees of freedom.
+    variances; a side of one prompt takes that side's variance pooled over all its tasks —
+    statistics-review finding: adding none left the permutation test alone on nights whose
+    spreads differ, 12–18 % false alarms at α = 0.05) and Welch–Satterthwaite degrees of freedom.
 
     Returns:
         (t, one-sided p, df); nan p when SE is 0 (the permutation test alone decides).
@@ -504,8 +505,10 @@ def stratified_welch(strata, margin: float) -> tuple[float, float, float]:
         return math.nan, math.nan, math.nan
     w = stratified_weights(st_)
     d = float(sum(wi * (x.mean() - y.mean()) for wi, (x, y) in zip(w, st_)))
-    parts = [(wi * wi * v.var(ddof=1) / len(v), len(v) - 1) for wi, (x, y) in zip(w, st_) for v in (x, y)
-             if len(v) >= 2]
+    side_var = [np.concatenate(side).var(ddof=1) if sum(map(len, side)) >= 2 else 0.0
+                for side in ([x for x, _ in st_], [y for _, y in st_])]  # a one-prompt side's variance
+    parts = [(wi * wi * (v.var(ddof=1) if len(v) >= 2 else side_var[k]) / len(v), max(1, len(v) - 1))
+             for wi, (x, y) in zip(w, st_) for k, v in enumerate((x, y))]
     var = sum(a for a, _ in parts)
     if not var > 0:
         return math.nan, math.nan, math.nan
@@ -559,7 +562,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     n_task_rows = len(samples)
     strata_of: dict[int, list] = {}  # overall row position → its tasks' (x, y)
     for comp in sorted({k[0] for k, _, _ in samples}):
-        mine = [(x, y) for k, x, y in samples[:n_task_rows] if k[0] == comp]
+        # the tasks with scores in both runs (statistics-review finding: one without still counted)
+        mine = [(x, y) for k, x, y in samples[:n_task_rows] if k[0] == comp and len(x) and len(y)]
         if len(mine) >= 2:  # (one task: its overall row would be the task again)
             strata_of[len(samples)] = mine
             samples.append(((comp, "", OVERALL_TASK), np.concatenate([x for x, _ in mine]),
@@ -608,8 +612,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha, samples=[(x, y) for _, x, y in samples])
     overall = tests.iloc[n_task_rows:].reset_index(drop=True)
-    overall.insert(3, "n_tasks", [sum(1 for k, _, _ in samples[:n_task_rows] if k[0] == c)
-                                  for c in overall["comparison"]])
+    overall.insert(3, "n_tasks", [len(strata) for strata in strata_of.values()])
     tests = tests.iloc[:n_task_rows].reset_index(drop=True)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
     return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests, overall=overall,

@@ -218,3 +218,42 @@ def test_a_smoke_size_night_is_still_no_conclusion(tmp_path):
     res = check_run(rise, base, history=tmp_path / "h.sqlite", record=False)
     assert res.family_size == 0 and res.exit_status == 2
     assert res.overall["note"].str.contains("too few prompts to reach significance").all()
+
+
+def test_one_prompt_sides_keep_the_guard_and_empty_sides_do_not_count():
+    """Statistics-review findings: (1) a task with one prompt on a side added no variance to the
+    Welch guard, so on nights whose spreads differ (tonight 1 prompt a task mixing forward and
+    reverse stereotypes, the baseline 20 forward-only ones, the same mean) the permutation test
+    decided alone — 12–18 % false alarms at α = 0.05; such a side takes that side's variance pooled
+    over the tasks. (2) A task with no score on one side counted in the overall row's tasks."""
+    from lmra.monitor import _both, stratified_permutation, stratified_welch
+
+    rng = np.random.default_rng(0)
+
+    def side(n, f, r, s=0.89):
+        u = rng.random(n)
+        return np.where(u < f, s, np.where(u < f + r, -s, 0.0))
+
+    nights, alarms = 200, 0
+    for _ in range(nights):
+        strata = [(side(1, 0.15, 0.10), side(20, 0.05, 0.0)) for _ in range(10)]
+        alarms += _both(stratified_permutation(strata, 0.0, n_resamples=999), stratified_welch(strata, 0.0)[1]) <= 0.05
+    assert alarms / nights <= 0.09, alarms  # α = 0.05 (+ Monte Carlo noise); it was 0.12–0.18
+
+
+def test_a_task_without_scores_on_one_side_is_not_in_the_overall_row(tmp_path):
+    """Only tasks with scores in both runs make the overall row (its n_tasks and sizes say so);
+    with one such task there is no overall row, whose Holm penalty would double the task's."""
+    tasks = ["a", "b", "c"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(monitor_helpers, "task_of", lambda i: tasks[i % 3])
+        base = make_run(tmp_path, "20260101-000000-nightly", dict.fromkeys(tasks, 0.1), seed=1, n_prompts=60)
+        run = make_run(tmp_path, "20260102-000000-nightly", dict.fromkeys(tasks, 0.1), seed=2, n_prompts=60)
+    from lmra.runfolder import load_run
+
+    r, b = load_run(run), load_run(base)
+    scores = r.prompt_scores
+    r._cache["prompt_scores"] = scores[scores["task"] != "c"]  # task c: no scored prompt tonight
+    res = check_regression(r, b)
+    (ov,) = res.overall.itertuples()
+    assert ov.n_tasks == 2 and ov.n_run == 40 and ov.n_base == 60 - 20
