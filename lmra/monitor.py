@@ -419,10 +419,17 @@ def stratified_means(strata) -> tuple[float, float]:
 def stratified_smallest_pvalue(strata, n_resamples: int = 9999) -> float:
     """The smallest p-value :func:`stratified_permutation` can return: one split of every task
     in Π_t C(n_t, n_run_t) (every split enumerated), else 1/(B + 1)."""
-    st_ = _strata(strata)
-    if not st_:
+    return smallest_stratified_pvalue([(len(x), len(y)) for x, y in _strata(strata)], n_resamples)
+
+
+def smallest_stratified_pvalue(sizes: list[tuple[int, int]], n_resamples: int = 9999) -> float:
+    """:func:`stratified_smallest_pvalue` from the tasks' sizes alone, ``[(n_run_t, n_base_t)]``
+    (tasks with a side of 0 left out; nan when none is left) — what ``lmra audit --baseline``
+    knows before its run."""
+    sizes = [(a, b) for a, b in sizes if a and b]
+    if not sizes:
         return math.nan
-    log_c = sum(math.lgamma(len(x) + len(y) + 1) - math.lgamma(len(x) + 1) - math.lgamma(len(y) + 1) for x, y in st_)
+    log_c = sum(math.lgamma(a + b + 1) - math.lgamma(a + 1) - math.lgamma(b + 1) for a, b in sizes)
     if log_c > math.log(n_resamples + 1):
         return 1 / (n_resamples + 1)
     return math.exp(-log_c)

@@ -547,7 +547,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     """
     import numpy as np
 
-    from lmra.monitor import smallest_pvalue, stratified_smallest_pvalue, unreachable_tasks
+    from lmra.monitor import smallest_pvalue, smallest_stratified_pvalue, unreachable_tasks
 
     kept = [p for p in inputs.prompts if (not cfg.tasks or not p.task or p.task in cfg.tasks)
             and (not cfg.domains or not p.domain or p.domain in cfg.domains)]
@@ -563,8 +563,8 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     common = [t for t in tasks if tonight[t] >= 1 and base.get(t, 0) >= 1]
     smallest = {}
     if len(common) >= 2:  # each comparison's overall row: its stratified test over the tasks in both runs
-        strata = [(np.zeros(tonight[t]), np.zeros(base[t])) for t in common]
-        smallest = {len(n_run) + k: stratified_smallest_pvalue(strata) for k in range(reps)}
+        p_min = smallest_stratified_pvalue([(tonight[t], base[t]) for t in common])
+        smallest = {len(n_run) + k: p_min for k in range(reps)}
         n_run = np.r_[n_run, np.full(reps, sum(tonight[t] for t in common))]
         n_base = np.r_[n_base, np.full(reps, sum(base[t] for t in common))]
     family = task_family + len(smallest)
