@@ -252,3 +252,26 @@ def test_cli_bias_blank_groups_one_gender_and_a_group_without_recommendations(tm
     assert "no male − female comparison for 'all': female received no recommendation there" in out
     summ = pd.read_csv(tmp_path / "out" / "recsys_bias_summary.csv")
     assert "male − female" not in set(summ["group"])
+
+
+def test_items_outside_the_catalog_are_refused_not_counted():
+    """PR(G, C)'s denominator sums over catalog items only (Mansoury et al. 2019, §3): a
+    recommended item outside the catalog would otherwise enlarge it (review finding: PR_R(F, A)
+    1/3 instead of 1/2, BD(F, A) −0.667 instead of −0.5)."""
+    cats = {1: ["A"], 2: ["A", "B"], 3: ["B"], 4: ["C"]}
+    train = pd.DataFrame([("u1", 1), ("u1", 2), ("u2", 3), ("u2", 4)], columns=["user_id", "item_id"])
+    recs = pd.DataFrame([("u1", 1), ("u1", 3), ("u2", 2), ("u2", 4)], columns=["user_id", "item_id"])
+    groups = {"u1": "F", "u2": "M"}
+    tab = bd.bias_disparity_table(train, recs, groups, cats).set_index(["group", "category"])
+    # F: T = {1, 2} → PR_T(A) = 2/2, PR_T(B) = 1/2; R = {1, 3} → PR_R(A) = 1/2, PR_R(B) = 1/2;
+    # P(A) = P(B) = 2/4 → BD(F, A) = (1 − 2)/2 = −0.5, BD(F, B) = (1 − 1)/1 = 0
+    assert tab.loc[("F", "A"), "bias_disparity"] == pytest.approx(-0.5)
+    assert tab.loc[("F", "B"), "bias_disparity"] == pytest.approx(0.0)
+    with_99 = pd.concat([recs, pd.DataFrame([("u1", 99)], columns=["user_id", "item_id"])])
+    with pytest.raises(ValueError, match=r"1 item\(s\) of recs outside the catalog \(99\)"):
+        bd.bias_disparity_table(train, with_99, groups, cats)
+    with pytest.raises(ValueError, match="of train outside the catalog"):
+        bd.bias_disparity_table(pd.concat([train, with_99.tail(1)]), recs, groups, cats)
+    # an explicit catalog smaller than the category map: items outside it are refused as well
+    with pytest.raises(ValueError, match="outside the catalog"):
+        bd.bias_disparity_table(train, recs, groups, cats, catalog=[1, 2, 3])

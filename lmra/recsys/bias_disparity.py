@@ -205,12 +205,25 @@ def bias_disparity_table(train: pd.DataFrame, recs: pd.DataFrame, user_groups: M
         ``bias_disparity`` (NaN where B_T = 0) and ``p_category``. Categories never seen in T
         or R have N = 0 and PR = 0. No rows (same columns, :data:`TABLE_COLUMNS`) when no user
         with a group received recommendations.
+
+    Raises:
+        ValueError: an item of ``train`` or ``recs`` (of the users compared) outside the catalog
+            I — PR's denominator sums over i ∈ I only, and dropping such items silently would
+            change every PR of that user's group (match recommendations to the catalog first,
+            e.g. with :class:`lmra.recsys.parse.CatalogMatcher`).
     """
     cats = _categories(item_categories)
     catalog = list(cats) if catalog is None else list(catalog)
     users = set(recs["user_id"]) if users is None else set(users)
     train = train[train["user_id"].isin(users)]
     recs = recs[recs["user_id"].isin(users)]
+    known = set(catalog)
+    for name, side in (("train", train), ("recs", recs)):
+        outside = side.loc[~side["item_id"].isin(known), "item_id"].unique()
+        if len(outside):
+            shown = ", ".join(map(str, outside[:5])) + (" …" if len(outside) > 5 else "")
+            raise ValueError(f"bias_disparity_table: {len(outside)} item(s) of {name} outside the catalog ({shown}); "
+                             "PR(G, C) sums over catalog items only (Mansoury et al. 2019, §3)")
     n_items = len(set(catalog))
     p_c = pd.Series([c for i in set(catalog) for c in cats.get(i, [])]).value_counts() / max(n_items, 1)
     groups = {u: g for u, g in user_groups.items() if u in users}
