@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lmra.judge.scoring import COMBINERS
-from lmra.stats import adjust_pvalues, mean_interval, two_proportion_test, wilson_ci
+from lmra.stats import adjust_pvalues, mcnemar_exact, mean_interval, two_proportion_test, wilson_ci
 
 PER_TASK_COLUMNS = [
     "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled",
@@ -267,16 +267,20 @@ def _scopes(df: pd.DataFrame):
         yield "task", d, t, g
 
 
-def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float) -> dict:
+def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float,
+                 n_paired: int, only_a: int, only_b: int) -> dict:
     """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
-    ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them."""
+    ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them;
+    of the ``n_paired`` pairs whose two responses are both labelled, ``only_a`` refused only
+    under A and ``only_b`` only under B, and the exact McNemar test on them."""
     lo_a, hi_a = wilson_ci(sa, na, alpha)
     lo_b, hi_b = wilson_ci(sb, nb, alpha)
     z, p = two_proportion_test(sa, na, sb, nb)
     return {"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
             "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
-            "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p}
+            "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p, "n_paired": n_paired,
+            "only_a": only_a, "only_b": only_b, "p_paired": mcnemar_exact(only_a, only_b) if n_paired else math.nan}
 
 
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -291,8 +295,15 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
 
     Returns:
         One row per (comparison, level, domain, task) with ``n_a``, ``refusals_a``, ``rate_a``,
-        ``ci_low_a``, ``ci_high_a``, the same for b, and ``z``, ``p_value`` of the test of
-        equal rates. ``level`` is ``overall``, ``domain`` or ``task``.
+        ``ci_low_a``, ``ci_high_a``, the same for b, and ``z``, ``p_value`` of the pooled
+        two-proportion z-test of equal rates (methodology §1.7); ``n_paired`` (pairs whose two
+        responses are both labelled), ``only_a``/``only_b`` (pairs in which only A's / only B's
+        response was refused) and ``p_paired``, the exact McNemar test of equal rates on those
+        pairs (NaN when none): both responses of a pair answer the same prompt, so the pairs
+        are the design's unit; the pooled test ignores this pairing and is conservative when
+        some prompts are refused under any name (statistics review: 0.025 false positives at
+        α = 0.05), the paired one keeps α with more power. ``level`` is ``overall``,
+        ``domain`` or ``task``.
     """
     if ratings.empty or "refusal_a" not in ratings:
         return pd.DataFrame()
@@ -303,8 +314,10 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         for level, dom, task, g in _scopes(comp):
             la = g["refusal_a"].dropna().astype(bool)
             lb = g["refusal_b"].dropna().astype(bool)
+            both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
+            ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
-                                     alpha))
+                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum())))
     return pd.DataFrame(rows)
 
 
@@ -570,12 +583,15 @@ def overall_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.Dat
 
 def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
     """:func:`refusal_table` computed with DuckDB over a per-pair file (counts in SQL; Wilson
-    intervals and the two-proportion test in Python)."""
+    intervals, the two-proportion test and the paired test in Python)."""
     con, have = _source(pairs)
     if "refusal_a" not in have or not _n_rows((con, have)):
         return pd.DataFrame()
     counts = """count(refusal_a) AS na, coalesce(sum(refusal_a::INT), 0) AS sa,
-                count(refusal_b) AS nb, coalesce(sum(refusal_b::INT), 0) AS sb"""
+                count(refusal_b) AS nb, coalesce(sum(refusal_b::INT), 0) AS sb,
+                count(*) FILTER (WHERE refusal_a IS NOT NULL AND refusal_b IS NOT NULL) AS n_paired,
+                count(*) FILTER (WHERE refusal_a AND NOT refusal_b) AS only_a,
+                count(*) FILTER (WHERE refusal_b AND NOT refusal_a) AS only_b"""
     comps = con.execute("SELECT group_a, group_b FROM pairs GROUP BY ALL ORDER BY min(row_no)").fetchall()
     scopes = {
         "overall": con.execute(f"SELECT group_a, group_b, '(all)', '(all)', {counts} FROM pairs GROUP BY ALL").fetchall(),
@@ -587,10 +603,11 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for ga, gb in comps:
         for level in ("overall", "domain", "task"):
-            for a, b, dom, task, na, sa, nb, sb in scopes[level]:
+            for a, b, dom, task, na, sa, nb, sb, n_paired, only_a, only_b in scopes[level]:
                 if (a, b) != (ga, gb):
                     continue
-                rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha))
+                rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha,
+                                         int(n_paired), int(only_a), int(only_b)))
     return pd.DataFrame(rows)
 
 

@@ -281,6 +281,28 @@ def two_proportion_test(s1: int, n1: int, s2: int, n2: int) -> tuple[float, floa
     return float(z), float(p)
 
 
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Exact McNemar test of equal paired proportions (statsmodels ``mcnemar(exact=True)``: the
+    two-sided binomial test of ``min(only_a, only_b)`` of the discordant pairs at ½).
+
+    Args:
+        only_a: pairs in which only the first member has the outcome (e.g. only group A's
+            response was refused), ≥ 0.
+        only_b: pairs in which only the second member has it, ≥ 0.
+
+    Returns:
+        The p-value in (0, 1]; 1.0 when no pair is discordant (nothing tells the rates apart).
+        Pairs concordant in either way do not enter (McNemar 1947).
+    """
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    if only_a + only_b == 0:
+        return 1.0
+    return float(mcnemar([[0, only_a], [only_b, 0]], exact=True).pvalue)
+
+
 def adjust_pvalues(pvalues: Sequence[float], method: str = "holm", alpha: float = 0.05) -> tuple[list[bool], list[float]]:
     """Multiple-comparison correction (statsmodels ``multipletests``).
 

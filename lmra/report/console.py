@@ -157,19 +157,27 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                               f"{b['high']:+.4f}] — {why}.[/]")
 
 
+def _p_cell(p, alpha: float, extra: str = "") -> str:
+    """A p-value cell: red below ``alpha``, ``—`` when missing (a run folder written before
+    the column existed, or no pair to test)."""
+    if p is None or _nan(p):
+        return "—"
+    return (f"[bold red]{p:.3g}[/]" if p < alpha else f"{p:.3g}") + extra
+
+
 def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float) -> None:
     if refusals.empty:
         return
-    table = Table(title=f"Refusal rates (Wilson {conf}% CI; two-proportion z-test)", title_justify="left")
-    for col in ("comparison", "scope", "group A rate", "group B rate", "p"):
-        table.add_column(col, justify="right" if "rate" in col or col == "p" else "left")
+    table = Table(title=f"Refusal rates (Wilson {conf}% CI; p: two-proportion z-test; paired p: exact McNemar test "
+                        "on the pairs, refused only under A / only under B)", title_justify="left")
+    for col in ("comparison", "scope", "group A rate", "group B rate", "p", "paired p"):
+        table.add_column(col, justify="right" if "rate" in col or "p" in col.split() else "left")
     for _, r in refusals[refusals["level"] != "task"].iterrows():
         scope = "overall" if r["level"] == "overall" else r["domain"]
         pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
         pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
-        p = "—" if _nan(r["p_value"]) else (f"[bold red]{r['p_value']:.3g}[/]" if r["p_value"] < alpha
-                                              else f"{r['p_value']:.3g}")
-        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, p)
+        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, _p_cell(r.get("p_value"), alpha),
+                      _p_cell(r.get("p_paired"), alpha, f" ({r['only_a']}/{r['only_b']})" if "only_a" in r else ""))
     console.print(table)
 
 

@@ -1,0 +1,76 @@
+"""The refusal table's paired test (exact McNemar on the pairs; statistics-review finding: the
+pooled two-proportion z-test of methodology §1.7 ignores that both responses of a pair answer
+the same prompt, and is conservative when some prompts are refused under any name)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmra.aggregate import refusal_table
+from lmra.stats import mcnemar_exact
+
+
+def test_mcnemar_exact_hand_values():
+    # 8 pairs refused only under A, 2 only under B: 2 · P(X ≤ 2 | n = 10, ½) = 2 · (1 + 10 + 45) / 1024
+    assert mcnemar_exact(8, 2) == pytest.approx(112 / 1024)
+    assert mcnemar_exact(2, 8) == pytest.approx(112 / 1024)
+    # 5 vs 0: 2 · (½)^5
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)
+    assert mcnemar_exact(3, 3) == pytest.approx(1.0)
+    assert mcnemar_exact(0, 0) == 1.0  # no discordant pair: nothing tells the rates apart
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+
+
+def _pairs(ref_a, ref_b, tasks=None) -> pd.DataFrame:
+    n = len(ref_a)
+    return pd.DataFrame({"group_a": "female", "group_b": "male", "domain": "d",
+                         "task": tasks if tasks is not None else ["t"] * n,
+                         "refusal_a": ref_a, "refusal_b": ref_b})
+
+
+def test_table_counts_discordant_pairs_and_leaves_unlabelled_ones_out():
+    # 10 pairs: 3 refused only under A, 1 only under B, 2 under both, 2 under neither,
+    # one with A unlabelled (B refused), one with B unlabelled (A not refused)
+    a = [True, True, True, False, True, True, False, False, None, False]
+    b = [False, False, False, True, True, True, False, False, True, None]
+    t = refusal_table(_pairs(a, b))
+    o = t[t["level"] == "overall"].iloc[0]
+    assert (o["n_a"], o["refusals_a"], o["n_b"], o["refusals_b"]) == (9, 5, 9, 4)
+    assert (o["n_paired"], o["only_a"], o["only_b"]) == (8, 3, 1)
+    assert o["p_paired"] == pytest.approx(2 * (1 + 4) / 16)  # 2 · P(X ≤ 1 | n = 4, ½)
+    # nothing labelled on both sides: no paired test
+    t = refusal_table(_pairs([True, None], [None, False]))
+    o = t[t["level"] == "overall"].iloc[0]
+    assert o["n_paired"] == 0 and math.isnan(o["p_paired"])
+
+
+def _simulate(rng, n_prompts: int, effect: float) -> pd.DataFrame:
+    """Prompts with their own refusal propensity (logit sd 1.5, shared by both groups), group A
+    shifted by ``effect`` on the logit scale."""
+    base = rng.normal(-1.0, 1.5, n_prompts)
+    pa = 1 / (1 + np.exp(-(base + effect)))
+    pb = 1 / (1 + np.exp(-base))
+    return _pairs(list(rng.random(n_prompts) < pa), list(rng.random(n_prompts) < pb))
+
+
+def test_paired_test_keeps_alpha_and_finds_an_injected_gap_more_often():
+    rng = np.random.default_rng(20261203)
+    alpha, reps = 0.05, 300
+    null_z = null_paired = alt_z = alt_paired = 0
+    for _ in range(reps):
+        o = refusal_table(_simulate(rng, 200, 0.0)).iloc[0]
+        null_z += o["p_value"] < alpha
+        null_paired += o["p_paired"] < alpha
+        o = refusal_table(_simulate(rng, 200, 0.6)).iloc[0]
+        alt_z += o["p_value"] < alpha
+        alt_paired += o["p_paired"] < alpha
+    # the exact test keeps α (binomial sd of the rate at 300 reps ≈ 0.013)
+    assert null_paired / reps <= alpha + 0.03
+    # with prompts that differ in refusal propensity, pairing gains power on a real gap
+    assert alt_paired > alt_z
+    assert alt_paired / reps > 0.5
