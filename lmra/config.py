@@ -138,7 +138,7 @@ class ModelConfig(_Strict):
     n_samples: int = Field(
         5, ge=1, le=100,
         description="Samples per question when a provider has no log-probabilities (option probabilities "
-        "are then estimated by sampling at temperature 1).",
+        "are then estimated by sampling at temperature 1, each draw with its own seed).",
     )
     n_ctx: int = Field(4096, ge=512, le=MAX_N_CTX, description="Context window for the in-process llamacpp backend.")
     n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads of each llamacpp context "

@@ -251,6 +251,9 @@ def test_logprobs_false_samples_the_answers_and_caches_them(tmp_path):
 
         ans = asyncio.run(go())
     assert ans.method == "sampled" and ans.n_samples == 3 and len(cache) == 3 and srv.requests == 3
+    # three different requests on the wire (break-it finding: one seed for all draws made a seeded
+    # server — this one answers as a function of the body — return the same answer three times)
+    assert len(srv.requests_by_body) == 3
 
 
 def test_a_burst_of_answers_without_logprobs_is_never_cached(tmp_path):

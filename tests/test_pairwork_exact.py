@@ -283,6 +283,13 @@ def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tm
     refusal_table = lmra.aggregate.refusal_table
     monkeypatch.setattr(lmra.aggregate, "refusal_table", lambda r, alpha=0.05: refusal_table(r, alpha).drop(
         columns=["n_paired", "only_a", "only_b", "p_paired"]))
+    # (and, since the twenty-first session, each sampled draw's own seed: 8b899bf sent the
+    # question's seed with every draw, given here)
+    import lmra.judge.options
+
+    derive = lmra.judge.options.derive_seed
+    monkeypatch.setattr(lmra.judge.options, "derive_seed",
+                        lambda *parts: derive(*(parts[:parts.index("sample")] if "sample" in parts else parts)))
     # and the second (sampled) LMRA's position logit: Mantel–Haenszel since the eighteenth session,
     # 8b899bf's pooled probability sums here
     import math

@@ -184,7 +184,8 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
     Returns:
         :class:`OptionProbs`. With log-probabilities: one greedy call reading the first answer
         token's option probabilities. Without: ``judge.n_samples`` calls at ``judge.temperature``
-        (default 1) with distinct ``sample_index``, answers parsed with :func:`parse_option`.
+        (default 1) with distinct ``sample_index`` and distinct seeds (so that a backend honouring
+        seeds draws independent samples), answers parsed with :func:`parse_option`.
     """
     base_seed = derive_seed("judge", *seed_parts)
     if provider.supports_logprobs:
@@ -208,8 +209,11 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
     texts = []
     unparseable = refused = 0
     for i in range(judge.n_samples):
+        # each draw its own seed (break-it finding: one seed for all n draws made a seeded server —
+        # vLLM, llama.cpp, OpenAI's best-effort seed — answer n identical copies, a 0/1 "estimate");
+        # draw 0 keeps the question's seed, so its cache key is the one earlier versions wrote
         req = ChatRequest(messages=messages, temperature=judge.temperature, max_tokens=judge.max_tokens,
-                          seed=base_seed, sample_index=i)
+                          seed=base_seed if i == 0 else derive_seed("judge", *seed_parts, "sample", i), sample_index=i)
         res = await provider.complete(req)
         texts.append(res.text[:200])
         opt = parse_option(res.text, options)
