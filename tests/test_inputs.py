@@ -35,6 +35,9 @@ def run_cli(capsys, *argv):
     ('name = "x"\n[axes]\nseed = -9223372036854775809\n', 3, "axes.seed"),
     ('name = "x"\n[judge_check]\nper_kind = 100000001\n', 3, "judge_check.per_kind"),
     ('name = "x"\nmax_calls = 10000000000000000000000\n', 2, "max_calls"),
+    # the Messages API's range is 0–1 (break-it finding: 1.5 was sent as 1.0 without a word)
+    ('name = "x"\n[target]\nprovider = "anthropic"\nmodel = "m"\ntemperature = 1.5\n', 5,
+     "target.temperature"),
 ])
 def test_bad_config_fields(tmp_path, capsys, content, line, field):
     cfg = tmp_path / "bad.toml"

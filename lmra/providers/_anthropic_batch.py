@@ -35,7 +35,8 @@ def message_params(model: str, request: ChatRequest) -> dict[str, Any]:
     """Messages API parameters of ``request`` (same as ``AnthropicProvider.complete`` sends).
 
     System messages are joined (blank line between) into ``system``; a temperature other than
-    the API default 1.0 is sent, capped at 1.0 (the API's maximum).
+    the API default 1.0 is sent as it is (the API refuses one above 1.0 with an error that is
+    counted; the provider refuses a config asking for one, :class:`AnthropicProvider`).
     """
     system = "\n\n".join(m.content for m in request.messages if m.role == "system")
     params: dict[str, Any] = {
@@ -44,7 +45,7 @@ def message_params(model: str, request: ChatRequest) -> dict[str, Any]:
         "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
     }
     if request.temperature != 1.0:
-        params["temperature"] = min(request.temperature, 1.0)
+        params["temperature"] = request.temperature
     if system:
         params["system"] = system
     if request.stop:

@@ -15,6 +15,7 @@ import time
 import anthropic
 
 from lmra.config import ModelConfig
+from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
 from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
 from lmra.providers.keys import resolve_api_key
@@ -34,13 +35,19 @@ class AnthropicProvider:
     naming the key's variable and the endpoint (never retried).
 
     Raises:
-        LmraInputError: the key is needed and its variable is unset (field ``api_key_env``).
+        LmraInputError: the key is needed and its variable is unset (field ``api_key_env``), or
+            ``temperature`` is above the API's 1.0 (field ``temperature``).
     """
 
     name = "anthropic"
     supports_logprobs = False
+    #: the Messages API's largest temperature (its range is 0–1)
+    MAX_TEMPERATURE = 1.0
 
     def __init__(self, cfg: ModelConfig, http_client=None):
+        if cfg.temperature > self.MAX_TEMPERATURE:  # (break-it finding: it was capped at 1.0 without a word)
+            raise LmraInputError(f"the Anthropic Messages API takes a temperature from 0 to {self.MAX_TEMPERATURE:g}, "
+                                 f"got {cfg.temperature:g}", field="temperature")
         key, self.key_source = resolve_api_key(cfg, "anthropic", "ANTHROPIC_API_KEY")
         self.cfg = cfg
         self.model_id = cfg.model or ""
