@@ -415,10 +415,11 @@ def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probab
                                  {"token": t, "logprob": v} for t, v in tops]}]}}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 
-    res = chat_result(completion([("A", -0.2), ("C", -2.0), ("A", -9.0)]), _req(), model="m")
+    three = _req().model_copy(update={"top_logprobs": 3})  # the server lists as many as asked for
+    res = chat_result(completion([("A", -0.2), ("C", -2.0), ("A", -9.0)]), three, model="m")
     assert res.option_probs["A"] == pytest.approx(math.exp(-0.2))
     assert res.option_probs["C"] == pytest.approx(math.exp(-2.0)) and res.option_probs["B"] == 0.0
-    res = chat_result(completion([("A", -9.0), ("A", -0.2), ("C", -2.0)]), _req(), model="m")
+    res = chat_result(completion([("A", -9.0), ("A", -0.2), ("C", -2.0)]), three, model="m")
     assert res.option_probs["A"] == pytest.approx(math.exp(-0.2))
     # only the chosen token (top_logprobs empty or absent): no reading, never {C: 0.6, A: 0, B: 0}
     assert chat_result(completion([], token="C", lp=math.log(0.6)), _req(), model="m").option_probs is None

@@ -123,3 +123,39 @@ def test_option_probabilities_a_rounding_server_sums_above_1_are_rescaled_and_mo
 def test_a_completion_whose_model_is_not_a_string_keeps_the_configured_model():
     res = chat_result(_completion_with([("C", -0.1)], model=12345), REQUEST, model="m")
     assert res.model == "m" and res.served_model is None
+
+
+def test_fewer_alternatives_than_asked_for_leave_the_missing_options_unknown():
+    """Break-it finding: a server capping top_logprobs at 1 (the chosen token alone, p = 0.6)
+    was read as a confident answer (p = 1 after renormalising) and cached; an answer without
+    top_logprobs at all was already 'no log-probabilities'. Asked for 5 alternatives:"""
+    import math
+
+    asked = REQUEST.model_copy(update={"top_logprobs": 5})
+    capped = chat_result(_completion_with([("A", math.log(0.6))]), asked, model="m")
+    assert capped.option_probs is None  # B and C: unknown (0.4 of the mass unlisted)
+    # the same single entry when it holds all the mass: nothing is unknown
+    sure = chat_result(_completion_with([("A", -1e-9)]), asked, model="m")
+    assert sure.option_probs == pytest.approx({"A": 1.0, "B": 0.0, "C": 0.0})
+    # fewer than asked, but every option listed: read as before
+    listed = chat_result(_completion_with([("A", math.log(0.5)), ("B", math.log(0.2)), ("C", math.log(0.1))]),
+                         asked, model="m")
+    assert listed.option_probs == pytest.approx({"A": 0.5, "B": 0.2, "C": 0.1})
+    # as many as asked: options outside the top-k count as 0 (methodology §2), as before
+    full = chat_result(_completion_with([("A", math.log(0.5)), ("C", math.log(0.2)), ("The", math.log(0.1)),
+                                         ("I", math.log(0.05)), ("**", math.log(0.05))]), asked, model="m")
+    assert full.option_probs == pytest.approx({"A": 0.5, "B": 0.0, "C": 0.2})
+
+
+def test_a_minus_infinity_log_probability_is_a_token_of_probability_0():
+    """Break-it finding: a zero-probability alternative written as -Infinity (valid for Python's
+    JSON reader, which the SDK uses) failed every LMRA call as malformed."""
+    import math
+
+    res = chat_result(_completion_with([("C", math.log(0.7)), ("A", math.log(0.3)), ("B", -math.inf)]),
+                      REQUEST, model="m")
+    assert res.option_probs == pytest.approx({"A": 0.3, "B": 0.0, "C": 0.7})
+    for bad in (math.nan, 0.5, None):
+        with pytest.raises(ProviderError) as err:
+            chat_result(_completion_with([("C", math.log(0.7)), ("A", bad)]), REQUEST, model="m")
+        assert err.value.kind == "malformed"

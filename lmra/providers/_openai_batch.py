@@ -88,7 +88,10 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     text listed twice (two token ids decoding alike) counts once, with its larger probability.
     A sum above 1 by at most :data:`LOGPROB_ROUNDING` (log-probabilities the server rounded) is
     rescaled to 1. A token without ``top_logprobs`` (missing or empty: an endpoint that ignores
-    the parameter) gives no option probabilities — the other options' are unknown, not 0.
+    the parameter) gives no option probabilities — the other options' are unknown, not 0 — and
+    so does one with fewer alternatives than ``request.top_logprobs`` asked for (a server
+    capping them) when an option is missing and more than :data:`LOGPROB_ROUNDING` of the
+    probability is unlisted. A log-probability of −∞ is a token of probability 0.
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
@@ -100,7 +103,7 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     Raises:
         ProviderError: the completion has no choices (``kind="no_choices"``), or is not a
             valid completion (``kind="malformed"``: wrong types, no message text, a
-            log-probability that is not a finite number ≤ 0, the distinct alternative tokens' or
+            log-probability that is not a number ≤ 0 (NaN, positive, missing), the distinct alternative tokens' or
             the options' probabilities summing above 1 by more than :data:`LOGPROB_ROUNDING`, negative token counts); both
             retryable, never cached.
     """
@@ -140,15 +143,22 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                 break
             alts: dict = {}
             for tok, v in [(_get(a, "token"), _get(a, "logprob")) for a in tops] + [(token, _get(pos, "logprob"))]:
-                # a log-probability is a finite number ≤ 0
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v > 1e-6:
-                    raise bad(f"log-probability {v!r} of token {tok!r} is not a finite number ≤ 0")
+                # a log-probability is a number ≤ 0; −∞ (a token of probability 0) included
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v) or v > 1e-6:
+                    raise bad(f"log-probability {v!r} of token {tok!r} is not a number ≤ 0")
                 if tok not in alts or v > alts[tok]:  # a token listed twice (two ids, one text): its larger one
                     alts[tok] = v
             mass = sum(math.exp(v) for v in alts.values())  # distinct tokens at one position: at most 1
             if mass > 1.0 + LOGPROB_ROUNDING:  # (checked before the options' sums, which cap each at 1)
                 raise bad(f"the alternative tokens' probabilities sum to {mass:.4g} (above 1 by more than rounding)")
             probs = sum_option_probs(alts, request.options)
+            if (request.top_logprobs and len(tops) < request.top_logprobs
+                    and 1.0 - mass > LOGPROB_ROUNDING and not all(probs.values())):
+                # fewer alternatives than asked for (a server capping top_logprobs, e.g. at 1: the
+                # chosen token alone) and mass left unlisted: the missing options' probabilities are
+                # unknown, not 0 (break-it finding: read as a confident answer and cached)
+                probs = None
+                break
             total = sum(probs.values())
             if total > 1.0:  # distinct tokens' probabilities: above 1 only by the server's rounding
                 if total > 1.0 + LOGPROB_ROUNDING:
