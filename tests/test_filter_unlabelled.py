@@ -192,3 +192,40 @@ def test_a_task_the_word_match_filter_emptied_is_warned_and_its_gates_not_evalua
     gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
     (tech_gate,) = [o for o in gate.outcomes if o.task == "tech"]
     assert tech_gate.status == "not_evaluated" and "word match 3" in tech_gate.detail and not gate.passed
+
+
+def test_the_emptied_task_warning_counts_what_was_removed_and_what_was_never_asked():
+    """Break-it finding: a task of 7 prompts with prompts_per_task = 2, both asked prompts
+    unlabelled, was said to have lost "7 of 7 (word match 0, LMRA 0, unlabelled or failed 2)"."""
+    from lmra.audit.finish import emptied_by_filter_warning
+
+    text = emptied_by_filter_warning([{"task": "write a story", "n_prompts": 7, "n_kept": 0, "n_lexical": 0,
+                                       "n_lmra": 0, "n_unlabelled": 2, "n_failed": 0},
+                                      {"task": "recipe", "n_prompts": 3, "n_kept": 0, "n_lexical": 1,
+                                       "n_lmra": 1, "n_unlabelled": 0, "n_failed": 1},
+                                      {"task": "kept one", "n_prompts": 3, "n_kept": 1, "n_lexical": 2}])
+    assert ("write a story: 2 of 7 removed (word match 0, LMRA 0, unlabelled or failed 2), 5 not asked "
+            "(over prompts_per_task)") in text
+    assert "recipe: 3 of 3 removed (word match 1, LMRA 1, unlabelled or failed 1)" in text
+    assert "recipe: 3 of 3 removed (word match 1, LMRA 1, unlabelled or failed 1), " not in text
+    assert "kept one" not in text and "2 task(s)" in text
+
+
+def test_the_filter_bar_says_unlabelled_or_failed_not_failed():
+    """Break-it finding: "Filtering prompts (6 failed)" beside "0 failed" calls."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.cli.common import rich_progress
+
+    out = io.StringIO()
+    with rich_progress(Console(file=out, force_terminal=True, width=160), True) as cb:
+        cb.start("filter", 3)
+        cb.start("rate", 2)
+        for failed in (True, True, False):
+            cb.advance("filter", failed)
+        cb.advance("rate", True)
+        cb.advance("rate", False)
+    text = out.getvalue()
+    assert "(2 unlabelled or failed)" in text and "(1 failed)" in text

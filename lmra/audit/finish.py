@@ -309,9 +309,16 @@ def emptied_by_filter_warning(removed: list[dict]) -> str | None:
     gone = [r for r in removed if not r.get("n_kept") and r.get("n_prompts")]
     if not gone:
         return None
-    said = "; ".join(f"{r['task']}: {r['n_prompts']} of {r['n_prompts']} (word match {r.get('n_lexical', 0)}, "
-                     f"LMRA {r.get('n_lmra', 0)}, unlabelled or failed "
-                     f"{r.get('n_unlabelled', 0) + r.get('n_failed', 0)})" for r in gone)
+    def one(r: dict) -> str:
+        lost = r.get("n_unlabelled", 0) + r.get("n_failed", 0)
+        removed = r.get("n_lexical", 0) + r.get("n_lmra", 0) + lost
+        # the rest were never asked (break-it finding: "7 of 7" when prompts_per_task let 2 be asked)
+        rest = r["n_prompts"] - removed
+        return (f"{r['task']}: {removed} of {r['n_prompts']} removed (word match {r.get('n_lexical', 0)}, "
+                f"LMRA {r.get('n_lmra', 0)}, unlabelled or failed {lost})"
+                + (f", {rest} not asked (over prompts_per_task)" if rest > 0 else ""))
+
+    said = "; ".join(one(r) for r in gone)
     return (f"{EMPTIED_BY_FILTER_PREFIX}{len(gone)} task(s), which have no rating and whose "
             f"gates are not evaluated — {said}; filtered_prompts.jsonl lists each prompt and the phrase matched")
 

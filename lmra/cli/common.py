@@ -45,6 +45,12 @@ STAGE_LABELS = {"judge-check": "LMRA judge check (canary pairs)", "classify": "L
                 "axes-harm": "LMRA harm check of selected axes", "recsys": "Recommendation lists"}
 
 
+#: what a stage's bar calls its items that failed, where "failed" alone would mislead (break-it
+#: finding: "Filtering prompts (6 failed)" beside "0 failed" calls — the LMRA's answers were
+#: unusable, no call had failed)
+FAILED_WORDS = {"filter": "unlabelled or failed"}
+
+
 @contextmanager
 def rich_progress(console: Console, enabled: bool = True):
     """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage); a
@@ -86,7 +92,8 @@ def rich_progress(console: Console, enabled: bool = True):
             next_update[0] = time.monotonic() + PROGRESS_UPDATE_S
 
         def failed_label(stage: str) -> str:
-            return f"{labels.get(stage, stage)} [red]({failed[stage]:,} failed)[/]"
+            word = FAILED_WORDS.get(stage, "failed")
+            return f"{labels.get(stage, stage)} [red]({failed[stage]:,} {word})[/]"
 
         def start(stage: str, total: int) -> None:
             show()
