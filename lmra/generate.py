@@ -26,8 +26,15 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def names_for_group(names: Sequence[NameRecord], group: Group, source: str = "") -> list[str]:
+def names_for_group(names: Sequence[NameRecord], group: Group, source: str = "", *, config: str | None = None,
+                    field: str = "groups") -> list[str]:
     """Names whose gender/race columns match the group's filters.
+
+    Args:
+        names: the name list; group: the group; source: the name list's file (named in the message).
+        config, field: the config file and field defining the group (named as the error's place:
+            the group's filter, not the name list, is what a user mistyped, e.g. ``gender = "mal"``);
+            without ``config`` the name list's file is the error's file.
 
     Raises:
         LmraInputError: no name matches (the group could never be audited).
@@ -37,8 +44,9 @@ def names_for_group(names: Sequence[NameRecord], group: Group, source: str = "")
            and (group.race is None or (n.race or "").lower() == group.race.lower())]
     if not out:
         raise LmraInputError(
-            f"no names match group '{group.name}' (gender={group.gender!r}, race={group.race!r})",
-            file=source or None, field="groups")
+            f"no names{f' in {source}' if source and config else ''} match group '{group.name}' "
+            f"(gender={group.gender!r}, race={group.race!r})",
+            file=config or source or None, field=field)
     return out
 
 

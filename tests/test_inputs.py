@@ -113,8 +113,17 @@ def test_bad_names_file(tmp_path, capsys):
 def test_group_without_names(tmp_path, capsys):
     n = tmp_path / "n.csv"
     n.write_text("name,gender\nAnna,female\n")
-    code, text = run_cli(capsys, "validate", str(_cfg_with(tmp_path, names=n)))
-    assert code == 2 and "no names match group 'male'" in text
+    cfg = _cfg_with(tmp_path, names=n)
+    code, text = run_cli(capsys, "validate", str(cfg))
+    assert code == 2 and f"no names in {n} match group 'male'" in text
+    # the error's place is the config's group (break-it finding: the name list was blamed for a
+    # mistyped gender = "mal"), with its line when the config defines the group
+    assert text.startswith(f"error: {cfg}")
+    typo = tmp_path / "typo.toml"
+    typo.write_text('name = "x"\n\n[[groups]]\nname = "female"\ngender = "female"\n\n[[groups]]\nname = "male"\n'
+                    'gender = "mal"\n')
+    code, text = run_cli(capsys, "validate", str(typo))
+    assert code == 2 and f"{typo}, line 7: field 'groups.1'" in text and "gender='mal'" in text
 
 
 @pytest.mark.parametrize("name", ["default", "smoke", "openai", "anthropic"])

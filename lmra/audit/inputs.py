@@ -164,7 +164,10 @@ class InputsStage:
             with named_by_config(self.config_path, "names", cfg.names):
                 names = load_names(names_path)
             all_names = [n.name for n in names]
-            group_names = {g.name: names_for_group(names, g, str(names_path)) for g in name_groups}
+            index = {id(g): i for i, g in enumerate(cfg.groups)}
+            config = str(self.config_path) if self.config_path else None
+            group_names = {g.name: names_for_group(names, g, str(names_path), config=config,
+                                                   field=f"groups.{index[id(g)]}") for g in name_groups}
             self.names_unmatched = unmatched_name_values(names, cfg.groups)
             # names that are everyday words: scrubbing them (case-insensitive) also replaces the word
             self.names_common_words = sorted({n for ns in group_names.values() for n in ns
