@@ -558,10 +558,15 @@ def eiv_slope(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05, n_
     return EivFit(slope, lo, hi, t, float(var_a), float(var_b), method, n_resamples, True, a_zero_p)
 
 
+#: a reliability below this is 0: the noise variance equals the observed one up to float rounding
+RELIABILITY_ROUNDING = 1e-9
+
+
 def reliability(means, sampling_var) -> float:
     """Share of the observed variance of task means across tasks that is real (not noise).
 
-    ``1 − mean(sampling_var) / var(means)`` (sample variance, ddof = 1), clipped to [0, 1]:
+    ``1 − mean(sampling_var) / var(means)`` (sample variance, ddof = 1), clipped to [0, 1]
+    (below :data:`RELIABILITY_ROUNDING`: 0, the two variances equal up to rounding):
     the reliability of classical test theory (Spearman 1904), here of a run's per-task net
     ratings as measures of the tasks' true ratings.
 
@@ -582,7 +587,10 @@ def reliability(means, sampling_var) -> float:
     if m.size < 3 or np.ptp(m) == 0:
         return math.nan
     obs = float(np.var(m, ddof=1))
-    return float(min(1.0, max(0.0, 1.0 - float(np.mean(v)) / obs)))
+    rel = 1.0 - float(np.mean(v)) / obs
+    if rel < RELIABILITY_ROUNDING:  # 0 up to float rounding (fresh-user finding: 1.3e-15 let the
+        return 0.0  # disattenuated r print −1.000 from task means that were all noise)
+    return float(min(1.0, rel))
 
 
 def disattenuated_r(r: float, reliability_a: float, reliability_b: float) -> float:

@@ -227,6 +227,13 @@ def test_disattenuated_r_by_hand():
     assert reliability([0.1, 0.2, 0.3], [1.0] * 3) == 0.0
     assert math.isnan(reliability([0.1, 0.2], [0.0, 0.0]))
     assert math.isnan(reliability([0.1, 0.1, 0.1], [0.0] * 3))
+    # noise variance equal to the observed variance up to float rounding: 0, not 2.2e-16, so that
+    # no disattenuated r is computed (fresh-user finding: 1.3e-15 printed r = −1.000 from noise)
+    m = np.array([0.9, -0.46, -1.31, 0.66, 0.96])
+    o = float(np.var(m, ddof=1))
+    v = np.array([0.9 * o, 1.1 * o, o, o, o])  # mean o: reliability 0 exactly
+    assert 0.0 < 1.0 - float(np.mean(v)) / o < 1e-15  # what float arithmetic gives
+    assert reliability(m, v) == 0.0 and math.isnan(disattenuated_r(-0.5, 0.14, reliability(m, v)))
 
 
 def _prompt_frame(scores, tasks):
