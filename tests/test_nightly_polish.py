@@ -309,7 +309,7 @@ def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     rc, out, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0])
     assert rc == 0
     row = next(ln for ln in out.splitlines() if "write a story" in ln and "/" in ln)
-    assert "3/3" in row and "none (too few prompts)" in row
+    assert "3/3" in row and "none reaches 80% power (too few prompts)" in row
     verdict = next(ln for ln in out.splitlines() if ln.startswith("No regression"))
     assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise')) "
                             "— nor any comparison's overall net rating (1 tested).")

@@ -182,8 +182,9 @@ def sensitivity_note(result) -> str:
             f"prompts scoring like this night's (in brackets: the baseline task's stereotype rate → the rate "
             f"tonight that is flagged {MDE_POWER:.0%} of the time). A night without a regression rules out rises of "
             f"about this size, not smaller ones; '≥' marks a task with reverse-stereotyped prompts, which the model "
-            f"leaves out: the rise it detects is larger. 'lmra plan --design two-run' sizes the audit for the rise "
-            f"you care about.")
+            f"leaves out: the rise it detects is larger; 'none reaches {MDE_POWER:.0%} power': no rise is flagged that "
+            f"often at these sizes (a task flagged anyway rose more than chance explains, at lower power). 'lmra plan "
+            f"--design two-run' sizes the audit for the rise you care about.")
 
 
 # -- handlers ----------------------------------------------------------------------------
