@@ -542,3 +542,22 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "only a girl defined (0.500)" in out and "all values tie" not in out
     assert "gender: only 1 value has a defined similarity" in out
+
+
+def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):
+    """Fresh-user finding: the embedded base model repeating a title gave "all values tie" and
+    SNSR 0 with the footnote "every value of the attribute is treated alike", unqualified."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "A", "A"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "A", "B"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A", "B", "A"]}]
+    lists = _write_lists(tmp_path / "lists.jsonl", rows)
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 of 3 lists have fewer than K distinct items (4 duplicate items)" in out
+    assert "not that it recommends fairly" in out
+    # lists of K distinct items: no such warning
+    full = [dict(r, items=["A", "B", "C"]) for r in rows]
+    lists = _write_lists(tmp_path / "full.jsonl", full)
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "f")]) == 0
+    assert "distinct items:" not in " ".join(capsys.readouterr().out.split())

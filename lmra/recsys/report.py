@@ -62,6 +62,22 @@ def _counts_line(summary: dict) -> str:
     return ", ".join(parts)
 
 
+def short_lists_warning(summary: dict) -> str | None:
+    """The warning when at least half of the lists have fewer than K distinct items (fresh-user
+    finding: the embedded base model repeating one title five times gave "all values tie",
+    SNSR 0 and the footnote "every value of the attribute is treated alike", unqualified);
+    None otherwise."""
+    n, short = summary.get("n_lists") or 0, summary.get("lists_shorter_than_k") or 0
+    if not n or 2 * short < n:
+        return None
+    dup = summary.get("duplicate_items") or 0
+    return (f"{short} of {n} lists have fewer than K distinct items"
+            + (f" ({dup} duplicate items)" if dup else "")
+            + ": the similarities @K compare short or repetitive lists, and ties or an SNSR of 0 then say that "
+            "the model answered alike, not that it recommends fairly — a model that lists K distinct items is "
+            "needed for evidence")
+
+
 def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = None) -> pd.DataFrame:
     """Wide view: one row per (attribute, value), one column per metric (and, when the table
     has them, ``<metric>_ci_low``/``<metric>_ci_high``: its t-interval), at cut-off k."""
@@ -162,6 +178,9 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             ct.add_row(lit(attr), label.get(m, m), *[_num(by.get(p)) for p in pts])
         console.print(ct)
     console.print(f"[bold]Lists:[/] {_counts_line(summary)}.")
+    short_warning = short_lists_warning(summary)
+    if short_warning:
+        console.print(f"[yellow]{lit(short_warning)}[/]")
     if summary.get("pairs_undefined_at_k"):
         how = ("Jaccard is undefined for them and left out of its means; SERP and PRAG score them 0, as in the "
                "released code" if conv == "fairllm-code" else "undefined, left out of the means")
