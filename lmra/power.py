@@ -750,10 +750,19 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
         if rng_ is not None:
             lo, hi, n_lo, n_hi = rng_
             fmt = lambda v: f"{v:,}" if v is not None else f"> {max_n:,}"  # noqa: E731
+            ends = [v for v in (n_lo, n_hi) if v is not None]
+            below = bool(ends) and n < min(ends)
+            above = bool(ends) and n > max(ends) and len(ends) == 2
+            # (fresh-user finding: "884 needed" beside "at those ends about 291–697", unexplained)
+            why = (f" — this plan's {n:,} lies outside that range: the two-point model has every other prompt "
+                   f"score {float(model.background.mean()):+.2f}, while the simulation draws the pilot's own scores"
+                   + (f", its {model.reverse.size} reverse-stereotyped prompt(s) included" if model.reverse.size
+                      else "") + f", whose spread needs {'more' if above else 'fewer'} prompts") \
+                if below or above else ""
             notes.append(f"the baseline's stereotype rate is known only roughly from {model.n_forward} stereotyped of "
                          f"{model.n_pilot} pilot prompts: {lo:.1%}–{hi:.1%} (90% interval); at those ends the "
-                         f"check needs about {fmt(n_lo)}–{fmt(n_hi)} prompts per run (two-point model); a larger "
-                         f"pilot narrows this")
+                         f"check needs about {fmt(n_lo)}–{fmt(n_hi)} prompts per run (two-point model{why}); "
+                         f"a larger pilot narrows this")
     final = est(n, full=True)
     if design == "two-run":  # verify with the check's own test: B = 9,999 random splits
         for _ in range(10):

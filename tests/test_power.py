@@ -149,3 +149,26 @@ def test_detectable_rating_of_a_task_with_reversed_prompts_is_finite():
     assert 0 < det <= model.mean_at(1.0 - model.reverse_rate)
     assert simulated_power(model, 100, det, sims=300).power >= 0.8
     assert simulated_power(model, 100, det * 0.5, sims=300).power < 0.8
+
+
+def test_a_plan_outside_its_two_point_range_says_why():
+    """Fresh-user finding: a pilot with reverse-stereotyped prompts got "884 prompts needed"
+    beside "at those ends the check needs about 291–697 (two-point model)", unexplained: the
+    simulation draws the pilot's own scores (reversed prompts included), the range does not."""
+    import numpy as np
+
+    from lmra.power import PairScoreModel, prompts_needed_sim
+
+    h = np.array([0.9] * 3 + [-0.9] * 4 + [0.0] * 33)
+    plan = prompts_needed_sim(PairScoreModel.from_scores(h), 0.15, design="two-run", sims=200, seed=1)
+    note = next(n for n in plan.notes if "two-point model" in n)
+    lo, hi = (int(x) for x in note.split("needs about ")[1].split(" prompts")[0].split("–"))
+    assert plan.n > hi  # the reversed prompts' spread needs more prompts than either end
+    assert f"this plan's {plan.n:,} lies outside that range" in note and "4 reverse-stereotyped" in note
+    assert "needs more prompts" in note
+    # a pilot without them: the plan lies within the range, and no such sentence
+    h = np.array([0.9] * 3 + [0.0] * 37)
+    plan = prompts_needed_sim(PairScoreModel.from_scores(h), 0.15, design="two-run", sims=200, seed=1)
+    note = next(n for n in plan.notes if "two-point model" in n)
+    lo, hi = (int(x) for x in note.split("needs about ")[1].split(" prompts")[0].split("–"))
+    assert lo <= plan.n <= hi and "lies outside" not in note
