@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -64,6 +65,10 @@ def test_axes_cli_on_embedded_model(tmp_path):
     assert "at most" in out and "LMRA calls (brainstorm" in out  # the plan is printed first
     assert out.index("LMRA calls (brainstorm") < out.index("Axes of difference: female vs male")
     assert "uses formal language: female " in out and "% vs male " in out
+    # the run's judge status under the table, as audit/check/compare show it (fresh-user finding)
+    status = json.loads((run / "summary.json").read_text()).get("judge_status") or {}
+    assert "Judge status: " in out and out.index("Judge status: ") > out.index("Axes of difference")
+    assert f"Judge status: {status['status'].replace('_', ' ').upper()}" in out  # this run's: not checked
 
     tab = pd.read_csv(run / "axes.csv")
     assert {"comparison", "level", "task", "axis", "source", "direction", "split_a", "split_b", "mean_s", "ci_low",
@@ -133,3 +138,26 @@ def test_axes_cli_input_errors_exit_2(tmp_path):
     proc = _run(tmp_path, "axes", "--run", str(run), "--config", str(empty), "--no-progress")
     assert proc.returncode == 2 and "sets nothing" in proc.stderr and "Traceback" not in proc.stderr
     assert not (run / "axes.csv").exists()
+
+
+def test_axes_says_whose_judge_status_it_shows(monkeypatch):
+    """The run's judge status is its LMRA's: an axes step run with another LMRA says so."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import lmra.runfolder
+    from lmra.cli.axes import _judge_status
+    from lmra.config import AuditConfig
+
+    monkeypatch.setattr(lmra.runfolder, "load_run", lambda run: SimpleNamespace(
+        summary={"judge_status": {"status": "failed", "reasons": ["canaries missed"], "gated": True}}))
+    run_cfg = AuditConfig(judge={"provider": "llamacpp"})
+    for cfg, other in ((run_cfg, False), (AuditConfig(judge={"provider": "openai", "model": "gpt-x",
+                                                             "base_url": "http://127.0.0.1:9"}), True)):
+        out = io.StringIO()
+        _judge_status(Console(file=out, width=200), Path("run"), run_cfg, cfg)
+        text = out.getvalue()
+        assert "Judge status: FAILED" in text
+        assert ("which no judge check has validated" in text) is other

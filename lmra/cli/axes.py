@@ -59,10 +59,27 @@ def cmd_axes(args: argparse.Namespace) -> int:
         result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
                                     announce=announce))
     render_axes(console, result.table, result.summary)
+    _judge_status(console, run, run_cfg, cfg)
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
     console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {lit(out_dir)}", highlight=False)
     return _failed_labels_exit(result.summary, cfg.max_failed_share)
+
+
+def _judge_status(console, run: Path, run_cfg, cfg) -> None:
+    """The run's judge status under the axes table, as ``audit``, ``check`` and ``compare`` show
+    it (fresh-user finding: axes on a run whose LMRA failed validation printed its shares without
+    a word); when the axes step's LMRA is another model, says whose status it is."""
+    from lmra.report.console import judge_status_text
+    from lmra.runfolder import load_run
+
+    status = load_run(run).summary.get("judge_status")
+    console.print(judge_status_text(status))
+    same = (run_cfg.judge.provider, run_cfg.judge.model) == (cfg.judge.provider, cfg.judge.model)
+    if not same:
+        console.print(f"[yellow]That status is the run's LMRA's ({lit(run_cfg.judge.provider)} "
+                      f"{lit(run_cfg.judge.model or '')}); this axes step used {lit(cfg.judge.provider)} "
+                      f"{lit(cfg.judge.model or '')}, which no judge check has validated.[/]", highlight=False)
 
 
 def _failed_labels_exit(summary: dict, max_failed_share: float) -> int:
