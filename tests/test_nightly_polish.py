@@ -456,7 +456,8 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
     captured = capsys.readouterr()
     out = " ".join(captured.out.split())
     assert rc == 0, captured.err
-    assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out
+    assert f"note: prompts_per_task = 40, but no task of the prompt file ({prompts}) has more than 3 prompts" in out
+    assert "than this file holds" in out and "of your own" not in out  # (it told a --prompts user to pass one)
     # a model with no price: the calls line says so (it left the cost out without a word)
     assert "no estimated cost: scripted-target:scripted, scripted-judge:scripted have no price in" in out
     # lmra validate says it too, before anything runs (user-trial finding: only the audit did)
@@ -464,7 +465,7 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
 
     assert main(["validate", str(cfg)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "note: prompts_per_task = 40, but no task of the prompt file has more than 3 prompts" in out
+    assert f"note: prompts_per_task = 40, but no task of the prompt file ({prompts}) has more than 3 prompts" in out
     assert main(["validate", str(cfg), "--json"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert len(notes) == 1 and notes[0].startswith("prompts_per_task = 40, but no task")

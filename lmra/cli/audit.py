@@ -511,14 +511,18 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
 def _short_tasks_note(cfg, inputs) -> str | None:
     """A note when ``prompts_per_task`` asks for more prompts than any task of the prompt file
     has (new-user finding: the shipped set has 7 per task, the nightly recipe asks for 40, and
-    nothing said so — the sizes docs/nightly.md plans for need a prompt file of your own)."""
+    nothing said so — the sizes docs/nightly.md plans for need a prompt file of your own). It names
+    the file and does not tell a user who passed their own (--prompts) to pass one (fresh-user finding)."""
     limit = cfg.prompts_per_task
     counts = _task_sizes(cfg, inputs, 0)
     if not limit or not counts or max(counts.values()) >= limit:
         return None
-    return (f"prompts_per_task = {limit}, but no task of the prompt file has more than {max(counts.values())} "
-            f"prompts, so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for "
-            "need a prompt file of your own or logged traffic (--prompts).")
+    untasked = sum(1 for p in inputs.prompts if not p.task)
+    return (f"prompts_per_task = {limit}, but no task of the prompt file ({cfg.prompts}) has more than "
+            f"{max(counts.values())} prompts" + (f" ({untasked} without a task, classified during the run, aside)"
+                                                 if untasked else "")
+            + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
+            "more prompts per task than this file holds.")
 
 
 def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:
