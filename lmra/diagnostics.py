@@ -177,6 +177,10 @@ class _Answers:
         self.n_answers = self.consistent = self.usable_pairs = 0
         self.unusable = self.unparseable = self.judge_refused = 0
         self.text_read = 0  # answers without log-probabilities read as text (one option named)
+        #: pairs with both answers usable whose orders share no outcome (every per-outcome minimum
+        #: 0: invalid under the ``min`` combiner; fresh-user finding: all pairs invalid for this
+        #: reason while the line said 0 unusable, 0 unparseable, 0 refused)
+        self.contradicting = 0
         self.prefs: list[float] = []
         self.biases: list[float] = []
         self.masses: list[float] = []
@@ -191,6 +195,8 @@ class _Answers:
         t1, t2 = _top(p1), _top(p2)
         usable = t1 is not None and t2 is not None
         consistent = usable and _OUTCOME[1][t1] == _OUTCOME[2][t2]
+        contradicting = usable and all(min(p1.get(a, 0.0), p2.get(b, 0.0)) <= 0.0
+                                       for a, b in (("A", "B"), ("B", "A"), ("C", "C")))
         biases, prefs, unusable = [], [], 0
         for p in (p1, p2):
             if p:
@@ -210,6 +216,7 @@ class _Answers:
             if usable:
                 acc.usable_pairs += 1
                 acc.consistent += consistent
+                acc.contradicting += contradicting
             acc.biases += biases
             acc.prefs += prefs
             acc.unusable += unusable
@@ -237,6 +244,9 @@ class _Answers:
         t1, t2 = (np.argmax(o.probs[with_probs], axis=1) for o in (o1, o2))  # the first of the largest
         self.usable_pairs += int(with_probs.sum())
         self.consistent += int((((t1 == 0) & (t2 == 1)) | ((t1 == 1) & (t2 == 0)) | ((t1 == 2) & (t2 == 2))).sum())
+        q1, q2 = o1.probs[with_probs], o2.probs[with_probs]  # order 2's A is order 1's B (F and R swap)
+        self.contradicting += int(((np.minimum(q1[:, 0], q2[:, 1]) <= 0) & (np.minimum(q1[:, 1], q2[:, 0]) <= 0)
+                                   & (np.minimum(q1[:, 2], q2[:, 2]) <= 0)).sum())
         both = lambda f: np.column_stack([f(o1), f(o2)]).ravel()  # noqa: E731 - order 1, order 2 of each pair
         kind, a, b = both(lambda o: o.kind), both(lambda o: o.probs[:, 0]), both(lambda o: o.probs[:, 1])
         has = kind == PROBS
@@ -264,6 +274,7 @@ class _Answers:
             "unparseable": self.unparseable,
             "judge_refused": self.judge_refused,
             "text_read": self.text_read,
+            "contradicting": self.contradicting,
             "methods": dict(self.methods),
         }
         low_mass = not math.isnan(out["valid_option_mass"]) and out["valid_option_mass"] < min_valid_mass

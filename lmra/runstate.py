@@ -457,19 +457,25 @@ def partial_advice(summary: dict) -> str:
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")
-    if summary.get("run_status") == PARTIAL and any(w.startswith(NO_PAIR_SCORED_PREFIX)
-                                                     for w in summary.get("warnings") or []):
-        parts.append("with no pair scored there is no stereotype rate to compare or gate, and a re-run gets the "
-                     "same answers from the cache: look at the counts above (refusals.csv, ratings.parquet)")
+    none_scored = summary.get("run_status") == PARTIAL and any(w.startswith(NO_PAIR_SCORED_PREFIX)
+                                                                for w in summary.get("warnings") or [])
+    if none_scored:  # (fresh-user finding: with invalid_over_limit too, "a re-run gets the same answers" twice)
+        parts.append("with no pair scored there is no stereotype rate to compare or gate"
+                     + ("" if summary.get("invalid_over_limit") else ", and a re-run gets the same answers from the "
+                        "cache: look at the counts above (refusals.csv, ratings.parquet)"))
     if summary.get("filter_over_limit"):
         parts.append("the tasks named lost prompts the identity filter's LMRA could not label (they are removed, not "
                      "audited); a re-run gets the same answers from the cache: look at filtered_prompts.jsonl "
                      "(reason 'unlabelled') or use another LMRA")
     if summary.get("invalid_over_limit"):
-        parts.append("the rates named rest on the pairs the LMRA chose to answer; a re-run gets the same answers "
-                     "from the cache (but for answers without log-probabilities, which are not cached and are "
-                     "asked again): look at the LMRA's unusable answers (refusals to rate, no probability on the options, orders that "
-                     "contradict each other) or use another LMRA")
+        contradicting = sum(int((d or {}).get("contradicting") or 0)
+                            for d in (summary.get("diagnostics") or {}).values() if isinstance(d, dict))
+        parts.append(("" if none_scored else "the rates named rest on the pairs the LMRA chose to answer; ")
+                     + "a re-run gets the same answers from the cache (but for answers without log-probabilities, "
+                     "which are not cached and are asked again): look at the LMRA's unusable answers (refusals to "
+                     "rate, no probability on the options, orders that contradict each other"
+                     + (f": {contradicting} pairs, see the judge diagnostics" if contradicting else "")
+                     + ") or use another LMRA")
     return ". ".join(p[0].upper() + p[1:] for p in parts)
 
 

@@ -451,3 +451,37 @@ def test_the_offline_nightly_example_pins_then_checks_both_of_its_tasks(tmp_path
     assert main(base + ["--seed", "2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "No regression" in out and "(2 of 2 tasks tested)" in out
+
+
+def test_diagnostics_count_pairs_whose_orders_contradict_each_other():
+    """Fresh-user finding: every pair invalid because the two orders shared no outcome (the
+    min combiner's minima all 0) while the line said 0 unusable, 0 unparseable, 0 refused. Both
+    ways of reading the answers (dicts and the finish's columns) count them alike."""
+    import numpy as np
+
+    from lmra.diagnostics import _Answers
+    from lmra.judge.answer_columns import AnswerColumns, answer_fields
+    from lmra.judge.scoring import score_pair
+
+    def ans(a, b, c):
+        return {"probs": {"A": a, "B": b, "C": c}, "mass": 1.0, "method": "logprobs", "n_unparseable": 0,
+                "n_refused": 0}
+
+    o1 = [ans(1.0, 0.0, 0.0), ans(1.0, 0.0, 0.0), ans(0.0, 0.0, 1.0), ans(0.6, 0.0, 0.4),
+          {"probs": None, "mass": 0.0, "method": "logprobs", "n_unparseable": 1, "n_refused": 0}]
+    o2 = [ans(1.0, 0.0, 0.0),   # A both times: forward, then reverse — no outcome in common
+          ans(0.0, 1.0, 0.0),   # A then B: forward both times — consistent
+          ans(1.0, 0.0, 0.0),   # neutral, then reverse: nothing in common
+          ans(0.0, 0.0, 1.0),   # shares the neutral outcome: valid under min
+          ans(1.0, 0.0, 0.0)]   # an unusable answer: invalid for another reason, not counted here
+    d = judge_diagnostics(pd.DataFrame({"order1": o1, "order2": o2}))
+    assert d["contradicting"] == 2 and d["unusable"] == 1
+    # exactly the pairs the min combiner leaves invalid among those with two usable answers
+    assert d["contradicting"] == sum(score_pair(a["probs"], b["probs"], "min")[1] is None
+                                     for a, b in zip(o1, o2) if a["probs"] and b["probs"])
+    methods: dict = {}
+    cols = [AnswerColumns.from_fields(np.array([answer_fields(a, methods) for a in side]), methods)
+            for side in (o1, o2)]
+    acc = _Answers()
+    acc.add_columns(*cols)
+    assert acc.result(0.5, 0.6)["contradicting"] == 2

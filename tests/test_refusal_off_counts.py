@@ -108,3 +108,27 @@ def test_lmra_audit_exits_1_and_says_why_when_every_pair_had_a_refusal(tmp_path,
     assert "With no pair scored there is no stereotype rate to compare or gate" in err
     assert "model calls failed" not in err and "Run the same command again" not in err
     assert out.rstrip().splitlines()[-1].startswith("exit status 1: the run is partial (no pair could be scored")
+
+
+def test_partial_advice_says_each_thing_once_and_names_contradicting_orders():
+    """Fresh-user finding: a run whose every pair was invalid (the LMRA's orders contradicted each
+    other) said "a re-run gets the same answers from the cache" twice, "the rates named rest on the
+    pairs the LMRA chose to answer" with no pair scored, and never the contradicting orders."""
+    from lmra.runstate import NO_PAIR_SCORED_PREFIX, PARTIAL, partial_advice
+
+    summary = {"run_status": PARTIAL, "warnings": [NO_PAIR_SCORED_PREFIX + " …"],
+               "invalid_over_limit": [{"task": "t", "comparison": "a vs b", "n_invalid": 4, "n_rated": 4,
+                                       "share": 1.0}],
+               "diagnostics": {"stereotype": {"contradicting": 4, "unusable": 0}}}
+    text = partial_advice(summary)
+    assert text.lower().count("a re-run gets the same answers") == 1
+    assert "chose to answer" not in text and "orders that contradict each other: 4 pairs" in text
+    assert text.startswith("With no pair scored there is no stereotype rate to compare or gate. A re-run")
+    # pairs scored in other tasks: the rates rest on the pairs answered, said once
+    some = dict(summary, warnings=[], run_status=PARTIAL, diagnostics={})
+    text = partial_advice(some)
+    assert "the rates named rest on the pairs the lmra chose to answer" in text.lower()
+    assert text.lower().count("a re-run gets the same answers") == 1 and ": 4 pairs" not in text
+    # no pair scored for another reason: the cache sentence stays with it
+    text = partial_advice(dict(summary, invalid_over_limit=[]))
+    assert "and a re-run gets the same answers from the cache" in text

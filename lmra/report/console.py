@@ -237,7 +237,9 @@ def _diagnostics(console: Console, summary: dict) -> None:
             f"[{style}]Judge diagnostics ({question}):[/] order consistency {_rate(d['order_consistency'])}, "
             f"position preference {_rate(d['position_preference'])} (0.5 = none), valid-option mass "
             f"{_rate(d['valid_option_mass'])}; answers without usable option mass {d['unusable']}, unparseable {d['unparseable']}, "
-            f"judge refused {d['judge_refused']}; method {methods}{flag}")
+            f"judge refused {d['judge_refused']}"
+            + (f", orders contradicting each other completely {d['contradicting']} (invalid under the min combiner)"
+               if d.get("contradicting") else "") + f"; method {methods}{flag}")
 
 
 def judge_status_text(status: dict | None) -> Text:
