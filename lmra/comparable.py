@@ -7,7 +7,8 @@ asked differently. :func:`comparability_warnings` names what the run folders rec
 a verdict mean something else than "tonight's chatbot vs the baseline's":
 
 * **another target**: the audited chatbot's provider or model id differs (a check of two models
-  is a comparison of models, not a regression of one);
+  is a comparison of models, not a regression of one), or its endpoint (``base_url``, with a
+  custom provider's ``#options=`` digest) does;
 * **another design**: a field that changes what is measured differs — the groups, the
   comparisons, samples per prompt, redaction, the target's sampling settings (temperature,
   max_tokens, prompt format), or what the names file, the personalisation style and the
@@ -97,6 +98,13 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if all(t_base) and all(t_run) and t_base != t_run:
         out.append(f"the target differs: baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
                    "compares two chatbots, not two nights of one")
+    elif all(t_base) and t_base == t_run and baseline.target_base_url != run.target_base_url \
+            and "base_url" in (baseline.manifest.get("target") or {}) and "base_url" in (run.manifest.get("target") or {}):
+        # the same model id at another endpoint, or a custom provider's options changed (docs-truth
+        # finding: docs/providers.md promised the check shows it; it compared provider and model only)
+        out.append(f"the target differs: {t_run[0]}:{t_run[1]} at {baseline.target_base_url or 'its default endpoint'} "
+                   f"in the baseline, at {run.target_base_url or 'its default endpoint'} in the run — the check "
+                   "compares two deployments, not two nights of one")
     cb, cr = baseline.config, run.config
     changed = [f"{f} ({_change(cb.get(f), cr.get(f))})" for f in MEASUREMENT_FIELDS
                if f in cb and f in cr and cb.get(f) != cr.get(f)]

@@ -138,7 +138,7 @@ class ModelConfig(_Strict):
     n_samples: int = Field(
         5, ge=1, le=100,
         description="Samples per question when a provider has no log-probabilities (option probabilities "
-        "are then estimated by sampling at temperature 1, each draw with its own seed).",
+        "are then estimated by sampling at the section's temperature, default 1, each draw with its own seed).",
     )
     n_ctx: int = Field(4096, ge=512, le=MAX_N_CTX, description="Context window for the in-process llamacpp backend.")
     n_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="CPU threads of each llamacpp context "
@@ -319,7 +319,7 @@ class AxesConfig(_Strict):
         "tested beside the discovered ones; they count toward the multiple-comparison correction.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Family-wise error rate over the axes tested.")
     correction: Literal["bonferroni", "holm"] = Field(
-        "bonferroni", description="Multiple-comparison correction over the axes actually tested.")
+        "bonferroni", description="Multiple-comparison correction over the axes actually tested: bonferroni or holm.")
     test: Literal["t", "sign"] = Field(
         "t", description="Per-axis test of mean(s) = 0: one-sample t-test (clustered by prompt) or sign test.")
     min_test_pairs: int = Field(

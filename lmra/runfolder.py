@@ -174,6 +174,13 @@ class RunFolder:
         return (self.manifest.get("target") or {}).get("provider")
 
     @property
+    def target_base_url(self) -> str | None:
+        """Endpoint of the audited chatbot (manifest ``target.base_url``; a custom provider's
+        ``<base_url>#options=<digest>`` when the config gives it ``options``); None when not
+        recorded or empty (the embedded model, a provider's default endpoint)."""
+        return (self.manifest.get("target") or {}).get("base_url") or None
+
+    @property
     def judge_model(self) -> str | None:
         """Model id of the LMRA (manifest ``judge.model``)."""
         return (self.manifest.get("judge") or {}).get("model")

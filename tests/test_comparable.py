@@ -377,3 +377,32 @@ def test_another_min_answer_mass_is_another_design(tmp_path):
         runs.append(run_dir)
     (line,) = check_run(runs[1], runs[0]).comparability
     assert "the audit design differs: judge.min_answer_mass (0.05 → 0.2)" in line
+
+
+def test_another_endpoint_or_custom_options_are_another_target(tmp_path):
+    """Docs-truth finding: docs/providers.md says a custom provider's changed ``options`` (its
+    ``base_url`` recorded as ``…#options=<digest>``) shows in the nightly check; the check
+    compared provider and model id only and said nothing."""
+    import copy
+
+    from lmra.comparable import comparability_warnings, short_label
+    from lmra.runfolder import load_run
+
+    a = load_run(make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                          n_prompts=20))
+    b = load_run(make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=2,
+                          n_prompts=20))
+    assert comparability_warnings(a, b) == []
+    for before, after in (("#options=1a88aa00aa00aa00", "#options=3cc9bb00bb00bb00"),
+                          ("http://127.0.0.1:8000/v1", "http://127.0.0.1:9000/v1"), ("", "http://10.0.0.2/v1")):
+        a2, b2 = copy.deepcopy(a), copy.deepcopy(b)
+        a2.manifest["target"]["base_url"], b2.manifest["target"]["base_url"] = before, after
+        (line,) = comparability_warnings(a2, b2)
+        assert short_label(line) == "another target" and after in line and "two deployments" in line
+        b2.manifest["target"]["base_url"] = before  # the same endpoint: nothing to say
+        assert comparability_warnings(a2, b2) == []
+    a2 = copy.deepcopy(a)  # a baseline recorded without it: not compared
+    a2.manifest["target"].pop("base_url", None)
+    b2 = copy.deepcopy(b)
+    b2.manifest["target"]["base_url"] = "http://x"
+    assert comparability_warnings(a2, b2) == []

@@ -115,8 +115,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "prompts": G("lmra_task_prompts", "Prompts of the task in the run", labels=TASK_LABELS),
         "refusal": G("lmra_task_refusal_rate", "Share of the group's responses labelled a refusal, in [0, 1]",
                      labels=TASK_LABELS + ["group"]),
-        "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else the latest) flagged the task (its net "
-                       "rating rose significantly above the margin vs the baseline), 0 if tested and not flagged",
+        "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else one an older lmra recorded, else the "
+                       "latest recorded) flagged the task (its net rating rose significantly above the margin vs the "
+                       "baseline), 0 if tested and not flagged",
                        labels=TASK_LABELS),
         "o_regressed": G("lmra_overall_regressed", "1 if the run's regression check flagged the comparison's net rating "
                          "over all its tasks (a rise spread over the tasks), 0 if tested and not flagged",
@@ -133,14 +134,16 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                        labels=COMPARISON_LABELS + ["group"]),
         "judge": G("lmra_judge_status", "1 for the run's judge status (passed, failed, waived = failed with the gate "
                    "waived, not_checked, unknown), 0 for the others", labels=RUN_LABELS + ["status"]),
-        "status": G("lmra_run_status", "1 for the run's status (complete, partial = more than max_failed_share of "
-                    "its pairs lost to failed calls), 0 for the other", labels=RUN_LABELS + ["status"]),
+        "status": G("lmra_run_status", "1 for the run's status (complete; partial = more than max_failed_share of "
+                    "its pairs or secondary ratings lost to failed calls, a task over max_invalid_share of unusable "
+                    "answers or unlabelled filter prompts, or no pair scored), 0 for the other", labels=RUN_LABELS + ["status"]),
         "start": G("lmra_run_timestamp_seconds", "Start of the run, Unix time in seconds", labels=RUN_LABELS),
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
         "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, "
-                         "else the latest), plus comparisons whose overall net rating it flagged; absent when it "
+                         "else one an older lmra recorded, else the latest recorded), plus comparisons whose overall net rating it flagged; absent when it "
                          "tested nothing (no verdict)", labels=RUN_LABELS),
-        "tested": G("lmra_run_check_tested_tasks", "Tasks the run's regression check could test (0: no verdict)",
+        "tested": G("lmra_run_check_tested_tasks", "Tasks the run's regression check could test (overall rows not counted: 0 beside a "
+                    "present lmra_run_regressions is a verdict on the overall rows alone, 0 without it no verdict)",
                     labels=RUN_LABELS),
         "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
                             "night-to-night comparison of one chatbot (replayed answers, another target or design)",
