@@ -148,7 +148,9 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
         score), ``n_not_in_run`` (of those, the labels whose pair id is not a pair of the run at
         all — a typo, another run's pair; None when ``lmra`` does not say which pairs the run
         has), ``pearson_r`` with ``pearson_ci`` (scipy's Fisher-z interval), ``spearman_rho``
-        with ``spearman_ci`` (scipy.stats.bootstrap, percentile method, 2000 paired resamples) and ``sign_agreement``
+        with ``spearman_ci`` (scipy.stats.bootstrap, 2000 paired resamples, percentiles of those
+        whose ρ is defined; ``spearman_ci_undefined_resamples`` counts the others, a constant
+        side) and ``sign_agreement``
         = share of pairs whose signs (−1/0/1 with the tie band) agree. Correlations are nan
         with fewer than 3 pairs or a constant input.
     """
@@ -178,5 +180,13 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
                 boot = st.bootstrap((h, l), lambda a, b: st.spearmanr(a, b).statistic, paired=True,
                                     vectorized=False, confidence_level=1 - alpha, n_resamples=2000,
                                     method="percentile", random_state=np.random.default_rng(seed))
-            out["spearman_ci"] = [float(boot.confidence_interval.low), float(boot.confidence_interval.high)]
+            # percentiles of the resamples whose ρ is defined: one with a constant side has none, and
+            # scipy's interval is then NaN (fresh-user finding: ρ = 1.000 [—, —] beside Pearson's
+            # [1.000, 1.000]); the resamples left out are counted
+            dist = np.asarray(boot.bootstrap_distribution, dtype=float)
+            ok = dist[np.isfinite(dist)]
+            out["spearman_ci_undefined_resamples"] = int(dist.size - ok.size)
+            if ok.size:
+                lo, hi = np.percentile(ok, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+                out["spearman_ci"] = [float(lo), float(hi)]
     return out

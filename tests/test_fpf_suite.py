@@ -485,3 +485,22 @@ def test_diagnostics_count_pairs_whose_orders_contradict_each_other():
     acc = _Answers()
     acc.add_columns(*cols)
     assert acc.result(0.5, 0.6)["contradicting"] == 2
+
+
+def test_spearman_interval_of_a_perfect_ranking_is_defined():
+    """Fresh-user finding: ρ = 1.000 [—, —] beside Pearson's [1.000, 1.000]: resamples with a
+    constant side have no ρ, and scipy's percentile interval was NaN. The interval comes from
+    the resamples whose ρ is defined, and those left out are counted."""
+    from lmra.agreement import agreement
+
+    ids = [f"p{i}" for i in range(8)]
+    h = pd.DataFrame({"pair_id": ids, "human": [-1, -0.5, 0, 0.2, 0.4, 0.6, 0.8, 1.0]})
+    l = pd.DataFrame({"pair_id": ids, "lmra": [-0.9, -0.4, 0.1, 0.3, 0.5, 0.65, 0.85, 0.95]})
+    out = agreement(h, l)
+    assert out["spearman_rho"] == pytest.approx(1.0) and out["spearman_ci"] == pytest.approx([1.0, 1.0])
+    assert 0 <= out["spearman_ci_undefined_resamples"] < 2000
+    # a noisy ranking: a proper interval around ρ
+    l2 = l.assign(lmra=[-0.9, 0.3, 0.1, -0.4, 0.5, 0.95, 0.85, 0.65])
+    out = agreement(h, l2)
+    lo, hi = out["spearman_ci"]
+    assert lo < out["spearman_rho"] < hi <= 1.0
