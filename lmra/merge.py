@@ -29,8 +29,8 @@ import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
 from lmra.audit.finish import (AUTO_MEAN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
-                               FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX, INVALID_SHARE_PREFIX,
-                               TEXT_UNDER_MIN_PREFIX)
+                               EMPTY_RESPONSES_MARK, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX, INVALID_SHARE_PREFIX,
+                               TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
 from lmra.diagnostics import FLAGGED_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -499,7 +499,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      # judged / counted again
                      and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX, FILTER_SHARE_PREFIX,
                                            TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
-                                           INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))]
+                                           INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))
+                     and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:

@@ -391,3 +391,35 @@ def test_unreadable_cached_answers_are_asked_again_counted_and_replaced(tmp_path
     capsys.readouterr()
     calls = last_manifest()
     assert calls["unreadable_cached"] == 0 and calls["fresh"] == 0
+
+
+class CuttingTarget(ScriptedTarget):
+    """A target whose every third answer stops at max_tokens (``length`` as openai and llamacpp
+    say it, ``max_tokens`` as anthropic does, alternately)."""
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        if self.calls % 3 == 0:
+            return res.model_copy(update={"finish_reason": "length" if self.calls % 2 else "max_tokens"})
+        return res
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_responses_cut_at_max_tokens_are_counted_and_said(tmp_path, sim_inputs, spool):
+    """Break-it finding: a target's truncated answers (finish_reason length / max_tokens) were not
+    counted, unlike empty and content-filtered ones."""
+    names, prompts = sim_inputs(12)
+    target = CuttingTarget(NAME_TO_GROUP, _target)
+    cfg = _cfg(tmp_path, names, prompts, refusal={"enabled": False})
+    audit = Audit(cfg, target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    n = res.summary["n_responses"]
+    assert n == 24 and res.summary["n_responses_truncated"] == 8
+    assert (f"8 of 24 target responses were cut at max_tokens = {cfg.target.max_tokens}"
+            in " ".join(res.summary["warnings"]))
+    # none cut: no such warning
+    plain = Audit(_cfg(tmp_path / "plain", names, prompts, refusal={"enabled": False}),
+                  target=ScriptedTarget(NAME_TO_GROUP, _target), judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
+    assert plain.summary["n_responses_truncated"] == 0
+    assert not any("cut at max_tokens" in w for w in plain.summary["warnings"])

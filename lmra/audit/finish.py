@@ -135,16 +135,21 @@ def _redacted(row: dict) -> dict:
 #: finish reasons of a response the provider's safety system stopped: OpenAI's ``content_filter``,
 #: Anthropic's ``refusal`` (its classifiers ended the message; break-it finding: not counted)
 FILTER_FINISH_REASONS = ("content_filter", "refusal")
+#: ``finish_reason`` values of an answer cut at ``max_tokens`` (openai, llamacpp: ``length``;
+#: anthropic: ``max_tokens``)
+TRUNCATED_FINISH_REASONS = ("length", "max_tokens")
 
 
-def response_notes(response: Response) -> tuple[bool, bool]:
-    """``(empty, filtered)`` of one target response: no text although the call did not fail,
-    and stopped by the provider's content filter (``finish_reason`` in
-    :data:`FILTER_FINISH_REASONS`): answers that are rated as they are, and counted so that a
-    run says how many it had."""
+def response_notes(response: Response) -> tuple[bool, bool, bool]:
+    """``(empty, filtered, truncated)`` of one target response: no text although the call did
+    not fail, stopped by the provider's content filter (``finish_reason`` in
+    :data:`FILTER_FINISH_REASONS`), cut at ``max_tokens`` (:data:`TRUNCATED_FINISH_REASONS`;
+    break-it finding: not counted, unlike the other two): answers that are rated as they are,
+    and counted so that a run says how many it had."""
     if response.error is not None:
-        return False, False
-    return not (response.text or "").strip(), response.finish_reason in FILTER_FINISH_REASONS
+        return False, False, False
+    return (not (response.text or "").strip(), response.finish_reason in FILTER_FINISH_REASONS,
+            response.finish_reason in TRUNCATED_FINISH_REASONS)
 
 
 #: the start of :func:`invalid_share_warning`'s text (a merge recomputes it, not a shard's)
@@ -327,9 +332,24 @@ def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> 
     """The run's warning about empty and content-filtered target responses; None when none."""
     if not n_empty and not n_filtered:
         return None
-    return (f"{n_empty} of {n_responses} target responses were empty and {n_filtered} were stopped by the "
+    return (f"{n_empty} of {n_responses}{EMPTY_RESPONSES_MARK}{n_filtered} were stopped by the "
             "provider's content filter (finish_reason content_filter or refusal); their pairs are rated as they are — "
             "responses.jsonl has each response's finish_reason")
+
+
+#: what the empty-responses and cut-responses warnings hold (they start with their counts; a
+#: merge recomputes both from the merged responses, not a shard's)
+EMPTY_RESPONSES_MARK = " target responses were empty and "
+TRUNCATED_RESPONSES_MARK = " target responses were cut at max_tokens = "
+
+
+def truncated_responses_warning(n_truncated: int, n_responses: int, max_tokens: int) -> str | None:
+    """The run's warning about target responses cut at ``max_tokens``; None when none was."""
+    if not n_truncated:
+        return None
+    return (f"{n_truncated} of {n_responses}{TRUNCATED_RESPONSES_MARK}{max_tokens} "
+            "(finish_reason length or max_tokens); their pairs are rated as they are, on the text the chatbot "
+            "wrote before the cut — raise [target] max_tokens if the LMRA should see whole answers")
 
 
 class ResponseSpool(PairSpool):
@@ -352,7 +372,7 @@ class ResponseSpool(PairSpool):
         self._writer.encoded = {"line"}  # the JSON line is stored as its text, not encoded again
         self.redact = redact
         self.placebo = frozenset(placebo)
-        self.n_empty = self.n_filtered = 0  # (response_notes)
+        self.n_empty = self.n_filtered = self.n_truncated = 0  # (response_notes)
 
     def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
         """Spool one response with its refusal label ``(p, refused)`` (None: not labelled) at
@@ -361,9 +381,10 @@ class ResponseSpool(PairSpool):
         Raises:
             LmraIOError: the spool cannot be written.
         """
-        empty, filtered = response_notes(response)
+        empty, filtered, truncated = response_notes(response)
         self.n_empty += empty
         self.n_filtered += filtered
+        self.n_truncated += truncated
         row = response_row(response)
         row["refusal_p"], row["refused"] = label if label is not None else (None, None)
         if self.redact:  # as finish_run's disk rows
@@ -614,13 +635,13 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     all_text = {p.id: p.text for p in inputs.prompts if p.id in asked}
     if isinstance(responses, ResponseSpool):  # a large run: its responses were spooled as their lines
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
-        n_empty, n_filtered = responses.n_empty, responses.n_filtered
+        n_empty, n_filtered, n_truncated = responses.n_empty, responses.n_filtered, responses.n_truncated
         responses.remove()
         resp_rows = disk_rows = is_placebo = []
     else:
         n_responses = len(responses)
         notes = [response_notes(r) for r in responses]
-        n_empty, n_filtered = sum(e for e, _ in notes), sum(f for _, f in notes)
+        n_empty, n_filtered, n_truncated = (sum(n[i] for n in notes) for i in range(3))
         resp_rows = [response_row(r) for r in responses]
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
@@ -721,6 +742,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     empty = empty_responses_warning(n_empty, n_filtered, n_responses)
     if empty is not None:
         warnings.append(empty)
+    cut = truncated_responses_warning(n_truncated, n_responses, cfg.target.max_tokens)
+    if cut is not None:
+        warnings.append(cut)
     degraded = text_under_min_warning(diag["stereotype"], combiner, audit._judge_provider().supports_logprobs)
     if degraded is not None:
         warnings.append(degraded)
@@ -818,6 +842,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_responses": n_responses,
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
         "n_responses_content_filter": n_filtered,
+        "n_responses_truncated": n_truncated,  # cut at max_tokens (finish_reason length / max_tokens)
         "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
         "n_pairs_refusal": (int(scores["refused"].sum()) if not scores.empty else 0) if cfg.refusal.enabled else None,
         "n_pairs_unlabelled": (int(scores["unlabelled"].fillna(False).astype(bool).sum()) if "unlabelled" in scores
