@@ -159,3 +159,20 @@ def test_a_minus_infinity_log_probability_is_a_token_of_probability_0():
         with pytest.raises(ProviderError) as err:
             chat_result(_completion_with([("C", math.log(0.7)), ("A", bad)]), REQUEST, model="m")
         assert err.value.kind == "malformed"
+
+
+def test_usage_as_whole_floats_is_read_and_an_error_object_is_malformed():
+    """Break-it findings: ``prompt_tokens: 20.0`` failed every call as malformed; an HTTP 200 body
+    ``{"error": {...}}`` was counted as 'no choices' without the server's message."""
+    body = _completion_with([("C", -0.1)])
+    body["usage"] = {"prompt_tokens": 20.0, "completion_tokens": 1.0}
+    res = chat_result(body, REQUEST, model="m")
+    assert (res.usage.prompt_tokens, res.usage.completion_tokens) == (20, 1)
+    assert isinstance(res.usage.prompt_tokens, int)
+    body["usage"] = {"prompt_tokens": 20.5, "completion_tokens": 1}
+    with pytest.raises(ProviderError) as err:
+        chat_result(body, REQUEST, model="m")
+    assert err.value.kind == "malformed"
+    with pytest.raises(ProviderError) as err:
+        chat_result({"error": {"message": "model overloaded", "type": "server_error"}}, REQUEST, model="m")
+    assert err.value.kind == "malformed" and err.value.retryable and "model overloaded" in str(err.value)

@@ -113,6 +113,8 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     if completion is None or isinstance(completion, (str, bytes, int, float, list)):
         raise bad(f"the body is a {type(completion).__name__}, not a completion object")
     choices = _get(completion, "choices")
+    if choices is None and _get(completion, "error") is not None:  # an error object sent with HTTP 200
+        raise bad(f"an error object instead of a completion: {str(_get(completion, 'error'))[:200]}")
     if choices is None or (isinstance(choices, (list, tuple)) and not choices):
         raise ProviderError("openai response has no choices", kind="no_choices", retryable=True)
     if not isinstance(choices, (list, tuple)):
@@ -171,6 +173,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     if n_in is None or n_out is None:  # counted as 0 tokens: the cost and token budgets undercount it (said)
         note_event("no_usage")
     n_in, n_out = n_in or 0, n_out or 0
+    # a whole number sent as a float (20.0: some servers' JSON) is that count (break-it finding:
+    # every call failed as malformed); 20.5 is not a count
+    n_in, n_out = (int(n) if isinstance(n, float) and n.is_integer() else n for n in (n_in, n_out))
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (n_in, n_out)):
         raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of counts ≥ 0")
     served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
