@@ -468,8 +468,10 @@ def partial_advice(summary: dict) -> str:
                      "audited); a re-run gets the same answers from the cache: look at filtered_prompts.jsonl "
                      "(reason 'unlabelled') or use another LMRA")
     if summary.get("invalid_over_limit"):
-        contradicting = sum(int((d or {}).get("contradicting") or 0)
-                            for d in (summary.get("diagnostics") or {}).values() if isinstance(d, dict))
+        # the stereotype question's pairs only: the invalid share is about them (break-it finding: the
+        # quality criteria's and the second LMRA's counts were added in)
+        stereo = (summary.get("diagnostics") or {}).get("stereotype")
+        contradicting = int(stereo.get("contradicting") or 0) if isinstance(stereo, dict) else 0
         parts.append(("" if none_scored else "the rates named rest on the pairs the LMRA chose to answer; ")
                      + "a re-run gets the same answers from the cache (but for answers without log-probabilities, "
                      "which are not cached and are asked again): look at the LMRA's unusable answers (refusals to "

@@ -137,6 +137,12 @@ def test_fewer_alternatives_than_asked_for_leave_the_missing_options_unknown():
     # the same single entry when it holds all the mass: nothing is unknown
     sure = chat_result(_completion_with([("A", -1e-9)]), asked, model="m")
     assert sure.option_probs == pytest.approx({"A": 1.0, "B": 0.0, "C": 0.0})
+    # a server capping at 5 of 20 asked: B is missing but at most 0.01 (the smallest listed): read
+    capped5 = chat_result(_completion_with([("A", math.log(0.70)), ("C", math.log(0.20)), ("The", math.log(0.03)),
+                                            ("I", math.log(0.02)), (" A", math.log(0.01))]),
+                          REQUEST.model_copy(update={"top_logprobs": 20}), model="m")
+    assert capped5.option_probs is not None and capped5.option_probs["B"] == 0.0
+    assert capped5.option_probs["A"] == pytest.approx(0.71)
     # fewer than asked, but every option listed: read as before
     listed = chat_result(_completion_with([("A", math.log(0.5)), ("B", math.log(0.2)), ("C", math.log(0.1))]),
                          asked, model="m")

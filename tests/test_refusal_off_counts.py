@@ -119,7 +119,8 @@ def test_partial_advice_says_each_thing_once_and_names_contradicting_orders():
     summary = {"run_status": PARTIAL, "warnings": [NO_PAIR_SCORED_PREFIX + " …"],
                "invalid_over_limit": [{"task": "t", "comparison": "a vs b", "n_invalid": 4, "n_rated": 4,
                                        "share": 1.0}],
-               "diagnostics": {"stereotype": {"contradicting": 4, "unusable": 0}}}
+               "diagnostics": {"stereotype": {"contradicting": 4, "unusable": 0}, "quality": {"contradicting": 40},
+                               "judge2_stereotype": {"contradicting": 7}}}
     text = partial_advice(summary)
     assert text.lower().count("a re-run gets the same answers") == 1
     assert "chose to answer" not in text and "orders that contradict each other: 4 pairs" in text

@@ -90,8 +90,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     rescaled to 1. A token without ``top_logprobs`` (missing or empty: an endpoint that ignores
     the parameter) gives no option probabilities — the other options' are unknown, not 0 — and
     so does one with fewer alternatives than ``request.top_logprobs`` asked for (a server
-    capping them) when an option is missing and more than :data:`LOGPROB_ROUNDING` of the
-    probability is unlisted. A log-probability of −∞ is a token of probability 0.
+    capping them) when an option is missing that could hold more than :data:`LOGPROB_ROUNDING`
+    (its bound: the unlisted mass, and the smallest listed probability). A log-probability of
+    −∞ is a token of probability 0.
 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
@@ -154,11 +155,14 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
             if mass > 1.0 + LOGPROB_ROUNDING:  # (checked before the options' sums, which cap each at 1)
                 raise bad(f"the alternative tokens' probabilities sum to {mass:.4g} (above 1 by more than rounding)")
             probs = sum_option_probs(alts, request.options)
-            if (request.top_logprobs and len(tops) < request.top_logprobs
-                    and 1.0 - mass > LOGPROB_ROUNDING and not all(probs.values())):
+            if (request.top_logprobs and len(tops) < request.top_logprobs and not all(probs.values())
+                    and min(1.0 - mass, min(math.exp(v) for v in alts.values())) > LOGPROB_ROUNDING):
                 # fewer alternatives than asked for (a server capping top_logprobs, e.g. at 1: the
-                # chosen token alone) and mass left unlisted: the missing options' probabilities are
-                # unknown, not 0 (break-it finding: read as a confident answer and cached)
+                # chosen token alone) and an option missing that could hold more than rounding — at
+                # most the unlisted mass and at most the smallest listed probability (the listing is
+                # the top ones): its probability is unknown, not 0 (break-it finding: the chosen
+                # token alone was read as a confident answer and cached; a cap at 5 of 20 asked,
+                # its smallest 0.01, is still read)
                 probs = None
                 break
             total = sum(probs.values())
