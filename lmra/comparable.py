@@ -79,6 +79,25 @@ def earlier_same_draw(history, run) -> str | None:
     return history.finished_before(run)
 
 
+def _endpoints_differ(a: str | None, b: str | None) -> bool:
+    """Whether two recorded target endpoints (``base_url``, a custom provider's with
+    ``#options=<digest>``) name different deployments. Not said when either is unrecorded or
+    empty (a provider's default endpoint written out is the same endpoint), for a trailing
+    ``/`` or the scheme's and host's case, nor for an options digest only one of them has (a
+    run recorded before lmra keyed the options) — break-it findings: these warned every night."""
+    if not a or not b:
+        return False
+
+    def split(url: str) -> tuple[str, str | None]:
+        base, _, options = url.partition("#options=")
+        scheme, sep, rest = base.rstrip("/").partition("://")
+        host, slash, path = rest.partition("/")
+        return (f"{scheme.lower()}{sep}{host.lower()}{slash}{path}" if sep else base.rstrip("/")), (options or None)
+
+    (base_a, opt_a), (base_b, opt_b) = split(a), split(b)
+    return base_a != base_b or (opt_a is not None and opt_b is not None and opt_a != opt_b)
+
+
 def comparability_warnings(baseline, run, history=None) -> list[str]:
     """Plain-text warnings, one per reason the check of ``run`` against ``baseline`` is not a
     night-to-night comparison of one chatbot (see the module docstring).
@@ -98,13 +117,11 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if all(t_base) and all(t_run) and t_base != t_run:
         out.append(f"the target differs: baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
                    "compares two chatbots, not two nights of one")
-    elif all(t_base) and t_base == t_run and baseline.target_base_url != run.target_base_url \
-            and "base_url" in (baseline.manifest.get("target") or {}) and "base_url" in (run.manifest.get("target") or {}):
+    elif all(t_base) and t_base == t_run and _endpoints_differ(baseline.target_base_url, run.target_base_url):
         # the same model id at another endpoint, or a custom provider's options changed (docs-truth
         # finding: docs/providers.md promised the check shows it; it compared provider and model only)
-        out.append(f"the target differs: {t_run[0]}:{t_run[1]} at {baseline.target_base_url or 'its default endpoint'} "
-                   f"in the baseline, at {run.target_base_url or 'its default endpoint'} in the run — the check "
-                   "compares two deployments, not two nights of one")
+        out.append(f"the target differs: {t_run[0]}:{t_run[1]} at {baseline.target_base_url} in the baseline, at "
+                   f"{run.target_base_url} in the run — the check compares two deployments, not two nights of one")
     cb, cr = baseline.config, run.config
     changed = [f"{f} ({_change(cb.get(f), cr.get(f))})" for f in MEASUREMENT_FIELDS
                if f in cb and f in cr and cb.get(f) != cr.get(f)]

@@ -44,7 +44,7 @@ MANIFEST_SECTIONS = [
     ("other-manifest", "Other run facts", lambda k: True),
 ]
 DIAGNOSTIC_ROWS = ["n_answers", "order_consistency", "position_preference", "position_bias", "valid_option_mass",
-                   "unusable", "unparseable", "judge_refused", "methods", "flagged", "flag_reasons"]
+                   "unusable", "unparseable", "judge_refused", "contradicting", "methods", "flagged", "flag_reasons"]
 TREND_MAX_RUNS = 30
 
 
