@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lmra.judge.scoring import COMBINERS
-from lmra.stats import adjust_pvalues, mcnemar_exact, mean_interval, two_proportion_test, wilson_ci
+from lmra.stats import adjust_pvalues, clustered_mcnemar, mcnemar_exact, mean_interval, two_proportion_test, wilson_ci
 
 PER_TASK_COLUMNS = [
     "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled",
@@ -268,19 +268,29 @@ def _scopes(df: pd.DataFrame):
 
 
 def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float,
-                 n_paired: int, only_a: int, only_b: int) -> dict:
+                 n_paired: int, only_a: int, only_b: int, prompt_differences=None) -> dict:
     """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
     ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them;
     of the ``n_paired`` pairs whose two responses are both labelled, ``only_a`` refused only
-    under A and ``only_b`` only under B, and the exact McNemar test on them."""
+    under A and ``only_b`` only under B, and the paired test on them: exact McNemar with one
+    pair per prompt; with several (``samples_per_prompt`` > 1: ``prompt_differences``, each
+    prompt's only-A minus only-B count) McNemar for clustered pairs, whose pairs of one prompt
+    are not independent (break-it finding: the exact test's false positives reached 0.15 at
+    α = 0.05 with 5 pairs per prompt)."""
     lo_a, hi_a = wilson_ci(sa, na, alpha)
     lo_b, hi_b = wilson_ci(sb, nb, alpha)
     z, p = two_proportion_test(sa, na, sb, nb)
+    if not n_paired:
+        p_paired, method = math.nan, None
+    elif prompt_differences is None:
+        p_paired, method = mcnemar_exact(only_a, only_b), "exact"
+    else:
+        p_paired, method = clustered_mcnemar(prompt_differences), "clustered"
     return {"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
             "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p, "n_paired": n_paired,
-            "only_a": only_a, "only_b": only_b, "p_paired": mcnemar_exact(only_a, only_b) if n_paired else math.nan}
+            "only_a": only_a, "only_b": only_b, "p_paired": p_paired, "paired_test": method}
 
 
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -298,9 +308,11 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         ``ci_low_a``, ``ci_high_a``, the same for b, and ``z``, ``p_value`` of the pooled
         two-proportion z-test of equal rates (methodology §1.7); ``n_paired`` (pairs whose two
         responses are both labelled), ``only_a``/``only_b`` (pairs in which only A's / only B's
-        response was refused) and ``p_paired``, the exact McNemar test of equal rates on those
-        pairs (NaN when none): both responses of a pair answer the same prompt, so the pairs
-        are the design's unit; the pooled test ignores this pairing and is conservative when
+        response was refused) and ``p_paired``, the paired test of equal rates on those pairs
+        (NaN when none; ``paired_test``: ``exact`` McNemar with one pair per prompt,
+        ``clustered`` McNemar (Durkalski et al. 2003) when a prompt has several, read from
+        ``ratings``' ``prompt_id``): both responses of a pair answer the same prompt, so the
+        pairs are the design's unit; the pooled test ignores this pairing and is conservative when
         some prompts are refused under any name (statistics review: 0.025 false positives at
         α = 0.05), the paired one keeps α with more power. ``level`` is ``overall``,
         ``domain`` or ``task``.
@@ -308,7 +320,8 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     if ratings.empty or "refusal_a" not in ratings:
         return pd.DataFrame()
     # only the columns read below: the groups' sub-frames are then cut from 6 columns, not ~60
-    ratings = ratings[["group_a", "group_b", "domain", "task", "refusal_a", "refusal_b"]]
+    keep = ["group_a", "group_b", "domain", "task", "refusal_a", "refusal_b"]
+    ratings = ratings[keep + (["prompt_id"] if "prompt_id" in ratings else [])]
     rows = []
     for (ga, gb), comp in ratings.groupby(["group_a", "group_b"], sort=False):
         for level, dom, task, g in _scopes(comp):
@@ -316,8 +329,11 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             lb = g["refusal_b"].dropna().astype(bool)
             both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
             ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
+            diffs = None
+            if "prompt_id" in both and both["prompt_id"].duplicated().any():  # several pairs of one prompt
+                diffs = ((ra & ~rb).astype(int) - (rb & ~ra).astype(int)).groupby(both["prompt_id"]).sum().to_numpy()
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
-                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum())))
+                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs))
     return pd.DataFrame(rows)
 
 
@@ -600,6 +616,27 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
         "task": con.execute(f"SELECT group_a, group_b, domain, task, {counts} FROM pairs GROUP BY ALL "
                             "ORDER BY domain, task").fetchall(),
     }
+    per_prompt = None  # each prompt's labelled pairs and only-A minus only-B count (several pairs per prompt)
+    if "prompt_id" in have:
+        per_prompt = con.execute(
+            "SELECT group_a, group_b, domain, task, prompt_id, "
+            "count(*) FILTER (WHERE refusal_a IS NOT NULL AND refusal_b IS NOT NULL) AS n, "
+            "count(*) FILTER (WHERE refusal_a AND NOT refusal_b) - count(*) FILTER (WHERE refusal_b AND NOT refusal_a)"
+            " AS d FROM pairs GROUP BY ALL").df()
+        if not (per_prompt["n"] > 1).any():
+            per_prompt = None
+
+    def differences(a, b, level, dom, task):
+        if per_prompt is None:
+            return None
+        m = (per_prompt["group_a"] == a) & (per_prompt["group_b"] == b) & (per_prompt["n"] > 0)
+        if level != "overall":
+            m &= per_prompt["domain"] == dom
+        if level == "task":
+            m &= per_prompt["task"] == task
+        sel = per_prompt[m]
+        return sel["d"].to_numpy() if (sel["n"] > 1).any() else None
+
     rows = []
     for ga, gb in comps:
         for level in ("overall", "domain", "task"):
@@ -607,7 +644,7 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
                 if (a, b) != (ga, gb):
                     continue
                 rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha,
-                                         int(n_paired), int(only_a), int(only_b)))
+                                         int(n_paired), int(only_a), int(only_b), differences(a, b, level, dom, task)))
     return pd.DataFrame(rows)
 
 

@@ -303,6 +303,27 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return float(mcnemar([[0, only_a], [only_b, 0]], exact=True).pvalue)
 
 
+def clustered_mcnemar(differences) -> float:
+    """McNemar's test for clustered pairs (Durkalski et al. 2003, Stat. Med. 22:2417): with
+    ``d_i = b_i − c_i`` the discordant-pair difference of cluster i (pairs with the outcome only
+    in the first member minus those with it only in the second), ``X² = (Σ d_i)² / Σ d_i²``,
+    χ² with 1 degree of freedom. With one pair per cluster it is McNemar's (b − c)² / (b + c).
+
+    Args:
+        differences: the clusters' ``d_i`` (1-D; integers, any sign).
+
+    Returns:
+        The two-sided p-value in (0, 1]; 1.0 when every ``d_i`` is 0.
+    """
+    from scipy import stats as st
+
+    d = np.asarray(differences, dtype=float)
+    den = float(np.sum(d * d))
+    if den == 0.0:
+        return 1.0
+    return float(st.chi2.sf(float(np.sum(d)) ** 2 / den, 1))
+
+
 def adjust_pvalues(pvalues: Sequence[float], method: str = "holm", alpha: float = 0.05) -> tuple[list[bool], list[float]]:
     """Multiple-comparison correction (statsmodels ``multipletests``).
 

@@ -282,7 +282,7 @@ def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tm
     # (and, since the twenty-first session, refusals.csv's paired test, left out here)
     refusal_table = lmra.aggregate.refusal_table
     monkeypatch.setattr(lmra.aggregate, "refusal_table", lambda r, alpha=0.05: refusal_table(r, alpha).drop(
-        columns=["n_paired", "only_a", "only_b", "p_paired"]))
+        columns=["n_paired", "only_a", "only_b", "p_paired", "paired_test"]))
     # (and, since the twenty-first session, each sampled draw's own seed: 8b899bf sent the
     # question's seed with every draw, given here)
     import lmra.judge.options

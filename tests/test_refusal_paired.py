@@ -74,3 +74,69 @@ def test_paired_test_keeps_alpha_and_finds_an_injected_gap_more_often():
     # with prompts that differ in refusal propensity, pairing gains power on a real gap
     assert alt_paired > alt_z
     assert alt_paired / reps > 0.5
+
+
+def test_clustered_mcnemar_hand_values():
+    from scipy import stats as st
+
+    from lmra.stats import clustered_mcnemar
+
+    # d = (2, −1, 3, 0): (Σd)² / Σd² = 16 / 14
+    assert clustered_mcnemar([2, -1, 3, 0]) == pytest.approx(st.chi2.sf(16 / 14, 1))
+    # one pair per prompt: McNemar's (b − c)² / (b + c), here b = 8, c = 2 → 36 / 10
+    assert clustered_mcnemar([1] * 8 + [-1] * 2 + [0] * 5) == pytest.approx(st.chi2.sf(3.6, 1))
+    assert clustered_mcnemar([0, 0]) == 1.0
+
+
+def _leaning(rng, n_prompts: int, k: int, lean_sd: float) -> pd.DataFrame:
+    """Equal refusal rates overall, but each prompt leans towards one group (logit ± lean),
+    k pairs per prompt: the pairs of one prompt are not independent."""
+    rows = []
+    for i in range(n_prompts):
+        lean = rng.normal(0.0, lean_sd)
+        pa, pb = 1 / (1 + np.exp(-(-1.0 + lean))), 1 / (1 + np.exp(-(-1.0 - lean)))
+        for _ in range(k):
+            rows.append({"prompt_id": f"p{i}", "refusal_a": bool(rng.random() < pa),
+                         "refusal_b": bool(rng.random() < pb)})
+    d = pd.DataFrame(rows)
+    return d.assign(group_a="female", group_b="male", domain="d", task="t")
+
+
+def test_several_pairs_per_prompt_use_the_clustered_test_which_keeps_alpha():
+    """Break-it finding: with samples_per_prompt = 5 and prompts leaning towards one group, the
+    exact McNemar test treated the 5 pairs of a prompt as independent: 0.15 false positives at
+    α = 0.05. The clustered test (Durkalski et al. 2003) keeps α."""
+    from lmra.stats import mcnemar_exact
+
+    rng = np.random.default_rng(7)
+    reps, alpha = 300, 0.05
+    clustered = naive = 0
+    for _ in range(reps):
+        o = refusal_table(_leaning(rng, 40, 5, 2.0)).iloc[0]
+        assert o["paired_test"] == "clustered"
+        clustered += o["p_paired"] < alpha
+        naive += mcnemar_exact(int(o["only_a"]), int(o["only_b"])) < alpha
+    assert clustered / reps <= alpha + 0.035  # 40 clusters: the χ² approximation is close
+    assert naive / reps > 0.1  # what the exact test on the pairs said
+    # one pair per prompt: the exact test
+    o = refusal_table(_leaning(rng, 40, 1, 2.0)).iloc[0]
+    assert o["paired_test"] == "exact"
+
+
+def test_the_duckdb_refusal_table_equals_the_pandas_one_with_several_pairs_per_prompt(tmp_path):
+    import json
+
+    from lmra.aggregate import refusal_table_sql
+
+    rng = np.random.default_rng(3)
+    d = pd.concat([_leaning(rng, 12, 3, 1.0).assign(task="t1"), _leaning(rng, 10, 1, 1.0).assign(task="t2")])
+    d["prompt_id"] = d["task"] + "-" + d["prompt_id"]
+    d["refusal_a"] = d["refusal_a"].astype(object)
+    d.loc[d.sample(6, random_state=1).index, "refusal_a"] = None  # unlabelled responses
+    d["row_no"] = range(len(d))
+    path = tmp_path / "ratings.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in d.to_dict("records")))
+    want = refusal_table(d.drop(columns="row_no"))
+    got = refusal_table_sql(path)
+    assert list(got["paired_test"]) == list(want["paired_test"]) == ["clustered", "clustered", "clustered", "exact"]
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)

@@ -168,8 +168,9 @@ def _p_cell(p, alpha: float, extra: str = "") -> str:
 def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float) -> None:
     if refusals.empty:
         return
-    table = Table(title=f"Refusal rates (Wilson {conf}% CI; p: two-proportion z-test; paired p: exact McNemar test "
-                        "on the pairs, refused only under A / only under B)", title_justify="left")
+    table = Table(title=f"Refusal rates (Wilson {conf}% CI; p: two-proportion z-test; paired p: McNemar test on "
+                        "the pairs — exact, or clustered by prompt when a prompt has several — with the pairs "
+                        "refused only under A / only under B)", title_justify="left")
     for col in ("comparison", "scope", "group A rate", "group B rate", "p", "paired p"):
         table.add_column(col, justify="right" if "rate" in col or "p" in col.split() else "left")
     for _, r in refusals[refusals["level"] != "task"].iterrows():
