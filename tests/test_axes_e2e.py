@@ -161,3 +161,18 @@ def test_axes_says_whose_judge_status_it_shows(monkeypatch):
         text = out.getvalue()
         assert "Judge status: FAILED" in text
         assert ("which no judge check has validated" in text) is other
+
+
+def test_lmra_axes_refuses_a_temperature_its_lmra_does_not_take():
+    import pytest
+
+    from lmra.axes.config import axes_config
+    from lmra.errors import LmraInputError
+
+    run_cfg = AuditConfig(judge={"provider": "anthropic", "model": "m"})
+    with pytest.raises(LmraInputError) as err:
+        axes_config(run_cfg, None, **{"axes.temperature": 1.5})
+    assert err.value.field == "axes.temperature" and "from 0 to 1" in str(err.value)
+    assert axes_config(run_cfg, None, **{"axes.temperature": 1.0}).axes.temperature == 1.0
+    # another provider: the config's own range (up to 2)
+    assert axes_config(AuditConfig(), None, **{"axes.temperature": 1.5}).axes.temperature == 1.5

@@ -38,6 +38,9 @@ def run_cli(capsys, *argv):
     # the Messages API's range is 0–1 (break-it finding: 1.5 was sent as 1.0 without a word)
     ('name = "x"\n[target]\nprovider = "anthropic"\nmodel = "m"\ntemperature = 1.5\n', 5,
      "target.temperature"),
+    # and so does an anthropic LMRA for the axes step's answers (review finding: caught only by the API)
+    ('name = "x"\n[judge]\nprovider = "anthropic"\nmodel = "m"\n[axes]\nenabled = true\ntemperature = 1.5\n', 7,
+     "axes.temperature"),
 ])
 def test_bad_config_fields(tmp_path, capsys, content, line, field):
     cfg = tmp_path / "bad.toml"

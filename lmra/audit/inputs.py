@@ -137,6 +137,11 @@ class InputsStage:
         cfg = self.cfg
         from lmra.fileio import blocking_file
 
+        if cfg.axes.enabled:  # before any call (the axes step runs after the audit's)
+            from lmra.axes.config import check_axes_temperature
+
+            check_axes_temperature(cfg, self.config_path)
+
         out, cache = Path(cfg.output_dir), Path(cfg.cache)
         if out.exists() and not out.is_dir():  # (break-it finding: an I/O failure, exit 1, after the cache was made)
             raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",

@@ -14,6 +14,23 @@ from lmra.errors import LmraInputError, find_key_line
 OVERRIDE_KEYS = ("axes", "judge", "cache", "concurrency", "alpha", "max_calls", "max_cost", "prices")
 
 
+def check_axes_temperature(cfg: AuditConfig, config_path: str | Path | None = None) -> None:
+    """Refuse an ``[axes] temperature`` the LMRA's provider does not accept (break-it finding:
+    with an anthropic LMRA, 1.5 was capped at 1.0 without a word, then — once the cap was gone —
+    failed every brainstorm call with the API's error), before any call.
+
+    Raises:
+        LmraInputError: naming ``config_path`` and the field ``axes.temperature``.
+    """
+    from lmra.providers import max_temperature
+
+    limit = max_temperature(cfg.judge)
+    if limit is not None and cfg.axes.temperature > limit:
+        raise LmraInputError(f"the LMRA's provider ({cfg.judge.provider}) takes a temperature from 0 to {limit:g}, "
+                             f"got [axes] temperature = {cfg.axes.temperature:g}",
+                             file=str(config_path) if config_path else None, field="axes.temperature")
+
+
 def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **overrides: Any) -> AuditConfig:
     """The config ``lmra axes`` runs with: the run's resolved config, then the ``[axes]``
     section (merged field by field), ``[judge]`` (replacing the run's judge), ``cache``,
@@ -23,7 +40,8 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
     ``overrides`` (``axes.<field>`` keys, e.g. ``{"axes.max_axes": 5}``; None values skipped).
 
     Raises:
-        LmraInputError: unreadable TOML or an invalid field (naming the file, line, field).
+        LmraInputError: unreadable TOML or an invalid field (naming the file, line, field), or an
+            ``[axes] temperature`` the LMRA's provider does not accept (:func:`check_axes_temperature`).
     """
     data = run_cfg.model_dump()
     data["axes"] = dict(data.get("axes") or {})
@@ -55,4 +73,6 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
         else:
             data[key] = value
     data["axes"]["enabled"] = True
-    return parse_config(data, source=path or "command line", text=text)
+    cfg = parse_config(data, source=path or "command line", text=text)
+    check_axes_temperature(cfg, path)
+    return cfg

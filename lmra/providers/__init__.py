@@ -19,6 +19,16 @@ from lmra.providers.base import ChatRequest, ChatResult, Message, Provider, Prov
 __all__ = ["ChatRequest", "ChatResult", "Message", "Provider", "ProviderError", "Usage", "make_provider"]
 
 
+def max_temperature(cfg: ModelConfig) -> float | None:
+    """The largest sampling temperature the provider a config names accepts (the Anthropic
+    Messages API: 1.0), or None when lmra knows no limit below the config's own (2.0)."""
+    if cfg.provider == "anthropic":
+        from lmra.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider.MAX_TEMPERATURE
+    return None
+
+
 def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     """Instantiate the provider a config names.
 
