@@ -159,7 +159,7 @@ def test_axes_says_whose_judge_status_it_shows(monkeypatch):
         out = io.StringIO()
         _judge_status(Console(file=out, width=200), Path("run"), run_cfg, cfg)
         text = out.getvalue()
-        assert "Judge status: FAILED" in text
+        assert "Judge status: FAILED" in text and "the numbers above" in text  # printed under the table
         assert ("which no judge check has validated" in text) is other
 
 

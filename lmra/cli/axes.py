@@ -74,7 +74,7 @@ def _judge_status(console, run: Path, run_cfg, cfg) -> None:
     from lmra.runfolder import load_run
 
     status = load_run(run).summary.get("judge_status")
-    console.print(judge_status_text(status))
+    console.print(judge_status_text(status, where="above"))
     same = (run_cfg.judge.provider, run_cfg.judge.model) == (cfg.judge.provider, cfg.judge.model)
     if not same:
         console.print(f"[yellow]That status is the run's LMRA's ({lit(run_cfg.judge.provider)} "

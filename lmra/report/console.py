@@ -243,8 +243,9 @@ def _diagnostics(console: Console, summary: dict) -> None:
                if d.get("contradicting") else "") + f"; method {methods}{flag}")
 
 
-def judge_status_text(status: dict | None) -> Text:
-    """One paragraph: the run's judge status (issue 10), for the first lines of every report."""
+def judge_status_text(status: dict | None, where: str = "below") -> Text:
+    """One paragraph: the run's judge status (issue 10), for the first lines of every report;
+    ``where`` the numbers it qualifies stand (``above`` under a table: ``lmra axes``)."""
     if not status:
         return Text("Judge status: unknown (a run written before judge validation existed).", style="yellow")
     st = status.get("status")
@@ -260,8 +261,8 @@ def judge_status_text(status: dict | None) -> Text:
                              "this LMRA can recognise a harmful stereotype.")
     why = "; ".join(status.get("reasons", []))
     tail = (f" Waived ({status.get('waiver') or 'gate off'}): the audit goes on and exits as usual, but the numbers "
-            "below are not evidence about the chatbot." if status.get("waived") else
-            " This failure is gated (lmra audit exits with status 5); the numbers below are written but are not "
+            f"{where} are not evidence about the chatbot." if status.get("waived") else
+            f" This failure is gated (lmra audit exits with status 5); the numbers {where} are written but are not "
             "evidence about the chatbot.")
     return Text.assemble(("Judge status: FAILED", "bold red"), f" — {why}.{tail}")
 
