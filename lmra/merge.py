@@ -87,6 +87,27 @@ class _SummedCalls:
         return self.total
 
 
+def _summed_served(sections: list) -> dict:
+    """``served`` and ``template_tokens`` of one role's manifest section, summed over the shards'
+    sections (:meth:`lmra.identity.ServedCounts.manifest_fields`); empty when no shard has them."""
+    from collections import Counter
+
+    from lmra.identity import ServedCounts
+
+    recorded = [x for x in sections if isinstance(x, dict) and isinstance(x.get("served"), dict)]
+    if not recorded:
+        return {}
+    total = ServedCounts()
+    for sec in recorded:
+        served, tokens = sec.get("served") or {}, sec.get("template_tokens") or {}
+        total.responses += int(served.get("responses") or 0)
+        total.model += Counter(served.get("model") or {})
+        total.system_fingerprint += Counter(served.get("system_fingerprint") or {})
+        total.template_tokens += Counter(tokens.get("tokens") or {})
+        total.responses_with_template_tokens += int(tokens.get("responses") or 0)
+    return total.manifest_fields()
+
+
 class _ShardWarnings:
     """Stands for the audit's model-identity watcher: the warnings of the shards that the
     merge does not produce again itself (chat-template tokens, placebo skips …)."""
@@ -506,6 +527,9 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
     try:
         write_text(audit.run_dir / "config.toml", dump_config(cfg))
         manifest = {k: v for k, v in m0.items() if k not in ("calls", "budget", "concurrency", "stop_reason")}
+        for role in ("target", "judge", "judge2"):  # the shards' served-model records, summed (break-it
+            if isinstance(manifest.get(role), dict):  # finding: the merged run kept shard 1's counts)
+                manifest[role] = manifest[role] | _summed_served([s.run.manifest.get(role) for s in shards])
         budgets = [s.run.manifest.get("budget") or {} for s in shards]
         memos = [s.run.manifest.get("pair_memo") for s in shards]
         if any(memos):  # summed like the calls: each shard replayed its own pairs

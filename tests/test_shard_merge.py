@@ -104,6 +104,12 @@ def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path):
     assert merged.manifest["calls"]["fresh"] == sum(x.manifest["calls"]["fresh"] for x in shards)
     assert [x["shard"] for x in merged.manifest["shards"]] == ["1/3", "2/3", "3/3"]
     assert not (merged.run_dir / "shard.json").exists()
+    # the served-model record is the shards' summed (break-it finding: the merged run kept shard 1's)
+    for role in ("target", "judge"):
+        assert merged.manifest[role]["served"]["responses"] == sum(x.manifest[role]["served"]["responses"]
+                                                                   for x in shards) > 0
+        assert merged.manifest[role]["served"]["responses"] == whole.manifest[role]["served"]["responses"] or \
+            role == "judge"  # (the judge check's canaries are asked by every shard)
 
 
 def test_merged_shards_equal_the_unsharded_run_auditing_every_prompt(tmp_path):
