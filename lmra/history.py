@@ -558,8 +558,26 @@ class History:
             return self._load_id(str(earlier.iloc[-1]["run_id"]))
         p = Path(ref).expanduser()
         if p.is_dir():
+            refuse_shard(p)
             return load_run(p)
         return self._load_id(ref)
+
+
+def refuse_shard(folder: Path) -> None:
+    """Refuse one shard of a sharded audit where a night is needed (a check, a report, a pin, a
+    comparison): it holds a share of the prompts, and only the merged run is the night
+    (docs/scale.md; fresh-user finding: 'lmra check SHARD --baseline RUN' said "No regression"
+    comparing a quarter of an audit with a whole one).
+
+    Raises:
+        LmraInputError: naming the shard's ``shard.json``.
+    """
+    from lmra.shard import SHARD_FILE
+
+    if (folder / SHARD_FILE).is_file():
+        raise LmraInputError("this run folder is one shard of a sharded audit: it holds a share of the prompts and "
+                             "is not a night; merge the shards first (lmra merge) and use the merged run",
+                             file=folder / SHARD_FILE, field="RUN")
 
 
 # -- module-level API -------------------------------------------------------------------

@@ -87,6 +87,28 @@ class _SummedCalls:
         return self.total
 
 
+def _per_model_summed(budgets: list[dict]) -> list[dict]:
+    """The budgets' ``per_model`` rows summed per (provider, model) over the shards (fresh-user
+    finding: one row per shard and model, and the console named each unpriced model once per
+    shard); a cost is None when a shard's is (the model has no price)."""
+    rows: dict[tuple, dict] = {}
+    for b in budgets:
+        for m in b.get("per_model") or []:
+            key = (m.get("provider"), m.get("model"))
+            if key not in rows:
+                rows[key] = dict(m)
+                continue
+            row = rows[key]
+            for k, v in m.items():
+                if k in ("provider", "model"):
+                    continue
+                if v is None or row.get(k) is None:
+                    row[k] = None if k.startswith("cost") else (row.get(k) if v is None else v)
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    row[k] = row[k] + v
+    return list(rows.values())
+
+
 def _summed_served(sections: list) -> dict:
     """``served`` and ``template_tokens`` of one role's manifest section, summed over the shards'
     sections (:meth:`lmra.identity.ServedCounts.manifest_fields`); empty when no shard has them."""
@@ -543,8 +565,13 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
             "started": _earliest([s.run.started for s in shards]) or m0.get("started"),
             "merged": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "budget": _sum_dicts([{k: v for k, v in b.items() if k != "per_model"} for b in budgets])
-            | {"per_model": [m | {"shard": s.record["shard"]} for s, b in zip(shards, budgets)
-                             for m in b.get("per_model") or []]},
+            | {"per_model": _per_model_summed(budgets)},
+            # each shard's bounds (of the prompts it holds) and concurrency: the merge makes no call
+            # (fresh-user finding: the merged manifest kept shard 1's planned calls, and no concurrency)
+            "planned_calls": {"shards": [{"shard": s.record["shard"], **(s.run.manifest.get("planned_calls") or {})}
+                                         for s in shards]},
+            "concurrency": {"shards": [{"shard": s.record["shard"], **(s.run.manifest.get("concurrency") or {})}
+                                       for s in shards]},
             "shards": [{"shard": s.record["shard"], "run_id": s.run.run_id, "path": str(s.run.path.resolve()),
                         "host": s.run.manifest.get("host"), "started": s.run.started,
                         "finished": s.run.manifest.get("finished"), "status": s.run.status,

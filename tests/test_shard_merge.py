@@ -104,6 +104,16 @@ def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path):
     assert merged.manifest["calls"]["fresh"] == sum(x.manifest["calls"]["fresh"] for x in shards)
     assert [x["shard"] for x in merged.manifest["shards"]] == ["1/3", "2/3", "3/3"]
     assert not (merged.run_dir / "shard.json").exists()
+    # per model, the shards' calls summed into one row; each shard's plan and concurrency listed
+    per_model = merged.manifest["budget"]["per_model"]
+    keys = [(m["provider"], m["model"]) for m in per_model]
+    assert len(keys) == len(set(keys))
+    for m in per_model:
+        assert m["calls_fresh"] == sum(r["calls_fresh"] for x in shards for r in x.manifest["budget"]["per_model"]
+                                       if (r["provider"], r["model"]) == (m["provider"], m["model"]))
+    assert [p["shard"] for p in merged.manifest["planned_calls"]["shards"]] == ["1/3", "2/3", "3/3"]
+    assert merged.manifest["planned_calls"]["shards"][1]["pairs"] == shards[1].manifest["planned_calls"]["pairs"]
+    assert [c["shard"] for c in merged.manifest["concurrency"]["shards"]] == ["1/3", "2/3", "3/3"]
     # the served-model record is the shards' summed (break-it finding: the merged run kept shard 1's)
     for role in ("target", "judge"):
         assert merged.manifest[role]["served"]["responses"] == sum(x.manifest[role]["served"]["responses"]
@@ -217,6 +227,17 @@ def test_cli_shard_option_and_a_merged_run_in_history_and_check(tmp_path, capsys
     assert main(["check", merged.name, "--baseline", "base", "--reports-dir", str(out)]) in (0, 3)
     captured = capsys.readouterr()
     assert "error" not in captured.err.lower() and "Traceback" not in captured.err
+    # a shard is not a night: checking, reporting or pinning one is refused, naming its shard.json;
+    # exporting one warns (fresh-user finding: a quarter of an audit checked "No regression")
+    shard1 = str(shards[0].run_dir)
+    for argv in (["check", shard1, "--baseline", "base", "--reports-dir", str(out)],
+                 ["check", merged.name, "--baseline", shard1, "--reports-dir", str(out)],
+                 ["report", shard1, "--reports-dir", str(out)], ["pin", shard1, "--reports-dir", str(out)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "one shard of a sharded audit" in err and "shard.json" in err and "Traceback" not in err
+    assert main(["export", shard1, "--format", "csv", "--out", str(tmp_path / "exp")]) == 0
+    assert "one shard of a sharded audit" in capsys.readouterr().err
 
 
 def test_more_shards_than_prompts_some_empty_some_all_failed(tmp_path):
