@@ -83,3 +83,22 @@ def test_a_prompt_line_with_a_key_given_twice_is_an_input_error(tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "dup.jsonl, line 2: field 'id': key 'id' appears twice in one object" in p.stderr
+
+
+def test_the_plan_lines_words_for_the_prompts_audited():
+    """Fresh-user findings: "kept after the per-task limit" was said with no limit set, and a
+    shard's bound read as its share of the audit's selection."""
+    from types import SimpleNamespace
+
+    from lmra.cli.audit import _kept_words
+    from lmra.shard import Shard
+
+    def audit(limit, shard=None):
+        return SimpleNamespace(cfg=SimpleNamespace(prompts_per_task=limit), shard=shard)
+
+    assert _kept_words(audit(0), 300) == "up to 300 audited (no per-task limit)"
+    assert _kept_words(audit(20), 120) == "up to 120 kept after the per-task limit (20)"
+    words = _kept_words(audit(20, Shard(1, 4)), 76)
+    assert words.startswith("up to 76 audited in this shard (1/4: the prompts it holds, at most 20 per task")
+    assert "the shards together audit the whole audit's selection" in words
+    assert _kept_words(audit(0, Shard(2, 4)), 75) == "up to 75 audited in this shard (2/4: the prompts it holds)"

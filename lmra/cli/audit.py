@@ -112,9 +112,16 @@ def _quick_exit() -> None:
 _QUICK_EXIT = False
 
 
-def _shard_share(audit) -> str:
-    """The plan line's words for a shard: its pairs and calls are its own share of the audit."""
-    return "" if audit.shard is None else f" in this shard ({audit.shard.label}: the prompts it holds)"
+def _kept_words(audit, n: int) -> str:
+    """The plan line's words for the prompts audited (fresh-user findings: "kept after the
+    per-task limit" with no limit set, and a shard's bound — the limit applied to the prompts it
+    holds — read as its share of the audit's selection)."""
+    limit = audit.cfg.prompts_per_task
+    if audit.shard is not None:
+        return (f"up to {n} audited in this shard ({audit.shard.label}: the prompts it holds"
+                + (f", at most {limit} per task — a bound: the shards together audit the whole audit's selection)"
+                   if limit else ")"))
+    return f"up to {n} kept after the per-task limit ({limit})" if limit else f"up to {n} audited (no per-task limit)"
 
 
 def _check_shard_options(args: argparse.Namespace, cfg) -> None:
@@ -268,8 +275,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             raise
     plan = audit.planned_calls(inputs)
     console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {counted(len(inputs.prompts), 'prompt')} in the file "
-                  f"({plan['unlabelled']} without a task, to classify), up to {plan['prompts']} kept after the "
-                  f"per-task limit{_shard_share(audit)}, up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
+                  f"({plan['unlabelled']} without a task, to classify), {_kept_words(audit, plan['prompts'])}, "
+                  f"up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
                   f"judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
