@@ -151,6 +151,19 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     net = {s.labels["task"]: s.value for s in families["lmra_task_net_rating"].samples}
     expected2 = pd.read_csv(run2 / "per_task.csv").set_index("task")["net_rating"]
     assert net == {t: pytest.approx(expected2[t]) for t in TASKS}
+    # a second run on night 2's day after a deploy (fresh-user finding: with the night's seed it
+    # replayed the first run's answers, exit 0 with a warning, and overwrote its exports):
+    # LMRA_SEED gives it its own seed and export folder
+    with FaultServer(fault_rate=0.0, port=int(srv.url.rsplit(":", 1)[1].split("/")[0])):
+        again = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": NIGHTS[1], "LMRA_SEED": "777"},
+                               capture_output=True, text=True, timeout=300)
+    assert again.returncode in (0, 3), again.stdout[-3000:] + again.stderr[-3000:]
+    run4 = Path((home / "last-run-dir.txt").read_text().strip())
+    assert re.search(r"^seed = 777$", (run4 / "config.toml").read_text(), re.M)
+    assert "replayed from the call cache" not in again.stdout + again.stderr
+    assert set(pd.read_parquet(tmp_path / "dashboards" / f"{NIGHTS[1]}-777" / "per_task.parquet")["run_id"]) == \
+        {run4.name}
+    assert set(pd.read_parquet(tmp_path / "dashboards" / NIGHTS[1] / "per_task.parquet")["run_id"]) == {run2.name}
     # `lmra history` marks the pin
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["history", "--reports-dir", str(home / "reports")]) == 0
