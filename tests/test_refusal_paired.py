@@ -140,3 +140,20 @@ def test_the_duckdb_refusal_table_equals_the_pandas_one_with_several_pairs_per_p
     got = refusal_table_sql(path)
     assert list(got["paired_test"]) == list(want["paired_test"]) == ["clustered", "clustered", "clustered", "exact"]
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
+
+
+def test_the_console_shows_no_paired_p_without_any_refusal():
+    """Review finding: with no refusal at all, 'p' said '—' and 'paired p' '1 (0/0)'."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.report.console import _refusals
+
+    out = io.StringIO()
+    _refusals(Console(file=out, width=200), refusal_table(_pairs([False] * 5, [False] * 5)), "95", 0.05)
+    assert "(0/0)" not in out.getvalue()
+    out = io.StringIO()
+    _refusals(Console(file=out, width=200), refusal_table(_pairs([True, True, False], [True, False, False])), "95",
+              0.05)
+    assert "1 (1/0)" in out.getvalue()  # one discordant pair: 2 · ½ = 1
