@@ -330,8 +330,10 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
             ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
             diffs = None
-            if "prompt_id" in both and both["prompt_id"].duplicated().any():  # several pairs of one prompt
-                diffs = ((ra & ~rb).astype(int) - (rb & ~ra).astype(int)).groupby(both["prompt_id"]).sum().to_numpy()
+            cluster = ["domain", "task", "prompt_id"]  # a prompt's pairs (as refusal_table_sql groups them)
+            if "prompt_id" in both and both[cluster].duplicated().any():  # several pairs of one prompt
+                d = (ra & ~rb).astype(int) - (rb & ~ra).astype(int)
+                diffs = d.groupby([both[c] for c in cluster], dropna=False).sum().to_numpy()
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
                                      alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs))
     return pd.DataFrame(rows)

@@ -306,6 +306,7 @@ class History:
         """
         self._writable("a pin")
         run = run if isinstance(run, RunFolder) else self.resolve(run)
+        refuse_shard(run.path)  # (given as a folder object too: a shard is never a baseline)
         self.register(run)
         self.db.execute("INSERT OR REPLACE INTO pins VALUES (?,?,?)", (run.name, run.run_id, _now()))
         self.db.commit()
@@ -487,9 +488,11 @@ class History:
                 return c
         return None
 
-    def _load_id(self, run_id: str) -> RunFolder:
+    def _load_id(self, run_id: str, *, shard_ok: bool = False) -> RunFolder:
         folder = self.folder_of(run_id)
         if folder is not None:
+            if not shard_ok:  # a shard named by its run id, as by its path (review finding)
+                refuse_shard(folder)
             return load_run(folder)
         row = self.get(run_id)
         if row is not None:  # registered, but its folder is gone (retention cleanup, a moved reports folder)
@@ -504,7 +507,7 @@ class History:
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")
 
-    def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None) -> RunFolder:
+    def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None, shard_ok: bool = False) -> RunFolder:
         """Turn a run reference into a run folder.
 
         Args:
@@ -513,9 +516,12 @@ class History:
                 folder), ``"last"`` or ``"pinned"``.
             relative_to: the run being checked; needed for ``last`` (the latest run with the
                 same name that started before it) and ``pinned`` (the pin of its name).
+            shard_ok: accept one shard of a sharded audit (a pilot sample for ``lmra plan``);
+                else it is refused (:func:`refuse_shard`), by path or by run id.
 
         Raises:
-            LmraInputError: nothing matches, or ``last``/``pinned`` has no candidate.
+            LmraInputError: nothing matches, ``last``/``pinned`` has no candidate, or ``ref`` is
+                a shard and ``shard_ok`` is False.
         """
         ref = str(ref)
         if ref == "latest":
@@ -558,9 +564,10 @@ class History:
             return self._load_id(str(earlier.iloc[-1]["run_id"]))
         p = Path(ref).expanduser()
         if p.is_dir():
-            refuse_shard(p)
+            if not shard_ok:
+                refuse_shard(p)
             return load_run(p)
-        return self._load_id(ref)
+        return self._load_id(ref, shard_ok=shard_ok)
 
 
 def refuse_shard(folder: Path) -> None:

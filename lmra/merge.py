@@ -87,26 +87,27 @@ class _SummedCalls:
         return self.total
 
 
-def _per_model_summed(budgets: list[dict]) -> list[dict]:
-    """The budgets' ``per_model`` rows summed per (provider, model) over the shards (fresh-user
-    finding: one row per shard and model, and the console named each unpriced model once per
-    shard); a cost is None when a shard's is (the model has no price)."""
-    rows: dict[tuple, dict] = {}
+def _summed_costs(dicts: list[dict], summed: dict) -> dict:
+    """``summed`` (:func:`_sum_dicts` of ``dicts``) with each ``cost…`` key None when any of the
+    dicts has it None or lacks it — an unpriced model's cost is unknown, whichever shard comes
+    first (review finding: the first shard's value was kept and later Nones skipped)."""
+    for k in [k for k in summed if k.startswith("cost")]:
+        if any(d.get(k) is None for d in dicts):
+            summed[k] = None
+    return summed
+
+
+def _budget_summed(budgets: list[dict]) -> dict:
+    """The merged run's ``budget``: the shards' summed (costs unknown when a shard's is, see
+    :func:`_summed_costs`), ``per_model`` one row per (provider, model) — fresh-user finding: one
+    row per shard and model, the console naming each unpriced model once per shard."""
+    tops = [{k: v for k, v in (b or {}).items() if k != "per_model"} for b in budgets]
+    groups: dict[tuple, list[dict]] = {}
     for b in budgets:
-        for m in b.get("per_model") or []:
-            key = (m.get("provider"), m.get("model"))
-            if key not in rows:
-                rows[key] = dict(m)
-                continue
-            row = rows[key]
-            for k, v in m.items():
-                if k in ("provider", "model"):
-                    continue
-                if v is None or row.get(k) is None:
-                    row[k] = None if k.startswith("cost") else (row.get(k) if v is None else v)
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                    row[k] = row[k] + v
-    return list(rows.values())
+        for m in (b or {}).get("per_model") or []:
+            groups.setdefault((m.get("provider"), m.get("model")), []).append(m)
+    per_model = [_summed_costs(rows, _sum_dicts(rows)) for rows in groups.values()]
+    return _summed_costs(tops, _sum_dicts(tops)) | {"per_model": per_model}
 
 
 def _summed_served(sections: list) -> dict:
@@ -564,8 +565,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
             "status": RUNNING, "pid": os.getpid(), "host": socket.gethostname(),  # the merge's; each shard's below
             "started": _earliest([s.run.started for s in shards]) or m0.get("started"),
             "merged": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "budget": _sum_dicts([{k: v for k, v in b.items() if k != "per_model"} for b in budgets])
-            | {"per_model": _per_model_summed(budgets)},
+            "budget": _budget_summed(budgets),
             # each shard's bounds (of the prompts it holds) and concurrency: the merge makes no call
             # (fresh-user finding: the merged manifest kept shard 1's planned calls, and no concurrency)
             "planned_calls": {"shards": [{"shard": s.record["shard"], **(s.run.manifest.get("planned_calls") or {})}

@@ -157,3 +157,20 @@ def test_the_console_shows_no_paired_p_without_any_refusal():
     _refusals(Console(file=out, width=200), refusal_table(_pairs([True, True, False], [True, False, False])), "95",
               0.05)
     assert "1 (1/0)" in out.getvalue()  # one discordant pair: 2 · ½ = 1
+
+
+def test_a_prompt_id_under_two_tasks_is_two_clusters_in_both_tables(tmp_path):
+    """Review finding: pandas clustered by prompt_id alone, DuckDB by (domain, task, prompt_id)."""
+    import json
+
+    from lmra.aggregate import refusal_table_sql
+
+    rows = [{"prompt_id": "p1", "task": "t1", "refusal_a": True, "refusal_b": False},
+            {"prompt_id": "p1", "task": "t2", "refusal_a": True, "refusal_b": False}]
+    rows += [{"prompt_id": f"q{i}", "task": "t1", "refusal_a": i % 2 == 0, "refusal_b": i == 3} for i in range(4)]
+    d = pd.DataFrame(rows).assign(group_a="female", group_b="male", domain="d")
+    path = tmp_path / "ratings.jsonl"
+    path.write_text("".join(json.dumps(r | {"row_no": i}) + "\n" for i, r in enumerate(d.to_dict("records"))))
+    want, got = refusal_table(d), refusal_table_sql(path)
+    assert list(want["paired_test"]) == list(got["paired_test"])
+    assert want["p_paired"].tolist() == pytest.approx(got["p_paired"].tolist())

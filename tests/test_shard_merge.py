@@ -238,6 +238,41 @@ def test_cli_shard_option_and_a_merged_run_in_history_and_check(tmp_path, capsys
         assert "one shard of a sharded audit" in err and "shard.json" in err and "Traceback" not in err
     assert main(["export", shard1, "--format", "csv", "--out", str(tmp_path / "exp")]) == 0
     assert "one shard of a sharded audit" in capsys.readouterr().err
+    # named by its run id as by its path (review finding: the id went past the refusal, and a
+    # shard could be pinned as the baseline)
+    shard_id = shards[0].run_dir.name
+    for argv in (["check", shard_id, "--baseline", "base", "--reports-dir", str(out)],
+                 ["pin", shard_id, "--reports-dir", str(out)], ["report", shard_id, "--reports-dir", str(out)]):
+        assert main(argv) == 2, argv
+        assert "one shard of a sharded audit" in capsys.readouterr().err
+    import sqlite3
+
+    with sqlite3.connect(out / "history.sqlite") as db:
+        assert not db.execute("SELECT 1 FROM pins WHERE run_id = ?", (shard_id,)).fetchall()
+        assert not db.execute("SELECT 1 FROM runs WHERE run_id = ?", (shard_id,)).fetchall()
+    # a shard is a fair pilot sample for lmra plan
+    assert main(["plan", "--rate", "0.3", "--pilot", shard1, "--sims", "200", "--reports-dir", str(out)]) == 0
+    capsys.readouterr()
+
+
+def test_merged_budget_costs_are_unknown_when_a_shards_are_whatever_the_order():
+    """Review finding: the merged top-level cost kept the first shard's value and skipped a later
+    shard's None (an unpriced model), so the console printed a cost the per-model rows did not."""
+    from lmra.merge import _budget_summed
+
+    priced = {"cost_usd": 0.5, "calls_used": 3,
+              "per_model": [{"provider": "p", "model": "m", "calls_fresh": 3, "cost_usd": 0.5}]}
+    unpriced = {"cost_usd": None, "calls_used": 2,
+                "per_model": [{"provider": "p", "model": "m", "calls_fresh": 2, "cost_usd": None}]}
+    for order in ([priced, unpriced], [unpriced, priced]):
+        b = _budget_summed(order)
+        assert b["cost_usd"] is None and b["calls_used"] == 5
+        (row,) = b["per_model"]
+        assert row["calls_fresh"] == 5 and row["cost_usd"] is None
+    both = _budget_summed([priced, priced])
+    assert both["cost_usd"] == 1.0 and both["per_model"][0]["cost_usd"] == 1.0
+    old = {"calls_used": 1, "per_model": [{"provider": "p", "model": "m", "calls_fresh": 1}]}  # no cost recorded
+    assert _budget_summed([priced, old])["per_model"][0]["cost_usd"] is None
 
 
 def test_more_shards_than_prompts_some_empty_some_all_failed(tmp_path):

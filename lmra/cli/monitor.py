@@ -444,7 +444,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pilot = None
     if args.pilot:
         with History(history_file(args, args.pilot, "--pilot")) as h:
-            pilot = h.resolve(args.pilot)
+            pilot = h.resolve(args.pilot, shard_ok=True)  # a shard is a fair pilot sample
     t0 = time.monotonic()
     df = plan(args.rate, sd=args.sd, pilot=pilot, base_rate=args.base_rate, alpha=args.alpha, power=args.power,
               design=args.design, interval=args.interval, tasks=args.tasks, margin=args.margin,
