@@ -26,6 +26,7 @@ import pandas as pd
 
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.runfolder import RunFolder, finite, load_run
+from lmra.shard import is_shard
 
 if TYPE_CHECKING:
     from lmra.monitor import CheckResult
@@ -270,7 +271,7 @@ class History:
         added = []
         for summary in sorted(self.path.parent.glob("*/summary.json")):
             folder = summary.parent
-            if folder.name in known or (folder / "shard.json").is_file():  # a shard: its merged run is the night
+            if folder.name in known or is_shard(folder):  # a shard: its merged run is the night
                 continue
             status = folder_status(folder)
             if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register
@@ -581,7 +582,7 @@ def refuse_shard(folder: Path) -> None:
     """
     from lmra.shard import SHARD_FILE
 
-    if (folder / SHARD_FILE).is_file():
+    if is_shard(folder):
         raise LmraInputError("this run folder is one shard of a sharded audit: it holds a share of the prompts and "
                              "is not a night; merge the shards first (lmra merge) and use the merged run",
                              file=folder / SHARD_FILE, field="RUN")

@@ -27,11 +27,17 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from lmra.errors import LmraInputError
 
 #: the file a sharded run writes into its run folder (see :meth:`Shard.record`)
 SHARD_FILE = "shard.json"
+def is_shard(folder) -> bool:
+    """Whether a run folder is one shard of a sharded audit (it holds :data:`SHARD_FILE`)."""
+    return (Path(folder) / SHARD_FILE).is_file()
+
+
 #: largest N of ``--shard I/N``
 MAX_SHARDS = 100_000
 

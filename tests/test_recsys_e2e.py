@@ -515,16 +515,21 @@ def test_cli_bad_config_exit_2(tmp_path, capsys):
     assert "lists file not found" in capsys.readouterr().err
 
 
+def _score_console(tmp_path, capsys, rows: list[dict], name: str = "lists") -> str:
+    """``lmra recsys score`` at K = 3 on hand-made lists: its console output, whitespace collapsed."""
+    lists = _write_lists(tmp_path / f"{name}.jsonl", rows)
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / f"{name}-out")]) == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
 def test_cli_score_says_when_every_value_ties(tmp_path, capsys):
     """New-user finding: with every value equally similar, "most similar" and "least similar"
     named the same value (any of them would do)."""
     rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
             {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "C"]},
             {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A", "B", "C"]}]
-    lists = _write_lists(tmp_path / "lists.jsonl", rows)
-    capsys.readouterr()
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+    out = _score_console(tmp_path, capsys, rows)
     assert "all values tie (1.000)" in out
     assert "a girl (1.000)" not in out and "a boy (1.000)" not in out
 
@@ -536,10 +541,7 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
             {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "D"]},
             {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": []},
             {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "items": []}]
-    lists = _write_lists(tmp_path / "lists.jsonl", rows)
-    capsys.readouterr()
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+    out = _score_console(tmp_path, capsys, rows)
     assert "only a girl defined (0.500)" in out and "all values tie" not in out
     assert "gender: only 1 value has a defined similarity" in out
 
@@ -550,14 +552,9 @@ def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):
     rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "A", "A"]},
             {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "A", "B"]},
             {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A", "B", "A"]}]
-    lists = _write_lists(tmp_path / "lists.jsonl", rows)
-    capsys.readouterr()
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "s")]) == 0
-    out = " ".join(capsys.readouterr().out.split())
+    out = _score_console(tmp_path, capsys, rows)
     assert "3 of 3 lists have fewer than K distinct items (4 duplicate items)" in out
     assert "not that it recommends fairly" in out
     # lists of K distinct items: no such warning
     full = [dict(r, items=["A", "B", "C"]) for r in rows]
-    lists = _write_lists(tmp_path / "full.jsonl", full)
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "f")]) == 0
-    assert "distinct items:" not in " ".join(capsys.readouterr().out.split())
+    assert "distinct items:" not in _score_console(tmp_path, capsys, full, name="full")

@@ -499,7 +499,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         from lmra.runfolder import load_run
 
         run, check = load_run(args.run), None
-        if (run.path / "shard.json").is_file():  # its tables are a share of the audit's (fresh-user finding)
+        from lmra.shard import is_shard
+
+        if is_shard(run.path):  # its tables are a share of the audit's (fresh-user finding)
             print_warning(f"{run.path} is one shard of a sharded audit: its tables hold that shard's share of the "
                           "prompts, not the audit's; export the merged run (lmra merge) for the night's numbers")
     else:
