@@ -12,7 +12,8 @@ threads import a module at a time — the heavy packages through public sub-pack
 * in a run with a rate limit (:attr:`Pace.sliced`), within an import too: a profile hook of
   the importing thread (:class:`_Slicer`) pauses after each :data:`SLICE_S` of wall time for
   ``(1 − DUTY) ÷ DUTY`` as long, when the event loop wanted the interpreter during that slice
-  (the thread did not get most of it), so that even an import that cannot be split
+  (the process's other threads ran for more than a fifth of it; a slice slowed by other
+  processes only is not paused), so that even an import that cannot be split
   (scipy.stats' package, 0.3–0.4 s) leaves the loop most of the interpreter: the limiter's
   unused time fell from 0.7–1.2 s to 0.1–0.4 s (docs/benchmarks.md, "The eighth round");
 * after each import, the thread waits for the rest of ``(1 − DUTY) ÷ DUTY`` times its busy
@@ -105,19 +106,21 @@ def steps(names: Iterable[str]) -> Iterator[str]:
 
 class _Slicer:
     """The importing thread's profile hook (``sys.setprofile``): after each :data:`SLICE_S` of
-    wall time in which this thread ran less than 80 % of the time (another thread, the event
-    loop, wanted the interpreter), it pauses ``SLICE_S × (1 − duty) ÷ duty`` (the GIL free for
-    that thread), until the pace is hurried or abandoned, and then removes itself;
-    :attr:`paused` adds up the pauses (s)."""
+    wall time in which the process's other threads ran for more than 20 % of it (another
+    thread, the event loop or a model's decoding threads, wanted the interpreter or the cores),
+    it pauses ``SLICE_S × (1 − duty) ÷ duty`` (the GIL free for them), until the pace is
+    hurried or abandoned, and then removes itself; :attr:`paused` adds up the pauses (s).
+    A slice slowed only by other processes (a busy machine) is no reason to pause: nobody in
+    this process would get the time."""
 
-    __slots__ = ("pace", "pause", "until", "paused", "cpu")
+    __slots__ = ("pace", "pause", "until", "paused", "cpu", "proc")
 
     def __init__(self, pace: Pace, duty: float):
         self.pace = pace
         self.pause = SLICE_S * (1 - duty) / duty
         self.until = time.perf_counter() + SLICE_S
         self.paused = 0.0
-        self.cpu = time.thread_time()
+        self.cpu, self.proc = time.thread_time(), time.process_time()
 
     def __call__(self, frame, event, arg) -> None:
         now = time.perf_counter()
@@ -126,14 +129,15 @@ class _Slicer:
         if self.pace.wake.is_set():  # hurried (or abandoned): the rest of the import at full speed
             sys.setprofile(None)  # (the hook costs about as much as the import itself)
             return
-        cpu = time.thread_time()
-        if cpu - self.cpu > 0.8 * (now - self.until + SLICE_S):  # the slice was this thread's alone: no one waits
-            self.until, self.cpu = now + SLICE_S, cpu
+        cpu, proc = time.thread_time(), time.process_time()
+        others = (proc - self.proc) - (cpu - self.cpu)  # CPU time of the process's other threads
+        if others <= 0.2 * (now - self.until + SLICE_S):  # nobody else in this process wants to run
+            self.until, self.cpu, self.proc = now + SLICE_S, cpu, proc
             return
         self.pace.wake.wait(self.pause)
         after = time.perf_counter()
         self.paused += after - now
-        self.until, self.cpu = after + SLICE_S, time.thread_time()
+        self.until, self.cpu, self.proc = after + SLICE_S, time.thread_time(), time.process_time()
 
 
 def _expand(name: str) -> Iterator[str]:
