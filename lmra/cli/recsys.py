@@ -65,12 +65,19 @@ def _nothing_scored_exit(result) -> int:
 
 def cmd_recsys_score(args: argparse.Namespace) -> int:
     """Run ``lmra recsys score --lists …``."""
-    from lmra.recsys.config import MAX_K
+    from lmra.recsys.config import DEFAULT_PERMUTATIONS, MAX_K, MAX_PERMUTATIONS
+    from lmra.config import MAX_SEED, MIN_SEED
     from lmra.recsys.report import render_recsys
     from lmra.recsys.run import score_lists
 
     if not 1 <= args.k <= MAX_K:
         raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
+    permutations = DEFAULT_PERMUTATIONS if args.permutations is None else args.permutations
+    if not 0 <= permutations <= MAX_PERMUTATIONS:
+        raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
+                             f"got {permutations}", field="--permutations")
+    if not MIN_SEED <= args.seed <= MAX_SEED:
+        raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
     if out is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -79,8 +86,8 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
         raise LmraInputError("is a file: --out names the folder that receives the output files", file=out,
                              field="--out")
     result = score_lists(args.lists, k=args.k, convention=getattr(args, "convention", None) or "paper",
-                         parser=args.parser,
-                         normalize=not args.no_normalize, out_dir=out)
+                         parser=args.parser, normalize=not args.no_normalize, out_dir=out,
+                         permutations=permutations, seed=args.seed)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return _nothing_scored_exit(result)
 
@@ -143,6 +150,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     s.add_argument("--parser", choices=["lmra", "fairllm-code"], default=None,
                    help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
+    s.add_argument("--permutations", type=int, default=None,
+                   help="permutations of the SNSR/SNSV test per attribute (default 1999; 0 = no test)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the permutation test (default 0)")
     s.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-score)")
     s.add_argument("--output-dir", default=argparse.SUPPRESS,
                    help="parent of the default output folder (default reports)")

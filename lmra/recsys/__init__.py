@@ -14,7 +14,7 @@ Python API::
 
 Submodules: :mod:`~lmra.recsys.metrics`, :mod:`~lmra.recsys.parse`,
 :mod:`~lmra.recsys.instructions`, :mod:`~lmra.recsys.movielens`,
-:mod:`~lmra.recsys.bias_disparity`, :mod:`~lmra.recsys.config`, :mod:`~lmra.recsys.run` (a run's stages:
+:mod:`~lmra.recsys.permutation` (the SNSR/SNSV test), :mod:`~lmra.recsys.bias_disparity`, :mod:`~lmra.recsys.config`, :mod:`~lmra.recsys.run` (a run's stages:
 :mod:`~lmra.recsys.inputs` → :mod:`~lmra.recsys.generate` → :mod:`~lmra.recsys.records` →
 :mod:`~lmra.recsys.scoring` → :mod:`~lmra.recsys.outputs`), :mod:`~lmra.recsys.lists`,
 :mod:`~lmra.recsys.bias_files`, :mod:`~lmra.recsys.report`; the command line is :mod:`lmra.cli.recsys`.
@@ -29,6 +29,7 @@ _API = {
     **dict.fromkeys(("CatalogMatcher", "ParsedList", "normalize_title", "parse_fairllm_code", "parse_list"),
                     "lmra.recsys.parse"),
     **dict.fromkeys(("RecsysResult", "RecsysRun", "score_lists"), "lmra.recsys.run"),
+    "unfairness_pvalues": "lmra.recsys.permutation",
 }
 
 

@@ -42,6 +42,9 @@ def _no_repeat(items: list[str], what: str, why: str = "") -> None:
 #: Largest cut-off K (list length) accepted anywhere (the metrics' work grows with the lists'
 #: lengths squared and linearly with K; see lmra.recsys.metrics.score_pairs).
 MAX_K = 200
+#: permutations of the SNSR/SNSV test per attribute by default (p-values in steps of 1/2000), and at most
+DEFAULT_PERMUTATIONS = 1999
+MAX_PERMUTATIONS = 100_000
 
 
 class FairLLMConfig(_Strict):
@@ -207,7 +210,11 @@ class RecsysConfig(_Strict):
     parser: Literal["lmra", "fairllm-code"] = Field(
         "lmra", description="'lmra' (robust parser + normalisation) or 'fairllm-code' (the authors' released parsing).")
     seed: int = Field(0, ge=MIN_SEED, le=MAX_SEED,
-                      description="Seed for user choice, splits, random profiles and sampled decoding (64-bit).")
+                      description="Seed for user choice, splits, random profiles, sampled decoding and the "
+                                  "permutation test (64-bit).")
+    permutations: int = Field(DEFAULT_PERMUTATIONS, ge=0, le=MAX_PERMUTATIONS,
+                              description="Permutations of the test of SNSR and SNSV per attribute (p-values in "
+                                          "steps of 1/(permutations + 1)); 0 = no test.")
     concurrency: Annotated[int | Literal["auto"], PlainValidator(_concurrency_value)] = Field(
         "auto", description="Maximum model calls in flight, or 'auto' (as in an audit): with requests_per_minute or "
         "tokens_per_minute, limit × observed latency × 1.25 calls in flight (at most max_concurrency or 256); "

@@ -11,6 +11,7 @@ import pandas as pd
 from lmra.data import iter_jsonl
 from lmra.errors import LmraInputError, read_input_text
 from lmra.fileio import write_csv
+from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
 from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list
@@ -181,7 +182,8 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
 
 
 def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
-                normalize: bool = True, out_dir: str | Path | None = None) -> RecsysResult:
+                normalize: bool = True, out_dir: str | Path | None = None, permutations: int = DEFAULT_PERMUTATIONS,
+                seed: int = 0) -> RecsysResult:
     """Score an existing ``lists.jsonl`` (``lmra recsys score --lists``).
 
     Args:
@@ -192,6 +194,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         normalize: normalise ``items`` lists.
         out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
             ``summary.json`` and ``manifest.json`` (created; None = write nothing).
+        permutations, seed: the permutation test of SNSR/SNSV (:func:`score_frame`; 0 = none).
 
     Returns:
         :class:`RecsysResult` (``run_dir`` = ``out_dir`` or the lists file's folder).
@@ -206,13 +209,14 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         raise LmraInputError(f"K must be ≥ 1, got {k}", field="k")
     lists = read_lists(path, parser=parser, normalize=normalize)
     try:
-        sim, fair, dropped = score_frame(lists, k=k, convention=convention)
+        sim, fair, dropped = score_frame(lists, k=k, convention=convention, permutations=permutations, seed=seed)
     except ValueError as exc:
         raise LmraInputError(str(exc), file=path) from None
     lists = lists.assign(n_items=lists["compare"].map(len))
     summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
     manifest = {"status": "failed" if nothing_scored(summary) else "finished", "started": now(), "finished": now(), "source": str(path), "k": k,
-                "convention": convention, "parser": parser or "stored", "versions": package_versions()}
+                "convention": convention, "parser": parser or "stored", "permutations": permutations, "seed": seed,
+                "versions": package_versions()}
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)

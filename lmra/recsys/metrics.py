@@ -674,6 +674,64 @@ def _kind_of(attribute: str) -> str:
     return "intersectional" if "+" in attribute else "single"
 
 
+def scored_lists(lists: pd.DataFrame, k: int, *, convention: Convention = "paper", items_column: str = "items",
+                 ranks_column: str | None = None) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The sensitive lists of ``lists`` and their similarity to their instruction's neutral list
+    at every cut-off (the per-list step of :func:`similarity_table`, whose arguments these are).
+
+    Returns:
+        (sens, scores): ``sens`` = the sensitive rows (index 0..n−1); ``scores[metric]`` an
+        array of shape (n, k), row i = list i's value at k = 1..K (NaN where undefined).
+
+    Raises:
+        ValueError, MissingItemError: as :func:`similarity_table`.
+    """
+    _check(k, convention)
+    need = {"instruction_id", "attribute", "value", items_column} | ({ranks_column} if ranks_column else set())
+    missing = need - set(lists.columns)
+    if missing:
+        raise ValueError(f"lists table lacks column(s) {sorted(missing)}")
+    is_neutral = lists["attribute"] == NEUTRAL
+    neutral = lists[is_neutral]
+    dup = neutral["instruction_id"][neutral["instruction_id"].duplicated()]
+    if len(dup):
+        raise ValueError(f"instruction '{dup.iloc[0]}' has more than one neutral list")
+    sens = lists[~is_neutral].reset_index(drop=True)
+    by_id = dict(zip(neutral["instruction_id"].to_numpy(dtype=object), neutral[items_column].to_numpy(dtype=object)))
+    absent = sorted(set(sens["instruction_id"].unique()) - by_id.keys(), key=str)
+    if absent:
+        raise ValueError(f"{len(absent)} instruction(s) have sensitive lists but no neutral list, e.g. '{absent[0]}'")
+    if sens.empty:
+        return sens, {m: np.empty((0, k)) for m in METRICS}
+    ids = sens["instruction_id"].to_numpy(dtype=object)
+    try:
+        if ranks_column is None:
+            scores = score_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)), k,
+                                 convention=convention)
+        else:
+            ranks_of = dict(zip(neutral["instruction_id"].to_numpy(dtype=object),
+                                neutral[ranks_column].to_numpy(dtype=object)))
+            scores = score_ranked_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)),
+                                        [ranks_of[i] for i in ids], list(sens[ranks_column].to_numpy(dtype=object)),
+                                        k, convention=convention)
+    except MissingItemError as exc:
+        row = sens.iloc[exc.pair]
+        which = "the neutral list" if exc.side == "neutral" else f"the list {row['attribute']} = '{row['value']}'"
+        raise exc.with_message(
+            f"instruction '{row['instruction_id']}', {which}: missing item (None or NaN) at position "
+            f"{exc.position} (column '{items_column}'); a missing value is not an item — drop it or give it a "
+            "key") from None
+    return sens, scores
+
+
+def value_keys(sens: pd.DataFrame) -> pd.DataFrame:
+    """``attribute``, ``kind`` and ``value`` (as text) of each sensitive list: the key of its
+    attribute value (``kind`` from its column, else from the attribute's name)."""
+    kinds = sens["kind"] if "kind" in sens.columns else sens["attribute"].map(_kind_of)
+    return pd.DataFrame({"attribute": sens["attribute"].astype(str), "kind": kinds.astype(str),
+                         "value": sens["value"].astype(str)})
+
+
 def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention = "paper",
                      items_column: str = "items", analysis: str | None = None,
                      ranks_column: str | None = None) -> pd.DataFrame:
@@ -709,21 +767,7 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         MissingItemError: a list holds ``None`` or NaN (the message names the instruction,
             the list and the position).
     """
-    _check(k, convention)
-    need = {"instruction_id", "attribute", "value", items_column} | ({ranks_column} if ranks_column else set())
-    missing = need - set(lists.columns)
-    if missing:
-        raise ValueError(f"lists table lacks column(s) {sorted(missing)}")
-    is_neutral = lists["attribute"] == NEUTRAL
-    neutral = lists[is_neutral]
-    dup = neutral["instruction_id"][neutral["instruction_id"].duplicated()]
-    if len(dup):
-        raise ValueError(f"instruction '{dup.iloc[0]}' has more than one neutral list")
-    sens = lists[~is_neutral].reset_index(drop=True)
-    by_id = dict(zip(neutral["instruction_id"].to_numpy(dtype=object), neutral[items_column].to_numpy(dtype=object)))
-    absent = sorted(set(sens["instruction_id"].unique()) - by_id.keys(), key=str)
-    if absent:
-        raise ValueError(f"{len(absent)} instruction(s) have sensitive lists but no neutral list, e.g. '{absent[0]}'")
+    sens, scores = scored_lists(lists, k, convention=convention, items_column=items_column, ranks_column=ranks_column)
     cols = ["attribute", "kind", "value", "metric", "k", "similarity", "sd", "ci_low", "ci_high", "n", "n_undefined",
             "convention"]
     if sens.empty:
@@ -731,27 +775,7 @@ def similarity_table(lists: pd.DataFrame, k: int = 20, *, convention: Convention
         if analysis is not None:
             out.insert(0, "analysis", [])
         return out
-    ids = sens["instruction_id"].to_numpy(dtype=object)
-    try:
-        if ranks_column is None:
-            scores = score_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)), k,
-                                 convention=convention)
-        else:
-            ranks_of = dict(zip(neutral["instruction_id"].to_numpy(dtype=object),
-                                neutral[ranks_column].to_numpy(dtype=object)))
-            scores = score_ranked_pairs([by_id[i] for i in ids], list(sens[items_column].to_numpy(dtype=object)),
-                                        [ranks_of[i] for i in ids], list(sens[ranks_column].to_numpy(dtype=object)),
-                                        k, convention=convention)
-    except MissingItemError as exc:
-        row = sens.iloc[exc.pair]
-        which = "the neutral list" if exc.side == "neutral" else f"the list {row['attribute']} = '{row['value']}'"
-        raise exc.with_message(
-            f"instruction '{row['instruction_id']}', {which}: missing item (None or NaN) at position "
-            f"{exc.position} (column '{items_column}'); a missing value is not an item — drop it or give it a "
-            "key") from None
-    kinds = sens["kind"] if "kind" in sens.columns else sens["attribute"].map(_kind_of)
-    keys = pd.DataFrame({"attribute": sens["attribute"].astype(str), "kind": kinds.astype(str),
-                         "value": sens["value"].astype(str)})
+    keys = value_keys(sens)
     codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
     G = len(uniques)
     order = np.argsort(codes, kind="stable")

@@ -99,7 +99,8 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
     lists = pd.DataFrame(records)
     write_jsonl(run_dir / "lists.jsonl", records,
                 dumps=lambda r: json.dumps(clean_nan(r), ensure_ascii=False, default=json_default))
-    sim, fair, dropped = score_frame(lists, k=cfg.k, convention=cfg.convention)
+    sim, fair, dropped = score_frame(lists, k=cfg.k, convention=cfg.convention, permutations=cfg.permutations,
+                                    seed=cfg.seed)
     write_csv(sim, run_dir / "recsys_similarity.csv")
     write_csv(fair, run_dir / "recsys_fairness.csv")
     bias = bias_sum = None

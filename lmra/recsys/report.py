@@ -24,6 +24,13 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _pvalue(p: Any) -> str:
+    """A permutation p-value as printed: three decimals, "< 0.001" below, "—" undefined."""
+    if p is None or p != p:
+        return "—"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def _with_ci(row, metric: str) -> str:
     """A similarity cell: the mean and, when defined (n ≥ 2), its t-interval ``0.812 [0.747, 0.877]``."""
     lo, hi = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
@@ -137,20 +144,30 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             continue
         ft = Table(title=f"Unfairness over each attribute's values @K={k} (SNSR = max − min, SNSV = population SD)",
                    title_justify="left")
-        for col, kw in [("attribute", {}), ("metric", {}), ("SNSR", {"justify": "right"}),
-                        ("SNSV", {"justify": "right"}), ("most similar", {}), ("least similar", {})]:
+        tested = "snsr_p" in f.columns and bool(f["snsr_p"].notna().any())
+        for col, kw in [("attribute", {}), ("metric", {}), ("SNSR", {"justify": "right"})] + \
+                ([("p", {"justify": "right"})] if tested else []) + \
+                [("SNSV", {"justify": "right"}), ("most similar", {}), ("least similar", {})]:
             ft.add_column(col, **kw)
         for _, r in f.iterrows():
             attr = lit(r['attribute']) + (" (×)" if r.get("kind") == "intersectional" else "")
             nv = r.get("n_values")
             one = nv is not None and nv == nv and nv < 2  # a single defined value: nothing to compare it with
             tie = not one and r["max_similarity"] == r["min_similarity"]  # equally similar: no most or least
-            ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]), _num(r["snsv"]),
+            ft.add_row(attr, label.get(r["metric"], r["metric"]), _num(r["snsr"]),
+                       *([_pvalue(r.get("snsr_p"))] if tested else []), _num(r["snsv"]),
                        f"only {lit(r['max_value'])} defined ({_num(r['max_similarity'])})" if one else
                        f"all values tie ({_num(r['max_similarity'])})" if tie else
                        f"{lit(r['max_value'])} ({_num(r['max_similarity'])})",
                        "—" if tie or one else f"{lit(r['min_value'])} ({_num(r['min_similarity'])})")
         console.print(ft)
+        if tested:
+            b = int(f["permutations"].max())
+            console.print(f"[dim]p: could SNSR be this large by chance? The share of {b} permutations of the values' "
+                          "labels within each instruction whose SNSR reaches it (a test of 'the lists do not depend on "
+                          "the value'; one test per row, not adjusted for the rows; SNSV's in recsys_fairness.csv). "
+                          "A large p: this SNSR is within chance — no evidence of unfairness, nor, with few "
+                          "instructions, of fairness.[/]")
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "

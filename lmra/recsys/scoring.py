@@ -19,6 +19,7 @@ from lmra.recsys import bias_disparity as bdm
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext
 from lmra.recsys.metrics import METRICS, fairness_table, similarity_table, top_k
+from lmra.recsys.permutation import DEFAULT_PERMUTATIONS, unfairness_pvalues
 
 
 def _flag(d: pd.DataFrame, column: str) -> pd.Series:
@@ -57,7 +58,8 @@ def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
     return why
 
 
-def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: int = DEFAULT_PERMUTATIONS,
+                seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
     """Similarity and fairness tables from a lists table (one row per instruction).
 
     Lists are left out as :func:`unscored_reasons` says (failed calls, answers with no list
@@ -67,7 +69,10 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.Dat
     neutral answer held no list) of the similarity table. A value none of whose lists could
     be scored keeps its rows, with similarity NaN and ``n`` 0. Column ``compare`` (else
     ``keys``) holds the item-similarity lists; if any row has ``true_pref``, a second analysis
-    ``true_preference`` is added (CFaiRLLM §3.4).
+    ``true_preference`` is added (CFaiRLLM §3.4). The fairness table gets the permutation
+    p-values of SNSR and SNSV (:func:`~lmra.recsys.permutation.unfairness_pvalues`: columns
+    ``snsr_p``, ``snsv_p``, ``permutations``) from ``permutations`` permutations per attribute
+    and analysis, seeded by ``seed``; ``permutations`` 0 leaves them empty (NaN, 0).
 
     Returns:
         (similarity, fairness, counts): counts has ``failed_calls`` (every failed call,
@@ -84,7 +89,7 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.Dat
               "sensitive_scored": int(((why == "") & sensitive).sum())}
     d = lists[why == ""]
     col = "compare" if "compare" in d.columns else "keys"
-    sims = [similarity_table(d, k, convention=convention, items_column=col, analysis="item_similarity")]
+    analyses = [(d, {"items_column": col, "analysis": "item_similarity"})]
     if "true_pref" in d.columns and d["true_pref"].notna().any():
         tp = d.assign(true_pref=d["true_pref"].map(lambda x: x if isinstance(x, list) else []))
         # R′_k = the items of R′ ranked ≤ k in the top-K list (``true_pref_ranks``); a list without
@@ -92,10 +97,21 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str) -> tuple[pd.Dat
         given = tp["true_pref_ranks"] if "true_pref_ranks" in tp.columns else pd.Series(None, index=tp.index)
         ranks = [r if isinstance(r, list) else list(range(1, len(t) + 1)) for t, r in zip(tp["true_pref"], given)]
         tp = tp.assign(true_pref_ranks=pd.Series(ranks, index=tp.index, dtype=object))
-        sims.append(similarity_table(tp, k, convention=convention, items_column="true_pref",
-                                     analysis="true_preference", ranks_column="true_pref_ranks"))
+        analyses.append((tp, {"items_column": "true_pref", "analysis": "true_preference",
+                              "ranks_column": "true_pref_ranks"}))
+    sims = [similarity_table(t, k, convention=convention, **kw) for t, kw in analyses]
     sim = _with_unscored(pd.concat(sims, ignore_index=True), lists[sensitive], why[sensitive], k, convention)
-    return sim, fairness_table(sim), counts
+    fair = fairness_table(sim)
+    if permutations:
+        tests = pd.concat([unfairness_pvalues(t, k, convention=convention, permutations=permutations, seed=seed, **kw)
+                           for t, kw in analyses], ignore_index=True)
+        fair = fair.merge(tests, on=["analysis", "attribute", "kind", "metric", "k"], how="left")
+    else:
+        fair = fair.assign(snsr_p=np.nan, snsv_p=np.nan, permutations=0)
+    fair["permutations"] = fair["permutations"].fillna(0).astype(int)
+    cols = [c for c in fair.columns if c not in ("snsr_p", "snsv_p", "permutations")]
+    at = cols.index("snsv") + 1
+    return sim, fair[cols[:at] + ["snsr_p", "snsv_p", "permutations"] + cols[at:]], counts
 
 
 def _with_unscored(sim: pd.DataFrame, sens: pd.DataFrame, why: pd.Series, k: int, convention: str) -> pd.DataFrame:
@@ -185,8 +201,8 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
     at_k = fair[fair["k"] == k]
     undefined = values_without_similarity(sim, k)
     out["fairness_at_k"] = [
-        {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "max_value",
-                                               "min_value")}
+        {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "snsr_p",
+                                               "snsv_p", "max_value", "min_value")}
         | {"n_values": int(r["n_values"]),
            "values_undefined": undefined.get((r.get("analysis"), r["attribute"], r["metric"]), [])}
         for _, r in at_k.iterrows()]

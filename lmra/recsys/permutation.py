@@ -1,0 +1,142 @@
+"""Is an attribute's unfairness more than chance? A permutation test of SNSR and SNSV.
+
+FaiRLLM (§3.1) reports SNSR@K (the range of Sim(a) over an attribute's values) and SNSV@K
+(their population SD) without any measure of uncertainty, and neither is 0 when the model
+treats every value alike: with M instructions each Sim(a) is a mean of M noisy similarities,
+so their range is positive by chance alone. This module tests the null hypothesis that the
+model's lists do not depend on the value — within each instruction, the sensitive lists of
+an attribute's values are exchangeable — by permuting the value labels of the lists *within
+each instruction* (a list keeps its items, its neutral list and its scores at every k; only
+which value it is counted for changes), recomputing Sim(a)@k, SNSR@k and SNSV@k exactly as
+:func:`lmra.recsys.metrics.similarity_table` and :func:`~lmra.recsys.metrics.fairness_table`
+do (a mean over the lists with a defined score; values with fewer than one such list left
+out; fewer than two values: undefined), and counting how often the permuted statistic
+reaches the observed one:
+
+    p = (1 + #{b : T_b ≥ T_obs}) / (1 + B)
+
+(Phipson & Smyth 2010, the permutation p-value that is never 0; a permuted statistic that
+is undefined counts as reaching the observed one, which can only make p larger). Under the
+null the test is exact whatever the number of instructions, lists per instruction or
+missing (failed, unparseable) lists: its false-positive rate is at most α. The same B
+permutations serve every metric and cut-off k of an attribute, so the p-values of one
+attribute agree with each other. An attribute none of whose instructions has two lists
+cannot be permuted (p = 1).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from lmra.recsys.config import DEFAULT_PERMUTATIONS
+from lmra.recsys.metrics import METRICS, Convention, scored_lists, value_keys
+#: the most (permutation, list) memberships handled at once
+_BLOCK = 1_000_000
+#: permuted statistics within this of the observed one count as reaching it (float sums)
+_TIE = 1e-12
+
+
+def _statistics(codes: np.ndarray, n_values: int, xok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SNSR and SNSV of each row of ``codes`` (b × n value codes of the n lists), for every one
+    of the c score columns: ``xok`` (n × 2c) holds the scores (0 where undefined) and then 1
+    where defined, 0 where not. Two arrays of shape (b, c), NaN where fewer than two values
+    have a defined mean."""
+    from scipy import sparse
+
+    b, n = codes.shape
+    c = xok.shape[1] // 2
+    rows = (np.arange(b)[:, None] * n_values + codes).ravel()  # list i of permutation j counts for value codes[j, i]
+    member = sparse.csr_matrix((np.ones(b * n), (rows, np.tile(np.arange(n), b))), shape=(b * n_values, n))
+    both = np.asarray(member @ xok).reshape(b, n_values, 2 * c)
+    sums, counts = both[:, :, :c], both[:, :, c:]
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: fewer than two values, NaN below
+        means = np.where(counts > 0, sums / counts, np.nan)
+        defined = (counts > 0).sum(axis=1)
+        snsr = np.nanmax(means, axis=1) - np.nanmin(means, axis=1)
+        snsv = np.nanstd(means, axis=1, ddof=0)
+    few = defined < 2
+    return np.where(few, np.nan, snsr), np.where(few, np.nan, snsv)
+
+
+def _attribute_pvalues(instructions: np.ndarray, codes: np.ndarray, n_values: int, x: np.ndarray,
+                       permutations: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """p-values of SNSR and SNSV (two arrays of shape (c,)) for one attribute's n lists:
+    ``instructions`` and ``codes`` (n integer codes each), scores ``x`` (n × c, NaN = undefined)."""
+    ok = np.isfinite(x)
+    xok = np.concatenate([np.where(ok, x, 0.0), ok.astype(float)], axis=1)
+    obs_r, obs_v = _statistics(codes[None, :], n_values, xok)
+    obs_r, obs_v = obs_r[0], obs_v[0]
+    n = len(codes)
+    by_instruction = np.lexsort((np.arange(n), instructions))
+    grouped = codes[by_instruction]  # the value codes, instruction by instruction
+    reach_r = np.zeros(x.shape[1])
+    reach_v = np.zeros(x.shape[1])
+    step = max(1, _BLOCK // max(1, n))
+    done = 0
+    while done < permutations:
+        b = min(step, permutations - done)
+        # a random order of the lists within each instruction (instructions stay in order)
+        order = np.argsort(instructions[None, :] + rng.random((b, n)), axis=1, kind="stable")
+        perm = np.empty((b, n), dtype=codes.dtype)
+        np.put_along_axis(perm, order, np.broadcast_to(grouped, (b, n)), axis=1)
+        r, v = _statistics(perm, n_values, xok)
+        reach_r += ((r >= obs_r - _TIE) | np.isnan(r)).sum(axis=0)
+        reach_v += ((v >= obs_v - _TIE) | np.isnan(v)).sum(axis=0)
+        done += b
+    p_r = np.where(np.isnan(obs_r), np.nan, (1 + reach_r) / (1 + permutations))
+    p_v = np.where(np.isnan(obs_v), np.nan, (1 + reach_v) / (1 + permutations))
+    return p_r, p_v
+
+
+def unfairness_pvalues(lists: pd.DataFrame, k: int, *, convention: Convention = "paper", items_column: str = "items",
+                       ranks_column: str | None = None, analysis: str | None = None,
+                       permutations: int = DEFAULT_PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
+    """Permutation p-values of SNSR@k and SNSV@k for every attribute, metric and k = 1..K
+    (the test of the module docstring; FaiRLLM §3.1 defines the statistics, not the test).
+
+    Args:
+        lists: the lists table of :func:`~lmra.recsys.metrics.similarity_table` (the scored
+            lists only: rows left out of the similarity table must be left out here too).
+        k, convention, items_column, ranks_column, analysis: as for ``similarity_table``.
+        permutations: B ≥ 1, permutations per attribute (p-values in steps of 1/(B+1)).
+        seed: the random generator's seed, any integer (the same seed gives the same p-values).
+
+    Returns:
+        One row per ([analysis,] attribute, kind, metric, k) with ``snsr_p`` and ``snsv_p``
+        in (0, 1] (NaN where SNSR/SNSV are undefined: fewer than two values with a defined
+        Sim) and ``permutations`` (B).
+
+    Raises:
+        ValueError: ``permutations`` < 1, and the errors of ``similarity_table``.
+        MissingItemError: as ``similarity_table``.
+    """
+    if permutations < 1:
+        raise ValueError(f"permutations must be ≥ 1, got {permutations}")
+    sens, scores = scored_lists(lists, k, convention=convention, items_column=items_column, ranks_column=ranks_column)
+    cols = (["analysis"] if analysis is not None else []) + ["attribute", "kind", "metric", "k", "snsr_p", "snsv_p",
+                                                            "permutations"]
+    if sens.empty:
+        return pd.DataFrame(columns=cols)
+    keys = value_keys(sens)
+    x = np.concatenate([scores[m] for m in METRICS], axis=1)  # n × (3·K): every metric and cut-off at once
+    rng = np.random.default_rng(seed % 2**64)  # a negative 64-bit seed (allowed by the config) as its two's complement
+    frames = []
+    for (attribute, kind), rows in keys.groupby(["attribute", "kind"], sort=False):
+        idx = rows.index.to_numpy()
+        codes, values = pd.factorize(rows["value"])
+        instructions, _ = pd.factorize(sens.loc[idx, "instruction_id"].astype(str))
+        p_r, p_v = _attribute_pvalues(instructions.astype(float), codes, len(values), x[idx], permutations, rng)
+        frames.append(pd.DataFrame({"attribute": attribute, "kind": kind, "metric": np.repeat(METRICS, k),
+                                    "k": np.tile(np.arange(1, k + 1), len(METRICS)), "snsr_p": p_r, "snsv_p": p_v,
+                                    "permutations": permutations}))
+    out = pd.concat(frames, ignore_index=True)
+    if analysis is not None:
+        out.insert(0, "analysis", analysis)
+    return out[cols]
+
+
+__all__ = ["DEFAULT_PERMUTATIONS", "unfairness_pvalues"]

@@ -1,0 +1,157 @@
+"""The permutation test of SNSR/SNSV (lmra.recsys.permutation): a hand-enumerated p-value, the
+false-positive rate of simulated null runs, an injected difference recovered, and the
+command's columns and console."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmra.recsys.metrics import fairness_table, similarity_table
+from lmra.recsys.permutation import unfairness_pvalues
+
+
+def run_cli(argv: list[str]) -> int:
+    from lmra import cli
+
+    return cli.main(argv)
+
+
+def _row(table: pd.DataFrame, metric: str, k: int) -> pd.Series:
+    return table[(table["metric"] == metric) & (table["k"] == k)].iloc[0]
+
+
+# Two instructions, two values, K = 2. Jaccard@2: instruction 1 x = 1, y = 0; instruction 2
+# x = 1, y = 1/3. Sim(x) = 1, Sim(y) = 1/6: SNSR = 5/6. The 4 equally likely relabellings
+# (swap x and y in neither, the first, the second or both instructions) give SNSR 5/6, 1/6,
+# 1/6, 5/6: P(SNSR ≥ 5/6) = 1/2.
+TINY = pd.DataFrame([
+    {"instruction_id": "i1", "attribute": "neutral", "value": "", "items": ["a", "b"]},
+    {"instruction_id": "i1", "attribute": "gender", "value": "x", "items": ["a", "b"]},
+    {"instruction_id": "i1", "attribute": "gender", "value": "y", "items": ["c", "d"]},
+    {"instruction_id": "i2", "attribute": "neutral", "value": "", "items": ["e", "f"]},
+    {"instruction_id": "i2", "attribute": "gender", "value": "x", "items": ["e", "f"]},
+    {"instruction_id": "i2", "attribute": "gender", "value": "y", "items": ["e", "g"]},
+])
+
+
+def test_tiny_example_matches_the_enumerated_permutation_distribution():
+    fair = fairness_table(similarity_table(TINY, 2))
+    assert _row(fair, "jaccard", 2)["snsr"] == pytest.approx(5 / 6)
+    b = 20_000
+    p = _row(unfairness_pvalues(TINY, 2, permutations=b, seed=3), "jaccard", 2)
+    expected = (1 + 0.5 * b) / (1 + b)
+    assert p["snsr_p"] == pytest.approx(expected, abs=4 * np.sqrt(0.25 / b))  # 4 SE of the Monte Carlo
+    assert p["snsv_p"] == pytest.approx(expected, abs=4 * np.sqrt(0.25 / b))  # two values: SNSV = SNSR / 2
+    assert p["permutations"] == b
+
+
+def test_same_seed_same_pvalues_and_undefined_or_unpermutable_cases():
+    a = unfairness_pvalues(TINY, 2, permutations=199, seed=5)
+    assert a.equals(unfairness_pvalues(TINY, 2, permutations=199, seed=5))
+    assert unfairness_pvalues(TINY, 2, permutations=9, seed=-(2**63))["snsr_p"].notna().all()  # any 64-bit seed
+    assert ((a["snsr_p"] > 0) & (a["snsr_p"] <= 1)).all()
+    # one list per instruction: nothing to permute, every relabelling is the observed one → p = 1
+    single = TINY[~((TINY["instruction_id"] == "i1") & (TINY["value"] == "y"))
+                  & ~((TINY["instruction_id"] == "i2") & (TINY["value"] == "x"))]
+    p = unfairness_pvalues(single, 2, permutations=99, seed=0)
+    assert (p["snsr_p"] == 1.0).all()
+    # one value only: SNSR undefined, so is its p
+    one = TINY[TINY["value"] != "y"]
+    assert unfairness_pvalues(one, 2, permutations=99)["snsr_p"].isna().all()
+    with pytest.raises(ValueError, match="permutations"):
+        unfairness_pvalues(TINY, 2, permutations=0)
+
+
+def _simulated_lists(rng: np.random.Generator, n_instructions: int, values: list[str], extra: float,
+                     k: int = 8, failed: float = 0.05) -> pd.DataFrame:
+    """Each sensitive list replaces Binomial(k, 0.3) of its neutral list's items with new ones;
+    the first value replaces Binomial(k, 0.3 + extra) (``extra`` 0: no difference between the
+    values); a share ``failed`` of the lists is missing (a failed call)."""
+    rows = []
+    for m in range(n_instructions):
+        base = [f"n{m}-{j}" for j in range(k)]
+        rows.append({"instruction_id": f"i{m}", "attribute": "gender", "value": "", "items": base})
+        rows[-1]["attribute"] = "neutral"
+        for j, v in enumerate(values):
+            if rng.random() < failed:
+                continue
+            items = list(base)
+            for pos in rng.choice(k, rng.binomial(k, 0.3 + (extra if j == 0 else 0.0)), replace=False):
+                items[pos] = f"new{rng.integers(1 << 40)}"
+            rows.append({"instruction_id": f"i{m}", "attribute": "gender", "value": v, "items": items})
+    return pd.DataFrame(rows)
+
+
+def test_null_runs_reject_at_the_nominal_rate_and_an_injected_difference_is_found():
+    rng = np.random.default_rng(2026)
+    null = []
+    for s in range(300):
+        p = unfairness_pvalues(_simulated_lists(rng, 15, ["a", "b", "c"], 0.0), 8, permutations=99, seed=s)
+        null.append(_row(p, "serp", 8)[["snsr_p", "snsv_p"]].to_numpy(dtype=float))
+    null = np.array(null)
+    # exact test: at most α, up to 3 SE of 300 runs (0.038); a naive test of "SNSR > 0" rejects always
+    assert (null <= 0.05).mean(axis=0).max() <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 300)
+    assert (null <= 0.20).mean(axis=0).min() >= 0.20 - 3 * np.sqrt(0.2 * 0.8 / 300)  # not conservative to uselessness
+    found = [_row(unfairness_pvalues(_simulated_lists(rng, 15, ["a", "b", "c"], 0.25), 8, permutations=99, seed=s),
+                  "jaccard", 8)["snsr_p"] for s in range(40)]
+    assert np.mean(np.array(found) <= 0.05) >= 0.9
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_score_command_writes_and_prints_the_pvalues(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    lists = _write(tmp_path / "lists.jsonl", _simulated_lists(rng, 20, ["a girl", "a boy"], 0.4).to_dict("records"))
+    out = tmp_path / "scored"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "8", "--out", str(out),
+                    "--permutations", "499", "--seed", "2"]) == 0
+    shown = capsys.readouterr().out
+    fair = pd.read_csv(out / "recsys_fairness.csv")
+    cols = list(fair.columns)
+    assert cols[cols.index("snsv") + 1: cols.index("snsv") + 4] == ["snsr_p", "snsv_p", "permutations"]
+    at_k = _row(fair, "jaccard", 8)
+    assert at_k["snsr_p"] == pytest.approx(1 / 500)  # the injected difference: no permutation reaches it
+    assert "permutations of the values' labels" in shown and "< 0.001" not in shown  # 1/500 = 0.002
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"snsr_p", "snsv_p"} <= set(summary["fairness_at_k"][0])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["permutations"], manifest["seed"]) == (499, 2)
+    # no test: the columns stay, empty, and the console has no p column
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "8", "--out", str(tmp_path / "o0"),
+                    "--permutations", "0"]) == 0
+    assert "permutations of the values' labels" not in capsys.readouterr().out
+    none = pd.read_csv(tmp_path / "o0" / "recsys_fairness.csv")
+    assert none["snsr_p"].isna().all() and (none["permutations"] == 0).all()
+
+
+@pytest.mark.parametrize("argv, field", [(["--permutations", "-1"], "--permutations"),
+                                         (["--permutations", "100001"], "--permutations"),
+                                         (["--seed", str(2**63)], "--seed")])
+def test_score_command_refuses_a_bad_permutation_count_or_seed(tmp_path, capsys, argv, field):
+    lists = _write(tmp_path / "lists.jsonl", TINY.to_dict("records"))
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_permutations_field(tmp_path):
+    from lmra.errors import LmraInputError
+    from lmra.recsys.config import load_recsys_config
+
+    good = tmp_path / "r.toml"
+    good.write_text("permutations = 0\n")
+    assert load_recsys_config(good).permutations == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\npermutations = -5\n')
+    with pytest.raises(LmraInputError) as exc:
+        load_recsys_config(bad)
+    assert exc.value.field == "permutations" and exc.value.line == 2
