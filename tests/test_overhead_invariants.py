@@ -203,10 +203,18 @@ def test_keys_read_once_never_hide_an_answer_stored_by_another_connection(tmp_pa
     b.close()
 
 
-def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is_ever_unwritten(tmp_path):
+def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is_ever_unwritten(tmp_path,
+                                                                                                monkeypatch):
     """The write-behind bound: an answered call waits for its write at most WRITE_BATCH_S (a timer),
     and never more than WRITE_BATCH_CALLS calls wait (a kill -9 loses at most those). Calls answered
-    in one busy tick go out in full batches at once; a lone call waits for the timer, not for more."""
+    in one busy tick go out in full batches at once; a lone call waits for the timer, not for more.
+    The batch time is raised to 1 s here: a tick that outlasts it (a loaded machine) writes its
+    calls early, as it should, and the count of calls written in the tick would then depend on the
+    load (786 instead of 1,000 was seen with the default 50 ms while the whole suite ran)."""
+    import lmra.cache
+
+    batch_s = max(WRITE_BATCH_S, 1.0)
+    monkeypatch.setattr(lmra.cache, "WRITE_BATCH_S", batch_s)
     path = tmp_path / "c.sqlite"
     n = 2 * WRITE_BATCH_CALLS + 50
 
@@ -224,7 +232,7 @@ def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is
         written_in_tick = len(other)
         await asyncio.sleep(0)  # the tick ends: the rest waits for the timer
         after_tick = len(other)
-        await asyncio.sleep(WRITE_BATCH_S * 1.5)
+        await asyncio.sleep(batch_s * 1.5)
         after_timer = len(other)
         # a lone call later on: written within WRITE_BATCH_S of its answer, not before
         req = _req(n)
@@ -242,7 +250,7 @@ def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is
     assert in_tick == 2 * WRITE_BATCH_CALLS  # full batches went out at once …
     assert after_tick == in_tick  # … the rest waits for the timer …
     assert after_timer == n  # … which writes it
-    assert 0.8 * WRITE_BATCH_S <= lone_wait < WRITE_BATCH_S + 1.0, lone_wait
+    assert 0.8 * batch_s <= lone_wait < batch_s + 1.0, lone_wait
     assert final == n + 1
 
 
