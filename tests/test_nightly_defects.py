@@ -171,6 +171,16 @@ def test_audit_against_a_judge_failed_baseline_exits_5_like_check_and_last_skips
     assert re.findall(r"^exit status (\d+)", r2.stdout, re.M) == ["5"]
     assert main(["check", str(night2), "--baseline", str(night1), "--history", str(reports / "history.sqlite")]) == 5
     capsys.readouterr()
+    # lmra report --baseline gives the check's status as lmra check does (it gave 0 or 3: fresh-user finding)
+    assert main(["report", str(night2), "--baseline", str(night1), "--reports-dir", str(reports),
+                 "--out", str(tmp_path / "r.html")]) == 5
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Judge failed validation" in said and re.findall(r"exit status (\d+)", said)[-1] == "5"
+    assert main(["report", str(night2), "--baseline", str(night1), "--reports-dir", str(reports),
+                 "--out", str(tmp_path / "r2.html"), "--allow-unvalidated-judge"]) in (0, 3)
+    capsys.readouterr()
+    assert main(["report", str(night2), "--allow-unvalidated-judge", "--reports-dir", str(reports)]) == 2
+    capsys.readouterr()
     out3 = " ".join(r3.stdout.split())
     assert r3.returncode in (0, 3), out3[-3000:] + r3.stderr[-2000:]
     assert f"vs baseline {night2.name}" in out3  # night 2 (judge passed) is 'last', never night 1

@@ -239,6 +239,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         reasons[EXIT_JUDGE_FAILED] = "the run's judge failed validation"
         notes.append(f"the run's judge failed validation ({run.judge_status}): its numbers are not evidence about "
                      "the chatbot (--allow-unvalidated-judge to accept it)")
+    elif run.judge_status.startswith("failed"):  # waived (by the config or --allow-unvalidated-judge): said, not hidden
+        how = ("waived" if run.judge_status.endswith("(waived)") else "accepted with --allow-unvalidated-judge"
+               if run.judge_status_gated_failure else "not gated by the run's config")
+        notes.append(f"the run's judge failed validation ({how}): the gates above judge numbers from an unvalidated "
+                     "judge")
     if run.status != "complete":
         reasons[1] = f"run {run.run_id} is {run.status}"
         notes.append(f"run {run.run_id} is {run.status}: its numbers are incomplete")

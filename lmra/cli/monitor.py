@@ -170,6 +170,26 @@ def check_exit_reasons(result) -> dict[int, str]:
     return {}
 
 
+def check_status_reasons(result, allow_unvalidated_judge: bool = False) -> tuple[dict[int, str], bool]:
+    """The exit statuses a check sets, as ``lmra check``, ``lmra report --baseline`` and ``lmra
+    audit --baseline`` give them: :func:`check_exit_reasons` plus exit status 5 when the run's
+    or the baseline's judge failed validation un-waived (unless ``allow_unvalidated_judge``);
+    returns ``(reasons, judge_blocks)``."""
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+
+    reasons = check_exit_reasons(result)
+    judge_blocks = bool(result.judge_failed) and not allow_unvalidated_judge
+    if judge_blocks:
+        reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({result.judge_status_line})"
+    return reasons, judge_blocks
+
+
+def print_judge_blocks(console, result) -> None:
+    """The line saying that a check's verdict rests on a judge that failed validation."""
+    console.print(f"[bold red]Judge failed validation[/] ({lit(result.judge_status_line)}): the check's verdict is "
+                  "not evidence about the chatbot (--allow-unvalidated-judge to accept it).")
+
+
 def sensitivity_note(result) -> str:
     """Plain-words footnote of the check table: what the detectable rise means."""
     from lmra.monitor import MDE_POWER
@@ -351,14 +371,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     judge failed validation; ``--json``: :func:`lmra.report.jsonout.check_document`)."""
     from lmra.monitor import check_run
 
-    from lmra.judge_check import EXIT_JUDGE_FAILED
-
     result = check_run(args.run, args.baseline, history=history_file(args, args.run), margin=args.margin,
                        alpha=args.alpha)
-    judge_blocks = result.judge_failed and not args.allow_unvalidated_judge
-    reasons = check_exit_reasons(result)
-    if judge_blocks:
-        reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({result.judge_status_line})"
+    reasons, judge_blocks = check_status_reasons(result, args.allow_unvalidated_judge)
     status = final_status(reasons)[0]
     if args.json:
         from lmra.report import jsonout
@@ -374,8 +389,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for line in partial_run_warnings(result):
         print_warning(line)
     if judge_blocks:
-        console.print(f"[bold red]Judge failed validation[/] ({lit(result.judge_status_line)}): the check's verdict is "
-                      "not evidence about the chatbot (--allow-unvalidated-judge to accept it).")
+        print_judge_blocks(console, result)
     return print_final_status(console, reasons)
 
 
@@ -604,7 +618,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for opt, value in (("--name", args.name), ("--nights", args.nights)):
         if value is not None:
             raise LmraInputError(f"{opt} applies to the history page ('lmra report --history {opt} …')", field=opt)
-    for opt, value in (("--margin", args.margin), ("--alpha", args.alpha)):
+    for opt, value in (("--margin", args.margin), ("--alpha", args.alpha),
+                       ("--allow-unvalidated-judge", args.allow_unvalidated_judge or None)):
         if value is not None and not args.baseline:  # never ignored silently
             raise LmraInputError(f"{opt} applies to the regression check: give --baseline RUN|last|pinned too",
                                  field=opt)
@@ -631,8 +646,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta,
                             transcripts=args.transcripts)
     console.print(f"wrote [bold]{lit(path)}[/]")
-    if check is not None:  # the check's verdict sets the exit status: say so last
-        return print_final_status(console, check_exit_reasons(check))
+    if check is not None:  # the check's verdict sets the exit status (5 first, as lmra check): say so last
+        reasons, judge_blocks = check_status_reasons(check, args.allow_unvalidated_judge)
+        if judge_blocks:
+            print_judge_blocks(console, check)
+        return print_final_status(console, reasons)
     return status
 
 
@@ -697,17 +715,13 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                 cmp = compare_runs(base, run)
                 print_check(console, check)
                 status = check.exit_status
-                judge_blocks = check.judge_failed and not allow_unvalidated_judge
+                check_reasons, judge_blocks = check_status_reasons(check, allow_unvalidated_judge)
                 if judge_blocks and base.judge_status_gated_failure:
                     console.print(f"[bold red]The baseline's judge failed validation[/] ({lit(base.run_id)}, "
                                   f"{lit(check.judge_status_line)}): the check's verdict is not evidence about the "
                                   "chatbot (--allow-unvalidated-judge to accept it; pin or name another baseline).")
                 if reasons is not None:
-                    reasons.update(check_exit_reasons(check))
-                    if judge_blocks:
-                        from lmra.judge_check import EXIT_JUDGE_FAILED
-
-                        reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({check.judge_status_line})"
+                    reasons.update(check_reasons)
         finally:  # the report is written even when the baseline is refused (exit 2)
             if not report or report_worker is None:
                 if meanwhile is not None:
@@ -873,6 +887,9 @@ def add_parsers(subparsers) -> None:
                    help="regression margin, in [0, 2) (with --baseline; default: 0.0)")
     r.add_argument("--alpha", type=check_alpha_arg,
                    help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
+    r.add_argument("--allow-unvalidated-judge", action="store_true",
+                   help="with --baseline: exit as the check says even when a run's judge failed validation "
+                        "(default: exit 5, as 'lmra check')")
     r.add_argument("--compare", metavar="RUN_B", help="show the per-task scatter against this run")
     r.add_argument("--delta", type=delta_arg, help="flag tasks too small to detect this net rating, in (0, 2]")
     r.add_argument("--out", type=_html_out_arg,
