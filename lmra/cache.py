@@ -57,6 +57,7 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 from lmra import answerlog
 from lmra.answerlog import AnswerLog
 from lmra.errors import LmraIOError, io_reason
+from lmra.fileio import resolved
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, note_event, \
     request_json, result_defect, wrap_identity
 from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
@@ -314,7 +315,7 @@ class CallCache:
     def __init__(self, path: str | Path, *, write_retry_s: float = 60.0, on_write_error=None):
         self.path = str(path)
         if self.path != ":memory:":
-            USED_PATHS.add(str(Path(self.path).resolve()))
+            USED_PATHS.add(str(resolved(self.path)))
         self.write_retry_s = write_retry_s
         self.on_write_error = on_write_error
         self.owner = uuid.uuid4().hex

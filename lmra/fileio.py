@@ -9,6 +9,8 @@ raises :class:`~lmra.errors.LmraIOError` naming the file (the CLI exits with sta
 
 from __future__ import annotations
 
+import errno
+
 import json
 import os
 import tempfile
@@ -84,6 +86,28 @@ def blocking_file(path: str | Path) -> Path | None:
         if parent.exists():
             return None if parent.is_dir() else parent
     return None
+
+
+def symlink_loop(path: str | Path) -> bool:
+    """True when ``path`` (or a folder on the way to it) is a symbolic link that leads back to
+    itself, so that no file can ever be read or written there (``Path.resolve`` raises
+    ``RuntimeError`` on one in Python 3.11–3.12; break-it finding: a traceback)."""
+    try:
+        Path(path).resolve()
+    except RuntimeError:
+        return True
+    except OSError as exc:  # Python ≥ 3.13: ELOOP as an OSError
+        return exc.errno == errno.ELOOP
+    return False
+
+
+def resolved(path: str | Path) -> Path:
+    """``Path(path).resolve()``, or its absolute form when a symbolic link loop stops the
+    resolution (the caller then fails on opening it, with its own message)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError):
+        return Path(path).absolute()
 
 
 def output_folder(path: str | Path, option: str) -> Path:

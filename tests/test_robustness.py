@@ -376,3 +376,26 @@ def test_an_audit_whose_history_cannot_be_written_stops_before_its_calls(tmp_pat
     err = " ".join(capsys.readouterr().err.split())
     assert f"I/O failure: {reports / 'history.sqlite'}: the run history cannot be written" in err
     assert sorted(p.name for p in reports.iterdir()) == before
+
+
+@pytest.mark.parametrize("field", ["prompts", "names", "cache", "output_dir"])
+@pytest.mark.parametrize("command", ["validate", "audit"])
+def test_a_symbolic_link_loop_is_an_input_error_naming_the_field(tmp_path, capsys, field, command):
+    """Break-it finding: a path that is a symbolic link loop gave a RuntimeError traceback (exit 1)
+    from Path.resolve (Python 3.11–3.12) while the error was being reported, or from the cache."""
+    from pathlib import Path
+
+    loop_a, loop_b = tmp_path / "loopA", tmp_path / "loopB"
+    loop_a.symlink_to(loop_b)
+    loop_b.symlink_to(loop_a)
+    smoke = (Path(__file__).resolve().parents[1] / "examples" / "smoke.toml").read_text()
+    cfg = tmp_path / "c.toml"
+    body = "\n".join(line for line in smoke.splitlines() if not line.startswith(f"{field} "))
+    cfg.write_text(f'{field} = "{loop_a.as_posix()}"\n' + (f'output_dir = "{(tmp_path / "out").as_posix()}"\n'
+                                                           if field != "output_dir" else "") + body + "\n")
+    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"field '{field}'" in err and "Traceback" not in err
+    assert "symbolic link" in err or "Too many levels of symbolic links" in err
+    assert not (tmp_path / "out").exists()

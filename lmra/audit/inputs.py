@@ -135,7 +135,7 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
-        from lmra.fileio import blocking_file
+        from lmra.fileio import blocking_file, symlink_loop
 
         if cfg.axes.enabled:  # before any call (the axes step runs after the audit's)
             from lmra.axes.config import check_axes_temperature
@@ -143,6 +143,10 @@ class InputsStage:
             check_axes_temperature(cfg, self.config_path)
 
         out, cache = Path(cfg.output_dir), Path(cfg.cache)
+        for key, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
+            if path is not None and symlink_loop(path):
+                raise LmraInputError(f"{path} is a symbolic link loop (it leads back to itself): nothing can be "
+                                     "written there", file=self.config_path, field=key)
         if out.exists() and not out.is_dir():  # (break-it finding: an I/O failure, exit 1, after the cache was made)
             raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
                                  file=self.config_path, field="output_dir")

@@ -221,7 +221,7 @@ def in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
         if exc.file is not None and Path(exc.file).resolve() != Path(cfg).resolve():
             return exc
         text = Path(cfg).read_text(encoding="utf-8-sig")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # (RuntimeError: a symbolic link loop, Python 3.11–3.12)
         return exc
     from lmra.config import field_line
 
