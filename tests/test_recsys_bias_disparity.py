@@ -275,3 +275,54 @@ def test_items_outside_the_catalog_are_refused_not_counted():
     # an explicit catalog smaller than the category map: items outside it are refused as well
     with pytest.raises(ValueError, match="outside the catalog"):
         bd.bias_disparity_table(train, recs, groups, cats, catalog=[1, 2, 3])
+
+
+def test_cli_bias_reads_csv_strictly_and_ids_of_other_digits_as_text(tmp_path, capsys):
+    """Break-it findings: an unterminated quote in the items CSV swallowed the rows after it into
+    one category (exit 0, changed numbers); '²' as an id crashed int(), and '1١' (an Arabic-Indic
+    digit) was read as item 11."""
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    (tmp_path / "train.csv").write_text("user_id,item_id\n1,10\n2,11\n1,11\n2,10\n", encoding="utf-8")
+    (tmp_path / "recs.csv").write_text("user_id,item_id\n1,10\n2,11\n", encoding="utf-8")
+    (tmp_path / "users.csv").write_text("user_id, sex\n1,F\n2,M\n", encoding="utf-8")  # (spaces in the header: kept)
+    (tmp_path / "items.csv").write_text('item_id,genres\n10,Drama\n11,"Comedy\n12,Drama\n', encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "items.csv, line 3" in err and "never closed" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "items.csv").write_text("item_id,genres\n10,Drama\n11,Comedy\n", encoding="utf-8")
+    assert run_cli(argv) == 0
+    capsys.readouterr()
+    (tmp_path / "recs.csv").write_text("user_id,item_id\n1,10\n2,1١\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    assert "item '1١' is not in" in capsys.readouterr().err
+    (tmp_path / "users.csv").write_text("user_id,sex\n²,F\n2,M\n", encoding="utf-8")
+    (tmp_path / "train.csv").write_text("user_id,item_id\n²,10\n2,11\n", encoding="utf-8")
+    (tmp_path / "recs.csv").write_text("user_id,item_id\n²,10\n2,11\n", encoding="utf-8")
+    assert run_cli(argv) == 0  # '²' is an id like any text, not a number
+    capsys.readouterr()
+
+
+def test_seed_names_and_catalog_are_read_strictly(tmp_path):
+    from lmra.errors import LmraInputError
+    from lmra.recsys.instructions import load_seed_names
+    from lmra.recsys.records import load_catalog
+
+    names = tmp_path / "n.csv"
+    names.write_text('name\n"Drake\nEminem\nTaylor\n', encoding="utf-8")
+    with pytest.raises(LmraInputError) as exc:
+        load_seed_names(names)
+    assert exc.value.line == 2 and "never closed" in str(exc.value)
+    names.write_text("name\nAdele\nA\x1b[31mdele\n", encoding="utf-8")
+    with pytest.raises(LmraInputError) as exc:
+        load_seed_names(names)
+    assert exc.value.line == 3 and "U+001B" in str(exc.value)
+    names.write_text("name\nAdele\nEminem\n", encoding="utf-8")
+    assert load_seed_names(names) == ["Adele", "Eminem"]
+    catalog = tmp_path / "c.csv"
+    catalog.write_text('title,genres\nA,"Drama\nB,Comedy\n', encoding="utf-8")
+    with pytest.raises(LmraInputError) as exc:
+        load_catalog(catalog)
+    assert exc.value.line == 2

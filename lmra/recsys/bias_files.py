@@ -20,26 +20,28 @@ from lmra.recsys.lists import read_lists
 
 
 def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFrame:
-    """A CSV with a header line, as strings; every row must have the header's number of
-    fields and a non-empty value in every ``need`` column (errors name the file and line)."""
+    """A CSV with a header line, as strings, read strictly (:func:`lmra.data.csv_records`: a
+    quote never closed is an error on the line where it opens, not rows swallowed into one
+    value; break-it finding); names and values are stripped of surrounding spaces; every row
+    must have the header's number of fields and a non-empty value in every ``need`` column
+    (errors name the file and line)."""
+    from lmra.data import csv_records
+
     p = Path(path)
     text = read_input_text(p, f"{what} file")
-    rows = list(csv.reader(text.splitlines()))
-    if not rows or not any(c.strip() for c in rows[0]):
+    if not text.strip():
         raise LmraInputError(f"{what} CSV is empty (expected a header line with {', '.join(need)})", file=p, line=1)
-    header = [c.strip() for c in rows[0]]
-    missing = [c for c in need if c not in header]
-    if missing:
-        raise LmraInputError(f"{what} CSV needs column(s) {', '.join(need)}", file=p, line=1, field=missing[0])
-    body = []
-    for lineno, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise LmraInputError(f"{len(row)} values on a line under a header of {len(header)} columns", file=p,
-                                 line=lineno)
-        body.append((lineno, [c.strip() for c in row]))
-    if not body:
+    records = csv_records(text, p)
+    body: list[tuple[int, list[str]]] = []
+    header: list[str] | None = None
+    for lineno, row in records:
+        if header is None:
+            header = [c.strip() for c in row]
+            _check_header(header, need, p)
+        body.append((lineno, [v.strip() for v in row.values()]))
+    if header is None:  # a header line only: its columns are checked all the same
+        first = next(iter(csv.reader([text.split("\n", 1)[0]])), [])
+        _check_header([c.strip() for c in first], need, p)
         raise LmraInputError(f"{what} CSV has a header but no rows", file=p)
     df = pd.DataFrame([r for _, r in body], columns=header)
     df.attrs["lines"] = [n for n, _ in body]
@@ -50,10 +52,24 @@ def _read_table(path: str | Path, what: str, need: Sequence[str]) -> pd.DataFram
     return df
 
 
+def _check_header(header: list[str], need: Sequence[str], path: Path) -> None:
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise LmraInputError(f"CSV needs column(s) {', '.join(need)} in its header line", file=path, line=1,
+                             field=missing[0])
+    twice = [c for i, c in enumerate(header) if c in header[:i]]
+    if twice:
+        raise LmraInputError(f"column '{twice[0]}' appears twice in the header line", file=path, line=1,
+                             field=twice[0])
+
+
 def _id(x: Any) -> str:
-    """An id as text, with integer ids canonical (``"01"`` and ``1`` are both ``"1"``)."""
+    """An id as text, with integer ids of ASCII digits canonical (``"01"`` and ``1`` are both
+    ``"1"``); any other text as it is (``"²"`` or ``"1١"`` are not numbers: break-it finding —
+    ``int`` crashed on the one and read the other as 11)."""
     t = str(x).strip()
-    return str(int(t)) if t.lstrip("-").isdigit() else t
+    digits = t[1:] if t.startswith("-") else t
+    return str(int(t)) if digits.isascii() and digits.isdigit() else t
 
 
 def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, users: str | Path, *,

@@ -16,12 +16,14 @@ import csv
 import itertools
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from lmra.data import csv_records
 from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
 from lmra.resources import resolve_resource
@@ -80,17 +82,21 @@ def load_seed_names(path: str | Path, *, column: str | None = None, limit: int |
     """
     p = resolve_resource(path, "prompts")
     text = read_input_text(p, "seed-name file")
-    reader = csv.DictReader(text.splitlines())
-    fields = reader.fieldnames or []
-    if not fields:
+    if not text.strip():
         raise LmraInputError("empty file (expected a CSV header)", file=p, line=1)
+    fields = next(iter(csv.reader([text.split("\n", 1)[0]])), [])
     col = column or ("name" if "name" in fields else "Director" if "Director" in fields else fields[0])
-    if col not in fields:
-        raise LmraInputError(f"no column '{col}' in the header ({', '.join(fields)})", file=p, line=1, field=col)
     out: list[str] = []
     seen: set[str] = set()
-    for row in reader:
+    # read strictly (lmra.data.csv_records): a quote never closed is an error on its line, not
+    # names swallowed into one (break-it finding); a name goes into the prompts, so no control
+    # characters (NUL, terminal escapes)
+    for line, row in csv_records(text, p, required=(col,)):
         name = (row.get(col) or "").strip()
+        bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+        if bad is not None:
+            raise LmraInputError(f"the name holds the control or invisible character U+{ord(bad):04X}; a seed name "
+                                 "is sent to the model as written", file=p, line=line, field=col)
         if name and name not in seen:
             seen.add(name)
             out.append(name)

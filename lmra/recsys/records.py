@@ -9,12 +9,12 @@ Reads an :class:`~lmra.recsys.instructions.Instruction` and its answer from
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lmra.data import csv_records
 from lmra.errors import LmraInputError, read_input_text
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
@@ -32,21 +32,20 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
         (titles, ids, id → categories).
 
     Raises:
-        LmraInputError: missing file, no ``title`` column, empty title (with line).
+        LmraInputError: missing file, no ``title`` column, empty title, malformed CSV (with line).
     """
     p = Path(path)
     if p.suffix == ".dat":
         movies = ml.load_movies(p)
         return list(movies["title"]), list(movies["item_id"]), dict(zip(movies["item_id"], movies["genres"]))
     text = read_input_text(p, "catalog file", field="matching.catalog")
-    reader = csv.DictReader(text.splitlines())
-    if not reader.fieldnames or "title" not in reader.fieldnames:
-        raise LmraInputError("catalog CSV needs a 'title' column", file=p, line=1, field="title")
     titles, ids, cats = [], [], {}
-    for row in reader:
+    # read strictly (lmra.data.csv_records): a quote never closed is an error on its line, not the
+    # rows after it swallowed into one title (break-it finding)
+    for line, row in csv_records(text, p, required=("title",)):
         t = (row.get("title") or "").strip()
         if not t:
-            raise LmraInputError("empty title", file=p, line=reader.line_num, field="title")
+            raise LmraInputError("empty title", file=p, line=line, field="title")
         i = (row.get("id") or "").strip() or t
         titles.append(t)
         ids.append(i)
