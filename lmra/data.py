@@ -169,6 +169,25 @@ def _no_repeated_key(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
+def json_document(text: str, path: Path) -> object:
+    """A whole file's JSON value, read as strictly as :func:`iter_jsonl` reads a line: a key given
+    twice in one object, a number or nesting JSON readers choke on and any malformed JSON are
+    input errors naming the file (and the line where the parser stopped).
+
+    Raises:
+        LmraInputError: as above.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_no_repeated_key)
+    except _RepeatedKey as exc:
+        raise LmraInputError(f"key {exc.key!r} appears twice in one object (JSON readers keep one of them silently: "
+                             "which was meant?)", file=path, field=exc.key) from None
+    except json.JSONDecodeError as exc:
+        raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:
+        raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path) from None
+
+
 def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
     """Yield ``(line number, object)`` for each non-blank line of JSONL ``text``.
 

@@ -110,6 +110,38 @@ def resolved(path: str | Path) -> Path:
         return Path(path).absolute()
 
 
+def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Path | None) -> None:
+    """Refuse, before anything is written or any call made, an ``output_dir`` and a call
+    ``cache`` (``":memory:"`` for none) that can never be written: a symbolic link loop, an
+    output folder that is a file, a cache that is a folder or a device, pipe or socket, or a
+    path under a file. Shared by ``lmra audit`` and ``lmra recsys`` (break-it findings: an
+    I/O failure, exit 1, after the cache was made).
+
+    Raises:
+        LmraInputError: naming ``config_path`` and the field (``output_dir`` or ``cache``).
+    """
+    out = Path(output_dir)
+    db = None if cache == ":memory:" else Path(cache)
+    for key, path in (("output_dir", out), ("cache", db)):
+        if path is not None and symlink_loop(path):
+            raise LmraInputError(f"{path} is a symbolic link loop (it leads back to itself): nothing can be "
+                                 "written there", file=config_path, field=key)
+    if out.exists() and not out.is_dir():
+        raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
+                             file=config_path, field="output_dir")
+    if db is not None and db.is_dir():
+        raise LmraInputError(f"{db} is a folder: cache names the call cache's SQLite file (e.g. "
+                             f"{db / 'cache.sqlite'})", file=config_path, field="cache")
+    if db is not None and db.exists() and not db.is_file():
+        raise LmraInputError(f"{db} is not a regular file (a device, pipe or socket): cache names the call "
+                             "cache's SQLite file", file=config_path, field="cache")
+    for key, path in (("output_dir", out), ("cache", db)):
+        blocked = blocking_file(path) if path is not None else None
+        if blocked is not None:
+            raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
+                                 file=config_path, field=key)
+
+
 def output_folder(path: str | Path, option: str) -> Path:
     """The folder an option names for a command's output files, created if needed.
 

@@ -535,3 +535,68 @@ def test_ranked_pairs_match_the_reference_on_restricted_lists(convention):
         score_ranked_pairs([["a", "b"]], [["a"]], [[2, 2]], [[1]], 3)
     with pytest.raises(ValueError, match="missing"):
         score_ranked_pairs([["a", None]], [["a"]], [[1, 2]], [[1]], 3)
+
+
+# -- break-it findings: recsys paths and files read as the audit reads its own -----------------
+def _unreachable_config(tmp_path, extra: str = "", top: str = "") -> Path:
+    """A recsys config whose target is never reached: an input error must come first."""
+    from test_recsys_e2e import write_config
+
+    return write_config(tmp_path, "paths", top + """
+[target]
+provider = "openai"
+model = "m"
+base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
+[fairllm]
+names_list = ["Adele"]
+attributes = ["gender"]
+""" + extra, k=3)
+
+
+@pytest.mark.parametrize("what", ["cache is a folder", "output_dir is a file", "repeated attribute",
+                                  "attributes with a BOM", "attributes not UTF-8", "movies.dat is a pipe"])
+def test_recsys_paths_and_files_are_input_errors_before_any_call(tmp_path, capsys, what):
+    import os
+
+    from test_recsys_e2e import SAMPLE, run_cli
+
+    cfg = _unreachable_config(tmp_path)
+    text = cfg.read_text()
+    attrs = tmp_path / "attrs.json"
+    expect, field = None, None
+    if what == "cache is a folder":
+        (tmp_path / "cache.sqlite").mkdir()
+        expect, field = "is a folder", "cache"
+    elif what == "output_dir is a file":
+        (tmp_path / "out").write_text("x")
+        expect, field = "is a file", "output_dir"
+    elif what == "repeated attribute":
+        attrs.write_text('{"gender": ["a boy"], "gender": ["a girl"]}')
+        expect, field = "appears twice", "fairllm.attributes_file"
+    elif what == "attributes with a BOM":
+        attrs.write_bytes(b'\xef\xbb\xbf{"gender": ["a boy", "a girl"]}')
+    elif what == "attributes not UTF-8":
+        attrs.write_bytes(b'{"gender": ["a b\xf6y", "a girl"]}')
+        expect, field = "not UTF-8", "fairllm.attributes_file"
+    else:
+        data = tmp_path / "ml"
+        data.mkdir()
+        for f in ("ratings.dat", "users.dat"):
+            (data / f).write_bytes((SAMPLE / f).read_bytes())
+        os.mkfifo(data / "movies.dat")  # reading it would block for ever
+        cfg.write_text(text.replace('mode = "fairllm"', 'mode = "cfairllm"').split("[fairllm]")[0]
+                       + f'[cfairllm]\ndata = "{data.as_posix()}"\nn_users = 2\n')
+        expect = "not a regular file"
+    if "attribute" in what:
+        cfg.write_text(text + f'attributes_file = "{attrs.as_posix()}"\n')
+    rc = run_cli(["recsys", "--config", str(cfg), "--no-progress"])
+    err = " ".join(capsys.readouterr().err.split())
+    if expect is None:  # a byte-order mark is fine: the run goes on to the (unreachable) target
+        assert rc == 1 and "Traceback" not in err and "BOM" not in err
+        return
+    assert rc == 2, err
+    assert expect in err and "Traceback" not in err
+    if field:
+        assert f"field '{field}'" in err
+    assert not (tmp_path / "out").is_dir()

@@ -135,32 +135,14 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
-        from lmra.fileio import blocking_file, symlink_loop
+        from lmra.fileio import check_output_paths
 
         if cfg.axes.enabled:  # before any call (the axes step runs after the audit's)
             from lmra.axes.config import check_axes_temperature
 
             check_axes_temperature(cfg, self.config_path)
 
-        out, cache = Path(cfg.output_dir), Path(cfg.cache)
-        for key, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
-            if path is not None and symlink_loop(path):
-                raise LmraInputError(f"{path} is a symbolic link loop (it leads back to itself): nothing can be "
-                                     "written there", file=self.config_path, field=key)
-        if out.exists() and not out.is_dir():  # (break-it finding: an I/O failure, exit 1, after the cache was made)
-            raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
-                                 file=self.config_path, field="output_dir")
-        if cfg.cache != ":memory:" and cache.is_dir():
-            raise LmraInputError(f"{cache} is a folder: cache names the call cache's SQLite file (e.g. "
-                                 f"{cache / 'cache.sqlite'})", file=self.config_path, field="cache")
-        if cfg.cache != ":memory:" and cache.exists() and not cache.is_file():
-            raise LmraInputError(f"{cache} is not a regular file (a device, pipe or socket): cache names the call "
-                                 "cache's SQLite file", file=self.config_path, field="cache")
-        for key, path in (("output_dir", out), ("cache", cache if cfg.cache != ":memory:" else None)):
-            blocked = blocking_file(path) if path is not None else None
-            if blocked is not None:
-                raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
-                                     file=self.config_path, field=key)
+        check_output_paths(cfg.output_dir, cfg.cache, self.config_path)
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
                                    auto_id=True)

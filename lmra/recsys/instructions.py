@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lmra.data import csv_records
+from lmra.data import csv_records, json_document
 from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
 from lmra.resources import resolve_resource
@@ -115,18 +114,13 @@ def load_sensitive_attributes(path: str | Path = DEFAULT_ATTRIBUTES_FILE) -> dic
         they are in the file).
 
     Raises:
-        LmraInputError: missing file, bad JSON (with line), or a value that is not a list of
-            strings.
+        LmraInputError: missing or unreadable file (a folder, a pipe, not UTF-8), bad JSON (with
+            line), an attribute given twice, or a value that is not a list of strings.
     """
     p = resolve_resource(path, "prompts")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LmraInputError("sensitive-attribute file not found", file=p) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LmraInputError(f"malformed JSON ({exc.msg})", file=p, line=exc.lineno) from None
+    # as every input file (a byte-order mark dropped, a folder, pipe or non-UTF-8 byte an input
+    # error) and strict JSON (a repeated attribute refused, not the last one kept): break-it findings
+    data = json_document(read_input_text(p, "sensitive-attribute file", field="fairllm.attributes_file"), p)
     if not isinstance(data, dict):
         raise LmraInputError("expected a JSON object {attribute: [phrases]}", file=p)
     for attr, phrases in data.items():

@@ -45,6 +45,8 @@ _YEAR = re.compile(r"\((\d{4})\)\s*$")
 
 def _read_rows(path: Path, n_fields: int, what: str, encoding: str) -> Iterable[tuple[int, list[str]]]:
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():  # never block on a pipe or read a device
+            raise LmraInputError(f"{what} is not a regular file (a device, pipe or socket)", file=path)
         text = path.read_text(encoding=encoding)
     except FileNotFoundError:
         raise LmraInputError(f"{what} not found", file=path) from None
@@ -52,6 +54,8 @@ def _read_rows(path: Path, n_fields: int, what: str, encoding: str) -> Iterable[
         raise LmraInputError(f"{what} is a folder, expected a file", file=path) from None
     except UnicodeDecodeError as exc:
         raise LmraInputError(f"{what} is not {encoding} text ({exc.reason} at byte {exc.start})", file=path) from None
+    except OSError as exc:  # permission denied … (break-it finding: an I/O failure, exit 1)
+        raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=path) from None
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

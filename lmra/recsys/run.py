@@ -107,7 +107,13 @@ class RecsysRun:
         Raises:
             LmraInputError: bad config or input files (before any model call).
         """
+        from lmra.fileio import check_output_paths
+
         cfg = self.cfg
+        if not self._explicit_dir:
+            check_output_paths(cfg.output_dir, cfg.cache, self.config_path)
+        else:
+            check_output_paths(self.run_dir.parent, cfg.cache, self.config_path)
         instructions = self.instructions()
         matcher, categories = make_matcher(cfg, self._cf, self.config_path)
         cache = CallCache(cfg.cache)
