@@ -267,37 +267,56 @@ def _spill_stem(cache_path: str | Path) -> str:
     return hashlib.sha256(os.path.realpath(cache_path).encode()).hexdigest()[:16]
 
 
-def spill(cache_path: str | Path, rows: list[tuple]) -> Path | None:
-    """Write ``rows`` (``calls`` rows a cache could not store, nor its answer log hold) to a log
-    in the first of :func:`spill_folders` that takes them all, where the next open of the same
-    cache stores them (:func:`recover`). Returns the log's path, or None when no folder could
-    take them (each failed attempt leaves nothing behind).
+def spill(cache_path: str | Path, rows: list[tuple]) -> tuple[list[Path], int]:
+    """Write ``rows`` (``calls`` rows a cache could not store, nor its answer log hold) to logs
+    in :func:`spill_folders`, where the next open of the same cache stores them
+    (:func:`recover`): as many as a log takes, then a new log for the rest (a per-file size
+    limit, ``ulimit -f``, caps each file: break-it finding — one log had to take them all, so
+    a folder that could hold 3,000 of 10,000 rows kept none), then the next folder when a
+    folder takes no more.
 
-    The log is written, flushed to the disk (``fsync``: it may be all that is left of these
-    calls) and closed unlocked: the next :func:`recover` of this cache takes it over."""
+    Returns:
+        (the logs written, in order; how many of ``rows`` they hold — the first that many).
+        A log is written, flushed to the disk (``fsync``: it may be all that is left of these
+        calls) and closed unlocked: the next :func:`recover` of this cache takes it over; a
+        log that took nothing is deleted.
+    """
     if fcntl is None or not rows:
-        return None
+        return [], 0
+    paths: list[Path] = []
+    kept = 0
     for folder in spill_folders():
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not _own_folder(folder):  # another user's, or open to others: never used
-                continue
-            log = AnswerLog(cache_path, folder=folder)
         except OSError:
             continue
-        for row in rows:
-            log.append(row)
-        ok = not log.failed
-        if ok:
+        if not _own_folder(folder):  # another user's, or open to others: never used
+            continue
+        while kept < len(rows):
             try:
-                os.fsync(log.fd)
+                log = AnswerLog(cache_path, folder=folder)
             except OSError:
-                ok = False
-        path = log.path
-        log.close(keep=ok)
-        if ok:
-            return path
-    return None
+                break
+            took = 0
+            for row in rows[kept:]:
+                log.append(row)
+                if log.failed:
+                    break
+                took += 1
+            if took:
+                try:
+                    os.fsync(log.fd)
+                except OSError:
+                    took = 0
+            path = log.path
+            log.close(keep=took > 0)
+            if not took:  # this folder takes no more: the next one
+                break
+            paths.append(path)
+            kept += took
+        if kept == len(rows):
+            break
+    return paths, kept
 
 
 __all__ = ["AnswerLog", "ROW_FIELDS", "SPILL_ENV", "recover", "release", "spill", "spill_folders"]

@@ -94,6 +94,8 @@ WRITE_BATCH_CALLS = 500
 #: transaction per batch: each rewrites every index page its random keys touch, so fewer,
 #: larger batches write less (docs/benchmarks.md, "The eighth round").
 WRITE_BATCH_S = 0.05
+#: seconds between tries to write held calls after a failed write (disk full …), except at the end
+WRITE_RETRY_BACKOFF_S = 1.0
 #: Seconds between a lone user's looks for a process that wants to share the cache, and
 #: between a joining process's looks at whether it may go on.
 SOLO_CHECK_S = 0.1
@@ -324,7 +326,8 @@ class CallCache:
         self.write_failures = 0
         #: the log on another disk the held calls were spilled to (:meth:`_spill`): None before
         #: a spill was tried, False when no folder could take them
-        self._spilled: Path | bool | None = None
+        self._failed_at = 0.0  # when the last write failed (time.monotonic)
+        self._spilled: tuple[list[Path], int, int] | None = None  # (spilled logs, rows they hold, rows held)
         self.leases_waited = 0
         self._inflight: dict[str, asyncio.Future] = {}
         self._releases: set[str] = set()  # leases to release with the next write
@@ -546,12 +549,24 @@ class CallCache:
             self._first_pending_at = now
             self._write_timer = loop.call_later(WRITE_BATCH_S, self._timed_write)
         elif (len(self.pending) + len(self._releases) >= WRITE_BATCH_CALLS
-              or now - self._first_pending_at >= WRITE_BATCH_S):
+              or now - self._first_pending_at >= WRITE_BATCH_S) and not self._backing_off(now):
             self._write_pending()
             self._first_pending_at = now
 
+    def _backing_off(self, now: float) -> bool:
+        """True within :data:`WRITE_RETRY_BACKOFF_S` of a failed write: the held calls are not
+        tried again at every batch (each try writes them all: a run on a full disk, or past a
+        file size limit, took 25 times as long; break-it finding) — their answer log keeps them
+        meanwhile, and :meth:`flush` and :meth:`close` try at once."""
+        return self.write_failures > 0 and now - self._failed_at < WRITE_RETRY_BACKOFF_S
+
     def _timed_write(self) -> None:
         self._write_timer = None
+        now = time.monotonic()
+        if self._backing_off(now) and self._write_loop is not None and not self._write_loop.is_closed():
+            self._write_timer = self._write_loop.call_later(WRITE_RETRY_BACKOFF_S - (now - self._failed_at),
+                                                            self._timed_write)
+            return
         self._write_pending()
 
     def _write_pending(self) -> bool:
@@ -584,6 +599,7 @@ class CallCache:
                     raise
         except (OSError, sqlite3.Error) as exc:
             self.write_failures += 1
+            self._failed_at = time.monotonic()
             if self.write_failures == 1 and self.on_write_error is not None:
                 self.on_write_error(f"cannot write to the call cache {self.path} ({io_reason(exc)}); answered calls "
                                     "are held in memory and written as soon as the disk allows")
@@ -630,16 +646,25 @@ class CallCache:
             return
         if self._answers is not None and not self._answers.failed:
             return  # the answer log holds every one of them
-        self._spilled = answerlog.spill(self.path, list(self.pending.values())) or False
+        rows = list(self.pending.values())
+        paths, kept = answerlog.spill(self.path, rows)
+        self._spilled = (paths, kept, len(rows))
 
     def _fate_of_pending(self) -> str:
         """What becomes of the calls held in memory: kept in the answer log (stored when the
         cache is next opened), spilled to a log on another disk (the same), partly kept (the
         log's write failed too: those it holds are stored, the rest asked again), or asked
         again by a re-run."""
-        if self._spilled:
-            return (f"they are kept in {self._spilled} (the cache's own disk could not hold them) and stored when "
-                    f"this cache is next opened")
+        if self._spilled and self._spilled[1]:
+            paths, kept, held = self._spilled
+            where = str(paths[0]) if len(paths) == 1 else f"{len(paths)} logs in {paths[0].parent} ({paths[0].name} …)"
+            if kept == held:
+                return (f"they are kept in {where} (the cache's own disk could not hold them) and stored when this "
+                        "cache is next opened")
+            return (f"{kept} of them are kept in {where} (the cache's own disk could not hold them) and stored when "
+                    "this cache is next opened; " + ("those the answer log holds are stored too, the rest are asked "
+                                                     "again" if self._answers is not None else
+                                                     f"the other {held - kept} are asked again"))
         log = self._answers
         if log is None:
             return "a re-run asks them again"

@@ -233,8 +233,9 @@ def test_a_spill_folder_others_may_write_is_never_read(tmp_path, monkeypatch):
     monkeypatch.setenv("LMRA_SPILL_DIR", str(tmp_path / "spill"))
     cache = tmp_path / "cache.sqlite"
     row = ("k1", "p", "", "m", "{}", '{"text": "FORGED"}', 1.0)
-    path = spill(cache, [row])
-    assert path is not None and path.parent == tmp_path / "spill"
+    paths, kept = spill(cache, [row])
+    assert kept == 1 and len(paths) == 1 and paths[0].parent == tmp_path / "spill"
+    path = paths[0]
     os.chmod(tmp_path / "spill", 0o777)  # open to every user: its logs may be planted
     rows, taken = recover(cache)
     assert rows == [] and taken == [] and path.exists()

@@ -267,3 +267,37 @@ def test_calls_a_full_cache_disk_cannot_hold_are_spilled_and_stored_at_the_next_
         assert "stored" in again.stderr and "answered call(s) of an earlier run" in again.stderr
         assert srv.requests == answered  # nothing asked again: every answered call was kept
         assert not list((tmp_path / "spill").glob("*-answers-*"))  # taken over and deleted
+
+
+def test_a_file_size_limit_loses_no_answered_call(tmp_path):
+    """Break-it finding: under a per-file size limit (``ulimit -f``: EFBIG on every file past
+    it) the cache, its answer log and the spill log all stop at the limit; the spill had to fit
+    one log, so nothing was spilled and the calls past the cache's and the log's rows were asked
+    (and paid for) again. Now the spill goes on in as many logs as it takes, and the next open
+    of the cache stores them all: the re-run asks nothing again."""
+    import resource
+
+    limit = 96 * 1024
+
+    def capped():  # the audit's own files, every one of them, stop at the limit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with FaultServer(fault_rate=0.0, delay_s=0.0) as srv:
+        cache = tmp_path / "cache" / "cache.sqlite"
+        cfg = audit_config(tmp_path / "c.toml", srv.url, cache, tmp_path / "out", name="disk", tasks=TASKS,
+                           per_task=25, concurrency=4, retries=None, timeout_s=None, top="cache_write_retry_s = 1.0")
+        from lmra.cache import CallCache
+
+        CallCache(cache).close()  # the cache exists (SQLite's files), then the run is capped
+        env = os.environ | {"LMRA_SPILL_DIR": str(tmp_path / "spill")}
+        r = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
+                           preexec_fn=capped)
+        err = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "Traceback" not in err, err[-3000:]
+        answered = srv.requests
+        spilled = list((tmp_path / "spill").glob("*-answers-*.log"))
+        assert len(spilled) >= 2, (answered, spilled, err[-2000:])  # one log could not hold them
+        assert all(p.stat().st_size <= limit for p in spilled)
+        again = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert srv.requests == answered  # every answered call was kept: none asked again
