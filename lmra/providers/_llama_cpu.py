@@ -18,7 +18,6 @@ lmra.providers.llama_server`` runs llama-cpp-python's OpenAI-compatible server t
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -45,10 +44,16 @@ def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def use_extra_buffers(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether llama.cpp may repack weights into its extra buffer types here: ``LMRA_LLAMA_EXTRA_BUFFERS``
-    when it is "0" or "1", else not on a CPU with AMX (:func:`cpu_has_amx`), else yes."""
-    setting = os.environ.get(EXTRA_BUFFERS_ENV, "").strip()
-    if setting in ("0", "1"):
-        return setting == "1"
+    when set (on: ``1``, ``true``, ``yes``, ``on``; off: ``0``, ``false``, ``no``, ``off``), else
+    not on a CPU with AMX (:func:`cpu_has_amx`), else yes.
+
+    Raises:
+        LmraInputError: the variable is set to anything else (:func:`lmra.envflags.env_switch`)."""
+    from lmra.envflags import env_switch
+
+    setting = env_switch(EXTRA_BUFFERS_ENV)
+    if setting is not None:
+        return setting
     return not cpu_has_amx(cpuinfo)
 
 

@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from lmra.envflags import env_switch
+
 #: what writing report.html loads (matplotlib takes 0.5–1 s); the child imports them ahead
 REPORT_MODULES = ("matplotlib.figure", "matplotlib.backends.backend_svg", "jinja2", "lmra.report.html",
                   "lmra.report.plots", "lmra.report.transcripts", "lmra.power", "lmra.monitor",
@@ -74,9 +76,12 @@ def import_report_modules() -> None:
 def forking_allowed() -> bool:
     """True where :meth:`ReportWorker.start` forks: Linux, ``os.fork`` present, only the main
     Python thread alive (a lock held by another thread at the fork would stay held in the
-    child), and ``LMRA_REPORT_PROCESS`` not ``0``."""
+    child), and ``LMRA_REPORT_PROCESS`` not off (``0``, ``false``, ``no``, ``off``).
+
+    Raises:
+        LmraInputError: ``LMRA_REPORT_PROCESS`` is neither on nor off (:func:`lmra.envflags.env_switch`)."""
     return (sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
-            and os.environ.get(ENV_SWITCH, "1").strip() != "0")
+            and env_switch(ENV_SWITCH) is not False)
 
 
 class ReportWorker:
