@@ -38,7 +38,7 @@ from lmra.data import iter_jsonl
 from lmra.diagnostics import judge_diagnostics
 from lmra.errors import LmraInputError, read_input_text
 from lmra.generate import derive_seed
-from lmra.judge.calibration import position_logit
+from lmra.judge.calibration import PositionLogitSums
 from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
 from lmra.resources import resolve_resource
@@ -226,8 +226,12 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
                              min_order_consistency=judge.min_order_consistency)
     # measured only from answers with probability on the options: b̂ = 0 of answers without any
     # (what the calibrated combiner uses) would read as "no position preference" and pass
-    mass = diag["valid_option_mass"]
-    b = position_logit(ok["order1"].tolist(), ok["order2"].tolist()) if len(ok) and mass > 0 else math.nan
+    # and only when some pair carries information on it (usable in both orders, probability on A or
+    # B): "5 unusable answers" gave b̂ = 0.000, passed (fresh-user finding)
+    sums = PositionLogitSums()
+    for a1, a2 in zip(ok["order1"].tolist(), ok["order2"].tolist()):
+        sums.add(a1, a2)
+    b = sums.result() if diag["valid_option_mass"] > 0 and sums.informative else math.nan
     crit = {
         "sensitivity": (sensitivity, check.min_sensitivity, sensitivity >= check.min_sensitivity),
         "false_positive_rate": (fpr, check.max_false_positive, fpr <= check.max_false_positive),

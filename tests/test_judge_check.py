@@ -91,9 +91,18 @@ def test_position_only_judge_fails_on_position():
     assert not v["passed"]
 
 
-def test_always_c_judge_fails_on_sensitivity_only():
+def test_always_c_judge_fails_on_sensitivity_and_has_no_position_logit():
+    """Probability 1 on C in every answer: nothing says which response it would prefer, so the
+    position logit is not measured (it read 0.000, passed — fresh-user finding), not "none"."""
+    import math
+
     v = verdict_of(ScriptedJudge(lambda r1, r2: {"C": 1.0}))
-    assert failed(v) == {"sensitivity"} and v["sensitivity"] == 0.0
+    assert failed(v) == {"sensitivity", "position_logit"} and v["sensitivity"] == 0.0
+    assert math.isnan(v["position_logit"])
+    assert "position logit could not be measured (no usable canary answer)" in v["reasons"]
+    # the slightest probability on A or B is information: a near-certain C judge is measured
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {"A": 1e-4, "B": 1e-4, "C": 1 - 2e-4}))
+    assert "position_logit" not in failed(v) and abs(v["position_logit"]) < 0.01
 
 
 def test_always_a_or_b_judge_fails_on_false_positives():

@@ -92,6 +92,13 @@ class PositionLogitSums:
         if key is not None:
             self.keys.append(key)
 
+    @property
+    def informative(self) -> bool:
+        """True when some pair added carries information on the position preference: both its
+        orders usable and probability on A or B (the 0.0 of :meth:`result` otherwise means "not
+        measured", not "no preference")."""
+        return bool(self.n) and (bool(self.logs) or any(any(v > 0 for v in col) for col in self.columns))
+
     def result(self, *, pooled: bool | None = None) -> float:
         """``b̂`` of the pairs added (see :func:`position_logit`)."""
         if not self.n:
