@@ -342,3 +342,24 @@ def test_a_damaged_history_stops_the_audit_before_any_call(tmp_path, capsys, bas
     assert status == 1 and f"I/O failure: {tmp_path / 'reports' / 'history.sqlite'}: the run history" in err, err
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["history.sqlite"]  # no run folder
     assert not list(tmp_path.glob("*.sqlite*"))  # no cache either: nothing was called
+
+
+def test_a_comparison_no_run_has_is_named_not_an_empty_answer(runs, lmra_cli, capsys, tmp_path):
+    """Break-it finding: 'lmra compare A B --comparison nope' exited 0 with "0 tasks", 'lmra history
+    --comparison nope' ignored the filter, and with --task blamed the task."""
+    hist = tmp_path / "h.sqlite"
+    base, rise = str(runs["base"]), str(runs["rise"])
+    assert lmra_cli(["compare", base, rise, "--comparison", "nope", "--history", str(hist)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "neither run has comparison 'nope'" in err and "'female vs male'" in err
+    assert lmra_cli(["compare", base, rise, "--comparison", "female vs male", "--history", str(hist)]) == 0
+    capsys.readouterr()
+    assert lmra_cli(["check", rise, "--baseline", base, "--history", str(hist)]) == 3  # (registers both)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--history", str(hist), "--comparison", "nope"]) == 2
+    assert "give --task" in capsys.readouterr().err
+    assert lmra_cli(["history", "--history", str(hist), "--task", "write a story", "--comparison", "nope"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "never measured in comparison 'nope'" in err and "'female vs male'" in err
+    assert lmra_cli(["history", "--history", str(hist), "--task", "write a story", "--comparison",
+                     "female vs male"]) == 0

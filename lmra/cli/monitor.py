@@ -150,6 +150,13 @@ def tested_words(result) -> str:
     return words
 
 
+def _comparisons(table) -> list[str]:
+    """The comparisons of a per-task table (its ``comparison`` column), in order, once each."""
+    if table is None or "comparison" not in getattr(table, "columns", ()):
+        return []
+    return list(dict.fromkeys(table["comparison"].dropna().astype(str)))
+
+
 def check_exit_reasons(result) -> dict[int, str]:
     """The exit statuses a check's own verdict sets (for :func:`lmra.cli.exits.final_status`):
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
@@ -227,8 +234,16 @@ def cmd_history(args: argparse.Namespace) -> int:
             if names and args.name not in names:
                 raise LmraInputError(f"no run named '{args.name}' in the history (names there: "
                                      f"{', '.join(repr(n) for n in names)})", file=path, field="--name")
+        if args.comparison and not args.task:  # (it was ignored: break-it finding)
+            raise LmraInputError("--comparison applies to one task's trend: give --task TASK too", field="--comparison")
         if args.task:
             df = h.task_trend(args.task, comparison=args.comparison, name=args.name)
+            if df.empty and args.comparison:  # the task measured, in other comparisons: the comparison is the typo
+                every = h.task_trend(args.task, name=args.name)
+                if not every.empty:
+                    raise LmraInputError(f"task '{args.task}' was never measured in comparison '{args.comparison}' "
+                                         f"(its comparisons: {', '.join(map(repr, _comparisons(every)))})",
+                                         file=path, field="--comparison")
             if df.empty:
                 raise LmraInputError(f"task '{args.task}' was never measured in the history", file=path, field="--task")
             if args.json:
@@ -421,6 +436,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console = make_console()
     with History(history_file(args, args.run_a)) as h:
         a, b = h.resolve(args.run_a), h.resolve(args.run_b)
+    if args.comparison:  # a comparison neither run has is a typo, not "0 tasks" (break-it finding)
+        known = sorted(set(_comparisons(a.per_task)) | set(_comparisons(b.per_task)))
+        if args.comparison not in known:
+            raise LmraInputError(f"neither run has comparison '{args.comparison}' (theirs: "
+                                 f"{', '.join(map(repr, known)) or 'none'})", field="--comparison")
     cmp = compare_runs(a, b, comparison=args.comparison)
     if args.json:
         from lmra.report import jsonout
