@@ -363,3 +363,15 @@ def test_a_comparison_no_run_has_is_named_not_an_empty_answer(runs, lmra_cli, ca
     assert "never measured in comparison 'nope'" in err and "'female vs male'" in err
     assert lmra_cli(["history", "--history", str(hist), "--task", "write a story", "--comparison",
                      "female vs male"]) == 0
+
+
+@pytest.mark.parametrize("argv", [["report", "typo"], ["check", "typo", "--baseline", "last"], ["pin", "typo"],
+                                  ["export", "typo", "--format", "csv"], ["compare", "typo", "typo2"],
+                                  ["plan", "--pilot", "typo", "--rate", "0.1"]])
+def test_a_mistyped_run_id_creates_no_history(tmp_path, monkeypatch, lmra_cli, capsys, argv):
+    """Break-it finding: in a folder without reports, a mistyped run id was refused (exit 2) after
+    ./reports/history.sqlite had been created, and 'lmra history' then said "no finished runs"."""
+    monkeypatch.chdir(tmp_path)
+    assert lmra_cli(argv) == 2
+    assert "no such run folder" in capsys.readouterr().err
+    assert not (tmp_path / "reports").exists()

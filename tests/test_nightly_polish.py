@@ -260,7 +260,7 @@ def test_check_path_emits_no_runtime_warning(zero_nights, capsys):
     assert rc == 5 and (run / "report.html").is_file() and "RuntimeWarning" not in out + err
     assert (pd.read_csv(run / "per_task.csv")["net_rating"] == 0).all()
     assert _cmd(capsys, "check", run, "--baseline", z1)[0] == 5
-    assert _cmd(capsys, "report", run, "--baseline", z1)[0] == 0
+    assert _cmd(capsys, "report", run, "--baseline", z1)[0] == 5  # as lmra check (the judge failed)
     assert _cmd(capsys, "compare", z1, run)[0] == 0
 
 

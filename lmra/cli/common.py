@@ -178,7 +178,12 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
     if run_ref and (os.sep in run_ref or run_ref.startswith(".")):  # a path, not a run id: nothing to look up
         # (break-it finding: `lmra pin /nope` refused it, after creating ./reports/history.sqlite)
         raise LmraInputError("no such run folder", file=run_ref, field=option)
-    return history_path("reports")
+    path = history_path("reports")
+    if run_ref and not path.exists() and not path.parent.is_dir():  # a run id with no reports folder to look
+        # it up in: never create one just to say so (break-it finding: `lmra report typo` made reports/)
+        raise LmraInputError(f"no such run folder, and no runs in {path.parent}/ to look the run id up in (run "
+                             "'lmra audit' first, or pass --reports-dir/--history)", file=run_ref, field=option)
+    return path
 
 
 def add_store_args(p: argparse.ArgumentParser) -> None:
