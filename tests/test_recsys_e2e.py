@@ -407,7 +407,9 @@ def test_reparsing_replaces_the_stored_parse_flags(tmp_path, stored, parser, ref
     df = read_lists(lists, parser=parser).set_index("value")
     assert (bool(df.loc["a girl", "refusal"]), bool(df.loc["a girl", "parse_failed"])) == (refusal, parse_failed)
     out = tmp_path / "o"
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--parser", parser, "--out", str(out)]) == 0
+    # (a girl's answer unparsed: only a boy is compared, no SNSR — exit 1, fresh-user finding)
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--parser", parser,
+                    "--out", str(out)]) == int(parse_failed)
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["refusals"], summary["parse_failures"]) == (int(refusal), int(parse_failed))
     girl = pd.read_csv(out / "recsys_similarity.csv").query("k == 3 and metric == 'jaccard' and value == 'a girl'")
@@ -515,11 +517,12 @@ def test_cli_bad_config_exit_2(tmp_path, capsys):
     assert "lists file not found" in capsys.readouterr().err
 
 
-def _score_console(tmp_path, capsys, rows: list[dict], name: str = "lists") -> str:
+def _score_console(tmp_path, capsys, rows: list[dict], name: str = "lists", status: int = 0) -> str:
     """``lmra recsys score`` at K = 3 on hand-made lists: its console output, whitespace collapsed."""
     lists = _write_lists(tmp_path / f"{name}.jsonl", rows)
     capsys.readouterr()
-    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / f"{name}-out")]) == 0
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3",
+                    "--out", str(tmp_path / f"{name}-out")]) == status
     return " ".join(capsys.readouterr().out.split())
 
 
@@ -541,9 +544,15 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
             {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "D"]},
             {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": []},
             {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "items": []}]
-    out = _score_console(tmp_path, capsys, rows)
+    out = _score_console(tmp_path, capsys, rows, status=1)  # no SNSR of two values or more: a failure
     assert "only a girl defined (0.500)" in out and "all values tie" not in out
     assert "gender: only 1 value has a defined similarity" in out
+    summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
+    manifest = json.loads((tmp_path / "lists-out" / "manifest.json").read_text())
+    assert summary["sensitive_scored"] == 2 and manifest["status"] == "failed"
+    # one value by design (similarity only): nothing to compare, no failure
+    out = _score_console(tmp_path, capsys, rows[:2], name="one")
+    assert "only a girl defined" in out
 
 
 def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):

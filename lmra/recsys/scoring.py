@@ -252,10 +252,20 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
 
 
 def nothing_scored(summary: dict[str, Any]) -> bool:
-    """True when a run (or scoring) compared no sensitive list with its neutral list — every
-    call failed, every answer was unparseable, or the neutral lists were: its tables are empty,
-    its status is ``failed`` and ``lmra recsys`` (and ``recsys score``) exits 1."""
-    return summary["sensitive_scored"] == 0
+    """True when a run (or scoring) measured no unfairness: it compared no sensitive list with
+    its neutral list — every call failed, every answer was unparseable, or the neutral lists
+    were — or no attribute has two values with a defined similarity at K although one has two
+    values or more, so that no SNSR/SNSV exists (fresh-user finding: 7 of 15 answers unparseable left every SNSR undefined, exit 0,
+    and a scheduled job counted it a success). Its status is then ``failed`` and ``lmra recsys``
+    (and ``recsys score``) exits 1."""
+    if summary["sensitive_scored"] == 0:
+        return True
+    rows = summary.get("fairness_at_k") or []
+    if any((r.get("n_values") or 0) >= 2 for r in rows):
+        return False
+    # none measured: a failure when some attribute was meant to compare two values or more (lists
+    # of a single value per attribute — similarity only — have no SNSR to measure by design)
+    return any((r.get("n_values") or 0) + len(r.get("values_undefined") or []) >= 2 for r in rows)
 
 
 def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame) -> str:
@@ -268,5 +278,9 @@ def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame) -> str:
         if summary.get(key):
             parts.append(f"{summary[key]} sensitive lists {what}")
     first = f"; first error: {errors[0]}" if errors else ""
+    if summary.get("sensitive_scored"):
+        return (f"no unfairness could be measured: {summary['sensitive_scored']} sensitive lists were compared with "
+                "their neutral lists, but no attribute has two values with a defined similarity at K, so every "
+                "SNSR/SNSV is undefined (" + ", ".join(parts) + ")" + first)
     return "no sensitive list could be compared with its neutral list: " + ", ".join(parts) + first
 
