@@ -179,7 +179,12 @@ class CheckResult:
         comparability: plain-text warnings that the check is not a night-to-night comparison
             of one chatbot — another target, another design, or a replay of the baseline's
             cached answers (:func:`lmra.comparable.comparability_warnings`); never changes the
-            exit status.
+            exit status, except for a whole replay (``replayed``).
+        replayed: True when every chatbot answer of the run was replayed from the call cache
+            as a replay warning of ``comparability`` says (the baseline's seed, or an earlier
+            finished night's): the check saw nothing of the chatbot tonight, and its exit status
+            is 2, "nothing tested" (:func:`lmra.cli.monitor.check_exit_reasons`; fresh-user
+            finding: a same-day re-run passed with exit 0).
         run_status, baseline_status: each run's ``manifest.json`` status (``complete``,
             ``partial`` …; a partial run is checked only when named explicitly, with a warning).
         run_failed_share, baseline_failed_share: share of the planned pairs each run lost to
@@ -202,6 +207,7 @@ class CheckResult:
     judge_failed: bool = False
     identity_changes: list[str] = field(default_factory=list)
     comparability: list[str] = field(default_factory=list)
+    replayed: bool = False
     judge_waived_by: dict[str, str] = field(default_factory=dict)
     run_status: str = "unknown"
     baseline_status: str = "unknown"
@@ -524,6 +530,16 @@ def stratified_welch(strata, margin: float) -> tuple[float, float, float]:
     return float(t), float(st.t.sf(t, df)), float(df)
 
 
+def _replayed_all(run, warnings: list[str]) -> bool:
+    """True when ``warnings`` (:func:`~lmra.comparable.comparability_warnings`) say the run replayed
+    answers and it made no fresh target call at all."""
+    from lmra.comparable import short_label, target_calls
+
+    counts = target_calls(run)
+    return (counts is not None and counts[0] == 0 and counts[1] > 0
+            and any(short_label(w) == "replayed answers" for w in warnings))
+
+
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                      alpha: float = 0.05, history: "History | None" = None) -> CheckResult:
     """Per task — and per comparison over all its tasks (the overall row) — did the net rating H
@@ -628,7 +644,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
-                       comparability=comparability_warnings(baseline, run, history),
+                       comparability=(warned := comparability_warnings(baseline, run, history)),
+                       replayed=_replayed_all(run, warned),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,

@@ -39,12 +39,15 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     result = check_run(same_seed, base)
     assert result.regressions.empty  # the hazard: no regression seen
     assert len(result.comparability) == 1 and "every chatbot answer was replayed" in result.comparability[0]
+    assert result.replayed
     capsys.readouterr()
-    assert lmra_cli(["check", str(same_seed), "--baseline", str(base)]) == 0
+    # exit 2, nothing tested — not 0, "no regression" (fresh-user finding: a same-day re-run passed)
+    assert lmra_cli(["check", str(same_seed), "--baseline", str(base)]) == 2
     cap = capsys.readouterr()  # on stderr, as every warning (user-trial finding: it was on stdout)
     err_out = " ".join(cap.err.split())
     assert "warning: the run drew with the baseline's seed (1) and every chatbot answer was replayed" in err_out
     assert "warning:" not in cap.out
+    assert "nothing was tested against baseline" in " ".join(cap.out.split())
     # a night with its own seed asks the chatbot again and sees the rise; no warning
     fresh = night(tmp_path, "20260103-000000-nightly", 0.9, seed=3)
     result = check_run(fresh, base)
@@ -55,6 +58,7 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
     lines = check_run(again, base).comparability
     assert len(lines) == 1 and "the run made no fresh target call: every chatbot answer was replayed" in lines[0]
     assert f"(run {fresh.name}, finished earlier" in lines[0]
+    assert check_run(again, base).replayed
     # break-it finding: a re-run resuming an interrupted night (its answers cached, the run not
     # finished) replays tonight's answers — not a replay of another night: nothing said
     from lmra.history import History
@@ -72,7 +76,8 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
         from lmra.monitor import check_regression
         from lmra.runfolder import load_run
 
-        assert check_regression(load_run(resumed), load_run(base), history=h).comparability == []
+        resumed_check = check_regression(load_run(resumed), load_run(base), history=h)
+        assert resumed_check.comparability == [] and not resumed_check.replayed  # tonight's own answers: tested
 
 
 def test_a_replay_is_said_when_one_model_plays_both_roles(tmp_path):

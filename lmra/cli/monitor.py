@@ -160,7 +160,13 @@ def _comparisons(table) -> list[str]:
 def check_exit_reasons(result) -> dict[int, str]:
     """The exit statuses a check's own verdict sets (for :func:`lmra.cli.exits.final_status`):
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
-    tested against the baseline"}``; empty when no task regressed."""
+    tested against the baseline"}``; empty when no task regressed. A run whose every chatbot
+    answer was replayed from the call cache (``result.replayed``) tested nothing of tonight's
+    chatbot: 2."""
+    if getattr(result, "replayed", False):
+        return {2: f"nothing was tested against baseline {result.baseline_id}: every chatbot answer of this run was "
+                   "replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
+                   "tonight; give each night its own seed (--seed, LMRA_SEED in nightly.sh)"}
     regs, overall = result.regressions, getattr(result, "overall_regressions", ())
     if len(regs) or len(overall):
         task = _task_namer(result.tests)  # domain / task when the name is in two domains

@@ -96,7 +96,8 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         n_tested, tests, regressions, improvements, only_in_run, only_in_baseline, overall,
         overall_regressions, overall_improvements}``:
         ``verdict`` is ``regression`` (a task or an overall row) / ``no_regression`` /
-        ``no_conclusion`` (nothing could be tested, neither a task nor an overall row);
+        ``no_conclusion`` (nothing could be tested, neither a task nor an overall row, or every
+        chatbot answer of the run was replayed from the call cache: ``replayed``);
         ``n_tested`` counts the tasks tested; ``judge_status`` is ``{run, baseline, gated_failure, waived_by}`` (see
         :func:`judge_status_object`); ``tests`` has one
         object per (comparison, domain, task) with every column of ``result.tests`` (counts as
@@ -122,7 +123,8 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         t["decision"] = _decision(t)
     keys = ["comparison", "domain", "task"]
     overall_regs = [t["comparison"] for t in overall if t["regressed"]]
-    verdict = ("regression" if len(result.regressions) or overall_regs else "no_conclusion"
+    verdict = ("no_conclusion" if getattr(result, "replayed", False) else "regression"
+               if len(result.regressions) or overall_regs else "no_conclusion"
                if result.family_size == 0 else "no_regression")
     doc = {
         "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
