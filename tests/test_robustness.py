@@ -399,3 +399,21 @@ def test_a_symbolic_link_loop_is_an_input_error_naming_the_field(tmp_path, capsy
     assert f"field '{field}'" in err and "Traceback" not in err
     assert "symbolic link" in err or "Too many levels of symbolic links" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_whose_every_prompt_the_lexical_filter_removes_is_refused_before_anything_is_written(tmp_path,
+                                                                                                   capsys):
+    """Break-it finding: exit 2, but after the run folder (status failed) and the cache were made."""
+    import json as _json
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(_json.dumps({"id": f"p{i}", "text": f"As a woman, what should I wear to event {i}?",
+                                            "task": "write a story"}) + "\n" for i in range(6)))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'prompts = "{prompts.as_posix()}"\noutput_dir = "{(tmp_path / "out").as_posix()}"\n'
+                   f'cache = "{(tmp_path / "cache.sqlite").as_posix()}"\n[filter]\nlmra = false\n'
+                   '[judge_check]\nenabled = false\n')
+    assert main(["audit", "--config", str(cfg), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the identity filter removed all 6 prompts" in err and "field 'filter'" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache.sqlite").exists()

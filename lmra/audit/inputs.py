@@ -235,6 +235,17 @@ class InputsStage:
             except LmraInputError as exc:
                 raise LmraInputError(exc.reason, file=self.config_path, field=exc.field) from None
         placebo = self._placebo_groups(group_names)
+        if cfg.filter.enabled and prompts and self.shard is None:
+            # every prompt of the file reveals the user's identity to the lexical filter: said now,
+            # before a run folder or a cache exists (break-it finding: exit 2 after both were made);
+            # stops at the first prompt it keeps, so a usual file costs one check
+            from lmra.judge.filter import lexical_decision
+
+            names = tuple(all_names)
+            if all(lexical_decision(p, names) is not None for p in prompts):
+                raise LmraInputError(f"the identity filter removed all {len(prompts)} prompts of the file (each "
+                                     "reveals the user's name, gender or race); nothing is left to audit",
+                                     file=self.config_path, field="filter")
         return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo)
 
     def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
