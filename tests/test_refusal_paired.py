@@ -174,3 +174,31 @@ def test_a_prompt_id_under_two_tasks_is_two_clusters_in_both_tables(tmp_path):
     want, got = refusal_table(d), refusal_table_sql(path)
     assert list(want["paired_test"]) == list(got["paired_test"])
     assert want["p_paired"].tolist() == pytest.approx(got["p_paired"].tolist())
+
+
+def test_the_console_never_marks_the_pooled_p_where_the_pairs_are_clustered():
+    """Statistics review: with several pairs per prompt the pooled z-test (pairs taken as
+    independent) rejected 0.13–0.24 of null audits; it was still shown red below α. It is shown
+    plain, pointing to the paired p, where the table used the clustered test."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.report.console import _refusals
+
+    a = [True] * 30 + [False] * 30
+    b = [False] * 30 + [False] * 30
+    pairs = _pairs(a, b).assign(prompt_id=[f"p{i // 5}" for i in range(60)])  # 5 pairs per prompt
+    table = refusal_table(pairs)
+    overall = table[table["level"] == "overall"].iloc[0]
+    assert overall["paired_test"] == "clustered" and overall["p_value"] < 0.05
+    out = io.StringIO()
+    _refusals(Console(file=out, width=250, force_terminal=True, color_system="truecolor"), table, "95", 0.05)
+    text = out.getvalue()
+    assert "pairs clustered: read paired p" in text
+    pooled = f"{overall['p_value']:.3g}"
+    assert f"\x1b[1;31m{pooled}" not in text  # not in bold red
+    out = io.StringIO()
+    _refusals(Console(file=out, width=250, force_terminal=True, color_system="truecolor"),
+              refusal_table(_pairs(a, b)), "95", 0.05)  # one pair per prompt: the pooled p keeps its colour
+    assert "\x1b[1;31m" in out.getvalue() and "pairs clustered" not in out.getvalue()

@@ -178,7 +178,12 @@ def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float)
         pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
         pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
         none = not r["refusals_a"] and not r["refusals_b"]  # no refusal at all: nothing to test, as p says
-        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, _p_cell(r.get("p_value"), alpha),
+        # several pairs per prompt: the pooled z-test, which takes the pairs as independent, is not
+        # valid (0.13–0.24 false positives at α 0.05 in the statistics review): never shown red there
+        clustered = r.get("paired_test") == "clustered"
+        pooled = (_p_cell(r.get("p_value"), 0.0, " (pairs clustered: read paired p)") if clustered
+                  else _p_cell(r.get("p_value"), alpha))
+        table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope), pa, pb, pooled,
                       "—" if none else _p_cell(r.get("p_paired"), alpha,
                                                f" ({r['only_a']}/{r['only_b']})" if "only_a" in r else ""))
     console.print(table)
