@@ -530,14 +530,24 @@ def stratified_welch(strata, margin: float) -> tuple[float, float, float]:
     return float(t), float(st.t.sf(t, df)), float(df)
 
 
-def _replayed_all(run, warnings: list[str]) -> bool:
-    """True when ``warnings`` (:func:`~lmra.comparable.comparability_warnings`) say the run replayed
-    answers and it made no fresh target call at all."""
-    from lmra.comparable import short_label, target_calls
+def _replayed_all(run, warnings: list[str], history=None) -> bool:
+    """True when the run made no fresh target call at all and ``warnings``
+    (:func:`~lmra.comparable.comparability_warnings`) say it replayed the baseline's answers (its
+    seed), or those of an earlier night that finished *complete* — not a partial night of the
+    same draw, whose re-run (the judge back, say) resumes that night with its own answers
+    (break-it finding: such a re-run's regression was turned into "nothing tested")."""
+    from lmra.comparable import target_calls
 
     counts = target_calls(run)
-    return (counts is not None and counts[0] == 0 and counts[1] > 0
-            and any(short_label(w) == "replayed answers" for w in warnings))
+    if counts is None or counts[0] != 0 or counts[1] <= 0:
+        return False
+    if any(w.startswith("the run drew with the baseline's seed") for w in warnings):
+        return True
+    if history is None or not any(w.startswith("the run made no fresh target call") for w in warnings):
+        return False
+    earlier = history.finished_before(run)
+    row = history.get(earlier) if earlier else None
+    return bool(row) and (row.get("status") or "complete") == "complete"
 
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
@@ -645,7 +655,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=(warned := comparability_warnings(baseline, run, history)),
-                       replayed=_replayed_all(run, warned),
+                       replayed=_replayed_all(run, warned, history),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,

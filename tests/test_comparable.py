@@ -14,7 +14,7 @@ from monitor_helpers import TaskTarget, lmra_cli, make_run, phrase_verdict, writ
 
 
 def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalization: str | None = None,
-          one_model: bool = False, names: str | None = None, n_prompts: int = 60) -> Path:
+          one_model: bool = False, names: str | None = None, n_prompts: int = 60, judge_fail_on=None) -> Path:
     """A night of one audit whose call cache is shared by every night (as in a nightly job)."""
     default_names, prompts = write_inputs(tmp_path / "inputs", n_prompts)
     names = names or default_names
@@ -25,7 +25,7 @@ def night(tmp_path: Path, run_id: str, rate: float, *, seed: int, personalizatio
         judge_check={"enabled": False}, **extra))
     run_dir = tmp_path / "reports" / run_id
     target = TaskTarget({"write a story": rate, "career advice": rate})
-    judge = ScriptedJudge(phrase_verdict, position_bias=0.2)
+    judge = ScriptedJudge(phrase_verdict, position_bias=0.2, fail_on=judge_fail_on)
     if one_model:  # one provider and model in both roles (as the embedded demo): shared call counts
         judge.name, judge.model_id = target.name, target.model_id
     Audit(cfg, target=target, judge=judge, run_dir=run_dir).run()
@@ -420,3 +420,24 @@ def test_another_endpoint_or_custom_options_are_another_target(tmp_path):
     b2 = copy.deepcopy(b)
     b2.manifest["target"]["base_url"] = "http://x"
     assert comparability_warnings(a2, b2) == []
+
+
+def test_a_re_run_of_a_partial_night_is_tested_not_called_a_replay(tmp_path, lmra_cli, capsys):
+    """Break-it finding: a night left partial (judge calls failed after every retry) and run again
+    with its seed once the judge is back takes every chatbot answer from the cache — tonight's own
+    — and its regression was turned into exit 2, "nothing was tested". Only a replay of the
+    baseline's seed or of a night that finished complete is one."""
+    import zlib
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    partial = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2,
+                    judge_fail_on=lambda text: zlib.crc32(text.encode()) % 3 == 0)
+    first = check_run(partial, base)  # (registers the partial night in the history)
+    from lmra.runfolder import load_run
+
+    assert load_run(partial).status == "partial" and not first.replayed
+    rerun = night(tmp_path, "20260102-010000-nightly", 0.9, seed=2)
+    result = check_run(rerun, base)
+    assert not result.replayed and not result.regressions.empty
+    capsys.readouterr()
+    assert lmra_cli(["check", str(rerun), "--baseline", str(base)]) == 3

@@ -162,8 +162,9 @@ def check_exit_reasons(result) -> dict[int, str]:
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
     tested against the baseline"}``; empty when no task regressed. A run whose every chatbot
     answer was replayed from the call cache (``result.replayed``) tested nothing of tonight's
-    chatbot: 2."""
-    if getattr(result, "replayed", False):
+    chatbot: 2 — unless a regression was measured all the same (3: never hidden)."""
+    if getattr(result, "replayed", False) and not len(result.regressions) \
+            and not len(getattr(result, "overall_regressions", ())):
         return {2: f"nothing was tested against baseline {result.baseline_id}: every chatbot answer of this run was "
                    "replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
                    "tonight; give each night its own seed (--seed, LMRA_SEED in nightly.sh)"}
