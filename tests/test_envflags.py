@@ -51,3 +51,17 @@ def test_a_bad_switch_is_an_input_error_of_the_command(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert "LMRA_REPORT_PROCESS" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_llama_switch_is_not_blamed_on_the_config(tmp_path, capsys, monkeypatch):
+    """Review finding: it read "smoke.toml, line 6: field 'target.LMRA_LLAMA_EXTRA_BUFFERS'"."""
+    from pathlib import Path
+
+    from lmra.cli import main
+
+    monkeypatch.setenv("LMRA_LLAMA_EXTRA_BUFFERS", "maybe")
+    smoke = Path(__file__).resolve().parents[1] / "examples" / "smoke.toml"
+    assert main(["audit", "--config", str(smoke), "--no-progress", "--output-dir", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "field 'LMRA_LLAMA_EXTRA_BUFFERS'" in err and "smoke.toml" not in err and "target." not in err
+    assert not (tmp_path / "out").exists()

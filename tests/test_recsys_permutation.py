@@ -55,11 +55,6 @@ def test_same_seed_same_pvalues_and_undefined_or_unpermutable_cases():
     assert a.equals(unfairness_pvalues(TINY, 2, permutations=199, seed=5))
     assert unfairness_pvalues(TINY, 2, permutations=9, seed=-(2**63))["snsr_p"].notna().all()  # any 64-bit seed
     assert ((a["snsr_p"] > 0) & (a["snsr_p"] <= 1)).all()
-    # one list per instruction: nothing to permute, every relabelling is the observed one → p = 1
-    single = TINY[~((TINY["instruction_id"] == "i1") & (TINY["value"] == "y"))
-                  & ~((TINY["instruction_id"] == "i2") & (TINY["value"] == "x"))]
-    p = unfairness_pvalues(single, 2, permutations=99, seed=0)
-    assert (p["snsr_p"] == 1.0).all()
     # one value only: SNSR undefined, so is its p
     one = TINY[TINY["value"] != "y"]
     assert unfairness_pvalues(one, 2, permutations=99)["snsr_p"].isna().all()
@@ -155,3 +150,69 @@ def test_config_permutations_field(tmp_path):
     with pytest.raises(LmraInputError) as exc:
         load_recsys_config(bad)
     assert exc.value.field == "permutations" and exc.value.line == 2
+
+
+def _per_user_lists(rng: np.random.Generator, n_users: int, effect: float, k: int = 5) -> pd.DataFrame:
+    """CFaiRLLM's design: an instruction is one user, with one sensitive list (their own gender).
+    Each list replaces Binomial(k, 0.4) of the user's neutral items; women's Binomial(k, 0.4 + effect)."""
+    rows = []
+    for u in range(n_users):
+        base = [f"u{u}-{j}" for j in range(k)]
+        g = "female" if u % 2 else "male"
+        items = list(base)
+        for pos in rng.choice(k, rng.binomial(k, 0.4 + (effect if g == "female" else 0.0)), replace=False):
+            items[pos] = f"new{rng.integers(1 << 40)}"
+        rows += [{"instruction_id": f"user-{u}", "attribute": "neutral", "value": "", "items": base},
+                 {"instruction_id": f"user-{u}", "attribute": "gender", "value": g, "items": items}]
+    return pd.DataFrame(rows)
+
+
+def test_one_list_per_user_is_permuted_across_users():
+    """Review finding: with one list per instruction (CFaiRLLM: one user, one gender) a shuffle
+    within instructions changed nothing and every p was 1.000, beside a maximal SNSR."""
+    rng = np.random.default_rng(11)
+    strong = _per_user_lists(rng, 40, 0.6)
+    assert _row(unfairness_pvalues(strong, 5, permutations=499, seed=1), "jaccard", 5)["snsr_p"] <= 0.01
+    null = [_row(unfairness_pvalues(_per_user_lists(rng, 30, 0.0), 5, permutations=99, seed=s), "serp", 5)["snsr_p"]
+            for s in range(200)]
+    assert np.mean(np.array(null) <= 0.05) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 200)
+    assert np.mean(np.array(null) <= 0.25) >= 0.25 - 3 * np.sqrt(0.25 * 0.75 / 200)
+
+
+def test_memory_stays_bounded_with_many_values_and_a_large_k():
+    """Review finding: 4.2 GB for 5 instructions × 140 values at K = 200 (the dense block of sums
+    was sized by the lists only). The block is now bounded in both; measured as the largest
+    array the test builds."""
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for m in range(5):
+        base = [f"n{m}-{j}" for j in range(200)]
+        rows.append({"instruction_id": f"i{m}", "attribute": "neutral", "value": "", "items": base})
+        for v in range(140):
+            items = list(base)
+            items[rng.integers(200)] = f"x{rng.integers(1 << 40)}"
+            rows.append({"instruction_id": f"i{m}", "attribute": "a+b", "value": f"v{v}", "items": items})
+    tracemalloc.start()
+    unfairness_pvalues(pd.DataFrame(rows), 200, permutations=1999, seed=0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 300 * 2**20, peak / 2**20
+
+
+def test_rescoring_a_run_folder_uses_the_runs_seed(tmp_path, capsys):
+    """Review finding: 'lmra recsys score' on a run's lists.jsonl seeded the test with 0, not the
+    run's seed, so its p-values differed from the run's own recsys_fairness.csv."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lists = _write(run / "lists.jsonl", TINY.to_dict("records"))
+    (run / "manifest.json").write_text(json.dumps({"seed": 7, "status": "finished"}))
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o"),
+                    "--permutations", "99"]) in (0, 1)
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["seed"] == 7
+    (run / "manifest.json").write_text("not json")
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o2"),
+                    "--permutations", "99"]) in (0, 1)
+    assert json.loads((tmp_path / "o2" / "manifest.json").read_text())["seed"] == 0
+    capsys.readouterr()

@@ -76,6 +76,8 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     if not 0 <= permutations <= MAX_PERMUTATIONS:
         raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
                              f"got {permutations}", field="--permutations")
+    if args.seed is None:
+        args.seed = _run_seed(Path(args.lists).parent / "manifest.json")
     if not MIN_SEED <= args.seed <= MAX_SEED:
         raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
@@ -90,6 +92,18 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
                          permutations=permutations, seed=args.seed)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return _nothing_scored_exit(result)
+
+
+def _run_seed(manifest: Path) -> int:
+    """The ``seed`` of a recsys run's ``manifest.json`` (the folder ``lists.jsonl`` came from),
+    else 0 (no manifest, unreadable, or no integer seed in it)."""
+    import json
+
+    try:
+        seed = json.loads(manifest.read_text(encoding="utf-8")).get("seed")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
 
 def cmd_recsys_bias(args: argparse.Namespace) -> int:
@@ -152,7 +166,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
     s.add_argument("--permutations", type=int, default=None,
                    help="permutations of the SNSR/SNSV test per attribute (default 1999; 0 = no test)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the permutation test (default 0)")
+    s.add_argument("--seed", type=int, default=None,
+                   help="seed of the permutation test (default: the seed in the manifest.json beside the lists "
+                        "file — a run's own, so that its p-values come out again — else 0)")
     s.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-score)")
     s.add_argument("--output-dir", default=argparse.SUPPRESS,
                    help="parent of the default output folder (default reports)")

@@ -21,7 +21,11 @@ null the test is exact whatever the number of instructions, lists per instructio
 missing (failed, unparseable) lists: its false-positive rate is at most α. The same B
 permutations serve every metric and cut-off k of an attribute, so the p-values of one
 attribute agree with each other. An attribute none of whose instructions has two lists
-cannot be permuted (p = 1).
+cannot be permuted within instructions: when every instruction has a single list of the
+attribute — CFaiRLLM, where an instruction is one user with one value of it — the labels are
+permuted across all its lists instead (the users are exchangeable under the null: a user's
+list does not depend on their value). A design mixing the two is permuted within instructions
+(valid; instructions with one list add no information to the test).
 """
 
 from __future__ import annotations
@@ -71,11 +75,18 @@ def _attribute_pvalues(instructions: np.ndarray, codes: np.ndarray, n_values: in
     obs_r, obs_v = _statistics(codes[None, :], n_values, xok)
     obs_r, obs_v = obs_r[0], obs_v[0]
     n = len(codes)
+    if len(np.unique(instructions)) == n:
+        # one list per instruction (CFaiRLLM: one user, one value of the attribute): a shuffle
+        # within instructions changes nothing (every p was 1; review finding); the lists, one
+        # per user, are exchangeable across users under the null instead
+        instructions = np.zeros(n)
     by_instruction = np.lexsort((np.arange(n), instructions))
     grouped = codes[by_instruction]  # the value codes, instruction by instruction
     reach_r = np.zeros(x.shape[1])
     reach_v = np.zeros(x.shape[1])
-    step = max(1, _BLOCK // max(1, n))
+    # permutations per block: its memberships (b × n) and its dense sums (b × values × 2c floats,
+    # with their copies) both bounded (review finding: 4–7 GB at K = 200 with many values)
+    step = max(1, min(_BLOCK // max(1, n), _BLOCK // max(1, n_values * xok.shape[1])))
     done = 0
     while done < permutations:
         b = min(step, permutations - done)
