@@ -20,7 +20,7 @@ def test_amx_is_read_from_the_cpu_flags(tmp_path):
 
 
 @pytest.mark.parametrize("env, flags, expected", [
-    (None, SAPPHIRE, False), (None, EPYC, True), ("1", SAPPHIRE, True), ("0", EPYC, False), ("yes", SAPPHIRE, False)])
+    (None, SAPPHIRE, False), (None, EPYC, True), ("1", SAPPHIRE, True), ("0", EPYC, False), ("yes", SAPPHIRE, True), ("off", EPYC, False)])
 def test_extra_buffers_off_on_amx_unless_the_environment_says(tmp_path, monkeypatch, env, flags, expected):
     (tmp_path / "cpuinfo").write_text(flags)
     if env is None:

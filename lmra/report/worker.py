@@ -80,8 +80,9 @@ def forking_allowed() -> bool:
 
     Raises:
         LmraInputError: ``LMRA_REPORT_PROCESS`` is neither on nor off (:func:`lmra.envflags.env_switch`)."""
+    switch = env_switch(ENV_SWITCH)  # first: a bad value is said wherever the process runs
     return (sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
-            and env_switch(ENV_SWITCH) is not False)
+            and switch is not False)
 
 
 class ReportWorker:
