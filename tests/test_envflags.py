@@ -59,7 +59,16 @@ def test_a_bad_llama_switch_is_not_blamed_on_the_config(tmp_path, capsys, monkey
 
     from lmra.cli import main
 
+    from lmra.providers import llamacpp
+    from lmra.providers._llama_cpu import use_extra_buffers
+
     monkeypatch.setenv("LMRA_LLAMA_EXTRA_BUFFERS", "maybe")
+
+    def shared(cfg):  # the setting is read when a model loads; a model loaded by an earlier test is reused,
+        use_extra_buffers("/nonexistent")  # so read it here as a first load would
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(llamacpp.LlamaCppProvider, "shared", staticmethod(shared))
     smoke = Path(__file__).resolve().parents[1] / "examples" / "smoke.toml"
     assert main(["audit", "--config", str(smoke), "--no-progress", "--output-dir", str(tmp_path / "out")]) == 2
     err = " ".join(capsys.readouterr().err.split())
