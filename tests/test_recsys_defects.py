@@ -555,7 +555,7 @@ attributes = ["gender"]
 
 
 @pytest.mark.parametrize("what", ["cache is a folder", "output_dir is a file", "repeated attribute",
-                                  "attributes with a BOM", "attributes not UTF-8", "movies.dat is a pipe"])
+                                  "repeated attribute phrase", "attributes with a BOM", "attributes not UTF-8", "movies.dat is a pipe"])
 def test_recsys_paths_and_files_are_input_errors_before_any_call(tmp_path, capsys, what):
     import os
 
@@ -574,6 +574,9 @@ def test_recsys_paths_and_files_are_input_errors_before_any_call(tmp_path, capsy
     elif what == "repeated attribute":
         attrs.write_text('{"gender": ["a boy"], "gender": ["a girl"]}')
         expect, field = "appears twice", "fairllm.attributes_file"
+    elif what == "repeated attribute phrase":  # it asked and scored 'a boy' twice (break-it finding)
+        attrs.write_text('{"gender": ["a boy", "a boy", "a girl"]}')
+        expect, field = "'a boy' is given twice in 'gender'", "fairllm.attributes_file"
     elif what == "attributes with a BOM":
         attrs.write_bytes(b'\xef\xbb\xbf{"gender": ["a boy", "a girl"]}')
     elif what == "attributes not UTF-8":

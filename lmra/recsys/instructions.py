@@ -115,7 +115,8 @@ def load_sensitive_attributes(path: str | Path = DEFAULT_ATTRIBUTES_FILE) -> dic
 
     Raises:
         LmraInputError: missing or unreadable file (a folder, a pipe, not UTF-8), bad JSON (with
-            line), an attribute given twice, or a value that is not a list of strings.
+            line), an attribute given twice, a value that is not a list of strings, or a
+            phrase given twice within an attribute.
     """
     p = resolve_resource(path, "prompts")
     # as every input file (a byte-order mark dropped, a folder, pipe or non-UTF-8 byte an input
@@ -126,6 +127,12 @@ def load_sensitive_attributes(path: str | Path = DEFAULT_ATTRIBUTES_FILE) -> dic
     for attr, phrases in data.items():
         if not isinstance(phrases, list) or not all(isinstance(x, str) for x in phrases):
             raise LmraInputError("expected a list of phrases (strings)", file=p, field=attr)
+        seen: set[str] = set()
+        for x in phrases:  # a repeated phrase would ask and score that value twice (break-it finding)
+            if x in seen:
+                raise LmraInputError(f"'{x}' is given twice in '{attr}': each value of an attribute once (a repeat would "
+                                     "ask and score its lists twice)", file=p, field=attr)
+            seen.add(x)
     return {a: list(v) for a, v in data.items()}
 
 
