@@ -137,3 +137,21 @@ def test_unknown_movie_in_ratings_names_the_line(tmp_path):
     with pytest.raises(LmraInputError, match="folder not found"):
         ml.load_movielens(tmp_path / "nope")
     assert isinstance(ml.load_ratings(SAMPLE / "ratings.dat"), pd.DataFrame)
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-8"])
+def test_a_utf8_byte_order_mark_is_dropped_whatever_the_encoding(tmp_path, encoding):
+    """Break-it finding: files saved with a byte-order mark were refused ('ï»¿1' is not an
+    integer; with utf-8, an invisible character in the message), though the README says a mark is
+    fine. A marked file is UTF-8: its non-ASCII titles read as written."""
+    for n in ("ratings.dat", "movies.dat", "users.dat"):
+        (tmp_path / n).write_bytes(b"\xef\xbb\xbf" + (SAMPLE / n).read_bytes().decode("latin-1").encode("utf-8"))
+    with open(tmp_path / "movies.dat", "ab") as fh:
+        fh.write("99999::Amélie (2001)::Comedy\n".encode("utf-8"))
+    data = ml.load_movielens(tmp_path, encoding=encoding)
+    plain = ml.load_movielens(SAMPLE)
+    assert data.ratings.equals(plain.ratings) and data.users.equals(plain.users)
+    assert data.titles()[99999].startswith("Amélie") and len(data.movies) == len(plain.movies) + 1
+    (tmp_path / "users.dat").write_bytes(b"\xef\xbb\xbf1::F::1::10::4806\xff\n")  # marked, but not UTF-8
+    with pytest.raises(LmraInputError, match="not utf-8 text"):
+        ml.load_users(tmp_path / "users.dat", encoding=encoding)

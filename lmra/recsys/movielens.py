@@ -43,17 +43,27 @@ OCCUPATIONS: dict[int, str] = {
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _decode(data: bytes, encoding: str) -> str:
+    """A .dat file's text: a file starting with a UTF-8 byte-order mark is UTF-8 whatever
+    ``encoding`` says (the mark dropped; break-it finding: it was read as part of the first
+    UserID, 'ï»¿1' is not an integer), any other in ``encoding``. Raises UnicodeDecodeError."""
+    return data[len(_BOM):].decode("utf-8") if data.startswith(_BOM) else data.decode(encoding)
+
+
 def _read_rows(path: Path, n_fields: int, what: str, encoding: str) -> Iterable[tuple[int, list[str]]]:
     try:
         if path.exists() and not path.is_file() and not path.is_dir():  # never block on a pipe or read a device
             raise LmraInputError(f"{what} is not a regular file (a device, pipe or socket)", file=path)
-        text = path.read_text(encoding=encoding)
+        text = _decode(path.read_bytes(), encoding)
     except FileNotFoundError:
         raise LmraInputError(f"{what} not found", file=path) from None
     except IsADirectoryError:
         raise LmraInputError(f"{what} is a folder, expected a file", file=path) from None
     except UnicodeDecodeError as exc:
-        raise LmraInputError(f"{what} is not {encoding} text ({exc.reason} at byte {exc.start})", file=path) from None
+        raise LmraInputError(f"{what} is not {exc.encoding} text ({exc.reason} at byte {exc.start})", file=path) from None
     except OSError as exc:  # permission denied … (break-it finding: an I/O failure, exit 1)
         raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=path) from None
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -208,7 +218,7 @@ def load_movielens(folder: str | Path, *, encoding: str = "latin-1") -> MovieLen
 
 def _line_of(path: Path, row: int, encoding: str) -> int:
     n = -1
-    for lineno, line in enumerate(path.read_text(encoding=encoding).splitlines(), start=1):
+    for lineno, line in enumerate(_decode(path.read_bytes(), encoding).splitlines(), start=1):
         if line.strip():
             n += 1
             if n == row:
