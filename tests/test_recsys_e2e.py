@@ -567,3 +567,34 @@ def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):
     # lists of K distinct items: no such warning
     full = [dict(r, items=["A", "B", "C"]) for r in rows]
     assert "distinct items:" not in _score_console(tmp_path, capsys, full, name="full")
+
+
+@pytest.mark.parametrize("fault", ["lists.jsonl", "recsys_fairness.csv"])
+def test_a_run_that_cannot_write_its_folder_ends_failed_not_running(tmp_path, capsys, monkeypatch, fault):
+    """Break-it finding: with a file size limit (ulimit -f) or a full disk, writing lists.jsonl
+    failed — exit 1, "I/O failure" — and the folder's manifest said "running" for ever, though
+    that small file could still be written. It says "failed", with the error."""
+    from lmra.errors import LmraIOError
+    from lmra.recsys import outputs
+
+    cfg = write_config(tmp_path, "full", """
+[target]
+provider = "test_recsys_e2e:make_scripted"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+""")
+    real = {"lists.jsonl": outputs.write_jsonl, "recsys_fairness.csv": outputs.write_csv}[fault]
+
+    def full_disk(*args, **kwargs):
+        path = next(a for a in args if isinstance(a, Path))
+        if path.name == fault:
+            raise LmraIOError("cannot write this file (File too large)", path=path)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(outputs, "write_jsonl" if fault.endswith("jsonl") else "write_csv", full_disk)
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
+    assert "File too large" in capsys.readouterr().err
+    manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "File too large" in manifest["failure"]
+    assert manifest["finished"] and manifest["calls"]["fresh"] == manifest["planned_calls"] > 0

@@ -146,6 +146,18 @@ class RecsysRun:
             raise
         finally:
             cache.close()
-        records = [list_record(cfg, ins, ans, matcher, self._artists, self._cf)
-                   for ins, ans in zip(instructions, answers)]
-        return finish_run(cfg, self.run_dir, records, manifest, categories, matcher, self._cf, self.stats)
+        try:
+            records = [list_record(cfg, ins, ans, matcher, self._artists, self._cf)
+                       for ins, ans in zip(instructions, answers)]
+            return finish_run(cfg, self.run_dir, records, manifest, categories, matcher, self._cf, self.stats)
+        except BaseException as exc:  # the folder never says "running" after the run ended (break-it finding)
+            failed = isinstance(exc, Exception)
+            manifest |= {"status": "failed" if failed else "interrupted", "finished": now(),
+                         "calls": self.stats.as_dict()}
+            if failed:
+                manifest["failure"] = f"{type(exc).__name__}: {exc}"
+            try:  # a small file: often still written when a large one was not (a full disk, ulimit -f)
+                dump_json(self.run_dir / "manifest.json", manifest)
+            except Exception:  # noqa: BLE001 — the first failure is the one reported
+                pass
+            raise
