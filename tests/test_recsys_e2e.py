@@ -598,3 +598,29 @@ attributes = ["gender"]
     manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "File too large" in manifest["failure"]
     assert manifest["finished"] and manifest["calls"]["fresh"] == manifest["planned_calls"] > 0
+
+
+def test_the_console_shows_the_retries_and_faults_of_the_target(tmp_path, capsys):
+    """Break-it finding: against a server failing half its calls with HTTP 500 the console said
+    'Model calls: 40 fresh, 0 from cache, 8 failed.' — the retries and faults were in the manifest
+    only. Shown as lmra audit shows them (a real local server, the official openai SDK)."""
+    from faultserver import FaultServer
+
+    with FaultServer(fault_rate=0.5, faults=("http_500",), seed=3) as server:
+        cfg = write_config(tmp_path, "faulty", f"""
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{server.url}"
+api_key_required = false
+max_retries = 1
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+""")
+        run_cli(["recsys", "--config", str(cfg), "--no-progress"])
+    out = " ".join(capsys.readouterr().out.split())
+    calls = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())["calls"]
+    assert calls["retries"] > 0 and calls["http_5xx"] > 0
+    assert f"{calls['retries']} retries" in out and f"faults met: 5xx {calls['http_5xx']}" in out
+    assert f"{calls['failed']} failed" in out

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from lmra.console import counted, lit
 from lmra.recsys.metrics import METRICS
@@ -209,9 +210,10 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                       f"{split} ({how}).[/]")
     render_bias(console, bias_summary, summary.get("item_coverage"))
     calls = manifest.get("calls")
-    if calls:
-        console.print(f"Model calls: {calls.get('fresh', 0)} fresh, {calls.get('cached', 0)} from cache, "
-                      f"{calls.get('failed', 0)} failed.")
+    if calls:  # as lmra audit's per-model line: retries and the faults met shown, not only in the manifest
+        from lmra.report.console import call_counts_line
+
+        console.print(Text(f"Model calls: {call_counts_line(calls)}."))
     console.print("[dim]Similarity 1 = the sensitive list equals the neutral list; SNSR/SNSV 0 = every value of the "
                   "attribute is treated alike. See docs/recsys.md for the formulas and conventions.[/]")
     if summary.get("run_dir"):
