@@ -70,6 +70,9 @@ CREATE TABLE IF NOT EXISTS checks (
 CREATE TABLE IF NOT EXISTS check_sources (check_rowid INTEGER PRIMARY KEY, source TEXT NOT NULL);
 -- a check's comparability warnings (JSON list; lmra.comparable), likewise a table of its own
 CREATE TABLE IF NOT EXISTS check_warnings (check_rowid INTEGER PRIMARY KEY, warnings TEXT NOT NULL);
+-- a check's verdict (regression / no_regression / no_conclusion: lmra.monitor.CheckResult.verdict),
+-- likewise: a replay's check holds tested rows but no verdict (null: recorded by an older lmra)
+CREATE TABLE IF NOT EXISTS check_verdicts (check_rowid INTEGER PRIMARY KEY, verdict TEXT NOT NULL);
 -- pairs left out because a refusal label could not be obtained, per run (null: a run without
 -- refusal labels); a table of its own, so that an older lmra still inserts its values into runs
 CREATE TABLE IF NOT EXISTS run_unlabelled (run_id TEXT PRIMARY KEY, n_unlabelled INTEGER);
@@ -106,6 +109,20 @@ def _int(x) -> int | None:
         return int(x)
     f = finite(x)
     return None if f is None else int(f)
+
+
+def stored_verdict(check: dict) -> str:
+    """The verdict of a stored check recorded before verdicts were (:meth:`History.latest_check`'s
+    dict: ``result`` and ``overall`` frames of its rows): ``regression`` when a task or overall
+    row regressed, ``no_conclusion`` when no row has a p-value (nothing tested), else
+    ``no_regression`` — as :attr:`lmra.monitor.CheckResult.verdict` without the replay (which an
+    older lmra did not record)."""
+    rows = [r for frame in (check.get("result"), check.get("overall")) if frame is not None and len(frame)
+            for r in frame.to_dict(orient="records")]
+    if any(bool(r.get("regressed")) for r in rows):
+        return "regression"
+    tested = any(finite(r.get("p_regress")) is not None for r in rows)
+    return "no_regression" if tested else "no_conclusion"
 
 
 def history_path(reports_dir: str | Path) -> Path:
@@ -337,6 +354,8 @@ class History:
                         (cur.lastrowid, source))
         self.db.execute("INSERT OR REPLACE INTO check_warnings (check_rowid, warnings) VALUES (?,?)",
                         (cur.lastrowid, json.dumps(list(getattr(result, "comparability", []) or []))))
+        self.db.execute("INSERT OR REPLACE INTO check_verdicts (check_rowid, verdict) VALUES (?,?)",
+                        (cur.lastrowid, result.verdict))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -418,10 +437,13 @@ class History:
         not replace the nightly verdict on the history page, the report and the exports. Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame of the task rows and
         ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
-        older lmra recorded); None when never checked."""
-        row = self.db.execute("SELECT c.*, s.source, w.warnings FROM checks c "
+        older lmra recorded) and ``verdict`` (``regression`` / ``no_regression`` /
+        ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
+        :func:`stored_verdict` for a check an older lmra recorded); None when never checked."""
+        row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict FROM checks c "
                               "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
+                              "LEFT JOIN check_verdicts v ON v.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
@@ -437,6 +459,7 @@ class History:
                                else [str(w) for w in json.loads(out["warnings"])])
         except (TypeError, ValueError):
             out["warnings"] = None
+        out["verdict"] = out.get("verdict") or stored_verdict(out)
         return out
 
     def check_summary(self, run_id: str) -> dict | None:
@@ -447,10 +470,12 @@ class History:
             ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
             check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
-            check an older lmra made), "n_tested": int,
+            check an older lmra made), "verdict": the check's verdict (as :meth:`latest_check`;
+            ``no_conclusion`` with tasks tested: a replay), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
-            row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …); ``n_tested``
+            row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
+            ``no_conclusion`` verdict: a replay's rows say nothing of that night); ``n_tested``
             counts the tasks with a p-value (the others were too small to test);
             "n_overall_tested": the comparisons whose overall net rating was tested;
             "overall_regressed", "overall_improved": ``{comparison: overall row}`` (the
@@ -460,15 +485,19 @@ class History:
         if c is None:
             return None
         rows, overall = c["result"].to_dict(orient="records"), c["overall"].to_dict(orient="records")
+        verdict = c["verdict"]
+        # a replay's rows flagged nothing of that night's chatbot: no task regressed or improved
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
-                             for r in rows if bool(r.get(col))}
+                             for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
-                "warnings": c.get("warnings"), "regressed": keyed("regressed"),
+                "warnings": c.get("warnings"), "verdict": c["verdict"], "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),
-                "overall_regressed": {r.get("comparison"): r for r in overall if bool(r.get("regressed"))},
-                "overall_improved": {r.get("comparison"): r for r in overall if bool(r.get("improved"))}}
+                "overall_regressed": {r.get("comparison"): r for r in overall
+                                      if bool(r.get("regressed")) and verdict != "no_conclusion"},
+                "overall_improved": {r.get("comparison"): r for r in overall
+                                     if bool(r.get("improved")) and verdict != "no_conclusion"}}
 
     def pinned(self, name: str) -> str | None:
         """The run id pinned for runs named ``name``, or None."""

@@ -182,9 +182,11 @@ class CheckResult:
             exit status, except for a whole replay (``replayed``).
         replayed: True when every chatbot answer of the run was replayed from the call cache
             as a replay warning of ``comparability`` says (the baseline's seed, or an earlier
-            finished night's): the check saw nothing of the chatbot tonight, and its exit status
-            is 2, "nothing tested" (:func:`lmra.cli.monitor.check_exit_reasons`; fresh-user
-            finding: a same-day re-run passed with exit 0).
+            finished night's): the check saw nothing of the chatbot tonight, its :attr:`verdict`
+            is ``no_conclusion`` and its exit status 2, "nothing tested", whatever its replayed
+            numbers show (:func:`lmra.cli.monitor.check_exit_reasons`; fresh-user findings: a
+            same-day re-run passed with exit 0; a re-run of a regression night alerted again,
+            was counted as another regression night and replaced that night's export).
         run_status, baseline_status: each run's ``manifest.json`` status (``complete``,
             ``partial`` …; a partial run is checked only when named explicitly, with a warning).
         run_failed_share, baseline_failed_share: share of the planned pairs each run lost to
@@ -258,13 +260,24 @@ class CheckResult:
         return int((self.tests["p_regress"].notna() & self.tests["mde"].isna()).sum())
 
     @property
-    def exit_status(self) -> int:
-        """3 (:data:`EXIT_REGRESSION`) when any task or any comparison's overall net rating
-        regressed; 2 when nothing could be tested, neither a task nor an overall rating (a check
-        that tested nothing must not pass silently); else 0."""
+    def verdict(self) -> str:
+        """The check's verdict, the same on every surface (exit status, ``--json``, the history,
+        report.html, the exports): ``no_conclusion`` when every chatbot answer of the run was
+        replayed (:attr:`replayed`: the check saw nothing of the chatbot tonight — also when its
+        replayed numbers show a rise, which is the earlier night's finding or the judge's) or when
+        nothing could be tested, neither a task nor an overall rating; ``regression`` when a task
+        or a comparison's overall net rating regressed; else ``no_regression``."""
+        if self.replayed:
+            return "no_conclusion"
         if len(self.regressions) or len(self.overall_regressions):
-            return EXIT_REGRESSION
-        return 2 if self.family_size == 0 else 0
+            return "regression"
+        return "no_conclusion" if self.family_size == 0 else "no_regression"
+
+    @property
+    def exit_status(self) -> int:
+        """By :attr:`verdict`: 3 (:data:`EXIT_REGRESSION`) for ``regression``, 2 for
+        ``no_conclusion`` (a check that tested nothing must not pass silently), else 0."""
+        return {"regression": EXIT_REGRESSION, "no_conclusion": 2}.get(self.verdict, 0)
 
 
 def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:

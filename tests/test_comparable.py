@@ -283,7 +283,7 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
 
     base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
     replay = night(tmp_path, "20260102-000000-nightly", 0.9, seed=1)
-    assert monitor_after_audit(replay, baseline=str(base), report=False) == 0
+    assert monitor_after_audit(replay, baseline=str(base), report=False) == 2  # a replay: no conclusion
     reports = str(tmp_path / "reports")
     capsys.readouterr()
     assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
@@ -441,3 +441,51 @@ def test_a_re_run_of_a_partial_night_is_tested_not_called_a_replay(tmp_path, lmr
     assert not result.replayed and not result.regressions.empty
     capsys.readouterr()
     assert lmra_cli(["check", str(rerun), "--baseline", str(base)]) == 3
+
+
+def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_path, lmra_cli, capsys):
+    """Fresh-user findings: a same-seed re-run of a night replays its answers; it exited 2 "nothing
+    tested" — but `lmra history`, history.html, report.html and the Prometheus export said "no
+    regression" (0 regressions, 27 tested); and a re-run of a *regression* night exited 3 again,
+    was listed as a second regression night and replaced that night's export. A replay's check has
+    one verdict everywhere: no conclusion (exit 2), its replayed rises said as such."""
+    import json
+
+    from lmra.cli.monitor import monitor_after_audit
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    bad = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2)
+    assert monitor_after_audit(bad, baseline=str(base), report=False) == 3  # the night itself: a regression
+    again = night(tmp_path, "20260102-010000-nightly", 0.9, seed=2)  # the same night re-run: every answer cached
+    result = check_run(again, base)
+    assert result.replayed and not result.regressions.empty  # its replayed numbers rise as the night's did
+    assert result.verdict == "no_conclusion" and result.exit_status == 2
+    capsys.readouterr()
+    assert monitor_after_audit(again, baseline=str(base), report=False) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No conclusion: every chatbot answer of this run was replayed" in out
+    assert "Rise (replayed answers) in 2 task(s)" in out and "Regression in" not in out
+    assert lmra_cli(["check", str(again), "--baseline", str(base), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "no_conclusion" and doc["exit_status"] == 2 and doc["replayed"] is True
+    reports = str(tmp_path / "reports")
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert rows[again.name]["check"]["verdict"] == "no_conclusion" and not rows[again.name]["check"]["regressed"]
+    assert rows[bad.name]["check"]["verdict"] == "regression" and rows[bad.name]["check"]["regressed"]
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    table = " ".join(capsys.readouterr().out.split())
+    assert "no conclusion (every chatbot answer replayed) vs 20260101-000000-nightly" in table
+    assert table.count("REGRESSION") == 1  # the night itself only
+    assert lmra_cli(["export", str(again), "--format", "prometheus", "--out", str(tmp_path / "m")]) == 0
+    prom = next((tmp_path / "m").glob("*.prom")).read_text()
+    assert "lmra_run_regressions{" not in prom and "lmra_task_regressed{" not in prom
+    assert "lmra_run_check_tested_tasks{" not in prom and "lmra_run_check_warnings{" in prom
+    assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert "no conclusion: every chatbot answer was replayed from the call cache" in page  # the newest night
+    assert "no conclusion (every chatbot answer replayed) vs 20260101-000000-nightly" in page
+    assert lmra_cli(["report", str(again), "--out", str(tmp_path / "r.html")]) == 0
+    report = " ".join((tmp_path / "r.html").read_text(encoding="utf-8").split())
+    assert "No conclusion: every chatbot answer of this run was replayed" in report
+    assert "the rises flagged below are the replayed answers" in report and "Regression: " not in report

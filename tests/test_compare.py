@@ -84,6 +84,20 @@ def test_compare_two_simulated_runs_cli(tmp_path, lmra_cli, capsys, monkeypatch)
     assert "different judges" in out
 
 
+def test_compare_of_runs_sharing_no_task_says_so_and_exits_2(tmp_path, lmra_cli, capsys):
+    """Break-it finding: two runs with no task in common printed an empty table, '0 tasks;
+    Pearson r = —' and exited 0. Nothing compared is an input error naming both runs."""
+    a = make_run(tmp_path, "20260101-000000-cmp", {"write a story": 0.1}, seed=1, n_prompts=10)
+    b = make_run(tmp_path, "20260102-000000-cmp", {"career advice": 0.2}, seed=2, n_prompts=10)
+    for extra in ([], ["--json"]):
+        capsys.readouterr()
+        assert lmra_cli(["compare", str(a), str(b), *extra]) == 2
+        cap = capsys.readouterr()
+        said = " ".join((cap.err + cap.out).split())
+        assert "share no task of the same comparison" in said and "Traceback" not in said
+        assert "20260101-000000-cmp" in said and "20260102-000000-cmp" in said
+
+
 # -- errors-in-variables slope (issue 12, item 4) ---------------------------------------------
 from lmra.compare import (disattenuated_r, eiv_slope, reliability,  # noqa: E402
                           york_slope_through_origin)

@@ -103,15 +103,21 @@ def print_check(console: Console, result) -> None:
         print_warning(line)
     regs = result.regressions
     overall_regs = getattr(result, "overall_regressions", ())
+    if getattr(result, "replayed", False):  # the verdict is no_conclusion whatever the replayed numbers show
+        console.print("[bold yellow]No conclusion[/]: every chatbot answer of this run was replayed from the call "
+                      "cache, so the check saw nothing of the chatbot tonight"
+                      + (" — the rises below are the replayed answers' (the earlier night's finding, or the "
+                         "judge's), not tonight's" if len(regs) or len(overall_regs) else "") + ".")
+    rise = "[bold yellow]Rise (replayed answers)[/]" if getattr(result, "replayed", False) else "[bold red]Regression[/]"
     for r in (overall_regs.itertuples() if len(overall_regs) else ()):
-        console.print(f"[bold red]Regression[/] of the overall net rating ({lit(r.comparison)}, all {r.n_tasks} tasks "
+        console.print(f"{rise} of the overall net rating ({lit(r.comparison)}, all {r.n_tasks} tasks "
                       f"in both runs, each weighted alike in both): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                       + ("" if len(regs) else " — a rise spread over the tasks, no single task significant"))
     if len(regs):
-        console.print(f"[bold red]Regression[/] in {len(regs)} task(s): "
+        console.print(f"{rise} in {len(regs)} task(s): "
                       + "; ".join(f"{lit(task(r))} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
-    elif len(overall_regs):
+    elif len(overall_regs) or getattr(result, "replayed", False):
         pass  # (said above)
     elif getattr(result, "family_size", result.n_tested) == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
@@ -162,12 +168,16 @@ def check_exit_reasons(result) -> dict[int, str]:
     ``{3: "1 task regressed against the baseline (write a story)"}``, ``{2: "no task could be
     tested against the baseline"}``; empty when no task regressed. A run whose every chatbot
     answer was replayed from the call cache (``result.replayed``) tested nothing of tonight's
-    chatbot: 2 — unless a regression was measured all the same (3: never hidden)."""
-    if getattr(result, "replayed", False) and not len(result.regressions) \
-            and not len(getattr(result, "overall_regressions", ())):
+    chatbot: 2, whatever its replayed numbers show (they are the earlier night's, rated again:
+    its regression, if any, is that night's finding — said here — or the judge's)."""
+    if getattr(result, "replayed", False):
+        rose = ([f"{len(result.regressions)} task(s)"] if len(result.regressions) else []) + \
+               (["the overall net rating"] if len(getattr(result, "overall_regressions", ())) else [])
+        also = (f" (its replayed numbers show a rise — {' and '.join(rose)} — which is the finding of the night "
+                "whose answers it replays, already in the history, or the judge's: not tonight's)" if rose else "")
         return {2: f"nothing was tested against baseline {result.baseline_id}: every chatbot answer of this run was "
-                   "replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
-                   "tonight; give each night its own seed (--seed, LMRA_SEED in nightly.sh)"}
+                   f"replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
+                   f"tonight{also}; give each night its own seed (--seed, LMRA_SEED in nightly.sh)"}
     regs, overall = result.regressions, getattr(result, "overall_regressions", ())
     if len(regs) or len(overall):
         task = _task_namer(result.tests)  # domain / task when the name is in two domains
@@ -349,6 +359,8 @@ def _check_cell(check: dict | None, between: str) -> str:
     base = lit(check["baseline_id"])
     if not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
+    elif check.get("verdict") == "no_conclusion":  # tested, but on replayed answers: nothing of that night's chatbot
+        text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
     elif check["regressed"] or check.get("overall_regressed"):
         parts = []
         if check.get("overall_regressed"):
@@ -449,6 +461,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise LmraInputError(f"neither run has comparison '{args.comparison}' (theirs: "
                                  f"{', '.join(map(repr, known)) or 'none'})", field="--comparison")
     cmp = compare_runs(a, b, comparison=args.comparison)
+    if not len(cmp.pairs):  # nothing compared is said, never an empty table with exit 0 (break-it finding)
+        tasks = lambda run: len(run.per_task) if run.per_task is not None else 0  # noqa: E731
+        raise LmraInputError(f"runs {a.run_id} ({tasks(a)} task rows) and {b.run_id} ({tasks(b)} task rows) share no "
+                             "task of the same comparison" + (f" '{args.comparison}'" if args.comparison else "")
+                             + ": there is nothing to compare. Compare runs of one audit design (the same prompt "
+                             "tasks and comparisons).")
     if args.json:
         from lmra.report import jsonout
 

@@ -218,6 +218,8 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
         "check": None if check is None else {
             "baseline_id": check["baseline_id"],
             "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
+            # rows tested on replayed answers: no verdict (lmra.monitor.CheckResult.verdict)
+            "replayed": check.get("verdict") == "no_conclusion" and bool(check["n_tested"] + check.get("n_overall_tested", 0)),
             "warnings": [short_label(w) for w in check.get("warnings") or []],
             "warnings_recorded": check.get("warnings") is not None,
             "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]})

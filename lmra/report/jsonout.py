@@ -123,9 +123,7 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         t["decision"] = _decision(t)
     keys = ["comparison", "domain", "task"]
     overall_regs = [t["comparison"] for t in overall if t["regressed"]]
-    verdict = ("no_conclusion" if getattr(result, "replayed", False) else "regression"
-               if len(result.regressions) or overall_regs else "no_conclusion"
-               if result.family_size == 0 else "no_regression")
+    verdict = result.verdict
     doc = {
         "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
         "margin": result.margin, "alpha": result.alpha, "exit_status": int(exit_status), "verdict": verdict,
@@ -179,9 +177,11 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         ``comparisons`` as a list, ``pinned`` (bool), ``overall``: one object per comparison
         with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
         ``check``: the run's regression check (its audit's own, else the latest:
-        :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, n_tested,
-        warnings, regressed, improved, n_overall_tested, overall_regressed, overall_improved}``
-        (``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
+        :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, verdict,
+        n_tested, warnings, regressed, improved, n_overall_tested, overall_regressed,
+        overall_improved}`` (``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
+        nothing tested, or every chatbot answer replayed, whose rows then flag nothing;
+        ``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
         and ``improved`` lists of ``{comparison, domain, task}``; the ``overall_`` lists name the
         comparisons whose net rating over all their tasks regressed / improved), null when
         never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
@@ -201,7 +201,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         r["check"] = None if check is None else {
             "baseline_id": check["baseline_id"], "checked": check["checked"], "source": check.get("source"),
             "warnings": None if check.get("warnings") is None else list(check["warnings"]),
-            "n_tested": check["n_tested"],
+            "verdict": check.get("verdict"), "n_tested": check["n_tested"],
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),

@@ -91,7 +91,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             regressed``, ``overall`` (its overall rows, one per comparison), and ``warnings``), or
             None; gives ``lmra_task_regressed`` (tested tasks only), ``lmra_overall_regressed``
             (tested overall rows), ``lmra_run_regressions`` (both flagged; absent when nothing was tested),
-            ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``.
+            ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``; a check whose
+            ``verdict`` is ``no_conclusion`` (a replay's) gives the warnings only.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
 
@@ -141,9 +142,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
         "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, "
                          "else one an older lmra recorded, else the latest recorded), plus comparisons whose overall net rating it flagged; absent when it "
-                         "tested nothing (no verdict)", labels=RUN_LABELS),
+                         "tested nothing or every chatbot answer was replayed (no verdict)", labels=RUN_LABELS),
         "tested": G("lmra_run_check_tested_tasks", "Tasks the run's regression check could test (overall rows not counted: 0 beside a "
-                    "present lmra_run_regressions is a verdict on the overall rows alone, 0 without it no verdict)",
+                    "present lmra_run_regressions is a verdict on the overall rows alone, 0 without it no verdict; absent "
+                    "when every chatbot answer was replayed)",
                     labels=RUN_LABELS),
         "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
                             "night-to-night comparison of one chatbot (replayed answers, another target or design)",
@@ -190,7 +192,14 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["status"].add_metric(run_labels + [state], float(state == run.status))
     fam["start"].add_metric(run_labels, _epoch(run.started))
     fam["end"].add_metric(run_labels, _epoch(run.manifest.get("finished")))
-    if check is not None:
+    # a check on replayed answers (verdict no_conclusion with rows tested) has no verdict: no
+    # regression metric at all, as a check that tested nothing (fresh-user finding: 0 regressions)
+    if check is not None and check.get("verdict") == "no_conclusion" and any(
+            finite(t.get("p_regress")) is not None for frame in (check["result"], check.get("overall"))
+            if frame is not None and len(frame) for t in frame.to_dict(orient="records")):
+        if check.get("warnings") is not None:
+            fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
+    elif check is not None:
         res = check["result"]
         n = tested = 0
         for t in res.to_dict(orient="records"):
