@@ -489,3 +489,29 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     report = " ".join((tmp_path / "r.html").read_text(encoding="utf-8").split())
     assert "No conclusion: every chatbot answer of this run was replayed" in report
     assert "the rises flagged below are the replayed answers" in report and "Regression: " not in report
+
+
+def test_history_says_a_failed_judges_no_regression_is_not_evidence(tmp_path, lmra_cli, capsys):
+    """Fresh-user finding: a night whose judge failed validation (exit 5) read a plain 'no
+    regression (… tested)' in lmra history's check column. Its verdict is said to be no evidence."""
+    import json
+
+    from lmra.cli.monitor import monitor_after_audit
+
+    low = {"write a story": 0.1, "career advice": 0.1}
+    jc = {"per_kind": 2, "gate": False, "waiver": "test"}  # the scripted judge fails the canaries
+    base = make_run(tmp_path, "20260101-000000-nightly", low, seed=1, n_prompts=40)
+    bad_judge = make_run(tmp_path, "20260102-000000-nightly", low, seed=2, n_prompts=40, judge_check=jc)
+    good = make_run(tmp_path, "20260103-000000-nightly", low, seed=3, n_prompts=40)
+    for run in (bad_judge, good):
+        monitor_after_audit(run, baseline=str(base), report=False)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports"), "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert rows[bad_judge.name]["judge_status"].startswith("failed")
+    assert rows[bad_judge.name]["check"]["verdict"] == rows[good.name]["check"]["verdict"] == "no_regression"
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    out = capsys.readouterr().out.splitlines()  # off a terminal: one line per run (docs/nightly.md, "Logs")
+    line = lambda run: next(ln for ln in out if run.name in ln and "started" not in ln)  # noqa: E731
+    assert "not evidence: judge failed validation" in line(bad_judge)
+    assert "not evidence" not in line(good) and "no regression" in line(good)

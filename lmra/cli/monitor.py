@@ -324,7 +324,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                       _judge_cell(r.judge_status), _count(r.n_pairs_total),
                       "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
                                                    getattr(r, "n_unlabelled", None))),
-                      net, _check_cell(verdicts[r.run_id]["check"], between),
+                      net, _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
                       _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
     console.print(table)
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
@@ -352,8 +352,18 @@ def _tasks_named(keyed: dict, between: str) -> str:
     return between.join(sorted({f"{lit(t)} ({lit(c)})" for c, _, t in keyed}))
 
 
-def _check_cell(check: dict | None, between: str) -> str:
-    """``lmra history``'s regression-check cell: the run's check (:meth:`lmra.history.History.latest_check`)."""
+def _not_evidence(run) -> str:
+    """Why a run's check verdict is not evidence about the chatbot (a ``runs`` row of the
+    history): its judge failed validation (waived or not), the run is partial; "" otherwise."""
+    why = [w for w, bad in (("judge failed validation", str(run.judge_status or "").startswith("failed")),
+                            (f"run {run.status}", (run.status or "complete") != "complete")) if bad]
+    return " and ".join(why)
+
+
+def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str:
+    """``lmra history``'s regression-check cell: the run's check (:meth:`lmra.history.History.latest_check`);
+    ``not_evidence``: why its verdict says nothing of the chatbot (:func:`_not_evidence`; fresh-user
+    finding: a night whose judge failed read a plain "no regression")."""
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
@@ -379,6 +389,8 @@ def _check_cell(check: dict | None, between: str) -> str:
 
         labels = ", ".join(dict.fromkeys(short_label(w) for w in check["warnings"]))
         text += f"{between}[bold yellow]warning: {lit(labels)}[/] ('lmra check' says more)"
+    if not_evidence and check.get("verdict") != "no_conclusion":
+        text += f"{between}[bold yellow]not evidence: {lit(not_evidence)}[/]"
     return text
 
 
