@@ -311,11 +311,13 @@ def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     row = next(ln for ln in out.splitlines() if "write a story" in ln and "/" in ln)
     assert "3/3" in row and "none reaches 80% power (too few prompts)" in row
     verdict = next(ln for ln in out.splitlines() if ln.startswith("No regression"))
-    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise')) "
-                            "— nor any comparison's overall net rating (1 tested).")
-    rc, out, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0], "--json")
-    tests = {t["task"]: t for t in json.loads(out)["tests"]}
+    rc, js, _ = _cmd(capsys, "check", runs[1], "--baseline", runs[0], "--json")
+    tests = {t["task"]: t for t in json.loads(js)["tests"]}
     small, big = tests["write a story"], tests["career advice"]
+    # and what the others can see (fresh-user finding: "1 too small" read as "the other rules much out")
+    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise'); "
+                            f"the others detect rises of {big['mde']:+.2f} or more only) "
+                            "— nor any comparison's overall net rating (1 tested).")
     assert small["p_regress"] is not None and small["mde"] is None and small["note"] is None
     assert small["mde_note"].startswith("too few prompts to detect any rise: with 3/3 prompts")
     assert big["mde"] is not None and big["mde_note"] is None

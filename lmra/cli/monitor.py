@@ -147,12 +147,19 @@ def _task_namer(rows):
 
 def tested_words(result) -> str:
     """How many tasks the check tested and how many of them could detect a rise at all:
-    ``3 of 3 tasks tested; 2 of them too small to detect any rise (see 'detectable rise')``."""
+    ``3 of 3 tasks tested; 2 of them too small to detect any rise (see 'detectable rise'); the
+    others detect rises of +0.35 or more only`` (the smallest detectable rise of a tested task,
+    at 80% power)."""
     n, k, blind = result.n_tested, len(result.tests), result.n_undetectable
     words = f"{n} of {k} task{'s' * (k != 1)} tested"
     if blind:
         words += (f"; {'all' if blind == n else blind} of them too small to detect any rise (see 'detectable "
                   "rise')" if n > 1 else "; it is too small to detect any rise (see 'detectable rise')")
+    t = result.tests
+    mde = t.loc[t["p_regress"].notna(), "mde"].dropna() if len(t) and "mde" in t else ()
+    if len(mde):  # what a quiet night rules out (fresh-user finding: "10 too small" read as "17 rule out much")
+        words += (f"; {'the others' if blind else 'they'} detect rises of {float(mde.min()):+.2f} or more only"
+                  if n > 1 else f"; it detects rises of {float(mde.min()):+.2f} or more only")
     return words
 
 
