@@ -596,7 +596,7 @@ attributes = ["gender"]
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
     assert "File too large" in capsys.readouterr().err
     manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and "File too large" in manifest["failure"]
+    assert manifest["status"] == "failed" and "File too large" in manifest["stop_reason"]
     assert manifest["finished"] and manifest["calls"]["fresh"] == manifest["planned_calls"] > 0
 
 

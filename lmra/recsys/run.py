@@ -155,7 +155,7 @@ class RecsysRun:
             manifest |= {"status": "failed" if failed else "interrupted", "finished": now(),
                          "calls": self.stats.as_dict()}
             if failed:
-                manifest["failure"] = f"{type(exc).__name__}: {exc}"
+                manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"  # (as an audit's manifest)
             try:  # a small file: often still written when a large one was not (a full disk, ulimit -f)
                 dump_json(self.run_dir / "manifest.json", manifest)
             except Exception:  # noqa: BLE001 — the first failure is the one reported
