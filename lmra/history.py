@@ -111,6 +111,17 @@ def _int(x) -> int | None:
     return None if f is None else int(f)
 
 
+def _config_name(folder: Path) -> str:
+    """The run name in a run folder's ``config.toml`` (or, unreadable, the folder name after its
+    ``YYYYMMDD-HHMMSS-`` prefix)."""
+    import tomllib
+
+    try:
+        return str(tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("name") or "")
+    except (OSError, ValueError):
+        return folder.name.split("-", 2)[-1]
+
+
 def stored_verdict(check: dict) -> str:
     """The verdict of a stored check recorded before verdicts were (:meth:`History.latest_check`'s
     dict: ``result`` and ``overall`` frames of its rows): ``regression`` when a task or overall
@@ -305,6 +316,38 @@ class History:
             # such, exit 1: not the folder's, which it called unreadable and left out; break-it finding)
             added.append(self.register(run))
         return added
+
+    def not_finished(self, name: str | None = None) -> list[dict]:
+        """Run folders next to the history file that are not registered because they did not
+        finish (failed, interrupted, stopped by the budget, stale, still running): the nights
+        :meth:`runs` leaves out (fresh-user finding: a failed night was a silent gap in ``lmra
+        history`` and the history page). Shards and folders without a readable manifest are left
+        out.
+
+        Returns:
+            oldest first, ``{"run_id", "name", "status", "started", "stop_reason"}`` per folder
+            (``stop_reason``: the manifest's, None when it recorded none).
+        """
+        from lmra.runstate import FINISHED, folder_status
+
+        out = []
+        for manifest in sorted(self.path.parent.glob("*/manifest.json")):
+            folder = manifest.parent
+            if is_shard(folder):
+                continue
+            status = folder_status(folder, mark=not self.read_only)
+            if status == "unknown" or status in FINISHED:
+                continue
+            try:
+                m = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            run_name = _config_name(folder)
+            if name and run_name != name:
+                continue
+            out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
+                        "stop_reason": m.get("stop_reason")})
+        return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
 
     def _writable(self, what: str) -> None:
         """Raise :class:`~lmra.errors.LmraIOError` when the history is :attr:`read_only`."""

@@ -515,3 +515,48 @@ def test_history_says_a_failed_judges_no_regression_is_not_evidence(tmp_path, lm
     line = lambda run: next(ln for ln in out if run.name in ln and "started" not in ln)  # noqa: E731
     assert "not evidence: judge failed validation" in line(bad_judge)
     assert "not evidence" not in line(good) and "no regression" in line(good)
+
+
+def test_a_failed_night_is_listed_as_not_finished_not_a_silent_gap(tmp_path, lmra_cli, capsys):
+    """Fresh-user finding: a night whose endpoint was down (exit 1, status failed) appeared in
+    neither lmra history nor history.html — a silent gap. Listed below the table, in --json
+    (``not_finished``) and on the history page, with the manifest's stop reason."""
+    import json
+    import socket
+
+    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    names, prompts = write_inputs(tmp_path / "inputs", 60)
+    with socket.socket() as s:  # a port nothing listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "down.toml"
+    cfg.write_text(f'''name = "nightly"
+prompts = "{prompts.as_posix()}"
+names = "{names.as_posix()}"
+prompts_per_task = 0
+output_dir = "{(tmp_path / 'reports').as_posix()}"
+cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "down"
+base_url = "http://127.0.0.1:{port}/v1"
+api_key_required = false
+max_retries = 0
+''')
+    assert lmra_cli(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
+    (failed,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir() and p.name != "20260101-000000-nightly"]
+    capsys.readouterr()
+    reports = str(tmp_path / "reports")
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 run folder did not finish" in out and f"{failed.name}: failed — EndpointUnreachable" in out
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in doc["runs"]] == ["20260101-000000-nightly"]
+    (nf,) = doc["not_finished"]
+    assert nf["run_id"] == failed.name and nf["status"] == "failed" and "unreachable" in nf["stop_reason"]
+    assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert "Run folders that did not finish" in page and f"{failed.name}: failed — EndpointUnreachable" in page

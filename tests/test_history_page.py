@@ -194,8 +194,10 @@ def test_lmra_history_lists_each_nights_check_and_gates(nights, lmra_cli, capsys
     cells = lambda line: [c.strip() for c in line.strip().strip("│").split("│")]  # noqa: E731
     assert cells(row[runs[0].name])[-3:] == ["—", "—", "pinned"]
     # (the comparison's overall rating rose with its task: named first)
+    # (the fixture's scripted judge fails validation: the verdict is said to be no evidence)
     assert cells(row[runs[2].name])[-3] == (f"REGRESSION vs {runs[0].name}: overall (female vs male); 1 of 2 tested "
-                                            "tasks: write a story (female vs male)")
+                                            "tasks: write a story (female vs male); not evidence: judge failed "
+                                            "validation")
     assert cells(row[runs[3].name])[-2] == "NOT MET: max_net_rating (career advice, write a story)"
     assert cells(row[runs[1].name])[-3:-1] == ["—", "—"]
     assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0

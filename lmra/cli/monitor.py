@@ -20,7 +20,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
                              delta_arg, json_errors, margin_arg, print_warning)
 from lmra.cli.exits import final_status, print_final_status
-from lmra.console import lit, make_console
+from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
@@ -306,11 +306,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         runs = h.runs(name=args.name)
         overall = h.overall_trend(name=args.name)
         verdicts = _verdicts(h, runs)
+        unfinished = h.not_finished(name=args.name)
     if args.json:
-        jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name, verdicts=verdicts))
+        jsonout.emit(jsonout.history_document(path, runs, overall, name=args.name, verdicts=verdicts,
+                                              not_finished=unfinished))
         return 0
     if runs.empty:
         console.print(f"no finished runs in {lit(path.parent)}" + (f" named '{lit(args.name)}'" if args.name else ""))
+        _print_not_finished(console, unfinished)
         return 0
     table = Table(title=f"Runs in {lit(path)}", title_justify="left")
     table.add_column("run", no_wrap=True)
@@ -337,7 +340,20 @@ def cmd_history(args: argparse.Namespace) -> int:
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
                   "own check, else the latest); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
+    _print_not_finished(console, unfinished)
     return 0
+
+
+def _print_not_finished(console: Console, unfinished: list[dict]) -> None:
+    """The run folders that did not finish (:meth:`lmra.history.History.not_finished`), one line
+    each, so that a failed night is not a silent gap in the table."""
+    if not unfinished:
+        return
+    console.print(f"[bold yellow]{counted(len(unfinished), 'run folder')} did not finish (not in the table: no "
+                  "results to compare):[/]")
+    for r in unfinished:
+        why = f" — {r['stop_reason']}" if r.get("stop_reason") else ""
+        console.print(Text(f"  {r['run_id']}: {r['status']}{why}"))
 
 
 def _verdicts(history, runs) -> dict[str, dict]:

@@ -161,17 +161,20 @@ def judge_status_object(result, *, allow_unvalidated_judge: bool = False) -> dic
 
 
 def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, name: str | None = None,
-                     verdicts: dict[str, dict] | None = None) -> dict:
+                     verdicts: dict[str, dict] | None = None, not_finished: list[dict] | None = None) -> dict:
     """The ``lmra history --json`` document.
 
     Args:
         path: the history file; runs: :meth:`lmra.history.History.runs`; overall:
             :meth:`lmra.history.History.overall_trend`; name: the ``--name`` filter;
             verdicts: ``{run_id: {"check": …, "gates": …}}`` — a run's
-            :meth:`lmra.history.History.check_summary` and :func:`lmra.gates.read_gates`.
+            :meth:`lmra.history.History.check_summary` and :func:`lmra.gates.read_gates`;
+            not_finished: :meth:`lmra.history.History.not_finished`.
 
     Returns:
-        ``{schema, history, name, runs}``; ``runs`` oldest first, one object per run with every
+        ``{schema, history, name, runs, not_finished}`` (``not_finished``: the run folders that
+        did not finish — failed, interrupted, stopped by the budget, stale, running — as
+        ``{run_id, name, status, started, stop_reason}``, oldest first; not in ``runs``); ``runs`` oldest first, one object per run with every
         column of the history's ``runs`` table (``run_id, run_dir, name, status, started,
         target_model, judge_model, judge_status, n_pairs, n_invalid, n_failed, …``),
         ``comparisons`` as a list, ``pinned`` (bool), ``overall``: one object per comparison
@@ -209,7 +212,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}
         out.append(r)
-    return {"schema": SCHEMA_HISTORY, "history": str(path), "name": name, "runs": out}
+    return {"schema": SCHEMA_HISTORY, "history": str(path), "name": name, "runs": out,
+            "not_finished": list(not_finished or [])}
 
 
 def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, comparison: str | None = None,
