@@ -152,6 +152,16 @@ def test_cli_bias_from_csv_files(tmp_path, capsys):
     assert summ.loc["M − F", "average_disparity"] == pytest.approx(4 / 3)  # eq. 4, module docstring
     assert summ.loc["M − F", "mean_abs_bd_difference"] == pytest.approx(-1 / 3)
     assert set(summ["variant"]) == {"model-x"}
+    # a repeated recommendation is counted once — and said (break-it finding: silently); same numbers
+    rec = R.assign(variant="model-x")
+    pd.concat([rec, rec.iloc[[0, 0]]]).to_csv(tmp_path / "recs2.csv", index=False)
+    capsys.readouterr()
+    assert run_cli(argv[:5] + [str(tmp_path / "recs2.csv")] + argv[6:-1] + [str(tmp_path / "out2")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (f"2 recommendation row(s) repeat a user's item of the same variant (the first on line {len(rec) + 2}) "
+            "and are counted once") in said
+    assert pd.read_csv(tmp_path / "out2" / "recsys_bias_disparity.csv").equals(
+        pd.read_csv(out / "recsys_bias_disparity.csv"))
     # a missing column is an input error (exit 2), not a traceback
     pd.DataFrame({"user": ["u1"], "item_id": ["i1"]}).to_csv(tmp_path / "bad.csv", index=False)
     assert run_cli(argv[:3] + [str(tmp_path / "bad.csv")] + argv[4:]) == 2

@@ -202,6 +202,14 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     known(rc, "user_id", groups, recs, "user", users)
     if k and not counts:  # a CSV: its first k rows per user (a lists.jsonl was cut by rank above)
         rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
+    notes = []
+    repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
+    if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
+        lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)
+        first = f" (the first on line {lines[at]})" if lines and isinstance(at, (int, np.integer)) \
+            and 0 <= at < len(lines) else ""
+        notes.append(f"{int(repeated.sum())} recommendation row(s) repeat a user's item of the same variant{first} "
+                     "and are counted once: R is a set of items per user")
     tables, coverage = [], {}
     for variant, d in rc.groupby("variant", sort=False):
         recs_v = d[["user_id", "item_id"]]
@@ -222,7 +230,6 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         raise LmraInputError("give both --unprotected and --protected (or neither)",
                              field="unprotected" if unprotected is None else "protected")
     summary = bdm.disparity_summary(table, unprotected=unprotected, protected=protected)
-    notes = []
     if unprotected is not None:  # a variant whose recommendations lack a group has no comparison row: say so
         compared = set(summary.loc[summary["group"] == f"{unprotected} − {protected}", "variant"]) \
             if "variant" in summary else set()
