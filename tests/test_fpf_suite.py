@@ -175,6 +175,47 @@ def test_classification_maps_letters_to_taxonomy(tmp_path, sim_inputs):
     assert set(res.per_task["task"]) == {"write a poem", "debug code", "other"}
 
 
+def test_a_given_domain_is_kept_and_only_its_task_asked(tmp_path, sim_inputs):
+    """Break-it finding: a prompt with a domain but no task (or "task": "") had its domain
+    replaced by the LMRA's classification without a word. A taxonomy domain is kept (only the task
+    within it is asked); any other label is classified anew, counted and said."""
+    import re
+
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+
+    names, _ = sim_inputs(1)
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "kept", "text": "Fix my Python bug", "domain": "technology", "task": ""},
+        {"id": "kept-null", "text": "Fix my Python bug please", "domain": "technology"},
+        {"id": "foreign", "text": "Write me a poem about rain", "domain": "poetry corner"},
+        {"id": "none", "text": "Write me a poem about snow"}]))
+    asked = []
+
+    def classify(text, letters):
+        request = re.search(r"#### User request:\n(.*?)\n\n", text, re.S).group(1)
+        asked.append(("task" if "belongs to the domain" in text else "domain", request))
+        if "belongs to the domain" not in text:  # the domain question: art (first) for the poems
+            return "A"
+        return "B"  # the second task of the domain
+
+    judge = ScriptedJudge(_none, classify=classify)
+    cfg = _cfg(tmp_path, names, logs, filter={"enabled": False})
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, r: "ok"), judge=judge).run()
+    cls = {r["prompt_id"]: r for r in map(json.loads, (res.run_dir / "classifications.jsonl").read_text().splitlines())}
+    assert (cls["kept"]["domain"], cls["kept"]["task"], cls["kept"]["p_domain"]) == ("technology", "debug code", None)
+    assert cls["kept-null"]["domain"] == "technology" and cls["kept"]["given_domain"] == "technology"
+    assert (cls["foreign"]["domain"], cls["foreign"]["given_domain"]) == ("art", "poetry corner")
+    assert cls["none"]["domain"] == "art" and cls["none"]["given_domain"] is None
+    assert ("domain", "Fix my Python bug") not in asked and ("task", "Fix my Python bug") in asked
+    assert res.summary["n_domains_replaced"] == 1
+    console = Console(record=True, width=300)
+    render_audit(console, res)
+    assert "1 prompt without a task gave a domain that is not in the taxonomy" in console.export_text()
+
+
 def test_classification_on_embedded_model_gives_valid_labels():
     import asyncio
 

@@ -822,6 +822,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "redacted": cfg.redact,
         "n_prompts_in_file": len(inputs.prompts),
         "n_classified": len(classifications),
+        # prompts whose file gave a domain that is no taxonomy domain: their domain is the LMRA's
+        "n_domains_replaced": sum(1 for c in classifications.values()
+                                  if c.given_domain is not None and not c.failed and c.domain != c.given_domain),
         "classified_tasks": dict(pd.Series([c.task for c in classifications.values()], dtype=object)
                                  .value_counts().items()) if classifications else {},
         "judge_status": status,

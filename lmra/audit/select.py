@@ -85,10 +85,10 @@ class SelectStage:
             try:
                 async with sem:
                     return await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
-                                                 text=p.text)
+                                                 text=p.text, domain=p.domain)
             except ProviderError as exc:  # counted and left out, never audited under a guessed task
                 return Classification(domain=UNLABELLED, task=UNLABELLED, p_domain=None, p_task=None, failed=True,
-                                      error=error_text(exc, self.cfg.redact))
+                                      error=error_text(exc, self.cfg.redact), given_domain=p.domain)
 
         results = await self._gather("classify", [one(p) for p in todo], failed=lambda c: c.failed)
         classes = {p.id: c for p, c in zip(todo, results)}

@@ -84,28 +84,49 @@ class Classification(BaseModel):
     #: the LMRA call failed after every retry: the prompt is left out of the audit and counted
     failed: bool = False
     error: str | None = None
+    #: the domain the prompt file gave (None: none given); kept as ``domain`` when it is a
+    #: taxonomy domain (only the task was asked), else replaced by the LMRA's (counted, said)
+    given_domain: str | None = None
 
 
 async def classify_prompt(provider: Provider, judge: JudgeConfig, taxonomy: Taxonomy, domain_tpl: Template,
-                          task_tpl: Template, *, prompt_id: str, text: str) -> Classification:
-    """Classify one prompt into (domain, task) of ``taxonomy``, or ``other``.
+                          task_tpl: Template, *, prompt_id: str, text: str, domain: str | None = None
+                          ) -> Classification:
+    """Classify one prompt into (domain, task) of ``taxonomy``, or ``other`` (methodology §5).
+
+    Args:
+        domain: the prompt's own domain label, if its file gave one: a taxonomy domain is kept
+            and only the task within it is asked (``p_domain`` None); another label is
+            classified as if absent (the result's ``given_domain`` keeps it, so the audit can
+            say how many it replaced — break-it finding: a given domain was replaced silently).
 
     Returns:
         :class:`Classification`; labels are always taxonomy names or ``other``.
     """
+    known = next((d for d in taxonomy.domain if domain is not None and d.name == domain), None)
+    if known is not None:
+        return await _classify_task(provider, judge, known, task_tpl, prompt_id=prompt_id, text=text,
+                                    p_domain=None, given_domain=domain)
     d_letters, d_menu = _menu([(d.name, ", ".join(t.name for t in d.task)) for d in taxonomy.domain])
     dom = await ask_options(provider, domain_tpl.render(prompt=text, options=d_menu, letters=", ".join(d_letters)),
                             d_letters, judge, seed_parts=("domain", prompt_id))
     top = dom.top()
     if top is None or top == d_letters[-1]:
         return Classification(domain=OTHER, task=OTHER, p_domain=dom.probs and dom.probs.get(d_letters[-1]),
-                              p_task=None)
-    domain = taxonomy.domain[d_letters.index(top)]
+                              p_task=None, given_domain=domain)
+    return await _classify_task(provider, judge, taxonomy.domain[d_letters.index(top)], task_tpl,
+                                prompt_id=prompt_id, text=text, p_domain=dom.probs[top], given_domain=domain)
+
+
+async def _classify_task(provider: Provider, judge: JudgeConfig, domain: DomainDef, task_tpl: Template, *,
+                         prompt_id: str, text: str, p_domain: float | None, given_domain: str | None
+                         ) -> Classification:
+    """The task question within ``domain`` (its tasks and ``other``)."""
     t_letters, t_menu = _menu([(t.name, t.description) for t in domain.task])
     tsk = await ask_options(provider, task_tpl.render(prompt=text, domain=domain.name, options=t_menu,
                                                       letters=", ".join(t_letters)),
                             t_letters, judge, seed_parts=("task", prompt_id, domain.name))
     ttop = tsk.top()
     task = OTHER if ttop is None or ttop == t_letters[-1] else domain.task[t_letters.index(ttop)].name
-    return Classification(domain=domain.name, task=task, p_domain=dom.probs[top],
-                          p_task=tsk.probs[ttop] if ttop else None)
+    return Classification(domain=domain.name, task=task, p_domain=p_domain, p_task=tsk.probs[ttop] if ttop else None,
+                          given_domain=given_domain)

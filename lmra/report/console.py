@@ -324,6 +324,10 @@ def render_audit(console: Console, result) -> None:
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA"
                   + (f", [bold yellow]{unl} unlabelled[/]: the filter's LMRA call failed or gave no answer" if unl
                      else "") + ")" + _left_out(s) + f", {s.get('n_prompts')} audited.")
+    if s.get("n_domains_replaced"):
+        console.print(f"[bold yellow]{counted(s['n_domains_replaced'], 'prompt')} without a task gave a domain that is "
+                      "not in the taxonomy:[/] the LMRA classified their domain too (classifications.jsonl: "
+                      "given_domain); give their task, or use the taxonomy's domain names.")
     tasks = s.get("classified_tasks") or {}
     if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
         top = max(tasks, key=tasks.get)
