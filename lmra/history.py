@@ -73,6 +73,9 @@ CREATE TABLE IF NOT EXISTS check_warnings (check_rowid INTEGER PRIMARY KEY, warn
 -- a check's verdict (regression / no_regression / no_conclusion: lmra.monitor.CheckResult.verdict),
 -- likewise: a replay's check holds tested rows but no verdict (null: recorded by an older lmra)
 CREATE TABLE IF NOT EXISTS check_verdicts (check_rowid INTEGER PRIMARY KEY, verdict TEXT NOT NULL);
+-- what changed in the served models between the baseline and the run (JSON list of lines,
+-- lmra.identity.identity_changes), likewise (null: recorded by an older lmra)
+CREATE TABLE IF NOT EXISTS check_identity (check_rowid INTEGER PRIMARY KEY, changes TEXT NOT NULL);
 -- pairs left out because a refusal label could not be obtained, per run (null: a run without
 -- refusal labels); a table of its own, so that an older lmra still inserts its values into runs
 CREATE TABLE IF NOT EXISTS run_unlabelled (run_id TEXT PRIMARY KEY, n_unlabelled INTEGER);
@@ -399,6 +402,8 @@ class History:
                         (cur.lastrowid, json.dumps(list(getattr(result, "comparability", []) or []))))
         self.db.execute("INSERT OR REPLACE INTO check_verdicts (check_rowid, verdict) VALUES (?,?)",
                         (cur.lastrowid, result.verdict))
+        self.db.execute("INSERT OR REPLACE INTO check_identity (check_rowid, changes) VALUES (?,?)",
+                        (cur.lastrowid, json.dumps(list(getattr(result, "identity_changes", []) or []))))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -480,13 +485,16 @@ class History:
         not replace the nightly verdict on the history page, the report and the exports. Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame of the task rows and
         ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
-        older lmra recorded) and ``verdict`` (``regression`` / ``no_regression`` /
+        older lmra recorded), ``identity_changes`` (the served-model changes since the baseline,
+        :func:`lmra.identity.identity_changes`; None when an older lmra recorded the check) and
+        ``verdict`` (``regression`` / ``no_regression`` /
         ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
         :func:`stored_verdict` for a check an older lmra recorded); None when never checked."""
-        row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict FROM checks c "
-                              "LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
+        row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict, i.changes AS identity_changes "
+                              "FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
                               "LEFT JOIN check_verdicts v ON v.check_rowid = c.rowid "
+                              "LEFT JOIN check_identity i ON i.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
                               (run_id,)).fetchone()
@@ -502,6 +510,11 @@ class History:
                                else [str(w) for w in json.loads(out["warnings"])])
         except (TypeError, ValueError):
             out["warnings"] = None
+        try:  # served-model changes since the baseline (lmra.identity); None when not recorded
+            out["identity_changes"] = (None if out.get("identity_changes") is None
+                                       else [str(w) for w in json.loads(out["identity_changes"])])
+        except (TypeError, ValueError):
+            out["identity_changes"] = None
         out["verdict"] = out.get("verdict") or stored_verdict(out)
         return out
 
@@ -513,7 +526,8 @@ class History:
             ``{"baseline_id": str, "checked": ISO time, "source": the command that recorded it
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
             check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
-            check an older lmra made), "verdict": the check's verdict (as :meth:`latest_check`;
+            check an older lmra made), "identity_changes": its served-model change lines (None:
+            not recorded), "verdict": the check's verdict (as :meth:`latest_check`;
             ``no_conclusion`` with tasks tested: a replay), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
@@ -533,7 +547,8 @@ class History:
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
-                "warnings": c.get("warnings"), "verdict": c["verdict"], "regressed": keyed("regressed"),
+                "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
+                "verdict": c["verdict"], "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),

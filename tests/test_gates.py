@@ -310,6 +310,10 @@ def test_gate_over_regression_and_judge_failure_over_gate(tmp_path, capsys):
     rise = write_config(tmp_path, name="nightly", rates=RISE, seed=2)
     rc, text, run_dir = audit(capsys, rise, "--baseline", str(base), "--gate", "max_net_rating=0.99")
     assert rc == 3 and "Regression in 1 task(s)" in text and "all passed" in text  # gate met: the regression
+    # the same night again (its seed: every answer replayed) tests nothing: 2, whatever it breaches
+    rc, text, _ = audit(capsys, rise, "--baseline", str(base), "--gate", "max_net_rating=0.01")
+    assert rc == 2 and "nothing was tested against baseline" in " ".join(text.split())
+    rise = write_config(tmp_path, name="nightly", rates=RISE, seed=4)  # another night: its own seed
     rc, text, breached = audit(capsys, rise, "--baseline", str(base), "--gate", "max_net_rating=0.01")
     assert rc == 6 and "Regression in 1 task(s)" in text and "GATE BREACHED max_net_rating" in text
     # lmra check stays the relative check (exit 3); its JSON carries the run's recorded gates

@@ -322,6 +322,20 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
     assert ("warning: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (baseline → run)"
             in out)
     assert "the target's system fingerprint changed: fp_a → fp_b" in out
+    # recorded with the check: lmra history and the Prometheus export show the new model version
+    # beside the verdict (fresh-user finding: only that night's console and report.html said it)
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "out"), "--json"]) == 0
+    doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert doc[run2.name]["check"]["identity_changes"] == [
+        "the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06",
+        "the target's system fingerprint changed: fp_a → fp_b"]
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "out")]) == 0
+    assert "the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06" in " ".join(
+        capsys.readouterr().out.split())
+    assert lmra_cli(["export", str(run2), "--format", "prometheus", "--out", str(tmp_path / "prom")]) == 0
+    prom = next((tmp_path / "prom").glob("*.prom")).read_text().splitlines()
+    assert any(ln.startswith("lmra_run_served_model_changes{") and ln.endswith(" 2.0") for ln in prom)
+    capsys.readouterr()
     assert lmra_cli(["compare", str(run1), str(run2)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "note: the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06 (A → B)" in out

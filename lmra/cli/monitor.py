@@ -412,6 +412,8 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
 
         labels = ", ".join(dict.fromkeys(short_label(w) for w in check["warnings"]))
         text += f"{between}[bold yellow]warning: {lit(labels)}[/] ('lmra check' says more)"
+    for line in check.get("identity_changes") or []:  # a new model version beside the verdict (fresh-user finding)
+        text += f"{between}[yellow]{lit(line)}[/]"
     if not_evidence and check.get("verdict") != "no_conclusion":
         text += f"{between}[bold yellow]not evidence: {lit(not_evidence)}[/]"
     return text

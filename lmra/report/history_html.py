@@ -221,6 +221,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
             # rows tested on replayed answers: no verdict (lmra.monitor.CheckResult.verdict)
             "replayed": check.get("verdict") == "no_conclusion" and bool(check["n_tested"] + check.get("n_overall_tested", 0)),
             "warnings": [short_label(w) for w in check.get("warnings") or []],
+            "identity_changes": list(check.get("identity_changes") or []),  # served models since the baseline
             "warnings_recorded": check.get("warnings") is not None,
             "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]})
                          + [f"overall ({c})" for c in sorted(check.get("overall_regressed") or {}, key=str)],

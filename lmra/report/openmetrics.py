@@ -92,7 +92,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             None; gives ``lmra_task_regressed`` (tested tasks only), ``lmra_overall_regressed``
             (tested overall rows), ``lmra_run_regressions`` (both flagged; absent when nothing was tested),
             ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``; a check whose
-            ``verdict`` is ``no_conclusion`` (a replay's) gives the warnings only.
+            ``verdict`` is ``no_conclusion`` (a replay's) gives the warnings only; its recorded
+            ``identity_changes`` give ``lmra_run_served_model_changes``.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
 
@@ -150,6 +151,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
                             "night-to-night comparison of one chatbot (replayed answers, another target or design)",
                             labels=RUN_LABELS),
+        "identity": G("lmra_run_served_model_changes", "Roles and fields (served model id, system fingerprint) whose "
+                      "reported values changed between the baseline of the run's regression check and the run (a "
+                      "new model version behind the same name); absent when the check recorded none (older lmra)",
+                      labels=RUN_LABELS),
         "gates_met": G("lmra_run_gates_met", "1 if every release gate of the run was met, 0 if one was breached or "
                        "could not be evaluated (absent: the run had no gates)", labels=RUN_LABELS),
         "gates": G("lmra_run_gate_breaches", "Values above their release-gate bound", labels=RUN_LABELS),
@@ -194,6 +199,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     fam["end"].add_metric(run_labels, _epoch(run.manifest.get("finished")))
     # a check on replayed answers (verdict no_conclusion with rows tested) has no verdict: no
     # regression metric at all, as a check that tested nothing (fresh-user finding: 0 regressions)
+    if check is not None and check.get("identity_changes") is not None:
+        fam["identity"].add_metric(run_labels, float(len(check["identity_changes"])))
     if check is not None and check.get("verdict") == "no_conclusion" and any(
             finite(t.get("p_regress")) is not None for frame in (check["result"], check.get("overall"))
             if frame is not None and len(frame) for t in frame.to_dict(orient="records")):
