@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from lmra.judge.scoring import COMBINERS
-from lmra.stats import adjust_pvalues, clustered_mcnemar, mcnemar_exact, mean_interval, two_proportion_test, wilson_ci
+from lmra.stats import (adjust_pvalues, clustered_mcnemar, clustered_wilson_ci, mcnemar_exact, mean_interval,
+                        two_proportion_test, wilson_ci)
 
 PER_TASK_COLUMNS = [
     "domain", "task", "group_a", "group_b", "n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled",
@@ -268,7 +269,7 @@ def _scopes(df: pd.DataFrame):
 
 
 def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float,
-                 n_paired: int, only_a: int, only_b: int, prompt_differences=None) -> dict:
+                 n_paired: int, only_a: int, only_b: int, prompt_differences=None, prompt_counts=None) -> dict:
     """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
     ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them;
     of the ``n_paired`` pairs whose two responses are both labelled, ``only_a`` refused only
@@ -276,9 +277,18 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
     pair per prompt; with several (``samples_per_prompt`` > 1: ``prompt_differences``, each
     prompt's only-A minus only-B count) McNemar for clustered pairs, whose pairs of one prompt
     are not independent (break-it finding: the exact test's false positives reached 0.15 at
-    α = 0.05 with 5 pairs per prompt)."""
-    lo_a, hi_a = wilson_ci(sa, na, alpha)
-    lo_b, hi_b = wilson_ci(sb, nb, alpha)
+    α = 0.05 with 5 pairs per prompt). ``prompt_counts`` (several responses per prompt): each
+    prompt's ``(refusals_a, labelled_a, refusals_b, labelled_b)`` as four arrays; the group
+    intervals are then :func:`~lmra.stats.clustered_wilson_ci` over the prompts (``ci_method``
+    ``clustered``; statistics review: plain Wilson covered 0.80–0.85 at 95% with 5 per prompt),
+    else plain Wilson."""
+    if prompt_counts is None:
+        lo_a, hi_a = wilson_ci(sa, na, alpha)
+        lo_b, hi_b = wilson_ci(sb, nb, alpha)
+    else:
+        ya, ma, yb, mb = (np.asarray(x, dtype=float) for x in prompt_counts)
+        lo_a, hi_a = clustered_wilson_ci(ya[ma > 0], ma[ma > 0], alpha)
+        lo_b, hi_b = clustered_wilson_ci(yb[mb > 0], mb[mb > 0], alpha)
     z, p = two_proportion_test(sa, na, sb, nb)
     if not n_paired:
         p_paired, method = math.nan, None
@@ -290,7 +300,8 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
             "n_a": na, "refusals_a": sa, "rate_a": sa / na if na else math.nan, "ci_low_a": lo_a,
             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p, "n_paired": n_paired,
-            "only_a": only_a, "only_b": only_b, "p_paired": p_paired, "paired_test": method}
+            "only_a": only_a, "only_b": only_b, "p_paired": p_paired, "paired_test": method,
+            "ci_method": "wilson" if prompt_counts is None else "clustered"}
 
 
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -329,13 +340,18 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             lb = g["refusal_b"].dropna().astype(bool)
             both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
             ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
-            diffs = None
+            diffs = counts = None
             cluster = ["domain", "task", "prompt_id"]  # a prompt's pairs (as refusal_table_sql groups them)
             if "prompt_id" in both and both[cluster].duplicated().any():  # several pairs of one prompt
                 d = (ra & ~rb).astype(int) - (rb & ~ra).astype(int)
                 diffs = d.groupby([both[c] for c in cluster], dropna=False).sum().to_numpy()
+            if "prompt_id" in g and g[cluster].duplicated().any():  # several responses per prompt and group
+                keys = [g[c] for c in cluster]
+                per = pd.DataFrame({"ya": g["refusal_a"].astype(float), "yb": g["refusal_b"].astype(float)}
+                                   ).groupby(keys, dropna=False).agg(["sum", "count"])
+                counts = (per[("ya", "sum")], per[("ya", "count")], per[("yb", "sum")], per[("yb", "count")])
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
-                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs))
+                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs, counts))
     return pd.DataFrame(rows)
 
 
@@ -624,19 +640,31 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
             "SELECT group_a, group_b, domain, task, prompt_id, "
             "count(*) FILTER (WHERE refusal_a IS NOT NULL AND refusal_b IS NOT NULL) AS n, "
             "count(*) FILTER (WHERE refusal_a AND NOT refusal_b) - count(*) FILTER (WHERE refusal_b AND NOT refusal_a)"
-            " AS d FROM pairs GROUP BY ALL").df()
-        if not (per_prompt["n"] > 1).any():
+            " AS d, coalesce(sum(refusal_a::INT), 0) AS ya, count(refusal_a) AS ma, "
+            "coalesce(sum(refusal_b::INT), 0) AS yb, count(refusal_b) AS mb, count(*) AS n_rows FROM pairs GROUP BY ALL").df()
+        if not (per_prompt["n_rows"] > 1).any():
             per_prompt = None
 
-    def differences(a, b, level, dom, task):
-        if per_prompt is None:
-            return None
-        m = (per_prompt["group_a"] == a) & (per_prompt["group_b"] == b) & (per_prompt["n"] > 0)
+    def prompts_of(a, b, level, dom, task):
+        m = (per_prompt["group_a"] == a) & (per_prompt["group_b"] == b)
         if level != "overall":
             m &= per_prompt["domain"] == dom
         if level == "task":
             m &= per_prompt["task"] == task
-        sel = per_prompt[m]
+        return per_prompt[m]
+
+    def counts_of(a, b, level, dom, task):
+        """Each prompt's refusal counts per group, for the clustered intervals (several responses per prompt)."""
+        if per_prompt is None:
+            return None
+        sel = prompts_of(a, b, level, dom, task)
+        return (sel["ya"], sel["ma"], sel["yb"], sel["mb"]) if (sel["n_rows"] > 1).any() else None
+
+    def differences(a, b, level, dom, task):
+        if per_prompt is None:
+            return None
+        sel = prompts_of(a, b, level, dom, task)
+        sel = sel[sel["n"] > 0]
         return sel["d"].to_numpy() if (sel["n"] > 1).any() else None
 
     rows = []
@@ -646,7 +674,8 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
                 if (a, b) != (ga, gb):
                     continue
                 rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha,
-                                         int(n_paired), int(only_a), int(only_b), differences(a, b, level, dom, task)))
+                                         int(n_paired), int(only_a), int(only_b), differences(a, b, level, dom, task),
+                                         counts_of(a, b, level, dom, task)))
     return pd.DataFrame(rows)
 
 

@@ -279,10 +279,16 @@ def test_a_full_audit_sends_the_requests_and_writes_the_files_of_earlier_lmra(tm
     # (and, since the twentieth session, its n_not_rated column, left out here as the pairs are not passed)
     monkeypatch.setattr(lmra.aggregate, "quality_table",
                         lambda q, alpha=0.05, interval="t", pairs=None: quality_table(q, alpha))
-    # (and, since the twenty-first session, refusals.csv's paired test, left out here)
+    # (and, since the twenty-first session, refusals.csv's paired test, left out here; since the
+    # twenty-third, its ci_method column)
     refusal_table = lmra.aggregate.refusal_table
     monkeypatch.setattr(lmra.aggregate, "refusal_table", lambda r, alpha=0.05: refusal_table(r, alpha).drop(
-        columns=["n_paired", "only_a", "only_b", "p_paired", "paired_test"]))
+        columns=["n_paired", "only_a", "only_b", "p_paired", "paired_test", "ci_method"]))
+    # (and the clustered refusal intervals with several responses per prompt: plain Wilson then)
+    from lmra.stats import wilson_ci
+
+    monkeypatch.setattr(lmra.aggregate, "clustered_wilson_ci",
+                        lambda y, n, alpha=0.05: wilson_ci(int(sum(y)), int(sum(n)), alpha))
     # (and, since the twenty-first session, each sampled draw's own seed: 8b899bf sent the
     # question's seed with every draw, given here)
     import lmra.judge.options
