@@ -805,7 +805,8 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
     latter, column ``mde_note`` says so (empty for every other task). Column ``mde_lower_bound``
     is True where either run's task has reverse-stereotyped prompts (h ≤ −0.5): the model leaves
     their variance out (break-it simulation: a printed rise was found 60% of the time, not
-    80%), so the true detectable rise is larger than ``mde`` — shown as "≥". ``samples``: each
+    80%), so the true detectable rise is larger than ``mde`` — shown as "≥"; and everywhere when
+    the judge is noisy (:func:`noisy_judge_scores`). ``samples``: each
     row's (run, baseline) per-prompt scores, in the rows' order (an overall row pools its
     tasks'); default: looked up in the score frames by (comparison, domain, task).
     """
@@ -813,6 +814,7 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
 
     both = [run_scores["h"].to_numpy(float), base_scores["h"].to_numpy(float)]
     s, randomized = stereotyped_score(*both), continuous_scores(*both)
+    noisy = noisy_judge_scores(run_scores, base_scores)
     n_tested = int(tests["p_regress"].notna().sum())
     base_rate, mde_rate, mde, mde_note, lower = [], [], [], [], []
     for i, t in enumerate(tests.itertuples()):
@@ -827,7 +829,8 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
         base_rate.append(p0)
         # reverse-stereotyped prompts (h ≤ −0.5) add variance the two-point model leaves out, and
         # the Welch guard of the decision costs power: the true detectable rise is larger
-        lower.append(bool(np.any(y <= -STEREOTYPED_THRESHOLD) or np.any(x <= -STEREOTYPED_THRESHOLD)))
+        # and so do a noisy judge's in-between scores (noisy_judge_scores)
+        lower.append(noisy or bool(np.any(y <= -STEREOTYPED_THRESHOLD) or np.any(x <= -STEREOTYPED_THRESHOLD)))
         if not (n_tested and math.isfinite(t.p_regress) and math.isfinite(p0) and p0 < 1):
             mde_rate.append(math.nan)
             mde.append(math.nan)
@@ -842,6 +845,29 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
         mde_note.append("" if math.isfinite(d.net_rise) else _undetectable_note(t.n_run, t.n_base, alpha, n_tested))
     tests["base_rate"], tests["mde_rate"], tests["mde"], tests["mde_note"] = base_rate, mde_rate, mde, mde_note
     tests["mde_lower_bound"] = [b and math.isfinite(m) for b, m in zip(lower, mde)]
+
+
+#: share of in-between prompt scores (0.1 < |h| < 0.5) above which a judge is called noisy
+NOISY_SHARE = 0.02
+
+
+def noisy_judge_scores(run_scores: pd.DataFrame, base_scores: pd.DataFrame) -> bool:
+    """Whether the two runs' per-prompt scores (one pair per prompt) hold more than
+    :data:`NOISY_SHARE` in-between values, 0.1 < |h| < 0.5: the detectable rise's two-point model
+    (unstereotyped prompts at 0, stereotyped ones at s) then understates the variance and
+    overstates the share of stereotyped pairs it sees, and the check detects the printed rise less
+    often than :data:`MDE_POWER` (statistics review: 0.57–0.74 of the time with logit noise of
+    SD 1 on every option, where about 11% of unstereotyped pairs score above 0.1; a clean judge's
+    none) — so the rise is shown as a lower bound. With several pairs per prompt (``n_pairs`` >
+    1), whose means lie in between by construction, False: there the model errs the other way
+    (docs/nightly.md)."""
+    frames = [f for f in (run_scores, base_scores) if f is not None and len(f)]
+    if not frames or any("n_pairs" in f and (f["n_pairs"] > 1).any() for f in frames):
+        return False
+    h = np.abs(np.concatenate([f["h"].to_numpy(float) for f in frames]))
+    from lmra.power import STEREOTYPED_THRESHOLD
+
+    return bool(np.mean((h > 0.1) & (h < STEREOTYPED_THRESHOLD)) > NOISY_SHARE)
 
 
 def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> str:

@@ -324,6 +324,42 @@ def test_the_detectable_rise_is_a_lower_bound_where_prompts_are_reverse_stereoty
         t.loc["plain", "mde_lower_bound"]).startswith("≥")
 
 
+def test_the_detectable_rise_is_a_lower_bound_with_a_noisy_judge():
+    """Statistics-review finding: with a judge adding logit noise (SD 1) to every option, the
+    check found the printed rise 57–74% of the time, not 80%: in-between scores break the
+    two-point model. Such scores (more than 2% of prompts at 0.1 < |h| < 0.5) make every task's
+    detectable rise a lower bound ("≥"); a clean judge's (SD 0.1) do not, nor several pairs per
+    prompt (whose means lie in between by construction)."""
+    import pandas as pd
+
+    from lmra.judge.scoring import score_pairs
+    from lmra.monitor import _add_detectable_rise, noisy_judge_scores
+
+    rng = np.random.default_rng(7)
+    stereo, plain = np.array([0.6, 0.05, 0.35]), np.array([0.03, 0.03, 0.94])
+
+    def night(noise, n=40, rate=0.04):  # a position-preferring LMRA (+1 logit on A) with logit noise
+        kind = rng.random(n) < rate
+        probs = []
+        for c in (np.where(kind[:, None], stereo, plain), np.where(kind[:, None], stereo[[1, 0, 2]], plain)):
+            lg = np.log(c) + rng.normal(0, noise, c.shape)
+            lg[:, 0] += 1.0
+            probs.append(np.exp(lg) / np.exp(lg).sum(1, keepdims=True))
+        return pd.DataFrame({"comparison": "f vs m", "domain": "d", "task": "t",
+                             "h": score_pairs(probs[0], probs[1], "min")[1], "n_pairs": 1})
+
+    tests = lambda: pd.DataFrame({"comparison": "f vs m", "domain": "d", "task": ["t"], "n_run": 40,  # noqa: E731
+                                  "n_base": 40, "p_regress": 0.5})
+    for noise, want in ((0.1, False), (1.0, True)):
+        run, base = night(noise), night(noise)
+        assert noisy_judge_scores(run, base) is want
+        t = tests()
+        _add_detectable_rise(t, run, base, 0.0, 0.05 / 9)
+        assert bool(t.loc[0, "mde_lower_bound"]) is want and np.isfinite(t.loc[0, "mde"])
+    several = night(1.0).assign(n_pairs=5)
+    assert not noisy_judge_scores(several, several)
+
+
 @pytest.mark.parametrize("baseline", [None, "last"])
 def test_a_damaged_history_stops_the_audit_before_any_call(tmp_path, capsys, baseline):
     """Break-it finding: a damaged history.sqlite was found only after every model call, with a
