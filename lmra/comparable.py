@@ -157,11 +157,14 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     return out
 
 
+#: the starts of the warnings that say every chatbot answer was replayed (a replay's check)
+REPLAY_STARTS = ("the run drew with the baseline's seed", "the run made no fresh target call")
+
+
 def short_label(warning: str) -> str:
     """Two or three words for a warning of :func:`comparability_warnings` (a table cell):
     ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
-    for start, label in (("the run drew with the baseline's seed", "replayed answers"),
-                         ("the run made no fresh target call", "replayed answers"),
+    for start, label in ((REPLAY_STARTS[0], "replayed answers"), (REPLAY_STARTS[1], "replayed answers"),
                          ("the target differs", "another target"), ("the audit design differs", "another design")):
         if warning.startswith(start):
             return label

@@ -119,20 +119,28 @@ def _config_name(folder: Path) -> str:
     ``YYYYMMDD-HHMMSS-`` prefix)."""
     import tomllib
 
+    import re
+
     try:
         return str(tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("name") or "")
-    except (OSError, ValueError):
-        return folder.name.split("-", 2)[-1]
+    except (OSError, ValueError):  # (a folder claimed beside another of the same second ends in -N)
+        return re.sub(r"-\d+$", "", folder.name.split("-", 2)[-1])
 
 
 def stored_verdict(check: dict) -> str:
     """The verdict of a stored check recorded before verdicts were (:meth:`History.latest_check`'s
     dict: ``result`` and ``overall`` frames of its rows): ``regression`` when a task or overall
     row regressed, ``no_conclusion`` when no row has a p-value (nothing tested), else
-    ``no_regression`` — as :attr:`lmra.monitor.CheckResult.verdict` without the replay (which an
-    older lmra did not record)."""
+    ``no_regression`` — as :attr:`lmra.monitor.CheckResult.verdict`; ``no_conclusion`` too when
+    its recorded comparability warnings say every chatbot answer was replayed (an older lmra
+    recorded no verdict; it did record the warning, though not whether the night replayed had
+    finished complete)."""
     rows = [r for frame in (check.get("result"), check.get("overall")) if frame is not None and len(frame)
             for r in frame.to_dict(orient="records")]
+    from lmra.comparable import REPLAY_STARTS
+
+    if any(str(w).startswith(REPLAY_STARTS) for w in check.get("warnings") or []):
+        return "no_conclusion"  # a replay recorded before verdicts were (its warning says so; review finding)
     if any(bool(r.get("regressed")) for r in rows):
         return "regression"
     tested = any(finite(r.get("p_regress")) is not None for r in rows)
@@ -338,13 +346,17 @@ class History:
             folder = manifest.parent
             if is_shard(folder):
                 continue
-            status = folder_status(folder, mark=not self.read_only)
-            if status == "unknown" or status in FINISHED:
-                continue
             try:
                 m = json.loads(manifest.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
+            # an audit's folder only (review finding: recsys runs, 'finished', were listed as audit nights)
+            if not isinstance(m, dict) or "judge" not in m or "mode" in m or str(m.get("status")) in FINISHED:
+                continue
+            status = folder_status(folder, mark=not self.read_only)
+            if status == "unknown" or status in FINISHED:
+                continue
+            m = {**m, "status": status}
             run_name = _config_name(folder)
             if name and run_name != name:
                 continue

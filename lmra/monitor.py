@@ -554,9 +554,11 @@ def _replayed_all(run, warnings: list[str], history=None) -> bool:
     counts = target_calls(run)
     if counts is None or counts[0] != 0 or counts[1] <= 0:
         return False
-    if any(w.startswith("the run drew with the baseline's seed") for w in warnings):
+    from lmra.comparable import REPLAY_STARTS
+
+    if any(w.startswith(REPLAY_STARTS[0]) for w in warnings):
         return True
-    if history is None or not any(w.startswith("the run made no fresh target call") for w in warnings):
+    if history is None or not any(w.startswith(REPLAY_STARTS[1]) for w in warnings):
         return False
     earlier = history.finished_before(run)
     row = history.get(earlier) if earlier else None

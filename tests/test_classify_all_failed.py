@@ -52,3 +52,40 @@ provider = "test_classify_all_failed:make_judge"
     assert len(classes) == 6 and classes["failed"].all()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["calls"]["failed"] >= 6
+
+
+def make_failing_judge(cfg: ModelConfig) -> ScriptedJudge:  # every stereotype rating fails
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, fail_on=lambda text: True)
+
+
+def test_a_run_whose_every_pair_failed_says_why_in_its_manifest(tmp_path, sim_inputs, capsys):
+    """Review finding: a run ending 'failed' because every pair's calls failed (not stopped by an
+    exception) had no stop_reason, so lmra history listed it as 'failed' with no reason."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(4)
+    cfg = tmp_path / "down.toml"
+    cfg.write_text(f'''name = "down"
+prompts = "{prompts}"
+names = "{names}"
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'cache.sqlite'}"
+[judge_check]
+enabled = false
+[refusal]
+enabled = false
+[filter]
+lmra = false
+[target]
+provider = "test_classify_all_failed:make_target"
+[judge]
+provider = "test_classify_all_failed:make_failing_judge"
+''')
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
+    (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["stop_reason"].startswith("no pair was scored: 4 of 4 pairs failed after every retry; the first:")
+    capsys.readouterr()
+    assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    assert f"{run_dir.name}: failed — no pair was scored" in " ".join(capsys.readouterr().out.split())

@@ -468,6 +468,9 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     assert lmra_cli(["check", str(again), "--baseline", str(base), "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and doc["exit_status"] == 2 and doc["replayed"] is True
+    assert doc["regressions"] == [] and doc["overall_regressions"] == [] and doc["improvements"] == []
+    assert {t["decision"] for t in doc["tests"] + doc["overall"]} == {"replayed"}
+    assert not any(t["regressed"] for t in doc["tests"] + doc["overall"])
     reports = str(tmp_path / "reports")
     assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
     rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
@@ -489,6 +492,19 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     report = " ".join((tmp_path / "r.html").read_text(encoding="utf-8").split())
     assert "No conclusion: every chatbot answer of this run was replayed" in report
     assert "the rises flagged below are the replayed answers" in report and "Regression: " not in report
+    # a check an older lmra recorded has no verdict row: its replay warning says it (review finding)
+    from lmra.history import History
+
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.db.execute("DELETE FROM check_verdicts")
+        h.db.commit()
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert rows[again.name]["check"]["verdict"] == "no_conclusion" and not rows[again.name]["check"]["regressed"]
+    assert rows[bad.name]["check"]["verdict"] == "regression"
+    assert lmra_cli(["export", str(again), "--format", "prometheus", "--out", str(tmp_path / "m2")]) == 0
+    assert "lmra_run_regressions{" not in next((tmp_path / "m2").glob("*.prom")).read_text()
 
 
 def test_history_says_a_failed_judges_no_regression_is_not_evidence(tmp_path, lmra_cli, capsys):
@@ -560,3 +576,24 @@ max_retries = 0
     assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
     page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
     assert "Run folders that did not finish" in page and f"{failed.name}: failed — EndpointUnreachable" in page
+    # review findings: only audit folders (a recsys run beside them, 'finished', is none); the newest
+    # 10 on the console; a folder without config.toml named from its folder name, '-N' suffix and all
+    import shutil
+
+    recsys = tmp_path / "reports" / "20260105-000000-movies"
+    recsys.mkdir()
+    (recsys / "manifest.json").write_text(json.dumps({"status": "finished", "mode": "fairllm", "k": 5}))
+    for i in range(11):
+        copy = tmp_path / "reports" / f"20260106-0000{i:02d}-nightly-2"
+        shutil.copytree(failed, copy)
+        (copy / "config.toml").unlink()
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports, "--name", "nightly", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["not_finished"]
+    assert len(listed) == 12 and all(r["name"] == "nightly" for r in listed) and recsys.name not in str(listed)
+    assert json.loads((recsys / "manifest.json").read_text())["status"] == "finished"  # not marked stale
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "12 run folders did not finish" in out and "the newest 10 ('--json' lists all)" in out
+    # (the copies started when the failed night did: ordered by run id, the two first left out)
+    assert "20260106-000000-nightly-2:" not in out and "20260106-000002-nightly-2: failed" in out

@@ -94,7 +94,7 @@ def test_compare_of_runs_sharing_no_task_says_so_and_exits_2(tmp_path, lmra_cli,
         assert lmra_cli(["compare", str(a), str(b), *extra]) == 2
         cap = capsys.readouterr()
         said = " ".join((cap.err + cap.out).split())
-        assert "share no task of the same comparison" in said and "Traceback" not in said
+        assert "no task has a net rating in both runs" in said and "Traceback" not in said
         assert "20260101-000000-cmp" in said and "20260102-000000-cmp" in said
 
 

@@ -231,6 +231,7 @@ values = { gender = ["a boy", "a girl"] }
     assert "no sensitive list could be compared with its neutral list: 3 of 3 target calls failed" in err and "connection refused" in err
     manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
     assert manifest["status"] == "failed"
+    assert manifest["stop_reason"].startswith("no sensitive list could be compared with its neutral list: 3 of 3")
 
 
 def test_cli_cfairllm_scripted_target(tmp_path, capsys):

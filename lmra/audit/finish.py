@@ -24,7 +24,7 @@ from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.data import PromptRecord
-from lmra.runstate import (COMPLETE, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
+from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
                            invalid_outliers, invalid_over_limit, invalid_phrase, run_status)
 from lmra.fileio import write_csv
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
@@ -218,6 +218,14 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
     hint = (" — if the chatbot does not refuse, the LMRA's refusal labels are wrong: check refusals.csv and "
             "[refusal] threshold, or turn the labels off" if refused else "")
     return f"{NO_PAIR_SCORED_PREFIX}: of the {n} pairs, {', '.join(parts)}{hint}"
+
+
+def _all_failed_reason(scores: pd.DataFrame, n_failed: int) -> str:
+    """manifest.json's ``stop_reason`` of a run whose every rated pair failed: how many, and the
+    first pair's error (as written in ratings.parquet's ``error``; redacted there when asked)."""
+    errors = scores["error"].dropna().astype(str) if "error" in scores else pd.Series(dtype=str)
+    first = f"; the first: {errors.iloc[0]}" if len(errors) else ""
+    return f"no pair was scored: {n_failed} of {len(scores)} pairs failed after every retry{first}"
 
 
 #: the start of :func:`text_under_min_warning`'s text (a merge recomputes it, not a shard's)
@@ -873,6 +881,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if axes_result is not None:
         summary["axes"] = axes_result.summary
     audit._write_json("summary.json", summary)
+    if run_st == FAILED:  # why, as a run stopped by an error says it (review finding: no reason)
+        manifest["stop_reason"] = none_scored or _all_failed_reason(scores, n_pairs_failed)
     manifest |= {"status": run_st, "judge_status": status["status"],
                  "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                  "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict(),

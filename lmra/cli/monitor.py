@@ -148,8 +148,8 @@ def _task_namer(rows):
 def tested_words(result) -> str:
     """How many tasks the check tested and how many of them could detect a rise at all:
     ``3 of 3 tasks tested; 2 of them too small to detect any rise (see 'detectable rise'); the
-    others detect rises of +0.35 or more only`` (the smallest detectable rise of a tested task,
-    at 80% power)."""
+    others detect rises of +0.35 (the best) to +0.62 or more only`` (the detectable rises of the
+    tested tasks at 80% power, smallest to largest)."""
     n, k, blind = result.n_tested, len(result.tests), result.n_undetectable
     words = f"{n} of {k} task{'s' * (k != 1)} tested"
     if blind:
@@ -158,8 +158,10 @@ def tested_words(result) -> str:
     t = result.tests
     mde = t.loc[t["p_regress"].notna(), "mde"].dropna() if len(t) and "mde" in t else ()
     if len(mde):  # what a quiet night rules out (fresh-user finding: "10 too small" read as "17 rule out much")
-        words += (f"; {'the others' if blind else 'they'} detect rises of {float(mde.min()):+.2f} or more only"
-                  if n > 1 else f"; it detects rises of {float(mde.min()):+.2f} or more only")
+        lo, hi = float(mde.min()), float(mde.max())
+        span = f"{lo:+.2f}" if round(lo, 2) == round(hi, 2) else f"{lo:+.2f} (the best) to {hi:+.2f}"
+        words += (f"; {'the others' if blind else 'they'} detect rises of {span} or more only"
+                  if n > 1 else f"; it detects rises of {lo:+.2f} or more only")
     return words
 
 
@@ -254,7 +256,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     with History(path) as h:
         h.scan()
         if args.name:  # a name no run has is a typo to say (exit 2), as 'lmra report --history' says it
-            names = list(dict.fromkeys(h.runs()["name"].dropna().astype(str)))
+            names = list(dict.fromkeys([*h.runs()["name"].dropna().astype(str),  # (a name whose nights all
+                                        *(r["name"] for r in h.not_finished())]))  # failed is no typo)
             if names and args.name not in names:
                 raise LmraInputError(f"no run named '{args.name}' in the history (names there: "
                                      f"{', '.join(repr(n) for n in names)})", file=path, field="--name")
@@ -350,10 +353,15 @@ def _print_not_finished(console: Console, unfinished: list[dict]) -> None:
     if not unfinished:
         return
     console.print(f"[bold yellow]{counted(len(unfinished), 'run folder')} did not finish (not in the table: no "
-                  "results to compare):[/]")
-    for r in unfinished:
+                  "results to compare)" + (f"; the newest {NOT_FINISHED_SHOWN} ('--json' lists all)"
+                                           if len(unfinished) > NOT_FINISHED_SHOWN else "") + ":[/]")
+    for r in unfinished[-NOT_FINISHED_SHOWN:]:
         why = f" — {r['stop_reason']}" if r.get("stop_reason") else ""
         console.print(Text(f"  {r['run_id']}: {r['status']}{why}"))
+
+
+#: run folders that did not finish listed below lmra history's table (the newest)
+NOT_FINISHED_SHOWN = 10
 
 
 def _verdicts(history, runs) -> dict[str, dict]:
@@ -500,10 +508,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cmp = compare_runs(a, b, comparison=args.comparison)
     if not len(cmp.pairs):  # nothing compared is said, never an empty table with exit 0 (break-it finding)
         tasks = lambda run: len(run.per_task) if run.per_task is not None else 0  # noqa: E731
-        raise LmraInputError(f"runs {a.run_id} ({tasks(a)} task rows) and {b.run_id} ({tasks(b)} task rows) share no "
-                             "task of the same comparison" + (f" '{args.comparison}'" if args.comparison else "")
-                             + ": there is nothing to compare. Compare runs of one audit design (the same prompt "
-                             "tasks and comparisons).")
+        raise LmraInputError(f"no task has a net rating in both runs {a.run_id} ({tasks(a)} task rows) and "
+                             f"{b.run_id} ({tasks(b)} task rows)"
+                             + (f" in comparison '{args.comparison}'" if args.comparison else "")
+                             + ": there is nothing to compare (the runs measure other tasks or comparisons, or a "
+                             "task's pairs were all lost in one of them).")
     if args.json:
         from lmra.report import jsonout
 

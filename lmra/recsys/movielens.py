@@ -62,8 +62,9 @@ def _read_rows(path: Path, n_fields: int, what: str, encoding: str) -> Iterable[
         raise LmraInputError(f"{what} not found", file=path) from None
     except IsADirectoryError:
         raise LmraInputError(f"{what} is a folder, expected a file", file=path) from None
-    except UnicodeDecodeError as exc:
-        raise LmraInputError(f"{what} is not {exc.encoding} text ({exc.reason} at byte {exc.start})", file=path) from None
+    except UnicodeDecodeError as exc:  # (the byte's offset in the file: after a mark, 3 more)
+        at = exc.start + (len(_BOM) if exc.encoding == "utf-8" and path.read_bytes().startswith(_BOM) else 0)
+        raise LmraInputError(f"{what} is not {exc.encoding} text ({exc.reason} at byte {at})", file=path) from None
     except OSError as exc:  # permission denied … (break-it finding: an I/O failure, exit 1)
         raise LmraInputError(f"cannot read {what} ({exc.strerror or exc})", file=path) from None
     for lineno, line in enumerate(text.splitlines(), start=1):

@@ -22,7 +22,7 @@ from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext
 from lmra.recsys.parse import CatalogMatcher
 from lmra.recsys.records import plain
-from lmra.recsys.scoring import build_summary, nothing_scored, run_bias, score_frame
+from lmra.recsys.scoring import build_summary, nothing_scored, nothing_scored_message, run_bias, score_frame
 
 
 @dataclass
@@ -126,6 +126,8 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
                             matched=matcher is not None) | extra | {"run_dir": str(run_dir)}
     dump_json(run_dir / "summary.json", clean_nan(summary))
     status = "failed" if nothing_scored(summary) else "finished"
+    if status == "failed":  # why, in the manifest too (as an audit's; review finding: none)
+        manifest["stop_reason"] = nothing_scored_message(summary, lists)
     manifest |= {"status": status, "finished": now(), "calls": stats.as_dict()}
     dump_json(run_dir / "manifest.json", manifest)
     return RecsysResult(run_dir, lists, sim, fair, summary, manifest, bias, bias_sum)

@@ -352,7 +352,7 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
         "n_nights": len(runs), "n_total": n_total, "first": rows[0]["date"], "last": rows[-1]["date"],
         "newest": rows[-1], "nights": rows[::-1], "comparisons": comparisons, "strips": strips,
         # the run folders of this name that did not finish: not drawn, never a silent gap (fresh-user finding)
-        "not_finished": history.not_finished(name)[-MAX_NOT_FINISHED:][::-1],
+        "not_finished": (nf := history.not_finished(name))[-MAX_NOT_FINISHED:][::-1], "n_not_finished": len(nf),
         "axis_labels": [{"x": strips[j]["x"] + strip_w / 2, "label": rows[j]["date"][:10]} for j in label_at],
         "strip_width": size["width"], "colors": {"red": RED, "blue": BLUE, "grey": GREY, "orange": ORANGE},
     }

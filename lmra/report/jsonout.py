@@ -106,7 +106,9 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         prompts), ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
         tested task has no detectable rise, else null) plus ``decision``
         (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
-        ``improvements`` list ``{comparison, domain, task}``; ``overall``: one object per
+        ``improvements`` list ``{comparison, domain, task}`` (for a replay, ``replayed``: every
+        tested row's ``decision`` is ``replayed``, ``regressed``/``improved`` false, both lists
+        empty — its rises are the replayed answers', p-values kept); ``overall``: one object per
         comparison with at least 2 tasks in both runs — its net rating over all of them, tested in
         the same Holm family (the columns of ``tests`` plus ``n_tasks``; ``domain`` "", ``task``
         "all tasks") — and ``overall_regressions``/``overall_improvements`` list those
@@ -117,19 +119,24 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         the planned pairs lost to failed calls, in [0, 1], or null).
     """
     tests, overall = plain(result.tests), plain(result.overall)
+    replayed = bool(getattr(result, "replayed", False))
     for t in tests + overall:
         t["note"] = t.get("note") or None
         t["mde_note"] = t.get("mde_note") or None
         t["decision"] = _decision(t)
+        if replayed and t["decision"] != "not_tested":  # rows of replayed answers decide nothing (review
+            t["decision"] = "replayed"  # finding: a jq filter on .regressed printed them as regressions)
+            t["regressed"] = t["improved"] = False
     keys = ["comparison", "domain", "task"]
     overall_regs = [t["comparison"] for t in overall if t["regressed"]]
     verdict = result.verdict
+    kept = (lambda frame: frame.iloc[0:0]) if replayed else (lambda frame: frame)  # noqa: E731
     doc = {
         "schema": SCHEMA_CHECK, "run_id": result.run_id, "baseline_id": result.baseline_id,
         "margin": result.margin, "alpha": result.alpha, "exit_status": int(exit_status), "verdict": verdict,
         "judge_status": judge_status_object(result, allow_unvalidated_judge=allow_unvalidated_judge),
         "n_tested": result.n_tested, "tests": tests,
-        "regressions": plain(result.regressions[keys]), "improvements": plain(result.improvements[keys]),
+        "regressions": plain(kept(result.regressions[keys])), "improvements": plain(kept(result.improvements[keys])),
         "only_in_run": list(result.only_in_run), "only_in_baseline": list(result.only_in_baseline),
         "overall": overall, "overall_regressions": overall_regs,
         "overall_improvements": [t["comparison"] for t in overall if t["improved"]],
