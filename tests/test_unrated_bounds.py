@@ -73,6 +73,39 @@ def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bou
     text = console.export_text()
     assert (f"{k} pairs got no usable rating (invalid, unlabelled, failed): had they all scored −1 or +1, the net "
             f"rating would lie in [{b['low']:+.4f}, {b['high']:+.4f}]") in text
+    # declined pairs as many as the forward stereotypes found (none here) — said aloud from 5% of the pairs
+    assert (f"{k} declined is as many as the forward stereotypes found" in text) is (k >= 0.05 * (n + k))
+
+
+def test_many_declined_pairs_beside_the_stereotypes_found_are_said_aloud(tmp_path, sim_inputs):
+    """Statistics-review finding: an LMRA declining half the stereotyped pairs left 16% of the pairs
+    invalid (under every limit) and a net rating of 0.040 for a truth of 0.112, the bounds line
+    dim. With as many declined pairs as forward stereotypes found, it is said in yellow."""
+    res = _declined_run(tmp_path, sim_inputs, 60, 0.4)
+    (row,) = res.overall.to_dict(orient="records")
+    k, n = row["n_invalid"], row["n_pairs"]
+    assert k >= 0.05 * (n + k)
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    assert f"{k} declined is as many as the forward stereotypes found" in console.export_text()
+
+
+def test_a_few_declined_pairs_beside_many_stereotypes_stay_a_quiet_bounds_line(tmp_path, sim_inputs):
+    """The loud note needs the declined pairs to rival the stereotypes found: here the LMRA rates
+    every stereotyped pair (forward rate ≈ 0.5) and declines none of them, only failed calls."""
+    import zlib
+
+    from doubles import ScriptedJudge
+
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Advice for women only." if g == "female"
+                            and rng.random() < 0.5 else "General advice.")
+    judge = ScriptedJudge(lambda a, b: {"A": 1.0} if "women only" in a else {"B": 1.0} if "women only" in b
+                          else {"C": 1.0}, fail_on=lambda text: zlib.crc32(text.encode()) % 8 == 0)
+    res = Audit(_cfg(tmp_path, sim_inputs, 40), target=target, judge=judge).run()
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    text = console.export_text()
+    assert "pairs got no usable rating" in text and "as many as the forward stereotypes found" not in text
 
 
 def test_no_bounds_line_when_every_pair_was_rated(tmp_path, sim_inputs):
