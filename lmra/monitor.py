@@ -135,13 +135,21 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
     if served is not None:  # the same configured LMRA, but its endpoint answered as another model
         checks.append(("judge's served model (what its endpoint reported answering)", ", ".join(served[1]),
                        ", ".join(served[0])))
+    mixed = ""
+    if served is not None and (set(served[0]) < set(served[1]) or set(served[1]) < set(served[0])):
+        # (fresh-user finding: a baseline audited after a judge update held the old model's identity-filter
+        # answers, replayed from the cache, beside the new one's ratings — refused night after night)
+        mixed = (" One run's judge answers include those of another model besides the other run's: answers "
+                 "replayed from the call cache (identity-filter, refusal and classification answers do not change "
+                 "with the seed) keep the model that gave them, so a night audited just after a judge update "
+                 "mixes both; pin a night whose judge answers all came from one model.")
     for what, mine, theirs in checks:
         if mine != theirs:
             raise LmraInputError(
                 f"baseline {baseline.run_id} is not comparable with run {run.run_id}: its {what} is '{theirs}', "
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
                 f"and comparisons were used; choose another baseline or pin one made with the run's settings "
-                f"('lmra pin RUN').", field="--baseline")
+                f"('lmra pin RUN')." + (mixed if what.startswith("judge's served model") else ""), field="--baseline")
 
 
 @dataclass
