@@ -337,7 +337,8 @@ class History:
 
         Returns:
             oldest first, ``{"run_id", "name", "status", "started", "stop_reason"}`` per folder
-            (``stop_reason``: the manifest's, None when it recorded none).
+            (``stop_reason``: the manifest's — the error it stopped on, or the ``failure`` of a run
+            that finished with nothing scored — None when it recorded none).
         """
         from lmra.runstate import FINISHED, folder_status
 
@@ -361,7 +362,7 @@ class History:
             if name and run_name != name:
                 continue
             out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
-                        "stop_reason": m.get("stop_reason")})
+                        "stop_reason": m.get("stop_reason") or m.get("failure")})
         return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
 
     def _writable(self, what: str) -> None:

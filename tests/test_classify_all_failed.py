@@ -85,7 +85,8 @@ provider = "test_classify_all_failed:make_failing_judge"
     (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "failed"
-    assert manifest["stop_reason"].startswith("no pair was scored: 4 of 4 pairs failed after every retry; the first:")
+    assert manifest["failure"].startswith("no pair was scored: 4 of 4 pairs failed after every retry; the first:")
+    assert "stop_reason" not in manifest  # (it stopped on no error: lmra merge tells the two apart)
     capsys.readouterr()
     assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
     assert f"{run_dir.name}: failed — no pair was scored" in " ".join(capsys.readouterr().out.split())

@@ -221,7 +221,7 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
 
 
 def _all_failed_reason(scores: pd.DataFrame, n_failed: int) -> str:
-    """manifest.json's ``stop_reason`` of a run whose every rated pair failed: how many, and the
+    """manifest.json's ``failure`` of a run whose every rated pair failed: how many, and the
     first pair's error (as written in ratings.parquet's ``error``; redacted there when asked)."""
     errors = scores["error"].dropna().astype(str) if "error" in scores else pd.Series(dtype=str)
     first = f"; the first: {errors.iloc[0]}" if len(errors) else ""
@@ -881,8 +881,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if axes_result is not None:
         summary["axes"] = axes_result.summary
     audit._write_json("summary.json", summary)
-    if run_st == FAILED:  # why, as a run stopped by an error says it (review finding: no reason)
-        manifest["stop_reason"] = none_scored or _all_failed_reason(scores, n_pairs_failed)
+    if run_st == FAILED:  # why (review finding: no reason); not stop_reason, which says the run stopped on an
+        manifest["failure"] = none_scored or _all_failed_reason(scores, n_pairs_failed)  # error (lmra.merge)
     manifest |= {"status": run_st, "judge_status": status["status"],
                  "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                  "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict(),
