@@ -149,7 +149,9 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
                    "night its own seed (--seed, docs/nightly.md)")
     elif counts and counts[1] and not counts[0] and history is not None:  # another seed, an earlier night's?
         earlier = earlier_same_draw(history, run)
-        if earlier is not None:  # (a seed left fixed), not a re-run resuming an interrupted night
+        # (a seed left fixed): a night that finished complete — not a re-run resuming an interrupted
+        # night, nor one completing a partial night, whose answers are its own (user-trial finding)
+        if earlier is not None and ((history.get(earlier) or {}).get("status") or "complete") == "complete":
             out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache "
                        f"(run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and model), so "
                        "the check does not see what the chatbot does tonight; give each night its own seed (--seed, "

@@ -404,10 +404,13 @@ class History:
         overall = getattr(result, "overall", None)
         if overall is not None and len(overall):
             rows += [r | {"level": "overall"} for r in json.loads(overall.to_json(orient="records"))]
+        n_reg = len(result.regressions) + len(getattr(result, "overall_regressions", ()))
+        n_imp = len(result.improvements) + len(getattr(result, "overall_improvements", ()))
+        if getattr(result, "replayed", False):  # rows of replayed answers flag nothing, in the table too
+            rows = [r | {"regressed": False, "improved": False} for r in rows]  # (a query on n_regressions:
+            n_reg = n_imp = 0  # user-trial finding, it counted a replay as a second regression night)
         cur = self.db.execute("INSERT INTO checks VALUES (?,?,?,?,?,?,?,?)",
-                              (result.run_id, result.baseline_id, result.margin, result.alpha, _now(),
-                               len(result.regressions) + len(getattr(result, "overall_regressions", ())),
-                               len(result.improvements) + len(getattr(result, "overall_improvements", ())),
+                              (result.run_id, result.baseline_id, result.margin, result.alpha, _now(), n_reg, n_imp,
                                json.dumps(rows)))
         self.db.execute("INSERT OR REPLACE INTO check_sources (check_rowid, source) VALUES (?,?)",
                         (cur.lastrowid, source))

@@ -439,8 +439,10 @@ def test_a_re_run_of_a_partial_night_is_tested_not_called_a_replay(tmp_path, lmr
     rerun = night(tmp_path, "20260102-010000-nightly", 0.9, seed=2)
     result = check_run(rerun, base)
     assert not result.replayed and not result.regressions.empty
+    assert result.comparability == []  # nor warned as one (user trial: "replayed … finished earlier")
     capsys.readouterr()
     assert lmra_cli(["check", str(rerun), "--baseline", str(base)]) == 3
+    assert "replayed" not in capsys.readouterr().err
 
 
 def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_path, lmra_cli, capsys):
@@ -465,6 +467,12 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     out = " ".join(capsys.readouterr().out.split())
     assert "No conclusion: every chatbot answer of this run was replayed" in out
     assert "Rise (replayed answers) in 2 task(s)" in out and "Regression in" not in out
+    assert "rise (replayed)" in out and "REGRESSION" not in out  # the table's rows too (user trial)
+    from lmra.history import History
+
+    with History(tmp_path / "reports" / "history.sqlite") as h:  # a query on the checks table counts no regression
+        counts = dict(h.db.execute("SELECT run_id, max(n_regressions) FROM checks GROUP BY run_id").fetchall())
+    assert counts[again.name] == 0 and counts[bad.name] == 3
     assert lmra_cli(["check", str(again), "--baseline", str(base), "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and doc["exit_status"] == 2 and doc["replayed"] is True
@@ -491,7 +499,8 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     assert lmra_cli(["report", str(again), "--out", str(tmp_path / "r.html")]) == 0
     report = " ".join((tmp_path / "r.html").read_text(encoding="utf-8").split())
     assert "No conclusion: every chatbot answer of this run was replayed" in report
-    assert "the rises flagged below are the replayed answers" in report and "Regression: " not in report
+    assert "Regression: " not in report and 'class="regression"' not in report
+    assert "replayed</td>" in report
     # a check an older lmra recorded has no verdict row: its replay warning says it (review finding)
     from lmra.history import History
 
@@ -531,6 +540,9 @@ def test_history_says_a_failed_judges_no_regression_is_not_evidence(tmp_path, lm
     line = lambda run: next(ln for ln in out if run.name in ln and "started" not in ln)  # noqa: E731
     assert "not evidence: judge failed validation" in line(bad_judge)
     assert "not evidence" not in line(good) and "no regression" in line(good)
+    assert lmra_cli(["report", "--history", "--reports-dir", str(tmp_path / "reports")]) == 0  # and on the page
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert "not evidence: judge failed" in page
 
 
 def test_a_failed_night_is_listed_as_not_finished_not_a_silent_gap(tmp_path, lmra_cli, capsys):

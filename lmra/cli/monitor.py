@@ -73,9 +73,17 @@ def print_check(console: Console, result) -> None:
                 "p fall", "Holm p", "detectable rise (80%)", "decision"):
         table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
     task = _task_namer(result.tests)
+    replayed = getattr(result, "replayed", False)  # rows of replayed answers decide nothing
+
+    def decide(t) -> str:
+        if replayed and (t.regressed or t.improved):
+            return "[yellow]rise (replayed)[/]" if t.regressed else "[yellow]fall (replayed)[/]"
+        return ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
+                else lit(t.note or ("replayed" if replayed and isinstance(t.p_regress, float)
+                                    and t.p_regress == t.p_regress else "no change")))
+
     for t in result.tests.itertuples():
-        decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
-                    else lit(t.note or "no change"))
+        decision = decide(t)
         table.add_row(lit(t.comparison), lit(task(t)), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
                       _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
@@ -83,8 +91,7 @@ def print_check(console: Console, result) -> None:
                       decision)
     overall = getattr(result, "overall", None)
     for t in (overall.itertuples() if overall is not None and len(overall) else ()):
-        decision = ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
-                    else lit(t.note or "no change"))
+        decision = decide(t)
         table.add_row(lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks)", f"{t.n_run}/{t.n_base}",
                       _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff), _p(t.p_regress), _p(t.p_regress_holm),
                       _p(t.p_improve), _p(t.p_improve_holm),

@@ -191,6 +191,7 @@ def _check_context(check) -> dict | None:
     rows = [r | {"overall": False} for r in _records(tests)] + overall_rows
     n_tested = sum(1 for r in rows if finite(r.get("p_regress")) is not None)
     for r in rows:
+        r["tested"] = finite(r.get("p_regress")) is not None
         r["label"] = (f"{r['task']} ({r['comparison']})" if not r.get("overall") else
                       f"overall net rating over all {_int_or_dash(r.get('n_tasks'))} tasks ({r['comparison']})")
         # the check's sensitivity (issue 12); absent from checks stored before it existed
