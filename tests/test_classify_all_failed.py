@@ -9,7 +9,7 @@ import json
 
 import pandas as pd
 
-from conftest import NAME_TO_GROUP
+from conftest import NAME_TO_GROUP, custom_audit_config
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra.config import ModelConfig
 
@@ -64,23 +64,8 @@ def test_a_run_whose_every_pair_failed_says_why_in_its_manifest(tmp_path, sim_in
     from lmra.cli import main
 
     names, prompts = sim_inputs(4)
-    cfg = tmp_path / "down.toml"
-    cfg.write_text(f'''name = "down"
-prompts = "{prompts}"
-names = "{names}"
-output_dir = "{tmp_path / 'reports'}"
-cache = "{tmp_path / 'cache.sqlite'}"
-[judge_check]
-enabled = false
-[refusal]
-enabled = false
-[filter]
-lmra = false
-[target]
-provider = "test_classify_all_failed:make_target"
-[judge]
-provider = "test_classify_all_failed:make_failing_judge"
-''')
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                              judge="test_classify_all_failed:make_failing_judge", name="down")
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
     (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import custom_audit_config
 from doubles import ScriptedJudge
 from lmra import Audit
 from lmra.config import AuditConfig
@@ -557,22 +558,10 @@ def test_a_failed_night_is_listed_as_not_finished_not_a_silent_gap(tmp_path, lmr
     with socket.socket() as s:  # a port nothing listens on: connection refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = tmp_path / "down.toml"
-    cfg.write_text(f'''name = "nightly"
-prompts = "{prompts.as_posix()}"
-names = "{names.as_posix()}"
-prompts_per_task = 0
-output_dir = "{(tmp_path / 'reports').as_posix()}"
-cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
-[judge_check]
-enabled = false
-[target]
-provider = "openai"
-model = "down"
-base_url = "http://127.0.0.1:{port}/v1"
-api_key_required = false
-max_retries = 0
-''')
+    cfg = custom_audit_config(tmp_path, names, prompts, target="openai", name="nightly",
+                              judge="test_classify_all_failed:make_judge",
+                              target_lines=f'model = "down"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                                           'api_key_required = false\nmax_retries = 0')
     assert lmra_cli(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
     (failed,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir() and p.name != "20260101-000000-nightly"]
     capsys.readouterr()

@@ -14,6 +14,7 @@ from rich.text import Text
 from lmra.aggregate import unrated_bound_rows
 from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
+from lmra.runfolder import finite
 from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
 
 
@@ -155,7 +156,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                 # as many pairs declined as the forward stereotypes found: declining them would halve the
                 # rating, within every limit (statistics review: 16% declined, net 0.040 for a truth of 0.112)
                 n_total = int(r["n_pairs"]) + b["n_unrated"]
-                loud = b["n_declined"] >= max(1.0, (_num(r["forward_rate"]) or 0.0) * int(r["n_pairs"])) \
+                loud = b["n_declined"] >= max(1.0, (finite(r["forward_rate"]) or 0.0) * int(r["n_pairs"])) \
                     and b["n_declined"] >= DECLINED_LOUD_SHARE * n_total
                 style = "yellow" if loud else "dim"
                 console.print(f"[{style}]  {b['n_unrated']} pairs got no usable rating (invalid, unlabelled, failed): "
@@ -168,15 +169,6 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
 
 #: share of a comparison's pairs declined (invalid or unlabelled) from which the bounds line is not dim
 DECLINED_LOUD_SHARE = 0.05
-
-
-def _num(x) -> float | None:
-    """x as a float, None when missing or NaN."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def _p_cell(p, alpha: float, extra: str = "") -> str:
