@@ -503,7 +503,8 @@ class History:
         ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
         older lmra recorded), ``identity_changes`` (the served-model changes since the baseline,
         :func:`lmra.identity.identity_changes`; None when an older lmra recorded the check) and
-        ``verdict`` (``regression`` / ``no_regression`` /
+        ``replayed`` (the verdict is ``no_conclusion`` although rows were tested: every chatbot
+        answer was replayed) and ``verdict`` (``regression`` / ``no_regression`` /
         ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
         :func:`stored_verdict` for a check an older lmra recorded); None when never checked."""
         row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict, i.changes AS identity_changes "
@@ -532,6 +533,10 @@ class History:
         except (TypeError, ValueError):
             out["identity_changes"] = None
         out["verdict"] = out.get("verdict") or stored_verdict(out)
+        # rows tested on replayed answers: no verdict (every surface reads this one flag)
+        out["replayed"] = out["verdict"] == "no_conclusion" and any(
+            finite(r.get("p_regress")) is not None for frame in (out["result"], out["overall"]) if len(frame)
+            for r in frame.to_dict(orient="records"))
         return out
 
     def check_summary(self, run_id: str) -> dict | None:
@@ -543,8 +548,7 @@ class History:
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
             check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
             check an older lmra made), "identity_changes": its served-model change lines (None:
-            not recorded), "verdict": the check's verdict (as :meth:`latest_check`;
-            ``no_conclusion`` with tasks tested: a replay), "n_tested": int,
+            not recorded), "verdict" and "replayed": as :meth:`latest_check`, "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
@@ -564,7 +568,7 @@ class History:
                              for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
-                "verdict": c["verdict"], "regressed": keyed("regressed"),
+                "verdict": c["verdict"], "replayed": c["replayed"], "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),

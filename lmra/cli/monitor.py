@@ -407,7 +407,7 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     base = lit(check["baseline_id"])
     if not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
-    elif check.get("verdict") == "no_conclusion":  # tested, but on replayed answers: nothing of that night's chatbot
+    elif check.get("replayed"):  # tested, but on replayed answers: nothing of that night's chatbot
         text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
     elif check["regressed"] or check.get("overall_regressed"):
         parts = []

@@ -218,8 +218,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
         "check": None if check is None else {
             "baseline_id": check["baseline_id"],
             "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
-            # rows tested on replayed answers: no verdict (lmra.monitor.CheckResult.verdict)
-            "replayed": check.get("verdict") == "no_conclusion" and bool(check["n_tested"] + check.get("n_overall_tested", 0)),
+            "replayed": bool(check.get("replayed")),  # rows tested on replayed answers: no verdict
             "warnings": [short_label(w) for w in check.get("warnings") or []],
             "identity_changes": list(check.get("identity_changes") or []),  # served models since the baseline
             "warnings_recorded": check.get("warnings") is not None,

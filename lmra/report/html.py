@@ -177,13 +177,13 @@ def _check_context(check) -> dict | None:
         overall = check.get("overall")
         base_id, margin, alpha = check["baseline_id"], check["margin"], check["alpha"]
         warnings = list(check.get("warnings") or [])
-        verdict = check.get("verdict")
+        replayed = bool(check.get("replayed"))
     else:
         tests, only_run, only_base = check.tests, check.only_in_run, check.only_in_baseline
         overall = getattr(check, "overall", None)
         base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
         warnings = list(getattr(check, "comparability", []) or [])
-        verdict = getattr(check, "verdict", None)
+        replayed = bool(getattr(check, "replayed", False))
     from lmra.monitor import MDE_POWER, format_detectable
 
     # the tasks, then each comparison's overall row (its net rating over all its tasks, in the same Holm family)
@@ -200,10 +200,8 @@ def _check_context(check) -> dict | None:
     sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
                    "alpha_task": (float(alpha) / n_tested) if n_tested else None,
                    "shown": any("mde" in r for r in rows)}
-    # rows tested on replayed answers: no verdict (lmra.monitor.CheckResult.verdict), the rises shown as such
-    replayed = verdict == "no_conclusion" and n_tested > 0
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
-            "replayed": replayed,
+            "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
             "only_in_run": only_run, "only_in_baseline": only_base,

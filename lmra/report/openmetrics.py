@@ -92,7 +92,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             None; gives ``lmra_task_regressed`` (tested tasks only), ``lmra_overall_regressed``
             (tested overall rows), ``lmra_run_regressions`` (both flagged; absent when nothing was tested),
             ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``; a check whose
-            ``verdict`` is ``no_conclusion`` (a replay's) gives the warnings only; its recorded
+            ``replayed`` is true gives the warnings only; its recorded
             ``identity_changes`` give ``lmra_run_served_model_changes``.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
@@ -197,16 +197,13 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["status"].add_metric(run_labels + [state], float(state == run.status))
     fam["start"].add_metric(run_labels, _epoch(run.started))
     fam["end"].add_metric(run_labels, _epoch(run.manifest.get("finished")))
-    # a check on replayed answers (verdict no_conclusion with rows tested) has no verdict: no
-    # regression metric at all, as a check that tested nothing (fresh-user finding: 0 regressions)
     if check is not None and check.get("identity_changes") is not None:
         fam["identity"].add_metric(run_labels, float(len(check["identity_changes"])))
-    if check is not None and check.get("verdict") == "no_conclusion" and any(
-            finite(t.get("p_regress")) is not None for frame in (check["result"], check.get("overall"))
-            if frame is not None and len(frame) for t in frame.to_dict(orient="records")):
-        if check.get("warnings") is not None:
-            fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
-    elif check is not None:
+    if check is not None and check.get("warnings") is not None:  # (not recorded by an older lmra: no sample, never a 0)
+        fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
+    # a check on replayed answers has no verdict: no regression metric at all, as a check that
+    # tested nothing (fresh-user finding: 0 regressions)
+    if check is not None and not check.get("replayed"):
         res = check["result"]
         n = tested = 0
         for t in res.to_dict(orient="records"):
@@ -229,8 +226,6 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         if tested or n_overall:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
             fam["regressions"].add_metric(run_labels, float(n))
         fam["tested"].add_metric(run_labels, float(tested))
-        if check.get("warnings") is not None:  # (not recorded by an older lmra: no sample, never a 0)
-            fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
     if gates is not None and not gates.get("unreadable"):
         fam["gates_met"].add_metric(run_labels, float(bool(gates.get("passed"))))
         fam["gates"].add_metric(run_labels, float(len(gates.get("breaches") or [])))
