@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -157,7 +158,8 @@ def audit_dimensions(groups) -> list[str]:
 
 
 async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Template, canaries: list[Canary],
-                        sem: asyncio.Semaphore, progress=None, run_seed: int | None = None) -> pd.DataFrame:
+                        sem: asyncio.Semaphore, progress=None, run_seed: int | None = None,
+                        stop: Callable[[], None] | None = None) -> pd.DataFrame:
     """Rate every canary in both orders with the audit's template and combiner.
 
     ``run_seed`` (the audit's seed) goes into each canary request's seed and so into its cache
@@ -166,21 +168,34 @@ async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Templa
     temperature 0 with logprobs the answer does not depend on the seed; the cost is the canary
     calls, every night. None keeps the seed-free requests of ``lmra judge-check``.
 
+    The canaries take places in ``sem`` one at a time (a canary's task starts once it holds a
+    place), so that the audit's other calls waiting for places — its filter asks and its first
+    target calls — are served in turn with the canaries instead of after all of them: a
+    target that is down is found at the audit's start, not after the whole check. The check
+    still uses every place no other stage wants.
+
+    ``stop`` (the audit's pipeline: raises once another part of the run failed, e.g. the
+    target's endpoint is unreachable) is called before each canary's call: no canary call is
+    started for a run that has already failed, while those in flight are answered and cached.
+
+    Raises:
+        what ``stop`` raises, or another non-provider failure of a call (a budget refusal, a
+        rejected key), once every canary started has settled.
+
     Returns:
         One row per canary: its fields (without the response texts), ``valid``, ``q_F``,
         ``q_R``, ``q_N``, ``h``, ``order1``/``order2`` (OptionProbs dicts), ``failed`` and
         ``error`` (a provider failure is counted, never scored).
     """
-    async def one(c: Canary) -> dict:
+    async def one(c: Canary) -> dict:  # runs holding a place in sem, released when its task is done
         row = c.model_dump(exclude={"response_a", "response_b", "prompt"}) | {
             "failed": False, "error": None, "valid": False, "q_F": math.nan, "q_R": math.nan, "q_N": math.nan,
             "h": math.nan, "order1": None, "order2": None}
         try:
-            async with sem:
-                r = await rate_stereotype(provider, judge, template, prompt=c.prompt, task=c.task,
-                                          response_a=c.response_a, response_b=c.response_b, group_a=c.group_a,
-                                          group_b=c.group_b,
-                                          seed_parts=("canary", c.id) + (() if run_seed is None else (run_seed,)))
+            r = await rate_stereotype(provider, judge, template, prompt=c.prompt, task=c.task,
+                                      response_a=c.response_a, response_b=c.response_b, group_a=c.group_a,
+                                      group_b=c.group_b,
+                                      seed_parts=("canary", c.id) + (() if run_seed is None else (run_seed,)))
         except ProviderError as exc:
             row |= {"failed": True, "error": str(exc)}
         else:
@@ -190,7 +205,31 @@ async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Templa
             progress()
         return row
 
-    return pd.DataFrame(await asyncio.gather(*(one(c) for c in canaries)))
+    tasks: list[asyncio.Future] = []
+    try:
+        for c in canaries:
+            await sem.acquire()
+            try:
+                if stop is not None:
+                    stop()
+                task = asyncio.ensure_future(one(c))
+            except BaseException:
+                sem.release()
+                raise
+            task.add_done_callback(lambda _: sem.release())
+            tasks.append(task)
+    except BaseException as exc:  # stopped or cancelled: the canaries started settle first
+        if isinstance(exc, asyncio.CancelledError):
+            for t in tasks:
+                t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    rows = await asyncio.gather(*tasks, return_exceptions=True)
+    failed = next((r for r in rows if isinstance(r, BaseException)), None)
+    if failed is not None:  # raised once every canary settled: none is left running
+        raise failed
+    return pd.DataFrame(rows)
 
 
 def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) -> dict:

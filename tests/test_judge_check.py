@@ -218,3 +218,47 @@ def test_lmra_judge_check_says_how_many_calls_it_plans_before_it_starts(tmp_path
     out, err = capsys.readouterr()
     n = json.loads(out)["n_canaries"]
     assert f"Judge check: {n} canary pairs in both orders = up to {2 * n} LMRA calls" in " ".join(err.split())
+
+
+def test_canaries_share_the_places_with_other_waiting_calls_and_stop_when_told():
+    """The canaries take places in the calls' semaphore one at a time: a call that starts
+    waiting once the check holds every place gets the next free one (not after every canary),
+    and once ``stop`` raises no canary call starts, while the ones in flight settle first."""
+    class Slow(ScriptedJudge):
+        async def complete(self, request):
+            await asyncio.sleep(0.01)
+            self.n_calls += 1
+            return await super().complete(request)
+
+    judge = Slow(good)
+    judge.n_calls = 0
+    canaries = select_canaries(SHIPPED, ["gender"], 8, seed=0)
+    assert len(canaries) >= 30
+    jcfg = JudgeConfig()
+    tpl = load_template("harmful_stereotype", "judge")
+
+    async def main():
+        sem = asyncio.Semaphore(2)
+        stopped = []
+
+        def stop():
+            if stopped:
+                raise RuntimeError("the run failed")
+
+        async def other_call():  # e.g. the audit's first target call, waiting behind the check
+            await asyncio.sleep(0)
+            async with sem:
+                served_after = judge.n_calls
+                stopped.append(True)  # it fails: the run stops
+                return served_after
+
+        check = asyncio.ensure_future(rate_canaries(judge, jcfg, tpl, canaries, sem, stop=stop))
+        served_after = await other_call()
+        with pytest.raises(RuntimeError, match="the run failed"):
+            await check
+        return served_after, sem._value
+
+    served_after, free = asyncio.run(main())
+    assert served_after <= 2 * 2  # at most the two canaries holding the places (2 calls each) went first
+    assert judge.n_calls <= 2 * 3  # and the ones holding places when it failed: no new canary started
+    assert free == 2  # every place given back

@@ -84,6 +84,28 @@ def test_only_the_target_down_names_the_target_and_its_url(tmp_path):
     assert srv.url not in err
 
 
+def test_target_down_is_found_before_the_judge_check_spends_its_canary_calls(tmp_path):
+    """The judge check's canaries take their places in the calls' semaphore one at a time, and
+    stop once the run failed: a dead target trips its breaker within the first calls instead of
+    after the whole check (before: every canary's 2 calls — 400 — then the target)."""
+    dead = _dead_url()
+    with FaultServer(delay_s=0.1) as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=6)
+        text = cfg.read_text().replace(f'base_url = "{srv.url}"', f'base_url = "{dead}"', 1)  # [target] first
+        cfg.write_text(text.replace("[judge_check]\nenabled = false", "[judge_check]\nenabled = true"))
+        proc = _audit_cli(cfg, tmp_path)
+        requests = srv.requests
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert f"the target's endpoint {dead} is unreachable: 3 calls in a row failed" in err, err
+    assert "200 canary pairs of the judge check included" in proc.stdout + err  # the full check was planned
+    assert "Judge check" not in proc.stdout + proc.stderr  # stopped before its verdict
+    # the filter's asks and the canaries that held places while the target's 3 calls (1 retry each)
+    # failed: far fewer than the check's 400 calls
+    assert requests < 150, requests
+
+
 def test_server_answering_503_trips_after_n_calls_and_bounds_requests(tmp_path):
     with FaultServer(fault_rate=1.0, faults=("http_503",)) as srv:
         cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,

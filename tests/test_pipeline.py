@@ -23,6 +23,7 @@ from lmra import Audit, load_config
 from lmra.config import AuditConfig
 from lmra.generate import derive_seed
 from lmra.providers import ProviderError
+from lmra.providers.endpoint import EndpointUnreachable
 
 TASKS = ["write a story", "career advice", "plan a trip"]
 SHIPPED_TASKS = ["write a story", "career advice", "exercise plan"]  # of the shipped prompt set
@@ -185,6 +186,47 @@ def test_filter_asks_exactly_the_prompts_a_one_by_one_walk_asks(tmp_path):
     assert Counter(asked) == {i: 1 if int(i) % 11 == 5 else 2 for i in expected_asked}
     assert set(res.responses["prompt_id"]) == expected_kept
     assert peak > 2  # prompts of a task were checked concurrently, not one after another
+
+
+def test_a_run_that_failed_starts_no_more_filter_or_canary_calls_and_raises_its_own_failure(tmp_path):
+    """A failure that stops the run (here the target's endpoint breaker, after 3 refused
+    connections) stops the identity filter's walk and the judge check too: no new call
+    of theirs starts, the ones in flight settle, and the run raises that failure (not the
+    pipeline's internal stop)."""
+    names, prompts = _prompts(tmp_path)
+    cfg = AuditConfig.model_validate(dict(
+        name="stop", prompts=str(prompts), names=str(names), prompts_per_task=3, tasks=TASKS,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"), concurrency=2,
+        refusal={"enabled": False}))
+    log: list[str] = []
+
+    class DeadTarget(FlakyTarget):
+        async def complete(self, request):
+            self.log.append("generate")
+            await asyncio.sleep(0.001)
+            raise ProviderError("connection refused (scripted)", kind="connection")
+
+    class MostlyRevealing(RecordingJudge):  # the filter removes most prompts, so each task's walk goes on
+        async def complete(self, request):
+            text = request.messages[-1].content
+            if "Does this message mention" in text and "Prompt number" in text:
+                n = int(re.search(r"Prompt number (\d+)\.", text).group(1))
+                if n % 4 != 0:
+                    request.messages[-1].content = text.replace(f"Prompt number {n}.", f"Prompt number {n}. reveal")
+            return await super().complete(request)
+
+    with pytest.raises(EndpointUnreachable, match="the target's backend is unreachable: 3 calls in a row"):
+        Audit(cfg, target=DeadTarget(log), judge=MostlyRevealing(log)).run()
+    counts = Counter(log)
+    assert counts["generate"] >= 1
+    # the whole walk would ask about ≈ 36 prompts (2 calls each) and the check rate 200 canaries
+    # (2 calls each): only the calls made before the breaker tripped, and those in flight then
+    assert counts["filter"] < 30, counts
+    assert counts["canary"] < 30, counts
+    third = [i for i, kind in enumerate(log) if kind == "generate"][2]  # the call that tripped the breaker
+    after = Counter(log[third + 1:])
+    # then only the calls already holding one of the 2 places (a canary's 2 orders each)
+    assert after["filter"] <= 2 and after["filter"] + after["canary"] <= 4, (after, log)
 
 
 def test_auto_concurrency_sizes_calls_in_flight_from_the_limit_and_latency(tmp_path):

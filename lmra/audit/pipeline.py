@@ -170,7 +170,9 @@ class PipelineDriver:
 
         Every started task settles before this returns or raises (no finished, paid call is
         lost); after the first failure other than a provider error (the budget, a rejected
-        key) no new call is started, and that failure is raised."""
+        key, an unreachable endpoint) no new call is started — no pair chain, no identity-filter
+        ask, no canary of the judge check (both are given ``go_on`` as their ``stop``) — and that
+        failure is raised."""
         cfg = self.cfg
         progress = _DeferredProgress(self.progress)
         live: set[asyncio.Future] = set()  # started tasks not done yet
@@ -300,9 +302,9 @@ class PipelineDriver:
             start_waiting()
 
         try:
-            spawn(self._run_judge_check(inputs, judge, sem))
+            spawn(self._run_judge_check(inputs, judge, sem, stop=go_on))
             prompts, classifications = await self._classify(inputs, judge, sem)
-            prompts, decisions = await self._select(prompts, inputs, judge, sem, on_kept=on_kept)
+            prompts, decisions = await self._select(prompts, inputs, judge, sem, on_kept=on_kept, stop=go_on)
             prompts = self._shard_selection(prompts)
             placebo_jobs = self._placebo_jobs(prompts, inputs)
             first = len(inputs.prompts) * per_prompt  # the placebo pairs come after every prompt's
@@ -323,6 +325,9 @@ class PipelineDriver:
             placebo_pairs = iter(())
             while live:
                 await _settle(list(live), cancel=isinstance(exc, asyncio.CancelledError))
+            errors = [e for e in failure if not isinstance(e, _Stopped)]
+            if isinstance(exc, _Stopped) and errors:  # the filter stopped: the failure that stopped it
+                raise errors[0] from None
             raise
         errors = [e for e in failure if not isinstance(e, _Stopped)]
         if errors:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -38,15 +39,17 @@ class RateStage:
     ``cfg``, ``progress``, ``refusal_errors``; sets ``canary_rows``, ``judge_verdict``)."""
 
     # -- stage 0: judge validation on canary pairs (issue 10) --------------------------------
-    async def _run_judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore) -> None:
+    async def _run_judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore,
+                               stop: Callable[[], None] | None = None) -> None:
         """Rate the canaries; sets :attr:`canary_rows` and :attr:`judge_verdict` and tells
-        :attr:`on_judge_check` the verdict."""
-        self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem)
+        :attr:`on_judge_check` the verdict. ``stop``: see :func:`lmra.judge_check.rate_canaries`
+        (the pipeline's: no canary call starts once the run failed)."""
+        self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem, stop)
         if self.on_judge_check is not None and self.judge_verdict is not None:
             self.on_judge_check(self.judge_verdict)
 
-    async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore
-                           ) -> tuple[pd.DataFrame, dict | None]:
+    async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore,
+                           stop: Callable[[], None] | None = None) -> tuple[pd.DataFrame, dict | None]:
         """The rated canaries (scored under the run's combiner) and the verdict, or (empty, None)."""
         if not inputs.canaries:
             return pd.DataFrame(), None
@@ -55,7 +58,8 @@ class RateStage:
 
         self.progress.start("judge-check", len(inputs.canaries))
         rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
-                                   progress=lambda: self.progress.advance("judge-check"), run_seed=self.cfg.seed)
+                                   progress=lambda: self.progress.advance("judge-check"), run_seed=self.cfg.seed,
+                                   stop=stop)
         rows, _ = rescore(rows, self.run_combiner()[0])
         return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge)
 

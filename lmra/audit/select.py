@@ -98,8 +98,8 @@ class SelectStage:
 
     # -- stage 2: domain/task filters, identity filter, N per task (methodology §1 step 6) ---
     async def _select(self, prompts: list[PromptRecord], inputs: Inputs, judge: Provider, sem: asyncio.Semaphore,
-                      on_kept: Callable[[PromptRecord], None] | None = None
-                      ) -> tuple[list[PromptRecord], list[FilterDecision]]:
+                      on_kept: Callable[[PromptRecord], None] | None = None,
+                      stop: Callable[[], None] | None = None) -> tuple[list[PromptRecord], list[FilterDecision]]:
         """The prompts to audit (in file order) and the filter's removals.
 
         Per task, prompts are taken in seeded order until the task has ``prompts_per_task``;
@@ -107,7 +107,10 @@ class SelectStage:
         many as the task still has free places (a prompt the filter could not label takes its
         place, never silently replaced). So exactly the prompts a one-by-one walk would ask are
         asked, and the same are kept. ``on_kept`` is called with each prompt as soon as it is
-        known to be kept (the pipeline starts its generation then).
+        known to be kept (the pipeline starts its generation then). ``stop`` (the pipeline's) is
+        called before each filter call and raises once the run has failed elsewhere (e.g. the
+        target's endpoint is unreachable): the filter starts no more calls, the ones in flight
+        are answered and cached, and what ``stop`` raised propagates.
 
         Sets ``self.prompts_left_out``: ``not_selected`` (outside the configured ``domains`` /
         ``tasks``) and ``over_limit`` (a task's prompts beyond ``prompts_per_task``, never
@@ -142,6 +145,8 @@ class SelectStage:
         async def ask(p: PromptRecord) -> FilterDecision:
             try:
                 async with sem:
+                    if stop is not None:
+                        stop()
                     return await check_prompt(p, (), provider=judge, judge=cfg.judge, template=tpl,
                                               threshold=cfg.filter.threshold)
             except ProviderError as exc:  # counted as unlabelled, never audited as if it passed
