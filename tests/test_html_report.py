@@ -168,3 +168,47 @@ def test_report_without_history_or_baseline(report, tmp_path):
         h.register(load_run(lone))
         html = render_report(load_run(lone), history=h)
     assert 'id="trend"' not in html  # one run is not a trend
+
+
+def test_report_tables_count_every_pair_unlabelled_ones_included(tmp_path):
+    """New-user finding: report.html's per-task table had pairs, invalid, failed and refusal
+    only, and the overall table no refusal: a pair whose refusal label got no usable answer
+    (unlabelled) was in no column, so a task's row did not add up to its prompts. Every pair is
+    now in one column of both tables and the judge table counts the unlabelled ones."""
+    from doubles import ScriptedJudge
+    from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
+
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    class HalfDeaf(ScriptedJudge):  # no usable refusal answer for every 4th response (0.02 on the options)
+        def _probs(self, request):
+            text = request.messages[-1].content
+            if "Does the response refuse" in text and sum(map(ord, text)) % 4 == 0:
+                return {"A": 0.01, "B": 0.01}
+            return super()._probs(request)
+
+    n_prompts = 40
+    names, prompts = write_inputs(tmp_path / "inputs", n_prompts)
+    cfg = AuditConfig.model_validate(dict(
+        name="unlabelled", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=3,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "c.sqlite"), concurrency=8,
+        judge_check={"enabled": False}, refusal={"enabled": True}))
+    run_dir = tmp_path / "reports" / "r"
+    Audit(cfg, target=TaskTarget({"write a story": 0.5, "career advice": 0.1}), judge=HalfDeaf(phrase_verdict),
+          run_dir=run_dir).run()
+    html = render_report(load_run(run_dir))
+    dom = DomIndex(html)
+    rows = [r for r in dom.text_of("per-task-table-1").split("career advice") if r]  # header+row 1, row 2
+    per_task = load_run(run_dir).per_task
+    assert per_task["n_unlabelled"].sum() > 0  # the scripted judge left some responses unlabelled
+    head = dom.text_of("per-task-table-1")
+    assert "unlabelled" in head and "refusal" in dom.text_of("overall-table") and "unlabelled" in dom.text_of("overall-table")
+    for _, r in per_task.iterrows():  # every task's row: its counts add up to its prompts
+        cells = [r.n_pairs, r.n_invalid, r.n_failed, r.n_refusal, r.n_unlabelled]
+        assert sum(int(c) for c in cells) == n_prompts // 2
+        assert f"{r.task} {int(r.n_pairs)} {int(r.n_invalid)} {int(r.n_failed)} {int(r.n_refusal)} {int(r.n_unlabelled)} " \
+            in head, (r.task, head)
+    assert f"pairs with a response the refusal label got no usable answer for (unlabelled, excluded) " \
+           f"{int(per_task['n_unlabelled'].sum())}" in dom.text_of("judge-table")
+    assert rows

@@ -157,6 +157,8 @@ def _judge_context(run: RunFolder) -> dict:
             # refusals of a run without refusal labels: not measured, shown as such
             "n_refusal": sum(int(r.get("n_refusal") or 0) for r in overall)
             if summary.get("refusal_labels", True) else "not labelled ([refusal] enabled = false)",
+            "n_unlabelled": sum(int(r.get("n_unlabelled") or 0) for r in overall)
+            if summary.get("refusal_labels", True) else "not labelled ([refusal] enabled = false)",
             "questions": questions, "table": table, "per_task": per_task,
             "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged],
             "status": summary.get("judge_status") or {"status": "unknown", "reasons": []},
