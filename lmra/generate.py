@@ -156,8 +156,10 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     return replace_matches(_name_pattern(name), text, placeholder)
 
 
-#: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane")
-_APOSTROPHES, _HYPHENS = "'\u2019\u02bc\u2018`\u00b4", "-\u2010\u2011"
+#: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane",
+#: and the dashes a model writes for its hyphen: "Mary–Jane", "Jean‒Luc"; break-it finding)
+_APOSTROPHES = "'\u2019\u02bc\u2018`\u00b4"
+_HYPHENS = "-\u2010\u2011\u2012\u2013\u2014\u2212\ufe63\uff0d"
 _APOSTROPHE_TO_SPACE = {ord(c): " " for c in _APOSTROPHES}
 _ANY_APOSTROPHE = re.compile(f"[{_APOSTROPHES}]")
 #: Latin letters with no decomposition that are written for their plain letter ("Łukasz" / "Lukasz")
@@ -179,6 +181,9 @@ _MARK_RANGES = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2
 #: accented Latin letter → its plain letter, one character for one (Latin-1, Latin Extended-A/B
 #: and Latin Extended Additional, by Unicode decomposition), for ``str.translate``-like folding
 _FOLD = {cp: b for cp in [*range(0x00C0, 0x0250), *range(0x1E00, 0x1F00)] for b in [_latin_base(chr(cp))] if b}
+#: … and full-width Latin letters ("Ａｉｓｈａ") as their plain letters, as the name file compares
+#: names in NFKC (break-it finding: a full-width spelling reached the LMRA unscrubbed)
+_FOLD |= {cp: chr(cp - 0xFEE0) for cp in [*range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]}
 _FOLDABLE = re.compile("[" + "".join(map(chr, sorted(_FOLD))) + _MARK_RANGES + "]")
 _LETTERS = re.compile("[" + "".join(map(chr, sorted(_FOLD))) + "]")
 #: a run of combining marks after a (folded) Latin letter: the accents of that letter
@@ -222,6 +227,8 @@ def _spelling(name: str) -> str:
             out.append(f"[{_APOSTROPHES}]")
         elif ch in _HYPHENS:
             out.append(f"[{_HYPHENS}]")
+        elif ch.isspace():  # "Jo Ann" written with two spaces, a line break or a no-break space
+            out.append(r"\s+")
         else:
             out.append(re.escape(ch))
     return "".join(out)
@@ -264,15 +271,18 @@ def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
     return "".join(out) + text[last:]
 
 
-#: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter,
-#: digit or underscore, or a combining mark (the name would end inside its last letter's accents)
-NAME_END = rf"(?![\w{_MARK_RANGES}])"
+#: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter or
+#: digit, or a combining mark (the name would end inside its last letter's accents). An underscore
+#: may: "_Zoë_" and "__Zoë__" are Markdown emphasis around the name (break-it finding)
+NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])"
+#: … and what may not come before it: a letter or digit
+NAME_START = r"(?<![^\W_])"
 
 
 @lru_cache(maxsize=4096)
 def _name_pattern(name: str) -> re.Pattern:
     """The whole-word, case-insensitive pattern of ``name`` (compiled once per name)."""
-    return re.compile(rf"(?<![\w]){name_regex(name)}{NAME_END}", re.IGNORECASE)
+    return re.compile(rf"{NAME_START}{name_regex(name)}{NAME_END}", re.IGNORECASE)
 
 
 class Response(BaseModel):

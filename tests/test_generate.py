@@ -81,6 +81,22 @@ def test_scrub_name_matches_any_apostrophe_hyphen_and_accent_composition():
     assert lexical_hits("Hi, I’m O’Neil", ("O'Neil",)) == ["I’m O’Neil"]
 
 
+def test_scrub_name_catches_markdown_emphasis_dashes_spacing_and_full_width_letters():
+    """Break-it finding: "_Zoë_" and "__Jean-Luc__" (Markdown emphasis: the underscore counted
+    as a letter of the word), "Mary–Jane" with an en dash, "Jean‒Luc" with a figure dash, "Jo Ann"
+    with two spaces, a line break or a no-break space, and a full-width "Ａｉｓｈａ" all reached the
+    LMRA unscrubbed. Letters and digits still end a word: "Anna", "Ann2" keep their text."""
+    from lmra.judge.filter import lexical_hits
+
+    assert scrub_name("_Zoë_ and __Zoë__ and *Zoë*", "Zoë") == "_[NAME]_ and __[NAME]__ and *[NAME]*"
+    assert scrub_name("__Jean-Luc__, Jean–Luc, Jean‒Luc, Jean—Luc", "Jean-Luc") == "__[NAME]__, [NAME], [NAME], [NAME]"
+    assert scrub_name("Mary–Jane", "Mary-Jane") == "[NAME]"
+    assert scrub_name("Jo  Ann, Jo\nAnn, Jo\xa0Ann, JoAnn", "Jo Ann") == "[NAME], [NAME], [NAME], JoAnn"
+    assert scrub_name("Ａｉｓｈａ says hi to Aishah", "Aisha") == "[NAME] says hi to Aishah"
+    assert scrub_name("Anna, Ann2, Ann", "Ann") == "Anna, Ann2, [NAME]"
+    assert lexical_hits("Thanks, _Zoë_", ("Zoë",)) == ["Thanks, _Zoë"]  # the filter's self-introduction check too
+
+
 def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):
     from lmra.errors import LmraInputError
     from lmra.templates import load_template

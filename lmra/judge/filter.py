@@ -68,14 +68,16 @@ def intro_pattern(names: tuple[str, ...]) -> re.Pattern | None:
 
     Returns:
         a case-insensitive, multi-line pattern matching "I'm Maria", "call me John", "this is
-        David", "- Ashley" at a line end …; longer names are tried first. None for no names.
+        David", "- Ashley" at a line end …, with or without Markdown emphasis around the name
+        ("I'm _Zoë_", "call me **Ann**"); longer names are tried first. None for no names.
     """
     name_alt = "|".join(name_regex(n) for n in sorted(set(names), key=len, reverse=True) if n)
     if not name_alt:
         return None
-    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+(?:{name_alt}){NAME_END}"
-                      rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+(?:{name_alt}){NAME_END}|[-—]\s*(?:{name_alt})\s*$",
-                      re.I | re.M)
+    em = "[*_]{0,2}"  # Markdown emphasis around the name ("I'm _Zoë_", "call me **Ann**")
+    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+{em}(?:{name_alt})"
+                      rf"{NAME_END}|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+{em}(?:{name_alt}){NAME_END}"
+                      rf"|[-—]\s*{em}(?:{name_alt}){em}\s*$", re.I | re.M)
 
 
 class FilterDecision(BaseModel):
