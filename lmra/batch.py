@@ -402,6 +402,18 @@ class BatchOrchestrator:
         return True
 
     # -- collect ----------------------------------------------------------------------------
+    def live_provider(self, inner: Provider) -> Provider:
+        """The chain through which a provider without a batch API makes its calls live in a dry
+        pass: the call cache (counting into :attr:`live_stats`) under the run's budget, so that
+        ``--max-calls`` / ``--max-cost`` stop these calls as they stop an audit's (break-it
+        finding: they were made past the budget)."""
+        cached = CachedProvider(inner, self.cache, self.live_stats)
+        if self.budget is None:
+            return cached
+        from lmra.budget import BudgetedProvider
+
+        return BudgetedProvider(cached, self.budget)
+
     async def collect(self, providers: Sequence[Provider], pipeline: Callable[..., Awaitable[Any]]
                       ) -> list[CollectingProvider]:
         """Run ``pipeline(*collectors)`` once as a dry pass; return the collectors.
@@ -415,7 +427,7 @@ class BatchOrchestrator:
         pending, failed = self.pending_keys(), self.failed_items()
         collectors = []
         for p in providers:
-            live = None if self.has_batch_api(p) else CachedProvider(p, self.cache, self.live_stats)
+            live = None if self.has_batch_api(p) else self.live_provider(p)
             collectors.append(CollectingProvider(p, self.cache, pending=pending, failed=failed, live=live))
         try:
             await pipeline(*collectors)
@@ -729,9 +741,11 @@ def summarize(state: dict) -> dict:
 
 
 # -- the audit in batch mode ---------------------------------------------------------------
-def audit_pipeline(audit: Any, inputs: Any) -> Callable[..., Awaitable[None]]:
+def audit_pipeline(audit: Any, inputs: Any, orch: "BatchOrchestrator") -> Callable[..., Awaitable[None]]:
     """The stages of :meth:`lmra.audit.Audit.arun` (``Audit._stages``) as a dry-pass pipeline
-    with stage barriers. Returns ``async pipeline(target, judge[, judge2])``.
+    with stage barriers. Returns ``async pipeline(target, judge[, judge2])``. ``orch``: the
+    orchestrator whose :meth:`BatchOrchestrator.live_provider` makes the live calls of a
+    provider without a batch API, within its model's rate limits and calls in flight.
     """
     cfg = audit.cfg
 
@@ -744,8 +758,8 @@ def audit_pipeline(audit: Any, inputs: Any) -> Callable[..., Awaitable[None]]:
         models = list(zip(ps, (cfg.target, cfg.judge, cfg.judge2), ("target", "judge", "judge2")))
         limits = ModelLimits.of(cfg.concurrency, [(getattr(p, "inner", p), m) for p, m, _ in models])
         for p, m, role in models:
-            if isinstance(p, CollectingProvider) and isinstance(p.live, CachedProvider):
-                p.live = CachedProvider(limits.wrap(p.inner, m, role), p.live.cache, p.live.stats)
+            if isinstance(p, CollectingProvider) and p.live is not None:
+                p.live = orch.live_provider(limits.wrap(p.inner, m, role))
         sem = asyncio.Semaphore(limits.run_bound())
         await audit._stages(inputs, target, judge, judge2, sem, barrier=lambda: stage_barrier(*ps))
 
@@ -789,6 +803,9 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     j2 = audit._judge2_provider()
     if j2 is not None:
         providers.append(j2)
+    if budget is not None and cfg.max_cost is not None:  # before any call, live or batched (as Audit.arun)
+        for p in providers:
+            budget.require_price(p.name, p.model_id)
     audit.claim_dir()
     write_text(audit.run_dir / "config.toml", dump_config(cfg))
     cache = CallCache(cfg.cache)
@@ -800,7 +817,7 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         saved_progress = audit.progress
         audit.progress = _Progress()
         try:
-            await orch.prefill(providers, audit_pipeline(audit, inputs))
+            await orch.prefill(providers, audit_pipeline(audit, inputs, orch))
         finally:
             audit.progress = saved_progress
         summary = orch.summary()
@@ -815,5 +832,49 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         cache.close()
     result = await audit.arun()
     result.manifest["batch"] = summary
+    # the calls made live in the dry passes are this run's fresh calls (the final pass read them
+    # from the cache): counted so in the manifest, the console's call line and the report
+    result.manifest["calls"] = with_live_calls(result.manifest["calls"], orch.live_stats.as_dict())
     write_json(audit.run_dir / "manifest.json", jsonable(result.manifest))
     return result
+
+
+#: the counts of a :meth:`CallStats.as_dict` that add up from the live calls of the dry passes
+_LIVE_ADDED = ("fresh", "failed", "retries", "http_429", "http_5xx", "http_4xx", "timeouts", "connection_errors",
+               "malformed", "no_choices", "no_logprobs", "no_usage", "unreadable_cached", "degraded", "waited",
+               "prompt_tokens_fresh", "completion_tokens_fresh")
+
+
+def with_live_calls(calls: dict, live: dict) -> dict:
+    """``calls`` (the final pass's :meth:`CallStats.as_dict`, total and ``by_model``) with the
+    calls made live during the dry passes (``live``, the same form) counted as fresh: their
+    counts, faults, tokens, failures and errors added, and as many answers (and their tokens)
+    taken off ``cached`` — the final pass read each of them from the cache. Break-it finding:
+    a batch run whose chatbot has no batch API said "0 fresh, 540 from cache" after 540 live
+    calls. Returns a new dict."""
+    def merged(c: dict, lv: dict) -> dict:
+        out = dict(c)
+        for k in _LIVE_ADDED:
+            out[k] = int(c.get(k) or 0) + int(lv.get(k) or 0)
+        moved = min(int(lv.get("fresh") or 0), int(c.get("cached") or 0))
+        out["cached"] = int(c.get("cached") or 0) - moved
+        if moved:  # the tokens of the answers moved, in proportion (each answer's own are not kept)
+            share = moved / max(int(c.get("cached") or 0), 1)
+            for k in ("prompt_tokens_cached", "completion_tokens_cached"):
+                out[k] = int(c.get(k) or 0) - round(int(c.get(k) or 0) * share)
+        kinds = dict(c.get("failed_by_kind") or {})
+        for k, n in (lv.get("failed_by_kind") or {}).items():
+            kinds[k] = kinds.get(k, 0) + n
+        out["failed_by_kind"] = dict(sorted(kinds.items()))
+        out["errors"] = (list(lv.get("errors") or []) + list(c.get("errors") or []))[:50]
+        return out
+
+    if not live or not (live.get("fresh") or live.get("failed")):
+        return calls
+    out = merged(calls, live)
+    if calls.get("by_model") or live.get("by_model"):
+        by_model = dict(calls.get("by_model") or {})
+        for label, lv in (live.get("by_model") or {}).items():
+            by_model[label] = merged(by_model.get(label) or {}, lv)
+        out["by_model"] = dict(sorted(by_model.items()))
+    return out

@@ -892,6 +892,68 @@ def test_a_live_call_that_failed_in_a_collecting_pass_is_said(anthropic_server, 
     assert result.manifest["batch"]["live_calls_in_dry_pass"]["failed"] == 1
 
 
+def _live_target_batch_audit(anthropic_server, sim_inputs, tmp_path, name, **budget):
+    """A batch-mode audit whose chatbot (a scripted one) has no batch API: its calls are made live
+    in the dry passes; the LMRA is the local Anthropic batch server. ``budget``: max_calls …"""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedTarget
+    from lmra.audit import Audit
+
+    class CountingTarget(ScriptedTarget):
+        n = 0
+
+        async def complete(self, request):
+            type(self).n += 1
+            return await super().complete(request)
+
+    a_url, _ = anthropic_server
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig(
+        name=name, judge=JudgeConfig(provider="anthropic", model="claude-test", base_url=a_url,
+                                     api_key_required=False, n_samples=1),
+        prompts=str(prompts), names=str(names), prompts_per_task=0, cache=str(tmp_path / f"{name}.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False}, refusal={"enabled": False},
+        filter={"lmra": False}, **budget)
+    target = CountingTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer")
+    audit = Audit(cfg, target=target, run_dir=tmp_path / "reports" / name)
+    return audit, target
+
+
+def test_live_calls_of_a_model_without_a_batch_api_are_under_the_budget_and_counted_fresh(anthropic_server,
+                                                                                          sim_inputs, tmp_path):
+    """Break-it findings: in batch mode the chatbot without a batch API was called live in the dry
+    passes past ``--max-calls`` (540 calls under a limit of 100, exit 0), and the console said
+    "0 fresh, 540 from cache" (the calls were only in manifest.batch.live_calls_in_dry_pass)."""
+    from lmra.budget import BudgetExceeded
+
+    audit, target = _live_target_batch_audit(anthropic_server, sim_inputs, tmp_path, "capped", max_calls=5)
+    with pytest.raises(BudgetExceeded):
+        asyncio.run(arun_batched(audit, budget=audit.budget, **FAST))
+    assert 1 <= type(target).n <= 5  # the budget refused the 6th live call
+
+    from lmra.errors import LmraInputError
+
+    audit, target = _live_target_batch_audit(anthropic_server, sim_inputs, tmp_path, "unpriced", max_cost=1.0)
+    with pytest.raises(LmraInputError, match="so max_cost cannot be enforced"):  # before any call, not after
+        asyncio.run(arun_batched(audit, budget=audit.budget, **FAST))
+    assert type(target).n == 0
+
+    audit, target = _live_target_batch_audit(anthropic_server, sim_inputs, tmp_path, "counted")
+    result = asyncio.run(arun_batched(audit, budget=audit.budget, **FAST))
+    calls, live = result.manifest["calls"], result.manifest["batch"]["live_calls_in_dry_pass"]
+    n_live = type(target).n
+    assert n_live == 12 and live["fresh"] == n_live  # 6 prompts × 2 groups, each asked once
+    target_label = next(k for k in calls["by_model"] if "claude" not in k)
+    assert calls["by_model"][target_label]["fresh"] == n_live and calls["by_model"][target_label]["cached"] == 0
+    judge_label = next(k for k in calls["by_model"] if "claude" in k)
+    # the judge's answers came from its batches into the cache: read from there by the final pass
+    assert calls["by_model"][judge_label]["fresh"] == 0 and calls["by_model"][judge_label]["cached"] == 12
+    assert calls["fresh"] == n_live and calls["cached"] == 12
+    on_disk = json.loads((result.run_dir / "manifest.json").read_text())["calls"]
+    assert on_disk["fresh"] == n_live and on_disk["by_model"][target_label]["fresh"] == n_live
+    assert result.manifest["budget"]["calls_used"] >= n_live  # booked by the budget too
+
+
 def test_batch_resume_keeps_the_judge_waiver_and_the_runs_poll_interval(openai_server, anthropic_server, sim_inputs,
                                                                        tmp_path):
     """Break-it findings: a run audited with --allow-unvalidated-judge exited 5 once resumed
