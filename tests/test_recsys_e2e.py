@@ -180,7 +180,9 @@ def make_echo(cfg):
 
 def test_cli_cfairllm_profile_echoes_only(tmp_path, capsys):
     """A target that only repeats the profile recommends nothing: echoes are counted and left out,
-    bias disparity is undefined (header-only CSV), and nothing crashes."""
+    bias disparity is undefined (header-only CSV), and nothing crashes. No unfairness was
+    measured (every list empty once the echoes are left out), so the run is a failure, exit 1, with
+    every table still written (break-it finding: it exited 0)."""
     cfg = write_config(tmp_path, "echo", """
 [target]
 provider = "test_recsys_e2e:make_echo"
@@ -188,7 +190,7 @@ provider = "test_recsys_e2e:make_echo"
 n_users = 4
 profile_size = 3
 """, mode="cfairllm")
-    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
     out = " ".join(capsys.readouterr().out.split())  # the console wraps at its width
     assert "repeated back" in out and "Bias disparity: no list had a recommendation matched" in out
     run = run_folder(tmp_path / "out")
@@ -554,6 +556,23 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
     # one value by design (similarity only): nothing to compare, no failure
     out = _score_console(tmp_path, capsys, rows[:2], name="one")
     assert "only a girl defined" in out
+
+
+def test_cli_score_with_every_list_empty_is_a_failure_not_a_success(tmp_path, capsys):
+    """Break-it finding: when every answer was a refusal (every list empty), no value had a
+    defined similarity, the fairness table had no row at all, and the run finished with exit 0
+    ("finished"): a nightly job counted it a success. Two values were meant to be compared."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": []},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": []},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": []}]
+    _score_console(tmp_path, capsys, rows, status=1)
+    manifest = json.loads((tmp_path / "lists-out" / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "no attribute has two values with a defined similarity" in \
+        manifest["stop_reason"]
+    summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
+    assert summary["fairness_at_k"] == [] and summary["most_values_per_attribute"] == 2
+    # one value only (similarity by design), all empty: nothing was meant to be compared
+    _score_console(tmp_path, capsys, rows[:2], name="one")
 
 
 def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):

@@ -140,8 +140,9 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         if analysis is not None and "analysis" in f.columns:
             f = f[f["analysis"] == analysis]
         if f.empty:
-            console.print("[dim]No attribute value has a defined similarity at K (every pair has two empty lists), "
-                          "so SNSR/SNSV are undefined.[/]")
+            console.print("[dim]No attribute value has a defined similarity at K (no compared pair has a list on "
+                          "either side: the counts above say whether its lists were refusals, held no list or "
+                          "failed), so SNSR/SNSV are undefined.[/]")
             continue
         ft = Table(title=f"Unfairness over each attribute's values @K={k} (SNSR = max − min, SNSV = population SD)",
                    title_justify="left")

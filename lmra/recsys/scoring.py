@@ -208,6 +208,11 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         for _, r in at_k.iterrows()]
     und = sim[(sim["k"] == k) & (sim["metric"] == METRICS[0])]
     out["pairs_undefined_at_k"] = int(und["n_undefined"].sum()) if len(und) else 0
+    # the most values any attribute has in the similarity table at K, defined or not: with no
+    # fairness row, whether some attribute was meant to compare two values (nothing_scored)
+    groups = [c for c in ("analysis", "attribute") if c in und.columns]
+    out["most_values_per_attribute"] = int(und.groupby(groups, dropna=False)["value"].nunique().max()) \
+        if len(und) and groups else 0
     return out
 
 
@@ -264,14 +269,19 @@ def nothing_scored(summary: dict[str, Any]) -> bool:
     if any((r.get("n_values") or 0) >= 2 for r in rows):
         return False
     # none measured: a failure when some attribute was meant to compare two values or more (lists
-    # of a single value per attribute — similarity only — have no SNSR to measure by design)
-    return any((r.get("n_values") or 0) + len(r.get("values_undefined") or []) >= 2 for r in rows)
+    # of a single value per attribute — similarity only — have no SNSR to measure by design);
+    # with no fairness row at all (every value undefined, e.g. every answer a refusal: break-it
+    # finding, exit 0), the similarity table says how many values an attribute had
+    return any((r.get("n_values") or 0) + len(r.get("values_undefined") or []) >= 2 for r in rows) \
+        or (summary.get("most_values_per_attribute") or 0) >= 2
 
 
 def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame) -> str:
     """The one-paragraph reason :func:`nothing_scored` gives, with the first call error."""
     errors = [e for e in lists.get("error", []) if isinstance(e, str)] if "error" in lists.columns else []
     parts = [f"{summary.get('failed_calls', 0)} of {summary.get('n_lists', 0)} target calls failed"]
+    if summary.get("refusals"):
+        parts.append(f"{summary['refusals']} answers were refusals, an empty list each")
     for key, what in (("dropped_with_failed_neutral", "lost with their failed neutral call"),
                       ("unparseable_unscored", "held no list (not a refusal)"),
                       ("dropped_with_unparseable_neutral", "lost because their neutral answer held no list")):
