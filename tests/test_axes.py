@@ -337,6 +337,14 @@ def test_axis_statistics_t_and_sign_known_answers():
     same = axis_statistics(_labels([0.85] * 4), test="t")
     assert same["tested"] and same["p_value"] == pytest.approx(0.125) and same["mean_s"] == pytest.approx(0.85)
     assert axis_statistics(_labels([0.0] * 5), test="t")["p_value"] == 1.0
+    # 2 prompts (1 df): the t-interval 0.45 ± 12.71 × 0.35 = [−4.0, +4.9] is clipped to s's range
+    # (break-it finding: per-task intervals of [−3.93, +4.43] were shown); the mean keeps its value
+    two = axis_statistics(_labels([0.8, 0.1]), min_test_pairs=2)
+    half = st.t.ppf(0.975, 1) * np.std([0.8, 0.1], ddof=1) / math.sqrt(2)
+    assert 0.45 - half < -1 and 0.45 + half > 1
+    assert (two["ci_low"], two["ci_high"]) == (-1.0, 1.0) and two["mean_s"] == pytest.approx(0.45)
+    narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5]))  # well inside: not touched
+    assert -1 < narrow["ci_low"] < 0.5 < narrow["ci_high"] < 1
 
 
 def test_select_axes_bonferroni_and_holm_over_tested_axes_only():

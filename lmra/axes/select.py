@@ -43,7 +43,7 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
     Returns:
         dict with ``more_a`` = mean q_F, ``more_b`` = mean q_R, ``split_a`` = more_a / (more_a +
         more_b) ∈ [0, 1] (nan when both are 0), ``split_b`` = 1 − split_a, ``mean_s`` ∈ [−1, 1],
-        ``ci_low``, ``ci_high``, ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
+        ``ci_low``, ``ci_high`` (the t-interval clipped to [−1, 1]), ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
         (valid), ``n_invalid``, ``n_failed``, ``n_prompts``.
     """
     valid = labels["valid"].to_numpy(dtype=bool) if len(labels) else np.zeros(0, bool)
@@ -79,7 +79,11 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
         raise ValueError(f"unknown test '{test}' (use 't' or 'sign')")
     return out | {"more_a": more_a, "more_b": more_b, "split_a": split_a,
                   "split_b": 1 - split_a if not math.isnan(split_a) else math.nan, "mean_s": ci.mean,
-                  "ci_low": ci.low, "ci_high": ci.high, "p_value": p, "tested": bool(tested and not math.isnan(p))}
+                  # clipped to the range of s: a t-interval of 2 prompts ran to [−3.93, +4.43]
+                  # (break-it finding); the clipped interval covers whenever the t-interval does
+                  "ci_low": max(ci.low, -1.0) if not math.isnan(ci.low) else ci.low,
+                  "ci_high": min(ci.high, 1.0) if not math.isnan(ci.high) else ci.high,
+                  "p_value": p, "tested": bool(tested and not math.isnan(p))}
 
 
 def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", group_b: str = "B",
