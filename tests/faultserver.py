@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -78,6 +79,13 @@ def completion(body: dict, *, with_logprobs: bool = True) -> dict:
                                                                 for t, lp in top]}]}
         else:
             choice["logprobs"] = None
+    elif re.search(r"^A\) |single letter", (body.get("messages") or [{}])[-1].get("content", ""), re.M):
+        # an LMRA question asked without log-probabilities (sampled): one token drawn from the same
+        # distribution, by the body (each sample its own seed, so its own body)
+        top = _logprobs(body, len(TOKENS))
+        rng = random.Random(_digest(body) + b"sample")
+        token = rng.choices([t for t, _ in top], weights=[math.exp(lp) for _, lp in top])[0]
+        choice["message"] = {"role": "assistant", "content": token.strip()}
     else:
         h = _digest(body).hex()
         choice["message"] = {"role": "assistant", "content": f"Here is a helpful answer number {h[:10]}. "
@@ -136,7 +144,9 @@ class FaultServer:
         hang_s: how long a ``hang`` waits before answering.
         seed: seed of the fault draws.
         delay_s: latency added to every answer (to keep calls in flight).
-        requests_by_body: how often each distinct request body was received.
+        requests_by_body: how often each distinct request body was received; answered_by_body:
+            how often it got a fault-free answer; ignores_logprobs: answer every request without
+            log-probabilities (an endpoint that ignores the request for them).
     """
 
     def __init__(self, fault_rate: float = 0.0, faults: tuple[str, ...] = FAULTS, hang_s: float = 1.5,
@@ -162,6 +172,11 @@ class FaultServer:
         self.injected: Counter = Counter()
         self.requests = 0
         self.requests_by_body: Counter = Counter()
+        #: fault-free answers per distinct request body (a body answered twice was asked twice)
+        self.answered_by_body: Counter = Counter()
+        #: an endpoint that ignores the log-probability request: every answer comes without them
+        #: (not a fault: requests without it are answered as usual)
+        self.ignores_logprobs = False
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -292,7 +307,10 @@ class FaultServer:
                     time.sleep(server.hang_s)
                     self._send(200, json.dumps(completion(body)).encode())
                 else:
-                    self._send(200, json.dumps(server.dress(completion(body))).encode())
+                    with server.lock:
+                        server.answered_by_body[_digest(body)] += 1
+                    c = completion(body, with_logprobs=not server.ignores_logprobs)
+                    self._send(200, json.dumps(server.dress(c)).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True

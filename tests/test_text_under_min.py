@@ -1,8 +1,9 @@
-"""An LMRA with log-probabilities that answers some stereotype questions as text only (a
-degraded answer: all probability on one option) pushes pairs to an extreme under the ``min``
-combiner (break-it finding: 30 % text answers raised a task's net rating from 0.729 to 0.865,
-no warning). The run says so; with ``mean``, or with every answer carrying probabilities,
-it does not."""
+"""An LMRA with log-probabilities that answers some stereotype questions without them (a
+degraded answer) biases the ``min`` combiner (break-it finding: 30 % such answers read as text —
+all probability on one option — raised a task's net rating from 0.729 to 0.865, no warning).
+Such an answer is now estimated by sampling (methodology §2 step 2; statistics review: +60 %
+read as text), the run says so under ``min``; with ``mean``, or with every answer carrying
+probabilities, it does not."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ STEREO = "Women should stay home."
 
 
 class SometimesTextJudge(ScriptedJudge):
-    """Soft probabilities on the stereotype question, except every ``every``-th call: the
-    letter its probabilities favour, as text."""
+    """Soft probabilities on the stereotype question, except every ``every``-th call asking for
+    them: the letter its probabilities favour, as text (then lmra samples the answer: those calls
+    ask for no log-probabilities and get samples drawn from the same probabilities)."""
 
     def __init__(self, every: int | None):
         super().__init__(lambda r1, r2: {"A": 0.7, "C": 0.3} if r1 == STEREO != r2 else
@@ -29,7 +31,7 @@ class SometimesTextJudge(ScriptedJudge):
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         text = request.messages[-1].content
-        if "harmful stereotype" in text and self.every:
+        if "harmful stereotype" in text and self.every and request.options:
             self.n += 1
             if self.n % self.every == 0:
                 r1, r2 = responses_in(request)
@@ -55,8 +57,10 @@ def test_text_answers_under_min_are_said(tmp_path, sim_inputs, every, combiner, 
     found = [w for w in s["warnings"] if w.startswith(TEXT_UNDER_MIN_PREFIX)]
     assert bool(found) is warned
     if warned:
-        n_text = s["judge_methods"].get("text", 0)
-        assert n_text > 0 and found[0].startswith(f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {2 * s['n_pairs_total']}")
+        n_sampled = s["judge_methods"].get("sampled", 0)
+        assert s["judge_methods"].get("text", 0) == 0  # (never read as text any more)
+        assert n_sampled > 0 and found[0].startswith(f"{TEXT_UNDER_MIN_PREFIX}{n_sampled} of {2 * s['n_pairs_total']}")
+        assert f"({n_sampled} estimated by sampling)" in found[0]
         # the effect it warns about: the text answers push the min-combined rating above the soft one
         assert res.overall.iloc[0]["net_rating_min"] > res.overall.iloc[0]["net_rating_mean"]
 
@@ -68,7 +72,7 @@ class TextAndBlankJudge(SometimesTextJudge):
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         text = request.messages[-1].content
-        if "harmful stereotype" in text and (self.n + 1) % 3 and (self.n + 1) % 2 == 0:
+        if "harmful stereotype" in text and request.options and (self.n + 1) % 3 and (self.n + 1) % 2 == 0:
             self.n += 1
             return ChatResult(text="", option_probs={"A": 0.0, "B": 0.0, "C": 0.0}, provider=self.name,
                               model=self.model_id)
@@ -85,7 +89,7 @@ def test_zero_mass_answers_do_not_hide_the_text_answers(tmp_path, sim_inputs):
     res = Audit(cfg, target=target, judge=TextAndBlankJudge(3)).run()
     d = res.summary["diagnostics"]["stereotype"]
     assert d["unparseable"] > 0 or d["unusable"] > 0
-    assert d["text_read"] == d["methods"]["text"] > 0
+    assert d["methods"]["sampled"] > 0 and d["text_read"] == 0
     assert any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in res.summary["warnings"])
 
 
@@ -131,4 +135,27 @@ def test_the_auto_mean_note_counts_the_answers_the_diagnostics_count(tmp_path, s
     s = Audit(cfg, target=target, judge=SometimesTextJudge(1)).run().summary
     methods = s["judge_methods"]
     [note] = [w for w in s["warnings"] if w.startswith(AUTO_MEAN_PREFIX)]
-    assert note.startswith(f"{AUTO_MEAN_PREFIX}{methods.get('text', 0)} of {sum(methods.values())} rated")
+    assert note.startswith(f"{AUTO_MEAN_PREFIX}{methods.get('sampled', 0)} of {sum(methods.values())} rated")
+
+
+def test_answers_without_log_probabilities_are_sampled_so_the_mean_is_not_inflated(tmp_path, sim_inputs):
+    """Statistics review: a log-probability LMRA answering 30 % of its questions without them had
+    each such answer read as its greedy letter (probability 1 on it): for a judge putting 0.7 on
+    the stereotype, 'mean' then averages 1.0 for those orders — 0.7 + 0.3 × 0.3 = 0.79 in
+    expectation instead of 0.70 (+13 %; +60 % under 'min' in the review's simulation). Sampled
+    (5 draws from the same probabilities), such an answer is 0.7 in expectation."""
+    def net(tag, every):
+        names, prompts = sim_inputs(40)
+        cfg = AuditConfig.model_validate(dict(
+            name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+            output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+            filter={"lmra": False}, refusal={"enabled": False}, judge={"combiner": "mean"}))
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+        res = Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+        return res.overall.iloc[0]["net_rating"], res.summary["judge_methods"]
+
+    exact, m0 = net("exact", None)
+    degraded, m3 = net("degraded", 3)
+    assert exact == pytest.approx(0.7) and set(m0) == {"logprobs"}
+    assert m3["sampled"] > 0.25 * sum(m3.values())  # a third of the answers came without log-probabilities
+    assert abs(degraded - exact) < 0.05, (degraded, exact)  # read as text it was ≈ 0.79

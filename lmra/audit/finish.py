@@ -234,26 +234,30 @@ TEXT_UNDER_MIN_PREFIX = "LMRA answers without log-probabilities: "
 
 def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | None:
     """The warning of a run whose LMRA gives log-probabilities but answered some stereotype
-    questions without them (parsed as text: probability 1 on one option), combined with
-    ``min``: such an answer in either order takes the pair's score to an extreme (h = ±1 or
-    0 instead of the soft minimum), so the net rating moves away from what the LMRA's
-    probabilities say; None when no such answer was used or the combiner is not ``min``.
+    questions without them, combined with ``min``: such an answer is estimated by sampling
+    (``judge.n_samples`` draws; runs of earlier versions read it as text, probability 1 on one
+    option), and the minimum of a noisy sample share and the other order's probability is
+    biased (low for each outcome, so the renormalised score moves away from what the LMRA's
+    probabilities say; a text answer takes the pair to an extreme); None when no such answer was
+    used or the combiner is not ``min``.
 
     Args:
         diag: the stereotype question's judge diagnostics (``methods`` counts per answer,
             ``text_read``: text answers that named an option).
         combiner: the run's order combiner; logprobs: whether the LMRA gives log-probabilities."""
     methods = diag.get("methods") or {}
-    n_text = int(methods.get("text", 0))
+    n_text, n_sampled = int(methods.get("text", 0)), int(methods.get("sampled", 0))
     read = int(diag.get("text_read") or 0)
-    if combiner != "min" or not logprobs or read <= 0:
+    if combiner != "min" or not logprobs or read + n_sampled <= 0:
         return None
-    return (f"{TEXT_UNDER_MIN_PREFIX}{n_text} of {diag.get('n_answers')} LMRA answers to the stereotype question "
-            f"came without them ({read} read as text: all probability on one option; the rest unreadable); under "
-            "combiner 'min' a pair with such an answer in either order scores at an extreme (h = ±1 or 0) or, when "
-            "its two orders name different options, is invalid — which pushes the net rating away from what the "
-            "LMRA's probabilities say; per_task.csv's net_rating_mean and net_rating_calibrated are less affected "
-            "(docs/methodology.md)")
+    how = ([f"{n_sampled} estimated by sampling"] if n_sampled else []) + \
+        ([f"{read} read as text: all probability on one option"] if read else []) + \
+        (["the rest unreadable"] if n_text > read else [])
+    return (f"{TEXT_UNDER_MIN_PREFIX}{n_text + n_sampled} of {diag.get('n_answers')} LMRA answers to the stereotype "
+            f"question came without them ({'; '.join(how)}); under combiner 'min' the minimum of such an answer "
+            "and the other order's is biased (a text answer scores the pair at an extreme, h = ±1 or 0, or makes "
+            "it invalid) — which pushes the net rating away from what the LMRA's probabilities say; "
+            "per_task.csv's net_rating_mean and net_rating_calibrated are less affected (docs/methodology.md)")
 
 
 def answer_methods(ratings) -> Counter:

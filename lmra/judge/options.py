@@ -183,9 +183,12 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
 
     Returns:
         :class:`OptionProbs`. With log-probabilities: one greedy call reading the first answer
-        token's option probabilities. Without: ``judge.n_samples`` calls at ``judge.temperature``
-        (default 1) with distinct ``sample_index`` and distinct seeds (so that a backend honouring
-        seeds draws independent samples), answers parsed with :func:`parse_option`.
+        token's option probabilities. Without (a provider without them, or an answer of a
+        provider with them that came without them after its retries): ``judge.n_samples``
+        calls at ``judge.temperature`` (default 1) with distinct ``sample_index`` and distinct
+        seeds (so that a backend honouring seeds draws independent samples), answers parsed with
+        :func:`parse_option` (method ``sampled``). ``text`` is never returned any more (it is
+        read from run folders of earlier versions).
     """
     base_seed = derive_seed("judge", *seed_parts)
     if provider.supports_logprobs:
@@ -200,11 +203,17 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
             refused = probs is None and is_judge_refusal(res.text)
             return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None and not refused),
                                n_refused=int(refused), raw_texts=[res.text[:200]])
-        opt = parse_option(res.text, options)
-        refused = opt is None and is_judge_refusal(res.text)
-        return OptionProbs(probs={o: float(o == opt) for o in options} if opt else None, mass=1.0 if opt else 0.0,
-                           method="text", n_unparseable=int(opt is None and not refused), n_refused=int(refused),
-                           raw_texts=[res.text[:200]])
+        # no log-probabilities after the provider's retries (an endpoint that dropped them, or
+        # ignores the request): estimated by sampling, as for a provider without them
+        # (methodology §2 step 2) — not read as the greedy answer's one letter, a 0/1 answer that
+        # pushes a pair to an extreme under min (statistics review: 30 % such answers, +60 %)
+        return await _sampled(provider, messages, options, judge, base_seed, seed_parts)
+    return await _sampled(provider, messages, options, judge, base_seed, seed_parts)
+
+
+async def _sampled(provider: Provider, messages: list[Message], options: tuple[str, ...], judge: JudgeConfig,
+                   base_seed: int, seed_parts: tuple) -> OptionProbs:
+    """The ``sampled`` answer of :func:`ask_options`: ``judge.n_samples`` draws, each parsed."""
     counts = {o: 0 for o in options}
     texts = []
     unparseable = refused = 0
