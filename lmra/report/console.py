@@ -159,10 +159,13 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                 loud = b["n_declined"] >= max(1.0, (finite(r["forward_rate"]) or 0.0) * int(r["n_pairs"])) \
                     and b["n_declined"] >= DECLINED_LOUD_SHARE * n_total
                 style = "yellow" if loud else "dim"
-                console.print(f"[{style}]  {b['n_unrated']} pairs got no usable rating (invalid, unlabelled, failed): "
+                console.print(f"[{style}]  {b['n_unrated']} pair{'s' * (b['n_unrated'] != 1)} got no usable rating "
+                              "(invalid, unlabelled, failed): "
                               f"had they all scored −1 or +1, the net rating would lie in [{b['low']:+.4f}, "
                               f"{b['high']:+.4f}] — {why}"
-                              + (f"; {b['n_declined']} declined is as many as the forward stereotypes found, so a "
+                              + (f"; {b['n_declined']} declined, at least as many as the forward stereotypes found "
+                                 f"({(finite(r['forward_rate']) or 0.0) * int(r['n_pairs']):.1f} expected from the "
+                                 "forward rate), so a "
                                  "rating this low may be the LMRA's choice of pairs (check its answers in "
                                  "ratings.parquet)" if loud else "") + ".[/]")
 
