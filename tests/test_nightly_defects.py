@@ -256,6 +256,29 @@ def test_an_earlier_run_dir_file_is_replaced(tmp_path):
     assert (tmp_path / "rd.txt").read_text() == f"{run_dir.resolve()}\n"
 
 
+def test_a_run_killed_outright_still_named_its_folder_in_the_run_dir_file(tmp_path):
+    """New-user finding: the file was removed at the start and written at the end only, so a
+    night killed with kill -9 left none although its run folder exists: the nightly script then
+    rewrote no history page and a CI job uploaded no artifact. It is written once the folder exists."""
+    import signal
+
+    with FaultServer(delay_s=0.2) as srv:  # slow enough to be killed mid-run
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=6, retries=0, timeout_s=10)
+        (tmp_path / "rd.txt").write_text("/srv/reports/20260101-000000-faults\n")  # last night's
+        proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress",
+                                 "--no-report", "--run-dir-file", "rd.txt", "--allow-unvalidated-judge"],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and srv.requests < 4:  # calls under way
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (run_dir,) = [p.parent for p in (tmp_path / "out").glob("*/manifest.json")]
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "running"  # killed mid-run
+    assert (tmp_path / "rd.txt").read_text() == f"{run_dir.resolve()}\n"
+
+
 # -- 4. check on a partial run ------------------------------------------------------------------
 def test_check_of_a_partial_run_warns_and_its_json_says_so(tmp_path, capsys):
     import shutil

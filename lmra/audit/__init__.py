@@ -124,6 +124,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         self.allow_unvalidated_judge = allow_unvalidated_judge
         #: called with the judge-check verdict as soon as the canaries are rated (the CLI prints it)
         self.on_judge_check: Callable[[dict], None] | None = None
+        #: called with the run folder once it is created and locked (lmra audit --run-dir-file
+        #: writes its path then, so a run killed outright still names its folder)
+        self.on_claim: Callable[[Path], None] | None = None
         self._target, self._judge, self._judge2 = target, judge, judge2
         self._given = (target is not None, judge is not None, judge2 is not None)
         self.refusal_errors: dict[int, str] = {}  # response index → error of its failed refusal-label call
@@ -179,6 +182,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             self._dir_claimed = True
         if self._lock is None:
             self._lock = RunLock(self.run_dir).acquire()
+            if self.on_claim is not None:
+                self.on_claim(self.run_dir)
         if self.shard is not None and not (self.run_dir / "shard.json").is_file():
             # which shard this folder holds, from the start (lmra batch resume reads it); the
             # full record replaces it when the stages are done (_shard_stages)

@@ -80,6 +80,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     audit = None
     try:
         audit = Audit(cfg, config_path=args.config, allow_unvalidated_judge=args.allow_unvalidated_judge)
+        if args.run_dir_file:  # written as soon as the folder exists (a run killed outright names it too)
+            from lmra.fileio import write_text
+
+            audit.on_claim = lambda run_dir: write_text(args.run_dir_file, f"{run_dir.resolve()}\n")
         if args.shard is not None:  # a deterministic 1/N of the prompts (lmra.shard; joined by lmra merge)
             audit.shard = args.shard
             audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{args.shard.index}of{args.shard.count}")
@@ -158,7 +162,8 @@ RUN_DIR_FILE_MAX_BYTES = 4096
 def _clear_run_dir_file(path: str) -> None:
     """Check ``--run-dir-file`` before the audit makes any call, then remove the earlier one, so
     that a script never reads the folder of an earlier night when this audit stops before
-    creating its own (the new one is written atomically when the audit ends).
+    creating its own (the new one is written atomically as soon as the run folder exists — a run
+    killed outright names its folder too — and again when the audit ends).
 
     The path must be non-empty, its folder must exist and be writable, and a file already there
     must look like an earlier run-dir file (at most :data:`RUN_DIR_FILE_MAX_BYTES`, UTF-8, one
