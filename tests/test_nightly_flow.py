@@ -169,3 +169,44 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     assert main(["history", "--reports-dir", str(home / "reports")]) == 0
     row1 = next(line for line in capsys.readouterr().out.splitlines() if run1.name in line)
     assert "pinned" in row1
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_documented_nightly_script_stopped_by_a_signal_ends_its_log_and_exits_130(tmp_path, sig):
+    """New-user finding: Ctrl-C (SIGINT to the process group) or a stop (SIGTERM to every
+    process: systemd, a CI runner) killed the script's ``tee`` and shell first: exit 141/143, and
+    the night's log ended without lmra's "interrupted" line and the script's exit status. The
+    audit stops keeping its answered calls, the log says so, and the script exits 130."""
+    import signal
+    import time
+
+    script = tmp_path / "nightly.sh"
+    script.write_text(nightly_script())
+    home = tmp_path / "srv"
+    home.mkdir()
+    clock = tmp_path / "clock"
+    clock.mkdir()
+    (clock / "date").write_text('#!/bin/sh\necho "20261130"\n')
+    (clock / "date").chmod(0o755)
+    with FaultServer(fault_rate=0.0, delay_s=0.3) as srv:  # slow: stopped mid-run
+        audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
+                     per_task=5, retries=0, timeout_s=10, extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
+            "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(_venv(tmp_path)),
+            "LMRA_METRICS": str(tmp_path / "textfile_collector"), "LMRA_ENV_FILE": str(tmp_path / "none"),
+            "PATH": f"{clock}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
+        proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)  # its own process group, as a job's
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and srv.requests < 6:
+            time.sleep(0.05)
+        os.killpg(proc.pid, getattr(signal, sig))  # every process of the job, as a terminal or systemd does
+        out, _ = proc.communicate(timeout=120)
+    log = (home / "logs" / "nightly-20261130.log").read_text()
+    assert proc.returncode == 130, out[-3000:]
+    assert log.rstrip().endswith("=== nightly.sh: exit status 130 ==="), log[-2000:]
+    assert "nightly.sh: stop signal" in log and "interrupted" in log
+    assert log == out  # the log holds everything the script printed
+    run_dir = Path((home / "last-run-dir.txt").read_text().strip())
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
