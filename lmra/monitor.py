@@ -141,8 +141,10 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
         # answers, replayed from the cache, beside the new one's ratings — refused night after night)
         mixed = (" One run's judge answers include those of another model besides the other run's: answers "
                  "replayed from the call cache (identity-filter, refusal and classification answers do not change "
-                 "with the seed) keep the model that gave them, so a night audited just after a judge update "
-                 "mixes both; pin a night whose judge answers all came from one model.")
+                 "with the seed) keep the model that gave them, so every night audited after a judge update "
+                 "mixes both the same way (its ratings are the new model's). To go on with the new judge, pin "
+                 f"this run ('lmra pin {run.run_id}'): later nights mix alike and are compared with it; nights "
+                 "before the update stay comparable with each other only.")
     for what, mine, theirs in checks:
         if mine != theirs:
             raise LmraInputError(

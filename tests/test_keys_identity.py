@@ -312,6 +312,9 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
     assert ("its judge's served model (what its endpoint reported answering) is 'gpt-4o-2024-05-13', the run's is "
             "'gpt-4o-2024-08-06, gpt-4o-2024-05-13'") in err, err  # (some judge answers came from the cache)
     assert "replayed from the call cache (identity-filter, refusal and classification answers" in err  # said why
+    # and what to do that works (new-user finding: "pin a night whose judge answers all came from one
+    # model" named none: the filter's cached answers keep the old model's id every night)
+    assert f"pin this run ('lmra pin {run2.name}'): later nights mix alike" in err
     # the target's served model changing is what an audit watches for: a warning, the check runs
     original = (run2 / "manifest.json").read_text()
     manifest2 = json.loads(original)
