@@ -163,10 +163,16 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
 REPLAY_STARTS = ("the run drew with the baseline's seed", "the run made no fresh target call")
 
 
+#: the start of the comparability line of a check :func:`lmra.monitor.assert_comparable` refused
+#: (:func:`lmra.monitor.refused_check`)
+REFUSED_PREFIX = "nothing was checked: the baseline is not comparable — "
+
+
 def short_label(warning: str) -> str:
     """Two or three words for a warning of :func:`comparability_warnings` (a table cell):
     ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
-    for start, label in ((REPLAY_STARTS[0], "replayed answers"), (REPLAY_STARTS[1], "replayed answers"),
+    for start, label in ((REFUSED_PREFIX, "baseline not comparable"), (REPLAY_STARTS[0], "replayed answers"),
+                         (REPLAY_STARTS[1], "replayed answers"),
                          ("the target differs", "another target"), ("the audit design differs", "another design")):
         if warning.startswith(start):
             return label

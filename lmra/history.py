@@ -127,6 +127,21 @@ def _config_name(folder: Path) -> str:
         return re.sub(r"-\d+$", "", folder.name.split("-", 2)[-1])
 
 
+def refusal_reason(warnings: list[str]) -> str | None:
+    """What made the comparability rules refuse a check, in short — "its judge's served model
+    (…) is 'a', the run's is 'b'" — from its recorded warnings (the line
+    :func:`lmra.monitor.refused_check` writes), or None for a check that ran."""
+    from lmra.comparable import REFUSED_PREFIX
+
+    for w in warnings:
+        if w.startswith(REFUSED_PREFIX):
+            import re
+
+            m = re.search(r" is not comparable with run \S+: (.*?)(?:\.(?: |$)|$)", w[len(REFUSED_PREFIX):])
+            return m.group(1) if m else w[len(REFUSED_PREFIX):].split(". ", 1)[0]
+    return None
+
+
 def stored_verdict(check: dict) -> str:
     """The verdict of a stored check recorded before verdicts were (:meth:`History.latest_check`'s
     dict: ``result`` and ``overall`` frames of its rows): ``regression`` when a task or overall
@@ -506,7 +521,9 @@ class History:
         ``replayed`` (the verdict is ``no_conclusion`` although rows were tested: every chatbot
         answer was replayed) and ``verdict`` (``regression`` / ``no_regression`` /
         ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
-        :func:`stored_verdict` for a check an older lmra recorded); None when never checked."""
+        :func:`stored_verdict` for a check an older lmra recorded) and ``refused`` (why the
+        night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
+        — in short; None for a check that ran); None when never checked."""
         row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict, i.changes AS identity_changes "
                               "FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
@@ -533,6 +550,8 @@ class History:
         except (TypeError, ValueError):
             out["identity_changes"] = None
         out["verdict"] = out.get("verdict") or stored_verdict(out)
+        # a check the comparability rules refused (lmra.monitor.refused_check): why, in short
+        out["refused"] = refusal_reason(out["warnings"] or [])
         # rows tested on replayed answers: no verdict (every surface reads this one flag)
         out["replayed"] = out["verdict"] == "no_conclusion" and any(
             finite(r.get("p_regress")) is not None for frame in (out["result"], out["overall"]) if len(frame)
@@ -548,7 +567,7 @@ class History:
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
             check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
             check an older lmra made), "identity_changes": its served-model change lines (None:
-            not recorded), "verdict" and "replayed": as :meth:`latest_check`, "n_tested": int,
+            not recorded), "verdict", "replayed" and "refused": as :meth:`latest_check`, "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
@@ -568,7 +587,8 @@ class History:
                              for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
-                "verdict": c["verdict"], "replayed": c["replayed"], "regressed": keyed("regressed"),
+                "verdict": c["verdict"], "replayed": c["replayed"], "refused": c["refused"],
+                "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),

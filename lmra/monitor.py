@@ -44,7 +44,7 @@ import pandas as pd
 
 from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError
-from lmra.comparable import comparability_warnings
+from lmra.comparable import REFUSED_PREFIX, comparability_warnings
 from lmra.history import History, history_path
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
@@ -288,6 +288,29 @@ class CheckResult:
         """By :attr:`verdict`: 3 (:data:`EXIT_REGRESSION`) for ``regression``, 2 for
         ``no_conclusion`` (a check that tested nothing must not pass silently), else 0."""
         return {"regression": EXIT_REGRESSION, "no_conclusion": 2}.get(self.verdict, 0)
+
+
+def refused_check(run: RunFolder, baseline: RunFolder, *, margin: float, alpha: float, reason: str) -> CheckResult:
+    """The record of a night's check that :func:`assert_comparable` refused (exit status 2): no
+    row tested, verdict ``no_conclusion``, the refusal as its comparability line
+    (:data:`REFUSED_PREFIX`) and the served-model changes — so that ``lmra history``, the history
+    page, report.html and the exports say why the night has no verdict instead of "never
+    checked" (new-user finding: a judge swap left no trace but the console's error).
+
+    Args:
+        run, baseline: the two run folders; margin, alpha: the check's; reason: the refusal's
+            message (:class:`~lmra.errors.LmraInputError` text).
+    """
+    from lmra.identity import identity_changes
+
+    tests = pd.DataFrame({"comparison": pd.Series(dtype=object), "domain": pd.Series(dtype=object),
+                          "task": pd.Series(dtype=object), "p_regress": pd.Series(dtype=float),
+                          "regressed": pd.Series(dtype=bool), "improved": pd.Series(dtype=bool)})
+    return CheckResult(run_id=run.run_id, baseline_id=baseline.run_id, margin=margin, alpha=alpha, tests=tests,
+                       judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
+                       identity_changes=identity_changes(baseline.manifest, run.manifest),
+                       comparability=[REFUSED_PREFIX + reason], run_status=run.status,
+                       baseline_status=baseline.status)
 
 
 def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:

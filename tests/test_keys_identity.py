@@ -443,3 +443,47 @@ def test_reported_identity_is_cleaned_and_a_fingerprint_that_appears_is_a_change
         "the target's system fingerprint changed: (none) → fp_abc"]
     assert identity_changes(manifest({"fp_abc": 3}), manifest({"fp_abc": 1})) == []
     assert identity_changes({}, manifest({"fp_abc": 3})) == []  # an older run without a record: not compared
+
+
+def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tmp_path, lmra_cli, capsys):
+    """New-user finding: a judge served-model change refused the night's check (exit 2, as
+    documented), but nothing recorded it: ``lmra history`` showed the night as never checked, the
+    history page "not checked", report.html and the exports nothing. The refused check is recorded
+    (no verdict, why) and every surface says it."""
+    import html as _html
+
+    from lmra.history import History
+
+    with FaultServer(served_model="judge-old") as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=3)
+        first = _audit_cli(cfg, tmp_path, "--seed", "1", "--allow-unvalidated-judge")
+        assert first.returncode in (0, 1), first.stderr[-2000:]
+        run1, _ = _manifest(tmp_path / "out")
+        srv.served_model = "judge-new"  # the LMRA's endpoint now answers as another model
+        second = _audit_cli(cfg, tmp_path, "--seed", "2", "--baseline", str(run1), "--allow-unvalidated-judge")
+    assert second.returncode == 2 and "is not comparable" in second.stderr
+    run2, _ = _manifest(tmp_path / "out")
+    with History(tmp_path / "out" / "history.sqlite") as h:
+        check = h.latest_check(run2.name)
+    assert check["verdict"] == "no_conclusion" and check["baseline_id"] == run1.name
+    assert check["refused"].startswith("its judge's served model") and "'judge-new" in check["refused"]
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "out"), "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert rows[run2.name]["check"]["refused"] == check["refused"]
+    assert rows[run2.name]["check"]["verdict"] == "no_conclusion" and rows[run1.name]["check"] is None
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "out")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"no conclusion (baseline {run1.name} not comparable: its judge's served model" in out.replace("│ ", "")
+    assert lmra_cli(["report", str(run2)]) == 0  # (the audits here wrote none: --no-report)
+    report = _html.unescape((run2 / "report.html").read_text())
+    assert "No conclusion: the regression check was refused" in " ".join(report.split())
+    assert lmra_cli(["report", "--history", "--reports-dir", str(tmp_path / "out")]) == 0
+    page = " ".join(_html.unescape((tmp_path / "out" / "history.html").read_text()).split())
+    assert f"no conclusion (baseline {run1.name} not comparable: its judge" in page
+    assert lmra_cli(["export", str(run2), "--format", "prometheus", "--out", str(tmp_path / "prom")]) == 0
+    prom = next((tmp_path / "prom").glob("*.prom")).read_text()
+    assert re.search(r"^lmra_run_check_tested_tasks\{.*\} 0(\.0)?$", prom, re.M)  # no verdict metric
+    assert re.search(r"^lmra_run_check_warnings\{.*\} 1(\.0)?$", prom, re.M)
+    assert not re.search(r"^lmra_run_regressions\{", prom, re.M)  # (its HELP text names it)

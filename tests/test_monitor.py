@@ -238,7 +238,10 @@ def test_audit_hook_writes_the_report_even_when_the_baseline_is_refused(runs, tm
     with pytest.raises(LmraInputError, match="judge model"):
         monitor_after_audit(reports / runs["other_judge"].name, baseline=runs["base"].name)
     html = (reports / runs["other_judge"].name / "report.html").read_text()
-    assert 'id="per-task-table-1"' in html and 'id="regression-check"' not in html
+    # the report is written, and says the night's check was refused and why (new-user finding: no
+    # surface said it; the history records it too)
+    assert 'id="per-task-table-1"' in html
+    assert "No conclusion: the regression check was refused" in html and "its judge model is" in html
 
 
 def test_a_full_history_database_is_an_io_failure_naming_the_file(tmp_path):

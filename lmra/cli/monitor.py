@@ -21,6 +21,7 @@ from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha
                              delta_arg, json_errors, margin_arg, print_warning)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import counted, lit, make_console
+from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError
 
 
@@ -405,7 +406,9 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     if check is None:
         return "—"
     base = lit(check["baseline_id"])
-    if not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
+    if check.get("refused"):  # the check was refused: nothing of the night was compared
+        text = f"[yellow]no conclusion[/] (baseline {base} not comparable: {lit(check['refused'])})"
+    elif not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
     elif check.get("replayed"):  # tested, but on replayed answers: nothing of that night's chatbot
         text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
@@ -422,10 +425,12 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
         text = f"[green]no regression[/] ({check['n_tested']} tested{overall}) vs {base}"
     if check["improved"]:
         text += f"{between}improved: {_tasks_named(check['improved'], between)}"
-    if check.get("warnings"):  # not a night-to-night comparison of one chatbot (lmra.comparable)
+    warnings = [w for w in check.get("warnings") or [] if not check.get("refused") or
+                not w.startswith(REFUSED_PREFIX)]  # (a refusal is the cell's text)
+    if warnings:  # not a night-to-night comparison of one chatbot (lmra.comparable)
         from lmra.comparable import short_label
 
-        labels = ", ".join(dict.fromkeys(short_label(w) for w in check["warnings"]))
+        labels = ", ".join(dict.fromkeys(short_label(w) for w in warnings))
         text += f"{between}[bold yellow]warning: {lit(labels)}[/] ('lmra check' says more)"
     for line in check.get("identity_changes") or []:  # a new model version beside the verdict (fresh-user finding)
         text += f"{between}[yellow]{lit(line)}[/]"
@@ -808,7 +813,17 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
             base = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else None
             if base is not None:
                 h.register(base)
-                check = check_regression(run, base, margin=margin, alpha=alpha, history=h)
+                try:
+                    check = check_regression(run, base, margin=margin, alpha=alpha, history=h)
+                except LmraInputError as exc:
+                    if "is not comparable" not in str(exc):
+                        raise
+                    # the night's check was refused: recorded as such (no verdict), then said (exit 2)
+                    from lmra.monitor import refused_check
+
+                    check = refused_check(run, base, margin=margin, alpha=alpha, reason=str(exc))
+                    h.record_check(check, source="audit")
+                    raise
                 h.record_check(check, source="audit")
                 cmp = compare_runs(base, run)
                 print_check(console, check)

@@ -219,7 +219,9 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
             "baseline_id": check["baseline_id"],
             "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
             "replayed": bool(check.get("replayed")),  # rows tested on replayed answers: no verdict
-            "warnings": [short_label(w) for w in check.get("warnings") or []],
+            "refused": check.get("refused"),  # the check was refused: baseline not comparable (why)
+            "warnings": [short_label(w) for w in check.get("warnings") or []
+                         if not (check.get("refused") and short_label(w) == "baseline not comparable")],
             "identity_changes": list(check.get("identity_changes") or []),  # served models since the baseline
             "warnings_recorded": check.get("warnings") is not None,
             "regressed": sorted({f"{t} ({c})" for c, _, t in check["regressed"]})

@@ -202,8 +202,11 @@ def _check_context(check) -> dict | None:
     sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
                    "alpha_task": (float(alpha) / n_tested) if n_tested else None,
                    "shown": any("mde" in r for r in rows)}
+    from lmra.history import refusal_reason
+
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
             "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
+            "refused": refusal_reason(warnings),  # the check was refused: its baseline not comparable (why)
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
             "only_in_run": only_run, "only_in_baseline": only_base,

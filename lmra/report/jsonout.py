@@ -188,8 +188,9 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         with ``n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate, reverse_rate …``,
         ``check``: the run's regression check (its audit's own, else the latest:
         :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, verdict,
-        n_tested, warnings, identity_changes (served-model change lines since the baseline, null
-        when not recorded), regressed, improved, n_overall_tested, overall_regressed,
+        refused (why the night's check was refused: its baseline not comparable — e.g. the judge's
+        served model changed; null for a check that ran), n_tested, warnings, identity_changes
+        (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
         overall_improved}`` (``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
         nothing tested, or every chatbot answer replayed, whose rows then flag nothing;
         ``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
@@ -214,7 +215,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "warnings": None if check.get("warnings") is None else list(check["warnings"]),
             "identity_changes": (None if check.get("identity_changes") is None
                                  else list(check["identity_changes"])),
-            "verdict": check.get("verdict"), "n_tested": check["n_tested"],
+            "verdict": check.get("verdict"), "refused": check.get("refused"), "n_tested": check["n_tested"],
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
