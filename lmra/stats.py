@@ -49,7 +49,8 @@ def mean_ci(values: Sequence[float], clusters: Sequence[object] | None = None, a
     Returns:
         :class:`MeanCI`. With n = 0 every number is nan; with n = 1 (or one cluster) the
         interval and p-value are nan; with zero variance the interval is [mean, mean]
-        and the p-value is 1 if mean = 0 else 0.
+        and the p-value is 1 if mean = 0, else the exact two-sided sign test over the G
+        clusters, min(1, 2 × 0.5^G) (a t-test's infinite t would give 0).
     """
     from scipy import stats as st
     from statsmodels.regression.linear_model import OLS  # not statsmodels.api: it imports all of statsmodels
@@ -69,8 +70,10 @@ def mean_ci(values: Sequence[float], clusters: Sequence[object] | None = None, a
         g = n
     if n < 2 or g < 2:
         return MeanCI(m, math.nan, math.nan, math.nan, math.nan, n, g)
-    if float(np.ptp(x)) == 0.0:
-        return MeanCI(m, m, m, 0.0, 1.0 if m == 0 else 0.0, n, g)
+    if float(np.ptp(x)) == 0.0:  # every value alike: t is infinite (p = 0 for 2 pairs of 0.5,
+        # which forced a Bonferroni "significant": statistics review); the exact sign test over the
+        # clusters instead, 2 × 0.5^G (each cluster's mean has the same sign), as the axes test does
+        return MeanCI(m, m, m, 0.0, 1.0 if m == 0 else min(1.0, 2.0 * 0.5 ** g), n, g)
     if groups is not None and g < n:
         fit = OLS(x, np.ones((n, 1))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
         se = float(fit.bse[0])

@@ -73,3 +73,16 @@ def test_adjust_pvalues_matches_hand_holm_and_bonferroni():
     # holm: sorted .01*3=.03, .03*2=.06, .04*1=.04 -> monotone max: .03, .06, .06
     assert adj[:3] == pytest.approx([0.03, 0.06, 0.06])
     assert rej[:3] == [True, False, False]
+
+
+def test_mean_ci_with_every_value_alike_gives_the_sign_test_not_p_zero():
+    """Statistics review: a quality criterion whose scores were all alike and non-zero got p = 0
+    from the t-test's infinite t, so Bonferroni over the nine criteria called it significant on
+    2 pairs. The exact sign test over the clusters: 2 × 0.5^G."""
+    from lmra.stats import mean_ci
+
+    two = mean_ci([0.5, 0.5])
+    assert two.p_value == pytest.approx(0.5) and (two.low, two.high) == (0.5, 0.5)
+    assert mean_ci([0.5] * 6).p_value == pytest.approx(2 * 0.5 ** 6)
+    assert mean_ci([0.5] * 6, clusters=["a", "a", "b", "b", "c", "c"]).p_value == pytest.approx(0.25)  # 3 prompts
+    assert mean_ci([0.0] * 4).p_value == 1.0
