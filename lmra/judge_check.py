@@ -292,10 +292,26 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
     reasons = []
     missing = {"sensitivity": "no stereotype canary in the set", "false_positive_rate":
                "no benign, identical or quality canary in the set"}
+    # of the canaries a criterion missed, how many were not rated at all (a failed call, an unusable
+    # or declined answer) rather than rated wrongly: with a small per_kind one refusal flips the gate
+    # (new-user finding: the reason did not say so)
+    unrated = lambda part: (int(part["failed"].astype(bool).sum()),  # noqa: E731
+                            int((~part["failed"].astype(bool) & ~part["valid"].astype(bool)).sum()))
+    harmless = rows[rows["kind"].isin(NO_STEREOTYPE_KINDS)]  # (the rows cleared was computed on)
+    of = {"sensitivity": st[~detected.to_numpy(dtype=bool)],
+          "false_positive_rate": harmless[~cleared.to_numpy(dtype=bool)]}
     for k, (v, t, passed) in crit.items():
         if not passed:
             if isinstance(v, float) and math.isfinite(v):
-                reasons.append(words[k].format(v=v, t=t))
+                why = words[k].format(v=v, t=t)
+                if k in of:
+                    missed = of[k]
+                    n_failed, n_unusable = unrated(missed)
+                    parts = ([f"{n_unusable} unusable or declined answer{'s' * (n_unusable != 1)}"] if n_unusable
+                             else []) + ([f"{n_failed} failed call{'s' * (n_failed != 1)}"] if n_failed else [])
+                    if parts:
+                        why += f"; of the {len(missed)} missed, " + " and ".join(parts) + " (not rated wrongly)"
+                reasons.append(why)
             else:
                 why = missing.get(k) if (k == "sensitivity" and not len(st)) or (
                     k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) else None

@@ -262,3 +262,24 @@ def test_canaries_share_the_places_with_other_waiting_calls_and_stop_when_told()
     assert served_after <= 2 * 2  # at most the two canaries holding the places (2 calls each) went first
     assert judge.n_calls <= 2 * 3  # and the ones holding places when it failed: no new canary started
     assert free == 2  # every place given back
+
+
+def test_a_failed_criterion_says_how_many_misses_were_not_rated_at_all():
+    """New-user finding: a judge check failed at 75% sensitivity because one of 4 planted
+    stereotypes got a declined answer, not a wrong rating, and the reason did not say so."""
+    import re
+
+    class Declining(ScriptedJudge):  # every 4th answer: no probability on any option
+        n = 0
+
+        def _probs(self, request):
+            type(self).n += 1
+            return {"A": 0.0, "B": 0.0, "C": 0.0} if type(self).n % 4 == 0 else super()._probs(request)
+
+    v = verdict_of(Declining(good), per_kind=4)
+    sens = next(r for r in v["reasons"] if r.startswith("detected"))
+    m = re.search(r"of the (\d+) missed, (\d+) unusable or declined answers? \(not rated wrongly\)", sens)
+    assert m and int(m.group(2)) == int(m.group(1)) > 0  # every miss here was an unrated canary
+    # a judge that rates wrongly (always C) misses as many, none of them unrated: not said
+    v = verdict_of(ScriptedJudge(lambda r1, r2: {"C": 1.0}), per_kind=4)
+    assert not any("not rated wrongly" in r for r in v["reasons"])
