@@ -127,6 +127,18 @@ def _config_name(folder: Path) -> str:
         return re.sub(r"-\d+$", "", folder.name.split("-", 2)[-1])
 
 
+def _detectable_span(rows: list[dict]) -> dict | None:
+    """``{"min", "max", "n_undetectable"}`` of a stored check's tested task rows' ``mde`` (the rise
+    each detects with 80% power; nan: none reaches it), or None when the check recorded none."""
+    tested = [r for r in rows if finite(r.get("p_regress")) is not None]
+    if not tested or not any("mde" in r for r in tested):
+        return None
+    mde = [finite(r.get("mde")) for r in tested]
+    found = [m for m in mde if m is not None]
+    return {"min": min(found) if found else None, "max": max(found) if found else None,
+            "n_undetectable": sum(m is None for m in mde)}
+
+
 def refusal_reason(warnings: list[str]) -> str | None:
     """What made the comparability rules refuse a check, in short — "its judge's served model
     (…) is 'a', the run's is 'b'" — from its recorded warnings (the line
@@ -591,6 +603,9 @@ class History:
                 "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
+                # the rises the tested tasks detect with 80% power, smallest and largest (None: none
+                # computed), and how many tested tasks detect none (what a quiet night rules out)
+                "detectable": _detectable_span(rows),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),
                 "overall_regressed": {r.get("comparison"): r for r in overall
                                       if bool(r.get("regressed")) and verdict != "no_conclusion"},

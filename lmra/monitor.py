@@ -911,6 +911,24 @@ def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> 
             f"the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = {alpha:g}/{n_tested}")
 
 
+def detectable_words(span: dict | None, between: str = "; ") -> str:
+    """What a stored check's "no regression" rules out (:meth:`lmra.history.History.check_summary`'s
+    ``detectable``): ``; detects rises of +0.35 to +0.62 or more only (2 tasks too small to detect
+    any)``; "" when not recorded. New-user finding: ``lmra history`` and the history page said "no
+    regression" without the caveat the console gives."""
+    if not span:
+        return ""
+    parts = []
+    if span.get("min") is not None:
+        lo, hi = span["min"], span["max"]
+        parts.append(f"detects rises of {lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}")
+                     + " or more only")
+    if span.get("n_undetectable"):
+        n = span["n_undetectable"]
+        parts.append(f"{n} task{'s' * (n != 1)} too small to detect any rise")
+    return between + "; ".join(parts) if parts else ""
+
+
 def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
     """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26%)`` — the rise of H and the
     stereotype rates it corresponds to; ``≥ +0.2135 …`` when it is a lower bound (``mde_lower_bound``:

@@ -414,3 +414,38 @@ def test_a_mistyped_run_id_creates_no_history(tmp_path, monkeypatch, lmra_cli, c
     assert lmra_cli(argv) == 2
     assert "no such run folder" in capsys.readouterr().err
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_quiet_night_says_what_it_rules_out_in_the_history_json_page_and_metrics(runs, lmra_cli, capsys,
+                                                                                   tmp_path):
+    """New-user finding: the console says a "no regression" check detects rises of +X or more
+    only, but lmra history, the history page and Prometheus said "no regression" without it."""
+    import re
+
+    from lmra.history import History
+
+    reports = tmp_path / "reports"
+    for key in ("base", "same"):
+        shutil.copytree(runs[key], reports / runs[key].name)
+    hist = reports / "history.sqlite"
+    assert lmra_cli(["check", str(reports / runs["same"].name), "--baseline", str(reports / runs["base"].name),
+                     "--history", str(hist)]) == 0
+    with History(hist) as h:
+        check = h.latest_check(runs["same"].name)
+    mde = check["result"].loc[check["result"]["p_regress"].notna(), "mde"].dropna()
+    lo, hi = float(mde.min()), float(mde.max())
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(reports), "--json"]) == 0
+    row = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}[runs["same"].name]
+    assert row["check"]["detectable"]["min"] == pytest.approx(lo) and row["check"]["detectable"]["max"] == \
+        pytest.approx(hi)
+    span = f"detects rises of {lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}") + " or more only"
+    assert lmra_cli(["history", "--reports-dir", str(reports)]) == 0
+    assert span in " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert lmra_cli(["report", "--history", "--reports-dir", str(reports)]) == 0
+    assert span in " ".join((reports / "history.html").read_text().split())
+    assert lmra_cli(["export", str(reports / runs["same"].name), "--format", "prometheus", "--out",
+                     str(tmp_path / "prom")]) == 0
+    prom = next((tmp_path / "prom").glob("*.prom")).read_text()
+    values = [float(v) for v in re.findall(r"^lmra_task_detectable_rise\{.*\} (\S+)$", prom, re.M)]
+    assert values and min(values) == pytest.approx(lo) and max(values) == pytest.approx(hi)

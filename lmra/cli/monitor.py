@@ -423,6 +423,9 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     else:
         overall = f" + {check['n_overall_tested']} overall" if check.get("n_overall_tested") else ""
         text = f"[green]no regression[/] ({check['n_tested']} tested{overall}) vs {base}"
+        from lmra.monitor import detectable_words
+
+        text += detectable_words(check.get("detectable"), between)
     if check["improved"]:
         text += f"{between}improved: {_tasks_named(check['improved'], between)}"
     warnings = [w for w in check.get("warnings") or [] if not check.get("refused") or

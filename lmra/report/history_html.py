@@ -40,6 +40,7 @@ from lmra.errors import LmraInputError
 from lmra.fileio import write_text
 from lmra.comparable import short_label
 from lmra.gates import read_gates
+from lmra.monitor import detectable_words
 from lmra.report.plots import BLUE, GREY, RED
 from lmra.runfolder import finite
 
@@ -220,6 +221,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
             "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
             "replayed": bool(check.get("replayed")),  # rows tested on replayed answers: no verdict
             "refused": check.get("refused"),  # the check was refused: baseline not comparable (why)
+            "detectable": detectable_words(check.get("detectable"), ""),  # what a quiet night rules out
             "warnings": [short_label(w) for w in check.get("warnings") or []
                          if not (check.get("refused") and short_label(w) == "baseline not comparable")],
             "identity_changes": list(check.get("identity_changes") or []),  # served models since the baseline

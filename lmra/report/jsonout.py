@@ -189,7 +189,9 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         ``check``: the run's regression check (its audit's own, else the latest:
         :meth:`lmra.history.History.latest_check`) ``{baseline_id, checked, source, verdict,
         refused (why the night's check was refused: its baseline not comparable — e.g. the judge's
-        served model changed; null for a check that ran), n_tested, warnings, identity_changes
+        served model changed; null for a check that ran), n_tested, detectable (``{min, max,
+        n_undetectable}``: the rises the tested tasks detect with 80% power, smallest and largest,
+        and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
         overall_improved}`` (``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
         nothing tested, or every chatbot answer replayed, whose rows then flag nothing;
@@ -216,6 +218,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "identity_changes": (None if check.get("identity_changes") is None
                                  else list(check["identity_changes"])),
             "verdict": check.get("verdict"), "refused": check.get("refused"), "n_tested": check["n_tested"],
+            "detectable": check.get("detectable"),
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),

@@ -117,6 +117,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "prompts": G("lmra_task_prompts", "Prompts of the task in the run", labels=TASK_LABELS),
         "refusal": G("lmra_task_refusal_rate", "Share of the group's responses labelled a refusal, in [0, 1]",
                      labels=TASK_LABELS + ["group"]),
+        "detectable": G("lmra_task_detectable_rise", "Smallest rise of the task's net rating its regression check "
+                        "detects with 80% power at its sizes: a night without a regression rules out rises this "
+                        "large, not smaller ones (absent when not tested, or when no rise reaches the power)",
+                        labels=TASK_LABELS),
         "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else one an older lmra recorded, else the "
                        "latest recorded) flagged the task (its net rating rose significantly above the margin vs the "
                        "baseline), 0 if tested and not flagged",
@@ -213,6 +217,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             n += flagged
             fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge],
                                         float(flagged))
+            if finite(t.get("mde")) is not None:  # what a quiet night rules out (new-user finding: not exported)
+                fam["detectable"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target,
+                                              judge], float(t["mde"]))
             tested += 1
         overall = check.get("overall")
         n_overall = 0
