@@ -139,6 +139,16 @@ def _detectable_span(rows: list[dict]) -> dict | None:
             "n_undetectable": sum(m is None for m in mde)}
 
 
+def not_finished_words(r: dict) -> str:
+    """A not-finished run folder's status, why and whether a re-run completed its night
+    (:meth:`lmra.history.History.not_finished`): ``stale (its process is gone: killed or crashed) —
+    resumed by 20261201-021500-nightly (same seed)``."""
+    status = {"stale": "stale (its process is gone: killed or crashed)"}.get(r["status"], r["status"])
+    why = f" — {r['stop_reason']}" if r.get("stop_reason") else ""
+    done = f" — resumed by {r['resumed_by']} (same seed)" if r.get("resumed_by") else ""
+    return f"{status}{why}{done}"
+
+
 def refusal_reason(warnings: list[str]) -> str | None:
     """What made the comparability rules refuse a check, in short — "its judge's served model
     (…) is 'a', the run's is 'b'" — from its recorded warnings (the line
@@ -363,9 +373,11 @@ class History:
         out.
 
         Returns:
-            oldest first, ``{"run_id", "name", "status", "started", "stop_reason"}`` per folder
-            (``stop_reason``: the manifest's — the error it stopped on, or the ``failure`` of a run
-            that finished with nothing scored — None when it recorded none).
+            oldest first, ``{"run_id", "name", "status", "started", "stop_reason", "resumed_by"}``
+            per folder (``stop_reason``: the manifest's — the error it stopped on, or the
+            ``failure`` of a run that finished with nothing scored — None when it recorded none;
+            ``resumed_by``: the first finished run with the same name and seed after it — the
+            re-run that completed that night — or None).
         """
         from lmra.runstate import FINISHED, folder_status
 
@@ -389,8 +401,19 @@ class History:
             if name and run_name != name:
                 continue
             out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
-                        "stop_reason": m.get("stop_reason") or m.get("failure")})
+                        "stop_reason": m.get("stop_reason") or m.get("failure"),
+                        "resumed_by": self._resumed_by(folder.name, run_name, m.get("seed"))})
         return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
+
+    def _resumed_by(self, run_id: str, name: str | None, seed) -> str | None:
+        """The first finished run registered after ``run_id`` with its name and seed — the re-run
+        that completed the night from the call cache — or None (new-user finding: a resumed night
+        stayed listed as "did not finish" forever, with nothing saying it was done)."""
+        if name is None or not isinstance(seed, int) or isinstance(seed, bool):
+            return None
+        row = self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND run_id > ? ORDER BY run_id "
+                              "LIMIT 1", (name, seed, run_id)).fetchone()
+        return row["run_id"] if row else None
 
     def _writable(self, what: str) -> None:
         """Raise :class:`~lmra.errors.LmraIOError` when the history is :attr:`read_only`."""

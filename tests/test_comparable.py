@@ -598,3 +598,41 @@ def test_a_failed_night_is_listed_as_not_finished_not_a_silent_gap(tmp_path, lmr
     assert "12 run folders did not finish" in out and "the newest 10 ('--json' lists all)" in out
     # (the copies started when the failed night did: ordered by run id, the two first left out)
     assert "20260106-000000-nightly-2:" not in out and "20260106-000002-nightly-2: failed" in out
+
+
+def test_a_killed_night_completed_by_its_rerun_is_listed_as_resumed(tmp_path, lmra_cli, capsys):
+    """New-user finding: a night killed with kill -9 and re-run with the same seed stayed listed
+    as "did not finish" — "stale" with no reason — forever, although the re-run completed it. It
+    now says the process is gone and which run resumed it; another seed's run does not count."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    rerun = night(tmp_path, "20260102-000500-nightly", 0.05, seed=2)  # the re-run that completed night 2
+    killed = tmp_path / "reports" / "20260102-000000-nightly"  # night 2's first try, killed mid-run
+    shutil.copytree(rerun, killed)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that is gone
+    manifest = json.loads((killed / "manifest.json").read_text())
+    manifest.update(status="running", pid=dead.pid)
+    (killed / "manifest.json").write_text(json.dumps(manifest))
+    (killed / "run.lock").unlink(missing_ok=True)
+    other = tmp_path / "reports" / "20260101-000500-nightly"  # another night's killed run (seed 7): not resumed
+    shutil.copytree(killed, other)
+    (other / "manifest.json").write_text(json.dumps(manifest | {"seed": 7}))
+    reports = str(tmp_path / "reports")
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["not_finished"]}
+    assert listed[killed.name]["resumed_by"] == rerun.name and listed[other.name]["resumed_by"] is None
+    assert lmra_cli(["history", "--reports-dir", reports]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"{killed.name}: stale (its process is gone: killed or crashed) — resumed by {rerun.name} (same seed)"
+            in out)
+    assert f"{other.name}: stale (its process is gone: killed or crashed)" in out
+    assert f"{other.name}: stale (its process is gone: killed or crashed) — resumed" not in out
+    assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert f"{killed.name}: stale (its process is gone: killed or crashed) — resumed by {rerun.name}" in page

@@ -363,9 +363,10 @@ def _print_not_finished(console: Console, unfinished: list[dict]) -> None:
     console.print(f"[bold yellow]{counted(len(unfinished), 'run folder')} did not finish (not in the table: no "
                   "results to compare)" + (f"; the newest {NOT_FINISHED_SHOWN} ('--json' lists all)"
                                            if len(unfinished) > NOT_FINISHED_SHOWN else "") + ":[/]")
+    from lmra.history import not_finished_words
+
     for r in unfinished[-NOT_FINISHED_SHOWN:]:
-        why = f" — {r['stop_reason']}" if r.get("stop_reason") else ""
-        console.print(Text(f"  {r['run_id']}: {r['status']}{why}"))
+        console.print(Text(f"  {r['run_id']}: {not_finished_words(r)}"))
 
 
 #: run folders that did not finish listed below lmra history's table (the newest)

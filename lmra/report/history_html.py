@@ -40,6 +40,7 @@ from lmra.errors import LmraInputError
 from lmra.fileio import write_text
 from lmra.comparable import short_label
 from lmra.gates import read_gates
+from lmra.history import not_finished_words
 from lmra.monitor import detectable_words
 from lmra.report.plots import BLUE, GREY, RED
 from lmra.runfolder import finite
@@ -348,6 +349,7 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
                "title": f"{n['run_id']} ({n['date']}): judge {n['judge_status']}, run {n['run_status']}"}
               for n in rows]
     label_at = sorted({round(j * (len(rows) - 1) / 6) for j in range(7)})
+    nf = history.not_finished(name)
     return {
         "lmra_version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -355,7 +357,8 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
         "n_nights": len(runs), "n_total": n_total, "first": rows[0]["date"], "last": rows[-1]["date"],
         "newest": rows[-1], "nights": rows[::-1], "comparisons": comparisons, "strips": strips,
         # the run folders of this name that did not finish: not drawn, never a silent gap (fresh-user finding)
-        "not_finished": (nf := history.not_finished(name))[-MAX_NOT_FINISHED:][::-1], "n_not_finished": len(nf),
+        "not_finished": [r | {"text": not_finished_words(r)} for r in nf[-MAX_NOT_FINISHED:][::-1]],
+        "n_not_finished": len(nf),
         "axis_labels": [{"x": strips[j]["x"] + strip_w / 2, "label": rows[j]["date"][:10]} for j in label_at],
         "strip_width": size["width"], "colors": {"red": RED, "blue": BLUE, "grey": GREY, "orange": ORANGE},
     }
