@@ -117,6 +117,9 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
     assert {s.labels["status"]: s.value for s in found["lmra_run_status"]} == {"complete": 1, "partial": 0}
     start = dt.datetime.fromisoformat(manifest["started"]).timestamp()
     assert one(found, "lmra_run_timestamp_seconds", run_name="nightly") == start
+    # the run's model calls by kind, from manifest.json (new-user finding: no failed-call metric)
+    assert {s.labels["kind"]: s.value for s in found["lmra_run_model_calls"]} == {
+        k: manifest["calls"][k] for k in ("fresh", "cached", "failed", "retries")}
     info = found["lmra_run_info"][0]
     assert info.value == 1 and info.labels["run_id"] == run.name
     # the recorded check: the quoted task regressed, the other tested task did not, the lonely one was not tested

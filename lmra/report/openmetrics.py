@@ -143,6 +143,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "status": G("lmra_run_status", "1 for the run's status (complete; partial = more than max_failed_share of "
                     "its pairs or secondary ratings lost to failed calls, a task over max_invalid_share of unusable "
                     "answers or unlabelled filter prompts, or no pair scored), 0 for the other", labels=RUN_LABELS + ["status"]),
+        "calls": G("lmra_run_model_calls", "Model calls of the run by kind: fresh (answered by a model), cached (from "
+                   "the call cache), failed (after every retry: their pairs are failed), retries (extra attempts "
+                   "after a fault)", labels=RUN_LABELS + ["kind"]),
         "start": G("lmra_run_timestamp_seconds", "Start of the run, Unix time in seconds", labels=RUN_LABELS),
         "end": G("lmra_run_finished_timestamp_seconds", "End of the run, Unix time in seconds", labels=RUN_LABELS),
         "regressions": G("lmra_run_regressions", "Tasks flagged by the run's regression check (its audit's own, "
@@ -199,6 +202,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["judge"].add_metric(run_labels + [state], float(state == judge_state))
     for state in dict.fromkeys(RUN_STATES + (run.status,)):
         fam["status"].add_metric(run_labels + [state], float(state == run.status))
+    calls = run.manifest.get("calls") or {}
+    for kind in ("fresh", "cached", "failed", "retries"):  # (new-user finding: no failed-call metric)
+        if isinstance(calls.get(kind), int):
+            fam["calls"].add_metric(run_labels + [kind], float(calls[kind]))
     fam["start"].add_metric(run_labels, _epoch(run.started))
     fam["end"].add_metric(run_labels, _epoch(run.manifest.get("finished")))
     if check is not None and check.get("identity_changes") is not None:
