@@ -381,8 +381,14 @@ class CallCache:
             self.recovered = 0
             self._answers = self._open_answer_log()
         except (OSError, sqlite3.Error) as exc:
-            raise LmraIOError(f"cannot open the call cache ({io_reason(exc)}); check that the folder exists and "
-                              "is writable, or set 'cache' in the config", path=self.path) from None
+            reason = io_reason(exc)
+            # a damaged file is not a folder problem (break-it finding: the advice said check the folder)
+            damaged = isinstance(exc, sqlite3.DatabaseError) and any(
+                w in str(exc) for w in ("not a database", "malformed", "file is encrypted"))
+            advice = ("the file is damaged or is not an lmra call cache: move it aside (its answers are lost; "
+                      "a re-run asks the calls again) or set 'cache' in the config to another file" if damaged else
+                      "check that the folder exists and is writable, or set 'cache' in the config")
+            raise LmraIOError(f"cannot open the call cache ({reason}); {advice}", path=self.path) from None
 
     def _open_answer_log(self) -> AnswerLog | None:
         """Store the calls of the answer logs whose writers were killed, then open this

@@ -142,3 +142,19 @@ def test_caller_that_missed_the_cache_just_before_the_holder_finished_does_not_p
     assert got is not None and got.text == "answer"
     assert b._try_lease(key)  # and did not keep a lease it does not need (it is free)
     a.close(), b.close()
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all " * 200, b"SQLite format 3\x00" + b"\x07" * 5000])
+def test_a_damaged_cache_file_is_said_to_be_damaged_not_a_folder_problem(tmp_path, content):
+    """Break-it finding: a cache file of random bytes (or a cut one) gave "cannot open the call
+    cache (file is not a database); check that the folder exists and is writable"."""
+    from lmra.cache import CallCache
+    from lmra.errors import LmraIOError
+
+    path = tmp_path / "cache.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(LmraIOError) as err:
+        CallCache(path).close()
+    text = str(err.value)
+    assert "the file is damaged or is not an lmra call cache" in text and "folder exists" not in text
+    assert path.read_bytes() == content  # left as it was
