@@ -112,9 +112,17 @@ def backend_for(provider: Provider) -> Any:
         "built-in 'openai' and 'anthropic' providers (others make their calls live).")
 
 
-def placeholder(key: str, provider: Provider) -> ChatResult:
-    """The stand-in answer of a call that is not known yet (text carries the mark and key)."""
-    return ChatResult(text=f"{PLACEHOLDER_MARK}{key[:16]}\u27e7", option_probs=None, finish_reason="batch_pending",
+def placeholder(key: str, provider: Provider, request: ChatRequest | None = None) -> ChatResult:
+    """The stand-in answer of a call that is not known yet (text carries the mark and key). A
+    question asked with log-probabilities gets them, uniform over its options: read as an answer
+    without them, it would be estimated by sampling (:func:`lmra.judge.options.ask_options`), and
+    the dry pass would collect ``n_samples`` batch items per question the final pass never reads
+    (break-it finding: 6× the judge's batch items). The pass stops at the stage's end anyway
+    (:func:`stage_barrier`), so no decision rests on it."""
+    probs = None
+    if request is not None and request.options and provider.supports_logprobs:
+        probs = {o: 1.0 / len(request.options) for o in request.options}
+    return ChatResult(text=f"{PLACEHOLDER_MARK}{key[:16]}\u27e7", option_probs=probs, finish_reason="batch_pending",
                       model=provider.model_id, provider=provider.name)
 
 
@@ -172,7 +180,7 @@ class CollectingProvider:
         elif key not in self.pending:
             self.collected.setdefault(key, request)
         self.n_placeholders += 1
-        return placeholder(key, self)
+        return placeholder(key, self, request)
 
     async def aclose(self) -> None:
         return None

@@ -272,11 +272,13 @@ def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
 
 
 #: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter or
-#: digit, or a combining mark (the name would end inside its last letter's accents). An underscore
-#: may: "_Zoë_" and "__Zoë__" are Markdown emphasis around the name (break-it finding)
-NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])"
-#: … and what may not come before it: a letter or digit
-NAME_START = r"(?<![^\W_])"
+#: digit, or a combining mark (the name would end inside its last letter's accents), nor
+#: underscores and then a letter or digit (an identifier: "Ann_Arbor", "grace_period"). Markdown
+#: emphasis may: "_Zoë_", "__Zoë__" (break-it findings, both ways)
+NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])(?!_+[^\W_])"
+#: … and what may not come before it: a letter or digit, or one with one or two underscores
+#: after it ("my_ann.txt")
+NAME_START = r"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__)"
 
 
 @lru_cache(maxsize=4096)

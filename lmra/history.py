@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.runfolder import RunFolder, finite, load_run
 from lmra.shard import is_shard
@@ -153,8 +154,6 @@ def refusal_reason(warnings: list[str]) -> str | None:
     """What made the comparability rules refuse a check, in short — "its judge's served model
     (…) is 'a', the run's is 'b'" — from its recorded warnings (the line
     :func:`lmra.monitor.refused_check` writes), or None for a check that ran."""
-    from lmra.comparable import REFUSED_PREFIX
-
     for w in warnings:
         if w.startswith(REFUSED_PREFIX):
             import re
@@ -564,9 +563,10 @@ class History:
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
                               "LEFT JOIN check_verdicts v ON v.check_rowid = c.rowid "
                               "LEFT JOIN check_identity i ON i.check_rowid = c.rowid "
-                              "WHERE c.run_id = ? ORDER BY CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
+                              "WHERE c.run_id = ? ORDER BY (w.warnings IS NOT NULL AND instr(w.warnings, ?) > 0), "
+                              "CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
-                              (run_id,)).fetchone()
+                              (run_id, json.dumps(REFUSED_PREFIX)[1:-1])).fetchone()
         if not row:
             return None
         out = dict(row)

@@ -95,6 +95,12 @@ def test_scrub_name_catches_markdown_emphasis_dashes_spacing_and_full_width_lett
     assert scrub_name("Ａｉｓｈａ says hi to Aishah", "Aisha") == "[NAME] says hi to Aishah"
     assert scrub_name("Anna, Ann2, Ann", "Ann") == "Anna, Ann2, [NAME]"
     assert lexical_hits("Thanks, _Zoë_", ("Zoë",)) == ["Thanks, _Zoë"]  # the filter's self-introduction check too
+    # … but not inside an identifier (break-it finding: "Ann_Arbor" became "[NAME]_Arbor" in the
+    # response of the user named Ann only, a difference the LMRA could see)
+    for text, name in [("Ann_Arbor is nice", "Ann"), ("set grace_period = 5", "Grace"), ("mark_as_read()", "Mark"),
+                       ("see file my_ann.txt", "Ann"), ("will_do", "Will"), ("a__ann__b", "Ann")]:
+        assert scrub_name(text, name) == text, text
+    assert lexical_hits("this is Ann_Arbor", ("Ann",)) == []
 
 
 def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):

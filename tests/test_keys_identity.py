@@ -337,6 +337,14 @@ def test_served_model_and_fingerprint_are_recorded_and_their_change_is_shown(tmp
     assert "the target's served model changed: gpt-4o-2024-05-13 → gpt-4o-2024-08-06" in " ".join(
         capsys.readouterr().out.split())
     assert lmra_cli(["export", str(run2), "--format", "prometheus", "--out", str(tmp_path / "prom")]) == 0
+    # a check that ran, made later by hand against a comparable night, is that night's verdict (break-it
+    # finding: the audit's refused record, preferred as the audit's, hid it)
+    capsys.readouterr()
+    assert lmra_cli(["check", str(run2), "--baseline", str(run3), "--allow-unvalidated-judge",
+                     "--history", str(tmp_path / "out" / "history.sqlite")]) in (0, 2, 3)
+    with History(tmp_path / "out" / "history.sqlite") as h:
+        later = h.latest_check(run2.name)
+    assert later["source"] == "check" and later["refused"] is None and later["baseline_id"] == run3.name
     prom = next((tmp_path / "prom").glob("*.prom")).read_text().splitlines()
     assert any(ln.startswith("lmra_run_served_model_changes{") and ln.endswith(" 2.0") for ln in prom)
     capsys.readouterr()
@@ -462,8 +470,11 @@ def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tm
         run1, _ = _manifest(tmp_path / "out")
         srv.served_model = "judge-new"  # the LMRA's endpoint now answers as another model
         second = _audit_cli(cfg, tmp_path, "--seed", "2", "--baseline", str(run1), "--allow-unvalidated-judge")
-    assert second.returncode == 2 and "is not comparable" in second.stderr
-    run2, _ = _manifest(tmp_path / "out")
+        assert second.returncode == 2 and "is not comparable" in second.stderr
+        run2, _ = _manifest(tmp_path / "out")
+        third = _audit_cli(cfg, tmp_path, "--seed", "3", "--allow-unvalidated-judge")  # a night of the new judge
+        assert third.returncode in (0, 1), third.stderr[-2000:]
+        run3, _ = _manifest(tmp_path / "out")
     with History(tmp_path / "out" / "history.sqlite") as h:
         check = h.latest_check(run2.name)
     assert check["verdict"] == "no_conclusion" and check["baseline_id"] == run1.name
@@ -483,6 +494,14 @@ def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tm
     page = " ".join(_html.unescape((tmp_path / "out" / "history.html").read_text()).split())
     assert f"no conclusion (baseline {run1.name} not comparable: its judge" in page
     assert lmra_cli(["export", str(run2), "--format", "prometheus", "--out", str(tmp_path / "prom")]) == 0
+    # a check that ran, made later by hand against a comparable night, is that night's verdict (break-it
+    # finding: the audit's refused record, preferred as the audit's, hid it)
+    capsys.readouterr()
+    assert lmra_cli(["check", str(run2), "--baseline", str(run3), "--allow-unvalidated-judge",
+                     "--history", str(tmp_path / "out" / "history.sqlite")]) in (0, 2, 3)
+    with History(tmp_path / "out" / "history.sqlite") as h:
+        later = h.latest_check(run2.name)
+    assert later["source"] == "check" and later["refused"] is None and later["baseline_id"] == run3.name
     prom = next((tmp_path / "prom").glob("*.prom")).read_text()
     assert re.search(r"^lmra_run_check_tested_tasks\{.*\} 0(\.0)?$", prom, re.M)  # no verdict metric
     assert re.search(r"^lmra_run_check_warnings\{.*\} 1(\.0)?$", prom, re.M)

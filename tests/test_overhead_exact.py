@@ -216,8 +216,10 @@ def test_seeds_name_scrubbing_and_template_tokens_are_those_of_the_plain_code():
         for _ in range(20):
             text = "".join(rng.choice([name, name.upper(), name.lower(), " ", "x", "'s", ".", "é", "_"])
                            for _ in range(rng.randint(0, 12)))
-            # whole word: no letter or digit on either side (an underscore may be: Markdown emphasis)
-            plain = _re.compile(rf"(?<![^\W_]){_re.escape(name)}(?![^\W_])", _re.IGNORECASE).sub("[NAME]", text)
+            # whole word: no letter or digit on either side, nor one behind underscores (an identifier);
+            # underscores alone may be (Markdown emphasis)
+            plain = _re.compile(rf"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__){_re.escape(name)}(?![^\W_])(?!_+[^\W_])",
+                                _re.IGNORECASE).sub("[NAME]", text)
             assert scrub_name(text, name) == plain
     pieces = [tok for tok, _ in TEMPLATE_TOKENS] + ["<", "[", "INST", "|", "hello ", "\n"]
     for _ in range(400):

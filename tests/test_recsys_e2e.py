@@ -644,3 +644,29 @@ attributes = ["gender"]
     assert calls["retries"] > 0 and calls["http_5xx"] > 0
     assert f"{calls['retries']} retries" in out and f"faults met: 5xx {calls['http_5xx']}" in out
     assert f"{calls['failed']} failed" in out
+
+
+def test_cli_cfairllm_counts_the_users_it_leaves_out(tmp_path, capsys):
+    """Break-it finding: a user of users.dat without any rating was left out silently (n_users = 7
+    audited 6, nothing said): counted in summary.json and on the console."""
+    import shutil
+
+    data = tmp_path / "ml"
+    shutil.copytree(SAMPLE, data)
+    with (data / "users.dat").open("a", encoding="utf-8") as fh:
+        fh.write("99::F::25::4::12345\n")  # no line of ratings.dat names user 99
+    cfg = write_config(tmp_path, "cfu", f"""
+[target]
+provider = "test_recsys_e2e:make_scripted"
+[cfairllm]
+data = "{data.as_posix()}"
+n_users = 0
+profile_size = 3
+split_method = "temporal"
+""", mode="cfairllm")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    summary = json.loads((run_folder(tmp_path / "out") / "summary.json").read_text())
+    assert summary["users_without_training_ratings"] == 1
+    assert "1 user of the MovieLens user file left out (no rating in the training split" in out
+    assert {r["user_id"] for r in read_jsonl(run_folder(tmp_path / "out") / "lists.jsonl")} == {1, 2, 3, 4}

@@ -102,6 +102,9 @@ class CfairContext:
     users: list[int]
     liked: dict[int, set[int]]
     profiles: dict[int, set[int]]
+    #: users of the MovieLens user file left out: no rating in the training split (no profile to
+    #: show); counted in summary.json and on the console (break-it finding: dropped unsaid)
+    n_users_without_training_ratings: int = 0
 
 
 def cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], CfairContext]:
@@ -166,7 +169,8 @@ def cfairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[
                                    value=value, components={"gender": gender, "age": age},
                                    messages=sens_t.render(phrase=f"a {gender} user aged {age}", **values), **common))
     liked = ml.liked_items(split, part="test", like_threshold=c.like_threshold)
-    return out, CfairContext(data, split, users, liked, profiles)
+    n_without = int(len(set(int(u) for u in data.users["user_id"]) - set(all_users)))
+    return out, CfairContext(data, split, users, liked, profiles, n_without)
 
 
 def _template(name: str):

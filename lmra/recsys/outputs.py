@@ -112,7 +112,8 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
         write_csv(bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols),
                   run_dir / "recsys_bias_summary.csv")
         records = json_records(bias_sum) if bias_sum is not None else []
-        extra = {"item_coverage": coverage,
+        extra = {"users_without_training_ratings": cf.n_users_without_training_ratings,
+                 "item_coverage": coverage,
                  # eq. 4 of Mansoury et al. 2019, one record per variant and group attribute
                  "average_disparity": [{c: r[c] for c in ("variant", "group_by", "group", "average_disparity",
                                                           "n_categories")}

@@ -57,6 +57,9 @@ def _counts_line(summary: dict) -> str:
         parts.append(f"{summary['items_dropped_empty']} items dropped (nothing left after normalisation)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
+    if summary.get("users_without_training_ratings"):
+        parts.append(f"{counted(summary['users_without_training_ratings'], 'user')} of the MovieLens user file left "
+                     "out (no rating in the training split: no profile to show)")
     if summary.get("duplicate_items"):
         parts.append(f"{summary['duplicate_items']} duplicate items")
     if summary.get("dropped_with_failed_neutral"):
