@@ -369,6 +369,8 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "pairs matched" in out and "12" in out and "1.000" in out  # every sign agrees
+    # every human rating alike: no correlation, and the console says why (break-it finding: "— [—, —]" alone)
+    assert "Correlations shown as —: the human ratings or the LMRA scores are all the same" in " ".join(out.split())
     # a label of a pair the run does not have is counted as such, not as "no valid score"
     pid = res.ratings.pair_id.iloc[0]
     labels.write_text(f"pair_id,rating\n{pid},1\nnosuch|female vs male|0,1\n")

@@ -51,7 +51,14 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_row("Spearman ρ [95% CI]", f"{fmt(res['spearman_rho'])} [{fmt(res['spearman_ci'][0])}, "
                                          f"{fmt(res['spearman_ci'][1])}]")
     table.add_row(f"sign agreement (|x| ≤ {args.tie} = 0)", fmt(res["sign_agreement"]))
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    nan = lambda x: x is None or (isinstance(x, float) and x != x)  # noqa: E731
+    if nan(res["pearson_r"]) or nan(res["pearson_ci"][0]):  # say why a correlation is "—" (break-it finding)
+        why = ("fewer than 3 matched pairs: no correlation or interval" if res["n"] < 3 else
+               "the human ratings or the LMRA scores are all the same: a correlation is undefined"
+               if nan(res["pearson_r"]) else "no interval for a correlation of ±1 or with 3 pairs")
+        console.print(f"[dim]Correlations shown as —: {why}.[/]")
     return 0
 
 
