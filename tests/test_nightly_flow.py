@@ -210,3 +210,24 @@ def test_documented_nightly_script_stopped_by_a_signal_ends_its_log_and_exits_13
     assert log == out  # the log holds everything the script printed
     run_dir = Path((home / "last-run-dir.txt").read_text().strip())
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_documented_nightly_script_with_a_bad_flag_exports_no_earlier_night(tmp_path):
+    """Verification finding: a bad flag in LMRA_AUDIT_ARGS stops lmra before it reads
+    --run-dir-file, so last night's path stayed in the file and the script exported last night's
+    metrics again as tonight's (exit 2). The script removes the file before the audit."""
+    script = tmp_path / "nightly.sh"
+    script.write_text(nightly_script())
+    home = tmp_path / "srv"
+    (home / "reports" / "20261129-021500-nightly").mkdir(parents=True)
+    (home / "last-run-dir.txt").write_text(f"{home / 'reports' / '20261129-021500-nightly'}\n")  # last night's
+    (home / "nightly.toml").write_text('name = "nightly"\n')
+    metrics = tmp_path / "textfile_collector"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
+        "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(_venv(tmp_path)),
+        "LMRA_METRICS": str(metrics), "LMRA_ENV_FILE": str(tmp_path / "none"), "LMRA_AUDIT_ARGS": "--margin 7"}
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:]
+    assert "--margin" in r.stdout and "exit status 2" in r.stdout
+    assert not (home / "last-run-dir.txt").exists() and not metrics.exists()

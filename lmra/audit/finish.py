@@ -255,8 +255,9 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
         (["the rest unreadable"] if n_text > read else [])
     return (f"{TEXT_UNDER_MIN_PREFIX}{n_text + n_sampled} of {diag.get('n_answers')} LMRA answers to the stereotype "
             f"question came without them ({'; '.join(how)}); under combiner 'min' the minimum of such an answer "
-            "and the other order's is biased (a text answer scores the pair at an extreme, h = ±1 or 0, or makes "
-            "it invalid) — which pushes the net rating away from what the LMRA's probabilities say; "
+            "and the other order's is biased" + (" (one read as text scores the pair at an extreme, h = ±1 or 0, "
+                                                 "or makes it invalid)" if read else "") +
+            " — which pushes the net rating away from what the LMRA's probabilities say; "
             "per_task.csv's net_rating_mean and net_rating_calibrated are less affected (docs/methodology.md)")
 
 
