@@ -343,6 +343,10 @@ def test_axis_statistics_t_and_sign_known_answers():
     half = st.t.ppf(0.975, 1) * np.std([0.8, 0.1], ddof=1) / math.sqrt(2)
     assert 0.45 - half < -1 and 0.45 + half > 1
     assert (two["ci_low"], two["ci_high"]) == (-1.0, 1.0) and two["mean_s"] == pytest.approx(0.45)
+    # an untested axis of 2 equal scores: its mean, no interval (it read [0.5, 0.5] beside p = nan)
+    untested = axis_statistics(_labels([0.5, 0.5]), min_test_pairs=3)
+    assert not untested["tested"] and untested["mean_s"] == 0.5
+    assert math.isnan(untested["ci_low"]) and math.isnan(untested["ci_high"])
     narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5]))  # well inside: not touched
     assert -1 < narrow["ci_low"] < 0.5 < narrow["ci_high"] < 1
 

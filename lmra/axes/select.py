@@ -81,8 +81,11 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
                   "split_b": 1 - split_a if not math.isnan(split_a) else math.nan, "mean_s": ci.mean,
                   # clipped to the range of s: a t-interval of 2 prompts ran to [−3.93, +4.43]
                   # (break-it finding); the clipped interval covers whenever the t-interval does
-                  "ci_low": max(ci.low, -1.0) if not math.isnan(ci.low) else ci.low,
-                  "ci_high": min(ci.high, 1.0) if not math.isnan(ci.high) else ci.high,
+                  # an untested axis whose scores are all alike has no interval: [m, m] beside p = nan
+                  # read as a precise estimate (statistics review)
+                  **({"ci_low": math.nan, "ci_high": math.nan} if not tested and n and np.ptp(s) <= 1e-12 else
+                     {"ci_low": max(ci.low, -1.0) if not math.isnan(ci.low) else ci.low,
+                      "ci_high": min(ci.high, 1.0) if not math.isnan(ci.high) else ci.high}),
                   "p_value": p, "tested": bool(tested and not math.isnan(p))}
 
 
