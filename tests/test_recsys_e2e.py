@@ -571,6 +571,7 @@ def test_cli_score_with_every_list_empty_is_a_failure_not_a_success(tmp_path, ca
         manifest["stop_reason"]
     summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
     assert summary["fairness_at_k"] == [] and summary["most_values_per_attribute"] == 2
+    assert manifest["stop_reason"].endswith("(0 of 3 lists recorded a failed call)")  # no call was made
     # one value only (similarity by design), all empty: nothing was meant to be compared
     _score_console(tmp_path, capsys, rows[:2], name="one")
 

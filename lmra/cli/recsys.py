@@ -58,8 +58,9 @@ def _nothing_scored_exit(result) -> int:
 
     if not nothing_scored(result.summary):
         return 0
-    make_console(stderr=True).print(f"[bold red]failure:[/] {lit(nothing_scored_message(result.summary, result.lists))}",
-                                    highlight=False, soft_wrap=True)
+    called = "source" not in result.manifest  # (lmra recsys score: lists read from a file, no call made)
+    why = nothing_scored_message(result.summary, result.lists, called=called)
+    make_console(stderr=True).print(f"[bold red]failure:[/] {lit(why)}", highlight=False, soft_wrap=True)
     return 1
 
 

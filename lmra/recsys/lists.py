@@ -218,7 +218,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
                 "source": str(path), "k": k, "convention": convention, "parser": parser or "stored",
                 "permutations": permutations, "seed": seed, "versions": package_versions()}
     if manifest["status"] == "failed":  # why, as lmra recsys's manifest says it
-        manifest["stop_reason"] = nothing_scored_message(summary, lists)
+        manifest["stop_reason"] = nothing_scored_message(summary, lists, called=False)
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)

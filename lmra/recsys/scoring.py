@@ -276,10 +276,13 @@ def nothing_scored(summary: dict[str, Any]) -> bool:
         or (summary.get("most_values_per_attribute") or 0) >= 2
 
 
-def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame) -> str:
-    """The one-paragraph reason :func:`nothing_scored` gives, with the first call error."""
+def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame, *, called: bool = True) -> str:
+    """The one-paragraph reason :func:`nothing_scored` gives, with the first call error.
+    ``called``: the lists came from the run's own calls (``lmra recsys``), not from a file
+    (``lmra recsys score``, whose lists may record an error but made no call)."""
     errors = [e for e in lists.get("error", []) if isinstance(e, str)] if "error" in lists.columns else []
-    parts = [f"{summary.get('failed_calls', 0)} of {summary.get('n_lists', 0)} target calls failed"]
+    parts = [f"{summary.get('failed_calls', 0)} of {summary.get('n_lists', 0)} "
+             + ("target calls failed" if called else "lists recorded a failed call")]
     if summary.get("refusals"):
         parts.append(f"{summary['refusals']} answers were refusals, an empty list each")
     for key, what in (("dropped_with_failed_neutral", "lost with their failed neutral call"),
