@@ -55,10 +55,11 @@ def _venv(tmp: Path) -> Path:
     return venv
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path, capsys, monkeypatch):
-    from lmra.cli import main
-
+def _nightly_job(tmp_path: Path, *, env_file: Path | None = None, drop: tuple[str, ...] = ()) -> tuple[Path, Path, dict]:
+    """The documented script in ``tmp_path/nightly.sh``, its home ``tmp_path/srv`` (created), and the
+    environment it runs in: the settings at its top pointed into ``tmp_path``, the test's venv, and
+    a ``date`` on PATH answering ``$FAKE_NIGHT`` (the only double). ``drop``: variables of this
+    process left out besides ``LMRA_*`` (a key the script must read from its env file)."""
     script = tmp_path / "nightly.sh"
     script.write_text(nightly_script())
     home = tmp_path / "srv"
@@ -67,7 +68,20 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     clock.mkdir()
     (clock / "date").write_text('#!/bin/sh\necho "$FAKE_NIGHT"\n')  # the night's `date -u +%Y%m%d`
     (clock / "date").chmod(0o755)
-    venv = _venv(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_") and k not in drop} | {
+        "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(_venv(tmp_path)),
+        "LMRA_METRICS": str(tmp_path / "textfile_collector"), "LMRA_ENV_FILE": str(env_file or tmp_path / "none"),
+        "PATH": f"{clock}:{os.environ.get('PATH', '')}", "COLUMNS": "200", "FAKE_NIGHT": "20261130"}
+    return script, home, env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path, capsys, monkeypatch):
+    from lmra.cli import main
+
+    env_file = tmp_path / "etc-lmra-env"  # the keys, as /etc/lmra/env: read by the script, not inherited
+    script, home, env = _nightly_job(tmp_path, env_file=env_file, drop=(KEY_VAR,))
+    env["LMRA_AUDIT_ARGS"] = AUDIT_ARGS
     assert (Path(sys.executable).parent / "lmra").exists() or shutil.which("lmra"), "lmra is not installed"
     results = []
     with FaultServer(fault_rate=0.0) as srv:
@@ -76,13 +90,8 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
         audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
                      per_task=5, retries=0, timeout_s=10, key_env={"target": KEY_VAR, "judge": KEY_VAR},
                      extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
-        env_file = tmp_path / "etc-lmra-env"  # the keys, as /etc/lmra/env: read by the script, not inherited
         env_file.write_text(f"{KEY_VAR}=sk-local-test\n")
         env_file.chmod(0o600)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_") and k != KEY_VAR} | {
-            "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(venv),
-            "LMRA_METRICS": str(tmp_path / "textfile_collector"), "LMRA_ENV_FILE": str(env_file),
-            "LMRA_AUDIT_ARGS": AUDIT_ARGS, "PATH": f"{clock}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
         for night in NIGHTS:
             r = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": night}, capture_output=True,
                                text=True, timeout=300)
@@ -181,21 +190,10 @@ def test_documented_nightly_script_stopped_by_a_signal_ends_its_log_and_exits_13
     import signal
     import time
 
-    script = tmp_path / "nightly.sh"
-    script.write_text(nightly_script())
-    home = tmp_path / "srv"
-    home.mkdir()
-    clock = tmp_path / "clock"
-    clock.mkdir()
-    (clock / "date").write_text('#!/bin/sh\necho "20261130"\n')
-    (clock / "date").chmod(0o755)
+    script, home, env = _nightly_job(tmp_path)
     with FaultServer(fault_rate=0.0, delay_s=0.3) as srv:  # slow: stopped mid-run
         audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
                      per_task=5, retries=0, timeout_s=10, extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
-            "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(_venv(tmp_path)),
-            "LMRA_METRICS": str(tmp_path / "textfile_collector"), "LMRA_ENV_FILE": str(tmp_path / "none"),
-            "PATH": f"{clock}:{os.environ.get('PATH', '')}", "COLUMNS": "200"}
         proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)  # its own process group, as a job's
         deadline = time.monotonic() + 120
@@ -217,16 +215,12 @@ def test_documented_nightly_script_with_a_bad_flag_exports_no_earlier_night(tmp_
     """Verification finding: a bad flag in LMRA_AUDIT_ARGS stops lmra before it reads
     --run-dir-file, so last night's path stayed in the file and the script exported last night's
     metrics again as tonight's (exit 2). The script removes the file before the audit."""
-    script = tmp_path / "nightly.sh"
-    script.write_text(nightly_script())
-    home = tmp_path / "srv"
+    script, home, env = _nightly_job(tmp_path)
+    env["LMRA_AUDIT_ARGS"] = "--margin 7"
     (home / "reports" / "20261129-021500-nightly").mkdir(parents=True)
     (home / "last-run-dir.txt").write_text(f"{home / 'reports' / '20261129-021500-nightly'}\n")  # last night's
     (home / "nightly.toml").write_text('name = "nightly"\n')
     metrics = tmp_path / "textfile_collector"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LMRA_")} | {
-        "LMRA_HOME": str(home), "LMRA_EXPORTS": str(tmp_path / "dashboards"), "LMRA_VENV": str(_venv(tmp_path)),
-        "LMRA_METRICS": str(metrics), "LMRA_ENV_FILE": str(tmp_path / "none"), "LMRA_AUDIT_ARGS": "--margin 7"}
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-2000:]
     assert "--margin" in r.stdout and "exit status 2" in r.stdout

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import re
-
 import pandas as pd
 import pytest
 
@@ -196,17 +194,12 @@ def test_a_crashed_runs_memo_rows_are_valid(tmp_path):
     finished; the re-run replays them and writes what a re-run with the memo off writes."""
     cfg = _config(tmp_path, quality={"enabled": False}, judge2=None)
 
-    class CrashingJudge(_Judge):  # dies at its 7th rating call: the pairs rated before it are done
-        rated = 0
-
+    class CrashingJudge(_Judge):  # dies once 7 rating calls were asked: the pairs rated before are done
         async def complete(self, request):
-            text = request.messages[-1].content
-            if (re.search(r"Prompt number|Unlabelled question", text) and "Does the response refuse" not in text
-                    and "Does this message mention" not in text and "Classify" not in text):
-                type(self).rated += 1
-                if type(self).rated > 6:
-                    raise SimulatedCrash("simulated crash")
-            return await super().complete(request)
+            result = await RecordingJudge.complete(self, request)  # (logs the call's kind in self.log)
+            if self.log.count("rate") > 6:
+                raise SimulatedCrash("simulated crash")
+            return result
 
     # (it was the target's 41st call: once the judge check's canaries stopped holding every place
     # at the start, all generations come before the first rating, and none was finished then)
