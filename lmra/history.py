@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,8 +157,6 @@ def refusal_reason(warnings: list[str]) -> str | None:
     :func:`lmra.monitor.refused_check` writes), or None for a check that ran."""
     for w in warnings:
         if w.startswith(REFUSED_PREFIX):
-            import re
-
             m = re.search(r" is not comparable with run \S+: (.*?)(?:\.(?: |$)|$)", w[len(REFUSED_PREFIX):])
             return m.group(1) if m else w[len(REFUSED_PREFIX):].split(". ", 1)[0]
     return None
