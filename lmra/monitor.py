@@ -112,14 +112,21 @@ def precheck_judge(provider: str, model: str | None, baseline: RunFolder) -> Non
             "one made with this LMRA ('lmra pin RUN'), or run without --baseline.", field="--baseline")
 
 
+class NotComparable(LmraInputError):
+    """:func:`assert_comparable`'s refusal of a baseline whose ratings cannot be compared with
+    the run's (exit status 2); ``lmra audit --baseline`` records it as the night's check
+    (:func:`refused_check`)."""
+
+
 def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
     """Refuse a baseline whose ratings cannot be compared with the run's.
 
     Raises:
-        LmraInputError: the judge (provider and model id), the judge template hash, the
+        NotComparable: the judge (provider and model id), the judge template hash, the
             order combiner or the set of comparisons differ, the model the judge's endpoint
             reported serving differs (both runs recorded one; break-it finding: a swapped
-            judge behind the same configured name only warned), or baseline is the run itself.
+            judge behind the same configured name only warned).
+        LmraInputError: baseline is the run itself.
     """
     if run.path.resolve() == baseline.path.resolve():
         raise LmraInputError(f"run {run.run_id} cannot be its own baseline", field="--baseline")
@@ -147,7 +154,7 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
                  "before the update stay comparable with each other only.")
     for what, mine, theirs in checks:
         if mine != theirs:
-            raise LmraInputError(
+            raise NotComparable(
                 f"baseline {baseline.run_id} is not comparable with run {run.run_id}: its {what} is '{theirs}', "
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
                 f"and comparisons were used; choose another baseline or pin one made with the run's settings "

@@ -804,7 +804,7 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
         LmraInputError: unresolvable or incomparable baseline (exit status 2).
     """
     from lmra.compare import compare_runs
-    from lmra.monitor import check_regression
+    from lmra.monitor import NotComparable, check_regression, refused_check
     from lmra.history import History, history_path
     from lmra.report.html import write_report
     from lmra.runfolder import load_run
@@ -822,12 +822,8 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                 h.register(base)
                 try:
                     check = check_regression(run, base, margin=margin, alpha=alpha, history=h)
-                except LmraInputError as exc:
-                    if "is not comparable" not in str(exc):
-                        raise
+                except NotComparable as exc:
                     # the night's check was refused: recorded as such (no verdict), then said (exit 2)
-                    from lmra.monitor import refused_check
-
                     check = refused_check(run, base, margin=margin, alpha=alpha, reason=str(exc))
                     h.record_check(check, source="audit")
                     raise
