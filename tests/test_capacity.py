@@ -124,6 +124,26 @@ def test_without_any_capacity_auto_keeps_two_in_flight_and_adds_no_wrapper(tmp_p
     assert limits.wrap(plain, ModelConfig(), "judge") is plain and limits.bound(2) == 2
 
 
+def test_auto_keeps_a_models_max_concurrency_when_no_provider_reports_a_capacity(tmp_path):
+    """A fresh-user trial: ``max_concurrency = 8`` on a model whose provider says nothing of
+    its capacity (an HTTP endpoint), no rate limit, ``auto``: 8 calls in flight for it, as
+    docs/config.md says (the audit held it to 2 in all before); the other model keeps 2."""
+    target = CapacityTarget(capacity=None, expect=8)
+    cfg = _cfg(tmp_path, target={"provider": "llamacpp", "max_concurrency": 8})
+    audit = Audit(cfg, target=target, judge=PeakJudge())
+    plan = audit.concurrency_plan()
+    assert plan.startswith("concurrency auto: 8 in flight for target, 2 for judge (no rate limit set; each model's "
+                           "max_concurrency"), plan
+    res = audit.run()
+    assert target.peak == 8
+    concurrency = json.loads((res.run_dir / "manifest.json").read_text())["concurrency"]
+    assert concurrency["unlimited"] == {"target": 8, "judge": 2} and concurrency["bound"] == 10
+    # the tools that call one model size it alike
+    limits = ModelLimits.of("auto", [(PeakJudge(), ModelConfig(max_concurrency=6))])
+    assert limits.wrap(PeakJudge(), ModelConfig(max_concurrency=6), "judge").max_concurrency == 6
+    assert limits.run_bound() == 6
+
+
 def test_model_limits_per_model_calls_in_flight():
     """``in_flight_without_limit``: max_concurrency, else capacity, else the default; a model
     with a capacity is wrapped with its own bound, and the audit-wide bound is their sum."""

@@ -48,8 +48,8 @@ from lmra.errors import LmraIOError, io_reason
 from lmra.fileio import write_json, write_jsonl, write_text
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
-from lmra.providers.base import parallel_capacity
-from lmra.providers.ratelimit import AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit
+from lmra.providers.ratelimit import (AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit,
+                                      sets_own_in_flight)
 from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
 from lmra.redact import redacted_calls, redacted_message
@@ -275,7 +275,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                 return f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set)"
             return ("concurrency auto: " + ", ".join(f"{n} in flight for {role}" if i == 0 else f"{n} for {role}"
                                                      for i, (role, n) in enumerate(caps.items()))
-                    + " (no rate limit set; the calls each model's provider serves at once)")
+                    + " (no rate limit set; each model's max_concurrency, else the calls its provider serves at "
+                      f"once, else {AUTO_UNLIMITED_IN_FLIGHT})")
         groups: dict[tuple, list[str]] = {}
         for role in ("target", "judge", "judge2"):
             m = getattr(cfg, role)
@@ -303,11 +304,12 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
 
     def _in_flight_without_limit(self) -> dict[str, int] | None:
         """``concurrency = "auto"`` without any rate limit: role → calls in flight when some
-        model's provider reports its ``parallel_capacity`` (:class:`ModelLimits`), else None
+        model has a ``max_concurrency`` or its provider reports its ``parallel_capacity``
+        (:func:`~lmra.providers.ratelimit.sets_own_in_flight`), else None
         (2 in flight in all)."""
         models = {role: (self._provider(role), getattr(self.cfg, role)) for role in ("target", "judge", "judge2")
                   if getattr(self.cfg, role) is not None}
-        if not any(parallel_capacity(p) for p, _ in models.values()):
+        if not any(sets_own_in_flight(p, m) for p, m in models.values()):
             return None
         return {role: in_flight_without_limit(p, m, AUTO_UNLIMITED_IN_FLIGHT) for role, (p, m) in models.items()}
 
@@ -399,8 +401,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         self.limits = ModelLimits(cfg.concurrency, any_limit=cfg.has_rate_limit(),
                                   unlimited_in_flight=AUTO_UNLIMITED_IN_FLIGHT, on_notice=self.on_notice,
                                   on_info=lambda msg: self.on_info(msg),
-                                  any_capacity=any(parallel_capacity(self._provider(role)) for role in
-                                                   ("target", "judge", "judge2")))
+                                  any_capacity=any(sets_own_in_flight(self._provider(role), getattr(cfg, role))
+                                                   for role in ("target", "judge", "judge2")
+                                                   if getattr(cfg, role) is not None))
 
         def wrap(p: Provider, m, role: str) -> Provider:
             # an endpoint that never answered stops the run, and failures name role and URL (EndpointGuard)

@@ -515,6 +515,14 @@ def rate_limited(inner: Provider, requests_per_minute: float | None, tokens_per_
                                concurrency=concurrency if isinstance(concurrency, int) else None, on_notice=on_notice)
 
 
+def sets_own_in_flight(inner: Provider, cfg: "ModelConfig") -> bool:
+    """True when a model says how many of its calls may be in flight at once: its config's
+    ``max_concurrency``, or its provider's :func:`parallel_capacity`. With ``concurrency =
+    "auto"`` and no rate limit anywhere, one such model lifts the audit-wide bound of 2 to the
+    sum of the models' own calls in flight (:meth:`ModelLimits.bound`)."""
+    return bool(cfg.max_concurrency or parallel_capacity(inner))
+
+
 def in_flight_without_limit(inner: Provider, cfg: "ModelConfig", default: int) -> int:
     """Calls in flight of a model without a rate limit under ``concurrency = "auto"``: its
     ``max_concurrency``, else what its provider serves at once (:func:`parallel_capacity`,
@@ -537,8 +545,8 @@ class ModelLimits:
     Args:
         concurrency: the audit's ``concurrency`` (an integer or ``"auto"``).
         any_limit: some model of the audit has a limit.
-        any_capacity: some model's provider reports its ``parallel_capacity``
-            (:func:`~lmra.providers.base.parallel_capacity`); with ``"auto"`` every model
+        any_capacity: some model has a ``max_concurrency`` or its provider reports its
+            ``parallel_capacity`` (:func:`sets_own_in_flight`); with ``"auto"`` every model
             without a limit is then held to its own calls in flight (:meth:`bound`). Without
             either, a model without a limit is not wrapped (no per-call cost) and the
             audit-wide bound (2) applies.
@@ -595,7 +603,7 @@ class ModelLimits:
         from lmra.config import AUTO_UNLIMITED_IN_FLIGHT
 
         return cls(concurrency, any_limit=any(m.requests_per_minute or m.tokens_per_minute for _, m in models),
-                   any_capacity=any(parallel_capacity(p) for p, _ in models),
+                   any_capacity=any(sets_own_in_flight(p, m) for p, m in models),
                    unlimited_in_flight=AUTO_UNLIMITED_IN_FLIGHT, on_notice=on_notice, on_info=on_info)
 
     def run_bound(self) -> int:
