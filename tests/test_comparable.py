@@ -330,6 +330,39 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
         ln.startswith("lmra_run_check_tested_tasks{") and ln.endswith(" 0.0") for ln in prom.splitlines())
 
 
+def test_a_same_seed_re_run_of_a_regression_night_leaves_that_nights_metrics_with_skip_replay(tmp_path, lmra_cli,
+                                                                                                capsys):
+    """Fresh-user finding: nightly.sh exported the metrics of a same-seed re-run of a regression
+    night (exit 2, every answer replayed): the regression metrics vanished and the alert on
+    lmra_run_regressions cleared with nothing fixed. ``lmra export --skip-replay`` (the
+    script's) writes nothing for a replay and says so; a night that was asked is exported."""
+    from lmra.cli.monitor import monitor_after_audit
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    worse = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2)
+    assert monitor_after_audit(worse, baseline=str(base), report=False) == 3
+    metrics = tmp_path / "textfile_collector"
+    assert lmra_cli(["export", str(worse), "--format", "prometheus", "--out", str(metrics), "--skip-replay"]) == 0
+    prom_file = metrics / "lmra_nightly.prom"
+    before = prom_file.read_bytes()
+    assert any(ln.startswith("lmra_run_regressions{") and not ln.endswith(" 0.0") for ln in before.decode().splitlines())
+    replay = night(tmp_path, "20260102-010000-nightly", 0.9, seed=2)  # the re-run, the night's seed
+    assert monitor_after_audit(replay, baseline=str(base), report=False) == 2
+    capsys.readouterr()
+    assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(metrics), "--skip-replay"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"not written: every chatbot answer of run {replay.name} was replayed from the call cache" in said
+    assert prom_file.read_bytes() == before  # the regression night's metrics, alert and all
+    # without the flag the replay's metrics are written (no verdict: no regression metric)
+    assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(metrics)]) == 0
+    assert "lmra_run_regressions{" not in prom_file.read_text()
+    # the flag is refused where it means nothing
+    capsys.readouterr()
+    assert lmra_cli(["export", str(replay), "--format", "csv", "--out", str(tmp_path / "t"), "--skip-replay"]) == 2
+    assert "--skip-replay applies to the run's metrics file" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "t").exists()
+
+
 def test_refreshing_a_run_keeps_its_first_registration_time(tmp_path, monkeypatch):
     """New-user finding: every command rewrote each run's 'registered' time in the history."""
     from lmra import history

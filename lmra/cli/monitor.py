@@ -613,6 +613,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from lmra.report.export import export_run
     from lmra.report.openmetrics import METRICS_FORMATS, write_metrics
 
+    if args.skip_replay and args.format not in METRICS_FORMATS:
+        raise LmraInputError(f"--skip-replay applies to the run's metrics file (--format prometheus or openmetrics), "
+                             f"not to --format {args.format}", field="--skip-replay")
     if args.format in METRICS_FORMATS and args.table:
         raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
                              "writes the run's metrics file", field="--table")
@@ -637,6 +640,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         from lmra.gates import GATES_FILE, read_gates
 
         verify_files(run.path, GATES_FILE)  # a gates.json changed since it was recorded: exit 2, not a metric
+        if args.skip_replay and check is not None and check.get("replayed"):
+            # a same-seed re-run repeats a night: its metrics (no verdict) would replace that
+            # night's and clear its regression alert (fresh-user finding)
+            make_console().print(f"not written: every chatbot answer of run {lit(run.run_id)} was replayed from the "
+                                 "call cache (its check has no verdict); the metrics file of the night it repeats "
+                                 "stays as it is (--skip-replay)", highlight=False)
+            return 0
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {lit(path)}")
         return 0
@@ -990,6 +1000,10 @@ def add_parsers(subparsers) -> None:
                         "as lmra_<run name>.prom")
     e.add_argument("--out", help="output folder (default: RUN/exports)")
     e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
+    e.add_argument("--skip-replay", action="store_true",
+                   help="prometheus/openmetrics: write nothing (exit 0, saying so) when every chatbot answer of RUN "
+                        "was replayed from the call cache — a same-seed re-run, whose check has no verdict — so the "
+                        "metrics of the night it repeats, and their alerts, stay (nightly.sh uses it)")
     add_store_args(e)
     e.set_defaults(func=cmd_export)
 
