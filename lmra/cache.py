@@ -1059,8 +1059,9 @@ class CallStats:
         unreadable_cached: calls whose stored answer could not be read (a damaged row, or one
             an older version stored): asked again (fresh) and replaced (break-it finding: paid
             again without a word).
-        degraded: answers used without what was asked for (``no_logprobs`` after every retry:
-            parsed as text) and therefore not cached.
+        degraded: answers without what was asked for (``no_logprobs`` after every retry: the
+            LMRA question is then estimated by sampling, :func:`lmra.judge.options.ask_options`),
+            therefore not cached.
         waited: calls that waited for another process making the same call (lease).
         failed_by_kind: failures by kind (``timeout``, ``http_503``, ``malformed`` …).
         by_model: the same counts per ``provider:model`` (only on the run's total).

@@ -159,3 +159,41 @@ def test_answers_without_log_probabilities_are_sampled_so_the_mean_is_not_inflat
     assert exact == pytest.approx(0.7) and set(m0) == {"logprobs"}
     assert m3["sampled"] > 0.25 * sum(m3.values())  # a third of the answers came without log-probabilities
     assert abs(degraded - exact) < 0.05, (degraded, exact)  # read as text it was ≈ 0.79
+
+
+def test_a_pair_with_one_order_sampled_is_a_sampled_pair(tmp_path, sim_inputs):
+    """Fresh-user finding: the per-pair ``method`` took order 1's, so a pair whose second order
+    came without log-probabilities (and was sampled) read ``logprobs`` — 18 of 35 such pairs.
+    It is ``logprobs`` only when both orders came with them; the yes/no questions alike."""
+    import json
+
+    import pandas as pd
+
+    from lmra.judge.options import method_of
+
+    assert method_of("logprobs", "logprobs") == "logprobs"
+    assert method_of("logprobs", "sampled") == method_of("sampled", "logprobs") == "sampled"
+    assert method_of("sampled", "text") == method_of("text", "logprobs") == "text"
+    assert method_of(None, "logprobs") is None and method_of("logprobs", "odd") == "odd"
+
+    res = _run(tmp_path, sim_inputs, "mixed", every=3)
+    df = pd.read_parquet(res.run_dir / "ratings.parquet")
+    for o in ("order1", "order2"):  # each order's own answer (JSON), its method
+        df[o] = df[o].map(lambda text: json.loads(text)["method"])
+    mixed = df[df["order1"] != df["order2"]]
+    assert len(mixed) >= 3  # every third stereotype question came without log-probabilities
+    assert (mixed["method"] == "sampled").all(), mixed[["method", "order1", "order2"]]
+    assert set(mixed["order1"]) == {"logprobs", "sampled"}  # either order may be the sampled one
+    both = df[(df["order1"] == "logprobs") & (df["order2"] == "logprobs")]
+    assert len(both) and (both["method"] == "logprobs").all()
+
+
+def test_the_calls_line_says_answers_without_log_probabilities_were_sampled():
+    """Fresh-user finding: the calls line said such answers were "parsed as text" while the
+    warning above it said "estimated by sampling" (what is done since 2026-12-04)."""
+    from lmra.report.console import call_counts_line
+
+    line = call_counts_line({"fresh": 10, "degraded": 2, "no_logprobs": 6})
+    assert "2 answers came without logprobs after every retry (not cached; their questions were estimated by " \
+           "sampling instead)" in line
+    assert "parsed as text" not in line

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
-from lmra.judge.options import OptionProbs, ask_options
+from lmra.judge.options import OptionProbs, ask_options, method_of
 from lmra.providers.base import Provider
 from lmra.templates import Template
 
@@ -73,5 +73,6 @@ async def ask_yes_no(provider: Provider, judge: JudgeConfig, template: Template,
                            seed_parts=(*seed_parts, "no-first"))
     yes_1, yes_2 = (yf.probs or {}).get("A"), (nf.probs or {}).get("B")
     both = yes_1 is not None and yes_2 is not None
-    return YesNo(p_yes=(yes_1 + yes_2) / 2 if both else None, mass=(yf.mass + nf.mass) / 2, method=yf.method,
+    return YesNo(p_yes=(yes_1 + yes_2) / 2 if both else None, mass=(yf.mass + nf.mass) / 2,
+                 method=method_of(yf.method, nf.method),
                  yes_first=yf, no_first=nf)

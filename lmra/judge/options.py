@@ -56,6 +56,22 @@ class OptionProbs(BaseModel):
         return max(self.probs, key=lambda o: self.probs[o])
 
 
+#: the answer-reading methods from the least to the most exact (:func:`method_of`)
+METHOD_RANK = ("text", "sampled", "logprobs")
+
+
+def method_of(m1: str | None, m2: str | None) -> str | None:
+    """How a question asked in two orders was read, from its orders' methods: ``logprobs`` when
+    both came with log-probabilities, else the less exact one in :data:`METHOD_RANK` (a pair with
+    one order sampled is a sampled pair whichever order it was); a method not in it (or None)
+    wins, as unknown. Used by :attr:`lmra.judge.pairwise.PairRating.method` and
+    :func:`lmra.judge.binary.ask_yes_no`."""
+    for m in (m1, m2):
+        if m not in METHOD_RANK:
+            return m
+    return min((m1, m2), key=METHOD_RANK.index)
+
+
 def renormalise(raw: dict[str, float], options: tuple[str, ...]) -> tuple[dict[str, float] | None, float]:
     """Renormalise option probabilities over ``options``.
 

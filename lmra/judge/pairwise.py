@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
-from lmra.judge.options import OptionProbs, ask_options
+from lmra.judge.options import OptionProbs, ask_options, method_of
 from lmra.judge.scoring import resolve_combiner, score_pair
 from lmra.providers.base import Message, Provider
 
@@ -39,7 +39,11 @@ class PairRating(BaseModel):
 
     @property
     def method(self) -> str:
-        return self.order1.method
+        """How the pair's answers were read: ``logprobs`` when both orders came with
+        log-probabilities, else the less exact order's (``text``, then ``sampled``) — a pair
+        with one order sampled is a sampled pair whichever order it was (fresh-user finding:
+        the column took order 1's, so 18 of 35 partly sampled pairs read ``logprobs``)."""
+        return method_of(self.order1.method, self.order2.method)
 
 
 async def rate_both_orders(provider: Provider, judge: JudgeConfig, order1: list[Message], order2: list[Message],
@@ -60,6 +64,6 @@ async def rate_both_orders(provider: Provider, judge: JudgeConfig, order1: list[
     o2 = await ask_options(provider, order2, OPTIONS, judge, seed_parts=(*seed_parts, "order2"))
     # ``calibrated`` needs the run's position logit: scored here as ``mean`` (b = 0) and
     # rescored once the run is complete (lmra.judge.calibration.rescore)
-    q, h = score_pair(o1.probs, o2.probs, resolve_combiner(judge.combiner, o1.method))
+    q, h = score_pair(o1.probs, o2.probs, resolve_combiner(judge.combiner, method_of(o1.method, o2.method)))
     return PairRating(order1=o1, order2=o2, q_F=None if q is None else q["F"], q_R=None if q is None else q["R"],
                       q_N=None if q is None else q["N"], h=h, valid=h is not None)

@@ -41,9 +41,10 @@ class OpenAIProvider:
     to an option question without log-probabilities is retried by
     :func:`~lmra.providers.base.retry_call` as often. An endpoint that has answered
     ``NO_LOGPROBS_ENDPOINT_AFTER`` option questions without ever giving log-probabilities
-    is no longer retried for them; its answers are parsed as text (method ``text``) and never
-    cached (set ``logprobs = false`` for such an endpoint: the LMRA then samples its answers,
-    which are cached).
+    is no longer retried for them; such an answer is returned marked ``degraded`` (never
+    cached), and the LMRA's question is estimated by sampling instead
+    (:func:`~lmra.judge.options.ask_options`); set ``logprobs = false`` for such an endpoint to
+    skip the greedy call that comes back without them.
 
     An HTTP 401/403 becomes a :class:`~lmra.providers.base.ProviderError` of kind ``auth``
     naming the key's variable and the endpoint (never retried).

@@ -53,7 +53,8 @@ def call_counts_line(c: dict) -> str:
     out = (f"{c.get('fresh', 0)} fresh, {c.get('cached', 0)} cached, {failed} failed" + (f" ({kinds})" if kinds else "")
            + f", {c.get('retries', 0)} retries" + (f"; faults met: {faults}" if faults else ""))
     if c.get("degraded"):
-        out += f"; {counted(c['degraded'], 'answer')} used without logprobs (parsed as text, not cached)"
+        out += (f"; {counted(c['degraded'], 'answer')} came without logprobs after every retry (not cached; their "
+                "questions were estimated by sampling instead)")
     if c.get("waited"):
         out += f"; {c['waited']} waited for the same call in flight"
     if c.get("unreadable_cached"):
