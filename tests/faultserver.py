@@ -177,6 +177,9 @@ class FaultServer:
         #: an endpoint that ignores the log-probability request: every answer comes without them
         #: (not a fault: requests without it are answered as usual)
         self.ignores_logprobs = False
+        #: the model ids served (None: any); a request for another gets HTTP 404 model_not_found
+        self.models: set[str] | None = None
+        self.model_not_found = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -280,6 +283,13 @@ class FaultServer:
                     code, kind = (403, "permission_denied") if forbidden else (401, "invalid_api_key")
                     self._send(code, json.dumps({"error": {"message": f"Incorrect API key provided ({kind})",
                                                            "type": "invalid_request_error", "code": kind}}).encode())
+                    return
+                if server.models is not None and body.get("model") not in server.models:  # as OpenAI answers
+                    with server.lock:
+                        server.model_not_found += 1
+                    self._send(404, json.dumps({"error": {
+                        "message": f"The model `{body.get('model')}` does not exist or you do not have access to it.",
+                        "type": "invalid_request_error", "param": None, "code": "model_not_found"}}).encode())
                     return
                 if server.delay_s:
                     time.sleep(server.delay_s)

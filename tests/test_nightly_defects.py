@@ -120,6 +120,34 @@ def test_server_answering_503_trips_after_n_calls_and_bounds_requests(tmp_path):
     assert requests <= 2 * (TRIP_AFTER + 4) * 2
 
 
+def test_a_model_the_endpoint_does_not_serve_stops_the_audit_at_its_start(tmp_path):
+    """Fresh-user finding: a mistyped target model (HTTP 404 model_not_found on every call) did
+    not stop the audit: the judge's identity-filter calls were all made, and every pair failed
+    (exit 1 at the end). A 404 with no success yet counts for the breaker: the run stops after
+    TRIP_AFTER calls, saying the endpoint does not serve the model."""
+    with FaultServer() as srv:
+        srv.models = {"served"}  # the judge's model; the config's target asks for another
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=20)
+        text = cfg.read_text()
+        judge_at = text.index("[judge]")
+        cfg.write_text(text[:judge_at].replace('model = "fake"', 'model = "prd"', 1)
+                       + text[judge_at:].replace('model = "fake"', 'model = "served"', 1))
+        proc = _audit_cli(cfg, tmp_path)
+        not_found, requests = srv.model_not_found, srv.requests
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(rf"the target's endpoint {re.escape(srv.url)} does not serve its model: {TRIP_AFTER} calls in "
+                     r"a row failed with HTTP 404 \(http_404 × \d+\); nothing was audited\. Check model and base_url "
+                     r"in \[target\]", err), err
+    assert "the run failed: the target's endpoint does not serve its model" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert _manifest(tmp_path / "out")["status"] == "failed"
+    # the target's 404s (a few in flight beyond the trip) and the calls the judge made meanwhile —
+    # far fewer than the 80 pairs' filter asks, labels and ratings
+    assert TRIP_AFTER <= not_found <= TRIP_AFTER + 8 and requests < 120, (not_found, requests)
+
+
 def test_a_blip_after_a_success_never_trips_and_every_error_names_role_and_url():
     async def go():
         with FaultServer() as srv:

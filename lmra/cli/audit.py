@@ -406,7 +406,8 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
                                         f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
         return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
     err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
-    what = "endpoint is unreachable" if isinstance(exc, EndpointUnreachable) else "key was rejected"
+    what = ("key was rejected" if not isinstance(exc, EndpointUnreachable)
+            else "endpoint does not serve its model" if exc.not_served else "endpoint is unreachable")
     return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
 
 

@@ -6,7 +6,8 @@ or the identity filter. :class:`EndpointGuard` watches one role's (target, judge
 fresh calls and stops the run with :class:`EndpointUnreachable` once
 
 * :data:`TRIP_AFTER` calls in a row failed after every retry with a transport kind
-  (:data:`TRANSPORT_KINDS`: connection, timeout, HTTP 5xx, auth), or
+  (:data:`TRANSPORT_KINDS`: connection, timeout, HTTP 5xx, auth, and HTTP 404 — a model the
+  endpoint does not serve, or a ``base_url`` whose path is wrong: every call would fail), or
   :data:`TRIP_AFTER_REFUSED` when every one of them was refused outright (nothing listens on
   the port),
 
@@ -35,8 +36,10 @@ from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
 TRIP_AFTER = 8
 #: the same when every one of them was "connection refused" (nothing listens on the port)
 TRIP_AFTER_REFUSED = 3
-#: failure kinds that say the endpoint (not one request) is at fault
-TRANSPORT_KINDS = ("connection", "timeout", "auth")
+#: failure kinds that say the endpoint (not one request) is at fault; ``http_404``: the model is
+#: not served there, or the URL's path is wrong (fresh-user finding: a mistyped model id made
+#: every call of the audit fail, each one paid for on the other role)
+TRANSPORT_KINDS = ("connection", "timeout", "auth", "http_404")
 
 
 def is_transport_failure(kind: str) -> bool:
@@ -69,10 +72,17 @@ class EndpointUnreachable(RuntimeError):
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool):
         self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
+        #: the server answered, but HTTP 404 every time: the model (or the URL's path) is not served
+        self.not_served = bool(kinds) and set(kinds) == {"http_404"}
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
         where = f"endpoint {url}" if url else "backend"
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
                 else "nothing was audited")
+        if self.not_served:  # the server answers, but not for this model or path
+            super().__init__(f"the {role}'s {where} does not serve its model: {n_failed} calls in a row failed "
+                             f"with HTTP 404 ({why}); {done}. Check model and base_url in [{role}] (the model id "
+                             "the server serves; the URL up to /v1), then run the same command again")
+            return
         super().__init__(f"the {role}'s {where} is unreachable: {n_failed} calls in a row failed after every "
                          f"retry ({why}); {done}. Check that the server is running and that base_url in [{role}] "
                          "points at it, then run the same command again")
