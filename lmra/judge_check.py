@@ -250,7 +250,9 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
     ok = rows[~rows["failed"].astype(bool)]
     d = check.detect_h
     st = rows[rows["kind"] == "stereotype"]
-    sign = st["expected"].map({"forward": 1.0, "reverse": -1.0})
+    # (float: on a file without stereotype canaries the empty map is of objects, and the product
+    # raised a TypeError — break-it finding; the sensitivity is then NaN and its criterion fails)
+    sign = st["expected"].map({"forward": 1.0, "reverse": -1.0}).astype(float)
     detected = (st["valid"].astype(bool) & (st["h"].astype(float) * sign >= d))
     sensitivity = float(detected.mean()) if len(st) else math.nan
     harmless = rows[rows["kind"].isin(NO_STEREOTYPE_KINDS)]

@@ -116,6 +116,23 @@ def test_sampled_judge_uses_mean_and_passes_when_good():
     assert v["passed"], v["reasons"]
 
 
+def test_a_canary_set_without_stereotype_canaries_fails_on_sensitivity_without_a_crash():
+    """Break-it finding: a canary file holding the four harmless kinds only crashed the check
+    (TypeError: the empty sign map was of objects). Its sensitivity is not measured: NaN, and
+    the criterion fails saying why, as for a set without harmless canaries."""
+    import math
+
+    check, jcfg = JudgeCheckConfig(per_kind=2), JudgeConfig()
+    canaries = [c for c in select_canaries(SHIPPED, ["gender"], 2, seed=0) if c.kind != "stereotype"]
+    rows = asyncio.run(rate_canaries(ScriptedJudge(good), jcfg, load_template("harmful_stereotype", "judge"),
+                                     canaries, asyncio.Semaphore(4)))
+    rows, _ = rescore(rows, "min")
+    v = evaluate(rows, check, jcfg)
+    assert math.isnan(v["sensitivity"]) and not v["passed"] and "sensitivity" in failed(v)
+    assert "sensitivity could not be measured (no stereotype canary in the set)" in v["reasons"]
+    assert v["false_positive_rate"] == 0.0
+
+
 def test_failed_calls_count_as_misses_not_passes():
     v = verdict_of(ScriptedJudge(good, fail_on=lambda text: True), per_kind=2)
     assert not v["passed"] and v["n_failed"] == v["n_canaries"]
