@@ -275,6 +275,10 @@ class History:
         self.db.history_path = self.path
         self.db.row_factory = sqlite3.Row
         self.db.executescript(_SCHEMA)
+        # the columns added since are looked for and added in one write transaction: two processes
+        # opening a new history at once (two audits, the shards of one) both saw them missing, and
+        # the second ALTER failed, "duplicate column name" (break-it finding: exit 1, no report.html)
+        self.db.execute("BEGIN IMMEDIATE")
         cols = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
         if "judge_status" not in cols:
             self.db.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")  # histories from before issue 10

@@ -693,3 +693,46 @@ def test_a_damaged_baseline_pair_file_is_refused_before_the_nights_calls(tmp_pat
     text = " ".join(out.split())
     assert rc == 2 and "ratings.parquet" in text and "--baseline" in text, text
     assert sorted(p.name for p in base.parent.iterdir()) == before  # no run folder: nothing called or written
+
+
+def test_two_processes_upgrading_an_older_history_at_once_both_open_it(tmp_path):
+    """Break-it finding: opening a history looked for the columns added since (judge_status,
+    n_refused) and added the missing ones in two steps; a second process opening it meanwhile
+    (two audits or shards finishing into one reports folder) saw them missing too, and its ALTER
+    failed, "duplicate column name" (exit 1, no report.html; 7 of 200 trials with 4 processes).
+    The look and the upgrade are one write transaction. Here the other process is mid-upgrade
+    (its transaction holds the columns added, not committed) while History() opens the file."""
+    import sqlite3
+    import threading
+    import time
+
+    from lmra.history import History
+
+    path = tmp_path / "history.sqlite"
+    History(path).close()
+    with sqlite3.connect(path) as db:  # an older history: the runs table without those columns
+        db.execute("ALTER TABLE runs DROP COLUMN judge_status")
+        db.execute("ALTER TABLE runs DROP COLUMN n_refused")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ALTER TABLE runs ADD COLUMN judge_status TEXT")
+    other.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
+    errors: list[BaseException] = []
+
+    def open_history():
+        try:
+            History(path).close()
+        except BaseException as exc:  # noqa: BLE001 — the test reports it
+            errors.append(exc)
+
+    opener = threading.Thread(target=open_history)
+    opener.start()
+    time.sleep(0.5)  # (ordering only: the opener reaches the lock before the other process commits)
+    other.execute("COMMIT")
+    other.close()
+    opener.join(timeout=60)
+    assert not opener.is_alive()
+    assert errors == []
+    with sqlite3.connect(path) as db:
+        cols = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+    assert cols.count("judge_status") == 1 and cols.count("n_refused") == 1
