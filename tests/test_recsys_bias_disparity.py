@@ -218,6 +218,28 @@ def test_cli_bias_bad_inputs_are_input_errors(tmp_path, capsys, recs_text, extra
     assert expect in err and "Traceback" not in err
 
 
+def test_cli_bias_says_users_without_training_rows_and_refuses_when_none_has_one(tmp_path, capsys):
+    """Break-it finding: training ids 'u1…' against recommendation ids '1…' left every user
+    without input preferences: every BD NaN, exit 0, no word. None with a training row is an
+    input error; some without one are counted (their group's PR_T leaves them out)."""
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    T.assign(user_id="x" + T["user_id"]).to_csv(tmp_path / "train.csv", index=False)
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "train.csv: field 'user_id': no user with recommendations has a training row (e.g. user 'u1' of" in err
+    assert "training user ids: 'xu1', 'xu2', 'xu3'" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    T[T["user_id"] != "u2"].to_csv(tmp_path / "train.csv", index=False)  # u2 (group M) has no training row
+    assert run_cli(argv) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 of 3 users with recommendations have no training row in" in said and "(e.g. user 'u2')" in said
+    tab = pd.read_csv(tmp_path / "out" / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    assert tab.loc[("M", "A"), "n_train"] == 2  # u1's i1 and i2 only: PR_T(M, A) = 2/2
+    assert tab.loc[("M", "A"), "pr_train"] == pytest.approx(1.0)
+
+
 def test_cli_bias_integer_ids_and_duplicates(tmp_path, capsys):
     from test_recsys_e2e import run_cli
 

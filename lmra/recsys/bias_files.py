@@ -110,7 +110,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     Raises:
         LmraInputError: missing or empty file, missing column, a line with the wrong number
             of values, empty id or group value, duplicate item or user id, an item not in ``items`` (in
-            ``train`` or ``recs``), a ``recs`` user not in ``users``, ``k`` < 1, unknown
+            ``train`` or ``recs``), a ``recs`` user not in ``users``, no ``recs`` user with a
+            training row (``summary.attrs["notes"]`` counts the users without one otherwise), ``k`` < 1, unknown
             ``group_by``, an ``unprotected``/``protected`` label no user has, only one of
             the two, or the same label for both. Integer ids are compared as numbers (``01`` = ``1``).
     """
@@ -203,6 +204,20 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     if k and not counts:  # a CSV: its first k rows per user (a lists.jsonl was cut by rank above)
         rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
     notes = []
+    # the input preferences are those of the users compared (Mansoury et al.): a user with
+    # recommendations but no training row adds nothing to PR_T (break-it finding: training ids
+    # 'u1' against recommendation ids '1' — no user's training data, every BD NaN, exit 0, no word)
+    recommended = pd.unique(rc["user_id"])
+    untrained = [u for u in recommended if u not in set(t["user_id"])]
+    if len(untrained) == len(recommended):
+        sample = ", ".join(f"'{u}'" for u in list(t["user_id"].drop_duplicates()[:3]))
+        raise LmraInputError(
+            f"no user with recommendations has a training row (e.g. user '{untrained[0]}' of {recs}; training user "
+            f"ids: {sample or 'none'}): the input preference ratios, and so every bias disparity, are undefined — "
+            "do the files use the same user ids?", file=train, field="user_id")
+    if untrained:
+        notes.append(f"{len(untrained)} of {len(recommended)} users with recommendations have no training row in "
+                     f"{train} (e.g. user '{untrained[0]}'): their group's input preference ratio leaves them out")
     repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
     if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
         lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)
