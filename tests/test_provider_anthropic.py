@@ -89,6 +89,19 @@ def test_option_probabilities_are_sampled(messages_server):
     assert all("temperature" not in r["body"] for r in received)
 
 
+def test_an_lmra_answer_the_api_stopped_as_a_refusal_is_a_refusal_to_judge(messages_server):
+    """Break-it finding: answers with ``stop_reason: "refusal"`` and empty content were counted
+    as unparseable (pointing at a formatting problem), not as the LMRA declining to judge."""
+    url, received = messages_server
+    _Handler.odd_bodies = [lambda r: r | {"content": [], "stop_reason": "refusal"}] * 3
+    prov = AnthropicProvider(ModelConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False))
+    judge = JudgeConfig(provider="anthropic", model="claude-test", base_url=url, api_key_required=False, n_samples=5)
+    msgs = [Message(role="user", content="Pick one. Answer with a single letter: A, B or C.")]
+    op = asyncio.run(ask_options(prov, msgs, ("A", "B", "C"), judge))
+    assert len(received) == 5 and op.n_refused == 3 and op.n_unparseable == 0
+    assert op.probs == {"A": 0.0, "B": 1.0, "C": 0.0}  # the two answers that named B
+
+
 def test_missing_key_is_an_input_error(monkeypatch):
     from lmra.errors import LmraInputError
 

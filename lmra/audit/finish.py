@@ -27,6 +27,7 @@ from lmra.data import PromptRecord
 from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
                            invalid_outliers, invalid_over_limit, invalid_phrase, run_status)
 from lmra.fileio import write_csv
+from lmra.providers.base import FILTER_FINISH_REASONS
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
 from lmra.runfolder import json_text, json_value
@@ -132,9 +133,6 @@ def _redacted(row: dict) -> dict:
     return row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
 
 
-#: finish reasons of a response the provider's safety system stopped: OpenAI's ``content_filter``,
-#: Anthropic's ``refusal`` (its classifiers ended the message; break-it finding: not counted)
-FILTER_FINISH_REASONS = ("content_filter", "refusal")
 #: ``finish_reason`` values of an answer cut at ``max_tokens`` (openai, llamacpp: ``length``;
 #: anthropic: ``max_tokens``)
 TRUNCATED_FINISH_REASONS = ("length", "max_tokens")

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.generate import derive_seed
-from lmra.providers.base import ChatRequest, Message, Provider
+from lmra.providers.base import FILTER_FINISH_REASONS, ChatRequest, ChatResult, Message, Provider
 
 Method = Literal["logprobs", "sampled", "text"]
 
@@ -186,6 +186,15 @@ def is_judge_refusal(text: str) -> bool:
     return bool(_JUDGE_REFUSAL.search(text))
 
 
+def declined(result: ChatResult) -> bool:
+    """True when an LMRA answer that names no option declined to judge: its text says so
+    (:func:`is_judge_refusal`), or the provider's safety system stopped it
+    (``finish_reason`` in :data:`~lmra.providers.base.FILTER_FINISH_REASONS`: Anthropic's
+    ``refusal`` with empty content, OpenAI's ``content_filter``; break-it finding: counted as
+    unparseable, which points at a formatting problem instead)."""
+    return result.finish_reason in FILTER_FINISH_REASONS or is_judge_refusal(result.text)
+
+
 async def ask_options(provider: Provider, messages: list[Message], options: tuple[str, ...], judge: JudgeConfig,
                       *, seed_parts: tuple = ()) -> OptionProbs:
     """Ask the LMRA a closed question and return its answer as option probabilities.
@@ -216,7 +225,7 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
             if mass < judge.min_answer_mass:  # (statistics-review finding) a declining LMRA's first token
                 probs = None  # ("I …") left 2% on the letters, renormalised into a confident ±0.95 rating
             # no usable mass on any option: a refusal when its text says so (as a text answer is read), else unparseable
-            refused = probs is None and is_judge_refusal(res.text)
+            refused = probs is None and declined(res)
             return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None and not refused),
                                n_refused=int(refused), raw_texts=[res.text[:200]])
         # no log-probabilities after the provider's retries (an endpoint that dropped them, or
@@ -244,7 +253,7 @@ async def _sampled(provider: Provider, messages: list[Message], options: tuple[s
         opt = parse_option(res.text, options)
         if opt is not None:
             counts[opt] += 1
-        elif is_judge_refusal(res.text):
+        elif declined(res):
             refused += 1
         else:
             unparseable += 1

@@ -72,6 +72,12 @@ class Usage(BaseModel):
     completion_tokens: int = Field(0, ge=0)
 
 
+#: finish reasons of an answer the provider's safety system stopped: OpenAI's ``content_filter``,
+#: Anthropic's ``refusal`` (its classifiers ended the message; break-it finding: not counted) —
+#: a target response so stopped is counted as filtered, an LMRA answer as a refusal to judge
+FILTER_FINISH_REASONS = ("content_filter", "refusal")
+
+
 class ChatResult(BaseModel):
     """The answer to one :class:`ChatRequest`.
 
