@@ -675,6 +675,23 @@ def test_a_lost_history_does_not_silently_make_a_new_baseline(tmp_path, capsys):
     assert rc == 0 and "no run named 'slow' is pinned, but 2 complete run(s)" in " ".join(out.split())
 
 
+def test_an_earlier_night_that_could_not_be_pinned_is_not_called_a_lost_history(tmp_path, capsys):
+    """Fresh-user finding: night 1 breached its release gates, so it was not pinned; night 2 then
+    warned "if the history (history.sqlite) was lost or the pin removed …" — nothing was lost.
+    The warning says why that run was not pinned."""
+    from test_gates import FLAT, audit, write_config
+
+    cfg = write_config(tmp_path, name="slow", rates=FLAT, n_prompts=6, gates="[gates]\nmax_ci_high = 0.001\n")
+    rc, out, first = audit(capsys, cfg, "--baseline", "pinned")
+    assert rc == 6 and "not pinned because it did not meet its release gates" in " ".join(out.split())
+    rc, out, _ = audit(capsys, cfg, "--baseline", "pinned")
+    text = " ".join(out.split())
+    assert rc == 6
+    assert (f"warning: no run named 'slow' is pinned yet: the newest complete one, {first.name}, was not pinned "
+            "because it did not meet its release gates") in text
+    assert f"pin it ('lmra pin {first.name}')" in text and "history.sqlite) was lost" not in text
+
+
 def test_a_damaged_baseline_pair_file_is_refused_before_the_nights_calls(tmp_path, capsys):
     """Break-it finding: a pinned baseline's ratings.parquet damaged in place (same size) was found
     only after the whole audit had been paid for (then exit 2); per_task.csv damage was caught

@@ -778,6 +778,19 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     done = runs[runs["status"].fillna("complete") == "complete"] if len(runs) else runs
     if not len(done):
         return
+    from lmra.cli.monitor import why_not_a_baseline
+
+    newest = str(done.iloc[-1]["run_id"])
+    try:
+        why = why_not_a_baseline(history.resolve(newest))
+    except LmraInputError:  # its folder is gone or damaged: as a lost pin
+        why = None
+    if why is not None:  # (fresh-user finding: a first night that breached its gates read as a lost history)
+        print_warning(f"no run named '{name}' is pinned yet: the newest complete one, {newest}, was not pinned "
+                      f"because {why} (a first night is pinned only when it can serve as a baseline), so this night "
+                      "is not checked and is pinned if it can be. To check it against that run anyway, stop and "
+                      f"pin it ('lmra pin {newest}')")
+        return
     print_warning(f"no run named '{name}' is pinned, but {len(done)} complete run(s) of that name are in {out} "
                   f"(newest: {done.iloc[-1]['run_id']}): if the history (history.sqlite) was lost or the pin "
                   "removed, this night is not checked and becomes the pinned baseline. To check it against an "

@@ -879,6 +879,19 @@ def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: 
     return None
 
 
+def why_not_a_baseline(run) -> str | None:
+    """Why a finished run cannot be a first night's pinned baseline (:func:`first_night_pin`), in
+    words — ``its status is partial``, ``its judge failed validation`` (a gated failure), ``it did
+    not meet its release gates`` — or None when it can."""
+    from lmra.gates import read_gates
+
+    gates = read_gates(run.path)  # recorded by lmra audit before a pin is decided
+    return ("its status is " + run.status if run.status != "complete"
+            else "its judge failed validation" if run.judge_status_gated_failure
+            else "it did not meet its release gates" if gates is not None and gates["passed"] is not True
+            else None)
+
+
 def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     """The first night of ``--baseline pinned|last``: there is no baseline yet, so nothing is
     checked; with ``pin`` the run becomes the pinned baseline of its name if it can serve as
@@ -897,13 +910,7 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
         console.print(f"[bold]First night[/]: no earlier complete run named '{name}' yet, so there is nothing to "
                       "check against ('--baseline last'); the next run is checked against this one.")
         return False
-    from lmra.gates import read_gates
-
-    gates = read_gates(run.path)  # recorded by lmra audit before this is called
-    why_not = ("its status is " + run.status if run.status != "complete"
-               else "its judge failed validation" if run.judge_status_gated_failure
-               else "it did not meet its release gates" if gates is not None and gates["passed"] is not True
-               else None)
+    why_not = why_not_a_baseline(run)
     if why_not:
         console.print(f"[bold yellow]First night[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
                       f"[/] pinned because {why_not}. Nothing was checked, and no night is checked until a run is "
