@@ -702,8 +702,8 @@ class RunComparison:
             if math.isfinite(self.pearson_r_disattenuated):
                 dis = f"; corrected for sampling noise (disattenuated) r = {_num(self.pearson_r_disattenuated)} ({rel})"
             else:
-                dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise "
-                       f"({rel})")
+                dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise, "
+                       f"or A's task ratings are indistinguishable from 0 ({rel})")
         flag = ", see the caveat below" if self.r_caveat and math.isfinite(self.pearson_r) else ""
         lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
         if self.r_caveat:
@@ -814,7 +814,10 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
         yb = np.array([arr_b[i].mean() for i in idx])
         rel_a = reliability(xa, pairs.loc[idx, "var_h_a"].to_numpy(float))
         rel_b = reliability(yb, pairs.loc[idx, "var_h_b"].to_numpy(float))
-        r_dis = disattenuated_r(pearson(xa, yb)[0], rel_a, rel_b)
+        # A's task ratings indistinguishable from 0 (the slope is not identified): their small
+        # reliability, a noise estimate itself, pushed r/√(rel) past −1 (fresh-user finding:
+        # "disattenuated r = −1.000" beside "A's ratings are noise") — no correction then
+        r_dis = disattenuated_r(pearson(xa, yb)[0], rel_a, rel_b) if eiv.identified else math.nan
     return RunComparison(pairs, r, p, fit, label_a, label_b, notes, eiv=eiv, pearson_r_disattenuated=r_dis,
                          reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat)
 

@@ -291,6 +291,25 @@ def test_compare_tables_with_prompt_scores_reports_eiv_beside_ols():
     assert few.r_caveat is not None and "only 5 tasks" in few.r_caveat and "95% CI of r" in few.r_caveat
 
 
+def test_no_disattenuated_r_when_run_as_task_ratings_are_indistinguishable_from_zero():
+    """Fresh-user finding: beside "not identified — A's task ratings are indistinguishable from
+    0", compare printed "disattenuated r = −1.000": A's small reliability (itself a noise
+    estimate, 0.22 here) pushed r / √(ρ_A·ρ_B) past −1. No correction is shown then."""
+    rng = np.random.default_rng(1)
+    tasks = [f"t{i}" for i in range(8)]
+    sign = rng.choice([-1, 1], size=(8, 20))  # an unbiased chatbot A: rare stereotypes either way
+    a = _rare_event_scores(rng, np.full(8, 0.05), 20) * sign
+    b = _rare_event_scores(rng, rng.uniform(0.05, 0.4, 8), 20)
+    cmp = compare_tables(_table(a.mean(axis=1), tasks), _table(b.mean(axis=1), tasks),
+                         prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks), n_resamples=0)
+    assert not cmp.eiv.identified and 0.1 < cmp.reliability_a < 0.3
+    r = stats.pearsonr(a.mean(axis=1), b.mean(axis=1)).statistic
+    assert r / math.sqrt(cmp.reliability_a * cmp.reliability_b) < -1  # what was clipped to −1.000
+    assert math.isnan(cmp.pearson_r_disattenuated)
+    lines = "\n".join(cmp.summary_lines())
+    assert "no disattenuated r" in lines and "A's task ratings are indistinguishable from 0" in lines
+
+
 def test_comparison_in_report_shows_both_slopes():
     from lmra.report.html import _comparison_context
 
