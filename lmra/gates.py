@@ -30,6 +30,7 @@ refusals or quality is an input error (:func:`unmeasured_gates`).
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -303,6 +304,58 @@ def audited_tasks(cfg, prompts, taxonomy=None) -> set[str]:
     if taxonomy is not None:
         labelled |= {(t.name, d.name) for d in taxonomy.domain for t in d.task} | {("other", "other")}
     return {t for t, d in labelled if (not cfg.tasks or t in cfg.tasks) and (not cfg.domains or d in cfg.domains)}
+
+
+def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
+    """Warnings for CI-bound gates the audit's sizes can never meet: ``max_ci_high`` (per task, its
+    overrides included) and ``max_overall_ci_high`` below the upper confidence bound a task (or
+    the overall row) would have even if **every** pair scored 0 — no stereotype anywhere — with
+    the run's interval (``cfg.interval``, level ``1 − cfg.alpha``) on its number of prompts
+    (fresh-user finding: ``max_ci_high = 0.02`` on 16 prompts a task, whose best possible bound is
+    about 0.22 under ``betting``, exited 6 every night, so no night was ever pinned or checked).
+    The ``t`` interval of all-zero scores is [0, 0]: it never warns.
+
+    Args:
+        cfg: the audit config (``gates``, ``interval``, ``alpha``, ``samples_per_prompt``).
+        sizes: prompts per task the audit takes (task → n ≥ 1), known before any call.
+
+    Returns:
+        One sentence per unmeetable gate (empty when every gate can be met).
+    """
+    from lmra.stats import mean_interval
+
+    g = cfg.gates
+    if not sizes or not (g.max_ci_high is not None or g.max_overall_ci_high is not None
+                         or any(t.max_ci_high is not None for t in g.tasks.values())):
+        return []
+    k = max(1, getattr(cfg, "samples_per_prompt", 1))
+
+    def floor(n: int) -> float:  # the CI high of n prompts all scoring 0 (k pairs each); nan below 2
+        if n < 2:  # no interval at all (the gate is "not evaluated", said by the run)
+            return math.nan
+        return mean_interval([0.0] * (n * k), [i // k for i in range(n * k)], alpha=cfg.alpha, method=cfg.interval).high
+
+    out = []
+    short: dict[tuple[float, int], list[str]] = {}  # (bound, prompts) → the tasks that cannot meet it
+    for task, n in sorted(sizes.items()):
+        override = g.tasks.get(task)
+        bound = override.max_ci_high if override is not None and override.max_ci_high is not None else g.max_ci_high
+        if bound is not None and floor(n) > bound:
+            short.setdefault((bound, n), []).append(task)
+    for (bound, n), tasks in short.items():  # one line per bound and size (27 tasks alike: one line)
+        which = (f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ("
+                 + ", ".join(f"'{t}'" for t in tasks[:3]) + (" …" if len(tasks) > 3 else "") + ")")
+        out.append(f"release gate max_ci_high = {bound:g} cannot be met by {which}: with {n} prompts a task the upper "
+                   f"{100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) is {floor(n):.3f} even if "
+                   "no pair showed a stereotype, so every night exits 6 and none is pinned; audit more prompts "
+                   "('lmra plan') or loosen the gate")
+    total = sum(sizes.values())
+    if g.max_overall_ci_high is not None and floor(total) > g.max_overall_ci_high:
+        out.append(f"release gate max_overall_ci_high = {g.max_overall_ci_high:g} cannot be met: with {total} "
+                   f"prompts the overall upper {100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) "
+                   f"is {floor(total):.3f} even if no pair showed a stereotype, so every night exits 6; audit more "
+                   "prompts or loosen the gate")
+    return out
 
 
 def check_gate_tasks(cfg, tasks: set[str], config_path: "str | os.PathLike | None") -> None:

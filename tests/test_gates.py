@@ -566,3 +566,28 @@ def test_a_ci_gate_on_t_intervals_says_they_under_cover_rare_stereotypes(tmp_pat
     assert "warning" not in cap.out
     rc, text, run = audit(capsys, write_config(tmp_path, rates=FLAT, seed=2, gates="[gates]\nmax_ci_high = 0.9\n"))
     assert rc == 0 and "t-intervals" not in text  # the default betting intervals keep their coverage
+
+
+def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_path, capsys):
+    """Fresh-user finding: max_ci_high = 0.02 on 16 prompts a task, whose CI high is about 0.22
+    even with no stereotype at all, passed `lmra validate`; every night then exited 6 and no
+    night was pinned or checked. validate and audit say so, naming the bound a night of this
+    size reaches at best (the CI of all-zero scores, recomputed here)."""
+    from lmra.stats import bounded_mean_ci
+
+    gates = "[gates]\nmax_ci_high = 0.02\nmax_overall_ci_high = 0.5\n[gates.tasks.\"career advice\"]\nmax_ci_high = 0.6\n"
+    cfg = write_config(tmp_path, name="tight", rates=FLAT, n_prompts=16, gates=gates)  # 8 prompts a task
+    best = bounded_mean_ci([0.0] * 8, list(range(8)), 0.05).high
+    assert 0.02 < best < 0.6
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: release gate max_ci_high = 0.02 cannot be met by task 'write a story': with 8 prompts a task "
+            f"the upper 95% confidence bound (betting interval) is {best:.3f} even if no pair showed a stereotype, "
+            "so every night exits 6") in err
+    assert "career advice" not in err and "max_overall_ci_high" not in err  # its override and the overall can be met
+    rc, out, run = audit(capsys, cfg)
+    assert rc == 6 and "cannot be met by task 'write a story'" in " ".join(out.split())
+    # the t interval of all-zero scores is [0, 0]: nothing to warn
+    t_cfg = write_config(tmp_path / "t", name="tight", rates=FLAT, n_prompts=16, gates=gates, top='interval = "t"')
+    assert main(["validate", str(t_cfg)]) == 0
+    assert "cannot be met" not in capsys.readouterr().err

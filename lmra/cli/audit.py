@@ -293,6 +293,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
+    for line in _unmeetable_gates(cfg, inputs):
+        print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
 
@@ -536,6 +538,16 @@ def _short_tasks_note(cfg, inputs) -> str | None:
                                                  if untasked else "")
             + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
             "more prompts per task than this file holds.")
+
+
+def _unmeetable_gates(cfg, inputs) -> list[str]:
+    """CI-bound release gates this audit's sizes cannot meet (:func:`lmra.gates.unmeetable_ci_gates`),
+    before any call — ``lmra audit`` and ``lmra validate`` warn."""
+    if not cfg.gates.configured:
+        return []
+    from lmra.gates import unmeetable_ci_gates
+
+    return unmeetable_ci_gates(cfg, _task_sizes(cfg, inputs, cfg.prompts_per_task))
 
 
 def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:

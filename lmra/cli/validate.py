@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import json_errors
+from lmra.cli.common import json_errors, print_warning
 from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
@@ -16,7 +16,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
     keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
     :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
-    from lmra.cli.audit import _check_gate_tasks, _short_tasks_note
+    from lmra.cli.audit import _check_gate_tasks, _short_tasks_note, _unmeetable_gates
     from lmra.config import load_config
     from lmra.errors import read_toml
 
@@ -52,6 +52,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     profiles = [g.name for g in cfg.groups if g.profile]
     plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
     short = _short_tasks_note(cfg, inputs)  # as lmra audit says it (user-trial finding: validate did not)
+    unmeetable = _unmeetable_gates(cfg, inputs)  # gates no night of this size meets (fresh-user finding)
     if args.json:
         from lmra.report import jsonout
 
@@ -64,7 +65,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             comparisons=[list(c) for c in cfg.comparisons],
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
                     for role, m in models.items() if m is not None},
-            notes=[short] if short else []))
+            notes=([short] if short else []) + unmeetable))
         return 0
     make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
@@ -76,6 +77,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from rich.text import Text
 
         make_console().print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
+    for line in unmeetable:
+        print_warning(line)
     return 0
 
 
