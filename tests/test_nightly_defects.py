@@ -690,6 +690,19 @@ def test_an_earlier_night_that_could_not_be_pinned_is_not_called_a_lost_history(
     assert (f"warning: no run named 'slow' is pinned yet: the newest complete one, {first.name}, was not pinned "
             "because it did not meet its release gates") in text
     assert f"pin it ('lmra pin {first.name}')" in text and "history.sqlite) was lost" not in text
+    # review finding: a pinned night, a later one that breached a gate, then the history lost — the
+    # newest run alone could not be pinned, but an earlier one could: that is a lost history, and
+    # the run to pin back is that one
+    good_cfg = write_config(tmp_path / "b", name="slow", rates=FLAT, n_prompts=6)
+    rc, _, pinned = audit(capsys, good_cfg, "--baseline", "pinned")
+    assert rc == 0
+    rc, out, _ = audit(capsys, good_cfg, "--baseline", "pinned", "--gate", "max_ci_high=0.001", "--seed", "2")
+    assert rc == 6, out[-2000:]
+    (pinned.parent / "history.sqlite").unlink()
+    rc, out, _ = audit(capsys, good_cfg, "--baseline", "pinned", "--seed", "3")
+    text = " ".join(out.split())
+    assert "if the history (history.sqlite) was lost or the pin removed" in text
+    assert f"stop and pin one ('lmra pin {pinned.name}')" in text and "was not pinned because" not in text
 
 
 def test_a_damaged_baseline_pair_file_is_refused_before_the_nights_calls(tmp_path, capsys):

@@ -782,6 +782,10 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
     return False, _run_task_sizes(baseline)
 
 
+#: complete runs a first night looks back over for one that could have been pinned (newest first)
+UNPINNED_LOOK_BACK = 50
+
+
 def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     """A first night of ``--baseline pinned`` beside finished runs of the same name: said (break-it
     finding: a lost or emptied history.sqlite silently made a night the new baseline, unchecked —
@@ -793,11 +797,21 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     from lmra.cli.monitor import why_not_a_baseline
 
     newest = str(done.iloc[-1]["run_id"])
-    try:
-        why = why_not_a_baseline(history.resolve(newest))
-    except LmraInputError:  # its folder is gone or damaged: as a lost pin
-        why = None
-    if why is not None:  # (fresh-user finding: a first night that breached its gates read as a lost history)
+    reasons = []  # why each complete run (newest first) could not be a baseline; None: it could
+    candidate = newest  # the newest that could have been pinned (the one to pin back)
+    for rid in list(done["run_id"].astype(str))[::-1][:UNPINNED_LOOK_BACK]:
+        try:
+            reasons.append(why_not_a_baseline(history.resolve(rid)))
+        except LmraInputError:  # its folder is gone or damaged: as a lost pin
+            reasons.append(None)
+        if reasons[-1] is None:
+            candidate = rid
+            break
+    why = reasons[0]
+    # none of them could have been pinned: nothing was lost (fresh-user finding: a first night that
+    # breached its gates read as a lost history); one could: the pin was lost (review finding:
+    # judging the newest alone hid a lost history behind a later night that breached a gate)
+    if all(r is not None for r in reasons):
         print_warning(f"no run named '{name}' is pinned yet: the newest complete one, {newest}, was not pinned "
                       f"because {why} (a first night is pinned only when it can serve as a baseline), so this night "
                       "is not checked and is pinned if it can be. To check it against that run anyway, stop and "
@@ -806,8 +820,7 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     print_warning(f"no run named '{name}' is pinned, but {len(done)} complete run(s) of that name are in {out} "
                   f"(newest: {done.iloc[-1]['run_id']}): if the history (history.sqlite) was lost or the pin "
                   "removed, this night is not checked and becomes the pinned baseline. To check it against an "
-                  f"earlier night, stop and pin one ('lmra pin {done.iloc[-1]['run_id']}'), or run with "
-                  "--baseline last")
+                  f"earlier night, stop and pin one ('lmra pin {candidate}'), or run with --baseline last")
 
 
 def _run_task_sizes(run) -> dict[str, int] | None:
