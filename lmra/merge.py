@@ -515,10 +515,16 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
 
     # -- a finishing audit standing for the N shards
     m0 = first.run.manifest
-    judge2_method = next((r["judge2_method"] for r in ratings if isinstance(r.get("judge2_method"), str)), None)
+    # whether the second LMRA gives log-probabilities: recorded by the shards (since 2026-12-04),
+    # else read from its pairs — any pair read from them in both orders (review finding: the first
+    # pair's method, which is "sampled" when one of its orders came without them, switched the
+    # merged run's combiner from the shards' min to mean)
+    judge2_logprobs = (m0.get("judge2") or {}).get("supports_logprobs")
+    if not isinstance(judge2_logprobs, bool):
+        judge2_logprobs = any(r.get("judge2_method") == "logprobs" for r in ratings)
     audit = Audit(cfg, target=_StoredProvider(m0.get("target"), False),
                   judge=_StoredProvider(m0.get("judge"), bool((m0.get("judge") or {}).get("supports_logprobs"))),
-                  judge2=_StoredProvider(m0.get("judge2"), judge2_method == "logprobs")
+                  judge2=_StoredProvider(m0.get("judge2"), judge2_logprobs)
                   if cfg.judge2 is not None else None,
                   allow_unvalidated_judge=any((s.run.summary.get("judge_status") or {}).get("waiver")
                                               == "--allow-unvalidated-judge" for s in shards))

@@ -481,3 +481,52 @@ def test_merged_pair_memo_counts_are_the_shards_summed(tmp_path):
     merged = merge_shards([s.run_dir for s in again], out_dir=tmp_path / "merged")
     memo = json.loads((merged.run_dir / "manifest.json").read_text())["pair_memo"]
     assert memo["hits"] == sum(hits) and memo["enabled"] is True
+
+
+class _Order2WithoutLogprobs(RecordingJudge):
+    """A second LMRA with log-probabilities whose reverse-order stereotype answers come without
+    them (then sampled): its pairs read ``sampled`` though it gives log-probabilities."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.seen: set = set()
+
+    async def complete(self, request):
+        from doubles import responses_in
+        from lmra.providers.base import ChatResult
+
+        text = request.messages[-1].content
+        if request.options and "#### Response 1" in text and "criterion" not in text and "Prompt number" in text:
+            r1, r2 = responses_in(request)
+            if (r2, r1) in self.seen:
+                return ChatResult(text="A", option_probs=None, provider=self.name)
+            self.seen.add((r1, r2))
+        return await super().complete(request)
+
+
+def test_merged_second_lmra_keeps_its_combiner_when_its_pairs_read_sampled(tmp_path, monkeypatch):
+    """Review finding: merge read whether the second LMRA gives log-probabilities from its first
+    pair's method; a pair with one order sampled reads ``sampled``, so the merged run took it for
+    a sampled LMRA, resolved 'auto' to 'mean' and its judge2 columns differed from the unsharded
+    run's. The shards record it in manifest.json (judge2.supports_logprobs)."""
+    import sys
+
+    def audit_order2(cfg, shard=None):
+        audit = Audit(cfg, target=FlakyTarget([]), judge=RecordingJudge([]),
+                      judge2=_Order2WithoutLogprobs([], model_id="j2"))
+        audit.shard = shard
+        if shard is not None:
+            audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{shard.index}of{shard.count}")
+        return audit.run()
+
+    monkeypatch.setattr(sys.modules[__name__], "_audit", audit_order2)
+    kw = dict(placebo={"share": 0.0}, quality={"enabled": False})
+    whole = audit_order2(_cfg(tmp_path, "whole", **kw))
+    w = pd.read_parquet(whole.run_dir / "ratings.parquet")
+    assert (w["judge2_method"] == "sampled").any() and json.loads(
+        (whole.run_dir / "manifest.json").read_text())["judge2"]["supports_logprobs"] is True
+    merged = merge_shards([s.run_dir for s in _sharded(tmp_path, **kw)], out_dir=tmp_path / "merged")
+    assert (whole.run_dir / "judges.csv").read_text() == (merged.run_dir / "judges.csv").read_text()
+    m = pd.read_parquet(merged.run_dir / "ratings.parquet").set_index("pair_id")["judge2_h"]
+    pd.testing.assert_series_equal(m.reindex(w["pair_id"]).reset_index(drop=True), w["judge2_h"],
+                                   check_names=False)
