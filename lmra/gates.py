@@ -317,7 +317,9 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
 
     Args:
         cfg: the audit config (``gates``, ``interval``, ``alpha``, ``samples_per_prompt``).
-        sizes: prompts per task the audit takes (task → n ≥ 1), known before any call.
+        sizes: prompts per task the audit takes (task → n ≥ 1), known before any call (the
+            caller gives none when some prompts get their task during the run: their sizes are
+            not known yet). A task of 1 prompt has no interval: its CI gate is never met.
 
     Returns:
         One sentence per unmeetable gate (empty when every gate can be met).
@@ -330,10 +332,14 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
         return []
     k = max(1, getattr(cfg, "samples_per_prompt", 1))
 
-    def floor(n: int) -> float:  # the CI high of n prompts all scoring 0 (k pairs each); nan below 2
-        if n < 2:  # no interval at all (the gate is "not evaluated", said by the run)
-            return math.nan
+    def floor(n: int) -> float:  # the CI high of n prompts all scoring 0 (k pairs each); +inf below 2
+        if n < 2:  # no interval at all: the gate is "not evaluated", never met (review finding: not warned)
+            return math.inf
         return mean_interval([0.0] * (n * k), [i // k for i in range(n * k)], alpha=cfg.alpha, method=cfg.interval).high
+
+    def reached(n: int) -> str:
+        return (f"{floor(n):.3f} even if no pair showed a stereotype" if n >= 2
+                else "undefined (one prompt has no confidence interval: the gate is not evaluated)")
 
     out = []
     short: dict[tuple[float, int], list[str]] = {}  # (bound, prompts) → the tasks that cannot meet it
@@ -345,16 +351,16 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
     for (bound, n), tasks in short.items():  # one line per bound and size (27 tasks alike: one line)
         which = (f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ("
                  + ", ".join(f"'{t}'" for t in tasks[:3]) + (" …" if len(tasks) > 3 else "") + ")")
-        out.append(f"release gate max_ci_high = {bound:g} cannot be met by {which}: with {n} prompts a task the upper "
-                   f"{100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) is {floor(n):.3f} even if "
-                   "no pair showed a stereotype, so every night exits 6 and none is pinned; audit more prompts "
-                   "('lmra plan') or loosen the gate")
+        out.append(f"release gate max_ci_high = {bound:g} cannot be met by {which}: with {n} prompt{'s' * (n != 1)} a "
+                   f"task the upper {100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) is "
+                   f"{reached(n)}, so every night exits 6 and none is pinned; audit more prompts ('lmra plan') or "
+                   "loosen the gate")
     total = sum(sizes.values())
     if g.max_overall_ci_high is not None and floor(total) > g.max_overall_ci_high:
         out.append(f"release gate max_overall_ci_high = {g.max_overall_ci_high:g} cannot be met: with {total} "
-                   f"prompts the overall upper {100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) "
-                   f"is {floor(total):.3f} even if no pair showed a stereotype, so every night exits 6; audit more "
-                   "prompts or loosen the gate")
+                   f"prompt{'s' * (total != 1)} the overall upper {100 * (1 - cfg.alpha):g}% confidence bound "
+                   f"({cfg.interval} interval) is {reached(total)}, so every night exits 6; audit more prompts or "
+                   "loosen the gate")
     return out
 
 

@@ -591,3 +591,16 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
     t_cfg = write_config(tmp_path / "t", name="tight", rates=FLAT, n_prompts=16, gates=gates, top='interval = "t"')
     assert main(["validate", str(t_cfg)]) == 0
     assert "cannot be met" not in capsys.readouterr().err
+    # review findings: a task of one prompt has no interval (never met: warned, whatever the
+    # interval); prompts classified during the run join tasks of unknown size (not warned)
+    prompts = next((tmp_path / "t" / "inputs").glob("prompts-*.jsonl"))
+    with prompts.open("a") as fh:
+        fh.write(json.dumps({"id": "p999", "text": "Prompt number 999.", "domain": "d", "task": "write a poem"}) + "\n")
+    assert main(["validate", str(t_cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("release gate max_ci_high = 0.02 cannot be met by task 'write a poem': with 1 prompt a task the upper 95% "
+            "confidence bound (t interval) is undefined (one prompt has no confidence interval") in err
+    with prompts.open("a") as fh:
+        fh.write(json.dumps({"id": "p1000", "text": "Prompt number 1000.", "domain": "d"}) + "\n")  # no task
+    assert main(["validate", str(t_cfg)]) == 0
+    assert "cannot be met" not in capsys.readouterr().err

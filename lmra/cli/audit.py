@@ -543,8 +543,8 @@ def _short_tasks_note(cfg, inputs) -> str | None:
 def _unmeetable_gates(cfg, inputs) -> list[str]:
     """CI-bound release gates this audit's sizes cannot meet (:func:`lmra.gates.unmeetable_ci_gates`),
     before any call — ``lmra audit`` and ``lmra validate`` warn."""
-    if not cfg.gates.configured:
-        return []
+    if not cfg.gates.configured or any(not p.task for p in inputs.prompts):
+        return []  # prompts classified during the run join tasks whose sizes are not known yet (review finding)
     from lmra.gates import unmeetable_ci_gates
 
     return unmeetable_ci_gates(cfg, _task_sizes(cfg, inputs, cfg.prompts_per_task))

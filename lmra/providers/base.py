@@ -361,7 +361,8 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
     Returns:
         the first usable result; after the last retry, an answer still without
         log-probabilities is returned as it is (marked ``degraded="no_logprobs"``: the LMRA
-        layer then parses its text, and the call cache does not keep it).
+        layer then estimates its question by sampling, :func:`lmra.judge.options.ask_options`,
+        and the call cache does not keep it).
 
     Raises:
         ProviderError: the last attempt failed.
