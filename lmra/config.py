@@ -161,8 +161,9 @@ class ModelConfig(_Strict):
         description="Client-side token rate limit (prompt + completion tokens; None = none).")
     max_concurrency: int | None = Field(
         None, ge=1, le=MAX_CONCURRENCY,
-        description="Calls to this model in flight at once (None = the audit's concurrency); with concurrency = "
-        "'auto' and a rate limit, the most calls in flight the sizing may choose (None = 256).")
+        description="Calls to this model in flight at once (None = the audit's concurrency; target and LMRA on one "
+        "provider, base_url and model with the same value share it); with concurrency = 'auto' and a rate limit, the "
+        "most calls in flight the sizing may choose (None = 256).")
     options: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom provider factory.")
 
     @field_validator("provider")

@@ -144,6 +144,40 @@ def test_auto_keeps_a_models_max_concurrency_when_no_provider_reports_a_capacity
     assert limits.run_bound() == 6
 
 
+def test_target_and_lmra_on_one_model_share_its_max_concurrency(tmp_path):
+    """Review finding: target and LMRA on one provider, base URL and model, each with
+    ``max_concurrency = 3``, kept 3 in flight each — 6 at the server, above the bound the field
+    documents ("calls to this model in flight at once"). They share the model's 3; the plan
+    line says so."""
+    in_flight = {"now": 0, "peak": 0}
+
+    class OnModel:  # counts the calls in flight of both roles at "the server"
+        async def complete(self, request):
+            in_flight["now"] += 1
+            in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+            try:
+                await asyncio.sleep(0.002)
+                return await super().complete(request)
+            finally:
+                in_flight["now"] -= 1
+
+    class Target(OnModel, ScriptedTarget):
+        name, model_id = "shared-endpoint", "one-model"
+
+    class Judge(OnModel, ScriptedJudge):
+        name, model_id = "shared-endpoint", "one-model"
+
+    target = Target(NAME_TO_GROUP, lambda group, rng: rng.choice(["A plain answer.", "Another answer."]))
+    judge = Judge(lambda r1, r2: {"B": 0.3, "C": 0.7}, model_id="one-model")
+    one = {"provider": "llamacpp", "max_concurrency": 3}
+    audit = Audit(_cfg(tmp_path, target=one, judge=one, tasks=["write a story", "career advice", "exercise plan",
+                                                               "write a poem"]), target=target, judge=judge)
+    plan = audit.concurrency_plan()
+    assert plan.startswith("concurrency auto: 3 in flight for target and judge (one model, shared)"), plan
+    audit.run()
+    assert in_flight["peak"] == 3
+
+
 def test_model_limits_per_model_calls_in_flight():
     """``in_flight_without_limit``: max_concurrency, else capacity, else the default; a model
     with a capacity is wrapped with its own bound, and the audit-wide bound is their sum."""

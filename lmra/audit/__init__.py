@@ -273,8 +273,15 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             caps = self._in_flight_without_limit()
             if caps is None:
                 return f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set)"
-            return ("concurrency auto: " + ", ".join(f"{n} in flight for {role}" if i == 0 else f"{n} for {role}"
-                                                     for i, (role, n) in enumerate(caps.items()))
+            shared: dict[tuple, list[str]] = {}  # roles calling one model with one bound share its calls in flight
+            for role, n in caps.items():
+                m = getattr(cfg, role)
+                key = (m.provider, m.base_url, m.model, n) if m.max_concurrency else (role,)
+                shared.setdefault(key, []).append(role)
+            parts = [(caps[roles[0]], " and ".join(roles) + (" (one model, shared)" if len(roles) > 1 else ""))
+                     for roles in shared.values()]
+            return ("concurrency auto: " + ", ".join(f"{n} in flight for {who}" if i == 0 else f"{n} for {who}"
+                                                     for i, (n, who) in enumerate(parts))
                     + " (no rate limit set; each model's max_concurrency, else the calls its provider serves at "
                       f"once, else {AUTO_UNLIMITED_IN_FLIGHT})")
         groups: dict[tuple, list[str]] = {}

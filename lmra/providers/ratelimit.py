@@ -379,6 +379,29 @@ class InFlight:
         self._wake()
 
 
+class Slots:
+    """A model's ``max_concurrency``: calls in flight at once, shared by every wrapper of that
+    model (target and LMRA on one provider, ``base_url`` and model are one model: review finding,
+    each role had its own and the server saw twice the bound). One :class:`asyncio.Semaphore`
+    per event loop (a tool may run several loops one after another).
+
+    Args:
+        n: calls in flight at once (≥ 1).
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
+
+    def semaphore(self) -> asyncio.Semaphore:
+        """The semaphore of the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._sem = loop, asyncio.Semaphore(self.n)
+        return self._sem
+
+
 class RateLimitedProvider:
     """A provider that enforces client-side rate limits and bounded concurrency around another.
 
@@ -399,6 +422,8 @@ class RateLimitedProvider:
             the observed latency (bound ÷ latency < the limit's calls/s).
         on_notice: receives that one-line warning.
         label: how the warning names the model (e.g. ``judge 'gpt-4o'``).
+        slots: ``max_concurrency`` shared with other wrappers of the same model (:class:`Slots`);
+            None: this wrapper's own.
 
     Attributes:
         name, model_id, base_url, supports_logprobs: those of ``inner`` (cache keys unchanged).
@@ -412,9 +437,10 @@ class RateLimitedProvider:
                  tokens_per_minute: float | None = None, max_concurrency: int | None = None,
                  limiter: RateLimiter | None = None, estimator: Callable[[ChatRequest], int] = estimate_tokens,
                  in_flight: InFlight | None = None, concurrency: int | None = None,
-                 on_notice: Callable[[str], None] | None = None, label: str = ""):
+                 on_notice: Callable[[str], None] | None = None, label: str = "", slots: Slots | None = None):
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        self._slots = slots if max_concurrency is not None else None
         self.in_flight = in_flight
         self._bound = min(b for b in (concurrency, max_concurrency, math.inf) if b is not None)
         self._on_notice = on_notice
@@ -429,6 +455,8 @@ class RateLimitedProvider:
     def _semaphore(self) -> asyncio.Semaphore | None:
         if self.max_concurrency is None:
             return None
+        if self._slots is not None:
+            return self._slots.semaphore()
         loop = asyncio.get_running_loop()
         if self._sem_loop is not loop:
             self._sem_loop, self._sem = loop, asyncio.Semaphore(self.max_concurrency)
@@ -567,6 +595,15 @@ class ModelLimits:
         self.groups: dict[tuple, tuple[list[str], RateLimiter, InFlight | None]] = {}
         #: ``"auto"``: role → calls in flight of a model without a limit
         self.unlimited: dict[str, int] = {}
+        #: (provider, base_url, model, max_concurrency) → its shared :class:`Slots`
+        self.slots: dict[tuple, Slots] = {}
+
+    def _slots(self, inner: Provider, cap: int | None) -> Slots | None:
+        """The :class:`Slots` of ``inner``'s model at ``cap`` calls in flight, shared by the
+        roles calling that model (None without a cap)."""
+        if not cap:
+            return None
+        return self.slots.setdefault((inner.name, inner.base_url, inner.model_id, cap), Slots(cap))
 
     def wrap(self, inner: Provider, cfg: "ModelConfig", role: str) -> Provider:
         """``inner`` within ``cfg``'s limits (``role`` names it in messages and the manifest)."""
@@ -575,7 +612,9 @@ class ModelLimits:
         if not rpm and not tpm:
             if auto and (self.any_limit or self.any_capacity):
                 cap = self.unlimited[role] = in_flight_without_limit(inner, cfg, self.unlimited_in_flight)
-            return rate_limited(inner, None, None, cap)
+            if not cap:
+                return inner
+            return RateLimitedProvider(inner, max_concurrency=cap, slots=self._slots(inner, cap))
         key = (inner.name, inner.base_url, inner.model_id, rpm, tpm, cap)
         if key not in self.groups:
             limiter = RateLimiter(rpm, tpm)
@@ -589,7 +628,7 @@ class ModelLimits:
         roles.append(role)
         return RateLimitedProvider(inner, limiter=limiter, in_flight=in_flight, max_concurrency=cap,
                                    concurrency=None if auto else int(self.concurrency), on_notice=self.on_notice,
-                                   label=f"{role} '{inner.model_id}'")
+                                   label=f"{role} '{inner.model_id}'", slots=self._slots(inner, cap))
 
     @classmethod
     def of(cls, concurrency: int | str, models: "list[tuple[Provider, ModelConfig]]", *,
