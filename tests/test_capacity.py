@@ -176,6 +176,13 @@ def test_target_and_lmra_on_one_model_share_its_max_concurrency(tmp_path):
     assert plan.startswith("concurrency auto: 3 in flight for target and judge (one model, shared)"), plan
     audit.run()
     assert in_flight["peak"] == 3
+    # a provider's own capacity (the embedded model's: each role's decoders) is not shared
+    limits = ModelLimits("auto", any_limit=False, unlimited_in_flight=2, any_capacity=True)
+    a, b = (CapacityTarget(capacity=5, expect=1) for _ in range(2))
+    wa, wb = limits.wrap(a, ModelConfig(), "target"), limits.wrap(b, ModelConfig(), "judge")
+    assert wa._slots is None and wb._slots is None and limits.slots == {}
+    wc = limits.wrap(CapacityTarget(capacity=5, expect=1), ModelConfig(max_concurrency=4), "judge2")
+    assert wc._slots is not None and wc._slots.n == 4
 
 
 def test_model_limits_per_model_calls_in_flight():

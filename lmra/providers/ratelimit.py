@@ -614,7 +614,11 @@ class ModelLimits:
                 cap = self.unlimited[role] = in_flight_without_limit(inner, cfg, self.unlimited_in_flight)
             if not cap:
                 return inner
-            return RateLimitedProvider(inner, max_concurrency=cap, slots=self._slots(inner, cap))
+            # a configured max_concurrency is the model's, shared by its roles; a provider's
+            # parallel_capacity is per provider object (the embedded model's read contexts and
+            # decoder slots: each role's own 34)
+            return RateLimitedProvider(inner, max_concurrency=cap,
+                                       slots=self._slots(inner, cap) if cfg.max_concurrency else None)
         key = (inner.name, inner.base_url, inner.model_id, rpm, tpm, cap)
         if key not in self.groups:
             limiter = RateLimiter(rpm, tpm)
