@@ -137,7 +137,7 @@ def test_a_model_the_endpoint_does_not_serve_stops_the_audit_at_its_start(tmp_pa
         not_found, requests = srv.model_not_found, srv.requests
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     err = " ".join(proc.stderr.split())
-    assert re.search(rf"the target's endpoint {re.escape(srv.url)} does not serve its model: {TRIP_AFTER} calls in "
+    assert re.search(rf"the target's endpoint {re.escape(srv.url)} does not serve its model 'prd': {TRIP_AFTER} calls in "
                      r"a row failed with HTTP 404 \(http_404 × \d+\); nothing was audited\. Check model and base_url "
                      r"in \[target\]", err), err
     assert "the run failed: the target's endpoint does not serve its model" in proc.stdout
@@ -146,6 +146,49 @@ def test_a_model_the_endpoint_does_not_serve_stops_the_audit_at_its_start(tmp_pa
     # the target's 404s (a few in flight beyond the trip) and the calls the judge made meanwhile —
     # far fewer than the 80 pairs' filter asks, labels and ratings
     assert TRIP_AFTER <= not_found <= TRIP_AFTER + 8 and requests < 120, (not_found, requests)
+
+
+def test_judge_check_and_axes_stop_at_a_model_the_endpoint_does_not_serve(tmp_path):
+    """Verification finding: `lmra judge-check` with a mistyped model made all its calls (600 with
+    the shipped set) and ended "Judge check FAILED", exit 5 — blaming the judge; `lmra axes` ran
+    every call too. Both stop like an audit: exit 1, the endpoint does not serve the model."""
+    with FaultServer() as srv:
+        srv.models = {"served"}
+        proc = subprocess.run([sys.executable, "-m", "lmra.cli", "judge-check", "--judge", "openai", "--model", "typo",
+                               "--base-url", srv.url, "--no-api-key", "--per-kind", "4"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        not_found = srv.model_not_found
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    err = " ".join(proc.stderr.split())
+    assert f"failure: the judge's endpoint {srv.url} does not serve its model 'typo': {TRIP_AFTER} calls in a row" \
+        in err, err
+    assert "Judge check FAILED" not in proc.stdout + proc.stderr and "Traceback" not in err
+    assert not_found < 40  # the check's 120 calls were not all made
+
+    from lmra.axes.run import _axes_judge
+    from lmra.config import AuditConfig
+    from lmra.providers.endpoint import EndpointUnreachable
+
+    with FaultServer() as srv:
+        srv.models = {"served"}
+        cfg = AuditConfig.model_validate({"judge": {"provider": "openai", "model": "typo", "base_url": srv.url,
+                                                    "api_key_required": False, "max_retries": 0},
+                                          "cache": str(tmp_path / "axes.sqlite")})
+        judge, _, cache = _axes_judge(cfg, None, None)
+
+        async def ask_until_stopped():
+            for i in range(3 * TRIP_AFTER):
+                try:
+                    await judge.complete(ChatRequest(messages=[Message(role="user", content=f"q{i}")], max_tokens=5))
+                except EndpointUnreachable as exc:
+                    return i, exc
+                except ProviderError:
+                    continue
+            return None, None
+
+        n, exc = asyncio.run(ask_until_stopped())
+        cache.close()
+    assert n == TRIP_AFTER - 1 and exc.not_served
 
 
 def test_a_blip_after_a_success_never_trips_and_every_error_names_role_and_url():

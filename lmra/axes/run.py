@@ -163,8 +163,12 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
         if cache is None:
             cache = own_cache = CallCache(cfg.cache)
         stats = CallStats()
+        from lmra.providers.endpoint import EndpointGuard
+
         limited, _ = limit_model(judge, cfg.judge, cfg.concurrency, "judge")
-        judge = CachedProvider(limited, cache, stats)
+        # a judge endpoint that never answers stops the axes run (exit 1), as it stops an audit
+        guard = EndpointGuard("judge", limited.base_url, model=limited.model_id)
+        judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
         if cfg.max_calls is not None or cfg.max_cost is not None:
             # as in the audit, the budget sits outside the cache: cached calls are free
             from lmra.budget import Budget, BudgetedProvider, PriceTable

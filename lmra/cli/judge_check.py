@@ -112,7 +112,13 @@ async def _run(cfg, console: Console):
     cache = CallCache(cfg.cache)
     stats = CallStats()
     limited, in_flight = limit_model(raw, cfg.judge, cfg.concurrency, "judge")  # sized as in an audit
-    judge = CachedProvider(limited, cache, stats)
+    from lmra.providers.endpoint import EndpointGuard
+
+    # an endpoint that never answers (down, or not serving the model: HTTP 404) stops the check
+    # with exit 1 saying so, as it stops an audit (verification finding: 600 failed calls, then
+    # "Judge check FAILED", exit 5 — blaming the judge for a typo in its model id)
+    guard = EndpointGuard("judge", raw.base_url, model=raw.model_id)
+    judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
     from lmra.providers.keys import KeyGuard
 
     judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries

@@ -70,7 +70,8 @@ class EndpointUnreachable(RuntimeError):
         backends); n_failed: the calls in a row that failed; kinds: their kinds and counts.
     """
 
-    def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool):
+    def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
+                 model: str = ""):
         self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
         #: the server answered, but HTTP 404 every time: the model (or the URL's path) is not served
         self.not_served = bool(kinds) and set(kinds) == {"http_404"}
@@ -79,7 +80,8 @@ class EndpointUnreachable(RuntimeError):
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
                 else "nothing was audited")
         if self.not_served:  # the server answers, but not for this model or path
-            super().__init__(f"the {role}'s {where} does not serve its model: {n_failed} calls in a row failed "
+            which = f" '{model}'" if model else ""
+            super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
                              f"with HTTP 404 ({why}); {done}. Check model and base_url in [{role}] (the model id "
                              "the server serves; the URL up to /v1), then run the same command again")
             return
@@ -95,6 +97,7 @@ class EndpointGuard:
     Args:
         role: ``target``, ``judge`` or ``judge2`` (named in messages).
         url: the endpoint (the provider's ``base_url``; "" for in-process backends).
+        model: the model id asked for (named when the endpoint does not serve it, HTTP 404).
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
 
     Attributes:
@@ -104,8 +107,8 @@ class EndpointGuard:
     """
 
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
-                 trip_after_refused: int = TRIP_AFTER_REFUSED):
-        self.role, self.url = role, url
+                 trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = ""):
+        self.role, self.url, self.model = role, url, model
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
         self.answered = False  # any answer, cached or fresh, reached the stages
@@ -132,7 +135,7 @@ class EndpointGuard:
         self.all_refused = self.all_refused and exc.kind == "connection" and _refused(exc)
         if self.streak >= (self.trip_after_refused if self.all_refused else self.trip_after):
             self.tripped = EndpointUnreachable(self.role, self.url, self.streak, self.kinds.copy(),
-                                               self.all_refused, self.answered)
+                                               self.all_refused, self.answered, model=self.model)
 
     def below_cache(self, inner: Provider) -> "_Labelled":
         """Wrap the provider below the call cache: count fresh calls, label their errors."""
