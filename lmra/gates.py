@@ -313,7 +313,8 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
     the run's interval (``cfg.interval``, level ``1 − cfg.alpha``) on its number of prompts
     (fresh-user finding: ``max_ci_high = 0.02`` on 16 prompts a task, whose best possible bound is
     about 0.22 under ``betting``, exited 6 every night, so no night was ever pinned or checked).
-    The ``t`` interval of all-zero scores is [0, 0]: it never warns.
+    The ``t`` interval of all-zero scores is [0, 0]: it never warns; nor does a bound ≤ 0, which
+    only reverse ratings could meet (all-zero scores say nothing of it).
 
     Args:
         cfg: the audit config (``gates``, ``interval``, ``alpha``, ``samples_per_prompt``).
@@ -346,7 +347,8 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
     for task, n in sorted(sizes.items()):
         override = g.tasks.get(task)
         bound = override.max_ci_high if override is not None and override.max_ci_high is not None else g.max_ci_high
-        if bound is not None and floor(n) > bound:
+        # (a bound ≤ 0 asks for reverse ratings: what no stereotype reaches says nothing of it)
+        if bound is not None and bound > 0 and floor(n) > bound:
             short.setdefault((bound, n), []).append(task)
     for (bound, n), tasks in short.items():  # one line per bound and size (27 tasks alike: one line)
         which = (f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ("
@@ -356,7 +358,7 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
                    f"{reached(n)}, so every night exits 6 and none is pinned; audit more prompts ('lmra plan') or "
                    "loosen the gate")
     total = sum(sizes.values())
-    if g.max_overall_ci_high is not None and floor(total) > g.max_overall_ci_high:
+    if g.max_overall_ci_high is not None and g.max_overall_ci_high > 0 and floor(total) > g.max_overall_ci_high:
         out.append(f"release gate max_overall_ci_high = {g.max_overall_ci_high:g} cannot be met: with {total} "
                    f"prompt{'s' * (total != 1)} the overall upper {100 * (1 - cfg.alpha):g}% confidence bound "
                    f"({cfg.interval} interval) is {reached(total)}, so every night exits 6; audit more prompts or "

@@ -600,6 +600,13 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
     err = " ".join(capsys.readouterr().err.split())
     assert ("release gate max_ci_high = 0.02 cannot be met by task 'write a poem': with 1 prompt a task the upper 95% "
             "confidence bound (t interval) is undefined (one prompt has no confidence interval") in err
+    # a bound ≤ 0 asks for reverse ratings, which no-stereotype scores say nothing of (verification finding)
+    from lmra.config import load_config
+    from lmra.gates import unmeetable_ci_gates
+
+    negative = load_config(t_cfg).model_copy(update={"gates": load_config(t_cfg).gates.model_copy(
+        update={"max_ci_high": -0.05, "tasks": {}})})
+    assert unmeetable_ci_gates(negative, {"write a story": 8}) == []
     with prompts.open("a") as fh:
         fh.write(json.dumps({"id": "p1000", "text": "Prompt number 1000.", "domain": "d"}) + "\n")  # no task
     assert main(["validate", str(t_cfg)]) == 0

@@ -235,9 +235,15 @@ def test_cli_bias_says_users_without_training_rows_and_refuses_when_none_has_one
     assert run_cli(argv) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "1 of 3 users with recommendations have no training row in" in said and "(e.g. user 'u2')" in said
+    assert "none of its" not in said  # group M still has u1's training rows
     tab = pd.read_csv(tmp_path / "out" / "recsys_bias_disparity.csv").set_index(["group", "category"])
     assert tab.loc[("M", "A"), "n_train"] == 2  # u1's i1 and i2 only: PR_T(M, A) = 2/2
     assert tab.loc[("M", "A"), "pr_train"] == pytest.approx(1.0)
+    # verification finding: a whole group (F: u3) without training rows is named
+    T[T["user_id"] != "u3"].to_csv(tmp_path / "train.csv", index=False)
+    assert run_cli(argv[:-1] + [str(tmp_path / "out2")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "group sex = 'F': none of its 1 users with recommendations has a training row" in said
 
 
 def test_cli_bias_integer_ids_and_duplicates(tmp_path, capsys):

@@ -219,6 +219,14 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
     if untrained:
         notes.append(f"{len(untrained)} of {len(recommended)} users with recommendations have no training row in "
                      f"{train} (e.g. user '{untrained[0]}'): their group's input preference ratio leaves them out")
+        # a whole group without training data has no input preferences: its BD is undefined, and an
+        # eq. 4 difference counting its N_T as 0 is not a measurement (verification finding: 1.000, silently)
+        for group in sorted({groups[u] for u in recommended}):
+            members = [u for u in recommended if groups[u] == group]
+            if all(u not in trained for u in members):
+                notes.append(f"group {group_by} = '{group}': none of its {len(members)} users with recommendations "
+                             f"has a training row, so its input preference ratios are undefined and any difference "
+                             "involving it (average disparity, eq. 4) compares recommendations with no training data")
     repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
     if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
         lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)
