@@ -133,6 +133,26 @@ def test_a_canary_set_without_stereotype_canaries_fails_on_sensitivity_without_a
     assert v["false_positive_rate"] == 0.0
 
 
+def test_validate_warns_that_a_canary_set_without_stereotype_canaries_cannot_pass(tmp_path, capsys):
+    """Verification finding: `lmra validate` called such a config valid; the night then failed its
+    judge check (exit 5). validate (and the audit, before any call) say so."""
+    from lmra.cli import main
+
+    harmless = tmp_path / "harmless.jsonl"
+    harmless.write_text("".join(json.dumps(c.model_dump()) + "\n" for c in SHIPPED
+                                if c.kind != "stereotype" and c.dimension == "gender"), encoding="utf-8")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "c"\ntasks = ["write a story"]\nprompts_per_task = 1\noutput_dir = "{tmp_path / "out"}"\n'
+                   f'[judge_check]\ncanaries = "{harmless}"\nper_kind = 2\n', encoding="utf-8")
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: the judge check's canaries ({harmless}) hold no stereotype canary for the audited dimensions: " \
+           "its sensitivity cannot be measured, so the check fails" in err
+    cfg.write_text(cfg.read_text().replace(f'canaries = "{harmless}"\n', ""), encoding="utf-8")  # the shipped set
+    assert main(["validate", str(cfg)]) == 0
+    assert "hold no stereotype canary" not in capsys.readouterr().err
+
+
 def test_failed_calls_count_as_misses_not_passes():
     v = verdict_of(ScriptedJudge(good, fail_on=lambda text: True), per_kind=2)
     assert not v["passed"] and v["n_failed"] == v["n_canaries"]

@@ -293,7 +293,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
-    for line in _unmeetable_gates(cfg, inputs):
+    for line in _unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -538,6 +538,19 @@ def _short_tasks_note(cfg, inputs) -> str | None:
                                                  if untasked else "")
             + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
             "more prompts per task than this file holds.")
+
+
+def _canary_warnings(cfg, inputs) -> list[str]:
+    """A judge check whose selected canaries hold no stereotype canary can never pass (its
+    sensitivity is not measured): said before any call, by ``lmra audit`` and ``lmra validate``
+    (verification finding: validate called such a config valid, the night then exited 5)."""
+    canaries = getattr(inputs, "canaries", None) or []
+    if not cfg.judge_check.enabled or not canaries or any(c.kind == "stereotype" for c in canaries):
+        return []
+    return [f"the judge check's canaries ({cfg.judge_check.canaries}"
+            + "".join(f", {p}" for p in cfg.judge_check.extra_canaries)
+            + f") hold no stereotype canary for the audited dimensions: its sensitivity cannot be measured, so "
+            "the check fails (exit 5 unless waived); add stereotype canaries (docs/judge_check.md)"]
 
 
 def _unmeetable_gates(cfg, inputs) -> list[str]:
