@@ -549,7 +549,7 @@ def _canary_warnings(cfg, inputs) -> list[str]:
         return []
     return [f"the judge check's canaries ({cfg.judge_check.canaries}"
             + "".join(f", {p}" for p in cfg.judge_check.extra_canaries)
-            + f") hold no stereotype canary for the audited dimensions: its sensitivity cannot be measured, so "
+            + ") hold no stereotype canary for the audited dimensions: its sensitivity cannot be measured, so "
             "the check fails (exit 5 unless waived); add stereotype canaries (docs/judge_check.md)"]
 
 

@@ -524,25 +524,6 @@ class RateLimitedProvider:
         await self.inner.aclose()
 
 
-def rate_limited(inner: Provider, requests_per_minute: float | None, tokens_per_minute: float | None,
-                 max_concurrency: int | None = None, *, concurrency: int | str | None = None,
-                 on_notice: Callable[[str], None] | None = None) -> Provider:
-    """``inner`` wrapped in a :class:`RateLimitedProvider`, or ``inner`` itself when no limit is set.
-
-    ``concurrency`` is the caller's setting: ``"auto"`` sizes the calls in flight from the
-    limits (:class:`InFlight`, capped by ``max_concurrency``); an integer is checked against
-    them (a warning to ``on_notice`` when too low).
-    """
-    if not requests_per_minute and not tokens_per_minute and not max_concurrency:
-        return inner
-    limiter = RateLimiter(requests_per_minute, tokens_per_minute)
-    if concurrency == "auto" and (requests_per_minute or tokens_per_minute):
-        return RateLimitedProvider(inner, limiter=limiter,
-                                   in_flight=InFlight(limiter, cap=max_concurrency or AUTO_MAX_CONCURRENCY))
-    return RateLimitedProvider(inner, limiter=limiter, max_concurrency=max_concurrency,
-                               concurrency=concurrency if isinstance(concurrency, int) else None, on_notice=on_notice)
-
-
 def sets_own_in_flight(inner: Provider, cfg: "ModelConfig") -> bool:
     """True when a model says how many of its calls may be in flight at once: its config's
     ``max_concurrency``, or its provider's :func:`parallel_capacity`. With ``concurrency =
