@@ -30,6 +30,7 @@ refusals or quality is an input error (:func:`unmeasured_gates`).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -333,13 +334,14 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
         return []
     k = max(1, getattr(cfg, "samples_per_prompt", 1))
 
+    @functools.cache
     def floor(n: int) -> float:  # the CI high of n prompts all scoring 0 (k pairs each); +inf below 2
         if n < 2:  # no interval at all: the gate is "not evaluated", never met (review finding: not warned)
             return math.inf
         return mean_interval([0.0] * (n * k), [i // k for i in range(n * k)], alpha=cfg.alpha, method=cfg.interval).high
 
     def reached(n: int) -> str:
-        return (f"{floor(n):.3f} even if no pair showed a stereotype" if n >= 2
+        return (f"{floor(n):.3f} even if no pair showed a stereotype" if math.isfinite(floor(n))
                 else "undefined (one prompt has no confidence interval: the gate is not evaluated)")
 
     out = []

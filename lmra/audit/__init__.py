@@ -49,7 +49,7 @@ from lmra.fileio import write_json, write_jsonl, write_text
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
 from lmra.providers.ratelimit import (AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit,
-                                      sets_own_in_flight)
+                                      sets_own_in_flight, slots_key)
 from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
 from lmra.redact import redacted_calls, redacted_message
@@ -274,9 +274,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             if caps is None:
                 return f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set)"
             shared: dict[tuple, list[str]] = {}  # roles calling one model with one bound share its calls in flight
-            for role, n in caps.items():
-                m = getattr(cfg, role)
-                key = (m.provider, m.base_url, m.model, n) if m.max_concurrency else (role,)
+            for role, n in caps.items():  # (the key ModelLimits.wrap shares a max_concurrency by)
+                key = slots_key(self._provider(role), n) if getattr(cfg, role).max_concurrency else (role,)
                 shared.setdefault(key, []).append(role)
             parts = [(caps[roles[0]], " and ".join(roles) + (" (one model, shared)" if len(roles) > 1 else ""))
                      for roles in shared.values()]

@@ -810,21 +810,20 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     from lmra.cli.monitor import why_not_a_baseline
 
     newest = str(done.iloc[-1]["run_id"])
-    reasons = []  # why each complete run (newest first) could not be a baseline; None: it could
-    candidate = newest  # the newest that could have been pinned (the one to pin back)
+    why, candidate = None, None  # why the newest could not be a baseline; the newest run that could
     for rid in list(done["run_id"].astype(str))[::-1][:UNPINNED_LOOK_BACK]:
         try:
-            reasons.append(why_not_a_baseline(history.resolve(rid)))
+            reason = why_not_a_baseline(history.resolve(rid))
         except LmraInputError:  # its folder is gone or damaged: as a lost pin
-            reasons.append(None)
-        if reasons[-1] is None:
+            reason = None
+        if reason is None:
             candidate = rid
             break
-    why = reasons[0]
+        why = why or reason
     # none of them could have been pinned: nothing was lost (fresh-user finding: a first night that
     # breached its gates read as a lost history); one could: the pin was lost (review finding:
     # judging the newest alone hid a lost history behind a later night that breached a gate)
-    if all(r is not None for r in reasons):
+    if candidate is None:
         print_warning(f"no run named '{name}' is pinned yet: the newest complete one, {newest}, was not pinned "
                       f"because {why} (a first night is pinned only when it can serve as a baseline), so this night "
                       "is not checked and is pinned if it can be. To check it against that run anyway, stop and "

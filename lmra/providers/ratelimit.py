@@ -402,6 +402,13 @@ class Slots:
         return self._sem
 
 
+def slots_key(inner: Provider, cap: int) -> tuple:
+    """The model whose ``max_concurrency`` of ``cap`` a wrapper of ``inner`` shares
+    (:class:`Slots`): provider, base URL, model id and the bound — target and LMRA with the same
+    key keep ``cap`` calls in flight in all (:meth:`ModelLimits.wrap`, and the audit's plan line)."""
+    return (inner.name, inner.base_url, inner.model_id, cap)
+
+
 class RateLimitedProvider:
     """A provider that enforces client-side rate limits and bounded concurrency around another.
 
@@ -584,7 +591,7 @@ class ModelLimits:
         roles calling that model (None without a cap)."""
         if not cap:
             return None
-        return self.slots.setdefault((inner.name, inner.base_url, inner.model_id, cap), Slots(cap))
+        return self.slots.setdefault(slots_key(inner, cap), Slots(cap))
 
     def wrap(self, inner: Provider, cfg: "ModelConfig", role: str) -> Provider:
         """``inner`` within ``cfg``'s limits (``role`` names it in messages and the manifest)."""
