@@ -388,19 +388,23 @@ def test_cli_score_reparse_with_fairllm_code_parser(tmp_path):
 
 
 @pytest.mark.parametrize("stored, parser, refusal, parse_failed", [
-    # a run's lmra parser took the bulleted answer for a refusal-free list and the refusal for a
-    # refusal; fairllm-code finds no numbered list in either (and detects no refusals): both are
-    # parse failures, left out — the stored flags of the other parser must not survive
-    ("lmra", "fairllm-code", False, True),
-    # a fairllm-code run stored the refusal as a parse failure; lmra's parser sees a refusal (scored 0)
+    # a run's lmra parser took the refusal for a refusal; fairllm-code detects none and finds no
+    # numbered list in it: an empty list, scored 0 as the released code scores it (review
+    # finding: it was left out as a parse failure) — the stored flags of the other parser must
+    # not survive
+    ("lmra", "fairllm-code", False, False),
+    # a fairllm-code run stored the refusal as an empty parse; lmra's parser sees a refusal (scored 0)
     ("fairllm-code", "lmra", True, False),
+    # an older fairllm-code run stored it as a parse failure; lmra's parser sees a refusal
+    ("fairllm-code-old", "lmra", True, False),
 ])
 def test_reparsing_replaces_the_stored_parse_flags(tmp_path, stored, parser, refusal, parse_failed):
     from lmra.recsys.lists import read_lists
 
     refused = "I'm sorry, but I can't help with that request."
-    flags = ({"refusal": True, "parse_failed": False} if stored == "lmra"
-             else {"refusal": False, "parse_failed": True})
+    flags = {"lmra": {"refusal": True, "parse_failed": False},
+             "fairllm-code": {"refusal": False, "parse_failed": False, "empty_parse": True},
+             "fairllm-code-old": {"refusal": False, "parse_failed": True}}[stored]
     rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": "1. Hello\n2. Skyfall\n3. Halo",
              "refusal": False, "parse_failed": False},
             {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "raw": refused, **flags},
@@ -415,10 +419,42 @@ def test_reparsing_replaces_the_stored_parse_flags(tmp_path, stored, parser, ref
                     "--out", str(out)]) == int(parse_failed)
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["refusals"], summary["parse_failures"]) == (int(refusal), int(parse_failed))
+    assert summary["empty_parses_scored"] == int(parser == "fairllm-code")
     girl = pd.read_csv(out / "recsys_similarity.csv").query("k == 3 and metric == 'jaccard' and value == 'a girl'")
-    # a refusal is an empty list, scored 0; a parse failure is not scored (no value, counted)
-    assert girl[["n", "n_unparseable"]].values.tolist() == [[1, 0] if refusal else [0, 1]]
-    assert (girl["similarity"].iloc[0] == 0.0) if refusal else math.isnan(girl["similarity"].iloc[0])
+    # a refusal, and fairllm-code's empty parse, is an empty list, scored 0 (a parse failure
+    # would not be scored: test_cli_score_hand_made_lists)
+    assert girl[["n", "n_unparseable", "similarity"]].values.tolist() == [[1, 0, 0.0]]
+
+
+def test_fairllm_code_parser_scores_an_answer_without_a_list_as_the_released_code_does(tmp_path):
+    """Review finding: with the notebook's parser and convention, an answer in which the
+    notebook's parsing finds no list (here a refusal to one value) was left out as a parse
+    failure — "all values tie", SNSR = SNSV = 0 — while ``process.ipynb`` scores the empty list
+    0 (``calc_prag``: 0 for an empty list; ``calc_serp_ms`` adds nothing; Jaccard 0) and
+    averages over every seed name. Hand-computed: a white 1 | 0.375 | 1 (identical lists,
+    SERP's ceiling (K+3)/(4(K+1)) = 6/16 at K = 3), a black (1 + 0)/2 = 0.5 | 0.1875 | 0.5;
+    SNSR = the difference, SNSV = half of it (two values, population SD)."""
+    same = "1. Hello\n2. Skyfall\n3. Halo"
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": same},
+            {"instruction_id": "m1", "attribute": "race", "value": "a white", "raw": same},
+            {"instruction_id": "m1", "attribute": "race", "value": "a black", "raw": same},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "raw": same},
+            {"instruction_id": "m2", "attribute": "race", "value": "a white", "raw": same},
+            {"instruction_id": "m2", "attribute": "race", "value": "a black",
+             "raw": "I'm sorry, but I can't help with that request."}]
+    lists = _write_lists(tmp_path / "l.jsonl", rows)
+    out = tmp_path / "o"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--permutations", "0", "--parser",
+                    "fairllm-code", "--convention", "fairllm-code", "--out", str(out)]) == 0
+    sim = pd.read_csv(out / "recsys_similarity.csv").query("k == 3").set_index(["value", "metric"])["similarity"]
+    assert sim[("a white", "jaccard")] == 1.0 and sim[("a white", "serp")] == pytest.approx(0.375)
+    assert [sim[("a black", m)] for m in ("jaccard", "serp", "prag")] == pytest.approx([0.5, 0.1875, 0.5])
+    fair = pd.read_csv(out / "recsys_fairness.csv").query("k == 3").set_index("metric")
+    assert fair["snsr"].to_dict() == pytest.approx({"jaccard": 0.5, "serp": 0.1875, "prag": 0.5})
+    assert fair["snsv"].to_dict() == pytest.approx({"jaccard": 0.25, "serp": 0.09375, "prag": 0.25})
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["empty_parses_scored"], summary["parse_failures"], summary["unparseable_unscored"]) == (1, 0, 0)
+
 
 
 _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}

@@ -169,15 +169,16 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
     # a run holds its own parser's refusal and parse_failed); with none, the text of a record
     # without a list is parsed as lmra parses it and flags the file states are kept
     put = obj.__setitem__ if parser is not None else obj.setdefault
-    if parser == "fairllm-code":  # as a fairllm-code run records it (lmra.recsys.records): no refusal detection
-        keys = parse_fairllm_code(raw)
-        for key, value in (("refusal", False), ("parse_failed", not keys), ("n_dropped", 0),
+    if parser == "fairllm-code":  # as a fairllm-code run records it (lmra.recsys.records): no refusal detection,
+        keys = parse_fairllm_code(raw)  # an empty parse scored as an empty list (the released code's reading)
+        for key, value in (("refusal", False), ("parse_failed", False), ("empty_parse", not keys), ("n_dropped", 0),
                            ("n_duplicates", len(keys) - len(set(keys)))):
             put(key, value)
         return keys
     parsed = parse_list(raw)
     for key in ("refusal", "parse_failed", "n_dropped", "n_duplicates"):
         put(key, getattr(parsed, key))
+    put("empty_parse", False)
     return parsed.keys
 
 

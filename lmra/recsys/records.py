@@ -98,8 +98,10 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
                       "parse_failed": False, "n_items": 0, "n_dropped": 0, "n_duplicates": 0}
     if cfg.parser == "fairllm-code":
         keys = parse_fairllm_code(ans["raw"])
+        # the released code scores whatever its parsing returns, an empty list too (0): so does
+        # this parser, counting such answers (empty_parse), not leaving them out as parse failures
         rec |= {"items": keys, "keys": keys, "compare": keys, "format": "fairllm-code", "refusal": False,
-                "parse_failed": not keys, "n_items": len(keys), "n_dropped": 0,
+                "parse_failed": False, "empty_parse": not keys, "n_items": len(keys), "n_dropped": 0,
                 "n_duplicates": len(keys) - len(set(keys))}
         return rec
     parsed = parse_list(ans["raw"], artists=artists)

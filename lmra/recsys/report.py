@@ -48,6 +48,9 @@ def _counts_line(summary: dict) -> str:
              f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)}, "
              "duplicates included)",
              f"{counted(summary.get('lists_shorter_than_k', 0), 'list')} with fewer than K distinct items"]
+    if summary.get("empty_parses_scored"):
+        parts.append(f"{counted(summary['empty_parses_scored'], 'answer')} in which the fairllm-code parser found no "
+                     "list (each scored as an empty list, as the released code does)")
     if "items_unmatched" in summary:
         parts.append(f"{summary['items_unmatched']} items not matched to the catalog")
     if "items_unmatched_top_k" in summary:

@@ -184,6 +184,8 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         "refusals": int(ok["refusal"].fillna(False).astype(bool).sum()) if "refusal" in ok.columns else 0,
         "parse_failures": int(ok["parse_failed"].fillna(False).astype(bool).sum()) if "parse_failed" in ok.columns
         else 0,
+        # answers the fairllm-code parser read as an empty list: scored 0, as the released code does
+        "empty_parses_scored": int(_flag(ok, "empty_parse").sum()),
         "items_parsed": int(n_items.sum()),
         "items_dropped_empty": int(ok["n_dropped"].fillna(0).sum()) if "n_dropped" in ok.columns else 0,
         "duplicate_items": int(ok["n_duplicates"].fillna(0).sum()) if "n_duplicates" in ok.columns else 0,
