@@ -288,6 +288,9 @@ def test_cli_bias_blank_groups_one_gender_and_a_group_without_recommendations(tm
     assert run_cli(gender) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "no male − female comparison for 'all': female received no recommendation there" in out
+    # review finding: the user left out of T as well as R is counted
+    assert ("bias disparity, variant 'all': 1 of 3 users received no recommended item (e.g. user 'u3') and are left "
+            "out of both T and R") in out
     summ = pd.read_csv(tmp_path / "out" / "recsys_bias_summary.csv")
     assert "male − female" not in set(summ["group"])
 

@@ -297,6 +297,17 @@ split_method = "temporal"
     assert set(bias["variant"]) == {"neutral", "gender", "age", "gender+age"}
     assert set(bias["group"]) == {"female", "male"}
     assert {"pr_train", "bias_train", "pr_rec", "bias_rec", "bias_disparity"} <= set(bias.columns)
+    # review finding: a user without a recommended item in a variant (user 1 refused the age
+    # prompt, user 4's gender+age answer held no list) leaves T there too — said, not silent
+    assert summary["bias_users_without_recommendations"] == {
+        "age": {"users": 1, "of": 4, "example": 1}, "gender+age": {"users": 1, "of": 4, "example": 4}}
+    said = " ".join(out.split())
+    assert ("bias disparity, variant 'age': 1 of 4 users received no recommended item (e.g. user '1') and are left "
+            "out of both T and R") in said and "variant 'gender+age': 1 of 4 users" in said
+    assert "variant 'neutral'" not in said
+    users_in = bias[(bias["group_by"] == "gender") & (bias["category"] == bias["category"].iloc[0])]
+    assert users_in.groupby("variant")["n_users"].sum().to_dict() == {"neutral": 4, "gender": 4, "age": 3,
+                                                                     "gender+age": 3}
     # coverage of R = the matched items of the top-5 lists (profile echoes left out): user 1 {3, 6, 5, 8, 12},
     # user 2 {1, 3, 6, 5, 8}, user 3 {4, 1, 3, 6, 8}, user 4 {4, 1, 3, 6, 5} → 7 of 20 movies (before R was cut
     # from the top K: 11/20, every matched title of the 12-title lists)

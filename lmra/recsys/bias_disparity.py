@@ -134,6 +134,28 @@ def average_disparity(n_rec_unprotected: Sequence[float], n_train_unprotected: S
     return float(np.abs((ru - tu) - (rp - tp)).mean()) if ru.size else math.nan
 
 
+def users_left_out(users: Collection[Hashable], recs: pd.DataFrame) -> list[Hashable]:
+    """The users of ``users`` with no row in ``recs`` (``user_id`` column), in their order: left
+    out of both T and R by :func:`bias_disparity_table` (T and R describe the same people), so
+    their groups' N_T, PR_T and ``n_users`` count only the users compared.
+
+    Args:
+        users: the users whose preferences could enter T (e.g. a run's sampled users).
+        recs: one variant's recommendations.
+    """
+    got = set(recs["user_id"])
+    return [u for u in users if u not in got]
+
+
+def left_out_note(variant: str, n_left: int, n_users: int, example: Hashable) -> str:
+    """The one-line note for :func:`users_left_out`: ``n_left`` of ``n_users`` users, e.g.
+    ``example`` (review finding: a user without a matched recommendation left its group's
+    training side unsaid — its eq. 4 moved from 1 to 0)."""
+    return (f"bias disparity, variant '{variant}': {n_left} of {n_users} users received no recommended item (e.g. "
+            f"user '{example}') and are left out of both T and R — their groups' input preferences (n_users, N_T) "
+            "count only the users compared")
+
+
 def mean_abs_disparity(disparities: Iterable[float]) -> float:
     """BD̄(G) = mean over categories of |BD(G, C)|, NaNs (B_T = 0) skipped: an aggregate of
     eq. 3 for one group (reported as ``mean_abs_bd``; earlier versions of lmra called it the

@@ -235,8 +235,14 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         notes.append(f"{int(repeated.sum())} recommendation row(s) repeat a user's item of the same variant{first} "
                      "and are counted once: R is a set of items per user")
     tables, coverage = [], {}
+    # users with training rows and a group who received nothing in a variant leave T there too
+    # (T and R describe the same people): said, not silent (review finding)
+    candidates = [u for u in pd.unique(t["user_id"]) if u in groups]
     for variant, d in rc.groupby("variant", sort=False):
         recs_v = d[["user_id", "item_id"]]
+        left = bdm.users_left_out(candidates, recs_v)
+        if left:
+            notes.append(bdm.left_out_note(str(variant), len(left), len(candidates), left[0]))
         coverage[str(variant)] = bdm.item_coverage([recs_v["item_id"].tolist()], cats)
         tab = bdm.bias_disparity_table(t, recs_v, groups, cats, list(cats))
         tab.insert(0, "group_by", group_by)

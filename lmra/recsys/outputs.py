@@ -106,7 +106,7 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
     bias = bias_sum = None
     extra: dict[str, Any] = {}
     if cf is not None:
-        bias, bias_sum, coverage = run_bias(cfg, cf, lists)
+        bias, bias_sum, coverage, left_out = run_bias(cfg, cf, lists)
         write_csv(bias, run_dir / "recsys_bias_disparity.csv")
         summary_cols = ["variant", "group_by", *bdm.SUMMARY_COLUMNS]
         write_csv(bias_sum if bias_sum is not None else pd.DataFrame(columns=summary_cols),
@@ -114,6 +114,8 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
         records = json_records(bias_sum) if bias_sum is not None else []
         extra = {"users_without_training_ratings": cf.n_users_without_training_ratings,
                  "item_coverage": coverage,
+                 # users without a recommended item in a variant: out of T and R there (review finding)
+                 "bias_users_without_recommendations": left_out,
                  # eq. 4 of Mansoury et al. 2019, one record per variant and group attribute
                  "average_disparity": [{c: r[c] for c in ("variant", "group_by", "group", "average_disparity",
                                                           "n_categories")}

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmra.console import counted, lit
+from lmra.recsys.bias_disparity import left_out_note
 from lmra.recsys.metrics import METRICS
 from lmra.recsys.scoring import values_without_similarity
 
@@ -216,6 +217,9 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         console.print(f"[dim]{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K"
                       f"{split} ({how}).[/]")
     render_bias(console, bias_summary, summary.get("item_coverage"))
+    for variant, left in (summary.get("bias_users_without_recommendations") or {}).items():
+        console.print(f"[yellow]{lit(left_out_note(variant, left['users'], left['of'], left['example']))}.[/]",
+                      highlight=False)
     calls = manifest.get("calls")
     if calls:  # as lmra audit's per-model line: retries and the faults met shown, not only in the manifest
         from lmra.report.console import call_counts_line

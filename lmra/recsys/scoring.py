@@ -228,7 +228,8 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
     Returns:
         (table: ``variant``, ``group_by`` and :data:`~lmra.recsys.bias_disparity.TABLE_COLUMNS`;
         :func:`~lmra.recsys.bias_disparity.disparity_summary` or None when the table is empty;
-        item coverage per variant).
+        item coverage per variant; per variant with a recommendation, the sampled users left out
+        of T and R for having none there, ``{"users", "of", "example"}``).
     """
     c = cfg.cfairllm
     train = cf.split[(cf.split["split"] == "train") & cf.split["user_id"].isin(cf.users)][["user_id", "item_id"]]
@@ -236,7 +237,7 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
     catalog = list(movies["item_id"])
     info = cf.data.users.set_index("user_id")
     col = {"gender": "gender", "age": "age_group"}
-    tables, coverage = [], {}
+    tables, coverage, left_out = [], {}, {}
     ok = lists[lists["error"].isna()]
     for variant, d in ok.groupby("attribute", sort=False):
         # "recommended" = the matched items among the top-K list (see list_record), already cut at K
@@ -245,6 +246,9 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
         coverage[str(variant)] = bdm.item_coverage(d["recommended"], catalog)
         if recs.empty:  # no matched recommendation in this variant (e.g. only profile echoes)
             continue
+        left = bdm.users_left_out(cf.users, recs)  # (a failed call, no matched title): out of T and R, said
+        if left:
+            left_out[str(variant)] = {"users": len(left), "of": len(cf.users), "example": left[0]}
         for g in c.bias_groups:
             groups = {u: str(info.at[u, col[g]]) for u in cf.users}
             # only users who received recommendations count, on both the T and the R side
@@ -255,7 +259,7 @@ def run_bias(cfg: RecsysConfig, cf: CfairContext, lists: pd.DataFrame
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
         columns=["variant", "group_by", *bdm.TABLE_COLUMNS])
     summary = bdm.disparity_summary(table, unprotected=c.unprotected, protected=c.protected) if len(table) else None
-    return table, summary, coverage
+    return table, summary, coverage, left_out
 
 
 def nothing_scored(summary: dict[str, Any]) -> bool:
