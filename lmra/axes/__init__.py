@@ -36,7 +36,8 @@ stage before it and writes its own:
 :mod:`lmra.axes.label`             step 4: label rows per (axis, test pair)
 :mod:`lmra.axes.select`            step 5: tests and corrected selection (``axes.csv`` rows)
 :mod:`lmra.axes.harm`              step 6: harm check of the selected axes
-:mod:`lmra.axes.outputs`           :class:`AxesResult` and the files written (:data:`OUTPUT_FILES`)
+:mod:`lmra.axes.outputs`           :class:`AxesResult` and the files written as one set (:data:`OUTPUT_FILES`)
+:mod:`lmra.axes.publish`           where they go: never over a complete set when partial (``axes-partial/``)
 :mod:`lmra.axes.run`               :func:`arun_axes` / :func:`run_axes`: the stages in order
 :mod:`lmra.axes.config`            :func:`axes_config`: the config ``lmra axes`` runs with
 :mod:`lmra.axes.calls`             helpers shared by the steps that call the LMRA
@@ -53,19 +54,24 @@ from lmra.axes.consolidate import (add_extra_axes, candidate_axes, consolidate_c
 from lmra.axes.embed import cluster_texts, embed_texts, require_embed_extra
 from lmra.axes.harm import check_harm
 from lmra.axes.label import label_pairs, label_test_pairs
-from lmra.axes.outputs import OUTPUT_FILES, AxesResult, write_axes_outputs
+from lmra.axes.outputs import (COMMIT_DIR, OUTPUT_FILES, STAGING_PREFIX, AxesResult, finish_interrupted_write,
+                               write_axes_outputs)
 from lmra.axes.pairs import (AxesInputs, AxisPair, load_prompt_texts, prepare_axes, read_run, split_by_prompt,
                              usable_pairs)
 from lmra.axes.plan import axes_call_bound, planned_axes_calls
+from lmra.axes.publish import (PARTIAL_DIR, AxesPublication, axes_status, folder_axes_status, labels_over_failed_share,
+                               publish_axes_outputs)
 from lmra.axes.run import arun_axes, run_axes
 from lmra.axes.select import TABLE_COLUMNS, axis_statistics, select_axes
 
 
 __all__ = [
-    "OUTPUT_FILES", "OVERRIDE_KEYS", "TABLE_COLUMNS", "AxesInputs", "AxesResult", "AxisPair", "Brainstorm",
-    "NoProgress", "add_extra_axes", "arun_axes", "axes_call_bound", "axes_config", "axis_statistics",
-    "brainstorm_features", "candidate_axes", "check_harm", "cluster_texts", "consolidate_candidates", "embed_texts",
-    "fallback_axes", "item_line", "label_pairs", "label_test_pairs", "load_prompt_texts", "merge_items",
-    "normalise_feature", "planned_axes_calls", "prepare_axes", "read_run", "require_embed_extra", "run_axes",
-    "select_axes", "split_by_prompt", "usable_pairs", "write_axes_outputs",
+    "COMMIT_DIR", "OUTPUT_FILES", "OVERRIDE_KEYS", "PARTIAL_DIR", "STAGING_PREFIX", "TABLE_COLUMNS", "AxesInputs",
+    "AxesPublication", "AxesResult", "AxisPair", "Brainstorm", "NoProgress", "add_extra_axes", "arun_axes",
+    "axes_call_bound", "axes_config", "axes_status", "axis_statistics", "brainstorm_features", "candidate_axes",
+    "check_harm", "cluster_texts", "consolidate_candidates", "embed_texts", "fallback_axes",
+    "finish_interrupted_write", "folder_axes_status", "item_line", "label_pairs", "label_test_pairs",
+    "labels_over_failed_share", "load_prompt_texts", "merge_items", "normalise_feature", "planned_axes_calls",
+    "prepare_axes", "publish_axes_outputs", "read_run", "require_embed_extra", "run_axes", "select_axes",
+    "split_by_prompt", "usable_pairs", "write_axes_outputs",
 ]

@@ -19,9 +19,10 @@ from lmra.axes.consolidate import add_extra_axes, candidate_axes, consolidate_ca
 from lmra.axes.embed import require_embed_extra
 from lmra.axes.harm import check_harm
 from lmra.axes.label import combined_labels, label_test_pairs
-from lmra.axes.outputs import AxesResult, write_axes_outputs
+from lmra.axes.outputs import AxesResult
 from lmra.axes.pairs import AxesInputs, prepare_axes
 from lmra.axes.plan import planned_axes_calls
+from lmra.axes.publish import axes_status, publish_axes_outputs
 from lmra.axes.select import TABLE_COLUMNS, select_axes
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig
@@ -51,7 +52,10 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
         responses, ratings: in-memory run frames instead of the folder's files.
         prompts: prompt id → text or a prompt file (default: ``cfg.prompts``).
         out_dir: where to write :data:`OUTPUT_FILES` (default ``run_dir``; None and no
-            ``run_dir`` = write nothing).
+            ``run_dir`` = write nothing), as one set that replaces the set there as a whole —
+            unless this run is partial and that folder holds a complete set: then it stays,
+            and the files go to its ``axes-partial/`` (:func:`~lmra.axes.publish.publish_axes_outputs`;
+            ``result.publication`` says where they went).
         inputs: a ready :func:`prepare_axes` result (skips loading).
         cache: an open call cache (default: open ``cfg.cache``).
         progress: object with ``start(stage, total)`` and ``advance(stage)`` (stages
@@ -59,7 +63,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
         announce: called with :func:`planned_axes_calls` before the first LMRA call.
 
     Returns:
-        :class:`AxesResult`.
+        :class:`AxesResult` (``summary["status"]``: ``complete``, or ``partial`` when more
+        than ``cfg.max_failed_share`` of a comparison's labels failed).
 
     Raises:
         LmraInputError: bad inputs (see :func:`prepare_axes`), or the embed extra missing when
@@ -137,11 +142,14 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
                "planned_calls": plan, "comparisons": comp_summary,
                # a redacted audit's axes step: error messages may quote the responses (lmra.redact)
                "calls": redacted_calls(stats.as_dict()) if getattr(cfg, "redact", False) else stats.as_dict()}
+    # partial: more than max_failed_share of a comparison's labels failed (lmra.axes.publish)
+    summary |= {"max_failed_share": cfg.max_failed_share, "status": axes_status(summary, cfg.max_failed_share)}
     result = AxesResult(table=table[[c for c in TABLE_COLUMNS if c in table.columns]], candidates=candidates,
                         features=pd.DataFrame(feature_rows), labels=labels_df, summary=summary, stats=stats)
     target = out_dir if out_dir is not None else run_dir
     if target is not None:
-        result.out_dir = write_axes_outputs(result, target)
+        result.publication = publish_axes_outputs(result, target)
+        result.out_dir = result.publication.out_dir
     return result
 
 

@@ -5,7 +5,12 @@
 [--max-cost USD] [--max-calls N]``
 reads the run folder, uses the run's LMRA (``config.toml``) unless the ``--config`` file
 has a ``[judge]`` section, prints the number of LMRA calls it will make, runs, prints the
-ranked list of axes and writes ``axes.csv`` (and the other axes files) into the run folder.
+ranked list of axes and writes ``axes.csv`` (and the other axes files) into the run folder, as
+one set that replaces the folder's earlier axes files as a whole. A partial run (exit 1: more
+labels failed than ``max_failed_share`` allows) on a folder that holds an earlier complete set
+writes its files into ``axes-partial/`` instead and keeps that set; a run stopped before its
+files were written (budget, a dead endpoint, Ctrl-C) writes none (:mod:`lmra.axes.publish`).
+Every case is said on the console: where the files went, what they replaced, what was kept.
 Input errors raise :class:`~lmra.errors.LmraInputError` (exit status 2); a budget limit
 (``--max-cost``/``--max-calls``, or ``max_cost``/``max_calls`` in the ``--config`` file; the
 run's own limits are not inherited) raises :class:`~lmra.budget.BudgetExceeded` (exit 4),
@@ -25,8 +30,9 @@ from lmra.errors import LmraInputError
 
 def cmd_axes(args: argparse.Namespace) -> int:
     """Run ``lmra axes`` (see the module docstring). Returns the exit status: 0, or 1 when more labels
-    failed than ``max_failed_share`` allows (the files are written)."""
-    from lmra.axes import OUTPUT_FILES, arun_axes, axes_config, prepare_axes, read_run
+    failed than ``max_failed_share`` allows (the files are written; beside an earlier complete
+    set, which is kept)."""
+    from lmra.axes import arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
     from lmra.syncrun import run_sync
 
@@ -55,15 +61,92 @@ def cmd_axes(args: argparse.Namespace) -> int:
             f"LMRA: {lit(cfg.judge.provider)} {lit(cfg.judge.model or '')}".rstrip(), highlight=False)
 
     out_dir = Path(args.out) if args.out else run
-    with rich_progress(console, not args.no_progress) as progress:
-        result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
-                                    announce=announce))
+    _finish_interrupted(console, out_dir)
+    before = _axes_set_bytes(out_dir)
+    try:
+        with rich_progress(console, not args.no_progress) as progress:
+            result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
+                                        announce=announce))
+    except BaseException:  # budget, a dead endpoint, Ctrl-C …: say what became of the folder's axes files
+        _stopped_note(out_dir, before, cfg.max_failed_share)
+        raise
     render_axes(console, result.table, result.summary)
     _judge_status(console, run, run_cfg, cfg)
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
-    console.print(f"Wrote {', '.join(OUTPUT_FILES)} to {lit(out_dir)}", highlight=False)
-    return _failed_labels_exit(result.summary, cfg.max_failed_share)
+    _say_where(console, result.publication)
+    return _failed_labels_exit(result.summary, cfg.max_failed_share, result.publication)
+
+
+def _finish_interrupted(console, folder: Path) -> None:
+    """Before anything else, finish moving in the axes set an earlier run was killed moving into
+    ``folder`` (so that it holds one run's set again), and say so."""
+    from lmra.axes.outputs import finish_interrupted_write
+    from lmra.errors import LmraIOError, io_reason
+
+    try:
+        finished = finish_interrupted_write(folder)
+    except OSError as exc:
+        raise LmraIOError(f"cannot finish moving in the axes files of an interrupted earlier run "
+                          f"({io_reason(exc)})", path=folder) from None
+    if finished:
+        console.print(f"Finished moving into {lit(folder)} the axes files of an earlier axes run that was stopped "
+                      "while moving them in (the folder held files of two axes runs until now).", highlight=False,
+                      soft_wrap=True)
+
+
+def _axes_set_bytes(folder: Path) -> bytes | None:
+    """The bytes of ``folder``'s ``axes_summary.json`` (the last file of a set to move in), or
+    None when it has none: compared after a stopped run to tell whether the set changed."""
+    try:
+        return (folder / "axes_summary.json").read_bytes()
+    except OSError:
+        return None
+
+
+def _stopped_note(folder: Path, before: bytes | None, max_failed_share: float) -> None:
+    """On stderr, before the paragraph of what stopped the run: that ``folder``'s earlier axes
+    files are unchanged (this run wrote none), or that a whole new set was being moved in when
+    the run stopped (the next ``lmra axes`` on the folder finishes it). Nothing when the folder
+    held no axes files and none arrived."""
+    from lmra.axes.outputs import COMMIT_DIR
+    from lmra.axes.publish import folder_axes_status
+
+    err = make_console(stderr=True)
+    if (folder / COMMIT_DIR).is_dir():
+        err.print(f"[yellow]note:[/] this axes run's files, written whole, were being moved into {lit(folder)} when it "
+                  f"stopped; the next 'lmra axes' on that folder first finishes moving them in (until then "
+                  f"{lit(folder / COMMIT_DIR)} holds the rest).", highlight=False, soft_wrap=True)
+    elif before is not None and _axes_set_bytes(folder) == before:
+        status = folder_axes_status(folder, max_failed_share)
+        err.print(f"[yellow]note:[/] the axes files of an earlier {status} axes run in {lit(folder)} are unchanged: "
+                  "this run wrote none.", highlight=False, soft_wrap=True)
+
+
+def _say_where(console, pub) -> None:
+    """Say where the axes files were written and what became of the set they met there."""
+    from lmra.axes import OUTPUT_FILES
+
+    if pub is None:
+        return
+    files = ", ".join(OUTPUT_FILES)
+    if pub.finished:
+        console.print(f"Finished moving into {lit(pub.folder)} the axes files of an earlier axes run that was "
+                      "stopped while moving them in.", highlight=False, soft_wrap=True)
+    if pub.kept:
+        console.print(f"[yellow]Wrote {files} to {lit(pub.out_dir)}"
+                      f"{' (replacing the partial set of an earlier axes run there)' if pub.replaced else ''}: this "
+                      f"run is partial, and the axes files of an earlier complete axes run in {lit(pub.folder)} are "
+                      "kept, unchanged.[/]", highlight=False, soft_wrap=True)
+        return
+    what = {None: "", "complete": ", replacing the axes files of an earlier axes run (complete)",
+            "partial": ", replacing the axes files of an earlier axes run (partial)"}
+    console.print(f"Wrote {files} to {lit(pub.out_dir)}"
+                  f"{what.get(pub.replaced, ', replacing the axes files of an earlier axes run (status unknown)')}.",
+                  highlight=False, soft_wrap=True)
+    if pub.removed is not None:
+        console.print(f"Also removed {lit(pub.removed)}: the files of an earlier partial axes run, superseded by "
+                      "this run's.", highlight=False, soft_wrap=True)
 
 
 def _judge_status(console, run: Path, run_cfg, cfg) -> None:
@@ -82,19 +165,29 @@ def _judge_status(console, run: Path, run_cfg, cfg) -> None:
                       f"{lit(cfg.judge.model or '')}, which no judge check has validated.[/]", highlight=False)
 
 
-def _failed_labels_exit(summary: dict, max_failed_share: float) -> int:
+def _failed_labels_exit(summary: dict, max_failed_share: float, pub=None) -> int:
     """1, with a paragraph on stderr, when more than ``max_failed_share`` of a comparison's labels
     (test pair × axis) failed after every retry — its tests rest on pairs the LMRA happened to
-    answer; else 0."""
-    over = [(c, i["n_labels_failed"], i["n_labels"]) for c, i in summary.get("comparisons", {}).items()
-            if i.get("n_labels") and i.get("n_labels_failed", 0) > max_failed_share * i["n_labels"]]
+    answer; the paragraph says where the files were written (``pub``, the
+    :class:`~lmra.axes.publish.AxesPublication`) and where an earlier complete set was kept;
+    else 0."""
+    from lmra.axes.publish import labels_over_failed_share
+
+    over = labels_over_failed_share(summary, max_failed_share)
     if not over:
         return 0
     what = "; ".join(f"{lit(c)}: {f} of {n} ({f / n:.0%})" for c, f, n in over)
+    if pub is None:
+        where = "the files are written"
+    elif pub.kept:
+        where = (f"this run's files were written to {lit(pub.out_dir)}, and the axes files of an earlier complete "
+                 f"axes run remain in {lit(pub.folder)}, unchanged (a complete re-run replaces them)")
+    else:
+        where = f"this run's files were written to {lit(pub.out_dir)}"
     make_console(stderr=True).print(
         f"[bold red]partial:[/] more labels failed after every retry than max_failed_share = {max_failed_share:g} "
-        f"allows ({what}); the files are written, but the axes tests rest on the pairs the LMRA answered. Run the "
-        "same command again to retry the failed calls (answered calls are cached).", highlight=False, soft_wrap=True)
+        f"allows ({what}); {where}, but this run's axes tests rest on the pairs the LMRA answered. Run the same "
+        "command again to retry the failed calls (answered calls are cached).", highlight=False, soft_wrap=True)
     return 1
 
 

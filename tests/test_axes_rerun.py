@@ -1,0 +1,184 @@
+"""A re-run of ``lmra axes`` on a folder that already holds the axes files of a complete axes
+run: a partial re-run (exit 1), one stopped by the budget (exit 4), one interrupted while it
+writes its files (Ctrl-C, a kill) never replaces that set with a worse one and never leaves the
+folder with files of two axes runs (break-it finding: a partial re-run overwrote a complete set,
+and a re-run stopped mid-write left a mix of old and new files)."""
+
+import json
+
+import pytest
+
+from lmra import cli
+from lmra.axes import OUTPUT_FILES
+from test_axes import _audit, formal_target
+
+BASE = ["--discovery-pairs", "20", "--test-pairs", "30", "--max-axes", "3", "--no-progress", "--no-harm-check"]
+
+
+def _configs(tmp_path):
+    """The axes configs of the tests: a good scripted LMRA and one whose every label of the axis
+    "is longer" fails after every retry (:class:`test_axes.FailingLabelJudge`)."""
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('[judge]\nprovider = "test_axes:make_axes_judge"\n')
+    bad.write_text('[judge]\nprovider = "test_axes:make_failing_label_judge"\n')
+    return good, bad
+
+
+def _snapshot(folder):
+    return {name: (folder / name).read_bytes() for name in OUTPUT_FILES}
+
+
+def _complete_first_run(tmp_path, sim_inputs, capsys):
+    """An audit run and a complete ``lmra axes`` on it; returns (run folder, argv start, the
+    configs, the bytes of its axes files)."""
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    run = res.run_dir
+    good, bad = _configs(tmp_path)
+    argv = ["axes", "--run", str(run), *BASE]
+    assert cli.main(argv + ["--config", str(good)]) == 0
+    capsys.readouterr()
+    return run, argv, good, bad, _snapshot(run)
+
+
+def _no_staging_left(folder):
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".axes")]
+
+
+def test_a_partial_rerun_keeps_the_earlier_complete_set_and_writes_its_own_beside(tmp_path, sim_inputs, capsys):
+    run, argv, good, bad, before = _complete_first_run(tmp_path, sim_inputs, capsys)
+    # the same command on an LMRA that now times out on one axis (a fresh cache: the calls are made)
+    assert cli.main(argv + ["--config", str(bad), "--cache", str(tmp_path / "fresh.sqlite")]) == 1
+    captured = capsys.readouterr()
+    err, out = " ".join(captured.err.split()), " ".join(captured.out.split())
+    assert _snapshot(run) == before  # the complete set is untouched, byte for byte
+    assert json.loads(before["axes_summary.json"])["status"] == "complete"
+    partial = run / "axes-partial"
+    assert sorted(p.name for p in partial.iterdir()) == sorted(OUTPUT_FILES)
+    summary = json.loads((partial / "axes_summary.json").read_text())
+    info = next(iter(summary["comparisons"].values()))
+    assert summary["status"] == "partial" and info["n_labels_failed"] == 30
+    assert "partial:" in err and "max_failed_share = 0.05" in err
+    assert f"were written to {partial}" in err
+    assert f"the axes files of an earlier complete axes run remain in {run}, unchanged" in err
+    assert f"to {partial}" in out and "Traceback" not in err
+    _no_staging_left(run)
+    _no_staging_left(partial)
+
+    # a second partial re-run replaces the set beside, still never the complete one
+    assert cli.main(argv + ["--config", str(bad), "--cache", str(tmp_path / "fresh2.sqlite"), "--seed", "7"]) == 1
+    capsys.readouterr()
+    assert _snapshot(run) == before
+    assert json.loads((partial / "axes_summary.json").read_text())["settings"]["seed"] == 7
+
+    # a complete re-run replaces the folder's set as a whole and removes the superseded partial one
+    assert cli.main(argv + ["--config", str(good), "--seed", "7"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    after = _snapshot(run)
+    assert after != before and all(after[n] != before[n] for n in ("axes_summary.json", "axes_labels.jsonl"))
+    assert json.loads(after["axes_summary.json"])["settings"]["seed"] == 7
+    assert not partial.exists()
+    assert "replacing the axes files of an earlier axes run" in out
+    assert f"removed {partial}" in out and "superseded" in out
+    _no_staging_left(run)
+
+
+def test_a_first_axes_run_that_ends_partial_writes_into_the_folder(tmp_path, sim_inputs, capsys):
+    """Nothing to protect: a partial first run writes its set where it always did (exit 1)."""
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    _, bad = _configs(tmp_path)
+    assert cli.main(["axes", "--run", str(res.run_dir), *BASE, "--config", str(bad)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert json.loads((res.run_dir / "axes_summary.json").read_text())["status"] == "partial"
+    assert not (res.run_dir / "axes-partial").exists()
+    assert f"were written to {res.run_dir}" in err and "remain" not in err
+
+
+def test_a_rerun_interrupted_while_writing_leaves_the_earlier_set_whole(tmp_path, sim_inputs, capsys, monkeypatch):
+    """Ctrl-C (or a full disk) after some of the new files were written: the folder keeps the
+    earlier set, every file of it, and no half-written set."""
+    import lmra.axes.outputs
+
+    run, argv, good, _, before = _complete_first_run(tmp_path, sim_inputs, capsys)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmra.axes.outputs, "write_jsonl", interrupted)  # the 4th of the 5 files
+    assert cli.main(argv + ["--config", str(good), "--seed", "7"]) == 130
+    assert _snapshot(run) == before
+    _no_staging_left(run)
+
+
+def test_a_rerun_stopped_by_the_budget_keeps_the_earlier_set(tmp_path, sim_inputs, capsys):
+    run, argv, good, _, before = _complete_first_run(tmp_path, sim_inputs, capsys)
+    assert cli.main(argv + ["--config", str(good), "--cache", str(tmp_path / "fresh.sqlite"), "--max-calls", "4"]) == 4
+    assert "stopped by the budget" in capsys.readouterr().err
+    assert _snapshot(run) == before
+    _no_staging_left(run)
+
+
+@pytest.mark.parametrize("moved", [0, 2, 5])
+def test_a_kill_while_the_new_set_moves_in_is_finished_by_the_next_writer(tmp_path, sim_inputs, capsys, monkeypatch,
+                                                                         moved):
+    """A kill after the new set was written whole but before all of it moved into the folder:
+    the next write (the next ``lmra axes`` on the folder) first moves the rest of that set in,
+    so the folder never keeps files of two runs; a set still being written when its process died
+    is thrown away."""
+    from lmra.axes import outputs
+
+    run, argv, good, _, _ = _complete_first_run(tmp_path, sim_inputs, capsys)
+    real = outputs._move_in
+
+    def killed(commit, folder):  # moves the first `moved` files of the journal, then the process dies
+        for name in sorted(p.name for p in commit.iterdir())[:moved]:
+            (commit / name).replace(folder / name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs, "_move_in", killed)
+    assert cli.main(argv + ["--config", str(good), "--seed", "7"]) == 130
+    monkeypatch.setattr(outputs, "_move_in", real)
+    assert (run / ".axes-commit").is_dir()  # the journal: a whole new set, partly moved in
+    new = {**_snapshot(run), **{p.name: p.read_bytes() for p in (run / ".axes-commit").iterdir()}}
+    assert json.loads(new["axes_summary.json"])["settings"]["seed"] == 7
+    stale = run / ".axes-staging-999999999-dead"  # a writer killed before its set was whole
+    stale.mkdir()
+    (stale / "axes.csv").write_text("half")
+    if moved != 2:
+        assert outputs.finish_interrupted_write(run) is True
+    else:  # the next `lmra axes` on the folder finishes it first, and says so (here it then stops: budget)
+        capsys.readouterr()
+        assert cli.main(argv + ["--config", str(good), "--cache", str(tmp_path / "fresh.sqlite"),
+                                "--max-calls", "1"]) == 4
+        captured = capsys.readouterr()
+        assert f"Finished moving into {run} the axes files of an earlier axes run" in captured.out
+        assert f"the axes files of an earlier complete axes run in {run} are unchanged" in captured.err
+    assert _snapshot(run) == new
+    _no_staging_left(run)
+    assert outputs.finish_interrupted_write(run) is False  # nothing left to finish
+
+
+def test_the_status_of_a_set_written_before_it_was_recorded_is_judged_by_its_counts(tmp_path):
+    """axes_summary.json files written before ``status`` was recorded: judged by
+    ``max_failed_share``, so a partial re-run does not replace an older complete set either."""
+    import pandas as pd
+
+    from lmra.axes import AxesResult, folder_axes_status, publish_axes_outputs
+
+    assert folder_axes_status(tmp_path, 0.05) is None  # no axes file
+    (tmp_path / "axes.csv").write_text("axis\n")
+    assert folder_axes_status(tmp_path, 0.05) == "unknown"  # axes files without a summary
+    old = {"schema_version": 1, "comparisons": {"f vs m": {"n_labels": 100, "n_labels_failed": 5}}}
+    (tmp_path / "axes_summary.json").write_text(json.dumps(old))
+    assert folder_axes_status(tmp_path, 0.05) == "complete" and folder_axes_status(tmp_path, 0.04) == "partial"
+    before = _snapshot_present(tmp_path)
+    new = {"schema_version": 1, "max_failed_share": 0.05, "status": "partial",
+           "comparisons": {"f vs m": {"n_labels": 100, "n_labels_failed": 40}}}
+    empty = pd.DataFrame()
+    pub = publish_axes_outputs(AxesResult(pd.DataFrame({"axis": ["x"]}), {}, empty, empty, new), tmp_path)
+    assert pub.kept and pub.out_dir == tmp_path / "axes-partial" and pub.status == "partial"
+    assert _snapshot_present(tmp_path) == before
+    assert json.loads((pub.out_dir / "axes_summary.json").read_text())["status"] == "partial"
+
+
+def _snapshot_present(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
