@@ -718,3 +718,25 @@ split_method = "temporal"
     assert summary["users_without_training_ratings"] == 1
     assert "1 user of the MovieLens user file left out (no rating in the training split" in out
     assert {r["user_id"] for r in read_jsonl(run_folder(tmp_path / "out") / "lists.jsonl")} == {1, 2, 3, 4}
+
+
+def test_report_says_whose_n_it_is_when_the_metrics_score_different_pairs(tmp_path, capsys):
+    """Review finding: under fairllm-code a pair of two empty lists is undefined for Jaccard but
+    scored 0 by SERP and PRAG, so their means count one more pair than the console's n column,
+    which is Jaccard's: the header then says so (a girl: n 1 for Jaccard, 2 for SERP and PRAG)."""
+    refused = "I'm sorry, but I can't help with that."
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": refused},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "raw": refused},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A"]},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": ["A", "B"]},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a girl", "items": ["A", "B"]},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "items": ["A", "B"]}]
+    lists = _write_lists(tmp_path / "l.jsonl", rows)
+    for convention, header in (("fairllm-code", True), ("paper", False)):
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--permutations", "0", "--convention",
+                        convention, "--out", str(tmp_path / convention)]) == 0
+        out = capsys.readouterr().out
+        assert ("n (Jaccard)" in out and "undefined (Jaccard)" in out) == header, out
+        sim = pd.read_csv(tmp_path / convention / "recsys_similarity.csv").query("k == 2 and value == 'a girl'")
+        n = sim.set_index("metric")["n"].to_dict()
+        assert n == ({"jaccard": 1, "serp": 2, "prag": 2} if header else {"jaccard": 1, "serp": 1, "prag": 1})

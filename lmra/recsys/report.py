@@ -115,6 +115,16 @@ def similarity_at_k(similarity: pd.DataFrame, k: int, analysis: str | None = Non
     return out.reset_index()
 
 
+def _n_differs(similarity: pd.DataFrame, k: int, analysis: str | None) -> bool:
+    """Whether some value's number of scored instructions at ``k`` differs between metrics."""
+    d = similarity[similarity["k"] == k]
+    if analysis is not None and "analysis" in d.columns:
+        d = d[d["analysis"] == analysis]
+    if d.empty or "n" not in d.columns:
+        return False
+    return bool((d.groupby(["attribute", "value"], sort=False)["n"].nunique() > 1).any())
+
+
 def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataFrame, summary: dict,
                   manifest: dict, bias_summary: pd.DataFrame | None = None) -> None:
     """Print similarity to neutral per value, SNSR/SNSV per attribute at K, a few points of the
@@ -131,8 +141,11 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             title += f" — {lit(analysis.replace('_', ' '))}"
         table = Table(title=title, title_justify="left")
         unscored = [c for c in ("n_failed", "n_unparseable") if c in wide.columns]
+        # n and undefined are the first metric's; under fairllm-code SERP and PRAG also score a pair of
+        # two empty lists (0), so their n can be larger: the header then says whose they are (review finding)
+        whose = f" ({label[METRICS[0]]})" if _n_differs(similarity, k, analysis) else ""
         for col, kw in [("attribute", {}), ("value", {})] + [(label[m], {"justify": "right"}) for m in METRICS] + \
-                [("n", {"justify": "right"}), ("undefined", {"justify": "right"})] + \
+                [(f"n{whose}", {"justify": "right"}), (f"undefined{whose}", {"justify": "right"})] + \
                 [({"n_failed": "failed", "n_unparseable": "no list"}[c], {"justify": "right"}) for c in unscored]:
             table.add_column(col, **kw)
         for _, r in wide.iterrows():
@@ -209,7 +222,8 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         console.print(f"[yellow]{lit(short_warning)}[/]")
     if summary.get("pairs_undefined_at_k"):
         how = ("Jaccard is undefined for them and left out of its means; SERP and PRAG score them 0, as in the "
-               "released code" if conv == "fairllm-code" else "undefined, left out of the means")
+               "released code, and count them in their means (recsys_similarity.csv has each metric's n)"
+               if conv == "fairllm-code" else "undefined, left out of the means")
         und = similarity[(similarity["k"] == k) & (similarity["metric"] == METRICS[0])]
         per = und.groupby("analysis", sort=False)["n_undefined"].sum() if "analysis" in und.columns else None
         split = ("" if per is None or len(per) < 2 else
