@@ -740,3 +740,45 @@ def test_report_says_whose_n_it_is_when_the_metrics_score_different_pairs(tmp_pa
         sim = pd.read_csv(tmp_path / convention / "recsys_similarity.csv").query("k == 2 and value == 'a girl'")
         n = sim.set_index("metric")["n"].to_dict()
         assert n == ({"jaccard": 1, "serp": 2, "prag": 2} if header else {"jaccard": 1, "serp": 1, "prag": 1})
+
+
+def test_repeated_and_empty_seed_names_are_counted_and_said(tmp_path, capsys):
+    """Review finding: a seed name repeated in the names file, and a row with an empty name, were
+    skipped without a word — with n_names = 3 the run audited the file's rows 1, 2 and 5 (the
+    released code sends rows 0..n−1 as they are). The rows skipped among those read are said
+    by `lmra validate` and `lmra recsys`, and recorded in the manifest; rows past the names
+    used are not counted (the shipped singers.csv repeats names after its first 500)."""
+    from lmra.recsys.instructions import read_seed_names
+
+    names = tmp_path / "names.csv"
+    names.write_text("name,genre\nAdele,pop\nDrake,rap\nAdele,pop\n,pop\nTaylor Swift,pop\nDrake,rap\n", encoding="utf-8")
+    seed = read_seed_names(names)
+    assert seed.names == ["Adele", "Drake", "Taylor Swift"] and seed.lines == [2, 3, 6]
+    assert seed.repeated == [(4, "Adele", 2), (7, "Drake", 3)] and seed.empty == [5]
+    assert seed.skipped_before(2) == ([], [])  # Adele and Drake are the file's first two rows
+    assert seed.skipped_before(3) == ([(4, "Adele", 2)], [5])
+    assert seed.skipped_before(0) == seed.skipped_before(9) == (seed.repeated, [5])  # every name: every row read
+    cfg = write_config(tmp_path, "dup", f"""
+[target]
+provider = "test_recsys_e2e:make_scripted"
+[fairllm]
+names = "{names.as_posix()}"
+n_names = 3
+attributes = ["gender"]
+values = {{ gender = ["a boy", "a girl"] }}
+""", k=3)
+    said = ("seed names: 2 rows of {} skipped, 1 repeating an earlier name (line 4: 'Adele', first on line 2) and "
+            "1 with an empty name (line 5) (each name is one instruction family); the 3 names used are the file's "
+            "first 3 distinct names, through line 6").format(names)
+    assert run_cli(["validate", str(cfg)]) == 0
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) in (0, 1)
+    assert said in " ".join(capsys.readouterr().out.split())
+    manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
+    assert manifest["seed_names_skipped"] == {"repeated": 1, "empty": 1, "note": said}
+    assert {r["name"] for r in read_jsonl(run_folder(tmp_path / "out") / "lists.jsonl")} == \
+        {"Adele", "Drake", "Taylor Swift"}
+    # two names: the file's first two rows, nothing skipped, nothing said
+    cfg.write_text(cfg.read_text().replace("n_names = 3", "n_names = 2"), encoding="utf-8")
+    assert run_cli(["validate", str(cfg)]) == 0
+    assert "seed names:" not in capsys.readouterr().err

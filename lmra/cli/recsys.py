@@ -45,6 +45,8 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     console.print(f"[bold]lmra recsys[/] '{lit(cfg.name)}' ({cfg.mode}): {families} instruction families, "
                   f"{len(instructions)} instructions → up to {len(instructions)} target calls (cached calls are "
                   f"free). Target: {lit(cfg.target.provider)}; K = {cfg.k}; convention: {cfg.convention}.")
+    if run.seed_names_skipped:
+        console.print(f"[yellow]{lit(run.seed_names_skipped['note'])}.[/]", highlight=False)
     with rich_progress(console, not args.no_progress) as progress:
         run.progress = progress
         result = run.run()

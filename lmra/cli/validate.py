@@ -32,7 +32,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         # its data files, as the run reads them (break-it finding: "valid", then the run refused a
         # missing seed-name or attribute file)
-        (fairllm_inputs if rc.mode == "fairllm" else cfairllm_inputs)(rc, args.config)
+        inputs = (fairllm_inputs if rc.mode == "fairllm" else cfairllm_inputs)(rc, args.config)
+        skipped = inputs[2] if rc.mode == "fairllm" else None  # seed-name rows a run skips: said before it
+        if skipped:
+            make_console(stderr=True).print(f"[yellow]warning:[/] {lit(skipped['note'])}", highlight=False,
+                                            soft_wrap=True)
         if args.json:
             from lmra.report import jsonout
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,8 +21,8 @@ import pandas as pd
 from lmra.errors import config_field_error, named_by_field
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
-from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_seed_names,
-                                      load_sensitive_attributes, template_for)
+from lmra.recsys.instructions import (DEFAULT_NAMES, Instruction, fairllm_instructions, load_sensitive_attributes,
+                                      read_seed_names, skipped_note, template_for)
 from lmra.recsys.parse import normalize_title
 
 
@@ -39,13 +40,15 @@ def find_path(path: str, config_path: str | Path | None) -> Path:
     return next((c for c in candidates if c.exists()), p)
 
 
-def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[list[Instruction], set[str]]:
+def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None
+                   ) -> tuple[list[Instruction], set[str], dict[str, Any] | None]:
     """The FaiRLLM instruction set: seed names × the selected attribute phrases (and
     intersections), neutral and sensitive.
 
     Returns:
         (instructions, normalised seed names — artist names the list parser must not take
-        for titles).
+        for titles, the seed-name file's rows skipped among those the run reads — ``{"repeated",
+        "empty", "note"}`` (:func:`~lmra.recsys.instructions.skipped_note`) — or None).
 
     Raises:
         LmraInputError: an attribute, value or intersection not in the attribute file
@@ -54,9 +57,14 @@ def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[l
     f = cfg.fairllm
     names_path = f.names or DEFAULT_NAMES[f.domain]
     with named_by_field(config_path if f.names else None, "fairllm.names"):
-        all_names = load_seed_names(find_path(names_path, config_path) if f.names else names_path,
-                                    column=f.names_column)
+        seed = read_seed_names(find_path(names_path, config_path) if f.names else names_path, column=f.names_column)
+    all_names = seed.names
     names = list(f.names_list) if f.names_list else (all_names[: f.n_names] if f.n_names else all_names)
+    skipped = None
+    note = None if f.names_list else skipped_note(seed, f.n_names)
+    if note:
+        repeated, empty = seed.skipped_before(f.n_names)
+        skipped = {"repeated": len(repeated), "empty": len(empty), "note": note}
     attr_path = f.attributes_file
     found = find_path(attr_path, config_path)
     with named_by_field(config_path, "fairllm.attributes_file"):
@@ -89,7 +97,7 @@ def fairllm_inputs(cfg: RecsysConfig, config_path: str | Path | None) -> tuple[l
     instr = fairllm_instructions(f.domain, names, selected, k=cfg.k, intersections=f.intersections,
                                  neutral_template=neutral_t, sensitive_template=sens_t)
     artists = {normalize_title(n) for n in all_names + names} - {""}
-    return instr, artists
+    return instr, artists, skipped
 
 
 @dataclass

@@ -17,11 +17,13 @@ import itertools
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from lmra.console import counted
 from lmra.data import csv_records, json_document
 from lmra.errors import LmraInputError, read_input_text
 from lmra.providers.base import Message
@@ -62,19 +64,77 @@ class Instruction(BaseModel):
     messages: list[Message]
 
 
+@dataclass
+class SeedNames:
+    """The seed names of a CSV file (:func:`read_seed_names`) and the rows skipped on the way.
+
+    Attributes:
+        names: the names, stripped, in file order, each once.
+        lines: the file line of each name.
+        repeated: ``(line, name, first line)`` of each row repeating an earlier name.
+        empty: the lines of rows with an empty name.
+        path: the file read.
+    """
+
+    names: list[str]
+    lines: list[int]
+    repeated: list[tuple[int, str, int]]
+    empty: list[int]
+    path: Path
+
+    def skipped_before(self, n: int) -> tuple[list[tuple[int, str, int]], list[int]]:
+        """The repeated and empty rows among those read to take the first ``n`` names (rows
+        before the ``n``-th name's line; every such row for ``n`` = 0, all names, or ``n`` beyond
+        the number of names): the rows a FaiRLLM run skips, so that its names are not the file's
+        first ``n`` rows."""
+        if n and n <= len(self.names):
+            last = self.lines[n - 1]
+            return [r for r in self.repeated if r[0] < last], [line for line in self.empty if line < last]
+        return list(self.repeated), list(self.empty)
+
+
+def skipped_note(seed: SeedNames, n: int) -> str | None:
+    """The one-line note on the rows :meth:`SeedNames.skipped_before` ``n`` finds, or None
+    (review finding: repeated seed names were skipped without a word, so a run's names were not
+    the file's first ``n`` rows)."""
+    repeated, empty = seed.skipped_before(n)
+    if not repeated and not empty:
+        return None
+    parts = []
+    if repeated:
+        line, name, first = repeated[0]
+        parts.append(f"{len(repeated)} repeating an earlier name (line {line}: '{name}', first on line {first})")
+    if empty:
+        parts.append(f"{len(empty)} with an empty name (line {empty[0]}{', …' if len(empty) > 1 else ''})")
+    used = min(n, len(seed.names)) if n else len(seed.names)
+    return (f"seed names: {counted(len(repeated) + len(empty), 'row')} of {seed.path} skipped, "
+            f"{' and '.join(parts)} (each name is one instruction family); the {used} names used are the file's "
+            f"first {used} distinct names, through line {seed.lines[used - 1]}")
+
+
 def load_seed_names(path: str | Path, *, column: str | None = None, limit: int | None = None) -> list[str]:
+    """Read seed names (singers, directors …) from a CSV file, in file order: the names of
+    :func:`read_seed_names` (see there).
+
+    Args:
+        limit: keep the first ``limit`` names (FaiRLLM uses the first 500).
+    """
+    names = read_seed_names(path, column=column).names
+    return names[:limit] if limit is not None else names
+
+
+def read_seed_names(path: str | Path, *, column: str | None = None) -> SeedNames:
     """Read seed names (singers, directors …) from a CSV file, in file order.
 
     Args:
         path: CSV with a header; resolved against the shipped ``prompts/`` folder when it
             does not exist relative to the working directory.
         column: the name column (default: ``name``, else ``Director``, else the first column).
-        limit: keep the first ``limit`` names (FaiRLLM uses the first 500).
 
     Returns:
-        Names (≥ 1), stripped, in file order; duplicates and rows with an empty name are
-        skipped (the shipped ``singers.csv`` has a few empty names after row 500, none in
-        the first 500 that FaiRLLM uses).
+        :class:`SeedNames`: names (≥ 1), stripped, in file order; repeated names and rows
+        with an empty name are skipped and recorded (the shipped ``singers.csv`` has a few
+        of each after row 500, none in the first 500 that FaiRLLM uses).
 
     Raises:
         LmraInputError: missing file, missing column, or no names.
@@ -86,7 +146,10 @@ def load_seed_names(path: str | Path, *, column: str | None = None, limit: int |
     fields = next(iter(csv.reader([text.split("\n", 1)[0]])), [])
     col = column or ("name" if "name" in fields else "Director" if "Director" in fields else fields[0])
     out: list[str] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
+    lines: list[int] = []
+    repeated: list[tuple[int, str, int]] = []
+    empty: list[int] = []
     # read strictly (lmra.data.csv_records): a quote never closed is an error on its line, not
     # names swallowed into one (break-it finding); a name goes into the prompts, so no control
     # characters (NUL, terminal escapes)
@@ -96,14 +159,17 @@ def load_seed_names(path: str | Path, *, column: str | None = None, limit: int |
         if bad is not None:
             raise LmraInputError(f"the name holds the control or invisible character U+{ord(bad):04X}; a seed name "
                                  "is sent to the model as written", file=p, line=line, field=col)
-        if name and name not in seen:
-            seen.add(name)
+        if not name:
+            empty.append(line)
+        elif name in seen:
+            repeated.append((line, name, seen[name]))
+        else:
+            seen[name] = line
             out.append(name)
-        if limit is not None and len(out) >= limit:
-            break
+            lines.append(line)
     if not out:
         raise LmraInputError("no names in the file", file=p)
-    return out
+    return SeedNames(out, lines, repeated, empty, p)
 
 
 def load_sensitive_attributes(path: str | Path = DEFAULT_ATTRIBUTES_FILE) -> dict[str, list[str]]:

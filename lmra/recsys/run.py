@@ -80,6 +80,8 @@ class RecsysRun:
         self._instructions: list[Instruction] | None = None
         self._artists: set[str] = set()
         self._cf: CfairContext | None = None
+        #: the seed-name file's rows skipped among those read (FaiRLLM; :func:`fairllm_inputs`), or None
+        self.seed_names_skipped: dict[str, Any] | None = None
         #: receives one-line warnings (an explicit concurrency too low for the target's rate limit)
         self.on_notice = lambda msg: None
 
@@ -87,7 +89,8 @@ class RecsysRun:
         """Build (once) and return the instructions; raises LmraInputError on bad inputs."""
         if self._instructions is None:
             if self.cfg.mode == "fairllm":
-                self._instructions, self._artists = fairllm_inputs(self.cfg, self.config_path)
+                self._instructions, self._artists, self.seed_names_skipped = fairllm_inputs(self.cfg,
+                                                                                           self.config_path)
             else:
                 self._instructions, self._cf = cfairllm_inputs(self.cfg, self.config_path)
         return self._instructions
@@ -134,6 +137,8 @@ class RecsysRun:
             "planned_calls": len(instructions),
             "concurrency": {"setting": cfg.concurrency, "bound": in_flight},
         }
+        if self.seed_names_skipped:  # (review finding: skipped without a word)
+            manifest["seed_names_skipped"] = self.seed_names_skipped
         dump_json(self.run_dir / "manifest.json", manifest)
         sem = asyncio.Semaphore(in_flight)
         self.progress.start("recsys", len(instructions))
