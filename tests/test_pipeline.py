@@ -386,3 +386,39 @@ def test_background_imports_are_hurried_when_the_calls_are_done_and_abandoned_wh
     audit.pace = pace = Pace()
     audit.run()
     assert pace.sliced  # a rate limit: the imports are sliced within a module too
+
+
+class _StartOrderTarget(ScriptedTarget):
+    """Records (prompt, group) in the order its calls start."""
+
+    def __init__(self, starts: list):
+        super().__init__(NAME_TO_GROUP, lambda group, rng: "A plain answer.", delay=0.003)
+        self.starts = starts
+
+    async def complete(self, request):
+        from doubles import name_in
+
+        self.starts.append((request.messages[-1].content.split(".")[0], NAME_TO_GROUP[name_in(request)]))
+        return await super().complete(request)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 5])
+def test_a_pairs_two_responses_are_asked_for_together_not_one_group_after_the_other(tmp_path, concurrency):
+    """Fresh-user finding: the pipelined audit asked for every female response (a pair's first)
+    before any male one — each pair chain ran its first generation at once and queued its second
+    behind the first generations of every chain of the window — so a server that died half-way
+    left 12 female answers and no complete pair, and a change of the server during a run (a
+    deploy, throttling) would have fallen on one group: time confounded with the group. Each
+    pair's two calls now start next to each other, at every concurrency."""
+    names, prompts = _prompts(tmp_path)
+    cfg = AuditConfig.model_validate(dict(
+        name="order", prompts=str(prompts), names=str(names), prompts_per_task=10, output_dir=str(tmp_path / "o"),
+        cache=str(tmp_path / "c.sqlite"), concurrency=concurrency, judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}))
+    starts: list = []
+    Audit(cfg, target=_StartOrderTarget(starts), judge=RecordingJudge([])).run()
+    n = len(starts) // 2
+    assert n >= 30 and Counter(g for _, g in starts) == {"female": n, "male": n}
+    # every pair's two calls start one right after the other (a pair = a prompt's two groups)
+    pairs = [starts[i:i + 2] for i in range(0, len(starts), 2)]
+    assert all(a[0] == b[0] and {a[1], b[1]} == {"female", "male"} for a, b in pairs), starts[:12]
