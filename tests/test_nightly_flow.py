@@ -43,6 +43,14 @@ def nightly_script() -> str:
     return scripts[0]
 
 
+def test_the_shipped_nightly_script_is_the_documented_one():
+    """Fresh-user finding: getting nightly.sh meant cutting it out of the markdown; the repository
+    ships it as examples/nightly.sh, executable, byte for byte the block the flow tests run."""
+    shipped = ROOT / "examples" / "nightly.sh"
+    assert shipped.read_text(encoding="utf-8") == nightly_script()
+    assert os.access(shipped, os.X_OK)
+
+
 def _venv(tmp: Path) -> Path:
     """The virtualenv running the tests (it has ``lmra``); a minimal activate script if the
     interpreter is not in a venv."""

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# nightly.sh — one nightly audit. Exit status: 0 no regression (the first night: its run is now
+# pinned) / 3 regression / 6 release gate not met / 5 judge failed validation / 4 budget / 2 input
+# / 1 partial or failed run, I/O failure. The output also goes to logs/nightly-YYYYMMDD.log.
+set -u
+LMRA_HOME="${LMRA_HOME:-/srv/lmra}"                # holds nightly.toml, .venv/, reports/ and logs/
+LMRA_CONFIG="${LMRA_CONFIG:-nightly.toml}"
+LMRA_EXPORTS="${LMRA_EXPORTS:-/srv/dashboards/lmra}"  # one Parquet folder per run: the night's date (-SEED: another run that day)
+LMRA_METRICS="${LMRA_METRICS:-/var/lib/node_exporter/textfile_collector}"  # lmra_<name>.prom goes here
+LMRA_ENV_FILE="${LMRA_ENV_FILE:-/etc/lmra/env}"    # API keys as KEY=value lines (mode 600), if readable
+LMRA_AUDIT_ARGS="${LMRA_AUDIT_ARGS:-}"            # more audit flags, e.g. "--gate max_ci_high=0.02"
+cd "$LMRA_HOME" || exit 1
+night="$(date -u +%Y%m%d)"
+seed="${LMRA_SEED:-$night}"                        # another run the same day: LMRA_SEED=<its own>
+exports="$LMRA_EXPORTS/$night${LMRA_SEED:+-$LMRA_SEED}"
+mkdir -p logs || exit 1
+ln -sfn "nightly-$night.log" logs/latest.log      # tonight's log, for the alert mail
+
+nightly() {
+  # Ctrl-C or a stop (SIGINT/SIGTERM to the job's processes: a terminal, systemd, a CI runner)
+  # stops the audit, which keeps its answered calls (exit 130); this shell waits for it and ends
+  # the log with its exit status instead of dying first
+  trap 'echo "nightly.sh: stop signal: the audit stops, keeping its answered calls" >&2' INT TERM
+  echo "=== nightly $(date -u) ==="
+  if [ -r "$LMRA_ENV_FILE" ]; then
+    set -a; . "$LMRA_ENV_FILE" || return 1; set +a   # export every KEY=value of the file
+  fi
+  . "${LMRA_VENV:-.venv}/bin/activate" || return 1
+  read -ra audit_args <<< "$LMRA_AUDIT_ARGS"
+  run_dir_file=last-run-dir.txt                   # the audit writes its run folder's path here
+  rm -f "$run_dir_file"                           # (also when a bad flag stops lmra before it reads any)
+  lmra audit --config "$LMRA_CONFIG" --seed "$seed" --baseline pinned --margin 0.01 --no-progress \
+             --run-dir-file "$run_dir_file" ${audit_args[@]+"${audit_args[@]}"}
+  status=$?
+  run_dir="$(cat "$run_dir_file" 2>/dev/null)"     # empty if the audit stopped before making one
+  case $status in  # a complete run: export exactly this one, and its metrics
+    0|3|5|6) lmra export "$run_dir" --format parquet --out "$exports" \
+             || echo "nightly.sh: export of $run_dir failed" >&2
+             lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" \
+             || echo "nightly.sh: metrics of $run_dir failed" >&2 ;;
+    2) if [ -n "$run_dir" ]; then  # audited, but no verdict (check refused, nothing tested): its metrics
+         lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" --skip-replay \
+         || echo "nightly.sh: metrics of $run_dir failed" >&2  # say so; a replay's would hide its night's
+       fi ;;
+  esac
+  if [ -n "$run_dir" ]; then  # reports/history.html: a partial night drawn hollow, a failed one left out
+    lmra report --history --reports-dir "$(dirname "$run_dir")" \
+    || echo "nightly.sh: history page failed" >&2
+  fi
+  echo "=== nightly.sh: exit status $status ==="
+  return "$status"
+}
+trap ':' INT TERM                                 # (the script too waits for the pipeline)
+# tee ignores the stop signals: it writes the audit's last lines, then ends with the pipe
+nightly 2>&1 | (trap '' INT TERM; exec tee -a "logs/nightly-$night.log")
+exit "${PIPESTATUS[0]}"
