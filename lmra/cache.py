@@ -380,6 +380,10 @@ class CallCache:
             #: answered calls stored from the answer logs of killed processes when this cache opened
             self.recovered = 0
             self._answers = self._open_answer_log()
+            #: the cache's own answer log, failed (disk full), once the calls went on in one on
+            #: another disk (:meth:`_fail_over`); None before (at most one failover a connection)
+            self._failed_log: AnswerLog | None = None
+            self._failed_over = False
         except (OSError, sqlite3.Error) as exc:
             reason = io_reason(exc)
             # a damaged file is not a folder problem (break-it finding: the advice said check the folder)
@@ -532,6 +536,8 @@ class CallCache:
             with self._log_lock:  # (with the log's emptying: a put from another thread is never wiped)
                 self.pending[key] = row
                 self._answers.append(row)
+                if self._answers.failed and not self._failed_over:
+                    self._fail_over()
         else:
             self.pending[key] = row
         if self._keys is not None:
@@ -622,6 +628,8 @@ class CallCache:
             with self._log_lock:
                 if not self.pending:  # every answered call is in the database
                     self._answers.clear()
+                    if self._failed_log is not None:
+                        self._failed_log.clear()
         self.write_failures = 0
         self._maybe_end_solo()
         if self._checkpointer is not None:
@@ -644,6 +652,20 @@ class CallCache:
                                   "full or not writable); free space and run the same command again ("
                                   + self._fate_of_pending() + ")", path=self.path)
             time.sleep(1.0)
+
+    def _fail_over(self) -> None:
+        """The answer log failed (its disk is full): every call held in memory, and each one
+        answered after, goes to a log on another disk instead (:func:`lmra.answerlog.failover_log`),
+        so that a ``kill -9`` before the disk frees up loses none of them. Tried once; called
+        with the log lock held."""
+        self._failed_over = True
+        log = answerlog.failover_log(self.path, list(self.pending.values()))
+        if log is None:
+            return
+        self._failed_log, self._answers = self._answers, log
+        if self.on_write_error is not None:
+            self.on_write_error(f"the call cache's answer log cannot be written either (its disk is full): answered "
+                                f"calls go on in {log.path} until the cache can be written")
 
     def _spill(self) -> None:
         """Write the calls held in memory that the answer log does not hold (it failed too, or
@@ -675,6 +697,9 @@ class CallCache:
         if log is None:
             return "a re-run asks them again"
         if not log.failed:
+            if self._failed_log is not None:  # the log on another disk the calls went on in (_fail_over)
+                return (f"they are kept in {log.path} (the cache's own disk could not hold them) and stored when "
+                        "this cache is next opened")
             return f"they are kept in {log.path} and stored when the cache is next opened"
         return (f"those the answer log {log.path} holds are stored when the cache is next opened, the rest are "
                 "asked again")
@@ -1022,6 +1047,8 @@ class CallCache:
                                 f"{self.path} (disk full or not writable); " + self._fate_of_pending())
         if self._answers is not None:
             self._answers.close(keep=bool(self.pending))
+        if self._failed_log is not None:
+            self._failed_log.close(keep=bool(self.pending))
         if self._renewer is not None and not self._renewer.done():
             try:
                 self._renewer.cancel()

@@ -301,3 +301,52 @@ def test_a_file_size_limit_loses_no_answered_call(tmp_path):
         again = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
         assert again.returncode == 0, again.stderr[-3000:]
         assert srv.requests == answered  # every answered call was kept: none asked again
+
+
+def test_a_kill_while_the_cache_disk_is_full_loses_no_answered_call(tmp_path, small_disk):
+    """Break-it finding: with the cache's disk full its answer log (on the same disk) failed too,
+    so the calls answered meanwhile were held in memory only; a ``kill -9`` then (the OOM killer,
+    a CI hard kill) lost every one of them — 27 to 83 paid calls asked again by the re-run. They
+    now go on in an answer log on another disk ($LMRA_SPILL_DIR here), which the re-run stores:
+    it asks again at most the calls that were in flight at the kill (concurrency 2)."""
+    from lmra.cache import CallCache
+
+    with FaultServer(fault_rate=0.0, delay_s=0.02) as srv:
+        cache = small_disk / "cache.sqlite"
+        cfg = _config(tmp_path / "c.toml", srv.url, cache, tmp_path / "out", extra="cache_write_retry_s = 60.0")
+        CallCache(cache).close()  # the cache exists; then its disk fills
+        filler = _fill(small_disk, 64 * 1024)
+        env = os.environ | {"LMRA_SPILL_DIR": str(tmp_path / "spill")}
+        proc = subprocess.Popen(_cmd(cfg), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        lines: list[str] = []
+        full = threading.Event()
+
+        def watch():
+            for line in proc.stderr:
+                lines.append(line)
+                if "cannot write to the call cache" in line:
+                    full.set()
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        assert full.wait(timeout=120), "".join(lines)
+        at_full = srv.requests
+        deadline = time.monotonic() + 30
+        while srv.requests < at_full + 20 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)  # more calls answered while the disk is full
+        assert proc.poll() is None, "".join(lines)
+        proc.kill()
+        proc.wait(timeout=60)
+        t.join(timeout=10)
+        answered = srv.requests
+        assert answered >= at_full + 20
+        err = " ".join("".join(lines).split())
+        assert "answered calls go on in" in err and str(tmp_path / "spill") in err, err
+        filler.unlink()  # space returns; the night is run again
+        again = subprocess.run(_cmd(cfg), cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "answered call(s) of an earlier run" in again.stderr
+        asked_again = sum(n - 1 for n in srv.requests_by_body.values() if n > 1)
+        assert asked_again <= 2, asked_again  # only the calls in flight at the kill are asked again
+        assert not list((tmp_path / "spill").glob("*-answers-*"))  # taken over and deleted
