@@ -74,9 +74,38 @@ def target_calls(run) -> tuple[int, int] | None:
 def earlier_same_draw(history, run) -> str | None:
     """The run id of a finished earlier run (complete or partial) of the same name, seed and
     design hash in ``history`` (:class:`lmra.history.History`) — whose answers a run with no
-    fresh target call replayed — or None (e.g. the cache was filled by an interrupted run of the
-    same night, which a re-run resumes: tonight's answers, not a replay)."""
-    return history.finished_before(run)
+    fresh target call replayed — or, when the history has none, of a complete run folder beside
+    ``run`` that the history never registered (its process was killed, or its disk filled, after
+    the folder was written: break-it finding); None when there is neither (e.g. the cache was
+    filled by an interrupted run of the same night, which a re-run resumes: tonight's answers,
+    not a replay)."""
+    return history.finished_before(run) or _unregistered_same_draw(history, run)
+
+
+def _unregistered_same_draw(history, run) -> str | None:
+    """The newest complete run folder beside ``run`` (same parent, a name ending ``-<name>``)
+    that ``history`` does not know, with ``run``'s name, seed and design hash, started before
+    it; or None. (A run the history knows is judged by its row there.)"""
+    from lmra.runfolder import load_run
+
+    newest = None
+    try:
+        siblings = sorted(p for p in run.path.parent.glob(f"*-{run.name}") if p.is_dir() and p != run.path)
+    except OSError:
+        return None
+    for p in siblings:
+        if history.get(p.name) is not None:
+            continue
+        try:
+            other = load_run(p)
+            same = (other.status == "complete" and other.config.get("seed") == run.config.get("seed")
+                    and other.name == run.name and other.design_hash == run.design_hash
+                    and (other.started or "") <= (run.started or ""))
+        except Exception:  # noqa: BLE001 — a damaged or foreign folder is simply not that night
+            continue
+        if same:
+            newest = other.run_id
+    return newest
 
 
 def _endpoints_differ(a: str | None, b: str | None) -> bool:
@@ -152,10 +181,20 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
         # (a seed left fixed): a night that finished complete — not a re-run resuming an interrupted
         # night, nor one completing a partial night, whose answers are its own (user-trial finding)
         if earlier is not None and ((history.get(earlier) or {}).get("status") or "complete") == "complete":
-            out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache "
-                       f"(run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and model), so "
-                       "the check does not see what the chatbot does tonight; give each night its own seed (--seed, "
-                       "docs/nightly.md)")
+            if earlier != baseline.run_id and history.latest_check(earlier) is None:
+                # a re-run of a night whose process stopped after its run folder was written (kill,
+                # full disk), before its check: that night is complete, and unchecked (break-it
+                # finding: the advice was to give each night its own seed, and the night went unchecked)
+                out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call "
+                           f"cache (run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and "
+                           "model, and never checked — its process stopped after writing its run folder, or it ran "
+                           f"without a baseline), so this check sees nothing new; check that run itself: "
+                           f"'lmra check {earlier} --baseline pinned' (docs/nightly.md)")
+            else:
+                out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache "
+                           f"(run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and model), "
+                           "so the check does not see what the chatbot does tonight; give each night its own seed "
+                           "(--seed, docs/nightly.md)")
     return out
 
 

@@ -594,15 +594,17 @@ def _replayed_all(run, warnings: list[str], history=None) -> bool:
     counts = target_calls(run)
     if counts is None or counts[0] != 0 or counts[1] <= 0:
         return False
-    from lmra.comparable import REPLAY_STARTS
+    from lmra.comparable import REPLAY_STARTS, earlier_same_draw
 
     if any(w.startswith(REPLAY_STARTS[0]) for w in warnings):
         return True
     if history is None or not any(w.startswith(REPLAY_STARTS[1]) for w in warnings):
         return False
-    earlier = history.finished_before(run)
-    row = history.get(earlier) if earlier else None
-    return bool(row) and (row.get("status") or "complete") == "complete"
+    earlier = earlier_same_draw(history, run)  # (also a complete folder the history never registered)
+    if not earlier:
+        return False
+    row = history.get(earlier)
+    return row is None or (row.get("status") or "complete") == "complete"
 
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,

@@ -69,6 +69,9 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
         h.db.commit()
         h.db.execute("DELETE FROM runs WHERE run_id = ?", (again.name,))
         h.db.commit()
+    import shutil
+
+    shutil.rmtree(again)  # (its folder too: a complete folder the history never registered is a finished night)
     resumed = night(tmp_path, "20260105-000000-nightly", 0.0, seed=3)
     with History(tmp_path / "reports" / "history.sqlite") as h:
         h.register(resumed)
@@ -79,6 +82,31 @@ def test_a_night_with_the_baselines_seed_replays_its_answers_and_the_check_says_
 
         resumed_check = check_regression(load_run(resumed), load_run(base), history=h)
         assert resumed_check.comparability == [] and not resumed_check.replayed  # tonight's own answers: tested
+
+
+def test_a_re_run_of_a_night_killed_after_its_run_folder_names_that_night_and_how_to_check_it(tmp_path, lmra_cli,
+                                                                                                 capsys):
+    """Break-it finding: a night killed (or out of disk) after its run folder was complete but
+    before its check ran was re-run, as the docs advise after a kill: every answer was replayed,
+    exit 2 "a seed already used … give each night its own seed" — the operator had reused no
+    seed, and the complete night was never checked. The warning names that night as never
+    checked and says how to check it; the exit reason mentions the case."""
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    killed = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2)  # complete; its check never ran
+    rerun = night(tmp_path, "20260102-000500-nightly", 0.9, seed=2)
+    lines = check_run(rerun, base).comparability
+    assert len(lines) == 1 and f"(run {killed.name}, finished earlier" in lines[0]
+    assert "never checked" in lines[0] and f"'lmra check {killed.name} --baseline pinned'" in lines[0]
+    assert "give each night its own seed" not in lines[0]
+    capsys.readouterr()
+    assert lmra_cli(["check", str(rerun), "--baseline", str(base)]) == 2
+    said = " ".join(capsys.readouterr().out.split())
+    assert "check that night's run with 'lmra check RUN --baseline pinned'" in said
+    # once that night is checked, a same-seed re-run is a replay of a checked night: the seed advice
+    assert lmra_cli(["check", str(killed), "--baseline", str(base)]) == 3  # (its rise, 5% → 90%)
+    again = night(tmp_path, "20260102-001000-nightly", 0.9, seed=2)
+    (line,) = check_run(again, base).comparability
+    assert "never checked" not in line and "give each night its own seed" in line
 
 
 def test_a_replay_is_said_when_one_model_plays_both_roles(tmp_path):

@@ -197,7 +197,9 @@ def check_exit_reasons(result) -> dict[int, str]:
                 "whose answers it replays, already in the history, or the judge's: not tonight's)" if rose else "")
         return {2: f"nothing was tested against baseline {result.baseline_id}: every chatbot answer of this run was "
                    f"replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
-                   f"tonight{also}; give each night its own seed (--seed, LMRA_SEED in nightly.sh)"}
+                   f"tonight{also}; give each night its own seed (--seed, LMRA_SEED in nightly.sh) — or, when this "
+                   "re-runs a night whose check never ran (its process stopped after writing its run folder), "
+                   "check that night's run with 'lmra check RUN --baseline pinned' (the warning above names it)"}
     regs, overall = result.regressions, getattr(result, "overall_regressions", ())
     if len(regs) or len(overall):
         task = _task_namer(result.tests)  # domain / task when the name is in two domains
