@@ -31,6 +31,7 @@ import json
 import math
 import random
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -94,6 +95,16 @@ def completion(body: dict, *, with_logprobs: bool = True) -> dict:
     return {"id": "chatcmpl-" + _digest(body).hex()[:12], "object": "chat.completion", "created": 0,
             "model": body.get("model", "fake"), "choices": [choice],
             "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}}
+
+
+def dead_url() -> str:
+    """The URL of a port on 127.0.0.1 nothing listens on (bound, then closed): every connection
+    is refused."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/v1"
 
 
 def audit_config(path, url: str, cache, out, *, name: str = "faults", tasks: list[str], per_task: int = 2,
@@ -180,6 +191,9 @@ class FaultServer:
         #: the model ids served (None: any); a request for another gets HTTP 404 model_not_found
         self.models: set[str] | None = None
         self.model_not_found = 0
+        #: the first ``stall_first`` requests are held ``hang_s`` seconds before they are handled
+        #: (a server slow to take its first calls: still in flight when later ones have failed)
+        self.stall_first = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -275,6 +289,9 @@ class FaultServer:
                 with server.lock:
                     server.requests_by_body[_digest(body)] += 1
                     attempt = f"{_digest(body).hex()}:{server.requests_by_body[_digest(body)]}"
+                    stall = server.stall_first > 0 and server.requests_by_body.total() <= server.stall_first
+                if stall:
+                    time.sleep(server.hang_s)
                 sent = (self.headers.get("authorization") or "").removeprefix("Bearer ")
                 if server.api_key is not None and sent != server.api_key:
                     with server.lock:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rerecord_files
-from faultserver import FaultServer, audit_config
+from faultserver import FaultServer, audit_config, dead_url
 from lmra.config import ModelConfig
 from lmra.providers.base import ChatRequest, Message, ProviderError
 from lmra.providers.endpoint import TRIP_AFTER, EndpointGuard, EndpointUnreachable
@@ -25,15 +24,6 @@ from lmra.providers.openai import OpenAIProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["write a story", "career advice"]
-
-
-def _dead_url() -> str:
-    """The URL of a port nothing listens on (bound, then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}/v1"
 
 
 def _audit_cli(cfg: Path, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -48,7 +38,7 @@ def _manifest(out: Path) -> dict:
 
 # -- 1. endpoint down: circuit breaker ----------------------------------------------------------
 def test_dead_port_for_both_models_stops_at_once_naming_role_and_url(tmp_path):
-    url = _dead_url()
+    url = dead_url()
     cfg = audit_config(tmp_path / "c.toml", url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS, per_task=6)
     t0 = time.monotonic()
     proc = _audit_cli(cfg, tmp_path)
@@ -71,7 +61,7 @@ def test_dead_port_for_both_models_stops_at_once_naming_role_and_url(tmp_path):
 
 
 def test_only_the_target_down_names_the_target_and_its_url(tmp_path):
-    dead = _dead_url()
+    dead = dead_url()
     with FaultServer() as srv:
         cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
                            per_task=6)
@@ -88,7 +78,7 @@ def test_target_down_is_found_before_the_judge_check_spends_its_canary_calls(tmp
     """The judge check's canaries take their places in the calls' semaphore one at a time, and
     stop once the run failed: a dead target trips its breaker within the first calls instead of
     after the whole check (before: every canary's 2 calls — 400 — then the target)."""
-    dead = _dead_url()
+    dead = dead_url()
     with FaultServer(delay_s=0.1) as srv:
         cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
                            per_task=6)
@@ -298,7 +288,7 @@ def test_audit_against_a_judge_failed_baseline_exits_5_like_check_and_last_skips
 ])
 def test_run_dir_file_is_validated_before_any_call_and_never_replaces_another_file(tmp_path, name, content,
                                                                                    reason):
-    dead = _dead_url()  # any model call would fail: the error must come first
+    dead = dead_url()  # any model call would fail: the error must come first
     (tmp_path / "reports").mkdir()
     cfg = audit_config(tmp_path / "cfgcopy.toml", dead, tmp_path / "c.sqlite", tmp_path / "reports", tasks=TASKS)
     target = tmp_path / name if name else None

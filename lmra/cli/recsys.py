@@ -3,7 +3,9 @@
 ``lmra recsys --config recsys.toml`` runs a FaiRLLM or CFaiRLLM audit of the target;
 ``lmra recsys score --lists lists.jsonl`` scores lists that already exist. Input errors are
 raised as :class:`~lmra.errors.LmraInputError` so that the CLI exits with status 2 and a
-one-paragraph message (never a traceback).
+one-paragraph message (never a traceback); a target endpoint that never answered stops the run
+with :class:`~lmra.providers.endpoint.EndpointUnreachable`: exit status 1 and the one-paragraph
+``failure:`` message of ``lmra audit`` (:func:`lmra.cli.report_failure`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
-"""Recsys stage 2 — generate: send one instruction to the target (through the call cache, within
-the concurrency bound) and keep its raw answer.
+"""Recsys stage 2 — generate: send the instructions to the target (through the call cache, within
+the concurrency bound) and keep their raw answers.
 
-Reads an :class:`~lmra.recsys.instructions.Instruction`; writes the answer dict (``seed``,
+Reads :class:`~lmra.recsys.instructions.Instruction` objects; writes the answer dicts (``seed``,
 ``raw``, ``error``, ``from_cache``, ``finish_reason``) that :mod:`lmra.recsys.records` parses.
+A failed call is kept in its answer; what stops the run (the endpoint guard's
+:class:`~lmra.providers.endpoint.EndpointUnreachable`, Ctrl-C) stops every call first
+(:func:`ask_all`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from lmra.generate import derive_seed
@@ -41,3 +45,37 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
         out["error"] = str(exc)
     progress.advance("recsys", out["error"] is not None)
     return out
+
+
+async def ask_all(cfg: RecsysConfig, instructions: Sequence[Instruction], target: Provider, sem: asyncio.Semaphore,
+                  progress: Progress) -> list[dict]:
+    """:func:`ask_target` for every instruction, concurrently (``sem`` bounds the calls in flight).
+
+    A call that raises instead of keeping its error (the target's endpoint guard tripped:
+    :class:`~lmra.providers.endpoint.EndpointUnreachable`; a bug) stops the others at once, and
+    so does a cancellation of the caller (Ctrl-C): the calls still running or waiting for a
+    place are cancelled, and this returns only once every one has ended — so that the caller
+    closes the call cache after the last answer was stored, no call of the run is left sending
+    requests, and asyncio has no failure left unread to report.
+
+    Returns:
+        the answers, in the order of ``instructions``.
+
+    Raises:
+        the first failure, in the order of ``instructions``, once no call is left running.
+    """
+    tasks = [asyncio.ensure_future(ask_target(cfg, ins, target, sem, progress)) for ins in instructions]
+    try:
+        if tasks:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # a call raised, or this was cancelled: the calls not done yet stop
+        running = [t for t in tasks if not t.done()]
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.wait(running)
+        failures = [t.exception() for t in tasks if not t.cancelled()]  # every one read: none reported unread
+    failed = next((exc for exc in failures if exc is not None), None)
+    if failed is not None:
+        raise failed
+    return [t.result() for t in tasks]

@@ -35,10 +35,11 @@ from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import dump_config
 from lmra.fileio import write_text
 from lmra.providers import Provider, make_provider
+from lmra.providers.endpoint import EndpointGuard
 from lmra.providers.ratelimit import limit_model
 from lmra.recsys.bias_files import bias_from_files
 from lmra.recsys.config import RecsysConfig
-from lmra.recsys.generate import Progress, ask_target
+from lmra.recsys.generate import Progress, ask_all
 from lmra.recsys.inputs import CfairContext, cfairllm_inputs, fairllm_inputs
 from lmra.recsys.instructions import Instruction
 from lmra.recsys.lists import read_lists, score_lists
@@ -109,6 +110,11 @@ class RecsysRun:
 
         Raises:
             LmraInputError: bad config or input files (before any model call).
+            EndpointUnreachable: the target's endpoint failed every call so far (nothing listens
+                on the port, or HTTP 404: the model is not served there; see
+                :mod:`lmra.providers.endpoint`): the run stopped early, its calls still running
+                cancelled; the folder holds ``config.toml`` and a ``manifest.json`` saying
+                ``failed`` (no lists, no tables), the answered calls are in the cache.
         """
         from lmra.fileio import check_output_paths
 
@@ -123,7 +129,10 @@ class RecsysRun:
         # calls in flight sized as in an audit (concurrency = "auto": the limits, or the provider's capacity)
         limited, in_flight = limit_model(self._target_provider(), cfg.target, cfg.concurrency, "target",
                                          on_notice=self.on_notice)
-        target = CachedProvider(limited, cache, self.stats)
+        # a target that never answered (nothing listens on the port, HTTP 404: a model the server
+        # does not serve) stops the run after a few calls, as it stops an audit; failures name the URL
+        guard = EndpointGuard("target", limited.base_url, model=limited.model_id)
+        target = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, self.stats))
         if self._explicit_dir:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         else:
@@ -143,19 +152,16 @@ class RecsysRun:
         sem = asyncio.Semaphore(in_flight)
         self.progress.start("recsys", len(instructions))
         try:
-            answers = await asyncio.gather(*(ask_target(cfg, ins, target, sem, self.progress)
-                                             for ins in instructions))
-        except BaseException:
-            manifest |= {"status": "interrupted", "calls": self.stats.as_dict()}
-            dump_json(self.run_dir / "manifest.json", manifest)
-            raise
-        finally:
-            cache.close()
-        try:
+            try:
+                answers = await ask_all(cfg, instructions, target, sem, self.progress)
+            finally:
+                cache.close()  # every call has ended: each answer is stored
             records = [list_record(cfg, ins, ans, matcher, self._artists, self._cf)
                        for ins, ans in zip(instructions, answers)]
             return finish_run(cfg, self.run_dir, records, manifest, categories, matcher, self._cf, self.stats)
         except BaseException as exc:  # the folder never says "running" after the run ended (break-it finding)
+            # failed: the endpoint guard stopped the calls (no list or table is written), or a
+            # step after them; interrupted: Ctrl-C, SIGTERM (the answered calls are in the cache)
             failed = isinstance(exc, Exception)
             manifest |= {"status": "failed" if failed else "interrupted", "finished": now(),
                          "calls": self.stats.as_dict()}

@@ -1,0 +1,234 @@
+"""``lmra recsys`` against an endpoint that never answered: it stops early, as ``lmra audit`` does
+(the endpoint guard, :mod:`lmra.providers.endpoint`), on real local servers through the CLI.
+
+Before: against a closed port or a mistyped model id it made every call (each with its retries
+and backoff: 192 calls took 10.6 minutes against a closed port) and then failed naming the
+first error; with answers of an earlier run in the cache, a model the server does not serve
+even wrote a run folder and exited 0, every uncached list lost to an HTTP 404.
+
+Now: exit 1 and the audit's one-paragraph ``failure:`` message, ``manifest.json`` says
+``failed`` with the message as ``stop_reason``, no lists or tables are written, the calls still
+in flight are cancelled (not waited for), every answered call stays in the cache and a re-run
+resumes from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faultserver import FaultServer, audit_config, dead_url
+from lmra.providers.endpoint import TRIP_AFTER, TRIP_AFTER_REFUSED, EndpointUnreachable
+
+#: what a run stopped early must never print (a traceback, or asyncio's complaints about tasks
+#: left running or whose failure nobody read)
+NOISE = ("Traceback", "never retrieved", "was destroyed but it is pending", "never awaited",
+         "exception during asyncio.run() shutdown", "Exception ignored", "Unhandled exception")
+#: files only a run that got its answers writes
+RESULT_FILES = ("lists.jsonl", "summary.json", "recsys_similarity.csv", "recsys_fairness.csv")
+CONCURRENCY = 4
+
+
+def _config(path: Path, url: str, *, model: str = "fake", names: list[str], out: Path, cache: Path,
+            retries: int = 1, timeout_s: float = 5.0, attributes: list[str] = ("gender",)) -> Path:
+    """A FaiRLLM config whose target is the OpenAI-compatible endpoint ``url``."""
+    path.write_text(f'''name = "guard"
+mode = "fairllm"
+k = 5
+concurrency = {CONCURRENCY}
+output_dir = "{out.as_posix()}"
+cache = "{cache.as_posix()}"
+[target]
+provider = "openai"
+model = "{model}"
+base_url = "{url}"
+api_key_required = false
+max_retries = {retries}
+timeout_s = {timeout_s}
+[fairllm]
+names_list = {json.dumps(names)}
+attributes = {json.dumps(list(attributes))}
+''', encoding="utf-8")
+    return path
+
+
+def _recsys_cli(cfg: Path, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lmra.cli", "recsys", "--config", str(cfg), "--no-progress"],
+                          cwd=cwd, capture_output=True, text=True, timeout=900)
+    return proc, time.monotonic() - t0
+
+
+def _run_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []
+
+
+def _failure(text: str) -> str:
+    """The ``failure:`` paragraph of a command's stderr, on one line."""
+    flat = " ".join(text.split())
+    m = re.search(r"failure: .*", flat)
+    assert m, text[-3000:]
+    return m.group(0)
+
+
+def _assert_stopped(proc: subprocess.CompletedProcess, out: Path) -> dict:
+    """Exit 1 with one ``failure:`` paragraph and nothing else alarming; one run folder whose
+    manifest says failed (with the paragraph's message as its stop reason) and that holds no
+    result file. Returns the manifest."""
+    both = proc.stdout + proc.stderr
+    assert proc.returncode == 1, both[-3000:]
+    assert not [n for n in NOISE if n in both], both[-3000:]
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("failure:")]) == 1, proc.stderr
+    (run,) = _run_dirs(out)
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "failed" and manifest["finished"], manifest
+    message = _failure(proc.stderr).removeprefix("failure: ")
+    assert manifest["stop_reason"] == f"EndpointUnreachable: {message}", (manifest["stop_reason"], message)
+    assert (run / "config.toml").is_file()
+    assert not [f for f in RESULT_FILES if (run / f).exists()], sorted(p.name for p in run.iterdir())
+    return manifest
+
+
+def test_recsys_against_a_closed_port_stops_at_once_with_the_audits_message(tmp_path):
+    url = dead_url()
+    names = ["Adele", "Drake", "Taylor Swift", "Beyonce", "Eminem", "Rihanna"]  # 6 × (neutral + 4) = 30 calls
+    cfg = _config(tmp_path / "r.toml", url, names=names, out=tmp_path / "out", cache=tmp_path / "c.sqlite")
+    proc, elapsed = _recsys_cli(cfg, tmp_path)
+    manifest = _assert_stopped(proc, tmp_path / "out")
+    failure = _failure(proc.stderr)
+    assert re.fullmatch(rf"failure: the target's endpoint {re.escape(url)} is unreachable: {TRIP_AFTER_REFUSED} calls "
+                        r"in a row failed after every retry \(connection refused\); nothing was audited\. Check that "
+                        r"the server is running and that base_url in \[target\] points at it, then run the same "
+                        r"command again", failure), failure
+    # the breaker's calls and those in flight beside them, not the 30 planned ones (each retried)
+    assert manifest["planned_calls"] == 30
+    assert TRIP_AFTER_REFUSED <= manifest["calls"]["failed"] <= TRIP_AFTER_REFUSED + CONCURRENCY, manifest["calls"]
+    assert manifest["calls"]["fresh"] == 0
+    assert elapsed < 60, elapsed
+
+    # word for word the paragraph lmra audit prints when its target is that closed port
+    with FaultServer() as judge:
+        acfg = audit_config(tmp_path / "a.toml", judge.url, tmp_path / "a.sqlite", tmp_path / "aout",
+                            tasks=["write a story"], per_task=4)
+        text = acfg.read_text()
+        acfg.write_text(text.replace(f'base_url = "{judge.url}"', f'base_url = "{url}"', 1))  # [target] first
+        audit = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(acfg), "--no-progress",
+                                "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert audit.returncode == proc.returncode == 1, audit.stderr[-3000:]
+    assert _failure(audit.stderr) == failure
+
+
+def test_recsys_with_a_model_the_server_does_not_serve_stops_after_the_breakers_calls(tmp_path):
+    names = ["Adele", "Drake", "Taylor Swift", "Beyonce", "Eminem", "Rihanna"]  # 30 calls
+    with FaultServer() as srv:
+        srv.models = {"served"}
+        cfg = _config(tmp_path / "r.toml", srv.url, model="typo", names=names, out=tmp_path / "out",
+                      cache=tmp_path / "c.sqlite")
+        proc, _ = _recsys_cli(cfg, tmp_path)
+        not_found, requests = srv.model_not_found, srv.requests_by_body.total()
+    manifest = _assert_stopped(proc, tmp_path / "out")
+    failure = _failure(proc.stderr)
+    assert re.fullmatch(rf"failure: the target's endpoint {re.escape(srv.url)} does not serve its model 'typo': "
+                        rf"{TRIP_AFTER} calls in a row failed with HTTP 404 \(http_404 × {TRIP_AFTER}\); nothing was "
+                        r"audited\. Check model and base_url in \[target\] \(the model id the server serves; the URL "
+                        r"up to /v1\), then run the same command again", failure), failure
+    # TRIP_AFTER 404s and the calls in flight beside them (404 is not retried), not all 30
+    assert TRIP_AFTER <= not_found == requests <= TRIP_AFTER + CONCURRENCY, (not_found, requests)
+    # (a call cancelled in flight is not counted failed: its 404 may have been sent, never read)
+    assert TRIP_AFTER <= manifest["calls"]["failed"] <= not_found and manifest["calls"]["fresh"] == 0
+
+
+def test_calls_in_flight_when_the_breaker_trips_are_cancelled_not_waited_for(tmp_path):
+    """The first two calls are held by the server for 30 s; the others fail with HTTP 404 at once
+    and trip the breaker. The run stops then: its calls in flight are cancelled (before, the run
+    waited for them, and for every other call), the cache is closed once they have ended, and
+    asyncio reports nothing left running or unread."""
+    names = ["Adele", "Drake", "Taylor Swift", "Beyonce", "Eminem", "Rihanna"]
+    with FaultServer(hang_s=30.0) as srv:
+        srv.models, srv.stall_first = {"served"}, 2
+        cfg = _config(tmp_path / "r.toml", srv.url, model="typo", names=names, out=tmp_path / "out",
+                      cache=tmp_path / "c.sqlite", retries=0, timeout_s=120.0)
+        proc, elapsed = _recsys_cli(cfg, tmp_path)
+        requests = srv.requests_by_body.total()
+    manifest = _assert_stopped(proc, tmp_path / "out")
+    assert "does not serve its model 'typo'" in proc.stderr
+    assert elapsed < 25, elapsed  # the held calls would have answered after 30 s
+    assert requests <= TRIP_AFTER + CONCURRENCY, requests
+    assert manifest["calls"]["fresh"] == 0
+
+
+def test_a_stopped_run_leaves_no_call_running_in_its_event_loop(tmp_path):
+    """``RecsysRun.arun`` awaited in an event loop that goes on (a library caller): when the
+    breaker stops the run, the calls still in flight have been cancelled and have ended, and the
+    call cache closed after them — no task of the run is left to answer into a closed cache or
+    to send more requests (before: ``asyncio.gather`` raised at the first stop and left them
+    running)."""
+    from lmra.recsys.config import load_recsys_config
+    from lmra.recsys.run import RecsysRun
+
+    names = ["Adele", "Drake", "Taylor Swift", "Beyonce", "Eminem", "Rihanna"]
+    with FaultServer(hang_s=30.0) as srv:
+        srv.models, srv.stall_first = {"served"}, 2
+        path = _config(tmp_path / "r.toml", srv.url, model="typo", names=names, out=tmp_path / "out",
+                       cache=tmp_path / "c.sqlite", retries=0, timeout_s=120.0)
+        run = RecsysRun(load_recsys_config(path), config_path=path)
+
+        async def stop_then_look():
+            t0 = time.monotonic()
+            with pytest.raises(EndpointUnreachable) as stopped:
+                await run.arun()
+            elapsed = time.monotonic() - t0
+            left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            sent = srv.requests_by_body.total()
+            await asyncio.sleep(0.5)
+            return stopped.value, elapsed, left, sent, srv.requests_by_body.total()
+
+        exc, elapsed, left, sent, later = asyncio.run(stop_then_look())
+    assert exc.not_served and elapsed < 20, (exc, elapsed)
+    assert left == [], left
+    assert later == sent <= TRIP_AFTER + CONCURRENCY, (sent, later)
+    manifest = json.loads((run.run_dir / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "failed" and manifest["stop_reason"] == f"EndpointUnreachable: {exc}"
+
+
+def test_a_stopped_run_keeps_the_answers_in_the_cache_and_a_rerun_resumes_from_them(tmp_path):
+    """Answers of an earlier run are in the cache; the server then stops serving the model. The
+    run stops (it says the cached answers are kept) instead of writing lists and tables in which
+    every uncached list is lost (before: exit 0); once the model is served again, the same
+    command asks only the calls not answered yet."""
+    out, cache = tmp_path / "out", tmp_path / "c.sqlite"
+    with FaultServer(reply_suffix="\n1. Hello\n2. Halo\n3. Rolling in the Deep") as srv:  # answers hold a list
+        first = _config(tmp_path / "first.toml", srv.url, names=["Adele", "Drake"], out=tmp_path / "first",
+                        cache=cache)
+        proc, _ = _recsys_cli(first, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        answered = srv.answered_by_body.total()
+        assert answered == 10
+
+        srv.models = {"another"}  # the model is no longer served
+        cfg = _config(tmp_path / "r.toml", srv.url, names=["Adele", "Drake", "Beyonce", "Eminem"], out=out,
+                      cache=cache)
+        proc, _ = _recsys_cli(cfg, tmp_path)
+        manifest = _assert_stopped(proc, out)
+        assert re.search(rf"does not serve its model 'fake': {TRIP_AFTER} calls in a row failed with HTTP 404 "
+                         rf"\(http_404 × {TRIP_AFTER}\); the run stopped \(answers already in the cache are kept\)\.",
+                         _failure(proc.stderr)), proc.stderr
+        assert manifest["calls"]["cached"] == 10 and manifest["calls"]["fresh"] == 0
+        assert srv.answered_by_body.total() == answered
+
+        srv.models = None  # served again: the same command resumes
+        proc, _ = _recsys_cli(cfg, tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert not [n for n in NOISE if n in proc.stdout + proc.stderr]
+        stopped, resumed = _run_dirs(out)
+        calls = json.loads((resumed / "manifest.json").read_text(encoding="utf-8"))["calls"]
+        assert calls["cached"] == 10 and calls["fresh"] == 10, calls
+        assert max(srv.answered_by_body.values()) == 1  # no call answered twice
+        assert (resumed / "lists.jsonl").is_file() and not (stopped / "lists.jsonl").exists()
