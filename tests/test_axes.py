@@ -859,3 +859,86 @@ def test_labels_are_combined_as_the_audit_combines_its_ratings():
     _, combiner, note = combined_labels(text, "auto", True)
     assert combiner == "mean" and note and note.startswith("combiner 'auto' used 'mean'")
     assert "to the axis-label question" in note
+
+
+# -- brainstorm answers all unusable vs valid answers that list no difference ------------------------
+UNUSABLE = "The responses differ in tone: [formal, casual]"  # an array, but no well-formed item: invalid
+
+
+def make_unusable_brainstorm_judge(cfg):
+    """Custom-provider factory: every brainstorm answer is invalid, the retry too (a model served
+    with the wrong chat template, or a base model echoing the prompt)."""
+    return AxesJudge(TRAITS, brainstorm=lambda r1, r2, request: UNUSABLE)
+
+
+def make_no_difference_judge(cfg):
+    """Custom-provider factory: every brainstorm answer is valid and lists no difference."""
+    return AxesJudge(TRAITS, brainstorm=lambda r1, r2, request: "[]")
+
+
+def _axes_argv(run, config, *more):
+    return ["axes", "--run", str(run), "--config", str(config), "--discovery-pairs", "7", "--test-pairs", "10",
+            "--max-axes", "3", "--no-progress", "--no-harm-check", *more]
+
+
+def test_cli_no_usable_brainstorm_answer_and_no_extra_axis_is_partial(tmp_path, sim_inputs, capsys, monkeypatch):
+    """Fresh-user finding: every brainstorm answer unusable after its retry, no extra axis — the
+    run measured nothing, yet it printed only "no candidate axis" and exited 0. It now says how
+    many answers were unusable and ends partial (exit 1, the reason on stderr), as an audit that
+    could score no pair; the files are written, with status "partial"."""
+    from lmra import cli
+
+    monkeypatch.setenv("COLUMNS", "220")
+    _, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.8, 0.2))
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_unusable_brainstorm_judge"\n')
+    assert cli.main(_axes_argv(res.run_dir, over)) == 1
+    captured = capsys.readouterr()
+    out, err = " ".join(captured.out.split()), " ".join(captured.err.split())
+    assert "7 of 7 brainstorm answers unusable (after retries): 7 invalid, 0 failed calls" in out
+    assert "partial:" in err and "female vs male" in err and "no brainstorm answer was usable" in err
+    assert "--axis" in err and "Traceback" not in err
+    summary = json.loads((res.run_dir / "axes_summary.json").read_text())
+    b = summary["comparisons"]["female vs male"]["brainstorm"]
+    assert summary["status"] == "partial" and b["valid"] == 0 and b["invalid"] == 7 and b["retried"] == 7
+
+    # the same LMRA with an axis stated in advance: that axis is measured (exit 0), and the
+    # console still says that nothing could be discovered
+    assert cli.main(_axes_argv(res.run_dir, over, "--axis", "uses formal language")) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "7 of 7 brainstorm answers unusable (after retries)" in out and "Only the extra axes were tested" in out
+    assert json.loads((res.run_dir / "axes_summary.json").read_text())["status"] == "complete"
+
+
+def test_cli_valid_brainstorm_answers_that_list_no_difference_are_a_result(tmp_path, sim_inputs, capsys, monkeypatch):
+    """An LMRA that answered every brainstorm validly and found no difference: a legitimate
+    result (exit 0, status complete), said as such — not as unusable answers."""
+    from lmra import cli
+
+    monkeypatch.setenv("COLUMNS", "220")
+    _, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.8, 0.2))
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_no_difference_judge"\n')
+    assert cli.main(_axes_argv(res.run_dir, over)) == 0
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert "7 valid brainstorm answers listed no difference" in out and "unusable" not in out
+    assert "partial" not in captured.err
+    assert json.loads((res.run_dir / "axes_summary.json").read_text())["status"] == "complete"
+
+
+def test_axes_status_of_a_comparison_that_measured_nothing():
+    """The status rule on summaries (also one written before ``status`` was recorded): no usable
+    brainstorm answer and no axis to test is partial; an extra axis tested, or valid answers
+    listing no difference, is complete."""
+    from lmra.axes import axes_status, comparisons_without_usable_brainstorm
+
+    def summary(valid, axes):
+        return {"comparisons": {"f vs m": {"brainstorm": {"pairs": 7, "valid": valid, "invalid": 5 - valid,
+                                                          "failed": 2}, "n_candidate_axes": axes}}}
+
+    assert comparisons_without_usable_brainstorm(summary(0, 0)) == [("f vs m", 7, 7)]
+    assert axes_status(summary(0, 0), 0.05) == "partial"
+    assert axes_status(summary(0, 1), 0.05) == "complete"  # an extra axis was measured
+    assert axes_status(summary(5, 0), 0.05) == "complete"  # valid answers, no difference listed: a finding
+    assert comparisons_without_usable_brainstorm(summary(5, 0)) == []

@@ -182,3 +182,19 @@ def test_the_status_of_a_set_written_before_it_was_recorded_is_judged_by_its_cou
 
 def _snapshot_present(folder):
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_a_rerun_whose_brainstorm_answers_were_all_unusable_keeps_the_earlier_complete_set(tmp_path, sim_inputs,
+                                                                                           capsys):
+    """A re-run that could discover nothing (no usable brainstorm answer, no extra axis) is
+    partial: it never replaces a complete set; its files go to axes-partial/ (exit 1)."""
+    run, argv, _, _, before = _complete_first_run(tmp_path, sim_inputs, capsys)
+    unusable = tmp_path / "unusable.toml"
+    unusable.write_text('[judge]\nprovider = "test_axes:make_unusable_brainstorm_judge"\n')
+    assert cli.main(argv + ["--config", str(unusable), "--cache", str(tmp_path / "fresh.sqlite")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert _snapshot(run) == before
+    summary = json.loads((run / "axes-partial" / "axes_summary.json").read_text())
+    assert summary["status"] == "partial"
+    assert "no brainstorm answer was usable" in err
+    assert f"the axes files of an earlier complete axes run remain in {run}, unchanged" in err

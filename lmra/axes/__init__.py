@@ -46,7 +46,7 @@ stage before it and writes its own:
 Every public name of the modules is importable from :mod:`lmra.axes` itself.
 """
 
-from lmra.axes.brainstorm import Brainstorm, brainstorm_features, normalise_feature
+from lmra.axes.brainstorm import Brainstorm, brainstorm_features, normalise_feature, unusable_answers
 from lmra.axes.calls import NoProgress
 from lmra.axes.config import OVERRIDE_KEYS, axes_config
 from lmra.axes.consolidate import (add_extra_axes, candidate_axes, consolidate_candidates, fallback_axes, item_line,
@@ -59,8 +59,8 @@ from lmra.axes.outputs import (COMMIT_DIR, OUTPUT_FILES, STAGING_PREFIX, AxesRes
 from lmra.axes.pairs import (AxesInputs, AxisPair, load_prompt_texts, prepare_axes, read_run, split_by_prompt,
                              usable_pairs)
 from lmra.axes.plan import axes_call_bound, planned_axes_calls
-from lmra.axes.publish import (PARTIAL_DIR, AxesPublication, axes_status, folder_axes_status, labels_over_failed_share,
-                               publish_axes_outputs)
+from lmra.axes.publish import (PARTIAL_DIR, AxesPublication, axes_status, comparisons_without_usable_brainstorm,
+                               folder_axes_status, labels_over_failed_share, publish_axes_outputs)
 from lmra.axes.run import arun_axes, run_axes
 from lmra.axes.select import TABLE_COLUMNS, axis_statistics, select_axes
 
@@ -69,9 +69,9 @@ __all__ = [
     "COMMIT_DIR", "OUTPUT_FILES", "OVERRIDE_KEYS", "PARTIAL_DIR", "STAGING_PREFIX", "TABLE_COLUMNS", "AxesInputs",
     "AxesPublication", "AxesResult", "AxisPair", "Brainstorm", "NoProgress", "add_extra_axes", "arun_axes",
     "axes_call_bound", "axes_config", "axes_status", "axis_statistics", "brainstorm_features", "candidate_axes",
-    "check_harm", "cluster_texts", "consolidate_candidates", "embed_texts", "fallback_axes",
-    "finish_interrupted_write", "folder_axes_status", "item_line", "label_pairs", "label_test_pairs",
+    "check_harm", "cluster_texts", "comparisons_without_usable_brainstorm", "consolidate_candidates", "embed_texts",
+    "fallback_axes", "finish_interrupted_write", "folder_axes_status", "item_line", "label_pairs", "label_test_pairs",
     "labels_over_failed_share", "load_prompt_texts", "merge_items", "normalise_feature", "planned_axes_calls",
     "prepare_axes", "publish_axes_outputs", "read_run", "require_embed_extra", "run_axes", "select_axes",
-    "split_by_prompt", "usable_pairs", "write_axes_outputs",
+    "split_by_prompt", "unusable_answers", "usable_pairs", "write_axes_outputs",
 ]

@@ -13,6 +13,7 @@ import asyncio
 import random
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from lmra.axes.calls import bounded
@@ -58,6 +59,14 @@ class Brainstorm(NamedTuple):
 
     features: list[dict]
     counts: dict
+
+
+def unusable_answers(counts: Mapping) -> int:
+    """How many of a comparison's brainstorm answers yielded nothing usable: invalid after their
+    retry, or calls that failed after every retry. ``counts`` is a :attr:`Brainstorm.counts`
+    (or its copy in ``axes_summary.json``). A valid answer that lists no difference is usable:
+    it is the LMRA's finding."""
+    return int(counts.get("invalid", 0)) + int(counts.get("failed", 0))
 
 
 async def brainstorm_features(judge: Provider, cfg: AuditConfig, tpl: Template, disc: list[AxisPair], seed: int,

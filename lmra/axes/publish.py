@@ -2,9 +2,10 @@
 unless they would replace a better set there.
 
 An axes run is ``complete``, or ``partial`` when more than ``max_failed_share`` of a
-comparison's labels (test pair × axis) failed after every retry (:func:`axes_status`; recorded
-as ``status`` in ``axes_summary.json``). A re-run of ``lmra axes`` on a folder that holds the
-files of an earlier complete axes run:
+comparison's labels (test pair × axis) failed after every retry, or when a comparison had no
+usable brainstorm answer and no extra axis, so that nothing could be discovered or tested
+(:func:`axes_status`; recorded as ``status`` in ``axes_summary.json``). A re-run of ``lmra
+axes`` on a folder that holds the files of an earlier complete axes run:
 
 * complete: its set replaces the earlier one as a whole (:func:`~lmra.axes.outputs.write_axes_outputs`);
 * partial: its set is written into the sub-folder :data:`PARTIAL_DIR` (``axes-partial/``) and
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmra.axes.brainstorm import unusable_answers
 from lmra.axes.outputs import COMMIT_DIR, OUTPUT_FILES, AxesResult, finish_interrupted_write, write_axes_outputs
 from lmra.errors import LmraIOError, io_reason
 
@@ -73,14 +75,34 @@ def labels_over_failed_share(summary: Mapping, max_failed_share: float) -> list[
             and i.get("n_labels_failed", 0) > max_failed_share * i["n_labels"]]
 
 
+def comparisons_without_usable_brainstorm(summary: Mapping) -> list[tuple[str, int, int]]:
+    """The comparisons of an ``axes_summary.json`` that measured nothing: no brainstorm answer
+    was usable (every one invalid after its retry, or failed: :func:`~lmra.axes.brainstorm.unusable_answers`)
+    and no axis was tested (no extra axis was given). ``(comparison, unusable answers,
+    discovery pairs)`` for each, in summary order. A comparison whose valid answers listed no
+    difference is not among them: that is the LMRA's finding."""
+    comparisons = summary.get("comparisons")
+    if not isinstance(comparisons, Mapping):
+        return []
+    out = []
+    for c, i in comparisons.items():
+        b = i.get("brainstorm") if isinstance(i, Mapping) else None
+        if isinstance(b, Mapping) and not b.get("valid") and not i.get("n_candidate_axes"):
+            out.append((c, unusable_answers(b), int(b.get("pairs", 0))))
+    return out
+
+
 def axes_status(summary: Mapping, max_failed_share: float) -> str:
     """``partial`` when more than ``max_failed_share`` of a comparison's labels failed after
-    every retry (its tests rest on the pairs the LMRA happened to answer), else ``complete``.
+    every retry (its tests rest on the pairs the LMRA happened to answer), or when a
+    comparison had no usable brainstorm answer and no axis to test
+    (:func:`comparisons_without_usable_brainstorm`: it measured nothing), else ``complete``.
     A summary that records its ``status`` (every one written since it is recorded) is taken at
     its word."""
     if summary.get("status") in ("complete", "partial"):
         return summary["status"]
-    return "partial" if labels_over_failed_share(summary, max_failed_share) else "complete"
+    partial = labels_over_failed_share(summary, max_failed_share) or comparisons_without_usable_brainstorm(summary)
+    return "partial" if partial else "complete"
 
 
 def folder_axes_status(folder: str | Path, max_failed_share: float) -> str | None:

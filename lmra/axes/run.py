@@ -64,7 +64,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
 
     Returns:
         :class:`AxesResult` (``summary["status"]``: ``complete``, or ``partial`` when more
-        than ``cfg.max_failed_share`` of a comparison's labels failed).
+        than ``cfg.max_failed_share`` of a comparison's labels failed, or a comparison had no
+        usable brainstorm answer and no extra axis: :func:`~lmra.axes.publish.axes_status`).
 
     Raises:
         LmraInputError: bad inputs (see :func:`prepare_axes`), or the embed extra missing when
@@ -142,7 +143,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
                "planned_calls": plan, "comparisons": comp_summary,
                # a redacted audit's axes step: error messages may quote the responses (lmra.redact)
                "calls": redacted_calls(stats.as_dict()) if getattr(cfg, "redact", False) else stats.as_dict()}
-    # partial: more than max_failed_share of a comparison's labels failed (lmra.axes.publish)
+    # partial: more than max_failed_share of a comparison's labels failed, or a comparison measured
+    # nothing (no usable brainstorm answer, no extra axis) (lmra.axes.publish)
     summary |= {"max_failed_share": cfg.max_failed_share, "status": axes_status(summary, cfg.max_failed_share)}
     result = AxesResult(table=table[[c for c in TABLE_COLUMNS if c in table.columns]], candidates=candidates,
                         features=pd.DataFrame(feature_rows), labels=labels_df, summary=summary, stats=stats)

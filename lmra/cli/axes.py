@@ -7,8 +7,9 @@ reads the run folder, uses the run's LMRA (``config.toml``) unless the ``--confi
 has a ``[judge]`` section, prints the number of LMRA calls it will make, runs, prints the
 ranked list of axes and writes ``axes.csv`` (and the other axes files) into the run folder, as
 one set that replaces the folder's earlier axes files as a whole. A partial run (exit 1: more
-labels failed than ``max_failed_share`` allows) on a folder that holds an earlier complete set
-writes its files into ``axes-partial/`` instead and keeps that set; a run stopped before its
+labels failed than ``max_failed_share`` allows, or a comparison had no usable brainstorm answer
+and no extra axis, so nothing could be discovered or tested) on a folder that holds an earlier
+complete set writes its files into ``axes-partial/`` instead and keeps that set; a run stopped before its
 files were written (budget, a dead endpoint, Ctrl-C) writes none (:mod:`lmra.axes.publish`).
 Every case is said on the console: where the files went, what they replaced, what was kept.
 Input errors raise :class:`~lmra.errors.LmraInputError` (exit status 2); a budget limit
@@ -29,9 +30,10 @@ from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
 def cmd_axes(args: argparse.Namespace) -> int:
-    """Run ``lmra axes`` (see the module docstring). Returns the exit status: 0, or 1 when more labels
-    failed than ``max_failed_share`` allows (the files are written; beside an earlier complete
-    set, which is kept)."""
+    """Run ``lmra axes`` (see the module docstring). Returns the exit status: 0, or 1 when the run
+    is partial — more labels failed than ``max_failed_share`` allows, or a comparison had no
+    usable brainstorm answer and no extra axis (it measured nothing) — (the files are written;
+    beside an earlier complete set, which is kept)."""
     from lmra.axes import arun_axes, axes_config, prepare_axes, read_run
     from lmra.report.axes import render_axes
     from lmra.syncrun import run_sync
@@ -75,7 +77,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
     _say_where(console, result.publication)
-    return _failed_labels_exit(result.summary, cfg.max_failed_share, result.publication)
+    return _partial_exit(result.summary, cfg.max_failed_share, result.publication)
 
 
 def _finish_interrupted(console, folder: Path) -> None:
@@ -165,29 +167,44 @@ def _judge_status(console, run: Path, run_cfg, cfg) -> None:
                       f"{lit(cfg.judge.model or '')}, which no judge check has validated.[/]", highlight=False)
 
 
-def _failed_labels_exit(summary: dict, max_failed_share: float, pub=None) -> int:
-    """1, with a paragraph on stderr, when more than ``max_failed_share`` of a comparison's labels
-    (test pair × axis) failed after every retry — its tests rest on pairs the LMRA happened to
-    answer; the paragraph says where the files were written (``pub``, the
-    :class:`~lmra.axes.publish.AxesPublication`) and where an earlier complete set was kept;
-    else 0."""
-    from lmra.axes.publish import labels_over_failed_share
+def _partial_exit(summary: dict, max_failed_share: float, pub=None) -> int:
+    """1, with a "partial:" paragraph on stderr, when the run is partial
+    (:func:`~lmra.axes.publish.axes_status`); else 0. The paragraph says why — more than
+    ``max_failed_share`` of a comparison's labels (test pair × axis) failed after every retry,
+    so its tests rest on the pairs the LMRA happened to answer; or a comparison had no usable
+    brainstorm answer and no extra axis, so it measured nothing (as an audit that could score
+    no pair: exit 1, not a result of "no axis") — and where the files were written (``pub``,
+    the :class:`~lmra.axes.publish.AxesPublication`) and where an earlier complete set was
+    kept."""
+    from lmra.axes.publish import comparisons_without_usable_brainstorm, labels_over_failed_share
 
     over = labels_over_failed_share(summary, max_failed_share)
-    if not over:
+    nothing = comparisons_without_usable_brainstorm(summary)
+    if not over and not nothing:
         return 0
-    what = "; ".join(f"{lit(c)}: {f} of {n} ({f / n:.0%})" for c, f, n in over)
+    why = []
+    if over:
+        what = "; ".join(f"{lit(c)}: {f} of {n} ({f / n:.0%})" for c, f, n in over)
+        why.append(f"more labels failed after every retry than max_failed_share = {max_failed_share:g} allows "
+                   f"({what}): this run's axes tests rest on the pairs the LMRA answered. Run the same command "
+                   "again to retry the failed calls (answered calls are cached).")
+    if nothing:
+        what = "; ".join(f"{lit(c)}: {u} of {n} unusable after retries" for c, u, n in nothing)
+        why.append(f"no brainstorm answer was usable ({what}) and no extra axis was given: no axis could be "
+                   "discovered or tested, so this run measured nothing (it does not show that the responses do "
+                   "not differ). Failed calls are retried by the same command, but invalid answers are cached and "
+                   "come back: read the LMRA's raw answers in axes_candidates.json (brainstorm → answers; a model "
+                   "served with a wrong chat template, or a base model, answers so), use another LMRA (a "
+                   f"{lit('[judge]')} section in --config), or state the axes to test with --axis.")
     if pub is None:
-        where = "the files are written"
+        where = "The files are written."
     elif pub.kept:
-        where = (f"this run's files were written to {lit(pub.out_dir)}, and the axes files of an earlier complete "
-                 f"axes run remain in {lit(pub.folder)}, unchanged (a complete re-run replaces them)")
+        where = (f"This run's files were written to {lit(pub.out_dir)}, and the axes files of an earlier complete "
+                 f"axes run remain in {lit(pub.folder)}, unchanged (a complete re-run replaces them).")
     else:
-        where = f"this run's files were written to {lit(pub.out_dir)}"
-    make_console(stderr=True).print(
-        f"[bold red]partial:[/] more labels failed after every retry than max_failed_share = {max_failed_share:g} "
-        f"allows ({what}); {where}, but this run's axes tests rest on the pairs the LMRA answered. Run the same "
-        "command again to retry the failed calls (answered calls are cached).", highlight=False, soft_wrap=True)
+        where = f"This run's files were written to {lit(pub.out_dir)}."
+    make_console(stderr=True).print(f"[bold red]partial:[/] {' '.join(why)} {where}", highlight=False,
+                                    soft_wrap=True)
     return 1
 
 

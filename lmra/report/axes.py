@@ -68,12 +68,43 @@ def _harm(r) -> str:
     return f"{flag} (p(yes) {r['harmful_p']:.2f})"  # the LMRA's probability of "yes", not a p-value
 
 
+def _unusable(b: dict) -> str:
+    """A comparison's brainstorm answers that yielded nothing, from its ``brainstorm`` counts:
+    ``7 of 7 brainstorm answers unusable (after retries): 7 invalid, 0 failed calls``."""
+    from lmra.axes.brainstorm import unusable_answers
+
+    return (f"{unusable_answers(b)} of {b.get('pairs', 0)} brainstorm answers unusable (after retries): "
+            f"{b.get('invalid', 0)} invalid, {b.get('failed', 0)} failed calls")
+
+
+def _no_axis(info: dict) -> str:
+    """Why a comparison has no candidate axis (its ``axes_summary.json`` entry ``info``): no
+    usable brainstorm answer — it measured nothing (the run is partial) —, or valid answers
+    that listed no difference or whose features left no axis — the LMRA's finding."""
+    from lmra.axes.brainstorm import unusable_answers
+
+    b = info.get("brainstorm", {})
+    if not b.get("valid"):
+        return (f"[red]no candidate axis — {_unusable(b)}; no extra axes were given, so nothing could be "
+                "discovered or tested.[/]")
+    if not info.get("n_features"):
+        found = f"{b['valid']} valid brainstorm answers listed no difference"
+    else:
+        found = f"the {info['n_features']} features of {b['valid']} valid brainstorm answers gave no axis"
+    return (f"no candidate axis — {found} between the two groups' responses (and no extra axes were given)"
+            + (f"; {_unusable(b)}." if unusable_answers(b) else "."))
+
+
 def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = None, *, max_rows: int = 30,
                 max_task_axes: int = 3) -> None:
     """Print the axes report for every comparison in ``table`` (the ``axes.csv`` frame).
 
-    For each comparison: a line with the budget actually used (discovery / test pairs,
-    invalid brainstorm answers, consolidation path), the ranked list of selected axes with
+    A comparison of ``summary`` with no axis in ``table`` gets one line saying why: no usable
+    brainstorm answer (how many were unusable: nothing was measured), or valid answers that
+    listed no difference (the LMRA's finding). For each comparison with axes: a line with the
+    budget actually used (discovery / test pairs, unusable brainstorm answers, consolidation
+    path) — and a yellow line when no brainstorm answer was usable, so that only the extra
+    axes were tested —, the ranked list of selected axes with
     their evidence (split, mean(s) with CI, n pairs and prompts, harm check), a table of
     every axis tested overall (at most ``max_rows``), and per-task rows for the selected
     axes (or, when none is selected, the ``max_task_axes`` with the smallest p-values).
@@ -86,7 +117,10 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
     summary = summary or {}
     comps = summary.get("comparisons", {})
     conf = percent_level(summary.get("confidence", 0.95))
-    if table.empty:
+    untested = [c for c in comps if table.empty or c not in set(table["comparison"])]
+    for comp in untested:  # no axis to test: say whether the LMRA found none or could not answer
+        console.print(f"[bold]Axes of difference: {lit(comp)}:[/] {_no_axis(comps[comp])}", highlight=False)
+    if table.empty and not untested:
         console.print("[bold]Axes of difference:[/] no candidate axis (no valid brainstorm feature and no "
                       "extra axes).")
     for comp, tab in table.groupby("comparison", sort=False):
@@ -100,13 +134,16 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         if info:
             b = info.get("brainstorm", {})
             console.print(
-                f"{info.get('n_discovery_pairs', 0)} discovery pairs ({b.get('invalid', 0)} invalid brainstorm "
-                f"answers after one retry, {b.get('failed', 0)} failed calls) → {info.get('n_features', 0)} features → "
+                f"{info.get('n_discovery_pairs', 0)} discovery pairs → {info.get('n_features', 0)} features → "
                 f"{info.get('n_candidate_axes', len(ov))} candidate axes (consolidation: "
                 f"{info.get('consolidation_path', '?')}, pre-clustering: {info.get('preclustering', 'none')}); "
+                f"{_unusable(b)}; "
                 f"{info.get('n_test_pairs', 0)} held-out test pairs on {info.get('n_test_prompts', 0)} prompts; "
                 f"{info.get('n_refused', 0)} pairs with a refusal, {info.get('n_unlabelled', 0)} without a refusal "
                 f"label and {info.get('n_failed', 0)} failed were excluded.")
+            if b.get("pairs") and not b.get("valid"):
+                console.print(f"[yellow]No axis could be discovered: {_unusable(b)}. Only the extra axes were "
+                              "tested.[/]")
             if info.get("n_labels_failed"):
                 console.print(f"[yellow]{info['n_labels_failed']} of {info.get('n_labels', 0)} labels (test pair × axis) "
                               "failed after every retry: those pairs are left out of that axis's test (column n; "
