@@ -19,13 +19,17 @@ compares two runs' records (``lmra check``, ``lmra compare``).
 Chat-template tokens (:data:`TEMPLATE_TOKENS`) in an answer's text mean the endpoint formats
 prompts with a template that is not the model's own, or does not stop at the end of a turn
 (an OpenAI-compatible server that fell back to a Llama 2 format answered ``<<<<[/INST]``).
-They are counted per role and token, and each role and token is announced once.
+They are counted per role and token, and each role and token is announced once. Other tools
+that read a model's answers use the same detector (:func:`template_tokens_in`,
+:func:`without_template_tokens`, :func:`count_template_tokens`): ``lmra recsys``'s list parser
+and its ``summary.json``.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, wrap_identity
@@ -91,6 +95,19 @@ def template_tokens_in(text: str) -> list[str]:
     return [tok for tok, _ in TEMPLATE_TOKENS if tok in text]
 
 
+#: every :data:`TEMPLATE_TOKENS` token, longest first
+_TOKEN_RE = re.compile("|".join(re.escape(tok) for tok, _ in sorted(TEMPLATE_TOKENS, key=lambda t: -len(t[0]))))
+
+
+def without_template_tokens(text: str) -> tuple[str, list[str]]:
+    """``text`` with every occurrence of a :data:`TEMPLATE_TOKENS` token replaced by a space,
+    and the tokens found (:func:`template_tokens_in`). For a reader of an answer's content
+    (``lmra recsys``'s list parser): a line that held only tokens is left blank, and
+    ``Let It Be</s>`` becomes ``Let It Be``. The caller counts what was removed."""
+    found = template_tokens_in(text)
+    return (_TOKEN_RE.sub(" ", text) if found else text), found
+
+
 _CLEANED: dict[str, str] = {}  # served model ids / fingerprints seen → clean_reported of them
 
 
@@ -131,7 +148,6 @@ class ServedCounts:
 
     def observe(self, result: ChatResult) -> list[str]:
         """Count one answer; returns the template tokens it contains."""
-        self.responses += 1
         if result.served_model:
             served = _clean_once(result.served_model)
             if served:
@@ -140,11 +156,32 @@ class ServedCounts:
             fingerprint = _clean_once(result.system_fingerprint)
             if fingerprint:
                 self.system_fingerprint[fingerprint] += 1
-        found = template_tokens_in(result.text)
+        return self.observe_text(result.text)
+
+    def observe_text(self, text: str) -> list[str]:
+        """Count one answer from its text alone (its template tokens; no served model); returns
+        the template tokens it contains."""
+        self.responses += 1
+        found = template_tokens_in(text)
         for tok in found:
             self.template_tokens[tok] += 1
         self.responses_with_template_tokens += bool(found)
         return found
+
+    def template_tokens_field(self) -> dict:
+        """``{"responses": answers with a template token, "tokens": {token: answers}}`` (most
+        frequent first, ties by name)."""
+        return {"responses": self.responses_with_template_tokens, "tokens": dict(_by_count(self.template_tokens))}
+
+    def template_tokens_warning(self, role: str) -> str | None:
+        """The warning line when some answers held template tokens (``summary.json``'s
+        ``warnings`` of an audit and of ``lmra recsys``), else None."""
+        if not self.responses_with_template_tokens:
+            return None
+        toks = ", ".join(f"{t!r} × {n}" for t, n in _by_count(self.template_tokens))
+        return (f"{self.responses_with_template_tokens} of {self.responses} {role} responses contain chat-template "
+                f"tokens ({toks}): the endpoint may use another model's chat template (docs/providers.md, "
+                "'Chat-template tokens')")
 
     def manifest_fields(self) -> dict:
         """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section
@@ -153,8 +190,16 @@ class ServedCounts:
         top = lambda c: dict(_by_count(c))  # noqa: E731
         return {"served": {"responses": self.responses, "model": top(self.model),
                            "system_fingerprint": top(self.system_fingerprint)},
-                "template_tokens": {"responses": self.responses_with_template_tokens,
-                                    "tokens": top(self.template_tokens)}}
+                "template_tokens": self.template_tokens_field()}
+
+
+def count_template_tokens(texts: Iterable[str]) -> ServedCounts:
+    """The template-token counts of answers known by their text only (``lmra recsys``'s
+    ``lists.jsonl`` answers): :attr:`ServedCounts.responses` is the number of texts."""
+    counts = ServedCounts()
+    for text in texts:
+        counts.observe_text(text)
+    return counts
 
 
 class IdentityRecorder:
@@ -218,14 +263,7 @@ class RunIdentity:
 
     def warnings(self) -> list[str]:
         """One line per role whose answers contained template tokens (for ``summary.json``)."""
-        out = []
-        for role, c in self.counts.items():
-            if c.responses_with_template_tokens:
-                toks = ", ".join(f"{t!r} × {n}" for t, n in _by_count(c.template_tokens))
-                out.append(f"{c.responses_with_template_tokens} of {c.responses} {role} responses contain "
-                           f"chat-template tokens ({toks}): the endpoint may use another model's chat template "
-                           "(docs/providers.md, 'Chat-template tokens')")
-        return out
+        return [w for role, c in self.counts.items() if (w := c.template_tokens_warning(role)) is not None]
 
 
 def _served(manifest: dict, role: str) -> dict:

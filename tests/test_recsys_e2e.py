@@ -782,3 +782,64 @@ values = {{ gender = ["a boy", "a girl"] }}
     cfg.write_text(cfg.read_text().replace("n_names = 3", "n_names = 2"), encoding="utf-8")
     assert run_cli(["validate", str(cfg)]) == 0
     assert "seed names:" not in capsys.readouterr().err
+
+
+class WrongTemplateTarget(ScriptedRecommender):
+    """An OpenAI-compatible server formatting prompts with llama.cpp's fallback Llama 2 chat
+    template: for Adele the boy's answer is the fresh-user finding's, the girl's a list between
+    template tokens, the neutral one ends in ``</s>``; Drake's answers are clean lists."""
+
+    async def complete(self, request):
+        text = request.messages[-1].content
+        if "Drake" in text:
+            return ChatResult(text="1. One Dance\n2. Hotline Bling\n3. " + ("God's Plan" if "a girl" in text
+                                                                          else "Passionfruit"), usage=Usage())
+        if "a boy" in text:
+            return ChatResult(text="<</SYS>>\n<</SYS>>\nI would like to see a list of 5 songs that", usage=Usage())
+        if "a girl" in text:
+            return ChatResult(text="<</SYS>>\n<</SYS>>\nHalo\nSkyfall\nHello", usage=Usage())
+        return ChatResult(text="1. Hello\n2. Skyfall\n3. Rolling in the Deep</s>", usage=Usage())
+
+
+def make_wrong_template(cfg):
+    return WrongTemplateTarget(cfg)
+
+
+def test_cli_answers_with_chat_template_tokens_are_counted_warned_and_never_items(tmp_path, capsys):
+    """Fresh-user finding: a target served with the wrong chat template gave lists such as
+    ["<</SYS>>", "<</SYS>>", "I would like to see a list of 5 songs that"], scored without a word,
+    while `lmra audit` warns of chat-template tokens. They are now no items, and the answers
+    holding them are counted in summary.json and warned of, as the audit does."""
+    cfg = write_config(tmp_path, "tmpl", """
+[target]
+provider = "test_recsys_e2e:make_wrong_template"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+values = { gender = ["a boy", "a girl"] }
+""", k=3)
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    run = run_folder(tmp_path / "out")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["template_tokens"] == {"responses": 3, "tokens": {"<</SYS>>": 2, "</s>": 1}}
+    warning = ("3 of 6 target responses contain chat-template tokens ('<</SYS>>' × 2, '</s>' × 1): the endpoint "
+               "may use another model's chat template")
+    assert summary["warnings"] and summary["warnings"][0].startswith(warning)
+    assert f"WARNING: {warning}" in out and out.index("WARNING:") < out.index("Similarity to the neutral list")
+    assert "3 answers with chat-template tokens" in out
+    lists = {(r["name"], r["value"]): r for r in read_jsonl(run / "lists.jsonl")}
+    assert all("SYS" not in item and "</s>" not in item for r in lists.values() for item in r["items"])
+    boy, girl = lists[("Adele", "a boy")], lists[("Adele", "a girl")]
+    assert boy["items"] == [] and boy["parse_failed"] and boy["template_tokens"] == ["<</SYS>>"]
+    assert girl["keys"] == ["halo", "skyfall", "hello"] and girl["template_tokens"] == ["<</SYS>>"]
+    assert lists[("Adele", "")]["keys"][-1] == "rolling in the deep"
+    assert lists[("Drake", "a boy")]["template_tokens"] == []
+    assert summary["unparseable_unscored"] == 1  # the boy's answer held no list: not scored as one
+    # scoring the run's lists file counts the same answers from their text
+    capsys.readouterr()
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--k", "3", "--permutations", "0",
+                    "--out", str(tmp_path / "scored")]) == 0
+    assert f"WARNING: {warning}" in " ".join(capsys.readouterr().out.split())
+    assert json.loads((tmp_path / "scored" / "summary.json").read_text())["template_tokens"] == \
+        summary["template_tokens"]

@@ -146,3 +146,18 @@ def test_ratings_and_descriptions_after_a_year_are_cut_and_dashed_titles_still_m
     # the dash cut the Star Wars title; matching falls back to the item's full text
     assert [m.id for m in catalog.match_parsed(p)] == [4, 11, 3, 8]
     assert catalog.match("Star Wars: Episode IV") is None
+
+
+def test_chat_template_tokens_are_never_items_and_are_counted():
+    """Fresh-user finding: a model served with llama.cpp's fallback Llama 2 chat template gave
+    ``["<</SYS>>", "<</SYS>>", "I would like to see a list of 5 songs that"]`` as a list. Lines of
+    chat-template tokens are no items (the audit's detector, lmra.identity), a token after a
+    title is not part of it, and the tokens found are recorded."""
+    p = parse_list("<</SYS>>\n<</SYS>>\nI would like to see a list of 5 songs that")
+    assert p.items == [] and p.parse_failed and p.template_tokens == ["<</SYS>>"]
+    p = parse_list("<</SYS>>\n<</SYS>>\nHalo\nSkyfall\nHello")
+    assert p.format == "lines" and p.keys == ["halo", "skyfall", "hello"] and p.template_tokens == ["<</SYS>>"]
+    p = parse_list("[/INST] Here you go:\n1. Hey Jude\n2. Yesterday [/INST]\n3. Let It Be</s>\n4. <|im_end|>")
+    assert p.keys == ["hey jude", "yesterday", "let it be"] and p.items[2] == "Let It Be" and p.n_dropped == 1
+    assert p.template_tokens == ["[/INST]", "<|im_end|>", "</s>"]
+    assert parse_list("1. Hey Jude\n2. Yesterday").template_tokens == []

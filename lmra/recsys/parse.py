@@ -3,7 +3,10 @@
 :func:`parse_list` finds the list inside an answer — numbered (``1.``, ``1)``, ``**1.**``),
 bulleted (``-``, ``*``, ``•``), one item per line, a numbered list run together on one line,
 or a comma-separated list after a colon — skipping preamble and closing sentences, and
-detects refusals. :func:`extract_title` takes the title out of an item written as
+detects refusals; chat-template tokens in the answer (``<</SYS>>``, ``[/INST]``, ``</s>`` …:
+:data:`lmra.identity.TEMPLATE_TOKENS`, the audit's detector) are removed before the list is read
+and recorded (:attr:`ParsedList.template_tokens`), so a line of them is never an item.
+:func:`extract_title` takes the title out of an item written as
 ``"Title" by Artist``, ``**Title** – Artist``, ``Title (1999)`` and similar, and
 :func:`normalize_title` reduces a title to a comparison key (Unicode NFKC, case, quotes,
 parentheticals such as years, trailing articles as in MovieLens' "Matrix, The",
@@ -72,6 +75,9 @@ class ParsedList:
         refusal: True when no list was found and the answer reads as a refusal.
         n_dropped: candidate items dropped because nothing was left after normalisation.
         n_duplicates: kept items whose key repeats an earlier key.
+        template_tokens: the chat-template tokens found in the answer
+            (:func:`lmra.identity.template_tokens_in`), removed before the list was read: a
+            model served with another model's chat template (docs/providers.md).
     """
 
     items: list[str] = field(default_factory=list)
@@ -81,6 +87,7 @@ class ParsedList:
     refusal: bool = False
     n_dropped: int = 0
     n_duplicates: int = 0
+    template_tokens: list[str] = field(default_factory=list)
 
     @property
     def parse_failed(self) -> bool:
@@ -218,7 +225,10 @@ def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | Non
     bulleted lines (``-``, ``*``, ``•`` …); a numbered list run together on one line;
     otherwise short lines one item each (a preamble ending with ``:`` and up to two other
     sentences are skipped); otherwise a comma-separated list. When numbered lines exist,
-    bullets (often sub-details) are ignored. Markdown headings are skipped.
+    bullets (often sub-details) are ignored. Markdown headings are skipped. Chat-template
+    tokens are removed first (:func:`lmra.identity.without_template_tokens`) and listed in
+    :attr:`ParsedList.template_tokens`: a line of them (``<</SYS>>``) is no item, and
+    ``Let It Be</s>`` is read as ``Let It Be``.
 
     Args:
         text: the model's answer.
@@ -230,8 +240,11 @@ def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | Non
         ``items == []`` and ``refusal=True``; other answers without a list give
         ``format == "none"`` (:attr:`ParsedList.parse_failed`).
     """
-    fmt, cands = _candidate_lines(text or "")
-    out = ParsedList(format=fmt)
+    from lmra.identity import without_template_tokens  # (imported when parsing: it loads the providers)
+
+    text, tokens = without_template_tokens(text or "")
+    fmt, cands = _candidate_lines(text)
+    out = ParsedList(format=fmt, template_tokens=tokens)
     seen: set[str] = set()
     for c in cands:
         title = extract_title(c, artists)
@@ -249,7 +262,7 @@ def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | Non
             break
     if not out.items:
         out.format = "none"
-        out.refusal = bool(_REFUSAL.search(text or ""))
+        out.refusal = bool(_REFUSAL.search(text))
     return out
 
 

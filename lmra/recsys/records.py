@@ -81,8 +81,10 @@ def make_matcher(cfg: RecsysConfig, cf: CfairContext | None, config_path: str | 
 def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: CatalogMatcher | None, artists: set[str],
                 cf: CfairContext | None) -> dict:
     """One ``lists.jsonl`` record: the instruction's fields, its answer (:func:`~lmra.recsys.generate.ask_target`)
-    and the parsed list (``items``, ``keys``, ``compare``, parse flags and counts); with a
-    matcher, ``matched`` ids and scores; for CFaiRLLM (``cf``) the user, profile echoes,
+    and the parsed list (``items``, ``keys``, ``compare``, parse flags and counts, and
+    ``template_tokens``: the chat-template tokens in the answer — removed before the ``lmra``
+    parser reads it, left to the ``fairllm-code`` parser, which replicates the released code);
+    with a matcher, ``matched`` ids and scores; for CFaiRLLM (``cf``) the user, profile echoes,
     ``top_k_matched``, ``recommended`` and the true-preference list R′ with its ranks.
 
     Args:
@@ -95,19 +97,21 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
     } | ans
     if ans["error"] is not None:
         return rec | {"items": [], "keys": [], "compare": [], "format": "none", "refusal": False,
-                      "parse_failed": False, "n_items": 0, "n_dropped": 0, "n_duplicates": 0}
+                      "parse_failed": False, "n_items": 0, "n_dropped": 0, "n_duplicates": 0, "template_tokens": []}
     if cfg.parser == "fairllm-code":
+        from lmra.identity import template_tokens_in
+
         keys = parse_fairllm_code(ans["raw"])
         # the released code scores whatever its parsing returns, an empty list too (0): so does
         # this parser, counting such answers (empty_parse), not leaving them out as parse failures
         rec |= {"items": keys, "keys": keys, "compare": keys, "format": "fairllm-code", "refusal": False,
                 "parse_failed": False, "empty_parse": not keys, "n_items": len(keys), "n_dropped": 0,
-                "n_duplicates": len(keys) - len(set(keys))}
+                "n_duplicates": len(keys) - len(set(keys)), "template_tokens": template_tokens_in(ans["raw"])}
         return rec
     parsed = parse_list(ans["raw"], artists=artists)
     rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format, "refusal": parsed.refusal,
             "parse_failed": parsed.parse_failed, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
-            "n_duplicates": parsed.n_duplicates}
+            "n_duplicates": parsed.n_duplicates, "template_tokens": parsed.template_tokens}
     compare = list(parsed.keys)
     if matcher is not None:
         matches = matcher.match_parsed(parsed)

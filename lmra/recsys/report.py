@@ -59,6 +59,9 @@ def _counts_line(summary: dict) -> str:
                      "for bias disparity, not replaced by titles ranked below K)")
     if summary.get("items_dropped_empty"):
         parts.append(f"{summary['items_dropped_empty']} items dropped (nothing left after normalisation)")
+    if (summary.get("template_tokens") or {}).get("responses"):
+        parts.append(f"{counted(summary['template_tokens']['responses'], 'answer')} with chat-template tokens "
+                     "(warning above)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
     if summary.get("users_without_training_ratings"):
@@ -127,9 +130,12 @@ def _n_differs(similarity: pd.DataFrame, k: int, analysis: str | None) -> bool:
 
 def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataFrame, summary: dict,
                   manifest: dict, bias_summary: pd.DataFrame | None = None) -> None:
-    """Print similarity to neutral per value, SNSR/SNSV per attribute at K, a few points of the
-    K-curves, the counts of failed/refused/unparsed lists and, for CFaiRLLM runs, the average
-    bias disparity and item coverage."""
+    """Print the summary's warnings (answers with chat-template tokens: "WARNING: …" first, as
+    ``lmra audit``'s report), similarity to neutral per value, SNSR/SNSV per attribute at K, a
+    few points of the K-curves, the counts of failed/refused/unparsed lists and, for CFaiRLLM
+    runs, the average bias disparity and item coverage."""
+    for w in summary.get("warnings") or []:  # before any number, as the audit's report
+        console.print(Text.assemble(("WARNING: ", "bold red"), w))
     k = int(summary.get("k", manifest.get("k", 20)))
     conv = summary.get("convention", "paper")
     label = _LABEL_CODE if conv == "fairllm-code" else _LABEL

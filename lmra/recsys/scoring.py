@@ -165,7 +165,10 @@ def values_without_similarity(sim: pd.DataFrame, k: int) -> dict[tuple, list[str
 def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *, k: int, convention: str,
                   dropped: dict[str, int], matched: bool = False) -> dict[str, Any]:
     """Counts and headline numbers of a run (nothing is dropped silently): ``dropped`` is the
-    counts dict of :func:`score_frame`."""
+    counts dict of :func:`score_frame`. When the lists hold their answers' text (``raw``):
+    ``template_tokens`` (answers with chat-template tokens, and answers per token, counted by
+    the audit's detector, :func:`lmra.identity.count_template_tokens`) and ``warnings`` (the
+    audit's line when some answer held one)."""
     n = len(lists)
     ok = lists[lists["error"].isna()] if "error" in lists.columns else lists
     n_items = ok["n_items"] if "n_items" in ok.columns else ok["keys"].map(len)
@@ -192,6 +195,12 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         "lists_shorter_than_k": int(sum(len(top_k(x, k, convention=convention)) < k for x in listed[col])),
         "mean_list_length": float(n_items.mean()) if len(n_items) else math.nan,
     }
+    if "raw" in ok.columns:  # a model served with another model's chat template (the audit's warning)
+        from lmra.identity import count_template_tokens
+
+        tokens = count_template_tokens(r for r in ok["raw"] if isinstance(r, str))
+        warning = tokens.template_tokens_warning("target")
+        out |= {"template_tokens": tokens.template_tokens_field(), "warnings": [warning] if warning else []}
     if "n_profile_echoes" in ok.columns:
         out["profile_echoes"] = int(ok["n_profile_echoes"].fillna(0).sum())
     if matched and "n_unmatched" in ok.columns:
