@@ -277,6 +277,17 @@ class CheckResult:
         return int((self.tests["p_regress"].notna() & self.tests["mde"].isna()).sum())
 
     @property
+    def not_evidence(self) -> str:
+        """Why a "no regression" from this check is not evidence of no regression
+        (:func:`no_regression_caveat`: a failed judge or partial run on either side, or no row
+        able to detect any rise); "" when it is."""
+        rows = self.tests.to_dict(orient="records") + (self.overall.to_dict(orient="records")
+                                                       if len(self.overall) else [])
+        return no_regression_caveat(rows, run_judge_status=self.judge_status_run, run_status=self.run_status,
+                                    baseline_judge_status=self.judge_status_base,
+                                    baseline_status=self.baseline_status)
+
+    @property
     def verdict(self) -> str:
         """The check's verdict, the same on every surface (exit status, ``--json``, the history,
         report.html, the exports): ``no_conclusion`` when every chatbot answer of the run was
@@ -918,6 +929,56 @@ def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> 
     """Why a tested task has no detectable rise (the ``mde_note`` of :func:`_add_detectable_rise`)."""
     return (f"too few prompts to detect any rise: with {int(n_run)}/{int(n_base)} prompts (run/baseline) no rise of "
             f"the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = {alpha:g}/{n_tested}")
+
+
+#: how the console's verdict line and report.html's check box start a "no regression" that is not
+#: evidence of none (:func:`no_regression_caveat` says why)
+NOT_EVIDENCE_HEAD = "No regression detected — not evidence of no regression"
+
+
+def not_evidence_reason(judge_status: str | None, status: str | None, whose: str = "") -> str:
+    """Why a run's regression-check verdict is not evidence about the chatbot: its judge failed
+    validation (waived or not), or the run is not complete (``partial`` …); "" otherwise. One rule
+    for ``lmra history``'s check column (fresh-user finding: a night whose judge failed read a
+    plain "no regression"), the check's verdict line and report.html's check box
+    (:func:`no_regression_caveat`). ``whose``: ``baseline`` words it for the baseline
+    ("baseline's judge failed validation", "baseline partial"); default: the night itself
+    ("judge failed validation", "run partial")."""
+    judge, run = (f"{whose}'s judge", whose) if whose else ("judge", "run")
+    why = [w for w, bad in ((f"{judge} failed validation", str(judge_status or "").startswith("failed")),
+                            (f"{run} {status}", (status or "complete") != "complete")) if bad]
+    return " and ".join(why)
+
+
+def undetectable_reason(rows: list[dict]) -> str:
+    """Why a check that tested something detects no rise at all: every tested row (a task or an
+    overall row, ``p_regress`` a number) has no detectable rise — no rise of its stereotype rate
+    reaches :data:`MDE_POWER` power at its sizes (``mde`` nan: the "too small to detect any rise"
+    of :attr:`CheckResult.n_undetectable`, the verdict line and ``lmra history``). "" when a row
+    detects some rise, nothing was tested, or the check predates the detectable rise (no ``mde``)."""
+    tested = [r for r in rows if finite(r.get("p_regress")) is not None]
+    if not tested or any("mde" not in r or finite(r.get("mde")) is not None for r in tested):
+        return ""
+    n = len(tested)
+    return (f"{'none of the ' + str(n) + ' rows' if n > 1 else 'the one row'} tested (tasks and overall "
+            f"ratings) can detect any rise — at these sizes no rise reaches {MDE_POWER:.0%} power (too few prompts)")
+
+
+def no_regression_caveat(rows: list[dict], *, run_judge_status: str | None, run_status: str | None,
+                         baseline_judge_status: str | None = None, baseline_status: str | None = None) -> str:
+    """Why a check's "no regression" is not evidence of no regression, in words, "" when it is:
+    the night's or the baseline's judge failed validation or run is not complete
+    (:func:`not_evidence_reason`, the rule of ``lmra history``), or none of its tested ``rows``
+    (the check's task and overall rows as dicts) can detect any rise (:func:`undetectable_reason`).
+    The console's verdict line and report.html's check box then read "No regression detected —
+    not evidence of no regression: …" instead of a plain pass (fresh-user finding: a green "No
+    regression" under a failed judge). The exit status does not change. The baseline's statuses
+    are left out when None (not known: a stored check read without the history)."""
+    why = [not_evidence_reason(run_judge_status, run_status)]
+    if baseline_judge_status is not None or baseline_status is not None:
+        why.append(not_evidence_reason(baseline_judge_status, baseline_status, whose="baseline"))
+    why.append(undetectable_reason(rows))
+    return "; ".join(w for w in why if w)
 
 
 def detectable_words(span: dict | None, between: str = "; ") -> str:

@@ -137,7 +137,13 @@ def print_check(console: Console, result) -> None:
     else:
         n_overall = getattr(result, "family_size", result.n_tested) - result.n_tested
         overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested)" if n_overall else "")
-        console.print(f"[bold green]No regression[/]: no task's net rating rose significantly by more than the "
+        # a failed judge, a partial run, no row able to detect a rise: the same words as report.html's box
+        from lmra.monitor import NOT_EVIDENCE_HEAD
+
+        caveat = getattr(result, "not_evidence", "")
+        head = (f"[bold yellow]{NOT_EVIDENCE_HEAD}[/]: {lit(caveat)}. No" if caveat
+                else "[bold green]No regression[/]: no")
+        console.print(f"{head} task's net rating rose significantly by more than the "
                       f"margin ({tested_words(result)}){overall_words}.")
     if len(result.improvements):
         console.print("Improvements: " + "; ".join(f"{lit(task(r))} ({lit(r.comparison)})"
@@ -399,10 +405,11 @@ def _tasks_named(keyed: dict, between: str) -> str:
 
 def _not_evidence(run) -> str:
     """Why a run's check verdict is not evidence about the chatbot (a ``runs`` row of the
-    history): its judge failed validation (waived or not), the run is partial; "" otherwise."""
-    why = [w for w, bad in (("judge failed validation", str(run.judge_status or "").startswith("failed")),
-                            (f"run {run.status}", (run.status or "complete") != "complete")) if bad]
-    return " and ".join(why)
+    history): its judge failed validation (waived or not), the run is partial; "" otherwise
+    (:func:`lmra.monitor.not_evidence_reason`, the rule report.html's check box follows too)."""
+    from lmra.monitor import not_evidence_reason
+
+    return not_evidence_reason(run.judge_status, run.status)
 
 
 def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str:

@@ -170,8 +170,13 @@ def _judge_context(run: RunFolder) -> dict:
 
 
 # -- context -----------------------------------------------------------------------------
-def _check_context(check) -> dict | None:
-    """Normalise a :class:`lmra.monitor.CheckResult` or a stored check (dict) for the template."""
+def _check_context(check, run: RunFolder | None = None, history=None) -> dict | None:
+    """Normalise a :class:`lmra.monitor.CheckResult` or a stored check (dict) for the template.
+
+    ``not_evidence``: why a "no regression" is not evidence of none (the check's
+    :attr:`~lmra.monitor.CheckResult.not_evidence`; for a stored check
+    :func:`lmra.monitor.no_regression_caveat` on ``run``'s statuses and, when ``history`` knows
+    the baseline, the baseline's); "" when it is, or when ``run`` is not given."""
     if check is None:
         return None
     if isinstance(check, dict):  # History.latest_check
@@ -203,8 +208,19 @@ def _check_context(check) -> dict | None:
                    "alpha_task": (float(alpha) / n_tested) if n_tested else None,
                    "shown": any("mde" in r for r in rows)}
     from lmra.history import refusal_reason
+    from lmra.monitor import NOT_EVIDENCE_HEAD, no_regression_caveat
 
+    if not isinstance(check, dict):
+        not_evidence = check.not_evidence
+    elif run is not None:  # a stored check: the night's statuses from its folder, the baseline's from the history
+        base = history.get(base_id) if history is not None else None
+        not_evidence = no_regression_caveat(rows, run_judge_status=run.judge_status, run_status=run.status,
+                                            baseline_judge_status=base.get("judge_status") if base else None,
+                                            baseline_status=base.get("status") if base else None)
+    else:
+        not_evidence = ""
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
+            "not_evidence": not_evidence, "not_evidence_head": NOT_EVIDENCE_HEAD,
             "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
             "refused": refusal_reason(warnings),  # the check was refused: its baseline not comparable (why)
             "regressions": [r for r in rows if r.get("regressed")],
@@ -312,7 +328,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
 
     if check is None and history is not None:
         check = history.latest_check(run.run_id)
-    check_ctx = _check_context(check)
+    check_ctx = _check_context(check, run, history)
     args = adequacy_args(run, check=check, delta=delta, power=power)
     delta, alpha = args["delta"], args["alpha"]
     conf_pct = percent_level(1 - alpha)
