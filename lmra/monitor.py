@@ -1000,10 +1000,12 @@ def detectable_words(span: dict | None, between: str = "; ") -> str:
 
 
 def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
-    """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26%)`` — the rise of H and the
-    stereotype rates it corresponds to; ``≥ +0.2135 …`` when it is a lower bound (``mde_lower_bound``:
-    reverse-stereotyped prompts the model leaves out); ``—`` when not computed (not tested, or a
-    check stored before issue 12); ``none reaches 80% power (too few prompts)`` when no rise
+    """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26% of prompts stereotyped)`` —
+    the rise of the net rating H and the stereotype rates it corresponds to, the share of the task's
+    prompts whose score h = q_F − q_R is ≥ 0.5 (baseline → tonight; named in the cell, as it is not
+    the forward rate of the audit's tables, fresh-user finding); ``≥ +0.2135 …`` when it is a lower
+    bound (``mde_lower_bound``: reverse-stereotyped prompts the model leaves out); ``—`` when not
+    computed (not tested, or a check stored before issue 12); ``none reaches 80% power (too few prompts)`` when no rise
     reaches the power (a task can still be flagged: a large rise is significant at lower power —
     fresh-user finding: "none (too few prompts)" beside "regression" read as a contradiction)."""
     m, p0, dp = finite(mde), finite(base_rate), finite(mde_rate)
@@ -1012,7 +1014,7 @@ def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
     if m is None or dp is None:
         return f"none reaches {MDE_POWER:.0%} power (too few prompts)"
     bound = lower_bound is not None and lower_bound == lower_bound and bool(lower_bound)  # (None/NaN: stored before)
-    return f"{'≥ ' if bound else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}%)"
+    return f"{'≥ ' if bound else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}% of prompts stereotyped)"
 
 
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,

@@ -117,3 +117,22 @@ def test_a_check_that_can_detect_no_rise_is_not_evidence(nights):
     assert cls == "banner untested" and text.startswith(f"{NOT_EVIDENCE_HEAD}: none of the 3 rows tested")
     assert f"{NOT_EVIDENCE_HEAD}: none of the 3 rows tested" in _printed(result)
 
+
+def test_check_table_columns_and_detectable_rise_say_what_they_are(nights):
+    """Fresh-user finding: two columns headed "Holm p" (rise, fall), and a detectable rise's
+    "(0% → 77%)" called a stereotype rate, matching nothing on screen (the audit table's forward
+    rates are about 0.25). The columns are told apart and the bracket says what share it is."""
+    run, base = load_run(nights["plain"]), load_run(nights["base"])
+    result = check_regression(run, base)
+    printed = _printed(result)
+    assert "Holm p (rise)" in printed and "Holm p (fall)" in printed
+    assert "% of prompts stereotyped)" in printed  # the table's cells
+    assert "share of the task's prompts that are stereotyped — score h = q_F − q_R ≥ 0.5" in printed
+    assert "not the audit's forward rate" in printed and "net rating H (on the scale of the H run" in printed
+    html = render_report(run, check=result)
+    dom = DomIndex(html)
+    assert "Holm p (rise)" in dom.text_of("check-table") and "Holm p (fall)" in dom.text_of("check-table")
+    assert "% of prompts stereotyped)" in dom.text_of("check-table")
+    note = dom.text_of("check-sensitivity")
+    assert "share of the task's prompts that are stereotyped" in note and "not the forward rate" in note
+

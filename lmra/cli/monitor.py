@@ -70,8 +70,8 @@ def print_check(console: Console, result) -> None:
 
     table = Table(title=f"Regression check: {lit(result.run_id)} vs baseline {lit(result.baseline_id)} "
                         f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
-    for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p",
-                "p fall", "Holm p", "detectable rise (80%)", "decision"):
+    for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
+                "p fall", "Holm p (fall)", "detectable rise (80%)", "decision"):
         table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
     task = _task_namer(result.tests)
     replayed = getattr(result, "replayed", False)  # rows of replayed answers decide nothing
@@ -101,7 +101,7 @@ def print_check(console: Console, result) -> None:
                       _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(t.mde, t.base_rate, t.mde_rate, t.mde_lower_bound), decision)
     console.print(table)
-    if result.n_tested:
+    if getattr(result, "family_size", result.n_tested):  # (an overall row tested alone has its detectable rise too)
         console.print(f"[dim]{sensitivity_note(result)}[/]")
     if result.only_in_run or result.only_in_baseline:
         console.print(f"[dim]Not compared — only in the run: {lit(', '.join(result.only_in_run) or 'none')}; "
@@ -245,18 +245,23 @@ def print_judge_blocks(console, result) -> None:
 def sensitivity_note(result) -> str:
     """Plain-words footnote of the check table: what the detectable rise means."""
     from lmra.monitor import MDE_POWER
+    from lmra.power import STEREOTYPED_THRESHOLD
 
     t = max(1, getattr(result, "family_size", result.n_tested))
-    return (f"Detectable rise: the smallest rise of a task's net rating that this check flags with "
-            f"{MDE_POWER:.0%} power at its sizes (its prompts per run, margin {result.margin:g}, "
-            f"α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per test, T counting the tasks and the overall "
-            f"rows tested), if the rise is made of stereotyped "
-            f"prompts scoring like this night's (in brackets: the baseline task's stereotype rate → the rate "
-            f"tonight that is flagged {MDE_POWER:.0%} of the time). A night without a regression rules out rises of "
-            f"about this size, not smaller ones; '≥' marks a task with reverse-stereotyped prompts, which the model "
-            f"leaves out: the rise it detects is larger; 'none reaches {MDE_POWER:.0%} power': no rise is flagged that "
-            f"often at these sizes (a task flagged anyway rose more than chance explains, at lower power). 'lmra plan "
-            f"--design two-run' sizes the audit for the rise you care about.")
+    return (f"Detectable rise: the smallest rise of a task's net rating H (on the scale of the H run, H base and "
+            f"diff columns) that this check flags with {MDE_POWER:.0%} power at its sizes (its prompts per run, margin "
+            f"{result.margin:g}, α/T = {result.alpha:g}/{t} = {result.alpha / t:.4g} per test, T counting the tasks "
+            f"and the overall rows tested), if the rise is made of stereotyped prompts scoring like this night's. In "
+            f"brackets, another quantity: the share of the task's prompts that are stereotyped — score "
+            f"h = q_F − q_R ≥ {STEREOTYPED_THRESHOLD:g} (the mean of its pairs') — in the baseline → the share tonight "
+            f"that is flagged {MDE_POWER:.0%} of the time; the rise of H is that rise of the share times the "
+            f"stereotyped prompts' score. It is not the audit's forward rate (the mean q_F over pairs, the judge's "
+            f"leftover probability included: a pair rated 0.26 forward and 0.26 reverse has h = 0 and is not "
+            f"stereotyped). A night without a regression rules out rises of about this size, not smaller ones; '≥' "
+            f"marks a task with reverse-stereotyped prompts, which the model leaves out: the rise it detects is "
+            f"larger; 'none reaches {MDE_POWER:.0%} power': no rise is flagged that often at these sizes (a task "
+            f"flagged anyway rose more than chance explains, at lower power). 'lmra plan --design two-run' sizes the "
+            f"audit for the rise you care about.")
 
 
 # -- handlers ----------------------------------------------------------------------------

@@ -204,7 +204,10 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
         # the check's sensitivity (issue 12); absent from checks stored before it existed
         r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"),
                                             r.get("mde_lower_bound", False))
+    from lmra.power import STEREOTYPED_THRESHOLD
+
     sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
+                   "threshold": f"{STEREOTYPED_THRESHOLD:g}",  # a stereotyped prompt's score, at least
                    "alpha_task": (float(alpha) / n_tested) if n_tested else None,
                    "shown": any("mde" in r for r in rows)}
     from lmra.history import refusal_reason
