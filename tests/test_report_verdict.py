@@ -136,3 +136,29 @@ def test_check_table_columns_and_detectable_rise_say_what_they_are(nights):
     note = dom.text_of("check-sensitivity")
     assert "share of the task's prompts that are stereotyped" in note and "not the forward rate" in note
 
+
+def test_one_prompt_per_task_report_promises_no_interval_and_lists_no_empty_rows(tmp_path):
+    """The default demo: 1 prompt per task. The bar chart was titled "(95% CI)" and drew none;
+    the sample-size table was a row of "— (none)" per task. The chart says why it has no
+    interval, and the tasks with nothing to size are one sentence."""
+    run = load_run(make_run(tmp_path, "20260101-000000-demo", FLAT, seed=1, n_prompts=2))
+    assert run.per_task["ci_low"].isna().all()
+    html = render_report(run)
+    dom = DomIndex(html)
+    bars = dom.text_of("task-bars-1")
+    assert "(95% CI)" not in bars and "no CI: every task has < 2 prompts" in bars
+    assert "without intervals: every task has fewer than 2 prompts with a valid pair" in bars
+    assert 'id="sample-size-table"' not in html
+    assert "every one of the 2 tasks has fewer than 2 prompts with a scored pair" in dom.text_of("sample-size-too-few")
+
+
+def test_some_tasks_without_an_interval_are_counted(tmp_path):
+    """3 prompts: 'career advice' has 2 (an interval, a sample-size row), 'write a story' 1."""
+    run = load_run(make_run(tmp_path, "20260101-000000-demo", FLAT, seed=1, n_prompts=3))
+    html = render_report(run)
+    dom = DomIndex(html)
+    bars = dom.text_of("task-bars-1")
+    assert "(95% CI; none for 1 task)" in bars and "1 of 2 tasks has no interval" in bars
+    assert dom.inside("sample-size-table", "tr") == 2  # header + career advice
+    assert dom.text_of("sample-size-too-few") == ("1 task with fewer than 2 prompts with a scored pair (too few for "
+                                                  "the test to detect any net rating) has no row: write a story.")

@@ -118,6 +118,10 @@ def _unpriced(budget: dict) -> str:
             f"{lit(str(budget.get('price_table')))}" + (f" (the priced models: ${priced:.4f})" if priced else ""))
 
 
+#: why a task has no confidence interval (the console's "—", report.html's bar chart)
+NO_INTERVAL_WHY = "fewer than 2 prompts with a valid pair"
+
+
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
                 refusals_on: bool = True) -> None:
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
@@ -133,7 +137,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                           _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
         console.print(table)
         if pt["ci_low"].isna().any():
-            console.print("[dim]— : no interval (fewer than 2 prompts with a valid pair in that task).[/]")
+            console.print(f"[dim]— : no interval ({NO_INTERVAL_WHY} in that task).[/]")
         tested = int(pt["ci_low"].notna().sum())
         if tested >= 10:  # (statistics-review note: per-task intervals are not corrected across tasks)
             chance = (1 - float(conf) / 100) * tested

@@ -337,8 +337,9 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
     conf_pct = percent_level(1 - alpha)
     per_task = []
     for comp, pt in run.per_task.groupby("comparison", sort=True):
-        per_task.append({"comparison": comp, "rows": _records(pt),
-                         "svg": plots.task_bars(pt, f"{comp}: net rating per task ({conf_pct}% CI)")})
+        title, caption = _bars_words(comp, pt, conf_pct)
+        per_task.append({"comparison": comp, "rows": _records(pt), "caption": caption,
+                         "svg": plots.task_bars(pt, title)})
     overall = run.summary.get("overall") or []
     tpl_hash, tpl_src = run.judge_template
     calls = {k: (run.manifest.get("calls") or {}).get(k, "—") for k in
@@ -385,8 +386,44 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
     table = adequacy() if adequacy is not None else None  # last: computed elsewhere meanwhile
     if table is None:
         table = sample_adequacy(run, **args)
-    context["adequacy"] = {"delta": delta, "alpha": round(alpha, 4), "power": power, "rows": _records(table)}
+    context["adequacy"] = {"delta": delta, "alpha": round(alpha, 4), "power": power} | _adequacy_rows(table)
     return context
+
+
+def _bars_words(comparison: str, per_task: pd.DataFrame, conf_pct) -> tuple[str, str]:
+    """The per-task bar chart's title and caption: they promise intervals only where the chart
+    draws them, and say why the others have none (fresh-user finding: the default demo's chart,
+    1 prompt per task, was titled "(95% CI)" and drew none)."""
+    from lmra.report.console import NO_INTERVAL_WHY
+
+    n = len(per_task)
+    n_ci = int((per_task["ci_low"].notna() & per_task["ci_high"].notna()).sum())
+    if n_ci == n:
+        return (f"{comparison}: net rating per task ({conf_pct}% CI)",
+                f"Net rating per task with {conf_pct}% CI ({comparison}).")
+    if n_ci == 0:
+        return (f"{comparison}: net rating per task (no CI: every task has < 2 prompts)",
+                f"Net rating per task ({comparison}), without intervals: every task has {NO_INTERVAL_WHY}, "
+                f"too few for a {conf_pct}% CI.")
+    k = n - n_ci
+    return (f"{comparison}: net rating per task ({conf_pct}% CI; none for {k} task{'s' * (k != 1)})",
+            f"Net rating per task with {conf_pct}% CI ({comparison}); {k} of {n} tasks {'have' if k != 1 else 'has'} "
+            f"no interval ({NO_INTERVAL_WHY}).")
+
+
+def _adequacy_rows(table: pd.DataFrame) -> dict:
+    """The sample-size table's rows for the template: ``rows`` the tasks it says something about,
+    ``too_few`` the others — fewer than 2 prompts with a scored pair, so neither a detectable net
+    rating nor the prompts needed — as ``{"n", "all", "labels"}`` for one sentence instead of a row
+    of dashes each (fresh-user finding: the default demo's table was 27 rows of "— (none)")."""
+    rows = _records(table)
+    empty = [(r.get("n_prompts") or 0) < 2 and r.get("detectable") is None and r.get("prompts_needed") is None
+             for r in rows]
+    blank = [r for r, e in zip(rows, empty) if e]
+    many = len({r["comparison"] for r in blank}) > 1  # name the comparison only when there are several
+    return {"rows": [r for r, e in zip(rows, empty) if not e],
+            "too_few": {"n": len(blank), "all": bool(blank) and len(blank) == len(rows),
+                        "labels": [f"{r['task']} ({r['comparison']})" if many else str(r["task"]) for r in blank]}}
 
 
 @functools.lru_cache(maxsize=1)

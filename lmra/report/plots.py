@@ -69,7 +69,7 @@ def _err(values: pd.Series, lo: pd.Series, hi: pd.Series) -> np.ndarray:
 @_rc
 def task_bars(per_task: pd.DataFrame, title: str) -> str:
     """Horizontal bars of the per-task net rating with CI whiskers (red: CI above 0,
-    blue: CI below 0, grey: CI contains 0 or unknown).
+    blue: CI below 0, grey: CI contains 0 or unknown); a task without an interval has none.
 
     Args:
         per_task: rows of one comparison with ``task, net_rating, ci_low, ci_high``.
@@ -81,7 +81,10 @@ def task_bars(per_task: pd.DataFrame, title: str) -> str:
     lo, hi = df["ci_low"].astype(float), df["ci_high"].astype(float)
     colours = [_colour(a, b) for a, b in zip(lo, hi)]
     ax.barh(y, net.fillna(0.0), color=colours, alpha=0.85)
-    ax.errorbar(net.fillna(0.0), y, xerr=_err(net, lo, hi), fmt="none", ecolor="black", elinewidth=1, capsize=2)
+    has_ci = (lo.notna() & hi.notna()).to_numpy()  # a task without an interval gets no whisker (not a 0-wide one)
+    if has_ci.any():
+        ax.errorbar(net.fillna(0.0)[has_ci], y[has_ci], xerr=_err(net[has_ci], lo[has_ci], hi[has_ci]), fmt="none",
+                    ecolor="black", elinewidth=1, capsize=2)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, df["task"].astype(str))
     ax.set_xlabel("net rating H = mean(q_F − q_R)")
