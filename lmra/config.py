@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError,
                       ValidationInfo, field_validator, model_validator)
 
-from lmra.errors import LmraInputError, find_key_line, read_toml, require_settings
+from lmra.errors import LmraInputError, find_key_line, find_table_item_line, read_toml, require_settings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -685,14 +685,11 @@ def field_line(text: str, loc: tuple[Any, ...] | str) -> int | None:
             (``"groups.1.name"``, ``"target.timeout_s"``).
     """
     if isinstance(loc, str):
-        loc = tuple(int(p) if p.isdigit() else p for p in loc.split("."))
+        loc = tuple(int(p) if p.isascii() and p.isdigit() else p for p in loc.split("."))
     _, section, leaf = _loc_to_field(loc)
-    line = None
-    if len(loc) >= 3 and isinstance(loc[1], int):  # [[groups]] index → that table's lines
-        line = find_key_line(text, leaf, str(loc[0]), occurrence=loc[1])
-    if len(loc) == 2 and isinstance(loc[1], int):  # a whole [[groups]] table → its header
-        headers = [i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == f"[[{loc[0]}]]"]
-        line = headers[loc[1]] if loc[1] < len(headers) else None
+    # an item of an array of tables ([[groups]], or [[domain.task]] under [[domain]] in a
+    # taxonomy) → the key in that item, else the item's header
+    line = find_table_item_line(text, loc)
     if line is None and leaf:
         line = find_key_line(text, leaf, section)
     if line is None and leaf and section and "." not in section and find_key_line(text, section) is not None:

@@ -96,6 +96,65 @@ def _check_unicode(v: str) -> None:
         raise ValueError("contains an invalid Unicode character (a lone surrogate such as \\ud800)") from None
 
 
+def check_text(v: str, what: str = "prompt") -> str:
+    """A text sent to a model (a prompt, a canary's response): non-blank, valid Unicode, at
+    most :data:`MAX_TEXT_CHARS` characters, printable but for tabs and line breaks.
+
+    Args:
+        what: how the message names the text.
+
+    Raises:
+        ValueError: what is wrong (pydantic puts it in the field's error).
+    """
+    if not v.strip():
+        raise ValueError("must not be empty or blank")
+    _check_unicode(v)
+    if len(v) > MAX_TEXT_CHARS:
+        raise ValueError(f"is {len(v):,} characters long; a {what} may have at most {MAX_TEXT_CHARS:,}")
+    bad = _control_char(v, _TEXT_CONTROL_OK)
+    if bad is not None:
+        raise ValueError(f"contains the control character U+{ord(bad):04X}; {what} text must be printable "
+                         "(tabs and line breaks are fine)")
+    return v
+
+
+def check_single_line(v: str, max_chars: int | None = MAX_ID_CHARS) -> str:
+    """A short text on one line (an id, a label, a menu line): non-blank, valid Unicode, at most
+    ``max_chars`` characters (None: no limit), without control or invisible format characters
+    (a line break, tab, NUL …).
+
+    Raises:
+        ValueError: what is wrong.
+    """
+    if not v.strip():
+        raise ValueError("must not be empty or blank")
+    _check_unicode(v)
+    if max_chars is not None and len(v) > max_chars:
+        raise ValueError(f"is {len(v):,} characters long; at most {max_chars} are allowed")
+    bad = _control_char(v)
+    if bad is not None:
+        raise ValueError(f"contains the control character U+{ord(bad):04X} (a line break, tab, NUL …)")
+    return v
+
+
+def check_label(v: str, what: str) -> str:
+    """A label compared exactly — a domain or task of a prompt file, the taxonomy or a canary
+    file: :func:`check_single_line`, and no leading or trailing whitespace (``"write a story "``
+    would be a task of its own beside ``"write a story"``: its own ``per_task.csv`` row).
+
+    Args:
+        what: how the message names the label (``task``, ``domain`` …).
+
+    Raises:
+        ValueError: what is wrong.
+    """
+    check_single_line(v)
+    if v != v.strip():
+        raise ValueError(f"{v!r} has leading or trailing whitespace; labels are compared exactly, so it would "
+                         f"be another {what} than {v.strip()!r}: remove the whitespace")
+    return v
+
+
 class PromptRecord(BaseModel):
     """One prompt of a prompt set (methodology §1 step 1). Strict types: see the module docstring."""
 
@@ -109,34 +168,17 @@ class PromptRecord(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty or blank")
-        _check_unicode(v)
-        if len(v) > MAX_TEXT_CHARS:
-            raise ValueError(f"is {len(v):,} characters long; a prompt may have at most {MAX_TEXT_CHARS:,}")
-        bad = _control_char(v, _TEXT_CONTROL_OK)
-        if bad is not None:
-            raise ValueError(f"contains the control character U+{ord(bad):04X}; prompt text must be printable "
-                             "(tabs and line breaks are fine)")
-        return v
+        return check_text(v)
 
     @field_validator("id", "domain", "task")
     @classmethod
     def _label(cls, v: str | None, info) -> str | None:
         if v is None:
             return v
-        if not v.strip():
-            raise ValueError("must not be empty or blank")
-        _check_unicode(v)
-        if len(v) > MAX_ID_CHARS:
-            raise ValueError(f"is {len(v):,} characters long; at most {MAX_ID_CHARS} are allowed")
-        bad = _control_char(v)
-        if bad is not None:
-            raise ValueError(f"contains the control character U+{ord(bad):04X} (a line break, tab, NUL …)")
-        if info.field_name != "id" and v != v.strip():
-            raise ValueError(f"{v!r} has leading or trailing whitespace; labels are compared exactly, so it would "
-                             f"be another {info.field_name} than {v.strip()!r}: remove the whitespace")
-        if info.field_name == "id" and "|" in v:
+        if info.field_name != "id":
+            return check_label(v, info.field_name)
+        check_single_line(v)
+        if "|" in v:
             raise ValueError(f"id {v!r} contains '|', which separates the parts of a pair id "
                              "(prompt id|comparison|sample)")
         return v

@@ -54,17 +54,16 @@ class LmraInputError(Exception):
         return f"field '{self.field}'"
 
 
-def find_key_line(text: str, key: str, section: str | None = None, occurrence: int | None = None) -> int | None:
-    """Best-effort 1-based line of ``key = …`` in TOML ``text``.
+def find_key_line(text: str, key: str, section: str | None = None) -> int | None:
+    """Best-effort 1-based line of ``key = …`` in TOML ``text`` (an item of an array of tables:
+    :func:`find_table_item_line`).
 
     Args:
         text: the TOML text.
         key: the key (or a table name: its header line is returned).
         section: look only inside ``[section]`` / ``[[section]]``.
-        occurrence: with an array of tables, look only inside its ``occurrence``-th table (0-based).
     """
     in_section = section is None
-    seen = -1
     for i, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if line.startswith("["):
@@ -72,14 +71,66 @@ def find_key_line(text: str, key: str, section: str | None = None, occurrence: i
             if header == key or (section and header == f"{section}.{key}"):
                 return i
             if section is not None and header == section:
-                seen += 1
-                in_section = occurrence is None or seen == occurrence
+                in_section = True
             else:
                 in_section = section is None
             continue
-        if in_section and (line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')):
+        if in_section and _sets_key(line, key):
             return i
     return None
+
+
+def _sets_key(line: str, key: str) -> bool:
+    """The stripped TOML ``line`` sets ``key`` (``key = …``, ``key=…``, ``"key" = …``)."""
+    return line.startswith(f"{key} ") or line.startswith(f"{key}=") or line.startswith(f'"{key}"')
+
+
+def find_table_item_line(text: str, loc: tuple) -> int | None:
+    """Best-effort 1-based line of an item of an array of tables in TOML ``text``, nested or not
+    (``[[domain]]`` and the ``[[domain.task]]`` tables under each).
+
+    Args:
+        text: the TOML text.
+        loc: a pydantic error location: table names each followed by a 0-based index
+            (``("domain", 1, "task", 0)``), then optionally the key the error is about
+            (``"name"``) and anything below it.
+
+    Returns:
+        The line of the key in that table; the table's ``[[…]]`` header when the location ends
+        at the table or the key is not written in it (a missing field); None when there is no
+        such header (the tables are written inline, or the location is not of this shape).
+    """
+    names: list[str] = []
+    index: list[int] = []
+    rest = list(loc)
+    while len(rest) >= 2 and isinstance(rest[0], str) and isinstance(rest[1], int) and not isinstance(rest[1], bool):
+        names.append(rest[0])
+        index.append(rest[1])
+        rest = rest[2:]
+    if not names:
+        return None
+    key = rest[0] if rest and isinstance(rest[0], str) else None
+    paths = [".".join(names[:k + 1]) for k in range(len(names))]  # "domain", "domain.task"
+    seen: dict[str, int] = {}  # [[path]] headers seen under the current item of the enclosing table
+    header = None  # the line of the wanted table's header, once inside it
+    for i, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line.startswith("["):
+            if header is not None and key is not None and _sets_key(line, key):
+                return i
+            continue
+        if header is not None:  # the wanted table ended without the key
+            return header
+        name = re.sub(r"\s+", "", line.split("#", 1)[0]).strip("[]").replace('"', "")
+        for sub in [p for p in seen if p.startswith(name + ".")]:  # a new [[domain]]: its tasks count from 0
+            del seen[sub]
+        if line.startswith("[["):
+            seen[name] = seen.get(name, 0) + 1
+            if name == paths[-1] and all(seen.get(p, 0) - 1 == n for p, n in zip(paths, index)):
+                if key is None:
+                    return i
+                header = i
+    return header
 
 
 def config_field_error(message: str, field: str, config_path: str | Path | None) -> LmraInputError:

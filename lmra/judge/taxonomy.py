@@ -12,32 +12,73 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, field_validator
 
-from lmra.config import JudgeConfig
+from lmra.config import JudgeConfig, _Strict
+from lmra.data import check_label, check_single_line
 from lmra.errors import LmraInputError
 from lmra.judge.options import ask_options
 from lmra.providers.base import Provider
 from lmra.templates import Template
 
+#: the label of the LMRA's "none of the above" option, as a domain and as a task: a prompt it
+#: cannot place is domain ``other``, task ``other``
 OTHER = "other"
+#: most domains, and most tasks in one domain: options are the letters A–Z, one kept for ``other``
+MAX_OPTIONS = 25
 
 
-class TaskDef(BaseModel):
+def _taxonomy_label(v: str, what: str) -> str:
+    """A domain or task name: a label (:func:`lmra.data.check_label`, the prompt files' rule)
+    that is not :data:`OTHER` in any case."""
+    check_label(v, what)
+    if v.casefold() == OTHER:
+        raise ValueError(f"'{v}' is the label of the LMRA's 'none of the above' option (a prompt it cannot place is "
+                         f"{what} '{OTHER}'): a {what} of that name would be counted with them; give it another name")
+    return v
+
+
+class TaskDef(_Strict):
+    """A task: its name (a label, :func:`_taxonomy_label`) and a one-line description."""
+
     name: str
     description: str
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _taxonomy_label(v, "task")
 
-class DomainDef(BaseModel):
+    @field_validator("description")
+    @classmethod
+    def _description(cls, v: str) -> str:
+        return check_single_line(v, None)  # one line of the LMRA's lettered menu
+
+
+class DomainDef(_Strict):
+    """A domain: its name and at least one task."""
+
     name: str
-    task: list[TaskDef]
+    task: list[TaskDef] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _taxonomy_label(v, "domain")
 
 
-class Taxonomy(BaseModel):
-    """Domains and their tasks."""
+class Taxonomy(_Strict):
+    """Domains and their tasks (strict like a config: unknown keys and converted types are errors)."""
 
     version: int = 1
-    domain: list[DomainDef]
+    domain: list[DomainDef] = Field(min_length=1)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError(f"unknown taxonomy version {v} (this lmra reads version 1)")
+        return v
 
     def tasks_of(self, domain: str) -> list[TaskDef]:
         return next((d.task for d in self.domain if d.name == domain), [])
@@ -47,23 +88,48 @@ class Taxonomy(BaseModel):
 
 
 def load_taxonomy(path: str | Path) -> Taxonomy:
-    """Read a taxonomy TOML file.
+    """Read a taxonomy TOML file (rules: docs/methodology.md §6, README "Inputs").
 
     Raises:
-        LmraInputError: missing file, bad TOML, a missing field, or more than 25 domains or
-            tasks in one domain (options are letters, one kept for ``other``).
+        LmraInputError: naming the file, line and field — missing file, bad TOML, a missing,
+            unknown or mistyped field (``version = "1"``), a blank domain, task or description,
+            a domain or task name with leading or trailing whitespace or named ``other`` (the
+            LMRA's "none of the above" label), a domain without tasks, the same domain twice or
+            the same task name twice (in one domain or two: tasks are selected and sampled by
+            name), or more than :data:`MAX_OPTIONS` domains or tasks in one domain.
     """
+    from lmra.config import field_line, validate_model
     from lmra.errors import read_toml
 
     p = Path(path)
-    _, data = read_toml(p, "taxonomy file", field="taxonomy")
-    try:
-        tax = Taxonomy.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise LmraInputError(err["msg"], file=p, field=".".join(str(x) for x in err["loc"])) from None
-    if len(tax.domain) > 25 or any(len(d.task) > 25 for d in tax.domain):
-        raise LmraInputError("at most 25 domains, and 25 tasks per domain, are supported", file=p)
+    text, data = read_toml(p, "taxonomy file", field="taxonomy")
+    tax = validate_model(Taxonomy, data, source=p, text=text, docs="docs/methodology.md §6")
+
+    def bad(reason: str, *loc) -> LmraInputError:
+        return LmraInputError(reason, file=p, line=field_line(text, loc), field=".".join(map(str, loc)))
+
+    if len(tax.domain) > MAX_OPTIONS:
+        raise bad(f"{len(tax.domain)} domains; at most {MAX_OPTIONS} are supported (the LMRA's options are the "
+                  "letters A-Z, one kept for 'other')", "domain", MAX_OPTIONS, "name")
+    domains: dict[str, int] = {}
+    tasks: dict[str, tuple[int, str]] = {}
+    for d, dom in enumerate(tax.domain):
+        if dom.name.casefold() in domains:
+            raise bad(f"domain '{dom.name}' is given twice (also domain {domains[dom.name.casefold()]}; names are "
+                      "compared ignoring case: the LMRA could not tell them apart)", "domain", d, "name")
+        domains[dom.name.casefold()] = d
+        if len(dom.task) > MAX_OPTIONS:
+            raise bad(f"domain '{dom.name}' has {len(dom.task)} tasks; at most {MAX_OPTIONS} are supported (the "
+                      "LMRA's options are the letters A-Z, one kept for 'other')", "domain", d, "task", MAX_OPTIONS,
+                      "name")
+        for t, task in enumerate(dom.task):
+            first = tasks.get(task.name.casefold())
+            if first is not None:
+                where = "in this domain" if first[0] == d else f"in domain '{first[1]}'"
+                raise bad(f"task '{task.name}' is already a task {where} (names are compared ignoring case; the "
+                          "tasks filter, prompts_per_task and the gates select tasks by name, so one name must "
+                          "be one task)", "domain", d, "task", t, "name")
+            tasks[task.name.casefold()] = (d, dom.name)
     return tax
 
 

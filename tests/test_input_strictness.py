@@ -1,0 +1,171 @@
+"""Input strictness (break-it review): inputs held to the project's input rules — a bad one is
+one paragraph naming the file, line and field, exit status 2, and nothing is changed silently.
+
+1. The task taxonomy is as strict as a config (unknown keys, converted types, blank, padded,
+   repeated or reserved names are errors) and its errors name the line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmra.errors import LmraInputError
+
+# -- 1. the task taxonomy -------------------------------------------------------------------------
+TAXONOMY = '''version = 1
+
+[[domain]]
+name = "art"
+
+[[domain.task]]
+name = "write a story"
+description = "Write fiction."
+
+[[domain.task]]
+name = "write a poem"
+description = "Write verse."
+
+[[domain]]
+name = "code"
+
+[[domain.task]]
+name = "debug code"
+description = "Find and fix a bug."
+'''
+
+
+def _load(tmp_path: Path, text: str):
+    from lmra.judge.taxonomy import load_taxonomy
+
+    f = tmp_path / "t.toml"
+    f.write_text(text, encoding="utf-8")
+    return load_taxonomy(f)
+
+
+def test_a_good_taxonomy_and_the_shipped_one_load(tmp_path):
+    from lmra.judge.taxonomy import load_taxonomy
+    from lmra.resources import resource_dir
+
+    tax = _load(tmp_path, TAXONOMY)
+    assert [t.name for d in tax.domain for t in d.task] == ["write a story", "write a poem", "debug code"]
+    assert len(load_taxonomy(resource_dir("prompts") / "taxonomy.toml").domain) == 9
+    assert _load(tmp_path, TAXONOMY.replace("version = 1\n", "")).version == 1  # version is optional
+
+
+@pytest.mark.parametrize("label,old,new,line,field,said", [
+    # break-it findings: each was accepted by `lmra validate`
+    ("trailing-space", '"write a poem"', '"write a poem "', 11, "domain.0.task.1.name", "trailing whitespace"),
+    ("task-twice", '"write a poem"', '"write a story"', 11, "domain.0.task.1.name", "already a task in this domain"),
+    ("task-twice-case", '"write a poem"', '"Write a Story"', 11, "domain.0.task.1.name", "already a task"),
+    ("task-in-two-domains", '"debug code"', '"write a story"', 18, "domain.1.task.0.name", "in domain 'art'"),
+    ("task-other", '"debug code"', '"other"', 18, "domain.1.task.0.name", "'none of the above'"),
+    ("task-Other", '"debug code"', '"Other"', 18, "domain.1.task.0.name", "'none of the above'"),
+    ("domain-other", '"code"', '"other"', 15, "domain.1.name", "'none of the above'"),
+    ("domain-empty", '"code"', '""', 15, "domain.1.name", "empty or blank"),
+    ("domain-twice", '"code"', '"Art"', 15, "domain.1.name", "given twice"),
+    ("version-string", "version = 1", 'version = "1"', 1, "version", 'got "1"'),
+    ("version-bool", "version = 1", "version = true", 1, "version", "got true"),
+    ("version-2", "version = 1", "version = 2", 1, "version", "version 1"),
+    ("unknown-key", 'name = "code"\n', 'name = "code"\ncolour = "blue"\n', 16, "domain.1.colour", "unknown field"),
+    ("unknown-task-key", 'description = "Find and fix a bug."', 'description = "Find and fix a bug."\ncolour = 1',
+     20, "domain.1.task.0.colour", "unknown field"),
+    ("description-missing", 'description = "Write verse."\n', "", 10, "domain.0.task.1.description",
+     "Field required"),
+    ("description-blank", '"Write verse."', '"  "', 12, "domain.0.task.1.description", "empty or blank"),
+    ("description-two-lines", '"Write verse."', '"Write verse.\\nC) other"', 12, "domain.0.task.1.description",
+     "U+000A"),
+    ("task-not-a-string", '"debug code"', "5", 18, "domain.1.task.0.name", "got 5"),
+    ("domain-without-tasks", "", '\n[[domain]]\nname = "empty"\n', 21, "domain.2.task", "Field required"),
+])
+def test_a_bad_taxonomy_is_an_input_error_naming_the_line_and_field(tmp_path, label, old, new, line, field, said):
+    text = TAXONOMY + new if old == "" else TAXONOMY.replace(old, new, 1)
+    assert text != TAXONOMY
+    with pytest.raises(LmraInputError) as e:
+        _load(tmp_path, text)
+    assert (e.value.line, e.value.field) == (line, field), e.value
+    assert said in e.value.reason, e.value
+    assert str(e.value).startswith(f"{tmp_path / 't.toml'}, line {line}: field '{field}': ")
+
+
+def test_too_many_domains_names_the_first_one_too_many(tmp_path):
+    text = "".join(f'[[domain]]\nname = "d{i}"\n[[domain.task]]\nname = "t{i}"\ndescription = "x"\n'
+                   for i in range(26))
+    with pytest.raises(LmraInputError, match="at most 25") as e:
+        _load(tmp_path, text)
+    assert (e.value.line, e.value.field) == (127, "domain.25.name")  # the 26th [[domain]] is on line 126
+
+
+def _validate_config(tmp_path: Path, taxonomy: str) -> Path:
+    """The break-it repro's folder: unlabelled prompts (so the taxonomy is read) and a taxonomy."""
+    (tmp_path / "t.toml").write_text(taxonomy, encoding="utf-8")
+    rows = [{"id": "a", "text": "Write a story about a cat.", "domain": "art", "task": "write a story"},
+            {"id": "b", "text": "Tell me a tale about a dog."}]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "n.csv").write_text("name,gender,race,source\nAnna,female,,t\nMaria,female,,t\nJohn,male,,t\n"
+                                    "David,male,,t\n", encoding="utf-8")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'''name = "tx"
+prompts = "{tmp_path / 'p.jsonl'}"
+names = "{tmp_path / 'n.csv'}"
+taxonomy = "{tmp_path / 't.toml'}"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'reports'}"
+cache = "{tmp_path / 'reports' / 'cache.sqlite'}"
+[target]
+provider = "openai"
+model = "fake"
+base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
+[judge]
+provider = "openai"
+model = "fake"
+base_url = "http://127.0.0.1:9/v1"
+api_key_required = false
+[judge_check]
+enabled = false
+''', encoding="utf-8")
+    return cfg
+
+
+def test_lmra_validate_refuses_the_break_it_taxonomy_in_one_paragraph(tmp_path, capsys):
+    from lmra.cli import main
+
+    cfg = _validate_config(tmp_path, TAXONOMY)
+    assert main(["validate", str(cfg)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    (tmp_path / "t.toml").write_text(TAXONOMY.replace('"write a poem"', '"write a story "'), encoding="utf-8")
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 't.toml'}, line 11: field 'domain.0.task.1.name'" in " ".join(err.split())
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 3
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_taxonomy_error_of_the_audit_writes_nothing(tmp_path, capsys):
+    from lmra.cli import main
+
+    cfg = _validate_config(tmp_path, TAXONOMY.replace('name = "code"\n', 'name = "code"\ncolour = "blue"\n'))
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "line 16: field 'domain.1.colour': unknown field" in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_table_item_is_found_in_nested_arrays_of_tables():
+    from lmra.config import field_line
+    from lmra.errors import find_table_item_line
+
+    assert find_table_item_line(TAXONOMY, ("domain", 1, "task", 0, "description")) == 19
+    assert find_table_item_line(TAXONOMY, ("domain", 0, "task", 1)) == 10
+    assert find_table_item_line(TAXONOMY, ("domain", 0, "task", 1, "colour")) == 10  # missing: the header
+    assert find_table_item_line(TAXONOMY, ("domain", 1, "name")) == 15
+    assert find_table_item_line(TAXONOMY, ("domain", 2, "name")) is None
+    assert find_table_item_line('domain = [{name = "a"}]\n', ("domain", 0, "name")) is None  # inline
+    assert find_table_item_line(TAXONOMY, ("version",)) is None
+    groups = '[[groups]]\nname = "a"\ngender = "female"\n\n[[groups]]\nname = "b"\n'
+    assert field_line(groups, ("groups", 1, "name")) == 6 and field_line(groups, ("groups", 1, "gender")) == 5
+    assert field_line(groups, "groups.0.gender") == 3
+    assert field_line('[gates.tasks."\u00b2"]\nmax_ci_high = 2\n', "gates.tasks.\u00b2.max_ci_high") == 2  # no crash
