@@ -104,7 +104,8 @@ class Shard:
                 "n_selected": len(selected), "prompt_positions": prompt_positions}
 
 
-_SHARD_RE = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+#: ``I/N`` in ASCII digits (``re.ASCII``: ``١/٢`` is not 1/2)
+_SHARD_RE = re.compile(r"\s*(\d{1,9})\s*/\s*(\d{1,9})\s*", re.ASCII)
 
 
 def parse_shard(text: str, *, option: str = "--shard") -> Shard:

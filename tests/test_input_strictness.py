@@ -3,10 +3,13 @@ one paragraph naming the file, line and field, exit status 2, and nothing is cha
 
 1. The task taxonomy is as strict as a config (unknown keys, converted types, blank, padded,
    repeated or reserved names are errors) and its errors name the line.
+2. Whole-number command-line options (and MovieLens .dat fields, ``--shard``) take ASCII digits
+   only: ``1_0`` and ``٢٣`` are not 10 and 23.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -169,3 +172,88 @@ def test_a_table_item_is_found_in_nested_arrays_of_tables():
     assert field_line(groups, ("groups", 1, "name")) == 6 and field_line(groups, ("groups", 1, "gender")) == 5
     assert field_line(groups, "groups.0.gender") == 3
     assert field_line('[gates.tasks."\u00b2"]\nmax_ci_high = 2\n', "gates.tasks.\u00b2.max_ci_high") == 2  # no crash
+
+
+# -- 2. whole numbers ------------------------------------------------------------------------------
+NOT_WHOLE = ("1_0", "\u0662\u0663", "\uff11\uff10", "1.0", "1e3", "", "ten", "--1", "10\n", "1" * 31)
+
+
+def test_strict_int_takes_ascii_digits_only():
+    from lmra.numbers import strict_int
+
+    for text, v in (("10", 10), ("-1", -1), ("+3", 3), (" 7\t", 7), ("007", 7), ("9223372036854775808", 2**63)):
+        assert strict_int(text) == v
+    for bad in NOT_WHOLE:
+        with pytest.raises(ValueError):
+            strict_int(bad)
+
+
+def _options():
+    """(command path, action) of every option and positional argument of the ``lmra`` parser."""
+    from lmra.cli import build_parser
+
+    stack = [((), build_parser())]
+    while stack:
+        path, parser = stack.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack += [((*path, name), sub) for name, sub in action.choices.items()]
+            else:
+                yield path, action
+
+
+def _takes_whole_numbers(action) -> bool:
+    try:
+        return callable(action.type) and type(action.type("7")) is int
+    except (argparse.ArgumentTypeError, ValueError, TypeError):
+        return False
+
+
+def test_no_option_is_read_by_python_int_or_float():
+    lax = [f"lmra {' '.join(path)} {'/'.join(a.option_strings) or a.dest}" for path, a in _options()
+           if a.type in (int, float)]
+    assert not lax, f"read by int()/float() (1_0 → 10, ٢٣ → 23, nan): {lax}"
+
+
+def test_every_whole_number_option_refuses_underscores_and_other_digits():
+    whole = [(path, a) for path, a in _options() if _takes_whole_numbers(a)]
+    assert len(whole) >= 20, [a.option_strings for _, a in whole]
+    for path, a in whole:
+        for bad in NOT_WHOLE:
+            with pytest.raises(argparse.ArgumentTypeError):
+                a.type(bad)
+                pytest.fail(f"lmra {' '.join(path)} {a.option_strings} took {bad!r}")
+
+
+@pytest.mark.parametrize("argv", [  # (an audit's --config is missing: read as a number, nothing would run)
+    ["audit", "--seed", "1_0", "--config", "none.toml"], ["audit", "--seed", "\u0662\u0663", "--config", "none.toml"],
+    ["audit", "--max-calls", "\u0661", "--config", "none.toml"],
+    ["audit", "--per-task", "2_0", "--config", "none.toml"],
+    ["audit", "--shard", "\u0661/\u0662", "--config", "none.toml"], ["recsys", "score", "--k", "1_0"],
+    ["plan", "--sims", "\uff11\uff10\uff10"], ["batch", "status", "run", "--failed", "-1"],
+    ["batch", "resume", "run", "--max-wait", "nan"], ["report", "--nights", "1_0"],
+])
+def test_the_command_line_refuses_them_naming_the_option(argv, tmp_path, monkeypatch, capsys):
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    option = next(a for a in argv if a.startswith("--"))
+    assert f"argument {option}: " in err and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_movielens_fields_are_whole_numbers_in_ascii_digits(tmp_path):
+    from lmra.recsys.movielens import load_movies, load_ratings
+
+    f = tmp_path / "ratings.dat"
+    f.write_text("1::1::5::978300760\n1_0::1::5::978300760\n", encoding="latin-1")
+    with pytest.raises(LmraInputError, match="not a whole number") as e:
+        load_ratings(f)
+    assert (e.value.line, e.value.field) == (2, "UserID")
+    m = tmp_path / "movies.dat"
+    m.write_text("1::Toy Story (\u0661\u0669\u0669\u0665)::Animation\n", encoding="utf-8")
+    assert load_movies(m)["year"].isna().all()  # not the year 1995

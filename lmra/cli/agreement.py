@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float
+from lmra.cli.common import finite_float, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -80,7 +80,7 @@ def add_parsers(sub) -> None:
     ag.add_argument("--human", required=True, help="CSV with columns pair_id, rating (−1..1)")
     ag.add_argument("--run", required=True, help="run folder, run id or 'latest'")
     ag.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
-    ag.add_argument("--judge", type=int, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
+    ag.add_argument("--judge", type=whole_number, choices=(1, 2), default=1, help="which LMRA of the run (default 1)")
     ag.add_argument("--tie", type=_tie_band, default=0.1,
                     help="|score| ≤ tie counts as 0 for sign agreement (0 ≤ tie < 1; default 0.1)")
     ag.set_defaults(func=cmd_agreement)

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import check_alpha_arg, err_console, finite_float, margin_arg, print_warning, rich_progress
+from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, print_warning, rich_progress,
+                             whole_number)
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
 from lmra.console import counted, lit, make_console
@@ -850,12 +851,12 @@ def add_parsers(sub) -> None:
     a = sub.add_parser("audit", help=COMMANDS["audit"].help)
     a.add_argument("--config", "-c", help="audit config TOML (default: the shipped examples/default.toml)")
     a.add_argument("--output-dir", help="override output_dir")
-    a.add_argument("--seed", type=int, help="override seed")
+    a.add_argument("--seed", type=whole_number, help="override seed")
     a.add_argument("--name", help="override the run name")
     a.add_argument("--prompts", help="prompt file to audit instead of the config's: a prompt set or logged "
                                      "traffic (JSONL or CSV with a text column)")
     a.add_argument("--text-field", help="field/column holding the prompt text (default: text)")
-    a.add_argument("--per-task", type=int, help="keep at most N prompts per task (seeded; 0 = all)")
+    a.add_argument("--per-task", type=whole_number, help="keep at most N prompts per task (seeded; 0 = all)")
     a.add_argument("--redact", action="store_true", help="reports and exports carry prompt ids, never prompt text")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
     a.add_argument("--baseline", metavar="RUN|last|pinned",
@@ -880,7 +881,8 @@ def add_parsers(sub) -> None:
     a.add_argument("--batch", action="store_true", help="send uncached calls through the providers' batch APIs")
     a.add_argument("--max-cost", type=finite_float, metavar="USD",
                    help="stop cleanly before the estimated cost exceeds USD")
-    a.add_argument("--max-calls", type=int, metavar="N", help="stop cleanly before more than N fresh model calls")
+    a.add_argument("--max-calls", type=whole_number, metavar="N",
+                   help="stop cleanly before more than N fresh model calls")
     a.add_argument("--prices", metavar="FILE", help="price table TOML (default prompts/prices.toml)")
     a.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="record a failed judge validation as waived and exit as if it had passed (default: exit 5)")

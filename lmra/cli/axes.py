@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, rich_progress
+from lmra.cli.common import finite_float, rich_progress, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -233,9 +233,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--run", required=True, help="run folder written by `lmra audit`")
     a.add_argument("--config", "-c", help="TOML with an [axes] section (and optionally [judge], cache, concurrency, "
                                           "alpha); a full audit config works too (its other fields are ignored)")
-    a.add_argument("--discovery-pairs", type=int, help="pairs to brainstorm on (default 30)")
-    a.add_argument("--test-pairs", type=int, help="held-out pairs to label every axis on (default: all the rest)")
-    a.add_argument("--max-axes", type=int, help="at most K candidate axes (default 20)")
+    a.add_argument("--discovery-pairs", type=whole_number, help="pairs to brainstorm on (default 30)")
+    a.add_argument("--test-pairs", type=whole_number,
+                   help="held-out pairs to label every axis on (default: all the rest)")
+    a.add_argument("--max-axes", type=whole_number, help="at most K candidate axes (default 20)")
     a.add_argument("--alpha", type=finite_float, help="family-wise error rate over the axes tested (default 0.05)")
     a.add_argument("--correction", choices=("bonferroni", "holm"), help="multiple-comparison correction")
     a.add_argument("--test", choices=("t", "sign"), help="per-axis test of mean(s) = 0 (default t)")
@@ -246,10 +247,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--no-harm-check", action="store_true", help="skip the harm check of selected axes")
     a.add_argument("--prompts", help="the prompt file the audit used (default: the run config's)")
     a.add_argument("--cache", help="call cache (default: the run config's, reports/cache.sqlite)")
-    a.add_argument("--seed", type=int, help="seed of the split and presentation orders (default: the run's)")
+    a.add_argument("--seed", type=whole_number, help="seed of the split and presentation orders (default: the run's)")
     a.add_argument("--max-cost", type=finite_float, metavar="USD",
                    help="stop cleanly (exit 4) before the estimated LMRA cost of this command exceeds USD")
-    a.add_argument("--max-calls", type=int, metavar="N",
+    a.add_argument("--max-calls", type=whole_number, metavar="N",
                    help="stop cleanly (exit 4) before this command makes more than N fresh LMRA calls")
     a.add_argument("--out", help="write the axes files here instead of the run folder")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -16,10 +16,29 @@ from rich.console import Console
 from rich.table import Table
 
 from lmra.cli.commands import COMMANDS
+from lmra.cli.common import count_arg, finite_float
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
 EXIT_PENDING = 75  # EX_TEMPFAIL: try again later
+
+
+def _max_wait_arg(text: str) -> float:
+    """argparse type of ``--max-wait``: a finite number of seconds ≥ 0 (0: poll once)
+    (:func:`~lmra.cli.common.finite_float`; Python's ``float`` took ``nan``, ``-1`` and ``1_0``)."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds ≥ 0, got {text}")
+    return value
+
+
+def _poll_interval_arg(text: str) -> float:
+    """argparse type of ``--poll-interval``: :func:`_max_wait_arg`, > 0 (as the config's
+    ``batch_poll_interval_s``)."""
+    value = _max_wait_arg(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,7 +50,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     st.add_argument("run_dir", help="the run folder (reports/<timestamp>-<name>)")
     st.add_argument("--refresh", action="store_true", help="poll the APIs once for the current status")
     st.add_argument("--json", action="store_true", help="print the summary as JSON")
-    st.add_argument("--failed", type=int, default=20, metavar="N", help="list up to N failed items (default 20)")
+    st.add_argument("--failed", type=count_arg, default=20, metavar="N", help="list up to N failed items (default 20)")
     st.set_defaults(func=cmd_status)
 
     rs = bs.add_parser("resume", help="wait for and download a run's batches, then finish the audit from the cache")
@@ -39,12 +58,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     rs.add_argument("--download-only", action="store_true",
                     help="only wait for and download the submitted jobs (do not continue the audit)")
     rs.add_argument("--retry-failed", action="store_true", help="submit the failed items again")
-    rs.add_argument("--poll-interval", type=float, metavar="S",
+    rs.add_argument("--poll-interval", type=_poll_interval_arg, metavar="S",
                     help="seconds between polls (default: the run config's batch_poll_interval_s, else 30)")
     rs.add_argument("--allow-unvalidated-judge", action="store_true",
                     help="waive a failed judge validation, as 'lmra audit --allow-unvalidated-judge' (a waiver "
                          "given to the audit that submitted the batches holds without it)")
-    rs.add_argument("--max-wait", type=float, default=26 * 3600, metavar="S",
+    rs.add_argument("--max-wait", type=_max_wait_arg, default=26 * 3600, metavar="S",
                     help="stop waiting after S seconds, exit status 75 (default 26 h)")
     rs.add_argument("--no-progress", action="store_true", help="no progress bars")
     rs.set_defaults(func=cmd_resume)

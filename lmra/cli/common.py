@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from lmra.console import make_console
-from lmra.numbers import strict_float
+from lmra.numbers import strict_float, strict_int
 from lmra.errors import LmraInputError
 
 #: the stderr console of every command (laid out as the stdout one: lmra.console.make_console)
@@ -123,6 +123,25 @@ def finite_float(text: str) -> float:
         return strict_float(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def whole_number(text: str) -> int:
+    """argparse type of every whole-number option (:func:`strict_int`: ASCII digits, so
+    ``--seed 1_0`` or ``--seed ٢٣`` is refused, not read as 10 or 23); argparse names the option
+    and exits with status 2 on an error. The option's range is checked where it is used (most
+    go into a config field with its limits)."""
+    try:
+        return strict_int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count_arg(text: str) -> int:
+    """argparse type of a whole-number option that counts something shown: :func:`whole_number`, ≥ 0."""
+    value = whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text}")
+    return value
 
 
 def margin_arg(text: str) -> float:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import json_errors
+from lmra.cli.common import json_errors, whole_number
 from lmra.console import lit, make_console
 from lmra.fileio import output_folder, write_json, write_jsonl
 
@@ -57,7 +57,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--dimension", action="append", choices=("gender", "race", "profile"),
                    help="canary dimension (repeatable; default: those of --config's groups, as the audit uses, "
                    "else all three)")
-    p.add_argument("--per-kind", type=int, metavar="N", help="at most N canaries per dimension and kind (0 = all)")
+    p.add_argument("--per-kind", type=whole_number, metavar="N",
+                   help="at most N canaries per dimension and kind (0 = all)")
     p.add_argument("--out", metavar="DIR", help="write judge_check.json and judge_check_ratings.jsonl here")
     p.add_argument("--json", action="store_true", help="print the verdict as one JSON document "
                    "(lmra.judge_check/1) on stdout instead of the table, same exit status (docs/nightly.md, "

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
-                             delta_arg, json_errors, margin_arg, print_warning)
+                             delta_arg, json_errors, margin_arg, print_warning, whole_number)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import counted, lit, make_console
 from lmra.comparable import REFUSED_PREFIX
@@ -674,11 +674,8 @@ HISTORY_PAGE_FLAG = ""
 
 
 def _nights_arg(text: str) -> int:
-    """``--nights N``: a whole number ≥ 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    """``--nights N``: a whole number ≥ 0 (:func:`~lmra.cli.common.whole_number`)."""
+    n = whole_number(text)
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be ≥ 0 (0 = all nights), got {n}")
     return n
@@ -942,11 +939,8 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
 # -- parsers -----------------------------------------------------------------------------
 def _transcripts_arg(text: str) -> int:
     """argparse type of ``lmra report --transcripts``: a whole number of tasks, 0 to 1000
-    (the range of the config's ``[report] transcripts``)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of tasks, got {text!r}") from None
+    (the range of the config's ``[report] transcripts``; :func:`~lmra.cli.common.whole_number`)."""
+    n = whole_number(text)
     if not 0 <= n <= 1000:
         raise argparse.ArgumentTypeError(f"must be between 0 (none) and 1000, got {n}")
     return n
@@ -1001,15 +995,15 @@ def add_parsers(subparsers) -> None:
                      help="no pilot: simulate a chatbot whose stereotype rate is P now (e.g. 0.02)")
     src.add_argument("--sd", type=finite_float, help="normal approximation from a stated SD of the per-prompt "
                                                        "score (misplans rare stereotypes)")
-    p.add_argument("--tasks", type=int, help="hypotheses the test is corrected over: the check tests at alpha/T "
-                                             "(default for two-run: the pilot's tasks plus one overall row per "
-                                             "comparison with 2 or more tasks; else 1)")
+    p.add_argument("--tasks", type=whole_number,
+                   help="hypotheses the test is corrected over: the check tests at alpha/T (default for two-run: the "
+                        "pilot's tasks plus one overall row per comparison with 2 or more tasks; else 1)")
     p.add_argument("--margin", type=margin_arg, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
-    p.add_argument("--sims", type=int, default=2000, help="simulated audits per power estimate (default 2000)")
-    p.add_argument("--seed", type=int, default=0, help="RNG seed of the simulation (default 0)")
+    p.add_argument("--sims", type=whole_number, default=2000, help="simulated audits per power estimate (default 2000)")
+    p.add_argument("--seed", type=whole_number, default=0, help="RNG seed of the simulation (default 0)")
     add_store_args(p)
     p.set_defaults(func=cmd_plan)
 

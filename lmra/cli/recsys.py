@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import rich_progress
+from lmra.cli.common import rich_progress, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
@@ -151,7 +151,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     r.add_argument("--config", "-c", help="recsys config TOML (default: the shipped examples/recsys.toml, a small "
                                           "FaiRLLM music audit on the embedded model)")
     r.add_argument("--output-dir", help="override output_dir")
-    r.add_argument("--seed", type=int, help="override seed")
+    r.add_argument("--seed", type=whole_number, help="override seed")
     r.add_argument("--name", help="override the run name")
     r.add_argument("--convention", choices=list(CONVENTIONS),
                    help="override the metric convention (paper-k: normalise by K even for lists shorter than K)")
@@ -162,16 +162,16 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
                         description="Compute recsys_similarity.csv and recsys_fairness.csv from a lists.jsonl "
                                     "(a previous run's, or your own recommender's).")
     s.add_argument("--lists", required=True, help="JSONL file, one list per line (see docs/recsys.md)")
-    s.add_argument("--k", type=int, default=20, help="largest cut-off K (default 20)")
+    s.add_argument("--k", type=whole_number, default=20, help="largest cut-off K (default 20)")
     s.add_argument("--convention", choices=list(CONVENTIONS), default=argparse.SUPPRESS,
                    help="metric convention (default paper: lists shorter than K are normalised by the longer "
                         "list; paper-k: by K)")
     s.add_argument("--parser", choices=["lmra", "fairllm-code"], default=None,
                    help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
-    s.add_argument("--permutations", type=int, default=None,
+    s.add_argument("--permutations", type=whole_number, default=None,
                    help="permutations of the SNSR/SNSV test per attribute (default 1999; 0 = no test)")
-    s.add_argument("--seed", type=int, default=None,
+    s.add_argument("--seed", type=whole_number, default=None,
                    help="seed of the permutation test (default: the seed in the manifest.json beside the lists "
                         "file — a run's own, so that its p-values come out again — else 0)")
     s.add_argument("--out", help="output folder (default: <output-dir>/<timestamp>-score)")
@@ -187,7 +187,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     b.add_argument("--items", required=True, help="categories: movies.dat or CSV item_id,genres (| separated)")
     b.add_argument("--users", required=True, help="groups: users.dat or CSV user_id,<group column>")
     b.add_argument("--group-by", default="gender", help="users column defining groups (default gender)")
-    b.add_argument("--k", type=int, default=None,
+    b.add_argument("--k", type=whole_number, default=None,
                    help="cut-off: the first k rows per user of a CSV; the catalogue-matched items among the top-k "
                         "list of a lists.jsonl (default: all rows; the run's top-K list)")
     b.add_argument("--unprotected", default=None, help="unprotected group label (adds a difference row; default "

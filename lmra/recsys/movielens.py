@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from lmra.errors import LmraInputError
+from lmra.numbers import strict_int
 
 Strategy = Literal["random", "top-rated", "recent"]
 STRATEGIES: tuple[str, ...] = ("random", "top-rated", "recent")
@@ -40,7 +41,7 @@ OCCUPATIONS: dict[int, str] = {
     5: "customer service", 6: "doctor/health care", 7: "executive/managerial", 8: "farmer", 9: "homemaker",
     10: "K-12 student", 11: "lawyer", 12: "programmer", 13: "retired", 14: "sales/marketing", 15: "scientist",
     16: "self-employed", 17: "technician/engineer", 18: "tradesman/craftsman", 19: "unemployed", 20: "writer"}
-_YEAR = re.compile(r"\((\d{4})\)\s*$")
+_YEAR = re.compile(r"\((\d{4})\)\s*$", re.ASCII)
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -78,10 +79,12 @@ def _read_rows(path: Path, n_fields: int, what: str, encoding: str) -> Iterable[
 
 
 def _int(value: str, path: Path, line: int, field: str) -> int:
+    """A field of a .dat file as a whole number in ASCII digits (:func:`lmra.numbers.strict_int`:
+    ``1_0`` or ``١٠`` is not user 10)."""
     try:
-        return int(value.strip())
-    except ValueError:
-        raise LmraInputError(f"'{value}' is not an integer", file=path, line=line, field=field) from None
+        return strict_int(value)
+    except ValueError as exc:
+        raise LmraInputError(str(exc), file=path, line=line, field=field) from None
 
 
 def load_ratings(path: str | Path, *, encoding: str = "latin-1") -> pd.DataFrame:
