@@ -5,6 +5,8 @@ one paragraph naming the file, line and field, exit status 2, and nothing is cha
    repeated or reserved names are errors) and its errors name the line.
 2. Whole-number command-line options (and MovieLens .dat fields, ``--shard``) take ASCII digits
    only: ``1_0`` and ``٢٣`` are not 10 and 23.
+3. Genre cells (``lmra recsys bias`` items, ``movies.dat``, a catalog CSV): names are stripped,
+   an empty name or a genre twice is an error.
 """
 
 from __future__ import annotations
@@ -257,3 +259,51 @@ def test_movielens_fields_are_whole_numbers_in_ascii_digits(tmp_path):
     m = tmp_path / "movies.dat"
     m.write_text("1::Toy Story (\u0661\u0669\u0669\u0665)::Animation\n", encoding="utf-8")
     assert load_movies(m)["year"].isna().all()  # not the year 1995
+
+
+# -- 3. genre cells --------------------------------------------------------------------------------
+def _bias(tmp_path: Path, items: str):
+    from lmra.recsys.bias_files import bias_from_files
+
+    files = {"train.csv": "user_id,item_id\n1,a\n1,b\n2,a\n2,c\n", "recs.csv": "user_id,item_id\n1,c\n2,b\n",
+             "items.csv": items, "users.csv": "user_id,gender\n1,male\n2,female\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return bias_from_files(*(tmp_path / n for n in ("train.csv", "recs.csv", "items.csv", "users.csv")))
+
+
+def test_genre_names_are_stripped_so_a_space_makes_no_category_of_its_own(tmp_path):
+    table, *_ = _bias(tmp_path, "item_id,genres\na,X\nb,Y\nc,X| Y\n")
+    assert sorted(set(table["category"])) == ["X", "Y"]
+    spaced, *_ = _bias(tmp_path, "item_id,genres\na,X\nb,Y\nc, X |Y \n")
+    pd_cols = ["group", "category", "n_train", "n_rec"]
+    assert spaced[pd_cols].equals(table[pd_cols])
+
+
+@pytest.mark.parametrize("cell,said", [("X||Y", "empty genre name"), ("X|", "empty genre name"),
+                                       ("|Y", "empty genre name"), ("X| |Y", "empty genre name"),
+                                       ("X|X", "given twice"), ("X| X", "given twice")])
+def test_an_empty_genre_name_or_a_genre_twice_is_an_input_error(tmp_path, cell, said):
+    with pytest.raises(LmraInputError, match=said) as e:
+        _bias(tmp_path, f"item_id,genres\na,X\nb,Y\nc,{cell}\n")
+    assert (e.value.line, e.value.field) == (4, "genres") and e.value.file.endswith("items.csv")
+
+
+def test_movies_dat_and_catalog_csv_genres_follow_the_same_rule(tmp_path):
+    from lmra.recsys.movielens import load_movies
+    from lmra.recsys.records import load_catalog
+
+    m = tmp_path / "movies.dat"
+    m.write_text("1::A (1999)::Drama| Comedy\n2::B (2000)::\n", encoding="latin-1")
+    assert load_movies(m)["genres"].tolist() == [["Drama", "Comedy"], []]
+    m.write_text("1::A (1999)::Drama\n2::B (2000)::Drama||Comedy\n", encoding="latin-1")
+    with pytest.raises(LmraInputError, match="empty genre name") as e:
+        load_movies(m)
+    assert (e.value.line, e.value.field) == (2, "Genres")
+    c = tmp_path / "catalog.csv"
+    c.write_text("id,title,genres\n1,A,Drama | Comedy\n2,B,\n", encoding="utf-8")
+    assert load_catalog(c)[2] == {"1": ["Drama", "Comedy"], "2": []}
+    c.write_text("id,title,genres\n1,A,Drama\n2,B,Drama|Drama\n", encoding="utf-8")
+    with pytest.raises(LmraInputError, match="given twice") as e:
+        load_catalog(c)
+    assert (e.value.line, e.value.field) == (3, "genres")

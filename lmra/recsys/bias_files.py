@@ -90,7 +90,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             before ``top_k_matched`` existed take the ranks from ``compare`` (``#<id>`` entries)
             or, without ``recommended``, from ``matched``; pass the run's K as ``k`` for them.
         items: categories — MovieLens ``movies.dat`` or a CSV with ``item_id`` and ``genres``
-            (``|``-separated); its items are the catalog I.
+            (``|``-separated, names stripped: :func:`lmra.recsys.movielens.split_genres`); its
+            items are the catalog I.
         users: groups — MovieLens ``users.dat`` (columns ``gender``, ``age_group``,
             ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
         group_by: the users column that defines groups.
@@ -109,7 +110,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
 
     Raises:
         LmraInputError: missing or empty file, missing column, a line with the wrong number
-            of values, empty id or group value, duplicate item or user id, an item not in ``items`` (in
+            of values, empty id or group value, an empty genre name or a genre twice in one cell,
+            duplicate item or user id, an item not in ``items`` (in
             ``train`` or ``recs``), a ``recs`` user not in ``users``, no ``recs`` user with a
             training row (``summary.attrs["notes"]`` counts the users without one otherwise), ``k`` < 1, unknown
             ``group_by``, an ``unprotected``/``protected`` label no user has, only one of
@@ -148,7 +150,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         it = _read_table(items, "items", ["item_id", "genres"])
         it["item_id"] = it["item_id"].map(_id)
         unique(it, "item_id", items)
-        cats = {i: [g for g in gs.split("|") if g] for i, gs in zip(it["item_id"], it["genres"])}
+        cats = {i: ml.split_genres(gs, file=items, line=n)
+                for i, gs, n in zip(it["item_id"], it["genres"], it.attrs["lines"])}
     if is_dat(users):
         us = ml.load_users(users)
     else:

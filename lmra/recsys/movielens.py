@@ -87,6 +87,29 @@ def _int(value: str, path: Path, line: int, field: str) -> int:
         raise LmraInputError(str(exc), file=path, line=line, field=field) from None
 
 
+def split_genres(cell: str, *, file: str | Path, line: int | None, field: str = "genres") -> list[str]:
+    """The genres of one ``|``-separated cell — of ``movies.dat``, an items CSV (``lmra recsys
+    bias``) or a catalog CSV: each name stripped of surrounding whitespace (``X| Y`` is X and
+    Y, never a genre ``' Y'`` beside ``Y``); an empty cell is no genre.
+
+    Raises:
+        LmraInputError: an empty name (``X||Y``, ``X|``) or a name twice (``X|X``, ``X| X``) —
+            naming the file, line and field: dropped or counted twice, either would change
+            the categories silently (break-it finding).
+    """
+    cell = cell.strip()
+    if not cell:
+        return []
+    names = [g.strip() for g in cell.split("|")]
+    if "" in names:
+        raise LmraInputError(f"an empty genre name in '{cell}' (genres are separated by one '|', with a name on "
+                             "each side)", file=file, line=line, field=field)
+    twice = next((g for i, g in enumerate(names) if g in names[:i]), None)
+    if twice is not None:
+        raise LmraInputError(f"genre '{twice}' is given twice in '{cell}'", file=file, line=line, field=field)
+    return names
+
+
 def load_ratings(path: str | Path, *, encoding: str = "latin-1") -> pd.DataFrame:
     """Read ``ratings.dat`` (``UserID::MovieID::Rating::Timestamp``).
 
@@ -126,7 +149,8 @@ def load_movies(path: str | Path, *, encoding: str = "latin-1") -> pd.DataFrame:
 
     Raises:
         LmraInputError: missing file, wrong field count, non-integer id, duplicate id, empty
-            title, or no rows — with file and line.
+            title, an empty genre name or a genre twice (:func:`split_genres`), or no rows — with
+            file and line.
     """
     p = Path(path)
     rows = []
@@ -141,7 +165,7 @@ def load_movies(path: str | Path, *, encoding: str = "latin-1") -> pd.DataFrame:
             raise LmraInputError("empty title", file=p, line=line, field="Title")
         m = _YEAR.search(title)
         rows.append((item, title.strip(), int(m.group(1)) if m else None,
-                     [g for g in genres.strip().split("|") if g]))
+                     split_genres(genres, file=p, line=line, field="Genres")))
     if not rows:
         raise LmraInputError("no movies in the file", file=p)
     df = pd.DataFrame(rows, columns=["item_id", "title", "year", "genres"])

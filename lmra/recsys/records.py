@@ -26,13 +26,15 @@ from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list
 
 def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list[str]]]:
     """Read a catalog for title matching: a MovieLens ``movies.dat`` or a CSV with a ``title``
-    column (optional ``id`` and ``genres`` columns, genres ``|``-separated).
+    column (optional ``id`` and ``genres`` columns, genres ``|``-separated:
+    :func:`lmra.recsys.movielens.split_genres`).
 
     Returns:
         (titles, ids, id → categories).
 
     Raises:
-        LmraInputError: missing file, no ``title`` column, empty title, malformed CSV (with line).
+        LmraInputError: missing file, no ``title`` column, empty title, an empty genre name or
+            a genre twice in one cell, malformed CSV (with line).
     """
     p = Path(path)
     if p.suffix == ".dat":
@@ -49,7 +51,7 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
         i = (row.get("id") or "").strip() or t
         titles.append(t)
         ids.append(i)
-        cats[i] = [g for g in (row.get("genres") or "").split("|") if g]
+        cats[i] = ml.split_genres(row.get("genres") or "", file=p, line=line)
     if not titles:
         raise LmraInputError("catalog has no titles", file=p)
     return titles, ids, cats
