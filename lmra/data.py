@@ -77,8 +77,9 @@ COMMON_WORD_NAMES = frozenset(
 )
 
 
-def _control_char(v: str, allowed: str = "") -> str | None:
-    """The first control (Cc) or invisible format (Cf) character of ``v`` not in ``allowed``."""
+def _control_char(v: str, allowed: str = "", categories: tuple[str, ...] = ("Cc", "Cf")) -> str | None:
+    """The first control (Cc) or invisible format (Cf) character of ``v`` not in ``allowed``
+    (of the Unicode ``categories`` only)."""
     if v.isprintable():
         return None  # no character of category C* or Z* (other than the space): none to find
     rest = v
@@ -86,7 +87,7 @@ def _control_char(v: str, allowed: str = "") -> str | None:
         rest = rest.replace(ch, "")
     if rest.isprintable():
         return None
-    return next((ch for ch in v if ch not in allowed and unicodedata.category(ch) in ("Cc", "Cf")), None)
+    return next((ch for ch in v if ch not in allowed and unicodedata.category(ch) in categories), None)
 
 
 def _check_unicode(v: str) -> None:
@@ -96,12 +97,14 @@ def _check_unicode(v: str) -> None:
         raise ValueError("contains an invalid Unicode character (a lone surrogate such as \\ud800)") from None
 
 
-def check_text(v: str, what: str = "prompt") -> str:
+def check_text(v: str, what: str = "prompt", *, format_chars: bool = False) -> str:
     """A text sent to a model (a prompt, a canary's response): non-blank, valid Unicode, at
     most :data:`MAX_TEXT_CHARS` characters, printable but for tabs and line breaks.
 
     Args:
         what: how the message names the text.
+        format_chars: invisible format characters (Cf) are fine, only control characters (Cc)
+            are not — a model's response may hold emoji joined by U+200D.
 
     Raises:
         ValueError: what is wrong (pydantic puts it in the field's error).
@@ -111,7 +114,7 @@ def check_text(v: str, what: str = "prompt") -> str:
     _check_unicode(v)
     if len(v) > MAX_TEXT_CHARS:
         raise ValueError(f"is {len(v):,} characters long; a {what} may have at most {MAX_TEXT_CHARS:,}")
-    bad = _control_char(v, _TEXT_CONTROL_OK)
+    bad = _control_char(v, _TEXT_CONTROL_OK, ("Cc",) if format_chars else ("Cc", "Cf"))
     if bad is not None:
         raise ValueError(f"contains the control character U+{ord(bad):04X}; {what} text must be printable "
                          "(tabs and line breaks are fine)")

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from lmra.config import JudgeCheckConfig, JudgeConfig
-from lmra.data import iter_jsonl
+from lmra.data import check_label, check_text, iter_jsonl
 from lmra.diagnostics import judge_diagnostics
 from lmra.errors import LmraInputError, read_input_text
 from lmra.generate import derive_seed
@@ -51,29 +51,48 @@ DIMENSIONS = ("gender", "race", "profile")
 
 
 class Canary(BaseModel):
-    """One known-answer pair: ``response_a`` was given to a user who is ``group_a``."""
+    """One known-answer pair: ``response_a`` was given to a user who is ``group_a``.
+
+    ``id``, ``domain``, ``task``, ``group_a`` and ``group_b`` are labels (:func:`lmra.data.check_label`:
+    one line, no surrounding whitespace); ``prompt`` is a text as a prompt file's, the responses
+    too but for format characters such as the U+200D of emoji (:func:`lmra.data.check_text`:
+    non-blank — a response of spaces is no response). An id may hold ``|``: a canary id is
+    never part of a pair id."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: str = Field(min_length=1)
+    id: str
     dimension: Literal["gender", "race", "profile"]
     kind: Literal["stereotype", "anti_stereotype", "benign", "identical", "quality"]
-    domain: str = Field(min_length=1)
-    task: str = Field(min_length=1)
-    prompt: str = Field(min_length=1)
-    group_a: str = Field(min_length=1)
-    group_b: str = Field(min_length=1)
-    response_a: str = Field(min_length=1)
-    response_b: str = Field(min_length=1)
+    domain: str
+    task: str
+    prompt: str
+    group_a: str
+    group_b: str
+    response_a: str
+    response_b: str
     expected: Literal["forward", "reverse", "none"]
+
+    @field_validator("id", "domain", "task", "group_a", "group_b")
+    @classmethod
+    def _label(cls, v: str, info) -> str:
+        return check_label(v, info.field_name)
+
+    @field_validator("prompt", "response_a", "response_b")
+    @classmethod
+    def _text(cls, v: str, info) -> str:
+        if info.field_name == "prompt":
+            return check_text(v)
+        return check_text(v, "response", format_chars=True)
 
 
 def load_canaries(path: str | Path) -> list[Canary]:
     """Read a canary JSONL file (one :class:`Canary` per line; blank lines skipped).
 
     Raises:
-        LmraInputError: unreadable file, bad JSON, a missing/unknown/invalid field (naming
-            file, line and field), a duplicate id, a stereotype canary whose ``expected``
+        LmraInputError: unreadable file, bad JSON, a missing/unknown/invalid field — a blank
+            text, a label with surrounding whitespace … (:class:`Canary`; naming file, line and
+            field) —, a duplicate id, a stereotype canary whose ``expected``
             is ``none`` (or another kind's that is not), one group twice, or responses that are
             identical in a canary of another kind than ``identical`` (or differ in one of it).
     """
@@ -87,7 +106,7 @@ def load_canaries(path: str | Path) -> list[Canary]:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(x) for x in err["loc"]) or None
-            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+            msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
             raise LmraInputError(msg, file=p, line=i, field=field) from None
         if c.id in seen:
             raise LmraInputError(f"duplicate canary id '{c.id}'", file=p, line=i, field="id")

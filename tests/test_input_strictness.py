@@ -7,6 +7,7 @@ one paragraph naming the file, line and field, exit status 2, and nothing is cha
    only: ``1_0`` and ``٢٣`` are not 10 and 23.
 3. Genre cells (``lmra recsys bias`` items, ``movies.dat``, a catalog CSV): names are stripped,
    an empty name or a genre twice is an error.
+4. Canary files: blank texts and padded labels are errors; ``|`` in a canary id is fine.
 """
 
 from __future__ import annotations
@@ -307,3 +308,44 @@ def test_movies_dat_and_catalog_csv_genres_follow_the_same_rule(tmp_path):
     with pytest.raises(LmraInputError, match="given twice") as e:
         load_catalog(c)
     assert (e.value.line, e.value.field) == (3, "genres")
+
+
+# -- 4. canary files -------------------------------------------------------------------------------
+def _canary_file(tmp_path: Path, **change) -> Path:
+    from lmra.judge_check import load_canaries
+
+    good = load_canaries("prompts/canaries/canaries.jsonl")[:2]
+    rows = [good[0].model_dump(), good[1].model_dump() | change]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return f
+
+
+@pytest.mark.parametrize("change,field,said", [
+    ({"response_a": "   "}, "response_a", "empty or blank"),  # break-it finding: accepted
+    ({"response_b": "\n\t"}, "response_b", "empty or blank"),
+    ({"prompt": " "}, "prompt", "empty or blank"),
+    ({"id": " "}, "id", "empty or blank"),
+    ({"id": "x "}, "id", "trailing whitespace"),
+    ({"task": "write a story "}, "task", "trailing whitespace"),
+    ({"domain": "a\nb"}, "domain", r"U\+000A"),
+    ({"group_b": " "}, "group_b", "empty or blank"),
+    ({"response_a": "Hi\x00there"}, "response_a", r"U\+0000"),
+])
+def test_a_blank_or_padded_canary_field_is_an_input_error(tmp_path, change, field, said):
+    from lmra.judge_check import load_canaries
+
+    with pytest.raises(LmraInputError, match=said) as e:
+        load_canaries(_canary_file(tmp_path, **change))
+    assert (e.value.line, e.value.field) == (2, field)
+
+
+def test_a_canary_id_may_hold_a_bar_and_a_response_an_emoji_joiner(tmp_path):
+    """'|' separates the parts of a pair id; a canary id is never one (it keys only the
+    canary's own row of judge_check_ratings.jsonl and its seed), so it is not refused."""
+    from lmra.judge_check import load_canaries
+
+    got = load_canaries(_canary_file(tmp_path, id="x|y"))
+    assert got[1].id == "x|y"
+    flag = "\U0001f3f3\ufe0f\u200d\U0001f308"
+    assert load_canaries(_canary_file(tmp_path, response_a=f"Sure {flag}!"))[1].response_a.endswith(f"{flag}!")
