@@ -16,7 +16,8 @@ Statuses (``manifest.json`` ``status``):
 * ``failed`` — no pair could be scored because calls failed (or the run stopped on an
   error); exit status 1. (A run that scored no pair for another reason — every pair had a
   refusal or no usable LMRA answer — is ``partial``: its tables can still be read.)
-* ``stopped_by_budget`` (exit 4), ``interrupted`` (Ctrl-C / SIGTERM, exit 130).
+* ``stopped_by_budget`` (exit 4), ``interrupted`` (Ctrl-C / SIGTERM / SIGHUP, exit 130; its
+  ``stop_reason`` names the signal, :func:`lmra.interrupts.interrupt_reason`).
 
 Only ``complete`` runs are baselines or ``latest``.
 """

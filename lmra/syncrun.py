@@ -71,7 +71,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
     Ctrl-C, cancellation and exceptions behave as with :func:`asyncio.run` (the main task
     awaits ``coro``, so a cancellation of it reaches ``coro``); only the main task's own
-    coroutine is this function's wrapper, not ``coro``.
+    coroutine is this function's wrapper, not ``coro``. A SIGINT while ``coro`` runs is
+    recorded (:func:`lmra.interrupts.recording_sigint`: ``coro`` sees a cancellation, and
+    :func:`lmra.interrupts.interrupt_reason` names the signal); earlier records are forgotten.
 
     Raises:
         whatever ``coro`` raises; ValueError when ``coro`` is not a coroutine and RuntimeError
@@ -87,16 +89,21 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         pass
     else:
         raise RuntimeError("asyncio.run() cannot be called from a running event loop")
+    from lmra import interrupts
+
     box: list[T] = []
+    interrupts.reset()
 
     async def main() -> None:
-        try:
-            box.append(await coro)
-        finally:
-            await _let_go_of_abandoned()
+        with interrupts.recording_sigint():  # asyncio's Ctrl-C handler is installed by now
+            try:
+                box.append(await coro)
+            finally:
+                await _let_go_of_abandoned()
 
     try:
-        asyncio.run(main())
+        with interrupts.sigint_restored():
+            asyncio.run(main())
     except KeyboardInterrupt as exc:
         if box and not isinstance(exc, InterruptedAfterFinish):  # coro returned: its result is not lost
             raise InterruptedAfterFinish(box[0]) from exc

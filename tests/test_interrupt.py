@@ -120,6 +120,49 @@ def test_sighup_stops_like_ctrl_c_unless_nohup_ignores_it(tmp_path):
         srv.shutdown()
 
 
+@pytest.mark.parametrize("sig, cause", [("SIGINT", "Ctrl-C"), ("SIGTERM", "a request to stop"),
+                                        ("SIGHUP", "the terminal or SSH session closed")])
+def test_the_signal_that_interrupted_a_run_is_named_on_the_console_and_in_the_manifest(tmp_path, sig, cause):
+    """Fresh-user finding: a first nightly run stopped "by itself" (a stray SIGHUP when the SSH
+    session closed) said only "interrupted: …", exit 130, and its manifest's stop_reason was
+    null: nothing said which signal stopped it. A real process is sent each signal."""
+    srv, cmd, env = _slow_audit(tmp_path)
+    try:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_calls(tmp_path, 4)
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        srv.shutdown()
+    err = " ".join(err.split())
+    assert proc.returncode == 130 and "Traceback" not in out + err, err
+    assert f"interrupted by {sig} ({cause}" in err and "run the same command again to resume" in err, err
+    manifest = json.loads(next((tmp_path / "reports").glob("*-ctrlc")).joinpath("manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert manifest["stop_reason"].startswith(f"interrupted by {sig} ({cause}")
+
+
+def test_interrupt_reason_names_the_first_signal_recorded():
+    """The words of a stop: the first signal recorded; an unrecorded KeyboardInterrupt is
+    Python's SIGINT; a cancellation without any signal says so."""
+    import asyncio
+
+    from lmra import interrupts
+
+    interrupts.reset()
+    try:
+        assert interrupts.interrupt_reason(KeyboardInterrupt()).startswith("interrupted by SIGINT (Ctrl-C")
+        assert interrupts.interrupt_reason(asyncio.CancelledError()) == \
+            "interrupted: cancelled (CancelledError; no signal was received)"
+        interrupts.record(signal.SIGHUP)
+        interrupts.record(signal.SIGTERM)
+        assert interrupts.received() == "SIGHUP"
+        assert interrupts.interrupt_reason(asyncio.CancelledError()).startswith(
+            "interrupted by SIGHUP (the terminal or SSH session closed")
+    finally:
+        interrupts.reset()
+
+
 def _interrupted_after_the_run_finished(tmp_path, capsys):
     """Run ``lmra audit`` (an interrupt arranged by the caller): exit 130, the folder complete,
     and the message saying so, not "run again"; returns (the run folder, stderr in one line)."""
@@ -135,7 +178,8 @@ def _interrupted_after_the_run_finished(tmp_path, capsys):
     (manifest,) = (tmp_path / "reports").glob("*/manifest.json")
     run = manifest.parent
     assert json.loads(manifest.read_text())["status"] == "complete"
-    assert f"interrupted after the run finished: its folder {run} is written and keeps its status" in err
+    assert (f"interrupted by SIGINT (Ctrl-C, or an interrupt sent to the terminal's process group) after the run "
+            f"finished: its folder {run} is written and keeps its status") in err
     assert "run the same command again" not in err
     return run, err
 
@@ -257,3 +301,39 @@ def test_ctrl_c_while_batch_jobs_run_names_batch_resume_not_a_new_run(tmp_path, 
         out = " ".join(captured.err.split())  # the warning, on stderr
         assert "Traceback" not in captured.err
         assert f"run folder {shard} has 2 batch job(s)" in out and f"run folder {run} has" not in out
+
+
+def test_other_commands_name_the_signal_too(tmp_path, capsys):
+    """The handler is shared: ``lmra recsys`` stopped by SIGTERM says so on the console and in
+    its manifest's stop_reason (the signal sent to this process while its calls are in flight)."""
+    from faultserver import FaultServer
+    from test_recsys_e2e import run_folder, write_config
+
+    from lmra.cli import main
+
+    with FaultServer(delay_s=0.3) as server:
+        cfg = write_config(tmp_path, "stopped", f"""
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{server.url}"
+api_key_required = false
+[fairllm]
+names_list = ["Adele", "Drake", "Prince", "Sting"]
+attributes = ["gender", "race"]
+""")
+        def stop_when_calls_are_in_flight():
+            deadline = time.time() + 60
+            while server.requests < 2 and time.time() < deadline:
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        stopper = threading.Thread(target=stop_when_calls_are_in_flight, daemon=True)
+        stopper.start()
+        assert main(["recsys", "--config", str(cfg), "--no-progress"]) == 130
+        stopper.join()
+    err = " ".join(capsys.readouterr().err.split())
+    assert "interrupted by SIGTERM (a request to stop: kill, systemd, a CI job's timeout): finished model calls" in err
+    manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["stop_reason"].startswith("interrupted by SIGTERM")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # asyncio's Ctrl-C handler is gone

@@ -46,6 +46,7 @@ from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, AuditConfig, dump_config
 from lmra.data import PromptRecord
 from lmra.errors import LmraIOError, io_reason
 from lmra.fileio import write_json, write_jsonl, write_text
+from lmra.interrupts import interrupt_reason
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
 from lmra.providers.ratelimit import (AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit,
@@ -494,7 +495,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                          "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
             self.identity.update_manifest(manifest)
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
-            if status != "interrupted":
+            if status == "interrupted":  # which signal (fresh-user finding: a stray SIGHUP left no trace)
+                manifest["stop_reason"] = interrupt_reason(exc)
+            else:
                 reason = f"{type(exc).__name__}: {exc}"
                 manifest["stop_reason"] = redacted_message(reason) if cfg.redact else reason
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again

@@ -10,8 +10,9 @@ stops an audit at its first rejected call; or a model's endpoint that never answ
 failed after every retry, 3 when refused, :mod:`lmra.providers.endpoint`), 3 a regression against the baseline, 5 the judge failed validation,
 6 an absolute release gate not met (``[gates]`` / ``--gate``: a value above its bound, or one the run could
 not measure; ``lmra gate``), 4 stopped by the budget (--max-cost / --max-calls), 75 batches still pending (resume with
-``lmra batch resume``), 130 interrupted (finished calls are kept in the cache; re-run the
-same command to resume). A shard (``audit --shard I/N``) exits 0 once its folder is written even
+``lmra batch resume``), 130 interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP — the message and a
+run's ``stop_reason`` name which (:mod:`lmra.interrupts`) — (finished calls are kept in the cache;
+re-run the same command to resume). A shard (``audit --shard I/N``) exits 0 once its folder is written even
 when it is partial or its judge check failed (both printed): ``lmra merge`` decides those for the
 night (1, 5, 6) — docs/scale.md.
 
@@ -171,32 +172,29 @@ def _submitted_batch_jobs(run_dir) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
-    import signal
+    from lmra import interrupts
 
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
     # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
     # and every finished call stays in the cache; so does SIGHUP (the terminal or SSH session
-    # closed), unless it is ignored (nohup: the run goes on)
-    try:
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
-            signal.signal(signal.SIGHUP, signal.default_int_handler)
-    except ValueError:  # not in the main thread (e.g. called from a test thread)
-        pass
+    # closed), unless it is ignored (nohup: the run goes on); which signal came is recorded
+    interrupts.stop_on_signals()
     _warnings_as_paragraphs()
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         from rich.text import Text
 
         from lmra.cli.common import err_console
 
+        # the signal named (fresh-user finding: a night stopped by a stray SIGHUP said only "interrupted")
+        why = interrupts.interrupt_reason(exc)
         done = getattr(args, "finished_run_dir", None)
         if done is not None:  # Ctrl-C / SIGTERM after the run folder was written (break-it finding)
             err_console.print(Text.assemble(
-                ("interrupted after the run finished: ", "yellow"),
+                (f"{why} after the run finished: ", "yellow"),
                 f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, "
                 f"history and check, report.html) may not have run: 'lmra report {done}' writes the report, "
                 f"'lmra gate {done}' and 'lmra check {done}' evaluate it, 'lmra warehouse add {done}' adds it to "
@@ -207,15 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         pending = _submitted_batch_jobs(batch_dir) if batch_dir is not None else 0
         if pending:  # (break-it finding: "run the same command again" submitted and paid for them again)
             err_console.print(Text.assemble(
-                ("interrupted: ", "yellow"),
+                (f"{why}: ", "yellow"),
                 f"{pending} batch job(s) of this run were submitted and go on at the provider; resume the run "
                 f"with 'lmra batch resume {batch_dir}' (running 'lmra audit --batch' again would start a new run "
                 "and submit, and pay for, their calls again). Finished model calls are kept in the cache."),
                 highlight=False, soft_wrap=True)
             return 130
-        err_console.print("[yellow]interrupted:[/] finished model calls are kept in the cache (except any that a "
-                          "warning above says could not be stored); "
-                          "run the same command again to resume.")
+        err_console.print(Text.assemble(
+            (f"{why}: ", "yellow"), "finished model calls are kept in the cache (except any that a warning above says "
+            "could not be stored); run the same command again to resume."), highlight=False, soft_wrap=True)
         return 130
     except Exception as exc:
         status = report_failure(exc, args)

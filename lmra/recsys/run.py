@@ -34,6 +34,7 @@ from typing import Any
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import dump_config
 from lmra.fileio import write_text
+from lmra.interrupts import interrupt_reason
 from lmra.providers import Provider, make_provider
 from lmra.providers.endpoint import EndpointGuard
 from lmra.providers.ratelimit import limit_model
@@ -165,8 +166,8 @@ class RecsysRun:
             failed = isinstance(exc, Exception)
             manifest |= {"status": "failed" if failed else "interrupted", "finished": now(),
                          "calls": self.stats.as_dict()}
-            if failed:
-                manifest["stop_reason"] = f"{type(exc).__name__}: {exc}"  # (as an audit's manifest)
+            # why, as an audit's manifest: the error, or which signal stopped it
+            manifest["stop_reason"] = f"{type(exc).__name__}: {exc}" if failed else interrupt_reason(exc)
             try:  # a small file: often still written when a large one was not (a full disk, ulimit -f)
                 dump_json(self.run_dir / "manifest.json", manifest)
             except Exception:  # noqa: BLE001 — the first failure is the one reported
