@@ -375,7 +375,9 @@ def test_validate_states_the_audited_prompts_and_planned_calls(tmp_path, capsys)
     rc, out, _ = _cmd(capsys, "validate", cfg, "--json")
     doc = json.loads(out)
     assert (doc["n_prompts"], doc["n_audited_prompts"], doc["n_pairs"]) == (12, 6, 6)
-    assert doc["planned_calls"] == {"target": 12, "judge": plan["judge"]}
+    # (the scripted LMRA gives log-probabilities and may answer without them: each question then also sampled)
+    assert doc["planned_calls"] == {"target": 12, "judge": plan["judge"],
+                                    "judge_without_logprobs": plan["judge_without_logprobs"]}
 
 
 def test_history_columns_judge_status_and_pairs_that_add_up(tmp_path, capsys):

@@ -49,6 +49,7 @@ from lmra.fileio import write_json, write_jsonl, write_text
 from lmra.interrupts import interrupt_reason
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
+from lmra.providers.base import answers_may_lack_logprobs
 from lmra.providers.ratelimit import (AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, ModelLimits, in_flight_without_limit,
                                       sets_own_in_flight, slots_key)
 from lmra.resources import resolve_resource
@@ -199,7 +200,21 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         In a shard (``--shard I/N``) the pairs and their calls are this shard's: at most the
         per-task limit of the prompts it holds; in ``selection`` mode every shard classifies and
         filters the whole file (:mod:`lmra.shard`), so those bounds stay the whole audit's.
+
+        Returns:
+            ``target``, ``judge`` (the LMRA's calls when it answers as its provider says:
+            with log-probabilities one call a question, else ``n_samples``), ``pairs``,
+            ``prompts``, ``unlabelled``, ``canaries``, ``placebo_pairs``; ``axes`` with
+            ``axes.enabled``; ``judge2`` with a second LMRA. For an LMRA whose provider gives
+            log-probabilities but may answer without them
+            (:func:`~lmra.providers.base.answers_may_lack_logprobs`: an HTTP endpoint) also
+            ``judge_without_logprobs`` (``judge2_without_logprobs``): the bound when every
+            answer comes without them, each question then sampled as well
+            (:func:`~lmra.judge.options.calls_per_question`; fresh-user finding: "at most 16
+            LMRA calls", and 102 were made).
         """
+        from lmra.judge.options import calls_per_question
+
         cfg = self.cfg
         shard = self.shard
         whole = shard is None or shard.mode_for(cfg) == "selection"  # classify and filter every prompt
@@ -218,26 +233,35 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         n_filter = kept(lambda p: True)  # the prompts the filter may examine
         n = n_filter if shard is None else kept(lambda p: shard.holds(p.id))  # the prompts this run rates
         pairs = len(cfg.comparisons) * cfg.samples_per_prompt * n
-        per_q = 1 if self._judge_provider().supports_logprobs else cfg.judge.n_samples
         unlabelled = sum(1 for p in pool if not p.task)
-        judge = pairs * 2 * per_q * (1 + (len(cfg.quality.criteria) if cfg.quality.enabled else 0))
-        judge += (4 * pairs * per_q if cfg.refusal.enabled else 0) + (2 * n_filter * per_q
-                                                                        if "filter" in inputs.templates else 0)
-        judge += 2 * unlabelled * per_q
-        judge += 2 * len(inputs.canaries) * per_q  # the judge check
         placebo = len(inputs.placebo) * cfg.samples_per_prompt * (max(1, round(cfg.placebo.share * n))
                                                                   if cfg.placebo.share else 0)
-        judge += placebo * 2 * per_q + (4 * placebo * per_q if cfg.refusal.enabled else 0)
-        out = {"target": 2 * (pairs + placebo), "judge": judge, "pairs": pairs, "prompts": n,
-               "unlabelled": unlabelled, "canaries": len(inputs.canaries), "placebo_pairs": placebo}
+        # the LMRA's questions: stereotype (and quality criteria) in both orders, refusal labels,
+        # identity filter, task classification, the judge check's canaries, the placebo pairs
+        questions = pairs * 2 * (1 + (len(cfg.quality.criteria) if cfg.quality.enabled else 0))
+        questions += (4 * pairs if cfg.refusal.enabled else 0) + (2 * n_filter if "filter" in inputs.templates else 0)
+        questions += 2 * unlabelled + 2 * len(inputs.canaries)
+        questions += placebo * 2 + (4 * placebo if cfg.refusal.enabled else 0)
+        judge = self._judge_provider()
+        logprobs, fallback = judge.supports_logprobs, answers_may_lack_logprobs(judge)
+        out = {"target": 2 * (pairs + placebo), "judge": questions * calls_per_question(cfg.judge, logprobs),
+               "pairs": pairs, "prompts": n, "unlabelled": unlabelled, "canaries": len(inputs.canaries),
+               "placebo_pairs": placebo}
+        if fallback:
+            out["judge_without_logprobs"] = questions * calls_per_question(cfg.judge, True, without_logprobs=True)
         if cfg.axes.enabled:
             from lmra.axes import axes_call_bound
 
-            out["axes"] = sum(axes_call_bound(cfg, n * cfg.samples_per_prompt, self._judge_provider().supports_logprobs)
-                              for _ in cfg.comparisons)
+            out["axes"] = sum(axes_call_bound(cfg, n * cfg.samples_per_prompt, logprobs) for _ in cfg.comparisons)
             out["judge"] += out["axes"]
+            if fallback:
+                out["judge_without_logprobs"] += sum(axes_call_bound(cfg, n * cfg.samples_per_prompt, True,
+                                                                     without_logprobs=True) for _ in cfg.comparisons)
         if cfg.judge2 is not None:
-            out["judge2"] = pairs * 2 * (1 if self._judge2_provider().supports_logprobs else cfg.judge2.n_samples)
+            judge2 = self._judge2_provider()
+            out["judge2"] = pairs * 2 * calls_per_question(cfg.judge2, judge2.supports_logprobs)
+            if answers_may_lack_logprobs(judge2):
+                out["judge2_without_logprobs"] = pairs * 2 * calls_per_question(cfg.judge2, True, without_logprobs=True)
         return out
 
     def run_combiner(self, judge_cfg=None, provider: Provider | None = None) -> tuple[str, list[str]]:

@@ -27,6 +27,7 @@ from lmra.axes.select import TABLE_COLUMNS, select_axes
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AuditConfig
 from lmra.providers import Provider, make_provider
+from lmra.providers.base import answers_may_lack_logprobs
 from lmra.providers.ratelimit import wrapped_bound
 from lmra.syncrun import run_sync
 from lmra.templates import load_template
@@ -78,7 +79,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     if ax.embed_preclustering:
         require_embed_extra()  # fail before any LMRA call when the extra is missing
     judge, stats, own_cache = _axes_judge(cfg, judge, cache)
-    plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs)
+    plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs, fallback=answers_may_lack_logprobs(judge))
     if announce is not None:
         announce(plan)
     # calls in flight as the judge's limits hold them (concurrency = "auto": sized as in an audit)

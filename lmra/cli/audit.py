@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, print_warning, rich_progress,
-                             whole_number)
+from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, planned_lmra_calls_words,
+                             print_warning, rich_progress, whole_number)
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
 from lmra.console import counted, lit, make_console
@@ -283,8 +283,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     console.print(f"[bold]lmra audit[/] '{lit(cfg.name)}': {counted(len(inputs.prompts), 'prompt')} in the file "
                   f"({plan['unlabelled']} without a task, to classify), {_kept_words(audit, plan['prompts'])}, "
                   f"up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
-                  f"{plan['judge'] + plan.get('judge2', 0)} LMRA calls, {plan['canaries']} canary pairs of the "
-                  f"judge check included (cached calls are free). "
+                  f"{lit(planned_lmra_calls_words(plan, cfg))}, {plan['canaries']} canary pairs of "
+                  f"the judge check included (cached calls are free). "
                   f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
                   f"{lit(audit.concurrency_plan())}.")
     if cfg.batch:

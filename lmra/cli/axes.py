@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, rich_progress, whole_number
+from lmra.cli.common import finite_float, rich_progress, whole_number, without_logprobs_words
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -59,7 +59,9 @@ def cmd_axes(args: argparse.Namespace) -> int:
             f"[bold]lmra axes[/] on {lit(run)}: {plan['discovery_pairs']} discovery pairs, {plan['test_pairs']} held-out "
             f"test pairs (disjoint prompts), at most {ax.max_axes} discovered + {len(ax.extra_axes)} extra axes; "
             f"at most {plan['total']} LMRA calls (brainstorm {plan['brainstorm']}, consolidation "
-            f"{plan['consolidate']}, labels {plan['label']}, harm check {plan['harm']}; cached calls are free). "
+            f"{plan['consolidate']}, labels {plan['label']}, harm check {plan['harm']}; cached calls are free)"
+            + (f", {lit(without_logprobs_words(plan['total_without_logprobs'], {'judge': cfg.judge}))}"
+               if "total_without_logprobs" in plan else "") + ". "
             f"LMRA: {lit(cfg.judge.provider)} {lit(cfg.judge.model or '')}".rstrip(), highlight=False)
 
     out_dir = Path(args.out) if args.out else run

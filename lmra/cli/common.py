@@ -254,3 +254,63 @@ def in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
         return exc
     return LmraInputError(exc.reason, file=exc.file or cfg, line=line, field=exc.field)
 
+
+
+def lmra_calls_without_logprobs(plan: dict) -> int | None:
+    """The LMRA calls of :meth:`lmra.audit.Audit.planned_calls` (both LMRAs) when every answer
+    of an LMRA whose provider gives log-probabilities comes without them; None when no LMRA's
+    provider gives them (its bound ``judge`` holds already)."""
+    roles = [r for r in ("judge", "judge2") if r in plan]
+    if not any(f"{r}_without_logprobs" in plan for r in roles):
+        return None
+    return sum(plan.get(f"{r}_without_logprobs", plan[r]) for r in roles)
+
+
+def without_logprobs_words(calls: int, judges: dict, budget: str = "") -> str:
+    """What an LMRA whose provider gives log-probabilities makes when its answers come without
+    them, which no provider can know beforehand, and what to set for such an endpoint
+    (fresh-user finding: "at most 16 LMRA calls" said, 102 made by the sampling fallback, and
+    ``logprobs = false`` never suggested): ``"up to 144 if the LMRA answers without
+    log-probabilities (each question then also sampled, n_samples = 5: set logprobs = false in
+    [judge] for an endpoint that returns none)"``.
+
+    Args:
+        calls: the bound in that case (the plan's ``*_without_logprobs``).
+        judges: section (``judge``, ``judge2``) → config of the LMRAs whose answers may come
+            without log-probabilities (their ``n_samples``).
+        budget: said last in the parentheses (:func:`planned_lmra_calls_words`' budget note).
+    """
+    samples = ", ".join(dict.fromkeys(f"n_samples = {j.n_samples}" for j in judges.values()))
+    return (f"up to {calls} if the LMRA answers without log-probabilities (each question then also sampled, "
+            f"{samples}: set logprobs = false in {' / '.join(f'[{role}]' for role in judges)} for an endpoint that "
+            f"returns none{budget})")
+
+
+def lmra_calls_words(calls: int, without_logprobs: int | None, judges: dict, budget: str = "") -> str:
+    """The bound on an LMRA's calls for a plan line: ``"24 LMRA calls"``, or when its answers may
+    come without log-probabilities (``without_logprobs`` given, above ``calls``) ``"24 LMRA
+    calls with log-probabilities, up to 144 if the LMRA answers without …"``
+    (:func:`without_logprobs_words`, which ``judges`` and ``budget`` are for)."""
+    if without_logprobs is None or without_logprobs <= calls or not judges:
+        return f"{calls} LMRA calls"
+    return f"{calls} LMRA calls with log-probabilities, {without_logprobs_words(without_logprobs, judges, budget)}"
+
+
+def planned_lmra_calls_words(plan: dict, cfg) -> str:
+    """:func:`lmra_calls_words` of an audit's plan (``lmra audit``'s and ``lmra validate``'s line).
+
+    Args:
+        plan: :meth:`lmra.audit.Audit.planned_calls` (``target``, ``judge``, ``judge2`` and
+            their ``*_without_logprobs``).
+        cfg: the run's :class:`~lmra.config.AuditConfig`: its LMRAs' ``n_samples``, and its
+            ``max_calls``: a budget that the calls reach only when the answers come without
+            log-probabilities is said to stop the run there (exit 4; it is never exceeded:
+            :mod:`lmra.budget` refuses a fresh call past it, the sampled ones included).
+    """
+    calls = plan.get("judge", 0) + plan.get("judge2", 0)
+    worst = lmra_calls_without_logprobs(plan)
+    judges = {role: getattr(cfg, role) for role in ("judge", "judge2") if f"{role}_without_logprobs" in plan}
+    target, budget = plan.get("target", 0), ""
+    if worst is not None and cfg.max_calls is not None and target + calls <= cfg.max_calls < target + worst:
+        budget = f"; max_calls = {cfg.max_calls} stops the run there, exit 4: the budget is never exceeded"
+    return lmra_calls_words(calls, worst, judges, budget)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import json_errors, whole_number
+from lmra.cli.common import json_errors, lmra_calls_words, whole_number
 from lmra.console import lit, make_console
 from lmra.fileio import output_folder, write_json, write_jsonl
 
@@ -123,8 +123,16 @@ async def _run(cfg, console: Console):
     from lmra.providers.keys import KeyGuard
 
     judge = KeyGuard(judge, "judge")  # a rejected key stops the check (exit 1), not 40 failed canaries
-    n_calls = 2 * len(canaries) * (1 if raw.supports_logprobs else cfg.judge.n_samples)
-    console.print(f"Judge check: {len(canaries)} canary pairs in both orders = up to {n_calls} LMRA calls to "
+    from lmra.judge.options import calls_per_question
+
+    from lmra.providers.base import answers_may_lack_logprobs
+
+    questions, fallback = 2 * len(canaries), answers_may_lack_logprobs(raw)
+    n_calls = lmra_calls_words(  # answers that come without log-probabilities are sampled as well (fresh-user finding)
+        questions * calls_per_question(cfg.judge, raw.supports_logprobs),
+        questions * calls_per_question(cfg.judge, True, without_logprobs=True) if fallback else None,
+        {"judge": cfg.judge} if fallback else {})
+    console.print(f"Judge check: {len(canaries)} canary pairs in both orders = up to {lit(n_calls)} to "
                   f"{lit(raw.name)}:{lit(raw.model_id)}, {in_flight} at once (cached calls are not made again)"
                   + ("; the embedded model takes about a second a call, so this takes minutes: '--per-kind 1' "
                      "rates one canary per dimension and kind" if cfg.judge.provider == "llamacpp"

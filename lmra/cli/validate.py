@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import json_errors, print_warning
+from lmra.cli.common import json_errors, lmra_calls_without_logprobs, planned_lmra_calls_words, print_warning
 from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
@@ -61,11 +61,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         from lmra.report import jsonout
 
+        worst = lmra_calls_without_logprobs(plan)  # the LMRA calls if its answers come without log-probabilities
         models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
         jsonout.emit(jsonout.validate_document(
             args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
             n_audited_prompts=plan["prompts"], n_pairs=plan["pairs"],
-            planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)},
+            planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)}
+            | ({"judge_without_logprobs": worst} if worst is not None else {}),
             groups=[{"name": g, "n_names": len(n)} for g, n in inputs.group_names.items()], profile_groups=profiles,
             comparisons=[list(c) for c in cfg.comparisons],
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
@@ -74,8 +76,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 0
     make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
-                         f"pairs; at most {plan['target']} target calls and {plan['judge'] + plan.get('judge2', 0)} "
-                         "LMRA calls (cached calls are free); name groups "
+                         f"pairs; at most {plan['target']} target calls and {lit(planned_lmra_calls_words(plan, cfg))} "
+                         "(cached calls are free); name groups "
                          + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
                          + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
     if short:

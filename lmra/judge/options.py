@@ -195,6 +195,33 @@ def declined(result: ChatResult) -> bool:
     return result.finish_reason in FILTER_FINISH_REASONS or is_judge_refusal(result.text)
 
 
+#: what to do about an LMRA endpoint that answers without log-probabilities (said wherever such
+#: answers are counted or bounded: the plan line, the calls line, a partial run's advice)
+NO_LOGPROBS_ADVICE = ("for an endpoint that never returns log-probabilities (e.g. a llama.cpp server started without "
+                      "logits_all), set logprobs = false in the LMRA's [judge] (or [judge2]) section: its questions "
+                      "are then sampled at once (n_samples calls each, cached), without the greedy call that comes "
+                      "back without them and is asked again on every run")
+
+
+def calls_per_question(judge: JudgeConfig, supports_logprobs: bool, *, without_logprobs: bool = False) -> int:
+    """At most how many calls one question of :func:`ask_options` makes (cached ones included).
+
+    Args:
+        judge: the LMRA's config (``n_samples``).
+        supports_logprobs: its provider's ``supports_logprobs``.
+        without_logprobs: for a provider with log-probabilities, the bound when its answer
+            comes without them: the greedy call, then ``n_samples`` draws (the sampling
+            fallback; its retries are not calls). Ignored for a provider without them.
+
+    Returns:
+        1 (read through log-probabilities); ``judge.n_samples`` (a provider without them);
+        ``1 + judge.n_samples`` (``without_logprobs``).
+    """
+    if not supports_logprobs:
+        return judge.n_samples
+    return 1 + judge.n_samples if without_logprobs else 1
+
+
 async def ask_options(provider: Provider, messages: list[Message], options: tuple[str, ...], judge: JudgeConfig,
                       *, seed_parts: tuple = ()) -> OptionProbs:
     """Ask the LMRA a closed question and return its answer as option probabilities.

@@ -134,11 +134,17 @@ class Provider(Protocol):
         supports_logprobs: True when :attr:`ChatResult.option_probs` is filled for
             requests with ``options``.
 
-    Optional attribute (not part of the protocol check; read by :func:`parallel_capacity`):
+    Optional attributes (not part of the protocol check):
         parallel_capacity: how many calls the backend serves at once without queueing them
             (a whole number ≥ 1), e.g. an in-process model's contexts × sequence slots; with
             ``concurrency = "auto"`` and no rate limit, the audit keeps that many of the
-            model's calls in flight. Absent or None: unknown (an HTTP endpoint), 2 are kept.
+            model's calls in flight. Absent or None: unknown (an HTTP endpoint), 2 are kept
+            (read by :func:`parallel_capacity`).
+        logprobs_always: True when every answer to a request with ``options`` carries
+            ``option_probs`` (an in-process model reading its own logits): none is ever
+            estimated by sampling instead, so call plans bound no such calls. Absent or False:
+            an answer may come without them (an HTTP endpoint that drops them; read by
+            :func:`answers_may_lack_logprobs`).
     """
 
     name: str
@@ -187,6 +193,24 @@ def parallel_capacity(provider: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"parallel_capacity must be a whole number >= 1 or None (got {value!r})")
     return min(value, MAX_CONCURRENCY)
+
+
+def answers_may_lack_logprobs(provider: object) -> bool:
+    """Whether ``provider`` (or the backend under its wrappers' ``inner`` chain) gives
+    log-probabilities (``supports_logprobs``) but may answer an option question without them —
+    not a ``logprobs_always`` backend — so that the LMRA's question is then sampled as well
+    (:func:`lmra.judge.options.ask_options`) and a call plan must bound those calls too."""
+    if not getattr(provider, "supports_logprobs", False):
+        return False
+    seen = 0
+    while seen < 20:
+        if getattr(provider, "logprobs_always", False) is True:
+            return False
+        inner = getattr(provider, "inner", None)
+        if inner is None:
+            return True
+        provider, seen = inner, seen + 1
+    return True
 
 
 class ProviderError(RuntimeError):

@@ -209,6 +209,7 @@ class LlamaCppProvider:
     name = "llamacpp"
     base_url = ""
     supports_logprobs = True
+    logprobs_always = True  # its own logits: an option read never comes without them (call plans)
     _instances: ClassVar[dict[tuple, "LlamaCppProvider"]] = {}
 
     def __init__(self, cfg: ModelConfig):

@@ -53,8 +53,11 @@ def call_counts_line(c: dict) -> str:
     out = (f"{c.get('fresh', 0)} fresh, {c.get('cached', 0)} cached, {failed} failed" + (f" ({kinds})" if kinds else "")
            + f", {c.get('retries', 0)} retries" + (f"; faults met: {faults}" if faults else ""))
     if c.get("degraded"):
+        from lmra.judge.options import NO_LOGPROBS_ADVICE
+
+        # what to do about it (fresh-user finding: 'not cached, asked again', and logprobs = false never named)
         out += (f"; {counted(c['degraded'], 'answer')} came without logprobs after every retry (not cached; their "
-                "questions were estimated by sampling instead)")
+                f"questions were estimated by sampling instead, n_samples more calls each) — {NO_LOGPROBS_ADVICE}")
     if c.get("waited"):
         out += f"; {c['waited']} waited for the same call in flight"
     if c.get("unreadable_cached"):
