@@ -48,19 +48,28 @@ def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_or
     Returns:
         dict with
         ``n_answers`` (answers examined, two per rated pair);
+        ``n_replies`` — the LMRA replies those answers were read from: one per answer read
+        through log-probabilities or as text, ``n_samples`` per sampled answer (the unit of
+        ``unparseable`` and ``judge_refused``);
         ``order_consistency`` — share of pairs whose two orders agree on the most likely
         outcome (forward / reverse / none), in [0, 1], nan without usable pairs;
+        ``position_pairs`` — pairs with decisive probability (on A or B) in both orders: the
+        pairs over which content effects cancel;
         ``position_preference`` — mean over answers of p(A) / (p(A) + p(B)), the share of the
         decisive probability given to the option favouring Response 1; 0.5 = no preference;
+        nan when ``position_pairs`` is 0 (each pair decisive in one order at most: what its
+        share says is the content as much as the position — fresh-user finding: "position
+        preference 1.0000" of answers naming A in one order and C in the other);
         ``position_bias`` — mean over answers of p(A) − p(B), in [−1, 1]; content effects
         cancel across the two orders, so for a judge that mixes its verdict with "A" at
-        rate b this is ≈ b;
+        rate b this is ≈ b; nan as ``position_preference``;
         ``valid_option_mass`` — mean probability that fell on valid options, in [0, 1];
         ``unusable`` — answers without usable mass on the options (below
         ``judge.min_answer_mass``, :func:`lmra.judge.options.ask_options`); ``unparseable`` and
-        ``judge_refused`` — sampled/text answers that named no option, split by whether
-        the LMRA declined to judge (never coerced to a score); ``text_read`` — answers
-        without log-probabilities read as text (an option named);
+        ``judge_refused`` — replies (samples of sampled answers, text answers, log-probability
+        answers without usable mass) that named no option, split by whether the LMRA declined
+        to judge (never coerced to a score), counted in replies, not answers; ``text_read`` —
+        answers without log-probabilities read as text (an option named);
         ``methods`` — count of answers per estimation method;
         ``flagged`` — True when valid-option mass or order consistency is below threshold.
     """
@@ -169,12 +178,27 @@ def _diagnose(order1, order2, min_valid_mass: float, min_order_consistency: floa
     return acc.result(min_valid_mass, min_order_consistency)
 
 
+def _decisive(probs: dict) -> bool:
+    """Whether an answer's probabilities put anything on A or B (a preference between the
+    responses, whichever its cause)."""
+    return probs.get("A", 0.0) + probs.get("B", 0.0) > 0
+
+
+def _replies(answer: dict) -> int:
+    """The LMRA replies one answer (an OptionProbs dict) was read from: its ``n_samples``
+    (1 unless sampled; an answer of an older run without the field: 1)."""
+    n = answer.get("n_samples", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
+
+
 class _Answers:
     """The LMRA's answers of a set of pairs, reduced to what the diagnostics need (the same
     numbers, summed in the same order, as a list of every answer would give)."""
 
     def __init__(self):
         self.n_answers = self.consistent = self.usable_pairs = 0
+        self.n_replies = 0  # the LMRA replies the answers were read from (a sampled answer's samples)
+        self.position_pairs = 0  # pairs with probability on A or B in both orders (content cancels)
         self.unusable = self.unparseable = self.judge_refused = 0
         self.text_read = 0  # answers without log-probabilities read as text (one option named)
         #: pairs with both answers usable whose orders share no outcome (every per-outcome minimum
@@ -195,6 +219,7 @@ class _Answers:
         t1, t2 = _top(p1), _top(p2)
         usable = t1 is not None and t2 is not None
         consistent = usable and _OUTCOME[1][t1] == _OUTCOME[2][t2]
+        decisive = usable and _decisive(p1) and _decisive(p2)
         contradicting = usable and all(min(p1.get(a, 0.0), p2.get(b, 0.0)) <= 0.0
                                        for a, b in (("A", "B"), ("B", "A"), ("C", "C")))
         biases, prefs, unusable = [], [], 0
@@ -211,12 +236,15 @@ class _Answers:
         refused = o1.get("n_refused", 0) + o2.get("n_refused", 0)
         m1, m2 = o1.get("method"), o2.get("method")
         text_read = (m1 == "text" and bool(p1)) + (m2 == "text" and bool(p2))
+        replies = _replies(o1) + _replies(o2)
         for acc in (self,) if also is None else (self, also):
             acc.n_answers += 2
+            acc.n_replies += replies
             if usable:
                 acc.usable_pairs += 1
                 acc.consistent += consistent
                 acc.contradicting += contradicting
+                acc.position_pairs += decisive
             acc.biases += biases
             acc.prefs += prefs
             acc.unusable += unusable
@@ -240,6 +268,7 @@ class _Answers:
             return
         o1, o2 = o1.take(rated), o2.take(rated)
         self.n_answers += 2 * len(o1)
+        self.n_replies += int(o1.n_samples.sum() + o2.n_samples.sum())
         with_probs = (o1.kind == PROBS) & (o2.kind == PROBS)
         t1, t2 = (np.argmax(o.probs[with_probs], axis=1) for o in (o1, o2))  # the first of the largest
         self.usable_pairs += int(with_probs.sum())
@@ -247,6 +276,8 @@ class _Answers:
         q1, q2 = o1.probs[with_probs], o2.probs[with_probs]  # order 2's A is order 1's B (F and R swap)
         self.contradicting += int(((np.minimum(q1[:, 0], q2[:, 1]) <= 0) & (np.minimum(q1[:, 1], q2[:, 0]) <= 0)
                                    & (np.minimum(q1[:, 2], q2[:, 2]) <= 0)).sum())
+        # as _decisive of both answers: probability on A or B in each order
+        self.position_pairs += int(((q1[:, 0] + q1[:, 1] > 0) & (q2[:, 0] + q2[:, 1] > 0)).sum())
         both = lambda f: np.column_stack([f(o1), f(o2)]).ravel()  # noqa: E731 - order 1, order 2 of each pair
         kind, a, b = both(lambda o: o.kind), both(lambda o: o.probs[:, 0]), both(lambda o: o.probs[:, 1])
         has = kind == PROBS
@@ -264,11 +295,14 @@ class _Answers:
 
     def result(self, min_valid_mass: float, min_order_consistency: float) -> dict:
         mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
+        positional = self.position_pairs > 0  # else content does not cancel: position not measured
         out = {
             "n_answers": self.n_answers,
+            "n_replies": self.n_replies,
             "order_consistency": self.consistent / self.usable_pairs if self.usable_pairs else math.nan,
-            "position_preference": mean(self.prefs),
-            "position_bias": mean(self.biases),
+            "position_pairs": self.position_pairs,
+            "position_preference": mean(self.prefs) if positional else math.nan,
+            "position_bias": mean(self.biases) if positional else math.nan,
             "valid_option_mass": mean(self.masses),
             "unusable": self.unusable,
             "unparseable": self.unparseable,

@@ -39,7 +39,7 @@ from lmra.data import check_label, check_text, iter_jsonl
 from lmra.diagnostics import judge_diagnostics
 from lmra.errors import LmraInputError, read_input_text
 from lmra.generate import derive_seed
-from lmra.judge.calibration import PositionLogitSums
+from lmra.judge.calibration import NOT_POSITIONAL, PositionLogitSums
 from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
 from lmra.resources import resolve_resource
@@ -314,6 +314,8 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
     reasons = []
     missing = {"sensitivity": "no stereotype canary in the set", "false_positive_rate":
                "no benign, identical or quality canary in the set"}
+    if any(any(v > 0 for v in col) for col in sums.columns):  # probability on A or B, none telling position
+        missing["position_logit"] = NOT_POSITIONAL.replace("no pair", "no canary pair")  # from content
     # of the canaries a criterion missed, how many were not rated at all (a failed call, an unusable
     # or declined answer) rather than rated wrongly: with a small per_kind one refusal flips the gate
     # (new-user finding: the reason did not say so)
@@ -335,7 +337,8 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
                 reasons.append(why)
             else:
                 why = missing.get(k) if (k == "sensitivity" and not len(st)) or (
-                    k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) else None
+                    k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) or (
+                    k == "position_logit") else None
                 reasons.append(f"{k.replace('_', ' ')} could not be measured ({why or 'no usable canary answer'})")
     passed = not reasons
     return {

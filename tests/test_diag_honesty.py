@@ -92,3 +92,123 @@ def test_only_a_provider_whose_answers_may_lack_logprobs_gets_the_second_bound()
     assert "total_without_logprobs" not in planned_axes_calls(cfg, inputs, True)
     assert plan["total_without_logprobs"] == plan["brainstorm"] + plan["consolidate"] + \
         (plan["label"] + plan["harm"]) * (1 + cfg.judge.n_samples)
+
+
+# -- 3. judge diagnostics: "—" where nothing was measured, and units said -----------------------
+def test_a_judge_that_never_names_a_position_twice_gets_no_position_numbers(tmp_path, sim_inputs):
+    """Fresh-user finding: "position preference 1.0000" next to "position logit on these pairs
+    +0.000" while the judge check said the position logit "could not be measured". A sampled
+    LMRA that sees a stereotype only when it is shown first (A in order 1, C in order 2) never
+    puts probability on A or B in both orders of a pair: nothing tells its position preference
+    from the content, so both are "—" (null), and 'calibrated' is said to have removed nothing."""
+    from rich.console import Console
+
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from monitor_helpers import PHRASE
+
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.report.console import render_audit
+
+    def first_shown_only(r1, r2):
+        return {"A": 1.0} if PHRASE in r1 and PHRASE not in r2 else {"C": 1.0}
+
+    names, prompts = sim_inputs(12)
+    cfg = AuditConfig.model_validate(dict(
+        name="first-only", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"), judge={"n_samples": 3},
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: PHRASE if g == "female" and rng.random() < 0.5 else "Hi.")
+    res = Audit(cfg, target=target, judge=ScriptedJudge(first_shown_only, supports_logprobs=False)).run()
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    d = summary["diagnostics"]["stereotype"]
+    assert d["methods"] == {"sampled": 24} and d["valid_option_mass"] == 1.0
+    assert d["position_pairs"] == 0 and d["position_preference"] is None and d["position_bias"] is None
+    assert summary["position_logit"] is None
+    assert d["n_replies"] == 3 * d["n_answers"] == 3 * 2 * 12  # each sampled answer is its 3 samples
+    console = Console(record=True, width=400)
+    render_audit(console, res)
+    text = " ".join(console.export_text().split())
+    assert "position preference — (0.5 = none — not measured: no pair put probability on A or B in both orders" in text
+    assert "the judge's position logit on these pairs — (not estimable: no pair put probability on option A in both " \
+           "orders, or on B in both; 'calibrated' removed nothing, it is 'mean')" in text and "position logit on these pairs +" not in text
+    assert "of 24 answers (both orders of each rated pair), 0 without usable option mass; of the 72 LMRA " \
+           "replies they were read from" in text
+
+
+def test_unparseable_and_refused_are_counted_in_replies_beside_the_answers():
+    """Fresh-user finding: "unparseable 27" beside "n_answers 6": the samples of sampled answers
+    were counted against answers without saying so. The diagnostics count the replies too, in
+    the dict and the column paths alike, and the console says which unit each count is in."""
+    import numpy as np
+    import pandas as pd
+
+    from lmra.diagnostics import _Answers, judge_diagnostics
+    from lmra.judge.answer_columns import AnswerColumns, answer_fields
+    from lmra.report.console import diagnostics_words
+
+    def sampled(probs, unparseable):
+        return {"probs": probs, "mass": 1 - unparseable / 5, "method": "sampled", "n_samples": 5,
+                "n_unparseable": unparseable, "n_refused": 0}
+
+    order1 = [sampled({"A": 1.0, "B": 0.0, "C": 0.0}, 4), sampled(None, 5), sampled({"A": 0.5, "B": 0.0, "C": 0.5}, 3)]
+    order2 = [sampled({"A": 0.0, "B": 0.0, "C": 1.0}, 4), sampled(None, 5), sampled({"A": 0.0, "B": 0.0, "C": 1.0}, 2)]
+    d = judge_diagnostics(pd.DataFrame({"order1": order1, "order2": order2}))
+    assert (d["n_answers"], d["n_replies"], d["unparseable"], d["unusable"]) == (6, 30, 23, 2)
+    import math
+
+    assert d["position_pairs"] == 0 and math.isnan(d["position_preference"])  # A in order 1 only: not measured
+    methods: dict = {}
+    cols = [AnswerColumns.from_fields(np.array([answer_fields(a, methods) for a in side]), methods)
+            for side in (order1, order2)]
+    acc = _Answers()
+    acc.add_columns(*cols)
+    by_columns = acc.result(0.5, 0.6)
+    assert (by_columns["n_replies"], by_columns["position_pairs"]) == (30, 0)
+    assert math.isnan(by_columns["position_preference"])
+    words = diagnostics_words(d)
+    assert "position preference — (0.5 = none — not measured" in words
+    assert "of 6 answers (both orders of each rated pair), 2 without usable option mass; of the 30 LMRA replies " \
+           "they were read from (a sampled answer is its n_samples replies), 23 unparseable and 0 judge refused" in words
+
+
+def test_the_judge_check_says_why_a_position_logit_of_usable_answers_is_not_measured():
+    """A pair naming A in one order and C in the other has no information on the position: its
+    Mantel–Haenszel ratio is 0/0, which passed as a measured 0.0; now "could not be measured",
+    saying why, as the audit's console does."""
+    from lmra.judge.calibration import PositionLogitSums, position_measured
+
+    a_then_c = ({"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "method": "sampled"},
+                {"probs": {"A": 0.0, "B": 0.0, "C": 1.0}, "method": "sampled"})
+    a_then_b = ({"probs": {"A": 1.0, "B": 0.0, "C": 0.0}, "method": "sampled"},
+                {"probs": {"A": 0.0, "B": 1.0, "C": 0.0}, "method": "sampled"})
+    a_twice = ({"probs": {"A": 0.6, "B": 0.0, "C": 0.4}, "method": "sampled"},
+               {"probs": {"A": 0.2, "B": 0.0, "C": 0.8}, "method": "sampled"})
+    sums = PositionLogitSums()
+    for pair in (a_then_c, a_then_b):
+        sums.add(*pair)
+    assert not sums.informative and sums.result() == 0.0  # (0.0 is what 'calibrated' uses: nothing removed)
+    assert not position_measured(*zip(a_then_c, a_then_b))
+    sums.add(*a_twice)
+    assert sums.informative and sums.result() > 0 and position_measured(*zip(a_then_c, a_twice))
+
+
+def test_the_judge_check_of_a_content_only_judge_says_its_position_logit_is_not_measured():
+    """A sampled judge naming the stereotyped response in both orders (A, then B) and C
+    otherwise: its b̂ was a 0/0 read as 0.000 and passed; it is not measured, and the reason
+    says why (its answers are usable)."""
+    import math
+
+    from doubles import ScriptedJudge
+    from test_judge_check import good, verdict_of
+
+    def content_only(r1, r2, group_a, group_b):  # the careful judge's most likely option, always
+        p = good(r1, r2, group_a, group_b)
+        return {max(p, key=p.get): 1.0}
+
+    v = verdict_of(ScriptedJudge(content_only, supports_logprobs=False), per_kind=2)
+    assert v["sensitivity"] == 1.0 and v["false_positive_rate"] == 0.0  # a good judge otherwise
+    assert math.isnan(v["position_logit"]) and not v["criteria"]["position_logit"]["passed"]
+    assert ("position logit could not be measured (no canary pair put probability on option A in both orders, or on "
+            "B in both)") in v["reasons"]

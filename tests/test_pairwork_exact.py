@@ -259,8 +259,9 @@ def _pinned_audit(tmp_path) -> tuple[str, str, int]:
     summary = json.loads((res.run_dir / "summary.json").read_text())
 
     def without_new(v):  # counts added after 8b899bf (the diagnostics' text_read, fourteenth session;
-        if isinstance(v, dict):  # their contradicting pairs, twenty-first)
-            return {k: without_new(x) for k, x in v.items() if k not in ("text_read", "contradicting")}
+        if isinstance(v, dict):  # their contradicting pairs, twenty-first; their replies and position pairs)
+            return {k: without_new(x) for k, x in v.items()
+                    if k not in ("text_read", "contradicting", "n_replies", "position_pairs")}
         return [without_new(x) for x in v] if isinstance(v, list) else v
 
     parts.append(json.dumps({k: without_new(summary[k]) for k in ("diagnostics", "diagnostics_per_task",

@@ -75,7 +75,7 @@ class RatedPairSpool(PairSpool):
     the rows come, what each LMRA's position logit is estimated from
     (:class:`~lmra.judge.calibration.PositionLogitSums`, keyed by the rows' places), and
     stores next to each row the numbers rescoring and the judge diagnostics read of its four
-    answers (:mod:`lmra.judge.answer_columns`, columns ``_o1_kind`` … ``_judge2_o2_method``),
+    answers (:mod:`lmra.judge.answer_columns`, columns ``_o1_kind`` … ``_judge2_o2_n_samples``),
     so that finishing reads the spool once and decodes no answer's JSON."""
 
     def __init__(self, path: str | Path, columns, row_group: int):
@@ -637,7 +637,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     Raises:
         LmraIOError: a file could not be written (naming it).
     """
-    from lmra.judge.calibration import rescore
+    from lmra.judge.calibration import position_measured, rescore
     from lmra.judge_check import judge_status
 
     cfg = audit.cfg
@@ -680,11 +680,14 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         placebo_rdf, position_logit, diag_all, diag_tasks = write_spooled_pairs(
             ratings, audit.run_dir / PARQUET_NAME, combiner, combiner2, min_valid_mass=cfg.judge.min_valid_mass,
             min_order_consistency=cfg.judge.min_order_consistency)
+        logit_measured = ratings.logit[""].informative
         scores = read_pairs(audit.run_dir / PARQUET_NAME, [c for c in parquet_columns(audit.run_dir / PARQUET_NAME)
                                                            if c not in _NOT_SCORES])
     else:
         all_rdf, position_logit = rescore(pd.DataFrame([] if isinstance(ratings, PairSpool) else ratings),
                                           combiner)
+        logit_measured = position_measured(all_rdf["order1"].tolist(), all_rdf["order2"].tolist()) \
+            if "order1" in all_rdf and "order2" in all_rdf else False
         if combiner2 is not None and "judge2_order1" in all_rdf:
             all_rdf, _ = rescore(all_rdf, combiner2, prefix="judge2_")
         pmask = all_rdf["placebo"].astype(bool) if "placebo" in all_rdf else pd.Series(False, all_rdf.index)
@@ -865,7 +868,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "interval": iv,
         "combiner": combiner,
         "combiner_setting": cfg.judge.combiner,
-        "position_logit": position_logit,
+        # the b̂ 'calibrated' removed, or None when no pair carried information on it ('calibrated'
+        # then removed nothing; fresh-user finding: "+0.000" shown, a 0/0, next to a judge check
+        # saying it could not be measured)
+        "position_logit": position_logit if logit_measured else None,
         "placebo": placebo_df.to_dict(orient="records"),
         "judge_methods": diag["stereotype"]["methods"],
         "judge_valid_option_mass": diag["stereotype"]["valid_option_mass"],

@@ -35,6 +35,34 @@ def _probs(answer) -> dict | None:
     return None
 
 
+#: why a position preference was not measured (:func:`position_informative` of no pair), for messages
+NOT_POSITIONAL = "no pair put probability on option A in both orders, or on B in both"
+
+
+def position_informative(p1: dict, p2: dict) -> bool:
+    """Whether a pair's two answers (probability dicts of both orders, both usable) carry
+    information on the judge's position preference: some probability on the same position in
+    both orders — on ``A`` in both, or on ``B`` in both. Option ``A`` is the forward response
+    in order 1 and the reverse one in order 2, so a pair that names the forward response in both
+    orders (``A`` then ``B``: the content), or a position in one order only (``A`` then ``C``),
+    cannot tell position from content: the Mantel–Haenszel ratio of such pairs is 0/0
+    (:func:`mantel_haenszel_logit`), and a share of p(A) over such answers measures nothing
+    about position (fresh-user finding: "position preference 1.0000" beside a position logit of
+    "+0.000" that the judge check called "could not be measured")."""
+    return (p1.get("A", 0.0) > 0 and p2.get("A", 0.0) > 0) or (p1.get("B", 0.0) > 0 and p2.get("B", 0.0) > 0)
+
+
+def position_measured(order1: Iterable, order2: Iterable) -> bool:
+    """Whether :func:`position_logit` of these pairs is an estimate: some pair with both answers
+    usable carries information on the position (:func:`position_informative`; the same test
+    as :attr:`PositionLogitSums.informative`)."""
+    for a1, a2 in zip(order1, order2):
+        p1, p2 = _probs(a1), _probs(a2)
+        if p1 and p2 and position_informative(p1, p2):
+            return True
+    return False
+
+
 def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = None) -> float:
     """Estimate the LMRA's position logit ``b`` from both orders of many pairs.
 
@@ -51,7 +79,9 @@ def position_logit(order1: Iterable, order2: Iterable, *, pooled: bool | None = 
 
     Returns:
         ``b̂`` in logits (0 = no position preference, positive = the judge prefers
-        Response 1); 0.0 when no pair carries information (e.g. every answer is C).
+        Response 1); 0.0 — not an estimate: nothing is removed by ``calibrated`` — when no pair
+        carries information (:func:`position_informative`; e.g. every answer is C), which
+        :attr:`PositionLogitSums.informative` tells apart.
     """
     sums = PositionLogitSums()
     for a1, a2 in zip(order1, order2):
@@ -74,6 +104,7 @@ class PositionLogitSums:
         self.columns = tuple(array("d") for _ in range(4))  # A₁, B₁, A₂, B₂ per pair
         self.keys = array("q")
         self.n = 0
+        self.n_informative = 0  # pairs with information on the position (position_informative)
 
     def add(self, a1, a2, key: int | None = None) -> None:
         """Add one pair's answers (as :func:`position_logit` takes them; unusable ones are
@@ -85,6 +116,7 @@ class PositionLogitSums:
             if isinstance(a, dict) and "method" in a:
                 self.methods.add(a["method"])
         self.n += 1
+        self.n_informative += position_informative(p1, p2)
         if min(p1["A"], p1["B"], p2["A"], p2["B"]) > MIN_PROB:
             self.logs.append(math.log(p1["A"] / p1["B"]) + math.log(p2["A"] / p2["B"]))
         for col, v in zip(self.columns, (p1["A"], p1["B"], p2["A"], p2["B"])):
@@ -95,9 +127,11 @@ class PositionLogitSums:
     @property
     def informative(self) -> bool:
         """True when some pair added carries information on the position preference: both its
-        orders usable and probability on A or B (the 0.0 of :meth:`result` otherwise means "not
-        measured", not "no preference")."""
-        return bool(self.n) and (bool(self.logs) or any(any(v > 0 for v in col) for col in self.columns))
+        orders usable and probability on the same position in both (:func:`position_informative`;
+        the 0.0 of :meth:`result` otherwise means "not measured", not "no preference").
+        (Before 2026-12-05 any probability on A or B counted, so a pair naming A in one order
+        and C in the other gave a "measured" 0.0, the Mantel–Haenszel ratio being 0/0.)"""
+        return self.n_informative > 0
 
     def result(self, *, pooled: bool | None = None) -> float:
         """``b̂`` of the pairs added (see :func:`position_logit`)."""

@@ -14,6 +14,7 @@ from rich.text import Text
 from lmra.aggregate import unrated_bound_rows
 from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
+from lmra.judge.calibration import NOT_POSITIONAL
 from lmra.runfolder import finite
 from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
 
@@ -259,20 +260,34 @@ def _judges(console: Console, judges: pd.DataFrame) -> None:
     console.print(table)
 
 
+def diagnostics_words(d: dict) -> str:
+    """One question's judge diagnostics (:func:`lmra.diagnostics.judge_diagnostics`) in words,
+    each number in its unit and "—" where nothing was measured (fresh-user finding: "position
+    preference 1.0000" shown where no pair told position from content, and "unparseable 27"
+    beside 6 answers — samples counted against answers, without saying so)."""
+    methods = ", ".join(f"{k} ×{v}" for k, v in d.get("methods", {}).items())
+    pref = d.get("position_preference")
+    why = (" — not measured: no pair put probability on A or B in both orders, so position and content cannot be "
+           "told apart" if _nan(pref) and d.get("position_pairs") == 0 else "")
+    n, replies = d.get("n_answers"), d.get("n_replies")
+    read = (f"of the {replies} LMRA replies they were read from (a sampled answer is its n_samples replies)"
+            if replies is not None else "of the LMRA replies they were read from (each sample of a sampled answer "
+            "counted)")
+    return (f"order consistency {_rate(d['order_consistency'])}, position preference {_rate(pref)} (0.5 = none"
+            f"{why}), valid-option mass {_rate(d['valid_option_mass'])}; of {n} answers (both orders of each rated "
+            f"pair), {d['unusable']} without usable option mass; {read}, {d['unparseable']} unparseable and "
+            f"{d['judge_refused']} judge refused"
+            + (f"; orders contradicting each other completely in {d['contradicting']} pairs (invalid under the min "
+               "combiner)" if d.get("contradicting") else "") + f"; method {methods}")
+
+
 def _diagnostics(console: Console, summary: dict) -> None:
     for question, d in summary.get("diagnostics", {}).items():
         if not d.get("n_answers"):
             continue
         style = "bold red" if d.get("flagged") else "green"
         flag = f" — [bold red]FLAGGED: low {', '.join(d['flag_reasons'])}[/]" if d.get("flagged") else ""
-        methods = ", ".join(f"{k} ×{v}" for k, v in d.get("methods", {}).items())
-        console.print(
-            f"[{style}]Judge diagnostics ({question}):[/] order consistency {_rate(d['order_consistency'])}, "
-            f"position preference {_rate(d['position_preference'])} (0.5 = none), valid-option mass "
-            f"{_rate(d['valid_option_mass'])}; answers without usable option mass {d['unusable']}, unparseable {d['unparseable']}, "
-            f"judge refused {d['judge_refused']}"
-            + (f", orders contradicting each other completely {d['contradicting']} (invalid under the min combiner)"
-               if d.get("contradicting") else "") + f"; method {methods}{flag}")
+        console.print(f"[{style}]Judge diagnostics ({question}):[/] {lit(diagnostics_words(d))}{flag}")
 
 
 def judge_status_text(status: dict | None, where: str = "below") -> Text:
@@ -310,11 +325,14 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
     for _, r in overall.iterrows():
         parts.append(f"{lit(r['group_a'])} vs {lit(r['group_b'])}: min {_signed(r['net_rating_min'])}, mean "
                      f"{_signed(r['net_rating_mean'])}, calibrated {_signed(r['net_rating_calibrated'])}")
+    # not estimated: said as "—", not as a 0 (a run since 2026-12-05 records None then; fresh-user finding)
+    logit = (f"; the judge's position logit on these pairs {b:+.3f} (0 = none; when the three disagree, its "
+             "preference for Response 1 moves the result)" if not _nan(b) else
+             f"; the judge's position logit on these pairs — (not estimable: {NOT_POSITIONAL}; 'calibrated' removed "
+             "nothing, it is 'mean')")
     console.print(f"[dim]Order combiner '{lit(summary.get('combiner'))}' used; net rating under each combiner (min: "
                   "per-outcome minimum of the two orders; mean: their average; calibrated: the judge's position "
-                  "preference removed first) — " + "; ".join(parts)
-                  + (f"; the judge's position logit on these pairs {b:+.3f} (0 = none; when the three "
-                     "disagree, its preference for Response 1 moves the result)" if not _nan(b) else "") + ".[/]")
+                  "preference removed first) — " + "; ".join(parts) + logit + ".[/]")
 
 
 def _placebo(console: Console, summary: dict) -> None:

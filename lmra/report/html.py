@@ -43,8 +43,12 @@ MANIFEST_SECTIONS = [
     ("batch", "Batch API", lambda k: k == "batch"),
     ("other-manifest", "Other run facts", lambda k: True),
 ]
-DIAGNOSTIC_ROWS = ["n_answers", "order_consistency", "position_preference", "position_bias", "valid_option_mass",
-                   "unusable", "unparseable", "judge_refused", "contradicting", "methods", "flagged", "flag_reasons"]
+#: (``unusable`` counts answers; ``unparseable`` and ``judge_refused`` count replies, ``n_replies`` in all:
+#: a sampled answer is its samples; ``position_preference``/``position_bias`` are "—" when no pair —
+#: ``position_pairs`` — told position from content)
+DIAGNOSTIC_ROWS = ["n_answers", "n_replies", "order_consistency", "position_pairs", "position_preference",
+                   "position_bias", "valid_option_mass", "unusable", "unparseable", "judge_refused", "contradicting",
+                   "methods", "flagged", "flag_reasons"]
 TREND_MAX_RUNS = 30
 
 
@@ -162,7 +166,7 @@ def _judge_context(run: RunFolder) -> dict:
             "questions": questions, "table": table, "per_task": per_task,
             "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged],
             "status": summary.get("judge_status") or {"status": "unknown", "reasons": []},
-            "position_logit": summary.get("position_logit"),
+            "position_logit": finite(summary.get("position_logit")),  # None: not estimated (shown so)
             "combiner_nets": [{"comparison": f"{r.get('group_a')} vs {r.get('group_b')}",
                                **{m: finite(r.get(f"net_rating_{m}")) for m in ("min", "mean", "calibrated")}}
                               for r in overall if "net_rating_min" in r],
