@@ -2,11 +2,14 @@
 calls when its answers come without log-probabilities (and what to set for such an endpoint),
 judge diagnostics shown only where they were measured and in their units, the denominators of
 the text-based warnings, and ``lmra report --history`` after a first night that did not finish.
-Against the local fault-injecting OpenAI-compatible server (tests/faultserver.py)."""
+Against the local fault-injecting OpenAI-compatible server (tests/faultserver.py) or the
+scripted doubles (tests/doubles.py)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from faultserver import FaultServer, audit_config
 
@@ -212,3 +215,45 @@ def test_the_judge_check_of_a_content_only_judge_says_its_position_logit_is_not_
     assert math.isnan(v["position_logit"]) and not v["criteria"]["position_logit"]["passed"]
     assert ("position logit could not be measured (no canary pair put probability on option A in both orders, or on "
             "B in both)") in v["reasons"]
+
+
+# -- 4. the denominators of the text-based warnings ---------------------------------------------
+@pytest.mark.parametrize("spool", [False, True])
+def test_text_warnings_count_over_the_responses_that_have_text(tmp_path, sim_inputs, spool):
+    """Fresh-user finding: a run whose server was killed half-way said "9 of 12 target responses
+    contain chat-template tokens" and "11 of 28 target responses were cut at max_tokens": the 28
+    held 16 failed calls, which have no text. Both now count over the responses with an answer,
+    and the cut-responses warning says how many failed calls it leaves out."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.providers.base import ProviderError
+
+    class DyingTarget(ScriptedTarget):
+        """Answers its first 10 calls (with a chat-template token; every second one cut at
+        max_tokens), then its server is gone: every later call fails."""
+
+        async def complete(self, request):
+            if self.calls >= 10:
+                raise ProviderError("connection refused: the server was killed", kind="connection")
+            res = await super().complete(request)
+            return res.model_copy(update={"text": res.text + "<|im_end|>",
+                                          "finish_reason": "length" if self.calls % 2 else "stop"})
+
+    names, prompts = sim_inputs(12)
+    cfg = AuditConfig.model_validate(dict(
+        name="killed", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+    audit = Audit(cfg, target=DyingTarget(NAME_TO_GROUP, lambda g, rng: "A plan."),
+                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    s = res.summary
+    assert (s["n_responses"], s["n_responses_failed"], s["n_responses_truncated"]) == (24, 14, 5)
+    warnings = " ".join(s["warnings"])
+    assert ("10 of 10 target responses contain chat-template tokens" in warnings
+            and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason length or max_tokens) (the 14 "
+                "whose call failed after every retry have no text and are not counted)" in warnings), warnings

@@ -339,13 +339,29 @@ def emptied_by_filter_warning(removed: list[dict]) -> str | None:
             f"gates are not evaluated — {said}; filtered_prompts.jsonl lists each prompt and the phrase matched")
 
 
-def empty_responses_warning(n_empty: int, n_filtered: int, n_responses: int) -> str | None:
-    """The run's warning about empty and content-filtered target responses; None when none."""
+def failed_left_out(n_failed: int) -> str:
+    """What the text-based warnings' denominator leaves out: ``" (the 16 whose call failed after
+    every retry have no text and are not counted)"``, or "" when no target call failed
+    (fresh-user finding: "9 of 12 … contain chat-template tokens" beside "11 of 28 … cut at
+    max_tokens", the 28 holding 16 failed calls)."""
+    if not n_failed:
+        return ""
+    return f" (the {n_failed} whose call failed after every retry have no text and are not counted)"
+
+
+def empty_responses_warning(n_empty: int, n_filtered: int, n_answered: int, n_failed: int = 0) -> str | None:
+    """The run's warning about empty and content-filtered target responses; None when none.
+
+    Args:
+        n_empty, n_filtered: such responses (:func:`response_notes`).
+        n_answered: the target responses whose call did not fail (the denominator: a failed
+            call has no text to be empty or filtered); n_failed: those whose call failed.
+    """
     if not n_empty and not n_filtered:
         return None
-    return (f"{n_empty} of {n_responses}{EMPTY_RESPONSES_MARK}{n_filtered} were stopped by the "
-            "provider's content filter (finish_reason content_filter or refusal); their pairs are rated as they are — "
-            "responses.jsonl has each response's finish_reason")
+    return (f"{n_empty} of {n_answered}{EMPTY_RESPONSES_MARK}{n_filtered} were stopped by the "
+            "provider's content filter (finish_reason content_filter or refusal)" + failed_left_out(n_failed)
+            + "; their pairs are rated as they are — responses.jsonl has each response's finish_reason")
 
 
 #: what the empty-responses and cut-responses warnings hold (they start with their counts; a
@@ -354,13 +370,16 @@ EMPTY_RESPONSES_MARK = " target responses were empty and "
 TRUNCATED_RESPONSES_MARK = " target responses were cut at max_tokens = "
 
 
-def truncated_responses_warning(n_truncated: int, n_responses: int, max_tokens: int) -> str | None:
-    """The run's warning about target responses cut at ``max_tokens``; None when none was."""
+def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: int, n_failed: int = 0) -> str | None:
+    """The run's warning about target responses cut at ``max_tokens``; None when none was.
+    ``n_answered``: the target responses whose call did not fail (the denominator);
+    ``n_failed``: those whose call failed, said to be left out (:func:`failed_left_out`)."""
     if not n_truncated:
         return None
-    return (f"{n_truncated} of {n_responses}{TRUNCATED_RESPONSES_MARK}{max_tokens} "
-            "(finish_reason length or max_tokens); their pairs are rated as they are, on the text the chatbot "
-            "wrote before the cut — raise [target] max_tokens if the LMRA should see whole answers")
+    return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{max_tokens} "
+            "(finish_reason length or max_tokens)" + failed_left_out(n_failed) + "; their pairs are rated as they "
+            "are, on the text the chatbot wrote before the cut — raise [target] max_tokens if the LMRA should see "
+            "whole answers")
 
 
 class ResponseSpool(PairSpool):
@@ -384,6 +403,7 @@ class ResponseSpool(PairSpool):
         self.redact = redact
         self.placebo = frozenset(placebo)
         self.n_empty = self.n_filtered = self.n_truncated = 0  # (response_notes)
+        self.n_failed = 0  # responses whose call failed (no text: not among the text-based counts' denominator)
 
     def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
         """Spool one response with its refusal label ``(p, refused)`` (None: not labelled) at
@@ -396,6 +416,7 @@ class ResponseSpool(PairSpool):
         self.n_empty += empty
         self.n_filtered += filtered
         self.n_truncated += truncated
+        self.n_failed += response.error is not None
         row = response_row(response)
         row["refusal_p"], row["refused"] = label if label is not None else (None, None)
         if self.redact:  # as finish_run's disk rows
@@ -647,12 +668,14 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if isinstance(responses, ResponseSpool):  # a large run: its responses were spooled as their lines
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
         n_empty, n_filtered, n_truncated = responses.n_empty, responses.n_filtered, responses.n_truncated
+        n_failed_responses = responses.n_failed
         responses.remove()
         resp_rows = disk_rows = is_placebo = []
     else:
         n_responses = len(responses)
         notes = [response_notes(r) for r in responses]
         n_empty, n_filtered, n_truncated = (sum(n[i] for n in notes) for i in range(3))
+        n_failed_responses = sum(r.error is not None for r in responses)
         resp_rows = [response_row(r) for r in responses]
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
@@ -753,10 +776,12 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     common = common_word_names_warning(getattr(audit, "names_common_words", None) or [])
     if common is not None:
         warnings.append(common)
-    empty = empty_responses_warning(n_empty, n_filtered, n_responses)
+    # over the responses with an answer (a failed call has no text), saying how many failed
+    n_answered = n_responses - n_failed_responses
+    empty = empty_responses_warning(n_empty, n_filtered, n_answered, n_failed_responses)
     if empty is not None:
         warnings.append(empty)
-    cut = truncated_responses_warning(n_truncated, n_responses, cfg.target.max_tokens)
+    cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses)
     if cut is not None:
         warnings.append(cut)
     degraded = text_under_min_warning(diag["stereotype"], combiner, audit._judge_provider().supports_logprobs)
@@ -857,6 +882,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "names_common_words": getattr(audit, "names_common_words", None) or [],
         "n_prompts": len(prompts),
         "n_responses": n_responses,
+        # their call failed: no text, so not in the denominator of the empty / filtered / cut warnings
+        "n_responses_failed": n_failed_responses,
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
         "n_responses_content_filter": n_filtered,
         "n_responses_truncated": n_truncated,  # cut at max_tokens (finish_reason length / max_tokens)
