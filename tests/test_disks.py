@@ -350,3 +350,36 @@ def test_a_kill_while_the_cache_disk_is_full_loses_no_answered_call(tmp_path, sm
         asked_again = sum(n - 1 for n in srv.requests_by_body.values() if n > 1)
         assert asked_again <= 2, asked_again  # only the calls in flight at the kill are asked again
         assert not list((tmp_path / "spill").glob("*-answers-*"))  # taken over and deleted
+
+
+def test_an_io_failure_after_the_run_folder_says_what_to_do_and_ends_with_the_exit_status_line(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """Break-it findings: a failure of the run history after the run folder was complete (its disk
+    filled) ended with 'I/O failure: …history.sqlite: the run history could not be used' only —
+    no word that the folder is complete nor how to finish the night, and without the documented
+    final 'exit status 1: …' line that every other exit-1 ending prints."""
+    from lmra.cli import main
+    from lmra.errors import LmraIOError
+    from lmra.history import History
+
+    def full(self, *a, **k):  # the history's disk filled after the run folder was written
+        raise LmraIOError("the run history could not be used (OperationalError: database or disk is full)",
+                          path=tmp_path / "out" / "history.sqlite")
+
+    monkeypatch.setattr(History, "record_check", full)
+    monkeypatch.chdir(tmp_path)
+    with FaultServer(fault_rate=0.0) as srv:
+        out = tmp_path / "out"
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "cache.sqlite", out)
+        assert main(_cmd(cfg)[3:] + ["--baseline", "pinned"]) == 0  # the first night: pinned
+        capsys.readouterr()
+        cfg.write_text(cfg.read_text().replace("prompts_per_task = 2", "prompts_per_task = 2\nseed = 2"))
+        assert main(_cmd(cfg)[3:] + ["--baseline", "pinned"]) == 1
+    cap = capsys.readouterr()
+    err, said = " ".join(cap.err.split()), " ".join(cap.out.split())
+    assert "I/O failure" in err and "history.sqlite" in err and "Traceback" not in err
+    run = max(p for p in out.iterdir() if p.is_dir() and p.name != "warehouse")
+    assert folder_status(run) == "complete"
+    assert f"the run had finished: its folder {run} is written and keeps its status" in err
+    assert f"'lmra check {run} --baseline pinned'" in err
+    assert said.rstrip().endswith("exit status 1: the failure above"), said[-300:]

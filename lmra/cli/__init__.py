@@ -143,6 +143,42 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
     return None
 
 
+def _after_finish(done) -> str:
+    """What to do about a run folder that was written before the command stopped (the steps
+    after it may not have run)."""
+    return (f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, history and "
+            f"check, report.html) may not have run: 'lmra report {done}' writes the report, 'lmra gate {done}' and "
+            f"'lmra check {done} --baseline pinned' evaluate it, 'lmra warehouse add {done}' adds it to the "
+            "warehouse; re-running the audit would replay it as a new run.")
+
+
+#: the commands whose last line states the exit status (lmra.cli.exits.final_status)
+FINAL_LINE_COMMANDS = ("audit", "check", "gate", "merge")
+
+
+def _after_failure(args: argparse.Namespace, status: int) -> None:
+    """After a failure's paragraph (:func:`report_failure`): for an audit whose run folder was
+    already written (a full disk or an I/O error in the history, check or report after it), what
+    to do with that folder; and, for the commands that end with the line stating their exit status,
+    that line (break-it findings: an I/O failure after the folder was complete gave no way on, and
+    ended without the documented ``exit status 1: …`` line)."""
+    from rich.text import Text
+
+    from lmra.cli.common import err_console
+    from lmra.cli.exits import print_final_status
+
+    done = getattr(args, "finished_run_dir", None)
+    if done is not None:
+        err_console.print(Text.assemble(("the run had finished: ", "yellow"), _after_finish(done)), highlight=False,
+                          soft_wrap=True)
+    if getattr(args, "command", None) in FINAL_LINE_COMMANDS or (
+            getattr(args, "command", None) == "report" and getattr(args, "baseline", None)):
+        from lmra.console import make_console
+
+        print_final_status(make_console(), {status: "stopped by the budget (above)" if status == 4
+                                            else "the failure above"})
+
+
 def _warnings_as_paragraphs() -> None:
     """Python warnings (lmra's own — a run folder left out of the history — and libraries') print
     as one ``warning:`` paragraph on stderr, not as ``file.py:177: UserWarning: …`` followed by
@@ -193,13 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         why = interrupts.interrupt_reason(exc)
         done = getattr(args, "finished_run_dir", None)
         if done is not None:  # Ctrl-C / SIGTERM after the run folder was written (break-it finding)
-            err_console.print(Text.assemble(
-                (f"{why} after the run finished: ", "yellow"),
-                f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, "
-                f"history and check, report.html) may not have run: 'lmra report {done}' writes the report, "
-                f"'lmra gate {done}' and 'lmra check {done}' evaluate it, 'lmra warehouse add {done}' adds it to "
-                "the warehouse; re-running the audit would be a new run."),
-                highlight=False, soft_wrap=True)
+            err_console.print(Text.assemble((f"{why} after the run finished: ", "yellow"), _after_finish(done)),
+                              highlight=False, soft_wrap=True)
             return 130
         batch_dir = getattr(args, "batch_run_dir", None)
         pending = _submitted_batch_jobs(batch_dir) if batch_dir is not None else 0
@@ -219,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         status = report_failure(exc, args)
         if status is None:
             raise
+        if status != 2:  # (an input error ends with its one paragraph, as documented)
+            _after_failure(args, status)
         return status
     except SystemExit:
         raise
