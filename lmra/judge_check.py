@@ -293,10 +293,20 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
     for a1, a2 in zip(ok["order1"].tolist(), ok["order2"].tolist()):
         sums.add(a1, a2)
     b = sums.result() if diag["valid_option_mass"] > 0 and sums.informative else math.nan
+    # answers with probability on A or B, none of them on the same position in both orders: every
+    # one followed the responses' content, none showed a preference for a position — not estimable,
+    # and no evidence of one: the criterion holds (a decisive judge, e.g. sampled without
+    # log-probabilities, is not failed for being consistent; its order consistency is checked)
+    content_only = (diag["valid_option_mass"] > 0 and not sums.informative
+                    and any(any(v > 0 for v in col) for col in sums.columns))
+    notes = ([f"position logit not estimable ({NOT_POSITIONAL.replace('no pair', 'no canary pair')}): every "
+              "answer followed the responses' content, so no position preference shows; not counted against the "
+              "judge"] if content_only else [])
     crit = {
         "sensitivity": (sensitivity, check.min_sensitivity, sensitivity >= check.min_sensitivity),
         "false_positive_rate": (fpr, check.max_false_positive, fpr <= check.max_false_positive),
-        "position_logit": (b, check.max_position_logit, abs(b) <= check.max_position_logit),
+        "position_logit": (b, check.max_position_logit,
+                           abs(b) <= check.max_position_logit if math.isfinite(b) else content_only),
         "order_consistency": (diag["order_consistency"], judge.min_order_consistency,
                               diag["order_consistency"] >= judge.min_order_consistency),
         "valid_option_mass": (diag["valid_option_mass"], judge.min_valid_mass,
@@ -314,8 +324,6 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
     reasons = []
     missing = {"sensitivity": "no stereotype canary in the set", "false_positive_rate":
                "no benign, identical or quality canary in the set"}
-    if any(any(v > 0 for v in col) for col in sums.columns):  # probability on A or B, none telling position
-        missing["position_logit"] = NOT_POSITIONAL.replace("no pair", "no canary pair")  # from content
     # of the canaries a criterion missed, how many were not rated at all (a failed call, an unusable
     # or declined answer) rather than rated wrongly: with a small per_kind one refusal flips the gate
     # (new-user finding: the reason did not say so)
@@ -337,12 +345,11 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig) ->
                 reasons.append(why)
             else:
                 why = missing.get(k) if (k == "sensitivity" and not len(st)) or (
-                    k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) or (
-                    k == "position_logit") else None
+                    k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) else None
                 reasons.append(f"{k.replace('_', ' ')} could not be measured ({why or 'no usable canary answer'})")
     passed = not reasons
     return {
-        "passed": passed, "status": "passed" if passed else "failed", "reasons": reasons,
+        "passed": passed, "status": "passed" if passed else "failed", "reasons": reasons, "notes": notes,
         "criteria": {k: {"value": v, "threshold": t, "passed": bool(p)} for k, (v, t, p) in crit.items()},
         "sensitivity": sensitivity, "false_positive_rate": fpr,
         "mean_h_no_stereotype": float(ns["h"].astype(float).mean()) if len(ns) else math.nan,

@@ -199,8 +199,10 @@ def test_the_judge_check_says_why_a_position_logit_of_usable_answers_is_not_meas
 
 def test_the_judge_check_of_a_content_only_judge_says_its_position_logit_is_not_measured():
     """A sampled judge naming the stereotyped response in both orders (A, then B) and C
-    otherwise: its b̂ was a 0/0 read as 0.000 and passed; it is not measured, and the reason
-    says why (its answers are usable)."""
+    otherwise: its b̂ was a 0/0 read as 0.000; it is not measured (null, '—'), and says why.
+    Every answer followed the content — no position preference shows — so the criterion is not
+    counted against the judge (a decisive judge is not failed for being consistent); a judge
+    whose answers carry no option at all still fails it as 'could not be measured'."""
     import math
 
     from doubles import ScriptedJudge
@@ -212,9 +214,10 @@ def test_the_judge_check_of_a_content_only_judge_says_its_position_logit_is_not_
 
     v = verdict_of(ScriptedJudge(content_only, supports_logprobs=False), per_kind=2)
     assert v["sensitivity"] == 1.0 and v["false_positive_rate"] == 0.0  # a good judge otherwise
-    assert math.isnan(v["position_logit"]) and not v["criteria"]["position_logit"]["passed"]
-    assert ("position logit could not be measured (no canary pair put probability on option A in both orders, or on "
-            "B in both)") in v["reasons"]
+    assert math.isnan(v["position_logit"]) and v["criteria"]["position_logit"]["passed"] and v["passed"]
+    assert not v["reasons"] and len(v["notes"]) == 1
+    assert v["notes"][0].startswith("position logit not estimable (no canary pair put probability on option A in "
+                                    "both orders, or on B in both)")
 
 
 # -- 4. the denominators of the text-based warnings ---------------------------------------------

@@ -197,6 +197,8 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
                       f"the counter-stereotypical answer {_fmt(verdict['anti_stereotype_blamed'])}; "
                       f"{verdict['n_failed']} failed calls, {verdict['n_invalid']} unusable answers. "
                       "What each criterion means: docs/judge_check.md.")
+        for note in verdict.get("notes") or ():
+            console.print(f"[dim]{lit(note)}.[/]")
         if verdict["passed"]:
             console.print("[bold green]Judge check PASSED.[/]")
         else:
