@@ -146,7 +146,10 @@ def not_finished_words(r: dict) -> str:
     (:meth:`lmra.history.History.not_finished`): ``stale (its process is gone: killed or crashed) —
     resumed by 20261201-021500-nightly (same seed)``."""
     status = {"stale": "stale (its process is gone: killed or crashed)"}.get(r["status"], r["status"])
-    why = f" — {r['stop_reason']}" if r.get("stop_reason") else ""
+    reason = str(r.get("stop_reason") or "")
+    if reason.startswith(str(r["status"])):  # "interrupted by SIGHUP (…)": the status said once
+        status, reason = reason, ""
+    why = f" — {reason}" if reason else ""
     done = f" — resumed by {r['resumed_by']} (same seed)" if r.get("resumed_by") else ""
     return f"{status}{why}{done}"
 

@@ -260,3 +260,39 @@ def test_text_warnings_count_over_the_responses_that_have_text(tmp_path, sim_inp
     assert ("10 of 10 target responses contain chat-template tokens" in warnings
             and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason length or max_tokens) (the 14 "
                 "whose call failed after every retry have no text and are not counted)" in warnings), warnings
+
+
+# -- 5. the history page after a first night that did not finish --------------------------------
+def test_the_history_page_of_an_interrupted_first_night_says_it_did_not_finish(tmp_path, capsys):
+    """Fresh-user finding: right after an 'lmra audit' that was interrupted (a stray SIGHUP),
+    'lmra report --history' said "no finished runs … (run 'lmra audit' first …)". It says the
+    run folder there did not finish, its status and why, and what to do."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with FaultServer(delay_s=0.3) as server:
+        cfg = audit_config(tmp_path / "c.toml", server.url, tmp_path / "cache.sqlite", tmp_path / "reports",
+                           name="nightly", tasks=["write a story"], per_task=6, concurrency=1)
+        proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress"],
+                                cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        deadline = time.time() + 60
+        while server.requests < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir() and p.name.endswith("-nightly")]
+    assert main(["report", "--history", "--reports-dir", str(tmp_path / "reports")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "run 'lmra audit' first" not in err
+    assert (f"no finished runs in {tmp_path / 'reports'}: 1 run folder there did not finish (1 interrupted), and the "
+            f"history charts finished nights only; the newest, {run.name}: interrupted by SIGHUP (the terminal or SSH "
+            "session closed;") in err
+    assert "re-run the same 'lmra audit' command: it resumes from the call cache and completes the night" in err
+    assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{run.name}: interrupted by SIGHUP (" in out and "interrupted — interrupted" not in out

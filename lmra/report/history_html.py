@@ -236,6 +236,37 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
                                       f"run {run_status}" if run_status != "complete" else "") if x)}
 
 
+#: what to do about a night that did not finish, by its status (:func:`unfinished_words`)
+_NEXT_STEP = {
+    "interrupted": "re-run the same 'lmra audit' command: it resumes from the call cache and completes the night",
+    "stale": "re-run the same 'lmra audit' command: it resumes from the call cache and completes the night",
+    "stopped_by_budget": "raise max_calls / max_cost (--max-calls / --max-cost) and re-run the same 'lmra audit' "
+                         "command: it resumes from the call cache",
+    "failed": "fix what its reason names, then re-run the same 'lmra audit' command: finished calls are in the cache",
+    "running": "it is still running: wait for it to finish",
+}
+
+
+def unfinished_words(unfinished: list[dict]) -> str:
+    """Why a history has no night to show although audits ran: the run folders next to it that
+    did not finish (:meth:`lmra.history.History.not_finished`), how many of each status, the
+    newest one's status and reason, and what to do — or "" when there are none (fresh-user
+    finding: "no finished runs … (run 'lmra audit' first …)" right after an 'lmra audit' that
+    was interrupted)."""
+    if not unfinished:
+        return ""
+    from collections import Counter
+
+    from lmra.console import counted
+
+    by_status = ", ".join(f"{n} {status}" for status, n in Counter(r["status"] for r in unfinished).items())
+    newest = unfinished[-1]
+    step = _NEXT_STEP.get(str(newest["status"]), "see 'lmra history'")
+    return (f"{counted(len(unfinished), 'run folder')} there did not finish ({by_status}), and the history charts "
+            f"finished nights only; the newest, {newest['run_id']}: {not_finished_words(newest)}. To chart it, {step}; "
+            "then run 'lmra report --history' again ('lmra history' lists the folders that did not finish)")
+
+
 def build_history_context(history, name: str | None = None, *, nights: int | None = MAX_NIGHTS,
                           out: str | Path | None = None) -> dict:
     """Everything the history page shows, as plain Python values.
@@ -255,15 +286,19 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
 
     all_runs = history.runs()
     if all_runs.empty:
-        raise LmraInputError(f"no finished runs in {history.path.parent} (run 'lmra audit' first, or pass "
-                             "--reports-dir/--history FILE)", file=history.path)
+        unfinished = unfinished_words(history.not_finished())
+        raise LmraInputError(f"no finished runs in {history.path.parent}" + (
+            f": {unfinished}" if unfinished else " (run 'lmra audit' first, or pass --reports-dir/--history FILE)"),
+            file=history.path)
     names = list(dict.fromkeys(all_runs["name"].fillna("").astype(str)))
     if name is None:
         name = str(all_runs.iloc[-1]["name"] or "")
     runs = all_runs[all_runs["name"].fillna("").astype(str) == name]
     if runs.empty:
+        unfinished = unfinished_words(history.not_finished(name))
         raise LmraInputError(f"no finished runs named '{name}' in {history.path} (names there: "
-                             f"{', '.join(repr(n) for n in names)})", file=history.path, field="--name")
+                             f"{', '.join(repr(n) for n in names)})" + (f"; {unfinished}" if unfinished else ""),
+                             file=history.path, field="--name")
     n_total = len(runs)
     runs = (runs.iloc[-int(nights):] if nights else runs).reset_index(drop=True)
     pos = {rid: i for i, rid in enumerate(runs["run_id"])}
