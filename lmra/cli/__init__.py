@@ -208,11 +208,11 @@ def _submitted_batch_jobs(run_dir) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
-    from lmra import interrupts
-
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
+    from lmra import interrupts  # (after the parser: ``lmra --help`` imports no module of a command's run)
+
     # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
     # and every finished call stays in the cache; so does SIGHUP (the terminal or SSH session
     # closed), unless it is ignored (nohup: the run goes on); which signal came is recorded
