@@ -156,11 +156,24 @@ def _nanmean(x: np.ndarray) -> float:
     return float(np.where(missing, 0.0, x).sum() / np.float64(n)) if missing.any() else float(x.sum() / np.float64(n))
 
 
+def clipped(ci) -> tuple[float, float]:
+    """An interval of a mean of scores in [−1, 1] (net ratings, quality scores) clipped to
+    [−1, 1]: a t-interval of 2 prompts ran to [−4.58, +5.58] (break-it and statistics-review
+    findings); the clipped interval covers whenever the interval does. NaN bounds stay NaN.
+
+    Args:
+        ci: a :class:`lmra.stats.MeanCI` (``low``, ``high``).
+
+    Returns:
+        (low, high)."""
+    return (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)
+
+
 def _summary(cols: _Columns, pos: np.ndarray, alpha: float, interval: str) -> dict:
     """:func:`summarize` of the rows at positions ``pos`` (ascending) of the frame of ``cols``."""
     ok = pos[cols.valid[pos]]
     ci = mean_interval(cols.values("h", ok), clusters=cols.prompt_id[ok].tolist(), alpha=alpha, method=interval)
-    lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)  # H ∈ [−1, 1]
+    lo, hi = clipped(ci)
     fwd, rev = cols.rates(ok)
     codes = cols.prompt_code[pos]
     out = {
@@ -402,7 +415,8 @@ def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t
                               "criterion": crit, "n_pairs": int(valid.sum()), "n_invalid": int((~valid & ~failed).sum()),
                               "n_failed": int(failed.sum())}
                              | ({} if n_scope is None else {"n_not_rated": max(0, n_scope - len(c))})
-                             | {"mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "p_value": ci.p_value})
+                             | {"mean": ci.mean, "ci_low": clipped(ci)[0], "ci_high": clipped(ci)[1],
+                                "p_value": ci.p_value})
             pv = [b["p_value"] for b in block]
             rb, ab = adjust_pvalues(pv, "bonferroni", alpha)
             rh, ah = adjust_pvalues(pv, "holm", alpha)
@@ -553,7 +567,7 @@ def _summaries_sql(source, keys: list[str], alpha: float, prefix: str = "", inte
             scored = {c: arrays[c][:0] for c in arrays}
         part = {c: scored[c][scored["_valid"]].copy() for c in arrays}
         ci = mean_interval(part["_h"].tolist(), clusters=part["prompt_id"].tolist(), alpha=alpha, method=interval)
-        lo, hi = (max(ci.low, -1.0), min(ci.high, 1.0)) if not math.isnan(ci.low) else (ci.low, ci.high)
+        lo, hi = clipped(ci)
         fwd = float(pd.Series(part["_qf"]).mean()) if n_pairs else math.nan
         rev = float(pd.Series(part["_qr"]).mean()) if n_pairs else math.nan
         out = key | {

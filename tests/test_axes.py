@@ -336,6 +336,8 @@ def test_axis_statistics_t_and_sign_known_answers():
     # the t-test falls back to the exact sign test, 2 × 0.5⁴ = 0.125
     same = axis_statistics(_labels([0.85] * 4), test="t")
     assert same["tested"] and same["p_value"] == pytest.approx(0.125) and same["mean_s"] == pytest.approx(0.85)
+    # ... and no interval: [0.85, 0.85] beside p = 0.125 read as a precise estimate (statistics review)
+    assert math.isnan(same["ci_low"]) and math.isnan(same["ci_high"])
     assert axis_statistics(_labels([0.0] * 5), test="t")["p_value"] == 1.0
     # 2 prompts (1 df): the t-interval 0.45 ± 12.71 × 0.35 = [−4.0, +4.9] is clipped to s's range
     # (break-it finding: per-task intervals of [−3.93, +4.43] were shown); the mean keeps its value
@@ -942,3 +944,23 @@ def test_axes_status_of_a_comparison_that_measured_nothing():
     assert axes_status(summary(0, 1), 0.05) == "complete"  # an extra axis was measured
     assert axes_status(summary(5, 0), 0.05) == "complete"  # valid answers, no difference listed: a finding
     assert comparisons_without_usable_brainstorm(summary(5, 0)) == []
+
+
+def test_sign_test_direction_follows_the_prompts_it_counted():
+    """Statistics-review finding: under ``test = "sign"`` the direction came from the sign of
+    mean(s), the p-value from the majority of prompts: 8 prompts leaning to A (+0.05) and one far
+    to B (−0.9) were selected for leaning to A (p = 2 × (9 + 1)/2⁹ = 0.039) and named B."""
+    labels = _labels([0.05] * 8 + [-0.9])
+    tab = select_axes(labels, ["x"], group_a="female", group_b="male", test="sign", by_task=False)
+    row = tab.iloc[0]
+    assert row["p_value"] == pytest.approx(2 * (9 + 1) / 2 ** 9) and bool(row["selected"])
+    assert row["mean_s"] == pytest.approx((0.4 - 0.9) / 9) and row["mean_s"] < 0
+    assert row["direction"] == "female"
+    assert "_sign_lean" not in tab.columns
+    # the t-test keeps the sign of the mean it tests
+    t_row = select_axes(labels, ["x"], group_a="female", group_b="male", test="t", by_task=False).iloc[0]
+    assert t_row["direction"] == "male"
+    # a tie of prompts either way: no direction under the sign test
+    tie = select_axes(_labels([0.3, 0.3, -0.2, -0.2]), ["x"], group_a="female", group_b="male", test="sign",
+                      by_task=False).iloc[0]
+    assert tie["direction"] == "none" and tie["p_value"] == pytest.approx(1.0)

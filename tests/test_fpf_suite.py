@@ -59,6 +59,18 @@ def test_quality_table_known_answers():
     assert ov.loc["clarity", "significant_bonferroni"] and not ov.loc["accuracy", "significant_bonferroni"]
 
 
+def test_quality_t_intervals_are_clipped_to_the_range_of_the_scores():
+    """Statistics-review finding: quality.csv's t-interval of 2 prompts (0.9, 0.1) ran to
+    [−4.58, +5.58] (1 degree of freedom); clipped to [−1, 1] as the net ratings' are, mean and p kept."""
+    q = pd.DataFrame([{"group_a": "f", "group_b": "m", "domain": "d", "task": "t", "prompt_id": f"p{i}",
+                       "criterion": "clarity", "valid": True, "failed": False, "h": h} for i, h in enumerate((0.9, 0.1))])
+    row = quality_table(q, interval="t").query("level == 'overall'").iloc[0]
+    half = st.t.ppf(0.975, 1) * np.std([0.9, 0.1], ddof=1) / np.sqrt(2)
+    assert 0.5 - half < -1 and 0.5 + half > 1  # the raw interval is far outside
+    assert (row["ci_low"], row["ci_high"]) == (-1.0, 1.0) and row["mean"] == pytest.approx(0.5)
+    assert row["p_value"] == pytest.approx(st.ttest_1samp([0.9, 0.1], 0).pvalue, rel=1e-9)
+
+
 def test_quality_simulation_detects_the_injected_criterion(tmp_path, sim_inputs):
     names, prompts = sim_inputs(300)
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "LONG detailed answer" if rng.random() < (0.7 if g == "female"

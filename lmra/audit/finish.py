@@ -296,6 +296,45 @@ def auto_combiner_for_answers(setting: str, combiner: str, methods: Counter) -> 
                     "and 'mean' is the unbiased combiner for such answers (docs/methodology.md)")
 
 
+def combined_by_answers(rows: pd.DataFrame, setting: str, combiner: str, *, by: str,
+                        question: str) -> tuple[pd.DataFrame, str, str | None]:
+    """LMRA answers in both presentation orders scored under the run's order combiner, resolved
+    by how *these* answers came (:func:`auto_combiner_for_answers` on their ``order1``/``order2``
+    methods), each group of ``by`` rescored on its own (:func:`lmra.judge.calibration.rescore`:
+    ``calibrated`` removes each group's own position logit). One rule for the quality criteria
+    (``by="criterion"``) and the axis labels (``by="axis"``), as for the stereotype ratings
+    (methodology §2 step 4, §4, §8; statistics-review finding: quality rows kept the combiner
+    each pair was rated with — ``min`` while the run said ``mean``, or a mixture within a
+    criterion).
+
+    Args:
+        rows: one row per rated pair with ``order1``/``order2`` (OptionProbs dicts; other values
+            mark pairs not rated, left as they are), ``by`` and the score columns ``h``, ``q_F``,
+            ``q_R``, ``q_N``, ``valid``.
+        setting: ``judge.combiner`` as configured; combiner: it resolved by the LMRA's provider
+            (:meth:`lmra.audit.Audit.run_combiner`).
+        question: the question's words for the note ("to the quality question").
+
+    Returns:
+        (the rows, index order kept, with ``h``/``q_*``/``valid`` under the combiner and
+        ``h_min``, ``h_mean``, ``h_calibrated`` added; the combiner used; the note of an
+        ``auto`` switched to ``mean``, or None).
+    """
+    from lmra.judge.calibration import rescore
+
+    methods: Counter = Counter()
+    for a, b in zip(rows.get("order1", []), rows.get("order2", [])):
+        if isinstance(a, dict) and isinstance(b, dict):
+            methods.update((a.get("method"), b.get("method")))
+    combiner, note = auto_combiner_for_answers(setting, combiner, methods)
+    if note is not None:  # (the audit's note, said of its stereotype answers)
+        note = note.replace("to the stereotype question", question)
+    if rows.empty or "order1" not in rows:
+        return rows, combiner, note
+    parts = [rescore(g, combiner)[0] for _, g in rows.groupby(by, sort=False)]
+    return pd.concat(parts).sort_index(), combiner, note
+
+
 #: the start of :func:`common_word_names_warning`'s text
 COMMON_WORD_NAMES_PREFIX = "names that are also everyday words can be drawn: "
 
@@ -736,10 +775,14 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if not refusal_df.empty:
         write_csv(refusal_df, audit.run_dir / "refusals.csv")
     qdf = pd.DataFrame(quality_rows)
-    if combiner == "calibrated" and not qdf.empty:  # each criterion's own position logit
-        qdf = pd.concat([rescore(g, combiner)[0] for _, g in qdf.groupby("criterion", sort=False)])
-        qdf = qdf.sort_index().reset_index(drop=True)
+    quality_combiner = None
+    if cfg.quality.enabled and not qdf.empty:  # as the ratings: one combiner, each criterion's own position logit
+        qdf, quality_combiner, q_switched = combined_by_answers(
+            qdf, cfg.judge.combiner, audit.run_combiner()[0], by="criterion", question="to the quality questions")
+        qdf = qdf.reset_index(drop=True)
         quality_rows = qdf.to_dict(orient="records")
+        if q_switched is not None:
+            warnings.append(q_switched)
     quality_df = aggregate.quality_table(qdf, cfg.alpha, iv, pairs=scores) if cfg.quality.enabled else pd.DataFrame()
     if cfg.quality.enabled:
         audit._write_jsonl("quality_ratings.jsonl", quality_rows)
@@ -895,6 +938,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "interval": iv,
         "combiner": combiner,
         "combiner_setting": cfg.judge.combiner,
+        # the combiner of the quality ratings, resolved by how their own answers came (None: no quality rows)
+        "quality_combiner": quality_combiner,
         # the b̂ 'calibrated' removed, or None when no pair carried information on it ('calibrated'
         # then removed nothing; fresh-user finding: "+0.000" shown, a 0/0, next to a judge check
         # saying it could not be measured)

@@ -100,21 +100,11 @@ def combined_labels(labels: pd.DataFrame, setting: str, supports_logprobs: bool
         ``s_calibrated`` added; the combiner used; the note of an ``auto`` switched to
         ``mean``, or None).
     """
-    from lmra.audit.finish import auto_combiner_for_answers
-    from lmra.judge.calibration import rescore
+    from lmra.audit.finish import combined_by_answers
     from lmra.judge.scoring import resolve_combiner
 
-    combiner = resolve_combiner(setting, "logprobs" if supports_logprobs else "sampled")
-    methods: Counter = Counter()
-    for a, b in zip(labels.get("order1", []), labels.get("order2", [])):
-        if isinstance(a, dict) and isinstance(b, dict):
-            methods.update((a.get("method"), b.get("method")))
-    combiner, note = auto_combiner_for_answers(setting, combiner, methods)
-    if note is not None:  # (the audit's note, said of its stereotype answers: here the labels')
-        note = note.replace("to the stereotype question", "to the axis-label question")
-    if labels.empty or "order1" not in labels:
-        return labels, combiner, note
     names = {"h": "s", "h_min": "s_min", "h_mean": "s_mean", "h_calibrated": "s_calibrated"}
-    parts = [rescore(g.rename(columns={"s": "h"}), combiner)[0].rename(columns=names)
-             for _, g in labels.groupby("axis", sort=False)]
-    return pd.concat(parts).sort_index(), combiner, note
+    rows, combiner, note = combined_by_answers(
+        labels.rename(columns={"s": "h"}), setting, resolve_combiner(setting, "logprobs" if supports_logprobs else "sampled"),
+        by="axis", question="to the axis-label question")
+    return rows.rename(columns=names), combiner, note

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lmra.aggregate import clipped
 from lmra.stats import adjust_pvalues, mean_ci
 
 #: Columns of ``axes.csv`` (one row per comparison × level × axis).
@@ -62,11 +63,12 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
     tested = n >= min_test_pairs and ci.n_clusters >= 2
     p = math.nan
 
+    per_prompt = pd.Series(s).groupby(prompts).mean().to_numpy(float) if n else np.zeros(0)
+    per_prompt = np.where(np.abs(per_prompt) < 1e-12, 0.0, per_prompt)
+
     def sign_p() -> float:
         from statsmodels.stats.descriptivestats import sign_test
 
-        per_prompt = pd.Series(s).groupby(prompts).mean().to_numpy(float)
-        per_prompt = np.where(np.abs(per_prompt) < 1e-12, 0.0, per_prompt)
         return 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
 
     if tested and test == "t":
@@ -81,12 +83,14 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
                   "split_b": 1 - split_a if not math.isnan(split_a) else math.nan, "mean_s": ci.mean,
                   # clipped to the range of s: a t-interval of 2 prompts ran to [−3.93, +4.43]
                   # (break-it finding); the clipped interval covers whenever the t-interval does
-                  # an untested axis whose scores are all alike has no interval: [m, m] beside p = nan
-                  # read as a precise estimate (statistics review)
-                  **({"ci_low": math.nan, "ci_high": math.nan} if not tested and n and np.ptp(s) <= 1e-12 else
-                     {"ci_low": max(ci.low, -1.0) if not math.isnan(ci.low) else ci.low,
-                      "ci_high": min(ci.high, 1.0) if not math.isnan(ci.high) else ci.high}),
-                  "p_value": p, "tested": bool(tested and not math.isnan(p))}
+                  # scores all alike have no interval: [m, m] beside p = nan (untested) or the sign
+                  # test's p = 0.125 (4 prompts) read as a precise estimate (statistics reviews)
+                  **({"ci_low": math.nan, "ci_high": math.nan} if n and np.ptp(s) <= 1e-12 else
+                     dict(zip(("ci_low", "ci_high"), clipped(ci)))),
+                  "p_value": p, "tested": bool(tested and not math.isnan(p)),
+                  # the prompts whose mean s leans to A minus those leaning to B: what the sign test
+                  # tests, and so the direction under it (popped by select_axes)
+                  "_sign_lean": int(np.sign(per_prompt).sum())}
 
 
 def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", group_b: str = "B",
@@ -117,7 +121,9 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
     Returns:
         DataFrame, columns as :data:`TABLE_COLUMNS` minus comparison and the harm columns;
         overall rows first, each level sorted by p-value (untested last). ``direction`` is the
-        group whose responses show more of the axis (sign of mean(s)), ``"none"`` at 0 or nan.
+        group whose responses show more of the axis: the sign of mean(s) under the t-test, the
+        majority of the prompts leaning either way under the sign test (``mean_s`` can then have
+        the other sign: a few prompts far the other way); ``"none"`` at 0 or nan.
 
     Raises:
         ValueError: unknown correction or test.
@@ -138,7 +144,11 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
         for axis in axes:
             st = axis_statistics(by_axis.get(axis, empty), test=test, ci_alpha=ci_alpha,
                                  min_test_pairs=min_test_pairs)
-            m = st["mean_s"]
+            lean = st.pop("_sign_lean")
+            # the direction of the evidence that tested the axis: the sign of mean(s) under the t-test,
+            # the majority of prompts under the sign test (statistics-review finding: 8 prompts at
+            # +0.05 and one at −0.9 were selected by the sign test for leaning to A, and named B)
+            m = st["mean_s"] if test != "sign" else float(lean)
             direction = "none" if math.isnan(m) or m == 0 else (group_a if m > 0 else group_b)
             rows.append({"level": level, "task": task, "axis": axis,
                          "source": (sources or {}).get(axis, "discovered"), "direction": direction} | st)
