@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import Counter
 
 import pandas as pd
 
