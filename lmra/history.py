@@ -548,6 +548,28 @@ class History:
             q, args = q + " WHERE r.name = ?", (name,)
         return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
 
+    def _check_rows(self, text, run_id: str, rowid: int) -> list[dict]:
+        """The rows of a stored check's ``result`` (a JSON list of objects).
+
+        Raises:
+            LmraInputError: the field is damaged (not JSON, or not a list of objects), naming the
+                history file, the table, the run and the row, and how to repair it (break-it
+                finding: ``lmra history``, ``report --history`` and the Prometheus export ended
+                in a traceback every night after)."""
+        try:
+            rows = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            why = f"not JSON ({type(exc).__name__}: {exc})"
+        else:
+            if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+                return rows
+            why = f"a JSON {type(rows).__name__}, not a list of task rows"
+        raise LmraInputError(
+            f"the stored regression check of run '{run_id}' is damaged: table 'checks', row {rowid}, is {why}. "
+            f"Restore {self.path.name} from a backup, or delete that row (sqlite3 '{self.path}' "
+            f"\"DELETE FROM checks WHERE rowid = {rowid}\") and check the night again (lmra check {run_id} "
+            "--baseline pinned)", file=self.path, field="result")
+
     def latest_check(self, run_id: str) -> dict | None:
         """The night's verdict: the latest check its own audit recorded (``lmra audit
         --baseline``, source ``audit``), else the latest check recorded before sources were
@@ -564,7 +586,8 @@ class History:
         :func:`stored_verdict` for a check an older lmra recorded) and ``refused`` (why the
         night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
         — in short; None for a check that ran); None when never checked."""
-        row = self.db.execute("SELECT c.*, s.source, w.warnings, v.verdict, i.changes AS identity_changes "
+        row = self.db.execute("SELECT c.*, c.rowid AS check_rowid, s.source, w.warnings, v.verdict, "
+                              "i.changes AS identity_changes "
                               "FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
                               "LEFT JOIN check_verdicts v ON v.check_rowid = c.rowid "
@@ -576,7 +599,7 @@ class History:
         if not row:
             return None
         out = dict(row)
-        rows = json.loads(out["result"])
+        rows = self._check_rows(out["result"], run_id, out.pop("check_rowid"))
         out["result"] = pd.DataFrame([r for r in rows if r.get("level") != "overall"])
         out["overall"] = pd.DataFrame([{k: v for k, v in r.items() if k != "level"} for r in rows
                                        if r.get("level") == "overall"])

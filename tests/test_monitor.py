@@ -449,3 +449,30 @@ def test_a_quiet_night_says_what_it_rules_out_in_the_history_json_page_and_metri
     prom = next((tmp_path / "prom").glob("*.prom")).read_text()
     values = [float(v) for v in re.findall(r"^lmra_task_detectable_rise\{.*\} (\S+)$", prom, re.M)]
     assert values and min(values) == pytest.approx(lo) and max(values) == pytest.approx(hi)
+
+
+@pytest.mark.parametrize("damage", ["{bad", "null", "[1]", '"x"'])
+def test_a_damaged_stored_check_is_named_not_a_traceback(runs, lmra_cli, capsys, tmp_path, damage):
+    """Break-it finding: a stored check whose ``result`` is not a JSON list of rows made ``lmra
+    history`` (also --json), ``lmra report --history`` and the Prometheus export end in a
+    traceback, every night after. One paragraph naming the file, the table, the row and the field,
+    with the repair, exit 2."""
+    import sqlite3
+
+    hist = tmp_path / "h.sqlite"
+    base, rise = str(runs["base"]), str(runs["rise"])
+    assert lmra_cli(["check", rise, "--baseline", base, "--history", str(hist)]) == 3
+    capsys.readouterr()
+    with sqlite3.connect(hist) as db:
+        db.execute("UPDATE checks SET result = ?", (damage,))
+        rowid = db.execute("SELECT rowid FROM checks").fetchone()[0]
+    commands = [["history", "--history", str(hist)], ["history", "--history", str(hist), "--json"],
+                ["export", rise, "--format", "prometheus", "--history", str(hist), "--out", str(tmp_path / "m.prom")]]
+    for argv in commands:
+        status = lmra_cli(argv)
+        out = capsys.readouterr()
+        err = " ".join(out.err.split())
+        assert status == 2, (argv, out.err)
+        assert "Traceback" not in out.err and "table 'checks', row " + str(rowid) in err, err
+        assert str(hist) in err and "result" in err and "DELETE FROM checks WHERE rowid" in err, err
+    assert not (tmp_path / "m.prom").exists()
