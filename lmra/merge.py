@@ -214,10 +214,16 @@ def _load_shard_run(path: str | Path) -> RunFolder:
             man = json.loads((p / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             man = {}
-        if not (man.get("status") == "failed" and man.get("finished") and "stop_reason" not in man
-                and (p / "summary.json").is_file()):
+        if not (isinstance(man, dict) and man.get("status") == "failed" and man.get("finished")
+                and "stop_reason" not in man and (p / "summary.json").is_file()):
+            raise  # (load_run's paragraph: a manifest that is a list, null or a number included; break-it finding)
+        try:
+            summary = json.loads((p / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = None
+        if not isinstance(summary, dict):
             raise
-        return RunFolder(path=p, run_id=p.name, summary=json.loads((p / "summary.json").read_text(encoding="utf-8")),
+        return RunFolder(path=p, run_id=p.name, summary=summary,
                          manifest=man, config_text=(p / "config.toml").read_text(encoding="utf-8"))
 
 

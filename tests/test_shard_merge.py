@@ -332,6 +332,10 @@ def test_merge_refuses_shards_that_read_other_files_or_a_broken_shard_record(tmp
                                                                   "prompt_positions": positions}))
         err = refused(*d)
         assert "field 'prompt_positions': 'prompt_positions' must map each prompt id to its line position" in err
+    for value in ("[]", "null", '"x"', "5"):  # break-it finding: an AttributeError traceback, exit 1
+        manifest_path.write_text(value)
+        err = refused(*d)
+        assert "manifest.json" in err and shards[2].run_dir.name in err
     assert not (tmp_path / "m").exists()
 
 
