@@ -13,6 +13,7 @@ number has a lower and an upper limit.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -42,6 +43,23 @@ def _non_blank(v: str) -> str:
 
 #: a string that must say something (an empty or blank value is an error, not "no value")
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
+#: ``$NAME`` or ``${NAME}``: the shell's syntax for an environment variable
+_ENV_REFERENCE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _output_path(v: str) -> str:
+    """An output path (``output_dir``, ``cache``): ``~`` expanded, as in the input paths; an
+    environment variable refused (break-it finding: ``output_dir = "$HOME/lmra-reports"`` made a
+    folder named ``$HOME`` in whatever folder cron ran in, with a new history and cache every night)."""
+    m = _ENV_REFERENCE.search(v)
+    if m:
+        raise ValueError(f"'{v}' names the environment variable {m.group(0)}, which lmra does not expand (it would "
+                         f"create a folder named '{m.group(0)}'): write the path out, e.g. with '~' for your home folder")
+    return os.path.expanduser(v)
+
+
+#: a folder or file lmra writes: not blank, ``~`` expanded, no ``$VAR`` (:func:`_output_path`)
+OutputPath = Annotated[str, AfterValidator(_non_blank), AfterValidator(_output_path)]
 #: a pair of group names; a TOML array ``["A", "B"]`` (strict mode alone would want a Python tuple)
 Pair = Annotated[tuple[NonBlank, NonBlank], Strict(False)]
 
@@ -520,8 +538,11 @@ class AuditConfig(_Strict):
         "tokens_per_minute gets limit × observed latency × 1.25 calls in flight (at most its max_concurrency or 256); "
         "a model without one its max_concurrency, else the calls its provider serves at once (the embedded model: 34 on "
         "2 cores), else 2.")
-    output_dir: NonBlank = Field("reports", description="Folder under which run folders are written.")
-    cache: NonBlank = Field("reports/cache.sqlite", description="SQLite call cache shared by runs.")
+    output_dir: OutputPath = Field(
+        "reports", description="Folder under which run folders are written ('~' is your home folder; an "
+        "environment variable such as $HOME is refused, not expanded).")
+    cache: OutputPath = Field("reports/cache.sqlite",
+                              description="SQLite call cache shared by runs ('~' expanded; $VARIABLES refused).")
     cache_write_retry_s: float = Field(
         60.0, ge=0, le=86400,
         description="When the cache cannot be written (disk full), answered calls are held in memory; before "

@@ -37,3 +37,30 @@ def test_a_misspelt_baseline_word_is_named(tmp_path):
             h.resolve("lastest")
         with pytest.raises(LmraInputError, match=r"or latest for RUN; last or pinned for --baseline"):
             h.resolve("20260101-nosuchrun")
+
+
+@pytest.mark.parametrize("field", ["output_dir", "cache"])
+def test_output_paths_expand_home_and_refuse_environment_variables(tmp_path, monkeypatch, field):
+    """Break-it finding: ``~`` and ``$HOME`` in ``output_dir`` / ``cache`` were taken literally — the
+    audit made folders named '~' and '$HOME' in the working directory (under cron: a new history
+    and cache every night) while ``lmra validate`` said "valid"; ``~`` in ``prompts`` was expanded."""
+    import os
+    from pathlib import Path
+
+    from lmra.cli import main
+    from lmra.recsys.config import RecsysConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cfg = parse_config({field: "~/lmra/x"})
+    assert getattr(cfg, field) == os.path.join(str(tmp_path / "home"), "lmra", "x")
+    for value in ("$HOME/lmra", "${HOME}/lmra", "/srv/$USER/reports"):
+        with pytest.raises(LmraInputError) as err:
+            parse_config({field: value})
+        assert err.value.field == field and "does not expand" in str(err.value)
+    rec = RecsysConfig.model_validate({field: "~/r"})
+    assert getattr(rec, field) == os.path.join(str(tmp_path / "home"), "r")
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'{field} = "$HOME/lmra-reports"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", str(toml)]) == 2
+    assert not any(p.name.startswith(("$", "~")) for p in Path(tmp_path).iterdir())
