@@ -450,6 +450,14 @@ def load_run(path: str | Path) -> RunFolder:
     from lmra.digests import read_manifest, verify
 
     manifest = _check_shapes(_read_json(p / "manifest.json"), p / "manifest.json", _MANIFEST_SHAPES)
+    if "design" in manifest and not isinstance(manifest.get("files"), dict):
+        # written by an lmra that records its files' digests ('design' came after them): a manifest
+        # without the record was edited, and every digest check would be off (break-it finding:
+        # an edited per_task.csv was exported and gated as measured)
+        raise LmraInputError("has no record of the run's file digests ('files'), though the lmra that wrote it "
+                             "records them: manifest.json was edited or damaged after the run, and its data files "
+                             "cannot be checked; restore it, or re-run the audit (its calls are cached)",
+                             file=p / "manifest.json", field="files")
     raw = {name: (p / name).read_bytes() for name in ("summary.json", "config.toml")}
     for name, data in raw.items():  # (reload: lmra gate --record rewrote summary.json meanwhile)
         verify(p / name, manifest, data, reload=lambda: read_manifest(p))

@@ -78,10 +78,19 @@ def test_a_damaged_ratings_file_that_still_decodes_is_an_input_error(nights, cap
         rc, out, err = _cli(capsys, *argv)
         assert rc == 2 and "ratings.parquet" in err and "changed or damaged" in err, (argv, out, err)
     assert not (base.parent / "x").exists() or not any((base.parent / "x").iterdir())
-    # the same damage without the records (a run folder of an earlier version): read as it is,
-    # and the baseline's numbers silently move — what the records prevent
+    # the records deleted from a folder whose lmra writes them: refused, naming the field (break-it
+    # finding: every digest check was off, an edited per_task.csv exported and gated)
     m = json.loads((base / "manifest.json").read_text())
     del m["files"]
+    (base / "manifest.json").write_text(json.dumps(m))
+    for argv in (["compare", base, run], ["export", base, "--format", "csv", "--out", base.parent / "y"],
+                 ["gate", base, "--gate", "max_ci_high=0.5"]):
+        rc, out, err = _cli(capsys, *argv)
+        assert rc == 2 and "manifest.json" in err and "field 'files'" in err and "Traceback" not in err, (argv, err)
+    assert not (base.parent / "y").exists()
+    # the same damage without the records (a run folder of an earlier version, before the design
+    # digests too): read as it is, and the baseline's numbers silently move — what the records prevent
+    del m["design"]
     (base / "manifest.json").write_text(json.dumps(m))
     rc, doc = _check(capsys, run, base)
     assert rc in (0, 3), doc

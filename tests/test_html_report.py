@@ -158,7 +158,7 @@ def test_report_without_history_or_baseline(report, tmp_path):
                                    "per_domain", "per_task")}
     (lone / "summary.json").write_text(json.dumps(old | {"schema_version": 1}))
     manifest = json.loads((lone / "manifest.json").read_text())  # nor file digests (lmra.digests)
-    del manifest["files"]
+    del manifest["files"], manifest["design"]  # (an lmra from before both)
     (lone / "manifest.json").write_text(json.dumps(manifest))
     html = render_report(load_run(lone))
     assert 'id="trend"' not in html and 'id="regression-check"' not in html and 'id="comparison"' not in html

@@ -140,7 +140,7 @@ def run_fixture_legacy(tmp_path):
             fh.write(json.dumps(r) + "\n")
     (old / "ratings.parquet").unlink()
     manifest = json.loads((old / "manifest.json").read_text())
-    del manifest["files"]  # nor file digests (lmra.digests)
+    del manifest["files"], manifest["design"]  # nor file digests (lmra.digests), nor design digests
     (old / "manifest.json").write_text(json.dumps(manifest))
     return new, old
 
