@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -37,19 +38,22 @@ CONCURRENCY = 4
 
 
 def _config(path: Path, url: str, *, model: str = "fake", names: list[str], out: Path, cache: Path,
-            retries: int = 1, timeout_s: float = 5.0, attributes: list[str] = ("gender",)) -> Path:
-    """A FaiRLLM config whose target is the OpenAI-compatible endpoint ``url``."""
+            retries: int = 1, timeout_s: float = 5.0, attributes: list[str] = ("gender",),
+            key_env: str | None = None, concurrency: int = CONCURRENCY) -> Path:
+    """A FaiRLLM config whose target is the OpenAI-compatible endpoint ``url`` (``key_env``: the
+    variable holding the key it sends; default none, ``api_key_required = false``)."""
+    key = f'api_key_env = "{key_env}"' if key_env else "api_key_required = false"
     path.write_text(f'''name = "guard"
 mode = "fairllm"
 k = 5
-concurrency = {CONCURRENCY}
+concurrency = {concurrency}
 output_dir = "{out.as_posix()}"
 cache = "{cache.as_posix()}"
 [target]
 provider = "openai"
 model = "{model}"
 base_url = "{url}"
-api_key_required = false
+{key}
 max_retries = {retries}
 timeout_s = {timeout_s}
 [fairllm]
@@ -59,10 +63,10 @@ attributes = {json.dumps(list(attributes))}
     return path
 
 
-def _recsys_cli(cfg: Path, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+def _recsys_cli(cfg: Path, cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "lmra.cli", "recsys", "--config", str(cfg), "--no-progress"],
-                          cwd=cwd, capture_output=True, text=True, timeout=900)
+                          cwd=cwd, capture_output=True, text=True, timeout=900, env=os.environ | (env or {}))
     return proc, time.monotonic() - t0
 
 
@@ -232,3 +236,54 @@ def test_a_stopped_run_keeps_the_answers_in_the_cache_and_a_rerun_resumes_from_t
         assert calls["cached"] == 10 and calls["fresh"] == 10, calls
         assert max(srv.answered_by_body.values()) == 1  # no call answered twice
         assert (resumed / "lists.jsonl").is_file() and not (stopped / "lists.jsonl").exists()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_recsys_stops_at_the_first_rejected_key_and_keeps_the_answers(tmp_path, status):
+    """A rejected key (HTTP 401, or 403 for a key without permission) is not retryable: no later
+    call can succeed. ``lmra recsys`` stops at the first rejected call, as ``lmra audit`` does
+    (:class:`~lmra.providers.keys.KeyGuard`): exit 1, the audit's one-paragraph message naming
+    the variable and what to do, a manifest saying failed, no lists or tables; the answers of an
+    earlier run stay in the cache and the same command, with the key fixed, asks only the calls
+    still missing. Before: the endpoint guard stopped it after TRIP_AFTER (8) rejected calls."""
+    out, cache = tmp_path / "out", tmp_path / "c.sqlite"
+    names = ["Adele", "Drake", "Taylor Swift", "Beyonce", "Eminem", "Rihanna"]  # 6 × (neutral + 4) = 30 calls
+    with FaultServer(api_key="sk-right", forbidden_key="sk-no-access",
+                     reply_suffix="\n1. Hello\n2. Halo\n3. Rolling in the Deep") as srv:
+        first = _config(tmp_path / "first.toml", srv.url, names=names[:2], out=tmp_path / "first", cache=cache,
+                        key_env="RECSYS_KEY")
+        proc, _ = _recsys_cli(first, tmp_path, env={"RECSYS_KEY": "sk-right"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert srv.answered_by_body.total() == 10
+
+        cfg = _config(tmp_path / "r.toml", srv.url, names=names, out=out, cache=cache, key_env="RECSYS_KEY")
+        bad = "sk-expired" if status == 401 else "sk-no-access"
+        proc, _ = _recsys_cli(cfg, tmp_path, env={"RECSYS_KEY": bad})
+        rejected = srv.auth_rejected
+        both = proc.stdout + proc.stderr
+        assert proc.returncode == 1, both[-3000:]
+        assert not [n for n in NOISE if n in both], both[-3000:]
+        assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("failure:")]) == 1, proc.stderr
+        failure = _failure(proc.stderr)
+        assert failure.startswith("failure: the target's endpoint does not accept its key, so lmra stopped at the "
+                                  "first rejected call: "), failure
+        assert f"HTTP {status}" in failure and "the key in RECSYS_KEY" in failure and srv.url in failure, failure
+        assert "Fix the key (or api_key_env / api_key_required in [target]) and run the same command again; " \
+               "answered calls are kept in the cache" in failure, failure
+        # the first rejected call and those already in flight beside it, not the breaker's 8
+        assert 1 <= rejected <= CONCURRENCY < TRIP_AFTER, rejected
+        (run,) = _run_dirs(out)
+        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["status"] == "failed", manifest
+        assert manifest["stop_reason"] == "KeyRejected: " + failure.removeprefix("failure: ")
+        assert manifest["calls"]["cached"] == 10 and manifest["calls"]["fresh"] == 0, manifest["calls"]
+        assert manifest["calls"]["failed_by_kind"].get("auth", 0) <= rejected
+        assert not [f for f in RESULT_FILES if (run / f).exists()]
+
+        # the key fixed: the same command makes only the 20 calls still missing
+        proc, _ = _recsys_cli(cfg, tmp_path, env={"RECSYS_KEY": "sk-right"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        resumed = _run_dirs(out)[-1]
+        calls = json.loads((resumed / "manifest.json").read_text(encoding="utf-8"))["calls"]
+        assert calls["cached"] == 10 and calls["fresh"] == 20, calls
+        assert max(srv.answered_by_body.values()) == 1

@@ -4,8 +4,9 @@
 ``lmra recsys score --lists lists.jsonl`` scores lists that already exist. Input errors are
 raised as :class:`~lmra.errors.LmraInputError` so that the CLI exits with status 2 and a
 one-paragraph message (never a traceback); a target endpoint that never answered stops the run
-with :class:`~lmra.providers.endpoint.EndpointUnreachable`: exit status 1 and the one-paragraph
-``failure:`` message of ``lmra audit`` (:func:`lmra.cli.report_failure`).
+with :class:`~lmra.providers.endpoint.EndpointUnreachable`, and a rejected key (HTTP 401/403) at
+its first rejected call with :class:`~lmra.providers.keys.KeyRejected`: exit status 1 and the
+one-paragraph ``failure:`` message of ``lmra audit`` (:func:`lmra.cli.report_failure`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ the concurrency bound) and keep their raw answers.
 Reads :class:`~lmra.recsys.instructions.Instruction` objects; writes the answer dicts (``seed``,
 ``raw``, ``error``, ``from_cache``, ``finish_reason``) that :mod:`lmra.recsys.records` parses.
 A failed call is kept in its answer; what stops the run (the endpoint guard's
-:class:`~lmra.providers.endpoint.EndpointUnreachable`, Ctrl-C) stops every call first
+:class:`~lmra.providers.endpoint.EndpointUnreachable`, a rejected key's
+:class:`~lmra.providers.keys.KeyRejected`, Ctrl-C) stops every call first
 (:func:`ask_all`).
 """
 

@@ -37,6 +37,7 @@ from lmra.fileio import write_text
 from lmra.interrupts import interrupt_reason
 from lmra.providers import Provider, make_provider
 from lmra.providers.endpoint import EndpointGuard
+from lmra.providers.keys import KeyGuard
 from lmra.providers.ratelimit import limit_model
 from lmra.recsys.bias_files import bias_from_files
 from lmra.recsys.config import RecsysConfig
@@ -111,6 +112,8 @@ class RecsysRun:
 
         Raises:
             LmraInputError: bad config or input files (before any model call).
+            KeyRejected: the target's endpoint rejected its key (HTTP 401/403) — at the first
+                rejected call, as an audit: the run stopped as for ``EndpointUnreachable`` below.
             EndpointUnreachable: the target's endpoint failed every call so far (nothing listens
                 on the port, or HTTP 404: the model is not served there; see
                 :mod:`lmra.providers.endpoint`): the run stopped early, its calls still running
@@ -133,7 +136,9 @@ class RecsysRun:
         # a target that never answered (nothing listens on the port, HTTP 404: a model the server
         # does not serve) stops the run after a few calls, as it stops an audit; failures name the URL
         guard = EndpointGuard("target", limited.base_url, model=limited.model_id)
-        target = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, self.stats))
+        # a rejected key (HTTP 401/403: no later call can succeed) stops the run at its first
+        # rejected call, as it stops an audit (KeyGuard, outside the breaker as in lmra.audit)
+        target = KeyGuard(guard.above_cache(CachedProvider(guard.below_cache(limited), cache, self.stats)), "target")
         if self._explicit_dir:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         else:
