@@ -54,6 +54,29 @@ async def _let_go_of_abandoned() -> None:
             pass
 
 
+#: seconds the calls in flight get to deliver their answers once a run is interrupted (Ctrl-C,
+#: SIGTERM, SIGHUP) before they are cancelled (:func:`wind_down`); a second signal stops at once
+INTERRUPT_GRACE_S = 2.0
+
+
+async def wind_down(started: "set[asyncio.Task]", grace_s: float = INTERRUPT_GRACE_S, *,
+                    on_notice=lambda msg: None) -> None:
+    """After an interrupt: give the calls in flight (``started``: tasks whose request was sent)
+    up to ``grace_s`` seconds to end, so that an answer on its way — sent by the server, maybe
+    already in the socket's buffer — is read and stored in the call cache instead of being asked,
+    and paid for, again on the re-run (a recsys review: every Ctrl-C threw away the answers of
+    the calls in flight, 4 of them at concurrency 4). Calls still running then are the caller's
+    to cancel. Call it in the interrupted task's cleanup, after cancelling the calls not started;
+    a second signal (asyncio's handler then raises ``KeyboardInterrupt``) ends the wait at once.
+    """
+    running = [t for t in started if not t.done()]
+    if not running or grace_s <= 0:
+        return
+    on_notice(f"stopping: waiting up to {grace_s:g} s for the answers of {len(running)} call(s) in flight, so that "
+              "they are kept (interrupt again to stop at once)")
+    await asyncio.wait(running, timeout=grace_s)
+
+
 class InterruptedAfterFinish(KeyboardInterrupt):
     """Ctrl-C arrived while the coroutine of :func:`run_sync` ran its last synchronous step (an
     audit writing its run folder): asyncio delivers it only once that step is over, so the

@@ -287,3 +287,55 @@ def test_recsys_stops_at_the_first_rejected_key_and_keeps_the_answers(tmp_path, 
         calls = json.loads((resumed / "manifest.json").read_text(encoding="utf-8"))["calls"]
         assert calls["cached"] == 10 and calls["fresh"] == 20, calls
         assert max(srv.answered_by_body.values()) == 1
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_recsys_keeps_every_answer_that_arrived_and_a_rerun_asks_only_the_rest(tmp_path, sig):
+    """Ctrl-C or SIGTERM while calls are in flight (the server answers each after 0.5 s): the
+    calls not started are cancelled, those in flight deliver their answers within the grace
+    (:data:`lmra.syncrun.INTERRUPT_GRACE_S`) and are stored, so that no answer the server sent is
+    lost. Exit 130; the message names the signal, how many answered calls are kept and that a
+    re-run reuses them; the manifest says interrupted. The re-run asks only the calls never
+    answered: no call is answered twice. Before: the calls in flight were cancelled at once and
+    their answers, sent by the server, were asked (and paid for) again — 4 of them at concurrency 4
+    (and SIGTERM, a KeyboardInterrupt raised mid-step, could drop one already read)."""
+    import signal
+
+    out, cache = tmp_path / "out", tmp_path / "c.sqlite"
+    names = [f"Singer {i}" for i in range(8)]  # 8 × (neutral + 4) = 40 calls, 4 at a time
+    with FaultServer(delay_s=0.5, reply_suffix="\n1. Hello\n2. Halo\n3. Rolling in the Deep") as srv:
+        cfg = _config(tmp_path / "r.toml", srv.url, names=names, out=out, cache=cache, timeout_s=30.0)
+        cmd = [sys.executable, "-m", "lmra.cli", "recsys", "--config", str(cfg), "--no-progress"]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while srv.answered_by_body.total() < 2 * CONCURRENCY and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)  # the next 4 calls are in flight, their answers due in about 0.4 s
+        in_flight = srv.requests_by_body.total() - srv.answered_by_body.total()
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+        time.sleep(0.6)  # (any call the server was still answering has been answered)
+        answered, asked = srv.answered_by_body.total(), srv.requests_by_body.total()
+        assert in_flight == CONCURRENCY, in_flight
+        both = stdout + stderr
+        assert proc.returncode == 130, both[-3000:]
+        assert not [n for n in NOISE if n in both], both[-3000:]
+        err = " ".join(stderr.split())
+        assert f"interrupted by {sig} (" in err, err
+        kept = 3 * CONCURRENCY  # the 8 answered before the signal and the 4 in flight
+        assert answered == asked == kept, (answered, asked)
+        (run,) = _run_dirs(out)
+        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest["status"] == "interrupted" and manifest["stop_reason"].startswith(f"interrupted by {sig}")
+        assert manifest["calls"]["fresh"] == kept, manifest["calls"]
+        assert not [f for f in RESULT_FILES if (run / f).exists()]
+
+        proc, _ = _recsys_cli(cfg, tmp_path)  # the re-run reuses every answer that arrived
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        calls = json.loads((_run_dirs(out)[-1] / "manifest.json").read_text(encoding="utf-8"))["calls"]
+        assert calls["cached"] == kept and calls["fresh"] == 40 - kept, calls
+        assert max(srv.answered_by_body.values()) == 1  # no call answered twice
+    # the message says what was kept and that the re-run reuses it
+    assert (f"{kept} answered model calls are kept in the cache ({kept} answered in this run) (except any that "
+            "a warning above says could not be stored); run the same command again to resume: it reuses them "
+            "and makes only the calls still missing.") in err, err

@@ -206,6 +206,21 @@ def _submitted_batch_jobs(run_dir) -> int:
     return sum(isinstance(job, dict) and job.get("state") == "submitted" for job in jobs) if isinstance(jobs, list) else 0
 
 
+def _kept_calls(stats) -> str:
+    """What an interrupted command kept and how to resume, for its message: with the run's call
+    counts (``args.call_stats``, a :class:`~lmra.cache.CallStats`) how many answered calls are in
+    the cache and that a re-run reuses them, else the general sentence."""
+    unsaved = "(except any that a warning above says could not be stored)"
+    if stats is None:
+        return f"finished model calls are kept in the cache {unsaved}; run the same command again to resume."
+    fresh = max(stats.fresh - stats.degraded, 0)  # (an answer without what it asked for is not cached)
+    total = fresh + stats.cached
+    earlier = f", {stats.cached:,} from earlier runs" if stats.cached else ""
+    return (f"{total:,} answered model call{'s' * (total != 1)} {'are' if total != 1 else 'is'} kept in the cache "
+            f"({fresh:,} answered in this run{earlier}) {unsaved}; run the same command again to resume: it reuses "
+            "them and makes only the calls still missing.")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -243,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 highlight=False, soft_wrap=True)
             return 130
         err_console.print(Text.assemble(
-            (f"{why}: ", "yellow"), "finished model calls are kept in the cache (except any that a warning above says "
-            "could not be stored); run the same command again to resume."), highlight=False, soft_wrap=True)
+            (f"{why}: ", "yellow"), _kept_calls(getattr(args, "call_stats", None))), highlight=False,
+            soft_wrap=True)
         return 130
     except Exception as exc:
         status = report_failure(exc, args)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import rich_progress, whole_number
+from lmra.cli.common import print_warning, rich_progress, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 from lmra.fileio import write_csv
@@ -43,6 +43,8 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
         cfg = parse_recsys_config(cfg.model_dump() | overrides, source="command line")
     run = RecsysRun(cfg, config_path=args.config)
+    args.call_stats = run.stats  # (an interrupt says how many answered calls are kept: lmra.cli.main)
+    run.on_notice = lambda msg: print_warning(msg)
     instructions = run.instructions()
     families = len({i.instruction_id for i in instructions})
     console.print(f"[bold]lmra recsys[/] '{lit(cfg.name)}' ({cfg.mode}): {families} instruction families, "

@@ -20,12 +20,17 @@ from lmra.progress import Progress
 from lmra.providers import ChatRequest, Provider, ProviderError
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.instructions import Instruction, list_prefill
+from lmra.syncrun import wind_down
 
 
 async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem: asyncio.Semaphore,
-                     progress: Progress) -> dict:
+                     progress: Progress, started: set | None = None) -> dict:
     """Send one instruction to the target (seeded per instruction; the embedded ``llamacpp``
     backend gets the list opening as prefill) and advance ``progress`` (stage ``recsys``).
+
+    Args:
+        started: receives this call's task once it holds its place in ``sem`` (its request
+            is on its way), and loses it when the call ends (:func:`ask_all`).
 
     Returns:
         ``{"seed", "raw", "error", "from_cache", "finish_reason"}``; a provider error is kept in
@@ -40,7 +45,14 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
     out: dict[str, Any] = {"seed": seed, "raw": "", "error": None, "from_cache": False, "finish_reason": None}
     try:
         async with sem:
-            res = await target.complete(req)
+            task = asyncio.current_task() if started is not None else None
+            if task is not None:
+                started.add(task)
+            try:
+                res = await target.complete(req)
+            finally:
+                if task is not None:
+                    started.discard(task)
         out |= {"raw": res.text, "from_cache": res.from_cache, "finish_reason": res.finish_reason}
     except ProviderError as exc:
         out["error"] = str(exc)
@@ -49,13 +61,17 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
 
 
 async def ask_all(cfg: RecsysConfig, instructions: Sequence[Instruction], target: Provider, sem: asyncio.Semaphore,
-                  progress: Progress) -> list[dict]:
+                  progress: Progress, on_notice=lambda msg: None) -> list[dict]:
     """:func:`ask_target` for every instruction, concurrently (``sem`` bounds the calls in flight).
 
     A call that raises instead of keeping its error (the target's endpoint guard tripped:
-    :class:`~lmra.providers.endpoint.EndpointUnreachable`; a bug) stops the others at once, and
-    so does a cancellation of the caller (Ctrl-C): the calls still running or waiting for a
-    place are cancelled, and this returns only once every one has ended — so that the caller
+    :class:`~lmra.providers.endpoint.EndpointUnreachable`; a rejected key:
+    :class:`~lmra.providers.keys.KeyRejected`; a bug) stops the others at once: the calls still
+    running or waiting for a place are cancelled. A cancellation of the caller (Ctrl-C, SIGTERM,
+    SIGHUP: :mod:`lmra.interrupts`) cancels the calls waiting for a place at once and gives those
+    in flight :data:`~lmra.syncrun.INTERRUPT_GRACE_S` seconds to deliver their answers, which
+    the call cache stores (:func:`lmra.syncrun.wind_down`; ``on_notice`` says so), before
+    cancelling them. This returns or raises only once every call has ended — so that the caller
     closes the call cache after the last answer was stored, no call of the run is left sending
     requests, and asyncio has no failure left unread to report.
 
@@ -65,10 +81,17 @@ async def ask_all(cfg: RecsysConfig, instructions: Sequence[Instruction], target
     Raises:
         the first failure, in the order of ``instructions``, once no call is left running.
     """
-    tasks = [asyncio.ensure_future(ask_target(cfg, ins, target, sem, progress)) for ins in instructions]
+    started: set[asyncio.Task] = set()  # calls whose request is on its way
+    tasks = [asyncio.ensure_future(ask_target(cfg, ins, target, sem, progress, started)) for ins in instructions]
     try:
         if tasks:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:  # interrupted: no call starts any more; those in flight may
+        for t in tasks:  # still deliver their answers (kept in the cache)
+            if not t.done() and t not in started:
+                t.cancel()
+        await wind_down(started, on_notice=on_notice)
+        raise
     finally:  # a call raised, or this was cancelled: the calls not done yet stop
         running = [t for t in tasks if not t.done()]
         for t in running:

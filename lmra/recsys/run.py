@@ -129,7 +129,7 @@ class RecsysRun:
             check_output_paths(self.run_dir.parent, cfg.cache, self.config_path)
         instructions = self.instructions()
         matcher, categories = make_matcher(cfg, self._cf, self.config_path)
-        cache = CallCache(cfg.cache)
+        cache = CallCache(cfg.cache, on_write_error=self.on_notice)  # (a full disk: said, as in an audit)
         # calls in flight sized as in an audit (concurrency = "auto": the limits, or the provider's capacity)
         limited, in_flight = limit_model(self._target_provider(), cfg.target, cfg.concurrency, "target",
                                          on_notice=self.on_notice)
@@ -159,15 +159,16 @@ class RecsysRun:
         self.progress.start("recsys", len(instructions))
         try:
             try:
-                answers = await ask_all(cfg, instructions, target, sem, self.progress)
+                answers = await ask_all(cfg, instructions, target, sem, self.progress, on_notice=self.on_notice)
             finally:
                 cache.close()  # every call has ended: each answer is stored
             records = [list_record(cfg, ins, ans, matcher, self._artists, self._cf)
                        for ins, ans in zip(instructions, answers)]
             return finish_run(cfg, self.run_dir, records, manifest, categories, matcher, self._cf, self.stats)
         except BaseException as exc:  # the folder never says "running" after the run ended (break-it finding)
-            # failed: the endpoint guard stopped the calls (no list or table is written), or a
-            # step after them; interrupted: Ctrl-C, SIGTERM (the answered calls are in the cache)
+            # failed: the endpoint guard or a rejected key stopped the calls (no list or table is
+            # written), or a step after them; interrupted: Ctrl-C, SIGTERM, SIGHUP (the answered
+            # calls are in the cache, those in flight given INTERRUPT_GRACE_S to answer: ask_all)
             failed = isinstance(exc, Exception)
             manifest |= {"status": "failed" if failed else "interrupted", "finished": now(),
                          "calls": self.stats.as_dict()}
