@@ -230,3 +230,30 @@ def test_an_intersection_repeated_in_another_order_is_an_input_error(tmp_path):
     with pytest.raises(LmraInputError) as exc:
         load_recsys_config(path)
     assert "repeats ['age', 'gender']" in str(exc.value) and exc.value.line == 3
+
+
+def test_an_items_list_emptied_by_normalisation_is_no_list_as_its_raw_text_is(tmp_path, capsys):
+    """Break-it finding: ``items`` whose every entry normalises to nothing ("The (1994)", "The")
+    were scored as an empty list — similarity 0, SNSR 0.667 from one garbled answer — while the
+    same answer given as ``raw`` is "no list" and not scored (docs/recsys.md)."""
+    def rows(girl: dict) -> list[dict]:
+        return [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["Hello", "Skyfall", "Halo"]},
+                {"instruction_id": "m1", "attribute": "gender", "value": "a girl"} | girl,
+                {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["Halo", "Hello"]}]
+
+    sims = {}
+    for how, girl in (("items", {"items": ["The (1994)", "The"]}), ("raw", {"raw": "1. The (1994)\n2. The"})):
+        path = tmp_path / f"{how}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows(girl)))
+        run_cli(["recsys", "score", "--lists", str(path), "--k", "3", "--out", str(tmp_path / how)])
+        capsys.readouterr()
+        sim = pd.read_csv(tmp_path / how / "recsys_similarity.csv")
+        sims[how] = _at(sim, 3).loc["a girl", ["n", "n_unparseable"]].tolist()
+    assert sims["items"] == sims["raw"] == [0, 1]
+
+
+def test_invisible_format_characters_do_not_make_another_title():
+    from lmra.recsys.parse import normalize_title
+
+    assert normalize_title("Sky\u200bfall") == normalize_title("Skyfall") == "skyfall"
+    assert normalize_title("\ufeffHalo") == normalize_title("Ha\u00adlo") == "halo"

@@ -156,6 +156,9 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                     keys = [normalize_title(str(x)) for x in v]
                     kept = [k for k in keys if k]
                     obj.setdefault("n_dropped", len(keys) - len(kept))
+                    if keys and not kept:  # every item normalised to nothing ("The (1994)", "The"): no list, as
+                        obj["parse_failed"] = True  # the same answer in 'raw' (break-it finding: scored as an
+                        # empty list, similarity 0, a parser's limit turned into measured unfairness)
                 else:
                     kept = [x if isinstance(x, str) else str(x) for x in v]
                 obj.setdefault("n_duplicates", len(kept) - len(set(kept)))

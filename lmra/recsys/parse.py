@@ -98,7 +98,8 @@ class ParsedList:
 def normalize_title(title: str) -> str:
     """Reduce a title to a comparison key.
 
-    Steps: Unicode NFKC; HTML entities decoded and then the usual inline HTML tags removed
+    Steps: Unicode NFKC; invisible format characters (Unicode category Cf: zero-width space,
+    soft hyphen, byte-order mark …) removed; HTML entities decoded and then the usual inline HTML tags removed
     (``&amp;``, ``<em>Title</em>``, ``&lt;b&gt;``); markdown emphasis and links removed; parentheticals and bracketed
     parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
     trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
@@ -113,6 +114,8 @@ def normalize_title(title: str) -> str:
         The key (possibly ``""`` when nothing meaningful is left).
     """
     s = unicodedata.normalize("NFKC", title)
+    if not s.isascii():  # invisible format characters (zero-width space, soft hyphen, BOM …): "Sky\u200bfall" = "Skyfall"
+        s = "".join(ch for ch in s if unicodedata.category(ch) != "Cf")
     s = _HTML_TAG.sub(" ", html.unescape(s)) if "<" in s or "&" in s else s  # &amp;, <em>Title</em>
     s = _MD_LINK.sub(r"\1", s)
     s = s.replace("**", " ").replace("__", " ")
