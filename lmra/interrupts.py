@@ -81,6 +81,18 @@ def stop_on_signals() -> None:
         pass
 
 
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP from now on: called by the ``lmra`` command once its
+    command has returned its exit status (and said it), so that a signal while the interpreter
+    shuts down — when Python has put the default handlers back — does not end the process with
+    another status (143 after "exit status 0"). Does nothing outside the main thread."""
+    try:
+        for sig in (signal.SIGINT, *_STOP_SIGNALS):
+            signal.signal(sig, signal.SIG_IGN)
+    except ValueError:
+        pass
+
+
 @contextmanager
 def recording_sigint() -> Iterator[None]:
     """Within the block, a SIGINT is recorded before the SIGINT handler installed at its start

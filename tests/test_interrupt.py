@@ -343,3 +343,18 @@ attributes = ["gender", "race"]
     from lmra import interrupts
 
     assert signal.getsignal(signal.SIGTERM) is interrupts._stop  # routed to it during the run only
+
+
+def test_a_signal_after_the_command_has_returned_its_status_does_not_change_it(tmp_path):
+    """Break-it finding: a SIGTERM that came after "exit status 0" was printed, while the
+    interpreter shut down, ended the process with status 143 (or a KeyboardInterrupt traceback
+    in an exit handler). Once the command has returned, the lmra command ignores SIGINT, SIGTERM
+    and SIGHUP: here a SIGTERM sent from an exit handler leaves status 0 and no traceback."""
+    code = ("import atexit, os, signal, sys\n"
+            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+            "from lmra.cli import main\n"
+            "sys.argv = ['lmra', 'validate', 'examples/smoke.toml']\n"
+            "sys.exit(main())\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "KeyboardInterrupt" not in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -534,3 +534,25 @@ def test_merged_second_lmra_keeps_its_combiner_when_its_pairs_read_sampled(tmp_p
     m = pd.read_parquet(merged.run_dir / "ratings.parquet").set_index("pair_id")["judge2_h"]
     pd.testing.assert_series_equal(m.reindex(w["pair_id"]).reset_index(drop=True), w["judge2_h"],
                                    check_names=False)
+
+
+def test_an_interrupt_after_the_merged_folder_is_written_says_it_is_complete(tmp_path, capsys, monkeypatch):
+    """Break-it finding: a SIGTERM after ``lmra merge`` had written the merged folder said "finished
+    model calls are kept …; run the same command again to resume", and doing so wrote a second
+    merged run of the same night. Now it says the folder is written and what to run for the steps
+    after it, as ``lmra audit`` does."""
+    from lmra.cli import main
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+
+    def stopped(*a, **kw):  # the signal comes while the merged run's console report is printed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lmra.report.console.render_audit", stopped)
+    capsys.readouterr()
+    assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    merged = next((tmp_path / "m").glob("*-audit"))
+    assert "after the run finished" in err and f"its folder {merged} is written" in err, err
+    assert "re-running the merge would write a second merged run" in err and "to resume" not in err

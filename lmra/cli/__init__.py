@@ -143,13 +143,17 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
     return None
 
 
-def _after_finish(done) -> str:
+def _after_finish(done, command: str | None = "audit") -> str:
     """What to do about a run folder that was written before the command stopped (the steps
-    after it may not have run)."""
+    after it may not have run); ``command``: ``merge`` for a merged run (re-running it would write
+    a second merged run of the same night; break-it finding: the advice was "run the same command
+    again to resume")."""
+    again = ("re-running the merge would write a second merged run of the same shards" if command == "merge"
+             else "re-running the audit would replay it as a new run")
     return (f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, history and "
             f"check, report.html) may not have run: 'lmra report {done}' writes the report, 'lmra gate {done}' and "
             f"'lmra check {done} --baseline pinned' evaluate it, 'lmra warehouse add {done}' adds it to the "
-            "warehouse; re-running the audit would replay it as a new run.")
+            f"warehouse; {again}.")
 
 
 #: the commands whose last line states the exit status (lmra.cli.exits.final_status)
@@ -169,7 +173,8 @@ def _after_failure(args: argparse.Namespace, status: int) -> None:
 
     done = getattr(args, "finished_run_dir", None)
     if done is not None:
-        err_console.print(Text.assemble(("the run had finished: ", "yellow"), _after_finish(done)), highlight=False,
+        err_console.print(Text.assemble(("the run had finished: ", "yellow"),
+                                        _after_finish(done, getattr(args, "command", None))), highlight=False,
                           soft_wrap=True)
     if getattr(args, "command", None) in FINAL_LINE_COMMANDS or (
             getattr(args, "command", None) == "report" and getattr(args, "baseline", None)):
@@ -223,6 +228,7 @@ def _kept_calls(stats) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
+    from_script = argv is None  # the lmra command itself, not a caller in the same process (tests)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
@@ -234,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     interrupts.stop_on_signals()
     _warnings_as_paragraphs()
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        if from_script:  # the command is over and its status said: a late signal no longer changes it
+            interrupts.ignore_stop_signals()  # (break-it finding: a SIGTERM after "exit status 0" ended with 143,
+        return status  # Python's default handlers being back while the interpreter shuts down)
     except KeyboardInterrupt as exc:
         from rich.text import Text
 
@@ -244,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         why = interrupts.interrupt_reason(exc)
         done = getattr(args, "finished_run_dir", None)
         if done is not None:  # Ctrl-C / SIGTERM after the run folder was written (break-it finding)
-            err_console.print(Text.assemble((f"{why} after the run finished: ", "yellow"), _after_finish(done)),
+            err_console.print(Text.assemble((f"{why} after the run finished: ", "yellow"),
+                                            _after_finish(done, getattr(args, "command", None))),
                               highlight=False, soft_wrap=True)
             return 130
         batch_dir = getattr(args, "batch_run_dir", None)

@@ -62,6 +62,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     console = make_console()
     skipped: list = []
     result = merge_shards(args.shard_runs, name=args.name, out_dir=args.out_dir, skipped=skipped)
+    args.finished_run_dir = result.run_dir  # (an interrupt from here on says the merged run is complete)
     for folder, label in skipped:
         console.print(f"[dim]Skipped {lit(folder)}: shard {lit(label)} did not finish there; its re-run is merged.[/]",
                       highlight=False, soft_wrap=True)
