@@ -799,3 +799,62 @@ def test_two_processes_upgrading_an_older_history_at_once_both_open_it(tmp_path)
     with sqlite3.connect(path) as db:
         cols = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
     assert cols.count("judge_status") == 1 and cols.count("n_refused") == 1
+
+
+def test_an_endpoint_that_goes_down_mid_run_stops_it_after_a_long_streak_not_a_blip():
+    """Fresh-user finding: a chatbot server killed 10 s into a run made the audit retry 1,400
+    refused calls for 15 minutes in silence, to end partial. After the role has answered, a
+    streak of TRIP_AFTER_DOWN failed calls (TRIP_AFTER_DOWN_REFUSED refused outright) stops the
+    run, saying the endpoint stopped answering mid-run; shorter streaks stay blips."""
+    from lmra.providers.endpoint import TRIP_AFTER_DOWN, TRIP_AFTER_DOWN_REFUSED
+
+    def chain(guard, url):
+        cfg = ModelConfig(provider="openai", model="fake", base_url=url, api_key_required=False,
+                          max_retries=0, timeout_s=2.0)
+        return guard.above_cache(guard.below_cache(OpenAIProvider(cfg)))
+
+    req = lambda i: ChatRequest(messages=[Message(role="user", content=f"q{i}")], max_tokens=5)  # noqa: E731
+
+    async def go(kill: bool):
+        with FaultServer() as srv:
+            guard = EndpointGuard("target", srv.url)
+            p = chain(guard, srv.url)
+            for i in range(3):
+                await p.complete(req(i))
+            if kill:  # the server process is gone: the same guard's calls now find nothing on a port
+                await p.aclose()
+            else:
+                srv.fault_rate, srv.faults = 1.0, ("http_500",)
+                for i in range(TRIP_AFTER_DOWN - 1):  # a long blip: not yet
+                    with pytest.raises(ProviderError):
+                        await p.complete(req(100 + i))
+                assert guard.tripped is None
+                srv.fault_rate = 0.0
+                await p.complete(req(999))  # an answer resets the streak
+                srv.fault_rate = 1.0
+                for i in range(TRIP_AFTER_DOWN - 1):
+                    with pytest.raises(ProviderError):
+                        await p.complete(req(200 + i))
+                assert guard.tripped is None
+                with pytest.raises(EndpointUnreachable) as ei:
+                    await p.complete(req(300))
+                await p.aclose()
+                return ei.value, None
+        p = chain(guard, dead_url())
+        for n in range(3 * TRIP_AFTER_DOWN):
+            try:
+                await p.complete(req(400 + n))
+            except EndpointUnreachable as exc:
+                await p.aclose()
+                return exc, n
+            except ProviderError:
+                pass
+        raise AssertionError("never tripped")
+
+    exc, _ = asyncio.run(go(kill=False))
+    assert "stopped answering mid-run: after 4 answered calls" in str(exc)
+    assert f"{TRIP_AFTER_DOWN} calls in a row failed after every retry (http_500 × {TRIP_AFTER_DOWN})" in str(exc)
+    assert "resumes from the cache" in str(exc)
+    exc, n = asyncio.run(go(kill=True))
+    assert n == TRIP_AFTER_DOWN_REFUSED - 1 and "stopped answering mid-run: after 3 answered calls" in str(exc)
+    assert "connection refused" in str(exc)

@@ -410,7 +410,8 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
         return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
     err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
     what = ("key was rejected" if not isinstance(exc, EndpointUnreachable)
-            else "endpoint does not serve its model" if exc.not_served else "endpoint is unreachable")
+            else "endpoint does not serve its model" if exc.not_served
+            else "endpoint stopped answering mid-run" if exc.answered_before else "endpoint is unreachable")
     return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
 
 

@@ -12,8 +12,11 @@ fresh calls and stops the run with :class:`EndpointUnreachable` once
   the port),
 
 and the role has had **no fresh success** in this run. Once one call of the role succeeded,
-the guard is disarmed for the rest of the run: failures after that are a blip, counted as
-failed pairs and judged by ``max_failed_share`` (a partial run).
+a failure is a blip, counted as a failed pair and judged by ``max_failed_share`` (a partial
+run) — unless :data:`TRIP_AFTER_DOWN` calls in a row fail so (:data:`TRIP_AFTER_DOWN_REFUSED`
+refused outright): the endpoint went down mid-run, and the run stops as above, its answered calls
+in the cache for the re-run (fresh-user finding: a chatbot server killed 10 s into a run made
+the audit retry 1,400 calls for 15 minutes in silence, to end partial).
 
 It also labels every failure with the role and the endpoint (``target at
 http://127.0.0.1:8914/v1: openai connection failed: …``), so that the "first error" of a
@@ -36,6 +39,12 @@ from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
 TRIP_AFTER = 8
 #: the same when every one of them was "connection refused" (nothing listens on the port)
 TRIP_AFTER_REFUSED = 3
+#: the same after the role had answered in this run: the endpoint went down mid-run (every call
+#: failing after all its retries — a short outage is absorbed by the retries; 4 × TRIP_AFTER, so
+#: that a burst of failures of the calls in flight at one moment is still a blip)
+TRIP_AFTER_DOWN = 4 * TRIP_AFTER
+#: the same when every one of them was refused outright (the server process is gone)
+TRIP_AFTER_DOWN_REFUSED = 2 * TRIP_AFTER
 #: failure kinds that say the endpoint (not one request) is at fault; ``http_404``: the model is
 #: not served there, or the URL's path is wrong (fresh-user finding: a mistyped model id made
 #: every call of the audit fail, each one paid for on the other role)
@@ -71,8 +80,10 @@ class EndpointUnreachable(RuntimeError):
     """
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
-                 model: str = ""):
+                 model: str = "", answered_before: int = 0):
         self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
+        #: fresh calls of the role answered in this run before the streak (> 0: it went down mid-run)
+        self.answered_before = answered_before
         #: the server answered, but HTTP 404 every time: the model (or the URL's path) is not served
         self.not_served = bool(kinds) and set(kinds) == {"http_404"}
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
@@ -84,6 +95,11 @@ class EndpointUnreachable(RuntimeError):
             super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
                              f"with HTTP 404 ({why}); {done}. Check model and base_url in [{role}] (the model id "
                              "the server serves; the URL up to /v1), then run the same command again")
+            return
+        if answered_before:  # it answered earlier in this run, then stopped
+            super().__init__(f"the {role}'s {where} stopped answering mid-run: after {answered_before:,} answered "
+                             f"calls, {n_failed} calls in a row failed after every retry ({why}); {done}. Check that "
+                             "the server is running, then run the same command again: it resumes from the cache")
             return
         super().__init__(f"the {role}'s {where} is unreachable: {n_failed} calls in a row failed after every "
                          f"retry ({why}); {done}. Check that the server is running and that base_url in [{role}] "
@@ -99,6 +115,8 @@ class EndpointGuard:
         url: the endpoint (the provider's ``base_url``; "" for in-process backends).
         model: the model id asked for (named when the endpoint does not serve it, HTTP 404).
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
+        trip_after_down, trip_after_down_refused: see :data:`TRIP_AFTER_DOWN`,
+            :data:`TRIP_AFTER_DOWN_REFUSED` (after the role answered in this run).
 
     Attributes:
         successes: fresh calls of the role that succeeded (≥ 1 disarms the breaker).
@@ -107,7 +125,8 @@ class EndpointGuard:
     """
 
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
-                 trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = ""):
+                 trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = "",
+                 trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED):
         self.role, self.url, self.model = role, url, model
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
@@ -116,6 +135,10 @@ class EndpointGuard:
         self.all_refused = True
         self.kinds: Counter = Counter()
         self.tripped: EndpointUnreachable | None = None
+        self.trip_after_down, self.trip_after_down_refused = trip_after_down, trip_after_down_refused
+        self.down_streak = 0  # transport failures in a row since the last success, once it answered
+        self.down_refused = True
+        self.down_kinds: Counter = Counter()
 
     def label(self, message: str) -> str:
         """``message`` prefixed with the role and (unless it names it already) the endpoint."""
@@ -124,7 +147,20 @@ class EndpointGuard:
         return f"{self.role}: {message}"
 
     def _failed(self, exc: ProviderError) -> None:
-        if self.successes or self.tripped is not None:
+        if self.tripped is not None:
+            return
+        if self.successes:  # answered before: only a long streak trips (the endpoint went down)
+            if not is_transport_failure(exc.kind):
+                self.down_streak, self.down_refused = 0, True
+                self.down_kinds.clear()
+                return
+            self.down_streak += 1
+            self.down_kinds[exc.kind] += 1
+            self.down_refused = self.down_refused and exc.kind == "connection" and _refused(exc)
+            if self.down_streak >= (self.trip_after_down_refused if self.down_refused else self.trip_after_down):
+                self.tripped = EndpointUnreachable(self.role, self.url, self.down_streak, self.down_kinds.copy(),
+                                                   self.down_refused, True, model=self.model,
+                                                   answered_before=self.successes)
             return
         if not is_transport_failure(exc.kind):
             self.streak, self.all_refused = 0, True
@@ -165,8 +201,12 @@ class _Labelled(_Wrapper):
             labelled = ProviderError(self.guard.label(str(exc)), kind=exc.kind, retryable=exc.retryable)
             self.guard._failed(exc)
             raise labelled from exc
-        self.guard.successes += 1
-        self.guard.streak = 0
+        guard = self.guard
+        guard.successes += 1
+        guard.streak = 0
+        if guard.down_streak:  # (the hot path: nothing to reset after a success)
+            guard.down_streak, guard.down_refused = 0, True
+            guard.down_kinds.clear()
         return result
 
     def __getattr__(self, name: str):  # e.g. endpoint_lacks_logprobs, key_source of the backend
