@@ -501,3 +501,24 @@ def test_a_response_without_token_usage_is_counted_not_silently_zero(tmp_path):
     assert events["no_usage"] == 0
     line = call_counts_line({"fresh": 4, "cached": 0, "failed": 0, "retries": 0, "no_usage": 2})
     assert "2 responses reported no token usage (counted as 0 tokens" in line
+
+
+def test_an_audit_whose_lmra_answers_without_logprobs_says_so_while_it_runs(tmp_path):
+    """Fresh-user finding: a llama.cpp server started without --logits_all answered every LMRA
+    question without log-probabilities; the audit sampled each one (about 5× the calls) for ten
+    minutes with nothing said until it ended. Now a warning names the LMRA's endpoint, what it
+    costs and the two fixes, once, while the run goes on; an endpoint with log-probabilities
+    gets none."""
+    with FaultServer(fault_rate=0.0) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=1,
+                      tasks=TASKS[:2], extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        clean = _audit(cfg, tmp_path)
+        srv.ignores_logprobs = True
+        cfg2 = _config(tmp_path / "c2.toml", srv.url, tmp_path / "c2.sqlite", tmp_path / "out2", per_task=1,
+                       tasks=TASKS[:2], extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        bare = _audit(cfg2, tmp_path)
+    _clean(clean.stderr + bare.stderr)
+    said = " ".join(bare.stderr.split())
+    assert said.count(f"the judge's endpoint {srv.url} answers without log-probabilities") == 1, said[-3000:]
+    assert "--logits_all true" in said and "logprobs = false in [judge]" in said
+    assert "answers without log-probabilities" not in clean.stderr

@@ -45,6 +45,10 @@ TRIP_AFTER_REFUSED = 3
 TRIP_AFTER_DOWN = 4 * TRIP_AFTER
 #: the same when every one of them was refused outright (the server process is gone)
 TRIP_AFTER_DOWN_REFUSED = 2 * TRIP_AFTER
+#: fresh answers without the log-probabilities asked for (after every retry), and none with them,
+#: after which the run says so while it runs (fresh-user finding: a llama.cpp server started
+#: without --logits_all made the audit about 5× slower, each question sampled, with nothing said)
+NO_LOGPROBS_NOTICE_AFTER = 3
 #: failure kinds that say the endpoint (not one request) is at fault; ``http_404``: the model is
 #: not served there, or the URL's path is wrong (fresh-user finding: a mistyped model id made
 #: every call of the audit fail, each one paid for on the other role)
@@ -117,6 +121,8 @@ class EndpointGuard:
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
         trip_after_down, trip_after_down_refused: see :data:`TRIP_AFTER_DOWN`,
             :data:`TRIP_AFTER_DOWN_REFUSED` (after the role answered in this run).
+        on_notice: called once (:meth:`_answered`) when :data:`NO_LOGPROBS_NOTICE_AFTER` fresh
+            answers came without the log-probabilities asked for and none with them.
 
     Attributes:
         successes: fresh calls of the role that succeeded (≥ 1 disarms the breaker).
@@ -126,7 +132,8 @@ class EndpointGuard:
 
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
                  trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = "",
-                 trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED):
+                 trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED,
+                 on_notice=None):
         self.role, self.url, self.model = role, url, model
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
@@ -139,6 +146,9 @@ class EndpointGuard:
         self.down_streak = 0  # transport failures in a row since the last success, once it answered
         self.down_refused = True
         self.down_kinds: Counter = Counter()
+        self.on_notice = on_notice
+        self.without_logprobs = 0  # fresh answers that came without the log-probabilities asked for
+        self.logprobs_seen = False
 
     def label(self, message: str) -> str:
         """``message`` prefixed with the role and (unless it names it already) the endpoint."""
@@ -173,6 +183,25 @@ class EndpointGuard:
             self.tripped = EndpointUnreachable(self.role, self.url, self.streak, self.kinds.copy(),
                                                self.all_refused, self.answered, model=self.model)
 
+    def _answered(self, result: ChatResult) -> None:
+        """Count an answer to an option question: with log-probabilities, or without them after
+        every retry (``degraded == "no_logprobs"``); at :data:`NO_LOGPROBS_NOTICE_AFTER` of the
+        latter and none of the former, say once (``on_notice``) what it costs and how to fix it."""
+        if result.option_probs is not None:
+            self.logprobs_seen = True
+            return
+        if result.degraded != "no_logprobs":
+            return
+        self.without_logprobs += 1
+        if self.without_logprobs == NO_LOGPROBS_NOTICE_AFTER and not self.logprobs_seen and self.on_notice:
+            where = f"endpoint {self.url}" if self.url else "backend"
+            self.on_notice(
+                f"the {self.role}'s {where} answers without log-probabilities ({self.without_logprobs} answers so far, "
+                "each after its retries): every LMRA question is then estimated from n_samples sampled answers — "
+                "several times the calls and the time, and weaker ratings. For llama.cpp's server, start it with "
+                f"--logits_all true (docs/providers.md); for an endpoint that has none, set logprobs = false in "
+                f"[{self.role}] (no retries for them, and the plan counts the sampled calls)")
+
     def below_cache(self, inner: Provider) -> "_Labelled":
         """Wrap the provider below the call cache: count fresh calls, label their errors."""
         return _Labelled(inner, self)
@@ -204,6 +233,8 @@ class _Labelled(_Wrapper):
         guard = self.guard
         guard.successes += 1
         guard.streak = 0
+        if result.degraded is not None or (request.options and not guard.logprobs_seen):
+            guard._answered(result)
         if guard.down_streak:  # (the hot path: nothing to reset after a success)
             guard.down_streak, guard.down_refused = 0, True
             guard.down_kinds.clear()
