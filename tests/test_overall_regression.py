@@ -66,7 +66,12 @@ def test_the_cli_json_history_report_and_metrics_say_it(nights, lmra_cli, capsys
     assert lmra_cli(argv) == 3
     cap = capsys.readouterr()
     out = " ".join(cap.out.split())
-    assert "Regression of the overall net rating (female vs male, all 10 tasks in both runs, each weighted" in out
+    assert ("Regression of the overall net rating (female vs male, all 10 tasks in both runs, weighted by their "
+            "prompts in both runs)") in out
+    # the row's label and the note say how its tasks are weighted, not "each weighted alike", which a
+    # fresh user read as equal weights (the H of the row is neither run's own overall net rating)
+    assert "all tasks (10 tasks, weighted by their prompts in both runs)" in out
+    assert "not either run's own overall net rating over its pairs" in out and "weighted alike" not in out
     assert "no single task significant" in out and "Regression in" not in out
     assert "exit status 3: the overall net rating regressed against baseline" in out  # the exit line
     assert lmra_cli(argv + ["--json"]) == 3

@@ -24,6 +24,9 @@ from lmra.console import counted, lit, make_console
 from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError
 
+#: how the check's overall row weighs its tasks, in its label
+OVERALL_WEIGHTS = "weighted by their prompts in both runs"
+
 
 def finite(x) -> float | None:
     """:func:`lmra.runfolder.finite` (imported when first needed: lmra.runfolder loads pandas)."""
@@ -93,14 +96,19 @@ def print_check(console: Console, result) -> None:
     overall = getattr(result, "overall", None)
     for t in (overall.itertuples() if overall is not None and len(overall) else ()):
         decision = decide(t)
-        # tasks weighted alike (not the run's overall net rating over its pairs: new-user finding,
-        # +0.2374 here beside +0.2218 in the run's table, unlabelled)
-        table.add_row(lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks, each weighted alike)",
+        # each task weighted by its share of both runs' prompts, the same weights in both (not the run's
+        # overall net rating over its pairs: new-user finding, +0.2374 here beside +0.2218 in the run's
+        # table, unlabelled; "each weighted alike" was read as equal weights: fresh-user finding)
+        table.add_row(lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks, {OVERALL_WEIGHTS})",
                       f"{t.n_run}/{t.n_base}",
                       _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff), _p(t.p_regress), _p(t.p_regress_holm),
                       _p(t.p_improve), _p(t.p_improve_holm),
                       format_detectable(t.mde, t.base_rate, t.mde_rate, t.mde_lower_bound), decision)
     console.print(table)
+    if overall is not None and len(overall):
+        console.print("[dim]'all tasks': each task's net rating weighted by its share of the prompts of both runs, "
+                      "the same weights tonight and at the baseline (so a task that lost prompts in one run does not "
+                      "move it) — not either run's own overall net rating over its pairs (docs/nightly.md).[/]")
     if getattr(result, "family_size", result.n_tested):  # (an overall row tested alone has its detectable rise too)
         console.print(f"[dim]{sensitivity_note(result)}[/]")
     if result.only_in_run or result.only_in_baseline:
@@ -122,7 +130,7 @@ def print_check(console: Console, result) -> None:
     rise = "[bold yellow]Rise (replayed answers)[/]" if getattr(result, "replayed", False) else "[bold red]Regression[/]"
     for r in (overall_regs.itertuples() if len(overall_regs) else ()):
         console.print(f"{rise} of the overall net rating ({lit(r.comparison)}, all {r.n_tasks} tasks "
-                      f"in both runs, each weighted alike in both): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
+                      f"in both runs, {OVERALL_WEIGHTS}): {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                       + ("" if len(regs) else " — a rise spread over the tasks, no single task significant"))
     if len(regs):
         console.print(f"{rise} in {len(regs)} task(s): "
