@@ -187,7 +187,7 @@ def test_a_task_the_word_match_filter_emptied_is_warned_and_its_gates_not_evalua
     res = Audit(cfg, target=target, judge=DecliningJudge(lambda i: False)).run()
     tech = next(r for r in res.summary["filter_removed"] if r["task"] == "tech")
     assert (tech["n_prompts"], tech["n_kept"], tech["n_lexical"]) == (3, 0, 3)
-    assert any(w.startswith("the identity filter removed every prompt of 1 task(s)") and "tech: 3 of 3" in w
+    assert any(w.startswith("the identity filter removed every audited prompt of 1 task(s)") and "tech: 3 of 3" in w
                for w in res.summary["warnings"])
     gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
     (tech_gate,) = [o for o in gate.outcomes if o.task == "tech"]

@@ -353,7 +353,7 @@ def common_word_names_warning(names: list[str]) -> str | None:
 
 
 #: the start of :func:`emptied_by_filter_warning`'s text (a merge recomputes it, not a shard's)
-EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every prompt of "
+EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every audited prompt of "
 
 
 def emptied_by_filter_warning(removed: list[dict]) -> str | None:

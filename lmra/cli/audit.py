@@ -536,7 +536,7 @@ def _short_tasks_note(cfg, inputs) -> str | None:
         return None
     untasked = sum(1 for p in inputs.prompts if not p.task)
     return (f"prompts_per_task = {limit}, but no task of the prompt file ({cfg.prompts}) has more than "
-            f"{max(counts.values())} prompts" + (f" ({untasked} without a task, classified during the run, aside)"
+            f"{counted(max(counts.values()), 'prompt')}" + (f" ({untasked} without a task, classified during the run, aside)"
                                                  if untasked else "")
             + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
             "more prompts per task than this file holds.")

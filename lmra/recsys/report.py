@@ -58,7 +58,7 @@ def _counts_line(summary: dict) -> str:
         parts.append(f"{summary['items_unmatched_top_k']} unmatched titles in the top-K lists (no recommendation "
                      "for bias disparity, not replaced by titles ranked below K)")
     if summary.get("items_dropped_empty"):
-        parts.append(f"{summary['items_dropped_empty']} items dropped (nothing left after normalisation)")
+        parts.append(f"{counted(summary['items_dropped_empty'], 'item')} dropped (nothing left after normalisation)")
     if (summary.get("template_tokens") or {}).get("responses"):
         parts.append(f"{counted(summary['template_tokens']['responses'], 'answer')} with chat-template tokens "
                      "(warning above)")
