@@ -824,9 +824,10 @@ def materialize(case: Case, workdir: Path, run_fixture: Path | None) -> None:
             (run / rel).unlink()
         for rel, content in case.run.get("write", {}).items():
             (run / rel).write_text(content, encoding="utf-8")
-        if case.run.get("legacy"):  # a run folder of an earlier version: no file digests (lmra.digests)
-            m = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+        if case.run.get("legacy"):  # a run folder of an earlier version: no file digests (lmra.digests),
+            m = json.loads((run / "manifest.json").read_text(encoding="utf-8"))  # nor design digests (later still)
             m.pop("files", None)
+            m.pop("design", None)
             (run / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
 
 
