@@ -64,3 +64,31 @@ def test_output_paths_expand_home_and_refuse_environment_variables(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert main(["validate", str(toml)]) == 2
     assert not any(p.name.startswith(("$", "~")) for p in Path(tmp_path).iterdir())
+
+
+def test_the_input_files_a_relative_path_found_are_said_and_recorded(tmp_path, monkeypatch, capsys):
+    """Break-it finding: a relative ``names`` path read the user's own file from the config's folder
+    and lmra's shipped one from another folder, and nothing said or recorded which. ``lmra
+    validate`` names the files read (shipped ones marked) and the run's manifest records them."""
+    import json
+
+    from lmra.cli import main
+
+    own = tmp_path / "cfgdir"
+    (own / "names").mkdir(parents=True)
+    (own / "names" / "gender.csv").write_text("name,gender,race,source\nAda,female,,t\nBea,female,,t\nCy,male,,t\n"
+                                              "Dan,male,,t\n", encoding="utf-8")
+    cfg = own / "rel.toml"
+    cfg.write_text('names = "names/gender.csv"\nprompts_per_task = 1\n', encoding="utf-8")
+    seen = {}
+    for where in (own, tmp_path):
+        monkeypatch.chdir(where)
+        capsys.readouterr()
+        assert main(["validate", str(cfg), "--json"]) == 0
+        seen[where] = json.loads(capsys.readouterr().out)["input_files"]["names"]
+        assert main(["validate", str(cfg)]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"names {seen[where]}" in out
+    assert seen[own] == str((own / "names" / "gender.csv").resolve())
+    assert seen[tmp_path] != seen[own] and seen[tmp_path].endswith("gender.csv")
+    assert f"names {seen[tmp_path]} (shipped with lmra)" in out

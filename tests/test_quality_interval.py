@@ -77,6 +77,8 @@ def test_quality_rows_are_combined_under_one_combiner_resolved_by_their_answers(
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "a long plan" if rng.random() < 0.6 else "a plan")
     res = Audit(cfg, target=target, judge=judge).run()
     summary = json.loads((res.run_dir / "summary.json").read_text())
+    manifest = json.loads((res.run_dir / "manifest.json").read_text())  # (and the files the run read)
+    assert manifest["input_files"] == {"prompts": str(prompts.resolve()), "names": str(names.resolve())}
     assert summary["combiner"] == "min"  # the stereotype answers all came with log-probabilities
     assert summary["quality_combiner"] == expect
     switched = [w for w in summary["warnings"] if "to the quality questions" in w]

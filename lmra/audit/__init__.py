@@ -472,6 +472,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                                                    "supports_logprobs": judge2.supports_logprobs},
             "templates": _template_hashes(inputs.templates),
             "design": design_digests(inputs),
+            "input_files": inputs.files,  # which files the relative paths found (working folder or shipped)
             "versions": package_versions(),
             "planned_calls": self.planned_calls(inputs),
         }

@@ -75,6 +75,11 @@ class Inputs:
     canaries: list = field(default_factory=list)  #: :class:`lmra.judge_check.Canary` to rate first
     #: placebo comparison label → (real comparison label, group A₁, group A₂) (negative controls)
     placebo: dict[str, tuple[str, Group, Group]] = field(default_factory=dict)
+    #: the input files read, as resolved (``prompts``, ``names``, ``taxonomy`` → absolute path): a
+    #: relative path is looked for in the working folder, then among lmra's shipped files
+    #: (:func:`lmra.resources.resolve_resource`), so the same config can read other files from
+    #: another folder (break-it finding: nothing recorded which one a night read)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
@@ -143,15 +148,18 @@ class InputsStage:
             check_axes_temperature(cfg, self.config_path)
 
         check_output_paths(cfg.output_dir, cfg.cache, self.config_path)
+        files: dict[str, str] = {}
         with named_by_config(self.config_path, "prompts", cfg.prompts):
-            prompts = load_prompts(resolve_resource(cfg.prompts, "prompts"), text_field=cfg.text_field,
-                                   auto_id=True)
+            prompts_path = resolve_resource(cfg.prompts, "prompts")
+            prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True)
+        files["prompts"] = str(prompts_path.resolve())
         used = {g for pair in cfg.comparisons for g in pair}
         name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
         group_names: dict[str, list[str]] = {}
         all_names: list[str] = []
         if name_groups:
             names_path = resolve_resource(cfg.names, "names")
+            files["names"] = str(names_path.resolve())
             with named_by_config(self.config_path, "names", cfg.names):
                 names = load_names(names_path)
             all_names = [n.name for n in names]
@@ -204,7 +212,9 @@ class InputsStage:
         known_domains = {p.domain for p in prompts if p.domain}
         taxonomy = None
         if any(not p.task for p in prompts):
-            taxonomy = load_taxonomy(resolve_resource(cfg.taxonomy, "prompts"))
+            taxonomy_path = resolve_resource(cfg.taxonomy, "prompts")
+            taxonomy = load_taxonomy(taxonomy_path)
+            files["taxonomy"] = str(taxonomy_path.resolve())
             templates["classify_domain"] = load_template("classify_domain", "judge")
             templates["classify_task"] = load_template("classify_task", "judge")
             known_tasks |= {t.name for d in taxonomy.domain for t in d.task} | {"other"}
@@ -246,7 +256,7 @@ class InputsStage:
                 raise LmraInputError(f"the identity filter removed all {len(prompts)} prompts of the file (each "
                                      "reveals the user's name, gender or race); nothing is left to audit",
                                      file=self.config_path, field="filter")
-        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo)
+        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo, files)
 
     def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
         """Split each placebo comparison's group A names into two seeded halves A₁, A₂ (worded as

@@ -11,6 +11,22 @@ from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
+def _where(path: str) -> str:
+    """An input file as ``lmra validate`` names it: its path, "(shipped with lmra)" for one of
+    lmra's own files (a relative path not found in the working folder falls back to them)."""
+    from pathlib import Path
+
+    from lmra.resources import resource_dir
+
+    for kind in ("prompts", "names", "examples"):
+        try:
+            if Path(path).is_relative_to(resource_dir(kind).resolve()):
+                return f"{path} (shipped with lmra)"
+        except FileNotFoundError:
+            continue
+    return path
+
+
 @json_errors
 def cmd_validate(args: argparse.Namespace) -> int:
     """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
@@ -72,7 +88,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             comparisons=[list(c) for c in cfg.comparisons],
             models={role: {"provider": m.provider, "model": m.model, "base_url": m.base_url}
                     for role, m in models.items() if m is not None},
-            notes=([short] if short else []) + unmeetable))
+            notes=([short] if short else []) + unmeetable, input_files=inputs.files))
         return 0
     make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
@@ -80,6 +96,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                          "(cached calls are free); name groups "
                          + (", ".join(f"{lit(g)} ({len(n)} names)" for g, n in inputs.group_names.items()) or "none")
                          + (f"; profile groups {lit(', '.join(profiles))}" if profiles else ""), soft_wrap=True)
+    make_console().print("[dim]reads " + "; ".join(f"{k} {lit(_where(v))}" for k, v in inputs.files.items()) + "[/]",
+                         soft_wrap=True, highlight=False)
     if short:
         from rich.text import Text
 
