@@ -22,10 +22,11 @@ nightly() {
   # the log with its exit status instead of dying first
   trap 'echo "nightly.sh: stop signal: the audit stops, keeping its answered calls" >&2' INT TERM
   echo "=== nightly $(date -u) ==="
-  if [ -r "$LMRA_ENV_FILE" ]; then
-    set -a; . "$LMRA_ENV_FILE" || return 1; set +a   # export every KEY=value of the file
+  if [ -r "$LMRA_ENV_FILE" ]; then                # export every KEY=value of the file
+    set -a; . "$LMRA_ENV_FILE" || { echo "=== nightly.sh: exit status 1 (cannot read $LMRA_ENV_FILE) ==="; return 1; }
+    set +a
   fi
-  . "${LMRA_VENV:-.venv}/bin/activate" || return 1
+  . "${LMRA_VENV:-.venv}/bin/activate" || { echo "=== nightly.sh: exit status 1 (no venv at ${LMRA_VENV:-.venv}) ==="; return 1; }
   read -ra audit_args <<< "$LMRA_AUDIT_ARGS"
   run_dir_file=last-run-dir.txt                   # the audit writes its run folder's path here
   rm -f "$run_dir_file"                           # (also when a bad flag stops lmra before it reads any)

@@ -10,6 +10,7 @@ completes the rest and equals the clean run.
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -522,3 +523,26 @@ def test_an_audit_whose_lmra_answers_without_logprobs_says_so_while_it_runs(tmp_
     assert said.count(f"the judge's endpoint {srv.url} answers without log-probabilities") == 1, said[-3000:]
     assert "--logits_all true" in said and "logprobs = false in [judge]" in said
     assert "answers without log-probabilities" not in clean.stderr
+
+
+def test_a_run_logged_by_cron_writes_progress_lines(tmp_path):
+    """Fresh-user finding: under cron (no terminal, the nightly script's --no-progress) a run showed
+    nothing until it ended — a stuck night looked like a slow one. With stderr not a terminal, a
+    progress line goes to stderr every LMRA_PROGRESS_LOG_S seconds (default 60), bars or not."""
+    with FaultServer(fault_rate=0.0) as srv:
+        srv.delay_s = 0.05
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=3,
+                      extra="[filter]\nlmra = false\n")
+        env = dict(os.environ, LMRA_PROGRESS_LOG_S="0.5")
+        out = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress",
+                              "--no-report", "--allow-unvalidated-judge"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600, env=env)
+        bad = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                             env=dict(os.environ, LMRA_PROGRESS_LOG_S="soon"))
+    _clean(out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("progress at ")]
+    assert len(lines) >= 2, out.stderr[-2000:]
+    assert any(re.search(r"Generating responses \d+/\d+", ln) for ln in lines)
+    assert any(re.search(r"LMRA rating pairs \d+/\d+", ln) for ln in lines)
+    assert bad.returncode == 2 and "LMRA_PROGRESS_LOG_S" in bad.stderr and "Traceback" not in bad.stderr

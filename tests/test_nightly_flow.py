@@ -233,3 +233,15 @@ def test_documented_nightly_script_with_a_bad_flag_exports_no_earlier_night(tmp_
     assert r.returncode == 2, r.stdout[-2000:]
     assert "--margin" in r.stdout and "exit status 2" in r.stdout
     assert not (home / "last-run-dir.txt").exists() and not metrics.exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_night_without_its_venv_ends_its_log_with_the_exit_status_line(tmp_path):
+    """Fresh-user finding: with the venv missing the night's log ended without the documented
+    closing line ("=== nightly.sh: exit status N ==="), so the alert mail did not say what failed."""
+    script, home, env = _nightly_job(tmp_path)
+    env["LMRA_VENV"] = str(tmp_path / "no-venv")
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    log = (home / "logs" / "nightly-20261130.log").read_text()
+    assert r.returncode == 1
+    assert log.rstrip().splitlines()[-1] == f"=== nightly.sh: exit status 1 (no venv at {tmp_path / 'no-venv'}) ==="

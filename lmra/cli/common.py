@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +52,87 @@ STAGE_LABELS = {"judge-check": "LMRA judge check (canary pairs)", "classify": "L
 FAILED_WORDS = {"filter": "unlabelled or failed"}
 
 
+#: seconds between two progress lines on stderr when it is not a terminal (cron, CI logs)
+PROGRESS_LOG_S = 60.0
+
+
+class _ProgressLog:
+    """A line on stderr every :data:`PROGRESS_LOG_S` seconds saying where each stage is
+    (``progress at 0:02:00: Generating responses 120/540; LMRA rating pairs 80/540 (3 failed)``),
+    written by a daemon thread while a command runs with stderr not a terminal (fresh-user finding:
+    a nightly run under cron showed nothing for 15 minutes — progress bars need a terminal, and a
+    stuck night looked like a slow one). It only reads the counts the progress callbacks keep."""
+
+    def __init__(self, every_s: float = PROGRESS_LOG_S):
+        import threading
+        import time
+
+        self.every_s, self.t0 = every_s, time.monotonic()
+        self.order: list[str] = []
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lmra-progress-log", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_stderr(cls) -> "_ProgressLog | None":
+        """One when stderr is not a terminal, else None (the bars show the progress there); its
+        interval is ``$LMRA_PROGRESS_LOG_S`` seconds when set (0 = no progress lines).
+
+        Raises:
+            LmraInputError: ``LMRA_PROGRESS_LOG_S`` is not a number ≥ 0."""
+        raw = os.environ.get("LMRA_PROGRESS_LOG_S")
+        every = PROGRESS_LOG_S
+        if raw is not None:
+            try:
+                every = strict_float(raw)
+                if every < 0:
+                    raise ValueError("negative")
+            except ValueError:
+                raise LmraInputError(f"the environment variable LMRA_PROGRESS_LOG_S is {raw!r}: it gives the seconds "
+                                     "between progress lines, a number ≥ 0 (0: none)") from None
+        try:
+            return None if every == 0 or sys.stderr.isatty() else cls(every)
+        except (AttributeError, ValueError):
+            return None
+
+    def start(self, stage: str, total: int) -> None:
+        self.totals[stage], self.done[stage], self.failed[stage] = total, 0, 0
+        if stage not in self.order:
+            self.order.append(stage)
+
+    def advance(self, stage: str, is_failed: bool = False) -> None:
+        self.done[stage] = self.done.get(stage, 0) + 1
+        if is_failed:
+            self.failed[stage] = self.failed.get(stage, 0) + 1
+
+    def line(self) -> str:
+        """The progress line of now."""
+        import datetime
+        import time
+
+        parts = []
+        for stage in list(self.order):
+            n_failed = self.failed.get(stage, 0)
+            parts.append(f"{STAGE_LABELS.get(stage, stage)} {self.done.get(stage, 0):,}/{self.totals.get(stage, 0):,}"
+                         + (f" ({n_failed:,} {FAILED_WORDS.get(stage, 'failed')})" if n_failed else ""))
+        elapsed = datetime.timedelta(seconds=round(time.monotonic() - self.t0))
+        return f"progress at {elapsed}: " + ("; ".join(parts) if parts else "starting")
+
+    def _run(self) -> None:
+        while not self._halt.wait(self.every_s):
+            try:
+                print(self.line(), file=sys.stderr, flush=True)
+            except (OSError, ValueError, RuntimeError):  # a closed or full stream: the run goes on
+                pass
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(timeout=5)
+
+
 @contextmanager
 def rich_progress(console: Console, enabled: bool = True):
     """Yield lmra progress callbacks that drive Rich progress bars (one bar per stage); a
@@ -59,14 +141,27 @@ def rich_progress(console: Console, enabled: bool = True):
 
     Cheap per call: advances are counted and handed to Rich at most every
     :data:`PROGRESS_UPDATE_S` seconds (and when a stage completes, and at the end); the bars
-    are redrawn 5 times a second."""
+    are redrawn 5 times a second. When stderr is not a terminal (cron, CI), a progress line is
+    written to it every :data:`PROGRESS_LOG_S` seconds as well (:class:`_ProgressLog`), also
+    with ``enabled`` False (``--no-progress``)."""
+    from lmra.progress import Progress as Callbacks
+
+    log = _ProgressLog.for_stderr()  # progress lines for logs (stderr not a terminal), bars or not
+    try:
+        if not enabled:
+            yield Callbacks() if log is None else Callbacks(start=log.start, advance=log.advance)
+            return
+        yield from _bars(console, log)
+    finally:
+        if log is not None:
+            log.stop()
+
+
+def _bars(console: Console, log: "_ProgressLog | None"):
+    """The body of :func:`rich_progress` with the bars on (a generator yielding its callbacks)."""
     import time
 
     from lmra.progress import Progress as Callbacks
-
-    if not enabled:
-        yield Callbacks()
-        return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
@@ -99,8 +194,12 @@ def rich_progress(console: Console, enabled: bool = True):
             show()
             ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
             totals[stage], done[stage], failed[stage] = total, 0, 0
+            if log is not None:
+                log.start(stage, total)
 
         def advance(stage: str, is_failed: bool = False) -> None:
+            if log is not None:
+                log.advance(stage, is_failed)
             unshown[stage] = unshown.get(stage, 0) + 1
             done[stage] += 1
             if is_failed:
