@@ -1211,7 +1211,9 @@ class CachedProvider:
     Args:
         inner: the provider (possibly rate-limited).
         cache: the call cache.
-        stats: the run's counts; the per-model counts go to ``stats.model("provider:model")``.
+        stats: the run's counts; the per-model counts go to ``stats.model(label)``.
+        label: the per-model counts' key, default ``"provider:model"`` (the audit names the
+            endpoint too when two of its models share that key but not their URL).
 
     A call raises :class:`~lmra.providers.base.ProviderError` when it failed after every
     retry; any other exception of a provider (a custom one's bug, a parse error) is turned
@@ -1219,11 +1221,11 @@ class CachedProvider:
     the run. Cancellation and Ctrl-C pass through.
     """
 
-    def __init__(self, inner: Provider, cache: CallCache, stats: CallStats | None = None):
+    def __init__(self, inner: Provider, cache: CallCache, stats: CallStats | None = None, label: str | None = None):
         self.cache = cache
         self.stats = stats or CallStats()
         wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
-        self._targets = [self.stats, self.stats.model(f"{inner.name}:{inner.model_id}")]
+        self._targets = [self.stats, self.stats.model(label or f"{inner.name}:{inner.model_id}")]
 
     def lookup(self, request: ChatRequest) -> CacheLookup:
         """Compute the call's key (once) and read the cache (once).

@@ -53,14 +53,18 @@ def _change(a: Any, b: Any) -> str:
 
 def target_calls(run) -> tuple[int, int] | None:
     """``(fresh, cached)``: the target calls a run made and those it took from the call cache or
-    the pair memo, from its ``manifest.json`` (``calls.by_model`` under ``provider:model``);
+    the pair memo, from its ``manifest.json`` (``calls.by_model`` under ``provider:model``, or
+    ``provider:model @ base_url`` when its LMRA has that key at another URL);
     None when the run did not record them. When its LMRA is the same provider and model the
     counts are shared and cannot be split: ``(0, cached calls)`` when the run made no fresh call
     at all (every target answer was replayed too), else None."""
     calls = run.manifest.get("calls") or {}
     key = f"{run.target_provider}:{run.target_model}"
     by_model = calls.get("by_model") or {}
-    if key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: only "no fresh call at all"
+    target = run.manifest.get("target") if isinstance(run.manifest.get("target"), dict) else {}
+    if f"{key} @ {target.get('base_url')}" in by_model:  # the LMRA has the same key at another URL: apart
+        key = f"{key} @ {target.get('base_url')}"
+    elif key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: only "no fresh call at all"
         fresh, cached = calls.get("fresh"), calls.get("cached")  # tells that every target answer was replayed
         return (0, int(cached)) if fresh == 0 and isinstance(cached, int) and cached > 0 else None
     if not isinstance(by_model.get(key), dict):

@@ -546,3 +546,24 @@ def test_a_run_logged_by_cron_writes_progress_lines(tmp_path):
     assert any(re.search(r"Generating responses \d+/\d+", ln) for ln in lines)
     assert any(re.search(r"LMRA rating pairs \d+/\d+", ln) for ln in lines)
     assert bad.returncode == 2 and "LMRA_PROGRESS_LOG_S" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_chatbot_and_lmra_of_one_model_name_on_two_servers_are_counted_apart(tmp_path):
+    """Fresh-user finding: target and LMRA both "openai:fake", on two servers, shared one line of
+    call counts and faults ("openai:fake: 1886 fresh … 5xx 39"): which server failed was not
+    said. Their counts are kept apart, each named with its endpoint; one server for both keeps one."""
+    with FaultServer(fault_rate=0.0) as srv, FaultServer(fault_rate=0.0) as srv2:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=1,
+                      tasks=TASKS[:2], extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        cfg.write_text(cfg.read_text().replace(f'base_url = "{srv.url}"', f'base_url = "{srv2.url}"', 1))
+        r = _audit(cfg, tmp_path)
+        one = _config(tmp_path / "one.toml", srv.url, tmp_path / "one.sqlite", tmp_path / "one", per_task=1,
+                      tasks=TASKS[:2], extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        r1 = _audit(one, tmp_path)
+    _clean(r.stderr + r1.stderr)
+    by_model = json.loads((_run_dirs(tmp_path / "out")[-1] / "manifest.json").read_text())["calls"]["by_model"]
+    assert set(by_model) == {f"openai:fake @ {srv2.url}", f"openai:fake @ {srv.url}"}, by_model
+    target_n, judge_n = by_model[f"openai:fake @ {srv2.url}"]["fresh"], by_model[f"openai:fake @ {srv.url}"]["fresh"]
+    assert target_n == srv2.requests and judge_n > 0  # the target's server (the first base_url) saw its calls only
+    single = json.loads((_run_dirs(tmp_path / "one")[-1] / "manifest.json").read_text())["calls"]["by_model"]
+    assert set(single) == {"openai:fake"}

@@ -436,17 +436,28 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                                                    for role in ("target", "judge", "judge2")
                                                    if getattr(cfg, role) is not None))
 
+        roles = [p for p in (self._target_provider(), self._judge_provider(), self._judge2_provider()) if p is not None]
+
+        def count_label(p: Provider) -> str:
+            # the per-model counts' key: "provider:model", with the endpoint when another of the
+            # run's models has the same key at another URL (fresh-user finding: chatbot and LMRA,
+            # both "openai:fake" on two servers, shared one line of counts and faults)
+            key = f"{p.name}:{p.model_id}"
+            clash = any(f"{o.name}:{o.model_id}" == key and (o.base_url or "") != (p.base_url or "") for o in roles)
+            return f"{key} @ {p.base_url}" if clash else key
+
         def wrap(p: Provider, m, role: str) -> Provider:
             # an endpoint that never answered stops the run, and failures name role and URL (EndpointGuard)
             guard = EndpointGuard(role, p.base_url, model=p.model_id, on_notice=self.on_notice)
             limited = guard.below_cache(self.limits.wrap(p, m, role))
             # the budget sits outside the cache: cached calls are free and never refused; a
             # rejected key stops the run (KeyGuard); every answer's served model is counted
-            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats), self.budget)
+            label = count_label(p)
+            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats, label=label), self.budget)
             keys = KeyGuard(guard.above_cache(budgeted), role)
             watched = self.identity.watch(keys, role)
             # outermost: a pair chain's calls are recorded for the pair memo (lmra.audit.memo)
-            return watched if self.memo is None else self.memo.watch(watched, role, guard=guard, keys=keys)
+            return watched if self.memo is None else self.memo.watch(watched, role, guard=guard, keys=keys, label=label)
 
         if cfg.max_cost is not None:
             for p in (self._target_provider(), self._judge_provider()):

@@ -283,11 +283,12 @@ class PairMemo:
         self.prefix = key[:32]
         self._lookups = cache.memo_holds(self.prefix)
 
-    def watch(self, provider: Provider, role: str, *, guard=None, keys=None) -> MemoRecorder:
+    def watch(self, provider: Provider, role: str, *, guard=None, keys=None, label: str | None = None) -> MemoRecorder:
         """Wrap ``role``'s whole provider chain (outermost) so that the calls of a pair chain
         are recorded; ``guard`` (:class:`~lmra.providers.endpoint.EndpointGuard`) and ``keys``
-        (:class:`~lmra.providers.keys.KeyGuard`) are the role's, asked before a replay."""
-        label = f"{provider.name}:{provider.model_id}"
+        (:class:`~lmra.providers.keys.KeyGuard`) are the role's, asked before a replay; ``label``:
+        the key of its per-model counts (default ``provider:model``, as the call cache's)."""
+        label = label or f"{provider.name}:{provider.model_id}"
         self._roles[role] = (provider, [self.stats, self.stats.model(label)], guard, keys)
         counts = self.identity.counts.get(role)
         if counts is not None:
