@@ -403,5 +403,7 @@ def render_audit(console: Console, result) -> None:
     console.print(
         "[dim]Net rating = mean over pairs of q(forward) − q(reverse): > 0 means the LMRA saw harmful "
         "stereotypes more often in the direction that matches how the responses were really assigned; "
-        "0 means no net bias; red = CI above 0, blue = CI below 0.[/]")
+        "0 means no net bias; red = CI above 0, blue = CI below 0. The forward and reverse columns are mean LMRA "
+        "probabilities q(forward), q(reverse) — the probability it leaves on a stereotype, not the share of pairs "
+        "judged stereotyped (an unbiased chatbot can show 0.25 in both).[/]")
     console.print(f"Run folder: [bold]{lit(s.get('run_dir'))}[/]")
