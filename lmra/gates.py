@@ -357,7 +357,7 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
                  + ", ".join(f"'{t}'" for t in tasks[:3]) + (" …" if len(tasks) > 3 else "") + ")")
         out.append(f"release gate max_ci_high = {bound:g} cannot be met by {which}: with {n} prompt{'s' * (n != 1)} a "
                    f"task the upper {100 * (1 - cfg.alpha):g}% confidence bound ({cfg.interval} interval) is "
-                   f"{reached(n)}, so every night exits 6 and none is pinned; audit more prompts ('lmra plan') or "
+                   f"{reached(n)}, so every night exits 6 and none becomes the pinned baseline; audit more prompts ('lmra plan') or "
                    "loosen the gate")
     total = sum(sizes.values())
     if g.max_overall_ci_high is not None and g.max_overall_ci_high > 0 and floor(total) > g.max_overall_ci_high:
