@@ -804,8 +804,9 @@ def test_two_processes_upgrading_an_older_history_at_once_both_open_it(tmp_path)
 def test_an_endpoint_that_goes_down_mid_run_stops_it_after_a_long_streak_not_a_blip():
     """Fresh-user finding: a chatbot server killed 10 s into a run made the audit retry 1,400
     refused calls for 15 minutes in silence, to end partial. After the role has answered, a
-    streak of TRIP_AFTER_DOWN failed calls (TRIP_AFTER_DOWN_REFUSED refused outright) stops the
-    run, saying the endpoint stopped answering mid-run; shorter streaks stay blips."""
+    streak of TRIP_AFTER_DOWN failed calls (TRIP_AFTER_DOWN_REFUSED refused outright) lasting
+    TRIP_DOWN_AFTER_S seconds stops the run, saying the endpoint stopped answering mid-run;
+    shorter streaks stay blips (here the time window is 0: the counts are tested)."""
     from lmra.providers.endpoint import TRIP_AFTER_DOWN, TRIP_AFTER_DOWN_REFUSED
 
     def chain(guard, url):
@@ -817,7 +818,7 @@ def test_an_endpoint_that_goes_down_mid_run_stops_it_after_a_long_streak_not_a_b
 
     async def go(kill: bool):
         with FaultServer() as srv:
-            guard = EndpointGuard("target", srv.url)
+            guard = EndpointGuard("target", srv.url, trip_down_after_s=0.0)
             p = chain(guard, srv.url)
             for i in range(3):
                 await p.complete(req(i))
@@ -858,3 +859,23 @@ def test_an_endpoint_that_goes_down_mid_run_stops_it_after_a_long_streak_not_a_b
     exc, n = asyncio.run(go(kill=True))
     assert n == TRIP_AFTER_DOWN_REFUSED - 1 and "stopped answering mid-run: after 3 answered calls" in str(exc)
     assert "connection refused" in str(exc)
+
+
+
+def test_a_short_outage_with_many_calls_in_flight_is_a_blip_not_a_stop():
+    """Review finding: 34 calls in flight failing together in a 12-second outage tripped the
+    mid-run breaker on their count alone, failing a night that had lost 34 of thousands of calls.
+    The streak must also last TRIP_DOWN_AFTER_S seconds from its first failure."""
+    import time as _time
+
+    from lmra.providers.endpoint import TRIP_AFTER_DOWN
+
+    guard = EndpointGuard("judge", "http://127.0.0.1:9/v1", trip_down_after_s=0.3)
+    guard.successes = 250  # (it answered before: the mid-run rule applies)
+    err = ProviderError("judge: HTTP 503", kind="http_503")
+    for _ in range(3 * TRIP_AFTER_DOWN):  # a burst: many failures within the window
+        guard._failed(err)
+    assert guard.tripped is None and guard.down_streak == 3 * TRIP_AFTER_DOWN
+    _time.sleep(0.35)
+    guard._failed(err)  # still failing after the window: down
+    assert guard.tripped is not None and "stopped answering mid-run: after 250 answered calls" in str(guard.tripped)

@@ -14,7 +14,7 @@ fresh calls and stops the run with :class:`EndpointUnreachable` once
 and the role has had **no fresh success** in this run. Once one call of the role succeeded,
 a failure is a blip, counted as a failed pair and judged by ``max_failed_share`` (a partial
 run) — unless :data:`TRIP_AFTER_DOWN` calls in a row fail so (:data:`TRIP_AFTER_DOWN_REFUSED`
-refused outright): the endpoint went down mid-run, and the run stops as above, its answered calls
+refused outright) over at least :data:`TRIP_DOWN_AFTER_S` seconds: the endpoint went down mid-run, and the run stops as above, its answered calls
 in the cache for the re-run (fresh-user finding: a chatbot server killed 10 s into a run made
 the audit retry 1,400 calls for 15 minutes in silence, to end partial).
 
@@ -31,6 +31,7 @@ labels their errors (the cache records the labelled message); the one above it r
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, wrap_identity
@@ -39,12 +40,15 @@ from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError
 TRIP_AFTER = 8
 #: the same when every one of them was "connection refused" (nothing listens on the port)
 TRIP_AFTER_REFUSED = 3
-#: the same after the role had answered in this run: the endpoint went down mid-run (every call
-#: failing after all its retries — a short outage is absorbed by the retries; 4 × TRIP_AFTER, so
-#: that a burst of failures of the calls in flight at one moment is still a blip)
+#: the same after the role had answered in this run: the endpoint went down mid-run — every call
+#: failing after all its retries, at least this many in a row …
 TRIP_AFTER_DOWN = 4 * TRIP_AFTER
-#: the same when every one of them was refused outright (the server process is gone)
+#: … (this many when every one of them was refused outright: the server process is gone) …
 TRIP_AFTER_DOWN_REFUSED = 2 * TRIP_AFTER
+#: … and for at least this many seconds since the first of them: an outage shorter than that is a
+#: blip, whatever the calls in flight (review finding: 34 calls in flight failing together in a
+#: 12-second outage tripped a count alone, failing a night that had lost 34 of thousands of calls)
+TRIP_DOWN_AFTER_S = 60.0
 #: fresh answers without the log-probabilities asked for (after every retry), and none with them,
 #: after which the run says so while it runs (fresh-user finding: a llama.cpp server started
 #: without --logits_all made the audit about 5× slower, each question sampled, with nothing said)
@@ -119,8 +123,8 @@ class EndpointGuard:
         url: the endpoint (the provider's ``base_url``; "" for in-process backends).
         model: the model id asked for (named when the endpoint does not serve it, HTTP 404).
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
-        trip_after_down, trip_after_down_refused: see :data:`TRIP_AFTER_DOWN`,
-            :data:`TRIP_AFTER_DOWN_REFUSED` (after the role answered in this run).
+        trip_after_down, trip_after_down_refused, trip_down_after_s: see :data:`TRIP_AFTER_DOWN`,
+            :data:`TRIP_AFTER_DOWN_REFUSED`, :data:`TRIP_DOWN_AFTER_S` (after the role answered in this run).
         on_notice: called once (:meth:`_answered`) when :data:`NO_LOGPROBS_NOTICE_AFTER` fresh
             answers came without the log-probabilities asked for and none with them.
 
@@ -133,7 +137,7 @@ class EndpointGuard:
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
                  trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = "",
                  trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED,
-                 on_notice=None):
+                 trip_down_after_s: float = TRIP_DOWN_AFTER_S, on_notice=None):
         self.role, self.url, self.model = role, url, model
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
@@ -143,7 +147,9 @@ class EndpointGuard:
         self.kinds: Counter = Counter()
         self.tripped: EndpointUnreachable | None = None
         self.trip_after_down, self.trip_after_down_refused = trip_after_down, trip_after_down_refused
+        self.trip_down_after_s = trip_down_after_s
         self.down_streak = 0  # transport failures in a row since the last success, once it answered
+        self.down_since = 0.0  # (monotonic) when the first of them failed
         self.down_refused = True
         self.down_kinds: Counter = Counter()
         self.on_notice = on_notice
@@ -164,10 +170,14 @@ class EndpointGuard:
                 self.down_streak, self.down_refused = 0, True
                 self.down_kinds.clear()
                 return
+            now = time.monotonic()
+            if not self.down_streak:
+                self.down_since = now
             self.down_streak += 1
             self.down_kinds[exc.kind] += 1
             self.down_refused = self.down_refused and exc.kind == "connection" and _refused(exc)
-            if self.down_streak >= (self.trip_after_down_refused if self.down_refused else self.trip_after_down):
+            if (self.down_streak >= (self.trip_after_down_refused if self.down_refused else self.trip_after_down)
+                    and now - self.down_since >= self.trip_down_after_s):
                 self.tripped = EndpointUnreachable(self.role, self.url, self.down_streak, self.down_kinds.copy(),
                                                    self.down_refused, True, model=self.model,
                                                    answered_before=self.successes)
