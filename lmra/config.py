@@ -49,10 +49,11 @@ _ENV_REFERENCE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_
 
 def _output_path(v: str) -> str:
     """An output path (``output_dir``, ``cache``): ``~`` expanded, as in the input paths; an
-    environment variable refused (break-it finding: ``output_dir = "$HOME/lmra-reports"`` made a
+    environment variable (``$NAME`` or ``${NAME}`` with NAME set in the environment or in capitals) refused (break-it finding: ``output_dir = "$HOME/lmra-reports"`` made a
     folder named ``$HOME`` in whatever folder cron ran in, with a new history and cache every night)."""
-    m = _ENV_REFERENCE.search(v)
-    if m:
+    m = next((m for m in _ENV_REFERENCE.finditer(v)
+              if (name := m.group(1).strip("{}")) in os.environ or name.isupper()), None)
+    if m:  # (a variable set here, or in capitals as they are: '/mnt/data$archive' is a folder's own name)
         raise ValueError(f"'{v}' names the environment variable {m.group(0)}, which lmra does not expand (it would "
                          f"create a folder named '{m.group(0)}'): write the path out, e.g. with '~' for your home folder")
     return os.path.expanduser(v)
@@ -60,6 +61,8 @@ def _output_path(v: str) -> str:
 
 #: a folder or file lmra writes: not blank, ``~`` expanded, no ``$VAR`` (:func:`_output_path`)
 OutputPath = Annotated[str, AfterValidator(_non_blank), AfterValidator(_output_path)]
+#: the same, blank allowed (``lmra recsys``'s ``output_dir = ""``: the working folder, as before)
+OutputPathOrBlank = Annotated[str, AfterValidator(_output_path)]
 #: a pair of group names; a TOML array ``["A", "B"]`` (strict mode alone would want a Python tuple)
 Pair = Annotated[tuple[NonBlank, NonBlank], Strict(False)]
 

@@ -92,3 +92,15 @@ def test_the_input_files_a_relative_path_found_are_said_and_recorded(tmp_path, m
     assert seen[own] == str((own / "names" / "gender.csv").resolve())
     assert seen[tmp_path] != seen[own] and seen[tmp_path].endswith("gender.csv")
     assert f"names {seen[tmp_path]} (shipped with lmra)" in out
+
+
+def test_a_dollar_in_a_folders_own_name_is_kept(tmp_path, monkeypatch):
+    """Review finding: '/mnt/data$archive' (a folder's own name, no such variable) was refused with
+    the environment-variable rule; a recsys output_dir of "" (the working folder) was refused."""
+    from lmra.recsys.config import RecsysConfig
+
+    monkeypatch.delenv("archive", raising=False)
+    assert parse_config({"output_dir": "/mnt/data$archive"}).output_dir == "/mnt/data$archive"
+    with pytest.raises(LmraInputError):
+        parse_config({"output_dir": "/srv/$LMRA_HOME_UNSET_X/reports"})  # capitals: meant as a variable
+    assert RecsysConfig.model_validate({"output_dir": ""}).output_dir == ""

@@ -358,3 +358,22 @@ def test_a_signal_after_the_command_has_returned_its_status_does_not_change_it(t
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "KeyboardInterrupt" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_second_signal_after_the_run_stopped_leaves_its_status_130(tmp_path):
+    """Review finding: SIGINT, then SIGTERM while the "interrupted" message was printed, ended
+    the process with 143 (or SIGINT twice: killed by SIGINT). Once the command's interrupt is
+    being reported, the lmra command ignores stop signals: the status is 130, no traceback."""
+    code = ("import atexit, os, signal, sys\n"
+            "import lmra.cli.validate as v\n"
+            "def stopped(args):\n"
+            "    raise KeyboardInterrupt\n"
+            "v.cmd_validate = stopped\n"
+            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+            "from lmra.cli import main\n"
+            "import lmra.cli.commands\n"
+            "sys.argv = ['lmra', 'validate', 'examples/smoke.toml']\n"
+            "sys.exit(main())\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 130, out.stderr
+    assert "Traceback" not in out.stderr and "interrupted" in out.stderr, out.stderr

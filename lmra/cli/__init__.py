@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             interrupts.ignore_stop_signals()  # (break-it finding: a SIGTERM after "exit status 0" ended with 143,
         return status  # Python's default handlers being back while the interpreter shuts down)
     except KeyboardInterrupt as exc:
+        if from_script:  # the run has stopped: a second signal must not end this message with another status
+            interrupts.ignore_stop_signals()  # (review finding: SIGINT then SIGTERM ended with 143, not 130)
         from rich.text import Text
 
         from lmra.cli.common import err_console
@@ -272,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             soft_wrap=True)
         return 130
     except Exception as exc:
+        if from_script:  # (as above: the failure's paragraph and status stand)
+            interrupts.ignore_stop_signals()
         status = report_failure(exc, args)
         if status is None:
             raise

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator, field_validator, model_validator
 
-from lmra.config import (MAX_PAIRS, MAX_SEED, MIN_SEED, ModelConfig, OutputPath, _concurrency_value, _Strict,
+from lmra.config import (MAX_PAIRS, MAX_SEED, MIN_SEED, ModelConfig, OutputPathOrBlank, _concurrency_value, _Strict,
                          load_toml_model, validate_model)
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
 
@@ -220,10 +220,10 @@ class RecsysConfig(_Strict):
         "tokens_per_minute, limit × observed latency × 1.25 calls in flight (at most max_concurrency or 256); "
         "without, max_concurrency, else the calls the provider serves at once (the embedded model: 34 on 2 cores), "
         "else 2.")
-    output_dir: OutputPath = Field(
+    output_dir: OutputPathOrBlank = Field(
         "reports", description="Folder under which run folders are written ('~' is your home folder; an "
         "environment variable such as $HOME is refused, not expanded).")
-    cache: OutputPath = Field("reports/cache.sqlite",
+    cache: OutputPathOrBlank = Field("reports/cache.sqlite",
                               description="SQLite call cache shared by runs ('~' expanded; $VARIABLES refused).")
     fairllm: FairLLMConfig = Field(
         default_factory=FairLLMConfig, description="FaiRLLM instructions (mode = 'fairllm').")
