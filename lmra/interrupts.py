@@ -21,6 +21,7 @@ SIGHUP, and nothing said which signal it was).
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from contextlib import contextmanager
@@ -93,6 +94,23 @@ def ignore_stop_signals() -> None:
         pass
 
 
+def _cancelling(task, loop):
+    """A signal handler doing what asyncio's Ctrl-C handler does, for when asyncio installed none
+    (SIGINT ignored): the first signal cancels ``task`` (the run's main task; :func:`lmra.syncrun.run_sync`
+    then raises ``KeyboardInterrupt``), a second raises ``KeyboardInterrupt`` at once."""
+    count = [0]
+
+    def handler(signum, frame):
+        count[0] += 1
+        if count[0] == 1 and task is not None and not task.done():
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wake a loop blocked in select()
+            return
+        raise KeyboardInterrupt
+
+    return handler
+
+
 @contextmanager
 def recording_sigint() -> Iterator[None]:
     """Within the block, a SIGINT is recorded before the SIGINT handler installed at its start
@@ -108,16 +126,19 @@ def recording_sigint() -> Iterator[None]:
         inner = signal.getsignal(signal.SIGINT)
     except ValueError:
         inner = None
-    if not callable(inner):
-        yield
-        return
+    own_sigint = callable(inner)
+    if not own_sigint:  # SIGINT ignored (a command started in the background of a script, '&'):
+        # asyncio installed no handler; SIGTERM / SIGHUP cancel the main task as it would
+        # (review finding: else they raised mid-step, and answers of calls in flight were lost)
+        inner = _cancelling(asyncio.current_task(), asyncio.get_running_loop())
 
     def noted(signum, frame):
         record(signum)
         return inner(signum, frame)
 
     try:
-        signal.signal(signal.SIGINT, noted)
+        if own_sigint:
+            signal.signal(signal.SIGINT, noted)
     except ValueError:
         yield
         return
@@ -135,7 +156,7 @@ def recording_sigint() -> Iterator[None]:
         yield
     finally:
         try:
-            if signal.getsignal(signal.SIGINT) is noted:
+            if own_sigint and signal.getsignal(signal.SIGINT) is noted:
                 signal.signal(signal.SIGINT, inner)  # asyncio's own, which it then takes away itself
             for sig in routed:
                 if signal.getsignal(sig) is noted:

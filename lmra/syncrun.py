@@ -125,8 +125,13 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
                 await _let_go_of_abandoned()
 
     try:
-        with interrupts.sigint_restored():
-            asyncio.run(main())
+        try:
+            with interrupts.sigint_restored():
+                asyncio.run(main())
+        except asyncio.CancelledError as exc:  # cancelled by SIGTERM / SIGHUP with SIGINT ignored
+            if interrupts.received() is None:  # (interrupts._cancelling): an interrupt, as asyncio's is
+                raise
+            raise KeyboardInterrupt from exc
     except KeyboardInterrupt as exc:
         if box and not isinstance(exc, InterruptedAfterFinish):  # coro returned: its result is not lost
             raise InterruptedAfterFinish(box[0]) from exc

@@ -289,7 +289,7 @@ def test_recsys_stops_at_the_first_rejected_key_and_keeps_the_answers(tmp_path, 
         assert max(srv.answered_by_body.values()) == 1
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGTERM-with-SIGINT-ignored"])
 def test_an_interrupted_recsys_keeps_every_answer_that_arrived_and_a_rerun_asks_only_the_rest(tmp_path, sig):
     """Ctrl-C or SIGTERM while calls are in flight (the server answers each after 0.5 s): the
     calls not started are cancelled, those in flight deliver their answers within the grace
@@ -298,15 +298,22 @@ def test_an_interrupted_recsys_keeps_every_answer_that_arrived_and_a_rerun_asks_
     re-run reuses them; the manifest says interrupted. The re-run asks only the calls never
     answered: no call is answered twice. Before: the calls in flight were cancelled at once and
     their answers, sent by the server, were asked (and paid for) again — 4 of them at concurrency 4
-    (and SIGTERM, a KeyboardInterrupt raised mid-step, could drop one already read)."""
+    (and SIGTERM, a KeyboardInterrupt raised mid-step, could drop one already read). Also when the
+    command started with SIGINT ignored (in the background of a script, '&'), where asyncio
+    installs no handler (review finding: SIGTERM then lost the 4 answers in flight)."""
     import signal
+
+    ignore_sigint = sig.endswith("-with-SIGINT-ignored")
+    sig = sig.split("-")[0]
 
     out, cache = tmp_path / "out", tmp_path / "c.sqlite"
     names = [f"Singer {i}" for i in range(8)]  # 8 × (neutral + 4) = 40 calls, 4 at a time
     with FaultServer(delay_s=0.5, reply_suffix="\n1. Hello\n2. Halo\n3. Rolling in the Deep") as srv:
         cfg = _config(tmp_path / "r.toml", srv.url, names=names, out=out, cache=cache, timeout_s=30.0)
         cmd = [sys.executable, "-m", "lmra.cli", "recsys", "--config", str(cfg), "--no-progress"]
-        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint
+                                else None)
         deadline = time.monotonic() + 120
         while srv.answered_by_body.total() < 2 * CONCURRENCY and time.monotonic() < deadline:
             time.sleep(0.005)
