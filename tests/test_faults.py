@@ -567,3 +567,17 @@ def test_chatbot_and_lmra_of_one_model_name_on_two_servers_are_counted_apart(tmp
     assert target_n == srv2.requests and judge_n > 0  # the target's server (the first base_url) saw its calls only
     single = json.loads((_run_dirs(tmp_path / "one")[-1] / "manifest.json").read_text())["calls"]["by_model"]
     assert set(single) == {"openai:fake"}
+
+
+def test_a_judge_check_against_an_lmra_without_logprobs_says_so(tmp_path):
+    """Review finding: the no-log-probabilities warning of the audit was not said by `lmra
+    judge-check`, whose canary questions are the same."""
+    with FaultServer(fault_rate=0.0) as srv:
+        srv.ignores_logprobs = True
+        r = subprocess.run([sys.executable, "-m", "lmra.cli", "judge-check", "--judge", "openai", "--model", "fake",
+                            "--base-url", srv.url, "--api-key-env", "LMRA_TEST_FAKE_KEY", "--dimension", "gender",
+                            "--per-kind", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, LMRA_TEST_FAKE_KEY="x"))
+    _clean(r.stderr)
+    said = " ".join(r.stderr.split())
+    assert said.count(f"the judge's endpoint {srv.url} answers without log-probabilities") == 1, said[-2000:]

@@ -118,7 +118,10 @@ async def _run(cfg, console: Console):
     # an endpoint that never answers (down, or not serving the model: HTTP 404) stops the check
     # with exit 1 saying so, as it stops an audit (verification finding: 600 failed calls, then
     # "Judge check FAILED", exit 5 — blaming the judge for a typo in its model id)
-    guard = EndpointGuard("judge", raw.base_url, model=raw.model_id)
+    from lmra.cli.common import print_warning
+
+    # (an endpoint answering without log-probabilities is said while the canaries run, as in an audit)
+    guard = EndpointGuard("judge", raw.base_url, model=raw.model_id, on_notice=print_warning)
     judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
     from lmra.providers.keys import KeyGuard
 
