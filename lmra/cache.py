@@ -357,6 +357,11 @@ class CallCache:
         #: answer replaces the row; counted by :class:`CachedProvider` (``unreadable_cached``)
         self.unreadable = 0
         self._next_snapshot_at = KEY_SNAPSHOT_AFTER_MISSES
+        #: tasks whose fresh call is on its way (:meth:`CachedProvider._fresh`): an interrupted run
+        #: gives them a grace to deliver their answers (:func:`lmra.syncrun.wind_down`) …
+        self.calling: set = set()
+        #: … while no new call starts (True: a fresh call raises ``CancelledError`` before it is sent)
+        self.stopping = False
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()  # a call's pending entry and its answer-log line, vs emptying the log
         try:
@@ -1281,6 +1286,8 @@ class CachedProvider:
         return result
 
     async def _fresh(self, key: str, request: ChatRequest, request_text: str) -> ChatResult:
+        if self.cache.stopping:  # the run is stopping (interrupted): no call starts any more
+            raise asyncio.CancelledError()
         other = None if self.cache.acquire_alone(key) else await self.cache.acquire(key)
         if other is not None:  # another process made this call while we waited for its lease
             _record(self._targets, None, result=other, cached=True, waited=True)
@@ -1288,8 +1295,13 @@ class CachedProvider:
             return other
         try:
             with collect_events() as events:
+                calling, task = self.cache.calling, asyncio.current_task()
+                calling.add(task)  # (its answer may still be stored when the run is interrupted)
                 try:
-                    result = await self.inner.complete(request)
+                    try:
+                        result = await self.inner.complete(request)
+                    finally:
+                        calling.discard(task)
                     defect = result_defect(result)
                     if defect is not None:  # a custom provider's bug: a counted failure, not a silent zero
                         note_event("malformed")  # (counted like a malformed answer a transport saw)

@@ -581,3 +581,35 @@ def test_a_judge_check_against_an_lmra_without_logprobs_says_so(tmp_path):
     _clean(r.stderr)
     said = " ".join(r.stderr.split())
     assert said.count(f"the judge's endpoint {srv.url} answers without log-probabilities") == 1, said[-2000:]
+
+
+def test_an_interrupted_audit_keeps_the_answers_of_its_calls_in_flight(tmp_path):
+    """Review finding (and a known gap since the recsys fix): Ctrl-C cancelled the audit's calls in
+    flight at once, so the answers the server was sending (4 at concurrency 4) were asked, and paid
+    for, again by the re-run. Now no call starts after the interrupt and those on their way get
+    lmra.syncrun.INTERRUPT_GRACE_S to deliver their answers, which the cache keeps: the re-run asks
+    only the calls never answered, none twice."""
+    import signal
+
+    with FaultServer(fault_rate=0.0, delay_s=0.5) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=2,
+                      extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        cfg.write_text(cfg.read_text().replace("concurrency = 4", "concurrency = 4", 1))
+        cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
+               "--allow-unvalidated-judge"]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while srv.answered_by_body.total() < 8 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)  # calls in flight, their answers due in about 0.4 s
+        in_flight = srv.requests_by_body.total() - srv.answered_by_body.total()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        time.sleep(0.6)
+        answered, asked = srv.answered_by_body.total(), srv.requests_by_body.total()
+        assert in_flight > 0 and proc.returncode == 130, (in_flight, stderr[-2000:])
+        _clean(stderr)
+        assert answered == asked, (answered, asked)  # every call sent was answered …
+        r = _audit(cfg, tmp_path)  # … and kept: the re-run asks only the rest
+        assert r.returncode in (0, 1, 5), r.stderr[-2000:]
+        assert max(srv.answered_by_body.values()) == 1, "a call was answered twice"

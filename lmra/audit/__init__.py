@@ -386,6 +386,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         cfg = self.cfg
         inputs = self.load_inputs() if inputs is None else inputs
         cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
+        self.call_cache = cache  # (an interrupted pipeline lets the calls on their way store their answers)
         result: AuditResult | None = None
         try:
             result = await self._arun(inputs, cache)

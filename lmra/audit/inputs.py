@@ -8,6 +8,8 @@ Next stage: :mod:`lmra.audit.select`.
 
 from __future__ import annotations
 
+import os
+
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,16 +154,16 @@ class InputsStage:
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts_path = resolve_resource(cfg.prompts, "prompts")
             prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True)
-        files["prompts"] = str(prompts_path.resolve())
+        files["prompts"] = os.path.abspath(prompts_path)  # (after reading it: a bad file is said as such first)
         used = {g for pair in cfg.comparisons for g in pair}
         name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
         group_names: dict[str, list[str]] = {}
         all_names: list[str] = []
         if name_groups:
             names_path = resolve_resource(cfg.names, "names")
-            files["names"] = str(names_path.resolve())
             with named_by_config(self.config_path, "names", cfg.names):
                 names = load_names(names_path)
+            files["names"] = os.path.abspath(names_path)
             all_names = [n.name for n in names]
             index = {id(g): i for i, g in enumerate(cfg.groups)}
             config = str(self.config_path) if self.config_path else None
@@ -214,7 +216,7 @@ class InputsStage:
         if any(not p.task for p in prompts):
             taxonomy_path = resolve_resource(cfg.taxonomy, "prompts")
             taxonomy = load_taxonomy(taxonomy_path)
-            files["taxonomy"] = str(taxonomy_path.resolve())
+            files["taxonomy"] = os.path.abspath(taxonomy_path)
             templates["classify_domain"] = load_template("classify_domain", "judge")
             templates["classify_task"] = load_template("classify_task", "judge")
             known_tasks |= {t.name for d in taxonomy.domain for t in d.task} | {"other"}

@@ -75,12 +75,18 @@ class _Stopped(Exception):
 
 
 async def _settle(tasks: list, *, cancel: bool) -> None:
-    """Wait until every task is done (cancelled first when ``cancel``), ignoring their outcomes."""
+    """Wait until every task is done (cancelled first when ``cancel``), ignoring their outcomes
+    (retrieved, so that none is logged). A cancellation of the waiting task does not reach the
+    tasks (``asyncio.wait``, not ``gather``): an interrupted run decides what becomes of them —
+    their calls on the way get a grace to deliver their answers first."""
     if cancel:
         for t in tasks:
             t.cancel()
     if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.wait(tasks)
+        for t in tasks:
+            if not t.cancelled():
+                t.exception()
 
 
 async def _settled(first, *others) -> list:
@@ -336,6 +342,15 @@ class PipelineDriver:
             waiting.clear()  # no new pair chain
             ready.clear()
             placebo_pairs = iter(())
+            cache = getattr(self, "call_cache", None)
+            if isinstance(exc, asyncio.CancelledError) and cache is not None:
+                # interrupted (Ctrl-C, SIGTERM, SIGHUP): no call starts any more, and the calls on
+                # their way get a grace to deliver their answers to the cache before the chains are
+                # cancelled (review finding: 4 answered calls asked again on every re-run)
+                from lmra.syncrun import wind_down
+
+                cache.stopping = True
+                await wind_down(set(cache.calling), on_notice=self.on_notice)
             while live:
                 await _settle(list(live), cancel=isinstance(exc, asyncio.CancelledError))
             errors = [e for e in failure if not isinstance(e, _Stopped)]
