@@ -197,10 +197,10 @@ class EndpointGuard:
         """Count an answer to an option question: with log-probabilities, or without them after
         every retry (``degraded == "no_logprobs"``); at :data:`NO_LOGPROBS_NOTICE_AFTER` of the
         latter and none of the former, say once (``on_notice``) what it costs and how to fix it."""
-        if result.option_probs is not None:
+        if getattr(result, "option_probs", None) is not None:
             self.logprobs_seen = True
             return
-        if result.degraded != "no_logprobs":
+        if getattr(result, "degraded", None) != "no_logprobs":
             return
         self.without_logprobs += 1
         if self.without_logprobs == NO_LOGPROBS_NOTICE_AFTER and not self.logprobs_seen and self.on_notice:
@@ -243,8 +243,8 @@ class _Labelled(_Wrapper):
         guard = self.guard
         guard.successes += 1
         guard.streak = 0
-        if result.degraded is not None or (request.options and not guard.logprobs_seen):
-            guard._answered(result)
+        if getattr(result, "degraded", None) is not None or (request.options and not guard.logprobs_seen):
+            guard._answered(result)  # (getattr: a custom provider's non-ChatResult is the cache's to count)
         if guard.down_streak:  # (the hot path: nothing to reset after a success)
             guard.down_streak, guard.down_refused = 0, True
             guard.down_kinds.clear()
