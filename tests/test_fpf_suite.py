@@ -225,10 +225,11 @@ def test_a_given_domain_is_kept_and_only_its_task_asked(tmp_path, sim_inputs):
     assert res.summary["n_domains_replaced"] == 1
     console = Console(record=True, width=300)
     render_audit(console, res)
-    assert "1 prompt without a task gave a domain that is not in the taxonomy" in console.export_text()
+    shown = console.export_text()
+    assert "1 prompt without a task gave a domain that is not in the taxonomy" in shown
     # the forward / reverse columns are said to be mean probabilities, not shares (fresh-user finding:
     # read as "25% of responses stereotyped" on a dashboard)
-    assert "not the share of pairs judged stereotyped" in " ".join(console.export_text().split())
+    assert "not the share of pairs judged stereotyped" in " ".join(shown.split())
 
 
 def test_classification_on_embedded_model_gives_valid_labels():
