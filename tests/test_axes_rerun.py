@@ -198,3 +198,26 @@ def test_a_rerun_whose_brainstorm_answers_were_all_unusable_keeps_the_earlier_co
     assert summary["status"] == "partial"
     assert "no brainstorm answer was usable" in err
     assert f"the axes files of an earlier complete axes run remain in {run}, unchanged" in err
+
+
+def test_axes_stops_at_the_first_rejected_key(tmp_path, sim_inputs, capsys, monkeypatch):
+    """Review finding: ``lmra axes`` had no key guard, so a rejected key (HTTP 401) stopped it only
+    after the endpoint guard's 8 failed calls, blaming an unreachable endpoint. It stops at the
+    first rejected call with the audit's paragraph (exit 1)."""
+    from faultserver import FaultServer
+    from lmra.providers.endpoint import TRIP_AFTER
+
+    _, res = _audit(tmp_path, sim_inputs, 20, formal_target(0.8, 0.2))
+    with FaultServer(api_key="sk-right") as srv:
+        cfg = tmp_path / "key.toml"
+        cfg.write_text(f'concurrency = 2\n[judge]\nprovider = "openai"\nmodel = "fake"\nbase_url = "{srv.url}"\n'
+                       'api_key_env = "AXES_TEST_KEY"\nmax_retries = 0\n')
+        monkeypatch.setenv("AXES_TEST_KEY", "sk-wrong")
+        capsys.readouterr()
+        status = cli.main(["axes", "--run", str(res.run_dir), *BASE, "--config", str(cfg),
+                           "--cache", str(tmp_path / "k.sqlite")])
+        rejected = srv.auth_rejected
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 1, err
+    assert "does not accept its key, so lmra stopped at the first rejected call" in err, err
+    assert 1 <= rejected < TRIP_AFTER, rejected

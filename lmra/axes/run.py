@@ -180,6 +180,9 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
         # a judge endpoint that never answers stops the axes run (exit 1), as it stops an audit
         guard = EndpointGuard("judge", limited.base_url, model=limited.model_id)
         judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
+        from lmra.providers.keys import KeyGuard
+
+        judge = KeyGuard(judge, "judge")  # a rejected key stops it at its first call, as an audit (was: 8 calls)
         if cfg.max_calls is not None or cfg.max_cost is not None:
             # as in the audit, the budget sits outside the cache: cached calls are free
             from lmra.budget import Budget, BudgetedProvider, PriceTable
