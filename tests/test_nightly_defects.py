@@ -879,3 +879,25 @@ def test_a_short_outage_with_many_calls_in_flight_is_a_blip_not_a_stop():
     _time.sleep(0.35)
     guard._failed(err)  # still failing after the window: down
     assert guard.tripped is not None and "stopped answering mid-run: after 250 answered calls" in str(guard.tripped)
+
+
+def test_the_no_logprobs_warning_also_comes_when_an_endpoint_loses_them_after_giving_some():
+    """Review finding: one answer with log-probabilities silenced the warning for the rest of the
+    run (a server restarted without --logits_all, or one dropping them now and then). With some
+    answers with them, it comes after NO_LOGPROBS_NOTICE_AFTER_SOME without; once either way."""
+    from lmra.providers.base import ChatResult
+    from lmra.providers.endpoint import NO_LOGPROBS_NOTICE_AFTER_SOME
+
+    said = []
+    guard = EndpointGuard("judge", "http://127.0.0.1:9/v1", on_notice=said.append)
+    for _ in range(5):
+        guard._answered(ChatResult(text="", option_probs={"A": 0.6, "B": 0.3, "C": 0.1}))
+    bare = ChatResult(text="A", degraded="no_logprobs")
+    for _ in range(NO_LOGPROBS_NOTICE_AFTER_SOME - 1):
+        guard._answered(bare)
+    assert said == []
+    guard._answered(bare)
+    assert len(said) == 1 and "after others with them" in said[0] and "--logits_all true" in said[0]
+    for _ in range(50):
+        guard._answered(bare)
+    assert len(said) == 1

@@ -53,6 +53,8 @@ TRIP_DOWN_AFTER_S = 60.0
 #: after which the run says so while it runs (fresh-user finding: a llama.cpp server started
 #: without --logits_all made the audit about 5× slower, each question sampled, with nothing said)
 NO_LOGPROBS_NOTICE_AFTER = 3
+#: the same when some answers came with them (said once either way)
+NO_LOGPROBS_NOTICE_AFTER_SOME = 20
 #: failure kinds that say the endpoint (not one request) is at fault; ``http_404``: the model is
 #: not served there, or the URL's path is wrong (fresh-user finding: a mistyped model id made
 #: every call of the audit fail, each one paid for on the other role)
@@ -155,6 +157,7 @@ class EndpointGuard:
         self.on_notice = on_notice
         self.without_logprobs = 0  # fresh answers that came without the log-probabilities asked for
         self.logprobs_seen = False
+        self.noticed = False
 
     def label(self, message: str) -> str:
         """``message`` prefixed with the role and (unless it names it already) the endpoint."""
@@ -196,19 +199,27 @@ class EndpointGuard:
     def _answered(self, result: ChatResult) -> None:
         """Count an answer to an option question: with log-probabilities, or without them after
         every retry (``degraded == "no_logprobs"``); at :data:`NO_LOGPROBS_NOTICE_AFTER` of the
-        latter and none of the former, say once (``on_notice``) what it costs and how to fix it."""
+        latter and none of the former (:data:`NO_LOGPROBS_NOTICE_AFTER_SOME` when some came with
+        them), say once (``on_notice``) what it costs and how to fix it."""
         if getattr(result, "option_probs", None) is not None:
             self.logprobs_seen = True
             return
         if getattr(result, "degraded", None) != "no_logprobs":
             return
         self.without_logprobs += 1
-        if self.without_logprobs == NO_LOGPROBS_NOTICE_AFTER and not self.logprobs_seen and self.on_notice:
+        if self.noticed or self.on_notice is None:
+            return
+        # none with them: after a few; some with them (a server restarted without them, or dropping
+        # them now and then): after more (review finding: one answer with them silenced the warning)
+        after = NO_LOGPROBS_NOTICE_AFTER_SOME if self.logprobs_seen else NO_LOGPROBS_NOTICE_AFTER
+        if self.without_logprobs >= after:
+            self.noticed = True
             where = f"endpoint {self.url}" if self.url else "backend"
+            some = ", after others with them" if self.logprobs_seen else ""
             self.on_notice(
-                f"the {self.role}'s {where} answers without log-probabilities ({self.without_logprobs} answers so far, "
-                "each after its retries): every LMRA question is then estimated from n_samples sampled answers — "
-                "several times the calls and the time, and weaker ratings. For llama.cpp's server, start it with "
+                f"the {self.role}'s {where} answers without log-probabilities ({self.without_logprobs} answers so far"
+                f"{some}, each after its retries): every such LMRA question is then estimated from n_samples sampled "
+                "answers — several times the calls and the time, and weaker ratings. For llama.cpp's server, start it with "
                 f"--logits_all true (docs/providers.md); for an endpoint that has none, set logprobs = false in "
                 f"[{self.role}] (no retries for them, and the plan counts the sampled calls)")
 
