@@ -345,17 +345,24 @@ attributes = ["gender", "race"]
     assert signal.getsignal(signal.SIGTERM) is interrupts._stop  # routed to it during the run only
 
 
+def _validate_then_sigterm_at_exit(tmp_path, prelude: str = "") -> subprocess.CompletedProcess:
+    """``lmra validate examples/smoke.toml`` run as the lmra command (``main()`` with no argv) in a
+    new interpreter that sends itself SIGTERM from an exit handler, while it shuts down;
+    ``prelude``: Python lines run first (e.g. replacing the command)."""
+    code = ("import atexit, os, signal, sys\n" + prelude
+            + "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+              "from lmra.cli import main\n"
+              "sys.argv = ['lmra', 'validate', 'examples/smoke.toml']\n"
+              "sys.exit(main())\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
 def test_a_signal_after_the_command_has_returned_its_status_does_not_change_it(tmp_path):
     """Break-it finding: a SIGTERM that came after "exit status 0" was printed, while the
     interpreter shut down, ended the process with status 143 (or a KeyboardInterrupt traceback
     in an exit handler). Once the command has returned, the lmra command ignores SIGINT, SIGTERM
     and SIGHUP: here a SIGTERM sent from an exit handler leaves status 0 and no traceback."""
-    code = ("import atexit, os, signal, sys\n"
-            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
-            "from lmra.cli import main\n"
-            "sys.argv = ['lmra', 'validate', 'examples/smoke.toml']\n"
-            "sys.exit(main())\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = _validate_then_sigterm_at_exit(tmp_path)
     assert out.returncode == 0, out.stderr
     assert "KeyboardInterrupt" not in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -364,16 +371,9 @@ def test_a_second_signal_after_the_run_stopped_leaves_its_status_130(tmp_path):
     """Review finding: SIGINT, then SIGTERM while the "interrupted" message was printed, ended
     the process with 143 (or SIGINT twice: killed by SIGINT). Once the command's interrupt is
     being reported, the lmra command ignores stop signals: the status is 130, no traceback."""
-    code = ("import atexit, os, signal, sys\n"
-            "import lmra.cli.validate as v\n"
-            "def stopped(args):\n"
-            "    raise KeyboardInterrupt\n"
-            "v.cmd_validate = stopped\n"
-            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
-            "from lmra.cli import main\n"
-            "import lmra.cli.commands\n"
-            "sys.argv = ['lmra', 'validate', 'examples/smoke.toml']\n"
-            "sys.exit(main())\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = _validate_then_sigterm_at_exit(tmp_path, prelude=("import lmra.cli.validate as v\n"
+                                                           "def stopped(args):\n"
+                                                           "    raise KeyboardInterrupt\n"
+                                                           "v.cmd_validate = stopped\n"))
     assert out.returncode == 130, out.stderr
     assert "Traceback" not in out.stderr and "interrupted" in out.stderr, out.stderr
