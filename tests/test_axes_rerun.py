@@ -221,3 +221,25 @@ def test_axes_stops_at_the_first_rejected_key(tmp_path, sim_inputs, capsys, monk
     assert status == 1, err
     assert "does not accept its key, so lmra stopped at the first rejected call" in err, err
     assert 1 <= rejected < TRIP_AFTER, rejected
+
+
+def test_axes_says_when_its_lmra_answers_without_logprobs(tmp_path, sim_inputs, capsys, monkeypatch):
+    """Like an audit and the judge check, ``lmra axes`` says once on stderr when its LMRA's
+    option answers come without the log-probabilities asked for (each is then estimated from
+    sampled answers: several times the calls). It said nothing (review finding)."""
+    from faultserver import FaultServer
+
+    _, res = _audit(tmp_path, sim_inputs, 20, formal_target(0.8, 0.2))
+    with FaultServer(fault_rate=0.0) as srv:
+        srv.ignores_logprobs = True
+        cfg = tmp_path / "nolp.toml"
+        cfg.write_text(f'concurrency = 2\n[judge]\nprovider = "openai"\nmodel = "fake"\nbase_url = "{srv.url}"\n'
+                       'api_key_env = "AXES_TEST_KEY"\nmax_retries = 0\nn_samples = 2\n')
+        monkeypatch.setenv("AXES_TEST_KEY", "sk-local")
+        capsys.readouterr()
+        cli.main(["axes", "--run", str(res.run_dir), *BASE, "--axis", "uses formal language", "--config", str(cfg),
+                  "--cache", str(tmp_path / "nolp.sqlite")])
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())
+    assert err.count("answers without log-probabilities") == 1, err
+    assert "--logits_all true" in err and "logprobs = false in [judge]" in err, err

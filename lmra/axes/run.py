@@ -37,7 +37,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
                     responses: pd.DataFrame | None = None, ratings: pd.DataFrame | None = None,
                     prompts: Mapping[str, str] | str | Path | None = None, out_dir: str | Path | None = None,
                     inputs: AxesInputs | None = None, cache: CallCache | None = None, progress: Any = None,
-                    announce: Callable[[dict], None] | None = None) -> AxesResult:
+                    announce: Callable[[dict], None] | None = None,
+                    on_notice: Callable[[str], None] | None = None) -> AxesResult:
     """Run the axes-of-difference algorithm (methodology §4; FPF §3.4) — async version of
     :func:`run_axes`; call this one from inside a running event loop (e.g. ``Audit.arun``).
 
@@ -62,6 +63,9 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
         progress: object with ``start(stage, total)`` and ``advance(stage)`` (stages
             ``axes-brainstorm``, ``axes-label``, ``axes-harm``).
         announce: called with :func:`planned_axes_calls` before the first LMRA call.
+        on_notice: receives one-line warnings about the LMRA's endpoint (its answers come
+            without the log-probabilities asked for: :class:`~lmra.providers.endpoint.EndpointGuard`),
+            when this run wraps the judge itself (not a judge already behind the audit's cache).
 
     Returns:
         :class:`AxesResult` (``summary["status"]``: ``complete``, or ``partial`` when more
@@ -78,7 +82,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     tpls = {k: load_template(f"axes_{k}", "judge") for k in ("brainstorm", "consolidate", "label", "harm")}
     if ax.embed_preclustering:
         require_embed_extra()  # fail before any LMRA call when the extra is missing
-    judge, stats, own_cache = _axes_judge(cfg, judge, cache)
+    judge, stats, own_cache = _axes_judge(cfg, judge, cache, on_notice)
     plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs, fallback=answers_may_lack_logprobs(judge))
     if announce is not None:
         announce(plan)
@@ -156,8 +160,8 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     return result
 
 
-def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | None
-                ) -> tuple[Provider, CallStats, CallCache | None]:
+def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | None,
+                on_notice: Callable[[str], None] | None = None) -> tuple[Provider, CallStats, CallCache | None]:
     """The LMRA an axes run calls: ``judge`` (default built from ``cfg.judge``) as is when it is
     or wraps a :class:`CachedProvider`, else behind ``cfg.judge``'s rate limits, the call cache
     and the budget. Returns (provider, its call stats, the cache opened here or None).
@@ -178,7 +182,8 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
 
         limited, _ = limit_model(judge, cfg.judge, cfg.concurrency, "judge")
         # a judge endpoint that never answers stops the axes run (exit 1), as it stops an audit
-        guard = EndpointGuard("judge", limited.base_url, model=limited.model_id)
+        # (and answers without log-probabilities are said once, as in an audit and the judge check)
+        guard = EndpointGuard("judge", limited.base_url, model=limited.model_id, on_notice=on_notice)
         judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
         from lmra.providers.keys import KeyGuard
 

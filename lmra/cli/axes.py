@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, rich_progress, whole_number, without_logprobs_words
+from lmra.cli.common import finite_float, print_warning, rich_progress, whole_number, without_logprobs_words
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -70,7 +70,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     try:
         with rich_progress(console, not args.no_progress) as progress:
             result = run_sync(arun_axes(cfg, run_dir=run, inputs=inputs, out_dir=out_dir, progress=progress,
-                                        announce=announce))
+                                        announce=announce, on_notice=print_warning))
     except BaseException:  # budget, a dead endpoint, Ctrl-C …: say what became of the folder's axes files
         _stopped_note(out_dir, before, cfg.max_failed_share)
         raise
