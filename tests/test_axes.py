@@ -336,8 +336,15 @@ def test_axis_statistics_t_and_sign_known_answers():
     # the t-test falls back to the exact sign test, 2 × 0.5⁴ = 0.125
     same = axis_statistics(_labels([0.85] * 4), test="t")
     assert same["tested"] and same["p_value"] == pytest.approx(0.125) and same["mean_s"] == pytest.approx(0.85)
-    # ... and no interval: [0.85, 0.85] beside p = 0.125 read as a precise estimate (statistics review)
-    assert math.isnan(same["ci_low"]) and math.isnan(same["ci_high"])
+    # ... and not the t-interval [0.85, 0.85] beside p = 0.125, read as a precise estimate (statistics
+    # review), but the betting interval, valid without a variance: across 0 like the test (p > 0.05)
+    from lmra.stats import bounded_mean_ci
+
+    b = bounded_mean_ci([0.85] * 4, clusters=[f"p{i}" for i in range(4)])
+    assert (same["ci_low"], same["ci_high"]) == pytest.approx((b.low, b.high))
+    assert same["ci_low"] < 0 < 0.85 < same["ci_high"] <= 1
+    ten = axis_statistics(_labels([1.0] * 10), test="t")  # 10 prompts all one way: p = 2 × 0.5¹⁰
+    assert ten["p_value"] == pytest.approx(2 * 0.5 ** 10) and 0 < ten["ci_low"] < 1 == ten["ci_high"]
     assert axis_statistics(_labels([0.0] * 5), test="t")["p_value"] == 1.0
     # 2 prompts (1 df): the t-interval 0.45 ± 12.71 × 0.35 = [−4.0, +4.9] is clipped to s's range
     # (break-it finding: per-task intervals of [−3.93, +4.43] were shown); the mean keeps its value
@@ -345,10 +352,13 @@ def test_axis_statistics_t_and_sign_known_answers():
     half = st.t.ppf(0.975, 1) * np.std([0.8, 0.1], ddof=1) / math.sqrt(2)
     assert 0.45 - half < -1 and 0.45 + half > 1
     assert (two["ci_low"], two["ci_high"]) == (-1.0, 1.0) and two["mean_s"] == pytest.approx(0.45)
-    # an untested axis of 2 equal scores: its mean, no interval (it read [0.5, 0.5] beside p = nan)
+    # an untested axis of 2 equal scores: its mean and the betting interval (it read [0.5, 0.5]
+    # beside p = nan), here all of [−1, 1]; one prompt: no interval
     untested = axis_statistics(_labels([0.5, 0.5]), min_test_pairs=3)
     assert not untested["tested"] and untested["mean_s"] == 0.5
-    assert math.isnan(untested["ci_low"]) and math.isnan(untested["ci_high"])
+    assert (untested["ci_low"], untested["ci_high"]) == (-1.0, 1.0)
+    one = axis_statistics(_labels([0.5, 0.5], clusters=["p0", "p0"]), min_test_pairs=3)
+    assert one["mean_s"] == 0.5 and math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
     narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5]))  # well inside: not touched
     assert -1 < narrow["ci_low"] < 0.5 < narrow["ci_high"] < 1
 

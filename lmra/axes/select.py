@@ -44,7 +44,8 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
     Returns:
         dict with ``more_a`` = mean q_F, ``more_b`` = mean q_R, ``split_a`` = more_a / (more_a +
         more_b) ∈ [0, 1] (nan when both are 0), ``split_b`` = 1 − split_a, ``mean_s`` ∈ [−1, 1],
-        ``ci_low``, ``ci_high`` (the t-interval clipped to [−1, 1]), ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
+        ``ci_low``, ``ci_high`` (the t-interval clipped to [−1, 1]; when every s is the same, the
+        betting interval of :func:`lmra.stats.bounded_mean_ci` — nan with one prompt), ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
         (valid), ``n_invalid``, ``n_failed``, ``n_prompts``.
     """
     valid = labels["valid"].to_numpy(dtype=bool) if len(labels) else np.zeros(0, bool)
@@ -83,14 +84,25 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
                   "split_b": 1 - split_a if not math.isnan(split_a) else math.nan, "mean_s": ci.mean,
                   # clipped to the range of s: a t-interval of 2 prompts ran to [−3.93, +4.43]
                   # (break-it finding); the clipped interval covers whenever the t-interval does
-                  # scores all alike have no interval: [m, m] beside p = nan (untested) or the sign
-                  # test's p = 0.125 (4 prompts) read as a precise estimate (statistics reviews)
-                  **({"ci_low": math.nan, "ci_high": math.nan} if n and np.ptp(s) <= 1e-12 else
-                     dict(zip(("ci_low", "ci_high"), clipped(ci)))),
+                  # scores all alike: the t-interval is [m, m] (no variance), read as a precise
+                  # estimate beside the sign test's p = 0.125 (4 prompts; statistics reviews): the
+                  # betting interval instead, valid for any scores in [−1, 1] without a variance
+                  **dict(zip(("ci_low", "ci_high"), _alike_interval(s, prompts, ci_alpha)
+                             if n and np.ptp(s) <= 1e-12 else clipped(ci))),
                   "p_value": p, "tested": bool(tested and not math.isnan(p)),
                   # the prompts whose mean s leans to A minus those leaning to B: what the sign test
                   # tests, and so the direction under it (popped by select_axes)
                   "_sign_lean": int(np.sign(per_prompt).sum())}
+
+
+def _alike_interval(s: np.ndarray, prompts: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The interval of mean(s) when every s is the same: the betting interval of
+    :func:`lmra.stats.bounded_mean_ci` (Waudby-Smith & Ramdas 2024; per-prompt means, coverage
+    ≥ 1 − α for any scores in [−1, 1], a zero sample variance included); nan with one prompt."""
+    from lmra.stats import bounded_mean_ci
+
+    b = bounded_mean_ci(s, clusters=prompts.tolist(), alpha=alpha)
+    return b.low, b.high
 
 
 def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", group_b: str = "B",
