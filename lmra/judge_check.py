@@ -193,6 +193,9 @@ async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Templa
     target that is down is found at the audit's start, not after the whole check. The check
     still uses every place no other stage wants.
 
+    ``progress`` (optional) is called with one argument as each canary settles: True when its
+    calls failed.
+
     ``stop`` (the audit's pipeline: raises once another part of the run failed, e.g. the
     target's endpoint is unreachable) is called before each canary's call: no canary call is
     started for a run that has already failed, while those in flight are answered and cached.
@@ -221,7 +224,7 @@ async def rate_canaries(provider: Provider, judge: JudgeConfig, template: Templa
             row |= {"valid": r.valid, "q_F": r.q_F, "q_R": r.q_R, "q_N": r.q_N, "h": r.h,
                     "order1": r.order1.model_dump(), "order2": r.order2.model_dump()}
         if progress is not None:
-            progress()
+            progress(row["failed"])  # (a bar that counts the canaries says how many failed)
         return row
 
     tasks: list[asyncio.Future] = []
@@ -403,4 +406,5 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
     if verdict is not None:
         out |= {k: verdict[k] for k in ("sensitivity", "false_positive_rate", "mean_h_no_stereotype",
                                         "position_logit", "order_consistency", "valid_option_mass", "n_canaries")}
+        out["n_failed"] = int(verdict.get("n_failed") or 0)  # failed canary calls: said beside a pass too
     return out

@@ -296,3 +296,61 @@ def test_the_history_page_of_an_interrupted_first_night_says_it_did_not_finish(t
     assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"{run.name}: interrupted by SIGHUP (" in out and "interrupted — interrupted" not in out
+
+
+def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_not_crashed(tmp_path, sim_inputs,
+                                                                                           capsys):
+    """Fresh-user finding: a decisive sampled LMRA (Anthropic, or ``logprobs = false``) passes the
+    judge check with its position logit not estimable (null in summary.json); the console read
+    "position logit +nan" and report.html crashed (``TypeError`` in the template, a traceback,
+    exit 1 instead of 0 or 3). Both say "—" now; and a check that passed with failed canary calls
+    says how many (it hid 18 of 200)."""
+    import math
+
+    from doubles import ScriptedJudge, ScriptedTarget
+    from test_judge_check import good, verdict_of
+
+    from conftest import NAME_TO_GROUP
+    from lmra import Audit, cli
+    from lmra.config import AuditConfig
+    from lmra.judge_check import judge_status
+    from lmra.report.console import judge_status_text
+    from lmra.runfolder import json_text
+
+    def content_only(r1, r2, group_a, group_b):
+        p = good(r1, r2, group_a, group_b)
+        return {max(p, key=p.get): 1.0}
+
+    v = verdict_of(ScriptedJudge(content_only, supports_logprobs=False), per_kind=2)
+    assert v["passed"] and math.isnan(v["position_logit"])
+    v["n_failed"] = 3  # (as a check with 3 failed canary calls that still passed)
+    status = judge_status(v, __import__("pandas").DataFrame(), {}, gated=True)
+    assert status["status"] == "passed" and status["n_failed"] == 3
+    words = judge_status_text(status).plain
+    assert "position logit — (not estimable: every canary answer followed the content)" in words and "nan" not in words
+    assert "(3 of them not rated — failed calls —, counted as missed or as false positives)" in words
+
+    # the real path: an audit whose judge check this LMRA passes, then its console and report.html
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(
+        name="decisive", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"), judge={"n_samples": 2},
+        judge_check={"enabled": True, "per_kind": 2}, filter={"lmra": False}, refusal={"enabled": False}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Hi."),
+                judge=ScriptedJudge(content_only, supports_logprobs=False)).run()
+    summary = json.loads((res.run_dir / "summary.json").read_text())
+    assert summary["judge_status"]["status"] == "passed" and summary["judge_status"]["position_logit"] is None
+    assert judge_status_text(summary["judge_status"]).plain.count("position logit — (not estimable") == 1
+    (res.run_dir / "report.html").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert cli.main(["report", str(res.run_dir)]) == 0, capsys.readouterr().err
+    html = " ".join((res.run_dir / "report.html").read_text().split())
+    assert "position logit — (not estimable: every canary answer followed the content) on the" in html
+    # and a passed check with failed canary calls says how many in report.html too
+    from lmra.report.html import render_report
+    from lmra.runfolder import load_run
+
+    run = load_run(res.run_dir)
+    run.summary["judge_status"] = {**run.summary["judge_status"], "n_failed": 3}
+    html = " ".join(render_report(run).split())
+    assert "canary pairs (3 of them not rated — failed calls —, counted as missed or as false positives)." in html

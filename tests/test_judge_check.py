@@ -320,3 +320,24 @@ def test_a_failed_criterion_says_how_many_misses_were_not_rated_at_all():
     # a judge that rates wrongly (always C) misses as many, none of them unrated: not said
     v = verdict_of(ScriptedJudge(lambda r1, r2: {"C": 1.0}), per_kind=4)
     assert not any("not rated wrongly" in r for r in v["reasons"])
+
+
+def test_the_canary_progress_says_which_canaries_failed():
+    """Fresh-user finding: the judge-check bar of an audit showed 200/200 and no "(18 failed)"
+    while 18 canaries' calls had failed (README: a bar whose calls failed says how many).
+    ``rate_canaries`` tells its progress callback, per canary, whether it failed."""
+    from lmra.providers.base import ProviderError
+
+    class FailsOnStereotypes(ScriptedJudge):
+        async def complete(self, request):
+            if any(s in m.content for m in request.messages for s in STEREOTYPED):
+                raise ProviderError("HTTP 500 (injected)", kind="http_500")
+            return await super().complete(request)
+
+    canaries = select_canaries(SHIPPED, ["gender"], 2, seed=0)
+    seen: list[bool] = []
+    rows = asyncio.run(rate_canaries(FailsOnStereotypes(good), JudgeConfig(), load_template("harmful_stereotype", "judge"),
+                                     canaries, asyncio.Semaphore(4), progress=seen.append))
+    assert len(seen) == len(canaries) == len(rows)
+    assert sum(seen) == int(rows["failed"].sum()) == sum(c.kind == "stereotype" for c in canaries) > 0
+    assert not all(seen)

@@ -58,7 +58,7 @@ class RateStage:
 
         self.progress.start("judge-check", len(inputs.canaries))
         rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
-                                   progress=lambda: self.progress.advance("judge-check"), run_seed=self.cfg.seed,
+                                   progress=lambda failed: self.progress.advance("judge-check", failed), run_seed=self.cfg.seed,
                                    stop=stop)
         rows, _ = rescore(rows, self.run_combiner()[0])
         return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge)

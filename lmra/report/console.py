@@ -290,6 +290,24 @@ def _diagnostics(console: Console, summary: dict) -> None:
         console.print(f"[{style}]Judge diagnostics ({question}):[/] {lit(diagnostics_words(d))}{flag}")
 
 
+def _status_logit(b) -> str:
+    """The judge check's position logit, or "—" when it was not estimable (a decisive LMRA,
+    e.g. sampled without log-probabilities, never put probability on one position in both
+    orders: stored as null; fresh-user finding: it read "+nan", and report.html crashed)."""
+    from lmra.runfolder import finite
+
+    v = finite(b)
+    return "— (not estimable: every canary answer followed the content)" if v is None else f"{v:+.2f}"
+
+
+def _failed_canaries(status: dict) -> str:
+    """", of which N failed calls (counted as missed or as false positives)" when canary calls
+    failed (fresh-user finding: a check that passed hid 18 failed of 200, its false-positive rate
+    on its bound because of them)."""
+    n = int(status.get("n_failed") or 0)
+    return f" ({n} of them not rated — failed calls —, counted as missed or as false positives)" if n else ""
+
+
 def judge_status_text(status: dict | None, where: str = "below") -> Text:
     """One paragraph: the run's judge status (issue 10), for the first lines of every report;
     ``where`` the numbers it qualifies stand (``above`` under a table: ``lmra axes``)."""
@@ -300,8 +318,8 @@ def judge_status_text(status: dict | None, where: str = "below") -> Text:
         return Text.assemble(("Judge status: PASSED", "bold green"),
                              f" — the LMRA detected {status.get('sensitivity', float('nan')):.0%} of planted "
                              f"stereotypes, false positives {status.get('false_positive_rate', float('nan')):.0%}, "
-                             f"position logit {status.get('position_logit', float('nan')):+.2f} on "
-                             f"{status.get('n_canaries')} canary pairs.")
+                             f"position logit {_status_logit(status.get('position_logit'))} on "
+                             f"{status.get('n_canaries')} canary pairs{_failed_canaries(status)}.")
     if st == "not_checked":
         return Text.assemble(("Judge status: NOT CHECKED", "bold yellow"),
                              " — judge validation is off ([judge_check] enabled = false); nothing shows that "

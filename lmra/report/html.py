@@ -165,7 +165,9 @@ def _judge_context(run: RunFolder) -> dict:
             if summary.get("refusal_labels", True) else "not labelled ([refusal] enabled = false)",
             "questions": questions, "table": table, "per_task": per_task,
             "flagged": [f"{q}: " + ", ".join(diag[q].get("flag_reasons") or []) for q in flagged],
-            "status": summary.get("judge_status") or {"status": "unknown", "reasons": []},
+            # (its position logit null or NaN when not estimable: shown as such, never formatted)
+            "status": ({**summary["judge_status"], "position_logit": finite(summary["judge_status"].get("position_logit"))}
+                       if summary.get("judge_status") else {"status": "unknown", "reasons": []}),
             "position_logit": finite(summary.get("position_logit")),  # None: not estimated (shown so)
             "combiner_nets": [{"comparison": f"{r.get('group_a')} vs {r.get('group_b')}",
                                **{m: finite(r.get(f"net_rating_{m}")) for m in ("min", "mean", "calibrated")}}
