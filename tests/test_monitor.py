@@ -476,3 +476,26 @@ def test_a_damaged_stored_check_is_named_not_a_traceback(runs, lmra_cli, capsys,
         assert "Traceback" not in out.err and "table 'checks', row " + str(rowid) in err, err
         assert str(hist) in err and "result" in err and "DELETE FROM checks WHERE rowid" in err, err
     assert not (tmp_path / "m.prom").exists()
+
+
+def test_a_report_that_cannot_be_rendered_does_not_hide_the_regression(runs, tmp_path, monkeypatch, capsys):
+    """Fresh-user finding: report.html's template could not format a value (a null position
+    logit), and the audit of a regression night ended with a traceback and exit 1 — not 3, so
+    nightly.sh exported nothing. A bug in the report is one warning now; the verdict stands."""
+    import lmra.report.html
+    from lmra.cli.monitor import monitor_after_audit
+
+    def broken(*args, **kwargs):
+        raise TypeError("must be real number, not NoneType")
+
+    monkeypatch.setattr(lmra.report.html, "render_report", broken)
+    reports = tmp_path / "reports"
+    for key in ("base", "rise"):
+        shutil.copytree(runs[key], reports / runs[key].name)
+    (reports / runs["rise"].name / "report.html").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert monitor_after_audit(reports / runs["rise"].name, baseline="last") == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert "report.html could not be written (TypeError: must be real number, not NoneType;" in err
+    assert "the verdict and the exit status stand" in err
+    assert not (reports / runs["rise"].name / "report.html").exists()

@@ -835,7 +835,6 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
     from lmra.compare import compare_runs
     from lmra.monitor import NotComparable, check_regression, refused_check
     from lmra.history import History, history_path
-    from lmra.report.html import write_report
     from lmra.runfolder import load_run
 
     console = console or make_console()
@@ -881,9 +880,29 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                         console.print(Text(f"report.html is written by this process: its report process could not "
                                            f"write it ({report_worker.failure})", style="dim"), soft_wrap=True)
                 if path is None:
-                    path = write_report(run, history=h, check=check, comparison=cmp)
-                console.print(f"HTML report: [bold]{lit(path)}[/]")
+                    path = _report_or_warning(run, h, check, cmp)
+                if path is not None:
+                    console.print(f"HTML report: [bold]{lit(path)}[/]")
     return status
+
+
+def _report_or_warning(run, h, check, cmp):
+    """``write_report`` in this process; a failure that is not an input or disk error (a bug in
+    the report) is said in one warning paragraph and gives None: the run folder and the verdict
+    are complete, and the command goes on to its exit status (fresh-user finding: a report that
+    could not format a value ended a regression night with a traceback and exit 1, not 3)."""
+    from lmra.errors import LmraIOError
+    from lmra.report.html import write_report
+
+    try:
+        return write_report(run, history=h, check=check, comparison=cmp)
+    except (LmraInputError, LmraIOError):
+        raise
+    except Exception as exc:  # noqa: BLE001 — a rendering bug must not hide the verdict
+        print_warning(f"report.html could not be written ({type(exc).__name__}: {exc}; a bug in lmra's report, "
+                      f"please report it): the run folder {run.path} holds every result, and the verdict and the "
+                      f"exit status stand; 'lmra report {run.path}' writes the report again")
+        return None
 
 
 def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: Console):
