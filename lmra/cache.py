@@ -362,6 +362,9 @@ class CallCache:
         self.calling: set = set()
         #: … while no new call starts (True: a fresh call raises ``CancelledError`` before it is sent)
         self.stopping = False
+        #: the grace of an interrupted run (its task), shared by every stage interrupted at once
+        #: (:meth:`lmra.audit.pipeline.PipelineDriver._interrupt_grace`)
+        self.grace = None
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()  # a call's pending entry and its answer-log line, vs emptying the log
         try:

@@ -583,23 +583,27 @@ def test_a_judge_check_against_an_lmra_without_logprobs_says_so(tmp_path):
     assert said.count(f"the judge's endpoint {srv.url} answers without log-probabilities") == 1, said[-2000:]
 
 
-def test_an_interrupted_audit_keeps_the_answers_of_its_calls_in_flight(tmp_path):
+@pytest.mark.parametrize("stage", ["pairs", "filter"])
+def test_an_interrupted_audit_keeps_the_answers_of_its_calls_in_flight(tmp_path, stage):
     """Review finding (and a known gap since the recsys fix): Ctrl-C cancelled the audit's calls in
     flight at once, so the answers the server was sending (4 at concurrency 4) were asked, and paid
     for, again by the re-run. Now no call starts after the interrupt and those on their way get
     lmra.syncrun.INTERRUPT_GRACE_S to deliver their answers, which the cache keeps: the re-run asks
-    only the calls never answered, none twice."""
+    only the calls never answered, none twice. In the identity filter's stage too (break-it
+    finding: its asks were cancelled at once — 4 answered calls asked again — and the places they
+    freed started 4 new target calls after the signal)."""
     import signal
 
     with FaultServer(fault_rate=0.0, delay_s=0.5) as srv:
-        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=2,
-                      extra="[filter]\nlmra = false\n[refusal]\nenabled = false\n")
-        cfg.write_text(cfg.read_text().replace("concurrency = 4", "concurrency = 4", 1))
+        filter_on = stage == "filter"  # the LMRA filter's asks come first: the signal falls among them
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out",
+                      per_task=6 if filter_on else 2,
+                      extra=f"[filter]\nlmra = {str(filter_on).lower()}\n[refusal]\nenabled = false\n")
         cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
                "--allow-unvalidated-judge"]
         proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while srv.answered_by_body.total() < 8 and time.monotonic() < deadline:
+        while srv.answered_by_body.total() < (4 if filter_on else 8) and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(0.1)  # calls in flight, their answers due in about 0.4 s
         in_flight = srv.requests_by_body.total() - srv.answered_by_body.total()

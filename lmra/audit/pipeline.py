@@ -342,15 +342,8 @@ class PipelineDriver:
             waiting.clear()  # no new pair chain
             ready.clear()
             placebo_pairs = iter(())
-            cache = getattr(self, "call_cache", None)
-            if isinstance(exc, asyncio.CancelledError) and cache is not None:
-                # interrupted (Ctrl-C, SIGTERM, SIGHUP): no call starts any more, and the calls on
-                # their way get a grace to deliver their answers to the cache before the chains are
-                # cancelled (review finding: 4 answered calls asked again on every re-run)
-                from lmra.syncrun import wind_down
-
-                cache.stopping = True
-                await wind_down(set(cache.calling), on_notice=self.on_notice)
+            if isinstance(exc, asyncio.CancelledError):
+                await self._interrupt_grace()
             while live:
                 await _settle(list(live), cancel=isinstance(exc, asyncio.CancelledError))
             errors = [e for e in failure if not isinstance(e, _Stopped)]
@@ -410,10 +403,30 @@ class PipelineDriver:
                                             row_group=pairstore.SPOOL_ROW_GROUP)
         return self.response_spool
 
+    async def _interrupt_grace(self) -> None:
+        """The run was interrupted (Ctrl-C, SIGTERM, SIGHUP: a cancellation): no call starts any
+        more (the call cache is ``stopping``), and the calls on their way get a grace
+        (:func:`lmra.syncrun.wind_down`) to deliver their answers to the cache before anything is
+        cancelled (review finding: 4 answered calls asked again on every re-run). Every stage
+        interrupted at once — the filter's walks of each task, the classification, the pair
+        chains — waits for the same one grace, said once (break-it finding: the filter and
+        classification cancelled their calls at once, 4 answered calls asked again)."""
+        cache = getattr(self, "call_cache", None)
+        if cache is None:
+            return
+        if cache.grace is None:
+            from lmra.syncrun import wind_down
+
+            cache.stopping = True
+            cache.grace = asyncio.ensure_future(wind_down(set(cache.calling), on_notice=self.on_notice))
+        grace = cache.grace
+        await asyncio.shield(grace)  # (a second interrupt ends this wait; the grace is then the caller's no more)
+
     async def _gather(self, stage: str, coros: list, failed: Callable[[object], bool] = lambda result: False
                       ) -> list:
         """Run ``coros`` concurrently under the stage's progress bar; ``failed(result)`` tells the
-        bar whether an item failed."""
+        bar whether an item failed. Interrupted, the calls on their way get the run's grace
+        (:meth:`_interrupt_grace`) before the rest is cancelled."""
         self.progress.start(stage, len(coros))
 
         async def tick(c):
@@ -422,10 +435,21 @@ class PipelineDriver:
             return r
 
         # let every task settle before raising, so that no finished (paid) call is lost when
-        # one of them fails (e.g. the budget stops the run)
-        results = await asyncio.gather(*(tick(c) for c in coros), return_exceptions=True)
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return list(results)
+        # one of them fails (e.g. the budget stops the run); asyncio.wait, not gather: a
+        # cancellation of this task does not cancel them before the grace
+        tasks = [asyncio.ensure_future(tick(c)) for c in coros]
+        try:
+            if tasks:
+                await asyncio.wait(tasks)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                await self._interrupt_grace()
+            await _settle(tasks, cancel=True)
+            raise
+        # every outcome retrieved (none logged), then the first failure raised
+        failures = [asyncio.CancelledError() if t.cancelled() else t.exception() for t in tasks]
+        for f in failures:
+            if f is not None:
+                raise f
+        return [t.result() for t in tasks]
 

@@ -193,6 +193,8 @@ class SelectStage:
                             unlabelled += 1
                             self.progress.advance("filter", True)
             except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):  # interrupted: the asks on their way
+                    await self._interrupt_grace()  # deliver their answers first (break-it finding)
                 await _settle(list(asking), cancel=isinstance(exc, asyncio.CancelledError))
                 raise
             return [order[i] for i in sorted(kept)], [d for _, d in sorted(removed, key=lambda x: x[0])]
