@@ -153,12 +153,23 @@ def _parsed(text: str) -> ChatResult | None:
     is not a ChatResult this code can read — a row stored by a version that let a provider's
     malformed answer through (break-it finding: ``text = None`` cached, every later run ended
     in a traceback until the cache was deleted), or a damaged one. (Answers are checked with
-    :func:`~lmra.providers.base.result_defect` before they are stored; parsing validates the
-    fields' types again.)"""
+    :func:`~lmra.providers.base.result_defect` before they are stored, and again when read:
+    parsing validates the fields' types, the check their values.)"""
     try:
-        return ChatResult.model_validate_json(text)
+        result = ChatResult.model_validate_json(text)
     except ValueError:  # (pydantic's ValidationError is a ValueError)
         return None
+    # a row that parses but no answer could have been stored as (break-it finding: they were
+    # used): without the fields every stored answer has (``{}`` read as an empty answer), or
+    # breaking the answer contract checked before a fresh answer is stored (probabilities of
+    # 7.0, NaN or −0.5 …: a silent change of ratings and filter decisions)
+    if not _STORED_FIELDS <= result.model_fields_set or result_defect(result) is not None:
+        return None
+    return result
+
+
+#: fields every stored answer has (``model_dump_json`` writes them all, in every version)
+_STORED_FIELDS = frozenset({"text", "provider", "model"})
 
 
 def _rollback(db: sqlite3.Connection) -> None:

@@ -305,6 +305,42 @@ def test_an_unreadable_cached_answer_is_a_miss_not_a_traceback(tmp_path):
     again.close()
 
 
+
+@pytest.mark.parametrize("damaged", [
+    "{}",  # parsed as an empty answer with no probabilities
+    '{"text": "A", "provider": "p", "model": "m", "option_probs": {"A": 7.0, "B": 0.0}}',
+    '{"text": "A", "provider": "p", "model": "m", "option_probs": {"A": NaN, "B": 0.1}}',
+    '{"text": "A", "provider": "p", "model": "m", "option_probs": {"A": -0.5, "B": 0.9}}',
+    '{"text": "A", "provider": "p", "model": "m", "option_probs": {"A": 0.8, "B": 0.7}}',
+    '{"text": "A", "provider": "p", "model": "m", "usage": {"prompt_tokens": -3, "completion_tokens": 1}}',
+])
+def test_a_stored_answer_no_provider_could_have_given_is_a_miss(tmp_path, damaged):
+    """Break-it finding: a damaged row that still parses was used as an answer (one removed a
+    prompt through the identity filter, exit 0). A stored answer is checked as a fresh one is
+    before it is stored; one that breaks the contract, or lacks the fields every stored answer
+    has, is a miss (asked again, counted), and a good row still reads."""
+    import sqlite3
+
+    from lmra.cache import CallCache
+    from lmra.providers.base import ChatRequest, Message
+
+    class P:
+        name, base_url, model_id = "p", "", "m"
+
+    cache = CallCache(tmp_path / "c.sqlite")
+    req = ChatRequest(messages=[Message(role="user", content="hi")])
+    for key in ("good", "bad"):
+        cache.put(key, P(), req, ChatResult(text="A", provider="p", model="m", option_probs={"A": 0.7, "B": 0.1}))
+    cache.close()
+    db = sqlite3.connect(tmp_path / "c.sqlite")
+    db.execute("UPDATE calls SET result = ? WHERE key = 'bad'", (damaged,))
+    db.commit()
+    db.close()
+    again = CallCache(tmp_path / "c.sqlite")
+    assert again.get("bad") is None and again.unreadable == 1
+    assert again.get("good").option_probs == {"A": 0.7, "B": 0.1}
+    again.close()
+
 class KindlessTarget(ScriptedTarget):
     """Prompt 3's calls fail with a ProviderError built with kind=None (or "")."""
 
