@@ -243,3 +243,18 @@ def test_axes_says_when_its_lmra_answers_without_logprobs(tmp_path, sim_inputs, 
     err = " ".join(captured.err.split())
     assert err.count("answers without log-probabilities") == 1, err
     assert "--logits_all true" in err and "logprobs = false in [judge]" in err, err
+
+
+@pytest.mark.parametrize("how", ["latest", "run id"])
+def test_axes_takes_a_run_id_or_latest_like_every_other_command(tmp_path, sim_inputs, capsys, how):
+    """Fresh-user finding: ``lmra axes --run latest`` (or a run id) said "run folder not found",
+    while README's RUN — a folder, a run id or 'latest' — works for every other command."""
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    good, _ = _configs(tmp_path)
+    name = "latest" if how == "latest" else res.run_dir.name
+    assert cli.main(["axes", "--run", name, "--reports-dir", str(res.run_dir.parent), *BASE,
+                     "--config", str(good)]) == 0, capsys.readouterr().err
+    assert (res.run_dir / "axes.csv").is_file()
+    assert cli.main(["axes", "--run", "no-such-run", "--reports-dir", str(tmp_path / "nowhere"), *BASE]) == 2
+    assert "no such run folder, and no runs in" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "nowhere").exists()

@@ -4,12 +4,10 @@ Spearman, sign agreement)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, whole_number
+from lmra.cli.common import finite_float, resolve_run_arg, whole_number
 from lmra.console import lit, make_console
-from lmra.errors import LmraInputError
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
@@ -19,17 +17,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 
     from lmra.agreement import agreement, load_human_labels, load_lmra_scores, require_matches
 
-    run = args.run
-    if not Path(run).is_dir():  # a run id, "latest" …: resolve it like the monitoring commands do
-        from lmra.history import History, history_path
-
-        if Path(run).exists():
-            raise LmraInputError("is not a run folder (it is a file)", file=run, field="--run")
-        if not Path(args.reports_dir).is_dir():  # never create a history store just to look a name up
-            raise LmraInputError(f"no such run folder, and no runs in {args.reports_dir}/ to look the run id up in",
-                                 file=run, field="--run")
-        with History(history_path(Path(args.reports_dir))) as h:
-            run = str(h.resolve(run).path)
+    run = resolve_run_arg(args.run, args.reports_dir)  # a run id, "latest" …: as the monitoring commands do
     human = load_human_labels(args.human)
     lmra = load_lmra_scores(run, args.judge)
     require_matches(human, lmra, labels=args.human, run=run)

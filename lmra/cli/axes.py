@@ -25,7 +25,8 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, print_warning, rich_progress, whole_number, without_logprobs_words
+from lmra.cli.common import (RUN_HELP, finite_float, print_warning, resolve_run_arg, rich_progress, whole_number,
+                             without_logprobs_words)
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError
 
@@ -39,7 +40,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     from lmra.syncrun import run_sync
 
     console = make_console()
-    run = Path(args.run)
+    run = Path(resolve_run_arg(args.run, args.reports_dir))  # a folder, a run id or 'latest' (fresh-user finding)
     _require_complete(run)
     run_cfg, responses, ratings = read_run(run)
     overrides = {"axes.discovery_pairs": args.discovery_pairs, "axes.test_pairs": args.test_pairs,
@@ -232,7 +233,8 @@ def _require_complete(run: Path) -> None:
 def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``axes`` subcommand on the ``lmra`` command line; returns its parser."""
     a = subparsers.add_parser("axes", help=COMMANDS["axes"].help)
-    a.add_argument("--run", required=True, help="run folder written by `lmra audit`")
+    a.add_argument("--run", required=True, help=RUN_HELP + " written by `lmra audit`")
+    a.add_argument("--reports-dir", default="reports", help="where run ids and 'latest' are looked up")
     a.add_argument("--config", "-c", help="TOML with an [axes] section (and optionally [judge], cache, concurrency, "
                                           "alpha); a full audit config works too (its other fields are ignored)")
     a.add_argument("--discovery-pairs", type=whole_number, help="pairs to brainstorm on (default 30)")

@@ -279,6 +279,27 @@ def check_alpha_arg(text: str) -> float:
 RUN_HELP = "run folder path, run id, or 'latest' (the newest complete run in the reports folder)"
 
 
+def resolve_run_arg(run: str, reports_dir: str | Path, field: str = "--run") -> str:
+    """The run folder named by ``run`` (:data:`RUN_HELP`): a folder as given; a run id or
+    ``latest`` looked up in ``reports_dir``'s history, as the monitoring commands do.
+
+    Raises:
+        LmraInputError: ``run`` is a file, or no such folder and no reports folder to look it
+            up in (no history store is created for the look-up), or no such run there.
+    """
+    from lmra.history import History, history_path
+
+    if Path(run).is_dir():
+        return run
+    if Path(run).exists():
+        raise LmraInputError("is not a run folder (it is a file)", file=run, field=field)
+    if not Path(reports_dir).is_dir():  # never create a history store just to look a name up
+        raise LmraInputError(f"no such run folder, and no runs in {reports_dir}/ to look the run id up in",
+                             file=run, field=field)
+    with History(history_path(Path(reports_dir))) as h:
+        return str(h.resolve(run).path)
+
+
 def history_file(args: argparse.Namespace, run_ref: str | None = None, option: str = "RUN") -> Path:
     """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
     to the parent of a run folder given as a path, else ``reports``.
