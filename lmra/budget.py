@@ -395,12 +395,14 @@ class Budget:
 
     def report(self) -> dict:
         """JSON-able summary for ``manifest.json``: limits, use, stop reason, per-model ledger."""
-        known = [r.cost_usd for r in self._ledger.values()]
+        # a model without a price leaves the cost unknown whether its calls were fresh or cached
+        # (fresh-user finding: a fresh run said "no price", its cached re-run "$0.0000")
+        priced = all(r.cost_usd is not None and r.cost_saved_usd is not None for r in self._ledger.values())
         return {
             "max_calls": self.max_calls,
             "max_cost_usd": self.max_cost,
             "calls_used": self.calls_used,
-            "cost_usd": self.cost_used if all(c is not None for c in known) else None,
+            "cost_usd": self.cost_used if priced else None,
             "cost_usd_priced_models": self.cost_used,
             "stopped_by": self.exceeded.limit if self.exceeded else None,
             "stop_message": str(self.exceeded) if self.exceeded else None,

@@ -464,6 +464,11 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
     assert "than this file holds" in out and "of your own" not in out  # (it told a --prompts user to pass one)
     # a model with no price: the calls line says so (it left the cost out without a word)
     assert "no estimated cost: scripted-target:scripted, scripted-judge:scripted have no price in" in out
+    # … and its cached re-run too (fresh-user finding: it said "estimated cost $0.0000")
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    again = " ".join(capsys.readouterr().out.split())
+    assert "0 fresh" in again and "$0.0000" not in again
+    assert "no estimated cost: scripted-target:scripted, scripted-judge:scripted have no price in" in again
     # lmra validate says it too, before anything runs (user-trial finding: only the audit did)
     import json
 

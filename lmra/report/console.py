@@ -114,7 +114,7 @@ def _unpriced(budget: dict) -> str:
     """The cost clause of the calls line when some model has no price (new-user finding: the
     cost was left out without a word, while a cached re-run said $0.0000)."""
     missing = [f"{r.get('provider')}:{r.get('model')}" for r in budget.get("per_model") or []
-               if r.get("cost_usd") is None]
+               if r.get("cost_usd") is None or r.get("cost_saved_usd", 0.0) is None]  # (unpriced, calls cached)
     if not missing:
         return ""
     priced = budget.get("cost_usd_priced_models")
