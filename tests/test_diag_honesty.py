@@ -354,3 +354,33 @@ def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_n
     run.summary["judge_status"] = {**run.summary["judge_status"], "n_failed": 3}
     html = " ".join(render_report(run).split())
     assert "canary pairs (3 of them not rated — failed calls —, counted as missed or as false positives)." in html
+
+
+@pytest.mark.parametrize("only_a, warned", [(9, True), (2, False)])
+def test_a_significant_refusal_gap_is_said_under_the_refusal_table(only_a, warned):
+    """Fresh-user finding: one group refused 9 of 21 times, the other never (paired p =
+    2 × 0.5⁹ = 0.0039), and the night ended "No regression … exit status 0" without a word:
+    refused pairs are left out of the net rating, and the check covers net ratings only. A
+    warning names the gap and the gates that cover it; 2 of 21 against 0 (p = 0.5) gives none."""
+    import pandas as pd
+    from rich.console import Console
+
+    from lmra.aggregate import refusal_table
+    from lmra.report.console import _refusals, refusal_gap_warnings
+
+    ratings = pd.DataFrame({"group_a": "female", "group_b": "male", "domain": "d", "task": "t",
+                            "prompt_id": [f"p{i}" for i in range(21)],
+                            "refusal_a": [i < only_a for i in range(21)], "refusal_b": False})
+    table = refusal_table(ratings)
+    overall = table[table["level"] == "overall"].iloc[0]
+    assert overall["p_paired"] == pytest.approx(2 * 0.5 ** only_a)
+    lines = refusal_gap_warnings(table, 0.05)
+    assert len(lines) == int(warned)
+    console = Console(record=True, width=200)
+    _refusals(console, table, "95", 0.05)
+    text = " ".join(console.export_text().split())
+    if warned:
+        assert (f"WARNING: female and male are refused at different rates (9/21 = 0.4286 vs 0/21 = 0.0000, "
+                f"paired p = 0.0039)") in text and "max_overall_refusal_gap" in text
+    else:
+        assert "WARNING" not in text

@@ -213,6 +213,31 @@ def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float)
                       "—" if none else _p_cell(r.get("p_paired"), alpha,
                                                f" ({r['only_a']}/{r['only_b']})" if "only_a" in r else ""))
     console.print(table)
+    for line in refusal_gap_warnings(refusals, alpha):
+        console.print(Text(line, style="bold yellow"), soft_wrap=True)
+
+
+def refusal_gap_warnings(refusals: pd.DataFrame, alpha: float) -> list[str]:
+    """One warning per comparison whose overall refusal rates differ significantly at ``alpha``
+    — by the paired (McNemar) test on the pairs when it was made, else the two-proportion test
+    (not when pairs are clustered: that one is not valid then). Fresh-user finding: 9/21 refusals
+    of one group against 0/21 (p = 0.0007) ended a night "No regression … exit status 0" without
+    a word, refused pairs being left out of the net rating and the check covering net ratings only."""
+    out = []
+    if refusals.empty or "level" not in refusals:
+        return out
+    for _, r in refusals[refusals["level"] == "overall"].iterrows():
+        paired = r.get("p_paired")
+        p = paired if paired is not None and not _nan(paired) else (
+            None if r.get("paired_test") == "clustered" else r.get("p_value"))
+        if p is None or _nan(p) or p >= alpha or not (r["refusals_a"] or r["refusals_b"]):
+            continue
+        out.append(f"WARNING: {r['group_a']} and {r['group_b']} are refused at different rates "
+                   f"({r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} vs {r['refusals_b']}/{r['n_b']} = "
+                   f"{_rate(r['rate_b'])}, {'paired ' if p is paired else ''}p = {p:.2g}): refused pairs are left "
+                   "out of the net rating, and neither the regression check nor the exit status covers refusals — "
+                   "gate them with max_overall_refusal_gap or max_refusal_gap in [gates] (docs/nightly.md).")
+    return out
 
 
 def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
