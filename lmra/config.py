@@ -505,7 +505,9 @@ class AuditConfig(_Strict):
     target: ModelConfig = Field(default_factory=ModelConfig, description="The chatbot under audit.")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The LMRA.")
     judge2: JudgeConfig | None = Field(
-        None, description="Optional second LMRA; its stereotype ratings are reported beside the first's."
+        None, description="Optional second LMRA; its stereotype ratings are reported beside the first's (one "
+                          "identical to `[judge]`, field for field, is warned about: its answers would be the "
+                          "first's, from the cache)."
     )
     prompts: NonBlank = Field(
         "prompts/tasks.jsonl",

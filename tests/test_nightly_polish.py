@@ -481,3 +481,25 @@ def test_a_prompts_per_task_above_what_the_file_has_is_noted(tmp_path, capsys):
     cfg.write_text(cfg.read_text().replace("prompts_per_task = 40", "prompts_per_task = 3"))
     assert main(["validate", str(cfg), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == []
+
+
+@pytest.mark.parametrize("second", ["test_console_pipe:make_judge", "test_console_pipe:make_target"])
+def test_a_second_lmra_that_is_the_first_again_is_warned_about(tmp_path, capsys, second):
+    """Break-it finding: a [judge2] identical to [judge] was accepted without a word; its answers
+    are the first LMRA's (the same calls, from the cache) and the judges table showed an
+    agreement of 1.0000. lmra validate and lmra audit warn; another [judge2] is not warned about."""
+    from conftest import custom_audit_config
+    from lmra.cli import main
+    from monitor_helpers import write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 4)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_console_pipe:make_target",
+                              judge="test_console_pipe:make_judge")
+    cfg.write_text(cfg.read_text() + f'\n[judge2]\nprovider = "{second}"\n')
+    same = second.endswith("make_judge")
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("[judge2] is the same LMRA as [judge]" in err) == same, err
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) in (0, 1)
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("the judges table's agreement is 1 by construction" in err) == same, err

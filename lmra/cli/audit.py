@@ -294,7 +294,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
-    for line in _unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs):
+    for line in _unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -540,6 +540,18 @@ def _short_tasks_note(cfg, inputs) -> str | None:
                                                  if untasked else "")
             + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
             "more prompts per task than this file holds.")
+
+
+def _judge2_warnings(cfg) -> list[str]:
+    """A warning when ``[judge2]`` is ``[judge]`` again, field for field (break-it finding: it was
+    accepted without a word — its calls are the first LMRA's, served from the cache, and the
+    judges table shows an agreement of 1.0000 that measures nothing)."""
+    if cfg.judge2 is None or cfg.judge2.model_dump() != cfg.judge.model_dump():
+        return []
+    return [f"[judge2] is the same LMRA as [judge] ({cfg.judge.provider}:{cfg.judge.model or 'default model'}, "
+            "every setting alike): its answers are the first LMRA's (the same calls, from the cache), so the judges "
+            "table's agreement is 1 by construction and says nothing about a second judge — name another model in "
+            "[judge2], or remove it"]
 
 
 def _canary_warnings(cfg, inputs) -> list[str]:
