@@ -263,3 +263,20 @@ def test_sixty_nights_of_27_tasks_stay_readable(tmp_path, monkeypatch):
     with History(reports / "history.sqlite") as h:
         html = (write_history_page(h, tmp_path / "thirty.html", nights=30)).read_text()
     assert len(re.findall(r'class="pt[^"]*" data-run=', html)) == 30 * (27 + 1)  # tasks + overall
+
+
+def test_mistyped_history_and_reports_paths_are_input_errors_and_create_nothing(tmp_path, lmra_cli, capsys):
+    """Break-it finding: ``lmra history --history typo.sqlite`` created an empty history and said
+    "no finished runs" with exit 0; a folder as --history was exit 1 (an I/O failure); ``lmra
+    check … --reports-dir typo`` created the folder and a history in it. All are input errors
+    (exit 2) naming the option, and nothing is created."""
+    typo = tmp_path / "typo.sqlite"
+    assert lmra_cli(["history", "--history", str(typo)]) == 2
+    assert "option --history: no such history file, and no run folders beside it" in " ".join(
+        capsys.readouterr().err.split())
+    assert not typo.exists()
+    assert lmra_cli(["history", "--history", str(tmp_path)]) == 2
+    assert "is a folder; --history takes the run history's SQLite file" in " ".join(capsys.readouterr().err.split())
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "typo_reports")]) == 2
+    assert "option --reports-dir: no reports folder" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "typo_reports").exists()

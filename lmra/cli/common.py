@@ -309,8 +309,20 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
     from lmra.history import history_path
 
     if getattr(args, "history", None):
-        return Path(args.history)
+        path = Path(args.history)
+        if path.is_dir():
+            raise LmraInputError("is a folder; --history takes the run history's SQLite file (history.sqlite in "
+                                 "the reports folder), or pass the folder as --reports-dir", file=path, field="--history")
+        if run_ref is None and not path.exists() and not any(path.parent.glob("*/manifest.json")):
+            # nothing to record or read: a typo — never create an empty history and report "no runs"
+            # with success (break-it finding); a command given a run folder records it in a new file
+            raise LmraInputError(f"no such history file, and no run folders beside it in {path.parent}/ to build one "
+                                 "from (a mistyped path?)", file=path, field="--history")
+        return path
     if getattr(args, "reports_dir", None):
+        if not Path(args.reports_dir).is_dir():  # (break-it finding: a typo made the folder and its history)
+            raise LmraInputError("no reports folder (the audit's output_dir) at this path", file=args.reports_dir,
+                                 field="--reports-dir")
         return history_path(args.reports_dir)
     if run_ref and Path(run_ref).is_dir():
         return history_path(Path(run_ref).resolve().parent)
