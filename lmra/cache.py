@@ -1209,6 +1209,21 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
             s.completion_tokens_fresh += result.usage.completion_tokens
 
 
+def _unasked_options(result: ChatResult, request: ChatRequest) -> str | None:
+    """Why an answer's option probabilities break the request, or None: a key that is not one of
+    the options asked (break-it finding: ``{"Z": 0.9}`` or lowercase ``a``/``b`` from a custom
+    provider were cached and read as the LMRA declining — zero option mass —, not as the
+    provider's defect they are)."""
+    probs, options = result.option_probs, request.options
+    if not probs or not options:
+        return None
+    unasked = [k for k in probs if k not in options]
+    if not unasked:
+        return None
+    return (f"option probabilities for {', '.join(map(repr, unasked[:5]))}, not among the options asked "
+            f"({', '.join(options)})")
+
+
 class CacheLookup(NamedTuple):
     """One call's cache lookup (:meth:`CachedProvider.lookup`; a named tuple: made once per call).
 
@@ -1316,7 +1331,7 @@ class CachedProvider:
                         result = await self.inner.complete(request)
                     finally:
                         calling.discard(task)
-                    defect = result_defect(result)
+                    defect = result_defect(result) or _unasked_options(result, request)
                     if defect is not None:  # a custom provider's bug: a counted failure, not a silent zero
                         note_event("malformed")  # (counted like a malformed answer a transport saw)
                         raise ProviderError(f"{self.inner.name} returned {defect}", kind="malformed")

@@ -663,8 +663,12 @@ def test_cli_budget_stops_cleanly_and_resumes_from_cache(tmp_path, sim_inputs, c
 
 
 def test_cli_input_error_is_lmra_input_error(tmp_path):
-    args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing")])
-    with pytest.raises(LmraInputError, match="run folder not found"):
+    args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing"), "--reports-dir", str(tmp_path)])
+    with pytest.raises(LmraInputError, match="is not a run folder path and not in the history"):
+        args.func(args)
+    args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing"),
+                                      "--reports-dir", str(tmp_path / "nowhere")])
+    with pytest.raises(LmraInputError, match="no such run folder, and no runs in"):
         args.func(args)
 
 

@@ -126,7 +126,7 @@ def test_axes_cli_on_embedded_model(tmp_path):
 
 def test_axes_cli_input_errors_exit_2(tmp_path):
     proc = _run(tmp_path, "axes", "--run", str(tmp_path / "nope"))
-    assert proc.returncode == 2 and "run folder not found" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "no such run folder" in proc.stderr and "Traceback" not in proc.stderr
     run = _make_run(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[axes]\nmax_axes = 0\n")

@@ -35,6 +35,9 @@ BAD = {
     "not a ChatResult": lambda opts: "A",
     "a list": lambda opts: ChatResult.model_construct(text="", option_probs=[0.2, 0.8]),  # built without checks
     "bools": lambda opts: ChatResult.model_construct(text="", option_probs={o: o == "C" for o in opts}),
+    # keys that are not the options asked (break-it finding: read as the LMRA declining, and cached)
+    "unasked": lambda opts: ChatResult(text="", option_probs={"Z": 0.9}),
+    "lowercase": lambda opts: ChatResult(text="", option_probs={o.lower(): 1 / len(opts) for o in opts}),
 }
 
 
