@@ -901,3 +901,31 @@ def test_the_no_logprobs_warning_also_comes_when_an_endpoint_loses_them_after_gi
     for _ in range(50):
         guard._answered(bare)
     assert len(said) == 1
+
+
+def test_exporting_a_partial_run_warns(tmp_path, capsys):
+    """Fresh-user finding: ``lmra export`` of a partial run (7 of 21 pairs failed) wrote its
+    tables without a word, and the rows carry no run status. It warns on stderr; a complete run
+    exports without a warning."""
+    import shutil
+
+    from lmra.cli import main
+    from monitor_helpers import make_run
+
+    run = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=2,
+                   n_prompts=20)
+    partial = tmp_path / "reports" / "20260103-000000-nightly"
+    shutil.copytree(run, partial)
+    manifest = json.loads((partial / "manifest.json").read_text())
+    (partial / "manifest.json").write_text(json.dumps(manifest | {"status": "partial"}))
+    summary = json.loads((partial / "summary.json").read_text())
+    (partial / "summary.json").write_text(json.dumps(summary | {"run_status": "partial", "failed_share": 0.25}))
+    rerecord_files(partial)
+    capsys.readouterr()
+    assert main(["export", str(run), "--format", "csv", "--out", str(tmp_path / "x1")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["export", str(partial), "--format", "json", "--out", str(tmp_path / "x2")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: run {partial.name} is partial (25.0% of its planned pairs lost to failed calls): its tables are "
+            "what it measured before it stopped") in err
+    assert (tmp_path / "x2" / "per_task.json").is_file()

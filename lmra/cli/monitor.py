@@ -672,6 +672,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {lit(path)}")
         return 0
+    if run.status != "complete":  # (fresh-user finding: a partial run's tables were exported without a word)
+        print_warning(f"run {run.run_id} is {run.status}"
+                      + (f" ({run.summary.get('failed_share', 0):.1%} of its planned pairs lost to failed calls)"
+                         if run.summary.get("failed_share") else "")
+                      + ": its tables are what it measured before it stopped, not a whole night; the exported rows "
+                        "carry no run status — re-run its command to complete it, or filter it out downstream")
     paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
     make_console().print("wrote " + lit(", ".join(str(p) for p in paths)))
     return 0
