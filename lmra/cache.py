@@ -160,7 +160,7 @@ def _parsed(text: str) -> ChatResult | None:
     except ValueError:  # (pydantic's ValidationError is a ValueError)
         return None
     # a row that parses but no answer could have been stored as (break-it finding: they were
-    # used): without the fields every stored answer has (``{}`` read as an empty answer), or
+    # used): without the text every stored answer has (``{}`` read as an empty answer), or
     # breaking the answer contract checked before a fresh answer is stored (probabilities of
     # 7.0, NaN or −0.5 …: a silent change of ratings and filter decisions)
     if not _STORED_FIELDS <= result.model_fields_set or result_defect(result) is not None:
@@ -168,8 +168,8 @@ def _parsed(text: str) -> ChatResult | None:
     return result
 
 
-#: fields every stored answer has (``model_dump_json`` writes them all, in every version)
-_STORED_FIELDS = frozenset({"text", "provider", "model"})
+#: a field every stored answer has (``model_dump_json`` writes them all, in every version)
+_STORED_FIELDS = frozenset({"text"})
 
 
 def _rollback(db: sqlite3.Connection) -> None:

@@ -139,8 +139,7 @@ def test_unreadable_lines_of_a_dead_writers_log_are_kept_aside_and_said(tmp_path
     path = tmp_path / "c.sqlite"
     CallCache(path).close()
     dead = tmp_path / "c.sqlite-answers-1-dead.log"
-    # (a stored answer has its text, provider and model: one without them is a miss since 2026-12-05)
-    dead.write_bytes(b'["k1","p","u","m","{}","{\\"text\\":\\"y\\",\\"provider\\":\\"p\\",\\"model\\":\\"m\\"}",2.0]\n'
+    dead.write_bytes(b'["k1","p","u","m","{}","{\\"text\\":\\"y\\"}",2.0]\n'
                      b'["k2","p",null,"m","{}","{\\"text\\":\\"z\\"}",2.0]\n'  # not a calls row
                      b'["k3","p","u"')  # cut short by the kill: expected, not counted
     said = []
