@@ -711,8 +711,9 @@ class RunComparison:
         if e is not None and not e.identified:
             lines.append(f"errors-in-variables slope of B on A through the origin: not identified — A's task "
                          f"ratings are indistinguishable from 0 (χ² test, p = {_pv(e.a_zero_p)}), so every slope "
-                         f"fits: CI [{_num(e.ci_low)}, {_num(e.ci_high)}] (the estimate {_num(e.slope)} means "
-                         f"nothing; {e.n} tasks)")
+                         f"fits: CI [{_num(e.ci_low)}, {_num(e.ci_high)}] ("
+                         + (f"the estimate {_num(e.slope)} means nothing" if math.isfinite(e.slope) else "no estimate")
+                         + f"; {e.n} tasks)")
         elif e is not None:
             lines.append(f"errors-in-variables slope of B on A through the origin = {_num(e.slope)} "
                          f"[{_num(e.ci_low)}, {_num(e.ci_high)}] (95% CI, {e.ci_method} bootstrap over prompts; "
@@ -801,7 +802,8 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
     eiv = eiv_slope([arr_a[i] for i in idx], [arr_b[i] for i in idx], alpha=alpha, n_resamples=n_resamples,
                     seed=seed)
     for run, var in (("A", eiv.var_a), ("B", eiv.var_b)):
-        if var == 0:
+        if var == 0 and eiv.identified:  # (not identified: the interval is unbounded already — fresh-user
+            # finding: "too narrow" was said right after [−∞, ∞])
             notes += (f"run {run}'s prompt scores do not vary within any task: resampling cannot show how "
                       "uncertain its task ratings are, so the errors-in-variables interval is too narrow",)
     pairs["var_h_a"] = math.nan

@@ -367,3 +367,20 @@ def test_eiv_interval_stays_bounded_when_run_a_has_a_clear_signal():
                     n_resamples=499)
     assert fit.identified and fit.a_zero_p < 1e-6
     assert math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high) and fit.ci_low <= 2 <= fit.ci_high
+
+
+def test_a_slope_that_is_not_identified_is_worded_without_a_missing_estimate_or_a_too_narrow_note():
+    """Fresh-user finding: "… every slope fits: CI [−∞, ∞] (the estimate — means nothing; 3 tasks)",
+    then "run A's prompt scores do not vary within any task: … the errors-in-variables interval is
+    too narrow" right after the unbounded interval. A run A with no stereotype anywhere (all
+    scores 0: no variance, ratings all 0) gives neither garble."""
+    rng = np.random.default_rng(3)
+    tasks = [f"t{i}" for i in range(4)]
+    a = np.zeros((4, 10))
+    b = _rare_event_scores(rng, rng.uniform(0.1, 0.4, 4), 10)
+    cmp = compare_tables(_table(a.mean(axis=1), tasks), _table(b.mean(axis=1), tasks),
+                         prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks), n_resamples=0)
+    assert not cmp.eiv.identified
+    lines = " ".join(cmp.summary_lines() + list(cmp.notes))
+    assert "not identified" in lines and "the estimate — means nothing" not in lines
+    assert "too narrow" not in lines
