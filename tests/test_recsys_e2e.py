@@ -107,6 +107,11 @@ values = { gender = ["a boy", "a girl"], age = ["a young", "an old"] }
                     "--out", str(tmp_path / "scored")]) == 0
     rescored = pd.read_csv(tmp_path / "scored" / "recsys_similarity.csv", keep_default_na=False, na_values=[""])
     pd.testing.assert_frame_equal(rescored, sim)
+    # … and so does scoring them without --k: the run's K (5) from the manifest beside the lists,
+    # not 20 (fresh-user finding: a K = 5 run re-scored at K = 20 changed its numbers silently)
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--out", str(tmp_path / "scored2")]) == 0
+    rescored = pd.read_csv(tmp_path / "scored2" / "recsys_similarity.csv", keep_default_na=False, na_values=[""])
+    pd.testing.assert_frame_equal(rescored, sim)
 
 
 # --- a scripted target: CFaiRLLM on the MovieLens sample, through the CLI ----------------------

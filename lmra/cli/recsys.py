@@ -78,6 +78,9 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     from lmra.recsys.report import render_recsys
     from lmra.recsys.run import score_lists
 
+    beside = Path(args.lists).parent / "manifest.json"  # a run's lists: its own K, convention and seed by default
+    if args.k is None:  # (fresh-user finding: a K = 5 run was re-scored at K = 20, its numbers changed silently)
+        args.k = _run_value(beside, "k", 20)
     if not 1 <= args.k <= MAX_K:
         raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
     permutations = DEFAULT_PERMUTATIONS if args.permutations is None else args.permutations
@@ -85,7 +88,7 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
         raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
                              f"got {permutations}", field="--permutations")
     if args.seed is None:
-        args.seed = _run_seed(Path(args.lists).parent / "manifest.json")
+        args.seed = _run_value(beside, "seed", 0)
     if not MIN_SEED <= args.seed <= MAX_SEED:
         raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
@@ -95,23 +98,26 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     elif Path(out).exists() and not Path(out).is_dir():
         raise LmraInputError("is a file: --out names the folder that receives the output files", file=out,
                              field="--out")
-    result = score_lists(args.lists, k=args.k, convention=getattr(args, "convention", None) or "paper",
+    convention = getattr(args, "convention", None) or _run_value(beside, "convention", "paper", str)
+    if convention not in CONVENTIONS:  # (a manifest's value this version does not know)
+        convention = "paper"
+    result = score_lists(args.lists, k=args.k, convention=convention,
                          parser=args.parser, normalize=not args.no_normalize, out_dir=out,
                          permutations=permutations, seed=args.seed)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return _nothing_scored_exit(result)
 
 
-def _run_seed(manifest: Path) -> int:
-    """The ``seed`` of a recsys run's ``manifest.json`` (the folder ``lists.jsonl`` came from),
-    else 0 (no manifest, unreadable, or no integer seed in it)."""
+def _run_value(manifest: Path, key: str, default, kind: type = int):
+    """The ``key`` (``seed``, ``k``, ``convention``) of a recsys run's ``manifest.json`` (the folder
+    ``lists.jsonl`` came from), else ``default`` (no manifest, unreadable, or no ``kind`` value in it)."""
     import json
 
     try:
-        seed = json.loads(manifest.read_text(encoding="utf-8")).get("seed")
+        value = json.loads(manifest.read_text(encoding="utf-8")).get(key)
     except (OSError, ValueError, AttributeError):
-        return 0
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+        return default
+    return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
 def cmd_recsys_bias(args: argparse.Namespace) -> int:
@@ -165,10 +171,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
                         description="Compute recsys_similarity.csv and recsys_fairness.csv from a lists.jsonl "
                                     "(a previous run's, or your own recommender's).")
     s.add_argument("--lists", required=True, help="JSONL file, one list per line (see docs/recsys.md)")
-    s.add_argument("--k", type=whole_number, default=20, help="largest cut-off K (default 20)")
+    s.add_argument("--k", type=whole_number, default=None,
+                   help="largest cut-off K (default: the k in the manifest.json beside the lists file — the run's "
+                        "own —, else 20)")
     s.add_argument("--convention", choices=list(CONVENTIONS), default=argparse.SUPPRESS,
-                   help="metric convention (default paper: lists shorter than K are normalised by the longer "
-                        "list; paper-k: by K)")
+                   help="metric convention (default: the run's, from the manifest.json beside the lists, else "
+                        "paper: lists shorter than K are normalised by the longer list; paper-k: by K)")
     s.add_argument("--parser", choices=["lmra", "fairllm-code"], default=None,
                    help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
