@@ -611,3 +611,22 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
         fh.write(json.dumps({"id": "p1000", "text": "Prompt number 1000.", "domain": "d"}) + "\n")  # no task
     assert main(["validate", str(t_cfg)]) == 0
     assert "cannot be met" not in capsys.readouterr().err
+
+
+def test_validate_takes_the_gate_option_as_the_audit_does(tmp_path, capsys):
+    """Fresh-user finding: docs/nightly.md puts gates in LMRA_AUDIT_ARGS (``--gate``), but ``lmra
+    validate … --gate max_ci_high=0.02`` was an argparse error; it is checked as a [gates] entry
+    is: an unmeetable bound is warned about, a bad one is an input error (exit 2)."""
+    from lmra.stats import bounded_mean_ci
+
+    cfg = write_config(tmp_path, name="tight", rates=FLAT, n_prompts=16)  # 8 prompts a task, no [gates]
+    assert main(["validate", str(cfg)]) == 0
+    assert "cannot be met" not in capsys.readouterr().err
+    assert main(["validate", str(cfg), "--gate", "max_ci_high=0.02"]) == 0
+    best = bounded_mean_ci([0.0] * 8, list(range(8)), 0.05).high
+    assert ("warning: release gate max_ci_high = 0.02 cannot be met by 2 tasks ('career advice', 'write a story'): "
+            f"with 8 prompts a task the upper 95% confidence bound (betting interval) is {best:.3f}") in " ".join(
+        capsys.readouterr().err.split())
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(cfg), "--gate", "max_ci_high=7"])
+    assert exc.value.code == 2

@@ -44,6 +44,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from lmra.recsys.config import load_recsys_config
 
         rc = load_recsys_config(args.config)
+        if getattr(args, "gate", None):
+            raise LmraInputError("release gates apply to an audit's net ratings and refusals, not to a recsys config",
+                                 field="--gate")
         from lmra.recsys.inputs import cfairllm_inputs, fairllm_inputs
 
         # its data files, as the run reads them (break-it finding: "valid", then the run refused a
@@ -63,6 +66,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                              f"'lmra recsys --config {lit(args.config)}'")
         return 0
     cfg = load_config(args.config)
+    if getattr(args, "gate", None):  # as lmra audit applies them: checked against the config's prompts too
+        from lmra.cli.gates import audit_config_with_gates
+
+        cfg = audit_config_with_gates(cfg, args.gate)
     from lmra.audit import Audit  # after the config: an invalid one is said without loading the audit (pandas)
 
     audit = Audit(cfg, config_path=args.config)
@@ -115,4 +122,8 @@ def add_parsers(sub) -> None:
     v.add_argument("--json", action="store_true", help="print one JSON document (lmra.validate/1, or lmra.error/1 "
                    "when invalid) on stdout instead of the message, same exit status (docs/nightly.md, "
                    "'Machine-readable output')")
+    from lmra.cli.gates import add_gate_option
+
+    add_gate_option(v, "a release gate as 'lmra audit --gate' sets it (repeatable): validated, and said when this "
+                       "config's nights cannot meet it (fresh-user finding: validate refused the option)")
     v.set_defaults(func=cmd_validate)
