@@ -786,21 +786,33 @@ def validate_model(model: type[M], data: dict[str, Any], *, source: str | Path =
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        dotted = _loc_to_field(loc)[0]
-        line = field_line(text, loc) if text else None
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            close = _close_fields(model, loc)
-            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-            msg = f"unknown field ({hint}check the spelling; see {docs} for the fields)"
-        elif err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_WORDS:
-            msg = f"{PATTERN_WORDS[err['ctx']['pattern']]} (got {_shown(err.get('input'))})"
-        elif err["type"].endswith("_type") or err["type"] == "finite_number":  # strict types: say what was given
-            msg += f" (got {_shown(err.get('input'))})"
-        more = f" ({len(exc.errors()) - 1} more problem(s) after fixing this one)" if len(exc.errors()) > 1 else ""
+        # every problem at once, in the file's order (fresh-user finding: one a round, "(2 more
+        # problem(s) after fixing this one)", took four edit-and-validate rounds); the first names
+        # the file, line and field of the error, the others follow in its paragraph
+        found = [_problem(model, err, text, docs) for err in exc.errors()]
+        order = sorted(range(len(found)), key=lambda i: (found[i][1] is None, found[i][1] or 0, i))
+        dotted, line, msg = found[order[0]]
+        others = [found[i] for i in order[1:]]
+        more = (" (also " + "; ".join(("" if ln is None else f"line {ln}, ") + (f"field '{f}': " if f else "") + m
+                                      for f, ln, m in others) + ")") if others else ""
         raise LmraInputError(msg + more, file=source, line=line, field=dotted or None) from None
+
+
+def _problem(model: type[BaseModel], err: dict, text: str, docs: str) -> tuple[str, int | None, str]:
+    """One validation error of :func:`validate_model` as (dotted field, line or None, message)."""
+    loc = tuple(err["loc"])
+    dotted = _loc_to_field(loc)[0]
+    line = field_line(text, loc) if text else None
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        close = _close_fields(model, loc)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        msg = f"unknown field ({hint}check the spelling; see {docs} for the fields)"
+    elif err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_WORDS:
+        msg = f"{PATTERN_WORDS[err['ctx']['pattern']]} (got {_shown(err.get('input'))})"
+    elif err["type"].endswith("_type") or err["type"] == "finite_number":  # strict types: say what was given
+        msg += f" (got {_shown(err.get('input'))})"
+    return dotted, line, msg
 
 
 def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/config.md") -> M:

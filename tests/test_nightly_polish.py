@@ -503,3 +503,21 @@ def test_a_second_lmra_that_is_the_first_again_is_warned_about(tmp_path, capsys,
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) in (0, 1)
     err = " ".join(capsys.readouterr().err.split())
     assert ("the judges table's agreement is 1 by construction" in err) == same, err
+
+
+def test_validate_names_every_config_problem_at_once_in_file_order(tmp_path, capsys):
+    """Fresh-user finding: three mistakes took four edit-and-validate rounds ("(2 more problem(s)
+    after fixing this one)"), and the misspelt field's "did you mean" came last. One paragraph
+    names them all, in the file's order, each with its line and field; exit 2."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "typo.toml"
+    cfg.write_text('name = "t"\nprompts_per_tsk = 3\n[target]\nprovider = "openai"\nmodel = "m"\n'
+                   'base_url = "localhost:8000/v1"\n[judge]\nprovider = "openai"\nmodel = "j"\ntemperature = "0"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(f"error: {cfg}, line 2: field 'prompts_per_tsk': unknown field (did you mean "
+                          "'prompts_per_task'?")
+    assert "(also line 6, field 'target.base_url': 'localhost:8000/v1' is not an http:// or https:// URL" in err
+    assert "; line 10, field 'judge.temperature': Input should be a valid number (got \"0\"))" in err
+    assert err.count("error:") == 1 and "Traceback" not in err
