@@ -318,6 +318,9 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
     assert lmra_cli(["history", "--reports-dir", reports, "--json"]) == 0
     doc = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert len(doc[replay.name]["check"]["warnings"]) == 1
+    # a dashboard drops the replayed night by its flag (fresh-user finding: the warehouse kept it
+    # as one more night, and nothing marked it)
+    assert doc[replay.name]["check"]["replayed"] is True
     assert lmra_cli(["history", "--reports-dir", reports]) == 0
     assert "warning: replayed answers" in " ".join(capsys.readouterr().out.split())
     assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(tmp_path / "m")]) == 0

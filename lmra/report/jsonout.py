@@ -193,7 +193,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         n_undetectable}``: the rises the tested tasks detect with 80% power, smallest and largest,
         and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
-        overall_improved}`` (``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
+        overall_improved, replayed}`` (``replayed``: every chatbot answer of the run came from the
+        call cache, a same-seed re-run repeating a night; ``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
         nothing tested, or every chatbot answer replayed, whose rows then flag nothing;
         ``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
         and ``improved`` lists of ``{comparison, domain, task}``; the ``overall_`` lists name the
@@ -218,6 +219,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "identity_changes": (None if check.get("identity_changes") is None
                                  else list(check["identity_changes"])),
             "verdict": check.get("verdict"), "refused": check.get("refused"), "n_tested": check["n_tested"],
+            # every chatbot answer replayed from the call cache (a same-seed re-run): a night repeated
+            "replayed": bool(check.get("replayed")),
             "detectable": check.get("detectable"),
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
