@@ -176,7 +176,8 @@ class ModelConfig(_Strict):
     max_retries: int = Field(4, ge=0, le=20, description="SDK retries with backoff on 429/5xx/timeouts.")
     requests_per_minute: float | None = Field(
         None, gt=0, le=MAX_REQUESTS_PER_MINUTE,
-        description="Client-side request rate limit for this model (None = none).")
+        description="Client-side request rate limit for this model (None = none; one under which the planned "
+                    "calls would take more than a day is warned about).")
     tokens_per_minute: float | None = Field(
         None, gt=0, le=MAX_TOKENS_PER_MINUTE,
         description="Client-side token rate limit (prompt + completion tokens; None = none).")

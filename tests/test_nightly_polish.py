@@ -521,3 +521,24 @@ def test_validate_names_every_config_problem_at_once_in_file_order(tmp_path, cap
     assert "(also line 6, field 'target.base_url': 'localhost:8000/v1' is not an http:// or https:// URL" in err
     assert "; line 10, field 'judge.temperature': Input should be a valid number (got \"0\"))" in err
     assert err.count("error:") == 1 and "Traceback" not in err
+
+
+def test_a_rate_limit_that_no_night_ends_under_is_warned_about(tmp_path, capsys):
+    """Break-it finding: ``requests_per_minute = 1e-300`` was valid and the audit waited forever
+    at its second call without a word. lmra validate (and lmra audit) warn when a model's limit
+    alone makes its planned calls take more than a day; a sane limit is not warned about."""
+    from conftest import custom_audit_config
+    from lmra.cli import main
+    from monitor_helpers import write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 4)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_console_pipe:make_target",
+                              judge="test_console_pipe:make_judge", target_lines="requests_per_minute = 0.001")
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    n = 8  # 4 prompts × 2 names
+    assert (f"[target] requests_per_minute = 0.001: its {n} planned calls would take at least "
+            f"{n / 0.001 / 60 / 24:,.3g} days") in err
+    cfg.write_text(cfg.read_text().replace("requests_per_minute = 0.001", "requests_per_minute = 600"))
+    assert main(["validate", str(cfg)]) == 0
+    assert "requests_per_minute" not in capsys.readouterr().err

@@ -294,7 +294,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
-    for line in _unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg):
+    for line in (_unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg)
+                 + _slow_limit_warnings(cfg, plan)):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -540,6 +541,30 @@ def _short_tasks_note(cfg, inputs) -> str | None:
                                                  if untasked else "")
             + ", so each task is audited on what it has; the sizes 'lmra plan' and docs/nightly.md plan for need "
             "more prompts per task than this file holds.")
+
+
+#: hours of calls at a configured rate limit above which the plan is said to be too slow
+SLOW_LIMIT_HOURS = 24.0
+
+
+def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
+    """A warning per model whose ``requests_per_minute`` alone makes its planned calls take more
+    than :data:`SLOW_LIMIT_HOURS` (break-it finding: ``requests_per_minute = 1e-300`` was valid,
+    and the audit waited forever at its second call without a word; a typo of 0.6 for 600 is
+    the likely case)."""
+    out = []
+    for role, n in (("target", plan.get("target", 0)), ("judge", plan.get("judge", 0)),
+                    ("judge2", plan.get("judge2", 0))):
+        m = getattr(cfg, role, None)
+        rpm = getattr(m, "requests_per_minute", None) if m is not None else None
+        if not rpm or not n:
+            continue
+        hours = n / rpm / 60
+        if hours > SLOW_LIMIT_HOURS:
+            took = f"take at least {hours / 24:,.3g} days" if hours < 24 * 1e6 else "never end in practice"
+            out.append(f"[{role}] requests_per_minute = {rpm:g}: its {n:,} planned calls would {took} (cached calls "
+                       "are free) — check the value (calls per minute, not per second)")
+    return out
 
 
 def _judge2_warnings(cfg) -> list[str]:
