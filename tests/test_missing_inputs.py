@@ -23,3 +23,19 @@ def test_a_missing_file_names_the_config_line_and_the_path_looked_for(tmp_path, 
     assert main(["audit", "--config", "c.toml", "--prompts", "other.jsonl", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "other.jsonl" in err and "c.toml" not in err and not list(tmp_path.glob("reports/*"))
+
+
+def test_a_path_of_the_wrong_kind_names_the_config_line_too(tmp_path, capsys, monkeypatch):
+    """Break-it finding: ``prompts = "/tmp"`` (a folder) and ``names = "/dev/null"`` (a device)
+    were named with the path and field but not the config file and line that named them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "f.toml").write_text('name = "x"\nprompts = "adir"\n')
+    assert main(["validate", "f.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"f.toml, line 2: field 'prompts': prompt file is a folder, expected a file: {tmp_path / 'adir'}" in err
+    assert "working directory" not in err and "Traceback" not in err
+    (tmp_path / "d.toml").write_text('name = "x"\n\nnames = "/dev/null"\n')
+    assert main(["validate", "d.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "d.toml, line 3: field 'names': name file is not a regular file" in err and "/dev/null" in err

@@ -39,14 +39,18 @@ def _plain(name: str) -> str:
 @contextmanager
 def named_by_config(config_path, key: str, value):
     """Around reading the input file ``value`` that a config's top-level ``key`` names: a file
-    that does not exist is an error naming the config file, the key's line and the path looked
+    that does not exist, or a path of the wrong kind (a folder, a device), is an error naming the
+    config file, the key's line and the path looked
     for (relative paths are read from the working directory, then the shipped folder;
     docs/config.md), not only the missing path. Errors pass as they are without a config file
     (the API) or when the path came from elsewhere (``--prompts``)."""
     try:
         yield
     except LmraInputError as exc:
-        if config_path is None or exc.field != key or not exc.reason.endswith(" not found") or exc.file is None:
+        missing = exc.reason.endswith(" not found")
+        # the wrong kind of path (a folder, a device) is named with the config's line too (break-it finding)
+        wrong_kind = any(w in exc.reason for w in (" is a folder", " not a regular file"))
+        if config_path is None or exc.field != key or not (missing or wrong_kind) or exc.file is None:
             raise
         import tomllib
 
@@ -60,8 +64,9 @@ def named_by_config(config_path, key: str, value):
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             raise exc from None
         where = Path(exc.file) if Path(exc.file).is_absolute() else Path.cwd() / exc.file
-        raise LmraInputError(f"{exc.reason}: {where} (a relative path is read from the working directory, then "
-                             f"from lmra's shipped {key}/ folder)", file=config_path, line=line, field=key) from None
+        raise LmraInputError(f"{exc.reason}: {where}" + (f" (a relative path is read from the working directory, "
+                                                         f"then from lmra's shipped {key}/ folder)" if missing else ""),
+                             file=config_path, line=line, field=key) from None
 
 
 @dataclass
