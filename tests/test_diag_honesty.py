@@ -345,7 +345,7 @@ def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_n
     capsys.readouterr()
     assert cli.main(["report", str(res.run_dir)]) == 0, capsys.readouterr().err
     html = " ".join((res.run_dir / "report.html").read_text().split())
-    assert "position logit — (not estimable: every canary answer followed the content) on the" in html
+    assert "position logit — (not estimable: every canary answer followed the content) on " in html
     # and a passed check with failed canary calls says how many in report.html too
     from lmra.report.html import render_report
     from lmra.runfolder import load_run

@@ -9,7 +9,6 @@ Next stage: :mod:`lmra.audit.select`.
 from __future__ import annotations
 
 import os
-
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path

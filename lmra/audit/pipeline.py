@@ -419,8 +419,7 @@ class PipelineDriver:
 
             cache.stopping = True
             cache.grace = asyncio.ensure_future(wind_down(set(cache.calling), on_notice=self.on_notice))
-        grace = cache.grace
-        await asyncio.shield(grace)  # (a second interrupt ends this wait; the grace is then the caller's no more)
+        await asyncio.shield(cache.grace)  # (a second interrupt ends this wait; the grace is then the caller's no more)
 
     async def _gather(self, stage: str, coros: list, failed: Callable[[object], bool] = lambda result: False
                       ) -> list:

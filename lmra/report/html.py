@@ -19,6 +19,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.console import percent_level
+from lmra.report.console import judge_status_text
 from lmra.runfolder import RunFolder, finite
 from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
@@ -168,6 +169,9 @@ def _judge_context(run: RunFolder) -> dict:
             # (its position logit null or NaN when not estimable: shown as such, never formatted)
             "status": ({**summary["judge_status"], "position_logit": finite(summary["judge_status"].get("position_logit"))}
                        if summary.get("judge_status") else {"status": "unknown", "reasons": []}),
+            # the PASSED banner: the console's sentence (one wording of the judge check's figures)
+            "passed_text": judge_status_text(summary["judge_status"]).plain
+            if (summary.get("judge_status") or {}).get("status") == "passed" else None,
             "position_logit": finite(summary.get("position_logit")),  # None: not estimated (shown so)
             "combiner_nets": [{"comparison": f"{r.get('group_a')} vs {r.get('group_b')}",
                                **{m: finite(r.get(f"net_rating_{m}")) for m in ("min", "mean", "calibrated")}}
