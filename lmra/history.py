@@ -143,9 +143,10 @@ def _detectable_span(rows: list[dict]) -> dict | None:
 
 def not_finished_words(r: dict) -> str:
     """A not-finished run folder's status, why and whether a re-run completed its night
-    (:meth:`lmra.history.History.not_finished`): ``stale (its process is gone: killed or crashed) —
-    resumed by 20261201-021500-nightly (same seed)``."""
-    status = {"stale": "stale (its process is gone: killed or crashed)"}.get(r["status"], r["status"])
+    (:meth:`lmra.history.History.not_finished`): ``stale (its process is gone: killed, crashed, or
+    stopped by a full disk before it could say so) — resumed by 20261201-021500-nightly (same seed)``."""
+    status = {"stale": "stale (its process is gone: killed, crashed, or stopped by a full disk before it could "
+                       "say so)"}.get(r["status"], r["status"])
     reason = str(r.get("stop_reason") or "")
     if reason.startswith(str(r["status"])):  # "interrupted by SIGHUP (…)": the status said once
         status, reason = reason, ""

@@ -693,10 +693,10 @@ def test_a_killed_night_completed_by_its_rerun_is_listed_as_resumed(tmp_path, lm
     assert listed[killed.name]["resumed_by"] == rerun.name and listed[other.name]["resumed_by"] is None
     assert lmra_cli(["history", "--reports-dir", reports]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert (f"{killed.name}: stale (its process is gone: killed or crashed) — resumed by {rerun.name} (same seed)"
+    assert (f"{killed.name}: stale (its process is gone: killed, crashed, or stopped by a full disk before it could say so) — resumed by {rerun.name} (same seed)"
             in out)
-    assert f"{other.name}: stale (its process is gone: killed or crashed)" in out
-    assert f"{other.name}: stale (its process is gone: killed or crashed) — resumed" not in out
+    assert f"{other.name}: stale (its process is gone: killed, crashed, or stopped by a full disk before it could say so)" in out
+    assert f"{other.name}: stale (its process is gone: killed, crashed, or stopped by a full disk before it could say so) — resumed" not in out
     assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
     page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
-    assert f"{killed.name}: stale (its process is gone: killed or crashed) — resumed by {rerun.name}" in page
+    assert f"{killed.name}: stale (its process is gone: killed, crashed, or stopped by a full disk before it could say so) — resumed by {rerun.name}" in page
