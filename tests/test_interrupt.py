@@ -377,3 +377,100 @@ def test_a_second_signal_after_the_run_stopped_leaves_its_status_130(tmp_path):
                                                            "v.cmd_validate = stopped\n"))
     assert out.returncode == 130, out.stderr
     assert "Traceback" not in out.stderr and "interrupted" in out.stderr, out.stderr
+
+
+SKEWED_PROVIDER = '''
+"""A custom provider whose calls take 0.05 s or 0.9 s (by request), logging starts, ends and cancellations."""
+import asyncio, hashlib, json, os, time
+from lmra.providers.base import ChatResult, Usage
+
+LOG = os.environ["SKEW_LOG"]
+
+
+def _log(*words):
+    with open(LOG, "a") as fh:
+        fh.write(" ".join(map(str, words)) + "\\n")
+
+
+class Skewed:
+    name, base_url, supports_logprobs = "skewed", "", True
+
+    def __init__(self, cfg):
+        self.model_id = cfg.model or "skewed"
+
+    async def complete(self, request):
+        key = hashlib.sha256(json.dumps(request.cache_payload(), sort_keys=True).encode()).hexdigest()[:16]
+        slow = not request.options and int(key, 16) % 2  # half the chatbot's answers are slow
+        _log(f"{time.time():.4f}", "start", key)
+        try:
+            await asyncio.sleep(0.9 if slow else 0.05)
+        except BaseException:
+            _log(f"{time.time():.4f}", "cancel", key)
+            raise
+        _log(f"{time.time():.4f}", "end", key)
+        if request.options:
+            probs = {o: (0.7 if o == request.options[-1] else 0.3 / (len(request.options) - 1)) for o in request.options}
+            return ChatResult(text="", option_probs=probs, provider=self.name, model=self.model_id,
+                              usage=Usage(prompt_tokens=30, completion_tokens=1))
+        return ChatResult(text="A helpful answer " + key, provider=self.name, model=self.model_id,
+                          usage=Usage(prompt_tokens=30, completion_tokens=5), finish_reason="stop")
+
+    async def aclose(self):
+        return None
+
+
+def make(cfg):
+    return Skewed(cfg)
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_pair_whose_one_side_ends_in_the_grace_does_not_cancel_the_other_sides_call(tmp_path, sig):
+    """Break-it finding: after Ctrl-C/SIGTERM a pair whose one response arrived during the 2 s grace
+    went on to that response's refusal label, which the stopping run refuses — and the refusal
+    cancelled the pair's other call, still in flight (1.2 s calls cancelled 50 ms after the signal;
+    asked, and paid for, again by the re-run). Now every call started before the signal ends
+    within the grace, none is cancelled, and the re-run asks no call twice."""
+    (tmp_path / "skewed_provider.py").write_text(SKEWED_PROVIDER)
+    log = tmp_path / "calls.log"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('''name = "skew"
+tasks = ["write a story", "career advice", "exercise plan", "explain a concept"]
+prompts_per_task = 4
+concurrency = 8
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[target]
+provider = "skewed_provider:make"
+[judge]
+provider = "skewed_provider:make"
+''')
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+                        "SKEW_LOG": str(log)}
+    cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
+           "--allow-unvalidated-judge"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for slow calls in flight next to fast ones
+        lines = log.read_text().splitlines() if log.exists() else []
+        if sum(ln.split()[1] == "end" for ln in lines) >= 6:
+            break
+        time.sleep(0.01)
+    time.sleep(0.3)
+    signalled = time.time()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in out + err, err[-2000:]
+    events = [ln.split() for ln in log.read_text().splitlines()]
+    started = {k for t, what, k in events if what == "start" and float(t) < signalled}
+    cancelled = {k for _, what, k in events if what == "cancel"}
+    ended_in_grace = {k for t, what, k in events if what == "end" and float(t) >= signalled}
+    assert started and ended_in_grace, events  # calls were in flight at the signal and ended in the grace
+    assert not cancelled & started, (sorted(cancelled & started), err[-2000:])
+    assert not [k for t, what, k in events if what == "start" and float(t) >= signalled]  # none started after
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    starts = [k for _, what, k in (ln.split() for ln in log.read_text().splitlines()) if what == "start"]
+    assert len(starts) == len(set(starts)), "a call was asked twice"

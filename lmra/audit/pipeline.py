@@ -100,7 +100,8 @@ async def _settled(first, *others) -> list:
     queue together, not the first generation of every pair chain in the window before any
     second one (fresh-user finding: every female response was asked for before any male one,
     time confounded with the group). As with ``gather``, a cancellation (or Ctrl-C) cancels
-    the others and waits for them before it propagates, so no started call is left running."""
+    the others and waits for them before it propagates, so no started call is left running; a
+    call refused by a stopping run does not cancel the others (their calls keep the grace)."""
     tasks = [asyncio.ensure_future(c) for c in others]
     results: list = []
     try:
@@ -115,8 +116,19 @@ async def _settled(first, *others) -> list:
                 results.append(await aw)
             except Exception as exc:  # noqa: BLE001 — raised below, once every coroutine has settled
                 results.append(exc)
-    except BaseException:
+    except BaseException as exc:
         pending = [t for t in tasks if not t.done()]
+        if pending and isinstance(exc, asyncio.CancelledError) and not asyncio.current_task().cancelling():
+            # not this task cancelled but a call refused (a stopping run starts none,
+            # :class:`~lmra.cache.CallCache`) or another chain's: the others' calls on their way
+            # keep the run's grace — they end, or are cancelled with this task once it is over
+            # (break-it finding: a pair whose one side's call ended during the grace cancelled
+            # the other side's call in flight, asked again on the re-run)
+            try:
+                await asyncio.wait(pending)
+            except asyncio.CancelledError:
+                pass
+            pending = [t for t in tasks if not t.done()]
         for t in pending:
             t.cancel()
         if pending:
