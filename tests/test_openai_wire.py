@@ -175,10 +175,11 @@ def test_usage_as_whole_floats_is_read_and_an_error_object_is_malformed():
     res = chat_result(body, REQUEST, model="m")
     assert (res.usage.prompt_tokens, res.usage.completion_tokens) == (20, 1)
     assert isinstance(res.usage.prompt_tokens, int)
-    body["usage"] = {"prompt_tokens": 20.5, "completion_tokens": 1}
-    with pytest.raises(ProviderError) as err:
-        chat_result(body, REQUEST, model="m")
-    assert err.value.kind == "malformed"
+    for n in (20.5, 10 ** 20, 1e300, -3):  # (break-it finding: 10²⁰ was refused after the retries, never retried)
+        body["usage"] = {"prompt_tokens": n, "completion_tokens": 1}
+        with pytest.raises(ProviderError) as err:
+            chat_result(body, REQUEST, model="m")
+        assert err.value.kind == "malformed" and err.value.retryable, n
     with pytest.raises(ProviderError) as err:
         chat_result({"error": {"message": "model overloaded", "type": "server_error"}}, REQUEST, model="m")
     assert err.value.kind == "malformed" and err.value.retryable and "model overloaded" in str(err.value)

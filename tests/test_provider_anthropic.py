@@ -215,3 +215,26 @@ def test_a_message_without_usage_is_counted(messages_server):
             res = message_result(m, model="c")
         assert res.text == "hi" and events["no_usage"] == (0 if usage else 1)
         assert res.usage.prompt_tokens == (3 if usage else 0)
+
+
+def test_an_absurd_token_count_is_a_retried_malformed_message():
+    """Break-it finding (openai, the same in anthropic): a usage count above 10⁹ (10²⁰) passed the
+    parser and failed the call after the retries, never retried, though docs/robustness.md lists
+    impossible token counts among the malformed bodies lmra retries. It is now refused where the
+    body is read — retryable ``malformed`` — as a negative or fractional count is."""
+    import anthropic
+
+    from lmra.providers._anthropic_batch import message_result
+    from lmra.providers.base import ProviderError
+
+    msg = {"id": "m", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+           "content": [{"type": "text", "text": "hi"}]}
+    for n in (10 ** 20, 1e300, -1, 2.5, "7"):
+        m = anthropic.types.Message.construct(**msg, usage=anthropic.types.Usage.construct(input_tokens=n,
+                                                                                           output_tokens=2))
+        with pytest.raises(ProviderError) as info:
+            message_result(m, model="c")
+        assert info.value.kind == "malformed" and info.value.retryable, n
+    m = anthropic.types.Message.construct(**msg, usage=anthropic.types.Usage.construct(input_tokens=10 ** 9,
+                                                                                       output_tokens=3.0))
+    assert message_result(m, model="c").usage.completion_tokens == 3  # the largest count, a whole float: read

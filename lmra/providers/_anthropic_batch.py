@@ -25,7 +25,7 @@ from typing import Any
 import anthropic
 
 from lmra.providers._batch_results import BatchResults
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, note_event
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, reported_usage
 
 MAX_REQUESTS = 100_000
 MAX_BYTES = 240 * 1024 * 1024
@@ -90,11 +90,10 @@ def message_result(message: Any, *, model: str, provider: str = "anthropic", lat
     text = "".join(texts)
     u = getattr(message, "usage", None)
     n_in, n_out = (getattr(u, "input_tokens", None), getattr(u, "output_tokens", None)) if u else (None, None)
-    if n_in is None or n_out is None:  # counted as 0 tokens: the cost and token budgets undercount it (said)
-        note_event("no_usage")
+    usage = reported_usage(n_in, n_out, bad)
     served = getattr(message, "model", None)
     return ChatResult(text=text, option_probs=None,
-                      usage=Usage(prompt_tokens=n_in or 0, completion_tokens=n_out or 0),
+                      usage=usage,
                       finish_reason=message.stop_reason, model=message.model or model, provider=provider,
                       latency_s=latency_s, served_model=served if isinstance(served, str) and served else None)
 

@@ -32,7 +32,7 @@ from typing import Any
 import openai
 
 from lmra.providers._batch_results import BatchResults
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, Usage, note_event, sum_option_probs
+from lmra.providers.base import ChatRequest, ChatResult, ProviderError, reported_usage, sum_option_probs
 
 ENDPOINT = "/v1/chat/completions"
 #: OpenAI's documented per-batch limits: 50,000 requests and 200 MB of input.
@@ -174,17 +174,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     usage = _get(completion, "usage")
     n_in = _get(usage, "prompt_tokens") if usage else None
     n_out = _get(usage, "completion_tokens") if usage else None
-    if n_in is None or n_out is None:  # counted as 0 tokens: the cost and token budgets undercount it (said)
-        note_event("no_usage")
-    n_in, n_out = n_in or 0, n_out or 0
-    # a whole number sent as a float (20.0: some servers' JSON) is that count (break-it finding:
-    # every call failed as malformed); 20.5 is not a count
-    n_in, n_out = (int(n) if isinstance(n, float) and n.is_integer() else n for n in (n_in, n_out))
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (n_in, n_out)):
-        raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of counts ≥ 0")
     served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
     return ChatResult(
-        text=text, option_probs=probs, usage=Usage(prompt_tokens=n_in, completion_tokens=n_out),
+        text=text, option_probs=probs, usage=reported_usage(n_in, n_out, bad),
         finish_reason=_get(choice, "finish_reason"), model=served if isinstance(served, str) and served else model,
         provider=provider,
         latency_s=latency_s, served_model=served if isinstance(served, str) and served else None,

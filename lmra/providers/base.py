@@ -435,6 +435,28 @@ PROB_TOLERANCE = 1e-3
 MAX_TOKENS_PER_CALL = 10 ** 9
 
 
+def reported_usage(n_in: object, n_out: object, bad: Callable[[str], Exception]) -> Usage:
+    """The token usage an HTTP provider's answer reports (input, output counts as read from
+    its body) as a :class:`Usage`.
+
+    A count missing (None) is 0 and notes a ``no_usage`` event (counted, shown: the cost and
+    token budgets undercount that call); a whole number sent as a float (``20.0``: some
+    servers' JSON) is that count.
+
+    Raises:
+        ``bad(why)`` — the provider's retryable ``malformed`` error — for a count that is
+        not a whole number in [0, :data:`MAX_TOKENS_PER_CALL`] (negative, fractional, a
+        string, 10²⁰): retried like any malformed body (break-it finding: a count above
+        10⁹ passed the parser and failed the call after the retries, never retried).
+    """
+    if n_in is None or n_out is None:
+        note_event("no_usage")
+    counts = [0 if n is None else int(n) if isinstance(n, float) and n.is_integer() else n for n in (n_in, n_out)]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_TOKENS_PER_CALL for n in counts):
+        raise bad(f"token usage {n_in!r} / {n_out!r} is not a pair of whole counts in [0, {MAX_TOKENS_PER_CALL:,}]")
+    return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
+
+
 def result_defect(result: object) -> str | None:
     """Why ``result`` breaks the :class:`Provider` protocol's contract, or None when it keeps it:
     not a :class:`ChatResult`; a field of the wrong type (pydantic validates a ChatResult when
