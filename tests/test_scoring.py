@@ -186,3 +186,14 @@ def test_score_pairs_fails_where_score_pair_fails():
         score_pair(p, p, "median")
     with pytest.raises(ValueError):
         score_pairs([[0.2, 0.3, 0.5]], [[0.2, 0.3, 0.5]], "median")
+
+
+def test_an_option_left_out_of_option_probs_has_probability_0_and_lowers_the_mass():
+    """Break-it question (docs/providers.md now says it): a custom provider's ``option_probs``
+    that leaves out asked options — ``{"A": 0.5}`` for A/B/C — reads them as 0, like options
+    outside an API's top log-probabilities, and the unassigned half is the answer's missing
+    valid-option mass (what ``min_valid_mass`` flags), not spread over the options."""
+    probs, mass = renormalise({"A": 0.5}, ("A", "B", "C"))
+    assert probs == {"A": 1.0, "B": 0.0, "C": 0.0} and mass == 0.5
+    probs, mass = renormalise({"A": 0.2, "C": 0.6}, ("A", "B", "C"))
+    assert probs == pytest.approx({"A": 0.25, "B": 0.0, "C": 0.75}) and mass == pytest.approx(0.8)
