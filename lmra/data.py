@@ -134,7 +134,7 @@ def check_single_line(v: str, max_chars: int | None = MAX_ID_CHARS) -> str:
     _check_unicode(v)
     if max_chars is not None and len(v) > max_chars:
         raise ValueError(f"is {len(v):,} characters long; at most {max_chars} are allowed")
-    bad = _control_char(v)
+    bad = _control_char(v, categories=("Cc", "Cf", "Zl", "Zp"))  # (U+2028/U+2029: line breaks too; break-it)
     if bad is not None:
         raise ValueError(f"contains the control character U+{ord(bad):04X} (a line break, tab, NUL …)")
     return v
@@ -416,13 +416,17 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     p = Path(path)
     text = read_input_text(p, "prompt file", field="prompts")
     out: list[PromptRecord] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, int]] = {}  # NFC id → (its line, its place in out)
 
     def add(rec: PromptRecord, lineno: int) -> None:
-        if rec.id in seen:
-            raise LmraInputError(f"duplicate id '{rec.id}' (first on line {seen[rec.id]})", file=p, line=lineno,
-                                 field="id")
-        seen[rec.id] = lineno
+        # ids compared as they look: in Unicode's NFC form ("é" written as one character or as
+        # "e" + a combining accent are one id; break-it finding: two ids alike in every table)
+        key = unicodedata.normalize("NFC", rec.id)
+        if key in seen:
+            same = "" if rec.id == out[seen[key][1]].id else " (the same id with its accents written another way)"
+            raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {seen[key][0]})", file=p,
+                                 line=lineno, field="id")
+        seen[key] = (lineno, len(out))
         out.append(rec)
 
     if p.suffix.lower() == ".csv":

@@ -204,3 +204,35 @@ def test_a_config_file_that_sets_nothing_is_an_input_error(tmp_path, body, capsy
     err = capsys.readouterr().err
     assert "empty.toml" in err and "sets nothing" in err and "Traceback" not in err
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("bad_id", ["id\u2028x", "id\u2029x"])
+def test_a_prompt_id_with_a_unicode_line_or_paragraph_separator_is_refused(tmp_path, bad_id):
+    """Break-it finding: ids may hold no line break (U+0085, U+200B were refused) but U+2028 and
+    U+2029 — line breaks to a console table or a line-oriented reader of the exports — passed."""
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": "Help me, please."}) + "\n" for i in ("a", "b", bad_id)),
+                    encoding="utf-8")
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(path)
+    said = str(err.value)
+    assert "line 3" in said and "id" in said and f"U+{ord(bad_id[2]):04X}" in said
+    path.write_text(json.dumps({"id": "a", "text": "Line one\u2028line two"}) + "\n", encoding="utf-8")
+    assert "\u2028" in load_prompts(path)[0].text  # in a prompt's text a line break is fine
+
+
+def test_two_prompt_ids_alike_but_for_their_unicode_normalisation_are_a_duplicate(tmp_path):
+    """Break-it finding: "é" as one character and as "e" + a combining accent were two ids, alike in
+    every CSV and in `lmra agreement --human` labels. Ids are compared in NFC form."""
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": "Help me, please."}) + "\n"
+                            for i in ("caf\u00e9", "other", "cafe\u0301")), encoding="utf-8")
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(path)
+    said = str(err.value)
+    assert "line 3" in said and "first on line 1" in said and "accents written another way" in said
+    path.write_text("".join(json.dumps({"id": i, "text": "Help me, please."}) + "\n" for i in ("a", "b", "a")),
+                    encoding="utf-8")
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(path)
+    assert "duplicate id 'a' (first on line 1)" in str(err.value)
