@@ -603,3 +603,28 @@ def test_recsys_paths_and_files_are_input_errors_before_any_call(tmp_path, capsy
     if field:
         assert f"field '{field}'" in err
     assert not (tmp_path / "out").is_dir()
+
+
+def test_an_instruction_id_written_as_a_number_and_as_a_string_is_an_input_error(tmp_path):
+    """Break-it finding: ``"instruction_id": 1`` on one line and ``"1"`` on another were merged
+    silently into one instruction (a sensitive list scored against another record's neutral
+    list). An integer id alone is still read as its text; mixing the two ways, or a boolean id,
+    is an input error naming the line and field."""
+    from lmra.errors import LmraInputError
+    from lmra.recsys.lists import read_lists
+
+    path = tmp_path / "lists.jsonl"
+    _write_jsonl(path, [{"instruction_id": 1, "attribute": "neutral", "value": "", "items": ["b", "a"]},
+                        {"instruction_id": "1", "attribute": "gender", "value": "a girl", "items": ["a"]}])
+    with pytest.raises(LmraInputError) as err:
+        read_lists(path)
+    said = str(err.value)
+    assert "line 2" in said and "instruction_id" in said and "as a string here and as a number on line 1" in said
+    _write_jsonl(path, [{"instruction_id": 7, "attribute": "neutral", "value": "", "items": ["b", 1917]},
+                        {"instruction_id": 7, "attribute": "gender", "value": "a girl", "items": ["1917"]}])
+    lists = read_lists(path)
+    assert list(lists["instruction_id"]) == ["7", "7"] and lists["compare"].iloc[0][1] == lists["compare"].iloc[1][0]
+    _write_jsonl(path, [{"instruction_id": True, "attribute": "neutral", "value": "", "items": ["b"]}])
+    with pytest.raises(LmraInputError) as err:
+        read_lists(path)
+    assert "line 1" in str(err.value) and "instruction_id" in str(err.value)

@@ -20,13 +20,15 @@ from lmra.runfolder import package_versions
 
 
 _LIST_FIELDS = ("compare", "keys", "items")
+_JSON_KIND = {str: "string", int: "number"}
 
 
 def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True) -> pd.DataFrame:
     """Read a ``lists.jsonl`` file for scoring.
 
     Each non-blank line is a JSON object with ``instruction_id`` and ``attribute`` (strings;
-    ``"neutral"`` for the neutral list), ``value`` (the injected value; required and
+    ``"neutral"`` for the neutral list; an integer is read as its decimal text, but an
+    instruction id written as a number on one line and as a string on another is refused), ``value`` (the injected value; required and
     non-empty for sensitive lists, ignored for neutral ones), optional ``kind``,
     and the list as ``compare``, ``keys`` or ``items`` (first present wins; ``items`` are
     normalised with :func:`~lmra.recsys.parse.normalize_title` unless ``normalize`` is
@@ -55,11 +57,19 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     text = read_input_text(p, "lists file")
     rows: list[dict] = []
     seen: dict[tuple, int] = {}
+    id_written: dict[str, tuple[type, int]] = {}  # instruction id → (JSON type it was first written as, line)
     for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
-            if not isinstance(obj.get(f), (str, int)) or str(obj.get(f)).strip() == "":
+            if type(obj.get(f)) not in (str, int) or str(obj.get(f)).strip() == "":  # (true is no id)
                 raise LmraInputError("missing or empty (expected a string)", file=p, line=lineno, field=f)
+        iid_type = type(obj["instruction_id"])
         obj["instruction_id"], obj["attribute"] = str(obj["instruction_id"]), str(obj["attribute"])
+        first_type, first_line = id_written.setdefault(obj["instruction_id"], (iid_type, lineno))
+        if first_type is not iid_type:  # 1 and "1": one instruction or two? (break-it finding: merged silently)
+            raise LmraInputError(f"instruction '{obj['instruction_id']}' is written as a {_JSON_KIND[iid_type]} here "
+                                 f"and as a {_JSON_KIND[first_type]} on line {first_line}: write each id one way "
+                                 "(an integer id is read as its decimal text)", file=p, line=lineno,
+                                 field="instruction_id")
         val = obj.get("value", "")
         if val is None:
             val = ""
