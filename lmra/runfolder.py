@@ -415,7 +415,7 @@ def _check_shapes(doc: Any, path: Path, shapes: dict[str, type]) -> dict:
         if value is None or (isinstance(value, kind) and not (rows and not all(isinstance(r, dict) for r in value))):
             continue
         what = {dict: "object", str: "string"}.get(kind) or ("array of objects" if rows else "array")
-        raise LmraInputError(f"field '{name}' is not a JSON {what}: the file was edited or damaged after the run; "
+        raise LmraInputError(f"not a JSON {what}: the file was edited or damaged after the run; "
                              "restore it, or re-run the audit", file=path, field=name)
     return doc
 
@@ -440,6 +440,9 @@ def load_run(path: str | Path) -> RunFolder:
 
     missing = [f for f in REQUIRED_FILES if not any((p / g).is_file() for g in (f, *ALTERNATIVE_FILES.get(f, ())))]
     status = folder_status(p) if (p / "manifest.json").is_file() else None
+    if status is not None and status not in FINISHED:  # a damaged manifest is said as such, not as a run that
+        # did not finish (break-it finding: a truncated one read "manifest status: unknown: the run did not finish")
+        _check_shapes(_read_json(p / "manifest.json"), p / "manifest.json", _MANIFEST_SHAPES)
     if missing or status not in FINISHED:
         why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
                       "holds the folder's lock); run the same audit again to finish from the cache",
