@@ -417,3 +417,63 @@ def test_a_file_whose_every_prompt_the_lexical_filter_removes_is_refused_before_
     err = " ".join(capsys.readouterr().err.split())
     assert "the identity filter removed all 6 prompts" in err and "field 'filter'" in err
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache.sqlite").exists()
+
+
+NO_ANSWER_JUDGE = '''
+"""An LMRA that answers every closed question with nothing usable (no option probability, no option in its text)."""
+from lmra.providers.base import ChatResult, Usage
+
+
+class Mute:
+    name, base_url, supports_logprobs = "mute", "", True
+
+    def __init__(self, cfg):
+        self.model_id = cfg.model or "mute"
+
+    async def complete(self, request):
+        return ChatResult(text="Hmm." if request.options else "A helpful answer.", option_probs=None,
+                          provider=self.name, model=self.model_id, usage=Usage(prompt_tokens=5, completion_tokens=1),
+                          finish_reason="stop")
+
+    async def aclose(self):
+        return None
+
+
+def make(cfg):
+    return Mute(cfg)
+'''
+
+
+def test_a_night_that_scored_no_pair_still_writes_report_html_and_names_the_judge_failure(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """Fresh-user finding: an audit whose refusal labels could not be obtained (no pair scored,
+    exit 1) wrote no report.html — the broken night is the one most in need of one, and `lmra
+    report` wrote a good one afterwards — and its final line left out the gated judge failure
+    (exit 5) that also applied. Both are now there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "mute_provider.py").write_text(NO_ANSWER_JUDGE)
+    cfg = tmp_path / "mute.toml"
+    cfg.write_text('''name = "mute"
+tasks = ["write a story", "career advice"]
+prompts_per_task = 1
+[judge_check]
+per_kind = 1
+dimensions = ["gender"]
+[filter]
+lmra = false
+[target]
+provider = "mute_provider:make"
+[judge]
+provider = "mute_provider:make"
+''')
+    code, text = run(capsys, "audit", "--config", str(cfg), "--no-progress")
+    said = " ".join(text.split())
+    assert code == 1 and "Traceback" not in text, said[-3000:]
+    assert "no pair could be scored (no refusal label) (takes precedence over 5: the judge failed validation)" in said
+    run_dir = next((tmp_path / "reports").glob("*-mute"))
+    report = run_dir / "report.html"
+    assert report.is_file() and "HTML report: " in said
+    assert "Run status: PARTIAL" in report.read_text() and "Judge status: FAILED" in report.read_text()
+    code, text = run(capsys, "audit", "--config", str(cfg), "--no-progress", "--no-report", "--name", "quiet")
+    assert code == 1 and not (next((tmp_path / "reports").glob("*-quiet")) / "report.html").exists()

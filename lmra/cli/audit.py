@@ -436,38 +436,9 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
     render_audit(console, result)
     failed = int(result.overall["n_failed"].sum()) if "n_failed" in result.overall else 0
     scored = int(result.overall["n_pairs"].sum()) if "n_pairs" in result.overall else 0
-    if not scored and result.summary.get("n_filtered_unlabelled") and not result.summary.get("n_prompts"):
-        err_console.print(Text.assemble(("failure: ", "bold red"), f"the identity filter could not label any of the "
-                                        f"{result.summary['n_filtered_unlabelled']} prompts (its LMRA calls failed or "
-                                        "gave no answer; filtered_prompts.jsonl), so nothing was audited"))
-        return _final(console, {1: f"{_ended(result)}: the identity filter labelled no prompt"})
-    if not scored and result.summary.get("n_prompts_classify_failed") and not result.summary.get("n_prompts"):
-        err_console.print(Text.assemble(("failure: ", "bold red"), "the task classification could not label any of "
-                                        f"the {result.summary['n_prompts_classify_failed']} prompts without a task "
-                                        "(its LMRA calls failed; classifications.jsonl), so nothing was audited"))
-        return _final(console, {1: f"{_ended(result)}: the task classification labelled no prompt"})
-    unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
-    if unlabelled and not scored and not failed:
-        err_console.print(Text.assemble(("failure: ", "bold red"), f"no pair could be scored: the refusal labels of "
-                                        f"all {unlabelled} pairs could not be obtained (the LMRA's refusal calls "
-                                        "failed or gave no answer; ratings.parquet)"))
-        return _final(console, {1: f"{_ended(result)}: no pair could be scored (no refusal label)"})
-    if failed and not scored:
-        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
-        err_console.print(Text.assemble(("failure: ", "bold red"), f"all {failed} pairs failed; first error: "
-                                        f"{errors[0]}"))
-        return _final(console, {1: f"the run failed: all {failed} pairs failed"})
-    if result.summary.get("run_status") == "failed":
-        from lmra.runstate import NO_PAIR_SCORED_PREFIX
-
-        # failed = nothing scored and calls failed (lmra.runstate.run_status); the warning, when
-        # there is one, says how the pairs split (failed, refused, no usable answer)
-        why = next((w for w in result.summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)),
-                   "no pair could be scored because model calls failed after every retry")
-        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
-        err_console.print(Text.assemble(("failure: ", "bold red"), f"{why}; first error: {errors[0]}"), highlight=False,
-                          soft_wrap=True)
-        return _final(console, {1: "the run failed: no pair could be scored"})
+    nothing = _nothing_scored(result, failed=failed, scored=scored)
+    if nothing is not None:
+        return _nothing_scored_end(args, audit, result, console, *nothing, report_worker=report_worker)
     from lmra.cli.gates import gates_after_audit
     from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.cli.monitor import monitor_after_audit
@@ -524,6 +495,60 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
             console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                           "(judge_status in summary.json, history and exports says so).[/]")
     return print_final_status(console, reasons)
+
+
+def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | None:
+    """When no pair of the run could be scored: (the failure paragraph, the final line's reason);
+    else None."""
+    s = result.summary
+    if not scored and s.get("n_filtered_unlabelled") and not s.get("n_prompts"):
+        return (f"the identity filter could not label any of the {s['n_filtered_unlabelled']} prompts (its LMRA calls "
+                "failed or gave no answer; filtered_prompts.jsonl), so nothing was audited",
+                f"{_ended(result)}: the identity filter labelled no prompt")
+    if not scored and s.get("n_prompts_classify_failed") and not s.get("n_prompts"):
+        return ("the task classification could not label any of the "
+                f"{s['n_prompts_classify_failed']} prompts without a task (its LMRA calls failed; "
+                "classifications.jsonl), so nothing was audited",
+                f"{_ended(result)}: the task classification labelled no prompt")
+    unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
+    if unlabelled and not scored and not failed:
+        return (f"no pair could be scored: the refusal labels of all {unlabelled} pairs could not be obtained (the "
+                "LMRA's refusal calls failed or gave no answer; ratings.parquet)",
+                f"{_ended(result)}: no pair could be scored (no refusal label)")
+    if failed and not scored:
+        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
+        return f"all {failed} pairs failed; first error: {errors[0]}", f"the run failed: all {failed} pairs failed"
+    if s.get("run_status") == "failed":
+        from lmra.runstate import NO_PAIR_SCORED_PREFIX
+
+        # failed = nothing scored and calls failed (lmra.runstate.run_status); the warning, when
+        # there is one, says how the pairs split (failed, refused, no usable answer)
+        why = next((w for w in s.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)),
+                   "no pair could be scored because model calls failed after every retry")
+        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
+        return f"{why}; first error: {errors[0]}", "the run failed: no pair could be scored"
+    return None
+
+
+def _nothing_scored_end(args, audit, result, console: Console, paragraph: str, reason: str, *,
+                        report_worker=None) -> int:
+    """The end of an audit that scored no pair: its failure paragraph, report.html (the night that
+    broke is the one most in need of a report: fresh-user finding, none was written, though
+    ``lmra report`` wrote a good one), and the final line naming every status that applies — a
+    gated judge failure too (it was left out). No gate, check or warehouse: nothing was measured."""
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+
+    err_console.print(Text.assemble(("failure: ", "bold red"), paragraph), highlight=False, soft_wrap=True)
+    reasons = {1: reason}
+    if audit.shard is None and not getattr(args, "no_report", False):
+        from lmra.cli.monitor import write_html_report
+        from lmra.runfolder import load_run
+
+        write_html_report(load_run(result.run_dir), console, report_worker=report_worker)
+    js = result.summary.get("judge_status") or {}
+    if js.get("status") == "failed" and js.get("gated"):
+        reasons[EXIT_JUDGE_FAILED] = "the judge failed validation"
+    return _final(console, reasons)
 
 
 def _short_tasks_note(cfg, inputs) -> str | None:

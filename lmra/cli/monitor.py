@@ -877,19 +877,32 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
                 if meanwhile is not None:
                     meanwhile()
             if report:
-                path = None
                 if report_worker is not None:
                     h.db.commit()  # the child reads the history through a connection of its own
-                    path = report_worker.render(run, history_path=h.path, check=check, comparison=cmp,
-                                                meanwhile=meanwhile)
-                    if path is None:
-                        console.print(Text(f"report.html is written by this process: its report process could not "
-                                           f"write it ({report_worker.failure})", style="dim"), soft_wrap=True)
-                if path is None:
-                    path = _report_or_warning(run, h, check, cmp)
-                if path is not None:
-                    console.print(f"HTML report: [bold]{lit(path)}[/]")
+                write_html_report(run, console, history=h, check=check, comparison=cmp, report_worker=report_worker,
+                                  meanwhile=meanwhile)
     return status
+
+
+def write_html_report(run, console: Console, *, history=None, check=None, comparison=None, report_worker=None,
+                      meanwhile=None) -> Path | None:
+    """Write the run's ``report.html`` — by ``report_worker`` (the forked report process of
+    :mod:`lmra.report.worker`, which reads ``history`` through a connection of its own: commit
+    first) when there is one and it can, else in this process — and print its path; None when
+    a bug in the report kept it from being written (said in a warning: :func:`_report_or_warning`).
+    ``meanwhile`` runs while the report process writes (:meth:`ReportWorker.render`)."""
+    path = None
+    if report_worker is not None:
+        path = report_worker.render(run, history_path=None if history is None else history.path, check=check,
+                                    comparison=comparison, meanwhile=meanwhile)
+        if path is None:
+            console.print(Text(f"report.html is written by this process: its report process could not "
+                               f"write it ({report_worker.failure})", style="dim"), soft_wrap=True)
+    if path is None:
+        path = _report_or_warning(run, history, check, comparison)
+    if path is not None:
+        console.print(f"HTML report: [bold]{lit(path)}[/]")
+    return path
 
 
 def _report_or_warning(run, h, check, cmp):
