@@ -187,7 +187,7 @@ def test_a_task_the_word_match_filter_emptied_is_warned_and_its_gates_not_evalua
     res = Audit(cfg, target=target, judge=DecliningJudge(lambda i: False)).run()
     tech = next(r for r in res.summary["filter_removed"] if r["task"] == "tech")
     assert (tech["n_prompts"], tech["n_kept"], tech["n_lexical"]) == (3, 0, 3)
-    assert any(w.startswith("the identity filter removed every audited prompt of 1 task(s)") and "tech: 3 of 3" in w
+    assert any(w.startswith("the identity filter removed every prompt it checked of 1 task(s)") and "tech: all 3 checked" in w
                for w in res.summary["warnings"])
     gate = evaluate_gates(load_run(res.run_dir), GatesConfig(max_net_rating=0.5))
     (tech_gate,) = [o for o in gate.outcomes if o.task == "tech"]
@@ -204,10 +204,11 @@ def test_the_emptied_task_warning_counts_what_was_removed_and_what_was_never_ask
                                       {"task": "recipe", "n_prompts": 3, "n_kept": 0, "n_lexical": 1,
                                        "n_lmra": 1, "n_unlabelled": 0, "n_failed": 1},
                                       {"task": "kept one", "n_prompts": 3, "n_kept": 1, "n_lexical": 2}])
-    assert ("write a story: 2 of 7 removed (word match 0, LMRA 0, unlabelled or failed 2), 5 not asked "
-            "(over prompts_per_task)") in text
-    assert "recipe: 3 of 3 removed (word match 1, LMRA 1, unlabelled or failed 1)" in text
-    assert "recipe: 3 of 3 removed (word match 1, LMRA 1, unlabelled or failed 1), " not in text
+    # (fresh-user finding: "every audited prompt" beside "2 of 7 removed" read as a contradiction)
+    assert ("write a story: all 2 checked removed (word match 0, LMRA 0, unlabelled or failed 2), 5 more of its 7 "
+            "not checked (over prompts_per_task)") in text
+    assert "recipe: all 3 checked removed (word match 1, LMRA 1, unlabelled or failed 1)" in text
+    assert "recipe: all 3 checked removed (word match 1, LMRA 1, unlabelled or failed 1), " not in text
     assert "kept one" not in text and "2 task(s)" in text
 
 
@@ -229,3 +230,32 @@ def test_the_filter_bar_says_unlabelled_or_failed_not_failed():
         cb.advance("rate", False)
     text = out.getvalue()
     assert "(2 unlabelled or failed)" in text and "(1 failed)" in text
+
+
+def test_the_console_run_status_of_a_run_partial_by_its_identity_filter_names_the_tasks_not_zeros():
+    """Fresh-user finding: a run partial because the identity filter's LMRA labelled nothing read
+    "Run status: PARTIAL — 0 pairs failed, 0 prompts lost to failed classification and 0 to failed
+    identity-filter calls: 0.0% of the planned pairs … The tasks named lost prompts …", naming no
+    task (report.html named them). The console now says the causes that apply; the failed calls'
+    counts only when some failed."""
+    from rich.console import Console
+
+    from lmra.report.console import _run_status
+
+    over = [{"task": "write a story", "n_unlabelled": 3, "n_asked": 3, "share": 1.0},
+            {"task": "all tasks", "n_unlabelled": 5, "n_asked": 6, "share": 5 / 6}]
+    summary = {"run_status": "partial", "failed_share": 0.0, "max_failed_share": 0.05, "max_invalid_share": 0.25,
+               "n_pairs_failed": 0, "n_prompts_classify_failed": 0, "n_prompts_filter_failed": 0,
+               "filter_over_limit": over}
+    console = Console(record=True, width=400)
+    _run_status(console, summary)
+    said = console.export_text()
+    assert said.startswith("Run status: PARTIAL — write a story: the identity filter's LMRA gave no usable answer for "
+                           "3 of 3 prompts (100.0%) (max_invalid_share 0.25); all tasks: the identity filter's LMRA "
+                           "gave no usable answer for 5 of 6 prompts (83.3%)"), said
+    assert "0 pairs failed" not in said and "The tasks named lost prompts" in said
+    console = Console(record=True, width=400)
+    _run_status(console, summary | {"n_prompts_filter_failed": 2, "failed_share": 0.2})
+    said = console.export_text()
+    assert "0 pairs failed, 0 prompts lost to failed classification and 2 to failed identity-filter calls: 20.0%" in said
+    assert "; write a story: the identity filter's LMRA gave no usable answer" in said

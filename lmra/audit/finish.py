@@ -353,7 +353,7 @@ def common_word_names_warning(names: list[str]) -> str | None:
 
 
 #: the start of :func:`emptied_by_filter_warning`'s text (a merge recomputes it, not a shard's)
-EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every audited prompt of "
+EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every prompt it checked of "
 
 
 def emptied_by_filter_warning(removed: list[dict]) -> str | None:
@@ -369,9 +369,10 @@ def emptied_by_filter_warning(removed: list[dict]) -> str | None:
         removed = r.get("n_lexical", 0) + r.get("n_lmra", 0) + lost
         # the rest were never asked (break-it finding: "7 of 7" when prompts_per_task let 2 be asked)
         rest = r["n_prompts"] - removed
-        return (f"{r['task']}: {removed} of {r['n_prompts']} removed (word match {r.get('n_lexical', 0)}, "
+        # (fresh-user finding: "every audited prompt" beside "2 of 7 removed" read as a contradiction)
+        return (f"{r['task']}: all {removed} checked removed (word match {r.get('n_lexical', 0)}, "
                 f"LMRA {r.get('n_lmra', 0)}, unlabelled or failed {lost})"
-                + (f", {rest} not asked (over prompts_per_task)" if rest > 0 else ""))
+                + (f", {rest} more of its {r['n_prompts']} not checked (over prompts_per_task)" if rest > 0 else ""))
 
     said = "; ".join(one(r) for r in gone)
     return (f"{EMPTIED_BY_FILTER_PREFIX}{len(gone)} task(s), which have no rating and whose "

@@ -16,7 +16,8 @@ from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
 from lmra.judge.calibration import NOT_POSITIONAL
 from lmra.runfolder import finite
-from lmra.runstate import invalid_phrase, lost_metrics, partial_advice, partial_because
+from lmra.runstate import (NO_PAIR_SCORED_PREFIX, filter_phrase, invalid_phrase, lost_metrics, partial_advice,
+                            partial_because)
 
 
 def _nan(x) -> bool:
@@ -86,22 +87,25 @@ def _run_status(console: Console, s: dict) -> None:
     if st in (None, "complete") and not s.get("n_pairs_failed") and not partial_because(s):
         return
     share = s.get("failed_share", 0.0)
-    line = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
-            f"failed classification and {s.get('n_prompts_filter_failed', 0)} to failed identity-filter calls: "
-            f"{share:.1%} of the planned pairs (max_failed_share {s.get('max_failed_share', 0):.0%})")
+    calls = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
+             f"failed classification and {s.get('n_prompts_filter_failed', 0)} to failed identity-filter calls: "
+             f"{share:.1%} of the planned pairs (max_failed_share {s.get('max_failed_share', 0):.0%})")
     lost_by_task = [f"{r['task']} {r['n_failed']} of {r['n_prompts']}"
                     for r in s.get("filter_removed") or [] if r.get("n_failed")]
     if lost_by_task:  # the per-task table counts failed pairs only: say which tasks lost prompts
-        line += f" (prompts lost to failed identity-filter calls, per task: {', '.join(lost_by_task)})"
-    metrics = lost_metrics(s)
-    if metrics:  # a secondary metric mostly lost (quality ratings, the second LMRA's)
-        line += "; " + "; ".join(metrics)
-    invalid = [invalid_phrase(d) for d in s.get("invalid_over_limit") or []]
-    if invalid:  # tasks whose LMRA answered too few of their pairs
-        said = f"{'; '.join(invalid)} (max_invalid_share {s.get('max_invalid_share')})"
-        nothing_failed = not (s.get("n_pairs_failed") or s.get("n_prompts_classify_failed")
-                              or s.get("n_prompts_filter_failed") or metrics)
-        line = said if nothing_failed else f"{line}; {said}"
+        calls += f" (prompts lost to failed identity-filter calls, per task: {', '.join(lost_by_task)})"
+    # the causes that apply, the failed calls' counts only when some failed (fresh-user finding: a
+    # run partial because the filter's LMRA labelled nothing read "0 pairs failed, 0 prompts lost
+    # …: 0.0%", then "the tasks named …" without naming any)
+    parts = [calls] if s.get("n_pairs_failed") or s.get("n_prompts_classify_failed") \
+        or s.get("n_prompts_filter_failed") else []
+    parts += lost_metrics(s)  # a secondary metric mostly lost (quality ratings, the second LMRA's)
+    limit = s.get("max_invalid_share")
+    parts += [f"{invalid_phrase(d)} (max_invalid_share {limit})" for d in s.get("invalid_over_limit") or []]
+    parts += [f"{filter_phrase(d)} (max_invalid_share {limit})" for d in s.get("filter_over_limit") or []]
+    if st == "partial":
+        parts += [w for w in s.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)]
+    line = "; ".join(parts) or calls
     if st == "complete":
         console.print(Text(f"Run status: complete — {line}.", style="yellow"))
     else:
