@@ -733,7 +733,11 @@ def _num(x, digits: int = 3) -> str:
 
 
 def _pv(x) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"{x:.3g}"
+    """A p-value in 3 significant digits; one that underflowed to 0 as "< 1e-300" (fresh-user
+    finding: "p = 0")."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return "< 1e-300" if x == 0 else f"{x:.3g}"
 
 
 def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha: float = 0.05,
@@ -824,6 +828,27 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
                          reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat)
 
 
+def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
+    """A note when one run made no fresh chatbot call and drew with the other's seed: its answers
+    are the other's, replayed from the call cache (fresh-user finding: ``lmra compare`` of a
+    same-seed re-run showed "Pearson r = 1.000" as if two nights agreed; ``lmra check`` says it)."""
+    from lmra.comparable import REPLAY_STARTS, comparability_warnings, target_calls
+
+    replays = []
+    for label, run, other in (("A", run_a, run_b), ("B", run_b, run_a)):
+        counts = target_calls(run)
+        if counts is None or counts[0] != 0 or counts[1] <= 0:
+            continue
+        if any(w.startswith(REPLAY_STARTS[0]) for w in comparability_warnings(other, run)):
+            replays.append(f"{label} ({run.run_id})")
+    if not replays:
+        return []
+    return [f"run {' and run '.join(replays)} made no fresh chatbot call and drew with the same seed as the other run: "
+            "the two runs share their chatbot answers (replayed from the call cache), so r and the slope compare the "
+            "same answers rated again (the LMRA's reproducibility), not two nights of the chatbot; give each night "
+            "its own seed (--seed, docs/nightly.md)"]
+
+
 def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
                  comparison: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> RunComparison:
     """Compare two runs' per-task net ratings (see :func:`compare_tables`), with the
@@ -851,6 +876,7 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     from lmra.identity import identity_changes
 
     notes += [f"{line} (A → B)" for line in identity_changes(run_a.manifest, run_b.manifest)]
+    notes += _replay_notes(run_a, run_b)
     return compare_tables(run_a.per_task, run_b.per_task, alpha=alpha, comparison=comparison,
                           label_a=run_a.run_id, label_b=run_b.run_id, notes=tuple(notes),
                           prompts_a=run_a.prompt_scores, prompts_b=run_b.prompt_scores,

@@ -384,3 +384,35 @@ def test_a_slope_that_is_not_identified_is_worded_without_a_missing_estimate_or_
     lines = " ".join(cmp.summary_lines() + list(cmp.notes))
     assert "not identified" in lines and "the estimate — means nothing" not in lines
     assert "too narrow" not in lines
+
+
+def test_compare_of_a_same_seed_replay_says_the_runs_share_their_answers(tmp_path, lmra_cli, capsys, monkeypatch):
+    """Fresh-user finding: `lmra compare` of a night and its same-seed re-run (every chatbot answer
+    replayed from the call cache) showed "Pearson r = 1.000 (p = 0)" with no word that the two
+    runs share their answers; `lmra check` says it. A note now does (in --json too), naming the
+    replayed run, and an underflowed p-value reads "< 1e-300"; two nights of their own seeds get
+    no such note."""
+    import json
+    import shutil
+
+    from lmra.compare import _pv
+
+    monkeypatch.setenv("COLUMNS", "250")
+    rates = {"write a story": 0.1, "career advice": 0.4}
+    a = make_run(tmp_path, "20260101-000000-cmp", rates, seed=1, n_prompts=40)
+    shutil.copy(tmp_path / "cache-20260101-000000-cmp.sqlite", tmp_path / "cache-20260102-000000-cmp.sqlite")
+    b = make_run(tmp_path, "20260102-000000-cmp", rates, seed=1, n_prompts=40)  # all replayed
+    c = make_run(tmp_path, "20260103-000000-cmp", rates, seed=3, n_prompts=40)
+    notes = compare_runs(load_run(a), load_run(b)).notes
+    assert [n for n in notes if "made no fresh chatbot call" in n] == [
+        "run B (20260102-000000-cmp) made no fresh chatbot call and drew with the same seed as the other run: the two "
+        "runs share their chatbot answers (replayed from the call cache), so r and the slope compare the same answers "
+        "rated again (the LMRA's reproducibility), not two nights of the chatbot; give each night its own seed "
+        "(--seed, docs/nightly.md)"]
+    assert any(n.startswith("run A (20260102-000000-cmp) made no fresh") for n in compare_runs(load_run(b), load_run(a)).notes)
+    assert not any("made no fresh chatbot call" in n for n in compare_runs(load_run(a), load_run(c)).notes)
+    assert lmra_cli(["compare", str(a), str(b)]) == 0
+    assert "note: run B (20260102-000000-cmp) made no fresh chatbot call" in " ".join(capsys.readouterr().out.split())
+    assert lmra_cli(["compare", str(a), str(b), "--json"]) == 0
+    assert any("made no fresh chatbot call" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert (_pv(0.0), _pv(0.0123), _pv(float("nan"))) == ("< 1e-300", "0.0123", "—")
