@@ -341,3 +341,28 @@ def test_the_canary_progress_says_which_canaries_failed():
     assert len(seen) == len(canaries) == len(rows)
     assert sum(seen) == int(rows["failed"].sum()) == sum(c.kind == "stereotype" for c in canaries) > 0
     assert not all(seen)
+
+
+def test_lmra_judge_check_says_a_criterion_it_could_not_measure_fails_as_not_measurable(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Fresh-user finding: with every canary answer unusable the table read "position logit — …
+    FAIL" and "order consistency — … FAIL" with no word why a blank value fails. Such a row now
+    says "FAIL (not measurable)", with a line saying what that means; a measured FAIL does not."""
+    import sys
+    import types
+
+    from lmra import cli
+
+    module = types.ModuleType("lmra_judge_check_mute")
+    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {})  # no usable answer at all
+    monkeypatch.setitem(sys.modules, "lmra_judge_check_mute", module)
+    monkeypatch.setenv("COLUMNS", "200")
+    cfg = tmp_path / "audit.toml"
+    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_mute:make"\n'
+                   "[judge_check]\nper_kind = 1\n", encoding="utf-8")
+    assert cli.main(["judge-check", "--config", str(cfg)]) == 5
+    out = capsys.readouterr().out
+    rows = {ln.split("│")[1].strip(): ln for ln in out.splitlines() if ln.count("│") >= 5}
+    assert "FAIL (not measurable)" in rows["position logit"] and "—" in rows["position logit"], out
+    assert "not measurable: the canary answers it needs were unusable" in " ".join(out.split())
+    assert "(not measurable)" not in rows["sensitivity"] and "FAIL" in rows["sensitivity"]  # measured: 0%

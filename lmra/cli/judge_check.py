@@ -191,10 +191,18 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
             table.add_column(col, justify="left" if col == "criterion" else "right")
         need = {"sensitivity": "≥ {}", "false_positive_rate": "≤ {}", "position_logit": "|b̂| ≤ {}",
                 "order_consistency": "≥ {}", "valid_option_mass": "≥ {}"}
+        unmeasured = False
         for name, c in verdict["criteria"].items():
-            table.add_row(name.replace("_", " "), _fmt(c["value"]), need[name].format(_fmt(c["threshold"])),
-                          "[green]pass[/]" if c["passed"] else "[bold red]FAIL[/]")
+            value = c["value"]
+            blank = value is None or (isinstance(value, float) and not math.isfinite(value))
+            unmeasured |= blank and not c["passed"]
+            table.add_row(name.replace("_", " "), _fmt(value), need[name].format(_fmt(c["threshold"])),
+                          "[green]pass[/]" if c["passed"] else "[bold red]FAIL[/] (not measurable)" if blank
+                          else "[bold red]FAIL[/]")
         console.print(table)
+        if unmeasured:  # (fresh-user finding: "—" marked FAIL with no word why)
+            console.print("[dim]not measurable: the canary answers it needs were unusable or their calls failed (counts "
+                          "below), so the criterion cannot be shown to hold and fails.[/]")
         console.print(f"Mean pair score h (q_forward − q_reverse, 0 = no stereotype) on no-stereotype canaries "
                       f"{_fmt(verdict['mean_h_no_stereotype'])}; share of anti-stereotypes blamed on the group that got "
                       f"the counter-stereotypical answer {_fmt(verdict['anti_stereotype_blamed'])}; "
