@@ -13,7 +13,8 @@ from dataclasses import dataclass
 class Progress:
     """Progress callbacks of a run's stages.
 
-    ``start(stage, total)``: a stage begins with ``total`` items (calls, prompts, pairs …);
+    ``start(stage, total)``: a stage begins with ``total`` items (calls, prompts, pairs …) —
+    called again for a stage begun, its total changes (a judge check that stopped early);
     ``advance(stage, failed=False)``: one of its items is done — ``failed`` when it failed (a
     failed call, an unlabelled prompt, a pair not rated), so that a bar that counts every item
     done can also say how many of them failed. The default callbacks do nothing."""

@@ -366,3 +366,112 @@ def test_lmra_judge_check_says_a_criterion_it_could_not_measure_fails_as_not_mea
     assert "FAIL (not measurable)" in rows["position logit"] and "—" in rows["position logit"], out
     assert "not measurable: the canary answers it needs were unusable" in " ".join(out.split())
     assert "(not measurable)" not in rows["sensitivity"] and "FAIL" in rows["sensitivity"]  # measured: 0%
+
+
+def _flaky_judge(p_unusable: float, p_failed: float, seed: int):
+    """A good LMRA (:func:`good`) whose answer to a canary is unusable (no option probability)
+    with probability ``p_unusable`` and whose call fails with ``p_failed`` — drawn per response
+    pair, so both orders of a canary share their fate."""
+    import hashlib
+
+    def draw(r1, r2, salt):
+        key = "|".join(sorted((r1, r2))) + f"|{seed}|{salt}"
+        return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 16 ** 8
+
+    def verdict(r1, r2, group_a, group_b):
+        return {} if draw(r1, r2, "u") < p_unusable else good(r1, r2, group_a, group_b)
+
+    def fail_on(text):
+        return False
+
+    judge = ScriptedJudge(verdict)
+    inner = judge.complete
+
+    async def complete(request):
+        body = request.messages[-1].content
+        if p_failed and draw(body, "", "f") < p_failed:
+            from lmra.providers.base import ProviderError
+
+            raise ProviderError("simulated failure", kind="http_503")
+        return await inner(request)
+
+    judge.complete = complete
+    return judge
+
+
+@pytest.mark.parametrize("p_unusable, p_failed, seed", [(0.0, 0.0, 0), (0.05, 0.02, 1), (0.2, 0.0, 2), (0.35, 0.1, 3),
+                                                        (0.6, 0.0, 4), (1.0, 0.0, 5), (0.0, 1.0, 6)])
+def test_a_judge_check_stops_early_only_when_it_can_no_longer_pass(p_unusable, p_failed, seed):
+    """Fresh-user finding: a judge whose every answer was unusable ran all 200 canary pairs (18 of
+    the night's 20 minutes) before "Judge check FAILED". CheckFutility stops the check once the
+    canaries no combiner can rate (unusable, failed) leave the sensitivity below its threshold or
+    put the false-positive rate above its own, whatever the rest would answer. Simulated on
+    the shipped canaries with injected unusable answers and failed calls at several rates: a
+    stopped check's verdict fails, and so does the same judge's verdict on every canary (the
+    stop changed no verdict); a check that was not stopped rated every canary, the same rows."""
+    from lmra.judge_check import CheckFutility
+
+    canaries = select_canaries(SHIPPED, ["gender", "race"], 10, seed=seed)
+    check, jcfg = JudgeCheckConfig(), JudgeConfig(combiner="min")
+    tpl = load_template("harmful_stereotype", "judge")
+
+    def rated(futility):
+        rows = asyncio.run(rate_canaries(_flaky_judge(p_unusable, p_failed, seed), jcfg, tpl, canaries,
+                                         asyncio.Semaphore(4), futility=futility))
+        return rescore(rows, "min")[0]
+
+    every = rated(None)
+    full = evaluate(every, check, jcfg)
+    futility = CheckFutility(canaries, check)
+    some = rated(futility)
+    if futility.reason is None:
+        assert len(some) == len(canaries) and evaluate(some, check, jcfg)["passed"] == full["passed"]
+        assert sorted(some["id"]) == sorted(every["id"])
+    else:
+        assert len(some) < len(canaries)
+        stopped = futility.stopped_words(len(some))
+        partial = evaluate(some, check, jcfg, stopped=stopped)
+        assert not full["passed"] and not partial["passed"]
+        assert partial["reasons"][0] == stopped and partial["stopped_early"] == stopped
+        assert stopped.startswith(f"stopped after {len(some)} of {len(canaries)} canary pairs (")
+        # the criterion that stopped it fails on the canaries asked too
+        crit = "sensitivity" if futility.reason.startswith("sensitivity") else "false_positive_rate"
+        assert not partial["criteria"][crit]["passed"] and not full["criteria"][crit]["passed"]
+    if p_unusable >= 0.6 or p_failed >= 1.0:  # a hopeless judge stops well before the end
+        assert futility.reason is not None and len(some) <= len(canaries) // 2
+    if p_unusable == 0 and p_failed == 0:  # a judge that answers is never stopped
+        assert futility.reason is None and full["passed"]
+
+
+@pytest.mark.parametrize("stop_when_failed", [True, False])
+def test_an_audit_whose_lmra_cannot_pass_its_check_stops_asking_canaries(tmp_path, sim_inputs, stop_when_failed):
+    """The audit's judge check with an LMRA that gives no usable answer: it stops after a few
+    canaries (the verdict FAILED, its first reason saying where and why it stopped, the progress
+    bar's total brought down to the canaries asked); ``stop_when_failed = false`` rates them all."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.progress import Progress
+
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig.model_validate(dict(
+        name="mute", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path / "out"),
+        cache=str(tmp_path / "c.sqlite"), filter={"lmra": False}, refusal={"enabled": False},
+        judge_check={"enabled": True, "dimensions": ["gender"], "gate": False, "waiver": "test",
+                     "stop_when_failed": stop_when_failed}))
+    planned = len(select_canaries(SHIPPED, ["gender"], 0))
+    starts = []
+    progress = Progress(start=lambda stage, total: starts.append((stage, total)))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Hi."), judge=ScriptedJudge(lambda *a: {}),
+                progress=progress).run()
+    status = res.summary["judge_status"]
+    assert status["status"] == "failed"
+    check_starts = [t for s, t in starts if s == "judge-check"]
+    if stop_when_failed:
+        assert status["n_canaries"] < planned // 4, status["n_canaries"]
+        assert status["reasons"][0].startswith(f"canaries: stopped after {status['n_canaries']} of {planned} canary pairs (")
+        assert check_starts == [planned, status["n_canaries"]]
+    else:
+        assert status["n_canaries"] == planned and check_starts == [planned]
+        assert not any("stopped after" in r for r in status["reasons"])

@@ -54,14 +54,19 @@ class RateStage:
         if not inputs.canaries:
             return pd.DataFrame(), None
         from lmra.judge.calibration import rescore
-        from lmra.judge_check import evaluate, rate_canaries
+        from lmra.judge_check import CheckFutility, evaluate, rate_canaries
 
         self.progress.start("judge-check", len(inputs.canaries))
+        futility = CheckFutility(inputs.canaries, self.cfg.judge_check) if self.cfg.judge_check.stop_when_failed else None
         rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
                                    progress=lambda failed: self.progress.advance("judge-check", failed), run_seed=self.cfg.seed,
-                                   stop=stop)
+                                   stop=stop, futility=futility)
+        stopped = None
+        if futility is not None and len(rows) < len(inputs.canaries):  # stopped early: the bar ends where it stopped
+            self.progress.start("judge-check", len(rows))
+            stopped = futility.stopped_words(len(rows))
         rows, _ = rescore(rows, self.run_combiner()[0])
-        return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge)
+        return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge, stopped=stopped)
 
     # -- stage 5: pairwise LMRA ratings (methodology §2, §3) -------------------------------
     async def _rate(self, prompts: list[PromptRecord], responses: list[Response],

@@ -99,6 +99,9 @@ class _ProgressLog:
             return None
 
     def start(self, stage: str, total: int) -> None:
+        if stage in self.totals:  # started again: its total changed (a judge check that stopped early)
+            self.totals[stage] = total
+            return
         self.totals[stage], self.done[stage], self.failed[stage] = total, 0, 0
         if stage not in self.order:
             self.order.append(stage)
@@ -192,6 +195,12 @@ def _bars(console: Console, log: "_ProgressLog | None"):
 
         def start(stage: str, total: int) -> None:
             show()
+            if stage in ids:  # started again: its total changed (a judge check that stopped early)
+                prog.update(ids[stage], total=total)
+                totals[stage] = total
+                if log is not None:
+                    log.start(stage, total)
+                return
             ids[stage] = prog.add_task(labels.get(stage, stage), total=total)
             totals[stage], done[stage], failed[stage] = total, 0, 0
             if log is not None:

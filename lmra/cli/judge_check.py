@@ -100,7 +100,7 @@ async def _run(cfg, console: Console):
     from lmra.cache import CachedProvider, CallCache, CallStats
     from lmra.judge.calibration import rescore
     from lmra.judge.scoring import resolve_combiner
-    from lmra.judge_check import evaluate, load_canary_set, rate_canaries, select_canaries
+    from lmra.judge_check import CheckFutility, evaluate, load_canary_set, rate_canaries, select_canaries
     from lmra.providers import make_provider
     from lmra.providers.ratelimit import limit_model
     from lmra.templates import load_template
@@ -143,8 +143,9 @@ async def _run(cfg, console: Console):
                   highlight=False)
     try:
         with console.status(f"rating {len(canaries)} canary pairs in both orders"):
+            futility = CheckFutility(canaries, jc) if jc.stop_when_failed else None
             rows = await rate_canaries(judge, cfg.judge, template, canaries,
-                                       asyncio.Semaphore(in_flight))
+                                       asyncio.Semaphore(in_flight), futility=futility)
     finally:
         cache.close()
         close = getattr(raw, "aclose", None)
@@ -152,7 +153,8 @@ async def _run(cfg, console: Console):
             await close()
     combiner = resolve_combiner(cfg.judge.combiner, "logprobs" if raw.supports_logprobs else "sampled")
     rows, _ = rescore(rows, combiner)
-    verdict = evaluate(rows, jc, cfg.judge) | {"combiner": combiner, "judge": {
+    stopped = futility.stopped_words(len(rows)) if futility is not None and len(rows) < len(canaries) else None
+    verdict = evaluate(rows, jc, cfg.judge, stopped=stopped) | {"combiner": combiner, "judge": {
         "provider": raw.name, "model": raw.model_id, "base_url": raw.base_url}, "calls": stats.as_dict()}
     return rows, verdict
 
