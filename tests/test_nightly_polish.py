@@ -542,3 +542,25 @@ def test_a_rate_limit_that_no_night_ends_under_is_warned_about(tmp_path, capsys)
     cfg.write_text(cfg.read_text().replace("requests_per_minute = 0.001", "requests_per_minute = 600"))
     assert main(["validate", str(cfg)]) == 0
     assert "requests_per_minute" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("judge", ["llamacpp", "openai"])
+def test_validate_warns_when_the_configs_judge_check_waiver_is_for_another_lmra(tmp_path, capsys, judge):
+    """Fresh-user finding: a copy of the demo config (gate = false, waiver_judge = "llamacpp")
+    with an openai LMRA was "valid" without a word, and its night exited 5 — the waiver does not
+    apply to another LMRA. lmra validate now says so; the demo's own LMRA gets no warning."""
+    from lmra.cli import main
+    from lmra.resources import resolve_resource
+
+    text = resolve_resource("examples/default.toml", "examples").read_text()
+    if judge == "openai":
+        text = text.replace('[judge]\nprovider = "llamacpp"\n', '[judge]\nprovider = "openai"\nmodel = "gpt-4o-mini"\n'
+                            'api_key_required = false\nbase_url = "http://127.0.0.1:9/v1"\n', 1)
+        assert 'provider = "openai"' in text
+    cfg = tmp_path / "copy.toml"
+    cfg.write_text(text)
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    warned = ("waives a failed check for waiver_judge = 'llamacpp', not for this config's LMRA (openai:gpt-4o-mini): "
+              "the waiver does not apply, so a judge that fails its check makes the audit exit with status 5") in err
+    assert warned == (judge == "openai"), err

@@ -295,7 +295,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
     for line in (_unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg)
-                 + _slow_limit_warnings(cfg, plan)):
+                 + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg)):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -602,6 +602,20 @@ def _judge2_warnings(cfg) -> list[str]:
             "every setting alike): its answers are the first LMRA's (the same calls, from the cache), so the judges "
             "table's agreement is 1 by construction and says nothing about a second judge — name another model in "
             "[judge2], or remove it"]
+
+
+def _waiver_warnings(cfg) -> list[str]:
+    """A warning when the config waives a failed judge check (``gate = false``) for another LMRA
+    than its own (``waiver_judge``): the waiver does not apply, and a failed check exits 5 —
+    said before any call (fresh-user finding: `lmra validate` of a copy of the demo config with an
+    openai judge said "valid", and the night exited 5)."""
+    jc = cfg.judge_check
+    if not jc.enabled or jc.gate or not jc.waiver.strip() or cfg.judge_waiver():
+        return []
+    j = cfg.judge
+    return [f"[judge_check] waives a failed check for waiver_judge = '{jc.waiver_judge}', not for this config's LMRA "
+            f"({j.provider}:{j.model or 'default model'}): the waiver does not apply, so a judge that fails its check "
+            "makes the audit exit with status 5 (docs/config.md, waiver_judge)"]
 
 
 def _canary_warnings(cfg, inputs) -> list[str]:
