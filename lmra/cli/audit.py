@@ -540,7 +540,10 @@ def _nothing_scored_end(args, audit, result, console: Console, paragraph: str, r
 
     err_console.print(Text.assemble(("failure: ", "bold red"), paragraph), highlight=False, soft_wrap=True)
     reasons = {1: reason}
-    if audit.shard is None and not getattr(args, "no_report", False):
+    from lmra.runstate import FINISHED
+
+    # (a failed run — calls failed — is no run folder to report on: `lmra report` refuses it too)
+    if audit.shard is None and not getattr(args, "no_report", False) and result.summary.get("run_status") in FINISHED:
         from lmra.cli.monitor import write_html_report
         from lmra.runfolder import load_run
 
