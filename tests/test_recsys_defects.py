@@ -628,3 +628,25 @@ def test_an_instruction_id_written_as_a_number_and_as_a_string_is_an_input_error
     with pytest.raises(LmraInputError) as err:
         read_lists(path)
     assert "line 1" in str(err.value) and "instruction_id" in str(err.value)
+
+
+@pytest.mark.parametrize("n_instructions", [1, 3])
+def test_snsr_from_one_list_per_value_is_said_to_say_nothing(tmp_path, capsys, monkeypatch, n_instructions):
+    """Fresh-user finding: the CFaiRLLM example printed gender SNSR = 1.000, the largest possible,
+    from one list per value, exit 0, with no word (the README says it in prose). The console now
+    says that a value resting on one instruction makes SNSR/SNSV compare single draws; with
+    three instructions per value it does not."""
+    from lmra.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")
+    rows = []
+    for i in range(n_instructions):
+        rows += [{"instruction_id": f"u{i}", "attribute": "neutral", "value": "", "items": ["a", "b", "c"]},
+                 {"instruction_id": f"u{i}", "attribute": "gender", "value": "a girl", "items": ["a", "b", "c"]},
+                 {"instruction_id": f"u{i}", "attribute": "gender", "value": "a boy", "items": ["x", "y", "z"]}]
+    path = _write_jsonl(tmp_path / "lists.jsonl", rows)
+    assert main(["recsys", "score", "--lists", str(path), "--out", str(tmp_path / "o"), "--k", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    said = "gender: a value's similarity rests on 1 instruction (one list per value): SNSR/SNSV above compare single draws"
+    assert (said in out) == (n_instructions == 1), out[-3000:]
+    assert out.rstrip().endswith("exit status 0")  # (fresh-user finding: recsys named no exit status)

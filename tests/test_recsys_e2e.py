@@ -234,8 +234,9 @@ attributes = ["gender"]
 values = { gender = ["a boy", "a girl"] }
 """, k=3)
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "no sensitive list could be compared with its neutral list: 3 of 3 target calls failed" in err and "connection refused" in err
+    assert out.rstrip().endswith("exit status 1: the run failed: no sensitive list could be scored")
     manifest = json.loads((run_folder(tmp_path / "out") / "manifest.json").read_text())
     assert manifest["status"] == "failed"
     assert manifest["stop_reason"].startswith("no sensitive list could be compared with its neutral list: 3 of 3")

@@ -60,15 +60,18 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
 
 def _nothing_scored_exit(result) -> int:
-    """1 with the reason on stderr when no sensitive list could be scored (status ``failed``), else 0."""
+    """1 with the reason on stderr when no sensitive list could be scored (status ``failed``), else
+    0; either way the final line names the exit status, as ``lmra audit``'s does (fresh-user
+    finding: recsys ended without one)."""
+    from lmra.cli.exits import print_final_status
     from lmra.recsys.scoring import nothing_scored, nothing_scored_message
 
     if not nothing_scored(result.summary):
-        return 0
+        return print_final_status(make_console(), {})
     called = "source" not in result.manifest  # (lmra recsys score: lists read from a file, no call made)
     why = nothing_scored_message(result.summary, result.lists, called=called)
     make_console(stderr=True).print(f"[bold red]failure:[/] {lit(why)}", highlight=False, soft_wrap=True)
-    return 1
+    return print_final_status(make_console(), {1: "the run failed: no sensitive list could be scored"})
 
 
 def cmd_recsys_score(args: argparse.Namespace) -> int:

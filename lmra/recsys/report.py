@@ -200,6 +200,13 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "
                           f"(the others' lists failed or were empty), so SNSR/SNSV are undefined.[/]")
+        for attr, n in wide[wide["attribute"].isin(set(f["attribute"]) - set(few["attribute"]))].groupby(
+                "attribute", sort=False)["n"].min().items():
+            if n < 2:  # (fresh-user finding: SNSR 1.000, the largest possible, from one list per value, exit 0)
+                console.print(f"[yellow]{lit(attr)}: a value's similarity rests on {int(n)} instruction (one list "
+                              "per value): SNSR/SNSV above compare single draws — a value's list may differ from "
+                              "the neutral one by chance — so they say nothing about the attribute's unfairness "
+                              "(no interval; the permutation p, if shown, tests it); use more instructions.[/]")
         left_out = values_without_similarity(similarity if analysis is None or "analysis" not in similarity.columns
                                              else similarity[similarity["analysis"] == analysis], k)
         said: set[str] = set(few["attribute"])
