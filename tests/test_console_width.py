@@ -133,3 +133,50 @@ def test_tables_fit_the_window_on_a_terminal(runs):
     assert any("┃ run" in line for line in lines)  # the table was printed
     assert max(len(line) for line in lines) <= 100
     assert TARGET not in text  # the long model id had to be wrapped to fit
+
+
+def _pty_output(args: list[str], columns: int) -> str:
+    """``lmra ARGS`` on a pseudo-terminal ``columns`` wide: its output without escape codes."""
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "FORCE_TERMINAL", "TTY_COMPATIBLE")}
+    env.update(COLUMNS=str(columns), LINES="50", TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", *args], stdout=slave, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", b"".join(chunks).decode("utf-8"))
+
+
+@pytest.mark.parametrize("columns", [120, 90])
+def test_history_on_a_usual_terminal_keeps_every_column_and_each_net_rating_whole(runs, columns):
+    """Fresh-user finding: in a 120-column terminal `lmra history` squeezed eleven columns, the net
+    rating read "+0.00…" and the check wrapped over 15 lines. Below 160 columns the table leaves
+    out the start time, the models and the pairs' split (said under it), so that every column it
+    keeps is within the window (its right border drawn) and each rating and CI bound is whole."""
+    text = _pty_output(["history", "--reports-dir", str(runs["reports"])], columns)
+    lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= columns and line[-1] in "┓┃┩│┘" for line in table), "\n".join(table)
+    assert "┃ gates" in text.replace("\n", "") or any("gates" in line for line in table)
+    flat = " ".join(text.split())
+    for run in (runs["base"], runs["rise"]):
+        overall = load_run(run).summary["overall"][0]
+        for value in (_fmt(overall["net_rating"]), f"[{_fmt(overall['ci_low'])},", f"{_fmt(overall['ci_high'])}]"):
+            assert value in flat, value
+    assert "…" not in "".join(line.split("│")[4] for line in table if line.startswith("│"))
+    assert TARGET[:20] not in text and "left out below 160 columns" in flat
+
+
+def test_history_on_a_wide_terminal_shows_every_column(runs):
+    text = _pty_output(["history", "--reports-dir", str(runs["reports"])], 250)
+    assert "started" in text and "left out below" not in text and "pin" in text

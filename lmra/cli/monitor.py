@@ -353,25 +353,42 @@ def cmd_history(args: argparse.Namespace) -> int:
     table = Table(title=f"Runs in {lit(path)}", title_justify="left")
     table.add_column("run", no_wrap=True)
     counts = "valid/invalid/failed/refused/unlabelled"  # the five add up to the pairs (break-it: unlabelled were missing)
+    # a terminal narrower than HISTORY_FULL_WIDTH leaves out the start time (the run id holds it) and
+    # the models, and keeps each rating whole (fresh-user finding: at 120 columns the net rating read
+    # "+0.00…" and the check wrapped over 15 lines)
+    narrow = console.is_terminal and console.width < HISTORY_FULL_WIDTH
+    left_out = ("started", "target", "judge", counts, "pin") if narrow else ()  # (a pin is said in the run cell)
     for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]",
                 "regression check", "gates", "pin"):
-        table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
+        if col not in left_out:
+            # (narrow: the check's long words — a baseline's run id — fold, or the table is cut at the right)
+            table.add_column(col, justify="right" if col in ("pairs", counts) else "left",
+                             overflow="fold" if narrow and col == "regression check" else "ellipsis")
     # on a terminal a run's status and comparisons stack in their cells; in a log each row is one
     # line (docs/nightly.md, "Logs"), so that grepping a run id finds its status too
     stack, between = ("\n", "\n") if console.is_terminal else (" ", "; ")
     for r in runs.itertuples():
         ov = overall[overall["run_id"] == r.run_id]
-        net = between.join(f"{lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
-                           for o in ov.itertuples()) or "—"
+        net = between.join(f"{lit(o.comparison)}:{stack if narrow else ' '}{_fmt(o.net_rating)} [{_fmt(o.ci_low)}, "
+                           f"{_fmt(o.ci_high)}]" for o in ov.itertuples()) or "—"
         run_cell = (lit(r.run_id) if (r.status or "complete") == "complete"
                     else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]")
-        table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
-                      _judge_cell(r.judge_status), _count(r.n_pairs_total),
-                      "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
-                                                   getattr(r, "n_unlabelled", None))),
-                      net, _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
-                      _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
+        split = "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
+                                             getattr(r, "n_unlabelled", None)))
+        if narrow:
+            table.add_row(run_cell + ("\npinned" if r.pinned else ""), _judge_cell(r.judge_status),
+                          _count(r.n_pairs_total), net, _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
+                          _gates_cell(verdicts[r.run_id]["gates"], between))
+        else:
+            table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
+                          _judge_cell(r.judge_status), _count(r.n_pairs_total), split, net,
+                          _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
+                          _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
     console.print(table)
+    if narrow:
+        console.print(f"[dim]Start times, models and the pairs' valid/invalid/failed/refused/unlabelled split are "
+                      f"left out below {HISTORY_FULL_WIDTH} columns (a wider window, 'lmra history --json' or 'lmra "
+                      "history | cat' show them).[/]")
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
                   "own check, else the latest); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
@@ -392,6 +409,10 @@ def _print_not_finished(console: Console, unfinished: list[dict]) -> None:
     for r in unfinished[-NOT_FINISHED_SHOWN:]:
         console.print(Text(f"  {r['run_id']}: {not_finished_words(r)}"))
 
+
+#: terminal columns from which lmra history's table shows every column (narrower: no start time,
+#: models and pair split; the pin in the run's cell; whole net ratings)
+HISTORY_FULL_WIDTH = 160
 
 #: run folders that did not finish listed below lmra history's table (the newest)
 NOT_FINISHED_SHOWN = 10
