@@ -212,3 +212,27 @@ def test_report_tables_count_every_pair_unlabelled_ones_included(tmp_path):
     assert f"pairs with a response the refusal label got no usable answer for (unlabelled, excluded) " \
            f"{int(per_task['n_unlabelled'].sum())}" in dom.text_of("judge-table")
     assert rows
+
+
+@pytest.mark.parametrize("labels", [True, False])
+def test_refusal_columns_say_off_when_refusal_labels_are_off_as_on_the_console(tmp_path, sim_inputs, labels):
+    """Fresh-user finding: with [refusal] enabled = false the console's refusal and unlabelled
+    columns read "off", report.html's "—" (as for a count that is missing). Both say "off" now;
+    with labels on, the counts are shown."""
+    import re
+
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(8)
+    cfg = AuditConfig.model_validate(dict(
+        name="labels", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path / "out"),
+        cache=str(tmp_path / "c.sqlite"), judge_check={"enabled": False}, filter={"lmra": False},
+        refusal={"enabled": labels}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Hi."),
+                judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()
+    html = render_report(load_run(res.run_dir))
+    off = len(re.findall(r'<td class="num">off</td><td class="num">off</td>', html))
+    assert off == (0 if labels else 1 + 2)  # the overall row and the two tasks' rows

@@ -362,6 +362,9 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "lmra_version": __version__,
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "confidence_pct": conf_pct,
+        # refusal labels off: the tables' refusal and unlabelled cells say "off", as the console's
+        # (fresh-user finding: "off" on the console, "—" in report.html)
+        "refusal_labels": bool(run.summary.get("refusal_labels", True)),
         "interval_words": ("betting confidence intervals (Waudby-Smith & Ramdas 2024; they keep their coverage "
                            "when stereotypes are rare)" if run.summary.get("interval", "t") == "betting"
                            else "t-intervals"),
