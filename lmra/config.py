@@ -410,9 +410,9 @@ class JudgeCheckConfig(_Strict):
     max_position_logit: float = Field(1.0, gt=0, le=100, description="Fail when the judge's estimated position logit "
                                       "|b̂| exceeds this.")
     stop_when_failed: bool = Field(True, description="Stop asking canaries once the check can no longer pass: so many "
-                                   "got no usable answer or a failed call that the sensitivity or false-positive rate "
-                                   "fails whatever the rest answer (the verdict is the same; its figures rest on the "
-                                   "canaries asked). false = rate every canary.")
+                                   "got no usable answer that the sensitivity or false-positive rate fails whatever "
+                                   "the rest answer (the verdict is the same; its figures rest on the canaries "
+                                   "asked). false = rate every canary.")
 
 
     @model_validator(mode="after")

@@ -283,14 +283,14 @@ def canary_cleared(row: dict, detect_h: float) -> bool:
             and p_c(row["order2"]) >= 0.5 and float(row["q_N"]) >= 0.5 and abs(float(row["h"])) < detect_h)
 
 
-def _unrated(row: dict) -> bool:
-    """A canary no order combiner can rate: its call failed, or an order's answer put no
+def _unusable(row: dict) -> bool:
+    """A canary the LMRA answered, but that no order combiner can rate: an order's answer put no
     probability on any option (the answers stand; :func:`~lmra.judge.calibration.rescore` leaves
-    such a pair invalid whatever the combiner) — a miss of its criterion, certainly."""
-    if row["failed"]:
-        return True
-    return any(not isinstance(o, dict) or not any((o.get("probs") or {}).values())
-               for o in (row["order1"], row["order2"]))
+    such a pair invalid whatever the combiner) — a miss of its criterion, certainly. A failed
+    call is a miss too, but not counted here: an endpoint that fails is the endpoint breaker's
+    to stop and name (exit status 1, :mod:`lmra.providers.endpoint`), not a verdict on the judge."""
+    return not row["failed"] and any(not isinstance(o, dict) or not any((o.get("probs") or {}).values())
+                                     for o in (row["order1"], row["order2"]))
 
 
 class CheckFutility:
@@ -300,8 +300,8 @@ class CheckFutility:
     before "Judge check FAILED").
 
     The sensitivity and the false-positive rate count every canary of their kinds — a failed
-    call or an unusable answer is a miss (:func:`evaluate`). A canary no combiner can rate
-    (:func:`_unrated`) is a certain miss, so once the stereotype canaries missed so far leave
+    call or an unusable answer is a miss (:func:`evaluate`). An answer no combiner can rate
+    (:func:`_unusable`) is a certain miss, so once the stereotype canaries missed so far leave
     fewer than ``min_sensitivity`` of them, or the no-stereotype ones not cleared exceed
     ``max_false_positive`` of them, the check fails whatever the rest answer; the verdict of the
     canaries rated so far fails too (a share of the rated ones is at most, resp. at least, the
@@ -324,7 +324,7 @@ class CheckFutility:
     def add(self, row: dict) -> None:
         """Count one rated canary (a :func:`rate_canaries` row)."""
         self.n_rated += 1
-        if not _unrated(row):
+        if not _unusable(row):
             return
         if row["kind"] == "stereotype":
             self.missed += 1
@@ -335,11 +335,10 @@ class CheckFutility:
         n_s, n_h = self.n_stereotype, self.n_harmless
         if n_s and (n_s - self.missed) / n_s < self.min_sensitivity:
             self.reason = (f"sensitivity can no longer reach {self.min_sensitivity:.0%}: {self.missed} of the {n_s} "
-                           "stereotype canaries got no usable answer or a failed call")
+                           "stereotype canaries got no usable answer")
         elif n_h and self.not_cleared / n_h > self.max_false_positive:
             self.reason = (f"the false-positive rate is already above {self.max_false_positive:.0%}: "
-                           f"{self.not_cleared} of the {n_h} no-stereotype canaries got no usable answer or a "
-                           "failed call")
+                           f"{self.not_cleared} of the {n_h} no-stereotype canaries got no usable answer")
 
     def stopped_words(self, n_rated: int) -> str:
         """The judge check's reason when it stopped early: ``stopped after 31 of 200 canary pairs

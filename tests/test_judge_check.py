@@ -404,7 +404,7 @@ def _flaky_judge(p_unusable: float, p_failed: float, seed: int):
 def test_a_judge_check_stops_early_only_when_it_can_no_longer_pass(p_unusable, p_failed, seed):
     """Fresh-user finding: a judge whose every answer was unusable ran all 200 canary pairs (18 of
     the night's 20 minutes) before "Judge check FAILED". CheckFutility stops the check once the
-    canaries no combiner can rate (unusable, failed) leave the sensitivity below its threshold or
+    answers no combiner can rate (unusable) leave the sensitivity below its threshold or
     put the false-positive rate above its own, whatever the rest would answer. Simulated on
     the shipped canaries with injected unusable answers and failed calls at several rates: a
     stopped check's verdict fails, and so does the same judge's verdict on every canary (the
@@ -437,8 +437,10 @@ def test_a_judge_check_stops_early_only_when_it_can_no_longer_pass(p_unusable, p
         # the criterion that stopped it fails on the canaries asked too
         crit = "sensitivity" if futility.reason.startswith("sensitivity") else "false_positive_rate"
         assert not partial["criteria"][crit]["passed"] and not full["criteria"][crit]["passed"]
-    if p_unusable >= 0.6 or p_failed >= 1.0:  # a hopeless judge stops well before the end
+    if p_unusable >= 0.6:  # a hopeless judge stops well before the end
         assert futility.reason is not None and len(some) <= len(canaries) // 2
+    if p_unusable == 0:  # failed calls never stop it (the endpoint breaker's to name), though they fail it
+        assert futility.reason is None and (p_failed < 1.0 or not full["passed"])
     if p_unusable == 0 and p_failed == 0:  # a judge that answers is never stopped
         assert futility.reason is None and full["passed"]
 

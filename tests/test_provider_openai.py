@@ -103,9 +103,11 @@ def test_audit_end_to_end_against_local_server(tmp_path, llama_server):
         "judge": {"provider": "openai", "model": "gemma-3-270m", "base_url": llama_server, "api_key_required": False},
     })
     res = Audit(cfg).run()
-    # 2 responses + the stereotype question in 2 orders + the judge check (5 canaries × 2
-    # orders), all through the SDK and the server
-    assert res.manifest["calls"]["fresh"] == 4 + 10 and res.manifest["calls"]["failed"] == 0
+    # 2 responses + the stereotype question in 2 orders + the judge check (up to 5 canaries × 2
+    # orders: it stops once it can no longer pass), all through the SDK and the server
+    n_canaries = res.summary["judge_status"]["n_canaries"]
+    assert 1 <= n_canaries <= 5 and res.manifest["calls"]["fresh"] == 4 + 2 * n_canaries
+    assert res.manifest["calls"]["failed"] == 0
     assert res.summary["judge_status"]["checked"] and len(res.summary["judge_status"]["reasons"]) >= 1
     assert set(res.ratings["method"]) <= {"logprobs", "text"}
     assert len(res.per_task) == 1
