@@ -445,7 +445,12 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig, *,
     return {
         "passed": passed, "status": "passed" if passed else "failed", "reasons": reasons, "notes": notes,
         "stopped_early": stopped,
-        "criteria": {k: {"value": v, "threshold": t, "passed": bool(p)} for k, (v, t, p) in crit.items()},
+        # not_asked: a check that stopped before any canary of the criterion's kind (break-it finding:
+        # shown as a failure a full check would not have)
+        "criteria": {k: {"value": v, "threshold": t, "passed": bool(p),
+                         "not_asked": bool(stopped) and not len({"sensitivity": st, "false_positive_rate": harmless}
+                                                                .get(k, rows))}
+                     for k, (v, t, p) in crit.items()},
         "sensitivity": sensitivity, "false_positive_rate": fpr,
         "mean_h_no_stereotype": float(ns["h"].astype(float).mean()) if len(ns) else math.nan,
         "anti_stereotype_blamed": float((anti["h"].astype(float) >= d).mean()) if len(anti) else math.nan,

@@ -386,8 +386,9 @@ def _text(path: Path, data: bytes) -> str:
 def _read_json(path: Path, data: bytes | None = None) -> dict:
     try:
         return json.loads(_text(path, data) if data is not None else path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LmraInputError(f"not valid JSON ({exc.msg})", file=path, line=exc.lineno) from None
+    except json.JSONDecodeError as exc:  # (break-it finding: no advice, unlike the other damaged shapes)
+        raise LmraInputError(f"not valid JSON ({exc.msg}): the file was edited or damaged after the run; restore it, "
+                             "or re-run the audit", file=path, line=exc.lineno) from None
 
 
 #: fields of ``manifest.json`` / ``summary.json`` that commands read as a JSON object (dict),
@@ -447,7 +448,10 @@ def load_run(path: str | Path) -> RunFolder:
         why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
                       "holds the folder's lock); run the same audit again to finish from the cache",
                "running": "an audit is still writing it"}.get(status or "", "")
-        what = f"missing {', '.join(missing)}" if missing else "the run did not finish"
+        what = (f"missing {', '.join(missing)}" if missing
+                # (break-it finding: a run that ended failed read "did not finish")
+                else "the run failed: no pair was scored (its manifest's stop_reason says why)" if status == "failed"
+                else "the run did not finish")
         raise LmraInputError(f"not a finished lmra run folder (manifest status: {status or 'no manifest'}): {what}"
                              + (f"; {why}" if why else ""), file=p / "manifest.json" if status else p)
     from lmra.digests import read_manifest, verify

@@ -477,3 +477,41 @@ def test_an_audit_whose_lmra_cannot_pass_its_check_stops_asking_canaries(tmp_pat
     else:
         assert status["n_canaries"] == planned and check_starts == [planned]
         assert not any("stopped after" in r for r in status["reasons"])
+
+
+def test_a_criterion_whose_canaries_a_stopped_check_never_asked_is_marked_not_asked(capsys, monkeypatch, tmp_path):
+    """Break-it finding: a check that stopped before any no-stereotype canary showed the
+    false-positive rate as "FAIL (not measurable)" — a failure the full check would not have.
+    Such a criterion is marked ``not_asked`` (JSON) and "not asked (stopped)" (console); the
+    verdict fails by the stop either way."""
+    import sys
+    import types
+
+    from lmra import cli
+    from lmra.judge_check import CheckFutility
+
+    stereo = [c for c in select_canaries(SHIPPED, ["gender"], 0) if c.kind == "stereotype"]
+    harmless = [c for c in select_canaries(SHIPPED, ["gender"], 0) if c.kind in ("benign", "identical")]
+    canaries = stereo + harmless  # every stereotype canary first: the stop comes before any harmless one
+    check = JudgeCheckConfig()
+    futility = CheckFutility(canaries, check)
+    rows = asyncio.run(rate_canaries(ScriptedJudge(lambda *a: {}), JudgeConfig(combiner="min"),
+                                     load_template("harmful_stereotype", "judge"), canaries, asyncio.Semaphore(2),
+                                     futility=futility))
+    assert futility.reason is not None and set(rows["kind"]) == {"stereotype"}
+    v = evaluate(rescore(rows, "min")[0], check, JudgeConfig(combiner="min"), stopped=futility.stopped_words(len(rows)))
+    assert v["criteria"]["false_positive_rate"]["not_asked"] and not v["criteria"]["sensitivity"]["not_asked"]
+    assert not v["passed"]
+    full = evaluate(rescore(rows, "min")[0], check, JudgeConfig(combiner="min"))  # not stopped: no such mark
+    assert not any(c["not_asked"] for c in full["criteria"].values())
+    # the console of lmra judge-check (shipped order, all unusable): the early line says it stopped
+    module = types.ModuleType("lmra_judge_check_mute2")
+    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {})
+    monkeypatch.setitem(sys.modules, "lmra_judge_check_mute2", module)
+    monkeypatch.setenv("COLUMNS", "250")
+    cfg = tmp_path / "audit.toml"
+    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_mute2:make"\n'
+                   '[judge_check]\ndimensions = ["gender"]\n', encoding="utf-8")
+    assert cli.main(["judge-check", "--config", str(cfg)]) == 5
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Judge check FAILED: stopped after" in out and "it could no longer pass" in out

@@ -624,10 +624,11 @@ def test_an_instruction_id_written_as_a_number_and_as_a_string_is_an_input_error
                         {"instruction_id": 7, "attribute": "gender", "value": "a girl", "items": ["1917"]}])
     lists = read_lists(path)
     assert list(lists["instruction_id"]) == ["7", "7"] and lists["compare"].iloc[0][1] == lists["compare"].iloc[1][0]
-    _write_jsonl(path, [{"instruction_id": True, "attribute": "neutral", "value": "", "items": ["b"]}])
-    with pytest.raises(LmraInputError) as err:
-        read_lists(path)
-    assert "line 1" in str(err.value) and "instruction_id" in str(err.value)
+    for bad, shown in ((True, "true"), (1.0, "1.0"), ([1], "[1]")):  # (break-it: read "missing or empty")
+        _write_jsonl(path, [{"instruction_id": bad, "attribute": "neutral", "value": "", "items": ["b"]}])
+        with pytest.raises(LmraInputError) as err:
+            read_lists(path)
+        assert "line 1" in str(err.value) and f"expected a string or an integer, got {shown}" in str(err.value)
 
 
 @pytest.mark.parametrize("n_instructions", [1, 3])

@@ -471,6 +471,7 @@ provider = "mute_provider:make"
     said = " ".join(text.split())
     assert code == 1 and "Traceback" not in text, said[-3000:]
     assert "no pair could be scored (no refusal label) (takes precedence over 5: the judge failed validation)" in said
+    assert "canary pairs (it stopped: it could no longer pass)" in said  # (the check's early line says it stopped)
     run_dir = next((tmp_path / "reports").glob("*-mute"))
     report = run_dir / "report.html"
     assert report.is_file() and "HTML report: " in said

@@ -49,6 +49,10 @@ CASES = {
     "manifest array": ("manifest.json", lambda r: "[1, 2]", "manifest.json: is a JSON list, not the object"),
     # break-it finding: a damaged manifest read "not a finished lmra run folder … the run did not finish"
     "manifest truncated": ("manifest.json", lambda r: '{"status": "complete"', "manifest.json, line 1: not valid JSON"),
+    "manifest truncated advice": ("manifest.json", lambda r: '{"status": "complete"', "damaged after the run; restore it"),
+    # break-it finding: a run that ended failed read "the run did not finish"
+    "manifest of a failed run": ("manifest.json", lambda r: _manifest_with(r, status="failed"),
+                                 "(manifest status: failed): the run failed: no pair was scored"),
     "manifest status number": ("manifest.json", lambda r: _manifest_with(r, status=3),
                                "field 'status': not a JSON string"),
     "manifest calls text": ("manifest.json", lambda r: _manifest_with(r, calls="x"), "field 'calls': not a JSON object"),

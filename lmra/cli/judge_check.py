@@ -194,17 +194,21 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
         need = {"sensitivity": "≥ {}", "false_positive_rate": "≤ {}", "position_logit": "|b̂| ≤ {}",
                 "order_consistency": "≥ {}", "valid_option_mass": "≥ {}"}
         unmeasured = False
+        stopped = bool(verdict.get("stopped_early"))
         for name, c in verdict["criteria"].items():
             value = c["value"]
             blank = value is None or (isinstance(value, float) and not math.isfinite(value))
-            unmeasured |= blank and not c["passed"]
+            unmeasured |= blank and not c["passed"] and not c.get("not_asked")
             table.add_row(name.replace("_", " "), _fmt(value), need[name].format(_fmt(c["threshold"])),
-                          "[green]pass[/]" if c["passed"] else "[bold red]FAIL[/] (not measurable)" if blank
-                          else "[bold red]FAIL[/]")
+                          "[green]pass[/]" if c["passed"] else "not asked (stopped)" if c.get("not_asked")
+                          else "[bold red]FAIL[/] (not measurable)" if blank else "[bold red]FAIL[/]")
         console.print(table)
         if unmeasured:  # (fresh-user finding: "—" marked FAIL with no word why)
             console.print("[dim]not measurable: the canary answers it needs were unusable or their calls failed (counts "
                           "below), so the criterion cannot be shown to hold and fails.[/]")
+        if stopped:  # (break-it finding: a criterion a full check passes read as failed)
+            console.print(f"[dim]{lit(verdict['stopped_early'])}; not asked: no canary of the criterion's kind was "
+                          "asked before it stopped (the verdict fails either way).[/]")
         console.print(f"Mean pair score h (q_forward − q_reverse, 0 = no stereotype) on no-stereotype canaries "
                       f"{_fmt(verdict['mean_h_no_stereotype'])}; share of anti-stereotypes blamed on the group that got "
                       f"the counter-stereotypical answer {_fmt(verdict['anti_stereotype_blamed'])}; "

@@ -3,6 +3,8 @@ score it (``lmra recsys score --lists``) with the metrics of :mod:`lmra.recsys.s
 
 from __future__ import annotations
 
+import json
+
 import unicodedata
 from pathlib import Path
 
@@ -60,8 +62,12 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     id_written: dict[str, tuple[type, int]] = {}  # instruction id → (JSON type it was first written as, line)
     for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
-            if type(obj.get(f)) not in (str, int) or str(obj.get(f)).strip() == "":  # (true is no id)
+            value = obj.get(f)
+            if value is None or (isinstance(value, str) and not value.strip()):
                 raise LmraInputError("missing or empty (expected a string)", file=p, line=lineno, field=f)
+            if type(value) not in (str, int):  # (true, 1.0, a list: break-it finding, it read "missing or empty")
+                raise LmraInputError(f"expected a string or an integer, got {json.dumps(value)}", file=p,
+                                     line=lineno, field=f)
         iid_type = type(obj["instruction_id"])
         obj["instruction_id"], obj["attribute"] = str(obj["instruction_id"]), str(obj["attribute"])
         first_type, first_line = id_written.setdefault(obj["instruction_id"], (iid_type, lineno))
