@@ -418,14 +418,15 @@ def lost_metrics(summary: dict) -> list[str]:
 NO_PAIR_SCORED_PREFIX = "no pair could be scored, so there is no stereotype rate"
 
 
-def partial_because(summary: dict) -> list[str]:
+def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
     """What a finished run lost beyond ``max_failed_share``: its pairs (``failed_share``,
-    ``"12.5% of the planned pairs lost to failed calls"``), :func:`lost_metrics`, and the tasks
+    ``"12.5% of the planned pairs lost to failed calls"``; left out with ``pairs`` False, for a
+    caller that counts them itself), :func:`lost_metrics`, and the tasks
     over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`;
     ``filter_over_limit``, :func:`filter_phrase`), and, in a partial run, the warning that no
     pair could be scored; empty when nothing was."""
-    pairs = [f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"] \
-        if _pairs_lost(summary) else []
+    lost = [f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"] \
+        if pairs and _pairs_lost(summary) else []
     limit = summary.get("max_invalid_share")
     invalid = [f"{invalid_phrase(d)}, above max_invalid_share = {limit:g}"
                for d in summary.get("invalid_over_limit") or []]
@@ -433,7 +434,7 @@ def partial_because(summary: dict) -> list[str]:
                   for d in summary.get("filter_over_limit") or []]
     none = [w for w in summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)] \
         if summary.get("run_status") == PARTIAL else []
-    return pairs + lost_metrics(summary) + invalid + unfiltered + none
+    return lost + lost_metrics(summary) + invalid + unfiltered + none
 
 
 def _pairs_lost(summary: dict) -> bool:

@@ -251,8 +251,8 @@ def test_the_console_run_status_of_a_run_partial_by_its_identity_filter_names_th
     _run_status(console, summary)
     said = console.export_text()
     assert said.startswith("Run status: PARTIAL — write a story: the identity filter's LMRA gave no usable answer for "
-                           "3 of 3 prompts (100.0%) (max_invalid_share 0.25); all tasks: the identity filter's LMRA "
-                           "gave no usable answer for 5 of 6 prompts (83.3%)"), said
+                           "3 of 3 prompts (100.0%), above max_invalid_share = 0.25; all tasks: the identity filter's "
+                           "LMRA gave no usable answer for 5 of 6 prompts (83.3%)"), said
     assert "0 pairs failed" not in said and "The tasks named lost prompts" in said
     console = Console(record=True, width=400)
     _run_status(console, summary | {"n_prompts_filter_failed": 2, "failed_share": 0.2})

@@ -16,8 +16,7 @@ from lmra.console import counted, lit, percent_level
 from lmra.diagnostics import flagged_warning
 from lmra.judge.calibration import NOT_POSITIONAL
 from lmra.runfolder import finite
-from lmra.runstate import (NO_PAIR_SCORED_PREFIX, filter_phrase, invalid_phrase, lost_metrics, partial_advice,
-                            partial_because)
+from lmra.runstate import partial_advice, partial_because
 
 
 def _nan(x) -> bool:
@@ -94,18 +93,12 @@ def _run_status(console: Console, s: dict) -> None:
                     for r in s.get("filter_removed") or [] if r.get("n_failed")]
     if lost_by_task:  # the per-task table counts failed pairs only: say which tasks lost prompts
         calls += f" (prompts lost to failed identity-filter calls, per task: {', '.join(lost_by_task)})"
-    # the causes that apply, the failed calls' counts only when some failed (fresh-user finding: a
-    # run partial because the filter's LMRA labelled nothing read "0 pairs failed, 0 prompts lost
-    # …: 0.0%", then "the tasks named …" without naming any)
+    # the failed calls' counts when some failed, then the other causes as report.html says them
+    # (fresh-user finding: a run partial because the filter's LMRA labelled nothing read "0 pairs
+    # failed, 0 prompts lost …: 0.0%", then "the tasks named …" without naming any)
     parts = [calls] if s.get("n_pairs_failed") or s.get("n_prompts_classify_failed") \
         or s.get("n_prompts_filter_failed") else []
-    parts += lost_metrics(s)  # a secondary metric mostly lost (quality ratings, the second LMRA's)
-    limit = s.get("max_invalid_share")
-    parts += [f"{invalid_phrase(d)} (max_invalid_share {limit})" for d in s.get("invalid_over_limit") or []]
-    parts += [f"{filter_phrase(d)} (max_invalid_share {limit})" for d in s.get("filter_over_limit") or []]
-    if st == "partial":
-        parts += [w for w in s.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)]
-    line = "; ".join(parts) or calls
+    line = "; ".join(parts + partial_because(s, pairs=False)) or calls
     if st == "complete":
         console.print(Text(f"Run status: complete — {line}.", style="yellow"))
     else:
