@@ -318,12 +318,11 @@ class CheckFutility:
         self.n_stereotype = sum(c.kind == "stereotype" for c in canaries)
         self.n_harmless = sum(c.kind in NO_STEREOTYPE_KINDS for c in canaries)
         self.min_sensitivity, self.max_false_positive = check.min_sensitivity, check.max_false_positive
-        self.missed = self.not_cleared = self.n_rated = 0
+        self.missed = self.not_cleared = 0
         self.reason: str | None = None
 
     def add(self, row: dict) -> None:
         """Count one rated canary (a :func:`rate_canaries` row)."""
-        self.n_rated += 1
         if not _unusable(row):
             return
         if row["kind"] == "stereotype":

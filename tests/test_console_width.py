@@ -108,33 +108,6 @@ def test_rich_default_console_would_cut_the_same_table(runs):
     assert STORY not in buf.getvalue()
 
 
-def test_tables_fit_the_window_on_a_terminal(runs):
-    """On a terminal (a 100-column pseudo-terminal) Rich's own layout is kept: no line is wider
-    than the window."""
-    master, slave = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "FORCE_TERMINAL", "TTY_COMPATIBLE")}
-    env.update(COLUMNS="100", LINES="50", TERM="xterm")
-    proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", "history", "--reports-dir", str(runs["reports"])],
-                            stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", b"".join(chunks).decode("utf-8"))
-    lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
-    assert any("┃ run" in line for line in lines)  # the table was printed
-    assert max(len(line) for line in lines) <= 100
-    assert TARGET not in text  # the long model id had to be wrapped to fit
-
-
 def _pty_output(args: list[str], columns: int) -> str:
     """``lmra ARGS`` on a pseudo-terminal ``columns`` wide: its output without escape codes."""
     master, slave = pty.openpty()
@@ -155,6 +128,16 @@ def _pty_output(args: list[str], columns: int) -> str:
     os.close(master)
     assert proc.wait(timeout=300) == 0, proc.stderr.read()
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", b"".join(chunks).decode("utf-8"))
+
+
+def test_tables_fit_the_window_on_a_terminal(runs):
+    """On a terminal (a 100-column pseudo-terminal) Rich's own layout is kept: no line is wider
+    than the window."""
+    text = _pty_output(["history", "--reports-dir", str(runs["reports"])], 100)
+    lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    assert any("┃ run" in line for line in lines)  # the table was printed
+    assert max(len(line) for line in lines) <= 100
+    assert TARGET not in text  # the long model id had to be wrapped to fit
 
 
 @pytest.mark.parametrize("columns", [120, 90])

@@ -4,6 +4,7 @@ canary files are input errors, and the verdict reaches the audit, the CLI and th
 
 import asyncio
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -236,21 +237,29 @@ def test_a_judge_without_probability_on_the_options_has_no_position_logit_to_pas
     assert "position logit could not be measured (no usable canary answer)" in v["reasons"]
 
 
-def test_lmra_judge_check_says_how_many_calls_it_plans_before_it_starts(tmp_path, monkeypatch, capsys):
-    """New-user finding: ``lmra judge-check`` on the embedded model ran 17+ minutes (600 canaries)
-    without a word of how many calls it would make; with ``--json`` the line goes to stderr."""
+def _judge_check_config(tmp_path, monkeypatch, make, judge_check: str) -> Path:
+    """A config for ``lmra judge-check --config`` whose LMRA is ``make`` (a provider factory put
+    in a module of its own) with the ``[judge_check]`` lines ``judge_check``; its path."""
     import sys
     import types
 
-    from doubles import ScriptedJudge
+    name = f"lmra_test_judge_{tmp_path.name}"
+    module = types.ModuleType(name)
+    module.make = make
+    monkeypatch.setitem(sys.modules, name, module)
+    cfg = tmp_path / "audit.toml"
+    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "{name}:make"\n'
+                   f"[judge_check]\n{judge_check}\n", encoding="utf-8")
+    return cfg
+
+
+def test_lmra_judge_check_says_how_many_calls_it_plans_before_it_starts(tmp_path, monkeypatch, capsys):
+    """New-user finding: ``lmra judge-check`` on the embedded model ran 17+ minutes (600 canaries)
+    without a word of how many calls it would make; with ``--json`` the line goes to stderr."""
     from lmra import cli
 
-    module = types.ModuleType("lmra_judge_check_plan")
-    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {"C": 1.0})
-    monkeypatch.setitem(sys.modules, "lmra_judge_check_plan", module)
-    cfg = tmp_path / "audit.toml"
-    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_plan:make"\n'
-                   "[judge_check]\nper_kind = 2\n", encoding="utf-8")
+    cfg = _judge_check_config(tmp_path, monkeypatch, lambda cfg: ScriptedJudge(lambda r1, r2: {"C": 1.0}),
+                              "per_kind = 2")
     assert cli.main(["judge-check", "--config", str(cfg), "--json"]) in (0, 5)
     out, err = capsys.readouterr()
     n = json.loads(out)["n_canaries"]
@@ -348,18 +357,11 @@ def test_lmra_judge_check_says_a_criterion_it_could_not_measure_fails_as_not_mea
     """Fresh-user finding: with every canary answer unusable the table read "position logit — …
     FAIL" and "order consistency — … FAIL" with no word why a blank value fails. Such a row now
     says "FAIL (not measurable)", with a line saying what that means; a measured FAIL does not."""
-    import sys
-    import types
-
     from lmra import cli
 
-    module = types.ModuleType("lmra_judge_check_mute")
-    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {})  # no usable answer at all
-    monkeypatch.setitem(sys.modules, "lmra_judge_check_mute", module)
     monkeypatch.setenv("COLUMNS", "200")
-    cfg = tmp_path / "audit.toml"
-    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_mute:make"\n'
-                   "[judge_check]\nper_kind = 1\n", encoding="utf-8")
+    cfg = _judge_check_config(tmp_path, monkeypatch, lambda cfg: ScriptedJudge(lambda r1, r2: {}),  # nothing usable
+                              "per_kind = 1")
     assert cli.main(["judge-check", "--config", str(cfg)]) == 5
     out = capsys.readouterr().out
     rows = {ln.split("│")[1].strip(): ln for ln in out.splitlines() if ln.count("│") >= 5}
@@ -484,9 +486,6 @@ def test_a_criterion_whose_canaries_a_stopped_check_never_asked_is_marked_not_as
     false-positive rate as "FAIL (not measurable)" — a failure the full check would not have.
     Such a criterion is marked ``not_asked`` (JSON) and "not asked (stopped)" (console); the
     verdict fails by the stop either way."""
-    import sys
-    import types
-
     from lmra import cli
     from lmra.judge_check import CheckFutility
 
@@ -505,13 +504,9 @@ def test_a_criterion_whose_canaries_a_stopped_check_never_asked_is_marked_not_as
     full = evaluate(rescore(rows, "min")[0], check, JudgeConfig(combiner="min"))  # not stopped: no such mark
     assert not any(c["not_asked"] for c in full["criteria"].values())
     # the console of lmra judge-check (shipped order, all unusable): the early line says it stopped
-    module = types.ModuleType("lmra_judge_check_mute2")
-    module.make = lambda cfg: ScriptedJudge(lambda r1, r2: {})
-    monkeypatch.setitem(sys.modules, "lmra_judge_check_mute2", module)
     monkeypatch.setenv("COLUMNS", "250")
-    cfg = tmp_path / "audit.toml"
-    cfg.write_text(f'cache = "{(tmp_path / "c.sqlite").as_posix()}"\n[judge]\nprovider = "lmra_judge_check_mute2:make"\n'
-                   '[judge_check]\ndimensions = ["gender"]\n', encoding="utf-8")
+    cfg = _judge_check_config(tmp_path, monkeypatch, lambda cfg: ScriptedJudge(lambda r1, r2: {}),
+                              'dimensions = ["gender"]')
     assert cli.main(["judge-check", "--config", str(cfg)]) == 5
     out = " ".join(capsys.readouterr().out.split())
     assert "Judge check FAILED: stopped after" in out and "it could no longer pass" in out
