@@ -191,6 +191,10 @@ class FaultServer:
         #: the model ids served (None: any); a request for another gets HTTP 404 model_not_found
         self.models: set[str] | None = None
         self.model_not_found = 0
+        #: an endpoint that rejects requests asking for log-probabilities with HTTP 400 (a model
+        #: without them, as OpenAI answers): ``rejects_logprobs`` is the error's message, or None
+        self.rejects_logprobs: str | None = None
+        self.rejected = 0
         #: the first ``stall_first`` requests are held ``hang_s`` seconds before they are handled
         #: (a server slow to take its first calls: still in flight when later ones have failed)
         self.stall_first = 0
@@ -307,6 +311,12 @@ class FaultServer:
                     self._send(404, json.dumps({"error": {
                         "message": f"The model `{body.get('model')}` does not exist or you do not have access to it.",
                         "type": "invalid_request_error", "param": None, "code": "model_not_found"}}).encode())
+                    return
+                if server.rejects_logprobs is not None and body.get("logprobs"):
+                    with server.lock:
+                        server.rejected += 1
+                    self._send(400, json.dumps({"error": {"message": server.rejects_logprobs, "param": "logprobs",
+                                                          "type": "invalid_request_error", "code": None}}).encode())
                     return
                 if server.delay_s:
                     time.sleep(server.delay_s)

@@ -138,6 +138,101 @@ def test_a_model_the_endpoint_does_not_serve_stops_the_audit_at_its_start(tmp_pa
     assert TRIP_AFTER <= not_found <= TRIP_AFTER + 8 and requests < 120, (not_found, requests)
 
 
+REJECTED = "'logprobs' is not supported with this model"
+
+
+def test_a_judge_endpoint_rejecting_every_request_stops_the_audit_and_names_its_message(tmp_path):
+    """Break-it finding: a judge endpoint answering HTTP 400 to every call (a model without
+    log-probabilities) was not stopped: the identity filter's calls all failed, the run ended
+    "the identity filter labelled no prompt" and the server's message was shown nowhere. The
+    breaker counts rejected requests (HTTP 400/422) before the role's first answer: the audit stops
+    after TRIP_AFTER of them, quoting the first; the remedy it names (logprobs = false) works."""
+    with FaultServer() as srv:
+        srv.rejects_logprobs = REJECTED  # the target asks for none: only the LMRA's questions are rejected
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=20)
+        proc = _audit_cli(cfg, tmp_path)
+        rejected = srv.rejected
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(rf"failure: the judge's endpoint {re.escape(srv.url)} rejected every request: {TRIP_AFTER} calls "
+                     rf"in a row failed with HTTP 400 \(http_400 × {TRIP_AFTER}\); nothing was audited\. The first: "
+                     rf"openai call failed: Error code: 400 - {re.escape(REJECTED)}\. Change what it refuses in "
+                     r"\[judge\] \(e\.g\. logprobs = false", err), err
+    assert "exit status 1: the run failed: the judge's endpoint rejected every request" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr and "identity filter" not in err
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["status"] == "failed" and REJECTED in manifest["stop_reason"]
+    # TRIP_AFTER rejected calls (HTTP 400 is not retried) and the few in flight (concurrency 4)
+    assert TRIP_AFTER <= rejected <= TRIP_AFTER + 4, rejected
+
+    # the remedy the message names: the LMRA's questions sampled instead, nothing rejected
+    cfg.write_text(cfg.read_text().replace("[judge]\n", "[judge]\nlogprobs = false\nn_samples = 2\n"))
+    with FaultServer() as srv:
+        srv.rejects_logprobs = REJECTED
+        cfg.write_text(re.sub(r'base_url = "[^"]+"', f'base_url = "{srv.url}"', cfg.read_text()))
+        proc = _audit_cli(cfg, tmp_path)
+        assert srv.rejected == 0
+    assert "rejected every request" not in proc.stderr and "Traceback" not in proc.stdout + proc.stderr
+    latest = max((tmp_path / "out").glob("*/manifest.json"), key=lambda p: p.parent.name)
+    manifest = json.loads(latest.read_text())  # (the scripted server's sampled answers are its own matter)
+    assert manifest["status"] != "failed" and manifest["calls"]["failed"] == 0 and manifest["calls"]["fresh"] > 0
+
+
+def test_judge_check_stops_at_an_endpoint_rejecting_every_request(tmp_path):
+    """The same endpoint in `lmra judge-check`: exit 1 naming the server's message (it asked every
+    canary and blamed the judge, exit 5: "Judge check FAILED")."""
+    with FaultServer() as srv:
+        srv.rejects_logprobs = REJECTED
+        proc = subprocess.run([sys.executable, "-m", "lmra.cli", "judge-check", "--judge", "openai", "--model", "fake",
+                               "--base-url", srv.url, "--no-api-key", "--per-kind", "10"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        rejected = srv.rejected
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    err = " ".join(proc.stderr.split())
+    assert f"failure: the judge's endpoint {srv.url} rejected every request: {TRIP_AFTER} calls in a row" in err, err
+    assert REJECTED in err and "Judge check FAILED" not in proc.stdout + proc.stderr
+    assert rejected < 2 * TRIP_AFTER  # not the check's 60 calls
+
+
+def test_rejected_requests_trip_only_before_an_answer_and_never_for_a_content_filter():
+    """A rejection of one request's content (a content filter's HTTP 400) never counts: a prompt
+    set can start with flagged prompts. After one answer, rejections are that request's (failed
+    pairs, judged by max_failed_share), never the endpoint's. A redacted run withholds the message;
+    a streak mixing rejections and timeouts is said as unreachable."""
+    bad = ProviderError("openai call failed: Error code: 400 - unsupported parameter 'top_logprobs'", kind="http_400")
+    flagged = ProviderError("openai call failed: Error code: 400 - The response was filtered due to the prompt "
+                            "triggering Azure OpenAI's content management policy (content_filter)", kind="http_400")
+    guard = EndpointGuard("target", "http://127.0.0.1:9/v1")
+    for _ in range(5 * TRIP_AFTER):
+        guard._failed(flagged)
+    assert guard.tripped is None and guard.streak == 0
+    for _ in range(TRIP_AFTER - 1):
+        guard._failed(bad)
+    assert guard.tripped is None
+    guard._failed(ProviderError("Error code: 422 - max_tokens too large", kind="http_422"))
+    assert guard.tripped is not None and guard.tripped.rejected
+    assert "rejected every request: 8 calls in a row failed with HTTP 400 and 422 (http_400 × 7, http_422 × 1)" \
+        in str(guard.tripped) and "The first: openai call failed: Error code: 400 - unsupported parameter" \
+        in str(guard.tripped)
+
+    answered = EndpointGuard("target", "http://127.0.0.1:9/v1", trip_down_after_s=0.0)
+    answered.successes = 1
+    for _ in range(10 * TRIP_AFTER):
+        answered._failed(bad)
+    assert answered.tripped is None
+
+    hidden = EndpointGuard("judge", "http://127.0.0.1:9/v1", redact=True)
+    for _ in range(TRIP_AFTER):
+        hidden._failed(bad)
+    assert "top_logprobs" not in str(hidden.tripped) and "message withheld (redact = true)" in str(hidden.tripped)
+
+    mixed = EndpointGuard("judge", "http://127.0.0.1:9/v1")
+    for i in range(TRIP_AFTER):
+        mixed._failed(bad if i % 2 else ProviderError("timed out", kind="timeout"))
+    assert not mixed.tripped.rejected and "is unreachable: 8 calls in a row failed after every retry" in str(mixed.tripped)
+
+
 def test_judge_check_and_axes_stop_at_a_model_the_endpoint_does_not_serve(tmp_path):
     """Verification finding: `lmra judge-check` with a mistyped model made all its calls (600 with
     the shipped set) and ended "Judge check FAILED", exit 5 — blaming the judge; `lmra axes` ran

@@ -7,7 +7,9 @@ fresh calls and stops the run with :class:`EndpointUnreachable` once
 
 * :data:`TRIP_AFTER` calls in a row failed after every retry with a transport kind
   (:data:`TRANSPORT_KINDS`: connection, timeout, HTTP 5xx, auth, and HTTP 404 — a model the
-  endpoint does not serve, or a ``base_url`` whose path is wrong: every call would fail), or
+  endpoint does not serve, or a ``base_url`` whose path is wrong: every call would fail) or
+  were rejected as invalid requests (:data:`REJECTED_KINDS`: HTTP 400, 422 — a setting the
+  endpoint refuses; not a content filter's rejection of one prompt, :func:`is_rejected_request`), or
   :data:`TRIP_AFTER_REFUSED` when every one of them was refused outright (nothing listens on
   the port),
 
@@ -35,6 +37,7 @@ import time
 from collections import Counter
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, wrap_identity
+from lmra.redact import error_text
 
 #: consecutive failed calls (after every retry, no success yet) that stop the run
 TRIP_AFTER = 8
@@ -61,9 +64,30 @@ NO_LOGPROBS_NOTICE_AFTER_SOME = 20
 TRANSPORT_KINDS = ("connection", "timeout", "auth", "http_404")
 
 
+#: failure kinds of a request the endpoint rejected as invalid (HTTP 400 Bad Request, 422
+#: Unprocessable): counted only before the role's first answer, when every call is rejected alike —
+#: a setting the endpoint refuses (``logprobs`` or ``top_logprobs`` on a model without them, a
+#: ``max_tokens`` over its limit) fails every call of the run (break-it finding: a judge answering
+#: HTTP 400 to each call ran the whole judge check and filter, its message shown nowhere)
+REJECTED_KINDS = ("http_400", "http_422")
+#: words of a rejection that concerns one request's content, not the endpoint's settings (a
+#: provider's content filter answers HTTP 400 to a flagged prompt): never counted by the breaker
+CONTENT_REJECTION_WORDS = ("content_filter", "content filter", "content management", "content policy",
+                           "usage policy", "flagged", "safety")
+
+
 def is_transport_failure(kind: str) -> bool:
     """True for the kinds counted by the breaker: :data:`TRANSPORT_KINDS` and ``http_5xx``."""
     return kind in TRANSPORT_KINDS or (kind.startswith("http_5") and len(kind) == 8)
+
+
+def is_rejected_request(exc: ProviderError) -> bool:
+    """True for a request the endpoint rejected as invalid (:data:`REJECTED_KINDS`), unless its
+    message says the rejection concerns the request's content (:data:`CONTENT_REJECTION_WORDS`)."""
+    if exc.kind not in REJECTED_KINDS:
+        return False
+    text = str(exc).lower()
+    return not any(w in text for w in CONTENT_REJECTION_WORDS)
 
 
 def _refused(exc: BaseException) -> bool:
@@ -90,16 +114,25 @@ class EndpointUnreachable(RuntimeError):
     """
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
-                 model: str = "", answered_before: int = 0):
+                 model: str = "", answered_before: int = 0, first_error: str = ""):
         self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
         #: fresh calls of the role answered in this run before the streak (> 0: it went down mid-run)
         self.answered_before = answered_before
         #: the server answered, but HTTP 404 every time: the model (or the URL's path) is not served
         self.not_served = bool(kinds) and set(kinds) == {"http_404"}
+        #: the server answered, but rejected every request as invalid (HTTP 400/422): a setting of the role
+        self.rejected = bool(kinds) and set(kinds) <= set(REJECTED_KINDS)
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
         where = f"endpoint {url}" if url else "backend"
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
                 else "nothing was audited")
+        if self.rejected:  # the server answers, but refuses the requests themselves
+            codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
+            super().__init__(f"the {role}'s {where} rejected every request: {n_failed} calls in a row failed with "
+                             f"HTTP {codes} ({why}); {done}. The first: {first_error or '(no message)'}. Change "
+                             f"what it refuses in [{role}] (e.g. logprobs = false for a model without "
+                             "log-probabilities, a smaller max_tokens, the model id), then run the same command again")
+            return
         if self.not_served:  # the server answers, but not for this model or path
             which = f" '{model}'" if model else ""
             super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
@@ -127,6 +160,8 @@ class EndpointGuard:
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
         trip_after_down, trip_after_down_refused, trip_down_after_s: see :data:`TRIP_AFTER_DOWN`,
             :data:`TRIP_AFTER_DOWN_REFUSED`, :data:`TRIP_DOWN_AFTER_S` (after the role answered in this run).
+        redact: a redacted run (``redact = true``): the first error of a streak named when rejected
+            requests trip the breaker is its type and kind only (:func:`lmra.redact.error_text`).
         on_notice: called once (:meth:`_answered`) when :data:`NO_LOGPROBS_NOTICE_AFTER` fresh
             answers came without the log-probabilities asked for and none with them.
 
@@ -139,14 +174,16 @@ class EndpointGuard:
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
                  trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = "",
                  trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED,
-                 trip_down_after_s: float = TRIP_DOWN_AFTER_S, on_notice=None):
+                 trip_down_after_s: float = TRIP_DOWN_AFTER_S, on_notice=None, redact: bool = False):
         self.role, self.url, self.model = role, url, model
+        self.redact = redact
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
         self.answered = False  # any answer, cached or fresh, reached the stages
         self.streak = 0
         self.all_refused = True
         self.kinds: Counter = Counter()
+        self.first_error = ""  # the first failure of the streak (named when rejected requests trip it)
         self.tripped: EndpointUnreachable | None = None
         self.trip_after_down, self.trip_after_down_refused = trip_after_down, trip_after_down_refused
         self.trip_down_after_s = trip_down_after_s
@@ -185,16 +222,19 @@ class EndpointGuard:
                                                    self.down_refused, True, model=self.model,
                                                    answered_before=self.successes)
             return
-        if not is_transport_failure(exc.kind):
+        if not (is_transport_failure(exc.kind) or is_rejected_request(exc)):
             self.streak, self.all_refused = 0, True
             self.kinds.clear()
             return
+        if not self.streak:
+            self.first_error = error_text(exc, self.redact)
         self.streak += 1
         self.kinds[exc.kind] += 1
         self.all_refused = self.all_refused and exc.kind == "connection" and _refused(exc)
         if self.streak >= (self.trip_after_refused if self.all_refused else self.trip_after):
             self.tripped = EndpointUnreachable(self.role, self.url, self.streak, self.kinds.copy(),
-                                               self.all_refused, self.answered, model=self.model)
+                                               self.all_refused, self.answered, model=self.model,
+                                               first_error=self.first_error)
 
     def _answered(self, result: ChatResult) -> None:
         """Count an answer to an option question: with log-probabilities, or without them after
