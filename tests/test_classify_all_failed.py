@@ -45,6 +45,8 @@ provider = "test_classify_all_failed:make_judge"
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1, err
     assert "task classification could not label any of the 6 prompts" in err and "field 'tasks'" not in err
+    # the failed calls' message is said (it was nowhere on the console)
+    assert "so nothing was audited; first error: ProviderError: judge: scripted judge failure" in err, err
     (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["n_prompts_classify_failed"] == 6 and summary["n_prompts"] == 0
@@ -75,3 +77,23 @@ def test_a_run_whose_every_pair_failed_says_why_in_its_manifest(tmp_path, sim_in
     capsys.readouterr()
     assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
     assert f"{run_dir.name}: failed — no pair was scored" in " ".join(capsys.readouterr().out.split())
+
+
+def make_filter_failing_judge(cfg: ModelConfig) -> ScriptedJudge:  # every identity-filter call fails
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, fail_on=lambda text: "Does this message mention" in text)
+
+
+def test_an_identity_filter_whose_every_call_failed_names_the_first_error(tmp_path, sim_inputs, capsys):
+    """Break-it finding: an LMRA whose every identity-filter call failed ended "the identity filter
+    could not label any of the N prompts", exit 1, the calls' message shown nowhere on the console.
+    The paragraph names the first error, as it does when every pair failed."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(4)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                              judge="test_classify_all_failed:make_filter_failing_judge", name="nofilter")
+    cfg.write_text(cfg.read_text().replace("[filter]\nlmra = false\n", ""))
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the identity filter could not label any of the 4 prompts" in err, err
+    assert "so nothing was audited; first error: ProviderError: judge: scripted judge failure" in err, err

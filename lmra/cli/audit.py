@@ -504,14 +504,18 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
     """When no pair of the run could be scored: (the failure paragraph, the final line's reason);
     else None."""
     s = result.summary
+    errors = result.manifest.get("calls", {}).get("errors") or []
+    # the first failed call's message, when calls failed (break-it finding: an LMRA whose every call
+    # failed left the filter with no label and its message shown nowhere)
+    first = f"; first error: {errors[0]}" if errors else ""
     if not scored and s.get("n_filtered_unlabelled") and not s.get("n_prompts"):
         return (f"the identity filter could not label any of the {s['n_filtered_unlabelled']} prompts (its LMRA calls "
-                "failed or gave no answer; filtered_prompts.jsonl), so nothing was audited",
+                f"failed or gave no answer; filtered_prompts.jsonl), so nothing was audited{first}",
                 f"{_ended(result)}: the identity filter labelled no prompt")
     if not scored and s.get("n_prompts_classify_failed") and not s.get("n_prompts"):
         return ("the task classification could not label any of the "
                 f"{s['n_prompts_classify_failed']} prompts without a task (its LMRA calls failed; "
-                "classifications.jsonl), so nothing was audited",
+                f"classifications.jsonl), so nothing was audited{first}",
                 f"{_ended(result)}: the task classification labelled no prompt")
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
     if unlabelled and not scored and not failed:
@@ -519,8 +523,8 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
                 "LMRA's refusal calls failed or gave no answer; ratings.parquet)",
                 f"{_ended(result)}: no pair could be scored (no refusal label)")
     if failed and not scored:
-        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
-        return f"all {failed} pairs failed; first error: {errors[0]}", f"the run failed: all {failed} pairs failed"
+        return (f"all {failed} pairs failed; first error: {(errors or ['(no message)'])[0]}",
+                f"the run failed: all {failed} pairs failed")
     if s.get("run_status") == "failed":
         from lmra.runstate import NO_PAIR_SCORED_PREFIX
 
@@ -528,8 +532,7 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
         # there is one, says how the pairs split (failed, refused, no usable answer)
         why = next((w for w in s.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)),
                    "no pair could be scored because model calls failed after every retry")
-        errors = result.manifest.get("calls", {}).get("errors") or ["(no message)"]
-        return f"{why}; first error: {errors[0]}", "the run failed: no pair could be scored"
+        return f"{why}; first error: {(errors or ['(no message)'])[0]}", "the run failed: no pair could be scored"
     return None
 
 
