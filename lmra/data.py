@@ -416,14 +416,18 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     p = Path(path)
     text = read_input_text(p, "prompt file", field="prompts")
     out: list[PromptRecord] = []
-    seen: dict[str, tuple[int, int]] = {}  # NFC id → (its line, its place in out)
+    seen: dict[str, tuple[int, int]] = {}  # NFKC id → (its line, its place in out)
 
     def add(rec: PromptRecord, lineno: int) -> None:
-        # ids compared as they look: in Unicode's NFC form ("é" written as one character or as
-        # "e" + a combining accent are one id; break-it finding: two ids alike in every table)
-        key = unicodedata.normalize("NFC", rec.id)
+        # ids compared as they look: in Unicode's NFKC form ("é" written as one character or as
+        # "e" + a combining accent are one id, break-it finding: two ids alike in every table; so are
+        # "p1" and its full-width "ｐ１", break-it finding: distinct ids printed alike)
+        key = unicodedata.normalize("NFKC", rec.id)
         if key in seen:
-            same = "" if rec.id == out[seen[key][1]].id else " (the same id with its accents written another way)"
+            first = out[seen[key][1]].id
+            same = ("" if rec.id == first else " (the same id with its accents written another way)"
+                    if unicodedata.normalize("NFC", rec.id) == unicodedata.normalize("NFC", first)
+                    else f" (written with other characters that look alike, e.g. full-width letters: '{first}')")
             raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {seen[key][0]})", file=p,
                                  line=lineno, field="id")
         seen[key] = (lineno, len(out))

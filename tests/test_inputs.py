@@ -236,3 +236,9 @@ def test_two_prompt_ids_alike_but_for_their_unicode_normalisation_are_a_duplicat
     with pytest.raises(LmraInputError) as err:
         load_prompts(path)
     assert "duplicate id 'a' (first on line 1)" in str(err.value)
+    # full-width letters and digits print as the id they imitate (break-it finding: distinct ids)
+    path.write_text("".join(json.dumps({"id": i, "text": "Help me, please."}) + "\n"
+                            for i in ("p1", "\uff50\uff11")), encoding="utf-8")
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(path)
+    assert "line 2" in str(err.value) and "other characters that look alike" in str(err.value)
