@@ -227,10 +227,39 @@ def test_rejected_requests_trip_only_before_an_answer_and_never_for_a_content_fi
         hidden._failed(bad)
     assert "top_logprobs" not in str(hidden.tripped) and "message withheld (redact = true)" in str(hidden.tripped)
 
+    # malformed answers: an HTTP endpoint's count (not the API at that URL), a custom provider's never
+    garbled = ProviderError("openai response is not valid (JSONDecodeError: Expecting value)", kind="malformed")
+    http, custom = EndpointGuard("judge", "http://127.0.0.1:9/v1"), EndpointGuard("judge", "")
+    for _ in range(TRIP_AFTER):
+        http._failed(garbled)
+        custom._failed(garbled)
+    assert http.tripped.malformed and "answered no valid completion" in str(http.tripped) and custom.tripped is None
+
     mixed = EndpointGuard("judge", "http://127.0.0.1:9/v1")
     for i in range(TRIP_AFTER):
         mixed._failed(bad if i % 2 else ProviderError("timed out", kind="timeout"))
     assert not mixed.tripped.rejected and "is unreachable: 8 calls in a row failed after every retry" in str(mixed.tripped)
+
+
+def test_a_base_url_answering_a_web_page_stops_the_audit_saying_no_valid_completion(tmp_path):
+    """Break-it finding: a base_url pointing at a web server that answers any path with an HTML
+    page (HTTP 200) made every call fail as malformed after its retries; the run went on to end
+    "the identity filter labelled no prompt" (with the judge check on: every canary asked, exit 5).
+    Before any answer, malformed bodies from an HTTP endpoint count for the breaker."""
+    with FaultServer(fault_rate=1.0, faults=("html",)) as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=20)
+        cfg.write_text(cfg.read_text().replace("[judge_check]\nenabled = false", "[judge_check]\nenabled = true"))
+        proc = _audit_cli(cfg, tmp_path)
+        requests = srv.requests
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(rf"failure: the (target|judge)'s endpoint {re.escape(srv.url)} answered no valid completion: "
+                     rf"{TRIP_AFTER} calls in a row came back malformed after every retry \(malformed × {TRIP_AFTER}\); "
+                     r"nothing was audited\. The first: openai response is not valid .*Check that base_url in "
+                     r"\[(target|judge)\] points at an OpenAI-compatible API", err), err
+    assert "answered no valid completion" in proc.stdout and "Judge check" not in proc.stdout + proc.stderr
+    assert requests <= 2 * (TRIP_AFTER + 4) * 2, requests  # (1 retry each), not the check's 400 calls
 
 
 def test_judge_check_and_axes_stop_at_a_model_the_endpoint_does_not_serve(tmp_path):

@@ -415,6 +415,7 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
     what = ("key was rejected" if not isinstance(exc, EndpointUnreachable)
             else "endpoint does not serve its model" if exc.not_served
             else "endpoint rejected every request" if exc.rejected
+            else "endpoint answered no valid completion" if exc.malformed
             else "endpoint stopped answering mid-run" if exc.answered_before else "endpoint is unreachable")
     return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
 

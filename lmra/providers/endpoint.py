@@ -9,7 +9,9 @@ fresh calls and stops the run with :class:`EndpointUnreachable` once
   (:data:`TRANSPORT_KINDS`: connection, timeout, HTTP 5xx, auth, and HTTP 404 — a model the
   endpoint does not serve, or a ``base_url`` whose path is wrong: every call would fail) or
   were rejected as invalid requests (:data:`REJECTED_KINDS`: HTTP 400, 422 — a setting the
-  endpoint refuses; not a content filter's rejection of one prompt, :func:`is_rejected_request`), or
+  endpoint refuses; not a content filter's rejection of one prompt, :func:`is_rejected_request`)
+  or came back malformed (:data:`MALFORMED_KINDS`, an HTTP endpoint only: a ``base_url`` that
+  points at another web server), or
   :data:`TRIP_AFTER_REFUSED` when every one of them was refused outright (nothing listens on
   the port),
 
@@ -72,6 +74,11 @@ TRANSPORT_KINDS = ("connection", "timeout", "auth", "http_404")
 REJECTED_KINDS = ("http_400", "http_422")
 #: words of a rejection that concerns one request's content, not the endpoint's settings (a
 #: provider's content filter answers HTTP 400 to a flagged prompt): never counted by the breaker
+#: failure kinds of an answer that is no completion (a body that is not the API's JSON, no
+#: choices): counted only before the role's first answer and only for an HTTP endpoint — a
+#: ``base_url`` that points at another web server (its HTML page answered with HTTP 200) fails
+#: every call so (a custom provider's malformed answers stay counted failures: its own matter)
+MALFORMED_KINDS = ("malformed", "no_choices")
 CONTENT_REJECTION_WORDS = ("content_filter", "content filter", "content management", "content policy",
                            "usage policy", "flagged", "safety")
 
@@ -122,6 +129,8 @@ class EndpointUnreachable(RuntimeError):
         self.not_served = bool(kinds) and set(kinds) == {"http_404"}
         #: the server answered, but rejected every request as invalid (HTTP 400/422): a setting of the role
         self.rejected = bool(kinds) and set(kinds) <= set(REJECTED_KINDS)
+        #: the server answered, but never with a completion (malformed bodies): not the API at this URL
+        self.malformed = bool(kinds) and set(kinds) <= set(MALFORMED_KINDS)
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
         where = f"endpoint {url}" if url else "backend"
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
@@ -132,6 +141,12 @@ class EndpointUnreachable(RuntimeError):
                              f"HTTP {codes} ({why}); {done}. The first: {first_error or '(no message)'}. Change "
                              f"what it refuses in [{role}] (e.g. logprobs = false for a model without "
                              "log-probabilities, a smaller max_tokens, the model id), then run the same command again")
+            return
+        if self.malformed:  # something answers at the URL, but not the API
+            super().__init__(f"the {role}'s {where} answered no valid completion: {n_failed} calls in a row came back "
+                             f"malformed after every retry ({why}); {done}. The first: {first_error or '(no message)'}. "
+                             f"Check that base_url in [{role}] points at an OpenAI-compatible API (the URL up to /v1, "
+                             "not a web page), then run the same command again")
             return
         if self.not_served:  # the server answers, but not for this model or path
             which = f" '{model}'" if model else ""
@@ -222,7 +237,8 @@ class EndpointGuard:
                                                    self.down_refused, True, model=self.model,
                                                    answered_before=self.successes)
             return
-        if not (is_transport_failure(exc.kind) or is_rejected_request(exc)):
+        if not (is_transport_failure(exc.kind) or is_rejected_request(exc)
+                or (self.url and exc.kind in MALFORMED_KINDS)):
             self.streak, self.all_refused = 0, True
             self.kinds.clear()
             return
