@@ -72,13 +72,13 @@ TRANSPORT_KINDS = ("connection", "timeout", "auth", "http_404")
 #: ``max_tokens`` over its limit) fails every call of the run (break-it finding: a judge answering
 #: HTTP 400 to each call ran the whole judge check and filter, its message shown nowhere)
 REJECTED_KINDS = ("http_400", "http_422")
-#: words of a rejection that concerns one request's content, not the endpoint's settings (a
-#: provider's content filter answers HTTP 400 to a flagged prompt): never counted by the breaker
 #: failure kinds of an answer that is no completion (a body that is not the API's JSON, no
 #: choices): counted only before the role's first answer and only for an HTTP endpoint — a
 #: ``base_url`` that points at another web server (its HTML page answered with HTTP 200) fails
 #: every call so (a custom provider's malformed answers stay counted failures: its own matter)
 MALFORMED_KINDS = ("malformed", "no_choices")
+#: words of a rejection that concerns one request's content, not the endpoint's settings (a
+#: provider's content filter answers HTTP 400 to a flagged prompt): never counted by the breaker
 CONTENT_REJECTION_WORDS = ("content_filter", "content filter", "content management", "content policy",
                            "usage policy", "flagged", "safety")
 
@@ -117,7 +117,9 @@ class EndpointUnreachable(RuntimeError):
 
     Attributes:
         role: ``target``, ``judge`` or ``judge2``; url: the endpoint ("" for in-process
-        backends); n_failed: the calls in a row that failed; kinds: their kinds and counts.
+        backends); n_failed: the calls in a row that failed; kinds: their kinds and counts;
+        not_served (all HTTP 404), rejected (all HTTP 400/422: the message quotes the first
+        error), malformed (all malformed bodies): which endpoint failure the message names.
     """
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
