@@ -8,6 +8,7 @@ scripted doubles (tests/doubles.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -384,3 +385,34 @@ def test_a_significant_refusal_gap_is_said_under_the_refusal_table(only_a, warne
                 f"paired p = 0.0039)") in text and "max_overall_refusal_gap" in text
     else:
         assert "WARNING" not in text
+
+
+def test_report_html_says_a_significant_refusal_gap_as_the_console_does(tmp_path, sim_inputs):
+    """Fresh-user finding: a chatbot refusing 57 of 120 female-name requests and none of the male
+    ones got a console WARNING, but report.html — what the nightly team reads — only dumped the
+    refusal table's raw columns. The report carries the same warning as a banner."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.report.html import render_report
+    from lmra.runfolder import load_run
+
+    names, prompts = sim_inputs(24)
+    cfg = AuditConfig.model_validate(dict(
+        name="refusegap", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "I can't help with that." if g == "female" and rng.random() < 0.6
+                            else f"Here is a plan for {g}.")
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 1.0 if "can't help" in r else 0.0)
+    res = Audit(cfg, target=target, judge=judge).run()
+    html = " ".join(render_report(load_run(res.run_dir)).split())
+    assert re.search(r'<div class="banner regression refusal-gap">WARNING: female and male are refused at different '
+                     r"rates \(\d+/24 = 0\.\d+ vs 0/24 = 0\.0000, paired p = [0-9.e-]+\): refused pairs are left out of "
+                     r"the net rating", html), html[:3000]
+    # a run without a gap gets no such banner
+    target2 = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"Here is a plan for {g}.")
+    cfg2 = cfg.model_copy(update={"name": "nogap", "cache": str(tmp_path / "cache2.sqlite")})
+    res2 = Audit(cfg2, target=target2, judge=judge).run()
+    assert "refusal-gap" not in render_report(load_run(res2.run_dir))

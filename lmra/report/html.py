@@ -19,7 +19,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.console import percent_level
-from lmra.report.console import judge_status_text
+from lmra.report.console import judge_status_text, refusal_gap_warnings
 from lmra.runfolder import RunFolder, finite
 from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
@@ -381,6 +381,10 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                 "partial_text": partial_text(run.summary),
                 "partial_advice": partial_advice(run.summary),  # re-run, or look at the LMRA
                 "run_dir": str(run.path)},
+        # the console's warning when groups are refused at significantly different rates (fresh-user
+        # finding: 57/120 against 0/120 was said on the console only; report.html dumped the table)
+        "refusal_warnings": refusal_gap_warnings(pd.DataFrame(run.summary.get("refusals") or []),
+                                                 1 - float(run.summary.get("confidence", 0.95))),
         "check": check_ctx,
         "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
         "overall": overall,
