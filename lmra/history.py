@@ -27,7 +27,7 @@ import pandas as pd
 
 from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
-from lmra.runfolder import RunFolder, finite, load_run
+from lmra.runfolder import RunFolder, finite, jsonable, load_run
 from lmra.shard import is_shard
 
 if TYPE_CHECKING:
@@ -250,6 +250,11 @@ def _memory_copy(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _exact_records(df: pd.DataFrame) -> list[dict]:
+    """The rows of ``df`` as JSON-safe dicts with every number exact (missing values None)."""
+    return jsonable(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+
+
 class History:
     """The SQLite run history of one reports folder (see the module docstring).
 
@@ -456,10 +461,12 @@ class History:
             LmraIOError: the history is :attr:`read_only`, or cannot be written (a full disk).
         """
         self._writable("the check")
-        rows = json.loads(result.tests.to_json(orient="records"))
+        # every number as it is (pandas' to_json rounds to 10 decimals: a baseline's +0.19374999999999998,
+        # +0.1937 everywhere else, read back as 0.19375 printed +0.1938 — fresh-user finding); NaN null
+        rows = _exact_records(result.tests)
         overall = getattr(result, "overall", None)
         if overall is not None and len(overall):
-            rows += [r | {"level": "overall"} for r in json.loads(overall.to_json(orient="records"))]
+            rows += [r | {"level": "overall"} for r in _exact_records(overall)]
         n_reg = len(result.regressions) + len(getattr(result, "overall_regressions", ()))
         n_imp = len(result.improvements) + len(getattr(result, "overall_improvements", ()))
         if getattr(result, "replayed", False):  # rows of replayed answers flag nothing, in the table too

@@ -499,3 +499,24 @@ def test_a_report_that_cannot_be_rendered_does_not_hide_the_regression(runs, tmp
     assert "report.html could not be written (TypeError: must be real number, not NoneType;" in err
     assert "the verdict and the exit status stand" in err
     assert not (reports / runs["rise"].name / "report.html").exists()
+
+
+def test_a_stored_check_keeps_every_number_exact(runs, tmp_path):
+    """Fresh-user finding: the history stored a check's rows through pandas' to_json, which rounds
+    to 10 decimals: a baseline's net rating 0.19374999999999998 (+0.1937 on the console, in
+    per_task.csv and the check's JSON) came back 0.19375, printed +0.1938 on the history page and
+    in a report.html rewritten from the stored check. Stored exactly, missing values as null."""
+    res = check_regression(load_run(runs["rise"]), load_run(runs["base"]))
+    res.tests.loc[res.tests.index[0], "h_base"] = 0.19374999999999998
+    res.tests.loc[res.tests.index[1], "h_base"] = float("nan")
+    res.overall.loc[res.overall.index[0], "h_run"] = 0.19374999999999998
+    with History(tmp_path / "history.sqlite") as h:
+        h.register(load_run(runs["base"]))
+        h.register(load_run(runs["rise"]))
+        h.record_check(res)
+        stored = h.latest_check(runs["rise"].name)
+    assert stored["result"]["h_base"].iloc[0] == 0.19374999999999998  # exact, not 0.19375
+    assert f"{stored['result']['h_base'].iloc[0]:+.4f}" == "+0.1937"
+    assert pd.isna(stored["result"]["h_base"].iloc[1])
+    assert stored["overall"]["h_run"].iloc[0] == 0.19374999999999998
+    assert stored["result"]["regressed"].tolist() == res.tests["regressed"].tolist()
