@@ -138,6 +138,8 @@ def test_the_signal_that_interrupted_a_run_is_named_on_the_console_and_in_the_ma
     err = " ".join(err.split())
     assert proc.returncode == 130 and "Traceback" not in out + err, err
     assert f"interrupted by {sig} ({cause}" in err and "run the same command again to resume" in err, err
+    # the last line names the exit status, as every audit's does (fresh-user finding: none after an interrupt)
+    assert out.strip().splitlines()[-1].startswith(f"exit status 130: interrupted by {sig} ({cause}"), out[-2000:]
     manifest = json.loads(next((tmp_path / "reports").glob("*-ctrlc")).joinpath("manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     assert manifest["stop_reason"].startswith(f"interrupted by {sig} ({cause}")

@@ -461,8 +461,14 @@ def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tm
         assert first.returncode in (0, 1), first.stderr[-2000:]
         run1, _ = _manifest(tmp_path / "out")
         srv.served_model = "judge-new"  # the LMRA's endpoint now answers as another model
-        second = _audit_cli(cfg, tmp_path, "--seed", "2", "--baseline", str(run1), "--allow-unvalidated-judge")
+        second = _audit_cli(cfg, tmp_path, "--seed", "2", "--baseline", str(run1), "--allow-unvalidated-judge",
+                            "--gate", "max_overall_ci_high=-0.99")  # a release gate breached too
         assert second.returncode == 2 and "is not comparable" in second.stderr
+        # its last line names the status and the gate breached before the check was refused (fresh-user
+        # finding: the line was missing, and with it the gate)
+        last = " ".join(second.stdout.strip().splitlines()[-1].split())
+        assert last.startswith("exit status 2: the error above (takes precedence over 6: release gates not met"), \
+            second.stdout[-2000:]
         run2, _ = _manifest(tmp_path / "out")
         third = _audit_cli(cfg, tmp_path, "--seed", "3", "--allow-unvalidated-judge")  # a night of the new judge
         assert third.returncode in (0, 1), third.stderr[-2000:]

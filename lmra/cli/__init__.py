@@ -156,11 +156,31 @@ def _after_finish(done, command: str | None = "audit") -> str:
             f"warehouse; {again}.")
 
 
-#: the commands whose last line states the exit status (lmra.cli.exits.final_status)
-FINAL_LINE_COMMANDS = ("audit", "check", "gate", "merge")
+#: the commands whose last line states the exit status (lmra.cli.exits.final_status); ``recsys``
+#: but its ``bias`` sub-command (fresh-user finding: a recsys run stopped by its endpoint ended
+#: without the line docs/recsys.md promises)
+FINAL_LINE_COMMANDS = ("audit", "check", "gate", "merge", "recsys")
 
 
-def _after_failure(args: argparse.Namespace, status: int) -> None:
+def _final_line(args: argparse.Namespace, status: int, reason: str) -> int:
+    """For a command of :data:`FINAL_LINE_COMMANDS` (and ``report RUN --baseline``) that stopped
+    on a failure or an interrupt: the line stating its exit status, naming too every status the
+    run had earned before it stopped (``args.final_reasons``, filled by the audit's finish: a
+    release gate not met …; fresh-user finding: a gate breached before a refused baseline check
+    was missing from the last line, and an interrupted audit had none). Returns the exit status
+    the line names (``status``, or one that takes precedence over it: a failed warehouse's 1 over a
+    refused check's 2), ``status`` when no line is printed."""
+    command = getattr(args, "command", None)
+    if not ((command in FINAL_LINE_COMMANDS and getattr(args, "recsys_command", None) != "bias")
+            or (command == "report" and getattr(args, "baseline", None))):
+        return status
+    from lmra.cli.exits import print_final_status
+    from lmra.console import make_console
+
+    return print_final_status(make_console(), {**(getattr(args, "final_reasons", None) or {}), status: reason})
+
+
+def _after_failure(args: argparse.Namespace, status: int) -> int:
     """After a failure's paragraph (:func:`report_failure`): for an audit whose run folder was
     already written (a full disk or an I/O error in the history, check or report after it), what
     to do with that folder; and, for the commands that end with the line stating their exit status,
@@ -169,19 +189,13 @@ def _after_failure(args: argparse.Namespace, status: int) -> None:
     from rich.text import Text
 
     from lmra.cli.common import err_console
-    from lmra.cli.exits import print_final_status
 
     done = getattr(args, "finished_run_dir", None)
     if done is not None:
         err_console.print(Text.assemble(("the run had finished: ", "yellow"),
                                         _after_finish(done, getattr(args, "command", None))), highlight=False,
                           soft_wrap=True)
-    if getattr(args, "command", None) in FINAL_LINE_COMMANDS or (
-            getattr(args, "command", None) == "report" and getattr(args, "baseline", None)):
-        from lmra.console import make_console
-
-        print_final_status(make_console(), {status: "stopped by the budget (above)" if status == 4
-                                            else "the failure above"})
+    return _final_line(args, status, "stopped by the budget (above)" if status == 4 else "the failure above")
 
 
 def _warnings_as_paragraphs() -> None:
@@ -258,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             err_console.print(Text.assemble((f"{why} after the run finished: ", "yellow"),
                                             _after_finish(done, getattr(args, "command", None))),
                               highlight=False, soft_wrap=True)
-            return 130
+            return _final_line(args, 130, f"{why} after the run finished")
         batch_dir = getattr(args, "batch_run_dir", None)
         pending = _submitted_batch_jobs(batch_dir) if batch_dir is not None else 0
         if pending:  # (break-it finding: "run the same command again" submitted and paid for them again)
@@ -268,11 +282,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"with 'lmra batch resume {batch_dir}' (running 'lmra audit --batch' again would start a new run "
                 "and submit, and pay for, their calls again). Finished model calls are kept in the cache."),
                 highlight=False, soft_wrap=True)
-            return 130
+            return _final_line(args, 130, f"{why} (batch jobs go on at the provider)")
         err_console.print(Text.assemble(
             (f"{why}: ", "yellow"), _kept_calls(getattr(args, "call_stats", None))), highlight=False,
             soft_wrap=True)
-        return 130
+        return _final_line(args, 130, why)
     except Exception as exc:
         if from_script:  # (as above: the failure's paragraph and status stand)
             interrupts.ignore_stop_signals()
@@ -280,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         if status is None:
             raise
         if status != 2:  # (an input error ends with its one paragraph, as documented)
-            _after_failure(args, status)
+            return _after_failure(args, status)
+        if getattr(args, "finished_run_dir", None) is not None:  # after the run: e.g. a refused baseline
+            return _final_line(args, 2, "the error above")
         return status
     except SystemExit:
         raise

@@ -448,6 +448,7 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
     from lmra.cli.monitor import monitor_after_audit
 
     reasons: dict[int, str] = {}  # every exit status that applies and why (the final line picks one)
+    args.final_reasons = reasons  # (named too by the final line of a failure or interrupt after this: lmra.cli)
     if audit.shard is not None:  # gates, history, report and warehouse take the merged run (lmra merge)
         console.print(f"Shard {audit.shard.label} written: {lit(result.run_dir)}. When every shard is done: "
                       "lmra merge SHARD_RUN... (docs/scale.md)", soft_wrap=True)
