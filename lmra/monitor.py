@@ -269,7 +269,7 @@ class CheckResult:
 
     @property
     def n_undetectable(self) -> int:
-        """Tested tasks too small to detect any rise: no rise of their stereotype rate reaches
+        """Tested tasks too small to detect a rise with 80% power: no rise of their stereotype rate reaches
         :data:`MDE_POWER` power at their sizes (``mde`` is nan; ``mde_note`` says so). Their
         "no regression" rules out nothing."""
         if not len(self.tests) or "mde" not in self.tests:
@@ -280,7 +280,7 @@ class CheckResult:
     def not_evidence(self) -> str:
         """Why a "no regression" from this check is not evidence of no regression
         (:func:`no_regression_caveat`: a failed judge or partial run on either side, or no row
-        able to detect any rise); "" when it is."""
+        able to detect a rise with 80% power); "" when it is."""
         rows = self.tests.to_dict(orient="records") + (self.overall.to_dict(orient="records")
                                                        if len(self.overall) else [])
         return no_regression_caveat(rows, run_judge_status=self.judge_status_run, run_status=self.run_status,
@@ -927,8 +927,9 @@ def noisy_judge_scores(run_scores: pd.DataFrame, base_scores: pd.DataFrame) -> b
 
 def _undetectable_note(n_run: int, n_base: int, alpha: float, n_tested: int) -> str:
     """Why a tested task has no detectable rise (the ``mde_note`` of :func:`_add_detectable_rise`)."""
-    return (f"too few prompts to detect any rise: with {int(n_run)}/{int(n_base)} prompts (run/baseline) no rise of "
-            f"the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = {alpha:g}/{n_tested}")
+    return (f"too few prompts to detect a rise with {MDE_POWER:.0%} power: with {int(n_run)}/{int(n_base)} prompts "
+            f"(run/baseline) no rise of the stereotype rate is flagged with {MDE_POWER:.0%} power at α/T = "
+            f"{alpha:g}/{n_tested} (a larger rise may still be flagged, at lower power)")
 
 
 #: how the console's verdict line and report.html's check box start a "no regression" that is not
@@ -953,7 +954,7 @@ def not_evidence_reason(judge_status: str | None, status: str | None, whose: str
 def undetectable_reason(rows: list[dict]) -> str:
     """Why a check that tested something detects no rise at all: every tested row (a task or an
     overall row, ``p_regress`` a number) has no detectable rise — no rise of its stereotype rate
-    reaches :data:`MDE_POWER` power at its sizes (``mde`` nan: the "too small to detect any rise"
+    reaches :data:`MDE_POWER` power at its sizes (``mde`` nan: the "too small to detect a rise with 80% power"
     of :attr:`CheckResult.n_undetectable`, the verdict line and ``lmra history``). "" when a row
     detects some rise, nothing was tested, or the check predates the detectable rise (no ``mde``)."""
     tested = [r for r in rows if finite(r.get("p_regress")) is not None]
@@ -961,7 +962,8 @@ def undetectable_reason(rows: list[dict]) -> str:
         return ""
     n = len(tested)
     return (f"{'none of the ' + str(n) + ' rows' if n > 1 else 'the one row'} tested (tasks and overall "
-            f"ratings) can detect any rise — at these sizes no rise reaches {MDE_POWER:.0%} power (too few prompts)")
+            f"ratings) can detect a rise with {MDE_POWER:.0%} power — at these sizes no rise reaches it (too few "
+            "prompts)")
 
 
 def no_regression_caveat(rows: list[dict], *, run_judge_status: str | None, run_status: str | None,
@@ -969,7 +971,7 @@ def no_regression_caveat(rows: list[dict], *, run_judge_status: str | None, run_
     """Why a check's "no regression" is not evidence of no regression, in words, "" when it is:
     the night's or the baseline's judge failed validation or run is not complete
     (:func:`not_evidence_reason`, the rule of ``lmra history``), or none of its tested ``rows``
-    (the check's task and overall rows as dicts) can detect any rise (:func:`undetectable_reason`).
+    (the check's task and overall rows as dicts) can detect a rise with 80% power (:func:`undetectable_reason`).
     The console's verdict line and report.html's check box then read "No regression detected —
     not evidence of no regression: …" instead of a plain pass (fresh-user finding: a green "No
     regression" under a failed judge). The exit status does not change. The baseline's statuses
@@ -995,7 +997,7 @@ def detectable_words(span: dict | None, between: str = "; ") -> str:
                      + " or more only")
     if span.get("n_undetectable"):
         n = span["n_undetectable"]
-        parts.append(f"{n} task{'s' * (n != 1)} too small to detect any rise")
+        parts.append(f"{n} task{'s' * (n != 1)} too small to detect a rise with {MDE_POWER:.0%} power")
     return between + "; ".join(parts) if parts else ""
 
 

@@ -296,7 +296,7 @@ def test_check_json_judge_status_says_who_waived(zero_nights, nights, capsys):
                                                "waived_by": "command line"}
 
 
-# -- 5. tasks too small to detect any rise ------------------------------------------------------------
+# -- 5. tasks too small to detect a rise with 80% power ------------------------------------------------------------
 def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     """7 prompts: 'career advice' has 4 per run, 'write a story' 3. At α/T = 0.05/3 (the two tasks
     and the overall row) the 3 + 3 split's smallest p-value (1/20) cannot reach significance, so
@@ -315,11 +315,11 @@ def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     tests = {t["task"]: t for t in json.loads(js)["tests"]}
     small, big = tests["write a story"], tests["career advice"]
     # and what the others can see (fresh-user finding: "1 too small" read as "the other rules much out")
-    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect any rise (see 'detectable rise'); "
+    assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect a rise with 80% power (see 'detectable rise'); "
                             f"the others detect rises of {big['mde']:+.2f} or more only) "
                             "— nor any comparison's overall net rating (1 tested).")
     assert small["p_regress"] is not None and small["mde"] is None and small["note"] is None
-    assert small["mde_note"].startswith("too few prompts to detect any rise: with 3/3 prompts")
+    assert small["mde_note"].startswith("too few prompts to detect a rise with 80% power: with 3/3 prompts")
     assert big["mde"] is not None and big["mde_note"] is None
 
 

@@ -107,7 +107,7 @@ def test_a_plain_nights_no_regression_stays_green(nights):
 
 
 def test_a_check_that_can_detect_no_rise_is_not_evidence(nights):
-    """Every tested row too small to detect any rise (``mde`` nan: the "too small to detect any
+    """Every tested row too small to detect a rise with 80% power (``mde`` nan: the "too small to detect a rise
     rise" of the verdict line and ``lmra history``): its "no regression" rules out nothing."""
     run, base = load_run(nights["plain"]), load_run(nights["base"])
     result = check_regression(run, base)

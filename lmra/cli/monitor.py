@@ -172,14 +172,16 @@ def _task_namer(rows):
 
 def tested_words(result) -> str:
     """How many tasks the check tested and how many of them could detect a rise at all:
-    ``3 of 3 tasks tested; 2 of them too small to detect any rise (see 'detectable rise'); the
+    ``3 of 3 tasks tested; 2 of them too small to detect a rise with 80% power (see 'detectable rise'); the
     others detect rises of +0.35 (the best) to +0.62 or more only`` (the detectable rises of the
     tested tasks at 80% power, smallest to largest)."""
     n, k, blind = result.n_tested, len(result.tests), result.n_undetectable
     words = f"{n} of {k} task{'s' * (k != 1)} tested"
     if blind:
-        words += (f"; {'all' if blind == n else blind} of them too small to detect any rise (see 'detectable "
-                  "rise')" if n > 1 else "; it is too small to detect any rise (see 'detectable rise')")
+        from lmra.monitor import MDE_POWER
+
+        power = f"too small to detect a rise with {MDE_POWER:.0%} power (see 'detectable rise')"
+        words += f"; {'all' if blind == n else blind} of them {power}" if n > 1 else f"; it is {power}"
     t = result.tests
     mde = t.loc[t["p_regress"].notna(), "mde"].dropna() if len(t) and "mde" in t else ()
     if len(mde):  # what a quiet night rules out (fresh-user finding: "10 too small" read as "17 rule out much")
