@@ -107,8 +107,8 @@ def test_a_plain_nights_no_regression_stays_green(nights):
 
 
 def test_a_check_that_can_detect_no_rise_is_not_evidence(nights):
-    """Every tested row too small to detect a rise with 80% power (``mde`` nan: the "too small to detect a rise
-    rise" of the verdict line and ``lmra history``): its "no regression" rules out nothing."""
+    """Every tested row too small to detect a rise with 80% power (``mde`` nan: the "too small to detect a
+    rise with 80% power" of the verdict line and ``lmra history``): its "no regression" rules out nothing."""
     run, base = load_run(nights["plain"]), load_run(nights["base"])
     result = check_regression(run, base)
     result.tests["mde"] = math.nan
