@@ -355,6 +355,20 @@ def test_two_judges_side_by_side(tmp_path, sim_inputs):
     assert ov["net_rating_judge1"] == pytest.approx(-ov["net_rating_judge2"])
     assert (res.run_dir / "judges.csv").is_file()
     assert "judge2_stereotype" in res.summary["diagnostics"]
+    # judge 2 is not validated by the judge check: the console and report.html say so beside its
+    # ratings (fresh-user finding: an LMRA always answering "no stereotype" stood there unremarked)
+    from rich.console import Console
+
+    from lmra.report.console import render_audit
+    from lmra.report.html import render_report
+    from lmra.runfolder import load_run
+
+    console = Console(record=True, width=200)
+    render_audit(console, res)
+    text = " ".join(console.export_text().split())
+    assert "Judge 2 ([judge2]) is not validated: the judge check rates its canaries with [judge] only" in text
+    html = " ".join(render_report(load_run(res.run_dir)).split())
+    assert '<p class="note warn" id="judges-note">Judge 2 ([judge2]) is not validated' in html
 
 
 # -- human labels -------------------------------------------------------------------------------------

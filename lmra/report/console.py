@@ -280,6 +280,15 @@ def _judges(console: Console, judges: pd.DataFrame) -> None:
                       _ci_cell(r["net_rating_judge2"], r["ci_low_judge2"], r["ci_high_judge2"]), str(r["n_both"]),
                       _rate(r["pearson_r"]), _rate(r["agreement"]))
     console.print(table)
+    console.print(Text(JUDGE2_NOT_VALIDATED, style="yellow"), soft_wrap=True)
+
+
+#: under the table of two LMRAs (and in report.html): the judge check validates [judge] only
+#: (fresh-user finding: an LMRA that always answered "no stereotype" appeared as judge 2, with an
+#: "agreement" of 1.00 beside a null judge 1, and no word that nobody had checked it)
+JUDGE2_NOT_VALIDATED = ("Judge 2 ([judge2]) is not validated: the judge check rates its canaries with [judge] only, so "
+                        "judge 2's ratings and its agreement with judge 1 are no evidence that it can recognise a "
+                        "harmful stereotype (validate it with lmra judge-check --judge … --model …).")
 
 
 def diagnostics_words(d: dict) -> str:

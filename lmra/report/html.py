@@ -19,7 +19,7 @@ import pandas as pd
 
 from lmra.compare import RunComparison
 from lmra.console import percent_level
-from lmra.report.console import judge_status_text, refusal_gap_warnings
+from lmra.report.console import JUDGE2_NOT_VALIDATED, judge_status_text, refusal_gap_warnings
 from lmra.runfolder import RunFolder, finite
 from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
@@ -39,6 +39,8 @@ SUMMARY_SECTIONS = [
     ("judges", "Second LMRA", lambda k: k.startswith("judges")),
     ("other-summary", "Other run results", lambda k: True),
 ]
+#: a sentence above a section's tables: the second LMRA is not validated (the console's words)
+SECTION_NOTES = {"judges": JUDGE2_NOT_VALIDATED}
 MANIFEST_SECTIONS = [
     ("budget", "Cost and budget", lambda k: k in ("budget", "cost")),
     ("batch", "Batch API", lambda k: k == "batch"),
@@ -139,7 +141,8 @@ def _extra_sections(run: RunFolder) -> list[dict]:
             if key in known:
                 continue
             sid, title, _ = next(r for r in rules if r[2](key.lower()))
-            _add(sections.setdefault(sid, {"id": sid, "title": title, "kv": [], "tables": []}), key, value)
+            _add(sections.setdefault(sid, {"id": sid, "title": title, "kv": [], "tables": [],
+                                           "note": SECTION_NOTES.get(sid)}), key, value)
     return [s for s in sections.values() if s["kv"] or s["tables"]]
 
 
