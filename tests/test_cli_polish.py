@@ -146,6 +146,30 @@ def test_first_night_does_not_pin_a_partial_run(tmp_path):
         monitor_after_audit(run, baseline="pinned", report=False, console=Console(file=io.StringIO()))
 
 
+def test_pinning_a_partial_run_by_hand_pins_it_and_says_what_a_first_night_would_not(tmp_path, capsys):
+    """Fresh-user finding: `lmra pin` pinned partial and judge-failed runs without a word, where a
+    first night refuses them and says why. It pins (as asked) and warns; a complete run pins quietly."""
+    from conftest import rerecord_files
+    from lmra.cli import main
+    from lmra.history import History
+
+    run = make_run(tmp_path, "20260101-000000-nightly", LOW, seed=1, n_prompts=40)
+    assert main(["pin", str(run)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    manifest, summary = run / "manifest.json", run / "summary.json"
+    manifest.write_text(manifest.read_text().replace('"status": "complete"', '"status": "partial"'))
+    summary.write_text(summary.read_text().replace('"run_status": "complete"', '"run_status": "partial"'))
+    rerecord_files(run)
+    assert main(["pin", str(run)]) == 0
+    out = capsys.readouterr()
+    assert "pinned 20260101-000000-nightly" in out.out
+    err = " ".join(out.err.split())
+    assert ("20260101-000000-nightly would not have been pinned on a first night: its status is partial. It is the "
+            "baseline now, as asked (the checks against it say their 'no regression' is not evidence") in err, err
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        assert h.pinned("nightly") is not None
+
+
 # -- alpha: range and decisions ----------------------------------------------------------------
 def test_check_alpha_range():
     assert check_alpha(0.05) == 0.05 and check_alpha(0.5) == 0.5

@@ -830,6 +830,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
         run = h.resolve(args.run)
         h.pin(run)
     make_console().print(f"pinned {lit(run.run_id)} as the baseline of runs named '{lit(run.name)}' ('--baseline pinned')")
+    why_not = why_not_a_baseline(run)
+    if why_not:  # pinned as asked, but said (fresh-user finding: partial and judge-failed runs were pinned in silence)
+        from lmra.cli.common import print_warning
+
+        caveat = ("" if why_not.startswith("it did not meet") else " (the checks against it say their 'no "
+                  "regression' is not evidence of none while it stays the baseline)")
+        print_warning(f"{run.run_id} would not have been pinned on a first night: {why_not}. It is the baseline now, "
+                      f"as asked{caveat}; 'lmra pin RUN' pins another run")
     return 0
 
 
