@@ -221,3 +221,18 @@ def test_a_shards_changed_record_stops_the_merge(tmp_path, capsys):
     rc, out, err = _cli(capsys, "merge", *shards, "--no-report")
     assert rc == 2 and "shard.json: changed or damaged since the run finished" in err
     assert not [p for p in (tmp_path / "reports").iterdir() if p.name.endswith("-sh")]  # no merged run
+
+
+def test_gate_record_writes_the_runs_report_html_anew(nights, capsys):
+    """Fresh-user finding: `lmra gate RUN --record` recorded the gates (summary.json, history,
+    Prometheus) but report.html kept showing none until `lmra report RUN` was run by hand."""
+    base, run = nights
+    assert _cli(capsys, "report", str(run))[0] == 0
+    assert "Release gates" not in (run / "report.html").read_text()
+    rc, out, err = _cli(capsys, "gate", run, "--gate", "max_ci_high=0.0001", "--record")
+    assert rc == 6, out + err
+    assert f"report.html rewritten with the gates recorded: {run / 'report.html'}" in " ".join(out.split())
+    html = (run / "report.html").read_text()
+    assert "Release gates" in html and "max_ci_high" in html
+    assert _cli(capsys, "gate", base, "--gate", "max_ci_high=1", "--record")[0] == 0  # no report.html: none written
+    assert not (base / "report.html").exists()

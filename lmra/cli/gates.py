@@ -231,8 +231,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field="--gate")
         raise LmraInputError(f"gate {name} cannot be evaluated: {why}", file=origin, field=f"gates.{name}")
     result = evaluate_gates(run, gates)
+    rewritten = None
     if args.record:  # only when asked: the audit's own record (history page, exports) is kept by default
         record_gates(run, result, evaluated_by="lmra gate")
+        rewritten = _rewrite_report(args, run)
     reasons = {} if result.passed else {EXIT_GATES_NOT_MET: gates_reason(result)}
     notes = []
     if run.judge_status_gated_failure and not args.allow_unvalidated_judge:
@@ -262,7 +264,26 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print_gates(console, result)
     for n in notes:
         console.print(Text.assemble(("note: ", "bold red"), n), highlight=False, soft_wrap=True)
+    if rewritten is not None:
+        console.print(Text(f"report.html rewritten with the gates recorded: {rewritten}"), highlight=False,
+                      soft_wrap=True)
     return print_final_status(console, reasons)
+
+
+def _rewrite_report(args: argparse.Namespace, run) -> Path | None:
+    """The run's report.html written anew once its gates are recorded (``lmra gate --record``), as
+    ``lmra report RUN`` writes it — only when the run folder has one (fresh-user finding: it kept
+    showing no gates until ``lmra report`` was run by hand). Its path, or None."""
+    if not (run.path / "report.html").is_file():
+        return None
+    from lmra.history import History
+    from lmra.report.html import write_report
+    from lmra.runfolder import load_run
+
+    with History(history_file(args, str(run.path))) as h:
+        run = load_run(run.path)
+        h.register(run)
+        return write_report(run, None, history=h)
 
 
 def add_parsers(subparsers) -> None:
@@ -272,7 +293,8 @@ def add_parsers(subparsers) -> None:
         description="Evaluate release gates (docs/nightly.md, 'Release gates') on a finished run: by default the "
                     "[gates] the run's own config.toml recorded, replaced by --config FILE's [gates] table, with "
                     "--gate bounds on top. Prints only; with --record it replaces the run folder's gates.json "
-                    "and summary.json['gates'] (the audit's own record, shown by the history page and exports).")
+                    "and summary.json['gates'] (the audit's own record, shown by the history page and exports) "
+                    "and writes the run's report.html anew.")
     g.add_argument("run", metavar="RUN", help=RUN_HELP)
     add_gate_option(g, "a gate bound, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of the config)")
     g.add_argument("--config", "-c", metavar="FILE", help="take the [gates] table of this TOML file (e.g. the "
