@@ -444,6 +444,11 @@ def load_run(path: str | Path) -> RunFolder:
     if status is not None and status not in FINISHED:  # a damaged manifest is said as such, not as a run that
         # did not finish (break-it finding: a truncated one read "manifest status: unknown: the run did not finish")
         _check_shapes(_read_json(p / "manifest.json"), p / "manifest.json", _MANIFEST_SHAPES)
+    if missing and (p / "recsys_similarity.csv").is_file():  # (fresh-user finding: "not a finished … (manifest
+        # status: finished)" contradicted itself for the folder of `lmra recsys`)
+        raise LmraInputError("a recommendation-fairness run folder (lmra recsys), not an audit's: this command takes "
+                             "the run folders of lmra audit (recsys results are recsys_similarity.csv and "
+                             "recsys_fairness.csv; 'lmra recsys score --lists' scores them again)", file=p)
     if missing or status not in FINISHED:
         why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
                       "holds the folder's lock); run the same audit again to finish from the cache",

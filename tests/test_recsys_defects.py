@@ -651,3 +651,23 @@ def test_snsr_from_one_list_per_value_is_said_to_say_nothing(tmp_path, capsys, m
     said = "gender: a value's similarity rests on 1 instruction (one list per value): SNSR/SNSV above compare single draws"
     assert (said in out) == (n_instructions == 1), out[-3000:]
     assert out.rstrip().endswith("exit status 0")  # (fresh-user finding: recsys named no exit status)
+
+
+@pytest.mark.parametrize("command", [["export", "{run}", "--format", "csv", "--out", "{tmp}/x"], ["report", "{run}"],
+                                     ["check", "{run}", "--baseline", "{run}"]])
+def test_an_audit_command_on_a_recsys_folder_says_it_is_a_recsys_run(tmp_path, capsys, command):
+    """Fresh-user finding: `lmra export` (and check, report …) of a recsys run folder said "not a
+    finished lmra run folder (manifest status: finished)", contradicting itself."""
+    from test_recsys_e2e import run_cli
+
+    lists = tmp_path / "lists.jsonl"
+    lists.write_text('{"instruction_id": "m1", "attribute": "neutral", "keys": ["a", "b", "c"]}\n'
+                     '{"instruction_id": "m1", "attribute": "gender", "value": "a girl", "keys": ["b", "a", "c"]}\n',
+                     encoding="utf-8")
+    run = tmp_path / "o"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert run_cli([c.format(run=run, tmp=tmp_path) for c in command]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "a recommendation-fairness run folder (lmra recsys), not an audit's" in err, err
+    assert "manifest status: finished" not in err and "Traceback" not in err
