@@ -322,7 +322,8 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
     n = first.count
     missing = [i for i in range(1, n + 1) if i not in seen]
     if missing:
-        raise LmraInputError(f"shards {', '.join(f'{i}/{n}' for i in missing)} are missing (got "
+        raise LmraInputError(f"shard{'s' * (len(missing) > 1)} {', '.join(f'{i}/{n}' for i in missing)} "
+                             f"{'are' if len(missing) > 1 else 'is'} missing (got "
                              f"{', '.join(s.record['shard'] for s in sorted(shards, key=lambda s: s.index))})",
                              field="SHARD_RUN")
     shards = [seen[i] for i in range(1, n + 1)]

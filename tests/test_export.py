@@ -55,6 +55,8 @@ def test_three_formats_carry_the_same_numbers(run_dir, tmp_path):
 
 def test_per_pair_rows_match_ratings_file(run_dir, tmp_path):
     run = load_run(run_dir)
+    assert export_run(run, "csv", tmp_path / "twice", tables=("per_task", "per_task")) == [
+        tmp_path / "twice" / "per_task.csv"]  # a table named twice is written (and listed) once
     export_run(run, "parquet", tmp_path, tables=("per_pair",))
     export_run(run, "csv", tmp_path, tables=("per_pair",))
     assert not (tmp_path / "per_task.parquet").exists()

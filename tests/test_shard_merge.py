@@ -160,7 +160,7 @@ def test_merge_refuses_shards_that_do_not_make_one_audit(tmp_path, capsys):
         assert "Traceback" not in err
         return err
 
-    assert "shards 2/3 are missing" in refused(d[0], d[2])
+    assert "shard 2/3 is missing" in refused(d[0], d[2])
     assert "option --name: 'a/b'" in refused(*d, "--name", "a/b")  # the option named, not the shard's config
     err = refused(d[0], d[1], d[2], d[1])
     assert "shard 2/3 is given twice" in err and shards[1].run_dir.name in err

@@ -475,6 +475,7 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     unknown = set(tables) - set(SCHEMAS)
     if unknown:
         raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
+    tables = list(dict.fromkeys(tables))  # a table named twice is written once (fresh-user finding: listed twice)
     from lmra.pairstore import is_small, parquet_schema, reading
 
     if run.pairs_path.suffix == ".parquet":  # a damaged file stops the export before it writes anything
