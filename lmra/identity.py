@@ -183,6 +183,20 @@ class ServedCounts:
                 f"tokens ({toks}): the endpoint may use another model's chat template (docs/providers.md, "
                 "'Chat-template tokens')")
 
+    def served_models_warning(self, role: str) -> str | None:
+        """The warning line when the role's answers reported more than one served model id in this
+        run (a deployment switched, or a router that falls back to another model): its answers mix
+        models — the comparison across runs refuses such a change (:func:`identity_changes`),
+        within one run it is said here (break-it finding: a judge switched after 60 answers, exit 0,
+        not a word). None for one id or none."""
+        if len(self.model) < 2:
+            return None
+        ids = ", ".join(f"{m!r} × {n}" for m, n in _by_count(self.model))
+        what = "ratings mix LMRAs" if role.startswith("judge") else "responses mix chatbots"
+        return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): its {what} "
+                "(a deployment switched mid-run, or a router fell back to another model); the numbers average them "
+                "— re-run once the endpoint serves one model (docs/providers.md, 'Served model identity')")
+
     def manifest_fields(self) -> dict:
         """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section
         (counts sorted from most to least frequent, ties by name: the same fields whatever order
@@ -262,8 +276,10 @@ class RunIdentity:
                 manifest[role].update(counts.manifest_fields())
 
     def warnings(self) -> list[str]:
-        """One line per role whose answers contained template tokens (for ``summary.json``)."""
-        return [w for role, c in self.counts.items() if (w := c.template_tokens_warning(role)) is not None]
+        """One line per role whose answers reported more than one served model, and per role whose
+        answers contained template tokens (for ``summary.json``)."""
+        return [w for role, c in self.counts.items()
+                for w in (c.served_models_warning(role), c.template_tokens_warning(role)) if w is not None]
 
 
 def _served(manifest: dict, role: str) -> dict:

@@ -504,3 +504,36 @@ def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tm
     assert re.search(r"^lmra_run_check_tested_tasks\{.*\} 0(\.0)?$", prom, re.M)  # no verdict metric
     assert re.search(r"^lmra_run_check_warnings\{.*\} 1(\.0)?$", prom, re.M)
     assert not re.search(r"^lmra_run_regressions\{", prom, re.M)  # (its HELP text names it)
+
+
+def test_a_role_whose_served_model_changed_mid_run_is_warned_about(tmp_path):
+    """Break-it finding: a judge endpoint that reported another served model after 60 answers
+    gave a run whose ratings mixed two LMRAs, exit 0, not a word (across runs the same change
+    makes the baseline not comparable). The run's warnings name the role and both ids."""
+    import time
+
+    from lmra.identity import RunIdentity
+
+    ident = RunIdentity()
+    target, judge = ident.counts.setdefault("target", ServedCounts()), ident.counts.setdefault("judge", ServedCounts())
+    for i in range(10):
+        target.observe(ChatResult(text="ok", served_model="chat-1", system_fingerprint=f"fp{i % 3}"))
+        judge.observe(ChatResult(text="A", served_model="judge-a" if i < 7 else "judge-b"))
+    (line,) = ident.warnings()  # the target's fingerprints vary (routine): no warning for them
+    assert line.startswith("the judge's answers reported 2 served models in this run ('judge-a' × 7, 'judge-b' × 3): "
+                           "its ratings mix LMRAs"), line
+
+    with FaultServer(served_model="judge-old") as srv:  # and through an audit: the server switches mid-run
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=3, concurrency=1)
+        def switch():
+            while srv.requests < 12:
+                time.sleep(0.01)
+            srv.served_model = "judge-new"
+        threading.Thread(target=switch, daemon=True).start()
+        proc = _audit_cli(cfg, tmp_path, "--allow-unvalidated-judge")
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert "served models in this run ('judge-new' ×" in out and "its ratings mix LMRAs" in out, out[-3000:]
+    run_dir, _ = _manifest(tmp_path / "out")
+    assert any("served models in this run" in w for w in json.loads((run_dir / "summary.json").read_text())["warnings"])
