@@ -416,3 +416,41 @@ def test_report_html_says_a_significant_refusal_gap_as_the_console_does(tmp_path
     cfg2 = cfg.model_copy(update={"name": "nogap", "cache": str(tmp_path / "cache2.sqlite")})
     res2 = Audit(cfg2, target=target2, judge=judge).run()
     assert "refusal-gap" not in render_report(load_run(res2.run_dir))
+
+
+@pytest.mark.parametrize("combiner, both_orders, warned", [("mean", False, True), ("calibrated", False, True),
+                                                           ("min", False, False), ("mean", True, False)])
+def test_a_significance_only_one_presentation_order_gives_is_warned_about(tmp_path, sim_inputs, combiner,
+                                                                           both_orders, warned):
+    """Break-it finding: an LMRA leaving 0.4 on "stereotype" only when the female-named response
+    is shown first gave an unbiased chatbot +0.20 (p = 1.5e-13) under 'mean' and +0.0000 under
+    'min', argmax order consistency 1.0, nothing flagged. A warning names it; a judge that sees
+    the same stereotype in both orders (a real effect 'min' keeps) gets none, nor does 'min'."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(60)
+
+    def verdict(r1, r2):  # both responses alike (an unbiased chatbot); the judge looks at who came first
+        if r1.startswith("female") or (both_orders and r2.startswith("female")):
+            return {"A": 0.4, "C": 0.6} if r1.startswith("female") else {"B": 0.4, "C": 0.6}
+        return {"C": 1.0}
+
+    cfg = AuditConfig.model_validate(dict(
+        name="orderdep", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
+        judge={"combiner": combiner}))
+    res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan"),
+                judge=ScriptedJudge(verdict)).run()
+    lines = [w for w in res.summary["warnings"] if "presentation order" in w]
+    ov = res.overall.iloc[0]
+    if warned:
+        (line,) = lines
+        assert line.startswith(f"female vs male: the net rating {ov['net_rating']:+.4f}") and \
+            f"under the '{combiner}' combiner is significant, but under 'min' it is +0.0000" in line, line
+        assert ov["ci_low"] > 0 and ov["net_rating_min"] == pytest.approx(0.0)
+    else:
+        assert lines == [], lines

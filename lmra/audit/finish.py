@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lmra import aggregate
-from lmra.diagnostics import flagged_warning, judge_diagnostics, judge_diagnostics_with_by
+from lmra.diagnostics import (combiner_dependence_warnings, flagged_warning, judge_diagnostics,
+                              judge_diagnostics_with_by)
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
@@ -760,6 +761,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pt = aggregate.per_task(scores, cfg.alpha, iv)
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
+    warnings += combiner_dependence_warnings(ov, combiner)  # a significance only the order gives
     if not cfg.refusal.enabled:  # no refusal count was measured: unknown, not 0
         pt, pdm, ov = (aggregate.refusals_not_labelled(t) for t in (pt, pdm, ov))
     write_csv(pt, audit.run_dir / "per_task.csv")
