@@ -37,6 +37,11 @@ def flagged_warning(diagnostics: dict) -> str | None:
             "about the chatbot. Use a capable LMRA (see docs/providers.md).")
 
 
+#: words of :func:`combiner_dependence_warnings`' lines (a merge drops the shards' own: the merged
+#: pairs are judged again)
+ORDER_DEPENDENCE_MARK = "The rating rests on the order the responses were shown in"
+
+
 def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str) -> list[str]:
     """One warning per comparison whose overall net rating is significant under the run's order
     combiner but not distinguishable from 0 under ``min`` (methodology §5: the per-outcome minimum
@@ -69,8 +74,7 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str) -> list[s
             out.append(f"{r['group_a']} vs {r['group_b']}: the net rating {h:+.4f} [{lo:+.4f}, {hi:+.4f}] under the "
                        f"'{combiner}' combiner is significant, but under 'min' it is {h_min:+.4f} — within half that "
                        "interval of 0: the LMRA saw the stereotype in one presentation order and not in the other, "
-                       f"which '{combiner}' keeps half of. The rating rests on the order the responses were shown in, "
-                       "not on the responses; read the 'min' figure, or set combiner = \"min\" in [judge] (docs/"
+                       f"which '{combiner}' keeps half of. {ORDER_DEPENDENCE_MARK}, not on the responses; read the 'min' figure, or set combiner = \"min\" in [judge] (docs/"
                        "methodology.md §5)")
     return out
 

@@ -31,7 +31,7 @@ from lmra.runstate import NO_PAIR_SCORED_PREFIX
 from lmra.audit.finish import (AUTO_MEAN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
                                EMPTY_RESPONSES_MARK, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX, INVALID_SHARE_PREFIX,
                                TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
-from lmra.diagnostics import FLAGGED_PREFIX
+from lmra.diagnostics import FLAGGED_PREFIX, ORDER_DEPENDENCE_MARK
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
 from lmra.shard import MAX_SHARDS, SHARD_FILE
@@ -557,7 +557,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      and not w.startswith((FLAGGED_PREFIX, NO_PAIR_SCORED_PREFIX, INVALID_SHARE_PREFIX, FILTER_SHARE_PREFIX,
                                            TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
                                            INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))
-                     and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w]
+                     and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w
+                     and ORDER_DEPENDENCE_MARK not in w]
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:
