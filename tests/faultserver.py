@@ -195,6 +195,8 @@ class FaultServer:
         #: without them, as OpenAI answers): ``rejects_logprobs`` is the error's message, or None
         self.rejects_logprobs: str | None = None
         self.rejected = 0
+        #: every request answered HTTP 429 insufficient_quota (an account out of credit, as OpenAI answers)
+        self.quota_exhausted = False
         #: the first ``stall_first`` requests are held ``hang_s`` seconds before they are handled
         #: (a server slow to take its first calls: still in flight when later ones have failed)
         self.stall_first = 0
@@ -311,6 +313,13 @@ class FaultServer:
                     self._send(404, json.dumps({"error": {
                         "message": f"The model `{body.get('model')}` does not exist or you do not have access to it.",
                         "type": "invalid_request_error", "param": None, "code": "model_not_found"}}).encode())
+                    return
+                if server.quota_exhausted:
+                    with server.lock:
+                        server.rejected += 1
+                    self._send(429, json.dumps({"error": {
+                        "message": "You exceeded your current quota, please check your plan and billing details.",
+                        "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}).encode())
                     return
                 if server.rejects_logprobs is not None and body.get("logprobs"):
                     with server.lock:

@@ -241,6 +241,49 @@ def test_rejected_requests_trip_only_before_an_answer_and_never_for_a_content_fi
     assert not mixed.tripped.rejected and "is unreachable: 8 calls in a row failed after every retry" in str(mixed.tripped)
 
 
+def test_an_exhausted_quota_stops_the_audit_at_its_first_call_without_retries(tmp_path):
+    """Break-it finding: OpenAI's HTTP 429 insufficient_quota on every call (an account out of
+    credit, permanent until its billing is fixed) was retried as a rate limit — 540 attempts in 3
+    minutes for 54 pairs — and never stopped. It is not retried, and stops the run at its first
+    call as a rejected key does (exit 1), naming the quota."""
+    with FaultServer() as srv:
+        srv.quota_exhausted = True
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=20, retries=4)
+        proc = _audit_cli(cfg, tmp_path)
+        requests = srv.rejected
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(r"failure: the (target|judge)'s endpoint says its account's quota is exhausted, so lmra stopped "
+                     r"at the first such call: (target|judge): the openai endpoint \S+ says the account's quota is exhausted \(HTTP "
+                     r"429 insufficient_quota: You exceeded your current quota", err), err
+    assert re.search(r"exit status 1: the run failed: the (target|judge)'s account's quota is exhausted", proc.stdout)
+    assert requests <= 2 * 4, requests  # the calls in flight (concurrency 4) per role, none retried
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["status"] == "failed" and "quota is exhausted" in manifest["stop_reason"]
+
+
+def test_a_422_without_an_openai_error_message_keeps_the_servers_detail():
+    """Break-it finding: a FastAPI/vLLM-style 422 ({"detail": [...]}) was recorded as "Error code: 422"
+    alone; the server's body says what was wrong."""
+    import httpx2 as httpx
+    import openai
+
+    from lmra.providers.base import sdk_failure
+
+    body = {"detail": [{"loc": ["body", "messages"], "msg": "field required", "type": "missing"}]}
+    resp = httpx.Response(422, json=body, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    exc = openai.UnprocessableEntityError("Error code: 422", response=resp, body=body)
+    err = sdk_failure(exc, openai, "openai", 5.0, 1, endpoint="http://127.0.0.1:9/v1")
+    assert err.kind == "http_422" and "field required" in str(err) and "body" in str(err), str(err)
+    quota = {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
+                       "code": "insufficient_quota"}}
+    resp = httpx.Response(429, json=quota, request=resp.request)
+    err = sdk_failure(openai.RateLimitError("Error code: 429", response=resp, body=quota["error"]), openai, "openai",
+                      5.0, 1, endpoint="http://127.0.0.1:9/v1")
+    assert err.kind == "quota" and "quota is exhausted" in str(err)
+
+
 def test_a_base_url_answering_a_web_page_stops_the_audit_saying_no_valid_completion(tmp_path):
     """Break-it finding: a base_url pointing at a web server that answers any path with an HTML
     page (HTTP 200) made every call fail as malformed after its retries; the run went on to end

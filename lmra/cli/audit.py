@@ -412,7 +412,8 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
                                         f"{exc}. Resume with: lmra batch resume {audit.run_dir}"))
         return _final(console, {75: "batches still running (resume with 'lmra batch resume')"})
     err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
-    what = ("key was rejected" if not isinstance(exc, EndpointUnreachable)
+    what = ("account's quota is exhausted" if getattr(exc, "quota", False)
+            else "key was rejected" if not isinstance(exc, EndpointUnreachable)
             else "endpoint does not serve its model" if exc.not_served
             else "endpoint rejected every request" if exc.rejected
             else "endpoint answered no valid completion" if exc.malformed

@@ -61,6 +61,10 @@ class CountingTransport(httpx.AsyncBaseTransport):
             # status) — the anthropic SDK would sleep as long as asked (an hour, a day), the
             # openai SDK already gives up past 60 s; both obey x-should-retry
             response.headers["x-should-retry"] = "false"
+        if code == 429 and b"insufficient_quota" in response.content:
+            # the account's quota is exhausted, not a rate limit: no retry can succeed (break-it finding:
+            # 540 attempts in 3 minutes); the call fails at once, and the key guard stops the run
+            response.headers["x-should-retry"] = "false"
         if code == 429:
             note_event("http_429")
         elif code >= 500:

@@ -327,6 +327,36 @@ def _server_message(exc: BaseException) -> str:
     return str(exc)
 
 
+#: the marker of a quota that is exhausted, not a rate limit (OpenAI's HTTP 429 ``insufficient_quota``):
+#: no retry can succeed until the account's billing is fixed (break-it finding: 540 attempts in 3 minutes)
+QUOTA_MARK = "insufficient_quota"
+
+
+def quota_exhausted(exc: BaseException) -> bool:
+    """True for an SDK status error whose body says the account's quota is exhausted
+    (:data:`QUOTA_MARK` as the error's ``code`` or ``type``)."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    return isinstance(err, dict) and QUOTA_MARK in (err.get("code"), err.get("type"))
+
+
+def _status_text(exc: BaseException) -> str:
+    """An SDK status error as text, with the server's body when the SDK's text leaves it out (a
+    FastAPI/vLLM 422's ``{"detail": [...]}``: the SDK says only "Error code: 422"; break-it finding)."""
+    import json
+
+    text = str(exc)
+    body = getattr(exc, "body", None)
+    if body is None or _server_message(exc) != text:  # (OpenAI's and Anthropic's messages are in the text)
+        return text
+    try:
+        shown = json.dumps(body, ensure_ascii=False) if not isinstance(body, str) else body
+    except (TypeError, ValueError):
+        shown = repr(body)
+    shown = shown if len(shown) <= 500 else shown[:500] + " …"
+    return text if shown in text else f"{text} - {shown}"
+
+
 def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, max_retries: int, *,
                 key_source: str = "the API key", endpoint: str = "") -> ProviderError:
     """The :class:`ProviderError` for an exception of an official SDK call (openai and anthropic
@@ -357,8 +387,11 @@ def sdk_failure(exc: BaseException, sdk: Any, provider: str, timeout_s: float, m
         what = "rejected" if isinstance(exc, sdk.AuthenticationError) else "refused access with"
         return ProviderError(f"the {provider} endpoint {endpoint or '(the SDK default)'} {what} {key_source} "
                              f"(HTTP {exc.status_code}: {_server_message(exc)})", kind="auth")
+    if isinstance(exc, sdk.APIStatusError) and exc.status_code == 429 and quota_exhausted(exc):
+        return ProviderError(f"the {provider} endpoint {endpoint or '(the SDK default)'} says the account's quota is "
+                             f"exhausted (HTTP 429 insufficient_quota: {_server_message(exc)})", kind="quota")
     if isinstance(exc, sdk.APIStatusError):
-        return ProviderError(f"{provider} call failed: {exc}", kind=f"http_{exc.status_code}")
+        return ProviderError(f"{provider} call failed: {_status_text(exc)}", kind=f"http_{exc.status_code}")
     if isinstance(exc, BODY_ERRORS):
         return ProviderError(f"{provider} response is not valid ({type(exc).__name__}: {exc})", kind="malformed",
                              retryable=True)

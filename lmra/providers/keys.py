@@ -111,6 +111,13 @@ class KeyRejected(RuntimeError):
     def __init__(self, role: str, error: ProviderError):
         self.role = role
         self.error = error
+        #: the account's quota is exhausted (HTTP 429 insufficient_quota), not a rejected key
+        self.quota = error.kind == "quota"
+        if self.quota:
+            super().__init__(f"the {role}'s endpoint says its account's quota is exhausted, so lmra stopped at the "
+                             f"first such call: {error}. Add credit or raise the quota (or use another key in "
+                             f"[{role}]), then run the same command again; answered calls are kept in the cache")
+            return
         super().__init__(f"the {role}'s endpoint does not accept its key, so lmra stopped at the first rejected "
                          f"call: {error}. Fix the key (or api_key_env / api_key_required in [{role}]) and run the "
                          "same command again; answered calls are kept in the cache")
@@ -139,7 +146,8 @@ class KeyGuard:
         """Call ``inner``.
 
         Raises:
-            KeyRejected: this call, or an earlier one, failed with kind ``auth``.
+            KeyRejected: this call, or an earlier one, failed with kind ``auth`` (or ``quota``: the
+                account's quota is exhausted, HTTP 429 insufficient_quota).
             ProviderError: any other failure (recorded by the stages as a failed call).
         """
         if self.rejected is not None:
@@ -147,7 +155,7 @@ class KeyGuard:
         try:
             return await self.inner.complete(request)
         except ProviderError as exc:
-            if exc.kind != "auth":
+            if exc.kind not in ("auth", "quota"):
                 raise
             rejected = KeyRejected(self.role, exc)
             if self.rejected is None:
