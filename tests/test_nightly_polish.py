@@ -542,6 +542,15 @@ def test_a_rate_limit_that_no_night_ends_under_is_warned_about(tmp_path, capsys)
     cfg.write_text(cfg.read_text().replace("requests_per_minute = 0.001", "requests_per_minute = 600"))
     assert main(["validate", str(cfg)]) == 0
     assert "requests_per_minute" not in capsys.readouterr().err
+    # a token limit too (break-it finding: tokens_per_minute = 1 hung ~28 minutes a call, in silence)
+    cfg.write_text(cfg.read_text().replace("requests_per_minute = 600", "tokens_per_minute = 0.05"))
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"[target] tokens_per_minute = 0.05: its {n} planned calls would take at least "
+            f"{n * 20 / 0.05 / 60 / 24:,.3g} days at 20 tokens a call at the least") in err, err
+    cfg.write_text(cfg.read_text().replace("tokens_per_minute = 0.05", "tokens_per_minute = 10000"))
+    assert main(["validate", str(cfg)]) == 0
+    assert "tokens_per_minute" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("judge", ["llamacpp", "openai"])

@@ -584,23 +584,34 @@ def _short_tasks_note(cfg, inputs) -> str | None:
 SLOW_LIMIT_HOURS = 24.0
 
 
+#: tokens a call costs at the least, for :func:`_slow_limit_warnings`: every request carries a
+#: message (the user's, or an LMRA question's instructions) and gets at least one token back
+MIN_TOKENS_PER_CALL = 20
+
+
 def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
-    """A warning per model whose ``requests_per_minute`` alone makes its planned calls take more
-    than :data:`SLOW_LIMIT_HOURS` (break-it finding: ``requests_per_minute = 1e-300`` was valid,
-    and the audit waited forever at its second call without a word; a typo of 0.6 for 600 is
-    the likely case)."""
+    """A warning per model whose ``requests_per_minute`` alone, or whose ``tokens_per_minute`` at
+    :data:`MIN_TOKENS_PER_CALL` tokens a call, makes its planned calls take more than
+    :data:`SLOW_LIMIT_HOURS` (break-it findings: ``requests_per_minute = 1e-300`` was valid, and
+    the audit waited forever at its second call without a word — a typo of 0.6 for 600 is the
+    likely case; ``tokens_per_minute = 1`` hung the same way, ~28 minutes a call)."""
     out = []
     for role, n in (("target", plan.get("target", 0)), ("judge", plan.get("judge", 0)),
                     ("judge2", plan.get("judge2", 0))):
         m = getattr(cfg, role, None)
-        rpm = getattr(m, "requests_per_minute", None) if m is not None else None
-        if not rpm or not n:
+        if m is None or not n:
             continue
-        hours = n / rpm / 60
-        if hours > SLOW_LIMIT_HOURS:
-            took = f"take at least {hours / 24:,.3g} days" if hours < 24 * 1e6 else "never end in practice"
-            out.append(f"[{role}] requests_per_minute = {rpm:g}: its {n:,} planned calls would {took} (cached calls "
-                       "are free) — check the value (calls per minute, not per second)")
+        for field, per_call, unit in (("requests_per_minute", 1, "calls"), ("tokens_per_minute", MIN_TOKENS_PER_CALL,
+                                                                             "tokens")):
+            limit = getattr(m, field, None)
+            if not limit:
+                continue
+            hours = n * per_call / limit / 60
+            if hours > SLOW_LIMIT_HOURS:
+                took = f"take at least {hours / 24:,.3g} days" if hours < 24 * 1e6 else "never end in practice"
+                cost = "" if per_call == 1 else f" at {per_call} tokens a call at the least"
+                out.append(f"[{role}] {field} = {limit:g}: its {n:,} planned calls would {took}{cost} (cached calls "
+                           f"are free) — check the value ({unit} per minute, not per second)")
     return out
 
 
