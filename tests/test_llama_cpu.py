@@ -80,3 +80,25 @@ def test_the_embedded_model_is_loaded_with_this_cpus_setting():
 
     prov = LlamaCppProvider.shared(ModelConfig())
     assert bool(prov._llm.model_params.use_extra_bufts) is cpu.use_extra_buffers()
+
+
+def test_a_context_llama_cpp_cannot_create_is_blamed_on_n_ctx_not_the_model_file(tmp_path, monkeypatch, capsys):
+    """Break-it finding: an n_ctx within its documented range that needs more memory than the
+    machine has failed as "llama.cpp cannot load this file as a GGUF model (Failed to create
+    llama_context)", field 'target.model' — the file was fine (n_ctx = 4096 ran). llama.cpp's own
+    error (here raised as llama-cpp-python raises it) now names n_ctx."""
+    import lmra.providers.llamacpp as backend
+    from lmra.cli import main
+
+    def no_context(**kw):
+        raise ValueError("Failed to create llama_context")
+
+    monkeypatch.setattr(backend, "load_llama", no_context)
+    cfg = tmp_path / "big.toml"
+    cfg.write_text('name = "big"\nprompts_per_task = 1\ntasks = ["write a story"]\n'
+                   f'output_dir = "{tmp_path / "out"}"\ncache = "{tmp_path / "c.sqlite"}"\n'
+                   '[judge_check]\nenabled = false\n[target]\nprovider = "llamacpp"\nn_ctx = 262144\n')
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "field 'target.n_ctx'" in err and "could not create a context of n_ctx = 262,144 tokens" in err, err
+    assert "cannot load this file as a GGUF model" not in err and "Traceback" not in err

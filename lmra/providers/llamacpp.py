@@ -233,6 +233,12 @@ class LlamaCppProvider:
                                    n_threads_batch=self.threads.read_threads, logits_all=False, verbose=False,
                                    seed=0)
         except ValueError as exc:
+            if "llama_context" in str(exc):  # the file loaded; its context did not (break-it finding: blamed on
+                # the model file, though a smaller n_ctx runs it: the memory a context of n_ctx tokens needs)
+                raise LmraInputError(f"llama.cpp loaded the model but could not create a context of n_ctx = "
+                                     f"{cfg.n_ctx:,} tokens ({exc}): most likely not enough memory for it — set a "
+                                     "smaller n_ctx (the prompts and answers of an audit need a few thousand tokens)",
+                                     field="n_ctx") from None
             raise LmraInputError(f"llama.cpp cannot load this file as a GGUF model ({exc})", file=path,
                                  field="model") from None
         self.metadata: dict[str, str] = dict(self._llm.metadata)
