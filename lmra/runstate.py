@@ -474,11 +474,15 @@ def partial_advice(summary: dict) -> str:
         # quality criteria's and the second LMRA's counts were added in)
         stereo = (summary.get("diagnostics") or {}).get("stereotype")
         contradicting = int(stereo.get("contradicting") or 0) if isinstance(stereo, dict) else 0
+        # the advice about answers without log-probabilities only when some were sampled for want of them
+        # (break-it finding: a judge whose content filter declined every question got the llama.cpp advice)
+        sampled = isinstance(stereo, dict) and bool((stereo.get("methods") or {}).get("sampled"))
         from lmra.judge.options import NO_LOGPROBS_ADVICE
 
         parts.append(("" if none_scored else "the rates named rest on the pairs the LMRA chose to answer; ")
-                     + "a re-run gets the same answers from the cache (but for answers without log-probabilities, "
-                     f"which are not cached and are asked again — {NO_LOGPROBS_ADVICE}): look at the LMRA's unusable "
+                     + "a re-run gets the same answers from the cache"
+                     + (" (but for answers without log-probabilities, which are not cached and are asked again — "
+                        f"{NO_LOGPROBS_ADVICE})" if sampled else "") + ": look at the LMRA's unusable "
                      "answers (refusals to "
                      "rate, no probability on the options, orders that contradict each other"
                      + (f": {contradicting} pairs, see the judge diagnostics" if contradicting else "")

@@ -197,6 +197,9 @@ class FaultServer:
         self.rejected = 0
         #: every request answered HTTP 429 insufficient_quota (an account out of credit, as OpenAI answers)
         self.quota_exhausted = False
+        #: requests asking for log-probabilities answered as a provider's content filter stops them:
+        #: HTTP 200, empty content, ``finish_reason: content_filter``, no log-probabilities
+        self.filters_logprob_requests = False
         #: the first ``stall_first`` requests are held ``hang_s`` seconds before they are handled
         #: (a server slow to take its first calls: still in flight when later ones have failed)
         self.stall_first = 0
@@ -320,6 +323,12 @@ class FaultServer:
                     self._send(429, json.dumps({"error": {
                         "message": "You exceeded your current quota, please check your plan and billing details.",
                         "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}).encode())
+                    return
+                if server.filters_logprob_requests and body.get("logprobs"):
+                    c = completion(body, with_logprobs=False)
+                    c["choices"][0] |= {"finish_reason": "content_filter", "message": {"role": "assistant",
+                                                                                       "content": ""}}
+                    self._send(200, json.dumps(c).encode())
                     return
                 if server.rejects_logprobs is not None and body.get("logprobs"):
                     with server.lock:

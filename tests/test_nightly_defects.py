@@ -263,6 +263,27 @@ def test_an_exhausted_quota_stops_the_audit_at_its_first_call_without_retries(tm
     assert manifest["status"] == "failed" and "quota is exhausted" in manifest["stop_reason"]
 
 
+def test_an_lmra_answer_stopped_by_a_content_filter_is_a_judge_refusal_asked_once(tmp_path):
+    """Break-it finding: an LMRA whose safety filter stopped the stereotype question (HTTP 200,
+    empty content, finish_reason content_filter, no log-probabilities) was read as an endpoint
+    without log-probabilities: each question retried and then sampled (6 calls with 1 retry and
+    n_samples 5), with the advice to start llama.cpp with --logits_all. It is a judge refusal,
+    counted as one, asked once."""
+    with FaultServer() as srv:
+        srv.filters_logprob_requests = True  # the target asks for none: only the LMRA's questions are stopped
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=3, extra="\n[filter]\nlmra = false\n[refusal]\nenabled = false\n")
+        proc = _audit_cli(cfg, tmp_path)
+        requests = srv.requests_by_body.total()
+    both = " ".join((proc.stdout + proc.stderr).split())
+    assert "Traceback" not in both and "answers so far" not in both and "logits_all" not in both, both[-3000:]
+    # 6 prompts → 6 pairs: 12 target calls and 12 LMRA questions, each asked once
+    assert requests == 24, requests
+    assert "12 judge refused" in both, both[-3000:]
+    manifest = _manifest(tmp_path / "out")
+    assert manifest["calls"]["retries"] == 0 and manifest["calls"]["failed"] == 0
+
+
 def test_a_422_without_an_openai_error_message_keeps_the_servers_detail():
     """Break-it finding: a FastAPI/vLLM-style 422 ({"detail": [...]}) was recorded as "Error code: 422"
     alone; the server's body says what was wrong."""

@@ -255,6 +255,11 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
             refused = probs is None and declined(res)
             return OptionProbs(probs=probs, mass=mass, method="logprobs", n_unparseable=int(probs is None and not refused),
                                n_refused=int(refused), raw_texts=[res.text[:200]])
+        if res.finish_reason in FILTER_FINISH_REASONS:  # stopped by the provider's safety system: the LMRA
+            # declined (break-it finding: read as an endpoint without log-probabilities, asked 6 times,
+            # with the advice to start llama.cpp with --logits_all)
+            return OptionProbs(probs=None, mass=0.0, method="logprobs", n_unparseable=0, n_refused=1,
+                               raw_texts=[res.text[:200]])
         # no log-probabilities after the provider's retries (an endpoint that dropped them, or
         # ignores the request): estimated by sampling, as for a provider without them
         # (methodology §2 step 2) — not read as the greedy answer's one letter, a 0/1 answer that

@@ -416,7 +416,9 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
     backoff (0.25 s, 0.5 s, 1 s … capped at 8 s). Every retry is counted (``retry`` event).
 
     Returns:
-        the first usable result; after the last retry, an answer still without
+        the first usable result — an answer the provider's safety system stopped
+        (``finish_reason`` in :data:`FILTER_FINISH_REASONS`) is one, returned at once: it has no
+        log-probabilities because it was refused; after the last retry, an answer still without
         log-probabilities is returned as it is (marked ``degraded="no_logprobs"``: the LMRA
         layer then estimates its question by sampling, :func:`lmra.judge.options.ask_options`,
         and the call cache does not keep it).
@@ -436,6 +438,8 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
             if not exc.retryable or attempt == max_retries:
                 raise
             continue
+        if needs_logprobs and result.option_probs is None and result.finish_reason in FILTER_FINISH_REASONS:
+            return result  # the provider's safety system stopped it: a refusal, not an answer without them
         if needs_logprobs and result.option_probs is None:
             note_event("no_logprobs")
             if attempt == max_retries:
