@@ -553,6 +553,25 @@ def test_a_rate_limit_that_no_night_ends_under_is_warned_about(tmp_path, capsys)
     assert "tokens_per_minute" not in capsys.readouterr().err
 
 
+def test_a_sampled_lmra_at_temperature_0_is_warned_about(tmp_path, capsys):
+    """Break-it finding: an LMRA sampled at temperature 0 (n_samples = 5) was valid without a word:
+    its five draws are one greedy answer, read as 0 or 1, at five times the cost."""
+    from conftest import custom_audit_config
+    from lmra.cli import main
+    from monitor_helpers import write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 4)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_console_pipe:make_target",
+                              judge="test_console_pipe:make_judge")
+    cfg.write_text(cfg.read_text() + "temperature = 0.0\n")  # (the last table is [judge])
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "[judge] temperature = 0 with n_samples = 5: when its answers are estimated by sampling" in err, err
+    cfg.write_text(cfg.read_text().replace("temperature = 0.0\n", "temperature = 0.0\nn_samples = 1\n"))
+    assert main(["validate", str(cfg)]) == 0
+    assert "temperature = 0" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("judge", ["llamacpp", "openai"])
 def test_validate_warns_when_the_configs_judge_check_waiver_is_for_another_lmra(tmp_path, capsys, judge):
     """Fresh-user finding: a copy of the demo config (gate = false, waiver_judge = "llamacpp")

@@ -295,7 +295,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
     for line in (_unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg)
-                 + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg)):
+                 + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg) + _greedy_samples_warnings(cfg)):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -612,6 +612,23 @@ def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
                 cost = "" if per_call == 1 else f" at {per_call} tokens a call at the least"
                 out.append(f"[{role}] {field} = {limit:g}: its {n:,} planned calls would {took}{cost} (cached calls "
                            f"are free) — check the value ({unit} per minute, not per second)")
+    return out
+
+
+def _greedy_samples_warnings(cfg) -> list[str]:
+    """A warning per LMRA whose sampled estimate (a provider without log-probabilities, or one that
+    answers without them) would draw ``n_samples`` > 1 answers at ``temperature = 0``: n copies of
+    one greedy answer, read as a 0/1 probability (break-it finding: valid without a word, at
+    n times the cost, the 0/1 reading the sampled estimate exists to avoid)."""
+    out = []
+    for role in ("judge", "judge2"):
+        m = getattr(cfg, role, None)
+        if m is not None and m.temperature == 0 and m.n_samples > 1:
+            out.append(f"[{role}] temperature = 0 with n_samples = {m.n_samples}: when its answers are estimated by "
+                       "sampling (a provider without log-probabilities such as anthropic, logprobs = false, or an "
+                       "endpoint that drops them), every draw is the same greedy answer — n_samples copies of one "
+                       "vote, read as probability 0 or 1, at n_samples times the cost; keep the temperature above 0 "
+                       "(default 1)")
     return out
 
 
