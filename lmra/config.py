@@ -628,6 +628,12 @@ class AuditConfig(_Strict):
                 raise ValueError(f"compares group '{a}' with itself")
         if len(set(map(tuple, v))) != len(v):
             raise ValueError("the same comparison is listed twice")
+        seen = set(map(tuple, v))
+        for a, b in v:  # (break-it finding: both were rated, at twice the cost, two numbers for one question)
+            if (b, a) in seen:
+                raise ValueError(f"['{a}', '{b}'] and ['{b}', '{a}'] are one comparison in both directions: its net "
+                                 "rating would be rated twice, the second the first with its sign changed (in "
+                                 "expectation); keep one of them")
         return v
 
     @field_validator("placebo")

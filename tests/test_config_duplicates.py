@@ -47,3 +47,15 @@ def test_an_empty_criteria_list_is_fine_with_quality_off(tmp_path):
     p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_comparison_and_its_reverse_are_refused(tmp_path):
+    """Break-it finding: comparisons = [["female", "male"], ["male", "female"]] was accepted: both
+    rated, at twice the cost, two net ratings for one question (-0.1111 and -0.0370)."""
+    cfg = tmp_path / "rev.toml"
+    cfg.write_text('name = "rev"\ncomparisons = [["female", "male"], ["male", "female"]]\n')
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    err = " ".join(p.stderr.split())
+    assert p.returncode == 2 and "field 'comparisons'" in err and "one comparison in both directions" in err, err
+    assert "Traceback" not in err
