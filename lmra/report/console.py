@@ -143,8 +143,9 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
         if tested >= 10:  # (statistics-review note: per-task intervals are not corrected across tasks)
             chance = (1 - float(conf) / 100) * tested
             console.print(f"[dim]Each task's interval is at {conf}% on its own, not corrected across the {tested} "
-                          f"tasks: with no bias at all about {chance:.1f} of them would exclude 0 by chance (the "
-                          "regression check corrects across tasks).[/]")
+                          f"tasks: with no bias at all up to about {chance:.1f} of them would exclude 0 by chance "
+                          "(fewer with the betting interval, which is conservative; the regression check corrects "
+                          "across tasks).[/]")
         ov = overall[(overall["group_a"] == ga) & (overall["group_b"] == gb)]
         if len(ov):
             r = ov.iloc[0]
