@@ -236,3 +236,13 @@ def test_refusal_columns_say_off_when_refusal_labels_are_off_as_on_the_console(t
     html = render_report(load_run(res.run_dir))
     off = len(re.findall(r'<td class="num">off</td><td class="num">off</td>', html))
     assert off == (0 if labels else 1 + 2)  # the overall row and the two tasks' rows
+
+
+def test_a_section_of_missing_values_only_is_left_out(report):
+    """Fresh-user finding: a run without quality ratings showed a "Response quality (nine
+    criteria)" section whose one row was "quality_combiner —". A section with a value shows."""
+    run = load_run(report["base"])
+    run.summary["quality_combiner"] = None
+    assert 'id="quality"' not in render_report(run)
+    run.summary["quality_combiner"] = "min"
+    assert 'id="quality"' in render_report(run)

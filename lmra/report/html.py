@@ -143,7 +143,9 @@ def _extra_sections(run: RunFolder) -> list[dict]:
             sid, title, _ = next(r for r in rules if r[2](key.lower()))
             _add(sections.setdefault(sid, {"id": sid, "title": title, "kv": [], "tables": [],
                                            "note": SECTION_NOTES.get(sid)}), key, value)
-    return [s for s in sections.values() if s["kv"] or s["tables"]]
+    # a section of missing values only says nothing (fresh-user finding: "Response quality (nine
+    # criteria)" in a run without quality ratings, its one row "quality_combiner —")
+    return [s for s in sections.values() if s["tables"] or any(v != "—" for _, v in s["kv"])]
 
 
 def _judge_context(run: RunFolder) -> dict:
