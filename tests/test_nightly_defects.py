@@ -155,9 +155,10 @@ def test_a_judge_endpoint_rejecting_every_request_stops_the_audit_and_names_its_
         rejected = srv.rejected
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     err = " ".join(proc.stderr.split())
-    assert re.search(rf"failure: the judge's endpoint {re.escape(srv.url)} rejected every request: {TRIP_AFTER} calls "
-                     rf"in a row failed with HTTP 400 \(http_400 × {TRIP_AFTER}\); nothing was audited\. The first: "
-                     rf"openai call failed: Error code: 400 - {re.escape(REJECTED)}\. Change what it refuses in "
+    assert re.search(rf"failure: the judge's endpoint {re.escape(srv.url)} rejected every request so far: {TRIP_AFTER} "
+                     rf"calls in a row failed with HTTP 400 \(http_400 × {TRIP_AFTER}\); nothing was audited\. The first: "
+                     rf"openai call failed: Error code: 400 - {re.escape(REJECTED)}\. Change what it "
+                     r"refuses in "
                      r"\[judge\] \(e\.g\. logprobs = false", err), err
     assert "exit status 1: the run failed: the judge's endpoint rejected every request" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr and "identity filter" not in err
@@ -190,7 +191,7 @@ def test_judge_check_stops_at_an_endpoint_rejecting_every_request(tmp_path):
         rejected = srv.rejected
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     err = " ".join(proc.stderr.split())
-    assert f"failure: the judge's endpoint {srv.url} rejected every request: {TRIP_AFTER} calls in a row" in err, err
+    assert f"failure: the judge's endpoint {srv.url} rejected every request so far: {TRIP_AFTER} calls in a row" in err
     assert REJECTED in err and "Judge check FAILED" not in proc.stdout + proc.stderr
     assert rejected < 2 * TRIP_AFTER  # not the check's 60 calls
 
@@ -210,11 +211,20 @@ def test_rejected_requests_trip_only_before_an_answer_and_never_for_a_content_fi
     for _ in range(TRIP_AFTER - 1):
         guard._failed(bad)
     assert guard.tripped is None
-    guard._failed(ProviderError("Error code: 422 - max_tokens too large", kind="http_422"))
+    guard._failed(bad)
     assert guard.tripped is not None and guard.tripped.rejected
-    assert "rejected every request: 8 calls in a row failed with HTTP 400 and 422 (http_400 × 7, http_422 × 1)" \
+    assert "rejected every request so far: 8 calls in a row failed with HTTP 400 (http_400 × 8)" \
         in str(guard.tripped) and "The first: openai call failed: Error code: 400 - unsupported parameter" \
         in str(guard.tripped)
+    # requests rejected each for its own reason are the requests' (break-it finding: a prompt over the
+    # context length, or one too long for max_tokens), as is a too-long prompt's own rejection
+    varied = EndpointGuard("target", "http://127.0.0.1:9/v1")
+    for i in range(3 * TRIP_AFTER):
+        varied._failed(ProviderError(f"Error code: 422 - prompt {i} has an unsupported field", kind="http_422"))
+        varied._failed(ProviderError(f"Error code: 400 - This model's maximum context length is 300 tokens, your "
+                                     f"messages resulted in {900 + i} tokens (code context_length_exceeded)",
+                                     kind="http_400"))
+    assert varied.tripped is None
 
     answered = EndpointGuard("target", "http://127.0.0.1:9/v1", trip_down_after_s=0.0)
     answered.successes = 1
@@ -261,6 +271,48 @@ def test_an_exhausted_quota_stops_the_audit_at_its_first_call_without_retries(tm
     assert requests <= 2 * 4, requests  # the calls in flight (concurrency 4) per role, none retried
     manifest = _manifest(tmp_path / "out")
     assert manifest["status"] == "failed" and "quota is exhausted" in manifest["stop_reason"]
+
+
+def test_per_request_rejections_never_stop_a_run_and_proxies_say_quota_too():
+    """Break-it round 2: the breaker stopped a healthy run whose first prompts were too long for the
+    model (OpenAI's 400 context_length_exceeded, the same message each time), and a content filter's
+    400 known by its code only ("The request was blocked.", code content_filter); a proxy's 429
+    carrying insufficient_quota inside its message was a plain rate limit; Azure's filtered answer
+    with content null was a malformed body."""
+    import httpx2 as httpx
+    import openai
+
+    from lmra.providers._openai_batch import chat_result
+    from lmra.providers.base import sdk_failure
+
+    req = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+    def failure(status, body, cls):
+        resp = httpx.Response(status, json={"error": body}, request=req)
+        return sdk_failure(cls(f"Error code: {status} - {body['message']}", response=resp, body=body), openai,
+                           "openai", 5.0, 1, endpoint="http://127.0.0.1:9/v1")
+
+    too_long = failure(400, {"message": "This model's maximum context length is 300 tokens.", "param": "messages",
+                             "code": "context_length_exceeded", "type": "invalid_request_error"},
+                       openai.BadRequestError)
+    blocked = failure(400, {"message": "The request was blocked.", "code": "content_filter"}, openai.BadRequestError)
+    assert "(code context_length_exceeded, param messages)" in str(too_long)
+    assert "The request was blocked (code content_filter)" in str(blocked)
+    guard = EndpointGuard("target", "http://127.0.0.1:9/v1")
+    for _ in range(3 * TRIP_AFTER):
+        guard._failed(too_long)
+        guard._failed(blocked)
+    assert guard.tripped is None
+    proxied = failure(429, {"message": "litellm.RateLimitError: OpenAIException - {'error': {'type': "
+                                       "'insufficient_quota', 'code': 'insufficient_quota'}}", "type": None,
+                            "code": "429"}, openai.RateLimitError)
+    assert proxied.kind == "quota"
+    filtered = {"id": "x", "model": "fake", "choices": [{"index": 0, "finish_reason": "content_filter",
+                                                         "message": {"role": "assistant", "content": None},
+                                                         "logprobs": None}]}
+    res = chat_result(filtered, ChatRequest(messages=[Message(role="user", content="Rate.")], options=("A", "B", "C"),
+                                            max_tokens=1), model="fake")
+    assert res.text == "" and res.finish_reason == "content_filter" and res.option_probs is None
 
 
 def test_an_lmra_answer_stopped_by_a_content_filter_is_a_judge_refusal_asked_once(tmp_path):

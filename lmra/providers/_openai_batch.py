@@ -32,7 +32,8 @@ from typing import Any
 import openai
 
 from lmra.providers._batch_results import BatchResults
-from lmra.providers.base import ChatRequest, ChatResult, ProviderError, reported_usage, sum_option_probs
+from lmra.providers.base import (FILTER_FINISH_REASONS, ChatRequest, ChatResult, ProviderError, reported_usage,
+                                 sum_option_probs)
 
 ENDPOINT = "/v1/chat/completions"
 #: OpenAI's documented per-batch limits: 50,000 requests and 200 MB of input.
@@ -127,6 +128,9 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     text = _get(message, "content")
     if text is None:
         text = _get(message, "refusal")  # a model's own refusal (structured outputs) is its answer
+    if text is None and _get(choice, "finish_reason") in FILTER_FINISH_REASONS:
+        text = ""  # stopped by the provider's safety system (Azure sends content null): an empty, filtered
+        # answer, not a malformed body (break-it finding: retried, then "answered no valid completion")
     if not isinstance(text, str):
         raise bad("the message has no text content")
     probs = None

@@ -334,10 +334,14 @@ QUOTA_MARK = "insufficient_quota"
 
 def quota_exhausted(exc: BaseException) -> bool:
     """True for an SDK status error whose body says the account's quota is exhausted
-    (:data:`QUOTA_MARK` as the error's ``code`` or ``type``)."""
+    (:data:`QUOTA_MARK` as the error's ``code`` or ``type``, or anywhere in the body or message:
+    a proxy passing the provider's error on — the transport's test, :mod:`lmra.providers._http`)."""
     body = getattr(exc, "body", None)
     err = body.get("error", body) if isinstance(body, dict) else None
-    return isinstance(err, dict) and QUOTA_MARK in (err.get("code"), err.get("type"))
+    if isinstance(err, dict) and QUOTA_MARK in (err.get("code"), err.get("type")):
+        return True
+    # a proxy (LiteLLM …) passes the provider's error on inside its message (break-it finding: not stopped)
+    return QUOTA_MARK in str(body) or QUOTA_MARK in str(exc)
 
 
 def _status_text(exc: BaseException) -> str:
@@ -347,7 +351,13 @@ def _status_text(exc: BaseException) -> str:
 
     text = str(exc)
     body = getattr(exc, "body", None)
-    if body is None or _server_message(exc) != text:  # (OpenAI's and Anthropic's messages are in the text)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(err, dict):  # the error's code and param, which the SDK's text leaves out: they say whether
+        # the request's content (context_length_exceeded, content_filter; param messages) or a setting was refused
+        extra = [f"{k} {err[k]}" for k in ("code", "param") if isinstance(err.get(k), str) and err[k] not in text]
+        if extra:
+            text = f"{text.rstrip('.')} ({', '.join(extra)})"
+    if body is None or _server_message(exc) != str(exc):  # (OpenAI's and Anthropic's messages are in the text)
         return text
     try:
         shown = json.dumps(body, ensure_ascii=False) if not isinstance(body, str) else body

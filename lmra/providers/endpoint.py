@@ -78,9 +78,14 @@ REJECTED_KINDS = ("http_400", "http_422")
 #: every call so (a custom provider's malformed answers stay counted failures: its own matter)
 MALFORMED_KINDS = ("malformed", "no_choices")
 #: words of a rejection that concerns one request's content, not the endpoint's settings (a
-#: provider's content filter answers HTTP 400 to a flagged prompt): never counted by the breaker
+#: provider's content filter answers HTTP 400 to a flagged prompt; a prompt longer than the model's
+#: context): never counted by the breaker
 CONTENT_REJECTION_WORDS = ("content_filter", "content filter", "content management", "content policy",
-                           "usage policy", "flagged", "safety")
+                           "usage policy", "flagged", "safety",
+                           # a request too long for the model: that prompt's (break-it finding: a task of long
+                           # documents first in the file stopped a run whose other prompts all fitted)
+                           "context_length", "context length", "maximum context", "too long", "too many tokens",
+                           "param messages")
 
 
 def is_transport_failure(kind: str) -> bool:
@@ -139,7 +144,7 @@ class EndpointUnreachable(RuntimeError):
                 else "nothing was audited")
         if self.rejected:  # the server answers, but refuses the requests themselves
             codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
-            super().__init__(f"the {role}'s {where} rejected every request: {n_failed} calls in a row failed with "
+            super().__init__(f"the {role}'s {where} rejected every request so far: {n_failed} calls in a row failed with "
                              f"HTTP {codes} ({why}); {done}. The first: {first_error or '(no message)'}. Change "
                              f"what it refuses in [{role}] (e.g. logprobs = false for a model without "
                              "log-probabilities, a smaller max_tokens, the model id), then run the same command again")
@@ -161,9 +166,12 @@ class EndpointUnreachable(RuntimeError):
                              f"calls, {n_failed} calls in a row failed after every retry ({why}); {done}. Check that "
                              "the server is running, then run the same command again: it resumes from the cache")
             return
+        answered = any(k in REJECTED_KINDS or k in MALFORMED_KINDS for k in kinds)  # (some calls got an answer:
+        # the one that says why is quoted; break-it finding: a 400 naming an unsupported parameter was dropped)
+        first = f" The first answer: {first_error}." if answered and first_error else ""
         super().__init__(f"the {role}'s {where} is unreachable: {n_failed} calls in a row failed after every "
-                         f"retry ({why}); {done}. Check that the server is running and that base_url in [{role}] "
-                         "points at it, then run the same command again")
+                         f"retry ({why}); {done}.{first} Check that the server is running and that base_url in "
+                         f"[{role}] points at it, then run the same command again")
 
 
 class EndpointGuard:
@@ -201,6 +209,7 @@ class EndpointGuard:
         self.all_refused = True
         self.kinds: Counter = Counter()
         self.first_error = ""  # the first failure of the streak (named when rejected requests trip it)
+        self.same_text = None  # the message every rejected or malformed answer of the streak had
         self.tripped: EndpointUnreachable | None = None
         self.trip_after_down, self.trip_after_down_refused = trip_after_down, trip_after_down_refused
         self.trip_down_after_s = trip_down_after_s
@@ -241,9 +250,17 @@ class EndpointGuard:
             return
         if not (is_transport_failure(exc.kind) or is_rejected_request(exc)
                 or (self.url and exc.kind in MALFORMED_KINDS)):
-            self.streak, self.all_refused = 0, True
+            self.streak, self.all_refused, self.same_text = 0, True, None
             self.kinds.clear()
             return
+        if exc.kind in REJECTED_KINDS or exc.kind in MALFORMED_KINDS:
+            # the endpoint's own fault only when it answers every request alike (a setting it refuses,
+            # a web page); requests rejected each for its own reason are the requests' (break-it finding)
+            text = str(exc)
+            if self.same_text is not None and text != self.same_text:
+                self.streak, self.all_refused = 0, True
+                self.kinds.clear()
+            self.same_text = text
         if not self.streak:
             self.first_error = error_text(exc, self.redact)
         self.streak += 1
