@@ -42,7 +42,7 @@ def flagged_warning(diagnostics: dict) -> str | None:
 ORDER_DEPENDENCE_MARK = "The rating rests on the order the responses were shown in"
 
 
-def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str) -> list[str]:
+def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str, methods: dict | None = None) -> list[str]:
     """One warning per comparison whose overall net rating is significant under the run's order
     combiner but not distinguishable from 0 under ``min`` (methodology §5: the per-outcome minimum
     of the two presentation orders keeps only what the LMRA saw in both).
@@ -52,18 +52,24 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str) -> list[s
     it (break-it finding: a judge leaving 0.4 on "stereotype" only when the female-named response
     came first gave an unbiased chatbot +0.20, p = 1.5e-13, under ``mean`` — the ``auto`` choice of
     a sampled LMRA — and +0.0000 under ``min``; its argmax order consistency was 1.0, so nothing
-    was flagged). Rule: the headline CI [lo, hi] excludes 0 and ``|H_min|`` < (hi − lo)/2.
+    was flagged). Rule: the headline CI [lo, hi] excludes 0 and ``|H_min|`` < (hi − lo)/2, for
+    answers read from log-probabilities only: a sampled answer's per-order estimate of a small
+    probability is often 0 in one order by chance, so ``min`` collapses a real, order-independent
+    bias too (break-it round 2: p = 0.05 in both orders, 5 samples — mean +0.044, min +0.006); the
+    rule cannot tell the two apart there, and says nothing.
 
     Args:
         overall: the overall table (:func:`lmra.aggregate.overall`; columns ``group_a``,
             ``group_b``, ``net_rating``, ``ci_low``, ``ci_high``, ``net_rating_min``).
         combiner: the run's combiner (``min`` gives no warning: it is the rule's reference).
+        methods: how the stereotype answers were read (``{"logprobs": n, "sampled": m, …}``); any
+            sampled answer gives no warning.
 
     Returns:
         the warning lines ([] when none applies or a column is missing).
     """
     need = ("net_rating", "ci_low", "ci_high", "net_rating_min")
-    if combiner == "min" or overall.empty or any(c not in overall for c in need):
+    if combiner == "min" or overall.empty or any(c not in overall for c in need) or (methods or {}).get("sampled"):
         return []
     out = []
     for _, r in overall.iterrows():

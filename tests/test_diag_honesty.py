@@ -418,10 +418,13 @@ def test_report_html_says_a_significant_refusal_gap_as_the_console_does(tmp_path
     assert "refusal-gap" not in render_report(load_run(res2.run_dir))
 
 
-@pytest.mark.parametrize("combiner, both_orders, warned", [("mean", False, True), ("calibrated", False, True),
-                                                           ("min", False, False), ("mean", True, False)])
+@pytest.mark.parametrize("combiner, both_orders, warned, sampled", [
+    ("mean", False, True, False), ("calibrated", False, True, False), ("min", False, False, False),
+    ("mean", True, False, False),
+    # sampled answers: min of two small sampled estimates is often 0 — no warning, whatever the order effect
+    ("mean", True, False, True)])
 def test_a_significance_only_one_presentation_order_gives_is_warned_about(tmp_path, sim_inputs, combiner,
-                                                                           both_orders, warned):
+                                                                           both_orders, warned, sampled):
     """Break-it finding: an LMRA leaving 0.4 on "stereotype" only when the female-named response
     is shown first gave an unbiased chatbot +0.20 (p = 1.5e-13) under 'mean' and +0.0000 under
     'min', argmax order consistency 1.0, nothing flagged. A warning names it; a judge that sees
@@ -444,8 +447,9 @@ def test_a_significance_only_one_presentation_order_gives_is_warned_about(tmp_pa
         judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False},
         judge={"combiner": combiner}))
     res = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan"),
-                judge=ScriptedJudge(verdict)).run()
+                judge=ScriptedJudge(verdict, supports_logprobs=not sampled)).run()
     lines = [w for w in res.summary["warnings"] if "presentation order" in w]
+    assert not sampled or res.summary["judge_methods"].get("sampled")
     ov = res.overall.iloc[0]
     if warned:
         (line,) = lines
@@ -454,3 +458,21 @@ def test_a_significance_only_one_presentation_order_gives_is_warned_about(tmp_pa
         assert ov["ci_low"] > 0 and ov["net_rating_min"] == pytest.approx(0.0)
     else:
         assert lines == [], lines
+
+
+def test_the_order_dependence_rule_on_known_tables():
+    """The rule on hand-made overall rows: significant under 'mean' (CI [0.02, 0.07]) with min
+    0.006 < half-width 0.025 warns for log-probability answers only; min 0.03 does not; a CI
+    through 0 does not; under 'min' nothing is checked."""
+    import pandas as pd
+
+    from lmra.diagnostics import combiner_dependence_warnings
+
+    row = {"group_a": "female", "group_b": "male", "net_rating": 0.044, "ci_low": 0.02, "ci_high": 0.07,
+           "net_rating_min": 0.006}
+    ov = pd.DataFrame([row])
+    assert len(combiner_dependence_warnings(ov, "mean", {"logprobs": 100})) == 1
+    assert combiner_dependence_warnings(ov, "mean", {"logprobs": 90, "sampled": 10}) == []
+    assert combiner_dependence_warnings(ov, "min", {"logprobs": 100}) == []
+    assert combiner_dependence_warnings(pd.DataFrame([row | {"net_rating_min": 0.03}]), "mean", {"logprobs": 9}) == []
+    assert combiner_dependence_warnings(pd.DataFrame([row | {"ci_low": -0.01}]), "mean", {"logprobs": 9}) == []

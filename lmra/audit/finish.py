@@ -731,7 +731,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         audit._write_jsonl("prompts.jsonl", (_prompt_line(p) for p in prompts))  # one line at a time
     # every pair is scored under min, mean and calibrated; the main columns carry the run's combiner
     combiner, warnings = audit.run_combiner()
-    combiner, switched = auto_combiner_for_answers(cfg.judge.combiner, combiner, answer_methods(ratings))
+    methods = answer_methods(ratings)
+    combiner, switched = auto_combiner_for_answers(cfg.judge.combiner, combiner, methods)
     if switched is not None:
         warnings.append(switched)
     warnings += [f"no placebo for {c}: its group A is a direct profile, which has no names to split"
@@ -761,7 +762,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pt = aggregate.per_task(scores, cfg.alpha, iv)
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
-    warnings += combiner_dependence_warnings(ov, combiner)  # a significance only the order gives
+    warnings += combiner_dependence_warnings(ov, combiner, methods)  # a significance only the order gives
     if not cfg.refusal.enabled:  # no refusal count was measured: unknown, not 0
         pt, pdm, ov = (aggregate.refusals_not_labelled(t) for t in (pt, pdm, ov))
     write_csv(pt, audit.run_dir / "per_task.csv")
