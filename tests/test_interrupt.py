@@ -476,3 +476,35 @@ provider = "skewed_provider:make"
     assert again.returncode == 0, again.stderr[-2000:]
     starts = [k for _, what, k in (ln.split() for ln in log.read_text().splitlines()) if what == "start"]
     assert len(starts) == len(set(starts)), "a call was asked twice"
+
+
+def test_a_stop_signal_whose_interrupt_was_lost_still_ends_the_command_with_130(monkeypatch, capsys):
+    """Break-it round 2: a SIGTERM 0.1 s after "Run folder" raised its KeyboardInterrupt inside a
+    garbage collector's weakref callback, where Python ignores exceptions ("Exception ignored …"):
+    the audit finished with exit 6. The signal is recorded by the handler all the same: a command
+    that returns with one recorded ends as interrupted — said, exit 130, the final line naming the
+    status it had reached."""
+    import lmra.cli.gates as gates_cli
+    from lmra import interrupts
+    from lmra.cli import main
+
+    def gate_then_lost_signal(args):
+        from lmra.cli.exits import print_final_status
+        from lmra.console import make_console
+
+        args.final_reasons = {6: "release gates not met (breached: max_ci_high)"}
+        interrupts.record(signal.SIGTERM)  # what the handler does before its KeyboardInterrupt is lost
+        return print_final_status(make_console(), dict(args.final_reasons))
+
+    monkeypatch.setattr(gates_cli, "cmd_gate", gate_then_lost_signal)
+    try:
+        assert main(["gate", "somerun"]) == 130
+    finally:
+        interrupts.reset()  # (no record left for the tests after this one)
+    out = capsys.readouterr()
+    err = " ".join(out.err.split())
+    assert "interrupted by SIGTERM (a request to stop: kill, systemd, a CI job's timeout) while the command finished" \
+        in err, err
+    last = out.out.strip().splitlines()[-1]
+    assert last.startswith("exit status 130: interrupted by SIGTERM") and "as the command finished" in last
+    assert "(takes precedence over 6: release gates not met (breached: max_ci_high))" in last, last

@@ -198,6 +198,29 @@ def _after_failure(args: argparse.Namespace, status: int) -> int:
     return _final_line(args, status, "stopped by the budget (above)" if status == 4 else "the failure above")
 
 
+def _lost_interrupt(args: argparse.Namespace, status: int) -> int:
+    """A stop signal recorded while the command ran whose ``KeyboardInterrupt`` never reached it:
+    raised inside a garbage collector's callback (a weakref's), where Python prints "Exception
+    ignored" and goes on (break-it finding: a SIGTERM 0.1 s after "Run folder" — a CI timeout's —
+    let the audit finish with exit 6, not 130). Said, and the command ends as interrupted after its
+    work: exit 130, the final line naming the status the command had reached (``status``)."""
+    from rich.text import Text
+
+    from lmra import interrupts
+    from lmra.cli.common import err_console
+
+    why = interrupts.interrupt_reason(KeyboardInterrupt())
+    done = getattr(args, "finished_run_dir", None)
+    err_console.print(Text.assemble((f"{why} while the command finished: ", "yellow"),
+                                    _after_finish(done, getattr(args, "command", None)) if done is not None
+                                    else "its work was done (the signal came as it ended)."),
+                      highlight=False, soft_wrap=True)
+    reasons = getattr(args, "final_reasons", None)
+    if reasons is not None and status not in (0, *reasons):  # (the status the command reached, named below)
+        reasons[status] = "the status above"
+    return _final_line(args, 130, f"{why} as the command finished")
+
+
 def _warnings_as_paragraphs() -> None:
     """Python warnings (lmra's own — a run folder left out of the history — and libraries') print
     as one ``warning:`` paragraph on stderr, not as ``file.py:177: UserWarning: …`` followed by
@@ -257,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         status = int(args.func(args) or 0)
         if from_script:  # the command is over and its status said: a late signal no longer changes it
             interrupts.ignore_stop_signals()  # (break-it finding: a SIGTERM after "exit status 0" ended with 143,
-        return status  # Python's default handlers being back while the interpreter shuts down)
+        # Python's default handlers being back while the interpreter shuts down)
+        if status != 130 and interrupts.received() is not None:
+            return _lost_interrupt(args, status)
+        return status
     except KeyboardInterrupt as exc:
         if from_script:  # the run has stopped: a second signal must not end this message with another status
             interrupts.ignore_stop_signals()  # (review finding: SIGINT then SIGTERM ended with 143, not 130)
