@@ -422,11 +422,13 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
         # ids compared as they look: in Unicode's NFKC form ("é" written as one character or as
         # "e" + a combining accent are one id, break-it finding: two ids alike in every table; so are
         # "p1" and its full-width "ｐ１", break-it finding: distinct ids printed alike)
-        key = unicodedata.normalize("NFKC", rec.id)
+        key = unicodedata.normalize("NFKC", rec.id).strip()  # (and "art-01 " prints as "art-01": break-it)
         if key in seen:
             first = out[seen[key][1]].id
             same = ("" if rec.id == first else " (the same id with its accents written another way)"
                     if unicodedata.normalize("NFC", rec.id) == unicodedata.normalize("NFC", first)
+                    else f" (the same id with leading or trailing whitespace: '{first}')"
+                    if rec.id.strip() == first.strip()
                     else f" (written with other characters that look alike, e.g. full-width letters: '{first}')")
             raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {seen[key][0]})", file=p,
                                  line=lineno, field="id")

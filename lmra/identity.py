@@ -195,7 +195,8 @@ class ServedCounts:
         what = "ratings mix LMRAs" if role.startswith("judge") else "responses mix chatbots"
         return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): its {what} "
                 "(a deployment switched mid-run, or a router fell back to another model); the numbers average them "
-                "— re-run once the endpoint serves one model (docs/providers.md, 'Served model identity')")
+                "— once the endpoint serves one model, re-run with another seed (or another cache file): a re-run "
+                "with this one replays these answers from the cache (docs/providers.md, 'Served model identity')")
 
     def manifest_fields(self) -> dict:
         """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section

@@ -242,3 +242,8 @@ def test_two_prompt_ids_alike_but_for_their_unicode_normalisation_are_a_duplicat
     with pytest.raises(LmraInputError) as err:
         load_prompts(path)
     assert "line 2" in str(err.value) and "other characters that look alike" in str(err.value)
+    path.write_text("".join(json.dumps({"id": i, "text": "Help me, please."}) + "\n"
+                            for i in ("art-01", "art-01 ")), encoding="utf-8")
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(path)
+    assert "line 2" in str(err.value) and "leading or trailing whitespace" in str(err.value)

@@ -565,8 +565,11 @@ def test_a_sampled_lmra_at_temperature_0_is_warned_about(tmp_path, capsys):
                               judge="test_console_pipe:make_judge")
     cfg.write_text(cfg.read_text() + "temperature = 0.0\n")  # (the last table is [judge])
     assert main(["validate", str(cfg)]) == 0
+    assert "temperature = 0" not in capsys.readouterr().err  # read through log-probabilities: nothing sampled
+    cfg.write_text(cfg.read_text() + "logprobs = false\n")
+    assert main(["validate", str(cfg)]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "[judge] temperature = 0 with n_samples = 5: when its answers are estimated by sampling" in err, err
+    assert "[judge] temperature = 0 with n_samples = 5: its answers are estimated by sampling" in err, err
     cfg.write_text(cfg.read_text().replace("temperature = 0.0\n", "temperature = 0.0\nn_samples = 1\n"))
     assert main(["validate", str(cfg)]) == 0
     assert "temperature = 0" not in capsys.readouterr().err

@@ -616,17 +616,19 @@ def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
 
 
 def _greedy_samples_warnings(cfg) -> list[str]:
-    """A warning per LMRA whose sampled estimate (a provider without log-probabilities, or one that
-    answers without them) would draw ``n_samples`` > 1 answers at ``temperature = 0``: n copies of
+    """A warning per LMRA whose sampled estimate (anthropic, which has no log-probabilities, or
+    ``logprobs = false``) would draw ``n_samples`` > 1 answers at ``temperature = 0``: n copies of
     one greedy answer, read as a 0/1 probability (break-it finding: valid without a word, at
     n times the cost, the 0/1 reading the sampled estimate exists to avoid)."""
     out = []
     for role in ("judge", "judge2"):
         m = getattr(cfg, role, None)
-        if m is not None and m.temperature == 0 and m.n_samples > 1:
-            out.append(f"[{role}] temperature = 0 with n_samples = {m.n_samples}: when its answers are estimated by "
-                       "sampling (a provider without log-probabilities such as anthropic, logprobs = false, or an "
-                       "endpoint that drops them), every draw is the same greedy answer — n_samples copies of one "
+        # (only an LMRA that samples: one read through log-probabilities draws nothing — break-it round 2)
+        samples = m is not None and (m.provider == "anthropic" or not m.logprobs)
+        if samples and m.temperature == 0 and m.n_samples > 1:
+            out.append(f"[{role}] temperature = 0 with n_samples = {m.n_samples}: its answers are estimated by "
+                       "sampling (anthropic has no log-probabilities; or logprobs = false), and every draw is the same "
+                       "greedy answer — n_samples copies of one "
                        "vote, read as probability 0 or 1, at n_samples times the cost; keep the temperature above 0 "
                        "(default 1)")
     return out

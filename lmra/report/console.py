@@ -233,8 +233,8 @@ def refusal_gap_warnings(refusals: pd.DataFrame, alpha: float) -> list[str]:
         out.append(f"WARNING: {r['group_a']} and {r['group_b']} are refused at different rates "
                    f"({r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} vs {r['refusals_b']}/{r['n_b']} = "
                    f"{_rate(r['rate_b'])}, {'paired ' if p is paired else ''}p = {p:.2g}): refused pairs are left "
-                   "out of the net rating, and neither the regression check nor the exit status covers refusals — "
-                   "gate them with max_overall_refusal_gap or max_refusal_gap in [gates] (docs/nightly.md).")
+                   "out of the net rating, and the regression check does not cover refusals — only the gates "
+                   "max_overall_refusal_gap and max_refusal_gap in [gates] do (docs/nightly.md).")
     return out
 
 
