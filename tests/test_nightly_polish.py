@@ -548,7 +548,13 @@ def test_a_rate_limit_that_no_night_ends_under_is_warned_about(tmp_path, capsys)
     err = " ".join(capsys.readouterr().err.split())
     assert (f"[target] tokens_per_minute = 0.05: its {n} planned calls would take at least "
             f"{n * 20 / 0.05 / 60 / 24:,.3g} days at 20 tokens a call at the least") in err, err
-    cfg.write_text(cfg.read_text().replace("tokens_per_minute = 0.05", "tokens_per_minute = 10000"))
+    # more than a minute a call is said whatever the plan's size (break-it round 2: tokens_per_minute = 1
+    # on a 36-call audit, 12 hours, sat at its first call in silence)
+    cfg.write_text(cfg.read_text().replace("tokens_per_minute = 0.05", "tokens_per_minute = 5"))
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"[target] tokens_per_minute = 5: its {n} planned calls would take at least {n * 20 / 5:,.3g} minutes" in err
+    cfg.write_text(cfg.read_text().replace("tokens_per_minute = 5", "tokens_per_minute = 10000"))
     assert main(["validate", str(cfg)]) == 0
     assert "tokens_per_minute" not in capsys.readouterr().err
 

@@ -592,7 +592,7 @@ MIN_TOKENS_PER_CALL = 20
 def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
     """A warning per model whose ``requests_per_minute`` alone, or whose ``tokens_per_minute`` at
     :data:`MIN_TOKENS_PER_CALL` tokens a call, makes its planned calls take more than
-    :data:`SLOW_LIMIT_HOURS` (break-it findings: ``requests_per_minute = 1e-300`` was valid, and
+    :data:`SLOW_LIMIT_HOURS`, or one call more than a minute (break-it findings: ``requests_per_minute = 1e-300`` was valid, and
     the audit waited forever at its second call without a word — a typo of 0.6 for 600 is the
     likely case; ``tokens_per_minute = 1`` hung the same way, ~28 minutes a call)."""
     out = []
@@ -607,8 +607,12 @@ def _slow_limit_warnings(cfg, plan: dict) -> list[str]:
             if not limit:
                 continue
             hours = n * per_call / limit / 60
-            if hours > SLOW_LIMIT_HOURS:
-                took = f"take at least {hours / 24:,.3g} days" if hours < 24 * 1e6 else "never end in practice"
+            # a day in all, or more than a minute a call whatever the plan's size (break-it round 2:
+            # tokens_per_minute = 1 on a 36-call audit sat at its first call in silence)
+            if hours > SLOW_LIMIT_HOURS or per_call / limit > 1.0:
+                took = ("never end in practice" if hours >= 24 * 1e6 else f"take at least {hours / 24:,.3g} days"
+                        if hours >= 24 else f"take at least {hours:,.3g} hours" if hours >= 1
+                        else f"take at least {hours * 60:,.3g} minutes")
                 cost = "" if per_call == 1 else f" at {per_call} tokens a call at the least"
                 out.append(f"[{role}] {field} = {limit:g}: its {n:,} planned calls would {took}{cost} (cached calls "
                            f"are free) — check the value ({unit} per minute, not per second)")
