@@ -23,7 +23,7 @@ import httpcore2 as httpcore  # httpx2's connection pool and network streams
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
 from lmra.config import MAX_CONCURRENCY
-from lmra.providers.base import before_attempt, note_event
+from lmra.providers.base import QUOTA_MARK, before_attempt, note_event
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -61,7 +61,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
             # status) — the anthropic SDK would sleep as long as asked (an hour, a day), the
             # openai SDK already gives up past 60 s; both obey x-should-retry
             response.headers["x-should-retry"] = "false"
-        if code == 429 and b"insufficient_quota" in response.content:
+        if code == 429 and QUOTA_MARK.encode() in response.content:
             # the account's quota is exhausted, not a rate limit: no retry can succeed (break-it finding:
             # 540 attempts in 3 minutes); the call fails at once, and the key guard stops the run
             response.headers["x-should-retry"] = "false"

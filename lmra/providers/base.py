@@ -317,11 +317,18 @@ async def before_attempt() -> None:
 BODY_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
 
 
+def _error_object(exc: BaseException) -> dict | None:
+    """The error object of an SDK status error's body (OpenAI ``{"error": {…}}`` or the error
+    itself, Anthropic ``{"type": "error", "error": {…}}``), None when the body is no object."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    return err if isinstance(err, dict) else None
+
+
 def _server_message(exc: BaseException) -> str:
     """The server's own error message of an SDK status error (OpenAI ``{"error": {"message"}}``,
     Anthropic ``{"type": "error", "error": {"message"}}``), else the exception's text."""
-    body = getattr(exc, "body", None)
-    err = body.get("error", body) if isinstance(body, dict) else None
+    err = _error_object(exc)
     if isinstance(err, dict) and isinstance(err.get("message"), str) and err["message"].strip():
         return err["message"].strip()
     return str(exc)
@@ -336,12 +343,11 @@ def quota_exhausted(exc: BaseException) -> bool:
     """True for an SDK status error whose body says the account's quota is exhausted
     (:data:`QUOTA_MARK` as the error's ``code`` or ``type``, or anywhere in the body or message:
     a proxy passing the provider's error on — the transport's test, :mod:`lmra.providers._http`)."""
-    body = getattr(exc, "body", None)
-    err = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(err, dict) and QUOTA_MARK in (err.get("code"), err.get("type")):
+    err = _error_object(exc)
+    if err is not None and QUOTA_MARK in (err.get("code"), err.get("type")):
         return True
     # a proxy (LiteLLM …) passes the provider's error on inside its message (break-it finding: not stopped)
-    return QUOTA_MARK in str(body) or QUOTA_MARK in str(exc)
+    return QUOTA_MARK in str(getattr(exc, "body", None)) or QUOTA_MARK in str(exc)
 
 
 def _status_text(exc: BaseException) -> str:
@@ -351,8 +357,8 @@ def _status_text(exc: BaseException) -> str:
 
     text = str(exc)
     body = getattr(exc, "body", None)
-    err = body.get("error", body) if isinstance(body, dict) else None
-    if isinstance(err, dict):  # the error's code and param, which the SDK's text leaves out: they say whether
+    err = _error_object(exc)
+    if err is not None:  # the error's code and param, which the SDK's text leaves out: they say whether
         # the request's content (context_length_exceeded, content_filter; param messages) or a setting was refused
         extra = [f"{k} {err[k]}" for k in ("code", "param") if isinstance(err.get(k), str) and err[k] not in text]
         if extra:
