@@ -203,6 +203,9 @@ class FaultServer:
         #: the first ``stall_first`` requests are held ``hang_s`` seconds before they are handled
         #: (a server slow to take its first calls: still in flight when later ones have failed)
         self.stall_first = 0
+        #: the first attempt of every distinct request is answered HTTP 429 with these headers
+        #: (e.g. ``{"retry-after": "40"}``: a server asking for a long wait before the retry)
+        self.limit_first_attempt: dict[str, str] | None = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -316,6 +319,10 @@ class FaultServer:
                     self._send(404, json.dumps({"error": {
                         "message": f"The model `{body.get('model')}` does not exist or you do not have access to it.",
                         "type": "invalid_request_error", "param": None, "code": "model_not_found"}}).encode())
+                    return
+                if server.limit_first_attempt is not None and attempt.endswith(":1"):
+                    self._send(429, b'{"error": {"message": "rate limited", "type": "rate_limit"}}',
+                               dict(server.limit_first_attempt))
                     return
                 if server.quota_exhausted:
                     with server.lock:

@@ -617,3 +617,82 @@ def test_an_interrupted_audit_keeps_the_answers_of_its_calls_in_flight(tmp_path,
         r = _audit(cfg, tmp_path)  # … and kept: the re-run asks only the rest
         assert r.returncode in (0, 1, 5), r.stderr[-2000:]
         assert max(srv.answered_by_body.values()) == 1, "a call was answered twice"
+
+
+@pytest.mark.parametrize("bars", [False, True])
+def test_an_endpoint_asking_for_a_long_wait_before_a_retry_is_told_while_it_waits(tmp_path, monkeypatch, capsys, bars):
+    """Break-it finding: an endpoint answering HTTP 429 with ``retry-after: 40`` left only a still
+    progress bar (or, under cron, nothing) while every call waited — a slow night looked stuck.
+    A retry wait the server asks for of WAIT_NOTICE_S or more is said once per endpoint (per
+    minute), above the bars or on stderr; the retries are counted as before. (The threshold is
+    lowered here so that the server's wait can be 50 ms.)"""
+    import lmra.providers.base as base
+    from lmra.cli import main
+
+    monkeypatch.setattr(base, "WAIT_NOTICE_S", 0.04)
+    monkeypatch.chdir(tmp_path)
+    with FaultServer() as srv:
+        srv.limit_first_attempt = {"retry-after-ms": "50"}  # every request's first attempt: 429, wait 50 ms
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", per_task=1,
+                      tasks=TASKS[:2], extra="[filter]\nlmra = false\n")
+        argv = ["audit", "--config", str(cfg), "--no-report", "--allow-unvalidated-judge"]
+        assert main(argv + ([] if bars else ["--no-progress"])) == 0
+        port = srv.url.split(":")[2].split("/")[0]
+    captured = capsys.readouterr()
+    said = [ln for ln in (captured.out + captured.err).splitlines() if ln.startswith("waiting: ")]
+    assert said == [f"waiting: 127.0.0.1:{port} answered HTTP 429 and asks to wait 0.05 s before a retry; its calls "
+                    "wait (the SDK's retries, each counted in the manifest), the run is not stuck"], said
+    (run_dir,) = _run_dirs(tmp_path / "out")
+    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]["by_model"]["openai:fake"]
+    assert calls["retries"] == calls["http_429"] == len(srv.requests_by_body) > 0  # one 429 and one retry a request
+    assert srv.requests_by_body.total() == 2 * len(srv.requests_by_body)
+
+
+def test_a_wait_notice_is_said_once_a_minute_per_endpoint_and_only_for_long_retryable_waits():
+    """The transport tells a wait only for a response the SDK retries (408/409/429/5xx, unless
+    ``x-should-retry: false``) that asks for WAIT_NOTICE_S (10 s) or more; the CLI says it once
+    per endpoint per WAIT_NOTICE_EVERY_S."""
+    import httpx2 as httpx
+
+    from lmra.cli.common import _WaitNotices
+    from lmra.providers._http import CountingTransport
+    from lmra.providers.base import listen_waits
+
+    class Canned(httpx.AsyncBaseTransport):
+        def __init__(self):
+            self.reply = (200, {})
+
+        async def handle_async_request(self, request):
+            code, headers = self.reply
+            return httpx.Response(code, headers=headers, content=b"{}")
+
+    heard: list[tuple] = []
+    inner = Canned()
+    transport = CountingTransport(inner)
+
+    async def send(code, headers):
+        inner.reply = (code, headers)
+        await transport.handle_async_request(httpx.Request("POST", "http://127.0.0.1:8123/v1/chat/completions"))
+
+    async def main():
+        with listen_waits(lambda *a: heard.append(a)):
+            await send(429, {"retry-after": "40"})  # told
+            await send(503, {"retry-after-ms": "12000"})  # told
+            await send(429, {"retry-after": "3"})  # short: not told
+            await send(400, {"retry-after": "40"})  # not retried: not told
+            await send(429, {"retry-after": "40", "x-should-retry": "false"})  # not retried
+            await send(429, {"retry-after": "500"})  # past MAX_RETRY_AFTER_S: not retried
+            await send(400, {"retry-after": "30", "x-should-retry": "true"})  # retried as the server says
+        await send(429, {"retry-after": "40"})  # nobody listening
+
+    asyncio.run(main())
+    assert heard == [("127.0.0.1:8123", 40.0, "HTTP 429"), ("127.0.0.1:8123", 12.0, "HTTP 503"),
+                     ("127.0.0.1:8123", 30.0, "HTTP 400")]
+
+    lines: list[str] = []
+    notices = _WaitNotices()
+    notices.emit = lines.append
+    for endpoint, seconds, why in heard + [("127.0.0.1:9000", 40.0, "HTTP 429")]:
+        notices(endpoint, seconds, why)
+    assert [ln.split(" answered")[0] for ln in lines] == ["waiting: 127.0.0.1:8123", "waiting: 127.0.0.1:9000"]
+    assert "asks to wait 40 s before a retry" in lines[0]

@@ -149,19 +149,54 @@ def rich_progress(console: Console, enabled: bool = True):
     with ``enabled`` False (``--no-progress``)."""
     from lmra.progress import Progress as Callbacks
 
+    from lmra.providers.base import listen_waits
+
     log = _ProgressLog.for_stderr()  # progress lines for logs (stderr not a terminal), bars or not
+    notices = _WaitNotices()
     try:
-        if not enabled:
-            yield Callbacks() if log is None else Callbacks(start=log.start, advance=log.advance)
-            return
-        yield from _bars(console, log)
+        with listen_waits(notices):
+            if not enabled:
+                yield Callbacks() if log is None else Callbacks(start=log.start, advance=log.advance)
+                return
+            yield from _bars(console, log, notices)
     finally:
         if log is not None:
             log.stop()
 
 
-def _bars(console: Console, log: "_ProgressLog | None"):
-    """The body of :func:`rich_progress` with the bars on (a generator yielding its callbacks)."""
+#: seconds between two notices of one endpoint's asked-for retry waits (:class:`_WaitNotices`)
+WAIT_NOTICE_EVERY_S = 60.0
+
+
+class _WaitNotices:
+    """Say on stderr (above the bars when they are shown) that an endpoint asked the calls to wait
+    before a retry (``Retry-After`` of :data:`lmra.providers.base.WAIT_NOTICE_S` s or more): at most
+    one line per endpoint every :data:`WAIT_NOTICE_EVERY_S` seconds (break-it finding: an endpoint
+    answering 429 with ``retry-after: 40`` to every call left only a still progress bar for minutes,
+    a slow night indistinguishable from a stuck one)."""
+
+    def __init__(self):
+        self.emit: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+        self.last: dict[str, float] = {}
+
+    def __call__(self, endpoint: str, seconds: float, why: str) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - self.last.get(endpoint, -WAIT_NOTICE_EVERY_S) < WAIT_NOTICE_EVERY_S:
+            return
+        self.last[endpoint] = now
+        try:
+            wait = f"{seconds:,.0f}" if seconds >= 10 else f"{seconds:.2g}"
+            self.emit(f"waiting: {endpoint} answered {why} and asks to wait {wait} s before a retry; "
+                      "its calls wait (the SDK's retries, each counted in the manifest), the run is not stuck")
+        except (OSError, ValueError, RuntimeError):  # a closed or full stream: the run goes on
+            pass
+
+
+def _bars(console: Console, log: "_ProgressLog | None", notices: _WaitNotices):
+    """The body of :func:`rich_progress` with the bars on (a generator yielding its callbacks);
+    ``notices`` print above the bars while they are shown."""
     import time
 
     from lmra.progress import Progress as Callbacks
@@ -171,6 +206,7 @@ def _bars(console: Console, log: "_ProgressLog | None"):
     labels = STAGE_LABELS
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
+        notices.emit = lambda line: prog.console.print(line, markup=False, highlight=False, soft_wrap=True)
         ids: dict[str, int] = {}
         totals: dict[str, int] = {}
         done: dict[str, int] = {}

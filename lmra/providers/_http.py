@@ -23,7 +23,7 @@ import httpcore2 as httpcore  # httpx2's connection pool and network streams
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
 from lmra.config import MAX_CONCURRENCY
-from lmra.providers.base import QUOTA_MARK, before_attempt, note_event
+from lmra.providers.base import QUOTA_MARK, before_attempt, note_event, note_wait
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -65,6 +65,11 @@ class CountingTransport(httpx.AsyncBaseTransport):
             # the account's quota is exhausted, not a rate limit: no retry can succeed (break-it finding:
             # 540 attempts in 3 minutes); the call fails at once, and the key guard stops the run
             response.headers["x-should-retry"] = "false"
+        should_retry = response.headers.get("x-should-retry")
+        if (code >= 400 and (should_retry == "true" or (should_retry != "false" and (code in RETRIED_STATUSES or code >= 500)))
+                and (wait := retry_wait_s(response.headers)) > 0):
+            port = f":{request.url.port}" if request.url.port else ""
+            note_wait(f"{request.url.host}{port}", wait, f"HTTP {code}")  # a long one is told, not left a still bar
         if code == 429:
             note_event("http_429")
         elif code >= 500:
@@ -76,6 +81,9 @@ class CountingTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+
+#: statuses below 500 the SDKs retry (request timeout, conflict, rate limit), unless told not to
+RETRIED_STATUSES = frozenset({408, 409, 429})
 
 #: longest wait (s) a ``Retry-After`` may ask of an SDK retry; a longer one makes the call fail
 #: at once (counted as its HTTP status) instead of stalling the audit (docs/robustness.md)

@@ -20,6 +20,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -273,6 +274,35 @@ class collect_events:  # noqa: N801 — used as a function: ``with collect_event
 
     def __exit__(self, *exc_info) -> None:
         _CALL_EVENTS.reset(self._token)
+
+
+# -- long waits asked by a server -----------------------------------------------------------
+#: a retry wait a server asks for (``Retry-After``) at least this long (s) is told to whoever
+#: listens (:func:`listen_waits`): a run whose calls all wait 40 s showed only a still progress bar
+WAIT_NOTICE_S = 10.0
+
+_wait_listeners: list[Callable[[str, float, str], None]] = []
+
+
+@contextmanager
+def listen_waits(listener: Callable[[str, float, str], None]):
+    """Within the block, call ``listener(endpoint, seconds, why)`` each time an endpoint answers
+    with a retryable error that asks the client to wait at least :data:`WAIT_NOTICE_S` seconds
+    before a retry (``endpoint`` is ``host:port``, ``why`` e.g. ``"HTTP 429"``). Called from the
+    thread that makes the calls; the listener must be quick and never raise."""
+    _wait_listeners.append(listener)
+    try:
+        yield
+    finally:
+        _wait_listeners.remove(listener)
+
+
+def note_wait(endpoint: str, seconds: float, why: str) -> None:
+    """Tell the listeners of :func:`listen_waits` that calls to ``endpoint`` wait ``seconds``
+    (≥ :data:`WAIT_NOTICE_S`, else nothing) before a retry, because of ``why``."""
+    if seconds >= WAIT_NOTICE_S:
+        for listener in list(_wait_listeners):
+            listener(endpoint, seconds, why)
 
 
 # -- rate limits per HTTP attempt -----------------------------------------------------------
