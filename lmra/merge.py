@@ -12,7 +12,8 @@ the unsharded run, computed by the same code.
 Nothing here calls a model. Shards are refused (exit status 2, naming the run folder and
 field) when they are not finished, not shards, of different configs (seed included), of
 different shard counts or modes, read different input files (prompts, names, templates),
-overlapping, missing, or (``selection`` mode) selected different prompts.
+overlapping, missing, (``selection`` mode) selected different prompts, were audited by another lmra
+version, or were merged already into a finished run of the output folder (:func:`already_merged`).
 """
 
 from __future__ import annotations
@@ -239,7 +240,8 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
             not a shard (no ``shard.json``), of another config than the first (naming the
             first field that differs), another shard count or mode, other input files
             (``inputs_sha256``), a damaged ``shard.json``, a shard given twice, missing shards
-            (naming which I), or shards whose selections differ (exit status 2).
+            (naming which I), shards whose selections differ, or shards audited by another lmra
+            version (``versions.lmra``) (exit status 2).
     """
     if not paths:
         raise LmraInputError("name the shard run folders to merge (lmra merge SHARD_RUN...)", field="SHARD_RUN")
@@ -305,6 +307,14 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
             if s.record.get(key) != first.record.get(key):
                 raise LmraInputError(f"shard {key} {s.record.get(key)!r} differs from {first.run.path}'s "
                                      f"{first.record.get(key)!r}", file=s.run.path / SHARD_FILE, field=key)
+        mine_v, first_v = _lmra_version(s.run), _lmra_version(first.run)
+        if mine_v != first_v and mine_v is not None and first_v is not None:
+            # break-it finding: shards of two lmra versions (a rolling upgrade between array jobs) were
+            # merged into one night that claimed the first shard's version
+            raise LmraInputError(f"it was audited by lmra {mine_v}, {first.run.path} by lmra {first_v}: shards of one "
+                                 "audit must run one lmra version (its parsing and scoring of the answers differ "
+                                 "between versions); re-run the shards on one version, from the same cache",
+                                 file=s.run.path / "manifest.json", field="versions.lmra")
         theirs, ours = s.record.get("inputs_sha256"), first.record.get("inputs_sha256")
         if theirs != ours and theirs is not None and ours is not None:  # (shards of lmra before it: unchecked)
             raise LmraInputError(f"it read other input files than {first.run.path} (the prompt file, the name "
@@ -335,6 +345,48 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
                                      "shards one shared cache, or audit every prompt with prompts_per_task = 0)",
                                      file=s.run.path / SHARD_FILE, field="selection_sha256")
     return shards
+
+
+def _lmra_version(run: RunFolder) -> str | None:
+    """The lmra version a run folder's ``manifest.json`` records, None when it records none."""
+    v = (run.manifest.get("versions") or {}).get("lmra")
+    return v if isinstance(v, str) else None
+
+
+def version_differences(shards: list[ShardRun]) -> str:
+    """The package versions (other than lmra's, which :func:`load_shards` refuses to mix) on which
+    the shards' ``manifest.json`` ``versions`` differ, as ``"numpy 1.26.4 (shard 1/2), 2.0.0 (shard
+    2/2)"`` pieces joined by ``"; "``; empty when every shard ran the same versions."""
+    per = [(s.record["shard"], s.run.manifest.get("versions") or {}) for s in shards]
+    keys = sorted({k for _, v in per for k in v if k != "lmra"})
+    out = []
+    for k in keys:
+        values = [(label, v.get(k)) for label, v in per]
+        if len({str(x) for _, x in values}) > 1:
+            out.append(f"{k} " + ", ".join(f"{x} (shard {label})" for label, x in values))
+    return "; ".join(out)
+
+
+#: the warning of shards that ran other package versions (lmra's own is refused: :func:`load_shards`)
+VERSIONS_DIFFER_PREFIX = "the shards ran different package versions"
+
+
+def already_merged(shards: list[ShardRun], out_dir: Path) -> Path | None:
+    """A finished (complete or partial) merged run folder in ``out_dir`` whose ``manifest.json``
+    lists exactly these shard runs, or None."""
+    from lmra.runstate import COMPLETE, PARTIAL
+
+    ours = {s.run.run_id for s in shards}
+    for man_file in sorted(Path(out_dir).glob("*/manifest.json")):
+        try:
+            man = json.loads(man_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        listed = man.get("shards") if isinstance(man, dict) else None
+        if (isinstance(listed, list) and man.get("status") in (COMPLETE, PARTIAL)
+                and {x.get("run_id") for x in listed if isinstance(x, dict)} == ours):
+            return man_file.parent
+    return None
 
 
 def _left_out(shards: list, field: str, *, summed: bool) -> int | None:
@@ -397,7 +449,10 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         ``<out_dir>/<timestamp>-<name>``).
 
     Raises:
-        LmraInputError: shards that do not make one audit (:func:`load_shards`).
+        LmraInputError: shards that do not make one audit (:func:`load_shards`), or shards merged
+            already into a finished run of the output folder (:func:`already_merged`).
+        KeyboardInterrupt, LmraIOError …: re-raised after the merged folder's manifest records the
+            stop (``interrupted`` / ``failed``).
         LmraIOError: a file of the merged run could not be written.
     """
     from lmra.audit import Audit, Inputs
@@ -422,6 +477,14 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
             raise LmraInputError(f"'{name}': {exc.reason}", field="--name") from None
         raise
     mode = first.record.get("mode")
+    twin = already_merged(shards, Path(cfg.output_dir))
+    if twin is not None:
+        # break-it finding: a merge killed after it had finished, retried by a job runner, wrote a second
+        # copy of the night, which 'lmra check latest --baseline last' then compared with the first
+        raise LmraInputError(f"these shards were merged already, into {twin} (its manifest.json lists the same "
+                             f"{len(shards)} shard runs): a second merge would make a second copy of the same night, "
+                             "which the regression check would take for another night. Use that run; to merge "
+                             "again, remove its folder first", field="SHARD_RUN")
 
     position: dict[str, int] = {}
     for s in shards:
@@ -558,7 +621,11 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                                            TEXT_UNDER_MIN_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
                                            INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))
                      and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w
-                     and ORDER_DEPENDENCE_MARK not in w]
+                     and ORDER_DEPENDENCE_MARK not in w and not w.startswith(VERSIONS_DIFFER_PREFIX)]
+    differ = version_differences(shards)
+    if differ:
+        warnings.append(f"{VERSIONS_DIFFER_PREFIX}: {differ}. Each shard's answers were parsed with its own "
+                        "versions; the merge computed the statistics with this process's (manifest.json: shards[].versions)")
     audit.identity = _ShardWarnings(warnings)
     audit.claim_dir()
     try:
@@ -589,7 +656,8 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
             "shards": [{"shard": s.record["shard"], "run_id": s.run.run_id, "path": str(s.run.path.resolve()),
                         "host": s.run.manifest.get("host"), "started": s.run.started,
                         "finished": s.run.manifest.get("finished"), "status": s.run.status,
-                        "judge_status": s.run.judge_status, "calls": s.run.manifest.get("calls")}
+                        "judge_status": s.run.judge_status, "calls": s.run.manifest.get("calls"),
+                        "versions": s.run.manifest.get("versions")}
                        for s in shards],
             "shard_mode": mode,
         }
@@ -597,5 +665,33 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         prompts = [_Stored(r) for r in prompt_rows]
         return audit._finish(inputs, prompts, classifications, decisions, stored_responses, refusals, ratings,
                              quality, manifest, None)
+    except BaseException as exc:
+        _record_stop(audit, manifest if "manifest" in locals() else None, exc)
+        raise
     finally:
         audit.release_dir()
+
+
+def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
+    """Write the merged folder's ``manifest.json`` as stopped — ``interrupted`` (with the signal) or
+    ``failed`` (with the error), as an audit's — unless it already says how it ended (break-it finding:
+    a merge stopped by SIGTERM or a full disk left it ``running``, reported later as "stale")."""
+    from lmra.errors import LmraIOError
+    from lmra.interrupts import interrupt_reason
+    from lmra.runstate import FAILED, RUNNING
+
+    path = audit.run_dir / "manifest.json"
+    try:
+        current = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        current = manifest
+    if not isinstance(current, dict) or current.get("status", RUNNING) != RUNNING:
+        return  # not written yet (nothing to mark), or finished: its own status stands
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    current |= {"status": "interrupted" if interrupted else FAILED,
+                "stop_reason": interrupt_reason(exc) if interrupted else f"{type(exc).__name__}: {exc}",
+                "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+    try:
+        audit._write_json("manifest.json", current)
+    except LmraIOError:
+        pass  # the disk is full: the folder stays 'running' and is reported 'stale' (its lock is gone)

@@ -126,10 +126,21 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
             order combiner or the set of comparisons differ, the model the judge's endpoint
             reported serving differs (both runs recorded one; break-it finding: a swapped
             judge behind the same configured name only warned).
+            Also a baseline merged from the same shard runs as the run (one night merged twice).
         LmraInputError: baseline is the run itself.
     """
     if run.path.resolve() == baseline.path.resolve():
         raise LmraInputError(f"run {run.run_id} cannot be its own baseline", field="--baseline")
+    shared = shared_shard_runs(run, baseline)
+    if shared:
+        # break-it finding: a merge killed after it had finished, retried by the job runner, made a
+        # second merged run of the same night; 'check latest --baseline last' compared the night
+        # with its twin (+0.0000 on every task) and passed
+        raise NotComparable(
+            f"baseline {baseline.run_id} and run {run.run_id} were merged from the same shard run"
+            f"{'s' * (len(shared) > 1)} ({', '.join(shared)}): they are one night merged twice, not two nights, so "
+            "comparing them tests nothing. Remove the second merge's folder (or compare with an earlier night's "
+            "run as --baseline).", field="--baseline")
     checks = [
         ("judge model", f"{run.judge_provider}:{run.judge_model}", f"{baseline.judge_provider}:{baseline.judge_model}"),
         ("judge template (SHA-256)", run.judge_template[0][:12], baseline.judge_template[0][:12]),
@@ -159,6 +170,17 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
                 f"and comparisons were used; choose another baseline or pin one made with the run's settings "
                 f"('lmra pin RUN')." + (mixed if what.startswith("judge's served model") else ""), field="--baseline")
+
+
+def shared_shard_runs(run: RunFolder, baseline: RunFolder) -> list[str]:
+    """The shard run ids two merged runs were both merged from (``manifest.json`` ``shards``;
+    empty for runs that are not merges, or merges of other shards), sorted."""
+    def ids(folder: RunFolder) -> set[str]:
+        shards = folder.manifest.get("shards")
+        return {s["run_id"] for s in shards if isinstance(s, dict) and isinstance(s.get("run_id"), str)} \
+            if isinstance(shards, list) else set()
+
+    return sorted(ids(run) & ids(baseline))
 
 
 @dataclass

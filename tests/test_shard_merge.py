@@ -555,4 +555,93 @@ def test_an_interrupt_after_the_merged_folder_is_written_says_it_is_complete(tmp
     err = " ".join(capsys.readouterr().err.split())
     merged = next((tmp_path / "m").glob("*-audit"))
     assert "after the run finished" in err and f"its folder {merged} is written" in err, err
-    assert "re-running the merge would write a second merged run" in err and "to resume" not in err
+    assert "re-running the merge is refused" in err and "to resume" not in err
+
+
+def test_a_retried_merge_is_refused_and_a_check_of_a_night_against_its_twin_merge_tests_nothing(tmp_path, capsys):
+    """Break-it finding: a merge killed after it had finished, retried by a job runner, wrote a second
+    merged run of the same night, and ``lmra check latest --baseline last`` compared the night with its
+    twin (+0.0000 on every task), "No regression detected", exit 0. Now a second merge of the same
+    shard runs into the same folder is refused (exit 2, nothing written), and a check of two runs
+    merged from the same shard runs (e.g. merged into two folders sharing a history) is refused too."""
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    _clean_run(tmp_path, out / "base", seed=0)
+    shards = [_clean_run(tmp_path, out / f"shard{i}", Shard(i, 2)) for i in (1, 2)]
+    dirs = [str(s.run_dir) for s in shards]
+    assert main(["merge", *dirs, "--no-report"]) == 0
+    (first,) = [p for p in out.iterdir() if p.name.endswith("-nightly")]
+    capsys.readouterr()
+    assert main(["merge", *dirs, "--no-report"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "merged already" in err and str(first) in err and "Traceback" not in err
+    assert [p for p in out.iterdir() if p.name.endswith("-nightly")] == [first]  # nothing written
+    # a twin made anyway (a merge into another folder, copied beside the first): the check refuses it
+    assert main(["merge", *dirs, "--no-report", "--out-dir", str(tmp_path / "elsewhere")]) == 0
+    (twin,) = (tmp_path / "elsewhere").glob("*-nightly")
+    shutil.copytree(twin, out / (twin.name + "-twin"))
+    capsys.readouterr()
+    assert main(["check", twin.name + "-twin", "--baseline", first.name, "--reports-dir", str(out)]) == 2
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    assert "merged from the same shard runs" in said and "one night merged twice" in said, said
+    assert main(["check", first.name, "--baseline", "base", "--reports-dir", str(out)]) in (0, 3)  # a real night pair
+
+
+def test_merge_refuses_shards_of_two_lmra_versions_and_warns_of_other_package_versions(tmp_path, capsys):
+    """Break-it finding: shards audited by two lmra versions (an upgrade between array jobs) were merged
+    into one night claiming the first shard's version. Another lmra version is refused (exit 2, naming
+    the shard's manifest.json and versions.lmra); other packages that differ are warned about, and
+    every shard's versions are kept in the merged manifest."""
+    from lmra.cli import main
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+    man_file = shards[1].run_dir / "manifest.json"
+    original = man_file.read_text()
+    man = json.loads(original)
+
+    def rewrite(versions: dict) -> None:  # as the shard's own process would have written it
+        man_file.write_text(json.dumps(man | {"versions": man["versions"] | versions}))
+
+    rewrite({"lmra": "9.9.9"})
+    capsys.readouterr()
+    assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "lmra 9.9.9" in err and "versions.lmra" in err and str(man_file) in err and "Traceback" not in err
+    assert not any((tmp_path / "m").glob("*/summary.json"))
+    rewrite({"numpy": "0.0.1"})
+    # (merged: partial, as its scripted shards with failing calls are — not refused)
+    assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 1
+    (merged,) = (tmp_path / "m").glob("*-audit")
+    summary = json.loads((merged / "summary.json").read_text())
+    (warned,) = [w for w in summary["warnings"] if w.startswith("the shards ran different package versions")]
+    assert f"numpy {man['versions']['numpy']} (shard 1/2), 0.0.1 (shard 2/2)" in warned
+    recorded = json.loads((merged / "manifest.json").read_text())["shards"]
+    assert [s["versions"]["numpy"] for s in recorded] == [man["versions"]["numpy"], "0.0.1"]
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_merge_stopped_before_it_finishes_says_so_in_its_manifest(tmp_path, monkeypatch, stop):
+    """Break-it finding: a merge stopped by SIGTERM (or a full disk) while it wrote the merged folder
+    left its manifest ``running``, reported later as "stale … killed, crashed" — an audit stopped alike
+    records ``interrupted`` with the signal, or ``failed`` with the error."""
+    import lmra.audit
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+
+    def broken(*a, **kw):
+        raise stop("No space left on device") if stop is OSError else stop()
+
+    monkeypatch.setattr(lmra.audit, "finish_run", broken)
+    with pytest.raises(stop):
+        merge_shards([s.run_dir for s in shards], out_dir=tmp_path / "m")
+    (folder,) = (tmp_path / "m").glob("*-audit")
+    man = json.loads((folder / "manifest.json").read_text())
+    if stop is KeyboardInterrupt:
+        assert man["status"] == "interrupted" and man["stop_reason"].startswith("interrupted"), man
+    else:
+        assert man["status"] == "failed" and "No space left on device" in man["stop_reason"], man
+    assert man["finished"]

@@ -145,10 +145,11 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
 
 def _after_finish(done, command: str | None = "audit") -> str:
     """What to do about a run folder that was written before the command stopped (the steps
-    after it may not have run); ``command``: ``merge`` for a merged run (re-running it would write
-    a second merged run of the same night; break-it finding: the advice was "run the same command
+    after it may not have run); ``command``: ``merge`` for a merged run (re-running it is refused:
+    it would write a second merged run of the same night; break-it finding: the advice was "run the same command
     again to resume")."""
-    again = ("re-running the merge would write a second merged run of the same shards" if command == "merge"
+    again = ("re-running the merge is refused (these shards are merged: a second copy of the night would be "
+             "taken by the check for another night)" if command == "merge"
              else "re-running the audit would replay it as a new run")
     return (f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, history and "
             f"check, report.html) may not have run: 'lmra report {done}' writes the report, 'lmra gate {done}' and "
