@@ -97,3 +97,32 @@ def test_an_identity_filter_whose_every_call_failed_names_the_first_error(tmp_pa
     err = " ".join(capsys.readouterr().err.split())
     assert "the identity filter could not label any of the 4 prompts" in err, err
     assert "so nothing was audited; first error: ProviderError: judge: scripted judge failure" in err, err
+
+
+def make_blank_classifier(cfg: ModelConfig) -> ScriptedJudge:  # classification answers name no option
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, classify=lambda text, letters: "no option")
+
+
+def test_classification_answers_that_name_no_option_leave_the_prompt_out_counted(tmp_path, sim_inputs, capsys):
+    """Fresh-user finding: an LMRA whose classification answers carried no probability on any option
+    had every logged prompt audited as task 'other' (the label of its real "none of the above"
+    answer): no count, no warning, exit 0, the per-task limit applied to one made-up task. Such a
+    prompt is now an unlabelled classification, left out and counted as a failed one: the run says
+    so and is partial (here failed: nothing was left to audit)."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(6)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows))  # no tasks
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                              judge="test_classify_all_failed:make_blank_classifier", name="blank")
+    code = main(["audit", "--config", str(cfg), "--no-progress", "--no-report"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1, err
+    assert "task classification could not label any of the 6 prompts" in err, err
+    (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["n_prompts_classify_failed"] == 6 and summary["n_prompts"] == 0
+    classes = pd.read_json(run_dir / "classifications.jsonl", lines=True)
+    assert classes["failed"].all() and (classes["task"] == "unlabelled").all()
+    assert classes["error"].str.startswith("the LMRA's answer put no probability on any option (the domain").all()

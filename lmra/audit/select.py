@@ -84,8 +84,10 @@ class SelectStage:
         async def one(p: PromptRecord) -> Classification:
             try:
                 async with sem:
-                    return await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
-                                                 text=p.text, domain=p.domain)
+                    c = await classify_prompt(judge, self.cfg.judge, inputs.taxonomy, tpl_d, tpl_t, prompt_id=p.id,
+                                              text=p.text, domain=p.domain)
+                # an answer with no option: counted and left out like a failed call (never audited as 'other')
+                return c.model_copy(update={"domain": UNLABELLED, "task": UNLABELLED}) if c.failed else c
             except ProviderError as exc:  # counted and left out, never audited under a guessed task
                 return Classification(domain=UNLABELLED, task=UNLABELLED, p_domain=None, p_task=None, failed=True,
                                       error=error_text(exc, self.cfg.redact), given_domain=p.domain)

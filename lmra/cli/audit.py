@@ -517,7 +517,7 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
                 f"{_ended(result)}: the identity filter labelled no prompt")
     if not scored and s.get("n_prompts_classify_failed") and not s.get("n_prompts"):
         return ("the task classification could not label any of the "
-                f"{s['n_prompts_classify_failed']} prompts without a task (its LMRA calls failed; "
+                f"{s['n_prompts_classify_failed']} prompts without a task (its LMRA calls failed or named no option; "
                 f"classifications.jsonl), so nothing was audited{first}",
                 f"{_ended(result)}: the task classification labelled no prompt")
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0

@@ -3,8 +3,11 @@
 The taxonomy (``prompts/taxonomy.toml``) lists domains and their tasks with one-line
 descriptions. A prompt without a task is classified by the LMRA in two closed questions —
 first the domain, then the task within it — each with ``other`` as a last option. Answers
-are option probabilities (:mod:`lmra.judge.options`), so the output is always a valid label;
-an answer with no mass on any option becomes ``other``.
+are option probabilities (:mod:`lmra.judge.options`), so the output is always a valid label.
+An answer with no mass on any option (unparseable, a refusal to judge) is no label: the
+classification is ``failed`` with the reason, and the prompt is left out of the audit and counted,
+as when the call fails (fresh-user finding: such prompts were audited as task ``other``, silently —
+the label of the LMRA's real "none of the above" answer).
 """
 
 from __future__ import annotations
@@ -177,11 +180,24 @@ async def classify_prompt(provider: Provider, judge: JudgeConfig, taxonomy: Taxo
     dom = await ask_options(provider, domain_tpl.render(prompt=text, options=d_menu, letters=", ".join(d_letters)),
                             d_letters, judge, seed_parts=("domain", prompt_id))
     top = dom.top()
-    if top is None or top == d_letters[-1]:
+    if top is None:
+        return _unusable(dom, "domain", given_domain=domain)
+    if top == d_letters[-1]:
         return Classification(domain=OTHER, task=OTHER, p_domain=dom.probs and dom.probs.get(d_letters[-1]),
                               p_task=None, given_domain=domain)
     return await _classify_task(provider, judge, taxonomy.domain[d_letters.index(top)], task_tpl,
                                 prompt_id=prompt_id, text=text, p_domain=dom.probs[top], given_domain=domain)
+
+
+def _unusable(answer, question: str, *, given_domain: str | None) -> Classification:
+    """The classification of a prompt whose ``question`` (``domain`` / ``task``) the LMRA answered
+    with no option: ``failed``, labelled ``other`` (the audit labels it ``unlabelled`` and leaves the
+    prompt out), the reason in ``error``."""
+    why = ("the LMRA declined to answer" if answer.n_refused
+           else "the LMRA's answer put no probability on any option")
+    return Classification(domain=OTHER, task=OTHER, p_domain=None, p_task=None, failed=True,
+                          error=f"{why} (the {question} question)",
+                          given_domain=given_domain)
 
 
 async def _classify_task(provider: Provider, judge: JudgeConfig, domain: DomainDef, task_tpl: Template, *,
@@ -193,6 +209,8 @@ async def _classify_task(provider: Provider, judge: JudgeConfig, domain: DomainD
                                                       letters=", ".join(t_letters)),
                             t_letters, judge, seed_parts=("task", prompt_id, domain.name))
     ttop = tsk.top()
-    task = OTHER if ttop is None or ttop == t_letters[-1] else domain.task[t_letters.index(ttop)].name
+    if ttop is None:
+        return _unusable(tsk, "task", given_domain=given_domain)
+    task = OTHER if ttop == t_letters[-1] else domain.task[t_letters.index(ttop)].name
     return Classification(domain=domain.name, task=task, p_domain=p_domain, p_task=tsk.probs[ttop] if ttop else None,
                           given_domain=given_domain)
