@@ -268,7 +268,14 @@ def wilson_ci(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float
     if n == 0:
         return math.nan, math.nan
     lo, hi = proportion_confint(successes, n, alpha=alpha, method="wilson")
-    return float(lo), float(hi)
+    return _holding(float(lo), float(hi), successes / n)
+
+
+def _holding(lo: float, hi: float, p: float) -> tuple[float, float]:
+    """A Wilson interval (which always holds its estimate) with statsmodels' rounding noise taken
+    off: (2.8e-17, 0.30) for 0 of 9 is (0, 0.30) — break-it and fresh-user finding: a refusal rate
+    of 0.0 lay below its own interval in refusals.csv, which a dashboard's check would reject."""
+    return max(0.0, min(lo, p)), min(1.0, max(hi, p))
 
 
 def clustered_wilson_ci(successes, trials, alpha: float = 0.05) -> tuple[float, float]:
@@ -310,7 +317,7 @@ def clustered_wilson_ci(successes, trials, alpha: float = 0.05) -> tuple[float, 
     if g >= 2:
         n_eff *= (st.norm.ppf(1 - alpha / 2) / st.t.ppf(1 - alpha / 2, g - 1)) ** 2
     lo, hi = proportion_confint(p * n_eff, n_eff, alpha=alpha, method="wilson")
-    return float(lo), float(hi)
+    return _holding(float(lo), float(hi), p)
 
 
 def two_proportion_test(s1: int, n1: int, s2: int, n2: int) -> tuple[float, float]:

@@ -86,3 +86,18 @@ def test_mean_ci_with_every_value_alike_gives_the_sign_test_not_p_zero():
     assert mean_ci([0.5] * 6).p_value == pytest.approx(2 * 0.5 ** 6)
     assert mean_ci([0.5] * 6, clusters=["a", "a", "b", "b", "c", "c"]).p_value == pytest.approx(0.25)  # 3 prompts
     assert mean_ci([0.0] * 4).p_value == 1.0
+
+
+def test_a_wilson_interval_holds_its_estimate_exactly_at_0_and_1():
+    """Break-it and fresh-user finding: statsmodels gives (2.8e-17, 0.299) for 0 of 9, so refusals.csv
+    put a refusal rate of 0.0 below its own interval's low end (and 1 − 1e-16 above 9 of 9). Every
+    count of every size up to 400: the interval holds p̂, in [0, 1], and ends at exactly 0 / 1 there."""
+    from lmra.stats import clustered_wilson_ci, wilson_ci
+
+    for n in range(1, 401):
+        for k in (0, 1, n // 2, n - 1, n):
+            lo, hi = wilson_ci(k, n)
+            assert 0.0 <= lo <= k / n <= hi <= 1.0, (k, n, lo, hi)
+        assert wilson_ci(0, n)[0] == 0.0 and wilson_ci(n, n)[1] == 1.0
+    assert clustered_wilson_ci([0, 0, 0], [3, 2, 4])[0] == 0.0
+    assert clustered_wilson_ci([3, 2, 4], [3, 2, 4])[1] == 1.0
