@@ -126,3 +126,36 @@ def test_classification_answers_that_name_no_option_leave_the_prompt_out_counted
     classes = pd.read_json(run_dir / "classifications.jsonl", lines=True)
     assert classes["failed"].all() and (classes["task"] == "unlabelled").all()
     assert classes["error"].str.startswith("the LMRA's answer put no probability on any option (the domain").all()
+
+
+def make_spreading_classifier(cfg: ModelConfig) -> ScriptedJudge:  # each prompt classified into another task
+    import zlib
+
+    def classify(text: str, letters: tuple) -> str:
+        return letters[zlib.crc32(text.encode()) % (len(letters) - 1)]  # never 'other'
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, classify=classify)
+
+
+def test_the_plan_bounds_the_calls_when_prompts_without_a_task_spread_over_several_tasks(tmp_path, sim_inputs):
+    """Fresh-user finding: with 4 logged prompts and --per-task 2 the plan said "up to 2 audited, at
+    most 4 target calls" (all of them in one task), the classifier put them in 4 tasks, 8 target calls
+    were made, and a --max-calls set from the plan stopped the run (exit 4). The bound now lets each
+    prompt without a task land in its own task (up to the limit times the labels it may get)."""
+    from lmra import Audit
+    from lmra.config import load_config
+
+    names, prompts = sim_inputs(12)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows))  # no tasks
+    cfg_file = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                                   judge="test_classify_all_failed:make_spreading_classifier", name="spread")
+    cfg = load_config(cfg_file).model_copy(update={"prompts_per_task": 2})
+    result = Audit(cfg).run()
+    planned = result.manifest["planned_calls"]
+    calls = result.manifest["calls"]["by_model"]
+    made_target = sum(v["fresh"] + v["failed"] for k, v in calls.items() if "target" in k)
+    made_judge = sum(v["fresh"] + v["failed"] for k, v in calls.items() if "judge" in k)
+    audited = result.summary["n_prompts"]
+    assert audited > 2, audited  # spread over several tasks: more than one task's limit was audited
+    assert made_target <= planned["target"] and made_judge <= planned["judge"], (planned, calls)
+    assert audited <= planned["prompts"]

@@ -220,15 +220,27 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         whole = shard is None or shard.mode_for(cfg) == "selection"  # classify and filter every prompt
         pool = inputs.prompts if whole else [p for p in inputs.prompts if shard.holds(p.id)]
 
+        # the labels a prompt without a task may be classified into: each taxonomy task, each domain's
+        # 'other' and 'other' itself (fresh-user finding: the bound took them all for one task, and a
+        # --max-calls set from the plan stopped the run when the classifier spread them over four)
+        taxonomy = inputs.taxonomy
+        n_labels = sum(len(d.task) + 1 for d in taxonomy.domain) + 1 if taxonomy is not None else 1
+
         def kept(held) -> int:
             per_task: dict[str, int] = {}
+            n_unlabelled = 0
             for p in pool:
                 if p.task and ((cfg.tasks and p.task not in cfg.tasks)
                                or (cfg.domains and p.domain not in cfg.domains)):
                     continue
-                if held(p):
-                    per_task[p.task or UNLABELLED] = per_task.get(p.task or UNLABELLED, 0) + 1
-            return sum(min(v, cfg.prompts_per_task) if cfg.prompts_per_task else v for v in per_task.values())
+                if held(p) and not p.task:
+                    n_unlabelled += 1
+                elif held(p):
+                    per_task[p.task] = per_task.get(p.task, 0) + 1
+            limit = cfg.prompts_per_task
+            # a task's prompts are at most its labelled ones (up to the limit) plus any classified into it
+            return (sum(min(v, limit) if limit else v for v in per_task.values())
+                    + (min(n_unlabelled, limit * n_labels) if limit else n_unlabelled))
 
         n_filter = kept(lambda p: True)  # the prompts the filter may examine
         n = n_filter if shard is None else kept(lambda p: shard.holds(p.id))  # the prompts this run rates
