@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -671,6 +671,8 @@ class RunComparison:
             prompt scores or when a reliability is 0).
         reliability_a, reliability_b: reliability of each run's task means (:func:`reliability`).
         r_caveat: small-sample caveat for r (fewer than :data:`MIN_TASKS_FOR_R` tasks), or None.
+        only_in_a, only_in_b: the tasks (``{comparison, domain, task}``) with a net rating in one
+            run only, left out of every figure (and named in :attr:`notes`).
     """
 
     pairs: pd.DataFrame
@@ -685,6 +687,8 @@ class RunComparison:
     reliability_a: float = math.nan
     reliability_b: float = math.nan
     r_caveat: str | None = None
+    only_in_a: list = field(default_factory=list)
+    only_in_b: list = field(default_factory=list)
 
     @property
     def ols(self) -> SlopeFit:
@@ -760,7 +764,8 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
         n_resamples, seed: of the EIV slope's bootstrap.
 
     Returns:
-        :class:`RunComparison`. Tasks with a missing net rating on either side are dropped.
+        :class:`RunComparison`. Tasks with a missing net rating on either side are dropped, and
+        named (``only_in_a``/``only_in_b`` and a note).
         The OLS slope and r use the net ratings; the EIV slope, reliabilities and
         disattenuated r use the mean prompt scores (the same numbers with one sample per
         prompt).
@@ -776,16 +781,26 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
             df["comparison"] = df["group_a"].astype(str) + " vs " + df["group_b"].astype(str)
         return df[keys + ["net_rating", "ci_low", "ci_high", "n_pairs"]]
 
-    pairs = prep(per_task_a).merge(prep(per_task_b), on=keys, suffixes=("_a", "_b"))
-    pairs = pairs.rename(columns={"net_rating_a": "h_a", "net_rating_b": "h_b"})
+    ta, tb = prep(per_task_a), prep(per_task_b)
     if comparison:
-        pairs = pairs[pairs["comparison"] == comparison]
+        ta, tb = ta[ta["comparison"] == comparison], tb[tb["comparison"] == comparison]
+    pairs = ta.merge(tb, on=keys, suffixes=("_a", "_b"))
+    pairs = pairs.rename(columns={"net_rating_a": "h_a", "net_rating_b": "h_b"})
+    # the tasks left out, said (break-it finding: a task measured in one run only was dropped silently,
+    # while lmra check of the same runs named it): only in one table, or with no net rating in one
+    rated = lambda df: {k for k, h in zip(df[keys].itertuples(index=False, name=None), df["net_rating"])  # noqa: E731
+                        if pd.notna(h)}
+    only_a, only_b = sorted(rated(ta) - rated(tb)), sorted(rated(tb) - rated(ta))
+    notes = tuple(notes) + tuple(
+        f"left out: {len(only)} task{'s' * (len(only) > 1)} with a net rating in run {which} only: "
+        + ", ".join(f"{c} / {t}" for c, _, t in only) for which, only in (("A", only_a), ("B", only_b)) if only)
     pairs = pairs[pairs["h_a"].notna() & pairs["h_b"].notna()].reset_index(drop=True)
     r, p = pearson(pairs["h_a"], pairs["h_b"])
     fit = slope_through_origin(pairs["h_a"], pairs["h_b"], alpha=alpha)
     caveat = _r_caveat(pairs["h_a"], pairs["h_b"])
+    left_out = {"only_in_a": [dict(zip(keys, k)) for k in only_a], "only_in_b": [dict(zip(keys, k)) for k in only_b]}
     if prompts_a is None or prompts_b is None:
-        return RunComparison(pairs, r, p, fit, label_a, label_b, tuple(notes), r_caveat=caveat)
+        return RunComparison(pairs, r, p, fit, label_a, label_b, notes, r_caveat=caveat, **left_out)
 
     def by_task(ps: pd.DataFrame) -> dict:
         ps = ps[ps["h"].notna()]
@@ -825,7 +840,7 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
         # "disattenuated r = −1.000" beside "A's ratings are noise") — no correction then
         r_dis = disattenuated_r(pearson(xa, yb)[0], rel_a, rel_b) if eiv.identified else math.nan
     return RunComparison(pairs, r, p, fit, label_a, label_b, notes, eiv=eiv, pearson_r_disattenuated=r_dis,
-                         reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat)
+                         reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat, **left_out)
 
 
 def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:

@@ -63,6 +63,28 @@ def test_compare_tables_pairs_tasks_by_name():
     assert cmp.pairs.set_index("task").loc["t3", "h_b"] == pytest.approx(Y[3])
     assert cmp.fit.slope == pytest.approx((X @ Y) / (X @ X))
     assert cmp.pearson_r == pytest.approx(stats.pearsonr(X, Y).statistic)
+    # the task left out is named (break-it finding: dropped silently; lmra check names it)
+    assert cmp.only_in_b == [{"comparison": "female vs male", "domain": "d", "task": "only in b"}] and cmp.only_in_a == []
+    assert any(n.startswith("left out: 1 task with a net rating in run B only: female vs male / only in b") for n in cmp.notes)
+
+
+def test_compare_cli_names_the_tasks_measured_in_one_run_only(tmp_path, lmra_cli, capsys, monkeypatch):
+    """Break-it finding: ``lmra compare`` of a run of 4 tasks and one of 5 said "4 tasks; Pearson r =
+    …" and nothing of the fifth, console or --json; ``lmra check`` of the same runs named it."""
+    import json
+
+    monkeypatch.setenv("COLUMNS", "200")
+    a = make_run(tmp_path, "20260101-000000-cmp", {"write a story": 0.1, "career advice": 0.4}, seed=1, n_prompts=20)
+    b = make_run(tmp_path, "20260102-000000-cmp", {"write a story": 0.05, "career advice": 0.2}, seed=2,
+                 n_prompts=20, task_names={"career advice": "write a poem"})
+    assert lmra_cli(["compare", str(a), str(b)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "left out: 1 task with a net rating in run A only: female vs male / career advice" in out, out
+    assert "left out: 1 task with a net rating in run B only: female vs male / write a poem" in out, out
+    assert lmra_cli(["compare", str(a), str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [t["task"] for t in doc["only_in_a"]] == ["career advice"]
+    assert [t["task"] for t in doc["only_in_b"]] == ["write a poem"] and doc["n_tasks"] == 1
 
 
 def test_compare_two_simulated_runs_cli(tmp_path, lmra_cli, capsys, monkeypatch):

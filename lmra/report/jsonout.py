@@ -269,7 +269,8 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
         ``ci_unbounded`` true; ``ols_slope`` ``{slope, se, ci_low, ci_high, n, ci_unbounded}``;
         ``tasks`` one object per task measured in both runs (``comparison, domain, task, h_a, h_b,
         ci_low_a, ci_high_a, ci_low_b, ci_high_b, n_pairs_a, n_pairs_b``, with prompt scores
-        ``n_prompts_a, n_prompts_b, var_h_a, var_h_b``).
+        ``n_prompts_a, n_prompts_b, var_h_a, var_h_b``); ``only_in_a``/``only_in_b`` the tasks
+        (``{comparison, domain, task}``) with a net rating in one run only, left out.
     """
     return {
         "schema": SCHEMA_COMPARE, "run_a": run_a, "run_b": run_b, "status_a": status_a, "status_b": status_b,
@@ -280,6 +281,7 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
                     "caveat": cmp.r_caveat},
         "eiv_slope": _interval_fit(cmp.eiv), "ols_slope": _interval_fit(cmp.fit),
         "notes": list(cmp.notes), "tasks": plain(cmp.pairs),
+        "only_in_a": plain(cmp.only_in_a), "only_in_b": plain(cmp.only_in_b),
     }
 
 
