@@ -20,6 +20,7 @@ import datetime as _dt
 import json
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -272,6 +273,7 @@ class History:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._told_elsewhere: set[str] = set()  # run ids whose folder outside the history's folder was said
         self.read_only = _read_only(self.path)
         if not self.read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -686,9 +688,19 @@ class History:
         if recorded is None:
             row = self.get(run_id)
             recorded = row["run_dir"] if row else None
-        for c in [self.path.parent / run_id] + ([Path(recorded)] if recorded else []):
-            if c.is_dir():
-                return c
+        beside = self.path.parent / run_id
+        if beside.is_dir():
+            return beside
+        if recorded and Path(recorded).is_dir():
+            elsewhere = Path(recorded)
+            if elsewhere.resolve().parent != self.path.parent.resolve() and run_id not in self._told_elsewhere:
+                # said, not done silently (break-it finding: in a copy of a reports folder whose newest run was
+                # removed, 'lmra report latest --reports-dir COPY' rewrote report.html in the original folder)
+                self._told_elsewhere.add(run_id)
+                print(f"note: run {run_id} is not in {self.path.parent}; using its folder {elsewhere}, where this "
+                      f"history ({self.path.name}) recorded it — outside this reports folder (a copy whose run was "
+                      "removed?)", file=sys.stderr)
+            return elsewhere
         return None
 
     def _load_id(self, run_id: str, *, shard_ok: bool = False) -> RunFolder:

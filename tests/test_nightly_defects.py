@@ -1171,3 +1171,37 @@ def test_exporting_a_partial_run_warns(tmp_path, capsys):
     assert (f"warning: run {partial.name} is partial (25.0% of its planned pairs lost to failed calls): its tables are "
             "what it measured before it stopped") in err
     assert (tmp_path / "x2" / "per_task.json").is_file()
+
+
+def test_a_run_found_only_outside_a_copied_reports_folder_is_said_and_a_gone_one_is_marked(tmp_path, capsys):
+    """Break-it findings: (1) in a copy of a reports folder whose newest run was removed, 'lmra report
+    latest --reports-dir COPY' rewrote report.html in the *original* folder (the path the history
+    recorded) and 'lmra export latest' exported the original's run, without a word; (2) 'lmra history'
+    listed a run whose folder is gone as a normal row. Now the folder used outside the reports folder
+    is named on stderr, and a gone one is marked (console and --json)."""
+    import json
+    import shutil
+
+    from monitor_helpers import make_run
+    from lmra.cli import main
+
+    rates = {"write a story": 0.0, "career advice": 0.0}
+    make_run(tmp_path, "20260101-000000-nightly", rates, seed=1, n_prompts=12)
+    newest = make_run(tmp_path, "20260102-000000-nightly", rates, seed=2, n_prompts=12)
+    reports = tmp_path / "reports"
+    assert main(["history", "--reports-dir", str(reports)]) == 0  # registers both
+    copy = tmp_path / "copy"
+    shutil.copytree(reports, copy)
+    shutil.rmtree(copy / newest.name)
+    capsys.readouterr()
+    assert main(["report", "latest", "--reports-dir", str(copy)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"run {newest.name} is not in {copy}; using its folder {newest}" in err, err
+    # gone everywhere: marked in lmra history, console and JSON
+    shutil.rmtree(newest)
+    assert main(["history", "--reports-dir", str(copy)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(folder gone)" in out and f"is gone (not beside the history nor where it was recorded: {newest.name})" in out
+    assert main(["history", "--reports-dir", str(copy), "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs[newest.name]["folder_gone"] is True and runs["20260101-000000-nightly"]["folder_gone"] is False

@@ -375,6 +375,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                            f"{_fmt(o.ci_high)}]" for o in ov.itertuples()) or "—"
         run_cell = (lit(r.run_id) if (r.status or "complete") == "complete"
                     else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]")
+        if verdicts[r.run_id]["folder_gone"]:  # (break-it finding: listed as a normal row)
+            run_cell += f"{stack}[yellow](folder gone)[/]"
         split = "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
                                              getattr(r, "n_unlabelled", None)))
         if narrow:
@@ -387,6 +389,11 @@ def cmd_history(args: argparse.Namespace) -> int:
                           _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
                           _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
     console.print(table)
+    gone = [run_id for run_id, v in verdicts.items() if v["folder_gone"]]
+    if gone:
+        console.print(f"[yellow]note:[/] the folder of {counted(len(gone), 'run')} is gone (not beside the history nor "
+                      f"where it was recorded: {lit(', '.join(gone))}); the table shows what the history recorded, and "
+                      "commands that read the run (check, report, export) cannot.")
     if narrow:
         console.print(f"[dim]Start times, models and the pairs' valid/invalid/failed/refused/unlabelled split are "
                       f"left out below {HISTORY_FULL_WIDTH} columns (a wider window, 'lmra history --json' or 'lmra "
@@ -430,7 +437,7 @@ def _verdicts(history, runs) -> dict[str, dict]:
     for r in runs.itertuples():
         folder = history.folder_of(r.run_id, r.run_dir)
         out[r.run_id] = {"check": history.check_summary(r.run_id),
-                         "gates": read_gates(folder) if folder is not None else None}
+                         "gates": read_gates(folder) if folder is not None else None, "folder_gone": folder is None}
     return out
 
 

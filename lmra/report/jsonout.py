@@ -200,7 +200,9 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         and ``improved`` lists of ``{comparison, domain, task}``; the ``overall_`` lists name the
         comparisons whose net rating over all their tasks regressed / improved), null when
         never checked, and ``gates``: its recorded release gates ``{passed, checked, unmet,
-        breaches, unreadable}`` (as ``lmra gate --json`` lists them), null when it has none.
+        breaches, unreadable}`` (as ``lmra gate --json`` lists them), null when it has none;
+        ``folder_gone``: true when the run's folder is neither beside the history nor where it was
+        recorded (the row is what the history recorded).
     """
     out = []
     for r in plain(runs):
@@ -226,6 +228,7 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
             "overall_improved": sorted(check.get("overall_improved") or {}, key=str)}
+        r["folder_gone"] = bool(v.get("folder_gone"))  # its folder is neither beside the history nor where recorded
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}
         out.append(r)
