@@ -542,6 +542,9 @@ def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):
     ('[fairllm]\nvalues = { gender = ["a boy", "a boy"] }', 3, "fairllm.values", "repeats 'a boy'"),
     ('[fairllm]\nvalues = { gender = [] }', 3, "fairllm.values", "is empty"),
     ('[fairllm]\nnames_list = ["Adele", "Adele"]', 3, "fairllm.names_list", "repeats 'Adele'"),
+    # one singer however written (break-it finding: two instruction families of one person)
+    ('[fairllm]\nnames_list = ["Adele", "adele"]', 3, "fairllm.names_list", "repeats 'adele' (as 'Adele')"),
+    ('[fairllm]\nnames_list = ["Adele", "Adele "]', 3, "fairllm.names_list", "repeats 'Adele ' (as 'Adele')"),
     ('[cfairllm]\nencoding = "klingon"', 3, "cfairllm.encoding", "unknown text encoding"),
     ('[cfairllm]\nsplit = [1.0, 0.0, 0.0]', 3, "cfairllm.split", "test share"),
     ('[cfairllm]\nattributes = ["race"]', 3, "cfairllm.attributes", "'gender' or 'age'"),
@@ -606,6 +609,10 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
     summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
     manifest = json.loads((tmp_path / "lists-out" / "manifest.json").read_text())
     assert summary["sensitive_scored"] == 2 and manifest["status"] == "failed"
+    # the last line agrees with the failure line (break-it finding: "no sensitive list could be scored"
+    # after 2 were)
+    assert out.endswith("exit status 1: the run failed: no unfairness could be measured (no attribute has two values "
+                        "with a defined similarity)"), out[-300:]
     # one value by design (similarity only): nothing to compare, no failure
     out = _score_console(tmp_path, capsys, rows[:2], name="one")
     assert "only a girl defined" in out

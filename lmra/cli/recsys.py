@@ -60,7 +60,8 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
 
 def _nothing_scored_exit(result) -> int:
-    """1 with the reason on stderr when no sensitive list could be scored (status ``failed``), else
+    """1 with the reason on stderr when no sensitive list could be scored, or no unfairness measured
+    from those that were (status ``failed``), else
     0; either way the final line names the exit status, as ``lmra audit``'s does (fresh-user
     finding: recsys ended without one)."""
     from lmra.cli.exits import print_final_status
@@ -71,7 +72,10 @@ def _nothing_scored_exit(result) -> int:
     called = "source" not in result.manifest  # (lmra recsys score: lists read from a file, no call made)
     why = nothing_scored_message(result.summary, result.lists, called=called)
     make_console(stderr=True).print(f"[bold red]failure:[/] {lit(why)}", highlight=False, soft_wrap=True)
-    return print_final_status(make_console(), {1: "the run failed: no sensitive list could be scored"})
+    final = ("the run failed: no unfairness could be measured (no attribute has two values with a defined "
+             "similarity)" if result.summary.get("sensitive_scored") else
+             "the run failed: no sensitive list could be scored")  # (break-it finding: said after 3 were scored)
+    return print_final_status(make_console(), {1: final})
 
 
 def cmd_recsys_score(args: argparse.Namespace) -> int:

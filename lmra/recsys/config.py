@@ -8,6 +8,8 @@ rejected, and :func:`load_recsys_config` turns any problem into an
 
 from __future__ import annotations
 
+import unicodedata
+
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,13 +32,16 @@ class RecsysModelConfig(ModelConfig):
                             description="Maximum tokens per answer (recsys: 400, room for 20 titles).")
 
 
-def _no_repeat(items: list[str], what: str, why: str = "") -> None:
-    """Raise ValueError naming the first item of ``items`` that repeats an earlier one."""
-    seen: set[str] = set()
+def _no_repeat(items: list[str], what: str, why: str = "", key=lambda x: x) -> None:
+    """Raise ValueError naming the first item of ``items`` that repeats an earlier one (the same
+    ``key(item)``: e.g. the same name written in another case)."""
+    seen: dict = {}
     for x in items:
-        if x in seen:
-            raise ValueError(f"{what} repeats '{x}'{why}")
-        seen.add(x)
+        k = key(x)
+        if k in seen:
+            same = "" if seen[k] == x else f" (as '{seen[k]}')"
+            raise ValueError(f"{what} repeats '{x}'{same}{why}")
+        seen[k] = x
 
 
 #: Largest cut-off K (list length) accepted anywhere (the metrics' work grows with the lists'
@@ -75,7 +80,9 @@ class FairLLMConfig(_Strict):
     def _names(cls, v: list[str]) -> list[str]:
         if any(not n.strip() for n in v):
             raise ValueError("names_list contains an empty name")
-        _no_repeat(v, "names_list", " (each name is one instruction family)")
+        # one person however written (break-it finding: "Adele" and "adele " made two instruction families)
+        _no_repeat(v, "names_list", " (each name is one instruction family; case and surrounding spaces aside)",
+                   key=lambda n: unicodedata.normalize("NFKC", n).strip().casefold())
         return v
 
     @field_validator("attributes")
