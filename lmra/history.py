@@ -285,6 +285,7 @@ class History:
                               path=self.path) from None
         self.db.history_path = self.path
         self.db.row_factory = sqlite3.Row
+        self._check_intact()
         self.db.executescript(_SCHEMA)
         # the columns added since are looked for and added in one write transaction: two processes
         # opening a new history at once (two audits, the shards of one) both saw them missing, and
@@ -297,6 +298,23 @@ class History:
             self.db.execute("ALTER TABLE runs ADD COLUMN n_refused INTEGER")
         self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(HISTORY_SCHEMA_VERSION),))
         self.db.commit()
+
+    def _check_intact(self) -> None:
+        """SQLite's ``quick_check`` of the history before anything reads or writes it (break-it
+        finding: a history SQLite itself called malformed — damage in an index — was used and written
+        to by lmra audit, history and export; only a later pin failed).
+
+        Raises:
+            LmraIOError: the check found damage (naming the file and SQLite's first finding).
+        """
+        rows = [r[0] for r in self.db.execute("PRAGMA quick_check").fetchall()]
+        if rows != ["ok"]:
+            self.db.close()
+            raise LmraIOError(f"the run history is damaged (SQLite's integrity check: {rows[0] if rows else 'no answer'}"
+                              f"{f' and {len(rows) - 1} more' if len(rows) > 1 else ''}); nothing was read from or "
+                              "written to it. Restore it from a backup, or move it aside: its runs are registered "
+                              "again from their folders when a command needs them (its pins and stored checks are "
+                              "lost)", path=self.path)
 
     def close(self) -> None:
         self.db.close()

@@ -1205,3 +1205,39 @@ def test_a_run_found_only_outside_a_copied_reports_folder_is_said_and_a_gone_one
     assert main(["history", "--reports-dir", str(copy), "--json"]) == 0
     runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert runs[newest.name]["folder_gone"] is True and runs["20260101-000000-nightly"]["folder_gone"] is False
+
+
+def test_a_damaged_history_stops_the_command_before_it_is_read_or_written(tmp_path, capsys):
+    """Break-it finding: a history.sqlite whose index page was overwritten (SQLite's integrity check:
+    malformed) was used and written to by lmra audit, history and export — exit 0 — and only a later
+    ``lmra pin`` failed. It is now checked when opened: an I/O failure naming the file (exit 1), the
+    file left as it was."""
+    import sqlite3
+
+    from monitor_helpers import make_run
+    from lmra.cli import main
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                   n_prompts=12)
+    reports = tmp_path / "reports"
+    assert main(["pin", run.name, "--reports-dir", str(reports)]) == 0
+    hist = reports / "history.sqlite"
+    with sqlite3.connect(hist) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE type = 'index' AND rootpage > 1 "
+                          "ORDER BY rootpage DESC LIMIT 1").fetchone()[0]
+    data = bytearray(hist.read_bytes())
+    data[(root - 1) * page_size:(root - 1) * page_size + page_size] = b"\x07" * page_size  # an index page
+    hist.write_bytes(bytes(data))
+    with sqlite3.connect(hist) as db:
+        assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"  # damaged, as SQLite sees it
+        db.execute("SELECT count(*) FROM runs").fetchone()  # though a plain read still works
+    before = hist.read_bytes()
+    capsys.readouterr()
+    for argv in (["history", "--reports-dir", str(reports)], ["export", "latest", "--format", "csv", "--reports-dir",
+                                                                str(reports), "--out", str(tmp_path / "exp")]):
+        assert main(argv) == 1, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert str(hist) in err and "the run history is damaged (SQLite's integrity check:" in err, err
+        assert "Traceback" not in err
+    assert hist.read_bytes() == before
