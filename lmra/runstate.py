@@ -423,8 +423,9 @@ def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
     ``"12.5% of the planned pairs lost to failed calls"``; left out with ``pairs`` False, for a
     caller that counts them itself), :func:`lost_metrics`, and the tasks
     over ``max_invalid_share`` (``invalid_over_limit``, :func:`invalid_phrase`;
-    ``filter_over_limit``, :func:`filter_phrase`), and, in a partial run, the warning that no
-    pair could be scored; empty when nothing was."""
+    ``filter_over_limit``, :func:`filter_phrase`), in a partial run the warning that no
+    pair could be scored, and an axes step that measured too little (``axes_partial``); empty
+    when nothing was."""
     lost = [f"{summary.get('failed_share') or 0.0:.1%} of the planned pairs lost to failed calls"] \
         if pairs and _pairs_lost(summary) else []
     limit = summary.get("max_invalid_share")
@@ -434,7 +435,8 @@ def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
                   for d in summary.get("filter_over_limit") or []]
     none = [w for w in summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)] \
         if summary.get("run_status") == PARTIAL else []
-    return lost + lost_metrics(summary) + invalid + unfiltered + none
+    axes = [f"the axes step measured too little ({r})" for r in summary.get("axes_partial") or []]
+    return lost + lost_metrics(summary) + invalid + unfiltered + none + axes
 
 
 def _pairs_lost(summary: dict) -> bool:
@@ -487,6 +489,10 @@ def partial_advice(summary: dict) -> str:
                      "rate, no probability on the options, orders that contradict each other"
                      + (f": {contradicting} pairs, see the judge diagnostics" if contradicting else "")
                      + ") or use another LMRA")
+    if summary.get("axes_partial"):
+        parts.append("the axes step is partial (docs/axes.md): 'lmra axes --run RUN' retries its failed label calls, "
+                     "but unusable brainstorm answers are cached and come back — read them in axes_candidates.json, "
+                     "use another LMRA, or state the axes to test with --axis")
     return ". ".join(p[0].upper() + p[1:] for p in parts)
 
 

@@ -767,6 +767,30 @@ def test_axes_section_of_the_audit_config_runs_with_the_audit(tmp_path, sim_inpu
     assert res.manifest["calls"]["fresh"] >= sum(axes_judge.kinds.values())
 
 
+def test_an_audit_whose_axes_step_measured_nothing_is_partial_and_says_why(tmp_path, sim_inputs):
+    """Fresh-user finding: ``[axes] enabled = true`` in an audit whose LMRA gave no usable brainstorm
+    answer ("10 of 10 brainstorm answers unusable … nothing could be discovered or tested") exited 0,
+    ``complete``, no warning — while ``lmra axes --run`` on the same folder says partial, exit 1. The
+    audit is now partial, with a warning and the reason in partial_because (as lost quality ratings)."""
+    from lmra.runstate import partial_because
+
+    names, prompts = sim_inputs(60)
+    cfg = _cfg(tmp_path, names, prompts, axes={"enabled": True, "discovery_pairs": 10, "test_pairs": 20,
+                                               "max_axes": 3})
+    axes_judge = AxesJudge(TRAITS, brainstorm=lambda r1, r2, req: "I cannot tell.")  # no JSON list: unusable
+    res = Audit(cfg, target=formal_target(0.75, 0.25), judge=_AuditAndAxesJudge(axes_judge)).run()
+    assert res.summary["run_status"] == "partial" and res.manifest["status"] == "partial"
+    (warned,) = [w for w in res.summary["warnings"] if w.startswith("the axes-of-difference step measured too little")]
+    assert "female vs male: no axis of difference could be discovered or tested" in warned
+    assert any(r.startswith("the axes step measured too little (female vs male: no axis")
+               for r in partial_because(res.summary))
+    # an axes step that worked leaves the run complete (the test above)
+    ok = Audit(cfg.model_copy(update={"output_dir": str(tmp_path / "ok"), "cache": str(tmp_path / "ok.sqlite")}),
+               target=formal_target(0.75, 0.25),
+               judge=_AuditAndAxesJudge(AxesJudge(TRAITS))).run()
+    assert ok.summary["axes_partial"] == [] and ok.summary["run_status"] == "complete"
+
+
 def test_an_extra_axis_that_repeats_a_discovered_one_is_tested_once():
     """Break-it finding: "Uses formal language." next to the discovered "uses formal language"
     was labelled, paid for and counted in K twice."""

@@ -178,6 +178,8 @@ def invalid_outlier_warning(d: dict) -> str:
 
 
 #: the start of :func:`filter_share_warning`'s text (a merge recomputes it, not a shard's)
+#: the start of the warning of an audit whose axes step is partial (:func:`lmra.axes.publish.axes_partial_reasons`)
+AXES_PARTIAL_PREFIX = "the axes-of-difference step measured too little, so the run is partial"
 FILTER_SHARE_PREFIX = "too many prompts the identity filter could not label: "
 
 
@@ -872,6 +874,15 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     warnings += [filter_share_warning(d, cfg.max_invalid_share) for d in over_filter]
     if (over_invalid or over_filter) and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
         run_st = PARTIAL
+    axes_partial = []
+    if axes_result is not None:  # an axes step that measured too little makes the run partial, as lost metrics do
+        from lmra.axes.publish import axes_partial_reasons
+
+        axes_partial = axes_partial_reasons(axes_result.summary, cfg.max_failed_share)
+        if axes_partial:
+            warnings.append(f"{AXES_PARTIAL_PREFIX}: {'; '.join(axes_partial)} (axes_summary.json; docs/axes.md)")
+            if run_st == COMPLETE:
+                run_st = PARTIAL
     filter_removed = sorted(getattr(audit, "filter_removed", None) or [],
                             key=lambda r: (str(r.get("domain")), r["task"]))
     emptied = emptied_by_filter_warning(filter_removed)
@@ -965,6 +976,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     }
     if axes_result is not None:
         summary["axes"] = axes_result.summary
+        summary["axes_partial"] = axes_partial  # why the axes step is partial (lmra.runstate.partial_because)
     audit._write_json("summary.json", summary)
     if run_st == FAILED:  # why (review finding: no reason); not stop_reason, which says the run stopped on an
         manifest["failure"] = none_scored or _all_failed_reason(scores, n_pairs_failed)  # error (lmra.merge)

@@ -92,6 +92,18 @@ def comparisons_without_usable_brainstorm(summary: Mapping) -> list[tuple[str, i
     return out
 
 
+def axes_partial_reasons(summary: Mapping, max_failed_share: float) -> list[str]:
+    """Why an axes step is partial (:func:`axes_status`), one phrase per comparison and cause, for
+    the audit that ran it (``lmra audit`` with ``[axes] enabled``): its run is then partial too, as
+    a run whose quality ratings were lost is (fresh-user finding: the audit exited 0, "complete",
+    while the same folder's axes step, read by ``lmra axes --run``, was partial). Empty when complete."""
+    over = [f"{c}: {f} of {n} axis labels failed after every retry (above max_failed_share = {max_failed_share:g})"
+            for c, f, n in labels_over_failed_share(summary, max_failed_share)]
+    nothing = [f"{c}: no axis of difference could be discovered or tested ({u} of {n} brainstorm answers unusable "
+               "after retries, no extra axis given)" for c, u, n in comparisons_without_usable_brainstorm(summary)]
+    return over + nothing
+
+
 def axes_status(summary: Mapping, max_failed_share: float) -> str:
     """``partial`` when more than ``max_failed_share`` of a comparison's labels failed after
     every retry (its tests rest on the pairs the LMRA happened to answer), or when a
