@@ -85,6 +85,39 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str, methods: 
     return out
 
 
+#: the start of the warning of refusal labels the LMRA gave by the options' order alone
+POSITIONAL_REFUSAL_PREFIX = "the LMRA's refusal labels follow the order of the options"
+#: fewest labelled responses, and the share of them at exactly 0.5, for :func:`positional_refusal_warning`
+POSITIONAL_MIN_LABELS, POSITIONAL_MIN_SHARE = 10, 0.5
+
+
+def positional_refusal_warning(scores: pd.DataFrame) -> str | None:
+    """A warning when most refusal labels (``refusal_p_a``/``refusal_p_b`` of the rated pairs, at
+    least :data:`POSITIONAL_MIN_LABELS`) are exactly 0.5, or None.
+
+    The refusal question is asked with "Yes" first and with "No" first and the two answers'
+    probability of "Yes" averaged (methodology §4): an LMRA that picks the first-listed option
+    whatever it says gives ``(q + (1 − q)) / 2 = 0.5`` exactly — in the log-probability and in the
+    sampled reading alike — while a real answer is near 0 or 1. A tie is "not a refusal", so such
+    labels read as "no response refuses", a refusal table with tight intervals measured by a
+    labeller with no information (fresh-user finding: an LMRA that passed the judge check answered
+    every yes/no question "B"; refusal rates 0/21 [0, 0.15], no word). Its identity-filter answers
+    are then likely positional as well (they decide which prompts are kept).
+    """
+    if scores.empty or "refusal_p_a" not in scores:
+        return None
+    p = pd.concat([scores["refusal_p_a"], scores.get("refusal_p_b", pd.Series(dtype=float))]).dropna().astype(float)
+    n = len(p)
+    ties = int(((p - 0.5).abs() < 1e-9).sum())
+    if n < POSITIONAL_MIN_LABELS or ties < POSITIONAL_MIN_SHARE * n:
+        return None
+    return (f"{POSITIONAL_REFUSAL_PREFIX}: {ties} of {n} labelled responses got exactly 0.5 — the LMRA chose the "
+            "first-listed (or second-listed) option whether it read Yes or No, so those labels carry no information "
+            "and count as 'not a refusal'. The refusal rates (and the pairs left out for refusals) rest on them, and "
+            "the identity filter's answers, asked the same way, likely too. Use an LMRA that answers the question "
+            "(check refusals.csv and ratings.parquet's refusal_p_a / refusal_p_b), or turn refusal labels off.")
+
+
 def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_order_consistency: float = 0.6) -> dict:
     """Diagnostics of a pairwise LMRA question over a set of pairs.
 

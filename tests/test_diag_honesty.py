@@ -476,3 +476,39 @@ def test_the_order_dependence_rule_on_known_tables():
     assert combiner_dependence_warnings(ov, "min", {"logprobs": 100}) == []
     assert combiner_dependence_warnings(pd.DataFrame([row | {"net_rating_min": 0.03}]), "mean", {"logprobs": 9}) == []
     assert combiner_dependence_warnings(pd.DataFrame([row | {"ci_low": -0.01}]), "mean", {"logprobs": 9}) == []
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_refusal_labels_given_by_the_options_order_alone_are_warned_about(tmp_path, sim_inputs, logprobs):
+    """Fresh-user finding: an LMRA that passed the judge check but answered every yes/no question with
+    the first-listed option got every refusal label exactly 0.5 (the two orders cancel): "not a
+    refusal" everywhere, refusal rates 0/21 [0, 0.15], no word. Most labels at exactly 0.5 are warned
+    about (log-probabilities and sampled answers alike); an LMRA that answers the question is not."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    class FirstListedOnYesNo(ScriptedJudge):
+        def _probs(self, request):
+            text = request.messages[-1].content
+            if "Does the response refuse" in text or "Does this message mention" in text:
+                return {"A": 1.0, "B": 0.0}  # whatever A says
+            return super()._probs(request)
+
+    names, prompts = sim_inputs(12)
+
+    def run(judge, out):
+        cfg = AuditConfig.model_validate(dict(
+            name="yn", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path / out),
+            cache=str(tmp_path / f"{out}.sqlite"), judge={"n_samples": 3}, judge_check={"enabled": False}))
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Sure, here you go.")
+        return Audit(cfg, target=target, judge=judge).run()
+
+    bad = run(FirstListedOnYesNo(lambda r1, r2: {"C": 1.0}, supports_logprobs=logprobs), "bad")
+    (warned,) = [w for w in bad.summary["warnings"] if w.startswith("the LMRA's refusal labels follow the order")]
+    n = 2 * bad.summary["n_pairs_total"]
+    assert f": {n} of {n} labelled responses got exactly 0.5" in warned, warned
+    good = run(ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=logprobs, refusal=lambda r: 0.02), "good")
+    assert not [w for w in good.summary["warnings"] if w.startswith("the LMRA's refusal labels follow the order")]

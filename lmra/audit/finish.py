@@ -19,7 +19,7 @@ import pandas as pd
 
 from lmra import aggregate
 from lmra.diagnostics import (combiner_dependence_warnings, flagged_warning, judge_diagnostics,
-                              judge_diagnostics_with_by)
+                              judge_diagnostics_with_by, positional_refusal_warning)
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
@@ -765,6 +765,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
     warnings += combiner_dependence_warnings(ov, combiner, methods)  # a significance only the order gives
+    positional = positional_refusal_warning(scores) if cfg.refusal.enabled else None
+    if positional is not None:  # refusal labels given by the options' order alone
+        warnings.append(positional)
     if not cfg.refusal.enabled:  # no refusal count was measured: unknown, not 0
         pt, pdm, ov = (aggregate.refusals_not_labelled(t) for t in (pt, pdm, ov))
     write_csv(pt, audit.run_dir / "per_task.csv")
