@@ -815,6 +815,7 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         for p in providers:
             budget.require_price(p.name, p.model_id)
     audit.claim_dir()
+    started = _now()
     write_text(audit.run_dir / "config.toml", dump_config(cfg))
     cache = CallCache(cfg.cache)
     try:
@@ -833,7 +834,8 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         audit._judge = orch.guard(providers[1], live_fallback=live_fallback)
         if j2 is not None:
             audit._judge2 = orch.guard(j2, live_fallback=live_fallback)
-    except BaseException:
+    except BaseException as exc:
+        _record_unfinished(audit, providers, started, exc)
         audit.release_dir()  # batches pending, killed, failed: a resume (even in this process) takes the folder
         raise
     finally:
@@ -845,6 +847,61 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     result.manifest["calls"] = with_live_calls(result.manifest["calls"], orch.live_stats.as_dict())
     write_json(audit.run_dir / "manifest.json", jsonable(result.manifest))
     return result
+
+
+#: the status of a run folder whose batches were still running when the command stopped waiting
+BATCH_PENDING = "batch_pending"
+
+
+def stopped_in_batch(run_dir: str | Path) -> bool:
+    """Whether a run folder's ``manifest.json`` is the one :func:`_record_unfinished` wrote (the run
+    stopped before its audit pass)."""
+    try:
+        m = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("stopped_in") == "batch"
+
+
+def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, exc: BaseException) -> None:
+    """Write a ``manifest.json`` for a batched run stopped before its audit pass began (its batches
+    pending, failed to submit, interrupted), unless the folder has one: ``batch_pending``,
+    ``interrupted`` or ``failed`` with the ``stop_reason``, so that ``lmra history`` lists the night
+    among those that did not finish (fresh-user finding: the folder had no manifest, and the night
+    was a silent gap). ``lmra batch resume`` continues it and writes the run's own manifest."""
+    from lmra.interrupts import interrupt_reason
+    from lmra.errors import LmraIOError
+    from lmra.redact import redacted_message
+
+    path = audit.run_dir / "manifest.json"
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        before = {"stopped_in": "batch"}
+    except (OSError, ValueError):
+        before = {}
+    if not (isinstance(before, dict) and before.get("stopped_in") == "batch"):
+        return  # the audit pass's own manifest (or one that cannot be read): it stands
+    from lmra.budget import BudgetExceeded
+
+    if isinstance(exc, BatchPending):
+        status, reason = BATCH_PENDING, f"{BATCH_PENDING}: {exc} — continue with 'lmra batch resume {audit.run_dir}'"
+    elif isinstance(exc, BudgetExceeded):
+        status, reason = "stopped_by_budget", f"stopped by the budget: {exc} (the numbers: batch/state.json)"
+    elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        status, reason = "interrupted", interrupt_reason(exc)
+    else:
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        reason = redacted_message(reason) if audit.cfg.redact else reason
+    roles = dict(zip(("target", "judge", "judge2"), providers))
+    manifest = {"status": status, "stop_reason": reason, "stopped_in": "batch", "started": before.get("started", started),
+                "finished": _now(),
+                "seed": audit.cfg.seed, "batch": {"folder": str(audit.run_dir / "batch")}}
+    manifest |= {role: {"provider": p.name, "model": p.model_id} for role, p in roles.items()}
+    try:
+        write_json(path, manifest)
+    except LmraIOError:
+        pass  # the disk is full: the folder stays without a manifest (the error is what the command says)
 
 
 #: the counts of a :meth:`CallStats.as_dict` that add up from the live calls of the dry passes

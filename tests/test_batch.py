@@ -691,6 +691,14 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url)
     assert (run / "config.toml").exists() and not (run / "summary.json").exists()
     assert len(a_srv["creates"]) == 1 and load_state(run)["jobs"][0]["state"] == "submitted"
+    # the night is listed as one that did not finish, and says how to go on (fresh-user finding: the
+    # folder had no manifest.json, and lmra history showed nothing)
+    stopped = json.loads((run / "manifest.json").read_text())
+    assert stopped["status"] == "batch_pending" and f"lmra batch resume {run}" in stopped["stop_reason"]
+    from lmra.history import History, history_path
+
+    with History(history_path(run.parent)) as h:
+        assert [r["status"] for r in h.not_finished()] == ["batch_pending"]
     parser = argparse.ArgumentParser()
     add_parsers(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["batch", "resume", str(run), "--poll-interval", "0.01", "--max-wait", "10",
@@ -968,3 +976,61 @@ def test_batch_resume_keeps_the_judge_waiver_and_the_runs_poll_interval(openai_s
     assert load_state(run)["allow_unvalidated_judge"] is True
     assert _configured_poll_interval(run / "config.toml") == 2.5
     assert _configured_poll_interval(tmp_path / "no-such-config.toml") == 30.0
+
+
+class ChatOnlyHandler(_Base):
+    """An OpenAI-compatible server with chat completions only (vLLM, llama.cpp's server): 404 elsewhere."""
+
+    def do_POST(self):
+        body = self._body()
+        if self.path.endswith("/chat/completions"):
+            return self._send(200, completion_for(json.loads(body)))
+        self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    do_GET = do_POST
+
+
+def test_batch_mode_against_a_server_without_a_batch_api_says_so_and_leaves_a_listed_night(sim_inputs, tmp_path,
+                                                                                          capsys):
+    """Fresh-user finding: ``lmra audit --batch`` against a server with no Batch API failed with
+    "openai batch submission failed: Error code: 404" (no model, no URL, no hint), and its folder had
+    no manifest.json, so the night was missing from lmra history's "did not finish" list."""
+    from lmra.cli import main
+    from lmra.history import History, history_path
+
+    srv, url, _ = _serve(ChatOnlyHandler)
+    try:
+        names, prompts = sim_inputs(4)
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f"""name = "nobatch"
+prompts = "{prompts}"
+names = "{names}"
+prompts_per_task = 1
+cache = "{tmp_path / 'cache.sqlite'}"
+output_dir = "{tmp_path / 'reports'}"
+[judge_check]
+enabled = false
+[target]
+provider = "openai"
+model = "gpt-test"
+base_url = "{url}/v1"
+api_key_required = false
+[judge]
+provider = "openai"
+model = "gpt-test"
+base_url = "{url}/v1"
+api_key_required = false
+""")
+        capsys.readouterr()
+        assert main(["audit", "--config", str(cfg), "--batch", "--no-progress", "--no-report"]) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"openai batch submission for model 'gpt-test' at {url}/v1/ failed: Error code: 404" in err, err
+        assert "may have no Batch API" in err and "run without --batch" in err and "Traceback" not in err
+    finally:
+        srv.shutdown()
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "Error code: 404" in manifest["stop_reason"]
+    with History(history_path(tmp_path / "reports")) as h:
+        (row,) = h.not_finished()
+    assert row["run_id"] == run.name and row["status"] == "failed"

@@ -402,8 +402,12 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
     from lmra.providers.endpoint import EndpointUnreachable
 
     if isinstance(exc, BudgetExceeded):
-        manifest = audit.run_dir / "manifest.json"  # (a batch run stopped before a submission has none yet)
-        where = manifest if manifest.is_file() else audit.run_dir / "batch" / "state.json"
+        # (a batch run stopped before its audit pass has only the stop's own manifest: the numbers are the batches')
+        from lmra.batch import stopped_in_batch
+
+        manifest = audit.run_dir / "manifest.json"
+        where = manifest if manifest.is_file() and not stopped_in_batch(audit.run_dir) \
+            else audit.run_dir / "batch" / "state.json"
         err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"),
                                         f"{exc} Their numbers are in {where}."))
         return _final(console, {4: "stopped by the budget (--max-cost / --max-calls)"})

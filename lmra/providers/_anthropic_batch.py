@@ -24,7 +24,7 @@ from typing import Any
 
 import anthropic
 
-from lmra.providers._batch_results import BatchResults
+from lmra.providers._batch_results import BatchResults, submission_error
 from lmra.providers.base import ChatRequest, ChatResult, ProviderError, reported_usage
 
 MAX_REQUESTS = 100_000
@@ -152,7 +152,7 @@ class AnthropicBatchBackend:
         try:
             b = await self.client.messages.batches.create(requests=[json.loads(line) for line in lines])
         except anthropic.AnthropicError as exc:
-            raise ProviderError(f"anthropic batch submission failed: {exc}") from exc
+            raise submission_error("anthropic", self.client.base_url, self.model_id, exc) from exc
         remote["batch_id"], remote["status"] = b.id, b.processing_status
         checkpoint()
 

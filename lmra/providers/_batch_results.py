@@ -96,3 +96,17 @@ class BatchResults:
             if key not in self.results and key not in self.errors:
                 self.errors[key] = f"missing from the batch output ({detail})"
         return self.results, self.errors
+
+
+def submission_error(api: str, base_url: object, model: str, exc: BaseException) -> ProviderError:
+    """The error of a batch submission that failed after the SDK's retries: what was asked of
+    which URL, the SDK's message, and — when the endpoint answered HTTP 404/405 or could not be
+    reached — that it may have no Batch API at all (fresh-user finding: "openai batch submission
+    failed: Error code: 404", no URL, no hint; vLLM, llama.cpp's server and most local
+    OpenAI-compatible servers serve no batches)."""
+    status = getattr(exc, "status_code", None)
+    hint = ""
+    if status in (404, 405) or type(exc).__name__ in ("APIConnectionError", "APITimeoutError"):
+        hint = (" — this endpoint may have no Batch API (most local and self-hosted OpenAI-compatible servers serve "
+                "chat completions only): run without --batch")
+    return ProviderError(f"{api} batch submission for model '{model}' at {base_url} failed: {exc}{hint}")

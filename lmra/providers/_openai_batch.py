@@ -31,7 +31,7 @@ from typing import Any
 
 import openai
 
-from lmra.providers._batch_results import BatchResults
+from lmra.providers._batch_results import BatchResults, submission_error
 from lmra.providers.base import (FILTER_FINISH_REASONS, ChatRequest, ChatResult, ProviderError, reported_usage,
                                  sum_option_probs)
 
@@ -255,7 +255,7 @@ class OpenAIBatchBackend:
                     remote["status"] = b.status
                 checkpoint()
         except openai.OpenAIError as exc:
-            raise ProviderError(f"openai batch submission failed: {exc}") from exc
+            raise submission_error("openai", self.client.base_url, self.model_id, exc) from exc
 
     async def adopt(self, remote: dict[str, Any], max_listed: int = 1000) -> str | None:
         """Find a batch already created from ``remote["input_file_id"]`` (crash after create).
