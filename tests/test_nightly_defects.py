@@ -1168,9 +1168,20 @@ def test_exporting_a_partial_run_warns(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
     assert main(["export", str(partial), "--format", "json", "--out", str(tmp_path / "x2")]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert (f"warning: run {partial.name} is partial (25.0% of its planned pairs lost to failed calls): its tables are "
-            "what it measured before it stopped") in err
+    assert (f"warning: run {partial.name} is partial (25.0% of the planned pairs lost to failed calls): its tables "
+            "rest on what it measured, not a whole night") in err and "re-run its command to complete it" in err, err
     assert (tmp_path / "x2" / "per_task.json").is_file()
+    # partial on the LMRA's unusable answers, not on lost calls: a re-run replays them, so it is not advised
+    # (fresh-user finding: "before it stopped … re-run its command to complete it")
+    over = [{"comparison": "female vs male", "domain": "d", "task": "write a story", "n_rated": 10, "n_invalid": 6,
+             "n_unlabelled": 0, "share": 0.6}]
+    (partial / "summary.json").write_text(json.dumps(summary | {"run_status": "partial", "failed_share": 0.0,
+                                                                 "invalid_over_limit": over}))
+    rerecord_files(partial)
+    assert main(["export", str(partial), "--format", "json", "--out", str(tmp_path / "x3")]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: run {partial.name} is partial (" in err and "write a story" in err, err
+    assert "re-run its command" not in err and "a re-run gets the same answers from the cache" in err
 
 
 def test_a_run_found_only_outside_a_copied_reports_folder_is_said_and_a_gone_one_is_marked(tmp_path, capsys):

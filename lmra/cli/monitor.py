@@ -703,11 +703,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         make_console().print(f"wrote {lit(path)}")
         return 0
     if run.status != "complete":  # (fresh-user finding: a partial run's tables were exported without a word)
-        print_warning(f"run {run.run_id} is {run.status}"
-                      + (f" ({run.summary.get('failed_share', 0):.1%} of its planned pairs lost to failed calls)"
-                         if run.summary.get("failed_share") else "")
-                      + ": its tables are what it measured before it stopped, not a whole night; the exported rows "
-                        "carry no run status — re-run its command to complete it, or filter it out downstream")
+        from lmra.runstate import lost_to_calls, partial_text
+
+        # its own reason, and a re-run's use only when calls were lost (fresh-user finding: "before it stopped …
+        # re-run its command" for a run that finished partial on invalid LMRA answers, which a re-run replays)
+        advice = ("re-run its command to complete it from the cache, or filter it out downstream"
+                  if lost_to_calls(run.summary) else "filter it out downstream (a re-run gets the same answers from "
+                  "the cache)")
+        print_warning(f"run {run.run_id} is {run.status} ({partial_text(run.summary)}): its tables rest on what it "
+                      f"measured, not a whole night; the exported rows carry no run status — {advice}")
     paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
     make_console().print("wrote " + lit(", ".join(str(p) for p in paths)))
     return 0
