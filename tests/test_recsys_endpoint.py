@@ -348,3 +348,24 @@ def test_an_interrupted_recsys_keeps_every_answer_that_arrived_and_a_rerun_asks_
     assert (f"{kept} answered model calls are kept in the cache ({kept} answered in this run) (except any that "
             "a warning above says could not be stored); run the same command again to resume: it reuses them "
             "and makes only the calls still missing.") in err, err
+
+
+def test_a_custom_providers_404s_point_at_its_options_not_at_v1():
+    """Fresh-user finding: a custom provider posting to a wrong route (its ``options``) stopped with "…
+    endpoint http://127.0.0.1:18943#options=4b86… does not serve its model … Check model and base_url
+    (the model id the server serves; the URL up to /v1)" — the digest shown as part of the URL, and the
+    advice about fields the custom provider does not read that way."""
+    from collections import Counter
+
+    from lmra.providers import options_identity
+    from lmra.providers.endpoint import EndpointUnreachable
+
+    url = options_identity("http://127.0.0.1:18943", {"route": "/chatt"})
+    assert "#options=" in url
+    exc = EndpointUnreachable("target", url, 8, Counter({"http_404": 8}), False, False, model="inhouse-bot")
+    text = str(exc)
+    assert "endpoint http://127.0.0.1:18943 does not serve its model 'inhouse-bot'" in text and "#options" not in text
+    assert "Check base_url, model and options in [target]" in text and "/v1" not in text
+    plain = str(EndpointUnreachable("target", "http://127.0.0.1:1/v1", 8, Counter({"http_404": 8}), False, False,
+                                    model="m"))
+    assert "Check model and base_url in [target] (the model id the server serves; the URL up to /v1)" in plain

@@ -139,7 +139,12 @@ class EndpointUnreachable(RuntimeError):
         #: the server answered, but never with a completion (malformed bodies): not the API at this URL
         self.malformed = bool(kinds) and set(kinds) <= set(MALFORMED_KINDS)
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
-        where = f"endpoint {url}" if url else "backend"
+        # a custom provider's URL is keyed with its options' digest (lmra.providers.keyed_base_url): shown
+        # without it, and its advice names its options (fresh-user finding: a wrong route in options got
+        # "check model … the URL up to /v1")
+        shown, _, options = url.partition("#options=")
+        custom = bool(options)
+        where = f"endpoint {shown}" if url else "backend"
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
                 else "nothing was audited")
         if self.rejected:  # the server answers, but refuses the requests themselves
@@ -157,9 +162,11 @@ class EndpointUnreachable(RuntimeError):
             return
         if self.not_served:  # the server answers, but not for this model or path
             which = f" '{model}'" if model else ""
+            check = (f"Check base_url, model and options in [{role}] (the route and model the custom provider asks "
+                     "for: its options are passed to it as written)" if custom else
+                     f"Check model and base_url in [{role}] (the model id the server serves; the URL up to /v1)")
             super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
-                             f"with HTTP 404 ({why}); {done}. Check model and base_url in [{role}] (the model id "
-                             "the server serves; the URL up to /v1), then run the same command again")
+                             f"with HTTP 404 ({why}); {done}. {check}, then run the same command again")
             return
         if answered_before:  # it answered earlier in this run, then stopped
             super().__init__(f"the {role}'s {where} stopped answering mid-run: after {answered_before:,} answered "
