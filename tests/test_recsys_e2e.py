@@ -856,3 +856,17 @@ values = { gender = ["a boy", "a girl"] }
     assert f"WARNING: {warning}" in " ".join(capsys.readouterr().out.split())
     assert json.loads((tmp_path / "scored" / "summary.json").read_text())["template_tokens"] == \
         summary["template_tokens"]
+
+
+def test_cli_score_says_the_instructions_of_the_values_snsr_uses(tmp_path, capsys):
+    """Fresh-user finding: with a value whose only list was undefined (n = 0, left out of SNSR and said
+    so below), the caveat read "a value's similarity rests on 0 instruction (one list per value)"; it
+    is the smallest n of the values SNSR uses: 1."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": ["A", "B", "D"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": ["A", "C", "D"]},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": []},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a nonbinary person", "items": []}]
+    out = _score_console(tmp_path, capsys, rows)
+    assert "gender: a value's similarity rests on 1 instruction (one list per value)" in out, out
+    assert "rests on 0 instruction" not in out

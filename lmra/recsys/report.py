@@ -200,8 +200,10 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "
                           f"(the others' lists failed or were empty), so SNSR/SNSV are undefined.[/]")
-        for attr, n in wide[wide["attribute"].isin(set(f["attribute"]) - set(few["attribute"]))].groupby(
-                "attribute", sort=False)["n"].min().items():
+        # the values SNSR uses: those with a defined similarity (n ≥ 1; fresh-user finding: "rests on 0
+        # instruction (one list per value)" from values left out, said on a line below)
+        used = wide[wide["attribute"].isin(set(f["attribute"]) - set(few["attribute"])) & (wide["n"] > 0)]
+        for attr, n in used.groupby("attribute", sort=False)["n"].min().items():
             if n < 2:  # (fresh-user finding: SNSR 1.000, the largest possible, from one list per value, exit 0)
                 console.print(f"[yellow]{lit(attr)}: a value's similarity rests on {int(n)} instruction (one list "
                               "per value): SNSR/SNSV above compare single draws — a value's list may differ from "
