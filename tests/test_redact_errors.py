@@ -115,3 +115,20 @@ def test_the_redacted_forms():
     assert redacted_calls(calls) == {"failed": 2, "errors": [f"ProviderError: {WITHHELD}", WITHHELD],
                                      "by_model": {"m": {"errors": [f"RuntimeError: {WITHHELD}"]}}}
     assert calls["errors"] == ["ProviderError: a", "x"]  # the run's own counts are not changed
+
+
+def test_a_redacted_audit_says_the_call_cache_keeps_the_texts(tmp_path, sim_inputs, capsys):
+    """Fresh-user finding: a ``--redact`` run said nothing of ``reports/cache.sqlite``, which keeps every
+    prompt in full and sits in the folder a user copies to a dashboard host. It is said once, naming it."""
+    from conftest import custom_audit_config
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(4)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                              judge="test_classify_all_failed:make_judge", name="red")
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--redact"]) in (0, 1, 5)
+    out = " ".join(capsys.readouterr().out.split())
+    cache = next(line for line in cfg.read_text().splitlines() if line.startswith("cache")).split('"')[1]
+    assert f"note: --redact keeps prompt text out of the run folder, not out of the call cache {cache}" in out, out
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) in (0, 1, 5)
+    assert "--redact keeps" not in capsys.readouterr().out

@@ -294,6 +294,12 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
+    if cfg.redact and cfg.cache != ":memory:":  # (fresh-user finding: the default cache sits in reports/, which is
+        # what gets copied to a dashboard host or attached to a CI job)
+        console.print(Text.assemble(("note: ", "yellow"), f"--redact keeps prompt text out of the run folder, not out "
+                                    f"of the call cache {cfg.cache}: it holds every request and answer in full (what "
+                                    "makes a re-run free) — keep it where the prompts may be, or delete it after the "
+                                    "run"), highlight=False, soft_wrap=True)
     for line in (_unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg)
                  + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg) + _greedy_samples_warnings(cfg)):
         print_warning(line)
