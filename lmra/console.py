@@ -42,6 +42,11 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+def all_pairs(n: int) -> str:
+    """``"the only pair"`` for 1, else ``"all N pairs"`` (fresh-user finding: "all 1 pairs")."""
+    return "the only pair" if n == 1 else f"all {n} pairs"
+
+
 def lit(value: object) -> str:
     """``str(value)`` as Rich markup that prints literally, whatever comes before or after it.
 

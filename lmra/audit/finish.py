@@ -24,6 +24,7 @@ from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
+from lmra.console import counted
 from lmra.data import PromptRecord
 from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
                            invalid_outliers, invalid_over_limit, invalid_phrase, run_status)
@@ -218,7 +219,7 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
                                            (invalid, "got no valid LMRA answer"), (n_failed, "failed")) if k]
     hint = (" — if the chatbot does not refuse, the LMRA's refusal labels are wrong: check refusals.csv and "
             "[refusal] threshold, or turn the labels off" if refused else "")
-    return f"{NO_PAIR_SCORED_PREFIX}: of the {n} pairs, {', '.join(parts)}{hint}"
+    return f"{NO_PAIR_SCORED_PREFIX}: of the {counted(n, 'pair')}, {', '.join(parts)}{hint}"
 
 
 def _all_failed_reason(scores: pd.DataFrame, n_failed: int) -> str:

@@ -17,7 +17,7 @@ from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_
                              print_warning, rich_progress, whole_number)
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
-from lmra.console import counted, lit, make_console
+from lmra.console import all_pairs, counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
@@ -532,7 +532,7 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
                 f"{_ended(result)}: the task classification labelled no prompt")
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0
     if unlabelled and not scored and not failed:
-        return (f"no pair could be scored: the refusal labels of all {unlabelled} pairs could not be obtained (the "
+        return (f"no pair could be scored: the refusal labels of {all_pairs(unlabelled)} could not be obtained (the "
                 "LMRA's refusal calls failed or gave no answer; ratings.parquet)",
                 f"{_ended(result)}: no pair could be scored (no refusal label)")
     if failed and not scored:

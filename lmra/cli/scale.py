@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from lmra.cli.commands import COMMANDS
-from lmra.console import lit, make_console
+from lmra.console import all_pairs, lit, make_console
 from lmra.errors import LmraInputError
 
 
@@ -99,7 +99,7 @@ def _failed(result) -> str | None:
     if not scored and summary.get("n_filtered_unlabelled") and not summary.get("n_prompts"):
         return "the identity filter labelled no prompt"
     if unlabelled and not scored and not failed:
-        return f"no pair could be scored: the refusal labels of all {unlabelled} pairs could not be obtained"
+        return f"no pair could be scored: the refusal labels of {all_pairs(unlabelled)} could not be obtained"
     if failed and not scored:
         return f"all {failed} pairs failed"
     if summary.get("run_status") == "failed":

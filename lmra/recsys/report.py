@@ -43,8 +43,8 @@ def _with_ci(row, metric: str) -> str:
 
 def _counts_line(summary: dict) -> str:
     parts = [counted(summary.get('n_lists', 0), "list"),
-             f"{summary.get('failed_calls', 0)} failed calls",
-             f"{summary.get('refusals', 0)} refusals",
+             counted(summary.get('failed_calls', 0), "failed call"),
+             counted(summary.get('refusals', 0), "refusal"),
              f"{summary.get('parse_failures', 0)} unparseable",
              f"{summary.get('items_parsed', 0)} items (mean length {_num(summary.get('mean_list_length'), 1)}, "
              "duplicates included)",

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
-from lmra.console import LOG_WIDTH, lit, percent_level
+from lmra.console import LOG_WIDTH, counted, lit, percent_level
 
 
 def _nan(x) -> bool:
@@ -134,8 +134,8 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         if info:
             b = info.get("brainstorm", {})
             console.print(
-                f"{info.get('n_discovery_pairs', 0)} discovery pairs → {info.get('n_features', 0)} features → "
-                f"{info.get('n_candidate_axes', len(ov))} candidate axes (consolidation: "
+                f"{counted(info.get('n_discovery_pairs', 0), 'discovery pair')} → {counted(info.get('n_features', 0), 'feature')} → "
+                f"{counted(info.get('n_candidate_axes', len(ov)), 'candidate axis', 'candidate axes')} (consolidation: "
                 f"{info.get('consolidation_path', '?')}, pre-clustering: {info.get('preclustering', 'none')}); "
                 f"{_unusable(b)}; "
                 f"{info.get('n_test_pairs', 0)} held-out test pairs on {info.get('n_test_prompts', 0)} prompts; "
