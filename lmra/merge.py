@@ -29,9 +29,9 @@ from typing import Any
 import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
-from lmra.audit.finish import (AUTO_MEAN_PREFIX, AXES_PARTIAL_PREFIX, COMMON_WORD_NAMES_PREFIX, EMPTIED_BY_FILTER_PREFIX,
-                               EMPTY_RESPONSES_MARK, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX, INVALID_SHARE_PREFIX,
-                               TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
+from lmra.audit.finish import (AUTO_MEAN_PREFIX, AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, COMMON_WORD_NAMES_PREFIX,
+                               EMPTIED_BY_FILTER_PREFIX, EMPTY_RESPONSES_MARK, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX,
+                               INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
 from lmra.diagnostics import FLAGGED_PREFIX, ORDER_DEPENDENCE_MARK, POSITIONAL_REFUSAL_PREFIX
 from lmra.errors import LmraInputError
 from lmra.runfolder import RunFolder, load_run
@@ -623,7 +623,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w
                      and ORDER_DEPENDENCE_MARK not in w
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, POSITIONAL_REFUSAL_PREFIX,
-                                           AXES_PARTIAL_PREFIX))]  # (axes are not merged: lmra axes --run)
+                                           AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX))]  # (axes are not merged: lmra axes --run)
     differ = version_differences(shards)
     if differ:
         warnings.append(f"{VERSIONS_DIFFER_PREFIX}: {differ}. Each shard's answers were parsed with its own "

@@ -350,6 +350,25 @@ def significantly_over(k: int, n: int, limit: float) -> float | None:
     return p if p <= INVALID_TEST_LEVEL else None
 
 
+def classify_unusable_over_limit(n_unusable: int, n_classified: int, limit: float) -> dict | None:
+    """Whether the task classification's LMRA named no option for significantly more than ``limit``
+    (``max_invalid_share``) of the prompts it classified (:func:`significantly_over`): those prompts
+    are left out, so the tasks' rates rest on the prompts the LMRA chose to place — the run is
+    partial, as with :func:`filter_over_limit`. Returns ``{"n_unusable", "n_classified", "share",
+    "p_value"}``, or None when not over (or nothing was classified)."""
+    p = significantly_over(n_unusable, n_classified, limit) if n_classified else None
+    if p is None:
+        return None
+    return {"n_unusable": n_unusable, "n_classified": n_classified, "share": n_unusable / n_classified, "p_value": p}
+
+
+def classify_unusable_phrase(d: dict) -> str:
+    """:func:`classify_unusable_over_limit` in words: ``"8 of 10 prompts without a task got no usable
+    classification answer (80.0%)"``."""
+    return (f"{d['n_unusable']} of {d['n_classified']} prompts without a task got no usable classification answer "
+            f"({d['share']:.1%})")
+
+
 def filter_over_limit(counts: list[dict], limit: float) -> list[dict]:
     """The tasks — and the whole run — for which the identity filter's LMRA gave no usable
     answer for significantly more than ``limit`` (``max_invalid_share``) of the prompts it was
@@ -435,8 +454,11 @@ def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
                   for d in summary.get("filter_over_limit") or []]
     none = [w for w in summary.get("warnings") or [] if w.startswith(NO_PAIR_SCORED_PREFIX)] \
         if summary.get("run_status") == PARTIAL else []
+    unclassified = summary.get("classify_unusable_over_limit")
+    unclassified = ([f"{classify_unusable_phrase(unclassified)}, above max_invalid_share = {limit:g}"]
+                    if isinstance(unclassified, dict) else [])
     axes = [f"the axes step measured too little ({r})" for r in summary.get("axes_partial") or []]
-    return lost + lost_metrics(summary) + invalid + unfiltered + none + axes
+    return lost + lost_metrics(summary) + invalid + unfiltered + unclassified + none + axes
 
 
 def _pairs_lost(summary: dict) -> bool:
@@ -467,6 +489,10 @@ def partial_advice(summary: dict) -> str:
         parts.append("with no pair scored there is no stereotype rate to compare or gate"
                      + ("" if summary.get("invalid_over_limit") else ", and a re-run gets the same answers from the "
                         "cache: look at the counts above (refusals.csv, ratings.parquet)"))
+    if summary.get("classify_unusable_over_limit"):
+        parts.append("the prompts without a task whose classification answer named no option are left out (not "
+                     "audited); a re-run gets the same answers from the cache: look at classifications.jsonl (error), "
+                     "give the prompts a task, or use another LMRA")
     if summary.get("filter_over_limit"):
         parts.append("the tasks named lost prompts the identity filter's LMRA could not label (they are removed, not "
                      "audited); a re-run gets the same answers from the cache: look at filtered_prompts.jsonl "

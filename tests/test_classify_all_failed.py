@@ -119,13 +119,53 @@ def test_classification_answers_that_name_no_option_leave_the_prompt_out_counted
     code = main(["audit", "--config", str(cfg), "--no-progress", "--no-report"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1, err
-    assert "task classification could not label any of the 6 prompts" in err, err
+    assert "task classification could not label any of the 6 prompts without a task (its LMRA's answers named " \
+        "no option" in err, err
+    assert "first error" not in err  # no call failed (break-it round 2: they were "failed calls")
     (run_dir,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["n_prompts_classify_failed"] == 6 and summary["n_prompts"] == 0
+    assert summary["n_prompts_classify_unusable"] == 6 and summary["n_prompts_classify_failed"] == 0
+    assert summary["n_prompts"] == 0 and summary["failed_share"] == 0
     classes = pd.read_json(run_dir / "classifications.jsonl", lines=True)
-    assert classes["failed"].all() and (classes["task"] == "unlabelled").all()
+    assert classes["failed"].all() and classes["unusable"].all() and (classes["task"] == "unlabelled").all()
     assert classes["error"].str.startswith("the LMRA's answer put no probability on any option (the domain").all()
+
+
+def make_partly_blank_classifier(cfg: ModelConfig) -> ScriptedJudge:  # half the prompts: an answer naming no option
+    import zlib
+
+    def classify(text: str, letters: tuple) -> str:
+        return "no option" if zlib.crc32(text.encode()) % 2 else letters[0]
+    return ScriptedJudge(lambda r1, r2: {"C": 1.0}, classify=classify)
+
+
+def test_prompts_whose_classification_named_no_option_are_not_failed_calls(tmp_path, sim_inputs, capsys):
+    """Break-it round 2: prompts whose classification answer named no option were counted as lost to failed
+    calls — "re-run the same command to complete the run from the cache", "First error: ?" — though no call
+    failed and a re-run replays the same cached answers. They are their own count, said on the Prompts line;
+    over max_invalid_share the run is partial with the right advice; the task-collapse hint counts real labels."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(16)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n" for r in rows))  # no tasks
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_classify_all_failed:make_target",
+                              judge="test_classify_all_failed:make_partly_blank_classifier", name="half")
+    for _ in range(2):  # the second run: every answer from the cache, the same words
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
+        cap = capsys.readouterr()
+        said = " ".join((cap.out + cap.err).split())
+        run_dir = sorted(p.parent for p in (tmp_path / "reports").glob("*/summary.json"))[-1]
+        s = json.loads((run_dir / "summary.json").read_text())
+        k = s["n_prompts_classify_unusable"]
+        assert 0 < k < 16 and s["n_prompts_classify_failed"] == 0 and s["failed_share"] == 0
+        assert s["run_status"] == "partial" and s["classify_unusable_over_limit"]["n_unusable"] == k
+        assert f"16 classified by the LMRA ({k} without a usable answer, left out)" in said, said
+        assert "lost to failed calls" not in said and "First error" not in said
+        assert "a re-run gets the same answers from the cache: look at classifications.jsonl" in said
+        assert "into 'unlabelled'" not in said  # the collapse hint counts the labels the LMRA gave, not failures
+        if 16 - k >= 5:
+            assert f"of {16 - k} classified prompts" in said
 
 
 def make_spreading_classifier(cfg: ModelConfig) -> ScriptedJudge:  # each prompt classified into another task

@@ -26,8 +26,9 @@ from lmra.judge.filter import FilterDecision
 from lmra.judge.taxonomy import Classification
 from lmra.console import counted
 from lmra.data import PromptRecord
-from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, failed_share, filter_over_limit, filter_phrase,
-                           invalid_outliers, invalid_over_limit, invalid_phrase, run_status)
+from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, classify_unusable_over_limit,
+                           failed_share, filter_over_limit, filter_phrase, invalid_outliers, invalid_over_limit,
+                           invalid_phrase, run_status)
 from lmra.fileio import write_csv
 from lmra.providers.base import FILTER_FINISH_REASONS
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
@@ -192,6 +193,21 @@ def filter_share_warning(d: dict, limit: float) -> str:
             "the run is partial")
 
 
+
+
+#: the start of the warning of prompts whose classification answer named no option
+CLASSIFY_UNUSABLE_PREFIX = "prompts without a usable task classification answer: "
+
+
+def classify_unusable_warning(n_unusable: int, n_classified: int, limit: float) -> str:
+    """The run's warning about prompts without a task whose classification answer named no option
+    (``Classification.unusable``): left out, counted; over ``max_invalid_share`` (significantly)
+    the run is partial (:func:`~lmra.runstate.classify_unusable_over_limit`)."""
+    over = classify_unusable_over_limit(n_unusable, n_classified, limit)
+    return (f"{CLASSIFY_UNUSABLE_PREFIX}{n_unusable} of {n_classified} prompts without a task got an answer naming no "
+            "option (classifications.jsonl: error) and are left out, not audited under a guessed task"
+            + (f"; significantly above max_invalid_share = {limit:g} (binomial p = {over['p_value']:.2g}): the tasks' "
+               "rates rest on the prompts the LMRA chose to place, and the run is partial" if over else ""))
 
 
 def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
@@ -854,7 +870,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                           waiver="--allow-unvalidated-judge" if audit.allow_unvalidated_judge
                           else cfg.judge_waiver())
     n_pairs_failed = int(scores["failed"].fillna(False).astype(bool).sum()) if "failed" in scores else 0
-    n_classify_failed = sum(1 for c in classifications.values() if c.failed)
+    # prompts without a label: lost to failed calls (a re-run from the cache completes them), or to answers
+    # that named no option (cached: a re-run gets them again; break-it finding: both were "failed calls")
+    n_classify_failed = sum(1 for c in classifications.values() if c.failed and not c.unusable)
+    n_classify_unusable = sum(1 for c in classifications.values() if c.unusable)
     n_filter_failed = sum(1 for d in decisions if d.reason == "unlabelled" and d.error)
     share = failed_share(n_pairs_failed, len(scores), n_classify_failed + n_filter_failed,
                          len(cfg.comparisons) * cfg.samples_per_prompt)
@@ -876,8 +895,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                            key=lambda r: (str(r.get("domain")), r["task"]))  # (a merge's order: the same)
     over_filter = filter_over_limit(filter_counts, cfg.max_invalid_share)
     warnings += [filter_share_warning(d, cfg.max_invalid_share) for d in over_filter]
-    if (over_invalid or over_filter) and run_st == COMPLETE:  # a rate resting on the answers the LMRA chose to give
-        run_st = PARTIAL
+    classify_over = classify_unusable_over_limit(n_classify_unusable, len(classifications), cfg.max_invalid_share)
+    if n_classify_unusable:
+        warnings.append(classify_unusable_warning(n_classify_unusable, len(classifications), cfg.max_invalid_share))
+    if (over_invalid or over_filter or classify_over) and run_st == COMPLETE:  # a rate resting on the answers the
+        run_st = PARTIAL  # LMRA chose to give
     axes_partial = []
     if axes_result is not None:  # an axes step that measured too little makes the run partial, as lost metrics do
         from lmra.axes.publish import axes_partial_reasons
@@ -900,6 +922,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "run_status": run_st,
         "n_pairs_failed": n_pairs_failed,
         "n_prompts_classify_failed": n_classify_failed,
+        # prompts without a task whose classification answer named no option (left out; cached)
+        "n_prompts_classify_unusable": n_classify_unusable,
+        "classify_unusable_over_limit": classify_over,
         "n_prompts_filter_failed": n_filter_failed,
         "failed_share": share,
         # the secondary metrics' failed ratings: {metric: {"failed", "asked", "share"}}
@@ -926,7 +951,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         # prompts whose file gave a domain that is no taxonomy domain: their domain is the LMRA's
         "n_domains_replaced": sum(1 for c in classifications.values()
                                   if c.given_domain is not None and not c.failed and c.domain != c.given_domain),
-        "classified_tasks": dict(pd.Series([c.task for c in classifications.values()], dtype=object)
+        "classified_tasks": dict(pd.Series([c.task for c in classifications.values() if not c.failed], dtype=object)
                                  .value_counts().items()) if classifications else {},
         "judge_status": status,
         "warnings": warnings,

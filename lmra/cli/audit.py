@@ -525,9 +525,13 @@ def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | No
         return (f"the identity filter could not label any of the {s['n_filtered_unlabelled']} prompts (its LMRA calls "
                 f"failed or gave no answer; filtered_prompts.jsonl), so nothing was audited{first}",
                 f"{_ended(result)}: the identity filter labelled no prompt")
-    if not scored and s.get("n_prompts_classify_failed") and not s.get("n_prompts"):
+    unclassified = int(s.get("n_prompts_classify_failed") or 0) + int(s.get("n_prompts_classify_unusable") or 0)
+    if not scored and unclassified and not s.get("n_prompts"):
+        how = ("its LMRA calls failed" if not s.get("n_prompts_classify_unusable") else
+               "its LMRA's answers named no option" if not s.get("n_prompts_classify_failed") else
+               "its LMRA calls failed or their answers named no option")
         return ("the task classification could not label any of the "
-                f"{s['n_prompts_classify_failed']} prompts without a task (its LMRA calls failed or named no option; "
+                f"{unclassified} prompts without a task ({how}; "
                 f"classifications.jsonl), so nothing was audited{first}",
                 f"{_ended(result)}: the task classification labelled no prompt")
     unlabelled = int(result.overall["n_unlabelled"].sum()) if "n_unlabelled" in result.overall else 0

@@ -150,9 +150,12 @@ class Classification(BaseModel):
     task: str
     p_domain: float | None
     p_task: float | None
-    #: the LMRA call failed after every retry: the prompt is left out of the audit and counted
+    #: no label: the LMRA call failed after every retry, or (``unusable``) its answer named no
+    #: option; the prompt is left out of the audit and counted
     failed: bool = False
     error: str | None = None
+    #: the call was answered, but the answer named no option (a re-run gets the same cached answer)
+    unusable: bool = False
     #: the domain the prompt file gave (None: none given); kept as ``domain`` when it is a
     #: taxonomy domain (only the task was asked), else replaced by the LMRA's (counted, said)
     given_domain: str | None = None
@@ -195,7 +198,7 @@ def _unusable(answer, question: str, *, given_domain: str | None) -> Classificat
     prompt out), the reason in ``error``."""
     why = ("the LMRA declined to answer" if answer.n_refused
            else "the LMRA's answer put no probability on any option")
-    return Classification(domain=OTHER, task=OTHER, p_domain=None, p_task=None, failed=True,
+    return Classification(domain=OTHER, task=OTHER, p_domain=None, p_task=None, failed=True, unusable=True,
                           error=f"{why} (the {question} question)",
                           given_domain=given_domain)
 

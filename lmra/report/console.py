@@ -412,8 +412,14 @@ def render_audit(console: Console, result) -> None:
     for w in warnings:  # before any number: a flagged LMRA's ratings carry little information
         console.print(Text.assemble(("WARNING: ", "bold red"), w))
     unl = s.get("n_filtered_unlabelled", 0)
+    # the prompts the classification could not label, said where the prompts are counted (break-it finding: "10
+    # classified by the LMRA" of which 8 got no label and were left out)
+    no_label = [f"{n} {what}" for n, what in ((s.get("n_prompts_classify_failed", 0), "failed"),
+                                              (s.get("n_prompts_classify_unusable", 0), "without a usable answer"))
+                if n]
+    no_label_words = f" ([bold yellow]{', '.join(no_label)}[/], left out)" if no_label else ""
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
-                  f"LMRA, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
+                  f"LMRA{no_label_words}, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA"
                   + (f", [bold yellow]{unl} unlabelled[/]: the filter's LMRA call failed or gave no answer" if unl
                      else "") + ")" + _left_out(s) + f", {s.get('n_prompts')} audited.")
@@ -421,10 +427,11 @@ def render_audit(console: Console, result) -> None:
         console.print(f"[bold yellow]{counted(s['n_domains_replaced'], 'prompt')} without a task gave a domain that is "
                       "not in the taxonomy:[/] the LMRA classified their domain too (classifications.jsonl: "
                       "given_domain); give their task, or use the taxonomy's domain names.")
-    tasks = s.get("classified_tasks") or {}
-    if s.get("n_classified", 0) >= 5 and tasks and max(tasks.values()) >= 0.8 * s["n_classified"]:
+    tasks = {t: n for t, n in (s.get("classified_tasks") or {}).items() if t != "unlabelled"}  # (labels the LMRA gave)
+    n_labelled = sum(tasks.values())
+    if n_labelled >= 5 and max(tasks.values()) >= 0.8 * n_labelled:
         top = max(tasks, key=tasks.get)
-        console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {s['n_classified']} "
+        console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {n_labelled} "
                       f"classified prompts into '{lit(top)}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
     _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True))
