@@ -307,7 +307,15 @@ class History:
         Raises:
             LmraIOError: the check found damage (naming the file and SQLite's first finding).
         """
-        rows = [r[0] for r in self.db.execute("PRAGMA quick_check").fetchall()]
+        try:
+            rows = [r[0] for r in self.db.execute("PRAGMA quick_check").fetchall()]
+        except (sqlite3.DatabaseError, LmraIOError) as exc:  # damage the check itself stops at (break-it round 2)
+            reason = str(exc.reason if isinstance(exc, LmraIOError) else exc)
+            if "file is not a database" in reason:  # not a damaged history: another file (said as before)
+                self.db.close()
+                raise LmraIOError("the run history could not be used (DatabaseError: file is not a database)",
+                                  path=self.path) from None
+            rows = [reason.removeprefix("the run history could not be used (").removesuffix(")")]
         if rows != ["ok"]:
             self.db.close()
             raise LmraIOError(f"the run history is damaged (SQLite's integrity check: {rows[0] if rows else 'no answer'}"

@@ -1218,7 +1218,8 @@ def test_a_run_found_only_outside_a_copied_reports_folder_is_said_and_a_gone_one
     assert runs[newest.name]["folder_gone"] is True and runs["20260101-000000-nightly"]["folder_gone"] is False
 
 
-def test_a_damaged_history_stops_the_command_before_it_is_read_or_written(tmp_path, capsys):
+@pytest.mark.parametrize("damage", ["index page", "page 2"])
+def test_a_damaged_history_stops_the_command_before_it_is_read_or_written(tmp_path, capsys, damage):
     """Break-it finding: a history.sqlite whose index page was overwritten (SQLite's integrity check:
     malformed) was used and written to by lmra audit, history and export — exit 0 — and only a later
     ``lmra pin`` failed. It is now checked when opened: an I/O failure naming the file (exit 1), the
@@ -1238,15 +1239,20 @@ def test_a_damaged_history_stops_the_command_before_it_is_read_or_written(tmp_pa
         root = db.execute("SELECT rootpage FROM sqlite_master WHERE type = 'index' AND rootpage > 1 "
                           "ORDER BY rootpage DESC LIMIT 1").fetchone()[0]
     data = bytearray(hist.read_bytes())
-    data[(root - 1) * page_size:(root - 1) * page_size + page_size] = b"\x07" * page_size  # an index page
+    if damage == "index page":  # quick_check reports it; a plain read still works
+        data[(root - 1) * page_size:(root - 1) * page_size + page_size] = b"\x07" * page_size
+    else:  # quick_check itself stops at it (break-it round 2: "DatabaseError: … malformed", no file named)
+        data[page_size:page_size + 64] = b"\xa5" * 64
     hist.write_bytes(bytes(data))
-    with sqlite3.connect(hist) as db:
-        assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"  # damaged, as SQLite sees it
-        db.execute("SELECT count(*) FROM runs").fetchone()  # though a plain read still works
+    if damage == "index page":
+        with sqlite3.connect(hist) as db:
+            assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"  # damaged, as SQLite sees it
+            db.execute("SELECT count(*) FROM runs").fetchone()  # though a plain read still works
     before = hist.read_bytes()
     capsys.readouterr()
     for argv in (["history", "--reports-dir", str(reports)], ["export", "latest", "--format", "csv", "--reports-dir",
-                                                                str(reports), "--out", str(tmp_path / "exp")]):
+                                                                str(reports), "--out", str(tmp_path / "exp")],
+                 ["report", "--history", "--reports-dir", str(reports)]):
         assert main(argv) == 1, argv
         err = " ".join(capsys.readouterr().err.split())
         assert str(hist) in err and "the run history is damaged (SQLite's integrity check:" in err, err
