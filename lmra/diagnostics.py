@@ -87,35 +87,43 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str, methods: 
 
 #: the start of the warning of refusal labels the LMRA gave by the options' order alone
 POSITIONAL_REFUSAL_PREFIX = "the LMRA's refusal labels follow the order of the options"
-#: fewest labelled responses, and the share of them at exactly 0.5, for :func:`positional_refusal_warning`
-POSITIONAL_MIN_LABELS, POSITIONAL_MIN_SHARE = 10, 0.5
+#: fewest labelled responses, the share of them near 0.5, and how near (|p − 0.5| ≤ this), for
+#: :func:`positional_refusal_warning`
+POSITIONAL_MIN_LABELS, POSITIONAL_MIN_SHARE, POSITIONAL_BAND = 10, 0.5, 0.1
 
 
 def positional_refusal_warning(scores: pd.DataFrame) -> str | None:
     """A warning when most refusal labels (``refusal_p_a``/``refusal_p_b`` of the rated pairs, at
-    least :data:`POSITIONAL_MIN_LABELS`) are exactly 0.5, or None.
+    least :data:`POSITIONAL_MIN_LABELS`) lie within :data:`POSITIONAL_BAND` of 0.5, or None.
 
     The refusal question is asked with "Yes" first and with "No" first and the two answers'
     probability of "Yes" averaged (methodology §4): an LMRA that picks the first-listed option
     whatever it says gives ``(q + (1 − q)) / 2 = 0.5`` exactly — in the log-probability and in the
-    sampled reading alike — while a real answer is near 0 or 1. A tie is "not a refusal", so such
-    labels read as "no response refuses", a refusal table with tight intervals measured by a
-    labeller with no information (fresh-user finding: an LMRA that passed the judge check answered
-    every yes/no question "B"; refusal rates 0/21 [0, 0.15], no word). Its identity-filter answers
-    are then likely positional as well (they decide which prompts are kept).
+    sampled reading alike — and one whose preference differs a little between the two orders'
+    texts ``(q₁ + 1 − q₂) / 2`` near it (break-it round 2: 0.9 ± 0.02 gave labels in [0.486, 0.512],
+    about half of them "refusals" at the 0.5 threshold), while a real answer is near 0 or 1. Such
+    labels decide "refusal" by a coin's margin: a tie reads "no response refuses", a little above it
+    drops the pair, with a refusal table and tight intervals measured by a labeller with no
+    information (fresh-user finding: an LMRA that passed the judge check answered every yes/no
+    question "B"; refusal rates 0/21 [0, 0.15], no word). An LMRA unsure in both orders lands there
+    too, and its labels are as uninformative. Its identity-filter answers, asked the same way, are
+    then likely no better (they decide which prompts are kept).
     """
     if scores.empty or "refusal_p_a" not in scores:
         return None
     p = pd.concat([scores["refusal_p_a"], scores.get("refusal_p_b", pd.Series(dtype=float))]).dropna().astype(float)
     n = len(p)
-    ties = int(((p - 0.5).abs() < 1e-9).sum())
-    if n < POSITIONAL_MIN_LABELS or ties < POSITIONAL_MIN_SHARE * n:
+    near = int(((p - 0.5).abs() <= POSITIONAL_BAND + 1e-9).sum())
+    if n < POSITIONAL_MIN_LABELS or near < POSITIONAL_MIN_SHARE * n:
         return None
-    return (f"{POSITIONAL_REFUSAL_PREFIX}: {ties} of {n} labelled responses got exactly 0.5 — the LMRA chose the "
-            "first-listed (or second-listed) option whether it read Yes or No, so those labels carry no information "
-            "and count as 'not a refusal'. The refusal rates (and the pairs left out for refusals) rest on them, and "
-            "the identity filter's answers, asked the same way, likely too. Use an LMRA that answers the question "
-            "(check refusals.csv and ratings.parquet's refusal_p_a / refusal_p_b), or turn refusal labels off.")
+    ties = int(((p - 0.5).abs() < 1e-9).sum())
+    return (f"{POSITIONAL_REFUSAL_PREFIX}, or the LMRA could not tell: {near} of {n} labelled responses got a refusal "
+            f"probability within {POSITIONAL_BAND:g} of 0.5 ({ties} exactly 0.5) — an LMRA that picks the first-listed "
+            "option whether it reads Yes or No gives 0.5 once both orders are averaged. Those labels decide "
+            "'refusal' by a coin's margin (0.5 itself is 'not a refusal'): the refusal rates and the pairs left out "
+            "for refusals rest on them, and the identity filter's answers, asked the same way, likely too. Use an "
+            "LMRA that answers the question (check refusals.csv and ratings.parquet's refusal_p_a / refusal_p_b), or "
+            "turn refusal labels off.")
 
 
 def judge_diagnostics(rows: pd.DataFrame, *, min_valid_mass: float = 0.5, min_order_consistency: float = 0.6) -> dict:

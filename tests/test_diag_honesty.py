@@ -509,6 +509,24 @@ def test_refusal_labels_given_by_the_options_order_alone_are_warned_about(tmp_pa
     bad = run(FirstListedOnYesNo(lambda r1, r2: {"C": 1.0}, supports_logprobs=logprobs), "bad")
     (warned,) = [w for w in bad.summary["warnings"] if w.startswith("the LMRA's refusal labels follow the order")]
     n = 2 * bad.summary["n_pairs_total"]
-    assert f": {n} of {n} labelled responses got exactly 0.5" in warned, warned
+    assert f": {n} of {n} labelled responses got a refusal probability within 0.1 of 0.5 ({n} exactly 0.5)" in warned
+
+    class FirstListedJittered(ScriptedJudge):  # break-it round 2: 0.9 ± 0.02 on the first-listed option
+        def _probs(self, request):
+            import zlib
+
+            text = request.messages[-1].content
+            if "Does the response refuse" in text or "Does this message mention" in text:
+                q = 0.88 + 0.04 * (zlib.crc32(text.encode()) % 1000) / 1000
+                return {"A": q, "B": 1 - q}
+            return super()._probs(request)
+
+    if logprobs:  # (sampled, a 0.9 preference is a coin flip per sample: the labels scatter, some still near 0.5)
+        jittered = run(FirstListedJittered(lambda r1, r2: {"C": 1.0}), "jit")
+        (warned,) = [w for w in jittered.summary["warnings"]
+                     if w.startswith("the LMRA's refusal labels follow the order")]
+        # (the jittered identity filter removed some prompts: fewer labels)
+        assert re.search(r": (\d+) of \1 labelled responses got a refusal probability within 0\.1 of 0\.5 \(0 exactly",
+                         warned), warned
     good = run(ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=logprobs, refusal=lambda r: 0.02), "good")
     assert not [w for w in good.summary["warnings"] if w.startswith("the LMRA's refusal labels follow the order")]
