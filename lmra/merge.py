@@ -483,8 +483,9 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         # copy of the night, which 'lmra check latest --baseline last' then compared with the first
         raise LmraInputError(f"these shards were merged already, into {twin} (its manifest.json lists the same "
                              f"{len(shards)} shard runs): a second merge would make a second copy of the same night, "
-                             "which the regression check would take for another night. Use that run; to merge "
-                             "again, remove its folder first", field="SHARD_RUN")
+                             "which the regression check would take for another night. Use that run (its report: "
+                             f"'lmra report {twin}'); to merge these shards anew, give another --out-dir",
+                             field="SHARD_RUN")
 
     position: dict[str, int] = {}
     for s in shards:

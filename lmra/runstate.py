@@ -479,7 +479,12 @@ def partial_advice(summary: dict) -> str:
     cached answers (answers without log-probabilities are asked again), look at the LMRA.
     Empty when neither applies."""
     parts = []
-    if lost_to_calls(summary):
+    if lost_to_calls(summary) and summary.get("n_shards"):
+        # a merged run: "re-run the same command" named the merge, refused once its shards are merged (break-it)
+        parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
+                     f"{summary.get('max_failed_share') or 0:.0%}); re-run the shards that lost them ('lmra audit "
+                     "--shard I/N' with the same config completes each from its cache), then merge the new shard runs")
+    elif lost_to_calls(summary):
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")

@@ -20,7 +20,7 @@ from test_pipeline import FlakyTarget, RecordingJudge, _prompts
 
 TABLES = ("per_task.csv", "per_domain.csv", "refusals.csv", "quality.csv", "judges.csv", "placebo.csv")
 #: summary.json entries that describe the run folder or the calls, not the audit's results
-NOT_RESULTS = ("run_dir", "gates")
+NOT_RESULTS = ("run_dir", "gates", "n_shards")
 
 
 def _cfg(tmp_path, out: str, **kw) -> AuditConfig:
@@ -576,6 +576,7 @@ def test_a_retried_merge_is_refused_and_a_check_of_a_night_against_its_twin_merg
     assert main(["merge", *dirs, "--no-report"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "merged already" in err and str(first) in err and "Traceback" not in err
+    assert "give another --out-dir" in err and "remove its folder" not in err  # (a removed folder stays in the history)
     assert [p for p in out.iterdir() if p.name.endswith("-nightly")] == [first]  # nothing written
     # a twin made anyway (a merge into another folder, copied beside the first): the check refuses it
     assert main(["merge", *dirs, "--no-report", "--out-dir", str(tmp_path / "elsewhere")]) == 0
@@ -614,6 +615,9 @@ def test_merge_refuses_shards_of_two_lmra_versions_and_warns_of_other_package_ve
     rewrite({"numpy": "0.0.1"})
     # (merged: partial, as its scripted shards with failing calls are — not refused)
     assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 1
+    # its advice names the shards, not the merge (break-it round 2: "re-run the same command", which is refused)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "re-run the shards that lost them ('lmra audit --shard I/N'" in out and "re-run the same command" not in out
     (merged,) = (tmp_path / "m").glob("*-audit")
     summary = json.loads((merged / "summary.json").read_text())
     (warned,) = [w for w in summary["warnings"] if w.startswith("the shards ran different package versions")]

@@ -1003,6 +1003,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "quality": quality_df.to_dict(orient="records"),
         "judges": judges_df.to_dict(orient="records"),
     }
+    if manifest.get("shards"):  # a merged run (lmra merge): what completes it is said differently
+        summary["n_shards"] = len(manifest["shards"])
     if axes_result is not None:
         summary["axes"] = axes_result.summary
         summary["axes_partial"] = axes_partial  # why the axes step is partial (lmra.runstate.partial_because)
