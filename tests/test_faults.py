@@ -639,7 +639,10 @@ def test_an_endpoint_asking_for_a_long_wait_before_a_retry_is_told_while_it_wait
         assert main(argv + ([] if bars else ["--no-progress"])) == 0
         port = srv.url.split(":")[2].split("/")[0]
     captured = capsys.readouterr()
-    said = [ln for ln in (captured.out + captured.err).splitlines() if ln.startswith("waiting: ")]
+    # on stderr, with the progress lines, when stdout is no terminal — bars or not (break-it round 2: with bars
+    # on, the notices went into the report on stdout)
+    said = [ln for ln in captured.err.splitlines() if ln.startswith("waiting: ")]
+    assert not [ln for ln in captured.out.splitlines() if ln.startswith("waiting: ")]
     assert said == [f"waiting: 127.0.0.1:{port} answered HTTP 429 and asks to wait 0.05 s before a retry; its calls "
                     "wait (the SDK's retries, each counted in the manifest), the run is not stuck"], said
     (run_dir,) = _run_dirs(tmp_path / "out")
@@ -688,6 +691,20 @@ def test_a_wait_notice_is_said_once_a_minute_per_endpoint_and_only_for_long_retr
     asyncio.run(main())
     assert heard == [("127.0.0.1:8123", 40.0, "HTTP 429"), ("127.0.0.1:8123", 12.0, "HTTP 503"),
                      ("127.0.0.1:8123", 30.0, "HTTP 400")]
+
+    # only while the call has retries left (break-it round 2: a 429 never retried — max_retries = 0, or a
+    # call's last attempt — was said to be waited for): the SDK's x-stainless-retry-count counts those taken
+    limited, told = CountingTransport(Canned(), max_retries=2), []
+    limited.inner.reply = (429, {"retry-after": "40"})
+
+    async def attempts():
+        with listen_waits(lambda *a: told.append(a)):
+            for taken in ("0", "1", "2"):
+                await limited.handle_async_request(httpx.Request(
+                    "POST", "http://127.0.0.1:8123/v1/chat/completions", headers={"x-stainless-retry-count": taken}))
+
+    asyncio.run(attempts())
+    assert len(told) == 2  # before the first and the second retry; the third attempt is the last
 
     lines: list[str] = []
     notices = _WaitNotices()

@@ -149,12 +149,9 @@ def rich_progress(console: Console, enabled: bool = True):
     with ``enabled`` False (``--no-progress``)."""
     from lmra.progress import Progress as Callbacks
 
-    from lmra.providers.base import listen_waits
-
     log = _ProgressLog.for_stderr()  # progress lines for logs (stderr not a terminal), bars or not
-    notices = _WaitNotices()
     try:
-        with listen_waits(notices):
+        with wait_notices() as notices:
             if not enabled:
                 yield Callbacks() if log is None else Callbacks(start=log.start, advance=log.advance)
                 return
@@ -162,6 +159,19 @@ def rich_progress(console: Console, enabled: bool = True):
     finally:
         if log is not None:
             log.stop()
+
+
+@contextmanager
+def wait_notices():
+    """Within the block, an endpoint's long retry wait is said on stderr (:class:`_WaitNotices`,
+    through :func:`lmra.providers.base.listen_waits`); yields the notices (their ``emit`` may be
+    pointed elsewhere, e.g. above progress bars). Every command that makes model calls runs in one:
+    :func:`rich_progress` opens it, and ``lmra judge-check`` (no bars) too."""
+    from lmra.providers.base import listen_waits
+
+    notices = _WaitNotices()
+    with listen_waits(notices):
+        yield notices
 
 
 #: seconds between two notices of one endpoint's asked-for retry waits (:class:`_WaitNotices`)
@@ -206,7 +216,8 @@ def _bars(console: Console, log: "_ProgressLog | None", notices: _WaitNotices):
     labels = STAGE_LABELS
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False, refresh_per_second=5) as prog:
-        notices.emit = lambda line: prog.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if console.is_terminal:  # above the bars; else (a log) on stderr, with the progress lines (break-it finding)
+            notices.emit = lambda line: prog.console.print(line, markup=False, highlight=False, soft_wrap=True)
         ids: dict[str, int] = {}
         totals: dict[str, int] = {}
         done: dict[str, int] = {}

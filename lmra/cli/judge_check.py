@@ -178,7 +178,10 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
     out = output_folder(args.out, "--out") if args.out else None  # said before the LMRA calls
     if out is not None:
         _not_a_run_folder(out)
-    rows, verdict = asyncio.run(_run(cfg, console))
+    from lmra.cli.common import wait_notices
+
+    with wait_notices():  # (break-it finding: nothing was shown while every call waited on a retry-after)
+        rows, verdict = asyncio.run(_run(cfg, console))
     if out is not None:
         write_json(out / "judge_check.json", jsonable(verdict))
         write_jsonl(out / "judge_check_ratings.jsonl", (jsonable(r) for r in rows.to_dict(orient="records")))

@@ -31,10 +31,15 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     Args:
         inner: the transport that does the work (default ``httpx.AsyncHTTPTransport()``).
+        max_retries: the SDK client's ``max_retries``, when known: a long wait a response asks for
+            is told (:func:`~lmra.providers.base.note_wait`) only while the call has retries left
+            (the SDK's ``x-stainless-retry-count`` header counts those taken; break-it finding: a
+            429 never retried was said to be waited for).
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, max_retries: int | None = None):
         self.inner = inner or httpx.AsyncHTTPTransport()
+        self.max_retries = max_retries
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await before_attempt()  # a retry waits for the rate limit like a new call
@@ -67,7 +72,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
             response.headers["x-should-retry"] = "false"
         should_retry = response.headers.get("x-should-retry")
         if (code >= 400 and (should_retry == "true" or (should_retry != "false" and (code in RETRIED_STATUSES or code >= 500)))
-                and (wait := retry_wait_s(response.headers)) > 0):
+                and self._retries_left(request) and (wait := retry_wait_s(response.headers)) > 0):
             port = f":{request.url.port}" if request.url.port else ""
             note_wait(f"{request.url.host}{port}", wait, f"HTTP {code}")  # a long one is told, not left a still bar
         if code == 429:
@@ -77,6 +82,16 @@ class CountingTransport(httpx.AsyncBaseTransport):
         elif code >= 400:
             note_event("http_4xx")
         return response
+
+    def _retries_left(self, request: httpx.Request) -> bool:
+        """Whether the SDK will retry this attempt's call (unknown: assumed so)."""
+        if self.max_retries is None:
+            return True
+        try:
+            taken = int(request.headers.get("x-stainless-retry-count", "0"))
+        except ValueError:
+            return True
+        return taken < self.max_retries
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -243,8 +258,8 @@ def lean_transport(limits: httpx.Limits = POOL_LIMITS, backend: httpcore.AsyncNe
     return transport
 
 
-def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.AsyncBaseTransport | None = None
-                    ) -> httpx.AsyncClient:
+def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.AsyncBaseTransport | None = None,
+                    max_retries: int | None = None) -> httpx.AsyncClient:
     """An SDK's default async httpx client (its timeouts) on a :class:`CountingTransport`.
 
     One client, and so one connection pool, serves all calls of a provider instance.
@@ -254,5 +269,6 @@ def counting_client(client_class: type[httpx.AsyncClient], transport: httpx.Asyn
         transport: the transport to count (default: an ``httpx.AsyncHTTPTransport`` with
             :data:`POOL_LIMITS` and :class:`LeanStream` connections, :func:`lean_transport`; a
             client given a transport ignores its own ``limits``).
+        max_retries: the SDK client's (:class:`CountingTransport`).
     """
-    return client_class(transport=CountingTransport(transport or lean_transport()))
+    return client_class(transport=CountingTransport(transport or lean_transport(), max_retries=max_retries))

@@ -55,7 +55,8 @@ class AnthropicProvider:
         kwargs = {"api_key": key, "timeout": cfg.timeout_s, "max_retries": cfg.max_retries}
         if cfg.base_url:
             kwargs["base_url"] = cfg.base_url
-        kwargs["http_client"] = http_client or counting_client(anthropic.DefaultAsyncHttpxClient)
+        kwargs["http_client"] = http_client or counting_client(anthropic.DefaultAsyncHttpxClient,
+                                                               max_retries=cfg.max_retries)
         self.client = anthropic.AsyncAnthropic(**kwargs)
 
     async def complete(self, request: ChatRequest) -> ChatResult:

@@ -63,7 +63,8 @@ class OpenAIProvider:
         self.base_url = cfg.base_url or ""
         self.client = openai.AsyncOpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout_s,
                                          max_retries=cfg.max_retries,
-                                         http_client=http_client or counting_client(openai.DefaultAsyncHttpxClient))
+                                         http_client=http_client or counting_client(openai.DefaultAsyncHttpxClient,
+                                                                                    max_retries=cfg.max_retries))
         self.supports_logprobs = cfg.logprobs
         self._logprobs_seen = False
         self._answers_without_logprobs = 0
