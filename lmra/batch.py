@@ -840,7 +840,9 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         raise
     finally:
         cache.close()
+    started = _stopped_start(audit.run_dir) or started
     result = await audit.arun()
+    result.manifest["started"] = started  # the night's start, not the resume's (break-it round 2)
     result.manifest["batch"] = summary
     # the calls made live in the dry passes are this run's fresh calls (the final pass read them
     # from the cache): counted so in the manifest, the console's call line and the report
@@ -851,6 +853,17 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
 
 #: the status of a run folder whose batches were still running when the command stopped waiting
 BATCH_PENDING = "batch_pending"
+
+
+def _stopped_start(run_dir: str | Path) -> str | None:
+    """The ``started`` of the manifest :func:`_record_unfinished` wrote (a resumed run's first start)."""
+    if not stopped_in_batch(run_dir):
+        return None
+    try:
+        started = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8")).get("started")
+    except (OSError, ValueError):
+        return None
+    return started if isinstance(started, str) else None
 
 
 def stopped_in_batch(run_dir: str | Path) -> bool:
@@ -890,6 +903,11 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
         status, reason = "stopped_by_budget", f"stopped by the budget: {exc} (the numbers: batch/state.json)"
     elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
         status, reason = "interrupted", interrupt_reason(exc)
+        state = load_state(audit.run_dir) or {}
+        running = [j for j in state.get("jobs") or [] if j.get("state") == "submitted"]
+        if running:  # they go on at the provider (break-it round 2: the history said only "interrupted")
+            reason += (f"; {len(running)} batch job(s) submitted go on at the provider — continue with "
+                       f"'lmra batch resume {audit.run_dir}' (a new 'lmra audit --batch' would pay for them again)")
     else:
         status, reason = "failed", f"{type(exc).__name__}: {exc}"
         reason = redacted_message(reason) if audit.cfg.redact else reason

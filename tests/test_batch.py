@@ -707,6 +707,7 @@ def test_audit_killed_while_batches_run_resumes_from_cli(openai_server, anthropi
     assert (run / "summary.json").exists()
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["calls"]["fresh"] == 0
+    assert manifest["started"] == stopped["started"]  # the night's start, not the resume's (break-it round 2)
     assert manifest["batch"]["failed"] == 0 and manifest["batch"]["rounds"] == 4
     # filter, refusal and rating batches to the LMRA, one generation batch to the target, each once
     assert len(a_srv["creates"]) == 3 and len(o_srv["creates"]) == 1
@@ -1031,6 +1032,38 @@ api_key_required = false
     (run,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "Error code: 404" in manifest["stop_reason"]
+    # a server that cannot be reached is not said to lack a Batch API (break-it round 2)
+    from lmra.providers._batch_results import submission_error
+    import openai
+
+    down = submission_error("openai", "http://127.0.0.1:1/v1/", "m", openai.APIConnectionError(
+        request=__import__("httpx2").Request("POST", "http://127.0.0.1:1/v1/files")))
+    assert "could not be reached: check base_url and that the server runs" in str(down)
+    assert "Batch API" not in str(down)
     with History(history_path(tmp_path / "reports")) as h:
         (row,) = h.not_finished()
     assert row["run_id"] == run.name and row["status"] == "failed"
+
+
+def test_a_batch_run_interrupted_while_its_jobs_run_says_so_in_its_manifest(openai_server, anthropic_server,
+                                                                           sim_inputs, tmp_path):
+    """Break-it round 2: a batch run stopped by SIGTERM while its jobs ran was listed by lmra history as
+    "interrupted by SIGTERM" with no word that the jobs go on and 'lmra batch resume' continues it (a new
+    'lmra audit --batch' pays for them again)."""
+    from lmra.audit import Audit
+    from lmra.batch import _record_unfinished
+
+    o_url, _ = openai_server
+    a_url, _ = anthropic_server
+    run = _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url, a_url)  # a job submitted, still running
+    cfg = json.loads(json.dumps(load_state(run)))  # (the state is what the manifest reads)
+    assert [j["state"] for j in cfg["jobs"]] == ["submitted"]
+    from lmra.config import load_config
+
+    audit = Audit(load_config(run / "config.toml"), run_dir=run)
+    _record_unfinished(audit, [], "2026-12-05T01:00:00+00:00", KeyboardInterrupt())
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["status"] == "interrupted" and man["stopped_in"] == "batch"
+    assert f"1 batch job(s) submitted go on at the provider — continue with 'lmra batch resume {run}'" in \
+        man["stop_reason"]
+    assert man["started"] != "2026-12-05T01:00:00+00:00"  # the first stop's start is kept

@@ -100,13 +100,15 @@ class BatchResults:
 
 def submission_error(api: str, base_url: object, model: str, exc: BaseException) -> ProviderError:
     """The error of a batch submission that failed after the SDK's retries: what was asked of
-    which URL, the SDK's message, and — when the endpoint answered HTTP 404/405 or could not be
-    reached — that it may have no Batch API at all (fresh-user finding: "openai batch submission
+    which URL, the SDK's message, and — when the endpoint answered HTTP 404/405 — that it may have
+    no Batch API at all, or — when it could not be reached — to check it (fresh-user finding: "openai batch submission
     failed: Error code: 404", no URL, no hint; vLLM, llama.cpp's server and most local
     OpenAI-compatible servers serve no batches)."""
     status = getattr(exc, "status_code", None)
     hint = ""
-    if status in (404, 405) or type(exc).__name__ in ("APIConnectionError", "APITimeoutError"):
+    if status in (404, 405):
         hint = (" — this endpoint may have no Batch API (most local and self-hosted OpenAI-compatible servers serve "
                 "chat completions only): run without --batch")
+    elif type(exc).__name__ in ("APIConnectionError", "APITimeoutError"):  # (break-it round 2: told "no Batch API")
+        hint = " — the endpoint could not be reached: check base_url and that the server runs"
     return ProviderError(f"{api} batch submission for model '{model}' at {base_url} failed: {exc}{hint}")
