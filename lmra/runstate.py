@@ -521,9 +521,11 @@ def partial_advice(summary: dict) -> str:
                      + (f": {contradicting} pairs, see the judge diagnostics" if contradicting else "")
                      + ") or use another LMRA")
     if summary.get("axes_partial"):
-        parts.append("the axes step is partial (docs/axes.md): 'lmra axes --run RUN' retries its failed label calls, "
-                     "but unusable brainstorm answers are cached and come back — read them in axes_candidates.json, "
-                     "use another LMRA, or state the axes to test with --axis")
+        parts.append("the axes step is partial (docs/axes.md): unusable brainstorm answers are cached and come back "
+                     "— read them in axes_candidates.json; 'lmra axes --run RUN' (which retries failed label calls, "
+                     "or tests the axes given with --axis) writes a new axes set, but the run stays partial: a "
+                     "complete night needs an audit whose axes step measures something ([axes] extra_axes, or "
+                     "another LMRA)")
     return ". ".join(p[0].upper() + p[1:] for p in parts)
 
 

@@ -784,6 +784,19 @@ def test_an_audit_whose_axes_step_measured_nothing_is_partial_and_says_why(tmp_p
     assert "female vs male: no axis of difference could be discovered or tested" in warned
     assert any(r.startswith("the axes step measured too little (female vs male: no axis")
                for r in partial_because(res.summary))
+    # its advice, and lmra axes --run on it, say that the run stays partial (break-it round 2: a complete axes set
+    # written afterwards left the run partial without a word)
+    from rich.console import Console
+
+    from lmra.cli.axes import _run_stays_partial
+    from lmra.runstate import partial_advice
+
+    assert "but the run stays partial: a complete night needs an audit whose axes step measures something" in \
+        partial_advice(res.summary)
+    console = Console(record=True, width=300)
+    _run_stays_partial(console, res.run_dir)
+    assert f"note: run {res.run_dir.name} stays partial: its audit's own axes step measured too little" in \
+        console.export_text()
     # an axes step that worked leaves the run complete (the test above)
     ok = Audit(cfg.model_copy(update={"output_dir": str(tmp_path / "ok"), "cache": str(tmp_path / "ok.sqlite")}),
                target=formal_target(0.75, 0.25),

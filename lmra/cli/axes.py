@@ -80,7 +80,25 @@ def cmd_axes(args: argparse.Namespace) -> int:
     calls = result.stats
     console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
     _say_where(console, result.publication)
+    _run_stays_partial(console, run)
     return _partial_exit(result.summary, cfg.max_failed_share, result.publication)
+
+
+def _run_stays_partial(console, run: Path) -> None:
+    """Say that a run its audit's own axes step made partial stays so (break-it finding: after 'lmra axes
+    --run … --axis …' wrote a complete set, the run's summary, history row and report still said partial,
+    and nothing told why)."""
+    import json
+
+    try:
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(summary, dict) and summary.get("axes_partial") and summary.get("run_status") == "partial":
+        console.print(f"[yellow]note:[/] run {lit(run.name)} stays partial: its audit's own axes step measured too "
+                      "little (summary.json: axes_partial), and an axes set written afterwards does not change the "
+                      "run's status. A complete night needs an audit whose axes step measures something ([axes] "
+                      "extra_axes in its config, or another LMRA).", highlight=False, soft_wrap=True)
 
 
 def _finish_interrupted(console, folder: Path) -> None:
