@@ -793,7 +793,7 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
     only_a, only_b = sorted(rated(ta) - rated(tb)), sorted(rated(tb) - rated(ta))
     notes = tuple(notes) + tuple(
         f"left out: {len(only)} task{'s' * (len(only) > 1)} with a net rating in run {which} only: "
-        + ", ".join(f"{c} / {t}" for c, _, t in only) for which, only in (("A", only_a), ("B", only_b)) if only)
+        + ", ".join(f"{c} / {d} / {t}" for c, d, t in only) for which, only in (("A", only_a), ("B", only_b)) if only)
     pairs = pairs[pairs["h_a"].notna() & pairs["h_b"].notna()].reset_index(drop=True)
     r, p = pearson(pairs["h_a"], pairs["h_b"])
     fit = slope_through_origin(pairs["h_a"], pairs["h_b"], alpha=alpha)

@@ -363,7 +363,8 @@ def version_differences(shards: list[ShardRun]) -> str:
     for k in keys:
         values = [(label, v.get(k)) for label, v in per]
         if len({str(x) for _, x in values}) > 1:
-            out.append(f"{k} " + ", ".join(f"{x} (shard {label})" for label, x in values))
+            out.append(f"{k} " + ", ".join(f"{'not recorded' if x is None else x} (shard {label})"
+                                           for label, x in values))
     return "; ".join(out)
 
 
@@ -625,6 +626,12 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                      and ORDER_DEPENDENCE_MARK not in w
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, POSITIONAL_REFUSAL_PREFIX,
                                            AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX))]  # (axes are not merged: lmra axes --run)
+    from lmra.runfolder import package_versions
+
+    mine = package_versions().get("lmra")
+    if _lmra_version(first.run) not in (None, mine):  # the statistics are this process's (break-it round 2)
+        warnings.append(f"{VERSIONS_DIFFER_PREFIX}: the shards were audited by lmra {_lmra_version(first.run)}, "
+                        f"this merge runs lmra {mine}, which computed the merged statistics")
     differ = version_differences(shards)
     if differ:
         warnings.append(f"{VERSIONS_DIFFER_PREFIX}: {differ}. Each shard's answers were parsed with its own "

@@ -65,7 +65,7 @@ def test_compare_tables_pairs_tasks_by_name():
     assert cmp.pearson_r == pytest.approx(stats.pearsonr(X, Y).statistic)
     # the task left out is named (break-it finding: dropped silently; lmra check names it)
     assert cmp.only_in_b == [{"comparison": "female vs male", "domain": "d", "task": "only in b"}] and cmp.only_in_a == []
-    assert any(n.startswith("left out: 1 task with a net rating in run B only: female vs male / only in b") for n in cmp.notes)
+    assert any(n.startswith("left out: 1 task with a net rating in run B only: female vs male / d / only in b") for n in cmp.notes)
 
 
 def test_compare_cli_names_the_tasks_measured_in_one_run_only(tmp_path, lmra_cli, capsys, monkeypatch):
@@ -79,8 +79,8 @@ def test_compare_cli_names_the_tasks_measured_in_one_run_only(tmp_path, lmra_cli
                  n_prompts=20, task_names={"career advice": "write a poem"})
     assert lmra_cli(["compare", str(a), str(b)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "left out: 1 task with a net rating in run A only: female vs male / career advice" in out, out
-    assert "left out: 1 task with a net rating in run B only: female vs male / write a poem" in out, out
+    assert "left out: 1 task with a net rating in run A only: female vs male / d / career advice" in out, out
+    assert "left out: 1 task with a net rating in run B only: female vs male / d / write a poem" in out, out
     assert lmra_cli(["compare", str(a), str(b), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [t["task"] for t in doc["only_in_a"]] == ["career advice"]

@@ -545,6 +545,8 @@ def test_cli_score_accepts_a_byte_order_mark_and_caps_k(tmp_path, capsys):
     # one singer however written (break-it finding: two instruction families of one person)
     ('[fairllm]\nnames_list = ["Adele", "adele"]', 3, "fairllm.names_list", "repeats 'adele' (as 'Adele')"),
     ('[fairllm]\nnames_list = ["Adele", "Adele "]', 3, "fairllm.names_list", "repeats 'Adele ' (as 'Adele')"),
+    ('[fairllm]\nnames_list = ["Taylor Swift", "Taylor  Swift"]', 3, "fairllm.names_list", "repeats 'Taylor  Swift'"),
+    ('[fairllm]\nnames_list = ["Adele", "Ade\u200ble"]', 3, "fairllm.names_list", "(as 'Adele')"),
     ('[cfairllm]\nencoding = "klingon"', 3, "cfairllm.encoding", "unknown text encoding"),
     ('[cfairllm]\nsplit = [1.0, 0.0, 0.0]', 3, "cfairllm.split", "test share"),
     ('[cfairllm]\nattributes = ["race"]', 3, "cfairllm.attributes", "'gender' or 'age'"),

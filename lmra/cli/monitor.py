@@ -391,8 +391,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     console.print(table)
     gone = [run_id for run_id, v in verdicts.items() if v["folder_gone"]]
     if gone:
+        named = ", ".join(gone[-GONE_NAMED:]) + (f" and {len(gone) - GONE_NAMED} earlier" if len(gone) > GONE_NAMED
+                                                  else "")
         console.print(f"[yellow]note:[/] the folder of {counted(len(gone), 'run')} is gone (not beside the history nor "
-                      f"where it was recorded: {lit(', '.join(gone))}); the table shows what the history recorded, and "
+                      f"where it was recorded: {lit(named)}); the table shows what the history recorded, and "
                       "commands that read the run (check, report, export) cannot.")
     if narrow:
         console.print(f"[dim]Start times, models and the pairs' valid/invalid/failed/refused/unlabelled split are "
@@ -422,6 +424,9 @@ def _print_not_finished(console: Console, unfinished: list[dict]) -> None:
 #: terminal columns from which lmra history's table shows every column (narrower: no start time,
 #: models and pair split; the pin in the run's cell; whole net ratings)
 HISTORY_FULL_WIDTH = 160
+
+#: run ids named in lmra history's note of runs whose folder is gone (the newest; break-it: 801 in one line)
+GONE_NAMED = 10
 
 #: run folders that did not finish listed below lmra history's table (the newest)
 NOT_FINISHED_SHOWN = 10

@@ -44,6 +44,13 @@ def _no_repeat(items: list[str], what: str, why: str = "", key=lambda x: x) -> N
         seen[k] = x
 
 
+def _name_key(name: str) -> str:
+    """A seed name as one person: NFKC, format characters (zero-width spaces …) dropped, runs of
+    spaces as one, case folded (break-it findings: "Adele"/"adele ", "Taylor  Swift", "Ade\u200ble")."""
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", name) if unicodedata.category(ch) != "Cf")
+    return " ".join(text.split()).casefold()
+
+
 #: Largest cut-off K (list length) accepted anywhere (the metrics' work grows with the lists'
 #: lengths squared and linearly with K; see lmra.recsys.metrics.score_pairs).
 MAX_K = 200
@@ -82,7 +89,7 @@ class FairLLMConfig(_Strict):
             raise ValueError("names_list contains an empty name")
         # one person however written (break-it finding: "Adele" and "adele " made two instruction families)
         _no_repeat(v, "names_list", " (each name is one instruction family; case and surrounding spaces aside)",
-                   key=lambda n: unicodedata.normalize("NFKC", n).strip().casefold())
+                   key=_name_key)
         return v
 
     @field_validator("attributes")
