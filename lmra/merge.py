@@ -704,4 +704,4 @@ def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
     try:
         audit._write_json("manifest.json", current)
     except LmraIOError:
-        pass  # the disk is full: the folder stays 'running' and is reported 'stale' (its lock is gone)
+        pass  # the disk is full: the folder keeps the manifest it had ('running': reported 'stale' once its lock is gone)

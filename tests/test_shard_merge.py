@@ -649,3 +649,22 @@ def test_a_merge_stopped_before_it_finishes_says_so_in_its_manifest(tmp_path, mo
     else:
         assert man["status"] == "failed" and "No space left on device" in man["stop_reason"], man
     assert man["finished"]
+
+
+def test_a_merge_interrupted_before_its_folder_is_written_does_not_speak_of_model_calls(tmp_path, capsys, monkeypatch):
+    """Break-it round 2: a merge stopped by SIGTERM said "finished model calls are kept in the cache …; run the
+    same command again to resume" — a merge makes no call and resumes nothing."""
+    import lmra.audit
+    from lmra.cli import main
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+
+    def stopped(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmra.audit, "finish_run", stopped)
+    capsys.readouterr()
+    assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 130
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the merge made no model call" in err and "model calls are kept" not in err, err

@@ -310,9 +310,13 @@ def main(argv: list[str] | None = None) -> int:
                 "and submit, and pay for, their calls again). Finished model calls are kept in the cache."),
                 highlight=False, soft_wrap=True)
             return _final_line(args, 130, f"{why} (batch jobs go on at the provider)")
-        err_console.print(Text.assemble(
-            (f"{why}: ", "yellow"), _kept_calls(getattr(args, "call_stats", None))), highlight=False,
-            soft_wrap=True)
+        if getattr(args, "command", None) == "merge":  # it makes no model call (break-it round 2: "calls are kept …
+            # run the same command again to resume")
+            said = ("the merge made no model call and wrote no finished run; its folder, if one was begun, says "
+                    "'interrupted' — run the same merge again to write the merged run")
+        else:
+            said = _kept_calls(getattr(args, "call_stats", None))
+        err_console.print(Text.assemble((f"{why}: ", "yellow"), said), highlight=False, soft_wrap=True)
         return _final_line(args, 130, why)
     except Exception as exc:
         if from_script:  # (as above: the failure's paragraph and status stand)
