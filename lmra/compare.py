@@ -864,6 +864,33 @@ def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
             "its own seed (--seed, docs/nightly.md)"]
 
 
+def _identical_scores_notes(run_a: RunFolder, run_b: RunFolder, comparison: str | None) -> list[str]:
+    """A note when every task both runs measured has the same per-prompt scores in both (the same
+    prompts, the same net ratings): the runs share those answers — a run that made fresh calls for
+    other tasks only, with the other's seed and cache — so r = 1 says nothing of two nights
+    (break-it finding: the whole-run replay note stayed silent when one run had an extra task)."""
+    keys = ["comparison", "domain", "task"]
+    a, b = run_a.prompt_scores, run_b.prompt_scores
+    if a.empty or b.empty or not {"prompt_id", "h"} <= set(a.columns) & set(b.columns):
+        return []
+    if comparison:
+        a, b = a[a["comparison"] == comparison], b[b["comparison"] == comparison]
+    shared = set(map(tuple, a[keys].drop_duplicates().to_numpy().tolist())) & \
+        set(map(tuple, b[keys].drop_duplicates().to_numpy().tolist()))
+    if not shared:
+        return []
+
+    def rows(df: pd.DataFrame) -> list[tuple]:
+        df = df[[tuple(k) in shared for k in df[keys].to_numpy().tolist()]]
+        return sorted(zip(*(df[c].astype(str) for c in keys), df["prompt_id"].astype(str), df["h"].round(12)))
+
+    if rows(a) != rows(b):
+        return []
+    return [f"the {len(shared)} task{'s' * (len(shared) > 1)} both runs measured have the same per-prompt scores in "
+            "both (the same prompts and net ratings): the runs share those chatbot answers and ratings (replayed "
+            "from the call cache with the same seed), so r and the slope compare the same answers, not two nights"]
+
+
 def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
                  comparison: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0) -> RunComparison:
     """Compare two runs' per-task net ratings (see :func:`compare_tables`), with the
@@ -891,7 +918,8 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     from lmra.identity import identity_changes
 
     notes += [f"{line} (A → B)" for line in identity_changes(run_a.manifest, run_b.manifest)]
-    notes += _replay_notes(run_a, run_b)
+    replayed = _replay_notes(run_a, run_b)
+    notes += replayed or _identical_scores_notes(run_a, run_b, comparison)
     return compare_tables(run_a.per_task, run_b.per_task, alpha=alpha, comparison=comparison,
                           label_a=run_a.run_id, label_b=run_b.run_id, notes=tuple(notes),
                           prompts_a=run_a.prompt_scores, prompts_b=run_b.prompt_scores,

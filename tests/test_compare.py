@@ -438,3 +438,23 @@ def test_compare_of_a_same_seed_replay_says_the_runs_share_their_answers(tmp_pat
     assert lmra_cli(["compare", str(a), str(b), "--json"]) == 0
     assert any("made no fresh chatbot call" in n for n in json.loads(capsys.readouterr().out)["notes"])
     assert (_pv(0.0), _pv(0.0123), _pv(float("nan"))) == ("< 1e-300", "0.0123", "—")
+
+
+def test_compare_notes_tasks_whose_scores_are_identical_in_both_runs():
+    """Break-it finding: run C = run A's 4 tasks (replayed from A's cache, same seed) + one new task; the 4
+    compared tasks gave r = 1.000 exactly and no note, because C made fresh calls (for its fifth task) and
+    the replay note needs a whole-run replay. Identical per-prompt scores on every compared task are said."""
+    from types import SimpleNamespace
+
+    from lmra.compare import _identical_scores_notes
+
+    def scores(tasks, shift=0.0):
+        return pd.DataFrame([{"comparison": "female vs male", "domain": "d", "task": t, "prompt_id": f"{t}-{i}",
+                              "h": (i % 3 - 1) * 0.5 + shift} for t in tasks for i in range(6)])
+
+    a = SimpleNamespace(prompt_scores=scores(["t1", "t2", "t3", "t4"]))
+    c = SimpleNamespace(prompt_scores=scores(["t1", "t2", "t3", "t4", "t5"]))
+    (note,) = _identical_scores_notes(a, c, None)
+    assert note.startswith("the 4 tasks both runs measured have the same per-prompt scores in both")
+    other = SimpleNamespace(prompt_scores=scores(["t1", "t2", "t3", "t4"], shift=0.25))  # another night
+    assert _identical_scores_notes(a, other, None) == []
