@@ -191,3 +191,30 @@ def test_gates_and_atomic_replace_in_a_textfile_collector_folder(runs, lmra_cli,
     capsys.readouterr()
     assert lmra_cli(["export", str(runs["base"]), "--format", "openmetrics", "--table", "per_task"]) == 2
     assert "option --table" in capsys.readouterr().err
+
+
+def test_the_detectable_rise_says_when_it_is_only_a_lower_bound(runs):
+    """Fresh-user finding: the console and report.html show "≥ +0.5426" where the check's detectable rise is
+    only a lower bound (reverse-stereotyped prompts), but Prometheus exported the bare 0.5426 under a HELP
+    saying a quiet night "rules out rises this large" — and the overall row's was not exported. Each detectable
+    rise now has a ..._lower_bound gauge beside it, overall rows included."""
+    from lmra.history import History, history_path
+    from lmra.report.openmetrics import metric_families
+    from lmra.runfolder import finite, load_run
+
+    run = runs["rise"]
+    with History(history_path(run.parent)) as h:
+        check = h.latest_check(run.name)
+    tested = [t for t in check["result"].to_dict(orient="records") if finite(t.get("mde")) is not None
+              and finite(t.get("p_regress")) is not None]
+    assert tested and len(check["overall"])
+    check["result"].loc[check["result"]["task"] == tested[0]["task"], "mde_lower_bound"] = True  # as a "≥" row
+    found = samples(metric_families(load_run(run), check=check))
+    for t in tested:
+        assert one(found, "lmra_task_detectable_rise", task=t["task"]) == t["mde"]
+        assert one(found, "lmra_task_detectable_rise_lower_bound", task=t["task"]) == float(t is tested[0])
+    o = check["overall"].to_dict(orient="records")[0]
+    assert finite(o.get("mde")) is not None
+    assert one(found, "lmra_overall_detectable_rise", comparison=o["comparison"]) == o["mde"]
+    assert one(found, "lmra_overall_detectable_rise_lower_bound", comparison=o["comparison"]) == \
+        float(bool(o.get("mde_lower_bound")))

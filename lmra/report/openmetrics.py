@@ -119,8 +119,18 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                      labels=TASK_LABELS + ["group"]),
         "detectable": G("lmra_task_detectable_rise", "Smallest rise of the task's net rating its regression check "
                         "detects with 80% power at its sizes: a night without a regression rules out rises this "
-                        "large, not smaller ones (absent when not tested, or when no rise reaches the power)",
-                        labels=TASK_LABELS),
+                        "large, not smaller ones — unless lmra_task_detectable_rise_lower_bound is 1, when the "
+                        "detectable rise is only known to be at least this (absent when not tested, or when no "
+                        "rise reaches the power)", labels=TASK_LABELS),
+        "detectable_lb": G("lmra_task_detectable_rise_lower_bound", "1 if lmra_task_detectable_rise is only a lower "
+                           "bound (reverse-stereotyped prompts, or a noisy judge: the check detects with 80% power "
+                           "only larger rises, so a quiet night rules out no rise of that size), 0 if exact",
+                           labels=TASK_LABELS),
+        "o_detectable": G("lmra_overall_detectable_rise", "Smallest rise of the comparison's net rating over all its "
+                          "tasks that its regression check detects with 80% power (as lmra_task_detectable_rise)",
+                          labels=COMPARISON_LABELS),
+        "o_detectable_lb": G("lmra_overall_detectable_rise_lower_bound", "1 if lmra_overall_detectable_rise is only a "
+                             "lower bound, 0 if exact", labels=COMPARISON_LABELS),
         "regressed": G("lmra_task_regressed", "1 if the run's regression check (its audit's own, else one an older lmra recorded, else the "
                        "latest recorded) flagged the task (its net rating rose significantly above the margin vs the "
                        "baseline), 0 if tested and not flagged",
@@ -225,8 +235,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge],
                                         float(flagged))
             if finite(t.get("mde")) is not None:  # what a quiet night rules out (new-user finding: not exported)
-                fam["detectable"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target,
-                                              judge], float(t["mde"]))
+                labels = [name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge]
+                fam["detectable"].add_metric(labels, float(t["mde"]))
+                # whether it is only a lower bound (fresh-user finding: the "≥" of the console was lost here)
+                fam["detectable_lb"].add_metric(labels, float(bool(t.get("mde_lower_bound"))))
             tested += 1
         overall = check.get("overall")
         n_overall = 0
@@ -236,6 +248,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             flagged = bool(t.get("regressed"))
             n += flagged
             fam["o_regressed"].add_metric([name, str(t["comparison"]), target, judge], float(flagged))
+            if finite(t.get("mde")) is not None:
+                fam["o_detectable"].add_metric([name, str(t["comparison"]), target, judge], float(t["mde"]))
+                fam["o_detectable_lb"].add_metric([name, str(t["comparison"]), target, judge],
+                                                  float(bool(t.get("mde_lower_bound"))))
             n_overall += 1
         if tested or n_overall:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
             fam["regressions"].add_metric(run_labels, float(n))
