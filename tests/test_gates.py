@@ -587,6 +587,14 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
     assert "career advice" not in err and "max_overall_ci_high" not in err  # its override and the overall can be met
     rc, out, run = audit(capsys, cfg)
     assert rc == 6 and "cannot be met by task 'write a story'" in " ".join(out.split())
+    # lmra gate on a past run says it too (fresh-user round 2: breaches on clean nights, no reason)
+    capsys.readouterr()
+    assert main(["gate", str(run), "--gate", "max_ci_high=0.02"]) == 6
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: release gate max_ci_high = 0.02 cannot be met by task 'write a story': "  # (its override kept)
+            f"with 8 prompts a task the upper 95% confidence bound (betting interval) is {best:.3f}") in err, err
+    assert main(["gate", str(run), "--gate", "max_ci_high=0.9"]) == 0
+    assert "cannot be met" not in capsys.readouterr().err
     # the t interval of all-zero scores is [0, 0]: nothing to warn
     t_cfg = write_config(tmp_path / "t", name="tight", rates=FLAT, n_prompts=16, gates=gates, top='interval = "t"')
     assert main(["validate", str(t_cfg)]) == 0

@@ -204,6 +204,28 @@ def _run(args: argparse.Namespace):
         return h.resolve(args.run)
 
 
+def _unmeetable_on(run, gates) -> list[str]:
+    """The CI-bound gates a run's sizes could never meet (:func:`lmra.gates.unmeetable_ci_gates`, with the
+    run's interval, level, samples per prompt and prompts per task), so that a gate tried on past runs
+    says why it breaches on a clean night, as ``lmra validate`` and ``lmra audit`` say before a night."""
+    from types import SimpleNamespace
+
+    from lmra.gates import unmeetable_ci_gates
+    from lmra.runfolder import finite
+
+    pt = run.per_task
+    if pt.empty or "n_prompts" not in pt:
+        return []
+    sizes: dict[str, int] = {}
+    for task, n in zip(pt["task"].astype(str), pt["n_prompts"]):
+        if finite(n) is not None and n >= 1:
+            sizes[task] = max(sizes.get(task, 0), int(n))
+    confidence = finite(run.summary.get("confidence")) or 0.95
+    cfg = SimpleNamespace(gates=gates, interval=str(run.summary.get("interval") or "t"), alpha=1 - confidence,
+                          samples_per_prompt=int(run.config.get("samples_per_prompt") or 1))
+    return unmeetable_ci_gates(cfg, sizes)
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     """``lmra gate RUN [--gate NAME=VALUE …] [--config FILE]``: the release gates on a finished
     run, without a baseline. Exit 0 every gate met, 6 not met, 5 the run's judge failed
@@ -230,6 +252,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if name in from_options:
             raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field="--gate")
         raise LmraInputError(f"gate {name} cannot be evaluated: {why}", file=origin, field=f"gates.{name}")
+    for line in _unmeetable_on(run, gates):  # (fresh-user finding: said by validate and audit, not here)
+        print_warning(line)
     result = evaluate_gates(run, gates)
     rewritten = None
     if args.record:  # only when asked: the audit's own record (history page, exports) is kept by default
