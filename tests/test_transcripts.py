@@ -148,6 +148,14 @@ def test_report_shows_the_top_tasks_pairs_with_both_orders(run, lmra_cli, tmp_pa
     blocks = [a for t, a, _ in dom.elements if t == "div" and "transcript-task" in a.get("class", "")]
     expected = per_task.sort_values("net_rating", ascending=False)["task"].head(2).tolist()
     assert [b["data-task"] for b in blocks] == expected == ["alpha", "bravo"]
+    legend = " ".join(dom.text_of("transcripts-legend").split()) if hasattr(dom, "text_of") else " ".join(html.split())
+    assert "The response pairs of the 2 tasks with the highest net rating in each comparison" in legend
+    # more tasks asked for than the run has: it says what it shows (fresh-user round 2: "the 5 task(s)" of 3)
+    many = tmp_path / "many.html"
+    n_tasks = per_task.groupby(["group_a", "group_b"]).size().max()
+    assert lmra_cli(["report", str(run), "--transcripts", str(n_tasks + 5), "--out", str(many)]) == 0
+    text = " ".join(many.read_text().split())
+    assert f"The response pairs of every task with a net rating in each comparison ({n_tasks} at most)" in text
 
     for block in blocks:
         task = block["data-task"]

@@ -215,6 +215,8 @@ def transcripts_context(run: RunFolder, n_tasks: int | None = None) -> dict:
     chosen = top_tasks(run.per_task, n)
     if chosen.empty:
         return ctx
+    # the tasks shown, at most n in a comparison (fresh-user finding: "the 5 task(s)" of an audit of 3)
+    ctx["n_shown"] = int(chosen.groupby("comparison").size().max())
     # only the chosen tasks' pairs, and only the shown pairs' responses and prompts, are read
     # (lmra.pairstore: DuckDB filters ratings.parquet and the JSON Lines files)
     from lmra.pairstore import jsonl_rows_where, read_pairs_where
