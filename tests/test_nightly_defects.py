@@ -1258,3 +1258,32 @@ def test_a_damaged_history_stops_the_command_before_it_is_read_or_written(tmp_pa
         assert str(hist) in err and "the run history is damaged (SQLite's integrity check:" in err, err
         assert "Traceback" not in err
     assert hist.read_bytes() == before
+
+
+def test_a_history_another_process_holds_locked_is_not_called_damaged(tmp_path):
+    """Break-it round 3: quick_check stopped by another writer's EXCLUSIVE lock ("database is locked") was
+    reported as damage — "move it aside … its pins and stored checks are lost" — and stopped the audit. A
+    lock is said as such (exit 1, try again), the history left as it was; released, it opens."""
+    import sqlite3
+
+    from monitor_helpers import make_run
+    from lmra.errors import LmraIOError
+    from lmra.history import History, history_path
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.0, "career advice": 0.0}, seed=1,
+                   n_prompts=12)
+    hist = history_path(run.parent)
+    with History(hist) as h:
+        h.register(run)
+    holder = sqlite3.connect(hist, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(LmraIOError) as exc:
+            History(hist)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    said = str(exc.value.reason)
+    assert "locked" in said and "another process is using it" in said and "damaged" not in said, said
+    with History(hist) as h:  # released: it opens, its run still there
+        assert h.get(run.name) is not None
