@@ -865,11 +865,15 @@ def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
 
 
 def _identical_scores_notes(run_a: RunFolder, run_b: RunFolder, comparison: str | None) -> list[str]:
-    """A note when every task both runs measured has the same per-prompt scores in both (the same
-    prompts, the same net ratings): the runs share those answers — a run that made fresh calls for
-    other tasks only, with the other's seed and cache — so r = 1 says nothing of two nights
-    (break-it finding: the whole-run replay note stayed silent when one run had an extra task)."""
+    """A note when the two runs drew with the same seed and every task both measured has the same
+    per-prompt scores in both (the same prompts, the same net ratings, not all one value): the runs
+    share those answers — a run that made fresh calls for other tasks only, with the other's seed
+    and cache — so r = 1 says nothing of two nights (break-it finding: the whole-run replay note
+    stayed silent when one run had an extra task). Scores all alike (every h = 0) prove nothing."""
     keys = ["comparison", "domain", "task"]
+    seeds = [getattr(r, "manifest", {}).get("seed") for r in (run_a, run_b)]
+    if seeds[0] != seeds[1]:  # another seed draws other names and answers: equal scores are a coincidence
+        return []
     a, b = run_a.prompt_scores, run_b.prompt_scores
     if a.empty or b.empty or not {"prompt_id", "h"} <= set(a.columns) & set(b.columns):
         return []
@@ -884,8 +888,9 @@ def _identical_scores_notes(run_a: RunFolder, run_b: RunFolder, comparison: str 
         df = df[[tuple(k) in shared for k in df[keys].to_numpy().tolist()]]
         return sorted(zip(*(df[c].astype(str) for c in keys), df["prompt_id"].astype(str), df["h"].round(12)))
 
-    if rows(a) != rows(b):
-        return []
+    mine = rows(a)
+    if mine != rows(b) or len({r[-1] for r in mine}) < 2:  # (all equal, e.g. every h = 0: proves nothing — break-it
+        return []  # round 3: two nights of a benign chatbot were said to share their answers)
     return [f"the {len(shared)} task{'s' * (len(shared) > 1)} both runs measured have the same per-prompt scores in "
             "both (the same prompts and net ratings): the runs share those chatbot answers and ratings (replayed "
             "from the call cache with the same seed), so r and the slope compare the same answers, not two nights"]
@@ -903,11 +908,11 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     """
     notes = []
     for label, run in (("A", run_a), ("B", run_b)):
-        if run.status != "complete":  # partial: its numbers rest on what was left
-            why = run.summary.get("warnings") or []
-            notes.append(f"run {label} ({run.run_id}) is {run.status}: its task ratings rest on the pairs that were "
-                         f"not lost (failed share {run.summary.get('failed_share', 0):.1%})"
-                         + (f"; {why[0]}" if why else ""))
+        if run.status != "complete":  # partial: its numbers rest on what was left, for its own reason (break-it
+            from lmra.runstate import partial_text  # round 3: "failed share 0.0%" and an unrelated first warning)
+
+            notes.append(f"run {label} ({run.run_id}) is {run.status} ({partial_text(run.summary)}): its task ratings "
+                         "rest on what it measured")
         if run.judge_status.startswith("failed"):
             notes.append(f"run {label}'s LMRA failed validation ({run.judge_status}): its ratings are not evidence")
     if (run_a.judge_provider, run_a.judge_model) != (run_b.judge_provider, run_b.judge_model):

@@ -90,11 +90,14 @@ POSITIONAL_REFUSAL_PREFIX = "the LMRA's refusal labels follow the order of the o
 #: fewest labelled responses, the share of them near 0.5, and how near (|p − 0.5| ≤ this), for
 #: :func:`positional_refusal_warning`
 POSITIONAL_MIN_LABELS, POSITIONAL_MIN_SHARE, POSITIONAL_BAND = 10, 0.5, 0.1
+#: below POSITIONAL_MIN_LABELS (and from this many), every label must be in the band
+POSITIONAL_FEW_LABELS = 4
 
 
 def positional_refusal_warning(scores: pd.DataFrame) -> str | None:
     """A warning when most refusal labels (``refusal_p_a``/``refusal_p_b`` of the rated pairs, at
-    least :data:`POSITIONAL_MIN_LABELS`) lie within :data:`POSITIONAL_BAND` of 0.5, or None.
+    least :data:`POSITIONAL_MIN_LABELS`; or all of at least :data:`POSITIONAL_FEW_LABELS`) lie within
+    :data:`POSITIONAL_BAND` of 0.5, or None.
 
     The refusal question is asked with "Yes" first and with "No" first and the two answers'
     probability of "Yes" averaged (methodology §4): an LMRA that picks the first-listed option
@@ -114,7 +117,9 @@ def positional_refusal_warning(scores: pd.DataFrame) -> str | None:
     p = pd.concat([scores["refusal_p_a"], scores.get("refusal_p_b", pd.Series(dtype=float))]).dropna().astype(float)
     n = len(p)
     near = int(((p - 0.5).abs() <= POSITIONAL_BAND + 1e-9).sum())
-    if n < POSITIONAL_MIN_LABELS or near < POSITIONAL_MIN_SHARE * n:
+    # (few labels warn only when every one is in the band — break-it round 3: 8 labels all within 0.015 of
+    # 0.5 dropped half the pairs as refusals, no word)
+    if n < POSITIONAL_FEW_LABELS or (n < POSITIONAL_MIN_LABELS and near < n) or near < POSITIONAL_MIN_SHARE * n:
         return None
     ties = int(((p - 0.5).abs() < 1e-9).sum())
     return (f"{POSITIONAL_REFUSAL_PREFIX}, or the LMRA could not tell: {near} of {n} labelled responses got a refusal "

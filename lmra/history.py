@@ -142,6 +142,10 @@ def _detectable_span(rows: list[dict]) -> dict | None:
             "n_undetectable": sum(m is None for m in mde)}
 
 
+#: runs read from outside the history's folder named one by one (then one line for the rest)
+ELSEWHERE_NOTES = 3
+
+
 def not_finished_words(r: dict) -> str:
     """A not-finished run folder's status, why and whether a re-run completed its night
     (:meth:`lmra.history.History.not_finished`): ``stale (its process is gone: killed, crashed, or
@@ -729,11 +733,16 @@ class History:
             elsewhere = Path(recorded)
             if elsewhere.resolve().parent != self.path.parent.resolve() and run_id not in self._told_elsewhere:
                 # said, not done silently (break-it finding: in a copy of a reports folder whose newest run was
-                # removed, 'lmra report latest --reports-dir COPY' rewrote report.html in the original folder)
+                # removed, 'lmra report latest --reports-dir COPY' rewrote report.html in the original folder);
+                # a few times, then once for the rest (break-it round 3: a line per run of a copied history)
                 self._told_elsewhere.add(run_id)
-                print(f"note: run {run_id} is not in {self.path.parent}; using its folder {elsewhere}, where this "
-                      f"history ({self.path.name}) recorded it — outside this reports folder (a copy whose run was "
-                      "removed?)", file=sys.stderr)
+                if len(self._told_elsewhere) <= ELSEWHERE_NOTES:
+                    print(f"note: run {run_id} is not in {self.path.parent}; using its folder {elsewhere}, where this "
+                          f"history ({self.path.name}) recorded it — outside this reports folder (a copy whose run was "
+                          "removed?)", file=sys.stderr)
+                elif len(self._told_elsewhere) == ELSEWHERE_NOTES + 1:
+                    print(f"note: more runs of this history are not in {self.path.parent} either and are read where it "
+                          "recorded them (not said again)", file=sys.stderr)
             return elsewhere
         return None
 

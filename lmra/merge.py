@@ -287,8 +287,13 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
             raise exc
         if label not in done:
             reason = exc.reason.replace("; run the same audit again to finish from the cache", "")  # (the shard, below)
-            raise LmraInputError(f"{reason} — a shard must finish before the merge: wait for it, or re-run it "
-                                 f"('lmra audit --shard {label}' with the same config) and give the merge that folder",
+            from lmra.batch import stopped_in_batch
+
+            how = (f"resume it with 'lmra batch resume {p}' (its batch jobs are at the provider: re-running the audit "
+                   "would submit and pay for their calls again), then give the merge that folder"
+                   if stopped_in_batch(p) else  # (break-it round 3: the re-run advice for a batch shard)
+                   f"re-run it ('lmra audit --shard {label}' with the same config) and give the merge that folder")
+            raise LmraInputError(f"{reason} — a shard must finish before the merge: wait for it, or {how}",
                                  file=exc.file, line=exc.line, field=exc.field) from None
         if skipped is not None:
             skipped.append((p, label))
@@ -370,6 +375,8 @@ def version_differences(shards: list[ShardRun]) -> str:
 
 #: the warning of shards that ran other package versions (lmra's own is refused: :func:`load_shards`)
 VERSIONS_DIFFER_PREFIX = "the shards ran different package versions"
+#: the warning of a merge run by another lmra than the one that audited the shards
+MERGE_VERSION_PREFIX = "this merge runs another lmra than the shards"
 
 
 def already_merged(shards: list[ShardRun], out_dir: Path) -> Path | None:
@@ -624,14 +631,15 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                                            INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX))
                      and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w
                      and ORDER_DEPENDENCE_MARK not in w
-                     and not w.startswith((VERSIONS_DIFFER_PREFIX, POSITIONAL_REFUSAL_PREFIX,
+                     and not w.startswith((VERSIONS_DIFFER_PREFIX, MERGE_VERSION_PREFIX, POSITIONAL_REFUSAL_PREFIX,
                                            AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX))]  # (axes are not merged: lmra axes --run)
     from lmra.runfolder import package_versions
 
     mine = package_versions().get("lmra")
     if _lmra_version(first.run) not in (None, mine):  # the statistics are this process's (break-it round 2)
-        warnings.append(f"{VERSIONS_DIFFER_PREFIX}: the shards were audited by lmra {_lmra_version(first.run)}, "
-                        f"this merge runs lmra {mine}, which computed the merged statistics")
+        warnings.append(f"{MERGE_VERSION_PREFIX}: the shards were audited by lmra {_lmra_version(first.run)}, this merge "
+                        f"runs lmra {mine}, which computed the merged statistics (manifest.json: versions is the "
+                        "merge's, shards[].versions the shards')")
     differ = version_differences(shards)
     if differ:
         warnings.append(f"{VERSIONS_DIFFER_PREFIX}: {differ}. Each shard's answers were parsed with its own "
@@ -654,6 +662,7 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
                 "bypassed": next((m.get("bypassed") for m in memos if m and m.get("bypassed")), None)}
         manifest |= {
             "status": RUNNING, "pid": os.getpid(), "host": socket.gethostname(),  # the merge's; each shard's below
+            "versions": package_versions(),  # the merge computed the statistics; each shard's under shards[]
             "started": _earliest([s.run.started for s in shards]) or m0.get("started"),
             "merged": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "budget": _budget_summed(budgets),

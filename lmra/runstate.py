@@ -352,7 +352,8 @@ def significantly_over(k: int, n: int, limit: float) -> float | None:
 
 def classify_unusable_over_limit(n_unusable: int, n_classified: int, limit: float) -> dict | None:
     """Whether the task classification's LMRA named no option for significantly more than ``limit``
-    (``max_invalid_share``) of the prompts it classified (:func:`significantly_over`): those prompts
+    (``max_invalid_share``) of the prompts whose classification call it answered (``n_classified``:
+    failed calls aside, as for :func:`filter_over_limit`; :func:`significantly_over`): those prompts
     are left out, so the tasks' rates rest on the prompts the LMRA chose to place — the run is
     partial, as with :func:`filter_over_limit`. Returns ``{"n_unusable", "n_classified", "share",
     "p_value"}``, or None when not over (or nothing was classified)."""
@@ -365,8 +366,8 @@ def classify_unusable_over_limit(n_unusable: int, n_classified: int, limit: floa
 def classify_unusable_phrase(d: dict) -> str:
     """:func:`classify_unusable_over_limit` in words: ``"8 of 10 prompts without a task got no usable
     classification answer (80.0%)"``."""
-    return (f"{d['n_unusable']} of {d['n_classified']} prompts without a task got no usable classification answer "
-            f"({d['share']:.1%})")
+    return (f"{d['n_unusable']} of {d['n_classified']} prompts without a task whose classification call was answered "
+            f"got no usable answer ({d['share']:.1%})")
 
 
 def filter_over_limit(counts: list[dict], limit: float) -> list[dict]:
@@ -481,9 +482,14 @@ def partial_advice(summary: dict) -> str:
     parts = []
     if lost_to_calls(summary) and summary.get("n_shards"):
         # a merged run: "re-run the same command" named the merge, refused once its shards are merged (break-it)
+        lost = [str(s) for s in summary.get("shards_with_failed_calls") or []]
+        which = (f"shard{'s' * (len(lost) > 1)} {', '.join(lost)} ('lmra audit --shard {lost[0]}' with the same "
+                 "config completes it from its cache" + (", and so for the others" if len(lost) > 1 else "") + ")"
+                 if lost else "the shards that lost them ('lmra audit --shard I/N' with the same config completes "
+                 "each from its cache)")
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
-                     f"{summary.get('max_failed_share') or 0:.0%}); re-run the shards that lost them ('lmra audit "
-                     "--shard I/N' with the same config completes each from its cache), then merge the new shard runs")
+                     f"{summary.get('max_failed_share') or 0:.0%}); re-run {which}, then merge the shards' runs "
+                     "giving each re-run's new folder in place of its old one")
     elif lost_to_calls(summary):
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "

@@ -458,3 +458,9 @@ def test_compare_notes_tasks_whose_scores_are_identical_in_both_runs():
     assert note.startswith("the 4 tasks both runs measured have the same per-prompt scores in both")
     other = SimpleNamespace(prompt_scores=scores(["t1", "t2", "t3", "t4"], shift=0.25))  # another night
     assert _identical_scores_notes(a, other, None) == []
+    # break-it round 3: equal scores that prove nothing — every h = 0 (a benign chatbot), or another seed
+    zeros = pd.DataFrame([{"comparison": "female vs male", "domain": "d", "task": "t1", "prompt_id": f"p{i}", "h": 0.0}
+                          for i in range(6)])
+    assert _identical_scores_notes(SimpleNamespace(prompt_scores=zeros), SimpleNamespace(prompt_scores=zeros), None) == []
+    seeded = [SimpleNamespace(prompt_scores=scores(["t1"]), manifest={"seed": s}) for s in (1, 2)]
+    assert _identical_scores_notes(*seeded, None) == []

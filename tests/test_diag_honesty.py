@@ -528,5 +528,14 @@ def test_refusal_labels_given_by_the_options_order_alone_are_warned_about(tmp_pa
         # (the jittered identity filter removed some prompts: fewer labels)
         assert re.search(r": (\d+) of \1 labelled responses got a refusal probability within 0\.1 of 0\.5 \(0 exactly",
                          warned), warned
+    # few labels, every one in the band: warned too (break-it round 3: 8 labels near 0.5, half the pairs dropped)
+    import pandas as pd
+
+    from lmra.diagnostics import positional_refusal_warning
+
+    few = pd.DataFrame({"refusal_p_a": [0.5056, 0.4923, 0.4945, 0.4856], "refusal_p_b": [0.5080, 0.4900, 0.4997, 0.5033]})
+    assert positional_refusal_warning(few).startswith("the LMRA's refusal labels follow the order")
+    assert positional_refusal_warning(few.assign(refusal_p_a=[0.02, 0.4923, 0.4945, 0.4856])) is None  # not all
+    assert positional_refusal_warning(few.head(1)) is None  # 2 labels: too few to say
     good = run(ScriptedJudge(lambda r1, r2: {"C": 1.0}, supports_logprobs=logprobs, refusal=lambda r: 0.02), "good")
     assert not [w for w in good.summary["warnings"] if w.startswith("the LMRA's refusal labels follow the order")]

@@ -20,7 +20,7 @@ from test_pipeline import FlakyTarget, RecordingJudge, _prompts
 
 TABLES = ("per_task.csv", "per_domain.csv", "refusals.csv", "quality.csv", "judges.csv", "placebo.csv")
 #: summary.json entries that describe the run folder or the calls, not the audit's results
-NOT_RESULTS = ("run_dir", "gates", "n_shards")
+NOT_RESULTS = ("run_dir", "gates", "n_shards", "shards_with_failed_calls")
 
 
 def _cfg(tmp_path, out: str, **kw) -> AuditConfig:
@@ -617,7 +617,10 @@ def test_merge_refuses_shards_of_two_lmra_versions_and_warns_of_other_package_ve
     assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 1
     # its advice names the shards, not the merge (break-it round 2: "re-run the same command", which is refused)
     out = " ".join(capsys.readouterr().out.split())
-    assert "re-run the shards that lost them ('lmra audit --shard I/N'" in out and "re-run the same command" not in out
+    manifest_shards = json.loads(next((tmp_path / "m").glob("*/manifest.json")).read_text())["shards"]
+    lost = [s["shard"] for s in manifest_shards if s["calls"]["failed"]]
+    assert lost and f"re-run shard{'s' * (len(lost) > 1)} {', '.join(lost)} ('lmra audit --shard {lost[0]}'" in out, out
+    assert "in place of its old one" in out and "re-run the same command" not in out
     (merged,) = (tmp_path / "m").glob("*-audit")
     summary = json.loads((merged / "summary.json").read_text())
     (warned,) = [w for w in summary["warnings"] if w.startswith("the shards ran different package versions")]
@@ -668,3 +671,22 @@ def test_a_merge_interrupted_before_its_folder_is_written_does_not_speak_of_mode
     assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 130
     err = " ".join(capsys.readouterr().err.split())
     assert "the merge made no model call" in err and "model calls are kept" not in err, err
+
+
+def test_merge_of_a_batch_shard_still_waiting_advises_batch_resume(tmp_path, capsys):
+    """Break-it round 3: a batch shard whose jobs were still running (manifest batch_pending, stopped in the
+    batch stage) was met with "re-run it ('lmra audit --shard 1/2' …)", which submits and pays for its calls
+    again; it is told to resume it with 'lmra batch resume'."""
+    from lmra.cli import main
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+    waiting = tmp_path / "waiting"
+    shutil.copytree(shards[0].run_dir, waiting)
+    (waiting / "summary.json").unlink()
+    (waiting / "manifest.json").write_text(json.dumps({"status": "batch_pending", "stopped_in": "batch",
+                                                       "stop_reason": "batch_pending: …", "judge": {}}))
+    capsys.readouterr()
+    assert main(["merge", str(waiting), str(shards[1].run_dir), "--no-report", "--out-dir", str(tmp_path / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"resume it with 'lmra batch resume {waiting}'" in err and "lmra audit --shard" not in err, err

@@ -204,8 +204,9 @@ def classify_unusable_warning(n_unusable: int, n_classified: int, limit: float) 
     (``Classification.unusable``): left out, counted; over ``max_invalid_share`` (significantly)
     the run is partial (:func:`~lmra.runstate.classify_unusable_over_limit`)."""
     over = classify_unusable_over_limit(n_unusable, n_classified, limit)
-    return (f"{CLASSIFY_UNUSABLE_PREFIX}{n_unusable} of {n_classified} prompts without a task got an answer naming no "
-            "option (classifications.jsonl: error) and are left out, not audited under a guessed task"
+    return (f"{CLASSIFY_UNUSABLE_PREFIX}{n_unusable} of the {n_classified} prompts without a task whose classification "
+            "call was answered got an answer naming no option (classifications.jsonl: error) and are left out, not "
+            "audited under a guessed task"
             + (f"; significantly above max_invalid_share = {limit:g} (binomial p = {over['p_value']:.2g}): the tasks' "
                "rates rest on the prompts the LMRA chose to place, and the run is partial" if over else ""))
 
@@ -895,9 +896,10 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                            key=lambda r: (str(r.get("domain")), r["task"]))  # (a merge's order: the same)
     over_filter = filter_over_limit(filter_counts, cfg.max_invalid_share)
     warnings += [filter_share_warning(d, cfg.max_invalid_share) for d in over_filter]
-    classify_over = classify_unusable_over_limit(n_classify_unusable, len(classifications), cfg.max_invalid_share)
+    n_classify_answered = len(classifications) - n_classify_failed  # (failed calls aside, as the filter's test)
+    classify_over = classify_unusable_over_limit(n_classify_unusable, n_classify_answered, cfg.max_invalid_share)
     if n_classify_unusable:
-        warnings.append(classify_unusable_warning(n_classify_unusable, len(classifications), cfg.max_invalid_share))
+        warnings.append(classify_unusable_warning(n_classify_unusable, n_classify_answered, cfg.max_invalid_share))
     if (over_invalid or over_filter or classify_over) and run_st == COMPLETE:  # a rate resting on the answers the
         run_st = PARTIAL  # LMRA chose to give
     axes_partial = []
@@ -1005,6 +1007,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     }
     if manifest.get("shards"):  # a merged run (lmra merge): what completes it is said differently
         summary["n_shards"] = len(manifest["shards"])
+        # the shards whose calls failed: the ones a re-run completes (break-it round 3: not named)
+        summary["shards_with_failed_calls"] = [s.get("shard") for s in manifest["shards"] if isinstance(s, dict)
+                                               and int(((s.get("calls") or {}).get("failed")) or 0) > 0]
     if axes_result is not None:
         summary["axes"] = axes_result.summary
         summary["axes_partial"] = axes_partial  # why the axes step is partial (lmra.runstate.partial_because)

@@ -97,7 +97,7 @@ def _run_stays_partial(console, run: Path) -> None:
     if isinstance(summary, dict) and summary.get("axes_partial") and summary.get("run_status") == "partial":
         console.print(f"[yellow]note:[/] run {lit(run.name)} stays partial: its audit's own axes step measured too "
                       "little (summary.json: axes_partial), and an axes set written afterwards does not change the "
-                      "run's status. A complete night needs an audit whose axes step measures something ([axes] "
+                      "run's status. A complete night needs an audit whose axes step measures something (\\[axes] "
                       "extra_axes in its config, or another LMRA).", highlight=False, soft_wrap=True)
 
 
