@@ -882,9 +882,8 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
     ``interrupted`` or ``failed`` with the ``stop_reason``, so that ``lmra history`` lists the night
     among those that did not finish (fresh-user finding: the folder had no manifest, and the night
     was a silent gap). ``lmra batch resume`` continues it and writes the run's own manifest."""
-    from lmra.interrupts import interrupt_reason
     from lmra.errors import LmraIOError
-    from lmra.redact import redacted_message
+    from lmra.runstate import stop_record
 
     path = audit.run_dir / "manifest.json"
     try:
@@ -901,16 +900,14 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
         status, reason = BATCH_PENDING, f"{BATCH_PENDING}: {exc} — continue with 'lmra batch resume {audit.run_dir}'"
     elif isinstance(exc, BudgetExceeded):
         status, reason = "stopped_by_budget", f"stopped by the budget: {exc} (the numbers: batch/state.json)"
-    elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-        status, reason = "interrupted", interrupt_reason(exc)
+    else:
+        status, reason = stop_record(exc, redact=audit.cfg.redact)
+    if status == "interrupted":
         state = load_state(audit.run_dir) or {}
         running = [j for j in state.get("jobs") or [] if j.get("state") == "submitted"]
         if running:  # they go on at the provider (break-it round 2: the history said only "interrupted")
             reason += (f"; {len(running)} batch job(s) submitted go on at the provider — continue with "
                        f"'lmra batch resume {audit.run_dir}' (a new 'lmra audit --batch' would pay for them again)")
-    else:
-        status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        reason = redacted_message(reason) if audit.cfg.redact else reason
     roles = dict(zip(("target", "judge", "judge2"), providers))
     manifest = {"status": status, "stop_reason": reason, "stopped_in": "batch", "started": before.get("started", started),
                 "finished": _now(),

@@ -314,20 +314,18 @@ class History:
         try:
             rows = [r[0] for r in self.db.execute("PRAGMA quick_check").fetchall()]
         except (sqlite3.DatabaseError, LmraIOError) as exc:  # damage the check itself stops at (break-it round 2)
-            reason = str(exc.reason if isinstance(exc, LmraIOError) else f"{type(exc).__name__}: {exc}")
-            if "file is not a database" in reason:  # not a damaged history: another file (said as before)
-                self.db.close()
-                raise LmraIOError("the run history could not be used (DatabaseError: file is not a database)",
-                                  path=self.path) from None
-            if "OperationalError" in reason:  # locked, busy, unreadable: not damage (break-it round 3: a history
+            # the SQLite error as "Type: message" (the connection wraps it in an LmraIOError's reason)
+            error = (exc.reason.removeprefix("the run history could not be used (").removesuffix(")")
+                     if isinstance(exc, LmraIOError) else f"{type(exc).__name__}: {exc}")
+            if "file is not a database" in error or error.startswith("OperationalError"):
+                # not damage: another kind of file, or a history locked, busy or unreadable (break-it round 3: one
                 # another process held locked was called damaged, with the advice to move it aside)
                 self.db.close()
-                busy = "locked" in reason or "busy" in reason
-                raise LmraIOError(reason.removeprefix("the run history could not be used (").removesuffix(")")
-                                  .join(["the run history could not be used (", ")"])
+                busy = error.startswith("OperationalError") and ("locked" in error or "busy" in error)
+                raise LmraIOError(f"the run history could not be used ({error})"
                                   + ("; another process is using it (an audit writing its run, a backup, an sqlite3 "
                                      "shell): try again when it has finished" if busy else ""), path=self.path) from None
-            rows = [reason.removeprefix("the run history could not be used (").removesuffix(")")]
+            rows = [error]
         if rows != ["ok"]:
             self.db.close()
             raise LmraIOError(f"the run history is damaged (SQLite's integrity check: {rows[0] if rows else 'no answer'}"

@@ -696,8 +696,7 @@ def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
     ``failed`` (with the error), as an audit's — unless it already says how it ended (break-it finding:
     a merge stopped by SIGTERM or a full disk left it ``running``, reported later as "stale")."""
     from lmra.errors import LmraIOError
-    from lmra.interrupts import interrupt_reason
-    from lmra.runstate import FAILED, RUNNING
+    from lmra.runstate import RUNNING, stop_record
 
     path = audit.run_dir / "manifest.json"
     try:
@@ -706,9 +705,8 @@ def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
         current = manifest
     if not isinstance(current, dict) or current.get("status", RUNNING) != RUNNING:
         return  # not written yet (nothing to mark), or finished: its own status stands
-    interrupted = isinstance(exc, KeyboardInterrupt)
-    current |= {"status": "interrupted" if interrupted else FAILED,
-                "stop_reason": interrupt_reason(exc) if interrupted else f"{type(exc).__name__}: {exc}",
+    status, reason = stop_record(exc)
+    current |= {"status": status, "stop_reason": reason,
                 "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
     try:
         audit._write_json("manifest.json", current)

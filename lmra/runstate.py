@@ -160,6 +160,29 @@ def running_runs(output_dir: str | Path, name: str) -> list[tuple[str, str]]:
     return out
 
 
+def stop_record(exc: BaseException, *, redact: bool = False) -> tuple[str, str]:
+    """The ``status`` and ``stop_reason`` a run folder's manifest records for the exception that
+    stopped the run (an audit, a merge, a batched run before its audit pass): ``stopped_by_budget``
+    (:class:`~lmra.budget.BudgetExceeded`), ``interrupted`` with the signal
+    (:func:`lmra.interrupts.interrupt_reason`; ``KeyboardInterrupt``, ``asyncio.CancelledError``),
+    else ``failed``; the reason otherwise ``"Type: message"``, redacted with ``redact``
+    (:func:`lmra.redact.redacted_message`)."""
+    import asyncio
+
+    from lmra.budget import BudgetExceeded
+
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        from lmra.interrupts import interrupt_reason
+
+        return "interrupted", interrupt_reason(exc)
+    reason = f"{type(exc).__name__}: {exc}"
+    if redact:
+        from lmra.redact import redacted_message
+
+        reason = redacted_message(reason)
+    return ("stopped_by_budget" if isinstance(exc, BudgetExceeded) else FAILED), reason
+
+
 def folder_status(run_dir: str | Path, *, mark: bool = True) -> str:
     """The status of a run folder, with stale detection.
 

@@ -40,13 +40,12 @@ from typing import Any
 
 import pandas as pd
 
-from lmra.budget import Budget, BudgetedProvider, BudgetExceeded, PriceTable
+from lmra.budget import Budget, BudgetedProvider, PriceTable
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, AuditConfig, dump_config
 from lmra.data import PromptRecord
 from lmra.errors import LmraIOError, io_reason
 from lmra.fileio import write_json, write_jsonl, write_text
-from lmra.interrupts import interrupt_reason
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
 from lmra.providers.base import answers_may_lack_logprobs
@@ -54,8 +53,8 @@ from lmra.providers.ratelimit import (AUTO_HEADROOM, AUTO_MAX_CONCURRENCY, Model
                                       sets_own_in_flight, slots_key)
 from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
-from lmra.redact import redacted_calls, redacted_message
-from lmra.runstate import FAILED, RUNNING, RunLock, claim_run_dir
+from lmra.redact import redacted_calls
+from lmra.runstate import RUNNING, RunLock, claim_run_dir, stop_record
 from lmra.syncrun import run_sync
 from lmra.warmup import Pace, import_paced
 
@@ -532,23 +531,15 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
             pace.abandon()  # the worker thread ends after its current import: asyncio.run waits for it
-            if isinstance(exc, BudgetExceeded):
-                status = "stopped_by_budget"
-            elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                status = "interrupted"
-            else:
-                status = FAILED
+            # the signal of an interrupt (fresh-user finding: a stray SIGHUP left no trace), else the error
+            status, stop_reason = stop_record(exc, redact=cfg.redact)
             calls = self.stats.as_dict()
             manifest |= {"status": status, "calls": redacted_calls(calls) if cfg.redact else calls,
                          "budget": self.budget.report(),
                          "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
             self.identity.update_manifest(manifest)
             manifest["pair_memo"] = self.memo.report() if self.memo is not None else memo_report
-            if status == "interrupted":  # which signal (fresh-user finding: a stray SIGHUP left no trace)
-                manifest["stop_reason"] = interrupt_reason(exc)
-            else:
-                reason = f"{type(exc).__name__}: {exc}"
-                manifest["stop_reason"] = redacted_message(reason) if cfg.redact else reason
+            manifest["stop_reason"] = stop_reason
             if self.spool is not None:  # the answered calls are in the call cache: a re-run rates them again
                 self.spool.abort()
             if self.response_spool is not None:
