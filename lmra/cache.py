@@ -56,7 +56,7 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 
 from lmra import answerlog
 from lmra.answerlog import AnswerLog
-from lmra.errors import LmraIOError, io_reason
+from lmra.errors import LmraIOError, io_reason, is_damage
 from lmra.fileio import resolved
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, note_event, \
     request_json, result_defect, wrap_identity
@@ -335,6 +335,13 @@ class CallCache:
         self.host = socket.gethostname()
         self.pending: dict[str, tuple] = {}  # key → row not yet written (this batch, or disk full …)
         self.write_failures = 0
+        #: why the database file is damaged (SQLite's ``SQLITE_CORRUPT``/``SQLITE_NOTADB`` met by
+        #: a write), or None: held calls are then not retried (no wait can mend the file)
+        self.damaged: str | None = None
+        self._damage_said = False  # the calls' failed write said so
+        #: pair memo rows left unstored when the cache closed or flushed (their pairs are only
+        #: rated again, from the cached calls, by a re-run)
+        self.memo_dropped = 0
         #: the log on another disk the held calls were spilled to (:meth:`_spill`): None before
         #: a spill was tried, False when no folder could take them
         self._failed_at = 0.0  # when the last write failed (time.monotonic)
@@ -406,8 +413,7 @@ class CallCache:
         except (OSError, sqlite3.Error) as exc:
             reason = io_reason(exc)
             # a damaged file is not a folder problem (break-it finding: the advice said check the folder)
-            damaged = isinstance(exc, sqlite3.DatabaseError) and any(
-                w in str(exc) for w in ("not a database", "malformed", "file is encrypted"))
+            damaged = is_damage(exc)
             advice = ("the file is damaged or is not an lmra call cache: move it aside (its answers are lost; "
                       "a re-run asks the calls again) or set 'cache' in the config to another file" if damaged else
                       "check that the folder exists and is writable, or set 'cache' in the config")
@@ -629,9 +635,20 @@ class CallCache:
                     _rollback(self._db)
                     raise
         except (OSError, sqlite3.Error) as exc:
+            if memo and is_damage(exc):  # the memo's pages may be the damaged ones: its rows are only an
+                self.damaged = io_reason(exc)  # optimisation, so the calls are tried again without them
+                self._drop_memo_rows()
+                if calls or releases:
+                    return self._write_pending()
+                return True
             self.write_failures += 1
             self._failed_at = time.monotonic()
-            if self.write_failures == 1 and self.on_write_error is not None:
+            if is_damage(exc) and not self._damage_said:
+                self.damaged, self._damage_said = io_reason(exc), True
+                if self.on_write_error is not None:
+                    self.on_write_error(f"the call cache {self.path} is damaged ({self.damaged}): answered calls "
+                                        "cannot be stored in it; " + self._held_where())
+            elif self.write_failures == 1 and self.damaged is None and self.on_write_error is not None:
                 self.on_write_error(f"cannot write to the call cache {self.path} ({io_reason(exc)}); answered calls "
                                     "are held in memory and written as soon as the disk allows")
             return False
@@ -665,12 +682,51 @@ class CallCache:
         """
         deadline = time.monotonic() + (self.write_retry_s if timeout_s is None else timeout_s)
         while not self._write_pending():
+            if not self.pending:  # only pair memo rows are left: never worth failing a run for
+                self._drop_memo_rows()
+                return
+            if self.damaged is not None:
+                self._spill()
+                raise LmraIOError(self.damage_text(), path=self.path)
             if time.monotonic() >= deadline:
                 self._spill()
                 raise LmraIOError(f"{len(self.pending)} answered call(s) could not be stored in the call cache (disk "
                                   "full or not writable); free space and run the same command again ("
                                   + self._fate_of_pending() + ")", path=self.path)
             time.sleep(1.0)
+
+    def damage_text(self) -> str:
+        """The message of a damaged cache file (:attr:`damaged` set): what was found, where the
+        answered calls it could not store are kept, and how to go on."""
+        held = (f"{len(self.pending)} answered call(s) of this run could not be stored: " + self._fate_of_pending()
+                if self.pending else "no answered call of this run was lost")
+        return (f"the call cache is damaged ({self.damaged}); {held}. Move the file aside (with its -wal and -shm "
+                "files; the -answers-*.log files beside it stay, the next cache at this path stores them) and run the "
+                "same command again: the calls the damaged file held are asked again (the sqlite3 tool's .recover "
+                "can save its readable rows into a new file first)")
+
+    def _held_where(self) -> str:
+        log = self._answers
+        if log is not None and not log.failed:
+            return f"they are kept in its answer log {log.path} meanwhile"
+        return "they are held in memory meanwhile"
+
+    def _drop_memo_rows(self) -> None:
+        """Give up the pair memo rows that could not be written (only an optimisation: a re-run
+        rates their pairs again from the cached calls), counted in :attr:`memo_dropped` and said
+        through ``on_write_error``."""
+        n = len(self._memo_pending)
+        if not n:
+            return
+        self._memo_pending.clear()
+        first = not self.memo_dropped
+        self.memo_dropped += n
+        if first and self.on_write_error is not None:
+            what = ("is damaged: no pair memo row is stored in it from now on" if self.damaged is not None else
+                    f"could not store {n} pair memo row(s)")
+            self.on_write_error(f"the call cache {self.path} {what} ({self.damaged or 'not writable'}); the run's "
+                                "results are unaffected (the memo only saves a re-run work: those pairs are rated "
+                                "again from the cached calls)")
 
     def _fail_over(self) -> None:
         """The answer log failed (its disk is full): every call held in memory, and each one
@@ -1041,6 +1097,9 @@ class CallCache:
         pair's own calls were stored before it, so the row never outlives the calls it records),
         or when the cache closes. A row lost to ``kill -9`` only means its pair is run again
         (from the cached calls)."""
+        if self.damaged is not None:  # the file cannot take them (its write failed): counted, not stored
+            self.memo_dropped += 1
+            return
         self._memo_pending[key] = (key, value, time.time())
         self._write_soon()
 
@@ -1059,11 +1118,14 @@ class CallCache:
             self._write_timer.cancel()  # what it would write is written here
             self._write_timer = None
         written = self._write_pending()  # (and the held memo rows)
-        if not written:
+        if not written and not self.pending:  # only memo rows
+            self._drop_memo_rows()
+        elif not written:
             self._spill()
-        if not written and self.on_write_error is not None:
-            self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
-                                f"{self.path} (disk full or not writable); " + self._fate_of_pending())
+            if self.on_write_error is not None:
+                self.on_write_error(f"{len(self.pending)} answered call(s) could not be stored in the call cache "
+                                    f"{self.path} ({self.damaged and 'damaged: ' + self.damaged or 'disk full or not writable'}); "
+                                    + self._fate_of_pending())
         if self._answers is not None:
             self._answers.close(keep=bool(self.pending))
         if self._failed_log is not None:

@@ -325,6 +325,19 @@ class LmraIOError(Exception):
         return f"{self.path}: {self.reason}"
 
 
+def is_damage(exc: BaseException) -> bool:
+    """True for an SQLite error saying the database file is damaged or is not a database
+    (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``; by its message where the error has no code): no
+    retry or free space mends it."""
+    import sqlite3
+
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or any(
+        w in str(exc) for w in ("not a database", "malformed", "file is encrypted"))
+
+
 def io_reason(exc: BaseException) -> str:
     """A short text for an OS or SQLite error (``No space left on device``, ``database or disk is full`` …)."""
     if isinstance(exc, OSError) and exc.strerror:

@@ -158,3 +158,92 @@ def test_a_damaged_cache_file_is_said_to_be_damaged_not_a_folder_problem(tmp_pat
     text = str(err.value)
     assert "the file is damaged or is not an lmra call cache" in text and "folder exists" not in text
     assert path.read_bytes() == content  # left as it was
+
+
+def _damage_table(path, table: str) -> None:
+    """Overwrite the root page of ``table`` in the closed SQLite file ``path`` (no WAL left)."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    db.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(bytes((i * 7919) % 251 for i in range(page_size)))
+
+
+def _cache_with_rows(path):
+    from lmra.providers.base import ChatResult
+
+    class _P:
+        name, base_url, model_id = "openai", "http://127.0.0.1:1", "m"
+
+    cache = CallCache(path)
+    for i in range(3):
+        req = ChatRequest(messages=[Message(role="user", content=f"q{i}")], temperature=0.0, max_tokens=5, seed=1)
+        cache.put(request_key("openai", _P.base_url, "m", req), _P(), req, ChatResult(text=f"a{i}"))
+        cache.memo_put(f"memo{i}", "{}")
+    cache.close()
+    return _P
+
+
+def test_a_cache_whose_pair_memo_is_damaged_stores_the_calls_and_never_fails_the_run(tmp_path):
+    """Found this round: a damaged page in the pair memo's table made every write of the
+    cache fail (calls and memo rows go in one transaction); the audit waited
+    cache_write_retry_s (60 s) and then failed with "0 answered call(s) could not be stored in
+    the call cache (disk full or not writable)" — although every call was answered and
+    stored, and only memo rows (an optimisation) were left. The memo rows are given up (said
+    once, counted), the calls are written without them, nothing waits."""
+    from lmra.providers.base import ChatResult
+
+    path = tmp_path / "c.sqlite"
+    _P = _cache_with_rows(path)
+    _damage_table(path, "pair_memo")
+    said = []
+    cache = CallCache(path, write_retry_s=60.0, on_write_error=said.append)
+    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
+    key = request_key("openai", _P.base_url, "m", req)
+    cache.memo_put("memo-new", "{}")
+    cache.put(key, _P(), req, ChatResult(text="fresh"))
+    started = time.monotonic()
+    cache.flush()  # no LmraIOError: the call is stored
+    assert time.monotonic() - started < 5
+    cache.memo_put("memo-later", "{}")  # not even tried: counted
+    cache.close()
+    assert cache.damaged and "malformed" in cache.damaged and cache.memo_dropped == 2
+    assert len(said) == 1 and "is damaged: no pair memo row is stored in it" in said[0], said
+    assert "results are unaffected" in said[0] and "disk full" not in said[0]
+    again = CallCache(path)
+    try:
+        assert again.get(key).text == "fresh"
+    finally:
+        again.close()
+
+
+def test_a_cache_whose_calls_table_is_damaged_fails_at_once_saying_so(tmp_path):
+    """Found this round: a damaged cache file that cannot take the calls was retried for
+    cache_write_retry_s (60 s) and then reported as "disk full or not writable; free space":
+    no wait mends a damaged file. The failure is at once, says damaged, where the answered
+    calls are kept, and how to go on."""
+    from lmra.errors import LmraIOError
+    from lmra.providers.base import ChatResult
+
+    path = tmp_path / "c.sqlite"
+    _P = _cache_with_rows(path)
+    _damage_table(path, "calls")
+    said = []
+    cache = CallCache(path, write_retry_s=60.0, on_write_error=said.append)
+    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
+    cache.put(request_key("openai", _P.base_url, "m", req), _P(), req, ChatResult(text="fresh"))
+    started = time.monotonic()
+    with pytest.raises(LmraIOError) as err:
+        cache.flush()
+    assert time.monotonic() - started < 5
+    text = str(err.value)
+    assert "the call cache is damaged (database disk image is malformed)" in text, text
+    assert "1 answered call(s) of this run could not be stored: they are kept in" in text and "Move the file aside" in text
+    assert "disk full" not in text and "free space" not in text
+    assert any("is damaged" in s and "kept in its answer log" in s for s in said), said
+    cache.close()
