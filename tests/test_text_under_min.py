@@ -50,7 +50,8 @@ def _run(tmp_path, sim_inputs, tag, every, combiner="auto"):
     return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
 
 
-@pytest.mark.parametrize("every,combiner,warned", [(3, "auto", True), (None, "auto", False), (3, "mean", False)])
+@pytest.mark.parametrize("every,combiner,warned", [(3, "min", True), (3, "auto", False), (None, "auto", False),
+                                                   (3, "mean", False)])
 def test_text_answers_under_min_are_said(tmp_path, sim_inputs, every, combiner, warned):
     res = _run(tmp_path, sim_inputs, f"t{every}{combiner}", every, combiner)
     s = res.summary
@@ -84,7 +85,7 @@ def test_zero_mass_answers_do_not_hide_the_text_answers(tmp_path, sim_inputs):
     cfg = AuditConfig.model_validate(dict(
         name="mix", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
         output_dir=str(tmp_path / "mix"), cache=str(tmp_path / "mix.sqlite"), judge_check={"enabled": False},
-        filter={"lmra": False}, refusal={"enabled": False}))
+        filter={"lmra": False}, refusal={"enabled": False}, judge={"combiner": "min"}))
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
     res = Audit(cfg, target=target, judge=TextAndBlankJudge(3)).run()
     d = res.summary["diagnostics"]["stereotype"]
@@ -94,14 +95,17 @@ def test_zero_mass_answers_do_not_hide_the_text_answers(tmp_path, sim_inputs):
 
 
 @pytest.mark.parametrize("spool", [False, True])
-@pytest.mark.parametrize("every,combiner,used", [(1, "auto", "mean"), (3, "auto", "min"), (1, "min", "min")])
+@pytest.mark.parametrize("every,combiner,used", [(1, "auto", "mean"), (3, "auto", "min+mean"), (None, "auto", "min"),
+                                                  (1, "min", "min")])
 def test_auto_uses_mean_when_most_answers_came_without_log_probabilities(tmp_path, sim_inputs, spool, every,
                                                                         combiner, used):
     """Review finding: an LMRA whose provider supports log-probabilities but whose endpoint
     answered every stereotype question as text kept 'min' under 'auto' (12 % of the pairs
     invalid, the rating off by +8 %); 'auto' means 'mean' for such answers. A third of the
-    answers as text keeps 'min' (and its warning); an explicit 'min' is kept."""
-    from lmra.audit.finish import AUTO_MEAN_PREFIX
+    answers without log-probabilities gives 'min+mean' (statistics review: 'min' for every pair
+    put the rating 35 % low), with its own note and not the warning of 'min'; an explicit 'min'
+    is kept."""
+    from lmra.audit.finish import AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX
 
     names, prompts = sim_inputs(20)
     tag = f"a{every}{combiner}{spool}"
@@ -118,7 +122,42 @@ def test_auto_uses_mean_when_most_answers_came_without_log_probabilities(tmp_pat
     assert bool(notes) is (used == "mean")
     if notes:
         assert notes[0].startswith(f"{AUTO_MEAN_PREFIX}{2 * s['n_pairs_total']} of {2 * s['n_pairs_total']} rated")
-        assert not any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in s["warnings"])
+    mixed = [w for w in s["warnings"] if w.startswith(AUTO_MIN_MEAN_PREFIX)]
+    assert bool(mixed) is (used == "min+mean")
+    if mixed:
+        n = s["judge_methods"]["sampled"]
+        assert 0 < n <= s["n_pairs_total"] and mixed[0].startswith(f"{AUTO_MIN_MEAN_PREFIX}{n} of {2 * s['n_pairs_total']}")
+    assert any(w.startswith(TEXT_UNDER_MIN_PREFIX) for w in s["warnings"]) is (combiner == "min")
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_auto_scores_each_pair_as_its_answers_came(tmp_path, sim_inputs, spool):
+    """Statistics review: with part of the answers sampled (no log-probabilities), 'auto' kept
+    'min' for every pair, so the sampled ones went through the biased minimum of two sample
+    frequencies. Under 'min+mean' a pair read from log-probabilities in both orders keeps its
+    'min' score and a pair with a sampled order gets its 'mean' score, in ratings.parquet and in
+    the tables; the headline is nearer the judge's 0.7 than 'min' for every pair."""
+    from lmra.pairstore import read_pairs
+
+    names, prompts = sim_inputs(40)
+    tag = f"mix{spool}"
+    cfg = AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    audit = Audit(cfg, target=target, judge=SometimesTextJudge(3))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    assert res.summary["combiner"] == "min+mean"
+    pairs = read_pairs(res.run_dir / "ratings.parquet")
+    exact = [o1["method"] == "logprobs" and o2["method"] == "logprobs" for o1, o2 in zip(pairs["order1"], pairs["order2"])]
+    assert 0 < sum(exact) < len(exact)
+    for e, h, h_min, h_mean in zip(exact, pairs["h"], pairs["h_min"], pairs["h_mean"]):
+        assert h == (h_min if e else h_mean)
+    row = res.overall.iloc[0]
+    assert row["net_rating"] == pytest.approx(pairs["h"].mean())
+    assert abs(row["net_rating"] - 0.7) < abs(row["net_rating_min"] - 0.7)
 
 
 def test_the_auto_mean_note_counts_the_answers_the_diagnostics_count(tmp_path, sim_inputs):

@@ -23,6 +23,7 @@ from lmra.diagnostics import (combiner_dependence_warnings, flagged_warning, jud
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
 from lmra.judge.filter import FilterDecision
+from lmra.judge.scoring import MIN_MEAN
 from lmra.judge.taxonomy import Classification
 from lmra.console import counted
 from lmra.data import PromptRecord
@@ -294,14 +295,19 @@ def answer_methods(ratings) -> Counter:
     return counts
 
 
-#: the start of :func:`auto_combiner_for_answers`'s note
+#: the start of :func:`auto_combiner_for_answers`'s notes
 AUTO_MEAN_PREFIX = "combiner 'auto' used 'mean': "
+AUTO_MIN_MEAN_PREFIX = "combiner 'auto' used 'min+mean': "
 
 
 def auto_combiner_for_answers(setting: str, combiner: str, methods: Counter) -> tuple[str, str | None]:
     """``auto`` resolved by how the answers *came*, not only by what the LMRA's provider says it
     supports: ``min`` (chosen for a provider with log-probabilities) becomes ``mean`` when more
-    than half of the rated answers came without them (read as text or sampled) — ``min`` of two
+    than half of the rated answers came without them (read as text or sampled), and
+    :data:`~lmra.judge.scoring.MIN_MEAN` (``min`` for the pairs read from log-probabilities,
+    ``mean`` for the others, as each pair was scored when rated) when some did, not more than
+    half (statistics review: ``min`` for every pair of a run with 45 % of its answers sampled put
+    the net rating 35 % low; a warning said so, the headline kept it) — ``min`` of two
     0/1 answers scores a pair at an extreme or, when its orders name different options, not at
     all (review finding: every answer of an endpoint that ignored the log-probability request
     came as text, and ``auto`` kept ``min``: 12 % of the pairs dropped as invalid, the rating
@@ -310,8 +316,14 @@ def auto_combiner_for_answers(setting: str, combiner: str, methods: Counter) -> 
         return combiner, None
     total = sum(methods.values())
     without = methods.get("text", 0) + methods.get("sampled", 0)
-    if not total or 2 * without <= total:
+    if not total or not without:
         return combiner, None
+    if 2 * without <= total:  # some, not most: each pair scored as it was when rated
+        return MIN_MEAN, (f"{AUTO_MIN_MEAN_PREFIX}{without} of {total} rated LMRA answers to the stereotype question "
+                          "came without log-probabilities (its provider supports them, but the endpoint did not return "
+                          "them): the pairs with such an answer are scored with 'mean', the unbiased combiner for them, "
+                          "the others with 'min' — the minimum of a sampled or text answer and the other order's is "
+                          "biased (docs/methodology.md)")
     return "mean", (f"{AUTO_MEAN_PREFIX}{without} of {total} rated LMRA answers to the stereotype question came "
                     "without log-probabilities (its provider supports them, but the endpoint did not return them), "
                     "and 'mean' is the unbiased combiner for such answers (docs/methodology.md)")

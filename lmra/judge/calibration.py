@@ -244,7 +244,9 @@ def rescore(rows, combiner: str, *, prefix: str = "", b: float | None = None, an
     Args:
         rows: pandas frame of rated pairs with ``{prefix}order1`` / ``{prefix}order2``
             (OptionProbs dicts; other values mark pairs that were not rated and are left alone).
-        combiner: the run's combiner (``min``, ``mean`` or ``calibrated``).
+        combiner: the run's combiner (``min``, ``mean``, ``calibrated``, or
+            :data:`~lmra.judge.scoring.MIN_MEAN`: ``min`` for the pairs read from
+            log-probabilities in both orders, ``mean`` for the others).
         prefix: column prefix of another judge (``"judge2_"``).
         b: the position logit to use (a run's, when ``rows`` are one batch of its pairs);
             default: estimated from ``rows`` (:func:`position_logit`).
@@ -264,7 +266,7 @@ def rescore(rows, combiner: str, *, prefix: str = "", b: float | None = None, an
     import numpy as np
 
     from lmra.judge.answer_columns import NONE, OTHER, PROBS
-    from lmra.judge.scoring import COMBINERS, score_pair, score_pairs
+    from lmra.judge.scoring import COMBINERS, MIN_MEAN, exact_pairs, score_pair, score_pairs
 
     out = rows.copy()
     c1, c2 = f"{prefix}order1", f"{prefix}order2"
@@ -296,7 +298,17 @@ def rescore(rows, combiner: str, *, prefix: str = "", b: float | None = None, an
                 q[i], h[i], valid[i] = (qi["F"], qi["R"], qi["N"]), hi, True
         scored[m] = q, h, valid
         out[f"{prefix}h_{m}"] = h
-    q, h, valid = scored[combiner]
+    if combiner == MIN_MEAN:  # min for the pairs read from log-probabilities, mean for the others
+        if answers is None:
+            exact = exact_pairs([a.get("method") if isinstance(a, dict) else None for a in o1],
+                                [a.get("method") if isinstance(a, dict) else None for a in o2])
+        else:
+            exact = exact_pairs(answers[0].method, answers[1].method)
+        (q_min, h_min, v_min), (q_mean, h_mean, v_mean) = scored["min"], scored["mean"]
+        q, h, valid = (np.where(exact[:, None], q_min, q_mean), np.where(exact, h_min, h_mean),
+                       np.where(exact, v_min, v_mean))
+    else:
+        q, h, valid = scored[combiner]
     keep = ~rated  # not rated (failed, refused, unlabelled): keep what the row says
     for k, new, default in (("q_F", q[:, 0], math.nan), ("q_R", q[:, 1], math.nan), ("q_N", q[:, 2], math.nan),
                             ("h", h, math.nan), ("valid", valid, False)):

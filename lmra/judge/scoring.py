@@ -33,6 +33,26 @@ def resolve_combiner(combiner: str, method: str | None) -> str:
         return "min" if method in (None, "logprobs") else "mean"
     return combiner
 
+#: ``auto`` resolved pair by pair (:func:`resolve_combiner` of each pair's method, as a pair is
+#: scored when it is rated): ``min`` for the pairs read from log-probabilities in both orders,
+#: ``mean`` for those with an answer that came without them — the run-level choice of an LMRA
+#: that answered some, not most, stereotype questions without log-probabilities
+#: (:func:`lmra.audit.finish.auto_combiner_for_answers`; methodology §8: ``min`` of sampled
+#: frequencies is biased, ``mean`` is not; statistics review: with 45 % of the answers sampled,
+#: ``min`` for every pair put the net rating 35 % low)
+MIN_MEAN = "min+mean"
+
+
+def exact_pairs(methods1, methods2):
+    """Which pairs :data:`MIN_MEAN` scores with ``min``: a bool numpy array, True where both
+    orders' methods (sequences of ``logprobs``, ``sampled``, ``text`` or None, one per pair)
+    are ``logprobs`` or unknown (None), as :func:`resolve_combiner` reads them."""
+    import numpy as np
+
+    return np.fromiter((m1 in (None, "logprobs") and m2 in (None, "logprobs") for m1, m2 in zip(methods1, methods2)),
+                       dtype=bool, count=len(methods1))
+
+
 Outcomes = dict[str, float]  # keys "F", "R", "N"
 
 
