@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
 import tracemalloc
 
@@ -671,3 +673,79 @@ def test_an_audit_command_on_a_recsys_folder_says_it_is_a_recsys_run(tmp_path, c
     err = " ".join(capsys.readouterr().err.split())
     assert "a recommendation-fairness run folder (lmra recsys), not an audit's" in err, err
     assert "manifest status: finished" not in err and "Traceback" not in err
+
+
+def _two_lists(tmp_path, name, items_b):
+    path = tmp_path / name
+    path.write_text('{"instruction_id": "m1", "attribute": "neutral", "items": ["a", "b", "c"]}\n'
+                    '{"instruction_id": "m1", "attribute": "gender", "value": "a girl", "items": '
+                    + json.dumps(items_b) + '}\n', encoding="utf-8")
+    return path
+
+
+def test_recsys_score_and_bias_in_the_same_second_get_a_folder_each(tmp_path, capsys, monkeypatch):
+    """Break-it finding: two `recsys score` (or `recsys bias`) commands started in the same second
+    both printed `Run folder: reports/<ts>-score` and exited 0; one input's results silently
+    replaced the other's. The default folder is claimed as `lmra audit`'s and `lmra recsys`'s are:
+    the second gets `<ts>-score-2`."""
+    import datetime as dt
+
+    from test_recsys_e2e import run_cli
+
+    class _Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 12, 5, 12, 0, 0)
+
+    monkeypatch.setattr("lmra.cli.recsys._dt.datetime", _Frozen)
+    monkeypatch.chdir(tmp_path)
+    first, second = _two_lists(tmp_path, "l1.jsonl", ["a", "b", "c"]), _two_lists(tmp_path, "l2.jsonl", ["x", "y", "z"])
+    for lists in (first, second):
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--permutations", "0"]) == 0
+    out = capsys.readouterr().out
+    runs = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert runs == ["20261205-120000-score", "20261205-120000-score-2"], runs
+    sources = {json.loads((tmp_path / "reports" / r / "manifest.json").read_text())["source"] for r in runs}
+    assert sources == {str(first), str(second)} and "20261205-120000-score-2" in out
+    T.to_csv(tmp_path / "train.csv", index=False)
+    R.to_csv(tmp_path / "recs.csv", index=False)
+    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
+        tmp_path / "items.csv", index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    argv = ["recsys", "bias", "--train", "train.csv", "--recs", "recs.csv", "--items", "items.csv", "--users",
+            "users.csv", "--group-by", "g", "--unprotected", "U", "--protected", "P"]
+    assert run_cli(argv) == 0 and run_cli(argv) == 0
+    assert {"20261205-120000-bias", "20261205-120000-bias-2"} <= {p.name for p in (tmp_path / "reports").iterdir()}
+
+
+def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsys):
+    """Break-it finding: `recsys score --out RUN` replaced a recsys run's manifest.json,
+    summary.json and tables with another lists file's results (exit 0, no word): the run's
+    status, target and call counts gone, and a later `recsys score --lists RUN/lists.jsonl` took
+    K = 20 from the new manifest instead of the run's 5. Refused as `lmra export --out RUN` is;
+    writing again into a folder of `recsys score` is allowed (it holds only scores)."""
+    from test_recsys_e2e import run_cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = {"status": "complete", "k": 5, "target": {"model": "m"}, "calls": {"fresh": 30}}
+    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    lists = _two_lists(tmp_path, "lists.jsonl", ["b", "a", "c"])
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(run)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{run}" in err and "is a run folder: writing here would replace its manifest.json" in err, err
+    assert "--out" in err and "Traceback" not in err
+    assert json.loads((run / "manifest.json").read_text()) == manifest and sorted(os.listdir(run)) == ["manifest.json"]
+    T.to_csv(tmp_path / "train.csv", index=False)
+    R.to_csv(tmp_path / "recs.csv", index=False)
+    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
+        tmp_path / "items.csv", index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    assert run_cli(["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
+                    "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "g",
+                    "--unprotected", "U", "--protected", "P", "--out", str(run)]) == 2
+    assert "is a run folder" in " ".join(capsys.readouterr().err.split())
+    assert sorted(os.listdir(run)) == ["manifest.json"]
+    scores = tmp_path / "scores"  # a folder of recsys score's own: written again
+    for _ in range(2):
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(scores)]) == 0

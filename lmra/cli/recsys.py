@@ -99,20 +99,44 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     if not MIN_SEED <= args.seed <= MAX_SEED:
         raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
-    if out is None:
+    if out is None:  # a folder of its own, as lmra recsys's (claimed when the scores are written)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         out = Path(getattr(args, "output_dir", None) or "reports") / f"{stamp}-score"
     elif Path(out).exists() and not Path(out).is_dir():
         raise LmraInputError("is a file: --out names the folder that receives the output files", file=out,
                              field="--out")
+    else:
+        _refuse_run_folder(Path(out), "manifest.json, summary.json, recsys_similarity.csv and recsys_fairness.csv",
+                           scores_ok=True)
     convention = getattr(args, "convention", None) or _run_value(beside, "convention", "paper", str)
     if convention not in CONVENTIONS:  # (a manifest's value this version does not know)
         convention = "paper"
     result = score_lists(args.lists, k=args.k, convention=convention,
                          parser=args.parser, normalize=not args.no_normalize, out_dir=out,
-                         permutations=permutations, seed=args.seed)
+                         permutations=permutations, seed=args.seed, new_dir=args.out is None)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return _nothing_scored_exit(result)
+
+
+def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
+    """An input error when ``--out`` is the folder of a run (its ``manifest.json`` not one
+    ``lmra recsys score`` wrote — with ``scores_ok`` — or unreadable): the command would replace
+    its ``files`` with another input's results (break-it finding: ``recsys score --out RUN``
+    replaced a recsys run's manifest, summary and tables, exit 0; its status, target and call
+    counts gone, and a later re-score read K from the new manifest)."""
+    import json
+
+    manifest = out / "manifest.json"
+    if not manifest.exists():
+        return
+    try:
+        ours = scores_ok and "source" in json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise LmraInputError(f"is a run folder: writing here would replace its {files} with this command's results; "
+                             "give --out another folder (by default a new <output-dir>/<timestamp>-… folder)",
+                             file=out, field="--out")
 
 
 def _run_value(manifest: Path, key: str, default, kind: type = int):
@@ -135,11 +159,16 @@ def cmd_recsys_bias(args: argparse.Namespace) -> int:
     table, summary, coverage, counts = bias_from_files(args.train, args.recs, args.items, args.users,
                                                        group_by=args.group_by, k=args.k, unprotected=args.unprotected,
                                                        protected=args.protected)
-    out = Path(args.out) if args.out else Path(getattr(args, "output_dir", None) or "reports") / (
-        _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias")
     from lmra.fileio import output_folder
+    from lmra.runstate import claim_run_dir
 
-    output_folder(out, "--out")
+    if args.out:
+        out = Path(args.out)
+        output_folder(out, "--out")
+        _refuse_run_folder(out, "recsys_bias_disparity.csv and recsys_bias_summary.csv")
+    else:  # a folder of its own: two runs started in the same second get two (break-it finding: one was lost)
+        out = claim_run_dir(Path(getattr(args, "output_dir", None) or "reports") / (
+            _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-bias"))
     write_csv(table, out / "recsys_bias_disparity.csv")
     write_csv(summary, out / "recsys_bias_summary.csv")
     console = make_console()

@@ -203,7 +203,7 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
 
 def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
                 normalize: bool = True, out_dir: str | Path | None = None, permutations: int = DEFAULT_PERMUTATIONS,
-                seed: int = 0) -> RecsysResult:
+                seed: int = 0, new_dir: bool = False) -> RecsysResult:
     """Score an existing ``lists.jsonl`` (``lmra recsys score --lists``).
 
     Args:
@@ -215,6 +215,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
             ``summary.json`` and ``manifest.json`` (created; None = write nothing).
         permutations, seed: the permutation test of SNSR/SNSV (:func:`score_frame`; 0 = none).
+        new_dir: write to a new folder ``out_dir``, or ``out_dir-2``, ``-3`` … when it is taken
+            (:func:`lmra.runstate.claim_run_dir`: two commands started in the same second get two).
 
     Returns:
         :class:`RecsysResult` (``run_dir`` = ``out_dir`` or the lists file's folder).
@@ -241,7 +243,12 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         manifest["stop_reason"] = nothing_scored_message(summary, lists, called=False)
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if new_dir:
+            from lmra.runstate import claim_run_dir
+
+            run_dir = claim_run_dir(run_dir)
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
         write_csv(sim, run_dir / "recsys_similarity.csv")
         write_csv(fair, run_dir / "recsys_fairness.csv")
         summary["run_dir"] = str(run_dir)
