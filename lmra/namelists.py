@@ -487,15 +487,18 @@ def write_all(out_dir: str | Path = "names") -> dict[str, Path]:
 
     Raises:
         ImportError: the optional extra ``names`` is not installed.
+        LmraIOError: a file cannot be written (naming it; each file is written to a temporary
+            file and renamed, so it is whole or left as it was).
 
     Source: FPF App. D.1 and Tzioumis (2018); see the builders.
     """
-    from lmra.fileio import output_folder
+    from lmra.fileio import output_folder, write_csv
 
     out = output_folder(out_dir, "--out")
     paths = {"gender": out / "gender.csv", "race_gender": out / "race_gender.csv"}
-    build_gender_names().to_csv(paths["gender"], index=False, float_format="%.6f")
-    build_race_gender_names().to_csv(paths["race_gender"], index=False, float_format="%.6f")
+    tables = {"gender": build_gender_names(), "race_gender": build_race_gender_names()}  # both built first
+    for name, table in tables.items():  # each file whole or as it was (break-it finding: written in place, a
+        write_csv(table, paths[name], float_format="%.6f")  # full disk cut race_gender.csv mid-record)
     return paths
 
 

@@ -286,3 +286,39 @@ def test_no_shipped_name_scrubs_a_place_or_word_out_of_a_group_independent_text(
         for row in csv.DictReader((NAMES_DIR / file_name).open(encoding="utf-8")):
             assert row["name"].lower() not in COMMON_WORD_NAMES
             assert scrub_name(text, row["name"]) == text, row["name"]
+
+
+def test_names_build_never_leaves_a_list_cut_short(tmp_path):
+    """Break-it finding: `lmra names build` wrote the CSVs in place, so a file size limit (or a
+    full disk) cut an existing good race_gender.csv from 76 lines to 31, mid-record, and the
+    message named no file ("OSError: [Errno 27] File too large"). Each file is now written to a
+    temporary file and renamed: whole or as it was, the failure naming it. (The builders are
+    replaced by the committed lists, so that the optional extra 'names' is not needed.)"""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    for name in ("gender.csv", "race_gender.csv"):
+        shutil.copy(NAMES_DIR / name, tmp_path / name)
+    before = {n: (tmp_path / n).read_bytes() for n in ("gender.csv", "race_gender.csv")}
+    code = textwrap.dedent(f"""
+        import resource, sys
+        import pandas as pd
+        import lmra.namelists as nl
+        from lmra.errors import LmraIOError
+        big = pd.concat([pd.read_csv({str(NAMES_DIR / 'race_gender.csv')!r})] * 20)
+        nl.build_gender_names = lambda: pd.read_csv({str(NAMES_DIR / 'gender.csv')!r})
+        nl.build_race_gender_names = lambda: big
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+        try:
+            nl.write_all({str(tmp_path)!r})
+        except LmraIOError as exc:
+            print("ERR", exc)
+            sys.exit(1)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert f"ERR {tmp_path / 'race_gender.csv'}" in r.stdout and "File too large" in r.stdout, r.stdout
+    assert (tmp_path / "race_gender.csv").read_bytes() == before["race_gender.csv"]  # left as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gender.csv", "race_gender.csv"]  # no temporary left
