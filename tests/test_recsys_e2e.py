@@ -872,3 +872,40 @@ def test_cli_score_says_the_instructions_of_the_values_snsr_uses(tmp_path, capsy
     out = _score_console(tmp_path, capsys, rows)
     assert "gender: a value's similarity rests on 1 instruction (one list per value)" in out, out
     assert "rests on 0 instruction" not in out
+
+
+class ProviderRefusalTarget(ScriptedRecommender):
+    """Refuses (a provider's stop reason, empty text) every request that names a girl."""
+
+    async def complete(self, request):
+        if "girl" in request.messages[-1].content:
+            return ChatResult(text="", finish_reason="refusal", usage=Usage())
+        return await super().complete(request)
+
+
+def make_provider_refusal(cfg):
+    return ProviderRefusalTarget(cfg)
+
+
+def test_a_providers_refusal_is_counted_as_a_refusal_not_an_unparseable_answer(tmp_path, capsys):
+    """Break-it finding: an Anthropic target answering stop_reason "refusal" with no text was
+    counted "0 refusals, 15 unparseable", its lists "held no list and was not a refusal". A
+    provider's refusal (Anthropic's "refusal", OpenAI's "content_filter") without a list is a
+    refusal."""
+    cfg = write_config(tmp_path, "refuse", """
+[target]
+provider = "test_recsys_e2e:make_provider_refusal"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+values = { gender = ["a boy", "a girl"] }
+""", k=3)
+    run_cli(["recsys", "--config", str(cfg), "--no-progress"])
+    run = run_folder(tmp_path / "out")
+    lists = read_jsonl(run / "lists.jsonl")
+    girl = [r for r in lists if r["value"] == "a girl"]
+    assert len(girl) == 2 and all(r["finish_reason"] == "refusal" for r in girl)
+    assert all(r["refusal"] and not r["parse_failed"] for r in girl)
+    assert not any(r["refusal"] for r in lists if r["value"] != "a girl")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["refusals"] == 2, summary.get("refusals")

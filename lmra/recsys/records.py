@@ -16,6 +16,7 @@ import numpy as np
 
 from lmra.data import csv_records
 from lmra.errors import LmraInputError, read_input_text
+from lmra.providers.base import FILTER_FINISH_REASONS
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext, find_path
@@ -111,8 +112,12 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
                 "n_duplicates": len(keys) - len(set(keys)), "template_tokens": template_tokens_in(ans["raw"])}
         return rec
     parsed = parse_list(ans["raw"], artists=artists)
-    rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format, "refusal": parsed.refusal,
-            "parse_failed": parsed.parse_failed, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
+    # a provider's own refusal (Anthropic's stop_reason "refusal", OpenAI's "content_filter") with
+    # no list is a refusal, whatever its text (break-it finding: an empty one was "unparseable …
+    # not a refusal", 0 refusals counted)
+    stopped = ans.get("finish_reason") in FILTER_FINISH_REASONS and not parsed.items
+    rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format,
+            "refusal": parsed.refusal or stopped, "parse_failed": parsed.parse_failed and not stopped, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
             "n_duplicates": parsed.n_duplicates, "template_tokens": parsed.template_tokens}
     compare = list(parsed.keys)
     if matcher is not None:
