@@ -8,7 +8,7 @@ LMRA_CONFIG="${LMRA_CONFIG:-nightly.toml}"
 LMRA_EXPORTS="${LMRA_EXPORTS:-/srv/dashboards/lmra}"  # one Parquet folder per run: the night's date (-SEED: another run that day)
 LMRA_METRICS="${LMRA_METRICS:-/var/lib/node_exporter/textfile_collector}"  # lmra_<name>.prom goes here
 LMRA_ENV_FILE="${LMRA_ENV_FILE:-/etc/lmra/env}"    # API keys as KEY=value lines (mode 600), if readable
-LMRA_AUDIT_ARGS="${LMRA_AUDIT_ARGS:-}"            # more audit flags, e.g. "--gate max_ci_high=0.02"
+LMRA_AUDIT_ARGS="${LMRA_AUDIT_ARGS:-}"            # more audit flags, e.g. "--gate max_ci_high=0.15"
 cd "$LMRA_HOME" || exit 1
 night="$(date -u +%Y%m%d)"
 seed="${LMRA_SEED:-$night}"                        # another run the same day: LMRA_SEED=<its own>

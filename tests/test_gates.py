@@ -638,3 +638,27 @@ def test_validate_takes_the_gate_option_as_the_audit_does(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(cfg), "--gate", "max_ci_high=7"])
     assert exc.value.code == 2
+
+
+def test_the_docs_gate_examples_can_be_met_by_the_docs_nightly_config():
+    """Fresh-user finding: README, docs/nightly.md and examples/nightly.sh showed
+    ``max_ci_high = 0.02`` next to examples/nightly.toml's 40 prompts a task, whose best upper bound
+    (no stereotype at all, betting interval) is 0.100: every night would exit 6 and none be pinned.
+    Every documented max_ci_high bound is checked against that config's size here."""
+    import tomllib
+    from pathlib import Path
+
+    from lmra.config import AuditConfig, GatesConfig
+    from lmra.gates import unmeetable_ci_gates
+
+    root = Path(__file__).resolve().parents[1]
+    nightly = tomllib.loads((root / "examples" / "nightly.toml").read_text(encoding="utf-8"))
+    n = nightly["prompts_per_task"]
+    texts = [(root / f).read_text(encoding="utf-8") for f in ("README.md", "docs/nightly.md", "examples/nightly.sh")]
+    bounds = {float(b) for t in texts for b in re.findall(r"max_ci_high ?= ?([0-9.]+)", t)}
+    assert bounds and 0.02 not in bounds
+    for bound in bounds:
+        cfg = AuditConfig.model_validate({"gates": GatesConfig(max_ci_high=bound).model_dump()})
+        assert unmeetable_ci_gates(cfg, {"a task": n}) == [], bound
+    cfg = AuditConfig.model_validate({"gates": {"max_ci_high": 0.02}})
+    assert unmeetable_ci_gates(cfg, {"a task": n})  # (the old example: unmeetable)
