@@ -129,5 +129,5 @@ def add_parsers(sub) -> None:
     from lmra.cli.gates import add_gate_option
 
     add_gate_option(v, "a release gate as 'lmra audit --gate' sets it (repeatable): validated, and said when this "
-                       "config's nights cannot meet it (fresh-user finding: validate refused the option)")
+                       "config's nights cannot meet it")
     v.set_defaults(func=cmd_validate)
