@@ -722,9 +722,13 @@ class RunComparison:
             lines.append(f"errors-in-variables slope of B on A through the origin = {_num(e.slope)} "
                          f"[{_num(e.ci_low)}, {_num(e.ci_high)}] (95% CI, {e.ci_method} bootstrap over prompts; "
                          f"corrects for both runs' sampling noise; {e.n} tasks)")
+        # (fresh-user finding: [-1.129, -1.082] from 2 noise-level tasks, under the line saying every slope fits)
+        noise = e is not None and not e.identified
         lines.append(f"least-squares slope of B on A through the origin = {_num(f.slope)} "
                      f"[{_num(f.ci_low)}, {_num(f.ci_high)}] (95% CI"
-                     + ("; treats A as exact, so biased towards 0)" if e is not None else ")"))
+                     + ("; treats A as exact, so biased towards 0" if e is not None else "")
+                     + ("; A's task ratings being indistinguishable from 0, this interval is no evidence of a "
+                        "slope: it takes noise in A as exact)" if noise else ")"))
         return lines
 
 

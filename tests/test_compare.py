@@ -330,6 +330,9 @@ def test_no_disattenuated_r_when_run_as_task_ratings_are_indistinguishable_from_
     assert math.isnan(cmp.pearson_r_disattenuated)
     lines = "\n".join(cmp.summary_lines())
     assert "no disattenuated r" in lines and "A's task ratings are indistinguishable from 0" in lines
+    # fresh-user finding: the least-squares line's tight interval stood under "every slope fits", unqualified
+    [ls] = [ln for ln in cmp.summary_lines() if ln.startswith("least-squares slope")]
+    assert ls.endswith("this interval is no evidence of a slope: it takes noise in A as exact)"), ls
 
 
 def test_comparison_in_report_shows_both_slopes():
