@@ -749,3 +749,26 @@ def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsy
     scores = tmp_path / "scores"  # a folder of recsys score's own: written again
     for _ in range(2):
         assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(scores)]) == 0
+
+
+@pytest.mark.parametrize("manifest, field, said", [
+    ('{"k": "abc", "seed": 1}', "k", 'has k = "abc", not a whole number: give --k'),
+    ('{"k": 5, "convention": "bogus"}', "convention", "has convention 'bogus', which this version does not know"),
+    ("not json", "k", "cannot be read (not JSON"),
+    ("[1]", "k", "is not a JSON object"),
+])
+def test_recsys_score_names_a_damaged_run_manifest_beside_the_lists(tmp_path, capsys, manifest, field, said):
+    """Break-it finding: a manifest.json beside the lists file with "k": "abc" (or a bogus
+    convention, or not JSON) was passed over in silence — K fell back to 20 while the seed still
+    came from the same file, exit 0. It is an input error naming the file and the field."""
+    from test_recsys_e2e import run_cli
+
+    lists = _two_lists(tmp_path, "lists.jsonl", ["b", "a", "c"])
+    (tmp_path / "manifest.json").write_text(manifest, encoding="utf-8")
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--out", str(tmp_path / "o"), "--permutations", "0"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'manifest.json'}: field '{field}': the run manifest beside the lists file" in err, err
+    assert said in err and "Traceback" not in err and not (tmp_path / "o").exists()
+    # the options named are the way on
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--out", str(tmp_path / "o"), "--permutations", "0",
+                    "--k", "3", "--seed", "1", "--convention", "paper"]) == 0

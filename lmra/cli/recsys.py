@@ -19,7 +19,7 @@ from pathlib import Path
 from lmra.cli.commands import COMMANDS
 from lmra.cli.common import print_warning, rich_progress, whole_number
 from lmra.console import lit, make_console
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, read_input_text
 from lmra.fileio import write_csv
 from lmra.recsys.conventions import CONVENTIONS  # (no numpy/pandas: the package is lazy)
 
@@ -110,7 +110,9 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
                            scores_ok=True)
     convention = getattr(args, "convention", None) or _run_value(beside, "convention", "paper", str)
     if convention not in CONVENTIONS:  # (a manifest's value this version does not know)
-        convention = "paper"
+        raise LmraInputError(f"the run manifest beside the lists file has convention '{convention}', which this "
+                             f"version does not know ({', '.join(CONVENTIONS)}): give --convention", file=beside,
+                             field="convention")
     result = score_lists(args.lists, k=args.k, convention=convention,
                          parser=args.parser, normalize=not args.no_normalize, out_dir=out,
                          permutations=permutations, seed=args.seed, new_dir=args.out is None)
@@ -141,14 +143,34 @@ def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
 
 def _run_value(manifest: Path, key: str, default, kind: type = int):
     """The ``key`` (``seed``, ``k``, ``convention``) of a recsys run's ``manifest.json`` (the folder
-    ``lists.jsonl`` came from), else ``default`` (no manifest, unreadable, or no ``kind`` value in it)."""
+    ``lists.jsonl`` came from), else ``default`` (no manifest, or no such key in it).
+
+    Raises:
+        LmraInputError: the manifest cannot be read as a JSON object, or its ``key`` is not a
+            ``kind`` value (break-it finding: a damaged manifest was passed over in silence, K
+            falling back to 20 while the seed still came from it); give the option instead."""
     import json
 
-    try:
-        value = json.loads(manifest.read_text(encoding="utf-8")).get(key)
-    except (OSError, ValueError, AttributeError):
+    if not manifest.exists() and not manifest.is_symlink():
         return default
-    return value if isinstance(value, kind) and not isinstance(value, bool) else default
+    option = {"k": "--k", "seed": "--seed", "convention": "--convention"}.get(key, key)
+    try:
+        doc = json.loads(read_input_text(manifest, "run manifest beside the lists file"))
+    except (ValueError, LmraInputError) as exc:
+        why = exc.reason if isinstance(exc, LmraInputError) else f"not JSON: {exc}"
+        raise LmraInputError(f"the run manifest beside the lists file cannot be read ({why}), so this run's {key} "
+                             f"is unknown: give {option}, or score a copy of the lists file in another folder",
+                             file=manifest, field=key) from None
+    if not isinstance(doc, dict) or key not in doc:
+        if isinstance(doc, dict):
+            return default
+        raise LmraInputError(f"the run manifest beside the lists file is not a JSON object, so this run's {key} is "
+                             f"unknown: give {option}", file=manifest, field=key)
+    value = doc[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise LmraInputError(f"the run manifest beside the lists file has {key} = {json.dumps(value)}, not a "
+                             f"{'whole number' if kind is int else 'text'}: give {option}", file=manifest, field=key)
+    return value
 
 
 def cmd_recsys_bias(args: argparse.Namespace) -> int:
