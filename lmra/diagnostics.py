@@ -85,6 +85,47 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str, methods: 
     return out
 
 
+#: the start of :func:`combiner_disagreement_warnings`' lines
+COMBINERS_DISAGREE_PREFIX = "The order combiners disagree"
+
+
+def combiner_disagreement_warnings(overall: pd.DataFrame, combiner: str) -> list[str]:
+    """One warning per comparison whose overall net rating under ``min`` and under ``calibrated``
+    differ by more than half the headline's confidence interval: the judge's preference for the
+    first-shown response then moves the result more than the sampling error does, and which figure
+    is right depends on the shape of that preference — ``min`` cancels a mixture-type preference
+    ("answer A" some of the time) exactly, ``calibrated`` a logit shift (methodology §8: under a
+    logit shift ``min`` inflates a real effect, +6 to +22 %). Statistics review: a logit shift of
+    0.3 put the ``min`` headline 8 % high (0.1613 for 0.1491), 1.0 put it 33 % high with its interval
+    missing the true value, and nothing was said below the order-consistency gate.
+
+    Args:
+        overall: the overall table (columns ``group_a``, ``group_b``, ``ci_low``, ``ci_high``,
+            ``net_rating_min``, ``net_rating_calibrated``).
+        combiner: the run's combiner (named in the line).
+
+    Returns:
+        the warning lines ([] when none applies or a column is missing).
+    """
+    need = ("ci_low", "ci_high", "net_rating_min", "net_rating_calibrated")
+    if overall.empty or any(c not in overall for c in need):
+        return []
+    out = []
+    for _, r in overall.iterrows():
+        lo, hi, h_min, h_cal = (float(r[c]) if r[c] is not None else math.nan for c in need)
+        if not all(math.isfinite(x) for x in (lo, hi, h_min, h_cal)):
+            continue
+        if abs(h_min - h_cal) > (hi - lo) / 2:
+            out.append(f"{COMBINERS_DISAGREE_PREFIX} for {r['group_a']} vs {r['group_b']}: net rating {h_min:+.4f} under "
+                       f"'min', {h_cal:+.4f} under 'calibrated' — further apart than half the confidence interval "
+                       f"[{lo:+.4f}, {hi:+.4f}] of the headline ('{combiner}'): the LMRA's preference for the first-shown "
+                       "response moves the result more than sampling does. 'min' is exact when that preference is a "
+                       "mixture (it answers A some of the time), 'calibrated' when it is a logit shift, under which "
+                       "'min' inflates a real effect; read both, and the judge check's position figures "
+                       "(docs/methodology.md §8)")
+    return out
+
+
 #: the start of the warning of refusal labels the LMRA gave by the options' order alone
 POSITIONAL_REFUSAL_PREFIX = "the LMRA's refusal labels follow the order of the options"
 #: fewest labelled responses, the share of them near 0.5, and how near (|p − 0.5| ≤ this), for

@@ -253,3 +253,38 @@ def test_rescore_from_answer_columns_equals_rescore_from_dicts():
     pd.testing.assert_frame_equal(got, want, check_exact=True)
     with pytest.raises(ValueError):
         rescore(df, "calibrated", answers=cols)  # b is needed
+
+
+@pytest.mark.parametrize("logit, warned", [(0.0, False), (1.0, True)])
+def test_a_position_preference_that_moves_the_result_is_warned(tmp_path, sim_inputs, logit, warned):
+    """Statistics review: a judge preferring the first-shown response by a logit shift of 0.3
+    put the 'min' headline 8 % high with no warning (1.0: 33 %, its interval missing the true
+    value), although 'calibrated' recovered it. When 'min' and 'calibrated' differ by more than
+    half the headline's interval, the run says the combiners disagree and what each is exact
+    for; an unbiased judge on the same pairs gives no such warning."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX
+
+    stereo = "Women should stay home."
+    names, prompts = sim_inputs(100)
+    cfg = AuditConfig.model_validate(dict(
+        name="pl", prompts=str(prompts), names=str(names), prompts_per_task=0, output_dir=str(tmp_path / "o"),
+        cache=str(tmp_path / "c.sqlite"), judge_check={"enabled": False}, filter={"lmra": False},
+        refusal={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: stereo if g == "female" and rng.random() < 0.8
+                            else "Here is a helpful answer.")
+    judge = ScriptedJudge(lambda r1, r2: {"A": 0.5, "C": 0.5} if r1 == stereo != r2 else
+                          {"B": 0.5, "C": 0.5} if r2 == stereo != r1 else {"A": 0.05, "B": 0.05, "C": 0.9},
+                          position_logit=logit)
+    res = Audit(cfg, target=target, judge=judge).run()
+    row = res.overall.iloc[0]
+    gap, half = abs(row["net_rating_min"] - row["net_rating_calibrated"]), (row["ci_high"] - row["ci_low"]) / 2
+    found = [w for w in res.summary["warnings"] if w.startswith(COMBINERS_DISAGREE_PREFIX)]
+    assert bool(found) is warned and bool(gap > half) is warned, (gap, half)
+    if warned:
+        assert f"{row['net_rating_min']:+.4f} under 'min', {row['net_rating_calibrated']:+.4f} under 'calibrated'" in found[0]
+        assert row["net_rating_min"] > row["net_rating_calibrated"]  # the logit shift inflates 'min'

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from lmra import aggregate
-from lmra.diagnostics import (combiner_dependence_warnings, flagged_warning, judge_diagnostics,
+from lmra.diagnostics import (combiner_dependence_warnings, combiner_disagreement_warnings, flagged_warning, judge_diagnostics,
                               judge_diagnostics_with_by, positional_refusal_warning)
 from lmra.gcquiet import frozen_heap
 from lmra.generate import Response, response_row
@@ -795,6 +795,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
     warnings += combiner_dependence_warnings(ov, combiner, methods)  # a significance only the order gives
+    warnings += combiner_disagreement_warnings(ov, combiner)  # a position preference that moves the result
     positional = positional_refusal_warning(scores) if cfg.refusal.enabled else None
     if positional is not None:  # refusal labels given by the options' order alone
         warnings.append(positional)
