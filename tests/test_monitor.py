@@ -520,3 +520,30 @@ def test_a_stored_check_keeps_every_number_exact(runs, tmp_path):
     assert pd.isna(stored["result"]["h_base"].iloc[1])
     assert stored["overall"]["h_run"].iloc[0] == 0.19374999999999998
     assert stored["result"]["regressed"].tolist() == res.tests["regressed"].tolist()
+
+
+def test_a_flag_smaller_than_the_detectable_rise_is_explained():
+    """Fresh-user finding: `lmra check` flagged a −0.023 shift of two noise-level nights (Holm p
+    0.045) on the row whose detectable rise read +0.64, read as a contradiction; at margin 0 such
+    a drift is a regression (exit 3). The note names such rows and what the two figures mean;
+    rows flagged at or above their detectable rise, unflagged rows and replays get none."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from lmra.cli.monitor import below_detectable_note
+
+    tests = pd.DataFrame([
+        dict(comparison="female vs male", task="career advice", diff=-0.0230, mde=0.6375, regressed=False, improved=True),
+        dict(comparison="female vs male", task="write a story", diff=0.0100, mde=0.3, regressed=False, improved=False),
+        dict(comparison="female vs male", task="cooking", diff=0.5, mde=0.3, regressed=True, improved=False)])
+    overall = pd.DataFrame([dict(comparison="female vs male", task="all tasks", diff=-0.0195, mde=float("nan"),
+                                 regressed=False, improved=True)])
+    result = SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=False)
+    note = below_detectable_note(result)
+    assert note.startswith("Flagged though smaller than the detectable rise: career advice (female vs male) -0.0230, "
+                           "detectable rise +0.6375.")
+    assert "write a story" not in note and "cooking" not in note and "all tasks" not in note
+    assert "The check's margin (0) sets the smallest rise that counts: --margin" in note
+    assert below_detectable_note(SimpleNamespace(tests=tests.iloc[1:], overall=None, margin=0.0, replayed=False)) is None
+    assert below_detectable_note(SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=True)) is None

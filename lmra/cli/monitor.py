@@ -10,6 +10,7 @@ an exit status (``check``: 0 = no regression, 3 = regression found) and raises
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -111,6 +112,9 @@ def print_check(console: Console, result) -> None:
                       "move it) — not either run's own overall net rating over its pairs (docs/nightly.md).[/]")
     if getattr(result, "family_size", result.n_tested):  # (an overall row tested alone has its detectable rise too)
         console.print(f"[dim]{sensitivity_note(result)}[/]")
+    below = below_detectable_note(result)
+    if below:
+        console.print(f"[yellow]{lit(below)}[/]")
     if result.only_in_run or result.only_in_baseline:
         console.print(f"[dim]Not compared — only in the run: {lit(', '.join(result.only_in_run) or 'none')}; "
                       f"only in the baseline: {lit(', '.join(result.only_in_baseline) or 'none')}.[/]")
@@ -250,6 +254,33 @@ def print_judge_blocks(console, result) -> None:
     """The line saying that a check's verdict rests on a judge that failed validation."""
     console.print(f"[bold red]Judge failed validation[/] ({lit(result.judge_status_line)}): the check's verdict is "
                   "not evidence about the chatbot (--allow-unvalidated-judge to accept it).")
+
+
+def below_detectable_note(result) -> str | None:
+    """A note naming the flagged rows (regression or improvement, not replayed) whose change is
+    smaller than their detectable rise, or None: the detectable rise assumes a rise made of
+    stereotyped prompts, while a small shift of every prompt's score is detected at a much smaller
+    size when the scores vary little (fresh-user finding: a −0.023 shift of two noise-level nights
+    flagged, Holm p 0.045, beside "detectable rise +0.64" — read as a contradiction; at margin 0 such
+    a drift of the judge or the answers' format is a regression, exit 3)."""
+    if getattr(result, "replayed", False):
+        return None
+    rows = []
+    frames = [result.tests] + ([result.overall] if getattr(result, "overall", None) is not None else [])
+    for frame in frames:
+        for t in frame.itertuples():
+            mde, diff = getattr(t, "mde", None), getattr(t, "diff", None)
+            if not (t.regressed or t.improved) or not isinstance(mde, float) or not isinstance(diff, float):
+                continue
+            if math.isfinite(mde) and math.isfinite(diff) and abs(diff) < mde:
+                rows.append(f"{t.task} ({t.comparison}) {diff:+.4f}, detectable rise {mde:+.4f}")
+    if not rows:
+        return None
+    return (f"Flagged though smaller than the detectable rise: {'; '.join(rows)}. The detectable rise is that of a "
+            "rise made of stereotyped prompts; a shift of every prompt's score, when the scores vary little, is "
+            "flagged at a far smaller size — more often a drift of the LMRA or of the answers' format than a new "
+            f"stereotype. The check's margin ({result.margin:g}) sets the smallest rise that counts: --margin "
+            "(docs/nightly.md).")
 
 
 def sensitivity_note(result) -> str:
