@@ -657,8 +657,9 @@ def test_cli_budget_stops_cleanly_and_resumes_from_cache(tmp_path, sim_inputs, c
     assert not (res.run_dir / "axes.csv").exists()
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    m = re.search(r"LMRA calls: (\d+) fresh, (\d+) from cache", out)
-    assert m and 1 <= int(m.group(2)) <= 4 and int(m.group(1)) > 4
+    # (the retries and faults met are said as lmra audit says them: break-it finding, only in axes_summary.json)
+    m = re.search(r"LMRA calls: (\d+) fresh, (\d+) cached, 0 failed, 0 retries\.", out)
+    assert m and 1 <= int(m.group(2)) <= 4 and int(m.group(1)) > 4, out[-500:]
     assert (res.run_dir / "axes.csv").exists()
 
 

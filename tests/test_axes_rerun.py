@@ -5,6 +5,7 @@ folder with files of two axes runs (break-it finding: a partial re-run overwrote
 and a re-run stopped mid-write left a mix of old and new files)."""
 
 import json
+import re
 
 import pytest
 
@@ -243,6 +244,10 @@ def test_axes_says_when_its_lmra_answers_without_logprobs(tmp_path, sim_inputs, 
     err = " ".join(captured.err.split())
     assert err.count("answers without log-probabilities") == 1, err
     assert "--logits_all true" in err and "logprobs = false in [judge]" in err, err
+    # the faults met are on the console's calls line too, as lmra audit's (break-it finding: only in the JSON)
+    out = " ".join(captured.out.split())
+    assert re.search(r"LMRA calls: \d+ fresh, 0 cached, 0 failed, \d+ retries; faults met: answers without logprobs "
+                     r"[1-9]\d*", out), out[-600:]
 
 
 @pytest.mark.parametrize("how", ["latest", "run id"])

@@ -77,8 +77,12 @@ def cmd_axes(args: argparse.Namespace) -> int:
         raise
     render_axes(console, result.table, result.summary)
     _judge_status(console, run, run_cfg, cfg)
-    calls = result.stats
-    console.print(f"LMRA calls: {calls.fresh} fresh, {calls.cached} from cache, {calls.failed} failed.")
+    from rich.text import Text
+
+    from lmra.report.console import call_counts_line
+
+    # retries and the faults met, as lmra audit's and lmra recsys's lines (break-it finding: only in axes_summary.json)
+    console.print(Text(f"LMRA calls: {call_counts_line(result.stats.as_dict())}."))
     _say_where(console, result.publication)
     _run_stays_partial(console, run)
     return _partial_exit(result.summary, cfg.max_failed_share, result.publication)
