@@ -1287,3 +1287,46 @@ def test_a_history_another_process_holds_locked_is_not_called_damaged(tmp_path):
     assert "locked" in said and "another process is using it" in said and "damaged" not in said, said
     with History(hist) as h:  # released: it opens, its run still there
         assert h.get(run.name) is not None
+
+
+def test_an_anthropic_endpoint_answering_no_message_is_told_to_point_at_the_messages_api(tmp_path):
+    """Break-it finding: an anthropic target whose server answered HTTP 200 {"type": "error"} to
+    every call stopped the audit with "Check that base_url in [target] points at an
+    OpenAI-compatible API (the URL up to /v1 …)" — the wrong API, and an anthropic base_url has
+    no /v1. The advice names the provider's own API."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class _ErrorBody(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _ErrorBody)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        with FaultServer(fault_rate=0.0) as judge:
+            config = audit_config(tmp_path / "c.toml", judge.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                                  per_task=6)
+            text = config.read_text().replace(f'[target]\nprovider = "openai"\nmodel = "fake"\nbase_url = "{judge.url}"',
+                                              f'[target]\nprovider = "anthropic"\nmodel = "claude-x"\nbase_url = "{url}"')
+            assert 'provider = "anthropic"' in text
+            config.write_text(text)
+            proc = _audit_cli(config, tmp_path)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "Traceback" not in err, err[-2000:]
+    assert f"the target's endpoint {url} answered no valid completion" in err, err[-2000:]
+    assert ("Check that base_url in [target] points at an Anthropic Messages API (the server's URL without /v1: "
+            "the SDK adds /v1/messages)") in err and "OpenAI-compatible" not in err

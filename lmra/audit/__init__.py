@@ -460,7 +460,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
 
         def wrap(p: Provider, m, role: str) -> Provider:
             # an endpoint that never answered stops the run, and failures name role and URL (EndpointGuard)
-            guard = EndpointGuard(role, p.base_url, model=p.model_id, on_notice=self.on_notice, redact=cfg.redact)
+            guard = EndpointGuard(role, p.base_url, model=p.model_id, on_notice=self.on_notice, redact=cfg.redact,
+                                  api=p.name)
             limited = guard.below_cache(self.limits.wrap(p, m, role))
             # the budget sits outside the cache: cached calls are free and never refused; a
             # rejected key stops the run (KeyGuard); every answer's served model is counted

@@ -184,7 +184,7 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
         # a judge endpoint that never answers stops the axes run (exit 1), as it stops an audit
         # (and answers without log-probabilities are said once, as in an audit and the judge check)
         guard = EndpointGuard("judge", limited.base_url, model=limited.model_id, on_notice=on_notice,
-                              redact=getattr(cfg, "redact", False))
+                              redact=getattr(cfg, "redact", False), api=limited.name)
         judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
         from lmra.providers.keys import KeyGuard
 

@@ -121,7 +121,7 @@ async def _run(cfg, console: Console):
     from lmra.cli.common import print_warning
 
     # (an endpoint answering without log-probabilities is said while the canaries run, as in an audit)
-    guard = EndpointGuard("judge", raw.base_url, model=raw.model_id, on_notice=print_warning)
+    guard = EndpointGuard("judge", raw.base_url, model=raw.model_id, on_notice=print_warning, api=raw.name)
     judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
     from lmra.providers.keys import KeyGuard
 

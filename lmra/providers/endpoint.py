@@ -114,6 +114,15 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
+#: what a role's ``base_url`` must point at, by provider name (the advice of a malformed or 404
+#: endpoint; break-it finding: an anthropic role was told to check for an OpenAI-compatible API)
+API_WORDS = {
+    "anthropic": ("an Anthropic Messages API (the server's URL without /v1: the SDK adds /v1/messages)",
+                  "the server's URL without /v1"),
+}
+OPENAI_WORDS = ("an OpenAI-compatible API (the URL up to /v1, not a web page)", "the URL up to /v1")
+
+
 class EndpointUnreachable(RuntimeError):
     """A role's endpoint failed every call so far: the audit stops (exit status 1).
 
@@ -128,8 +137,9 @@ class EndpointUnreachable(RuntimeError):
     """
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
-                 model: str = "", answered_before: int = 0, first_error: str = ""):
+                 model: str = "", answered_before: int = 0, first_error: str = "", api: str = "openai"):
         self.role, self.url, self.n_failed, self.kinds = role, url, n_failed, kinds
+        api_words, url_words = API_WORDS.get(api, OPENAI_WORDS)
         #: fresh calls of the role answered in this run before the streak (> 0: it went down mid-run)
         self.answered_before = answered_before
         #: the server answered, but HTTP 404 every time: the model (or the URL's path) is not served
@@ -157,14 +167,13 @@ class EndpointUnreachable(RuntimeError):
         if self.malformed:  # something answers at the URL, but not the API
             super().__init__(f"the {role}'s {where} answered no valid completion: {n_failed} calls in a row came back "
                              f"malformed after every retry ({why}); {done}. The first: {first_error or '(no message)'}. "
-                             f"Check that base_url in [{role}] points at an OpenAI-compatible API (the URL up to /v1, "
-                             "not a web page), then run the same command again")
+                             f"Check that base_url in [{role}] points at {api_words}, then run the same command again")
             return
         if self.not_served:  # the server answers, but not for this model or path
             which = f" '{model}'" if model else ""
             check = (f"Check base_url, model and options in [{role}] (the route and model the custom provider asks "
                      "for: its options are passed to it as written)" if custom else
-                     f"Check model and base_url in [{role}] (the model id the server serves; the URL up to /v1)")
+                     f"Check model and base_url in [{role}] (the model id the server serves; {url_words})")
             super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
                              f"with HTTP 404 ({why}); {done}. {check}, then run the same command again")
             return
@@ -192,6 +201,8 @@ class EndpointGuard:
         trip_after, trip_after_refused: see :data:`TRIP_AFTER`, :data:`TRIP_AFTER_REFUSED`.
         trip_after_down, trip_after_down_refused, trip_down_after_s: see :data:`TRIP_AFTER_DOWN`,
             :data:`TRIP_AFTER_DOWN_REFUSED`, :data:`TRIP_DOWN_AFTER_S` (after the role answered in this run).
+        api: the role's provider name (``openai``, ``anthropic`` …): what its ``base_url`` must point at,
+            in the advice of a malformed or 404 endpoint (:data:`API_WORDS`).
         redact: a redacted run (``redact = true``): the first error of a streak named when rejected
             requests trip the breaker is its type and kind only (:func:`lmra.redact.error_text`).
         on_notice: called once (:meth:`_answered`) when :data:`NO_LOGPROBS_NOTICE_AFTER` fresh
@@ -206,8 +217,10 @@ class EndpointGuard:
     def __init__(self, role: str, url: str, *, trip_after: int = TRIP_AFTER,
                  trip_after_refused: int = TRIP_AFTER_REFUSED, model: str = "",
                  trip_after_down: int = TRIP_AFTER_DOWN, trip_after_down_refused: int = TRIP_AFTER_DOWN_REFUSED,
-                 trip_down_after_s: float = TRIP_DOWN_AFTER_S, on_notice=None, redact: bool = False):
+                 trip_down_after_s: float = TRIP_DOWN_AFTER_S, on_notice=None, redact: bool = False,
+                 api: str = "openai"):
         self.role, self.url, self.model = role, url, model
+        self.api = api  # the provider's name: which API its base_url must point at (API_WORDS)
         self.redact = redact
         self.trip_after, self.trip_after_refused = trip_after, trip_after_refused
         self.successes = 0
@@ -253,7 +266,7 @@ class EndpointGuard:
                     and now - self.down_since >= self.trip_down_after_s):
                 self.tripped = EndpointUnreachable(self.role, self.url, self.down_streak, self.down_kinds.copy(),
                                                    self.down_refused, True, model=self.model,
-                                                   answered_before=self.successes)
+                                                   answered_before=self.successes, api=self.api)
             return
         if not (is_transport_failure(exc.kind) or is_rejected_request(exc)
                 or (self.url and exc.kind in MALFORMED_KINDS)):
@@ -276,7 +289,7 @@ class EndpointGuard:
         if self.streak >= (self.trip_after_refused if self.all_refused else self.trip_after):
             self.tripped = EndpointUnreachable(self.role, self.url, self.streak, self.kinds.copy(),
                                                self.all_refused, self.answered, model=self.model,
-                                               first_error=self.first_error)
+                                               first_error=self.first_error, api=self.api)
 
     def _answered(self, result: ChatResult) -> None:
         """Count an answer to an option question: with log-probabilities, or without them after

@@ -135,7 +135,7 @@ class RecsysRun:
                                          on_notice=self.on_notice)
         # a target that never answered (nothing listens on the port, HTTP 404: a model the server
         # does not serve) stops the run after a few calls, as it stops an audit; failures name the URL
-        guard = EndpointGuard("target", limited.base_url, model=limited.model_id)
+        guard = EndpointGuard("target", limited.base_url, model=limited.model_id, api=limited.name)
         # a rejected key (HTTP 401/403: no later call can succeed) stops the run at its first
         # rejected call, as it stops an audit (KeyGuard, outside the breaker as in lmra.audit)
         target = KeyGuard(guard.above_cache(CachedProvider(guard.below_cache(limited), cache, self.stats)), "target")
