@@ -164,6 +164,26 @@ def output_folder(path: str | Path, option: str) -> Path:
     return out
 
 
+def overwrite_in_place(path: str | Path, data: bytes) -> bool:
+    """Overwrite the existing file ``path`` with ``data`` in the blocks it holds, without a
+    temporary file: the last resort for a small record (a run's final manifest) on a disk too
+    full for :func:`atomic_open`'s temporary file. Not atomic: used only where the file would
+    otherwise keep saying something false (``"running"`` for ever; break-it finding: a recsys
+    run on a full disk). Returns True when written, False when ``data`` is larger than the file
+    (it might need a new block) or the write failed."""
+    try:
+        with open(path, "r+b") as fh:
+            if len(data) > os.fstat(fh.fileno()).st_size:
+                return False
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
+        return True
+    except OSError:
+        return False
+
+
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_open`)."""
     with atomic_open(path) as fh:

@@ -383,3 +383,43 @@ def test_an_io_failure_after_the_run_folder_says_what_to_do_and_ends_with_the_ex
     assert f"the run had finished: its folder {run} is written and keeps its status" in err
     assert f"'lmra check {run} --baseline pinned'" in err
     assert said.rstrip().endswith("exit status 1: the failure above"), said[-300:]
+
+
+def make_filling(cfg):
+    """A recsys target that fills the disk named by $LMRA_TEST_FILL_DIR at its first call."""
+    from test_recsys_e2e import ScriptedRecommender
+
+    class _Filling(ScriptedRecommender):
+        filled = False
+
+        async def complete(self, request):
+            if not _Filling.filled:
+                _Filling.filled = True
+                _fill(Path(os.environ["LMRA_TEST_FILL_DIR"]), 0)
+            return await super().complete(request)
+
+    return _Filling(cfg)
+
+
+def test_a_recsys_run_on_a_full_output_disk_does_not_say_running_for_ever(tmp_path, small_disk, monkeypatch, capsys):
+    """Break-it finding: a recsys run whose output disk filled up exited 1 ("cannot write this file
+    (No space left on device)") with its manifest saying "running" for ever: no room for the
+    temporary file of the final manifest, and a recsys folder has no lock to be found stale by.
+    The stopped run's manifest is written over the running one in its own blocks."""
+    from test_recsys_e2e import run_cli, write_config
+
+    monkeypatch.setenv("LMRA_TEST_FILL_DIR", str(small_disk))
+    cfg = write_config(tmp_path, "full", """
+[target]
+provider = "test_disks:make_filling"
+[fairllm]
+names_list = ["Adele", "Drake", "Queen", "Sting"]
+attributes = ["gender"]
+""")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(small_disk / "out")]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "No space left on device" in err and "Traceback" not in err, err[-1500:]
+    [run] = [p for p in (small_disk / "out").iterdir() if p.is_dir()]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "No space left on device" in manifest["stop_reason"], manifest
+    assert manifest["finished"]

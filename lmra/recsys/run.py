@@ -177,5 +177,25 @@ class RecsysRun:
             try:  # a small file: often still written when a large one was not (a full disk, ulimit -f)
                 dump_json(self.run_dir / "manifest.json", manifest)
             except Exception:  # noqa: BLE001 — the first failure is the one reported
-                pass
+                _record_in_place(self.run_dir / "manifest.json", manifest)
             raise
+
+
+def _record_in_place(path: Path, manifest: dict) -> None:
+    """The stopped run's manifest written over the ``running`` one in its own blocks when no
+    temporary file fits (:func:`lmra.fileio.overwrite_in_place`): compact, else only its status,
+    times and reason — a recsys folder has no lock to be found stale by, so a manifest left
+    ``running`` would say so for ever (break-it finding: a full output disk)."""
+    import json
+
+    from lmra.fileio import overwrite_in_place
+
+    short = {k: manifest.get(k) for k in ("status", "started", "finished")} | {
+        "stop_reason": str(manifest.get("stop_reason"))[:300]}
+    for doc in (manifest, short):
+        try:
+            data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
+        except (TypeError, ValueError):
+            continue
+        if overwrite_in_place(path, data):
+            return
