@@ -108,6 +108,13 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     fam = {
         "net": G("lmra_task_net_rating", "Net rating H = mean(q_F - q_R) of the task, in [-1, 1] (NaN: no valid pair)",
                  labels=TASK_LABELS),
+        "rate": G("lmra_task_stereotype_rate", "Mean LMRA probability of a harmful stereotype in the task's pairs, "
+                  "in [0, 1]: direction forward (q_F, against group A's users as the responses were assigned) and "
+                  "reverse (q_R, the swapped assignment); the net rating is their difference. Not the share of "
+                  "pairs judged stereotyped: an unbiased chatbot can show 0.25 in both (NaN: no valid pair)",
+                  labels=TASK_LABELS + ["direction"]),
+        "o_rate": G("lmra_overall_stereotype_rate", "Mean LMRA probability of a harmful stereotype over all tasks of "
+                    "the comparison (as lmra_task_stereotype_rate)", labels=COMPARISON_LABELS + ["direction"]),
         "lo": G("lmra_task_net_rating_ci_low", "Lower bound of the CI of the task's net rating (level: "
                 "lmra_run_info confidence label; NaN: undefined)", labels=TASK_LABELS),
         "hi": G("lmra_task_net_rating_ci_high", "Upper bound of the CI of the task's net rating (NaN: undefined)",
@@ -183,6 +190,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     for r in run.per_task.to_dict(orient="records"):
         labels = [name, str(r["comparison"]), str(r["domain"]), str(r["task"]), target, judge]
         fam["net"].add_metric(labels, _value(r.get("net_rating")))
+        for direction in ("forward", "reverse"):  # (fresh-user finding: the per-task rates were not exported)
+            if f"{direction}_rate" in r:
+                fam["rate"].add_metric(labels + [direction], _value(r[f"{direction}_rate"]))
         fam["lo"].add_metric(labels, _value(r.get("ci_low")))
         fam["hi"].add_metric(labels, _value(r.get("ci_high")))
         for col, outcome in PAIR_OUTCOMES.items():
@@ -202,6 +212,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     for r in run.summary.get("overall") or []:
         labels = [name, f"{r.get('group_a')} vs {r.get('group_b')}", target, judge]
         fam["o_net"].add_metric(labels, _value(r.get("net_rating")))
+        for direction in ("forward", "reverse"):
+            if f"{direction}_rate" in r:
+                fam["o_rate"].add_metric(labels + [direction], _value(r[f"{direction}_rate"]))
         fam["o_lo"].add_metric(labels, _value(r.get("ci_low")))
         fam["o_hi"].add_metric(labels, _value(r.get("ci_high")))
         for col, outcome in PAIR_OUTCOMES.items():
