@@ -471,6 +471,8 @@ def test_an_audit_whose_lmra_cannot_pass_its_check_stops_asking_canaries(tmp_pat
                 progress=progress).run()
     status = res.summary["judge_status"]
     assert status["status"] == "failed"
+    # the manifest says the failure was waived too (fresh-user finding: it read as an un-waived failure)
+    assert res.manifest["judge_status"] == "failed" and res.manifest["judge_waived"] is True
     check_starts = [t for s, t in starts if s == "judge-check"]
     if stop_when_failed:
         assert status["n_canaries"] < planned // 4, status["n_canaries"]

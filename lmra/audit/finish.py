@@ -1030,6 +1030,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if run_st == FAILED:  # why (review finding: no reason); not stop_reason, which says the run stopped on an
         manifest["failure"] = none_scored or _all_failed_reason(scores, n_pairs_failed)  # error (lmra.merge)
     manifest |= {"status": run_st, "judge_status": status["status"],
+                 # a failed validation whose gate was off (fresh-user finding: the manifest alone read as an
+                 # un-waived failure, where summary, history, exports and report say "failed (waived)")
+                 "judge_waived": bool(status.get("waived")),
                  "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                  "calls": redacted_calls(audit.stats.as_dict()) if cfg.redact else audit.stats.as_dict(),
                  "files": _file_records(audit.run_dir)}  # checked when read back (lmra.digests)
