@@ -578,6 +578,15 @@ class History:
             args.append(name)
         return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
 
+    def task_names(self, name: str | None = None) -> list[str]:
+        """The tasks measured in the history (of runs named ``name``), sorted."""
+        q = "SELECT DISTINCT m.task FROM task_metrics m"
+        args: tuple = ()
+        if name:
+            q += " JOIN runs r ON r.run_id = m.run_id WHERE r.name = ?"
+            args = (name,)
+        return sorted(t for (t,) in self.db.execute(q + " ORDER BY m.task", args).fetchall())
+
     def metrics(self, name: str | None = None) -> pd.DataFrame:
         """All per-task metrics joined with their run's start time, oldest run first."""
         q = ("SELECT r.started, r.started_utc, r.name, m.* FROM task_metrics m JOIN runs r ON r.run_id = m.run_id")

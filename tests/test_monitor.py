@@ -197,7 +197,14 @@ def test_last_and_pinned_baselines(runs, lmra_cli, capsys, tmp_path, monkeypatch
     out = capsys.readouterr().out
     net = load_run(runs["rise"]).per_task.set_index("task").loc["write a story", "net_rating"]
     assert f"{net:+.4f}" in out
+    capsys.readouterr()
     assert lmra_cli(["history", "--task", "no such task"] + h_args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "task 'no such task' was never measured in the history (its tasks: " in err and "'write a story'" in err
+    # a typo gets a "did you mean", as config errors do (fresh-user finding)
+    assert lmra_cli(["history", "--task", "write a storry"] + h_args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "task 'write a storry' was never measured in the history; did you mean 'write a story'?" in err, err
 
 
 def test_prompts_are_the_unit_with_several_samples(tmp_path):

@@ -336,8 +336,16 @@ def cmd_history(args: argparse.Namespace) -> int:
                     raise LmraInputError(f"task '{args.task}' was never measured in comparison '{args.comparison}' "
                                          f"(its comparisons: {', '.join(map(repr, _comparisons(every)))})",
                                          file=path, field="--comparison")
-            if df.empty:
-                raise LmraInputError(f"task '{args.task}' was never measured in the history", file=path, field="--task")
+            if df.empty:  # (fresh-user finding: no "did you mean", as config errors have)
+                import difflib
+
+                known = h.task_names(args.name)
+                close = difflib.get_close_matches(args.task, known, n=3, cutoff=0.6)
+                hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else
+                        f" (its tasks: {', '.join(repr(t) for t in known[:12])}{' …' if len(known) > 12 else ''})"
+                        if known else "")
+                raise LmraInputError(f"task '{args.task}' was never measured in the history{hint}", file=path,
+                                     field="--task")
             if args.json:
                 jsonout.emit(jsonout.task_trend_document(path, args.task, df, comparison=args.comparison,
                                                          name=args.name))
