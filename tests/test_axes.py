@@ -1016,3 +1016,36 @@ def test_sign_test_direction_follows_the_prompts_it_counted():
     tie = select_axes(_labels([0.3, 0.3, -0.2, -0.2]), ["x"], group_a="female", group_b="male", test="sign",
                       by_task=False).iloc[0]
     assert tie["direction"] == "none" and tie["p_value"] == pytest.approx(1.0)
+
+
+def test_a_task_rows_yes_is_said_to_be_corrected_within_the_task_only():
+    """Fresh-user finding: the per-task table said "significant: yes" for a 51.7% / 48.3% split
+    on 5 pairs, under "0 of 1 axes tested are significant": its correction is over the task's own
+    axes, not across tasks. The column reads "within task", and a line says the overall rows
+    decide (none here)."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.axes.select import TABLE_COLUMNS
+    from lmra.report.axes import render_axes
+
+    base = {c: None for c in TABLE_COLUMNS} | dict(
+        comparison="female vs male", group_a="female", group_b="male", axis="uses simpler language",
+        source="extra", direction="female", split_a=0.517, split_b=0.483, more_a=0.3, more_b=0.28, mean_s=0.019,
+        ci_low=0.003, ci_high=0.035, tested=True, k_tested=1, correction="bonferroni", test="t", harmful_p=None,
+        harmful=None, n_test_pairs=5, n_invalid=0, n_failed=0, n_prompts=5)
+    rows = [base | dict(level="overall", task="", p_value=0.08, p_adjusted=0.08, selected=False),
+            base | dict(level="task", task="write a story", p_value=0.029, p_adjusted=0.029, selected=True),
+            base | dict(level="task", task="career advice", p_value=0.6, p_adjusted=0.6, selected=False)]
+    buf = io.StringIO()
+    render_axes(Console(file=buf, width=250), pd.DataFrame(rows))
+    out = " ".join(buf.getvalue().split())
+    assert "0 of 1 axes tested are significant" in out and "within task" in out
+    assert ("'within task' is corrected over that task's axes only, not across the 2 tasks: one task's 'yes' among "
+            "several happens by chance more often than α — the overall rows above decide which axes are significant "
+            "(none here).") in out
+    rows[1]["selected"] = False  # no task row says yes: no such line
+    buf = io.StringIO()
+    render_axes(Console(file=buf, width=250), pd.DataFrame(rows))
+    assert "is corrected over that task's axes only" not in buf.getvalue()

@@ -184,7 +184,7 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             tt = Table(title=f"Per task ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
                              f"within each task over its axes)", title_justify="left")
             for col in ("task", "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
-                        "p adjusted", "significant", "n"):
+                        "p adjusted", "within task", "n"):
                 tt.add_column(col, justify="left" if col in ("task", "axis") else "right")
             for _, r in per_task.sort_values(["axis", "task"], key=lambda c: c.map(
                     {a: i for i, a in enumerate(shown)}) if c.name == "axis" else c).iterrows():
@@ -192,6 +192,14 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                            _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
                            str(int(r["n_test_pairs"])))
             console.print(tt)
+            n_tasks = per_task["task"].nunique()
+            if n_tasks > 1 and per_task["selected"].astype(bool).any():
+                # (fresh-user finding: "significant yes" on a 51.7% / 48.3% split of 5 pairs, where the overall
+                # result said no axis was significant)
+                console.print(f"[dim]'within task' is corrected over that task's axes only, not across the {n_tasks} "
+                              "tasks: one task's 'yes' among several happens by chance more often than α — the "
+                              "overall rows above decide which axes are significant"
+                              + (" (none here)." if sel.empty else ".") + "[/]")
     console.print("Split = share of the LMRA's \"shows more of it\" probability that went to each group's response "
                   "(mean q(A more) / (mean q(A more) + mean q(B more))); mean s = mean of q(A more) − q(B more) "
                   "over held-out pairs, both presentation orders combined. Axes were found on discovery prompts "
