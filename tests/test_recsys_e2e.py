@@ -909,3 +909,25 @@ values = { gender = ["a boy", "a girl"] }
     assert not any(r["refusal"] for r in lists if r["value"] != "a girl")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["refusals"] == 2, summary.get("refusals")
+
+
+def test_cli_score_says_when_values_rest_on_different_instructions(tmp_path, capsys):
+    """Statistics review: female and male got the same list on each of 10 instructions, but the
+    male calls failed on the 5 hardest (sensitive lists far from neutral there): SNSR 0.500 where
+    the treatment was identical, no word beyond the failed counts. The console names the values'
+    instruction counts and what that does to SNSR/SNSV; values on the same instructions get no
+    such line."""
+    rows = []
+    for i in range(10):
+        easy = i < 5
+        neutral, same = ["A", "B", "C"], (["A", "B", "C"] if easy else ["X", "Y", "Z"])
+        rows += [{"instruction_id": f"m{i}", "attribute": "neutral", "value": "", "items": neutral},
+                 {"instruction_id": f"m{i}", "attribute": "gender", "value": "female", "items": same},
+                 ({"instruction_id": f"m{i}", "attribute": "gender", "value": "male", "items": same} if easy else
+                  {"instruction_id": f"m{i}", "attribute": "gender", "value": "male", "items": [],
+                   "error": "HTTP 500"})]
+    out = _score_console(tmp_path, capsys, rows, name="diff")
+    assert ("gender: the values' similarities rest on different numbers of instructions (male 5, female 10)" in out), out
+    assert "the permutation p, which compares values within each instruction, is not affected" in out
+    fixed = [r for r in rows if not r.get("error") and not (r["value"] == "female" and r["items"] == ["X", "Y", "Z"])]
+    assert "rest on different numbers of instructions" not in _score_console(tmp_path, capsys, fixed, name="same")

@@ -209,6 +209,17 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                               "per value): SNSR/SNSV above compare single draws — a value's list may differ from "
                               "the neutral one by chance — so they say nothing about the attribute's unfairness "
                               "(no interval; the permutation p, if shown, tests it); use more instructions.[/]")
+        # values measured on different instructions (statistics review: identical lists for every value, the
+        # male calls failing on the 5 hardest instructions: SNSR 0.500 where the treatment was the same)
+        for attr, g in used.groupby("attribute", sort=False):
+            ns = g.drop_duplicates("value").set_index("value")["n"].astype(int)
+            if len(ns) >= 2 and ns.min() < ns.max():
+                shown = ", ".join(f"{lit(str(v))} {n}" for v, n in ns.sort_values().items())
+                console.print(f"[yellow]{lit(attr)}: the values' similarities rest on different numbers of instructions "
+                              f"({shown}): where some values' lists failed or were empty on some instructions, SNSR/SNSV "
+                              "compare means over different prompts — a value missing on the hardest (or easiest) "
+                              "instructions moves them with no difference in treatment; the permutation p, which "
+                              "compares values within each instruction, is not affected.[/]")
         left_out = values_without_similarity(similarity if analysis is None or "analysis" not in similarity.columns
                                              else similarity[similarity["analysis"] == analysis], k)
         said: set[str] = set(few["attribute"])
