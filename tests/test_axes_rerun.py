@@ -12,6 +12,7 @@ import pytest
 from lmra import cli
 from lmra.axes import OUTPUT_FILES
 from test_axes import _audit, formal_target
+from test_disks import small_disk  # noqa: F401  (fixture)
 
 BASE = ["--discovery-pairs", "20", "--test-pairs", "30", "--max-axes", "3", "--no-progress", "--no-harm-check"]
 
@@ -263,3 +264,22 @@ def test_axes_takes_a_run_id_or_latest_like_every_other_command(tmp_path, sim_in
     assert cli.main(["axes", "--run", "no-such-run", "--reports-dir", str(tmp_path / "nowhere"), *BASE]) == 2
     assert "no such run folder, and no runs in" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_axes_says_when_its_call_cache_cannot_store_the_answers(tmp_path, sim_inputs, capsys, small_disk):
+    """Found this round: `lmra axes` (and `lmra judge-check`) opened the call cache without the
+    write-error notice an audit has, so a full disk (or a damaged cache file) held the answered
+    calls without a word. They are said, as in an audit (here: the cache's disk fills up)."""
+    from test_disks import _fill
+
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    good, _ = _configs(tmp_path)
+    cache = small_disk / "axes-cache.sqlite"
+    argv = ["axes", "--run", str(res.run_dir), *BASE, "--config", str(good), "--cache", str(cache)]
+    assert cli.main(argv + ["--axis", "uses formal language"]) == 0
+    _fill(small_disk, 48 * 1024)  # room to open the cache (its WAL), not for the new axis's answers
+    capsys.readouterr()
+    cli.main(argv + ["--axis", "is longer", "--axis", "asks a follow-up question", "--out", str(tmp_path / "again")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"cannot write to the call cache {cache}" in err, err[-1500:]
+    assert "Traceback" not in err

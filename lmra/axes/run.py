@@ -176,7 +176,8 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
         from lmra.providers.ratelimit import limit_model
 
         if cache is None:
-            cache = own_cache = CallCache(cfg.cache)
+            # a full disk or a damaged file is said as in an audit (it was silent here)
+            cache = own_cache = CallCache(cfg.cache, on_write_error=on_notice)
         stats = CallStats()
         from lmra.providers.endpoint import EndpointGuard
 

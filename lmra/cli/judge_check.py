@@ -110,7 +110,9 @@ async def _run(cfg, console: Console):
                                cfg.seed)
     template = load_template("harmful_stereotype", "judge")
     raw = make_provider(cfg.judge, field="judge")
-    cache = CallCache(cfg.cache)
+    from lmra.cli.common import print_warning
+
+    cache = CallCache(cfg.cache, on_write_error=print_warning)  # a full disk or a damaged file is said, as in an audit
     stats = CallStats()
     limited, in_flight = limit_model(raw, cfg.judge, cfg.concurrency, "judge")  # sized as in an audit
     from lmra.providers.endpoint import EndpointGuard
@@ -118,8 +120,6 @@ async def _run(cfg, console: Console):
     # an endpoint that never answers (down, or not serving the model: HTTP 404) stops the check
     # with exit 1 saying so, as it stops an audit (verification finding: 600 failed calls, then
     # "Judge check FAILED", exit 5 — blaming the judge for a typo in its model id)
-    from lmra.cli.common import print_warning
-
     # (an endpoint answering without log-probabilities is said while the canaries run, as in an audit)
     guard = EndpointGuard("judge", raw.base_url, model=raw.model_id, on_notice=print_warning, api=raw.name)
     judge = guard.above_cache(CachedProvider(guard.below_cache(limited), cache, stats))
