@@ -283,3 +283,31 @@ def test_axes_says_when_its_call_cache_cannot_store_the_answers(tmp_path, sim_in
     err = " ".join(capsys.readouterr().err.split())
     assert f"cannot write to the call cache {cache}" in err, err[-1500:]
     assert "Traceback" not in err
+
+
+def test_axes_stops_before_any_call_when_its_folder_cannot_take_the_files(tmp_path, sim_inputs, capsys):
+    """Break-it finding: `lmra axes` on a read-only run folder made its LMRA calls (18 with a
+    fresh cache) and only then said "cannot write the axes files here". The folder is tried
+    first: exit 1, no call, saying so."""
+    import subprocess
+
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    good, _ = _configs(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(ro)], capture_output=True).returncode:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    try:
+        cache = tmp_path / "axes-cache.sqlite"
+        capsys.readouterr()
+        status = cli.main(["axes", "--run", str(res.run_dir), *BASE, "--config", str(good), "--cache", str(cache),
+                           "--axis", "uses formal language", "--out", str(ro / "axes")])
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 1 and f"{ro / 'axes'}: cannot write the axes files here (Read-only file system); nothing was " \
+        "asked of the LMRA" in err, err[-1500:]
+    import sqlite3
+
+    n = sqlite3.connect(cache).execute("SELECT COUNT(*) FROM calls").fetchone()[0] if cache.exists() else 0
+    assert n == 0  # no call made

@@ -72,6 +72,23 @@ class AxesResult:
     publication: AxesPublication | None = None
 
 
+def check_axes_folder(out_dir: str | Path) -> None:
+    """Before any call: that ``out_dir`` can take the axes files (created if needed, a staging
+    folder made and removed), so that a read-only run folder stops the command before it asks
+    the LMRA anything (break-it finding: 18 calls made, then "cannot write the axes files here").
+
+    Raises:
+        LmraIOError: it cannot (naming the folder and the reason).
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-probe-", dir=out))
+    except OSError as exc:
+        raise LmraIOError(f"cannot write the axes files here ({io_reason(exc)}); nothing was asked of the LMRA: give "
+                          "--out another folder", path=out) from None
+
+
 def write_axes_outputs(result: AxesResult, out_dir: str | Path) -> Path:
     """Write :data:`OUTPUT_FILES` into ``out_dir`` (created if needed) as one set that replaces
     the set already there as a whole (see the module docstring), and return ``out_dir``. An

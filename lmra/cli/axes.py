@@ -66,6 +66,9 @@ def cmd_axes(args: argparse.Namespace) -> int:
             f"LMRA: {lit(cfg.judge.provider)} {lit(cfg.judge.model or '')}".rstrip(), highlight=False)
 
     out_dir = Path(args.out) if args.out else run
+    from lmra.axes.outputs import check_axes_folder
+
+    check_axes_folder(out_dir)  # a folder that cannot take the files stops the command before any call
     _finish_interrupted(console, out_dir)
     before = _axes_set_bytes(out_dir)
     try:
