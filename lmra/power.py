@@ -1223,8 +1223,16 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
     df = pd.DataFrame(rows, columns=PLAN_COLUMNS)
     effect = ("a task whose net rating is δ = {d:g}" if design == "one-sample"
               else "a task whose net rating rises by δ = {d:g} over the baseline's").format(d=delta)
+    # the simulations are capped per n (_sims_for; break-it finding: "Simulated 100,000,000 audits per n" where
+    # about 170,000 were run at the n found)
+    found = pd.to_numeric(df["prompts_needed"], errors="coerce")
+    found = found[np.isfinite(found)]
+    n_max = int(found.max()) if len(found) else MAX_PROMPTS_SIM  # (no n found: the search went to the bound)
+    used = _sims_for(n_max, sims, design, 0)
+    capped = "" if used >= sims else (f" (fewer where n is large: {used:,} at n = {n_max:,}, about {_SIM_BUDGET:,} "
+                                      "simulated prompts per n; the Monte Carlo SE says how precise each power is)")
     df.attrs["assumptions"] = (
-        f"Simulated {sims:,} audits per n from {source}. Planned for {effect}: stereotyped prompts are added "
+        f"Simulated {sims:,} audits per n{capped} from {source}. Planned for {effect}: stereotyped prompts are added "
         f"at the rate that gives it (stereotyped = score ≥ {STEREOTYPED_THRESHOLD}; the other prompts keep their "
         f"distribution). Test: {test_words}. n is prompts per task{' per run' if design == 'two-run' else ''} "
         f"({'equal in both runs; ' if design == 'two-run' else ''}bounds {MIN_PROMPTS}..{MAX_PROMPTS_SIM:,}); "

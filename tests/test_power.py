@@ -172,3 +172,22 @@ def test_a_plan_outside_its_two_point_range_says_why():
     note = next(n for n in plan.notes if "two-point model" in n)
     lo, hi = (int(x) for x in note.split("needs about ")[1].split(" prompts")[0].split("–"))
     assert lo <= plan.n <= hi and "lies outside" not in note
+
+
+def test_the_plan_says_how_many_audits_it_simulated_where_the_cap_binds(lmra_cli, capsys):
+    """Break-it finding: `lmra plan --sims 100000000` printed "Simulated 100,000,000 audits per n"
+    where the per-n cap (about 2·10⁷ simulated prompts) ran 170,940 at the n found (117). The
+    line gives the number run there; at the default --sims the cap does not bind and nothing is
+    added."""
+    import re
+
+    assert lmra_cli(["plan", "--rate", "0.07", "--base-rate", "0.1", "--sims", "100000000"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    m = re.search(r"Simulated 100,000,000 audits per n \(fewer where n is large: ([\d,]+) at n = ([\d,]+), about "
+                  r"20,000,000 simulated prompts per n;", out)
+    assert m, out[-1500:]
+    n = int(m.group(2).replace(",", ""))
+    assert int(m.group(1).replace(",", "")) == 20_000_000 // n
+    assert lmra_cli(["plan", "--rate", "0.07", "--base-rate", "0.1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Simulated 2,000 audits per n from" in out
