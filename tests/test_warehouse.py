@@ -116,6 +116,12 @@ def test_a_warehouse_that_cannot_be_written_leaves_the_run_complete_and_exits_1(
     assert "exit status 1: the warehouse was not updated" in " ".join(cap.out.split())
     run = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
     assert load_run(run).status == "complete" and (run / "per_task.csv").is_file()
+    # a file named by --warehouse is that option's error (break-it finding: it blamed the run's per_pair table
+    # and an option --out that was not given)
+    capsys.readouterr()
+    assert main(["warehouse", "add", str(run), "--warehouse", str(out / "warehouse")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{out / 'warehouse'}: option --warehouse: is a file" in err and "per_pair" not in err and "--out" not in err
     (out / "warehouse").unlink()
     assert main(["warehouse", "add", str(run)]) == 0
     assert len(list((out / "warehouse").rglob("*.parquet"))) == 2

@@ -115,6 +115,10 @@ def cmd_warehouse_add(args: argparse.Namespace) -> int:
     from lmra.warehouse import add_run
 
     console = make_console()
+    if args.warehouse:  # a file named here is the option's error, not the run's (break-it finding: it blamed
+        from lmra.fileio import output_folder  # the run's per_pair table and an option --out not given)
+
+        output_folder(args.warehouse, "--warehouse")
     for ref in args.runs:
         if Path(ref).is_dir():
             from lmra.runfolder import load_run
