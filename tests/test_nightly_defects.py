@@ -65,6 +65,10 @@ def test_dead_port_for_both_models_stops_at_once_naming_role_and_url(tmp_path):
     assert m, err
     assert m.group(2) == url and int(m.group(3)) == 3
     assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("failure:")]) == 1
+    # while the retries back off, the endpoint's silence is said once (fresh-user finding: 80 s of a still bar)
+    host = url.split("//")[1].split("/")[0]
+    waits = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"waiting: {host} could not be reached")]
+    assert len(waits) == 1 and "check that the server is running" in waits[0], proc.stderr[-2000:]
     assert "Judge check" not in proc.stdout + proc.stderr and "identity filter" not in err
     manifest = _manifest(tmp_path / "out")
     assert manifest["status"] == "failed" and "is unreachable" in manifest["stop_reason"]

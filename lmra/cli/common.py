@@ -197,6 +197,11 @@ class _WaitNotices:
             return
         self.last[endpoint] = now
         try:
+            if not seconds:  # no connection at all (refused, unknown host): the SDK backs off between retries
+                self.emit(f"waiting: {endpoint} could not be reached ({why}); its calls are retried with backoff "
+                          "(the SDK's retries, each counted in the manifest) — the run stops if a few calls in a row "
+                          "fail after every retry; check that the server is running")
+                return
             wait = f"{seconds:,.0f}" if seconds >= 10 else f"{seconds:.2g}"
             self.emit(f"waiting: {endpoint} answered {why} and asks to wait {wait} s before a retry; "
                       "its calls wait (the SDK's retries, each counted in the manifest), the run is not stuck")

@@ -55,8 +55,13 @@ class CountingTransport(httpx.AsyncBaseTransport):
         except httpx.TimeoutException:
             note_event("timeout")
             raise
-        except httpx.RequestError:  # connection reset, body cut mid-transfer, undecodable body …
+        except httpx.RequestError as exc:  # connection reset, body cut mid-transfer, undecodable body …
             note_event("connection")
+            if isinstance(exc, httpx.ConnectError) and self._retries_left(request):
+                # nothing answers: the SDK's retries back off for many seconds a call, told to whoever listens
+                # (fresh-user finding: 80 s of a dead endpoint showed only "(2 failed)" on a bar)
+                port = f":{request.url.port}" if request.url.port else ""
+                note_wait(f"{request.url.host}{port}", 0.0, "no connection")
             raise
         # returned as it is: its (decoded) body is read and its connection back in the pool, so
         # the client's own read is a no-op (rebuilding a Response cost 5 % of the SDK's CPU per call)

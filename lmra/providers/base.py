@@ -299,8 +299,9 @@ def listen_waits(listener: Callable[[str, float, str], None]):
 
 def note_wait(endpoint: str, seconds: float, why: str) -> None:
     """Tell the listeners of :func:`listen_waits` that calls to ``endpoint`` wait ``seconds``
-    (≥ :data:`WAIT_NOTICE_S`, else nothing) before a retry, because of ``why``."""
-    if seconds >= WAIT_NOTICE_S:
+    (≥ :data:`WAIT_NOTICE_S`, else nothing) before a retry, because of ``why``; ``seconds`` 0: a
+    connection that could not be made, retried with the SDK's backoff (told at once)."""
+    if seconds >= WAIT_NOTICE_S or seconds == 0:
         for listener in list(_wait_listeners):
             listener(endpoint, seconds, why)
 
