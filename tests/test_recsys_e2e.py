@@ -931,3 +931,20 @@ def test_cli_score_says_when_values_rest_on_different_instructions(tmp_path, cap
     assert "the permutation p, which compares values within each instruction, is not affected" in out
     fixed = [r for r in rows if not r.get("error") and not (r["value"] == "female" and r["items"] == ["X", "Y", "Z"])]
     assert "rest on different numbers of instructions" not in _score_console(tmp_path, capsys, fixed, name="same")
+
+
+def test_cli_score_refuses_two_spellings_of_one_value(tmp_path, capsys):
+    """Statistics review: "Male" and "male" in one lists file were scored as two values of gender
+    (two groups, an SNSR between them). Two spellings of one value (letter case, spaces) are an
+    input error naming the line and the first spelling."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+            {"instruction_id": "m1", "attribute": "gender", "value": "Male", "items": ["A", "B", "D"]},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a  MALE".replace("a  ", ""), "items": ["A", "C"]},
+            {"instruction_id": "m2", "attribute": "gender", "value": "male", "items": ["A", "C", "D"]}]
+    lists = _write_lists(tmp_path / "lists.jsonl", rows[:3] + rows[4:])
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"{lists}, line 4: field 'value': value 'male' of attribute 'gender' is 'Male' (line 2) written another "
+            "way") in err, err
+    assert not (tmp_path / "o").exists()

@@ -53,12 +53,14 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             sensitive record without ``value``, a record with no list and no ``raw``, ``true_pref``
             on only one side of a neutral/sensitive pair — naming
             the file, line and field; duplicate
-            (instruction_id, attribute, value).
+            (instruction_id, attribute, value); two spellings of one value of an attribute
+            (letter case or spaces).
     """
     p = Path(path)
     text = read_input_text(p, "lists file")
     rows: list[dict] = []
     seen: dict[tuple, int] = {}
+    spellings: dict[tuple, tuple] = {}  # (attribute, value folded) → (its first spelling, line)
     id_written: dict[str, tuple[type, int]] = {}  # instruction id → (JSON type it was first written as, line)
     for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
@@ -90,6 +92,14 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             raise LmraInputError(f"duplicate list for instruction '{key[0]}', attribute '{key[1]}', value '{key[2]}' "
                                  f"(first on line {seen[key]})", file=p, line=lineno)
         seen[key] = lineno
+        # two spellings of one value (letter case, inner spaces) would be scored as two groups (statistics
+        # review: "Male" and "male" read as two values of gender)
+        spelled = spellings.setdefault((obj["attribute"], " ".join(obj["value"].casefold().split())),
+                                       (obj["value"], lineno))
+        if spelled[0] != obj["value"]:
+            raise LmraInputError(f"value '{obj['value']}' of attribute '{obj['attribute']}' is '{spelled[0]}' (line "
+                                 f"{spelled[1]}) written another way (letter case or spaces): they would be scored as "
+                                 "two values; write one spelling", file=p, line=lineno, field="value")
         err = obj.get("error")
         if err is not None and not isinstance(err, str):
             raise LmraInputError("expected null or the error message (a string)", file=p, line=lineno, field="error")
