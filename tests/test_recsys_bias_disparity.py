@@ -367,3 +367,29 @@ def test_seed_names_and_catalog_are_read_strictly(tmp_path):
     with pytest.raises(LmraInputError) as exc:
         load_catalog(catalog)
     assert exc.value.line == 2
+
+
+def test_cli_bias_k_takes_the_first_k_distinct_items_of_a_user(tmp_path, capsys):
+    """Statistics review: with --k 2, a user whose rows were i2, i2, i5 got the top-2 {i2}: the
+    repeated row counted toward k, W vanished from the male group's recommendations and its BD
+    read −1.0. The cut takes the first k distinct items ({i2, i5}); the repeat is still said."""
+    from lmra.cli import main
+
+    (tmp_path / "items.csv").write_text("item_id,genres\ni1,X\ni2,X|Y\ni3,Y\ni4,Z\ni5,W\n")
+    (tmp_path / "recs.csv").write_text("user_id,item_id\nu1,i3\nu1,i1\nu1,i4\nu2,i2\nu2,i2\nu2,i5\nu3,i2\nu3,i3\n")
+    (tmp_path / "train.csv").write_text("user_id,item_id\nu1,i1\nu1,i2\nu1,i5\nu2,i3\nu3,i1\nu3,i4\n")
+    (tmp_path / "users.csv").write_text("user_id,gender\nu1,male\nu2,male\nu3,female\n")
+    argv = ["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
+            "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--k", "2",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 recommendation row(s) repeat a user's item of the same variant" in out
+    tab = pd.read_csv(tmp_path / "out" / "recsys_bias_disparity.csv").set_index(["group", "category"])
+    # male recommendations at k = 2: u1 {i3, i1}, u2 {i2, i5} — W (i5) is among them
+    assert tab.loc[("male", "W"), "n_rec"] == 1
+    # by hand (Mansoury et al. §3): male training W share 1/5 (u1: X, X|Y, W; u2: Y), recommended W 1/5 → BD 0
+    n_train_male = tab.xs("male")["n_train"].sum()
+    n_rec_male = tab.xs("male")["n_rec"].sum()
+    pr_t, pr_r = tab.loc[("male", "W"), "n_train"] / n_train_male, 1 / n_rec_male
+    assert tab.loc[("male", "W"), "bias_disparity"] == pytest.approx((pr_r - pr_t) / pr_t)

@@ -95,7 +95,8 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         users: groups — MovieLens ``users.dat`` (columns ``gender``, ``age_group``,
             ``occupation_label``) or a CSV with ``user_id`` and the ``group_by`` column.
         group_by: the users column that defines groups.
-        k: cut-off: the first k rows per user and variant of a CSV; the matched items among
+        k: cut-off: the first k distinct items per user and variant of a CSV (a repeated row is
+            counted once, not toward k); the matched items among
             the top-k list of a lists.jsonl (None = all rows; the run's own top-K list).
         unprotected, protected: group labels for the average-disparity difference (both or
             neither; default male and female when grouping by gender and either exists —
@@ -204,9 +205,18 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             rc["variant"] = "all"
     known(rc, "item_id", cats, recs, "item", items)
     known(rc, "user_id", groups, recs, "user", users)
-    if k and not counts:  # a CSV: its first k rows per user (a lists.jsonl was cut by rank above)
-        rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
     notes = []
+    repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
+    if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
+        lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)
+        first = f" (the first on line {lines[at]})" if lines and isinstance(at, (int, np.integer)) \
+            and 0 <= at < len(lines) else ""
+        notes.append(f"{int(repeated.sum())} recommendation row(s) repeat a user's item of the same variant{first} "
+                     "and are counted once: R is a set of items per user")
+        rc = rc[~repeated]
+    if k and not counts:  # a CSV: its first k distinct items per user (a lists.jsonl was cut by rank above;
+        # statistics review: a repeated row counted toward k, so a user got fewer than k items)
+        rc = rc.groupby(["variant", "user_id"], sort=False).head(k)
     # the input preferences are those of the users compared (Mansoury et al.): a user with
     # recommendations but no training row adds nothing to PR_T (break-it finding: training ids
     # 'u1' against recommendation ids '1' — no user's training data, every BD NaN, exit 0, no word)
@@ -230,13 +240,6 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
                 notes.append(f"group {group_by} = '{group}': none of its {len(members)} users with recommendations "
                              f"has a training row, so its input preference ratios are undefined and any difference "
                              "involving it (average disparity, eq. 4) compares recommendations with no training data")
-    repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
-    if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
-        lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)
-        first = f" (the first on line {lines[at]})" if lines and isinstance(at, (int, np.integer)) \
-            and 0 <= at < len(lines) else ""
-        notes.append(f"{int(repeated.sum())} recommendation row(s) repeat a user's item of the same variant{first} "
-                     "and are counted once: R is a set of items per user")
     tables, coverage = [], {}
     # users with training rows and a group who received nothing in a variant leave T there too
     # (T and R describe the same people): said, not silent (review finding)
