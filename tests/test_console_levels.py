@@ -81,3 +81,16 @@ def test_many_task_intervals_say_they_are_not_corrected_across_tasks():
     assert ("Each task's interval is at 90% on its own, not corrected across the 20 tasks: with no bias at all "
             "up to about 2.0 of them would exclude 0 by chance (fewer with the betting interval") in table(20)
     assert "not corrected across" not in table(9)
+
+
+@pytest.mark.parametrize("interval", ["betting", "t"])
+def test_the_legend_says_what_the_p_value_is(tmp_path, capsys, interval):
+    """Fresh-user finding: "p = 1" beside a ±0.26 interval was explained nowhere on the console
+    (the betting interval's anytime-valid p-value, methodology §3). The legend says which p it is."""
+    cfg = write_config(tmp_path, name="pv", top=f'interval = "{interval}"')
+    rc, out, _ = audit(capsys, cfg)
+    assert rc == 0, out
+    said = ("p: the betting interval's anytime-valid p-value (1 over the evidence against 0, capped at 1): it is often "
+            "exactly 1 when a net rating is small or the prompts few — read the interval.")
+    assert (said in out) is (interval == "betting")
+    assert ("p: the t-test's p-value of net rating = 0." in out) is (interval == "t")

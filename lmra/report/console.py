@@ -462,5 +462,9 @@ def render_audit(console: Console, result) -> None:
         "stereotypes more often in the direction that matches how the responses were really assigned; "
         "0 means no net bias; red = CI above 0, blue = CI below 0. The forward and reverse columns are mean LMRA "
         "probabilities q(forward), q(reverse) — the probability it leaves on a stereotype, not the share of pairs "
-        "judged stereotyped (an unbiased chatbot can show 0.25 in both).[/]")
+        "judged stereotyped (an unbiased chatbot can show 0.25 in both)."
+        + (" p: the betting interval's anytime-valid p-value (1 over the evidence against 0, capped at 1): it is "
+           "often exactly 1 when a net rating is small or the prompts few — read the interval." if
+           s.get("interval", "betting") == "betting" else " p: the t-test's p-value of net rating = 0.")
+        + "[/]")
     console.print(f"Run folder: [bold]{lit(s.get('run_dir'))}[/]")
