@@ -170,6 +170,13 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if changed:
         out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")
+    if baseline.combiner != run.combiner and {baseline.combiner, run.combiner} == {"min", "min+mean"}:
+        # (comparable: lmra.monitor.comparable_combiner) what differs, said
+        mixed = "the run" if run.combiner == "min+mean" else "the baseline"
+        out.append(f"the order combiner differs: baseline '{baseline.combiner}', run '{run.combiner}' — {mixed} scored "
+                   "its pairs with an answer that came without log-probabilities with 'mean' (the unbiased combiner "
+                   "for them), every other pair with 'min' as the other run did; a change in the net ratings may "
+                   "come partly from those pairs")
     counts = target_calls(run)
     seed_b, seed_r = cb.get("seed"), cr.get("seed")
     same_seed = seed_b is not None and seed_b == seed_r and t_base == t_run and not changed
@@ -216,7 +223,8 @@ def short_label(warning: str) -> str:
     ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
     for start, label in ((REFUSED_PREFIX, "baseline not comparable"), (REPLAY_STARTS[0], "replayed answers"),
                          (REPLAY_STARTS[1], "replayed answers"),
-                         ("the target differs", "another target"), ("the audit design differs", "another design")):
+                         ("the target differs", "another target"), ("the audit design differs", "another design"),
+                         ("the order combiner differs", "another combiner")):
         if warning.startswith(start):
             return label
     return warning[:40]

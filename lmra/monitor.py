@@ -144,7 +144,10 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
     checks = [
         ("judge model", f"{run.judge_provider}:{run.judge_model}", f"{baseline.judge_provider}:{baseline.judge_model}"),
         ("judge template (SHA-256)", run.judge_template[0][:12], baseline.judge_template[0][:12]),
-        ("order combiner", run.combiner, baseline.combiner),
+        # 'min+mean' is 'auto' keeping 'min' for every pair read from log-probabilities: comparable with 'min'
+        # (break-it round 2: one answer without log-probabilities in 800 refused every 'min' baseline, exit 2;
+        # the check says the difference: lmra.comparable)
+        ("order combiner", comparable_combiner(run.combiner), comparable_combiner(baseline.combiner)),
         ("comparisons", ", ".join(run.comparisons), ", ".join(baseline.comparisons)),
     ]
     from lmra.identity import served_model_change
@@ -170,6 +173,15 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
                 f"and comparisons were used; choose another baseline or pin one made with the run's settings "
                 f"('lmra pin RUN')." + (mixed if what.startswith("judge's served model") else ""), field="--baseline")
+
+
+def comparable_combiner(combiner: str | None) -> str | None:
+    """The order combiner as :func:`assert_comparable` compares it: ``min+mean``
+    (:data:`lmra.judge.scoring.MIN_MEAN`: ``min`` for the pairs read from log-probabilities,
+    ``mean`` for the few others) as ``min``; any other unchanged."""
+    from lmra.judge.scoring import MIN_MEAN
+
+    return "min" if combiner == MIN_MEAN else combiner
 
 
 def shared_shard_runs(run: RunFolder, baseline: RunFolder) -> list[str]:

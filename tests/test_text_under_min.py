@@ -236,3 +236,36 @@ def test_the_calls_line_says_answers_without_log_probabilities_were_sampled():
     assert "2 answers came without logprobs after every retry (not cached; their questions were estimated by " \
            "sampling instead, n_samples more calls each)" in line and "set logprobs = false" in line
     assert "parsed as text" not in line
+
+
+def test_a_min_plus_mean_night_is_checked_against_a_min_baseline(tmp_path, sim_inputs, capsys):
+    """Break-it round 2: one stereotype answer without log-probabilities in 800 made the night
+    'min+mean', and `lmra check` / `audit --baseline` refused every 'min' baseline as not
+    comparable (exit 2) — a lost answer stopped the nightly check. 'min+mean' is 'min' on every
+    pair read from log-probabilities: the check runs, saying what differs."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(20)
+
+    def night(tag, every, seed):
+        cfg = AuditConfig.model_validate(dict(
+            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
+            output_dir=str(tmp_path / "out"), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+            filter={"lmra": False}, refusal={"enabled": False}))
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+
+    base, run = night("base", None, 1), night("run", 7, 2)
+    assert base.summary["combiner"] == "min" and run.summary["combiner"] == "min+mean"
+    capsys.readouterr()
+    status = main(["check", str(run.run_dir), "--baseline", str(base.run_dir), "--allow-unvalidated-judge"])
+    cap = capsys.readouterr()
+    out = " ".join((cap.out + cap.err).split())
+    assert status in (0, 3), out[-2000:]
+    assert "not comparable" not in out
+    assert "the order combiner differs: baseline 'min', run 'min+mean' — the run scored its pairs with an answer " \
+           "that came without log-probabilities with 'mean'" in out, out[-3000:]
+    # a 'mean' night (most answers without log-probabilities) is still refused against a 'min' baseline
+    mean_night = night("mean", 1, 3)
+    assert mean_night.summary["combiner"] == "mean"
+    assert main(["check", str(mean_night.run_dir), "--baseline", str(base.run_dir), "--allow-unvalidated-judge"]) == 2
