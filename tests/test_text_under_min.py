@@ -269,3 +269,35 @@ def test_a_min_plus_mean_night_is_checked_against_a_min_baseline(tmp_path, sim_i
     mean_night = night("mean", 1, 3)
     assert mean_night.summary["combiner"] == "mean"
     assert main(["check", str(mean_night.run_dir), "--baseline", str(base.run_dir), "--allow-unvalidated-judge"]) == 2
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_the_second_lmra_is_resolved_by_how_its_answers_came(tmp_path, sim_inputs, spool):
+    """Break-it round 2: [judge2] kept 'min' for every pair with 40 % of its answers sampled (its
+    net rating 11 % above an identical first LMRA's, no word, its combiner not recorded). It is
+    resolved as the first LMRA is: 'min+mean' here, recorded, with a note; each of its pairs
+    scored as its answers came."""
+    from lmra.pairstore import read_pairs
+
+    names, prompts = sim_inputs(40)
+    tag = f"j2{spool}"
+    cfg = AuditConfig.model_validate(dict(
+        name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
+        output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}, judge2={"provider": "llamacpp"}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    second = SometimesTextJudge(3)
+    second.model_id = "scripted-2"
+    audit = Audit(cfg, target=target, judge=SometimesTextJudge(None), judge2=second)
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    s = res.summary
+    assert s["combiner"] == "min" and s["judge2_combiner"] == "min+mean"
+    notes = [w for w in s["warnings"] if "rated answers of the second LMRA (judge2)" in w]
+    assert len(notes) == 1 and notes[0].startswith("combiner 'auto' used 'min+mean': "), s["warnings"]
+    pairs = read_pairs(res.run_dir / "ratings.parquet")
+    exact = [o1["method"] == "logprobs" and o2["method"] == "logprobs"
+             for o1, o2 in zip(pairs["judge2_order1"], pairs["judge2_order2"])]
+    assert 0 < sum(exact) < len(exact)
+    for e, h, h_min, h_mean in zip(exact, pairs["judge2_h"], pairs["judge2_h_min"], pairs["judge2_h_mean"]):
+        assert h == (h_min if e else h_mean)

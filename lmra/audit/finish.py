@@ -92,6 +92,8 @@ class RatedPairSpool(PairSpool):
         self.methods: dict = {}  # the answers' methods → their codes in the extra columns
         #: how the LMRA's rated answers were read (method → answers; :func:`answer_methods`)
         self.method_counts: Counter = Counter()
+        #: the same for the second LMRA's (``judge2_`` columns)
+        self.method_counts2: Counter = Counter()
         #: the second LMRA's answers of the real pairs, reduced for its judge diagnostics
         #: (``lmra.diagnostics._Answers``; made by :func:`write_spooled_pairs` when it rescores them)
         self.judge2_answers = None
@@ -107,8 +109,9 @@ class RatedPairSpool(PairSpool):
             extra += answer_fields(a, self.methods) + answer_fields(c, self.methods)
             if isinstance(a, dict) and isinstance(c, dict):  # rated (as rescore counts them)
                 acc.add(a, c, key=key)
-                if not prefix and not row.get("placebo"):
-                    self.method_counts.update((a.get("method"), c.get("method")))
+                if not row.get("placebo"):
+                    (self.method_counts if not prefix else self.method_counts2).update((a.get("method"),
+                                                                                        c.get("method")))
         super().add(key, row, extra)
 
     def extra_columns_of(self, prefixes) -> list[str]:
@@ -281,15 +284,16 @@ def text_under_min_warning(diag: dict, combiner: str, logprobs: bool) -> str | N
             "per_task.csv's net_rating_mean and net_rating_calibrated are less affected (docs/methodology.md)")
 
 
-def answer_methods(ratings) -> Counter:
+def answer_methods(ratings, prefix: str = "") -> Counter:
     """How the LMRA's rated stereotype answers were read: ``logprobs``, ``sampled`` or
     ``text`` → number of answers (both orders of every rated pair of the real comparisons —
-    not the placebo's, as the judge diagnostics count them; a spool counted them as they came)."""
+    not the placebo's, as the judge diagnostics count them; a spool counted them as they came);
+    ``prefix`` ``"judge2_"``: the second LMRA's."""
     if isinstance(ratings, RatedPairSpool):
-        return ratings.method_counts
+        return ratings.method_counts2 if prefix else ratings.method_counts
     counts: Counter = Counter()
     for row in ([] if isinstance(ratings, PairSpool) else ratings):
-        a, c = row.get("order1"), row.get("order2")
+        a, c = row.get(f"{prefix}order1"), row.get(f"{prefix}order2")
         if isinstance(a, dict) and isinstance(c, dict) and not row.get("placebo"):
             counts.update((a.get("method"), c.get("method")))
     return counts
@@ -772,6 +776,12 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     identity = getattr(audit, "identity", None)  # chat-template tokens in answers (lmra.identity)
     warnings += identity.warnings() if identity is not None else []
     combiner2 = audit.run_combiner(cfg.judge2, audit._judge2_provider())[0] if cfg.judge2 is not None else None
+    if combiner2 is not None:  # resolved by how its answers came, as the first LMRA's (break-it round 2: it kept
+        # 'min' with 40 % of its answers sampled, +11 % against an identical first LMRA, no word)
+        combiner2, switched2 = auto_combiner_for_answers(cfg.judge2.combiner, combiner2,
+                                                         answer_methods(ratings, "judge2_"))
+        if switched2 is not None:
+            warnings.append(switched2.replace("rated LMRA answers", "rated answers of the second LMRA (judge2)", 1))
     if isinstance(ratings, PairSpool) and ratings.n_rows:  # a large run: its pairs were spooled to disk
         rdf = None
         placebo_rdf, position_logit, diag_all, diag_tasks = write_spooled_pairs(
@@ -997,6 +1007,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "interval": iv,
         "combiner": combiner,
         "combiner_setting": cfg.judge.combiner,
+        "judge2_combiner": combiner2,  # the second LMRA's, resolved by how its answers came (None: no judge2)
         # the combiner of the quality ratings, resolved by how their own answers came (None: no quality rows)
         "quality_combiner": quality_combiner,
         # the b̂ 'calibrated' removed, or None when no pair carried information on it ('calibrated'
