@@ -89,7 +89,7 @@ def combiner_dependence_warnings(overall: pd.DataFrame, combiner: str, methods: 
 COMBINERS_DISAGREE_PREFIX = "The order combiners disagree"
 
 
-def combiner_disagreement_warnings(overall: pd.DataFrame, combiner: str) -> list[str]:
+def combiner_disagreement_warnings(overall: pd.DataFrame, combiner: str, methods: dict | None = None) -> list[str]:
     """One warning per comparison whose overall net rating under ``min`` and under ``calibrated``
     differ by more than half the headline's confidence interval: the judge's preference for the
     first-shown response then moves the result more than the sampling error does, and which figure
@@ -103,12 +103,18 @@ def combiner_disagreement_warnings(overall: pd.DataFrame, combiner: str) -> list
         overall: the overall table (columns ``group_a``, ``group_b``, ``ci_low``, ``ci_high``,
             ``net_rating_min``, ``net_rating_calibrated``).
         combiner: the run's combiner (named in the line).
+        methods: how the stereotype answers were read (``{"logprobs": n, "sampled": m, …}``); any
+            answer sampled or read as text gives no warning: ``min`` of such answers is biased by
+            itself (methodology §8), so the gap would not measure a position preference (break-it
+            round 2: a sampled LMRA with no preference, b̂ −0.026, was told its preference moved
+            the result).
 
     Returns:
         the warning lines ([] when none applies or a column is missing).
     """
     need = ("ci_low", "ci_high", "net_rating_min", "net_rating_calibrated")
-    if overall.empty or any(c not in overall for c in need):
+    if overall.empty or any(c not in overall for c in need) or (methods or {}).get("sampled") \
+            or (methods or {}).get("text"):
         return []
     out = []
     for _, r in overall.iterrows():

@@ -330,3 +330,22 @@ def test_the_position_logit_of_a_partly_sampled_run_comes_from_its_exact_pairs()
     for a1, a2 in [p for p in pairs if p[0]["method"] == "sampled"] + [exact(0.6, 0.1, 0.3)] * (MIN_EXACT_PAIRS - 1):
         few.add(a1, a2)
     assert few.result() == few.result(pooled=True)  # too few exact pairs: pooled
+
+
+def test_the_combiners_disagree_warning_is_silent_for_sampled_answers():
+    """Break-it round 2: a sampled LMRA with no position preference (b̂ −0.026, 1,000 pairs) got
+    "The order combiners disagree … the LMRA's preference for the first-shown response moves the
+    result": 'min' of sampled answers is biased by itself (methodology §8), so the gap measured
+    that, not a preference. Any sampled or text answer silences the rule; the same table with
+    answers read from log-probabilities only still warns."""
+    import pandas as pd
+
+    from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX, combiner_disagreement_warnings
+
+    ov = pd.DataFrame([dict(group_a="female", group_b="male", ci_low=0.1753, ci_high=0.2325,
+                            net_rating_min=0.2391, net_rating_calibrated=0.2033)])
+    assert combiner_disagreement_warnings(ov, "mean", {"sampled": 2000}) == []
+    assert combiner_disagreement_warnings(ov, "min+mean", {"logprobs": 1500, "sampled": 500}) == []
+    assert combiner_disagreement_warnings(ov, "min", {"logprobs": 1990, "text": 10}) == []
+    [w] = combiner_disagreement_warnings(ov, "min", {"logprobs": 2000})
+    assert w.startswith(COMBINERS_DISAGREE_PREFIX)

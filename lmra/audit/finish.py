@@ -805,7 +805,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     pdm = aggregate.per_domain(scores, cfg.alpha, iv)
     ov = aggregate.overall(scores, cfg.alpha, iv)
     warnings += combiner_dependence_warnings(ov, combiner, methods)  # a significance only the order gives
-    warnings += combiner_disagreement_warnings(ov, combiner)  # a position preference that moves the result
+    warnings += combiner_disagreement_warnings(ov, combiner, methods)  # a position preference moving the result
     positional = positional_refusal_warning(scores) if cfg.refusal.enabled else None
     if positional is not None:  # refusal labels given by the options' order alone
         warnings.append(positional)
