@@ -342,6 +342,9 @@ class CallCache:
         #: pair memo rows left unstored when the cache closed or flushed (their pairs are only
         #: rated again, from the cached calls, by a re-run)
         self.memo_dropped = 0
+        self._memo_said = False
+        #: answered calls this connection wrote to the database
+        self.n_stored = 0
         #: the log on another disk the held calls were spilled to (:meth:`_spill`): None before
         #: a spill was tried, False when no folder could take them
         self._failed_at = 0.0  # when the last write failed (time.monotonic)
@@ -482,13 +485,19 @@ class CallCache:
         keys = self._keys
         if keys is not None and key not in keys and self._keys_valid():
             return None
-        with self._lock:
-            row = self._db.execute("SELECT rowid, result FROM calls WHERE key = ?", (key,)).fetchone()
-            if row is not None and 4 * self._ahead_used >= self._ahead_read - 4 * READ_AHEAD_ROWS:
-                ahead = self._db.execute("SELECT key, result FROM calls WHERE rowid > ? AND rowid <= ?",
-                                         (row[0], row[0] + READ_AHEAD_ROWS)).fetchall()
-                self._ahead = dict(ahead)
-                self._ahead_read += len(ahead)
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT rowid, result FROM calls WHERE key = ?", (key,)).fetchone()
+                if row is not None and 4 * self._ahead_used >= self._ahead_read - 4 * READ_AHEAD_ROWS:
+                    ahead = self._db.execute("SELECT key, result FROM calls WHERE rowid > ? AND rowid <= ?",
+                                             (row[0], row[0] + READ_AHEAD_ROWS)).fetchall()
+                    self._ahead = dict(ahead)
+                    self._ahead_read += len(ahead)
+        except sqlite3.DatabaseError as exc:
+            damaged = self._read_failed(exc)
+            if damaged is None:
+                raise
+            raise damaged from None
         if row is None:
             self._misses += 1
             if self._misses >= self._next_snapshot_at:
@@ -637,10 +646,11 @@ class CallCache:
         except (OSError, sqlite3.Error) as exc:
             if memo and is_damage(exc):  # the memo's pages may be the damaged ones: its rows are only an
                 self.damaged = io_reason(exc)  # optimisation, so the calls are tried again without them
-                self._drop_memo_rows()
-                if calls or releases:
-                    return self._write_pending()
-                return True
+                n = self._drop_memo_rows(say=False)
+                written = self._write_pending() if calls or releases else True
+                if written:  # (said only once the calls are stored: else the calls' failure is what counts)
+                    self._say_memo_dropped(n)
+                return written
             self.write_failures += 1
             self._failed_at = time.monotonic()
             if is_damage(exc) and not self._damage_said:
@@ -655,6 +665,7 @@ class CallCache:
         if self.write_failures and self.on_write_error is not None:
             self.on_write_error(f"the call cache {self.path} is writable again: {len(self.pending)} held call(s) "
                                 "written")
+        self.n_stored += len(calls)
         for held, written in ((self.pending, calls), (self._memo_pending, memo)):
             for key, row in written:
                 if held.get(key) is row:  # not stored again meanwhile
@@ -699,11 +710,25 @@ class CallCache:
         """The message of a damaged cache file (:attr:`damaged` set): what was found, where the
         answered calls it could not store are kept, and how to go on."""
         held = (f"{len(self.pending)} answered call(s) of this run could not be stored: " + self._fate_of_pending()
-                if self.pending else "no answered call of this run was lost")
-        return (f"the call cache is damaged ({self.damaged}); {held}. Move the file aside (with its -wal and -shm "
+                if self.pending else "")
+        stored = (f"{self.n_stored} answered call(s) of this run were stored in it before the damage was met: "
+                  f"'sqlite3 {self.path} .recover | sqlite3 NEW.sqlite' saves its readable rows (then set 'cache' to "
+                  "NEW.sqlite), where moving it aside asks them again" if self.n_stored else "")
+        kept = "; ".join(t for t in (held, stored) if t) or "no answered call of this run was lost"
+        return (f"the call cache is damaged ({self.damaged}); {kept}. Move the file aside (with its -wal and -shm "
                 "files; the -answers-*.log files beside it stay, the next cache at this path stores them) and run the "
                 "same command again: the calls the damaged file held are asked again (the sqlite3 tool's .recover "
                 "can save its readable rows into a new file first)")
+
+    def _read_failed(self, exc: BaseException) -> "LmraIOError | None":
+        """The error a failed read of the database raises: for a damaged file (:func:`is_damage`),
+        :class:`LmraIOError` with :meth:`damage_text` (break-it round 2: the generic "database disk
+        image is malformed" said nothing of this run's calls, stored in the damaged file); None for
+        any other error (raised as it is)."""
+        if not is_damage(exc):
+            return None
+        self.damaged = self.damaged or io_reason(exc)
+        return LmraIOError(self.damage_text(), path=self.path)
 
     def _held_where(self) -> str:
         log = self._answers
@@ -711,17 +736,25 @@ class CallCache:
             return f"they are kept in its answer log {log.path} meanwhile"
         return "they are held in memory meanwhile"
 
-    def _drop_memo_rows(self) -> None:
+    def _drop_memo_rows(self, say: bool = True) -> int:
         """Give up the pair memo rows that could not be written (only an optimisation: a re-run
-        rates their pairs again from the cached calls), counted in :attr:`memo_dropped` and said
-        through ``on_write_error``."""
+        rates their pairs again from the cached calls), counted in :attr:`memo_dropped` and (with
+        ``say``) said through ``on_write_error``; returns how many."""
         n = len(self._memo_pending)
         if not n:
-            return
+            return 0
         self._memo_pending.clear()
-        first = not self.memo_dropped
         self.memo_dropped += n
-        if first and self.on_write_error is not None:
+        if say:
+            self._say_memo_dropped(n)
+        return n
+
+    def _say_memo_dropped(self, n: int) -> None:
+        """Say once that pair memo rows are given up (``n``: this time's)."""
+        if self._memo_said or not n:
+            return
+        self._memo_said = True
+        if self.on_write_error is not None:
             what = ("is damaged: no pair memo row is stored in it from now on" if self.damaged is not None else
                     f"could not store {n} pair memo row(s)")
             self.on_write_error(f"the call cache {self.path} {what} ({self.damaged or 'not writable'}); the run's "

@@ -247,3 +247,35 @@ def test_a_cache_whose_calls_table_is_damaged_fails_at_once_saying_so(tmp_path):
     assert "disk full" not in text and "free space" not in text
     assert any("is damaged" in s and "kept in its answer log" in s for s in said), said
     cache.close()
+
+
+def test_damage_met_by_a_lookup_names_the_damage_and_this_runs_stored_calls(tmp_path):
+    """Break-it round 2: damage in the calls' key index, met by a lookup, ended with the generic
+    "DatabaseError: database disk image is malformed", whose advice — move the file aside — asks
+    again the calls this run had stored in it. The lookup's failure says the cache is damaged, how
+    many of this run's answers it holds and how to save them (.recover)."""
+    import sqlite3
+
+    from lmra.errors import LmraIOError
+    from lmra.providers.base import ChatResult
+
+    path = tmp_path / "c.sqlite"
+    _P = _cache_with_rows(path)
+    db = sqlite3.connect(path)
+    (index,) = db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'calls'").fetchone()
+    db.close()
+    cache = CallCache(path)
+    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
+    cache.put(request_key("openai", _P.base_url, "m", req), _P(), req, ChatResult(text="fresh"))
+    cache.flush()
+    assert cache.n_stored == 1
+    cache._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _damage_table(path, index)  # (the connection reads the damaged page from disk at its next lookup)
+    missing = ChatRequest(messages=[Message(role="user", content="other")], temperature=0.0, max_tokens=5, seed=1)
+    with pytest.raises(LmraIOError) as err:
+        cache.get(request_key("openai", _P.base_url, "m", missing))
+    text = str(err.value)
+    assert "the call cache is damaged (database disk image is malformed)" in text, text
+    assert f"1 answered call(s) of this run were stored in it before the damage was met: 'sqlite3 {path} .recover" \
+           in text
+    cache.close()
