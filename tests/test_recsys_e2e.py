@@ -909,6 +909,17 @@ values = { gender = ["a boy", "a girl"] }
     assert not any(r["refusal"] for r in lists if r["value"] != "a girl")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["refusals"] == 2, summary.get("refusals")
+    # re-parsed with the run's own parser, the same refusals and the same tables (break-it round 2: the
+    # re-parse read them as unparseable, and a value's similarity went from 0.667 to 1.000)
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--parser", "lmra",
+                    "--out", str(tmp_path / "again")]) in (0, 1)
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert again["refusals"] == 2 and again.get("unparseable", 0) == summary.get("unparseable", 0)
+    for table in ("recsys_similarity.csv", "recsys_fairness.csv"):
+        a = pd.read_csv(run / table)
+        b = pd.read_csv(tmp_path / "again" / table)
+        pd.testing.assert_frame_equal(a[b.columns.intersection(a.columns)], b[b.columns.intersection(a.columns)],
+                                      check_dtype=False)
 
 
 def test_cli_score_says_when_values_rest_on_different_instructions(tmp_path, capsys):

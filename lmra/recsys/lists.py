@@ -16,7 +16,7 @@ from lmra.fileio import write_csv
 from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
-from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list
+from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused
 from lmra.recsys.scoring import build_summary, nothing_scored, nothing_scored_message, score_frame
 from lmra.runfolder import package_versions
 
@@ -205,8 +205,11 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
             put(key, value)
         return keys
     parsed = parse_list(raw)
-    for key in ("refusal", "parse_failed", "n_dropped", "n_duplicates"):
+    stopped = provider_refused(obj.get("finish_reason"), parsed.items)  # as the run read it (break-it round 2)
+    for key in ("n_dropped", "n_duplicates"):
         put(key, getattr(parsed, key))
+    put("refusal", parsed.refusal or stopped)
+    put("parse_failed", parsed.parse_failed and not stopped)
     put("empty_parse", False)
     return parsed.keys
 

@@ -221,6 +221,17 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     return "none", []
 
 
+def provider_refused(finish_reason, items: Sequence) -> bool:
+    """True when the provider itself stopped an answer as a refusal (``finish_reason``
+    ``refusal`` — Anthropic's stop reason — or ``content_filter``) and it holds no list
+    (``items`` empty): a refusal whatever its text (break-it finding: an empty one was counted
+    as a parse failure, "not a refusal"). One rule for a run's records and a re-parse of them
+    (:mod:`lmra.recsys.records`, :func:`lmra.recsys.lists.read_lists`)."""
+    from lmra.providers.base import FILTER_FINISH_REASONS
+
+    return isinstance(finish_reason, str) and finish_reason in FILTER_FINISH_REASONS and not items
+
+
 def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | None = None) -> ParsedList:
     """Parse a recommendation answer into a ranked list of titles.
 

@@ -16,13 +16,12 @@ import numpy as np
 
 from lmra.data import csv_records
 from lmra.errors import LmraInputError, read_input_text
-from lmra.providers.base import FILTER_FINISH_REASONS
 from lmra.recsys import movielens as ml
 from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext, find_path
 from lmra.recsys.instructions import Instruction
 from lmra.recsys.metrics import top_k
-from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list
+from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list, provider_refused
 
 
 def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list[str]]]:
@@ -115,7 +114,7 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
     # a provider's own refusal (Anthropic's stop_reason "refusal", OpenAI's "content_filter") with
     # no list is a refusal, whatever its text (break-it finding: an empty one was "unparseable …
     # not a refusal", 0 refusals counted)
-    stopped = ans.get("finish_reason") in FILTER_FINISH_REASONS and not parsed.items
+    stopped = provider_refused(ans.get("finish_reason"), parsed.items)
     rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format,
             "refusal": parsed.refusal or stopped, "parse_failed": parsed.parse_failed and not stopped, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
             "n_duplicates": parsed.n_duplicates, "template_tokens": parsed.template_tokens}
