@@ -756,6 +756,8 @@ def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsy
     ('{"k": 5, "convention": "bogus"}', "convention", "has convention 'bogus', which this version does not know"),
     ("not json", "k", "cannot be read (not JSON"),
     ("[1]", "k", "is not a JSON object"),
+    ('{"k": 0}', "k", "has k = 0, not between 1 and"),  # (break-it round 2: named as a bad --k not given)
+    ('{"k": 5, "seed": 10000000000000000000000}', "seed", "has seed = 10000000000000000000000, not between"),
 ])
 def test_recsys_score_names_a_damaged_run_manifest_beside_the_lists(tmp_path, capsys, manifest, field, said):
     """Break-it finding: a manifest.json beside the lists file with "k": "abc" (or a bogus

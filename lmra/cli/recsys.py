@@ -86,17 +86,25 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     from lmra.recsys.run import score_lists
 
     beside = Path(args.lists).parent / "manifest.json"  # a run's lists: its own K, convention and seed by default
+    k_from = None
     if args.k is None:  # (fresh-user finding: a K = 5 run was re-scored at K = 20, its numbers changed silently)
-        args.k = _run_value(beside, "k", 20)
+        args.k, k_from = _run_value(beside, "k", 20), beside
     if not 1 <= args.k <= MAX_K:
+        if k_from is not None and beside.exists():  # (break-it round 2: named as a bad --k that was not given)
+            raise LmraInputError(f"the run manifest beside the lists file has k = {args.k}, not between 1 and {MAX_K}: "
+                                 "give --k", file=beside, field="k")
         raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
     permutations = DEFAULT_PERMUTATIONS if args.permutations is None else args.permutations
     if not 0 <= permutations <= MAX_PERMUTATIONS:
         raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
                              f"got {permutations}", field="--permutations")
+    seed_from = None
     if args.seed is None:
-        args.seed = _run_value(beside, "seed", 0)
+        args.seed, seed_from = _run_value(beside, "seed", 0), beside
     if not MIN_SEED <= args.seed <= MAX_SEED:
+        if seed_from is not None and beside.exists():
+            raise LmraInputError(f"the run manifest beside the lists file has seed = {args.seed}, not between "
+                                 f"{MIN_SEED} and {MAX_SEED}: give --seed", file=beside, field="seed")
         raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
     if out is None:  # a folder of its own, as lmra recsys's (claimed when the scores are written)
