@@ -746,6 +746,15 @@ def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsy
                     "--unprotected", "U", "--protected", "P", "--out", str(run)]) == 2
     assert "is a run folder" in " ".join(capsys.readouterr().err.split())
     assert sorted(os.listdir(run)) == ["manifest.json"]
+    # nor into a reports folder (the run history) or the warehouse (break-it round 2)
+    reports = tmp_path / "reports"
+    (reports / "warehouse" / "per_task" / "run=x").mkdir(parents=True)
+    (reports / "history.sqlite").write_bytes(b"")
+    for out, what in ((reports, "is a reports folder (it holds the run history)"),
+                      (reports / "warehouse", "is the warehouse")):
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(out)]) == 2
+        assert what in " ".join(capsys.readouterr().err.split())
+        assert not (out / "manifest.json").exists()
     scores = tmp_path / "scores"  # a folder of recsys score's own: written again
     for _ in range(2):
         assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(scores)]) == 0

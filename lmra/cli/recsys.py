@@ -136,6 +136,14 @@ def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
     counts gone, and a later re-score read K from the new manifest)."""
     import json
 
+    if (out / "history.sqlite").exists() or any(
+            (out / t).is_dir() and any(c.name.startswith("run=") for c in (out / t).iterdir())
+            for t in ("per_pair", "per_task")):
+        # (break-it round 2: a reports folder or the warehouse took a manifest and CSVs, and the warehouse
+        # could no longer be read as one Parquet dataset)
+        what = "a reports folder (it holds the run history)" if (out / "history.sqlite").exists() else "the warehouse"
+        raise LmraInputError(f"is {what}: this command's files belong in a folder of their own; give --out another "
+                             "folder (by default a new <output-dir>/<timestamp>-… folder)", file=out, field="--out")
     manifest = out / "manifest.json"
     if not manifest.exists():
         return
