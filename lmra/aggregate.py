@@ -693,20 +693,23 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def prompt_scores_sql(pairs) -> pd.DataFrame:
+def prompt_scores_sql(pairs, column: str = "h") -> pd.DataFrame:
     """:func:`lmra.runfolder.prompt_scores` computed with DuckDB over a per-pair file: one row
-    per (comparison, domain, task, prompt_id) with the mean ``h`` of its counted pairs and ``n_pairs``."""
-    con, have = _source(pairs, ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", "h"])
+    per (comparison, domain, task, prompt_id) with the mean ``h`` of its counted pairs and ``n_pairs``
+    (``column``: the pair score averaged, as there)."""
+    con, have = _source(pairs, ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", column])
     cols = ["comparison", "domain", "task", "prompt_id", "h", "n_pairs"]
-    if "h" not in have:
+    if column not in have:
         return pd.DataFrame(columns=cols)
     flag = lambda c: f"coalesce({c}, false)" if c in have else "false"  # noqa: E731
     keys = "comparison, domain, task, prompt_id"
     from lmra.pairstore import sql_isnan
 
-    counted = (f"FROM pairs WHERE {flag('valid')} AND NOT {flag('failed')} AND NOT {flag('refused')} "
-               f"AND h IS NOT NULL AND NOT {sql_isnan('h')}")
-    scores = con.execute(f"SELECT dense_rank() OVER (ORDER BY {keys}) - 1 AS g, h {counted} ORDER BY row_no").fetchnumpy()
+    valid = f"{flag('valid')} AND " if column == "h" else ""
+    counted = (f"FROM pairs WHERE {valid}NOT {flag('failed')} AND NOT {flag('refused')} "
+               f"AND \"{column}\" IS NOT NULL AND NOT {sql_isnan(column)}")
+    scores = con.execute(f"SELECT dense_rank() OVER (ORDER BY {keys}) - 1 AS g, \"{column}\" AS h {counted} "
+                         "ORDER BY row_no").fetchnumpy()
     if not len(scores["g"]):
         return pd.DataFrame(columns=cols)
     # the mean over the prompt's pairs in file order, by pandas' own group mean: the same floats

@@ -339,6 +339,7 @@ class CallCache:
         #: a write), or None: held calls are then not retried (no wait can mend the file)
         self.damaged: str | None = None
         self._damage_said = False  # the calls' failed write said so
+        self._read_damage = False  # a lookup met the damage: nothing more is written to the file
         #: pair memo rows left unstored when the cache closed or flushed (their pairs are only
         #: rated again, from the cached calls, by a re-run)
         self.memo_dropped = 0
@@ -621,6 +622,8 @@ class CallCache:
         it), in one transaction; True when no call is left pending."""
         if not self.pending and not self._releases and not self._memo_pending:
             return True
+        if self._read_damage:  # a damaged file met by a lookup takes no more rows: the answer log keeps them
+            return False  # (break-it round 3: ~100 answers of the calls then in flight went into the damaged file)
         # what this write holds; calls and memo rows stored meanwhile (by another thread while
         # SQLite commits) stay for the next write. The memo rows are taken first: their calls,
         # stored before them, are then among the calls taken (or written already)
@@ -711,14 +714,16 @@ class CallCache:
         answered calls it could not store are kept, and how to go on."""
         held = (f"{len(self.pending)} answered call(s) of this run could not be stored: " + self._fate_of_pending()
                 if self.pending else "")
-        stored = (f"{self.n_stored} answered call(s) of this run were stored in it before the damage was met: "
-                  f"'sqlite3 {self.path} .recover | sqlite3 NEW.sqlite' saves its readable rows (then set 'cache' to "
-                  "NEW.sqlite), where moving it aside asks them again" if self.n_stored else "")
+        stored = (f"{self.n_stored} answered call(s) of this run were stored in it before the damage was met, "
+                  "and are asked again unless its readable rows are saved first (below)" if self.n_stored else "")
         kept = "; ".join(t for t in (held, stored) if t) or "no answered call of this run was lost"
-        return (f"the call cache is damaged ({self.damaged}); {kept}. Move the file aside (with its -wal and -shm "
-                "files; the -answers-*.log files beside it stay, the next cache at this path stores them) and run the "
-                "same command again: the calls the damaged file held are asked again (the sqlite3 tool's .recover "
-                "can save its readable rows into a new file first)")
+        return (f"the call cache is damaged ({self.damaged}); {kept}; calls answered from now on are kept in its "
+                "answer log, not written to it. Move the file aside (with its -wal and -shm files; the "
+                "-answers-*.log files beside it stay: the next cache at this path stores them) and run the same "
+                "command again: the calls the damaged file held are asked again. To save its readable rows first: "
+                f"'sqlite3 {self.path} .recover | sqlite3 RECOVERED.sqlite', then put RECOVERED.sqlite at "
+                f"{self.path} (the .recover command needs a sqlite3 tool built with it: Debian's 3.40 answers "
+                "\"SQL logic error\")")
 
     def _read_failed(self, exc: BaseException) -> "LmraIOError | None":
         """The error a failed read of the database raises: for a damaged file (:func:`is_damage`),
@@ -728,6 +733,7 @@ class CallCache:
         if not is_damage(exc):
             return None
         self.damaged = self.damaged or io_reason(exc)
+        self._read_damage = True
         return LmraIOError(self.damage_text(), path=self.path)
 
     def _held_where(self) -> str:

@@ -170,13 +170,7 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if changed:
         out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")
-    if baseline.combiner != run.combiner and {baseline.combiner, run.combiner} == {"min", "min+mean"}:
-        # (comparable: lmra.monitor.comparable_combiner) what differs, said
-        mixed = "the run" if run.combiner == "min+mean" else "the baseline"
-        out.append(f"the order combiner differs: baseline '{baseline.combiner}', run '{run.combiner}' — {mixed} scored "
-                   "its pairs with an answer that came without log-probabilities with 'mean' (the unbiased combiner "
-                   "for them), every other pair with 'min' as the other run did; a change in the net ratings may "
-                   "come partly from those pairs")
+
     counts = target_calls(run)
     seed_b, seed_r = cb.get("seed"), cr.get("seed")
     same_seed = seed_b is not None and seed_b == seed_r and t_base == t_run and not changed
@@ -218,13 +212,27 @@ REPLAY_STARTS = ("the run drew with the baseline's seed", "the run made no fresh
 REFUSED_PREFIX = "nothing was checked: the baseline is not comparable — "
 
 
+def combiner_note(baseline, run) -> str | None:
+    """The note of a check between a ``min`` and a ``min+mean`` run (comparable:
+    :func:`lmra.monitor.comparable_combiner`), which the check compares under ``mean``; None when
+    their combiners are the same. Not a warning of :func:`comparability_warnings`: the check is
+    still one of two nights of one chatbot (an answer without log-probabilities now and then must
+    not page anyone)."""
+    if baseline.combiner == run.combiner or {baseline.combiner, run.combiner} != {"min", "min+mean"}:
+        return None
+    mixed = "the run" if run.combiner == "min+mean" else "the baseline"
+    return (f"the order combiner differs: baseline '{baseline.combiner}', run '{run.combiner}' — {mixed} scored its "
+            "pairs with an answer that came without log-probabilities with 'mean' (the unbiased combiner for them), "
+            "the others with 'min'; this check compares both runs under 'mean' (every pair's mean of its two "
+            "orders, scored alike in both), so its H columns are those, not the runs' headlines")
+
+
 def short_label(warning: str) -> str:
     """Two or three words for a warning of :func:`comparability_warnings` (a table cell):
     ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
     for start, label in ((REFUSED_PREFIX, "baseline not comparable"), (REPLAY_STARTS[0], "replayed answers"),
                          (REPLAY_STARTS[1], "replayed answers"),
-                         ("the target differs", "another target"), ("the audit design differs", "another design"),
-                         ("the order combiner differs", "another combiner")):
+                         ("the target differs", "another target"), ("the audit design differs", "another design")):
         if warning.startswith(start):
             return label
     return warning[:40]

@@ -44,7 +44,7 @@ import pandas as pd
 
 from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError
-from lmra.comparable import REFUSED_PREFIX, comparability_warnings
+from lmra.comparable import REFUSED_PREFIX, combiner_note, comparability_warnings
 from lmra.history import History, history_path
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
@@ -147,7 +147,8 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
         # 'min+mean' is 'auto' keeping 'min' for every pair read from log-probabilities: comparable with 'min'
         # (break-it round 2: one answer without log-probabilities in 800 refused every 'min' baseline, exit 2;
         # the check says the difference: lmra.comparable)
-        ("order combiner", comparable_combiner(run.combiner), comparable_combiner(baseline.combiner)),
+        ("order combiner", comparable_combiner(run.combiner), comparable_combiner(baseline.combiner),
+         run.combiner, baseline.combiner),
         ("comparisons", ", ".join(run.comparisons), ", ".join(baseline.comparisons)),
     ]
     from lmra.identity import served_model_change
@@ -166,8 +167,9 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
                  "mixes both the same way (its ratings are the new model's). To go on with the new judge, pin "
                  f"this run ('lmra pin {run.run_id}'): later nights mix alike and are compared with it; nights "
                  "before the update stay comparable with each other only.")
-    for what, mine, theirs in checks:
+    for what, mine, theirs, *shown in checks:
         if mine != theirs:
+            mine, theirs = shown or (mine, theirs)  # (the combiners as recorded: break-it round 3)
             raise NotComparable(
                 f"baseline {baseline.run_id} is not comparable with run {run.run_id}: its {what} is '{theirs}', "
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
@@ -260,6 +262,9 @@ class CheckResult:
     judge_failed: bool = False
     identity_changes: list[str] = field(default_factory=list)
     comparability: list[str] = field(default_factory=list)
+    #: notes on how the check compared the runs (a 'min' and a 'min+mean' run: under 'mean',
+    #: :func:`lmra.comparable.combiner_note`); not comparability warnings
+    notes: list[str] = field(default_factory=list)
     replayed: bool = False
     judge_waived_by: dict[str, str] = field(default_factory=dict)
     run_status: str = "unknown"
@@ -685,8 +690,12 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     alpha = check_alpha(alpha)
     assert_comparable(run, baseline)
     keys = ["comparison", "domain", "task"]
-    a = run.prompt_scores
-    b = baseline.prompt_scores
+    # 'min' against 'min+mean': both runs' pairs under 'mean', which scored every pair of both alike (break-it
+    # round 3: each run's own combiner, a 45 %-sampled 'min+mean' baseline against a 'min' night of the same
+    # chatbot flagged both tasks — 'min' and 'mean' differ under a position preference)
+    column = "h" if run.combiner == baseline.combiner else "h_mean"
+    a = run.prompt_scores_of(column)
+    b = baseline.prompt_scores_of(column)
     labels_a = {tuple(k) for k in run.per_task[keys].itertuples(index=False)}
     labels_b = {tuple(k) for k in baseline.per_task[keys].itertuples(index=False)}
     samples = []  # (key, tonight's per-prompt scores, the baseline's), the tasks then the overall rows
@@ -757,6 +766,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=(warned := comparability_warnings(baseline, run, history)),
+                       notes=[n for n in (combiner_note(baseline, run),) if n],
                        replayed=_replayed_all(run, warned, history),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},

@@ -332,28 +332,37 @@ class RunFolder:
 
     @property
     def prompt_scores(self) -> pd.DataFrame:
-        """See :func:`prompt_scores`."""
-        if "prompt_scores" not in self._cache:
+        """See :func:`prompt_scores` (the pairs' ``h``: the run's combiner)."""
+        return self.prompt_scores_of("h")
+
+    def prompt_scores_of(self, column: str = "h") -> pd.DataFrame:
+        """:func:`prompt_scores` of the pair score ``column``: ``h`` (the run's combiner) or
+        ``h_mean`` (every pair's mean of its two orders; a pair counts when that score exists)."""
+        name = f"prompt_scores:{column}"
+        if name not in self._cache:
             from lmra.pairstore import is_small
 
             if "ratings" in self._cache or is_small(self.pairs_path):
-                self._cache["prompt_scores"] = prompt_scores(self.ratings_columns(
-                    ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", "h"]))
+                self._cache[name] = prompt_scores(self.ratings_columns(
+                    ["comparison", "domain", "task", "prompt_id", "valid", "failed", "refused", column]),
+                    column=column)
             else:
                 from lmra.aggregate import prompt_scores_sql
                 from lmra.pairstore import reading
 
                 with reading(self.pairs_path):
-                    self._cache["prompt_scores"] = prompt_scores_sql(self.pairs_path)
-        return self._cache["prompt_scores"]
+                    self._cache[name] = prompt_scores_sql(self.pairs_path, column=column)
+        return self._cache[name]
 
 
-def prompt_scores(ratings: pd.DataFrame) -> pd.DataFrame:
+def prompt_scores(ratings: pd.DataFrame, column: str = "h") -> pd.DataFrame:
     """Per-prompt mean pair score: the independent unit of the tests in methodology §8.
 
     Args:
         ratings: per-pair rows with ``comparison, domain, task, prompt_id, valid, failed, h``
             and optionally ``refused``.
+        column: the pair score averaged, ``h`` (the run's combiner, counting its valid pairs)
+            or another combiner's (``h_mean``: counting the pairs it scores), returned as ``h``.
 
     Returns:
         One row per (comparison, domain, task, prompt_id) with ``h`` = mean of the pairs'
@@ -367,11 +376,13 @@ def prompt_scores(ratings: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     flag = lambda col: (ratings[col].fillna(False).astype(bool) if col in ratings  # noqa: E731
                         else pd.Series(False, index=ratings.index))
-    ok = ratings[flag("valid") & ~flag("failed") & ~flag("refused")]
-    ok = ok[ok["h"].notna()]
+    if column not in ratings:
+        return pd.DataFrame(columns=cols)
+    ok = ratings[(flag("valid") if column == "h" else True) & ~flag("failed") & ~flag("refused")]
+    ok = ok[ok[column].notna()]
     if ok.empty:
         return pd.DataFrame(columns=cols)
-    g = ok.groupby(["comparison", "domain", "task", "prompt_id"], sort=True)["h"]
+    g = ok.groupby(["comparison", "domain", "task", "prompt_id"], sort=True)[column]
     out = g.agg(["mean", "size"]).reset_index().rename(columns={"mean": "h", "size": "n_pairs"})
     return out[cols]
 

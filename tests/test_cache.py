@@ -276,6 +276,25 @@ def test_damage_met_by_a_lookup_names_the_damage_and_this_runs_stored_calls(tmp_
         cache.get(request_key("openai", _P.base_url, "m", missing))
     text = str(err.value)
     assert "the call cache is damaged (database disk image is malformed)" in text, text
-    assert f"1 answered call(s) of this run were stored in it before the damage was met: 'sqlite3 {path} .recover" \
-           in text
+    assert "1 answered call(s) of this run were stored in it before the damage was met" in text
+    assert f"'sqlite3 {path} .recover | sqlite3 RECOVERED.sqlite', then put RECOVERED.sqlite at {path}" in text
+    # a call answered after (one in flight when the damage was met) goes to the answer log, not into the file
+    # (break-it round 3: ~100 such answers were written into the damaged file, lost when it was moved aside)
+    late = ChatRequest(messages=[Message(role="user", content="late")], temperature=0.0, max_tokens=5, seed=1)
+    late_key = request_key("openai", _P.base_url, "m", late)
+    cache.put(late_key, _P(), late, ChatResult(text="late answer"))
+    with pytest.raises(LmraIOError):
+        cache.flush()
+    assert cache.n_stored == 1
     cache.close()
+    logs = list(tmp_path.glob("c.sqlite-answers-*.log"))
+    assert len(logs) == 1 and "late answer" in logs[0].read_text(encoding="utf-8", errors="replace")
+    # moved aside, the next cache at the path stores it
+    for f in tmp_path.glob("c.sqlite*"):
+        if "-answers-" not in f.name:
+            f.rename(f.with_name(f.name.replace("c.sqlite", "damaged.sqlite")))
+    fresh = CallCache(path)
+    try:
+        assert fresh.get(late_key).text == "late answer"
+    finally:
+        fresh.close()

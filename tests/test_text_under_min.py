@@ -263,8 +263,19 @@ def test_a_min_plus_mean_night_is_checked_against_a_min_baseline(tmp_path, sim_i
     out = " ".join((cap.out + cap.err).split())
     assert status in (0, 3), out[-2000:]
     assert "not comparable" not in out
-    assert "the order combiner differs: baseline 'min', run 'min+mean' — the run scored its pairs with an answer " \
-           "that came without log-probabilities with 'mean'" in out, out[-3000:]
+    assert "Note: the order combiner differs: baseline 'min', run 'min+mean' — the run scored its pairs with an " \
+           "answer that came without log-probabilities with 'mean'" in out, out[-3000:]
+    assert "this check compares both runs under 'mean'" in out and "warning: the order combiner" not in out
+    # compared under 'mean': the H columns are both runs' per-prompt means of h_mean (break-it round 3: each run's
+    # own combiner flagged an unchanged chatbot when its position preference set 'min' and 'mean' apart)
+    from lmra.monitor import check_regression
+    from lmra.runfolder import load_run
+
+    result = check_regression(load_run(run.run_dir), load_run(base.run_dir))
+    r = result.tests.set_index("task")
+    for task, g in run.ratings.groupby("task"):
+        assert r.loc[task, "h_run"] == pytest.approx(g["h_mean"].mean())
+    assert result.notes and not [w for w in result.comparability if "combiner" in w]
     # a 'mean' night (most answers without log-probabilities) is still refused against a 'min' baseline
     mean_night = night("mean", 1, 3)
     assert mean_night.summary["combiner"] == "mean"

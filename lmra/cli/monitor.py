@@ -124,6 +124,8 @@ def print_check(console: Console, result) -> None:
         print_warning(line + " (baseline → run)")
     for line in getattr(result, "comparability", []):  # another target, design, or a replay (lmra.comparable)
         print_warning(line)
+    for line in getattr(result, "notes", []):  # how the runs were compared (a 'min' and a 'min+mean' run)
+        console.print(f"[yellow]Note: {lit(line)}.[/]")
     regs = result.regressions
     overall_regs = getattr(result, "overall_regressions", ())
     if getattr(result, "replayed", False):  # the verdict is no_conclusion whatever the replayed numbers show

@@ -41,7 +41,7 @@ from lmra.fileio import write_text
 from lmra.comparable import short_label
 from lmra.gates import read_gates
 from lmra.history import not_finished_words
-from lmra.monitor import detectable_words
+from lmra.monitor import comparable_combiner, detectable_words
 from lmra.report.plots import BLUE, GREY, RED
 from lmra.runfolder import finite
 
@@ -322,7 +322,8 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
                          out_dir)
         rows.append(row)
         task_marks[i], overall_marks[i] = _night_marks(check, gates, metrics, i)
-        judge = (r.judge_provider, r.judge_model, r.judge_template_sha256, r.combiner)
+        # ('min' and 'min+mean' are compared by the check: no change mark; break-it round 3)
+        judge = (r.judge_provider, r.judge_model, r.judge_template_sha256, comparable_combiner(r.combiner))
         if prev is not None and judge != prev:
             what = [w for w, a, b in zip(("provider", "model", "template", "combiner"), prev, judge) if a != b]
             judge_changes.append({"x": i, "text": f"judge changed ({', '.join(what)}): {prev[0]}:{prev[1]} → "
