@@ -1229,10 +1229,12 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
     found = found[np.isfinite(found)]
     n_max = int(found.max()) if len(found) else MAX_PROMPTS_SIM  # (no n found: the search went to the bound)
     used = _sims_for(n_max, sims, design, 0)
-    capped = "" if used >= sims else (f" (fewer where n is large: {used:,} at n = {n_max:,}, about {_SIM_BUDGET:,} "
-                                      "simulated prompts per n; the Monte Carlo SE says how precise each power is)")
+    capped = "" if used >= sims else (f" (fewer at larger n: {used:,} at n = {n_max:,}; about {_SIM_BUDGET:,} "
+                                      "simulated prompts per n at most; the Monte Carlo SE says how precise each "
+                                      "power is)")
     df.attrs["assumptions"] = (
-        f"Simulated {sims:,} audits per n{capped} from {source}. Planned for {effect}: stereotyped prompts are added "
+        f"Simulated {f'{sims:,}' if not capped else f'up to {min(sims, _SIM_BUDGET // MIN_PROMPTS):,}'} audits "
+        f"per n{capped} from {source}. Planned for {effect}: stereotyped prompts are added "
         f"at the rate that gives it (stereotyped = score ≥ {STEREOTYPED_THRESHOLD}; the other prompts keep their "
         f"distribution). Test: {test_words}. n is prompts per task{' per run' if design == 'two-run' else ''} "
         f"({'equal in both runs; ' if design == 'two-run' else ''}bounds {MIN_PROMPTS}..{MAX_PROMPTS_SIM:,}); "

@@ -183,8 +183,8 @@ def test_the_plan_says_how_many_audits_it_simulated_where_the_cap_binds(lmra_cli
 
     assert lmra_cli(["plan", "--rate", "0.07", "--base-rate", "0.1", "--sims", "100000000"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    m = re.search(r"Simulated 100,000,000 audits per n \(fewer where n is large: ([\d,]+) at n = ([\d,]+), about "
-                  r"20,000,000 simulated prompts per n;", out)
+    m = re.search(r"Simulated up to 10,000,000 audits per n \(fewer at larger n: ([\d,]+) at n = ([\d,]+); about "
+                  r"20,000,000 simulated prompts per n at most;", out)
     assert m, out[-1500:]
     n = int(m.group(2).replace(",", ""))
     assert int(m.group(1).replace(",", "")) == 20_000_000 // n

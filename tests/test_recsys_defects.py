@@ -751,7 +751,8 @@ def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsy
     (reports / "warehouse" / "per_task" / "run=x").mkdir(parents=True)
     (reports / "history.sqlite").write_bytes(b"")
     for out, what in ((reports, "is a reports folder (it holds the run history)"),
-                      (reports / "warehouse", "is the warehouse")):
+                      (reports / "warehouse", "is the warehouse"),
+                      (reports / "warehouse" / "per_task", "is the warehouse")):  # (break-it round 3: a table's folder)
         assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--out", str(out)]) == 2
         assert what in " ".join(capsys.readouterr().err.split())
         assert not (out / "manifest.json").exists()
