@@ -237,8 +237,9 @@ def test_a_damaged_call_cache_is_named_in_the_failure(tmp_path, capsys):
     lmra.cache.USED_PATHS.clear()  # (the caches of other tests in this process: a command opens its own)
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "I/O failure: DatabaseError: database disk image is malformed (in an SQLite database this command " \
-           f"used: the call cache {cache.resolve()}, or the run history" in err and "Traceback" not in err
+    # (since round 32 a lookup that meets the damage names it as the cache's own, with the way on)
+    assert f"I/O failure: {cache}: the call cache is damaged (database disk image is malformed)" in err, err
+    assert "Move the file aside" in err and "Traceback" not in err
 
 
 def test_calls_a_full_cache_disk_cannot_hold_are_spilled_and_stored_at_the_next_open(tmp_path, small_disk):
