@@ -258,7 +258,7 @@ def test_a_task_without_scores_on_one_side_is_not_in_the_overall_row(tmp_path):
 
     r, b = load_run(run), load_run(base)
     scores = r.prompt_scores
-    r._cache["prompt_scores"] = scores[scores["task"] != "c"]  # task c: no scored prompt tonight
+    r._cache["prompt_scores:h"] = scores[scores["task"] != "c"]  # task c: no scored prompt tonight
     res = check_regression(r, b)
     (ov,) = res.overall.itertuples()
     assert ov.n_tasks == 2 and ov.n_run == 40 and ov.n_base == 60 - 20
