@@ -189,6 +189,24 @@ def _cache_with_rows(path):
     return _P
 
 
+def _damaged_cache_with_a_new_call(path, table: str, memo: bool = False):
+    """A cache at ``path`` with a few rows, ``table`` damaged, reopened (60 s write retries, its
+    write-error messages collected) and given one new call (after a memo row with ``memo``).
+    Returns (the cache, the messages, the new call's key)."""
+    from lmra.providers.base import ChatResult
+
+    _P = _cache_with_rows(path)
+    _damage_table(path, table)
+    said: list[str] = []
+    cache = CallCache(path, write_retry_s=60.0, on_write_error=said.append)
+    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
+    key = request_key("openai", _P.base_url, "m", req)
+    if memo:
+        cache.memo_put("memo-new", "{}")
+    cache.put(key, _P(), req, ChatResult(text="fresh"))
+    return cache, said, key
+
+
 def test_a_cache_whose_pair_memo_is_damaged_stores_the_calls_and_never_fails_the_run(tmp_path):
     """Found this round: a damaged page in the pair memo's table made every write of the
     cache fail (calls and memo rows go in one transaction); the audit waited
@@ -196,17 +214,8 @@ def test_a_cache_whose_pair_memo_is_damaged_stores_the_calls_and_never_fails_the
     the call cache (disk full or not writable)" — although every call was answered and
     stored, and only memo rows (an optimisation) were left. The memo rows are given up (said
     once, counted), the calls are written without them, nothing waits."""
-    from lmra.providers.base import ChatResult
-
     path = tmp_path / "c.sqlite"
-    _P = _cache_with_rows(path)
-    _damage_table(path, "pair_memo")
-    said = []
-    cache = CallCache(path, write_retry_s=60.0, on_write_error=said.append)
-    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
-    key = request_key("openai", _P.base_url, "m", req)
-    cache.memo_put("memo-new", "{}")
-    cache.put(key, _P(), req, ChatResult(text="fresh"))
+    cache, said, key = _damaged_cache_with_a_new_call(path, "pair_memo", memo=True)
     started = time.monotonic()
     cache.flush()  # no LmraIOError: the call is stored
     assert time.monotonic() - started < 5
@@ -228,15 +237,8 @@ def test_a_cache_whose_calls_table_is_damaged_fails_at_once_saying_so(tmp_path):
     no wait mends a damaged file. The failure is at once, says damaged, where the answered
     calls are kept, and how to go on."""
     from lmra.errors import LmraIOError
-    from lmra.providers.base import ChatResult
 
-    path = tmp_path / "c.sqlite"
-    _P = _cache_with_rows(path)
-    _damage_table(path, "calls")
-    said = []
-    cache = CallCache(path, write_retry_s=60.0, on_write_error=said.append)
-    req = ChatRequest(messages=[Message(role="user", content="new")], temperature=0.0, max_tokens=5, seed=1)
-    cache.put(request_key("openai", _P.base_url, "m", req), _P(), req, ChatResult(text="fresh"))
+    cache, said, _ = _damaged_cache_with_a_new_call(tmp_path / "c.sqlite", "calls")
     started = time.monotonic()
     with pytest.raises(LmraIOError) as err:
         cache.flush()

@@ -101,14 +101,19 @@ def test_previous_readings_are_kept_under_their_own_names():
     assert bd.mean_abs_disparity([2 / 3, 1.5, -1.0, float("nan")]) == pytest.approx(19 / 18)
 
 
+def _bias_files(folder) -> None:
+    """The training, recommendation, item and user files of T, R, CATS and GROUPS in ``folder``."""
+    T.to_csv(folder / "train.csv", index=False)
+    R.to_csv(folder / "recs.csv", index=False)
+    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
+        folder / "items.csv", index=False)
+    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(folder / "users.csv", index=False)
+
+
 def test_cli_bias_writes_eq4_and_the_counts(tmp_path, capsys):
     from test_recsys_e2e import run_cli
 
-    T.to_csv(tmp_path / "train.csv", index=False)
-    R.to_csv(tmp_path / "recs.csv", index=False)
-    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
-        tmp_path / "items.csv", index=False)
-    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    _bias_files(tmp_path)
     assert run_cli(["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
                     "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "g",
                     "--unprotected", "U", "--protected", "P", "--out", str(tmp_path / "out")]) == 0
@@ -707,11 +712,7 @@ def test_recsys_score_and_bias_in_the_same_second_get_a_folder_each(tmp_path, ca
     assert runs == ["20261205-120000-score", "20261205-120000-score-2"], runs
     sources = {json.loads((tmp_path / "reports" / r / "manifest.json").read_text())["source"] for r in runs}
     assert sources == {str(first), str(second)} and "20261205-120000-score-2" in out
-    T.to_csv(tmp_path / "train.csv", index=False)
-    R.to_csv(tmp_path / "recs.csv", index=False)
-    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
-        tmp_path / "items.csv", index=False)
-    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    _bias_files(tmp_path)
     argv = ["recsys", "bias", "--train", "train.csv", "--recs", "recs.csv", "--items", "items.csv", "--users",
             "users.csv", "--group-by", "g", "--unprotected", "U", "--protected", "P"]
     assert run_cli(argv) == 0 and run_cli(argv) == 0
@@ -736,11 +737,7 @@ def test_recsys_score_and_bias_refuse_to_write_into_a_run_folder(tmp_path, capsy
     assert f"{run}" in err and "is a run folder: writing here would replace its manifest.json" in err, err
     assert "--out" in err and "Traceback" not in err
     assert json.loads((run / "manifest.json").read_text()) == manifest and sorted(os.listdir(run)) == ["manifest.json"]
-    T.to_csv(tmp_path / "train.csv", index=False)
-    R.to_csv(tmp_path / "recs.csv", index=False)
-    pd.DataFrame({"item_id": list(CATS), "genres": ["|".join(v) for v in CATS.values()]}).to_csv(
-        tmp_path / "items.csv", index=False)
-    pd.DataFrame({"user_id": list(GROUPS), "g": list(GROUPS.values())}).to_csv(tmp_path / "users.csv", index=False)
+    _bias_files(tmp_path)
     assert run_cli(["recsys", "bias", "--train", str(tmp_path / "train.csv"), "--recs", str(tmp_path / "recs.csv"),
                     "--items", str(tmp_path / "items.csv"), "--users", str(tmp_path / "users.csv"), "--group-by", "g",
                     "--unprotected", "U", "--protected", "P", "--out", str(run)]) == 2
