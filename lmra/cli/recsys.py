@@ -86,25 +86,17 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
     from lmra.recsys.run import score_lists
 
     beside = Path(args.lists).parent / "manifest.json"  # a run's lists: its own K, convention and seed by default
-    k_from = None
     if args.k is None:  # (fresh-user finding: a K = 5 run was re-scored at K = 20, its numbers changed silently)
-        args.k, k_from = _run_value(beside, "k", 20), beside
+        args.k = _run_value(beside, "k", 20, bounds=(1, MAX_K))
     if not 1 <= args.k <= MAX_K:
-        if k_from is not None and beside.exists():  # (break-it round 2: named as a bad --k that was not given)
-            raise LmraInputError(f"the run manifest beside the lists file has k = {args.k}, not between 1 and {MAX_K}: "
-                                 "give --k", file=beside, field="k")
         raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
     permutations = DEFAULT_PERMUTATIONS if args.permutations is None else args.permutations
     if not 0 <= permutations <= MAX_PERMUTATIONS:
         raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
                              f"got {permutations}", field="--permutations")
-    seed_from = None
     if args.seed is None:
-        args.seed, seed_from = _run_value(beside, "seed", 0), beside
+        args.seed = _run_value(beside, "seed", 0, bounds=(MIN_SEED, MAX_SEED))
     if not MIN_SEED <= args.seed <= MAX_SEED:
-        if seed_from is not None and beside.exists():
-            raise LmraInputError(f"the run manifest beside the lists file has seed = {args.seed}, not between "
-                                 f"{MIN_SEED} and {MAX_SEED}: give --seed", file=beside, field="seed")
         raise LmraInputError(f"--seed must be between {MIN_SEED} and {MAX_SEED}, got {args.seed}", field="--seed")
     out = args.out
     if out is None:  # a folder of its own, as lmra recsys's (claimed when the scores are written)
@@ -159,14 +151,16 @@ def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
                              file=out, field="--out")
 
 
-def _run_value(manifest: Path, key: str, default, kind: type = int):
+def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tuple | None = None):
     """The ``key`` (``seed``, ``k``, ``convention``) of a recsys run's ``manifest.json`` (the folder
     ``lists.jsonl`` came from), else ``default`` (no manifest, or no such key in it).
 
     Raises:
         LmraInputError: the manifest cannot be read as a JSON object, or its ``key`` is not a
             ``kind`` value (break-it finding: a damaged manifest was passed over in silence, K
-            falling back to 20 while the seed still came from it); give the option instead."""
+            falling back to 20 while the seed still came from it) or lies outside ``bounds``
+            (named as the manifest's, not as an option not given: break-it round 2); give the
+            option instead."""
     import json
 
     if not manifest.exists() and not manifest.is_symlink():
@@ -188,6 +182,9 @@ def _run_value(manifest: Path, key: str, default, kind: type = int):
     if not isinstance(value, kind) or isinstance(value, bool):
         raise LmraInputError(f"the run manifest beside the lists file has {key} = {json.dumps(value)}, not a "
                              f"{'whole number' if kind is int else 'text'}: give {option}", file=manifest, field=key)
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise LmraInputError(f"the run manifest beside the lists file has {key} = {value}, not between {bounds[0]} "
+                             f"and {bounds[1]}: give {option}", file=manifest, field=key)
     return value
 
 
