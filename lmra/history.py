@@ -142,6 +142,8 @@ def _detectable_span(rows: list[dict]) -> dict | None:
             "n_undetectable": sum(m is None for m in mde)}
 
 
+#: newer runs '--baseline last' passed over, named one by one in the check's notes (then one line)
+MAX_SKIP_NOTES = 5
 #: runs read from outside the history's folder named one by one (then one line for the rest)
 ELSEWHERE_NOTES = 3
 
@@ -772,6 +774,56 @@ class History:
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")
 
+    def last_baseline(self, run: RunFolder) -> tuple[RunFolder, list[str]]:
+        """``--baseline last`` of ``run``: the newest run of its name that started before it, is
+        complete, whose judge did not fail validation un-waived (its ratings are not evidence), and
+        whose order combiner compares with the run's (:func:`lmra.monitor.comparable_combiner`) —
+        else, when no such run exists, the newest of the others (its check is then refused, saying
+        why). A night whose combiner ``auto`` turned to ``mean`` (most answers came without
+        log-probabilities) is skipped, so one such night does not leave the next night's check
+        refused too (break-it finding).
+
+        Returns:
+            the baseline run folder and one line per newer run of the name it passed over and why
+            (empty when it is the run just before ``run``): a note of the check.
+
+        Raises:
+            LmraInputError: no candidate at all (the first run of its name, or only partial or
+                judge-failed earlier runs).
+        """
+        from lmra.monitor import comparable_combiner
+
+        name = run.name
+        self.register(run)
+        self.scan()
+        runs = self.runs(name=name)
+        me = runs.index[runs["run_id"] == run.run_id]
+        earlier = runs.iloc[: int(me[0])] if len(me) else runs
+        earlier = earlier[earlier["run_id"] != run.run_id]
+        # never a partial baseline, nor one whose judge failed validation un-waived; either is used
+        # only when named explicitly
+        why = pd.Series("", index=earlier.index, dtype=object)
+        why[earlier["status"].fillna("complete") != "complete"] = "its status is " + earlier["status"].astype(str)
+        why[(why == "") & (earlier["judge_status"].fillna("") == "failed")] = "its judge failed validation"
+        usable = earlier[why == ""]
+        if usable.empty:
+            raise LmraInputError(
+                f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline ('last' "
+                "skips partial runs and runs whose judge failed validation without a waiver; name such a run "
+                "to use it)", field="--baseline")
+        mine = comparable_combiner(run.combiner)
+        same = usable[usable["combiner"].map(comparable_combiner) == mine]
+        chosen = same.iloc[-1] if len(same) else usable.iloc[-1]
+        if len(same):
+            other = (why == "") & (earlier["combiner"].map(comparable_combiner) != mine)
+            why[other] = ("its order combiner is '" + earlier["combiner"].fillna("?").astype(str)
+                          + f"', not comparable with this run's '{run.combiner}'")
+        passed = earlier[(earlier.index > chosen.name) & (why != "")]
+        notes = [f"'--baseline last' passed over {r.run_id}: {why[i]}" for i, r in passed.iterrows()]
+        if len(notes) > MAX_SKIP_NOTES:
+            notes = notes[-MAX_SKIP_NOTES:] + [f"… and {len(notes) - MAX_SKIP_NOTES} earlier run(s) passed over"]
+        return self._load_id(str(chosen["run_id"])), notes
+
     def resolve(self, ref: str | Path, *, relative_to: RunFolder | None = None, shard_ok: bool = False) -> RunFolder:
         """Turn a run reference into a run folder.
 
@@ -811,22 +863,7 @@ class History:
                     return self._load_id(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted or damaged (retention cleanup …)
                     raise unusable_pin(rid, name, exc) from None
-            self.register(relative_to)
-            self.scan()
-            runs = self.runs(name=name)
-            me = runs.index[runs["run_id"] == relative_to.run_id]
-            earlier = runs.iloc[: int(me[0])] if len(me) else runs
-            # never a partial baseline, nor one whose judge failed validation un-waived (its ratings are
-            # not evidence); either is used only when named explicitly
-            earlier = earlier[(earlier["run_id"] != relative_to.run_id)
-                              & (earlier["status"].fillna("complete") == "complete")
-                              & (earlier["judge_status"].fillna("") != "failed")]
-            if earlier.empty:
-                raise LmraInputError(
-                    f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline ('last' "
-                    "skips partial runs and runs whose judge failed validation without a waiver; name such a run "
-                    "to use it)", field="--baseline")
-            return self._load_id(str(earlier.iloc[-1]["run_id"]))
+            return self.last_baseline(relative_to)[0]
         p = Path(ref).expanduser()
         if p.is_dir():
             if not shard_ok:

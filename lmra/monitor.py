@@ -658,7 +658,8 @@ def _replayed_all(run, warnings: list[str], history=None) -> bool:
 
 
 def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
-                     alpha: float = 0.05, history: "History | None" = None) -> CheckResult:
+                     alpha: float = 0.05, history: "History | None" = None,
+                     notes: list[str] | None = None) -> CheckResult:
     """Per task — and per comparison over all its tasks (the overall row) — did the net rating H
     rise (regress) or fall (improve) by more than ``margin``?
 
@@ -671,6 +672,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         run: tonight's run; baseline: the run to compare against.
         margin: ≥ 0, in net-rating units (H ∈ [−1, 1]); 0 flags any significant rise.
         alpha: family-wise significance level in (0, 0.5] (:func:`check_alpha`).
+        notes: lines on how the baseline was found, kept in :attr:`CheckResult.notes` (the newer
+            runs ``--baseline last`` passed over: :func:`resolve_baseline`).
 
     A task regresses when its Holm-adjusted p-value for a rise is ≤ α *and* its difference
     ``h_run − h_base`` exceeds the margin; it improves when the mirror test is significant and
@@ -766,7 +769,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=(warned := comparability_warnings(baseline, run, history)),
-                       notes=[n for n in (combiner_note(baseline, run),) if n],
+                       notes=[*(notes or []), *(n for n in (combiner_note(baseline, run),) if n)],
                        replayed=_replayed_all(run, warned, history),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
@@ -1063,6 +1066,19 @@ def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
     return f"{'≥ ' if bound else ''}{m:+.4f} ({100 * p0:.0f}% → {100 * (p0 + dp):.0f}% of prompts stereotyped)"
 
 
+def resolve_baseline(history: "History", ref: str | Path, run: RunFolder) -> tuple[RunFolder, list[str]]:
+    """The baseline ``ref`` (a run folder or id, ``last`` or ``pinned``) of ``run`` and the lines
+    the check notes about how it was found: for ``last``, the newer runs it passed over and why
+    (:meth:`lmra.history.History.last_baseline`); none otherwise.
+
+    Raises:
+        LmraInputError: ``ref`` resolves to no run (:meth:`lmra.history.History.resolve`).
+    """
+    if str(ref) == "last":
+        return history.last_baseline(run)
+    return history.resolve(ref, relative_to=run), []
+
+
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,
               margin: float = 0.0, alpha: float = 0.05, record: bool = True) -> CheckResult:
     """Resolve both runs through the history, register them, test and (optionally) store.
@@ -1081,13 +1097,13 @@ def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | P
         run = h.resolve(run_ref)
         h.register(run)
         try:
-            base = h.resolve(baseline_ref, relative_to=run)
+            base, notes = resolve_baseline(h, baseline_ref, run)
         except LmraInputError as exc:  # a baseline that names no run is the baseline's fault, not RUN's
             if exc.field != "RUN":
                 raise
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
         h.register(base)
-        result = check_regression(run, base, margin=margin, alpha=alpha, history=h)
+        result = check_regression(run, base, margin=margin, alpha=alpha, history=h, notes=notes)
         if record and not h.read_only:  # (a read-only archive: checked, not stored — History says so)
             h.record_check(result)
         return result

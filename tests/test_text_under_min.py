@@ -312,3 +312,46 @@ def test_the_second_lmra_is_resolved_by_how_its_answers_came(tmp_path, sim_input
     assert 0 < sum(exact) < len(exact)
     for e, h, h_min, h_mean in zip(exact, pairs["judge2_h"], pairs["judge2_h_min"], pairs["judge2_h_mean"]):
         assert h == (h_min if e else h_mean)
+
+
+def test_baseline_last_passes_over_a_mean_night(tmp_path, sim_inputs, capsys):
+    """Known, not done in round 32: a night whose 'auto' combiner turned to 'mean' (most answers
+    came without log-probabilities) was refused against its 'min' baseline, and the next 'min'
+    night's `--baseline last` picked that 'mean' night, so its check was refused too (exit 2): one
+    glitch cost two nights' verdicts. 'last' takes the newest comparable night and notes the one
+    it passed over; a 'mean' night's own 'last' is still the newest night (refused, saying why)."""
+    from lmra.cli import main
+    from lmra.history import History, history_path
+    from lmra.runfolder import load_run
+
+    names, prompts = sim_inputs(20)
+    out = tmp_path / "out"
+
+    def night(tag, every, seed):
+        cfg = AuditConfig.model_validate(dict(
+            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
+            output_dir=str(out), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+            filter={"lmra": False}, refusal={"enabled": False}))
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+
+    first, glitch, third = night("a", None, 1), night("b", 1, 2), night("c", None, 3)
+    assert [r.summary["combiner"] for r in (first, glitch, third)] == ["min", "mean", "min"]
+    capsys.readouterr()
+    status = main(["check", str(third.run_dir), "--baseline", "last", "--allow-unvalidated-judge", "--json"])
+    cap = capsys.readouterr()
+    assert status in (0, 3), (cap.out + cap.err)[-2000:]
+    import json
+
+    doc = json.loads(cap.out)
+    assert doc["baseline_id"] == first.run_dir.name
+    assert doc["notes"] == [f"'--baseline last' passed over {glitch.run_dir.name}: its order combiner is 'mean', "
+                            "not comparable with this run's 'min'"]
+    assert main(["check", str(third.run_dir), "--baseline", "last", "--allow-unvalidated-judge"]) in (0, 3)
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"Note: '--baseline last' passed over {glitch.run_dir.name}: its order combiner is 'mean'" in said
+    with History(history_path(out)) as h:
+        # the glitch night itself: no earlier 'mean' night, so the newest night — refused, saying why
+        base, notes = h.last_baseline(load_run(glitch.run_dir))
+        assert base.run_id == first.run_dir.name and notes == []
+    assert main(["check", str(glitch.run_dir), "--baseline", "last", "--allow-unvalidated-judge"]) == 2

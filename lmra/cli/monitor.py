@@ -831,7 +831,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression).
     ``lmra report --history``: the history page instead (:func:`cmd_history_page`)."""
     from lmra.compare import compare_runs
-    from lmra.monitor import check_regression
+    from lmra.monitor import check_regression, resolve_baseline
     from lmra.history import History
     from lmra.report.html import write_report
 
@@ -856,10 +856,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         h.scan()
         check = cmp = None
         if args.baseline:
-            base = h.resolve(args.baseline, relative_to=run)
+            base, notes = resolve_baseline(h, args.baseline, run)
             h.register(base)
             check = check_regression(run, base, history=h, margin=args.margin or 0.0,
-                                     alpha=0.05 if args.alpha is None else args.alpha)
+                                     alpha=0.05 if args.alpha is None else args.alpha, notes=notes)
             if not h.read_only:  # (a read-only archive: checked, not stored — History says so)
                 h.record_check(check, source="report")
             cmp = compare_runs(base, run)
@@ -939,11 +939,11 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
         h.scan()
         check = cmp = None
         try:
-            base = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else None
+            base, notes = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else (None, [])
             if base is not None:
                 h.register(base)
                 try:
-                    check = check_regression(run, base, margin=margin, alpha=alpha, history=h)
+                    check = check_regression(run, base, margin=margin, alpha=alpha, history=h, notes=notes)
                 except NotComparable as exc:
                     # the night's check was refused: recorded as such (no verdict), then said (exit 2)
                     check = refused_check(run, base, margin=margin, alpha=alpha, reason=str(exc))
@@ -1013,15 +1013,18 @@ def _report_or_warning(run, h, check, cmp):
 
 
 def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: Console):
-    """The baseline run folder; None on a first night (after :func:`first_night_pin`)."""
+    """The baseline run folder and the check's notes on how it was found
+    (:func:`lmra.monitor.resolve_baseline`); (None, []) on a first night (after :func:`first_night_pin`)."""
+    from lmra.monitor import resolve_baseline
+
     try:
-        return h.resolve(baseline, relative_to=run)
+        return resolve_baseline(h, baseline, run)
     except LmraInputError:
         # a pin made by someone else during the run that cannot be loaded stays an error
         if not first_night or baseline not in ("pinned", "last") or (baseline == "pinned" and h.pinned(run.name)):
             raise
     first_night_pin(h, run, pin=baseline == "pinned", console=console)
-    return None
+    return None, []
 
 
 def why_not_a_baseline(run) -> str | None:
