@@ -99,6 +99,14 @@ def test_duplicates_and_max_items_are_counted():
     ("&lt;em&gt;The Voice&lt;/em&gt;", "the voice"),  # tags written as entities
     ("x<y and z>w", "x<y and z>w"),         # not a tag either: kept
     ('<A HREF="https://x">Heat</a>', "heat"),
+    ("Beyoncé", "beyonce"),                 # a Latin letter's accent: "Beyonce" is the same item
+    ("Amélie (2001)", "amelie"),
+    ("Cafe\u0301 Society", "cafe society"),  # the accent as a combining mark
+    ("Señorita", "senorita"),
+    ("Ærøskøbing", "ærøskøbing"),          # letters of their own, not accented letters: kept
+    ("Τιτανικός", "τιτανικόσ"),             # another script's marks are part of its words: kept (σ: case folded)
+    ("नमस्ते", "नमस्ते"),                      # (the virama of Devanagari is a combining mark)
+    ("ファイナルファンタジー", "ファイナルファンタジー"),  # (so is the dakuten, once decomposed)
 ])
 def test_normalize_title(raw, key):
     assert normalize_title(raw) == key

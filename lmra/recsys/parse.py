@@ -8,7 +8,7 @@ detects refusals; chat-template tokens in the answer (``<</SYS>>``, ``[/INST]``,
 and recorded (:attr:`ParsedList.template_tokens`), so a line of them is never an item.
 :func:`extract_title` takes the title out of an item written as
 ``"Title" by Artist``, ``**Title** – Artist``, ``Title (1999)`` and similar, and
-:func:`normalize_title` reduces a title to a comparison key (Unicode NFKC, case, quotes,
+:func:`normalize_title` reduces a title to a comparison key (Unicode NFKC, case, Latin accents, quotes,
 parentheticals such as years, trailing articles as in MovieLens' "Matrix, The",
 whitespace). :class:`CatalogMatcher` optionally maps keys to a catalog with RapidFuzz and a
 score threshold.
@@ -104,7 +104,8 @@ def normalize_title(title: str) -> str:
     parts removed (``(1999)``, ``(feat. X)``, ``[Live]``, an unclosed trailing ``(…``); a
     trailing article moved to the front (``Matrix, The`` → ``the matrix``, as in MovieLens
     titles); ``&`` → ``and``; case folded; every quote character and apostrophe removed
-    (``Don’t`` → ``dont``); punctuation stripped at both ends; whitespace collapsed; a key
+    (``Don’t`` → ``dont``); the accents of Latin letters removed (``Beyoncé`` → ``beyonce``; marks of
+    other scripts kept: :func:`_fold_latin_accents`); punctuation stripped at both ends; whitespace collapsed; a key
     that is only ``the`` becomes ``""`` (a fragment such as ``The (1994)``).
 
     Args:
@@ -128,9 +129,28 @@ def normalize_title(title: str) -> str:
     if m:
         s = f"{m.group('art')} {m.group('rest')}"
     s = s.replace("&", " and ").casefold().translate(_QUOTE_CHARS)
+    if not s.isascii():  # "Beyoncé" = "Beyonce": a model writes the item with or without its accents
+        s = _fold_latin_accents(s)
     s = _SPACES.sub(" ", s).strip(_EDGE_PUNCT)
     # "the" alone is a fragment, not a title (e.g. "The (1994)" from a garbled answer)
     return "" if s == "the" else s
+
+
+def _fold_latin_accents(s: str) -> str:
+    """``s`` without the accents of its Latin letters (``é`` → ``e``, ``ñ`` → ``n``): the
+    combining marks of the canonical decomposition that follow a Latin letter are dropped, then the
+    rest recomposed. Letters of their own (``æ``, ``ø``, ``ß``) and the marks of other scripts
+    (Greek tonos, a Devanagari virama, a kana's dakuten) are kept: there they are part of the word."""
+    out: list[str] = []
+    latin = False
+    for ch in unicodedata.normalize("NFD", s):
+        if unicodedata.combining(ch):
+            if latin:
+                continue
+        else:
+            latin = ch.isascii() or unicodedata.name(ch, "").startswith("LATIN ")
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
 
 
 def _is_artist(text: str, artists: Collection[str]) -> bool:
