@@ -138,10 +138,13 @@ class ServedCounts:
         system_fingerprint: reported system fingerprint → answers.
         template_tokens: chat-template token → answers containing it.
         responses_with_template_tokens: answers containing at least one such token.
+        model_fresh: served model id → answers called in this run (not from the call cache):
+            which model answers now, when the cache holds an earlier model's answers.
     """
 
     responses: int = 0
     model: Counter = field(default_factory=Counter)
+    model_fresh: Counter = field(default_factory=Counter)
     system_fingerprint: Counter = field(default_factory=Counter)
     template_tokens: Counter = field(default_factory=Counter)
     responses_with_template_tokens: int = 0
@@ -152,6 +155,8 @@ class ServedCounts:
             served = _clean_once(result.served_model)
             if served:
                 self.model[served] += 1
+                if not result.from_cache:
+                    self.model_fresh[served] += 1
         if result.system_fingerprint:
             fingerprint = _clean_once(result.system_fingerprint)
             if fingerprint:
@@ -192,6 +197,17 @@ class ServedCounts:
         if len(self.model) < 2:
             return None
         ids = ", ".join(f"{m!r} × {n}" for m, n in _by_count(self.model))
+        if len(self.model_fresh) == 1:  # tonight's calls all answered by one model: the others are the cache's
+            (now, n_now), = self.model_fresh.items()
+            older = [(m, n - self.model_fresh[m]) for m, n in _by_count(self.model)
+                     if n - self.model_fresh[m] > 0 and m != now]
+            old = ", ".join(f"{n} of {m!r}" for m, n in older)
+            return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): all "
+                    f"{n_now} answers called in this run came from {now!r}; the {old} were replayed from the call "
+                    "cache, recorded by earlier runs (answers that do not depend on the seed — the identity "
+                    "filter's, the refusal labels' — are replayed by every run on this cache file, so this repeats "
+                    "each night) — the numbers use them as recorded; to have every answer from the model served "
+                    "now, use another cache file (docs/providers.md, 'Served model identity')")
         what = "ratings mix LMRAs" if role.startswith("judge") else "responses mix chatbots"
         return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): its {what} "
                 "(a deployment switched mid-run, or a router fell back to another model); the numbers average them "

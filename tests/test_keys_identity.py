@@ -537,3 +537,35 @@ def test_a_role_whose_served_model_changed_mid_run_is_warned_about(tmp_path):
     assert "served models in this run ('judge-new' ×" in out and "its ratings mix LMRAs" in out, out[-3000:]
     run_dir, _ = _manifest(tmp_path / "out")
     assert any("served models in this run" in w for w in json.loads((run_dir / "summary.json").read_text())["warnings"])
+
+
+def test_an_earlier_models_answers_replayed_from_the_cache_are_said_as_such(tmp_path):
+    """Fresh-user finding (round 33): after a judge update every later night warned that "its
+    ratings mix LMRAs … re-run with another seed" — the old model's answers were the identity
+    filter's, replayed from the cache each night whatever the seed, and every rating was fresh
+    from the new model. The warning says which answers were called now, which were replayed,
+    and that another cache file (not another seed) gives answers from the model served now."""
+    c = ServedCounts()  # the unit: the fresh answers of one model, cached ones of another
+    for i in range(10):
+        c.observe(ChatResult(text="A", served_model="judge-new" if i < 6 else "judge-old", from_cache=i >= 6))
+    line = c.served_models_warning("judge")
+    assert line.startswith("the judge's answers reported 2 served models in this run ('judge-new' × 6, 'judge-old' "
+                           "× 4): all 6 answers called in this run came from 'judge-new'; the 4 of 'judge-old' were "
+                           "replayed from the call cache"), line
+    assert "use another cache file" in line and "ratings mix" not in line and "another seed" not in line
+    c.observe(ChatResult(text="A", served_model="judge-old"))  # a fresh answer of the old one: a switch tonight
+    assert "its ratings mix LMRAs" in c.served_models_warning("judge")
+
+    cache, out = tmp_path / "c.sqlite", tmp_path / "out"
+    with FaultServer(served_model="judge-old") as srv:  # and through two nights: the judge updated in between
+        cfg = audit_config(tmp_path / "c1.toml", srv.url, cache, out, tasks=TASKS, per_task=3, concurrency=1,
+                           top="seed = 1")
+        assert _audit_cli(cfg, tmp_path, "--allow-unvalidated-judge").returncode in (0, 1)
+        srv.served_model = "judge-new"
+        cfg = audit_config(tmp_path / "c2.toml", srv.url, cache, out, tasks=TASKS, per_task=3, concurrency=1,
+                           top="seed = 2")
+        proc = _audit_cli(cfg, tmp_path, "--allow-unvalidated-judge")
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out_text = " ".join((proc.stdout + proc.stderr).split())
+    assert "answers called in this run came from 'judge-new'; the" in out_text, out_text[-3000:]
+    assert "of 'judge-old' were replayed from the call cache" in out_text and "ratings mix" not in out_text

@@ -128,9 +128,11 @@ class MemoRecorder:
 
 class _Answer:
     """What the served-model record reads of an answer (:meth:`lmra.identity.ServedCounts.observe`):
-    its served model, fingerprint and a text holding exactly its template tokens."""
+    its served model, fingerprint, a text holding exactly its template tokens, and that it came
+    from the call cache (every call of a replayed pair would be served by it)."""
 
     __slots__ = ("served_model", "system_fingerprint", "text")
+    from_cache = True
 
     def __init__(self, served_model, system_fingerprint, tokens: list[str]):
         self.served_model, self.system_fingerprint = served_model, system_fingerprint
