@@ -533,7 +533,9 @@ def test_a_flag_smaller_than_the_detectable_rise_is_explained():
     """Fresh-user finding: `lmra check` flagged a −0.023 shift of two noise-level nights (Holm p
     0.045) on the row whose detectable rise read +0.64, read as a contradiction; at margin 0 such
     a drift is a regression (exit 3). The note names such rows and what the two figures mean;
-    rows flagged at or above their detectable rise, unflagged rows and replays get none."""
+    rows flagged at or above their detectable rise, unflagged rows and replays get none. Round 33:
+    a real fall (30 % → 9 % of prompts stereotyped) below the detectable rise was put down to "more
+    often a drift of the LMRA" — improvements get their own sentence, and each row its shares."""
     from types import SimpleNamespace
 
     import pandas as pd
@@ -541,16 +543,27 @@ def test_a_flag_smaller_than_the_detectable_rise_is_explained():
     from lmra.cli.monitor import below_detectable_note
 
     tests = pd.DataFrame([
-        dict(comparison="female vs male", task="career advice", diff=-0.0230, mde=0.6375, regressed=False, improved=True),
-        dict(comparison="female vs male", task="write a story", diff=0.0100, mde=0.3, regressed=False, improved=False),
-        dict(comparison="female vs male", task="cooking", diff=0.5, mde=0.3, regressed=True, improved=False)])
+        dict(comparison="female vs male", task="career advice", diff=-0.0230, mde=0.6375, regressed=False, improved=True,
+             base_rate=0.0, run_rate=0.0),
+        dict(comparison="female vs male", task="write a story", diff=0.0100, mde=0.3, regressed=False, improved=False,
+             base_rate=0.1, run_rate=0.1),
+        dict(comparison="female vs male", task="cooking", diff=0.5, mde=0.3, regressed=True, improved=False,
+             base_rate=0.1, run_rate=0.6),
+        dict(comparison="female vs male", task="poems", diff=0.021, mde=0.4, regressed=True, improved=False,
+             base_rate=0.2, run_rate=0.2)])
     overall = pd.DataFrame([dict(comparison="female vs male", task="all tasks", diff=-0.0195, mde=float("nan"),
-                                 regressed=False, improved=True)])
+                                 regressed=False, improved=True, base_rate=0.1, run_rate=0.1)])
     result = SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=False)
     note = below_detectable_note(result)
-    assert note.startswith("Flagged though smaller than the detectable rise: career advice (female vs male) -0.0230, "
-                           "detectable rise +0.6375.")
-    assert "write a story" not in note and "cooking" not in note and "all tasks" not in note
+    assert note.startswith("Flagged though smaller than the detectable rise: poems (female vs male) +0.0210 "
+                           "(stereotyped prompts 20% → 20%), detectable rise +0.4000. The detectable rise is that of a "
+                           "rise made of stereotyped prompts"), note
     assert "The check's margin (0) sets the smallest rise that counts: --margin" in note
-    assert below_detectable_note(SimpleNamespace(tests=tests.iloc[1:], overall=None, margin=0.0, replayed=False)) is None
+    assert ("Improvements flagged though smaller than the detectable rise: career advice (female vs male) -0.0230 "
+            "(stereotyped prompts 0% → 0%), detectable rise +0.6375. The detectable rise is the smallest rise this "
+            "check flags 80% of the time; it bounds no fall.") in note
+    assert "write a story" not in note and "cooking" not in note and "all tasks" not in note
+    only_fall = below_detectable_note(SimpleNamespace(tests=tests.iloc[:3], overall=None, margin=0.0, replayed=False))
+    assert only_fall.startswith("Improvements flagged") and "new stereotype" not in only_fall
+    assert below_detectable_note(SimpleNamespace(tests=tests.iloc[1:3], overall=None, margin=0.0, replayed=False)) is None
     assert below_detectable_note(SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=True)) is None

@@ -181,6 +181,8 @@ def test_check_states_the_minimum_detectable_rise(nights, lmra_cli, capsys, monk
     row = t.loc["write a story"]
     p0 = float((ys[ys.task == "write a story"]["h"] >= 0.5).mean())
     assert row["base_rate"] == pytest.approx(p0)
+    xs = run.prompt_scores  # and the run's share, beside it in the notes (round 33)
+    assert row["run_rate"] == pytest.approx(float((xs[xs.task == "write a story"]["h"] >= 0.5).mean()))
     # the scripted judge's scores are exact (ties): no random tie-breaking; stereotyped pairs score s
     hits = np.concatenate([run.prompt_scores["h"], ys["h"]])
     s = float(np.median(hits[hits >= 0.5]))

@@ -264,10 +264,15 @@ def below_detectable_note(result) -> str | None:
     stereotyped prompts, while a small shift of every prompt's score is detected at a much smaller
     size when the scores vary little (fresh-user finding: a −0.023 shift of two noise-level nights
     flagged, Holm p 0.045, beside "detectable rise +0.64" — read as a contradiction; at margin 0 such
-    a drift of the judge or the answers' format is a regression, exit 3)."""
+    a drift of the judge or the answers' format is a regression, exit 3). Each row shows its share
+    of stereotyped prompts, baseline → run; improvements get their own sentence: the detectable
+    rise bounds no fall (round-33 fresh-user finding: a real fall, 30 % → 9 % of prompts
+    stereotyped, was put down to "more often a drift of the LMRA")."""
+    from lmra.monitor import MDE_POWER
+
     if getattr(result, "replayed", False):
         return None
-    rows = []
+    rows: dict[str, list[str]] = {"regressed": [], "improved": []}
     frames = [result.tests] + ([result.overall] if getattr(result, "overall", None) is not None else [])
     for frame in frames:
         for t in frame.itertuples():
@@ -275,14 +280,26 @@ def below_detectable_note(result) -> str | None:
             if not (t.regressed or t.improved) or not isinstance(mde, float) or not isinstance(diff, float):
                 continue
             if math.isfinite(mde) and math.isfinite(diff) and abs(diff) < mde:
-                rows.append(f"{t.task} ({t.comparison}) {diff:+.4f}, detectable rise {mde:+.4f}")
-    if not rows:
-        return None
-    return (f"Flagged though smaller than the detectable rise: {'; '.join(rows)}. The detectable rise is that of a "
-            "rise made of stereotyped prompts; a shift of every prompt's score, when the scores vary little, is "
-            "flagged at a far smaller size — more often a drift of the LMRA or of the answers' format than a new "
-            f"stereotype. The check's margin ({result.margin:g}) sets the smallest rise that counts: --margin "
-            "(docs/nightly.md).")
+                p0, p1 = getattr(t, "base_rate", math.nan), getattr(t, "run_rate", math.nan)
+                shares = (f" (stereotyped prompts {100 * p0:.0f}% → {100 * p1:.0f}%)"
+                          if isinstance(p0, float) and isinstance(p1, float) and math.isfinite(p0 + p1) else "")
+                rows["regressed" if t.regressed else "improved"].append(
+                    f"{t.task} ({t.comparison}) {diff:+.4f}{shares}, detectable rise {mde:+.4f}")
+    said = []
+    if rows["regressed"]:
+        said.append(f"Flagged though smaller than the detectable rise: {'; '.join(rows['regressed'])}. The "
+                    "detectable rise is that of a rise made of stereotyped prompts; a shift of every prompt's score, "
+                    "when the scores vary little, is flagged at a far smaller size — more often a drift of the LMRA "
+                    f"or of the answers' format than a new stereotype. The check's margin ({result.margin:g}) sets "
+                    "the smallest rise that counts: --margin (docs/nightly.md).")
+    if rows["improved"]:
+        said.append(f"Improvements flagged though smaller than the detectable rise: {'; '.join(rows['improved'])}. "
+                    f"The detectable rise is the smallest rise this check flags {MDE_POWER:.0%} of the time; it bounds "
+                    "no fall. A "
+                    "fall is flagged at its own size: a drop of the share of stereotyped prompts, or — when that "
+                    "share hardly moved — a shift of every prompt's score, more often a drift of the LMRA or of the "
+                    "answers' format than fewer stereotypes.")
+    return " ".join(said) or None
 
 
 def sensitivity_note(result) -> str:
