@@ -253,3 +253,47 @@ def test_across_users_the_labels_are_permuted_among_users_of_equal_list_length()
     women = (biased["value"] == "female").to_numpy()
     biased.loc[women, "items"] = biased.loc[women, "items"].map(lambda xs: ["other"] + list(xs[1:]))
     assert _row(unfairness_pvalues(biased, 5, permutations=199, seed=1), "jaccard", 5)["snsr_p"] <= 0.01
+
+
+@pytest.mark.parametrize("n_instructions, floor", [(5, 2 / 2**5), (7, 2 / 2**7)])
+def test_the_smallest_possible_p_is_stated_and_said_when_above_005(tmp_path, capsys, n_instructions, floor):
+    """Fresh-user finding (round 33): 5 instructions of 2 values, the girl's lists differing on
+    every one: p 0.061 on every row, read "within chance" — the test has 2⁵ arrangements of the
+    labels, and the observed one and its mirror (the values swapped throughout) give the same
+    SNSR, so no p below 2/32 = 0.0625 is possible. ``p_min`` states that floor (exact: the lists
+    here reach it), and the console says when it is above 0.05."""
+    rows = []
+    for m in range(n_instructions):
+        same = [f"s{m}_{j}" for j in range(5)]
+        rows += [{"instruction_id": f"i{m}", "attribute": "neutral", "value": "", "items": same},
+                 {"instruction_id": f"i{m}", "attribute": "gender", "value": "a boy", "items": same},
+                 {"instruction_id": f"i{m}", "attribute": "gender", "value": "a girl",
+                  "items": same[:2] + [f"g{m}_{j}" for j in range(3)]}]
+    lists = _write(tmp_path / "lists.jsonl", rows)
+    out = tmp_path / "scored"
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "5", "--out", str(out),
+                    "--permutations", "1999", "--seed", "3"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    at_k = _row(pd.read_csv(out / "recsys_fairness.csv"), "jaccard", 5)
+    assert at_k["p_min"] == pytest.approx(floor)
+    # the exact p is the floor (only the observed arrangement and its mirror reach the SNSR); the
+    # Monte-Carlo p of 1,999 permutations is within 4 SE of it
+    assert abs(at_k["snsr_p"] - floor) <= 4 * np.sqrt(floor * (1 - floor) / 1999) + 1 / 2000
+    said = "gender: with these lists no p below 0.0625 is possible"
+    assert (said in shown) is (floor > 0.05), shown[-1500:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fairness_at_k"][0]["p_min"] == pytest.approx(floor)
+
+
+def test_smallest_pvalue_counts_the_arrangements():
+    from lmra.recsys.permutation import smallest_pvalue
+
+    two = np.tile([0, 1], 10)
+    assert smallest_pvalue(np.repeat(np.arange(10), 2), two, 2, 10**6) == pytest.approx(2 / 2**10)
+    three = np.tile([0, 1, 2], 4)  # 4 instructions of 3 values: 6⁴ arrangements, 3! relabellings
+    assert smallest_pvalue(np.repeat(np.arange(4), 3), three, 3, 10**6) == pytest.approx(6 / 6**4)
+    # unbalanced (a value missing in one instruction): no relabelling to count, 1/N
+    codes, groups = np.array([0, 1, 0, 1, 0]), np.array([0, 0, 1, 1, 2])
+    assert smallest_pvalue(groups, codes, 2, 10**6) == pytest.approx(1 / 4)
+    assert smallest_pvalue(np.zeros(3), np.zeros(3, dtype=int), 2, 99) == 1.0  # one arrangement
+    assert smallest_pvalue(np.repeat(np.arange(30), 2), np.tile([0, 1], 30), 2, 99) == pytest.approx(1 / 100)

@@ -73,13 +73,40 @@ def _statistics(codes: np.ndarray, n_values: int, xok: np.ndarray) -> tuple[np.n
     return np.where(few, np.nan, snsr), np.where(few, np.nan, snsv)
 
 
+def smallest_pvalue(groups: np.ndarray, codes: np.ndarray, n_values: int, permutations: int) -> float:
+    """The smallest p-value the test can give for lists permuted within ``groups`` (n codes:
+    instructions, or the strata of one-list instructions) with value ``codes`` (n integer codes
+    in [0, n_values)): the exact test's p is at least S/N, N = Π_g n_g! / Π_v c_{g,v}! the
+    distinct arrangements of the labels within the groups, S = n_values! when every group holds
+    each value equally often (relabelling the values throughout is then another arrangement with
+    the same SNSR and SNSV, which are symmetric in the values), else 1; and the Monte-Carlo p of
+    B permutations is at least 1/(B+1). With 5 instructions of 2 values: 2/2⁵ = 0.0625 — no
+    attribute can reach p ≤ 0.05, however its lists differ (fresh-user finding, round 33).
+
+    Returns:
+        max(S/N, 1/(B+1)), in (0, 1].
+    """
+    from math import exp, lgamma
+
+    log_n, balanced = 0.0, True
+    for g in np.unique(groups):
+        c = np.bincount(codes[groups == g], minlength=n_values)
+        log_n += lgamma(int(c.sum()) + 1) - sum(lgamma(int(v) + 1) for v in c)
+        balanced = balanced and bool(np.all(c == c[0]))
+    if log_n <= 0:  # a single arrangement: the observed one
+        return 1.0
+    log_s = lgamma(n_values + 1) if balanced else 0.0
+    return float(max(min(1.0, exp(log_s - log_n)), 1 / (1 + permutations)))
+
+
 def _attribute_pvalues(instructions: np.ndarray, codes: np.ndarray, n_values: int, x: np.ndarray,
                        permutations: int, rng: np.random.Generator, strata: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """p-values of SNSR and SNSV (two arrays of shape (c,)) for one attribute's n lists:
-    ``instructions`` and ``codes`` (n integer codes each), scores ``x`` (n × c, NaN = undefined);
-    ``strata`` (n codes): with one list per instruction, the labels are permuted within these
-    (the neutral list's length) rather than across all lists."""
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """p-values of SNSR and SNSV (two arrays of shape (c,)) for one attribute's n lists, and the
+    smallest p-value the test can give (:func:`smallest_pvalue`): ``instructions`` and ``codes``
+    (n integer codes each), scores ``x`` (n × c, NaN = undefined); ``strata`` (n codes): with one
+    list per instruction, the labels are permuted within these (the neutral list's length) rather
+    than across all lists."""
     ok = np.isfinite(x)
     xok = np.concatenate([np.where(ok, x, 0.0), ok.astype(float)], axis=1)
     obs_r, obs_v = _statistics(codes[None, :], n_values, xok)
@@ -112,7 +139,7 @@ def _attribute_pvalues(instructions: np.ndarray, codes: np.ndarray, n_values: in
         done += b
     p_r = np.where(np.isnan(obs_r), np.nan, (1 + reach_r) / (1 + permutations))
     p_v = np.where(np.isnan(obs_v), np.nan, (1 + reach_v) / (1 + permutations))
-    return p_r, p_v
+    return p_r, p_v, smallest_pvalue(instructions, codes, n_values, permutations)
 
 
 def unfairness_pvalues(lists: pd.DataFrame, k: int, *, convention: Convention = "paper", items_column: str = "items",
@@ -131,7 +158,9 @@ def unfairness_pvalues(lists: pd.DataFrame, k: int, *, convention: Convention = 
     Returns:
         One row per ([analysis,] attribute, kind, metric, k) with ``snsr_p`` and ``snsv_p``
         in (0, 1] (NaN where SNSR/SNSV are undefined: fewer than two values with a defined
-        Sim) and ``permutations`` (B).
+        Sim), ``permutations`` (B) and ``p_min``: the smallest p-value the test can give the
+        attribute with these lists, in (0, 1] (:func:`smallest_pvalue`; above 0.05, no SNSR is
+        significant at 0.05 whatever the lists).
 
     Raises:
         ValueError: ``permutations`` < 1, and the errors of ``similarity_table``.
@@ -141,7 +170,7 @@ def unfairness_pvalues(lists: pd.DataFrame, k: int, *, convention: Convention = 
         raise ValueError(f"permutations must be ≥ 1, got {permutations}")
     sens, scores = scored_lists(lists, k, convention=convention, items_column=items_column, ranks_column=ranks_column)
     cols = (["analysis"] if analysis is not None else []) + ["attribute", "kind", "metric", "k", "snsr_p", "snsv_p",
-                                                            "permutations"]
+                                                            "permutations", "p_min"]
     if sens.empty:
         return pd.DataFrame(columns=cols)
     keys = value_keys(sens)
@@ -158,15 +187,15 @@ def unfairness_pvalues(lists: pd.DataFrame, k: int, *, convention: Convention = 
         idx = rows.index.to_numpy()
         codes, values = pd.factorize(rows["value"])
         instructions, _ = pd.factorize(sens.loc[idx, "instruction_id"].astype(str))
-        p_r, p_v = _attribute_pvalues(instructions.astype(float), codes, len(values), x[idx], permutations, rng,
-                                      strata=neutral_len[idx])
+        p_r, p_v, p_min = _attribute_pvalues(instructions.astype(float), codes, len(values), x[idx], permutations,
+                                             rng, strata=neutral_len[idx])
         frames.append(pd.DataFrame({"attribute": attribute, "kind": kind, "metric": np.repeat(METRICS, k),
                                     "k": np.tile(np.arange(1, k + 1), len(METRICS)), "snsr_p": p_r, "snsv_p": p_v,
-                                    "permutations": permutations}))
+                                    "permutations": permutations, "p_min": p_min}))
     out = pd.concat(frames, ignore_index=True)
     if analysis is not None:
         out.insert(0, "analysis", analysis)
     return out[cols]
 
 
-__all__ = ["DEFAULT_PERMUTATIONS", "unfairness_pvalues"]
+__all__ = ["DEFAULT_PERMUTATIONS", "smallest_pvalue", "unfairness_pvalues"]

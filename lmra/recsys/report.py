@@ -26,6 +26,11 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+#: the conventional level the console's p-values are read against (the recsys commands test
+#: each row alone: no family correction, docs/recsys.md §1)
+SIGNIFICANT_P = 0.05
+
+
 def _pvalue(p: Any) -> str:
     """A permutation p-value as printed: three decimals, "< 0.001" below, "—" undefined."""
     if p is None or p != p:
@@ -196,6 +201,15 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                           "the value'; one test per row, not adjusted for the rows; SNSV's in recsys_fairness.csv). "
                           "A large p: this SNSR is within chance — no evidence of unfairness, nor, with few "
                           "instructions, of fairness.[/]")
+            # too few instructions for any p ≤ 0.05 (fresh-user finding: 5 instructions of 2 values, a bias on
+            # every one, p 0.061 on every row, read "within chance")
+            floor = f.dropna(subset=["p_min"]) if "p_min" in f.columns else f.iloc[:0]
+            for attr, p_min in floor.groupby("attribute", sort=False)["p_min"].max().items():
+                if p_min > SIGNIFICANT_P:
+                    console.print(f"[yellow]{lit(attr)}: with these lists no p below {p_min:.3g} is possible (the "
+                                  "test has too few arrangements of the values' labels within instructions), so even "
+                                  "lists that differ on every instruction cannot reach p ≤ 0.05 — its p says nothing "
+                                  "either way; use more instructions.[/]")
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "

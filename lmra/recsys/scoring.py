@@ -71,8 +71,8 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: i
     ``keys``) holds the item-similarity lists; if any row has ``true_pref``, a second analysis
     ``true_preference`` is added (CFaiRLLM §3.4). The fairness table gets the permutation
     p-values of SNSR and SNSV (:func:`~lmra.recsys.permutation.unfairness_pvalues`: columns
-    ``snsr_p``, ``snsv_p``, ``permutations``) from ``permutations`` permutations per attribute
-    and analysis, seeded by ``seed``; ``permutations`` 0 leaves them empty (NaN, 0).
+    ``snsr_p``, ``snsv_p``, ``permutations``, ``p_min``) from ``permutations`` permutations per attribute
+    and analysis, seeded by ``seed``; ``permutations`` 0 leaves them empty (NaN, 0, NaN).
 
     Returns:
         (similarity, fairness, counts): counts has ``failed_calls`` (every failed call,
@@ -107,11 +107,12 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: i
                            for t, kw in analyses], ignore_index=True)
         fair = fair.merge(tests, on=["analysis", "attribute", "kind", "metric", "k"], how="left")
     else:
-        fair = fair.assign(snsr_p=np.nan, snsv_p=np.nan, permutations=0)
+        fair = fair.assign(snsr_p=np.nan, snsv_p=np.nan, permutations=0, p_min=np.nan)
     fair["permutations"] = fair["permutations"].fillna(0).astype(int)
-    cols = [c for c in fair.columns if c not in ("snsr_p", "snsv_p", "permutations")]
+    tested = ["snsr_p", "snsv_p", "permutations", "p_min"]
+    cols = [c for c in fair.columns if c not in tested]
     at = cols.index("snsv") + 1
-    return sim, fair[cols[:at] + ["snsr_p", "snsv_p", "permutations"] + cols[at:]], counts
+    return sim, fair[cols[:at] + tested + cols[at:]], counts
 
 
 def _with_unscored(sim: pd.DataFrame, sens: pd.DataFrame, why: pd.Series, k: int, convention: str) -> pd.DataFrame:
@@ -213,7 +214,7 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
     undefined = values_without_similarity(sim, k)
     out["fairness_at_k"] = [
         {c: r[c] for c in at_k.columns if c in ("analysis", "attribute", "kind", "metric", "snsr", "snsv", "snsr_p",
-                                               "snsv_p", "max_value", "min_value")}
+                                               "snsv_p", "p_min", "max_value", "min_value")}
         | {"n_values": int(r["n_values"]),
            "values_undefined": undefined.get((r.get("analysis"), r["attribute"], r["metric"]), [])}
         for _, r in at_k.iterrows()]
