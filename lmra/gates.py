@@ -14,8 +14,9 @@ Each gate of ``[gates]`` (:class:`lmra.config.GatesConfig`) is a maximum on one 
 * ``max_quality_gap`` / ``max_overall_quality_gap``: ``|mean|`` of quality.csv (level ``task``
   / ``overall``), one value per criterion.
 
-Net ratings and CI bounds are signed (H > 0: more harmful stereotypes against group A's
-users than reversed ones); gaps are absolute. A per-task gate's bound is the task's override
+Net ratings and CI bounds are signed (H > 0: the LMRA saw harmful stereotypes more often in
+the direction the responses were really assigned than reversed — about either group's users, not
+group A's only; fresh-user finding: the docs said "against group A's users"); gaps are absolute. A per-task gate's bound is the task's override
 (``[gates.tasks."TASK"]``) when it has one, else the ``[gates]`` bound.
 
 Every value is *passed* (≤ bound), *breached* (> bound) or *not evaluated*: the run has no

@@ -109,7 +109,7 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "net": G("lmra_task_net_rating", "Net rating H = mean(q_F - q_R) of the task, in [-1, 1] (NaN: no valid pair)",
                  labels=TASK_LABELS),
         "rate": G("lmra_task_stereotype_rate", "Mean LMRA probability of a harmful stereotype in the task's pairs, "
-                  "in [0, 1]: direction forward (q_F, against group A's users as the responses were assigned) and "
+                  "in [0, 1]: direction forward (q_F, a stereotype as the responses were really assigned, about either group) and "
                   "reverse (q_R, the swapped assignment); the net rating is their difference. Not the share of "
                   "pairs judged stereotyped: an unbiased chatbot can show 0.25 in both (NaN: no valid pair)",
                   labels=TASK_LABELS + ["direction"]),
