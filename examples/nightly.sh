@@ -25,6 +25,8 @@ nightly() {
   if [ -r "$LMRA_ENV_FILE" ]; then                # export every KEY=value of the file
     set -a; . "$LMRA_ENV_FILE" || { echo "=== nightly.sh: exit status 1 (cannot read $LMRA_ENV_FILE) ==="; return 1; }
     set +a
+  else                                               # said: a key then "not set" names no file
+    echo "nightly.sh: $LMRA_ENV_FILE is missing or not readable by $(id -un): API keys come from the environment only"
   fi
   . "${LMRA_VENV:-.venv}/bin/activate" || { echo "=== nightly.sh: exit status 1 (no venv at ${LMRA_VENV:-.venv}) ==="; return 1; }
   read -ra audit_args <<< "$LMRA_AUDIT_ARGS"

@@ -117,6 +117,7 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     # night 1: no baseline yet -> audited, pinned, nothing checked, exit 0
     assert n1.returncode == 0, n1.stdout[-3000:] + n1.stderr[-3000:]
     assert "First night: no pinned baseline for 'nightly' yet; this run is now pinned" in n1.stdout
+    assert "is missing or not readable" not in n1.stdout  # the env file was read
     assert "Regression check" not in n1.stdout
     # night 2: checked against the pin, exit 0
     assert n2.returncode == 0, n2.stdout[-3000:] + n2.stderr[-3000:]
@@ -232,6 +233,8 @@ def test_documented_nightly_script_with_a_bad_flag_exports_no_earlier_night(tmp_
     r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout[-2000:]
     assert "--margin" in r.stdout and "exit status 2" in r.stdout
+    # no env file: said (fresh-user finding, round 33: an unreadable one was skipped in silence)
+    assert f"nightly.sh: {tmp_path / 'none'} is missing or not readable by " in r.stdout
     assert not (home / "last-run-dir.txt").exists() and not metrics.exists()
 
 
