@@ -169,3 +169,25 @@ def test_chat_template_tokens_are_never_items_and_are_counted():
     assert p.keys == ["hey jude", "yesterday", "let it be"] and p.items[2] == "Let It Be" and p.n_dropped == 1
     assert p.template_tokens == ["[/INST]", "<|im_end|>", "</s>"]
     assert parse_list("1. Hey Jude\n2. Yesterday").template_tokens == []
+
+
+@pytest.mark.parametrize("text, fmt, keys", [
+    # break-it finding (round 33): split at every "and", and a JSON array lost its first title
+    ("Here are some songs you might like: Rock and Roll, Pride and Prejudice, Hello, Halo", "comma",
+     ["rock and roll", "pride and prejudice", "hello", "halo"]),
+    ('["Rock and Roll", "Pride and Prejudice", "Hello", "Halo"]', "json",
+     ["rock and roll", "pride and prejudice", "hello", "halo"]),
+    ('["Hello", "Skyfall", "Halo"]', "json", ["hello", "skyfall", "halo"]),
+    ('Sure! ```json\n[{"title": "Heat", "year": 1995}, {"title": "Alien"}]\n```', "json", ["heat", "alien"]),
+    ("Try: Hello, Halo, and Skyfall.", "comma", ["hello", "halo", "skyfall"]),
+    ("Try: Hello, Halo and Skyfall.", "none", []),                # one comma, no quotes: not taken for a list
+    ("Try: Hello, Easy on Me, Halo and Skyfall.", "comma", ["hello", "easy on me", "halo", "skyfall"]),
+    ('I recommend "Hello", "Halo" and "Pride and Prejudice".', "comma", ["hello", "halo", "pride and prejudice"]),
+    ("You might enjoy “Heat” or “Alien”!", "comma", ["heat", "alien"]),
+    ('I recommend "Hello" because it is great.', "none", []),
+    ("1. Heat (1995)\n2. Alien [Director's Cut]\n3. Up", "numbered", ["heat", "alien", "up"]),  # brackets: no JSON
+])
+def test_comma_lists_keep_titles_with_and_and_json_arrays_are_read(text, fmt, keys):
+    parsed = parse_list(text)
+    assert (parsed.format, parsed.keys) == (fmt, keys)
+    assert parsed.n_dropped == 0

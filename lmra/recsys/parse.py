@@ -20,13 +20,14 @@ score threshold.
 from __future__ import annotations
 
 import html
+import json
 import re
 import unicodedata
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-ListFormat = Literal["numbered", "bulleted", "inline-numbered", "lines", "comma", "none"]
+ListFormat = Literal["json", "numbered", "bulleted", "inline-numbered", "lines", "comma", "none"]
 
 _NUMBERED = re.compile(
     r"^\s*(?:[*_]{2}\s*)?(?:#\s*)?\(?(\d{1,3})\s*[.)\]:](?!\d)\s*(?:[*_]{2}(?=\S))?\s*(.*?)\s*$")
@@ -56,6 +57,12 @@ _REFUSAL = re.compile(
     r"|as an ai\b|as a language model|i (?:do not|don't) (?:have|feel comfortable)|i won'?t be able"
     r"|unable to (?:provide|fulfil|fulfill|comply|recommend)|not appropriate|i must decline)", re.IGNORECASE)
 _MAX_LINE_WORDS = 16
+#: a quoted title inside a running sentence (``I recommend "Hello", "Halo" and "Pride and Prejudice"``)
+_QUOTED_SPAN = re.compile(r'"([^"]+)"|“([^”]+)”|«([^»]+)»')
+#: what may stand between the quoted titles of a comma list: separators, "and"/"or", a full stop
+_BETWEEN_QUOTED = re.compile(r"^(?:[\s,;.!?]|\band\b|\bor\b)*$", re.IGNORECASE)
+#: the conjunction before a comma list's last item (``A, B and C``; ``A, B, and C``)
+_LAST_AND = re.compile(r"^(?:(?P<head>.*\S)\s+)?(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 _ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
 _BARE_NUMBER = re.compile(r"^\s*#?\d{1,3}\s*[.)\]:]?\s*$")
 
@@ -209,7 +216,49 @@ def _is_sentence(line: str) -> bool:
     return line.endswith(":") or (words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
 
 
+def _json_items(text: str) -> list[str] | None:
+    """The titles of a JSON array in the answer — strings, or objects with a ``title`` (else
+    ``name``) string — from its first ``[`` to its last ``]``; None when there is none (break-it
+    finding: ``["Hello", "Skyfall", "Halo"]`` was read as a comma list that lost its first title)."""
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end <= start:
+        return None
+    try:
+        value = json.loads(text[start:end + 1])
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not value:
+        return None
+    if all(isinstance(v, dict) for v in value):
+        value = [v.get("title", v.get("name")) for v in value]
+    return [v for v in value] if all(isinstance(v, str) for v in value) else None
+
+
+def _comma_items(tail: str) -> tuple[list[str], bool]:
+    """The items of a comma list (the text after a colon): its quoted titles when every title is
+    quoted (``"Hello", "Halo" and "Pride and Prejudice"``); else the parts between commas and
+    semicolons, the last one cut at its conjunction (``A, B and C``, ``A, B, and C``). A title
+    holding "and" is kept whole (break-it finding: "Rock and Roll, Pride and Prejudice, Hello, Halo"
+    gave six items) — except as the last item of a list without quotes or a serial comma
+    (``A, B, Pride and Prejudice`` reads as … ``Pride``, ``Prejudice``: English writes a list's
+    end so). Returns the items and whether they were quoted (two or more: a list, however few
+    its commas)."""
+    spans = list(_QUOTED_SPAN.finditer(tail))
+    if len(spans) >= 2 and _BETWEEN_QUOTED.match(_QUOTED_SPAN.sub(" ", tail[spans[0].start():])):
+        # (a lead-in before the first title — "I recommend" — is no item)
+        return [next(g for g in m.groups() if g) for m in spans], True
+    parts = [p.strip() for p in re.split(r"[,;]", tail) if p.strip()]
+    if parts:
+        m = _LAST_AND.match(parts[-1])
+        if m:
+            parts[-1:] = [x for x in (m.group("head"), m.group("last")) if x]
+    return parts, False
+
+
 def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
+    json_items = _json_items(text)
+    if json_items:
+        return "json", json_items
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     slots = [m.group(2) for ln in lines if (m := _NUMBERED.match(ln))]
     numbered = [t for t in slots if _ALNUM.search(t)]
@@ -235,8 +284,8 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
         return "lines", short
     for ln in body:
         tail = ln.split(":", 1)[1] if ":" in ln else ln
-        parts = [p.strip() for p in re.split(r",|;|\band\b", tail) if p.strip()]
-        if ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts):
+        parts, quoted = _comma_items(tail)
+        if quoted or (ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts)):
             return "comma", [p.rstrip(".!") for p in parts]
     return "none", []
 
