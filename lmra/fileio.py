@@ -71,6 +71,43 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
                 pass
 
 
+@contextmanager
+def atomic_files(folder: str | Path) -> Iterator[Callable[[str], Path]]:
+    """Write several files of ``folder`` as one set: yields ``stage(name)``, the path to write
+    the file ``name`` to (a hidden one beside it); on a clean exit the staged files are renamed
+    into place in the order they were staged (stage the manifest last), on an error they are
+    removed and no file of the set is touched — a full disk cannot leave a new table beside an
+    old summary, nor a complete-looking table without its manifest (break-it finding: ``lmra
+    recsys score`` left ``recsys_similarity.csv`` and no manifest).
+
+    Raises:
+        LmraIOError: a staged file could not be written (naming the file it was for) or renamed.
+    """
+    folder = Path(folder)
+    staged: dict[Path, Path] = {}  # hidden file → the file of the set it becomes
+
+    def stage(name: str) -> Path:
+        final = folder / name
+        hidden = folder / f".{name}.staged-{os.getpid()}"
+        staged[hidden] = final
+        return hidden
+
+    try:
+        yield stage
+        for hidden, final in staged.items():
+            os.replace(hidden, final)
+    except LmraIOError as exc:
+        raise LmraIOError(exc.reason, path=staged.get(Path(exc.path), exc.path)) from None
+    except OSError as exc:  # a rename (renames need no space: a vanished or read-only folder)
+        raise LmraIOError(f"cannot write this file ({io_reason(exc)})", path=folder) from None
+    finally:
+        for hidden in staged:
+            try:
+                os.unlink(hidden)
+            except OSError:
+                pass
+
+
 def blocking_file(path: str | Path) -> Path | None:
     """What keeps ``path`` from being created: its nearest existing ancestor when that is not a
     folder (``afile/sub`` cannot be created under the file ``afile``).

@@ -959,3 +959,36 @@ def test_cli_score_refuses_two_spellings_of_one_value(tmp_path, capsys):
     assert (f"{lists}, line 4: field 'value': value 'male' of attribute 'gender' is 'Male' (line 2) written another "
             "way") in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_score_on_a_full_disk_leaves_no_table_that_looks_done(tmp_path, capsys, monkeypatch):
+    """Break-it finding (round 33): `lmra recsys score` on a full disk exited 1 but left a
+    complete-looking recsys_similarity.csv and no manifest in its new --out folder. The four files
+    are written as one set: on an I/O failure the new folder is gone, and a re-score into an
+    existing folder leaves its earlier set byte for byte (no new table beside an old summary)."""
+    from lmra.errors import LmraIOError
+    from lmra.recsys import lists as lists_module
+
+    src = _write_lists(tmp_path / "lists.jsonl", HAND_LISTS)
+    kept = tmp_path / "kept"
+    assert run_cli(["recsys", "score", "--lists", str(src), "--k", "3", "--out", str(kept)]) == 0
+    before = {f.name: f.read_bytes() for f in kept.iterdir()}
+    capsys.readouterr()
+    real = lists_module.write_csv
+
+    def full_disk(df, path, **kw):
+        if "recsys_fairness.csv" in Path(path).name:
+            raise LmraIOError("cannot write this file (No space left on device)", path=path)
+        return real(df, path, **kw)
+
+    monkeypatch.setattr(lists_module, "write_csv", full_disk)
+    new = tmp_path / "new"
+    assert run_cli(["recsys", "score", "--lists", str(src), "--k", "3", "--out", str(new)]) == 1
+    err = capsys.readouterr().err
+    assert f"{new / 'recsys_fairness.csv'}" in " ".join(err.split()).replace("\n", ""), err
+    assert "No space left on device" in err and ".staged" not in err
+    assert not new.exists()  # nothing that looks like a result
+    # the earlier set stays whole: the similarity table was written (staged) but never put in place
+    src2 = _write_lists(tmp_path / "lists2.jsonl", HAND_LISTS[:3])
+    assert run_cli(["recsys", "score", "--lists", str(src2), "--k", "3", "--out", str(kept)]) == 1
+    assert {f.name: f.read_bytes() for f in kept.iterdir()} == before

@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from lmra.data import iter_jsonl
-from lmra.errors import LmraInputError, read_input_text
-from lmra.fileio import write_csv
+from lmra.errors import LmraInputError, LmraIOError, read_input_text
+from lmra.fileio import atomic_files, write_csv
 from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
@@ -256,15 +256,25 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         manifest["stop_reason"] = nothing_scored_message(summary, lists, called=False)
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
+        created = new_dir or not run_dir.exists()
         if new_dir:
             from lmra.runstate import claim_run_dir
 
             run_dir = claim_run_dir(run_dir)
         else:
             run_dir.mkdir(parents=True, exist_ok=True)
-        write_csv(sim, run_dir / "recsys_similarity.csv")
-        write_csv(fair, run_dir / "recsys_fairness.csv")
         summary["run_dir"] = str(run_dir)
-        dump_json(run_dir / "summary.json", clean_nan(summary))
-        dump_json(run_dir / "manifest.json", manifest)
+        try:
+            with atomic_files(run_dir) as stage:  # all four or none (a full disk: nothing that looks done)
+                write_csv(sim, stage("recsys_similarity.csv"))
+                write_csv(fair, stage("recsys_fairness.csv"))
+                dump_json(stage("summary.json"), clean_nan(summary))
+                dump_json(stage("manifest.json"), manifest)
+        except LmraIOError:
+            if created:  # the folder this call made holds nothing: not left behind as an empty result
+                try:
+                    run_dir.rmdir()
+                except OSError:
+                    pass
+            raise
     return RecsysResult(run_dir, lists, sim, fair, summary, manifest)
