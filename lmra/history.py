@@ -564,7 +564,10 @@ class History:
         Returns:
             Columns ``run_id, started, name, status, target_model, judge_provider, judge_model,
             judge_status, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value,
-            forward_rate, reverse_rate``; empty when the task was never measured.
+            forward_rate, reverse_rate, replayed``; empty when the task was never measured.
+            ``replayed``: the night's check (:meth:`latest_check`) found every chatbot answer
+            replayed from the call cache — its point repeats an earlier night's (fresh-user
+            finding: such nights were shown as ordinary points); False when never checked.
         """
         q = ("SELECT r.run_id, r.started, r.name, COALESCE(r.status, 'complete') AS status, r.target_model, "
              "r.judge_provider, r.judge_model, r.judge_status, m.comparison, "
@@ -578,7 +581,10 @@ class History:
         if name:
             q += " AND r.name = ?"
             args.append(name)
-        return pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+        df = pd.read_sql_query(q + " ORDER BY r.started_utc, r.run_id", self.db, params=args)
+        replayed = {rid: bool((self.latest_check(rid) or {}).get("replayed")) for rid in df["run_id"].unique()}
+        df["replayed"] = df["run_id"].map(replayed).astype(bool)
+        return df
 
     def task_names(self, name: str | None = None) -> list[str]:
         """The tasks measured in the history (of runs named ``name``), sorted."""

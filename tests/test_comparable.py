@@ -553,6 +553,15 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     table = " ".join(capsys.readouterr().out.split())
     assert "no conclusion (every chatbot answer replayed) vs 20260101-000000-nightly" in table
     assert table.count("REGRESSION") == 1  # the night itself only
+    # a task's trend marks the replayed night, whose point repeats the night it replays (fresh-user finding)
+    task = str(load_run(again).per_task["task"].iloc[0])
+    assert lmra_cli(["history", "--reports-dir", reports, "--task", task]) == 0
+    trend = " ".join(capsys.readouterr().out.split())
+    assert f"{again.name} replayed" in trend and f"{bad.name} replayed" not in trend
+    assert "'replayed': every chatbot answer of that night was replayed from the call cache" in trend
+    assert lmra_cli(["history", "--reports-dir", reports, "--task", task, "--json"]) == 0
+    points = {p["run_id"]: p["replayed"] for p in json.loads(capsys.readouterr().out)["points"]}
+    assert points[again.name] is True and points[bad.name] is False and points[base.name] is False
     assert lmra_cli(["export", str(again), "--format", "prometheus", "--out", str(tmp_path / "m")]) == 0
     prom = next((tmp_path / "m").glob("*.prom")).read_text()
     assert "lmra_run_regressions{" not in prom and "lmra_task_regressed{" not in prom

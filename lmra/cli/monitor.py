@@ -380,6 +380,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             stack = "\n" if console.is_terminal else " "  # one line per run in a log (docs/nightly.md, "Logs")
             for (_, r), new_judge in zip(df.iterrows(), changed):
                 run_cell = lit(r.run_id) if r.status == "complete" else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]"
+                if r.replayed:
+                    run_cell += f"{stack}[yellow]replayed[/]"
                 judge = _judge_cell(r.judge_status) + (f"{stack}[yellow]new LMRA {lit(r.judge_model)}[/]" if new_judge
                                                        else "")
                 table.add_row(run_cell, _short_time(r.started), lit(r.comparison),
@@ -390,6 +392,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             if (df["status"] != "complete").any():
                 console.print("[yellow]Runs marked partial lost more than max_failed_share of their pairs (or left too "
                               "many unrated): their points rest on what was left.[/]")
+            if df["replayed"].any():
+                console.print("[yellow]'replayed': every chatbot answer of that night was replayed from the call cache "
+                              "(a re-run with an earlier night's seed): its point repeats that night's — leave it out "
+                              "of a trend (docs/nightly.md).[/]")
             if changed.any():
                 console.print("[yellow]'new LMRA': that night was rated by another judge than the night before; its "
                               "ratings are on another scale, so a step there may be the judge's.[/]")

@@ -245,7 +245,8 @@ def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, compariso
         object per (run, comparison) with the columns of :meth:`lmra.history.History.task_trend`
         (``run_id, started, name, status, target_model, judge_provider, judge_model, judge_status,
         comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
-        reverse_rate``).
+        reverse_rate, replayed``; ``replayed`` true for a night whose every chatbot answer came from
+        the call cache, as its check found: a repeat of an earlier night's point).
     """
     return {"schema": SCHEMA_TASK_TREND, "history": str(path), "task": task, "comparison": comparison,
             "name": name, "points": plain(trend)}
