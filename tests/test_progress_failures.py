@@ -33,7 +33,8 @@ def _bars(text: str) -> dict[str, str]:
     """The last drawn line of each bar: label → the rest of the line."""
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     out = {}
-    for label in ("Generating responses", "LMRA labelling refusals", "LMRA rating pairs", "Filtering prompts"):
+    for label in ("Generating responses", "LMRA labelling refusals", "LMRA rating pairs", "Filtering prompts",
+                  "Selecting prompts"):
         lines = [ln for ln in re.split(r"[\r\n]", plain) if ln.startswith(label)]
         if lines:
             out[label] = lines[-1]
@@ -77,6 +78,8 @@ def test_the_bars_say_how_many_items_failed_and_match_the_run(tmp_path, sim_inpu
     assert len(audit.refusal_errors) > 0
     assert _failed(bars["LMRA labelling refusals"]) == len(audit.refusal_errors)
     assert "failed" not in bars.get("Filtering prompts", "")
+    # the identity filter's LMRA is off: the prompts are selected, not filtered (fresh-user finding, round 33)
+    assert "Filtering prompts" not in bars and re.search(r"\b20/20\b", bars["Selecting prompts"])
 
 
 def test_a_clean_run_shows_no_failed_count(tmp_path, sim_inputs):

@@ -142,7 +142,10 @@ class SelectStage:
                     d = lexical_decision(p, names)
                     (keep.append(p) if d is None else decisions.append(d))
                 by_task[task] = keep
-        self.progress.start("filter", sum(min(len(v), limit or len(v)) for v in by_task.values()))
+        # the bar: "Filtering prompts" when the LMRA is asked, else "Selecting prompts" (fresh-user
+        # finding: a demo whose LMRA filter is off showed a filtering bar)
+        stage = "filter" if asks_lmra else "select"
+        self.progress.start(stage, sum(min(len(v), limit or len(v)) for v in by_task.values()))
 
         async def ask(p: PromptRecord) -> FilterDecision:
             try:
@@ -165,7 +168,7 @@ class SelectStage:
 
             def keep(i: int) -> None:
                 kept.append(i)
-                self.progress.advance("filter")
+                self.progress.advance(stage)
                 if on_kept is not None:
                     on_kept(order[i])
 

@@ -40,7 +40,8 @@ PROGRESS_UPDATE_S = 0.1
 
 
 #: the bars' labels, by stage (a stage not listed is shown by its name)
-STAGE_LABELS = {"judge-check": "LMRA judge check (canary pairs)", "classify": "LMRA classifying tasks", "filter": "Filtering prompts", "generate": "Generating responses",
+STAGE_LABELS = {"judge-check": "LMRA judge check (canary pairs)", "classify": "LMRA classifying tasks", "filter": "Filtering prompts",
+                "select": "Selecting prompts", "generate": "Generating responses",
                 "refusal": "LMRA labelling refusals", "rate": "LMRA rating pairs",
                 "axes-brainstorm": "LMRA brainstorming differences", "axes-label": "LMRA labelling test pairs on axes",
                 "axes-harm": "LMRA harm check of selected axes", "recsys": "Recommendation lists"}
