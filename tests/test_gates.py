@@ -407,6 +407,7 @@ def test_config_errors_exit_2_naming_file_line_and_field(tmp_path, capsys, monke
 @pytest.mark.parametrize("value,needle", [
     ("max_ci_high", "is not NAME=VALUE"),
     ("max_ci_hi=0.02", "unknown gate 'max_ci_hi'"),
+    ("max_ci_hgh=0.1", "unknown gate 'max_ci_hgh' — did you mean 'max_ci_high'?"),  # (fresh-user finding)
     ("max_ci_high=abc", "is not a decimal number"),
     ("max_ci_high=2", "in [-1, 1]"),
     ("max_refusal_gap=-0.1", "in [0, 1]"),

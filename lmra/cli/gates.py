@@ -58,7 +58,11 @@ def gate_option(text: str) -> tuple[str, float]:
     if not eq:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. max_ci_high=0.02)")
     if name not in GATES:
-        raise argparse.ArgumentTypeError(f"{text!r}: unknown gate '{name}'; gates: {', '.join(GATES)} "
+        import difflib
+
+        close = difflib.get_close_matches(name, list(GATES), n=1, cutoff=0.6)  # as a config typo gets one
+        hint = f" — did you mean '{close[0]}'?" if close else ""
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown gate '{name}'{hint}; gates: {', '.join(GATES)} "
                                          "(per-task overrides only in the config's [gates.tasks.\"TASK\"])")
     try:
         v = strict_float(value)
