@@ -49,6 +49,8 @@ def test_injected_rise_exits_3_and_names_the_task(runs, lmra_cli, capsys, tmp_pa
     assert rc == 3
     verdict = out[out.index("Regression in"):]
     assert "write a story" in verdict and "career advice" not in verdict
+    # which group's users: not the net rating's to say (fresh-user finding, round 33)
+    assert "so it does not say which group" in " ".join(verdict.split())
     res = check_run(runs["rise"], runs["base"], history=hist, record=False)
     assert res.regressions["task"].tolist() == ["write a story"]
     assert res.improvements.empty
@@ -60,7 +62,8 @@ def test_unchanged_night_exits_0(runs, lmra_cli, capsys, tmp_path):
     rc = lmra_cli(["check", str(runs["same"]), "--baseline", str(runs["base"]),
                    "--history", str(tmp_path / "h.sqlite")])
     assert rc == 0
-    assert "No regression" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "No regression" in out and "does not say which group" not in " ".join(out.split())
 
 
 def test_margin_larger_than_the_rise_is_not_a_regression(runs, lmra_cli, tmp_path):
