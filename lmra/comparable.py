@@ -213,13 +213,19 @@ REFUSED_PREFIX = "nothing was checked: the baseline is not comparable — "
 
 
 def combiner_note(baseline, run) -> str | None:
-    """The note of a check between a ``min`` and a ``min+mean`` run (comparable:
-    :func:`lmra.monitor.comparable_combiner`), which the check compares under ``mean``; None when
-    their combiners are the same. Not a warning of :func:`comparability_warnings`: the check is
-    still one of two nights of one chatbot (an answer without log-probabilities now and then must
-    not page anyone)."""
-    if baseline.combiner == run.combiner or {baseline.combiner, run.combiner} != {"min", "min+mean"}:
+    """The note of a check that compares the runs under ``mean`` (:func:`lmra.monitor.check_column`):
+    a ``min`` and a ``min+mean`` run, or two ``min+mean`` runs; None otherwise. Not a warning of
+    :func:`comparability_warnings`: the check is still one of two nights of one chatbot (an answer
+    without log-probabilities now and then must not page anyone)."""
+    from lmra.monitor import check_column
+
+    if check_column(run.combiner, baseline.combiner) == "h" or {baseline.combiner, run.combiner} - {"min", "min+mean"}:
         return None
+    if baseline.combiner == run.combiner:  # both 'min+mean': their shares of 'mean' pairs differ from night to night
+        return ("both runs scored their pairs with an answer that came without log-probabilities with 'mean' (the "
+                "unbiased combiner for them), the others with 'min' ('min+mean'), each in its own proportion; this "
+                "check compares both runs under 'mean' (every pair's mean of its two orders, scored alike in both), "
+                "so its H columns are those, not the runs' headlines")
     mixed = "the run" if run.combiner == "min+mean" else "the baseline"
     return (f"the order combiner differs: baseline '{baseline.combiner}', run '{run.combiner}' — {mixed} scored its "
             "pairs with an answer that came without log-probabilities with 'mean' (the unbiased combiner for them), "

@@ -186,6 +186,21 @@ def comparable_combiner(combiner: str | None) -> str | None:
     return "min" if combiner == MIN_MEAN else combiner
 
 
+def check_column(run_combiner: str | None, baseline_combiner: str | None) -> str:
+    """The pair score a check compares the two runs on: ``h`` (each run's headline score) when
+    both runs used one combiner for every pair; ``h_mean`` (every pair's mean of its two orders,
+    scored alike in both runs) when either is ``min+mean`` (:data:`lmra.judge.scoring.MIN_MEAN`:
+    ``min`` for the pairs read from log-probabilities, ``mean`` for the others) or the two differ
+    — under a position preference ``min`` and ``mean`` differ for the same pair, so a headline
+    mixing them in a proportion that moves from night to night moves with it: a 45 %-sampled
+    ``min+mean`` baseline against a ``min`` night of the same chatbot flagged both tasks (break-it
+    round 3), and two ``min+mean`` nights with 25 % and 1 % of their answers sampled flagged an
+    unchanged chatbot (+0.043 built in; break-it, round 33)."""
+    from lmra.judge.scoring import MIN_MEAN
+
+    return "h" if run_combiner == baseline_combiner != MIN_MEAN else "h_mean"
+
+
 def shared_shard_runs(run: RunFolder, baseline: RunFolder) -> list[str]:
     """The shard run ids two merged runs were both merged from (``manifest.json`` ``shards``;
     empty for runs that are not merges, or merges of other shards), sorted."""
@@ -693,10 +708,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     alpha = check_alpha(alpha)
     assert_comparable(run, baseline)
     keys = ["comparison", "domain", "task"]
-    # 'min' against 'min+mean': both runs' pairs under 'mean', which scored every pair of both alike (break-it
-    # round 3: each run's own combiner, a 45 %-sampled 'min+mean' baseline against a 'min' night of the same
-    # chatbot flagged both tasks — 'min' and 'mean' differ under a position preference)
-    column = "h" if run.combiner == baseline.combiner else "h_mean"
+    column = check_column(run.combiner, baseline.combiner)
     a = run.prompt_scores_of(column)
     b = baseline.prompt_scores_of(column)
     labels_a = {tuple(k) for k in run.per_task[keys].itertuples(index=False)}

@@ -554,6 +554,8 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     assert "no conclusion (every chatbot answer replayed) vs 20260101-000000-nightly" in table
     assert table.count("REGRESSION") == 1  # the night itself only
     # a task's trend marks the replayed night, whose point repeats the night it replays (fresh-user finding)
+    from lmra.runfolder import load_run
+
     task = str(load_run(again).per_task["task"].iloc[0])
     assert lmra_cli(["history", "--reports-dir", reports, "--task", task]) == 0
     trend = " ".join(capsys.readouterr().out.split())

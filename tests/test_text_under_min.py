@@ -355,3 +355,34 @@ def test_baseline_last_passes_over_a_mean_night(tmp_path, sim_inputs, capsys):
         base, notes = h.last_baseline(load_run(glitch.run_dir))
         assert base.run_id == first.run_dir.name and notes == []
     assert main(["check", str(glitch.run_dir), "--baseline", "last", "--allow-unvalidated-judge"]) == 2
+
+
+def test_two_min_plus_mean_nights_are_compared_under_mean(tmp_path, sim_inputs):
+    """Break-it finding (round 33): two 'min+mean' nights — 25 % and 1 % of their answers without
+    log-probabilities — were compared on their own headlines, each a mix of 'min' and 'mean' pairs
+    in its own proportion; under a position preference 'min' and 'mean' differ, so an unchanged
+    chatbot was flagged (+0.043 built in, exit 3). Such a check compares both runs under 'mean',
+    as a 'min' against a 'min+mean' night is, and says so."""
+    from lmra.monitor import check_regression
+    from lmra.runfolder import load_run
+
+    names, prompts = sim_inputs(20)
+
+    def night(tag, every, seed):
+        cfg = AuditConfig.model_validate(dict(
+            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
+            output_dir=str(tmp_path / "out"), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+            filter={"lmra": False}, refusal={"enabled": False}))
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+
+    base, run = night("base", 3, 1), night("run", 9, 2)
+    assert base.summary["combiner"] == run.summary["combiner"] == "min+mean"
+    result = check_regression(load_run(run.run_dir), load_run(base.run_dir))
+    r = result.tests.set_index("task")
+    for res, col in ((run, "h_run"), (base, "h_base")):
+        for task, g in res.ratings.groupby("task"):
+            assert r.loc[task, col] == pytest.approx(g["h_mean"].mean())
+    assert result.notes and result.notes[0].startswith("both runs scored their pairs with an answer that came without "
+                                                       "log-probabilities with 'mean'")
+    assert "this check compares both runs under 'mean'" in result.notes[0]
