@@ -191,3 +191,24 @@ def test_comma_lists_keep_titles_with_and_and_json_arrays_are_read(text, fmt, ke
     parsed = parse_list(text)
     assert (parsed.format, parsed.keys) == (fmt, keys)
     assert parsed.n_dropped == 0
+
+
+@pytest.mark.parametrize("text, keys", [
+    # break-it finding (round 33): one title per line — read as a refusal, or a title dropped as a sentence
+    ("Here are some songs you might like:\nI Can't Make You Love Me\nI Can't Stop Loving You\nHello\nHalo",
+     ["i cant make you love me", "i cant stop loving you", "hello", "halo"]),
+    ("Hello\nWho Framed Roger Rabbit?\nSkyfall\nHalo", ["hello", "who framed roger rabbit", "skyfall", "halo"]),
+    ("What's Love Got to Do with It?\nDude, Where's My Car?\nUp",
+     ["whats love got to do with it", "dude, wheres my car", "up"]),
+    # sentences around the titles are still no items
+    ("Here you go:\nHello\nHalo\nSkyfall\nI hope you enjoy these songs!", ["hello", "halo", "skyfall"]),
+    ("Sure:\nHeat\nAlien\nUp\nLet me know if you want more suggestions.", ["heat", "alien", "up"]),
+])
+def test_lines_of_titles_that_read_like_sentences_are_titles(text, keys):
+    parsed = parse_list(text)
+    assert (parsed.format, parsed.keys, parsed.refusal) == ("lines", keys, False)
+
+
+def test_a_refusal_is_still_a_refusal():
+    parsed = parse_list("I'm sorry, but I can't help with that request.")
+    assert parsed.refusal and parsed.items == []

@@ -209,11 +209,29 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
     return s.strip().strip("\"“”'‘’«»").strip(_EDGE_PUNCT + " ")
 
 
+#: words a title leaves in lower case ("Gone with the Wind"): not counted by :func:`_title_cased`
+_MINOR_WORDS = frozenset("a an the and or nor but for of to in on at by with from as into per via vs".split())
+_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+
+
+def _title_cased(line: str) -> bool:
+    """Written as a title: of its words other than :data:`_MINOR_WORDS`, at least two, and at
+    least three in four of them, start with a capital letter ("I Can't Make You Love Me", "Who
+    Framed Roger Rabbit?") — a sentence starts most of its words in lower case ("I hope you enjoy
+    these!"). Scripts without case are never title-cased."""
+    words = [w for w in _WORD.findall(line) if w.casefold() not in _MINOR_WORDS]
+    return len(words) >= 2 and sum(w[0].isupper() for w in words) >= 0.75 * len(words)
+
+
 def _is_sentence(line: str) -> bool:
-    """A preamble/closing sentence rather than an item: ends with ':' or with '.', '!' or '?'
-    after at least four words, or is a refusal."""
+    """A preamble/closing sentence rather than an item: ends with ':'; or ends with '.', '!' or
+    '?' after at least four words, or is a refusal — unless it is written as a title (break-it
+    finding: "I Can't Make You Love Me" was taken for a refusal and "Who Framed Roger Rabbit?" for
+    a closing sentence, on lines of titles that a numbered list kept)."""
+    if line.endswith(":"):
+        return True
     words = len(line.split())
-    return line.endswith(":") or (words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+    return ((words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))) and not _title_cased(line)
 
 
 def _json_items(text: str) -> list[str] | None:
