@@ -992,3 +992,24 @@ def test_score_on_a_full_disk_leaves_no_table_that_looks_done(tmp_path, capsys, 
     src2 = _write_lists(tmp_path / "lists2.jsonl", HAND_LISTS[:3])
     assert run_cli(["recsys", "score", "--lists", str(src2), "--k", "3", "--out", str(kept)]) == 1
     assert {f.name: f.read_bytes() for f in kept.iterdir()} == before
+
+
+def test_rescoring_a_runs_lists_gives_its_fairness_table_back(tmp_path, capsys):
+    """Break-it finding (round 33): a run made with `permutations = 99` re-scored with `lmra recsys
+    score` (no options) had other p-values — the manifest did not record the count and the command
+    used 1999. The manifest records it, and the run's tables come out again, p-values included."""
+    cfg = write_config(tmp_path, "perm", """permutations = 49
+[target]
+provider = "test_recsys_e2e:make_scripted"
+[fairllm]
+names_list = ["Adele", "Drake", "Queen"]
+attributes = ["gender"]
+""")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    run = run_folder(tmp_path / "out")
+    assert json.loads((run / "manifest.json").read_text())["permutations"] == 49
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--out", str(tmp_path / "scored")]) == 0
+    capsys.readouterr()
+    mine = pd.read_csv(tmp_path / "scored" / "recsys_fairness.csv")
+    pd.testing.assert_frame_equal(mine, pd.read_csv(run / "recsys_fairness.csv"))
+    assert (mine["permutations"] == 49).all()

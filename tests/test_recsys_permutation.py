@@ -219,6 +219,18 @@ def test_rescoring_a_run_folder_uses_the_runs_seed(tmp_path, capsys):
                     "--permutations", "99", "--seed", "0", "--convention", "paper"]) in (0, 1)
     assert json.loads((tmp_path / "o2" / "manifest.json").read_text())["seed"] == 0
     capsys.readouterr()
+    # and the run's permutation count (break-it finding, round 33: a run made with 99 was re-scored with 1999):
+    # from its manifest, else (a run recorded before the manifest held it) from its config.toml
+    (run / "manifest.json").write_text(json.dumps({"seed": 7, "status": "finished", "permutations": 49}))
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o3")]) in (0, 1)
+    assert json.loads((tmp_path / "o3" / "manifest.json").read_text())["permutations"] == 49
+    (run / "manifest.json").write_text(json.dumps({"seed": 7, "status": "finished"}))
+    (run / "config.toml").write_text("permutations = 199\nseed = 7\n")
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o4")]) in (0, 1)
+    assert json.loads((tmp_path / "o4" / "manifest.json").read_text())["permutations"] == 199
+    (run / "manifest.json").write_text(json.dumps({"seed": 7, "status": "finished", "permutations": -3}))
+    assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / "o5")]) == 2
+    assert "has permutations = -3, not between 0 and" in " ".join(capsys.readouterr().err.split())
 
 
 def _confounded_users(rng, n_users: int, women_lengths=(1, 3), men_lengths=(3, 5)) -> pd.DataFrame:

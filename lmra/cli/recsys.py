@@ -90,7 +90,12 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
         args.k = _run_value(beside, "k", 20, bounds=(1, MAX_K))
     if not 1 <= args.k <= MAX_K:
         raise LmraInputError(f"--k must be between 1 and {MAX_K} (as the config's k), got {args.k}", field="k")
-    permutations = DEFAULT_PERMUTATIONS if args.permutations is None else args.permutations
+    # a run's own permutation count, so that its p-values come out again (break-it finding: a run made
+    # with 99 was re-scored with 1999); a run recorded before its manifest held it: its config.toml's
+    permutations = (args.permutations if args.permutations is not None
+                    else _run_value(beside, "permutations", None, bounds=(0, MAX_PERMUTATIONS)))
+    if permutations is None:
+        permutations = _config_permutations(beside.parent / "config.toml", DEFAULT_PERMUTATIONS)
     if not 0 <= permutations <= MAX_PERMUTATIONS:
         raise LmraInputError(f"--permutations must be between 0 and {MAX_PERMUTATIONS} (as the config's permutations), "
                              f"got {permutations}", field="--permutations")
@@ -151,8 +156,20 @@ def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
                              file=out, field="--out")
 
 
+def _config_permutations(config: Path, default: int):
+    """``permutations`` of a recsys run's ``config.toml`` (the run folder the lists came from, for
+    runs whose manifest predates it), else ``default`` (no such file, not TOML, no whole number)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(config.read_text(encoding="utf-8")).get("permutations") if config.is_file() else None
+    except (OSError, ValueError):
+        return default
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tuple | None = None):
-    """The ``key`` (``seed``, ``k``, ``convention``) of a recsys run's ``manifest.json`` (the folder
+    """The ``key`` (``seed``, ``k``, ``convention``, ``permutations``) of a recsys run's ``manifest.json`` (the folder
     ``lists.jsonl`` came from), else ``default`` (no manifest, or no such key in it).
 
     Raises:
@@ -165,7 +182,8 @@ def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tupl
 
     if not manifest.exists() and not manifest.is_symlink():
         return default
-    option = {"k": "--k", "seed": "--seed", "convention": "--convention"}.get(key, key)
+    option = {"k": "--k", "seed": "--seed", "convention": "--convention",
+              "permutations": "--permutations"}.get(key, key)
     try:
         doc = json.loads(read_input_text(manifest, "run manifest beside the lists file"))
     except (ValueError, LmraInputError) as exc:
@@ -254,7 +272,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
                    help="re-parse every record's 'raw' text with this parser (default: use the stored lists)")
     s.add_argument("--no-normalize", action="store_true", help="compare 'items' lists exactly as written")
     s.add_argument("--permutations", type=whole_number, default=None,
-                   help="permutations of the SNSR/SNSV test per attribute (default 1999; 0 = no test)")
+                   help="permutations of the SNSR/SNSV test per attribute (default: the run's, for a run's "
+                        "lists; else 1999; 0 = no test)")
     s.add_argument("--seed", type=whole_number, default=None,
                    help="seed of the permutation test (default: the seed in the manifest.json beside the lists "
                         "file — a run's own, so that its p-values come out again — else 0)")

@@ -148,7 +148,8 @@ class RecsysRun:
             "status": "running", "started": now(), "seed": cfg.seed, "mode": cfg.mode,
             "target": {"provider": target.name, "model": target.model_id, "base_url": target.base_url,
                        "temperature": cfg.target.temperature, "max_tokens": cfg.target.max_tokens},
-            "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "versions": package_versions(),
+            "k": cfg.k, "convention": cfg.convention, "parser": cfg.parser, "permutations": cfg.permutations,
+            "versions": package_versions(),
             "planned_calls": len(instructions),
             "concurrency": {"setting": cfg.concurrency, "bound": in_flight},
         }
