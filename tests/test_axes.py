@@ -580,6 +580,13 @@ def test_axes_config_overrides(tmp_path):
     with pytest.raises(LmraInputError) as exc:
         axes_config(run_cfg, f)
     assert "axes.corection" in str(exc.value) and "line 2" in str(exc.value)
+    # a bad command-line value is the command line's, not a line of the (valid) file (break-it finding)
+    f.write_text('[axes]\nmax_axes = 7\ncorrection = "holm"\n')
+    for key, value in (("axes.max_axes", 0), ("axes.alpha", -1.0)):
+        with pytest.raises(LmraInputError) as exc:
+            axes_config(run_cfg, f, **{key: value})
+        said = str(exc.value)
+        assert said.startswith("command line: field") and key in said and "axes.toml" not in said, said
 
 
 # -- embedding pre-clustering on real embeddings ------------------------------------------------------

@@ -64,15 +64,17 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
                 data["axes"] |= extra["axes"]
             else:
                 data[key] = extra[key]
-    for key, value in overrides.items():
-        if value is None:
-            continue
+    data["axes"]["enabled"] = True
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if path is not None:  # the file first, so that its errors name its lines, and an option's the command line
+        cfg = parse_config(data, source=path, text=text)  # (break-it finding: --max-axes 0 blamed line 33 of the file)
+    for key, value in given.items():
         section, _, leaf = key.partition(".")
         if section == "axes" and leaf:
             data["axes"][leaf] = value
         else:
             data[key] = value
-    data["axes"]["enabled"] = True
-    cfg = parse_config(data, source=path or "command line", text=text)
+    if path is None or given:
+        cfg = parse_config(data, source="command line", text="")
     check_axes_temperature(cfg, path)
     return cfg
