@@ -1013,3 +1013,46 @@ attributes = ["gender"]
     mine = pd.read_csv(tmp_path / "scored" / "recsys_fairness.csv")
     pd.testing.assert_frame_equal(mine, pd.read_csv(run / "recsys_fairness.csv"))
     assert (mine["permutations"] == 49).all()
+
+
+class GirlFailsTarget(ScriptedRecommender):
+    """Every call for "a girl" fails (a timeout), the others answer as the scripted target."""
+
+    async def complete(self, request):
+        from lmra.providers.base import ProviderError
+
+        if "a girl" in request.messages[-1].content:
+            raise ProviderError("timed out (scripted)", kind="timeout")
+        return await super().complete(request)
+
+
+def make_girl_fails(cfg):
+    return GirlFailsTarget(cfg)
+
+
+def test_an_attribute_measured_by_nothing_makes_the_run_partial(tmp_path, capsys):
+    """Break-it finding (round 33): every "a girl" call timed out — gender then had one value
+    with a defined similarity, so no SNSR — and the run said "finished", exit 0: a nightly job
+    saw success while the gender audit measured nothing. Such a run is partial, exit 1, naming the
+    attribute (its other attributes' results stand); `recsys score` on its lists says the same."""
+    cfg = write_config(tmp_path, "girl", """
+[target]
+provider = "test_recsys_e2e:make_girl_fails"
+max_retries = 0
+[fairllm]
+names_list = ["Adele", "Drake", "Queen"]
+attributes = ["gender", "age"]
+values = { gender = ["a boy", "a girl"] }
+""")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    said = " ".join((cap.out + cap.err).split())
+    assert "partial run: no unfairness measured for gender" in said and "exit status 1" in said, said[-2000:]
+    run = run_folder(tmp_path / "out")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "partial" and manifest["stop_reason"].startswith("no unfairness measured for gender")
+    fair = pd.read_csv(run / "recsys_fairness.csv")
+    assert fair[fair["attribute"] == "age"]["snsr"].notna().all()  # the other attribute stands
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--out", str(tmp_path / "s")]) == 1
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["status"] == "partial"
+    capsys.readouterr()

@@ -61,14 +61,21 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
 def _nothing_scored_exit(result) -> int:
     """1 with the reason on stderr when no sensitive list could be scored, or no unfairness measured
-    from those that were (status ``failed``), else
+    from those that were (status ``failed``), or an attribute meant to compare two values or more
+    was measured by nothing (status ``partial``: :func:`lmra.recsys.scoring.unmeasured_attributes`), else
     0; either way the final line names the exit status, as ``lmra audit``'s does (fresh-user
     finding: recsys ended without one)."""
     from lmra.cli.exits import print_final_status
-    from lmra.recsys.scoring import nothing_scored, nothing_scored_message
+    from lmra.recsys.scoring import nothing_scored, nothing_scored_message, partial_message, unmeasured_attributes
 
     if not nothing_scored(result.summary):
-        return print_final_status(make_console(), {})
+        unmeasured = unmeasured_attributes(result.summary)
+        if not unmeasured:
+            return print_final_status(make_console(), {})
+        # an attribute measured by nothing: partial, as an audit that lost its pairs (break-it finding: exit 0)
+        make_console(stderr=True).print(f"[bold red]partial run:[/] {lit(partial_message(unmeasured))}",
+                                        highlight=False, soft_wrap=True)
+        return print_final_status(make_console(), {1: f"the run is partial: {', '.join(unmeasured)} not measured"})
     called = "source" not in result.manifest  # (lmra recsys score: lists read from a file, no call made)
     why = nothing_scored_message(result.summary, result.lists, called=called)
     make_console(stderr=True).print(f"[bold red]failure:[/] {lit(why)}", highlight=False, soft_wrap=True)

@@ -17,7 +17,8 @@ from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
 from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused
-from lmra.recsys.scoring import build_summary, nothing_scored, nothing_scored_message, score_frame
+from lmra.recsys.scoring import (build_summary, nothing_scored, nothing_scored_message, partial_message, score_frame,
+                                  unmeasured_attributes)
 from lmra.runfolder import package_versions
 
 
@@ -249,11 +250,15 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         raise LmraInputError(str(exc), file=path) from None
     lists = lists.assign(n_items=lists["compare"].map(len))
     summary = build_summary(lists, sim, fair, k=k, convention=convention, dropped=dropped)
-    manifest = {"status": "failed" if nothing_scored(summary) else "finished", "started": now(), "finished": now(),
+    unmeasured = unmeasured_attributes(summary)
+    manifest = {"status": "failed" if nothing_scored(summary) else "partial" if unmeasured else "finished",
+                "started": now(), "finished": now(),
                 "source": str(path), "k": k, "convention": convention, "parser": parser or "stored",
                 "permutations": permutations, "seed": seed, "versions": package_versions()}
     if manifest["status"] == "failed":  # why, as lmra recsys's manifest says it
         manifest["stop_reason"] = nothing_scored_message(summary, lists, called=False)
+    elif manifest["status"] == "partial":
+        manifest["stop_reason"] = partial_message(unmeasured)
     run_dir = Path(out_dir) if out_dir is not None else Path(path).parent
     if out_dir is not None:
         created = new_dir or not run_dir.exists()

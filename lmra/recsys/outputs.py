@@ -22,7 +22,8 @@ from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext
 from lmra.recsys.parse import CatalogMatcher
 from lmra.recsys.records import plain
-from lmra.recsys.scoring import build_summary, nothing_scored, nothing_scored_message, run_bias, score_frame
+from lmra.recsys.scoring import (build_summary, nothing_scored, nothing_scored_message, partial_message, run_bias,
+                                  score_frame, unmeasured_attributes)
 
 
 @dataclass
@@ -128,9 +129,12 @@ def finish_run(cfg: RecsysConfig, run_dir: Path, records: list[dict], manifest: 
     summary = build_summary(lists, sim, fair, k=cfg.k, convention=cfg.convention, dropped=dropped,
                             matched=matcher is not None) | extra | {"run_dir": str(run_dir)}
     dump_json(run_dir / "summary.json", clean_nan(summary))
-    status = "failed" if nothing_scored(summary) else "finished"
+    unmeasured = unmeasured_attributes(summary)
+    status = "failed" if nothing_scored(summary) else "partial" if unmeasured else "finished"
     if status == "failed":  # why, in the manifest too (as an audit's; review finding: none)
         manifest["stop_reason"] = nothing_scored_message(summary, lists)
+    elif status == "partial":
+        manifest["stop_reason"] = partial_message(unmeasured)
     manifest |= {"status": status, "finished": now(), "calls": stats.as_dict()}
     dump_json(run_dir / "manifest.json", manifest)
     return RecsysResult(run_dir, lists, sim, fair, summary, manifest, bias, bias_sum)

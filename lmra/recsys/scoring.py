@@ -292,6 +292,33 @@ def nothing_scored(summary: dict[str, Any]) -> bool:
         or (summary.get("most_values_per_attribute") or 0) >= 2
 
 
+def unmeasured_attributes(summary: dict[str, Any]) -> list[str]:
+    """The attributes meant to compare two values or more whose SNSR/SNSV is undefined at K —
+    fewer than two of their values have a defined similarity (the others' calls failed, or their
+    answers held no list) — in the order of ``fairness_at_k``; empty when every such attribute was
+    measured, or when none was (:func:`nothing_scored`). A run with such an attribute is
+    ``partial`` and exits 1 (break-it finding: every "a girl" call timed out, 20 % of the calls,
+    and the run said "finished", exit 0, with gender measured by nothing)."""
+    if nothing_scored(summary):
+        return []
+    rows = summary.get("fairness_at_k") or []
+    out: list[str] = []
+    for r in rows:
+        n = r.get("n_values") or 0
+        label = str(r["attribute"]) if r.get("analysis") in (None, "item_similarity") else \
+            f"{r['attribute']} ({r['analysis']})"
+        if n < 2 and n + len(r.get("values_undefined") or []) >= 2 and label not in out:
+            out.append(label)
+    return out
+
+
+def partial_message(attributes: list[str]) -> str:
+    """Why a recsys run with :func:`unmeasured_attributes` is ``partial``, one sentence."""
+    return (f"no unfairness measured for {', '.join(attributes)}: fewer than two of its values have a defined "
+            "similarity at K (the other values' calls failed, or their answers held no list), so its SNSR/SNSV are "
+            "undefined; the other attributes' results stand")
+
+
 def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame, *, called: bool = True) -> str:
     """The one-paragraph reason :func:`nothing_scored` gives, with the first call error.
     ``called``: the lists came from the run's own calls (``lmra recsys``), not from a file
