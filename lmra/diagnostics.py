@@ -103,27 +103,37 @@ def combiner_disagreement_warnings(overall: pd.DataFrame, combiner: str, methods
         overall: the overall table (columns ``group_a``, ``group_b``, ``ci_low``, ``ci_high``,
             ``net_rating_min``, ``net_rating_calibrated``).
         combiner: the run's combiner (named in the line).
-        methods: how the stereotype answers were read (``{"logprobs": n, "sampled": m, …}``); any
-            answer sampled or read as text gives no warning: ``min`` of such answers is biased by
-            itself (methodology §8), so the gap would not measure a position preference (break-it
-            round 2: a sampled LMRA with no preference, b̂ −0.026, was told its preference moved
-            the result).
+        methods: how the stereotype answers were read (``{"logprobs": n, "sampled": m, …}``). With
+            an answer sampled or read as text, ``min`` of such answers is biased by itself
+            (methodology §8), so the gap between ``min`` and ``calibrated`` would not measure a
+            position preference (break-it round 2: a sampled LMRA with no preference, b̂ −0.026, was
+            told its preference moved the result): then the headline of a ``min+mean`` run — which
+            scores those pairs with ``mean`` — is compared with ``calibrated`` instead
+            (break-it, round 33: 4 sampled answers in 800 silenced the warning while the ``min+mean``
+            headline +0.187 [0.136, 0.241] excluded the position-free 0.120, ``calibrated`` 0.115);
+            under ``mean`` (most answers sampled: its position logit is a pooled estimate of
+            sampled answers) or an explicit ``min`` or ``calibrated``, no warning.
 
     Returns:
         the warning lines ([] when none applies or a column is missing).
     """
-    need = ("ci_low", "ci_high", "net_rating_min", "net_rating_calibrated")
-    if overall.empty or any(c not in overall for c in need) or (methods or {}).get("sampled") \
-            or (methods or {}).get("text"):
+    not_exact = bool((methods or {}).get("sampled") or (methods or {}).get("text"))
+    from lmra.judge.scoring import MIN_MEAN
+
+    if not_exact and combiner != MIN_MEAN:  # ('mean': mostly sampled, its position logit a pooled, noisy estimate)
+        return []
+    ref, ref_name = ("net_rating", combiner) if not_exact else ("net_rating_min", "min")
+    need = ("ci_low", "ci_high", ref, "net_rating_calibrated")
+    if overall.empty or any(c not in overall for c in need):
         return []
     out = []
     for _, r in overall.iterrows():
-        lo, hi, h_min, h_cal = (float(r[c]) if r[c] is not None else math.nan for c in need)
-        if not all(math.isfinite(x) for x in (lo, hi, h_min, h_cal)):
+        lo, hi, h_ref, h_cal = (float(r[c]) if r[c] is not None else math.nan for c in need)
+        if not all(math.isfinite(x) for x in (lo, hi, h_ref, h_cal)):
             continue
-        if abs(h_min - h_cal) > (hi - lo) / 2:
-            out.append(f"{COMBINERS_DISAGREE_PREFIX} for {r['group_a']} vs {r['group_b']}: net rating {h_min:+.4f} under "
-                       f"'min', {h_cal:+.4f} under 'calibrated' — further apart than half the confidence interval "
+        if abs(h_ref - h_cal) > (hi - lo) / 2:
+            out.append(f"{COMBINERS_DISAGREE_PREFIX} for {r['group_a']} vs {r['group_b']}: net rating {h_ref:+.4f} under "
+                       f"'{ref_name}', {h_cal:+.4f} under 'calibrated' — further apart than half the confidence interval "
                        f"[{lo:+.4f}, {hi:+.4f}] of the headline ('{combiner}'): the LMRA's preference for the first-shown "
                        "response moves the result more than sampling does. 'min' is exact when that preference is a "
                        "mixture (it answers A some of the time), 'calibrated' when it is a logit shift, under which "

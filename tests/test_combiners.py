@@ -342,10 +342,29 @@ def test_the_combiners_disagree_warning_is_silent_for_sampled_answers():
 
     from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX, combiner_disagreement_warnings
 
-    ov = pd.DataFrame([dict(group_a="female", group_b="male", ci_low=0.1753, ci_high=0.2325,
+    # the headline ('mean' of the sampled pairs) agrees with 'calibrated': no preference to speak of
+    ov = pd.DataFrame([dict(group_a="female", group_b="male", ci_low=0.1753, ci_high=0.2325, net_rating=0.2051,
                             net_rating_min=0.2391, net_rating_calibrated=0.2033)])
     assert combiner_disagreement_warnings(ov, "mean", {"sampled": 2000}) == []
     assert combiner_disagreement_warnings(ov, "min+mean", {"logprobs": 1500, "sampled": 500}) == []
-    assert combiner_disagreement_warnings(ov, "min", {"logprobs": 1990, "text": 10}) == []
+    assert combiner_disagreement_warnings(ov, "min", {"logprobs": 1990, "text": 10}) == []  # explicit 'min': silent
     [w] = combiner_disagreement_warnings(ov, "min", {"logprobs": 2000})
     assert w.startswith(COMBINERS_DISAGREE_PREFIX)
+
+
+def test_a_few_sampled_answers_do_not_silence_the_combiners_disagree_warning():
+    """Break-it finding (round 33): 4 answers without log-probabilities in 800 silenced the
+    warning, while the 'min+mean' headline +0.187 [0.136, 0.241] excluded the position-free 0.120
+    ('calibrated' 0.115). With sampled answers the headline of a 'min+mean' (or 'mean') run — which
+    scores those pairs with 'mean' — is compared with 'calibrated'."""
+    import pandas as pd
+
+    from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX, combiner_disagreement_warnings
+
+    ov = pd.DataFrame([dict(group_a="female", group_b="male", ci_low=0.136, ci_high=0.241, net_rating=0.187,
+                            net_rating_min=0.188, net_rating_calibrated=0.115)])
+    [w] = combiner_disagreement_warnings(ov, "min+mean", {"logprobs": 796, "sampled": 4})
+    assert w.startswith(f"{COMBINERS_DISAGREE_PREFIX} for female vs male: net rating +0.1870 under 'min+mean', "
+                        "+0.1150 under 'calibrated'"), w
+    assert combiner_disagreement_warnings(ov, "calibrated", {"logprobs": 796, "sampled": 4}) == []
+    assert combiner_disagreement_warnings(ov, "mean", {"logprobs": 300, "sampled": 500}) == []
