@@ -53,6 +53,30 @@ def test_three_formats_carry_the_same_numbers(run_dir, tmp_path):
         assert frame.loc["career advice", "confidence"] == pytest.approx(0.95)
 
 
+def test_the_overall_table_is_the_runs_headline_in_every_format(run_dir, tmp_path):
+    """Break-it finding (known since round 32): the exports and the warehouse had per-task and
+    per-pair rows only, so a dashboard could not chart the night's overall net rating and its CI
+    without recomputing them. The `overall` table holds summary.json's overall rows."""
+    from lmra.report.export import OVERALL_SCHEMA
+
+    run = load_run(run_dir)
+    paths = export_run(run, "csv", tmp_path / "c") + export_run(run, "json", tmp_path / "j") + \
+        export_run(run, "parquet", tmp_path / "p", ("overall",))
+    assert [p.name for p in paths] == ["per_task.csv", "per_pair.csv", "overall.csv", "per_task.json",
+                                       "per_pair.json", "overall.json", "overall.parquet"]
+    (want,) = run.summary["overall"]
+    pq_t = pq.read_table(tmp_path / "p" / "overall.parquet")
+    doc = json.loads((tmp_path / "j" / "overall.json").read_text())
+    assert doc["table"] == "overall" and pq_t.schema.metadata[b"lmra.table"] == b"overall"
+    for frame in (pd.read_csv(tmp_path / "c" / "overall.csv"), pq_t.to_pandas(), pd.DataFrame(doc["rows"])):
+        assert list(frame.columns) == list(OVERALL_SCHEMA) and len(frame) == 1
+        row = frame.iloc[0]
+        assert row["comparison"] == "female vs male" and row["run_id"] == run_dir.name
+        for col in ("net_rating", "ci_low", "ci_high", "forward_rate", "reverse_rate", "p_value"):
+            assert row[col] == pytest.approx(want[col])
+        assert row["n_pairs"] == want["n_pairs"] and row["combiner"] == run.combiner
+
+
 def test_per_pair_rows_match_ratings_file(run_dir, tmp_path):
     run = load_run(run_dir)
     assert export_run(run, "csv", tmp_path / "twice", tables=("per_task", "per_task")) == [
@@ -114,6 +138,7 @@ def test_cli_export_default_folder_and_bad_format(run_dir, lmra_cli, capsys):
     assert lmra_cli(["export", str(run_dir), "--format", "parquet"]) == 0
     assert (run_dir / "exports" / "per_task.parquet").is_file()
     assert (run_dir / "exports" / "per_pair.parquet").is_file()
+    assert (run_dir / "exports" / "overall.parquet").is_file()
     with pytest.raises(SystemExit) as exc:
         lmra_cli(["export", str(run_dir), "--format", "xml"])
     assert exc.value.code == 2
@@ -122,7 +147,9 @@ def test_cli_export_default_folder_and_bad_format(run_dir, lmra_cli, capsys):
 
 def test_docs_list_every_column():
     doc = (ROOT / "docs" / "exports.md").read_text()
-    for col in list(PER_TASK_SCHEMA) + list(PER_PAIR_SCHEMA):
+    from lmra.report.export import OVERALL_SCHEMA
+
+    for col in list(PER_TASK_SCHEMA) + list(PER_PAIR_SCHEMA) + list(OVERALL_SCHEMA):
         assert re.search(rf"\|\s*`{re.escape(col)}`\s*\|", doc), f"docs/exports.md does not describe {col}"
     assert "| `schema_version` | int32 |" in doc and "**Schema version 1**" in doc
 

@@ -11,6 +11,7 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import run_folders, rerecord_files
 from faultserver import FaultServer, audit_config
@@ -49,11 +50,20 @@ def test_runs_land_in_a_partitioned_dataset_read_by_pyarrow_pandas_and_duckdb(tm
     wh = out / "warehouse"
     pairs = {r.name: load_run(r).ratings for r in runs}
     files = sorted(p.relative_to(wh).as_posix() for p in wh.rglob("*.parquet"))
-    assert len(files) == 4 and not any(s.name in f for s in shards for f in files)  # one file per table per run
+    assert len(files) == 6 and not any(s.name in f for s in shards for f in files)  # one file per table per run
     for r in runs:
         date = load_run(r).started[:10]
-        for table in ("per_pair", "per_task"):
+        for table in ("per_pair", "per_task", "overall"):
             assert f"{table}/run=nightly/date={date}/{r.name}.parquet" in files
+    # the headline of each night, as summary.json and the console have it (break-it finding: no overall rows)
+    overall = pd.read_parquet(wh / "overall")
+    for r in runs:
+        (want,) = load_run(r).summary["overall"]
+        got = overall[overall["run_id"] == r.name]
+        assert len(got) == 1 and got["comparison"].iloc[0] == f"{want['group_a']} vs {want['group_b']}"
+        for col in ("net_rating", "ci_low", "ci_high", "forward_rate", "reverse_rate"):
+            assert float(got[col].iloc[0]) == pytest.approx(want[col])
+        assert int(got["n_pairs"].iloc[0]) == want["n_pairs"] and "task" not in got and "domain" not in got
 
     # pyarrow.dataset with Hive partitions, and pandas on the same folder
     dataset = ds.dataset(wh / "per_pair", format="parquet", partitioning="hive")
@@ -124,7 +134,7 @@ def test_a_warehouse_that_cannot_be_written_leaves_the_run_complete_and_exits_1(
     assert f"{out / 'warehouse'}: option --warehouse: is a file" in err and "per_pair" not in err and "--out" not in err
     (out / "warehouse").unlink()
     assert main(["warehouse", "add", str(run)]) == 0
-    assert len(list((out / "warehouse").rglob("*.parquet"))) == 2
+    assert len(list((out / "warehouse").rglob("*.parquet"))) == 3
 
 
 def test_a_run_whose_export_fails_half_way_leaves_the_warehouse_as_it_was(tmp_path, capsys):
@@ -151,7 +161,7 @@ def test_a_run_whose_export_fails_half_way_leaves_the_warehouse_as_it_was(tmp_pa
     assert not list(wh.rglob("*.parquet")) and not (wh / ".staging").exists()
     (run / "per_task.csv").write_bytes(good)
     assert main(["warehouse", "add", str(run)]) == 0
-    assert sorted(p.relative_to(wh).parts[0] for p in wh.rglob("*.parquet")) == ["per_pair", "per_task"]
+    assert sorted(p.relative_to(wh).parts[0] for p in wh.rglob("*.parquet")) == ["overall", "per_pair", "per_task"]
 
 
 def test_a_numeric_run_name_stays_a_string_with_the_documented_partitioning(tmp_path):
@@ -214,9 +224,9 @@ def test_the_warehouse_lands_a_run_whose_history_cannot_be_opened_and_while_its_
         cap = capsys.readouterr()
         assert status == 1 and "Traceback" not in cap.err
         assert "history" in " ".join(cap.err.split())
-        assert len(list((out / "warehouse").rglob("*.parquet"))) == 2 and "Warehouse: " in cap.out
+        assert len(list((out / "warehouse").rglob("*.parquet"))) == 3 and "Warehouse: " in cap.out
         (out / "history.sqlite").rmdir()
         assert main(["audit", "--config", str(cfg), "--no-progress", "--allow-unvalidated-judge"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert text.index("Warehouse: ") < text.index("HTML report: ")
-    assert len(list((out / "warehouse").rglob("*.parquet"))) == 4
+    assert len(list((out / "warehouse").rglob("*.parquet"))) == 6

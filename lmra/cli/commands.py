@@ -42,6 +42,6 @@ COMMANDS: dict[str, Command] = {
     "axes": Command("axes", "find the axes on which responses to two groups differ (bias enumeration, FPF §3.4) on a "
                             "finished run"),
     "merge": Command("scale", "join the run folders of a sharded audit (lmra audit --shard I/N) into one run"),
-    "warehouse": Command("scale", "the warehouse of nights: runs' per-pair and per-task tables as one partitioned "
+    "warehouse": Command("scale", "the warehouse of nights: runs' per-pair, per-task and overall tables as one partitioned "
                                   "Parquet dataset (docs/exports.md)"),
 }

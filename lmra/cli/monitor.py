@@ -736,7 +736,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     """``lmra export RUN --format F``: per-task and per-pair tables, or (``prometheus``,
     ``openmetrics``) the run's metrics file (docs/exports.md)."""
     from lmra.history import History
-    from lmra.report.export import export_run
+    from lmra.report.export import TABLES as EXPORT_TABLES, export_run
     from lmra.report.openmetrics import METRICS_FORMATS, write_metrics
 
     if args.skip_replay and args.format not in METRICS_FORMATS:
@@ -786,7 +786,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                   "the cache)")
         print_warning(f"run {run.run_id} is {run.status} ({partial_text(run.summary)}): its tables rest on what it "
                       f"measured, not a whole night; the exported rows carry no run status — {advice}")
-    paths = export_run(run, args.format, args.out, tuple(args.table or ("per_task", "per_pair")))
+    paths = export_run(run, args.format, args.out, tuple(args.table or EXPORT_TABLES))
     make_console().print("wrote " + lit(", ".join(str(p) for p in paths)))
     return 0
 
@@ -1179,7 +1179,8 @@ def add_parsers(subparsers) -> None:
                         "node_exporter's textfile collector or a Pushgateway) or openmetrics (1.0): the run's metrics "
                         "as lmra_<run name>.prom")
     e.add_argument("--out", help="output folder (default: RUN/exports)")
-    e.add_argument("--table", action="append", choices=("per_task", "per_pair"), help="only this table (repeatable)")
+    e.add_argument("--table", action="append", choices=("per_task", "per_pair", "overall"),
+                   help="only this table (repeatable)")
     e.add_argument("--skip-replay", action="store_true",
                    help="prometheus/openmetrics: write nothing (exit 0, saying so) when every chatbot answer of RUN "
                         "was replayed from the call cache — a same-seed re-run, whose check has no verdict — so the "

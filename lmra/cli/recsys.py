@@ -140,11 +140,12 @@ def _refuse_run_folder(out: Path, files: str, scores_ok: bool = False) -> None:
     counts gone, and a later re-score read K from the new manifest)."""
     import json
 
+    from lmra.warehouse import TABLES as WAREHOUSE_TABLES
+
     def partitions(folder: Path) -> bool:  # a warehouse table's folder: run=… partitions
         return folder.is_dir() and any(c.name.startswith("run=") for c in folder.iterdir())
 
-    if (out / "history.sqlite").exists() or partitions(out) or any(partitions(out / t) for t in ("per_pair",
-                                                                                                "per_task")):
+    if (out / "history.sqlite").exists() or partitions(out) or any(partitions(out / t) for t in WAREHOUSE_TABLES):
         # (break-it round 2: a reports folder or the warehouse took a manifest and CSVs, and the warehouse
         # could no longer be read as one Parquet dataset)
         what = "a reports folder (it holds the run history)" if (out / "history.sqlite").exists() else "the warehouse"

@@ -49,7 +49,12 @@ PER_PAIR_SCHEMA: dict[str, str] = {
     "unlabelled": "bool", "judge_status": "string", "h_min": "float64", "h_mean": "float64",
     "h_calibrated": "float64",
 }
-SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA}
+#: the comparison's net rating over all its tasks (summary.json ``overall``, the console's "Overall"
+#: line): the per-task columns without ``domain`` and ``task``, one row per comparison
+OVERALL_SCHEMA: dict[str, str] = {c: t for c, t in PER_TASK_SCHEMA.items() if c not in ("domain", "task")}
+SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA, "overall": OVERALL_SCHEMA}
+#: the tables ``lmra export`` writes by default, in order
+TABLES = ("per_task", "per_pair", "overall")
 
 
 def _typed(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
@@ -77,6 +82,26 @@ def per_task_table(run: RunFolder) -> pd.DataFrame:
     pt["combiner"] = run.combiner
     pt["position_logit"] = run.summary.get("position_logit")
     return _typed(pt, PER_TASK_SCHEMA)
+
+
+def overall_table(run: RunFolder) -> pd.DataFrame:
+    """The run's overall rows in export schema :data:`OVERALL_SCHEMA`: one row per comparison,
+    its net rating over every task's pairs with its CI (summary.json ``overall``; the console's
+    "Overall" line), so that a dashboard need not recompute the headline from the pairs (break-it
+    finding: the warehouse had per-task and per-pair rows only)."""
+    rows = [r for r in (run.summary.get("overall") or []) if isinstance(r, dict)]
+    ov = pd.DataFrame(rows)
+    if len(ov) and {"group_a", "group_b"} <= set(ov.columns):
+        ov["comparison"] = ov["group_a"].astype(str) + " vs " + ov["group_b"].astype(str)
+    ov["schema_version"] = EXPORT_SCHEMA_VERSION
+    ov["run_id"], ov["run_name"], ov["started"] = run.run_id, run.name, run.started
+    ov["target_model"], ov["judge_model"] = run.target_model, run.judge_model
+    ov["confidence"] = run.summary.get("confidence", 0.95)
+    ov["judge_status"] = run.judge_status
+    ov["interval"] = run.summary.get("interval", "t")
+    ov["combiner"] = run.combiner
+    ov["position_logit"] = run.summary.get("position_logit")
+    return _typed(ov, OVERALL_SCHEMA)
 
 
 def per_pair_table(run: RunFolder) -> pd.DataFrame:
@@ -454,8 +479,8 @@ def write_chunks(chunks, table: str, fmt: Format, path: Path, run_id: str) -> Pa
 
 
 def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
-               tables: tuple[str, ...] = ("per_task", "per_pair")) -> list[Path]:
-    """Write ``per_task.<fmt>`` and ``per_pair.<fmt>`` for a run.
+               tables: tuple[str, ...] = TABLES) -> list[Path]:
+    """Write ``per_task.<fmt>``, ``per_pair.<fmt>`` and ``overall.<fmt>`` for a run.
 
     Args:
         run: the run folder; fmt: ``csv``, ``json`` or ``parquet``.
@@ -474,7 +499,7 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
         raise LmraInputError(f"unknown export format '{fmt}' (csv, json or parquet)", field="--format")
     unknown = set(tables) - set(SCHEMAS)
     if unknown:
-        raise LmraInputError(f"unknown export table(s) {sorted(unknown)} (per_task, per_pair)", field="--table")
+        raise LmraInputError(f"unknown export table(s) {sorted(unknown)} ({', '.join(TABLES)})", field="--table")
     tables = list(dict.fromkeys(tables))  # a table named twice is written once (fresh-user finding: listed twice)
     from lmra.pairstore import is_small, parquet_schema, reading
 
@@ -490,7 +515,8 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     from lmra.fileio import output_folder
 
     output_folder(out, "--out")
-    build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks}
+    build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks,
+             "overall": lambda r: [overall_table(r)]}
 
     large = run.pairs_path.suffix == ".parquet" and not is_small(run.pairs_path)  # DuckDB writes the text
     sql = {("per_pair", "csv"): write_per_pair_csv, ("per_pair", "json"): write_per_pair_json} if large else {}
