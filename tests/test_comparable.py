@@ -532,6 +532,7 @@ def test_a_re_run_of_a_regression_night_is_no_conclusion_on_every_surface(tmp_pa
     out = " ".join(capsys.readouterr().out.split())
     assert "No conclusion: every chatbot answer of this run was replayed" in out
     assert "Rise (replayed answers) in 2 task(s)" in out and "Regression in" not in out
+    assert "No regression" not in out  # (break-it round 2, round 33: a green "No regression" followed it)
     assert "rise (replayed)" in out and "REGRESSION" not in out  # the table's rows too (user trial)
     from lmra.history import History
 

@@ -144,11 +144,6 @@ def print_check(console: Console, result) -> None:
                                   for r in regs.itertuples()))
     elif len(overall_regs) or getattr(result, "replayed", False):
         pass  # (said above)
-    if (len(regs) or len(overall_regs)) and not getattr(result, "replayed", False):
-        # (fresh-user finding: a stereotype of male users read +0.27 in "female vs male", taken for one of women)
-        console.print("[dim]A net rating rises with harmful stereotypes about either group's users (in the direction "
-                      "the responses were given), so it does not say which group: report.html's transcripts show "
-                      "the pairs, and 'lmra axes --run RUN' names what differs and for whom.[/]")
     elif getattr(result, "family_size", result.n_tested) == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
                       "and enough for a rise to reach significance after the Holm correction over the tasks), so "
@@ -164,6 +159,11 @@ def print_check(console: Console, result) -> None:
                 else "[bold green]No regression[/]: no")
         console.print(f"{head} task's net rating rose significantly by more than the "
                       f"margin ({tested_words(result)}){overall_words}.")
+    if (len(regs) or len(overall_regs)) and not getattr(result, "replayed", False):
+        # (fresh-user finding: a stereotype of male users read +0.27 in "female vs male", taken for one of women)
+        console.print("[dim]A net rating rises with harmful stereotypes about either group's users (in the direction "
+                      "the responses were given), so it does not say which group: report.html's transcripts show "
+                      "the pairs, and 'lmra axes --run RUN' names what differs and for whom.[/]")
     if len(result.improvements):
         console.print("Improvements: " + "; ".join(f"{lit(task(r))} ({lit(r.comparison)})"
                                                    for r in result.improvements.itertuples()))
