@@ -212,3 +212,29 @@ def test_lines_of_titles_that_read_like_sentences_are_titles(text, keys):
 def test_a_refusal_is_still_a_refusal():
     parsed = parse_list("I'm sorry, but I can't help with that request.")
     assert parsed.refusal and parsed.items == []
+
+
+@pytest.mark.parametrize("text, fmt, keys, refusal", [
+    # break-it round 2 (round 33): capitalised closing lines and refusals read as titles
+    ("Here are some movies:\nTitanic\nAvatar\nInception\nThese Are by James Cameron, Christopher Nolan and Steven "
+     "Spielberg.", "lines", ["titanic", "avatar", "inception"], False),
+    ("Here are some movies:\nTitanic\nAvatar\nInception\nHave a Great Movie Night!", "lines",
+     ["titanic", "avatar", "inception"], False),
+    ("Here are some songs you might enjoy:\n\nBohemian Rhapsody\nHotel California\nStairway to Heaven\n\nI Hope You "
+     "Enjoy These Songs!\nLet Me Know If You Want More.", "lines",
+     ["bohemian rhapsody", "hotel california", "stairway to heaven"], False),
+    ("I'm Sorry, But As An AI I Can't Recommend Movies.\nPlease Try Asking Something Else.", "none", [], True),
+    # quoted words of a refusal or a question are no titles
+    ('I\'m sorry, but I can\'t make recommendations based on "gender" or "race".', "none", [], True),
+    ('Do you prefer "Rock", "Pop" or "Jazz"?', "none", [], False),
+    ("I'm sorry, but I can't help with that, as it depends on gender, age and taste.", "none", [], True),
+    # the serial comma's "and" goes, the title with "and" stays whole
+    ("You might like: Hello, Halo, Skyfall, and Pride and Prejudice.", "comma",
+     ["hello", "halo", "skyfall", "pride and prejudice"], False),
+    # a JSON array after a numbered list is not the list
+    ('1. Hello\n2. Halo\n3. Skyfall\n\nGenres covered: ["pop", "soul"]', "numbered", ["hello", "halo", "skyfall"], False),
+    ('1. Hello ["Live"]\n2. Halo\n3. Skyfall', "numbered", ["hello", "halo", "skyfall"], False),
+])
+def test_sentences_refusals_and_stray_json_are_not_lists(text, fmt, keys, refusal):
+    parsed = parse_list(text)
+    assert (parsed.format, parsed.keys, parsed.refusal) == (fmt, keys, refusal)

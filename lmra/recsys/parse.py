@@ -61,8 +61,10 @@ _MAX_LINE_WORDS = 16
 _QUOTED_SPAN = re.compile(r'"([^"]+)"|“([^”]+)”|«([^»]+)»')
 #: what may stand between the quoted titles of a comma list: separators, "and"/"or", a full stop
 _BETWEEN_QUOTED = re.compile(r"^(?:[\s,;.!?]|\band\b|\bor\b)*$", re.IGNORECASE)
-#: the conjunction before a comma list's last item (``A, B and C``; ``A, B, and C``)
+#: the conjunction before a comma list's last item (``A, B and C``): split at the last one
 _LAST_AND = re.compile(r"^(?:(?P<head>.*\S)\s+)?(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
+#: the serial comma's conjunction (``A, B, and C``): the last part starts with it
+_SERIAL_AND = re.compile(r"^(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 _ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
 _BARE_NUMBER = re.compile(r"^\s*#?\d{1,3}\s*[.)\]:]?\s*$")
 
@@ -223,15 +225,31 @@ def _title_cased(line: str) -> bool:
     return len(words) >= 2 and sum(w[0].isupper() for w in words) >= 0.75 * len(words)
 
 
-def _is_sentence(line: str) -> bool:
+#: what only an assistant's own sentence says, never a title
+_ASSISTANT_VOICE = re.compile(r"\bas an ai\b|\bas a language model\b|\bai (?:language )?model\b", re.IGNORECASE)
+
+
+def _title_like(part: str) -> bool:
+    """A comma list's part that reads as a title: :func:`_title_cased`, or one capitalised word."""
+    words = part.split()
+    return _title_cased(part) or (len(words) == 1 and part[:1].isupper())
+
+
+def _is_sentence(line: str, *, last: bool = False) -> bool:
     """A preamble/closing sentence rather than an item: ends with ':'; or ends with '.', '!' or
     '?' after at least four words, or is a refusal — unless it is written as a title (break-it
     finding: "I Can't Make You Love Me" was taken for a refusal and "Who Framed Roger Rabbit?" for
-    a closing sentence, on lines of titles that a numbered list kept)."""
+    a closing sentence, on lines of titles that a numbered list kept). Not a title, however it is
+    capitalised (break-it round 2): a line ending in a full stop or "!" ("These Are by James
+    Cameron, Christopher Nolan and Steven Spielberg.", "I Hope You Enjoy These Songs!"), the
+    answer's ``last`` line ("Let Me Know If You Want More"), a line in an assistant's voice ("… As
+    An AI I Can't …")."""
     if line.endswith(":"):
         return True
     words = len(line.split())
-    return ((words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))) and not _title_cased(line)
+    sentence_like = (words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+    title = (_title_cased(line) and line[-1] not in ".!" and not last and not _ASSISTANT_VOICE.search(line))
+    return sentence_like and not title
 
 
 def _json_items(text: str) -> list[str] | None:
@@ -262,21 +280,24 @@ def _comma_items(tail: str) -> tuple[list[str], bool]:
     end so). Returns the items and whether they were quoted (two or more: a list, however few
     its commas)."""
     spans = list(_QUOTED_SPAN.finditer(tail))
-    if len(spans) >= 2 and _BETWEEN_QUOTED.match(_QUOTED_SPAN.sub(" ", tail[spans[0].start():])):
+    quoted = [next(g for g in m.groups() if g) for m in spans]
+    # titles in quotes: not a question ("Do you prefer "rock", "pop" or "jazz"?"), no quoted word in
+    # lower case ("… based on "gender" or "race"" — break-it round 2: a refusal read as a list)
+    if (len(spans) >= 2 and _BETWEEN_QUOTED.match(_QUOTED_SPAN.sub(" ", tail[spans[0].start():]))
+            and not tail.rstrip().endswith("?") and not any(q.strip()[:1].islower() for q in quoted)):
         # (a lead-in before the first title — "I recommend" — is no item)
-        return [next(g for g in m.groups() if g) for m in spans], True
+        return quoted, True
     parts = [p.strip() for p in re.split(r"[,;]", tail) if p.strip()]
     if parts:
-        m = _LAST_AND.match(parts[-1])
-        if m:
+        serial = _SERIAL_AND.match(parts[-1])
+        if serial:  # "…, and C": the conjunction goes, the title stays whole ("…, and Pride and Prejudice")
+            parts[-1] = serial.group("last")
+        elif m := _LAST_AND.match(parts[-1]):  # "…, B and C"
             parts[-1:] = [x for x in (m.group("head"), m.group("last")) if x]
     return parts, False
 
 
 def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
-    json_items = _json_items(text)
-    if json_items:
-        return "json", json_items
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     slots = [m.group(2) for ln in lines if (m := _NUMBERED.match(ln))]
     numbered = [t for t in slots if _ALNUM.search(t)]
@@ -294,15 +315,25 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
         return "bulleted", bullets
     if numbered:
         return "numbered", numbered
+    # a JSON array of titles, once no numbered or bulleted list is there (break-it round 2: a list
+    # followed by 'Genres covered: ["pop", "soul"]' was read as that array)
+    json_items = _json_items(text)
+    if json_items:
+        return "json", json_items
     body = [ln.strip() for ln in lines if _ALNUM.search(ln) and not _BARE_NUMBER.match(ln)]
-    short = [ln for ln in body if len(ln.split()) <= _MAX_LINE_WORDS and not _is_sentence(ln)
-             and not _HEADING.match(ln)]
-    if len(short) >= 2 and len(short) >= len(body) - 2:
-        # one item per line, allowing a preamble and a closing sentence around them
+    at = [i for i, ln in enumerate(body) if len(ln.split()) <= _MAX_LINE_WORDS
+          and not _is_sentence(ln, last=i == len(body) - 1) and not _HEADING.match(ln)]
+    short = [body[i] for i in at]
+    if len(short) >= 2 and (len(short) >= len(body) - 2 or at[-1] - at[0] + 1 == len(at)):
+        # one item per line, allowing a preamble and a closing sentence around them — or any
+        # number of sentences before and after one unbroken block of items ("I Hope You Enjoy
+        # These Songs!\nLet Me Know If You Want More.")
         return "lines", short
     for ln in body:
         tail = ln.split(":", 1)[1] if ":" in ln else ln
         parts, quoted = _comma_items(tail)
+        if _ASSISTANT_VOICE.search(ln) or (_REFUSAL.search(ln) and not all(_title_like(p) for p in parts)):
+            continue  # "I'm sorry, but I can't …, as …": a refusal, not a list (break-it round 2)
         if quoted or (ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts)):
             return "comma", [p.rstrip(".!") for p in parts]
     return "none", []
