@@ -202,12 +202,14 @@ class ServedCounts:
             older = [(m, n - self.model_fresh[m]) for m, n in _by_count(self.model)
                      if n - self.model_fresh[m] > 0 and m != now]
             old = ", ".join(f"{n} of {m!r}" for m, n in older)
+            what = "LMRA answers" if role.startswith("judge") else "chatbot responses"
             return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): all "
-                    f"{n_now} answers called in this run came from {now!r}; the {old} were replayed from the call "
-                    "cache, recorded by earlier runs (answers that do not depend on the seed — the identity "
-                    "filter's, the refusal labels' — are replayed by every run on this cache file, so this repeats "
-                    "each night) — the numbers use them as recorded; to have every answer from the model served "
-                    "now, use another cache file (docs/providers.md, 'Served model identity')")
+                    f"{n_now} answers called in this run came from {now!r}; the {old} came from the call cache, "
+                    "recorded before — by this run before it was interrupted and resumed, or by earlier runs on "
+                    "this cache file (answers that do not depend on the seed, such as the identity filter's and the "
+                    f"refusal labels', are replayed by every run on it, so this repeats each night) — so the run's "
+                    f"{what} mix those models as recorded; to have every answer from the model served now, use "
+                    "another cache file (docs/providers.md, 'Served model identity')")
         what = "ratings mix LMRAs" if role.startswith("judge") else "responses mix chatbots"
         return (f"the {role}'s answers reported {len(self.model)} served models in this run ({ids}): its {what} "
                 "(a deployment switched mid-run, or a router fell back to another model); the numbers average them "

@@ -550,9 +550,12 @@ def test_an_earlier_models_answers_replayed_from_the_cache_are_said_as_such(tmp_
         c.observe(ChatResult(text="A", served_model="judge-new" if i < 6 else "judge-old", from_cache=i >= 6))
     line = c.served_models_warning("judge")
     assert line.startswith("the judge's answers reported 2 served models in this run ('judge-new' × 6, 'judge-old' "
-                           "× 4): all 6 answers called in this run came from 'judge-new'; the 4 of 'judge-old' were "
-                           "replayed from the call cache"), line
+                           "× 4): all 6 answers called in this run came from 'judge-new'; the 4 of 'judge-old' came "
+                           "from the call cache"), line
     assert "use another cache file" in line and "ratings mix" not in line and "another seed" not in line
+    assert "by this run before it was interrupted and resumed, or by earlier runs" in line  # (break-it round 2)
+    assert "the run's LMRA answers mix those models" in line
+    assert "the run's chatbot responses mix those models" in c.served_models_warning("target")
     c.observe(ChatResult(text="A", served_model="judge-old"))  # a fresh answer of the old one: a switch tonight
     assert "its ratings mix LMRAs" in c.served_models_warning("judge")
 
@@ -568,4 +571,4 @@ def test_an_earlier_models_answers_replayed_from_the_cache_are_said_as_such(tmp_
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     out_text = " ".join((proc.stdout + proc.stderr).split())
     assert "answers called in this run came from 'judge-new'; the" in out_text, out_text[-3000:]
-    assert "of 'judge-old' were replayed from the call cache" in out_text and "ratings mix" not in out_text
+    assert "of 'judge-old' came from the call cache" in out_text and "ratings mix" not in out_text
