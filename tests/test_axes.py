@@ -587,6 +587,12 @@ def test_axes_config_overrides(tmp_path):
             axes_config(run_cfg, f, **{key: value})
         said = str(exc.value)
         assert said.startswith("command line: field") and key in said and "axes.toml" not in said, said
+    # and an option still overrides a bad value of the file (break-it round 2)
+    f.write_text('[axes]\nmax_axes = 0\n')
+    assert axes_config(run_cfg, f, **{"axes.max_axes": 5}).axes.max_axes == 5
+    with pytest.raises(LmraInputError) as exc:
+        axes_config(run_cfg, f)
+    assert "axes.toml, line 2: field 'axes.max_axes'" in str(exc.value)
 
 
 # -- embedding pre-clustering on real embeddings ------------------------------------------------------

@@ -66,15 +66,19 @@ def axes_config(run_cfg: AuditConfig, path: str | Path | None = None, **override
                 data[key] = extra[key]
     data["axes"]["enabled"] = True
     given = {key: value for key, value in overrides.items() if value is not None}
-    if path is not None:  # the file first, so that its errors name its lines, and an option's the command line
-        cfg = parse_config(data, source=path, text=text)  # (break-it finding: --max-axes 0 blamed line 33 of the file)
     for key, value in given.items():
         section, _, leaf = key.partition(".")
         if section == "axes" and leaf:
             data["axes"][leaf] = value
         else:
             data[key] = value
-    if path is None or given:
+    try:
+        cfg = parse_config(data, source=path or "command line", text=text)
+    except LmraInputError as exc:
+        if path is None or exc.field not in given:
+            raise
+        # a bad option's value is the command line's, not a line of the (valid) file (break-it finding:
+        # --max-axes 0 blamed line 33 of the file); an option still overrides a bad value of the file
         cfg = parse_config(data, source="command line", text="")
     check_axes_temperature(cfg, path)
     return cfg
