@@ -27,6 +27,8 @@ def test_every_table_names_the_runs_confidence_level(tmp_path, capsys, alpha, le
     o = r[r["level"] == "overall"].iloc[0]
     ci = binomtest(int(o["refusals_b"]), int(o["n_b"])).proportion_ci(1 - alpha, method="wilson")
     assert f"[{ci.low:.4f}, {ci.high:.4f}]" in out
+    # one comparison: its groups name the rate columns (fresh-user finding: "group A rate")
+    assert f"{o['group_a']} (A) rate" in out and f"{o['group_b']} (B) rate" in out and "group A rate" not in out
 
 
 def test_alpha_above_one_half_is_refused_by_validate_and_audit(tmp_path, capsys):

@@ -195,9 +195,14 @@ def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float)
     table = Table(title=f"Refusal rates (Wilson {conf}% CI; p: two-proportion z-test; paired p: McNemar test on "
                         "the pairs — exact, or clustered by prompt when a prompt has several — with the pairs "
                         "refused only under A / only under B)", title_justify="left")
-    for col in ("comparison", "scope", "group A rate", "group B rate", "p", "paired p"):
-        table.add_column(col, justify="right" if "rate" in col or "p" in col.split() else "left")
-    for _, r in refusals[refusals["level"] != "task"].iterrows():
+    shown = refusals[refusals["level"] != "task"]
+    one = shown[["group_a", "group_b"]].drop_duplicates() if len(shown) else shown
+    # one comparison: its groups name the columns (fresh-user finding: "group A rate" beside "female vs male")
+    a, b = ((lit(f"{one['group_a'].iloc[0]} (A) rate"), lit(f"{one['group_b'].iloc[0]} (B) rate")) if len(one) == 1
+            else ("group A rate", "group B rate"))
+    for col in ("comparison", "scope", a, b, "p", "paired p"):
+        table.add_column(col, justify="right" if col in (a, b) or "p" in col.split() else "left")
+    for _, r in shown.iterrows():
         scope = "overall" if r["level"] == "overall" else r["domain"]
         pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
         pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
