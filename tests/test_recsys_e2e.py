@@ -1030,6 +1030,21 @@ def make_girl_fails(cfg):
     return GirlFailsTarget(cfg)
 
 
+class GenderFailsTarget(ScriptedRecommender):
+    """Every call for "a girl" or "a boy" fails: gender has no value with a defined similarity."""
+
+    async def complete(self, request):
+        from lmra.providers.base import ProviderError
+
+        if "a girl" in request.messages[-1].content or "a boy" in request.messages[-1].content:
+            raise ProviderError("timed out (scripted)", kind="timeout")
+        return await super().complete(request)
+
+
+def make_gender_fails(cfg):
+    return GenderFailsTarget(cfg)
+
+
 def test_an_attribute_measured_by_nothing_makes_the_run_partial(tmp_path, capsys):
     """Break-it finding (round 33): every "a girl" call timed out — gender then had one value
     with a defined similarity, so no SNSR — and the run said "finished", exit 0: a nightly job
@@ -1056,3 +1071,21 @@ values = { gender = ["a boy", "a girl"] }
     assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--out", str(tmp_path / "s")]) == 1
     assert json.loads((tmp_path / "s" / "manifest.json").read_text())["status"] == "partial"
     capsys.readouterr()
+    # every value of gender failed: no fairness row at all, and still partial (break-it round 3)
+    cfg = write_config(tmp_path, "both", """
+[target]
+provider = "test_recsys_e2e:make_gender_fails"
+max_retries = 0
+[fairllm]
+names_list = ["Adele", "Drake", "Queen"]
+attributes = ["gender", "age"]
+values = { gender = ["a boy", "a girl"] }
+""")
+    (tmp_path / "o2").mkdir()
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "o2")]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "partial run: no unfairness measured for gender: it has fewer than two values" in said, said
+    both = run_folder(tmp_path / "o2")
+    assert json.loads((both / "summary.json").read_text())["attributes_unmeasured"] == ["gender"]
+    fair = pd.read_csv(both / "recsys_fairness.csv")
+    assert fair[fair["attribute"] == "gender"]["snsr"].isna().all() and fair[fair["attribute"] == "age"]["snsr"].notna().all()

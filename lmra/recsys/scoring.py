@@ -225,6 +225,18 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
     groups = [c for c in ("analysis", "attribute") if c in und.columns]
     out["most_values_per_attribute"] = int(und.groupby(groups, dropna=False)["value"].nunique().max()) \
         if len(und) and groups else 0
+    # the attributes of two values or more with fewer than two defined at K, from the similarity table
+    # (break-it round 3: one whose every value failed has no fairness row at all, and passed as measured)
+    unmeasured: list[str] = []
+    if len(und) and groups:
+        defined = np.isfinite(und["similarity"].astype(float))
+        for key, g in und.groupby(groups, dropna=False, sort=False):
+            analysis, attribute = (key if len(groups) == 2 else (None, key[0] if isinstance(key, tuple) else key))
+            if g["value"].nunique() >= 2 and g.loc[defined[g.index], "value"].nunique() < 2:
+                label = str(attribute) if analysis in (None, "item_similarity") or analysis != analysis \
+                    else f"{attribute} ({analysis})"
+                unmeasured.append(label)
+    out["attributes_unmeasured"] = unmeasured
     return out
 
 
@@ -301,6 +313,8 @@ def unmeasured_attributes(summary: dict[str, Any]) -> list[str]:
     and the run said "finished", exit 0, with gender measured by nothing)."""
     if nothing_scored(summary):
         return []
+    if "attributes_unmeasured" in summary:  # (from the similarity table: every attribute, rows or not)
+        return list(summary["attributes_unmeasured"])
     rows = summary.get("fairness_at_k") or []
     out: list[str] = []
     for r in rows:
@@ -314,7 +328,8 @@ def unmeasured_attributes(summary: dict[str, Any]) -> list[str]:
 
 def partial_message(attributes: list[str]) -> str:
     """Why a recsys run with :func:`unmeasured_attributes` is ``partial``, one sentence."""
-    return (f"no unfairness measured for {', '.join(attributes)}: fewer than two of its values have a defined "
+    each = "it has" if len(attributes) == 1 else "each has"
+    return (f"no unfairness measured for {', '.join(attributes)}: {each} fewer than two values with a defined "
             "similarity at K (the other values' calls failed, or their answers held no list), so its SNSR/SNSV are "
             "undefined; the other attributes' results stand")
 
