@@ -226,16 +226,17 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
     out["most_values_per_attribute"] = int(und.groupby(groups, dropna=False)["value"].nunique().max()) \
         if len(und) and groups else 0
     # the attributes of two values or more with fewer than two defined at K, from the similarity table
-    # (break-it round 3: one whose every value failed has no fairness row at all, and passed as measured)
+    # (break-it round 3: one whose every value failed has no fairness row at all, and passed as measured);
+    # the lists' own analysis only — CFaiRLLM's true-preference one is undefined wherever the titles
+    # match no catalogue item, and says so in its own table
     unmeasured: list[str] = []
-    if len(und) and groups:
-        defined = np.isfinite(und["similarity"].astype(float))
-        for key, g in und.groupby(groups, dropna=False, sort=False):
-            analysis, attribute = (key if len(groups) == 2 else (None, key[0] if isinstance(key, tuple) else key))
+    main = und[und["analysis"].isin(["item_similarity"]) | und["analysis"].isna()] if "analysis" in und.columns \
+        else und
+    if len(main):
+        defined = np.isfinite(main["similarity"].astype(float))
+        for attribute, g in main.groupby("attribute", sort=False):
             if g["value"].nunique() >= 2 and g.loc[defined[g.index], "value"].nunique() < 2:
-                label = str(attribute) if analysis in (None, "item_similarity") or analysis != analysis \
-                    else f"{attribute} ({analysis})"
-                unmeasured.append(label)
+                unmeasured.append(str(attribute))
     out["attributes_unmeasured"] = unmeasured
     return out
 
