@@ -41,7 +41,7 @@ def after_run(run_dir: Path, console, reasons: dict[int, str] | None = None) -> 
             reasons[1] = f"the warehouse was not updated ({why})"
         return False
     console.print(f"[dim]Warehouse: {lit(files['per_pair'].parent.parent.parent.parent)} "
-                  f"(per_pair, per_task of {lit(run_dir.name)}).[/]", highlight=False, soft_wrap=True)
+                  f"({', '.join(files)} of {lit(run_dir.name)}).[/]", highlight=False, soft_wrap=True)
     return True
 
 
@@ -133,7 +133,7 @@ def cmd_warehouse_add(args: argparse.Namespace) -> int:
                 h.scan()
                 run = h.resolve(ref)
         files = add_run(run, args.warehouse)
-        console.print(f"{lit(run.run_id)}: {lit(files['per_pair'])}, {lit(files['per_task'])}", soft_wrap=True,
+        console.print(f"{lit(run.run_id)}: {lit(', '.join(str(f) for f in files.values()))}", soft_wrap=True,
                       highlight=False)
     return 0
 
