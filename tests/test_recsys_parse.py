@@ -198,7 +198,7 @@ def test_comma_lists_keep_titles_with_and_and_json_arrays_are_read(text, fmt, ke
     ("Here are some songs you might like:\nI Can't Make You Love Me\nI Can't Stop Loving You\nHello\nHalo",
      ["i cant make you love me", "i cant stop loving you", "hello", "halo"]),
     ("Hello\nWho Framed Roger Rabbit?\nSkyfall\nHalo", ["hello", "who framed roger rabbit", "skyfall", "halo"]),
-    ("What's Love Got to Do with It?\nDude, Where's My Car?\nUp",
+    ("Movies:\nWhat's Love Got to Do with It?\nDude, Where's My Car?\nUp",
      ["whats love got to do with it", "dude, wheres my car", "up"]),
     # sentences around the titles are still no items
     ("Here you go:\nHello\nHalo\nSkyfall\nI hope you enjoy these songs!", ["hello", "halo", "skyfall"]),
@@ -234,6 +234,15 @@ def test_a_refusal_is_still_a_refusal():
     # a JSON array after a numbered list is not the list
     ('1. Hello\n2. Halo\n3. Skyfall\n\nGenres covered: ["pop", "soul"]', "numbered", ["hello", "halo", "skyfall"], False),
     ('1. Hello ["Live"]\n2. Halo\n3. Skyfall', "numbered", ["hello", "halo", "skyfall"], False),
+    # round 3: a refusal's lead-in before a colon, a Title-Case refusal or question without a list's context
+    ("I'm sorry to hear that! Some comfort films: Up (2009), Heat (1995), Amélie (2001)", "comma",
+     ["up", "heat", "amelie"], False),
+    ("I'm Sorry\nBut I Can't Help With That\nPlease Ask Something Else", "none", [], True),
+    ("To give you better recommendations, I need to know more about your taste.\nA few questions for you.\n"
+     "Please answer what you can.\nFavourite genre?\nFavourite artist?\nThanks!", "none", [], False),
+    ("Here are some songs:\nHello\nHalo\nSkyfall\nHave You Heard These Before?\nEnjoy!", "lines",
+     ["hello", "halo", "skyfall", "enjoy"], False),
+    ('Sure!\n```json\n["Hello", "Halo"]\n```\n- both are ballads\n- both are by women', "json", ["hello", "halo"], False),
 ])
 def test_sentences_refusals_and_stray_json_are_not_lists(text, fmt, keys, refusal):
     parsed = parse_list(text)

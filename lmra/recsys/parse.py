@@ -225,31 +225,48 @@ def _title_cased(line: str) -> bool:
     return len(words) >= 2 and sum(w[0].isupper() for w in words) >= 0.75 * len(words)
 
 
+#: a question put to the user ("Have You Heard These Before?", "What Genres Do You Like?")
+_TO_THE_USER = re.compile(r"\byou(?:r|'d|'re)?\b", re.IGNORECASE)
+#: a fenced JSON block (```json … ```)
+_JSON_FENCE = re.compile(r"```json\s*\n(.*?)```", re.IGNORECASE | re.DOTALL)
 #: what only an assistant's own sentence says, never a title
 _ASSISTANT_VOICE = re.compile(r"\bas an ai\b|\bas a language model\b|\bai (?:language )?model\b", re.IGNORECASE)
 
 
 def _title_like(part: str) -> bool:
-    """A comma list's part that reads as a title: :func:`_title_cased`, or one capitalised word."""
+    """A comma list's part that reads as a title, its parentheticals (a year) aside:
+    :func:`_title_cased`, or one capitalised word."""
+    part = _PAREN.sub(" ", part).strip(_EDGE_PUNCT)
     words = part.split()
     return _title_cased(part) or (len(words) == 1 and part[:1].isupper())
 
 
-def _is_sentence(line: str, *, last: bool = False) -> bool:
-    """A preamble/closing sentence rather than an item: ends with ':'; or ends with '.', '!' or
-    '?' after at least four words, or is a refusal — unless it is written as a title (break-it
-    finding: "I Can't Make You Love Me" was taken for a refusal and "Who Framed Roger Rabbit?" for
-    a closing sentence, on lines of titles that a numbered list kept). Not a title, however it is
-    capitalised (break-it round 2): a line ending in a full stop or "!" ("These Are by James
-    Cameron, Christopher Nolan and Steven Spielberg.", "I Hope You Enjoy These Songs!"), the
-    answer's ``last`` line ("Let Me Know If You Want More"), a line in an assistant's voice ("… As
-    An AI I Can't …")."""
-    if line.endswith(":"):
-        return True
-    words = len(line.split())
-    sentence_like = (words >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
-    title = (_title_cased(line) and line[-1] not in ".!" and not last and not _ASSISTANT_VOICE.search(line))
-    return sentence_like and not title
+def _sentence_like(line: str) -> bool:
+    """Ends with ':'; or ends with '.', '!' or '?' after at least four words; or is a refusal."""
+    return line.endswith(":") or (len(line.split()) >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+
+
+def _sentences(body: list[str]) -> list[bool]:
+    """Per line of ``body``: a preamble/closing sentence rather than an item (:func:`_sentence_like`)
+    — unless it is written as a title in a list's context (break-it finding: "I Can't Make You Love
+    Me" was taken for a refusal and "Who Framed Roger Rabbit?" for a closing sentence, on lines of
+    titles that a numbered list kept). A title here: :func:`_title_cased`, not ending in '.' or '!'
+    ("These Are by James Cameron, …", "I Hope You Enjoy These Songs!"), not the answer's last line
+    ("Is There Anything Else I Can Help With?"), not in an assistant's voice ("… As An AI I Can't
+    …") — break-it round 2 —, not a question to the user ("Have You Heard These Before?"); in a
+    list's context: after a preamble ending in ':', or between two
+    lines that are items by themselves — a Title-Case refusal or question on its own is still a
+    sentence (round 3: "I'm Sorry\nBut I Can't Help With That")."""
+    like = [_sentence_like(ln) for ln in body]
+    out, preamble = [], False
+    for i, ln in enumerate(body):
+        title = (like[i] and not ln.endswith(":") and _title_cased(ln) and ln[-1] not in ".!"
+                 and i < len(body) - 1 and not _ASSISTANT_VOICE.search(ln)
+                 and not (ln.endswith("?") and _TO_THE_USER.search(ln))
+                 and (preamble or (i > 0 and not like[i - 1] and not like[i + 1])))
+        out.append(like[i] and not title)
+        preamble = preamble or ln.endswith(":")
+    return out
 
 
 def _json_items(text: str) -> list[str] | None:
@@ -298,6 +315,9 @@ def _comma_items(tail: str) -> tuple[list[str], bool]:
 
 
 def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
+    fenced = _JSON_FENCE.search(text)  # an array the answer marks as JSON is its list, notes after it aside
+    if fenced and (json_items := _json_items(fenced.group(1))):
+        return "json", json_items
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     slots = [m.group(2) for ln in lines if (m := _NUMBERED.match(ln))]
     numbered = [t for t in slots if _ALNUM.search(t)]
@@ -321,19 +341,27 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     if json_items:
         return "json", json_items
     body = [ln.strip() for ln in lines if _ALNUM.search(ln) and not _BARE_NUMBER.match(ln)]
+    sentence = _sentences(body)
     at = [i for i, ln in enumerate(body) if len(ln.split()) <= _MAX_LINE_WORDS
-          and not _is_sentence(ln, last=i == len(body) - 1) and not _HEADING.match(ln)]
+          and not sentence[i] and not _HEADING.match(ln)]
     short = [body[i] for i in at]
-    if len(short) >= 2 and (len(short) >= len(body) - 2 or at[-1] - at[0] + 1 == len(at)):
-        # one item per line, allowing a preamble and a closing sentence around them — or any
-        # number of sentences before and after one unbroken block of items ("I Hope You Enjoy
-        # These Songs!\nLet Me Know If You Want More.")
+    around = [body[i] for i in range(len(body)) if i not in set(at)]
+    if len(short) >= 2 and (len(short) >= len(body) - 2 or (
+            len(short) >= 3 and at[-1] - at[0] + 1 == len(at) and not any(x.endswith("?") for x in short)
+            and not any(_REFUSAL.search(x) or _ASSISTANT_VOICE.search(x) for x in around))):
+        # one item per line, allowing a preamble and a closing sentence around them — or more
+        # sentences before and after one unbroken block of three items or more ("I Hope You Enjoy
+        # These Songs!\nLet Me Know If You Want More."), when none of them refuses (break-it round 3:
+        # "Best regards,\nYour Assistant" under a refusal was read as a list)
         return "lines", short
     for ln in body:
         tail = ln.split(":", 1)[1] if ":" in ln else ln
         parts, quoted = _comma_items(tail)
-        if _ASSISTANT_VOICE.search(ln) or (_REFUSAL.search(ln) and not all(_title_like(p) for p in parts)):
-            continue  # "I'm sorry, but I can't …, as …": a refusal, not a list (break-it round 2)
+        if _ASSISTANT_VOICE.search(tail) or (_REFUSAL.search(tail) and not all(_title_like(p) for p in parts)):
+            # "I'm sorry, but I can't …, as …": a refusal, not a list (break-it round 2); the lead-in
+            # before a colon may say so and still give the list ("I'm sorry to hear that! Some comfort
+            # films: Up (2009), …" — round 3)
+            continue
         if quoted or (ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts)):
             return "comma", [p.rstrip(".!") for p in parts]
     return "none", []
