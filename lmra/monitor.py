@@ -170,11 +170,21 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
     for what, mine, theirs, *shown in checks:
         if mine != theirs:
             mine, theirs = shown or (mine, theirs)  # (the combiners as recorded: break-it round 3)
+            advice = ("choose another baseline or pin one made with the run's settings ('lmra pin RUN')."
+                      + (mixed if what.startswith("judge's served model") else ""))
+            if what == "order combiner" and "mean" in (mine, theirs) and _auto_mean(run if mine == "mean" else baseline):
+                # (fresh-user finding: "pin one made with the run's settings" for a night whose settings had not
+                # changed — its endpoint dropped log-probabilities, and auto turned to 'mean')
+                night = run if mine == "mean" else baseline
+                advice = (f"{'this run' if night is run else 'that baseline'} ({night.run_id}) was scored with 'mean' "
+                          "because most of its LMRA answers came without log-probabilities (combiner 'auto'): the "
+                          "settings did not change, the LMRA's endpoint did — check that it returns log-probabilities; "
+                          "do not pin that night. '--baseline last' passes over it, so the next night is checked "
+                          "against the last night scored like it.")
             raise NotComparable(
                 f"baseline {baseline.run_id} is not comparable with run {run.run_id}: its {what} is '{theirs}', "
                 f"the run's is '{mine}'. Net ratings are only comparable when the same LMRA, template, combiner "
-                f"and comparisons were used; choose another baseline or pin one made with the run's settings "
-                f"('lmra pin RUN')." + (mixed if what.startswith("judge's served model") else ""), field="--baseline")
+                f"and comparisons were used; {advice}", field="--baseline")
 
 
 def comparable_combiner(combiner: str | None) -> str | None:
@@ -184,6 +194,13 @@ def comparable_combiner(combiner: str | None) -> str | None:
     from lmra.judge.scoring import MIN_MEAN
 
     return "min" if combiner == MIN_MEAN else combiner
+
+
+def _auto_mean(run: RunFolder) -> bool:
+    """The run's combiner is 'mean' because its config said 'auto' (most LMRA answers came without
+    log-probabilities), not because the config asked for it."""
+    judge = run.config.get("judge") if isinstance(run.config, dict) else None
+    return run.combiner == "mean" and isinstance(judge, dict) and judge.get("combiner", "auto") == "auto"
 
 
 def check_column(run_combiner: str | None, baseline_combiner: str | None) -> str:

@@ -354,7 +354,12 @@ def test_baseline_last_passes_over_a_mean_night(tmp_path, sim_inputs, capsys):
         # the glitch night itself: no earlier 'mean' night, so the newest night — refused, saying why
         base, notes = h.last_baseline(load_run(glitch.run_dir))
         assert base.run_id == first.run_dir.name and notes == []
+    capsys.readouterr()
     assert main(["check", str(glitch.run_dir), "--baseline", "last", "--allow-unvalidated-judge"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    # the advice fits the cause (fresh-user finding: "pin one made with the run's settings" for unchanged settings)
+    assert "because most of its LMRA answers came without log-probabilities (combiner 'auto')" in err, err
+    assert "do not pin that night" in err and "pin one made with the run's settings" not in err
 
 
 def test_two_min_plus_mean_nights_are_compared_under_mean(tmp_path, sim_inputs):
