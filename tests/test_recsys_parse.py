@@ -241,7 +241,13 @@ def test_a_refusal_is_still_a_refusal():
     ("To give you better recommendations, I need to know more about your taste.\nA few questions for you.\n"
      "Please answer what you can.\nFavourite genre?\nFavourite artist?\nThanks!", "none", [], False),
     ("Here are some songs:\nHello\nHalo\nSkyfall\nHave You Heard These Before?\nEnjoy!", "lines",
-     ["hello", "halo", "skyfall", "enjoy"], False),
+     ["hello", "halo", "skyfall"], False),
+    # sign-offs are no titles (fresh-user finding, round 33), on their own line or glued to a comma list
+    ("Here are some songs:\nHello\nHalo\nSkyfall\n\nEnjoy!", "lines", ["hello", "halo", "skyfall"], False),
+    ("Songs:\nHello\nHalo\nHope this helps.", "lines", ["hello", "halo"], False),
+    ("Songs: Hello, Halo, and Skyfall. Enjoy!", "comma", ["hello", "halo", "skyfall"], False),
+    ("Songs:\nEnjoy the Silence\nHello\nHalo", "lines", ["enjoy the silence", "hello", "halo"], False),
+    ("Try: Mr. Brightside, Hello, Halo", "comma", ["mr. brightside", "hello", "halo"], False),
     ('Sure!\n```json\n["Hello", "Halo"]\n```\n- both are ballads\n- both are by women', "json", ["hello", "halo"], False),
 ])
 def test_sentences_refusals_and_stray_json_are_not_lists(text, fmt, keys, refusal):

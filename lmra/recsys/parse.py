@@ -63,6 +63,9 @@ _QUOTED_SPAN = re.compile(r'"([^"]+)"|“([^”]+)”|«([^»]+)»')
 _BETWEEN_QUOTED = re.compile(r"^(?:[\s,;.!?]|\band\b|\bor\b)*$", re.IGNORECASE)
 #: the conjunction before a comma list's last item (``A, B and C``): split at the last one
 _LAST_AND = re.compile(r"^(?:(?P<head>.*\S)\s+)?(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
+#: a sign-off after the last item of a comma list, on its line ("…, and Skyfall. Enjoy!")
+_GLUED_SIGN_OFF = re.compile(r"^(?P<last>.*?\S)[.!]\s+(?:enjoy|have fun|hope\b|happy\b|let me know|cheers|thanks"
+                             r"|thank you|have a\b|good luck|i hope\b)", re.IGNORECASE)
 #: the serial comma's conjunction (``A, B, and C``): the last part starts with it
 _SERIAL_AND = re.compile(r"^(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 _ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
@@ -241,9 +244,18 @@ def _title_like(part: str) -> bool:
     return _title_cased(part) or (len(words) == 1 and part[:1].isupper())
 
 
+#: an assistant's sign-off ("Enjoy!", "Have fun!", "Hope this helps.", "Happy listening!"): with a
+#: closing "!" or "." never a title (fresh-user finding: "Enjoy!" after a list was an item)
+_SIGN_OFF = re.compile(r"^(?:enjoy|have fun|hope (?:this|that|these|it|you)\b|happy (?:listening|watching|reading)"
+                       r"|let me know|cheers|thanks|thank you|have a (?:great|good|nice)|good luck)\b.*[.!]$",
+                       re.IGNORECASE)
+
+
 def _sentence_like(line: str) -> bool:
-    """Ends with ':'; or ends with '.', '!' or '?' after at least four words; or is a refusal."""
-    return line.endswith(":") or (len(line.split()) >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+    """Ends with ':'; or ends with '.', '!' or '?' after at least four words; or is a refusal, or
+    an assistant's sign-off (:data:`_SIGN_OFF`)."""
+    return (line.endswith(":") or (len(line.split()) >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
+            or bool(_SIGN_OFF.match(line)))
 
 
 def _sentences(body: list[str]) -> list[bool]:
@@ -306,6 +318,9 @@ def _comma_items(tail: str) -> tuple[list[str], bool]:
         return quoted, True
     parts = [p.strip() for p in re.split(r"[,;]", tail) if p.strip()]
     if parts:
+        glued = _GLUED_SIGN_OFF.match(parts[-1])  # "…, and Skyfall. Enjoy!": the sign-off is no part of a title
+        if glued:
+            parts[-1] = glued.group("last")
         serial = _SERIAL_AND.match(parts[-1])
         if serial:  # "…, and C": the conjunction goes, the title stays whole ("…, and Pride and Prejudice")
             parts[-1] = serial.group("last")
