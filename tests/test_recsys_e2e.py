@@ -1013,6 +1013,12 @@ attributes = ["gender"]
     mine = pd.read_csv(tmp_path / "scored" / "recsys_fairness.csv")
     pd.testing.assert_frame_equal(mine, pd.read_csv(run / "recsys_fairness.csv"))
     assert (mine["permutations"] == 49).all()
+    # and what it scored, record by record (fresh-user finding: the parsed lists could not be seen)
+    scored = [json.loads(line) for line in (tmp_path / "scored" / "scored_lists.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "lists.jsonl").read_text().splitlines()]
+    assert [(r["instruction_id"], r["attribute"], r["value"]) for r in scored] == \
+        [(r["instruction_id"], r["attribute"], r["value"]) for r in records]
+    assert [r["compare"] for r in scored] == [r.get("compare", r["keys"]) for r in records]
 
 
 class GirlFailsTarget(ScriptedRecommender):

@@ -12,10 +12,10 @@ import pandas as pd
 
 from lmra.data import iter_jsonl
 from lmra.errors import LmraInputError, LmraIOError, read_input_text
-from lmra.fileio import atomic_files, write_csv
+from lmra.fileio import atomic_files, write_csv, write_jsonl
 from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
-from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, now
+from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, json_default, now
 from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused
 from lmra.recsys.scoring import (build_summary, nothing_scored, nothing_scored_message, partial_message, score_frame,
                                   unmeasured_attributes)
@@ -215,6 +215,22 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
     return parsed.keys
 
 
+#: the lists a ``recsys score`` scored, one per record of its input, as it read them
+SCORED_LISTS = "scored_lists.jsonl"
+#: the fields of :data:`SCORED_LISTS` (those the input's records have)
+_SCORED_FIELDS = ("instruction_id", "attribute", "value", "kind", "name", "user_id", "format", "compare", "refusal",
+                  "parse_failed", "n_dropped", "n_duplicates", "error")
+
+
+def _scored_records(lists: pd.DataFrame) -> list[dict]:
+    """Per record of the lists file, what was scored: its identity, the list compared (``compare``:
+    the keys, after parsing ``raw`` and normalising), and whether it was a refusal, unparseable,
+    or a failed call (fresh-user finding: the parsed lists could not be seen without Python)."""
+    cols = [c for c in _SCORED_FIELDS if c in lists.columns]
+    return [{c: (list(v) if isinstance(v, (list, tuple)) else v) for c, v in zip(cols, row)}
+            for row in lists[cols].itertuples(index=False, name=None)]
+
+
 def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
                 normalize: bool = True, out_dir: str | Path | None = None, permutations: int = DEFAULT_PERMUTATIONS,
                 seed: int = 0, new_dir: bool = False) -> RecsysResult:
@@ -227,7 +243,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         parser: re-parse ``raw`` with ``lmra`` or ``fairllm-code`` (None = stored lists).
         normalize: normalise ``items`` lists.
         out_dir: folder for ``recsys_similarity.csv``, ``recsys_fairness.csv``,
-            ``summary.json`` and ``manifest.json`` (created; None = write nothing).
+            :data:`SCORED_LISTS`, ``summary.json`` and ``manifest.json`` (created; None = write nothing).
         permutations, seed: the permutation test of SNSR/SNSV (:func:`score_frame`; 0 = none).
         new_dir: write to a new folder ``out_dir``, or ``out_dir-2``, ``-3`` … when it is taken
             (:func:`lmra.runstate.claim_run_dir`: two commands started in the same second get two).
@@ -270,9 +286,11 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
             run_dir.mkdir(parents=True, exist_ok=True)
         summary["run_dir"] = str(run_dir)
         try:
-            with atomic_files(run_dir) as stage:  # all four or none (a full disk: nothing that looks done)
+            with atomic_files(run_dir) as stage:  # all five or none (a full disk: nothing that looks done)
                 write_csv(sim, stage("recsys_similarity.csv"))
                 write_csv(fair, stage("recsys_fairness.csv"))
+                write_jsonl(stage(SCORED_LISTS), _scored_records(lists),
+                            dumps=lambda r: json.dumps(clean_nan(r), ensure_ascii=False, default=json_default))
                 dump_json(stage("summary.json"), clean_nan(summary))
                 dump_json(stage("manifest.json"), manifest)
         except LmraIOError:
