@@ -563,14 +563,14 @@ class History:
 
         Returns:
             Columns ``run_id, started, name, status, target_model, judge_provider, judge_model,
-            judge_status, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value,
-            forward_rate, reverse_rate, replayed``; empty when the task was never measured.
+            judge_status, combiner, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high,
+            p_value, forward_rate, reverse_rate, replayed``; empty when the task was never measured.
             ``replayed``: the night's check (:meth:`latest_check`) found every chatbot answer
             replayed from the call cache — its point repeats an earlier night's (fresh-user
             finding: such nights were shown as ordinary points); False when never checked.
         """
         q = ("SELECT r.run_id, r.started, r.name, COALESCE(r.status, 'complete') AS status, r.target_model, "
-             "r.judge_provider, r.judge_model, r.judge_status, m.comparison, "
+             "r.judge_provider, r.judge_model, r.judge_status, r.combiner, m.comparison, "
              "m.domain, m.task, "
              "m.n_pairs, m.net_rating, m.ci_low, m.ci_high, m.p_value, m.forward_rate, m.reverse_rate "
              "FROM task_metrics m JOIN runs r ON r.run_id = m.run_id WHERE m.task = ?")

@@ -355,6 +355,13 @@ def test_baseline_last_passes_over_a_mean_night(tmp_path, sim_inputs, capsys):
         base, notes = h.last_baseline(load_run(glitch.run_dir))
         assert base.run_id == first.run_dir.name and notes == []
     capsys.readouterr()
+    # the task trend marks the night scored under another combiner (fresh-user finding, round 33)
+    task = str(third.per_task["task"].iloc[0])
+    assert main(["history", "--reports-dir", str(out), "--task", task]) == 0
+    trend = " ".join(capsys.readouterr().out.split())
+    assert f"{glitch.run_dir.name} combiner mean" in trend and f"{third.run_dir.name} combiner" not in trend
+    assert "'combiner X': that night's pairs were scored under another order combiner than the other nights' ('min')" \
+        in trend
     assert main(["check", str(glitch.run_dir), "--baseline", "last", "--allow-unvalidated-judge"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     # the advice fits the cause (fresh-user finding: "pin one made with the run's settings" for unchanged settings)

@@ -382,11 +382,20 @@ def cmd_history(args: argparse.Namespace) -> int:
                 table.add_column(col, justify="right" if col in ("pairs", "p") else "left")
             judges = df["judge_provider"].fillna("").astype(str) + ":" + df["judge_model"].fillna("").astype(str)
             changed = judges.ne(judges.shift()) & judges.shift().notna()  # a night rated by another LMRA than the last
+            from lmra.monitor import comparable_combiner
+
+            # a night scored under another combiner than most (fresh-user finding: a 'mean' night, its LMRA's
+            # log-probabilities lost, sat among 'min' nights unmarked)
+            combiners = df["combiner"].map(comparable_combiner)
+            usual = combiners.mode().iloc[0] if combiners.notna().any() else None
+            odd = combiners.notna() & combiners.ne(usual) & (usual is not None)
             stack = "\n" if console.is_terminal else " "  # one line per run in a log (docs/nightly.md, "Logs")
-            for (_, r), new_judge in zip(df.iterrows(), changed):
+            for (_, r), new_judge, other in zip(df.iterrows(), changed, odd):
                 run_cell = lit(r.run_id) if r.status == "complete" else f"{lit(r.run_id)}{stack}[bold red]{lit(r.status)}[/]"
                 if r.replayed:
                     run_cell += f"{stack}[yellow]replayed[/]"
+                if other:
+                    run_cell += f"{stack}[yellow]combiner {lit(r.combiner)}[/]"
                 judge = _judge_cell(r.judge_status) + (f"{stack}[yellow]new LMRA {lit(r.judge_model)}[/]" if new_judge
                                                        else "")
                 table.add_row(run_cell, _short_time(r.started), lit(r.comparison),
@@ -397,6 +406,11 @@ def cmd_history(args: argparse.Namespace) -> int:
             if (df["status"] != "complete").any():
                 console.print("[yellow]Runs marked partial lost more than max_failed_share of their pairs (or left too "
                               "many unrated): their points rest on what was left.[/]")
+            if odd.any():
+                console.print(f"[yellow]'combiner X': that night's pairs were scored under another order combiner "
+                              f"than the other nights' ('{lit(usual)}') — e.g. 'mean' when its LMRA answers came "
+                              "without log-probabilities — so its net rating is on another scale (its check against "
+                              "them was refused).[/]")
             if df["replayed"].any():
                 console.print("[yellow]'replayed': every chatbot answer of that night was replayed from the call cache "
                               "(a re-run with an earlier night's seed): its point repeats that night's — leave it out "

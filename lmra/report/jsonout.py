@@ -244,7 +244,7 @@ def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, compariso
         ``{schema, history, task, comparison, name, points}``; ``points`` oldest run first, one
         object per (run, comparison) with the columns of :meth:`lmra.history.History.task_trend`
         (``run_id, started, name, status, target_model, judge_provider, judge_model, judge_status,
-        comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
+        combiner, comparison, domain, task, n_pairs, net_rating, ci_low, ci_high, p_value, forward_rate,
         reverse_rate, replayed``; ``replayed`` true for a night whose every chatbot answer came from
         the call cache, as its check found: a repeat of an earlier night's point).
     """
