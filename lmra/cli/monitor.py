@@ -387,7 +387,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             # a night scored under another combiner than most (fresh-user finding: a 'mean' night, its LMRA's
             # log-probabilities lost, sat among 'min' nights unmarked)
             combiners = df["combiner"].map(comparable_combiner)
-            usual = combiners.mode().iloc[0] if combiners.notna().any() else None
+            # the nights' most common combiner; on a tie not 'mean' (the fallback of lost log-probabilities)
+            counts = combiners.value_counts()
+            usual = (sorted(counts[counts == counts.max()].index, key=lambda c: (c == "mean", str(c)))[0]
+                     if len(counts) else None)
             odd = combiners.notna() & combiners.ne(usual) & (usual is not None)
             stack = "\n" if console.is_terminal else " "  # one line per run in a log (docs/nightly.md, "Logs")
             for (_, r), new_judge, other in zip(df.iterrows(), changed, odd):
