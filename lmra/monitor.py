@@ -172,7 +172,9 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
             mine, theirs = shown or (mine, theirs)  # (the combiners as recorded: break-it round 3)
             advice = ("choose another baseline or pin one made with the run's settings ('lmra pin RUN')."
                       + (mixed if what.startswith("judge's served model") else ""))
-            if what == "order combiner" and "mean" in (mine, theirs) and _auto_mean(run if mine == "mean" else baseline):
+            other = theirs if mine == "mean" else mine
+            if (what == "order combiner" and "mean" in (mine, theirs) and comparable_combiner(other) == "min"
+                    and _auto_mean(run if mine == "mean" else baseline)):  # (a healthy night would have compared)
                 # (fresh-user finding: "pin one made with the run's settings" for a night whose settings had not
                 # changed — its endpoint dropped log-probabilities, and auto turned to 'mean')
                 night = run if mine == "mean" else baseline
@@ -197,10 +199,18 @@ def comparable_combiner(combiner: str | None) -> str | None:
 
 
 def _auto_mean(run: RunFolder) -> bool:
-    """The run's combiner is 'mean' because its config said 'auto' (most LMRA answers came without
-    log-probabilities), not because the config asked for it."""
+    """The run's combiner is 'mean' because 'auto' found most of its LMRA answers without
+    log-probabilities *although asked for them* — the warning ``combiner 'auto' used 'mean'`` the
+    run recorded (:data:`lmra.audit.finish.AUTO_MEAN_PREFIX`), not a config that asked for 'mean'
+    or turned log-probabilities off (break-it round 4: ``logprobs = false`` read "the settings did
+    not change")."""
+    from lmra.audit.finish import AUTO_MEAN_PREFIX
+
     judge = run.config.get("judge") if isinstance(run.config, dict) else None
-    return run.combiner == "mean" and isinstance(judge, dict) and judge.get("combiner", "auto") == "auto"
+    if run.combiner != "mean" or not isinstance(judge, dict) or judge.get("combiner", "auto") != "auto" \
+            or judge.get("logprobs") is False:
+        return False
+    return any(isinstance(w, str) and w.startswith(AUTO_MEAN_PREFIX) for w in run.summary.get("warnings") or [])
 
 
 def check_column(run_combiner: str | None, baseline_combiner: str | None) -> str:

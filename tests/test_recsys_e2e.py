@@ -1095,3 +1095,20 @@ values = { gender = ["a boy", "a girl"] }
     assert json.loads((both / "summary.json").read_text())["attributes_unmeasured"] == ["gender"]
     fair = pd.read_csv(both / "recsys_fairness.csv")
     assert fair[fair["attribute"] == "gender"]["snsr"].isna().all() and fair[fair["attribute"] == "age"]["snsr"].notna().all()
+
+
+def test_scored_lists_keep_whole_numbers_and_no_infinity(tmp_path):
+    """Break-it round 4: a field some records lack came out of scored_lists.jsonl as a float
+    ("user_id": 7.0, "n_dropped": 0.0), and an input Infinity was written as such."""
+    rows = [{"instruction_id": "u1", "attribute": "neutral", "value": "", "items": ["A", "B"], "user_id": 7},
+            {"instruction_id": "u1", "attribute": "gender", "value": "F", "items": ["A", "C"], "user_id": 7,
+             "n_dropped": 0},
+            {"instruction_id": "u2", "attribute": "neutral", "value": "", "items": ["A", "B"]},
+            {"instruction_id": "u2", "attribute": "gender", "value": "M", "items": ["A", "B"]}]
+    src = _write_lists(tmp_path / "lists.jsonl", rows)
+    assert run_cli(["recsys", "score", "--lists", str(src), "--k", "2", "--permutations", "0",
+                    "--out", str(tmp_path / "o")]) in (0, 1)
+    text = (tmp_path / "o" / "scored_lists.jsonl").read_text()
+    scored = [json.loads(line) for line in text.splitlines()]
+    assert scored[0]["user_id"] == 7 and isinstance(scored[0]["user_id"], int) and scored[2]["user_id"] is None
+    assert "Infinity" not in text and "NaN" not in text and ".0," not in text

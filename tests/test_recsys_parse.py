@@ -253,3 +253,15 @@ def test_a_refusal_is_still_a_refusal():
 def test_sentences_refusals_and_stray_json_are_not_lists(text, fmt, keys, refusal):
     parsed = parse_list(text)
     assert (parsed.format, parsed.keys, parsed.refusal) == (fmt, keys, refusal)
+
+
+@pytest.mark.parametrize("text, keys", [
+    # break-it round 4: titles that begin like sign-offs
+    ("Books: Mr. Tickle, Mr. Bump, and Mr. Happy", ["mr. tickle", "mr. bump", "mr. happy"]),
+    ("Films: Heat, Up, Dr. Hope", ["heat", "up", "dr. hope"]),
+    ("Songs:\nGood Luck, Babe!\nThank You.\nHalo", ["good luck, babe", "thank you", "halo"]),
+    ("Songs:\nHello\nThanks!\nHalo\nSkyfall", ["hello", "thanks", "halo", "skyfall"]),
+    ("Here:\nHello\nHalo\nI hope you like them.\nEnjoy!", ["hello", "halo"]),
+])
+def test_titles_that_begin_like_sign_offs(text, keys):
+    assert parse_list(text).keys == keys

@@ -398,3 +398,24 @@ def test_two_min_plus_mean_nights_are_compared_under_mean(tmp_path, sim_inputs):
     assert result.notes and result.notes[0].startswith("both runs scored their pairs with an answer that came without "
                                                        "log-probabilities with 'mean'")
     assert "this check compares both runs under 'mean'" in result.notes[0]
+
+
+def test_the_lost_log_probabilities_advice_is_for_auto_nights_only():
+    """Break-it round 4: a night whose config turned log-probabilities off (`logprobs = false`), or a
+    baseline whose combiner was 'calibrated', was told "the settings did not change, the LMRA's
+    endpoint did". The advice is for a night that 'auto' turned to 'mean' although it asked for
+    log-probabilities (its recorded warning), against a 'min' or 'min+mean' night."""
+    from types import SimpleNamespace
+
+    from lmra.audit.finish import AUTO_MEAN_PREFIX
+    from lmra.monitor import _auto_mean
+
+    warned = {"warnings": [AUTO_MEAN_PREFIX + "30 of 42 rated LMRA answers …"]}
+    night = lambda judge, summary, combiner="mean": SimpleNamespace(  # noqa: E731
+        combiner=combiner, config={"judge": judge}, summary=summary)
+    assert _auto_mean(night({"combiner": "auto"}, warned))
+    assert _auto_mean(night({}, warned))  # (auto by default)
+    assert not _auto_mean(night({"combiner": "auto", "logprobs": False}, warned))
+    assert not _auto_mean(night({"combiner": "auto"}, {"warnings": []}))  # no lost answers recorded
+    assert not _auto_mean(night({"combiner": "mean"}, warned))
+    assert not _auto_mean(night({"combiner": "auto"}, warned, combiner="min"))

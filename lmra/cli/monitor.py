@@ -412,8 +412,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             if odd.any():
                 console.print(f"[yellow]'combiner X': that night's pairs were scored under another order combiner "
                               f"than the other nights' ('{lit(usual)}') — e.g. 'mean' when its LMRA answers came "
-                              "without log-probabilities — so its net rating is on another scale (its check against "
-                              "them was refused).[/]")
+                              "without log-probabilities — so its net rating is on another scale (a check between "
+                              "it and them is refused).[/]")
             if df["replayed"].any():
                 console.print("[yellow]'replayed': every chatbot answer of that night was replayed from the call cache "
                               "(a re-run with an earlier night's seed): its point repeats that night's — leave it out "

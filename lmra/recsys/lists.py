@@ -4,6 +4,7 @@ score it (``lmra recsys score --lists``) with the metrics of :mod:`lmra.recsys.s
 from __future__ import annotations
 
 import json
+import math
 
 import unicodedata
 from pathlib import Path
@@ -227,8 +228,15 @@ def _scored_records(lists: pd.DataFrame) -> list[dict]:
     the keys, after parsing ``raw`` and normalising), and whether it was a refusal, unparseable,
     or a failed call (fresh-user finding: the parsed lists could not be seen without Python)."""
     cols = [c for c in _SCORED_FIELDS if c in lists.columns]
-    return [{c: (list(v) if isinstance(v, (list, tuple)) else v) for c, v in zip(cols, row)}
-            for row in lists[cols].itertuples(index=False, name=None)]
+
+    def value(v):  # lists as lists; a whole number a pandas column made float as an int; no NaN nor infinity
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        if isinstance(v, float):
+            return None if not math.isfinite(v) else int(v) if v.is_integer() else v
+        return v
+
+    return [{c: value(v) for c, v in zip(cols, row)} for row in lists[cols].itertuples(index=False, name=None)]
 
 
 def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,

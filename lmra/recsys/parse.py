@@ -64,8 +64,9 @@ _BETWEEN_QUOTED = re.compile(r"^(?:[\s,;.!?]|\band\b|\bor\b)*$", re.IGNORECASE)
 #: the conjunction before a comma list's last item (``A, B and C``): split at the last one
 _LAST_AND = re.compile(r"^(?:(?P<head>.*\S)\s+)?(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 #: a sign-off after the last item of a comma list, on its line ("…, and Skyfall. Enjoy!")
-_GLUED_SIGN_OFF = re.compile(r"^(?P<last>.*?\S)[.!]\s+(?:enjoy|have fun|hope\b|happy\b|let me know|cheers|thanks"
-                             r"|thank you|have a\b|good luck|i hope\b)", re.IGNORECASE)
+_GLUED_SIGN_OFF = re.compile(r"^(?P<last>.*?\S)(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)[.!]\s+"
+                             r"(?:enjoy|have fun|hope\b|happy\b|let me know|cheers|thanks|thank you|have a\b"
+                             r"|good luck|i hope\b)[^.!]*[.!]$", re.IGNORECASE)
 #: the serial comma's conjunction (``A, B, and C``): the last part starts with it
 _SERIAL_AND = re.compile(r"^(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 _ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
@@ -245,17 +246,16 @@ def _title_like(part: str) -> bool:
 
 
 #: an assistant's sign-off ("Enjoy!", "Have fun!", "Hope this helps.", "Happy listening!"): with a
-#: closing "!" or "." never a title (fresh-user finding: "Enjoy!" after a list was an item)
+#: closing "!" or "." and among the answer's last lines, never a title (fresh-user finding: "Enjoy!"
+#: after a list was an item)
 _SIGN_OFF = re.compile(r"^(?:enjoy|have fun|hope (?:this|that|these|it|you)\b|happy (?:listening|watching|reading)"
                        r"|let me know|cheers|thanks|thank you|have a (?:great|good|nice)|good luck)\b.*[.!]$",
                        re.IGNORECASE)
 
 
 def _sentence_like(line: str) -> bool:
-    """Ends with ':'; or ends with '.', '!' or '?' after at least four words; or is a refusal, or
-    an assistant's sign-off (:data:`_SIGN_OFF`)."""
-    return (line.endswith(":") or (len(line.split()) >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
-            or bool(_SIGN_OFF.match(line)))
+    """Ends with ':'; or ends with '.', '!' or '?' after at least four words; or is a refusal."""
+    return line.endswith(":") or (len(line.split()) >= 4 and line[-1] in ".!?") or bool(_REFUSAL.search(line))
 
 
 def _sentences(body: list[str]) -> list[bool]:
@@ -270,6 +270,12 @@ def _sentences(body: list[str]) -> list[bool]:
     lines that are items by themselves — a Title-Case refusal or question on its own is still a
     sentence (round 3: "I'm Sorry\nBut I Can't Help With That")."""
     like = [_sentence_like(ln) for ln in body]
+    # an assistant's sign-off ("Enjoy!", "Thanks!") among the answer's closing lines — not a title such as
+    # "Thank You." or "Good Luck, Babe!" in the middle of the list (break-it round 4)
+    for i in range(len(body) - 1, -1, -1):
+        if not (like[i] or _SIGN_OFF.match(body[i])):
+            break
+        like[i] = True
     out, preamble = [], False
     for i, ln in enumerate(body):
         title = (like[i] and not ln.endswith(":") and _title_cased(ln) and ln[-1] not in ".!"
@@ -361,7 +367,8 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
           and not sentence[i] and not _HEADING.match(ln)]
     short = [body[i] for i in at]
     around = [body[i] for i in range(len(body)) if i not in set(at)]
-    if len(short) >= 2 and (len(short) >= len(body) - 2 or (
+    sign_offs = sum(bool(_SIGN_OFF.match(x)) for x in around)  # ("Enjoy!" besides a closing sentence: round 4)
+    if len(short) >= 2 and (len(short) >= len(body) - 2 - sign_offs or (
             len(short) >= 3 and at[-1] - at[0] + 1 == len(at) and not any(x.endswith("?") for x in short)
             and not any(_REFUSAL.search(x) or _ASSISTANT_VOICE.search(x) for x in around))):
         # one item per line, allowing a preamble and a closing sentence around them — or more
