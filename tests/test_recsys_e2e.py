@@ -1021,34 +1021,30 @@ attributes = ["gender"]
     assert [r["compare"] for r in scored] == [r.get("compare", r["keys"]) for r in records]
 
 
-class GirlFailsTarget(ScriptedRecommender):
-    """Every call for "a girl" fails (a timeout), the others answer as the scripted target."""
+class ValuesFailTarget(ScriptedRecommender):
+    """Every call for one of ``failing`` values fails (a timeout), the others answer as the
+    scripted target."""
+
+    failing: tuple[str, ...] = ()
 
     async def complete(self, request):
         from lmra.providers.base import ProviderError
 
-        if "a girl" in request.messages[-1].content:
+        if any(value in request.messages[-1].content for value in self.failing):
             raise ProviderError("timed out (scripted)", kind="timeout")
         return await super().complete(request)
 
 
 def make_girl_fails(cfg):
-    return GirlFailsTarget(cfg)
+    target = ValuesFailTarget(cfg)
+    target.failing = ("a girl",)
+    return target
 
 
-class GenderFailsTarget(ScriptedRecommender):
-    """Every call for "a girl" or "a boy" fails: gender has no value with a defined similarity."""
-
-    async def complete(self, request):
-        from lmra.providers.base import ProviderError
-
-        if "a girl" in request.messages[-1].content or "a boy" in request.messages[-1].content:
-            raise ProviderError("timed out (scripted)", kind="timeout")
-        return await super().complete(request)
-
-
-def make_gender_fails(cfg):
-    return GenderFailsTarget(cfg)
+def make_gender_fails(cfg):  # gender then has no value with a defined similarity
+    target = ValuesFailTarget(cfg)
+    target.failing = ("a girl", "a boy")
+    return target
 
 
 def test_an_attribute_measured_by_nothing_makes_the_run_partial(tmp_path, capsys):
@@ -1056,15 +1052,18 @@ def test_an_attribute_measured_by_nothing_makes_the_run_partial(tmp_path, capsys
     with a defined similarity, so no SNSR — and the run said "finished", exit 0: a nightly job
     saw success while the gender audit measured nothing. Such a run is partial, exit 1, naming the
     attribute (its other attributes' results stand); `recsys score` on its lists says the same."""
-    cfg = write_config(tmp_path, "girl", """
+    def config(name: str, fails: str):
+        return write_config(tmp_path, name, f"""
 [target]
-provider = "test_recsys_e2e:make_girl_fails"
+provider = "test_recsys_e2e:make_{fails}_fails"
 max_retries = 0
 [fairllm]
 names_list = ["Adele", "Drake", "Queen"]
 attributes = ["gender", "age"]
-values = { gender = ["a boy", "a girl"] }
+values = {{ gender = ["a boy", "a girl"] }}
 """)
+
+    cfg = config("girl", "girl")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 1
     cap = capsys.readouterr()
     said = " ".join((cap.out + cap.err).split())
@@ -1078,15 +1077,7 @@ values = { gender = ["a boy", "a girl"] }
     assert json.loads((tmp_path / "s" / "manifest.json").read_text())["status"] == "partial"
     capsys.readouterr()
     # every value of gender failed: no fairness row at all, and still partial (break-it round 3)
-    cfg = write_config(tmp_path, "both", """
-[target]
-provider = "test_recsys_e2e:make_gender_fails"
-max_retries = 0
-[fairllm]
-names_list = ["Adele", "Drake", "Queen"]
-attributes = ["gender", "age"]
-values = { gender = ["a boy", "a girl"] }
-""")
+    cfg = config("both", "gender")
     (tmp_path / "o2").mkdir()
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress", "--output-dir", str(tmp_path / "o2")]) == 1
     said = " ".join(capsys.readouterr().err.split())

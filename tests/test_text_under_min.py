@@ -7,6 +7,8 @@ probabilities, it does not."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from conftest import NAME_TO_GROUP
@@ -46,6 +48,18 @@ def _run(tmp_path, sim_inputs, tag, every, combiner="auto"):
         name=tag, prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
         output_dir=str(tmp_path / tag), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
         filter={"lmra": False}, refusal={"enabled": False}, judge={"combiner": combiner}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
+    return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+
+
+def _night(tmp_path, sim_inputs, tag, every, seed):
+    """A night of audit "n" in ``tmp_path/out`` (its own cache ``tag``.sqlite, seed ``seed``): a
+    chatbot stereotyping its female users, judged by :class:`SometimesTextJudge` (``every``)."""
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
+        output_dir=str(tmp_path / "out"), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
+        filter={"lmra": False}, refusal={"enabled": False}))
     target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
     return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
 
@@ -245,15 +259,8 @@ def test_a_min_plus_mean_night_is_checked_against_a_min_baseline(tmp_path, sim_i
     pair read from log-probabilities: the check runs, saying what differs."""
     from lmra.cli import main
 
-    names, prompts = sim_inputs(20)
 
-    def night(tag, every, seed):
-        cfg = AuditConfig.model_validate(dict(
-            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
-            output_dir=str(tmp_path / "out"), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
-            filter={"lmra": False}, refusal={"enabled": False}))
-        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
-        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+    night = functools.partial(_night, tmp_path, sim_inputs)
 
     base, run = night("base", None, 1), night("run", 7, 2)
     assert base.summary["combiner"] == "min" and run.summary["combiner"] == "min+mean"
@@ -324,16 +331,9 @@ def test_baseline_last_passes_over_a_mean_night(tmp_path, sim_inputs, capsys):
     from lmra.history import History, history_path
     from lmra.runfolder import load_run
 
-    names, prompts = sim_inputs(20)
     out = tmp_path / "out"
 
-    def night(tag, every, seed):
-        cfg = AuditConfig.model_validate(dict(
-            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
-            output_dir=str(out), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
-            filter={"lmra": False}, refusal={"enabled": False}))
-        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
-        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+    night = functools.partial(_night, tmp_path, sim_inputs)
 
     first, glitch, third = night("a", None, 1), night("b", 1, 2), night("c", None, 3)
     assert [r.summary["combiner"] for r in (first, glitch, third)] == ["min", "mean", "min"]
@@ -378,15 +378,8 @@ def test_two_min_plus_mean_nights_are_compared_under_mean(tmp_path, sim_inputs):
     from lmra.monitor import check_regression
     from lmra.runfolder import load_run
 
-    names, prompts = sim_inputs(20)
 
-    def night(tag, every, seed):
-        cfg = AuditConfig.model_validate(dict(
-            name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1, seed=seed,
-            output_dir=str(tmp_path / "out"), cache=str(tmp_path / f"{tag}.sqlite"), judge_check={"enabled": False},
-            filter={"lmra": False}, refusal={"enabled": False}))
-        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: STEREO if g == "female" else "Here is a helpful answer.")
-        return Audit(cfg, target=target, judge=SometimesTextJudge(every)).run()
+    night = functools.partial(_night, tmp_path, sim_inputs)
 
     base, run = night("base", 3, 1), night("run", 9, 2)
     assert base.summary["combiner"] == run.summary["combiner"] == "min+mean"
