@@ -297,8 +297,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
             with atomic_files(run_dir) as stage:  # all five or none (a full disk: nothing that looks done)
                 write_csv(sim, stage("recsys_similarity.csv"))
                 write_csv(fair, stage("recsys_fairness.csv"))
-                write_jsonl(stage(SCORED_LISTS), _scored_records(lists),
-                            dumps=lambda r: json.dumps(clean_nan(r), ensure_ascii=False, default=json_default))
+                write_jsonl(stage(SCORED_LISTS), _scored_records(lists),  # (no NaN left: _scored_records)
+                            dumps=lambda r: json.dumps(r, ensure_ascii=False, default=json_default))
                 dump_json(stage("summary.json"), clean_nan(summary))
                 dump_json(stage("manifest.json"), manifest)
         except LmraIOError:
