@@ -262,6 +262,18 @@ def _exact_records(df: pd.DataFrame) -> list[dict]:
     return jsonable(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
 
 
+def not_last_reasons(runs: pd.DataFrame) -> pd.Series:
+    """Why each run of :meth:`History.runs` cannot be a ``--baseline last``: ``"its status is
+    partial"`` (any status but complete), ``"its judge failed validation"`` (un-waived), else ``""``
+    (a candidate). Index as ``runs``'s. Either kind is used only when named explicitly."""
+    why = pd.Series("", index=runs.index, dtype=object)
+    if not len(runs):
+        return why
+    why[runs["status"].fillna("complete") != "complete"] = "its status is " + runs["status"].astype(str)
+    why[(why == "") & (runs["judge_status"].fillna("") == "failed")] = "its judge failed validation"
+    return why
+
+
 class History:
     """The SQLite run history of one reports folder (see the module docstring).
 
@@ -808,9 +820,7 @@ class History:
         earlier = earlier[earlier["run_id"] != run.run_id]
         # never a partial baseline, nor one whose judge failed validation un-waived; either is used
         # only when named explicitly
-        why = pd.Series("", index=earlier.index, dtype=object)
-        why[earlier["status"].fillna("complete") != "complete"] = "its status is " + earlier["status"].astype(str)
-        why[(why == "") & (earlier["judge_status"].fillna("") == "failed")] = "its judge failed validation"
+        why = not_last_reasons(earlier)
         usable = earlier[why == ""]
         if usable.empty:
             raise LmraInputError(
@@ -943,4 +953,4 @@ def unusable_pin(run_id: str, name: str, exc: LmraInputError) -> LmraInputError:
 
 
 __all__ = ["HISTORY_FILE", "HISTORY_SCHEMA_VERSION", "History", "history_path", "list_runs", "pin",
-           "register_run", "task_trend", "unusable_pin"]
+           "not_last_reasons", "register_run", "task_trend", "unusable_pin"]

@@ -895,7 +895,7 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
             cannot be loaded (exit status 2, before anything is called or written).
     """
     from lmra.monitor import precheck_judge
-    from lmra.history import History, history_path, unusable_pin
+    from lmra.history import History, history_path, not_last_reasons, unusable_pin
 
     out = Path(cfg.output_dir)
     _require_writable_history(history_path(out))
@@ -915,10 +915,9 @@ def _precheck_baseline(cfg, ref: str) -> tuple[bool, dict[str, int] | None]:
                     baseline = h.resolve(rid)
                 except LmraInputError as exc:  # the pinned folder was deleted (retention cleanup …)
                     raise unusable_pin(rid, cfg.name, exc) from None
-            elif ref == "last":  # the candidates History.resolve('last') accepts: complete, judge not failed
+            elif ref == "last":  # the candidates History.last_baseline accepts: complete, judge not failed
                 runs = h.runs(name=cfg.name)
-                usable = runs[(runs["status"].fillna("complete") == "complete")
-                              & (runs["judge_status"].fillna("") != "failed")] if len(runs) else runs
+                usable = runs[not_last_reasons(runs) == ""]
                 if not len(usable):
                     return True, None
                 baseline = h.resolve(str(usable.iloc[-1]["run_id"]))  # the newest: 'last' once this run exists
