@@ -70,7 +70,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _http_url(v: str) -> str:
-    """``base_url``: an http(s) URL with a host and no spaces."""
+    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts."""
     if any(c.isspace() for c in v):
         raise ValueError(f"{v!r} is not a URL (it contains white space)")
     parts = urlsplit(v)
@@ -82,6 +82,18 @@ def _http_url(v: str) -> str:
         raise ValueError(f"{v!r} is not a valid URL ({exc})") from None
     if not host:
         raise ValueError(f"{v!r} has no host (e.g. 'http://localhost:8000/v1')")
+    if parts.username is not None or parts.password is not None:  # break-it finding: printed and written
+        shown = v.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
+        raise ValueError(f"{shown!r} holds a user name or password ('user:password@'): lmra writes base_url into "
+                         "the run folder (config.toml, manifest.json) and its messages, so it takes no credentials; "
+                         "give the API key's environment variable in api_key_env")
+    import httpx2  # the HTTP client of the openai and anthropic SDKs: what it refuses, it refuses here
+
+    try:
+        httpx2.URL(v)
+    except httpx2.InvalidURL as exc:  # break-it finding: a full-width letter, a zero-width space in the host
+        raise ValueError(f"{v!r} is not a URL the HTTP client accepts ({exc}); retype it: a character copied "
+                         "from a document may look like an ASCII one") from None
     return v
 
 
@@ -136,8 +148,8 @@ class ModelConfig(_Strict):
         "for 'openai'/'anthropic' the API model name (required).",
     )
     base_url: Annotated[NonBlank, AfterValidator(_http_url)] | None = Field(
-        None, description="API endpoint (openai/anthropic): an http:// or https:// URL with a host; None = the SDK "
-        "default.")
+        None, description="API endpoint (openai/anthropic): an http:// or https:// URL with a host, no user name or "
+        "password (the key goes in api_key_env); None = the SDK default.")
     api_key_env: Annotated[NonBlank, AfterValidator(_env_name)] | None = Field(
         None, description="Name of the environment variable holding the API key (default: the SDK's own)."
     )

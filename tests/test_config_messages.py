@@ -104,3 +104,36 @@ def test_a_dollar_in_a_folders_own_name_is_kept(tmp_path, monkeypatch):
     with pytest.raises(LmraInputError):
         parse_config({"output_dir": "/srv/$LMRA_HOME_UNSET_X/reports"})  # capitals: meant as a variable
     assert RecsysConfig.model_validate({"output_dir": ""}).output_dir == ""
+
+
+@pytest.mark.parametrize("section", ["target", "judge"])
+@pytest.mark.parametrize("url, says", [
+    ("http://\uff4cocalhost:8000/v1", "Invalid IDNA hostname"),  # a full-width 'l' pasted from a document
+    ("http://local\u200bhost:8000/v1", "Invalid IDNA hostname"),  # a zero-width space
+    ("http://127.0.0.1:8000/v1\u0001", "non-printable"),
+])
+def test_a_base_url_the_http_client_refuses_is_an_input_error(tmp_path, capsys, section, url, says):
+    """Break-it finding (s34): these passed the config check, then ``lmra validate``, ``audit`` and
+    ``judge-check`` died with httpx's InvalidURL traceback, exit 1."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "c.toml"
+    import json
+
+    cfg.write_text(f'name = "x"\n[{section}]\nprovider = "openai"\nmodel = "m"\nbase_url = {json.dumps(url)}\n'
+                   "api_key_required = false\n", encoding="utf-8")  # (escaped, as TOML takes a control character)
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"line 5: field '{section}.base_url'" in err and says in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("url", ["http://user:S3CRETPW@127.0.0.1:1/v1", "http://S3CRETPW@127.0.0.1:1/v1",
+                                 "https://:S3CRETPW@api.example.com/v1"])
+def test_a_base_url_with_credentials_is_refused_without_printing_them(url):
+    """Break-it finding (s34): ``http://user:pass@host/v1`` was printed in the endpoint's failure
+    message and written into the run folder's config.toml and manifest.json, with redact = true too."""
+    with pytest.raises(LmraInputError) as info:
+        parse_config({"judge": {"provider": "openai", "model": "m", "base_url": url, "api_key_required": False}},
+                     source="my.toml")
+    assert info.value.field == "judge.base_url" and "api_key_env" in info.value.reason
+    assert "S3CRETPW" not in str(info.value) and "***@" in info.value.reason
