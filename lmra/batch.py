@@ -206,6 +206,18 @@ def stage_barrier(*providers: Any) -> None:
         raise StopDryPass(f"{n} answer(s) of this stage are not known yet")
 
 
+def lacks_logprobs(request: ChatRequest, result: ChatResult) -> bool:
+    """True for a batch answer to a question asked with log-probabilities (``options`` and
+    ``top_logprobs``) that came without them (not stopped by the provider's safety system): as a
+    live answer still without them after its retries (:func:`lmra.providers.base.retry_call`), it
+    is marked ``degraded``, counted, and never cached (break-it finding: cached, one glitch night's
+    answers were read by every later run on that cache, turning its combiner to ``mean``)."""
+    from lmra.providers.base import FILTER_FINISH_REASONS
+
+    return (bool(request.options) and bool(request.top_logprobs) and result.option_probs is None
+            and result.finish_reason not in FILTER_FINISH_REASONS)
+
+
 class BatchFailureGuard:
     """Inner provider for the real pass after batches: failed items raise, nothing is replaced.
 
@@ -307,6 +319,7 @@ class BatchOrchestrator:
             for job in self.jobs:
                 if job["state"] == "downloaded":
                     self._account(job, None)
+        cache.run_only.update(self.degraded_items())  # (a resumed run's dry passes read them too)
 
     # -- state ------------------------------------------------------------------------------
     def save(self) -> None:
@@ -360,6 +373,15 @@ class BatchOrchestrator:
         out: dict[str, str] = {}
         for job in self.jobs:
             out.update(job.get("failed") or {})
+        return out
+
+    def degraded_items(self) -> dict[str, str]:
+        """Key → result JSON of every downloaded answer that came without the log-probabilities it
+        asked for (:func:`lacks_logprobs`): held for this run only (:attr:`CallCache.run_only`),
+        never written to the call cache."""
+        out: dict[str, str] = {}
+        for job in self.jobs:
+            out.update(job.get("degraded") or {})
         return out
 
     def pending_keys(self) -> set[str]:
@@ -543,14 +565,21 @@ class BatchOrchestrator:
         else:
             results, errors = await backend.fetch(job["remote"], requests)
         usages = []
+        degraded: dict[str, str] = {}
         for key, result in results.items():
             req = requests[key]
             if request_key(ident.name, ident.base_url, ident.model_id, req) != key:
                 errors[key] = "result key does not match the request's cache key"
                 continue
-            self.cache.put(key, ident, req, result)  # type: ignore[arg-type]
+            if lacks_logprobs(req, result):  # as a live answer still without them: counted, never cached
+                degraded[key] = result.model_copy(update={"degraded": "no_logprobs"}).model_dump_json()
+            else:
+                self.cache.put(key, ident, req, result)  # type: ignore[arg-type]
             usages.append(result.usage)
+        self.cache.run_only.update(degraded)
         job["n_succeeded"] = len(usages)
+        job["n_degraded"] = len(degraded)
+        job["degraded"] = dict(sorted(degraded.items()))
         job["n_failed"] = len(errors)
         job["failed"] = dict(sorted(errors.items()))
         job["usage"] = {"prompt_tokens": sum(u.prompt_tokens for u in usages),
@@ -562,7 +591,9 @@ class BatchOrchestrator:
         self.save()
         if self.budget is not None:
             self._account(job, usages)
-        self.log(f"{job['id']}: downloaded {job['n_succeeded']} result(s), {job['n_failed']} failed")
+        self.log(f"{job['id']}: downloaded {job['n_succeeded']} result(s), {job['n_failed']} failed"
+                 + (f", {len(degraded)} without the log-probabilities asked for (not cached: their questions are "
+                    "estimated by sampling, as in a live run)" if degraded else ""))
         for note in job["remote"].get("output_notes") or []:  # unreadable lines, results for unknown calls
             self.log(f"{job['id']}: {note}")
 
@@ -741,6 +772,7 @@ def summarize(state: dict) -> dict:
         "calls": sum(j["n_requests"] for j in jobs),
         "succeeded": sum(j.get("n_succeeded", 0) for j in jobs),
         "failed": sum(j.get("n_failed", 0) for j in jobs),
+        "degraded": sum(j.get("n_degraded", 0) for j in jobs),
         "prompt_tokens": sum(j["usage"]["prompt_tokens"] for j in jobs),
         "completion_tokens": sum(j["usage"]["completion_tokens"] for j in jobs),
         "cost_usd": sum(costs) if costs and all(c is not None for c in costs) else None,
@@ -841,6 +873,7 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     finally:
         cache.close()
     started = _stopped_start(audit.run_dir) or started
+    audit.run_only_answers = orch.degraded_items()  # the final pass reads them (counted as degraded), unstored
     result = await audit.arun()
     result.manifest["started"] = started  # the night's start, not the resume's (break-it round 2)
     result.manifest["batch"] = summary

@@ -334,6 +334,9 @@ class CallCache:
         self.owner = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pending: dict[str, tuple] = {}  # key → row not yet written (this batch, or disk full …)
+        #: key → result JSON of answers this run reads but never writes: batch answers without the
+        #: log-probabilities they asked for (:func:`lmra.batch.lacks_logprobs`, marked ``degraded``)
+        self.run_only: dict[str, str] = {}
         self.write_failures = 0
         #: why the database file is damaged (SQLite's ``SQLITE_CORRUPT``/``SQLITE_NOTADB`` met by
         #: a write), or None: held calls are then not retried (no wait can mend the file)
@@ -479,6 +482,10 @@ class CallCache:
         held = self.pending.get(key)
         if held is not None:
             return self._read(held[5])
+        if self.run_only:
+            text = self.run_only.get(key)
+            if text is not None:
+                return self._read(text)
         text = self._ahead.pop(key, None)
         if text is not None:
             self._ahead_used += 1
@@ -1275,10 +1282,14 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
     if not events and failed is None and not waited and result is not None:  # an answer without any fault event
         usage = result.usage
         if cached:
+            degraded = result.degraded == "no_logprobs"  # only a batch answer held for its run (CallCache.run_only)
             for s in stats:
                 s.cached += 1
                 s.prompt_tokens_cached += usage.prompt_tokens
                 s.completion_tokens_cached += usage.completion_tokens
+                if degraded:  # counted as the live answer it stands for
+                    s.degraded += 1
+                    s.no_logprobs += 1
         elif fresh:
             degraded = int(result.degraded is not None)
             for s in stats:

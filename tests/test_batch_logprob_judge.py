@@ -30,3 +30,54 @@ def test_a_log_probability_judge_gets_one_batch_item_per_question(openai_server,
     # every batch item is an answer the final pass reads: none collected for nothing
     assert batch["succeeded"] == batch["calls"] == used, (batch, result.manifest["calls"])
     assert sum(b["request_counts"]["total"] for b in o_srv["batches"].values()) == used
+
+
+def test_batch_answers_without_log_probabilities_are_counted_and_never_cached(openai_server, sim_inputs, tmp_path):  # noqa: F811
+    """Break-it finding (s34): a night whose Batch API output files carried no log-probabilities
+    stored those answers in the call cache, uncounted (0 no_logprobs, 0 degraded), and a later live
+    run on a healthy endpoint replayed them: 0 fresh calls, its combiner turned to 'mean', forward 0.0
+    instead of the fresh cache's 'min' reading. Now they are counted, read by their own run only, and
+    asked again by the next."""
+    import json
+    import sqlite3
+
+    from lmra.audit import Audit
+
+    o_url, o_srv = openai_server
+    names, prompts = sim_inputs(6)
+
+    def cfg(cache: str) -> AuditConfig:
+        return AuditConfig(
+            name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+            judge=JudgeConfig(provider="openai", model="judge-test", base_url=o_url, api_key_required=False,
+                              n_samples=3),
+            prompts=str(prompts), names=str(names), prompts_per_task=2, cache=str(tmp_path / cache),
+            output_dir=str(tmp_path / "reports"), concurrency=4, judge_check={"enabled": False},
+            filter={"lmra": False}, refusal={"enabled": False})
+
+    def strip_logprobs(text: str) -> str:  # the endpoint's glitch: the batch outputs lose them
+        rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+        for r in rows:
+            for c in r["response"]["body"].get("choices") or []:
+                c["logprobs"] = None
+        return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+    o_srv["mangle"] = strip_logprobs
+    night = asyncio.run(arun_batched(Audit(cfg("cache.sqlite"), run_dir=tmp_path / "reports" / "night1"), **FAST))
+    batch, calls = night.manifest["batch"], night.manifest["calls"]
+    n_questions = batch["degraded"]
+    assert n_questions > 0 and calls["degraded"] == calls["no_logprobs"] == n_questions, (batch, calls)
+    assert calls["by_model"]["openai:judge-test"]["degraded"] == n_questions
+    assert night.summary["combiner"] == "mean"  # auto: the questions were estimated by sampling, as live
+    with sqlite3.connect(tmp_path / "cache.sqlite") as db:
+        rows = [(json.loads(q), json.loads(r)) for q, r in db.execute("SELECT request, result FROM calls")]
+    asked = [r for q, r in rows if q.get("options") and q.get("top_logprobs")]
+    assert not [r for r in asked if r.get("option_probs") is None]  # none of them was stored
+
+    # the endpoint is healthy again: a live run on that cache asks those questions afresh
+    del o_srv["mangle"]
+    live = Audit(cfg("cache.sqlite"), run_dir=tmp_path / "reports" / "night2").run()
+    fresh = Audit(cfg("fresh.sqlite"), run_dir=tmp_path / "reports" / "night3").run()
+    assert live.manifest["calls"]["by_model"]["openai:judge-test"]["fresh"] >= n_questions
+    assert live.manifest["calls"]["degraded"] == 0
+    assert (live.run_dir / "per_task.csv").read_bytes() == (fresh.run_dir / "per_task.csv").read_bytes()

@@ -161,6 +161,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         #: replay finished pairs of an earlier run over the same cache (:mod:`lmra.audit.memo`)
         self.pair_memo = True
         self.memo = None  #: this run's :class:`~lmra.audit.memo.PairMemo` while it runs, if used
+        #: key → result JSON of answers the run reads but the call cache never stores (batch mode's
+        #: answers without the log-probabilities asked for: :meth:`lmra.batch.BatchOrchestrator.degraded_items`)
+        self.run_only_answers: dict[str, str] = {}
         #: paces the background imports of the run (:class:`lmra.warmup.Pace`; the CLI passes the
         #: one its report imports use); None: a new one per run
         self.pace = None
@@ -397,6 +400,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         cfg = self.cfg
         inputs = self.load_inputs() if inputs is None else inputs
         cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
+        cache.run_only.update(self.run_only_answers)
         self.call_cache = cache  # (an interrupted pipeline lets the calls on their way store their answers)
         result: AuditResult | None = None
         try:

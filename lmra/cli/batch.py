@@ -116,7 +116,9 @@ def render_status(console: Console, state: dict, n_failed: int = 20) -> None:
     console.print(t)
     s = summarize(state)
     cost = "unknown (unpriced model or not downloaded)" if s["cost_usd"] is None else f"{s['cost_usd']:.4f} USD"
-    console.print(f"{s['jobs']} job(s) {s['jobs_by_state']}, {s['calls']} call(s): {s['succeeded']} succeeded, "
+    degraded = (f" ({s['degraded']} of them without the log-probabilities asked for: read by this run only, never "
+                "cached, their questions estimated by sampling)" if s["degraded"] else "")
+    console.print(f"{s['jobs']} job(s) {s['jobs_by_state']}, {s['calls']} call(s): {s['succeeded']} succeeded{degraded}, "
                   f"{s['failed']} failed; estimated cost {cost} (batch prices).")
     failed = [(j["id"], k, m) for j in state["jobs"] for k, m in (j.get("failed") or {}).items()]
     if failed:
