@@ -48,7 +48,8 @@ from typing import Any
 
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key, wrap_identity
-from lmra.fileio import write_json, write_text
+from lmra.errors import LmraIOError, io_reason
+from lmra.fileio import atomic_open, write_json, write_text
 
 STATE_VERSION = 1
 #: Marks the text of a placeholder answer during a collecting pass.
@@ -323,12 +324,26 @@ class BatchOrchestrator:
 
     # -- state ------------------------------------------------------------------------------
     def save(self) -> None:
-        """Write the state file atomically (write a temporary file, then rename)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Write the state file atomically (:func:`lmra.fileio.write_text`: a temporary file, synced,
+        renamed; removed when the write fails).
+
+        Raises:
+            LmraIOError: the folder or file cannot be written (a full disk …), naming it (break-it
+                finding: "OSError: [Errno 28]" named nothing, and left an empty state.json.tmp).
+        """
+        self._make_dir()
         self.state["updated"] = _now()
-        tmp = self.state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.state, indent=1, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.state_path)
+        write_text(self.state_path, json.dumps(self.state, indent=1, ensure_ascii=False))
+
+    def _make_dir(self) -> None:
+        """Create ``<run>/batch`` if needed.
+
+        Raises:
+            LmraIOError: it cannot be created, naming it."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LmraIOError(f"cannot create the batch folder ({io_reason(exc)})", path=self.dir) from None
 
     @contextlib.contextmanager
     def _locked(self):
@@ -341,14 +356,15 @@ class BatchOrchestrator:
         if self._lock_depth == 0:
             import fcntl
 
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fh = (self.dir / ".lock").open("w")
+            self._make_dir()
+            try:
+                fh = (self.dir / ".lock").open("w")
+            except OSError as exc:
+                raise LmraIOError(f"cannot create the batch lock file ({io_reason(exc)})", path=self.dir / ".lock") from None
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 fh.close()
-                from lmra.errors import LmraIOError
-
                 raise LmraIOError(f"another lmra process is driving the batches of {self.run_dir} (an 'lmra audit "
                                   "--batch' or 'lmra batch resume' still running): wait for it to end, or stop it "
                                   "(Ctrl-C keeps the batches and their state) and run this command again",
@@ -506,11 +522,11 @@ class BatchOrchestrator:
                 size += n
             cfg = getattr(base_provider(provider), "cfg", None)
             new_jobs = []
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self._make_dir()
             for chunk in chunks:
                 job_id = f"job-{len(self.jobs) + 1:04d}"
                 req_file = f"{STATE_DIR}/{job_id}.requests.jsonl"
-                with (self.run_dir / req_file).open("w", encoding="utf-8") as fh:
+                with atomic_open(self.run_dir / req_file) as fh:  # (a full disk: named, no cut file)
                     for k in chunk:
                         fh.write(json.dumps({"key": k, "request": items[k].cache_payload()}, ensure_ascii=False)
                                  + "\n")
@@ -851,6 +867,7 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     write_text(audit.run_dir / "config.toml", dump_config(cfg))
     cache = CallCache(cfg.cache)
     try:
+        _record_running(audit, providers, started)
         orch = BatchOrchestrator(audit.run_dir, cache, providers=providers, poll_interval_s=poll_interval_s,
                                  max_wait_s=max_wait_s, budget=budget, log=log)
         if getattr(audit, "allow_unvalidated_judge", False):  # the waiver holds for `lmra batch resume` too
@@ -915,7 +932,6 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
     ``interrupted`` or ``failed`` with the ``stop_reason``, so that ``lmra history`` lists the night
     among those that did not finish (fresh-user finding: the folder had no manifest, and the night
     was a silent gap). ``lmra batch resume`` continues it and writes the run's own manifest."""
-    from lmra.errors import LmraIOError
     from lmra.runstate import stop_record
 
     path = audit.run_dir / "manifest.json"
@@ -941,15 +957,46 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
         if running:  # they go on at the provider (break-it round 2: the history said only "interrupted")
             reason += (f"; {len(running)} batch job(s) submitted go on at the provider — continue with "
                        f"'lmra batch resume {audit.run_dir}' (a new 'lmra audit --batch' would pay for them again)")
-    roles = dict(zip(("target", "judge", "judge2"), providers))
-    manifest = {"status": status, "stop_reason": reason, "stopped_in": "batch", "started": before.get("started", started),
-                "finished": _now(),
-                "seed": audit.cfg.seed, "batch": {"folder": str(audit.run_dir / "batch")}}
-    manifest |= {role: {"provider": p.name, "model": p.model_id} for role, p in roles.items()}
+    manifest = _batch_manifest(audit, providers, before.get("started", started)) | {
+        "status": status, "stop_reason": reason, "finished": _now()}
     try:
         write_json(path, manifest)
     except LmraIOError:
         pass  # the disk is full: the folder stays without a manifest (the error is what the command says)
+
+
+def _batch_manifest(audit: Any, providers: Sequence[Provider], started: str) -> dict:
+    """The manifest of a batched run before its audit pass: ``stopped_in: batch``, its start,
+    seed, batch folder and models (the status is the caller's)."""
+    roles = dict(zip(("target", "judge", "judge2"), providers))
+    manifest = {"stopped_in": "batch", "started": started, "seed": audit.cfg.seed,
+                "batch": {"folder": str(audit.run_dir / "batch")}}
+    return manifest | {role: {"provider": p.name, "model": p.model_id} for role, p in roles.items()}
+
+
+def _record_running(audit: Any, providers: Sequence[Provider], started: str) -> None:
+    """Write ``manifest.json`` ``running`` (``stopped_in: batch``) as the batch rounds start, unless
+    the folder has the audit pass's own manifest: a process killed while it waits for its
+    batches (a reboot, an OOM kill, a CI timeout: the likeliest time, a batch night is mostly
+    waiting) leaves a folder ``lmra history`` lists as ``stale``, with the resume command (break-it
+    finding: no manifest, the night was invisible). A resumed run keeps its first start.
+
+    Raises:
+        LmraIOError: the manifest cannot be written (a full disk: nothing has been submitted yet).
+    """
+    from lmra.runstate import RUNNING
+
+    path = audit.run_dir / "manifest.json"
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        before = {"stopped_in": "batch"}
+    except (OSError, ValueError):
+        before = {}
+    if not (isinstance(before, dict) and before.get("stopped_in") == "batch"):
+        return  # the audit pass's own manifest stands
+    write_json(path, _batch_manifest(audit, providers, before.get("started", started)) | {
+        "status": RUNNING, "pid": os.getpid()})
 
 
 #: the counts of a :meth:`CallStats.as_dict` that add up from the live calls of the dry passes

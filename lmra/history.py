@@ -463,8 +463,12 @@ class History:
             run_name = _config_name(folder)
             if name and run_name != name:
                 continue
+            reason = m.get("stop_reason") or m.get("failure")
+            if status == "stale" and m.get("stopped_in") == "batch":  # its batch jobs may be done at the provider
+                reason = (f"stopped in its batch rounds; continue with 'lmra batch resume {folder}' (a new "
+                          "'lmra audit --batch' would pay for its submitted jobs again)")
             out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
-                        "stop_reason": m.get("stop_reason") or m.get("failure"),
+                        "stop_reason": reason,
                         "resumed_by": self._resumed_by(folder.name, run_name, m.get("seed"))})
         return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
 

@@ -1067,3 +1067,91 @@ def test_a_batch_run_interrupted_while_its_jobs_run_says_so_in_its_manifest(open
     assert f"1 batch job(s) submitted go on at the provider — continue with 'lmra batch resume {run}'" in \
         man["stop_reason"]
     assert man["started"] != "2026-12-05T01:00:00+00:00"  # the first stop's start is kept
+
+
+def test_a_batch_night_killed_while_it_waits_is_listed_stale_with_the_resume_command(openai_server, sim_inputs,
+                                                                                      tmp_path, monkeypatch):
+    """Break-it finding (s34): ``kill -9`` of ``lmra audit --batch`` while it waited for its jobs (a
+    reboot, an OOM kill, a CI timeout) left a folder without manifest.json — ``lmra history`` said
+    "no finished runs", the night was invisible. The batch rounds now start with a ``running``
+    manifest: the killed night is ``stale`` and says how to go on; the resume keeps its start."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from lmra.history import History, history_path
+
+    this = sys.modules[__name__]  # (the servers read the module's POLLS_TO_FINISH)
+    monkeypatch.setattr(this, "POLLS_TO_FINISH", 10**9)  # the batch never ends while the audit waits
+    url, srv = openai_server
+    names, prompts = sim_inputs(4)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "bk"\nprompts = "{prompts}"\nnames = "{names}"\nprompts_per_task = 1\n'
+                   f'cache = "{tmp_path / "cache.sqlite"}"\noutput_dir = "{tmp_path / "reports"}"\n'
+                   "batch_poll_interval_s = 0.05\n[judge_check]\nenabled = false\n"
+                   f'[target]\nprovider = "openai"\nmodel = "gpt-test"\nbase_url = "{url}"\napi_key_required = false\n'
+                   f'[judge]\nprovider = "openai"\nmodel = "judge-test"\nbase_url = "{url}"\napi_key_required = false\n',
+                   encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--batch",
+                             "--no-progress", "--allow-unvalidated-judge"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(b.get("status") == "in_progress" for b in srv["batches"].values()) or sum(srv["polls"].values()) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "the audit did not get to wait for its batch"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    assert load_state(run)["jobs"][0]["state"] == "submitted"
+    with History(history_path(run.parent)) as h:
+        (row,) = h.not_finished()
+    assert row["status"] == "stale" and f"lmra batch resume {run}" in row["stop_reason"]
+    started = json.loads((run / "manifest.json").read_text())["started"]
+
+    monkeypatch.setattr(this, "POLLS_TO_FINISH", 1)
+    import argparse
+
+    from lmra.cli.batch import add_parsers
+
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["batch", "resume", str(run), "--poll-interval", "0.01", "--max-wait", "20",
+                              "--no-progress"])
+    assert args.func(args) == 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["started"] == started
+    assert len(srv["creates"]) == manifest["batch"]["jobs"]  # nothing submitted twice
+
+
+def test_a_batch_state_that_cannot_be_written_is_named_and_leaves_no_temporary_file(tmp_path):
+    """Break-it finding (s34): a full disk during the batch rounds said "I/O failure: OSError:
+    [Errno 28] No space left on device" (no file named) and left an empty state.json.tmp. A real
+    write limit (RLIMIT_FSIZE, in a child process) stands in for the full disk."""
+    import subprocess
+    import sys
+
+    script = f"""
+import resource, signal
+from pathlib import Path
+from lmra.batch import BatchOrchestrator
+from lmra.cache import CallCache
+from lmra.errors import LmraIOError
+cache = CallCache(":memory:")
+orch = BatchOrchestrator(Path({str(tmp_path / 'run')!r}), cache)
+orch.state["jobs"] = [{{"id": "job-0001", "padding": "x" * 100000, "state": "prepared"}}]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    orch.save()
+except LmraIOError as exc:
+    print("LmraIOError:", exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "LmraIOError:" in out.stdout and "state.json" in out.stdout and "cannot write this file" in out.stdout
+    assert sorted(p.name for p in (tmp_path / "run" / "batch").iterdir()) == []  # no temporary file, no state
