@@ -1089,6 +1089,24 @@ def detectable_words(span: dict | None, between: str = "; ") -> str:
     return between + "; ".join(parts) if parts else ""
 
 
+def undecided_words(diff: float | None, margin: float) -> str:
+    """The decision words of a tested row that is neither a regression nor an improvement: ``rise,
+    not significant`` when its net rating rose by more than ``margin``, ``fall, not significant``
+    when it fell by more, else ``no significant change`` — never "no change", which a one-sided
+    test cannot show (fresh-user finding: a task from 0 to +0.75 on 7 prompts read "no change").
+    ``lmra check --json`` keeps ``decision`` ``no_change`` for all three (its documented value).
+
+    Args:
+        diff: the run's net rating minus the baseline's (NaN or None: no direction known).
+        margin: the check's margin (≥ 0)."""
+    d = finite(diff)
+    if d is not None and d > margin:
+        return "rise, not significant"
+    if d is not None and d < -margin:
+        return "fall, not significant"
+    return "no significant change"
+
+
 def format_detectable(mde, base_rate, mde_rate, lower_bound=False) -> str:
     """A task's minimum detectable rise for tables: ``+0.2135 (2% → 26% of prompts stereotyped)`` —
     the rise of the net rating H and the stereotype rates it corresponds to, the share of the task's

@@ -304,3 +304,20 @@ def test_judge_check_out_naming_a_run_folder_is_refused_before_any_call(tmp_path
     err = " ".join(capsys.readouterr().err.split())
     assert status == 2 and "is a run folder: judge-check would write its judge_check.json" in err
     assert (run / "judge_check.json").read_bytes() == recorded
+
+
+def test_a_row_neither_flagged_says_which_way_it_moved_not_no_change(runs, capsys, tmp_path):
+    """Fresh-user finding (s34): a task whose net rating rose from 0 to +0.75 on 7 prompts, not
+    significant, read "no change" in the console's and report.html's decision column."""
+    from lmra.monitor import undecided_words
+
+    assert undecided_words(0.75, 0.0) == "rise, not significant"
+    assert undecided_words(0.04, 0.05) == "no significant change"  # within the margin
+    assert undecided_words(-0.3, 0.05) == "fall, not significant"
+    assert undecided_words(float("nan"), 0.0) == undecided_words(None, 0.0) == "no significant change"
+    hist = ["--history", str(tmp_path / "h.sqlite")]
+    _, doc, _, table = _both(capsys, ["check", str(runs["rise"]), "--baseline", str(runs["base"])] + hist)
+    quiet = [t for t in doc["tests"] if t["decision"] == "no_change"]
+    assert quiet and "no change" not in table
+    for t in quiet:
+        assert undecided_words(t["diff"], doc["margin"]) in _line(table, t["task"], f"{t['n_run']}/{t['n_base']}")

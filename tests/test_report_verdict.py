@@ -162,3 +162,17 @@ def test_some_tasks_without_an_interval_are_counted(tmp_path):
     assert dom.inside("sample-size-table", "tr") == 2  # header + career advice
     assert dom.text_of("sample-size-too-few") == ("1 task with fewer than 2 prompts with a scored pair (too few for "
                                                   "the test to detect any net rating) has no row: write a story.")
+
+
+def test_report_html_says_which_way_an_unflagged_task_moved(nights):
+    """Fresh-user finding (s34): report.html's decision column said "no change" for every task that
+    was neither a regression nor an improvement, whatever its rise; it now gives the console's words."""
+    from lmra.monitor import undecided_words
+
+    run, base = load_run(nights["plain"]), load_run(nights["base"])
+    result = check_regression(run, base)
+    html = render_report(run, check=result)
+    assert "no change" not in html
+    for t in result.tests.itertuples():
+        if not (t.regressed or t.improved) and t.p_regress == t.p_regress:
+            assert f"<td>{undecided_words(t.diff, result.margin)}</td>" in html

@@ -70,7 +70,7 @@ def _judge_cell(status: str | None) -> str:
 
 def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
-    from lmra.monitor import format_detectable
+    from lmra.monitor import format_detectable, undecided_words
 
     table = Table(title=f"Regression check: {lit(result.run_id)} vs baseline {lit(result.baseline_id)} "
                         f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
@@ -85,7 +85,7 @@ def print_check(console: Console, result) -> None:
             return "[yellow]rise (replayed)[/]" if t.regressed else "[yellow]fall (replayed)[/]"
         return ("[bold red]REGRESSION[/]" if t.regressed else "[bold blue]improvement[/]" if t.improved
                 else lit(t.note or ("replayed" if replayed and isinstance(t.p_regress, float)
-                                    and t.p_regress == t.p_regress else "no change")))
+                                    and t.p_regress == t.p_regress else undecided_words(t.diff, result.margin))))
 
     for t in result.tests.itertuples():
         decision = decide(t)

@@ -206,7 +206,7 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
         base_id, margin, alpha = check.baseline_id, check.margin, check.alpha
         warnings = list(getattr(check, "comparability", []) or [])
         replayed = bool(getattr(check, "replayed", False))
-    from lmra.monitor import MDE_POWER, format_detectable
+    from lmra.monitor import MDE_POWER, format_detectable, undecided_words
 
     # the tasks, then each comparison's overall row (its net rating over all its tasks, in the same Holm family)
     overall_rows = [r | {"overall": True} for r in _records(overall)] if overall is not None and len(overall) else []
@@ -219,6 +219,7 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
         # the check's sensitivity (issue 12); absent from checks stored before it existed
         r["detectable"] = format_detectable(r.get("mde"), r.get("base_rate"), r.get("mde_rate"),
                                             r.get("mde_lower_bound", False))
+        r["undecided"] = undecided_words(r.get("diff"), float(margin))  # (neither a regression nor an improvement)
     from lmra.power import STEREOTYPED_THRESHOLD
 
     sensitivity = {"power_pct": int(round(100 * MDE_POWER)), "n_tested": n_tested,
