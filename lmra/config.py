@@ -69,7 +69,7 @@ Pair = Annotated[tuple[NonBlank, NonBlank], Strict(False)]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _http_url(v: str) -> str:
+def check_base_url(v: str) -> str:
     """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts."""
     if any(c.isspace() for c in v):
         raise ValueError(f"{v!r} is not a URL (it contains white space)")
@@ -147,7 +147,7 @@ class ModelConfig(_Strict):
         description="Model id. For 'llamacpp' a GGUF path (default: the embedded Gemma 3 270M); "
         "for 'openai'/'anthropic' the API model name (required).",
     )
-    base_url: Annotated[NonBlank, AfterValidator(_http_url)] | None = Field(
+    base_url: Annotated[NonBlank, AfterValidator(check_base_url)] | None = Field(
         None, description="API endpoint (openai/anthropic): an http:// or https:// URL with a host, no user name or "
         "password (the key goes in api_key_env); None = the SDK default.")
     api_key_env: Annotated[NonBlank, AfterValidator(_env_name)] | None = Field(

@@ -5,6 +5,9 @@
   variable is unset or blank is an input error (exit status 2) raised when the provider is
   built, i.e. by ``lmra validate`` and by ``lmra audit`` before anything is written — with or
   without ``base_url``.
+* :func:`resolve_base_url` — the endpoint an SDK provider calls, as lmra records it: the config's
+  ``base_url``, else the SDK's own environment variable (``OPENAI_BASE_URL``,
+  ``ANTHROPIC_BASE_URL``) when set, else ``""`` (the SDK's default endpoint).
 * :class:`KeyGuard` — an audit's wrapper around one model (target, judge, judge2): the first
   call that fails with kind ``auth`` (HTTP 401/403) stops the run with :class:`KeyRejected`
   instead of recording thousands of failed pairs; later calls through the same guard fail at
@@ -67,6 +70,35 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
             f"visible ASCII characters; export {env} again without them (e.g. no newline at the end of a key read "
             "from a file)", field="api_key_env")
     return key, f"the key in {env}"
+
+
+def resolve_base_url(cfg: "ModelConfig", env: str) -> str:
+    """The endpoint a provider calls, as lmra records it — in the call cache's keys, the manifest,
+    the comparability checks and messages: the config's ``base_url``; else the SDK's environment
+    variable ``env`` (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``), which the SDK would follow,
+    when it is set and not blank (fresh-user finding: it redirected ``--target openai:MODEL`` to
+    another server while the manifest said ``base_url: ""``, so a staging and a production
+    endpoint shared cache answers and read as one chatbot); else ``""`` (the SDK's default
+    endpoint). Pass the result to the SDK as its ``base_url`` (None for ``""``).
+
+    Raises:
+        LmraInputError: the variable holds what ``base_url`` may not (not an http(s) URL, a
+            look-alike character, a user name or password; :func:`lmra.config.ModelConfig`'s
+            rules), naming the variable (field ``base_url``).
+    """
+    if cfg.base_url:
+        return cfg.base_url
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return ""
+    from lmra.config import check_base_url
+
+    try:
+        return check_base_url(value)
+    except ValueError as exc:
+        raise LmraInputError(f"environment variable {env} (which the SDK would call instead of its default "
+                             f"endpoint): {exc}; fix or unset it, or give base_url in the config",
+                             field="base_url") from None
 
 
 def unusable_key_reason(key: str) -> str | None:
