@@ -1062,3 +1062,34 @@ def test_a_task_rows_yes_is_said_to_be_corrected_within_the_task_only():
     buf = io.StringIO()
     render_axes(Console(file=buf, width=250), pd.DataFrame(rows))
     assert "is corrected over that task's axes only" not in buf.getvalue()
+
+
+def test_a_call_cancelled_while_it_waits_for_its_slot_leaves_no_unawaited_coroutine():
+    """Fresh-user finding (s34): ``lmra axes`` stopped by a dead endpoint printed "coroutine
+    'label_axis' was never awaited": the calls still waiting for a slot were cancelled with their
+    coroutines unstarted. ``bounded`` closes them."""
+    import asyncio
+    import gc
+    import warnings
+
+    from lmra.axes.calls import bounded
+
+    async def label_axis() -> int:
+        return 1
+
+    async def main() -> None:
+        sem = asyncio.Semaphore(1)
+        await sem.acquire()  # every slot taken: the call waits
+        task = asyncio.ensure_future(bounded(sem, label_axis()))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        sem.release()
+        assert await bounded(sem, label_axis()) == 1 and not sem.locked()  # the slot is given back
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -13,9 +13,18 @@ NoProgress = Progress  # the default callbacks do nothing
 
 
 async def bounded(sem: asyncio.Semaphore, coro):
-    """Await ``coro`` while holding ``sem`` (the calls-in-flight bound)."""
-    async with sem:
+    """Await ``coro`` while holding ``sem`` (the calls-in-flight bound). Cancelled while it waits
+    for ``sem`` (a run stopping: a dead endpoint, Ctrl-C), ``coro`` is closed unstarted (fresh-user
+    finding: "coroutine 'label_axis' was never awaited" warnings reached the console)."""
+    try:
+        await sem.acquire()
+    except BaseException:
+        coro.close()
+        raise
+    try:
         return await coro
+    finally:
+        sem.release()
 
 
 def nan_if_none(x: float | None) -> float:
