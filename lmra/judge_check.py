@@ -503,4 +503,21 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
         out |= {k: verdict[k] for k in ("sensitivity", "false_positive_rate", "mean_h_no_stereotype",
                                         "position_logit", "order_consistency", "valid_option_mass", "n_canaries")}
         out["n_failed"] = int(verdict.get("n_failed") or 0)  # failed canary calls: said beside a pass too
+        if verdict.get("n_answers") is not None:  # (an audit's check: how many answers the call cache served)
+            out["n_answers"] = int(verdict["n_answers"])
+            out["n_answers_cached"] = int(verdict.get("n_answers_cached") or 0)
     return out
+
+
+def replayed_words(status: dict | None) -> str:
+    """A sentence for a judge check every one of whose canary answers the call cache served
+    (``n_answers_cached`` = ``n_answers`` > 0), else ``""``: the verdict is the earlier run's —
+    a changed LMRA behind the same model id is not asked again with the same seed and cache."""
+    if not status:
+        return ""
+    n, cached = status.get("n_answers"), status.get("n_answers_cached")
+    if not n or cached != n:
+        return ""
+    return (f" Every one of its {n} canary answers came from the call cache: the verdict is an earlier run's "
+            "(a re-run with the same seed and cache asks nothing again) — for an LMRA changed behind the same model "
+            "id, run with another seed or cache file.")

@@ -512,3 +512,43 @@ def test_a_criterion_whose_canaries_a_stopped_check_never_asked_is_marked_not_as
     assert cli.main(["judge-check", "--config", str(cfg)]) == 5
     out = " ".join(capsys.readouterr().out.split())
     assert "Judge check FAILED: stopped after" in out and "it could no longer pass" in out
+
+
+def make_target(cfg):
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedTarget
+
+    return ScriptedTarget(NAME_TO_GROUP, lambda group, rng: f"A plan with {rng.randint(1, 9)} steps.")
+
+
+def make_judge(cfg):
+    from doubles import ScriptedJudge
+
+    return ScriptedJudge(lambda r1, r2: {"A": 0.3, "C": 0.7})
+
+
+def test_a_judge_check_replayed_from_the_call_cache_says_so(tmp_path, sim_inputs, capsys):
+    """Fresh-user finding (s34): after the LMRA was fixed, a re-run of the night (same seed, same
+    cache) replayed the broken judge's canary answers — "Judge check FAILED" again — and only the
+    call counts hinted that nothing had been asked. The check now counts the answers the cache
+    served and says when it served all of them, in the early line and the report's judge status."""
+    import json
+
+    from conftest import custom_audit_config
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(8)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_judge_check:make_target",
+                              judge="test_judge_check:make_judge", name="replay")
+    cfg.write_text(cfg.read_text().replace("[judge_check]\nenabled = false", "[judge_check]\nenabled = true\nper_kind = 1"))
+    argv = ["audit", "--config", str(cfg), "--no-progress", "--allow-unvalidated-judge", "--seed", "7"]
+    main(argv)
+    first = capsys.readouterr().out
+    main(argv)
+    second = capsys.readouterr().out
+    said = "canary answers came from the call cache"
+    assert said not in " ".join(first.split()) and said in " ".join(second.split())
+    runs = sorted(p for p in (tmp_path / "reports").iterdir() if (p / "summary.json").is_file())
+    status = [json.loads((p / "summary.json").read_text())["judge_status"] for p in runs]
+    assert status[0]["n_answers_cached"] == 0 < status[0]["n_answers"]
+    assert status[1]["n_answers_cached"] == status[1]["n_answers"] == status[0]["n_answers"]

@@ -22,6 +22,7 @@ from lmra.judge.quality import rate_quality
 from lmra.judge.options import answer_dict
 from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
+from lmra.providers.base import wrap_identity
 
 from lmra.audit.inputs import Inputs
 from lmra.redact import error_text
@@ -33,6 +34,24 @@ PAIR_COLUMNS = ("pair_id", "prompt_id", "domain", "task", "comparison", "placebo
                 "failed", "error", "valid", "method", "q_F", "q_R", "q_N", "h", "order1", "order2",
                 "judge2_valid", "judge2_method", "judge2_order1", "judge2_order2", "judge2_q_F", "judge2_q_R",
                 "judge2_q_N", "judge2_h", "judge2_error")
+
+class CacheTally:
+    """The canaries' LMRA: ``inner`` (the audit's whole judge chain), counting its answers and
+    those the call cache served (``from_cache``) — a verdict replayed from the cache says so
+    (fresh-user finding: after the judge was fixed, a re-run with the night's seed replayed the
+    broken judge's canary answers, and only the call counts hinted at it)."""
+
+    def __init__(self, inner: Provider) -> None:
+        wrap_identity(self, inner)
+        self.answers = 0
+        self.cached = 0
+
+    async def complete(self, request):
+        result = await self.inner.complete(request)
+        self.answers += 1
+        self.cached += bool(result.from_cache)
+        return result
+
 
 class RateStage:
     """The :class:`~lmra.audit.Audit` methods that rate the pairs and the canaries (uses
@@ -58,7 +77,8 @@ class RateStage:
 
         self.progress.start("judge-check", len(inputs.canaries))
         futility = CheckFutility(inputs.canaries, self.cfg.judge_check) if self.cfg.judge_check.stop_when_failed else None
-        rows = await rate_canaries(judge, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
+        tally = CacheTally(judge)
+        rows = await rate_canaries(tally, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
                                    progress=lambda failed: self.progress.advance("judge-check", failed), run_seed=self.cfg.seed,
                                    stop=stop, futility=futility)
         stopped = None
@@ -66,7 +86,8 @@ class RateStage:
             self.progress.start("judge-check", len(rows))
             stopped = futility.stopped_words(len(rows))
         rows, _ = rescore(rows, self.run_combiner()[0])
-        return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge, stopped=stopped)
+        verdict = evaluate(rows, self.cfg.judge_check, self.cfg.judge, stopped=stopped)
+        return rows, verdict | {"n_answers": tally.answers, "n_answers_cached": tally.cached}
 
     # -- stage 5: pairwise LMRA ratings (methodology §2, §3) -------------------------------
     async def _rate(self, prompts: list[PromptRecord], responses: list[Response],

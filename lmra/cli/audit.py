@@ -331,7 +331,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                      else "the failure is not waived (see the exit status at the end)."))
             where = (f"after {verdict['n_canaries']} canary pairs (it stopped: it could no longer pass)"
                      if verdict.get("stopped_early") else f"on {verdict['n_canaries']} canary pairs")
-            console.print(f"Judge check {word} {where}{why}.{gate}")
+            from lmra.judge_check import replayed_words
+
+            console.print(f"Judge check {word} {where}{why}.{gate}{replayed_words(verdict)}")
 
         audit.on_judge_check = early
     warm = result = None

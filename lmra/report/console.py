@@ -350,13 +350,15 @@ def judge_status_text(status: dict | None, where: str = "below") -> Text:
     ``where`` the numbers it qualifies stand (``above`` under a table: ``lmra axes``)."""
     if not status:
         return Text("Judge status: unknown (a run written before judge validation existed).", style="yellow")
+    from lmra.judge_check import replayed_words
+
     st = status.get("status")
     if st == "passed":
         return Text.assemble(("Judge status: PASSED", "bold green"),
                              f" — the LMRA detected {status.get('sensitivity', float('nan')):.0%} of planted "
                              f"stereotypes, false positives {status.get('false_positive_rate', float('nan')):.0%}, "
                              f"position logit {_status_logit(status.get('position_logit'))} on "
-                             f"{status.get('n_canaries')} canary pairs{_failed_canaries(status)}.")
+                             f"{status.get('n_canaries')} canary pairs{_failed_canaries(status)}.{replayed_words(status)}")
     if st == "not_checked":
         return Text.assemble(("Judge status: NOT CHECKED", "bold yellow"),
                              " — judge validation is off ([judge_check] enabled = false); nothing shows that "
@@ -366,7 +368,7 @@ def judge_status_text(status: dict | None, where: str = "below") -> Text:
             f"{where} are not evidence about the chatbot." if status.get("waived") else
             f" This failure is gated (lmra audit exits with status 5); the numbers {where} are written but are not "
             "evidence about the chatbot.")
-    return Text.assemble(("Judge status: FAILED", "bold red"), f" — {why}.{tail}")
+    return Text.assemble(("Judge status: FAILED", "bold red"), f" — {why}.{tail}{replayed_words(status)}")
 
 
 def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
