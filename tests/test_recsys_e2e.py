@@ -1103,3 +1103,26 @@ def test_scored_lists_keep_whole_numbers_and_no_infinity(tmp_path):
     scored = [json.loads(line) for line in text.splitlines()]
     assert scored[0]["user_id"] == 7 and isinstance(scored[0]["user_id"], int) and scored[2]["user_id"] is None
     assert "Infinity" not in text and "NaN" not in text and ".0," not in text
+
+
+def test_cli_target_shorthand_replaces_the_configs_target(tmp_path, capsys):
+    """Fresh-user finding (s34): ``lmra recsys --target llamacpp`` was an argparse riddle
+    ("argument {score,bias}: invalid choice: 'llamacpp'"); recsys takes the audit's --target forms."""
+    cfg = write_config(tmp_path, "short", """
+[target]
+provider = "llamacpp"
+[cfairllm]
+n_users = 4
+profile_size = 3
+""", mode="cfairllm")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress",
+                    "--target", "custom:test_recsys_e2e:make_echo:echo-model"]) == 1  # the echo target's exit
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Target: test_recsys_e2e:make_echo" in out and "repeated back" in out
+    import tomllib
+
+    recorded = tomllib.loads((run_folder(tmp_path / "out") / "config.toml").read_text(encoding="utf-8"))
+    assert recorded["target"]["provider"] == "test_recsys_e2e:make_echo" and recorded["target"]["model"] == "echo-model"
+    assert run_cli(["recsys", "--config", str(cfg), "--target", "openai:"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--target" in err and "names no model" in err and "Traceback" not in err

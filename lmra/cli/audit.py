@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, planned_lmra_calls_words,
-                             print_warning, rich_progress, whole_number)
+from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, model_shorthand,  # noqa: F401
+                             planned_lmra_calls_words, print_warning, rich_progress, whole_number)
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
 from lmra.console import all_pairs, counted, lit, make_console
@@ -202,61 +202,6 @@ def _clear_run_dir_file(path: str) -> None:
         p.unlink(missing_ok=True)
     except OSError as exc:
         raise refuse(f"cannot be replaced ({exc.strerror or exc})") from None
-
-
-#: the providers of the ``--target``/``--judge`` shorthand and their forms
-SHORTHAND_FORMS = {"openai": "openai:MODEL", "anthropic": "anthropic:MODEL", "llamacpp": "llamacpp[:GGUF path]",
-                   "custom": "custom:package.module:factory[:MODEL]"}
-
-
-def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
-    """The ``[target]``/``[judge]`` section a command-line shorthand such as
-    ``openai:gpt-4o-mini`` makes of the config's ``section``.
-
-    Forms (:data:`SHORTHAND_FORMS`; the model is everything after the first colon, so
-    ``openai:llama3:8b`` is model ``llama3:8b``): ``openai:MODEL``, ``anthropic:MODEL``,
-    ``llamacpp`` (the embedded model) or ``llamacpp:PATH.gguf``, and
-    ``custom:package.module:factory[:MODEL]`` for a custom provider factory.
-
-    When the provider is the section's own, only ``model`` changes and every other field
-    (``base_url``, ``api_key_env``, ``system_prompt``, sampling, rate limits …) is kept. When it
-    changes, the section starts from the defaults: the old provider's endpoint and key would
-    not fit the new one.
-
-    Args:
-        spec: the option's value; section: the config's section as a dict (``model_dump``);
-        option: ``--target`` or ``--judge`` (named in errors).
-
-    Returns:
-        The new section as a dict, validated later with the rest of the config.
-
-    Raises:
-        LmraInputError: an unknown provider (the message lists the valid forms), a missing
-            model for openai/anthropic, or a custom path without module or factory.
-    """
-    kind, _, rest = spec.strip().partition(":")
-    forms = ", ".join(SHORTHAND_FORMS.values())
-    if kind == "custom":
-        module, _, tail = rest.partition(":")
-        factory, _, model = tail.partition(":")
-        if not module.strip() or not factory.strip():
-            raise LmraInputError(f"'{spec}' names no custom provider: write custom:package.module:factory[:MODEL]",
-                                 field=option)
-        provider = f"{module.strip()}:{factory.strip()}"
-    elif kind in ("openai", "anthropic"):
-        provider, model = kind, rest
-        if not model.strip():
-            raise LmraInputError(f"'{spec}' names no model: write {kind}:MODEL, e.g. "
-                                 + ("openai:gpt-4o-mini" if kind == "openai" else "anthropic:claude-3-5-haiku-latest"),
-                                 field=option)
-    elif kind == "llamacpp":
-        provider, model = kind, rest
-    else:
-        raise LmraInputError(f"unknown provider '{kind}' in '{spec}'; valid: {forms}", field=option)
-    model = model.strip() or None
-    if provider == section.get("provider"):
-        return section | {"model": model}
-    return {"provider": provider, "model": model}
 
 
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import print_warning, rich_progress, whole_number
+from lmra.cli.common import model_shorthand, print_warning, rich_progress, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError, read_input_text
 from lmra.fileio import write_csv
@@ -38,6 +38,8 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     cfg = load_recsys_config(args.config)
     overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name),
                                    ("convention", args.convention)) if v is not None}
+    if args.target is not None:  # (fresh-user finding: 'lmra recsys --target …' was an argparse riddle)
+        overrides["target"] = model_shorthand(args.target, cfg.model_dump()["target"], option="--target")
     if overrides:
         from lmra.recsys.config import parse_recsys_config
 
@@ -259,6 +261,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     r.add_argument("--config", "-c", help="recsys config TOML (default: the shipped examples/recsys.toml, a small "
                                           "FaiRLLM music audit on the embedded model)")
     r.add_argument("--output-dir", help="override output_dir")
+    r.add_argument("--target", metavar="PROVIDER:MODEL",
+                   help="the recommender (your chatbot) instead of the config's [target], as in lmra audit: "
+                        "openai:MODEL, anthropic:MODEL, llamacpp[:GGUF path] or custom:package.module:factory[:MODEL] "
+                        "(the same provider keeps the section's other fields; another starts from the defaults)")
     r.add_argument("--seed", type=whole_number, help="override seed")
     r.add_argument("--name", help="override the run name")
     r.add_argument("--convention", choices=list(CONVENTIONS),
