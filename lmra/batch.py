@@ -219,6 +219,27 @@ def lacks_logprobs(request: ChatRequest, result: ChatResult) -> bool:
             and result.finish_reason not in FILTER_FINISH_REASONS)
 
 
+def batch_failure_kind(message: str) -> str:
+    """The per-model failure kind of a failed batch item, from its message: ``batch_http_NNN`` (the
+    API's HTTP status for the item, e.g. 400: a request it refuses, which a resume does not fix),
+    ``batch_missing`` (no result in the output), ``batch_expired``, ``batch_cancelled``, else
+    ``batch_error`` (break-it finding: every kind was ``error``, an HTTP 400 and a missing item
+    alike). Never one of the endpoint guard's kinds: a failed item does not stop the final pass."""
+    import re
+
+    m = re.match(r"HTTP (\d{3})\b", message)
+    if m:
+        return f"batch_http_{m.group(1)}"
+    low = message.lower()
+    if low.startswith("missing from the batch output"):
+        return "batch_missing"
+    if "expired" in low:
+        return "batch_expired"
+    if "cancel" in low:
+        return "batch_cancelled"
+    return "batch_error"
+
+
 class BatchFailureGuard:
     """Inner provider for the real pass after batches: failed items raise, nothing is replaced.
 
@@ -242,7 +263,7 @@ class BatchFailureGuard:
     async def complete(self, request: ChatRequest) -> ChatResult:
         key = request_key(self.name, self.base_url, self.model_id, request)
         if key in self.failed:
-            raise ProviderError(f"batch item failed: {self.failed[key]}")
+            raise ProviderError(f"batch item failed: {self.failed[key]}", kind=batch_failure_kind(self.failed[key]))
         if not self.live_fallback:
             raise ProviderError("call is not in the batch results (the pipeline made a call its dry pass did not)")
         self.n_live += 1

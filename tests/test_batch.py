@@ -1155,3 +1155,29 @@ except LmraIOError as exc:
     assert out.returncode == 0, out.stderr
     assert "LmraIOError:" in out.stdout and "state.json" in out.stdout and "cannot write this file" in out.stdout
     assert sorted(p.name for p in (tmp_path / "run" / "batch").iterdir()) == []  # no temporary file, no state
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("HTTP 400: simulated invalid request", "batch_http_400"),
+    ("missing from the batch output (batch b ended with status 'completed')", "batch_missing"),
+    ("batch_expired: This request could not be executed before the completion window expired.", "batch_expired"),
+    ("expired (the batch did not process this request)", "batch_expired"),
+    ("canceled (the batch did not process this request)", "batch_cancelled"),
+    ("errored: invalid_request_error: max_tokens too large", "batch_error"),
+])
+def test_a_failed_batch_item_is_counted_under_its_own_kind(message, kind):
+    """Break-it finding (s34): an HTTP 400 item and an item missing from the output were both
+    counted as kind 'error' ("2 failed (error 2)"); the kind now says which, and is none of the
+    endpoint guard's (a failed item never stops the final pass)."""
+    from lmra.batch import BatchFailureGuard, batch_failure_kind
+    from lmra.providers.endpoint import MALFORMED_KINDS, REJECTED_KINDS, TRANSPORT_KINDS
+
+    assert batch_failure_kind(message) == kind
+    assert kind not in set(TRANSPORT_KINDS) | set(REJECTED_KINDS) | set(MALFORMED_KINDS)
+    prov = OpenAIProvider(ModelConfig(provider="openai", model="gpt-test", base_url="http://127.0.0.1:9/v1",
+                                      api_key_required=False))
+    (req,) = _requests("one")
+    guard = BatchFailureGuard(prov, {request_key(prov.name, prov.base_url, prov.model_id, req): message})
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(guard.complete(req))
+    assert info.value.kind == kind and message in str(info.value)
