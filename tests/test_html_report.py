@@ -246,3 +246,22 @@ def test_a_section_of_missing_values_only_is_left_out(report):
     assert 'id="quality"' not in render_report(run)
     run.summary["quality_combiner"] = "min"
     assert 'id="quality"' in render_report(run)
+
+
+def test_the_reports_fact_tables_say_their_keys_in_words_and_fold_the_run_record(report):
+    """Fresh-user finding (s34): the bottom half of report.html read as a dump of summary.json keys
+    (``judge_status.sensitivity``, ``n_prompts_classify_unusable``, ``budget.per_model`` …). Each fact
+    is now named in words beside its key; the run's record (other results, other facts) is folded
+    away; the judge status, shown at the top, is not repeated as keys."""
+    from lmra.report.html import fact_label
+
+    assert fact_label("n_prompts_in_file") == "number of prompts in file"
+    assert fact_label("budget.cost_usd") == "budget › cost (USD)"
+    html = render_report(load_run(report["rise"]))
+    dom = DomIndex(html)
+    assert "number of filtered n_filtered 0" in dom.text_of("filters")
+    assert "judge_status.sensitivity" not in html and "judge_status.status" not in html
+    for sid in ("other-summary", "other-manifest"):
+        at = html.index(f'id="{sid}"')
+        assert "<details>" in html[at:html.index("</section>", at)], sid
+    assert "<details>" not in html[html.index('id="filters"'):html.index("</section>", html.index('id="filters"'))]

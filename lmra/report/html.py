@@ -27,9 +27,32 @@ from lmra.fileio import write_text
 #: summary.json / manifest.json keys shown by dedicated parts of the report
 KNOWN_SUMMARY_KEYS = {"schema_version", "name", "run_dir", "n_prompts", "n_responses", "n_pairs_total", "confidence",
                       "combiner", "judge_methods", "judge_valid_option_mass", "overall", "per_domain", "per_task",
-                      "diagnostics", "diagnostics_per_task", "redacted", "gates"}
+                      "diagnostics", "diagnostics_per_task", "redacted", "gates", "judge_status"}
 KNOWN_MANIFEST_KEYS = {"status", "started", "finished", "seed", "target", "judge", "judge2", "templates", "versions",
-                       "planned_calls", "calls"}
+                       "planned_calls", "calls", "judge_status", "judge_waived"}
+#: the words of a summary/manifest key part in the report's fact tables (else its own, "_" as spaces,
+#: a leading "n" as "number of"); the key itself is shown beside them, as summary.json spells it
+FACT_WORDS = {"pid": "process id", "sha256": "SHA-256", "bytes": "size (bytes)", "setting": "setting",
+              "failed_share": "share of pairs lost to failed calls", "max_failed_share": "max share of lost pairs",
+              "max_invalid_share": "max share of invalid pairs", "unrated_bounds": "net rating bounds over unrated pairs",
+              "filter_removed": "prompts removed by the identity filter", "per_model": "per model",
+              "combiner_setting": "order combiner (config)", "interval": "interval method",
+              "position_logit": "position logit", "design": "design digests", "input_files": "input files",
+              "files": "files written", "pair_memo": "pair memo", "cost_usd": "cost (USD)",
+              "max_cost_usd": "max cost (USD)", "classify_unusable_over_limit": "classification answers unusable, over the limit"}
+#: fact sections folded away by default: the run's record for reference, not findings
+FOLDED_SECTIONS = ("other-summary", "other-manifest")
+
+
+def fact_label(key: str) -> str:
+    """The words of a dotted summary/manifest key for the report's fact tables (fresh-user finding:
+    the bottom of the report read as a dump of raw keys): ``n_prompts_in_file`` → "number of
+    prompts in file", ``budget.cost_usd`` → "budget › cost (USD)"."""
+    words = []
+    for part in key.split("."):
+        w = FACT_WORDS.get(part) or part.replace("_", " ")
+        words.append("number of " + w[2:] if w.startswith("n ") else w)
+    return " › ".join(words)
 #: sections for the remaining keys: (id, title, predicate on the key), first match wins
 SUMMARY_SECTIONS = [
     ("refusals", "Refusals", lambda k: "refus" in k),
@@ -121,13 +144,13 @@ def _add(section: dict, key: str, value: Any) -> None:
         return
     if isinstance(value, list) and all(isinstance(x, dict) for x in value):
         cols = list(dict.fromkeys(c for row in value for c in row))
-        section["tables"].append({"title": key, "columns": cols,
+        section["tables"].append({"title": key, "label": fact_label(key), "columns": cols,
                                   "rows": [[_cell(row.get(c)) for c in cols] for row in value]})
     elif isinstance(value, dict):
         for k, v in value.items():
             _add(section, f"{key}.{k}", v)
     else:
-        section["kv"].append((key, _cell(value)))
+        section["kv"].append((fact_label(key), key, _cell(value)))
 
 
 def _extra_sections(run: RunFolder) -> list[dict]:
@@ -142,10 +165,11 @@ def _extra_sections(run: RunFolder) -> list[dict]:
                 continue
             sid, title, _ = next(r for r in rules if r[2](key.lower()))
             _add(sections.setdefault(sid, {"id": sid, "title": title, "kv": [], "tables": [],
-                                           "note": SECTION_NOTES.get(sid)}), key, value)
+                                           "note": SECTION_NOTES.get(sid), "folded": sid in FOLDED_SECTIONS}),
+                 key, value)
     # a section of missing values only says nothing (fresh-user finding: "Response quality (nine
     # criteria)" in a run without quality ratings, its one row "quality_combiner —")
-    return [s for s in sections.values() if s["tables"] or any(v != "—" for _, v in s["kv"])]
+    return [s for s in sections.values() if s["tables"] or any(v != "—" for _, _, v in s["kv"])]
 
 
 def _judge_context(run: RunFolder) -> dict:
