@@ -709,7 +709,11 @@ class RunComparison:
                 dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise, "
                        f"or A's task ratings are indistinguishable from 0 ({rel})")
         flag = ", see the caveat below" if self.r_caveat and math.isfinite(self.pearson_r) else ""
-        lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
+        if math.isfinite(self.pearson_r) or f.n < 3:
+            lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
+        else:  # (fresh-user finding: "Pearson r = — (p = —)" against an all-zero night, unexplained)
+            lines = [f"{f.n} tasks; Pearson r = — (not defined: one run's task net ratings are all the same — a night "
+                     f"with no signal, such as all 0 — so the runs have nothing to correlate){dis}"]
         if self.r_caveat:
             lines.append(f"caveat: {self.r_caveat}")
         if e is not None and not e.identified:

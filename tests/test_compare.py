@@ -467,3 +467,15 @@ def test_compare_notes_tasks_whose_scores_are_identical_in_both_runs():
     assert _identical_scores_notes(SimpleNamespace(prompt_scores=zeros), SimpleNamespace(prompt_scores=zeros), None) == []
     seeded = [SimpleNamespace(prompt_scores=scores(["t1"]), manifest={"seed": s}) for s in (1, 2)]
     assert _identical_scores_notes(*seeded, None) == []
+
+
+def test_an_undefined_pearson_r_says_why():
+    """Fresh-user finding (s34): comparing a night against an all-zero one printed "Pearson r = —
+    (p = —)" with no word on why."""
+    tasks = [f"t{i}" for i in range(len(X))]
+    cmp = compare_tables(_table([0.0] * len(X), tasks), _table(Y, tasks))
+    assert math.isnan(cmp.pearson_r)
+    line = cmp.summary_lines()[0]
+    assert line.startswith(f"{len(X)} tasks; Pearson r = — (not defined: one run's task net ratings are all the same")
+    assert "(p = —)" not in line
+    assert "Pearson r = —" not in compare_tables(_table(X, tasks), _table(Y, tasks)).summary_lines()[0]
