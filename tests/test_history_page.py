@@ -280,3 +280,13 @@ def test_mistyped_history_and_reports_paths_are_input_errors_and_create_nothing(
     assert lmra_cli(["history", "--reports-dir", str(tmp_path / "typo_reports")]) == 2
     assert "option --reports-dir: no reports folder" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "typo_reports").exists()
+
+
+def test_the_axis_labels_carry_the_time_when_labelled_nights_share_a_date():
+    """Fresh-user finding (s34): several runs of one day all read "2026-12-05" under the strips."""
+    from lmra.report.history_html import _axis_labels
+
+    rows = [{"date": d} for d in ("2026-12-04 02:00", "2026-12-05 02:00", "2026-12-05 14:30")]
+    assert [a["label"] for a in _axis_labels(rows, [0, 1, 2], [0.0, 1.0, 2.0])] == [
+        "2026-12-04 02:00", "2026-12-05 02:00", "2026-12-05 14:30"]
+    assert [a["label"] for a in _axis_labels(rows, [0, 2], [0.0, 2.0])] == ["2026-12-04", "2026-12-05"]

@@ -170,6 +170,14 @@ def _sf(x, spec: str = "+.4f") -> str:
     return "—" if f is None else format(f, spec)
 
 
+def _axis_labels(rows: list[dict], at: list[int], xs: list[float]) -> list[dict]:
+    """The x-axis labels of the nights at ``at`` (positions ``xs``): the date, with the time when
+    two labelled nights share a date (fresh-user finding: runs of one day all read "2026-12-05")."""
+    days = [rows[j]["date"][:10] for j in at]
+    repeated = len(set(days)) < len(days)
+    return [{"x": x, "label": rows[j]["date"] if repeated else day} for j, x, day in zip(at, xs, days)]
+
+
 def _short_time(iso) -> str:
     return "—" if not iso else str(iso)[:16].replace("T", " ")
 
@@ -395,7 +403,7 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
         # the run folders of this name that did not finish: not drawn, never a silent gap (fresh-user finding)
         "not_finished": [r | {"text": not_finished_words(r)} for r in nf[-MAX_NOT_FINISHED:][::-1]],
         "n_not_finished": len(nf),
-        "axis_labels": [{"x": strips[j]["x"] + strip_w / 2, "label": rows[j]["date"][:10]} for j in label_at],
+        "axis_labels": _axis_labels(rows, label_at, [strips[j]["x"] + strip_w / 2 for j in label_at]),
         "strip_width": size["width"], "colors": {"red": RED, "blue": BLUE, "grey": GREY, "orange": ORANGE},
     }
 
