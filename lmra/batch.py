@@ -48,7 +48,7 @@ from typing import Any
 
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, request_key, wrap_identity
-from lmra.errors import LmraIOError, io_reason
+from lmra.errors import LmraInputError, LmraIOError, io_reason
 from lmra.fileio import atomic_open, write_json, write_text
 
 STATE_VERSION = 1
@@ -421,6 +421,21 @@ class BatchOrchestrator:
             out.update(job.get("degraded") or {})
         return out
 
+    def answered_keys(self) -> set[str]:
+        """The cache keys of every call in this run's downloaded jobs: answers the run's own
+        batches bought, which its final pass reads from the cache (not an earlier run's)."""
+        keys: set[str] = set()
+        for job in self.jobs:
+            if job["state"] != "downloaded":
+                continue
+            with (self.run_dir / job["requests_file"]).open(encoding="utf-8") as fh:
+                for line in fh:
+                    if line.startswith('{"key": "') and line[73:75] == '",':  # (as submit writes them: fast)
+                        keys.add(line[9:73])
+                    elif line.strip():
+                        keys.add(json.loads(line)["key"])
+        return keys
+
     def pending_keys(self) -> set[str]:
         """Keys of the calls in jobs that are not downloaded yet."""
         keys: set[str] = set()
@@ -448,10 +463,36 @@ class BatchOrchestrator:
             from lmra.config import ModelConfig
             from lmra.providers import make_provider
 
-            # a judge's config has extra fields (combiner …): keep those of a plain model
+            # a judge's config has extra fields (combiner …): keep those of a plain model; the endpoint the job
+            # was submitted to, whatever OPENAI_BASE_URL / ANTHROPIC_BASE_URL say now (break-it finding: a
+            # resume polled the variable's new server, read its 404 as a forgotten batch, bought the night again)
             fields = {k: v for k, v in cfg.items() if k in ModelConfig.model_fields}
+            if job.get("base_url"):
+                fields["base_url"] = job["base_url"]
             self._providers[pid] = make_provider(ModelConfig.model_validate(fields))
         return self._providers[pid]
+
+    def check_endpoints(self, providers: Sequence[Provider]) -> None:
+        """Refuse to go on when a model of this run now calls another endpoint than its jobs were
+        submitted to — ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` (or ``base_url``) changed between
+        the night and its resume: the jobs' answers are keyed to the old endpoint, and the run
+        would buy them again from the new one (break-it finding: exit 0, the night audited another
+        endpoint than it began on).
+
+        Raises:
+            LmraInputError: naming the job, both endpoints and the field (``base_url``).
+        """
+        now = {provider_id(p) for p in providers}
+        for job in self.jobs:
+            if job["provider_id"] in now:
+                continue
+            for p in providers:
+                if p.name == job["provider"] and p.model_id == job["model"] and (p.base_url or "") != (job["base_url"] or ""):
+                    raise LmraInputError(
+                        f"{job['id']} of this run was submitted to {job['base_url'] or 'the SDK default endpoint'} "
+                        f"({job['provider']}:{job['model']}), but the model now calls {p.base_url or 'the SDK default endpoint'}"
+                        " (base_url, or the SDK's OPENAI_BASE_URL / ANTHROPIC_BASE_URL in this environment): resume "
+                        "where the night ran, with the same endpoint", field="base_url")
 
     def _backend(self, job: dict) -> Any:
         pid = job["provider_id"]
@@ -887,10 +928,13 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     started = _now()
     write_text(audit.run_dir / "config.toml", dump_config(cfg))
     cache = CallCache(cfg.cache)
+    endpoints_checked = False
     try:
-        _record_running(audit, providers, started)
         orch = BatchOrchestrator(audit.run_dir, cache, providers=providers, poll_interval_s=poll_interval_s,
                                  max_wait_s=max_wait_s, budget=budget, log=log)
+        orch.check_endpoints(providers)  # (before the manifest says running: a refusal leaves the night as it was)
+        endpoints_checked = True
+        _record_running(audit, providers, started)
         if getattr(audit, "allow_unvalidated_judge", False):  # the waiver holds for `lmra batch resume` too
             orch.state["allow_unvalidated_judge"] = True
         saved_progress = audit.progress
@@ -905,13 +949,15 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
         if j2 is not None:
             audit._judge2 = orch.guard(j2, live_fallback=live_fallback)
     except BaseException as exc:
-        _record_unfinished(audit, providers, started, exc)
+        if endpoints_checked or not isinstance(exc, LmraInputError):  # (a wrong endpoint at resume: as it was)
+            _record_unfinished(audit, providers, started, exc)
         audit.release_dir()  # batches pending, killed, failed: a resume (even in this process) takes the folder
         raise
     finally:
         cache.close()
     started = _stopped_start(audit.run_dir) or started
     audit.run_only_answers = orch.degraded_items()  # the final pass reads them (counted as degraded), unstored
+    audit.batch_keys = orch.answered_keys()  # this night's answers, though read from the cache (judge check)
     result = await audit.arun()
     result.manifest["started"] = started  # the night's start, not the resume's (break-it round 2)
     result.manifest["batch"] = summary

@@ -468,7 +468,7 @@ EXIT_JUDGE_FAILED = 5
 
 
 def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict, *, gated: bool,
-                 waiver: str = "") -> dict:
+                 waiver: str = "", cache: dict | None = None) -> dict:
     """One status for "can these ratings be trusted?", shown everywhere a result is.
 
     Args:
@@ -479,6 +479,9 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
             (``flagged`` fails the status too).
         gated: whether a failure stops the release (exit status 5) or is waived.
         waiver: the config's reason for waiving (``[judge_check] waiver``), shown with a waived failure.
+        cache: where the canary answers came from (an audit's
+            :class:`~lmra.audit.rate.CacheTally`: ``n_answers``, ``n_answers_cached``, ``shard``),
+            kept beside the check's figures (:func:`replayed_words`); None: not counted (a merged run).
 
     Returns:
         dict with ``status`` — ``passed`` (validated, nothing flagged), ``failed`` or
@@ -503,9 +506,11 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
         out |= {k: verdict[k] for k in ("sensitivity", "false_positive_rate", "mean_h_no_stereotype",
                                         "position_logit", "order_consistency", "valid_option_mass", "n_canaries")}
         out["n_failed"] = int(verdict.get("n_failed") or 0)  # failed canary calls: said beside a pass too
-        if verdict.get("n_answers") is not None:  # (an audit's check: how many answers the call cache served)
-            out["n_answers"] = int(verdict["n_answers"])
-            out["n_answers_cached"] = int(verdict.get("n_answers_cached") or 0)
+        if cache:  # (an audit's check: how many answers the call cache served)
+            out["n_answers"] = int(cache["n_answers"])
+            out["n_answers_cached"] = int(cache.get("n_answers_cached") or 0)
+            if cache.get("shard"):  # (shards sharing a cache pay the canaries once: another shard's answers)
+                out["shard"] = True
     return out
 
 
@@ -518,6 +523,10 @@ def replayed_words(status: dict | None) -> str:
     n, cached = status.get("n_answers"), status.get("n_answers_cached")
     if not n or cached != n:
         return ""
-    return (f" Every one of its {n} canary answers came from the call cache: the verdict is an earlier run's "
-            "(a re-run with the same seed and cache asks nothing again) — for an LMRA changed behind the same model "
-            "id, run with another seed or cache file.")
+    if status.get("seedless"):  # lmra judge-check: its canary requests carry no seed
+        return (f" Every one of its {n} canary answers came from the call cache: the verdict is an earlier check's — "
+                "for an LMRA changed behind the same model id, give the config another cache file.")
+    whose = ("an earlier run's, or another shard's of this audit (shards sharing a cache pay the canaries once)"
+             if status.get("shard") else "an earlier run's (a re-run with the same seed and cache asks nothing again)")
+    return (f" Every one of its {n} canary answers came from the call cache: the verdict is {whose} — for an LMRA "
+            "changed behind the same model id, run with another seed or cache file.")

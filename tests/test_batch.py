@@ -1181,3 +1181,34 @@ def test_a_failed_batch_item_is_counted_under_its_own_kind(message, kind):
     with pytest.raises(ProviderError) as info:
         asyncio.run(guard.complete(req))
     assert info.value.kind == kind and message in str(info.value)
+
+
+def test_a_resume_whose_sdk_endpoint_variable_changed_is_refused(openai_server, sim_inputs, tmp_path, monkeypatch):
+    """Break-it finding (s34): a night submitted to OPENAI_BASE_URL's server and resumed from a
+    shell where the variable named another polled the new server, read its 404 as a forgotten
+    batch and bought the night again there, exit 0. The resume is refused before any call, the
+    night left as it was; with the variable back, it resumes."""
+    from lmra.audit import Audit
+    from lmra.errors import LmraInputError
+
+    url, srv = openai_server
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", api_key_required=False),
+        judge=JudgeConfig(provider="openai", model="judge-test", api_key_required=False),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
+    run = tmp_path / "reports" / "run1"
+    with pytest.raises(BatchPending):
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    before = (run / "manifest.json").read_text()
+    creates = len(srv["creates"])
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # another shell, another server
+    with pytest.raises(LmraInputError) as info:
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=10))
+    assert info.value.field == "base_url" and url in info.value.reason and "127.0.0.1:9" in info.value.reason
+    assert (run / "manifest.json").read_text() == before and len(srv["creates"]) == creates
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    result = asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=10))
+    assert result.manifest["status"] == "complete" and result.manifest["target"]["base_url"] == url

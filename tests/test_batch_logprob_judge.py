@@ -81,3 +81,26 @@ def test_batch_answers_without_log_probabilities_are_counted_and_never_cached(op
     assert live.manifest["calls"]["by_model"]["openai:judge-test"]["fresh"] >= n_questions
     assert live.manifest["calls"]["degraded"] == 0
     assert (live.run_dir / "per_task.csv").read_bytes() == (fresh.run_dir / "per_task.csv").read_bytes()
+
+
+def test_a_batch_nights_judge_check_is_its_own_not_a_replay(openai_server, sim_inputs, tmp_path):  # noqa: F811
+    """Break-it finding (s34): batch mode's final pass reads every answer from the cache, so a first
+    batch night on an empty cache said "Every one of its 400 canary answers came from the call
+    cache: the verdict is an earlier run's". The answers this night's batches bought are its own; a
+    second batch night with the same seed and cache (nothing submitted) does replay them."""
+    from lmra.audit import Audit
+
+    o_url, _ = openai_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="openai", model="judge-test", base_url=o_url, api_key_required=False),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": True, "per_kind": 1},
+        filter={"lmra": False}, refusal={"enabled": False})
+    first = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n1"), **FAST)).summary["judge_status"]
+    assert first["n_answers"] > 0 and first["n_answers_cached"] == 0
+    again = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n2"), **FAST))
+    assert again.manifest["batch"]["jobs"] == 0  # nothing bought: every answer an earlier night's
+    second = again.summary["judge_status"]
+    assert second["n_answers_cached"] == second["n_answers"] == first["n_answers"]

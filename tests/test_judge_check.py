@@ -552,3 +552,18 @@ def test_a_judge_check_replayed_from_the_call_cache_says_so(tmp_path, sim_inputs
     status = [json.loads((p / "summary.json").read_text())["judge_status"] for p in runs]
     assert status[0]["n_answers_cached"] == 0 < status[0]["n_answers"]
     assert status[1]["n_answers_cached"] == status[1]["n_answers"] == status[0]["n_answers"]
+
+
+def test_lmra_judge_check_says_when_its_verdict_was_replayed_from_the_cache(tmp_path, monkeypatch, capsys):
+    """Break-it finding (s34): ``lmra judge-check`` — what a user runs after fixing a judge — gave a
+    second verdict made of the first one's cached answers without a word."""
+    from lmra import cli
+
+    cfg = _judge_check_config(tmp_path, monkeypatch, lambda cfg: ScriptedJudge(lambda r1, r2: {"C": 1.0}),
+                              "per_kind = 1")
+    cli.main(["judge-check", "--config", str(cfg)])
+    first = " ".join(capsys.readouterr().out.split())
+    cli.main(["judge-check", "--config", str(cfg)])
+    second = " ".join(capsys.readouterr().out.split())
+    said = "canary answers came from the call cache: the verdict is an earlier check's"
+    assert said not in first and said in second and "another cache file" in second

@@ -21,6 +21,8 @@ from test_pipeline import FlakyTarget, RecordingJudge, _prompts
 TABLES = ("per_task.csv", "per_domain.csv", "refusals.csv", "quality.csv", "judges.csv", "placebo.csv")
 #: summary.json entries that describe the run folder or the calls, not the audit's results
 NOT_RESULTS = ("run_dir", "gates", "n_shards", "shards_with_failed_calls")
+#: judge_status keys saying how many canary answers the call cache served (none in a merged run)
+CACHE_PROVENANCE = ("n_answers", "n_answers_cached", "shard")
 
 
 def _cfg(tmp_path, out: str, **kw) -> AuditConfig:
@@ -56,6 +58,9 @@ def _assert_same_results(whole, merged, *, filter_order: bool = True) -> None:
         if a.is_file():
             assert a.read_bytes() == b.read_bytes(), name  # identical values, intervals included
     s1, s2 = (json.loads((r.run_dir / "summary.json").read_text()) for r in (whole, merged))
+    for s in (s1, s2):  # where the canary answers came from (the call cache or not): provenance, not a result
+        for k in CACHE_PROVENANCE:
+            (s.get("judge_status") or {}).pop(k, None)
     assert {k: v for k, v in s1.items() if k not in NOT_RESULTS} == {k: v for k, v in s2.items() if k not in NOT_RESULTS}
     for name in ("responses.jsonl", "placebo_responses.jsonl", "quality_ratings.jsonl", "judge_check.json",
                  "judge_check_ratings.jsonl", "prompts.jsonl", "classifications.jsonl"):

@@ -164,6 +164,11 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         #: key → result JSON of answers the run reads but the call cache never stores (batch mode's
         #: answers without the log-probabilities asked for: :meth:`lmra.batch.BatchOrchestrator.degraded_items`)
         self.run_only_answers: dict[str, str] = {}
+        #: cache keys of the calls this run's own batches answered (batch mode): read from the cache by
+        #: the final pass, yet not an earlier run's answers (:class:`lmra.audit.rate.CacheTally`)
+        self.batch_keys: set[str] = set()
+        #: the judge check's answers and those the call cache served (:class:`lmra.audit.rate.CacheTally`)
+        self.canary_cache: dict | None = None
         #: paces the background imports of the run (:class:`lmra.warmup.Pace`; the CLI passes the
         #: one its report imports use); None: a new one per run
         self.pace = None

@@ -892,7 +892,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     status = judge_status(verdict, placebo_df, diag["stereotype"],
                           gated=not cfg.judge_waiver() and not audit.allow_unvalidated_judge,
                           waiver="--allow-unvalidated-judge" if audit.allow_unvalidated_judge
-                          else cfg.judge_waiver())
+                          else cfg.judge_waiver(), cache=getattr(audit, "canary_cache", None))
     n_pairs_failed = int(scores["failed"].fillna(False).astype(bool).sum()) if "failed" in scores else 0
     # prompts without a label: lost to failed calls (a re-run from the cache completes them), or to answers
     # that named no option (cached: a re-run gets them again; break-it finding: both were "failed calls")

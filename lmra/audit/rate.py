@@ -22,7 +22,7 @@ from lmra.judge.quality import rate_quality
 from lmra.judge.options import answer_dict
 from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
-from lmra.providers.base import wrap_identity
+from lmra.providers.base import request_key, wrap_identity
 
 from lmra.audit.inputs import Inputs
 from lmra.redact import error_text
@@ -37,19 +37,24 @@ PAIR_COLUMNS = ("pair_id", "prompt_id", "domain", "task", "comparison", "placebo
 
 class CacheTally:
     """The canaries' LMRA: ``inner`` (the audit's whole judge chain), counting its answers and
-    those the call cache served (``from_cache``) — a verdict replayed from the cache says so
-    (fresh-user finding: after the judge was fixed, a re-run with the night's seed replayed the
-    broken judge's canary answers, and only the call counts hinted at it)."""
+    those the call cache served (``from_cache``) that this run did not buy itself — ``own``: the
+    keys its batches answered (batch mode's final pass reads every answer from the cache; break-it
+    finding: a first batch night said its verdict was an earlier run's). A verdict replayed from
+    the cache says so (fresh-user finding: after the judge was fixed, a re-run with the night's
+    seed replayed the broken judge's canary answers, and only the call counts hinted at it)."""
 
-    def __init__(self, inner: Provider) -> None:
+    def __init__(self, inner: Provider, own: set[str] | None = None) -> None:
         wrap_identity(self, inner)
+        self.own = own or set()
         self.answers = 0
         self.cached = 0
 
     async def complete(self, request):
         result = await self.inner.complete(request)
         self.answers += 1
-        self.cached += bool(result.from_cache)
+        if result.from_cache and not (self.own and request_key(self.name, self.base_url, self.model_id, request)
+                                      in self.own):
+            self.cached += 1
         return result
 
 
@@ -65,7 +70,7 @@ class RateStage:
         (the pipeline's: no canary call starts once the run failed)."""
         self.canary_rows, self.judge_verdict = await self._judge_check(inputs, judge, sem, stop)
         if self.on_judge_check is not None and self.judge_verdict is not None:
-            self.on_judge_check(self.judge_verdict)
+            self.on_judge_check(self.judge_verdict | (self.canary_cache or {}))
 
     async def _judge_check(self, inputs: Inputs, judge: Provider, sem: asyncio.Semaphore,
                            stop: Callable[[], None] | None = None) -> tuple[pd.DataFrame, dict | None]:
@@ -77,7 +82,7 @@ class RateStage:
 
         self.progress.start("judge-check", len(inputs.canaries))
         futility = CheckFutility(inputs.canaries, self.cfg.judge_check) if self.cfg.judge_check.stop_when_failed else None
-        tally = CacheTally(judge)
+        tally = CacheTally(judge, getattr(self, "batch_keys", None))
         rows = await rate_canaries(tally, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
                                    progress=lambda failed: self.progress.advance("judge-check", failed), run_seed=self.cfg.seed,
                                    stop=stop, futility=futility)
@@ -86,8 +91,11 @@ class RateStage:
             self.progress.start("judge-check", len(rows))
             stopped = futility.stopped_words(len(rows))
         rows, _ = rescore(rows, self.run_combiner()[0])
-        verdict = evaluate(rows, self.cfg.judge_check, self.cfg.judge, stopped=stopped)
-        return rows, verdict | {"n_answers": tally.answers, "n_answers_cached": tally.cached}
+        # where the canary answers came from: provenance of this run (summary judge_status), not a
+        # result of the check (judge_check.json: a merged run's equals the unsharded run's)
+        self.canary_cache = {"n_answers": tally.answers, "n_answers_cached": tally.cached,
+                             "shard": self.shard is not None}
+        return rows, evaluate(rows, self.cfg.judge_check, self.cfg.judge, stopped=stopped)
 
     # -- stage 5: pairwise LMRA ratings (methodology §2, §3) -------------------------------
     async def _rate(self, prompts: list[PromptRecord], responses: list[Response],

@@ -155,7 +155,9 @@ async def _run(cfg, console: Console):
     rows, _ = rescore(rows, combiner)
     stopped = futility.stopped_words(len(rows)) if futility is not None and len(rows) < len(canaries) else None
     verdict = evaluate(rows, jc, cfg.judge, stopped=stopped) | {"combiner": combiner, "judge": {
-        "provider": raw.name, "model": raw.model_id, "base_url": raw.base_url}, "calls": stats.as_dict()}
+        "provider": raw.name, "model": raw.model_id, "base_url": raw.base_url}, "calls": stats.as_dict(),
+        # the answers the call cache served: all of them is a replay (break-it finding: it was silent)
+        "n_answers": stats.fresh + stats.cached, "n_answers_cached": stats.cached, "seedless": True}
     return rows, verdict
 
 
@@ -219,8 +221,11 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
                       "What each criterion means: docs/judge_check.md.")
         for note in verdict.get("notes") or ():
             console.print(f"[dim]{lit(note)}.[/]")
+        from lmra.judge_check import replayed_words
+
+        replay = lit(replayed_words(verdict))
         if verdict["passed"]:
-            console.print("[bold green]Judge check PASSED.[/]")
+            console.print("[bold green]Judge check PASSED.[/]" + replay)
         else:
-            console.print("[bold red]Judge check FAILED:[/] " + lit("; ".join(verdict["reasons"])) + ".")
+            console.print("[bold red]Judge check FAILED:[/] " + lit("; ".join(verdict["reasons"])) + "." + replay)
     return status
