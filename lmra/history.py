@@ -464,12 +464,16 @@ class History:
             if name and run_name != name:
                 continue
             reason = m.get("stop_reason") or m.get("failure")
+            resumed_by = self._resumed_by(folder.name, run_name, m.get("seed"))
             if status == "stale" and m.get("stopped_in") == "batch":  # its batch jobs may be done at the provider
-                reason = (f"stopped in its batch rounds; continue with 'lmra batch resume {folder}' (a new "
-                          "'lmra audit --batch' would pay for its submitted jobs again)")
+                from lmra.runfolder import batch_resume_advice
+
+                # (a night another run completed is not to be resumed: break-it finding, both were advised)
+                reason = batch_resume_advice(folder) if resumed_by is None else (
+                    f"it stopped in its batch rounds; its jobs may still run at the provider: 'lmra batch cancel "
+                    f"{folder}' stops them")
             out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
-                        "stop_reason": reason,
-                        "resumed_by": self._resumed_by(folder.name, run_name, m.get("seed"))})
+                        "stop_reason": reason, "resumed_by": resumed_by})
         return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
 
     def _resumed_by(self, run_id: str, name: str | None, seed) -> str | None:

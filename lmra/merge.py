@@ -286,8 +286,10 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
         if label is None:  # not a shard's folder (or no folder at all): the reason as load_run gives it
             raise exc
         if label not in done:
-            reason = exc.reason.replace("; run the same audit again to finish from the cache", "")  # (the shard, below)
             from lmra.batch import stopped_in_batch
+            from lmra.runfolder import RERUN_ADVICE, batch_resume_advice
+
+            reason = exc.reason.replace(f"; {RERUN_ADVICE}", "").replace(f"; {batch_resume_advice(p)}", "")  # (below)
 
             how = (f"resume it with 'lmra batch resume {p}' (its batch jobs are at the provider: re-running the audit "
                    "would submit and pay for their calls again), then give the merge that folder"

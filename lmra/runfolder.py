@@ -432,6 +432,23 @@ def _check_shapes(doc: Any, path: Path, shapes: dict[str, type]) -> dict:
     return doc
 
 
+#: what a stale live run's error advises (``lmra merge`` words a shard's its own way)
+RERUN_ADVICE = "run the same audit again to finish from the cache"
+
+
+def batch_resume_advice(run_dir: str | Path) -> str:
+    """What a batch night stopped in its batch rounds advises: its jobs may be done or running at
+    the provider, so resume it (break-it finding: "run the same audit again" paid for them twice)."""
+    return (f"it stopped in its batch rounds: continue with 'lmra batch resume {run_dir}' (a new 'lmra audit "
+            "--batch' would pay for its submitted jobs again)")
+
+
+def _stopped_in_batch(run_dir: Path) -> bool:
+    from lmra.batch import stopped_in_batch
+
+    return stopped_in_batch(run_dir)
+
+
 def load_run(path: str | Path) -> RunFolder:
     """Read a run folder.
 
@@ -462,7 +479,7 @@ def load_run(path: str | Path) -> RunFolder:
                              "recsys_fairness.csv; 'lmra recsys score --lists' scores them again)", file=p)
     if missing or status not in FINISHED:
         why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
-                      "holds the folder's lock); run the same audit again to finish from the cache",
+                      "holds the folder's lock); " + (batch_resume_advice(p) if _stopped_in_batch(p) else RERUN_ADVICE),
                "running": "an audit is still writing it"}.get(status or "", "")
         what = (f"missing {', '.join(missing)}" if missing
                 # (break-it finding: a run that ended failed read "did not finish")
