@@ -219,8 +219,12 @@ class ModelConfig(_Strict):
             raise ValueError("api_key_required = false says the endpoint needs no key, but api_key_env names "
                              f"one ({self.api_key_env}); remove one of the two")
         if not self.api_key_required and self.provider in {"openai", "anthropic"} and not self.base_url:
-            raise ValueError(f"api_key_required = false needs base_url: the {self.provider} API itself always "
-                             "needs a key (api_key_required = false is for a local server that needs none)")
+            from lmra.providers.keys import BASE_URL_ENV, env_base_url_set
+
+            if not env_base_url_set(self.provider):  # (its SDK's variable names a local server: break-it finding)
+                raise ValueError(f"api_key_required = false needs base_url (or the SDK's {BASE_URL_ENV[self.provider]}): "
+                                 f"the {self.provider} API itself always needs a key (api_key_required = false is "
+                                 "for a local server that needs none)")
         return self
 
 

@@ -62,3 +62,25 @@ def test_the_variable_changes_the_cache_key_and_a_bad_value_is_named(monkeypatch
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:7")
     assert AnthropicProvider(ModelConfig(provider="anthropic", model="c")).base_url == "http://127.0.0.1:7"
+
+
+def test_a_blank_variable_is_an_input_error_and_a_set_one_allows_a_keyless_server(monkeypatch):
+    """Break-it findings (s34): a set but blank OPENAI_BASE_URL (an unset CI secret) made the SDK
+    call '' — "unreachable", blaming a base_url the config did not have; and with the variable
+    naming a local server, ``api_key_required = false`` was refused ("the openai API always needs a
+    key")."""
+    from lmra.config import parse_config
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    for blank in ("", "   "):
+        monkeypatch.setenv("OPENAI_BASE_URL", blank)
+        with pytest.raises(LmraInputError) as info:
+            OpenAIProvider(ModelConfig(provider="openai", model="m"))
+        assert "OPENAI_BASE_URL is set but blank" in info.value.reason
+    keyless = {"target": {"provider": "openai", "model": "m", "api_key_required": False}}
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    with pytest.raises(LmraInputError, match="needs base_url .or the SDK's OPENAI_BASE_URL."):
+        parse_config(keyless)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    cfg = parse_config(keyless)
+    assert OpenAIProvider(cfg.target).base_url == "http://127.0.0.1:9/v1"

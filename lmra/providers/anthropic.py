@@ -18,7 +18,7 @@ from lmra.config import ModelConfig
 from lmra.errors import LmraInputError
 from lmra.providers._http import counting_client
 from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
-from lmra.providers.keys import resolve_api_key, resolve_base_url
+from lmra.providers.keys import BASE_URL_ENV, resolve_api_key, resolve_base_url
 
 
 class AnthropicProvider:
@@ -51,7 +51,7 @@ class AnthropicProvider:
         key, self.key_source = resolve_api_key(cfg, "anthropic", "ANTHROPIC_API_KEY")
         self.cfg = cfg
         self.model_id = cfg.model or ""
-        self.base_url = resolve_base_url(cfg, "ANTHROPIC_BASE_URL")  # (the config's, else the SDK's variable's)
+        self.base_url = resolve_base_url(cfg, BASE_URL_ENV["anthropic"])  # (the config's, else the SDK's variable's)
         kwargs = {"api_key": key, "timeout": cfg.timeout_s, "max_retries": cfg.max_retries}
         if self.base_url:
             kwargs["base_url"] = self.base_url

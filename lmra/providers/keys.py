@@ -72,25 +72,39 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
     return key, f"the key in {env}"
 
 
+#: the SDKs' own endpoint variables, which they follow when no base_url is given
+BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+
+
+def env_base_url_set(provider: str) -> bool:
+    """True when ``provider``'s SDK endpoint variable (:data:`BASE_URL_ENV`) is set and not blank."""
+    env = BASE_URL_ENV.get(provider)
+    return bool(env and os.environ.get(env, "").strip())
+
+
 def resolve_base_url(cfg: "ModelConfig", env: str) -> str:
     """The endpoint a provider calls, as lmra records it — in the call cache's keys, the manifest,
     the comparability checks and messages: the config's ``base_url``; else the SDK's environment
     variable ``env`` (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``), which the SDK would follow,
-    when it is set and not blank (fresh-user finding: it redirected ``--target openai:MODEL`` to
-    another server while the manifest said ``base_url: ""``, so a staging and a production
-    endpoint shared cache answers and read as one chatbot); else ``""`` (the SDK's default
-    endpoint). Pass the result to the SDK as its ``base_url`` (None for ``""``).
+    when it is set (fresh-user finding: it redirected ``--target openai:MODEL`` to another server
+    while the manifest said ``base_url: ""``, so a staging and a production endpoint shared cache
+    answers and read as one chatbot); else ``""`` (the SDK's default endpoint). Pass the result to
+    the SDK as its ``base_url`` (None for ``""``).
 
     Raises:
-        LmraInputError: the variable holds what ``base_url`` may not (not an http(s) URL, a
-            look-alike character, a user name or password; :func:`lmra.config.ModelConfig`'s
-            rules), naming the variable (field ``base_url``).
+        LmraInputError: the variable is set but blank (the SDK would call ``""``), or holds what
+            ``base_url`` may not (not an http(s) URL, a look-alike character, a user name or
+            password; :func:`lmra.config.ModelConfig`'s rules), naming the variable (field ``base_url``).
     """
     if cfg.base_url:
         return cfg.base_url
-    value = os.environ.get(env, "").strip()
-    if not value:
+    if env not in os.environ:
         return ""
+    value = os.environ[env].strip()
+    if not value:  # (break-it finding: the SDK called '' — "unreachable", blaming a base_url the config had not)
+        raise LmraInputError(f"environment variable {env} is set but blank: the SDK would call that instead of its "
+                             f"default endpoint; unset it (unset {env}), or give base_url in the config",
+                             field="base_url")
     from lmra.config import check_base_url
 
     try:

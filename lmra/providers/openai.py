@@ -17,7 +17,7 @@ import openai
 from lmra.config import ModelConfig
 from lmra.providers._http import counting_client
 from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
-from lmra.providers.keys import resolve_api_key, resolve_base_url
+from lmra.providers.keys import BASE_URL_ENV, resolve_api_key, resolve_base_url
 
 
 #: Answers to option questions without log-probabilities after which, with none ever seen
@@ -60,7 +60,7 @@ class OpenAIProvider:
         key, self.key_source = resolve_api_key(cfg, "openai", "OPENAI_API_KEY")
         self.cfg = cfg
         self.model_id = cfg.model or ""
-        self.base_url = resolve_base_url(cfg, "OPENAI_BASE_URL")  # (the config's, else the SDK's variable's)
+        self.base_url = resolve_base_url(cfg, BASE_URL_ENV["openai"])  # (the config's, else the SDK's variable's)
         self.client = openai.AsyncOpenAI(api_key=key, base_url=self.base_url or None, timeout=cfg.timeout_s,
                                          max_retries=cfg.max_retries,
                                          http_client=http_client or counting_client(openai.DefaultAsyncHttpxClient,
