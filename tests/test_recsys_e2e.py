@@ -1126,3 +1126,14 @@ profile_size = 3
     assert run_cli(["recsys", "--config", str(cfg), "--target", "openai:"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--target" in err and "names no model" in err and "Traceback" not in err
+    # the target's client is built first: its key's error names the option, not the config's line
+    import os
+
+    saved = os.environ.pop("OPENAI_API_KEY", None)
+    try:
+        assert run_cli(["recsys", "--config", str(cfg), "--target", "openai:my-assistant", "--no-progress"]) == 2
+    finally:
+        if saved is not None:
+            os.environ["OPENAI_API_KEY"] = saved
+    err = " ".join(capsys.readouterr().err.split())
+    assert "option --target: environment variable OPENAI_API_KEY" in err and "short.toml" not in err

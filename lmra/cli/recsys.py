@@ -45,6 +45,12 @@ def cmd_recsys(args: argparse.Namespace) -> int:
 
         cfg = parse_recsys_config(cfg.model_dump() | overrides, source="command line")
     run = RecsysRun(cfg, config_path=args.config)
+    try:  # the target's client built before anything is written (a bad key or URL: exit 2 now)
+        run._target_provider()
+    except LmraInputError as exc:  # a model given on the command line is the option's fault, not the file's
+        if args.target is not None and (exc.field or "").split(".")[0] in ("target", "provider", "model"):
+            raise LmraInputError(exc.reason, file=exc.file, field="--target") from None
+        raise
     args.call_stats = run.stats  # (an interrupt says how many answered calls are kept: lmra.cli.main)
     run.on_notice = lambda msg: print_warning(msg)
     instructions = run.instructions()
