@@ -1100,9 +1100,10 @@ def undecided_words(diff: float | None, margin: float) -> str:
         diff: the run's net rating minus the baseline's (NaN or None: no direction known).
         margin: the check's margin (≥ 0)."""
     d = finite(diff)
-    if d is not None and d > margin:
+    tol = 1e-9  # (float noise: a +0.0000 difference of 5.6e-17 read "rise" at margin 0; break-it finding)
+    if d is not None and d > margin + tol:
         return "rise, not significant"
-    if d is not None and d < -margin:
+    if d is not None and d < -margin - tol:
         return "fall, not significant"
     return "no significant change"
 

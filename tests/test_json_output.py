@@ -315,6 +315,7 @@ def test_a_row_neither_flagged_says_which_way_it_moved_not_no_change(runs, capsy
     assert undecided_words(0.04, 0.05) == "no significant change"  # within the margin
     assert undecided_words(-0.3, 0.05) == "fall, not significant"
     assert undecided_words(float("nan"), 0.0) == undecided_words(None, 0.0) == "no significant change"
+    assert undecided_words(5.55e-17, 0.0) == undecided_words(-5.55e-17, 0.0) == "no significant change"  # float noise
     hist = ["--history", str(tmp_path / "h.sqlite")]
     _, doc, _, table = _both(capsys, ["check", str(runs["rise"]), "--baseline", str(runs["base"])] + hist)
     quiet = [t for t in doc["tests"] if t["decision"] == "no_change"]
