@@ -247,7 +247,7 @@ def test_the_calls_line_says_answers_without_log_probabilities_were_sampled():
     from lmra.report.console import call_counts_line
 
     line = call_counts_line({"fresh": 10, "degraded": 2, "no_logprobs": 6})
-    assert "2 answers came without logprobs after every retry (not cached; their questions were estimated by " \
+    assert "2 answers came without logprobs after every retry or in a batch output (not cached; their questions were estimated by " \
            "sampling instead, n_samples more calls each)" in line and "set logprobs = false" in line
     assert "parsed as text" not in line
 

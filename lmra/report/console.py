@@ -57,7 +57,8 @@ def call_counts_line(c: dict) -> str:
         from lmra.judge.options import NO_LOGPROBS_ADVICE
 
         # what to do about it (fresh-user finding: 'not cached, asked again', and logprobs = false never named)
-        out += (f"; {counted(c['degraded'], 'answer')} came without logprobs after every retry (not cached; their "
+        out += (f"; {counted(c['degraded'], 'answer')} came without logprobs after every retry or in a batch output "
+                f"(not cached; their "
                 f"questions were estimated by sampling instead, n_samples more calls each) — {NO_LOGPROBS_ADVICE}")
     if c.get("waited"):
         out += f"; {c['waited']} waited for the same call in flight"
