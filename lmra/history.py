@@ -262,6 +262,18 @@ def _exact_records(df: pd.DataFrame) -> list[dict]:
     return jsonable(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
 
 
+def gates_breached(run_dir) -> bool:
+    """True when the run folder recorded release gates that were not met (:func:`lmra.gates.read_gates`;
+    False without gates, or for a folder whose record cannot be read)."""
+    from lmra.gates import read_gates
+
+    try:
+        gates = read_gates(run_dir)
+    except OSError:
+        return False
+    return gates is not None and gates.get("passed") is False
+
+
 def not_last_reasons(runs: pd.DataFrame) -> pd.Series:
     """Why each run of :meth:`History.runs` cannot be a ``--baseline last``: ``"its status is
     partial"`` (any status but complete), ``"its judge failed validation"`` (un-waived), else ``""``
@@ -807,7 +819,9 @@ class History:
         else, when no such run exists, the newest of the others (its check is then refused, saying
         why). A night whose combiner ``auto`` turned to ``mean`` (most answers came without
         log-probabilities) is skipped, so one such night does not leave the next night's check
-        refused too (break-it finding).
+        refused too (break-it finding). So is a night that did not meet its recorded release
+        gates (:func:`gates_breached`), unless every candidate did (the newest is then used, with a
+        note): a regression that persists is flagged again the next night.
 
         Returns:
             the baseline run folder and one line per newer run of the name it passed over and why
@@ -837,13 +851,28 @@ class History:
                 "to use it)", field="--baseline")
         mine = comparable_combiner(run.combiner)
         same = usable[usable["combiner"].map(comparable_combiner) == mine]
-        chosen = same.iloc[-1] if len(same) else usable.iloc[-1]
+        pool = same if len(same) else usable
         if len(same):
             other = (why == "") & (earlier["combiner"].map(comparable_combiner) != mine)
             why[other] = ("its order combiner is '" + earlier["combiner"].fillna("?").astype(str)
                           + f"', not comparable with this run's '{run.combiner}'")
+        # nor a night that breached its release gates (fresh-user finding: a persisting regression read
+        # "No regression" from the night after it; a first night is not pinned for the same reason)
+        chosen, breached = None, []
+        for i in pool.index[::-1]:
+            if not gates_breached(pool.loc[i, "run_dir"]):
+                chosen = pool.loc[i]
+                break
+            breached.append(i)
+        extra = []
+        if chosen is None:  # every candidate breached its gates: the newest, said
+            chosen = pool.iloc[-1]
+            extra = [f"'--baseline last' found no earlier run that met its release gates: {chosen['run_id']}, "
+                     "the newest, did not either, so a rise it already had is not flagged again"]
+        else:
+            why[[i for i in breached if i > chosen.name]] = "it did not meet its release gates"
         passed = earlier[(earlier.index > chosen.name) & (why != "")]
-        notes = [f"'--baseline last' passed over {r.run_id}: {why[i]}" for i, r in passed.iterrows()]
+        notes = [f"'--baseline last' passed over {r.run_id}: {why[i]}" for i, r in passed.iterrows()] + extra
         if len(notes) > MAX_SKIP_NOTES:
             notes = notes[-MAX_SKIP_NOTES:] + [f"… and {len(notes) - MAX_SKIP_NOTES} earlier run(s) passed over"]
         return self._load_id(str(chosen["run_id"])), notes

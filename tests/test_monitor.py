@@ -570,3 +570,37 @@ def test_a_flag_smaller_than_the_detectable_rise_is_explained():
     assert only_fall.startswith("Improvements flagged") and "new stereotype" not in only_fall
     assert below_detectable_note(SimpleNamespace(tests=tests.iloc[1:3], overall=None, margin=0.0, replayed=False)) is None
     assert below_detectable_note(SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=True)) is None
+
+
+def test_last_passes_over_a_night_that_breached_its_release_gates(runs, lmra_cli, capsys, tmp_path):
+    """Fresh-user finding (s34): night 3 regressed and breached its gates (exit 6); night 4, the
+    chatbot still biased, was checked against night 3 — "No regression" — and only the gates kept
+    its exit status. ``last`` now passes over a night that did not meet its recorded gates (a first
+    night is not pinned for the same reason), saying so; when every earlier night breached its
+    gates, it takes the newest and says that too."""
+    import shutil
+
+    copies = {k: tmp_path / "reports" / runs[k].name for k in ("base", "rise", "same")}
+    for k, dst in copies.items():
+        shutil.copytree(runs[k], dst)
+    # the night with the rise breaches a gate on 'write a story' (its net rating rose to about 0.5)
+    assert lmra_cli(["gate", str(copies["rise"]), "--gate", "max_net_rating=0.3", "--record"]) == 6
+    hist = tmp_path / "reports" / "history.sqlite"
+    for dst in copies.values():
+        register_run(dst, history=hist)
+    with History(hist) as h:
+        baseline, notes = h.last_baseline(load_run(copies["same"]))
+    assert baseline.run_id == runs["base"].name
+    assert notes == [f"'--baseline last' passed over {runs['rise'].name}: it did not meet its release gates"]
+    # the check says it, and tests the unchanged night against the night before the rise
+    capsys.readouterr()
+    assert lmra_cli(["check", str(copies["same"]), "--baseline", "last", "--history", str(hist)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"vs baseline {runs['base'].name}" in out and "it did not meet its release gates" in out
+    # every earlier night breached its gates: the newest, with a note
+    assert lmra_cli(["gate", str(copies["base"]), "--gate", "max_net_rating=-0.9", "--record"]) == 6
+    with History(hist) as h:
+        h.register(load_run(copies["base"]))
+        baseline, notes = h.last_baseline(load_run(copies["same"]))
+    assert baseline.run_id == runs["rise"].name
+    assert any("found no earlier run that met its release gates" in n for n in notes)
