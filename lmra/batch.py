@@ -69,6 +69,11 @@ class BatchPending(RuntimeError):
     """
 
 
+class BatchRoundsExhausted(RuntimeError):
+    """A dry pass still found uncached calls after ``max_rounds`` batch rounds (the state is saved;
+    ``lmra batch resume RUN_DIR`` runs more rounds)."""
+
+
 class BatchUnsupported(RuntimeError):
     """A provider has no batch API backend (only ``openai`` and ``anthropic`` have one)."""
 
@@ -151,6 +156,9 @@ class CollectingProvider:
             on a placeholder / made live.
         n_placeholders: placeholder answers given (collected, pending or held back calls).
     """
+
+    #: a dry pass's provider: the judge check collects every canary call (no early stop on placeholders)
+    collecting = True
 
     def __init__(self, inner: Provider, cache: CallCache, *, pending: set[str] | None = None,
                  failed: dict[str, str] | None = None, live: Provider | None = None):
@@ -775,8 +783,8 @@ class BatchOrchestrator:
         Raises:
             BatchPending, ProviderError: as :meth:`wait` (state saved; resume).
             BudgetExceeded: a submission would pass the budget (nothing of it is submitted).
-            RuntimeError: still collecting after ``max_rounds`` rounds, or calls depend on
-                answers no batch will produce.
+            BatchRoundsExhausted: still collecting after ``max_rounds`` rounds (state saved; resume).
+            RuntimeError: calls depend on answers no batch will produce.
         """
         with self._locked():
             await self.wait()
@@ -803,7 +811,10 @@ class BatchOrchestrator:
                 for p, items in groups.values():
                     await self.submit(p, items)
                 await self.wait()
-            raise RuntimeError(f"batch calls still being discovered after {self.max_rounds} rounds")
+            raise BatchRoundsExhausted(
+                f"batch calls still being discovered after {self.max_rounds} rounds (each round submits the calls "
+                f"the answers so far make known); the state is saved: 'lmra batch resume {self.run_dir}' runs more "
+                "rounds without paying again for those done")
 
     def guard(self, provider: Provider, *, live_fallback: bool = False) -> Provider:
         """Wrap a provider for the real pass after :meth:`prefill` (see :class:`BatchFailureGuard`).

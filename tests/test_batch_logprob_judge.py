@@ -104,3 +104,27 @@ def test_a_batch_nights_judge_check_is_its_own_not_a_replay(openai_server, sim_i
     assert again.manifest["batch"]["jobs"] == 0  # nothing bought: every answer an earlier night's
     second = again.summary["judge_status"]
     assert second["n_answers_cached"] == second["n_answers"] == first["n_answers"]
+
+
+def test_a_sampling_judge_with_the_judge_check_collects_every_canary_in_one_round(openai_server, sim_inputs,  # noqa: F811
+                                                                                  tmp_path):
+    """Break-it finding (s34): a batch night whose LMRA samples (logprobs = false) with the judge check
+    at its defaults ran out of batch rounds — the check's early stop, fed placeholder answers, let a
+    few canaries through per round — and ended with a traceback after 8 paid rounds. The dry passes
+    now collect every canary call; the night completes in its usual rounds."""
+    from lmra.audit import Audit
+
+    o_url, o_srv = openai_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
+        judge=JudgeConfig(provider="openai", model="judge-test", base_url=o_url, api_key_required=False,
+                          logprobs=False, n_samples=3),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": True},
+        filter={"lmra": False}, refusal={"enabled": False})
+    result = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n1", allow_unvalidated_judge=True),
+                                      **FAST))
+    assert result.manifest["status"] in ("complete", "partial")
+    assert result.manifest["batch"]["rounds"] <= 3, result.manifest["batch"]
+    assert result.summary["judge_status"]["n_answers"] > 0

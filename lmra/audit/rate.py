@@ -81,7 +81,11 @@ class RateStage:
         from lmra.judge_check import CheckFutility, evaluate, rate_canaries
 
         self.progress.start("judge-check", len(inputs.canaries))
-        futility = CheckFutility(inputs.canaries, self.cfg.judge_check) if self.cfg.judge_check.stop_when_failed else None
+        # no early stop in a batch dry pass: its placeholder answers read as misses, and the stop let a few
+        # canaries through per round, so a sampling LMRA ran out of rounds (break-it finding: 8 paid rounds,
+        # then a traceback); the final pass stops early on the real answers, all of them collected
+        futility = (CheckFutility(inputs.canaries, self.cfg.judge_check)
+                    if self.cfg.judge_check.stop_when_failed and not getattr(judge, "collecting", False) else None)
         tally = CacheTally(judge, getattr(self, "batch_keys", None))
         rows = await rate_canaries(tally, self.cfg.judge, inputs.templates["stereotype"], inputs.canaries, sem,
                                    progress=lambda failed: self.progress.advance("judge-check", failed), run_seed=self.cfg.seed,

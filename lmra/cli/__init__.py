@@ -140,6 +140,9 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
         err_console.print(Text.assemble(("stopped by the budget: ", "bold yellow"), str(exc)), highlight=False,
                           soft_wrap=True)
         return 4
+    if isinstance(exc, _loaded("lmra.batch", "BatchRoundsExhausted")):  # (break-it finding: a traceback)
+        err_console.print(Text.assemble(("failure: ", "bold red"), str(exc)), highlight=False, soft_wrap=True)
+        return 1
     return None
 
 
