@@ -215,6 +215,14 @@ def stage_barrier(*providers: Any) -> None:
         raise StopDryPass(f"{n} answer(s) of this stage are not known yet")
 
 
+def _endpoint_moved(job: dict, provider: Provider) -> str:
+    """Why a batch job cannot be followed from here: its endpoint and the one its model calls now."""
+    return (f"{job['id']} of this run was submitted to {job['base_url'] or 'the SDK default endpoint'} "
+            f"({job['provider']}:{job['model']}), but the model now calls "
+            f"{provider.base_url or 'the SDK default endpoint'} (base_url, or the SDK's OPENAI_BASE_URL / "
+            "ANTHROPIC_BASE_URL in this environment): resume where the night ran, with the same endpoint")
+
+
 def lacks_logprobs(request: ChatRequest, result: ChatResult) -> bool:
     """True for a batch answer to a question asked with log-probabilities (``options`` and
     ``top_logprobs``) that came without them (not stopped by the provider's safety system): as a
@@ -477,8 +485,23 @@ class BatchOrchestrator:
             fields = {k: v for k, v in cfg.items() if k in ModelConfig.model_fields}
             if job.get("base_url"):
                 fields["base_url"] = job["base_url"]
-            self._providers[pid] = make_provider(ModelConfig.model_validate(fields))
+            provider = make_provider(ModelConfig.model_validate(fields))
+            if (provider.base_url or "") != (job.get("base_url") or ""):  # the SDK default then, the variable's now
+                raise LmraInputError(_endpoint_moved(job, provider), field="base_url")
+            self._providers[pid] = provider
         return self._providers[pid]
+
+    def check_job_endpoints(self) -> None:
+        """:meth:`_provider_for` of every job: a job whose endpoint this environment no longer
+        reaches (the SDK default then, ``OPENAI_BASE_URL`` now) is refused before anything is
+        polled, downloaded or changed (break-it finding: ``--download-only`` read the other
+        server's 404 as a forgotten batch and marked the paid job failed for good).
+
+        Raises:
+            LmraInputError: as :meth:`check_endpoints`.
+        """
+        for job in self.jobs:
+            self._provider_for(job)
 
     def check_endpoints(self, providers: Sequence[Provider]) -> None:
         """Refuse to go on when a model of this run now calls another endpoint than its jobs were
@@ -496,11 +519,7 @@ class BatchOrchestrator:
                 continue
             for p in providers:
                 if p.name == job["provider"] and p.model_id == job["model"] and (p.base_url or "") != (job["base_url"] or ""):
-                    raise LmraInputError(
-                        f"{job['id']} of this run was submitted to {job['base_url'] or 'the SDK default endpoint'} "
-                        f"({job['provider']}:{job['model']}), but the model now calls {p.base_url or 'the SDK default endpoint'}"
-                        " (base_url, or the SDK's OPENAI_BASE_URL / ANTHROPIC_BASE_URL in this environment): resume "
-                        "where the night ran, with the same endpoint", field="base_url")
+                    raise LmraInputError(_endpoint_moved(job, p), field="base_url")
 
     def _backend(self, job: dict) -> Any:
         pid = job["provider_id"]

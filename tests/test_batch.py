@@ -1212,3 +1212,50 @@ def test_a_resume_whose_sdk_endpoint_variable_changed_is_refused(openai_server, 
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     result = asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=10))
     assert result.manifest["status"] == "complete" and result.manifest["target"]["base_url"] == url
+
+
+def test_download_only_from_another_environment_changes_nothing(openai_server, sim_inputs, tmp_path, monkeypatch,
+                                                                 capsys):
+    """Break-it finding (s34, round 3): a night on the SDK's default endpoint (recorded base_url ""),
+    then ``lmra batch resume --download-only`` (or ``--retry-failed``, ``status --refresh``,
+    ``cancel``) from a shell whose OPENAI_BASE_URL named another server: it polled that server, read
+    its 404 as a forgotten batch and marked the paid job failed for good. Every path is refused
+    before anything is polled or changed."""
+    import argparse
+
+    from lmra.audit import Audit
+    from lmra.cli.batch import add_parsers
+    from lmra.errors import LmraInputError
+
+    url, srv = openai_server
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False),
+        judge=JudgeConfig(provider="openai", model="judge-test", base_url=url, api_key_required=False),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
+    run = tmp_path / "reports" / "run1"
+    with pytest.raises(BatchPending):
+        asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))
+    state_file = run / "batch" / "state.json"
+    state = json.loads(state_file.read_text())
+    for job in state["jobs"]:  # as a night on the SDK default endpoint records them
+        job["base_url"] = ""
+        job["provider_id"] = f"{job['provider']}||{job['model']}"
+        job["model_config"]["base_url"] = None
+        job["model_config"]["api_key_required"] = True
+    state_file.write_text(json.dumps(state))
+    before = state_file.read_bytes()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", url)  # this shell's variable: another endpoint than the night's
+    polls = dict(srv["polls"])
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    for argv in (["batch", "resume", str(run), "--download-only", "--poll-interval", "0.01"],
+                 ["batch", "resume", str(run), "--retry-failed", "--poll-interval", "0.01"],
+                 ["batch", "status", str(run), "--refresh"], ["batch", "cancel", str(run)]):
+        args = parser.parse_args(argv)
+        with pytest.raises(LmraInputError) as info:
+            args.func(args)
+        assert "submitted to the SDK default endpoint" in info.value.reason and info.value.field == "base_url", argv
+    assert state_file.read_bytes() == before and srv["polls"] == polls

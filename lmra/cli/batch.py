@@ -177,6 +177,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     orch, cache = _orchestrator(args.run_dir, state, poll_interval_s=args.poll_interval, max_wait_s=args.max_wait,
                                 log=log)
     try:
+        orch.check_job_endpoints()  # (before anything is changed: a wrong endpoint leaves the state as it was)
         if args.retry_failed:
             console.print(f"{orch.retry_failed()} failed item(s) will be submitted again")
         if args.download_only:
