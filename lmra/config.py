@@ -218,13 +218,12 @@ class ModelConfig(_Strict):
         if not self.api_key_required and self.api_key_env is not None:
             raise ValueError("api_key_required = false says the endpoint needs no key, but api_key_env names "
                              f"one ({self.api_key_env}); remove one of the two")
+        # (not the SDK's OPENAI_BASE_URL instead: a config valid in one shell only broke lmra merge of its run
+        # folders in another, and the folder's config.toml would not say which server; break-it round 3)
         if not self.api_key_required and self.provider in {"openai", "anthropic"} and not self.base_url:
-            from lmra.providers.keys import BASE_URL_ENV, env_base_url_set
-
-            if not env_base_url_set(self.provider):  # (its SDK's variable names a local server: break-it finding)
-                raise ValueError(f"api_key_required = false needs base_url (or the SDK's {BASE_URL_ENV[self.provider]}): "
-                                 f"the {self.provider} API itself always needs a key (api_key_required = false is "
-                                 "for a local server that needs none)")
+            raise ValueError(f"api_key_required = false needs base_url in the config: the {self.provider} API itself "
+                             "always needs a key (api_key_required = false is for a local server that needs none; an "
+                             "OPENAI_BASE_URL / ANTHROPIC_BASE_URL in the environment does not count)")
         return self
 
 

@@ -64,11 +64,11 @@ def test_the_variable_changes_the_cache_key_and_a_bad_value_is_named(monkeypatch
     assert AnthropicProvider(ModelConfig(provider="anthropic", model="c")).base_url == "http://127.0.0.1:7"
 
 
-def test_a_blank_variable_is_an_input_error_and_a_set_one_allows_a_keyless_server(monkeypatch):
+def test_a_blank_variable_is_an_input_error_and_a_keyless_server_needs_base_url_in_the_config(monkeypatch):
     """Break-it findings (s34): a set but blank OPENAI_BASE_URL (an unset CI secret) made the SDK
-    call '' — "unreachable", blaming a base_url the config did not have; and with the variable
-    naming a local server, ``api_key_required = false`` was refused ("the openai API always needs a
-    key")."""
+    call '' — "unreachable", blaming a base_url the config did not have. ``api_key_required =
+    false`` needs the config's base_url, whatever the environment says: a config valid in one shell
+    only (the variable set) broke ``lmra merge`` of its run folders in another (round 3)."""
     from lmra.config import parse_config
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -78,9 +78,25 @@ def test_a_blank_variable_is_an_input_error_and_a_set_one_allows_a_keyless_serve
             OpenAIProvider(ModelConfig(provider="openai", model="m"))
         assert "OPENAI_BASE_URL is set but blank" in info.value.reason
     keyless = {"target": {"provider": "openai", "model": "m", "api_key_required": False}}
-    monkeypatch.delenv("OPENAI_BASE_URL")
-    with pytest.raises(LmraInputError, match="needs base_url .or the SDK's OPENAI_BASE_URL."):
-        parse_config(keyless)
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-    cfg = parse_config(keyless)
-    assert OpenAIProvider(cfg.target).base_url == "http://127.0.0.1:9/v1"
+    for env in (None, "http://127.0.0.1:9/v1"):
+        if env is None:
+            monkeypatch.delenv("OPENAI_BASE_URL")
+        else:
+            monkeypatch.setenv("OPENAI_BASE_URL", env)
+        with pytest.raises(LmraInputError, match="needs base_url in the config"):
+            parse_config(keyless)
+
+
+def test_a_bad_variable_names_no_line_of_the_config(tmp_path, monkeypatch, capsys):
+    """Break-it finding (s34, round 3): "cfg.toml, line 11: field 'target.base_url': environment
+    variable OPENAI_BASE_URL is set but blank" — the config has no base_url; line 11 is [target]."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "x"\n\n[target]\nprovider = "openai"\nmodel = "m"\n', encoding="utf-8")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    for value in ("", "ftp://127.0.0.1/v1"):
+        monkeypatch.setenv("OPENAI_BASE_URL", value)
+        assert main(["validate", str(cfg)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "environment variable OPENAI_BASE_URL" in err and "line" not in err and "target.base_url" not in err

@@ -56,8 +56,8 @@ def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
 
             return AnthropicProvider(cfg)
     except LmraInputError as exc:  # name which model of the config it is about
-        if exc.field and exc.field.startswith("LMRA_"):  # an environment variable: not the config's (review finding)
-            raise
+        if exc.field and (exc.field.startswith("LMRA_") or exc.field.endswith("_BASE_URL")):  # an environment
+            raise  # variable: not the config's (review finding; break-it round 3: OPENAI_BASE_URL blamed a line)
         raise LmraInputError(exc.reason, file=exc.file, line=exc.line,
                              field=f"{field}.{exc.field}" if exc.field else field) from None
     module_name, _, attr = cfg.provider.partition(":")

@@ -76,12 +76,6 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
 BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 
 
-def env_base_url_set(provider: str) -> bool:
-    """True when ``provider``'s SDK endpoint variable (:data:`BASE_URL_ENV`) is set and not blank."""
-    env = BASE_URL_ENV.get(provider)
-    return bool(env and os.environ.get(env, "").strip())
-
-
 def resolve_base_url(cfg: "ModelConfig", env: str) -> str:
     """The endpoint a provider calls, as lmra records it — in the call cache's keys, the manifest,
     the comparability checks and messages: the config's ``base_url``; else the SDK's environment
@@ -94,7 +88,7 @@ def resolve_base_url(cfg: "ModelConfig", env: str) -> str:
     Raises:
         LmraInputError: the variable is set but blank (the SDK would call ``""``), or holds what
             ``base_url`` may not (not an http(s) URL, a look-alike character, a user name or
-            password; :func:`lmra.config.ModelConfig`'s rules), naming the variable (field ``base_url``).
+            password; :func:`lmra.config.ModelConfig`'s rules), naming the variable (the error's field).
     """
     if cfg.base_url:
         return cfg.base_url
@@ -103,16 +97,14 @@ def resolve_base_url(cfg: "ModelConfig", env: str) -> str:
     value = os.environ[env].strip()
     if not value:  # (break-it finding: the SDK called '' — "unreachable", blaming a base_url the config had not)
         raise LmraInputError(f"environment variable {env} is set but blank: the SDK would call that instead of its "
-                             f"default endpoint; unset it (unset {env}), or give base_url in the config",
-                             field="base_url")
+                             f"default endpoint; unset it (unset {env}), or give base_url in the config", field=env)
     from lmra.config import check_base_url
 
     try:
         return check_base_url(value)
     except ValueError as exc:
         raise LmraInputError(f"environment variable {env} (which the SDK would call instead of its default "
-                             f"endpoint): {exc}; fix or unset it, or give base_url in the config",
-                             field="base_url") from None
+                             f"endpoint): {exc}; fix or unset it, or give base_url in the config", field=env) from None
 
 
 def unusable_key_reason(key: str) -> str | None:
