@@ -514,16 +514,17 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
     return out
 
 
-def replayed_words(status: dict | None) -> str:
+def replayed_words(status: dict | None, *, seedless: bool = False) -> str:
     """A sentence for a judge check every one of whose canary answers the call cache served
     (``n_answers_cached`` = ``n_answers`` > 0), else ``""``: the verdict is the earlier run's —
-    a changed LMRA behind the same model id is not asked again with the same seed and cache."""
+    a changed LMRA behind the same model id is not asked again with the same seed and cache.
+    ``seedless``: the check of ``lmra judge-check``, whose requests carry no seed."""
     if not status:
         return ""
     n, cached = status.get("n_answers"), status.get("n_answers_cached")
     if not n or cached != n:
         return ""
-    if status.get("seedless"):  # lmra judge-check: its canary requests carry no seed
+    if seedless:  # lmra judge-check: its canary requests carry no seed
         return (f" Every one of its {n} canary answers came from the call cache: the verdict is an earlier check's — "
                 "for an LMRA changed behind the same model id, give the config another cache file.")
     whose = ("an earlier run's, or another shard's of this audit (shards sharing a cache pay the canaries once)"

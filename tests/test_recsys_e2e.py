@@ -1137,3 +1137,6 @@ profile_size = 3
             os.environ["OPENAI_API_KEY"] = saved
     err = " ".join(capsys.readouterr().err.split())
     assert "option --target: environment variable OPENAI_API_KEY" in err and "short.toml" not in err
+    # before 'score' (which calls no model) it is refused, not ignored
+    assert run_cli(["recsys", "--target", "openai:x", "score", "--lists", str(tmp_path / "none.jsonl")]) == 2
+    assert "option --target: applies to 'lmra recsys' itself" in " ".join(capsys.readouterr().err.split())

@@ -157,7 +157,7 @@ async def _run(cfg, console: Console):
     verdict = evaluate(rows, jc, cfg.judge, stopped=stopped) | {"combiner": combiner, "judge": {
         "provider": raw.name, "model": raw.model_id, "base_url": raw.base_url}, "calls": stats.as_dict(),
         # the answers the call cache served: all of them is a replay (break-it finding: it was silent)
-        "n_answers": stats.fresh + stats.cached, "n_answers_cached": stats.cached, "seedless": True}
+        "n_answers": stats.fresh + stats.cached, "n_answers_cached": stats.cached}
     return rows, verdict
 
 
@@ -223,7 +223,7 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
             console.print(f"[dim]{lit(note)}.[/]")
         from lmra.judge_check import replayed_words
 
-        replay = lit(replayed_words(verdict))
+        replay = lit(replayed_words(verdict, seedless=True))
         if verdict["passed"]:
             console.print("[bold green]Judge check PASSED.[/]" + replay)
         else:

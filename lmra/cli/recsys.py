@@ -93,8 +93,20 @@ def _nothing_scored_exit(result) -> int:
     return print_final_status(make_console(), {1: final})
 
 
+def _no_model_options(args: argparse.Namespace, sub: str) -> None:
+    """``lmra recsys --target … score|bias``: the option is lmra recsys's own, and these call no
+    model (break-it finding: it was ignored without a word).
+
+    Raises:
+        LmraInputError: ``--target`` was given."""
+    if getattr(args, "target", None) is not None:
+        raise LmraInputError(f"applies to 'lmra recsys' itself (it asks a model for lists); 'lmra recsys {sub}' "
+                             "calls no model: leave it out", field="--target")
+
+
 def cmd_recsys_score(args: argparse.Namespace) -> int:
     """Run ``lmra recsys score --lists …``."""
+    _no_model_options(args, "score")
     from lmra.recsys.config import DEFAULT_PERMUTATIONS, MAX_K, MAX_PERMUTATIONS
     from lmra.config import MAX_SEED, MIN_SEED
     from lmra.recsys.report import render_recsys
@@ -224,6 +236,7 @@ def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tupl
 
 def cmd_recsys_bias(args: argparse.Namespace) -> int:
     """Run ``lmra recsys bias …``: bias disparity of any recommender's output files."""
+    _no_model_options(args, "bias")
     from lmra.recsys.report import render_bias
     from lmra.recsys.run import bias_from_files
 
