@@ -438,7 +438,15 @@ RERUN_ADVICE = "run the same audit again to finish from the cache"
 
 def batch_resume_advice(run_dir: str | Path) -> str:
     """What a batch night stopped in its batch rounds advises: its jobs may be done or running at
-    the provider, so resume it (break-it finding: "run the same audit again" paid for them twice)."""
+    the provider, so resume it (break-it finding: "run the same audit again" paid for them twice) —
+    unless a later run of its name and seed completed the night (:func:`lmra.runstate.completed_by`):
+    then its jobs are only to be cancelled (resuming it would register the night twice)."""
+    from lmra.runstate import completed_by
+
+    done = completed_by(run_dir)
+    if done is not None:
+        return (f"it stopped in its batch rounds, and {done} (same name and seed) completed the night since: "
+                f"its jobs may still run at the provider — 'lmra batch cancel {run_dir}' stops them")
     return (f"it stopped in its batch rounds: continue with 'lmra batch resume {run_dir}' (a new 'lmra audit "
             "--batch' would pay for its submitted jobs again)")
 

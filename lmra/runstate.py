@@ -160,6 +160,37 @@ def running_runs(output_dir: str | Path, name: str) -> list[tuple[str, str]]:
     return out
 
 
+def completed_by(run_dir: str | Path) -> str | None:
+    """The first finished run folder beside ``run_dir`` (a later run id) of the same name (its
+    ``config.toml``) and seed (its ``manifest.json``): the re-run that completed an unfinished
+    night — as :meth:`lmra.history.History.not_finished` says ``resumed by`` — or None. Read
+    from the folders, so it holds without a history (``lmra report``, ``lmra batch resume``)."""
+    import tomllib
+
+    me = Path(run_dir)
+
+    def name_seed(d: Path):
+        try:
+            name = tomllib.loads((d / "config.toml").read_text(encoding="utf-8")).get("name")
+            m = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None, None, None
+        return (name, m.get("seed"), m.get("status")) if isinstance(m, dict) else (None, None, None)
+
+    name, seed, _ = name_seed(me)
+    if name is None or not isinstance(seed, int) or isinstance(seed, bool):
+        return None
+    try:
+        later = sorted(d for d in me.parent.iterdir() if d.is_dir() and d.name > me.name)
+    except OSError:
+        return None
+    for d in later:
+        n, sd, status = name_seed(d)
+        if n == name and sd == seed and status in FINISHED:
+            return d.name
+    return None
+
+
 def stop_record(exc: BaseException, *, redact: bool = False) -> tuple[str, str]:
     """The ``status`` and ``stop_reason`` a run folder's manifest records for the exception that
     stopped the run (an audit, a merge, a batched run before its audit pass): ``stopped_by_budget``

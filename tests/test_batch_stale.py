@@ -49,3 +49,23 @@ def test_a_stale_batch_night_done_by_a_later_run_is_not_advised_to_resume(tmp_pa
         (row,) = h.not_finished()
     assert row["run_id"] == night.name and row["status"] == "stale" and row["resumed_by"] == done.name
     assert f"lmra batch cancel {night}" in row["stop_reason"] and "lmra batch resume" not in row["stop_reason"]
+
+
+def test_a_stale_batch_night_done_by_a_later_run_says_cancel_everywhere_and_is_not_resumed(tmp_path, capsys):
+    """Break-it finding (s34, round 3): ``lmra report``/``check``/``gate`` still advised resuming
+    such a night, and ``lmra batch resume`` registered it a second time."""
+    from lmra.cli import main
+
+    reports = tmp_path / "reports"
+    night = _stale_batch_night(reports, "20260101-020000-nightly", seed=7)
+    (night / "batch" / "state.json").write_text(json.dumps({"version": 1, "jobs": [], "cache": ":memory:"}))
+    done = make_run(tmp_path, "20260101-030000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=7,
+                    n_prompts=8)
+    with pytest.raises(LmraInputError) as info:
+        load_run(night)
+    assert f"{done.name} (same name and seed) completed the night" in info.value.reason
+    assert f"lmra batch cancel {night}" in info.value.reason and "batch resume" not in info.value.reason
+    assert main(["batch", "resume", str(night), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{done.name}, a later run of the same name and seed, completed this night" in err
+    assert not (night / "summary.json").exists()

@@ -170,6 +170,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     console = make_console()
     state = _state_or_error(args.run_dir)
+    from lmra.runstate import completed_by
+
+    done = completed_by(args.run_dir)
+    if done is not None and not args.download_only:  # (break-it finding: the night was registered twice)
+        raise LmraInputError(f"{done}, a later run of the same name and seed, completed this night: resuming it would "
+                             f"make a second copy of it (the check would take it for another night). 'lmra batch "
+                             f"cancel {args.run_dir}' stops its jobs still at the provider", file=args.run_dir)
     args.allow_unvalidated_judge = bool(args.allow_unvalidated_judge or state.get("allow_unvalidated_judge"))
     if args.poll_interval is None:  # the run's own setting (break-it finding: always 30 s)
         args.poll_interval = _configured_poll_interval(Path(args.run_dir) / "config.toml")
