@@ -290,3 +290,19 @@ def test_the_axis_labels_carry_the_time_when_labelled_nights_share_a_date():
     assert [a["label"] for a in _axis_labels(rows, [0, 1, 2], [0.0, 1.0, 2.0])] == [
         "2026-12-04 02:00", "2026-12-05 02:00", "2026-12-05 14:30"]
     assert [a["label"] for a in _axis_labels(rows, [0, 2], [0.0, 2.0])] == ["2026-12-04", "2026-12-05"]
+
+
+def test_the_default_page_says_which_audit_it_draws_and_names_the_others(tmp_path, capsys):
+    """Fresh-user finding (s34): one ad-hoc run under another name made ``lmra report --history``
+    redraw history.html with that run's nights only, the nightly nights gone, and it printed only
+    "wrote reports/history.html"."""
+    from lmra.cli import main
+
+    make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1, n_prompts=8)
+    make_run(tmp_path, "20260102-000000-adhoc", {"write a story": 0.1, "career advice": 0.1}, seed=2, n_prompts=8,
+             name="adhoc")
+    capsys.readouterr()
+    assert main(["report", "--history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(the nights of 'adhoc', the newest run's name; also in this history: 'nightly'" in out
+    assert "--name NAME" in out

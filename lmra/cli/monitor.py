@@ -852,7 +852,17 @@ def cmd_history_page(args: argparse.Namespace) -> int:
         h.scan()
         out = write_history_page(h, args.out, name=args.name,
                                  nights=MAX_NIGHTS if args.nights is None else args.nights)
-    make_console().print(f"wrote [bold]{lit(out)}[/]")
+        runs = h.runs() if args.name is None else None
+    said = ""
+    if runs is not None and len(runs):  # which audit the page draws (fresh-user finding: another name's ad-hoc run
+        names = list(dict.fromkeys(runs["name"].astype(str).tolist()[::-1]))  # took the nightly page over, unsaid)
+        said = f" (the nights of '{lit(names[0])}', the newest run's name"
+        if len(names) > 1:
+            others = ", ".join(f"'{lit(n)}'" for n in names[1:6]) + (" …" if len(names) > 6 else "")
+            said += (f"; also in this history: {others} — 'lmra report --history --name NAME' writes history-NAME.html "
+                     "for one of them")
+        said += ")"
+    make_console().print(f"wrote [bold]{lit(out)}[/]{said}", highlight=False)
     return 0
 
 
