@@ -21,7 +21,7 @@ from lmra.providers.base import ChatRequest, Message, request_key
 from lmra.providers.openai import OpenAIProvider
 
 
-def test_an_audit_sent_by_openai_base_url_records_that_endpoint(tmp_path, monkeypatch):
+def test_an_audit_sent_by_openai_base_url_records_that_endpoint(tmp_path, monkeypatch, capsys):
     from lmra.cli import main
 
     with FaultServer() as srv:
@@ -37,6 +37,9 @@ def test_an_audit_sent_by_openai_base_url_records_that_endpoint(tmp_path, monkey
     (run,) = [p for p in (tmp_path / "out").iterdir() if (p / "manifest.json").is_file()]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["target"]["base_url"] == manifest["judge"]["base_url"] == srv.url
+    # the plan line says where the calls go (fresh-user finding: only "Target: openai, LMRA: openai")
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"Target: openai:fake at {srv.url}, LMRA: openai:fake at {srv.url};" in out
 
 
 def test_the_variable_changes_the_cache_key_and_a_bad_value_is_named(monkeypatch):

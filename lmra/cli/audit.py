@@ -204,6 +204,13 @@ def _clear_run_dir_file(path: str) -> None:
         raise refuse(f"cannot be replaced ({exc.strerror or exc})") from None
 
 
+def _model_words(p) -> str:
+    """``provider:model`` and, for an HTTP endpoint, ``at URL`` — where the run's calls go, on the
+    plan line (fresh-user finding: only the provider names were shown; the endpoint that
+    OPENAI_BASE_URL chose was in manifest.json alone)."""
+    return f"{p.name}:{p.model_id}" + (f" at {p.base_url}" if p.base_url else "")
+
+
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,
                report_worker=None, baseline_sizes: dict[str, int] | None = None) -> int:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
@@ -230,7 +237,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                   f"up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{lit(planned_lmra_calls_words(plan, cfg))}, {plan['canaries']} canary pairs of "
                   f"the judge check included (cached calls are free). "
-                  f"Target: {lit(cfg.target.provider)}, LMRA: {lit(cfg.judge.provider)}; "
+                  f"Target: {lit(_model_words(audit._target_provider()))}, "
+                  f"LMRA: {lit(_model_words(audit._judge_provider()))}; "
                   f"{lit(audit.concurrency_plan())}.")
     if cfg.batch:
         for earlier, n in _unfinished_batch_runs(cfg):
