@@ -526,7 +526,8 @@ def replayed_words(status: dict | None, *, seedless: bool = False) -> str:
         return ""
     if seedless:  # lmra judge-check: its canary requests carry no seed
         return (f" Every one of its {n} canary answers came from the call cache: the verdict is an earlier check's — "
-                "for an LMRA changed behind the same model id, give the config another cache file.")
+                "for an LMRA changed behind the same model id, use another cache file (the config's cache; without "
+                "--config, a config file that names one).")
     whose = ("an earlier run's, or another shard's of this audit (shards sharing a cache pay the canaries once)"
              if status.get("shard") else "an earlier run's (a re-run with the same seed and cache asks nothing again)")
     return (f" Every one of its {n} canary answers came from the call cache: the verdict is {whose} — for an LMRA "

@@ -136,7 +136,8 @@ async def _run(cfg, console: Console):
         questions * calls_per_question(cfg.judge, True, without_logprobs=True) if fallback else None,
         {"judge": cfg.judge} if fallback else {})
     console.print(f"Judge check: {len(canaries)} canary pairs in both orders = up to {lit(n_calls)} to "
-                  f"{lit(raw.name)}:{lit(raw.model_id)}, {in_flight} at once (cached calls are not made again)"
+                  f"{lit(raw.name)}:{lit(raw.model_id)}, {in_flight} at once (cached calls are not made again: call "
+                  f"cache {lit(cfg.cache)})"
                   + ("; the embedded model takes about a second a call, so this takes minutes: '--per-kind 1' "
                      "rates one canary per dimension and kind" if cfg.judge.provider == "llamacpp"
                      and len(canaries) > 60 else ""),
