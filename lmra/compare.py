@@ -715,7 +715,10 @@ class RunComparison:
             lines = [f"{f.n} tasks; Pearson r = — (not defined: one run's task net ratings are all the same — a night "
                      f"with no signal, such as all 0 — so the runs have nothing to correlate){dis}"]
         if self.r_caveat:
-            lines.append(f"caveat: {self.r_caveat}")
+            caveat = self.r_caveat
+            if e is not None and not e.identified:  # (no slope to read instead: fresh-user finding)
+                caveat = caveat.removesuffix("; read the slope and its CI instead")
+            lines.append(f"caveat: {caveat}")
         if e is not None and not e.identified:
             lines.append(f"errors-in-variables slope of B on A through the origin: not identified — A's task "
                          f"ratings are indistinguishable from 0 (χ² test, p = {_pv(e.a_zero_p)}), so every slope "

@@ -104,6 +104,11 @@ def test_compare_two_simulated_runs_cli(tmp_path, lmra_cli, capsys, monkeypatch)
     assert f"errors-in-variables slope of B on A through the origin = {cmp.eiv.slope:.3f}" in out
     assert "caveat: only 2 task(s)" in out  # fewer than 8 tasks
     assert "different judges" in out
+    # each task's difference, and the command that tests it (fresh-user finding, s34)
+    for task in ("write a story", "career advice"):
+        row = next(line for line in out.splitlines() if task in line and "cmp" not in line)
+        assert f"{hb[task] - ha[task]:+.4f}" in row or f"{hb[task] - ha[task]:.4f}" in row, row
+    assert f"lmra check {b.name} --baseline {a.name}" in " ".join(out.split())
 
 
 def test_compare_of_runs_sharing_no_task_says_so_and_exits_2(tmp_path, lmra_cli, capsys):

@@ -682,11 +682,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                               status_a=a.status, status_b=b.status))
         return 0
     table = Table(title=f"Per-task net ratings: A = {lit(a.run_id)}, B = {lit(b.run_id)}", title_justify="left")
-    for col in ("comparison", "domain", "task", "H (A)", "H (B)"):
-        table.add_column(col, justify="right" if col.startswith("H") else "left")
-    for r in cmp.pairs.itertuples():
-        table.add_row(lit(r.comparison), lit(r.domain), lit(r.task), _fmt(r.h_a), _fmt(r.h_b))
+    for col in ("comparison", "domain", "task", "H (A)", "H (B)", "B − A"):
+        table.add_column(col, justify="right" if col.startswith(("H", "B")) else "left")
+    for r in cmp.pairs.itertuples():  # (the difference: fresh-user finding, "what changed" had no column)
+        table.add_row(lit(r.comparison), lit(r.domain), lit(r.task), _fmt(r.h_a), _fmt(r.h_b), _fmt(r.h_b - r.h_a))
     console.print(table)
+    console.print(f"[dim]Is B worse than A, task by task? 'lmra check {lit(b.run_id)} --baseline {lit(a.run_id)}' "
+                  "tests each rise; this command measures how the runs agree across tasks.[/]")
     for line in cmp.summary_lines():  # r (raw, disattenuated, caveat), EIV slope, OLS slope
         console.print(line, highlight=False, markup=False)
     console.print("[dim]Read the errors-in-variables slope: the least-squares one treats A's task ratings as exact "
