@@ -306,3 +306,18 @@ def test_the_default_page_says_which_audit_it_draws_and_names_the_others(tmp_pat
     out = " ".join(capsys.readouterr().out.split())
     assert "(the nights of 'adhoc', the newest run's name; also in this history: 'nightly'" in out
     assert "--name NAME" in out
+
+
+def test_commands_run_inside_the_reports_folder_find_its_history(tmp_path, monkeypatch, capsys):
+    """Fresh-user finding (s34): ``cd reports && lmra history`` said "no reports folder here", the
+    history.sqlite beside it."""
+    from lmra.cli import main
+
+    run = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                   n_prompts=8)
+    assert main(["history", "--reports-dir", str(run.parent)]) == 0  # (the history.sqlite an audit leaves)
+    monkeypatch.chdir(run.parent)
+    capsys.readouterr()
+    assert main(["history"]) == 0
+    assert run.name in capsys.readouterr().out
+    assert not (run.parent / "reports").exists()  # nothing made beside it

@@ -364,7 +364,8 @@ def resolve_run_arg(run: str, reports_dir: str | Path, field: str = "--run") -> 
 
 def history_file(args: argparse.Namespace, run_ref: str | None = None, option: str = "RUN") -> Path:
     """``--history`` if given, else ``<reports-dir>/history.sqlite``; the reports dir defaults
-    to the parent of a run folder given as a path, else ``reports``.
+    to the parent of a run folder given as a path, else ``reports`` — or the working folder when it
+    holds ``history.sqlite`` and has no ``reports`` folder (a command run inside the reports folder).
 
     Raises:
         LmraInputError: ``run_ref`` (given as ``option``) is a path to no folder."""
@@ -392,6 +393,8 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
         # (break-it finding: `lmra pin /nope` refused it, after creating ./reports/history.sqlite)
         raise LmraInputError("no such run folder", file=run_ref, field=option)
     path = history_path("reports")
+    if not path.parent.is_dir() and history_path(".").is_file():  # run inside the reports folder itself
+        return history_path(".")  # (fresh-user finding: 'cd reports && lmra history' said "no reports folder")
     if run_ref and not path.exists() and not path.parent.is_dir():  # a run id with no reports folder to look
         # it up in: never create one just to say so (break-it finding: `lmra report typo` made reports/)
         raise LmraInputError(f"no such run folder, and no runs in {path.parent}/ to look the run id up in (run "
@@ -402,7 +405,7 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
 def add_store_args(p: argparse.ArgumentParser) -> None:
     """Add ``--reports-dir`` and ``--history``, which find the run history (:func:`history_file`)."""
     p.add_argument("--reports-dir", help="the audit's output_dir holding history.sqlite (default: the run folder's "
-                                         "parent, else ./reports)")
+                                         "parent, else ./reports, else . when it holds history.sqlite)")
     p.add_argument("--history", help="path of the history SQLite file (overrides --reports-dir)")
 
 
