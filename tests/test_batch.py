@@ -1193,10 +1193,11 @@ def test_a_resume_whose_sdk_endpoint_variable_changed_is_refused(openai_server, 
 
     url, srv = openai_server
     monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # (the local server takes any key)
     names, prompts = sim_inputs(4)
     cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", api_key_required=False),
-        judge=JudgeConfig(provider="openai", model="judge-test", api_key_required=False),
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test"),
+        judge=JudgeConfig(provider="openai", model="judge-test"),
         prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
         output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
     run = tmp_path / "reports" / "run1"
