@@ -1032,13 +1032,8 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
     from lmra.runstate import stop_record
 
     path = audit.run_dir / "manifest.json"
-    try:
-        before = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        before = {"stopped_in": "batch"}
-    except (OSError, ValueError):
-        before = {}
-    if not (isinstance(before, dict) and before.get("stopped_in") == "batch"):
+    before = _batch_stage_manifest(path)
+    if before is None:
         return  # the audit pass's own manifest (or one that cannot be read): it stands
     from lmra.budget import BudgetExceeded
 
@@ -1060,6 +1055,19 @@ def _record_unfinished(audit: Any, providers: Sequence[Provider], started: str, 
         write_json(path, manifest)
     except LmraIOError:
         pass  # the disk is full: the folder stays without a manifest (the error is what the command says)
+
+
+def _batch_stage_manifest(path: Path) -> dict | None:
+    """The manifest at ``path`` while the run is in its batch rounds (``stopped_in: batch``; a
+    folder without one counts as such), or None when the audit pass wrote its own (or it cannot
+    be read): only the former may be rewritten by the batch stage."""
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"stopped_in": "batch"}
+    except (OSError, ValueError):
+        return None
+    return before if isinstance(before, dict) and before.get("stopped_in") == "batch" else None
 
 
 def _batch_manifest(audit: Any, providers: Sequence[Provider], started: str) -> dict:
@@ -1084,14 +1092,9 @@ def _record_running(audit: Any, providers: Sequence[Provider], started: str) -> 
     from lmra.runstate import RUNNING
 
     path = audit.run_dir / "manifest.json"
-    try:
-        before = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        before = {"stopped_in": "batch"}
-    except (OSError, ValueError):
-        before = {}
-    if not (isinstance(before, dict) and before.get("stopped_in") == "batch"):
-        return  # the audit pass's own manifest stands
+    before = _batch_stage_manifest(path)
+    if before is None:
+        return  # the audit pass's own manifest (or one that cannot be read): it stands
     write_json(path, _batch_manifest(audit, providers, before.get("started", started)) | {
         "status": RUNNING, "pid": os.getpid()})
 
