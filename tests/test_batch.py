@@ -657,6 +657,19 @@ def test_batch_cli_status_and_resume(openai_server, tmp_path, capsys, monkeypatc
     assert len(srv["creates"]) == 1
 
 
+def openai_batch_config(url: str, sim_inputs, tmp_path, *, judge: dict | None = None, **extra) -> AuditConfig:
+    """An audit of 4 prompts (1 a task) whose chatbot and LMRA are this file's OpenAI batch server
+    at ``url`` (no key); ``judge``: more LMRA fields; ``extra``: more config fields (judge check
+    off unless given)."""
+    names, prompts = sim_inputs(4)
+    return AuditConfig(
+        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False),
+        judge=JudgeConfig(provider="openai", model="judge-test", base_url=url, api_key_required=False,
+                          **(judge or {})),
+        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
+        output_dir=str(tmp_path / "reports"), **({"judge_check": {"enabled": False}} | extra))
+
+
 def _audit_stopped_while_batches_run(sim_inputs, tmp_path, o_url: str, a_url: str, *,
                                      allow_unvalidated_judge: bool = False, **extra):
     """A batch-mode audit (target on the OpenAI server, LMRA on the Anthropic one) stopped while
@@ -1229,12 +1242,7 @@ def test_download_only_from_another_environment_changes_nothing(openai_server, s
     from lmra.errors import LmraInputError
 
     url, srv = openai_server
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=url, api_key_required=False),
-        judge=JudgeConfig(provider="openai", model="judge-test", base_url=url, api_key_required=False),
-        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": False})
+    cfg = openai_batch_config(url, sim_inputs, tmp_path)
     run = tmp_path / "reports" / "run1"
     with pytest.raises(BatchPending):
         asyncio.run(arun_batched(Audit(cfg, run_dir=run), poll_interval_s=0.01, max_wait_s=0))

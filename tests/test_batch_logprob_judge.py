@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from test_batch import FAST, openai_server  # noqa: F401  (fixture)
+from test_batch import FAST, openai_batch_config, openai_server  # noqa: F401  (fixture)
 from lmra.batch import arun_batched
 from lmra.config import AuditConfig, JudgeConfig, ModelConfig
 
@@ -91,13 +91,8 @@ def test_a_batch_nights_judge_check_is_its_own_not_a_replay(openai_server, sim_i
     from lmra.audit import Audit
 
     o_url, _ = openai_server
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
-        judge=JudgeConfig(provider="openai", model="judge-test", base_url=o_url, api_key_required=False),
-        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": True, "per_kind": 1},
-        filter={"lmra": False}, refusal={"enabled": False})
+    cfg = openai_batch_config(o_url, sim_inputs, tmp_path, judge_check={"enabled": True, "per_kind": 1},
+                              filter={"lmra": False}, refusal={"enabled": False})
     first = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n1"), **FAST)).summary["judge_status"]
     assert first["n_answers"] > 0 and first["n_answers_cached"] == 0
     again = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n2"), **FAST))
@@ -114,15 +109,9 @@ def test_a_sampling_judge_with_the_judge_check_collects_every_canary_in_one_roun
     now collect every canary call; the night completes in its usual rounds."""
     from lmra.audit import Audit
 
-    o_url, o_srv = openai_server
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig(
-        name="batch", target=ModelConfig(provider="openai", model="gpt-test", base_url=o_url, api_key_required=False),
-        judge=JudgeConfig(provider="openai", model="judge-test", base_url=o_url, api_key_required=False,
-                          logprobs=False, n_samples=3),
-        prompts=str(prompts), names=str(names), prompts_per_task=1, cache=str(tmp_path / "cache.sqlite"),
-        output_dir=str(tmp_path / "reports"), judge_check={"enabled": True},
-        filter={"lmra": False}, refusal={"enabled": False})
+    o_url, _ = openai_server
+    cfg = openai_batch_config(o_url, sim_inputs, tmp_path, judge={"logprobs": False, "n_samples": 3},
+                              judge_check={"enabled": True}, filter={"lmra": False}, refusal={"enabled": False})
     result = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n1", allow_unvalidated_judge=True),
                                       **FAST))
     assert result.manifest["status"] in ("complete", "partial")
