@@ -431,10 +431,38 @@ class BatchOrchestrator:
     def degraded_items(self) -> dict[str, str]:
         """Key → result JSON of every downloaded answer that came without the log-probabilities it
         asked for (:func:`lacks_logprobs`): held for this run only (:attr:`CallCache.run_only`),
-        never written to the call cache."""
+        never written to the call cache. Each job keeps them in its own file
+        (``batch/<job>.degraded.jsonl``, written once at its download; a state file of an earlier
+        version holds them in the job's ``degraded``).
+
+        Raises:
+            LmraIOError: a job's file is missing or unreadable, naming it (its answers would be
+                asked again as if never bought)."""
         out: dict[str, str] = {}
         for job in self.jobs:
             out.update(job.get("degraded") or {})
+            if job.get("degraded_file"):
+                out.update(self._read_degraded(job))
+        return out
+
+    def _read_degraded(self, job: dict) -> dict[str, str]:
+        """Key → result JSON of the job's ``degraded_file``.
+
+        Raises:
+            LmraIOError: it is missing, unreadable or holds a line that is not one of its rows."""
+        path = self.run_dir / job["degraded_file"]
+        out: dict[str, str] = {}
+        try:
+            with path.open(encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        row = json.loads(line)
+                        out[row["key"]] = json.dumps(row["result"], ensure_ascii=False)
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise LmraIOError(f"cannot read the answers of {job['id']} that came without log-probabilities "
+                              f"({io_reason(exc) if isinstance(exc, OSError) else type(exc).__name__}); "
+                              f"{job.get('n_degraded', '?')} answer(s) the batch bought are in it",
+                              path=path) from None
         return out
 
     def answered_keys(self) -> set[str]:
@@ -682,9 +710,16 @@ class BatchOrchestrator:
                 self.cache.put(key, ident, req, result)  # type: ignore[arg-type]
             usages.append(result.usage)
         self.cache.run_only.update(degraded)
+        job.pop("degraded", None)  # (a state file of an earlier version kept them here)
+        job.pop("degraded_file", None)
+        if degraded:  # their own file, written once: the state file is rewritten at every poll
+            job["degraded_file"] = f"{STATE_DIR}/{job['id']}.degraded.jsonl"
+            with atomic_open(self.run_dir / job["degraded_file"]) as fh:  # (a full disk: named, no cut file)
+                for key in sorted(degraded):
+                    fh.write(json.dumps({"key": key, "result": json.loads(degraded[key])}, ensure_ascii=False)
+                             + "\n")
         job["n_succeeded"] = len(usages)
         job["n_degraded"] = len(degraded)
-        job["degraded"] = dict(sorted(degraded.items()))
         job["n_failed"] = len(errors)
         job["failed"] = dict(sorted(errors.items()))
         job["usage"] = {"prompt_tokens": sum(u.prompt_tokens for u in usages),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from test_batch import FAST, openai_batch_config, openai_server  # noqa: F401  (fixture)
 from lmra.batch import arun_batched
 from lmra.config import AuditConfig, JudgeConfig, ModelConfig
@@ -73,6 +75,28 @@ def test_batch_answers_without_log_probabilities_are_counted_and_never_cached(op
         rows = [(json.loads(q), json.loads(r)) for q, r in db.execute("SELECT request, result FROM calls")]
     asked = [r for q, r in rows if q.get("options") and q.get("top_logprobs")]
     assert not [r for r in asked if r.get("option_probs") is None]  # none of them was stored
+
+    # they are kept in each job's own file, not in the state file rewritten at every poll (s35: ~330 B
+    # each there, 150 MB for a 400k-call night), and a later process on the run folder reads them back
+    state_text = (night.run_dir / "batch" / "state.json").read_text()
+    files = sorted((night.run_dir / "batch").glob("job-*.degraded.jsonl"))
+    assert files and sum(len(f.read_text().splitlines()) for f in files) == n_questions
+    assert '"option_probs"' not in state_text and "no_logprobs" not in state_text
+    from lmra.batch import BatchOrchestrator
+    from lmra.cache import CallCache
+    from lmra.errors import LmraIOError
+
+    cache = CallCache(str(tmp_path / "cache.sqlite"))
+    try:
+        held = BatchOrchestrator(night.run_dir, cache, **FAST).degraded_items()
+        assert len(held) == n_questions and set(held) <= set(cache.run_only)
+        assert all(json.loads(v)["degraded"] == "no_logprobs" for v in held.values())
+        files[0].unlink()  # lost: named, not asked again as if never bought
+        with pytest.raises(LmraIOError, match="without log-probabilities") as err:
+            BatchOrchestrator(night.run_dir, cache, **FAST)
+        assert str(files[0]) in str(err.value) or str(files[0]) == str(getattr(err.value, "path", ""))
+    finally:
+        cache.close()
 
     # the endpoint is healthy again: a live run on that cache asks those questions afresh
     del o_srv["mangle"]
