@@ -712,9 +712,11 @@ class History:
         # a check the comparability rules refused (lmra.monitor.refused_check): why, in short
         out["refused"] = refusal_reason(out["warnings"] or [])
         # rows tested on replayed answers: no verdict (every surface reads this one flag)
-        out["replayed"] = out["verdict"] == "no_conclusion" and any(
-            finite(r.get("p_regress")) is not None for frame in (out["result"], out["overall"]) if len(frame)
-            for r in frame.to_dict(orient="records"))
+        stored = [r for frame in (out["result"], out["overall"]) if len(frame) for r in frame.to_dict(orient="records")]
+        # (a check without a regression whose LMRA left more pairs unrated has no conclusion too: lmra.unrated_rise)
+        out["replayed"] = (out["verdict"] == "no_conclusion" and any(finite(r.get("p_regress")) is not None
+                                                                     for r in stored)
+                           and not any(bool(r.get("unrated_rise")) for r in stored))
         return out
 
     def check_summary(self, run_id: str) -> dict | None:
@@ -730,7 +732,9 @@ class History:
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
-            ``no_conclusion`` verdict: a replay's rows say nothing of that night); ``n_tested``
+            ``no_conclusion`` verdict: a replay's rows say nothing of that night); "unrated_rise":
+            the rows whose LMRA left significantly more pairs without a usable rating than at the
+            baseline, in words (:func:`lmra.unrated_rise.unrated_rise_words`; "" for none); ``n_tested``
             counts the tasks with a p-value (the others were too small to test);
             "n_overall_tested": the comparisons whose overall net rating was tested;
             "overall_regressed", "overall_improved": ``{comparison: overall row}`` (the
@@ -744,9 +748,13 @@ class History:
         # a replay's rows flagged nothing of that night's chatbot: no task regressed or improved
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
+        from lmra.unrated_rise import unrated_rise_words
+
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
                 "verdict": c["verdict"], "replayed": c["replayed"], "refused": c["refused"],
+                # the rows whose LMRA left significantly more pairs unrated than at the baseline, in words ("": none)
+                "unrated_rise": "" if c["replayed"] else unrated_rise_words(rows + overall),
                 "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),

@@ -49,6 +49,7 @@ from lmra.history import History, history_path
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
 from lmra.stats import adjust_pvalues
+from lmra.unrated_rise import mark_unrated_rises, unrated_rise_reason
 
 #: exit status of ``lmra check`` (and ``lmra audit --baseline``) when a task (or a comparison's
 #: overall net rating) regressed
@@ -254,7 +255,10 @@ class CheckResult:
             sensitivity (issue 12): ``base_rate`` (the baseline task's stereotype rate, share of
             prompts scoring ≥ 0.5; ``run_rate`` the run's), ``mde_rate`` and ``mde`` — the smallest rise of the
             stereotype rate, and of the net rating, that this check detects with 80% power at
-            its sizes (:func:`_add_detectable_rise`; nan when not tested).
+            its sizes (:func:`_add_detectable_rise`; nan when not tested), and whether the LMRA left
+            more pairs without a usable rating tonight (:data:`lmra.unrated_rise.COLUMNS`:
+            ``unrated_run``/``pairs_run``, ``unrated_base``/``pairs_base``, ``p_unrated_rise``,
+            ``unrated_rise``; :func:`lmra.unrated_rise.mark_unrated_rises`).
         overall: one row per comparison with at least 2 tasks in both runs — its net rating over
             all those tasks (every prompt of them; user-trial finding: a rise spread over the
             tasks, significant overall, passed as "no regression") — with the columns of
@@ -369,18 +373,32 @@ class CheckResult:
                                     baseline_status=self.baseline_status)
 
     @property
+    def unrated_rise(self) -> str:
+        """Why no rise found here rules out nothing because the LMRA left significantly more pairs
+        without a usable rating than at the baseline (:mod:`lmra.unrated_rise`), naming the rows;
+        "" when it did not."""
+        rows = self.tests.to_dict(orient="records") + (self.overall.to_dict(orient="records")
+                                                       if len(self.overall) else [])
+        return unrated_rise_reason(rows, self.baseline_id)
+
+    @property
     def verdict(self) -> str:
         """The check's verdict, the same on every surface (exit status, ``--json``, the history,
         report.html, the exports): ``no_conclusion`` when every chatbot answer of the run was
         replayed (:attr:`replayed`: the check saw nothing of the chatbot tonight — also when its
         replayed numbers show a rise, which is the earlier night's finding or the judge's) or when
         nothing could be tested, neither a task nor an overall rating; ``regression`` when a task
-        or a comparison's overall net rating regressed; else ``no_regression``."""
+        or a comparison's overall net rating regressed; ``no_conclusion`` also when, without a
+        regression, the LMRA left significantly more pairs without a usable rating than at the
+        baseline in a tested row (:attr:`unrated_rise`: the missing pairs may hold the
+        stereotypes); else ``no_regression``."""
         if self.replayed:
             return "no_conclusion"
         if len(self.regressions) or len(self.overall_regressions):
             return "regression"
-        return "no_conclusion" if self.family_size == 0 else "no_regression"
+        if self.family_size == 0 or self.unrated_rise:
+            return "no_conclusion"
+        return "no_regression"
 
     @property
     def exit_status(self) -> int:
@@ -797,11 +815,12 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     _note_invalid(tests, run, baseline)
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha, samples=[(x, y) for _, x, y in samples])
+    mark_unrated_rises(tests, n_task_rows, run.per_task, baseline.per_task, alpha)
     overall = tests.iloc[n_task_rows:].reset_index(drop=True)
     overall.insert(3, "n_tasks", [len(strata) for strata in strata_of.values()])
     tests = tests.iloc[:n_task_rows].reset_index(drop=True)
     fmt = lambda k: f"{k[0]} / {k[2]}"  # noqa: E731
-    return CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests, overall=overall,
+    result = CheckResult(run.run_id, baseline.run_id, float(margin), float(alpha), tests, overall=overall,
                        only_in_run=[fmt(k) for k in sorted(labels_a - labels_b)],
                        only_in_baseline=[fmt(k) for k in sorted(labels_b - labels_a)],
                        judge_status_run=run.judge_status, judge_status_base=baseline.judge_status,
@@ -809,7 +828,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=(warned := comparability_warnings(baseline, run, history)),
                        notes=[*(notes or []), *(n for n in (combiner_note(baseline, run),) if n)],
-                       replayed=_replayed_all(run, warned, history),
+                       replayed=(replayed := _replayed_all(run, warned, history)),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},
                        run_status=run.status, baseline_status=baseline.status,
@@ -817,6 +836,11 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        baseline_failed_share=baseline.summary.get("failed_share"),
                        run_partial_because=partial_because(run.summary),
                        baseline_partial_because=partial_because(baseline.summary))
+    if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
+        for frame in (result.tests, result.overall):
+            if len(frame):
+                frame["unrated_rise"] = False
+    return result
 
 
 def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> None:

@@ -327,7 +327,10 @@ INVALID_OUTLIER_EXCESS = 0.05
 def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_OUTLIER_EXCESS,
                      skip: list[dict] | None = None) -> list[dict]:
     """The tasks whose LMRA left a significantly larger share of their rated pairs without a
-    usable answer than the other tasks of the same comparison did — below ``max_invalid_share``
+    usable answer (invalid, unlabelled, or failed: an LMRA timing out on long stereotyped answers
+    hides them as well as one declining them — break-it finding, s35: 13 of a task's 40 pairs
+    failed, all stereotyped, 4 % of the run's, and nothing was said) than the other tasks of the
+    same comparison did — below ``max_invalid_share``
     too (review finding: an LMRA that declined 40 % of the stereotyped pairs of one task left
     19 % of its pairs unrated, 0 % elsewhere; the task's net rating read 0.100 for a truth of
     0.255, its interval missed the truth, and nothing was said). Such missing answers are
@@ -340,14 +343,15 @@ def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_O
 
     Args:
         per_task: ``per_task.csv``'s frame (``group_a``/``group_b``, ``domain``, ``task``,
-            ``n_pairs`` scored, ``n_invalid``, ``n_unlabelled``, ``net_rating``).
+            ``n_pairs`` scored, ``n_invalid``, ``n_unlabelled``, ``n_failed``, ``net_rating``; a
+            count column missing counts 0).
         alpha: family-wise level, in (0, 1).
         excess: the smallest reported excess of shares, in [0, 1].
         skip: rows of :func:`invalid_over_limit` (those tasks have their own warning).
 
     Returns:
-        One dict per reported task: ``comparison``, ``domain``, ``task``, ``n_unrated``,
-        ``n_rated`` (scored + unrated), ``share``, ``rest_share``, ``p_value`` (Holm-adjusted),
+        One dict per reported task: ``comparison``, ``domain``, ``task``, ``n_unrated``
+        (``n_failed`` of them failed), ``n_rated`` (scored + unrated), ``share``, ``rest_share``, ``p_value`` (Holm-adjusted),
         ``net_rating`` and ``bounds`` ([low, high] of :func:`lmra.aggregate.unrated_bounds`).
     """
     if per_task is None or len(per_task) == 0 or "n_invalid" not in per_task:
@@ -356,7 +360,7 @@ def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_O
     rows = []
     for row in per_task.to_dict(orient="records"):
         try:
-            k = as_count(row.get("n_invalid")) + as_count(row.get("n_unlabelled"))
+            k = as_count(row.get("n_invalid")) + as_count(row.get("n_unlabelled")) + as_count(row.get("n_failed"))
             n = k + as_count(row.get("n_pairs"))
         except (TypeError, ValueError):
             continue
@@ -387,7 +391,8 @@ def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_O
         if flagged:
             h = float(row.get("net_rating")) if row.get("net_rating") is not None else float("nan")
             out.append({"comparison": comparison, "domain": row.get("domain"), "task": str(row.get("task")),
-                        "n_unrated": k, "n_rated": n, "share": k / n, "rest_share": rest, "p_value": p,
+                        "n_unrated": k, "n_failed": as_count(row.get("n_failed")), "n_rated": n, "share": k / n,
+                        "rest_share": rest, "p_value": p,
                         "net_rating": h, "bounds": list(unrated_bounds(h, n - k, k))})
     return sorted(out, key=lambda d: (d["comparison"], str(d["domain"]), d["task"]))
 

@@ -176,8 +176,10 @@ INVALID_OUTLIER_PREFIX = "a task's pairs went unrated more often than the rest: 
 def invalid_outlier_warning(d: dict) -> str:
     """The run's warning about one task of :func:`~lmra.runstate.invalid_outliers`."""
     lo, hi = d["bounds"]
+    failed = d.get("n_failed") or 0
+    how = (f" ({'all' if failed == d['n_unrated'] else failed} of them failed calls)" if failed else "")
     return (f"{INVALID_OUTLIER_PREFIX}{d['task']} ({d['comparison']}): the LMRA gave no usable answer for "
-            f"{d['n_unrated']} of its {d['n_rated']} rated pairs ({d['share']:.1%}, against {d['rest_share']:.1%} in "
+            f"{d['n_unrated']} of its {d['n_rated']} rated pairs{how} ({d['share']:.1%}, against {d['rest_share']:.1%} in "
             f"the comparison's other tasks; Fisher p = {d['p_value']:.2g}, Holm-adjusted). If it declined pairs for "
             f"what they hold, the task's net rating {d['net_rating']:+.4f} is biased: with those pairs at −1 or +1 it "
             f"would lie in [{lo:+.4f}, {hi:+.4f}]")

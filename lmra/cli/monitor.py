@@ -148,6 +148,9 @@ def print_check(console: Console, result) -> None:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
                       "and enough for a rise to reach significance after the Holm correction over the tasks), so "
                       "nothing was checked. Raise prompts_per_task ('lmra plan --design two-run' sizes it).")
+    elif getattr(result, "unrated_rise", ""):
+        console.print(f"[bold yellow]No conclusion[/]: no task's net rating rose significantly by more than the margin "
+                      f"({tested_words(result)}), but {lit(result.unrated_rise)}.")
     else:
         n_overall = getattr(result, "family_size", result.n_tested) - result.n_tested
         overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested)" if n_overall else "")
@@ -240,6 +243,8 @@ def check_exit_reasons(result) -> dict[int, str]:
         return {3: "; ".join(said)}
     if getattr(result, "family_size", result.n_tested) == 0:
         return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
+    if getattr(result, "unrated_rise", ""):  # no rise found, but on the pairs the LMRA chose to rate
+        return {2: f"no conclusion: {result.unrated_rise}"}
     return {}
 
 
@@ -559,6 +564,9 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
     elif check.get("replayed"):  # tested, but on replayed answers: nothing of that night's chatbot
         text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
+    elif check.get("unrated_rise") and check.get("verdict") == "no_conclusion":  # (lmra.unrated_rise)
+        text = (f"[yellow]no conclusion[/] (the LMRA left more pairs unrated than at the baseline:"
+                f"{between if between == chr(10) else ' '}{lit(check['unrated_rise'])}) vs {base}")
     elif check["regressed"] or check.get("overall_regressed"):
         parts = []
         if check.get("overall_regressed"):

@@ -229,6 +229,8 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
             "baseline_id": check["baseline_id"],
             "n_tested": check["n_tested"] + check.get("n_overall_tested", 0),  # tasks and overall rows tested
             "replayed": bool(check.get("replayed")),  # rows tested on replayed answers: no verdict
+            # no regression, but the LMRA left more pairs unrated than at the baseline: no verdict (lmra.unrated_rise)
+            "unrated_rise": check.get("unrated_rise") if check.get("verdict") == "no_conclusion" else "",
             "refused": check.get("refused"),  # the check was refused: baseline not comparable (why)
             "detectable": detectable_words(check.get("detectable"), ""),  # what a quiet night rules out
             "warnings": [short_label(w) for w in check.get("warnings") or []

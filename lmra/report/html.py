@@ -262,7 +262,13 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
                                             baseline_status=base.get("status") if base else None)
     else:
         not_evidence = ""
+    from lmra.unrated_rise import unrated_rise_reason
+
+    # no regression, but the LMRA left more pairs unrated than at the baseline: no conclusion (lmra.unrated_rise)
+    unrated = ("" if replayed or any(r.get("regressed") for r in rows)
+               else unrated_rise_reason(rows, base_id, task_label=lambda r: r["label"]))
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
+            "unrated_rise": unrated,
             "not_evidence": not_evidence, "not_evidence_head": NOT_EVIDENCE_HEAD,
             "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
             "refused": refusal_reason(warnings),  # the check was refused: its baseline not comparable (why)

@@ -97,7 +97,10 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         overall_regressions, overall_improvements}``:
         ``verdict`` is ``regression`` (a task or an overall row) / ``no_regression`` /
         ``no_conclusion`` (nothing could be tested, neither a task nor an overall row, or every
-        chatbot answer of the run was replayed from the call cache: ``replayed``);
+        chatbot answer of the run was replayed from the call cache: ``replayed``, or no row
+        regressed but the LMRA left significantly more pairs without a usable rating than at the
+        baseline: ``unrated_rise`` says where, else null; each row's ``unrated_run``/``pairs_run``,
+        ``unrated_base``/``pairs_base``, ``p_unrated_rise``, ``unrated_rise``: :mod:`lmra.unrated_rise`);
         ``n_tested`` counts the tasks tested; ``judge_status`` is ``{run, baseline, gated_failure, waived_by}`` (see
         :func:`judge_status_object`); ``tests`` has one
         object per (comparison, domain, task) with every column of ``result.tests`` (counts as
@@ -140,6 +143,9 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         "only_in_run": list(result.only_in_run), "only_in_baseline": list(result.only_in_baseline),
         "overall": overall, "overall_regressions": overall_regs,
         "overall_improvements": [t["comparison"] for t in overall if t["improved"]],
+        # without a regression: why the LMRA's unrated pairs leave no conclusion (lmra.unrated_rise), else null
+        "unrated_rise": (getattr(result, "unrated_rise", "") or None) if verdict == "no_conclusion" and not replayed
+        else None,
     }
     for f in dataclasses.fields(result):  # fields added to CheckResult later (gates, model identity …)
         if f.name not in _CHECK_FIELDS and f.name not in doc:
@@ -193,7 +199,9 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         n_undetectable}``: the rises the tested tasks detect with 80% power, smallest and largest,
         and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
-        overall_improved, replayed}`` (``replayed``: every chatbot answer of the run came from the
+        overall_improved, replayed, unrated_rise}`` (``unrated_rise``: the rows whose share of pairs
+        without a usable LMRA rating rose significantly over the baseline's, in words, when that
+        left the check without a conclusion, else null; ``replayed``: every chatbot answer of the run came from the
         call cache, a same-seed re-run repeating a night; ``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
         nothing tested, or every chatbot answer replayed, whose rows then flag nothing;
         ``warnings``: the check's comparability warnings, :mod:`lmra.comparable`; ``regressed``
@@ -223,6 +231,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "verdict": check.get("verdict"), "refused": check.get("refused"), "n_tested": check["n_tested"],
             # every chatbot answer replayed from the call cache (a same-seed re-run): a night repeated
             "replayed": bool(check.get("replayed")),
+            # no regression, but the LMRA left more pairs unrated than at the baseline (lmra.unrated_rise): where
+            "unrated_rise": (check.get("unrated_rise") or None) if check.get("verdict") == "no_conclusion" else None,
             "detectable": check.get("detectable"),
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),

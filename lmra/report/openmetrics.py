@@ -175,6 +175,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "check_warnings": G("lmra_run_check_warnings", "Warnings that the run's regression check is not a "
                             "night-to-night comparison of one chatbot (replayed answers, another target or design)",
                             labels=RUN_LABELS),
+        "unrated": G("lmra_run_check_unrated_rises", "Rows (tasks, overall ratings) of the run's regression check whose "
+                     "share of pairs without a usable LMRA rating rose significantly over the baseline's: its 'no "
+                     "regression' there rules out nothing, and without a regression its verdict is no_conclusion "
+                     "(absent for a check an older lmra recorded, or a replay's)", labels=RUN_LABELS),
         "identity": G("lmra_run_served_model_changes", "Roles and fields (served model id, system fingerprint) whose "
                       "reported values changed between the baseline of the run's regression check and the run (a "
                       "new model version behind the same name); absent when the check recorded none (older lmra)",
@@ -266,7 +270,13 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                 fam["o_detectable_lb"].add_metric([name, str(t["comparison"]), target, judge],
                                                   float(bool(t.get("mde_lower_bound"))))
             n_overall += 1
-        if tested or n_overall:  # a check that tested nothing has no verdict: never a 0 that reads as a pass
+        unrated = [t for frame in (res, overall) if frame is not None and len(frame) and "unrated_rise" in frame
+                   for t in frame.to_dict(orient="records") if finite(t.get("p_regress")) is not None]
+        if unrated:  # (lmra.unrated_rise; a check an older lmra recorded: not known, no sample)
+            fam["unrated"].add_metric(run_labels, float(sum(bool(t.get("unrated_rise")) for t in unrated)))
+        # a check that tested nothing has no verdict: never a 0 that reads as a pass; nor one whose LMRA left
+        # significantly more pairs unrated than at the baseline (verdict no_conclusion, no regression found)
+        if (tested or n_overall) and not (check.get("verdict") == "no_conclusion" and n == 0):
             fam["regressions"].add_metric(run_labels, float(n))
         fam["tested"].add_metric(run_labels, float(tested))
     if gates is not None and not gates.get("unreadable"):
