@@ -103,7 +103,7 @@ def nights(tmp_path_factory):
             "tmp": tmp}
 
 
-def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lmra_cli, capsys):
+def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lmra_cli, capsys):  # noqa: F811
     base = load_run(nights["base"])
     declined = load_run(nights["declined"])
     # the hazard: every rated pair is clean, the invalid share under max_invalid_share, the run complete
