@@ -44,7 +44,7 @@ import pandas as pd
 
 from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError
-from lmra.comparable import REFUSED_PREFIX, combiner_note, comparability_warnings
+from lmra.comparable import REFUSED_PREFIX, combiner_note, comparability_warnings, position_drift_note
 from lmra.history import History, history_path
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
@@ -836,6 +836,13 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        baseline_failed_share=baseline.summary.get("failed_share"),
                        run_partial_because=partial_because(run.summary),
                        baseline_partial_because=partial_because(baseline.summary))
+    if result.verdict == "regression":  # a drift of the LMRA's position preference can make one (comparable.py)
+        flagged = {str(c) for c in result.regressions["comparison"]}
+        if len(result.overall_regressions):
+            flagged |= {str(c) for c in result.overall_regressions["comparison"]}
+        drift = position_drift_note(baseline, run, sorted(flagged))
+        if drift:
+            result.notes.append(drift)
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
         for frame in (result.tests, result.overall):
             if len(frame):
