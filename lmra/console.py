@@ -150,6 +150,66 @@ class _TrimmedLines:
 
 
 #: spaces and tabs just before a line break
+#: the narrowest a folding text column of :func:`fitted_table` gets
+TEXT_MIN_WIDTH = 12
+
+
+def fitted_table(console: Console, title: str, rows: list[dict], *, text: tuple[str, ...] = ("task",),
+                 left: tuple[str, ...] = (), drops: tuple[tuple[str, ...], ...] = ()) -> tuple[Table, list[str]]:
+    """A Rich table of ``rows`` (dicts column → cell, every row with the same columns, in order)
+    whose numbers are never wrapped or cut: the columns in ``text`` fold over lines (down to
+    :data:`TEXT_MIN_WIDTH`), every other column keeps its cells whole (:func:`whole_width`); when
+    the table does not :func:`fits` the terminal, the column groups of ``drops`` are left out, one
+    group after another, until it does (or none is left to drop). Left-justified: ``text`` and
+    ``left``; the others right.
+
+    Returns:
+        (the table, the columns left out — to be said below it; empty when none)."""
+    columns = list(rows[0]) if rows else []
+    left_out: list[str] = []
+
+    def build() -> Table:
+        table = Table(title=title, title_justify="left")
+        for col in (c for c in columns if c not in left_out):
+            folds = col in text
+            table.add_column(col, justify="left" if folds or col in left else "right", no_wrap=not folds,
+                             overflow="fold" if folds else "ellipsis",
+                             min_width=TEXT_MIN_WIDTH if folds else whole_width(col, [r[col] for r in rows]))
+        for r in rows:
+            table.add_row(*(r[c] for c in columns if c not in left_out))
+        return table
+
+    table = build()
+    for group in drops:
+        if fits(console, table):
+            break
+        left_out += [c for c in group if c in columns]
+        table = build()
+    return table, left_out
+
+
+def whole_width(header: str, cells) -> int:
+    """The terminal cells a table column needs to show ``header`` and every cell (console markup
+    strings, or Rich ``Text``) on one line: its ``min_width`` when it must never wrap or shorten
+    (Rich measures a cell by its longest word, whatever the column's ``no_wrap``)."""
+    from rich.text import Text
+
+    return max([Text.from_markup(header).cell_len] + [c.cell_len if isinstance(c, Text) else Text.from_markup(str(c)).cell_len
+                                                       for c in cells])
+
+
+def fits(console: Console, table) -> bool:
+    """True when ``table`` (a Rich renderable) can be printed whole on ``console``: its smallest
+    width (Rich ``Measurement``: every column at its ``min_width`` — :func:`whole_width` for one
+    that must not wrap — or its longest word) is within the terminal's width, or the console is not a terminal
+    (a log prints every table at full width, :data:`LOG_WIDTH`). The per-task and the check
+    tables print a compact layout when False (fresh-user finding: at 80–100 columns Rich cut the
+    net ratings to "+0.…")."""
+    if not console.is_terminal:
+        return True
+    return Measurement.get(console, console.options.update_width(LOG_WIDTH), table).minimum <= console.width
+
+
 _TRAILING_SPACES = re.compile(r"[ \t]+(?=\n)")
 
 

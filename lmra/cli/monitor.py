@@ -21,7 +21,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
                              delta_arg, json_errors, margin_arg, print_warning, whole_number)
 from lmra.cli.exits import final_status, print_final_status
-from lmra.console import counted, lit, make_console
+from lmra.console import counted, fitted_table, lit, make_console
 from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError
 
@@ -72,11 +72,9 @@ def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
     from lmra.monitor import format_detectable, undecided_words
 
-    table = Table(title=f"Regression check: {lit(result.run_id)} vs baseline {lit(result.baseline_id)} "
-                        f"(margin {result.margin:g}, Holm α = {result.alpha:g})", title_justify="left")
-    for col in ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
-                "p fall", "Holm p (fall)", "detectable rise (80%)", "decision"):
-        table.add_column(col, justify="left" if col in ("comparison", "task", "decision") else "right")
+    columns = ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
+               "p fall", "Holm p (fall)", "detectable rise (80%)", "decision")
+    rows: list[dict] = []
     task = _task_namer(result.tests)
     replayed = getattr(result, "replayed", False)  # rows of replayed answers decide nothing
 
@@ -89,23 +87,35 @@ def print_check(console: Console, result) -> None:
 
     for t in result.tests.itertuples():
         decision = decide(t)
-        table.add_row(lit(t.comparison), lit(task(t)), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
-                      _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
-                      format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
-                                        getattr(t, "mde_rate", None), getattr(t, "mde_lower_bound", False)),
-                      decision)
+        rows.append(dict(zip(columns, (
+            lit(t.comparison), lit(task(t)), f"{t.n_run}/{t.n_base}", _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff),
+            _p(t.p_regress), _p(t.p_regress_holm), _p(t.p_improve), _p(t.p_improve_holm),
+            format_detectable(getattr(t, "mde", None), getattr(t, "base_rate", None),
+                              getattr(t, "mde_rate", None), getattr(t, "mde_lower_bound", False)),
+            decision))))
     overall = getattr(result, "overall", None)
     for t in (overall.itertuples() if overall is not None and len(overall) else ()):
         decision = decide(t)
         # each task weighted by its share of both runs' prompts, the same weights in both (not the run's
         # overall net rating over its pairs: new-user finding, +0.2374 here beside +0.2218 in the run's
         # table, unlabelled; "each weighted alike" was read as equal weights: fresh-user finding)
-        table.add_row(lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks, {OVERALL_WEIGHTS})",
-                      f"{t.n_run}/{t.n_base}",
-                      _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff), _p(t.p_regress), _p(t.p_regress_holm),
-                      _p(t.p_improve), _p(t.p_improve_holm),
-                      format_detectable(t.mde, t.base_rate, t.mde_rate, t.mde_lower_bound), decision)
+        rows.append(dict(zip(columns, (
+            lit(t.comparison), f"[bold]{lit(t.task)}[/] ({t.n_tasks} tasks, {OVERALL_WEIGHTS})", f"{t.n_run}/{t.n_base}",
+            _fmt(t.h_run), _fmt(t.h_base), _fmt(t.diff), _p(t.p_regress), _p(t.p_regress_holm),
+            _p(t.p_improve), _p(t.p_improve_holm),
+            format_detectable(t.mde, t.base_rate, t.mde_rate, t.mde_lower_bound), decision))))
+    # a terminal too narrow for every column goes without the raw p-values, then the fall's Holm p
+    # (fresh-user finding: at 100 columns "H run +0.4…"); the numbers left are never cut
+    table, left_out = fitted_table(
+        console, f"Regression check: {lit(result.run_id)} vs baseline {lit(result.baseline_id)} (margin "
+                 f"{result.margin:g}, Holm α = {result.alpha:g})", rows,
+        text=("comparison", "task", "detectable rise (80%)", "decision"),
+        drops=(("p rise", "p fall"), ("Holm p (fall)",), ("comparison",), ("detectable rise (80%)",),
+               ("prompts run/base",)))
     console.print(table)
+    if left_out:
+        console.print(f"[dim]Left out for this terminal's width: {', '.join(left_out)} ('lmra check … --json' has "
+                      "every column).[/]")
     if overall is not None and len(overall):
         console.print("[dim]'all tasks': each task's net rating weighted by its share of the prompts of both runs, "
                       "the same weights tonight and at the baseline (so a task that lost prompts in one run does not "

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lmra.aggregate import unrated_bound_rows
-from lmra.console import counted, lit, percent_level
+from lmra.console import counted, fitted_table, lit, percent_level
 from lmra.diagnostics import flagged_warning
 from lmra.judge.calibration import NOT_POSITIONAL
 from lmra.runfolder import finite
@@ -124,20 +124,25 @@ def _unpriced(budget: dict) -> str:
 NO_INTERVAL_WHY = "fewer than 2 prompts with a valid pair"
 
 
+#: the per-task table's columns a terminal too narrow for all of them goes without, in turn
+COMPACT_LEFT_OUT = (("domain", "invalid", "refusal", "unlabelled", "failed"), ("forward", "reverse"))
+
+
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
                 refusals_on: bool = True) -> None:
+    net = f"net rating [{conf}% CI]"
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
-        table = Table(title=f"Harmful-stereotype ratings: {lit(ga)} vs {lit(gb)}", title_justify="left")
-        for col in ("domain", "task", "pairs", "invalid", "refusal", "unlabelled", "failed", "forward", "reverse",
-                    f"net rating [{conf}% CI]"):
-            table.add_column(col, justify="left" if col in ("domain", "task") else "right")
-        for _, r in pt.iterrows():
-            table.add_row(lit(r["domain"]), lit(r["task"]), str(r["n_pairs"]), str(r["n_invalid"]),
-                          str(r["n_refusal"]) if refusals_on else "off", str(r.get("n_unlabelled", 0))
-                          if refusals_on else "off", str(r["n_failed"]),
-                          _rate(r["forward_rate"]),
-                          _rate(r["reverse_rate"]), _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"]))
+        rows = [{"domain": lit(r["domain"]), "task": lit(r["task"]), "pairs": str(r["n_pairs"]),
+                 "invalid": str(r["n_invalid"]), "refusal": str(r["n_refusal"]) if refusals_on else "off",
+                 "unlabelled": str(r.get("n_unlabelled", 0)) if refusals_on else "off", "failed": str(r["n_failed"]),
+                 "forward": _rate(r["forward_rate"]), "reverse": _rate(r["reverse_rate"]),
+                 net: _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"])} for _, r in pt.iterrows()]
+        table, left_out = fitted_table(console, f"Harmful-stereotype ratings: {lit(ga)} vs {lit(gb)}", rows,
+                                       text=("domain", "task"), drops=COMPACT_LEFT_OUT)
         console.print(table)
+        if left_out:  # (fresh-user finding: at 80–100 columns the net ratings read "+0.…")
+            console.print(f"[dim]Left out for this terminal's width: {', '.join(left_out)} (per_task.csv has every "
+                          "column; the Overall line below counts the pairs).[/]")
         if pt["ci_low"].isna().any():
             console.print(f"[dim]— : no interval ({NO_INTERVAL_WHY} in that task).[/]")
         tested = int(pt["ci_low"].notna().sum())
