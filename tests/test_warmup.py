@@ -198,3 +198,58 @@ def test_a_profile_function_set_by_the_module_itself_is_kept(tmp_path, monkeypat
         sys.modules.pop(name, None)
         sys.modules.pop(plain, None)
 
+
+
+def test_another_threads_import_of_a_package_being_imported_waits_for_it(tmp_path, monkeypatch):
+    """Break-it finding (s35): the event loop's first import of ``statsmodels.stats.contingency_tables``
+    while the paced thread was inside ``scipy.stats`` met CPython's import-deadlock avoidance and got
+    a partly initialised module (ImportError, 3 % of audits). While ``import_paced`` runs, another
+    thread's import of a module of a package it imports starts only after the import under way has
+    finished; a module already loaded, or of another package, does not wait; ``builtins.__import__``
+    is restored after."""
+    import builtins
+
+    pkg = f"lmra_fakepkg_{tmp_path.name[-6:]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    log = tmp_path / "log.txt"
+    # the slow module: records its start and end; the other module of the package records its start
+    (tmp_path / pkg / "slow.py").write_text(f"import time\nopen({str(log)!r}, 'a').write('slow start\\n')\n"
+                                            f"time.sleep(0.4)\nopen({str(log)!r}, 'a').write('slow end\\n')\n")
+    (tmp_path / pkg / "other.py").write_text(f"open({str(log)!r}, 'a').write('other start\\n')\nX = 1\n")
+    other_pkg = f"lmra_fakeother_{tmp_path.name[-6:]}"
+    (tmp_path / f"{other_pkg}.py").write_text(f"open({str(log)!r}, 'a').write('unrelated\\n')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(warmup, "_next_at", 0.0)
+    real = builtins.__import__
+    pace = warmup.Pace()
+    pace.hurry()
+    worker = threading.Thread(target=warmup.import_paced, args=([f"{pkg}.slow"], pace))
+    try:
+        worker.start()
+        deadline = time.monotonic() + 5
+        while not log.exists() and time.monotonic() < deadline:  # the slow import has begun
+            time.sleep(0.005)
+        assert builtins.__import__ is not real  # serialising while the worker imports
+        __import__(other_pkg)  # another package: at once, while the slow import runs
+        from importlib import import_module
+
+        exec(f"from {pkg}.other import X", {})  # the same package: after the slow import
+        assert import_module(f"{pkg}.other").X == 1
+        worker.join(5)
+        assert log.read_text().splitlines() == ["slow start", "unrelated", "slow end", "other start"]
+        assert builtins.__import__ is real  # restored
+    finally:
+        worker.join(5)
+        builtins.__import__ = real
+        for n in [m for m in sys.modules if m.startswith((pkg, other_pkg))]:
+            sys.modules.pop(n, None)
+
+
+def test_the_import_hook_is_restored_after_a_failure_and_left_alone_if_replaced(fake_modules, monkeypatch):
+    import builtins
+
+    names, bad = fake_modules
+    real = builtins.__import__
+    assert warmup.import_paced([bad], warmup.Pace()) == bad
+    assert builtins.__import__ is real and not warmup._serialized and not warmup._importing
