@@ -18,6 +18,7 @@ version, or were merged already into a finished run of the output folder (:func:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -381,6 +382,45 @@ VERSIONS_DIFFER_PREFIX = "the shards ran different package versions"
 MERGE_VERSION_PREFIX = "this merge runs another lmra than the shards"
 
 
+#: the lock file of :func:`merge_lock` in the output folder (``{digest}``: of the shard run ids)
+MERGE_LOCK = ".merge-{digest}.lock"
+
+
+@contextlib.contextmanager
+def merge_lock(out_dir: Path, shards: list[ShardRun]):
+    """Hold an exclusive lock (``flock``) on ``<out_dir>/.merge-<digest>.lock`` — one per set of
+    shard runs — while these shards are merged, so that a second merge of them started meanwhile
+    is refused instead of passing :func:`already_merged` before the first has finished. The file
+    stays (as ``run.lock``: only a held lock means "merging").
+
+    Raises:
+        LmraIOError: another process holds it (an ``lmra merge`` of the same shards still
+            running), or it cannot be created (naming it)."""
+    import fcntl
+    import hashlib
+
+    from lmra.errors import LmraIOError, io_reason
+
+    digest = hashlib.sha256("\n".join(sorted(s.run.run_id for s in shards)).encode()).hexdigest()[:16]
+    path = Path(out_dir) / MERGE_LOCK.format(digest=digest)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = path.open("a")
+    except OSError as exc:
+        raise LmraIOError(f"cannot create the merge's lock file ({io_reason(exc)})", path=path) from None
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LmraIOError(f"another 'lmra merge' of these {len(shards)} shard runs into {out_dir} is running: "
+                              "wait for it to end — its run is the night (a second merge would make a second copy "
+                              "of it, which the regression check would take for another night); if it failed or "
+                              "was stopped, run this merge again", path=path) from None
+        yield path
+    finally:
+        fh.close()
+
+
 def already_merged(shards: list[ShardRun], out_dir: Path) -> Path | None:
     """A finished (complete or partial) merged run folder in ``out_dir`` whose ``manifest.json``
     lists exactly these shard runs, or None."""
@@ -463,15 +503,10 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
             already into a finished run of the output folder (:func:`already_merged`).
         KeyboardInterrupt, LmraIOError …: re-raised after the merged folder's manifest records the
             stop (``interrupted`` / ``failed``).
-        LmraIOError: a file of the merged run could not be written.
+        LmraIOError: a file of the merged run could not be written, or another merge of these
+            shards into the same folder is running (:func:`merge_lock`).
     """
-    from lmra.audit import Audit, Inputs
-    from lmra.config import dump_config, parse_config
-    from lmra.fileio import write_text
-    from lmra.generate import derive_seed
-    from lmra.judge.filter import FilterDecision
-    from lmra.judge.taxonomy import Classification
-    from lmra.runstate import RUNNING
+    from lmra.config import parse_config
 
     shards = load_shards(paths, skipped)
     first = shards[0]
@@ -486,6 +521,22 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         if name is not None and exc.field == "name":  # the --name option, not the shards' config
             raise LmraInputError(f"'{name}': {exc.reason}", field="--name") from None
         raise
+    # one merge of these shards at a time (break-it finding, s35: two started together both passed the
+    # check below, and the night was twice in the history and the warehouse)
+    with merge_lock(Path(cfg.output_dir), shards):
+        return _merge(shards, cfg, first)
+
+
+def _merge(shards: list[ShardRun], cfg, first: ShardRun):
+    """The rest of :func:`merge_shards`, under its :func:`merge_lock`."""
+    from lmra.audit import Audit, Inputs
+    from lmra.config import dump_config
+    from lmra.fileio import write_text
+    from lmra.generate import derive_seed
+    from lmra.judge.filter import FilterDecision
+    from lmra.judge.taxonomy import Classification
+    from lmra.runstate import RUNNING
+
     mode = first.record.get("mode")
     twin = already_merged(shards, Path(cfg.output_dir))
     if twin is not None:
