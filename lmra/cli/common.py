@@ -34,6 +34,13 @@ def print_warning(message: str) -> None:
     err_console.print(Text.assemble(("warning: ", "bold yellow"), message), highlight=False, soft_wrap=True)
 
 
+def print_error(message: str) -> None:
+    """One ``error:`` paragraph on stderr, as the command's own errors are printed (no markup read)."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble(("error: ", "bold red"), message), highlight=False, soft_wrap=True)
+
+
 # -- progress bars --------------------------------------------------------------------------------
 #: Seconds between two updates of the progress bars' counts (advances in between are summed).
 PROGRESS_UPDATE_S = 0.1

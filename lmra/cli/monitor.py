@@ -23,7 +23,7 @@ from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import counted, fitted_table, lit, make_console
 from lmra.comparable import REFUSED_PREFIX
-from lmra.errors import LmraInputError
+from lmra.errors import LmraInputError, LmraIOError
 
 #: how the check's overall row weighs its tasks, in its label
 OVERALL_WEIGHTS = "weighted by their prompts in both runs"
@@ -943,8 +943,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.compare:
             other = h.resolve(args.compare, relative_to=run)
             cmp = compare_runs(other, run)
-        path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta,
-                            transcripts=args.transcripts)
+        try:
+            path = write_report(run, args.out, history=h, check=check, comparison=cmp, delta=args.delta,
+                                transcripts=args.transcripts)
+        except (LmraInputError, LmraIOError):
+            raise
+        except Exception as exc:  # noqa: BLE001 — one paragraph, not a traceback (break-it finding, s35)
+            from lmra.cli.common import print_error
+
+            print_error(f"report.html could not be written ({type(exc).__name__}: {' '.join(str(exc).split())[:500]}; "
+                        f"a bug in lmra's report, please report it): the run folder {run.path} holds every result")
+            return 1
     console.print(f"wrote [bold]{lit(path)}[/]")
     if check is not None:  # the check's verdict sets the exit status (5 first, as lmra check): say so last
         reasons, judge_blocks = check_status_reasons(check, args.allow_unvalidated_judge)

@@ -228,9 +228,14 @@ def transcripts_context(run: RunFolder, n_tasks: int | None = None) -> dict:
                    for comp, rows in chosen.groupby("comparison", sort=True)
                    for i, t in enumerate(rows.to_dict(orient="records"))}
     shown_ids = {str(p) for mine in sorted_rows.values() for p in mine.head(MAX_PAIRS_PER_TASK)["prompt_id"]}
-    resp = {(r.get("prompt_id"), r.get("comparison"), r.get("group"), r.get("sample")): r
-            for r in jsonl_rows_where(run.verified("responses.jsonl"), "prompt_id", shown_ids)}
-    prompt_rows = jsonl_rows_where(run.verified("prompts.jsonl"), "id", shown_ids)
+    import duckdb
+
+    try:
+        resp = {(r.get("prompt_id"), r.get("comparison"), r.get("group"), r.get("sample")): r
+                for r in jsonl_rows_where(run.verified("responses.jsonl"), "prompt_id", shown_ids)}
+        prompt_rows = jsonl_rows_where(run.verified("prompts.jsonl"), "id", shown_ids)
+    except duckdb.OutOfMemoryException as exc:  # (break-it finding: 8-MB answers ended `lmra report` in a traceback)
+        return ctx | {"omitted": "too_large", "why": " ".join(str(exc).split())[:300]}
     prompts = {str(p.get("id")): p.get("text") for p in prompt_rows}
     stored = run.path / "prompts.jsonl"
     ctx["prompts_stored"] = bool(prompt_rows) or (not shown_ids and stored.is_file() and stored.stat().st_size > 0)
