@@ -59,7 +59,7 @@ from lmra.answerlog import AnswerLog
 from lmra.errors import LmraIOError, io_reason, is_damage
 from lmra.fileio import resolved
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, note_event, \
-    request_json, result_defect, wrap_identity
+    oversized_cut, request_json, result_defect, wrap_identity
 from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
 
 _SCHEMA = """
@@ -1194,7 +1194,7 @@ class CallCache:
 #: Fault events (see :func:`lmra.providers.base.note_event`) → :class:`CallStats` fields.
 _EVENT_FIELDS = {"http_429": "http_429", "http_5xx": "http_5xx", "http_4xx": "http_4xx", "timeout": "timeouts",
                  "connection": "connection_errors", "malformed": "malformed", "no_choices": "no_choices",
-                 "no_logprobs": "no_logprobs", "no_usage": "no_usage"}
+                 "no_logprobs": "no_logprobs", "no_usage": "no_usage", "oversized": "oversized"}
 
 
 @dataclass
@@ -1208,14 +1208,16 @@ class CallStats:
         http_429, http_5xx, http_4xx, timeouts, connection_errors: attempts that met each fault.
         malformed, no_choices, no_logprobs: 200 responses that were not usable (a body that is
             not a completion, no choices, an answer without the requested log-probabilities).
+        oversized: answers longer than their request's ``max_tokens`` can make them
+            (:func:`lmra.providers.base.oversized_cut`): cut to that length, used, not cached.
         no_usage: responses that reported no token usage (counted as 0 tokens, so the cost
             and token budgets undercount them; not a fault: the answer is used).
         unreadable_cached: calls whose stored answer could not be read (a damaged row, or one
             an older version stored): asked again (fresh) and replaced (break-it finding: paid
             again without a word).
         degraded: answers without what was asked for (``no_logprobs`` after every retry: the
-            LMRA question is then estimated by sampling, :func:`lmra.judge.options.ask_options`),
-            therefore not cached.
+            LMRA question is then estimated by sampling, :func:`lmra.judge.options.ask_options`;
+            or ``oversized``, cut), therefore not cached.
         waited: calls that waited for another process making the same call (lease).
         failed_by_kind: failures by kind (``timeout``, ``http_503``, ``malformed`` …).
         by_model: the same counts per ``provider:model`` (only on the run's total).
@@ -1234,6 +1236,7 @@ class CallStats:
     no_choices: int = 0
     no_logprobs: int = 0
     no_usage: int = 0
+    oversized: int = 0
     unreadable_cached: int = 0
     degraded: int = 0
     waited: int = 0
@@ -1255,7 +1258,7 @@ class CallStats:
     def faults(self) -> int:
         """Attempts or responses that met any fault (retried or not)."""
         return (self.http_429 + self.http_5xx + self.http_4xx + self.timeouts + self.connection_errors
-                + self.malformed + self.no_choices + self.no_logprobs)
+                + self.malformed + self.no_choices + self.no_logprobs + self.oversized)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k not in ("errors", "by_model", "failed_by_kind")}
@@ -1447,6 +1450,10 @@ class CachedProvider:
                     if defect is not None:  # a custom provider's bug: a counted failure, not a silent zero
                         note_event("malformed")  # (counted like a malformed answer a transport saw)
                         raise ProviderError(f"{self.inner.name} returned {defect}", kind="malformed")
+                    cut = oversized_cut(result, request)
+                    if cut is not None:  # far beyond max_tokens: cut, counted, asked again next run
+                        note_event("oversized")
+                        result = cut
                 except ProviderError as exc:
                     _record(self._targets, events, failed=exc.kind if isinstance(exc.kind, str) and exc.kind
                             else "error", error=f"{type(exc).__name__}: {exc}")

@@ -541,6 +541,26 @@ def reported_usage(n_in: object, n_out: object, bad: Callable[[str], Exception])
     return Usage(prompt_tokens=counts[0], completion_tokens=counts[1])
 
 
+#: characters per token of ``max_tokens`` past which an answer is longer than its token limit
+#: can make it (tokenizers average about 4 characters a token; a run of spaces or one repeated
+#: character may make 16–32), and the floor of that length in characters
+MAX_CHARS_PER_TOKEN = 64
+OVERSIZE_FLOOR_CHARS = 4096
+
+
+def oversized_cut(result: "ChatResult", request: "ChatRequest") -> "ChatResult | None":
+    """``result`` cut to the length its request's ``max_tokens`` can make
+    (``max(OVERSIZE_FLOOR_CHARS, max_tokens × MAX_CHARS_PER_TOKEN)`` characters, ``finish_reason``
+    ``length``, ``degraded`` ``oversized``: not cached, nor memoised), or None when it is not longer: an endpoint that returns megabytes to ``max_tokens =
+    48`` (break-it finding, s35: 8-MB answers, reported as 5 tokens, were accepted uncounted, and the
+    run's report ran out of memory) is not answering the request. The caller counts it
+    (``oversized``)."""
+    limit = max(OVERSIZE_FLOOR_CHARS, int(request.max_tokens) * MAX_CHARS_PER_TOKEN)
+    if len(result.text or "") <= limit:
+        return None
+    return result.model_copy(update={"text": result.text[:limit], "finish_reason": "length", "degraded": "oversized"})
+
+
 def result_defect(result: object) -> str | None:
     """Why ``result`` breaks the :class:`Provider` protocol's contract, or None when it keeps it:
     not a :class:`ChatResult`; a field of the wrong type (pydantic validates a ChatResult when

@@ -43,7 +43,8 @@ def _ci_cell(mean: float, lo: float, hi: float) -> str:
 
 _FAULTS = (("http_429", "429"), ("http_5xx", "5xx"), ("http_4xx", "4xx"), ("timeouts", "timeouts"),
            ("connection_errors", "connection errors"), ("malformed", "malformed bodies"),
-           ("no_choices", "no choices"), ("no_logprobs", "answers without logprobs"))
+           ("no_choices", "no choices"), ("no_logprobs", "answers without logprobs"),
+           ("oversized", "answers far longer than max_tokens allows (cut to that length, not cached)"))
 
 
 def call_counts_line(c: dict) -> str:
@@ -53,11 +54,12 @@ def call_counts_line(c: dict) -> str:
     faults = ", ".join(f"{label} {c.get(k, 0)}" for k, label in _FAULTS if c.get(k))
     out = (f"{c.get('fresh', 0)} fresh, {c.get('cached', 0)} cached, {failed} failed" + (f" ({kinds})" if kinds else "")
            + f", {c.get('retries', 0)} retries" + (f"; faults met: {faults}" if faults else ""))
-    if c.get("degraded"):
+    no_logprobs = c.get("degraded", 0) - c.get("oversized", 0)  # (degraded: also the oversized answers, cut)
+    if no_logprobs > 0:
         from lmra.judge.options import NO_LOGPROBS_ADVICE
 
         # what to do about it (fresh-user finding: 'not cached, asked again', and logprobs = false never named)
-        out += (f"; {counted(c['degraded'], 'answer')} came without logprobs after every retry or in a batch output "
+        out += (f"; {counted(no_logprobs, 'answer')} came without logprobs after every retry or in a batch output "
                 f"(not cached; their "
                 f"questions were estimated by sampling instead, n_samples more calls each) — {NO_LOGPROBS_ADVICE}")
     if c.get("waited"):
