@@ -781,3 +781,33 @@ def test_recsys_score_names_a_damaged_run_manifest_beside_the_lists(tmp_path, ca
     # the options named are the way on
     assert run_cli(["recsys", "score", "--lists", str(lists), "--out", str(tmp_path / "o"), "--permutations", "0",
                     "--k", "3", "--seed", "1", "--convention", "paper"]) == 0
+
+
+@pytest.mark.parametrize("field,value", [("refusal", "false"), ("refusal", "no"), ("refusal", 1),
+                                         ("parse_failed", "true"), ("parse_failed", 0)])
+def test_a_refusal_or_parse_flag_that_is_not_a_boolean_is_an_input_error(tmp_path, field, value):
+    """Break-it finding (s35): ``"refusal": "false"`` (a string) was read by its truthiness and counted as a
+    refusal; a flag is true, false or null, else the line and field are named."""
+    from lmra.errors import LmraInputError
+    from lmra.recsys.lists import read_lists
+
+    path = tmp_path / "lists.jsonl"
+    _write_jsonl(path, [{"instruction_id": 1, "attribute": "neutral", "value": "", "items": ["b", "a"]},
+                        {"instruction_id": 1, "attribute": "gender", "value": "a girl", "items": ["a"], field: value}])
+    with pytest.raises(LmraInputError) as err:
+        read_lists(path)
+    assert "line 2" in str(err.value) and field in str(err.value) and "expected true, false or null" in str(err.value)
+    _write_jsonl(path, [{"instruction_id": 1, "attribute": "neutral", "value": "", "items": ["b", "a"]},
+                        {"instruction_id": 1, "attribute": "gender", "value": "a girl", "items": ["a"], field: False}])
+    assert len(read_lists(path)) == 2
+
+
+def test_a_control_character_in_a_recsys_name_is_an_input_error():
+    """Break-it finding (s35): ``names_list = ["Dr\\u0000ake"]`` was sent to the model in the prompt."""
+    from pydantic import ValidationError
+
+    from lmra.recsys.config import FairLLMConfig
+
+    with pytest.raises(ValidationError, match="control character U\\+0000"):
+        FairLLMConfig(names_list=["Dr\x00ake"])
+    assert FairLLMConfig(names_list=["Drake"]).names_list == ["Drake"]

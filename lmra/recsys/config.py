@@ -87,6 +87,10 @@ class FairLLMConfig(_Strict):
     def _names(cls, v: list[str]) -> list[str]:
         if any(not n.strip() for n in v):
             raise ValueError("names_list contains an empty name")
+        from lmra.data import check_text
+
+        for n in v:  # a name reaches the model's prompt (break-it finding, s35: a NUL was sent)
+            check_text(n, f"names_list name {n!r}")
         # one person however written (break-it finding: "Adele" and "adele " made two instruction families)
         _no_repeat(v, "names_list", " (each name is one instruction family; case and surrounding spaces aside)",
                    key=_name_key)

@@ -106,6 +106,10 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         if err is not None and not isinstance(err, str):
             raise LmraInputError("expected null or the error message (a string)", file=p, line=lineno, field="error")
         obj["error"] = err if err and err.strip() else None  # "" is no error
+        for f in ("refusal", "parse_failed"):  # (break-it finding, s35: "false" was read as a refusal, by truthiness)
+            if obj.get(f) is not None and not isinstance(obj[f], bool):
+                raise LmraInputError(f"expected true, false or null, got {json.dumps(obj[f])}", file=p, line=lineno,
+                                     field=f)
         for f in ("instruction_id", "attribute", "value"):
             bad = next((ch for ch in obj[f] if unicodedata.category(ch) == "Cc"), None)
             if bad is not None:
