@@ -101,6 +101,21 @@ def test_first_nights_pin_only_a_usable_run_then_alpha_and_shorthand_reach_the_r
     assert len(_run_dirs(reports)) == 5
 
 
+def test_the_night_after_a_failed_judge_is_not_advised_to_pin_it(tmp_path):
+    """Fresh-user finding (s35): night 1's LMRA failed validation (exit 5, not pinned); night 2's warning
+    advised pinning night 1 by hand to be checked against it — a baseline that is no evidence."""
+    reports = tmp_path / "reports"
+    with FaultServer(fault_rate=0.0) as srv:
+        cfg = audit_config(tmp_path / "n.toml", srv.url, tmp_path / "cache.sqlite", reports, name="n", tasks=TASKS,
+                           per_task=2, retries=0, timeout_s=10)
+        assert _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "1").returncode == 5
+        r = _audit(cfg, tmp_path, "--baseline", "pinned", "--seed", "2")
+    warned = " ".join(r.stderr.split())
+    assert "was not pinned because its judge failed validation" in warned, warned[-2000:]
+    assert "pinning it by hand would check tonight against ratings of an LMRA" in warned
+    assert "stop and pin it" not in warned
+
+
 def test_unresolvable_explicit_baseline_stops_before_any_call(tmp_path, capsys):
     from lmra.cli import main
 

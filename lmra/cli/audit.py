@@ -916,10 +916,13 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
     # breached its gates read as a lost history); one could: the pin was lost (review finding:
     # judging the newest alone hid a lost history behind a later night that breached a gate)
     if candidate is None:
+        # a night whose LMRA failed validation is no baseline at all: no advice to pin it (fresh-user finding, s35)
+        anyway = (" (pinning it by hand would check tonight against ratings of an LMRA that could not recognise "
+                  "the planted stereotypes: no evidence either way)" if "judge failed validation" in str(why) else
+                  f". To check it against that run anyway, stop and pin it ('lmra pin {newest}')")
         print_warning(f"no run named '{name}' is pinned yet: the newest complete one, {newest}, was not pinned "
                       f"because {why} (a first night is pinned only when it can serve as a baseline), so this night "
-                      "is not checked and is pinned if it can be. To check it against that run anyway, stop and "
-                      f"pin it ('lmra pin {newest}')")
+                      f"is not checked and is pinned if it can be{anyway}")
         return
     print_warning(f"no run named '{name}' is pinned, but {len(done)} complete run(s) of that name are in {out} "
                   f"(newest: {done.iloc[-1]['run_id']}): if the history (history.sqlite) was lost or the pin "
