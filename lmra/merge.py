@@ -542,10 +542,16 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     if twin is not None:
         # break-it finding: a merge killed after it had finished, retried by a job runner, wrote a second
         # copy of the night, which 'lmra check latest --baseline last' then compared with the first
+        # its merge may have stopped before the steps after the folder (break-it finding, s35: a merge killed
+        # then left the night out of the warehouse and its gates unevaluated, and the retry said only this)
+        steps = ("" if (twin / "report.html").is_file() else
+                 f" — it has no report.html, so the merge that wrote it may have stopped before its last steps: "
+                 f"'lmra report {twin}' writes the report, 'lmra gate {twin}' and 'lmra check {twin} --baseline "
+                 f"pinned' evaluate it, 'lmra warehouse add {twin}' adds it to the warehouse")
         raise LmraInputError(f"these shards were merged already, into {twin} (its manifest.json lists the same "
                              f"{len(shards)} shard runs): a second merge would make a second copy of the same night, "
                              "which the regression check would take for another night. Use that run (its report: "
-                             f"'lmra report {twin}'); to merge these shards anew, give another --out-dir",
+                             f"'lmra report {twin}'){steps}; to merge these shards anew, give another --out-dir",
                              field="SHARD_RUN")
 
     position: dict[str, int] = {}

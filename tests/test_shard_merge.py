@@ -582,6 +582,8 @@ def test_a_retried_merge_is_refused_and_a_check_of_a_night_against_its_twin_merg
     err = " ".join(capsys.readouterr().err.split())
     assert "merged already" in err and str(first) in err and "Traceback" not in err
     assert "give another --out-dir" in err and "remove its folder" not in err  # (a removed folder stays in the history)
+    # (merged with --no-report: the steps after the folder are named — a merge killed there left them undone)
+    assert f"'lmra warehouse add {first}'" in err and f"'lmra gate {first}'" in err
     assert [p for p in out.iterdir() if p.name.endswith("-nightly")] == [first]  # nothing written
     # a twin made anyway (a merge into another folder, copied beside the first): the check refuses it
     assert main(["merge", *dirs, "--no-report", "--out-dir", str(tmp_path / "elsewhere")]) == 0
