@@ -751,6 +751,8 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
             lo, hi, n_lo, n_hi = rng_
             fmt = lambda v: f"{v:,}" if v is not None else f"> {max_n:,}"  # noqa: E731
             ends = [v for v in (n_lo, n_hi) if v is not None]
+            # the smaller first (fresh-user finding, s35: "about 1,005–976"): either end of the rates may need more
+            few, many = sorted((n_lo, n_hi), key=lambda v: math.inf if v is None else v)
             below = bool(ends) and n < min(ends)
             above = bool(ends) and n > max(ends) and len(ends) == 2
             # (fresh-user finding: "884 needed" beside "at those ends about 291–697", unexplained)
@@ -761,7 +763,7 @@ def prompts_needed_sim(model: PairScoreModel, delta: float, *, alpha: float = 0.
                 if below or above else ""
             notes.append(f"the baseline's stereotype rate is known only roughly from {model.n_forward} stereotyped of "
                          f"{model.n_pilot} pilot prompts: {lo:.1%}–{hi:.1%} (90% interval); at those ends the "
-                         f"check needs about {fmt(n_lo)}–{fmt(n_hi)} prompts per run (two-point model{why}); "
+                         f"check needs about {fmt(few)}–{fmt(many)} prompts per run (two-point model{why}); "
                          f"a larger pilot narrows this")
     final = est(n, full=True)
     if design == "two-run":  # verify with the check's own test: B = 9,999 random splits

@@ -174,6 +174,21 @@ def test_a_plan_outside_its_two_point_range_says_why():
     assert lo <= plan.n <= hi and "lies outside" not in note
 
 
+def test_the_pilot_range_reads_smaller_first(monkeypatch):
+    """Fresh-user finding (s35): "needs about 1,005–976 prompts per run" — the end of the pilot's rate
+    interval needing fewer prompts may be either; the range is written smaller first."""
+    import numpy as np
+
+    from lmra import power
+    from lmra.power import PairScoreModel, prompts_needed_sim
+
+    monkeypatch.setattr(power, "_pilot_rate_range", lambda *a, **k: (0.05, 0.2, 1005, 976))
+    h = np.array([0.9] * 3 + [0.0] * 37)
+    plan = prompts_needed_sim(PairScoreModel.from_scores(h), 0.15, design="two-run", sims=200, seed=1)
+    note = next(n for n in plan.notes if "two-point model" in n)
+    assert "needs about 976–1,005 prompts per run" in note
+
+
 def test_the_plan_says_how_many_audits_it_simulated_where_the_cap_binds(lmra_cli, capsys):
     """Break-it finding: `lmra plan --sims 100000000` printed "Simulated 100,000,000 audits per n"
     where the per-n cap (about 2·10⁷ simulated prompts) ran 170,940 at the n found (117). The
