@@ -90,7 +90,7 @@ class FairLLMConfig(_Strict):
         from lmra.data import check_text
 
         for n in v:  # a name reaches the model's prompt (break-it finding, s35: a NUL was sent)
-            check_text(n, f"names_list name {n!r}")
+            check_text(n, f"names_list name {n!r}", format_chars=True)  # (Cf: a zero-width space is a duplicate)
         # one person however written (break-it finding: "Adele" and "adele " made two instruction families)
         _no_repeat(v, "names_list", " (each name is one instruction family; case and surrounding spaces aside)",
                    key=_name_key)
