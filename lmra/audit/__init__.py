@@ -94,6 +94,29 @@ def _import_finishing_modules(cfg: AuditConfig, pace: Pace) -> None:
     refreeze()  # the modules are long-lived: garbage collections during the calls skip them
 
 
+def _import_run_modules(cfg: AuditConfig) -> None:
+    """Import, in the event loop's thread and before the warm-up thread starts
+    (:func:`_import_finishing_modules`), the statistics modules the run's own stages import while
+    the calls run: the judge check's Mantel–Haenszel position logit (``statsmodels`` →
+    ``scipy.stats``) and the axes step's tests. Two threads importing ``scipy.stats`` at once can
+    meet CPython's import-deadlock avoidance, which hands one of them a partly initialised module
+    (break-it finding, s35: the judge check's import met the warm-up thread's and ended 3 % of
+    audits with an ImportError traceback, status failed). A module that fails to import is left
+    to the stage, which imports it again and says why."""
+    import importlib
+
+    names = []
+    if cfg.judge_check.enabled:
+        names.append("statsmodels.stats.contingency_tables")
+    if cfg.axes.enabled:
+        names += ["statsmodels.stats.multitest", "statsmodels.stats.descriptivestats"]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
 def _real_pairs(ratings) -> pd.DataFrame:
     """The ratings rows of the real comparisons (not the placebo) as a frame; ``ratings`` is a
     list of rows or a :class:`~lmra.pairstore.PairSpool`."""
@@ -519,6 +542,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         # report imports when it gave one
         pace = self.pace or Pace()
         pace.sliced = cfg.has_rate_limit()  # (a shared pace too: its report imports are sliced alike)
+        _import_run_modules(cfg)  # first: no two threads import scipy.stats at once
         warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, pace)
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
