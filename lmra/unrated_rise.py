@@ -13,9 +13,10 @@ pairs (4 % of the run's pairs, under ``max_failed_share``).
 :func:`mark_unrated_rises` tests, for each tested row of the check (a task, or a comparison's
 tasks together), whether tonight's share of pairs without a usable rating exceeds the
 baseline's: the one-sided Fisher exact test of the 2×2 table (unrated / rated × tonight /
-baseline; scipy ``fisher_exact``, alternative ``greater``), Holm-corrected over the rows tested
-(family-wise level ``alpha``, the check's), and only for a rise of at least ``excess`` (as
-:func:`lmra.runstate.invalid_outliers` does within one run). Where it rose, that row's "no rise"
+baseline; scipy ``fisher_exact``, alternative ``greater``), Holm-corrected over every row the
+check tested at the family-wise level :data:`UNRATED_ALPHA` (or the check's α when smaller), and
+flagged only for a rise of at least ``excess`` (5 points, as :func:`lmra.runstate.invalid_outliers`
+within one run). Where it rose, that row's "no rise"
 rules out nothing — the missing pairs may hold the stereotypes — so a check without a regression
 elsewhere has no conclusion (:attr:`lmra.monitor.CheckResult.verdict`, exit status 2). Missing
 ratings are not missing at random when an LMRA declines pairs for what they hold (Manski 1989,
@@ -31,6 +32,10 @@ import pandas as pd
 
 from lmra.runstate import INVALID_OUTLIER_EXCESS, as_count
 
+#: the family-wise level of the test, at most (the check's α when smaller): a healthy night should
+#: rarely lose its conclusion to chance — an LMRA hiding stereotypes leaves far smaller p-values
+#: (20 % of 320 pairs against none: 1e-20; 13 of a task's 40 against none: 4e-5)
+UNRATED_ALPHA = 0.01
 #: rows :func:`unrated_rise_words` names; the rest are counted
 WORDS_MAX_ROWS = 4
 #: the columns :func:`mark_unrated_rises` adds to the check's rows
@@ -60,13 +65,15 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
             ``n_base`` above 0 (the tasks its test pools).
         run_per_task, base_per_task: tonight's and the baseline's ``per_task`` frames
             (:attr:`lmra.runfolder.RunFolder.per_task`).
-        alpha: the family-wise level of the Holm correction, in (0, 0.5].
-        excess: the smallest rise of the unrated share tested, in [0, 1].
+        alpha: the check's family-wise level, in (0, 0.5]; the test's is the smaller of it and
+            :data:`UNRATED_ALPHA`.
+        excess: the smallest rise of the unrated share flagged, in [0, 1].
 
     Adds ``unrated_run``/``unrated_base`` (pairs without a usable rating), ``pairs_run``/
-    ``pairs_base`` (pairs rated or lost), ``p_unrated_rise`` (Holm-adjusted one-sided Fisher
-    p-value; nan when not tested: the row untested, or a rise below ``excess``) and
-    ``unrated_rise`` (bool: significant at ``alpha``).
+    ``pairs_base`` (pairs rated or lost), ``p_unrated_rise`` (one-sided Fisher p-value, Holm-adjusted
+    over every row the check tested — 1 for a row whose share did not rise; nan when the row was
+    not tested) and ``unrated_rise`` (bool: significant at that level and a rise of at least
+    ``excess``).
     """
     run_counts, base_counts = unrated_counts(run_per_task), unrated_counts(base_per_task)
     counts: list[tuple[int, int, int, int]] = []
@@ -83,25 +90,32 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
             kr, nr = (sum(run_counts.get(k, (0, 0))[j] for k in keys) for j in (0, 1))
             kb, nb = (sum(base_counts.get(k, (0, 0))[j] for k in keys) for j in (0, 1))
         counts.append((kr, nr, kb, nb))
+    # the family: every row the check tested (break-it finding, s35: a family of the rows that had
+    # risen by `excess` — 1 to 3 on a healthy night — barely corrected, and 20–30 % of healthy nights
+    # of 20 tasks × 100 pairs lost their conclusion); a row whose share did not rise has p = 1
     tested, raw = [], []
     for i, (kr, nr, kb, nb) in enumerate(counts):
         p_regress = tests.iloc[i]["p_regress"]
         if nr == 0 or nb == 0 or p_regress is None or not math.isfinite(float(p_regress)):
             continue
-        if kr / nr - kb / nb < excess or kr == 0:
+        tested.append(i)
+        if kr == 0 or kr / nr <= kb / nb:
+            raw.append(1.0)
             continue
         from scipy.stats import fisher_exact  # (only when a share rose: a check stays light)
 
-        tested.append(i)
         raw.append(float(fisher_exact([[kr, nr - kr], [kb, nb - kb]], alternative="greater").pvalue))
     p_adj = [math.nan] * len(tests)
     rise = [False] * len(tests)
     if tested:
         from lmra.stats import adjust_pvalues
 
-        reject, adjusted = adjust_pvalues(raw, "holm", alpha)
+        level = min(alpha, UNRATED_ALPHA)
+        reject, adjusted = adjust_pvalues(raw, "holm", level)
         for i, flag, p in zip(tested, reject, adjusted):
-            p_adj[i], rise[i] = float(p), bool(flag)
+            kr, nr, kb, nb = counts[i]
+            p_adj[i] = float(p)
+            rise[i] = bool(flag) and kr / nr - kb / nb >= excess  # significant, and by at least `excess`
     for j, col in enumerate(COLUMNS[:4]):
         tests[col] = [c[j] for c in counts]
     tests["p_unrated_rise"] = p_adj

@@ -47,12 +47,21 @@ def test_the_unrated_rise_by_hand():
     mark_unrated_rises(tests, 3, run, base, alpha=0.05)
     assert tests["unrated_run"].tolist() == [8, 3, 1, 12] and tests["pairs_run"].tolist() == [40, 40, 40, 120]
     assert tests["unrated_base"].tolist() == [0, 0, 0, 0]
-    raw = [comb(40, 8) / comb(80, 8), comb(40, 3) / comb(80, 3), comb(120, 12) / comb(240, 12)]
-    holm = multipletests(raw, method="holm")[1]
-    got = tests["p_unrated_rise"].tolist()
-    assert got[0] == pytest.approx(holm[0], rel=1e-9) and got[1] == pytest.approx(holm[1], rel=1e-9)
-    assert got[3] == pytest.approx(holm[2], rel=1e-9) and got[2] != got[2]  # c: 2.5 points, not tested
-    assert tests["unrated_rise"].tolist() == [True, False, False, True]  # b: p = 0.12
+    # Holm over every tested row (break-it finding, s35: over the risen rows only, 20–30 % of healthy nights
+    # were flagged), at UNRATED_ALPHA = 0.01; c (1 of 40 against none) is in the family, its 2.5-point rise too
+    # small to flag whatever its p
+    raw = [comb(40, 8) / comb(80, 8), comb(40, 3) / comb(80, 3), comb(40, 1) / comb(80, 1),
+           comb(120, 12) / comb(240, 12)]
+    reject, holm = multipletests(raw, alpha=0.01, method="holm")[:2]
+    assert tests["p_unrated_rise"].tolist() == pytest.approx(list(holm), rel=1e-9)
+    assert tests["unrated_rise"].tolist() == [bool(reject[0]), bool(reject[1]), False, bool(reject[3])]
+    assert tests["unrated_rise"].tolist() == [True, False, False, True]  # a: Holm p = 3 × 0.0027 < 0.01
+    # the check's α, when smaller, is the level
+    mark_unrated_rises(tests, 3, run, base, alpha=0.005)
+    assert tests["unrated_rise"].tolist() == [False, False, False, True]  # a: 0.0080 > 0.005
+    # a row whose share fell or stayed has p = 1 in the family
+    mark_unrated_rises(tests, 3, base, run, alpha=0.05)
+    assert tests["p_unrated_rise"].tolist()[:3] == [1.0, 1.0, 1.0] and not tests["unrated_rise"].any()
     # an untested row (too few prompts) is not tested for its unrated pairs either
     tests2 = tests.assign(p_regress=[float("nan"), 0.5, 0.5, 0.5])
     mark_unrated_rises(tests2, 3, run, base, alpha=0.05)
