@@ -164,7 +164,9 @@ def fitted_table(console: Console, title: str, rows: list[dict], *, text: tuple[
     ``left``; the others right.
 
     Returns:
-        (the table, the columns left out — to be said below it; empty when none)."""
+        (the table, the columns left out — to be said below it; empty when none). A table still
+        too wide when no group is left to drop gets its smallest width: print it with ``crop=False``
+        (the terminal wraps its lines; nothing is cut)."""
     columns = list(rows[0]) if rows else []
     left_out: list[str] = []
 
@@ -185,6 +187,9 @@ def fitted_table(console: Console, title: str, rows: list[dict], *, text: tuple[
             break
         left_out += [c for c in group if c in columns]
         table = build()
+    if not fits(console, table):  # still too narrow (break-it finding, s35: at 30 columns the task column
+        # vanished and the decisions were cut): laid out at its smallest width, which the terminal wraps
+        table.width = Measurement.get(console, console.options.update_width(LOG_WIDTH), table).minimum
     return table, left_out
 
 

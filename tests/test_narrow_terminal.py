@@ -64,3 +64,23 @@ def test_the_check_table_keeps_its_numbers_and_decisions_in_80_columns():
     assert "+0.4321" in table and "+0.1686" in table and "0.0123" in table and "REGRESSION" in table
     assert "…" not in table and all(len(line) <= 80 for line in text.splitlines())
     assert "Left out for this terminal's width: p rise, p fall" in " ".join(text.split())
+
+
+def test_a_terminal_too_narrow_for_any_layout_gets_whole_lines_it_wraps():
+    """Break-it finding (s35): at 30 columns the check's task column shrank to nothing and its decisions were
+    cut. When no column is left to drop, the table keeps its smallest width and its lines are printed whole
+    (the terminal wraps them)."""
+    from lmra.cli.monitor import print_check
+    from lmra.monitor import CheckResult
+
+    tests = pd.DataFrame([{"comparison": "female vs male", "domain": "d", "task": "draft a professional email",
+                           "n_run": 40, "n_base": 40, "h_run": 0.4321, "h_base": 0.0, "diff": 0.4321, "t_regress": 3.0,
+                           "df_regress": 70.0, "p_regress": 0.001, "p_regress_holm": 0.0123, "regressed": True,
+                           "p_improve": 1.0, "p_improve_holm": 1.0, "improved": False, "note": "", "mde": 0.2068,
+                           "base_rate": 0.0, "mde_rate": 0.25, "mde_lower_bound": False}])
+    console = Console(width=30, force_terminal=True, color_system=None, record=True)
+    print_check(console, CheckResult("20260102-000000-n", "20260101-000000-n", 0.0, 0.05, tests))
+    table = console.export_text().split("Left out")[0]
+    assert "+0.4321" in table and "0.0123" in table and "REGRESSION" in table and "draft a" in table
+    assert "…" not in table
+    assert _render(30).count("+0.0667 [-0.4512, +0.4541]") == 1  # the per-task table likewise

@@ -112,7 +112,7 @@ def print_check(console: Console, result) -> None:
         text=("comparison", "task", "detectable rise (80%)", "decision"),
         drops=(("p rise", "p fall"), ("Holm p (fall)",), ("comparison",), ("detectable rise (80%)",),
                ("prompts run/base",)))
-    console.print(table)
+    console.print(table, crop=False)
     if left_out:
         console.print(f"[dim]Left out for this terminal's width: {', '.join(left_out)} ('lmra check … --json' has "
                       "every column).[/]")

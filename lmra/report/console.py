@@ -141,7 +141,7 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                  net: _ci_cell(r["net_rating"], r["ci_low"], r["ci_high"])} for _, r in pt.iterrows()]
         table, left_out = fitted_table(console, f"Harmful-stereotype ratings: {lit(ga)} vs {lit(gb)}", rows,
                                        text=("domain", "task"), drops=COMPACT_LEFT_OUT)
-        console.print(table)
+        console.print(table, crop=False)
         if left_out:  # (fresh-user finding: at 80–100 columns the net ratings read "+0.…")
             console.print(f"[dim]Left out for this terminal's width: {', '.join(left_out)} (per_task.csv has every "
                           "column; the Overall line below counts the pairs).[/]")
