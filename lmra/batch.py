@@ -686,7 +686,7 @@ class BatchOrchestrator:
 
     async def _download(self, job: dict) -> None:
         from lmra.budget import cost_of
-        from lmra.providers.base import Usage
+        from lmra.providers.base import Usage, oversized_cut
 
         backend = self._backend(job)
         provider = self._provider_for(job)
@@ -699,12 +699,17 @@ class BatchOrchestrator:
             results, errors = await backend.fetch(job["remote"], requests)
         usages = []
         degraded: dict[str, str] = {}
+        n_cut = 0  # of them, answers far longer than max_tokens allows (oversized_cut)
         for key, result in results.items():
             req = requests[key]
             if request_key(ident.name, ident.base_url, ident.model_id, req) != key:
                 errors[key] = "result key does not match the request's cache key"
                 continue
-            if lacks_logprobs(req, result):  # as a live answer still without them: counted, never cached
+            cut = oversized_cut(result, req)
+            if cut is not None:  # far beyond max_tokens, as a live answer: cut, counted, never cached
+                degraded[key] = cut.model_dump_json()
+                n_cut += 1
+            elif lacks_logprobs(req, result):  # as a live answer still without them: counted, never cached
                 degraded[key] = result.model_copy(update={"degraded": "no_logprobs"}).model_dump_json()
             else:
                 self.cache.put(key, ident, req, result)  # type: ignore[arg-type]
@@ -731,9 +736,11 @@ class BatchOrchestrator:
         self.save()
         if self.budget is not None:
             self._account(job, usages)
+        n_bare = len(degraded) - n_cut
         self.log(f"{job['id']}: downloaded {job['n_succeeded']} result(s), {job['n_failed']} failed"
-                 + (f", {len(degraded)} without the log-probabilities asked for (not cached: their questions are "
-                    "estimated by sampling, as in a live run)" if degraded else ""))
+                 + (f", {n_bare} without the log-probabilities asked for (not cached: their questions are "
+                    "estimated by sampling, as in a live run)" if n_bare else "")
+                 + (f", {n_cut} far longer than max_tokens allows (cut to that length, not cached)" if n_cut else ""))
         for note in job["remote"].get("output_notes") or []:  # unreadable lines, results for unknown calls
             self.log(f"{job['id']}: {note}")
 

@@ -1285,14 +1285,14 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
     if not events and failed is None and not waited and result is not None:  # an answer without any fault event
         usage = result.usage
         if cached:
-            degraded = result.degraded == "no_logprobs"  # only a batch answer held for its run (CallCache.run_only)
+            degraded = result.degraded  # only a batch answer held for its run (CallCache.run_only)
             for s in stats:
                 s.cached += 1
                 s.prompt_tokens_cached += usage.prompt_tokens
                 s.completion_tokens_cached += usage.completion_tokens
-                if degraded:  # counted as the live answer it stands for
+                if degraded in ("no_logprobs", "oversized"):  # counted as the live answer it stands for
                     s.degraded += 1
-                    s.no_logprobs += 1
+                    setattr(s, degraded, getattr(s, degraded) + 1)
         elif fresh:
             degraded = int(result.degraded is not None)
             for s in stats:
