@@ -360,8 +360,7 @@ def invalid_outliers(per_task, *, alpha: float = 0.05, excess: float = INVALID_O
     rows = []
     for row in per_task.to_dict(orient="records"):
         try:
-            k = as_count(row.get("n_invalid")) + as_count(row.get("n_unlabelled")) + as_count(row.get("n_failed"))
-            n = k + as_count(row.get("n_pairs"))
+            k, n = unrated_pairs(row)
         except (TypeError, ValueError):
             continue
         rows.append((f"{row.get('group_a')} vs {row.get('group_b')}", row, k, n))
@@ -472,6 +471,18 @@ def as_count(v) -> int:
     if v is None or (isinstance(v, float) and v != v):
         return 0
     return int(v)
+
+
+#: the per-task table's counts of pairs left without a usable rating
+UNRATED_COLUMNS = ("n_invalid", "n_unlabelled", "n_failed")
+
+
+def unrated_pairs(row: dict) -> tuple[int, int]:
+    """(pairs without a usable rating, all pairs rated or lost) of one per-task row: ``k`` =
+    ``n_invalid`` + ``n_unlabelled`` + ``n_failed``, ``n`` = ``k`` + ``n_pairs`` (scored); a
+    column an older run lacks counts 0. Raises TypeError/ValueError for a non-numeric count."""
+    k = sum(as_count(row.get(c)) for c in UNRATED_COLUMNS)
+    return k, k + as_count(row.get("n_pairs"))
 
 
 def invalid_phrase(d: dict) -> str:

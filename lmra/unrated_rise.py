@@ -30,7 +30,7 @@ import math
 
 import pandas as pd
 
-from lmra.runstate import INVALID_OUTLIER_EXCESS, as_count
+from lmra.runstate import INVALID_OUTLIER_EXCESS, as_count, unrated_pairs
 
 #: the family-wise level of the test, at most (the check's α when smaller): a healthy night should
 #: rarely lose its conclusion to chance — an LMRA hiding stereotypes leaves far smaller p-values
@@ -48,9 +48,8 @@ def unrated_counts(per_task: pd.DataFrame) -> dict[tuple[str, str, str], tuple[i
     a column an older run lacks counts 0). The domain is its text ("nan" for none)."""
     out: dict[tuple[str, str, str], tuple[int, int]] = {}
     for row in per_task.to_dict(orient="records"):
-        k = sum(as_count(row.get(c)) for c in ("n_invalid", "n_unlabelled", "n_failed"))
         key = (str(row.get("comparison")), str(row.get("domain")), str(row.get("task")))
-        out[key] = (k, k + as_count(row.get("n_pairs")))
+        out[key] = unrated_pairs(row)
     return out
 
 
