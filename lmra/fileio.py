@@ -108,6 +108,41 @@ def atomic_files(folder: str | Path) -> Iterator[Callable[[str], Path]]:
                 pass
 
 
+@contextmanager
+def held_lock(path: str | Path, busy: str, what: str) -> Iterator[Path]:
+    """Hold an exclusive, non-blocking ``flock`` on ``path`` for the ``with`` block: a folder
+    (locked itself: nothing is added to it), or a lock file (created, with its folder; it stays —
+    only a held lock means busy). The lock goes with the process, also when it is killed.
+
+    Args:
+        path: an existing folder, or the lock file.
+        busy: the message when another process holds it (what is running, what to do).
+        what: the lock's owner in words, for the message when it cannot be opened
+            (``"the merge's"``).
+
+    Raises:
+        LmraIOError: another process holds it (``busy``), or it cannot be opened (naming it)."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        if path.is_dir():
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    except OSError as exc:
+        raise LmraIOError(f"cannot open {what} lock ({io_reason(exc)})", path=path) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LmraIOError(busy, path=path) from None
+        yield path
+    finally:
+        os.close(fd)
+
+
 def blocking_file(path: str | Path) -> Path | None:
     """What keeps ``path`` from being created: its nearest existing ancestor when that is not a
     folder (``afile/sub`` cannot be created under the file ``afile``).

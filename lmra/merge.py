@@ -396,29 +396,17 @@ def merge_lock(out_dir: Path, shards: list[ShardRun]):
     Raises:
         LmraIOError: another process holds it (an ``lmra merge`` of the same shards still
             running), or it cannot be created (naming it)."""
-    import fcntl
     import hashlib
 
-    from lmra.errors import LmraIOError, io_reason
+    from lmra.fileio import held_lock
 
     digest = hashlib.sha256("\n".join(sorted(s.run.run_id for s in shards)).encode()).hexdigest()[:16]
-    path = Path(out_dir) / MERGE_LOCK.format(digest=digest)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = path.open("a")
-    except OSError as exc:
-        raise LmraIOError(f"cannot create the merge's lock file ({io_reason(exc)})", path=path) from None
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise LmraIOError(f"another 'lmra merge' of these {len(shards)} shard runs into {out_dir} is running: "
-                              "wait for it to end — its run is the night (a second merge would make a second copy "
-                              "of it, which the regression check would take for another night); if it failed or "
-                              "was stopped, run this merge again", path=path) from None
+    busy = (f"another 'lmra merge' of these {len(shards)} shard runs into {out_dir} is running: "
+            "wait for it to end — its run is the night (a second merge would make a second copy "
+            "of it, which the regression check would take for another night); if it failed or "
+            "was stopped, run this merge again")
+    with held_lock(Path(out_dir) / MERGE_LOCK.format(digest=digest), busy, "the merge's") as path:
         yield path
-    finally:
-        fh.close()
 
 
 def already_merged(shards: list[ShardRun], out_dir: Path) -> Path | None:

@@ -35,9 +35,7 @@ def cmd_axes(args: argparse.Namespace) -> int:
     is partial — more labels failed than ``max_failed_share`` allows, or a comparison had no
     usable brainstorm answer and no extra axis (it measured nothing) — (the files are written;
     beside an earlier complete set, which is kept)."""
-    from lmra.axes import arun_axes, axes_config, prepare_axes, read_run
-    from lmra.report.axes import render_axes
-    from lmra.syncrun import run_sync
+    from lmra.axes import axes_config, prepare_axes, read_run
 
     console = make_console()
     run = Path(resolve_run_arg(args.run, args.reports_dir))  # a folder, a run id or 'latest' (fresh-user finding)
@@ -69,6 +67,22 @@ def cmd_axes(args: argparse.Namespace) -> int:
     from lmra.axes.outputs import check_axes_folder
 
     check_axes_folder(out_dir)  # a folder that cannot take the files stops the command before any call
+    from lmra.fileio import held_lock
+
+    busy = (f"another 'lmra axes' writing its files into {out_dir} is running: wait for it to end and run this one "
+            "again (or give --out another folder) — the second would replace the first's files, and each would say "
+            "it wrote them")
+    with held_lock(out_dir, busy, "the axes folder's"):  # the folder itself (break-it finding, s35: both said "Wrote")
+        return _axes_into(console, args, cfg, run, run_cfg, inputs, out_dir, announce)
+
+
+def _axes_into(console, args: argparse.Namespace, cfg, run: Path, run_cfg, inputs, out_dir: Path, announce) -> int:
+    """The rest of :func:`cmd_axes`, under its lock on ``out_dir``: finish an interrupted write,
+    ask the LMRA, say the table, write the files; the exit status."""
+    from lmra.axes import arun_axes
+    from lmra.report.axes import render_axes
+    from lmra.syncrun import run_sync
+
     _finish_interrupted(console, out_dir)
     before = _axes_set_bytes(out_dir)
     try:
