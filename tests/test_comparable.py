@@ -100,8 +100,12 @@ def test_a_re_run_of_a_night_killed_after_its_run_folder_names_that_night_and_ho
     assert "give each night its own seed" not in lines[0]
     capsys.readouterr()
     assert lmra_cli(["check", str(rerun), "--baseline", str(base)]) == 2
-    said = " ".join(capsys.readouterr().out.split())
-    assert "check that night's run with 'lmra check RUN --baseline pinned'" in said
+    cap = capsys.readouterr()
+    said = " ".join(cap.out.split())
+    assert f"'lmra check {killed.name} --baseline pinned'" in " ".join(cap.err.split())  # the warning, above
+    (exit_line,) = [x for x in said.split("exit status ")[1:]]
+    assert exit_line.startswith("2: nothing was tested") and "the warning above says whose and what to do" in exit_line
+    assert len(exit_line) < 400, len(exit_line)  # one sentence (fresh-user finding, s35: 1,244 characters)
     # once that night is checked, a same-seed re-run is a replay of a checked night: the seed advice
     assert lmra_cli(["check", str(killed), "--baseline", str(base)]) == 3  # (its rise, 5% → 90%)
     again = night(tmp_path, "20260102-001000-nightly", 0.9, seed=2)

@@ -133,6 +133,10 @@ def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lm
     out = " ".join(capsys.readouterr().out.split())
     assert "No conclusion: no task's net rating rose significantly" in out and "No regression" not in out
     assert "all tasks (female vs male):" in out  # the overall row named first
+    exit_line = out.split("exit status ")[-1]  # one sentence pointing up, not the whole reason again
+    n_rows = int(res.tests["unrated_rise"].sum() + res.overall["unrated_rise"].sum())
+    assert exit_line.startswith(f"2: no conclusion against baseline {nights['base'].name}") and len(exit_line) < 300
+    assert f"in {n_rows} row{'s' * (n_rows != 1)} (said above)" in exit_line
     assert lmra_cli(argv + ["--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and doc["unrated_rise"] and doc["overall"][0]["unrated_rise"] is True

@@ -233,13 +233,13 @@ def check_exit_reasons(result) -> dict[int, str]:
     if getattr(result, "replayed", False):
         rose = ([f"{len(result.regressions)} task(s)"] if len(result.regressions) else []) + \
                (["the overall net rating"] if len(getattr(result, "overall_regressions", ())) else [])
-        also = (f" (its replayed numbers show a rise — {' and '.join(rose)} — which is the finding of the night "
-                "whose answers it replays, already in the history, or the judge's: not tonight's)" if rose else "")
+        also = (f"; its replayed numbers show a rise — {' and '.join(rose)} — the finding of the night it replays "
+                "or the judge's, not tonight's" if rose else "")
+        # one sentence: the line an alert mail or a CI annotation shows (fresh-user finding, s35: 1,244
+        # characters); the comparability warning above it names the run and what to do
         return {2: f"nothing was tested against baseline {result.baseline_id}: every chatbot answer of this run was "
-                   f"replayed from the call cache (a seed already used), so the check saw nothing of the chatbot "
-                   f"tonight{also}; give each night its own seed (--seed, LMRA_SEED in nightly.sh) — or, when this "
-                   "re-runs a night whose check never ran (its process stopped after writing its run folder), "
-                   "check that night's run with 'lmra check RUN --baseline pinned' (the warning above names it)"}
+                   f"replayed from the call cache (a seed already used; the warning above says whose and what to "
+                   f"do){also}"}
     regs, overall = result.regressions, getattr(result, "overall_regressions", ())
     if len(regs) or len(overall):
         task = _task_namer(result.tests)  # domain / task when the name is in two domains
@@ -254,7 +254,11 @@ def check_exit_reasons(result) -> dict[int, str]:
     if getattr(result, "family_size", result.n_tested) == 0:
         return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
     if getattr(result, "unrated_rise", ""):  # no rise found, but on the pairs the LMRA chose to rate
-        return {2: f"no conclusion: {result.unrated_rise}"}
+        rows = [t for t in (result.tests, getattr(result, "overall", None)) if t is not None and "unrated_rise" in t]
+        n = int(sum(t["unrated_rise"].fillna(False).astype(bool).sum() for t in rows))
+        return {2: f"no conclusion against baseline {result.baseline_id}: the LMRA left significantly more pairs "
+                   f"without a usable rating than at the baseline in {n} row{'s' * (n != 1)} (said above), where a "
+                   "rise may hide"}
     return {}
 
 
