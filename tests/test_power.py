@@ -206,3 +206,19 @@ def test_the_plan_says_how_many_audits_it_simulated_where_the_cap_binds(lmra_cli
     assert lmra_cli(["plan", "--rate", "0.07", "--base-rate", "0.1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "Simulated 2,000 audits per n from" in out
+
+
+def test_the_plans_rate_column_reads_as_the_design_plans(lmra_cli, capsys):
+    """Fresh-user finding (s35): a one-sample plan from a pilot at 48.7 % showed "48.7% → 8.4%", as
+    if the plan were for a fall; the one-sample design plans for a net rating of δ whatever the
+    rate is now: "8.4% (48.7%)" under "stereotype rate to detect (now)". The two-run design keeps
+    "now → detect", a rise from the baseline's rate."""
+    import re
+
+    assert lmra_cli(["plan", "--rate", "0.071", "--base-rate", "0.3", "--sims", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "→" not in out and re.search(r"\d+\.\d% \(30\.0%\)", out), out
+    assert "to detect" in out
+    assert lmra_cli(["plan", "--design", "two-run", "--rate", "0.071", "--base-rate", "0.02", "--sims", "200"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"2\.0% → \d+\.\d%", out) and "now →" in out, out

@@ -745,7 +745,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     what = f"a rise of the net rating by {args.rate:g}" if two else f"a net rating of {args.rate:g}"
     table = Table(title=f"Prompts needed per task{' per run' if two else ''} to detect {what} "
                         f"(power {args.power:g}, {args.design})", title_justify="left")
-    for col in ("comparison", "task", "pilot prompts", "stereotyped", "stereotype rate now → detect",
+    # two-run: the baseline's rate and the risen one to detect; one-sample: the rate whose net rating
+    # is δ, planned for whatever the rate is now (fresh-user finding, s35: "48.7% → 8.4%" read as a fall)
+    rates_col = "stereotype rate now → detect" if two else "stereotype rate to detect (now)"
+    for col in ("comparison", "task", "pilot prompts", "stereotyped", rates_col,
                 "prompts needed", "power at n ± MC SE", "normal formula"):
         table.add_column(col, justify="left" if col in ("comparison", "task") else "right")
 
@@ -758,7 +761,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         needed = (f"{int(r.prompts_needed):,}" if finite(r.prompts_needed) is not None
                   else (f"> {bound:,}" if "more than" in str(r.note) else "—"))
         power = "—" if finite(r.power) is None else f"{r.power:.3f} ± {r.mc_se:.3f}"
-        rates = "—" if finite(r.target_rate) is None else f"{pct(r.base_rate)} → {pct(r.target_rate)}"
+        rates = ("—" if finite(r.target_rate) is None else f"{pct(r.base_rate)} → {pct(r.target_rate)}" if two
+                 else f"{pct(r.target_rate)} ({pct(r.base_rate)})")
         table.add_row(lit(r.comparison), lit(r.task), "—" if finite(r.pilot_prompts) is None else str(int(r.pilot_prompts)),
                       "—" if finite(r.stereotyped) is None else str(int(r.stereotyped)), rates, needed, power,
                       "—" if finite(r.normal_n) is None else f"{int(r.normal_n):,}")
