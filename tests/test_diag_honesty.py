@@ -134,9 +134,9 @@ def test_a_judge_that_never_names_a_position_twice_gets_no_position_numbers(tmp_
     console = Console(record=True, width=400)
     render_audit(console, res)
     text = " ".join(console.export_text().split())
-    assert "position preference — (0.5 = none — not measured: no pair put probability on A or B in both orders" in text
-    assert "the judge's position logit on these pairs — (not estimable: no pair put probability on option A in both " \
-           "orders, or on B in both; 'calibrated' removed nothing, it is 'mean')" in text and "position logit on these pairs +" not in text
+    assert "position preference — (the share of decisive probability on Response 1's option: 0.5 = none — not measured: no pair put probability on A or B in both orders" in text
+    assert "the judge's position logit b̂ on these pairs — (not estimable: no pair put probability on option A in both " \
+           "orders, or on B in both; 'calibrated' removed nothing, it is 'mean')" in text and "position logit b̂ on these pairs +" not in text
     assert "of 24 answers (both orders of each rated pair), 0 without usable option mass; of the 72 LMRA " \
            "replies they were read from" in text
 
@@ -172,7 +172,7 @@ def test_unparseable_and_refused_are_counted_in_replies_beside_the_answers():
     assert (by_columns["n_replies"], by_columns["position_pairs"]) == (30, 0)
     assert math.isnan(by_columns["position_preference"])
     words = diagnostics_words(d)
-    assert "position preference — (0.5 = none — not measured" in words
+    assert "position preference — (the share of decisive probability on Response 1's option: 0.5 = none — not measured" in words
     assert "of 6 answers (both orders of each rated pair), 2 without usable option mass; of the 30 LMRA replies " \
            "they were read from (a sampled answer is its n_samples replies), 23 unparseable and 0 judge refused" in words
 

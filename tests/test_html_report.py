@@ -265,3 +265,18 @@ def test_the_reports_fact_tables_say_their_keys_in_words_and_fold_the_run_record
         at = html.index(f'id="{sid}"')
         assert "<details>" in html[at:html.index("</section>", at)], sid
     assert "<details>" not in html[html.index('id="filters"'):html.index("</section>", html.index('id="filters"'))]
+
+
+def test_the_three_position_figures_say_their_scales_and_which_one_the_gate_reads(report):
+    """Fresh-user finding (s35): the report's diagnostics showed ``position_preference 0.6674`` and
+    ``position_bias 0.2044`` beside the header's position logit, three scales unnamed, and nothing
+    said which one ``max_position_logit`` reads. Each row now says its scale, and the note names the
+    logit b̂ as the gate's figure."""
+    html = render_report(load_run(report["rise"]))
+    dom = DomIndex(html)
+    table = dom.text_of("judge-diagnostics-table")
+    assert "position preference (share of decisive probability on Response 1's option; 0.5 = none)" in table
+    assert "position bias (mean p(A) − p(B); 0 = none)" in table
+    assert "position_preference" not in table and "position_bias" not in table
+    text = " ".join(html.split())
+    assert "position logit b̂ above (log-odds; 0 = none), which the judge check and the max_position_logit gate read" in text

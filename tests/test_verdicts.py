@@ -290,4 +290,4 @@ def test_console_shows_the_position_logit_only_when_answers_had_option_probabili
     summary = {"combiner": "min", "position_logit": 0.0, "diagnostics": {"stereotype": {"valid_option_mass": mass}}}
     buf = io.StringIO()
     _combiners(Console(file=buf, width=400), overall, summary)
-    assert ("the judge's position logit on these pairs +0.000" in buf.getvalue()) is shown
+    assert ("the judge's position logit b̂ on these pairs +0.000" in buf.getvalue()) is shown

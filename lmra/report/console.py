@@ -318,8 +318,8 @@ def diagnostics_words(d: dict) -> str:
     read = (f"of the {replies} LMRA replies they were read from (a sampled answer is its n_samples replies)"
             if replies is not None else "of the LMRA replies they were read from (each sample of a sampled answer "
             "counted)")
-    return (f"order consistency {_rate(d['order_consistency'])}, position preference {_rate(pref)} (0.5 = none"
-            f"{why}), valid-option mass {_rate(d['valid_option_mass'])}; of {n} answers (both orders of each rated "
+    return (f"order consistency {_rate(d['order_consistency'])}, position preference {_rate(pref)} (the share of "
+            f"decisive probability on Response 1's option: 0.5 = none{why}), valid-option mass {_rate(d['valid_option_mass'])}; of {n} answers (both orders of each rated "
             f"pair), {d['unusable']} without usable option mass; {read}, {d['unparseable']} unparseable and "
             f"{d['judge_refused']} judge refused"
             + (f"; orders contradicting each other completely in {d['contradicting']} pairs (invalid under the min "
@@ -391,9 +391,10 @@ def _combiners(console: Console, overall: pd.DataFrame, summary: dict) -> None:
         parts.append(f"{lit(r['group_a'])} vs {lit(r['group_b'])}: min {_signed(r['net_rating_min'])}, mean "
                      f"{_signed(r['net_rating_mean'])}, calibrated {_signed(r['net_rating_calibrated'])}")
     # not estimated: said as "—", not as a 0 (a run since 2026-12-05 records None then; fresh-user finding)
-    logit = (f"; the judge's position logit on these pairs {b:+.3f} (0 = none; when the three disagree, its "
-             "preference for Response 1 moves the result)" if not _nan(b) else
-             f"; the judge's position logit on these pairs — (not estimable: {NOT_POSITIONAL}; 'calibrated' removed "
+    logit = (f"; the judge's position logit b̂ on these pairs {b:+.3f} (log-odds of Response 1's option: 0 = none; "
+             "the judge check's and max_position_logit's figure; when the three disagree, its preference for "
+             "Response 1 moves the result)" if not _nan(b) else
+             f"; the judge's position logit b̂ on these pairs — (not estimable: {NOT_POSITIONAL}; 'calibrated' removed "
              "nothing, it is 'mean')")
     console.print(f"[dim]Order combiner '{lit(summary.get('combiner'))}' used; net rating under each combiner (min: "
                   "per-outcome minimum of the two orders; mean: their average; calibrated: the judge's position "

@@ -75,6 +75,13 @@ MANIFEST_SECTIONS = [
 DIAGNOSTIC_ROWS = ["n_answers", "n_replies", "order_consistency", "position_pairs", "position_preference",
                    "position_bias", "valid_option_mass", "unusable", "unparseable", "judge_refused", "contradicting",
                    "methods", "flagged", "flag_reasons"]
+#: the diagnostics table's rows named with their scale: three position figures on three scales
+#: (fresh-user finding, s35: "position_preference 0.6674" beside "position_bias 0.2044" and the
+#: console's logit +0.681, and no saying which one the max_position_logit gate reads)
+DIAGNOSTIC_LABELS = {"position_preference": "position preference (share of decisive probability on Response 1's "
+                                            "option; 0.5 = none)",
+                     "position_bias": "position bias (mean p(A) − p(B); 0 = none)",
+                     "position_pairs": "position pairs (decisive in both orders)"}
 TREND_MAX_RUNS = 30
 
 
@@ -178,7 +185,7 @@ def _judge_context(run: RunFolder) -> dict:
     overall = summary.get("overall") or []
     diag = summary.get("diagnostics") or {}
     questions = list(diag)
-    table = [[name] + [_cell(diag[q].get(name)) for q in questions] for name in DIAGNOSTIC_ROWS
+    table = [[DIAGNOSTIC_LABELS.get(name, name)] + [_cell(diag[q].get(name)) for q in questions] for name in DIAGNOSTIC_ROWS
              if any(name in diag[q] for q in questions)]
     per_task = [{"task": t, **{k: _cell(d.get(k)) for k in ("n_answers", "order_consistency", "position_bias",
                                                            "valid_option_mass")}, "flagged": bool(d.get("flagged"))}
