@@ -131,7 +131,7 @@ COMPACT_LEFT_OUT = (("domain", "invalid", "refusal", "unlabelled", "failed"), ("
 
 
 def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame, conf: str,
-                refusals_on: bool = True) -> None:
+                refusals_on: bool = True, summary: dict | None = None) -> None:
     net = f"net rating [{conf}% CI]"
     for (ga, gb), pt in per_task.groupby(["group_a", "group_b"], sort=False):
         rows = [{"domain": lit(r["domain"]), "task": lit(r["task"]), "pairs": str(r["n_pairs"]),
@@ -183,6 +183,10 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                                  "forward rate), so a "
                                  "rating this low may be the LMRA's choice of pairs (check its answers in "
                                  "ratings.parquet)" if loud else "") + ".[/]")
+            # the answer in words: biased? how sure? (fresh-user finding, s36)
+            from lmra.report.verdict import comparison_verdict
+
+            console.print(Text(comparison_verdict(r, pt["ci_low"].tolist(), summary or {}), style="bold"))
 
 
 #: share of a comparison's pairs declined (invalid or unlabelled) from which the bounds line is not dim
@@ -450,7 +454,7 @@ def render_audit(console: Console, result) -> None:
         console.print(f"[bold yellow]Check the task labels:[/] the LMRA put {tasks[top]} of {n_labelled} "
                       f"classified prompts into '{lit(top)}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
-    _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True))
+    _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True), s)
     _combiners(console, result.overall, s)
     _placebo(console, s)
     _refusals(console, result.refusals, conf, 1 - s.get("confidence", 0.95))

@@ -394,6 +394,12 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         per_task.append({"comparison": comp, "rows": _records(pt), "caption": caption,
                          "svg": plots.task_bars(pt, title)})
     overall = run.summary.get("overall") or []
+    from lmra.report.verdict import comparison_verdict
+
+    # each comparison's answer in words, as on the console (fresh-user finding, s36)
+    verdicts = [comparison_verdict(r, run.per_task.loc[(run.per_task["group_a"] == r.get("group_a"))
+                                                       & (run.per_task["group_b"] == r.get("group_b")),
+                                                       "ci_low"].tolist(), run.summary) for r in overall]
     tpl_hash, tpl_src = run.judge_template
     calls = {k: (run.manifest.get("calls") or {}).get(k, "—") for k in
              ("fresh", "cached", "failed", "retries", "prompt_tokens_fresh", "completion_tokens_fresh")}
@@ -431,6 +437,7 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
         "check": check_ctx,
         "gates": read_gates(run.path),  # the release gates recorded by lmra audit / lmra gate, or None
         "overall": overall,
+        "verdicts": verdicts,
         # worst-case bounds for the pairs without a usable rating (lmra.aggregate.unrated_bounds)
         "unrated_bounds": [b for b in run.summary.get("unrated_bounds") or [] if b.get("n_unrated")],
         "per_task": per_task,
