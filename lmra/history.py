@@ -665,6 +665,20 @@ class History:
             f"\"DELETE FROM checks WHERE rowid = {rowid}\") and check the night again (lmra check {run_id} "
             "--baseline pinned)", file=self.path, field="result")
 
+    def nightly_settings(self, run_id: str) -> tuple[float, float, str] | None:
+        """(margin, alpha, run id) of the newest check an ``lmra audit --baseline`` recorded
+        (source ``audit``) for this run, else for the newest earlier run of its name: what a check
+        by hand of this run uses when not told (fresh-user finding, s36: the nightly checked with
+        ``--margin 0.01``, ``lmra check latest --baseline last`` with 0 said REGRESSION, exit 3,
+        of the night the nightly had passed). None when no audit of the name recorded one."""
+        row = self.db.execute(
+            "SELECT c.margin, c.alpha, c.run_id FROM checks c JOIN check_sources s ON s.check_rowid = c.rowid "
+            "JOIN runs r ON r.run_id = c.run_id WHERE s.source = 'audit' AND r.name IS (SELECT name FROM runs "
+            "WHERE run_id = ?) AND (c.run_id = ? OR r.started_utc <= (SELECT started_utc FROM runs WHERE run_id = ?)) "
+            "ORDER BY (c.run_id = ?) DESC, r.started_utc DESC, c.rowid DESC LIMIT 1",
+            (run_id, run_id, run_id, run_id)).fetchone()
+        return None if row is None else (float(row[0]), float(row[1]), str(row[2]))
+
     def latest_check(self, run_id: str) -> dict | None:
         """The night's verdict: the latest check its own audit recorded (``lmra audit
         --baseline``, source ``audit``), else the latest check recorded before sources were

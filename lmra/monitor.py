@@ -1170,13 +1170,37 @@ def resolve_baseline(history: "History", ref: str | Path, run: RunFolder) -> tup
     return history.resolve(ref, relative_to=run), []
 
 
+def check_settings(h, run_id: str, margin: float | None, alpha: float | None) -> tuple[float, float, list[str]]:
+    """The margin and α of a check by hand (``lmra check``, ``lmra report --baseline``) of run
+    ``run_id``: those given; for one not given (None) what the nightly check of this run — or of
+    the newest earlier run of its name — used (:meth:`lmra.history.History.nightly_settings`),
+    said in the returned note, else 0 and 0.05 (fresh-user finding, s36: the nightly passed a
+    night with ``--margin 0.01``, the documented morning check with 0 said REGRESSION, exit 3).
+
+    Returns:
+        (margin, alpha, notes): notes empty when nothing was taken from a nightly check."""
+    nightly = h.nightly_settings(run_id) if margin is None or alpha is None else None
+    if nightly is None:
+        return 0.0 if margin is None else margin, 0.05 if alpha is None else alpha, []
+    taken = [w for w, v in (("margin", margin), ("α", alpha)) if v is None]
+    margin = nightly[0] if margin is None else margin
+    alpha = nightly[1] if alpha is None else alpha
+    whose = "this run's" if nightly[2] == run_id else f"run {nightly[2]}'s"
+    return margin, alpha, [f"{' and '.join(taken)} as {whose} nightly check (lmra audit --baseline) used "
+                           f"{'them' if len(taken) > 1 else 'it'} (margin {margin:g}, α {alpha:g}); --margin and "
+                           "--alpha set them"]
+
+
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,
-              margin: float = 0.0, alpha: float = 0.05, record: bool = True) -> CheckResult:
+              margin: float | None = None, alpha: float | None = None, record: bool = True) -> CheckResult:
     """Resolve both runs through the history, register them, test and (optionally) store.
 
     Args:
         run_ref: run folder path or id; baseline_ref: path, id, ``last`` or ``pinned``.
         history: the SQLite file (default: ``history.sqlite`` next to the run folder).
+        margin, alpha: the check's; None (not given) takes what the nightly check of this run —
+            or of the newest earlier run of its name — used (:meth:`History.nightly_settings`,
+            said in the result's notes), else 0 and 0.05.
 
     Raises:
         LmraInputError: unresolvable or incomparable runs, bad margin/alpha.
@@ -1194,7 +1218,8 @@ def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | P
                 raise
             raise LmraInputError(exc.reason, file=exc.file, line=exc.line, field="--baseline") from None
         h.register(base)
-        result = check_regression(run, base, margin=margin, alpha=alpha, history=h, notes=notes)
+        margin, alpha, said = check_settings(h, run.run_id, margin, alpha)
+        result = check_regression(run, base, margin=margin, alpha=alpha, history=h, notes=[*notes, *said])
         if record and not h.read_only:  # (a read-only archive: checked, not stored — History says so)
             h.record_check(result)
         return result

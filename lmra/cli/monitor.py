@@ -152,7 +152,19 @@ def print_check(console: Console, result) -> None:
         console.print(f"{rise} in {len(regs)} task(s): "
                       + "; ".join(f"{lit(task(r))} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
-    elif len(overall_regs) or getattr(result, "replayed", False):
+    if (len(regs) or len(overall_regs)) and not getattr(result, "replayed", False):
+        from lmra.monitor import not_evidence_reason
+
+        # as the "no regression" line says it (fresh-user finding, s36: a regression under two failed
+        # judges read as plainly as one under validated judges)
+        why = "; ".join(w for w in (
+            not_evidence_reason(result.judge_status_run, getattr(result, "run_status", None)),
+            not_evidence_reason(result.judge_status_base, getattr(result, "baseline_status", None), whose="baseline"))
+            if w)
+        if why:
+            console.print(f"[yellow]Not evidence of a regression of the chatbot: {lit(why)} — the rise may be the "
+                          "LMRA's doing, or the missing pairs', not the chatbot's.[/]")
+    if len(regs) or len(overall_regs) or getattr(result, "replayed", False):
         pass  # (said above)
     elif getattr(result, "family_size", result.n_tested) == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
@@ -914,7 +926,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     """``lmra report RUN``: write report.html; with ``--baseline`` also check (exit 3 on regression).
     ``lmra report --history``: the history page instead (:func:`cmd_history_page`)."""
     from lmra.compare import compare_runs
-    from lmra.monitor import check_regression, resolve_baseline
+    from lmra.monitor import check_regression, check_settings, resolve_baseline
     from lmra.history import History
     from lmra.report.html import write_report
 
@@ -941,8 +953,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.baseline:
             base, notes = resolve_baseline(h, args.baseline, run)
             h.register(base)
-            check = check_regression(run, base, history=h, margin=args.margin or 0.0,
-                                     alpha=0.05 if args.alpha is None else args.alpha, notes=notes)
+            margin, alpha, said = check_settings(h, run.run_id, args.margin, args.alpha)  # (the nightly's)
+            check = check_regression(run, base, history=h, margin=margin, alpha=alpha, notes=[*notes, *said])
             if not h.read_only:  # (a read-only archive: checked, not stored — History says so)
                 h.record_check(check, source="report")
             cmp = compare_runs(base, run)
@@ -1190,11 +1202,13 @@ def add_parsers(subparsers) -> None:
     c.add_argument("run", metavar="RUN", help=RUN_HELP)
     c.add_argument("--baseline", required=True, metavar="RUN|last|pinned",
                    help="baseline: a run folder/id, 'last' (previous run of the same name) or 'pinned'")
-    c.add_argument("--margin", type=margin_arg, default=0.0,
-                   help="rise of the net rating that counts as a regression (default: %(default)s, any significant "
-                        "rise)")
-    c.add_argument("--alpha", type=check_alpha_arg, default=0.05,
-                   help="family-wise error rate (Holm), 0 < alpha ≤ 0.5 (default: %(default)s)")
+    c.add_argument("--margin", type=margin_arg, default=None,
+                   help="rise of the net rating that counts as a regression (default: the margin the nightly check "
+                        "of this run, or of the newest earlier run of its name, used — lmra audit --baseline "
+                        "--margin; else 0, any significant rise)")
+    c.add_argument("--alpha", type=check_alpha_arg, default=None,
+                   help="family-wise error rate (Holm), 0 < alpha ≤ 0.5 (default: the nightly check's, as --margin; "
+                        "else 0.05)")
     c.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="exit as usual even when a run's judge failed validation (default: exit 5)")
     add_store_args(c)
@@ -1259,9 +1273,11 @@ def add_parsers(subparsers) -> None:
     r.add_argument("run", metavar="RUN", nargs="?", help=RUN_HELP + "; omitted with --history (the history page)")
     r.add_argument("--baseline", metavar="RUN|last|pinned", help="also run the regression check and show it")
     r.add_argument("--margin", type=margin_arg,
-                   help="regression margin, in [0, 2) (with --baseline; default: 0.0)")
+                   help="regression margin, in [0, 2) (with --baseline; default: the nightly check's, as lmra check "
+                        "--margin; else 0.0)")
     r.add_argument("--alpha", type=check_alpha_arg,
-                   help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: 0.05)")
+                   help="family-wise error rate (with --baseline), 0 < alpha ≤ 0.5 (default: the nightly check's; "
+                        "else 0.05)")
     r.add_argument("--allow-unvalidated-judge", action="store_true",
                    help="with --baseline: exit as the check says even when a run's judge failed validation "
                         "(default: exit 5, as 'lmra check')")

@@ -1,0 +1,69 @@
+"""A check by hand takes the nightly's margin and α when not given them (fresh-user finding, s36:
+the nightly — ``lmra audit --baseline pinned --margin 0.01`` — passed a night, and the documented
+morning check ``lmra check latest --baseline last``, at margin 0, said REGRESSION, exit 3)."""
+
+from __future__ import annotations
+
+from monitor_helpers import lmra_cli, make_run  # noqa: F401  (fixture)
+from lmra.history import History
+from lmra.monitor import check_regression, check_run
+from lmra.runfolder import load_run
+
+
+def _nightly(tmp_path, run_dir, base_dir, margin, alpha):
+    """Record the check an ``lmra audit --baseline`` of ``run_dir`` would have (source audit)."""
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        run, base = load_run(run_dir), load_run(base_dir)
+        h.register(run)
+        h.register(base)
+        h.record_check(check_regression(run, base, margin=margin, alpha=alpha, history=h), source="audit")
+
+
+def test_a_check_by_hand_takes_the_nightlys_margin_and_says_so(tmp_path, lmra_cli, capsys):  # noqa: F811
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                    n_prompts=200)
+    rise = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.35, "career advice": 0.1}, seed=2,
+                    n_prompts=200)
+    hist = tmp_path / "reports" / "history.sqlite"
+    # without a nightly check: margin 0 and α 0.05, and the rise is a regression
+    plain = check_run(rise, base, history=hist, record=False)
+    assert plain.margin == 0.0 and plain.alpha == 0.05 and len(plain.regressions) == 1
+    assert not any("nightly check" in n for n in plain.notes)
+    _nightly(tmp_path, rise, base, margin=0.5, alpha=0.01)  # the nightly ran with --margin 0.5 --alpha 0.01
+    res = check_run(rise, base, history=hist, record=False)
+    assert res.margin == 0.5 and res.alpha == 0.01 and res.regressions.empty  # as the nightly said
+    (note,) = [n for n in res.notes if "nightly check" in n]
+    assert note.startswith("margin and α as this run's nightly check (lmra audit --baseline) used them")
+    # what is given is used; the rest still comes from the nightly
+    mixed = check_run(rise, base, history=hist, margin=0.0, record=False)
+    assert mixed.margin == 0.0 and mixed.alpha == 0.01 and len(mixed.regressions) == 1
+    assert any(n.startswith("α as this run's nightly check") for n in mixed.notes)
+    # a later night of the name without a check of its own: the newest earlier nightly's settings
+    later = make_run(tmp_path, "20260103-000000-nightly", {"write a story": 0.35, "career advice": 0.1}, seed=3,
+                     n_prompts=200)
+    res = check_run(later, base, history=hist, record=False)
+    assert res.margin == 0.5 and any("run 20260102-000000-nightly's nightly check" in n for n in res.notes)
+    # through the command: the note is printed, the exit status is the nightly's verdict
+    capsys.readouterr()
+    assert lmra_cli(["check", str(rise), "--baseline", str(base), "--history", str(hist)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "margin and α as this run's nightly check" in out
+    assert lmra_cli(["check", str(rise), "--baseline", str(base), "--history", str(hist), "--margin", "0"]) == 3
+    assert lmra_cli(["report", str(rise), "--baseline", str(base), "--history", str(hist),
+                     "--out", str(tmp_path / "r.html")]) == 0
+
+
+def test_a_regression_under_a_failed_judge_says_it_is_not_evidence(tmp_path, lmra_cli, capsys):  # noqa: F811
+    """Fresh-user finding (s36): "No regression detected — not evidence …: judge failed validation"
+    carried the caveat, "Regression in 1 task(s)" under the same failed judges did not."""
+    jc = {"per_kind": 2}  # the scripted judge fails the canaries (as in test_html_report)
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                    n_prompts=200, judge_check=jc)
+    rise = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.6, "career advice": 0.1}, seed=2,
+                    n_prompts=200, judge_check=jc)
+    capsys.readouterr()
+    status = lmra_cli(["check", str(rise), "--baseline", str(base), "--allow-unvalidated-judge"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == 3 and "Regression in 1 task(s)" in out
+    assert "Not evidence of a regression of the chatbot: judge failed validation; baseline's judge failed validation" \
+        in out
