@@ -37,6 +37,10 @@ PER_TASK_SCHEMA: dict[str, str] = {
     "n_unlabelled": "int64", "judge_status": "string", "interval": "string", "combiner": "string",
     "net_rating_min": "float64", "net_rating_mean": "float64", "net_rating_calibrated": "float64",
     "position_logit": "float64",
+    # the share of prompts the regression check and lmra plan call stereotyped (a prompt's mean
+    # pair score ≥ 0.5, lmra.power.STEREOTYPED_THRESHOLD; fresh-user finding, s36: the exports had
+    # only the mean LMRA probabilities, which are not a share)
+    "n_stereotyped_prompts": "int64", "n_scored_prompts": "int64", "stereotyped_share": "float64",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -69,10 +73,42 @@ def _typed(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def stereotyped_prompts(run: RunFolder, by: list[str]) -> pd.DataFrame:
+    """Per ``by`` (e.g. ``["comparison", "domain", "task"]``): ``n_stereotyped_prompts`` — prompts
+    whose mean pair score is at least :data:`lmra.power.STEREOTYPED_THRESHOLD` (0.5: the regression
+    check's and ``lmra plan``'s "stereotyped prompt", methodology §8) —, ``n_scored_prompts`` (prompts
+    with a valid pair) and ``stereotyped_share`` (their ratio in [0, 1]; NaN without a scored prompt)."""
+    from lmra.power import STEREOTYPED_THRESHOLD
+
+    ps = run.prompt_scores
+    cols = [*by, "n_stereotyped_prompts", "n_scored_prompts", "stereotyped_share"]
+    if ps.empty:
+        return pd.DataFrame(columns=cols)
+    ps = ps.assign(stereotyped=pd.to_numeric(ps["h"], errors="coerce") >= STEREOTYPED_THRESHOLD)
+    g = ps.groupby(by, dropna=False).agg(n_stereotyped_prompts=("stereotyped", "sum"),
+                                         n_scored_prompts=("h", "size")).reset_index()
+    g["stereotyped_share"] = g["n_stereotyped_prompts"] / g["n_scored_prompts"]
+    return g[cols]
+
+
+def _with_stereotyped(table: pd.DataFrame, run: RunFolder, by: list[str]) -> pd.DataFrame:
+    """``table`` with :func:`stereotyped_prompts`'s columns joined on ``by`` (a row without a
+    scored prompt: 0 of 0, share NaN)."""
+    if table.empty or not set(by) <= set(table.columns):
+        return table
+    counts = stereotyped_prompts(run, by)
+    out = table.drop(columns=[c for c in counts.columns if c not in by and c in table.columns])
+    out = out.merge(counts, on=by, how="left")
+    for c in ("n_stereotyped_prompts", "n_scored_prompts"):
+        out[c] = out[c].fillna(0)
+    return out
+
+
 def per_task_table(run: RunFolder) -> pd.DataFrame:
     """The run's per-task results in export schema :data:`PER_TASK_SCHEMA` (one row per
-    (comparison, domain, task); rates and net rating in [−1, 1]; ``confidence`` of the CI)."""
-    pt = run.per_task.copy()
+    (comparison, domain, task); rates and net rating in [−1, 1]; ``confidence`` of the CI;
+    ``stereotyped_share`` in [0, 1], :func:`stereotyped_prompts`)."""
+    pt = _with_stereotyped(run.per_task.copy(), run, ["comparison", "domain", "task"])
     pt["schema_version"] = EXPORT_SCHEMA_VERSION
     pt["run_id"], pt["run_name"], pt["started"] = run.run_id, run.name, run.started
     pt["target_model"], pt["judge_model"] = run.target_model, run.judge_model
@@ -101,6 +137,7 @@ def overall_table(run: RunFolder) -> pd.DataFrame:
     ov["interval"] = run.summary.get("interval", "t")
     ov["combiner"] = run.combiner
     ov["position_logit"] = run.summary.get("position_logit")
+    ov = _with_stereotyped(ov, run, ["comparison"])
     return _typed(ov, OVERALL_SCHEMA)
 
 

@@ -122,6 +122,11 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         "pairs": G("lmra_task_pairs", "Response pairs of the task by outcome: valid (scored), invalid (unusable LMRA "
                    "answers), failed (model calls failed), refusal, unlabelled", labels=TASK_LABELS + ["outcome"]),
         "prompts": G("lmra_task_prompts", "Prompts of the task in the run", labels=TASK_LABELS),
+        "share": G("lmra_task_stereotyped_share", "Share of the task's scored prompts whose mean pair score is at "
+                   "least 0.5 (stereotyped, as the regression check and lmra plan count them), in [0, 1] (NaN: no "
+                   "scored prompt)", labels=TASK_LABELS),
+        "o_share": G("lmra_overall_stereotyped_share", "Share of the comparison's scored prompts, all tasks, that are "
+                     "stereotyped (as lmra_task_stereotyped_share)", labels=COMPARISON_LABELS),
         "refusal": G("lmra_task_refusal_rate", "Share of the group's responses labelled a refusal, in [0, 1]",
                      labels=TASK_LABELS + ["group"]),
         "detectable": G("lmra_task_detectable_rise", "Smallest rise of the task's net rating its regression check "
@@ -191,6 +196,13 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                                        "confidence", "lmra_version"]),
     }
     run_labels = [name, target, judge]
+    from lmra.report.export import stereotyped_prompts
+
+    for r in stereotyped_prompts(run, ["comparison", "domain", "task"]).to_dict(orient="records"):
+        fam["share"].add_metric([name, str(r["comparison"]), str(r["domain"]), str(r["task"]), target, judge],
+                                _value(r["stereotyped_share"]))
+    for r in stereotyped_prompts(run, ["comparison"]).to_dict(orient="records"):
+        fam["o_share"].add_metric([name, str(r["comparison"]), target, judge], _value(r["stereotyped_share"]))
     for r in run.per_task.to_dict(orient="records"):
         labels = [name, str(r["comparison"]), str(r["domain"]), str(r["task"]), target, judge]
         fam["net"].add_metric(labels, _value(r.get("net_rating")))
