@@ -199,8 +199,11 @@ def whole_width(header: str, cells) -> int:
     (Rich measures a cell by its longest word, whatever the column's ``no_wrap``)."""
     from rich.text import Text
 
-    return max([Text.from_markup(header).cell_len] + [c.cell_len if isinstance(c, Text) else Text.from_markup(str(c)).cell_len
-                                                       for c in cells])
+    def widest_line(t: Text) -> int:  # a cell stacked over lines ("female vs male:\n+0.0075 [...]") needs its longest
+        return max((line.cell_len for line in t.split("\n")), default=0)
+
+    return max([widest_line(Text.from_markup(header))]
+               + [widest_line(c if isinstance(c, Text) else Text.from_markup(str(c))) for c in cells])
 
 
 def fits(console: Console, table) -> bool:

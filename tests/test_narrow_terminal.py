@@ -84,3 +84,44 @@ def test_a_terminal_too_narrow_for_any_layout_gets_whole_lines_it_wraps():
     assert "+0.4321" in table and "0.0123" in table and "REGRESSION" in table and "draft a" in table
     assert "…" not in table
     assert _render(30).count("+0.0667 [-0.4512, +0.4541]") == 1  # the per-task table likewise
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_lmra_history_keeps_every_rating_whole_in_a_narrow_terminal(width, tmp_path, monkeypatch):
+    """Fresh-user finding (s36): at 80 columns ``lmra history`` cut the net rating's interval to
+    "[-0.25…", the judge status to "(waive…" and broke "regressi / on", though the docs said the
+    ratings stay whole down to about 80 columns. Every rating and interval is now whole at any
+    width, in the compact table while it fits, else one block per run; nothing is cut ("…")."""
+    from monitor_helpers import make_run
+    from lmra.cli import main, monitor as cli_monitor
+    from lmra.history import History
+    from lmra.monitor import check_regression
+    from lmra.runfolder import load_run
+
+    base = make_run(tmp_path, "20260101-000000-nightly-local", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                    n_prompts=40)
+    run = make_run(tmp_path, "20260102-000000-nightly-local", {"write a story": 0.3, "career advice": 0.1}, seed=2,
+                   n_prompts=40)
+    hist = tmp_path / "reports" / "history.sqlite"
+    with History(hist) as h:
+        r, b = load_run(run), load_run(base)
+        h.register(r)
+        h.register(b)
+        h.record_check(check_regression(r, b, history=h), source="audit")
+        overall = h.overall_trend()
+    consoles = []
+
+    def console_of_width(*_, **__):
+        consoles.append(Console(width=width, force_terminal=True, color_system=None, record=True))
+        return consoles[-1]
+
+    monkeypatch.setattr(cli_monitor, "make_console", console_of_width)
+    assert main(["history", "--history", str(hist)]) == 0
+    text = consoles[-1].export_text()
+    assert "…" not in text and all(len(line) <= width for line in text.splitlines())
+    flat = " ".join(text.split())
+    for o in overall.itertuples():
+        assert f"{o.net_rating:+.4f} [{o.ci_low:+.4f}, {o.ci_high:+.4f}]" in flat
+    for run_id in (base.name, run.name):
+        assert run_id in text  # whole, on one line
+    assert "regressi " not in text

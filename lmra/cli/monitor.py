@@ -21,7 +21,7 @@ from lmra.cli.commands import COMMANDS
 from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha_arg, finite_float, history_file,
                              delta_arg, json_errors, margin_arg, print_warning, whole_number)
 from lmra.cli.exits import final_status, print_final_status
-from lmra.console import counted, fitted_table, lit, make_console
+from lmra.console import counted, fits, fitted_table, lit, make_console
 from lmra.comparable import REFUSED_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
 
@@ -469,20 +469,20 @@ def cmd_history(args: argparse.Namespace) -> int:
         console.print(f"no finished runs in {lit(path.parent)}" + (f" named '{lit(args.name)}'" if args.name else ""))
         _print_not_finished(console, unfinished)
         return 0
-    table = Table(title=f"Runs in {lit(path)}", title_justify="left")
+    title = f"Runs in {lit(path)}"
+    table = Table(title=title, title_justify="left")
     table.add_column("run", no_wrap=True)
     counts = "valid/invalid/failed/refused/unlabelled"  # the five add up to the pairs (break-it: unlabelled were missing)
     # a terminal narrower than HISTORY_FULL_WIDTH leaves out the start time (the run id holds it) and
     # the models, and keeps each rating whole (fresh-user finding: at 120 columns the net rating read
-    # "+0.00…" and the check wrapped over 15 lines)
+    # "+0.00…" and the check wrapped over 15 lines; s36: at 80 columns "[-0.25…", "(waive…")
     narrow = console.is_terminal and console.width < HISTORY_FULL_WIDTH
-    left_out = ("started", "target", "judge", counts, "pin") if narrow else ()  # (a pin is said in the run cell)
-    for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]",
-                "regression check", "gates", "pin"):
-        if col not in left_out:
-            # (narrow: the check's long words — a baseline's run id — fold, or the table is cut at the right)
-            table.add_column(col, justify="right" if col in ("pairs", counts) else "left",
-                             overflow="fold" if narrow and col == "regression check" else "ellipsis")
+    if not narrow:
+        for col in ("started", "target", "judge", "judge status", "pairs", counts, "overall net rating [CI]",
+                    "regression check", "gates", "pin"):
+            table.add_column(col, justify="right" if col in ("pairs", counts) else "left")
+    narrow_rows: list[dict] = []
+    blocks: list[list[str]] = []
     # on a terminal a run's status and comparisons stack in their cells; in a log each row is one
     # line (docs/nightly.md, "Logs"), so that grepping a run id finds its status too
     stack, between = ("\n", "\n") if console.is_terminal else (" ", "; ")
@@ -497,15 +497,42 @@ def cmd_history(args: argparse.Namespace) -> int:
         split = "/".join(_count(x) for x in (r.n_pairs, r.n_invalid, r.n_failed, getattr(r, "n_refused", None),
                                              getattr(r, "n_unlabelled", None)))
         if narrow:
-            table.add_row(run_cell + ("\npinned" if r.pinned else ""), _judge_cell(r.judge_status),
-                          _count(r.n_pairs_total), net, _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
-                          _gates_cell(verdicts[r.run_id]["gates"], between))
+            # one block per run when even the compact table does not fit (below): its lines, one fact each
+            blocks.append(
+                [f"[bold]{lit(r.run_id)}[/]" + ("" if (r.status or "complete") == "complete" else
+                                                f" [bold red]{lit(r.status)}[/]")
+                 + (" [yellow](folder gone)[/]" if verdicts[r.run_id]["folder_gone"] else "")
+                 + (" pinned" if r.pinned else "") + f" — judge {_judge_cell(r.judge_status)}, "
+                 f"{_count(r.n_pairs_total)} pairs"]
+                + [f"  {lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
+                   for o in ov.itertuples()]
+                + [f"  check: {_check_cell(verdicts[r.run_id]['check'], '; ', _not_evidence(r))}",
+                   f"  gates: {_gates_cell(verdicts[r.run_id]['gates'], '; ')}"])
+            narrow_rows.append({"run": run_cell + ("\npinned" if r.pinned else ""),
+                                "judge status": _judge_cell(r.judge_status).replace(" (", "\n("),
+                                "pairs": _count(r.n_pairs_total), "overall net rating [CI]": net,
+                                "regression check": _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
+                                "gates": _gates_cell(verdicts[r.run_id]["gates"], between)})
         else:
             table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
                           _judge_cell(r.judge_status), _count(r.n_pairs_total), split, net,
                           _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
                           _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
-    console.print(table)
+    dropped: list[str] = []
+    if narrow:  # every run id and rating whole; the check's words fold; narrower still, the terminal wraps the
+        # table's lines rather than cut a number (lmra.console.fitted_table)
+        table, dropped = fitted_table(console, title, narrow_rows, text=("regression check", "gates"),
+                                      left=("run", "judge status", "overall net rating [CI]"),
+                                      drops=(("gates",), ("pairs",)))
+    if narrow and not fits(console, table):  # (fresh-user finding, s36: at 80 columns "[-0.25…", "(waive…",
+        # "regressi / on"): a block per run, each fact on its own line, which wraps between words
+        console.print(f"[italic]{title}[/]")
+        for block in blocks:
+            for line in block:
+                console.print(line, highlight=False)
+        dropped = []
+    else:
+        console.print(table, crop=False)
     gone = [run_id for run_id, v in verdicts.items() if v["folder_gone"]]
     if gone:
         named = ", ".join(gone[-GONE_NAMED:]) + (f" and {len(gone) - GONE_NAMED} earlier" if len(gone) > GONE_NAMED
@@ -514,9 +541,10 @@ def cmd_history(args: argparse.Namespace) -> int:
                       f"where it was recorded: {lit(named)}); the table shows what the history recorded, and "
                       "commands that read the run (check, report, export) cannot.")
     if narrow:
+        also = f"; {' and '.join(dropped)} for this terminal's width" if dropped else ""
         console.print(f"[dim]Start times, models and the pairs' valid/invalid/failed/refused/unlabelled split are "
-                      f"left out below {HISTORY_FULL_WIDTH} columns (a wider window, 'lmra history --json' or 'lmra "
-                      "history | cat' show them).[/]")
+                      f"left out below {HISTORY_FULL_WIDTH} columns{also} (a wider window, 'lmra history --json' or "
+                      "'lmra history | cat' show them).[/]")
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
                   "own check, else the latest); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
@@ -1205,7 +1233,7 @@ def add_parsers(subparsers) -> None:
     c.add_argument("--margin", type=margin_arg, default=None,
                    help="rise of the net rating that counts as a regression (default: the margin the nightly check "
                         "of this run, or of the newest earlier run of its name, used — lmra audit --baseline "
-                        "--margin; else 0, any significant rise)")
+                        "--margin; else 0.0, any significant rise)")
     c.add_argument("--alpha", type=check_alpha_arg, default=None,
                    help="family-wise error rate (Holm), 0 < alpha ≤ 0.5 (default: the nightly check's, as --margin; "
                         "else 0.05)")
