@@ -64,6 +64,12 @@ def test_the_check_table_keeps_its_numbers_and_decisions_in_80_columns():
     assert "+0.4321" in table and "+0.1686" in table and "0.0123" in table and "REGRESSION" in table
     assert "…" not in table and all(len(line) <= 80 for line in text.splitlines())
     assert "Left out for this terminal's width: p rise, p fall" in " ".join(text.split())
+    # no legend for the detectable-rise column when it is left out (fresh-user finding, s36)
+    flat = " ".join(text.split())
+    assert ("detectable rise (80%)" in flat.split("Left out")[1]) != ("Detectable rise: the smallest rise" in flat)
+    wide = Console(width=250, force_terminal=True, color_system=None, record=True)
+    print_check(wide, CheckResult("20260102-000000-n", "20260101-000000-n", 0.0, 0.05, tests))
+    assert "Detectable rise: the smallest rise" in " ".join(wide.export_text().split())
 
 
 def test_a_terminal_too_narrow_for_any_layout_gets_whole_lines_it_wraps():

@@ -120,7 +120,9 @@ def print_check(console: Console, result) -> None:
         console.print("[dim]'all tasks': each task's net rating weighted by its share of the prompts of both runs, "
                       "the same weights tonight and at the baseline (so a task that lost prompts in one run does not "
                       "move it) — not either run's own overall net rating over its pairs (docs/nightly.md).[/]")
-    if getattr(result, "family_size", result.n_tested):  # (an overall row tested alone has its detectable rise too)
+    if getattr(result, "family_size", result.n_tested) and "detectable rise (80%)" not in left_out:
+        # (an overall row tested alone has its detectable rise too); no legend for a column left out
+        # (fresh-user finding, s36: 13 lines explaining a column the terminal had no room for)
         console.print(f"[dim]{sensitivity_note(result)}[/]")
     below = below_detectable_note(result)
     if below:
