@@ -110,6 +110,9 @@ MAX_REQUESTS_PER_MINUTE = 1_000_000.0
 MAX_TOKENS_PER_MINUTE = 1_000_000_000.0
 MAX_THREADS = 1024
 MAX_CONCURRENCY = 512
+#: the smallest ``alpha`` (break-it finding, s36: 1e-17 passed, its 1 − alpha rounded to a 100% interval, and every
+#: report of the run failed)
+MIN_ALPHA = 1e-6
 #: ``concurrency = "auto"``: calls in flight when no model has a rate limit (in all), and of a
 #: model without a limit (and without ``max_concurrency``) when another model has one
 AUTO_UNLIMITED_IN_FLIGHT = 2
@@ -576,8 +579,9 @@ class AuditConfig(_Strict):
         True, description="Keep each finished pair in the call cache's pair memo, and replay it when a later run over "
         "the same cache audits the same pair with the same settings (a cached re-run skips the pair's work; "
         "manifest.json's pair_memo counts the pairs replayed).")
-    alpha: float = Field(0.05, gt=0, le=0.5, description="Significance level for confidence intervals (0.05 → 95%) "
-                         "and, with --baseline, the regression check's family-wise error rate; 0 < alpha ≤ 0.5.")
+    alpha: float = Field(0.05, ge=MIN_ALPHA, le=0.5, description="Significance level for confidence intervals (0.05 → "
+                         "95%) and, with --baseline, the regression check's family-wise error rate; 1e-6 ≤ alpha ≤ 0.5 "
+                         "(a smaller one is a 99.9999…% interval, and below about 1e-16 1 − alpha rounds to 1).")
     max_failed_share: float = Field(
         0.05, ge=0, le=1,
         description="Largest share of the planned pairs that may be lost to calls failing after every retry; "

@@ -64,3 +64,31 @@ def test_every_enforced_range_is_in_its_fields_row():
             if text and row is not None and f"Range {text}" not in row:
                 missing.append(f"{heading} {name}: Range {text}")
     assert not missing, missing
+
+
+def test_an_alpha_whose_interval_rounds_to_100_percent_is_refused_and_an_old_run_still_reports(tmp_path):
+    """Break-it finding (s36): ``alpha = 1e-17`` passed, the run was written with confidence 1.0 and
+    then every report of it failed (exit 2, "option --alpha: … got 0.0", an option never given). The
+    config refuses alphas below 1e-6; a run an older lmra wrote that way reports with its config's alpha."""
+    import json
+
+    import pytest
+    from pydantic import ValidationError
+
+    from conftest import rerecord_files
+    from monitor_helpers import make_run
+    from lmra.report.html import adequacy_args, render_report
+    from lmra.runfolder import load_run
+
+    with pytest.raises(ValidationError, match="greater than or equal to 0.000001"):
+        AuditConfig.model_validate({"alpha": 1e-17})
+    assert AuditConfig.model_validate({"alpha": 1e-6}).alpha == 1e-6
+    run_dir = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                       n_prompts=20)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps(summary | {"confidence": 1.0}))  # as 1 − 1e-17 was recorded
+    (run_dir / "config.toml").write_text((run_dir / "config.toml").read_text().replace("alpha = 0.05", "alpha = 1e-17"))
+    rerecord_files(run_dir)
+    run = load_run(run_dir)
+    assert adequacy_args(run)["alpha"] == 1e-17
+    assert "<html" in render_report(run)

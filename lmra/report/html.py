@@ -352,7 +352,12 @@ def adequacy_args(run: RunFolder, *, history=None, check=None, delta: float | No
     check_ctx = _check_context(check)
     if delta is None and check_ctx and 0 < check_ctx["margin"] <= 2:  # (a margin stored by an older lmra
         delta = float(check_ctx["margin"])  # that took any number is left out, not refused)
-    return {"delta": delta, "alpha": 1 - float(run.summary.get("confidence", 0.95)), "power": power}
+    alpha = 1 - float(run.summary.get("confidence", 0.95))
+    if not 0 < alpha < 1:  # a confidence recorded as 1.0 (an alpha below 1e-16, accepted by an older lmra:
+        # break-it finding, s36 — every report of the run failed naming an '--alpha' never given): its config's
+        configured = finite(run.config.get("alpha"))
+        alpha = configured if configured is not None and 0 < configured < 1 else 0.05
+    return {"delta": delta, "alpha": alpha, "power": power}
 
 
 def build_context(run: RunFolder, *, history=None, check=None, comparison: RunComparison | None = None,
