@@ -156,6 +156,22 @@ def test_a_model_the_endpoint_does_not_serve_stops_the_audit_at_its_start(tmp_pa
     assert TRIP_AFTER <= not_found <= TRIP_AFTER + 8 and requests < 120, (not_found, requests)
 
 
+def test_an_endpoint_slower_than_timeout_s_is_told_to_raise_it_not_called_unreachable(tmp_path):
+    """Break-it finding (s36): a server up but answering in 2 s with timeout_s = 0.5 was "unreachable … Check
+    that the server is running and that base_url … points at it" — the wrong fix; the run now says no call
+    was answered in time and names timeout_s."""
+    with FaultServer(delay_s=1.5) as srv:
+        cfg = audit_config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=6, timeout_s=0.3, retries=0)
+        proc = _audit_cli(cfg, tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    err = " ".join(proc.stderr.split())
+    assert re.search(r"endpoint \S+ answered no call in time: \d+ calls in a row took longer than timeout_s after "
+                     r"every retry \(timeout × \d+\); nothing was audited\. .*needs a larger timeout_s in \[(target|judge)\]",
+                     err), err
+    assert "unreachable" not in err and "Traceback" not in proc.stdout + proc.stderr
+
+
 REJECTED = "'logprobs' is not supported with this model"
 
 

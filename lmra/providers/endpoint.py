@@ -177,6 +177,17 @@ class EndpointUnreachable(RuntimeError):
             super().__init__(f"the {role}'s {where} does not serve its model{which}: {n_failed} calls in a row failed "
                              f"with HTTP 404 ({why}); {done}. {check}, then run the same command again")
             return
+        #: every call of the streak timed out: a server up but slower than timeout_s (break-it finding, s36:
+        #: "unreachable … check that the server is running" for a CPU-hosted model answering in 2 s of 1)
+        self.timed_out = bool(kinds) and set(kinds) == {"timeout"}
+        if self.timed_out:
+            was = (f"after {answered_before:,} answered calls, " if answered_before else "")
+            super().__init__(f"the {role}'s {where} answered no call in time: {was}{n_failed} calls in a row took longer "
+                             f"than timeout_s after every retry ({why}); {done}. A server that is up but slower than "
+                             f"that (a model on CPU, an overloaded server) needs a larger timeout_s in [{role}] (or a "
+                             "lower concurrency); else check that it is running. Then run the same command again: it "
+                             "resumes from the cache")
+            return
         if answered_before:  # it answered earlier in this run, then stopped
             super().__init__(f"the {role}'s {where} stopped answering mid-run: after {answered_before:,} answered "
                              f"calls, {n_failed} calls in a row failed after every retry ({why}); {done}. Check that "
