@@ -762,13 +762,13 @@ class History:
         # a replay's rows flagged nothing of that night's chatbot: no task regressed or improved
         keyed = lambda col: {(r.get("comparison"), r.get("domain"), r.get("task")): r  # noqa: E731
                              for r in rows if bool(r.get(col)) and verdict != "no_conclusion"}
-        from lmra.unrated_rise import unrated_rise_words
+        from lmra.unrated_rise import unrated_summary_words
 
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
                 "verdict": c["verdict"], "replayed": c["replayed"], "refused": c["refused"],
                 # the rows whose LMRA left significantly more pairs unrated than at the baseline, in words ("": none)
-                "unrated_rise": "" if c["replayed"] else unrated_rise_words(rows + overall),
+                "unrated_rise": "" if c["replayed"] else unrated_summary_words(rows + overall),
                 "regressed": keyed("regressed"),
                 "improved": keyed("improved"),
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),

@@ -22,6 +22,12 @@ elsewhere has no conclusion (:attr:`lmra.monitor.CheckResult.verdict`, exit stat
 ratings are not missing at random when an LMRA declines pairs for what they hold (Manski 1989,
 "Anatomy of the selection problem": without an assumption only worst-case bounds are
 identified — :func:`lmra.aggregate.unrated_bounds`).
+
+The mirror (break-it finding, s36): where the *baseline's* LMRA left significantly more of a row's
+pairs unrated than tonight's (the same test the other way) and the row regressed, its rise may be
+the stereotypes the baseline's LMRA declined to rate: the row's regression is withheld
+(``regression_withheld``; the row counts among the ``unrated_rise`` rows), and the check has no
+conclusion unless another row regressed.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ UNRATED_ALPHA = 0.01
 #: rows :func:`unrated_rise_words` names; the rest are counted
 WORDS_MAX_ROWS = 4
 #: the columns :func:`mark_unrated_rises` adds to the check's rows
-COLUMNS = ["unrated_run", "pairs_run", "unrated_base", "pairs_base", "p_unrated_rise", "unrated_rise"]
+COLUMNS = ["unrated_run", "pairs_run", "unrated_base", "pairs_base", "p_unrated_rise", "unrated_rise",
+           "p_unrated_base_rise", "regression_withheld"]
 
 
 def unrated_counts(per_task: pd.DataFrame) -> dict[tuple[str, str, str], tuple[int, int]]:
@@ -101,11 +108,11 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
         if kr == 0 or kr / nr <= kb / nb:
             raw.append(1.0)
             continue
-        from scipy.stats import fisher_exact  # (only when a share rose: a check stays light)
-
-        raw.append(float(fisher_exact([[kr, nr - kr], [kb, nb - kb]], alternative="greater").pvalue))
+        raw.append(_fisher_greater(kr, nr, kb, nb))  # (scipy only when a share rose: a check stays light)
     p_adj = [math.nan] * len(tests)
     rise = [False] * len(tests)
+    p_fall = [math.nan] * len(tests)
+    withheld = [False] * len(tests)
     if tested:
         from lmra.stats import adjust_pvalues
 
@@ -115,39 +122,94 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
             kr, nr, kb, nb = counts[i]
             p_adj[i] = float(p)
             rise[i] = bool(flag) and kr / nr - kb / nb >= excess  # significant, and by at least `excess`
+        # the mirror (break-it finding, s36): the *baseline's* LMRA declined the stereotyped pairs (its
+        # net rating read +0.0000 for about +0.17), and a healthy night against it "regressed" in 7 tasks,
+        # exit 3. A rise in a row where the baseline left significantly more pairs unrated than tonight is
+        # not evidence of a regression: its regression is withheld (the row's conclusion is the unrated
+        # pairs', as above). Same test, the other way, over the same rows.
+        mirror = [1.0 if (kb == 0 or kb / nb <= kr / nr) else _fisher_greater(kb, nb, kr, nr)
+                  for kr, nr, kb, nb in (counts[i] for i in tested)]
+        reject_b, adjusted_b = adjust_pvalues(mirror, "holm", level)
+        for i, flag, p in zip(tested, reject_b, adjusted_b):
+            kr, nr, kb, nb = counts[i]
+            p_fall[i] = float(p)
+            if bool(flag) and kb / nb - kr / nr >= excess and bool(tests.iloc[i].get("regressed")):
+                withheld[i] = rise[i] = True
     for j, col in enumerate(COLUMNS[:4]):
         tests[col] = [c[j] for c in counts]
     tests["p_unrated_rise"] = p_adj
     tests["unrated_rise"] = rise
+    tests["p_unrated_base_rise"] = p_fall
+    tests["regression_withheld"] = withheld
+    if any(withheld):
+        at = tests.index[[i for i, w in enumerate(withheld) if w]]
+        tests.loc[at, "regressed"] = False
+        tests.loc[at, "note"] = ("rise, withheld: the baseline's LMRA left significantly more pairs unrated than "
+                                 "tonight's")
 
 
-def unrated_rise_words(rows: list[dict], task_label=lambda r: f"{r.get('task')} ({r.get('comparison')})") -> str:
+def _fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
+    """One-sided Fisher exact p-value that the first share k1/n1 exceeds the second k2/n2."""
+    from scipy.stats import fisher_exact
+
+    return float(fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="greater").pvalue)
+
+
+def unrated_rise_words(rows: list[dict], task_label=lambda r: f"{r.get('task')} ({r.get('comparison')})",
+                       baseline_side: bool = False) -> str:
     """The rows (dicts of a check's rows, :data:`COLUMNS` among their keys) whose unrated share
-    rose significantly, in words — overall rows first, then the smallest p-values, at most
-    :data:`WORDS_MAX_ROWS` named: ``career advice (female vs male): 15 of 40 pairs (37.5 %) against 0 of 40
-    (0.0 %), Holm p = 0.00012; …``; "" when none did (or the rows predate the test)."""
+    rose significantly tonight — or, with ``baseline_side``, whose regression was withheld because
+    the baseline's was significantly higher (``regression_withheld``) — in words, overall rows
+    first, then the smallest p-values, at most :data:`WORDS_MAX_ROWS` named: ``career advice
+    (female vs male): 15 of 40 pairs (37.5 %) against 0 of 40 (0.0 %), Holm p = 0.00012; …``
+    (tonight's count first; with ``baseline_side`` the baseline's); "" when none (or the rows
+    predate the test)."""
     from lmra.monitor import OVERALL_TASK
 
     said = []
-    flagged = [r for r in rows if bool(r.get("unrated_rise"))]
-    overall_first = sorted(flagged, key=lambda r: (str(r.get("task")) != OVERALL_TASK,
-                                                   float(r.get("p_unrated_rise"))))
+    withheld = lambda r: bool(r.get("regression_withheld"))  # noqa: E731  (rows of an older check: none)
+    flagged = [r for r in rows if bool(r.get("unrated_rise")) and withheld(r) == baseline_side]
+    p_col = "p_unrated_base_rise" if baseline_side else "p_unrated_rise"
+    overall_first = sorted(flagged, key=lambda r: (str(r.get("task")) != OVERALL_TASK, float(r.get(p_col))))
     for r in overall_first[:WORDS_MAX_ROWS]:
         kr, nr, kb, nb = (as_count(r.get(c)) for c in COLUMNS[:4])
+        if baseline_side:
+            kr, nr, kb, nb = kb, nb, kr, nr
         said.append(f"{task_label(r)}: {kr} of {nr} pairs ({kr / nr:.1%}) against {kb} of "
-                    f"{nb} ({kb / nb:.1%}), Holm p = {float(r.get('p_unrated_rise')):.2g}")
+                    f"{nb} ({kb / nb:.1%}), Holm p = {float(r.get(p_col)):.2g}")
     more = len(flagged) - len(said)
     return "; ".join(said) + (f"; and {more} more row{'s' * (more != 1)} (lmra check RUN --json: each row's "
                               "unrated_rise)" if more > 0 else "")
 
 
+def unrated_summary_words(rows: list[dict]) -> str:
+    """Both sides of :func:`unrated_rise_words` in one phrase, for ``lmra history`` and the history
+    page: ``tonight more than at the baseline — ROWS`` and/or ``at the baseline more than tonight,
+    where tonight's rating rose (withheld) — ROWS``; "" when neither."""
+    tonight, base = unrated_rise_words(rows), unrated_rise_words(rows, baseline_side=True)
+    return "; ".join(([f"tonight more than at the baseline — {tonight}"] if tonight else [])
+                     + ([f"at the baseline more than tonight, where tonight's rating rose (its regression withheld) "
+                         f"— {base} (the baseline's count first)"] if base else []))
+
+
 def unrated_rise_reason(rows: list[dict], baseline_id: str, task_label=lambda r: f"{r.get('task')} ({r.get('comparison')})") -> str:
-    """Why a check without a regression has no conclusion because its LMRA left more pairs
-    unrated than at the baseline (:func:`unrated_rise_words`), one sentence; "" when it did not."""
+    """Why a check without a regression has no conclusion because the LMRA left pairs unrated
+    (:func:`unrated_rise_words`): tonight more than at the baseline (no rise rules nothing out),
+    or the baseline more than tonight where tonight's rating rose (the rise is withheld); one or
+    two sentences; "" when neither."""
+    said = []
     words = unrated_rise_words(rows, task_label)
-    if not words:
-        return ""
-    return (f"the LMRA left significantly more pairs without a usable rating (invalid, unlabelled or failed) than at "
-            f"baseline {baseline_id} — {words} — and those pairs may be where the stereotypes are (an LMRA that "
-            "declines, or times out on, stereotyped pairs hides them), so finding no rise there rules nothing out; see the "
-            "run's ratings.parquet (error, invalid) and the LMRA's refusals, fix them and audit again")
+    if words:
+        said.append(f"the LMRA left significantly more pairs without a usable rating (invalid, unlabelled or failed) "
+                    f"than at baseline {baseline_id} — {words} — and those pairs may be where the stereotypes are (an "
+                    "LMRA that declines, or times out on, stereotyped pairs hides them), so finding no rise there rules "
+                    "nothing out; see the run's ratings.parquet (error, invalid) and the LMRA's refusals, fix them and "
+                    "audit again")
+    base = unrated_rise_words(rows, task_label, baseline_side=True)
+    if base:
+        said.append(f"the net rating rose where baseline {baseline_id}'s LMRA had left significantly more pairs without a "
+                    f"usable rating than tonight's — {base} (the baseline's count first) — so the rise may be "
+                    "stereotypes the baseline's LMRA declined to rate, not a regression of the chatbot: the "
+                    "regression is withheld; check the baseline's ratings.parquet (error, invalid) and pin a baseline "
+                    "whose LMRA rated its pairs (lmra pin RUN)")
+    return "; and ".join(said)

@@ -68,6 +68,30 @@ def test_the_unrated_rise_by_hand():
     assert not tests2["unrated_rise"].iloc[0] and tests2["p_unrated_rise"].iloc[0] != tests2["p_unrated_rise"].iloc[0]
 
 
+def test_the_mirror_by_hand_withholds_a_rise_against_a_baseline_that_lost_more_pairs():
+    """Break-it finding (s36): the baseline's LMRA declined the stereotyped pairs; tonight's healthy one
+    rated them, and the check said REGRESSION. A row whose regression stands against a baseline that
+    left significantly more pairs unrated (same Fisher test the other way, Holm over the tested rows)
+    has its regression withheld; a row that did not regress is left alone."""
+    tests = pd.DataFrame({"comparison": ["female vs male"] * 3, "domain": ["d", "d", "d"], "task": ["a", "b", "c"],
+                          "n_run": [40, 40, 40], "n_base": [32, 32, 40], "p_regress": [0.001, 0.5, 0.001],
+                          "regressed": [True, False, True], "note": ["", "", ""]})
+    run = _pt([("a", 40, 0, 0), ("b", 40, 0, 0), ("c", 40, 0, 0)])
+    base = _pt([("a", 40, 8, 0), ("b", 40, 8, 0), ("c", 40, 0, 0)])  # the baseline declined 8 of a's and b's 40
+    mark_unrated_rises(tests, 3, run, base, alpha=0.05)
+    raw = [comb(40, 8) / comb(80, 8), comb(40, 8) / comb(80, 8), 1.0]
+    holm = multipletests(raw, alpha=0.01, method="holm")[1]
+    assert tests["p_unrated_base_rise"].tolist() == pytest.approx(list(holm), rel=1e-9)
+    assert tests["regression_withheld"].tolist() == [True, False, False]  # b did not regress; c lost nothing
+    assert tests["regressed"].tolist() == [False, False, True] and tests["unrated_rise"].tolist() == [True, False, False]
+    assert tests["note"].iloc[0].startswith("rise, withheld")
+    assert not tests["p_unrated_rise"].lt(0.5).any()  # tonight lost nothing: no rise of its own
+    from lmra.unrated_rise import unrated_rise_reason
+
+    reason = unrated_rise_reason(tests.to_dict(orient="records"), "B")
+    assert "a (female vs male): 8 of 40 pairs (20.0%) against 0 of 40 (0.0%)" in reason and "withheld" in reason
+
+
 class DecliningJudge(ScriptedJudge):
     """Rates by content (phrase_verdict), but declines — or, ``fail``, times out on — every pair whose
     responses hold the stereotyped phrase, in the tasks ``tasks``."""
@@ -136,7 +160,7 @@ def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lm
     exit_line = out.split("exit status ")[-1]  # one sentence pointing up, not the whole reason again
     n_rows = int(res.tests["unrated_rise"].sum() + res.overall["unrated_rise"].sum())
     assert exit_line.startswith(f"2: no conclusion against baseline {nights['base'].name}") and len(exit_line) < 300
-    assert f"in {n_rows} row{'s' * (n_rows != 1)} (said above)" in exit_line
+    assert f"on one night than on the other in {n_rows} row{'s' * (n_rows != 1)} (said above)" in exit_line
     assert lmra_cli(argv + ["--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and doc["unrated_rise"] and doc["overall"][0]["unrated_rise"] is True
@@ -145,7 +169,7 @@ def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lm
         summary = h.check_summary(declined.run_id)
     assert summary["verdict"] == "no_conclusion" and not summary["replayed"] and summary["unrated_rise"]
     assert lmra_cli(["history", "--history", str(hist)]) == 0
-    assert ("no conclusion (the LMRA left more pairs unrated than at the baseline:"
+    assert ("no conclusion (the LMRA left pairs without a usable rating unevenly: tonight more than at the baseline"
             in " ".join(capsys.readouterr().out.split()))
     assert lmra_cli(["history", "--history", str(hist), "--json"]) == 0
     runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
@@ -164,8 +188,33 @@ def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lm
     page = nights["tmp"] / "history.html"
     assert lmra_cli(["report", "--history", str(hist), "--out", str(page)]) == 0
     text = " ".join(page.read_text().split())
-    assert "no conclusion (the LMRA left more pairs unrated than at the baseline:" in text
+    assert "no conclusion (the LMRA left pairs without a usable rating unevenly: tonight more than" in text
     capsys.readouterr()
+
+
+def test_a_healthy_night_against_a_baseline_whose_lmra_declined_is_no_conclusion_not_a_regression(nights, lmra_cli,  # noqa: F811
+                                                                                                  capsys):
+    """Break-it finding (s36): the mirror of the test above — the baseline night's LMRA declined the
+    stereotyped pairs (its net rating +0.0000), tonight's healthy LMRA rated the same chatbot's: the check
+    said REGRESSION in every task and overall, exit 3. Its rises are withheld: no conclusion, exit 2,
+    naming the baseline's unrated pairs and advising another baseline. The control, the same healthy night
+    against a baseline whose chatbot had no stereotype (nothing to decline), still regresses."""
+    healthy, declined = load_run(nights["healthy"]), load_run(nights["declined"])
+    res = check_regression(healthy, declined)
+    assert res.regressions.empty and res.overall_regressions.empty
+    assert res.tests["regression_withheld"].all() and res.overall["regression_withheld"].all()
+    assert res.verdict == "no_conclusion" and res.exit_status == 2
+    assert "regression is withheld" in res.unrated_rise and "pin a baseline whose LMRA rated its pairs" in res.unrated_rise
+    assert check_regression(healthy, load_run(nights["base"])).verdict == "regression"  # the control
+    argv = ["check", str(nights["healthy"]), "--baseline", str(nights["declined"]), "--history",
+            str(nights["tmp"] / "mirror.sqlite")]
+    capsys.readouterr()
+    assert lmra_cli(argv) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "REGRESSION" not in out and "rise, withheld" in out and "No conclusion" in out
+    assert lmra_cli(argv + ["--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "no_conclusion" and {t["decision"] for t in doc["tests"]} == {"no_conclusion"}
 
 
 def test_an_lmra_timing_out_on_one_tasks_stereotyped_pairs_is_warned_and_leaves_no_conclusion(nights):

@@ -173,8 +173,13 @@ def print_check(console: Console, result) -> None:
                       "and enough for a rise to reach significance after the Holm correction over the tasks), so "
                       "nothing was checked. Raise prompts_per_task ('lmra plan --design two-run' sizes it).")
     elif getattr(result, "unrated_rise", ""):
-        console.print(f"[bold yellow]No conclusion[/]: no task's net rating rose significantly by more than the margin "
-                      f"({tested_words(result)}), but {lit(result.unrated_rise)}.")
+        withheld = any(bool(t.get("regression_withheld")) for frame in (result.tests, getattr(result, "overall", None))
+                       if frame is not None and len(frame) for t in frame.to_dict(orient="records"))
+        if withheld:  # rises found, withheld (the baseline's LMRA left more pairs unrated): no "no task rose"
+            console.print(f"[bold yellow]No conclusion[/] ({tested_words(result)}): {lit(result.unrated_rise)}.")
+        else:
+            console.print(f"[bold yellow]No conclusion[/]: no task's net rating rose significantly by more than the "
+                          f"margin ({tested_words(result)}), but {lit(result.unrated_rise)}.")
     else:
         n_overall = getattr(result, "family_size", result.n_tested) - result.n_tested
         overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested)" if n_overall else "")
@@ -271,8 +276,8 @@ def check_exit_reasons(result) -> dict[int, str]:
         rows = [t for t in (result.tests, getattr(result, "overall", None)) if t is not None and "unrated_rise" in t]
         n = int(sum(t["unrated_rise"].fillna(False).astype(bool).sum() for t in rows))
         return {2: f"no conclusion against baseline {result.baseline_id}: the LMRA left significantly more pairs "
-                   f"without a usable rating than at the baseline in {n} row{'s' * (n != 1)} (said above), where a "
-                   "rise may hide"}
+                   f"without a usable rating on one night than on the other in {n} row{'s' * (n != 1)} (said above), "
+                   "where a rise may hide or be no regression"}
     return {}
 
 
@@ -621,7 +626,7 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     elif check.get("replayed"):  # tested, but on replayed answers: nothing of that night's chatbot
         text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
     elif check.get("unrated_rise") and check.get("verdict") == "no_conclusion":  # (lmra.unrated_rise)
-        text = (f"[yellow]no conclusion[/] (the LMRA left more pairs unrated than at the baseline:"
+        text = (f"[yellow]no conclusion[/] (the LMRA left pairs without a usable rating unevenly:"
                 f"{between if between == chr(10) else ' '}{lit(check['unrated_rise'])}) vs {base}")
     elif check["regressed"] or check.get("overall_regressed"):
         parts = []

@@ -75,6 +75,8 @@ _CHECK_FIELDS = {"run_id", "baseline_id", "margin", "alpha", "tests", "only_in_r
 
 
 def _decision(t: dict) -> str:
+    if t.get("regression_withheld"):  # a rise against a baseline whose LMRA left more pairs unrated (lmra.unrated_rise)
+        return "no_conclusion"
     if t.get("regressed"):
         return "regression"
     if t.get("improved"):
