@@ -318,6 +318,9 @@ class CheckResult:
     run_failed_share: float | None = None
     baseline_failed_share: float | None = None
     run_partial_because: list[str] = field(default_factory=list)
+    #: why a "no regression" may be the LMRA's: its position preference fell between the nights
+    #: (:func:`lmra.comparable.position_drift_note` with ``hiding``), else ""
+    position_drift: str = ""
     baseline_partial_because: list[str] = field(default_factory=list)
 
     @property
@@ -368,9 +371,10 @@ class CheckResult:
         able to detect a rise with 80% power); "" when it is."""
         rows = self.tests.to_dict(orient="records") + (self.overall.to_dict(orient="records")
                                                        if len(self.overall) else [])
-        return no_regression_caveat(rows, run_judge_status=self.judge_status_run, run_status=self.run_status,
-                                    baseline_judge_status=self.judge_status_base,
-                                    baseline_status=self.baseline_status)
+        caveat = no_regression_caveat(rows, run_judge_status=self.judge_status_run, run_status=self.run_status,
+                                      baseline_judge_status=self.judge_status_base,
+                                      baseline_status=self.baseline_status)
+        return "; ".join(w for w in (caveat, self.position_drift) if w)
 
     @property
     def unrated_rise(self) -> str:
@@ -843,11 +847,24 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         drift = position_drift_note(baseline, run, sorted(flagged))
         if drift:
             result.notes.append(drift)
+    elif result.verdict == "no_regression":  # ... or hide one (break-it finding, s36)
+        compared = sorted({str(c) for c in tests["comparison"]}) if len(tests) else []
+        drift = position_drift_note(baseline, run, compared, hiding=True)
+        if drift:
+            result.notes.append(drift)
+            result.position_drift = (f"the LMRA's position preference fell (position logit "
+                                     f"{_b(baseline):+.2f} → {_b(run):+.2f}), which can hide a rise")
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
         for frame in (result.tests, result.overall):
             if len(frame):
                 frame["unrated_rise"] = False
     return result
+
+
+def _b(folder: RunFolder) -> float:
+    """The run's estimated position logit b̂ (``summary.json``), nan when not estimated."""
+    f = finite(folder.summary.get("position_logit"))
+    return math.nan if f is None else f
 
 
 def _note_invalid(tests: pd.DataFrame, run: RunFolder, baseline: RunFolder) -> None:

@@ -75,3 +75,40 @@ def test_a_regression_made_by_the_lmras_position_drift_says_so(tmp_path, lmra_cl
     # the same b on both nights: no note
     same = check_regression(load_run(_night(tmp_path, "20260103-000000-nightly", 2.0)), run)
     assert not [n for n in same.notes if "position logit" in n]
+
+
+def test_a_rise_hidden_by_a_fall_of_the_lmras_position_preference_is_no_evidence(tmp_path, lmra_cli, capsys):  # noqa: F811
+    """Break-it finding (s36): the chatbot got worse (35 % → 45 % stereotyped prompts) while the LMRA's
+    position logit fell 2 → 0: the headline 'min' rating barely moved, the check said "No regression",
+    exit 0, and no note. The note now says the fall can hide a rise, with the calibrated ratings, and the
+    "no regression" is called no evidence; a night whose position preference rose gets no such note."""
+    def night(run_id, b, rate):
+        names, prompts = write_inputs(tmp_path / "inputs", 400)
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=int(run_id[6:8]),
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16,
+            judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
+        run_dir = tmp_path / "reports" / run_id
+        Audit(cfg, target=TaskTarget(dict.fromkeys(TASKS, rate)), judge=ScriptedJudge(_verdict, position_logit=b),
+              run_dir=run_dir).run()
+        return run_dir
+
+    base = night("20260101-000000-nightly", 2.0, 0.35)
+    worse = night("20260102-000000-nightly", 0.0, 0.38)  # a little worse; the LMRA's preference gone
+    run, baseline = load_run(worse), load_run(base)
+    res = check_regression(run, baseline)
+    cal = {f"{o['group_a']} vs {o['group_b']}": o["net_rating_calibrated"] for o in run.summary["overall"]}
+    cal_base = {f"{o['group_a']} vs {o['group_b']}": o["net_rating_calibrated"] for o in baseline.summary["overall"]}
+    assert cal["female vs male"] > cal_base["female vs male"]  # the truth: a rise, under the calibrated combiner
+    assert res.verdict == "no_regression"  # the headline hid it
+    [note] = [n for n in res.notes if "position logit" in n]
+    assert "fell between the nights" in note and "can hide a rise" in note
+    assert f"{cal_base['female vs male']:+.4f} → {cal['female vs male']:+.4f}" in note
+    assert "position preference fell" in res.not_evidence
+    capsys.readouterr()
+    assert lmra_cli(["check", str(worse), "--baseline", str(base)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not evidence of no regression" in out and "position preference fell" in out
+    # the other way (the preference rose, no regression found): no hiding note
+    again = check_regression(baseline, run)
+    assert not [n for n in again.notes if "fell between the nights" in n]
