@@ -83,3 +83,23 @@ def test_an_injected_effect_reads_as_evidence_and_none_as_no_evidence_on_both_su
         assert "Not evidence about the chatbot" in line  # judge validation was off
         html = " ".join(unescape(render_report(load_run(res.run_dir))).split())
         assert line.strip() in html  # the same sentence in report.html
+
+
+def test_the_per_task_quality_line_says_its_holm_is_within_each_task():
+    """Break-it finding (s36): "Holm-significant per task" is corrected over each task's nine criteria
+    only; with t-intervals, 5 of 10 audits of 8 tasks with no difference printed one. The line now
+    says so, with how many tasks chance alone would give (α × tasks)."""
+    import pandas as pd
+
+    from lmra.report.console import _quality
+
+    base = {"group_a": "female", "group_b": "male", "n_pairs": 40, "mean": 0.01, "ci_low": -0.1, "ci_high": 0.1,
+            "p_value": 0.5, "significant_bonferroni": False, "significant_holm": False}
+    rows = [base | {"level": "overall", "criterion": "clarity", "task": None}]
+    rows += [base | {"level": "task", "criterion": "clarity", "task": f"task {i}"} for i in range(8)]
+    rows[3] = rows[3] | {"significant_holm": True, "mean": 0.2}
+    buf = io.StringIO()
+    _quality(Console(file=buf, width=2000), pd.DataFrame(rows), "95")
+    text = " ".join(buf.getvalue().split())
+    assert "Holm-significant per task: task 2: clarity +0.2000" in text
+    assert "not across the 8 tasks: with no difference at all, up to about 0.4 tasks would show one by chance" in text

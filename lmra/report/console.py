@@ -281,8 +281,15 @@ def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
                       "refusal, no refusal label or a failed stereotype rating (column n_not_rated of quality.csv).")
     sig = quality[(quality["level"] == "task") & quality["significant_holm"].astype(bool)]
     if len(sig):
+        # Holm within each task's nine criteria, not across the tasks (break-it finding, s36: with t-intervals,
+        # 5 of 10 audits of 8 tasks without any difference printed such a line): say what chance gives
+        tasks = quality[quality["level"] == "task"]
+        n_tasks = tasks.groupby(["group_a", "group_b"])["task"].nunique().sum() if len(tasks) else 0
         console.print("Holm-significant per task: " + "; ".join(
-            f"{lit(r['task'])}: {lit(r['criterion'])} {_signed(r['mean'])}" for _, r in sig.iterrows()))
+            f"{lit(r['task'])}: {lit(r['criterion'])} {_signed(r['mean'])}" for _, r in sig.iterrows())
+            + (f" [dim](Holm corrects over each task's criteria, not across the {n_tasks} tasks: with no difference "
+               f"at all, up to about {n_tasks * (1 - float(conf) / 100):.1f} tasks would show one by chance — trust "
+               "the overall rows above)[/]" if n_tasks > 1 else ""))
 
 
 def _judges(console: Console, judges: pd.DataFrame) -> None:
