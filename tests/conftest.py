@@ -13,6 +13,15 @@ MALE = ["John", "David", "Mark"]
 NAME_TO_GROUP = {n: "female" for n in FEMALE} | {n: "male" for n in MALE}
 
 
+@pytest.fixture(autouse=True)
+def _own_spill_folder(tmp_path, monkeypatch):
+    """Every test's spilled calls (lmra.answerlog: a cache whose disk is full) go to its own folder,
+    never to the user's real ``lmra-unsaved-calls-<uid>`` (break-it finding, s36: 30 logs of the axes
+    tests' scripted calls piled up there, pointing at caches long gone). A test that sets
+    ``LMRA_SPILL_DIR`` itself overrides this."""
+    monkeypatch.setenv("LMRA_SPILL_DIR", str(tmp_path / "spill"))
+
+
 @pytest.fixture
 def sim_inputs(tmp_path):
     """A names CSV and a prompt file with ``n`` prompts over two tasks, for simulations."""
