@@ -295,6 +295,21 @@ def test_cli_bias_blank_groups_one_gender_and_a_group_without_recommendations(tm
     assert "male − female" not in set(summ["group"])
 
 
+def test_cli_bias_refuses_a_recommendation_without_its_variant(tmp_path, capsys):
+    """Break-it finding (s36): in a recommendations file with a variant column, rows whose variant was
+    empty formed a variant named '' (a blank table row, exit 0), where an empty item_id is refused."""
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    (tmp_path / "recs.csv").write_text("user_id,item_id,variant\nu1,i1,base\nu2,i2,base\nu1,i2,\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "recs.csv, line 4: field 'variant': empty value" in err and "Traceback" not in err
+    (tmp_path / "recs.csv").write_text("user_id,item_id,variant\nu1,i1,base\nu2,i2,base\nu1,i2,new\n",
+                                       encoding="utf-8")
+    assert run_cli(argv) == 0
+
+
 def test_items_outside_the_catalog_are_refused_not_counted():
     """PR(G, C)'s denominator sums over catalog items only (Mansoury et al. 2019, §3): a
     recommended item outside the catalog would otherwise enlarge it (review finding: PR_R(F, A)

@@ -961,6 +961,34 @@ def test_cli_score_refuses_two_spellings_of_one_value(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_cli_score_refuses_two_spellings_of_one_attribute_a_full_width_value_and_a_neutral_value(tmp_path, capsys):
+    """Break-it finding (s36): "age" and "Age" in one lists file were scored as two attributes, each
+    on part of the instructions (exit 0); a full-width "ａ girl" was a third value beside "a girl";
+    a neutral list's value was accepted and ignored. Each is an input error naming line and field."""
+    base = [{"instruction_id": "u1", "attribute": "neutral", "value": "", "items": ["X", "Y", "Z"]},
+            {"instruction_id": "u2", "attribute": "neutral", "value": "", "items": ["P", "Q", "R"]},
+            {"instruction_id": "u1", "attribute": "age", "value": "a teenager", "items": ["X", "Y"]},
+            {"instruction_id": "u1", "attribute": "age", "value": "an old person", "items": ["Z"]}]
+    cases = {
+        "attribute": ([{"instruction_id": "u2", "attribute": "Age", "value": "a teenager", "items": ["P"]}],
+                      "line 5: field 'attribute': attribute 'Age' is 'age' (line 3) written another way"),
+        "width": ([{"instruction_id": "u2", "attribute": "age", "value": "ａ teenager", "items": ["P"]}],
+                  "line 5: field 'value': value 'ａ teenager' of attribute 'age' is 'a teenager' (line 3)"),
+        "neutral": ([{"instruction_id": "u3", "attribute": "neutral", "value": "x", "items": ["P"]}],
+                    "line 5: field 'value': a neutral list takes no value"),
+    }
+    for name, (extra, said) in cases.items():
+        lists = _write_lists(tmp_path / f"{name}.jsonl", base + extra)
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "2", "--out", str(tmp_path / name)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert said in err and "Traceback" not in err, (name, err)
+        assert not (tmp_path / name).exists()
+    ok = _write_lists(tmp_path / "ok.jsonl", base + [{"instruction_id": "u2", "attribute": "age", "value": "a teenager",
+                                                      "items": ["P"]}])
+    assert run_cli(["recsys", "score", "--lists", str(ok), "--k", "2", "--permutations", "0",
+                    "--out", str(tmp_path / "ok")]) == 0
+
+
 def test_score_on_a_full_disk_leaves_no_table_that_looks_done(tmp_path, capsys, monkeypatch):
     """Break-it finding (round 33): `lmra recsys score` on a full disk exited 1 but left a
     complete-looking recsys_similarity.csv and no manifest in its new --out folder. The four files

@@ -203,6 +203,15 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         rc = rc.assign(user_id=rc["user_id"].map(_id), item_id=rc["item_id"].map(_id))
         if "variant" not in rc.columns:
             rc["variant"] = "all"
+        else:  # a row without a variant would form a variant named '' (break-it finding, s36), as an empty
+            # item_id is refused
+            blank = [i for i, v in enumerate(rc["variant"]) if v is None or (isinstance(v, float) and v != v)
+                     or not str(v).strip()]
+            if blank:
+                lines = rc.attrs.get("lines")
+                raise LmraInputError("empty value (a row of a file with a variant column needs its variant; leave the "
+                                     "column out for one variant)", file=recs,
+                                     line=lines[blank[0]] if lines else None, field="variant")
     known(rc, "item_id", cats, recs, "item", items)
     known(rc, "user_id", groups, recs, "user", users)
     notes = []

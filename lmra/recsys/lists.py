@@ -27,6 +27,12 @@ _LIST_FIELDS = ("compare", "keys", "items")
 _JSON_KIND = {str: "string", int: "number"}
 
 
+def _folded(text: str) -> str:
+    """``text`` as its spellings compare: NFKC (full-width letters as their ASCII), letter case
+    folded, runs of spaces as one — ``"ａ  Girl"`` and ``"a girl"`` alike."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
 def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True) -> pd.DataFrame:
     """Read a ``lists.jsonl`` file for scoring.
 
@@ -55,14 +61,16 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             sensitive record without ``value``, a record with no list and no ``raw``, ``true_pref``
             on only one side of a neutral/sensitive pair — naming
             the file, line and field; duplicate
-            (instruction_id, attribute, value); two spellings of one value of an attribute
-            (letter case or spaces).
+            (instruction_id, attribute, value); two spellings of one value of an attribute, or
+            of one attribute (letter case, spaces or character width: :func:`_folded`); a
+            neutral list with a value.
     """
     p = Path(path)
     text = read_input_text(p, "lists file")
     rows: list[dict] = []
     seen: dict[tuple, int] = {}
     spellings: dict[tuple, tuple] = {}  # (attribute, value folded) → (its first spelling, line)
+    attr_spellings: dict[str, tuple] = {}  # attribute folded → (its first spelling, line)
     id_written: dict[str, tuple[type, int]] = {}  # instruction id → (JSON type it was first written as, line)
     for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
@@ -86,6 +94,16 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         if not isinstance(val, (str, int)) or isinstance(val, bool):
             raise LmraInputError("expected a string", file=p, line=lineno, field="value")
         obj["value"] = str(val).strip()
+        # one attribute written two ways ("age" / "Age") would be scored as two attributes, each on part of
+        # the instructions (break-it finding, s36: exit 0, SNSR for both); as for values below
+        attr_spelled = attr_spellings.setdefault(_folded(obj["attribute"]), (obj["attribute"], lineno))
+        if attr_spelled[0] != obj["attribute"]:
+            raise LmraInputError(f"attribute '{obj['attribute']}' is '{attr_spelled[0]}' (line {attr_spelled[1]}) written "
+                                 "another way (letter case, spaces or character width): they would be scored as two "
+                                 "attributes; write one spelling", file=p, line=lineno, field="attribute")
+        if obj["attribute"] == "neutral" and obj["value"]:  # (break-it finding, s36: accepted, the value ignored)
+            raise LmraInputError(f"a neutral list takes no value (\"\" or none), got '{obj['value']}': is it a "
+                                 "sensitive list whose attribute is missing?", file=p, line=lineno, field="value")
         if obj["attribute"] != "neutral" and not obj["value"]:
             raise LmraInputError(f"missing or empty: a sensitive list (attribute '{obj['attribute']}') needs the "
                                  "injected value, e.g. \"a girl\"", file=p, line=lineno, field="value")
@@ -96,12 +114,11 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         seen[key] = lineno
         # two spellings of one value (letter case, inner spaces) would be scored as two groups (statistics
         # review: "Male" and "male" read as two values of gender)
-        spelled = spellings.setdefault((obj["attribute"], " ".join(obj["value"].casefold().split())),
-                                       (obj["value"], lineno))
+        spelled = spellings.setdefault((obj["attribute"], _folded(obj["value"])), (obj["value"], lineno))
         if spelled[0] != obj["value"]:
             raise LmraInputError(f"value '{obj['value']}' of attribute '{obj['attribute']}' is '{spelled[0]}' (line "
-                                 f"{spelled[1]}) written another way (letter case or spaces): they would be scored as "
-                                 "two values; write one spelling", file=p, line=lineno, field="value")
+                                 f"{spelled[1]}) written another way (letter case, spaces or character width): they "
+                                 "would be scored as two values; write one spelling", file=p, line=lineno, field="value")
         err = obj.get("error")
         if err is not None and not isinstance(err, str):
             raise LmraInputError("expected null or the error message (a string)", file=p, line=lineno, field="error")
