@@ -82,6 +82,30 @@ def test_the_bars_say_how_many_items_failed_and_match_the_run(tmp_path, sim_inpu
     assert "Filtering prompts" not in bars and re.search(r"\b20/20\b", bars["Selecting prompts"])
 
 
+@pytest.mark.parametrize("staged", [False, True])
+def test_the_filter_bar_ends_full_when_the_lmra_removes_prompts_none_can_replace(tmp_path, sim_inputs, staged):
+    """Break-it finding (s36): with the LMRA filter removing most prompts and none left to take their
+    places, the bar ended at "Filtering prompts 1/6", as if the step had stopped early. The places
+    left unfilled leave the total: the bar ends full, at the prompts kept."""
+    names, prompts = sim_inputs(12)  # 6 prompts a task
+    cfg = AuditConfig.model_validate(dict(
+        name="bars", prompts=str(prompts), names=str(names), prompts_per_task=3,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=3,
+        judge_check={"enabled": False}, refusal={"enabled": False}))
+    # the filter's LMRA calls every prompt but 0 and 1 identity-revealing
+    keep = ("Prompt number 0.", "Prompt number 1.")
+    judge = ScriptedJudge(lambda a, b: {"C": 1.0}, identity=lambda p: 0.0 if any(k in p for k in keep) else 1.0)
+    out = io.StringIO()
+    with rich_progress(Console(file=out, force_terminal=True, width=160), True) as progress:
+        audit = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "ok"), judge=judge, progress=progress)
+        audit.staged = staged
+        result = audit.run()
+    kept = result.summary["n_prompts"]
+    assert kept == 2
+    bar = _bars(out.getvalue())["Filtering prompts"]
+    assert re.search(rf"\b{kept}/{kept}\b", bar), bar
+
+
 def test_a_clean_run_shows_no_failed_count(tmp_path, sim_inputs):
     names, prompts = sim_inputs(6)
     cfg = AuditConfig.model_validate(dict(

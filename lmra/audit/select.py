@@ -145,7 +145,8 @@ class SelectStage:
         # the bar: "Filtering prompts" when the LMRA is asked, else "Selecting prompts" (fresh-user
         # finding: a demo whose LMRA filter is off showed a filtering bar)
         stage = "filter" if asks_lmra else "select"
-        self.progress.start(stage, sum(min(len(v), limit or len(v)) for v in by_task.values()))
+        bar_total = [sum(min(len(v), limit or len(v)) for v in by_task.values())]
+        self.progress.start(stage, bar_total[0])
 
         async def ask(p: PromptRecord) -> FilterDecision:
             try:
@@ -202,6 +203,13 @@ class SelectStage:
                     await self._interrupt_grace()  # deliver their answers first (break-it finding)
                 await _settle(list(asking), cancel=isinstance(exc, asyncio.CancelledError))
                 raise
+            # a task whose prompts ran out before its places filled (the LMRA filter removed them): its
+            # places left are not items to do — the bar's total drops (break-it finding, s36: the bar
+            # ended at "1/6", as if the step had stopped early)
+            unfilled = min(len(order), limit or len(order)) - len(kept) - unlabelled
+            if unfilled > 0:
+                bar_total[0] -= unfilled
+                self.progress.start(stage, bar_total[0])
             return [order[i] for i in sorted(kept)], [d for _, d in sorted(removed, key=lambda x: x[0])]
 
         results = await asyncio.gather(*(walk(v) for v in by_task.values()), return_exceptions=True)
