@@ -1194,7 +1194,8 @@ class CallCache:
 #: Fault events (see :func:`lmra.providers.base.note_event`) → :class:`CallStats` fields.
 _EVENT_FIELDS = {"http_429": "http_429", "http_5xx": "http_5xx", "http_4xx": "http_4xx", "timeout": "timeouts",
                  "connection": "connection_errors", "malformed": "malformed", "no_choices": "no_choices",
-                 "no_logprobs": "no_logprobs", "no_usage": "no_usage", "oversized": "oversized"}
+                 "no_logprobs": "no_logprobs", "no_usage": "no_usage", "oversized": "oversized",
+                 "replaced_characters": "replaced_characters"}
 
 
 @dataclass
@@ -1210,6 +1211,9 @@ class CallStats:
             not a completion, no choices, an answer without the requested log-probabilities).
         oversized: answers longer than their request's ``max_tokens`` can make them
             (:func:`lmra.providers.base.oversized_cut`): cut to that length, used, not cached.
+        replaced_characters: characters of fresh answers that were lone UTF-16 surrogates (valid
+            JSON, not text), replaced by U+FFFD (:class:`lmra.providers.base.ChatResult`); the answer
+            is used and cached with them replaced.
         no_usage: responses that reported no token usage (counted as 0 tokens, so the cost
             and token budgets undercount them; not a fault: the answer is used).
         unreadable_cached: calls whose stored answer could not be read (a damaged row, or one
@@ -1237,6 +1241,7 @@ class CallStats:
     no_logprobs: int = 0
     no_usage: int = 0
     oversized: int = 0
+    replaced_characters: int = 0
     unreadable_cached: int = 0
     degraded: int = 0
     waited: int = 0
@@ -1258,7 +1263,7 @@ class CallStats:
     def faults(self) -> int:
         """Attempts or responses that met any fault (retried or not)."""
         return (self.http_429 + self.http_5xx + self.http_4xx + self.timeouts + self.connection_errors
-                + self.malformed + self.no_choices + self.no_logprobs + self.oversized)
+                + self.malformed + self.no_choices + self.no_logprobs + self.oversized + self.replaced_characters)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k not in ("errors", "by_model", "failed_by_kind")}

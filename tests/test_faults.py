@@ -409,6 +409,11 @@ def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
     (run_dir,) = _run_dirs(tmp_path / "out")
     texts = pd.read_json(run_dir / "responses.jsonl", lines=True)["text"]
     assert texts.str.contains("\ufffd").all()
+    # counted, as a fault met (break-it finding, s36: replaced, cached and used without a count): one per
+    # answer the server gave with it — the target's answers and the LMRA's text answers alike
+    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
+    assert calls["replaced_characters"] == srv.injected["surrogate"] > 0, (calls, srv.injected)
+    assert "invalid characters replaced by U+FFFD (lone surrogates)" in " ".join(r.stdout.split())
 
 
 def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probability():

@@ -120,8 +120,14 @@ class ChatResult(BaseModel):
     @classmethod
     def _no_lone_surrogates(cls, v: str) -> str:
         """A lone UTF-16 surrogate (valid in JSON, not in UTF-8) becomes U+FFFD, so that the
-        answer can be cached and written like any other."""
-        return v if v.isascii() else _LONE_SURROGATE.sub("\ufffd", v)
+        answer can be cached and written like any other — counted, as a fault met by the call
+        (``replaced_characters``; break-it finding, s36: changed, cached and used without a count)."""
+        if v.isascii():
+            return v
+        out, n = _LONE_SURROGATE.subn("\ufffd", v)
+        if n:
+            note_event("replaced_characters", n)
+        return out
 
 
 @runtime_checkable

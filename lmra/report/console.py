@@ -44,7 +44,8 @@ def _ci_cell(mean: float, lo: float, hi: float) -> str:
 _FAULTS = (("http_429", "429"), ("http_5xx", "5xx"), ("http_4xx", "4xx"), ("timeouts", "timeouts"),
            ("connection_errors", "connection errors"), ("malformed", "malformed bodies"),
            ("no_choices", "no choices"), ("no_logprobs", "answers without logprobs"),
-           ("oversized", "answers far longer than max_tokens allows (cut to that length, not cached)"))
+           ("oversized", "answers far longer than max_tokens allows (cut to that length, not cached)"),
+           ("replaced_characters", "invalid characters replaced by U+FFFD (lone surrogates)"))
 
 
 def call_counts_line(c: dict) -> str:
