@@ -212,6 +212,28 @@ REPLAY_STARTS = ("the run drew with the baseline's seed", "the run made no fresh
 REFUSED_PREFIX = "nothing was checked: the baseline is not comparable — "
 
 
+def system_prompt_note(baseline, run) -> str | None:
+    """A note when the chatbot's ``[target] system_prompt`` differs between the two runs' configs
+    (set, removed or changed; the text's sha256 prefix on each side), else None. Not a reason to
+    refuse the check nor "another design": a new system prompt is a change of the chatbot, often
+    the very deploy a team checks — said, so that a rise is traced to it (fresh-user finding, s36:
+    a gender-role system prompt added between nights was never mentioned)."""
+    import hashlib
+
+    def prompt(folder) -> str | None:
+        return (folder.config.get("target") or {}).get("system_prompt")
+
+    a, b = prompt(baseline), prompt(run)
+    if a == b:
+        return None
+
+    def digest(text: str | None) -> str:
+        return "none" if text is None else f"sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}…, {len(text):,} characters"
+
+    return (f"the chatbot's system prompt ([target] system_prompt) changed since the baseline ({digest(a)} → "
+            f"{digest(b)}): the check measures the chatbot with its new system prompt — a rise may be that change's")
+
+
 def combiner_note(baseline, run) -> str | None:
     """The note of a check that compares the runs under ``mean`` (:func:`lmra.monitor.check_column`):
     a ``min`` and a ``min+mean`` run, or two ``min+mean`` runs; None otherwise. Not a warning of

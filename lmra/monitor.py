@@ -44,7 +44,8 @@ import pandas as pd
 
 from lmra.runstate import as_count, partial_because
 from lmra.errors import LmraInputError
-from lmra.comparable import REFUSED_PREFIX, combiner_note, comparability_warnings, position_drift_note
+from lmra.comparable import (REFUSED_PREFIX, combiner_note, comparability_warnings, position_drift_note,
+                             system_prompt_note)
 from lmra.history import History, history_path
 from lmra.identity import identity_changes
 from lmra.runfolder import RunFolder, finite
@@ -831,7 +832,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        judge_failed=run.judge_status_gated_failure or baseline.judge_status_gated_failure,
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=(warned := comparability_warnings(baseline, run, history)),
-                       notes=[*(notes or []), *(n for n in (combiner_note(baseline, run),) if n)],
+                       notes=[*(notes or []), *(n for n in (combiner_note(baseline, run),
+                                                            system_prompt_note(baseline, run)) if n)],
                        replayed=(replayed := _replayed_all(run, warned, history)),
                        judge_waived_by={role: by for role, by in (("run", _waived_by(run)),
                                                                   ("baseline", _waived_by(baseline))) if by},

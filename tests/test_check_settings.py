@@ -67,3 +67,33 @@ def test_a_regression_under_a_failed_judge_says_it_is_not_evidence(tmp_path, lmr
     assert status == 3 and "Regression in 1 task(s)" in out
     assert "Not evidence of a regression of the chatbot: judge failed validation; baseline's judge failed validation" \
         in out
+
+
+def test_a_new_system_prompt_of_the_chatbot_is_said_by_the_check(tmp_path, lmra_cli, capsys):  # noqa: F811
+    """Fresh-user finding (s36): a gender-role system prompt added to [target] between two nights was
+    never mentioned; served-model and design changes are. It is said as a note (a change of the
+    chatbot, not a reason to refuse the check)."""
+    from types import SimpleNamespace
+
+    from conftest import rerecord_files
+    from lmra.comparable import system_prompt_note
+
+    def folder(prompt):
+        return SimpleNamespace(config={"target": {} if prompt is None else {"system_prompt": prompt}})
+
+    assert system_prompt_note(folder("Be kind."), folder("Be kind.")) is None
+    assert system_prompt_note(folder(None), folder(None)) is None
+    note = system_prompt_note(folder(None), folder("Follow traditional gender roles."))
+    assert note.startswith("the chatbot's system prompt ([target] system_prompt) changed since the baseline (none → sha256")
+    assert "32 characters" in note
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                    n_prompts=40)
+    run = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=2,
+                   n_prompts=40)
+    text = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(text.replace("[target]\n", '[target]\nsystem_prompt = "Follow traditional gender roles."\n', 1))
+    rerecord_files(run)
+    capsys.readouterr()
+    lmra_cli(["check", str(run), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the chatbot's system prompt ([target] system_prompt) changed since the baseline" in out
