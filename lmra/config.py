@@ -842,7 +842,26 @@ def _problem(model: type[BaseModel], err: dict, text: str, docs: str) -> tuple[s
         msg = f"{PATTERN_WORDS[err['ctx']['pattern']]} (got {_shown(err.get('input'))})"
     elif err["type"].endswith("_type") or err["type"] == "finite_number":  # strict types: say what was given
         msg += f" (got {_shown(err.get('input'))})"
+        given = err.get("input")
+        if isinstance(given, str) and err["type"] in ("int_type", "float_type", "bool_type"):
+            # a number or true/false in quotes (fresh-user finding, s36: pydantic's words, no hint)
+            kind = "true or false" if err["type"] == "bool_type" else "a number"
+            msg += f": TOML writes {kind} without quotes — {loc[-1]} = {given.strip()}" if _plain(given, err["type"]) \
+                else f": TOML writes {kind} without quotes"
     return dotted, line, msg
+
+
+def _plain(text: str, kind: str) -> bool:
+    """Whether ``text`` (a quoted TOML value) reads as the ``kind`` wanted once unquoted, so that
+    the hint can show the line to write."""
+    t = text.strip()
+    if kind == "bool_type":
+        return t in ("true", "false")
+    try:
+        float(t) if kind == "float_type" else int(t)
+    except ValueError:
+        return False
+    return True
 
 
 def load_toml_model(model: type[M], path: str | Path, *, docs: str = "docs/config.md") -> M:

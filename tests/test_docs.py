@@ -92,3 +92,24 @@ def test_an_alpha_whose_interval_rounds_to_100_percent_is_refused_and_an_old_run
     run = load_run(run_dir)
     assert adequacy_args(run)["alpha"] == 1e-17
     assert "<html" in render_report(run)
+
+
+def test_a_quoted_number_or_bool_in_the_config_gets_the_line_to_write(tmp_path):
+    """Fresh-user finding (s36): ``prompts_per_task = "3"`` got pydantic's "Input should be a valid
+    integer (got "3")" and no hint, where the JSONL reader says how to write it."""
+    import pytest
+
+    from lmra.config import load_config
+    from lmra.errors import LmraInputError
+
+    cfg = tmp_path / "q.toml"
+    cfg.write_text('name = "a"\nprompts_per_task = "3"\nalpha = "0.1"\n[judge_check]\nenabled = "false"\n')
+    with pytest.raises(LmraInputError) as err:
+        load_config(cfg)
+    text = str(err.value)
+    assert "line 2: field 'prompts_per_task'" in text
+    assert "TOML writes a number without quotes — prompts_per_task = 3" in text
+    assert "alpha = 0.1" in text and "TOML writes true or false without quotes — enabled = false" in text
+    cfg.write_text('name = "a"\nprompts_per_task = "three"\n')
+    with pytest.raises(LmraInputError, match="TOML writes a number without quotes"):
+        load_config(cfg)
