@@ -56,8 +56,9 @@ def test_custom_groups_without_comparisons_fail_before_any_call(tmp_path, capsys
     ("comparisons = []\n", "comparisons"),
     ('name = "../../escape"\n', "field 'name'"),
     ('comparisons = [["a vs b", "male"]]\n[[groups]]\nname = "a vs b"\n[[groups]]\nname = "male"\n', "' vs '"),
-    ('tasks = ["write a storyy"]\n', "unknown tasks ['write a storyy']"),
-    ('domains = ["arts"]\n', "unknown domains ['arts']"),
+    ('tasks = ["write a storyy"]\n', "unknown tasks ['write a storyy'] — 'write a storyy': did you mean 'write a story'?"),
+    ('domains = ["arts"]\n', "unknown domains ['arts'] — 'arts': did you mean 'art'?"),
+    ('tasks = ["xyzzy"]\n', "unknown tasks ['xyzzy']; known: career advice"),  # nothing near: no guess
 ])
 def test_misconfigurations_are_refused(tmp_path, capsys, body, needle):
     cfg = tmp_path / "c.toml"

@@ -228,8 +228,13 @@ class InputsStage:
         for field_name, wanted, known in (("tasks", cfg.tasks, known_tasks), ("domains", cfg.domains, known_domains)):
             typos = [x for x in wanted if x not in known]
             if typos:
-                raise LmraInputError(f"unknown {field_name} {typos}; known: {', '.join(sorted(known))}",
-                                     file=self.config_path, field=field_name)
+                import difflib
+
+                # the nearest known names first, as a mistyped field gets them (fresh-user finding, s36)
+                close = {t: difflib.get_close_matches(t, sorted(known), n=1, cutoff=0.6) for t in typos}
+                hint = "; ".join(f"'{t}': did you mean '{c[0]}'?" for t, c in close.items() if c)
+                raise LmraInputError(f"unknown {field_name} {typos}" + (f" — {hint}" if hint else "")
+                                     + f"; known: {', '.join(sorted(known))}", file=self.config_path, field=field_name)
         if (cfg.tasks or cfg.domains) and prompts and all(p.task for p in prompts):  # (none to classify first)
             if not any((not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
                        and (not cfg.tasks or p.task in cfg.tasks) for p in prompts):
