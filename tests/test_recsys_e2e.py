@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 from pathlib import Path
 
@@ -64,6 +65,8 @@ values = { gender = ["a boy", "a girl"], age = ["a young", "an old"] }
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     shown = capsys.readouterr().out
     assert "Similarity to the neutral list @K=5" in shown and "SNSR" in shown
+    # the plan line names the target's model, as lmra audit's does (fresh-user finding, s36: "Target: llamacpp")
+    assert re.search(r"Target: llamacpp:gemma-3-270m\S*\.gguf", " ".join(shown.split())), shown[:600]
     run = run_folder(tmp_path / "out")
     for f in ("config.toml", "lists.jsonl", "recsys_similarity.csv", "recsys_fairness.csv", "summary.json",
               "manifest.json"):
@@ -486,7 +489,9 @@ _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
     ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "true_pref": [{"a": 1}]}],
      "list of item ids", 2),
     ([_N, {"instruction_id": "m1", "attribute": "neutral", "value": "again", "items": ["b"]}],
-     "a second neutral list", 2),
+     "a neutral list takes no value", 2),
+    ([_N, {"instruction_id": "m1", "attribute": "neutral", "value": "", "items": ["b"]}],
+     "duplicate list for instruction 'm1', attribute 'neutral'", 2),
     ([_N], "only neutral lists", None),
     ([_N, {"instruction_id": "m1", "attribute": "gender", "value": "x", "items": ["a"], "true_pref": ["a"]}],
      "has none to compare it with", 2),
@@ -1146,7 +1151,7 @@ profile_size = 3
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress",
                     "--target", "custom:test_recsys_e2e:make_echo:echo-model"]) == 1  # the echo target's exit
     out = " ".join(capsys.readouterr().out.split())
-    assert "Target: test_recsys_e2e:make_echo" in out and "repeated back" in out
+    assert "Target: scripted-recsys:scripted" in out and "repeated back" in out  # (its provider and model id)
     import tomllib
 
     recorded = tomllib.loads((run_folder(tmp_path / "out") / "config.toml").read_text(encoding="utf-8"))

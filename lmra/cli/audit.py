@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, model_shorthand,  # noqa: F401
+from lmra.cli.common import (check_alpha_arg, err_console, finite_float, margin_arg, model_shorthand, model_words,  # noqa: F401
                              planned_lmra_calls_words, print_warning, rich_progress, whole_number)
 from lmra.cli.exits import print_final_status
 from lmra.cli.gates import add_gate_option
@@ -204,12 +204,6 @@ def _clear_run_dir_file(path: str) -> None:
         raise refuse(f"cannot be replaced ({exc.strerror or exc})") from None
 
 
-def _model_words(p) -> str:
-    """``provider:model`` and, for an HTTP endpoint, ``at URL`` — where the run's calls go, on the
-    plan line (fresh-user finding: only the provider names were shown; the endpoint that
-    OPENAI_BASE_URL chose was in manifest.json alone)."""
-    return f"{p.name}:{p.model_id}" + (f" at {p.base_url}" if p.base_url else "")
-
 
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,
                report_worker=None, baseline_sizes: dict[str, int] | None = None) -> int:
@@ -237,8 +231,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                   f"up to {plan['pairs']} pairs; at most {plan['target']} target calls and "
                   f"{lit(planned_lmra_calls_words(plan, cfg))}, {plan['canaries']} canary pairs of "
                   f"the judge check included (cached calls are free). "
-                  f"Target: {lit(_model_words(audit._target_provider()))}, "
-                  f"LMRA: {lit(_model_words(audit._judge_provider()))}; "
+                  f"Target: {lit(model_words(audit._target_provider()))}, "
+                  f"LMRA: {lit(model_words(audit._judge_provider()))}; "
                   f"{lit(audit.concurrency_plan())}.")
     if cfg.batch:
         for earlier, n in _unfinished_batch_runs(cfg):

@@ -573,3 +573,10 @@ def model_shorthand(spec: str, section: dict, *, option: str) -> dict:
     if provider == section.get("provider"):
         return section | {"model": model}
     return {"provider": provider, "model": model}
+
+
+def model_words(p) -> str:
+    """``provider:model`` and, for an HTTP endpoint, ``at URL`` — where a run's calls go, on the
+    plan lines of ``lmra audit`` and ``lmra recsys`` (fresh-user findings: only the provider names
+    were shown; the endpoint that OPENAI_BASE_URL chose was in manifest.json alone)."""
+    return f"{p.name}:{p.model_id}" + (f" at {p.base_url}" if p.base_url else "")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import model_shorthand, print_warning, rich_progress, whole_number
+from lmra.cli.common import model_shorthand, model_words, print_warning, rich_progress, whole_number
 from lmra.console import lit, make_console
 from lmra.errors import LmraInputError, read_input_text
 from lmra.fileio import write_csv
@@ -57,7 +57,7 @@ def cmd_recsys(args: argparse.Namespace) -> int:
     families = len({i.instruction_id for i in instructions})
     console.print(f"[bold]lmra recsys[/] '{lit(cfg.name)}' ({cfg.mode}): {families} instruction families, "
                   f"{len(instructions)} instructions → up to {len(instructions)} target calls (cached calls are "
-                  f"free). Target: {lit(cfg.target.provider)}; K = {cfg.k}; convention: {cfg.convention}.")
+                  f"free). Target: {lit(model_words(run._target_provider()))}; K = {cfg.k}; convention: {cfg.convention}.")
     if run.seed_names_skipped:
         console.print(f"[yellow]{lit(run.seed_names_skipped['note'])}.[/]", highlight=False)
     with rich_progress(console, not args.no_progress) as progress:

@@ -160,13 +160,8 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         rows.append(obj)
     if not rows:
         raise LmraInputError("lists file has no records", file=p)
-    neutral_at: dict[str, int] = {}
-    for r in rows:
-        if r["attribute"] == "neutral":
-            if r["instruction_id"] in neutral_at:
-                raise LmraInputError(f"a second neutral list for instruction '{r['instruction_id']}' (the first is on "
-                                     f"line {neutral_at[r['instruction_id']]})", file=p, line=r["_line"])
-            neutral_at[r["instruction_id"]] = r["_line"]
+    # (a second neutral list of an instruction is a duplicate above: a neutral list has no value)
+    neutral_at = {r["instruction_id"]: r["_line"] for r in rows if r["attribute"] == "neutral"}
     for r in rows:
         if r["attribute"] != "neutral" and r["instruction_id"] not in neutral_at:
             raise LmraInputError(f"instruction '{r['instruction_id']}' has sensitive lists but no neutral list "
