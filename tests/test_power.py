@@ -222,3 +222,17 @@ def test_the_plans_rate_column_reads_as_the_design_plans(lmra_cli, capsys):
     assert lmra_cli(["plan", "--design", "two-run", "--rate", "0.071", "--base-rate", "0.02", "--sims", "200"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"2\.0% → \d+\.\d%", out) and "now →" in out, out
+
+
+def test_a_plan_whose_power_is_under_the_goal_within_its_mc_error_says_so(lmra_cli, capsys):
+    """Fresh-user finding (s36): "prompts needed 86" beside "power 0.790 ± 0.009" under a title asking
+    0.8 read as a plan missing its goal; the plan takes n within 2 Monte Carlo SEs of it, and says so."""
+    import re
+
+    assert lmra_cli(["plan", "--design", "two-run", "--base-rate", "0.02", "--rate", "0.0712", "--tasks", "8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    m = re.search(r"(\d\.\d{3}) ± (\d\.\d{3})( \(≈ 0\.8 within its Monte Carlo error\))?", out)
+    assert m, out
+    power, se, said = float(m.group(1)), float(m.group(2)), m.group(3)
+    assert power >= 0.8 - 2 * se - 1e-9
+    assert bool(said) == (power < 0.8)
