@@ -248,3 +248,17 @@ def test_a_night_without_its_venv_ends_its_log_with_the_exit_status_line(tmp_pat
     log = (home / "logs" / "nightly-20261130.log").read_text()
     assert r.returncode == 1
     assert log.rstrip().splitlines()[-1] == f"=== nightly.sh: exit status 1 (no venv at {tmp_path / 'no-venv'}) ==="
+
+
+def test_a_night_whose_home_is_missing_says_so_on_stderr(tmp_path):
+    """Fresh-user finding (s36): with LMRA_HOME unset and no /srv/lmra (cron's bare environment), the
+    only output was bash's "cd: /srv/lmra: No such file or directory"; no log was written, so the
+    documented alert mail had nothing to send. The script now says what to set, on stderr (which cron
+    mails), and that nothing ran."""
+    script, home, env = _nightly_job(tmp_path)
+    env["LMRA_HOME"] = str(tmp_path / "nowhere")
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    err = " ".join(r.stderr.split())
+    assert f"nightly.sh: LMRA_HOME '{tmp_path / 'nowhere'}' is not a folder" in err
+    assert "nothing was audited, no log was written" in err and "No such file" not in err
