@@ -97,3 +97,19 @@ def test_a_new_system_prompt_of_the_chatbot_is_said_by_the_check(tmp_path, lmra_
     lmra_cli(["check", str(run), "--baseline", str(base), "--history", str(tmp_path / "h.sqlite")])
     out = " ".join(capsys.readouterr().out.split())
     assert "the chatbot's system prompt ([target] system_prompt) changed since the baseline" in out
+
+
+def test_the_verdict_comes_first_then_the_table(tmp_path, lmra_cli, capsys):  # noqa: F811
+    """Fresh-user finding (s36): the check's answer came after about 25 lines of table and legends.
+    Its verdict is now the first line (the same verdict as the exit status), the why under the table."""
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.1, "career advice": 0.1}, seed=1,
+                    n_prompts=200)
+    rise = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.4, "career advice": 0.1}, seed=2,
+                    n_prompts=200)
+    hist = str(tmp_path / "h.sqlite")
+    capsys.readouterr()
+    assert lmra_cli(["check", str(rise), "--baseline", str(base), "--history", hist]) == 3
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"Verdict against baseline {base.name}: REGRESSION — ") and "rose significantly" in first
+    assert lmra_cli(["check", str(base), "--baseline", str(rise), "--history", hist]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"Verdict against baseline {rise.name}: no regression")

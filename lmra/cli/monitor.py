@@ -72,6 +72,16 @@ def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
     from lmra.monitor import format_detectable, undecided_words
 
+    verdict = getattr(result, "verdict", None)
+    if verdict is not None:  # first, in one line; the why follows the table (fresh-user finding, s36: the answer
+        # came after about 25 lines of table and legends)
+        n_regs = len(result.regressions) + len(getattr(result, "overall_regressions", ()))
+        head = {"regression": f"[bold red]REGRESSION[/] — {n_regs} row{'s' * (n_regs != 1)} (tasks, overall) rose "
+                              "significantly",
+                "no_regression": "[green]no regression[/]" + (" — not evidence of no regression"
+                                                              if getattr(result, "not_evidence", "") else ""),
+                "no_conclusion": "[bold yellow]no conclusion[/]"}.get(verdict, lit(verdict))
+        console.print(f"Verdict against baseline {lit(result.baseline_id)}: {head} (why: under the table).")
     columns = ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
                "p fall", "Holm p (fall)", "detectable rise (80%)", "decision")
     rows: list[dict] = []
