@@ -12,7 +12,11 @@ conclusion" when any row is flagged. Expected: at most about ``UNRATED_ALPHA`` o
 and nearly every injected one at the break-it sizes (s35: 20 % declined in every task; a third of
 one task's pairs timed out).
 
-Run: python bench/bench_unrated_rise.py [--reps 300] [--seed 1]   (about 2 minutes at 300)
+A second table measures the mirror (s36): every row regressed tonight, and a regression is withheld
+where the *baseline's* LMRA left significantly more pairs unrated — expected rare with healthy LMRAs
+on both nights, nearly always when the baseline's LMRA declined the stereotyped pairs.
+
+Run: python bench/bench_unrated_rise.py [--reps 300] [--seed 1]   (about 4 minutes at 300)
 """
 
 from __future__ import annotations
@@ -47,14 +51,30 @@ CASES = [
 ]
 
 
-def night_pair(rng, tasks: int, pairs: int, rates: tuple[float, float], extra: float, hit: int):
-    """The check's rows and both nights' per-task tables of one simulated night pair."""
+#: the mirror (s36): every row regressed tonight; how often is a regression withheld because the
+#: baseline's LMRA left more pairs unrated? (label, tasks, pairs, healthy rate range, extra unrated
+#: share at the baseline, tasks it hits)
+MIRROR_CASES = [
+    ("healthy LMRAs, real rise", 8, 40, (0.02, 0.05), 0.0, 0),
+    ("healthy LMRAs, real rise", 20, 100, (0.02, 0.05), 0.0, 0),
+    ("healthy LMRAs, real rise", 40, 100, (0.02, 0.05), 0.0, 0),
+    ("rate moves 0–10 % a night", 27, 200, (0.0, 0.10), 0.0, 0),
+    ("baseline declined 20 % everywhere", 8, 40, (0.02, 0.05), 0.20, 8),
+    ("baseline declined 1/3 of one task", 8, 40, (0.02, 0.05), 0.33, 1),
+]
+
+
+def night_pair(rng, tasks: int, pairs: int, rates: tuple[float, float], extra: float, hit: int,
+               base_extra: bool = False):
+    """The check's rows and both nights' per-task tables of one simulated night pair (``base_extra``:
+    the extra unrated share hits the baseline, not tonight)."""
     names = [f"task {i}" for i in range(tasks)]
     p_run, p_base = rng.uniform(*rates), rng.uniform(*rates)
     k_base = rng.binomial(pairs, p_base, tasks)
     k_run = rng.binomial(pairs, p_run, tasks)
-    if hit:  # tonight's LMRA also leaves `extra` of the hit tasks' pairs unrated
-        k_run[:hit] = np.minimum(pairs, k_run[:hit] + rng.binomial(pairs, extra, hit))
+    if hit:  # tonight's (base_extra: the baseline's) LMRA also leaves `extra` of the hit tasks' pairs unrated
+        k = k_base if base_extra else k_run
+        k[:hit] = np.minimum(pairs, k[:hit] + rng.binomial(pairs, extra, hit))
 
     def table(k):
         return pd.DataFrame({"comparison": "female vs male", "domain": "d", "task": names, "n_pairs": pairs - k,
@@ -87,6 +107,22 @@ def main() -> None:
         half = 1.96 * (share * (1 - share) / args.reps) ** 0.5
         rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
         print(f"{label:32} {tasks:5d} {pairs:5d} {rate:>12} {share:16.1%} "
+              f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
+    print()
+    print("the mirror: every row regressed tonight; a night pair 'loses a regression' when any row's is withheld "
+          "(the baseline's LMRA left significantly more pairs unrated)")
+    print(f"{'night pair':36} {'tasks':>5} {'pairs':>5} {'unrated rate':>12} {'withheld':>9} {'95% CI':>15}")
+    for label, tasks, pairs, rates, extra, hit in MIRROR_CASES:
+        lost = 0
+        for _ in range(args.reps):
+            tests, run, base = night_pair(rng, tasks, pairs, rates, extra, hit, base_extra=True)
+            tests["regressed"], tests["note"] = True, ""
+            mark_unrated_rises(tests, tasks, run, base, alpha=0.05)
+            lost += bool(tests["regression_withheld"].any())
+        share = lost / args.reps
+        half = 1.96 * (share * (1 - share) / args.reps) ** 0.5
+        rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
+        print(f"{label:36} {tasks:5d} {pairs:5d} {rate:>12} {share:9.1%} "
               f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
     print(f"bench wall time {time.perf_counter() - t0:.0f} s")
 

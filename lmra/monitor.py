@@ -820,7 +820,13 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     _note_invalid(tests, run, baseline)
     tests = tests[cols]
     _add_detectable_rise(tests, a, b, margin, alpha, samples=[(x, y) for _, x, y in samples])
-    mark_unrated_rises(tests, n_task_rows, run.per_task, baseline.per_task, alpha)
+    def retest(i: int, m: float) -> float:  # the row's own test of a rise by more than m (lmra.unrated_rise's mirror)
+        if i in strata_of:
+            return _both(stratified_permutation(strata_of[i], m), stratified_welch(strata_of[i], m)[1])
+        _, x, y = samples[i]
+        return _both(one_sided_permutation(x, y, m), one_sided_welch(x, y, m)[1])
+
+    mark_unrated_rises(tests, n_task_rows, run.per_task, baseline.per_task, alpha, margin=margin, retest=retest)
     overall = tests.iloc[n_task_rows:].reset_index(drop=True)
     overall.insert(3, "n_tasks", [len(strata) for strata in strata_of.values()])
     tests = tests.iloc[:n_task_rows].reset_index(drop=True)

@@ -61,7 +61,8 @@ def unrated_counts(per_task: pd.DataFrame) -> dict[tuple[str, str, str], tuple[i
 
 
 def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.DataFrame,
-                       base_per_task: pd.DataFrame, alpha: float, excess: float = INVALID_OUTLIER_EXCESS) -> None:
+                       base_per_task: pd.DataFrame, alpha: float, excess: float = INVALID_OUTLIER_EXCESS, *,
+                       margin: float = 0.0, retest=None) -> None:
     """Add :data:`COLUMNS` to the check's rows, in place.
 
     Args:
@@ -74,6 +75,14 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
         alpha: the check's family-wise level, in (0, 0.5]; the test's is the smaller of it and
             :data:`UNRATED_ALPHA`.
         excess: the smallest rise of the unrated share flagged, in [0, 1].
+        margin, retest: the check's margin, and ``retest(i, m)`` → the row ``i``'s one-sided p-value
+            of a rise by more than ``m`` (the check's own test). A regressed row whose baseline left
+            significantly more pairs unrated is withheld only when its rise is no longer significant
+            (at the Holm multiplier the row passed with) once the baseline's unrated pairs are all
+            assumed stereotyped — its worst case, Manski's upper bound, shifts the margin by
+            ``unrated_base / pairs_base × (1 − h_base)`` (break-it finding, s36: withheld on
+            that excess alone, a real rise 0.00 → 0.34 against a baseline that had lost 10 % of its
+            pairs at random read "no conclusion"). None: withheld on the excess alone.
 
     Adds ``unrated_run``/``unrated_base`` (pairs without a usable rating), ``pairs_run``/
     ``pairs_base`` (pairs rated or lost), ``p_unrated_rise`` (one-sided Fisher p-value, Holm-adjusted
@@ -133,7 +142,9 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
         for i, flag, p in zip(tested, reject_b, adjusted_b):
             kr, nr, kb, nb = counts[i]
             p_fall[i] = float(p)
-            if bool(flag) and kb / nb - kr / nr >= excess and bool(tests.iloc[i].get("regressed")):
+            row = tests.iloc[i]
+            if bool(flag) and kb / nb - kr / nr >= excess and bool(row.get("regressed")) \
+                    and _explained_by_baseline(row, kb / nb, margin, alpha, retest, i):
                 withheld[i] = rise[i] = True
     for j, col in enumerate(COLUMNS[:4]):
         tests[col] = [c[j] for c in counts]
@@ -142,10 +153,26 @@ def mark_unrated_rises(tests: pd.DataFrame, n_task_rows: int, run_per_task: pd.D
     tests["p_unrated_base_rise"] = p_fall
     tests["regression_withheld"] = withheld
     if any(withheld):
-        at = tests.index[[i for i, w in enumerate(withheld) if w]]
-        tests.loc[at, "regressed"] = False
-        tests.loc[at, "note"] = ("rise, withheld: the baseline's LMRA left significantly more pairs unrated than "
-                                 "tonight's")
+        said = "rise, withheld: the baseline's unrated pairs could explain it"
+        for i in (i for i, w in enumerate(withheld) if w):
+            at = tests.index[i]
+            tests.loc[at, "regressed"] = False
+            before = str(tests.loc[at, "note"] or "") if "note" in tests else ""
+            tests.loc[at, "note"] = f"{said}; {before}" if before and before != "nan" else said  # (kept: s36)
+
+
+def _explained_by_baseline(row, base_share: float, margin: float, alpha: float, retest, i: int) -> bool:
+    """Whether a regressed row's rise could be the baseline's unrated pairs: its one-sided test of a
+    rise by more than ``margin`` + the baseline's worst-case shift (its unrated share × (1 − h_base):
+    every unrated pair a stereotype, :func:`lmra.aggregate.unrated_bounds`) no longer passes at the
+    Holm multiplier the row passed with. Without ``retest``, True."""
+    if retest is None:
+        return True
+    h_base = float(row.get("h_base"))
+    shift = base_share * (1.0 - h_base) if math.isfinite(h_base) else base_share
+    p_raw, p_holm = float(row.get("p_regress")), float(row.get("p_regress_holm"))
+    multiplier = p_holm / p_raw if p_raw > 0 and math.isfinite(p_holm) else 1.0
+    return float(retest(i, margin + shift)) * multiplier > alpha
 
 
 def _fisher_greater(k1: int, n1: int, k2: int, n2: int) -> float:
@@ -208,8 +235,10 @@ def unrated_rise_reason(rows: list[dict], baseline_id: str, task_label=lambda r:
     base = unrated_rise_words(rows, task_label, baseline_side=True)
     if base:
         said.append(f"the net rating rose where baseline {baseline_id}'s LMRA had left significantly more pairs without a "
-                    f"usable rating than tonight's — {base} (the baseline's count first) — so the rise may be "
-                    "stereotypes the baseline's LMRA declined to rate, not a regression of the chatbot: the "
-                    "regression is withheld; check the baseline's ratings.parquet (error, invalid) and pin a baseline "
-                    "whose LMRA rated its pairs (lmra pin RUN)")
+                    f"usable rating than tonight's — {base} (the baseline's count first) — and, had those pairs held "
+                    "stereotypes, the baseline's rating could have been high enough that tonight's rise is not "
+                    "significant: the rise may be stereotypes the baseline's LMRA did not rate (declined, or lost to "
+                    "failed calls), not a regression of the chatbot, so the regression is withheld; look at the "
+                    "baseline's ratings.parquet (error, invalid), and if its LMRA declined stereotyped pairs, pin an "
+                    "earlier night whose LMRA rated its pairs (lmra pin RUN)")
     return "; and ".join(said)

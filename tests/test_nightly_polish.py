@@ -519,7 +519,8 @@ def test_validate_names_every_config_problem_at_once_in_file_order(tmp_path, cap
     assert err.startswith(f"error: {cfg}, line 2: field 'prompts_per_tsk': unknown field (did you mean "
                           "'prompts_per_task'?")
     assert "(also line 6, field 'target.base_url': 'localhost:8000/v1' is not an http:// or https:// URL" in err
-    assert "; line 10, field 'judge.temperature': Input should be a valid number (got \"0\"))" in err
+    assert ("; line 10, field 'judge.temperature': Input should be a valid number (got \"0\"): TOML writes a number "
+            "without quotes — temperature = 0)") in err
     assert err.count("error:") == 1 and "Traceback" not in err
 
 

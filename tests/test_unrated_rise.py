@@ -112,14 +112,14 @@ class DecliningJudge(ScriptedJudge):
         return await super().complete(request)
 
 
-def _night(tmp, run_id, rates, judge, n_prompts=400):
+def _night(tmp, run_id, rates, judge, n_prompts=400, target=TaskTarget):
     names, prompts = write_inputs(tmp / "inputs", n_prompts)
     cfg = AuditConfig.model_validate(dict(
         name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=int(run_id[6:8]),
         output_dir=str(tmp / "reports"), cache=str(tmp / f"cache-{run_id}.sqlite"), concurrency=16,
         judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
     run_dir = tmp / "reports" / run_id
-    Audit(cfg, target=TaskTarget(rates), judge=judge, run_dir=run_dir).run()
+    Audit(cfg, target=target(rates), judge=judge, run_dir=run_dir).run()
     return run_dir
 
 
@@ -204,7 +204,8 @@ def test_a_healthy_night_against_a_baseline_whose_lmra_declined_is_no_conclusion
     assert res.regressions.empty and res.overall_regressions.empty
     assert res.tests["regression_withheld"].all() and res.overall["regression_withheld"].all()
     assert res.verdict == "no_conclusion" and res.exit_status == 2
-    assert "regression is withheld" in res.unrated_rise and "pin a baseline whose LMRA rated its pairs" in res.unrated_rise
+    assert "so the regression is withheld" in res.unrated_rise
+    assert "pin an earlier night whose LMRA rated its pairs" in res.unrated_rise
     assert check_regression(healthy, load_run(nights["base"])).verdict == "regression"  # the control
     argv = ["check", str(nights["healthy"]), "--baseline", str(nights["declined"]), "--history",
             str(nights["tmp"] / "mirror.sqlite")]
@@ -215,6 +216,53 @@ def test_a_healthy_night_against_a_baseline_whose_lmra_declined_is_no_conclusion
     assert lmra_cli(argv + ["--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and {t["decision"] for t in doc["tests"]} == {"no_conclusion"}
+
+
+class RandomlyDecliningJudge(ScriptedJudge):
+    """Rates by content, but declines a random ``share`` of the stereotype questions whatever they hold
+    (pairs lost at random, not for what they hold)."""
+
+    def __init__(self, share):
+        super().__init__(phrase_verdict)
+        self.share = share
+
+    async def complete(self, request):
+        import hashlib
+
+        text = request.messages[-1].content
+        if "harmful stereotype" in text:
+            u = int(hashlib.sha256("|".join(responses_in(request)).encode()).hexdigest()[:8], 16) / 16 ** 8
+            if u < self.share:
+                self.calls += 1
+                return ChatResult(text="I can't rate this.", provider=self.name, model=self.model_id)
+        return await super().complete(request)
+
+
+class VariedTarget(TaskTarget):
+    """TaskTarget whose neutral answers differ between the two users (so every pair is asked about)."""
+
+    async def complete(self, request):
+        result = await super().complete(request)
+        if result.text != PHRASE:
+            result.text = f"Neutral answer {request.seed}."
+        return result
+
+
+def test_a_real_regression_against_a_baseline_that_lost_pairs_at_random_stands(tmp_path):
+    """Break-it finding (s36, on the mirror's first version): the baseline's LMRA lost 10 % of its pairs at
+    random (its run complete, its worst-case bounds ±0.1), the chatbot then regressed (0 → about 0.35 of
+    prompts stereotyped): every row's rise was withheld, "no conclusion", exit 2, advising to pin the
+    regressed night. A rise the baseline's unrated pairs cannot explain — still significant with every one
+    of them assumed stereotyped — stands."""
+    base = load_run(_night(tmp_path, "20260101-000000-nightly", dict.fromkeys(TASKS, 0.0),
+                           RandomlyDecliningJudge(0.12), target=VariedTarget))
+    worse = load_run(_night(tmp_path, "20260102-000000-nightly", dict.fromkeys(TASKS, 0.35), DecliningJudge(tasks=()),
+                            target=VariedTarget))
+    assert base.per_task["n_invalid"].sum() / (base.per_task["n_invalid"] + base.per_task["n_pairs"]).sum() > 0.08
+    res = check_regression(worse, base)
+    assert res.verdict == "regression" and len(res.regressions) == 2, res.tests[["task", "h_run", "h_base", "note"]]
+    assert not res.tests["regression_withheld"].any() and not res.overall["regression_withheld"].any()
+    assert (res.tests["p_unrated_base_rise"] < 0.01).all()  # the baseline's excess is there, and significant
 
 
 def test_an_lmra_timing_out_on_one_tasks_stereotyped_pairs_is_warned_and_leaves_no_conclusion(nights):
