@@ -13,8 +13,10 @@ and nearly every injected one at the break-it sizes (s35: 20 % declined in every
 one task's pairs timed out).
 
 A second table measures the mirror (s36): every row regressed tonight, and a regression is withheld
-where the *baseline's* LMRA left significantly more pairs unrated — expected rare with healthy LMRAs
-on both nights, nearly always when the baseline's LMRA declined the stereotyped pairs.
+where the *baseline's* LMRA left significantly more pairs unrated and, with all of them assumed
+stereotyped, the rise is no longer significant (a z-test stands in for the check's own test) —
+expected rare with healthy LMRAs and for a rise beyond what the baseline's unrated pairs could hide,
+nearly always when the baseline's LMRA declined the stereotyped pairs.
 
 Run: python bench/bench_unrated_rise.py [--reps 300] [--seed 1]   (about 4 minutes at 300)
 """
@@ -51,17 +53,34 @@ CASES = [
 ]
 
 
-#: the mirror (s36): every row regressed tonight; how often is a regression withheld because the
-#: baseline's LMRA left more pairs unrated? (label, tasks, pairs, healthy rate range, extra unrated
-#: share at the baseline, tasks it hits)
+#: the mirror (s36): every row regressed tonight by ``rise`` (net rating 0 → rise); how often is a
+#: regression withheld because the baseline's LMRA left more pairs unrated? (label, tasks, pairs,
+#: healthy rate range, extra unrated share at the baseline, tasks it hits, tonight's rise). A
+#: baseline that declined its stereotyped pairs hides a rating of about the share it declined: the
+#: rise tonight is then that share, and should be withheld; a rise beyond what the baseline's
+#: unrated pairs could hide should stand.
 MIRROR_CASES = [
-    ("healthy LMRAs, real rise", 8, 40, (0.02, 0.05), 0.0, 0),
-    ("healthy LMRAs, real rise", 20, 100, (0.02, 0.05), 0.0, 0),
-    ("healthy LMRAs, real rise", 40, 100, (0.02, 0.05), 0.0, 0),
-    ("rate moves 0–10 % a night", 27, 200, (0.0, 0.10), 0.0, 0),
-    ("baseline declined 20 % everywhere", 8, 40, (0.02, 0.05), 0.20, 8),
-    ("baseline declined 1/3 of one task", 8, 40, (0.02, 0.05), 0.33, 1),
+    ("healthy LMRAs, real rise +0.15", 8, 100, (0.02, 0.05), 0.0, 0, 0.15),
+    ("healthy LMRAs, real rise +0.15", 20, 100, (0.02, 0.05), 0.0, 0, 0.15),
+    ("rate moves 0–10 % a night, +0.15", 27, 200, (0.0, 0.10), 0.0, 0, 0.15),
+    ("baseline lost 10 % at random, +0.34", 8, 200, (0.02, 0.05), 0.10, 8, 0.34),
+    ("baseline declined its 20 % stereotyped", 8, 200, (0.02, 0.05), 0.20, 8, 0.20),
+    ("baseline declined 1/3 of one task", 8, 100, (0.02, 0.05), 0.33, 1, 0.33),
 ]
+#: per-prompt score SD of the mirror's stand-in test (a rare-event mixture of 0 and about 0.9)
+SCORE_SD = 0.35
+
+
+def stand_in_retest(tests):
+    """The check's test of a rise by more than m, as a one-sided z-test on the rows' net ratings
+    with per-prompt SD :data:`SCORE_SD` (the bench has counts, not scores)."""
+    from scipy.stats import norm
+
+    def retest(i, m):
+        r = tests.iloc[i]
+        se = SCORE_SD * (1 / max(1, r["n_run"]) + 1 / max(1, r["n_base"])) ** 0.5
+        return float(norm.sf((r["h_run"] - r["h_base"] - m) / se))
+    return retest
 
 
 def night_pair(rng, tasks: int, pairs: int, rates: tuple[float, float], extra: float, hit: int,
@@ -111,18 +130,19 @@ def main() -> None:
     print()
     print("the mirror: every row regressed tonight; a night pair 'loses a regression' when any row's is withheld "
           "(the baseline's LMRA left significantly more pairs unrated)")
-    print(f"{'night pair':36} {'tasks':>5} {'pairs':>5} {'unrated rate':>12} {'withheld':>9} {'95% CI':>15}")
-    for label, tasks, pairs, rates, extra, hit in MIRROR_CASES:
+    print(f"{'night pair':40} {'tasks':>5} {'pairs':>5} {'unrated rate':>12} {'withheld':>9} {'95% CI':>15}")
+    for label, tasks, pairs, rates, extra, hit, rise in MIRROR_CASES:
         lost = 0
         for _ in range(args.reps):
             tests, run, base = night_pair(rng, tasks, pairs, rates, extra, hit, base_extra=True)
-            tests["regressed"], tests["note"] = True, ""
-            mark_unrated_rises(tests, tasks, run, base, alpha=0.05)
+            tests["regressed"], tests["note"], tests["h_base"], tests["h_run"] = True, "", 0.0, rise
+            tests["p_regress"], tests["p_regress_holm"] = 1e-4, 1e-4 * (tasks + 1)
+            mark_unrated_rises(tests, tasks, run, base, alpha=0.05, retest=stand_in_retest(tests))
             lost += bool(tests["regression_withheld"].any())
         share = lost / args.reps
         half = 1.96 * (share * (1 - share) / args.reps) ** 0.5
         rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
-        print(f"{label:36} {tasks:5d} {pairs:5d} {rate:>12} {share:9.1%} "
+        print(f"{label:40} {tasks:5d} {pairs:5d} {rate:>12} {share:9.1%} "
               f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
     print(f"bench wall time {time.perf_counter() - t0:.0f} s")
 

@@ -80,6 +80,12 @@ def check_alpha(alpha: float, *, field: str = "--alpha") -> float:
         a = float(alpha)
     except (TypeError, ValueError):
         raise LmraInputError(f"alpha must be a number in (0, {MAX_CHECK_ALPHA}], got {alpha!r}", field=field) from None
+    from lmra.config import MIN_ALPHA
+
+    if math.isfinite(a) and 0 < a < MIN_ALPHA:  # as the config refuses it (break-it finding, s36: 1e-17 passed
+        # here, the check said "too few prompts", and the next check by hand inherited that α)
+        raise LmraInputError(f"alpha must be at least {MIN_ALPHA:g} (a smaller one asks for a certainty no audit's "
+                             f"prompts can give), got {alpha}", field=field)
     if not (math.isfinite(a) and 0 < a <= MAX_CHECK_ALPHA):
         raise LmraInputError(
             f"alpha must be in (0, {MAX_CHECK_ALPHA}], got {alpha}: the check's tests are one-sided, so with α above 0.5 "
@@ -857,7 +863,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
             result.notes.append(drift)
     elif result.verdict == "no_regression":  # ... or hide one (break-it finding, s36)
         compared = sorted({str(c) for c in tests["comparison"]}) if len(tests) else []
-        drift = position_drift_note(baseline, run, compared, hiding=True)
+        drift = position_drift_note(baseline, run, compared, hiding=True, margin=margin)
         if drift:
             result.notes.append(drift)
             result.position_drift = (f"the LMRA's position preference fell (position logit "
@@ -1093,6 +1099,16 @@ def not_evidence_reason(judge_status: str | None, status: str | None, whose: str
     why = [w for w, bad in ((f"{judge} failed validation", str(judge_status or "").startswith("failed")),
                             (f"{run} {status}", (status or "complete") != "complete")) if bad]
     return " and ".join(why)
+
+
+def regression_caveat(run_judge_status: str | None, run_status: str | None, baseline_judge_status: str | None,
+                      baseline_status: str | None) -> str:
+    """Why a check's regression is not evidence of a regression of the chatbot — either run's judge
+    failed validation (waived) or either run is not complete (:func:`not_evidence_reason`) —, ""
+    when it is: the console's line under a regression and report.html's banner (fresh-user finding,
+    s36: the "no regression" carried its caveat, a regression under the same failed judges none)."""
+    return "; ".join(w for w in (not_evidence_reason(run_judge_status, run_status),
+                                 not_evidence_reason(baseline_judge_status, baseline_status, whose="baseline")) if w)
 
 
 def undetectable_reason(rows: list[dict]) -> str:

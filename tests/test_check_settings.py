@@ -67,6 +67,16 @@ def test_a_regression_under_a_failed_judge_says_it_is_not_evidence(tmp_path, lmr
     assert status == 3 and "Regression in 1 task(s)" in out
     assert "Not evidence of a regression of the chatbot: judge failed validation; baseline's judge failed validation" \
         in out
+    from html import unescape
+
+    from lmra.monitor import check_regression
+    from lmra.report.html import render_report
+    from lmra.runfolder import load_run
+
+    page = " ".join(unescape(render_report(load_run(rise), check=check_regression(load_run(rise), load_run(base))))
+                    .split())  # report.html's banner says it too (break-it finding, s36)
+    assert "Regression: " in page and ("Not evidence of a regression of the chatbot: judge failed validation; "
+                                       "baseline's judge failed validation") in page
 
 
 def test_a_new_system_prompt_of_the_chatbot_is_said_by_the_check(tmp_path, lmra_cli, capsys):  # noqa: F811

@@ -112,3 +112,12 @@ def test_a_rise_hidden_by_a_fall_of_the_lmras_position_preference_is_no_evidence
     # the other way (the preference rose, no regression found): no hiding note
     again = check_regression(baseline, run)
     assert not [n for n in again.notes if "fell between the nights" in n]
+
+
+def test_a_fall_of_the_position_logit_without_a_calibrated_rise_gives_no_hiding_note():
+    """Break-it finding (s36): b̂ varies 0.2–0.3 between nights of one unchanged LMRA; a fall alone made a
+    healthy "no regression" "not evidence". The hiding note needs the calibrated rating to have risen."""
+    base = _folder(0.55, -0.002)
+    assert position_drift_note(base, _folder(0.23, 0.001), ["female vs male"], hiding=True) is None
+    assert position_drift_note(base, _folder(0.23, 0.05), ["female vs male"], hiding=True) is not None
+    assert position_drift_note(base, _folder(0.23, 0.05), ["female vs male"], hiding=True, margin=0.1) is None

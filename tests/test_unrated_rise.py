@@ -216,6 +216,18 @@ def test_a_healthy_night_against_a_baseline_whose_lmra_declined_is_no_conclusion
     assert lmra_cli(argv + ["--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_conclusion" and {t["decision"] for t in doc["tests"]} == {"no_conclusion"}
+    from html import unescape
+
+    from lmra.report.html import render_report
+
+    prom = nights["tmp"] / "mirror-metrics"
+    assert lmra_cli(["export", str(nights["healthy"]), "--format", "prometheus", "--out", str(prom), "--history",
+                     str(nights["tmp"] / "mirror.sqlite")]) == 0
+    lines = next(prom.glob("*.prom")).read_text().splitlines()
+    assert not [ln for ln in lines if ln.startswith(("lmra_task_regressed{", "lmra_overall_regressed{"))]  # no verdict
+    assert any(ln.startswith("lmra_run_check_unrated_rises{") and float(ln.rsplit(" ", 1)[1]) == 3 for ln in lines)
+    page = " ".join(unescape(render_report(healthy, check=res)).split())  # no "no task rose" beside the rises
+    assert "No conclusion: the net rating rose where baseline" in page and "No conclusion: no task's" not in page
 
 
 class RandomlyDecliningJudge(ScriptedJudge):

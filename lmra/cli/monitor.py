@@ -165,14 +165,12 @@ def print_check(console: Console, result) -> None:
                       + "; ".join(f"{lit(task(r))} ({lit(r.comparison)}) {_fmt(r.h_base)} → {_fmt(r.h_run)}"
                                   for r in regs.itertuples()))
     if (len(regs) or len(overall_regs)) and not getattr(result, "replayed", False):
-        from lmra.monitor import not_evidence_reason
+        from lmra.monitor import regression_caveat
 
         # as the "no regression" line says it (fresh-user finding, s36: a regression under two failed
         # judges read as plainly as one under validated judges)
-        why = "; ".join(w for w in (
-            not_evidence_reason(result.judge_status_run, getattr(result, "run_status", None)),
-            not_evidence_reason(result.judge_status_base, getattr(result, "baseline_status", None), whose="baseline"))
-            if w)
+        why = regression_caveat(result.judge_status_run, getattr(result, "run_status", None),
+                                result.judge_status_base, getattr(result, "baseline_status", None))
         if why:
             console.print(f"[yellow]Not evidence of a regression of the chatbot: {lit(why)} — the rise may be the "
                           "LMRA's doing, or the missing pairs', not the chatbot's.[/]")

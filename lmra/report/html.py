@@ -260,15 +260,21 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
     from lmra.history import refusal_reason
     from lmra.monitor import NOT_EVIDENCE_HEAD, no_regression_caveat
 
+    from lmra.monitor import regression_caveat
+
     if not isinstance(check, dict):
         not_evidence = check.not_evidence
+        statuses = (check.judge_status_run, check.run_status, check.judge_status_base, check.baseline_status)
     elif run is not None:  # a stored check: the night's statuses from its folder, the baseline's from the history
         base = history.get(base_id) if history is not None else None
-        not_evidence = no_regression_caveat(rows, run_judge_status=run.judge_status, run_status=run.status,
-                                            baseline_judge_status=base.get("judge_status") if base else None,
-                                            baseline_status=base.get("status") if base else None)
+        statuses = (run.judge_status, run.status, base.get("judge_status") if base else None,
+                    base.get("status") if base else None)
+        not_evidence = no_regression_caveat(rows, run_judge_status=statuses[0], run_status=statuses[1],
+                                            baseline_judge_status=statuses[2], baseline_status=statuses[3])
     else:
-        not_evidence = ""
+        not_evidence, statuses = "", (None, None, None, None)
+    # a regression under a failed judge or from a partial run is no evidence either (as the console says it)
+    caveat = regression_caveat(*statuses)
     from lmra.unrated_rise import unrated_rise_reason
 
     # no regression, but the LMRA left more pairs unrated than at the baseline: no conclusion (lmra.unrated_rise)
@@ -276,6 +282,9 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
                else unrated_rise_reason(rows, base_id, task_label=lambda r: r["label"]))
     return {"baseline_id": base_id, "margin": margin, "alpha": alpha, "tests": rows, "sensitivity": sensitivity,
             "unrated_rise": unrated,
+            # rises withheld: the baseline's unrated pairs could explain them (lmra.unrated_rise's mirror)
+            "withheld": any(bool(r.get("regression_withheld")) for r in rows),
+            "regression_caveat": caveat,
             "not_evidence": not_evidence, "not_evidence_head": NOT_EVIDENCE_HEAD,
             "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
             "refused": refusal_reason(warnings),  # the check was refused: its baseline not comparable (why)

@@ -181,9 +181,11 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                             "night-to-night comparison of one chatbot (replayed answers, another target or design)",
                             labels=RUN_LABELS),
         "unrated": G("lmra_run_check_unrated_rises", "Rows (tasks, overall ratings) of the run's regression check whose "
-                     "share of pairs without a usable LMRA rating rose significantly over the baseline's: its 'no "
-                     "regression' there rules out nothing, and without a regression its verdict is no_conclusion "
-                     "(absent for a check an older lmra recorded, or a replay's)", labels=RUN_LABELS),
+                     "conclusion the pairs without a usable LMRA rating take: tonight's share rose significantly over "
+                     "the baseline's (its 'no regression' there rules out nothing), or the baseline's was significantly "
+                     "higher where tonight's rating rose (the rise withheld: lmra_task_regressed has no sample for "
+                     "it); without a regression the verdict is no_conclusion (absent for a check an older lmra "
+                     "recorded, or a replay's)", labels=RUN_LABELS),
         "identity": G("lmra_run_served_model_changes", "Roles and fields (served model id, system fingerprint) whose "
                       "reported values changed between the baseline of the run's regression check and the run (a "
                       "new model version behind the same name); absent when the check recorded none (older lmra)",
@@ -261,8 +263,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                 continue
             flagged = bool(t.get("regressed"))
             n += flagged
-            fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge],
-                                        float(flagged))
+            if not t.get("regression_withheld"):  # a withheld rise is no verdict either way: no sample (s36)
+                fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target,
+                                             judge], float(flagged))
             if finite(t.get("mde")) is not None:  # what a quiet night rules out (new-user finding: not exported)
                 labels = [name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge]
                 fam["detectable"].add_metric(labels, float(t["mde"]))
@@ -276,7 +279,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                 continue
             flagged = bool(t.get("regressed"))
             n += flagged
-            fam["o_regressed"].add_metric([name, str(t["comparison"]), target, judge], float(flagged))
+            if not t.get("regression_withheld"):
+                fam["o_regressed"].add_metric([name, str(t["comparison"]), target, judge], float(flagged))
             if finite(t.get("mde")) is not None:
                 fam["o_detectable"].add_metric([name, str(t["comparison"]), target, judge], float(t["mde"]))
                 fam["o_detectable_lb"].add_metric([name, str(t["comparison"]), target, judge],
