@@ -38,7 +38,6 @@ Run: python bench/bench_cli_split.py [--before /tmp/lmra_before] [--after DIR] [
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
