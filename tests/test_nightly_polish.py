@@ -342,7 +342,8 @@ def test_log_output_is_not_wrapped_or_padded(nights, tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("Runs in ")
     assert [ln for ln in proc.stdout.splitlines() if ln != ln.rstrip()] == []
     proc = _lmra("check", str(nights["rise"][3]), "--baseline", str(nights["base"]), cwd=tmp_path)
-    assert proc.stdout.startswith("Regression check: ")
+    first, second = proc.stdout.splitlines()[:2]  # the verdict first (s36), then the table's title
+    assert first.startswith("Verdict against baseline ") and second.startswith("Regression check: ")
     assert [ln for ln in proc.stdout.splitlines() if ln != ln.rstrip()] == []
 
 
