@@ -106,6 +106,14 @@ def night_pair(rng, tasks: int, pairs: int, rates: tuple[float, float], extra: f
     return tests, table(k_run), table(k_base)
 
 
+def _row(label: str, width: int, tasks: int, pairs: int, rates, share: float, share_width: int, reps: int) -> str:
+    """One line of a table: the case, the share of night pairs it hit and its 95% normal interval."""
+    half = 1.96 * (share * (1 - share) / reps) ** 0.5
+    rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
+    return (f"{label:{width}} {tasks:5d} {pairs:5d} {rate:>12} {share:{share_width}.1%} "
+            f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=300)
@@ -122,11 +130,7 @@ def main() -> None:
             tests, run, base = night_pair(rng, tasks, pairs, rates, extra, hit)
             mark_unrated_rises(tests, tasks, run, base, alpha=0.05)
             lost += bool(tests["unrated_rise"].any())
-        share = lost / args.reps
-        half = 1.96 * (share * (1 - share) / args.reps) ** 0.5
-        rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
-        print(f"{label:32} {tasks:5d} {pairs:5d} {rate:>12} {share:16.1%} "
-              f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
+        print(_row(label, 32, tasks, pairs, rates, lost / args.reps, 16, args.reps))
     print()
     print("the mirror: every row regressed tonight; a night pair 'loses a regression' when any row's is withheld "
           "(the baseline's LMRA left significantly more pairs unrated)")
@@ -139,11 +143,7 @@ def main() -> None:
             tests["p_regress"], tests["p_regress_holm"] = 1e-4, 1e-4 * (tasks + 1)
             mark_unrated_rises(tests, tasks, run, base, alpha=0.05, retest=stand_in_retest(tests))
             lost += bool(tests["regression_withheld"].any())
-        share = lost / args.reps
-        half = 1.96 * (share * (1 - share) / args.reps) ** 0.5
-        rate = f"{rates[0]:.1%}" if rates[0] == rates[1] else f"{rates[0]:.0%}–{rates[1]:.0%}"
-        print(f"{label:40} {tasks:5d} {pairs:5d} {rate:>12} {share:9.1%} "
-              f"{max(0.0, share - half):6.1%}–{min(1.0, share + half):.1%}")
+        print(_row(label, 40, tasks, pairs, rates, lost / args.reps, 9, args.reps))
     print(f"bench wall time {time.perf_counter() - t0:.0f} s")
 
 

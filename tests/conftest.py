@@ -1,3 +1,4 @@
+import contextlib
 import json
 import re
 import sys
@@ -20,6 +21,29 @@ def _own_spill_folder(tmp_path, monkeypatch):
     tests' scripted calls piled up there, pointing at caches long gone). A test that sets
     ``LMRA_SPILL_DIR`` itself overrides this."""
     monkeypatch.setenv("LMRA_SPILL_DIR", str(tmp_path / "spill"))
+
+
+@contextlib.contextmanager
+def held_elsewhere(make_lock):
+    """Hold ``make_lock()`` (a context manager: a lock) in another, forked process for the ``with``
+    block — another lmra command at work — and release it at the end."""
+    import multiprocessing
+
+    held, release = multiprocessing.Event(), multiprocessing.Event()
+
+    def hold():
+        with make_lock():
+            held.set()
+            release.wait(30)
+
+    other = multiprocessing.get_context("fork").Process(target=hold)
+    other.start()
+    try:
+        assert held.wait(30), "the other process never held the lock"
+        yield
+    finally:
+        release.set()
+        other.join(30)
 
 
 @pytest.fixture

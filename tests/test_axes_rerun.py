@@ -319,25 +319,14 @@ def test_a_second_axes_run_into_a_folder_while_the_first_runs_is_refused(tmp_pat
     other's table). ``lmra axes`` holds a lock on its output folder — the folder itself, nothing is
     added to it: a second one meanwhile is refused (exit 1, naming the folder, no call, no file),
     and runs once the first is done."""
-    import multiprocessing
-
+    from conftest import held_elsewhere
     from lmra.fileio import held_lock
 
     _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
     run = res.run_dir
     good, _ = _configs(tmp_path)
     argv = ["axes", "--run", str(run), *BASE, "--config", str(good)]
-    held, release = multiprocessing.Event(), multiprocessing.Event()
-
-    def hold():  # another 'lmra axes' on this folder
-        with held_lock(run, "busy", "the test's"):
-            held.set()
-            release.wait(30)
-
-    other = multiprocessing.get_context("fork").Process(target=hold)
-    other.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(lambda: held_lock(run, "busy", "the test's")):  # another 'lmra axes' on this folder
         capsys.readouterr()
         assert cli.main(argv) == 1
         captured = capsys.readouterr()
@@ -345,9 +334,6 @@ def test_a_second_axes_run_into_a_folder_while_the_first_runs_is_refused(tmp_pat
         assert "another 'lmra axes' writing its files into" in err and "Traceback" not in err
         assert "Wrote" not in captured.out + captured.err
         assert not [name for name in OUTPUT_FILES if (run / name).exists()]
-    finally:
-        release.set()
-        other.join(30)
     assert cli.main(argv) == 0  # the lock is free again
     assert all((run / name).exists() for name in OUTPUT_FILES)
     _no_staging_left(run)

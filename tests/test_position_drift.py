@@ -47,14 +47,14 @@ def _verdict(r1, r2):  # the LMRA leaves probability on "no stereotype" (C), as 
     return {"A": 0.02, "B": 0.02, "C": 0.96}
 
 
-def _night(tmp, run_id, b):
+def _night(tmp, run_id, b, rate=0.35):
     names, prompts = write_inputs(tmp / "inputs", 400)
     cfg = AuditConfig.model_validate(dict(
         name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=int(run_id[6:8]),
         output_dir=str(tmp / "reports"), cache=str(tmp / f"cache-{run_id}.sqlite"), concurrency=16,
         judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
     run_dir = tmp / "reports" / run_id
-    Audit(cfg, target=TaskTarget(dict.fromkeys(TASKS, 0.35)), judge=ScriptedJudge(_verdict, position_logit=b),
+    Audit(cfg, target=TaskTarget(dict.fromkeys(TASKS, rate)), judge=ScriptedJudge(_verdict, position_logit=b),
           run_dir=run_dir).run()
     return run_dir
 
@@ -82,19 +82,8 @@ def test_a_rise_hidden_by_a_fall_of_the_lmras_position_preference_is_no_evidence
     position logit fell 2 → 0: the headline 'min' rating barely moved, the check said "No regression",
     exit 0, and no note. The note now says the fall can hide a rise, with the calibrated ratings, and the
     "no regression" is called no evidence; a night whose position preference rose gets no such note."""
-    def night(run_id, b, rate):
-        names, prompts = write_inputs(tmp_path / "inputs", 400)
-        cfg = AuditConfig.model_validate(dict(
-            name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=int(run_id[6:8]),
-            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16,
-            judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
-        run_dir = tmp_path / "reports" / run_id
-        Audit(cfg, target=TaskTarget(dict.fromkeys(TASKS, rate)), judge=ScriptedJudge(_verdict, position_logit=b),
-              run_dir=run_dir).run()
-        return run_dir
-
-    base = night("20260101-000000-nightly", 2.0, 0.35)
-    worse = night("20260102-000000-nightly", 0.0, 0.38)  # a little worse; the LMRA's preference gone
+    base = _night(tmp_path, "20260101-000000-nightly", 2.0, 0.35)
+    worse = _night(tmp_path, "20260102-000000-nightly", 0.0, 0.38)  # a little worse; the LMRA's preference gone
     run, baseline = load_run(worse), load_run(base)
     res = check_regression(run, baseline)
     cal = {f"{o['group_a']} vs {o['group_b']}": o["net_rating_calibrated"] for o in run.summary["overall"]}

@@ -705,32 +705,18 @@ def test_a_second_merge_of_the_same_shards_started_while_the_first_runs_is_refus
     history and the warehouse. A merge holds a lock per shard set in the output folder: a second one
     meanwhile is refused (exit 1, naming the lock, nothing written); once the first is done, the
     second is refused as merged already; another set of shards is not held up."""
-    import multiprocessing
-
+    from conftest import held_elsewhere
     from lmra.cli import main
     from lmra.merge import load_shards, merge_lock
 
     out = tmp_path / "reports"
     shards = [_clean_run(tmp_path, out / f"shard{i}", Shard(i, 2)) for i in (1, 2)]
     dirs = [str(s.run_dir) for s in shards]
-    held, release = multiprocessing.Event(), multiprocessing.Event()
-
-    def hold():  # another process merging these shards: it holds their lock
-        with merge_lock(out, load_shards(dirs)):
-            held.set()
-            release.wait(30)
-
-    other = multiprocessing.get_context("fork").Process(target=hold)
-    other.start()
-    try:
-        assert held.wait(30)
+    with held_elsewhere(lambda: merge_lock(out, load_shards(dirs))):  # another process merging these shards
         capsys.readouterr()
         assert main(["merge", *dirs, "--no-report"]) == 1
         err = " ".join(capsys.readouterr().err.split())
         assert "another 'lmra merge' of these 2 shard runs" in err and ".merge-" in err and "Traceback" not in err
         assert not [p for p in out.iterdir() if p.name.endswith("-nightly")]  # nothing written
-    finally:
-        release.set()
-        other.join(30)
     assert main(["merge", *dirs, "--no-report"]) == 0  # the lock is free again
     assert len([p for p in out.iterdir() if p.name.endswith("-nightly")]) == 1
