@@ -316,7 +316,6 @@ def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_n
     from lmra.config import AuditConfig
     from lmra.judge_check import judge_status
     from lmra.report.console import judge_status_text
-    from lmra.runfolder import json_text
 
     def content_only(r1, r2, group_a, group_b):
         p = good(r1, r2, group_a, group_b)
@@ -381,8 +380,8 @@ def test_a_significant_refusal_gap_is_said_under_the_refusal_table(only_a, warne
     _refusals(console, table, "95", 0.05)
     text = " ".join(console.export_text().split())
     if warned:
-        assert (f"WARNING: female and male are refused at different rates (9/21 = 0.4286 vs 0/21 = 0.0000, "
-                f"paired p = 0.0039)") in text and "max_overall_refusal_gap" in text
+        assert ("WARNING: female and male are refused at different rates (9/21 = 0.4286 vs 0/21 = 0.0000, "
+                "paired p = 0.0039)") in text and "max_overall_refusal_gap" in text
     else:
         assert "WARNING" not in text
 

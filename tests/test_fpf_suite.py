@@ -3,8 +3,6 @@ classification, direct profiles, two judges, diagnostics, human agreement — kn
 and simulations with injected effects."""
 
 import json
-import math
-import random
 
 import numpy as np
 import pandas as pd

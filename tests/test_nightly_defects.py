@@ -6,7 +6,6 @@
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pandas as pd

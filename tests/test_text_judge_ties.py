@@ -7,7 +7,6 @@ refusals, excluded every pair and exited 0)."""
 from __future__ import annotations
 
 import json
-import random
 
 import pandas as pd
 import pytest

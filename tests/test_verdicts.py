@@ -17,7 +17,7 @@ from lmra.judge.filter import FilterDecision
 from lmra.monitor import check_regression
 from lmra.report.export import per_pair_table, per_task_table
 from lmra.runfolder import load_run
-from test_judge_check import STEREOTYPED, good
+from test_judge_check import good
 
 
 def _cfg(tmp_path, names, prompts, **kw):
