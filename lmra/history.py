@@ -130,16 +130,22 @@ def _config_name(folder: Path) -> str:
         return re.sub(r"-\d+$", "", folder.name.split("-", 2)[-1])
 
 
-def _detectable_span(rows: list[dict]) -> dict | None:
-    """``{"min", "max", "n_undetectable"}`` of a stored check's tested task rows' ``mde`` (the rise
-    each detects with 80% power; nan: none reaches it), or None when the check recorded none."""
+def _detectable_span(rows: list[dict], overall: list[dict] = ()) -> dict | None:
+    """``{"min", "max", "n_undetectable", "overall_min", "overall_max"}`` of a stored check: its
+    tested task rows' ``mde`` (the rise each detects with 80% power; nan: none reaches it), how
+    many tested tasks detect none, and the same span of its tested overall rows (None when none
+    detects a rise; fresh-user finding, s37: a quiet night read "detects rises of +0.86 or more
+    only", the per-task figure, while its overall row detected +0.07); None when the check
+    recorded no ``mde``."""
     tested = [r for r in rows if finite(r.get("p_regress")) is not None]
-    if not tested or not any("mde" in r for r in tested):
+    tested_overall = [r for r in overall if finite(r.get("p_regress")) is not None]
+    if not any("mde" in r for r in tested + tested_overall):
         return None
-    mde = [finite(r.get("mde")) for r in tested]
-    found = [m for m in mde if m is not None]
+    found = [m for m in (finite(r.get("mde")) for r in tested) if m is not None]
+    whole = [m for m in (finite(r.get("mde")) for r in tested_overall) if m is not None]
     return {"min": min(found) if found else None, "max": max(found) if found else None,
-            "n_undetectable": sum(m is None for m in mde)}
+            "n_undetectable": sum(finite(r.get("mde")) is None for r in tested),
+            "overall_min": min(whole) if whole else None, "overall_max": max(whole) if whole else None}
 
 
 #: newer runs '--baseline last' passed over, named one by one in the check's notes (then one line)
@@ -774,7 +780,7 @@ class History:
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 # the rises the tested tasks detect with 80% power, smallest and largest (None: none
                 # computed), and how many tested tasks detect none (what a quiet night rules out)
-                "detectable": _detectable_span(rows),
+                "detectable": _detectable_span(rows, overall),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),
                 "overall_regressed": {r.get("comparison"): r for r in overall
                                       if bool(r.get("regressed")) and verdict != "no_conclusion"},

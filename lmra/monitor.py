@@ -1143,18 +1143,30 @@ def no_regression_caveat(rows: list[dict], *, run_judge_status: str | None, run_
     return "; ".join(w for w in why if w)
 
 
+def _span_words(lo: float, hi: float) -> str:
+    """``+0.35`` or ``+0.35 to +0.62``: a span of detectable rises, two decimals."""
+    return f"{lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}")
+
+
 def detectable_words(span: dict | None, between: str = "; ") -> str:
     """What a stored check's "no regression" rules out (:meth:`lmra.history.History.check_summary`'s
-    ``detectable``): ``; detects rises of +0.35 to +0.62 or more only (2 tasks too small to detect
-    any)``; "" when not recorded. New-user finding: ``lmra history`` and the history page said "no
-    regression" without the caveat the console gives."""
+    ``detectable``): ``; the overall net rating detects rises of +0.07 or more, single tasks +0.35
+    to +0.62 or more only (2 tasks too small to detect any)`` — the overall rows first, the
+    figure a night with few prompts per task rests on (fresh-user finding, s37: only the per-task
+    +0.86 was said) — or, without a tested overall row, ``; detects rises of +0.35 to +0.62 or
+    more only``; "" when not recorded. New-user finding: ``lmra history`` and the history page
+    said "no regression" without the caveat the console gives."""
     if not span:
         return ""
     parts = []
-    if span.get("min") is not None:
-        lo, hi = span["min"], span["max"]
-        parts.append(f"detects rises of {lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}")
-                     + " or more only")
+    overall = span.get("overall_min")
+    if overall is not None:
+        said = f"the overall net rating detects rises of {_span_words(overall, span['overall_max'])} or more"
+        if span.get("min") is not None:
+            said += f", single tasks {_span_words(span['min'], span['max'])} or more only"
+        parts.append(said)
+    elif span.get("min") is not None:
+        parts.append(f"detects rises of {_span_words(span['min'], span['max'])} or more only")
     if span.get("n_undetectable"):
         n = span["n_undetectable"]
         parts.append(f"{n} task{'s' * (n != 1)} too small to detect a rise with {MDE_POWER:.0%} power")

@@ -449,7 +449,17 @@ def test_a_quiet_night_says_what_it_rules_out_in_the_history_json_page_and_metri
     row = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}[runs["same"].name]
     assert row["check"]["detectable"]["min"] == pytest.approx(lo) and row["check"]["detectable"]["max"] == \
         pytest.approx(hi)
-    span = f"detects rises of {lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}") + " or more only"
+    # the overall row's figure first (fresh-user finding, s37: only the tasks' +0.86 was said, the
+    # overall row detected +0.07)
+    whole = check["overall"].loc[check["overall"]["p_regress"].notna(), "mde"].dropna()
+    assert len(whole) == 1 and float(whole.iloc[0]) < lo
+    assert row["check"]["detectable"]["overall_min"] == pytest.approx(float(whole.iloc[0]))
+    span = (f"the overall net rating detects rises of {float(whole.iloc[0]):+.2f} or more, single tasks {lo:+.2f}"
+            + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}") + " or more only")
+    assert lmra_cli(["check", str(reports / runs["same"].name), "--baseline", str(reports / runs["base"].name),
+                     "--history", str(hist)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"overall net rating (1 tested; it detects rises of {float(whole.iloc[0]):+.2f} or more)" in said
     assert lmra_cli(["history", "--reports-dir", str(reports)]) == 0
     assert span in " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert lmra_cli(["report", "--history", "--reports-dir", str(reports)]) == 0

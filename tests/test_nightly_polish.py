@@ -317,7 +317,8 @@ def test_verdict_counts_tasks_too_small_to_detect_a_rise(tmp_path, capsys):
     # and what the others can see (fresh-user finding: "1 too small" read as "the other rules much out")
     assert verdict.endswith("(2 of 2 tasks tested; 1 of them too small to detect a rise with 80% power (see 'detectable rise'); "
                             f"the others detect rises of {big['mde']:+.2f} or more only) "
-                            "— nor any comparison's overall net rating (1 tested).")
+                            "— nor any comparison's overall net rating (1 tested; it detects rises of "
+                            f"{json.loads(js)['overall'][0]['mde']:+.2f} or more).")
     assert small["p_regress"] is not None and small["mde"] is None and small["note"] is None
     assert small["mde_note"].startswith("too few prompts to detect a rise with 80% power: with 3/3 prompts")
     assert big["mde"] is not None and big["mde_note"] is None

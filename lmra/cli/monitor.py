@@ -190,7 +190,8 @@ def print_check(console: Console, result) -> None:
                           f"margin ({tested_words(result)}), but {lit(result.unrated_rise)}.")
     else:
         n_overall = getattr(result, "family_size", result.n_tested) - result.n_tested
-        overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested)" if n_overall else "")
+        overall_words = (f" — nor any comparison's overall net rating ({n_overall} tested{overall_detectable(result)})"
+                         if n_overall else "")
         # a failed judge, a partial run, no row able to detect a rise: the same words as report.html's box
         from lmra.monitor import NOT_EVIDENCE_HEAD
 
@@ -241,6 +242,22 @@ def tested_words(result) -> str:
         words += (f"; {'the others' if blind else 'they'} detect rises of {span} or more only"
                   if n > 1 else f"; it detects rises of {lo:+.2f} or more only")
     return words
+
+
+def overall_detectable(result) -> str:
+    """What the check's tested overall rows detect with 80% power: ``; it detects rises of +0.07
+    or more`` (``they detect rises of +0.05 to +0.09 or more`` for several comparisons; "" when
+    none is recorded or none reaches it) — the figure a quiet night with few prompts per task
+    rests on (fresh-user finding, s37: the line gave only the tasks' +0.86)."""
+    o = getattr(result, "overall", None)
+    if o is None or not len(o) or "mde" not in o or "p_regress" not in o:
+        return ""
+    mde = o.loc[o["p_regress"].notna(), "mde"].dropna()
+    if not len(mde):
+        return ""
+    lo, hi = float(mde.min()), float(mde.max())
+    span = f"{lo:+.2f}" if round(lo, 2) == round(hi, 2) else f"{lo:+.2f} to {hi:+.2f}"
+    return f"; {'it detects' if len(mde) == 1 else 'they detect'} rises of {span} or more"
 
 
 def _comparisons(table) -> list[str]:
