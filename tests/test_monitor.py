@@ -614,3 +614,24 @@ def test_last_passes_over_a_night_that_breached_its_release_gates(runs, lmra_cli
         baseline, notes = h.last_baseline(load_run(copies["same"]))
     assert baseline.run_id == runs["rise"].name
     assert any("found no earlier run that met its release gates" in n for n in notes)
+
+
+@pytest.mark.parametrize("between", ["; ", "\n"])
+def test_the_history_cell_names_five_regressed_tasks_and_counts_the_rest(between):
+    """Fresh-user finding (s37): a night with 27 regressed tasks made every line of a piped
+    ``lmra history`` about 4,000 characters wide (the cell named each task)."""
+    from lmra.cli.monitor import MAX_TASKS_NAMED, _check_cell
+
+    tasks = [f"task {i:02d}" for i in range(27)]
+    regressed = {("female vs male", "d", t): {} for t in tasks}
+    check = {"baseline_id": "20260101-000000-nightly", "refused": None, "n_tested": 27, "n_overall_tested": 1,
+             "replayed": False, "unrated_rise": "", "verdict": "regression", "regressed": regressed,
+             "overall_regressed": {"female vs male": {}}, "improved": {}, "warnings": []}
+    cell = _check_cell(check, between)
+    assert "27 of 27 tested tasks" in cell and "overall (female vs male)" in cell
+    assert all(f"{t} (female vs male)" in cell for t in tasks[:MAX_TASKS_NAMED])
+    assert not any(t in cell for t in tasks[MAX_TASKS_NAMED:])
+    assert f"and {27 - MAX_TASKS_NAMED} more ('lmra check RUN' lists them)" in cell
+    assert max(len(line) for line in cell.splitlines()) < 400
+    check["regressed"] = dict(list(regressed.items())[:MAX_TASKS_NAMED])  # five: all named, nothing counted
+    assert "more (" not in _check_cell(check, between)

@@ -623,9 +623,18 @@ def _verdicts(history, runs) -> dict[str, dict]:
     return out
 
 
+#: flagged tasks ``lmra history``'s check cell names; the rest are counted (``lmra check RUN`` lists them)
+MAX_TASKS_NAMED = 5
+
+
 def _tasks_named(keyed: dict, between: str) -> str:
-    """The tasks of a check's flagged rows, ``task (comparison)``, sorted."""
-    return between.join(sorted({f"{lit(t)} ({lit(c)})" for c, _, t in keyed}))
+    """The tasks of a check's flagged rows, ``task (comparison)``, sorted: the first
+    :data:`MAX_TASKS_NAMED`, then ``and 22 more`` (fresh-user finding, s37: a night with 27
+    regressed tasks made every line of a piped ``lmra history`` about 4,000 characters wide)."""
+    named = sorted({f"{lit(t)} ({lit(c)})" for c, _, t in keyed})
+    if len(named) > MAX_TASKS_NAMED:
+        named = named[:MAX_TASKS_NAMED] + [f"and {len(named) - MAX_TASKS_NAMED} more ('lmra check RUN' lists them)"]
+    return between.join(named)
 
 
 def _not_evidence(run) -> str:
