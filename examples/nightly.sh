@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nightly.sh — one nightly audit. Exit status: 0 no regression (the first night: its run is now
 # pinned) / 3 regression / 6 release gate not met / 5 judge failed validation / 4 budget / 2 input
-# / 1 partial or failed run, I/O failure. The output also goes to logs/nightly-YYYYMMDD.log.
+# / 1 partial or failed run, I/O failure. The output also goes to logs/nightly-YYYYMMDD.log
+# (logs/nightly-YYYYMMDD-SEED.log for a run with LMRA_SEED set: another run the same day).
 set -u
 LMRA_HOME="${LMRA_HOME:-/srv/lmra}"                # holds nightly.toml, .venv/, reports/ and logs/
 LMRA_CONFIG="${LMRA_CONFIG:-nightly.toml}"
@@ -15,8 +16,9 @@ cd "$LMRA_HOME" 2>/dev/null || {                   # (no log without it: said on
 night="$(date -u +%Y%m%d)"
 seed="${LMRA_SEED:-$night}"                        # another run the same day: LMRA_SEED=<its own>
 exports="$LMRA_EXPORTS/$night${LMRA_SEED:+-$LMRA_SEED}"
+log="nightly-$night${LMRA_SEED:+-$LMRA_SEED}.log"  # another run the same day: its own log
 mkdir -p logs || exit 1
-ln -sfn "nightly-$night.log" logs/latest.log      # tonight's log, for the alert mail
+ln -sfn "$log" logs/latest.log                     # this run's log, for the alert mail
 
 nightly() {
   # Ctrl-C or a stop (SIGINT/SIGTERM to the job's processes: a terminal, systemd, a CI runner)
@@ -57,5 +59,5 @@ nightly() {
 }
 trap ':' INT TERM                                 # (the script too waits for the pipeline)
 # tee ignores the stop signals: it writes the audit's last lines, then ends with the pipe
-nightly 2>&1 | (trap '' INT TERM; exec tee -a "logs/nightly-$night.log")
+nightly 2>&1 | (trap '' INT TERM; exec tee -a "logs/$log")
 exit "${PIPESTATUS[0]}"

@@ -182,6 +182,12 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
     assert set(pd.read_parquet(tmp_path / "dashboards" / f"{NIGHTS[1]}-777" / "per_task.parquet")["run_id"]) == \
         {run4.name}
     assert set(pd.read_parquet(tmp_path / "dashboards" / NIGHTS[1] / "per_task.parquet")["run_id"]) == {run2.name}
+    # and its own log, which latest.log (what the alert mails) points to (fresh-user finding, s37:
+    # same-day runs appended to one log, so a re-run's alert carried the morning's run too)
+    own = (home / "logs" / f"nightly-{NIGHTS[1]}-777.log").read_text()
+    assert own == again.stdout and own.count("=== nightly ") == 1
+    assert (home / "logs" / f"nightly-{NIGHTS[1]}.log").read_text() == logs[NIGHTS[1]]
+    assert (home / "logs" / "latest.log").resolve() == (home / "logs" / f"nightly-{NIGHTS[1]}-777.log").resolve()
     # `lmra history` marks the pin
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["history", "--reports-dir", str(home / "reports")]) == 0
