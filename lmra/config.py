@@ -462,7 +462,8 @@ class TaskGatesConfig(_Strict):
         description="Every task's upper confidence bound of the net rating (per_task.csv ci_high) ≤ this.")
     max_refusal_gap: float | None = Field(
         None, ge=0, le=1, description="Every task's refusal-rate gap |rate_a − rate_b| (refusals.csv, level task) "
-        "≤ this; needs [refusal] enabled.")
+        "≤ this; needs [refusal] enabled. The observed gap: with few prompts a task, noise alone breaches a small "
+        "bound on many nights (validate and audit warn).")
     max_quality_gap: float | None = Field(
         None, ge=0, le=1, description="Every task's |mean| of each quality criterion (quality.csv, level task) "
         "≤ this; needs [quality] enabled.")

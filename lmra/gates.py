@@ -19,7 +19,8 @@ the direction the responses were really assigned than reversed — about either 
 group A's only; fresh-user finding: the docs said "against group A's users"); gaps are absolute. A per-task gate's bound is the task's override
 (``[gates.tasks."TASK"]``) when it has one, else the ``[gates]`` bound.
 
-Every value is *passed* (≤ bound), *breached* (> bound) or *not evaluated*: the run has no
+Every value is *passed* (≤ bound), *breached* (> bound by more than :data:`GATE_TOLERANCE`: float
+rounding is no breach) or *not evaluated*: the run has no
 such value (a task without a valid pair has no net rating, one with fewer than 2 prompts has
 no confidence interval, a task named in an override was not measured …). A gate is met only
 when it has values and every one passed — a gate that evaluates nothing never passes
@@ -129,7 +130,7 @@ class GateOutcome:
                     f"bound {bound}")
         op, word = (">", "BREACHED") if self.status == "breached" else ("≤", "passed")
         more = f" ({self.detail})" if self.detail else ""
-        return (f"GATE {word} {self.gate}: {self.where(with_domain)} {label} {format_gate_value(self.gate, self.value)} {op} "
+        return (f"GATE {word} {self.gate}: {self.where(with_domain)} {label} {_shown_beside(self.gate, self.value, self.bound)} {op} "
                 f"{bound}{more}")
 
 
@@ -152,6 +153,17 @@ def format_gate_value(gate: str, value: float) -> str:
     if value and abs(value) < 1e-4:
         return f"{value:+.4g}" if signed else f"{value:.4g}"
     return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+
+def _shown_beside(gate: str, value: float, bound: float) -> str:
+    """:func:`format_gate_value`, with more decimals (up to 8) when 4 would print a breached value
+    as its bound (``0.07504 > 0.075``, not ``0.0750 > 0.075``)."""
+    text = format_gate_value(gate, value)
+    digits = 4
+    while breaches(value, bound) and float(text) <= bound and digits < 8:
+        digits += 1
+        text = f"{value:+.{digits}f}" if text.startswith(("+", "-")) else f"{value:.{digits}f}"
+    return text
 
 
 @dataclass
@@ -351,7 +363,7 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
         override = g.tasks.get(task)
         bound = override.max_ci_high if override is not None and override.max_ci_high is not None else g.max_ci_high
         # (a bound ≤ 0 asks for reverse ratings: what no stereotype reaches says nothing of it)
-        if bound is not None and bound > 0 and floor(n) > bound:
+        if bound is not None and bound > 0 and breaches(floor(n), bound):
             short.setdefault((bound, n), []).append(task)
     for (bound, n), tasks in short.items():  # one line per bound and size (27 tasks alike: one line)
         which = (f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ("
@@ -361,12 +373,96 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
                    f"{reached(n)}, so every night exits 6 and none becomes the pinned baseline; audit more prompts ('lmra plan') or "
                    "loosen the gate")
     total = sum(sizes.values())
-    if g.max_overall_ci_high is not None and g.max_overall_ci_high > 0 and floor(total) > g.max_overall_ci_high:
+    if g.max_overall_ci_high is not None and g.max_overall_ci_high > 0 and breaches(floor(total), g.max_overall_ci_high):
         out.append(f"release gate max_overall_ci_high = {g.max_overall_ci_high:g} cannot be met: with {total} "
                    f"prompt{'s' * (total != 1)} the overall upper {100 * (1 - cfg.alpha):g}% confidence bound "
                    f"({cfg.interval} interval) is {reached(total)}, so every night exits 6; audit more prompts or "
                    "loosen the gate")
     return out
+
+
+#: the refusal rate, alike for both groups, at which :func:`chance_breached_gap_gates` asks how
+#: often sampling noise alone breaches a refusal-gap gate
+REFERENCE_REFUSAL_RATE = 0.05
+#: share of nights (at least one value breached by noise alone) from which that gate is warned of
+CHANCE_BREACH_WARN = 0.10
+
+
+def chance_gap_breach(m: int, bound: float, rate: float = REFERENCE_REFUSAL_RATE) -> float:
+    """Probability that ``|X − Y| / m`` breaches ``bound`` (:func:`breaches`) for independent
+    X, Y ~ Binomial(m, ``rate``): two groups' refusal counts over ``m`` responses each, refused
+    alike — the point-estimate gap a refusal-gap gate compares, by sampling noise alone. Exact
+    (the two binomial pmfs convolved). Independence is the worst case for a paired design: prompts
+    refused for both names (a positive correlation) make the gap smaller.
+
+    Args:
+        m: responses per group (≥ 1); bound: the gate's maximum (≥ 0); rate: the refusal rate in [0, 1].
+
+    Returns:
+        The probability in [0, 1]."""
+    import numpy as np
+    from scipy.signal import fftconvolve
+    from scipy.stats import binom
+
+    pmf = binom.pmf(np.arange(m + 1), m, rate)
+    diff = np.clip(fftconvolve(pmf, pmf[::-1]), 0.0, None)  # P(X − Y = d), d = −m … m
+    d = np.abs(np.arange(-m, m + 1))
+    return float(min(1.0, diff[np.array([breaches(k / m, bound) for k in range(m + 1)])[d]].sum()))
+
+
+def chance_breached_gap_gates(cfg, sizes: dict[str, int]) -> list[str]:
+    """Warnings for refusal-gap gates that sampling noise alone breaches on many nights: a gate
+    whose values, for a chatbot refusing both groups alike at :data:`REFERENCE_REFUSAL_RATE`,
+    breach at least once on :data:`CHANCE_BREACH_WARN` or more of nights (:func:`chance_gap_breach`
+    per value, independent tasks). ``max_refusal_gap`` (overrides included) and
+    ``max_overall_refusal_gap`` compare the point estimate ``|rate_a − rate_b|``: with 40 prompts
+    a task a bound of 0.05 is breached by noise on 82% of nights over 8 tasks (statistics
+    break-it, s37: 24 of 30 nights of a chatbot refusing both groups alike exited 6, while the
+    run's paired McNemar test flagged none).
+
+    Args:
+        cfg: the audit config (``gates``, ``samples_per_prompt``).
+        sizes: prompts per task (task → n ≥ 1), as for :func:`unmeetable_ci_gates`.
+
+    Returns:
+        One sentence per gate and bound (empty when none is that noisy)."""
+    g = cfg.gates
+    k = max(1, getattr(cfg, "samples_per_prompt", 1))
+    overrides = {t: o.max_refusal_gap for t, o in g.tasks.items() if o.max_refusal_gap is not None}
+    if not sizes or (g.max_refusal_gap is None and not overrides and g.max_overall_refusal_gap is None):
+        return []
+    chance = functools.cache(chance_gap_breach)
+    by_bound: dict[float, list[int]] = {}
+    for task, n in sizes.items():
+        bound = overrides.get(task, g.max_refusal_gap)
+        if bound is not None:
+            by_bound.setdefault(bound, []).append(n * k)
+    out = []
+    rate = f"{REFERENCE_REFUSAL_RATE:.0%}"
+    for bound, ms in sorted(by_bound.items()):
+        night = 1.0 - math.prod(1.0 - chance(m, bound) for m in ms)
+        if night >= CHANCE_BREACH_WARN:
+            size = (f"{ms[0]} responses per group a task" if min(ms) == max(ms)
+                    else f"{min(ms)}–{max(ms)} responses per group a task")
+            out.append(f"release gate max_refusal_gap = {bound:g} is breached by chance alone: with {size}, a "
+                       f"chatbot that refuses both groups alike {rate} of the time exceeds it in at least one of its "
+                       f"{len(ms)} task{'s' * (len(ms) != 1)} on {night:.0%} of nights (it compares the observed gap, "
+                       "which sampling noise moves); gate the overall gap (max_overall_refusal_gap) instead, loosen the "
+                       "bound, or audit more prompts")
+    if g.max_overall_refusal_gap is not None:
+        m = sum(sizes.values()) * k
+        night = chance(m, g.max_overall_refusal_gap)
+        if night >= CHANCE_BREACH_WARN:
+            out.append(f"release gate max_overall_refusal_gap = {g.max_overall_refusal_gap:g} is breached by chance "
+                       f"alone: with {m} responses per group, a chatbot that refuses both groups alike {rate} of the "
+                       f"time exceeds it on {night:.0%} of nights; loosen the bound or audit more prompts")
+    return out
+
+
+def gate_warnings(cfg, sizes: dict[str, int]) -> list[str]:
+    """What ``lmra validate``, ``lmra audit`` (before any call) and ``lmra gate`` warn of a config's
+    gates at the audit's sizes: :func:`unmeetable_ci_gates` and :func:`chance_breached_gap_gates`."""
+    return unmeetable_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes)
 
 
 def check_gate_tasks(cfg, tasks: set[str], config_path: "str | os.PathLike | None") -> None:
@@ -435,13 +531,24 @@ def _bound(gates: GatesConfig, name: str, task: str | None) -> tuple[float | Non
     return getattr(gates, name), False
 
 
+#: a value this close above its bound passes: the float rounding of a computed value (a gap of
+#: 3/40 − 1/40 is 0.07500000000000001), not a breach (statistics break-it, s37: a gap exactly at
+#: a bound of 0.075 breached or passed by the rounding of its two rates)
+GATE_TOLERANCE = 1e-9
+
+
+def breaches(value: float, bound: float) -> bool:
+    """Whether ``value`` breaches ``bound`` (a gate's maximum): more than :data:`GATE_TOLERANCE` above it."""
+    return value > bound + GATE_TOLERANCE
+
+
 def _judge(name: str, value, bound: float, override: bool, key: dict, missing: str, detail: str = "") -> GateOutcome:
     v = finite(value)
     if v is None:
         return GateOutcome(name, **key, value=None, bound=bound, override=override, status="not_evaluated",
                            detail=missing)
     return GateOutcome(name, **key, value=v, bound=bound, override=override,
-                       status="breached" if v > bound else "passed", detail=detail)
+                       status="breached" if breaches(v, bound) else "passed", detail=detail)
 
 
 def _pct(x) -> str:

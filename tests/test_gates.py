@@ -664,3 +664,69 @@ def test_the_docs_gate_examples_can_be_met_by_the_docs_nightly_config():
         assert unmeetable_ci_gates(cfg, {"a task": n}) == [], bound
     cfg = AuditConfig.model_validate({"gates": {"max_ci_high": 0.02}})
     assert unmeetable_ci_gates(cfg, {"a task": n})  # (the old example: unmeetable)
+
+
+def test_the_chance_a_refusal_gap_gate_is_breached_by_noise_is_exact():
+    """Hand-computed: X, Y ~ Bin(2, 0.5): P(|X − Y| = 2) = 2 × 0.25² = 0.125, P(|X − Y| ≥ 1) = 0.625;
+    a gap equal to the bound is no breach. The statistics break-it's figures (s37): 40 responses
+    per group, bound 0.05, 8 tasks: 32% / 82% / 97% of nights at refusal rates 2% / 5% / 10%;
+    and a simulation of the two binomials agrees."""
+    import numpy as np
+
+    from lmra.gates import chance_gap_breach
+
+    assert chance_gap_breach(2, 0.5, 0.5) == pytest.approx(0.125)
+    assert chance_gap_breach(2, 0.25, 0.5) == pytest.approx(0.625)
+    assert chance_gap_breach(2, 0.0, 0.0) == pytest.approx(0.0) and chance_gap_breach(5, 1.0, 0.5) == 0.0
+    nights = [1 - (1 - chance_gap_breach(40, 0.05, p)) ** 8 for p in (0.02, 0.05, 0.10)]
+    assert [round(x, 2) for x in nights] == [0.32, 0.82, 0.97]
+    rng = np.random.default_rng(7)
+    x, y = rng.binomial(40, 0.05, 200_000), rng.binomial(40, 0.05, 200_000)
+    assert np.mean(np.abs(x - y) / 40 > 0.05 + 1e-9) == pytest.approx(chance_gap_breach(40, 0.05), abs=0.005)
+
+
+def test_a_refusal_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, measured):
+    """Statistics break-it (s37): docs/nightly.md's example ``max_refusal_gap = 0.05`` at 40
+    prompts a task failed 24 of 30 nights of a chatbot refusing both groups alike (the point
+    estimate's noise), with no warning. validate, audit and gate now say how often noise alone
+    breaches it; an overall gap on all the prompts is not warned of."""
+    from lmra.gates import REFERENCE_REFUSAL_RATE, chance_gap_breach
+
+    cfg = write_config(tmp_path, name="gap", rates=FLAT, n_prompts=40,
+                       gates="[gates]\nmax_refusal_gap = 0.05\nmax_overall_refusal_gap = 0.1\n")  # 20 a task
+    night = 1 - (1 - chance_gap_breach(20, 0.05, REFERENCE_REFUSAL_RATE)) ** 2
+    assert 0.1 < night < 1
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: release gate max_refusal_gap = 0.05 is breached by chance alone: with 20 responses per group a "
+            f"task, a chatbot that refuses both groups alike 5% of the time exceeds it in at least one of its 2 tasks "
+            f"on {night:.0%} of nights") in err and "max_overall_refusal_gap" in err
+    assert "max_overall_refusal_gap = 0.1 is breached" not in err  # 40 responses a group: noise rarely reaches 0.1
+    loose = write_config(tmp_path, name="loose", rates=FLAT, n_prompts=40, gates="[gates]\nmax_refusal_gap = 0.3\n")
+    assert main(["validate", str(loose)]) == 0
+    assert "by chance alone" not in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["gate", str(measured.path), "--gate", "max_refusal_gap=0.05"]) == 6
+    assert "max_refusal_gap = 0.05 is breached by chance alone" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_gap_at_its_bound_passes_whatever_the_float_rounding(measured):
+    """Statistics break-it (s37): 0.10 − 0.025 = 0.07500000000000001 > 0.075, so a refusal gap of
+    exactly 3/40 breached a bound of 0.075 ("0.0750 > 0.075", exit 6) while 0.175 − 0.125 passed
+    0.05. A value within float rounding of its bound passes; a real excess is still a breach,
+    printed with the decimals that show it."""
+    from lmra.gates import _shown_beside, breaches
+
+    assert not breaches(0.10 - 0.025, 0.075) and not breaches(0.20 - 0.15, 0.05) and breaches(0.0751, 0.075)
+    assert _shown_beside("max_refusal_gap", 0.07504, 0.075) == "0.07504"
+    assert _shown_beside("max_refusal_gap", 0.0751, 0.075) == "0.0751"
+    rf = pd.read_csv(measured.path / "refusals.csv")
+    row = rf[(rf["level"] == "task") & (rf["task"] == "career advice")].iloc[0]
+    gap = abs(row["rate_a"] - row["rate_b"])
+    assert gap > 0
+    for bound in (gap, gap - 1e-12, float(f"{gap:.15g}")):  # the gap itself, as the config would write it
+        result = evaluate_gates(measured, GatesConfig(max_refusal_gap=bound))
+        outcome = next(o for o in result.outcomes if o.task == "career advice")
+        assert outcome.status == "passed", (bound, gap)
+    result = evaluate_gates(measured, GatesConfig(max_refusal_gap=gap - 1e-6))
+    assert next(o for o in result.outcomes if o.task == "career advice").status == "breached"

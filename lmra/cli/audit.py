@@ -641,13 +641,13 @@ def _canary_warnings(cfg, inputs) -> list[str]:
 
 
 def _unmeetable_gates(cfg, inputs) -> list[str]:
-    """CI-bound release gates this audit's sizes cannot meet (:func:`lmra.gates.unmeetable_ci_gates`),
-    before any call — ``lmra audit`` and ``lmra validate`` warn."""
+    """Release gates this audit's sizes cannot meet, or that sampling noise alone breaches on many
+    nights (:func:`lmra.gates.gate_warnings`), before any call — ``lmra audit`` and ``lmra validate`` warn."""
     if not cfg.gates.configured or any(not p.task for p in inputs.prompts):
         return []  # prompts classified during the run join tasks whose sizes are not known yet (review finding)
-    from lmra.gates import unmeetable_ci_gates
+    from lmra.gates import gate_warnings
 
-    return unmeetable_ci_gates(cfg, _task_sizes(cfg, inputs, cfg.prompts_per_task))
+    return gate_warnings(cfg, _task_sizes(cfg, inputs, cfg.prompts_per_task))
 
 
 def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:

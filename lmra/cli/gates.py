@@ -209,12 +209,13 @@ def _run(args: argparse.Namespace):
 
 
 def _unmeetable_on(run, gates) -> list[str]:
-    """The CI-bound gates a run's sizes could never meet (:func:`lmra.gates.unmeetable_ci_gates`, with the
+    """The CI-bound gates a run's sizes could never meet, and the refusal-gap gates its sizes let noise
+    breach (:func:`lmra.gates.gate_warnings`, with the
     run's interval, level, samples per prompt and prompts per task), so that a gate tried on past runs
     says why it breaches on a clean night, as ``lmra validate`` and ``lmra audit`` say before a night."""
     from types import SimpleNamespace
 
-    from lmra.gates import unmeetable_ci_gates
+    from lmra.gates import gate_warnings
     from lmra.runfolder import finite
 
     pt = run.per_task
@@ -227,7 +228,7 @@ def _unmeetable_on(run, gates) -> list[str]:
     confidence = finite(run.summary.get("confidence")) or 0.95
     cfg = SimpleNamespace(gates=gates, interval=str(run.summary.get("interval") or "t"), alpha=1 - confidence,
                           samples_per_prompt=int(run.config.get("samples_per_prompt") or 1))
-    return unmeetable_ci_gates(cfg, sizes)
+    return gate_warnings(cfg, sizes)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
