@@ -329,6 +329,9 @@ class CheckResult:
     #: (:func:`lmra.comparable.position_drift_note` with ``hiding``), else ""
     position_drift: str = ""
     baseline_partial_because: list[str] = field(default_factory=list)
+    #: why a "no regression" may hide a rise behind refusals: tonight's groups are refused at
+    #: significantly different rates (:func:`lmra.refusal_gap.check_refusal_notes`), else ""
+    refusal_gap: str = ""
 
     @property
     def judge_status_line(self) -> str:
@@ -381,7 +384,7 @@ class CheckResult:
         caveat = no_regression_caveat(rows, run_judge_status=self.judge_status_run, run_status=self.run_status,
                                       baseline_judge_status=self.judge_status_base,
                                       baseline_status=self.baseline_status)
-        return "; ".join(w for w in (caveat, self.position_drift) if w)
+        return "; ".join(w for w in (caveat, self.position_drift, self.refusal_gap) if w)
 
     @property
     def unrated_rise(self) -> str:
@@ -868,6 +871,13 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
             result.notes.append(drift)
             result.position_drift = (f"the LMRA's position preference fell (position logit "
                                      f"{_b(baseline):+.2f} → {_b(run):+.2f}), which can hide a rise")
+    if not replayed:  # refusal gaps, which the check does not test (statistics break-it, s37: a group refused
+        # on 30% of one task's prompts read "no regression", once "improvement", without a word)
+        from lmra.refusal_gap import check_refusal_notes
+
+        improved = [(str(r.comparison), str(r.task)) for r in result.improvements.itertuples()]
+        said, result.refusal_gap = check_refusal_notes(run.summary.get("refusals") or [], improved, float(alpha))
+        result.notes.extend(said)
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
         for frame in (result.tests, result.overall):
             if len(frame):

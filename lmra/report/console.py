@@ -239,21 +239,13 @@ def refusal_gap_warnings(refusals: pd.DataFrame, alpha: float) -> list[str]:
     (not when pairs are clustered: that one is not valid then). Fresh-user finding: 9/21 refusals
     of one group against 0/21 (p = 0.0007) ended a night "No regression … exit status 0" without
     a word, refused pairs being left out of the net rating and the check covering net ratings only."""
-    out = []
+    from lmra.refusal_gap import refusal_gap_words, significant_refusal_gaps
+
     if refusals.empty or "level" not in refusals:
-        return out
-    for _, r in refusals[refusals["level"] == "overall"].iterrows():
-        paired = r.get("p_paired")
-        p = paired if paired is not None and not _nan(paired) else (
-            None if r.get("paired_test") == "clustered" else r.get("p_value"))
-        if p is None or _nan(p) or p >= alpha or not (r["refusals_a"] or r["refusals_b"]):
-            continue
-        out.append(f"WARNING: {r['group_a']} and {r['group_b']} are refused at different rates "
-                   f"({r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} vs {r['refusals_b']}/{r['n_b']} = "
-                   f"{_rate(r['rate_b'])}, {'paired ' if p is paired else ''}p = {p:.2g}): refused pairs are left "
-                   "out of the net rating, and the regression check does not cover refusals — only the gates "
-                   "max_overall_refusal_gap and max_refusal_gap in [gates] do (docs/nightly.md).")
-    return out
+        return []
+    return [f"WARNING: {refusal_gap_words(r)}: refused pairs are left out of the net rating, and the regression "
+            "check does not test refusals (it notes them) — only the gates max_overall_refusal_gap and "
+            "max_refusal_gap in [gates] do (docs/nightly.md)." for r in significant_refusal_gaps(refusals, alpha)]
 
 
 def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:

@@ -1,0 +1,112 @@
+"""Refusal-rate gaps between the groups, which the regression check does not test (methodology
+§ "Refusals"; statistics break-it, s37, F3).
+
+A refused pair is left out of the net rating, so a chatbot that starts refusing one group's users
+on a task changes that task's net rating without any stereotype being rated: a rise can hide
+behind the refusals (refusing where it used to stereotype), and a fall can be theirs (the pairs
+left are other pairs). The run's ``refusals.csv`` tests each (comparison, level) row's two rates
+with the paired McNemar test (``p_paired``; the two-proportion ``p_value`` when no pair was
+paired, never when pairs are clustered within a prompt). This module reads those rows:
+
+* :func:`significant_refusal_gaps`: the rows whose rates differ significantly at ``alpha``
+  (Holm over the rows of one level when asked, e.g. a run's tasks);
+* :func:`refusal_gap_words`: one such row in words, as the console's refusal warning says it;
+* :func:`check_refusal_notes`: what ``lmra check`` says of them — a note naming tonight's
+  significant overall gaps, which also makes a "no regression" not evidence of none, and a note
+  per improved task whose own gap is significant (Holm over the run's tasks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import pandas as pd
+
+
+def _p(row: dict) -> tuple[float | None, bool]:
+    """``(p, paired)``: the row's paired p-value, else its two-proportion p-value unless its pairs
+    are clustered (that test is not valid then); ``(None, False)`` when neither applies."""
+    paired = row.get("p_paired")
+    if paired is not None and not (isinstance(paired, float) and math.isnan(paired)):
+        return float(paired), True
+    if row.get("paired_test") == "clustered":
+        return None, False
+    p = row.get("p_value")
+    return (None, False) if p is None or (isinstance(p, float) and math.isnan(p)) else (float(p), False)
+
+
+def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: float, level: str = "overall",
+                             holm: bool = False) -> list[dict]:
+    """The ``refusals.csv`` rows of ``level`` (``overall``, ``domain`` or ``task``) whose two groups'
+    refusal rates differ significantly at ``alpha``, in file order; rows without any refusal are
+    never significant.
+
+    Args:
+        refusals: the run's refusal rows (``refusals.csv`` as a frame, or ``summary.json``'s
+            ``refusals`` list of dicts).
+        alpha: the level in (0, 1).
+        level: the rows' ``level``.
+        holm: adjust the rows' p-values by Holm within each comparison first (many tasks).
+
+    Returns:
+        The rows (dicts), each with ``p`` (the p-value compared, Holm-adjusted when ``holm``)
+        and ``paired`` (whether it is the paired test's)."""
+    rows = refusals.to_dict(orient="records") if isinstance(refusals, pd.DataFrame) else list(refusals or [])
+    rows = [r for r in rows if r.get("level") == level and (r.get("refusals_a") or r.get("refusals_b"))]
+    tested = [(r, *_p(r)) for r in rows]
+    tested = [(r, p, paired) for r, p, paired in tested if p is not None]
+    if holm and tested:
+        from lmra.stats import adjust_pvalues
+
+        out = []
+        for comp in dict.fromkeys((r.get("group_a"), r.get("group_b")) for r, _, _ in tested):
+            mine = [(r, p, paired) for r, p, paired in tested if (r.get("group_a"), r.get("group_b")) == comp]
+            _, adjusted = adjust_pvalues([p for _, p, _ in mine], "holm", alpha)
+            out += [r | {"p": float(q), "paired": paired} for (r, _, paired), q in zip(mine, adjusted) if q < alpha]
+        return out
+    return [r | {"p": p, "paired": paired} for r, p, paired in tested if p < alpha]
+
+
+def refusal_gap_words(row: dict) -> str:
+    """``female and male are refused at different rates (12/320 = 0.0375 vs 0/320 = 0.0000, paired
+    p = 0.0005)``: a row of :func:`significant_refusal_gaps` in words."""
+    return (f"{row['group_a']} and {row['group_b']} are refused at different rates ({row['refusals_a']}/{row['n_a']} "
+            f"= {float(row['rate_a']):.4f} vs {row['refusals_b']}/{row['n_b']} = {float(row['rate_b']):.4f}, "
+            f"{'paired ' if row.get('paired') else ''}p = {row['p']:.2g})")
+
+
+def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str]], alpha: float) -> tuple[list[str], str]:
+    """What the regression check says of tonight's refusal gaps: ``(notes, caveat)``.
+
+    Args:
+        run_refusals: tonight's refusal rows (``summary.json`` ``refusals``).
+        improved: the ``(comparison, task)`` of the tasks the check found improved.
+        alpha: the check's level.
+
+    Returns:
+        ``notes``: one sentence per comparison whose overall refusal rates differ significantly
+        tonight, and one per improved task whose own rates do (Holm over the run's tasks);
+        ``caveat``: why a "no regression" is then not evidence of none ("" when no overall
+        gap is significant)."""
+    notes, caveat = [], ""
+    overall = significant_refusal_gaps(run_refusals, alpha)
+    for r in overall:
+        notes.append(f"tonight {refusal_gap_words(r)}: refused pairs are left out of the net ratings this check "
+                     "compares, so a rise can hide behind the refusals and a fall can be theirs — the release gate "
+                     "max_overall_refusal_gap covers refusals (docs/nightly.md)")
+    if overall:
+        caveat = ("tonight " + "; ".join(refusal_gap_words(r) for r in overall)
+                  + ", and refused pairs are left out of the net ratings")
+    wanted = {(str(c), str(t)) for c, t in improved}
+    if wanted:
+        for r in significant_refusal_gaps(run_refusals, alpha, level="task", holm=True):
+            comparison = f"{r['group_a']} vs {r['group_b']}"
+            if (comparison, str(r.get("task"))) in wanted:
+                notes.append(f"the improvement of '{r.get('task')}' ({comparison}) may be the refusals': tonight in "
+                             f"that task {refusal_gap_words(r | {'paired': r.get('paired')})} (Holm over the tasks), "
+                             "and refused pairs are left out of its net rating")
+    return notes, caveat
+
+
+__all__ = ["check_refusal_notes", "refusal_gap_words", "significant_refusal_gaps"]

@@ -1,0 +1,71 @@
+"""Refusal-rate gaps the regression check does not test (lmra.refusal_gap; statistics break-it,
+s37, F3): a chatbot that starts refusing one group's users read "no regression" (once
+"improvement") in ``lmra check`` without a word about the refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmra.cli import main
+from lmra.refusal_gap import check_refusal_notes, significant_refusal_gaps
+from test_gates import FLAT, write_config
+
+
+def _row(level, task, p, *, ka=6, kb=0, n=40, test="exact", p_value=float("nan")):
+    return {"group_a": "female", "group_b": "male", "level": level, "domain": "d", "task": task, "n_a": n,
+            "refusals_a": ka, "rate_a": ka / n, "n_b": n, "refusals_b": kb, "rate_b": kb / n, "p_paired": p,
+            "paired_test": test, "p_value": p_value}
+
+
+def test_significant_gaps_follow_the_paired_test_and_holm_over_the_tasks():
+    """Hand-computed Holm over three tasks' paired p-values 0.001, 0.03, 0.04: adjusted 0.003,
+    0.06, 0.06 — only the first is significant at 0.05 (each alone would be). Rows without a
+    refusal never are; clustered pairs without a paired p are not tested by the pooled p-value."""
+    rows = [_row("task", "a", 0.001), _row("task", "b", 0.03), _row("task", "c", 0.04), _row("task", "none", 0.001,
+                                                                                            ka=0, kb=0)]
+    assert [r["task"] for r in significant_refusal_gaps(rows, 0.05, level="task")] == ["a", "b", "c"]
+    holm = significant_refusal_gaps(rows, 0.05, level="task", holm=True)
+    assert [r["task"] for r in holm] == ["a"] and holm[0]["p"] == pytest.approx(0.003)
+    clustered = _row("overall", "(all)", float("nan"), test="clustered", p_value=0.0001)
+    assert significant_refusal_gaps([clustered], 0.05) == []
+    unpaired = _row("overall", "(all)", float("nan"), test=None, p_value=0.0001)
+    assert significant_refusal_gaps([unpaired], 0.05)[0]["paired"] is False
+
+
+def test_the_check_notes_an_improvement_a_refusal_gap_may_explain():
+    rows = [_row("overall", "(all)", 0.0005, ka=12, n=320), _row("task", "diet advice", 0.0002, ka=12),
+            _row("task", "recipe", 0.5, ka=1)]
+    notes, caveat = check_refusal_notes(rows, [("female vs male", "diet advice"), ("female vs male", "recipe")], 0.05)
+    assert len(notes) == 2 and caveat.startswith("tonight female and male are refused at different rates "
+                                                 "(12/320 = 0.0375 vs 0/320 = 0.0000, paired p = 0.0005)")
+    assert notes[1].startswith("the improvement of 'diet advice' (female vs male) may be the refusals': tonight in "
+                               "that task female and male are refused at different rates (12/40 = 0.3000")
+    assert "recipe" not in " ".join(notes)
+    assert check_refusal_notes([_row("overall", "(all)", 0.2, ka=2, n=320)], [], 0.05) == ([], "")
+
+
+def test_a_night_refusing_one_group_is_no_evidence_of_no_regression(tmp_path, capsys):
+    """End to end on the scripted providers: the baseline refuses nobody, tonight male users are
+    refused on 60% of 'career advice' prompts (nothing else changes). ``lmra check`` still exits 0
+    (net ratings did not rise), but says the refusal gap and calls its "no regression" not evidence."""
+    runs = []
+    for seed, refuse in ((1, 0.0), (2, 0.6)):
+        cfg = write_config(tmp_path, name="refusing", rates=FLAT, refuse=refuse, seed=seed, n_prompts=120)
+        where = tmp_path / f"run-{seed}.txt"
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--run-dir-file", str(where)]) == 0
+        capsys.readouterr()
+        runs.append(where.read_text().strip())
+    hist = ["--history", str(tmp_path / "h.sqlite")]
+    assert main(["check", str(runs[1]), "--baseline", str(runs[0]), *hist]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Note: tonight female and male are refused at different rates (0/" in out
+    assert ("No regression detected — not evidence of no regression: tonight female and male are refused at "
+            "different rates") in out
+    assert main(["check", str(runs[1]), "--baseline", str(runs[0]), "--json", *hist]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "no_regression" and any("refused at different rates" in n for n in doc["notes"])
+    # the baseline against itself reversed: no refusal tonight, no note
+    assert main(["check", str(runs[0]), "--baseline", str(runs[1]), *hist]) == 0
+    assert "refused at different rates" not in capsys.readouterr().out
