@@ -259,3 +259,61 @@ def test_the_console_run_status_of_a_run_partial_by_its_identity_filter_names_th
     said = console.export_text()
     assert "0 pairs failed, 0 prompts lost to failed classification and 2 to failed identity-filter calls: 20.0%" in said
     assert "; write a story: the identity filter's LMRA gave no usable answer" in said
+
+
+class YesJudge(ScriptedJudge):
+    """Answers "Yes" to the identity filter's question about every prompt but the first
+    (``keep``): an LMRA whose yes/no answers are wrong (fresh-user finding, s37)."""
+
+    def __init__(self, keep=frozenset({0}), **kw):
+        super().__init__(lambda r1, r2: {"A": 0.1, "B": 0.1, "C": 0.8}, **kw)
+        self.keep = keep
+
+    async def complete(self, request):
+        import re
+
+        text = request.messages[-1].content
+        m = re.search(r"Prompt number (\d+)\.", text)
+        if "Does this message mention or clearly imply" in text and m and int(m.group(1)) not in self.keep:
+            self.calls += 1
+            yes = "A" if "A) Yes" in text else "B"
+            return ChatResult(text=yes, option_probs={o: 1.0 if o == yes else 0.0 for o in request.options},
+                              provider=self.name)
+        return await super().complete(request)
+
+
+def test_a_filter_that_removes_most_prompts_is_the_first_warning_and_the_no_pair_line_names_it(tmp_path, sim_inputs):
+    """Fresh-user finding (s37): an LMRA answering "Yes" to every filter question removed 188 of
+    189 prompts; the run's headline and exit line blamed the refusal labels, and the cause sat in a
+    3,000-character warning naming every emptied task. The filter's share is now the first
+    warning, the no-pair line starts with it, and the emptied tasks are named five at a time."""
+    from lmra.audit.finish import EMPTIED_TASKS_NAMED, emptied_by_filter_warning
+
+    names, prompts = sim_inputs(20)
+    cfg = AuditConfig.model_validate(dict(
+        name="yesfilter", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
+        judge_check={"enabled": False}))
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "I cannot help with that.")
+    res = Audit(cfg, target=target, judge=YesJudge(refusal=lambda r: 1.0)).run()
+    s = res.summary
+    assert s["n_filtered_lmra"] == 19 and s["n_prompts"] == 1
+    assert s["warnings"][0] == ("the identity filter's LMRA removed 19 of the 20 prompts it was asked about (95%) as "
+                                "naming the user's identity: unless your prompts do name it, its yes/no answers are "
+                                "wrong (a base model, a wrong template) — check [judge], or set [filter] lmra = false "
+                                "(the word-match filter stays); filtered_prompts.jsonl lists the removed prompts")
+    none = next(w for w in s["warnings"] if w.startswith("no pair could be scored"))
+    assert none.startswith("no pair could be scored, so there is no stereotype rate: the identity filter's LMRA removed "
+                           "19 of the 20 prompts it was asked about (95%) as naming the user's identity, so 1 pair was "
+                           "left to rate; of the 1 pair, 1 had a response the LMRA labelled a refusal")
+    # a filter that removed a few: no such warning
+    res2 = Audit(cfg.model_copy(update={"output_dir": str(tmp_path / "r2"), "cache": str(tmp_path / "c2.sqlite")}),
+                 target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} plan"),
+                 judge=YesJudge(keep=frozenset(range(4, 20)))).run()
+    assert res2.summary["n_filtered_lmra"] == 4
+    assert not any("identity filter's LMRA removed" in w for w in res2.summary["warnings"])
+    # 27 emptied tasks: five named, the rest counted
+    rows = [{"task": f"task {i:02d}", "n_prompts": 7, "n_kept": 0, "n_lmra": 7} for i in range(27)]
+    text = emptied_by_filter_warning(rows)
+    assert text.count("all 7 checked removed") == EMPTIED_TASKS_NAMED and "and 22 more (summary.json: filter_removed)" in text
+    assert len(text) < 1000

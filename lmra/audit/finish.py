@@ -217,7 +217,33 @@ def classify_unusable_warning(n_unusable: int, n_classified: int, limit: float) 
                "rates rest on the prompts the LMRA chose to place, and the run is partial" if over else ""))
 
 
-def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) -> str | None:
+#: the start of :func:`filter_removed_most_warning`'s text (a merge recomputes it, not a shard's)
+FILTER_REMOVED_MOST_PREFIX = "the identity filter's LMRA removed "
+#: share of the prompts the identity filter's LMRA was asked about whose removal is warned of first
+FILTER_REMOVED_MOST_SHARE = 0.5
+
+
+def filter_removed_most_warning(n_lmra: int, n_asked: int) -> str | None:
+    """The warning of a run whose identity filter's LMRA removed at least half (and at least 5) of
+    the prompts it was asked about, or None: ordinary prompts rarely name the user's identity, so
+    such a share says the LMRA's yes/no answers are wrong — a base model, a wrong template —, and
+    the audit rests on the few prompts left (fresh-user finding, s37: a judge answering "Yes" to
+    every filter question removed 188 of 189 prompts; the headline blamed refusal labels and the
+    cause sat in a 3,000-character warning).
+
+    Args:
+        n_lmra: prompts the filter's LMRA removed; n_asked: prompts it was asked about (removed,
+            kept, or left without a label)."""
+    if n_asked <= 0 or n_lmra < 5 or n_lmra < FILTER_REMOVED_MOST_SHARE * n_asked:
+        return None
+    return (f"{FILTER_REMOVED_MOST_PREFIX}{n_lmra} of the {n_asked} prompts it was asked about ({n_lmra / n_asked:.0%}) "
+            "as naming the user's identity: unless your prompts do name it, its yes/no answers are wrong (a base "
+            "model, a wrong template) — check [judge], or set [filter] lmra = false (the word-match filter stays); "
+            "filtered_prompts.jsonl lists the removed prompts")
+
+
+def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int,
+                           filter_most: str | None = None) -> str | None:
     """The warning of a run in which pairs were rated or labelled but none could be scored, or
     None: its stereotype rates are undefined, and the run is ``partial`` (a run whose every
     call failed is ``failed`` and says so elsewhere). Starts with
@@ -225,7 +251,9 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
 
     Args:
         scores: one row per pair with ``refused``, ``unlabelled`` and ``valid`` (bools, NA allowed).
-        n_valid, n_failed: pairs scored / failed."""
+        n_valid, n_failed: pairs scored / failed.
+        filter_most: :func:`filter_removed_most_warning` of the run, when it warned: said first,
+            since the few pairs left are what the filter's LMRA kept."""
     n = len(scores)
     if not n or n_valid or n_failed == n:
         return None
@@ -242,7 +270,9 @@ def no_pair_scored_warning(scores: pd.DataFrame, n_valid: int, n_failed: int) ->
                                            (invalid, "got no valid LMRA answer"), (n_failed, "failed")) if k]
     hint = (" — if the chatbot does not refuse, the LMRA's refusal labels are wrong: check refusals.csv and "
             "[refusal] threshold, or turn the labels off" if refused else "")
-    return f"{NO_PAIR_SCORED_PREFIX}: of the {counted(n, 'pair')}, {', '.join(parts)}{hint}"
+    first = (f"{filter_most.split(':', 1)[0]}, so {counted(n, 'pair')} {'was' if n == 1 else 'were'} left to rate; "
+             if filter_most else "")
+    return f"{NO_PAIR_SCORED_PREFIX}: {first}of the {counted(n, 'pair')}, {', '.join(parts)}{hint}"
 
 
 def _all_failed_reason(scores: pd.DataFrame, n_failed: int) -> str:
@@ -391,8 +421,18 @@ def common_word_names_warning(names: list[str]) -> str | None:
             "between paired responses that is not the chatbot's; leave them out of the name list (lmra names does)")
 
 
+def _asked_kept(cfg, prompts: list[PromptRecord]) -> int:
+    """The audited prompts the identity filter's LMRA was asked about and kept: all of them when
+    the filter's LMRA ran (``[filter] enabled`` and ``lmra``), else none."""
+    return len(prompts) if cfg.filter.enabled and cfg.filter.lmra else 0
+
+
 #: the start of :func:`emptied_by_filter_warning`'s text (a merge recomputes it, not a shard's)
 EMPTIED_BY_FILTER_PREFIX = "the identity filter removed every prompt it checked of "
+
+
+#: tasks :func:`emptied_by_filter_warning` names one by one; the rest are counted
+EMPTIED_TASKS_NAMED = 5
 
 
 def emptied_by_filter_warning(removed: list[dict]) -> str | None:
@@ -413,9 +453,12 @@ def emptied_by_filter_warning(removed: list[dict]) -> str | None:
                 f"LMRA {r.get('n_lmra', 0)}, unlabelled or failed {lost})"
                 + (f", {rest} more of its {r['n_prompts']} not checked (over prompts_per_task)" if rest > 0 else ""))
 
-    said = "; ".join(one(r) for r in gone)
+    said = "; ".join(one(r) for r in gone[:EMPTIED_TASKS_NAMED])
+    if len(gone) > EMPTIED_TASKS_NAMED:  # (fresh-user finding, s37: 26 tasks one by one, 3,000 characters)
+        said += f"; and {len(gone) - EMPTIED_TASKS_NAMED} more (summary.json: filter_removed)"
     return (f"{EMPTIED_BY_FILTER_PREFIX}{len(gone)} task(s), which have no rating and whose "
-            f"gates are not evaluated — {said}; filtered_prompts.jsonl lists each prompt and the phrase matched")
+            f"gates are not evaluated — {said}; filtered_prompts.jsonl lists each prompt and why it was removed "
+            "(the phrase matched, or the LMRA's answer)")
 
 
 def failed_left_out(n_failed: int) -> str:
@@ -941,7 +984,12 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     emptied = emptied_by_filter_warning(filter_removed)
     if emptied is not None:
         warnings.append(emptied)
-    none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed)
+    n_filter_lmra = len(decisions) - n_lex - n_filter_unlabelled
+    filter_most = filter_removed_most_warning(n_filter_lmra, n_filter_lmra + n_filter_unlabelled + _asked_kept(
+        cfg, prompts))
+    if filter_most is not None:
+        warnings.insert(0, filter_most)  # before any other: the run rests on what the filter kept
+    none_scored = no_pair_scored_warning(scores, n_scored, n_pairs_failed, filter_most)
     if none_scored is not None:
         warnings.append(none_scored)
     summary = {
