@@ -115,8 +115,10 @@ def test_without_any_capacity_auto_keeps_two_in_flight_and_adds_no_wrapper(tmp_p
     model without a limit is passed through unwrapped (no per-call cost)."""
     target = CapacityTarget(capacity=None, expect=2)
     audit = Audit(_cfg(tmp_path), target=target, judge=PeakJudge())
-    assert audit.concurrency_plan() == ("concurrency auto: 2 in flight (no rate limit set; set the endpoint's "
-                                        "requests_per_minute, or max_concurrency, to keep more calls in flight)")
+    assert audit.concurrency_plan() == ("concurrency auto: 2 in flight in all, shared by the target and the LMRA "
+                                        "(no rate limit set; set each endpoint's requests_per_minute, or "
+                                        "max_concurrency, to keep more calls in flight — a model with its own gets "
+                                        "its own)")
     res = audit.run()
     assert target.peak == 2
     assert json.loads((res.run_dir / "manifest.json").read_text())["concurrency"]["bound"] == 2

@@ -340,8 +340,10 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             caps = self._in_flight_without_limit()
             if caps is None:
                 # (fresh-user finding: nothing said how to go faster against an HTTP endpoint)
-                return (f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight (no rate limit set; set the "
-                        "endpoint's requests_per_minute, or max_concurrency, to keep more calls in flight)")
+                # (fresh-user finding, s37: "2 in flight" read as 2 per model; a slow target held up the judge check)
+                return (f"concurrency auto: {AUTO_UNLIMITED_IN_FLIGHT} in flight in all, shared by the target and "
+                        "the LMRA (no rate limit set; set each endpoint's requests_per_minute, or max_concurrency, "
+                        "to keep more calls in flight — a model with its own gets its own)")
             shared: dict[tuple, list[str]] = {}  # roles calling one model with one bound share its calls in flight
             for role, n in caps.items():  # (the key ModelLimits.wrap shares a max_concurrency by)
                 key = slots_key(self._provider(role), n) if getattr(cfg, role).max_concurrency else (role,)
