@@ -177,6 +177,24 @@ def _line_of_offset(data: bytes, offset: int) -> int:
     return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
 
 
+def _close_files(p: Path) -> str:
+    """``; did you mean 'nightly.toml'?`` — the files beside a missing ``p`` whose names are close
+    to its name (fresh-user finding, s37: ``nighly.toml: config file not found`` said nothing
+    more, where fields and run ids get a did-you-mean); ``; its folder … does not exist`` when the
+    folder is missing; "" otherwise."""
+    import difflib
+
+    folder = p.parent if str(p.parent) else Path(".")
+    try:
+        names = sorted(f.name for f in folder.iterdir() if f.is_file())
+    except FileNotFoundError:
+        return f"; its folder {folder} does not exist"
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(p.name, names, n=2, cutoff=0.75)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def read_input_text(path: str | Path, what: str, *, field: str | None = None) -> str:
     """The text of an input file (UTF-8; a byte-order mark is dropped; line ends become ``\\n``).
 
@@ -196,7 +214,7 @@ def read_input_text(path: str | Path, what: str, *, field: str | None = None) ->
             raise LmraInputError(f"{what} is not a regular file (a device, pipe or socket)", file=p, field=field)
         data = p.read_bytes()
     except FileNotFoundError:
-        raise LmraInputError(f"{what} not found", file=p, field=field) from None
+        raise LmraInputError(f"{what} not found{_close_files(p)}", file=p, field=field) from None
     except IsADirectoryError:
         raise LmraInputError(f"{what} is a folder, expected a file", file=p, field=field) from None
     except OSError as exc:

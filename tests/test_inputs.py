@@ -247,3 +247,21 @@ def test_two_prompt_ids_alike_but_for_their_unicode_normalisation_are_a_duplicat
     with pytest.raises(LmraInputError) as err:
         load_prompts(path)
     assert "line 2" in str(err.value) and "leading or trailing whitespace" in str(err.value)
+
+
+def test_a_missing_file_names_the_close_files_beside_it(tmp_path, monkeypatch, capsys):
+    """Fresh-user finding (s37): ``lmra audit --config nighly.toml`` said only "config file not
+    found", where fields and run ids get a did-you-mean."""
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nightly.toml").write_text('name = "x"\n')
+    (tmp_path / "prompts.jsonl").write_text("")
+    assert main(["audit", "--config", "nighly.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nighly.toml: config file not found; did you mean 'nightly.toml'?" in err and "Traceback" not in err
+    assert main(["validate", "missing/x.toml"]) == 2
+    assert "config file not found; its folder missing does not exist" in " ".join(capsys.readouterr().err.split())
+    assert main(["validate", "unrelated.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "config file not found" in err and "did you mean" not in err

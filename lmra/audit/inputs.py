@@ -46,7 +46,8 @@ def named_by_config(config_path, key: str, value):
     try:
         yield
     except LmraInputError as exc:
-        missing = exc.reason.endswith(" not found")
+        head, _, hint = exc.reason.partition("; ")  # "name file not found; did you mean …?"
+        missing = head.endswith(" not found")
         # the wrong kind of path (a folder, a device) is named with the config's line too (break-it finding)
         wrong_kind = any(w in exc.reason for w in (" is a folder", " not a regular file"))
         if config_path is None or exc.field != key or not (missing or wrong_kind) or exc.file is None:
@@ -63,8 +64,9 @@ def named_by_config(config_path, key: str, value):
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             raise exc from None
         where = Path(exc.file) if Path(exc.file).is_absolute() else Path.cwd() / exc.file
-        raise LmraInputError(f"{exc.reason}: {where}" + (f" (a relative path is read from the working directory, "
-                                                         f"then from lmra's shipped {key}/ folder)" if missing else ""),
+        raise LmraInputError(f"{head if missing else exc.reason}: {where}"
+                             + (f" (a relative path is read from the working directory, then from lmra's shipped "
+                                f"{key}/ folder)" + (f"; {hint}" if hint else "") if missing else ""),
                              file=config_path, line=line, field=key) from None
 
 
