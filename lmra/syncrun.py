@@ -14,8 +14,9 @@ each time at 5,000 pairs, after the last answer of every run (issue 14; docs/ben
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -75,6 +76,43 @@ async def wind_down(started: "set[asyncio.Task]", grace_s: float = INTERRUPT_GRA
     on_notice(f"stopping: waiting up to {grace_s:g} s for the answers of {len(running)} call(s) in flight, so that "
               "they are kept (interrupt again to stop at once)")
     await asyncio.wait(running, timeout=grace_s)
+
+
+def in_daemon_thread(call: Callable[[], T], *, name: str,
+                     error: Callable[[BaseException], BaseException] = lambda e: e) -> "asyncio.Future[T]":
+    """A future of the running loop holding ``call()``'s result (or what it raised, passed
+    through ``error``), computed in a daemon thread of its own, never in the loop's default
+    executor: :func:`asyncio.run` joins that executor's threads without a time limit when it
+    ends, so a thread stuck there holds the process forever (break-it finding, s37: a second
+    Ctrl-C raised inside an import of the main thread left CPython's import lock taken; the
+    warm-up thread importing in the default executor waited for it forever, and so did
+    ``lmra audit``, printing progress lines until killed). Once the loop is closed the thread's
+    outcome is dropped; the thread ends with the process.
+
+    Args:
+        call: what the thread runs (no argument).
+        name: the thread's name.
+        error: maps an exception ``call`` raised to the one the future carries (e.g. a
+            ``GeneratorExit``, which a future may not carry as its own)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def deliver(value: object, exc: BaseException | None) -> None:
+        if not future.done():  # (not when the awaiting coroutine was cancelled meanwhile)
+            future.set_exception(exc) if exc is not None else future.set_result(value)
+
+    def run() -> None:
+        try:
+            value, exc = call(), None
+        except BaseException as e:  # noqa: BLE001 — handed to whoever awaits the future
+            value, exc = None, error(e)
+        try:
+            loop.call_soon_threadsafe(deliver, value, exc)
+        except RuntimeError:  # the event loop is closed: the run ended without this outcome
+            pass
+
+    threading.Thread(target=run, daemon=True, name=name).start()
+    return future
 
 
 class InterruptedAfterFinish(KeyboardInterrupt):

@@ -508,3 +508,33 @@ def test_a_stop_signal_whose_interrupt_was_lost_still_ends_the_command_with_130(
     last = out.out.strip().splitlines()[-1]
     assert last.startswith("exit status 130: interrupted by SIGTERM") and "as the command finished" in last
     assert "(takes precedence over 6: release gates not met (breached: max_ci_high))" in last, last
+
+
+def test_ctrl_c_never_waits_for_a_warm_up_thread_that_cannot_end(tmp_path):
+    """Break-it finding (s37): a second Ctrl-C raised inside an import of the main thread left
+    CPython's import lock taken; the warm-up thread importing the run's finishing modules in the
+    event loop's default executor waited for it forever, and ``asyncio.run`` joined that thread
+    without a time limit: ``lmra audit`` printed progress lines for 13 minutes until killed.
+    Here the warm-up thread never ends (it waits on an event nobody sets): Ctrl-C still ends the
+    audit with status 130 and its run folder recorded interrupted."""
+    srv, cmd, env = _slow_audit(tmp_path)
+    script = tmp_path / "stuck_warmup.py"
+    script.write_text("import sys, threading\nimport lmra.audit\n"
+                      "lmra.audit._import_finishing_modules = lambda cfg, pace: threading.Event().wait()\n"
+                      "from lmra.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, str(script), *cmd[3:]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_calls(tmp_path, n=4)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("lmra audit hung after Ctrl-C, waiting for the warm-up thread")
+    finally:
+        srv.shutdown()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in out + err
+    manifest = json.loads(next((tmp_path / "reports").glob("*-ctrlc")).joinpath("manifest.json").read_text())
+    assert manifest["status"] == "interrupted"

@@ -55,7 +55,7 @@ from lmra.resources import resolve_resource
 from lmra.runfolder import json_text, jsonable, package_versions
 from lmra.redact import redacted_calls
 from lmra.runstate import RUNNING, RunLock, claim_run_dir, stop_record
-from lmra.syncrun import run_sync
+from lmra.syncrun import in_daemon_thread, run_sync
 from lmra.warmup import Pace, import_paced
 
 from lmra.audit.inputs import UNLABELLED, Inputs, InputsStage, _template_hashes, design_digests
@@ -545,7 +545,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         pace = self.pace or Pace()
         pace.sliced = cfg.has_rate_limit()  # (a shared pace too: its report imports are sliced alike)
         _import_run_modules(cfg)  # first: no two threads import scipy.stats at once
-        warm = asyncio.get_running_loop().run_in_executor(None, _import_finishing_modules, cfg, pace)
+        # a daemon thread, not the loop's default executor, which asyncio.run joins without a time limit
+        warm = in_daemon_thread(lambda: _import_finishing_modules(cfg, pace), name="lmra-finish-imports")
         try:
             stages = await self._stages(inputs, target, judge, judge2, sem)
             if self.shard is not None:  # this shard's own records, and what lmra merge needs to join them
@@ -568,7 +569,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             await warm
             return self._finish(inputs, *stages, manifest, axes_result)
         except BaseException as exc:
-            pace.abandon()  # the worker thread ends after its current import: asyncio.run waits for it
+            pace.abandon()  # the warm-up thread ends after its current import (nothing waits for it)
             # the signal of an interrupt (fresh-user finding: a stray SIGHUP left no trace), else the error
             status, stop_reason = stop_record(exc, redact=cfg.redact)
             calls = self.stats.as_dict()

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 import types
 from inspect import isawaitable, iscoroutine, iscoroutinefunction
 from typing import Any
 
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, note_event, wrap_identity
+from lmra.syncrun import in_daemon_thread
 
 
 class StrayGeneratorExit(Exception):
@@ -252,27 +252,10 @@ class DeadlineProvider:
         context variables, so that the events it notes are counted) while the event loop goes
         on; what it returns is awaited here when it is awaitable. Cancelling this coroutine (the
         watchdog, a stopping run) abandons the thread: its late answer or error is dropped."""
-        loop = asyncio.get_running_loop()
-        answer = loop.create_future()
-
-        def deliver(value: object, exc: BaseException | None) -> None:
-            if not answer.done():  # (not when the call was cancelled meanwhile)
-                answer.set_exception(exc) if exc is not None else answer.set_result(value)
-
-        def call(ctx: contextvars.Context) -> None:
-            try:
-                value, exc = ctx.run(self.inner.complete, request), None
-            except GeneratorExit as e:  # not an exception a future may carry as the call's own
-                value, exc = None, _stray(e)
-            except BaseException as e:  # noqa: BLE001 — handed to the awaiting call, which counts it
-                value, exc = None, e
-            try:
-                loop.call_soon_threadsafe(deliver, value, exc)
-            except RuntimeError:  # the event loop is closed: the run ended without this call
-                pass
-
-        threading.Thread(target=call, args=(contextvars.copy_context(),), daemon=True,
-                         name=f"lmra-{self.name}-call").start()
+        ctx = contextvars.copy_context()
+        answer = in_daemon_thread(lambda: ctx.run(self.inner.complete, request), name=f"lmra-{self.name}-call",
+                                  # GeneratorExit is not an exception a future may carry as the call's own
+                                  error=lambda e: _stray(e) if isinstance(e, GeneratorExit) else e)
         result = await answer
         if isawaitable(result):  # a ``def`` delegating to an async client
             result = await result
