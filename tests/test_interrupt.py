@@ -510,17 +510,21 @@ def test_a_stop_signal_whose_interrupt_was_lost_still_ends_the_command_with_130(
     assert "(takes precedence over 6: release gates not met (breached: max_ci_high))" in last, last
 
 
-def test_ctrl_c_never_waits_for_a_warm_up_thread_that_cannot_end(tmp_path):
+@pytest.mark.parametrize("stuck", ["lmra.audit._import_finishing_modules = lambda cfg, pace: threading.Event().wait()",
+                                   "import lmra.cli.audit\n"
+                                   "lmra.cli.audit._import_report_modules = lambda pace: threading.Event().wait()"])
+def test_ctrl_c_never_waits_for_a_warm_up_thread_that_cannot_end(tmp_path, stuck):
     """Break-it finding (s37): a second Ctrl-C raised inside an import of the main thread left
     CPython's import lock taken; the warm-up thread importing the run's finishing modules in the
     event loop's default executor waited for it forever, and ``asyncio.run`` joined that thread
     without a time limit: ``lmra audit`` printed progress lines for 13 minutes until killed.
-    Here the warm-up thread never ends (it waits on an event nobody sets): Ctrl-C still ends the
-    audit with status 130 and its run folder recorded interrupted."""
+    Here a warm-up thread never ends (it waits on an event nobody sets) — the run's finishing
+    imports, or report.html's (the thread that loads them without the forked report process):
+    Ctrl-C still ends the audit with status 130 and its run folder recorded interrupted."""
     srv, cmd, env = _slow_audit(tmp_path)
+    env = env | {"LMRA_REPORT_PROCESS": "0"}  # (report.html's modules load in a thread of the audit)
     script = tmp_path / "stuck_warmup.py"
-    script.write_text("import sys, threading\nimport lmra.audit\n"
-                      "lmra.audit._import_finishing_modules = lambda cfg, pace: threading.Event().wait()\n"
+    script.write_text(f"import sys, threading\nimport lmra.audit\n{stuck}\n"
                       "from lmra.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.Popen([sys.executable, str(script), *cmd[3:]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -313,11 +313,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         return stopped_exit(exc, audit, console)
     finally:
         if warm is not None:  # done unless the run was very short: matplotlib is then used by one thread only
-            if result is None:  # no report is written
-                audit.pace.abandon()
+            if result is None:  # no report is written: not waited for (a daemon thread; after a second Ctrl-C
+                audit.pace.abandon()  # raised inside an import it could wait forever: break-it finding, s37)
             else:
                 audit.pace.hurry()
-            warm.join()
+                warm.join()
     return finish_audit(args, cfg, audit, result, console, alpha=alpha, first_night=first_night,
                         report_worker=report_worker)
 
