@@ -515,6 +515,17 @@ def merge_shards(paths: list[str | Path], *, name: str | None = None, out_dir: s
         return _merge(shards, cfg, first)
 
 
+def _warehouse_tables_missing(run_dir: Path) -> list[str]:
+    """The warehouse tables (next to ``run_dir``) a merged run lacks; [] when all landed or its
+    folder cannot be read (then nothing is said of them)."""
+    from lmra.warehouse import tables_missing
+
+    try:
+        return tables_missing(load_run(run_dir))
+    except (LmraInputError, OSError):
+        return []
+
+
 def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     """The rest of :func:`merge_shards`, under its :func:`merge_lock`."""
     from lmra.audit import Audit, Inputs
@@ -532,10 +543,16 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
         # copy of the night, which 'lmra check latest --baseline last' then compared with the first
         # its merge may have stopped before the steps after the folder (break-it finding, s35: a merge killed
         # then left the night out of the warehouse and its gates unevaluated, and the retry said only this)
-        steps = ("" if (twin / "report.html").is_file() else
-                 f" — it has no report.html, so the merge that wrote it may have stopped before its last steps: "
+        missing = _warehouse_tables_missing(twin)
+        steps = (f" — it has no report.html, so the merge that wrote it may have stopped before its last steps: "
                  f"'lmra report {twin}' writes the report, 'lmra gate {twin}' and 'lmra check {twin} --baseline "
-                 f"pinned' evaluate it, 'lmra warehouse add {twin}' adds it to the warehouse")
+                 f"pinned' evaluate it, 'lmra warehouse add {twin}' adds it to the warehouse"
+                 if not (twin / "report.html").is_file() else
+                 # (fault break-it, s37: a merge killed between its report and its warehouse step left the night
+                 # out of the warehouse, and the retry said nothing of it)
+                 f" — its {' and '.join(missing)} table{'s' * (len(missing) != 1)} {'are' if len(missing) != 1 else 'is'} "
+                 f"not in the warehouse, so the merge that wrote it may have stopped before its last step: 'lmra "
+                 f"warehouse add {twin}' adds it" if missing else "")
         raise LmraInputError(f"these shards were merged already, into {twin} (its manifest.json lists the same "
                              f"{len(shards)} shard runs): a second merge would make a second copy of the same night, "
                              "which the regression check would take for another night. Use that run (its report: "

@@ -84,7 +84,8 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
     Raises:
         LmraInputError: not a finished run folder, or a shard of a sharded audit (its merged run
             is added instead).
-        LmraIOError: a file could not be written (naming it).
+        LmraIOError: a file could not be written (naming it); no table of the run was added then
+            (the files an earlier landing of it left are kept).
     """
     from lmra.report.export import export_run
     from lmra.runfolder import load_run
@@ -95,8 +96,8 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
         raise LmraInputError("is one shard of a sharded audit: the warehouse takes the merged run "
                              "('lmra merge SHARD_RUN...' adds it)", file=run.path, field="shard")
     wh = Path(warehouse) if warehouse is not None else warehouse_dir(run.path.parent)
+    _clear_stale_staging(wh / ".staging")
     staging = wh / ".staging" / f"{run.run_id}-{os.getpid()}"
-    out: dict[str, Path] = {}
     try:
         # every table is exported before any is moved in: a run whose export fails half-way (a
         # full disk) leaves the warehouse as it was, never a per_pair file without its per_task
@@ -111,14 +112,7 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
                 raise LmraInputError(f"its {table} table cannot be read to land it in the warehouse "
                                      f"({type(exc).__name__}: {exc}); nothing was added", file=run.path,
                                      field=table) from None
-        for table, written in exported.items():
-            final = table_path(wh, table, run)
-            try:
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(written, final)
-            except OSError as exc:
-                raise LmraIOError(f"cannot write the warehouse file ({io_reason(exc)})", path=final) from None
-            out[table] = final
+        out = _land(exported, {table: table_path(wh, table, run) for table in exported}, staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         try:
@@ -126,3 +120,85 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
         except OSError:
             pass
     return out
+
+
+#: seconds after which a staging folder of a process that is gone is removed by the next landing
+STALE_STAGING_S = 3600
+
+
+def _land(exported: dict[str, Path], finals: dict[str, Path], staging: Path) -> dict[str, Path]:
+    """Move the staged tables to their partitions, all or none (fault break-it, s37: a partition
+    folder that could not be made — inodes exhausted, another user's folder — left per_pair and
+    per_task of the night landed and its overall missing, while the command said "warehouse not
+    updated"): every folder is made first; a move that fails puts back what was moved (an earlier
+    landing's file of the run included, kept aside meanwhile) and raises.
+
+    Raises:
+        LmraIOError: a folder or file could not be written (naming it)."""
+    for final in finals.values():
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LmraIOError(f"cannot write the warehouse file ({io_reason(exc)}); no table of the run was added",
+                              path=final) from None
+    moved: list[tuple[Path, Path | None]] = []  # (final, the earlier file kept aside, or None)
+    try:
+        for table, written in exported.items():
+            final = finals[table]
+            earlier = staging / f"earlier-{table}.parquet"
+            had = final.exists()
+            if had:
+                os.replace(final, earlier)
+            moved.append((final, earlier if had else None))
+            os.replace(written, final)
+    except OSError as exc:
+        for final, earlier in reversed(moved):  # undo: the warehouse as it was
+            try:
+                if earlier is not None:
+                    os.replace(earlier, final)
+                else:
+                    final.unlink(missing_ok=True)
+            except OSError:
+                pass
+        raise LmraIOError(f"cannot write the warehouse file ({io_reason(exc)}); no table of the run was added",
+                          path=final) from None
+    return dict(finals)
+
+
+def _clear_stale_staging(root: Path) -> None:
+    """Remove the staging folders (``<run id>-<pid>``) of landings whose process is gone and that
+    are older than :data:`STALE_STAGING_S` (fault break-it, s37: a killed landing's folder stayed
+    for good); a live process's folder, or a young one (another host's, on a shared disk), stays."""
+    import time
+
+    try:
+        folders = list(root.iterdir())
+    except OSError:
+        return
+    for folder in folders:
+        pid = folder.name.rpartition("-")[2]
+        try:
+            old = time.time() - folder.stat().st_mtime > STALE_STAGING_S
+        except OSError:
+            continue
+        if not pid.isdigit() or not old or _alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def tables_missing(run: RunFolder, warehouse: str | Path | None = None) -> list[str]:
+    """The tables of ``run`` not in the warehouse (default: the one next to its folder): [] when
+    all three landed."""
+    wh = Path(warehouse) if warehouse is not None else warehouse_dir(run.path.parent)
+    return [t for t in TABLES if not table_path(wh, t, run).is_file()]

@@ -585,6 +585,21 @@ def test_a_retried_merge_is_refused_and_a_check_of_a_night_against_its_twin_merg
     # (merged with --no-report: the steps after the folder are named — a merge killed there left them undone)
     assert f"'lmra warehouse add {first}'" in err and f"'lmra gate {first}'" in err
     assert [p for p in out.iterdir() if p.name.endswith("-nightly")] == [first]  # nothing written
+    # a merge killed between its report.html and its warehouse step (fault break-it, s37): the
+    # retry names the tables missing from the warehouse, not only a missing report
+    (first / "report.html").write_text("<html></html>")
+    landed = list((out / "warehouse" / "overall").rglob(f"{first.name}.parquet"))
+    assert len(landed) == 1
+    landed[0].unlink()
+    capsys.readouterr()
+    assert main(["merge", *dirs, "--no-report"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"its overall table is not in the warehouse, so the merge that wrote it may have stopped before its last "
+            f"step: 'lmra warehouse add {first}' adds it") in err and "'lmra gate" not in err
+    assert main(["warehouse", "add", str(first)]) == 0
+    capsys.readouterr()
+    assert main(["merge", *dirs, "--no-report"]) == 2
+    assert "warehouse add" not in capsys.readouterr().err  # all landed, a report: nothing more to say
     # a twin made anyway (a merge into another folder, copied beside the first): the check refuses it
     assert main(["merge", *dirs, "--no-report", "--out-dir", str(tmp_path / "elsewhere")]) == 0
     (twin,) = (tmp_path / "elsewhere").glob("*-nightly")

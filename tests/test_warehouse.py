@@ -230,3 +230,76 @@ def test_the_warehouse_lands_a_run_whose_history_cannot_be_opened_and_while_its_
     text = " ".join(capsys.readouterr().out.split())
     assert text.index("Warehouse: ") < text.index("HTML report: ")
     assert len(list((out / "warehouse").rglob("*.parquet"))) == 6
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_partition_that_cannot_be_written_lands_no_table_of_the_run(tmp_path, capsys, monkeypatch, earlier):
+    """Fault break-it (s37): when the third table's partition folder could not be made (inodes
+    exhausted; here a file in its way) or its file not moved in, per_pair and per_task of the
+    night had landed while the command said "warehouse not updated". Now no table lands, and a
+    run landed before keeps its earlier files."""
+    import os
+
+    from lmra.cli import main
+    from lmra.warehouse import table_path
+    from test_shard_merge import _clean_run
+
+    run_dir = _clean_run(tmp_path, tmp_path / "reports" / "20261201-020000-nightly").run_dir
+    run, wh = load_run(run_dir), tmp_path / "reports" / "warehouse"
+    if earlier:
+        assert main(["warehouse", "add", str(run_dir)]) == 0
+        before = {p: p.read_bytes() for p in wh.rglob("*.parquet")}
+        assert len(before) == 3
+        real = os.replace
+        calls = []
+
+        def flaky(src, dst):  # the third table's move fails (e.g. a disk gone read-only)
+            if str(dst).endswith(".parquet") and "/.staging/" not in str(dst):
+                calls.append(dst)
+                if len(calls) == 3:
+                    raise OSError(30, "Read-only file system")
+            return real(src, dst)
+
+        monkeypatch.setattr("lmra.warehouse.os.replace", flaky)
+    else:
+        blocked = table_path(wh, "overall", run).parent.parent  # overall/run=nightly: a file, not a folder
+        blocked.parent.mkdir(parents=True)
+        blocked.write_text("in the way")
+    capsys.readouterr()
+    assert main(["warehouse", "add", str(run_dir)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no table of the run was added" in err and "Traceback" not in err
+    if earlier:
+        assert {p: p.read_bytes() for p in wh.rglob("*.parquet")} == before  # the earlier landing, whole
+    else:
+        assert not list(wh.rglob("*.parquet"))
+    assert not list((wh / ".staging").glob("*")) if (wh / ".staging").exists() else True
+
+
+def test_a_killed_landings_staging_folder_is_cleared_by_the_next_one(tmp_path):
+    """Fault break-it (s37): ``warehouse/.staging/<run>-<pid>/`` of a landing killed mid-way stayed
+    for good. The next landing removes such a folder once its process is gone and it is an hour
+    old; a live process's, or a young one, stays."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lmra.warehouse import STALE_STAGING_S, add_run
+    from test_shard_merge import _clean_run
+
+    run_dir = _clean_run(tmp_path, tmp_path / "reports" / "20261201-020000-nightly").run_dir
+    staging = tmp_path / "reports" / "warehouse" / ".staging"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a process that has ended
+    folders = {"dead_old": staging / f"r1-{gone}", "dead_young": staging / f"r2-{gone}",
+               "alive_old": staging / f"r3-{os.getpid()}"}
+    for f in folders.values():
+        f.mkdir(parents=True)
+        (f / "per_pair.parquet").write_bytes(b"x")
+    old = time.time() - STALE_STAGING_S - 60
+    for key in ("dead_old", "alive_old"):
+        os.utime(folders[key], (old, old))
+    add_run(run_dir)
+    assert not folders["dead_old"].exists()
+    assert folders["dead_young"].exists() and folders["alive_old"].exists()
