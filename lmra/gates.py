@@ -124,7 +124,7 @@ class GateOutcome:
         configured."""
         spec = GATES[self.gate]
         label = spec.label + (f" '{self.criterion}'" if self.criterion else "")
-        bound = f"{self.bound:g}" + (" (this task's override)" if self.override else "")
+        bound = bound_text(self.bound) + (" (this task's override)" if self.override else "")
         if self.status == "not_evaluated":
             return (f"GATE NOT EVALUATED {self.gate}: {self.where(with_domain)}: no {label} — {self.detail}; "
                     f"bound {bound}")
@@ -155,12 +155,22 @@ def format_gate_value(gate: str, value: float) -> str:
     return f"{value:+.4f}" if signed else f"{value:.4f}"
 
 
+def bound_text(bound: float) -> str:
+    """A gate's bound as configured: ``0.15`` (``:g``), or every digit it was given when ``:g``
+    would round it (``0.03333333``; break-it round 2, s37: printed ``0.0333333``)."""
+    short = f"{bound:g}"
+    return short if float(short) == bound else repr(float(bound))
+
+
 def _shown_beside(gate: str, value: float, bound: float) -> str:
-    """:func:`format_gate_value`, with more decimals (up to 8) when 4 would print a breached value
-    as its bound (``0.07504 > 0.075``, not ``0.0750 > 0.075``)."""
+    """:func:`format_gate_value`, with more decimals (up to 12) when 4 would print the value on the
+    wrong side of its printed bound: a breach as equal to it (``0.07504 > 0.075``, not ``0.0750 >
+    0.075``), a pass as above it (``0.06666 ≤ 0.06667``, not ``0.0667 ≤ 0.06667``)."""
     text = format_gate_value(gate, value)
+    shown_bound = float(bound_text(bound))
+    breached = breaches(value, bound)
     digits = 4
-    while breaches(value, bound) and float(text) <= bound and digits < 8:
+    while (float(text) <= shown_bound if breached else float(text) > shown_bound) and digits < 12:
         digits += 1
         text = f"{value:+.{digits}f}" if text.startswith(("+", "-")) else f"{value:.{digits}f}"
     return text
@@ -388,12 +398,19 @@ REFERENCE_REFUSAL_RATE = 0.05
 CHANCE_BREACH_WARN = 0.10
 
 
+#: responses per group above which :func:`chance_gap_breach` uses the normal approximation
+EXACT_GAP_MAX = 5_000
+
+
 def chance_gap_breach(m: int, bound: float, rate: float = REFERENCE_REFUSAL_RATE) -> float:
     """Probability that ``|X − Y| / m`` breaches ``bound`` (:func:`breaches`) for independent
     X, Y ~ Binomial(m, ``rate``): two groups' refusal counts over ``m`` responses each, refused
     alike — the point-estimate gap a refusal-gap gate compares, by sampling noise alone. Exact
-    (the two binomial pmfs convolved). Independence is the worst case for a paired design: prompts
-    refused for both names (a positive correlation) make the gap smaller.
+    (the two binomial pmfs convolved) up to :data:`EXACT_GAP_MAX` responses; above, the normal
+    approximation of X − Y (variance 2·m·rate·(1 − rate), continuity-corrected), which is
+    accurate there and fast (break-it round 2, s37: 300 tasks of up to 30,000 responses took 22 s
+    exactly). Independence is the reference for a paired design too: a propensity to refuse a
+    prompt that both names share cancels in X − Y.
 
     Args:
         m: responses per group (≥ 1); bound: the gate's maximum (≥ 0); rate: the refusal rate in [0, 1].
@@ -401,61 +418,78 @@ def chance_gap_breach(m: int, bound: float, rate: float = REFERENCE_REFUSAL_RATE
     Returns:
         The probability in [0, 1]."""
     import numpy as np
+    from scipy.stats import binom, norm
+
+    # the smallest |X − Y| that breaches: more than bound·m (+ the gate's tolerance)
+    k = max(0, int(np.floor((bound + GATE_TOLERANCE) * m)) + 1)
+    while k > 0 and breaches((k - 1) / m, bound):  # (float rounding either way: the gate's own comparison decides)
+        k -= 1
+    while k <= m and not breaches(k / m, bound):
+        k += 1
+    if k > m:
+        return 0.0
+    if m > EXACT_GAP_MAX:
+        sd = math.sqrt(2.0 * m * rate * (1.0 - rate))
+        return 0.0 if sd == 0 else float(min(1.0, 2.0 * norm.sf((k - 0.5) / sd)))
     from scipy.signal import fftconvolve
-    from scipy.stats import binom
 
     pmf = binom.pmf(np.arange(m + 1), m, rate)
     diff = np.clip(fftconvolve(pmf, pmf[::-1]), 0.0, None)  # P(X − Y = d), d = −m … m
-    d = np.abs(np.arange(-m, m + 1))
-    return float(min(1.0, diff[np.array([breaches(k / m, bound) for k in range(m + 1)])[d]].sum()))
+    return float(min(1.0, diff[np.abs(np.arange(-m, m + 1)) >= k].sum()))
 
 
-def chance_breached_gap_gates(cfg, sizes: dict[str, int]) -> list[str]:
+def chance_breached_gap_gates(cfg, sizes: dict[str, int], n_comparisons: int | None = None) -> list[str]:
     """Warnings for refusal-gap gates that sampling noise alone breaches on many nights: a gate
-    whose values, for a chatbot refusing both groups alike at :data:`REFERENCE_REFUSAL_RATE`,
-    breach at least once on :data:`CHANCE_BREACH_WARN` or more of nights (:func:`chance_gap_breach`
-    per value, independent tasks). ``max_refusal_gap`` (overrides included) and
+    whose values — every task (its override's bound where it has one) of every comparison, or
+    every comparison's overall row — breach at least once, for a chatbot refusing all groups
+    alike at :data:`REFERENCE_REFUSAL_RATE`, on :data:`CHANCE_BREACH_WARN` or more of nights
+    (:func:`chance_gap_breach` per value, values taken as independent). ``max_refusal_gap`` and
     ``max_overall_refusal_gap`` compare the point estimate ``|rate_a − rate_b|``: with 40 prompts
     a task a bound of 0.05 is breached by noise on 82% of nights over 8 tasks (statistics
     break-it, s37: 24 of 30 nights of a chatbot refusing both groups alike exited 6, while the
-    run's paired McNemar test flagged none).
+    run's paired McNemar test flagged none; break-it round 2: three comparisons were counted as one).
 
     Args:
-        cfg: the audit config (``gates``, ``samples_per_prompt``).
+        cfg: the audit config (``gates``, ``samples_per_prompt``, ``comparisons``).
         sizes: prompts per task (task → n ≥ 1), as for :func:`unmeetable_ci_gates`.
+        n_comparisons: comparisons audited (default: ``cfg.comparisons``, else 1).
 
     Returns:
-        One sentence per gate and bound (empty when none is that noisy)."""
+        One sentence per gate so noisy (empty when none is)."""
     g = cfg.gates
     k = max(1, getattr(cfg, "samples_per_prompt", 1))
+    c = n_comparisons if n_comparisons is not None else max(1, len(getattr(cfg, "comparisons", None) or [()]))
     overrides = {t: o.max_refusal_gap for t, o in g.tasks.items() if o.max_refusal_gap is not None}
     if not sizes or (g.max_refusal_gap is None and not overrides and g.max_overall_refusal_gap is None):
         return []
     chance = functools.cache(chance_gap_breach)
-    by_bound: dict[float, list[int]] = {}
-    for task, n in sizes.items():
-        bound = overrides.get(task, g.max_refusal_gap)
-        if bound is not None:
-            by_bound.setdefault(bound, []).append(n * k)
-    out = []
     rate = f"{REFERENCE_REFUSAL_RATE:.0%}"
-    for bound, ms in sorted(by_bound.items()):
-        night = 1.0 - math.prod(1.0 - chance(m, bound) for m in ms)
+    per = f" of each of its {c} comparisons" if c > 1 else ""
+    out = []
+    values = [(task, n * k, overrides.get(task, g.max_refusal_gap)) for task, n in sorted(sizes.items())]
+    values = [v for v in values if v[2] is not None]
+    if values:
+        night = 1.0 - math.prod((1.0 - chance(m, bound)) ** c for _, m, bound in values)
         if night >= CHANCE_BREACH_WARN:
+            ms = [m for _, m, _ in values]
             size = (f"{ms[0]} responses per group a task" if min(ms) == max(ms)
                     else f"{min(ms)}–{max(ms)} responses per group a task")
-            out.append(f"release gate max_refusal_gap = {bound:g} is breached by chance alone: with {size}, a "
-                       f"chatbot that refuses both groups alike {rate} of the time exceeds it in at least one of its "
-                       f"{len(ms)} task{'s' * (len(ms) != 1)} on {night:.0%} of nights (it compares the observed gap, "
+            bounds = sorted({b for _, _, b in values})
+            said = (f"max_refusal_gap = {bounds[0]:g}" if len(bounds) == 1 else "max_refusal_gap ("
+                    + ", ".join(f"{b:g} for {', '.join(repr(t) for t, _, v in values if v == b)}" for b in bounds) + ")")
+            out.append(f"release gate {said} is breached by chance alone: with {size}, a chatbot that refuses every "
+                       f"group alike {rate} of the time exceeds it in at least one of its {len(values)} "
+                       f"task{'s' * (len(values) != 1)}{per} on {night:.0%} of nights (it compares the observed gap, "
                        "which sampling noise moves); gate the overall gap (max_overall_refusal_gap) instead, loosen the "
                        "bound, or audit more prompts")
     if g.max_overall_refusal_gap is not None:
         m = sum(sizes.values()) * k
-        night = chance(m, g.max_overall_refusal_gap)
+        night = 1.0 - (1.0 - chance(m, g.max_overall_refusal_gap)) ** c
         if night >= CHANCE_BREACH_WARN:
             out.append(f"release gate max_overall_refusal_gap = {g.max_overall_refusal_gap:g} is breached by chance "
-                       f"alone: with {m} responses per group, a chatbot that refuses both groups alike {rate} of the "
-                       f"time exceeds it on {night:.0%} of nights; loosen the bound or audit more prompts")
+                       f"alone: with {m} responses per group, a chatbot that refuses every group alike {rate} of the "
+                       f"time exceeds it{' in at least one of its ' + str(c) + ' comparisons' if c > 1 else ''} on "
+                       f"{night:.0%} of nights; loosen the bound or audit more prompts")
     return out
 
 

@@ -699,7 +699,7 @@ def test_a_refusal_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     assert main(["validate", str(cfg)]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert (f"warning: release gate max_refusal_gap = 0.05 is breached by chance alone: with 20 responses per group a "
-            f"task, a chatbot that refuses both groups alike 5% of the time exceeds it in at least one of its 2 tasks "
+            f"task, a chatbot that refuses every group alike 5% of the time exceeds it in at least one of its 2 tasks "
             f"on {night:.0%} of nights") in err and "max_overall_refusal_gap" in err
     assert "max_overall_refusal_gap = 0.1 is breached" not in err  # 40 responses a group: noise rarely reaches 0.1
     loose = write_config(tmp_path, name="loose", rates=FLAT, n_prompts=40, gates="[gates]\nmax_refusal_gap = 0.3\n")
@@ -708,6 +708,27 @@ def test_a_refusal_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     capsys.readouterr()
     assert main(["gate", str(measured.path), "--gate", "max_refusal_gap=0.05"]) == 6
     assert "max_refusal_gap = 0.05 is breached by chance alone" in " ".join(capsys.readouterr().err.split())
+    # break-it round 2 (s37): the values of one gate are taken together — every comparison's, and a
+    # task's override with the rest — and an override is named as such
+    from types import SimpleNamespace
+
+    from lmra.gates import chance_breached_gap_gates
+
+    def warned(gates, comparisons=1, sizes=None):
+        cfg = SimpleNamespace(gates=GatesConfig.model_validate(gates), samples_per_prompt=1,
+                              comparisons=[("a", "b")] * comparisons)
+        return chance_breached_gap_gates(cfg, sizes or {"t1": 200, "t2": 200})
+
+    one = chance_gap_breach(25 * 8, 0.04)  # the overall row of 8 tasks × 25 prompts (the break-it's race audit)
+    assert 1 - (1 - one) ** 1 < 0.1 <= 1 - (1 - one) ** 3  # one comparison clears 10%, three do not
+    sizes = {f"t{i}": 25 for i in range(8)}
+    assert warned({"max_overall_refusal_gap": 0.04}, 1, sizes) == []
+    (line,) = warned({"max_overall_refusal_gap": 0.04}, 3, sizes)
+    assert f"exceeds it in at least one of its 3 comparisons on {1 - (1 - one) ** 3:.0%} of nights" in line
+    a, b = chance_gap_breach(22, 0.1), chance_gap_breach(22, 0.11)
+    assert a < 0.1 and b < 0.1 and 1 - (1 - a) * (1 - b) >= 0.1  # each bound alone is quiet, the gate is not
+    (line,) = warned({"max_refusal_gap": 0.11, "tasks": {"t1": {"max_refusal_gap": 0.1}}}, 1, {"t1": 22, "t2": 22})
+    assert "release gate max_refusal_gap (0.1 for 't1', 0.11 for 't2') is breached by chance alone" in line
 
 
 def test_a_gap_at_its_bound_passes_whatever_the_float_rounding(measured):
@@ -720,6 +741,12 @@ def test_a_gap_at_its_bound_passes_whatever_the_float_rounding(measured):
     assert not breaches(0.10 - 0.025, 0.075) and not breaches(0.20 - 0.15, 0.05) and breaches(0.0751, 0.075)
     assert _shown_beside("max_refusal_gap", 0.07504, 0.075) == "0.07504"
     assert _shown_beside("max_refusal_gap", 0.0751, 0.075) == "0.0751"
+    # break-it round 2 (s37): both directions, and a bound given with more digits than :g prints
+    from lmra.gates import bound_text
+
+    assert _shown_beside("max_ci_high", 0.1000000034, 0.1) == "+0.100000003"
+    assert _shown_beside("max_refusal_gap", 0.0666666, 0.06667) == "0.06667" and bound_text(0.06667) == "0.06667"
+    assert bound_text(0.03333333) == "0.03333333" and bound_text(0.15) == "0.15"
     rf = pd.read_csv(measured.path / "refusals.csv")
     row = rf[(rf["level"] == "task") & (rf["task"] == "career advice")].iloc[0]
     gap = abs(row["rate_a"] - row["rate_b"])
@@ -730,3 +757,16 @@ def test_a_gap_at_its_bound_passes_whatever_the_float_rounding(measured):
         assert outcome.status == "passed", (bound, gap)
     result = evaluate_gates(measured, GatesConfig(max_refusal_gap=gap - 1e-6))
     assert next(o for o in result.outcomes if o.task == "career advice").status == "breached"
+
+
+def test_the_noise_chance_of_a_large_audit_is_approximated_continuously():
+    """Break-it round 2 (s37): 300 tasks of distinct sizes up to 30,000 responses took 22 s (the
+    exact convolution), before any call of the audit. Above EXACT_GAP_MAX responses the normal
+    approximation is used (no convolution of millions of terms): it joins the exact value."""
+    from lmra.gates import EXACT_GAP_MAX, chance_gap_breach
+
+    exact, approx = chance_gap_breach(EXACT_GAP_MAX, 0.01), chance_gap_breach(EXACT_GAP_MAX + 1, 0.01)
+    assert 0.01 < exact < 0.05 and approx == pytest.approx(exact, abs=1e-3)
+    values = [chance_gap_breach(m, 0.01) for m in range(1_000, 31_000, 100)]
+    assert all(0.0 <= v <= 1.0 for v in values) and values == sorted(values, reverse=True)  # more responses, less noise
+    assert chance_gap_breach(5_000_000, 0.01) < 1e-12

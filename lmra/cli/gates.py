@@ -227,7 +227,8 @@ def _unmeetable_on(run, gates) -> list[str]:
             sizes[task] = max(sizes.get(task, 0), int(n))
     confidence = finite(run.summary.get("confidence")) or 0.95
     cfg = SimpleNamespace(gates=gates, interval=str(run.summary.get("interval") or "t"), alpha=1 - confidence,
-                          samples_per_prompt=int(run.config.get("samples_per_prompt") or 1))
+                          samples_per_prompt=int(run.config.get("samples_per_prompt") or 1),
+                          comparisons=run.comparisons or [()])
     return gate_warnings(cfg, sizes)
 
 
