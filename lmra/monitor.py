@@ -875,7 +875,7 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         # on 30% of one task's prompts read "no regression", once "improvement", without a word)
         from lmra.refusal_gap import check_refusal_notes
 
-        improved = [(str(r.comparison), str(r.task)) for r in result.improvements.itertuples()]
+        improved = [(str(r.comparison), str(r.domain), str(r.task)) for r in result.improvements.itertuples()]
         said, result.refusal_gap = check_refusal_notes(run.summary.get("refusals") or [], improved, float(alpha))
         result.notes.extend(said)
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)

@@ -37,7 +37,7 @@ def _p(row: dict) -> tuple[float | None, bool]:
 
 
 def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: float, level: str = "overall",
-                             holm: bool = False) -> list[dict]:
+                             holm: str | None = None) -> list[dict]:
     """The ``refusals.csv`` rows of ``level`` (``overall``, ``domain`` or ``task``) whose two groups'
     refusal rates differ significantly at ``alpha``, in file order; rows without any refusal are
     never significant.
@@ -47,7 +47,8 @@ def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: flo
             ``refusals`` list of dicts).
         alpha: the level in (0, 1).
         level: the rows' ``level``.
-        holm: adjust the rows' p-values by Holm within each comparison first (many tasks).
+        holm: adjust the rows' p-values by Holm first: ``"comparison"`` within each comparison
+            (a run's tasks), ``"all"`` over every row (the comparisons' overall rows); None: not.
 
     Returns:
         The rows (dicts), each with ``p`` (the p-value compared, Holm-adjusted when ``holm``)
@@ -60,8 +61,9 @@ def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: flo
         from lmra.stats import adjust_pvalues
 
         out = []
-        for comp in dict.fromkeys((r.get("group_a"), r.get("group_b")) for r, _, _ in tested):
-            mine = [(r, p, paired) for r, p, paired in tested if (r.get("group_a"), r.get("group_b")) == comp]
+        family = (lambda r: (r.get("group_a"), r.get("group_b"))) if holm == "comparison" else (lambda r: None)
+        for comp in dict.fromkeys(family(r) for r, _, _ in tested):
+            mine = [(r, p, paired) for r, p, paired in tested if family(r) == comp]
             _, adjusted = adjust_pvalues([p for _, p, _ in mine], "holm", alpha)
             out += [r | {"p": float(q), "paired": paired} for (r, _, paired), q in zip(mine, adjusted) if q < alpha]
         return out
@@ -76,21 +78,24 @@ def refusal_gap_words(row: dict) -> str:
             f"{'paired ' if row.get('paired') else ''}p = {row['p']:.2g})")
 
 
-def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str]], alpha: float) -> tuple[list[str], str]:
+def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str, str]], alpha: float) -> tuple[list[str], str]:
     """What the regression check says of tonight's refusal gaps: ``(notes, caveat)``.
 
     Args:
         run_refusals: tonight's refusal rows (``summary.json`` ``refusals``).
-        improved: the ``(comparison, task)`` of the tasks the check found improved.
+        improved: the ``(comparison, domain, task)`` of the tasks the check found improved.
         alpha: the check's level.
 
     Returns:
         ``notes``: one sentence per comparison whose overall refusal rates differ significantly
-        tonight, and one per improved task whose own rates do (Holm over the run's tasks);
+        tonight (Holm over the comparisons: break-it round 2, s37, a healthy night with three
+        comparisons read "not evidence" 10–13% of the time), and one per improved task whose own
+        rates do (Holm over the run's tasks; the task's own domain: another domain's task of the
+        same name was quoted);
         ``caveat``: why a "no regression" is then not evidence of none ("" when no overall
         gap is significant)."""
     notes, caveat = [], ""
-    overall = significant_refusal_gaps(run_refusals, alpha)
+    overall = significant_refusal_gaps(run_refusals, alpha, holm="all")
     for r in overall:
         notes.append(f"tonight {refusal_gap_words(r)}: refused pairs are left out of the net ratings this check "
                      "compares, so a rise can hide behind the refusals and a fall can be theirs — the release gate "
@@ -98,12 +103,18 @@ def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str]], alpha
     if overall:
         caveat = ("tonight " + "; ".join(refusal_gap_words(r) for r in overall)
                   + ", and refused pairs are left out of the net ratings")
-    wanted = {(str(c), str(t)) for c, t in improved}
+    wanted = {(str(c), str(d), str(t)) for c, d, t in improved}
     if wanted:
-        for r in significant_refusal_gaps(run_refusals, alpha, level="task", holm=True):
-            comparison = f"{r['group_a']} vs {r['group_b']}"
-            if (comparison, str(r.get("task"))) in wanted:
-                notes.append(f"the improvement of '{r.get('task')}' ({comparison}) may be the refusals': tonight in "
+        rows = run_refusals.to_dict(orient="records") if isinstance(run_refusals, pd.DataFrame) else list(run_refusals)
+        domains: dict[str, set] = {}
+        for r in rows:
+            if r.get("level") == "task":
+                domains.setdefault(str(r.get("task")), set()).add(str(r.get("domain")))
+        for r in significant_refusal_gaps(rows, alpha, level="task", holm="comparison"):
+            comparison, task = f"{r['group_a']} vs {r['group_b']}", str(r.get("task"))
+            if (comparison, str(r.get("domain")), task) in wanted:
+                named = f"{r.get('domain')} / {task}" if len(domains.get(task, ())) > 1 else task
+                notes.append(f"the improvement of '{named}' ({comparison}) may be the refusals': tonight in "
                              f"that task {refusal_gap_words(r | {'paired': r.get('paired')})} (Holm over the tasks), "
                              "and refused pairs are left out of its net rating")
     return notes, caveat

@@ -26,7 +26,7 @@ def test_significant_gaps_follow_the_paired_test_and_holm_over_the_tasks():
     rows = [_row("task", "a", 0.001), _row("task", "b", 0.03), _row("task", "c", 0.04), _row("task", "none", 0.001,
                                                                                             ka=0, kb=0)]
     assert [r["task"] for r in significant_refusal_gaps(rows, 0.05, level="task")] == ["a", "b", "c"]
-    holm = significant_refusal_gaps(rows, 0.05, level="task", holm=True)
+    holm = significant_refusal_gaps(rows, 0.05, level="task", holm="comparison")
     assert [r["task"] for r in holm] == ["a"] and holm[0]["p"] == pytest.approx(0.003)
     clustered = _row("overall", "(all)", float("nan"), test="clustered", p_value=0.0001)
     assert significant_refusal_gaps([clustered], 0.05) == []
@@ -37,13 +37,34 @@ def test_significant_gaps_follow_the_paired_test_and_holm_over_the_tasks():
 def test_the_check_notes_an_improvement_a_refusal_gap_may_explain():
     rows = [_row("overall", "(all)", 0.0005, ka=12, n=320), _row("task", "diet advice", 0.0002, ka=12),
             _row("task", "recipe", 0.5, ka=1)]
-    notes, caveat = check_refusal_notes(rows, [("female vs male", "diet advice"), ("female vs male", "recipe")], 0.05)
+    notes, caveat = check_refusal_notes(rows, [("female vs male", "d", "diet advice"), ("female vs male", "d", "recipe")],
+                                        0.05)
     assert len(notes) == 2 and caveat.startswith("tonight female and male are refused at different rates "
                                                  "(12/320 = 0.0375 vs 0/320 = 0.0000, paired p = 0.0005)")
     assert notes[1].startswith("the improvement of 'diet advice' (female vs male) may be the refusals': tonight in "
                                "that task female and male are refused at different rates (12/40 = 0.3000")
     assert "recipe" not in " ".join(notes)
     assert check_refusal_notes([_row("overall", "(all)", 0.2, ka=2, n=320)], [], 0.05) == ([], "")
+    # break-it round 2 (s37): the improved task's own domain only, named when its name is in two domains
+    two = [_row("task", "diet advice", 0.0002, ka=12) | {"domain": "d1"}, _row("task", "diet advice", 0.9, ka=0)]
+    assert check_refusal_notes(two, [("female vs male", "d", "diet advice")], 0.05) == ([], "")
+    notes, _ = check_refusal_notes(two, [("female vs male", "d1", "diet advice")], 0.05)
+    assert len(notes) == 1 and notes[0].startswith("the improvement of 'd1 / diet advice' (female vs male)")
+
+
+def test_the_overall_note_is_corrected_over_the_comparisons():
+    """Break-it round 2 (s37): each comparison's overall row was tested at α, so with three
+    comparisons 10–13% of healthy nights got the note. Holm over the comparisons: p-values 0.02,
+    0.03, 0.04 are each below 0.05, their Holm-adjusted values (0.06, 0.06, 0.06) are not; 0.01
+    with two others at 0.5 stays (0.03)."""
+    def overall(a, b, p):
+        return _row("overall", "(all)", p, n=320) | {"group_a": a, "group_b": b}
+
+    three = [overall("White", "Black", 0.02), overall("White", "Asian", 0.03), overall("White", "Hispanic", 0.04)]
+    assert check_refusal_notes(three, [], 0.05) == ([], "")
+    one = [overall("White", "Black", 0.01), overall("White", "Asian", 0.5), overall("White", "Hispanic", 0.5)]
+    notes, caveat = check_refusal_notes(one, [], 0.05)
+    assert len(notes) == 1 and caveat.startswith("tonight White and Black are refused") and "p = 0.03)" in caveat
 
 
 def test_a_night_refusing_one_group_is_no_evidence_of_no_regression(tmp_path, capsys):
@@ -66,6 +87,12 @@ def test_a_night_refusing_one_group_is_no_evidence_of_no_regression(tmp_path, ca
     assert main(["check", str(runs[1]), "--baseline", str(runs[0]), "--json", *hist]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_regression" and any("refused at different rates" in n for n in doc["notes"])
+    # the stored check's report.html says it too (break-it round 2, s37: "No regression" there)
+    html = tmp_path / "r.html"
+    assert main(["report", str(runs[1]), *hist, "--out", str(html)]) == 0
+    page = " ".join(html.read_text().split())
+    assert "not evidence of no regression: tonight female and male are refused at different rates" in page
+    assert 'class="refusal-note">Note: tonight female and male are refused at different rates' in page
     # the baseline against itself reversed: no refusal tonight, no note
     assert main(["check", str(runs[0]), "--baseline", str(runs[1]), *hist]) == 0
     assert "refused at different rates" not in capsys.readouterr().out

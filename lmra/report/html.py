@@ -273,6 +273,17 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
                                             baseline_judge_status=statuses[2], baseline_status=statuses[3])
     else:
         not_evidence, statuses = "", (None, None, None, None)
+    refusal_notes = []
+    if run is not None and not replayed:  # tonight's refusal gaps, which the check does not test (lmra.refusal_gap;
+        # break-it round 2, s37: a stored check's report said a plain "No regression", and no surface but the
+        # console named the improvement a refusal gap may explain)
+        from lmra.refusal_gap import check_refusal_notes
+
+        improved = [(str(r["comparison"]), str(r.get("domain")), str(r["task"])) for r in rows
+                    if r.get("improved") and not r.get("overall")]
+        refusal_notes, gap = check_refusal_notes(run.summary.get("refusals") or [], improved, float(alpha))
+        if gap and isinstance(check, dict):  # (a live check's not_evidence has it already)
+            not_evidence = "; ".join(w for w in (not_evidence, gap) if w)
     # a regression under a failed judge or from a partial run is no evidence either (as the console says it)
     caveat = regression_caveat(*statuses)
     from lmra.unrated_rise import unrated_rise_reason
@@ -291,6 +302,7 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
             "only_in_run": only_run, "only_in_baseline": only_base,
+            "refusal_notes": refusal_notes,
             "warnings": warnings}  # not a night-to-night comparison of one chatbot (lmra.comparable)
 
 
