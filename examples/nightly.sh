@@ -14,6 +14,8 @@ cd "$LMRA_HOME" 2>/dev/null || {                   # (no log without it: said on
   echo "nightly.sh: LMRA_HOME '$LMRA_HOME' is not a folder this user can enter: set LMRA_HOME to the folder" \
        "holding $LMRA_CONFIG, .venv/, reports/ and logs/ — nothing was audited, no log was written" >&2; exit 1; }
 night="$(date -u +%Y%m%d)"
+case "${LMRA_SEED:-0}" in *[!0-9]*) echo "nightly.sh: LMRA_SEED '$LMRA_SEED' is not a whole number" \
+  "(it names the run's log and export folder) — nothing was audited, no log was written" >&2; exit 2;; esac
 seed="${LMRA_SEED:-$night}"                        # another run the same day: LMRA_SEED=<its own>
 exports="$LMRA_EXPORTS/$night${LMRA_SEED:+-$LMRA_SEED}"
 log="nightly-$night${LMRA_SEED:+-$LMRA_SEED}.log"  # another run the same day: its own log

@@ -265,3 +265,12 @@ def test_a_missing_file_names_the_close_files_beside_it(tmp_path, monkeypatch, c
     assert main(["validate", "unrelated.toml"]) == 2
     err = capsys.readouterr().err
     assert "config file not found" in err and "did you mean" not in err
+    # break-it round 2 (s37): a path into lmra's shipped folder, a dangling link
+    (tmp_path / "n.toml").write_text('name = "x"\nnames = "names/gendr.csv"\n')
+    assert main(["validate", "n.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "did you mean 'names/gender.csv'" in err and "does not exist" not in err
+    (tmp_path / "dangling.toml").symlink_to(tmp_path / "gone" / "x.toml")
+    assert main(["validate", "dangling.toml"]) == 2
+    assert f"it is a symbolic link to {tmp_path / 'gone' / 'x.toml'}, which does not exist" in " ".join(
+        capsys.readouterr().err.split())

@@ -631,7 +631,7 @@ def test_the_history_cell_names_five_regressed_tasks_and_counts_the_rest(between
     assert "27 of 27 tested tasks" in cell and "overall (female vs male)" in cell
     assert all(f"{t} (female vs male)" in cell for t in tasks[:MAX_TASKS_NAMED])
     assert not any(t in cell for t in tasks[MAX_TASKS_NAMED:])
-    assert f"and {27 - MAX_TASKS_NAMED} more ('lmra check RUN' lists them)" in cell
+    assert f"and {27 - MAX_TASKS_NAMED} more ('lmra check RUN --baseline 20260101-000000-nightly' lists them)" in cell
     assert max(len(line) for line in cell.splitlines()) < 400
     check["regressed"] = dict(list(regressed.items())[:MAX_TASKS_NAMED])  # five: all named, nothing counted
     assert "more (" not in _check_cell(check, between)

@@ -268,3 +268,16 @@ def test_a_night_whose_home_is_missing_says_so_on_stderr(tmp_path):
     err = " ".join(r.stderr.split())
     assert f"nightly.sh: LMRA_HOME '{tmp_path / 'nowhere'}' is not a folder" in err
     assert "nothing was audited, no log was written" in err and "No such file" not in err
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("seed", ["a/b", "1 2", "-3"])
+def test_a_seed_that_is_not_a_whole_number_is_refused_before_any_log(tmp_path, seed):
+    """Break-it round 2 (s37): LMRA_SEED names the run's log; 'a/b' made tee fail and left
+    logs/latest.log pointing nowhere (the audit's error reached cron's mail only)."""
+    script, home, env = _nightly_job(tmp_path)
+    r = subprocess.run(["bash", str(script)], env=env | {"LMRA_SEED": seed}, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2
+    assert f"nightly.sh: LMRA_SEED '{seed}' is not a whole number" in " ".join(r.stderr.split())
+    assert not (home / "logs" / "latest.log").is_symlink()

@@ -627,13 +627,15 @@ def _verdicts(history, runs) -> dict[str, dict]:
 MAX_TASKS_NAMED = 5
 
 
-def _tasks_named(keyed: dict, between: str) -> str:
+def _tasks_named(keyed: dict, between: str, baseline: str = "BASELINE") -> str:
     """The tasks of a check's flagged rows, ``task (comparison)``, sorted: the first
-    :data:`MAX_TASKS_NAMED`, then ``and 22 more`` (fresh-user finding, s37: a night with 27
-    regressed tasks made every line of a piped ``lmra history`` about 4,000 characters wide)."""
+    :data:`MAX_TASKS_NAMED`, then ``and 22 more ('lmra check RUN --baseline <baseline>' lists
+    them)`` (fresh-user finding, s37: a night with 27 regressed tasks made every line of a piped
+    ``lmra history`` about 4,000 characters wide; break-it round 2: the hint lacked --baseline)."""
     named = sorted({f"{lit(t)} ({lit(c)})" for c, _, t in keyed})
     if len(named) > MAX_TASKS_NAMED:
-        named = named[:MAX_TASKS_NAMED] + [f"and {len(named) - MAX_TASKS_NAMED} more ('lmra check RUN' lists them)"]
+        named = named[:MAX_TASKS_NAMED] + [f"and {len(named) - MAX_TASKS_NAMED} more ('lmra check RUN --baseline "
+                                           f"{lit(baseline)}' lists them)"]
     return between.join(named)
 
 
@@ -668,7 +670,7 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
             parts.append("overall (" + ", ".join(lit(str(c)) for c in sorted(check["overall_regressed"])) + ")")
         if check["regressed"]:
             parts.append(f"{len(check['regressed'])} of {check['n_tested']} tested tasks:"
-                         f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between)}")
+                         f"{between if between == chr(10) else ' '}{_tasks_named(check['regressed'], between, check['baseline_id'])}")
         text = f"[bold red]REGRESSION[/] vs {base}: " + between.join(parts)
     else:
         overall = f" + {check['n_overall_tested']} overall" if check.get("n_overall_tested") else ""
@@ -677,7 +679,7 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
 
         text += detectable_words(check.get("detectable"), between)
     if check["improved"]:
-        text += f"{between}improved: {_tasks_named(check['improved'], between)}"
+        text += f"{between}improved: {_tasks_named(check['improved'], between, check['baseline_id'])}"
     warnings = [w for w in check.get("warnings") or [] if not check.get("refused") or
                 not w.startswith(REFUSED_PREFIX)]  # (a refusal is the cell's text)
     if warnings:  # not a night-to-night comparison of one chatbot (lmra.comparable)
