@@ -56,7 +56,12 @@ def _output_path(v: str) -> str:
     if m:  # (a variable set here, or in capitals as they are: '/mnt/data$archive' is a folder's own name)
         raise ValueError(f"'{v}' names the environment variable {m.group(0)}, which lmra does not expand (it would "
                          f"create a folder named '{m.group(0)}'): write the path out, e.g. with '~' for your home folder")
-    return os.path.expanduser(v)
+    expanded = os.path.expanduser(v)
+    if expanded.startswith("~"):  # '~name/…' of no such user: left as it is, a folder named '~name' (break-it, s37)
+        user = expanded.split("/", 1)[0]
+        raise ValueError(f"'{v}' starts with {user}, the home folder of user '{user[1:]}', who does not exist here "
+                         f"(it would create a folder named '{user}'): write '~/' for your own home folder, or the path out")
+    return expanded
 
 
 #: a folder or file lmra writes: not blank, ``~`` expanded, no ``$VAR`` (:func:`_output_path`)
@@ -623,6 +628,19 @@ class AuditConfig(_Strict):
                                "when one is not met); docs/nightly.md \"Release gates\".")
     report: ReportConfig = Field(default_factory=ReportConfig, description="How report.html shows the run "
                                  "(transcripts).")
+
+    @field_validator("cache")
+    @classmethod
+    def _cache_not_the_output_folder(cls, v: str, info: ValidationInfo) -> str:
+        """The cache is a file of its own: not ``output_dir`` itself (break-it finding, s37: the
+        cache made ``reports`` a SQLite file, then the run failed blaming the output folder), nor
+        an existing folder."""
+        out = info.data.get("output_dir")
+        if out is not None and os.path.abspath(v) == os.path.abspath(out):
+            raise ValueError(f"'{v}' is the output folder (output_dir): the cache is a file, e.g. '{out}/cache.sqlite'")
+        if os.path.isdir(v):
+            raise ValueError(f"'{v}' is a folder: the cache is a file, e.g. '{v.rstrip('/')}/cache.sqlite'")
+        return v
 
     @field_validator("groups")
     @classmethod

@@ -137,3 +137,34 @@ def test_a_base_url_with_credentials_is_refused_without_printing_them(url):
                      source="my.toml")
     assert info.value.field == "judge.base_url" and "api_key_env" in info.value.reason
     assert "S3CRETPW" not in str(info.value) and "***@" in info.value.reason
+
+
+@pytest.mark.parametrize("field", ["output_dir", "cache"])
+def test_a_home_folder_of_no_such_user_is_refused_not_made(tmp_path, monkeypatch, field):
+    """Break-it finding (s37): ``cache = "~nosuchuser/c.sqlite"`` made a folder literally named
+    ``~nosuchuser`` in the working folder, with a fresh empty cache every night (exit 0)."""
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LmraInputError) as err:
+        parse_config({field: "~lmra-no-such-user-xyz/c"})
+    assert err.value.field == field and "who does not exist here" in str(err.value)
+    (tmp_path / "c.toml").write_text(f'{field} = "~lmra-no-such-user-xyz/c"\n')
+    assert main(["validate", "c.toml"]) == 2
+    assert not any(p.name.startswith("~") for p in tmp_path.iterdir())
+
+
+def test_a_cache_that_is_the_output_folder_or_a_folder_is_a_config_error(tmp_path, monkeypatch, capsys):
+    """Break-it finding (s37): ``cache = "reports"`` with ``output_dir = "reports"`` made ``reports``
+    a SQLite file, then failed as an I/O error blaming the output folder (exit 1)."""
+    from lmra.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('output_dir = "reports"\ncache = "reports"\n')
+    assert main(["validate", "c.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "c.toml, line 2: field 'cache': 'reports' is the output folder" in err and not (tmp_path / "reports").exists()
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(LmraInputError) as e:
+        parse_config({"cache": "adir"})
+    assert e.value.field == "cache" and "is a folder" in str(e.value)
