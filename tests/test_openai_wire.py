@@ -183,3 +183,13 @@ def test_usage_as_whole_floats_is_read_and_an_error_object_is_malformed():
     with pytest.raises(ProviderError) as err:
         chat_result({"error": {"message": "model overloaded", "type": "server_error"}}, REQUEST, model="m")
     assert err.value.kind == "malformed" and err.value.retryable and "model overloaded" in str(err.value)
+
+
+def test_top_logprobs_that_are_not_a_list_are_named_as_such():
+    """Fault break-it (s37): ``"top_logprobs": "nope"`` was read character by character and the
+    error said "log-probability None of token None"; it is a malformed answer naming the field."""
+    body = _completion_with([("A", -0.1)])
+    body["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = "nope"
+    with pytest.raises(ProviderError) as err:
+        chat_result(body, REQUEST, model="m")
+    assert err.value.kind == "malformed" and "'top_logprobs' is a str, not a list" in str(err.value)

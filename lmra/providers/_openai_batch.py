@@ -145,6 +145,8 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
             if token and all(ch in _FORMATTING for ch in token):
                 continue
             tops = _get(pos, "top_logprobs") or []
+            if not isinstance(tops, (list, tuple)):  # (fault break-it, s37: "nope" read char by char,
+                raise bad(f"'top_logprobs' is a {type(tops).__name__}, not a list")  # "log-probability None of token None")
             if not tops:  # only the chosen token's probability: the other options' are unknown, not 0
                 probs = None  # (an endpoint that ignores top_logprobs: an answer without log-probabilities)
                 break
