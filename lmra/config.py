@@ -632,14 +632,12 @@ class AuditConfig(_Strict):
     @field_validator("cache")
     @classmethod
     def _cache_not_the_output_folder(cls, v: str, info: ValidationInfo) -> str:
-        """The cache is a file of its own: not ``output_dir`` itself (break-it finding, s37: the
-        cache made ``reports`` a SQLite file, then the run failed blaming the output folder), nor
-        an existing folder."""
+        """The cache is a file of its own, not ``output_dir`` itself (break-it finding, s37: the
+        cache made ``reports`` a SQLite file, then the run failed blaming the output folder); an
+        existing folder is refused where the input paths are checked (``lmra validate``, ``lmra audit``)."""
         out = info.data.get("output_dir")
         if out is not None and os.path.abspath(v) == os.path.abspath(out):
             raise ValueError(f"'{v}' is the output folder (output_dir): the cache is a file, e.g. '{out}/cache.sqlite'")
-        if os.path.isdir(v):
-            raise ValueError(f"'{v}' is a folder: the cache is a file, e.g. '{v.rstrip('/')}/cache.sqlite'")
         return v
 
     @field_validator("groups")
