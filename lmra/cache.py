@@ -203,7 +203,7 @@ def _when_unlocked(statement):
             pause = min(0.25, pause * 2)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True when process ``pid`` runs (a zombie — killed, not yet reaped by its parent — is dead)."""
     try:
         os.kill(pid, 0)
@@ -850,7 +850,7 @@ class CallCache:
                     row = self._db.execute("SELECT owner, host, pid, expires FROM leases WHERE key = ?",
                                            (key,)).fetchone()
                     free = (row is None or row[0] == self.owner or row[3] < now
-                            or (row[1] == self.host and not _pid_alive(int(row[2]))))
+                            or (row[1] == self.host and not pid_alive(int(row[2]))))
                     if free:
                         self._db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
                                          (key, self.owner, self.host, os.getpid(), now + LEASE_TTL_S))

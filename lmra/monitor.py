@@ -1153,7 +1153,7 @@ def no_regression_caveat(rows: list[dict], *, run_judge_status: str | None, run_
     return "; ".join(w for w in why if w)
 
 
-def _span_words(lo: float, hi: float) -> str:
+def span_words(lo: float, hi: float) -> str:
     """``+0.35`` or ``+0.35 to +0.62``: a span of detectable rises, two decimals."""
     return f"{lo:+.2f}" + ("" if round(lo, 2) == round(hi, 2) else f" to {hi:+.2f}")
 
@@ -1171,12 +1171,12 @@ def detectable_words(span: dict | None, between: str = "; ") -> str:
     parts = []
     overall = span.get("overall_min")
     if overall is not None:
-        said = f"the overall net rating detects rises of {_span_words(overall, span['overall_max'])} or more"
+        said = f"the overall net rating detects rises of {span_words(overall, span['overall_max'])} or more"
         if span.get("min") is not None:
-            said += f", single tasks {_span_words(span['min'], span['max'])} or more only"
+            said += f", single tasks {span_words(span['min'], span['max'])} or more only"
         parts.append(said)
     elif span.get("min") is not None:
-        parts.append(f"detects rises of {_span_words(span['min'], span['max'])} or more only")
+        parts.append(f"detects rises of {span_words(span['min'], span['max'])} or more only")
     if span.get("n_undetectable"):
         n = span["n_undetectable"]
         parts.append(f"{n} task{'s' * (n != 1)} too small to detect a rise with {MDE_POWER:.0%} power")

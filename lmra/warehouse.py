@@ -171,6 +171,8 @@ def _clear_stale_staging(root: Path) -> None:
     for good); a live process's folder, or a young one (another host's, on a shared disk), stays."""
     import time
 
+    from lmra.cache import pid_alive
+
     try:
         folders = list(root.iterdir())
     except OSError:
@@ -181,20 +183,9 @@ def _clear_stale_staging(root: Path) -> None:
             old = time.time() - folder.stat().st_mtime > STALE_STAGING_S
         except OSError:
             continue
-        if not pid.isdigit() or not old or _alive(int(pid)):
+        if not pid.isdigit() or not old or pid_alive(int(pid)):
             continue
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this host)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True
-    return True
 
 
 def tables_missing(run: RunFolder, warehouse: str | Path | None = None) -> list[str]:

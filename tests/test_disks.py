@@ -159,16 +159,16 @@ def test_a_killed_audit_leaves_a_folder_every_command_calls_stale(tmp_path, caps
 
 
 def test_a_killed_but_unreaped_process_holds_no_lease():
-    from lmra.cache import _pid_alive
+    from lmra.cache import pid_alive
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.time() + 10
-    while time.time() < deadline and _pid_alive(p.pid):  # exits, and stays a zombie until waited for
+    while time.time() < deadline and pid_alive(p.pid):  # exits, and stays a zombie until waited for
         time.sleep(0.05)
-    assert not _pid_alive(p.pid)
+    assert not pid_alive(p.pid)
     assert Path(f"/proc/{p.pid}").exists()  # still a zombie: kill(pid, 0) alone would call it alive
     p.wait()
-    assert _pid_alive(os.getpid())
+    assert pid_alive(os.getpid())
 
 
 def test_run_files_get_the_umask_mode_not_0600(tmp_path):

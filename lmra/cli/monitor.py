@@ -255,9 +255,10 @@ def overall_detectable(result) -> str:
     mde = o.loc[o["p_regress"].notna(), "mde"].dropna()
     if not len(mde):
         return ""
-    lo, hi = float(mde.min()), float(mde.max())
-    span = f"{lo:+.2f}" if round(lo, 2) == round(hi, 2) else f"{lo:+.2f} to {hi:+.2f}"
-    return f"; {'it detects' if len(mde) == 1 else 'they detect'} rises of {span} or more"
+    from lmra.monitor import span_words
+
+    return (f"; {'it detects' if len(mde) == 1 else 'they detect'} rises of "
+            f"{span_words(float(mde.min()), float(mde.max()))} or more")
 
 
 def _comparisons(table) -> list[str]:
