@@ -79,6 +79,10 @@ CREATE TABLE IF NOT EXISTS check_verdicts (check_rowid INTEGER PRIMARY KEY, verd
 -- what changed in the served models between the baseline and the run (JSON list of lines,
 -- lmra.identity.identity_changes), likewise (null: recorded by an older lmra)
 CREATE TABLE IF NOT EXISTS check_identity (check_rowid INTEGER PRIMARY KEY, changes TEXT NOT NULL);
+-- why a check's "no regression" is not evidence of none beyond the runs' own status (JSON object
+-- {"position_drift", "refusal_gap", "notes"}: lmra.monitor.CheckResult), likewise (null: recorded
+-- by an older lmra)
+CREATE TABLE IF NOT EXISTS check_caveats (check_rowid INTEGER PRIMARY KEY, caveats TEXT NOT NULL);
 -- pairs left out because a refusal label could not be obtained, per run (null: a run without
 -- refusal labels); a table of its own, so that an older lmra still inserts its values into runs
 CREATE TABLE IF NOT EXISTS run_unlabelled (run_id TEXT PRIMARY KEY, n_unlabelled INTEGER);
@@ -561,6 +565,10 @@ class History:
                         (cur.lastrowid, result.verdict))
         self.db.execute("INSERT OR REPLACE INTO check_identity (check_rowid, changes) VALUES (?,?)",
                         (cur.lastrowid, json.dumps(list(getattr(result, "identity_changes", []) or []))))
+        self.db.execute("INSERT OR REPLACE INTO check_caveats (check_rowid, caveats) VALUES (?,?)",
+                        (cur.lastrowid, json.dumps({"position_drift": str(getattr(result, "position_drift", "") or ""),
+                                                    "refusal_gap": str(getattr(result, "refusal_gap", "") or ""),
+                                                    "notes": [str(n) for n in getattr(result, "notes", []) or []]})))
         self.db.commit()
 
     # -- reading ------------------------------------------------------------------------
@@ -700,13 +708,17 @@ class History:
         ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
         :func:`stored_verdict` for a check an older lmra recorded) and ``refused`` (why the
         night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
-        — in short; None for a check that ran); None when never checked."""
+        — in short; None for a check that ran), ``position_drift`` and ``refusal_gap`` (the check's
+        own reasons its "no regression" is not evidence of none, :class:`lmra.monitor.CheckResult`;
+        "" for none or a check an older lmra recorded) and ``notes`` (its notes; [] likewise);
+        None when never checked."""
         row = self.db.execute("SELECT c.*, c.rowid AS check_rowid, s.source, w.warnings, v.verdict, "
-                              "i.changes AS identity_changes "
+                              "i.changes AS identity_changes, k.caveats "
                               "FROM checks c LEFT JOIN check_sources s ON s.check_rowid = c.rowid "
                               "LEFT JOIN check_warnings w ON w.check_rowid = c.rowid "
                               "LEFT JOIN check_verdicts v ON v.check_rowid = c.rowid "
                               "LEFT JOIN check_identity i ON i.check_rowid = c.rowid "
+                              "LEFT JOIN check_caveats k ON k.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY (w.warnings IS NOT NULL AND instr(w.warnings, ?) > 0), "
                               "CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
                               "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
@@ -728,6 +740,14 @@ class History:
                                        else [str(w) for w in json.loads(out["identity_changes"])])
         except (TypeError, ValueError):
             out["identity_changes"] = None
+        try:  # the check's own caveats (position drift, refusal gap) and notes; "" / [] when not recorded
+            caveats = json.loads(out.pop("caveats") or "{}")
+        except (TypeError, ValueError):
+            caveats = {}
+        caveats = caveats if isinstance(caveats, dict) else {}
+        out["position_drift"] = str(caveats.get("position_drift") or "")
+        out["refusal_gap"] = str(caveats.get("refusal_gap") or "")
+        out["notes"] = [str(n) for n in caveats.get("notes") or []] if isinstance(caveats.get("notes"), list) else []
         out["verdict"] = out.get("verdict") or stored_verdict(out)
         # a check the comparability rules refused (lmra.monitor.refused_check): why, in short
         out["refused"] = refusal_reason(out["warnings"] or [])
@@ -748,7 +768,11 @@ class History:
             (``audit``, ``check``, ``report``; None before it was recorded), "warnings": the
             check's comparability warnings (:mod:`lmra.comparable`; None when not recorded: a
             check an older lmra made), "identity_changes": its served-model change lines (None:
-            not recorded), "verdict", "replayed" and "refused": as :meth:`latest_check`, "n_tested": int,
+            not recorded), "verdict", "replayed" and "refused": as :meth:`latest_check`,
+            "not_evidence": why a "no regression" of the check is not evidence of none beyond the runs'
+            own status (the LMRA's position preference fell; tonight's groups were refused at
+            significantly different rates; "" for neither, or a check an older lmra recorded),
+            "notes": the check's notes (``lmra check``'s "note:" lines), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
@@ -773,6 +797,11 @@ class History:
         return {"baseline_id": c["baseline_id"], "checked": c["checked"], "source": c.get("source"),
                 "warnings": c.get("warnings"), "identity_changes": c.get("identity_changes"),
                 "verdict": c["verdict"], "replayed": c["replayed"], "refused": c["refused"],
+                # why its "no regression" is not evidence of none beyond the runs' status: the LMRA's position
+                # preference fell, tonight's groups were refused at significantly different rates ("": neither,
+                # or not recorded); its notes (lmra.monitor.CheckResult.notes; []: none, or not recorded)
+                "not_evidence": "; ".join(w for w in (c["position_drift"], c["refusal_gap"]) if w),
+                "notes": c["notes"],
                 # the rows whose LMRA left significantly more pairs unrated than at the baseline, in words ("": none)
                 "unrated_rise": "" if c["replayed"] else unrated_summary_words(rows + overall),
                 "regressed": keyed("regressed"),

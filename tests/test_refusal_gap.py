@@ -96,3 +96,38 @@ def test_a_night_refusing_one_group_is_no_evidence_of_no_regression(tmp_path, ca
     # the baseline against itself reversed: no refusal tonight, no note
     assert main(["check", str(runs[0]), "--baseline", str(runs[1]), *hist]) == 0
     assert "refused at different rates" not in capsys.readouterr().out
+
+
+def test_the_history_keeps_the_checks_refusal_caveat(tmp_path, capsys, monkeypatch):
+    """The stored check's refusal caveat reaches 'lmra history' (table and --json) and the history
+    page (s37 left it to 'lmra check' and report.html only: the history said a plain "no
+    regression" for a night refusing one group); a night without a gap carries none."""
+    monkeypatch.setenv("COLUMNS", "240")
+    runs = []
+    for seed, refuse in ((1, 0.0), (2, 0.6), (3, 0.0)):
+        cfg = write_config(tmp_path, name="refusing", rates=FLAT, refuse=refuse, seed=seed, n_prompts=120)
+        where = tmp_path / f"run-{seed}.txt"
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--run-dir-file", str(where)]) == 0
+        capsys.readouterr()
+        runs.append(where.read_text().strip())
+    hist = ["--history", str(tmp_path / "h.sqlite")]
+    assert main(["check", str(runs[1]), "--baseline", str(runs[0]), *hist]) == 0
+    assert main(["check", str(runs[2]), "--baseline", str(runs[0]), *hist]) == 0
+    capsys.readouterr()
+    assert main(["history", *hist]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    (gap_line,) = [x for x in lines if f"{runs[1].rsplit('/', 1)[-1]} │" in x]
+    (quiet_line,) = [x for x in lines if f"{runs[2].rsplit('/', 1)[-1]} │" in x]
+    assert "not evidence: tonight female and male are refused at different rates (" in gap_line
+    assert "no regression" in quiet_line and "not evidence" not in quiet_line
+    assert main(["history", "--json", *hist]) == 0
+    doc = {r["run_id"]: r["check"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    gap, quiet = doc[runs[1].rsplit("/", 1)[-1]], doc[runs[2].rsplit("/", 1)[-1]]
+    assert gap["verdict"] == "no_regression"
+    assert gap["not_evidence"].startswith("tonight female and male are refused at different rates (")
+    assert any("refused at different rates" in n for n in gap["notes"])
+    assert quiet["not_evidence"] is None and not any("refused" in n for n in quiet["notes"])
+    page = tmp_path / "h.html"
+    assert main(["report", "--history", str(tmp_path / "h.sqlite"), "--out", str(page)]) == 0
+    html = " ".join(page.read_text().split())
+    assert html.count('<span class="not-evidence">not evidence: tonight female and male are refused at') == 1

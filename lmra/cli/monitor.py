@@ -690,6 +690,10 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
         text += f"{between}[bold yellow]warning: {lit(labels)}[/] ('lmra check' says more)"
     for line in check.get("identity_changes") or []:  # a new model version beside the verdict (fresh-user finding)
         text += f"{between}[yellow]{lit(line)}[/]"
+    # (the check's own caveats, a refusal gap or the LMRA's position drift, make its "no regression" no evidence
+    # either: statistics break-it s37, the history said a plain "no regression" where 'lmra check' did not)
+    if check.get("verdict") == "no_regression" and check.get("not_evidence"):
+        not_evidence = "; ".join(w for w in (not_evidence, check["not_evidence"]) if w)
     if not_evidence and check.get("verdict") != "no_conclusion":
         text += f"{between}[bold yellow]not evidence: {lit(not_evidence)}[/]"
     return text

@@ -201,7 +201,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         n_undetectable}``: the rises the tested tasks detect with 80% power, smallest and largest,
         and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
-        overall_improved, replayed, unrated_rise}`` (``unrated_rise``: the rows whose share of pairs
+        overall_improved, replayed, unrated_rise, not_evidence, notes}`` (``not_evidence``: why its
+        "no regression" is not evidence of none — tonight's groups were refused at significantly
+        different rates, or the LMRA's position preference fell — null otherwise or when an older
+        lmra recorded the check; ``notes``: the check's notes, as ``lmra check`` prints them; ``unrated_rise``: the rows whose share of pairs
         without a usable LMRA rating rose significantly over the baseline's, in words, when that
         left the check without a conclusion, else null; ``replayed``: every chatbot answer of the run came from the
         call cache, a same-seed re-run repeating a night; ``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
@@ -236,6 +239,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             # no regression, but the LMRA left more pairs unrated than at the baseline (lmra.unrated_rise): where
             "unrated_rise": (check.get("unrated_rise") or None) if check.get("verdict") == "no_conclusion" else None,
             "detectable": check.get("detectable"),
+            # why its "no regression" is not evidence of none (a refusal gap tonight, the LMRA's position
+            # preference fell); null otherwise, or for a check an older lmra recorded; its notes
+            "not_evidence": (check.get("not_evidence") or None) if check.get("verdict") == "no_regression" else None,
+            "notes": list(check.get("notes") or []),
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
