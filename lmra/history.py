@@ -710,7 +710,8 @@ class History:
         night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
         — in short; None for a check that ran), ``position_drift`` and ``refusal_gap`` (the check's
         own reasons its "no regression" is not evidence of none, :class:`lmra.monitor.CheckResult`;
-        "" for none or a check an older lmra recorded) and ``notes`` (its notes; [] likewise);
+        "" for none or a check an older lmra recorded), ``notes`` (its notes; [] likewise) and
+        ``caveats_recorded`` (False for a check an older lmra recorded: the three unknown);
         None when never checked."""
         row = self.db.execute("SELECT c.*, c.rowid AS check_rowid, s.source, w.warnings, v.verdict, "
                               "i.changes AS identity_changes, k.caveats "
@@ -740,6 +741,7 @@ class History:
                                        else [str(w) for w in json.loads(out["identity_changes"])])
         except (TypeError, ValueError):
             out["identity_changes"] = None
+        out["caveats_recorded"] = out.get("caveats") is not None  # (False: recorded by an older lmra)
         try:  # the check's own caveats (position drift, refusal gap) and notes; "" / [] when not recorded
             caveats = json.loads(out.pop("caveats") or "{}")
         except (TypeError, ValueError):

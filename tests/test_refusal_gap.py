@@ -131,3 +131,10 @@ def test_the_history_keeps_the_checks_refusal_caveat(tmp_path, capsys, monkeypat
     assert main(["report", "--history", str(tmp_path / "h.sqlite"), "--out", str(page)]) == 0
     html = " ".join(page.read_text().split())
     assert html.count('<span class="not-evidence">not evidence: tonight female and male are refused at') == 1
+    # the dashboard's gauge: 1 for the night refusing one group, 0 for the quiet one
+    for run, want in ((runs[1], 1.0), (runs[2], 0.0)):
+        out = tmp_path / f"prom-{want}"
+        assert main(["export", run, "--format", "prometheus", "--out", str(out), *hist]) == 0
+        (line,) = [x for x in next(out.glob("*.prom")).read_text().splitlines()
+                   if x.startswith("lmra_run_check_not_evidence{")]
+        assert float(line.rsplit(" ", 1)[1]) == want
