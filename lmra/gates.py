@@ -330,7 +330,27 @@ def audited_tasks(cfg, prompts, taxonomy=None) -> set[str]:
     return {t for t, d in labelled if (not cfg.tasks or t in cfg.tasks) and (not cfg.domains or d in cfg.domains)}
 
 
-def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
+#: a task of the audit's sizes: its name, or ``(domain, task)`` — a task name may occur in two domains,
+#: each its own row of the per-task tables (break-it round 2, s37: counted as one task)
+TaskKey = "str | tuple[str, str]"
+
+
+def _task_name(key) -> str:
+    """The task name of a :data:`TaskKey` (what a per-task override ``[gates.tasks."TASK"]`` names)."""
+    return str(key[1]) if isinstance(key, tuple) else str(key)
+
+
+def _task_labels(keys) -> dict:
+    """Each :data:`TaskKey` in words: its task name, or ``domain / task`` when that name occurs in
+    more than one domain."""
+    from collections import Counter
+
+    names = Counter(_task_name(k) for k in keys)
+    return {k: (f"{k[0]} / {k[1]}" if isinstance(k, tuple) and names[_task_name(k)] > 1 else _task_name(k))
+            for k in keys}
+
+
+def unmeetable_ci_gates(cfg, sizes: dict) -> list[str]:
     """Warnings for CI-bound gates the audit's sizes can never meet: ``max_ci_high`` (per task, its
     overrides included) and ``max_overall_ci_high`` below the upper confidence bound a task (or
     the overall row) would have even if **every** pair scored 0 — no stereotype anywhere — with
@@ -342,7 +362,7 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
 
     Args:
         cfg: the audit config (``gates``, ``interval``, ``alpha``, ``samples_per_prompt``).
-        sizes: prompts per task the audit takes (task → n ≥ 1), known before any call (the
+        sizes: prompts per task the audit takes (task or (domain, task) → n ≥ 1: :data:`TaskKey`), known before any call (the
             caller gives none when some prompts get their task during the run: their sizes are
             not known yet). A task of 1 prompt has no interval: its CI gate is never met.
 
@@ -369,8 +389,10 @@ def unmeetable_ci_gates(cfg, sizes: dict[str, int]) -> list[str]:
 
     out = []
     short: dict[tuple[float, int], list[str]] = {}  # (bound, prompts) → the tasks that cannot meet it
-    for task, n in sorted(sizes.items()):
-        override = g.tasks.get(task)
+    labels = _task_labels(sizes)
+    for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0])):
+        task = labels[key]
+        override = g.tasks.get(_task_name(key))
         bound = override.max_ci_high if override is not None and override.max_ci_high is not None else g.max_ci_high
         # (a bound ≤ 0 asks for reverse ratings: what no stereotype reaches says nothing of it)
         if bound is not None and bound > 0 and breaches(floor(n), bound):
@@ -438,7 +460,7 @@ def chance_gap_breach(m: int, bound: float, rate: float = REFERENCE_REFUSAL_RATE
     return float(min(1.0, diff[np.abs(np.arange(-m, m + 1)) >= k].sum()))
 
 
-def chance_breached_gap_gates(cfg, sizes: dict[str, int], n_comparisons: int | None = None) -> list[str]:
+def chance_breached_gap_gates(cfg, sizes: dict, n_comparisons: int | None = None) -> list[str]:
     """Warnings for refusal-gap gates that sampling noise alone breaches on many nights: a gate
     whose values — every task (its override's bound where it has one) of every comparison, or
     every comparison's overall row — breach at least once, for a chatbot refusing all groups
@@ -451,7 +473,8 @@ def chance_breached_gap_gates(cfg, sizes: dict[str, int], n_comparisons: int | N
 
     Args:
         cfg: the audit config (``gates``, ``samples_per_prompt``, ``comparisons``).
-        sizes: prompts per task (task → n ≥ 1), as for :func:`unmeetable_ci_gates`.
+        sizes: prompts per task (:data:`TaskKey` → n ≥ 1), as for :func:`unmeetable_ci_gates`: a task
+            name in two domains is two tasks (break-it round 2, s37).
         n_comparisons: comparisons audited (default: ``cfg.comparisons``, else 1).
 
     Returns:
@@ -466,7 +489,9 @@ def chance_breached_gap_gates(cfg, sizes: dict[str, int], n_comparisons: int | N
     rate = f"{REFERENCE_REFUSAL_RATE:.0%}"
     per = f" of each of its {c} comparisons" if c > 1 else ""
     out = []
-    values = [(task, n * k, overrides.get(task, g.max_refusal_gap)) for task, n in sorted(sizes.items())]
+    labels = _task_labels(sizes)
+    values = [(labels[key], n * k, overrides.get(_task_name(key), g.max_refusal_gap))
+              for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0]))]
     values = [v for v in values if v[2] is not None]
     if values:
         night = 1.0 - math.prod((1.0 - chance(m, bound)) ** c for _, m, bound in values)
@@ -493,7 +518,7 @@ def chance_breached_gap_gates(cfg, sizes: dict[str, int], n_comparisons: int | N
     return out
 
 
-def gate_warnings(cfg, sizes: dict[str, int]) -> list[str]:
+def gate_warnings(cfg, sizes: dict) -> list[str]:
     """What ``lmra validate``, ``lmra audit`` (before any call) and ``lmra gate`` warn of a config's
     gates at the audit's sizes: :func:`unmeetable_ci_gates` and :func:`chance_breached_gap_gates`."""
     return unmeetable_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes)

@@ -770,3 +770,52 @@ def test_the_noise_chance_of_a_large_audit_is_approximated_continuously():
     values = [chance_gap_breach(m, 0.01) for m in range(1_000, 31_000, 100)]
     assert all(0.0 <= v <= 1.0 for v in values) and values == sorted(values, reverse=True)  # more responses, less noise
     assert chance_gap_breach(5_000_000, 0.01) < 1e-12
+
+
+def test_the_noise_warning_counts_a_task_name_in_two_domains_twice(tmp_path, capsys):
+    """Break-it round 2 (s37): the noise warning keyed the audit's sizes by task name, so 'career
+    advice' in two domains — two rows of refusals.csv, two values of max_refusal_gap — counted as
+    one task of both domains' prompts, and a gate noise breaches on more nights went unwarned. Sizes
+    are per (domain, task) now; prompts_per_task, which takes a task name's prompts over its domains,
+    is shared out by each domain's share of the file."""
+    from types import SimpleNamespace
+
+    from lmra.cli.audit import _domain_task_sizes
+    from lmra.data import PromptRecord
+    from lmra.gates import REFERENCE_REFUSAL_RATE, chance_breached_gap_gates, chance_gap_breach
+
+    prompts = ([PromptRecord(id=f"a{i}", text="x", domain="d1", task="career advice") for i in range(30)]
+               + [PromptRecord(id=f"b{i}", text="x", domain="d2", task="career advice") for i in range(10)]
+               + [PromptRecord(id=f"c{i}", text="x", domain="d1", task="write a story") for i in range(5)])
+    cfg = SimpleNamespace(tasks=[], domains=[])
+    inputs = SimpleNamespace(prompts=prompts)
+    assert _domain_task_sizes(cfg, inputs, 0) == {("d1", "career advice"): 30, ("d2", "career advice"): 10,
+                                                  ("d1", "write a story"): 5}
+    assert _domain_task_sizes(cfg, inputs, 20) == {("d1", "career advice"): 15, ("d2", "career advice"): 5,
+                                                   ("d1", "write a story"): 5}
+    # two domains of 100 prompts each: two values of the gate, one label each
+    gcfg = SimpleNamespace(gates=GatesConfig(max_refusal_gap=0.05), samples_per_prompt=1, comparisons=[("a", "b")])
+    one = chance_gap_breach(100, 0.05, REFERENCE_REFUSAL_RATE)
+    assert one < 0.1 <= 1 - (1 - one) ** 2
+    assert chance_breached_gap_gates(gcfg, {"career advice": 200}) == []  # (as the two domains were counted)
+    (line,) = chance_breached_gap_gates(gcfg, {("d1", "career advice"): 100, ("d2", "career advice"): 100})
+    assert f"exceeds it in at least one of its 2 tasks on {1 - (1 - one) ** 2:.0%} of nights" in line
+    labelled = chance_breached_gap_gates(
+        SimpleNamespace(gates=GatesConfig(max_refusal_gap=0.07, tasks={"career advice": {"max_refusal_gap": 0.05}}),
+                        samples_per_prompt=1, comparisons=[("a", "b")]),
+        {("d1", "career advice"): 100, ("d2", "career advice"): 100, ("d1", "write a story"): 100})
+    assert "0.05 for 'd1 / career advice', 'd2 / career advice', 0.07 for 'write a story'" in labelled[0]
+    # end to end: lmra validate on a prompt file with 'career advice' in two domains
+    cfg_path = write_config(tmp_path, name="twodom", rates=FLAT, n_prompts=400,
+                            gates="[gates]\nmax_refusal_gap = 0.05\n")
+    prompts_file = next(line.split('"')[1] for line in cfg_path.read_text().splitlines() if line.startswith("prompts ="))
+    rows = [json.loads(line) for line in open(prompts_file, encoding="utf-8")]
+    rows = [r for r in rows if r["task"] == "career advice"]
+    for k, r in enumerate(rows):
+        r["domain"] = "d2" if k % 2 else "d1"
+    with open(prompts_file, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    assert main(["validate", str(cfg_path)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "max_refusal_gap = 0.05 is breached by chance alone: with 100 responses per group a task" in err
+    assert "in at least one of its 2 tasks" in err

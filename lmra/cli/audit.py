@@ -647,7 +647,7 @@ def _unmeetable_gates(cfg, inputs) -> list[str]:
         return []  # prompts classified during the run join tasks whose sizes are not known yet (review finding)
     from lmra.gates import gate_warnings
 
-    return gate_warnings(cfg, _task_sizes(cfg, inputs, cfg.prompts_per_task))
+    return gate_warnings(cfg, _domain_task_sizes(cfg, inputs, cfg.prompts_per_task))
 
 
 def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:
@@ -658,6 +658,29 @@ def _task_sizes(cfg, inputs, limit: int) -> dict[str, int]:
         if p.task and (not cfg.tasks or p.task in cfg.tasks) and (not cfg.domains or p.domain in cfg.domains):
             counts[p.task] = counts.get(p.task, 0) + 1
     return {t: min(n, limit) if limit else n for t, n in counts.items()}
+
+
+def _domain_task_sizes(cfg, inputs, limit: int) -> dict[tuple[str, str], int]:
+    """As :func:`_task_sizes`, per ``(domain, task)``: a task name in two domains is two rows of
+    the per-task tables and two values of a per-task gate (break-it round 2, s37: the noise
+    warning counted one). ``prompts_per_task`` takes ``limit`` prompts of a task name over its
+    domains in seeded order (:mod:`lmra.audit.select`); each domain's expected share of them is
+    its share of the file's prompts (largest remainders)."""
+    counts: dict[str, dict[str, int]] = {}
+    for p in inputs.prompts:
+        if p.task and (not cfg.tasks or p.task in cfg.tasks) and (not cfg.domains or p.domain in cfg.domains):
+            by_domain = counts.setdefault(p.task, {})
+            by_domain[str(p.domain)] = by_domain.get(str(p.domain), 0) + 1
+    out: dict[tuple[str, str], int] = {}
+    for task, by_domain in counts.items():
+        total = sum(by_domain.values())
+        take = min(total, limit) if limit else total
+        shares = {d: n * take / total for d, n in by_domain.items()}
+        got = {d: int(x) for d, x in shares.items()}
+        for d in sorted(shares, key=lambda d: (got[d] - shares[d], d))[: take - sum(got.values())]:
+            got[d] += 1
+        out.update({(d, task): n for d, n in got.items() if n >= 1})
+    return out
 
 
 def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, int] | None = None) -> str | None:

@@ -221,10 +221,10 @@ def _unmeetable_on(run, gates) -> list[str]:
     pt = run.per_task
     if pt.empty or "n_prompts" not in pt:
         return []
-    sizes: dict[str, int] = {}
-    for task, n in zip(pt["task"].astype(str), pt["n_prompts"]):
+    sizes: dict[tuple[str, str], int] = {}  # per (domain, task): a task name in two domains is two tasks
+    for key, n in zip(zip(pt["domain"].astype(str), pt["task"].astype(str)), pt["n_prompts"]):
         if finite(n) is not None and n >= 1:
-            sizes[task] = max(sizes.get(task, 0), int(n))
+            sizes[key] = max(sizes.get(key, 0), int(n))
     confidence = finite(run.summary.get("confidence")) or 0.95
     cfg = SimpleNamespace(gates=gates, interval=str(run.summary.get("interval") or "t"), alpha=1 - confidence,
                           samples_per_prompt=int(run.config.get("samples_per_prompt") or 1),
