@@ -455,7 +455,7 @@ class History:
         finish (failed, interrupted, stopped by the budget, stale, still running): the nights
         :meth:`runs` leaves out (fresh-user finding: a failed night was a silent gap in ``lmra
         history`` and the history page). Shards and folders without a readable manifest are left
-        out.
+        out, except an audit's folder stopped before it wrote one (:meth:`_killed_at_start`).
 
         Returns:
             oldest first, ``{"run_id", "name", "status", "started", "stop_reason", "resumed_by"}``
@@ -496,7 +496,39 @@ class History:
                     f"{folder}' stops them")
             out.append({"run_id": folder.name, "name": run_name, "status": status, "started": m.get("started"),
                         "stop_reason": reason, "resumed_by": resumed_by})
+        out += self._killed_at_start(name)
         return sorted(out, key=lambda r: (str(r["started"] or ""), r["run_id"]))
+
+    def _killed_at_start(self, name: str | None) -> list[dict]:
+        """:meth:`not_finished`'s rows of audit folders stopped before they wrote their manifest:
+        a ``run.lock`` (only an audit takes one) and no ``manifest.json`` (break-it finding, s37: a
+        ``kill -9`` 1.5 s into an audit left such a folder, listed nowhere). ``running`` while a live
+        process holds the lock (an audit starting now), else ``stale``; the start time is the
+        folder name's."""
+        from lmra.runstate import LOCK_FILE, is_locked
+
+        stamped = re.compile(r"(\d{8})-(\d{6})-.+")
+        out = []
+        for lock in sorted(self.path.parent.glob(f"*/{LOCK_FILE}")):
+            folder = lock.parent
+            m = stamped.fullmatch(folder.name)
+            if (m is None or (folder / "manifest.json").exists() or is_shard(folder)
+                    or re.search(r"-shard\d+of\d+$", folder.name)):
+                continue
+            run_name = _config_name(folder)
+            if name and run_name != name:
+                continue
+            try:
+                started = _dt.datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S").astimezone().isoformat()
+            except ValueError:
+                started = None
+            running = is_locked(folder)
+            out.append({"run_id": folder.name, "name": run_name, "status": "running" if running else "stale",
+                        "started": started, "resumed_by": None,
+                        "stop_reason": None if running else (
+                            "it stopped before it wrote its manifest (killed or crashed while starting): nothing of "
+                            "the night was recorded, and any call it had answered is in the call cache")})
+        return out
 
     def _resumed_by(self, run_id: str, name: str | None, seed) -> str | None:
         """The first finished run registered after ``run_id`` with its name and seed — the re-run

@@ -424,3 +424,40 @@ attributes = ["gender"]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "No space left on device" in manifest["stop_reason"], manifest
     assert manifest["finished"]
+
+
+def test_an_audit_killed_before_its_manifest_is_listed_not_finished(tmp_path, capsys):
+    """Break-it finding (s37): ``kill -9`` 1.5 s into an audit left a folder holding only
+    ``run.lock`` and a temporary config — listed nowhere, unlike every other killed night. It is
+    listed as running while its process holds the lock, then stale, with why."""
+    from lmra.cli import main
+    from lmra.history import History
+
+    reports = tmp_path / "reports"
+    folder = reports / "20261201-021500-nightly"
+    folder.mkdir(parents=True)
+    (folder / ".config.toml.123.tmp").write_text("name = ")  # cut short, as the kill left it
+    code = ("import sys, time; from pathlib import Path; from lmra.runstate import RunLock; "
+            "lock = RunLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with History(reports / "history.sqlite") as h:
+            (row,) = h.not_finished()
+        assert row["status"] == "running" and row["run_id"] == folder.name and row["name"] == "nightly"
+    finally:
+        proc.kill()
+        proc.wait()
+    with History(reports / "history.sqlite") as h:
+        (row,) = h.not_finished()
+        assert h.not_finished(name="other") == []
+    assert row["status"] == "stale" and row["started"].startswith("2026-12-01T02:15:00")
+    assert "stopped before it wrote its manifest" in row["stop_reason"]
+    assert main(["history", "--reports-dir", str(reports)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 run folder did not finish" in out and f"{folder.name}: stale" in out
+    assert "stopped before it wrote its manifest" in out
+    # a folder of another kind (no run.lock) and a complete run's are not listed
+    (reports / "20261201-021600-recsys").mkdir()
+    with History(reports / "history.sqlite") as h:
+        assert [r["run_id"] for r in h.not_finished()] == [folder.name]
