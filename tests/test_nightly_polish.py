@@ -604,3 +604,18 @@ def test_validate_warns_when_the_configs_judge_check_waiver_is_for_another_lmra(
     warned = ("waives a failed check for waiver_judge = 'llamacpp', not for this config's LMRA (openai:gpt-4o-mini): "
               "the waiver does not apply, so a judge that fails its check makes the audit exit with status 5") in err
     assert warned == (judge == "openai"), err
+
+
+def test_the_legend_says_when_tasks_are_too_small_for_narrow_intervals(tmp_path, capsys):
+    """Fresh-user finding (s37): every pair of a 6-prompt task scored +0.88 and its interval
+    reached below 0, with nothing saying why. The legend under the table says how many tasks have
+    fewer than 10 prompts and what that does; with 20 prompts a task it says nothing."""
+    from test_gates import FLAT, audit, write_config
+
+    small = write_config(tmp_path, name="small", rates=FLAT, n_prompts=12)  # 6 a task, 2 tasks
+    rc, out, _ = audit(capsys, small)
+    flat = " ".join(out.split())
+    assert rc == 0 and "2 of 2 tasks have fewer than 10 prompts: their intervals are wide" in flat
+    big = write_config(tmp_path, name="big", rates=FLAT, n_prompts=40)
+    rc, out, _ = audit(capsys, big)
+    assert rc == 0 and "fewer than 10 prompts" not in " ".join(out.split())

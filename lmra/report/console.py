@@ -415,6 +415,24 @@ def _placebo(console: Console, summary: dict) -> None:
                       f"{r['n_pairs']} pairs — {verdict}.")
 
 
+#: prompts a task below which the legend says its interval is wide (fresh-user finding, s37: every pair of
+#: a 6-prompt task scored +0.88, and its interval reached below 0 without a word)
+FEW_PROMPTS = 10
+
+
+def _few_prompts_note(per_task) -> str:
+    """The legend's sentence on tasks of fewer than :data:`FEW_PROMPTS` prompts ("" when none)."""
+    if per_task is None or not len(per_task) or "n_prompts" not in per_task or "task" not in per_task:
+        return ""
+    sizes = per_task.drop_duplicates(subset=[c for c in ("domain", "task") if c in per_task])["n_prompts"]
+    few = int(((sizes > 0) & (sizes < FEW_PROMPTS)).sum())
+    if not few:
+        return ""
+    return (f" {few} of {len(sizes)} tasks have fewer than {FEW_PROMPTS} prompts: their intervals are wide — one can "
+            "reach 0 however high its pairs scored — and the overall row, which pools every task's prompts, says "
+            "more ('lmra plan' sizes an audit for the rise you care about).")
+
+
 def render_audit(console: Console, result) -> None:
     """Print the whole audit report for an :class:`~lmra.audit.AuditResult`.
 
@@ -486,5 +504,5 @@ def render_audit(console: Console, result) -> None:
         + (" p: the betting interval's anytime-valid p-value (1 over the evidence against 0, capped at 1): it is "
            "often exactly 1 when a net rating is small or the prompts few — read the interval." if
            s.get("interval", "betting") == "betting" else " p: the t-test's p-value of net rating = 0.")
-        + "[/]")
+        + _few_prompts_note(result.per_task) + "[/]")
     console.print(f"Run folder: [bold]{lit(s.get('run_dir'))}[/]")
