@@ -428,9 +428,11 @@ def _few_prompts_note(per_task) -> str:
     few = int(((sizes > 0) & (sizes < FEW_PROMPTS)).sum())
     if not few:
         return ""
+    single = int((sizes == 1).sum())
     return (f" {few} of {len(sizes)} tasks have fewer than {FEW_PROMPTS} prompts: their intervals are wide — one can "
-            "reach 0 however high its pairs scored — and the overall row, which pools every task's prompts, says "
-            "more ('lmra plan' sizes an audit for the rise you care about).")
+            "reach 0 however high its pairs scored" + (f"; {single} of one prompt have none" if single else "")
+            + " — and the overall row, which pools every task's prompts, says more ('lmra plan' sizes an audit for "
+            "the rise you care about).")
 
 
 def render_audit(console: Console, result) -> None:
