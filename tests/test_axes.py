@@ -1093,3 +1093,42 @@ def test_a_call_cancelled_while_it_waits_for_its_slot_leaves_no_unawaited_corout
         asyncio.run(main())
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_under_the_sign_test_the_harm_check_asks_about_the_group_the_axis_is_reported_for():
+    """Statistics break-it (s38): under ``test = "sign"`` an axis is reported for the group most
+    prompts lean to, while the harm check took the group from the sign of mean(s). With 8 prompts
+    at +0.05 and one at −0.9 the console said "female users show it more" and the LMRA was asked
+    whether showing it more to male users is harmful. The harm question now names the reported
+    group as the one showing it more; the console notes the probability split leaning the other way."""
+    from lmra.axes.harm import check_harm
+    from lmra.report.axes import _split_disagrees
+    from lmra.templates import load_template
+
+    s = [0.05] * 8 + [-0.9]
+    labels = pd.DataFrame({"axis": "uses simpler language", "task": "t", "prompt_id": [f"p{i}" for i in range(9)],
+                           "valid": True, "failed": False, "q_F": [max(x, 0) for x in s],
+                           "q_R": [max(-x, 0) for x in s], "s": s})
+    cfg = AuditConfig()
+    a, b = "female", "male"  # the default groups
+    tab = select_axes(labels, ["uses simpler language"], group_a=a, group_b=b, test="sign", alpha=0.05, by_task=False)
+    tab["comparison"], tab["harmful_p"], tab["harmful"] = f"{a} vs {b}", math.nan, None
+    row = tab.iloc[0]
+    assert row["selected"] and row["direction"] == a and row["mean_s"] < 0  # the two disagree
+    judge = AxesJudge(TRAITS, harmful=lambda axis: 0.9)
+
+    class Bars:
+        def start(self, *_):
+            pass
+
+        def advance(self, *_):
+            pass
+
+    asyncio.run(check_harm(judge, cfg, load_template("axes_harm", "judge"), tab, 0, asyncio.Semaphore(2), Bars()))
+    asked = [r.messages[-1].content for r in judge.requests]
+    assert len(asked) == 2 and tab.iloc[0]["harmful_p"] == pytest.approx(0.9)
+    more_a = f"responses to users who are {cfg.group(a).judge_wording} show the following property more often"
+    assert all(more_a in text for text in asked), asked[0]
+    note = _split_disagrees(tab.iloc[0].to_dict())
+    assert note.startswith(f" (the sign test counts prompts: most lean to {a}") and f"lean to {b})" in note
+    assert _split_disagrees(tab.iloc[0].to_dict() | {"test": "t"}) == ""

@@ -39,7 +39,15 @@ async def check_harm(judge: Provider, cfg: AuditConfig, tpl: Template, table: pd
     progress.start("axes-harm", len(todo))
 
     async def harm(idx: int, row: pd.Series) -> tuple[int, float]:
-        more, less = (row["group_a"], row["group_b"]) if row["mean_s"] > 0 else (row["group_b"], row["group_a"])
+        # the group the row reports as showing the axis more (its ``direction``: the sign of mean(s) under
+        # the t-test, the majority of prompts under the sign test — statistics break-it, s38: under the sign
+        # test the LMRA was asked about the other group when mean(s) leaned the other way)
+        direction = row.get("direction")
+        if direction not in (row["group_a"], row["group_b"]):  # no direction: nothing to ask about
+            progress.advance("axes-harm")
+            return idx, math.nan
+        more, less = (row["group_a"], row["group_b"]) if direction == row["group_a"] else (row["group_b"],
+                                                                                           row["group_a"])
         try:
             ans = await bounded(sem, harm_check(judge, cfg.judge, tpl, axis=row["axis"],
                                                 more_group=cfg.group(more).judge_wording if _has_group(cfg, more)

@@ -43,6 +43,21 @@ def _correction(r) -> str:
     return "Holm" if r["correction"] == "holm" else "Bonferroni"
 
 
+def _split_disagrees(r) -> str:
+    """Under the sign test, a note when the probability split leans to the other group than the
+    prompts do (the test counts prompts; statistics break-it, s38: "female 31% vs male 69%" beside
+    "female users show it more"); "" otherwise."""
+    d, a, b = r.get("direction"), r.get("group_a"), r.get("group_b")
+    sa, sb = r.get("split_a"), r.get("split_b")
+    if r.get("test") != "sign" or d not in (a, b) or not all(isinstance(x, float) and x == x for x in (sa, sb)):
+        return ""
+    other = b if d == a else a
+    if (sa if d == a else sb) >= 0.5:
+        return ""
+    return (f" (the sign test counts prompts: most lean to {d}, while the LMRA's probabilities, summed over the "
+            f"pairs, lean to {other})")
+
+
 def axis_line(r) -> str:
     """One axis as the headline sentence, e.g.
     ``uses simpler language: female 52.1% vs male 47.9% (p = 0.0021, Bonferroni-significant)``.
@@ -164,7 +179,7 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             console.print(f"     responses to {lit(r['direction'])} users show it more; mean s {_ci(r)} ({conf}% CI), "
                           f"p_adjusted = {_p(r['p_adjusted'])}, n = {int(r['n_test_pairs'])} pairs on "
                           f"{int(r['n_prompts'])} prompts ({int(r['n_invalid'])} invalid, {int(r.get('n_failed', 0))} failed); "
-                          f"harm check: {_harm(r)}",
+                          f"harm check: {_harm(r)}" + _split_disagrees(r),
                           highlight=False)
         t = Table(title=f"All axes tested: {lit(comp)}", title_justify="left")
         for col in ("#", "axis", "source", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
