@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -611,7 +613,7 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
             "confidence bound (t interval) is undefined (one prompt has no confidence interval") in err
     # a bound ≤ 0 asks for reverse ratings, which no-stereotype scores say nothing of (verification finding)
     from lmra.config import load_config
-    from lmra.gates import unmeetable_ci_gates
+    from lmra.gate_noise import unmeetable_ci_gates
 
     negative = load_config(t_cfg).model_copy(update={"gates": load_config(t_cfg).gates.model_copy(
         update={"max_ci_high": -0.05, "tasks": {}})})
@@ -650,7 +652,7 @@ def test_the_docs_gate_examples_can_be_met_by_the_docs_nightly_config():
     from pathlib import Path
 
     from lmra.config import AuditConfig, GatesConfig
-    from lmra.gates import unmeetable_ci_gates
+    from lmra.gate_noise import unmeetable_ci_gates
 
     root = Path(__file__).resolve().parents[1]
     nightly = tomllib.loads((root / "examples" / "nightly.toml").read_text(encoding="utf-8"))
@@ -673,7 +675,7 @@ def test_the_chance_a_refusal_gap_gate_is_breached_by_noise_is_exact():
     and a simulation of the two binomials agrees."""
     import numpy as np
 
-    from lmra.gates import chance_gap_breach
+    from lmra.gate_noise import chance_gap_breach
 
     assert chance_gap_breach(2, 0.5, 0.5) == pytest.approx(0.125)
     assert chance_gap_breach(2, 0.25, 0.5) == pytest.approx(0.625)
@@ -690,7 +692,7 @@ def test_a_refusal_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     prompts a task failed 24 of 30 nights of a chatbot refusing both groups alike (the point
     estimate's noise), with no warning. validate, audit and gate now say how often noise alone
     breaches it; an overall gap on all the prompts is not warned of."""
-    from lmra.gates import REFERENCE_REFUSAL_RATE, chance_gap_breach
+    from lmra.gate_noise import REFERENCE_REFUSAL_RATE, chance_gap_breach
 
     cfg = write_config(tmp_path, name="gap", rates=FLAT, n_prompts=40,
                        gates="[gates]\nmax_refusal_gap = 0.05\nmax_overall_refusal_gap = 0.1\n")  # 20 a task
@@ -712,7 +714,7 @@ def test_a_refusal_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     # task's override with the rest — and an override is named as such
     from types import SimpleNamespace
 
-    from lmra.gates import chance_breached_gap_gates
+    from lmra.gate_noise import chance_breached_gap_gates
 
     def warned(gates, comparisons=1, sizes=None):
         cfg = SimpleNamespace(gates=GatesConfig.model_validate(gates), samples_per_prompt=1,
@@ -763,7 +765,7 @@ def test_the_noise_chance_of_a_large_audit_is_approximated_continuously():
     """Break-it round 2 (s37): 300 tasks of distinct sizes up to 30,000 responses took 22 s (the
     exact convolution), before any call of the audit. Above EXACT_GAP_MAX responses the normal
     approximation is used (no convolution of millions of terms): it joins the exact value."""
-    from lmra.gates import EXACT_GAP_MAX, chance_gap_breach
+    from lmra.gate_noise import EXACT_GAP_MAX, chance_gap_breach
 
     exact, approx = chance_gap_breach(EXACT_GAP_MAX, 0.01), chance_gap_breach(EXACT_GAP_MAX + 1, 0.01)
     assert 0.01 < exact < 0.05 and approx == pytest.approx(exact, abs=1e-3)
@@ -782,7 +784,7 @@ def test_the_noise_warning_counts_a_task_name_in_two_domains_twice(tmp_path, cap
 
     from lmra.cli.audit import _domain_task_sizes
     from lmra.data import PromptRecord
-    from lmra.gates import REFERENCE_REFUSAL_RATE, chance_breached_gap_gates, chance_gap_breach
+    from lmra.gate_noise import REFERENCE_REFUSAL_RATE, chance_breached_gap_gates, chance_gap_breach
 
     prompts = ([PromptRecord(id=f"a{i}", text="x", domain="d1", task="career advice") for i in range(30)]
                + [PromptRecord(id=f"b{i}", text="x", domain="d2", task="career advice") for i in range(10)]
@@ -819,3 +821,56 @@ def test_the_noise_warning_counts_a_task_name_in_two_domains_twice(tmp_path, cap
     err = " ".join(capsys.readouterr().err.split())
     assert "max_refusal_gap = 0.05 is breached by chance alone: with 100 responses per group a task" in err
     assert "in at least one of its 2 tasks" in err
+
+
+def test_the_chance_of_a_quality_gap_by_noise_alone_matches_a_simulation():
+    """The normal chance :func:`lmra.gate_noise.chance_quality_gap_breach` against simulated nights:
+    pair scores of true mean 0 spread uniformly (an LMRA's probability differences are continuous)."""
+    from lmra.gate_noise import chance_quality_gap_breach
+
+    rng = np.random.default_rng(11)
+    half = 0.78  # U(−0.78, 0.78): SD 0.45, the reference
+    for m, bound in ((40, 0.1), (40, 0.15), (100, 0.05), (320, 0.05)):
+        means = rng.uniform(-half, half, size=(100_000, m)).mean(axis=1)
+        simulated = float(np.mean(np.abs(means) > bound + 1e-9))
+        assert chance_quality_gap_breach(m, bound, half / math.sqrt(3)) == pytest.approx(simulated, abs=0.006), (m, bound)
+    assert chance_quality_gap_breach(40, 0.1, 0.0) == 0.0 and chance_quality_gap_breach(10, 0.0, 0.3) == pytest.approx(1.0)
+
+
+def test_a_quality_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, measured):
+    """Statistics break-it (s38): max_quality_gap = 0.1 at 40 prompts a task failed 21 of 21 nights of
+    a chatbot treating both groups alike (nine criteria a task, each mean's noise), and 8 of 21 with
+    max_overall_quality_gap = 0.05 — with no warning, while the run's own quality test flagged
+    nothing. validate and audit warn at the reference spread (0.45 a pair: the break-it's decisive
+    LMRA, whose 100% and 38% of nights these figures reproduce); lmra gate on a run at its own."""
+    from types import SimpleNamespace
+
+    from lmra.config import QualityConfig
+    from lmra.gate_noise import REFERENCE_QUALITY_SD, chance_breached_quality_gates, chance_quality_gap_breach, \
+        quality_score_sd
+
+    eight = {f"t{i}": 40 for i in range(8)}
+    cfg = SimpleNamespace(gates=GatesConfig(max_quality_gap=0.1, max_overall_quality_gap=0.05), samples_per_prompt=1,
+                          comparisons=[("a", "b")], quality=QualityConfig())
+    per_task, overall = chance_breached_quality_gates(cfg, eight)
+    assert "on 100% of nights" in per_task and "in at least one of its 8 tasks" in per_task
+    night = 1 - (1 - chance_quality_gap_breach(320, 0.05, REFERENCE_QUALITY_SD)) ** 9
+    assert 0.30 < night < 0.45 and f"on {night:.0%} of nights" in overall  # (the break-it: 8 of 21)
+    two = SimpleNamespace(**(vars(cfg) | {"quality": QualityConfig(criteria=["clarity", "quality"])}))
+    assert "and 2 criteria" in chance_breached_quality_gates(two, eight)[0]
+    loose = SimpleNamespace(**(vars(cfg) | {"gates": GatesConfig(max_quality_gap=0.4, max_overall_quality_gap=0.2)}))
+    assert chance_breached_quality_gates(loose, eight) == []
+    # validate on a config, at the reference
+    gated = write_config(tmp_path, name="qgap", rates=FLAT, n_prompts=40, quality=True,
+                         gates="[gates]\nmax_quality_gap = 0.1\n")
+    assert main(["validate", str(gated)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("warning: release gate max_quality_gap = 0.1 is breached by chance alone: with 20 pairs a task and 2 "
+            "criteria, responses of equal quality whose pair scores spread as a decisive LMRA's do (SD 0.45") in err
+    # lmra gate on a run: the run's own spread of pair scores
+    sd = quality_score_sd(measured)
+    ratings = pd.read_json(measured.path / "quality_ratings.jsonl", lines=True)
+    assert sd == pytest.approx(ratings.loc[ratings["valid"].astype(bool), "h"].std(ddof=1))
+    assert main(["gate", str(measured.path), "--gate", "max_quality_gap=0.05"]) == 6
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"pair scores spread as this run's do (SD {sd:.2f} a pair)" in err

@@ -642,10 +642,10 @@ def _canary_warnings(cfg, inputs) -> list[str]:
 
 def _unmeetable_gates(cfg, inputs) -> list[str]:
     """Release gates this audit's sizes cannot meet, or that sampling noise alone breaches on many
-    nights (:func:`lmra.gates.gate_warnings`), before any call — ``lmra audit`` and ``lmra validate`` warn."""
+    nights (:func:`lmra.gate_noise.gate_warnings`), before any call — ``lmra audit`` and ``lmra validate`` warn."""
     if not cfg.gates.configured or any(not p.task for p in inputs.prompts):
         return []  # prompts classified during the run join tasks whose sizes are not known yet (review finding)
-    from lmra.gates import gate_warnings
+    from lmra.gate_noise import gate_warnings
 
     return gate_warnings(cfg, _domain_task_sizes(cfg, inputs, cfg.prompts_per_task))
 

@@ -210,12 +210,13 @@ def _run(args: argparse.Namespace):
 
 def _unmeetable_on(run, gates) -> list[str]:
     """The CI-bound gates a run's sizes could never meet, and the refusal-gap gates its sizes let noise
-    breach (:func:`lmra.gates.gate_warnings`, with the
+    breach (:func:`lmra.gate_noise.gate_warnings`, with the
     run's interval, level, samples per prompt and prompts per task), so that a gate tried on past runs
     says why it breaches on a clean night, as ``lmra validate`` and ``lmra audit`` say before a night."""
     from types import SimpleNamespace
 
-    from lmra.gates import gate_warnings
+    from lmra.config import QualityConfig
+    from lmra.gate_noise import gate_warnings, quality_score_sd
     from lmra.runfolder import finite
 
     pt = run.per_task
@@ -226,10 +227,13 @@ def _unmeetable_on(run, gates) -> list[str]:
         if finite(n) is not None and n >= 1:
             sizes[key] = max(sizes.get(key, 0), int(n))
     confidence = finite(run.summary.get("confidence")) or 0.95
+    criteria = list((run.config.get("quality") or {}).get("criteria") or QualityConfig().criteria)
     cfg = SimpleNamespace(gates=gates, interval=str(run.summary.get("interval") or "t"), alpha=1 - confidence,
                           samples_per_prompt=int(run.config.get("samples_per_prompt") or 1),
-                          comparisons=run.comparisons or [()])
-    return gate_warnings(cfg, sizes)
+                          comparisons=run.comparisons or [()], quality=SimpleNamespace(criteria=criteria))
+    quality = gates.max_quality_gap is not None or gates.max_overall_quality_gap is not None or any(
+        t.max_quality_gap is not None for t in gates.tasks.values())
+    return gate_warnings(cfg, sizes, quality_sd=quality_score_sd(run) if quality else None)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
