@@ -595,7 +595,8 @@ def reliability(means, sampling_var) -> float:
 
 def disattenuated_r(r: float, reliability_a: float, reliability_b: float) -> float:
     """Pearson's r corrected for measurement noise in both variables (Spearman 1904):
-    ``r / √(reliability_a · reliability_b)``, clipped to [−1, 1].
+    ``r / √(reliability_a · reliability_b)``, unclipped (a value beyond ±1 says the noise
+    estimates are too uncertain for the correction: :func:`disattenuated_r_estimate`).
 
     Args:
         r: observed Pearson r in [−1, 1].
@@ -608,7 +609,117 @@ def disattenuated_r(r: float, reliability_a: float, reliability_b: float) -> flo
     if any(not math.isfinite(v) for v in (r, reliability_a, reliability_b)) or min(reliability_a,
                                                                                    reliability_b) <= 0:
         return math.nan
-    return float(max(-1.0, min(1.0, r / math.sqrt(reliability_a * reliability_b))))
+    return float(r / math.sqrt(reliability_a * reliability_b))
+
+
+#: a reliability below which no disattenuated r is given: dividing by √(ρ_A·ρ_B) then magnifies the
+#: noise of r and of the reliabilities themselves (statistics break-it, s38: at ρ ≈ 0.1–0.3, 41% of
+#: the values printed for unrelated task profiles were clipped to ±1.000)
+MIN_RELIABILITY = 0.5
+
+#: resamples of the disattenuated r's bootstrap interval
+N_RESAMPLES_R = 2_000
+
+
+def _disattenuated_statistic(n_tasks: int):
+    """The unclipped disattenuated r as a vectorised ``scipy.stats.bootstrap`` statistic of 2T
+    samples (run A's tasks, then run B's); nan where a reliability is not positive."""
+    def statistic(*samples, axis=-1):
+        x, vx, _ = _pooled_task_stats(samples[:n_tasks], axis)
+        y, vy, _ = _pooled_task_stats(samples[n_tasks:], axis)
+        x, y = np.broadcast_arrays(x, y)
+        with np.errstate(all="ignore"):
+            rel_a = 1.0 - vx.mean(axis=-1) / x.var(axis=-1, ddof=1)
+            rel_b = 1.0 - vy.mean(axis=-1) / y.var(axis=-1, ddof=1)
+            xc, yc = x - x.mean(axis=-1, keepdims=True), y - y.mean(axis=-1, keepdims=True)
+            r = (xc * yc).sum(axis=-1) / np.sqrt((xc ** 2).sum(axis=-1) * (yc ** 2).sum(axis=-1))
+            out = r / np.sqrt(rel_a * rel_b)
+        return np.where((rel_a > 0) & (rel_b > 0), out, np.nan)
+
+    return statistic
+
+
+@dataclass(frozen=True)
+class DisattenuatedR:
+    """The disattenuated r of two runs' task means (:func:`disattenuated_r_estimate`).
+
+    Attributes:
+        r: the corrected r in [−1, 1] (capped), or nan when withheld (``withheld`` says why).
+        ci_low, ci_high: its bootstrap percentile interval, clipped to [−1, 1] (nan when withheld
+            or not computed).
+        withheld: why no value is given ("" when one is).
+        uncapped: r / √(ρ_A·ρ_B) as computed; beyond ±1 when :attr:`r` was capped (the noise
+            estimates too uncertain for the correction: read the interval).
+    """
+
+    r: float
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    withheld: str = ""
+    uncapped: float = math.nan
+
+    @property
+    def capped(self) -> bool:
+        """Whether the computed value lay beyond ±1 and :attr:`r` is its cap."""
+        return math.isfinite(self.uncapped) and abs(self.uncapped) > 1
+
+
+def disattenuated_r_estimate(scores_a: Sequence, scores_b: Sequence, *, alpha: float = 0.05,
+                             n_resamples: int = N_RESAMPLES_R, seed: int = 0) -> DisattenuatedR:
+    """Spearman's disattenuated r of two runs' task means with a bootstrap interval, or why none
+    is given (methodology §8; statistics break-it, s38).
+
+    The estimate is :func:`disattenuated_r` of Pearson's r of the task means and each run's
+    :func:`reliability` (pooled within-task variances, as :func:`eiv_slope`), capped at ±1 (the
+    uncapped value kept: a cap says the noise estimates are too uncertain for the correction, and
+    the interval how much). It is withheld when a reliability is below :data:`MIN_RELIABILITY`
+    (the correction then magnifies noise: statistics break-it, s38, 41% of the values printed for
+    unrelated task profiles read ±1.000). Its interval is the
+    percentile interval of the same statistic over a stratified bootstrap of the prompts within
+    tasks (``scipy.stats.bootstrap``, as the EIV slope's), a resample whose reliability is not
+    positive counted as unbounded (so an interval can reach ±1 for that reason alone), clipped
+    to [−1, 1].
+
+    Args:
+        scores_a, scores_b: per-task prompt scores (T ≥ 3 tasks, ≥ 2 finite scores each), as
+            :func:`eiv_slope`.
+        alpha: 1 − confidence level, in (0, 1).
+        n_resamples: bootstrap resamples (≥ 0; 0: no interval); seed: of the resampling.
+
+    Returns:
+        :class:`DisattenuatedR`.
+    """
+    from scipy import stats
+
+    a = [np.asarray(x, dtype=float).ravel() for x in scores_a]
+    b = [np.asarray(x, dtype=float).ravel() for x in scores_b]
+    t = len(a)
+    x, vx, _ = _pooled_task_stats(a)
+    y, vy, _ = _pooled_task_stats(b)
+    rel_a, rel_b = reliability(x, vx), reliability(y, vy)
+    value = disattenuated_r(pearson(x, y)[0], rel_a, rel_b)
+    if not math.isfinite(value):
+        return DisattenuatedR(math.nan, withheld="a run's differences between tasks are within its sampling noise")
+    if min(rel_a, rel_b) < MIN_RELIABILITY:
+        return DisattenuatedR(math.nan, withheld=f"a reliability below {MIN_RELIABILITY:g} — the correction would "
+                                                 "magnify the noise more than it removes")
+    capped = float(min(1.0, max(-1.0, value)))
+    if n_resamples == 0:
+        return DisattenuatedR(capped, uncapped=value)
+    total = sum(v.size for v in a + b)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        res = stats.bootstrap(a + b, _disattenuated_statistic(t), n_resamples=n_resamples, vectorized=True,
+                              paired=False, confidence_level=1 - alpha, method="percentile",
+                              rng=np.random.default_rng(seed), batch=max(1, min(n_resamples, 8_000_000 // total)))
+    dist = np.asarray(res.bootstrap_distribution, dtype=float)
+    # an undefined resample (a reliability ≤ 0): the correction is unbounded there, so it widens both ends
+    undefined = ~np.isfinite(dist)
+    dist = np.where(undefined, np.inf, dist)
+    dist = np.concatenate([dist, np.full(int(undefined.sum()), -np.inf)])
+    lo, hi = np.quantile(dist, [alpha / 2, 1 - alpha / 2], method="linear") if dist.size else (math.nan, math.nan)
+    clip = lambda v: float(min(1.0, max(-1.0, v))) if not math.isnan(v) else math.nan  # noqa: E731
+    return DisattenuatedR(capped, min(clip(lo), capped), max(clip(hi), capped), uncapped=value)
 
 
 def pearson(x, y) -> tuple[float, float]:
@@ -667,8 +778,11 @@ class RunComparison:
         notes: warnings (e.g. different judges) for the reader.
         eiv: errors-in-variables slope (:class:`EivFit`), the one to read; None without
             prompt scores.
-        pearson_r_disattenuated: r corrected for both runs' sampling noise (nan without
-            prompt scores or when a reliability is 0).
+        pearson_r_disattenuated: r corrected for both runs' sampling noise
+            (:func:`disattenuated_r_estimate`; nan without prompt scores or when withheld);
+            pearson_r_disattenuated_ci: its bootstrap interval (clipped to [−1, 1]);
+            pearson_r_disattenuated_withheld: why it is withheld ("" when given, or without
+            prompt scores); pearson_r_disattenuated_uncapped: the value before its cap at ±1.
         reliability_a, reliability_b: reliability of each run's task means (:func:`reliability`).
         r_caveat: small-sample caveat for r (fewer than :data:`MIN_TASKS_FOR_R` tasks), or None.
         only_in_a, only_in_b: the tasks (``{comparison, domain, task}``) with a net rating in one
@@ -684,6 +798,9 @@ class RunComparison:
     notes: tuple[str, ...] = ()
     eiv: EivFit | None = None
     pearson_r_disattenuated: float = math.nan
+    pearson_r_disattenuated_ci: tuple[float, float] = (math.nan, math.nan)
+    pearson_r_disattenuated_withheld: str = ""
+    pearson_r_disattenuated_uncapped: float = math.nan
     reliability_a: float = math.nan
     reliability_b: float = math.nan
     r_caveat: str | None = None
@@ -704,10 +821,19 @@ class RunComparison:
         dis = ""
         if e is not None and math.isfinite(self.pearson_r):
             if math.isfinite(self.pearson_r_disattenuated):
-                dis = f"; corrected for sampling noise (disattenuated) r = {_num(self.pearson_r_disattenuated)} ({rel})"
+                lo, hi = self.pearson_r_disattenuated_ci
+                has_ci = math.isfinite(lo) and math.isfinite(hi)
+                u = self.pearson_r_disattenuated_uncapped
+                said = (["95% bootstrap interval"] if has_ci else []) + (
+                    [f"capped: {_num(u, 2)} as computed, the noise estimates too uncertain for the correction"]
+                    if math.isfinite(u) and abs(u) > 1 else []) + [rel]
+                dis = (f"; corrected for sampling noise (disattenuated) r = {_num(self.pearson_r_disattenuated)}"
+                       + (f" [{_num(lo)}, {_num(hi)}]" if has_ci else "") + f" ({'; '.join(said)})")
             else:
-                dis = (f"; no disattenuated r: a run's differences between tasks are within its sampling noise, "
-                       f"or A's task ratings are indistinguishable from 0 ({rel})")
+                why = self.pearson_r_disattenuated_withheld or ("a run's differences between tasks are within its "
+                                                                "sampling noise, or A's task ratings are "
+                                                                "indistinguishable from 0")
+                dis = f"; no disattenuated r: {why} ({rel})"
         flag = ", see the caveat below" if self.r_caveat and math.isfinite(self.pearson_r) else ""
         if math.isfinite(self.pearson_r) or f.n < 3:
             lines = [f"{f.n} tasks; Pearson r = {_num(self.pearson_r)} (p = {_pv(self.pearson_p)}{flag}){dis}"]
@@ -838,7 +964,7 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
                       "uncertain its task ratings are, so the errors-in-variables interval is too narrow",)
     pairs["var_h_a"] = math.nan
     pairs["var_h_b"] = math.nan
-    rel_a = rel_b = r_dis = math.nan
+    rel_a = rel_b = math.nan
     if len(idx):
         pairs.loc[idx, "var_h_a"] = eiv.var_a / pairs.loc[idx, "n_prompts_a"]
         pairs.loc[idx, "var_h_b"] = eiv.var_b / pairs.loc[idx, "n_prompts_b"]
@@ -849,8 +975,19 @@ def compare_tables(per_task_a: pd.DataFrame, per_task_b: pd.DataFrame, *, alpha:
         # A's task ratings indistinguishable from 0 (the slope is not identified): their small
         # reliability, a noise estimate itself, pushed r/√(rel) past −1 (fresh-user finding:
         # "disattenuated r = −1.000" beside "A's ratings are noise") — no correction then
-        r_dis = disattenuated_r(pearson(xa, yb)[0], rel_a, rel_b) if eiv.identified else math.nan
-    return RunComparison(pairs, r, p, fit, label_a, label_b, notes, eiv=eiv, pearson_r_disattenuated=r_dis,
+        if not eiv.identified:
+            dis = DisattenuatedR(math.nan, withheld="A's task ratings are indistinguishable from 0")
+        elif len(idx) < 3:
+            dis = DisattenuatedR(math.nan, withheld="fewer than 3 tasks")
+        else:
+            dis = disattenuated_r_estimate([arr_a[i] for i in idx], [arr_b[i] for i in idx], alpha=alpha,
+                                           n_resamples=min(n_resamples, N_RESAMPLES_R), seed=seed)
+    else:
+        dis = DisattenuatedR(math.nan)
+    return RunComparison(pairs, r, p, fit, label_a, label_b, notes, eiv=eiv, pearson_r_disattenuated=dis.r,
+                         pearson_r_disattenuated_ci=(dis.ci_low, dis.ci_high),
+                         pearson_r_disattenuated_withheld=dis.withheld,
+                         pearson_r_disattenuated_uncapped=dis.uncapped,
                          reliability_a=rel_a, reliability_b=rel_b, r_caveat=caveat, **left_out)
 
 

@@ -262,7 +262,8 @@ def test_disattenuated_r_by_hand():
     assert reliability([0.2, 0.4, 0.6, 0.8], [1 / 30] * 4) == pytest.approx(0.5)
     # Spearman: r / √(0.7 · 0.5) = 0.5 / √0.35 = 0.5 / 0.591608 = 0.845154
     assert disattenuated_r(0.5, 0.7, 0.5) == pytest.approx(0.845154, abs=1e-6)
-    assert disattenuated_r(0.9, 0.7, 0.5) == 1.0  # 1.52 is impossible: capped at 1
+    # 1.52 is impossible: returned as computed, and withheld as "not estimable" by disattenuated_r_estimate
+    assert disattenuated_r(0.9, 0.7, 0.5) == pytest.approx(0.9 / math.sqrt(0.35))
     assert math.isnan(disattenuated_r(0.5, 0.0, 0.5))  # all noise: nothing to correct
     # bounded: more noise than spread → 0; too few tasks or no spread → nan
     assert reliability([0.1, 0.2, 0.3], [1.0] * 3) == 0.0
@@ -484,3 +485,48 @@ def test_an_undefined_pearson_r_says_why():
     assert line.startswith(f"{len(X)} tasks; Pearson r = — (not defined: one run's task net ratings are all the same")
     assert "(p = —)" not in line
     assert "Pearson r = —" not in compare_tables(_table(X, tasks), _table(Y, tasks)).summary_lines()[0]
+
+
+def test_the_disattenuated_r_is_withheld_when_noisy_and_its_interval_covers_the_truth():
+    """Statistics break-it (s38): at nightly sizes (8 tasks × 40 prompts, reliabilities 0.1–0.3)
+    ``lmra compare`` printed "disattenuated r = ±1.000" with no interval for 41% of unrelated task
+    profiles (18% +1, 23% −1). Below a reliability of 0.5 it is now withheld, saying why; above,
+    it comes with a bootstrap interval, whose coverage of the true r of the task rates is checked
+    here on simulated runs whose tasks truly differ (reliability ≈ 0.8)."""
+    from lmra.compare import MIN_RELIABILITY, disattenuated_r_estimate
+
+    rng = np.random.default_rng(38)
+    # nightly sizes, unrelated profiles of similar rates: low reliability → withheld
+    printed = 0
+    for _ in range(40):
+        a = _rare_event_scores(rng, rng.uniform(0.02, 0.08, 8), 40)
+        b = _rare_event_scores(rng, rng.uniform(0.02, 0.08, 8), 40)
+        est = disattenuated_r_estimate(list(a), list(b), n_resamples=0)
+        printed += math.isfinite(est.r)
+        assert math.isfinite(est.r) or est.withheld
+    assert printed <= 4  # (all but the rare draw with both reliabilities ≥ 0.5)
+    # tasks that truly differ (rates 2–40%, 60 prompts): a value with an interval that covers the true r
+    covered, used, n = 0, 0, 60
+    for _ in range(n):
+        ra = rng.uniform(0.02, 0.40, 12)
+        rb = np.clip(ra + rng.normal(0, 0.08, 12), 0.01, 0.6)  # related, not perfectly
+        truth = np.corrcoef(ra, rb)[0, 1]  # the r of the tasks' true rates
+        a, b = _rare_event_scores(rng, ra, 60), _rare_event_scores(rng, rb, 60)
+        est = disattenuated_r_estimate(list(a), list(b), n_resamples=1000, seed=1)
+        if not math.isfinite(est.r):  # (a draw whose tasks' rates happen to lie close: withheld, said)
+            assert est.withheld
+            continue
+        assert est.ci_low <= est.r <= est.ci_high, est
+        used += 1
+        covered += est.ci_low <= truth <= est.ci_high
+    assert used >= 0.9 * n and covered >= 0.85 * used, (used, covered)
+    assert MIN_RELIABILITY == 0.5
+    # through compare_tables and the console line: withheld, with why
+    tasks = [f"t{i}" for i in range(8)]
+    a = _rare_event_scores(rng, np.full(8, 0.05), 40)
+    b = _rare_event_scores(rng, np.full(8, 0.05), 40)
+    cmp = compare_tables(_table(a.mean(axis=1), tasks), _table(b.mean(axis=1), tasks),
+                         prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks), n_resamples=199)
+    line = cmp.summary_lines()[0]
+    assert math.isnan(cmp.pearson_r_disattenuated) and "no disattenuated r: " in line
+    assert "±1.000" not in line and "= 1.000" not in line and "= -1.000" not in line

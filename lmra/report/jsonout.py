@@ -286,8 +286,10 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
     Returns:
         ``{schema, run_a, run_b, status_a, status_b, comparison, ci_level, n_tasks, pearson,
         eiv_slope, ols_slope, notes, tasks}`` (``status_*``: each run's manifest status,
-        ``complete`` or ``partial``): ``pearson`` is ``{r, p, r_disattenuated, reliability_a, reliability_b,
-        caveat}``; ``eiv_slope`` (null without prompt scores) ``{slope, ci_low, ci_high, n, var_a,
+        ``complete`` or ``partial``): ``pearson`` is ``{r, p, r_disattenuated, r_disattenuated_ci_low,
+        r_disattenuated_ci_high, r_disattenuated_withheld, reliability_a, reliability_b, caveat}``
+        (``r_disattenuated`` null when withheld — a reliability below 0.5, a value outside ±1 —
+        and ``r_disattenuated_withheld`` says why); ``eiv_slope`` (null without prompt scores) ``{slope, ci_low, ci_high, n, var_a,
         var_b, ci_method, n_resamples, identified, a_zero_p, ci_unbounded}`` — an interval end that is ±∞ is null with
         ``ci_unbounded`` true; ``ols_slope`` ``{slope, se, ci_low, ci_high, n, ci_unbounded}``;
         ``tasks`` one object per task measured in both runs (``comparison, domain, task, h_a, h_b,
@@ -300,6 +302,9 @@ def compare_document(cmp, *, run_a: str, run_b: str, comparison: str | None = No
         "comparison": comparison,
         "ci_level": 1 - alpha, "n_tasks": int(len(cmp.pairs)),
         "pearson": {"r": cmp.pearson_r, "p": cmp.pearson_p, "r_disattenuated": cmp.pearson_r_disattenuated,
+                    "r_disattenuated_ci_low": cmp.pearson_r_disattenuated_ci[0],
+                    "r_disattenuated_ci_high": cmp.pearson_r_disattenuated_ci[1],
+                    "r_disattenuated_withheld": cmp.pearson_r_disattenuated_withheld or None,
                     "reliability_a": cmp.reliability_a, "reliability_b": cmp.reliability_b,
                     "caveat": cmp.r_caveat},
         "eiv_slope": _interval_fit(cmp.eiv), "ols_slope": _interval_fit(cmp.fit),
