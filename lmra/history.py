@@ -79,9 +79,9 @@ CREATE TABLE IF NOT EXISTS check_verdicts (check_rowid INTEGER PRIMARY KEY, verd
 -- what changed in the served models between the baseline and the run (JSON list of lines,
 -- lmra.identity.identity_changes), likewise (null: recorded by an older lmra)
 CREATE TABLE IF NOT EXISTS check_identity (check_rowid INTEGER PRIMARY KEY, changes TEXT NOT NULL);
--- why a check's "no regression" is not evidence of none beyond the runs' own status (JSON object
--- {"position_drift", "refusal_gap", "notes"}: lmra.monitor.CheckResult), likewise (null: recorded
--- by an older lmra)
+-- why a check's "no regression" is not evidence of none beyond the runs' own status, and what it does
+-- not test (JSON object {"position_drift", "refusal_gap", "quality_gap", "notes"}: lmra.monitor.CheckResult),
+-- likewise (null: recorded by an older lmra)
 CREATE TABLE IF NOT EXISTS check_caveats (check_rowid INTEGER PRIMARY KEY, caveats TEXT NOT NULL);
 -- pairs left out because a refusal label could not be obtained, per run (null: a run without
 -- refusal labels); a table of its own, so that an older lmra still inserts its values into runs
@@ -600,6 +600,7 @@ class History:
         self.db.execute("INSERT OR REPLACE INTO check_caveats (check_rowid, caveats) VALUES (?,?)",
                         (cur.lastrowid, json.dumps({"position_drift": str(getattr(result, "position_drift", "") or ""),
                                                     "refusal_gap": str(getattr(result, "refusal_gap", "") or ""),
+                                                    "quality_gap": str(getattr(result, "quality_gap", "") or ""),
                                                     "notes": [str(n) for n in getattr(result, "notes", []) or []]})))
         self.db.commit()
 
@@ -742,7 +743,8 @@ class History:
         night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
         — in short; None for a check that ran), ``position_drift`` and ``refusal_gap`` (the check's
         own reasons its "no regression" is not evidence of none, :class:`lmra.monitor.CheckResult`;
-        "" for none or a check an older lmra recorded), ``notes`` (its notes; [] likewise) and
+        "" for none or a check an older lmra recorded), ``quality_gap`` (tonight's significant quality
+        gaps, which it does not test; "" likewise), ``notes`` (its notes; [] likewise) and
         ``caveats_recorded`` (False for a check an older lmra recorded: the three unknown);
         None when never checked."""
         row = self.db.execute("SELECT c.*, c.rowid AS check_rowid, s.source, w.warnings, v.verdict, "
@@ -781,6 +783,7 @@ class History:
         caveats = caveats if isinstance(caveats, dict) else {}
         out["position_drift"] = str(caveats.get("position_drift") or "")
         out["refusal_gap"] = str(caveats.get("refusal_gap") or "")
+        out["quality_gap"] = str(caveats.get("quality_gap") or "")
         out["notes"] = [str(n) for n in caveats.get("notes") or []] if isinstance(caveats.get("notes"), list) else []
         out["verdict"] = out.get("verdict") or stored_verdict(out)
         # a check the comparability rules refused (lmra.monitor.refused_check): why, in short
@@ -806,7 +809,9 @@ class History:
             "not_evidence": why a "no regression" of the check is not evidence of none beyond the runs'
             own status (the LMRA's position preference fell; tonight's groups were refused at
             significantly different rates; "" for neither, or a check an older lmra recorded),
-            "notes": the check's notes (``lmra check``'s "note:" lines), "n_tested": int,
+            "notes": the check's notes (``lmra check``'s "note:" lines), "quality_gap": tonight's
+            significant quality gaps between the groups, in words (the check does not test them; ""
+            for none or not recorded), "n_tested": int,
             "regressed": {key:
             test row}, "improved": {key: test row}}``, keys ``(comparison, domain, task)``, a test
             row holding the check's columns (``h_base``, ``h_run``, ``p_regress`` …; none for a
@@ -836,6 +841,8 @@ class History:
                 # or not recorded); its notes (lmra.monitor.CheckResult.notes; []: none, or not recorded)
                 "not_evidence": "; ".join(w for w in (c["position_drift"], c["refusal_gap"]) if w),
                 "notes": c["notes"],
+                # tonight's significant quality gaps, which the check does not test ("": none, or not recorded)
+                "quality_gap": "" if c["replayed"] else c["quality_gap"],
                 # the rows whose LMRA left significantly more pairs unrated than at the baseline, in words ("": none)
                 "unrated_rise": "" if c["replayed"] else unrated_summary_words(rows + overall),
                 "regressed": keyed("regressed"),

@@ -332,6 +332,9 @@ class CheckResult:
     #: why a "no regression" may hide a rise behind refusals: tonight's groups are refused at
     #: significantly different rates (:func:`lmra.refusal_gap.check_refusal_notes`), else ""
     refusal_gap: str = ""
+    #: tonight's significant quality gaps between the groups, which the check does not test (its
+    #: verdict is about harmful-stereotype ratings only: :func:`lmra.quality_gap.check_quality_notes`), else ""
+    quality_gap: str = ""
 
     @property
     def judge_status_line(self) -> str:
@@ -877,6 +880,12 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
 
         improved = [(str(r.comparison), str(r.domain), str(r.task)) for r in result.improvements.itertuples()]
         said, result.refusal_gap = check_refusal_notes(run.summary.get("refusals") or [], improved, float(alpha))
+        result.notes.extend(said)
+        from lmra.quality_gap import check_quality_notes  # (fresh-user finding, s38: worse answers for one group
+        # read "No regression", exit 0, without a word)
+
+        said, result.quality_gap = check_quality_notes(run.summary.get("quality") or [], float(alpha),
+                                                       baseline.summary.get("quality") or [])
         result.notes.extend(said)
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
         for frame in (result.tests, result.overall):

@@ -35,13 +35,17 @@ FLAT = {"write a story": 0.0, "career advice": 0.0}
 
 
 # -- scripted providers, loaded by the CLI as custom providers ----------------------------------
+SHORT = "Just search online for it."
+
+
 class GateTarget(TaskTarget):
     """TaskTarget (a stereotyped phrase for female users at a per-task rate) whose male users are
-    refused in 'career advice' at ``refuse`` rate: a refusal-rate gap in that task only."""
+    refused in 'career advice' at ``refuse`` rate: a refusal-rate gap in that task only; and whose
+    female users get a curt non-answer (:data:`SHORT`, no stereotype) at ``short`` rate: a quality gap."""
 
-    def __init__(self, rates: dict, refuse: float):
+    def __init__(self, rates: dict, refuse: float, short: float = 0.0):
         super().__init__(rates)
-        self.refuse = refuse
+        self.refuse, self.short = refuse, short
 
     async def complete(self, request):
         res = await super().complete(request)
@@ -49,18 +53,22 @@ class GateTarget(TaskTarget):
         male = self.name_to_group[name_in(request)] == "male"
         if male and task_of(i) == "career advice" and random.Random(f"{request.seed}-r").random() < self.refuse:
             return res.model_copy(update={"text": REFUSAL})
+        if not male and PHRASE not in res.text and random.Random(f"{request.seed}-s").random() < self.short:
+            return res.model_copy(update={"text": SHORT})
         return res
 
 
 def make_target(cfg):
-    """``provider = "test_gates:make_target"``; ``options = {rates = {...}, refuse = 0.3}``."""
-    return GateTarget(cfg.options["rates"], cfg.options.get("refuse", 0.0))
+    """``provider = "test_gates:make_target"``; ``options = {rates = {...}, refuse = 0.3, short = 0.5}``."""
+    return GateTarget(cfg.options["rates"], cfg.options.get("refuse", 0.0), cfg.options.get("short", 0.0))
 
 
 def _quality(r1: str, r2: str, criterion: str) -> dict:
-    """'clarity': the stereotyped response is the less clear one; every other criterion a tie."""
-    if criterion == "clarity" and (PHRASE in r1) != (PHRASE in r2):
-        return {"B": 0.8, "C": 0.2} if PHRASE in r1 else {"A": 0.8, "C": 0.2}
+    """'clarity': the stereotyped response, or the curt non-answer, is the less clear one; every other
+    criterion a tie."""
+    for worse in (PHRASE, SHORT):
+        if criterion == "clarity" and (worse in r1) != (worse in r2):
+            return {"B": 0.8, "C": 0.2} if worse in r1 else {"A": 0.8, "C": 0.2}
     return {"C": 1.0}
 
 
@@ -71,7 +79,7 @@ def make_judge(cfg):
 
 
 def write_config(tmp, *, name="gated", rates=RISE, refuse=0.0, seed=1, n_prompts=40, quality=False,
-                 judge_check=False, gates="", top="", output="reports"):
+                 judge_check=False, gates="", top="", output="reports", short=0.0):
     """An audit config on the scripted providers; ``gates`` is TOML appended at the end."""
     names, prompts = write_inputs(tmp / "inputs", n_prompts)
     rates_toml = ", ".join(f'"{k}" = {v}' for k, v in rates.items())
@@ -92,7 +100,7 @@ enabled = {str(quality).lower()}
 criteria = ["clarity", "tone and politeness"]
 [target]
 provider = "test_gates:make_target"
-options = {{ rates = {{ {rates_toml} }}, refuse = {refuse} }}
+options = {{ rates = {{ {rates_toml} }}, refuse = {refuse}, short = {short} }}
 [judge]
 provider = "test_gates:make_judge"
 {gates}

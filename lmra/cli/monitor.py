@@ -79,7 +79,9 @@ def print_check(console: Console, result) -> None:
         head = {"regression": f"[bold red]REGRESSION[/] — {n_regs} row{'s' * (n_regs != 1)} (tasks, overall) rose "
                               "significantly",
                 "no_regression": "[green]no regression[/]" + (" — not evidence of no regression"
-                                                              if getattr(result, "not_evidence", "") else ""),
+                                                              if getattr(result, "not_evidence", "") else "")
+                + (" of the harmful-stereotype ratings, [bold yellow]but a quality gap tonight[/]"
+                   if getattr(result, "quality_gap", "") else ""),
                 "no_conclusion": "[bold yellow]no conclusion[/]"}.get(verdict, lit(verdict))
         console.print(f"Verdict against baseline {lit(result.baseline_id)}: {head} (why: under the table).")
     columns = ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
@@ -200,6 +202,9 @@ def print_check(console: Console, result) -> None:
                 else "[bold green]No regression[/]: no")
         console.print(f"{head} task's net rating rose significantly by more than the "
                       f"margin ({tested_words(result)}){overall_words}.")
+    if getattr(result, "quality_gap", "") and not getattr(result, "replayed", False):
+        console.print(f"[bold yellow]Quality, not tested by this check[/] (it compares harmful-stereotype ratings "
+                      f"only): {lit(result.quality_gap)} — gate it with max_overall_quality_gap.")
     if (len(regs) or len(overall_regs)) and not getattr(result, "replayed", False):
         # (fresh-user finding: a stereotype of male users read +0.27 in "female vs male", taken for one of women)
         console.print("[dim]A net rating rises with harmful stereotypes about either group's users (in the direction "
@@ -696,6 +701,8 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
         not_evidence = "; ".join(w for w in (not_evidence, check["not_evidence"]) if w)
     if not_evidence and check.get("verdict") != "no_conclusion":
         text += f"{between}[bold yellow]not evidence: {lit(not_evidence)}[/]"
+    if check.get("quality_gap"):  # not tested by the check (fresh-user finding, s38: "no regression" only)
+        text += f"{between}[bold yellow]quality gap (not tested): {lit(check['quality_gap'])}[/]"
     return text
 
 

@@ -261,6 +261,16 @@ def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
                       "[bold red]significant[/]" if r["significant_bonferroni"] else "–",
                       "[bold red]significant[/]" if r["significant_holm"] else "–")
     console.print(table)
+    from lmra.quality_gap import quality_gap_words, significant_quality_gaps
+
+    # which group's responses were rated worse, in words (fresh-user finding, s38: "−0.46" said nothing of
+    # whom it disfavoured); Holm over every overall row, as the regression check's note
+    sig = significant_quality_gaps(quality, 1 - float(conf) / 100)
+    for comp in dict.fromkeys(r["comparison"] for r in sig):
+        n = int(((quality["level"] == "overall") & (quality["group_a"] + " vs " + quality["group_b"] == comp)).sum())
+        for words in quality_gap_words([r for r in sig if r["comparison"] == comp], n):
+            console.print(f"[bold yellow]Quality gap:[/] {lit(words)} (Holm over the criteria and comparisons); the "
+                          "regression check does not test quality — the gate max_overall_quality_gap does.")
     overall = quality[quality["level"] == "overall"]
     failed = int(overall["n_failed"].sum()) if "n_failed" in overall else 0
     invalid = int(overall["n_invalid"].sum()) if "n_invalid" in overall else 0

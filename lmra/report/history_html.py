@@ -235,6 +235,7 @@ def _night_row(r, i: int, check: dict | None, gates: dict | None, overall: pd.Da
             "detectable": detectable_words(check.get("detectable"), ""),  # what a quiet night rules out
             # why its "no regression" is not evidence of none: a refusal gap tonight, the LMRA's position drift
             "not_evidence": check.get("not_evidence") or "" if check.get("verdict") == "no_regression" else "",
+            "quality_gap": check.get("quality_gap") or "",  # not tested by the check: said beside its verdict
             "warnings": [short_label(w) for w in check.get("warnings") or []
                          if not (check.get("refused") and short_label(w) == "baseline not comparable")],
             "identity_changes": list(check.get("identity_changes") or []),  # served models since the baseline

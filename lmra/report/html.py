@@ -284,6 +284,11 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
         refusal_notes, gap = check_refusal_notes(run.summary.get("refusals") or [], improved, float(alpha))
         if gap and isinstance(check, dict):  # (a live check's not_evidence has it already)
             not_evidence = "; ".join(w for w in (not_evidence, gap) if w)
+    quality_notes = []
+    if run is not None and not replayed:  # tonight's quality gaps, which the check does not test (lmra.quality_gap)
+        from lmra.quality_gap import check_quality_notes
+
+        quality_notes = check_quality_notes(run.summary.get("quality") or [], float(alpha))[0]
     # a regression under a failed judge or from a partial run is no evidence either (as the console says it)
     caveat = regression_caveat(*statuses)
     from lmra.unrated_rise import unrated_rise_reason
@@ -303,6 +308,7 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
             "improvements": [r for r in rows if r.get("improved")],
             "only_in_run": only_run, "only_in_baseline": only_base,
             "refusal_notes": refusal_notes,
+            "quality_notes": quality_notes,
             "warnings": warnings}  # not a night-to-night comparison of one chatbot (lmra.comparable)
 
 

@@ -201,10 +201,12 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         n_undetectable}``: the rises the tested tasks detect with 80% power, smallest and largest,
         and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
-        overall_improved, replayed, unrated_rise, not_evidence, notes}`` (``not_evidence``: why its
+        overall_improved, replayed, unrated_rise, not_evidence, notes, quality_gap}`` (``not_evidence``: why its
         "no regression" is not evidence of none — tonight's groups were refused at significantly
         different rates, or the LMRA's position preference fell — null otherwise or when an older
-        lmra recorded the check; ``notes``: the check's notes, as ``lmra check`` prints them; ``unrated_rise``: the rows whose share of pairs
+        lmra recorded the check; ``notes``: the check's notes, as ``lmra check`` prints them; ``quality_gap``:
+        tonight's significant quality gaps between the groups in words, which the check does not test
+        (null: none, or not recorded); ``unrated_rise``: the rows whose share of pairs
         without a usable LMRA rating rose significantly over the baseline's, in words, when that
         left the check without a conclusion, else null; ``replayed``: every chatbot answer of the run came from the
         call cache, a same-seed re-run repeating a night; ``verdict``: ``regression`` / ``no_regression`` / ``no_conclusion`` —
@@ -243,6 +245,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             # preference fell); null otherwise, or for a check an older lmra recorded; its notes
             "not_evidence": (check.get("not_evidence") or None) if check.get("verdict") == "no_regression" else None,
             "notes": list(check.get("notes") or []),
+            # tonight's significant quality gaps, which the check does not test (null: none, or not recorded)
+            "quality_gap": check.get("quality_gap") or None,
             "regressed": flagged(check["regressed"]), "improved": flagged(check["improved"]),
             "n_overall_tested": check.get("n_overall_tested", 0),
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
