@@ -880,5 +880,8 @@ def test_a_quality_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     ratings = pd.read_json(measured.path / "quality_ratings.jsonl", lines=True)
     assert sd == pytest.approx(ratings.loc[ratings["valid"].astype(bool), "h"].std(ddof=1))
     assert main(["gate", str(measured.path), "--gate", "max_quality_gap=0.05"]) == 6
-    err = " ".join(capsys.readouterr().err.split())
+    said = capsys.readouterr()
+    err, out = " ".join(said.err.split()), " ".join(said.out.split())
     assert f"pair scores spread as this run's do (SD {sd:.2f} a pair)" in err
+    # said again under the breaches (fresh-user finding, s38: 27 breach lines hid the warning)
+    assert "note: 1 gate warning above: a gate this run's sizes cannot meet, or that noise alone breaches" in out

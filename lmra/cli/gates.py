@@ -262,7 +262,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if name in from_options:
             raise LmraInputError(f"gate {name} cannot be evaluated: {why}", field="--gate")
         raise LmraInputError(f"gate {name} cannot be evaluated: {why}", file=origin, field=f"gates.{name}")
-    for line in _unmeetable_on(run, gates):  # (fresh-user finding: said by validate and audit, not here)
+    unmeetable = _unmeetable_on(run, gates)
+    for line in unmeetable:  # (fresh-user finding: said by validate and audit, not here)
         print_warning(line)
     result = evaluate_gates(run, gates)
     rewritten = None
@@ -291,13 +292,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
                                          "run_status": run.status, "judge_status": run.judge_status,
                                          "notes": notes})
         return status
-    from lmra.console import make_console
+    from lmra.console import counted, make_console
 
     console = make_console()
     console.print(Text(f"Release gates of {run.run_id} (bounds from {source}):"), highlight=False, soft_wrap=True)
     print_gates(console, result)
     for n in notes:
         console.print(Text.assemble(("note: ", "bold red"), n), highlight=False, soft_wrap=True)
+    if unmeetable and not result.passed:  # said again under the breaches (fresh-user finding, s38: 27 breach lines
+        # pushed the warning above out of sight): what noise or the sizes breach says nothing of the chatbot
+        console.print(Text.assemble(("note: ", "bold yellow"), f"{counted(len(unmeetable), 'gate warning')} above: "
+                                    "a gate this run's sizes cannot meet, or that noise alone breaches on many nights, "
+                                    "is breached whatever the chatbot does — see the warning (stderr) for the bound "
+                                    "these sizes allow"), highlight=False, soft_wrap=True)
     if rewritten is not None:
         console.print(Text(f"report.html rewritten with the gates recorded: {rewritten}"), highlight=False,
                       soft_wrap=True)
