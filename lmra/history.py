@@ -530,6 +530,24 @@ class History:
                             "the night was recorded, and any call it had answered is in the call cache")})
         return out
 
+    def _say_newer_skipped(self, chosen, runs: pd.DataFrame) -> None:
+        """Say on stderr which newer run folders ``latest`` passed over — partial runs, and folders
+        that did not finish (failed, interrupted, stale …) and were not completed by a re-run —
+        naming the newest (fresh-user finding, s38: after a failed night, ``lmra check latest``
+        checked the night before without a word)."""
+        started = str(chosen["started_utc"] or "")
+        partial = [f"{r.run_id} ({r.status})" for r in runs.itertuples()
+                   if str(r.started_utc or "") > started and (r.status or "complete") != "complete"]
+        unfinished = [f"{r['run_id']} ({r['status']})" for r in self.not_finished()
+                      if r.get("resumed_by") is None and str(_utc(r.get("started")) or r["run_id"]) > started]
+        newer = partial + unfinished
+        if not newer:
+            return
+        shown = ", ".join(newer[-3:]) + (f" and {len(newer) - 3} more" if len(newer) > 3 else "")
+        print(f"note: 'latest' is {chosen['run_id']}, the newest complete run; {len(newer)} newer run "
+              f"folder{'s' * (len(newer) != 1)} did not complete: {shown} ('lmra history' says why; name a run to "
+              "use it)", file=sys.stderr)
+
     def _resumed_by(self, run_id: str, name: str | None, seed) -> str | None:
         """The first finished run registered after ``run_id`` with its name and seed — the re-run
         that completed the night from the call cache — or None (new-user finding: a resumed night
@@ -994,12 +1012,14 @@ class History:
         ref = str(ref)
         if ref == "latest":
             self.scan()
-            runs = self.runs()
-            runs = runs[runs["status"].fillna("complete") == "complete"]  # partial runs only when named
+            everything = self.runs()
+            runs = everything[everything["status"].fillna("complete") == "complete"]  # partial runs only when named
             if runs.empty:
                 raise LmraInputError(f"no complete run in {self.path.parent} (partial runs are used only when "
                                      "named)", field="RUN")
-            return self._load_id(str(runs.iloc[-1]["run_id"]))
+            chosen = runs.iloc[-1]
+            self._say_newer_skipped(chosen, everything)
+            return self._load_id(str(chosen["run_id"]))
         if ref in ("last", "pinned"):
             if relative_to is None:
                 raise LmraInputError(f"'{ref}' needs the run it is the baseline of", field="--baseline")

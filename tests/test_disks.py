@@ -461,3 +461,24 @@ def test_an_audit_killed_before_its_manifest_is_listed_not_finished(tmp_path, ca
     (reports / "20261201-021600-recsys").mkdir()
     with History(reports / "history.sqlite") as h:
         assert [r["run_id"] for r in h.not_finished()] == [folder.name]
+
+
+def test_latest_says_which_newer_run_folders_it_passed_over(tmp_path, capsys):
+    """Fresh-user finding (s38): after a failed night, 'lmra check latest' checked the night before
+    without saying the newest one had not completed. 'latest' names the newer folders it passed over."""
+    from lmra.cli import main
+    from test_gates import FLAT, audit, write_config
+
+    cfg = write_config(tmp_path, name="nightly", rates=FLAT, n_prompts=8)
+    rc, _, run = audit(capsys, cfg)
+    assert rc == 0
+    reports = run.parent
+    assert main(["gate", "latest", "--gate", "max_net_rating=1", "--reports-dir", str(reports)]) == 0
+    assert "passed over" not in capsys.readouterr().err and "did not complete" not in capsys.readouterr().err
+    killed = reports / "20991231-000000-nightly"  # a newer night killed as it started (stale, no manifest)
+    killed.mkdir()
+    (killed / "run.lock").write_text("")
+    assert main(["gate", "latest", "--gate", "max_net_rating=1", "--reports-dir", str(reports)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"note: 'latest' is {run.name}, the newest complete run; 1 newer run folder did not complete: "
+            "20991231-000000-nightly (stale) ('lmra history' says why; name a run to use it)") in err
