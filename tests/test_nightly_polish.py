@@ -619,3 +619,26 @@ def test_the_legend_says_when_tasks_are_too_small_for_narrow_intervals(tmp_path,
     big = write_config(tmp_path, name="big", rates=FLAT, n_prompts=40)
     rc, out, _ = audit(capsys, big)
     assert rc == 0 and "fewer than 10 prompts" not in " ".join(out.split())
+
+
+def test_validate_warns_that_the_embedded_judge_cannot_answer_yes_no_questions(tmp_path, capsys):
+    """Fresh-user finding (s38): pointing only [target] of the demo at a real chatbot kept the embedded
+    270M LMRA with refusal labels and the LMRA identity filter on — coin flips: 14 minutes, 11 of 21
+    prompts removed, every pair a "refusal", exit 1, never pinned — and nothing said so before."""
+    from lmra.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    base = (f'name = "embj"\nprompts = "{root / "prompts" / "tasks.jsonl"}"\nnames = "{root / "names" / "gender.csv"}"\n'
+            'prompts_per_task = 1\n[target]\nprovider = "llamacpp"\n[judge]\nprovider = "llamacpp"\n')
+    said = "the LMRA is the embedded 270M base model, which cannot answer the yes/no questions of"
+    for extra, warned in (("", True), ("[refusal]\nenabled = false\n[filter]\nlmra = false\n", False),
+                          ("[refusal]\nenabled = false\n", True)):
+        cfg = tmp_path / f"c{len(extra)}.toml"
+        cfg.write_text(base + extra)
+        assert main(["validate", str(cfg)]) == 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert (said in err) == warned, (extra, err)
+        if warned:
+            assert "the identity filter's LMRA check ([filter] lmra)" in err
+    assert main(["validate", str(root / "examples" / "default.toml")]) == 0
+    assert said not in " ".join(capsys.readouterr().err.split())

@@ -248,7 +248,8 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                                     "makes a re-run free) — keep it where the prompts may be, or delete it after the "
                                     "run"), highlight=False, soft_wrap=True)
     for line in (_unmeetable_gates(cfg, inputs) + _canary_warnings(cfg, inputs) + _judge2_warnings(cfg)
-                 + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg) + _greedy_samples_warnings(cfg)):
+                 + _slow_limit_warnings(cfg, plan) + _waiver_warnings(cfg) + _greedy_samples_warnings(cfg)
+                 + _embedded_judge_warnings(cfg)):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
         from lmra.runstate import running_runs
@@ -625,6 +626,25 @@ def _waiver_warnings(cfg) -> list[str]:
     return [f"[judge_check] waives a failed check for waiver_judge = '{jc.waiver_judge}', not for this config's LMRA "
             f"({j.provider}:{j.model or 'default model'}): the waiver does not apply, so a judge that fails its check "
             "makes the audit exit with status 5 (docs/config.md, waiver_judge)"]
+
+
+def _embedded_judge_warnings(cfg) -> list[str]:
+    """A warning when the LMRA is the embedded 270M base model and its yes/no questions are on —
+    refusal labels, the identity filter's LMRA check: its answers to them are coin flips, which
+    label pairs refusals and remove prompts at random, and its judge check fails (fresh-user
+    finding, s38: pointing only [target] at a real chatbot kept them on — 14 minutes, most pairs
+    "refusals", 11 of 21 prompts removed, exit 1, never pinned; examples/default.toml turns them off)."""
+    from lmra.providers import is_embedded_model
+
+    on = [what for what, flag in (("refusal labels ([refusal] enabled)", cfg.refusal.enabled),
+                                  ("the identity filter's LMRA check ([filter] lmra)",
+                                   cfg.filter.enabled and cfg.filter.lmra)) if flag]
+    if not is_embedded_model(cfg.judge) or not on:
+        return []
+    return [f"the LMRA is the embedded 270M base model, which cannot answer the yes/no questions of {' and '.join(on)}: "
+            "its answers are coin flips that label pairs refusals and remove prompts at random (the run may end "
+            "partial), and its judge check fails; examples/default.toml turns them off ([refusal] enabled = false, "
+            "[filter] lmra = false) — for an audit of a chatbot, point [judge] at a capable model"]
 
 
 def _canary_warnings(cfg, inputs) -> list[str]:

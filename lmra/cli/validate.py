@@ -32,8 +32,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """``lmra validate CONFIG [--json]``: load and check a config, its input files and the models'
     keys without calling a model; exit 0 when valid, 2 (one paragraph) when not. ``--json``:
     :func:`lmra.report.jsonout.validate_document` (or an ``lmra.error/1`` document)."""
-    from lmra.cli.audit import (_canary_warnings, _check_gate_tasks, _greedy_samples_warnings, _judge2_warnings,
-                                _short_tasks_note, _slow_limit_warnings, _unmeetable_gates, _waiver_warnings)
+    from lmra.cli.audit import (_canary_warnings, _check_gate_tasks, _embedded_judge_warnings, _greedy_samples_warnings,
+                                _judge2_warnings, _short_tasks_note, _slow_limit_warnings, _unmeetable_gates,
+                                _waiver_warnings)
     from lmra.config import load_config
     from lmra.errors import read_toml
 
@@ -86,6 +87,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     unmeetable += _slow_limit_warnings(cfg, plan)  # a rate limit no night ends under (break-it finding)
     unmeetable += _waiver_warnings(cfg)  # a waiver written for another LMRA (fresh-user finding)
     unmeetable += _greedy_samples_warnings(cfg)  # n samples of one greedy answer (break-it finding)
+    unmeetable += _embedded_judge_warnings(cfg)  # coin-flip yes/no answers of the 270M LMRA (fresh-user finding)
     if args.json:
         from lmra.report import jsonout
 

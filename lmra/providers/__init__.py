@@ -29,6 +29,12 @@ def max_temperature(cfg: ModelConfig) -> float | None:
     return None
 
 
+def is_embedded_model(cfg: ModelConfig) -> bool:
+    """Whether a config names the embedded model (Gemma 3 270M, a *base* model, in-process):
+    provider ``llamacpp`` with no model path (or ``"embedded"``) — without loading it."""
+    return cfg.provider == "llamacpp" and cfg.model in (None, "", "embedded")
+
+
 def make_provider(cfg: ModelConfig, *, field: str = "target") -> Provider:
     """Instantiate the provider a config names.
 
