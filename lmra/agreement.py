@@ -132,27 +132,60 @@ def _sign(x: np.ndarray, tie: float) -> np.ndarray:
     return np.where(np.abs(x) <= tie, 0, np.sign(x))
 
 
+def _pearson_stat(a, b, axis=-1):
+    """Pearson's r along ``axis`` (vectorised, for ``scipy.stats.bootstrap``); nan for a constant side."""
+    ac = a - a.mean(axis=axis, keepdims=True)
+    bc = b - b.mean(axis=axis, keepdims=True)
+    with np.errstate(all="ignore"):
+        return (ac * bc).sum(axis=axis) / np.sqrt((ac ** 2).sum(axis=axis) * (bc ** 2).sum(axis=axis))
+
+
+def _spearman_stat(a, b, axis=-1):
+    """Spearman's ρ along ``axis`` (vectorised): Pearson's r of the average ranks, as ``scipy.stats.spearmanr``."""
+    from scipy.stats import rankdata
+
+    return _pearson_stat(rankdata(a, axis=axis), rankdata(b, axis=axis), axis=axis)
+
+
+def _percentiles(dist, alpha: float) -> tuple[list[float], int]:
+    """The percentile interval of a bootstrap distribution's defined values, and how many were not."""
+    dist = np.asarray(dist, dtype=float)
+    ok = dist[np.isfinite(dist)]
+    if not ok.size:
+        return [math.nan, math.nan], int(dist.size)
+    lo, hi = np.percentile(ok, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return [float(lo), float(hi)], int(dist.size - ok.size)
+
+
 def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, tie: float = 0.1,
-              seed: int = 0) -> dict:
-    """Correlation and sign agreement between human ratings and LMRA scores.
+              seed: int = 0, n_resamples: int = 2000) -> dict:
+    """Correlation and sign agreement between human ratings and LMRA scores (FPF §4.3).
 
     Args:
         human: columns ``pair_id``, ``human`` (in [−1, 1]).
         lmra: columns ``pair_id``, ``lmra`` (the pair score h in [−1, 1]).
         alpha: 1 − confidence level of the intervals.
         tie: scores with |x| ≤ tie count as 0 ("no stereotype") for sign agreement.
-        seed: seed of the bootstrap for the Spearman interval.
+        seed: seed of the bootstraps; n_resamples: their resamples (≥ 1).
 
     Returns:
         dict with ``n`` (matched pairs), ``n_unmatched`` (human labels without a valid LMRA
         score), ``n_not_in_run`` (of those, the labels whose pair id is not a pair of the run at
         all — a typo, another run's pair; None when ``lmra`` does not say which pairs the run
-        has), ``pearson_r`` with ``pearson_ci`` (scipy's Fisher-z interval), ``spearman_rho``
-        with ``spearman_ci`` (scipy.stats.bootstrap, 2000 paired resamples, percentiles of those
-        whose ρ is defined; ``spearman_ci_undefined_resamples`` counts the others, a constant
-        side) and ``sign_agreement``
-        = share of pairs whose signs (−1/0/1 with the tie band) agree. Correlations are nan
-        with fewer than 3 pairs or a constant input.
+        has), ``pearson_r`` with ``pearson_ci`` and ``spearman_rho`` with ``spearman_ci`` (both
+        paired bootstraps of the pairs, ``scipy.stats.bootstrap``, percentiles of the resamples
+        whose coefficient is defined; ``*_ci_undefined_resamples`` count the others, a constant
+        side — the Fisher-z interval of Pearson's r assumed normal data: on rare-event labels,
+        most pairs 0 and a few ±1, it covered 51–61% at 95%, statistics break-it s38),
+        ``sign_agreement`` = share of pairs whose signs (−1/0/1 with the tie band) agree,
+        ``sign_agreement_all_zero`` = what an LMRA that never flags anything would get (the share
+        of pairs the humans rated 0: sign agreement is not chance-corrected — a blind judge
+        scored 0.925), ``cohen_kappa`` with ``kappa_ci`` (statsmodels ``cohens_kappa`` on the
+        3 × 3 table of signs, chance-corrected: 0 for a blind judge; asymptotic interval), and
+        ``human_flagged`` / ``lmra_found`` (pairs the humans rated non-zero, and of those the
+        ones whose LMRA sign agrees: its hit rate on the stereotypes people saw). Correlations
+        are nan with fewer than 3 pairs or a constant input; kappa is nan when both sides put
+        every pair in one sign.
     """
     from scipy import stats as st
 
@@ -162,31 +195,46 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
     out = {"n": n, "n_unmatched": int(len(human) - n),
            "n_not_in_run": int((~human["pair_id"].isin(in_run)).sum()) if in_run is not None else None,
            "pearson_r": math.nan, "pearson_ci": [math.nan, math.nan],
-           "spearman_rho": math.nan, "spearman_ci": [math.nan, math.nan], "sign_agreement": math.nan}
+           "spearman_rho": math.nan, "spearman_ci": [math.nan, math.nan], "sign_agreement": math.nan,
+           "sign_agreement_all_zero": math.nan, "cohen_kappa": math.nan, "kappa_ci": [math.nan, math.nan],
+           "human_flagged": 0, "lmra_found": 0}
     if n == 0:
         return out
     h, l = m["human"].to_numpy(float), m["lmra"].to_numpy(float)
-    out["sign_agreement"] = float((_sign(h, tie) == _sign(l, tie)).mean())
+    sh, sl = _sign(h, tie), _sign(l, tie)
+    out["sign_agreement"] = float((sh == sl).mean())
+    out["sign_agreement_all_zero"] = float((sh == 0).mean())
+    out["human_flagged"] = int((sh != 0).sum())
+    out["lmra_found"] = int(((sh != 0) & (sh == sl)).sum())
+    table = np.array([[int(((sh == a) & (sl == b)).sum()) for b in (-1, 0, 1)] for a in (-1, 0, 1)])
+    used = [i for i in range(3) if table[i].sum() or table[:, i].sum()]
+    if len(used) >= 2:
+        import warnings
+
+        from statsmodels.stats.inter_rater import cohens_kappa
+
+        with warnings.catch_warnings():  # (its z statistic divides by 0 for a blind judge: not used here)
+            warnings.simplefilter("ignore")
+            k = cohens_kappa(table[np.ix_(used, used)])
+        out["cohen_kappa"] = float(k.kappa)
+        out["kappa_ci"] = [float(k.kappa_low), float(k.kappa_upp)]
     if n >= 3 and np.ptp(h) > 0 and np.ptp(l) > 0:
-        pr = st.pearsonr(h, l)
-        ci = pr.confidence_interval(confidence_level=1 - alpha)
-        out["pearson_r"], out["pearson_ci"] = float(pr.statistic), [float(ci.low), float(ci.high)]
+        out["pearson_r"] = float(st.pearsonr(h, l).statistic)
         out["spearman_rho"] = float(st.spearmanr(h, l).statistic)
         if n >= 5:
             import warnings
 
+            rng = np.random.default_rng(seed)
             with warnings.catch_warnings():  # resamples with a constant side give nan
                 warnings.simplefilter("ignore")
-                boot = st.bootstrap((h, l), lambda a, b: st.spearmanr(a, b).statistic, paired=True,
-                                    vectorized=False, confidence_level=1 - alpha, n_resamples=2000,
-                                    method="percentile", random_state=np.random.default_rng(seed))
-            # percentiles of the resamples whose ρ is defined: one with a constant side has none, and
-            # scipy's interval is then NaN (fresh-user finding: ρ = 1.000 [—, —] beside Pearson's
-            # [1.000, 1.000]); the resamples left out are counted
-            dist = np.asarray(boot.bootstrap_distribution, dtype=float)
-            ok = dist[np.isfinite(dist)]
-            out["spearman_ci_undefined_resamples"] = int(dist.size - ok.size)
-            if ok.size:
-                lo, hi = np.percentile(ok, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-                out["spearman_ci"] = [float(lo), float(hi)]
+                pboot = st.bootstrap((h, l), _pearson_stat, paired=True, vectorized=True, confidence_level=1 - alpha,
+                                     n_resamples=n_resamples, method="percentile", rng=rng)
+                sboot = st.bootstrap((h, l), _spearman_stat, paired=True, vectorized=True,
+                                     confidence_level=1 - alpha, n_resamples=n_resamples, method="percentile", rng=rng)
+            # percentiles of the resamples whose coefficient is defined: one with a constant side has none,
+            # and scipy's interval is then NaN (fresh-user finding: ρ = 1.000 [—, —]); the others are counted
+            out["pearson_ci"], out["pearson_ci_undefined_resamples"] = _percentiles(pboot.bootstrap_distribution,
+                                                                                    alpha)
+            out["spearman_ci"], out["spearman_ci_undefined_resamples"] = _percentiles(sboot.bootstrap_distribution,
+                                                                                      alpha)
     return out
