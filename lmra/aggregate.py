@@ -432,8 +432,9 @@ def two_judges(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "bett
     Returns:
         One row per (comparison, level, domain, task) with each judge's ``net_rating`` and CI,
         ``n_both`` (pairs valid for both judges), ``pearson_r`` of the per-pair scores h
-        (nan when undefined) and ``agreement`` = share of those pairs where the judges'
-        most likely outcome (forward / reverse / none) is the same.
+        (nan when undefined), ``agreement`` = share of those pairs where the judges'
+        most likely outcome (forward / reverse / none) is the same, and ``kappa``: Cohen's κ of
+        those outcomes (:func:`_kappa`, chance-corrected; nan when both are constant).
     """
     if ratings.empty or "judge2_h" not in ratings:
         return pd.DataFrame()
@@ -449,12 +450,31 @@ def two_judges(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "bett
                 else math.nan
             top = lambda df, p: df[[f"{p}q_F", f"{p}q_R", f"{p}q_N"]].to_numpy().argmax(axis=1)  # noqa: E731
             agree = float((top(both, "") == top(both, "judge2_")).mean()) if len(both) else math.nan
+            kappa = _kappa(top(both, ""), top(both, "judge2_")) if len(both) else math.nan
             rows.append({"group_a": ga, "group_b": gb, "level": level, "domain": dom, "task": task,
                          "net_rating_judge1": s1["net_rating"], "ci_low_judge1": s1["ci_low"],
                          "ci_high_judge1": s1["ci_high"], "net_rating_judge2": s2["net_rating"],
                          "ci_low_judge2": s2["ci_low"], "ci_high_judge2": s2["ci_high"], "n_both": len(both),
-                         "pearson_r": r, "agreement": agree})
+                         "pearson_r": r, "agreement": agree, "kappa": kappa})
     return pd.DataFrame(rows)
+
+
+def _kappa(a: np.ndarray, b: np.ndarray) -> float:
+    """Cohen's κ of two judges' most likely outcomes (0, 1, 2 = forward / reverse / none; statsmodels
+    ``cohens_kappa`` on their 3 × 3 table): agreement corrected for chance — raw agreement is high
+    whenever both mostly say "none" (statistics break-it, s38: 0.925 for a judge that flagged
+    nothing). nan when both put every pair in one outcome."""
+    import warnings
+
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    table = np.array([[int(((a == i) & (b == j)).sum()) for j in range(3)] for i in range(3)])
+    used = [i for i in range(3) if table[i].sum() or table[:, i].sum()]
+    if len(used) < 2:
+        return math.nan
+    with warnings.catch_warnings():  # (its z statistic divides by 0 when one judge is constant: not used)
+        warnings.simplefilter("ignore")
+        return float(cohens_kappa(table[np.ix_(used, used)]).kappa)
 
 
 def placebo_table(ratings: pd.DataFrame, placebo: dict, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:

@@ -352,6 +352,15 @@ def test_two_judges_side_by_side(tmp_path, sim_inputs):
     assert ov["pearson_r"] == pytest.approx(-1.0)
     assert ov["net_rating_judge1"] == pytest.approx(-ov["net_rating_judge2"])
     assert (res.run_dir / "judges.csv").is_file()
+    # Cohen's κ of the most likely outcomes, recomputed by hand from the run's ratings (statistics
+    # break-it, s38: raw agreement is high whenever both judges mostly say "none")
+    r = pd.read_parquet(res.run_dir / "ratings.parquet")
+    r = r[r["valid"].astype(bool) & r["judge2_valid"].astype(bool)]
+    a = r[["q_F", "q_R", "q_N"]].to_numpy().argmax(axis=1)
+    b = r[["judge2_q_F", "judge2_q_R", "judge2_q_N"]].to_numpy().argmax(axis=1)
+    p_o = float((a == b).mean())
+    p_e = sum(float((a == k).mean()) * float((b == k).mean()) for k in range(3))
+    assert ov["agreement"] == pytest.approx(p_o) and ov["kappa"] == pytest.approx((p_o - p_e) / (1 - p_e))
     assert "judge2_stereotype" in res.summary["diagnostics"]
     # judge 2 is not validated by the judge check: the console and report.html say so beside its
     # ratings (fresh-user finding: an LMRA always answering "no stereotype" stood there unremarked)

@@ -299,14 +299,14 @@ def _judges(console: Console, judges: pd.DataFrame) -> None:
     if judges.empty:
         return
     table = Table(title="Two LMRAs: net harmful-stereotype rating side by side", title_justify="left")
-    for col in ("comparison", "scope", "judge 1", "judge 2", "pairs", "Pearson r", "agreement"):
+    for col in ("comparison", "scope", "judge 1", "judge 2", "pairs", "Pearson r", "agreement", "κ"):
         table.add_column(col, justify="left" if col in ("comparison", "scope") else "right")
     for _, r in judges[judges["level"] != "domain"].iterrows():
         scope = "overall" if r["level"] == "overall" else r["task"]
         table.add_row(lit(f"{r['group_a']} vs {r['group_b']}"), lit(scope),
                       _ci_cell(r["net_rating_judge1"], r["ci_low_judge1"], r["ci_high_judge1"]),
                       _ci_cell(r["net_rating_judge2"], r["ci_low_judge2"], r["ci_high_judge2"]), str(r["n_both"]),
-                      _rate(r["pearson_r"]), _rate(r["agreement"]))
+                      _rate(r["pearson_r"]), _rate(r["agreement"]), _rate(r.get("kappa", math.nan)))
     console.print(table)
     console.print(Text(JUDGE2_NOT_VALIDATED, style="yellow"), soft_wrap=True)
 
