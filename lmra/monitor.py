@@ -1258,9 +1258,13 @@ def check_settings(h, run_id: str, margin: float | None, alpha: float | None) ->
     margin = nightly[0] if margin is None else margin
     alpha = nightly[1] if alpha is None else alpha
     whose = "this run's" if nightly[2] == run_id else f"run {nightly[2]}'s"
-    return margin, alpha, [f"{' and '.join(taken)} as {whose} nightly check (lmra audit --baseline) used "
-                           f"{'them' if len(taken) > 1 else 'it'} (margin {margin:g}, α {alpha:g}); --margin and "
-                           "--alpha set them"]
+    value = {"margin": margin, "α": alpha}
+    option = {"margin": "--margin", "α": "--alpha"}
+    given = [f"{w} {value[w]:g} as given" for w in value if w not in taken]
+    return margin, alpha, [" and ".join(f"{w} {value[w]:g}" for w in taken)
+                           + f" taken from {whose} nightly check (lmra audit --baseline), so that this check judges "
+                           "as the night did" + (f"; {given[0]}" if given else "")
+                           + f" ({' and '.join(option[w] for w in taken)} to choose)"]
 
 
 def check_run(run_ref: str | Path, baseline_ref: str | Path, *, history: str | Path | None = None,

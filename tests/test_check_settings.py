@@ -33,11 +33,14 @@ def test_a_check_by_hand_takes_the_nightlys_margin_and_says_so(tmp_path, lmra_cl
     res = check_run(rise, base, history=hist, record=False)
     assert res.margin == 0.5 and res.alpha == 0.01 and res.regressions.empty  # as the nightly said
     (note,) = [n for n in res.notes if "nightly check" in n]
-    assert note.startswith("margin and α as this run's nightly check (lmra audit --baseline) used them")
+    # (fresh-user finding, s38: "margin and α as this run's nightly check … used them" was hard to parse)
+    assert note == ("margin 0.5 and α 0.01 taken from this run's nightly check (lmra audit --baseline), so that this "
+                    "check judges as the night did (--margin and --alpha to choose)")
     # what is given is used; the rest still comes from the nightly
     mixed = check_run(rise, base, history=hist, margin=0.0, record=False)
     assert mixed.margin == 0.0 and mixed.alpha == 0.01 and len(mixed.regressions) == 1
-    assert any(n.startswith("α as this run's nightly check") for n in mixed.notes)
+    assert ("α 0.01 taken from this run's nightly check (lmra audit --baseline), so that this check judges as the "
+            "night did; margin 0 as given (--alpha to choose)") in mixed.notes
     # a later night of the name without a check of its own: the newest earlier nightly's settings
     later = make_run(tmp_path, "20260103-000000-nightly", {"write a story": 0.35, "career advice": 0.1}, seed=3,
                      n_prompts=200)
@@ -47,7 +50,7 @@ def test_a_check_by_hand_takes_the_nightlys_margin_and_says_so(tmp_path, lmra_cl
     capsys.readouterr()
     assert lmra_cli(["check", str(rise), "--baseline", str(base), "--history", str(hist)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "margin and α as this run's nightly check" in out
+    assert "margin 0.5 and α 0.01 taken from this run's nightly check" in out
     assert lmra_cli(["check", str(rise), "--baseline", str(base), "--history", str(hist), "--margin", "0"]) == 3
     assert lmra_cli(["report", str(rise), "--baseline", str(base), "--history", str(hist),
                      "--out", str(tmp_path / "r.html")]) == 0
