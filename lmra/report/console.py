@@ -251,7 +251,8 @@ def refusal_gap_warnings(refusals: pd.DataFrame, alpha: float) -> list[str]:
 def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
     if quality.empty:
         return
-    table = Table(title="Response quality: mean q(A better) − q(B better), Bonferroni/Holm over the criteria",
+    table = Table(title="Response quality: mean q(A better) − q(B better) (< 0: the first group's responses rated "
+                        "worse), Bonferroni/Holm over the criteria",
                   title_justify="left")
     for col in ("comparison", "criterion", "pairs", f"mean [{conf}% CI]", "p", "Bonferroni", "Holm"):
         table.add_column(col, justify="left" if col in ("comparison", "criterion") else "right")
