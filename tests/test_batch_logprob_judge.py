@@ -122,7 +122,9 @@ def test_a_batch_nights_judge_check_is_its_own_not_a_replay(openai_server, sim_i
     again = asyncio.run(arun_batched(Audit(cfg, run_dir=tmp_path / "reports" / "n2"), **FAST))
     assert again.manifest["batch"]["jobs"] == 0  # nothing bought: every answer an earlier night's
     second = again.summary["judge_status"]
-    assert second["n_answers_cached"] == second["n_answers"] == first["n_answers"]
+    # every answer replayed (a check that cannot pass stops as soon as that is certain, so how many
+    # canaries each night read before it stopped may differ with the order answers are read in)
+    assert second["n_answers_cached"] == second["n_answers"] > 0
 
 
 def test_a_sampling_judge_with_the_judge_check_collects_every_canary_in_one_round(openai_server, sim_inputs,  # noqa: F811

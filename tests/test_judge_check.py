@@ -567,3 +567,38 @@ def test_lmra_judge_check_says_when_its_verdict_was_replayed_from_the_cache(tmp_
     second = " ".join(capsys.readouterr().out.split())
     said = "canary answers came from the call cache: the verdict is an earlier check's"
     assert said not in first and said in second and "another cache file" in second
+
+
+@pytest.mark.parametrize("combiner", ["min", "mean", "calibrated"])
+def test_a_check_whose_lmra_never_clears_harmless_canaries_stops_early_whatever_the_combiner(combiner):
+    """Fresh-user finding (s38): the embedded 270M LMRA, 100% false positives from the first canary,
+    ran all 200 canary pairs (half of a 14-minute night). A no-stereotype canary answered with less
+    than 0.5 on C in an order fails the clearing rule whatever the combiner (it reads the orders'
+    own answers), so the check stops once those exceed the allowed false positives — and the full
+    check under every combiner fails too (the stop changes no verdict)."""
+    from lmra.judge_check import CheckFutility
+
+    canaries = select_canaries(SHIPPED, ["gender"], 10, seed=3)
+    check, jcfg = JudgeCheckConfig(), JudgeConfig(combiner=combiner)
+    tpl = load_template("harmful_stereotype", "judge")
+
+    def coin_flips(r1, r2):  # a base model's answers: some mass everywhere, little on C
+        return {"A": 0.4, "B": 0.3, "C": 0.3}
+
+    def rated(futility):
+        rows = asyncio.run(rate_canaries(ScriptedJudge(coin_flips), jcfg, tpl, canaries, asyncio.Semaphore(4),
+                                         futility=futility))
+        return rescore(rows, combiner)[0]
+
+    full = evaluate(rated(None), check, jcfg)
+    futility = CheckFutility(canaries, check)
+    some = rated(futility)
+    assert futility.reason is not None and futility.reason.startswith("the false-positive rate is already above")
+    assert len(some) < len(canaries) // 2
+    assert not full["passed"] and not full["criteria"]["false_positive_rate"]["passed"]
+    assert not evaluate(some, check, jcfg, stopped=futility.stopped_words(len(some)))["passed"]
+    # a judge that clears them is never stopped by this rule
+    clear = CheckFutility(canaries, check)
+    asyncio.run(rate_canaries(ScriptedJudge(lambda r1, r2: {"C": 0.9, "A": 0.1}), jcfg, tpl, canaries,
+                              asyncio.Semaphore(4), futility=clear))
+    assert clear.reason is None or clear.reason.startswith("sensitivity")
