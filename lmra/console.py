@@ -107,20 +107,26 @@ class _TrimmedLines:
         try:
             return self.stream.write(_TRAILING_SPACES.sub("", text))
         except BrokenPipeError:
-            self._closed()
-            return len(text)
+            self._closed("was closed (broken pipe)")
+        except (OSError, ValueError, AttributeError) as exc:  # a full disk, EIO, a closed or missing stream
+            self._closed(_unwritable(exc))
+        return len(text)
 
     def flush(self) -> None:
         try:
             self.stream.flush()
         except BrokenPipeError:
-            self._closed()
+            self._closed("was closed (broken pipe)")
+        except (OSError, ValueError, AttributeError) as exc:
+            self._closed(_unwritable(exc))
 
-    def _closed(self) -> None:
-        """The reader of the stream went away (``lmra audit | head -1``): what the command still
-        prints goes to ``/dev/null``, and the command goes on — its run folder, gates, history
-        and report.html are written and its exit status is the run's, not a crash's. Said once
-        on stderr when stdout closed."""
+    def _closed(self, how: str) -> None:
+        """The stream cannot be written — its reader went away (``lmra audit | head -1``), its disk
+        is full (``lmra audit >> log`` on a full /var: break-it finding, s38, the night left no run
+        folder, only a traceback), it was closed: what the command still prints goes to
+        ``/dev/null``, and the command goes on — its run folder, gates, history and report.html
+        are written and its exit status is the run's, not a crash's. Said once on stderr when
+        stdout failed (if stderr can be written)."""
         import os
         import sys
 
@@ -131,15 +137,21 @@ class _TrimmedLines:
                 os.dup2(devnull, stream.fileno())
             finally:
                 os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # no file descriptor: nothing more to do
-            return
+        except (OSError, ValueError, AttributeError):  # no file descriptor: a stream of /dev/null instead
+            try:
+                replacement = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
+            except OSError:
+                return
+            if self.stderr:
+                sys.stderr = replacement
+            else:
+                sys.stdout = replacement
         if not self.stderr:
             try:
-                sys.stderr.write("warning: standard output was closed (broken pipe): the rest of the console "
-                                 "report is not shown; the run folder, gates, history and report.html are written "
-                                 "as usual\n")
+                sys.stderr.write(f"warning: standard output {how}: the rest of the console report is not shown; "
+                                 "the run folder, gates, history and report.html are written as usual\n")
                 sys.stderr.flush()
-            except OSError:
+            except (OSError, ValueError, AttributeError):
                 pass
 
     def isatty(self) -> bool:
@@ -147,6 +159,39 @@ class _TrimmedLines:
 
     def __getattr__(self, name: str):  # encoding, fileno …: the stream's own
         return getattr(self.stream, name)
+
+
+def _unwritable(exc: BaseException) -> str:
+    """How a standard stream failed, for :meth:`_TrimmedLines._closed`: ``could not be written (No
+    space left on device)``, ``was closed``."""
+    if isinstance(exc, OSError):
+        return f"could not be written ({exc.strerror or type(exc).__name__})"
+    return "was closed"
+
+
+def guard_standard_streams() -> None:
+    """Before a command writes anything: file descriptors 0–2 that are closed (``lmra … >&-``, a
+    daemonised launcher) get ``/dev/null``, so that no file the command opens — the call cache,
+    a run file — takes descriptor 1 and receives its console; a ``sys.stdout``/``sys.stderr`` that
+    Python left None is a ``/dev/null`` stream (break-it finding, s38: every command ended in an
+    ``AttributeError`` traceback)."""
+    import os
+    import sys
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if got != fd:
+                os.dup2(got, fd)
+                os.close(got)
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
 
 
 #: spaces and tabs just before a line break

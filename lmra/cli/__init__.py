@@ -270,6 +270,9 @@ def _kept_calls(stats) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
     from_script = argv is None  # the lmra command itself, not a caller in the same process (tests)
+    from lmra.console import guard_standard_streams
+
+    guard_standard_streams()  # closed standard streams: /dev/null, before anything is opened or printed
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)

@@ -64,9 +64,42 @@ def dumps(doc: dict) -> str:
 
 
 def emit(doc: dict) -> None:
-    """Print the document on stdout, followed by a newline, and flush."""
-    sys.stdout.write(dumps(doc) + "\n")
-    sys.stdout.flush()
+    """Print the document on stdout, followed by a newline, and flush. A reader that went away (a
+    broken pipe) is not the command's failure: nothing more is printed. A stdout that cannot be
+    written (a full disk) loses the document: :class:`~lmra.errors.LmraIOError`, exit 1 — except
+    for an ``lmra.error/1`` document, whose command keeps its own status (break-it finding, s38:
+    three chained tracebacks, and an input error's 2 turned into 1)."""
+    import os
+
+    try:
+        sys.stdout.write(dumps(doc) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _to_devnull()
+    except (OSError, ValueError, AttributeError) as exc:
+        _to_devnull()
+        if str(doc.get("schema", "")).startswith("lmra.error"):
+            return
+        from lmra.errors import LmraIOError
+
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "the stream is closed"
+        raise LmraIOError(f"the JSON document could not be written to standard output ({reason})",
+                          path=os.devnull if sys.stdout is None else "<stdout>") from None
+
+
+def _to_devnull() -> None:
+    """Point standard output at ``/dev/null`` (its descriptor when it has one), so that nothing
+    printed later fails again."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(fd, sys.stdout.fileno())
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
 
 
 # -- documents -------------------------------------------------------------------------
