@@ -6,6 +6,7 @@
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -546,6 +547,9 @@ def test_audit_against_a_judge_failed_baseline_exits_5_like_check_and_last_skips
     ("latin1.txt", b"/tmp/r\xe9\n", "refusing to overwrite"),
     ("nodir/rd.txt", None, "does not exist"),
     ("", None, "is empty"),
+    # devices and pipes (break-it finding, s38: /dev/zero was read until the OOM killer came; a FIFO blocked)
+    ("/dev/zero", None, "is not a regular file (a device, pipe or socket)"),
+    ("fifo", "FIFO", "is not a regular file (a device, pipe or socket)"),
 ])
 def test_run_dir_file_is_validated_before_any_call_and_never_replaces_another_file(tmp_path, name, content,
                                                                                    reason):
@@ -553,7 +557,9 @@ def test_run_dir_file_is_validated_before_any_call_and_never_replaces_another_fi
     (tmp_path / "reports").mkdir()
     cfg = audit_config(tmp_path / "cfgcopy.toml", dead, tmp_path / "c.sqlite", tmp_path / "reports", tasks=TASKS)
     target = tmp_path / name if name else None
-    if content is not None:
+    if content == "FIFO":
+        os.mkfifo(target)
+    elif content is not None:
         target.write_bytes(content)
     before = target.read_bytes() if target is not None and target.is_file() else None
     proc = _audit_cli(cfg, tmp_path, "--run-dir-file", name)

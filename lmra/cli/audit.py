@@ -187,10 +187,14 @@ def _clear_run_dir_file(path: str) -> None:
         raise refuse(f"cannot be written: its folder {parent} is not writable")
     if p.is_dir():
         raise refuse("is a folder, expected a file to write the run folder's path to")
+    if p.exists() and not p.is_file():  # (break-it finding, s38: /dev/zero was read until the OOM killer came,
+        # a FIFO or /dev/stdout blocked forever; a device reports size 0)
+        raise refuse("is not a regular file (a device, pipe or socket): give a file to write the run folder's path to")
     if p.exists() or p.is_symlink():
         try:
-            size = p.stat().st_size
-            text = p.read_bytes().decode("utf-8") if size <= RUN_DIR_FILE_MAX_BYTES else None
+            with p.open("rb") as fh:  # at most one byte more than an earlier run-dir file may hold
+                data = fh.read(RUN_DIR_FILE_MAX_BYTES + 1)
+            text = data.decode("utf-8") if len(data) <= RUN_DIR_FILE_MAX_BYTES else None
         except (OSError, UnicodeDecodeError):
             text = None
         lines = text.splitlines() if text is not None else []
