@@ -214,6 +214,40 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  file=config_path, field=key)
 
 
+def require_writable_cache(cache: str) -> None:
+    """Refuse, before any model call, a call cache this user cannot write: the SQLite file
+    read-only for them (a run with sudo once created it, owned by root), or its folder, where
+    SQLite writes its journal, not writable (break-it finding, s38: found after every call of the
+    night was paid for and a 60 s wait, then blamed on a full disk). ``":memory:"`` and a cache
+    not created yet (its folder is checked by :func:`check_output_paths`) pass.
+
+    Raises:
+        LmraIOError: naming the file, its owner and mode (exit status 1)."""
+    import os
+    import stat
+
+    from lmra.errors import LmraIOError
+
+    if cache == ":memory:":
+        return
+    db = Path(cache)
+    if db.is_file() and not os.access(db, os.R_OK | os.W_OK):
+        try:
+            st = db.stat()
+            import pwd
+
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except (OSError, KeyError, ImportError):
+            owner, st = "?", None
+        mode = f", mode {stat.S_IMODE(st.st_mode):o}" if st is not None else ""
+        raise LmraIOError(f"the call cache cannot be written by this user (owner {owner}{mode}): answered calls could "
+                          "not be stored; make it writable for this user (chown/chmod) or set another cache", path=db)
+    folder = db.parent if str(db.parent) else Path(".")
+    if db.is_file() and folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise LmraIOError(f"the call cache's folder {folder} cannot be written by this user: SQLite writes its journal "
+                          "there, so no answered call could be stored; make it writable or set another cache", path=db)
+
+
 def output_folder(path: str | Path, option: str) -> Path:
     """The folder an option names for a command's output files, created if needed.
 

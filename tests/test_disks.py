@@ -482,3 +482,50 @@ def test_latest_says_which_newer_run_folders_it_passed_over(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert (f"note: 'latest' is {run.name}, the newest complete run; 1 newer run folder did not complete: "
             "20991231-000000-nightly (stale) ('lmra history' says why; name a run to use it)") in err
+
+
+def test_a_cache_this_user_cannot_write_is_refused_before_any_call(tmp_path):
+    """Break-it finding (s38): a cache.sqlite left owned by root (a sudo run) was found read-only only
+    after the night's 178 calls, a 60 s wait and a "free space" advice. It is refused first, naming
+    the file and its owner. Checked as a user that really cannot write it: as root, in a forked
+    child that drops to uid 65534 (root may write any file); else with the file made read-only."""
+    import shutil
+    import tempfile
+
+    from lmra.cache import CallCache
+    from lmra.errors import LmraIOError
+    from lmra.fileio import require_writable_cache
+
+    folder = Path(tempfile.mkdtemp(prefix="lmra-rocache-"))
+    try:
+        folder.chmod(0o755)
+        db = folder / "cache.sqlite"
+        CallCache(db).close()
+        db.chmod(0o644)
+        require_writable_cache(str(db))  # its owner may write it
+        require_writable_cache(":memory:")
+        require_writable_cache(str(folder / "new.sqlite"))  # not created yet: fine
+
+        def refused() -> str:
+            try:
+                require_writable_cache(str(db))
+            except LmraIOError as exc:
+                return str(exc)
+            return ""
+
+        if os.geteuid() == 0:
+            pid = os.fork()
+            if pid == 0:  # the child: another user, then the check
+                try:
+                    os.setuid(65534)
+                    said = refused()
+                    os._exit(0 if "the call cache cannot be written by this user (owner root, mode 644)" in said else 3)
+                except BaseException:
+                    os._exit(4)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 0, status
+        else:
+            db.chmod(0o444)
+            assert "the call cache cannot be written by this user" in refused()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

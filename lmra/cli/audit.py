@@ -71,6 +71,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         first_night, baseline_sizes = _precheck_baseline(cfg, args.baseline)
     elif args.shard is None:
         _precheck_history(cfg)
+    from lmra.fileio import require_writable_cache
+
+    require_writable_cache(cfg.cache)  # (a cache left read-only by a sudo run: found after every call before)
     from lmra.audit import Audit  # after the checks above: a bad option or config is said without loading it
 
     worker = None
