@@ -224,3 +224,21 @@ def test_the_detectable_rise_says_when_it_is_only_a_lower_bound(runs):
     assert one(found, "lmra_overall_detectable_rise", comparison=o["comparison"]) == o["mde"]
     assert one(found, "lmra_overall_detectable_rise_lower_bound", comparison=o["comparison"]) == \
         float(bool(o.get("mde_lower_bound")))
+
+
+def test_the_metrics_out_option_names_a_folder(runs, lmra_cli, tmp_path, capsys):
+    """Break-it finding (s38): ``--out`` naming an existing file gave a raw FileExistsError (exit 1,
+    where --format csv gives a clean exit 2), and a new ``…/lmra.prom`` became a folder of that name
+    (exit 0) — which the textfile collector cannot read, keeping the previous night's metrics."""
+    run = runs["rise"]
+    existing = tmp_path / "existing.prom"
+    existing.write_text("x")
+    assert lmra_cli(["export", str(run), "--format", "prometheus", "--out", str(existing)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--out" in err and "is a file" in err and "Traceback" not in err
+    new = tmp_path / "collector" / "lmra.prom"
+    assert lmra_cli(["export", str(run), "--format", "prometheus", "--out", str(new)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "names the folder the metrics file goes to (as lmra_nightly.prom)" in err and not new.exists()
+    assert lmra_cli(["export", str(run), "--format", "prometheus", "--out", str(tmp_path / "collector")]) == 0
+    assert (tmp_path / "collector" / "lmra_nightly.prom").is_file()

@@ -917,6 +917,17 @@ def cmd_export(args: argparse.Namespace) -> int:
                                  "call cache (its check has no verdict); the metrics file of the night it repeats "
                                  "stays as it is (--skip-replay)", highlight=False)
             return 0
+        if args.out:  # a folder (break-it finding, s38: a file gave a raw FileExistsError, exit 1; a new
+            # "….prom" became a folder of that name, exit 0, which the textfile collector cannot read)
+            from lmra.fileio import output_folder
+            from lmra.report.openmetrics import metrics_file_name
+
+            out = Path(args.out)
+            if out.suffix in (".prom", ".txt") and not out.is_dir() and not out.exists():
+                raise LmraInputError(f"names the folder the metrics file goes to (as {metrics_file_name(run)}), and "
+                                     f"{out} does not exist: give the textfile collector's folder, e.g. {out.parent}",
+                                     file=args.out, field="--out")
+            output_folder(args.out, "--out")
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {lit(path)}")
         return 0
