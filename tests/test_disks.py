@@ -529,3 +529,16 @@ def test_a_cache_this_user_cannot_write_is_refused_before_any_call(tmp_path):
             assert "the call cache cannot be written by this user" in refused()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_history_that_is_a_device_is_an_input_error(capsys):
+    """Break-it finding (s38): ``lmra history --history /dev/zero`` was an I/O failure ("disk I/O
+    error", exit 1) and ``lmra report --history /dev/zero`` said "no such history file"."""
+    from lmra.cli import main
+
+    assert main(["history", "--history", "/dev/zero"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "/dev/zero" in err and "is not a regular file (a device, pipe or socket)" in err
+    assert main(["report", "--history", "/dev/zero"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is not a regular file (a device, pipe or socket)" in err and "no such history file" not in err

@@ -977,7 +977,9 @@ def cmd_history_page(args: argparse.Namespace) -> int:
                                  "page", field=opt)
     path = history_file(args)
     if args.history and not path.is_file():
-        raise LmraInputError("no such history file; after --history give the history SQLite file or nothing "
+        what = ("is not a regular file (a device, pipe or socket)" if path.exists() and not path.is_dir()
+                else "is a folder" if path.is_dir() else "no such history file")
+        raise LmraInputError(f"{what}; after --history give the history SQLite file or nothing "
                              "(a run's report is 'lmra report RUN')", file=path, field="--history")
     if not path.parent.is_dir():
         raise LmraInputError("no reports folder here (run 'lmra audit' first, or pass --reports-dir DIR or "
