@@ -9,7 +9,7 @@ LMRA_CONFIG="${LMRA_CONFIG:-nightly.toml}"
 LMRA_EXPORTS="${LMRA_EXPORTS:-/srv/dashboards/lmra}"  # one Parquet folder per run: the night's date (-SEED: another run that day)
 LMRA_METRICS="${LMRA_METRICS:-/var/lib/node_exporter/textfile_collector}"  # lmra_<name>.prom goes here
 LMRA_ENV_FILE="${LMRA_ENV_FILE:-/etc/lmra/env}"    # API keys as KEY=value lines (mode 600), if readable
-LMRA_AUDIT_ARGS="${LMRA_AUDIT_ARGS:-}"            # more audit flags, e.g. "--gate max_ci_high=0.15"
+LMRA_AUDIT_ARGS="${LMRA_AUDIT_ARGS:-}"            # more audit flags split at spaces, no quotes, e.g. "--gate max_overall_ci_high=0.05"
 cd "$LMRA_HOME" 2>/dev/null || {                   # (no log without it: said on stderr, which cron mails)
   echo "nightly.sh: LMRA_HOME '$LMRA_HOME' is not a folder this user can enter: set LMRA_HOME to the folder" \
        "holding $LMRA_CONFIG, .venv/, reports/ and logs/ — nothing was audited, no log was written" >&2; exit 1; }
