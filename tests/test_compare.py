@@ -491,8 +491,10 @@ def test_the_disattenuated_r_is_withheld_when_noisy_and_its_interval_covers_the_
     """Statistics break-it (s38): at nightly sizes (8 tasks × 40 prompts, reliabilities 0.1–0.3)
     ``lmra compare`` printed "disattenuated r = ±1.000" with no interval for 41% of unrelated task
     profiles (18% +1, 23% −1). Below a reliability of 0.5 it is now withheld, saying why; above,
-    it comes with a bootstrap interval, whose coverage of the true r of the task rates is checked
-    here on simulated runs whose tasks truly differ (reliability ≈ 0.8)."""
+    it comes with a bootstrap interval — the basic interval about the bootstrap world's own r (break-it
+    round 2: a percentile interval lay below the estimate, 51–75% coverage) — whose coverage of the
+    true r of the task rates is checked here on simulated runs whose tasks truly differ (reliability
+    ≈ 0.8; 91% of 148 in a longer run)."""
     from lmra.compare import MIN_RELIABILITY, disattenuated_r_estimate
 
     rng = np.random.default_rng(38)
@@ -516,7 +518,7 @@ def test_the_disattenuated_r_is_withheld_when_noisy_and_its_interval_covers_the_
         if not math.isfinite(est.r):  # (a draw whose tasks' rates happen to lie close: withheld, said)
             assert est.withheld
             continue
-        assert est.ci_low <= est.r <= est.ci_high, est
+        assert est.ci_low <= est.ci_high, est
         used += 1
         covered += est.ci_low <= truth <= est.ci_high
     assert used >= 0.9 * n and covered >= 0.85 * used, (used, covered)
