@@ -298,9 +298,12 @@ def chance_breached_quality_gates(cfg, sizes: dict, n_comparisons: int | None = 
 
 
 def quality_score_sd(run) -> float | None:
-    """The standard deviation of a run's quality pair scores (``h`` of its valid rows of
-    ``quality_ratings.jsonl``, every criterion pooled, ddof 1), or None when it rated fewer than 2
-    or has no such file. What :func:`chance_breached_quality_gates` takes for ``lmra gate`` on a run."""
+    """The standard deviation of a run's quality pair scores about their own means: ``h`` of the
+    valid rows of ``quality_ratings.jsonl`` less the mean of its (comparison, task, criterion),
+    pooled (degrees of freedom: pairs less groups) — the noise a gate's values carry, not the gaps
+    between the groups (break-it round 2, s38: the raw SD counted a real gap, so the larger the gap
+    the louder "breached by chance alone"). None when fewer than 2 pairs beyond the groups, or no
+    such file. What :func:`chance_breached_quality_gates` takes for ``lmra gate`` on a run."""
     import pandas as pd
 
     path = run.path / "quality_ratings.jsonl"
@@ -312,8 +315,15 @@ def quality_score_sd(run) -> float | None:
         return None
     if df.empty or "h" not in df:
         return None
-    h = pd.to_numeric(df.loc[df["valid"].astype(bool) if "valid" in df else slice(None), "h"], errors="coerce").dropna()
-    return float(h.std(ddof=1)) if len(h) >= 2 else None
+    df = df[df["valid"].astype(bool)] if "valid" in df else df
+    df = df.assign(h=pd.to_numeric(df["h"], errors="coerce")).dropna(subset=["h"])
+    keys = [c for c in ("comparison", "domain", "task", "criterion") if c in df]
+    if keys:
+        resid = df["h"] - df.groupby(keys, sort=False)["h"].transform("mean")
+        dof = len(df) - df.groupby(keys, sort=False).ngroups
+    else:
+        resid, dof = df["h"] - df["h"].mean(), len(df) - 1
+    return float((resid.pow(2).sum() / dof) ** 0.5) if dof >= 2 else None
 
 
 def gate_warnings(cfg, sizes: dict, quality_sd: float | None = None) -> list[str]:
