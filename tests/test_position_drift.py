@@ -98,6 +98,12 @@ def test_a_rise_hidden_by_a_fall_of_the_lmras_position_preference_is_no_evidence
     assert lmra_cli(["check", str(worse), "--baseline", str(base)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "not evidence of no regression" in out and "position preference fell" in out
+    # the stored check's report.html says it too (break-it round 2, s38: a plain "No regression" there,
+    # while the history and the Prometheus gauge said "not evidence")
+    page = tmp_path / "stored.html"
+    assert lmra_cli(["report", str(worse), "--out", str(page)]) == 0
+    html = " ".join(page.read_text().split())
+    assert "not evidence of no regression" in html and "position preference fell" in html
     # the other way (the preference rose, no regression found): no hiding note
     again = check_regression(baseline, run)
     assert not [n for n in again.notes if "fell between the nights" in n]

@@ -271,6 +271,9 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
                     base.get("status") if base else None)
         not_evidence = no_regression_caveat(rows, run_judge_status=statuses[0], run_status=statuses[1],
                                             baseline_judge_status=statuses[2], baseline_status=statuses[3])
+        # the check's own recorded caveat: the LMRA's position preference fell (break-it round 2, s38: the stored
+        # check's report said a plain "No regression" where the history and Prometheus said "not evidence")
+        not_evidence = "; ".join(w for w in (not_evidence, check.get("position_drift") or "") if w)
     else:
         not_evidence, statuses = "", (None, None, None, None)
     refusal_notes = []
