@@ -508,8 +508,8 @@ class History:
         """:meth:`not_finished`'s rows of audit folders stopped before they wrote their manifest:
         a ``run.lock`` (only an audit takes one) and no ``manifest.json`` (break-it finding, s37: a
         ``kill -9`` 1.5 s into an audit left such a folder, listed nowhere). ``running`` while a live
-        process holds the lock (an audit starting now), else ``stale``; the start time is the
-        folder name's."""
+        process holds the lock (an audit starting now), else ``stale``; the start time is when
+        the lock file was written (the folder name's stamp is the writer's local time)."""
         from lmra.runstate import LOCK_FILE, is_locked
 
         stamped = re.compile(r"(\d{8})-(\d{6})-.+")
@@ -523,9 +523,10 @@ class History:
             run_name = _config_name(folder)
             if name and run_name != name:
                 continue
-            try:
-                started = _dt.datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S").astimezone().isoformat()
-            except ValueError:
+            try:  # when its lock was taken, as it started: the folder name's stamp is the writer's local time,
+                # which read in another time zone misplaced it (break-it round 2, s38)
+                started = _dt.datetime.fromtimestamp(lock.stat().st_mtime).astimezone().isoformat(timespec="seconds")
+            except (OSError, ValueError, OverflowError):
                 started = None
             running = is_locked(folder)
             out.append({"run_id": folder.name, "name": run_name, "status": "running" if running else "stale",

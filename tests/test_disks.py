@@ -4,6 +4,7 @@ The full-disk tests mount a real small tmpfs (root only; skipped elsewhere) and 
 ``lmra audit`` against the local OpenAI-compatible server of tests/faultserver.py.
 """
 
+import datetime as _dt
 import json
 import os
 import subprocess
@@ -451,7 +452,9 @@ def test_an_audit_killed_before_its_manifest_is_listed_not_finished(tmp_path, ca
     with History(reports / "history.sqlite") as h:
         (row,) = h.not_finished()
         assert h.not_finished(name="other") == []
-    assert row["status"] == "stale" and row["started"].startswith("2026-12-01T02:15:00")
+    # its start: when the lock was taken (the folder name's stamp is the writer's local time, another time zone's)
+    lock_time = _dt.datetime.fromtimestamp((folder / "run.lock").stat().st_mtime).astimezone()
+    assert row["status"] == "stale" and _dt.datetime.fromisoformat(row["started"]) == lock_time.replace(microsecond=0)
     assert "stopped before it wrote its manifest" in row["stop_reason"]
     assert main(["history", "--reports-dir", str(reports)]) == 0
     out = " ".join(capsys.readouterr().out.split())
