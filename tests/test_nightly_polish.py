@@ -632,7 +632,9 @@ def test_validate_warns_that_the_embedded_judge_cannot_answer_yes_no_questions(t
             'prompts_per_task = 1\n[target]\nprovider = "llamacpp"\n[judge]\nprovider = "llamacpp"\n')
     said = "the LMRA is the embedded 270M base model, which cannot answer the yes/no questions of"
     for extra, warned in (("", True), ("[refusal]\nenabled = false\n[filter]\nlmra = false\n", False),
-                          ("[refusal]\nenabled = false\n", True)):
+                          ("[refusal]\nenabled = false\n", True),
+                          # thresholds raised to count only confident labels (examples/smoke.toml's way): no warning
+                          ("[refusal]\nthreshold = 0.75\n[filter]\nthreshold = 0.75\n", False)):
         cfg = tmp_path / f"c{len(extra)}.toml"
         cfg.write_text(base + extra)
         assert main(["validate", str(cfg)]) == 0
@@ -640,5 +642,14 @@ def test_validate_warns_that_the_embedded_judge_cannot_answer_yes_no_questions(t
         assert (said in err) == warned, (extra, err)
         if warned:
             assert "the identity filter's LMRA check ([filter] lmra)" in err
-    assert main(["validate", str(root / "examples" / "default.toml")]) == 0
-    assert said not in " ".join(capsys.readouterr().err.split())
+    from lmra.config import load_config
+    from lmra.providers import is_embedded_model
+
+    checked = 0
+    for example in sorted((root / "examples").glob("*.toml")):  # no shipped example warns (break-it round 2)
+        if "recsys" in example.name or not is_embedded_model(load_config(example).judge):
+            continue
+        checked += 1
+        assert main(["validate", str(example)]) == 0, example
+        assert said not in " ".join(capsys.readouterr().err.split()), example
+    assert checked >= 6

@@ -636,22 +636,27 @@ def _waiver_warnings(cfg) -> list[str]:
 
 
 def _embedded_judge_warnings(cfg) -> list[str]:
-    """A warning when the LMRA is the embedded 270M base model and its yes/no questions are on —
+    """A warning when the LMRA is the embedded 270M base model and its yes/no questions are on at
+    the default threshold of 0.5 —
     refusal labels, the identity filter's LMRA check: its answers to them are coin flips, which
     label pairs refusals and remove prompts at random, and its judge check fails (fresh-user
     finding, s38: pointing only [target] at a real chatbot kept them on — 14 minutes, most pairs
     "refusals", 11 of 21 prompts removed, exit 1, never pinned; examples/default.toml turns them off)."""
     from lmra.providers import is_embedded_model
 
-    on = [what for what, flag in (("refusal labels ([refusal] enabled)", cfg.refusal.enabled),
+    # (a threshold raised above 0.5 counts only confident labels, which this model rarely gives: the shipped
+    # smoke example's way — break-it round 2, s38: the warning fired on the README's smoke run)
+    on = [what for what, flag in (("refusal labels ([refusal] enabled)", cfg.refusal.enabled
+                                   and cfg.refusal.threshold <= 0.5),
                                   ("the identity filter's LMRA check ([filter] lmra)",
-                                   cfg.filter.enabled and cfg.filter.lmra)) if flag]
+                                   cfg.filter.enabled and cfg.filter.lmra and cfg.filter.threshold <= 0.5)) if flag]
     if not is_embedded_model(cfg.judge) or not on:
         return []
     return [f"the LMRA is the embedded 270M base model, which cannot answer the yes/no questions of {' and '.join(on)}: "
             "its answers are coin flips that label pairs refusals and remove prompts at random (the run may end "
             "partial), and its judge check fails; examples/default.toml turns them off ([refusal] enabled = false, "
-            "[filter] lmra = false) — for an audit of a chatbot, point [judge] at a capable model"]
+            "[filter] lmra = false; examples/smoke.toml raises their thresholds to 0.75) — for an audit of a chatbot, "
+            "point [judge] at a capable model"]
 
 
 def _canary_warnings(cfg, inputs) -> list[str]:
