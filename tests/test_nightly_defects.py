@@ -809,7 +809,11 @@ def test_canaries_are_asked_again_with_a_new_seed_and_reused_with_the_same(tmp_p
         again = night("1")  # same seed: everything from the cache
         second = night("2")  # a new night: the canaries (and the audit's own calls) are asked again
     assert first > 0 and again == 0
-    assert second >= first  # ≥: the canary calls (2 per canary) are all fresh again
+    # the canary calls are all fresh again (how many: a check that can no longer pass stops as soon as that is
+    # certain, which depends on the order answers come in, so not always as many as the first night's)
+    newest = max((p for p in (tmp_path / "out").iterdir() if (p / "summary.json").is_file()), key=lambda p: p.name)
+    status = json.loads((newest / "summary.json").read_text())["judge_status"]
+    assert second > 0 and status["n_answers"] > 0 and status["n_answers_cached"] == 0
 
 
 def _damage_named_by_its_digest(run, capsys) -> None:
