@@ -72,6 +72,12 @@ def test_a_night_treating_one_group_worse_says_so_beside_no_regression(tmp_path,
     html = tmp_path / "r.html"
     assert main(["report", runs[1], *hist, "--out", str(html)]) == 0
     assert 'class="refusal-note quality-note">Note: tonight female users' in " ".join(html.read_text().split())
+    # the dashboard's gauge
+    prom = tmp_path / "prom"
+    assert main(["export", runs[1], "--format", "prometheus", "--out", str(prom), *hist]) == 0
+    (line,) = [x for x in next(prom.glob("*.prom")).read_text().splitlines()
+               if x.startswith("lmra_run_check_quality_gap{")]
+    assert float(line.rsplit(" ", 1)[1]) == 1.0
     # the other way round: the baseline against tonight has no gap of its own
     assert main(["check", runs[0], "--baseline", runs[1], *hist]) == 0
     assert "quality gap" not in capsys.readouterr().out.lower()

@@ -94,7 +94,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
             ``lmra_run_check_tested_tasks`` and ``lmra_run_check_warnings``; a check whose
             ``replayed`` is true gives the warnings only; its recorded
             ``identity_changes`` give ``lmra_run_served_model_changes``, its ``position_drift`` and
-            ``refusal_gap`` ``lmra_run_check_not_evidence``.
+            ``refusal_gap`` ``lmra_run_check_not_evidence``, its ``quality_gap``
+            ``lmra_run_check_quality_gap``.
         gates: the run's recorded gate evaluation (:func:`lmra.gates.read_gates`),
             or None; gives ``lmra_run_gates_met`` and ``lmra_run_gate_breaches``.
 
@@ -191,6 +192,10 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                           "said its 'no regression' is not evidence of none for reasons of its own (tonight's groups "
                           "were refused at significantly different rates; the LMRA's position preference fell), else 0 "
                           "(absent: no verdict, or a check an older lmra recorded)", labels=RUN_LABELS),
+        "quality_gap": G("lmra_run_check_quality_gap", "1 if the run's regression check found tonight's groups' "
+                         "responses rated significantly differently on a quality criterion (Holm over the criteria "
+                         "and comparisons), which the check does not test, else 0 (absent: a check an older lmra "
+                         "recorded, or a replay's)", labels=RUN_LABELS),
         "identity": G("lmra_run_served_model_changes", "Roles and fields (served model id, system fingerprint) whose "
                       "reported values changed between the baseline of the run's regression check and the run (a "
                       "new model version behind the same name); absent when the check recorded none (older lmra)",
@@ -258,6 +263,8 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
         fam["identity"].add_metric(run_labels, float(len(check["identity_changes"])))
     if check is not None and check.get("warnings") is not None:  # (not recorded by an older lmra: no sample, never a 0)
         fam["check_warnings"].add_metric(run_labels, float(len(check["warnings"])))
+    if check is not None and check.get("caveats_recorded") and not check.get("replayed"):
+        fam["quality_gap"].add_metric(run_labels, float(bool(check.get("quality_gap"))))
     if check is not None and check.get("caveats_recorded") and check.get("verdict") in ("regression", "no_regression"):
         caveat = check.get("verdict") == "no_regression" and bool(check.get("position_drift") or check.get("refusal_gap"))
         fam["not_evidence"].add_metric(run_labels, float(caveat))
