@@ -169,31 +169,6 @@ def _unwritable(exc: BaseException) -> str:
     return "was closed"
 
 
-def guard_standard_streams() -> None:
-    """Before a command writes anything: file descriptors 0–2 that are closed (``lmra … >&-``, a
-    daemonised launcher) get ``/dev/null``, so that no file the command opens — the call cache,
-    a run file — takes descriptor 1 and receives its console; a ``sys.stdout``/``sys.stderr`` that
-    Python left None is a ``/dev/null`` stream (break-it finding, s38: every command ended in an
-    ``AttributeError`` traceback)."""
-    import os
-    import sys
-
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            try:
-                got = os.open(os.devnull, os.O_RDWR)
-            except OSError:
-                return
-            if got != fd:
-                os.dup2(got, fd)
-                os.close(got)
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
-
-
 #: spaces and tabs just before a line break
 #: the narrowest a folding text column of :func:`fitted_table` gets
 TEXT_MIN_WIDTH = 12

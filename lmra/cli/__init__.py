@@ -267,12 +267,35 @@ def _kept_calls(stats) -> str:
             "them and makes only the calls still missing.")
 
 
+def _guard_standard_streams() -> None:
+    """Before a command writes anything: file descriptors 0–2 that are closed (``lmra … >&-``, a
+    daemonised launcher) get ``/dev/null``, so that no file the command opens — the call cache,
+    a run file — takes descriptor 1 and receives its console; a ``sys.stdout``/``sys.stderr`` that
+    Python left None is a ``/dev/null`` stream (break-it finding, s38: every command ended in an
+    ``AttributeError`` traceback)."""
+    import os
+    import sys
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if got != fd:
+                os.dup2(got, fd)
+                os.close(got)
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (lives as long as the process)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lmra`` console script; returns the exit status."""
     from_script = argv is None  # the lmra command itself, not a caller in the same process (tests)
-    from lmra.console import guard_standard_streams
-
-    guard_standard_streams()  # closed standard streams: /dev/null, before anything is opened or printed
+    _guard_standard_streams()  # closed standard streams: /dev/null, before anything is opened or printed
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
