@@ -274,7 +274,6 @@ def _guard_standard_streams() -> None:
     Python left None is a ``/dev/null`` stream (break-it finding, s38: every command ended in an
     ``AttributeError`` traceback)."""
     import os
-    import sys
 
     for fd in (0, 1, 2):
         try:
