@@ -96,6 +96,7 @@ class _TrimmedLines:
 
     def __init__(self, stderr: bool):
         self.stderr = stderr
+        self.dead = False  # its stream failed and has no descriptor to point at /dev/null: nothing more is written
 
     @property
     def stream(self):
@@ -104,6 +105,8 @@ class _TrimmedLines:
         return sys.stderr if self.stderr else sys.stdout
 
     def write(self, text: str) -> int:
+        if self.dead:
+            return len(text)
         try:
             return self.stream.write(_TRAILING_SPACES.sub("", text))
         except BrokenPipeError:
@@ -113,6 +116,8 @@ class _TrimmedLines:
         return len(text)
 
     def flush(self) -> None:
+        if self.dead:
+            return
         try:
             self.stream.flush()
         except BrokenPipeError:
@@ -137,15 +142,10 @@ class _TrimmedLines:
                 os.dup2(devnull, stream.fileno())
             finally:
                 os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # no file descriptor: a stream of /dev/null instead
-            try:
-                replacement = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
-            except OSError:
-                return
-            if self.stderr:
-                sys.stderr = replacement
-            else:
-                sys.stdout = replacement
+        except (OSError, ValueError, AttributeError):  # no file descriptor (a closed or missing stream): this
+            # console writes nothing more — the process's streams are left as they are
+            self.dead = True
+            return
         if not self.stderr:
             try:
                 sys.stderr.write(f"warning: standard output {how}: the rest of the console report is not shown; "

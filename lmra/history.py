@@ -541,11 +541,12 @@ class History:
         that did not finish (failed, interrupted, stale …) and were not completed by a re-run —
         naming the newest (fresh-user finding, s38: after a failed night, ``lmra check latest``
         checked the night before without a word)."""
-        started = str(chosen["started_utc"] or "")
+        started = str(chosen["started_utc"] or "")  # (times to the second: one started in the same second counts)
         partial = [f"{r.run_id} ({r.status})" for r in runs.itertuples()
-                   if str(r.started_utc or "") > started and (r.status or "complete") != "complete"]
+                   if r.run_id != chosen["run_id"] and str(r.started_utc or "") >= started
+                   and (r.status or "complete") != "complete"]
         unfinished = [f"{r['run_id']} ({r['status']})" for r in self.not_finished()
-                      if r.get("resumed_by") is None and str(_utc(r.get("started")) or r["run_id"]) > started]
+                      if r.get("resumed_by") is None and str(_utc(r.get("started")) or r["run_id"]) >= started]
         newer = partial + unfinished
         if not newer:
             return
