@@ -313,11 +313,10 @@ class History:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if self.path.exists() and not self.path.is_file():  # a device, pipe, socket or folder (break-it finding,
-            # s38: /dev/zero gave "disk I/O error", exit 1)
-            what = "a folder" if self.path.is_dir() else "not a regular file (a device, pipe or socket)"
-            raise LmraInputError(f"is {what}: the run history is an SQLite file (reports/history.sqlite)",
-                                 file=self.path, field="--history")
+        if self.path.exists() and not self.path.is_file() and not self.path.is_dir():  # a device, pipe or socket
+            # (break-it finding, s38: /dev/zero gave "disk I/O error", exit 1; a folder stays the I/O failure it was)
+            raise LmraInputError("is not a regular file (a device, pipe or socket): the run history is an SQLite file "
+                                 "(reports/history.sqlite)", file=self.path, field="--history")
         self._told_elsewhere: set[str] = set()  # run ids whose folder outside the history's folder was said
         self.read_only = _read_only(self.path)
         if not self.read_only:
