@@ -441,7 +441,8 @@ def _few_prompts_note(per_task) -> str:
         return ""
     single = int((sizes == 1).sum())
     return (f" {few} of {len(sizes)} tasks have fewer than {FEW_PROMPTS} prompts: their intervals are wide — one can "
-            "reach 0 however high its pairs scored" + (f"; {single} of one prompt have none" if single else "")
+            "reach 0 however high its pairs scored" + (f"; {single} of them have a single prompt and no interval at all"
+                                                       if single else "")
             + " — and the overall row, which pools every task's prompts, says more ('lmra plan' sizes an audit for "
             "the rise you care about).")
 
