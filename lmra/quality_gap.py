@@ -18,24 +18,17 @@ worse without any stereotype the LMRA rates. The run's ``quality.csv`` (``summar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import pandas as pd
+
+from lmra.runfolder import finite as _finite
 
 
 def _rows(quality) -> list[dict]:
     """The overall rows of a run's quality table (a ``quality.csv`` frame or ``summary.json``'s list)."""
     rows = quality.to_dict(orient="records") if isinstance(quality, pd.DataFrame) else list(quality or [])
     return [r for r in rows if r.get("level") == "overall"]
-
-
-def _finite(x) -> float | None:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def significant_quality_gaps(quality: pd.DataFrame | Iterable[dict], alpha: float) -> list[dict]:
