@@ -885,7 +885,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         # read "No regression", exit 0, without a word)
 
         said, result.quality_gap = check_quality_notes(run.summary.get("quality") or [], float(alpha),
-                                                       baseline.summary.get("quality") or [])
+                                                       baseline.summary.get("quality") or [],
+                                                       run.summary.get("confidence"))
         result.notes.extend(said)
     if replayed:  # nothing of tonight's chatbot was tested: no row speaks for the night (its verdict says so)
         for frame in (result.tests, result.overall):

@@ -54,11 +54,14 @@ def significant_quality_gaps(quality: pd.DataFrame | Iterable[dict], alpha: floa
             for r, q in zip(rows, adjusted) if q < alpha and float(r["mean"]) != 0]
 
 
-def quality_gap_words(rows: list[dict], n_criteria: int, baseline: Iterable[dict] = ()) -> list[str]:
+def quality_gap_words(rows: list[dict], n_criteria: int, baseline: Iterable[dict] = (),
+                      confidence: float | None = None) -> list[str]:
     """One comparison's significant rows (:func:`significant_quality_gaps`) in words, one sentence
     per group rated worse: ``female users' responses were rated worse than male users' on 9 of 9
-    quality criteria (the largest gap: quality −0.4598 [−0.5544, −0.3672]; at the baseline
-    −0.0112)``. ``baseline``: the baseline's overall quality rows, for the largest gap's value there."""
+    quality criteria (the largest gap: quality −0.4598, 95% CI [−0.5544, −0.3672]; at the baseline
+    −0.0112)``. ``baseline``: the baseline's overall quality rows, for the largest gap's value there;
+    ``confidence``: the level of the rows' intervals (the run's, ``summary.json`` ``confidence``, in
+    (0, 1)) — named, since it is the run's level, not the check's ``alpha`` (None: not named)."""
     base = {(r.get("group_a"), r.get("group_b"), r.get("criterion")): _finite(r.get("mean")) for r in _rows(baseline)}
     out = []
     for worse_is_a in (True, False):
@@ -68,7 +71,8 @@ def quality_gap_words(rows: list[dict], n_criteria: int, baseline: Iterable[dict
         top = max(mine, key=lambda r: abs(float(r["mean"])))
         worse, better = (top["group_a"], top["group_b"]) if worse_is_a else (top["group_b"], top["group_a"])
         at_base = base.get((top.get("group_a"), top.get("group_b"), top.get("criterion")))
-        ci = (f" [{float(top['ci_low']):+.4f}, {float(top['ci_high']):+.4f}]"
+        level = f", {100 * confidence:g}% CI" if _finite(confidence) is not None and 0 < confidence < 1 else ""
+        ci = (f"{level} [{float(top['ci_low']):+.4f}, {float(top['ci_high']):+.4f}]"
               if _finite(top.get("ci_low")) is not None and _finite(top.get("ci_high")) is not None else "")
         out.append(f"{worse} users' responses were rated worse than {better} users' on {len(mine)} of {n_criteria} "
                    f"quality criteria (the largest gap: {top['criterion']} {float(top['mean']):+.4f}{ci}"
@@ -76,12 +80,15 @@ def quality_gap_words(rows: list[dict], n_criteria: int, baseline: Iterable[dict
     return out
 
 
-def check_quality_notes(run_quality, alpha: float, baseline_quality=()) -> tuple[list[str], str]:
+def check_quality_notes(run_quality, alpha: float, baseline_quality=(),
+                        confidence: float | None = None) -> tuple[list[str], str]:
     """What the regression check says of tonight's quality gaps: ``(notes, summary)``.
 
     Args:
         run_quality: tonight's quality rows (``summary.json`` ``quality``; empty without
-            ``[quality]``); alpha: the check's level; baseline_quality: the baseline's rows.
+            ``[quality]``); alpha: the check's level; baseline_quality: the baseline's rows;
+            confidence: the level of tonight's intervals (``summary.json`` ``confidence``), named
+            beside the interval quoted.
 
     Returns:
         ``notes``: one sentence per comparison and group rated worse on a significant criterion
@@ -98,7 +105,7 @@ def check_quality_notes(run_quality, alpha: float, baseline_quality=()) -> tuple
     words = []
     for comp in dict.fromkeys(r["comparison"] for r in sig):
         words += quality_gap_words([r for r in sig if r["comparison"] == comp], n_criteria.get(comp, 0),
-                                   baseline_quality)
+                                   baseline_quality, confidence)
     notes = [f"tonight {w}, Holm over the criteria and comparisons: the regression check tests harmful-stereotype "
              "ratings only, not quality — the release gate max_overall_quality_gap covers quality (docs/nightly.md)"
              for w in words]

@@ -30,6 +30,10 @@ def test_significant_quality_gaps_are_holm_corrected_over_every_overall_row():
                        "quality +0.2000 [+0.1000, +0.3000])")
     assert len(notes) == 2 and all("the regression check tests harmful-stereotype ratings only" in n for n in notes)
     assert check_quality_notes([], 0.05) == ([], "")
+    # the interval quoted is the run's (its summary.json confidence), named as such: a check at alpha 0.01 of
+    # a run of 95% intervals quoted a 95% interval as if it were the check's (s38 known gap)
+    _, summary = check_quality_notes(rows[:1], 0.01, confidence=0.95)
+    assert "(the largest gap: clarity -0.3000, 95% CI [-0.4000, -0.2000])" in summary
 
 
 def test_a_night_treating_one_group_worse_says_so_beside_no_regression(tmp_path, capsys, monkeypatch):
@@ -55,6 +59,7 @@ def test_a_night_treating_one_group_worse_says_so_beside_no_regression(tmp_path,
     assert ("Quality, not tested by this check (it compares harmful-stereotype ratings only): tonight female users' "
             "responses were rated worse than male users' on 1 of 2 quality criteria (the largest gap: clarity -") in out
     assert "; at the baseline +0.0000)" in out and "Note: tonight female users' responses were rated worse" in out
+    assert "95% CI [" in out
     assert main(["check", runs[1], "--baseline", runs[0], "--json", *hist]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_regression" and doc["quality_gap"].startswith("tonight female users' responses")
@@ -71,7 +76,10 @@ def test_a_night_treating_one_group_worse_says_so_beside_no_regression(tmp_path,
     assert "quality gap (not tested): tonight female users" in " ".join(page.read_text().split())
     html = tmp_path / "r.html"
     assert main(["report", runs[1], *hist, "--out", str(html)]) == 0
-    assert 'class="refusal-note quality-note">Note: tonight female users' in " ".join(html.read_text().split())
+    said = " ".join(html.read_text().split())
+    assert 'class="refusal-note quality-note">Note: tonight female users' in said
+    # as the check says it: the run's interval level and the baseline's value of the largest gap (s38 known gap)
+    assert "% CI [" in said.split("quality-note")[1][:600] and "at the baseline +0.0000)" in said
     # the dashboard's gauge
     prom = tmp_path / "prom"
     assert main(["export", runs[1], "--format", "prometheus", "--out", str(prom), *hist]) == 0

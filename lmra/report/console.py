@@ -269,7 +269,7 @@ def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
     sig = significant_quality_gaps(quality, 1 - float(conf) / 100)
     for comp in dict.fromkeys(r["comparison"] for r in sig):
         n = int(((quality["level"] == "overall") & (quality["group_a"] + " vs " + quality["group_b"] == comp)).sum())
-        for words in quality_gap_words([r for r in sig if r["comparison"] == comp], n):
+        for words in quality_gap_words([r for r in sig if r["comparison"] == comp], n, confidence=float(conf) / 100):
             console.print(f"[bold yellow]Quality gap:[/] {lit(words)} (Holm over the criteria and comparisons); the "
                           "regression check does not test quality — the gate max_overall_quality_gap does.")
     overall = quality[quality["level"] == "overall"]

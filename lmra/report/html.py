@@ -20,7 +20,8 @@ import pandas as pd
 from lmra.compare import RunComparison
 from lmra.console import percent_level
 from lmra.report.console import JUDGE2_NOT_VALIDATED, judge_status_text, refusal_gap_warnings
-from lmra.runfolder import RunFolder, finite
+from lmra.errors import LmraInputError, LmraIOError
+from lmra.runfolder import RunFolder, finite, load_run
 from lmra.runstate import partial_advice, partial_text
 from lmra.fileio import write_text
 
@@ -291,7 +292,15 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
     if run is not None and not replayed:  # tonight's quality gaps, which the check does not test (lmra.quality_gap)
         from lmra.quality_gap import check_quality_notes
 
-        quality_notes = check_quality_notes(run.summary.get("quality") or [], float(alpha))[0]
+        base_quality = []  # the baseline's overall quality rows, for the largest gap's value there (as the check says it)
+        where = history.folder_of(base_id) if history is not None else None
+        if where is not None:
+            try:
+                base_quality = load_run(where).summary.get("quality") or []
+            except (LmraInputError, LmraIOError, OSError):  # (a baseline folder unreadable: no value beside the note)
+                base_quality = []
+        quality_notes = check_quality_notes(run.summary.get("quality") or [], float(alpha), base_quality,
+                                            run.summary.get("confidence"))[0]
     # a regression under a failed judge or from a partial run is no evidence either (as the console says it)
     caveat = regression_caveat(*statuses)
     from lmra.unrated_rise import unrated_rise_reason
