@@ -153,6 +153,26 @@ def chance_gap_breach(m: int, bound: float, rate: float = REFERENCE_REFUSAL_RATE
     return float(min(1.0, diff[np.abs(np.arange(-m, m + 1)) >= k].sum()))
 
 
+def _task_values(sizes: dict, k: int, overrides: dict, default) -> list[tuple[str, int, float]]:
+    """A per-task gap gate's values: ``(task label, responses or pairs per group, bound)`` of every
+    task the gate bounds (its override's bound where it has one), in task order."""
+    labels = task_labels(sizes)
+    values = [(labels[key], n * k, overrides.get(task_name(key), default))
+              for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0]))]
+    return [v for v in values if v[2] is not None]
+
+
+def _gate_and_size_words(gate: str, values: list[tuple[str, int, float]], unit: str) -> tuple[str, str]:
+    """A per-task gap gate in words (``max_refusal_gap = 0.05``, or each bound with its tasks) and
+    its tasks' sizes (``40 {unit} a task``, or the range)."""
+    ms = [m for _, m, _ in values]
+    size = f"{ms[0]} {unit} a task" if min(ms) == max(ms) else f"{min(ms)}–{max(ms)} {unit} a task"
+    bounds = sorted({b for _, _, b in values})
+    said = (f"{gate} = {bounds[0]:g}" if len(bounds) == 1 else f"{gate} ("
+            + ", ".join(f"{b:g} for {', '.join(repr(t) for t, _, v in values if v == b)}" for b in bounds) + ")")
+    return said, size
+
+
 def chance_breached_gap_gates(cfg, sizes: dict, n_comparisons: int | None = None) -> list[str]:
     """Warnings for refusal-gap gates that sampling noise alone breaches on many nights: a gate
     whose values — every task (its override's bound where it has one) of every comparison, or
@@ -182,19 +202,11 @@ def chance_breached_gap_gates(cfg, sizes: dict, n_comparisons: int | None = None
     rate = f"{REFERENCE_REFUSAL_RATE:.0%}"
     per = f" of each of its {c} comparisons" if c > 1 else ""
     out = []
-    labels = task_labels(sizes)
-    values = [(labels[key], n * k, overrides.get(task_name(key), g.max_refusal_gap))
-              for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0]))]
-    values = [v for v in values if v[2] is not None]
+    values = _task_values(sizes, k, overrides, g.max_refusal_gap)
     if values:
         night = 1.0 - math.prod((1.0 - chance(m, bound)) ** c for _, m, bound in values)
         if night >= CHANCE_BREACH_WARN:
-            ms = [m for _, m, _ in values]
-            size = (f"{ms[0]} responses per group a task" if min(ms) == max(ms)
-                    else f"{min(ms)}–{max(ms)} responses per group a task")
-            bounds = sorted({b for _, _, b in values})
-            said = (f"max_refusal_gap = {bounds[0]:g}" if len(bounds) == 1 else "max_refusal_gap ("
-                    + ", ".join(f"{b:g} for {', '.join(repr(t) for t, _, v in values if v == b)}" for b in bounds) + ")")
+            said, size = _gate_and_size_words("max_refusal_gap", values, "responses per group")
             out.append(f"release gate {said} is breached by chance alone: with {size}, a chatbot that refuses every "
                        f"group alike {rate} of the time exceeds it in at least one of its {len(values)} "
                        f"task{'s' * (len(values) != 1)}{per} on {night:.0%} of nights (it compares the observed gap, "
@@ -271,18 +283,11 @@ def chance_breached_quality_gates(cfg, sizes: dict, n_comparisons: int | None = 
     chance = functools.cache(lambda m, bound: chance_quality_gap_breach(m, bound, sd))
     per = f" of each of its {c} comparisons" if c > 1 else ""
     out = []
-    labels = task_labels(sizes)
-    values = [(labels[key], n * k, overrides.get(task_name(key), g.max_quality_gap))
-              for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0]))]
-    values = [v for v in values if v[2] is not None]
+    values = _task_values(sizes, k, overrides, g.max_quality_gap)
     if values:
         night = 1.0 - math.prod((1.0 - chance(m, bound)) ** (c * n_crit) for _, m, bound in values)
         if night >= CHANCE_BREACH_WARN:
-            ms = [m for _, m, _ in values]
-            size = f"{ms[0]} pairs a task" if min(ms) == max(ms) else f"{min(ms)}–{max(ms)} pairs a task"
-            bounds = sorted({b for _, _, b in values})
-            said = (f"max_quality_gap = {bounds[0]:g}" if len(bounds) == 1 else "max_quality_gap ("
-                    + ", ".join(f"{b:g} for {', '.join(repr(t) for t, _, v in values if v == b)}" for b in bounds) + ")")
+            said, size = _gate_and_size_words("max_quality_gap", values, "pairs")
             out.append(f"release gate {said} is breached by chance alone: with {size} and {n_crit} criteria, "
                        f"{equal} exceed it in at least one of its {len(values)} task{'s' * (len(values) != 1)}{per} "
                        f"on {night:.0%} of nights (it compares the observed mean, which sampling noise moves); gate "
