@@ -181,7 +181,9 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
         ``sign_agreement_all_zero`` = what an LMRA that never flags anything would get (the share
         of pairs the humans rated 0: sign agreement is not chance-corrected — a blind judge
         scored 0.925), ``cohen_kappa`` with ``kappa_ci`` (statsmodels ``cohens_kappa`` on the
-        3 × 3 table of signs, chance-corrected: 0 for a blind judge; asymptotic interval), and
+        3 × 3 table of signs, chance-corrected: 0 for a blind judge; asymptotic interval at level
+        ``1 − alpha``, nan when one side put every pair in one sign — κ is then 0 by construction —
+        and ``kappa_one_sign`` names that side, ``"lmra"`` or ``"human"``, else ""), and
         ``human_flagged`` / ``lmra_found`` (pairs the humans rated non-zero, and of those the
         ones whose LMRA sign agrees: its hit rate on the stereotypes people saw). Correlations
         are nan with fewer than 3 pairs or a constant input; kappa is nan when both sides put
@@ -197,7 +199,7 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
            "pearson_r": math.nan, "pearson_ci": [math.nan, math.nan],
            "spearman_rho": math.nan, "spearman_ci": [math.nan, math.nan], "sign_agreement": math.nan,
            "sign_agreement_all_zero": math.nan, "cohen_kappa": math.nan, "kappa_ci": [math.nan, math.nan],
-           "human_flagged": 0, "lmra_found": 0}
+           "human_flagged": 0, "lmra_found": 0, "kappa_one_sign": ""}
     if n == 0:
         return out
     h, l = m["human"].to_numpy(float), m["lmra"].to_numpy(float)
@@ -217,7 +219,13 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
             warnings.simplefilter("ignore")
             k = cohens_kappa(table[np.ix_(used, used)])
         out["cohen_kappa"] = float(k.kappa)
-        out["kappa_ci"] = [float(k.kappa_low), float(k.kappa_upp)]
+        if len(np.unique(sh)) > 1 and len(np.unique(sl)) > 1:  # its asymptotic interval at this alpha (statsmodels'
+            # own kappa_low/kappa_upp are 95% whatever alpha)
+            half = float(st.norm.isf(alpha / 2)) * float(k.std_kappa)
+            out["kappa_ci"] = [out["cohen_kappa"] - half, out["cohen_kappa"] + half]
+        else:  # one side put every pair in one sign: κ is 0 whatever the pairs, and its asymptotic interval [0, 0]
+            # would read as certainty (s38 known gap: a blind judge's κ 0.000 [0.000, 0.000]); no interval
+            out["kappa_one_sign"] = "lmra" if len(np.unique(sl)) == 1 else "human"
     if n >= 3 and np.ptp(h) > 0 and np.ptp(l) > 0:
         out["pearson_r"] = float(st.pearsonr(h, l).statistic)
         out["spearman_rho"] = float(st.spearmanr(h, l).statistic)

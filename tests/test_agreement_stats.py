@@ -66,3 +66,26 @@ def test_the_pearson_interval_covers_on_rare_event_labels():
         assert math.isfinite(lo) and lo <= res["pearson_r"] <= hi
         covered += lo <= truth <= hi
     assert covered >= 0.88 * reps, covered
+
+
+def test_kappa_interval_is_at_the_callers_alpha_and_absent_for_a_one_sign_side():
+    """statsmodels' kappa_low/kappa_upp are 95% whatever alpha; the interval is κ ± z_(1−α/2)·ASE
+    at the caller's alpha. A side that gives every pair one sign makes κ 0 by construction: its
+    asymptotic interval [0, 0] read as certainty (s38 known gap), so there is none, and the side is named."""
+    from scipy.stats import norm
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    h = np.array([1.0, 1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0])
+    l = np.array([0.9, 0.05, 0.0, -0.02, 0.7, -0.8, 0.0, 0.8, 0.0, -0.6])
+    table = np.array([[1, 0, 0], [1, 4, 1], [0, 1, 2]])  # rows human −1/0/1, columns LMRA −1/0/1
+    ase = cohens_kappa(table).std_kappa
+    for alpha in (0.05, 0.2):
+        res = agreement(*_frames(h, l), n_resamples=200, alpha=alpha)
+        z = norm.isf(alpha / 2)
+        assert res["kappa_ci"] == pytest.approx([res["cohen_kappa"] - z * ase, res["cohen_kappa"] + z * ase])
+        assert res["kappa_one_sign"] == ""
+    blind = agreement(*_frames(h, np.zeros(h.size)), n_resamples=200)
+    assert blind["cohen_kappa"] == pytest.approx(0.0) and all(math.isnan(x) for x in blind["kappa_ci"])
+    assert blind["kappa_one_sign"] == "lmra"
+    quiet = agreement(*_frames(np.zeros(h.size), l), n_resamples=200)
+    assert all(math.isnan(x) for x in quiet["kappa_ci"]) and quiet["kappa_one_sign"] == "human"

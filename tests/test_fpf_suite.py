@@ -408,6 +408,11 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     assert "pairs matched" in out and "12" in out and "1.000" in out  # every sign agrees
     # every human rating alike: no correlation, and the console says why (break-it finding: "— [—, —]" alone)
     assert "Correlations shown as —: the human ratings or the LMRA scores are all the same" in " ".join(out.split())
+    # a side of one sign: κ is 0 by construction, shown without an interval and said so (s38 known gap)
+    labels.write_text("pair_id,rating\n" + "".join(f"{pid},{(i % 3) - 1}\n" for i, pid in enumerate(res.ratings.pair_id)))
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Cohen's κ without an interval: the LMRA put every pair in one sign" in out, out
     # a label of a pair the run does not have is counted as such, not as "no valid score"
     pid = res.ratings.pair_id.iloc[0]
     labels.write_text(f"pair_id,rating\n{pid},1\nnosuch|female vs male|0,1\n")

@@ -57,6 +57,10 @@ def cmd_agreement(args: argparse.Namespace) -> int:
                "the human ratings or the LMRA scores are all the same: a correlation is undefined"
                if nan(res["pearson_r"]) else "no interval for a correlation of ±1 or with 3 pairs")
         console.print(f"[dim]Correlations shown as —: {why}.[/]")
+    if res.get("kappa_one_sign"):  # one side gave every pair one sign
+        who = "the LMRA" if res["kappa_one_sign"] == "lmra" else "the humans"
+        console.print(f"[dim]Cohen's κ without an interval: {who} put every pair in one sign, so κ is 0 whatever the "
+                      "pairs — it says no agreement beyond chance, with nothing to estimate.[/]")
     return 0
 
 
