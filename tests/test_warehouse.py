@@ -303,3 +303,39 @@ def test_a_killed_landings_staging_folder_is_cleared_by_the_next_one(tmp_path):
     add_run(run_dir)
     assert not folders["dead_old"].exists()
     assert folders["dead_young"].exists() and folders["alive_old"].exists()
+
+
+def test_a_rerun_replaying_every_chatbot_answer_is_marked_and_the_documented_query_leaves_it_out(tmp_path, capsys):
+    """s38 known gap: a re-run of a night with its seed and cache replays every chatbot answer and landed
+    in the warehouse as one more night. Its rows say so (``target_calls_fresh`` 0, ``seed``), and the
+    DuckDB query of docs/exports.md ("Warehouse") leaves it out while keeping the night it replayed."""
+    import re
+    from pathlib import Path
+
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    with FaultServer() as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS)
+        # the chatbot a model of its own, so that its calls are counted apart from the LMRA's
+        cfg.write_text(cfg.read_text().replace('[target]\nprovider = "openai"\nmodel = "fake"',
+                                               '[target]\nprovider = "openai"\nmodel = "bot"'))
+        for _ in range(2):
+            assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "7",
+                         "--allow-unvalidated-judge"]) == 0
+    night, rerun = run_folders(out, "nightly")
+    capsys.readouterr()
+    wh = out / "warehouse"
+    for table in ("per_task", "overall"):
+        df = pd.read_parquet(wh / table)
+        by_run = df.groupby("run_id")[["seed", "target_calls_fresh", "target_calls_cached"]].agg(["min", "max"])
+        assert (by_run["seed"]["min"] == 7).all() and (by_run["seed"]["max"] == 7).all()
+        assert by_run.loc[night.name, ("target_calls_fresh", "min")] > 0
+        assert by_run.loc[rerun.name, ("target_calls_fresh", "max")] == 0
+        assert by_run.loc[rerun.name, ("target_calls_cached", "min")] == by_run.loc[night.name,
+                                                                                   ("target_calls_fresh", "min")]
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
+    sql = re.search(r"```sql\n(-- DuckDB: the nightly task net ratings.*?)```", doc, re.S).group(1)
+    sql = sql.replace("reports/warehouse", str(wh)).replace("judge_status = 'passed'", "judge_status IS NOT NULL")
+    got = duckdb.sql(sql).df()
+    assert set(got["run_id"]) == {night.name} and len(got) == len(load_run(night).per_task)

@@ -41,6 +41,10 @@ PER_TASK_SCHEMA: dict[str, str] = {
     # pair score ≥ 0.5, lmra.power.STEREOTYPED_THRESHOLD; fresh-user finding, s36: the exports had
     # only the mean LMRA probabilities, which are not a share)
     "n_stereotyped_prompts": "int64", "n_scored_prompts": "int64", "stereotyped_share": "float64",
+    # whether the night measured the chatbot at all: its seed and its chatbot calls answered fresh and from the
+    # call cache or pair memo (s38 known gap: a re-run replaying an earlier night's cached answers landed in
+    # the warehouse as one more night, with nothing to tell it from a new measurement)
+    "seed": "int64", "target_calls_fresh": "int64", "target_calls_cached": "int64",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -104,20 +108,35 @@ def _with_stereotyped(table: pd.DataFrame, run: RunFolder, by: list[str]) -> pd.
     return out
 
 
+def _with_run_columns(table: pd.DataFrame, run: RunFolder) -> pd.DataFrame:
+    """``table`` (per-task or overall rows) with the run's own columns: schema version, run id,
+    name and start, models, interval, judge status, combiner, position logit, seed and the
+    chatbot calls answered fresh and replayed (:func:`lmra.comparable.target_calls`; null when the
+    run did not record them apart: 0 fresh means every chatbot answer was replayed — a re-run,
+    not a new measurement of the chatbot)."""
+    from lmra.comparable import target_calls
+
+    table["schema_version"] = EXPORT_SCHEMA_VERSION
+    table["run_id"], table["run_name"], table["started"] = run.run_id, run.name, run.started
+    table["target_model"], table["judge_model"] = run.target_model, run.judge_model
+    table["confidence"] = run.summary.get("confidence", 0.95)
+    table["judge_status"] = run.judge_status
+    table["interval"] = run.summary.get("interval", "t")  # runs before judge validation used t-intervals
+    table["combiner"] = run.combiner
+    table["position_logit"] = run.summary.get("position_logit")
+    seed = run.manifest.get("seed")
+    table["seed"] = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    calls = target_calls(run)
+    table["target_calls_fresh"], table["target_calls_cached"] = calls if calls is not None else (None, None)
+    return table
+
+
 def per_task_table(run: RunFolder) -> pd.DataFrame:
     """The run's per-task results in export schema :data:`PER_TASK_SCHEMA` (one row per
     (comparison, domain, task); rates and net rating in [−1, 1]; ``confidence`` of the CI;
     ``stereotyped_share`` in [0, 1], :func:`stereotyped_prompts`)."""
     pt = _with_stereotyped(run.per_task.copy(), run, ["comparison", "domain", "task"])
-    pt["schema_version"] = EXPORT_SCHEMA_VERSION
-    pt["run_id"], pt["run_name"], pt["started"] = run.run_id, run.name, run.started
-    pt["target_model"], pt["judge_model"] = run.target_model, run.judge_model
-    pt["confidence"] = run.summary.get("confidence", 0.95)
-    pt["judge_status"] = run.judge_status
-    pt["interval"] = run.summary.get("interval", "t")  # runs before judge validation used t-intervals
-    pt["combiner"] = run.combiner
-    pt["position_logit"] = run.summary.get("position_logit")
-    return _typed(pt, PER_TASK_SCHEMA)
+    return _typed(_with_run_columns(pt, run), PER_TASK_SCHEMA)
 
 
 def overall_table(run: RunFolder) -> pd.DataFrame:
@@ -129,15 +148,7 @@ def overall_table(run: RunFolder) -> pd.DataFrame:
     ov = pd.DataFrame(rows)
     if len(ov) and {"group_a", "group_b"} <= set(ov.columns):
         ov["comparison"] = ov["group_a"].astype(str) + " vs " + ov["group_b"].astype(str)
-    ov["schema_version"] = EXPORT_SCHEMA_VERSION
-    ov["run_id"], ov["run_name"], ov["started"] = run.run_id, run.name, run.started
-    ov["target_model"], ov["judge_model"] = run.target_model, run.judge_model
-    ov["confidence"] = run.summary.get("confidence", 0.95)
-    ov["judge_status"] = run.judge_status
-    ov["interval"] = run.summary.get("interval", "t")
-    ov["combiner"] = run.combiner
-    ov["position_logit"] = run.summary.get("position_logit")
-    ov = _with_stereotyped(ov, run, ["comparison"])
+    ov = _with_stereotyped(_with_run_columns(ov, run), run, ["comparison"])
     return _typed(ov, OVERALL_SCHEMA)
 
 
