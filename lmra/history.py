@@ -134,7 +134,7 @@ def _config_name(folder: Path) -> str:
         return re.sub(r"-\d+$", "", folder.name.split("-", 2)[-1])
 
 
-def _detectable_span(rows: list[dict], overall: list[dict] = ()) -> dict | None:
+def detectable_span(rows: list[dict], overall: list[dict] = ()) -> dict | None:
     """``{"min", "max", "n_undetectable", "overall_min", "overall_max"}`` of a stored check: its
     tested task rows' ``mde`` (the rise each detects with 80% power; nan: none reaches it), how
     many tested tasks detect none, and the same span of its tested overall rows (None when none
@@ -874,7 +874,7 @@ class History:
                 "n_tested": sum(1 for r in rows if finite(r.get("p_regress")) is not None),
                 # the rises the tested tasks detect with 80% power, smallest and largest (None: none
                 # computed), and how many tested tasks detect none (what a quiet night rules out)
-                "detectable": _detectable_span(rows, overall),
+                "detectable": detectable_span(rows, overall),
                 "n_overall_tested": sum(1 for r in overall if finite(r.get("p_regress")) is not None),
                 "overall_regressed": {r.get("comparison"): r for r in overall
                                       if bool(r.get("regressed")) and verdict != "no_conclusion"},

@@ -653,3 +653,29 @@ def test_validate_warns_that_the_embedded_judge_cannot_answer_yes_no_questions(t
         assert main(["validate", str(example)]) == 0, example
         assert said not in " ".join(capsys.readouterr().err.split()), example
     assert checked >= 6
+
+
+def test_exit_status_0_says_the_mornings_answer(tmp_path, capsys):
+    """Fresh-user finding, s38: a night's last line — what a cron mail's subject or a CI annotation
+    shows — read "exit status 0" alone, the verdict pages above it. It now says why: a first night
+    (nothing checked; pinned or not), or no regression against the baseline with what the check can
+    detect and, when so, why it is not evidence."""
+    rc, out, _, base = _audit(capsys, write_config(tmp_path, name="nightly", rates=FLAT, seed=1), "--baseline", "pinned")
+    assert rc == 0 and _last_line(out) == "exit status 0: first night: nothing was checked; this run is now the pinned baseline"
+    rc, out, _, run = _audit(capsys, write_config(tmp_path, name="nightly", rates=FLAT, seed=2), "--baseline", "pinned")
+    last = _last_line(out)
+    assert rc == 0 and re.fullmatch(rf"exit status 0: no regression against baseline {base.name}; the overall net "
+                                    r"rating detects rises of \+0\.\d\d or more, single tasks \+0\.\d\d or more only",
+                                    last), last
+    assert EXIT_LINE.findall(out) == ["exit status 0"]  # still the one line naming the status
+    rc, out, _ = _cmd(capsys, "check", run, "--baseline", base)
+    assert rc == 0 and _last_line(out) == last  # lmra check says it alike
+    # not evidence: the run's judge failed validation, waived by the config
+    cfg = _judge_gate_off(write_config(tmp_path, name="nightly", rates=FLAT, seed=3, judge_check=True))
+    rc, out, _, _ = _audit(capsys, cfg, "--baseline", str(base))
+    assert rc == 0 and _last_line(out).endswith(" — not evidence of no regression: judge failed validation"), \
+        _last_line(out)
+    # a first night of --baseline last: nothing pinned, the next run is checked against it
+    rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="other", rates=FLAT, seed=4), "--baseline", "last")
+    assert rc == 0 and _last_line(out) == ("exit status 0: first night: nothing was checked; the next run is checked "
+                                           "against this one")

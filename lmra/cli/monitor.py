@@ -323,7 +323,39 @@ def check_status_reasons(result, allow_unvalidated_judge: bool = False) -> tuple
     judge_blocks = bool(result.judge_failed) and not allow_unvalidated_judge
     if judge_blocks:
         reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({result.judge_status_line})"
+    if not reasons:  # exit 0: the morning's answer on the last line, both halves (fresh-user finding, s38: the
+        # line a cron mail or CI annotation shows read "exit status 0" alone, the verdict pages above it)
+        reasons[0] = no_regression_reason(result)
     return reasons, judge_blocks
+
+
+#: characters of a "not evidence" reason the final line quotes in full (longer ones: their first part)
+FINAL_NOT_EVIDENCE_CHARS = 160
+
+
+def no_regression_reason(result) -> str:
+    """The final line's reason for exit status 0 after a check that found no regression: ``no
+    regression against baseline B; the overall net rating detects rises of +0.07 or more, single
+    tasks +0.35 or more only`` — what it rules out —, then ``— not evidence of no regression: judge
+    failed validation`` when it is not evidence (:attr:`lmra.monitor.CheckResult.not_evidence`; a
+    long reason by its first part, the rest said above), and ``; a quality gap tonight, which this
+    check does not test (above)`` when there is one."""
+    from lmra.history import detectable_span
+    from lmra.monitor import detectable_words
+
+    records = lambda t: t.to_dict(orient="records") if t is not None and len(t) else []  # noqa: E731
+    words = f"no regression against baseline {result.baseline_id}" + detectable_words(
+        detectable_span(records(result.tests), records(getattr(result, "overall", None))))
+    why = result.not_evidence
+    if why:
+        if len(why) > FINAL_NOT_EVIDENCE_CHARS:
+            why = why.split("; ")[0]
+            why = (why if len(why) <= FINAL_NOT_EVIDENCE_CHARS else why[:FINAL_NOT_EVIDENCE_CHARS].rsplit(" ", 1)[0]) \
+                + " … (above)"
+        words += f" — not evidence of no regression: {why}"
+    if getattr(result, "quality_gap", ""):
+        words += "; a quality gap tonight, which this check does not test (above)"
+    return words
 
 
 def print_judge_blocks(console, result) -> None:
@@ -1144,6 +1176,12 @@ def monitor_after_audit(run_dir: str | Path, *, baseline: str | None = None, mar
         check = cmp = None
         try:
             base, notes = _baseline_or_first_night(h, run, baseline, first_night, console) if baseline else (None, [])
+            if base is None and baseline and reasons is not None:  # a first night: the final line says so
+                pinned = baseline == "pinned" and h.pinned(run.name) == run.run_id
+                reasons[0] = ("first night: nothing was checked; this run is now the pinned baseline" if pinned
+                              else "first night: nothing was checked, and this run is not pinned (above)"
+                              if baseline == "pinned" else "first night: nothing was checked; the next run is checked "
+                              "against this one")
             if base is not None:
                 h.register(base)
                 try:
