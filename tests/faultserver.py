@@ -246,6 +246,8 @@ class FaultServer:
                         alt["logprob"] = float("nan") if fault == "nan_logprob" else 3.0
                 elif fault == "surrogate":
                     ch["message"]["content"] = "Hello \ud800 there"
+                elif fault == "surrogate_fields":  # (break-it, s39: in the fields beside the text)
+                    c["model"], c["system_fingerprint"] = f"{c.get('model', 'fake')}-\ud800", "fp_\udfff"
                 elif fault == "negative_usage":
                     c["usage"]["completion_tokens"] = -5
                 if fault == "surrogate" and not ch.get("logprobs"):
@@ -363,7 +365,7 @@ class FaultServer:
                                {"retry-after-ms": "30"})
                 elif fault in ("http_500", "http_503"):
                     self._send(int(fault[5:]), b'{"error": {"message": "server error", "type": "server"}}')
-                elif fault in ODD_FAULTS:
+                elif fault in ODD_FAULTS or fault == "surrogate_fields":
                     self._odd(fault, body)
                 elif fault == "hang":
                     time.sleep(server.hang_s)

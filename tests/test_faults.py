@@ -416,6 +416,31 @@ def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
     assert "invalid characters replaced by U+FFFD (lone surrogates)" in " ".join(r.stdout.split())
 
 
+def test_a_lone_surrogate_beside_the_text_is_replaced_and_counted_not_a_crash(tmp_path):
+    """Break-it finding, s39: a lone surrogate in a response's ``model`` or ``system_fingerprint`` (or
+    ``finish_reason``, an Anthropic ``stop_reason``) passed every check, then ended the run with a
+    traceback when the answer was cached — and every re-run the same way. Each string field the
+    server fills is kept with U+FFFD in its place and counted, as the text is."""
+    from lmra.providers.base import ChatResult
+
+    r = ChatResult(text="ok", model="m-\ud800", served_model="s\udfff", system_fingerprint="fp_\udc00",
+                   finish_reason="stop\ud800", provider="openai")
+    assert (r.model, r.served_model, r.system_fingerprint, r.finish_reason) == ("m-\ufffd", "s\ufffd", "fp_\ufffd",
+                                                                               "stop\ufffd")
+    r.model_dump_json()  # (what the cache does: it raised PydanticSerializationError)
+    with FaultServer(fault_rate=0.5, faults=("surrogate_fields",)) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
+                      per_task=1)
+        r = _audit(cfg, tmp_path)
+    _clean(r.stderr)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = _run_dirs(tmp_path / "out")
+    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
+    # one per field of each answer: its model (also its served model: counted once) and its fingerprint
+    assert calls["replaced_characters"] == 2 * srv.injected["surrogate_fields"] > 0, (calls, srv.injected)
+    assert (run_dir / "summary.json").is_file()
+
+
 def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probability():
     """Break-it finding: ``[A −0.2, C −2.0, A −9]`` (two token ids decoding to "A") kept the last
     entry, p(A) = 0.0001 instead of 0.82, and changed which prompts were audited, unsaid."""

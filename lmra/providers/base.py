@@ -116,16 +116,19 @@ class ChatResult(BaseModel):
     served_model: str | None = None
     system_fingerprint: str | None = None
 
-    @field_validator("text")
+    @field_validator("text", "finish_reason", "model", "served_model", "system_fingerprint", "degraded", "provider")
     @classmethod
-    def _no_lone_surrogates(cls, v: str) -> str:
+    def _no_lone_surrogates(cls, v: str | None, info) -> str | None:
         """A lone UTF-16 surrogate (valid in JSON, not in UTF-8) becomes U+FFFD, so that the
         answer can be cached and written like any other — counted, as a fault met by the call
-        (``replaced_characters``; break-it finding, s36: changed, cached and used without a count)."""
-        if v.isascii():
+        (``replaced_characters``; break-it finding, s36: changed, cached and used without a count).
+        Every string field the server fills, not the text alone (break-it finding, s39: one in a
+        response's ``model``, ``system_fingerprint`` or ``finish_reason`` ended the run with a
+        traceback when the answer was cached, and every re-run the same way)."""
+        if v is None or v.isascii():
             return v
         out, n = _LONE_SURROGATE.subn("\ufffd", v)
-        if n:
+        if n and info.field_name != "served_model":  # (the response's model, counted once: as ``model``)
             note_event("replaced_characters", n)
         return out
 
