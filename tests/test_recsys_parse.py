@@ -265,3 +265,65 @@ def test_sentences_refusals_and_stray_json_are_not_lists(text, fmt, keys, refusa
 ])
 def test_titles_that_begin_like_sign_offs(text, keys):
     assert parse_list(text).keys == keys
+
+
+# -- rank markers other than "1." and markdown tables (break-it finding, s39) ------------------------
+@pytest.mark.parametrize("text,keys", [
+    ("1 - Hello\n2 - Skyfall\n3 - Halo", ["hello", "skyfall", "halo"]),  # every key was the rank: "1", "2", "3"
+    ("1 – Hello - Adele\n2 — Skyfall - Adele", ["hello", "skyfall"]),
+    ("1- Hello\n2- Skyfall", ["hello", "skyfall"]),
+    ("Here you go:\n#1 Hello\n#2 Skyfall\n#3 Halo", ["hello", "skyfall", "halo"]),
+    ("1 Hello\n2 Skyfall\n3 Halo", ["hello", "skyfall", "halo"]),
+    ("Song 1: Hello\nSong 2: Skyfall", ["hello", "skyfall"]),
+    ("I. Hello\nII. Skyfall\nIII. Halo\nIV. Toxic", ["hello", "skyfall", "halo", "toxic"]),
+    ("a) Hello\nb) Skyfall\nc) Halo", ["hello", "skyfall", "halo"]),
+    ("| # | Title | Artist |\n|---|---|---|\n| 1 | Hello | Adele |\n| 2 | Skyfall | Adele |", ["hello", "skyfall"]),
+    ("| Artist | Song |\n|:--|:--|\n| Adele | Hello |\n| Adele | Skyfall |", ["hello", "skyfall"]),
+    ("| 1 | Hello | Adele |\n| 2 | Skyfall | Adele |", ["hello", "skyfall"]),
+    # titles that start with a number are no ranks: not 1, 2, 3 … in order
+    ("7 Rings\n99 Luftballons\nHello", ["7 rings", "99 luftballons", "hello"]),
+    ("Some picks:\n1 Thing\n3 Doors Down\nHello", ["1 thing", "3 doors down", "hello"]),
+])
+def test_rank_markers_and_tables_leave_the_rank_out_of_the_title(text, keys):
+    assert parse_list(text).keys == keys
+
+
+def test_lists_ranked_with_a_dash_or_a_hash_score_as_the_hand_computed_values(tmp_path):
+    """The break-it's two files through ``lmra recsys score``. ``1 - Title``: "a girl" shares no title
+    with the neutral list, "a boy" every one — Jaccard, SERP* and PRAG* 0 and 1, SNSR 1 (it read
+    1.000 for both and SNSR 0). ``#1 Title``: "a girl" is the neutral list reordered — Jaccard 3/3,
+    SERP* (3 + 2 + 1)/6 = 1, PRAG* 1/3 (only (hello, skyfall) keeps its order) — as with ``1. Title``
+    (it read 0, 0, 0)."""
+    import json
+
+    import pandas as pd
+
+    from test_recsys_e2e import run_cli
+
+    def score(name, rows):
+        lists = tmp_path / f"{name}.jsonl"
+        lists.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        assert run_cli(["recsys", "score", "--lists", str(lists), "--k", "3", "--permutations", "0",
+                        "--out", str(tmp_path / name)]) == 0
+        sim = pd.read_csv(tmp_path / name / "recsys_similarity.csv")
+        return sim[sim["k"] == 3].set_index(["value", "metric"])["similarity"], pd.read_csv(
+            tmp_path / name / "recsys_fairness.csv")
+
+    def rec(i, value, raw):
+        return {"instruction_id": i, "attribute": "neutral" if value is None else "gender",
+                **({} if value is None else {"value": value}), "raw": raw}
+
+    dash = [rec("m1", None, "1 - Hello\n2 - Skyfall\n3 - Halo"), rec("m1", "a girl", "1 - Toxic\n2 - Umbrella\n3 - Royals"),
+            rec("m1", "a boy", "1 - Hello\n2 - Skyfall\n3 - Halo"),
+            rec("m2", None, "1 - Yesterday\n2 - Let It Be\n3 - Help"),
+            rec("m2", "a girl", "1 - Wonderwall\n2 - Creep\n3 - Zombie"),
+            rec("m2", "a boy", "1 - Yesterday\n2 - Let It Be\n3 - Help")]
+    sim, fair = score("dash", dash)
+    for metric in ("jaccard", "serp", "prag"):
+        assert sim[("a girl", metric)] == 0 and sim[("a boy", metric)] == 1
+    assert (fair[fair["k"] == 3]["snsr"] == 1).all()
+    hashed = [rec("m1", None, "#1 Hello\n#2 Skyfall\n#3 Halo"), rec("m1", "a girl", "#1 Halo\n#2 Hello\n#3 Skyfall"),
+              rec("m1", "a boy", "#1 Hello\n#2 Skyfall\n#3 Halo")]
+    sim, _ = score("hash", hashed)
+    assert (sim[("a girl", "jaccard")], sim[("a girl", "serp")]) == (1, 1)
+    assert sim[("a girl", "prag")] == pytest.approx(1 / 3)

@@ -27,7 +27,7 @@ from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-ListFormat = Literal["json", "numbered", "bulleted", "inline-numbered", "lines", "comma", "none"]
+ListFormat = Literal["json", "numbered", "bulleted", "inline-numbered", "table", "lines", "comma", "none"]
 
 _NUMBERED = re.compile(
     r"^\s*(?:[*_]{2}\s*)?(?:#\s*)?\(?(\d{1,3})\s*[.)\]:](?!\d)\s*(?:[*_]{2}(?=\S))?\s*(.*?)\s*$")
@@ -71,6 +71,74 @@ _GLUED_SIGN_OFF = re.compile(r"^(?P<last>.*?\S)(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\
 _SERIAL_AND = re.compile(r"^(?:and|or)\s+(?P<last>\S.*)$", re.IGNORECASE)
 _ALNUM = re.compile(r"[^\W\d_]|\d", re.UNICODE)
 _BARE_NUMBER = re.compile(r"^\s*#?\d{1,3}\s*[.)\]:]?\s*$")
+
+
+def _roman(s: str) -> int:
+    """The value of a Roman numeral of I, V and X (``iv`` → 4); 0 when it is not one."""
+    values = {"i": 1, "v": 5, "x": 10}
+    total, prev = 0, 0
+    for ch in reversed(s.casefold()):
+        v = values.get(ch, 0)
+        if not v:
+            return 0
+        total, prev = (total - v, prev) if v < prev else (total + v, v)
+    return total
+
+
+#: rank markers other than ``1.`` / ``1)`` / ``1:`` (break-it finding, s39: ``1 - Hello`` kept "1" as the
+#: title, so every list compared equal; ``#1 Hello``, ``1 Hello``, ``Song 1: Hello``, ``I. Hello`` and
+#: ``a) Hello`` kept the rank in the title). Each is (pattern giving the rank and the item, the rank's
+#: value); it makes a list only when two lines or more carry it with ranks 1, 2, 3 … in order
+#: (:func:`_ranked_lines`), since a title may start with a number ("7 Rings", "99 Luftballons").
+_LOOSE_RANKS = (
+    (re.compile(r"^\s*#?(\d{1,3})\s*[-–—]\s+(\S.*?)\s*$"), int),  # 1 - X, 1- X, 1 – X, #1 - X
+    (re.compile(r"^\s*#(\d{1,3})\s+(\S.*?)\s*$"), int),  # #1 X
+    (re.compile(r"^\s*(?:song|track|movie|film|book|title|show|series|album|pick|no\.?|number|item|rank)\s*#?"
+                r"(\d{1,3})\s*[.):\-–—]?\s+(\S.*?)\s*$", re.IGNORECASE), int),  # Song 1: X, No. 1 X
+    (re.compile(r"^\s*\(?([ivx]{1,5})[.)]\s+(\S.*?)\s*$", re.IGNORECASE), _roman),  # I. X, ii) X
+    (re.compile(r"^\s*\(?([a-z])[.)]\s+(\S.*?)\s*$", re.IGNORECASE), lambda c: ord(c.casefold()) - ord("a") + 1),
+    (re.compile(r"^\s*(\d{1,3})\s+(\S.*?)\s*$"), int),  # 1 X: the most ambiguous, tried last
+)
+
+
+def _ranked_lines(lines: list[str]) -> list[str] | None:
+    """The items of a list whose lines carry a rank marker of :data:`_LOOSE_RANKS` — the first
+    marker that two lines or more carry with ranks 1, 2, 3 … in order, no rank skipped or
+    repeated (lines without it — sub-details — are left out, as for ``1.`` lists); None when no
+    marker does."""
+    for pattern, value in _LOOSE_RANKS:
+        found = [(value(m.group(1)), m.group(2)) for ln in lines if (m := pattern.match(ln))]
+        if len(found) >= 2 and [r for r, _ in found] == list(range(1, len(found) + 1)):
+            return [t for _, t in found]
+    return None
+
+
+_TABLE_RULE = re.compile(r"^:?-+:?$")  # (GFM: hyphens, a colon at either end)
+#: a table header naming the column of titles
+_TITLE_HEADER = re.compile(r"\b(?:title|song|track|movie|film|book|show|series|album|name|recommendation)s?\b",
+                           re.IGNORECASE)
+
+
+def _table_items(lines: list[str]) -> list[str] | None:
+    """The titles of a markdown table (``| 1 | Hello | Adele |``, break-it finding, s39: each row was
+    one item, rank and artist included, and the header ``Title`` an item too): the column its header
+    names as titles (:data:`_TITLE_HEADER`), else the first whose cells are not all numbers; the
+    header row and the rule under it are no items. None when the answer has no table of two rows
+    of data or more."""
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
+            if ln.strip().startswith("|") and ln.strip().endswith("|") and len(ln.strip()) > 2]
+    rule = next((i for i, r in enumerate(rows) if all(_TABLE_RULE.match(c.replace(" ", "")) for c in r)), None)
+    header, data = ([], rows) if rule is None else ([], rows[1:]) if rule == 0 else (rows[rule - 1], rows[rule + 1:])
+    if len(data) < 2:
+        return None
+    width = max(len(r) for r in data)
+    col = next((i for i, h in enumerate(header) if _TITLE_HEADER.search(h)), None)
+    if col is None:
+        col = next((i for i in range(width) if not all(re.fullmatch(r"#?\d{1,3}\.?", r[i] if i < len(r) else "")
+                                                         for r in data)), None)
+    if col is None:
+        return None
+    return [r[col] for r in data if col < len(r) and _ALNUM.search(r[col])]
 
 
 @dataclass
@@ -344,6 +412,12 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     numbered = [t for t in slots if _ALNUM.search(t)]
     if len(numbered) >= 2:
         return "numbered", slots  # empty slots are kept so that they are counted as dropped
+    table = _table_items(lines)
+    if table:
+        return "table", table
+    ranked = _ranked_lines(lines)
+    if ranked:
+        return "numbered", ranked
     for ln in lines:  # "1. A 2. B 3. C" run together on one line
         marks = list(_INLINE_NUM.finditer(ln))
         if len(marks) >= 2:
@@ -403,7 +477,9 @@ def provider_refused(finish_reason, items: Sequence) -> bool:
 def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | None = None) -> ParsedList:
     """Parse a recommendation answer into a ranked list of titles.
 
-    Recognised layouts: numbered lines (``1. X``, ``1) X``, ``**1.** X``, ``#1: X``);
+    Recognised layouts: numbered lines (``1. X``, ``1) X``, ``**1.** X``, ``#1: X``; and ``1 - X``,
+    ``#1 X``, ``1 X``, ``Song 1: X``, ``I. X``, ``a) X`` when their ranks run 1, 2, 3 …); a markdown
+    table (its column of titles);
     bulleted lines (``-``, ``*``, ``•`` …); a numbered list run together on one line;
     otherwise short lines one item each (a preamble ending with ``:`` and up to two other
     sentences are skipped); otherwise a comma-separated list. When numbered lines exist,
