@@ -1173,3 +1173,47 @@ profile_size = 3
     # before 'score' (which calls no model) it is refused, not ignored
     assert run_cli(["recsys", "--target", "openai:x", "score", "--lists", str(tmp_path / "none.jsonl")]) == 2
     assert "option --target: applies to 'lmra recsys' itself" in " ".join(capsys.readouterr().err.split())
+
+
+class ArtistStyles(ScriptedRecommender):
+    """The same ten titles for every prompt, written ``Title by Singer`` (neutral), ``Title`` ("a boy")
+    or ``Singer - Title`` ("a girl"): every value's list is the neutral one, once the singer is cut."""
+
+    async def complete(self, request):
+        text = request.messages[-1].content
+        singer = next(n for n in ("Adele", "Drake") if n in text)
+        titles = [f"Song {c}" for c in "ABCDEFGHIJ"][:5]
+        rows = ([f"{t} by {singer}" for t in titles] if "a girl" not in text and "a boy" not in text
+                else titles if "a boy" in text else [f"{singer} - {t}" for t in titles])
+        return ChatResult(text="\n".join(f"{i}. {r}" for i, r in enumerate(rows, start=1)), usage=Usage())
+
+
+def make_artist_styles(cfg):
+    return ArtistStyles(cfg)
+
+
+def test_reparsing_a_runs_lists_cuts_its_singers_as_the_run_did(tmp_path):
+    """Break-it finding, s39: the run parsed with its seed singers (``Hello by Adele`` → hello,
+    ``Adele - Hello`` → hello), ``recsys score --parser lmra`` on its lists.jsonl without them
+    (``adele`` for every item of a list), so that a run scored 1.000 re-scored 0.000, though the
+    docs say a FaiRLLM run's tables come out again. The run records them (manifest
+    ``parse_artists``) and the re-parse uses them."""
+    cfg = write_config(tmp_path, "artists", """
+[target]
+provider = "test_recsys_e2e:make_artist_styles"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+values = { gender = ["a boy", "a girl"] }
+""")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    run = run_folder(tmp_path / "out")
+    assert "adele" in json.loads((run / "manifest.json").read_text())["parse_artists"]
+    sim = pd.read_csv(run / "recsys_similarity.csv")
+    assert (sim["similarity"] == 1).all()  # every value's list is the neutral one
+    assert run_cli(["recsys", "score", "--lists", str(run / "lists.jsonl"), "--parser", "lmra",
+                    "--out", str(tmp_path / "again")]) == 0
+    again = pd.read_csv(tmp_path / "again" / "recsys_similarity.csv")
+    pd.testing.assert_frame_equal(again, sim)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "recsys_fairness.csv"),
+                                  pd.read_csv(run / "recsys_fairness.csv"))

@@ -145,9 +145,17 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
         raise LmraInputError(f"the run manifest beside the lists file has convention '{convention}', which this "
                              f"version does not know ({', '.join(CONVENTIONS)}): give --convention", file=beside,
                              field="convention")
+    # the names the run's parser cut from titles ("Hello by Adele"), so that its lists parse again as it parsed
+    # them (break-it finding, s39: re-parsed without them, its tables differed)
+    artists = _run_value(beside, "parse_artists", [], list)
+    from lmra.recsys.parse import normalize_title
+    if not all(isinstance(a, str) for a in artists):
+        raise LmraInputError("the run manifest beside the lists file has parse_artists that are not all names (text): "
+                             "score a copy of the lists file in another folder", file=beside, field="parse_artists")
+    artists = {normalize_title(a) for a in artists} - {""}
     result = score_lists(args.lists, k=args.k, convention=convention,
                          parser=args.parser, normalize=not args.no_normalize, out_dir=out,
-                         permutations=permutations, seed=args.seed, new_dir=args.out is None)
+                         permutations=permutations, seed=args.seed, new_dir=args.out is None, artists=artists)
     render_recsys(make_console(), result.similarity, result.fairness, result.summary, result.manifest)
     return _nothing_scored_exit(result)
 
@@ -210,8 +218,8 @@ def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tupl
 
     if not manifest.exists() and not manifest.is_symlink():
         return default
-    option = {"k": "--k", "seed": "--seed", "convention": "--convention",
-              "permutations": "--permutations"}.get(key, key)
+    option = {"k": "--k", "seed": "--seed", "convention": "--convention", "permutations": "--permutations",
+              "parse_artists": "--parser stored, or score a copy of the lists file in another folder"}.get(key, key)
     try:
         doc = json.loads(read_input_text(manifest, "run manifest beside the lists file"))
     except (ValueError, LmraInputError) as exc:
@@ -227,7 +235,8 @@ def _run_value(manifest: Path, key: str, default, kind: type = int, bounds: tupl
     value = doc[key]
     if not isinstance(value, kind) or isinstance(value, bool):
         raise LmraInputError(f"the run manifest beside the lists file has {key} = {json.dumps(value)}, not a "
-                             f"{'whole number' if kind is int else 'text'}: give {option}", file=manifest, field=key)
+                             f"{'whole number' if kind is int else 'list' if kind is list else 'text'}: give {option}",
+                             file=manifest, field=key)
     if bounds is not None and not bounds[0] <= value <= bounds[1]:
         raise LmraInputError(f"the run manifest beside the lists file has {key} = {value}, not between {bounds[0]} "
                              f"and {bounds[1]}: give {option}", file=manifest, field=key)

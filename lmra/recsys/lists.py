@@ -7,6 +7,7 @@ import json
 import math
 
 import unicodedata
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +34,8 @@ def _folded(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
-def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True) -> pd.DataFrame:
+def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool = True,
+               artists: Collection[str] = ()) -> pd.DataFrame:
     """Read a ``lists.jsonl`` file for scoring.
 
     Each non-blank line is a JSON object with ``instruction_id`` and ``attribute`` (strings;
@@ -51,6 +53,9 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         parser: ``lmra`` or ``fairllm-code`` to re-parse every record from ``raw``
             (None = use the stored lists, parsing ``raw`` only where no list is stored).
         normalize: normalise ``items`` lists.
+        artists: normalised artist names the ``lmra`` parser cuts from titles (``Hello by Adele``,
+            ``Adele - Hello``: :func:`~lmra.recsys.parse.extract_title`) — a run's own, so that its
+            lists parse again as the run parsed them.
 
     Returns:
         A DataFrame with ``instruction_id``, ``attribute``, ``value``, ``kind``, ``compare``,
@@ -132,7 +137,7 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             if bad is not None:
                 raise LmraInputError(f"contains the control character U+{ord(bad):04X}", file=p, line=lineno, field=f)
         if obj["error"] is None:
-            obj["compare"] = _list_of(obj, p, lineno, parser, normalize)
+            obj["compare"] = _list_of(obj, p, lineno, parser, normalize, artists)
         else:
             obj["compare"] = []
         tp = obj.get("true_pref")
@@ -186,7 +191,8 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     return pd.DataFrame(rows).drop(columns="_line")
 
 
-def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool) -> list:
+def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool,
+             artists: Collection[str] = ()) -> list:
     if parser is None:
         for f in _LIST_FIELDS:
             if f in obj and obj[f] is not None:
@@ -222,7 +228,7 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                            ("n_duplicates", len(keys) - len(set(keys)))):
             put(key, value)
         return keys
-    parsed = parse_list(raw)
+    parsed = parse_list(raw, artists=artists)
     stopped = provider_refused(obj.get("finish_reason"), parsed.items)  # as the run read it (break-it round 2)
     for key in ("n_dropped", "n_duplicates"):
         put(key, getattr(parsed, key))
@@ -257,7 +263,7 @@ def _scored_records(lists: pd.DataFrame) -> list[dict]:
 
 def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", parser: str | None = None,
                 normalize: bool = True, out_dir: str | Path | None = None, permutations: int = DEFAULT_PERMUTATIONS,
-                seed: int = 0, new_dir: bool = False) -> RecsysResult:
+                seed: int = 0, new_dir: bool = False, artists: Collection[str] = ()) -> RecsysResult:
     """Score an existing ``lists.jsonl`` (``lmra recsys score --lists``).
 
     Args:
@@ -271,6 +277,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         permutations, seed: the permutation test of SNSR/SNSV (:func:`score_frame`; 0 = none).
         new_dir: write to a new folder ``out_dir``, or ``out_dir-2``, ``-3`` … when it is taken
             (:func:`lmra.runstate.claim_run_dir`: two commands started in the same second get two).
+        artists: normalised names :func:`~lmra.recsys.parse.parse_list` cuts from titles when it
+            parses ``raw`` (a run's ``manifest.json`` ``parse_artists``).
 
     Returns:
         :class:`RecsysResult` (``run_dir`` = ``out_dir`` or the lists file's folder).
@@ -283,7 +291,7 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
         raise LmraInputError(f"unknown convention '{convention}' ({', '.join(CONVENTIONS)})", field="convention")
     if k < 1:
         raise LmraInputError(f"K must be ≥ 1, got {k}", field="k")
-    lists = read_lists(path, parser=parser, normalize=normalize)
+    lists = read_lists(path, parser=parser, normalize=normalize, artists=artists)
     try:
         sim, fair, dropped = score_frame(lists, k=k, convention=convention, permutations=permutations, seed=seed)
     except ValueError as exc:
@@ -295,6 +303,8 @@ def score_lists(path: str | Path, *, k: int = 20, convention: str = "paper", par
                 "started": now(), "finished": now(),
                 "source": str(path), "k": k, "convention": convention, "parser": parser or "stored",
                 "permutations": permutations, "seed": seed, "versions": package_versions()}
+    if artists:
+        manifest["parse_artists"] = sorted(artists)
     if manifest["status"] == "failed":  # why, as lmra recsys's manifest says it
         manifest["stop_reason"] = nothing_scored_message(summary, lists, called=False)
     elif manifest["status"] == "partial":

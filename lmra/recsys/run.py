@@ -155,6 +155,9 @@ class RecsysRun:
         }
         if self.seed_names_skipped:  # (review finding: skipped without a word)
             manifest["seed_names_skipped"] = self.seed_names_skipped
+        if self._artists:  # the names the parser cut from titles ("Hello by Adele"), so that 'lmra recsys score
+            # --parser lmra' on this run's lists parses them alike (break-it finding, s39: it parsed without them)
+            manifest["parse_artists"] = sorted(self._artists)
         dump_json(self.run_dir / "manifest.json", manifest)
         sem = asyncio.Semaphore(in_flight)
         self.progress.start("recsys", len(instructions))
