@@ -1143,7 +1143,7 @@ def _record_running(audit: Any, providers: Sequence[Provider], started: str) -> 
 
 #: the counts of a :meth:`CallStats.as_dict` that add up from the live calls of the dry passes
 _LIVE_ADDED = ("fresh", "failed", "retries", "http_429", "http_5xx", "http_4xx", "timeouts", "connection_errors",
-               "malformed", "no_choices", "no_logprobs", "no_usage", "oversized", "replaced_characters", "unreadable_cached", "degraded", "waited",
+               "malformed", "no_choices", "no_logprobs", "no_usage", "oversized", "replaced_characters", "implausible_usage", "unreadable_cached", "degraded", "waited",
                "prompt_tokens_fresh", "completion_tokens_fresh")
 
 

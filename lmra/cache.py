@@ -1219,7 +1219,7 @@ class CallCache:
 _EVENT_FIELDS = {"http_429": "http_429", "http_5xx": "http_5xx", "http_4xx": "http_4xx", "timeout": "timeouts",
                  "connection": "connection_errors", "malformed": "malformed", "no_choices": "no_choices",
                  "no_logprobs": "no_logprobs", "no_usage": "no_usage", "oversized": "oversized",
-                 "replaced_characters": "replaced_characters"}
+                 "replaced_characters": "replaced_characters", "implausible_usage": "implausible_usage"}
 
 
 @dataclass
@@ -1238,6 +1238,9 @@ class CallStats:
         replaced_characters: characters of fresh answers that were lone UTF-16 surrogates (valid
             JSON, not text), replaced by U+FFFD (:class:`lmra.providers.base.ChatResult`); the answer
             is used and cached with them replaced.
+        implausible_usage: responses that reported more tokens than their request could use
+            (:func:`lmra.providers.ratelimit.plausible_tokens`): the rate limiter books that bound
+            instead (the token counts and budgets keep what was reported; not retried).
         no_usage: responses that reported no token usage (counted as 0 tokens, so the cost
             and token budgets undercount them; not a fault: the answer is used).
         unreadable_cached: calls whose stored answer could not be read (a damaged row, or one
@@ -1266,6 +1269,7 @@ class CallStats:
     no_usage: int = 0
     oversized: int = 0
     replaced_characters: int = 0
+    implausible_usage: int = 0
     unreadable_cached: int = 0
     degraded: int = 0
     waited: int = 0
@@ -1287,7 +1291,8 @@ class CallStats:
     def faults(self) -> int:
         """Attempts or responses that met any fault (retried or not)."""
         return (self.http_429 + self.http_5xx + self.http_4xx + self.timeouts + self.connection_errors
-                + self.malformed + self.no_choices + self.no_logprobs + self.oversized + self.replaced_characters)
+                + self.malformed + self.no_choices + self.no_logprobs + self.oversized + self.replaced_characters
+                + self.implausible_usage)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k not in ("errors", "by_model", "failed_by_kind")}

@@ -335,3 +335,46 @@ def test_retries_are_booked_on_the_limit_like_new_calls(chat_server):
     assert _max_in_window(srv.arrivals, 1.5) <= 4  # at most 3 starts per 1.5 s (+1 of jitter)
     assert _rate_per_min(srv.arrivals) <= rpm * 1.15
     assert elapsed >= 11 * 0.5 - 0.3  # 12 requests spaced 0.5 s apart (without the gate: about 2.5 s)
+
+
+def test_an_implausible_usage_report_does_not_stall_the_token_limit():
+    """Break-it finding, s39: one answer claiming 3,000,000 prompt tokens for a 100-token request
+    moved the token bucket 50 minutes ahead (at 60,000 tokens a minute), and its learnt usage ratio
+    inflated every later booking: the audit stalled without a word. A report above what the request
+    could use (a token per byte of its messages, a template's overhead, twice max_tokens:
+    ``plausible_tokens``) is booked at that bound and counted (``implausible_usage``)."""
+    from lmra.providers.base import ChatResult, Usage, collect_events
+    from lmra.providers.ratelimit import plausible_tokens
+
+    class Claims:
+        name, model_id, base_url, supports_logprobs = "claims", "c", "", False
+
+        def __init__(self):
+            self.n = 0
+
+        async def complete(self, request):
+            self.n += 1
+            prompt = 3_000_000 if self.n == 1 else 40  # the first answer's usage is absurd
+            return ChatResult(text="ok", usage=Usage(prompt_tokens=prompt, completion_tokens=10))
+
+        async def aclose(self):
+            return None
+
+    reqs = [_req(i, max_tokens=16) for i in range(6)]
+    ceiling = plausible_tokens(reqs[0])
+    assert ceiling == len("Request number 0.") + 64 + 1024 + 2 * 16  # (ASCII: a byte a character)
+    prov = RateLimitedProvider(Claims(), tokens_per_minute=60_000)  # 1,000 tokens a second
+
+    async def go():
+        counts = []
+        for r in reqs:
+            with collect_events() as ev:
+                await prov.complete(r)
+            counts.append(ev["implausible_usage"])
+        return counts
+
+    t0 = time.monotonic()
+    counts = asyncio.run(asyncio.wait_for(go(), timeout=30))  # (before: the second call waited 50 minutes)
+    assert counts == [1, 0, 0, 0, 0, 0]
+    assert time.monotonic() - t0 < ceiling / 1000 + 5
+    assert prov.limiter.observed.usage_ratio < 10  # the learnt ratio did not take the absurd report

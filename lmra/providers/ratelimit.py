@@ -50,8 +50,8 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from lmra.providers.base import (ATTEMPT_GATE, AttemptGate, ChatRequest, ChatResult, Provider, parallel_capacity,
-                                 wrap_identity)
+from lmra.providers.base import (ATTEMPT_GATE, AttemptGate, ChatRequest, ChatResult, Provider, note_event,
+                                 parallel_capacity, wrap_identity)
 
 if TYPE_CHECKING:
     from lmra.config import ModelConfig
@@ -93,6 +93,24 @@ def estimate_prompt_tokens(request: ChatRequest) -> int:
 def estimate_tokens(request: ChatRequest) -> int:
     """Worst-case tokens of one call: estimated prompt tokens plus ``max_tokens``."""
     return estimate_prompt_tokens(request) + request.max_tokens
+
+
+#: a chat template's tokens around one message, and around a whole request, at most (the bound of
+#: :func:`plausible_tokens`: generous, so that no real usage report is ever taken for implausible)
+MESSAGE_OVERHEAD_TOKENS = 64
+REQUEST_OVERHEAD_TOKENS = 1024
+
+
+def plausible_tokens(request: ChatRequest) -> int:
+    """The most tokens (prompt + completion) a call can use: a token per UTF-8 byte of its messages
+    — no tokenizer makes more — with a template's overhead per message and per request, plus twice
+    its ``max_tokens``. A usage report above it (a proxy that reports cumulative usage, a bug:
+    break-it finding, s39 — one answer claiming 3,000,000 prompt tokens for a 100-token request
+    held a ``tokens_per_minute`` audit for 50 minutes, without a word) is not fed to the limiter
+    beyond it (:class:`RateLimitedProvider`; counted, ``implausible_usage``)."""
+    prompt = sum(len(m.content.encode("utf-8", "surrogatepass")) + MESSAGE_OVERHEAD_TOKENS for m in request.messages)
+    return prompt + len((request.prefill or "").encode("utf-8", "surrogatepass")) + REQUEST_OVERHEAD_TOKENS \
+        + 2 * request.max_tokens
 
 
 def request_kind(request: ChatRequest) -> tuple[int, bool]:
@@ -501,10 +519,16 @@ class RateLimitedProvider:
             ATTEMPT_GATE.reset(gate)
             meter.in_flight -= 1
         actual = result.usage.prompt_tokens + result.usage.completion_tokens
+        learnt = actual
+        if actual > est and actual > (ceiling := plausible_tokens(request)):  # (the estimate is below the bound)
+            # the limiter books what the call could have used, counted; the learnt usage ratio does not take
+            # it (every later booking would grow with it), as a call that reported no usage
+            note_event("implausible_usage")
+            actual, learnt = ceiling, 0
         if actual > 0:  # providers that report no usage keep the booking
             self.limiter.correct(booked, actual)
-        self.limiter.observed.record(time.monotonic() - t0, actual if actual > 0 else est,
-                                     est if actual > 0 else None, kind)
+        self.limiter.observed.record(time.monotonic() - t0, learnt if learnt > 0 else est,
+                                     est if learnt > 0 else None, kind)
         if self.in_flight is not None:
             self.in_flight.observed()
         elif self._on_notice is not None:

@@ -45,7 +45,9 @@ _FAULTS = (("http_429", "429"), ("http_5xx", "5xx"), ("http_4xx", "4xx"), ("time
            ("connection_errors", "connection errors"), ("malformed", "malformed bodies"),
            ("no_choices", "no choices"), ("no_logprobs", "answers without logprobs"),
            ("oversized", "answers far longer than max_tokens allows (cut to that length, not cached)"),
-           ("replaced_characters", "invalid characters replaced by U+FFFD (lone surrogates)"))
+           ("replaced_characters", "invalid characters replaced by U+FFFD (lone surrogates)"),
+           ("implausible_usage", "usage reports above what the request could use (the rate limiter booked that "
+                                 "bound)"))
 
 
 def call_counts_line(c: dict) -> str:
