@@ -59,6 +59,29 @@ def test_option_token_variants():
     for tok, want in [("A", "A"), (" B", "B"), ("\u2581C", "C"), ("A)", "A"), ("**B", "B"), ("(C", "C"),
                       ("A.", "A"), ("An", None), ("Answer", None), ("a", None), ("", None)]:
         assert option_of_token(tok, opts) == want, tok
+    # undecoded pieces (break-it finding, s39: "ĠB" was dropped, A 0.5 / ĠB 0.4 read as a confident A):
+    # byte-level BPE's space and newline, a byte token, a full-width letter
+    for tok, want in [("\u0120B", "B"), ("\u010aC", "C"), ("<0x41>", "A"), ("\uff21", "A"), ("\u0120An", None),
+                      ("<0x61>", None), ("\u0120", None), ("<0x4>", None)]:
+        assert option_of_token(tok, opts) == want, tok
+
+
+def test_byte_level_bpe_tokens_keep_their_probability_in_the_reading():
+    """The break-it's reading through the openai parser: chosen A (p 0.5), alternatives ĠB 0.4, C
+    0.05 — B's probability counts, so the answer is nearly split, not a confident A (0.91)."""
+    from lmra.providers._openai_batch import chat_result
+    from lmra.providers.base import ChatRequest, Message
+
+    req = ChatRequest(messages=[Message(role="user", content="q")], max_tokens=1, top_logprobs=5,
+                      options=("A", "B", "C"))
+    top = [{"token": "A", "logprob": math.log(0.5)}, {"token": "\u0120B", "logprob": math.log(0.4)},
+           {"token": "C", "logprob": math.log(0.05)}]
+    body = {"model": "m", "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "A"},
+                                       "logprobs": {"content": [{"token": "A", "logprob": math.log(0.5),
+                                                                 "top_logprobs": top}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
+    probs = chat_result(body, req, model="m").option_probs
+    assert probs == pytest.approx({"A": 0.5, "B": 0.4, "C": 0.05})
 
 
 def test_sum_option_probs_sums_variants_and_reports_mass():

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
@@ -508,14 +509,28 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
 _VARIANT_STRIP = re.compile(r"^[\s\*\(\[\"'`_#]*|[\s\)\]\.\:\*\"'`,_]*$")
 
 
+#: a tokenizer's raw spelling of a byte (SentencePiece's ``<0x41>``)
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
 def option_of_token(token: str, options: tuple[str, ...]) -> str | None:
     """Return the option a generated answer token stands for, or None.
 
-    ``"A"``, ``" A"``, ``"▁A"``, ``"A)"``, ``"(A"``, ``"**A"`` and ``"A."`` all stand for
-    option ``"A"``; ``"An"`` or ``"Answer"`` do not. Matching is case-sensitive, because
-    the LMRA templates ask for capital letters.
+    ``"A"``, ``" A"``, ``"▁A"``, ``"ĠA"``, ``"A)"``, ``"(A"``, ``"**A"``, ``"A."``, the
+    full-width ``"Ａ"`` and the byte token ``"<0x41>"`` all stand for option ``"A"``; ``"An"`` or
+    ``"Answer"`` do not. A token as a server that returns undecoded pieces spells it: the space
+    of SentencePiece (``▁``) and of byte-level BPE (``Ġ``, and ``Ċ`` for a newline — break-it
+    finding, s39: ``ĠB`` was dropped, so that A 0.5 / B 0.4 read as a confident A), a byte
+    token, Unicode compatibility forms (NFKC). Matching is case-sensitive, because the LMRA
+    templates ask for capital letters.
     """
-    core = _VARIANT_STRIP.sub("", token.replace("\u2581", " "))
+    if not token.isascii():
+        token = unicodedata.normalize("NFKC", token.replace("\u2581", " ").replace("\u0120", " ")
+                                      .replace("\u010a", " "))
+    elif token.startswith("<0x"):
+        m = _BYTE_TOKEN.fullmatch(token)
+        token = chr(int(m.group(1), 16)) if m else token
+    core = _VARIANT_STRIP.sub("", token)
     return core if core in options else None
 
 
