@@ -679,3 +679,22 @@ def test_exit_status_0_says_the_mornings_answer(tmp_path, capsys):
     rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="other", rates=FLAT, seed=4), "--baseline", "last")
     assert rc == 0 and _last_line(out) == ("exit status 0: first night: nothing was checked; the next run is checked "
                                            "against this one")
+
+
+def test_exit_status_0_without_a_baseline_says_it_does_not_depend_on_the_ratings(tmp_path, capsys):
+    """Fresh-user finding, s39: an audit without --baseline and without [gates] of a chatbot whose
+    overall net rating's interval lay above 0 ended "exit status 0", which CI reads as "OK". The
+    line says that this status does not depend on the ratings, and names the interval above 0."""
+    from test_gates import RISE
+
+    rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="biased", rates=RISE, seed=1))
+    last = _last_line(out)
+    assert rc == 0 and last.startswith("exit status 0: no baseline (--baseline) and no release gate ([gates]): this "
+                                       "status does not depend on the ratings; the overall net rating's interval lies "
+                                       "above 0 (female vs male: +"), last
+    rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="flat", rates=FLAT, seed=2))
+    assert rc == 0 and _last_line(out) == ("exit status 0: no baseline (--baseline) and no release gate ([gates]): this "
+                                           "status does not depend on the ratings")
+    rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="gated", rates=FLAT, seed=3,
+                                                gates="[gates]\nmax_net_rating = 0.9"))
+    assert rc == 0 and _last_line(out) == "exit status 0: release gates met; no baseline checked (--baseline)"
