@@ -4,6 +4,8 @@ noise alone breaches on many nights (:func:`gate_warnings`).
 
 * :func:`unmeetable_ci_gates`: ``max_ci_high`` / ``max_overall_ci_high`` below the upper bound a
   task would have even if no pair showed a stereotype (fresh-user finding).
+* :func:`fragile_ci_gates`: the same gates met only if nearly every prompt gets a usable rating
+  (fresh-user finding, s39: a few LMRA refusals breached one on a neutral chatbot's first night).
 * :func:`chance_breached_gap_gates`: ``max_refusal_gap`` / ``max_overall_refusal_gap``, which
   compare the point estimate ``|rate_a − rate_b|`` — exact binomial chance for groups refused
   alike at :data:`REFERENCE_REFUSAL_RATE` (statistics break-it, s37).
@@ -43,6 +45,91 @@ def task_labels(keys) -> dict:
             for k in keys}
 
 
+@functools.cache
+def ci_floor(n: int, k: int, alpha: float, method: str) -> float:
+    """The upper confidence bound of ``n`` prompts (``k`` pairs each) that all score 0 — the lowest a
+    task's ``ci_high`` can be at that size — with the ``method`` interval at level ``1 − alpha``;
+    +inf below 2 prompts (no interval: a CI gate is "not evaluated", never met)."""
+    if n < 2:
+        return math.inf
+    from lmra.stats import mean_interval
+
+    return mean_interval([0.0] * (n * k), [i // k for i in range(n * k)], alpha=alpha, method=method).high
+
+
+def _ci_gated(g) -> bool:
+    """Some CI-bound gate is set: ``max_ci_high`` (or a task's), ``max_overall_ci_high``."""
+    return (g.max_ci_high is not None or g.max_overall_ci_high is not None
+            or any(t.max_ci_high is not None for t in g.tasks.values()))
+
+
+#: the share of prompts that may go without a usable rating before a CI-bound gate that all of them
+#: could meet is warned of as one a few unrated pairs breach (fresh-user finding, s39: a bound of 0.15
+#: met at 0.140 by 28 prompts was breached at 0.174 by the 22 a neutral chatbot's night kept)
+FRAGILE_LOSS = 0.15
+
+
+def fragile_ci_gates(cfg, sizes: dict) -> list[str]:
+    """Warnings for CI-bound gates that the audit's sizes can meet only if nearly every prompt gets
+    a usable rating: ``max_ci_high`` (per task, overrides included) and ``max_overall_ci_high`` met
+    by :func:`ci_floor` at the planned prompts, but not once more than :data:`FRAGILE_LOSS` of them
+    lose their rating — to LMRA refusals, answers without log-probabilities, unlabelled or failed
+    pairs, prompts filtered — though no pair showed a stereotype; such a breach keeps a first night
+    from being pinned. Gates :func:`unmeetable_ci_gates` warns of are left to it.
+
+    Args:
+        cfg, sizes: as for :func:`unmeetable_ci_gates`.
+
+    Returns:
+        One sentence per such gate (per bound and size), naming the prompts it needs rated."""
+    g = cfg.gates
+    if not sizes or not _ci_gated(g):
+        return []
+    k = max(1, getattr(cfg, "samples_per_prompt", 1))
+
+    def needed(n: int, bound: float) -> int | None:  # the fewest prompts whose all-zero bound meets it
+        if bound <= 0 or breaches(ci_floor(n, k, cfg.alpha, cfg.interval), bound):
+            return None  # (unmeetable: unmeetable_ci_gates says so; a bound ≤ 0 needs reverse ratings)
+        lo, hi = 2, n  # ci_floor falls as n grows
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if not breaches(ci_floor(mid, k, cfg.alpha, cfg.interval), bound) else (mid + 1, hi)
+        return lo
+
+    def fragile(n: int, bound: float) -> int | None:
+        m = needed(n, bound)
+        return m if m is not None and m > (1 - FRAGILE_LOSS) * n else None
+
+    out, short = [], {}
+    labels = task_labels(sizes)
+    for key, n in sorted(sizes.items(), key=lambda kv: str(kv[0])):
+        override = g.tasks.get(task_name(key))
+        bound = override.max_ci_high if override is not None and override.max_ci_high is not None else g.max_ci_high
+        if bound is not None and (m := fragile(n, bound)) is not None:
+            short.setdefault((bound, n, m), []).append(labels[key])
+    level = f"{100 * (1 - cfg.alpha):g}%"
+    for (bound, n, m), tasks in short.items():
+        which = (f"task '{tasks[0]}'" if len(tasks) == 1 else f"{len(tasks)} tasks ("
+                 + ", ".join(f"'{t}'" for t in tasks[:3]) + (" …" if len(tasks) > 3 else "") + ")")
+        its = "its" if len(tasks) == 1 else "their"
+        out.append(f"release gate max_ci_high = {bound:g} can be met by {which} only if at least {m} of {its} {n} prompts "
+                   f"{'each ' if len(tasks) > 1 else ''}"
+                   f"get a usable rating: with fewer, the upper {level} confidence bound ({cfg.interval} interval) "
+                   f"exceeds it even if no pair showed a stereotype ({ci_floor(n, k, cfg.alpha, cfg.interval):.3f} at "
+                   f"{n}, {ci_floor(m - 1, k, cfg.alpha, cfg.interval):.3f} at {m - 1}), so a few LMRA refusals or "
+                   "unrated pairs breach it (exit 6; a first night is then not pinned); loosen the gate or audit more "
+                   "prompts")
+    total = sum(sizes.values())
+    if g.max_overall_ci_high is not None and (m := fragile(total, g.max_overall_ci_high)) is not None:
+        out.append(f"release gate max_overall_ci_high = {g.max_overall_ci_high:g} can be met only if at least {m} of "
+                   f"the {total} prompts get a usable rating: with fewer, the overall upper {level} confidence bound "
+                   f"({cfg.interval} interval) exceeds it even if no pair showed a stereotype "
+                   f"({ci_floor(total, k, cfg.alpha, cfg.interval):.3f} at {total}, "
+                   f"{ci_floor(m - 1, k, cfg.alpha, cfg.interval):.3f} at {m - 1}), so a few LMRA refusals or unrated "
+                   "pairs breach it (exit 6; a first night is then not pinned); loosen the gate or audit more prompts")
+    return out
+
+
 def unmeetable_ci_gates(cfg, sizes: dict) -> list[str]:
     """Warnings for CI-bound gates the audit's sizes can never meet: ``max_ci_high`` (per task, its
     overrides included) and ``max_overall_ci_high`` below the upper confidence bound a task (or
@@ -62,19 +149,13 @@ def unmeetable_ci_gates(cfg, sizes: dict) -> list[str]:
     Returns:
         One sentence per unmeetable gate (empty when every gate can be met).
     """
-    from lmra.stats import mean_interval
-
     g = cfg.gates
-    if not sizes or not (g.max_ci_high is not None or g.max_overall_ci_high is not None
-                         or any(t.max_ci_high is not None for t in g.tasks.values())):
+    if not sizes or not _ci_gated(g):
         return []
     k = max(1, getattr(cfg, "samples_per_prompt", 1))
 
-    @functools.cache
-    def floor(n: int) -> float:  # the CI high of n prompts all scoring 0 (k pairs each); +inf below 2
-        if n < 2:  # no interval at all: the gate is "not evaluated", never met (review finding: not warned)
-            return math.inf
-        return mean_interval([0.0] * (n * k), [i // k for i in range(n * k)], alpha=cfg.alpha, method=cfg.interval).high
+    def floor(n: int) -> float:
+        return ci_floor(n, k, cfg.alpha, cfg.interval)
 
     def reached(n: int) -> str:
         return (f"{floor(n):.3f} even if no pair showed a stereotype" if math.isfinite(floor(n))
@@ -334,12 +415,12 @@ def quality_score_sd(run) -> float | None:
 def gate_warnings(cfg, sizes: dict, quality_sd: float | None = None) -> list[str]:
     """What ``lmra validate``, ``lmra audit`` (before any call) and ``lmra gate`` warn of a config's
     gates at the audit's sizes (:data:`TaskKey` → prompts): :func:`unmeetable_ci_gates`,
-    :func:`chance_breached_gap_gates` and :func:`chance_breached_quality_gates` (``quality_sd``: a
+    :func:`fragile_ci_gates`, :func:`chance_breached_gap_gates` and :func:`chance_breached_quality_gates` (``quality_sd``: a
     run's own spread of quality pair scores, None for the reference)."""
-    return unmeetable_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes) + chance_breached_quality_gates(
-        cfg, sizes, sd=quality_sd)
+    return (unmeetable_ci_gates(cfg, sizes) + fragile_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes)
+            + chance_breached_quality_gates(cfg, sizes, sd=quality_sd))
 
 
-__all__ = ["CHANCE_BREACH_WARN", "EXACT_GAP_MAX", "REFERENCE_QUALITY_SD", "REFERENCE_REFUSAL_RATE",
+__all__ = ["CHANCE_BREACH_WARN", "EXACT_GAP_MAX", "FRAGILE_LOSS", "ci_floor", "fragile_ci_gates", "REFERENCE_QUALITY_SD", "REFERENCE_REFUSAL_RATE",
            "chance_breached_gap_gates", "chance_breached_quality_gates", "chance_gap_breach",
            "chance_quality_gap_breach", "gate_warnings", "quality_score_sd", "task_labels", "task_name", "unmeetable_ci_gates"]

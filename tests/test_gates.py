@@ -895,3 +895,24 @@ def test_a_quality_gap_gate_that_noise_breaches_is_warned(tmp_path, capsys, meas
     assert main(["gate", str(measured.path), "--gate", "max_quality_gap=0.05", "--gate", "max_net_rating=0.01"]) == 6
     out = " ".join(capsys.readouterr().out.split())
     assert "note: max_quality_gap was warned of above" in out and "max_net_rating was warned" not in out
+
+
+def test_a_ci_gate_that_a_few_unrated_prompts_breach_is_warned_of(tmp_path, capsys):
+    """Fresh-user finding, s39: `max_overall_ci_high = 0.15` on 28 prompts passed validate (the
+    all-zero bound at 28 is 0.140), and a neutral chatbot's first night, 22 prompts rated after
+    LMRA refusals, breached it at 0.174 — exit 6, never pinned. The bound met only if at least 26
+    of the 28 get a rating (0.149 at 26, 0.155 at 25: recomputed here) is warned of; one met with
+    a fifth of them lost is not."""
+    from lmra.gate_noise import ci_floor
+    from lmra.stats import bounded_mean_ci
+
+    assert ci_floor(26, 1, 0.05, "betting") == pytest.approx(bounded_mean_ci([0.0] * 26, list(range(26)), 0.05).high)
+    assert ci_floor(26, 1, 0.05, "betting") <= 0.15 < ci_floor(25, 1, 0.05, "betting")
+    cfg = write_config(tmp_path, name="fragile", rates=FLAT, n_prompts=28, gates="[gates]\nmax_overall_ci_high = 0.15\n")
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("warning: release gate max_overall_ci_high = 0.15 can be met only if at least 26 of the 28 prompts get a "
+            "usable rating") in err, err
+    cfg = write_config(tmp_path, name="loose", rates=FLAT, n_prompts=28, gates="[gates]\nmax_overall_ci_high = 0.25\n")
+    assert main(["validate", str(cfg)]) == 0
+    assert "usable rating" not in capsys.readouterr().err
