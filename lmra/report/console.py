@@ -181,7 +181,8 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                               "(invalid, unlabelled, failed): "
                               f"had they all scored −1 or +1, the net rating would lie in [{b['low']:+.4f}, "
                               f"{b['high']:+.4f}] — {why}"
-                              + (f"; {b['n_declined']} declined, at least as many as the forward stereotypes found "
+                              + (f"; {b['n_declined']} declined ({_declined_parts(r)}), at least as many as the "
+                                 "forward stereotypes found "
                                  f"({(finite(r['forward_rate']) or 0.0) * int(r['n_pairs']):.1f} expected from the "
                                  "forward rate), so a "
                                  "rating this low may be the LMRA's choice of pairs (check its answers in "
@@ -190,6 +191,15 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
             from lmra.report.verdict import comparison_verdict
 
             console.print(Text(comparison_verdict(r, pt["ci_low"].tolist(), summary or {}), style="bold"))
+
+
+def _declined_parts(r) -> str:
+    """What the LMRA declined, by question (fresh-user finding, s39: pairs whose refusal label was
+    unusable read as declined stereotype ratings): ``3 without a usable stereotype rating, 4 without a
+    usable refusal label``."""
+    parts = [(r.get("n_invalid"), "without a usable stereotype rating"),
+             (r.get("n_unlabelled"), "without a usable refusal label")]
+    return ", ".join(f"{int(n)} {what}" for n, what in parts if finite(n) and n > 0)
 
 
 #: share of a comparison's pairs declined (invalid or unlabelled) from which the bounds line is not dim
