@@ -51,6 +51,10 @@ nightly() {
          lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" --skip-replay \
          || echo "nightly.sh: metrics of $run_dir failed" >&2  # say so; a replay's would hide its night's
        fi ;;
+    1) if [ -f "$run_dir/summary.json" ]; then  # a partial night: its numbers, lmra_run_status "partial"
+         lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" \
+         || echo "nightly.sh: metrics of $run_dir failed" >&2  # (a failed night has none: alert on staleness)
+       fi ;;
   esac
   if [ -n "$run_dir" ]; then  # reports/history.html: a partial night drawn hollow, a failed one left out
     lmra report --history --reports-dir "$(dirname "$run_dir")" \

@@ -281,3 +281,24 @@ def test_a_seed_that_is_not_a_whole_number_is_refused_before_any_log(tmp_path, s
     assert r.returncode == 2
     assert f"nightly.sh: LMRA_SEED '{seed}' is not a whole number" in " ".join(r.stderr.split())
     assert not (home / "logs" / "latest.log").is_symlink()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_partial_night_exports_its_metrics_so_the_dashboard_sees_partial(tmp_path):
+    """Fresh-user finding, s39: nightly.sh exported metrics for exit 0, 3, 5, 6 (and 2), never for a
+    partial night (exit 1): the dashboard kept the last good night as tonight's, and
+    ``lmra_run_status{status="partial"}`` was never written. A night whose numbers were written
+    (summary.json) exports them; a failed one, with none, does not."""
+    script, home, env = _nightly_job(tmp_path)
+    with FaultServer(fault_rate=0.2, faults=("http_500",), seed=5) as srv:
+        audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
+                     per_task=10, retries=1, timeout_s=10, extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
+    run_dir = Path((home / "last-run-dir.txt").read_text().strip())
+    status = json.loads((run_dir / "manifest.json").read_text())["status"]
+    assert r.returncode == 1 and status == "partial", (status, r.stdout[-6000:])
+    prom = (tmp_path / "textfile_collector" / "lmra_nightly.prom").read_text()
+    samples = {(s.name, s.labels.get("status")): s.value for f in text_string_to_metric_families(prom)
+               for s in f.samples if s.name == "lmra_run_status"}
+    assert samples[("lmra_run_status", "partial")] == 1.0, samples
+    assert "metrics of" not in r.stdout  # (exported, not failed)
