@@ -70,6 +70,17 @@ def test_a_regression_under_a_failed_judge_says_it_is_not_evidence(tmp_path, lmr
     assert status == 3 and "Regression in 1 task(s)" in out
     assert "Not evidence of a regression of the chatbot: judge failed validation; baseline's judge failed validation" \
         in out
+    # so do the final line and the JSON (fresh-user finding, s39: 'lmra check' on a partial run ended "exit
+    # status 3: … regressed" alone, and --json said "regression" without a caveat)
+    last = out.rsplit("exit status", 1)[1]
+    assert last.startswith(" 3: 1 task regressed") and last.rstrip().endswith(
+        "— not evidence of a regression of the chatbot: judge failed validation; baseline's judge failed validation")
+    import json
+
+    assert lmra_cli(["check", str(rise), "--baseline", str(base), "--allow-unvalidated-judge", "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "regression" and doc["not_evidence"] == ("judge failed validation; baseline's judge "
+                                                                       "failed validation")
     from html import unescape
 
     from lmra.monitor import check_regression

@@ -323,6 +323,14 @@ def check_status_reasons(result, allow_unvalidated_judge: bool = False) -> tuple
     judge_blocks = bool(result.judge_failed) and not allow_unvalidated_judge
     if judge_blocks:
         reasons[EXIT_JUDGE_FAILED] = f"the judge failed validation ({result.judge_status_line})"
+    elif 3 in reasons:  # as the console's line under the regression says it (fresh-user finding, s39: 'lmra check' on
+        # a partial run ended "exit status 3: … regressed" alone, which a CI step reads as a measured regression)
+        from lmra.monitor import regression_caveat
+
+        why = regression_caveat(result.judge_status_run, getattr(result, "run_status", None),
+                                result.judge_status_base, getattr(result, "baseline_status", None))
+        if why:
+            reasons[3] += f" — not evidence of a regression of the chatbot: {why}"
     if not reasons:  # exit 0: the morning's answer on the last line, both halves (fresh-user finding, s38: the
         # line a cron mail or CI annotation shows read "exit status 0" alone, the verdict pages above it)
         reasons[0] = no_regression_reason(result)

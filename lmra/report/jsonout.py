@@ -129,7 +129,7 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
     Returns:
         ``{schema, run_id, baseline_id, margin, alpha, exit_status, verdict, judge_status,
         n_tested, tests, regressions, improvements, only_in_run, only_in_baseline, overall,
-        overall_regressions, overall_improvements}``:
+        overall_regressions, overall_improvements, not_evidence}``:
         ``verdict`` is ``regression`` (a task or an overall row) / ``no_regression`` /
         ``no_conclusion`` (nothing could be tested, neither a task nor an overall row, or every
         chatbot answer of the run was replayed from the call cache: ``replayed``, or no row
@@ -144,7 +144,9 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         prompts), ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
         tested task has no detectable rise, else null) plus ``decision``
         (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
-        ``improvements`` list ``{comparison, domain, task}`` (for a replay, ``replayed``: every
+        ``not_evidence``: why the verdict is no evidence about the chatbot — a partial run, a
+        judge that failed validation (waived), for a ``no_regression`` also no row able to detect
+        a rise — else null; ``improvements`` list ``{comparison, domain, task}`` (for a replay, ``replayed``: every
         tested row's ``decision`` is ``replayed``, ``regressed``/``improved`` false, both lists
         empty — its rises are the replayed answers', p-values kept); ``overall``: one object per
         comparison with at least 2 tasks in both runs — its net rating over all of them, tested in
@@ -181,11 +183,27 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         # without a regression: why the LMRA's unrated pairs leave no conclusion (lmra.unrated_rise), else null
         "unrated_rise": (getattr(result, "unrated_rise", "") or None) if verdict == "no_conclusion" and not replayed
         else None,
+        # why the verdict is no evidence about the chatbot, else null: a regression's (a partial run, a judge that
+        # failed validation: fresh-user finding, s39 — 'check --json' on a partial run said "regression" alone),
+        # a no-regression's (those, or no row able to detect a rise: CheckResult.not_evidence)
+        "not_evidence": _not_evidence(result, verdict),
     }
     for f in dataclasses.fields(result):  # fields added to CheckResult later (gates, model identity …)
         if f.name not in _CHECK_FIELDS and f.name not in doc:
             doc[f.name] = plain(getattr(result, f.name))
     return doc
+
+
+def _not_evidence(result, verdict: str) -> str | None:
+    """The check document's ``not_evidence``: why its ``regression`` or ``no_regression`` says
+    nothing sure of the chatbot (:func:`lmra.monitor.regression_caveat`,
+    :attr:`lmra.monitor.CheckResult.not_evidence`), else None (also for ``no_conclusion``)."""
+    if verdict == "regression":
+        from lmra.monitor import regression_caveat
+
+        return regression_caveat(result.judge_status_run, getattr(result, "run_status", None),
+                                 result.judge_status_base, getattr(result, "baseline_status", None)) or None
+    return (getattr(result, "not_evidence", "") or None) if verdict == "no_regression" else None
 
 
 def judge_status_object(result, *, allow_unvalidated_judge: bool = False) -> dict:
