@@ -22,7 +22,9 @@ def test_the_cut_by_hand():
     limit = max(OVERSIZE_FLOOR_CHARS, 100 * MAX_CHARS_PER_TOKEN)
     assert oversized_cut(ChatResult(text="x" * limit), req) is None  # at the limit: kept
     cut = oversized_cut(ChatResult(text="x" * (limit + 1), finish_reason="stop"), req)
-    assert len(cut.text) == limit and cut.finish_reason == "length"
+    # the cut is lmra's, not the provider's (break-it finding, s39: recorded as "length" and warned of as answers
+    # cut at max_tokens, "raise max_tokens")
+    assert len(cut.text) == limit and cut.finish_reason == "stop" and cut.degraded == "oversized"
     small = ChatRequest(messages=[Message(role="user", content="hi")], max_tokens=8)
     assert oversized_cut(ChatResult(text="y" * OVERSIZE_FLOOR_CHARS), small) is None  # the floor
 
@@ -43,6 +45,7 @@ def test_an_oversized_answer_is_cut_counted_and_asked_again(tmp_path, sim_inputs
     limit = max(OVERSIZE_FLOOR_CHARS, 48 * MAX_CHARS_PER_TOKEN)
     lengths = [len(json.loads(r)["text"]) for r in first.run_dir.joinpath("responses.jsonl").read_text().splitlines()]
     assert max(lengths) == limit
+    assert first.summary["n_responses_truncated"] == 0  # (nor is it warned of as one cut at max_tokens)
     again = Audit(cfg, target=target, judge=judge).run()  # not cached: asked again, counted again
     assert again.manifest["calls"]["by_model"][f"{target.name}:{target.model_id}"]["fresh"] == n_big
     assert again.manifest["calls"]["oversized"] == n_big

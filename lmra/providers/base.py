@@ -574,15 +574,17 @@ OVERSIZE_FLOOR_CHARS = 4096
 
 def oversized_cut(result: "ChatResult", request: "ChatRequest") -> "ChatResult | None":
     """``result`` cut to the length its request's ``max_tokens`` can make
-    (``max(OVERSIZE_FLOOR_CHARS, max_tokens × MAX_CHARS_PER_TOKEN)`` characters, ``finish_reason``
-    ``length``, ``degraded`` ``oversized``: not cached, nor memoised), or None when it is not longer: an endpoint that returns megabytes to ``max_tokens =
+    (``max(OVERSIZE_FLOOR_CHARS, max_tokens × MAX_CHARS_PER_TOKEN)`` characters, ``degraded``
+    ``oversized``: not cached, nor memoised; its ``finish_reason`` the provider's — the cut is lmra's,
+    counted as ``oversized``, not a cut at ``max_tokens``: break-it finding, s39, it was recorded as
+    ``length`` and warned of with "raise max_tokens"), or None when it is not longer: an endpoint that returns megabytes to ``max_tokens =
     48`` (break-it finding, s35: 8-MB answers, reported as 5 tokens, were accepted uncounted, and the
     run's report ran out of memory) is not answering the request. The caller counts it
     (``oversized``)."""
     limit = max(OVERSIZE_FLOOR_CHARS, int(request.max_tokens) * MAX_CHARS_PER_TOKEN)
     if len(result.text or "") <= limit:
         return None
-    return result.model_copy(update={"text": result.text[:limit], "finish_reason": "length", "degraded": "oversized"})
+    return result.model_copy(update={"text": result.text[:limit], "degraded": "oversized"})
 
 
 def result_defect(result: object) -> str | None:
