@@ -347,8 +347,11 @@ class FaultServer:
                     return
                 if server.delay_s:
                     time.sleep(server.delay_s)
-                fault = server.draw(bool(body.get("logprobs")), attempt)
-                if fault == "malformed":
+                # a redirect's hop (fault "redirect": 307 to the same path) is answered as it is
+                fault = None if "hop=1" in self.path else server.draw(bool(body.get("logprobs")), attempt)
+                if fault == "redirect":
+                    self._send(307, b"", {"location": self.path + ("&" if "?" in self.path else "?") + "hop=1"})
+                elif fault == "malformed":
                     text = json.dumps(completion(body))
                     self._send(200, text[: len(text) // 2].encode())
                 elif fault == "no_choices":

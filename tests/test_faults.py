@@ -441,6 +441,22 @@ def test_a_lone_surrogate_beside_the_text_is_replaced_and_counted_not_a_crash(tm
     assert (run_dir / "summary.json").is_file()
 
 
+def test_a_redirect_hop_is_not_counted_as_a_retry(tmp_path):
+    """Break-it finding, s39: the SDK's client follows a 307, and each hop was counted as an attempt —
+    "40 fresh, 0 failed, 21 retries" with no fault met — and booked the rate limit again. A hop to
+    the Location the redirect named is the same attempt: the counts are those of a clean run."""
+    with FaultServer(fault_rate=0.5, faults=("redirect",)) as srv:
+        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
+                      per_task=1)
+        r = _audit(cfg, tmp_path)
+    _clean(r.stderr)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = _run_dirs(tmp_path / "out")
+    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
+    assert srv.injected["redirect"] > 0 and calls["retries"] == 0 and calls["failed"] == 0, (calls, srv.injected)
+    assert srv.requests_by_body.total() == calls["fresh"] + srv.injected["redirect"]  # (a redirected call: two)
+
+
 def test_a_token_listed_twice_in_top_logprobs_counts_once_with_its_larger_probability():
     """Break-it finding: ``[A −0.2, C −2.0, A −9]`` (two token ids decoding to "A") kept the last
     entry, p(A) = 0.0001 instead of 0.82, and changed which prompts were audited, unsaid."""

@@ -16,6 +16,7 @@ Every attempt after a call's first also passes the call's rate limit, if it has 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import select
 import socket
 
@@ -42,8 +43,13 @@ class CountingTransport(httpx.AsyncBaseTransport):
         self.max_retries = max_retries
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await before_attempt()  # a retry waits for the rate limit like a new call
-        note_event("attempt")
+        hop = _REDIRECT_TO.get()
+        if hop is not None and str(request.url) == hop:  # the client following a redirect: the same attempt
+            _REDIRECT_TO.set(None)  # (break-it finding, s39: each 307 hop was counted as a retry, and booked the
+        else:  # rate limit again)
+            _REDIRECT_TO.set(None)
+            await before_attempt()  # a retry waits for the rate limit like a new call
+            note_event("attempt")
         deadline = _attempt_deadline(request)
         try:
             async with asyncio.timeout(deadline):
@@ -80,6 +86,11 @@ class CountingTransport(httpx.AsyncBaseTransport):
                 and self._retries_left(request) and (wait := retry_wait_s(response.headers)) > 0):
             port = f":{request.url.port}" if request.url.port else ""
             note_wait(f"{request.url.host}{port}", wait, f"HTTP {code}")  # a long one is told, not left a still bar
+        if code in REDIRECT_STATUSES and "location" in response.headers:
+            try:  # where the client goes next, if it follows: that request is this attempt's hop
+                _REDIRECT_TO.set(str(request.url.join(response.headers["location"])))
+            except (httpx.InvalidURL, ValueError):
+                pass
         if code == 429:
             note_event("http_429")
         elif code >= 500:
@@ -101,6 +112,12 @@ class CountingTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+
+#: redirect statuses an HTTP client follows to the ``Location`` it names
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: the URL a redirect of the call in progress sends its client to (the next request there is the same
+#: attempt, not a retry), else None
+_REDIRECT_TO: contextvars.ContextVar[str | None] = contextvars.ContextVar("lmra_redirect_to", default=None)
 
 #: statuses below 500 the SDKs retry (request timeout, conflict, rate limit), unless told not to
 RETRIED_STATUSES = frozenset({408, 409, 429})
