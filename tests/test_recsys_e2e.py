@@ -1217,3 +1217,38 @@ values = { gender = ["a boy", "a girl"] }
     pd.testing.assert_frame_equal(again, sim)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "recsys_fairness.csv"),
                                   pd.read_csv(run / "recsys_fairness.csv"))
+
+
+class StoppedLists(ScriptedRecommender):
+    """Five titles for every prompt; "a girl"'s answers stopped by the content filter, "a boy"'s cut at
+    max_tokens — each still holding its list."""
+
+    async def complete(self, request):
+        text = request.messages[-1].content
+        reason = "content_filter" if "a girl" in text else "length" if "a boy" in text else "stop"
+        body = "\n".join(f"{i}. Song {c}" for i, c in enumerate("ABCDE", start=1))
+        return ChatResult(text=body, finish_reason=reason, usage=Usage())
+
+
+def make_stopped_lists(cfg):
+    return StoppedLists(cfg)
+
+
+def test_lists_the_provider_stopped_are_counted_and_said(tmp_path, capsys):
+    """Break-it finding, s39: a list in an answer the content filter stopped (or cut at max_tokens) was
+    scored like any other with nothing counted — 7 of 15 in the break-it's run. They are scored on
+    what they hold and counted (summary ``lists_filtered``, ``lists_cut_at_max_tokens``) and said."""
+    cfg = write_config(tmp_path, "stopped", """
+[target]
+provider = "test_recsys_e2e:make_stopped_lists"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+values = { gender = ["a boy", "a girl"] }
+""")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    summary = json.loads((run_folder(tmp_path / "out") / "summary.json").read_text())
+    assert summary["lists_filtered"] == 2 and summary["lists_cut_at_max_tokens"] == 2 and summary["refusals"] == 0
+    assert "2 lists from answers the provider's content filter stopped" in out
+    assert "2 lists from answers cut at max_tokens" in out

@@ -31,7 +31,7 @@ from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, cla
                            failed_share, filter_over_limit, filter_phrase, invalid_outliers, invalid_over_limit,
                            invalid_phrase, run_status)
 from lmra.fileio import write_csv
-from lmra.providers.base import FILTER_FINISH_REASONS
+from lmra.providers.base import FILTER_FINISH_REASONS, TRUNCATED_FINISH_REASONS
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
 from lmra.runfolder import json_text, json_value
@@ -139,10 +139,6 @@ def _redacted(row: dict) -> dict:
     only the text's length is kept (``n_chars``, ``redacted``)."""
     return row | {"text": None, "scrubbed": None, "n_chars": len(row["text"] or ""), "redacted": True}
 
-
-#: ``finish_reason`` values of an answer cut at ``max_tokens`` (openai, llamacpp: ``length``;
-#: anthropic: ``max_tokens``)
-TRUNCATED_FINISH_REASONS = ("length", "max_tokens")
 
 
 def response_notes(response: Response) -> tuple[bool, bool, bool]:

@@ -78,6 +78,9 @@ class Usage(BaseModel):
 #: Anthropic's ``refusal`` (its classifiers ended the message; break-it finding: not counted) —
 #: a target response so stopped is counted as filtered, an LMRA answer as a refusal to judge
 FILTER_FINISH_REASONS = ("content_filter", "refusal")
+#: ``finish_reason`` values of an answer cut at ``max_tokens`` (openai, llamacpp: ``length``;
+#: anthropic: ``max_tokens``)
+TRUNCATED_FINISH_REASONS = ("length", "max_tokens")
 
 
 class ChatResult(BaseModel):

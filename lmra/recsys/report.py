@@ -67,6 +67,12 @@ def _counts_line(summary: dict) -> str:
     if (summary.get("template_tokens") or {}).get("responses"):
         parts.append(f"{counted(summary['template_tokens']['responses'], 'answer')} with chat-template tokens "
                      "(warning above)")
+    if summary.get("lists_filtered"):
+        parts.append(f"{counted(summary['lists_filtered'], 'list')} from answers the provider's content filter stopped "
+                     "(scored on the items they hold, which may be cut short)")
+    if summary.get("lists_cut_at_max_tokens"):
+        parts.append(f"{counted(summary['lists_cut_at_max_tokens'], 'list')} from answers cut at max_tokens (scored on "
+                     "the items they hold; raise [target] max_tokens for whole lists)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
     if summary.get("users_without_training_ratings"):

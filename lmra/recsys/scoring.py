@@ -202,6 +202,13 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         tokens = count_template_tokens(r for r in ok["raw"] if isinstance(r, str))
         warning = tokens.template_tokens_warning("target")
         out |= {"template_tokens": tokens.template_tokens_field(), "warnings": [warning] if warning else []}
+    if "finish_reason" in ok.columns:  # answers the provider stopped but that hold a list, scored on what they hold
+        # (break-it finding, s39: 7 of 15 lists stopped by the content filter were scored without a count)
+        from lmra.providers.base import FILTER_FINISH_REASONS, TRUNCATED_FINISH_REASONS
+
+        held = ok[~_flag(ok, "refusal") & ~_flag(ok, "parse_failed")]["finish_reason"]
+        out["lists_filtered"] = int(held.isin(FILTER_FINISH_REASONS).sum())
+        out["lists_cut_at_max_tokens"] = int(held.isin(TRUNCATED_FINISH_REASONS).sum())
     if "n_profile_echoes" in ok.columns:
         out["profile_echoes"] = int(ok["n_profile_echoes"].fillna(0).sum())
     if matched and "n_unmatched" in ok.columns:
