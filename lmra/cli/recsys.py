@@ -147,7 +147,7 @@ def cmd_recsys_score(args: argparse.Namespace) -> int:
                              field="convention")
     # the names the run's parser cut from titles ("Hello by Adele"), so that its lists parse again as it parsed
     # them (break-it finding, s39: re-parsed without them, its tables differed)
-    artists = _run_value(beside, "parse_artists", [], list)
+    artists = _run_value(beside, "parse_artists", [], list) if args.parser == "lmra" else []
     from lmra.recsys.parse import normalize_title
     if not all(isinstance(a, str) for a in artists):
         raise LmraInputError("the run manifest beside the lists file has parse_artists that are not all names (text): "
