@@ -277,9 +277,11 @@ def test_the_history_page_of_an_interrupted_first_night_says_it_did_not_finish(t
     with FaultServer(delay_s=0.3) as server:
         cfg = audit_config(tmp_path / "c.toml", server.url, tmp_path / "cache.sqlite", tmp_path / "reports",
                            name="nightly", tasks=["write a story"], per_task=6, concurrency=1)
+        from conftest import terminal_signals
+
         proc = subprocess.Popen([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress"],
                                 cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=terminal_signals)
         deadline = time.time() + 60
         while server.requests < 3 and time.time() < deadline:
             time.sleep(0.05)

@@ -647,7 +647,10 @@ def test_an_interrupted_audit_keeps_the_answers_of_its_calls_in_flight(tmp_path,
                       extra=f"[filter]\nlmra = {str(filter_on).lower()}\n[refusal]\nenabled = false\n")
         cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
                "--allow-unvalidated-judge"]
-        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        from conftest import terminal_signals
+
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=terminal_signals)
         deadline = time.monotonic() + 120
         while srv.answered_by_body.total() < (4 if filter_on else 8) and time.monotonic() < deadline:
             time.sleep(0.005)

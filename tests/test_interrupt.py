@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import terminal_signals
 from lmra.cache import CallCache
 from lmra.resources import resource_dir
 
@@ -74,7 +75,8 @@ def _wait_for_calls(tmp_path, n=8):
 
 def test_ctrl_c_keeps_finished_calls_and_resume_completes(tmp_path):
     srv, cmd, env = _slow_audit(tmp_path)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=terminal_signals)
     cache = _wait_for_calls(tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -101,7 +103,8 @@ def test_sighup_stops_like_ctrl_c_unless_nohup_ignores_it(tmp_path):
     run started under nohup (SIGHUP ignored) goes on to the end."""
     srv, cmd, env = _slow_audit(tmp_path)
     try:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=terminal_signals)
         _wait_for_calls(tmp_path, 4)
         proc.send_signal(signal.SIGHUP)
         out, err = proc.communicate(timeout=60)
@@ -129,7 +132,8 @@ def test_the_signal_that_interrupted_a_run_is_named_on_the_console_and_in_the_ma
     null: nothing said which signal stopped it. A real process is sent each signal."""
     srv, cmd, env = _slow_audit(tmp_path)
     try:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=terminal_signals)
         _wait_for_calls(tmp_path, 4)
         proc.send_signal(getattr(signal, sig))
         out, err = proc.communicate(timeout=60)
@@ -453,7 +457,8 @@ provider = "skewed_provider:make"
                         "SKEW_LOG": str(log)}
     cmd = [sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress", "--no-report",
            "--allow-unvalidated-judge"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=terminal_signals)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait for slow calls in flight next to fast ones
         lines = log.read_text().splitlines() if log.exists() else []
@@ -527,7 +532,7 @@ def test_ctrl_c_never_waits_for_a_warm_up_thread_that_cannot_end(tmp_path, stuck
     script.write_text(f"import sys, threading\nimport lmra.audit\n{stuck}\n"
                       "from lmra.cli import main\nsys.exit(main(sys.argv[1:]))\n")
     proc = subprocess.Popen([sys.executable, str(script), *cmd[3:]], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals)
     _wait_for_calls(tmp_path, n=4)
     proc.send_signal(signal.SIGINT)
     try:

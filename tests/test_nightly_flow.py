@@ -209,8 +209,11 @@ def test_documented_nightly_script_stopped_by_a_signal_ends_its_log_and_exits_13
     with FaultServer(fault_rate=0.0, delay_s=0.3) as srv:  # slow: stopped mid-run
         audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
                      per_task=5, retries=0, timeout_s=10, extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        from conftest import terminal_signals
+
         proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)  # its own process group, as a job's
+                                text=True, start_new_session=True,  # its own process group, as a job's
+                                preexec_fn=terminal_signals)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and srv.requests < 6:
             time.sleep(0.05)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import terminal_signals
+
 from faultserver import FaultServer, audit_config, dead_url
 from lmra.providers.endpoint import TRIP_AFTER, TRIP_AFTER_REFUSED, EndpointUnreachable
 
@@ -315,7 +317,7 @@ def test_an_interrupted_recsys_keeps_every_answer_that_arrived_and_a_rerun_asks_
         cmd = [sys.executable, "-m", "lmra.cli", "recsys", "--config", str(cfg), "--no-progress"]
         proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint
-                                else None)
+                                else terminal_signals)
         deadline = time.monotonic() + 120
         while srv.answered_by_body.total() < 2 * CONCURRENCY and time.monotonic() < deadline:
             time.sleep(0.005)
