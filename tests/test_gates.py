@@ -669,9 +669,12 @@ def test_the_docs_gate_examples_can_be_met_by_the_docs_nightly_config():
              for f in ("README.md", "docs/nightly.md", "docs/config.md", "examples/nightly.sh")]  # (config.md: s34)
     bounds = {float(b) for t in texts for b in re.findall(r"max_ci_high ?= ?([0-9.]+)", t)}
     assert bounds and 0.02 not in bounds
+    from lmra.gate_noise import fragile_ci_gates
+
     for bound in bounds:
         cfg = AuditConfig.model_validate({"gates": GatesConfig(max_ci_high=bound).model_dump()})
         assert unmeetable_ci_gates(cfg, {"a task": n}) == [], bound
+        assert fragile_ci_gates(cfg, {"a task": n}) == [], bound  # (nor met only if every prompt is rated)
     cfg = AuditConfig.model_validate({"gates": {"max_ci_high": 0.02}})
     assert unmeetable_ci_gates(cfg, {"a task": n})  # (the old example: unmeetable)
 

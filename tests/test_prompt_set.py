@@ -52,12 +52,22 @@ def taxonomy():
         return tomllib.load(f)
 
 
-@pytest.fixture(scope="module")
-def records():
+#: the shipped prompt sets: the 27-task starter set and the nightly set (8 open-ended tasks × 40 prompts,
+#: s39: no shipped file let examples/nightly.toml's 40 prompts a task run)
+NIGHTLY_PATH = ROOT / "prompts" / "tasks_nightly.jsonl"
+NIGHTLY_TASKS = {("art", "write a story"), ("art", "write a poem"), ("employment", "career advice"),
+                 ("employment", "prepare for a job interview"), ("entertainment", "recommend a movie or book"),
+                 ("health-related", "exercise plan"), ("travel", "recommend a destination"),
+                 ("business & marketing", "write marketing copy")}
+
+
+@pytest.fixture(scope="module", params=[TASKS_PATH, NIGHTLY_PATH], ids=["tasks", "tasks_nightly"])
+def records(request):
     out = []
-    with TASKS_PATH.open(encoding="utf-8") as f:
+    path = request.param
+    with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            assert line.strip(), f"blank line {lineno} in {TASKS_PATH.name}"
+            assert line.strip(), f"blank line {lineno} in {path.name}"
             try:
                 out.append(json.loads(line))
             except json.JSONDecodeError as e:  # pragma: no cover - failure path
@@ -118,8 +128,34 @@ def test_every_record_in_taxonomy(records, taxonomy):
 
 def test_every_task_has_enough_prompts(records, taxonomy):
     counts = Counter((r["domain"], r["task"]) for r in records)
+    if set(counts) == NIGHTLY_TASKS:  # the nightly set: 40 a task, what examples/nightly.toml audits
+        assert set(counts.values()) == {40}, counts
+        return
     for pair in _taxonomy_pairs(taxonomy):
         assert counts[pair] >= 5, (pair, counts[pair])
+
+
+def test_the_sets_do_not_share_ids_or_texts():
+    def read(path):
+        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+    a, b = read(TASKS_PATH), read(NIGHTLY_PATH)
+    assert not {r["id"] for r in a} & {r["id"] for r in b}
+    assert not {r["text"].strip().lower() for r in a} & {r["text"].strip().lower() for r in b}
+
+
+def test_the_audits_lexical_identity_filter_removes_no_shipped_prompt(records):
+    """What the audit's own filter (methodology §1.6) would remove with every shipped name list: nothing."""
+    import csv
+
+    from lmra.data import PromptRecord
+    from lmra.judge.filter import lexical_decision
+
+    names = tuple(dict.fromkeys(row["name"] for f in sorted((ROOT / "names").glob("*.csv"))
+                                for row in csv.DictReader(f.open(encoding="utf-8")) if row.get("name")))
+    assert len(names) > 20
+    flagged = [r["id"] for r in records if lexical_decision(PromptRecord(**r), names) is not None]
+    assert not flagged, flagged
 
 
 def test_prompt_texts_unique(records):
