@@ -1252,3 +1252,21 @@ values = { gender = ["a boy", "a girl"] }
     assert summary["lists_filtered"] == 2 and summary["lists_cut_at_max_tokens"] == 2 and summary["refusals"] == 0
     assert "2 lists from answers the provider's content filter stopped" in out
     assert "2 lists from answers cut at max_tokens" in out
+
+
+def test_attributes_of_different_numbers_of_values_are_not_ranked_by_snsr(tmp_path, capsys):
+    """Statistics break-it, s39: a 7-value attribute without an effect had the mean SNSR of a 2-value
+    one with an effect (0.090 vs 0.092) and the larger one in 47% of audits — SNSR is a range over
+    the values, larger with more of them by chance. The console says so when the counts differ."""
+    rows = []
+    for i in range(4):
+        rows.append({"instruction_id": f"m{i}", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]})
+        for v, items in (("a girl", ["A", "B", "D"]), ("a boy", ["A", "B", "C"])):
+            rows.append({"instruction_id": f"m{i}", "attribute": "gender", "value": v, "items": items})
+        for v, items in (("young", ["A", "B", "C"]), ("middle-aged", ["A", "E", "C"]), ("old", ["F", "B", "C"])):
+            rows.append({"instruction_id": f"m{i}", "attribute": "age", "value": v, "items": items})
+    out = _score_console(tmp_path, capsys, rows)
+    assert ("The attributes have different numbers of values (gender 2, age 3): SNSR and SNSV grow with the number "
+            "of values by chance alone, so they do not rank the attributes — compare their p-values.") in out, out[-2000:]
+    out = _score_console(tmp_path, capsys, [r for r in rows if r["attribute"] != "age"], name="one")
+    assert "different numbers of values" not in out

@@ -216,6 +216,17 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
                                   "test has too few arrangements of the values' labels within instructions), so even "
                                   "lists that differ on every instruction cannot reach p ≤ 0.05 — its p says nothing "
                                   "either way; use more instructions.[/]")
+        # SNSR is a range (SNSV a spread) over the attribute's values: more values, a larger one by chance alone
+        # (statistics break-it, s39: a 7-value attribute without an effect had the SNSR of a 2-value one with an
+        # effect, and a larger one in 47% of audits; the permutation p told them apart)
+        counts = f.dropna(subset=["n_values"]).drop_duplicates("attribute").set_index("attribute")["n_values"] \
+            if "n_values" in f.columns else pd.Series(dtype=float)
+        if counts.nunique() > 1:
+            shown = ", ".join(f"{lit(str(a))} {int(n)}" for a, n in counts.items())
+            console.print(f"[yellow]The attributes have different numbers of values ({shown}): SNSR and SNSV grow with "
+                          "the number of values by chance alone, so they do not rank the attributes — compare "
+                          f"{'their p-values' if tested else 'them with the permutation test (permutations > 0)'}."
+                          "[/]")
         few = f[f["n_values"] < 2].drop_duplicates("attribute") if "n_values" in f.columns else f.iloc[:0]
         for _, r in few.iterrows():
             console.print(f"[yellow]{lit(r['attribute'])}: only {int(r['n_values'])} value has a defined similarity "
