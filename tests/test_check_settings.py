@@ -136,4 +136,16 @@ def test_the_verdict_comes_first_then_the_table(tmp_path, lmra_cli, capsys):  # 
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"Verdict against baseline {base.name}: REGRESSION — ") and "rose significantly" in first
     assert lmra_cli(["check", str(base), "--baseline", str(rise), "--history", hist]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith(f"Verdict against baseline {rise.name}: no regression")
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"Verdict against baseline {rise.name}: no regression")
+    # what it rules out, on the same line (fresh-user finding, s39: +0.22 read "no regression" there, the
+    # detectable rise of +0.32 pages below): the overall row's, as the check's table has it
+    import re
+
+    m = re.search(r"\(rises under \+(0\.\d\d) undetectable\)", first)
+    assert m, first
+    from lmra.monitor import check_regression
+    from lmra.runfolder import load_run
+
+    check = check_regression(load_run(base), load_run(rise))
+    assert float(m.group(1)) == round(float(check.overall["mde"].min()), 2)

@@ -68,6 +68,19 @@ def _judge_cell(status: str | None) -> str:
     return f"[green]{status}[/]" if status == "passed" else f"[yellow]{status}[/]"
 
 
+def _smallest_detected(result) -> str:
+    """`` (rises under +0.32 undetectable)``: the smallest rise a "no regression" rules out — its
+    tested overall rows' detectable rise, else its tasks' smallest — for the verdict line
+    (fresh-user finding, s39: a chatbot stereotyping 15% of its female users' prompts, +0.22, read
+    "Verdict …: no regression" on the line a mail shows first); "" when none is recorded."""
+    from lmra.history import detectable_span
+
+    records = lambda t: t.to_dict(orient="records") if t is not None and len(t) else []  # noqa: E731
+    span = detectable_span(records(result.tests), records(getattr(result, "overall", None)))
+    best = None if span is None else span["overall_min"] if span.get("overall_min") is not None else span.get("min")
+    return f" (rises under {best:+.2f} undetectable)" if best is not None else ""
+
+
 def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
     from lmra.monitor import format_detectable, undecided_words
@@ -81,7 +94,7 @@ def print_check(console: Console, result) -> None:
                 "no_regression": "[green]no regression[/]" + (" — not evidence of no regression"
                                                               if getattr(result, "not_evidence", "") else "")
                 + (" of the harmful-stereotype ratings, [bold yellow]but a quality gap tonight[/]"
-                   if getattr(result, "quality_gap", "") else ""),
+                   if getattr(result, "quality_gap", "") else "") + _smallest_detected(result),
                 "no_conclusion": "[bold yellow]no conclusion[/]"}.get(verdict, lit(verdict))
         console.print(f"Verdict against baseline {lit(result.baseline_id)}: {head} (why: under the table).")
     columns = ("comparison", "task", "prompts run/base", "H run", "H base", "diff", "p rise", "Holm p (rise)",
