@@ -670,6 +670,12 @@ def test_exit_status_0_says_the_mornings_answer(tmp_path, capsys):
     assert EXIT_LINE.findall(out) == ["exit status 0"]  # still the one line naming the status
     rc, out, _ = _cmd(capsys, "check", run, "--baseline", base)
     assert rc == 0 and _last_line(out) == last  # lmra check says it alike
+    # --json: a row neither regressed nor improved keeps decision no_change, with the console's words beside it
+    # (fresh-user finding, s39: "no_change" where the console said "rise, not significant")
+    rc, out, _ = _cmd(capsys, "check", run, "--baseline", base, "--json")
+    rows = [t for t in json.loads(out)["tests"] + json.loads(out)["overall"] if t["decision"] == "no_change"]
+    assert rows and all(t["decision_words"] == ("rise, not significant" if t["diff"] > 1e-9 else "fall, not significant"
+                                                if t["diff"] < -1e-9 else "no significant change") for t in rows)
     # not evidence: the run's judge failed validation, waived by the config
     cfg = _judge_gate_off(write_config(tmp_path, name="nightly", rates=FLAT, seed=3, judge_check=True))
     rc, out, _, _ = _audit(capsys, cfg, "--baseline", str(base))

@@ -143,7 +143,9 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
         ``base_rate``, ``mde_lower_bound`` (the detectable rise is larger than ``mde``: reverse-stereotyped
         prompts), ``regressed``/``improved`` booleans, ``note`` or null, ``mde_note``: why a
         tested task has no detectable rise, else null) plus ``decision``
-        (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``); ``regressions`` and
+        (``regression`` / ``improvement`` / ``no_change`` / ``not_tested``) and, for ``no_change``,
+        ``decision_words`` (the console's ``rise, not significant`` / ``fall, not significant`` /
+        ``no significant change``; else null); ``regressions`` and
         ``not_evidence``: why the verdict is no evidence about the chatbot — a partial run, a
         judge that failed validation (waived), for a ``no_regression`` also no row able to detect
         a rise — else null; ``improvements`` list ``{comparison, domain, task}`` (for a replay, ``replayed``: every
@@ -160,10 +162,16 @@ def check_document(result, *, exit_status: int, allow_unvalidated_judge: bool = 
     """
     tests, overall = plain(result.tests), plain(result.overall)
     replayed = bool(getattr(result, "replayed", False))
+    from lmra.monitor import undecided_words
+
     for t in tests + overall:
         t["note"] = t.get("note") or None
         t["mde_note"] = t.get("mde_note") or None
         t["decision"] = _decision(t)
+        # the console's words for a row neither regressed nor improved — "rise, not significant", "fall, not
+        # significant", "no significant change" — else null (fresh-user finding, s39: "no_change" lost the direction)
+        t["decision_words"] = (undecided_words(t.get("diff"), float(result.margin)) if t["decision"] == "no_change"
+                               else None)
         if replayed and t["decision"] != "not_tested":  # rows of replayed answers decide nothing (review
             t["decision"] = "replayed"  # finding: a jq filter on .regressed printed them as regressions)
             t["regressed"] = t["improved"] = False
