@@ -327,3 +327,43 @@ def test_lists_ranked_with_a_dash_or_a_hash_score_as_the_hand_computed_values(tm
     sim, _ = score("hash", hashed)
     assert (sim[("a girl", "jaccard")], sim[("a girl", "serp")]) == (1, 1)
     assert sim[("a girl", "prag")] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("text,fmt,keys", [
+    # notes after a list are no list (break-it round 2, s39: these replaced the titles)
+    ("- Hello by Adele\n- Halo by Beyonce\n- Skyfall by Adele\n\nTips:\n1 - play loud\n2 - enjoy", "bulleted",
+     ["hello by adele", "halo by beyonce", "skyfall by adele"]),
+    ("Here are songs:\n- Hello\n- Halo\n- Skyfall\n\nWhy these:\na) all pop\nb) all by women", "bulleted",
+     ["hello", "halo", "skyfall"]),
+    ("- Hello\n  a) a ballad\n  b) from 25\n- Halo\n- Skyfall", "bulleted", ["hello", "halo", "skyfall"]),
+    ("1. Hello 2. Halo 3. Skyfall\n\na) first\nb) second", "inline-numbered", ["hello", "halo", "skyfall"]),
+    ('["Hello", "Halo"]\na) x\nb) y', "json", ["hello", "halo"]),
+    ("Songs:\n- Hello\n- Halo\n- Skyfall\n\n| Genre | Count |\n|---|---|\n| Pop | 2 |\n| Soul | 1 |", "bulleted",
+     ["hello", "halo", "skyfall"]),
+    # titles that begin with a number, among others: the lines as they are
+    ("Here are some R&B picks:\n1 Thing\n2 Become 1\nNo Scrubs\nWaterfalls", "lines",
+     ["1 thing", "2 become 1", "no scrubs", "waterfalls"]),
+    ("Songs you may like:\n1 Thing\nHello\n2 Become 1\nHalo", "lines", ["1 thing", "hello", "2 become 1", "halo"]),
+    ("1 hour of music:\nHello\nHalo", "lines", ["hello", "halo"]),
+    # ranked lines with details under them; bold ranks; ranks inside bullets
+    ("1 - Hello\n   Adele, 2015\n2 - Halo\n   Beyonce, 2008\n3 - Skyfall", "numbered", ["hello", "halo", "skyfall"]),
+    ("1 - Hello\n   2 - a great ballad\n2 - Halo", "numbered", ["hello", "halo"]),
+    ("**1** - Hello\n**2** - Halo", "numbered", ["hello", "halo"]),
+    ("- 1 - Hello\n- 2 - Halo", "bulleted", ["hello", "halo"]),
+    # tables: the titles' column, not the artists', albums' or ranks'; headers and rules no items
+    ("| Rank | Artist Name | Song |\n|---|---|---|\n| 1 | Adele | Hello |\n| 2 | Beyonce | Halo |", "table",
+     ["hello", "halo"]),
+    ("| Album | Song | Artist |\n|---|---|---|\n| 25 | Hello | Adele |\n| I Am... Sasha Fierce | Halo | Beyonce |",
+     "table", ["hello", "halo"]),
+    ("| # | Why you'll love this show | Series |\n|---|---|---|\n| 1 | gripping | Breaking Bad |\n| 2 | funny | The Office |",
+     "table", ["breaking bad", "the office"]),
+    ("| Rank | Title | Artist |\n| 1 | Hello | Adele |\n| 2 | Halo | Beyonce |", "table", ["hello", "halo"]),
+    ("| **1** | Hello | Adele |\n| **2** | Halo | Beyonce |", "table", ["hello", "halo"]),
+    ("| 1994 | Pulp Fiction | Tarantino |\n| 1999 | The Matrix | Wachowskis |", "table", ["pulp fiction", "the matrix"]),
+    ("Songs:\n| Title | Artist |\n|---|---|\n| Hello | Adele |\n| Halo | Beyonce |\n\nMore:\n| Title | Artist |\n|---|---|\n"
+     "| Skyfall | Adele |", "table", ["hello", "halo", "skyfall"]),
+    ("Rank | Title | Artist\n---|---|---\n1 | Hello | Adele\n2 | Halo | Beyonce", "table", ["hello", "halo"]),
+])
+def test_notes_tables_and_numbered_titles_read_as_the_list_they_are(text, fmt, keys):
+    parsed = parse_list(text)
+    assert (parsed.format, parsed.keys) == (fmt, keys)

@@ -91,8 +91,8 @@ def _roman(s: str) -> int:
 #: value); it makes a list only when two lines or more carry it with ranks 1, 2, 3 … in order
 #: (:func:`_ranked_lines`), since a title may start with a number ("7 Rings", "99 Luftballons").
 _LOOSE_RANKS = (
-    (re.compile(r"^\s*#?(\d{1,3})\s*[-–—]\s+(\S.*?)\s*$"), int),  # 1 - X, 1- X, 1 – X, #1 - X
-    (re.compile(r"^\s*#(\d{1,3})\s+(\S.*?)\s*$"), int),  # #1 X
+    (re.compile(r"^\s*(?:[*_]{2})?#?(\d{1,3})(?:[*_]{2})?\s*[-–—]\s+(\S.*?)\s*$"), int),  # 1 - X, 1- X, **1** - X
+    (re.compile(r"^\s*(?:[*_]{2})?#(\d{1,3})(?:[*_]{2})?\s+(\S.*?)\s*$"), int),  # #1 X, **#1** X
     (re.compile(r"^\s*(?:song|track|movie|film|book|title|show|series|album|pick|no\.?|number|item|rank)\s*#?"
                 r"(\d{1,3})\s*[.):\-–—]?\s+(\S.*?)\s*$", re.IGNORECASE), int),  # Song 1: X, No. 1 X
     (re.compile(r"^\s*\(?([ivx]{1,5})[.)]\s+(\S.*?)\s*$", re.IGNORECASE), _roman),  # I. X, ii) X
@@ -101,41 +101,84 @@ _LOOSE_RANKS = (
 )
 
 
-def _ranked_lines(lines: list[str]) -> list[str] | None:
-    """The items of a list whose lines carry a rank marker of :data:`_LOOSE_RANKS` — the first
-    marker that two lines or more carry with ranks 1, 2, 3 … in order, no rank skipped or
-    repeated (lines without it — sub-details — are left out, as for ``1.`` lists); None when no
-    marker does."""
-    for pattern, value in _LOOSE_RANKS:
-        found = [(value(m.group(1)), m.group(2)) for ln in lines if (m := pattern.match(ln))]
-        if len(found) >= 2 and [r for r, _ in found] == list(range(1, len(found) + 1)):
-            return [t for _, t in found]
+def _ranked_lines(lines: list[str]) -> tuple[list[str], int] | None:
+    """The items of a list whose lines carry a rank marker of :data:`_LOOSE_RANKS`, and the index of
+    its first line — the first marker that two lines or more carry with ranks 1, 2, 3 … in order, no
+    rank skipped or repeated (a marked line ending in ':' is a heading, not an item) — provided the
+    marked lines are the list: no short line that reads as a title follows the last of them (break-it
+    round 2, s39: "1 Thing / 2 Become 1 / No Scrubs / Waterfalls" lost its last two titles), and for
+    the bare ``1 X`` marker none stands between two of them either (lines between marked ones are
+    otherwise sub-details, as under ``1.`` items). None when no marker does."""
+    def loose(ln: str) -> bool:  # a line that may follow or interleave the items: prose, a sub-detail, a sign-off
+        st = ln.strip()
+        return (not _ALNUM.search(st) or ln[:1].isspace() or bool(_BULLET.match(ln)) or _sentence_like(st)
+                or bool(_SIGN_OFF.match(st)) or bool(_HEADING.match(st)))
+
+    for n_pattern, (pattern, value) in enumerate(_LOOSE_RANKS):
+        found = [(i, value(m.group(1)), m.group(2)) for i, ln in enumerate(lines)  # (not a table row: "1 | X"; not
+                 if (m := pattern.match(ln)) and not m.group(2).rstrip().endswith(":")  # a sub-detail indented
+                 and not m.group(2).startswith("|") and not ln.startswith(("  ", "\t"))]  # under an item)
+        if len(found) < 2 or [r for _, r, _ in found] != list(range(1, len(found) + 1)):
+            continue
+        first, last = found[0][0], found[-1][0]
+        if any(_REFUSAL.search(ln) for ln in lines[:first]):  # reasons given for a refusal, not a list
+            continue
+        marked = {i for i, _, _ in found}
+        bare = n_pattern == len(_LOOSE_RANKS) - 1  # "1 X": a title may begin with a number
+        if any(not loose(ln) for ln in lines[last + 1:]):
+            continue
+        if bare and any(i not in marked and lines[i].strip() and not loose(lines[i]) for i in range(first, last)):
+            continue
+        return [t for _, _, t in found], first
     return None
 
 
 _TABLE_RULE = re.compile(r"^:?-+:?$")  # (GFM: hyphens, a colon at either end)
-#: a table header naming the column of titles
-_TITLE_HEADER = re.compile(r"\b(?:title|song|track|movie|film|book|show|series|album|name|recommendation)s?\b",
-                           re.IGNORECASE)
+#: a table header naming the column of titles: "Title", "Song", "Song Title", "Movie Name" — short, and
+#: not an artist's ("Artist Name", "Band Name": break-it round 2, s39, read the artists)
+_TABLE_TITLE = re.compile(r"^(?:song|track|title|movie|film|book|show|series|tv show|recommendation|pick)s?"
+                          r"(?: (?:title|name))?$", re.IGNORECASE)
+#: any header word of a table of recommendations: a first row of them, with no rule under it, is the header
+_TABLE_HEADER_WORD = re.compile(r"\b(?:song|track|title|movie|film|book|show|series|name|artist|singer|band|author|"
+                                r"director|album|rank|position|year|genre|why|rating|#)\b|^#$", re.IGNORECASE)
+#: a cell that holds a rank or a year, not a title: "1", "#1", "1.", "**1**", "1st", "1994"
+_RANK_CELL = re.compile(r"^[*_]*#?\d{1,4}(?:st|nd|rd|th)?\.?[*_]*$", re.IGNORECASE)
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def _table_items(lines: list[str]) -> list[str] | None:
     """The titles of a markdown table (``| 1 | Hello | Adele |``, break-it finding, s39: each row was
     one item, rank and artist included, and the header ``Title`` an item too): the column its header
-    names as titles (:data:`_TITLE_HEADER`), else the first whose cells are not all numbers; the
-    header row and the rule under it are no items. None when the answer has no table of two rows
-    of data or more."""
-    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
-            if ln.strip().startswith("|") and ln.strip().endswith("|") and len(ln.strip()) > 2]
-    rule = next((i for i, r in enumerate(rows) if all(_TABLE_RULE.match(c.replace(" ", "")) for c in r)), None)
-    header, data = ([], rows) if rule is None else ([], rows[1:]) if rule == 0 else (rows[rule - 1], rows[rule + 1:])
+    names as titles (:data:`_TABLE_TITLE`, else a header ``Name``), else the first column whose cells
+    are not ranks or years (:data:`_RANK_CELL`). Header rows — the row above each rule, or, with no
+    rule, a first row of header words — and rules are no items; a table without outer pipes counts
+    when it has a rule. None when the answer has no table of two data rows or more."""
+    rule_at = [i for i, ln in enumerate(lines) if "|" in ln and "-" in ln
+               and all(_TABLE_RULE.match(c.replace(" ", "")) for c in _cells(ln))]
+    pipes = {lines[i].strip().strip("|").count("|") for i in rule_at}
+    rows = [(i, _cells(ln)) for i, ln in enumerate(lines)
+            if (ln.strip().startswith("|") and ln.strip().endswith("|") and len(ln.strip()) > 2)
+            or ("|" in ln and ln.strip().strip("|").count("|") in pipes)]
+    if len(rows) < 2:
+        return None
+    rules = set(rule_at)
+    headers = {i - 1 for i in rules}
+    if not rules and all(_TABLE_HEADER_WORD.search(c) and not any(ch.isdigit() for ch in c) for c in rows[0][1] if c):
+        headers = {rows[0][0]}
+    header = next((cells for i, cells in rows if i in headers), [])
+    data = [cells for i, cells in rows if i not in rules and i not in headers]
     if len(data) < 2:
         return None
     width = max(len(r) for r in data)
-    col = next((i for i, h in enumerate(header) if _TITLE_HEADER.search(h)), None)
+    col = next((i for i, h in enumerate(header) if _TABLE_TITLE.match(h.strip(" *_"))), None)
     if col is None:
-        col = next((i for i in range(width) if not all(re.fullmatch(r"#?\d{1,3}\.?", r[i] if i < len(r) else "")
-                                                         for r in data)), None)
+        col = next((i for i, h in enumerate(header) if h.strip(" *_").casefold() == "name"), None)
+    if col is None:
+        col = next((i for i in range(width) if not all(_RANK_CELL.match(r[i] if i < len(r) else "") for r in data)),
+                   None)
     if col is None:
         return None
     return [r[col] for r in data if col < len(r) and _ALNUM.search(r[col])]
@@ -412,12 +455,6 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     numbered = [t for t in slots if _ALNUM.search(t)]
     if len(numbered) >= 2:
         return "numbered", slots  # empty slots are kept so that they are counted as dropped
-    table = _table_items(lines)
-    if table:
-        return "table", table
-    ranked = _ranked_lines(lines)
-    if ranked:
-        return "numbered", ranked
     for ln in lines:  # "1. A 2. B 3. C" run together on one line
         marks = list(_INLINE_NUM.finditer(ln))
         if len(marks) >= 2:
@@ -425,9 +462,19 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
             chunks = [c.strip() for c in chunks if _ALNUM.search(c)]
             if chunks:
                 return "inline-numbered", chunks
-    bullets = [m.group(1) for ln in lines if (m := _BULLET.match(ln)) and _ALNUM.search(m.group(1))]
-    if bullets:
-        return "bulleted", bullets
+    bulleted = [(i, m.group(1)) for i, ln in enumerate(lines) if (m := _BULLET.match(ln)) and _ALNUM.search(m.group(1))]
+    ranked = _ranked_lines(lines)
+    # lines ranked another way ("1 - X", "a) X") are the list when they come first and are no fewer than the
+    # bullets (then bullets under them are details); else the bullets are, and the ranked lines notes after
+    # them (break-it round 2, s39: "Tips: 1 - play loud / 2 - enjoy" under a bulleted list replaced it)
+    if ranked and (not bulleted or (len(ranked[0]) >= len(bulleted) and ranked[1] < bulleted[0][0])):
+        json_items = _json_items(text)  # (a JSON array of titles before them is the list: they are notes on it)
+        if not (json_items and text[:text.find("[")].count("\n") < ranked[1]):
+            return "numbered", ranked[0]
+    if bulleted:  # bullets that carry ranks ("- 1 - Hello"): the ranks are no part of the titles
+        items = [b for _, b in bulleted]
+        inner = _ranked_lines(items)
+        return "bulleted", inner[0] if inner and len(inner[0]) == len(items) else items
     if numbered:
         return "numbered", numbered
     # a JSON array of titles, once no numbered or bulleted list is there (break-it round 2: a list
@@ -435,6 +482,9 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     json_items = _json_items(text)
     if json_items:
         return "json", json_items
+    table = _table_items(lines)  # (after the layouts above: a summary table under a list is no list)
+    if table:
+        return "table", table
     body = [ln.strip() for ln in lines if _ALNUM.search(ln) and not _BARE_NUMBER.match(ln)]
     sentence = _sentences(body)
     at = [i for i, ln in enumerate(body) if len(ln.split()) <= _MAX_LINE_WORDS
