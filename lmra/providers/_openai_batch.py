@@ -42,6 +42,9 @@ MAX_BYTES = 190 * 1024 * 1024
 DOWNLOAD_TIMEOUT_S = 600.0  # result files can be hundreds of MB
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 _FORMATTING = set(" \t\n*_#`\"'([")
+#: how tokenizers that a server returns undecoded spell a space, a newline or a tab (SentencePiece's ▁,
+#: byte-level BPE's Ġ, Ċ, ĉ): formatting too (break-it round 2, s39: a leading "ĊĊ" was read as the answer)
+_RAW_SPACES = {"\u2581": " ", "\u0120": " ", "\u010a": "\n", "\u0109": "\t"}
 
 
 #: how far above 1 the options' probabilities may sum from log-probabilities rounded by the
@@ -142,7 +145,7 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
         # does one of formatting tokens only ("**" under max_tokens = 1): it reads no option
         for pos in content:
             token = _get(pos, "token")
-            if token and all(ch in _FORMATTING for ch in token):
+            if token and all(_RAW_SPACES.get(ch, ch) in _FORMATTING for ch in token):
                 continue
             tops = _get(pos, "top_logprobs") or []
             if not isinstance(tops, (list, tuple)):  # (fault break-it, s37: "nope" read char by char,

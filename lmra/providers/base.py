@@ -529,7 +529,7 @@ def option_of_token(token: str, options: tuple[str, ...]) -> str | None:
     """
     if not token.isascii():
         token = unicodedata.normalize("NFKC", token.replace("\u2581", " ").replace("\u0120", " ")
-                                      .replace("\u010a", " "))
+                                      .replace("\u010a", " ").replace("\u0109", " "))
     elif token.startswith("<0x"):
         m = _BYTE_TOKEN.fullmatch(token)
         token = chr(int(m.group(1), 16)) if m else token
