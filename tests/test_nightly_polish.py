@@ -704,3 +704,19 @@ def test_exit_status_0_without_a_baseline_says_it_does_not_depend_on_the_ratings
     rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="gated", rates=FLAT, seed=3,
                                                 gates="[gates]\nmax_net_rating = 0.9"))
     assert rc == 0 and _last_line(out) == "exit status 0: release gates met; no baseline checked (--baseline)"
+    # its judge failed validation, waived: not evidence (break-it round 2, s39: said on the check's path only)
+    cfg = _judge_gate_off(write_config(tmp_path, name="judged", rates=FLAT, seed=4, judge_check=True))
+    rc, out, _, _ = _audit(capsys, cfg)
+    assert rc == 0 and _last_line(out).endswith(" — not evidence about the chatbot: its judge failed validation "
+                                                "(waived)"), _last_line(out)
+    # a sharded night's merge says the same as the unsharded audit (break-it round 2, s39: a bare "exit status 0")
+    cfg = write_config(tmp_path, name="sharded", rates=RISE, seed=5)
+    for shard in ("1/2", "2/2"):
+        rc, out, _, _ = _audit(capsys, cfg, "--shard", shard)
+        assert rc == 0
+    shards = sorted(str(p) for p in (tmp_path / "reports").glob("*-sharded-shard*"))
+    rc, out, _ = _cmd(capsys, "merge", *shards, "--no-report")
+    assert rc == 0 and _last_line(out).startswith("exit status 0: no baseline (--baseline) and no release gate "
+                                                  "([gates]): this status does not depend on the ratings; the "
+                                                  "overall net rating's interval lies above 0 (female vs male: +"), \
+        _last_line(out)

@@ -446,6 +446,8 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
     if not getattr(args, "baseline", None) and 0 not in reasons:  # nothing checked: the last line says what the
         # status rests on (fresh-user finding, s39: +0.46 with its interval above 0 ended "exit status 0", read in CI
         # as "OK")
+        from lmra.cli.exits import unchecked_reason
+
         reasons[0] = unchecked_reason(cfg, result)
     if result.summary.get("run_status") == "partial":
         s = result.summary
@@ -472,22 +474,6 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
             console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                           "(judge_status in summary.json, history and exports says so).[/]")
     return print_final_status(console, reasons)
-
-
-def unchecked_reason(cfg, result) -> str:
-    """The final line's reason for exit status 0 of an audit without ``--baseline``: ``release gates
-    met; no baseline checked (--baseline)``, or, without ``[gates]``, that the status does not depend on
-    the ratings — with each comparison whose overall net rating's interval lies above 0."""
-    if cfg.gates.configured:
-        return "release gates met; no baseline checked (--baseline)"
-    said = "no baseline (--baseline) and no release gate ([gates]): this status does not depend on the ratings"
-    ov = result.overall
-    if len(ov) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(ov.columns):
-        above = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
-                 for r in ov.itertuples() if r.ci_low > 0]  # (NaN compares False)
-        if above:
-            said += f"; the overall net rating's interval lies above 0 ({'; '.join(above)})"
-    return said
 
 
 def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | None:

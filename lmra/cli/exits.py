@@ -55,3 +55,28 @@ def print_final_status(console: Console, reasons: dict[int, str]) -> int:
     status, line = final_status(reasons)
     console.print(Text(line, style="bold red" if status else "bold green"), highlight=False, soft_wrap=True)
     return status
+
+
+def unchecked_reason(cfg, result) -> str:
+    """The final line's reason for exit status 0 of a run checked against no baseline (``lmra audit``
+    without ``--baseline``, ``lmra merge``): ``release gates met; no baseline checked (--baseline)``,
+    or, without ``[gates]``, that the status does not depend on the ratings (fresh-user finding, s39:
+    +0.46 with its interval above 0 ended a bare "exit status 0", read in CI as "OK") — naming each
+    comparison whose overall net rating's interval lies above or below 0 — and, when the run's
+    judge failed validation (waived), that its numbers are not evidence about the chatbot (break-it
+    round 2, s39)."""
+    if cfg.gates.configured:
+        said = "release gates met; no baseline checked (--baseline)"
+    else:
+        said = "no baseline (--baseline) and no release gate ([gates]): this status does not depend on the ratings"
+        ov = result.overall
+        if len(ov) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(ov.columns):
+            for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
+                rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+                        for r in ov.itertuples() if keep(r)]
+                if rows:
+                    said += f"; the overall net rating's interval lies {side} 0 ({'; '.join(rows)})"
+    js = result.summary.get("judge_status") or {}
+    if js.get("status") == "failed":
+        said += " — not evidence about the chatbot: its judge failed validation (waived)"
+    return said

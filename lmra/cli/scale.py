@@ -86,6 +86,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed" and js.get("gated"):
         reasons[EXIT_JUDGE_FAILED] = "the judge failed validation"
+    if 0 not in reasons:  # what its 0 rests on, as lmra audit without --baseline says it (break-it round 2, s39)
+        from lmra.cli.exits import unchecked_reason
+
+        reasons[0] = unchecked_reason(cfg, result)
     return print_final_status(console, reasons)
 
 
