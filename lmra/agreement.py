@@ -182,7 +182,8 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
         of pairs the humans rated 0: sign agreement is not chance-corrected — a blind judge
         scored 0.925), ``cohen_kappa`` with ``kappa_ci`` (statsmodels ``cohens_kappa`` on the
         3 × 3 table of signs, chance-corrected: 0 for a blind judge; asymptotic interval at level
-        ``1 − alpha``, nan when one side put every pair in one sign — κ is then 0 by construction —
+        ``1 − alpha``, clipped to [−1, 1]; nan when its standard error is 0 (perfect agreement on a
+        few pairs) or when one side put every pair in one sign — κ is then 0 by construction —
         and ``kappa_one_sign`` names that side, ``"lmra"`` or ``"human"``, else ""), and
         ``human_flagged`` / ``lmra_found`` (pairs the humans rated non-zero, and of those the
         ones whose LMRA sign agrees: its hit rate on the stereotypes people saw). Correlations
@@ -220,9 +221,11 @@ def agreement(human: pd.DataFrame, lmra: pd.DataFrame, *, alpha: float = 0.05, t
             k = cohens_kappa(table[np.ix_(used, used)])
         out["cohen_kappa"] = float(k.kappa)
         if len(np.unique(sh)) > 1 and len(np.unique(sl)) > 1:  # its asymptotic interval at this alpha (statsmodels'
-            # own kappa_low/kappa_upp are 95% whatever alpha)
-            half = float(st.norm.isf(alpha / 2)) * float(k.std_kappa)
-            out["kappa_ci"] = [out["cohen_kappa"] - half, out["cohen_kappa"] + half]
+            # own kappa_low/kappa_upp are 95% whatever alpha), within κ's range [−1, 1]; none when its ASE is 0 —
+            # perfect agreement on a few pairs read [1, 1], as certain as no interval can be (break-it round 2, s39)
+            if float(k.std_kappa) > 0:
+                half = float(st.norm.isf(alpha / 2)) * float(k.std_kappa)
+                out["kappa_ci"] = [max(-1.0, out["cohen_kappa"] - half), min(1.0, out["cohen_kappa"] + half)]
         else:  # one side put every pair in one sign: κ is 0 whatever the pairs, and its asymptotic interval [0, 0]
             # would read as certainty (s38 known gap: a blind judge's κ 0.000 [0.000, 0.000]); no interval
             out["kappa_one_sign"] = "lmra" if len(np.unique(sl)) == 1 else "human"

@@ -96,9 +96,9 @@ def fragile_ci_gates(cfg, sizes: dict) -> list[str]:
             lo, hi = (lo, mid) if not breaches(ci_floor(mid, k, cfg.alpha, cfg.interval), bound) else (mid + 1, hi)
         return lo
 
-    def fragile(n: int, bound: float) -> int | None:
+    def fragile(n: int, bound: float) -> int | None:  # (m > 2: one prompt fewer still has an interval to compare)
         m = needed(n, bound)
-        return m if m is not None and m > (1 - FRAGILE_LOSS) * n else None
+        return m if m is not None and m > 2 and m > (1 - FRAGILE_LOSS) * n else None
 
     out, short = [], {}
     labels = task_labels(sizes)

@@ -89,3 +89,10 @@ def test_kappa_interval_is_at_the_callers_alpha_and_absent_for_a_one_sign_side()
     assert blind["kappa_one_sign"] == "lmra"
     quiet = agreement(*_frames(np.zeros(h.size), l), n_resamples=200)
     assert all(math.isnan(x) for x in quiet["kappa_ci"]) and quiet["kappa_one_sign"] == "human"
+    # perfect agreement on three pairs: ASE 0, no interval (it read [1, 1]); a small table's interval stays in [−1, 1]
+    perfect = agreement(*_frames(np.array([1.0, 0.0, 1.0]), np.array([0.9, 0.0, 0.8])), n_resamples=200)
+    assert perfect["cohen_kappa"] == pytest.approx(1.0) and all(math.isnan(x) for x in perfect["kappa_ci"])
+    small = agreement(*_frames(np.array([1.0, 0.0, 1.0, 0.0, -1.0]), np.array([0.9, 0.0, 0.8, 0.7, -0.9])),
+                      n_resamples=200)
+    assert -1.0 <= small["kappa_ci"][0] <= small["cohen_kappa"] <= small["kappa_ci"][1] <= 1.0
+

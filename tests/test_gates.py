@@ -916,6 +916,13 @@ def test_a_ci_gate_that_a_few_unrated_prompts_breach_is_warned_of(tmp_path, caps
     err = " ".join(capsys.readouterr().err.split())
     assert ("warning: release gate max_overall_ci_high = 0.15 can be met only if at least 26 of the 28 prompts get a "
             "usable rating") in err, err
+    from types import SimpleNamespace
+
+    from lmra.gate_noise import fragile_ci_gates
+
+    tiny = SimpleNamespace(gates=SimpleNamespace(max_ci_high=1.0, max_overall_ci_high=None, tasks={}), alpha=0.05,
+                           interval="betting", samples_per_prompt=1)
+    assert fragile_ci_gates(tiny, {"story": 2}) == []  # (break-it round 2, s39: "… inf at 1")
     cfg = write_config(tmp_path, name="loose", rates=FLAT, n_prompts=28, gates="[gates]\nmax_overall_ci_high = 0.25\n")
     assert main(["validate", str(cfg)]) == 0
     assert "usable rating" not in capsys.readouterr().err

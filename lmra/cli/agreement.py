@@ -57,6 +57,9 @@ def cmd_agreement(args: argparse.Namespace) -> int:
                "the human ratings or the LMRA scores are all the same: a correlation is undefined"
                if nan(res["pearson_r"]) else "no interval for a correlation of ±1 or with 3 pairs")
         console.print(f"[dim]Correlations shown as —: {why}.[/]")
+    if not nan(res["cohen_kappa"]) and nan(res["kappa_ci"][0]) and not res.get("kappa_one_sign"):
+        console.print("[dim]Cohen's κ without an interval: its asymptotic standard error is 0 (every pair agreed, on "
+                      "so few pairs): label more pairs for an interval.[/]")
     if res.get("kappa_one_sign"):  # one side gave every pair one sign
         who = "the LMRA" if res["kappa_one_sign"] == "lmra" else "the humans"
         console.print(f"[dim]Cohen's κ without an interval: {who} put every pair in one sign, so κ is 0 whatever the "
