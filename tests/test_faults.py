@@ -762,3 +762,28 @@ def test_a_wait_notice_is_said_once_a_minute_per_endpoint_and_only_for_long_retr
         notices(endpoint, seconds, why)
     assert [ln.split(" answered")[0] for ln in lines] == ["waiting: 127.0.0.1:8123", "waiting: 127.0.0.1:9000"]
     assert "asks to wait 40 s before a retry" in lines[0]
+
+
+def test_a_redirect_the_client_does_not_follow_never_hides_the_next_attempt():
+    """Break-it round 2, s39: the marker a redirect leaves stayed set when the client did not follow it
+    (a loop given up, a client without follow_redirects), so the SDK's retry to the same URL was taken
+    for the hop — not counted, not booked on the rate limit. A hop is the next request to the
+    redirect's Location with the same retry count; a retry carries another."""
+    import asyncio
+
+    import httpx2 as httpx
+
+    from lmra.providers._http import CountingTransport
+    from lmra.providers.base import collect_events
+
+    url = "http://127.0.0.1:9/v1/chat/completions"
+    inner = httpx.MockTransport(lambda req: httpx.Response(307, headers={"location": url}))
+
+    async def go():
+        transport = CountingTransport(inner)
+        with collect_events() as ev:
+            for retry in ("0", "1", "1"):  # the attempt, the SDK's retry, the client following the retry's redirect
+                await transport.handle_async_request(httpx.Request("POST", url, headers={"x-stainless-retry-count": retry}))
+        return ev["attempt"]
+
+    assert asyncio.run(go()) == 2

@@ -44,7 +44,9 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         hop = _REDIRECT_TO.get()
-        if hop is not None and str(request.url) == hop:  # the client following a redirect: the same attempt
+        if hop is not None and hop == (str(request.url), request.headers.get("x-stainless-retry-count")):
+            # the client following a redirect: the same attempt (an SDK retry of the call carries another retry
+            # count, so a redirect the client did not follow — a loop given up — never hides the next attempt)
             _REDIRECT_TO.set(None)  # (break-it finding, s39: each 307 hop was counted as a retry, and booked the
         else:  # rate limit again)
             _REDIRECT_TO.set(None)
@@ -88,7 +90,8 @@ class CountingTransport(httpx.AsyncBaseTransport):
             note_wait(f"{request.url.host}{port}", wait, f"HTTP {code}")  # a long one is told, not left a still bar
         if code in REDIRECT_STATUSES and "location" in response.headers:
             try:  # where the client goes next, if it follows: that request is this attempt's hop
-                _REDIRECT_TO.set(str(request.url.join(response.headers["location"])))
+                _REDIRECT_TO.set((str(request.url.join(response.headers["location"])),
+                                  request.headers.get("x-stainless-retry-count")))
             except (httpx.InvalidURL, ValueError):
                 pass
         if code == 429:
@@ -115,9 +118,10 @@ class CountingTransport(httpx.AsyncBaseTransport):
 
 #: redirect statuses an HTTP client follows to the ``Location`` it names
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-#: the URL a redirect of the call in progress sends its client to (the next request there is the same
-#: attempt, not a retry), else None
-_REDIRECT_TO: contextvars.ContextVar[str | None] = contextvars.ContextVar("lmra_redirect_to", default=None)
+#: the URL a redirect of the call in progress sends its client to, and the SDK's retry count of the attempt
+#: redirected (the next request there with that count is the same attempt, not a retry), else None
+_REDIRECT_TO: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar("lmra_redirect_to",
+                                                                                          default=None)
 
 #: statuses below 500 the SDKs retry (request timeout, conflict, rate limit), unless told not to
 RETRIED_STATUSES = frozenset({408, 409, 429})
