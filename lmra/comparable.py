@@ -62,8 +62,11 @@ def target_calls(run) -> tuple[int, int] | None:
     key = f"{run.target_provider}:{run.target_model}"
     by_model = calls.get("by_model") or {}
     target = run.manifest.get("target") if isinstance(run.manifest.get("target"), dict) else {}
+    judge = run.manifest.get("judge") if isinstance(run.manifest.get("judge"), dict) else {}
     if f"{key} @ {target.get('base_url')}" in by_model:  # the LMRA has the same key at another URL: apart
         key = f"{key} @ {target.get('base_url')}"
+    elif key == f"{run.judge_provider}:{run.judge_model}" and f"{key} @ {judge.get('base_url')}" in by_model:
+        pass  # the LMRA's counts are under its own "@ URL" key: the plain key is the target's alone (break-it s39)
     elif key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: only "no fresh call at all"
         fresh, cached = calls.get("fresh"), calls.get("cached")  # tells that every target answer was replayed
         return (0, int(cached)) if fresh == 0 and isinstance(cached, int) and cached > 0 else None

@@ -716,3 +716,18 @@ def test_a_killed_night_completed_by_its_rerun_is_listed_as_resumed(tmp_path, lm
     assert lmra_cli(["report", "--history", "--reports-dir", reports]) == 0
     page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
     assert f"{killed.name}: stale (its process is gone: killed, crashed, or stopped by a full disk before it could say so) — resumed by {rerun.name}" in page
+
+
+def test_target_calls_when_only_the_lmra_carries_its_url_in_its_key():
+    """Break-it round 2, s39 (code reading): one provider:model in both roles, the LMRA's counts under
+    "key @ URL" and the chatbot's under the plain key — counted apart, yet read as shared (None)."""
+    from types import SimpleNamespace
+
+    from lmra.comparable import target_calls
+
+    manifest = {"target": {"base_url": None}, "judge": {"base_url": "http://127.0.0.1:9/v1"},
+                "calls": {"fresh": 30, "cached": 4, "by_model": {
+                    "openai:m": {"fresh": 10, "cached": 2}, "openai:m @ http://127.0.0.1:9/v1": {"fresh": 20, "cached": 2}}}}
+    run = SimpleNamespace(manifest=manifest, target_provider="openai", target_model="m", judge_provider="openai",
+                          judge_model="m")
+    assert target_calls(run) == (10, 2)
