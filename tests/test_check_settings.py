@@ -81,6 +81,10 @@ def test_a_regression_under_a_failed_judge_says_it_is_not_evidence(tmp_path, lmr
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "regression" and doc["not_evidence"] == ("judge failed validation; baseline's judge "
                                                                        "failed validation")
+    # the history's JSON says it alike of the stored check (break-it round 2, s39: null there)
+    assert lmra_cli(["history", "--reports-dir", str(rise.parent), "--json"]) == 0
+    (stored,) = [r["check"] for r in json.loads(capsys.readouterr().out)["runs"] if r["run_id"] == rise.name]
+    assert stored["verdict"] == "regression" and stored["not_evidence"] == doc["not_evidence"]
     from html import unescape
 
     from lmra.monitor import check_regression

@@ -266,6 +266,8 @@ def test_judge_check_json_matches_the_table(tmp_path, capsys, monkeypatch):
     assert doc["schema"] == "lmra.judge_check/1" and doc["exit_status"] == (0 if doc["passed"] else 5)
     # all 5 canaries, unless the check stopped once it could no longer pass
     assert (doc["n_canaries"] == 5 or doc["stopped_early"]) and doc["judge"]["model"] == "fake"
+    if doc["stopped_early"]:  # the two runs (the JSON's, the table's) may stop after different canaries: the
+        return  # point an early stop falls on depends on the order concurrent calls answer in (s38), not the values
     for name, c in doc["criteria"].items():
         row = _line(table, f"│ {name.replace('_', ' ')} ")
         assert f"{c['value']:.3f}" in row and ("pass" if c["passed"] else "FAIL") in row

@@ -261,9 +261,10 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         and how many detect none — what a quiet night rules out; null when not recorded), warnings, identity_changes
         (served-model change lines since the baseline, null when not recorded), regressed, improved, n_overall_tested, overall_regressed,
         overall_improved, replayed, unrated_rise, not_evidence, notes, quality_gap}`` (``not_evidence``: why its
-        "no regression" is not evidence of none — tonight's groups were refused at significantly
-        different rates, or the LMRA's position preference fell — null otherwise or when an older
-        lmra recorded the check; ``notes``: the check's notes, as ``lmra check`` prints them; ``quality_gap``:
+        verdict says nothing sure of the chatbot, as ``lmra check --json`` has it — for a
+        ``regression`` or a ``no_regression`` either run's judge failed validation or either run
+        is not complete; for a ``no_regression`` also tonight's groups refused at significantly
+        different rates, or the LMRA's position preference fell — null otherwise; ``notes``: the check's notes, as ``lmra check`` prints them; ``quality_gap``:
         tonight's significant quality gaps between the groups in words, which the check does not test
         (null: none, or not recorded); ``unrated_rise``: the rows whose share of pairs
         without a usable LMRA rating rose significantly over the baseline's, in words, when that
@@ -279,7 +280,9 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         recorded (the row is what the history recorded).
     """
     out = []
-    for r in plain(runs):
+    rows = plain(runs)
+    status_of = {r.get("run_id"): (r.get("judge_status"), r.get("status")) for r in rows}
+    for r in rows:
         try:
             r["comparisons"] = json.loads(r["comparisons"]) if r.get("comparisons") else []
         except (TypeError, ValueError):
@@ -302,7 +305,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "detectable": check.get("detectable"),
             # why its "no regression" is not evidence of none (a refusal gap tonight, the LMRA's position
             # preference fell); null otherwise, or for a check an older lmra recorded; its notes
-            "not_evidence": (check.get("not_evidence") or None) if check.get("verdict") == "no_regression" else None,
+            "not_evidence": _stored_not_evidence(check, status_of.get(r["run_id"], (None, None)),
+                                                 status_of.get(check["baseline_id"], (None, None))),
             "notes": list(check.get("notes") or []),
             # tonight's significant quality gaps, which the check does not test (null: none, or not recorded)
             "quality_gap": check.get("quality_gap") or None,
@@ -316,6 +320,23 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
         out.append(r)
     return {"schema": SCHEMA_HISTORY, "history": str(path), "name": name, "runs": out,
             "not_finished": list(not_finished or [])}
+
+
+def _stored_not_evidence(check: dict, run_status: tuple, base_status: tuple) -> str | None:
+    """A stored check's ``not_evidence`` in ``lmra history --json``, as ``lmra check --json`` gives it
+    (break-it round 2, s39: "run partial" there, null here for the same check): why its ``regression``
+    or ``no_regression`` says nothing sure of the chatbot — either run's judge failed validation or
+    either run is not complete (:func:`lmra.monitor.not_evidence_reason`, from the history's rows),
+    and, for a ``no_regression``, its recorded caveats (position drift, a refusal gap); else None."""
+    from lmra.monitor import not_evidence_reason
+
+    verdict = check.get("verdict")
+    if verdict not in ("regression", "no_regression"):
+        return None
+    why = [not_evidence_reason(*run_status), not_evidence_reason(*base_status, whose="baseline")]
+    if verdict == "no_regression":
+        why.append(check.get("not_evidence") or "")
+    return "; ".join(w for w in why if w) or None
 
 
 def task_trend_document(path: Path, task: str, trend: pd.DataFrame, *, comparison: str | None = None,
