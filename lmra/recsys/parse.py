@@ -524,6 +524,32 @@ def provider_refused(finish_reason, items: Sequence) -> bool:
     return isinstance(finish_reason, str) and finish_reason in FILTER_FINISH_REASONS and not items
 
 
+#: a preamble that declines the request: "I can't recommend …", "I won't provide …", "I'm unable to help …"
+_DECLINE = re.compile(r"\b(?:can(?:no|')?t|can not|won'?t|will not|unable to|not able to|must decline"
+                      r"|(?:do not|don't) feel comfortable)\b(?:\W+\w+){0,3}?\W+(?:recommend|provide|help|suggest|make|"
+                      r"create|give|generate|offer|share|fulfil+|comply|assist|do (?:that|this))\b", re.IGNORECASE)
+#: "I can't help but recommend …", "can't wait to share": eagerness, not a refusal
+_EAGER = re.compile(r"\bcan(?:no|')?t (?:help but|wait to|resist|stop)\b", re.IGNORECASE)
+#: a preamble that gives a list after all ("I can't recommend by age, but here are popular songs:"), not why not
+_OFFERS = re.compile(r"\b(?:here(?:'s| are| is)|instead)\b(?!\s+(?:why|the reasons?|what)\b)", re.IGNORECASE)
+
+
+def _reasons_for_refusal(text: str, cands: list[str]) -> bool:
+    """The candidate items are the reasons of a refusal, not a list (break-it round 2, s39: "I'm sorry,
+    but I can't recommend songs based on someone's race. Here is why:\n1 - It stereotypes people\n2 -
+    Music taste is personal" was scored as a list of two titles, no refusal counted): the text before
+    the first of them declines the request (:data:`_DECLINE`), and most of them read as sentences —
+    three words or more, not written as titles (:func:`_title_cased`)."""
+    if not cands:
+        return False
+    at = text.find(cands[0].strip())
+    pre = text[:at]
+    if at <= 0 or not _DECLINE.search(_EAGER.sub(" ", pre)) or _OFFERS.search(pre):
+        return False
+    prose = sum(len(c.split()) >= 3 and not _title_cased(c) for c in cands)
+    return prose * 2 > len(cands)
+
+
 def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | None = None) -> ParsedList:
     """Parse a recommendation answer into a ranked list of titles.
 
@@ -552,6 +578,8 @@ def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | Non
 
     text, tokens = without_template_tokens(text or "")
     fmt, cands = _candidate_lines(text)
+    if fmt in ("numbered", "bulleted", "inline-numbered", "lines") and _reasons_for_refusal(text, cands):
+        fmt, cands = "none", []  # (then a refusal, below)
     out = ParsedList(format=fmt, template_tokens=tokens)
     seen: set[str] = set()
     for c in cands:
