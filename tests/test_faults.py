@@ -398,22 +398,28 @@ def test_odd_bodies_and_broken_transfers_are_retried_never_cached_and_resume_to_
     assert (responses["text"].str.len() > 0).all()  # no empty answer was cached from a wrong-typed body
 
 
-def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
-    """Valid JSON ("\\ud800") but not valid UTF-8: the answer is kept with U+FFFD in its place."""
-    with FaultServer(fault_rate=1.0, faults=("surrogate",)) as srv:
+def _faulty_audit(tmp_path, rate: float, fault: str):
+    """``lmra audit`` (2 tasks, 1 prompt each) against a FaultServer injecting ``fault`` at ``rate``;
+    it must end with exit 0 and a clean stderr. Returns (server, run folder, manifest ``calls``, stdout)."""
+    with FaultServer(fault_rate=rate, faults=(fault,)) as srv:
         cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
                       per_task=1)
         r = _audit(cfg, tmp_path)
     _clean(r.stderr)
     assert r.returncode == 0, r.stderr
     (run_dir,) = _run_dirs(tmp_path / "out")
+    return srv, run_dir, json.loads((run_dir / "manifest.json").read_text())["calls"], r.stdout
+
+
+def test_a_lone_surrogate_in_an_answer_is_stored_not_a_crash(tmp_path):
+    """Valid JSON ("\\ud800") but not valid UTF-8: the answer is kept with U+FFFD in its place."""
+    srv, run_dir, calls, out = _faulty_audit(tmp_path, 1.0, "surrogate")
     texts = pd.read_json(run_dir / "responses.jsonl", lines=True)["text"]
     assert texts.str.contains("\ufffd").all()
     # counted, as a fault met (break-it finding, s36: replaced, cached and used without a count): one per
     # answer the server gave with it — the target's answers and the LMRA's text answers alike
-    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
     assert calls["replaced_characters"] == srv.injected["surrogate"] > 0, (calls, srv.injected)
-    assert "invalid characters replaced by U+FFFD (lone surrogates)" in " ".join(r.stdout.split())
+    assert "invalid characters replaced by U+FFFD (lone surrogates)" in " ".join(out.split())
 
 
 def test_a_lone_surrogate_beside_the_text_is_replaced_and_counted_not_a_crash(tmp_path):
@@ -428,14 +434,7 @@ def test_a_lone_surrogate_beside_the_text_is_replaced_and_counted_not_a_crash(tm
     assert (r.model, r.served_model, r.system_fingerprint, r.finish_reason) == ("m-\ufffd", "s\ufffd", "fp_\ufffd",
                                                                                "stop\ufffd")
     r.model_dump_json()  # (what the cache does: it raised PydanticSerializationError)
-    with FaultServer(fault_rate=0.5, faults=("surrogate_fields",)) as srv:
-        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
-                      per_task=1)
-        r = _audit(cfg, tmp_path)
-    _clean(r.stderr)
-    assert r.returncode == 0, r.stderr
-    (run_dir,) = _run_dirs(tmp_path / "out")
-    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
+    srv, run_dir, calls, _ = _faulty_audit(tmp_path, 0.5, "surrogate_fields")
     # one per field of each answer: its model (also its served model: counted once) and its fingerprint
     assert calls["replaced_characters"] == 2 * srv.injected["surrogate_fields"] > 0, (calls, srv.injected)
     assert (run_dir / "summary.json").is_file()
@@ -445,14 +444,7 @@ def test_a_redirect_hop_is_not_counted_as_a_retry(tmp_path):
     """Break-it finding, s39: the SDK's client follows a 307, and each hop was counted as an attempt —
     "40 fresh, 0 failed, 21 retries" with no fault met — and booked the rate limit again. A hop to
     the Location the redirect named is the same attempt: the counts are those of a clean run."""
-    with FaultServer(fault_rate=0.5, faults=("redirect",)) as srv:
-        cfg = _config(tmp_path / "c.toml", srv.url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS[:2],
-                      per_task=1)
-        r = _audit(cfg, tmp_path)
-    _clean(r.stderr)
-    assert r.returncode == 0, r.stderr
-    (run_dir,) = _run_dirs(tmp_path / "out")
-    calls = json.loads((run_dir / "manifest.json").read_text())["calls"]
+    srv, _, calls, _ = _faulty_audit(tmp_path, 0.5, "redirect")
     assert srv.injected["redirect"] > 0 and calls["retries"] == 0 and calls["failed"] == 0, (calls, srv.injected)
     assert srv.requests_by_body.total() == calls["fresh"] + srv.injected["redirect"]  # (a redirected call: two)
 

@@ -38,6 +38,19 @@ cache = "{(tmp_path / 'cache.sqlite').as_posix()}"
     return cfg
 
 
+def _two_singers_by_gender(tmp_path: Path, name: str, factory: str, *, k: int = 5) -> Path:
+    """A FaiRLLM music config: Adele and Drake, gender "a boy" / "a girl", the target
+    ``test_recsys_e2e:<factory>``."""
+    return write_config(tmp_path, name, f"""
+[target]
+provider = "test_recsys_e2e:{factory}"
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+values = {{ gender = ["a boy", "a girl"] }}
+""", k=k)
+
+
 def run_folder(out: Path) -> Path:
     folders = [p for p in out.iterdir() if p.is_dir()]
     assert len(folders) == 1, folders
@@ -830,14 +843,7 @@ def test_cli_answers_with_chat_template_tokens_are_counted_warned_and_never_item
     ["<</SYS>>", "<</SYS>>", "I would like to see a list of 5 songs that"], scored without a word,
     while `lmra audit` warns of chat-template tokens. They are now no items, and the answers
     holding them are counted in summary.json and warned of, as the audit does."""
-    cfg = write_config(tmp_path, "tmpl", """
-[target]
-provider = "test_recsys_e2e:make_wrong_template"
-[fairllm]
-names_list = ["Adele", "Drake"]
-attributes = ["gender"]
-values = { gender = ["a boy", "a girl"] }
-""", k=3)
+    cfg = _two_singers_by_gender(tmp_path, "tmpl", "make_wrong_template", k=3)
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     run = run_folder(tmp_path / "out")
@@ -897,14 +903,7 @@ def test_a_providers_refusal_is_counted_as_a_refusal_not_an_unparseable_answer(t
     counted "0 refusals, 15 unparseable", its lists "held no list and was not a refusal". A
     provider's refusal (Anthropic's "refusal", OpenAI's "content_filter") without a list is a
     refusal."""
-    cfg = write_config(tmp_path, "refuse", """
-[target]
-provider = "test_recsys_e2e:make_provider_refusal"
-[fairllm]
-names_list = ["Adele", "Drake"]
-attributes = ["gender"]
-values = { gender = ["a boy", "a girl"] }
-""", k=3)
+    cfg = _two_singers_by_gender(tmp_path, "refuse", "make_provider_refusal", k=3)
     run_cli(["recsys", "--config", str(cfg), "--no-progress"])
     run = run_folder(tmp_path / "out")
     lists = read_jsonl(run / "lists.jsonl")
@@ -1198,14 +1197,7 @@ def test_reparsing_a_runs_lists_cuts_its_singers_as_the_run_did(tmp_path):
     (``adele`` for every item of a list), so that a run scored 1.000 re-scored 0.000, though the
     docs say a FaiRLLM run's tables come out again. The run records them (manifest
     ``parse_artists``) and the re-parse uses them."""
-    cfg = write_config(tmp_path, "artists", """
-[target]
-provider = "test_recsys_e2e:make_artist_styles"
-[fairllm]
-names_list = ["Adele", "Drake"]
-attributes = ["gender"]
-values = { gender = ["a boy", "a girl"] }
-""")
+    cfg = _two_singers_by_gender(tmp_path, "artists", "make_artist_styles")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     run = run_folder(tmp_path / "out")
     assert "adele" in json.loads((run / "manifest.json").read_text())["parse_artists"]
@@ -1238,14 +1230,7 @@ def test_lists_the_provider_stopped_are_counted_and_said(tmp_path, capsys):
     """Break-it finding, s39: a list in an answer the content filter stopped (or cut at max_tokens) was
     scored like any other with nothing counted — 7 of 15 in the break-it's run. They are scored on
     what they hold and counted (summary ``lists_filtered``, ``lists_cut_at_max_tokens``) and said."""
-    cfg = write_config(tmp_path, "stopped", """
-[target]
-provider = "test_recsys_e2e:make_stopped_lists"
-[fairllm]
-names_list = ["Adele", "Drake"]
-attributes = ["gender"]
-values = { gender = ["a boy", "a girl"] }
-""")
+    cfg = _two_singers_by_gender(tmp_path, "stopped", "make_stopped_lists")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     summary = json.loads((run_folder(tmp_path / "out") / "summary.json").read_text())
