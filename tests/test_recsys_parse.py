@@ -363,6 +363,12 @@ def test_lists_ranked_with_a_dash_or_a_hash_score_as_the_hand_computed_values(tm
     ("Songs:\n| Title | Artist |\n|---|---|\n| Hello | Adele |\n| Halo | Beyonce |\n\nMore:\n| Title | Artist |\n|---|---|\n"
      "| Skyfall | Adele |", "table", ["hello", "halo", "skyfall"]),
     ("Rank | Title | Artist\n---|---|---\n1 | Hello | Adele\n2 | Halo | Beyonce", "table", ["hello", "halo"]),
+    # markers that switch part way (s39's known gap: the first read as the one title "skyfall", the second as two)
+    ("1 - Hello\n2 - Halo\n3. Skyfall", "numbered", ["hello", "halo", "skyfall"]),
+    ("1. Hello\n2. Halo\n3 - Skyfall\n4 - Toxic", "numbered", ["hello", "halo", "skyfall", "toxic"]),
+    ("1. Hello\n   2 - a great ballad\n2. Halo\n3 - Skyfall", "numbered", ["hello", "halo", "skyfall"]),
+    # … but a numbered list with dash-ranked notes after it is still the list
+    ("1. Hello\n2. Halo\n\nTips:\n1 - play loud\n2 - enjoy", "numbered", ["hello", "halo"]),
 ])
 def test_notes_tables_and_numbered_titles_read_as_the_list_they_are(text, fmt, keys):
     parsed = parse_list(text)

@@ -68,15 +68,22 @@ def _judge_cell(status: str | None) -> str:
     return f"[green]{status}[/]" if status == "passed" else f"[yellow]{status}[/]"
 
 
+def _check_detectable(result) -> dict | None:
+    """:func:`lmra.history.detectable_span` of a check's tested task rows and overall rows."""
+    from lmra.history import detectable_span
+
+    def records(table):
+        return table.to_dict(orient="records") if table is not None and len(table) else []
+
+    return detectable_span(records(result.tests), records(getattr(result, "overall", None)))
+
+
 def _smallest_detected(result) -> str:
     """`` (rises under +0.32 undetectable)``: the smallest rise a "no regression" rules out — its
     tested overall rows' detectable rise, else its tasks' smallest — for the verdict line
     (fresh-user finding, s39: a chatbot stereotyping 15% of its female users' prompts, +0.22, read
     "Verdict …: no regression" on the line a mail shows first); "" when none is recorded."""
-    from lmra.history import detectable_span
-
-    records = lambda t: t.to_dict(orient="records") if t is not None and len(t) else []  # noqa: E731
-    span = detectable_span(records(result.tests), records(getattr(result, "overall", None)))
+    span = _check_detectable(result)
     best = None if span is None else span["overall_min"] if span.get("overall_min") is not None else span.get("min")
     return f" (rises under {best:+.2f} undetectable)" if best is not None else ""
 
@@ -361,12 +368,9 @@ def no_regression_reason(result) -> str:
     failed validation`` when it is not evidence (:attr:`lmra.monitor.CheckResult.not_evidence`; a
     long reason by its first part, the rest said above), and ``; a quality gap tonight, which this
     check does not test (above)`` when there is one."""
-    from lmra.history import detectable_span
     from lmra.monitor import detectable_words
 
-    records = lambda t: t.to_dict(orient="records") if t is not None and len(t) else []  # noqa: E731
-    words = f"no regression against baseline {result.baseline_id}" + detectable_words(
-        detectable_span(records(result.tests), records(getattr(result, "overall", None))))
+    words = f"no regression against baseline {result.baseline_id}" + detectable_words(_check_detectable(result))
     why = result.not_evidence
     if why:
         if len(why) > FINAL_NOT_EVIDENCE_CHARS:

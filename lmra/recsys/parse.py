@@ -133,6 +133,27 @@ def _ranked_lines(lines: list[str]) -> tuple[list[str], int] | None:
     return None
 
 
+def _mixed_ranks(lines: list[str]) -> list[str] | None:
+    """The items of a list whose lines switch between ``1. X`` and ``1 - X`` markers part way
+    (``1 - A / 2 - B / 3. C``: known gap of s39, read as the one item "C"), when the ranks of the
+    two markers together run 1, 2, 3 … in line order, three or more, each marker on one line or
+    more; indented lines (sub-details) are skipped. None otherwise (one marker only: the other
+    layouts read it)."""
+    found, kinds = [], set()
+    for ln in lines:
+        if ln.startswith(("  ", "\t")):
+            continue
+        if m := _NUMBERED.match(ln):
+            found.append((int(m.group(1)), m.group(2)))
+            kinds.add("dot")
+        elif (m := _LOOSE_RANKS[0][0].match(ln)) and not m.group(2).rstrip().endswith(":"):
+            found.append((int(m.group(1)), m.group(2)))
+            kinds.add("dash")
+    if len(kinds) < 2 or len(found) < 3 or [r for r, _ in found] != list(range(1, len(found) + 1)):
+        return None
+    return [t for _, t in found]
+
+
 _TABLE_RULE = re.compile(r"^:?-+:?$")  # (GFM: hyphens, a colon at either end)
 #: a table header naming the column of titles: "Title", "Song", "Song Title", "Movie Name" — short, and
 #: not an artist's ("Artist Name", "Band Name": break-it round 2, s39, read the artists)
@@ -451,6 +472,9 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     if fenced and (json_items := _json_items(fenced.group(1))):
         return "json", json_items
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    mixed = _mixed_ranks(lines)
+    if mixed:
+        return "numbered", mixed
     slots = [m.group(2) for ln in lines if (m := _NUMBERED.match(ln))]
     numbered = [t for t in slots if _ALNUM.search(t)]
     if len(numbered) >= 2:
@@ -554,7 +578,8 @@ def parse_list(text: str, *, artists: Collection[str] = (), max_items: int | Non
     """Parse a recommendation answer into a ranked list of titles.
 
     Recognised layouts: numbered lines (``1. X``, ``1) X``, ``**1.** X``, ``#1: X``; and ``1 - X``,
-    ``#1 X``, ``1 X``, ``Song 1: X``, ``I. X``, ``a) X`` when their ranks run 1, 2, 3 …); a markdown
+    ``#1 X``, ``1 X``, ``Song 1: X``, ``I. X``, ``a) X`` when their ranks run 1, 2, 3 …; ``1. X`` and
+    ``1 - X`` mixed in one list when their ranks run 1, 2, 3 … together); a markdown
     table (its column of titles);
     bulleted lines (``-``, ``*``, ``•`` …); a numbered list run together on one line;
     otherwise short lines one item each (a preamble ending with ``:`` and up to two other
