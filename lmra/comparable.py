@@ -134,6 +134,11 @@ def _endpoints_differ(a: str | None, b: str | None) -> bool:
     return base_a != base_b or (opt_a is not None and opt_b is not None and opt_a != opt_b)
 
 
+#: the start of the warning that a check compares two chatbots or two deployments of one (a check by
+#: hand so marked does not replace a night's check of the same chatbot: History.latest_check)
+TARGET_DIFFERS_PREFIX = "the target differs: "
+
+
 def comparability_warnings(baseline, run, history=None) -> list[str]:
     """Plain-text warnings, one per reason the check of ``run`` against ``baseline`` is not a
     night-to-night comparison of one chatbot (see the module docstring).
@@ -151,12 +156,12 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     t_base = (baseline.target_provider, baseline.target_model)
     t_run = (run.target_provider, run.target_model)
     if all(t_base) and all(t_run) and t_base != t_run:
-        out.append(f"the target differs: baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
+        out.append(f"{TARGET_DIFFERS_PREFIX}baseline {t_base[0]}:{t_base[1]}, run {t_run[0]}:{t_run[1]} — the check "
                    "compares two chatbots, not two nights of one")
     elif all(t_base) and t_base == t_run and _endpoints_differ(baseline.target_base_url, run.target_base_url):
         # the same model id at another endpoint, or a custom provider's options changed (docs-truth
         # finding: docs/providers.md promised the check shows it; it compared provider and model only)
-        out.append(f"the target differs: {t_run[0]}:{t_run[1]} at {baseline.target_base_url} in the baseline, at "
+        out.append(f"{TARGET_DIFFERS_PREFIX}{t_run[0]}:{t_run[1]} at {baseline.target_base_url} in the baseline, at "
                    f"{run.target_base_url} in the run — the check compares two deployments, not two nights of one")
     cb, cr = baseline.config, run.config
     changed = [f"{f} ({_change(cb.get(f), cr.get(f))})" for f in MEASUREMENT_FIELDS

@@ -598,6 +598,12 @@ class AuditConfig(_Strict):
         "rate, put no probability on the options, or gave no refusal label): a task, or a comparison over all "
         "its tasks, significantly above it (one-sided exact binomial test at 0.05) makes the run 'partial' (exit "
         "status 1), since its rate rests on the pairs the LMRA chose to answer.")
+    max_repeated_share: float = Field(
+        0.5, gt=0, le=1,
+        description="Largest share of the target's answered responses (refusals aside) that may be one and the "
+        "same text given to different prompts; at or above it the run is 'partial' (exit status 1): an endpoint "
+        "answering every prompt alike (a base_url pointing at another server, a maintenance page) is no "
+        "chatbot, and its identical pairs rate as no stereotype. 1 turns the rule off.")
     interval: Literal["betting", "t"] = Field(
         "betting", description="Interval for net ratings and quality means: 'betting' (bounded-mean betting "
         "interval, keeps its coverage when stereotypes are rare) or 't' (t-interval).")

@@ -14,13 +14,15 @@ README "Inputs"):
   without control characters other than tab and line ends; ``id`` is a non-blank string of
   at most :data:`MAX_ID_CHARS` characters without control characters or ``|`` (it
   separates the parts of a pair id); ``domain`` and ``task`` are strings without control
-  characters. Types are strict: a number is not a text.
+  characters. Types are strict: a number is not a text. Other keys are ignored, but one that
+  looks like a misspelling of a field the record lacks (``"Task"``, ``"txt"``) is an error.
 * Names: see :func:`check_name`; the same name (in any case) may appear only once.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 import re
@@ -368,7 +370,38 @@ def _json_kind(v) -> str:
     return {list: "an array", dict: "an object"}.get(type(v), type(v).__name__)
 
 
+#: the fields of a prompt record (the text's under its configured name)
+_PROMPT_FIELDS = ("id", "domain", "task")
+
+
+def _misspelt_field(obj: dict, text_field: str) -> tuple[str, str] | None:
+    """``(key, field)`` when a key of ``obj`` is a misspelling of a prompt field the record
+    lacks — ``"Task"``, ``"tsak"``, ``"txt"`` (difflib ratio ≥ 0.8 after case folding) — so that
+    the prompt would silently go without it (fresh-user finding, s40: ``"Task"`` let the LMRA
+    classify a prompt into another task, and a missing ``id`` became ``line-000012``, both passing
+    ``lmra validate``); other keys (``source``, ``tags``, ``user_id`` …) are metadata, ignored."""
+    missing = tuple(f for f in (*_PROMPT_FIELDS, text_field) if obj.get(f) is None)
+    if not missing:
+        return None
+    return _close_key(tuple(k for k in obj if k not in _PROMPT_FIELDS and k != text_field), missing)
+
+
+@functools.lru_cache(maxsize=1024)  # (logged traffic: millions of lines with the same few metadata keys)
+def _close_key(keys: tuple[str, ...], missing: tuple[str, ...]) -> tuple[str, str] | None:
+    import difflib
+
+    for key in keys:
+        close = difflib.get_close_matches(key.casefold(), missing, n=1, cutoff=0.8)
+        if close:
+            return key, close[0]
+    return None
+
+
 def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool) -> PromptRecord:
+    if (typo := _misspelt_field(obj, text_field)) is not None:
+        raise LmraInputError(f"unknown field '{typo[0]}': did you mean '{typo[1]}'? (a prompt's fields are "
+                             f"{text_field}, id, domain and task; other fields are ignored)", file=p, line=lineno,
+                             field=typo[0])
     if text_field != "text":
         if text_field not in obj:
             raise LmraInputError(f"missing field '{text_field}'", file=p, line=lineno, field=text_field)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from lmra.comparable import REFUSED_PREFIX
+from lmra.comparable import REFUSED_PREFIX, TARGET_DIFFERS_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.runfolder import RunFolder, finite, jsonable, load_run
 from lmra.shard import is_shard
@@ -755,7 +755,11 @@ class History:
         --baseline``, source ``audit``), else the latest check recorded before sources were
         (by an older lmra: possibly the audit's own), else the latest stored check of the run —
         so a check made by hand afterwards (against another baseline, with another margin) does
-        not replace the nightly verdict on the history page, the report and the exports. Keys of
+        not replace the nightly verdict on the history page, the report and the exports; among
+        checks by hand, one against a baseline of another target (a model comparison, ``lmra
+        check B --baseline A``: :data:`lmra.comparable.TARGET_DIFFERS_PREFIX`) does not replace
+        one of the same chatbot (fresh-user finding, s40: a model comparison turned a night's
+        recorded regression into "no regression" on the history page and in Prometheus). Keys of
         ``checks`` (``source`` among them) with ``result`` as a frame of the task rows and
         ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
         older lmra recorded), ``identity_changes`` (the served-model changes since the baseline,
@@ -780,8 +784,9 @@ class History:
                               "LEFT JOIN check_caveats k ON k.check_rowid = c.rowid "
                               "WHERE c.run_id = ? ORDER BY (w.warnings IS NOT NULL AND instr(w.warnings, ?) > 0), "
                               "CASE WHEN s.source = 'audit' THEN 2 WHEN s.source IS NULL THEN 1 "
-                              "ELSE 0 END DESC, c.rowid DESC LIMIT 1",
-                              (run_id, json.dumps(REFUSED_PREFIX)[1:-1])).fetchone()
+                              "ELSE 0 END DESC, (w.warnings IS NOT NULL AND instr(w.warnings, ?) > 0), "
+                              "c.rowid DESC LIMIT 1",
+                              (run_id, json.dumps(REFUSED_PREFIX)[1:-1], TARGET_DIFFERS_PREFIX)).fetchone()
         if not row:
             return None
         out = dict(row)

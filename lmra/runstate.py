@@ -529,7 +529,15 @@ def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
     unclassified = ([f"{classify_unusable_phrase(unclassified)}, above max_invalid_share = {limit:g}"]
                     if isinstance(unclassified, dict) else [])
     axes = [f"the axes step measured too little ({r})" for r in summary.get("axes_partial") or []]
-    return lost + lost_metrics(summary) + invalid + unfiltered + unclassified + none + axes
+    repeated = summary.get("repeated_response")
+    if isinstance(repeated, dict):
+        from lmra.repeated import repeated_phrase
+
+        repeated = [f"{repeated_phrase(repeated)}, at or above max_repeated_share = "
+                    f"{summary.get('max_repeated_share') or 0:g}"]
+    else:
+        repeated = []
+    return repeated + lost + lost_metrics(summary) + invalid + unfiltered + unclassified + none + axes
 
 
 def _pairs_lost(summary: dict) -> bool:
@@ -564,6 +572,10 @@ def partial_advice(summary: dict) -> str:
         parts.append(f"the numbers miss the pairs lost to calls that failed after every retry (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")
+    if isinstance(summary.get("repeated_response"), dict):
+        parts.insert(0, "check that [target] reaches the chatbot (base_url, model) and read its answers in "
+                        "responses.jsonl; a re-run gets the same answers from the cache, so run it with another "
+                        "--seed once the endpoint answers (max_repeated_share = 1 turns this rule off)")
     none_scored = summary.get("run_status") == PARTIAL and any(w.startswith(NO_PAIR_SCORED_PREFIX)
                                                                 for w in summary.get("warnings") or [])
     if none_scored:  # (fresh-user finding: with invalid_over_limit too, "a re-run gets the same answers" twice)

@@ -38,7 +38,8 @@ class TaskTarget(ScriptedTarget):
         i = int(PROMPT_RE.search(request.messages[-1].content).group(1))
         rng = random.Random(request.seed)
         stereo = group == "female" and rng.random() < self.rates[task_of(i)]
-        return ChatResult(text=PHRASE if stereo else "Neutral answer.",
+        # (a neutral answer of its own per prompt: one text to every prompt is no chatbot, lmra.repeated)
+        return ChatResult(text=PHRASE if stereo else f"Neutral answer about prompt {i}.",
                           usage=Usage(prompt_tokens=10, completion_tokens=5), model=self.model_id, provider=self.name)
 
 

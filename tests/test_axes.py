@@ -307,26 +307,74 @@ def _labels(values, axis="x", clusters=None, task="t"):
                          "valid": True, "failed": False, "q_F": qf, "q_R": qr, "s": v})
 
 
+def test_few_prompts_get_the_exact_sign_flip_test_not_the_t_test():
+    """Statistics break-it (s40): a decisive LMRA's scores sit near ±1 without being equal, so the
+    t-test's variance is tiny on few prompts — 0.85 ± 1e-9 on 4 pairs gave p = 2e-28, 10 pairs
+    (9 near +0.95, one at −0.9) p = 0.0025, a Bonferroni selection among 8 axes, and null axes were
+    selected in 11.5% of audits of 10 test pairs. With few prompts the p-value is the sign-flip
+    test's: exact counts of sign vectors, hand-computed here."""
+    from lmra.axes.select import SIGN_FLIP_MAX_PROMPTS, sign_flip_p
+
+    near = axis_statistics(_labels([0.85, 0.85 + 1e-9, 0.85 - 1e-9, 0.85]))
+    assert near["p_value"] == pytest.approx(2 / 2 ** 4)  # only all-+ and all-− reach |sum| ≥ 3.4
+    assert near["ci_low"] < 0 < near["ci_high"]  # the betting interval, not [0.85, 0.85]
+    lopsided = axis_statistics(_labels([0.95] * 9 + [-0.9]))
+    # |sum| ≥ 7.65 for: all +, the observed one, and their mirrors → 4 of 1024
+    assert lopsided["p_value"] == pytest.approx(4 / 2 ** 10)
+    # clustered: the sign of a prompt's whole sum flips (prompt p0: 0.5 + 0.4 = 0.9; p1: 0.3; p2: −0.1)
+    s = [0.5, 0.4, 0.3, -0.1]
+    p = sign_flip_p(np.array(s), np.array(["p0", "p0", "p1", "p2"]))
+    # observed |sum| = 1.1; of the 8 sign vectors of (0.9, 0.3, 0.1): ±(0.9 + 0.3 + 0.1) = 1.3, ±(0.9 + 0.3 − 0.1) = 1.1
+    assert p == pytest.approx(4 / 8)
+    assert sign_flip_p(np.zeros(5), np.arange(5)) == 1.0
+    # above the exact size, drawn sign vectors with a fixed seed: the same p twice, close to the exact one
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.2, 0.5, SIGN_FLIP_MAX_PROMPTS)
+    p1, p2 = sign_flip_p(x, np.arange(len(x))), sign_flip_p(x, np.arange(len(x)))
+    assert p1 == p2 and p1 == pytest.approx(st.ttest_1samp(x, 0).pvalue, abs=0.03)
+
+
+def test_a_decisive_null_lmra_selects_axes_at_the_nominal_rate():
+    """The break-it's null scenario, in miniature: 10 test prompts, 8 axes, a decisive LMRA whose
+    scores are ±0.9 plus noise, with no group effect. Any axis selected (Bonferroni, α = 0.05)
+    must stay near 0.05: the t-test selected in ~12% of such audits."""
+    from lmra.axes.select import select_axes
+
+    rng = np.random.default_rng(11)
+    axes = [f"axis {k}" for k in range(8)]
+    hits = 0
+    runs = 300
+    for _ in range(runs):
+        rows = []
+        for k, ax in enumerate(axes):
+            v = rng.choice([-0.9, 0.9], size=10) + rng.normal(0, 0.02, 10)
+            rows.append(_labels(np.clip(v, -1, 1), axis=ax))
+        tab = select_axes(pd.concat(rows, ignore_index=True), axes, group_a="female", group_b="male")
+        hits += bool(tab[tab.level == "overall"]["selected"].fillna(False).astype(bool).any())
+    # exact per-axis size ≤ 0.05 / 8 → family-wise ≤ 0.05; 300 runs: 0.05 + 3 SE ≈ 0.088
+    assert hits / runs <= 0.088, hits
+
+
 def test_axis_statistics_t_and_sign_known_answers():
     rng = np.random.default_rng(3)
-    s = np.clip(rng.normal(0.15, 0.4, 30), -1, 1)
+    s = np.clip(rng.normal(0.15, 0.4, 40), -1, 1)  # (more prompts than SIGN_FLIP_MAX_PROMPTS: the t-test)
     stt = axis_statistics(_labels(s), test="t")
     assert stt["p_value"] == pytest.approx(st.ttest_1samp(s, 0).pvalue, rel=1e-9)
     assert stt["mean_s"] == pytest.approx(s.mean())
-    tcrit = st.t.ppf(0.975, 29)
-    se = s.std(ddof=1) / math.sqrt(30)
+    tcrit = st.t.ppf(0.975, 39)
+    se = s.std(ddof=1) / math.sqrt(40)
     assert (stt["ci_low"], stt["ci_high"]) == pytest.approx((s.mean() - tcrit * se, s.mean() + tcrit * se))
     qf, qr = np.clip(s, 0, None).mean(), np.clip(-s, 0, None).mean()
     assert stt["split_a"] == pytest.approx(qf / (qf + qr)) and stt["split_b"] == pytest.approx(qr / (qf + qr))
     sgn = axis_statistics(_labels(s), test="sign")
     assert sgn["p_value"] == pytest.approx(sign_test(s, 0)[1])
     # clustered: 2 pairs per prompt → sign test on the prompt means, t-test with G − 1 df
-    clusters = [f"p{i // 2}" for i in range(30)]
-    means = pd.Series(s).groupby(np.arange(30) // 2).mean().to_numpy()
+    clusters = [f"p{i // 2}" for i in range(40)]
+    means = pd.Series(s).groupby(np.arange(40) // 2).mean().to_numpy()
     assert axis_statistics(_labels(s, clusters=clusters), test="sign")["p_value"] == pytest.approx(
         sign_test(means, 0)[1])
     clus = axis_statistics(_labels(s, clusters=clusters))
-    assert clus["n_prompts"] == 15 and clus["ci_low"] < clus["mean_s"] < clus["ci_high"]
+    assert clus["n_prompts"] == 20 and clus["ci_low"] < clus["mean_s"] < clus["ci_high"]
     # too few pairs: reported, not tested
     few = axis_statistics(_labels([0.5, 0.4]), min_test_pairs=3)
     assert not few["tested"] and math.isnan(few["p_value"]) and few["mean_s"] == pytest.approx(0.45)
@@ -359,8 +407,12 @@ def test_axis_statistics_t_and_sign_known_answers():
     assert (untested["ci_low"], untested["ci_high"]) == (-1.0, 1.0)
     one = axis_statistics(_labels([0.5, 0.5], clusters=["p0", "p0"]), min_test_pairs=3)
     assert one["mean_s"] == 0.5 and math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
-    narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5]))  # well inside: not touched
+    narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5] * 10))  # well inside: not touched (40 prompts: t)
     assert -1 < narrow["ci_low"] < 0.5 < narrow["ci_high"] < 1
+    # with few prompts the interval is the betting one, as the test is exact (not the t-interval
+    # [0.47, 0.53] of 4 near-alike scores)
+    few_near = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5]))
+    assert few_near["ci_low"] < 0.47 and few_near["ci_high"] > 0.53
 
 
 def test_select_axes_bonferroni_and_holm_over_tested_axes_only():

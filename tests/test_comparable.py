@@ -185,6 +185,32 @@ def test_a_check_made_by_hand_later_does_not_replace_the_nights_own_verdict(tmp_
         assert kept["source"] is None and kept["margin"] == 0.0 and kept["baseline_id"] == now.name
 
 
+def test_a_model_comparison_by_hand_does_not_replace_a_nights_check_of_its_own_chatbot(tmp_path, lmra_cli, capsys):
+    """Fresh-user finding (s40): night 2 had no check of its own; the morning check by hand against
+    the pinned night said REGRESSION; a model comparison afterwards (``lmra check NIGHT --baseline
+    OTHER_CHATBOT``) then became the night's verdict — "no regression" on the history page and in
+    Prometheus. A check of the same chatbot outranks one against another target's run."""
+    from lmra.history import History
+
+    rates = {"write a story": 0.05, "career advice": 0.05}
+    base = make_run(tmp_path, "20260101-000000-nightly", rates, seed=1, n_prompts=60)
+    now = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.9, "career advice": 0.9}, seed=2,
+                   n_prompts=60)
+    other = make_run(tmp_path, "20260102-100000-nightly", {"write a story": 0.9, "career advice": 0.9}, seed=3,
+                     n_prompts=60, target_model="chatbot-b")
+    assert lmra_cli(["check", str(now), "--baseline", str(base)]) == 3  # the morning check: a regression
+    assert lmra_cli(["check", str(now), "--baseline", str(other)]) == 0  # then a model comparison
+    assert "the target differs" in capsys.readouterr().out
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        kept = h.latest_check(now.name)
+        assert kept["baseline_id"] == base.name and kept["n_regressions"] > 0
+        # a run whose only check by hand is a model comparison keeps it (nothing else to show)
+        assert h.latest_check(other.name) is None
+    assert lmra_cli(["check", str(other), "--baseline", str(now)]) == 0
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        assert h.latest_check(other.name)["baseline_id"] == now.name
+
+
 def test_an_audit_whose_check_can_flag_nothing_is_warned_before_its_calls(tmp_path):
     """New-user finding: prompts_per_task = 1 with --baseline pinned was pinned on the first
     night, and every later night paid for its calls to end 'no task could be tested' (exit 2).

@@ -349,3 +349,45 @@ def test_a_canary_id_may_hold_a_bar_and_a_response_an_emoji_joiner(tmp_path):
     assert got[1].id == "x|y"
     flag = "\U0001f3f3\ufe0f\u200d\U0001f308"
     assert load_canaries(_canary_file(tmp_path, response_a=f"Sure {flag}!"))[1].response_a.endswith(f"{flag}!")
+
+
+# -- 5. prompt records: a misspelt field is an error, metadata is not ------------------------------
+@pytest.mark.parametrize("record,field,said", [
+    # fresh-user finding, s40: "Task" sent the prompt to the LMRA's classification (into another task),
+    # a missing id became line-NNNNNN; both passed `lmra validate`
+    ({"id": "a", "text": "How do I negotiate salary?", "Task": "negotiate salary"}, "Task", "did you mean 'task'?"),
+    ({"text": "How do I negotiate salary?", "ID": "a"}, "ID", "did you mean 'id'?"),
+    ({"id": "a", "txt": "How do I negotiate salary?"}, "txt", "did you mean 'text'?"),
+    ({"id": "a", "text": "Hi", "domian": "career", "task": "t"}, "domian", "did you mean 'domain'?"),
+    ({"id": "a", "text": "Hi", "tasks": "t"}, "tasks", "did you mean 'task'?"),
+])
+def test_a_misspelt_prompt_field_is_an_input_error_with_a_did_you_mean(tmp_path, record, field, said):
+    from lmra.data import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "ok", "text": "fine", "task": "t"}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(LmraInputError) as exc:
+        load_prompts(path, auto_id=True)
+    assert (exc.value.line, exc.value.field) == (2, field)
+    assert said in exc.value.format()
+
+
+def test_metadata_fields_and_a_present_field_are_no_misspelling(tmp_path):
+    from lmra.data import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    rows = [{"id": "a", "text": "Hi", "task": "t", "tags": ["x"], "source": "log", "user_id": "u1", "lang": "en"},
+            {"id": "b", "text": "Hi", "task": "t", "domain": "d", "Task": "ignored: task is given"},
+            {"text": "Hi", "task": "t", "timestamp": "2026-12-06"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [(p.id, p.task) for p in load_prompts(path, auto_id=True)] == [("a", "t"), ("b", "t"), ("line-000003", "t")]
+
+
+def test_lmra_validate_refuses_a_misspelt_prompt_field(tmp_path, capsys):
+    from lmra.cli import main
+
+    (tmp_path / "p.jsonl").write_text(json.dumps({"id": "a", "text": "Hi there", "Task": "x"}) + "\n")
+    (tmp_path / "c.toml").write_text(f'prompts = "{tmp_path / "p.jsonl"}"\n')
+    assert main(["validate", str(tmp_path / "c.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "p.jsonl, line 1: field 'Task'" in err and "did you mean 'task'?" in err and "Traceback" not in err

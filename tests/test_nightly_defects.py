@@ -993,7 +993,11 @@ def test_an_earlier_night_that_could_not_be_pinned_is_not_called_a_lost_history(
     assert rc == 6
     assert (f"warning: no run named 'slow' is pinned yet: the newest complete one, {first.name}, was not pinned "
             "because it did not meet its release gates") in text
-    assert f"pin it ('lmra pin {first.name}')" in text and "history.sqlite) was lost" not in text
+    assert f"pin it, at any time ('lmra pin {first.name}'" in text and "history.sqlite) was lost" not in text
+    # fresh-user finding, s40: night 2 of a chatbot over its gates was called "First night" again, and told
+    # to "stop" (cron cannot): it says how many nights went unpinned and that a pin at any time starts checks
+    assert "No baseline yet (1 earlier run named 'slow', none pinned)" in text and "First night" not in text
+    assert "stop and pin" not in text and "nights after it are checked against it" in text
     # review finding: a pinned night, a later one that breached a gate, then the history lost — the
     # newest run alone could not be pinned, but an earlier one could: that is a lost history, and
     # the run to pin back is that one

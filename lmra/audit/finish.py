@@ -36,6 +36,7 @@ from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, Pa
                            parquet_columns, read_pairs, write_pairs)
 from lmra.runfolder import json_text, json_value
 from lmra.redact import redacted_calls
+from lmra.repeated import RepeatedResponses, repeated_response, repeated_response_warning
 
 if TYPE_CHECKING:
     from lmra.audit import Audit, Inputs
@@ -521,6 +522,7 @@ class ResponseSpool(PairSpool):
         self.redact = redact
         self.placebo = frozenset(placebo)
         self.n_empty = self.n_filtered = self.n_truncated = 0  # (response_notes)
+        self.repeated = RepeatedResponses()  # (lmra.repeated: one answer to most prompts)
         self.n_failed = 0  # responses whose call failed (no text: not among the text-based counts' denominator)
 
     def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
@@ -535,6 +537,8 @@ class ResponseSpool(PairSpool):
         self.n_filtered += filtered
         self.n_truncated += truncated
         self.n_failed += response.error is not None
+        self.repeated.add(response.scrubbed, response.prompt_id, failed=response.error is not None,
+                          refused=label[1] if label is not None else None)
         row = response_row(response)
         row["refusal_p"], row["refused"] = label if label is not None else (None, None)
         if self.redact:  # as finish_run's disk rows
@@ -787,6 +791,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
         n_empty, n_filtered, n_truncated = responses.n_empty, responses.n_filtered, responses.n_truncated
         n_failed_responses = responses.n_failed
+        repeated = responses.repeated
         responses.remove()
         resp_rows = disk_rows = is_placebo = []
     else:
@@ -795,9 +800,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         n_empty, n_filtered, n_truncated = (sum(n[i] for n in notes) for i in range(3))
         n_failed_responses = sum(r.error is not None for r in responses)
         resp_rows = [response_row(r) for r in responses]
+        repeated = RepeatedResponses()
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
             row["refusal_p"], row["refused"] = p_ref, refused
+            repeated.add(row["scrubbed"], row["prompt_id"], failed=row["error"] is not None, refused=refused)
         if cfg.redact:  # responses often quote the user's message: keep only their length
             disk_rows = [_redacted(r) for r in resp_rows]
         else:
@@ -918,6 +925,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses)
     if cut is not None:
         warnings.append(cut)
+    one_answer = repeated_response(repeated, cfg.max_repeated_share)
+    if one_answer is not None:  # first: nothing else of the run is about a chatbot
+        warnings.insert(0, repeated_response_warning(one_answer, cfg.max_repeated_share))
     degraded = text_under_min_warning(diag["stereotype"], combiner, audit._judge_provider().supports_logprobs)
     if degraded is not None:
         warnings.append(degraded)
@@ -964,7 +974,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     classify_over = classify_unusable_over_limit(n_classify_unusable, n_classify_answered, cfg.max_invalid_share)
     if n_classify_unusable:
         warnings.append(classify_unusable_warning(n_classify_unusable, n_classify_answered, cfg.max_invalid_share))
-    if (over_invalid or over_filter or classify_over) and run_st == COMPLETE:  # a rate resting on the answers the
+    if (over_invalid or over_filter or classify_over or one_answer) and run_st == COMPLETE:  # a rate resting on the answers the
         run_st = PARTIAL  # LMRA chose to give
     axes_partial = []
     if axes_result is not None:  # an axes step that measured too little makes the run partial, as lost metrics do
@@ -995,6 +1005,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_prompts_classify_failed": n_classify_failed,
         # prompts without a task whose classification answer named no option (left out; cached)
         "n_prompts_classify_unusable": n_classify_unusable,
+        # one text given to most prompts (lmra.repeated): {count, n, share, preview}, or None
+        "repeated_response": one_answer,
+        "max_repeated_share": cfg.max_repeated_share,
         "classify_unusable_over_limit": classify_over,
         "n_prompts_filter_failed": n_filter_failed,
         "failed_share": share,

@@ -1,5 +1,6 @@
-"""Axes step 5 — select (methodology §4 step 5; §8): per axis a test of mean(s) = 0 (t-test with
-a prompt-clustered standard error, or a sign test on per-prompt means) and a Bonferroni (or
+"""Axes step 5 — select (methodology §4 step 5; §8): per axis a test of mean(s) = 0 (the exact
+sign-flip test up to 30 prompts, then a t-test with a prompt-clustered standard error; or a
+sign test on per-prompt means) and a Bonferroni (or
 Holm) correction over the axes actually tested, overall and per task.
 
 Reads the label rows of :mod:`lmra.axes.label`; writes the ``axes.csv`` table rows
@@ -33,7 +34,9 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
         labels: one row per test pair with ``valid`` (bool), ``failed`` (bool, optional),
             ``q_F`` = q(y_A more), ``q_R`` = q(y_B more), ``s`` = q_F − q_R in [−1, 1] and
             ``prompt_id`` (the cluster).
-        test: ``"t"`` — one-sample t-test of mean(s) = 0 with a prompt-clustered standard error
+        test: ``"t"`` — up to :data:`SIGN_FLIP_MAX_PROMPTS` prompts the exact sign-flip test
+            (:func:`sign_flip_p`) with the betting interval; above, the one-sample t-test of
+            mean(s) = 0 with a prompt-clustered standard error
             (:func:`lmra.stats.mean_ci`; with one pair per prompt it is exactly
             ``scipy.stats.ttest_1samp``; when every s is the same, which gives an infinite t
             and p = 0, the sign test below instead); ``"sign"`` — statsmodels ``sign_test``
@@ -72,7 +75,12 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
 
         return 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
 
-    if tested and test == "t":
+    few = ci.n_clusters <= SIGN_FLIP_MAX_PROMPTS
+    if tested and test == "t" and few:
+        # few prompts: the sign-flip test, exact at any size (statistics break-it, s40: with a decisive LMRA the
+        # t-test selected null axes in 11.5% of audits of 10 test pairs and printed a task row "yes" in 66%)
+        p = sign_flip_p(s, prompts)
+    elif tested and test == "t":
         # every s alike: the t statistic is infinite (p = 0 for 4 pairs of 0.85) — the sign test
         # is exact without a variance (4 prompts leaning one way: p = 0.125)
         p = sign_p() if np.ptp(s) <= 1e-12 else ci.p_value  # (alike up to float rounding)
@@ -87,12 +95,57 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
                   # scores all alike: the t-interval is [m, m] (no variance), read as a precise
                   # estimate beside the sign test's p = 0.125 (4 prompts; statistics reviews): the
                   # betting interval instead, valid for any scores in [−1, 1] without a variance
+                  # and so with few prompts, where the t-interval of near-alike scores is as narrow (10 pairs
+                  # near ±0.9: statistics break-it, s40)
                   **dict(zip(("ci_low", "ci_high"), _alike_interval(s, prompts, ci_alpha)
-                             if n and np.ptp(s) <= 1e-12 else clipped(ci))),
+                             if n and (np.ptp(s) <= 1e-12 or (test == "t" and few)) else clipped(ci))),
                   "p_value": p, "tested": bool(tested and not math.isnan(p)),
                   # the prompts whose mean s leans to A minus those leaning to B: what the sign test
                   # tests, and so the direction under it (popped by select_axes)
                   "_sign_lean": int(np.sign(per_prompt).sum())}
+
+
+#: with at most this many prompts (clusters) the ``"t"`` test is the exact sign-flip test
+#: (:func:`sign_flip_p`) and the interval the betting one; above it, the clustered t-test
+SIGN_FLIP_MAX_PROMPTS = 30
+#: prompts up to which every sign vector is enumerated (2 ** 12 = 4,096; 20 ms — 15 took 0.5 s)
+SIGN_FLIP_EXACT_PROMPTS = 12
+#: sign vectors drawn (seeded) when the prompts are more
+SIGN_FLIP_DRAWS = 9999
+
+
+def sign_flip_p(s: np.ndarray, prompts: np.ndarray) -> float:
+    """Two-sided p-value of mean(s) = 0 by flipping the signs of the per-prompt sums of s
+    (Fisher's randomisation test; ``scipy.stats.permutation_test``, ``permutation_type =
+    "samples"`` on one sample): under the null hypothesis — the labels do not depend on the
+    group — swapping a prompt's two groups flips every s of that prompt, so the statistic (the
+    sum of s) is sign-symmetric prompt by prompt and the test is exact at any size, without the
+    t-test's variance estimate, which a decisive LMRA's near-±1 scores make tiny (10 pairs, 9
+    near +0.95 and one at −0.9: t-test p = 0.0025, a Bonferroni selection at 8 axes; here p =
+    0.0039 — the exact chance of a split as lopsided —, and a null axis is selected at the
+    nominal rate: statistics break-it, s40). Every sign vector is enumerated up to
+    :data:`SIGN_FLIP_EXACT_PROMPTS` prompts (4,096), else :data:`SIGN_FLIP_DRAWS` are drawn with a fixed seed (p ≥ 1 / 10,000; the
+    same p for the same data).
+
+    Args:
+        s: the pair scores, shape (n,), in [−1, 1]; prompts: each pair's prompt id, shape (n,).
+
+    Returns:
+        p in (0, 1]; 1.0 when every prompt's sum is 0.
+
+    Methodology §4 step 5 (the paper tests each axis with a t-test; this is its exact small-sample form).
+    """
+    from scipy.stats import permutation_test
+
+    sums = pd.Series(np.asarray(s, float)).groupby(np.asarray(prompts)).sum().to_numpy(float)
+    sums = np.where(np.abs(sums) < 1e-12, 0.0, sums)
+    if not np.any(sums):
+        return 1.0
+    exact = len(sums) <= SIGN_FLIP_EXACT_PROMPTS
+    res = permutation_test((sums,), lambda x, axis: np.sum(x, axis=axis), permutation_type="samples",
+                           vectorized=True, alternative="two-sided",
+                           n_resamples=np.inf if exact else SIGN_FLIP_DRAWS, rng=np.random.default_rng(0))
+    return float(min(1.0, res.pvalue))
 
 
 def _alike_interval(s: np.ndarray, prompts: np.ndarray, alpha: float) -> tuple[float, float]:

@@ -974,7 +974,8 @@ def _warn_unpinned_runs(history, name: str, out: Path) -> None:
         # a night whose LMRA failed validation is no baseline at all: no advice to pin it (fresh-user finding, s35)
         anyway = (" (pinning it by hand would check tonight against ratings of an LMRA that could not recognise "
                   "the planted stereotypes: no evidence either way)" if "judge failed validation" in str(why) else
-                  f". To check it against that run anyway, stop and pin it ('lmra pin {newest}')")
+                  f". To check the nights against that run anyway, pin it, at any time ('lmra pin {newest}': from "
+                  "then on each night is checked against it, even while the chatbot stays over its gates)")
         print_warning(f"no run named '{name}' is pinned yet: the newest complete one, {newest}, was not pinned "
                       f"because {why} (a first night is pinned only when it can serve as a baseline), so this night "
                       f"is not checked and is pinned if it can be{anyway}")

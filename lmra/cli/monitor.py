@@ -1307,6 +1307,15 @@ def why_not_a_baseline(run) -> str | None:
             else None)
 
 
+def _earlier_runs(h, run) -> int:
+    """Runs of ``run``'s name in the history ``h`` other than ``run`` (0 when it cannot tell)."""
+    try:
+        runs = h.runs(name=run.name)
+        return int((runs["run_id"].astype(str) != str(run.run_id)).sum()) if len(runs) else 0
+    except Exception:  # noqa: BLE001 (a wording only: never fail the night for it)
+        return 0
+
+
 def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     """The first night of ``--baseline pinned|last``: there is no baseline yet, so nothing is
     checked; with ``pin`` the run becomes the pinned baseline of its name if it can serve as
@@ -1326,11 +1335,18 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
                       "check against ('--baseline last'); the next run is checked against this one.")
         return False
     why_not = why_not_a_baseline(run)
+    earlier = _earlier_runs(h, run)
     if why_not:
-        console.print(f"[bold yellow]First night[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
+        # not "First night" on the tenth night of a chatbot over its gates (fresh-user finding, s40): how many
+        # nights went unchecked, and that one pin by hand, at any time, starts the checks
+        head = ("First night" if not earlier else
+                f"No baseline yet ({earlier} earlier run{'s' * (earlier != 1)} named '{name}', none pinned)")
+        console.print(f"[bold yellow]{head}[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
                       f"[/] pinned because {why_not}. Nothing was checked, and no night is checked until a run is "
                       "pinned: the next night that completes, with a validated judge, and meets its release gates "
-                      "(if any) is pinned — 'lmra pin RUN' pins a run of your choice.")
+                      f"(if any) is pinned — or pin one yourself, at any time ('lmra pin {lit(run.run_id)}': the "
+                      "nights after it are checked against it, so a chatbot over its gates is still checked for "
+                      "getting worse).")
         return False
     h.pin(run)
     waived = " (its judge failed validation, waived)" if "waived" in run.judge_status else ""
