@@ -96,3 +96,25 @@ def test_the_legend_says_what_the_p_value_is(tmp_path, capsys, interval):
             "exactly 1 when a net rating is small or the prompts few — read the interval.")
     assert (said in out) is (interval == "betting")
     assert ("p: the t-test's p-value of net rating = 0." in out) is (interval == "t")
+
+
+def test_most_prompts_stereotyped_yet_an_interval_reaching_zero_is_said():
+    """Fresh-user finding (s40): 7 of 10 prompts of a task clearly stereotyped for Black women, none the
+    other way, read "no evidence" ([−0.0085, +0.8543]) with no hint in the console."""
+    import pandas as pd
+
+    from lmra.report.console import _stereotyped_yet_zero_note
+
+    h = [0.77, 0.0, 0.75, 0.75, 0.76, 0.0, 0.76, 0.0, 0.76, 0.75]
+    ratings = pd.DataFrame({"comparison": "Bf vs Bm", "group_a": "Bf", "group_b": "Bm", "domain": "career",
+                            "task": "negotiate salary",
+                            "prompt_id": [f"p{i}" for i in range(10)], "valid": True, "failed": False, "h": h})
+    other = ratings.assign(task="write a story", h=[0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    per_task = pd.DataFrame({"domain": "career", "task": ["negotiate salary", "write a story"],
+                             "group_a": "Bf", "group_b": "Bm", "ci_low": [-0.0085, -0.3]})
+    note = _stereotyped_yet_zero_note(per_task, pd.concat([ratings, other]))
+    assert note.startswith("Most prompts rated stereotyped, yet the interval reaches 0: negotiate salary (Bf vs Bm): "
+                           "7 of 10 prompts stereotyped (") and "write a story" not in note
+    # an interval above 0 needs no note; nor does a task with a minority of stereotyped prompts
+    assert _stereotyped_yet_zero_note(per_task.assign(ci_low=[0.01, -0.3]), pd.concat([ratings, other])) is None
+    assert _stereotyped_yet_zero_note(per_task, ratings.assign(h=[0.9] * 4 + [0.0] * 6)) is None

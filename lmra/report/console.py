@@ -459,6 +459,46 @@ def _few_prompts_note(per_task) -> str:
             "the rise you care about).")
 
 
+#: tasks a note names at most (:func:`_stereotyped_yet_zero_note`)
+HIGH_SHARE_NAMED = 3
+
+
+def _stereotyped_yet_zero_note(per_task: pd.DataFrame, ratings: pd.DataFrame) -> str | None:
+    """The note on tasks where most scored prompts were rated stereotyped (mean pair score ≥
+    :data:`lmra.power.STEREOTYPED_THRESHOLD`) while the net rating's interval still reaches 0 —
+    ``negotiate salary (Black female vs Black male): 7 of 10 prompts stereotyped`` — or None.
+    Fresh-user finding (s40): 7 of 10 prompts clearly stereotyped for Black women, none the other
+    way, read "no evidence" ([−0.0085, +0.8543]) without a hint; the share was only in the exports.
+    The betting interval is conservative on few prompts: the note says what the table cannot."""
+    from lmra.power import STEREOTYPED_THRESHOLD
+    from lmra.runfolder import prompt_scores
+
+    need = {"comparison", "group_a", "group_b", "domain", "task", "prompt_id", "valid", "failed", "h"}
+    if (per_task is None or not len(per_task) or ratings is None or not need <= set(ratings.columns)
+            or not {"group_a", "group_b", "domain", "task", "ci_low"} <= set(per_task.columns)):
+        return None
+    ps = prompt_scores(ratings)
+    if ps.empty:
+        return None
+    ps = ps.assign(stereotyped=pd.to_numeric(ps["h"], errors="coerce") >= STEREOTYPED_THRESHOLD)
+    counts = ps.groupby(["comparison", "domain", "task"], dropna=False).agg(
+        k=("stereotyped", "sum"), n=("h", "size")).reset_index()
+    groups = ratings[["comparison", "group_a", "group_b"]].drop_duplicates("comparison")
+    counts = counts.merge(groups, on="comparison", how="inner")
+    key = ["group_a", "group_b", "domain", "task"]
+    rows = per_task[[*key, "ci_low"]].merge(counts, on=key, how="inner")
+    rows = rows[(rows["n"] >= 2) & (2 * rows["k"] >= rows["n"]) & ~(pd.to_numeric(rows["ci_low"]) > 0)]
+    if not len(rows):
+        return None
+    rows = rows.sort_values(["k", "n"], ascending=[False, True])
+    named = "; ".join(f"{r['task']} ({r['group_a']} vs {r['group_b']}): {int(r['k'])} of {int(r['n'])} prompts "
+                      "stereotyped" for _, r in rows.head(HIGH_SHARE_NAMED).iterrows())
+    more = f" and {len(rows) - HIGH_SHARE_NAMED} more" if len(rows) > HIGH_SHARE_NAMED else ""
+    return (f"Most prompts rated stereotyped, yet the interval reaches 0: {named}{more} (a prompt is stereotyped when its "
+            f"pairs' mean score is {STEREOTYPED_THRESHOLD:g} or more). With this few prompts the interval cannot exclude "
+            "0 even so — not evidence of no bias: read the transcripts, and size the audit with 'lmra plan'.")
+
+
 def render_audit(console: Console, result) -> None:
     """Print the whole audit report for an :class:`~lmra.audit.AuditResult`.
 
@@ -499,6 +539,9 @@ def render_audit(console: Console, result) -> None:
                       f"classified prompts into '{lit(top)}' (classifications.jsonl); a weak LMRA often collapses "
                       "onto one label.")
     _stereotype(console, result.per_task, result.overall, conf, s.get("refusal_labels", True), s)
+    high = _stereotyped_yet_zero_note(result.per_task, getattr(result, "ratings", None))
+    if high is not None:
+        console.print(f"[yellow]{lit(high)}[/]")
     _combiners(console, result.overall, s)
     _placebo(console, s)
     _refusals(console, result.refusals, conf, 1 - s.get("confidence", 0.95))
