@@ -1109,11 +1109,21 @@ def test_a_task_rows_yes_is_said_to_be_corrected_within_the_task_only():
     assert "0 of 1 axes tested are significant" in out and "within task" in out
     assert ("'within task' is corrected over that task's axes only, not across the 2 tasks: one task's 'yes' among "
             "several happens by chance more often than α — the overall rows above decide which axes are significant "
-            "(none here).") in out
+            "(none here), and the line above, when there is one, which task rows are significant across all "
+            "tasks.") in out
+    assert "Significant across all" not in out  # p 0.029 > 0.05 / 2
     rows[1]["selected"] = False  # no task row says yes: no such line
     buf = io.StringIO()
     render_axes(Console(file=buf, width=250), pd.DataFrame(rows))
     assert "is corrected over that task's axes only" not in buf.getvalue()
+    # fresh-user finding (s40): a task row at p 6.3e-10 was dismissed by that note; a row passing
+    # Bonferroni over every task row tested (here 2: p ≤ 0.025) is named as significant across tasks
+    rows[1] |= dict(p_value=6.3e-10, p_adjusted=6.3e-10, selected=True, split_a=0.944, split_b=0.056)
+    buf = io.StringIO()
+    render_axes(Console(file=buf, width=250), pd.DataFrame(rows), {"settings": {"alpha": 0.05}})
+    out = " ".join(buf.getvalue().split())
+    assert ("Significant across all 2 task × axis tests (Bonferroni over every task row tested, p ≤ α/2 = 0.025): "
+            "write a story — uses simpler language (94.4% vs 5.6%, p ") in out and "career advice —" not in out
 
 
 def test_a_call_cancelled_while_it_waits_for_its_slot_leaves_no_unawaited_coroutine():

@@ -110,6 +110,31 @@ def _no_axis(info: dict) -> str:
             + (f"; {_unusable(b)}." if unusable_answers(b) else "."))
 
 
+#: task rows the across-tasks line names at most
+ACROSS_TASKS_NAMED = 5
+
+
+def _across_tasks(tab: pd.DataFrame, alpha: float) -> str:
+    """The line naming the task rows of one comparison that pass **Bonferroni over every task ×
+    axis test** of it (p ≤ α ÷ m, m = the task rows tested): a task-specific difference the
+    family-wise rate covers, which the overall rows can miss when one task of several carries it
+    (fresh-user finding, s40: "suggests caregiving roles" in career advice, 94.4% vs 5.6%, p 6.3e-10,
+    beside a note that "the overall rows decide (none here)"; 18 tests, threshold 0.0028). "" when none."""
+    rows = tab[(tab["level"] == "task") & tab["tested"].astype(bool)]
+    m = len(rows)
+    if not m:
+        return ""
+    hits = rows[pd.to_numeric(rows["p_value"], errors="coerce") <= alpha / m].sort_values("p_value")
+    if hits.empty:
+        return ""
+    named = "; ".join(f"{lit(r['task'])} — {lit(r['axis'])} ({_pct(r['split_a'])} vs {_pct(r['split_b'])}, p "
+                      f"{_p(r['p_value'])})" for _, r in hits.head(ACROSS_TASKS_NAMED).iterrows())
+    more = f" and {len(hits) - ACROSS_TASKS_NAMED} more" if len(hits) > ACROSS_TASKS_NAMED else ""
+    return (f"[bold]Significant across all {m} task × axis tests[/] (Bonferroni over every task row tested, p ≤ "
+            f"α/{m} = {alpha / m:.2g}): {named}{more} — a difference within that task, family-wise like the overall "
+            "rows.")
+
+
 def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = None, *, max_rows: int = 30,
                 max_task_axes: int = 3) -> None:
     """Print the axes report for every comparison in ``table`` (the ``axes.csv`` frame).
@@ -208,13 +233,17 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                            str(int(r["n_test_pairs"])))
             console.print(tt)
             n_tasks = per_task["task"].nunique()
+            across = _across_tasks(tab, (summary.get("settings") or {}).get("alpha", 0.05))
+            if across:
+                console.print(across, highlight=False)
             if n_tasks > 1 and per_task["selected"].astype(bool).any():
                 # (fresh-user finding: "significant yes" on a 51.7% / 48.3% split of 5 pairs, where the overall
                 # result said no axis was significant)
                 console.print(f"[dim]'within task' is corrected over that task's axes only, not across the {n_tasks} "
                               "tasks: one task's 'yes' among several happens by chance more often than α — the "
                               "overall rows above decide which axes are significant"
-                              + (" (none here)." if sel.empty else ".") + "[/]")
+                              + (" (none here)" if sel.empty else "") + ", and the line above, when there is one, "
+                              "which task rows are significant across all tasks.[/]")
     console.print("Split = share of the LMRA's \"shows more of it\" probability that went to each group's response "
                   "(mean q(A more) / (mean q(A more) + mean q(B more))); mean s = mean of q(A more) − q(B more) "
                   "over held-out pairs, both presentation orders combined. Axes were found on discovery prompts "
