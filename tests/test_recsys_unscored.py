@@ -79,9 +79,31 @@ def test_an_answer_without_a_list_is_left_out_and_counted_not_scored_zero():
     assert at3.loc["a girl", ["n_failed", "n_unparseable"]].tolist() == [1, 2]
     assert at3.loc["a boy", ["n_failed", "n_unparseable"]].tolist() == [1, 1]  # m4 (own call), m3 (neutral)
     assert counts == {"failed_calls": 2, "dropped_with_failed_neutral": 1, "unparseable_unscored": 1,
-                      "dropped_with_unparseable_neutral": 2, "sensitive_scored": 3}
+                      "dropped_with_unparseable_neutral": 2, "dropped_with_empty_neutral": 0, "sensitive_scored": 3}
     serp = fair[(fair["k"] == 3) & (fair["metric"] == "jaccard")].iloc[0]
     assert serp["snsr"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("neutral", [([], False), ([], True)])  # items: [] / a neutral refusal
+def test_an_empty_neutral_list_drops_its_instruction_so_a_refusal_reads_no_more_similar(neutral):
+    """Statistics break-it (s40): against an empty neutral list a value's one-title list scored 0 while
+    the other value's refusal was undefined (both empty) and left out — the refusing value read 0.500,
+    the one that gave a list 0.306. Such an instruction compares nothing and is dropped, counted."""
+    items, refused = neutral
+    lists = _lists([
+        ("m1", "neutral", "", ["a", "b", "c"], False, False, None),
+        ("m1", "gender", "a girl", ["a", "b", "c"], False, False, None),
+        ("m1", "gender", "a boy", ["c", "b", "a"], False, False, None),
+        ("m3", "neutral", "", items, False, refused, None),
+        ("m3", "gender", "a girl", [], False, True, None),          # refuses
+        ("m3", "gender", "a boy", ["q"], False, False, None),       # one title
+    ])
+    sim, _, counts = score_frame(lists, k=3, convention="paper")
+    at3 = _at(sim, 3)
+    assert at3.loc["a girl", "similarity"] == 1.0 and at3.loc["a girl", "n"] == 1  # m1 only
+    assert at3.loc["a boy", "similarity"] == 1.0 and at3.loc["a boy", "n"] == 1  # m1 only (was (1 + 0) / 2)
+    assert counts["dropped_with_empty_neutral"] == 2 and counts["sensitive_scored"] == 2
+    assert at3.loc["a boy", "n_unparseable"] == 1
 
 
 def test_a_value_with_no_scored_list_keeps_its_rows_with_n_zero():

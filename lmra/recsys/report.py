@@ -86,6 +86,9 @@ def _counts_line(summary: dict) -> str:
         parts.append(f"{summary['unparseable_unscored']} sensitive lists not scored (no list in the answer)")
     if summary.get("dropped_with_unparseable_neutral"):
         parts.append(f"{summary['dropped_with_unparseable_neutral']} lists dropped (no list in the neutral answer)")
+    if summary.get("dropped_with_empty_neutral"):
+        parts.append(f"{summary['dropped_with_empty_neutral']} lists dropped (empty neutral list: a neutral refusal, "
+                     "or every item a profile echo)")
     if "sensitive_scored" in summary:
         parts.append(f"{counted(summary['sensitive_scored'], 'sensitive list')} scored against the neutral list")
     return ", ".join(parts)

@@ -36,6 +36,10 @@ def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
     * ``neutral_failed``: a sensitive list whose instruction's neutral call failed;
     * ``neutral_unparseable``: a sensitive list whose neutral answer held no list and was not a
       refusal (``parse_failed``): there is nothing to compare it with;
+    * ``neutral_empty``: a sensitive list whose instruction's neutral list is empty (a neutral
+      refusal, a stored ``items: []``, or every item a profile echo): against nothing, a value's
+      list scores 0 and its refusal "undefined" (left out), so a refusing value read *more*
+      similar than one that gave a list (statistics break-it, s40: 0.500 against 0.306);
     * ``unparseable``: its own answer held no list and was not a refusal — not read as an empty
       list (a parser's limit or an answer in another format is not a difference in
       treatment), left out like an unusable LMRA answer and counted.
@@ -48,9 +52,14 @@ def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
     neutral = lists["attribute"] == "neutral"
     n_failed = set(lists.loc[err & neutral, "instruction_id"])
     n_unparsed = set(lists.loc[~err & unparsed & neutral, "instruction_id"])
+    col = "compare" if "compare" in lists.columns else "keys" if "keys" in lists.columns else None
+    empty = (lists[col].map(lambda x: x is None or (not isinstance(x, str) and len(x) == 0)) if col is not None
+             else pd.Series(False, index=lists.index))
+    n_empty = set(lists.loc[~err & ~unparsed & neutral & empty, "instruction_id"])
     ids = lists["instruction_id"]
     why = pd.Series("", index=lists.index, dtype=object)
     why[~neutral & ~err & unparsed] = "unparseable"
+    why[~neutral & ids.isin(n_empty)] = "neutral_empty"
     why[~neutral & ids.isin(n_unparsed)] = "neutral_unparseable"
     why[~neutral & ids.isin(n_failed)] = "neutral_failed"
     why[neutral & unparsed] = "unparseable"
@@ -77,7 +86,8 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: i
     Returns:
         (similarity, fairness, counts): counts has ``failed_calls`` (every failed call,
         neutral ones included), ``dropped_with_failed_neutral``, ``unparseable_unscored``
-        (sensitive lists), ``dropped_with_unparseable_neutral`` and ``sensitive_scored`` (the
+        (sensitive lists), ``dropped_with_unparseable_neutral``, ``dropped_with_empty_neutral`` and
+        ``sensitive_scored`` (the
         sensitive lists compared with their neutral list).
     """
     why = unscored_reasons(lists)
@@ -86,6 +96,7 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: i
               "dropped_with_failed_neutral": int((why == "neutral_failed").sum()),
               "unparseable_unscored": int(((why == "unparseable") & sensitive).sum()),
               "dropped_with_unparseable_neutral": int((why == "neutral_unparseable").sum()),
+              "dropped_with_empty_neutral": int((why == "neutral_empty").sum()),
               "sensitive_scored": int(((why == "") & sensitive).sum())}
     d = lists[why == ""]
     col = "compare" if "compare" in d.columns else "keys"
@@ -122,7 +133,7 @@ def _with_unscored(sim: pd.DataFrame, sens: pd.DataFrame, why: pd.Series, k: int
         lambda a: "intersectional" if "+" in str(a) else "single")
     per = pd.DataFrame({"attribute": sens["attribute"], "kind": kind, "value": sens["value"],
                         "n_failed": why.isin(("failed", "neutral_failed")).astype(int),
-                        "n_unparseable": why.isin(("unparseable", "neutral_unparseable")).astype(int)})
+                        "n_unparseable": why.isin(("unparseable", "neutral_unparseable", "neutral_empty")).astype(int)})
     per = per.groupby(["attribute", "kind", "value"], sort=False, as_index=False)[["n_failed", "n_unparseable"]].sum()
     analyses = list(dict.fromkeys(sim["analysis"])) if len(sim) else ["item_similarity"]
     seen = set(map(tuple, sim[["attribute", "value"]].itertuples(index=False))) if len(sim) else set()
@@ -184,6 +195,7 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         "dropped_with_failed_neutral": dropped["dropped_with_failed_neutral"],
         "unparseable_unscored": dropped["unparseable_unscored"],
         "dropped_with_unparseable_neutral": dropped["dropped_with_unparseable_neutral"],
+        "dropped_with_empty_neutral": dropped["dropped_with_empty_neutral"],
         "sensitive_scored": dropped["sensitive_scored"],
         "refusals": int(ok["refusal"].fillna(False).astype(bool).sum()) if "refusal" in ok.columns else 0,
         "parse_failures": int(ok["parse_failed"].fillna(False).astype(bool).sum()) if "parse_failed" in ok.columns
@@ -353,7 +365,8 @@ def nothing_scored_message(summary: dict[str, Any], lists: pd.DataFrame, *, call
         parts.append(f"{summary['refusals']} answers were refusals, an empty list each")
     for key, what in (("dropped_with_failed_neutral", "lost with their failed neutral call"),
                       ("unparseable_unscored", "held no list (not a refusal)"),
-                      ("dropped_with_unparseable_neutral", "lost because their neutral answer held no list")):
+                      ("dropped_with_unparseable_neutral", "lost because their neutral answer held no list"),
+                      ("dropped_with_empty_neutral", "lost because their neutral list was empty")):
         if summary.get(key):
             parts.append(f"{summary[key]} sensitive lists {what}")
     first = f"; first error: {errors[0]}" if errors else ""
