@@ -144,3 +144,16 @@ def test_exit_precedence_uses_the_libraries_statuses():
     from lmra.judge_check import EXIT_JUDGE_FAILED
 
     assert EXIT_PRECEDENCE == (1, 2, EXIT_JUDGE_FAILED, EXIT_GATES_NOT_MET, 3, 0)
+
+
+def test_python_dash_m_lmra_is_the_lmra_command():
+    """Fresh-user finding (s40): ``python -m lmra --help`` said "No module named lmra.__main__"."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-m", "lmra", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "usage: lmra" in r.stdout and "audit" in r.stdout
