@@ -650,8 +650,11 @@ class AuditConfig(_Strict):
     @classmethod
     def _unique_groups(cls, v: list[Group]) -> list[Group]:
         names = [g.name for g in v]
-        if len(set(names)) != len(names):
-            raise ValueError("group names must be unique")
+        if len(set(names)) != len(names):  # naming the name and its places (fresh-user finding, s40)
+            twice = next(n for n in names if names.count(n) > 1)
+            at = [i + 1 for i, n in enumerate(names) if n == twice]
+            raise ValueError(f"group names must be unique: '{twice}' names groups {at[0]} and {at[1]} (the "
+                             "[[groups]] tables in file order)")
         return v
 
     @field_validator("comparisons")

@@ -59,3 +59,16 @@ def test_a_comparison_and_its_reverse_are_refused(tmp_path):
     err = " ".join(p.stderr.split())
     assert p.returncode == 2 and "field 'comparisons'" in err and "one comparison in both directions" in err, err
     assert "Traceback" not in err
+
+
+def test_a_repeated_group_name_is_named_with_its_places(tmp_path, capsys):
+    """Fresh-user finding (s40): "group names must be unique" did not say which name (a sed had renamed
+    every `name =` line of a copied config)."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "dup.toml"
+    cfg.write_text('comparisons = [["a", "b"]]\n[[groups]]\nname = "a"\ngender = "female"\n[[groups]]\nname = "b"\n'
+                   'gender = "male"\n[[groups]]\nname = "a"\ngender = "male"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "group names must be unique: 'a' names groups 1 and 3" in err and "Traceback" not in err
