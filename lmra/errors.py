@@ -213,6 +213,9 @@ def _close_files(p: Path) -> str:
         return f"; its folder {folder} does not exist"
     except OSError:
         return ""
+    if p.suffix:  # a prompt file is not a config: only files of its kind (fresh-user finding, s40: a missing
+        # nonexist.jsonl got "did you mean 'c_nonexist.toml'?")
+        names = [n for n in names if Path(n).suffix.lower() == p.suffix.lower()]
     close = difflib.get_close_matches(p.name, names, n=2, cutoff=0.75)
     return f"; did you mean {' or '.join(repr(prefix + c) for c in close)}?" if close else ""
 

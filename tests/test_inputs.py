@@ -270,6 +270,14 @@ def test_a_missing_file_names_the_close_files_beside_it(tmp_path, monkeypatch, c
     assert main(["validate", "n.toml"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "did you mean 'names/gender.csv'" in err and "does not exist" not in err
+    # fresh-user finding (s40): a missing prompt file was offered a config of a close name
+    (tmp_path / "c_nonexist.toml").write_text('name = "x"\nprompts = "nonexist.jsonl"\n')
+    assert main(["validate", "c_nonexist.toml"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "prompt file not found" in err and "c_nonexist.toml'?" not in err
+    (tmp_path / "nonexists.jsonl").write_text('{"id": "a", "text": "hi"}\n')
+    assert main(["validate", "c_nonexist.toml"]) == 2
+    assert "did you mean 'nonexists.jsonl'?" in " ".join(capsys.readouterr().err.split())
     (tmp_path / "dangling.toml").symlink_to(tmp_path / "gone" / "x.toml")
     assert main(["validate", "dangling.toml"]) == 2
     assert f"it is a symbolic link to {tmp_path / 'gone' / 'x.toml'}, which does not exist" in " ".join(
