@@ -934,7 +934,11 @@ class History:
 
         words = {"latest": "'latest' (as RUN)", "last": "'last' (as --baseline)", "pinned": "'pinned' (as --baseline)"}
         close = difflib.get_close_matches(str(run_id).lower(), list(words), n=1, cutoff=0.6)
+        # a misspelt run id: the recorded ids close to it (fresh-user finding, s40: '…-intersectoinal' got none)
+        ids = [r[0] for r in self.db.execute("SELECT run_id FROM runs ORDER BY started_utc DESC LIMIT 5000")]
+        near = difflib.get_close_matches(str(run_id), ids, n=2, cutoff=0.8) if not close else []
         hint = (f" — did you mean {words[close[0]]}?" if close
+                else f" — did you mean {' or '.join(repr(i) for i in near)}?" if near
                 else " (or latest for RUN; last or pinned for --baseline)")
         raise LmraInputError(f"run '{run_id}' is not a run folder path and not in the history "
                              f"({self.path}); give the run folder's path or a run id{hint}", field="RUN")

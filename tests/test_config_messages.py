@@ -39,6 +39,21 @@ def test_a_misspelt_baseline_word_is_named(tmp_path):
             h.resolve("20260101-nosuchrun")
 
 
+def test_a_misspelt_run_id_is_offered_the_recorded_ids_close_to_it(tmp_path):
+    """Fresh-user finding (s40): ``lmra export 20261206-155528-chatbot-intersectoinal`` got no did-you-mean,
+    where ``--baseline pined`` got one."""
+    from monitor_helpers import make_run
+
+    from lmra.history import History
+
+    run = make_run(tmp_path, "20261206-155528-chatbot-intersectional", {"write a story": 0.1, "career advice": 0.1},
+                   seed=1, n_prompts=8)
+    with History(run.parent / "history.sqlite") as h:
+        h.scan()
+        with pytest.raises(LmraInputError, match=r"did you mean '20261206-155528-chatbot-intersectional'\?"):
+            h.resolve("20261206-155528-chatbot-intersectoinal")
+
+
 @pytest.mark.parametrize("field", ["output_dir", "cache"])
 def test_output_paths_expand_home_and_refuse_environment_variables(tmp_path, monkeypatch, field):
     """Break-it finding: ``~`` and ``$HOME`` in ``output_dir`` / ``cache`` were taken literally — the
