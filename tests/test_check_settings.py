@@ -146,10 +146,12 @@ def test_the_verdict_comes_first_then_the_table(tmp_path, lmra_cli, capsys):  # 
     # detectable rise of +0.32 pages below): the overall row's, as the check's table has it
     import re
 
-    m = re.search(r"\(rises under \+(0\.\d\d) undetectable\)", first)
-    assert m, first
+    m = re.search(r"\(rises under \+(0\.\d\d) overall, \+(\d\.\d\d) in a single task, undetectable\)", first)
+    assert m, first  # (both: fresh-user finding, s40 — the overall figure alone read as the night's sensitivity)
     from lmra.monitor import check_regression
     from lmra.runfolder import load_run
 
     check = check_regression(load_run(base), load_run(rise))
     assert float(m.group(1)) == round(float(check.overall["mde"].min()), 2)
+    tested = check.tests[check.tests["p_regress"].notna()]
+    assert float(m.group(2)) == round(float(tested["mde"].min()), 2)

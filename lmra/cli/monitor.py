@@ -84,7 +84,14 @@ def _smallest_detected(result) -> str:
     (fresh-user finding, s39: a chatbot stereotyping 15% of its female users' prompts, +0.22, read
     "Verdict …: no regression" on the line a mail shows first); "" when none is recorded."""
     span = _check_detectable(result)
-    best = None if span is None else span["overall_min"] if span.get("overall_min") is not None else span.get("min")
+    if span is None:
+        return ""
+    whole, task = span.get("overall_min"), span.get("min")
+    if whole is not None and task is not None and task > whole:
+        # both (fresh-user finding, s40: "+0.14" — the overall row's — read as the night's sensitivity, where a
+        # single task's rise went undetected under +0.58)
+        return f" (rises under {whole:+.2f} overall, {task:+.2f} in a single task, undetectable)"
+    best = whole if whole is not None else task
     return f" (rises under {best:+.2f} undetectable)" if best is not None else ""
 
 
