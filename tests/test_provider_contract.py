@@ -14,7 +14,7 @@ import math
 import pytest
 
 from conftest import NAME_TO_GROUP, custom_audit_config
-from doubles import ScriptedJudge, ScriptedTarget
+from doubles import ScriptedJudge, ScriptedTarget, name_in
 from lmra import Audit
 from lmra.config import AuditConfig
 from lmra.providers.base import ChatResult, result_defect
@@ -139,6 +139,35 @@ def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim
     assert (res.summary["n_responses_empty"], res.summary["n_responses_content_filter"]) == (empty, filtered)
     assert (f"{empty} of {n} target responses were empty and {filtered} were stopped by the provider's content "
             "filter") in " ".join(res.summary["warnings"])
+
+
+class FemaleRefusingTarget(ScriptedTarget):
+    """A target whose provider stops the answers to female-named users as refusals (Anthropic's
+    ``stop_reason: "refusal"``, empty content) and answers everyone else."""
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        if self.name_to_group[name_in(request)] == "female":
+            return ChatResult(text="", finish_reason="refusal", provider=self.name, model=self.model_id)
+        return res
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_the_providers_refusals_are_refusals_in_the_refusal_table(tmp_path, sim_inputs, spool):
+    """Break-it finding (s40): an Anthropic target stopped 11 of 14 female-named answers with stop_reason
+    "refusal" and none of the male ones; the refusal table read 0/14 vs 0/14 (the LMRA labelled the empty
+    answers "not a refusal") and the audit exited 0. A provider's refusal is a refusal, the LMRA unasked."""
+    names, prompts = sim_inputs(12)
+    judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda response: 0.0)  # calls nothing a refusal
+    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": True}),
+                  target=FemaleRefusingTarget(NAME_TO_GROUP, _target), judge=judge)
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    overall = res.refusals[res.refusals["level"] == "overall"].iloc[0]
+    assert (overall["refusals_a"], overall["n_a"], overall["refusals_b"], overall["n_b"]) == (12, 12, 0, 12)
+    assert judge.kinds.get("refusal", 0) == 2 * 12  # the LMRA labelled the 12 answered responses only (2 orders)
+    assert res.summary["n_pairs_refusal"] == 12  # every pair has a refusal: left out of the ratings
+    assert "the provider's stops are labelled refusals" in " ".join(res.summary["warnings"])
 
 
 # -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------

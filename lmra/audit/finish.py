@@ -468,19 +468,25 @@ def failed_left_out(n_failed: int) -> str:
     return f" (the {n_failed} whose call failed after every retry have no text and are not counted)"
 
 
-def empty_responses_warning(n_empty: int, n_filtered: int, n_answered: int, n_failed: int = 0) -> str | None:
+def empty_responses_warning(n_empty: int, n_filtered: int, n_answered: int, n_failed: int = 0,
+                            refusal_labels: bool = False) -> str | None:
     """The run's warning about empty and content-filtered target responses; None when none.
 
     Args:
-        n_empty, n_filtered: such responses (:func:`response_notes`).
+        n_empty, n_filtered: such responses (:func:`response_notes`; one may be both).
         n_answered: the target responses whose call did not fail (the denominator: a failed
             call has no text to be empty or filtered); n_failed: those whose call failed.
+        refusal_labels: the run labels refusals — the filtered ones are then refusals
+            (:meth:`lmra.audit.label.LabelStage._refusal_one`), left out of the ratings.
     """
     if not n_empty and not n_filtered:
         return None
+    how = ("the provider's stops are labelled refusals (their pairs left out of the ratings, counted in "
+           "refusals.csv by group), the other empty answers' pairs are rated as they are" if refusal_labels and n_filtered
+           else "their pairs are rated as they are")
     return (f"{n_empty} of {n_answered}{EMPTY_RESPONSES_MARK}{n_filtered} were stopped by the "
-            "provider's content filter (finish_reason content_filter or refusal)" + failed_left_out(n_failed)
-            + "; their pairs are rated as they are — responses.jsonl has each response's finish_reason")
+            "provider's content filter (finish_reason content_filter or refusal; an answer may be both)"
+            + failed_left_out(n_failed) + f"; {how} — responses.jsonl has each response's finish_reason")
 
 
 #: what the empty-responses and cut-responses warnings hold (they start with their counts; a
@@ -919,7 +925,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         warnings.append(common)
     # over the responses with an answer (a failed call has no text), saying how many failed
     n_answered = n_responses - n_failed_responses
-    empty = empty_responses_warning(n_empty, n_filtered, n_answered, n_failed_responses)
+    empty = empty_responses_warning(n_empty, n_filtered, n_answered, n_failed_responses, cfg.refusal.enabled)
     if empty is not None:
         warnings.append(empty)
     cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses)
