@@ -32,7 +32,7 @@ import pandas as pd
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
 from lmra.repeated import REPEATED_RESPONSES_PREFIX
 from lmra.audit.finish import (AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX, AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, COMMON_WORD_NAMES_PREFIX,
-                               EMPTIED_BY_FILTER_PREFIX, EMPTY_RESPONSES_MARK, FILTER_REMOVED_MOST_PREFIX, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX,
+                               EMPTIED_BY_FILTER_PREFIX, EMPTY_RESPONSES_MARK, UNFINISHED_RESPONSES_MARK, FILTER_REMOVED_MOST_PREFIX, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX,
                                INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
 from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX, FLAGGED_PREFIX, ORDER_DEPENDENCE_MARK, POSITIONAL_REFUSAL_PREFIX
 from lmra.errors import LmraInputError
@@ -696,6 +696,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                                            INVALID_OUTLIER_PREFIX, AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX,
                                            FILTER_REMOVED_MOST_PREFIX))
                      and EMPTY_RESPONSES_MARK not in w and TRUNCATED_RESPONSES_MARK not in w
+                     and UNFINISHED_RESPONSES_MARK not in w
                      and ORDER_DEPENDENCE_MARK not in w and not w.startswith(COMBINERS_DISAGREE_PREFIX)
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, MERGE_VERSION_PREFIX, POSITIONAL_REFUSAL_PREFIX,
                                            AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, REPEATED_RESPONSES_PREFIX))]  # (axes are not merged: lmra axes --run)

@@ -170,6 +170,37 @@ def test_the_providers_refusals_are_refusals_in_the_refusal_table(tmp_path, sim_
     assert "the provider's stops are labelled refusals" in " ".join(res.summary["warnings"])
 
 
+class ToolCallingTarget(ScriptedTarget):
+    """A target whose turns end in a tool call (Anthropic's ``tool_use`` / ``pause_turn``) or the
+    context window, every second, third and fifth answer."""
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        reason = ("tool_use" if self.calls % 2 == 0 else "pause_turn" if self.calls % 3 == 0
+                  else "model_context_window_exceeded" if self.calls % 5 == 0 else "end_turn")
+        return ChatResult(text="Let me search." if reason in ("tool_use", "pause_turn") else res.text,
+                          finish_reason=reason, provider=self.name, model=self.model_id)
+
+
+@pytest.mark.parametrize("spool", [False, True])
+def test_answers_ending_in_a_tool_call_or_the_context_window_are_counted_and_said(tmp_path, sim_inputs, spool):
+    """Break-it finding (s40): "Let me search." (stop_reason tool_use / pause_turn) and answers cut by the
+    context window were rated as the chatbot's answers with no count or warning."""
+    names, prompts = sim_inputs(12)
+    target = ToolCallingTarget(NAME_TO_GROUP, _target)
+    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": False}), target=target,
+                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    res = audit.run()
+    calls = range(1, 25)
+    tool = sum(1 for i in calls if i % 2 == 0 or i % 3 == 0)
+    window = sum(1 for i in calls if not (i % 2 == 0 or i % 3 == 0) and i % 5 == 0)
+    assert (res.summary["n_responses_unfinished"], res.summary["n_responses_truncated"]) == (tool, window)
+    said = " ".join(res.summary["warnings"])
+    assert f"{tool} of 24 target responses ended in a tool call, not an answer" in said
+    assert f"{window} of 24 target responses were cut at max_tokens" in said and "context window" in said
+
+
 # -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------
 def make_crashing_target(cfg):
     return MutatingTarget("base exception")

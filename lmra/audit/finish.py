@@ -31,7 +31,7 @@ from lmra.runstate import (COMPLETE, FAILED, NO_PAIR_SCORED_PREFIX, PARTIAL, cla
                            failed_share, filter_over_limit, filter_phrase, invalid_outliers, invalid_over_limit,
                            invalid_phrase, run_status)
 from lmra.fileio import write_csv
-from lmra.providers.base import FILTER_FINISH_REASONS, TRUNCATED_FINISH_REASONS
+from lmra.providers.base import FILTER_FINISH_REASONS, TRUNCATED_FINISH_REASONS, UNFINISHED_FINISH_REASONS
 from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, PairWriter,
                            parquet_columns, read_pairs, write_pairs)
 from lmra.runfolder import json_text, json_value
@@ -142,16 +142,19 @@ def _redacted(row: dict) -> dict:
 
 
 
-def response_notes(response: Response) -> tuple[bool, bool, bool]:
-    """``(empty, filtered, truncated)`` of one target response: no text although the call did
-    not fail, stopped by the provider's content filter (``finish_reason`` in
-    :data:`FILTER_FINISH_REASONS`), cut at ``max_tokens`` (:data:`TRUNCATED_FINISH_REASONS`;
-    break-it finding: not counted, unlike the other two): answers that are rated as they are,
-    and counted so that a run says how many it had."""
+def response_notes(response: Response) -> tuple[bool, bool, bool, bool]:
+    """``(empty, filtered, truncated, unfinished)`` of one target response: no text although the
+    call did not fail, stopped by the provider's content filter (``finish_reason`` in
+    :data:`FILTER_FINISH_REASONS`), cut at ``max_tokens`` or the context window
+    (:data:`TRUNCATED_FINISH_REASONS`; break-it finding: not counted, unlike the other two), a
+    turn that ended in a tool call, not an answer (:data:`UNFINISHED_FINISH_REASONS`: Anthropic's
+    ``tool_use``, ``pause_turn``; break-it finding, s40: "Let me search." rated as the chatbot's
+    answer, uncounted): answers that are rated as they are, and counted so that a run says how
+    many it had."""
     if response.error is not None:
-        return False, False, False
+        return False, False, False, False
     return (not (response.text or "").strip(), response.finish_reason in FILTER_FINISH_REASONS,
-            response.finish_reason in TRUNCATED_FINISH_REASONS)
+            response.finish_reason in TRUNCATED_FINISH_REASONS, response.finish_reason in UNFINISHED_FINISH_REASONS)
 
 
 #: the start of :func:`invalid_share_warning`'s text (a merge recomputes it, not a shard's)
@@ -493,6 +496,7 @@ def empty_responses_warning(n_empty: int, n_filtered: int, n_answered: int, n_fa
 #: merge recomputes both from the merged responses, not a shard's)
 EMPTY_RESPONSES_MARK = " target responses were empty and "
 TRUNCATED_RESPONSES_MARK = " target responses were cut at max_tokens = "
+UNFINISHED_RESPONSES_MARK = " target responses ended in a tool call, not an answer "
 
 
 def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: int, n_failed: int = 0) -> str | None:
@@ -502,7 +506,7 @@ def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: i
     if not n_truncated:
         return None
     return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{max_tokens} "
-            "(finish_reason length or max_tokens)" + failed_left_out(n_failed) + "; their pairs are rated as they "
+            "(finish_reason length or max_tokens; model_context_window_exceeded: the context window)" + failed_left_out(n_failed) + "; their pairs are rated as they "
             "are, on the text the chatbot wrote before the cut — raise [target] max_tokens if the LMRA should see "
             "whole answers")
 
@@ -527,7 +531,7 @@ class ResponseSpool(PairSpool):
         self._writer.encoded = {"line"}  # the JSON line is stored as its text, not encoded again
         self.redact = redact
         self.placebo = frozenset(placebo)
-        self.n_empty = self.n_filtered = self.n_truncated = 0  # (response_notes)
+        self.n_empty = self.n_filtered = self.n_truncated = self.n_unfinished = 0  # (response_notes)
         self.repeated = RepeatedResponses()  # (lmra.repeated: one answer to most prompts)
         self.n_failed = 0  # responses whose call failed (no text: not among the text-based counts' denominator)
 
@@ -538,10 +542,11 @@ class ResponseSpool(PairSpool):
         Raises:
             LmraIOError: the spool cannot be written.
         """
-        empty, filtered, truncated = response_notes(response)
+        empty, filtered, truncated, unfinished = response_notes(response)
         self.n_empty += empty
         self.n_filtered += filtered
         self.n_truncated += truncated
+        self.n_unfinished += unfinished
         self.n_failed += response.error is not None
         self.repeated.add(response.scrubbed, response.prompt_id, failed=response.error is not None,
                           refused=label[1] if label is not None else None)
@@ -796,6 +801,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     if isinstance(responses, ResponseSpool):  # a large run: its responses were spooled as their lines
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
         n_empty, n_filtered, n_truncated = responses.n_empty, responses.n_filtered, responses.n_truncated
+        n_unfinished = responses.n_unfinished
         n_failed_responses = responses.n_failed
         repeated = responses.repeated
         responses.remove()
@@ -803,7 +809,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     else:
         n_responses = len(responses)
         notes = [response_notes(r) for r in responses]
-        n_empty, n_filtered, n_truncated = (sum(n[i] for n in notes) for i in range(3))
+        n_empty, n_filtered, n_truncated, n_unfinished = (sum(n[i] for n in notes) for i in range(4))
         n_failed_responses = sum(r.error is not None for r in responses)
         resp_rows = [response_row(r) for r in responses]
         repeated = RepeatedResponses()
@@ -931,6 +937,12 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses)
     if cut is not None:
         warnings.append(cut)
+    if n_unfinished:
+        warnings.append(f"{n_unfinished} of {n_answered}{UNFINISHED_RESPONSES_MARK}(finish_reason tool_use, pause_turn "
+                        "or tool_calls: the chatbot asked for a tool)" + failed_left_out(n_failed_responses)
+                        + "; their pairs are rated on the text before the tool call (\"Let me search.\"), not on an "
+                        "answer — audit the chatbot as users reach it (its tools run), or count these as its answers "
+                        "knowingly; responses.jsonl has each response's finish_reason")
     one_answer = repeated_response(repeated, cfg.max_repeated_share)
     if one_answer is not None:  # first: nothing else of the run is about a chatbot
         warnings.insert(0, repeated_response_warning(one_answer, cfg.max_repeated_share))
@@ -1064,6 +1076,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_responses_empty": n_empty,  # no text though the call did not fail (rated as they are)
         "n_responses_content_filter": n_filtered,
         "n_responses_truncated": n_truncated,  # cut at max_tokens (finish_reason length / max_tokens)
+        "n_responses_unfinished": n_unfinished,  # a tool call, not an answer (tool_use / pause_turn / tool_calls)
         "n_pairs_total": len(scores),  # placebo pairs are counted in summary["placebo"]
         "n_pairs_refusal": (int(scores["refused"].sum()) if not scores.empty else 0) if cfg.refusal.enabled else None,
         "n_pairs_unlabelled": (int(scores["unlabelled"].fillna(False).astype(bool).sum()) if "unlabelled" in scores

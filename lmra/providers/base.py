@@ -79,8 +79,11 @@ class Usage(BaseModel):
 #: a target response so stopped is counted as filtered, an LMRA answer as a refusal to judge
 FILTER_FINISH_REASONS = ("content_filter", "refusal")
 #: ``finish_reason`` values of an answer cut at ``max_tokens`` (openai, llamacpp: ``length``;
-#: anthropic: ``max_tokens``)
-TRUNCATED_FINISH_REASONS = ("length", "max_tokens")
+#: anthropic: ``max_tokens``, or ``model_context_window_exceeded``: cut by the context window)
+TRUNCATED_FINISH_REASONS = ("length", "max_tokens", "model_context_window_exceeded")
+#: ``finish_reason`` values of a turn that did not end in an answer (anthropic: ``tool_use`` — the model
+#: asked for a tool, ``pause_turn`` — a server tool paused it): the text is a preamble ("Let me search.")
+UNFINISHED_FINISH_REASONS = ("tool_use", "pause_turn", "tool_calls", "function_call")
 
 
 class ChatResult(BaseModel):
