@@ -20,7 +20,7 @@ seed="${LMRA_SEED:-$night}"                        # another run the same day: L
 exports="$LMRA_EXPORTS/$night${LMRA_SEED:+-$LMRA_SEED}"
 log="nightly-$night${LMRA_SEED:+-$LMRA_SEED}.log"  # another run the same day: its own log
 mkdir -p logs || exit 1
-ln -sfn "$log" logs/latest.log                     # this run's log, for the alert mail
+ln -sfn "$log" logs/latest.log                     # the newest run's log, for reading
 
 nightly() {
   # Ctrl-C or a stop (SIGINT/SIGTERM to the job's processes: a terminal, systemd, a CI runner)

@@ -305,3 +305,35 @@ def test_a_partial_night_exports_its_metrics_so_the_dashboard_sees_partial(tmp_p
                for s in f.samples if s.name == "lmra_run_status"}
     assert samples[("lmra_run_status", "partial")] == 1.0, samples
     assert "metrics of" not in r.stdout  # (exported, not failed)
+
+
+def _crontab_line() -> str:
+    """The command of docs/nightly.md's crontab line (after the five time fields)."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text(encoding="utf-8")
+    line = next(ln for ln in docs.splitlines() if ln.startswith("15 2 * * * "))
+    return line[len("15 2 * * * "):]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("sh") is None, reason="needs bash and sh")
+def test_the_crontab_line_mails_this_nights_own_output_even_before_any_log(tmp_path):
+    """Break-it finding (s40): the documented line mailed logs/latest.log — after an early exit (a bad
+    LMRA_SEED, before the script links its log) yesterday's log ("exit status 0: no regression") under
+    the subject "exit 2"; with overlapping nights, the *next* night's log under the older night's "exit 3".
+    The line now mails the night's own output. Run as cron runs it (sh -c), with `mail` a stand-in."""
+    script, home, env = _nightly_job(tmp_path)
+    shutil.copy(script, home / "nightly.sh")
+    (home / "nightly.sh").chmod(0o755)
+    (home / "logs").mkdir()
+    (home / "logs" / "nightly-20261129.log").write_text("exit status 0: no regression against baseline X\n")
+    (home / "logs" / "latest.log").symlink_to("nightly-20261129.log")  # yesterday's
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mail").write_text(f'#!/bin/sh\n{{ echo "SUBJECT: $2"; cat; }} > "{tmp_path / "mailed.txt"}"\n')
+    (bin_dir / "mail").chmod(0o755)
+    line = _crontab_line().replace("cd /srv/lmra", f"cd {home}")
+    r = subprocess.run(["sh", "-c", line], env=env | {"LMRA_SEED": "12x", "PATH": f"{bin_dir}:{env['PATH']}"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    mailed = (tmp_path / "mailed.txt").read_text()
+    assert mailed.startswith("SUBJECT: lmra nightly: exit 2\nnightly.sh: LMRA_SEED '12x' is not a whole number")
+    assert "no regression against baseline X" not in mailed
