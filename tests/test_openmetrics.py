@@ -242,3 +242,23 @@ def test_the_metrics_out_option_names_a_folder(runs, lmra_cli, tmp_path, capsys)
     assert "names the folder the metrics file goes to (as lmra_nightly.prom)" in err and not new.exists()
     assert lmra_cli(["export", str(run), "--format", "prometheus", "--out", str(tmp_path / "collector")]) == 0
     assert (tmp_path / "collector" / "lmra_nightly.prom").is_file()
+
+
+def test_an_older_night_does_not_replace_a_newer_nights_metrics(runs, lmra_cli, capsys, tmp_path):
+    """Break-it finding (s40): overlapping nights finish out of order; the older night's export replaced
+    the newer night's metrics file (and could clear its regression alert). It is not written now,
+    saying so (exit 0); --replace-newer writes it anyway."""
+    out = tmp_path / "collector"
+    assert lmra_cli(["export", str(runs["rise"]), "--format", "prometheus", "--out", str(out)]) == 0
+    (prom,) = out.glob("*.prom")
+    newer = prom.read_text()
+    capsys.readouterr()
+    assert lmra_cli(["export", str(runs["base"]), "--format", "prometheus", "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"not written: {prom.name} holds the metrics of run {runs['rise'].name}, which started after run" in said
+    assert prom.read_text() == newer
+    assert lmra_cli(["export", str(runs["base"]), "--format", "prometheus", "--out", str(out), "--replace-newer"]) == 0
+    assert f'run_id="{runs["base"].name}"' in prom.read_text()
+    # the newer night replaces the older one as before
+    assert lmra_cli(["export", str(runs["rise"]), "--format", "prometheus", "--out", str(out)]) == 0
+    assert prom.read_text() == newer

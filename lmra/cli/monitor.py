@@ -947,6 +947,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from lmra.report.export import TABLES as EXPORT_TABLES, export_run
     from lmra.report.openmetrics import METRICS_FORMATS, write_metrics
 
+    if args.replace_newer and args.format not in METRICS_FORMATS:
+        raise LmraInputError(f"--replace-newer applies to the run's metrics file (--format prometheus or "
+                             f"openmetrics), not to --format {args.format}", field="--replace-newer")
     if args.skip_replay and args.format not in METRICS_FORMATS:
         raise LmraInputError(f"--skip-replay applies to the run's metrics file (--format prometheus or openmetrics), "
                              f"not to --format {args.format}", field="--skip-replay")
@@ -992,6 +995,15 @@ def cmd_export(args: argparse.Namespace) -> int:
                                      f"{out} does not exist: give the textfile collector's folder, e.g. {out.parent}",
                                      file=args.out, field="--out")
             output_folder(args.out, "--out")
+        from lmra.report.openmetrics import metrics_file_name, newer_run_in
+
+        held = newer_run_in(Path(args.out or run.path / "exports") / metrics_file_name(run), run)
+        if held is not None and not args.replace_newer:
+            make_console().print(f"not written: {lit(metrics_file_name(run))} holds the metrics of run {lit(held)}, which "
+                                 f"started after run {lit(run.run_id)}: an older night does not replace a newer one's "
+                                 "metrics and alerts (nights that overlapped finish out of order; --replace-newer "
+                                 "writes it anyway)", highlight=False)
+            return 0
         path = write_metrics(run, args.format, args.out, check=check, gates=read_gates(run.path))
         make_console().print(f"wrote {lit(path)}")
         return 0
@@ -1449,6 +1461,10 @@ def add_parsers(subparsers) -> None:
                    help="prometheus/openmetrics: write nothing (exit 0, saying so) when every chatbot answer of RUN "
                         "was replayed from the call cache — a same-seed re-run, whose check has no verdict — so the "
                         "metrics of the night it repeats, and their alerts, stay (nightly.sh uses it)")
+    e.add_argument("--replace-newer", action="store_true",
+                   help="prometheus/openmetrics: write the metrics file even when it holds a run that started after "
+                        "RUN (by default an older night does not replace a newer one's metrics: overlapping nights "
+                        "finish out of order)")
     add_store_args(e)
     e.set_defaults(func=cmd_export)
 

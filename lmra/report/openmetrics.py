@@ -350,6 +350,29 @@ def exposition(run: RunFolder, fmt: MetricsFormat = "prometheus", *, check: dict
     return generate_latest(registry)
 
 
+def newer_run_in(path: Path, run: RunFolder) -> str | None:
+    """The run id of the run whose metrics ``path`` holds when that run started after ``run``
+    (``lmra_run_timestamp_seconds`` later than ``run``'s start; its ``lmra_run_info`` run id), else
+    None — also when the file is missing or unreadable (it is then replaced). Overlapping nights
+    finish out of order: the older night's metrics replaced the newer night's, and a regression
+    alert on the newer night cleared (break-it finding, s40)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        held, run_id = math.nan, "?"
+        for fam in text_string_to_metric_families(text):
+            for sample in fam.samples:
+                if sample.name == "lmra_run_timestamp_seconds":
+                    held = float(sample.value)
+                elif sample.name == "lmra_run_info":
+                    run_id = sample.labels.get("run_id", run_id)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    mine = _epoch(run.started)
+    return run_id if held > mine and run_id != run.run_id else None
+
+
 def write_metrics(run: RunFolder, fmt: MetricsFormat = "prometheus", out_dir: str | Path | None = None, *,
                   check: dict | None = None, gates: dict | None = None) -> Path:
     """Write ``<out_dir>/lmra_<run name>.prom`` atomically (temporary file ``.lmra_….prom.*.tmp``
