@@ -225,14 +225,12 @@ profile_size = 3
         "group", "average_disparity", "n_categories", "mean_abs_bd", "mean_abs_bd_difference", "mean_abs_bd_gap",
         "n_categories_bd"]
     assert all(v == 0 for v in summary["item_coverage"].values())
-    # the empty pairs at K, counted per table (the line once added the two tables' counts unsaid)
-    sim = pd.read_csv(run / "recsys_similarity.csv")
-    und = sim[(sim["k"] == summary["k"]) & (sim["metric"] == sim["metric"].iloc[0])].groupby("analysis")["n_undefined"]
-    per = und.sum()
-    assert len(per) == 2 and per.sum() == summary["pairs_undefined_at_k"]
-    assert (f"{summary['pairs_undefined_at_k']} sensitive/neutral pairs had two empty lists at K — "
-            f"{per['item_similarity']} in the item similarity table, {per['true_preference']} in the true "
-            "preference table") in out
+    # every neutral list is empty too (its items were echoes): nothing to compare with — each instruction is
+    # dropped and counted (statistics break-it, s40), not scored as pairs of two empty lists
+    n_sensitive = sum(1 for r in lists if r["attribute"] != "neutral")
+    assert summary["dropped_with_empty_neutral"] == n_sensitive and summary["sensitive_scored"] == 0
+    said = out + " ".join(json.loads((run / "manifest.json").read_text())["stop_reason"].split())
+    assert f"{n_sensitive} sensitive lists lost because their neutral list was empty" in said
     # the same lists through `recsys bias`: a clear input error, not a false "no user_id" message
     assert run_cli(["recsys", "bias", "--train", str(SAMPLE / "ratings.dat"), "--recs", str(run / "lists.jsonl"),
                     "--items", str(SAMPLE / "movies.dat"), "--users", str(SAMPLE / "users.dat"),
@@ -628,7 +626,9 @@ def test_cli_score_says_when_only_one_value_is_defined(tmp_path, capsys):
     assert "gender: only 1 value has a defined similarity" in out
     summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
     manifest = json.loads((tmp_path / "lists-out" / "manifest.json").read_text())
-    assert summary["sensitive_scored"] == 2 and manifest["status"] == "failed"
+    # (m2's neutral list is empty: its "a boy" list is dropped and counted, s40 — not scored as undefined)
+    assert summary["sensitive_scored"] == 1 and summary["dropped_with_empty_neutral"] == 1
+    assert manifest["status"] == "failed"
     # the last line agrees with the failure line (break-it finding: "no sensitive list could be scored"
     # after 2 were)
     assert out.endswith("exit status 1: the run failed: no unfairness could be measured (no attribute has two values "
@@ -647,13 +647,16 @@ def test_cli_score_with_every_list_empty_is_a_failure_not_a_success(tmp_path, ca
             {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "items": []}]
     _score_console(tmp_path, capsys, rows, status=1)
     manifest = json.loads((tmp_path / "lists-out" / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and "no attribute has two values with a defined similarity" in \
+    # (the neutral list is empty: nothing to compare with, s40)
+    assert manifest["status"] == "failed" and "2 sensitive lists lost because their neutral list was empty" in \
         manifest["stop_reason"]
     summary = json.loads((tmp_path / "lists-out" / "summary.json").read_text())
     assert summary["fairness_at_k"] == [] and summary["most_values_per_attribute"] == 2
-    assert manifest["stop_reason"].endswith("(0 of 3 lists recorded a failed call)")  # no call was made
-    # one value only (similarity by design), all empty: nothing was meant to be compared
-    _score_console(tmp_path, capsys, rows[:2], name="one")
+    assert "0 of 3 lists recorded a failed call" in manifest["stop_reason"]  # no call was made
+    # one value only (similarity by design), all empty: its neutral list is empty, so even its similarity
+    # compares nothing — a failure since s40 (it read as a similarity of two empty lists, exit 0)
+    out = _score_console(tmp_path, capsys, rows[:2], name="one", status=1)
+    assert "1 lists dropped (empty neutral list" in out
 
 
 def test_cli_score_warns_when_most_lists_are_shorter_than_k(tmp_path, capsys):

@@ -29,7 +29,7 @@ def _flag(d: pd.DataFrame, column: str) -> pd.Series:
     return d[column].map(lambda x: x is True or (isinstance(x, (bool, np.bool_)) and bool(x)))
 
 
-def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
+def unscored_reasons(lists: pd.DataFrame, convention: str = "paper") -> pd.Series:
     """Why each list of a lists table is not scored ("" = scored), by precedence:
 
     * ``failed``: its model call failed (``error`` set);
@@ -39,7 +39,8 @@ def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
     * ``neutral_empty``: a sensitive list whose instruction's neutral list is empty (a neutral
       refusal, a stored ``items: []``, or every item a profile echo): against nothing, a value's
       list scores 0 and its refusal "undefined" (left out), so a refusing value read *more*
-      similar than one that gave a list (statistics break-it, s40: 0.500 against 0.306);
+      similar than one that gave a list (statistics break-it, s40: 0.500 against 0.306) — under
+      ``paper`` and ``paper-k``; ``fairllm-code`` scores them as the released code does;
     * ``unparseable``: its own answer held no list and was not a refusal — not read as an empty
       list (a parser's limit or an answer in another format is not a difference in
       treatment), left out like an unusable LMRA answer and counted.
@@ -53,8 +54,8 @@ def unscored_reasons(lists: pd.DataFrame) -> pd.Series:
     n_failed = set(lists.loc[err & neutral, "instruction_id"])
     n_unparsed = set(lists.loc[~err & unparsed & neutral, "instruction_id"])
     col = "compare" if "compare" in lists.columns else "keys" if "keys" in lists.columns else None
-    empty = (lists[col].map(lambda x: x is None or (not isinstance(x, str) and len(x) == 0)) if col is not None
-             else pd.Series(False, index=lists.index))
+    empty = (lists[col].map(lambda x: x is None or (not isinstance(x, str) and len(x) == 0))
+             if col is not None and convention != "fairllm-code" else pd.Series(False, index=lists.index))
     n_empty = set(lists.loc[~err & ~unparsed & neutral & empty, "instruction_id"])
     ids = lists["instruction_id"]
     why = pd.Series("", index=lists.index, dtype=object)
@@ -90,7 +91,7 @@ def score_frame(lists: pd.DataFrame, *, k: int, convention: str, permutations: i
         ``sensitive_scored`` (the
         sensitive lists compared with their neutral list).
     """
-    why = unscored_reasons(lists)
+    why = unscored_reasons(lists, convention)
     sensitive = lists["attribute"] != "neutral"
     counts = {"failed_calls": int((why == "failed").sum()),
               "dropped_with_failed_neutral": int((why == "neutral_failed").sum()),
