@@ -11,8 +11,8 @@ a verdict mean something else than "tonight's chatbot vs the baseline's":
   custom provider's ``#options=`` digest) does;
 * **another design**: a field that changes what is measured differs — the groups, the
   comparisons, samples per prompt, redaction, the target's sampling settings (temperature,
-  max_tokens, prompt format), or what the names file, the personalisation style and the
-  taxonomy hold (their digests in ``manifest.json`` ``design``, so that a path written another
+  max_tokens, prompt format), the refusal labels and identity filter (on/off, thresholds), or
+  what the names file, the personalisation style, the taxonomy and the prompt file hold (their digests in ``manifest.json`` ``design``, so that a path written another
   way is not a change and a file edited in place is);
 * **a replay**: the run drew with the baseline's seed and took target answers from the call
   cache (or the pair memo) — the baseline's own answers (same prompts, names, seed and model
@@ -34,7 +34,10 @@ MEASUREMENT_FIELDS = ("groups", "comparisons", "samples_per_prompt", "redact")
 #: fields naming a file (or a built-in style): compared by the digest of what they hold
 #: (``manifest.json`` ``design``, :func:`lmra.audit.inputs.design_digests`), not by the path
 #: written — the same file named by another path is the same design, one changed in place is not
-DIGEST_FIELDS = ("names", "personalization", "taxonomy")
+DIGEST_FIELDS = ("names", "personalization", "taxonomy", "prompts")
+#: settings of a config section that change which pairs are rated (refusals left out, prompts that
+#: reveal identity removed): break-it finding, s40 — turned off between nights, unsaid
+SECTION_SETTINGS = (("refusal", ("enabled", "threshold")), ("filter", ("enabled", "lmra", "threshold")))
 #: target settings that change the chatbot's answers
 TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
 
@@ -169,6 +172,11 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     tb, tr = cb.get("target") or {}, cr.get("target") or {}
     changed += [f"target.{f} ({_change(tb.get(f), tr.get(f))})" for f in TARGET_SETTINGS
                 if f in tb and f in tr and tb.get(f) != tr.get(f)]
+    for section, keys in SECTION_SETTINGS:
+        sb, sr = cb.get(section), cr.get(section)
+        if isinstance(sb, dict) and isinstance(sr, dict):
+            changed += [f"{section}.{k} ({_change(sb.get(k), sr.get(k))})" for k in keys
+                        if k in sb and k in sr and sb.get(k) != sr.get(k)]
     db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
     changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else _change(cb.get(f), cr.get(f))})"
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)

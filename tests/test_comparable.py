@@ -200,7 +200,8 @@ def test_a_model_comparison_by_hand_does_not_replace_a_nights_check_of_its_own_c
                      n_prompts=60, target_model="chatbot-b")
     assert lmra_cli(["check", str(now), "--baseline", str(base)]) == 3  # the morning check: a regression
     assert lmra_cli(["check", str(now), "--baseline", str(other)]) == 0  # then a model comparison
-    assert "the target differs" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "the target differs" in " ".join((said.out + said.err).split())
     with History(tmp_path / "reports" / "history.sqlite") as h:
         kept = h.latest_check(now.name)
         assert kept["baseline_id"] == base.name and kept["n_regressions"] > 0
@@ -757,3 +758,32 @@ def test_target_calls_when_only_the_lmra_carries_its_url_in_its_key():
     run = SimpleNamespace(manifest=manifest, target_provider="openai", target_model="m", judge_provider="openai",
                           judge_model="m")
     assert target_calls(run) == (10, 2)
+
+
+def test_another_prompt_set_or_refusal_and_filter_settings_are_another_design(tmp_path):
+    """Break-it finding (s40): night 2 read another prompt set under the same task names (a relative
+    prompts path found in another folder), or ran with refusal labels and the identity filter off; the
+    check said "no regression" with no word that the design changed."""
+    from types import SimpleNamespace
+
+    from lmra.comparable import comparability_warnings
+
+    a = night(tmp_path, "20260101-000000-nightly", 0.1, seed=1, n_prompts=60)
+    b = night(tmp_path, "20260102-000000-nightly", 0.1, seed=2, n_prompts=60)
+    assert check_run(b, a).comparability == []  # same prompt file, same settings
+    c = night(tmp_path, "20260103-000000-nightly", 0.1, seed=3, n_prompts=64)  # another prompt file, same tasks
+    lines = check_run(c, a).comparability
+    assert len(lines) == 1 and lines[0].startswith("the audit design differs: prompts (") and "prompts-64" in lines[0]
+
+    class Run(SimpleNamespace):  # a run folder's fields the warnings read; the others unrecorded (None)
+        def __getattr__(self, name):
+            return None
+
+    def run(refusal, flt):
+        return Run(target_provider="openai", target_model="m", target_base_url="u",
+                   config={"refusal": refusal, "filter": flt, "seed": 1}, manifest={"calls": {}})
+
+    on = run({"enabled": True, "threshold": 0.5}, {"enabled": True, "lmra": True, "threshold": 0.5})
+    off = run({"enabled": False, "threshold": 0.5}, {"enabled": False, "lmra": True, "threshold": 0.5})
+    (line,) = comparability_warnings(on, off)
+    assert line.startswith("the audit design differs: refusal.enabled (True → False); filter.enabled (True → False)")

@@ -102,7 +102,9 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
     named by another path is the same design, a file changed in place is not): ``names`` (the
     groups' names; not the placebo's seeded halves, which every night with its own seed splits
     anew — break-it finding: a false "design differs" every night), ``personalization`` (the style templates' text), ``taxonomy`` (None when the
-    audit has none). Short SHA-256 hex digests."""
+    audit has none), ``prompts`` (every prompt of the prompt file: id, text, domain, task — another
+    set under the same task names was compared unsaid, break-it finding, s40). Short SHA-256 hex
+    digests."""
     import hashlib
     import json
 
@@ -111,8 +113,12 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
 
     halves = {g.name for _, g1, g2 in inputs.placebo.values() for g in (g1, g2)}  # (seeded: another each night)
     names = {k: v for k, v in inputs.group_names.items() if k not in halves}
+    prompts = hashlib.sha256()  # the whole prompt set, one prompt at a time (a large set is not joined in memory)
+    for p in inputs.prompts:
+        prompts.update(json.dumps([p.id, p.text, p.domain, p.task], ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return {"names": digest(names), "personalization": digest(_template_hashes(inputs.styles)),
-            "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json"))}
+            "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json")),
+            "prompts": prompts.hexdigest()[:16]}
 
 
 def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
