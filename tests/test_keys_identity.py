@@ -467,8 +467,8 @@ def test_a_night_whose_check_was_refused_says_so_everywhere_not_never_checked(tm
         # its last line names the status and the gate breached before the check was refused (fresh-user
         # finding: the line was missing, and with it the gate)
         last = " ".join(second.stdout.strip().splitlines()[-1].split())
-        assert last.startswith("exit status 2: the error above (takes precedence over 6: release gates not met"), \
-            second.stdout[-2000:]
+        assert last.startswith("exit status 2: the error above (") and "is not comparable" in last, second.stdout[-2000:]
+        assert "(takes precedence over 6: release gates not met" in last, second.stdout[-2000:]
         run2, _ = _manifest(tmp_path / "out")
         third = _audit_cli(cfg, tmp_path, "--seed", "3", "--allow-unvalidated-judge")  # a night of the new judge
         assert third.returncode in (0, 1), third.stderr[-2000:]

@@ -184,7 +184,21 @@ def _final_line(args: argparse.Namespace, status: int, reason: str) -> int:
     return print_final_status(make_console(), {**(getattr(args, "final_reasons", None) or {}), status: reason})
 
 
-def _after_failure(args: argparse.Namespace, status: int) -> int:
+#: characters of an error the final line quotes (the paragraph above has it whole)
+FINAL_ERROR_CHARS = 160
+
+
+def _first_words(exc: BaseException) -> str:
+    """The start of ``exc``'s message for the final line — ``the error above (option --baseline: the
+    judge differs …)`` —, so that the line a cron mail puts on top says why on its own (break-it
+    finding, s40: "exit status 2: the error above" over a mail whose reason line the grep dropped)."""
+    from lmra.errors import LmraInputError
+
+    text = " ".join((exc.format() if isinstance(exc, LmraInputError) else str(exc) or type(exc).__name__).split())
+    return text if len(text) <= FINAL_ERROR_CHARS else text[:FINAL_ERROR_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def _after_failure(args: argparse.Namespace, status: int, exc: BaseException | None = None) -> int:
     """After a failure's paragraph (:func:`report_failure`): for an audit whose run folder was
     already written (a full disk or an I/O error in the history, check or report after it), what
     to do with that folder; and, for the commands that end with the line stating their exit status,
@@ -199,7 +213,8 @@ def _after_failure(args: argparse.Namespace, status: int) -> int:
         err_console.print(Text.assemble(("the run had finished: ", "yellow"),
                                         _after_finish(done, getattr(args, "command", None))), highlight=False,
                           soft_wrap=True)
-    return _final_line(args, status, "stopped by the budget (above)" if status == 4 else "the failure above")
+    return _final_line(args, status, "stopped by the budget (above)" if status == 4 else "the failure above"
+                       + (f" ({_first_words(exc)})" if exc is not None else ""))
 
 
 def _lost_interrupt(args: argparse.Namespace, status: int) -> int:
@@ -353,9 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         if status is None:
             raise
         if status != 2:  # (an input error ends with its one paragraph, as documented)
-            return _after_failure(args, status)
+            return _after_failure(args, status, exc)
         if getattr(args, "finished_run_dir", None) is not None:  # after the run: e.g. a refused baseline
-            return _final_line(args, 2, "the error above")
+            return _final_line(args, 2, f"the error above ({_first_words(exc)})")
         return status
     except SystemExit:
         raise
