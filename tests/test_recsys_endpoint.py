@@ -371,3 +371,19 @@ def test_a_custom_providers_404s_point_at_its_options_not_at_v1():
     plain = str(EndpointUnreachable("target", "http://127.0.0.1:1/v1", 8, Counter({"http_404": 8}), False, False,
                                     model="m"))
     assert "Check model and base_url in [target] (the model id the server serves; the URL up to /v1)" in plain
+
+
+def test_an_endpoint_answering_overloaded_to_every_call_is_said_to_be_overloaded_not_unreachable():
+    """Break-it finding (s40): an Anthropic endpoint answering 529 overloaded_error to every call read
+    "unreachable … check that the server is running"; it answers, and asks to be retried later."""
+    from collections import Counter
+
+    from lmra.providers.endpoint import EndpointUnreachable
+
+    text = str(EndpointUnreachable("target", "http://127.0.0.1:8922", 8, Counter({"http_529": 8}), False, False,
+                                   api="anthropic"))
+    assert "is overloaded: 8 calls in a row were answered \"overloaded\" or \"unavailable\"" in text
+    assert "run the same command again later" in text and "Check that the server is running" not in text
+    mixed = str(EndpointUnreachable("target", "http://127.0.0.1:8922", 8, Counter({"http_529": 4, "connect": 4}),
+                                    False, False, api="anthropic"))
+    assert "is unreachable" in mixed  # not every call said "overloaded": the server may be down

@@ -188,6 +188,17 @@ class EndpointUnreachable(RuntimeError):
                              "lower concurrency); else check that it is running. Then run the same command again: it "
                              "resumes from the cache")
             return
+        #: every call of the streak answered "overloaded / unavailable" (HTTP 529, 503): the server is up and
+        #: answers — it asks to be retried later (break-it finding, s40: "unreachable … check that the server is
+        #: running" for an Anthropic endpoint answering 529 overloaded_error to every call)
+        self.overloaded = bool(kinds) and set(kinds) <= {"http_529", "http_503"}
+        if self.overloaded:
+            was = (f"after {answered_before:,} answered calls, " if answered_before else "")
+            super().__init__(f"the {role}'s {where} is overloaded: {was}{n_failed} calls in a row were answered "
+                             f"\"overloaded\" or \"unavailable\" after every retry ({why}); {done}. The server answers "
+                             "but asks to be retried later: run the same command again later (it resumes from the "
+                             f"cache), or lower concurrency / requests_per_minute in [{role}]")
+            return
         if answered_before:  # it answered earlier in this run, then stopped
             super().__init__(f"the {role}'s {where} stopped answering mid-run: after {answered_before:,} answered "
                              f"calls, {n_failed} calls in a row failed after every retry ({why}); {done}. Check that "
