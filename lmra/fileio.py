@@ -22,7 +22,7 @@ from typing import IO, Any
 from lmra.errors import LmraInputError, LmraIOError, io_reason
 
 
-def _umask() -> int:
+def process_umask() -> int:
     """The process umask (from /proc, which reads it without changing it; else os.umask twice)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -52,7 +52,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     tmp_name = None
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.fchmod(fd, 0o666 & ~_umask())  # the mode a plain open() would give (mkstemp makes 0600)
+        os.fchmod(fd, 0o666 & ~process_umask())  # the mode a plain open() would give (mkstemp makes 0600)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()

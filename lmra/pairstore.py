@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from lmra.errors import LmraInputError, LmraIOError
+from lmra.fileio import process_umask
 from lmra.runfolder import json_text, json_value
 
 #: the current per-pair file, and the one written by lmra before issue 15
@@ -226,7 +227,8 @@ class PairWriter:
             self._writer.close()
             with open(self._tmp, "rb") as fh:
                 os.fsync(fh.fileno())
-            os.chmod(self._tmp, 0o644)
+            os.chmod(self._tmp, 0o666 & ~process_umask())  # the umask's mode, as every other file of the run (s40 break-it:
+            # always 0644 — world-readable ratings under umask 077)
             os.replace(self._tmp, self.path)
         except OSError as exc:
             self.abort()

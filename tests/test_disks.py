@@ -183,6 +183,23 @@ def test_run_files_get_the_umask_mode_not_0600(tmp_path):
     assert (tmp_path / "x.json").stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.parametrize("mask,mode", [(0o077, 0o600), (0o022, 0o644), (0o002, 0o664)])
+def test_ratings_parquet_gets_the_umask_mode_too(tmp_path, mask, mode):
+    """Break-it finding (s40): ratings.parquet was always 0644 — world-readable under umask 077, where
+    every other file of the run was 0600."""
+    import pandas as pd
+
+    from lmra.pairstore import PairWriter
+
+    old = os.umask(mask)
+    try:
+        with PairWriter(tmp_path / "ratings.parquet", row_group=1_000) as w:
+            w.write_rows([{"pair_id": "a", "h": 0.1}, {"pair_id": "b", "h": 0.2}])
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ratings.parquet").stat().st_mode & 0o777 == mode
+
+
 def test_run_status_rules():
     from lmra.runstate import failed_share, run_status
 
