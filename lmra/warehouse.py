@@ -96,6 +96,15 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
         raise LmraInputError("is one shard of a sharded audit: the warehouse takes the merged run "
                              "('lmra merge SHARD_RUN...' adds it)", file=run.path, field="shard")
     wh = Path(warehouse) if warehouse is not None else warehouse_dir(run.path.parent)
+    try:  # the warehouse itself first: a folder that cannot be made was blamed on the run's tables and on an
+        # option --out never given (break-it finding, s40)
+        (wh / ".staging").mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise LmraIOError(f"the warehouse {wh} cannot be created: it, or a folder above it, is a file — move the file "
+                          "or give another warehouse; nothing was added", path=wh) from None
+    except OSError as exc:
+        raise LmraIOError(f"the warehouse {wh} cannot be written ({exc.strerror or exc}); nothing was added",
+                          path=wh) from None
     _clear_stale_staging(wh / ".staging")
     staging = wh / ".staging" / f"{run.run_id}-{os.getpid()}"
     try:

@@ -123,6 +123,9 @@ def test_a_warehouse_that_cannot_be_written_leaves_the_run_complete_and_exits_1(
     assert status == 1
     err = " ".join(cap.err.split())
     assert "Traceback" not in cap.err and "warehouse not updated" in err and str(out / "warehouse") in err
+    # the warehouse is named, not the run's table nor an option never given (break-it finding, s40)
+    assert f"the warehouse {out / 'warehouse'} cannot be created: it, or a folder above it, is a file" in err
+    assert "per_pair" not in err and "--out" not in err
     assert "exit status 1: the warehouse was not updated" in " ".join(cap.out.split())
     run = next(p for p in out.iterdir() if p.name.endswith("-nightly"))
     assert load_run(run).status == "complete" and (run / "per_task.csv").is_file()
