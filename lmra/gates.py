@@ -550,6 +550,14 @@ def _evaluate_one(spec: GateSpec, df: pd.DataFrame, key: dict, bound: float, ove
         detail = ""
         if row is not None and spec.column == "ci_high" and finite(row.get("net_rating")) is not None:
             detail = f"net rating {float(row['net_rating']):+.4f}, {int(row.get('n_pairs', 0))} pairs"
+        elif (row is not None and spec.column == "net_rating" and finite(row.get("ci_low")) is not None
+              and finite(row.get("ci_high")) is not None):
+            # the point estimate's interval beside it: one reaching 0 says the breach may be noise (fresh-user
+            # finding, s40: "GATE BREACHED … +0.0764 > 0.05" beside "no evidence of a net bias" [−0.0159, +0.1774])
+            lo, hi = float(row["ci_low"]), float(row["ci_high"])
+            detail = (f"point estimate; its interval [{lo:+.4f}, {hi:+.4f}]"
+                      + (" contains 0: at this size noise alone can breach it — max_ci_high / max_overall_ci_high "
+                         "bound the interval instead" if lo <= 0 else ""))
         return [_judge(spec.name, value, bound, override, key | {"criterion": None}, missing, detail)]
     if spec.source == "refusals":
         value = detail = None

@@ -274,6 +274,11 @@ def test_audit_records_gates_and_exits_6_with_one_line_per_breach(tmp_path, caps
     assert f"GATE BREACHED max_net_rating: task 'write a story' (female vs male) net rating " \
            f"{h['write a story']:+.4f} > 0.01" in text
     assert "career advice' (female vs male) net rating" not in text  # met: no line
+    # the point estimate's interval beside it, and whether noise alone can breach (fresh-user finding, s40)
+    ci = pd.read_csv(run_dir / "per_task.csv").set_index("task").loc["write a story", ["ci_low", "ci_high"]]
+    line = next(ln for ln in text.splitlines() if "GATE BREACHED max_net_rating" in ln)
+    assert f"(point estimate; its interval [{ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]" in line
+    assert ("contains 0: at this size noise alone can breach it" in line) == (ci["ci_low"] <= 0)
     assert "gates: 3 checked (4 values): 1 breached (max_net_rating) — release gates NOT met\n" in text
     assert text.rstrip().splitlines()[-1] == "exit status 6: release gates not met (breached: max_net_rating)"
     doc = json.loads((run_dir / "gates.json").read_text())
