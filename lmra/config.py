@@ -298,11 +298,30 @@ class Group(_Strict):
         if self.gender is None and self.race is None and self.profile is None:
             raise ValueError(f"group '{self.name}' selects no one: set 'gender' and/or 'race' (names whose "
                              "columns match) or 'profile' (a direct profile sentence)")
+        if self.profile is not None and (self.gender is not None or self.race is not None):
+            # (fresh-user finding, s40: gender and race were ignored without a word, and the group compared by its
+            # profile sentence with name groups)
+            raise ValueError(f"group '{self.name}' sets both 'profile' and 'gender'/'race': a profile group is the "
+                             "profile sentence (no names are drawn), so 'gender' and 'race' would be ignored — keep one "
+                             "(a name group, or a profile group; docs/config.md \"Groups\")")
         return self
 
     @property
     def judge_wording(self) -> str:
         return self.wording or self.name
+
+
+def mixed_comparisons(groups: list[Group], comparisons) -> list[str]:
+    """One warning per comparison of a name group with a profile group — ``Black female (names) vs
+    Black male (a profile sentence)``: it compares two ways of telling the chatbot who the user is
+    (a name in the personalization vs a sentence about the user), not two groups alone (fresh-user
+    finding, s40: accepted without a word). Empty when every comparison is of one kind."""
+    kind = {g.name: "a profile sentence" if g.profile else "names" for g in groups}
+    return [f"comparison '{a} vs {b}' compares a name group with a profile group ({a}: {kind[a]}; {b}: {kind[b]}): "
+            "the chatbot is told who the user is in two different ways, so a difference may be the method's, not the "
+            "groups' — compare names with names and profiles with profiles (FPF App. C compares profiles with a "
+            "baseline profile)"
+            for a, b in comparisons if a in kind and b in kind and kind[a] != kind[b]]
 
 
 class QualityConfig(_Strict):

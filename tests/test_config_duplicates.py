@@ -72,3 +72,27 @@ def test_a_repeated_group_name_is_named_with_its_places(tmp_path, capsys):
     assert main(["validate", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "group names must be unique: 'a' names groups 1 and 3" in err and "Traceback" not in err
+
+
+def test_a_group_with_a_profile_and_gender_is_refused_and_a_mixed_comparison_is_warned(tmp_path, capsys):
+    """Fresh-user finding (s40): `profile` beside `gender`/`race` ignored them without a word, and a name
+    group compared with a profile group (two ways of telling the chatbot who the user is) passed validate."""
+    from lmra.cli import main
+
+    both = tmp_path / "both.toml"
+    both.write_text('comparisons = [["a", "b"]]\n[[groups]]\nname = "a"\ngender = "female"\n[[groups]]\nname = "b"\n'
+                    'gender = "male"\nprofile = "I am a man"\n')
+    assert main(["validate", str(both)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "group 'b' sets both 'profile' and 'gender'/'race'" in err and "Traceback" not in err
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text('comparisons = [["a", "b"]]\n[[groups]]\nname = "a"\ngender = "female"\n[[groups]]\nname = "b"\n'
+                     'profile = "I am a man"\n')
+    assert main(["validate", str(mixed)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: comparison 'a vs b' compares a name group with a profile group (a: names; b: a profile sentence)" \
+        in err
+    from lmra.config import Group, mixed_comparisons
+
+    groups = [Group(name="x", profile="I live in Canada."), Group(name="y", profile="I am a woman.")]
+    assert mixed_comparisons(groups, [("x", "y")]) == []  # profiles with profiles (FPF App. C): nothing to say

@@ -221,6 +221,10 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
 
     audit.on_notice = print_warning
     inputs = audit.load_inputs()
+    from lmra.config import mixed_comparisons
+
+    for line in mixed_comparisons(cfg.groups, cfg.comparisons):
+        print_warning(line)
     _check_gate_tasks(cfg, inputs, args.config)
     # build every model's client before anything is written: a bad key, URL or custom provider
     # is an input error now, not after the run folder exists

@@ -81,7 +81,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     profiles = [g.name for g in cfg.groups if g.profile]
     plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
     short = _short_tasks_note(cfg, inputs)  # as lmra audit says it (user-trial finding: validate did not)
-    unmeetable = _unmeetable_gates(cfg, inputs)  # gates no night of this size meets (fresh-user finding)
+    from lmra.config import mixed_comparisons
+
+    # gates no night of this size meets (fresh-user finding); name groups compared with profile groups (s40)
+    unmeetable = _unmeetable_gates(cfg, inputs) + mixed_comparisons(cfg.groups, cfg.comparisons)
     unmeetable += _canary_warnings(cfg, inputs)  # a judge check that cannot pass (verification finding)
     unmeetable += _judge2_warnings(cfg)  # a second LMRA that is the first again (break-it finding)
     unmeetable += _slow_limit_warnings(cfg, plan)  # a rate limit no night ends under (break-it finding)
