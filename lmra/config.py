@@ -619,8 +619,8 @@ class AuditConfig(_Strict):
         "status 1), since its rate rests on the pairs the LMRA chose to answer.")
     max_repeated_share: float = Field(
         0.5, gt=0, le=1,
-        description="Largest share of the target's answered responses (refusals aside) that may be one and the "
-        "same text given to different prompts; at or above it the run is 'partial' (exit status 1): an endpoint "
+        description="Largest share of the target's answered responses (failed calls aside) that may be one and the "
+        "same text given to different prompts; above it the run is 'partial' (exit status 1): an endpoint "
         "answering every prompt alike (a base_url pointing at another server, a maintenance page) is no "
         "chatbot, and its identical pairs rate as no stereotype. 1 turns the rule off.")
     interval: Literal["betting", "t"] = Field(

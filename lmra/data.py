@@ -14,15 +14,15 @@ README "Inputs"):
   without control characters other than tab and line ends; ``id`` is a non-blank string of
   at most :data:`MAX_ID_CHARS` characters without control characters or ``|`` (it
   separates the parts of a pair id); ``domain`` and ``task`` are strings without control
-  characters. Types are strict: a number is not a text. Other keys are ignored, but one that
-  looks like a misspelling of a field the record lacks (``"Task"``, ``"txt"``) is an error.
+  characters. Types are strict: a number is not a text. Other keys are ignored, but ``"Task"``
+  or ``"Domain"`` (another case) where ``task`` / ``domain`` is missing is an error, and a missing
+  text names a key close to it (``"txt"``).
 * Names: see :func:`check_name`; the same name (in any case) may appear only once.
 """
 
 from __future__ import annotations
 
 import csv
-import functools
 import itertools
 import json
 import re
@@ -370,41 +370,50 @@ def _json_kind(v) -> str:
     return {list: "an array", dict: "an object"}.get(type(v), type(v).__name__)
 
 
-#: the fields of a prompt record (the text's under its configured name)
-_PROMPT_FIELDS = ("id", "domain", "task")
+#: the labels of a prompt record whose absence sends the prompt to the LMRA's classification
+_LABEL_FIELDS = ("domain", "task")
 
 
-def _misspelt_field(obj: dict, text_field: str) -> tuple[str, str] | None:
-    """``(key, field)`` when a key of ``obj`` is a misspelling of a prompt field the record
-    lacks — ``"Task"``, ``"tsak"``, ``"txt"`` (difflib ratio ≥ 0.8 after case folding) — so that
-    the prompt would silently go without it (fresh-user finding, s40: ``"Task"`` let the LMRA
-    classify a prompt into another task, and a missing ``id`` became ``line-000012``, both passing
-    ``lmra validate``); other keys (``source``, ``tags``, ``user_id`` …) are metadata, ignored."""
-    missing = tuple(f for f in (*_PROMPT_FIELDS, text_field) if obj.get(f) is None)
-    if not missing:
+def _misspelt_label(obj: dict) -> tuple[str, str] | None:
+    """``(key, label)`` when ``obj`` lacks ``domain`` or ``task`` but has that name in another case
+    (``"Task"``, ``"DOMAIN"``): the prompt would silently be classified into a task by the LMRA
+    (fresh-user finding, s40: a salary prompt moved into "career advice"). Other keys (``tasks``,
+    ``TaskID``, ``subdomain``, user ids …) are metadata and ignored (break-it round 2, s40: a
+    close-match rule refused logged traffic with ``uid``, ``_id`` or ``idx`` keys). A missing ``id``
+    is numbered by line in logged traffic, and a missing text is an error of its own (with a hint:
+    :func:`_text_hint`)."""
+    if obj.get("task") is not None and obj.get("domain") is not None:
         return None
-    return _close_key(tuple(k for k in obj if k not in _PROMPT_FIELDS and k != text_field), missing)
-
-
-@functools.lru_cache(maxsize=1024)  # (logged traffic: millions of lines with the same few metadata keys)
-def _close_key(keys: tuple[str, ...], missing: tuple[str, ...]) -> tuple[str, str] | None:
-    import difflib
-
-    for key in keys:
-        close = difflib.get_close_matches(key.casefold(), missing, n=1, cutoff=0.8)
-        if close:
-            return key, close[0]
+    for key in obj:
+        if key not in _LABEL_FIELDS and isinstance(key, str):
+            low = key.casefold()
+            if low in _LABEL_FIELDS and obj.get(low) is None:
+                return key, low
     return None
 
 
+def _text_hint(obj: dict, text_field: str) -> str:
+    """`` (is 'txt' the text? the text field is 'text')`` — a key close to the missing text field's
+    name, for its error message; "" when none is."""
+    import difflib
+
+    keys = [k for k in obj if isinstance(k, str)]
+    close = difflib.get_close_matches(text_field.casefold(), [k.casefold() for k in keys], n=1, cutoff=0.75)
+    if not close:
+        return ""
+    key = next(k for k in keys if k.casefold() == close[0])
+    return f" (is '{key}' the text? the text field is '{text_field}': rename the key, or set text_field)"
+
+
 def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool) -> PromptRecord:
-    if (typo := _misspelt_field(obj, text_field)) is not None:
-        raise LmraInputError(f"unknown field '{typo[0]}': did you mean '{typo[1]}'? (a prompt's fields are "
-                             f"{text_field}, id, domain and task; other fields are ignored)", file=p, line=lineno,
-                             field=typo[0])
+    if (typo := _misspelt_label(obj)) is not None:
+        raise LmraInputError(f"'{typo[0]}' is not a field: did you mean '{typo[1]}'? (field names are lower case; "
+                             f"without '{typo[1]}' the LMRA would classify the prompt — other keys are ignored)",
+                             file=p, line=lineno, field=typo[0])
     if text_field != "text":
         if text_field not in obj:
-            raise LmraInputError(f"missing field '{text_field}'", file=p, line=lineno, field=text_field)
+            raise LmraInputError(f"missing field '{text_field}'{_text_hint(obj, text_field)}", file=p, line=lineno,
+                                 field=text_field)
         obj = dict(obj) | {"text": obj[text_field]}
     if auto_id and obj.get("id") is None:  # absent (or null): logged traffic is numbered by line
         obj = dict(obj) | {"id": f"line-{lineno:06d}"}
@@ -421,6 +430,8 @@ def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool
         if field == "text" and text_field != "text":
             field = text_field
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing" and field == "text":
+            msg += _text_hint(obj, "text")
         if err["type"] == "string_type":
             msg += f" (got {_json_kind(err.get('input'))}; write it as a JSON string in double quotes)"
         raise LmraInputError(msg, file=p, line=lineno, field=field) from None

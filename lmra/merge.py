@@ -683,6 +683,10 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     audit.filter_removed = _filter_counts(shards, summed=mode == "prompts", key="filter_removed")
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.names_common_words = summary0.get("names_common_words") or []
+    # a redacted run's responses keep their lengths only (rebuilt below as "x" × length): the merge cannot count
+    # repeated texts, so it takes the shards' own findings (lmra.repeated; break-it round 2, s40: answers of equal
+    # length were counted as one text)
+    audit.repeated_from_shards = [s.run.summary.get("repeated_response") for s in shards] if cfg.redact else None
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])

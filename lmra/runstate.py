@@ -533,7 +533,7 @@ def partial_because(summary: dict, *, pairs: bool = True) -> list[str]:
     if isinstance(repeated, dict):
         from lmra.repeated import repeated_phrase
 
-        repeated = [f"{repeated_phrase(repeated)}, at or above max_repeated_share = "
+        repeated = [f"{repeated_phrase(repeated)}, above max_repeated_share = "
                     f"{summary.get('max_repeated_share') or 0:g}"]
     else:
         repeated = []

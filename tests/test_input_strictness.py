@@ -351,17 +351,14 @@ def test_a_canary_id_may_hold_a_bar_and_a_response_an_emoji_joiner(tmp_path):
     assert load_canaries(_canary_file(tmp_path, response_a=f"Sure {flag}!"))[1].response_a.endswith(f"{flag}!")
 
 
-# -- 5. prompt records: a misspelt field is an error, metadata is not ------------------------------
+# -- 5. prompt records: a label in another case is an error, metadata is not ----------------------
 @pytest.mark.parametrize("record,field,said", [
-    # fresh-user finding, s40: "Task" sent the prompt to the LMRA's classification (into another task),
-    # a missing id became line-NNNNNN; both passed `lmra validate`
+    # fresh-user finding, s40: "Task" sent the prompt to the LMRA's classification (into another task); it
+    # passed `lmra validate`
     ({"id": "a", "text": "How do I negotiate salary?", "Task": "negotiate salary"}, "Task", "did you mean 'task'?"),
-    ({"text": "How do I negotiate salary?", "ID": "a"}, "ID", "did you mean 'id'?"),
-    ({"id": "a", "txt": "How do I negotiate salary?"}, "txt", "did you mean 'text'?"),
-    ({"id": "a", "text": "Hi", "domian": "career", "task": "t"}, "domian", "did you mean 'domain'?"),
-    ({"id": "a", "text": "Hi", "tasks": "t"}, "tasks", "did you mean 'task'?"),
+    ({"id": "a", "text": "Hi", "DOMAIN": "career", "task": "t"}, "DOMAIN", "did you mean 'domain'?"),
 ])
-def test_a_misspelt_prompt_field_is_an_input_error_with_a_did_you_mean(tmp_path, record, field, said):
+def test_a_label_in_another_case_is_an_input_error_with_a_did_you_mean(tmp_path, record, field, said):
     from lmra.data import load_prompts
 
     path = tmp_path / "p.jsonl"
@@ -372,18 +369,30 @@ def test_a_misspelt_prompt_field_is_an_input_error_with_a_did_you_mean(tmp_path,
     assert said in exc.value.format()
 
 
-def test_metadata_fields_and_a_present_field_are_no_misspelling(tmp_path):
+def test_metadata_keys_of_logged_traffic_are_ignored(tmp_path):
+    """Break-it round 2 (s40): a close-match rule refused logged traffic whose lines carry `uid`, `_id`,
+    `idx`, `ids`, `tasks`, `TaskID` or `subdomain` keys (all loaded before it)."""
     from lmra.data import load_prompts
 
     path = tmp_path / "p.jsonl"
-    rows = [{"id": "a", "text": "Hi", "task": "t", "tags": ["x"], "source": "log", "user_id": "u1", "lang": "en"},
-            {"id": "b", "text": "Hi", "task": "t", "domain": "d", "Task": "ignored: task is given"},
-            {"text": "Hi", "task": "t", "timestamp": "2026-12-06"}]
+    rows = [{"text": "Hi", "uid": "u1", "_id": "x", "idx": 3, "ids": [1], "tasks": ["a"], "TaskID": 7, "subdomain": "s",
+             "ID": "u9", "pid": 1, "sid": 2},
+            {"id": "b", "text": "Hi", "task": "t", "domain": "d", "Task": "ignored: task is given"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert [(p.id, p.task) for p in load_prompts(path, auto_id=True)] == [("a", "t"), ("b", "t"), ("line-000003", "t")]
+    assert [(p.id, p.task) for p in load_prompts(path, auto_id=True)] == [("line-000001", None), ("b", "t")]
 
 
-def test_lmra_validate_refuses_a_misspelt_prompt_field(tmp_path, capsys):
+def test_a_missing_text_names_the_key_close_to_it(tmp_path):
+    from lmra.data import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "a", "txt": "How do I negotiate salary?"}) + "\n")
+    with pytest.raises(LmraInputError) as exc:
+        load_prompts(path, auto_id=True)
+    assert exc.value.field == "text" and "is 'txt' the text?" in exc.value.format()
+
+
+def test_lmra_validate_refuses_a_label_in_another_case(tmp_path, capsys):
     from lmra.cli import main
 
     (tmp_path / "p.jsonl").write_text(json.dumps({"id": "a", "text": "Hi there", "Task": "x"}) + "\n")

@@ -943,9 +943,14 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
                         + "; their pairs are rated on the text before the tool call (\"Let me search.\"), not on an "
                         "answer — audit the chatbot as users reach it (its tools run), or count these as its answers "
                         "knowingly; responses.jsonl has each response's finish_reason")
-    one_answer = repeated_response(repeated, cfg.max_repeated_share)
+    shards_found = getattr(audit, "repeated_from_shards", None)  # a redacted merge: its shards' findings
+    if shards_found is not None:
+        found = [d for d in shards_found if isinstance(d, dict)]
+        one_answer = max(found, key=lambda d: d.get("share") or 0) if found else None
+    else:
+        one_answer = repeated_response(repeated, cfg.max_repeated_share, redacted=cfg.redact)
     if one_answer is not None:  # first: nothing else of the run is about a chatbot
-        warnings.insert(0, repeated_response_warning(one_answer, cfg.max_repeated_share))
+        warnings.insert(0, repeated_response_warning(one_answer, cfg.max_repeated_share, refusal_labels=cfg.refusal.enabled))
     degraded = text_under_min_warning(diag["stereotype"], combiner, audit._judge_provider().supports_logprobs)
     if degraded is not None:
         warnings.append(degraded)
