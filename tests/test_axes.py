@@ -357,24 +357,24 @@ def test_a_decisive_null_lmra_selects_axes_at_the_nominal_rate():
 
 def test_axis_statistics_t_and_sign_known_answers():
     rng = np.random.default_rng(3)
-    s = np.clip(rng.normal(0.15, 0.4, 40), -1, 1)  # (more prompts than SIGN_FLIP_MAX_PROMPTS: the t-test)
+    s = np.clip(rng.normal(0.15, 0.4, 120), -1, 1)  # (more prompts than SIGN_FLIP_MAX_PROMPTS: the t-test)
     stt = axis_statistics(_labels(s), test="t")
     assert stt["p_value"] == pytest.approx(st.ttest_1samp(s, 0).pvalue, rel=1e-9)
     assert stt["mean_s"] == pytest.approx(s.mean())
-    tcrit = st.t.ppf(0.975, 39)
-    se = s.std(ddof=1) / math.sqrt(40)
+    tcrit = st.t.ppf(0.975, 119)
+    se = s.std(ddof=1) / math.sqrt(120)
     assert (stt["ci_low"], stt["ci_high"]) == pytest.approx((s.mean() - tcrit * se, s.mean() + tcrit * se))
     qf, qr = np.clip(s, 0, None).mean(), np.clip(-s, 0, None).mean()
     assert stt["split_a"] == pytest.approx(qf / (qf + qr)) and stt["split_b"] == pytest.approx(qr / (qf + qr))
     sgn = axis_statistics(_labels(s), test="sign")
     assert sgn["p_value"] == pytest.approx(sign_test(s, 0)[1])
     # clustered: 2 pairs per prompt → sign test on the prompt means, t-test with G − 1 df
-    clusters = [f"p{i // 2}" for i in range(40)]
-    means = pd.Series(s).groupby(np.arange(40) // 2).mean().to_numpy()
+    clusters = [f"p{i // 2}" for i in range(120)]
+    means = pd.Series(s).groupby(np.arange(120) // 2).mean().to_numpy()
     assert axis_statistics(_labels(s, clusters=clusters), test="sign")["p_value"] == pytest.approx(
         sign_test(means, 0)[1])
     clus = axis_statistics(_labels(s, clusters=clusters))
-    assert clus["n_prompts"] == 20 and clus["ci_low"] < clus["mean_s"] < clus["ci_high"]
+    assert clus["n_prompts"] == 60 and clus["ci_low"] < clus["mean_s"] < clus["ci_high"]
     # too few pairs: reported, not tested
     few = axis_statistics(_labels([0.5, 0.4]), min_test_pairs=3)
     assert not few["tested"] and math.isnan(few["p_value"]) and few["mean_s"] == pytest.approx(0.45)
@@ -407,7 +407,7 @@ def test_axis_statistics_t_and_sign_known_answers():
     assert (untested["ci_low"], untested["ci_high"]) == (-1.0, 1.0)
     one = axis_statistics(_labels([0.5, 0.5], clusters=["p0", "p0"]), min_test_pairs=3)
     assert one["mean_s"] == 0.5 and math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
-    narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5] * 10))  # well inside: not touched (40 prompts: t)
+    narrow = axis_statistics(_labels([0.5, 0.52, 0.48, 0.5] * 30))  # well inside: not touched (120 prompts: t)
     assert -1 < narrow["ci_low"] < 0.5 < narrow["ci_high"] < 1
     # with few prompts the interval is the betting one, as the test is exact (not the t-interval
     # [0.47, 0.53] of 4 near-alike scores)
