@@ -337,3 +337,12 @@ def test_the_crontab_line_mails_this_nights_own_output_even_before_any_log(tmp_p
     mailed = (tmp_path / "mailed.txt").read_text()
     assert mailed.startswith("SUBJECT: lmra nightly: exit 2\nnightly.sh: LMRA_SEED '12x' is not a whole number")
     assert "no regression against baseline X" not in mailed
+    # output holding a backslash escape reaches the mail whole under dash (break-it round 2, s40: `echo "$out"`
+    # stopped at a "\c")
+    stub = home / "nightly.sh"
+    stub.write_text("#!/bin/sh\nprintf '%s\\n' 'a path C:\\cache\\x' 'exit status 3: regression'\nexit 3\n")
+    r = subprocess.run(["sh", "-c", line], env=env | {"PATH": f"{bin_dir}:{env['PATH']}"}, capture_output=True,
+                       text=True, timeout=120)
+    mailed = (tmp_path / "mailed.txt").read_text()
+    assert mailed.startswith("SUBJECT: lmra nightly: exit 3\nexit status 3: regression\n")
+    assert "C:\\cache\\x" in mailed and not list(tmp_path.glob("tmp.*"))
