@@ -111,10 +111,15 @@ def test_most_prompts_stereotyped_yet_an_interval_reaching_zero_is_said():
                             "prompt_id": [f"p{i}" for i in range(10)], "valid": True, "failed": False, "h": h})
     other = ratings.assign(task="write a story", h=[0.6, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     per_task = pd.DataFrame({"domain": "career", "task": ["negotiate salary", "write a story"],
-                             "group_a": "Bf", "group_b": "Bm", "ci_low": [-0.0085, -0.3]})
+                             "group_a": "Bf", "group_b": "Bm", "ci_low": [-0.0085, -0.3], "ci_high": [0.8543, 0.3]})
     note = _stereotyped_yet_zero_note(per_task, pd.concat([ratings, other]))
-    assert note.startswith("Most prompts rated stereotyped, yet the interval reaches 0: negotiate salary (Bf vs Bm): "
-                           "7 of 10 prompts stereotyped (") and "write a story" not in note
+    assert note.startswith("At least half the prompts rated stereotyped, yet the interval reaches 0: negotiate salary "
+                           "(Bf vs Bm): 7 of 10 prompts stereotyped (forward) (") and "write a story" not in note
+    # the groups listed the other way: the same stereotype, against the second group, the interval below 0
+    # reaching it (break-it round 2, s40: only one direction was looked at)
+    flipped = _stereotyped_yet_zero_note(per_task.assign(ci_low=[-0.8543, -0.3], ci_high=[0.0085, 0.3]),
+                                         pd.concat([ratings, other]).assign(h=lambda d: -d["h"]))
+    assert "negotiate salary (Bf vs Bm): 7 of 10 prompts stereotyped (reverse)" in flipped
     # an interval above 0 needs no note; nor does a task with a minority of stereotyped prompts
     assert _stereotyped_yet_zero_note(per_task.assign(ci_low=[0.01, -0.3]), pd.concat([ratings, other])) is None
     assert _stereotyped_yet_zero_note(per_task, ratings.assign(h=[0.9] * 4 + [0.0] * 6)) is None
