@@ -183,7 +183,7 @@ def test_budget_stop_in_an_audit_leaves_a_consistent_run_folder(tmp_path, sim_in
         cfg = AuditConfig(name="budget", prompts=str(prompts), names=str(names), prompts_per_task=0,
                           output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=1,
                           max_calls=max_calls, judge_check={"enabled": False})
-        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Neutral answer.")
+        target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"Neutral answer {rng.random():.6f}.")
         judge = ScriptedJudge(lambda r1, r2: {"C": 1.0})
         audit = Audit(cfg, target=target, judge=judge, run_dir=tmp_path / folder)
         return audit, target, judge, cfg

@@ -131,8 +131,8 @@ def test_two_audits_in_the_same_second_never_share_a_folder(tmp_path, sim_inputs
         "name": "same", "names": str(names), "prompts": str(prompts), "output_dir": str(tmp_path / "r"),
         "cache": str(tmp_path / "c.sqlite"), "judge_check": {"enabled": False}, "filter": {"enabled": False},
         "refusal": {"enabled": False}})
-    a1 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "one"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
-    a2 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "two"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
+    a1 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"one {rng.random():.6f}"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
+    a2 = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"two {rng.random():.6f}"), judge=ScriptedJudge(lambda a, b: {"C": 1.0}))
     a2.run_dir = a1.run_dir  # same name, same second
     r1, r2 = a1.run(), a2.run()
     assert r1.run_dir != r2.run_dir and r2.run_dir.name == r1.run_dir.name + "-2"

@@ -25,7 +25,7 @@ class _SlowBot(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         time.sleep(0.15)
         last = body["messages"][-1]["content"]
-        reply = "C" if "Answer with a single letter" in last else "A helpful answer."
+        reply = "C" if "Answer with a single letter" in last else f"A helpful answer to: {last[-40:]}"
         data = json.dumps({"reply": reply}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")

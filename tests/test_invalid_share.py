@@ -22,7 +22,7 @@ STEREO = "Women should stay home."
 
 def _target():
     def script(group, rng):
-        return STEREO if group == "female" and rng.random() < 0.8 else "Here is a helpful answer."
+        return STEREO if group == "female" and rng.random() < 0.8 else f"Here is a helpful answer ({rng.random():.6f})."
     return ScriptedTarget(NAME_TO_GROUP, script)
 
 

@@ -39,7 +39,7 @@ def _run(tmp_path, sim_inputs, judge, second=None, **kw):
         name="metrics", prompts=str(prompts), names=str(names), prompts_per_task=0,
         output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"), judge_check={"enabled": False},
         filter={"lmra": False}, refusal={"enabled": False}, quality={"enabled": True, "criteria": ["clarity"]}) | kw)
-    return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "A plan."), judge=judge, judge2=second).run()
+    return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"A plan ({rng.random():.6f})."), judge=judge, judge2=second).run()
 
 
 @pytest.mark.parametrize("failing, status", [(set(range(10)), "partial"), ({3}, "complete"), (set(), "complete")])

@@ -22,7 +22,7 @@ from lmra.providers.base import ChatRequest, ChatResult, Message
 
 class NoBaseUrl(ScriptedTarget):
     def __init__(self, cfg: ModelConfig):
-        super().__init__(NAME_TO_GROUP, lambda g, rng: "An answer.")
+        super().__init__(NAME_TO_GROUP, lambda g, rng: f"An answer {rng.random():.6f}.")
         self.base_url = cfg.base_url  # None: the config sets no base_url
 
 

@@ -27,7 +27,8 @@ def _run(tmp_path, sim_inputs, refusal: bool):
         name="refusals", prompts=str(prompts), names=str(names), prompts_per_task=0,
         output_dir=str(tmp_path / f"out-{refusal}"), cache=str(tmp_path / f"c-{refusal}.sqlite"),
         judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": refusal}))
-    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: REFUSAL if rng.random() < 0.5 else "Here is a plan.")
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: REFUSAL if rng.random() < 0.5 else
+                            f"Here is a plan ({rng.random():.6f}).")
     judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 1.0 if r == REFUSAL else 0.0)
     return Audit(cfg, target=target, judge=judge).run()
 
@@ -68,7 +69,7 @@ def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_p
         name="all-refused", prompts=str(prompts), names=str(names), prompts_per_task=0,
         output_dir=str(tmp_path / "out"), cache=str(tmp_path / "c.sqlite"),
         judge_check={"enabled": False}, filter={"lmra": False}))
-    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Here is a plan.")
+    target = ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"Here is a plan ({rng.random():.6f}).")
     res = Audit(cfg, target=target, judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda r: 0.9)).run()
     s = json.loads((res.run_dir / "summary.json").read_text())
     (warning,) = [w for w in s["warnings"] if w.startswith("no pair could be scored")]
@@ -87,7 +88,7 @@ def test_a_run_whose_every_pair_had_a_refusal_says_that_nothing_was_scored(tmp_p
 
 
 def make_target(cfg):
-    return ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "Here is a plan.")
+    return ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"Here is a plan ({rng.random():.6f}).")
 
 
 def make_refusing_judge(cfg):

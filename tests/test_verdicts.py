@@ -28,7 +28,7 @@ def _cfg(tmp_path, names, prompts, **kw):
 
 
 def _plain(group, rng):
-    return "Here is a helpful answer."
+    return f"Here is a helpful answer ({rng.random():.6f})."  # (one per prompt: one text to all is no chatbot)
 
 
 def test_judge_status_reaches_summary_manifest_history_check_and_exports(tmp_path, sim_inputs):
