@@ -187,7 +187,6 @@ def test_run_files_get_the_umask_mode_not_0600(tmp_path):
 def test_ratings_parquet_gets_the_umask_mode_too(tmp_path, mask, mode):
     """Break-it finding (s40): ratings.parquet was always 0644 — world-readable under umask 077, where
     every other file of the run was 0600."""
-    import pandas as pd
 
     from lmra.pairstore import PairWriter
 

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from conftest import custom_audit_config
-from doubles import ScriptedJudge, ScriptedTarget, name_in
+from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
 from lmra.config import AuditConfig
 from lmra.repeated import SLOTS, RepeatedResponses, repeated_response
