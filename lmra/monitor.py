@@ -499,8 +499,9 @@ def one_sided_permutation(x: np.ndarray, y: np.ndarray, margin: float, n_resampl
     with Besag & Clifford's (1991) sequential stop (:func:`sequential_permutation_pvalue`):
     random splits are drawn in batches of bounded memory and the test stops as soon as
     :data:`SEQUENTIAL_EXCEEDANCES` of them reach the observed difference (p = h/L, at least
-    100/9,999 ≈ 0.01), else after B = ``n_resamples`` with p = (b + 1)/(B + 1) as before.
-    Both are valid p-values (P(p ≤ u) ≤ u under exchangeable prompt scores), whatever the
+    100/9,999 ≈ 0.01), else after B = ``n_resamples`` with p = (b + 1)/(B + 1) as before; so
+    too when ``n_resamples`` is above :data:`DEFAULT_RESAMPLES` (a large family's,
+    :func:`family_resamples`) and the splits are more than it. Both are valid p-values (P(p ≤ u) ≤ u under exchangeable prompt scores), whatever the
     score distribution (docs/benchmarks.md); the sequential one is less precise only
     where it is large (relative SE ≈ 1/√h = 10 %).
     The resamples are seeded from the data (SHA-256 of the sorted scores and the margin):
@@ -525,7 +526,9 @@ def one_sided_permutation(x: np.ndarray, y: np.ndarray, margin: float, n_resampl
     xs, ys = np.sort(np.asarray(x, float)), np.sort(np.asarray(y, float))
     digest = hashlib.sha256(xs.tobytes() + b"|" + ys.tobytes() + b"|" + repr(float(margin)).encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "big"))
-    if len(xs) + len(ys) > SEQUENTIAL_MIN_PROMPTS:
+    many = n_resamples > DEFAULT_RESAMPLES and smallest_pvalue(len(xs), len(ys), n_resamples) <= 1 / (n_resamples + 1)
+    if len(xs) + len(ys) > SEQUENTIAL_MIN_PROMPTS or many:  # (many: a large Holm family's splits, family_resamples:
+        # drawn whole by scipy for 2,000 tasks they took minutes; the sequential stop draws ~200 for an unchanged task)
         return sequential_permutation_pvalue(xs - margin, ys, n_resamples, rng=rng)
     res = st.permutation_test((xs - margin, ys), lambda a, b, axis: np.mean(a, axis=axis) - np.mean(b, axis=axis),
                               permutation_type="independent", alternative="greater", vectorized=True,
@@ -789,15 +792,20 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
             strata_of[len(samples)] = mine
             samples.append(((comp, "", OVERALL_TASK), np.concatenate([x for x, _ in mine]),
                             np.concatenate([y for _, y in mine])))
+    # splits drawn per test: enough for a p-value to reach Holm's smallest threshold α/T in a family of T rows
+    # (scale break-it, s40: at 9,999 the floor 1e-4 exceeded 0.05/T past 500 rows, every row — the overall ones
+    # with 20,000 prompts a run too — was left out, exit 2, and more prompts could not help)
+    n_family = sum(1 for i, (_, x, y) in enumerate(samples) if i in strata_of or (len(x) >= 2 and len(y) >= 2))
+    B = family_resamples(n_family, alpha)
     rows = []
     for i, (key, x, y) in enumerate(samples):
         if i in strata_of:  # an overall row: the tasks' scores, each task weighted alike in both runs
             strata = strata_of[i]
             h_run, h_base = stratified_means(strata)
             t_r, p_welch, df_r = stratified_welch(strata, margin)
-            p_r = _both(stratified_permutation(strata, margin), p_welch)
+            p_r = _both(stratified_permutation(strata, margin, B), p_welch)
             flipped = [(yy, xx) for xx, yy in strata]
-            p_i = _both(stratified_permutation(flipped, margin), stratified_welch(flipped, margin)[1])
+            p_i = _both(stratified_permutation(flipped, margin, B), stratified_welch(flipped, margin)[1])
             rows.append(dict(zip(keys, key)) | {
                 "n_run": len(x), "n_base": len(y), "h_run": h_run, "h_base": h_base, "t_regress": t_r,
                 "df_regress": df_r, "p_regress": p_r, "p_improve": p_i, "note": ""})
@@ -808,8 +816,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
         # differ (another mix of forward and reverse stereotypes, fewer prompts tonight, other
         # samples per prompt: break-it simulations measured 0.14–0.24 false alarms at α = 0.05);
         # Welch's test allows unequal variances, so a task is flagged only when both reject
-        p_r = _both(one_sided_permutation(x, y, margin), p_welch)
-        p_i = _both(one_sided_permutation(y, x, margin), one_sided_welch(y, x, margin)[1])
+        p_r = _both(one_sided_permutation(x, y, margin, B), p_welch)
+        p_i = _both(one_sided_permutation(y, x, margin, B), one_sided_welch(y, x, margin)[1])
         if note.startswith("zero variance"):
             note = ""
         rows.append(dict(zip(keys, key)) | {
@@ -821,9 +829,9 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     tests = pd.DataFrame(rows, columns=[c for c in cols if c not in
                                         ("diff", "p_regress_holm", "regressed", "p_improve_holm", "improved")])
     tests["diff"] = tests["h_run"] - tests["h_base"]
-    smallest = {i: stratified_smallest_pvalue(strata) for i, strata in strata_of.items()}
+    smallest = {i: stratified_smallest_pvalue(strata, B) for i, strata in strata_of.items()}
     for i, p_min in unreachable_tasks(tests["n_run"].to_numpy(int), tests["n_base"].to_numpy(int), alpha,
-                                      smallest).items():
+                                      smallest, n_resamples=B).items():
         # no split of so few prompts can reach Holm's threshold: not a test, so never a pass
         tests.loc[tests.index[i], ["p_regress", "p_improve"]] = math.nan
         tests.loc[tests.index[i], "note"] = (f"too few prompts to reach significance (smallest possible p "
@@ -834,9 +842,9 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
     _add_detectable_rise(tests, a, b, margin, alpha, samples=[(x, y) for _, x, y in samples])
     def retest(i: int, m: float) -> float:  # the row's own test of a rise by more than m (lmra.unrated_rise's mirror)
         if i in strata_of:
-            return _both(stratified_permutation(strata_of[i], m), stratified_welch(strata_of[i], m)[1])
+            return _both(stratified_permutation(strata_of[i], m, B), stratified_welch(strata_of[i], m)[1])
         _, x, y = samples[i]
-        return _both(one_sided_permutation(x, y, m), one_sided_welch(x, y, m)[1])
+        return _both(one_sided_permutation(x, y, m, B), one_sided_welch(x, y, m)[1])
 
     mark_unrated_rises(tests, n_task_rows, run.per_task, baseline.per_task, alpha, margin=margin, retest=retest)
     overall = tests.iloc[n_task_rows:].reset_index(drop=True)
@@ -942,8 +950,24 @@ def smallest_pvalue(n_run: int, n_base: int, n_resamples: int = 9999) -> float:
     return max(1 / math.comb(n_run + n_base, n_run), 1 / (n_resamples + 1))
 
 
+#: splits a permutation test draws at least (its p-value floor 1/(B + 1) = 1e-4)
+DEFAULT_RESAMPLES = 9999
+
+
+def family_resamples(n_rows: int, alpha: float) -> int:
+    """Splits B each permutation test of a check draws: :data:`DEFAULT_RESAMPLES`, or more when the
+    Holm family of ``n_rows`` rows needs p-values below 1e-4 — B + 1 ≥ 2·T/α, so the floor
+    1/(B + 1) lies at half of Holm's smallest threshold α/T and a row with enough prompts is never
+    left out for want of splits (scale break-it, s40: past 500 rows at α = 0.05 every row was
+    left out, the overall rows of 20,000 prompts a run too). The tests stop early once a p-value
+    cannot be small (:func:`sequential_permutation_pvalue`), so only rows near significance draw
+    them all. Methodology §8 ("Monitoring")."""
+    return max(DEFAULT_RESAMPLES, math.ceil(2 * max(n_rows, 1) / alpha) - 1)
+
+
 def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float,
-                      smallest: dict[int, float] | None = None) -> dict[int, float]:
+                      smallest: dict[int, float] | None = None, n_resamples: int = DEFAULT_RESAMPLES
+                      ) -> dict[int, float]:
     """Tasks whose test can never be significant in the check's Holm family, by sample size alone.
 
     A task with ≥ 2 prompts on each side is in the family. Even if every task came out at its
@@ -959,6 +983,7 @@ def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float,
         smallest: row position → its smallest possible p where it is not the one
             :func:`smallest_pvalue` gives (an overall row's stratified test,
             :func:`stratified_permutation`); such a row is in the family whatever its sizes.
+        n_resamples: the splits each test draws (:func:`family_resamples`).
 
     Returns:
         ``{row position: smallest possible p}`` of the tasks left out.
@@ -970,7 +995,7 @@ def unreachable_tasks(n_run: np.ndarray, n_base: np.ndarray, alpha: float,
             if math.isfinite(smallest[i]):
                 p_min[i] = smallest[i]
         elif a >= 2 and b >= 2:
-            p_min[i] = smallest_pvalue(int(a), int(b))
+            p_min[i] = smallest_pvalue(int(a), int(b), n_resamples)
     out: dict[int, float] = {}
     while p_min:
         ps = sorted(p_min.values())

@@ -193,9 +193,11 @@ def test_power_simulation_selects_formal_axis_with_right_direction(tmp_path, sim
     assert (ov["k_tested"] == 3).all()
     # Bonferroni over the 3 axes tested
     assert formal["p_adjusted"] == pytest.approx(min(1.0, 3 * formal["p_value"]))
-    # the test statistic is the one-sample t-test (one pair per prompt)
+    # the test is the sign-flip test of mean(s) = 0 (100 prompts: lmra.axes.select.SIGN_FLIP_MAX_PROMPTS)
+    from lmra.axes.select import sign_flip_p
+
     labels = out.labels[out.labels.axis == "uses formal language"]
-    assert formal["p_value"] == pytest.approx(st.ttest_1samp(labels.s, 0).pvalue, rel=1e-9)
+    assert formal["p_value"] == pytest.approx(sign_flip_p(labels.s.to_numpy(), labels.prompt_id.to_numpy()), rel=1e-9)
     assert formal["more_a"] == pytest.approx(labels.q_F.mean()) and formal["more_b"] == pytest.approx(labels.q_R.mean())
     assert formal["split_a"] == pytest.approx(labels.q_F.mean() / (labels.q_F.mean() + labels.q_R.mean()))
     # per-task rows exist and add up
@@ -422,7 +424,11 @@ def test_select_axes_bonferroni_and_holm_over_tested_axes_only():
     frames.append(_labels([0.9, 0.9], axis="tiny"))  # below min_test_pairs: not counted in K
     labels = pd.concat(frames, ignore_index=True)
     axes = [*effects, "tiny", "never labelled"]
-    raw = {ax: st.ttest_1samp(labels[labels.axis == ax].s, 0).pvalue for ax in effects}
+    from lmra.axes.select import sign_flip_p
+
+    # (40 prompts an axis: the sign-flip test's p-values, lmra.axes.select.SIGN_FLIP_MAX_PROMPTS)
+    raw = {ax: sign_flip_p(labels[labels.axis == ax].s.to_numpy(), labels[labels.axis == ax].prompt_id.to_numpy())
+           for ax in effects}
     bon = select_axes(labels, axes, group_a="F", group_b="M", by_task=False).set_index("axis")
     assert (bon.k_tested == 4).all()
     for ax in effects:

@@ -96,3 +96,21 @@ def test_a_group_with_a_profile_and_gender_is_refused_and_a_mixed_comparison_is_
 
     groups = [Group(name="x", profile="I live in Canada."), Group(name="y", profile="I am a woman.")]
     assert mixed_comparisons(groups, [("x", "y")]) == []  # profiles with profiles (FPF App. C): nothing to say
+
+
+def test_a_group_compared_with_its_superset_is_warned(tmp_path, capsys):
+    """Scale break-it (s40): "Black female vs Black" ran without a word, and some pairs gave one name to
+    both sides (a user compared with themself)."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "sup.toml"
+    cfg.write_text('names = "names/race_gender.csv"\ncomparisons = [["Bf", "B"]]\n[[groups]]\nname = "Bf"\n'
+                   'gender = "female"\nrace = "Black"\n[[groups]]\nname = "B"\nrace = "Black"\n')
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: comparison 'Bf vs B':" in err and "name(s) belong to both groups" in err
+    disjoint = tmp_path / "dis.toml"
+    disjoint.write_text('names = "names/race_gender.csv"\ncomparisons = [["Bf", "Bm"]]\n[[groups]]\nname = "Bf"\n'
+                        'gender = "female"\nrace = "Black"\n[[groups]]\nname = "Bm"\ngender = "male"\nrace = "Black"\n')
+    assert main(["validate", str(disjoint)]) == 0
+    assert "belong to both groups" not in capsys.readouterr().err

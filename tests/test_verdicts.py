@@ -242,6 +242,26 @@ def test_holm_unreachable_tasks_are_left_out_by_size_alone():
     assert unreachable_tasks(np.array([1, 3]), np.array([5, 3]), 0.05) == {}
 
 
+def test_a_large_family_draws_enough_splits_to_reach_holms_threshold():
+    """Scale break-it (s40): with 9,999 splits a row's p-value floor is 1e-4, above Holm's 0.05/T past
+    500 rows; 600 tasks of 10 + 10 prompts (every floor 1e-4, tied) and the overall row were all left
+    out — exit 2 "no conclusion", and more prompts could not help. The check draws B + 1 ≥ 2T/α splits."""
+    import numpy as np
+
+    from lmra.monitor import DEFAULT_RESAMPLES, family_resamples, one_sided_permutation, unreachable_tasks
+
+    n = np.full(601, 10)  # 600 task rows and the overall row (as large: its floor is the same 1/(B + 1))
+    assert len(unreachable_tasks(n, n, 0.05)) == 601  # the old 9,999: nothing testable
+    B = family_resamples(601, 0.05)
+    assert B + 1 == 2 * 601 / 0.05 and 1 / (B + 1) <= 0.05 / 601 / 2 + 1e-15
+    assert unreachable_tasks(n, n, 0.05, n_resamples=B) == {}
+    assert family_resamples(27, 0.05) == DEFAULT_RESAMPLES  # small families keep the 9,999 of before
+    # a rise in 10 + 10 prompts now reaches below 0.05/601 (with 9,999 splits it could not go below 1e-4)
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0.8, 0.05, 10), rng.normal(0.0, 0.05, 10)
+    assert one_sided_permutation(x, y, 0.0, B) <= 0.05 / 601 < one_sided_permutation(x, y, 0.0)
+
+
 def test_check_with_only_unreachable_tasks_tests_nothing(tmp_path):
     """End to end: both tasks rise from 0 to a stereotype in every prompt on 3 + 3 prompts; at
     α = 0.05 over 2 tasks Holm needs p ≤ 0.025 but 3 + 3 prompts cannot go below 0.05. The check

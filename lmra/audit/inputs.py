@@ -185,6 +185,14 @@ class InputsStage:
             # names that are everyday words: scrubbing them (case-insensitive) also replaces the word
             self.names_common_words = sorted({n for ns in group_names.values() for n in ns
                                               if _plain(n) in COMMON_WORD_NAMES})
+            for a, b in cfg.comparisons:  # (scale break-it, s40: "Black female vs Black" ran unsaid, and 131 of
+                # 19,800 pairs put one name on both sides — a pair of identical users, diluting the net rating)
+                shared = sorted(set(group_names.get(a, ())) & set(group_names.get(b, ())))
+                notice = getattr(self, "on_notice", None)
+                if shared and notice is not None:
+                    notice(f"comparison '{a} vs {b}': {len(shared)} name(s) belong to both groups (e.g. "
+                           f"{', '.join(shared[:3])}) — one group contains the other? A pair may give the same name to "
+                           "both sides, a user compared with themself; compare disjoint groups")
             if self.names_unmatched:
                 said = "; ".join(f"{col} {v!r} ×{n}" for col, vals in self.names_unmatched.items()
                                  for v, n in vals.items())

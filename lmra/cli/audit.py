@@ -741,7 +741,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     """
     import numpy as np
 
-    from lmra.monitor import smallest_pvalue, smallest_stratified_pvalue, unreachable_tasks
+    from lmra.monitor import family_resamples, smallest_pvalue, smallest_stratified_pvalue, unreachable_tasks
 
     kept = [p for p in inputs.prompts if (not cfg.tasks or not p.task or p.task in cfg.tasks)
             and (not cfg.domains or not p.domain or p.domain in cfg.domains)]
@@ -755,14 +755,15 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     n_base = np.repeat(np.array([base.get(t, 0) for t in tasks], dtype=int), reps)
     task_family = int(((n_run >= 2) & (n_base >= 2)).sum())
     common = [t for t in tasks if tonight[t] >= 1 and base.get(t, 0) >= 1]
+    B = family_resamples(task_family + (reps if len(common) >= 2 else 0), alpha)  # (the check's splits per test)
     smallest = {}
     if len(common) >= 2:  # each comparison's overall row: its stratified test over the tasks in both runs
-        p_min = smallest_stratified_pvalue([(tonight[t], base[t]) for t in common])
+        p_min = smallest_stratified_pvalue([(tonight[t], base[t]) for t in common], B)
         smallest = {len(n_run) + k: p_min for k in range(reps)}
         n_run = np.r_[n_run, np.full(reps, sum(tonight[t] for t in common))]
         n_base = np.r_[n_base, np.full(reps, sum(base[t] for t in common))]
     family = task_family + len(smallest)
-    if family and len(unreachable_tasks(n_run, n_base, alpha, smallest)) < family:
+    if family and len(unreachable_tasks(n_run, n_base, alpha, smallest, n_resamples=B)) < family:
         return None  # some task (or overall row) can be flagged
     # the fix: the rows that would be in the family with enough prompts (the file's, the baseline's)
     largest_file = max(in_file.values())
@@ -770,7 +771,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
     # prompts a task needs tonight: against the baseline's recorded sizes (the smallest of its
     # tasks that can be in the family), else against as many in the baseline (a first night)
     base_n = min((base.get(t, 0) for t in tasks if base.get(t, 0) >= 2), default=0) if baseline_sizes else 0
-    need = next((k for k in range(2, 200) if rows and smallest_pvalue(k, base_n or k) <= alpha / rows), None)
+    need = next((k for k in range(2, 200) if rows and smallest_pvalue(k, base_n or k, B) <= alpha / rows), None)
     small_base = baseline_sizes is not None and max(base.get(t, 0) for t in tasks) < (need or 2)
     if small_base:
         fix = (f"the baseline has at most {max(base.get(t, 0) for t in tasks)} prompt(s) per task: pin a run with "
@@ -781,7 +782,7 @@ def _untestable_check_note(cfg, inputs, alpha: float, baseline_sizes: dict[str, 
         fix = (f"add prompts: the prompt file has at most {largest_file} per task"
                + (f" and the check needs {need}" if need else ""))
     largest = max(tonight[t] for t in tasks)  # (of the tasks: an overall row, when there is one, was unreachable too)
-    why = (f"smallest possible p with {largest} per run {smallest_pvalue(largest, largest):.3g}, Holm over the "
+    why = (f"smallest possible p with {largest} per run {smallest_pvalue(largest, largest, B):.3g}, Holm over the "
            f"{rows} task rows needs ≤ {alpha / rows:.3g}" if largest >= 2 and rows and not small_base
            else "a task needs at least 2 prompts in each run" if not task_family
            else "the baseline's tasks are too small for any p-value to pass Holm's threshold")
