@@ -251,7 +251,7 @@ def test_text_warnings_count_over_the_responses_that_have_text(tmp_path, sim_inp
         name="killed", prompts=str(prompts), names=str(names), prompts_per_task=0, concurrency=1,
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"),
         judge_check={"enabled": False}, filter={"lmra": False}, refusal={"enabled": False}))
-    audit = Audit(cfg, target=DyingTarget(NAME_TO_GROUP, lambda g, rng: "A plan."),
+    audit = Audit(cfg, target=DyingTarget(NAME_TO_GROUP, lambda g, rng: f"A plan ({rng.random():.6f})."),
                   judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
     audit.spool_min_pairs = 0 if spool else 10**9
     res = audit.run()
@@ -259,7 +259,8 @@ def test_text_warnings_count_over_the_responses_that_have_text(tmp_path, sim_inp
     assert (s["n_responses"], s["n_responses_failed"], s["n_responses_truncated"]) == (24, 14, 5)
     warnings = " ".join(s["warnings"])
     assert ("10 of 10 target responses contain chat-template tokens" in warnings
-            and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason length or max_tokens) (the 14 "
+            and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason length or max_tokens; "
+                "model_context_window_exceeded: the context window) (the 14 "
                 "whose call failed after every retry have no text and are not counted)" in warnings), warnings
 
 
