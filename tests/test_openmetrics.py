@@ -248,16 +248,25 @@ def test_an_older_night_does_not_replace_a_newer_nights_metrics(runs, lmra_cli, 
     """Break-it finding (s40): overlapping nights finish out of order; the older night's export replaced
     the newer night's metrics file (and could clear its regression alert). It is not written now,
     saying so (exit 0); --replace-newer writes it anyway."""
+    import shutil
+
     out = tmp_path / "collector"
+    # the older night: a copy of the baseline whose start is a day earlier (the two fixture runs may start in
+    # the same second, which is no order)
+    older = tmp_path / "reports" / runs["base"].name
+    shutil.copytree(runs["base"], older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    manifest["started"] = "2025-12-31T02:15:00+00:00"
+    (older / "manifest.json").write_text(json.dumps(manifest))
     assert lmra_cli(["export", str(runs["rise"]), "--format", "prometheus", "--out", str(out)]) == 0
     (prom,) = out.glob("*.prom")
     newer = prom.read_text()
     capsys.readouterr()
-    assert lmra_cli(["export", str(runs["base"]), "--format", "prometheus", "--out", str(out)]) == 0
+    assert lmra_cli(["export", str(older), "--format", "prometheus", "--out", str(out)]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert f"not written: {prom.name} holds the metrics of run {runs['rise'].name}, which started after run" in said
     assert prom.read_text() == newer
-    assert lmra_cli(["export", str(runs["base"]), "--format", "prometheus", "--out", str(out), "--replace-newer"]) == 0
+    assert lmra_cli(["export", str(older), "--format", "prometheus", "--out", str(out), "--replace-newer"]) == 0
     assert f'run_id="{runs["base"].name}"' in prom.read_text()
     # the newer night replaces the older one as before
     assert lmra_cli(["export", str(runs["rise"]), "--format", "prometheus", "--out", str(out)]) == 0
