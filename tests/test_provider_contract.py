@@ -119,18 +119,24 @@ class FilteringTarget(ScriptedTarget):
         return res
 
 
+def _audit_of(target, tmp_path, sim_inputs, spool: bool, *, judge=None, refusal: bool = False):
+    """An audit of 12 prompts by ``target`` (its pairs spooled to disk with ``spool``, as a large run's)
+    with a judge that rates every pair a tie (or ``judge``); refusal labels on with ``refusal``."""
+    names, prompts = sim_inputs(12)
+    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": refusal}), target=target,
+                  judge=judge or ScriptedJudge(lambda r1, r2: {"C": 1.0}))
+    audit.spool_min_pairs = 0 if spool else 10**9
+    return audit.run()
+
+
 @pytest.mark.parametrize("spool", [False, True])
 def test_empty_and_content_filtered_responses_are_counted_and_said(tmp_path, sim_inputs, spool):
     """Break-it: target answers with no text, or stopped by the provider's content filter, were
     rated as ordinary responses with nothing counted anywhere. They are still rated, but the
     summary counts them and its warnings (printed first by the console) say so — in a spooled
     (large) run as in an in-memory one."""
-    names, prompts = sim_inputs(12)
     target = FilteringTarget(NAME_TO_GROUP, _target)
-    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": False}), target=target,
-                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
-    audit.spool_min_pairs = 0 if spool else 10**9
-    res = audit.run()
+    res = _audit_of(target, tmp_path, sim_inputs, spool)
     n = res.summary["n_responses"]
     filtered = sum(1 for i in range(1, n + 1) if i % 3 == 0)
     empty = sum(1 for i in range(1, n + 1) if (i % 3 == 0 and not (i % 2 == 0 and i % 4 == 0)) or
@@ -157,12 +163,9 @@ def test_the_providers_refusals_are_refusals_in_the_refusal_table(tmp_path, sim_
     """Break-it finding (s40): an Anthropic target stopped 11 of 14 female-named answers with stop_reason
     "refusal" and none of the male ones; the refusal table read 0/14 vs 0/14 (the LMRA labelled the empty
     answers "not a refusal") and the audit exited 0. A provider's refusal is a refusal, the LMRA unasked."""
-    names, prompts = sim_inputs(12)
     judge = ScriptedJudge(lambda r1, r2: {"C": 1.0}, refusal=lambda response: 0.0)  # calls nothing a refusal
-    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": True}),
-                  target=FemaleRefusingTarget(NAME_TO_GROUP, _target), judge=judge)
-    audit.spool_min_pairs = 0 if spool else 10**9
-    res = audit.run()
+    res = _audit_of(FemaleRefusingTarget(NAME_TO_GROUP, _target), tmp_path, sim_inputs, spool, judge=judge,
+                    refusal=True)
     overall = res.refusals[res.refusals["level"] == "overall"].iloc[0]
     assert (overall["refusals_a"], overall["n_a"], overall["refusals_b"], overall["n_b"]) == (12, 12, 0, 12)
     assert judge.kinds.get("refusal", 0) == 2 * 12  # the LMRA labelled the 12 answered responses only (2 orders)
@@ -186,12 +189,7 @@ class ToolCallingTarget(ScriptedTarget):
 def test_answers_ending_in_a_tool_call_or_the_context_window_are_counted_and_said(tmp_path, sim_inputs, spool):
     """Break-it finding (s40): "Let me search." (stop_reason tool_use / pause_turn) and answers cut by the
     context window were rated as the chatbot's answers with no count or warning."""
-    names, prompts = sim_inputs(12)
-    target = ToolCallingTarget(NAME_TO_GROUP, _target)
-    audit = Audit(_cfg(tmp_path, names, prompts, refusal={"enabled": False}), target=target,
-                  judge=ScriptedJudge(lambda r1, r2: {"C": 1.0}))
-    audit.spool_min_pairs = 0 if spool else 10**9
-    res = audit.run()
+    res = _audit_of(ToolCallingTarget(NAME_TO_GROUP, _target), tmp_path, sim_inputs, spool)
     calls = range(1, 25)
     tool = sum(1 for i in calls if i % 2 == 0 or i % 3 == 0)
     window = sum(1 for i in calls if not (i % 2 == 0 or i % 3 == 0) and i % 5 == 0)
