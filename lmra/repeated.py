@@ -33,7 +33,8 @@ SLOTS = 32
 MIN_PROMPTS = 3
 #: characters of the repeated text quoted in the warning
 PREVIEW_CHARS = 60
-#: the start of the warning (a merge recomputes it from the merged responses, not a shard's)
+#: the start of the warning (a merge recomputes it from the merged responses — a redacted merge takes its
+#: shards' findings — not a shard's warning)
 REPEATED_RESPONSES_PREFIX = "the target gave one answer to most prompts"
 
 
@@ -41,12 +42,12 @@ class RepeatedResponses:
     """The most frequent target response text, counted in one pass (Misra–Gries summary).
 
     Attributes:
-        n: responses counted (answered, not labelled refusals).
+        n: responses counted (answered: every call that did not fail, refusals included).
     """
 
     def __init__(self) -> None:
         self.n = 0
-        # digest → [count, preview, first prompt ids (up to MIN_PROMPTS)]
+        # digest → [count, preview, first prompt ids (up to MIN_PROMPTS), how many were labelled refusals]
         self._slots: dict[bytes, list] = {}
 
     def add(self, text: str | None, prompt_id: str, *, failed: bool = False, refused: bool | None = None) -> None:

@@ -1028,7 +1028,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_prompts_classify_failed": n_classify_failed,
         # prompts without a task whose classification answer named no option (left out; cached)
         "n_prompts_classify_unusable": n_classify_unusable,
-        # one text given to most prompts (lmra.repeated): {count, n, share, preview}, or None
+        # one text given to most prompts (lmra.repeated): {count, n, share, preview, chars, refused}, or None
         "repeated_response": one_answer,
         "max_repeated_share": cfg.max_repeated_share,
         "classify_unusable_over_limit": classify_over,
