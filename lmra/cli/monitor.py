@@ -588,8 +588,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     # on a terminal a run's status and comparisons stack in their cells; in a log each row is one
     # line (docs/nightly.md, "Logs"), so that grepping a run id finds its status too
     stack, between = ("\n", "\n") if console.is_terminal else (" ", "; ")
+    # each run's overall rows, looked up once (a mask per run was a scan of every night's rows per night)
+    overall_of = {run_id: rows for run_id, rows in overall.groupby("run_id", sort=False)}
     for r in runs.itertuples():
-        ov = overall[overall["run_id"] == r.run_id]
+        ov = overall_of.get(r.run_id, overall.iloc[0:0])
         net = between.join(f"{lit(o.comparison)}:{stack if narrow else ' '}{_fmt(o.net_rating)} [{_fmt(o.ci_low)}, "
                            f"{_fmt(o.ci_high)}]" for o in ov.itertuples()) or "—"
         run_cell = (lit(r.run_id) if (r.status or "complete") == "complete"

@@ -282,13 +282,17 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
     out = []
     rows = plain(runs)
     status_of = {r.get("run_id"): (r.get("judge_status"), r.get("status")) for r in rows}
+    # each run's overall rows, converted once (a mask and a conversion per run grew as the square of the nights)
+    overall_of: dict = {}
+    for run_id, o in zip(overall["run_id"] if "run_id" in overall else [],
+                         plain(overall.drop(columns=["run_id", "started", "name"], errors="ignore"))):
+        overall_of.setdefault(run_id, []).append(o)
     for r in rows:
         try:
             r["comparisons"] = json.loads(r["comparisons"]) if r.get("comparisons") else []
         except (TypeError, ValueError):
             pass
-        ov = overall[overall["run_id"] == r["run_id"]].drop(columns=["run_id", "started", "name"], errors="ignore")
-        r["overall"] = plain(ov)
+        r["overall"] = overall_of.get(r["run_id"], [])
         v = (verdicts or {}).get(r["run_id"]) or {}
         check, gates = v.get("check"), v.get("gates")
         flagged = lambda keyed: [{"comparison": c, "domain": d, "task": t} for c, d, t in sorted(keyed, key=str)]  # noqa: E731
