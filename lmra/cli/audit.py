@@ -269,6 +269,11 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             print_warning(f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); "
                           "this run goes on beside it: the two compete for the endpoints' rate limits (each with its "
                           "own budget), and their logs and exports interleave — stop one if that was not meant")
+    from lmra.leftovers import clear_leftovers, cleared_words
+
+    cleared = clear_leftovers(cfg.output_dir)  # (scale break-it, s40: a killed run's spools stayed, 260 MB a night)
+    if cleared:
+        console.print(Text.assemble(("note: ", "yellow"), cleared_words(cleared)), highlight=False, soft_wrap=True)
     untestable = (_untestable_check_note(cfg, inputs, alpha, baseline_sizes) if getattr(args, "baseline", None)
                   else None)
     if untestable:

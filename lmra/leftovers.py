@@ -1,0 +1,158 @@
+"""What killed audits leave in their run folders, and clearing it.
+
+A large audit spools its rated pairs and responses to hidden Parquet files in its run folder
+(``.pairs-spool.parquet``, ``.responses-spool.parquet``, DuckDB's ``.pairs-spool.spill/`` while
+finishing: docs/architecture.md, "Spooled pairs"), and every file of the folder is written to a
+hidden temporary file first (``.ratings.parquet.XXXX.tmp``, :func:`lmra.fileio.atomic_write`).
+An audit that stops (finished, interrupted, failed) removes them; one that is killed (``kill -9``,
+a CI job's timeout, the machine stopping) cannot, and its folder is ``stale``
+(:mod:`lmra.runstate`). Nothing reads them again — a re-run makes the night's calls from the
+call cache, which holds every answered call — but they can be the size of the run (a killed
+300,000-pair run left 260 MB; scale break-it, s40), every night a cron job is killed.
+
+:func:`clear_leftovers` removes them from the stale run folders of a reports folder; ``lmra
+audit`` calls it as it starts and says what it removed. A folder is cleared only while this
+process holds its ``run.lock`` (so no audit is writing it, and none starts to while it is
+cleared), only when its manifest says ``running`` or ``stale`` (or it has none: killed while
+starting) and only of those hidden files: the folder's own files (``responses.jsonl``, the
+manifest …) stay, and so does a folder whose batch jobs may still be collected (``lmra batch
+resume``). A temporary file of ``manifest.json`` is left too: a command reading the folder may
+be marking it stale at that moment.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmra.runstate import LOCK_FILE, RUNNING, STALE
+
+#: the spools a large audit keeps in its run folder while it runs (lmra.audit.pipeline), and DuckDB's
+#: spill folder of the pair spool's sort (lmra.pairstore.PairSpool)
+SPOOL_NAMES = frozenset({".pairs-spool.parquet", ".responses-spool.parquet", ".pairs-spool.spill"})
+
+#: a run folder's name: ``YYYYMMDD-HHMMSS-<name>`` (lmra.runstate.claim_run_dir)
+_STAMPED = re.compile(r"\d{8}-\d{6}-.+")
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """The leftovers removed from one run folder: its run id, how many files (a spill folder
+    counts as one) and their size in bytes, and how many could not be removed."""
+
+    run_id: str
+    n_files: int
+    n_bytes: int
+    n_kept: int = 0
+
+
+def is_leftover(name: str) -> bool:
+    """True for the name of a file a killed audit leaves in its run folder: a spool, the spill
+    folder, or a hidden temporary file (``.<file>.<random>.tmp``) other than the manifest's."""
+    return name in SPOOL_NAMES or (name.startswith(".") and name.endswith(".tmp")
+                                   and not name.startswith(".manifest.json."))
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (0 for what cannot be read)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
+def _killed(folder: Path) -> bool:
+    """Whether a run folder (whose lock this process holds) is a killed audit's: its manifest
+    says ``running`` or ``stale``, or it has none (killed while starting); not one stopped in its
+    batch rounds, whose jobs ``lmra batch resume`` may still collect."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return (isinstance(manifest, dict) and manifest.get("status") in (RUNNING, STALE)
+            and manifest.get("stopped_in") != "batch")
+
+
+def clear_folder(folder: str | Path) -> Cleared | None:
+    """Remove the leftovers (:func:`is_leftover`) of one run folder if it is a killed audit's.
+
+    Args:
+        folder: a run folder (holding ``run.lock``: only an audit takes one).
+
+    Returns:
+        what was removed, or None when the folder holds no leftover, is not an audit's, is
+        being written by a live process (its lock held), or did not stop by being killed.
+    """
+    folder = Path(folder)
+    try:
+        names = [e.name for e in os.scandir(folder) if is_leftover(e.name)]
+    except OSError:
+        return None
+    if not names or not (folder / LOCK_FILE).is_file():
+        return None
+    try:  # read-only: the lock file's content and time (when the audit started) stay as they are
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live process writes the folder
+            return None
+        if not _killed(folder):
+            return None
+        n_files = n_bytes = n_kept = 0
+        for name in names:
+            path = folder / name
+            size = _size(path)
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                n_kept += 1
+                continue
+            n_files, n_bytes = n_files + 1, n_bytes + size
+        return Cleared(folder.name, n_files, n_bytes, n_kept) if n_files or n_kept else None
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def clear_leftovers(output_dir: str | Path) -> list[Cleared]:
+    """Remove what killed audits left in the run folders of a reports folder (:func:`clear_folder`
+    on each ``YYYYMMDD-HHMMSS-…`` folder in it), oldest first; [] when the folder cannot be listed.
+
+    One listing of ``output_dir`` and one of each run folder (a night's audit lists a few hundred
+    folders in milliseconds)."""
+    try:
+        folders = sorted(e.path for e in os.scandir(output_dir) if e.is_dir(follow_symlinks=False)
+                         and _STAMPED.fullmatch(e.name))
+    except OSError:
+        return []
+    return [c for c in map(clear_folder, folders) if c is not None]
+
+
+def cleared_words(cleared: list[Cleared], *, named: int = 3) -> str:
+    """One sentence saying what :func:`clear_leftovers` removed, e.g. ``removed 3 files (260.4 MB)
+    that killed audits left in their run folders (20261206-165256-sz): spools and unfinished
+    writes, which no command reads — their answered calls are in the call cache``."""
+    files, size = sum(c.n_files for c in cleared), sum(c.n_bytes for c in cleared)
+    ids = [c.run_id for c in cleared]
+    shown = ", ".join(ids[-named:]) + (f" and {len(ids) - named} more" if len(ids) > named else "")
+    kept = sum(c.n_kept for c in cleared)
+    tail = f"; {kept} could not be removed (permissions?)" if kept else ""
+    return (f"removed {files} file{'s' * (files != 1)} ({size / 1e6:.1f} MB) that killed audits left in their run "
+            f"folder{'s' * (len(ids) != 1)} ({shown}): spools and unfinished writes, which no command reads — their "
+            f"answered calls are in the call cache{tail}")
