@@ -572,11 +572,16 @@ class History:
             raise LmraIOError(f"the run history is read-only (it or its folder cannot be written): {what} cannot "
                               "be stored", path=self.path)
 
-    def pin(self, run: RunFolder | str | Path) -> str:
-        """Pin a run as the ``pinned`` baseline of every run with the same name; returns its id.
+    def pin(self, run: RunFolder | str | Path, *, replace: bool = True) -> str:
+        """Pin a run as the ``pinned`` baseline of every run with the same name; returns the id
+        pinned.
 
         Args:
             run: a run folder, or a run id / path resolvable by :meth:`resolve`.
+            replace: False for a first night's pin (:func:`lmra.cli.monitor.first_night_pin`):
+                a pin of the name made meanwhile (another first night that finished first) stays,
+                in one statement, and its id is returned (break-it finding, s40: two first nights
+                started together both pinned themselves, the second replacing the first).
 
         Raises:
             LmraIOError: the history is :attr:`read_only` or cannot be written.
@@ -586,9 +591,10 @@ class History:
         run = run if isinstance(run, RunFolder) else self.resolve(run)
         refuse_shard(run.path)  # (given as a folder object too: a shard is never a baseline)
         self.register(run)
-        self.db.execute("INSERT OR REPLACE INTO pins VALUES (?,?,?)", (run.name, run.run_id, _now()))
+        self.db.execute(f"INSERT OR {'REPLACE' if replace else 'IGNORE'} INTO pins VALUES (?,?,?)",
+                        (run.name, run.run_id, _now()))
         self.db.commit()
-        return run.run_id
+        return run.run_id if replace else self.pinned(run.name)
 
     def record_check(self, result: "CheckResult", source: str = "check") -> None:
         """Store a regression check; ``source`` names the command that made it: ``audit`` (the

@@ -1308,10 +1308,16 @@ def _baseline_or_first_night(h, run, baseline: str, first_night: bool, console: 
     try:
         return resolve_baseline(h, baseline, run)
     except LmraInputError:
-        # a pin made by someone else during the run that cannot be loaded stays an error
-        if not first_night or baseline not in ("pinned", "last") or (baseline == "pinned" and h.pinned(run.name)):
+        if not first_night or baseline not in ("pinned", "last"):
             raise
+        if baseline == "pinned" and h.pinned(run.name):  # pinned by someone else meanwhile (another first night
+            # finishing as this one looked): checked against it — a pin that cannot be loaded stays an error
+            found = resolve_baseline(h, baseline, run)
+            _pinned_meanwhile(console, h.pinned(run.name), lit(run.name))
+            return found
     first_night_pin(h, run, pin=baseline == "pinned", console=console)
+    if baseline == "pinned" and h.pinned(run.name) not in (None, run.run_id):  # another first night pinned itself
+        return resolve_baseline(h, baseline, run)  # meanwhile: tonight is checked against it (first_night_pin said)
     return None, []
 
 
@@ -1337,6 +1343,13 @@ def _earlier_runs(h, run) -> int:
         return 0
 
 
+def _pinned_meanwhile(console: Console, pinned: str, name: str) -> None:
+    """Say that a first night found a pin made while it ran (another first night finished first)."""
+    console.print(f"[bold]Not the first night after all[/]: while this run ran, {lit(pinned)} was pinned as the "
+                  f"baseline of '{name}' (another first night finished first); this run is checked against it and "
+                  "is not pinned ('lmra pin RUN' replaces the pin).")
+
+
 def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
     """The first night of ``--baseline pinned|last``: there is no baseline yet, so nothing is
     checked; with ``pin`` the run becomes the pinned baseline of its name if it can serve as
@@ -1355,6 +1368,10 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
         console.print(f"[bold]First night[/]: no earlier complete run named '{name}' yet, so there is nothing to "
                       "check against ('--baseline last'); the next run is checked against this one.")
         return False
+    meanwhile = h.pinned(run.name)
+    if meanwhile not in (None, run.run_id):  # (checked against it by the caller)
+        _pinned_meanwhile(console, meanwhile, name)
+        return False
     why_not = why_not_a_baseline(run)
     earlier = _earlier_runs(h, run)
     if why_not:
@@ -1369,7 +1386,10 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
                       "nights after it are checked against it, so a chatbot over its gates is still checked for "
                       "getting worse).")
         return False
-    h.pin(run)
+    pinned = h.pin(run, replace=False)
+    if pinned != run.run_id:  # another night of the name pinned itself while this one ran (two first nights at once)
+        _pinned_meanwhile(console, pinned, name)
+        return False
     waived = " (its judge failed validation, waived)" if "waived" in run.judge_status else ""
     console.print(f"[bold]First night[/]: no pinned baseline for '{name}' yet; this run is now pinned: "
                   f"{lit(run.run_id)}{waived}. Nothing was checked tonight; later runs named '{name}' with "
