@@ -210,33 +210,87 @@ def history_path(reports_dir: str | Path) -> Path:
     return Path(reports_dir) / HISTORY_FILE
 
 
+#: how long a command waits for another process's lock on the history (an ``sqlite3`` shell's open
+#: transaction, a ``VACUUM``, a backup, another lmra command writing it) before it gives up
+HISTORY_LOCK_WAIT_S = 120.0
+#: SQLite's own wait on a lock, per attempt (between attempts the command may say it is waiting)
+_BUSY_STEP_S = 2.0
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether an SQLite error is another connection's lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+class _HistoryCursor(sqlite3.Cursor):
+    """A cursor whose statements wait out another process's lock (:meth:`_HistoryConnection.retry`);
+    every statement of the history goes through one (``Connection.execute`` and pandas'
+    ``read_sql_query`` make theirs with :meth:`_HistoryConnection.cursor`)."""
+
+    def execute(self, *args, **kwargs):
+        return self.connection.retry(super().execute, *args, **kwargs)
+
+    def executemany(self, *args, **kwargs):
+        return self.connection.retry(super().executemany, *args, **kwargs)
+
+    def executescript(self, *args, **kwargs):
+        return self.connection.retry(super().executescript, *args, **kwargs)
+
+
 class _HistoryConnection(sqlite3.Connection):
     """The history's SQLite connection: a database that cannot be written or read (disk full,
     read-only folder, a damaged file) raises :class:`~lmra.errors.LmraIOError` naming the
-    history file (exit status 1), not a bare ``OperationalError``."""
+    history file (exit status 1), not a bare ``OperationalError``. A lock another process holds is
+    waited out for up to :data:`HISTORY_LOCK_WAIT_S` seconds, said once on stderr (break-it finding,
+    s40: a 40-second ``VACUUM`` from an sqlite3 shell made a regression night give up after 16 s,
+    its regression never checked, exit 1)."""
 
     history_path: Path = Path("history.sqlite")
+    _told_waiting = False
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("timeout", _BUSY_STEP_S)
+        super().__init__(*args, **kwargs)
+
+    def cursor(self, factory=_HistoryCursor):
+        return super().cursor(factory)
 
     def _named(self, exc: sqlite3.Error) -> LmraIOError:
-        return LmraIOError(f"the run history could not be used ({type(exc).__name__}: {exc})", path=self.history_path)
+        held = (f": another process held it for more than {HISTORY_LOCK_WAIT_S:.0f} s (an sqlite3 shell's open "
+                "transaction, a VACUUM or backup, another lmra command?)" if _busy(exc) else "")
+        return LmraIOError(f"the run history could not be used ({type(exc).__name__}: {exc}){held}",
+                           path=self.history_path)
+
+    def retry(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` (a statement, or the commit), again while another process holds
+        the history's lock, for up to :data:`HISTORY_LOCK_WAIT_S` seconds (a statement that met
+        SQLITE_BUSY did not run, so it is run again whole).
+
+        Raises:
+            LmraIOError: any other SQLite error, or the lock still held at the end (naming the file).
+        """
+        import time
+
+        deadline = time.monotonic() + HISTORY_LOCK_WAIT_S - _BUSY_STEP_S
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise self._named(exc) from None
+                if not self._told_waiting:
+                    self._told_waiting = True
+                    print(f"note: waiting for {self.history_path}: another process holds its lock (up to "
+                          f"{HISTORY_LOCK_WAIT_S:.0f} s)", file=sys.stderr, flush=True)
 
     def execute(self, *args, **kwargs):
-        try:
-            return super().execute(*args, **kwargs)
-        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-            raise self._named(exc) from None
+        return self.cursor().execute(*args, **kwargs)
 
     def executescript(self, *args, **kwargs):
-        try:
-            return super().executescript(*args, **kwargs)
-        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-            raise self._named(exc) from None
+        return self.cursor().executescript(*args, **kwargs)
 
     def commit(self):
-        try:
-            return super().commit()
-        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-            raise self._named(exc) from None
+        return self.retry(super().commit)
 
 
 def _read_only(path: Path) -> bool:
