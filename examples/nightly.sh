@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nightly.sh — one nightly audit. Exit status: 0 no regression (the first night: its run is now
 # pinned) / 3 regression / 6 release gate not met / 5 judge failed validation / 4 budget / 2 input
-# / 1 partial or failed run, I/O failure. The output also goes to logs/nightly-YYYYMMDD.log
+# / 1 partial or failed run, I/O failure / 126, 127 the lmra command could not be run (not
+# executable, not found in the venv). The output also goes to logs/nightly-YYYYMMDD.log
 # (logs/nightly-YYYYMMDD-SEED.log for a run with LMRA_SEED set: another run the same day).
 set -u
 LMRA_HOME="${LMRA_HOME:-/srv/lmra}"                # holds nightly.toml, .venv/, reports/ and logs/
@@ -41,6 +42,9 @@ nightly() {
   lmra audit --config "$LMRA_CONFIG" --seed "$seed" --baseline pinned --margin 0.01 --no-progress \
              --run-dir-file "$run_dir_file" ${audit_args[@]+"${audit_args[@]}"}
   status=$?
+  case $status in 126|127)  # the shell's: lmra did not start (said, as the log's last line gives only the number)
+    echo "nightly.sh: the lmra command could not be run ($([ "$status" = 127 ] && echo "not found" ||
+          echo "not executable")): is lmra installed in ${LMRA_VENV:-.venv}? — nothing was audited" >&2 ;; esac
   run_dir="$(cat "$run_dir_file" 2>/dev/null)"     # empty if the audit stopped before making one
   case $status in  # a complete run: export exactly this one, and its metrics
     0|3|5|6) lmra export "$run_dir" --format parquet --out "$exports" \

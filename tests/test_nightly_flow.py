@@ -259,6 +259,28 @@ def test_a_night_without_its_venv_ends_its_log_with_the_exit_status_line(tmp_pat
     assert log.rstrip().splitlines()[-1] == f"=== nightly.sh: exit status 1 (no venv at {tmp_path / 'no-venv'}) ==="
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("status", [126, 127])
+def test_a_night_whose_lmra_cannot_run_says_so(tmp_path, status):
+    """Break-it finding, s40: with lmra not runnable the log ended "exit status 126" (or 127), statuses
+    the script's header and docs did not list, with nothing saying why."""
+    script, home, env = _nightly_job(tmp_path)
+    venv = tmp_path / "broken-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text(f'PATH="{venv / "bin"}:/usr/bin:/bin"\n')  # the venv's PATH only
+    if status == 126:  # installed, but not executable
+        (venv / "bin" / "lmra").write_text("#!/bin/sh\nexit 0\n")
+        (venv / "bin" / "lmra").chmod(0o644)
+    env["LMRA_VENV"] = str(venv)
+    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    log = " ".join((home / "logs" / "nightly-20261130.log").read_text().split())
+    assert r.returncode == status, log
+    why = "not found" if status == 127 else "not executable"
+    assert (f"nightly.sh: the lmra command could not be run ({why}): is lmra installed in {venv}? — nothing was "
+            "audited") in log, log
+    assert log.endswith(f"=== nightly.sh: exit status {status} ===")
+
+
 def test_a_night_whose_home_is_missing_says_so_on_stderr(tmp_path):
     """Fresh-user finding (s36): with LMRA_HOME unset and no /srv/lmra (cron's bare environment), the
     only output was bash's "cd: /srv/lmra: No such file or directory"; no log was written, so the
