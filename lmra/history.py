@@ -546,7 +546,7 @@ class History:
             if name and run_name != name:
                 continue
             reason = m.get("stop_reason") or m.get("failure")
-            resumed_by = self._resumed_by(folder.name, run_name, m.get("seed"))
+            resumed_by = self._resumed_by(folder.name, run_name, m.get("seed"), m.get("started"))
             if status == "stale" and m.get("stopped_in") == "batch":  # its batch jobs may be done at the provider
                 from lmra.runfolder import batch_resume_advice
 
@@ -610,14 +610,22 @@ class History:
               f"folder{'s' * (len(newer) != 1)} did not complete: {shown} ('lmra history' says why; name a run to "
               "use it)", file=sys.stderr)
 
-    def _resumed_by(self, run_id: str, name: str | None, seed) -> str | None:
-        """The first finished run registered after ``run_id`` with its name and seed — the re-run
-        that completed the night from the call cache — or None (new-user finding: a resumed night
-        stayed listed as "did not finish" forever, with nothing saying it was done)."""
+    def _resumed_by(self, run_id: str, name: str | None, seed, started: str | None = None) -> str | None:
+        """The first finished run started after ``run_id`` (at ``started``, its manifest's start
+        time) with its name and seed — the re-run that completed the night from the call cache —
+        or None (new-user finding: a resumed night stayed listed as "did not finish" forever, with
+        nothing saying it was done). Ordered by the start times in UTC: run ids are the writer's
+        local time, and a re-run after a change of time zone (or within the hour a DST change
+        repeats) can have a smaller one (break-it finding, s40); by run id within one second, or when
+        ``started`` is unknown."""
         if name is None or not isinstance(seed, int) or isinstance(seed, bool):
             return None
-        row = self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND run_id > ? ORDER BY run_id "
-                              "LIMIT 1", (name, seed, run_id)).fetchone()
+        since = _utc(started)
+        row = (self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND (started_utc > ? OR "
+                               "(started_utc = ? AND run_id > ?)) ORDER BY started_utc, run_id LIMIT 1",
+                               (name, seed, since, since, run_id)).fetchone() if since else
+               self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND run_id > ? ORDER BY run_id "
+                               "LIMIT 1", (name, seed, run_id)).fetchone())
         return row["run_id"] if row else None
 
     def _writable(self, what: str) -> None:

@@ -160,11 +160,22 @@ def running_runs(output_dir: str | Path, name: str) -> list[tuple[str, str]]:
     return out
 
 
+def _utc_time(iso) -> _dt.datetime | None:
+    """A manifest's ``started`` as an aware datetime (a naive one read as local time); None when unreadable."""
+    try:
+        t = _dt.datetime.fromisoformat(str(iso))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else t.astimezone()
+
+
 def completed_by(run_dir: str | Path) -> str | None:
-    """The first finished run folder beside ``run_dir`` (a later run id) of the same name (its
-    ``config.toml``) and seed (its ``manifest.json``): the re-run that completed an unfinished
-    night — as :meth:`lmra.history.History.not_finished` says ``resumed by`` — or None. Read
-    from the folders, so it holds without a history (``lmra report``, ``lmra batch resume``)."""
+    """The first finished run folder beside ``run_dir`` started after it (by the manifests' start
+    times; by run id where one is unreadable) of the same name (its ``config.toml``) and seed (its
+    ``manifest.json``): the re-run that completed an unfinished night — as
+    :meth:`lmra.history.History.not_finished` says ``resumed by`` — or None. Read from the folders,
+    so it holds without a history (``lmra report``, ``lmra batch resume``). Run ids are the writer's
+    local time: a re-run after a change of time zone can have a smaller one (break-it finding, s40)."""
     import tomllib
 
     me = Path(run_dir)
@@ -174,21 +185,30 @@ def completed_by(run_dir: str | Path) -> str | None:
             name = tomllib.loads((d / "config.toml").read_text(encoding="utf-8")).get("name")
             m = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
-            return None, None, None
-        return (name, m.get("seed"), m.get("status")) if isinstance(m, dict) else (None, None, None)
+            return None, None, None, None
+        return ((name, m.get("seed"), m.get("status"), _utc_time(m.get("started"))) if isinstance(m, dict)
+                else (None, None, None, None))
 
-    name, seed, _ = name_seed(me)
+    name, seed, _, started = name_seed(me)
     if name is None or not isinstance(seed, int) or isinstance(seed, bool):
         return None
     try:
-        later = sorted(d for d in me.parent.iterdir() if d.is_dir() and d.name > me.name)
+        others = [d for d in me.parent.iterdir() if d.is_dir() and d != me]
     except OSError:
         return None
-    for d in later:
-        n, sd, status = name_seed(d)
-        if n == name and sd == seed and status in FINISHED:
-            return d.name
-    return None
+    found = []
+    for d in others:
+        n, sd, status, when = name_seed(d)
+        if n != name or sd != seed or status not in FINISHED:
+            continue
+        if started is not None and when is not None:
+            if when > started or (when == started and d.name > me.name):  # (within a second: by run id)
+                found.append((when, d.name))
+        elif d.name > me.name:
+            found.append((None, d.name))
+    # (the start time first; folders whose start time is unreadable after them, by run id)
+    found.sort(key=lambda f: (f[0] is None, f[0] or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc), f[1]))
+    return found[0][1] if found else None
 
 
 def stop_record(exc: BaseException, *, redact: bool = False) -> tuple[str, str]:

@@ -787,3 +787,28 @@ def test_another_prompt_set_or_refusal_and_filter_settings_are_another_design(tm
     off = run({"enabled": False, "threshold": 0.5}, {"enabled": False, "lmra": True, "threshold": 0.5})
     (line,) = comparability_warnings(on, off)
     assert line.startswith("the audit design differs: refusal.enabled (True → False); filter.enabled (True → False)")
+
+
+def test_a_rerun_after_a_time_zone_change_is_found_by_its_start_time(tmp_path, lmra_cli, capsys):
+    """Break-it finding, s40: a night killed under UTC+14 and completed by its re-run under UTC−11
+    stayed "did not finish", resumed by none: the re-run's run id (the writer's local time) is the
+    smaller one. The start times, in UTC, order them."""
+    import json
+    import shutil
+
+    from lmra.runstate import completed_by
+
+    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    rerun = night(tmp_path, "20260102-000500-nightly", 0.05, seed=2)
+    manifest = json.loads((rerun / "manifest.json").read_text())
+    (rerun / "manifest.json").write_text(json.dumps(manifest | {"started": "2026-01-01T15:05:00-11:00"}))  # 02:05Z
+    killed = tmp_path / "reports" / "20260102-100000-nightly"  # its first try: 10:00 at UTC+14 = 20:00Z the day before
+    shutil.copytree(rerun, killed)
+    (killed / "manifest.json").write_text(json.dumps(manifest | {"status": "running", "started":
+                                                                 "2026-01-02T10:00:00+14:00"}))
+    (killed / "run.lock").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports"), "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["not_finished"]}
+    assert listed[killed.name]["resumed_by"] == rerun.name
+    assert completed_by(killed) == rerun.name  # (read from the folders: lmra report, batch resume)
