@@ -329,6 +329,26 @@ def test_a_partial_night_exports_its_metrics_so_the_dashboard_sees_partial(tmp_p
     assert "metrics of" not in r.stdout  # (exported, not failed)
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_complete_night_whose_warehouse_failed_still_exports_its_parquet(tmp_path):
+    """Break-it finding, s40: a complete night exits 1 when its warehouse cannot be written (a file named
+    reports/warehouse), and nightly.sh exported no Parquet for exit 1: the dashboards missed a complete
+    night. A complete night's summary.json says so, and its Parquet export is written."""
+    script, home, env = _nightly_job(tmp_path)
+    (home / "reports").mkdir()
+    (home / "reports" / "warehouse").write_text("not a folder\n")
+    with FaultServer(fault_rate=0.0) as srv:
+        audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly", tasks=TASKS,
+                     per_task=3, retries=0, timeout_s=10, extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
+    run_dir = Path((home / "last-run-dir.txt").read_text().strip())
+    assert json.loads((run_dir / "summary.json").read_text())["run_status"] == "complete"
+    assert r.returncode == 1 and "warehouse" in r.stdout, r.stdout[-4000:]
+    exported = sorted(p.name for p in (tmp_path / "dashboards" / "20261130").iterdir())
+    assert "per_task.parquet" in exported or any(n.endswith(".parquet") for n in exported), exported
+    assert "export of" not in r.stdout  # (exported, not failed)
+
+
 def _crontab_line() -> str:
     """The command of docs/nightly.md's crontab line (after the five time fields)."""
     docs = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text(encoding="utf-8")
