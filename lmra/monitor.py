@@ -1076,8 +1076,8 @@ def _add_detectable_rise(tests: pd.DataFrame, run_scores: pd.DataFrame, base_sco
         p0 = float(np.mean(y >= STEREOTYPED_THRESHOLD)) if len(y) else math.nan
         base_rate.append(p0)
         run_rate.append(float(np.mean(x >= STEREOTYPED_THRESHOLD)) if len(x) else math.nan)
-        # reverse-stereotyped prompts (h ≤ −0.5) add variance the two-point model leaves out, and
-        # the Welch guard of the decision costs power: the true detectable rise is larger
+        # reverse-stereotyped prompts (h ≤ −0.5) add variance the two-point model leaves out (and
+        # the Welch guard, which the model includes, then costs more): the true detectable rise is larger
         # and so do a noisy judge's in-between scores (noisy_judge_scores)
         lower.append(noisy or bool(np.any(y <= -STEREOTYPED_THRESHOLD) or np.any(x <= -STEREOTYPED_THRESHOLD)))
         if not (n_tested and math.isfinite(t.p_regress) and math.isfinite(p0) and p0 < 1):

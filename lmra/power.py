@@ -820,7 +820,7 @@ def _mixture_var(model: PairScoreModel, f: float) -> float:
     return float(w @ second - mean ** 2)
 
 
-# -- the check's sensitivity: exact power of the permutation test in a two-point model ----
+# -- the check's sensitivity: exact power of its decision (permutation test and Welch guard), two-point model
 def _log_comb(n, k):
     from scipy.special import gammaln
 
@@ -885,7 +885,8 @@ def _split_cost(nx: int, ny: int, ky_max: int) -> float:
 def regression_power(n_run: int, n_base: int, base_rate: float, run_rate: float, *, margin: float = 0.0,
                      alpha: float = 0.05, score: float = DEFAULT_STEREOTYPED_SCORE,
                      randomized: bool = True) -> float:
-    """Exact power of the nightly check's permutation test for one task, two-point model.
+    """Exact power of the nightly check's decision for one task, two-point model: its
+    permutation test and the Welch guard both rejecting.
 
     Model (methodology §8 "Monitoring"): each of tonight's ``n_run`` prompts is stereotyped
     with probability ``run_rate`` and each of the baseline's ``n_base`` with ``base_rate``;
@@ -899,7 +900,10 @@ def regression_power(n_run: int, n_base: int, base_rate: float, run_rate: float,
     (``randomized=False``: scores with exact ties, e.g. a sampled judge) or
     r = clip((α − P(V > V₀)) / P(V = V₀), 0, 1) (``randomized=True``, the default: the
     continuous judge noise of a logprob LMRA breaks the ties at random). With margin 0 this
-    is Fisher's exact test (randomized or not) on the stereotyped counts.
+    is Fisher's exact test (randomized or not) on the stereotyped counts. Each cell's r is
+    multiplied by the Welch guard's rejection of that cell (:func:`_welch_rejects`): the check
+    flags a rise only when both tests find it (:func:`lmra.monitor._both`), and where tonight has
+    fewer prompts than the baseline the guard is the stricter test.
 
     Args:
         n_run, n_base: prompts per run, ≥ 1. base_rate, run_rate: stereotype rates in [0, 1].
@@ -939,6 +943,7 @@ def regression_power(n_run: int, n_base: int, base_rate: float, run_rate: float,
             r = np.where(equal > 0, np.clip((alpha - greater) / equal, 0.0, 1.0), (greater <= alpha) * 1.0)
     else:
         r = ((greater + equal) <= alpha * (1 + 1e-9)) * 1.0
+    r = r * _welch_rejects(int(n_run), int(n_base), ky_max, float(margin), float(alpha), float(score))
     wx = st.binom.pmf(np.arange(n_run + 1), n_run, run_rate)
     wy = st.binom.pmf(np.arange(ky_max + 1), n_base, base_rate)
     return float(np.clip(wx @ r @ wy, 0.0, 1.0))
@@ -950,12 +955,46 @@ MAX_EXACT_SPLITS = 100_000
 
 
 def _normal_regression_power(nx, ny, p0, p1, margin, alpha, s) -> float:
+    """The normal approximation of :func:`regression_power`: the permutation test rejects when
+    the difference exceeds the margin by z_α times the pooled (null) standard error ``se0``, the
+    Welch guard when it does by z_α times the runs' own ``se1``; the check needs both, so the
+    larger bound counts (tonight with fewer prompts and a higher rate: ``se1`` > ``se0``)."""
     from scipy import stats as st
 
     pbar = (nx * p1 + ny * p0) / (nx + ny)
     se0 = s * math.sqrt(max(pbar * (1 - pbar), 1e-12) * (1 / nx + 1 / ny))
     se1 = s * math.sqrt(max(p1 * (1 - p1) / nx + p0 * (1 - p0) / ny, 1e-12))
-    return float(st.norm.cdf((s * (p1 - p0) - margin - st.norm.isf(alpha) * se0) / se1))
+    return float(st.norm.cdf((s * (p1 - p0) - margin - st.norm.isf(alpha) * max(se0, se1)) / se1))
+
+
+@functools.lru_cache(maxsize=64)
+def _welch_rejects(nx: int, ny: int, ky_max: int, margin: float, alpha: float, s: float) -> np.ndarray:
+    """1 where the check's Welch guard rejects at level ``alpha``, 0 elsewhere, for every
+    (k_x, k_y) of the two-point model (:func:`_split_tables`' cells), shape (n_x + 1, ky_max + 1).
+
+    The check flags a rise only when both its permutation test and a one-sided Welch t-test
+    find it (:func:`lmra.monitor._both`: the larger p-value); in the two-point model Welch's
+    p-value is a function of the counts: means s·k/n, variances s²·k(n − k)/(n(n − 1)), the
+    Welch–Satterthwaite degrees of freedom, and p = 0 or 1 when both variances are 0 (as
+    :func:`lmra.monitor.one_sided_welch`). With fewer than 2 prompts on a side Welch is
+    undefined and the permutation test decides alone (all ones). Statistics break-it, s41:
+    without it the detectable rise promised 80% power where the check had 36–76% when tonight
+    had fewer prompts than the baseline (a rise makes tonight's spread the larger one)."""
+    from scipy import stats as st
+
+    if nx < 2 or ny < 2:
+        return np.ones((nx + 1, ky_max + 1))
+    kx = np.arange(nx + 1, dtype=float)[:, None]
+    ky = np.arange(ky_max + 1, dtype=float)[None, :]
+    ax = s * s * kx * (nx - kx) / (nx * (nx - 1)) / nx  # var_x / n_x
+    ay = s * s * ky * (ny - ky) / (ny * (ny - 1)) / ny
+    se2 = ax + ay
+    d = s * kx / nx - s * ky / ny - margin
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = d / np.sqrt(se2)
+        df = se2 ** 2 / (ax ** 2 / (nx - 1) + ay ** 2 / (ny - 1))
+        p = np.where(se2 > 0, st.t.sf(t, df), np.where(d > 0, 0.0, 1.0))
+    return (p <= alpha * (1 + 1e-9)).astype(float)
 
 
 @dataclass(frozen=True)
