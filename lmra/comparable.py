@@ -193,10 +193,18 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if counts and counts[1] and same_seed:
         fresh, cached = counts
         share = "every chatbot answer was" if not fresh else f"{cached} of its {fresh + cached} chatbot answers were"
+        # the baseline never checked: it may be this night's own earlier attempt, stopped (killed, a CI
+        # timeout) after writing its run folder, before its check — then re-running the night replays it,
+        # and '--baseline last' picks that attempt (break-it finding, s41: the advice was only "give each
+        # night its own seed", which the operator had; the night went unchecked)
+        unchecked = (history is not None and not fresh and history.latest_check(baseline.run_id) is None)
+        attempt = (f"; if {baseline.run_id} is this night's earlier attempt — stopped after writing its run folder, "
+                   f"never checked — check it instead: 'lmra check {baseline.run_id} --baseline last' (or pinned, as "
+                   "the night was run)" if unchecked else "")
         out.append(f"the run drew with the baseline's seed ({seed_r}) and {share} replayed from the call cache — "
                    "the answers recorded for the same prompts, names, seed and model, the baseline's own — so the "
                    "check compares the chatbot with its earlier answers, not with what it does tonight; give each "
-                   "night its own seed (--seed, docs/nightly.md)")
+                   f"night its own seed (--seed, docs/nightly.md){attempt}")
     elif counts and counts[1] and not counts[0] and history is not None:  # another seed, an earlier night's?
         earlier = earlier_same_draw(history, run)
         # (a seed left fixed): a night that finished complete — not a re-run resuming an interrupted

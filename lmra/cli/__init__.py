@@ -146,18 +146,24 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
     return None
 
 
-def _after_finish(done, command: str | None = "audit") -> str:
+def _after_finish(done, command: str | None = "audit", baseline: str | None = None) -> str:
     """What to do about a run folder that was written before the command stopped (the steps
     after it may not have run); ``command``: ``merge`` for a merged run (re-running it is refused:
     it would write a second merged run of the same night; break-it finding: the advice was "run the same command
-    again to resume")."""
+    again to resume"); ``baseline``: the command's ``--baseline`` (the check advised uses it:
+    break-it finding, s41 — a night run with ``--baseline last`` was advised ``--baseline pinned``)."""
     again = ("re-running the merge is refused (these shards are merged: a second copy of the night would be "
              "taken by the check for another night)" if command == "merge"
              else "re-running the audit would replay it as a new run")
     return (f"its folder {done} is written and keeps its status; the steps after it (warehouse, gates, history and "
             f"check, report.html) may not have run: 'lmra report {done}' writes the report, 'lmra gate {done}' and "
-            f"'lmra check {done} --baseline pinned' evaluate it, 'lmra warehouse add {done}' adds it to the "
+            f"'lmra check {done} --baseline {baseline or 'pinned'}' evaluate it, 'lmra warehouse add {done}' adds it to the "
             f"warehouse; {again}.")
+
+
+def _after_finish_for(args: argparse.Namespace, done) -> str:
+    """:func:`_after_finish` of the command ``args`` ran (its sub-command and ``--baseline``)."""
+    return _after_finish(done, getattr(args, "command", None), getattr(args, "baseline", None))
 
 
 #: the commands whose last line states the exit status (lmra.cli.exits.final_status); ``recsys``
@@ -211,7 +217,7 @@ def _after_failure(args: argparse.Namespace, status: int, exc: BaseException | N
     done = getattr(args, "finished_run_dir", None)
     if done is not None:
         err_console.print(Text.assemble(("the run had finished: ", "yellow"),
-                                        _after_finish(done, getattr(args, "command", None))), highlight=False,
+                                        _after_finish_for(args, done)), highlight=False,
                           soft_wrap=True)
     return _final_line(args, status, "stopped by the budget (above)" if status == 4 else "the failure above"
                        + (f" ({_first_words(exc)})" if exc is not None else ""))
@@ -231,7 +237,7 @@ def _lost_interrupt(args: argparse.Namespace, status: int) -> int:
     why = interrupts.interrupt_reason(KeyboardInterrupt())
     done = getattr(args, "finished_run_dir", None)
     err_console.print(Text.assemble((f"{why} while the command finished: ", "yellow"),
-                                    _after_finish(done, getattr(args, "command", None)) if done is not None
+                                    _after_finish_for(args, done) if done is not None
                                     else "its work was done (the signal came as it ended)."),
                       highlight=False, soft_wrap=True)
     reasons = getattr(args, "final_reasons", None)
@@ -340,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         done = getattr(args, "finished_run_dir", None)
         if done is not None:  # Ctrl-C / SIGTERM after the run folder was written (break-it finding)
             err_console.print(Text.assemble((f"{why} after the run finished: ", "yellow"),
-                                            _after_finish(done, getattr(args, "command", None))),
+                                            _after_finish_for(args, done)),
                               highlight=False, soft_wrap=True)
             return _final_line(args, 130, f"{why} after the run finished")
         batch_dir = getattr(args, "batch_run_dir", None)
