@@ -452,6 +452,15 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
             land()
     if audit.shard is not None:
         return _shard_final(console, result)
+    if str(reasons.get(0, "")).startswith("first night") and not cfg.gates.configured:
+        # a biased chatbot's first night is its baseline: said on the line a CI job or cron mail reads
+        # (fresh-user finding, s41: +0.10 [+0.012, +0.20] pinned with a bare "exit status 0: first night")
+        from lmra.cli.exits import away_from_zero
+
+        biased = away_from_zero(result)
+        if biased:
+            reasons[0] += (f"{biased} — later nights are checked for getting worse than this, not for this bias: "
+                           "set release gates ([gates], docs/nightly.md) to fail on it")
     if not getattr(args, "baseline", None) and 0 not in reasons:  # nothing checked: the last line says what the
         # status rests on (fresh-user finding, s39: +0.46 with its interval above 0 ended "exit status 0", read in CI
         # as "OK")

@@ -57,6 +57,21 @@ def print_final_status(console: Console, reasons: dict[int, str]) -> int:
     return status
 
 
+def away_from_zero(result) -> str:
+    """``; the overall net rating's interval lies above 0 (female vs male: +0.1000 [+0.0120,
+    +0.2000])`` (and ``below``) for each comparison of the run (an :class:`~lmra.audit.AuditResult`)
+    whose overall interval excludes 0; "" for none."""
+    said = ""
+    ov = result.overall
+    if len(ov) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(ov.columns):
+        for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
+            rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+                    for r in ov.itertuples() if keep(r)]
+            if rows:
+                said += f"; the overall net rating's interval lies {side} 0 ({'; '.join(rows)})"
+    return said
+
+
 def unchecked_reason(cfg, result) -> str:
     """The final line's reason for exit status 0 of a run checked against no baseline (``lmra audit``
     without ``--baseline``, ``lmra merge``): ``release gates met; no baseline checked (--baseline)``,
@@ -68,14 +83,8 @@ def unchecked_reason(cfg, result) -> str:
     if cfg.gates.configured:
         said = "release gates met; no baseline checked (--baseline)"
     else:
-        said = "no baseline (--baseline) and no release gate ([gates]): this status does not depend on the ratings"
-        ov = result.overall
-        if len(ov) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(ov.columns):
-            for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
-                rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
-                        for r in ov.itertuples() if keep(r)]
-                if rows:
-                    said += f"; the overall net rating's interval lies {side} 0 ({'; '.join(rows)})"
+        said = ("no baseline (--baseline) and no release gate ([gates]): this status does not depend on the ratings"
+                + away_from_zero(result))
     js = result.summary.get("judge_status") or {}
     if js.get("status") == "failed":
         said += " — not evidence about the chatbot: its judge failed validation (waived)"
