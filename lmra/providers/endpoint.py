@@ -133,7 +133,9 @@ class EndpointUnreachable(RuntimeError):
         role: ``target``, ``judge`` or ``judge2``; url: the endpoint ("" for in-process
         backends); n_failed: the calls in a row that failed; kinds: their kinds and counts;
         not_served (all HTTP 404), rejected (all HTTP 400/422: the message quotes the first
-        error), malformed (all malformed bodies): which endpoint failure the message names.
+        error), malformed (all malformed bodies), timed_out, overloaded (all HTTP 529/503),
+        http_errors (all other HTTP error statuses, before any answer: quoted): which endpoint
+        failure the message names.
     """
 
     def __init__(self, role: str, url: str, n_failed: int, kinds: Counter, refused: bool, any_answer: bool,
@@ -198,6 +200,20 @@ class EndpointUnreachable(RuntimeError):
                              f"\"overloaded\" or \"unavailable\" after every retry ({why}); {done}. The server answers "
                              "but asks to be retried later: run the same command again later (it resumes from the "
                              f"cache), or lower concurrency / requests_per_minute in [{role}]")
+            return
+        #: every call of the streak was answered with an HTTP error status (500, 501, 405 …) before any answer:
+        #: the server is up — failing, or not the API (fresh-user finding, s41: a plain web server answering
+        #: HTTP 501 "Unsupported method ('POST')" read "unreachable … check that the server is running", its text
+        #: not shown)
+        self.http_errors = bool(kinds) and all(k.startswith("http_") for k in kinds) and not answered_before
+        if self.http_errors:
+            codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
+            super().__init__(f"the {role}'s {where} answered every call with an HTTP error: {n_failed} calls in a row "
+                             f"failed with HTTP {codes} after every retry ({why}); {done}. The first: "
+                             f"{first_error or '(no message)'}. The server is up but answers no completion: check "
+                             f"that base_url in [{role}] points at {api_words} (HTTP 501 or 405: a server that does "
+                             "not take the API's requests — a web page, a file server) and that the server works, "
+                             "then run the same command again")
             return
         if answered_before:  # it answered earlier in this run, then stopped
             super().__init__(f"the {role}'s {where} stopped answering mid-run: after {answered_before:,} answered "

@@ -1,0 +1,39 @@
+"""An endpoint that answers every call with an HTTP error is up — and the message says so, quoting it.
+
+Fresh-user finding, s41: ``base_url`` pointing at a plain web server (Python's ``http.server``,
+which answers a POST with HTTP 501 "Unsupported method") stopped the audit with "the target's
+endpoint … is unreachable … Check that the server is running": the server was running, and its
+own words were not shown. A real web server on 127.0.0.1 plays the wrong service.
+"""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+
+from faultserver import audit_config
+
+TASKS = ["write a story", "career advice"]
+
+
+def test_a_web_server_that_is_not_the_api_is_named_as_such(tmp_path):
+    (tmp_path / "site").mkdir()
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path / "site"), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        cfg = audit_config(tmp_path / "c.toml", url, tmp_path / "c.sqlite", tmp_path / "out", tasks=TASKS,
+                           per_task=8, retries=0)
+        r = subprocess.run([sys.executable, "-m", "lmra.cli", "audit", "--config", str(cfg), "--no-progress",
+                            "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1, err[-3000:]
+    assert "answered every call with an HTTP error" in err and "failed with HTTP 501" in err, err[-3000:]
+    assert "Unsupported method" in err, err[-3000:]  # the server's own words
+    assert "is unreachable" not in err and "Traceback" not in err
