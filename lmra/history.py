@@ -1054,6 +1054,18 @@ class History:
         why = not_last_reasons(earlier)
         usable = earlier[why == ""]
         if usable.empty:
+            later = runs.iloc[int(me[0]) + 1:] if len(me) else runs.iloc[0:0]
+            later = later[(later["run_id"] != run.run_id) & (not_last_reasons(later) == "")]
+            if len(later):  # runs of the name started after this one by their recorded times: a clock set back
+                # (break-it finding, s41: "the first run has no 'last' baseline" beside two earlier complete nights)
+                newest = later.iloc[-1]
+                raise LmraInputError(
+                    f"no run named '{name}' in {self.path} started before this one ({run.run_id}, started "
+                    f"{run.manifest.get('started')}) by the recorded start times, but {len(later)} complete "
+                    f"run{'s' * (len(later) != 1)} of that name started after it (the newest: {newest['run_id']}, "
+                    f"started {newest['started']}): this machine's clock was behind when this run started? Check it "
+                    f"against a run by name: 'lmra check {run.run_id} --baseline {newest['run_id']}'",
+                    field="--baseline")
             raise LmraInputError(
                 f"no earlier run named '{name}' in {self.path}: the first run has no 'last' baseline ('last' "
                 "skips partial runs and runs whose judge failed validation without a waiver; name such a run "

@@ -812,3 +812,23 @@ def test_a_rerun_after_a_time_zone_change_is_found_by_its_start_time(tmp_path, l
     listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["not_finished"]}
     assert listed[killed.name]["resumed_by"] == rerun.name
     assert completed_by(killed) == rerun.name  # (read from the folders: lmra report, batch resume)
+
+
+def test_last_with_the_clock_set_back_names_the_later_runs_not_a_first_night(tmp_path, lmra_cli, capsys):
+    """Break-it finding, s41: a night run with the clock 2 h behind (an NTP step back, a restored VM)
+    made its calls, then exited 2 with "no earlier run named … the first run has no 'last' baseline",
+    beside two complete earlier nights. It now says what it found and what to run."""
+    import json
+
+    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    second = night(tmp_path, "20260102-000000-nightly", 0.05, seed=2)
+    behind = night(tmp_path, "20260102-000100-nightly", 0.05, seed=3)
+    manifest = json.loads((behind / "manifest.json").read_text())
+    (behind / "manifest.json").write_text(json.dumps(manifest | {"started": "2000-01-01T00:00:00+00:00"}))
+    capsys.readouterr()
+    code = lmra_cli(["check", str(behind), "--baseline", "last", "--reports-dir", str(tmp_path / "reports")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert "the first run has no 'last' baseline" not in err, err
+    assert ("but 2 complete runs of that name started after it (the newest: " f"{second.name}") in err, err
+    assert f"'lmra check {behind.name} --baseline {second.name}'" in err, err
