@@ -307,6 +307,31 @@ def _deep_nesting_at(text: str) -> tuple[int | None, str | None]:
     return line, dotted
 
 
+def _duplicate_key(text: str, line: int) -> tuple[str, int | None] | None:
+    """The key set again on ``line`` (1-based) of a TOML text — dotted with its ``[table]`` — and the
+    line it was first set on in the same table (None when not found); None when the line sets no key."""
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    key_re = r"\s*([A-Za-z0-9_.\-\"' ]+?)\s*="
+    header_re = r"\s*\[\[?\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$"
+    m = re.match(key_re, lines[line - 1])
+    if m is None:
+        return None
+    key = m.group(1).replace('"', "").replace("'", "")
+    section, first = None, None
+    for n in range(line - 1, 0, -1):
+        raw = lines[n - 1]
+        h = re.match(header_re, raw)
+        if h:
+            section = h.group(1).replace('"', "").replace("'", "")
+            break
+        k = re.match(key_re, raw)
+        if k and k.group(1).replace('"', "").replace("'", "") == key:
+            first = n
+    return (f"{section}.{key}" if section else key), first
+
+
 def read_toml(path: str | Path, what: str, *, field: str | None = None) -> tuple[str, dict]:
     """Read and parse a TOML input file: (text, data).
 
@@ -324,6 +349,11 @@ def read_toml(path: str | Path, what: str, *, field: str | None = None) -> tuple
         m = re.search(r" \(at line (\d+), column (\d+)\)$", msg)
         if m:  # Python < 3.14 puts the position in the message only
             msg, line = f"{msg[:m.start()]} (column {m.group(2)})", line or int(m.group(1))
+        dup = _duplicate_key(text, line) if line and "Cannot overwrite a value" in msg else None
+        if dup is not None:  # (break-it finding, s41: the line, but not the key nor where it was first set)
+            key, first = dup
+            msg = f"'{key}' is set twice{f' (first on line {first})' if first else ''}: {msg}"
+            field = field or key
         raise LmraInputError(f"not valid TOML: {msg}", file=path, line=line, field=field) from None
     except RecursionError:
         line, key = _deep_nesting_at(text)

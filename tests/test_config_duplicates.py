@@ -114,3 +114,20 @@ def test_a_group_compared_with_its_superset_is_warned(tmp_path, capsys):
                         'gender = "female"\nrace = "Black"\n[[groups]]\nname = "Bm"\ngender = "male"\nrace = "Black"\n')
     assert main(["validate", str(disjoint)]) == 0
     assert "belong to both groups" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('name = "x"\nconcurrency = 4\nseed = 2\nconcurrency = 5\n', 4,
+     "field 'concurrency': not valid TOML: 'concurrency' is set twice (first on line 2)"),
+    ('name = "x"\n[judge]\nprovider = "openai"\ntemperature = 0\n\n# again\ntemperature = 1\n', 7,
+     "field 'judge.temperature': not valid TOML: 'judge.temperature' is set twice (first on line 4)"),
+])
+def test_a_key_set_twice_names_the_key_and_where_it_was_first_set(tmp_path, text, line, says):
+    """Break-it finding, s41: ``concurrency`` given twice read "line 7: not valid TOML: Cannot overwrite
+    a value (column 16)" — the line, not the key nor the line that set it first."""
+    cfg = tmp_path / "twice.toml"
+    cfg.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "lmra.cli", "validate", str(cfg)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    err = " ".join(p.stderr.split())
+    assert p.returncode == 2 and f"twice.toml, line {line}: {says}" in err and "Traceback" not in err, err
