@@ -231,8 +231,14 @@ def json_document(text: str, path: Path) -> object:
                              "which was meant?)", file=path, field=exc.key) from None
     except json.JSONDecodeError as exc:
         raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=exc.lineno) from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise LmraInputError(_TOO_DEEP, file=path) from None
+    except ValueError as exc:
         raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path) from None
+
+
+#: the message of JSON nested too deeply for the reader (arrays or objects inside each other, hundreds deep)
+_TOO_DEEP = "unreadable JSON: arrays or objects nested too deeply to read (hundreds of levels inside each other)"
 
 
 def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
@@ -257,7 +263,9 @@ def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
                                  "silently: which was meant?)", file=path, line=lineno, field=exc.key) from None
         except json.JSONDecodeError as exc:
             raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=lineno) from None
-        except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, absurd nesting
+        except RecursionError:  # absurd nesting (break-it finding, s41: Python's RecursionError was quoted)
+            raise LmraInputError(_TOO_DEEP, file=path, line=lineno) from None
+        except ValueError as exc:  # e.g. a 5000-digit number
             raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path,
                                  line=lineno) from None
         if not isinstance(obj, dict):

@@ -400,3 +400,16 @@ def test_lmra_validate_refuses_a_label_in_another_case(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "c.toml")]) == 2
     err = capsys.readouterr().err
     assert "p.jsonl, line 1: field 'Task'" in err and "did you mean 'task'?" in err and "Traceback" not in err
+
+
+def test_json_nested_too_deeply_is_said_in_words_not_as_a_python_error(tmp_path):
+    """Break-it finding, s41: a prompt line nesting arrays 100,000 deep read "unreadable JSON
+    (RecursionError: maximum recursion depth exceeded while decoding …)"."""
+    from lmra.data import iter_jsonl
+    from lmra.errors import LmraInputError
+
+    text = '{"id": "p1", "text": "hi"}\n{"id": "p2", "text": "a", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    with pytest.raises(LmraInputError) as err:
+        list(iter_jsonl(text, tmp_path / "prompts.jsonl"))
+    message = err.value.format()
+    assert "line 2" in message and "nested too deeply" in message and "RecursionError" not in message, message
