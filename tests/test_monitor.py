@@ -47,6 +47,10 @@ def test_injected_rise_exits_3_and_names_the_task(runs, lmra_cli, capsys, tmp_pa
     rc = lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--history", str(hist)])
     out = capsys.readouterr().out
     assert rc == 3
+    # what rose, in words (fresh-user finding, s41: "4 rows (tasks, overall) rose" when no task had)
+    head = " ".join(out[out.index("Verdict against"):].split())
+    assert head.startswith(f"Verdict against baseline {runs['base'].name}: REGRESSION — 1 task"), head[:300]
+    assert "rows (tasks, overall)" not in out
     verdict = out[out.index("Regression in"):]
     assert "write a story" in verdict and "career advice" not in verdict
     # which group's users: not the net rating's to say (fresh-user finding, round 33)

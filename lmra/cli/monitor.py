@@ -102,9 +102,13 @@ def print_check(console: Console, result) -> None:
     verdict = getattr(result, "verdict", None)
     if verdict is not None:  # first, in one line; the why follows the table (fresh-user finding, s36: the answer
         # came after about 25 lines of table and legends)
-        n_regs = len(result.regressions) + len(getattr(result, "overall_regressions", ()))
-        head = {"regression": f"[bold red]REGRESSION[/] — {n_regs} row{'s' * (n_regs != 1)} (tasks, overall) rose "
-                              "significantly",
+        n_tasks, n_overall = len(result.regressions), len(getattr(result, "overall_regressions", ()))
+        # what rose, in words (fresh-user finding, s41: "4 rows (tasks, overall) rose" when no task had and the
+        # overall net ratings of 4 comparisons had)
+        rose = " and ".join(w for w in (counted(n_tasks, "task") if n_tasks else "",
+                                        (f"the overall net rating of {counted(n_overall, 'comparison')}"
+                                         if n_overall else "")) if w)
+        head = {"regression": f"[bold red]REGRESSION[/] — {rose or 'a row'} rose significantly",
                 "no_regression": "[green]no regression[/]" + (" — not evidence of no regression"
                                                               if getattr(result, "not_evidence", "") else "")
                 + (" of the harmful-stereotype ratings, [bold yellow]but a quality gap tonight[/]"
