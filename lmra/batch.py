@@ -1174,9 +1174,10 @@ def with_live_calls(calls: dict, live: dict) -> dict:
     if not live or not (live.get("fresh") or live.get("failed")):
         return calls
     out = merged(calls, live)
-    if calls.get("by_model") or live.get("by_model"):
-        by_model = dict(calls.get("by_model") or {})
-        for label, lv in (live.get("by_model") or {}).items():
-            by_model[label] = merged(by_model.get(label) or {}, lv)
-        out["by_model"] = dict(sorted(by_model.items()))
+    for part in ("by_model", "by_role"):
+        if calls.get(part) or live.get(part):
+            each = dict(calls.get(part) or {})
+            for label, lv in (live.get(part) or {}).items():
+                each[label] = merged(each.get(label) or {}, lv)
+            out[part] = dict(sorted(each.items()))
     return out

@@ -1252,6 +1252,10 @@ class CallStats:
         waited: calls that waited for another process making the same call (lease).
         failed_by_kind: failures by kind (``timeout``, ``http_503``, ``malformed`` …).
         by_model: the same counts per ``provider:model`` (only on the run's total).
+        by_role: the same counts per role (``target``, ``judge``, ``judge2``; only on the run's
+            total): apart also when two roles are one model, whose ``by_model`` counts are shared
+            (break-it finding, s40: a same-seed night whose chatbot was its LMRA's model could not
+            tell how many chatbot answers it replayed).
     """
 
     fresh: int = 0
@@ -1280,12 +1284,19 @@ class CallStats:
     failed_by_kind: Counter = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     by_model: dict[str, "CallStats"] = field(default_factory=dict)
+    by_role: dict[str, "CallStats"] = field(default_factory=dict)
 
     def model(self, label: str) -> "CallStats":
         """The per-model counts of ``label`` (``provider:model``), created on first use."""
         if label not in self.by_model:
             self.by_model[label] = CallStats()
         return self.by_model[label]
+
+    def role(self, name: str) -> "CallStats":
+        """The per-role counts of ``name`` (``target``, ``judge`` …), created on first use."""
+        if name not in self.by_role:
+            self.by_role[name] = CallStats()
+        return self.by_role[name]
 
     @property
     def faults(self) -> int:
@@ -1295,11 +1306,13 @@ class CallStats:
                 + self.implausible_usage)
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("errors", "by_model", "failed_by_kind")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("errors", "by_model", "by_role", "failed_by_kind")}
         out["failed_by_kind"] = dict(sorted(self.failed_by_kind.items()))
         out["errors"] = self.errors[:50]
         if self.by_model:
             out["by_model"] = {k: v.as_dict() for k, v in sorted(self.by_model.items())}
+        if self.by_role:
+            out["by_role"] = {k: v.as_dict() for k, v in sorted(self.by_role.items())}
         return out
 
 
@@ -1397,6 +1410,7 @@ class CachedProvider:
         stats: the run's counts; the per-model counts go to ``stats.model(label)``.
         label: the per-model counts' key, default ``"provider:model"`` (the audit names the
             endpoint too when two of its models share that key but not their URL).
+        role: the role whose calls these are (``target``, ``judge`` …): counted in ``stats.role(role)`` too.
 
     A call raises :class:`~lmra.providers.base.ProviderError` when it failed after every
     retry; any other exception of a provider (a custom one's bug, a parse error) is turned
@@ -1404,11 +1418,13 @@ class CachedProvider:
     the run. Cancellation and Ctrl-C pass through.
     """
 
-    def __init__(self, inner: Provider, cache: CallCache, stats: CallStats | None = None, label: str | None = None):
+    def __init__(self, inner: Provider, cache: CallCache, stats: CallStats | None = None, label: str | None = None,
+                 role: str | None = None):
         self.cache = cache
         self.stats = stats or CallStats()
         wrap_identity(self, inner)  # inner, name, model_id, base_url, supports_logprobs
-        self._targets = [self.stats, self.stats.model(label or f"{inner.name}:{inner.model_id}")]
+        self._targets = [self.stats, self.stats.model(label or f"{inner.name}:{inner.model_id}"),
+                         *((self.stats.role(role),) if role else ())]
 
     def lookup(self, request: ChatRequest) -> CacheLookup:
         """Compute the call's key (once) and read the cache (once).

@@ -59,8 +59,10 @@ def target_calls(run) -> tuple[int, int] | None:
     the pair memo, from its ``manifest.json`` (``calls.by_model`` under ``provider:model``, or
     ``provider:model @ base_url`` when its LMRA has that key at another URL);
     None when the run did not record them. When its LMRA is the same provider and model the
-    counts are shared and cannot be split: ``(0, cached calls)`` when the run made no fresh call
-    at all (every target answer was replayed too), else None."""
+    model's counts are shared: the target's own are ``calls.by_role.target`` (recorded since s41;
+    break-it finding, s40: a same-seed night whose chatbot was its LMRA's model replayed answers
+    unsaid); for a run recorded before, ``(0, cached calls)`` when it made no fresh call at all
+    (every target answer was replayed too), else None."""
     calls = run.manifest.get("calls") or {}
     key = f"{run.target_provider}:{run.target_model}"
     by_model = calls.get("by_model") or {}
@@ -70,9 +72,13 @@ def target_calls(run) -> tuple[int, int] | None:
         key = f"{key} @ {target.get('base_url')}"
     elif key == f"{run.judge_provider}:{run.judge_model}" and f"{key} @ {judge.get('base_url')}" in by_model:
         pass  # the LMRA's counts are under its own "@ URL" key: the plain key is the target's alone (break-it s39)
-    elif key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: only "no fresh call at all"
-        fresh, cached = calls.get("fresh"), calls.get("cached")  # tells that every target answer was replayed
-        return (0, int(cached)) if fresh == 0 and isinstance(cached, int) and cached > 0 else None
+    elif key == f"{run.judge_provider}:{run.judge_model}":  # one model in both roles: its counts are shared
+        role = (calls.get("by_role") or {}).get("target")  # the target's apart (recorded since s41)
+        if isinstance(role, dict) and all(isinstance(role.get(k), int) and not isinstance(role.get(k), bool)
+                                          for k in ("fresh", "cached")):
+            return int(role["fresh"]), int(role["cached"])
+        fresh, cached = calls.get("fresh"), calls.get("cached")  # else only "no fresh call at all"
+        return (0, int(cached)) if fresh == 0 and isinstance(cached, int) and cached > 0 else None  # tells: all
     if not isinstance(by_model.get(key), dict):
         return None
     fresh, cached = by_model[key].get("fresh"), by_model[key].get("cached")

@@ -38,8 +38,9 @@ def redacted_calls(calls: dict) -> dict:
     out = dict(calls)
     if "errors" in out:
         out["errors"] = [redacted_message(str(e)) for e in out["errors"]]
-    if isinstance(out.get("by_model"), dict):
-        out["by_model"] = {k: redacted_calls(v) if isinstance(v, dict) else v for k, v in out["by_model"].items()}
+    for part in ("by_model", "by_role"):
+        if isinstance(out.get(part), dict):
+            out[part] = {k: redacted_calls(v) if isinstance(v, dict) else v for k, v in out[part].items()}
     return out
 
 

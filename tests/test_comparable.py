@@ -832,3 +832,23 @@ def test_last_with_the_clock_set_back_names_the_later_runs_not_a_first_night(tmp
     assert "the first run has no 'last' baseline" not in err, err
     assert ("but 2 complete runs of that name started after it (the newest: " f"{second.name}") in err, err
     assert f"'lmra check {behind.name} --baseline {second.name}'" in err, err
+
+
+def test_a_partial_replay_is_said_when_one_model_plays_both_roles(tmp_path):
+    """Break-it finding, s40: two same-seed nights started together, chatbot and LMRA one model: the
+    second made some calls itself and replayed the rest; the model's counts are shared, so nothing
+    was said (exit 0 on the first night's numbers). The target's own counts are recorded apart."""
+    import json
+    import sqlite3
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1, one_model=True)
+    with sqlite3.connect(tmp_path / "cache.sqlite") as db:  # half the chatbot's answers gone (the LMRA's ask 1 token)
+        db.execute("DELETE FROM calls WHERE request NOT LIKE '%\"max_tokens\":1,%' AND rowid % 2 = 0")
+        db.execute("DELETE FROM pair_memo")
+    again = night(tmp_path, "20260102-000000-nightly", 0.05, seed=1, one_model=True)
+    role = json.loads((again / "manifest.json").read_text())["calls"]["by_role"]["target"]
+    assert role["fresh"] > 0 and role["cached"] > 0, role
+    lines = check_run(again, base).comparability
+    assert len(lines) == 1 and lines[0].startswith(
+        f"the run drew with the baseline's seed (1) and {role['cached']} of its {role['fresh'] + role['cached']} "
+        "chatbot answers were replayed"), lines

@@ -502,7 +502,8 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             # the budget sits outside the cache: cached calls are free and never refused; a
             # rejected key stops the run (KeyGuard); every answer's served model is counted
             label = count_label(p)
-            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats, label=label), self.budget)
+            budgeted = BudgetedProvider(CachedProvider(limited, cache, self.stats, label=label, role=role),
+                                        self.budget)
             keys = KeyGuard(guard.above_cache(budgeted), role)
             watched = self.identity.watch(keys, role)
             # outermost: a pair chain's calls are recorded for the pair memo (lmra.audit.memo)

@@ -291,7 +291,7 @@ class PairMemo:
         (:class:`~lmra.providers.keys.KeyGuard`) are the role's, asked before a replay; ``label``:
         the key of its per-model counts (default ``provider:model``, as the call cache's)."""
         label = label or f"{provider.name}:{provider.model_id}"
-        self._roles[role] = (provider, [self.stats, self.stats.model(label)], guard, keys)
+        self._roles[role] = (provider, [self.stats, self.stats.model(label), self.stats.role(role)], guard, keys)
         counts = self.identity.counts.get(role)
         if counts is not None:
             self._served[role] = IdentityRecorder(provider, role, counts, self.identity.on_notice)
