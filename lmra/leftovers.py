@@ -14,8 +14,9 @@ call cache, which holds every answered call — but they can be the size of the 
 audit`` calls it as it starts and says what it removed. A folder is cleared only while this
 process holds its ``run.lock`` (so no audit is writing it, and none starts to while it is
 cleared), only when its manifest says ``running`` or ``stale`` (or it has none: killed while
-starting) and only of those hidden files: the folder's own files (``responses.jsonl``, the
-manifest …) stay, and so does a folder whose batch jobs may still be collected (``lmra batch
+starting), only when they and the manifest have not changed for :data:`QUIET_S` seconds (a writer on
+another machine of a network filesystem, whose locks may not be shared, still changes them), and
+only of those hidden files: the folder's own files (``responses.jsonl``, the manifest …) stay, and so does a folder whose batch jobs may still be collected (``lmra batch
 resume``). A temporary file of ``manifest.json`` is left too: a command reading the folder may
 be marking it stale at that moment.
 """
@@ -36,6 +37,11 @@ from lmra.runstate import LOCK_FILE, RUNNING, STALE
 #: spill folder of the pair spool's sort (lmra.pairstore.PairSpool)
 SPOOL_NAMES = frozenset({".pairs-spool.parquet", ".responses-spool.parquet", ".pairs-spool.spill"})
 
+#: seconds a folder's leftovers and manifest must have been left unchanged before they are removed: a
+#: writer that the lock cannot see (another machine on a network filesystem whose locks are not shared,
+#: break-it round 2, s41) still changes its spools and manifest; a killed run's stay as they are
+QUIET_S = 600.0
+
 #: a run folder's name: ``YYYYMMDD-HHMMSS-<name>`` (lmra.runstate.claim_run_dir)
 _STAMPED = re.compile(r"\d{8}-\d{6}-.+")
 
@@ -43,12 +49,13 @@ _STAMPED = re.compile(r"\d{8}-\d{6}-.+")
 @dataclass(frozen=True)
 class Cleared:
     """The leftovers removed from one run folder: its run id, how many files (a spill folder
-    counts as one) and their size in bytes, and how many could not be removed."""
+    counts as one) and their size in bytes, and how many could not be removed (the first named)."""
 
     run_id: str
     n_files: int
     n_bytes: int
     n_kept: int = 0
+    kept: str | None = None  # the first file that could not be removed
 
 
 def is_leftover(name: str) -> bool:
@@ -82,6 +89,25 @@ def _killed(folder: Path) -> bool:
             and manifest.get("stopped_in") != "batch")
 
 
+def _recently_changed(folder: Path, names: list[str], quiet_s: float | None = None) -> bool:
+    """Whether any of a folder's leftovers, or its manifest, changed in the last :data:`QUIET_S`
+    seconds (a writer the lock does not show; the newest file of a spill folder counts)."""
+    import time
+
+    since = time.time() - (QUIET_S if quiet_s is None else quiet_s)
+    paths = [folder / n for n in names] + [folder / "manifest.json"]
+    for path in paths:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                if any(f.lstat().st_mtime > since for f in path.rglob("*")) or path.lstat().st_mtime > since:
+                    return True
+            elif path.lstat().st_mtime > since:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def clear_folder(folder: str | Path) -> Cleared | None:
     """Remove the leftovers (:func:`is_leftover`) of one run folder if it is a killed audit's.
 
@@ -90,7 +116,8 @@ def clear_folder(folder: str | Path) -> Cleared | None:
 
     Returns:
         what was removed, or None when the folder holds no leftover, is not an audit's, is
-        being written by a live process (its lock held), or did not stop by being killed.
+        being written by a live process (its lock held), did not stop by being killed, or changed
+        in the last :data:`QUIET_S` seconds.
     """
     folder = Path(folder)
     try:
@@ -108,9 +135,10 @@ def clear_folder(folder: str | Path) -> Cleared | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # a live process writes the folder
             return None
-        if not _killed(folder):
+        if not _killed(folder) or _recently_changed(folder, names):
             return None
         n_files = n_bytes = n_kept = 0
+        kept = None
         for name in names:
             path = folder / name
             size = _size(path)
@@ -123,9 +151,10 @@ def clear_folder(folder: str | Path) -> Cleared | None:
                 continue
             except OSError:
                 n_kept += 1
+                kept = kept or str(path)
                 continue
             n_files, n_bytes = n_files + 1, n_bytes + size
-        return Cleared(folder.name, n_files, n_bytes, n_kept) if n_files or n_kept else None
+        return Cleared(folder.name, n_files, n_bytes, n_kept, kept) if n_files or n_kept else None
     finally:
         os.close(fd)  # (releases the lock)
 
@@ -152,7 +181,9 @@ def cleared_words(cleared: list[Cleared], *, named: int = 3) -> str:
     ids = [c.run_id for c in cleared]
     shown = ", ".join(ids[-named:]) + (f" and {len(ids) - named} more" if len(ids) > named else "")
     kept = sum(c.n_kept for c in cleared)
-    tail = f"; {kept} could not be removed (permissions?)" if kept else ""
+    first = next((c.kept for c in cleared if c.kept), None)
+    tail = (f"; {kept} could not be removed (permissions? the first: {first}; remove it by hand, or this note "
+            "comes back every run)" if kept else "")
     return (f"removed {files} file{'s' * (files != 1)} ({size / 1e6:.1f} MB) that killed audits left in their run "
             f"folder{'s' * (len(ids) != 1)} ({shown}): spools and unfinished writes, which no command reads — their "
             f"answered calls are in the call cache{tail}")
