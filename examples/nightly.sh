@@ -56,11 +56,14 @@ nightly() {
          || echo "nightly.sh: metrics of $run_dir failed" >&2  # say so; a replay's would hide its night's
        fi ;;
     1) if [ -f "$run_dir/summary.json" ]; then  # a partial night: its numbers, lmra_run_status "partial"
-         if python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("run_status") != "complete")' \
-              "$run_dir/summary.json" 2>/dev/null; then  # complete, exit 1 after it (the warehouse failed):
-           lmra export "$run_dir" --format parquet --out "$exports" \
-           || echo "nightly.sh: export of $run_dir failed" >&2  # its Parquet export too, as any complete night's
-         fi
+         python -c 'import json, sys; sys.exit(3 * (json.load(open(sys.argv[1]))["run_status"] != "complete"))' \
+                "$run_dir/summary.json" 2>/dev/null
+         case $? in  # 0: complete, exit 1 after it (the warehouse failed): its Parquet too, as any complete night's
+           0) lmra export "$run_dir" --format parquet --out "$exports" \
+              || echo "nightly.sh: export of $run_dir failed" >&2 ;;
+           3) ;;      # partial: its metrics only (below)
+           *) echo "nightly.sh: $run_dir/summary.json could not be read: no Parquet export" >&2 ;;
+         esac
          lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" \
          || echo "nightly.sh: metrics of $run_dir failed" >&2  # (a failed night has none: alert on staleness)
        fi ;;
