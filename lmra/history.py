@@ -100,7 +100,9 @@ def _now() -> str:
 
 
 def _utc(iso: str | None) -> str | None:
-    if not iso:
+    """An ISO time as UTC ISO to the second; None for no time, or one that is not an ISO string (a
+    manifest edited into a number: break-it round 2, s41 — a TypeError ended ``lmra history``)."""
+    if not iso or not isinstance(iso, str):
         return None
     try:
         t = _dt.datetime.fromisoformat(iso)
@@ -617,13 +619,14 @@ class History:
         nothing saying it was done). Ordered by the start times in UTC: run ids are the writer's
         local time, and a re-run after a change of time zone (or within the hour a DST change
         repeats) can have a smaller one (break-it finding, s40); by run id within one second, or when
-        ``started`` is unknown."""
+        either start time is unknown."""
         if name is None or not isinstance(seed, int) or isinstance(seed, bool):
             return None
         since = _utc(started)
         row = (self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND (started_utc > ? OR "
-                               "(started_utc = ? AND run_id > ?)) ORDER BY started_utc, run_id LIMIT 1",
-                               (name, seed, since, since, run_id)).fetchone() if since else
+                               "(started_utc = ? AND run_id > ?) OR (started_utc IS NULL AND run_id > ?)) "
+                               "ORDER BY started_utc IS NULL, started_utc, run_id LIMIT 1",
+                               (name, seed, since, since, run_id, run_id)).fetchone() if since else
                self.db.execute("SELECT run_id FROM runs WHERE name = ? AND seed = ? AND run_id > ? ORDER BY run_id "
                                "LIMIT 1", (name, seed, run_id)).fetchone())
         return row["run_id"] if row else None
@@ -1056,8 +1059,12 @@ class History:
         if usable.empty:
             later = runs.iloc[int(me[0]) + 1:] if len(me) else runs.iloc[0:0]
             later = later[(later["run_id"] != run.run_id) & (not_last_reasons(later) == "")]
-            if len(later):  # runs of the name started after this one by their recorded times: a clock set back
-                # (break-it finding, s41: "the first run has no 'last' baseline" beside two earlier complete nights)
+            # started after this run by the recorded times, and after now by this machine's clock: the clock was
+            # set back (break-it finding, s41: "the first run has no 'last' baseline" beside two earlier complete
+            # nights) — not an older run checked by hand, whose later runs started before now
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            later = later[later["started_utc"].fillna("").astype(str) > now]
+            if len(later):
                 newest = later.iloc[-1]
                 raise LmraInputError(
                     f"no run named '{name}' in {self.path} started before this one ({run.run_id}, started "

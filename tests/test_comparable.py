@@ -820,11 +820,13 @@ def test_last_with_the_clock_set_back_names_the_later_runs_not_a_first_night(tmp
     beside two complete earlier nights. It now says what it found and what to run."""
     import json
 
-    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    first = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
     second = night(tmp_path, "20260102-000000-nightly", 0.05, seed=2)
     behind = night(tmp_path, "20260102-000100-nightly", 0.05, seed=3)
-    manifest = json.loads((behind / "manifest.json").read_text())
-    (behind / "manifest.json").write_text(json.dumps(manifest | {"started": "2000-01-01T00:00:00+00:00"}))
+    # the two earlier nights were recorded at the right time; this machine's clock (now) is behind them
+    for folder, started in ((first, "2099-01-01T02:15:00+00:00"), (second, "2099-01-02T02:15:00+00:00")):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        (folder / "manifest.json").write_text(json.dumps(manifest | {"started": started}))
     capsys.readouterr()
     code = lmra_cli(["check", str(behind), "--baseline", "last", "--reports-dir", str(tmp_path / "reports")])
     err = " ".join(capsys.readouterr().err.split())
@@ -852,3 +854,21 @@ def test_a_partial_replay_is_said_when_one_model_plays_both_roles(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         f"the run drew with the baseline's seed (1) and {role['cached']} of its {role['fresh'] + role['cached']} "
         "chatbot answers were replayed"), lines
+
+
+def test_a_stale_manifest_whose_start_time_is_not_a_string_is_still_listed(tmp_path, lmra_cli, capsys):
+    """Break-it round 2, s41: a killed run's manifest with ``"started": 12345`` ended ``lmra history``
+    (and ``report --history``, the nightly's history page) in a TypeError, exit 1."""
+    import json
+    import shutil
+
+    done = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    killed = tmp_path / "reports" / "20260102-000000-nightly"
+    shutil.copytree(done, killed)
+    manifest = json.loads((killed / "manifest.json").read_text())
+    (killed / "manifest.json").write_text(json.dumps(manifest | {"status": "running", "seed": 2, "started": 12345}))
+    (killed / "run.lock").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports"), "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["not_finished"]}
+    assert listed[killed.name]["status"] == "stale" and listed[killed.name]["resumed_by"] is None

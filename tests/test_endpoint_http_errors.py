@@ -37,3 +37,19 @@ def test_a_web_server_that_is_not_the_api_is_named_as_such(tmp_path):
     assert "answered every call with an HTTP error" in err and "failed with HTTP 501" in err, err[-3000:]
     assert "Unsupported method" in err, err[-3000:]  # the server's own words
     assert "is unreachable" not in err and "Traceback" not in err
+
+
+def test_a_gateways_502_or_504_still_reads_as_unreachable():
+    """Break-it round 2, s41: a proxy answering 502/504 because the model server behind it is down read
+    "the server is up … points at the API" — the upstream is what is unreachable."""
+    from collections import Counter
+
+    from lmra.providers.endpoint import EndpointUnreachable
+
+    for kinds in (Counter({"http_502": 8}), Counter({"http_504": 5, "http_502": 3})):
+        text = str(EndpointUnreachable("target", "http://127.0.0.1:8080/v1", 8, kinds, False, False,
+                                       first_error="Error code: 502 - Bad Gateway"))
+        assert "is unreachable" in text and "answered every call with an HTTP error" not in text, text
+    text = str(EndpointUnreachable("target", "http://127.0.0.1:8080/v1", 8, Counter({"http_500": 8}), False, False,
+                                   first_error="Error code: 500 - boom"))
+    assert "answered every call with an HTTP error" in text and "Error code: 500 - boom" in text, text

@@ -114,6 +114,11 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
+#: a gateway's or proxy's statuses: the server behind it did not answer (bad gateway, gateway timeout) —
+#: "unreachable" still says it (break-it round 2, s41: a proxy whose model server was down read "the server is
+#: up … points at the API")
+GATEWAY_KINDS = ("http_502", "http_504")
+
 #: what a role's ``base_url`` must point at, by provider name (the advice of a malformed or 404
 #: endpoint; break-it finding: an anthropic role was told to check for an OpenAI-compatible API)
 API_WORDS = {
@@ -201,11 +206,13 @@ class EndpointUnreachable(RuntimeError):
                              "but asks to be retried later: run the same command again later (it resumes from the "
                              f"cache), or lower concurrency / requests_per_minute in [{role}]")
             return
-        #: every call of the streak was answered with an HTTP error status (500, 501, 405 …) before any answer:
+        #: every call of the streak was answered with an HTTP error status (500, 501, 405 …; not a gateway's
+        #: 502 or 504) before any answer:
         #: the server is up — failing, or not the API (fresh-user finding, s41: a plain web server answering
         #: HTTP 501 "Unsupported method ('POST')" read "unreachable … check that the server is running", its text
         #: not shown)
-        self.http_errors = bool(kinds) and all(k.startswith("http_") for k in kinds) and not answered_before
+        self.http_errors = (bool(kinds) and all(k.startswith("http_") for k in kinds) and not answered_before
+                            and not set(kinds) & set(GATEWAY_KINDS))  # (a proxy's: its upstream is what is down)
         if self.http_errors:
             codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
             super().__init__(f"the {role}'s {where} answered every call with an HTTP error: {n_failed} calls in a row "
