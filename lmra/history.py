@@ -189,14 +189,14 @@ def refusal_reason(warnings: list[str]) -> str | None:
 
 def stored_verdict(check: dict) -> str:
     """The verdict of a stored check recorded before verdicts were (:meth:`History.latest_check`'s
-    dict: ``result`` and ``overall`` frames of its rows): ``regression`` when a task or overall
+    dict: ``result`` and ``overall`` frames of its rows, or lists of row dicts): ``regression`` when a task or overall
     row regressed, ``no_conclusion`` when no row has a p-value (nothing tested), else
     ``no_regression`` — as :attr:`lmra.monitor.CheckResult.verdict`; ``no_conclusion`` too when
     its recorded comparability warnings say every chatbot answer was replayed (an older lmra
     recorded no verdict; it did record the warning, though not whether the night replayed had
     finished complete)."""
-    rows = [r for frame in (check.get("result"), check.get("overall")) if frame is not None and len(frame)
-            for r in frame.to_dict(orient="records")]
+    rows = [r for part in (check.get("result"), check.get("overall")) if part is not None and len(part)
+            for r in (part.to_dict(orient="records") if isinstance(part, pd.DataFrame) else part)]
     from lmra.comparable import REPLAY_STARTS
 
     if any(str(w).startswith(REPLAY_STARTS) for w in check.get("warnings") or []):
