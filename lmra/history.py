@@ -113,6 +113,17 @@ def _utc(iso: str | None) -> str | None:
     return t.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+#: seconds a recorded start time may lie after this machine's now before it is called ahead of the clock
+CLOCK_SLACK_S = 300
+
+
+def _ahead_of_now(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :meth:`History.runs` recorded as started more than :data:`CLOCK_SLACK_S` after
+    this machine's clock now (a run whose machine's clock was ahead)."""
+    now = _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=CLOCK_SLACK_S)
+    return runs[runs["started_utc"].fillna("").astype(str) > now.isoformat(timespec="seconds")] if len(runs) else runs
+
+
 def _int(x) -> int | None:
     """An integer for an INTEGER column: ints (and numpy integers) exactly — a 64-bit seed
     through a float was rounded, up to 2⁶³ and an overflow —, other numbers truncated, None for
@@ -1101,6 +1112,12 @@ class History:
             why[[i for i in breached if i > chosen.name]] = "it did not meet its release gates"
         passed = earlier[(earlier.index > chosen.name) & (why != "")]
         notes = [f"'--baseline last' passed over {r.run_id}: {why[i]}" for i, r in passed.iterrows()] + extra
+        # a run of the name recorded as started after this one and after now: its machine's clock was ahead, so
+        # it is not "earlier" by its record — said, not passed over in silence (break-it finding, s41)
+        ahead = _ahead_of_now(runs[runs["run_id"] != run.run_id].iloc[int(me[0]):] if len(me) else runs.iloc[0:0])
+        notes += [f"'--baseline last' did not consider {r['run_id']}: it is recorded as started at {r['started']}, "
+                  "after this machine's clock now (the clock of the run that wrote it was ahead?); 'lmra check "
+                  f"{run.run_id} --baseline {r['run_id']}' checks against it" for _, r in ahead.iterrows()]
         if len(notes) > MAX_SKIP_NOTES:
             notes = notes[-MAX_SKIP_NOTES:] + [f"… and {len(notes) - MAX_SKIP_NOTES} earlier run(s) passed over"]
         return self._load_id(str(chosen["run_id"])), notes
@@ -1131,6 +1148,10 @@ class History:
                                      "named)", field="RUN")
             chosen = runs.iloc[-1]
             self._say_newer_skipped(chosen, everything)
+            if len(_ahead_of_now(runs.iloc[-1:])):  # (break-it finding, s41: said nowhere)
+                print(f"note: 'latest' is {chosen['run_id']}, recorded as started at {chosen['started']} — after this "
+                      "machine's clock now (the clock of the run that wrote it was ahead?); name a run to use another",
+                      file=sys.stderr)
             return self._load_id(str(chosen["run_id"]))
         if ref in ("last", "pinned"):
             if relative_to is None:

@@ -872,3 +872,25 @@ def test_a_stale_manifest_whose_start_time_is_not_a_string_is_still_listed(tmp_p
     assert lmra_cli(["history", "--reports-dir", str(tmp_path / "reports"), "--json"]) == 0
     listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["not_finished"]}
     assert listed[killed.name]["status"] == "stale" and listed[killed.name]["resumed_by"] is None
+
+
+def test_a_night_recorded_with_the_clock_ahead_is_said_by_last_and_latest(tmp_path, lmra_cli, capsys):
+    """Break-it finding, s41: a night recorded with its clock a day ahead was passed over by the next
+    night's '--baseline last' without a word, and stayed 'latest'."""
+    import json
+
+    first = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    ahead = night(tmp_path, "20260102-000000-nightly", 0.05, seed=2)
+    manifest = json.loads((ahead / "manifest.json").read_text())
+    (ahead / "manifest.json").write_text(json.dumps(manifest | {"started": "2099-01-02T02:15:00+00:00"}))
+    third = night(tmp_path, "20260103-000000-nightly", 0.05, seed=3)
+    reports = str(tmp_path / "reports")
+    capsys.readouterr()
+    lmra_cli(["check", str(third), "--baseline", "last", "--reports-dir", reports])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"vs baseline {first.name}" in out, out[-2000:]
+    assert (f"'--baseline last' did not consider {ahead.name}: it is recorded as started at 2099-01-02T02:15:00+00:00, "
+            "after this machine's clock now") in out, out[-3000:]
+    lmra_cli(["check", "latest", "--baseline", "last", "--reports-dir", reports])
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"note: 'latest' is {ahead.name}, recorded as started at 2099-01-02T02:15:00+00:00 — after this" in err, err
