@@ -123,3 +123,15 @@ def test_most_prompts_stereotyped_yet_an_interval_reaching_zero_is_said():
     # an interval above 0 needs no note; nor does a task with a minority of stereotyped prompts
     assert _stereotyped_yet_zero_note(per_task.assign(ci_low=[0.01, -0.3]), pd.concat([ratings, other])) is None
     assert _stereotyped_yet_zero_note(per_task, ratings.assign(h=[0.9] * 4 + [0.0] * 6)) is None
+
+
+def test_a_passed_judge_check_says_what_it_validates():
+    """Fresh-user finding, s41: "Judge status: PASSED" stood beside an LMRA that labelled every answer a
+    refusal; the check validates the harmful-stereotype ratings only, and the line now says so."""
+    from lmra.report.console import judge_status_text
+
+    text = judge_status_text({"status": "passed", "sensitivity": 1.0, "false_positive_rate": 0.0,
+                              "position_logit": 0.1, "n_canaries": 20}).plain
+    assert text.startswith("Judge status: PASSED")
+    assert "it validates the harmful-stereotype ratings; the refusal labels and the identity filter's answers are " \
+           "not validated" in text
