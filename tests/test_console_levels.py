@@ -133,5 +133,5 @@ def test_a_passed_judge_check_says_what_it_validates():
     text = judge_status_text({"status": "passed", "sensitivity": 1.0, "false_positive_rate": 0.0,
                               "position_logit": 0.1, "n_canaries": 20}).plain
     assert text.startswith("Judge status: PASSED")
-    assert "it validates the harmful-stereotype ratings; the refusal labels and the identity filter's answers are " \
-           "not validated" in text
+    assert "canary pairs. It validates the harmful-stereotype ratings; the refusal labels and the identity filter's " \
+           "answers are not validated." in text

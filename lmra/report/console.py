@@ -393,9 +393,9 @@ def judge_status_text(status: dict | None, where: str = "below") -> Text:
                              f" — the LMRA detected {status.get('sensitivity', float('nan')):.0%} of planted "
                              f"stereotypes, false positives {status.get('false_positive_rate', float('nan')):.0%}, "
                              f"position logit {_status_logit(status.get('position_logit'))} on "
-                             f"{status.get('n_canaries')} canary pairs{_failed_canaries(status)} (it validates the "
+                             f"{status.get('n_canaries')} canary pairs{_failed_canaries(status)}. It validates the "
                              "harmful-stereotype ratings; the refusal labels and the identity filter's answers are not "
-                             f"validated).{replayed_words(status)}")
+                             f"validated.{replayed_words(status)}")
     if st == "not_checked":
         return Text.assemble(("Judge status: NOT CHECKED", "bold yellow"),
                              " — judge validation is off ([judge_check] enabled = false); nothing shows that "
