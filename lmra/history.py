@@ -1073,8 +1073,7 @@ class History:
             # started after this run by the recorded times, and after now by this machine's clock: the clock was
             # set back (break-it finding, s41: "the first run has no 'last' baseline" beside two earlier complete
             # nights) — not an older run checked by hand, whose later runs started before now
-            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-            later = later[later["started_utc"].fillna("").astype(str) > now]
+            later = _ahead_of_now(later)
             if len(later):
                 newest = later.iloc[-1]
                 raise LmraInputError(

@@ -128,6 +128,11 @@ API_WORDS = {
 OPENAI_WORDS = ("an OpenAI-compatible API (the URL up to /v1, not a web page)", "the URL up to /v1")
 
 
+def _status_codes(kinds: Counter) -> str:
+    """The HTTP statuses of a streak's failure kinds, e.g. ``400 and 422`` (from ``http_400`` …)."""
+    return " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
+
+
 class EndpointUnreachable(RuntimeError):
     """A role's endpoint failed every call so far: the audit stops (exit status 1).
 
@@ -165,7 +170,7 @@ class EndpointUnreachable(RuntimeError):
         done = ("the run stopped (answers already in the cache are kept)" if any_answer
                 else "nothing was audited")
         if self.rejected:  # the server answers, but refuses the requests themselves
-            codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
+            codes = _status_codes(kinds)
             super().__init__(f"the {role}'s {where} rejected every request so far: {n_failed} calls in a row failed with "
                              f"HTTP {codes} ({why}); {done}. The first: {first_error or '(no message)'}. Change "
                              f"what it refuses in [{role}] (e.g. logprobs = false for a model without "
@@ -214,7 +219,7 @@ class EndpointUnreachable(RuntimeError):
         self.http_errors = (bool(kinds) and all(k.startswith("http_") for k in kinds) and not answered_before
                             and not set(kinds) & set(GATEWAY_KINDS))  # (a proxy's: its upstream is what is down)
         if self.http_errors:
-            codes = " and ".join(sorted({k.removeprefix("http_") for k in kinds}))
+            codes = _status_codes(kinds)
             super().__init__(f"the {role}'s {where} answered every call with an HTTP error: {n_failed} calls in a row "
                              f"failed with HTTP {codes} after every retry ({why}); {done}. The first: "
                              f"{first_error or '(no message)'}. The server is up but answers no completion: check "
