@@ -38,6 +38,24 @@ def _ctrl_c_as_in_a_terminal():
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After each test, wait for the report-imports thread of an ``lmra audit`` it ran in
+    process (``lmra-report-imports``, lmra.cli.audit: abandoned, not joined, when the audit
+    stops before its report, and ending after the module it is importing). Left running, it
+    creates loggers (matplotlib's) while pytest's log capture iterates the logging manager's
+    dict without its lock at the next phase: a fresh-clone CI run failed so, once, with
+    "dictionary changed size during iteration" at a teardown (s42)."""
+    import threading
+
+    try:
+        return (yield)
+    finally:
+        for t in threading.enumerate():
+            if t.name == "lmra-report-imports":
+                t.join(60)
+
+
 @contextlib.contextmanager
 def held_elsewhere(make_lock):
     """Hold ``make_lock()`` (a context manager: a lock) in another, forked process for the ``with``
