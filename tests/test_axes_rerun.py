@@ -337,3 +337,36 @@ def test_a_second_axes_run_into_a_folder_while_the_first_runs_is_refused(tmp_pat
     assert cli.main(argv) == 0  # the lock is free again
     assert all((run / name).exists() for name in OUTPUT_FILES)
     _no_staging_left(run)
+
+
+def _server_connections_closed(timeout_s: float = 5.0) -> bool:
+    """True once no local test server thread is serving a connection (each ends when its client
+    closes the keep-alive connection)."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any("process_request_thread" in t.name for t in threading.enumerate()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_axes_closes_the_lmra_client_it_built(tmp_path, sim_inputs, capsys, monkeypatch):
+    """``lmra axes`` (and ``run_axes`` called from Python) closed neither the HTTP client it built for
+    its LMRA nor its pooled connections: each run left the server's connections open (s42: the
+    local server's threads outlived the tests)."""
+    from faultserver import FaultServer
+
+    _, res = _audit(tmp_path, sim_inputs, 20, formal_target(0.8, 0.2))
+    assert _server_connections_closed(), "a server of an earlier test still has a connection open"
+    with FaultServer(fault_rate=0.0) as srv:
+        cfg = tmp_path / "srv.toml"
+        cfg.write_text(f'concurrency = 2\n[judge]\nprovider = "openai"\nmodel = "fake"\nbase_url = "{srv.url}"\n'
+                       'api_key_env = "AXES_TEST_KEY"\nmax_retries = 0\n')
+        monkeypatch.setenv("AXES_TEST_KEY", "sk-local")
+        assert cli.main(["axes", "--run", str(res.run_dir), *BASE, "--axis", "uses formal language", "--config",
+                         str(cfg), "--cache", str(tmp_path / "srv.sqlite")]) == 0, capsys.readouterr().err
+        assert srv.requests > 0
+        assert _server_connections_closed(), "lmra axes left its connections to the LMRA's server open"

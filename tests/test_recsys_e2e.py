@@ -1258,3 +1258,26 @@ def test_attributes_of_different_numbers_of_values_are_not_ranked_by_snsr(tmp_pa
             "of values by chance alone, so they do not rank the attributes — compare their p-values.") in out, out[-2000:]
     out = _score_console(tmp_path, capsys, [r for r in rows if r["attribute"] != "age"], name="one")
     assert "different numbers of values" not in out
+
+
+def test_recsys_closes_the_target_client_it_built(tmp_path, capsys):
+    """``lmra recsys`` closed neither the HTTP client it built for its target nor its pooled
+    connections (s42: the local server's threads outlived the run)."""
+    from faultserver import FaultServer
+    from test_axes_rerun import _server_connections_closed
+
+    assert _server_connections_closed(), "a server of an earlier test still has a connection open"
+    with FaultServer(fault_rate=0.0) as server:
+        cfg = write_config(tmp_path, "closes", f"""
+[target]
+provider = "openai"
+model = "fake"
+base_url = "{server.url}"
+api_key_required = false
+[fairllm]
+names_list = ["Adele", "Drake"]
+attributes = ["gender"]
+""")
+        run_cli(["recsys", "--config", str(cfg), "--no-progress"])
+        assert server.requests > 0
+        assert _server_connections_closed(), "lmra recsys left its connections to the target's server open"

@@ -461,11 +461,9 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         """Close the clients this audit built (providers passed in are the caller's to close)."""
         built = [p for p, given in ((self._target, self._given[0]), (self._judge, self._given[1]),
                                     (self._judge2, self._given[2])) if p is not None and not given]
-        for p in {id(p): p for p in built}.values():
-            try:
-                await p.aclose()
-            except Exception:  # noqa: BLE001 — closing must not hide the run's own outcome
-                pass
+        from lmra.providers.base import close_providers
+
+        await close_providers(built)
 
     async def _arun(self, inputs: Inputs, cache: CallCache) -> AuditResult:
         cfg = self.cfg

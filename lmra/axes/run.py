@@ -82,6 +82,7 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     tpls = {k: load_template(f"axes_{k}", "judge") for k in ("brainstorm", "consolidate", "label", "harm")}
     if ax.embed_preclustering:
         require_embed_extra()  # fail before any LMRA call when the extra is missing
+    built = judge is None  # closed at the end (its HTTP client's connections); a judge passed in is the caller's
     judge, stats, own_cache = _axes_judge(cfg, judge, cache, on_notice)
     plan = planned_axes_calls(cfg, inputs, judge.supports_logprobs, fallback=answers_may_lack_logprobs(judge))
     if announce is not None:
@@ -141,6 +142,10 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
     finally:
         if own_cache is not None:
             own_cache.close()
+        if built:
+            from lmra.providers.base import close_providers
+
+            await close_providers([judge])
     labels_df = pd.concat(label_frames, ignore_index=True) if label_frames else pd.DataFrame()
     summary = {"schema_version": 1, "settings": ax.model_dump(mode="json") | {"seed": seed},
                "confidence": 1 - cfg.alpha, "judge": {"provider": judge.name, "model": judge.model_id,

@@ -178,6 +178,18 @@ class Provider(Protocol):
         ...
 
 
+async def close_providers(providers) -> None:
+    """Close each distinct provider of ``providers`` (an iterable; ``None`` entries skipped),
+    once each: the clients a run built (an HTTP client's pooled connections, a model's
+    threads). A close that fails is ignored: closing must not hide the run's own outcome; a
+    cancellation (Ctrl-C) is not swallowed."""
+    for p in {id(p): p for p in providers if p is not None}.values():
+        try:
+            await p.aclose()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def wrap_identity(wrapper: object, inner: Provider) -> None:
     """Give a provider wrapper (the cache, the budget, the rate limiter, the guards …) the
     identity of the provider it wraps: ``inner`` and its ``name``, ``model_id``, ``base_url``

@@ -74,6 +74,7 @@ class RecsysRun:
                  run_dir: str | Path | None = None):
         self.cfg = config
         self._target = target
+        self._given_target = target is not None  # the caller's to close
         self.config_path = config_path
         self.progress = progress or Progress()
         self.stats = CallStats()
@@ -166,6 +167,10 @@ class RecsysRun:
                 answers = await ask_all(cfg, instructions, target, sem, self.progress, on_notice=self.on_notice)
             finally:
                 cache.close()  # every call has ended: each answer is stored
+                if not self._given_target:  # the client built here (its pooled connections)
+                    from lmra.providers.base import close_providers
+
+                    await close_providers([target])
             records = [list_record(cfg, ins, ans, matcher, self._artists, self._cf)
                        for ins, ans in zip(instructions, answers)]
             return finish_run(cfg, self.run_dir, records, manifest, categories, matcher, self._cf, self.stats)
