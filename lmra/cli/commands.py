@@ -44,4 +44,6 @@ COMMANDS: dict[str, Command] = {
     "merge": Command("scale", "join the run folders of a sharded audit (lmra audit --shard I/N) into one run"),
     "warehouse": Command("scale", "the warehouse of nights: runs' per-pair, per-task and overall tables as one partitioned "
                                   "Parquet dataset (docs/exports.md)"),
+    "cache": Command("cache", "the call cache: its calls by model and size (info); delete calls older than an age "
+                              "and shrink the file (prune)"),
 }

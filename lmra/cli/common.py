@@ -439,6 +439,23 @@ def json_errors(handler: Callable) -> Callable:
     return wrapper
 
 
+#: top-level keys that make a config file a recsys config (:mod:`lmra.recsys.config`), not an audit's
+RECSYS_KEYS = frozenset({"mode", "fairllm", "cfairllm", "matching"})
+
+
+def is_recsys_config(path: str | Path) -> bool:
+    """True when the TOML file ``path`` is a recsys config (a key of :data:`RECSYS_KEYS` at its
+    top level); False for an audit config, and for a file that cannot be read as TOML (missing,
+    not UTF-8 …), whose loader then says what is wrong with it."""
+    from lmra.errors import read_toml
+
+    try:
+        keys = set(read_toml(path, "config file")[1])
+    except LmraInputError:
+        return False
+    return bool(keys & RECSYS_KEYS)
+
+
 def in_config(exc: LmraInputError, args: argparse.Namespace) -> LmraInputError:
     """An error about a field of the command's config file, with the file and line filled in
     when the raiser knew only the field (a provider that cannot be built, an unknown task …)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import json_errors, lmra_calls_without_logprobs, planned_lmra_calls_words, print_warning
+from lmra.cli.common import is_recsys_config, json_errors, lmra_calls_without_logprobs, planned_lmra_calls_words, print_warning
 from lmra.console import counted, lit, make_console
 from lmra.errors import LmraInputError
 
@@ -36,13 +36,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                 _judge2_warnings, _short_tasks_note, _slow_limit_warnings, _unmeetable_gates,
                                 _waiver_warnings)
     from lmra.config import load_config
-    from lmra.errors import read_toml
 
-    try:
-        keys = set(read_toml(args.config, "config file")[1])
-    except LmraInputError:  # missing, not a regular file, not UTF-8, not TOML …
-        keys = set()  # load_config reports it properly (and finds the shipped examples/)
-    if keys & {"mode", "fairllm", "cfairllm", "matching"}:
+    if is_recsys_config(args.config):
         from lmra.recsys.config import load_recsys_config
 
         rc = load_recsys_config(args.config)
