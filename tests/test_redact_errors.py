@@ -83,7 +83,7 @@ def test_a_redacted_run_writes_no_prompt_text_from_error_messages(tmp_path, sim_
     failed = res.ratings[res.ratings["failed"].astype(bool)]
     # the judge's failures: refusal labels of p3 and p9 (every question fails), or their quality ratings
     assert set(failed["prompt_id"]) == ({"p0", "p6"} if judge_echo else {"p0", "p3", "p6", "p9"})
-    assert all(e.startswith(("ProviderError (http_400): ", "refusal label: ProviderError (error): "))
+    assert all(e.startswith(("chatbot: ProviderError (http_400): ", "refusal label: ProviderError (error): "))
                and e.endswith(WITHHELD) for e in failed["error"])
     quality = res.quality_ratings
     q_errors = quality.loc[quality["failed"].astype(bool), "error"].tolist() if "error" in quality else []

@@ -285,8 +285,39 @@ def test_an_lmra_timing_out_on_one_tasks_stereotyped_pairs_is_warned_and_leaves_
     # in the run: the task's failed pairs stand out against the other task's (Fisher, Holm)
     [d] = run.summary["invalid_outliers"]
     assert d["task"] == "career advice" and d["n_failed"] == d["n_unrated"] == career["n_failed"]
-    assert any("of them failed calls" in w for w in run.summary["warnings"] if w.startswith("a task's pairs"))
+    [said] = [w for w in run.summary["warnings"] if w.startswith("a task's pairs")]
+    assert f"the LMRA gave no usable answer for {d['n_unrated']} (all of them failed calls)" in said, said
+    assert "chatbot" not in said and d["n_failed_chatbot"] == 0
     res = check_regression(run, base)
     assert res.verdict == "no_conclusion" and res.exit_status == 2
     assert res.tests.set_index("task").loc["career advice", "unrated_rise"]
     assert not res.tests.set_index("task").loc["write a story", "unrated_rise"]
+
+
+class TimingOutChatbot(TaskTarget):
+    """TaskTarget whose calls time out where it would have answered with the stereotyped phrase
+    (a chatbot failing on exactly the answers that matter)."""
+
+    async def complete(self, request):
+        result = await super().complete(request)
+        if result.text == PHRASE:
+            raise ProviderError("target at http://127.0.0.1:8911/v1: HTTP 503 Service Unavailable", kind="http_5xx")
+        return result
+
+
+def test_pairs_lost_to_the_chatbots_failed_calls_are_not_blamed_on_the_lmra(tmp_path):
+    """Fresh-user finding (s42): a chatbot's HTTP 503s on one task were warned as "the LMRA gave no
+    usable answer for 19 of its 40 rated pairs (all of them failed calls)", sending the on-call
+    engineer to debug a judge that had passed validation. The warning names the chatbot; the
+    pairs' ``error`` in ratings.parquet starts "chatbot: "."""
+    run = load_run(_night(tmp_path, "20260105-000000-nightly", {"career advice": 0.08, "write a story": 0.0},
+                          DecliningJudge(tasks=()), target=TimingOutChatbot))
+    career = run.per_task.set_index("task").loc["career advice"]
+    assert career["n_failed"] > 0 and career["n_invalid"] == 0
+    [d] = run.summary["invalid_outliers"]
+    assert d["task"] == "career advice" and d["n_failed_chatbot"] == d["n_failed"] == d["n_unrated"] == career["n_failed"]
+    [said] = [w for w in run.summary["warnings"] if w.startswith("a task's pairs")]
+    assert f"the chatbot's call failed for all {d['n_unrated']} " in said, said
+    assert "the LMRA gave no usable answer" not in said and "If the chatbot's calls failed on what the pairs hold" in said
+    failed = run.ratings[run.ratings["failed"].astype(bool)]
+    assert len(failed) == career["n_failed"] and failed["error"].str.startswith("chatbot: ").all()

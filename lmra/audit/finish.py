@@ -174,15 +174,41 @@ INVALID_OUTLIER_PREFIX = "a task's pairs went unrated more often than the rest: 
 
 
 def invalid_outlier_warning(d: dict) -> str:
-    """The run's warning about one task of :func:`~lmra.runstate.invalid_outliers`."""
+    """The run's warning about one task of :func:`~lmra.runstate.invalid_outliers`, naming who
+    left its pairs unrated: the chatbot (``n_failed_chatbot`` of them: its call failed, so there
+    was nothing to rate — fresh-user finding, s42: a chatbot's HTTP 503s were told as "the LMRA
+    gave no usable answer", sending the on-call engineer to a judge that had passed validation)
+    or the LMRA (no usable answer, or its call failed)."""
     lo, hi = d["bounds"]
     failed = d.get("n_failed") or 0
-    how = (f" ({'all' if failed == d['n_unrated'] else failed} of them failed calls)" if failed else "")
-    return (f"{INVALID_OUTLIER_PREFIX}{d['task']} ({d['comparison']}): the LMRA gave no usable answer for "
-            f"{d['n_unrated']} of its {d['n_rated']} rated pairs{how} ({d['share']:.1%}, against {d['rest_share']:.1%} in "
-            f"the comparison's other tasks; Fisher p = {d['p_value']:.2g}, Holm-adjusted). If it declined pairs for "
-            f"what they hold, the task's net rating {d['net_rating']:+.4f} is biased: with those pairs at −1 or +1 it "
-            f"would lie in [{lo:+.4f}, {hi:+.4f}]")
+    chatbot = min(d.get("n_failed_chatbot") or 0, failed)
+    lmra_k, lmra_failed = d["n_unrated"] - chatbot, failed - chatbot
+    parts = []
+    if chatbot:
+        parts.append(f"the chatbot's call failed for {'all ' if chatbot == d['n_unrated'] else ''}{chatbot}")
+    if lmra_k:
+        how = (f" ({'all' if lmra_failed == lmra_k else lmra_failed} of them failed calls)" if lmra_failed else "")
+        parts.append(f"the LMRA gave no usable answer for {lmra_k}{how}")
+    why = ("If the chatbot's calls failed on what the pairs hold (a timeout on long answers)" if not lmra_k else
+           "If the LMRA declined pairs for what they hold" if not chatbot else
+           "If those pairs were lost for what they hold")
+    return (f"{INVALID_OUTLIER_PREFIX}{d['task']} ({d['comparison']}): {d['n_unrated']} of its {d['n_rated']} pairs "
+            f"have no usable rating — {' and '.join(parts)} ({d['share']:.1%}, against {d['rest_share']:.1%} in the "
+            f"comparison's other tasks; Fisher p = {d['p_value']:.2g}, Holm-adjusted). {why}, the task's net rating "
+            f"{d['net_rating']:+.4f} is biased: with those pairs at −1 or +1 it would lie in [{lo:+.4f}, {hi:+.4f}]")
+
+
+def chatbot_failed_pairs(scores: pd.DataFrame) -> dict[tuple[str, str, str, str], int]:
+    """Failed pairs whose chatbot call failed (``error`` starting with
+    :data:`~lmra.audit.rate.CHATBOT_FAILED`), by ``(group_a, group_b, domain, task)``."""
+    from lmra.audit.rate import CHATBOT_FAILED
+
+    if not len(scores) or "error" not in scores or "failed" not in scores:
+        return {}
+    hit = scores["failed"].fillna(False).astype(bool) & scores["error"].astype("string").str.startswith(
+        CHATBOT_FAILED).fillna(False)
+    sub = scores.loc[hit, ["group_a", "group_b", "domain", "task"]].astype(str)
+    return {tuple(k): int(n) for k, n in sub.value_counts().items()}
 
 
 #: the start of :func:`filter_share_warning`'s text (a merge recomputes it, not a shard's)
@@ -988,6 +1014,12 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     over_invalid = invalid_over_limit(pt, cfg.max_invalid_share, ov)
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
     outliers = invalid_outliers(pt, alpha=cfg.alpha, skip=over_invalid)
+    if outliers:  # who left the pairs unrated: the chatbot's failed calls are told apart from the LMRA's
+        by_task = chatbot_failed_pairs(scores if "error" in scores else read_pairs(
+            audit.run_dir / PARQUET_NAME, ["group_a", "group_b", "domain", "task", "failed", "error"]))
+        for d in outliers:
+            ga, _, gb = d["comparison"].partition(" vs ")
+            d["n_failed_chatbot"] = by_task.get((ga, gb, str(d["domain"]), d["task"]), 0)
     warnings += [invalid_outlier_warning(d) for d in outliers]
     filter_counts = sorted(getattr(audit, "filter_unlabelled", None) or [],
                            key=lambda r: (str(r.get("domain")), r["task"]))  # (a merge's order: the same)

@@ -34,6 +34,9 @@ PAIR_COLUMNS = ("pair_id", "prompt_id", "domain", "task", "comparison", "placebo
                 "failed", "error", "valid", "method", "q_F", "q_R", "q_N", "h", "order1", "order2",
                 "judge2_valid", "judge2_method", "judge2_order1", "judge2_order2", "judge2_q_F", "judge2_q_R",
                 "judge2_q_N", "judge2_h", "judge2_error")
+#: the start of a failed pair's ``error`` when the chatbot's call failed (no response to rate; a
+#: refusal label's failure starts "refusal label: ", the LMRA's own has no prefix)
+CHATBOT_FAILED = "chatbot: "
 
 class CacheTally:
     """The canaries' LMRA: ``inner`` (the audit's whole judge chain), counting its answers and
@@ -154,8 +157,8 @@ class RateStage:
             "refused": bool(pa[1] or pb[1]), "unlabelled": False, "failed": False, "error": None,
             "valid": False, "method": None, "q_F": nan, "q_R": nan, "q_N": nan, "h": nan,
         }
-        if ra.error or rb.error:
-            return row | {"failed": True, "error": ra.error or rb.error}, quality_rows
+        if ra.error or rb.error:  # the chatbot's call failed: said so, as a refusal label's failure is
+            return row | {"failed": True, "error": f"{CHATBOT_FAILED}{ra.error or rb.error}"}, quality_rows
         refusal_error = error_a or error_b
         if refusal_error:
             return row | {"failed": True, "error": f"refusal label: {refusal_error}"}, quality_rows
