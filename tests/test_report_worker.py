@@ -314,3 +314,44 @@ def test_forked_call_returns_the_result_or_none_and_leaves_no_process(tmp_path):
     out = _python(FORKED, tmp_path)
     assert out == {"value": {"n": 499500, "text": "ok"}, "again": None, "raises": None, "unpicklable": None,
                    "killed": None, "children": [], "orphan_running": False}
+
+
+SIGNAL_IN_FORK = r"""
+import logging
+from lmra.report import worker as W
+events = []
+def on_term(signum, frame):
+    events.append("signal")
+signal.signal(signal.SIGTERM, on_term)
+def after_in_parent():  # an at-fork hook as logging's _releaseLock: Python code a handler could interrupt
+    if not armed:
+        return
+    events.append("hook start")
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10000):
+        pass
+    events.append("hook end")
+armed = True
+os.register_at_fork(after_in_parent=after_in_parent)
+w = W.ReportWorker.start()
+armed = False
+for _ in range(1000):  # the signal, now unblocked, is handled at the next bytecodes
+    if "signal" in events:
+        break
+    time.sleep(0.001)
+w.close()
+# a logger created after the fork: waited forever when logging's hook lost its lock (s42)
+logging.getLogger("after-the-fork-%d" % os.getpid())
+print(json.dumps({"events": events, "children": children()}))
+"""
+
+
+def test_a_stop_signal_during_the_fork_waits_for_the_fork_hooks(tmp_path):
+    """Break-it finding (s42): SIGTERM in an audit's first second hit the report process's fork;
+    lmra's handler raised inside logging's after-fork hook, whose lock stayed held, and the audit
+    hung forever after its calls. The stop signals are blocked while the process forks: a hook
+    runs to its end and the signal is handled just after (here: a hook that signals its own
+    process mid-way)."""
+    out = _python(SIGNAL_IN_FORK, tmp_path)
+    assert out["events"] == ["hook start", "hook end", "signal"], out
+    assert out["children"] == []

@@ -85,6 +85,36 @@ def forking_allowed() -> bool:
             and switch is not False)
 
 
+#: the signals lmra stops on (:mod:`lmra.interrupts`), held back while the process forks
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def _fork_unbroken() -> int:
+    """``os.fork()`` with the stop signals blocked until the fork's hooks have run, in the parent
+    and in the child. A Python signal handler runs between any two bytecodes: run inside
+    :mod:`logging`'s after-fork hook it raised there, the hook's lock was never released, and the
+    next thread to create a logger waited forever — an audit given SIGTERM in its first second
+    made all its calls, then hung, printing progress and writing nothing (break-it finding,
+    s42). Blocked, the signal waits for the fork to end and is handled then, as at any other
+    moment of the run. The child ignores Ctrl-C (SIGINT: the parent's to handle; it kills the
+    child) from its first instruction: a Ctrl-C reaching the process group just after the fork
+    does not end it before it could say so."""
+    if not hasattr(signal, "pthread_sigmask"):
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return pid
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    pid = -1
+    try:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (the child's too: it inherits the mask)
+    return pid
+
+
 class ReportWorker:
     """The forked report process of one ``lmra audit`` (see the module docstring).
 
@@ -116,7 +146,7 @@ class ReportWorker:
                     stream.flush()
                 except (AttributeError, OSError, ValueError):
                     pass
-            pid = os.fork()
+            pid = _fork_unbroken()
         except OSError:
             return None
         if pid == 0:  # the child: never returns
@@ -351,7 +381,7 @@ def forked_call(fn) -> ForkedCall | None:
     try:
         reader, writer = Pipe(duplex=False)
         parent = os.getpid()
-        pid = os.fork()
+        pid = _fork_unbroken()
     except OSError:
         return None
     if pid == 0:  # never returns
