@@ -68,9 +68,12 @@ nightly() {
          || echo "nightly.sh: metrics of $run_dir failed" >&2  # (a failed night has none: alert on staleness)
        fi ;;
   esac
-  if [ -n "$run_dir" ]; then  # reports/history.html: a partial night drawn hollow, a failed one left out
-    lmra report --history --reports-dir "$(dirname "$run_dir")" \
-    || echo "nightly.sh: history page failed" >&2
+  if [ -n "$run_dir" ]; then  # reports/history.html: a partial night drawn hollow, a failed one left out;
+    # the nights of this config's run name (not of the newest run's: an ad-hoc audit in the same reports/)
+    name="$(python -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["name"])' \
+            "$run_dir/config.toml" 2>/dev/null)"
+    lmra report --history --reports-dir "$(dirname "$run_dir")" ${name:+--name "$name"} \
+                --out "$(dirname "$run_dir")/history.html" || echo "nightly.sh: history page failed" >&2
   fi
   echo "=== nightly.sh: exit status $status ==="
   return "$status"

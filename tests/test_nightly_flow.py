@@ -109,9 +109,22 @@ def test_documented_nightly_script_first_night_pins_second_night_checks(tmp_path
             if night == NIGHTS[1]:  # what the dashboards have after night 2
                 history_page = (home / "reports" / "history.html").read_text()
                 prom = (tmp_path / "textfile_collector" / "lmra_nightly.prom").read_text()
+        # an ad-hoc audit of another name in the same reports folder (fresh-user finding, s42: the
+        # next night's history page became the ad-hoc run's, "the newest run's name")
+        audit_config(home / "adhoc.toml", srv.url, "reports/cache.sqlite", "reports", name="adhoc", tasks=TASKS,
+                     per_task=5, retries=0, timeout_s=10, key_env={"target": KEY_VAR, "judge": KEY_VAR},
+                     extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        lmra_bin = str(Path(sys.executable).parent / "lmra") if (Path(sys.executable).parent / "lmra").exists() \
+            else shutil.which("lmra")
+        adhoc = subprocess.run([lmra_bin, "audit", "--config", "adhoc.toml", "--no-progress"], cwd=home,
+                               env=env | {KEY_VAR: "sk-local-test"}, capture_output=True, text=True, timeout=300)
+        assert adhoc.returncode == 0, adhoc.stdout[-2000:] + adhoc.stderr[-2000:]
     # night 3: the chatbot's endpoint is down (the server is gone): a failed run, exported nowhere
     n3 = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": "20261202"}, capture_output=True, text=True,
                         timeout=300)
+    # its history page is still the nightly's (the failed night is not drawn; the ad-hoc run is the newest)
+    page = (home / "reports" / "history.html").read_text()
+    assert "<title>lmra history — nightly</title>" in page and not list((home / "reports").glob("history-*.html"))
 
     (n1, run1), (n2, run2) = results
     # night 1: no baseline yet -> audited, pinned, nothing checked, exit 0
