@@ -282,7 +282,8 @@ def _scopes(df: pd.DataFrame):
 
 
 def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float,
-                 n_paired: int, only_a: int, only_b: int, prompt_differences=None, prompt_counts=None) -> dict:
+                 n_paired: int, only_a: int, only_b: int, prompt_differences=None, prompt_counts=None,
+                 ua: int = 0, ub: int = 0) -> dict:
     """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
     ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them;
     of the ``n_paired`` pairs whose two responses are both labelled, ``only_a`` refused only
@@ -294,7 +295,10 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
     prompt's ``(refusals_a, labelled_a, refusals_b, labelled_b)`` as four arrays; the group
     intervals are then :func:`~lmra.stats.clustered_wilson_ci` over the prompts (``ci_method``
     ``clustered``; statistics review: plain Wilson covered 0.80–0.85 at 95% with 5 per prompt),
-    else plain Wilson."""
+    else plain Wilson. ``ua``/``ub``: responses to A / B without a refusal label (the LMRA's label
+    answer unusable, or its call failed; not a chatbot call that failed), which the rates leave
+    out: ``unlabelled_a``/``unlabelled_b`` (statistics break-it, s42: an LMRA leaving 17 of 100
+    responses to one group unlabelled and 2 of the other's hid a 20 % vs 2 % refusal gap)."""
     if prompt_counts is None:
         lo_a, hi_a = wilson_ci(sa, na, alpha)
         lo_b, hi_b = wilson_ci(sb, nb, alpha)
@@ -314,7 +318,7 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p, "n_paired": n_paired,
             "only_a": only_a, "only_b": only_b, "p_paired": p_paired, "paired_test": method,
-            "ci_method": "wilson" if prompt_counts is None else "clustered"}
+            "ci_method": "wilson" if prompt_counts is None else "clustered", "unlabelled_a": ua, "unlabelled_b": ub}
 
 
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -345,12 +349,15 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         return pd.DataFrame()
     # only the columns read below: the groups' sub-frames are then cut from 6 columns, not ~60
     keep = ["group_a", "group_b", "domain", "task", "refusal_a", "refusal_b"]
-    ratings = ratings[keep + (["prompt_id"] if "prompt_id" in ratings else [])]
+    responded = ~chatbot_failed(ratings)  # (a pair lost to a chatbot call has no response to label)
+    ratings = ratings[keep + (["prompt_id"] if "prompt_id" in ratings else [])].assign(_responded=responded)
     rows = []
     for (ga, gb), comp in ratings.groupby(["group_a", "group_b"], sort=False):
         for level, dom, task, g in _scopes(comp):
             la = g["refusal_a"].dropna().astype(bool)
             lb = g["refusal_b"].dropna().astype(bool)
+            ua = int((g["refusal_a"].isna() & g["_responded"]).sum())
+            ub = int((g["refusal_b"].isna() & g["_responded"]).sum())
             both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
             ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
             diffs = counts = None
@@ -364,8 +371,23 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
                                    ).groupby(keys, dropna=False).agg(["sum", "count"])
                 counts = (per[("ya", "sum")], per[("ya", "count")], per[("yb", "sum")], per[("yb", "count")])
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
-                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs, counts))
+                                     alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs, counts,
+                                     ua, ub))
     return pd.DataFrame(rows)
+
+
+#: the start of a failed pair's ``error`` when a chatbot call failed (no response to rate or label;
+#: lmra.audit.rate): a refusal label's failure starts "refusal label: ", the LMRA's own has no prefix
+CHATBOT_FAILED = "chatbot: "
+
+
+def chatbot_failed(pairs: pd.DataFrame) -> pd.Series:
+    """Per pair: lost because a chatbot call failed (``failed`` with an ``error`` starting
+    :data:`CHATBOT_FAILED`); all False without those columns."""
+    if "failed" not in pairs or "error" not in pairs:
+        return pd.Series(False, index=pairs.index)
+    return (pairs["failed"].fillna(False).astype(bool)
+            & pairs["error"].astype("string").str.startswith(CHATBOT_FAILED).fillna(False).astype(bool))
 
 
 def quality_table(quality: pd.DataFrame, alpha: float = 0.05, interval: str = "t",
@@ -655,11 +677,15 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
     con, have = _source(pairs)
     if "refusal_a" not in have or not _n_rows((con, have)):
         return pd.DataFrame()
-    counts = """count(refusal_a) AS na, coalesce(sum(refusal_a::INT), 0) AS sa,
+    responded = (f"NOT (coalesce(failed, false) AND coalesce(error, '') LIKE '{CHATBOT_FAILED}%')"
+                 if {"failed", "error"} <= set(have) else "true")  # (as chatbot_failed)
+    counts = f"""count(refusal_a) AS na, coalesce(sum(refusal_a::INT), 0) AS sa,
                 count(refusal_b) AS nb, coalesce(sum(refusal_b::INT), 0) AS sb,
                 count(*) FILTER (WHERE refusal_a IS NOT NULL AND refusal_b IS NOT NULL) AS n_paired,
                 count(*) FILTER (WHERE refusal_a AND NOT refusal_b) AS only_a,
-                count(*) FILTER (WHERE refusal_b AND NOT refusal_a) AS only_b"""
+                count(*) FILTER (WHERE refusal_b AND NOT refusal_a) AS only_b,
+                count(*) FILTER (WHERE refusal_a IS NULL AND {responded}) AS ua,
+                count(*) FILTER (WHERE refusal_b IS NULL AND {responded}) AS ub"""
     comps = con.execute("SELECT group_a, group_b FROM pairs GROUP BY ALL ORDER BY min(row_no)").fetchall()
     scopes = {
         "overall": con.execute(f"SELECT group_a, group_b, '(all)', '(all)', {counts} FROM pairs GROUP BY ALL").fetchall(),
@@ -704,12 +730,12 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
     rows = []
     for ga, gb in comps:
         for level in ("overall", "domain", "task"):
-            for a, b, dom, task, na, sa, nb, sb, n_paired, only_a, only_b in scopes[level]:
+            for a, b, dom, task, na, sa, nb, sb, n_paired, only_a, only_b, ua, ub in scopes[level]:
                 if (a, b) != (ga, gb):
                     continue
                 rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha,
                                          int(n_paired), int(only_a), int(only_b), differences(a, b, level, dom, task),
-                                         counts_of(a, b, level, dom, task)))
+                                         counts_of(a, b, level, dom, task), int(ua), int(ub)))
     return pd.DataFrame(rows)
 
 

@@ -120,4 +120,61 @@ def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str, str]], 
     return notes, caveat
 
 
-__all__ = ["check_refusal_notes", "refusal_gap_words", "significant_refusal_gaps"]
+#: the share of a group's responses without a refusal label from which a difference between the
+#: groups' shares is tested (:func:`unlabelled_refusal_warnings`)
+UNLABELLED_MIN_SHARE = 0.05
+#: the start of :func:`unlabelled_refusal_warnings`' text
+UNLABELLED_PREFIX = "refusal rates rest on the labelled responses only: "
+
+
+def unlabelled_refusal_warnings(refusals, alpha: float) -> list[str]:
+    """A warning per comparison whose responses without a refusal label (the LMRA's label
+    answer unusable, or its call failed: ``unlabelled_a``/``unlabelled_b`` of ``refusals.csv``'s
+    overall row) are at least :data:`UNLABELLED_MIN_SHARE` of a group's responses and differ
+    significantly between the groups (two-sided Fisher exact test of unlabelled / labelled ×
+    group, scipy ``fisher_exact``, at ``alpha``; Holm over the comparisons): the rates and their
+    tests count labelled responses only, so an LMRA that fails to label refusals — more of them
+    for the group refused more — hides the gap (statistics break-it, s42: 20 % vs 2 % refused,
+    17 and 2 of 100 responses unlabelled, reported 3/83 vs 0/98, no warning). Says each group's
+    worst-case rate bounds (every unlabelled response refused, or none).
+
+    Args:
+        refusals: the refusal rows (``refusals.csv`` frame or ``summary.json``'s list).
+        alpha: the level, in (0, 1).
+
+    Returns:
+        The warnings (empty when none), each starting with :data:`UNLABELLED_PREFIX`."""
+    rows = refusals.to_dict(orient="records") if isinstance(refusals, pd.DataFrame) else list(refusals or [])
+    tested = []
+    for r in rows:
+        if r.get("level") != "overall":
+            continue
+        ua, ub = int(r.get("unlabelled_a") or 0), int(r.get("unlabelled_b") or 0)
+        na, nb = int(r.get("n_a") or 0), int(r.get("n_b") or 0)
+        ta, tb = na + ua, nb + ub
+        if not ta or not tb or max(ua / ta, ub / tb) < UNLABELLED_MIN_SHARE:
+            continue
+        from scipy.stats import fisher_exact  # (only for a run with unlabelled responses)
+
+        tested.append((r, ua, ta, ub, tb, float(fisher_exact([[ua, na], [ub, nb]]).pvalue)))
+    if not tested:
+        return []
+    from lmra.stats import adjust_pvalues
+
+    reject, adjusted = adjust_pvalues([t[-1] for t in tested], "holm", alpha)
+    out = []
+    for (r, ua, ta, ub, tb, _), flagged, p in zip(tested, reject, adjusted):
+        if not flagged:
+            continue
+        sa, sb = int(r.get("refusals_a") or 0), int(r.get("refusals_b") or 0)
+        out.append(f"{UNLABELLED_PREFIX}{ua} of the {ta} responses to {r['group_a']} and {ub} of the {tb} to "
+                   f"{r['group_b']} have no refusal label (the LMRA's label answer unusable or its call failed; "
+                   f"Fisher p = {p:.2g}, Holm over the comparisons), so the refusal rates ({sa}/{ta - ua} vs "
+                   f"{sb}/{tb - ub}) and their test may hide a gap: with every unlabelled response refused, or none, "
+                   f"{r['group_a']}'s rate lies in [{sa / ta:.4f}, {(sa + ua) / ta:.4f}] and {r['group_b']}'s in "
+                   f"[{sb / tb:.4f}, {(sb + ub) / tb:.4f}]; refusals.csv has unlabelled_a/unlabelled_b per scope — "
+                   "check the LMRA's refusal labels ([refusal], prompts/judge/refusal.txt)")
+    return out
+
+
+__all__ = ["check_refusal_notes", "refusal_gap_words", "significant_refusal_gaps", "unlabelled_refusal_warnings"]

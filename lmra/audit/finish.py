@@ -68,7 +68,7 @@ class AuditResult:
 
 
 #: the per-pair columns the tables, diagnostics and counts of a spooled run do not need in memory
-_NOT_SCORES = frozenset(JSON_COLUMNS) | {"pair_id", "name_a", "name_b", "error", "method", "judge2_method"}
+_NOT_SCORES = frozenset(JSON_COLUMNS) | {"pair_id", "name_a", "name_b", "method", "judge2_method"}
 
 
 #: pairs rescored at a time when ``ratings.parquet`` is written from a spool (their answers decoded)
@@ -135,6 +135,16 @@ class RatedPairSpool(PairSpool):
 _JUDGES = ("", "judge2_")
 
 
+def _labelled(label: tuple | None) -> tuple:
+    """A response's ``(refusal_p, refused)`` as responses.jsonl writes them: ``(None, None)``
+    without a refusal label — none asked, its call failed or its answer unusable (statistics
+    break-it, s42: an unlabelled response was written ``refused: false``, so a count from the
+    file took it for an answer)."""
+    if label is None or label[0] is None:
+        return None, None
+    return label
+
+
 def _redacted(row: dict) -> dict:
     """A response row as a redacted run writes it: responses often quote the user's message, so
     only the text's length is kept (``n_chars``, ``redacted``)."""
@@ -199,14 +209,13 @@ def invalid_outlier_warning(d: dict) -> str:
 
 
 def chatbot_failed_pairs(scores: pd.DataFrame) -> dict[tuple[str, str, str, str], int]:
-    """Failed pairs whose chatbot call failed (``error`` starting with
-    :data:`~lmra.audit.rate.CHATBOT_FAILED`), by ``(group_a, group_b, domain, task)``."""
-    from lmra.audit.rate import CHATBOT_FAILED
+    """Failed pairs whose chatbot call failed (:func:`lmra.aggregate.chatbot_failed`), by
+    ``(group_a, group_b, domain, task)``."""
+    from lmra.aggregate import chatbot_failed
 
-    if not len(scores) or "error" not in scores or "failed" not in scores:
+    hit = chatbot_failed(scores)
+    if not hit.any():
         return {}
-    hit = scores["failed"].fillna(False).astype(bool) & scores["error"].astype("string").str.startswith(
-        CHATBOT_FAILED).fillna(False)
     sub = scores.loc[hit, ["group_a", "group_b", "domain", "task"]].astype(str)
     return {tuple(k): int(n) for k, n in sub.value_counts().items()}
 
@@ -577,7 +586,7 @@ class ResponseSpool(PairSpool):
         self.repeated.add(response.scrubbed, response.prompt_id, failed=response.error is not None,
                           refused=label[1] if label is not None else None)
         row = response_row(response)
-        row["refusal_p"], row["refused"] = label if label is not None else (None, None)
+        row["refusal_p"], row["refused"] = _labelled(label)
         if self.redact:  # as finish_run's disk rows
             row = _redacted(row)
         self.add(key, {"placebo": response.comparison in self.placebo, "line": json_text(row)})
@@ -841,7 +850,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         repeated = RepeatedResponses()
         for i, row in enumerate(resp_rows):
             p_ref, refused = refusals.get(i, (None, None))
-            row["refusal_p"], row["refused"] = p_ref, refused
+            row["refusal_p"], row["refused"] = _labelled(refusals.get(i))
             repeated.add(row["scrubbed"], row["prompt_id"], failed=row["error"] is not None, refused=refused)
         if cfg.redact:  # responses often quote the user's message: keep only their length
             disk_rows = [_redacted(r) for r in resp_rows]
@@ -910,6 +919,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     refusal_df = aggregate.refusal_table(scores, cfg.alpha) if cfg.refusal.enabled else pd.DataFrame()
     if not refusal_df.empty:
         write_csv(refusal_df, audit.run_dir / "refusals.csv")
+        from lmra.refusal_gap import unlabelled_refusal_warnings
+
+        warnings += unlabelled_refusal_warnings(refusal_df, cfg.alpha)  # a gap the unlabelled responses may hide
     qdf = pd.DataFrame(quality_rows)
     quality_combiner = None
     if cfg.quality.enabled and not qdf.empty:  # as the ratings: one combiner, each criterion's own position logit
@@ -1015,8 +1027,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     warnings += [invalid_share_warning(d, cfg.max_invalid_share) for d in over_invalid]
     outliers = invalid_outliers(pt, alpha=cfg.alpha, skip=over_invalid)
     if outliers:  # who left the pairs unrated: the chatbot's failed calls are told apart from the LMRA's
-        by_task = chatbot_failed_pairs(scores if "error" in scores else read_pairs(
-            audit.run_dir / PARQUET_NAME, ["group_a", "group_b", "domain", "task", "failed", "error"]))
+        by_task = chatbot_failed_pairs(scores)
         for d in outliers:
             ga, _, gb = d["comparison"].partition(" vs ")
             d["n_failed_chatbot"] = by_task.get((ga, gb, str(d["domain"]), d["task"]), 0)

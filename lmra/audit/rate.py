@@ -24,6 +24,7 @@ from lmra.judge.stereotype import rate_stereotype
 from lmra.providers import Provider, ProviderError
 from lmra.providers.base import request_key, wrap_identity
 
+from lmra.aggregate import CHATBOT_FAILED
 from lmra.audit.inputs import Inputs
 from lmra.redact import error_text
 
@@ -34,9 +35,6 @@ PAIR_COLUMNS = ("pair_id", "prompt_id", "domain", "task", "comparison", "placebo
                 "failed", "error", "valid", "method", "q_F", "q_R", "q_N", "h", "order1", "order2",
                 "judge2_valid", "judge2_method", "judge2_order1", "judge2_order2", "judge2_q_F", "judge2_q_R",
                 "judge2_q_N", "judge2_h", "judge2_error")
-#: the start of a failed pair's ``error`` when the chatbot's call failed (no response to rate; a
-#: refusal label's failure starts "refusal label: ", the LMRA's own has no prefix)
-CHATBOT_FAILED = "chatbot: "
 
 class CacheTally:
     """The canaries' LMRA: ``inner`` (the audit's whole judge chain), counting its answers and

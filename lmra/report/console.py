@@ -229,8 +229,12 @@ def _refusals(console: Console, refusals: pd.DataFrame, conf: str, alpha: float)
         table.add_column(col, justify="right" if col in (a, b) or "p" in col.split() else "left")
     for _, r in shown.iterrows():
         scope = "overall" if r["level"] == "overall" else r["domain"]
-        pa = f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
-        pb = f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
+        # (responses without a refusal label are left out of the rates: said beside them, s42)
+        ua, ub = (int(r.get(c) or 0) if c in r and r.get(c) == r.get(c) else 0 for c in ("unlabelled_a", "unlabelled_b"))
+        pa = (f"{r['refusals_a']}/{r['n_a']} = {_rate(r['rate_a'])} [{_rate(r['ci_low_a'])}, {_rate(r['ci_high_a'])}]"
+              + (f" +{ua} unlabelled" if ua else ""))
+        pb = (f"{r['refusals_b']}/{r['n_b']} = {_rate(r['rate_b'])} [{_rate(r['ci_low_b'])}, {_rate(r['ci_high_b'])}]"
+              + (f" +{ub} unlabelled" if ub else ""))
         none = not r["refusals_a"] and not r["refusals_b"]  # no refusal at all: nothing to test, as p says
         # several pairs per prompt: the pooled z-test, which takes the pairs as independent, is not
         # valid (0.13–0.24 false positives at α 0.05 in the statistics review): never shown red there
