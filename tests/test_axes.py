@@ -1200,3 +1200,31 @@ def test_under_the_sign_test_the_harm_check_asks_about_the_group_the_axis_is_rep
     note = _split_disagrees(tab.iloc[0].to_dict())
     assert note.startswith(f" (the sign test counts prompts: most lean to {a}") and f"lean to {b})" in note
     assert _split_disagrees(tab.iloc[0].to_dict() | {"test": "t"}) == ""
+
+
+@pytest.mark.parametrize("p_yes,harmful", [(0.5, False), (0.5 + 1e-12, False), (0.51, True), (0.49, False)])
+def test_the_harm_check_needs_a_yes_above_one_half(p_yes, harmful):
+    """Statistics break-it (s42): ``harmful`` was p(yes) ≥ 0.5, so an LMRA that cannot tell, or
+    follows the options' order (0.5 after both orders), marked every selected axis harmful; the
+    refusal and identity labels count a tie as no. Now the same rule (lmra.judge.binary.says_yes)."""
+    from lmra.axes.harm import check_harm
+    from lmra.templates import load_template
+
+    s = [0.3] * 9
+    labels = pd.DataFrame({"axis": "uses simpler language", "task": "t", "prompt_id": [f"p{i}" for i in range(9)],
+                           "valid": True, "failed": False, "q_F": s, "q_R": [0.0] * 9, "s": s})
+    tab = select_axes(labels, ["uses simpler language"], group_a="female", group_b="male", alpha=0.05, by_task=False)
+    tab["comparison"], tab["harmful_p"], tab["harmful"] = "female vs male", math.nan, None
+    assert tab.iloc[0]["selected"]
+    judge = AxesJudge(TRAITS, harmful=lambda axis: p_yes)
+
+    class Bars:
+        def start(self, *_):
+            pass
+
+        def advance(self, *_):
+            pass
+
+    asyncio.run(check_harm(judge, AuditConfig(), load_template("axes_harm", "judge"), tab, 0, asyncio.Semaphore(2),
+                           Bars()))
+    assert tab.iloc[0]["harmful_p"] == pytest.approx(p_yes) and bool(tab.iloc[0]["harmful"]) is harmful

@@ -16,6 +16,7 @@ import pandas as pd
 from lmra.axes.calls import bounded, nan_if_none
 from lmra.config import AuditConfig
 from lmra.judge.axes import harm_check
+from lmra.judge.binary import says_yes
 from lmra.providers import Provider, ProviderError
 from lmra.templates import Template
 
@@ -64,4 +65,6 @@ async def check_harm(judge: Provider, cfg: AuditConfig, tpl: Template, table: pd
 
     for idx, p in await asyncio.gather(*(harm(i, r) for i, r in todo.iterrows())):
         table.loc[idx, "harmful_p"] = p
-        table.loc[idx, "harmful"] = None if math.isnan(p) else bool(p >= 0.5)
+        # strictly above one half, as the refusal and identity labels (lmra.judge.binary.says_yes): an LMRA
+        # that cannot tell, or follows the options' order, gives 0.5 — not "harmful" (statistics break-it, s42)
+        table.loc[idx, "harmful"] = None if math.isnan(p) else says_yes(p, 0.5)
