@@ -214,6 +214,16 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  file=config_path, field=key)
 
 
+def _read_only_mount(path: Path) -> bool:
+    """True when ``path`` lies on a filesystem mounted read-only (``statvfs``'s ``ST_RDONLY``)."""
+    import os
+
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def require_writable_cache(cache: str) -> None:
     """Refuse, before any model call, a call cache this user cannot write: the SQLite file
     read-only for them (a run with sudo once created it, owned by root), or its folder, where
@@ -231,6 +241,9 @@ def require_writable_cache(cache: str) -> None:
     if cache == ":memory:":
         return
     db = Path(cache)
+    if db.is_file() and _read_only_mount(db):  # (break-it finding, s42: the advice said chown/chmod)
+        raise LmraIOError("the call cache is on a read-only filesystem: answered calls could not be stored; "
+                          "mount it writable or set another cache", path=db)
     if db.is_file() and not os.access(db, os.R_OK | os.W_OK):
         try:
             st = db.stat()

@@ -563,3 +563,22 @@ def test_a_history_that_is_a_device_is_an_input_error(capsys):
     assert main(["report", "--history", "/dev/zero"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "is not a regular file (a device, pipe or socket)" in err and "no such history file" not in err
+
+
+def test_a_cache_on_a_read_only_filesystem_is_said_so_not_chown(small_disk):
+    """Break-it finding (s42): a cache on a read-only mount was refused as "cannot be written by this
+    user (owner root, mode 644) … chown/chmod", which cannot mend a read-only filesystem."""
+    from lmra.cache import CallCache
+    from lmra.errors import LmraIOError
+    from lmra.fileio import require_writable_cache
+
+    db = small_disk / "cache.sqlite"
+    CallCache(db).close()
+    require_writable_cache(str(db))  # writable: fine
+    r = subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot remount the tmpfs read-only here")
+    with pytest.raises(LmraIOError) as exc:
+        require_writable_cache(str(db))
+    assert "read-only filesystem" in exc.value.reason and "chown" not in exc.value.reason
+    assert exc.value.path == str(db)

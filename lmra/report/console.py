@@ -573,7 +573,7 @@ def render_audit(console: Console, result) -> None:
     tokens = (calls.get("prompt_tokens_fresh", 0) or 0) + (calls.get("completion_tokens_fresh", 0) or 0)
     replayed = (m.get("pair_memo") or {}).get("hits") or 0  # pairs whose calls the pair memo counted as cached
     console.print(f"Model calls: {calls.get('fresh', 0)} fresh ({tokens} tokens), {calls.get('cached', 0)} from "
-                  f"cache" + (f" ({replayed} pairs replayed from the pair memo)" if replayed else "")
+                  f"cache" + (f" ({counted(replayed, 'pair')} replayed from the pair memo)" if replayed else "")
                   + f", {calls.get('failed', 0)} failed, {calls.get('retries', 0)} retries"
                   + (f"; estimated cost ${cost:.4f} (price table {budget.get('price_table')})" if cost is not None
                      else _unpriced(budget)) + ".")
