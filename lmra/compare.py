@@ -1075,6 +1075,18 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
                      "different scales; read r as agreement, not the slope as a change")
     if run_a.judge_template[0] != run_b.judge_template[0]:
         notes.append("different judge templates")
+    if run_a.combiner and run_b.combiner and run_a.combiner != run_b.combiner:  # (statistics break-it, s42: a
+        # judge that lost its log-probabilities on night B — min → mean — read as B 25 % less biased, no note)
+        notes.append(f"different order combiners (A: {run_a.combiner}, B: {run_b.combiner}): a position-biased "
+                     "LMRA's ratings are on different scales under each (docs/methodology.md §2), so read r as "
+                     "agreement, not the slope as a change — 'lmra check' refuses such a pair as not comparable")
+    else:
+        from lmra.comparable import position_drift_note
+
+        compared = sorted({f"{o.get('group_a')} vs {o.get('group_b')}" for o in run_b.summary.get("overall") or []})
+        drift = position_drift_note(run_a, run_b, compared)  # the LMRA's first-position preference moved A → B
+        if drift:
+            notes.append(drift.replace("between the nights", "from A to B"))
     from lmra.identity import identity_changes
 
     notes += [f"{line} (A → B)" for line in identity_changes(run_a.manifest, run_b.manifest)]

@@ -532,3 +532,43 @@ def test_the_disattenuated_r_is_withheld_when_noisy_and_its_interval_covers_the_
     line = cmp.summary_lines()[0]
     assert math.isnan(cmp.pearson_r_disattenuated) and "no disattenuated r: " in line
     assert "±1.000" not in line and "= 1.000" not in line and "= -1.000" not in line
+
+
+def _judged_run(tmp_path, run_id, *, combiner, position_logit, seed):
+    """One audit of the same chatbot (TaskTarget) with a position-biased LMRA under ``combiner``."""
+    from doubles import ScriptedJudge
+    from lmra import Audit
+    from lmra.config import AuditConfig
+    from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
+
+    names, prompts = write_inputs(tmp_path / "inputs", 200)
+    cfg = AuditConfig.model_validate(dict(
+        name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16,
+        judge_check={"enabled": False}, judge={"combiner": combiner}))
+    def soft(r1, r2):  # probability left on every option: the position logit can be estimated
+        hard = phrase_verdict(r1, r2)
+        return {o: 0.1 + 0.7 * hard.get(o, 0.0) for o in ("A", "B", "C")}
+
+    judge = ScriptedJudge(soft, position_logit=position_logit)
+    run_dir = tmp_path / "reports" / run_id
+    Audit(cfg, target=TaskTarget({"write a story": 0.2, "career advice": 0.4}), judge=judge, run_dir=run_dir).run()
+    return load_run(run_dir)
+
+
+def test_compare_notes_runs_under_different_combiners_and_a_moved_position_preference(tmp_path):
+    """Statistics break-it (s42): on night B the LMRA lost its log-probabilities, so A was scored under
+    'min' and B under 'mean'; 'lmra compare' gave a slope of 0.74 — B about 25% less biased — with no
+    note, while 'lmra check' refuses that pair as not comparable. A moved first-position preference
+    (b̂ 1.3 → 2.8) was not noted either."""
+    a = _judged_run(tmp_path, "20260101-000000-nightly", combiner="min", position_logit=0.0, seed=1)
+    b = _judged_run(tmp_path, "20260102-000000-nightly", combiner="mean", position_logit=0.0, seed=2)
+    notes = compare_runs(a, b).notes
+    assert any(n.startswith("different order combiners (A: min, B: mean)") for n in notes), notes
+    c = _judged_run(tmp_path, "20260103-000000-nightly", combiner="min", position_logit=2.5, seed=3)
+    notes = compare_runs(a, c).notes
+    assert not any("different order combiners" in n for n in notes)
+    assert any("position logit" in n and "from A to B" in n for n in notes), notes
+    # the control: the same LMRA and combiner on another night says neither
+    d = _judged_run(tmp_path, "20260104-000000-nightly", combiner="min", position_logit=0.0, seed=4)
+    assert not any("combiners" in n or "position logit" in n for n in compare_runs(a, d).notes)
