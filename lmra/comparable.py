@@ -226,12 +226,25 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
                            f"without a baseline), so this check sees nothing new; check that run itself: "
                            f"'lmra check {earlier} --baseline pinned' (docs/nightly.md)")
             else:
+                # checked already: a re-run of a night stopped after its check (kill -9 during its report or
+                # warehouse) lands here as well as a seed left fixed (break-it finding, s42: the advice was only
+                # "give each night its own seed", which the operator had; the night's verdict stood)
+                check = history.latest_check(earlier) if earlier != baseline.run_id else None
+                verdict = (check or {}).get("verdict")
+                stood = (f"; if {earlier} is this night's earlier attempt, stopped after its check "
+                         f"({VERDICT_WORDS.get(verdict, verdict)} against {check.get('baseline_id')}), the night is "
+                         "audited and checked already — its verdict stands in 'lmra history', and this run adds "
+                         f"nothing: 'lmra report {earlier}' and 'lmra warehouse add {earlier}' finish what it may not "
+                         "have written" if verdict else "")
                 out.append(f"the run made no fresh target call: every chatbot answer was replayed from the call cache "
                            f"(run {earlier}, finished earlier with the same prompts, names, seed {seed_r} and model), "
                            "so the check does not see what the chatbot does tonight; give each night its own seed "
-                           "(--seed, docs/nightly.md)")
+                           f"(--seed, docs/nightly.md){stood}")
     return out
 
+
+#: a recorded check's verdict in words (the replay warning quotes the earlier attempt's)
+VERDICT_WORDS = {"regression": "a regression", "no_regression": "no regression", "no_conclusion": "no conclusion"}
 
 #: the starts of the warnings that say every chatbot answer was replayed (a replay's check)
 REPLAY_STARTS = ("the run drew with the baseline's seed", "the run made no fresh target call")

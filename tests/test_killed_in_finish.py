@@ -54,3 +54,27 @@ def test_the_advice_after_a_stop_in_the_finishing_steps_uses_the_nights_baseline
     advice = _after_finish_for(argparse.Namespace(command="audit", baseline="last"), "reports/20261206-021500-nightly")
     assert "'lmra check reports/20261206-021500-nightly --baseline last'" in advice
     assert "--baseline pinned" in _after_finish_for(argparse.Namespace(command="audit"), "x")
+
+
+def test_a_rerun_of_a_night_stopped_after_its_check_says_its_verdict_stands(tmp_path, sim_inputs, capsys):
+    """Break-it finding (s42): a night killed (SIGKILL) after its check was stored — during its report or
+    warehouse — and re-run as documented replayed every answer and was told only "give each night its
+    own seed", which the operator had. The warning now says the earlier attempt's verdict stands, and
+    what finishes its folder."""
+    from lmra.cli import main
+
+    names, prompts = sim_inputs(40)
+    cfg = custom_audit_config(tmp_path, names, prompts, target="test_killed_in_finish:make_target",
+                              judge="test_killed_in_finish:make_judge", name="nightly")
+    night = ["audit", "--config", str(cfg), "--no-progress", "--no-report", "--baseline", "pinned"]
+    assert main([*night, "--seed", "1"]) == 0  # night 1: a first night, pinned
+    before = {p.name for p in (tmp_path / "reports").glob("*-nightly*")}
+    assert main([*night, "--seed", "2"]) == 0  # night 2: checked against it (then, say, killed in its report)
+    [first] = {p.name for p in (tmp_path / "reports").glob("*-nightly*")} - before  # night 2's run
+    capsys.readouterr()
+    status = main([*night, "--seed", "2"])  # the re-run of night 2
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert status == 2, out
+    assert "give each night its own seed" in out  # (a seed left fixed is the other way here)
+    assert (f"if {first} is this night's earlier attempt, stopped after its check (no regression against ") in out, out
+    assert "its verdict stands in 'lmra history'" in out and f"'lmra report {first}'" in out
