@@ -342,3 +342,35 @@ def test_a_rerun_replaying_every_chatbot_answer_is_marked_and_the_documented_que
     sql = sql.replace("reports/warehouse", str(wh)).replace("judge_status = 'passed'", "judge_status IS NOT NULL")
     got = duckdb.sql(sql).df()
     assert set(got["run_id"]) == {night.name} and len(got) == len(load_run(night).per_task)
+
+
+def test_a_partial_night_and_the_rerun_that_completed_it_are_told_apart_by_the_documented_query(tmp_path, capsys):
+    """Fresh-user finding (s42): a night left partial by the chatbot's HTTP 503s and its same-day re-run
+    (which completed it from the call cache) were two rows a task in the warehouse, with no column to
+    tell them apart; the documented query returned both. Rows carry ``run_status``, and the query keeps
+    the complete night only."""
+    import re
+    from pathlib import Path
+
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    with FaultServer(fault_rate=0.15, faults=("http_500",), seed=5) as srv:
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS,
+                           retries=0, per_task=8, extra="[filter]\nlmra = false\n")
+        night = ["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "7",
+                 "--allow-unvalidated-judge"]
+        assert main(night) == 1  # partial: more than max_failed_share of its pairs lost
+        srv.fault_rate = 0.0
+        assert main(night) == 0  # the re-run completes the night from the cache
+    partial, complete = run_folders(out, "nightly")
+    assert load_run(partial).status == "partial" and load_run(complete).status == "complete"
+    capsys.readouterr()
+    wh = out / "warehouse"
+    df = pd.read_parquet(wh / "per_task")
+    assert dict(df.groupby("run_id")["run_status"].first()) == {partial.name: "partial", complete.name: "complete"}
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
+    sql = re.search(r"```sql\n(-- DuckDB: the nightly task net ratings.*?)```", doc, re.S).group(1)
+    sql = sql.replace("reports/warehouse", str(wh)).replace("judge_status = 'passed'", "judge_status IS NOT NULL")
+    got = duckdb.sql(sql).df()
+    assert set(got["run_id"]) == {complete.name} and len(got) == len(load_run(complete).per_task)

@@ -45,6 +45,9 @@ PER_TASK_SCHEMA: dict[str, str] = {
     # call cache or pair memo (s38 known gap: a re-run replaying an earlier night's cached answers landed in
     # the warehouse as one more night, with nothing to tell it from a new measurement)
     "seed": "int64", "target_calls_fresh": "int64", "target_calls_cached": "int64",
+    # the run's status, complete or partial (fresh-user finding, s42: a partial night and the re-run that
+    # completed it were two rows a night in the warehouse, which had no column to tell them apart)
+    "run_status": "string",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -128,6 +131,7 @@ def _with_run_columns(table: pd.DataFrame, run: RunFolder) -> pd.DataFrame:
     table["seed"] = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
     calls = target_calls(run)
     table["target_calls_fresh"], table["target_calls_cached"] = calls if calls is not None else (None, None)
+    table["run_status"] = run.status
     return table
 
 
