@@ -92,7 +92,7 @@ def test_a_terminal_too_narrow_for_any_layout_gets_whole_lines_it_wraps():
     assert _render(30).count("+0.0667 [-0.4512, +0.4541]") == 1  # the per-task table likewise
 
 
-@pytest.mark.parametrize("width", [80, 100, 120])
+@pytest.mark.parametrize("width", [80, 100, 110, 120])
 def test_lmra_history_keeps_every_rating_whole_in_a_narrow_terminal(width, tmp_path, monkeypatch):
     """Fresh-user finding (s36): at 80 columns ``lmra history`` cut the net rating's interval to
     "[-0.25…", the judge status to "(waive…" and broke "regressi / on", though the docs said the
@@ -131,3 +131,5 @@ def test_lmra_history_keeps_every_rating_whole_in_a_narrow_terminal(width, tmp_p
     for run_id in (base.name, run.name):
         assert run_id in text  # whole, on one line
     assert "regressi " not in text
+    # the gates are never the column left out (s42: dropped at 110 columns): shown in the table or a block
+    assert "gates" in text.split("Start times")[0] and "gates for this terminal" not in flat

@@ -631,7 +631,9 @@ def cmd_history(args: argparse.Namespace) -> int:
         # table's lines rather than cut a number (lmra.console.fitted_table)
         table, dropped = fitted_table(console, title, narrow_rows, text=("regression check", "gates"),
                                       left=("run", "judge status", "overall net rating [CI]"),
-                                      drops=(("pairs",), ("gates",)))  # (a breached gate matters more)
+                                      drops=(("pairs",),))  # never the gates: too narrow for them, a block
+    # per run below says every fact (fresh-user finding, s42: at 110 columns the gates column was left
+    # out, though a breached gate is what pages the on-call engineer)
     if narrow and not fits(console, table):  # (fresh-user finding, s36: at 80 columns "[-0.25…", "(waive…",
         # "regressi / on"): a block per run, each fact on its own line, which wraps between words
         console.print(f"[italic]{title}[/]")
