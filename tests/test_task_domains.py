@@ -62,3 +62,25 @@ def test_the_exit_line_names_a_regressed_task_with_its_domain():
         regressions = tests[tests["regressed"]]
 
     assert check_exit_reasons(Result) == {3: "2 tasks regressed against baseline b (d / advice, story)"}
+
+
+def test_the_console_shows_each_domains_net_rating(tmp_path, capsys):
+    """Statistics break-it (s42): per-domain net ratings were computed (per_domain.csv, summary.json)
+    but shown on no surface; methodology §1 reports every metric per task and per domain. The console
+    gives each comparison's domains on one line, the numbers of per_domain.csv."""
+    import pandas as pd
+
+    cfg = write_config(tmp_path, name="twodom", seed=1, n_prompts=32)
+    _two_domains(cfg)
+    rc, out, run = audit(capsys, cfg)
+    assert rc == 0, out
+    flat = " ".join(out.split())
+    pdm = pd.read_csv(run / "per_domain.csv")
+    assert len(pdm) == 2
+    line = next(x for x in out.splitlines() if x.startswith("Per domain (female vs male"))
+    for r in pdm.itertuples():
+        assert f"{r.domain} {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}] ({r.n_pairs} pairs)" in flat, line
+    # one domain: no line (the Overall line says it)
+    cfg1 = write_config(tmp_path / "one", name="onedom", seed=1, n_prompts=16)
+    rc, out, _ = audit(capsys, cfg1)
+    assert rc == 0 and "Per domain" not in out

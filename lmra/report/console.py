@@ -187,10 +187,23 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                                  "forward rate), so a "
                                  "rating this low may be the LMRA's choice of pairs (check its answers in "
                                  "ratings.parquet)" if loud else "") + ".[/]")
+            _per_domain(console, ga, gb, (summary or {}).get("per_domain") or [], conf)
             # the answer in words: biased? how sure? (fresh-user finding, s36)
             from lmra.report.verdict import comparison_verdict
 
             console.print(Text(comparison_verdict(r, pt["ci_low"].tolist(), summary or {}), style="bold"))
+
+
+def _per_domain(console: Console, ga: str, gb: str, rows: list, conf: str) -> None:
+    """One line of the comparison's per-domain net ratings with their intervals (summary.json
+    ``per_domain``, per_domain.csv; methodology §1: every metric per task and per domain), when it
+    has more than one domain (statistics break-it, s42: computed, but shown on no surface)."""
+    mine = [d for d in rows if isinstance(d, dict) and d.get("group_a") == ga and d.get("group_b") == gb]
+    if len(mine) < 2:
+        return
+    cells = "; ".join(f"{lit(d.get('domain'))} {_ci_cell(d.get('net_rating'), d.get('ci_low'), d.get('ci_high'))} "
+                      f"({counted(int(d.get('n_pairs') or 0), 'pair')})" for d in mine)
+    console.print(f"Per domain ({lit(ga)} vs {lit(gb)}; net rating [{conf}% CI]): {cells}")
 
 
 def _declined_parts(r) -> str:
