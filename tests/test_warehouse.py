@@ -374,3 +374,7 @@ def test_a_partial_night_and_the_rerun_that_completed_it_are_told_apart_by_the_d
     sql = sql.replace("reports/warehouse", str(wh)).replace("judge_status = 'passed'", "judge_status IS NOT NULL")
     got = duckdb.sql(sql).df()
     assert set(got["run_id"]) == {complete.name} and len(got) == len(load_run(complete).per_task)
+    # the history page counts the partial run apart (it said "2 night(s)" for one night)
+    assert main(["report", "--history", "--reports-dir", str(out)]) == 0
+    page = " ".join((out / "history.html").read_text().split())
+    assert "2 night(s) from" in page and "(1 of them partial, drawn hollow" in page

@@ -404,6 +404,9 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
         "generated": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "name": name, "other_names": [n for n in names if n != name], "history_path": str(history.path),
         "n_nights": len(runs), "n_total": n_total, "first": rows[0]["date"], "last": rows[-1]["date"],
+        # partial runs are drawn (hollow) beside the re-run that completed their night: counted apart
+        # (fresh-user finding, s42: "4 night(s)" for 3 nights)
+        "n_partial": sum(1 for n in rows if n["run_status"] == "partial"),
         "newest": rows[-1], "nights": rows[::-1], "comparisons": comparisons, "strips": strips,
         # the run folders of this name that did not finish: not drawn, never a silent gap (fresh-user finding)
         "not_finished": [r | {"text": not_finished_words(r)} for r in nf[-MAX_NOT_FINISHED:][::-1]],
