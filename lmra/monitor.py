@@ -882,6 +882,12 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
             result.notes.append(drift)
             result.position_drift = (f"the LMRA's position preference fell (position logit "
                                      f"{_b(baseline):+.2f} → {_b(run):+.2f}), which can hide a rise")
+    if result.verdict in ("regression", "no_regression"):  # the LMRA's ratings of the same canaries moved (s42)
+        from lmra.comparable import canary_drift_note
+
+        drift = canary_drift_note(baseline, run, float(alpha))
+        if drift:
+            result.notes.append(drift)
     if not replayed:  # refusal gaps, which the check does not test (statistics break-it, s37: a group refused
         # on 30% of one task's prompts read "no regression", once "improvement", without a word)
         from lmra.refusal_gap import check_refusal_notes
