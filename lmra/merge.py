@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
+from lmra.refusal_gap import UNLABELLED_PREFIX
 from lmra.repeated import REPEATED_RESPONSES_PREFIX
 from lmra.audit.finish import (AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX, AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, COMMON_WORD_NAMES_PREFIX,
                                EMPTIED_BY_FILTER_PREFIX, EMPTY_RESPONSES_MARK, UNFINISHED_RESPONSES_MARK, FILTER_REMOVED_MOST_PREFIX, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX,
@@ -703,7 +704,8 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                      and UNFINISHED_RESPONSES_MARK not in w
                      and ORDER_DEPENDENCE_MARK not in w and not w.startswith(COMBINERS_DISAGREE_PREFIX)
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, MERGE_VERSION_PREFIX, POSITIONAL_REFUSAL_PREFIX,
-                                           AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, REPEATED_RESPONSES_PREFIX))]  # (axes are not merged: lmra axes --run)
+                                           AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, REPEATED_RESPONSES_PREFIX,
+                                           UNLABELLED_PREFIX))]  # (axes are not merged: lmra axes --run)
     from lmra.runfolder import package_versions
 
     mine = package_versions().get("lmra")

@@ -111,3 +111,30 @@ def test_no_warning_without_a_difference(unlabelled):
     a = [None] * unlabelled + [True] * 10 + [False] * (90 - unlabelled)
     b = [None] * unlabelled + [True] * 9 + [False] * (91 - unlabelled)
     assert unlabelled_refusal_warnings(refusal_table(_pairs(a, b)), 0.05) == []
+
+
+def test_a_merged_run_has_the_unsharded_runs_unlabelled_warning_not_each_shards(tmp_path, sim_inputs):
+    """Break-it round 2 (s42): ``lmra merge`` kept each shard's unlabelled-refusal warning with that
+    shard's counts beside the merged run's own — three warnings where the unsharded run has one."""
+    from lmra.merge import merge_shards
+    from lmra.shard import Shard
+
+    names, prompts = sim_inputs(200)
+
+    def cfg(out, cache):
+        return AuditConfig.model_validate(dict(
+            name="refusals", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=5,
+            output_dir=str(tmp_path / out), cache=str(tmp_path / cache), concurrency=8,
+            judge_check={"enabled": False}, filter={"lmra": False}))
+
+    whole = Audit(cfg("whole", "whole.sqlite"), target=_RefusingTarget(), judge=_BlindToRefusals()).run()
+    shards = []
+    for i in (1, 2):
+        audit = Audit(cfg("shards", f"shard{i}.sqlite"), target=_RefusingTarget(), judge=_BlindToRefusals())
+        audit.shard = Shard(i, 2)
+        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{i}of2")
+        shards.append(audit.run())
+    merged = merge_shards([str(s.run_dir) for s in shards], out_dir=str(tmp_path / "merged"))
+    said = [[w for w in r.summary["warnings"] if w.startswith(UNLABELLED_PREFIX)] for r in (whole, merged)]
+    assert len(said[0]) == 1 and said[1] == said[0]
+    assert (whole.run_dir / "refusals.csv").read_bytes() == (merged.run_dir / "refusals.csv").read_bytes()
