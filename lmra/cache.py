@@ -426,8 +426,13 @@ class CallCache:
             reason = io_reason(exc)
             # a damaged file is not a folder problem (break-it finding: the advice said check the folder)
             damaged = is_damage(exc)
+            from lmra.fileio import read_only_mount
+
+            folder = Path(self.path).parent
             advice = ("the file is damaged or is not an lmra call cache: move it aside (its answers are lost; "
                       "a re-run asks the calls again) or set 'cache' in the config to another file" if damaged else
+                      "its folder is on a read-only filesystem: set 'cache' in the config to a writable place"
+                      if folder.is_dir() and read_only_mount(folder) else  # (break-it round 2, s42)
                       "check that the folder exists and is writable, or set 'cache' in the config")
             raise LmraIOError(f"cannot open the call cache ({reason}); {advice}", path=self.path) from None
 

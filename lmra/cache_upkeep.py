@@ -115,7 +115,15 @@ def _connect(path: str | Path, *, write: bool) -> sqlite3.Connection:
     p = Path(path)
     if not p.is_file():
         raise LmraInputError("no call cache here (no such file)", file=p)
-    uri = p.resolve().as_uri() + ("?mode=rw" if write else "?mode=ro")
+    from lmra.fileio import read_only_mount
+
+    read_only = read_only_mount(p)
+    if write and read_only:
+        raise LmraIOError("the call cache is on a read-only filesystem: nothing can be deleted from it (mount it "
+                          "writable)", path=p)
+    # a WAL database opens read-only only with its shared-memory file, which a read-only filesystem cannot
+    # hold: there, read it as immutable (nothing can write it meanwhile; break-it round 2, s42)
+    uri = p.resolve().as_uri() + ("?mode=rw" if write else "?mode=ro&immutable=1" if read_only else "?mode=ro")
     try:
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_WAIT_S)
         tables = {name: {c[1] for c in db.execute(f"PRAGMA table_info({name})")}

@@ -214,7 +214,7 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  file=config_path, field=key)
 
 
-def _read_only_mount(path: Path) -> bool:
+def read_only_mount(path: Path) -> bool:
     """True when ``path`` lies on a filesystem mounted read-only (``statvfs``'s ``ST_RDONLY``)."""
     import os
 
@@ -241,7 +241,7 @@ def require_writable_cache(cache: str) -> None:
     if cache == ":memory:":
         return
     db = Path(cache)
-    if db.is_file() and _read_only_mount(db):  # (break-it finding, s42: the advice said chown/chmod)
+    if db.is_file() and read_only_mount(db):  # (break-it finding, s42: the advice said chown/chmod)
         raise LmraIOError("the call cache is on a read-only filesystem: answered calls could not be stored; "
                           "mount it writable or set another cache", path=db)
     if db.is_file() and not os.access(db, os.R_OK | os.W_OK):

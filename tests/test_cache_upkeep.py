@@ -190,3 +190,49 @@ def test_bad_inputs_are_one_paragraph_naming_the_file(tmp_path, monkeypatch, cap
             main(["cache", "prune", "--older-than", bad])
         assert exc.value.code == 2
     assert age_arg("1.5d") == 1.5 * DAY and age_arg("36h") == 36 * 3600
+
+
+def test_times_no_calendar_holds_are_said_in_seconds_not_a_traceback(tmp_path, capsys):
+    """Break-it round 2 (s42): a row written by a clock far ahead, or an age of millennia, made
+    ``lmra cache info`` / ``prune`` end in a traceback ("year out of range")."""
+    path = tmp_path / "cache.sqlite"
+    CallCache(path).close()
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("INSERT INTO calls VALUES ('k', 'openai', '', 'm', '{}', '{}', 1e15)")
+    db.close()
+    assert main(["cache", "info", "--cache", str(path)]) == 0
+    assert "1000000000000000 Unix seconds" in capsys.readouterr().out
+    assert main(["cache", "prune", "--older-than", "3000000d", "--cache", str(path), "--dry-run"]) == 0
+    assert "Unix seconds; 1 call kept" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_cache_on_a_read_only_filesystem_is_read_and_refused_for_pruning(tmp_path, capsys):
+    """Break-it round 2 (s42): on a read-only mount ``cache info`` and ``prune --dry-run``, which only
+    read, failed with "unable to open database file" (a WAL database needs its shared-memory file),
+    and ``prune`` said the same instead of naming the read-only filesystem."""
+    import subprocess
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        path = mnt / "cache.sqlite"
+        c = CallCache(path)
+        c.close()
+        db = sqlite3.connect(path)
+        with db:
+            db.execute("INSERT INTO calls VALUES ('k', 'openai', '', 'm', '{}', '{}', 1.0)")
+        db.close()
+        if subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode:
+            pytest.skip("cannot remount the tmpfs read-only here")
+        assert describe(path).n_calls == 1
+        assert prune(path, DAY, dry_run=True).n_calls == 1
+        with pytest.raises(LmraIOError, match="read-only filesystem"):
+            prune(path, DAY)
+        # an audit whose cache does not exist yet on that mount is told so too
+        with pytest.raises(LmraIOError, match="read-only filesystem"):
+            CallCache(mnt / "new.sqlite")
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

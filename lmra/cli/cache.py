@@ -70,9 +70,14 @@ def _size(n: int) -> str:
 
 
 def _utc(t: float) -> str:
+    """``t`` (Unix seconds) as a UTC time, or as seconds when no calendar date holds it (a row
+    written by a clock far ahead, an age of millennia: break-it round 2, s42, a traceback)."""
     from datetime import datetime, timezone
 
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:.0f} Unix seconds"
 
 
 def cmd_cache_info(args: argparse.Namespace) -> int:
