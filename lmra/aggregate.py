@@ -283,7 +283,7 @@ def _scopes(df: pd.DataFrame):
 
 def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: int, alpha: float,
                  n_paired: int, only_a: int, only_b: int, prompt_differences=None, prompt_counts=None,
-                 ua: int = 0, ub: int = 0) -> dict:
+                 ua: int = 0, ub: int = 0, unlabelled_test: tuple | None = None) -> dict:
     """One row of the refusal table: ``sa`` of ``na`` responses to group A refused, ``sb`` of
     ``nb`` to group B; Wilson intervals per group and the two-proportion z-test between them;
     of the ``n_paired`` pairs whose two responses are both labelled, ``only_a`` refused only
@@ -298,7 +298,13 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
     else plain Wilson. ``ua``/``ub``: responses to A / B without a refusal label (the LMRA's label
     answer unusable, or its call failed; not a chatbot call that failed), which the rates leave
     out: ``unlabelled_a``/``unlabelled_b`` (statistics break-it, s42: an LMRA leaving 17 of 100
-    responses to one group unlabelled and 2 of the other's hid a 20 % vs 2 % refusal gap)."""
+    responses to one group unlabelled and 2 of the other's hid a 20 % vs 2 % refusal gap), and
+    ``p_unlabelled``, the paired test of equal unlabelled shares on the pairs whose two responses
+    exist — ``unlabelled_test`` = (pairs with only A's response unlabelled, only B's, each prompt's
+    only-A minus only-B count or None): exact McNemar, or clustered by prompt when a prompt has
+    several pairs (break-it round 2, s42: Fisher on the pooled counts warned 16–21 % of healthy
+    runs whose unlabelled propensity is shared within a prompt and group); NaN without a pair
+    unlabelled on one side only."""
     if prompt_counts is None:
         lo_a, hi_a = wilson_ci(sa, na, alpha)
         lo_b, hi_b = wilson_ci(sb, nb, alpha)
@@ -318,7 +324,16 @@ def _refusal_row(ga, gb, level: str, dom, task, sa: int, na: int, sb: int, nb: i
             "ci_high_a": hi_a, "n_b": nb, "refusals_b": sb, "rate_b": sb / nb if nb else math.nan,
             "ci_low_b": lo_b, "ci_high_b": hi_b, "z": z, "p_value": p, "n_paired": n_paired,
             "only_a": only_a, "only_b": only_b, "p_paired": p_paired, "paired_test": method,
-            "ci_method": "wilson" if prompt_counts is None else "clustered", "unlabelled_a": ua, "unlabelled_b": ub}
+            "ci_method": "wilson" if prompt_counts is None else "clustered", "unlabelled_a": ua, "unlabelled_b": ub,
+            "p_unlabelled": _unlabelled_p(unlabelled_test)}
+
+
+def _unlabelled_p(test: tuple | None) -> float:
+    """:func:`_refusal_row`'s ``p_unlabelled`` of ``(only_a, only_b, prompt_differences)``."""
+    if test is None or not (test[0] or test[1]):
+        return math.nan
+    only_a, only_b, differences = test
+    return mcnemar_exact(int(only_a), int(only_b)) if differences is None else clustered_mcnemar(differences)
 
 
 def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -358,6 +373,13 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
             lb = g["refusal_b"].dropna().astype(bool)
             ua = int((g["refusal_a"].isna() & g["_responded"]).sum())
             ub = int((g["refusal_b"].isna() & g["_responded"]).sum())
+            resp = g[g["_responded"]]
+            xa, xb = resp["refusal_a"].isna(), resp["refusal_b"].isna()
+            du = None
+            if "prompt_id" in resp and resp[["domain", "task", "prompt_id"]].duplicated().any():
+                d = (xa & ~xb).astype(int) - (xb & ~xa).astype(int)
+                du = d.groupby([resp[c] for c in ("domain", "task", "prompt_id")], dropna=False).sum().to_numpy()
+            unlabelled_test = (int((xa & ~xb).sum()), int((xb & ~xa).sum()), du)
             both = g[g["refusal_a"].notna() & g["refusal_b"].notna()]
             ra, rb = both["refusal_a"].astype(bool), both["refusal_b"].astype(bool)
             diffs = counts = None
@@ -372,7 +394,7 @@ def refusal_table(ratings: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
                 counts = (per[("ya", "sum")], per[("ya", "count")], per[("yb", "sum")], per[("yb", "count")])
             rows.append(_refusal_row(ga, gb, level, dom, task, int(la.sum()), len(la), int(lb.sum()), len(lb),
                                      alpha, len(both), int((ra & ~rb).sum()), int((rb & ~ra).sum()), diffs, counts,
-                                     ua, ub))
+                                     ua, ub, unlabelled_test))
     return pd.DataFrame(rows)
 
 
@@ -685,7 +707,9 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
                 count(*) FILTER (WHERE refusal_a AND NOT refusal_b) AS only_a,
                 count(*) FILTER (WHERE refusal_b AND NOT refusal_a) AS only_b,
                 count(*) FILTER (WHERE refusal_a IS NULL AND {responded}) AS ua,
-                count(*) FILTER (WHERE refusal_b IS NULL AND {responded}) AS ub"""
+                count(*) FILTER (WHERE refusal_b IS NULL AND {responded}) AS ub,
+                count(*) FILTER (WHERE refusal_a IS NULL AND refusal_b IS NOT NULL AND {responded}) AS oua,
+                count(*) FILTER (WHERE refusal_b IS NULL AND refusal_a IS NOT NULL AND {responded}) AS oub"""
     comps = con.execute("SELECT group_a, group_b FROM pairs GROUP BY ALL ORDER BY min(row_no)").fetchall()
     scopes = {
         "overall": con.execute(f"SELECT group_a, group_b, '(all)', '(all)', {counts} FROM pairs GROUP BY ALL").fetchall(),
@@ -701,7 +725,11 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
             "count(*) FILTER (WHERE refusal_a IS NOT NULL AND refusal_b IS NOT NULL) AS n, "
             "count(*) FILTER (WHERE refusal_a AND NOT refusal_b) - count(*) FILTER (WHERE refusal_b AND NOT refusal_a)"
             " AS d, coalesce(sum(refusal_a::INT), 0) AS ya, count(refusal_a) AS ma, "
-            "coalesce(sum(refusal_b::INT), 0) AS yb, count(refusal_b) AS mb, count(*) AS n_rows FROM pairs GROUP BY ALL").df()
+            "coalesce(sum(refusal_b::INT), 0) AS yb, count(refusal_b) AS mb, count(*) AS n_rows, "
+            f"count(*) FILTER (WHERE {responded}) AS n_responded, "
+            f"count(*) FILTER (WHERE refusal_a IS NULL AND refusal_b IS NOT NULL AND {responded}) - "
+            f"count(*) FILTER (WHERE refusal_b IS NULL AND refusal_a IS NOT NULL AND {responded}) AS du "
+            "FROM pairs GROUP BY ALL").df()
         if not (per_prompt["n_rows"] > 1).any():
             per_prompt = None
 
@@ -727,15 +755,23 @@ def refusal_table_sql(pairs, alpha: float = 0.05) -> pd.DataFrame:
         sel = sel[sel["n"] > 0]
         return sel["d"].to_numpy() if (sel["n"] > 1).any() else None
 
+    def unlabelled_differences(a, b, level, dom, task):
+        """Each prompt's only-A minus only-B unlabelled count when a prompt has several responded pairs."""
+        if per_prompt is None:
+            return None
+        sel = prompts_of(a, b, level, dom, task)
+        return sel["du"].to_numpy() if (sel["n_responded"] > 1).any() else None
+
     rows = []
     for ga, gb in comps:
         for level in ("overall", "domain", "task"):
-            for a, b, dom, task, na, sa, nb, sb, n_paired, only_a, only_b, ua, ub in scopes[level]:
+            for a, b, dom, task, na, sa, nb, sb, n_paired, only_a, only_b, ua, ub, oua, oub in scopes[level]:
                 if (a, b) != (ga, gb):
                     continue
                 rows.append(_refusal_row(ga, gb, level, dom, task, int(sa), int(na), int(sb), int(nb), alpha,
                                          int(n_paired), int(only_a), int(only_b), differences(a, b, level, dom, task),
-                                         counts_of(a, b, level, dom, task), int(ua), int(ub)))
+                                         counts_of(a, b, level, dom, task), int(ua), int(ub),
+                                         (int(oua), int(oub), unlabelled_differences(a, b, level, dom, task))))
     return pd.DataFrame(rows)
 
 

@@ -131,8 +131,10 @@ def unlabelled_refusal_warnings(refusals, alpha: float) -> list[str]:
     """A warning per comparison whose responses without a refusal label (the LMRA's label
     answer unusable, or its call failed: ``unlabelled_a``/``unlabelled_b`` of ``refusals.csv``'s
     overall row) are at least :data:`UNLABELLED_MIN_SHARE` of a group's responses and differ
-    significantly between the groups (two-sided Fisher exact test of unlabelled / labelled ×
-    group, scipy ``fisher_exact``, at ``alpha``; Holm over the comparisons): the rates and their
+    significantly between the groups (the row's ``p_unlabelled``: McNemar's test on the pairs,
+    exact or clustered by prompt — both responses of a pair answer one prompt, and a prompt's
+    several pairs are not independent; two-sided Fisher on the pooled counts for a row written
+    before that column; at ``alpha``, Holm over the comparisons): the rates and their
     tests count labelled responses only, so an LMRA that fails to label refusals — more of them
     for the group refused more — hides the gap (statistics break-it, s42: 20 % vs 2 % refused,
     17 and 2 of 100 responses unlabelled, reported 3/83 vs 0/98, no warning). Says each group's
@@ -154,9 +156,14 @@ def unlabelled_refusal_warnings(refusals, alpha: float) -> list[str]:
         ta, tb = na + ua, nb + ub
         if not ta or not tb or max(ua / ta, ub / tb) < UNLABELLED_MIN_SHARE:
             continue
-        from scipy.stats import fisher_exact  # (only for a run with unlabelled responses)
+        p = r.get("p_unlabelled")
+        if p is None or (isinstance(p, float) and math.isnan(p)):
+            if "p_unlabelled" in r:  # (tested, and no pair had one side unlabelled only)
+                continue
+            from scipy.stats import fisher_exact  # a refusals.csv written before the paired test
 
-        tested.append((r, ua, ta, ub, tb, float(fisher_exact([[ua, na], [ub, nb]]).pvalue)))
+            p = float(fisher_exact([[ua, na], [ub, nb]]).pvalue)
+        tested.append((r, ua, ta, ub, tb, float(p)))
     if not tested:
         return []
     from lmra.stats import adjust_pvalues
@@ -169,8 +176,8 @@ def unlabelled_refusal_warnings(refusals, alpha: float) -> list[str]:
         sa, sb = int(r.get("refusals_a") or 0), int(r.get("refusals_b") or 0)
         out.append(f"{UNLABELLED_PREFIX}{ua} of the {ta} responses to {r['group_a']} and {ub} of the {tb} to "
                    f"{r['group_b']} have no refusal label (the LMRA's label answer unusable or its call failed; "
-                   f"Fisher p = {p:.2g}, Holm over the comparisons), so the refusal rates ({sa}/{ta - ua} vs "
-                   f"{sb}/{tb - ub}) and their test may hide a gap: with every unlabelled response refused, or none, "
+                   f"{'paired' if 'p_unlabelled' in r else 'Fisher'} p = {p:.2g}, Holm over the comparisons), so "
+                   f"the refusal rates ({sa}/{ta - ua} vs {sb}/{tb - ub}) and their test may hide a gap: with every unlabelled response refused, or none, "
                    f"{r['group_a']}'s rate lies in [{sa / ta:.4f}, {(sa + ua) / ta:.4f}] and {r['group_b']}'s in "
                    f"[{sb / tb:.4f}, {(sb + ub) / tb:.4f}]; refusals.csv has unlabelled_a/unlabelled_b per scope — "
                    "check the LMRA's refusal labels ([refusal], prompts/judge/refusal.txt)")

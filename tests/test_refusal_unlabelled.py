@@ -12,7 +12,7 @@ import random
 
 import pandas as pd
 import pytest
-from scipy.stats import fisher_exact
+from scipy.stats import binomtest, fisher_exact
 
 from conftest import NAME_TO_GROUP
 from doubles import ScriptedJudge, ScriptedTarget
@@ -55,8 +55,13 @@ def test_a_gap_of_unlabelled_responses_is_warned_with_the_rates_bounds_by_hand()
     assert (row["refusals_a"], row["n_a"], row["unlabelled_a"], row["refusals_b"], row["n_b"], row["unlabelled_b"]) \
         == (3, 83, 17, 0, 98, 2)
     [said] = unlabelled_refusal_warnings(refusal_table(_pairs(a, b)), 0.05)
-    p = fisher_exact([[17, 83], [2, 98]]).pvalue  # one comparison: Holm leaves it
-    assert said.startswith(UNLABELLED_PREFIX) and f"Fisher p = {p:.2g}" in said
+    # the pairs: 17 with only A's response unlabelled (b has labels there), 2 with only B's: exact McNemar
+    p = binomtest(2, 19, 0.5).pvalue  # one comparison: Holm leaves it
+    assert refusal_table(_pairs(a, b)).iloc[0]["p_unlabelled"] == pytest.approx(p)
+    assert said.startswith(UNLABELLED_PREFIX) and f"paired p = {p:.2g}" in said
+    # a refusals.csv written before the paired test: Fisher on the pooled counts
+    [old] = unlabelled_refusal_warnings(refusal_table(_pairs(a, b)).drop(columns="p_unlabelled"), 0.05)
+    assert f"Fisher p = {fisher_exact([[17, 83], [2, 98]]).pvalue:.2g}" in old
     assert "17 of the 100 responses to female and 2 of the 100 to male" in said
     assert "female's rate lies in [0.0300, 0.2000]" in said and "male's in [0.0000, 0.0200]" in said
     # controls: the same unlabelled share in both groups; too few unlabelled to test
@@ -138,3 +143,25 @@ def test_a_merged_run_has_the_unsharded_runs_unlabelled_warning_not_each_shards(
     said = [[w for w in r.summary["warnings"] if w.startswith(UNLABELLED_PREFIX)] for r in (whole, merged)]
     assert len(said[0]) == 1 and said[1] == said[0]
     assert (whole.run_dir / "refusals.csv").read_bytes() == (merged.run_dir / "refusals.csv").read_bytes()
+
+
+def test_the_unlabelled_test_keeps_its_level_when_a_prompt_and_group_share_a_propensity():
+    """Break-it round 2 (s42): Fisher on the pooled counts warned 16–21 % of healthy runs at α 0.05
+    when the LMRA's failure to label was shared within a (prompt, group) — 5 pairs per prompt. The
+    paired test clustered by prompt keeps the level: 300 simulated runs of 40 prompts × 5 pairs, both
+    groups drawing their (prompt, group) propensity from one distribution."""
+    import numpy as np
+
+    rng = np.random.default_rng(42)
+    warned = 0
+    runs = 300
+    for _ in range(runs):
+        rows = []
+        for i in range(40):
+            pa, pb = rng.beta(0.3, 2.0, size=2)  # each (prompt, group) its own propensity, same distribution
+            for k in range(5):
+                rows.append({"group_a": "female", "group_b": "male", "domain": "d", "task": "t",
+                             "prompt_id": f"p{i}", "refusal_a": None if rng.random() < pa else False,
+                             "refusal_b": None if rng.random() < pb else False, "failed": False, "error": None})
+        warned += bool(unlabelled_refusal_warnings(refusal_table(pd.DataFrame(rows)), 0.05))
+    assert warned / runs <= 0.08, warned  # 0.05 ± 2 SE over 300 runs; the pooled Fisher test gave 0.16–0.21
