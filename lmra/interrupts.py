@@ -35,20 +35,36 @@ CAUSES = {
 }
 
 _received: list[str] = []  # signal names in the order they came (only the first is named)
+_delivered = [True]  # whether the last signal recorded reached the command as its KeyboardInterrupt
 
 
 def reset() -> None:
     """Forget the signals recorded so far (a new command, or a new run in this process)."""
     _received.clear()
+    _delivered[0] = True
 
 
 def record(signum: int) -> None:
-    """Record that signal ``signum`` arrived."""
+    """Record that signal ``signum`` arrived (not delivered yet: :func:`delivered`)."""
     try:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
     _received.append(name)
+    _delivered[0] = False
+
+
+def delivered() -> None:
+    """Note that the signals recorded so far reached the command (a ``KeyboardInterrupt`` left a
+    run); their names stay for the message (:func:`received`)."""
+    _delivered[0] = True
+
+
+def dropped() -> str | None:
+    """The first recorded signal when the last one has not reached the command — its
+    ``KeyboardInterrupt`` raised where Python ignores exceptions (a finalizer, a garbage
+    collector's callback: "Exception ignored in …") —, else None."""
+    return None if _delivered[0] else received()
 
 
 def received() -> str | None:

@@ -153,6 +153,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     from lmra import interrupts
 
     box: list[T] = []
+    if interrupts.dropped() is not None:  # a stop signal came before this run, and Python dropped its
+        # KeyboardInterrupt (a finalizer's "Exception ignored"): the command was asked to stop — before any
+        # call (break-it round 2, s42: a SIGHUP 1 s after start was swallowed so, and the night ran to its end)
+        coro.close()
+        interrupts.delivered()
+        raise KeyboardInterrupt
     interrupts.reset()
 
     async def main() -> None:
@@ -171,6 +177,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
                 raise
             raise KeyboardInterrupt from exc
     except KeyboardInterrupt as exc:
+        interrupts.delivered()  # (it reaches the caller: a later run in this process is not stopped by it)
         if box and not isinstance(exc, InterruptedAfterFinish):  # coro returned: its result is not lost
             raise InterruptedAfterFinish(box[0]) from exc
         raise

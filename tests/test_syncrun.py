@@ -87,3 +87,28 @@ def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs)
                    judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
     assert isinstance(result, finish.AuditResult) and len(result.responses) == 12
     assert formatted == []
+
+
+def test_a_stop_signal_dropped_before_a_run_stops_it_before_it_starts():
+    """Break-it round 2 (s42): a SIGHUP one second into ``lmra audit`` raised its KeyboardInterrupt
+    inside a finalizer ("Exception ignored in: 'NotGiven'"), Python dropped it, and the night ran to its
+    end (exit 5) — the command's end-of-run check missed it too, the run having forgotten the signal.
+    A signal recorded and not delivered stops the next run before its coroutine starts; once delivered
+    it stops nothing more."""
+    from lmra import interrupts
+
+    started = []
+
+    async def work():
+        started.append(1)
+        return 7
+
+    interrupts.reset()
+    interrupts.record(signal.SIGHUP)  # as lmra.interrupts._stop does, its KeyboardInterrupt then swallowed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sync(work())
+        assert started == [] and interrupts.received() == "SIGHUP"  # named for the command's message
+        assert run_sync(work()) == 7 and started == [1]  # delivered: the next run goes on
+    finally:
+        interrupts.reset()

@@ -332,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             interrupts.ignore_stop_signals()  # (break-it finding: a SIGTERM after "exit status 0" ended with 143,
         # Python's default handlers being back while the interpreter shuts down)
         if status != 130 and interrupts.received() is not None:
+            interrupts.delivered()  # (said now; a later command in this process starts clean)
             return _lost_interrupt(args, status)
         return status
     except KeyboardInterrupt as exc:
+        interrupts.delivered()
         if from_script:  # the run has stopped: a second signal must not end this message with another status
             interrupts.ignore_stop_signals()  # (review finding: SIGINT then SIGTERM ended with 143, not 130)
         from rich.text import Text
