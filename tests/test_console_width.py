@@ -132,10 +132,12 @@ def _pty_output(args: list[str], columns: int) -> str:
 
 def test_tables_fit_the_window_on_a_terminal(runs):
     """On a terminal (a 100-column pseudo-terminal) Rich's own layout is kept: no line is wider
-    than the window."""
+    than the window. (At 100 columns the history's compact table with its gates column does not fit:
+    one block per run, since the gates are never the column left out — fresh-user finding, s42.)"""
     text = _pty_output(["history", "--reports-dir", str(runs["reports"])], 100)
     lines = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
-    assert any("┃ run" in line for line in lines)  # the table was printed
+    assert any("┃ run" in line for line in lines) or any(f"{runs['rise'].name} — judge" in line for line in lines)
+    assert any("gates" in line for line in lines)
     assert max(len(line) for line in lines) <= 100
     assert TARGET not in text  # the long model id had to be wrapped to fit
 
