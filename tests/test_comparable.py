@@ -271,6 +271,37 @@ def test_a_second_audit_of_the_same_name_while_one_runs_is_said(tmp_path, capsys
     assert rc == 0 and "another audit named" not in out
 
 
+def test_two_audits_started_in_the_same_second_are_said(tmp_path, capsys, monkeypatch):
+    """Ops break-it (s42): two audits of one name started in the same second warned of nothing — each
+    looked for running audits before either had locked its folder. The other audit here claims and
+    locks its folder at the very moment this one claims its own (after this one's plan line): the
+    look, made once this run holds its lock, sees it; this run's own folder is not named."""
+    import lmra.audit as audit_mod
+    from lmra.runstate import RunLock
+    from test_gates import audit, write_config
+
+    cfg = write_config(tmp_path, name="nightly", n_prompts=8)
+    reports = tmp_path / "reports"
+    other = reports / "20260101-000000-nightly"  # the other audit's folder, not locked yet
+    other.mkdir(parents=True)
+    (other / "config.toml").write_text('name = "nightly"\n')
+    held = []
+    real_claim = audit_mod.claim_run_dir
+
+    def claim_beside_another(base):
+        if not held:  # the other audit, started in the same second, locks its folder first
+            held.append(RunLock(other).acquire())
+        return real_claim(base)
+
+    monkeypatch.setattr(audit_mod, "claim_run_dir", claim_beside_another)
+    rc, out, _ = audit(capsys, cfg)
+    assert rc == 0 and held
+    text = " ".join(out.split())
+    assert f"warning: another audit named 'nightly' is running in {reports} (run {other.name}, pid" in text
+    assert text.count("another audit named") == 1  # not this run's own folder
+    held[0].release()
+
+
 def test_the_names_file_is_compared_by_what_it_holds_not_by_its_path(tmp_path, monkeypatch):
     """Break-it finding: the same names file named by a relative and an absolute path was 'another
     design', and a names file cut down in place was not."""

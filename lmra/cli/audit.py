@@ -212,6 +212,28 @@ def _clear_run_dir_file(path: str) -> None:
 
 
 
+def _warn_of_running_audits(audit, cfg) -> None:
+    """Warn of other audits of this name writing ``cfg.output_dir`` now (an overrunning cron job):
+    said, not refused. Looked for once this run holds its own folder's lock (``Audit.on_claim``),
+    so of two audits started at once the later to lock sees the earlier (ops break-it, s42: checked
+    before either had locked, two audits started in the same second saw nothing of each other)."""
+    from lmra.runstate import running_runs
+
+    before = audit.on_claim
+
+    def claimed(run_dir: Path) -> None:
+        if before is not None:
+            before(run_dir)
+        for other, pid in running_runs(cfg.output_dir, cfg.name):
+            if other == run_dir.name:
+                continue
+            print_warning(f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); "
+                          "this run goes on beside it: the two compete for the endpoints' rate limits (each with its "
+                          "own budget), and their logs and exports interleave — stop one if that was not meant")
+
+    audit.on_claim = claimed
+
+
 def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha: float, first_night: bool,
                report_worker=None, baseline_sizes: dict[str, int] | None = None) -> int:
     """The audit proper (after the config and baseline checks of :func:`cmd_audit`): run,
@@ -263,12 +285,7 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
                  + _embedded_judge_warnings(cfg)):
         print_warning(line)
     if audit.shard is None:  # two nights of one audit at once (an overrunning cron job): said, not refused
-        from lmra.runstate import running_runs
-
-        for other, pid in running_runs(cfg.output_dir, cfg.name):
-            print_warning(f"another audit named '{cfg.name}' is running in {cfg.output_dir} (run {other}, pid {pid}); "
-                          "this run goes on beside it: the two compete for the endpoints' rate limits (each with its "
-                          "own budget), and their logs and exports interleave — stop one if that was not meant")
+        _warn_of_running_audits(audit, cfg)
     from lmra.leftovers import clear_leftovers, cleared_words
 
     cleared = clear_leftovers(cfg.output_dir)  # (scale break-it, s40: a killed run's spools stayed, 260 MB a night)
