@@ -1,11 +1,13 @@
-"""The config reference documents every field."""
+"""The docs are true: the config reference documents every field; the on-call runbook's links and
+commands are real."""
 
 from pathlib import Path
 
 from lmra.config import (AuditConfig, AxesConfig, FilterConfig, GatesConfig, Group, JudgeCheckConfig, JudgeConfig, ModelConfig,
                          PlaceboConfig, QualityConfig, RefusalConfig, ReportConfig, TaskGatesConfig)
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "config.md").read_text()
 
 
 def test_every_config_field_is_documented():
@@ -113,3 +115,48 @@ def test_a_quoted_number_or_bool_in_the_config_gets_the_line_to_write(tmp_path):
     cfg.write_text('name = "a"\nprompts_per_task = "three"\n')
     with pytest.raises(LmraInputError, match="TOML writes a number without quotes"):
         load_config(cfg)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces as ``-``."""
+    import re
+
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_the_oncall_runbook_links_and_commands_are_real():
+    """docs/oncall.md (the runbook an on-call engineer follows): every relative link names a file
+    and heading that exist, and every ``lmra …`` command it quotes is one the CLI parses, flags
+    included — a runbook whose commands fail is worse than none."""
+    import re
+    import shlex
+
+    from lmra.cli import build_parser
+
+    docs = ROOT / "docs"
+    text = (docs / "oncall.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = (docs / path) if path else docs / "oncall.md"
+        assert target.is_file(), link
+        if anchor:
+            headings = [_slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), re.M)]
+            assert anchor in headings, link
+    commands = [c for c in re.findall(r"`(lmra [^`]+)`", text) + re.findall(r"^(lmra .+?)(?:\s+#.*)?$", text, re.M)
+                if not c.endswith("…")]
+    assert len(commands) >= 10, commands
+    parser = build_parser()
+    names = set(parser._subparsers._group_actions[0].choices)  # the subcommands
+    for line in commands:
+        argv = [w.replace("RUN_DIR", "reports/x").replace("BASELINE_RUN", "b") for w in shlex.split(line)[1:]]
+        if len(argv) == 1:  # a command named, not given in full
+            assert argv[0] in names, line
+            continue
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:  # argparse's error: a subcommand or flag that does not exist
+            raise AssertionError(f"the runbook's command does not parse: {line}") from exc
