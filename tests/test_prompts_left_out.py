@@ -102,3 +102,26 @@ def test_the_plan_lines_words_for_the_prompts_audited():
     assert words.startswith("up to 76 audited in this shard (1/4: the prompts it holds, at most 20 per task")
     assert "the shards together audit the whole audit's selection" in words
     assert _kept_words(audit(0, Shard(2, 4)), 75) == "up to 75 audited in this shard (2/4: the prompts it holds)"
+
+
+def test_names_a_group_draws_are_not_said_to_be_never_drawn():
+    """Fresh-user finding (s43): gender-only groups (female, male) beside race groups (Black,
+    White) draw the Hispanic names too, yet every audit warned "race 'Hispanic' ×20 … never
+    drawn". Only names that no group selects are counted, by the values no group filters for."""
+    from lmra.audit.inputs import unmatched_name_values
+    from lmra.config import Group
+    from lmra.data import NameRecord
+
+    names = [NameRecord(name="Ana", gender="female", race="Hispanic"), NameRecord(name="Juan", gender="male", race="Hispanic"),
+             NameRecord(name="Ama", gender="female", race="Black"), NameRecord(name="Zed", gender="mal", race="Hispanic"),
+             NameRecord(name="Kim", gender="nonbinary", race="White")]
+    gender_and_race = [Group(name="female", gender="female"), Group(name="male", gender="male"),
+                       Group(name="Black", race="Black"), Group(name="White", race="White")]
+    # Zed: no group selects him (gender 'mal', race Hispanic); Kim is White: the White group draws her
+    assert unmatched_name_values(names, gender_and_race) == {"gender": {"mal": 1}, "race": {"Hispanic": 1}}
+    intersections = [Group(name="Black female", gender="female", race="Black"),
+                     Group(name="White male", gender="male", race="White")]
+    # only Ama is drawn; of the others, the values no group filters for
+    assert unmatched_name_values(names, intersections) == {"gender": {"mal": 1, "nonbinary": 1},
+                                                            "race": {"Hispanic": 3}}
+    assert unmatched_name_values(names, [Group(name="p", profile="I am a woman")]) == {}  # no name group

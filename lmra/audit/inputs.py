@@ -122,20 +122,31 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
 
 
 def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
-    """The gender and race values of the name list that no group of the config selects (a
-    misspelt ``mal``), with how many names carry each: ``{"gender": {"mal": 1}}``; a column
-    no group filters by is not looked at, and neither is an empty value.
+    """The gender and race values of the names **no group** of the config selects that no group
+    filters for (a misspelt ``mal``), with how many such names carry each: ``{"gender": {"mal":
+    1}}``; a column no group filters by is not looked at, and neither is an empty value. A name a
+    group selects is drawn, whatever its other column says: a gender-only ``female`` group draws
+    the Hispanic women of a list whose race groups are Black and White (fresh-user finding, s43:
+    "race 'Hispanic' ×20 … never drawn" was said of names the female group drew).
 
     Args:
-        names: the name list's records (``gender``, ``race``); groups: the config's groups.
+        names: the name list's records (``gender``, ``race``); groups: the config's groups (a
+            direct-profile group selects no name).
     """
+    selecting = [g for g in groups if not g.profile]
+
+    def selected(n) -> bool:
+        return any((g.gender is None or (n.gender or "").lower() == g.gender.lower())
+                   and (g.race is None or (n.race or "").lower() == g.race.lower()) for g in selecting)
+
+    never = [n for n in names if not selected(n)]
     out: dict[str, dict[str, int]] = {}
     for col in ("gender", "race"):
-        wanted = {getattr(g, col).lower() for g in groups if getattr(g, col)}
+        wanted = {getattr(g, col).lower() for g in selecting if getattr(g, col)}
         if not wanted:
             continue
         counts: dict[str, int] = {}
-        for n in names:
+        for n in never:
             value = getattr(n, col) or ""
             if value and value.lower() not in wanted:
                 counts[value] = counts.get(value, 0) + 1
