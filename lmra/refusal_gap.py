@@ -52,7 +52,9 @@ def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: flo
 
     Returns:
         The rows (dicts), each with ``p`` (the p-value compared, Holm-adjusted when ``holm``)
-        and ``paired`` (whether it is the paired test's)."""
+        and ``paired`` (whether it is the paired test's); when ``holm``, also ``p_unadjusted``
+        (the row's own p-value, as ``refusals.csv`` and the audit's console give it) and
+        ``holm_over`` (how many rows, and of what, the adjustment was over)."""
     rows = refusals.to_dict(orient="records") if isinstance(refusals, pd.DataFrame) else list(refusals or [])
     rows = [r for r in rows if r.get("level") == level and (r.get("refusals_a") or r.get("refusals_b"))]
     tested = [(r, *_p(r)) for r in rows]
@@ -65,17 +67,26 @@ def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: flo
         for comp in dict.fromkeys(family(r) for r, _, _ in tested):
             mine = [(r, p, paired) for r, p, paired in tested if family(r) == comp]
             _, adjusted = adjust_pvalues([p for _, p, _ in mine], "holm", alpha)
-            out += [r | {"p": float(q), "paired": paired} for (r, _, paired), q in zip(mine, adjusted) if q < alpha]
+            over = (len(mine), "tasks" if holm == "comparison" else "comparisons")
+            out += [r | {"p": float(q), "paired": paired, "p_unadjusted": p0, "holm_over": over}
+                    for (r, p0, paired), q in zip(mine, adjusted) if q < alpha]
         return out
     return [r | {"p": p, "paired": paired} for r, p, paired in tested if p < alpha]
 
 
 def refusal_gap_words(row: dict) -> str:
     """``female and male are refused at different rates (12/320 = 0.0375 vs 0/320 = 0.0000, paired
-    p = 0.0005)``: a row of :func:`significant_refusal_gaps` in words."""
+    p = 0.0005)``: a row of :func:`significant_refusal_gaps` in words. A p-value Holm-adjusted over
+    more than one row says so, with the row's own p-value beside it — ``paired p = 0.0079
+    Holm-adjusted over 6 comparisons (0.0013 alone, as in refusals.csv)`` — since the audit's
+    console and ``refusals.csv`` give that one (fresh-user finding, s43: one test, two p-values,
+    neither labelled)."""
+    p = f"{'paired ' if row.get('paired') else ''}p = {row['p']:.2g}"
+    n, what = row.get("holm_over") or (1, "")
+    if n > 1:
+        p += f" Holm-adjusted over {n} {what} ({row['p_unadjusted']:.2g} alone, as in refusals.csv)"
     return (f"{row['group_a']} and {row['group_b']} are refused at different rates ({row['refusals_a']}/{row['n_a']} "
-            f"= {float(row['rate_a']):.4f} vs {row['refusals_b']}/{row['n_b']} = {float(row['rate_b']):.4f}, "
-            f"{'paired ' if row.get('paired') else ''}p = {row['p']:.2g})")
+            f"= {float(row['rate_a']):.4f} vs {row['refusals_b']}/{row['n_b']} = {float(row['rate_b']):.4f}, {p})")
 
 
 def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str, str]], alpha: float) -> tuple[list[str], str]:
@@ -115,7 +126,7 @@ def check_refusal_notes(run_refusals, improved: Iterable[tuple[str, str, str]], 
             if (comparison, str(r.get("domain")), task) in wanted:
                 named = f"{r.get('domain')} / {task}" if len(domains.get(task, ())) > 1 else task
                 notes.append(f"the improvement of '{named}' ({comparison}) may be the refusals': tonight in "
-                             f"that task {refusal_gap_words(r | {'paired': r.get('paired')})} (Holm over the tasks), "
+                             f"that task {refusal_gap_words(r | {'paired': r.get('paired')})}, "
                              "and refused pairs are left out of its net rating")
     return notes, caveat
 

@@ -64,7 +64,12 @@ def test_the_overall_note_is_corrected_over_the_comparisons():
     assert check_refusal_notes(three, [], 0.05) == ([], "")
     one = [overall("White", "Black", 0.01), overall("White", "Asian", 0.5), overall("White", "Hispanic", 0.5)]
     notes, caveat = check_refusal_notes(one, [], 0.05)
-    assert len(notes) == 1 and caveat.startswith("tonight White and Black are refused") and "p = 0.03)" in caveat
+    assert len(notes) == 1 and caveat.startswith("tonight White and Black are refused")
+    # the adjusted p-value says so, beside the row's own (fresh-user finding, s43: the audit's console
+    # and refusals.csv said 0.0013, the check 0.0079 under the same label)
+    assert "paired p = 0.03 Holm-adjusted over 3 comparisons (0.01 alone, as in refusals.csv))" in caveat
+    alone = [overall("White", "Black", 0.01)]  # one comparison: nothing adjusted, nothing said
+    assert "paired p = 0.01)" in check_refusal_notes(alone, [], 0.05)[1]
 
 
 def test_a_night_refusing_one_group_is_no_evidence_of_no_regression(tmp_path, capsys):
