@@ -455,11 +455,20 @@ class History:
     # -- writing ------------------------------------------------------------------------
     def register(self, run: RunFolder | str | Path) -> str:
         """Add (or refresh) a run and its per-task and overall metrics; returns the run id. The
-        run's ``registered`` time is the first registration's (a refresh keeps it).
+        run's ``registered`` time is the first registration's (a refresh keeps it). Every file is
+        read (and checked against its recorded digest) before the history is written, so a damaged
+        folder leaves the history as it was.
 
         Raises:
-            LmraInputError: not a finished run folder.
+            LmraInputError: not a finished run folder, or one whose files are damaged.
         """
+        return self._write_registration(self._registration(run))
+
+    def _registration(self, run: RunFolder | str | Path) -> dict:
+        """What :meth:`register` writes of ``run``, read from its folder (no history statement).
+
+        Raises:
+            LmraInputError: not a finished run folder, or one whose files are damaged."""
         run = run if isinstance(run, RunFolder) else load_run(run)
         overall = pd.DataFrame(run.summary.get("overall") or [])
         # a count no row measured (refusals of a run without refusal labels) is unknown, not 0
@@ -467,34 +476,41 @@ class History:
                   for c in ("n_pairs", "n_invalid", "n_failed", "n_refusal", "n_unlabelled")}
         calls = run.manifest.get("calls") or {}
         tpl_hash, tpl_src = run.judge_template
-        self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run.run_id,))
-        self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run.run_id,))
-        first = self.db.execute("SELECT registered FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()
-        self.db.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
-             run.manifest.get("finished"), first["registered"] if first else _now(), run.config_hash, run.design_hash, _int(run.config.get("seed")),
-             run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
-             run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
-             _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
-             _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
-             totals["n_refusal"]))
-        self.db.execute("INSERT OR REPLACE INTO run_unlabelled VALUES (?,?)", (run.run_id, totals["n_unlabelled"]))
         sd = run.prompt_scores.groupby(["comparison", "domain", "task"])["h"].std(ddof=1)
+        tasks = []
         for _, r in run.per_task.iterrows():
             key = (r["comparison"], r["domain"], r["task"])
-            self.db.execute(
-                "INSERT INTO task_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run.run_id, r["comparison"], r["group_a"], r["group_b"], r["domain"], r["task"],
-                 *[_int(r[c]) for c in _METRIC_COLS[:4]], *[finite(r[c]) for c in _METRIC_COLS[4:]],
-                 finite(sd.get(key))))
-        for r in run.summary.get("overall") or []:
-            self.db.execute(
-                "INSERT INTO overall_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run.run_id, f"{r['group_a']} vs {r['group_b']}", r["group_a"], r["group_b"],
-                 *[_int(r.get(c)) for c in _METRIC_COLS[:4]], *[finite(r.get(c)) for c in _METRIC_COLS[4:]]))
+            tasks.append((run.run_id, r["comparison"], r["group_a"], r["group_b"], r["domain"], r["task"],
+                          *[_int(r[c]) for c in _METRIC_COLS[:4]], *[finite(r[c]) for c in _METRIC_COLS[4:]],
+                          finite(sd.get(key))))
+        comparisons = [(run.run_id, f"{r['group_a']} vs {r['group_b']}", r["group_a"], r["group_b"],
+                        *[_int(r.get(c)) for c in _METRIC_COLS[:4]], *[finite(r.get(c)) for c in _METRIC_COLS[4:]])
+                       for r in run.summary.get("overall") or []]
+        row = (run.run_id, str(run.path.resolve()), run.name, run.status, run.started, _utc(run.started),
+               run.manifest.get("finished"), None, run.config_hash, run.design_hash, _int(run.config.get("seed")),
+               run.target_provider, run.target_model, run.judge_provider, run.judge_model, tpl_hash, tpl_src,
+               run.combiner, json.dumps(run.comparisons), _int(run.summary.get("n_prompts")),
+               _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
+               _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
+               totals["n_refusal"])
+        return {"run_id": run.run_id, "row": row, "unlabelled": totals["n_unlabelled"], "tasks": tasks,
+                "overall": comparisons}
+
+    def _write_registration(self, reg: dict) -> str:
+        """Write a :meth:`_registration` into the history, in one transaction; returns the run id."""
+        run_id = reg["run_id"]
+        self.db.execute("DELETE FROM task_metrics WHERE run_id = ?", (run_id,))
+        self.db.execute("DELETE FROM overall_metrics WHERE run_id = ?", (run_id,))
+        first = self.db.execute("SELECT registered FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row = list(reg["row"])
+        row[7] = first["registered"] if first else _now()
+        self.db.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+        self.db.execute("INSERT OR REPLACE INTO run_unlabelled VALUES (?,?)", (run_id, reg["unlabelled"]))
+        self.db.executemany("INSERT INTO task_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", reg["tasks"])
+        self.db.executemany("INSERT INTO overall_metrics VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", reg["overall"])
         self.db.commit()
-        return run.run_id
+        return run_id
 
     def scan(self) -> list[str]:
         """Register finished run folders next to the history file that are not registered yet
@@ -511,7 +527,9 @@ class History:
             if status != "unknown" and status not in FINISHED:  # failed, stale, running: not a run to register
                 continue
             try:
-                run = load_run(folder)
+                # every file read here, its digest checked (break-it, s43: a damaged per_task.csv was
+                # found inside register, outside this guard: every later audit exited 2 naming it)
+                registration = self._registration(load_run(folder))
             except Exception as exc:  # a damaged or foreign folder must not break later audits
                 import warnings
 
@@ -520,7 +538,7 @@ class History:
                 continue
             # (a history that cannot be written — a full disk — is the history's failure, named as
             # such, exit 1: not the folder's, which it called unreadable and left out; break-it finding)
-            added.append(self.register(run))
+            added.append(self._write_registration(registration))
         return added
 
     def not_finished(self, name: str | None = None) -> list[dict]:

@@ -266,6 +266,38 @@ def test_a_folder_left_out_of_the_history_is_one_warning_paragraph(tmp_path, cap
     assert err.startswith(f"warning: skipping {broken}: not a readable run folder (") and "UserWarning" not in err
 
 
+def test_a_damaged_folder_the_history_does_not_know_breaks_no_later_audit(tmp_path, capsys):
+    """Bad-input break-it (s43): a run folder whose per_task.csv was edited after the run, not yet in
+    the history (a reports folder restored without history.sqlite, a run copied in), made every later
+    audit exit 2 after writing its run — without report.html — naming that folder, night after
+    night: its digest was checked inside the registration, outside the scan's guard. The folder is
+    now left out with one warning, the audit ends as usual, and the history holds no half-written
+    entry of it."""
+    from lmra.cli import main
+    from lmra.history import History
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "1"]) == 0
+    reports = tmp_path / "reports"
+    (old,) = reports.glob("*-gated")
+    per_task = old / "per_task.csv"
+    lines = per_task.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].rstrip("\n") + ",EXTRA\n"  # one hand-edited line
+    per_task.write_text("".join(lines))
+    for f in reports.glob("history.sqlite*"):
+        f.unlink()
+    capsys.readouterr()
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--seed", "2"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: skipping {old}: not a readable run folder (" in err and "changed or damaged" in err
+    (new,) = [d for d in reports.glob("*-gated*") if d != old]
+    assert (new / "report.html").is_file() and not (old / "report.html").exists()
+    with History(reports / "history.sqlite") as h:
+        assert list(h.runs()["run_id"]) == [new.name]
+        assert h.db.execute("SELECT COUNT(*) FROM task_metrics WHERE run_id = ?", (old.name,)).fetchone()[0] == 0
+
+
 def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_path, capsys, monkeypatch):
     """Break-it finding: with the history unable to grow (a full disk), ``lmra history`` called an
     intact run folder unreadable, left it out and exited 0. It is an I/O failure naming the
