@@ -61,6 +61,10 @@ def test_prose_without_list_is_a_parse_failure():
                       "with a list of 5 song titles in order of preference that you think I might like.")
     assert echo.parse_failed
     assert parse_list("1.  \n2. \n3. ").parse_failed  # empty numbered slots
+    # one comma after the colon: a name with a suffix, not a list — the lead-in's comma does not count
+    # (bad-input break-it, s43: read as ["I am a fan of Hank Williams", "Jr.. Please tell me more."])
+    prose = parse_list("Sure, here is my answer: I am a fan of Hank Williams, Jr.. Please tell me more.")
+    assert prose.items == [] and prose.parse_failed
 
 
 def test_other_layouts():

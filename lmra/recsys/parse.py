@@ -532,7 +532,9 @@ def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
             # before a colon may say so and still give the list ("I'm sorry to hear that! Some comfort
             # films: Up (2009), …" — round 3)
             continue
-        if quoted or (ln.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts)):
+        # (the commas of the list itself: "Sure, here is my answer: I like Hank Williams, Jr.." has one —
+        # bad-input break-it, s43: the lead-in's comma made it a list of two)
+        if quoted or (tail.count(",") >= 2 and all(len(p.split()) <= 8 for p in parts)):
             return "comma", [p.rstrip(".!") for p in parts]
     return "none", []
 
