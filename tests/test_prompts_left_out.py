@@ -125,3 +125,6 @@ def test_names_a_group_draws_are_not_said_to_be_never_drawn():
     assert unmatched_name_values(names, intersections) == {"gender": {"mal": 1, "nonbinary": 1},
                                                             "race": {"Hispanic": 3}}
     assert unmatched_name_values(names, [Group(name="p", profile="I am a woman")]) == {}  # no name group
+    # a name with no gender under gender groups is never drawn either: counted, as "" (bad-input break-it, s43)
+    blank = names + [NameRecord(name="Alex", gender=None, race="White")]
+    assert unmatched_name_values(blank, gender_and_race[:2]) == {"gender": {"": 1, "mal": 1, "nonbinary": 1}}

@@ -123,8 +123,8 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
 
 def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
     """The gender and race values of the names **no group** of the config selects that no group
-    filters for (a misspelt ``mal``), with how many such names carry each: ``{"gender": {"mal":
-    1}}``; a column no group filters by is not looked at, and neither is an empty value. A name a
+    filters for (a misspelt ``mal``, or none: ``""``), with how many such names carry each:
+    ``{"gender": {"mal": 1}}``; a column no group filters by is not looked at. A name a
     group selects is drawn, whatever its other column says: a gender-only ``female`` group draws
     the Hispanic women of a list whose race groups are Black and White (fresh-user finding, s43:
     "race 'Hispanic' ×20 … never drawn" was said of names the female group drew).
@@ -147,8 +147,8 @@ def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
             continue
         counts: dict[str, int] = {}
         for n in never:
-            value = getattr(n, col) or ""
-            if value and value.lower() not in wanted:
+            value = getattr(n, col) or ""  # (an empty value counts too: bad-input break-it, s43)
+            if value.lower() not in wanted:
                 counts[value] = counts.get(value, 0) + 1
         if counts:
             out[col] = dict(sorted(counts.items()))
@@ -205,8 +205,8 @@ class InputsStage:
                            f"{', '.join(shared[:3])}) — one group contains the other? A pair may give the same name to "
                            "both sides, a user compared with themself; compare disjoint groups")
             if self.names_unmatched:
-                said = "; ".join(f"{col} {v!r} ×{n}" for col, vals in self.names_unmatched.items()
-                                 for v, n in vals.items())
+                said = "; ".join(f"{col} {v!r} ×{n}" if v else f"no {col} ×{n}"
+                                 for col, vals in self.names_unmatched.items() for v, n in vals.items())
                 notice = getattr(self, "on_notice", None)
                 if notice is not None:
                     notice(f"{names_path}: names whose value no group selects are never drawn ({said}); "
