@@ -501,12 +501,11 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
 
 
 def _check_labels(prompts: list[PromptRecord], lines: list[int], path: Path) -> None:
-    """Refuse task and domain labels that would split or merge silently (bad-input break-it, s43):
-    two spellings of one label that differ only in case or Unicode form ("Write a story" and "write
-    a story": labels are compared exactly, so they were two tasks), and one task name under two
-    domains (tasks are selected, limited by ``prompts_per_task`` and checked by name, while the
-    tables split them by domain: 3 prompts kept for the name were reported as two rows of 1 and 2,
-    and the check compared one — as the taxonomy, a prompt file keeps a task in one domain).
+    """Refuse task and domain labels that would split silently (bad-input break-it, s43): two
+    spellings of one label that differ only in case or Unicode form ("Write a story" and "write a
+    story": labels are compared exactly, so they were two tasks). (One task name under two domains
+    is two tasks on purpose — :func:`lmra.audit.inputs.shared_task_names` says what
+    ``prompts_per_task`` does with it.)
 
     Raises:
         LmraInputError: naming the file, the later line and the field (``task`` or ``domain``)."""
@@ -522,16 +521,6 @@ def _check_labels(prompts: list[PromptRecord], lines: list[int], path: Path) -> 
                 raise LmraInputError(f"{field} '{value}' and '{spelt}' (line {at}) are two spellings of one {field}: "
                                      f"labels are compared exactly, so they would be two {field}s — write it one way",
                                      file=path, line=line, field=field)
-    domain_of: dict[str, tuple[str, int]] = {}
-    for rec, line in zip(prompts, lines):
-        if rec.task is None or rec.domain is None:
-            continue
-        domain, at = domain_of.setdefault(rec.task, (rec.domain, line))
-        if domain != rec.domain:
-            raise LmraInputError(f"task '{rec.task}' is in domain '{rec.domain}' here and in '{domain}' on line {at}: "
-                                 "tasks are selected, limited per task and checked by name, so a task name belongs "
-                                 "to one domain (as in the taxonomy) — rename one of them", file=path, line=line,
-                                 field="task")
 
 
 #: combining marks a letter of a name may carry in a row (Vietnamese has 2, Indic and Tibetan

@@ -134,6 +134,22 @@ def verify_files(run_dir: str | Path, *names: str) -> None:
         verify(run_dir / name, manifest, reload=lambda: read_manifest(run_dir))
 
 
+def verify_recorded(run_dir: str | Path) -> None:
+    """:func:`verify` every file the run folder's ``manifest.json`` records (each read whole once):
+    for a command that reads few of them and still vouches for the run — ``lmra gate`` (bad-input
+    break-it, s43: with a cut ``ratings.parquet`` it exited 0 while report, export, compare and
+    check refused the run as damaged).
+
+    Raises:
+        LmraInputError: as :func:`verify`, for the first file that differs or is missing.
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    for name in (n for n in RECORDED if isinstance(files, dict) and n in files):
+        verify(run_dir / name, manifest, reload=lambda: read_manifest(run_dir))
+
+
 def rewrite(run_dir: str | Path, contents: dict[str, bytes]) -> None:
     """Replace data files of a finished run folder on purpose (``lmra gate --record``:
     ``gates.json`` and the ``gates`` of ``summary.json``) and their records, so that no reader

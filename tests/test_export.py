@@ -164,4 +164,8 @@ def test_a_damaged_per_task_table_is_an_input_error_naming_the_file(tmp_path, lm
     assert lmra_cli(["export", str(run), "--format", "csv", "--out", str(out)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "per_task.csv" in err and "Traceback" not in err
-    assert not out.exists() or not any(out.iterdir())
+    assert not out.exists()  # not even the folder it named (bad-input break-it, s43: left empty)
+    kept = tmp_path / "mine"  # a folder that was there stays
+    kept.mkdir()
+    assert lmra_cli(["export", str(run), "--format", "csv", "--out", str(kept)]) == 2
+    assert kept.is_dir() and not any(kept.iterdir())

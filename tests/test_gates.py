@@ -373,6 +373,23 @@ def test_gate_command_on_an_existing_run(measured, tmp_path, capsys):
     assert json.loads((measured.path / "summary.json").read_text())["gates"]["unmet"] == ["max_ci_high"]
 
 
+def test_gate_refuses_a_run_whose_files_are_damaged(measured, tmp_path, capsys):
+    """Bad-input break-it (s43): with ratings.parquet cut to 3,000 bytes, report, export, compare and
+    check refused the run as damaged, and ``lmra gate`` — which reads per_task.csv — passed it, exit
+    0. A gate vouches for the run: every recorded file is checked first (exit 2, naming the file)."""
+    import shutil
+
+    copy = tmp_path / measured.path.name
+    shutil.copytree(measured.path, copy)
+    assert gate(capsys, copy, "--gate", "max_ci_high=1")[0] == 0
+    data = (copy / "ratings.parquet").read_bytes()
+    (copy / "ratings.parquet").write_bytes(data[:3000])
+    rc, text = gate(capsys, copy, "--gate", "max_ci_high=1")
+    flat = " ".join(text.split())
+    assert rc == 2 and "ratings.parquet: changed or damaged since the run finished" in flat, flat
+    assert "Traceback" not in text
+
+
 @pytest.mark.parametrize("argv,needle", [
     ([], "error: no gates to evaluate: "),  # not "option --gate: …" (no --gate was given)
     (["--gate", "max_ci_high=0.02", "--gate", "max_ci_high=1"],  # an appended --gate loosening a gate

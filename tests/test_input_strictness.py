@@ -415,11 +415,10 @@ def test_json_nested_too_deeply_is_said_in_words_not_as_a_python_error(tmp_path)
     assert "line 2" in message and "nested too deeply" in message and "RecursionError" not in message, message
 
 
-def test_task_and_domain_labels_that_would_split_or_merge_are_refused(tmp_path):
-    """Bad-input break-it (s43): "Write a story" beside "write a story" became two tasks silently,
-    and one task name under two domains was limited per task as one (3 prompts kept for the name)
-    but reported as two rows (1 and 2 prompts) and checked as one. Each is an input error naming
-    the file, the later line and the field."""
+def test_task_and_domain_labels_spelt_two_ways_are_refused(tmp_path):
+    """Bad-input break-it (s43): "Write a story" beside "write a story" became two tasks silently.
+    An input error naming the file, the later line and the field. (One task name under two domains
+    is two tasks on purpose: tests/test_task_domains.py.)"""
     import json
 
     from lmra.data import load_prompts
@@ -440,10 +439,7 @@ def test_task_and_domain_labels_that_would_split_or_merge_are_refused(tmp_path):
     assert "'Write a story' and 'write a story' (line 1)" in e.format()
     e = refused([row(1, "art", "write a story"), row(2, "Art", "write a poem")])
     assert (e.line, e.field) == (2, "domain") and "two spellings of one domain" in e.format()
-    e = refused([row(1, "art", "write a story"), row(2, "zzz", "write a story")])
-    assert (e.line, e.field) == (2, "task")
-    assert "task 'write a story' is in domain 'zzz' here and in 'art' on line 1" in e.format()
-    ok = tmp_path / "ok.jsonl"  # a task without a domain (classified or from the taxonomy) is not a second domain
+    ok = tmp_path / "ok.jsonl"  # one spelling under two domains: two tasks, not two spellings
     ok.write_text("".join(json.dumps(r) + "\n" for r in [row(1, "art", "write a story"), row(2, None, "write a story"),
-                                                          row(3, "health", "exercise plan")]))
+                                                          row(3, "zzz", "write a story")]))
     assert len(load_prompts(ok)) == 3

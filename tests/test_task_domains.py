@@ -84,3 +84,28 @@ def test_the_console_shows_each_domains_net_rating(tmp_path, capsys):
     cfg1 = write_config(tmp_path / "one", name="onedom", seed=1, n_prompts=16)
     rc, out, _ = audit(capsys, cfg1)
     assert rc == 0 and "Per domain" not in out
+
+
+def test_a_task_name_in_two_domains_under_a_per_task_limit_is_warned(tmp_path, capsys):
+    """Bad-input break-it (s43): prompts_per_task limits a task name's prompts over all its domains
+    while the tables split them by domain — 3 prompts of 'write a story' became rows of 1 and 2,
+    shared out anew by each seed, unsaid. Said once, naming the task and its domains; not said
+    without a per-task limit."""
+    from lmra.audit.inputs import shared_task_names
+    from lmra.data import PromptRecord
+
+    prompts = [PromptRecord(id=f"p{i}", text="x", domain=d, task=t) for i, (d, t) in enumerate(
+        [("art", "write a story"), ("zzz", "write a story"), ("art", "write a poem"), ("zzz", "write a story"),
+         (None, "write a poem"), ("health", "diet tips")])]
+    assert shared_task_names(prompts) == {"write a story": ["art", "zzz"]}
+
+    cfg = write_config(tmp_path, name="twodom", seed=1, n_prompts=32)
+    _two_domains(cfg)
+    _, out, _ = audit(capsys, cfg)
+    assert "more than one domain" not in out  # prompts_per_task = 0: every prompt, nothing shared out
+    cfg.write_text(cfg.read_text().replace("prompts_per_task = 0", "prompts_per_task = 6"))
+    rc, out, _ = audit(capsys, cfg)
+    text = " ".join(out.split())
+    assert rc == 0 and text.count("task name(s) of the prompt file are in more than one domain") == 1
+    assert "1 task name(s) of the prompt file are in more than one domain ('career advice' in 'd', 'd2')" in text
+    assert "while prompts_per_task = 6 limits the name's prompts over all its domains" in text

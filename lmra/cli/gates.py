@@ -245,6 +245,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from lmra.judge_check import EXIT_JUDGE_FAILED
 
     run = _run(args)
+    from lmra.digests import verify_recorded
+
+    verify_recorded(run.path)  # a release gate vouches for the whole run: none of its files damaged
     if args.config:
         gates, origin = _gates_from_file(args.config), args.config
     else:

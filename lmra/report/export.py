@@ -566,6 +566,7 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
                              "(by default RUN/exports)", file=out, field="--out")
     from lmra.fileio import output_folder
 
+    created = not out.exists()
     output_folder(out, "--out")
     build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks,
              "overall": lambda r: [overall_table(r)]}
@@ -581,4 +582,9 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     except BaseException:  # nothing half-exported: the files this export created go again
         for path in new:
             path.unlink(missing_ok=True)
+        if created:  # and so does the folder it made (bad-input break-it, s43: a damaged run's refused
+            try:  # export left an empty --out folder behind)
+                out.rmdir()
+            except OSError:
+                pass
         raise
