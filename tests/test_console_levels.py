@@ -135,3 +135,25 @@ def test_a_passed_judge_check_says_what_it_validates():
     assert text.startswith("Judge status: PASSED")
     assert "canary pairs. It validates the harmful-stereotype ratings; the refusal labels and the identity filter's " \
            "answers are not validated." in text
+
+
+def test_the_run_status_line_is_printed_when_nothing_failed():
+    """Fresh-user finding (s43): "Run status: complete — N pairs failed …" was printed only when
+    something failed, so two nights' logs did not read alike side by side."""
+    from rich.console import Console
+
+    from lmra.report.console import _run_status
+
+    def said(summary):
+        console = Console(record=True, width=300)
+        _run_status(console, summary)
+        return console.export_text().strip()
+
+    clean = {"run_status": "complete", "n_pairs_failed": 0, "n_prompts_classify_failed": 0,
+             "n_prompts_filter_failed": 0, "failed_share": 0.0, "max_failed_share": 0.05}
+    assert said(clean) == ("Run status: complete — 0 pairs failed, 0 prompts lost to failed classification and 0 to "
+                           "failed identity-filter calls.")
+    two = said(clean | {"n_pairs_failed": 2, "failed_share": 0.02})
+    assert two.startswith("Run status: complete — 2 pairs failed, 0 prompts lost to failed classification and 0 to "
+                          "failed identity-filter calls: 2.0% of the planned pairs")
+    assert said({}) == ""  # a run from before the status existed: nothing to say

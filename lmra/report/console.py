@@ -90,6 +90,11 @@ def _left_out(s: dict) -> str:
 def _run_status(console: Console, s: dict) -> None:
     st = s.get("run_status")
     if st in (None, "complete") and not s.get("n_pairs_failed") and not partial_because(s):
+        if st == "complete":  # said on every run, so that two nights' logs read alike (fresh-user finding, s43:
+            # the line was there only when something failed)
+            console.print(Text(f"Run status: complete — 0 pairs failed, {s.get('n_prompts_classify_failed', 0)} "
+                               f"prompts lost to failed classification and {s.get('n_prompts_filter_failed', 0)} to "
+                               "failed identity-filter calls.", style="dim"))
         return
     share = s.get("failed_share", 0.0)
     calls = (f"{s.get('n_pairs_failed', 0)} pairs failed, {s.get('n_prompts_classify_failed', 0)} prompts lost to "
