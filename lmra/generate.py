@@ -56,6 +56,22 @@ def draw_name(names: Sequence[str], seed: int, prompt_id: str, group: str, compa
     return rng.choice(names if isinstance(names, (list, tuple)) else list(names))  # a list is not copied per draw
 
 
+def draw_balanced(cells: Sequence[Sequence[str]], prompt: str, seed: int, prompt_id: str, group: str, comparison: str,
+                  k: int) -> str:
+    """Draw one name for (prompt, group, comparison, sample) from cells of equal weight: a cell
+    (a value of the attribute neither group of the comparison filters on,
+    :func:`lmra.audit.inputs.comparison_strata`), then a name within it that the prompt does not
+    mention (:func:`names_to_draw`), from a seeded RNG (methodology §1 step 2).
+
+    Args:
+        cells: the group's names by cell (each non-empty); the rest as :func:`draw_name`.
+    """
+    rng = random.Random(derive_seed(seed, "name", prompt_id, group, comparison, k))
+    cell = cells[rng.randrange(len(cells))]
+    pool = names_to_draw(tuple(cell), prompt)
+    return rng.choice(pool if isinstance(pool, (list, tuple)) else list(pool))
+
+
 #: a word of folded text (:func:`fold_latin`), to look for names a prompt mentions
 _WORD = re.compile(r"\w+")
 

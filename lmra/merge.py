@@ -684,6 +684,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     audit.filter_removed = _filter_counts(shards, summed=mode == "prompts", key="filter_removed")
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.names_common_words = summary0.get("names_common_words") or []
+    audit.balanced_draws = summary0.get("balanced_draws") or {}  # (the same names and groups in every shard)
     # a redacted run's responses keep their lengths only (rebuilt below as "x" × length): the merge cannot count
     # repeated texts, so it takes the shards' own findings (lmra.repeated; break-it round 2, s40: answers of equal
     # length were counted as one text)

@@ -1115,6 +1115,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "prompts_per_task": cfg.prompts_per_task,
         # the name list's gender/race values no group selects (a misspelt 'mal'): never drawn
         "names_unmatched": getattr(audit, "names_unmatched", None) or {},
+        # comparisons whose names were drawn balanced by the attribute neither group filters on
+        # (lmra.audit.inputs.comparison_strata): attribute, values, names left out per group
+        "balanced_draws": getattr(audit, "balanced_draws", None) or {},
         # drawn names that are everyday words (lmra.data.COMMON_WORD_NAMES; common_word_names_warning)
         "names_common_words": getattr(audit, "names_common_words", None) or [],
         "n_prompts": len(prompts),

@@ -12,7 +12,7 @@ import asyncio
 
 from lmra.config import Group
 from lmra.data import PromptRecord
-from lmra.generate import Response, derive_seed, draw_name, names_to_draw, personalized_messages, scrub_name
+from lmra.generate import Response, derive_seed, draw_balanced, draw_name, names_to_draw, personalized_messages, scrub_name
 from lmra.providers import Provider, ProviderError
 from lmra.providers.base import ChatRequest
 
@@ -65,8 +65,10 @@ class GenerateStage:
         """The target's response to prompt ``p`` personalised for ``group`` (a failed call is a
         Response with ``error``)."""
         cfg = self.cfg
-        name = None if group.profile else draw_name(names_to_draw(inputs.group_names[group.name], p.text), cfg.seed,
-                                                    p.id, group.name, comp, k)
+        cells = inputs.strata.get(comp, {}).get(group.name)
+        name = (None if group.profile
+                else draw_balanced(cells, p.text, cfg.seed, p.id, group.name, comp, k) if cells
+                else draw_name(names_to_draw(inputs.group_names[group.name], p.text), cfg.seed, p.id, group.name, comp, k))
         seed = derive_seed(cfg.seed, "target", p.id, group.name, name or group.profile, k)
         style = inputs.styles["profile" if group.profile else "name"]
         msgs = personalized_messages(p.text, style, name=name, profile=group.profile,

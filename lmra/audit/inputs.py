@@ -88,6 +88,9 @@ class Inputs:
     #: (:func:`lmra.resources.resolve_resource`), so the same config can read other files from
     #: another folder (break-it finding: nothing recorded which one a night read)
     files: dict[str, str] = field(default_factory=dict)
+    #: comparison label → group → its names by value of the attribute neither group filters on
+    #: (:func:`comparison_strata`): each cell is drawn equally often in both groups
+    strata: dict[str, dict[str, list[list[str]]]] = field(default_factory=dict)
 
 
 def _template_hashes(templates: dict[str, Template]) -> dict[str, str]:
@@ -116,7 +119,10 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
     prompts = hashlib.sha256()  # the whole prompt set, one prompt at a time (a large set is not joined in memory)
     for p in inputs.prompts:
         prompts.update(json.dumps([p.id, p.text, p.domain, p.task], ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    return {"names": digest(names), "personalization": digest(_template_hashes(inputs.styles)),
+    # (the balanced cells when there are some: they decide which names are drawn — an audit without
+    # them keeps the digest it had)
+    names_digest = digest({"names": names, "strata": inputs.strata} if inputs.strata else names)
+    return {"names": names_digest, "personalization": digest(_template_hashes(inputs.styles)),
             "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json")),
             "prompts": prompts.hexdigest()[:16]}
 
@@ -152,6 +158,53 @@ def unmatched_name_values(names, groups) -> dict[str, dict[str, int]]:
                 counts[value] = counts.get(value, 0) + 1
         if counts:
             out[col] = dict(sorted(counts.items()))
+    return out
+
+
+def comparison_strata(names, groups, comparisons, group_names: dict[str, list[str]]) -> dict[str, dict]:
+    """The balanced draws of each comparison whose two name groups leave an attribute free (methodology
+    §1 step 2): for ``Black vs White`` (race groups, gender free) the names of each group by gender,
+    so that the draw takes each gender equally often in both groups, then a name within it.
+
+    Drawn from all their names, two groups carry their name list's mix of the free attribute, and a
+    difference between those mixes turns an effect of that attribute into one of the compared
+    attribute: the shipped list has 10 female and 5 male Black names, 10 and 10 of every other race,
+    so "Black" users were ⅔ female and "White" ½, and a chatbot answering women worse read as a
+    significant gap between Black and White users (statistics break-it, s43: accuracy −0.12, p 2e-5,
+    with no race effect at all).
+
+    Only the values both groups have are drawn (a name whose value the other group lacks, or with
+    none, is left out of that comparison: ``left_out``). A comparison where a group filters on the
+    attribute (an intersection, a mixed comparison), or whose names carry no value of it, or whose
+    groups share fewer than two values, is drawn as before (not in the result).
+
+    Args:
+        names: the name list's records; groups: the config's groups; comparisons: ``(A, B)`` pairs;
+        group_names: each name group's names (:func:`lmra.generate.names_for_group`).
+
+    Returns:
+        ``{"A vs B": {"attribute": "gender", "values": [...], "cells": {A: [[names of value 1], …],
+        B: […]}, "left_out": {A: n, B: n}}}``."""
+    value_of = {n.name: n for n in names}
+    by_name = {g.name: g for g in groups}
+    out: dict[str, dict] = {}
+    for a, b in comparisons:
+        ga, gb = by_name.get(a), by_name.get(b)
+        if ga is None or gb is None or ga.profile or gb.profile or a not in group_names or b not in group_names:
+            continue
+        for col in ("gender", "race"):
+            if getattr(ga, col) or getattr(gb, col):
+                continue
+            def cell_of(name: str) -> str:
+                return ((getattr(value_of[name], col) or "") if name in value_of else "").strip().lower()
+
+            values = sorted(({cell_of(n) for n in group_names[a]} & {cell_of(n) for n in group_names[b]}) - {""})
+            if len(values) < 2:
+                continue
+            cells = {g: [[n for n in group_names[g] if cell_of(n) == v] for v in values] for g in (a, b)}
+            out[f"{a} vs {b}"] = {"attribute": col, "values": values, "cells": cells,
+                                  "left_out": {g: len(group_names[g]) - sum(map(len, cells[g])) for g in (a, b)}}
+            break  # (two groups leave both attributes free only when neither filters: no name group then)
     return out
 
 
@@ -212,6 +265,8 @@ class InputsStage:
         name_groups = [g for g in cfg.groups if g.name in used and not g.profile]
         group_names: dict[str, list[str]] = {}
         all_names: list[str] = []
+        strata: dict[str, dict] = {}
+        self.balanced_draws = {}
         if name_groups:
             names_path = resolve_resource(cfg.names, "names")
             with named_by_config(self.config_path, "names", cfg.names):
@@ -234,6 +289,17 @@ class InputsStage:
                     notice(f"comparison '{a} vs {b}': {len(shared)} name(s) belong to both groups (e.g. "
                            f"{', '.join(shared[:3])}) — one group contains the other? A pair may give the same name to "
                            "both sides, a user compared with themself; compare disjoint groups")
+            strata = comparison_strata(names, cfg.groups, cfg.comparisons, group_names)
+            self.balanced_draws = {label: {"attribute": st["attribute"], "values": st["values"],
+                                           "left_out": st["left_out"]} for label, st in strata.items()}
+            for label, st in strata.items():
+                lost = {g: n for g, n in st["left_out"].items() if n}
+                notice = getattr(self, "on_notice", None)
+                if lost and notice is not None:
+                    notice(f"comparison '{label}': names are drawn balanced by {st['attribute']} "
+                           f"({', '.join(st['values'])} equally often in both groups); "
+                           + ", ".join(f"{n} of {g}'s names" for g, n in lost.items())
+                           + f" have another {st['attribute']} or none and are not drawn for it")
             if self.names_unmatched:
                 said = "; ".join(f"{col} {v!r} ×{n}" if v else f"no {col} ×{n}"
                                  for col, vals in self.names_unmatched.items() for v, n in vals.items())
@@ -324,7 +390,8 @@ class InputsStage:
                 raise LmraInputError(f"the identity filter removed all {len(prompts)} prompts of the file (each "
                                      "reveals the user's name, gender or race); nothing is left to audit",
                                      file=self.config_path, field="filter")
-        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo, files)
+        return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo, files,
+                      strata={label: st["cells"] for label, st in strata.items()})
 
     def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
         """Split each placebo comparison's group A names into two seeded halves A₁, A₂ (worded as

@@ -206,6 +206,7 @@ def run_key(cfg, inputs, providers: dict[str, Provider]) -> str:
         "templates": {k: _stable_repr(t.sections) for k, t in sorted(inputs.templates.items())},
         "styles": {k: _stable_repr(t.sections) for k, t in sorted(inputs.styles.items())},
         "names": _stable_repr(inputs.group_names), "all_names": _stable_repr(inputs.all_names),
+        "strata": _stable_repr(inputs.strata),
         "placebo": _stable_repr(inputs.placebo),
         "models": {role: [p.name, p.model_id, p.base_url, bool(p.supports_logprobs)]
                    for role, p in sorted(providers.items()) if p is not None},

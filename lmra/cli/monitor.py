@@ -1483,7 +1483,7 @@ def add_parsers(subparsers) -> None:
                         "node_exporter's textfile collector or a Pushgateway) or openmetrics (1.0): the run's metrics "
                         "as lmra_<run name>.prom")
     e.add_argument("--out", help="output folder (default: RUN/exports)")
-    e.add_argument("--table", action="append", choices=("per_task", "per_pair", "overall"),
+    e.add_argument("--table", action="append", choices=("per_task", "per_pair", "overall", "per_domain"),
                    help="only this table (repeatable)")
     e.add_argument("--skip-replay", action="store_true",
                    help="prometheus/openmetrics: write nothing (exit 0, saying so) when every chatbot answer of RUN "

@@ -63,9 +63,14 @@ PER_PAIR_SCHEMA: dict[str, str] = {
 #: the comparison's net rating over all its tasks (summary.json ``overall``, the console's "Overall"
 #: line): the per-task columns without ``domain`` and ``task``, one row per comparison
 OVERALL_SCHEMA: dict[str, str] = {c: t for c, t in PER_TASK_SCHEMA.items() if c not in ("domain", "task")}
-SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA, "overall": OVERALL_SCHEMA}
+#: a comparison's net rating over the tasks of one domain (summary.json ``per_domain``, per_domain.csv;
+#: methodology §1 reports per task and per domain — fresh-user finding, s43: not exported): the
+#: per-task columns without ``task``, one row per (comparison, domain)
+PER_DOMAIN_SCHEMA: dict[str, str] = {c: t for c, t in PER_TASK_SCHEMA.items() if c != "task"}
+SCHEMAS = {"per_task": PER_TASK_SCHEMA, "per_pair": PER_PAIR_SCHEMA, "overall": OVERALL_SCHEMA,
+           "per_domain": PER_DOMAIN_SCHEMA}
 #: the tables ``lmra export`` writes by default, in order
-TABLES = ("per_task", "per_pair", "overall")
+TABLES = ("per_task", "per_pair", "overall", "per_domain")
 
 
 def _typed(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
@@ -154,6 +159,18 @@ def overall_table(run: RunFolder) -> pd.DataFrame:
         ov["comparison"] = ov["group_a"].astype(str) + " vs " + ov["group_b"].astype(str)
     ov = _with_stereotyped(_with_run_columns(ov, run), run, ["comparison"])
     return _typed(ov, OVERALL_SCHEMA)
+
+
+def per_domain_table(run: RunFolder) -> pd.DataFrame:
+    """The run's per-domain rows in export schema :data:`PER_DOMAIN_SCHEMA`: one row per
+    (comparison, domain), its net rating over the domain's pairs with its CI (summary.json
+    ``per_domain``, the numbers of ``per_domain.csv`` and the console's "Per domain" line)."""
+    rows = [r for r in (run.summary.get("per_domain") or []) if isinstance(r, dict)]
+    pdm = pd.DataFrame(rows)
+    if len(pdm) and {"group_a", "group_b"} <= set(pdm.columns):
+        pdm["comparison"] = pdm["group_a"].astype(str) + " vs " + pdm["group_b"].astype(str)
+    pdm = _with_stereotyped(_with_run_columns(pdm, run), run, ["comparison", "domain"])
+    return _typed(pdm, PER_DOMAIN_SCHEMA)
 
 
 def per_pair_table(run: RunFolder) -> pd.DataFrame:
@@ -532,7 +549,7 @@ def write_chunks(chunks, table: str, fmt: Format, path: Path, run_id: str) -> Pa
 
 def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
                tables: tuple[str, ...] = TABLES) -> list[Path]:
-    """Write ``per_task.<fmt>``, ``per_pair.<fmt>`` and ``overall.<fmt>`` for a run.
+    """Write ``per_task.<fmt>``, ``per_pair.<fmt>``, ``overall.<fmt>`` and ``per_domain.<fmt>`` for a run.
 
     Args:
         run: the run folder; fmt: ``csv``, ``json`` or ``parquet``.
@@ -569,7 +586,7 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     created = not out.exists()
     output_folder(out, "--out")
     build = {"per_task": lambda r: [per_task_table(r)], "per_pair": per_pair_chunks,
-             "overall": lambda r: [overall_table(r)]}
+             "overall": lambda r: [overall_table(r)], "per_domain": lambda r: [per_domain_table(r)]}
 
     large = run.pairs_path.suffix == ".parquet" and not is_small(run.pairs_path)  # DuckDB writes the text
     sql = {("per_pair", "csv"): write_per_pair_csv, ("per_pair", "json"): write_per_pair_json} if large else {}
