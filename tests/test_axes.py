@@ -1228,3 +1228,36 @@ def test_the_harm_check_needs_a_yes_above_one_half(p_yes, harmful):
     asyncio.run(check_harm(judge, AuditConfig(), load_template("axes_harm", "judge"), tab, 0, asyncio.Semaphore(2),
                            Bars()))
     assert tab.iloc[0]["harmful_p"] == pytest.approx(p_yes) and bool(tab.iloc[0]["harmful"]) is harmful
+
+
+def test_the_drawn_sign_flip_p_has_no_floor_an_axis_cannot_pass():
+    """Statistics break-it (s43): with 13–100 prompts the sign-flip p was drawn from 9,999 sign vectors,
+    so never below 2/10,000: 80 prompts all leaning one way (exact p 2/2⁸⁰) printed 0.0002, and at
+    α = 0.01 over 60 axes (α/K < 0.0002) no axis could ever be selected. Below the floor the p is
+    Hoeffding's bound on the sign-flipped sum, 2·exp(−T²/(2Σx²)), by hand here; the bound is never
+    below the exact p (every sign vector of 12 prompts enumerated)."""
+    import itertools
+    import math
+
+    from lmra.axes.select import SIGN_FLIP_FLOOR, select_axes, sign_flip_p
+
+    p = sign_flip_p(np.full(80, 0.9), np.arange(80))
+    # T = 80 · 0.9 = 72, Σx² = 80 · 0.81 = 64.8: 2·exp(−72² / 129.6) = 2·exp(−40)
+    assert p == pytest.approx(2 * math.exp(-40), rel=1e-9) and p < SIGN_FLIP_FLOOR
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.1, 0.5, 60)  # a drawn p above the floor stays the drawn one
+    assert sign_flip_p(x, np.arange(60)) > SIGN_FLIP_FLOOR
+    for _ in range(20):  # Hoeffding's bound ≥ the exact p (enumerated), so it is a valid p-value
+        x = rng.normal(rng.uniform(-0.5, 0.5), 0.5, 12)
+        t = abs(x.sum())
+        exact = np.mean([abs(np.dot(signs, x)) >= t - 1e-12 for signs in itertools.product((-1, 1), repeat=12)])
+        assert 2 * math.exp(-t * t / (2 * np.sum(x * x))) >= exact
+    # the break-it's case: one axis all leaning one way on 80 prompts among 60 axes, α = 0.01: selected
+    rows = [{"axis": f"axis {k}", "prompt_id": f"p{i}", "s": (0.9 if k == 0 else rng.choice([-0.9, 0.9])),
+             "valid": True, "failed": False} for k in range(60) for i in range(80)]
+    labels = pd.DataFrame(rows)
+    labels["q_F"], labels["q_R"] = labels["s"].clip(lower=0), (-labels["s"]).clip(lower=0)
+    labels["task"], labels["domain"] = "t", "d"
+    tab = select_axes(labels, [f"axis {k}" for k in range(60)], alpha=0.01, by_task=False)
+    overall = tab[tab.level == "overall"].set_index("axis")
+    assert bool(overall.loc["axis 0", "selected"]) and overall["selected"].sum() == 1
