@@ -1261,3 +1261,34 @@ def test_the_drawn_sign_flip_p_has_no_floor_an_axis_cannot_pass():
     tab = select_axes(labels, [f"axis {k}" for k in range(60)], alpha=0.01, by_task=False)
     overall = tab[tab.level == "overall"].set_index("axis")
     assert bool(overall.loc["axis 0", "selected"]) and overall["selected"].sum() == 1
+
+
+def test_several_comparisons_each_say_their_family_is_their_own():
+    """Statistics break-it (s43): with 5 comparisons each is corrected over its own axes, so a run
+    shows a false axis somewhere about 1 time in 5 (measured 4.7% a comparison); the console said
+    "family-wise α = 0.05" 5 times and nothing across them."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.axes.select import TABLE_COLUMNS
+    from lmra.report.axes import render_axes
+
+    def rows(a, b):
+        base = {c: None for c in TABLE_COLUMNS} | dict(
+            comparison=f"{a} vs {b}", group_a=a, group_b=b, axis="warmer tone", source="extra", direction=a,
+            split_a=0.6, split_b=0.4, more_a=0.3, more_b=0.2, mean_s=0.1, ci_low=-0.01, ci_high=0.2, tested=True,
+            k_tested=1, correction="bonferroni", test="t", harmful_p=None, harmful=None, n_test_pairs=50, n_invalid=0,
+            n_failed=0, n_prompts=50)
+        return [base | dict(level="overall", task="", p_value=0.2, p_adjusted=0.2, selected=False)]
+
+    def said(comparisons):
+        buf = io.StringIO()
+        render_axes(Console(file=buf, width=300), pd.DataFrame([r for c in comparisons for r in rows(*c)]),
+                    {"settings": {"alpha": 0.05}})
+        return " ".join(buf.getvalue().split())
+
+    five = said([("Asian", "White"), ("Black", "White"), ("Hispanic", "White"), ("female", "male"), ("x", "y")])
+    assert five.count("this comparison's own family — over the 5 comparisons the chance of a false axis somewhere "
+                      "is up to 0.25") == 5
+    assert "own family" not in said([("female", "male")])

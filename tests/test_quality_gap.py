@@ -90,3 +90,32 @@ def test_a_night_treating_one_group_worse_says_so_beside_no_regression(tmp_path,
     assert main(["check", runs[0], "--baseline", runs[1], *hist]) == 0
     assert "quality gap" not in capsys.readouterr().out.lower()
 
+
+
+def test_the_quality_table_says_which_family_each_correction_is_over():
+    """Statistics break-it (s43): with several comparisons the table's Holm is over one comparison's
+    criteria, the Quality gap line's over every comparison's — a row read "significant" in the table
+    with no gap line, unexplained; and at a Holm p exactly α the table rejected (multipletests: ≤)
+    and the gap line did not (<)."""
+    import pandas as pd
+    from rich.console import Console
+
+    from lmra.report.console import _quality
+
+    # p 0.004 and 0.02 over 2 rows of one comparison: Holm 0.008, 0.02 — significant at 0.05 in the table;
+    # over all 4 rows of 2 comparisons: 0.016, then 0.02·3 = 0.06 — the second is not, and is named
+    rows = [_row("clarity", -0.3, 0.004), _row("tone", -0.2, 0.02),
+            _row("clarity", 0.01, 0.9, a="Black", b="White"), _row("tone", 0.0, 1.0, a="Black", b="White")]
+    q = pd.DataFrame(rows)
+    q["n_pairs"], q["n_failed"], q["n_invalid"] = 100, 0, 0
+    q["significant_bonferroni"] = [True, True, False, False]
+    q["significant_holm"] = [True, True, False, False]
+    console = Console(record=True, width=400)
+    _quality(console, q, "95")
+    text = " ".join(console.export_text().split())
+    assert ("The table corrects over each comparison's criteria; the Quality gap line and lmra check over all 2 "
+            "comparisons' (4 rows, Holm) — significant in the table only: female vs male / tone.") in text
+    assert "on 1 of 2 quality criteria" in text  # the gap line: clarity only
+    # at exactly α: kept (≤), as the table's multipletests keeps it — Holm of (0.025, 0.5): 0.05 exactly
+    assert [r["criterion"] for r in significant_quality_gaps([_row("clarity", -0.3, 0.025), _row("tone", -0.1, 0.5)],
+                                                             0.05)] == ["clarity"]

@@ -190,8 +190,14 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                               "n_failed in axes.csv). Run the same command again to retry them (answered calls are "
                               "cached).[/]")
         sel = ov[ov["selected"].astype(bool)]
+        alpha = summary.get('settings', {}).get('alpha', 0.05)
+        n_comp = table["comparison"].nunique()
+        # each comparison is its own family: over several, said once each (statistics break-it, s43: with 5
+        # comparisons about 1 run in 5 shows a false axis somewhere, and the console never said so)
+        across = (f"; this comparison's own family — over the {n_comp} comparisons the chance of a false axis "
+                  f"somewhere is up to {min(1.0, n_comp * float(alpha)):.2g}" if n_comp > 1 else "")
         console.print(f"[bold]{len(sel)} of {k} axes tested are significant[/] ({_correction(first)} over {k} axes, "
-                      f"family-wise α = {summary.get('settings', {}).get('alpha', 0.05)}; "
+                      f"family-wise α = {alpha}{across}; "
                       f"{'sign test' if first['test'] == 'sign' else 't-test'} of mean s = 0).")
         if sel.empty and ov["tested"].astype(bool).any():
             console.print(f"  No axis is significant; the {min(max_task_axes, int(ov['tested'].sum()))} with the "

@@ -301,6 +301,18 @@ def _quality(console: Console, quality: pd.DataFrame, conf: str) -> None:
     # which group's responses were rated worse, in words (fresh-user finding, s38: "−0.46" said nothing of
     # whom it disfavoured); Holm over every overall row, as the regression check's note
     sig = significant_quality_gaps(quality, 1 - float(conf) / 100)
+    ov = quality[quality["level"] == "overall"]
+    n_comp = len(set(zip(ov["group_a"], ov["group_b"])))
+    if n_comp > 1:  # two families on one screen, said (statistics break-it, s43: a row "significant" in the table
+        # and no gap line — Holm over the 9 criteria of its comparison there, over all 45 rows for the line)
+        gap = {(r["comparison"], r.get("criterion")) for r in sig}
+        only = [f"{a} vs {b} / {c}" for a, b, c, h in zip(ov["group_a"], ov["group_b"], ov["criterion"],
+                                                           ov["significant_holm"]) if h and (f"{a} vs {b}", c) not in gap]
+        console.print(Text(f"The table corrects over each comparison's criteria; the Quality gap line and lmra check "
+                           f"over all {n_comp} comparisons' ({len(ov)} rows, Holm)"
+                           + (f" — significant in the table only: {', '.join(only[:5])}"
+                              + (f" and {len(only) - 5} more" if len(only) > 5 else "") if only else "") + ".",
+                           style="dim"), highlight=False, soft_wrap=True)
     for comp in dict.fromkeys(r["comparison"] for r in sig):
         n = int(((quality["level"] == "overall") & (quality["group_a"] + " vs " + quality["group_b"] == comp)).sum())
         for words in quality_gap_words([r for r in sig if r["comparison"] == comp], n, confidence=float(conf) / 100):
