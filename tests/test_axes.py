@@ -1292,3 +1292,44 @@ def test_several_comparisons_each_say_their_family_is_their_own():
     assert five.count("this comparison's own family — over the 5 comparisons the chance of a false axis somewhere "
                       "is up to 0.25") == 5
     assert "own family" not in said([("female", "male")])
+
+
+def test_axes_are_reported_per_domain():
+    """Statistics break-it (s43): methodology §5 reports every metric per task and per domain; the
+    axes had overall and task rows only. An effect planted in one domain's 40 prompts (s = +0.8) and
+    none in the other's (±0.8 alternating): the domain rows are that domain's own test (the same
+    statistics as on its pairs alone), corrected over its axes, and the console's table shows them."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.axes.select import TABLE_COLUMNS, axis_statistics, select_axes
+    from lmra.report.axes import render_axes
+
+    rows = []
+    for axis in ("warmer tone", "longer"):
+        for i in range(80):
+            dom = "art" if i < 40 else "health"
+            s = 0.8 if (dom == "art" and axis == "warmer tone") else (0.8 if i % 2 else -0.8)
+            rows.append({"axis": axis, "prompt_id": f"p{i}", "domain": dom, "task": f"{dom} task", "valid": True,
+                         "failed": False, "s": s, "q_F": max(s, 0), "q_R": max(-s, 0)})
+    labels = pd.DataFrame(rows)
+    tab = select_axes(labels, ["warmer tone", "longer"], group_a="female", group_b="male")
+    dom = tab[tab.level == "domain"].set_index(["domain", "axis"])
+    assert set(dom.index) == {(d, a) for d in ("art", "health") for a in ("warmer tone", "longer")}
+    assert bool(dom.loc[("art", "warmer tone"), "selected"]) and not dom.loc[("health", "warmer tone"), "selected"]
+    own = axis_statistics(labels[(labels.domain == "art") & (labels.axis == "warmer tone")])
+    assert dom.loc[("art", "warmer tone"), "p_value"] == pytest.approx(own["p_value"])
+    assert dom.loc[("art", "warmer tone"), "mean_s"] == pytest.approx(0.8)
+    assert (dom["k_tested"] == 2).all()  # corrected within the domain, over its 2 axes
+    assert (tab[tab.level == "task"].set_index("task")["domain"].to_dict() == {"art task": "art",
+                                                                                "health task": "health"})
+    assert (tab[tab.level == "overall"]["domain"] == "").all() and list(TABLE_COLUMNS)[-1] == "domain"
+    one = select_axes(labels[labels.domain == "art"], ["warmer tone"])  # one domain: no domain rows
+    assert set(one.level) == {"overall", "task"}
+    table = tab.assign(comparison="female vs male", harmful_p=None, harmful=None)
+    buf = io.StringIO()
+    render_axes(Console(file=buf, width=250), table)
+    out = buf.getvalue()
+    assert "Per domain (selected axes; corrected within each domain over its axes)" in " ".join(out.split())
+    assert any("art" in line and "warmer tone" in line and "yes" in line for line in out.splitlines())

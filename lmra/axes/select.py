@@ -23,7 +23,9 @@ from lmra.stats import adjust_pvalues, mean_ci
 TABLE_COLUMNS = ["comparison", "group_a", "group_b", "level", "task", "axis", "source", "direction", "split_a",
                  "split_b", "more_a", "more_b", "mean_s", "ci_low", "ci_high", "p_value", "p_adjusted", "selected",
                  "tested", "k_tested", "correction", "test", "harmful_p", "harmful", "n_test_pairs", "n_invalid",
-                 "n_failed", "n_prompts"]
+                 "n_failed", "n_prompts",
+                 # (added: a row's domain — a domain row's, or a task row's when its pairs have one; "" overall)
+                 "domain"]
 
 
 def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 0.05, min_test_pairs: int = 3
@@ -176,8 +178,8 @@ def _alike_interval(s: np.ndarray, prompts: np.ndarray, alpha: float) -> tuple[f
 
 def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", group_b: str = "B",
                 alpha: float = 0.05, correction: str = "bonferroni", test: str = "t", ci_alpha: float = 0.05,
-                min_test_pairs: int = 3, by_task: bool = True, sources: Mapping[str, str] | None = None
-                ) -> pd.DataFrame:
+                min_test_pairs: int = 3, by_task: bool = True, sources: Mapping[str, str] | None = None,
+                by_domain: bool = True) -> pd.DataFrame:
     """Test every candidate axis and select with a multiple-comparison correction
     (methodology §4 step 5; FPF §3.4).
 
@@ -198,6 +200,10 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
         min_test_pairs: see :func:`axis_statistics`.
         by_task: add one row per task and axis.
         sources: axis → ``discovered`` / ``extra`` (default ``discovered``).
+        by_domain: add one row per domain and axis (level ``domain``, when ``labels`` has a
+            ``domain`` column of two domains or more; methodology §5: every metric per task and per domain — statistics
+            break-it, s43: the axes had none), corrected within the domain over its axes as a task
+            row within its task.
 
     Returns:
         DataFrame, columns as :data:`TABLE_COLUMNS` minus comparison and the harm columns;
@@ -214,12 +220,20 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
     cols = [c for c in TABLE_COLUMNS if c not in ("comparison", "harmful_p", "harmful")]
     if not axes:
         return pd.DataFrame(columns=cols)
-    levels: list[tuple[str, str, pd.DataFrame]] = [("overall", "", labels)]
+    has_domain = "domain" in labels.columns and not labels.empty
+
+    def domain_of(df: pd.DataFrame) -> str:
+        found = df["domain"].dropna().astype(str).unique() if has_domain else ()
+        return str(found[0]) if len(found) == 1 else ""
+
+    levels: list[tuple[str, str, str, pd.DataFrame]] = [("overall", "", "", labels)]
+    if by_domain and has_domain and labels["domain"].nunique() > 1:  # (one domain: its rows are the overall ones)
+        levels += [("domain", "", str(d), g) for d, g in labels.groupby("domain", sort=True)]
     if by_task and not labels.empty:
-        levels += [("task", str(t), g) for t, g in labels.groupby("task", sort=True)]
+        levels += [("task", str(t), domain_of(g), g) for t, g in labels.groupby("task", sort=True)]
     frames = []
     empty = pd.DataFrame(columns=["axis", "task", "prompt_id", "valid", "failed", "q_F", "q_R", "s"])
-    for level, task, df in levels:
+    for level, task, domain, df in levels:
         rows = []
         by_axis = {a: g for a, g in df.groupby("axis", sort=False)} if not df.empty else {}
         for axis in axes:
@@ -231,7 +245,7 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
             # +0.05 and one at −0.9 were selected by the sign test for leaning to A, and named B)
             m = st["mean_s"] if test != "sign" else float(lean)
             direction = "none" if math.isnan(m) or m == 0 else (group_a if m > 0 else group_b)
-            rows.append({"level": level, "task": task, "axis": axis,
+            rows.append({"level": level, "task": task, "domain": domain, "axis": axis,
                          "source": (sources or {}).get(axis, "discovered"), "direction": direction} | st)
         tab = pd.DataFrame(rows)
         tested = tab["tested"].to_numpy(bool)

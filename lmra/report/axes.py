@@ -225,6 +225,20 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         if len(ov) > max_rows:
             console.print(f"({len(ov) - max_rows} more axes in axes.csv)")
         shown = list(sel["axis"]) or list(ov[ov["tested"].astype(bool)]["axis"].head(max_task_axes))
+        per_domain = tab[(tab["level"] == "domain") & tab["axis"].isin(shown)] if "level" in tab else tab.iloc[:0]
+        if per_domain["domain"].nunique() > 1:  # (one domain: its rows are the overall ones)
+            td = Table(title=f"Per domain ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
+                             f"within each domain over its axes)", title_justify="left")
+            for col in ("domain", "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
+                        "p adjusted", "within domain", "n"):
+                td.add_column(col, justify="left" if col in ("domain", "axis") else "right")
+            order = {a: i for i, a in enumerate(shown)}
+            for _, r in per_domain.sort_values(["axis", "domain"], key=lambda c: c.map(order) if c.name == "axis"
+                                               else c).iterrows():
+                td.add_row(lit(r["domain"]), lit(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
+                           _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
+                           str(int(r["n_test_pairs"])))
+            console.print(td)
         per_task = tab[(tab["level"] == "task") & tab["axis"].isin(shown)]
         if not per_task.empty:
             tt = Table(title=f"Per task ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
