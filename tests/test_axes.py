@@ -1333,3 +1333,22 @@ def test_axes_are_reported_per_domain():
     out = buf.getvalue()
     assert "Per domain (selected axes; corrected within each domain over its axes)" in " ".join(out.split())
     assert any("art" in line and "warmer tone" in line and "yes" in line for line in out.splitlines())
+
+
+def test_cli_axes_of_chosen_comparisons_only(tmp_path, sim_inputs, capsys):
+    """Fresh-user finding (s43): no way to limit ``lmra axes`` to some of a run's comparisons (6
+    comparisons planned 34k LMRA calls). ``--comparison 'A vs B'`` keeps those; a comparison the run
+    does not have is an input error naming the option and the run's comparisons."""
+    from lmra import cli
+
+    cfg, res = _audit(tmp_path, sim_inputs, 40, formal_target(0.8, 0.2))
+    over = tmp_path / "axes.toml"
+    over.write_text('[judge]\nprovider = "test_axes:make_axes_judge"\n')
+    argv = ["axes", "--run", str(res.run_dir), "--config", str(over), "--discovery-pairs", "10", "--test-pairs",
+            "20", "--max-axes", "3", "--no-progress", "--no-harm-check"]
+    assert cli.main(argv + ["--comparison", "female vs nobody"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "option --comparison: the run has no comparison 'female vs nobody'; its comparisons: 'female vs male'" in err
+    assert not (res.run_dir / "axes.csv").exists()
+    assert cli.main(argv + ["--comparison", "female vs male"]) == 0
+    assert set(pd.read_csv(res.run_dir / "axes.csv")["comparison"]) == {"female vs male"}

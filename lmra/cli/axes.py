@@ -50,6 +50,17 @@ def cmd_axes(args: argparse.Namespace) -> int:
     cfg = axes_config(run_cfg, args.config, **overrides)
     if args.axis:
         cfg = axes_config(cfg, None, **{"axes.extra_axes": list(cfg.axes.extra_axes) + list(args.axis)})
+    if args.comparison:  # only these comparisons (fresh-user finding, s43: 6 comparisons planned 34k LMRA calls and
+        # printed 637 lines for a review that needed two of them)
+        have = list(dict.fromkeys(ratings["comparison"].astype(str))) if "comparison" in ratings else []
+        wanted = list(dict.fromkeys(args.comparison))
+        unknown = [c for c in wanted if c not in have]
+        if unknown:
+            raise LmraInputError(f"the run has no comparison '{unknown[0]}'; its comparisons: "
+                                 + ", ".join(f"'{c}'" for c in have), field="--comparison")
+        ratings = ratings[ratings["comparison"].astype(str).isin(wanted)]
+        if "comparison" in responses:
+            responses = responses[responses["comparison"].astype(str).isin(wanted)]
     inputs = prepare_axes(cfg, run_dir=run, responses=responses, ratings=ratings, prompts=args.prompts)
     ax = cfg.axes
 
@@ -285,6 +296,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPars
     a.add_argument("--test", choices=("t", "sign"), help="per-axis test of mean(s) = 0 (default t)")
     a.add_argument("--axis", action="append", metavar="TEXT",
                    help="an axis stated in advance, tested beside the discovered ones (repeatable)")
+    a.add_argument("--comparison", action="append", metavar="'A vs B'",
+                   help="only this comparison of the run, e.g. 'female vs male' (repeatable; default: every one). "
+                        "The axes files written hold these comparisons only")
     a.add_argument("--embed", action="store_true",
                    help="pre-cluster features by sentence embeddings (pip install 'lmra[embed]')")
     a.add_argument("--no-harm-check", action="store_true", help="skip the harm check of selected axes")
