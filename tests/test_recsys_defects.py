@@ -637,6 +637,12 @@ def test_an_instruction_id_written_as_a_number_and_as_a_string_is_an_input_error
         with pytest.raises(LmraInputError) as err:
             read_lists(path)
         assert "line 1" in str(err.value) and f"expected a string or an integer, got {shown}" in str(err.value)
+    # a value written as a number was taken as its text, a group "5" beside "a boy" (bad-input break-it, s43)
+    _write_jsonl(path, [{"instruction_id": 1, "attribute": "neutral", "value": "", "items": ["b"]},
+                        {"instruction_id": 1, "attribute": "gender", "value": 5, "items": ["b"]}])
+    with pytest.raises(LmraInputError) as err:
+        read_lists(path)
+    assert (err.value.line, err.value.field) == (2, "value") and "got number 5" in str(err.value)
 
 
 @pytest.mark.parametrize("n_instructions", [1, 3])

@@ -25,7 +25,7 @@ from lmra.runfolder import package_versions
 
 
 _LIST_FIELDS = ("compare", "keys", "items")
-_JSON_KIND = {str: "string", int: "number"}
+_JSON_KIND = {str: "string", int: "number", float: "number", bool: "boolean", list: "list", dict: "object"}
 
 
 def _folded(text: str) -> str:
@@ -96,8 +96,10 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         val = obj.get("value", "")
         if val is None:
             val = ""
-        if not isinstance(val, (str, int)) or isinstance(val, bool):
-            raise LmraInputError("expected a string", file=p, line=lineno, field="value")
+        if not isinstance(val, str):  # (a number was taken as its text, a group "5": bad-input break-it, s43)
+            raise LmraInputError(f"expected a string, the injected value's phrase (got {_JSON_KIND.get(type(val), type(val).__name__)} "
+                                 f"{json.dumps(val)}; write it in quotes if it is meant)", file=p, line=lineno,
+                                 field="value")
         obj["value"] = str(val).strip()
         # one attribute written two ways ("age" / "Age") would be scored as two attributes, each on part of
         # the instructions (break-it finding, s36: exit 0, SNSR for both); as for values below
