@@ -443,3 +443,18 @@ def test_task_and_domain_labels_spelt_two_ways_are_refused(tmp_path):
     ok.write_text("".join(json.dumps(r) + "\n" for r in [row(1, "art", "write a story"), row(2, None, "write a story"),
                                                           row(3, "zzz", "write a story")]))
     assert len(load_prompts(ok)) == 3
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--per-task", "-1"], "error: option --per-task: Input should be greater than or equal to 0"),
+    (["--max-cost", "-1"], "error: option --max-cost: Input should be greater than or equal to 0"),
+    (["--max-calls", "-3"], "error: option --max-calls: "),
+])
+def test_an_audit_options_bad_value_is_named_by_the_option(capsys, argv, needle):
+    """Bad-input break-it (s43): ``--per-task -1`` read "command line: field 'prompts_per_task'" —
+    a config field the user never wrote; the option is named, exit 2, before any model call."""
+    from lmra.cli import main
+
+    assert main(["audit", *argv]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert needle in err and "field 'prompts_per_task'" not in err and "Traceback" not in err

@@ -21,6 +21,12 @@ from lmra.console import all_pairs, counted, lit, make_console
 from lmra.errors import LmraInputError
 
 
+#: config field → the ``lmra audit`` option that overrides it (named in that option's input errors)
+_OVERRIDE_OPTIONS = {"output_dir": "--output-dir", "seed": "--seed", "name": "--name", "prompts": "--prompts",
+                     "text_field": "--text-field", "prompts_per_task": "--per-task", "max_cost": "--max-cost",
+                     "max_calls": "--max-calls", "prices": "--prices", "target": "--target", "judge": "--judge"}
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """``lmra audit [options]``: check the options and the config before any model call (exit 2),
     run the audit, then what follows a run (:func:`_run_audit`); returns the exit status."""
@@ -51,7 +57,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if overrides:
         from lmra.config import parse_config
 
-        cfg = parse_config(cfg.model_dump() | overrides, source="command line")
+        try:
+            cfg = parse_config(cfg.model_dump() | overrides, source="command line")
+        except LmraInputError as exc:  # an option's value is named by the option, not by its config field
+            # (bad-input break-it, s43: "--per-task -1" read "command line: field 'prompts_per_task'")
+            option = _OVERRIDE_OPTIONS.get(str(exc.field or "").split(".")[0])
+            if option is None or str(exc.field).split(".")[0] not in overrides:
+                raise
+            raise LmraInputError(exc.reason, field=option) from None
     if args.gate:  # --gate bounds join [gates], so the run's config.toml records the gates applied
         from lmra.cli.gates import audit_config_with_gates
 
