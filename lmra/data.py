@@ -234,7 +234,18 @@ def json_document(text: str, path: Path) -> object:
     except RecursionError:
         raise LmraInputError(_TOO_DEEP, file=path) from None
     except ValueError as exc:
-        raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path) from None
+        raise LmraInputError(_unreadable(exc), file=path) from None
+
+
+def _unreadable(exc: ValueError) -> str:
+    """The message of JSON that parses but cannot be read (Python's own words cut mid-sentence were
+    quoted: "… use sys.set_in" — bad-input break-it, s43): a number of more digits than the reader
+    takes is said as such; anything else by its first sentence."""
+    text = str(exc)
+    if "digits" in text and ("Exceeds the limit" in text or "integer string conversion" in text):
+        return "unreadable JSON: a number with more than 4,300 digits (no count or score is that long)"
+    first = text.split(";")[0].split(". ")[0]
+    return f"unreadable JSON ({type(exc).__name__}: {first[:160]})"
 
 
 #: the message of JSON nested too deeply for the reader (arrays or objects inside each other, hundreds deep)
@@ -266,8 +277,7 @@ def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
         except RecursionError:  # absurd nesting (break-it finding, s41: Python's RecursionError was quoted)
             raise LmraInputError(_TOO_DEEP, file=path, line=lineno) from None
         except ValueError as exc:  # e.g. a 5000-digit number
-            raise LmraInputError(f"unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})", file=path,
-                                 line=lineno) from None
+            raise LmraInputError(_unreadable(exc), file=path, line=lineno) from None
         if not isinstance(obj, dict):
             raise LmraInputError("each line must be a JSON object", file=path, line=lineno)
         yield lineno, obj

@@ -458,3 +458,18 @@ def test_an_audit_options_bad_value_is_named_by_the_option(capsys, argv, needle)
     assert main(["audit", *argv]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert needle in err and "field 'prompts_per_task'" not in err and "Traceback" not in err
+
+
+def test_a_number_too_long_to_read_is_said_in_plain_words(tmp_path):
+    """Bad-input break-it (s43): a 5,000-digit number in a JSONL line quoted Python's message cut
+    mid-word ("… use sys.set_in"). The line, and what is wrong, in words."""
+    from lmra.data import load_prompts
+    from lmra.errors import LmraInputError
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"id": "a", "text": "hello", "domain": "d", "task": "t"}\n'
+                    '{"id": "b", "text": "hi", "n": ' + "9" * 5000 + "}\n")
+    with pytest.raises(LmraInputError) as e:
+        load_prompts(path)
+    assert e.value.line == 2 and e.value.format().endswith(
+        "line 2: unreadable JSON: a number with more than 4,300 digits (no count or score is that long)")
