@@ -634,7 +634,7 @@ def traffic_cases() -> list[Case]:
                               ("max-cost-negative", ("--max-cost", "-1"), "max_cost"),
                               ("max-cost-1e308", ("--max-cost", "1e308"), "max_cost"),
                               ("max-calls-negative", ("--max-calls", "-1"), "max_calls"),
-                              ("per-task-negative", ("--per-task", "-1"), "prompts_per_task"),
+                              ("per-task-negative", ("--per-task", "-1"), "per_task"),  # (named by the option, s43)
                               ("name-slash", ("--name", "a/b"), "name"),
                               ("prices-dev-null", ("--prices", "/dev/null"), "prices"),
                               ("output-dir-empty", ("--output-dir", ""), "output_dir")):
