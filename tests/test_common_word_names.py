@@ -53,3 +53,20 @@ def test_a_common_word_written_with_accents_is_named_too(tmp_path):
     res = _run(tmp_path, [("Jennifer", "female"), ("Ashley", "female"), ("Jesús", "male"), ("James", "male")],
                "accented")
     assert res.summary["names_common_words"] == ["Jesús"]
+
+
+def test_validate_says_the_common_word_names_too(tmp_path, capsys):
+    """Bad-input break-it (s43): only ``lmra audit`` warned of Will, Hope, Grace; ``lmra validate``,
+    where a new name list is checked, said nothing."""
+    from lmra.cli import main
+
+    names = tmp_path / "words.csv"
+    names.write_text("name,gender,race,source\nHope,female,,t\nAnna,female,,t\nWill,male,,t\nDavid,male,,t\n")
+    cfg = tmp_path / "v.toml"
+    cfg.write_text(f'name = "v"\nnames = "{names}"\n')
+    assert main(["validate", str(cfg)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: {COMMON_WORD_NAMES_PREFIX}Hope, Will — the name scrub replaces the word as well" in err
+    names.write_text("name,gender,race,source\nAnna,female,,t\nDavid,male,,t\n")
+    assert main(["validate", str(cfg)]) == 0
+    assert COMMON_WORD_NAMES_PREFIX not in capsys.readouterr().err

@@ -86,6 +86,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     unmeetable += _waiver_warnings(cfg)  # a waiver written for another LMRA (fresh-user finding)
     unmeetable += _greedy_samples_warnings(cfg)  # n samples of one greedy answer (break-it finding)
     unmeetable += _embedded_judge_warnings(cfg)  # coin-flip yes/no answers of the 270M LMRA (fresh-user finding)
+    from lmra.audit.finish import common_word_names_warning
+
+    # names that are everyday words, as the audit warns (bad-input break-it, s43: validate, where a new name
+    # list is checked, said nothing of Will, Hope, Grace)
+    common = common_word_names_warning(getattr(audit, "names_common_words", None) or [])
+    unmeetable += [common] if common else []
     if args.json:
         from lmra.report import jsonout
 
