@@ -738,10 +738,15 @@ def test_cli_input_error_is_lmra_input_error(tmp_path):
     args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing"), "--reports-dir", str(tmp_path)])
     with pytest.raises(LmraInputError, match="is not a run folder path and not in the history"):
         args.func(args)
+    args = _axes_parser().parse_args(["axes", "--run", "missing", "--reports-dir", str(tmp_path / "nowhere")])
+    with pytest.raises(LmraInputError, match="no such run folder, and no runs in"):  # a run id: looked up
+        args.func(args)
+    # a path names no reports folder to look in (fresh-user finding, s43: "no runs in reports/", never given)
     args = _axes_parser().parse_args(["axes", "--run", str(tmp_path / "missing"),
                                       "--reports-dir", str(tmp_path / "nowhere")])
-    with pytest.raises(LmraInputError, match="no such run folder, and no runs in"):
+    with pytest.raises(LmraInputError) as e:
         args.func(args)
+    assert e.value.reason == "no such run folder" and "nowhere" not in e.value.format()
 
 
 def test_axes_call_bound_for_the_audit_plan():

@@ -363,6 +363,11 @@ def resolve_run_arg(run: str, reports_dir: str | Path, field: str = "--run") -> 
     if Path(run).exists():
         raise LmraInputError("is not a run folder (it is a file)", file=run, field=field)
     if not Path(reports_dir).is_dir():  # never create a history store just to look a name up
+        if "/" in run or os.sep in run:  # a path, not a run id: no look-up to speak of (fresh-user finding, s43:
+            # the message named ./reports/, which the user had not given)
+            parent = Path(run).parent
+            raise LmraInputError("no such run folder" + ("" if parent.is_dir() else f" (nor a folder {parent})"),
+                                 file=run, field=field)
         raise LmraInputError(f"no such run folder, and no runs in {reports_dir}/ to look the run id up in",
                              file=run, field=field)
     with History(history_path(Path(reports_dir))) as h:
