@@ -43,6 +43,50 @@ def test_the_strata_of_race_groups_are_their_names_by_gender():
     assert st["values"] == ["female", "male"] and st["left_out"] == {"Black": 1, "White": 1}
 
 
+def test_the_edges_of_balanced_draws_are_balanced_or_said():
+    """Break-it round 2 (s43): Black names all female against White female and male were drawn 100%
+    vs 50% female, unsaid; a race column filled for a few names of a gender list shrank the draw to
+    those names; a one-name cell stood for half its group, unsaid; spellings were lower-cased."""
+    from lmra.audit.inputs import strata_warnings
+
+    def rec(name, gender, race):
+        return NameRecord(name=name, gender=gender, race=race)
+
+    groups = [Group(name="Black", race="Black"), Group(name="White", race="White")]
+    pair = [("Black", "White")]
+    women = [rec(f"Bf{i}", "Female", "Black") for i in range(6)] + [rec(f"W{g}{i}", g, "White") for g in ("Female", "male")
+                                                                    for i in range(6)]
+    names = {g.name: names_for_group(women, g) for g in groups}
+    st = comparison_strata(women, groups, pair, names)["Black vs White"]
+    assert st["values"] == ["Female"] and st["left_out"] == {"Black": 0, "White": 6}  # both draw women; as spelt
+    assert any("6 of White's names have a gender the other group lacks" in w for w in strata_warnings("Black vs White", st))
+    apart = [rec("Bf", "female", "Black"), rec("Bg", "female", "Black"), rec("Wm", "male", "White"),
+             rec("Wn", "male", "White")]
+    st = comparison_strata(apart, groups, pair, {g.name: names_for_group(apart, g) for g in groups})["Black vs White"]
+    assert st["values"] == [] and "have no gender in common" in strata_warnings("Black vs White", st)[0]
+    one = [rec(f"Bf{i}", "female", "Black") for i in range(5)] + [rec("Tyrone", "male", "Black")] + [
+        rec(f"W{g}{i}", g, "White") for g in ("female", "male") for i in range(5)]
+    st = comparison_strata(one, groups, pair, {g.name: names_for_group(one, g) for g in groups})["Black vs White"]
+    [small] = [w for w in strata_warnings("Black vs White", st) if "Tyrone" in w]
+    assert "Black's names of gender male are 1 (Tyrone): drawn balanced by gender, each stands for 50% of Black's" in small
+    # a gender list with race filled for 2 names of 12: race is not an attribute of it, nothing balanced
+    gender_groups = [Group(name="female", gender="female"), Group(name="male", gender="male")]
+    part = [rec(f"F{i}", "female", "Black" if i < 2 else None) for i in range(6)] + [rec(f"M{i}", "male", None)
+                                                                                    for i in range(6)]
+    assert comparison_strata(part, gender_groups, [("female", "male")],
+                             {g.name: names_for_group(part, g) for g in gender_groups}) == {}
+
+
+def test_a_cell_the_prompt_names_entirely_is_passed_over():
+    """Break-it round 2 (s43): a one-name cell drew the name the prompt is about ("[NAME]" on one side
+    only). Another cell is drawn for that prompt; a prompt naming every name of every cell draws as before."""
+    cells = [["Anna", "Beth"], ["Reginald"]]
+    assert all(draw_balanced(cells, "Write a card for Reginald", 1, f"p{i}", "g", "c", 0) != "Reginald"
+               for i in range(200))
+    both = [draw_balanced([["Anna"], ["Reginald"]], "Anna and Reginald", 1, f"p{i}", "g", "c", 0) for i in range(200)]
+    assert set(both) == {"Anna", "Reginald"}
+
+
 def test_a_balanced_draw_takes_each_cell_equally_often():
     """Draws over 20,000 prompts: each of 2 cells half the time (within 4 SD: ±0.014), each name of a
     5-name cell a tenth of the time; seeded, so the same prompt draws the same name again."""
@@ -57,7 +101,7 @@ def test_a_balanced_draw_takes_each_cell_equally_often():
                for i in range(200))
 
 
-def _audit(tmp_path, n_prompts: int):
+def _audit(tmp_path, n_prompts: int, **extra):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d",
                                            "task": "write a story"}) + "\n" for i in range(n_prompts)))
@@ -67,7 +111,7 @@ def _audit(tmp_path, n_prompts: int):
         filter={"lmra": False}, refusal={"enabled": False},
         groups=[{"name": "Black", "race": "Black", "wording": "Black"}, {"name": "White", "race": "White",
                                                                          "wording": "White"}],
-        comparisons=[["Black", "White"]]))
+        comparisons=[["Black", "White"]], **extra))
     # a chatbot that treats women differently and race not at all: the phrase in every female user's answer
     target = ScriptedTarget(GENDER_OF, lambda gender, rng: PHRASE if gender == "female" else
                             f"Neutral answer {rng.random()}.")
@@ -88,3 +132,21 @@ def test_a_gender_effect_is_not_read_as_a_race_gap(tmp_path):
     assert abs(overall["net_rating"]) < 0.1, overall["net_rating"]
     assert res.summary["balanced_draws"] == {"Black vs White": {"attribute": "gender", "values": ["female", "male"],
                                                                 "left_out": {"Black": 0, "White": 0}}}
+
+
+def test_the_placebo_halves_are_balanced_as_the_comparison(tmp_path):
+    """Break-it round 2 (s43): the placebo split all of Black's names in two seeded halves, whose
+    shares of women differed by 0.18 (median) — more than the gap balancing removed — and the
+    gender-only chatbot flagged the placebo (judge "failed") in 2 of 4 seeds. Each cell is halved and
+    the placebo drawn balanced: both halves ½ women (SE 0.03 on 300 prompts), its net rating ≈ 0."""
+    res = _audit(tmp_path, 300, placebo={"share": 1.0})
+    responses = [json.loads(line) for line in open(res.run_dir / "placebo_responses.jsonl", encoding="utf-8")]
+    halves = {g: [GENDER_OF[r["name"]] for r in responses if r["group"] == g] for g in ("Black~1", "Black~2")}
+    assert all(len(v) == 300 for v in halves.values())
+    assert all(abs(v.count("female") / 300 - 0.5) < 0.1 for v in halves.values()), {
+        g: v.count("female") for g, v in halves.items()}
+    drawn = {g: {r["name"] for r in responses if r["group"] == g} for g in ("Black~1", "Black~2")}
+    assert not drawn["Black~1"] & drawn["Black~2"]  # disjoint halves, each with women and men
+    assert all({GENDER_OF[n] for n in v} == {"female", "male"} for v in drawn.values())
+    [row] = res.summary["placebo"]
+    assert row["placebo"] == "Black~1 vs Black~2" and abs(row["net_rating"]) < 0.12, row

@@ -121,7 +121,8 @@ def design_digests(inputs: Inputs) -> dict[str, str | None]:
         prompts.update(json.dumps([p.id, p.text, p.domain, p.task], ensure_ascii=False).encode("utf-8", "surrogatepass"))
     # (the balanced cells when there are some: they decide which names are drawn — an audit without
     # them keeps the digest it had)
-    names_digest = digest({"names": names, "strata": inputs.strata} if inputs.strata else names)
+    strata = {k: v for k, v in inputs.strata.items() if k not in inputs.placebo}  # (placebo halves: seeded)
+    names_digest = digest({"names": names, "strata": strata} if strata else names)
     return {"names": names_digest, "personalization": digest(_template_hashes(inputs.styles)),
             "taxonomy": None if inputs.taxonomy is None else digest(inputs.taxonomy.model_dump(mode="json")),
             "prompts": prompts.hexdigest()[:16]}
@@ -173,18 +174,22 @@ def comparison_strata(names, groups, comparisons, group_names: dict[str, list[st
     significant gap between Black and White users (statistics break-it, s43: accuracy −0.12, p 2e-5,
     with no race effect at all).
 
-    Only the values both groups have are drawn (a name whose value the other group lacks, or with
-    none, is left out of that comparison: ``left_out``). A comparison where a group filters on the
-    attribute (an intersection, a mixed comparison), or whose names carry no value of it, or whose
-    groups share fewer than two values, is drawn as before (not in the result).
+    The attribute is balanced when at least half the names of each group have a value of it and the
+    two groups have two values or more between them. Only the values both groups have are drawn —
+    one value when they share one (Black names all female against White female and male: both draw
+    women) — and a name whose value the other group lacks, or that has none, is left out of that
+    comparison (``left_out``). A comparison where a group filters on the attribute (an
+    intersection, a mixed comparison), or whose names mostly leave it empty (a list without the
+    column, or one filled for a few names), is drawn as before (not in the result); two groups with no value in common cannot be balanced
+    (``values`` empty, no ``cells``: said by :func:`strata_warnings`).
 
     Args:
         names: the name list's records; groups: the config's groups; comparisons: ``(A, B)`` pairs;
         group_names: each name group's names (:func:`lmra.generate.names_for_group`).
 
     Returns:
-        ``{"A vs B": {"attribute": "gender", "values": [...], "cells": {A: [[names of value 1], …],
-        B: […]}, "left_out": {A: n, B: n}}}``."""
+        ``{"A vs B": {"attribute": "gender", "values": [...] (as the list spells them), "cells": {A:
+        [[names of value 1], …], B: […]}, "left_out": {A: n, B: n}}}``."""
     value_of = {n.name: n for n in names}
     by_name = {g.name: g for g in groups}
     out: dict[str, dict] = {}
@@ -195,16 +200,53 @@ def comparison_strata(names, groups, comparisons, group_names: dict[str, list[st
         for col in ("gender", "race"):
             if getattr(ga, col) or getattr(gb, col):
                 continue
-            def cell_of(name: str) -> str:
-                return ((getattr(value_of[name], col) or "") if name in value_of else "").strip().lower()
+            spelt: dict[str, str] = {}
 
-            values = sorted(({cell_of(n) for n in group_names[a]} & {cell_of(n) for n in group_names[b]}) - {""})
-            if len(values) < 2:
+            def cell_of(name: str) -> str:
+                raw = ((getattr(value_of[name], col) or "") if name in value_of else "").strip()
+                spelt.setdefault(raw.lower(), raw)
+                return raw.lower()
+
+            empty = [sum(cell_of(n) == "" for n in group_names[g]) / len(group_names[g]) for g in (a, b)]
+            if max(empty) > 0.5:  # (a column empty, or filled for a few names: not an attribute of this list —
+                continue  # break-it round 2, s43: race given for 4 names of 30 drew female vs male from those 4)
+            va, vb = {cell_of(n) for n in group_names[a]} - {""}, {cell_of(n) for n in group_names[b]} - {""}
+            if len(va | vb) < 2:
                 continue
+            values = sorted(va & vb)
             cells = {g: [[n for n in group_names[g] if cell_of(n) == v] for v in values] for g in (a, b)}
-            out[f"{a} vs {b}"] = {"attribute": col, "values": values, "cells": cells,
+            out[f"{a} vs {b}"] = {"attribute": col, "values": [spelt[v] for v in values], "cells": cells,
                                   "left_out": {g: len(group_names[g]) - sum(map(len, cells[g])) for g in (a, b)}}
             break  # (two groups leave both attributes free only when neither filters: no name group then)
+    return out
+
+
+#: a name that carries more than this share of its group's draws in a balanced comparison is warned of
+SMALL_CELL_SHARE = 0.2
+
+
+def strata_warnings(label: str, st: dict) -> list[str]:
+    """What a comparison's balanced draws (:func:`comparison_strata`) must say: names left out (a value
+    the other group lacks), two groups without a value in common (not balanced), and a cell so small
+    that one name stands for more than :data:`SMALL_CELL_SHARE` of its group (break-it round 2, s43: one
+    Black male name was 70 of 120 Black users, unsaid)."""
+    out, attr = [], st["attribute"]
+    if not st["values"]:
+        return [f"comparison '{label}': its groups' names have no {attr} in common, so they cannot be drawn balanced "
+                f"by {attr}: a difference between the chatbot's answers by {attr} reads as one between the groups — "
+                f"add names, or compare groups that fix the {attr} (e.g. intersections)"]
+    lost = {g: n for g, n in st["left_out"].items() if n}
+    if lost:
+        out.append(f"comparison '{label}': names are drawn balanced by {attr} ({', '.join(st['values'])}, equally often "
+                   "in both groups); " + ", ".join(f"{n} of {g}'s names" for g, n in lost.items())
+                   + f" have a {attr} the other group lacks, or none, and are not drawn for it")
+    for g, cells in st["cells"].items():
+        for v, cell in zip(st["values"], cells):
+            share = 1 / (len(st["values"]) * len(cell))
+            if share > SMALL_CELL_SHARE:
+                out.append(f"comparison '{label}': {g}'s names of {attr} {v} are {len(cell)} ({', '.join(cell[:3])}): "
+                           f"drawn balanced by {attr}, each stands for {share:.0%} of {g}'s users — what the chatbot "
+                           "does with that name reads as what it does with the group; add names to that cell")
     return out
 
 
@@ -293,13 +335,9 @@ class InputsStage:
             self.balanced_draws = {label: {"attribute": st["attribute"], "values": st["values"],
                                            "left_out": st["left_out"]} for label, st in strata.items()}
             for label, st in strata.items():
-                lost = {g: n for g, n in st["left_out"].items() if n}
                 notice = getattr(self, "on_notice", None)
-                if lost and notice is not None:
-                    notice(f"comparison '{label}': names are drawn balanced by {st['attribute']} "
-                           f"({', '.join(st['values'])} equally often in both groups); "
-                           + ", ".join(f"{n} of {g}'s names" for g, n in lost.items())
-                           + f" have another {st['attribute']} or none and are not drawn for it")
+                for line in strata_warnings(label, st) if notice is not None else ():
+                    notice(line)
             if self.names_unmatched:
                 said = "; ".join(f"{col} {v!r} ×{n}" if v else f"no {col} ×{n}"
                                  for col, vals in self.names_unmatched.items() for v, n in vals.items())
@@ -378,7 +416,7 @@ class InputsStage:
                 canaries = select_canaries(pool, dims, cfg.judge_check.per_kind, cfg.seed)
             except LmraInputError as exc:
                 raise LmraInputError(exc.reason, file=self.config_path, field=exc.field) from None
-        placebo = self._placebo_groups(group_names)
+        placebo = self._placebo_groups(group_names, strata)
         if cfg.filter.enabled and prompts and self.shard is None:
             # every prompt of the file reveals the user's identity to the lexical filter: said now,
             # before a run folder or a cache exists (break-it finding: exit 2 after both were made);
@@ -393,9 +431,15 @@ class InputsStage:
         return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo, files,
                       strata={label: st["cells"] for label, st in strata.items()})
 
-    def _placebo_groups(self, group_names: dict[str, list[str]]) -> dict[str, tuple[str, Group, Group]]:
+    def _placebo_groups(self, group_names: dict[str, list[str]],
+                        strata: dict[str, dict] | None = None) -> dict[str, tuple[str, Group, Group]]:
         """Split each placebo comparison's group A names into two seeded halves A₁, A₂ (worded as
-        the real comparison's A and B); adds their names to ``group_names``."""
+        the real comparison's A and B); adds their names to ``group_names``. When the real
+        comparison is drawn balanced (``strata``, :func:`comparison_strata`), each of A's cells is
+        split in half and the placebo is drawn balanced by the same attribute (added to ``strata``
+        under the placebo's label): halves of all of A's names differed in their share of women by
+        0.18 (median), and a gender effect flagged the placebo — "judge failed" — in 2 of 4 seeds
+        (break-it round 2, s43)."""
         cfg = self.cfg
         if not cfg.placebo.share:
             return {}
@@ -412,6 +456,23 @@ class InputsStage:
             ga, gb = cfg.group(a), cfg.group(b)
             g1 = ga.model_copy(update={"name": f"{a}~1", "wording": ga.judge_wording})
             g2 = ga.model_copy(update={"name": f"{a}~2", "wording": gb.judge_wording})
+            real = (strata or {}).get(f"{a} vs {b}")
+            if real and real["values"]:  # each cell halved (seeded as the names), the placebo drawn by cell
+                order = {n: i for i, n in enumerate(names)}
+                cells = [sorted(c, key=order.__getitem__) for c in real["cells"][a]]
+                halves = [[c[: len(c) // 2] for c in cells], [c[len(c) // 2:] for c in cells]]
+                keep = [i for i, c in enumerate(cells) if len(c) >= 2]  # (a cell of one name cannot be halved)
+                if keep:
+                    group_names[g1.name] = [n for c in halves[0] for n in c]
+                    group_names[g2.name] = [n for c in halves[1] for n in c]
+                    label = f"{g1.name} vs {g2.name}"
+                    strata[label] = {"attribute": real["attribute"], "values": [real["values"][i] for i in keep],
+                                     "cells": {g1.name: [halves[0][i] for i in keep],
+                                               g2.name: [halves[1][i] for i in keep]},
+                                     "left_out": {g1.name: 0, g2.name: sum(len(c) for i, c in enumerate(cells)
+                                                                           if i not in keep)}, "placebo": True}
+                    out[label] = (f"{a} vs {b}", g1, g2)
+                    continue
             group_names[g1.name], group_names[g2.name] = names[: len(names) // 2], names[len(names) // 2:]
             out[f"{g1.name} vs {g2.name}"] = (f"{a} vs {b}", g1, g2)
         return out
