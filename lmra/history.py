@@ -493,6 +493,14 @@ class History:
                _int(run.summary.get("n_pairs_total")), totals["n_pairs"], totals["n_invalid"], totals["n_failed"],
                _int(calls.get("fresh")), _int(calls.get("cached")), _int(calls.get("failed")), run.judge_status,
                totals["n_refusal"])
+        # every value as SQLite stores it: a hand-edited manifest's list or object where a name or count belongs
+        # failed only when written, outside the scan's guard (break-it round 2, s43: 'target.model' as a list made
+        # every later audit of the folder exit 1 after its run)
+        for value in (*row, totals["n_unlabelled"], *(v for r in tasks + comparisons for v in r)):
+            if value is not None and not isinstance(value, (str, int, float)):
+                raise LmraInputError(f"holds {type(value).__name__} {json.dumps(value, default=str)[:80]} where a "
+                                     "name, a number or a date belongs (a hand-edited file?)",
+                                     file=run.path / "manifest.json")
         return {"run_id": run.run_id, "row": row, "unlabelled": totals["n_unlabelled"], "tasks": tasks,
                 "overall": comparisons}
 

@@ -298,6 +298,37 @@ def test_a_damaged_folder_the_history_does_not_know_breaks_no_later_audit(tmp_pa
         assert h.db.execute("SELECT COUNT(*) FROM task_metrics WHERE run_id = ?", (old.name,)).fetchone()[0] == 0
 
 
+def test_a_folder_whose_manifest_holds_a_list_for_a_name_breaks_no_other_command(tmp_path, capsys):
+    """Break-it round 2 (s43): a run folder not in the history whose manifest.json had ``target.model``
+    as a list — no digest covers the manifest, and values were type-checked only when written to
+    SQLite, outside the scan's guard — made ``lmra report`` of a good run exit 1. Left out with one
+    warning naming the file; nothing of it is written."""
+    import json
+    import shutil
+
+    from lmra.cli import main
+    from lmra.history import History
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    reports = tmp_path / "reports"
+    (good,) = reports.glob("*-gated")
+    bad = reports / "20200101-000000-gated"
+    shutil.copytree(good, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["target"]["model"] = ["x", "y"]
+    (bad / "manifest.json").write_text(json.dumps(m))
+    for f in reports.glob("history.sqlite*"):
+        f.unlink()
+    capsys.readouterr()
+    assert main(["report", str(good)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"warning: skipping {bad}: not a readable run folder ({bad / 'manifest.json'}: holds list" in err, err
+    with History(reports / "history.sqlite") as h:
+        assert list(h.runs()["run_id"]) == [good.name]
+
+
 def test_a_history_that_cannot_grow_is_the_historys_failure_not_the_folders(tmp_path, capsys, monkeypatch):
     """Break-it finding: with the history unable to grow (a full disk), ``lmra history`` called an
     intact run folder unreadable, left it out and exited 0. It is an I/O failure naming the
