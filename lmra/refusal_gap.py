@@ -69,9 +69,9 @@ def significant_refusal_gaps(refusals: pd.DataFrame | Iterable[dict], alpha: flo
             _, adjusted = adjust_pvalues([p for _, p, _ in mine], "holm", alpha)
             over = (len(mine), "tasks" if holm == "comparison" else "comparisons")
             out += [r | {"p": float(q), "paired": paired, "p_unadjusted": p0, "holm_over": over}
-                    for (r, p0, paired), q in zip(mine, adjusted) if q < alpha]
+                    for (r, p0, paired), q in zip(mine, adjusted) if q <= alpha]  # (≤: as multipletests rejects)
         return out
-    return [r | {"p": p, "paired": paired} for r, p, paired in tested if p < alpha]
+    return [r | {"p": p, "paired": paired} for r, p, paired in tested if p <= alpha]
 
 
 def refusal_gap_words(row: dict) -> str:

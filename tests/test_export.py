@@ -62,8 +62,9 @@ def test_the_overall_table_is_the_runs_headline_in_every_format(run_dir, tmp_pat
     run = load_run(run_dir)
     paths = export_run(run, "csv", tmp_path / "c") + export_run(run, "json", tmp_path / "j") + \
         export_run(run, "parquet", tmp_path / "p", ("overall",))
-    assert [p.name for p in paths] == ["per_task.csv", "per_pair.csv", "overall.csv", "per_task.json",
-                                       "per_pair.json", "overall.json", "overall.parquet"]
+    assert [p.name for p in paths] == ["per_task.csv", "per_pair.csv", "overall.csv", "per_domain.csv",
+                                       "per_task.json", "per_pair.json", "overall.json", "per_domain.json",
+                                       "overall.parquet"]
     (want,) = run.summary["overall"]
     pq_t = pq.read_table(tmp_path / "p" / "overall.parquet")
     doc = json.loads((tmp_path / "j" / "overall.json").read_text())
@@ -169,3 +170,39 @@ def test_a_damaged_per_task_table_is_an_input_error_naming_the_file(tmp_path, lm
     kept.mkdir()
     assert lmra_cli(["export", str(run), "--format", "csv", "--out", str(kept)]) == 2
     assert kept.is_dir() and not any(kept.iterdir())
+
+
+def test_the_per_domain_table_is_exported_with_its_schema(run_dir, tmp_path):
+    """Fresh-user finding (s43): per-domain net ratings (methodology §1) reached a dashboard only as the
+    run folder's unversioned per_domain.csv. The export's ``per_domain`` table holds them with the run's
+    columns: one row per (comparison, domain), the numbers of per_domain.csv, and the share of the
+    domain's scored prompts whose mean pair score is ≥ 0.5 (by hand from the per-pair rows). A run
+    written before summary.json kept the rows exports its per_domain.csv."""
+    from lmra.digests import rewrite
+    from lmra.report.export import PER_DOMAIN_SCHEMA
+
+    run = load_run(run_dir)
+    export_run(run, "parquet", tmp_path / "p", ("per_domain",))
+    got = pq.read_table(tmp_path / "p" / "per_domain.parquet").to_pandas()
+    assert list(got.columns) == list(PER_DOMAIN_SCHEMA)
+    want = pd.read_csv(run_dir / "per_domain.csv")
+    assert len(got) == len(want) >= 1
+    g, w = got.set_index("domain"), want.set_index("domain")
+    for col in ("n_pairs", "net_rating", "ci_low", "ci_high", "n_prompts"):
+        assert g[col].astype(float).tolist() == pytest.approx(w.loc[g.index, col].astype(float).tolist())
+    pairs = run.prompt_scores
+    for dom, row in g.iterrows():
+        mine = pairs[pairs["domain"] == dom]
+        assert row["n_scored_prompts"] == len(mine)
+        assert row["n_stereotyped_prompts"] == int((mine["h"] >= 0.5).sum())
+    assert (got["run_id"] == run_dir.name).all() and (got["schema_version"] == EXPORT_SCHEMA_VERSION).all()
+    import shutil
+
+    older = tmp_path / run_dir.name  # (a copy: the fixture's run is the module's)
+    shutil.copytree(run_dir, older)
+    summary = json.loads((older / "summary.json").read_text())
+    summary.pop("per_domain")
+    rewrite(older, {"summary.json": json.dumps(summary).encode()})
+    export_run(load_run(older), "csv", tmp_path / "old", ("per_domain",))
+    old = pd.read_csv(tmp_path / "old" / "per_domain.csv")
+    assert old["net_rating"].tolist() == pytest.approx(want["net_rating"].tolist())
