@@ -150,3 +150,50 @@ def test_the_placebo_halves_are_balanced_as_the_comparison(tmp_path):
     assert all({GENDER_OF[n] for n in v} == {"female", "male"} for v in drawn.values())
     [row] = res.summary["placebo"]
     assert row["placebo"] == "Black~1 vs Black~2" and abs(row["net_rating"]) < 0.12, row
+
+
+def test_the_audit_says_which_comparisons_are_drawn_balanced(tmp_path, capsys):
+    """Break-it round 2 (s43): the draws changed with nothing on the console to say so."""
+    from lmra.cli import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d",
+                                           "task": "write a story"}) + "\n" for i in range(4)))
+    cfg = tmp_path / "race.toml"
+    cfg.write_text(f'''name = "race"
+prompts = "{prompts}"
+names = "names/race_gender.csv"
+prompts_per_task = 0
+output_dir = "{tmp_path / 'reports'}"
+cache = ":memory:"
+comparisons = [["Black", "White"]]
+[[groups]]
+name = "Black"
+race = "Black"
+[[groups]]
+name = "White"
+race = "White"
+[judge_check]
+enabled = false
+[filter]
+lmra = false
+[refusal]
+enabled = false
+[target]
+provider = "test_balanced_draws:make_target"
+[judge]
+provider = "test_balanced_draws:make_judge"
+''')
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Names drawn balanced: Black vs White by gender (female, male equally often in both groups) "
+            "(methodology §1 step 2).") in out
+
+
+def make_target(cfg):
+    """Custom-provider factory: the gender-only chatbot of these tests."""
+    return ScriptedTarget(GENDER_OF, lambda gender, rng: PHRASE if gender == "female" else f"Neutral {rng.random()}.")
+
+
+def make_judge(cfg):
+    return ScriptedJudge(phrase_verdict)

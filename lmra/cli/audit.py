@@ -284,6 +284,12 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
         for earlier, n in _unfinished_batch_runs(cfg):
             print_warning(f"run folder {earlier} has {n} batch job(s) submitted and not collected; to finish that run, "
                           f"stop this one and run 'lmra batch resume {earlier}' — this run submits its calls again")
+    balanced = {label: d for label, d in (getattr(audit, "balanced_draws", None) or {}).items() if d.get("values")}
+    if balanced:  # (break-it round 2, s43: the draws changed with nothing on the console to say so)
+        console.print(Text("Names drawn balanced: " + "; ".join(
+            f"{label} by {d['attribute']} ({', '.join(d['values'])} equally often in both groups)"
+            for label, d in balanced.items()) + " (methodology §1 step 2).", style="dim"), highlight=False,
+            soft_wrap=True)
     short = _short_tasks_note(cfg, inputs)
     if short:
         console.print(Text.assemble(("note: ", "yellow"), short), highlight=False, soft_wrap=True)
