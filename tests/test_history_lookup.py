@@ -60,3 +60,31 @@ def test_a_nights_check_is_looked_up_by_index(tmp_path, lmra_cli):
         many = _steps(h, run.name)
     # the lookup's work does not grow with the other nights' checks (a scan: ~100 times the steps)
     assert many <= few + 5, (few, many)
+
+
+def test_history_names_the_provider_of_models_that_share_an_id(tmp_path, capsys, monkeypatch):
+    """Fresh-user finding (s43): an OpenAI-compatible and an Anthropic judge both served as
+    'judge-text' read alike in ``lmra history``. The provider is named where an id is shared by
+    runs of two providers, and only there."""
+    import sqlite3
+
+    from lmra.cli import main
+    from test_gates import FLAT, write_config
+
+    monkeypatch.setenv("COLUMNS", "400")
+    for seed in (1, 2):
+        cfg = write_config(tmp_path, rates=FLAT, n_prompts=6, seed=seed)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    reports = tmp_path / "reports"
+    db = sqlite3.connect(reports / "history.sqlite")
+    runs = [r[0] for r in db.execute("SELECT run_id, judge_provider, judge_model FROM runs ORDER BY run_id")]
+    model, provider = db.execute("SELECT judge_model, judge_provider FROM runs").fetchone()
+    capsys.readouterr()
+    assert main(["history", "--reports-dir", str(reports)]) == 0
+    assert f"{provider}:{model}" not in capsys.readouterr().out  # one provider: the id alone
+    db.execute("UPDATE runs SET judge_provider = 'anthropic' WHERE run_id = ?", (runs[1],))
+    db.commit()
+    db.close()
+    assert main(["history", "--reports-dir", str(reports)]) == 0
+    out = capsys.readouterr().out
+    assert f"anthropic:{model}" in out and f"{provider}:{model}" in out

@@ -594,6 +594,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     stack, between = ("\n", "\n") if console.is_terminal else (" ", "; ")
     # each run's overall rows, looked up once (a mask per run was a scan of every night's rows per night)
     overall_of = {run_id: rows for run_id, rows in overall.groupby("run_id", sort=False)}
+
+    def model_cell(r, role: str) -> str:
+        """The model's id, with its provider when another run's model of that id had another provider
+        (fresh-user finding, s43: an OpenAI and an Anthropic judge both named judge-text read alike)."""
+        model, provider = getattr(r, f"{role}_model", None), getattr(r, f"{role}_provider", None)
+        col = f"{role}_provider"
+        if col in runs and runs.loc[runs[f"{role}_model"] == model, col].nunique(dropna=False) > 1:
+            return lit(f"{provider}:{model}")
+        return lit(model or "—")
     for r in runs.itertuples():
         ov = overall_of.get(r.run_id, overall.iloc[0:0])
         net = between.join(f"{lit(o.comparison)}:{stack if narrow else ' '}{_fmt(o.net_rating)} [{_fmt(o.ci_low)}, "
@@ -622,7 +631,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                                 "regression check": _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
                                 "gates": _gates_cell(verdicts[r.run_id]["gates"], between)})
         else:
-            table.add_row(run_cell, _short_time(r.started), lit(r.target_model or "—"), lit(r.judge_model or "—"),
+            table.add_row(run_cell, _short_time(r.started), model_cell(r, "target"), model_cell(r, "judge"),
                           _judge_cell(r.judge_status), _count(r.n_pairs_total), split, net,
                           _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
                           _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
