@@ -184,7 +184,7 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
             changed += [f"{section}.{k} ({_change(sb.get(k), sr.get(k))})" for k in keys
                         if k in sb and k in sr and sb.get(k) != sr.get(k)]
     db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
-    changed += [f"{f} ({'its content changed' if cb.get(f) == cr.get(f) else _change(cb.get(f), cr.get(f))})"
+    changed += [f"{f} ({_design_change(f, baseline, run)})"
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
     jb, jr = (cb.get("judge") or {}).get("min_answer_mass"), (cr.get("judge") or {}).get("min_answer_mass")
     if jb is not None and jr is not None and jb != jr:  # how little option mass still reads as a rating
@@ -241,6 +241,29 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
                            "so the check does not see what the chatbot does tonight; give each night its own seed "
                            f"(--seed, docs/nightly.md){stood}")
     return out
+
+
+def _design_change(field: str, baseline, run) -> str:
+    """Why a design digest differs, in words: the config's path changed, or the content behind it —
+    for ``names``, when the two runs drew names differently (balanced draws, lmra 0.2.0: methodology
+    §1 step 2), that and what to do (upgrade trial, s43: "names (its content changed)" every night
+    after the upgrade, for a names file no one had touched)."""
+    cb, cr = baseline.config, run.config
+    if cb.get(field) != cr.get(field):
+        return _change(cb.get(field), cr.get(field))
+    if field == "names":
+        b_bal, r_bal = baseline.summary.get("balanced_draws"), run.summary.get("balanced_draws")
+        if (b_bal or {}) != (r_bal or {}):
+            def said(bal, folder) -> str:
+                if bal is None:
+                    v = (folder.manifest.get("versions") or {}).get("lmra") or "an older version"
+                    return f"from all their names (lmra {v}, before balanced draws)"
+                kept = [f"{label} by {d.get('attribute')}" for label, d in bal.items() if d.get("values")]
+                return "balanced: " + ", ".join(kept) if kept else "from all their names"
+            return (f"the names were drawn {said(r_bal, run)} in the run, {said(b_bal, baseline)} in the baseline — "
+                    "methodology §1 step 2; the names file may be unchanged: pin a night drawn as this one "
+                    f"('lmra pin {run.run_id}') to compare like with like")
+    return "its content changed"
 
 
 #: a recorded check's verdict in words (the replay warning quotes the earlier attempt's)

@@ -95,6 +95,11 @@ def _package_versions() -> dict[str, str]:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             out[pkg] = "not installed"
+    # lmra's own: the code that runs (its __version__), not the metadata of whatever copy pip installed —
+    # a checkout run over an older installed copy recorded the older version (upgrade trial, s43)
+    from lmra import __version__
+
+    out["lmra"] = __version__
     return out
 
 REQUIRED_FILES = ("summary.json", "manifest.json", "config.toml", "per_task.csv", "ratings.parquet")

@@ -197,3 +197,38 @@ def make_target(cfg):
 
 def make_judge(cfg):
     return ScriptedJudge(phrase_verdict)
+
+
+def test_a_check_across_the_upgrade_says_the_names_were_drawn_differently():
+    """Upgrade trial (s43): after the upgrade every night's check read "the audit design differs: names
+    (its content changed)" for a names file no one had touched. It says how each run drew its names,
+    and what to do."""
+    from types import SimpleNamespace
+
+    from lmra.comparable import _design_change
+
+    def run(run_id, balanced, version="0.2.0"):
+        summary = {} if balanced is None else {"balanced_draws": balanced}
+        return SimpleNamespace(run_id=run_id, config={"names": "names/race_gender.csv"}, summary=summary,
+                               manifest={"versions": {"lmra": version}})
+
+    bal = {"Black vs White": {"attribute": "gender", "values": ["female", "male"], "left_out": {}}}
+    said = _design_change("names", run("old", None, "0.1.0"), run("new", bal))
+    assert said == ("the names were drawn balanced: Black vs White by gender in the run, from all their names "
+                    "(lmra 0.1.0, before balanced draws) in the baseline — methodology §1 step 2; the names file may "
+                    "be unchanged: pin a night drawn as this one ('lmra pin new') to compare like with like")
+    assert _design_change("names", run("a", bal), run("b", bal)) == "its content changed"  # drawn alike: the file
+    moved = run("b", bal)
+    moved.config = {"names": "other.csv"}
+    assert "other.csv" in _design_change("names", run("a", bal), moved)
+
+
+def test_runs_record_the_version_of_the_code_that_ran():
+    """Upgrade trial (s43): manifests recorded the installed distribution's version, so a checkout run
+    over an older installed copy, and shards of the old and new draw rules, all read 0.1.0 — and
+    ``lmra merge`` mixed them. The code's own version is recorded; the draw rule's is 0.2.0 or later."""
+    import lmra
+    from lmra.runfolder import package_versions
+
+    assert package_versions()["lmra"] == lmra.__version__
+    assert tuple(int(x) for x in lmra.__version__.split(".")[:2]) >= (0, 2)
