@@ -37,6 +37,9 @@ def test_a_web_server_that_is_not_the_api_is_named_as_such(tmp_path):
     assert "answered every call with an HTTP error" in err and "failed with HTTP 501" in err, err[-3000:]
     assert "Unsupported method" in err, err[-3000:]  # the server's own words
     assert "is unreachable" not in err and "Traceback" not in err
+    # the final line says it too, with the status (upgrade trial, s43: "unreachable" there, the code a line above)
+    assert ("exit status 1: the run failed: the judge's endpoint answered every call with an HTTP error "
+            "(http_501 × ") in " ".join(r.stdout.split()), r.stdout[-2000:]
 
 
 def test_a_gateways_502_or_504_still_reads_as_unreachable():

@@ -429,8 +429,14 @@ def stopped_exit(exc: Exception, audit, console: Console) -> int:
             else "endpoint does not serve its model" if exc.not_served
             else "endpoint rejected every request" if exc.rejected
             else "endpoint answered no valid completion" if exc.malformed
+            else "endpoint answered no call in time" if getattr(exc, "timed_out", False)
+            else "endpoint is overloaded" if getattr(exc, "overloaded", False)
+            else "endpoint answered every call with an HTTP error" if getattr(exc, "http_errors", False)
             else "endpoint stopped answering mid-run" if exc.answered_before else "endpoint is unreachable")
-    return _final(console, {1: f"the run failed: the {exc.role}'s {what}"})
+    # how the calls failed, on the line a cron mail or CI annotation shows (upgrade trial, s43: a judge answering
+    # HTTP 500 read "unreachable" there, its status code only on a line above)
+    how = f" ({exc.why})" if isinstance(exc, EndpointUnreachable) and getattr(exc, "why", "") else ""
+    return _final(console, {1: f"the run failed: the {exc.role}'s {what}{how}"})
 
 
 def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console, *, alpha: float,

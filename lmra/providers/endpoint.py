@@ -161,6 +161,8 @@ class EndpointUnreachable(RuntimeError):
         #: the server answered, but never with a completion (malformed bodies): not the API at this URL
         self.malformed = bool(kinds) and set(kinds) <= set(MALFORMED_KINDS)
         why = "connection refused" if refused else ", ".join(f"{k} × {n}" for k, n in kinds.most_common())
+        #: how the calls of the streak failed, in a few words (the final exit line quotes it)
+        self.why = why
         # a custom provider's URL is keyed with its options' digest (lmra.providers.keyed_base_url): shown
         # without it, and its advice names its options (fresh-user finding: a wrong route in options got
         # "check model … the URL up to /v1")
