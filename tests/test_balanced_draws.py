@@ -232,3 +232,28 @@ def test_runs_record_the_version_of_the_code_that_ran():
 
     assert package_versions()["lmra"] == lmra.__version__
     assert tuple(int(x) for x in lmra.__version__.split(".")[:2]) >= (0, 2)
+
+
+def test_the_final_line_says_the_design_differs():
+    """Upgrade trial (s43): the first night after the upgrade read "exit status 0: no regression" in
+    the cron mail, the design change only in a warning above; the final line now names it."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from lmra.cli.monitor import _design_words, check_exit_reasons, no_regression_reason
+
+    warn = ("the audit design differs: names (the names were drawn balanced: Black vs White by gender in the run, "
+            "from all their names (lmra 0.1.0, before balanced draws) in the baseline — …); prompts_per_task (2 → 3) "
+            "— a change in the net ratings may be the design's, not the chatbot's")
+    assert _design_words(SimpleNamespace(comparability=[warn])) == (
+        "; the audit design differs from the baseline's (names, prompts_per_task: above)")
+    assert _design_words(SimpleNamespace(comparability=["another warning"])) == ""
+    regs = pd.DataFrame({"comparison": ["f vs m"], "domain": ["d"], "task": ["story"], "regressed": [True]})
+    res = SimpleNamespace(baseline_id="b", n_tested=1, tests=regs, regressions=regs, comparability=[warn])
+    assert check_exit_reasons(res)[3].endswith("; the audit design differs from the baseline's (names, "
+                                               "prompts_per_task: above)")
+    ok = SimpleNamespace(baseline_id="b", not_evidence="", quality_gap="", comparability=[warn], detectable=None,
+                         tests=regs.iloc[0:0], overall=None)
+    line = no_regression_reason(ok)
+    assert line.startswith("no regression against baseline b") and line.endswith("; the audit design differs from the baseline's (names, prompts_per_task: above)")

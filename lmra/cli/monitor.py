@@ -331,7 +331,7 @@ def check_exit_reasons(result) -> dict[int, str]:
         if len(overall):
             said.append(f"the overall net rating regressed against baseline {result.baseline_id} ("
                         + ", ".join(sorted({str(r.comparison) for r in overall.itertuples()})) + ")")
-        return {3: "; ".join(said)}
+        return {3: "; ".join(said) + _design_words(result)}
     if getattr(result, "family_size", result.n_tested) == 0:
         return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
     if getattr(result, "unrated_rise", ""):  # no rise found, but on the pairs the LMRA chose to rate
@@ -391,7 +391,21 @@ def no_regression_reason(result) -> str:
         words += f" — not evidence of no regression: {why}"
     if getattr(result, "quality_gap", ""):
         words += "; a quality gap tonight, which this check does not test (above)"
-    return words
+    return words + _design_words(result)
+
+
+def _design_words(result) -> str:
+    """``; the audit design differs from the baseline's (names: above)`` when the check's
+    comparability warnings say so, else "": on the line a cron mail or CI annotation shows (upgrade
+    trial, s43: after the upgrade the first night read "exit status 0: no regression", the design
+    change one warning above it)."""
+    import re
+
+    for w in getattr(result, "comparability", None) or []:
+        if str(w).startswith("the audit design differs: "):
+            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len("the audit design differs: "):])))
+            return f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
+    return ""
 
 
 def print_judge_blocks(console, result) -> None:
