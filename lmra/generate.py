@@ -67,26 +67,11 @@ def draw_balanced(cells: Sequence[Sequence[str]], prompt: str, seed: int, prompt
         cells: the group's names by cell (each non-empty); the rest as :func:`draw_name`.
     """
     rng = random.Random(derive_seed(seed, "name", prompt_id, group, comparison, k))
-    pools = [names_to_draw(tuple(c), prompt) for c in cells]
     # a cell whose every name the prompt mentions is passed over for this prompt, while another is left
     # (break-it round 2, s43: a one-name cell drew the name the prompt was about, "[NAME]" on one side only)
-    usable = [pool for pool, c in zip(pools, cells) if not _all_mentioned(pool, c, prompt)] or pools
-    pool = usable[rng.randrange(len(usable))]
-    return rng.choice(pool if isinstance(pool, (list, tuple)) else list(pool))
-
-
-def _all_mentioned(pool: Sequence[str], cell: Sequence[str], prompt: str) -> bool:
-    """True when :func:`names_to_draw` left ``cell`` as it was although the prompt mentions a name
-    of it — i.e. every name of the cell is mentioned (it falls back to them all)."""
-    if len(pool) != len(cell):
-        return False
-    key = tuple(cell)
-    words = _first_words(key)
-    candidates = words.keys() & _prompt_words(prompt)
-    if not candidates:
-        return False
-    folded = fold_latin(prompt)
-    return all(_name_pattern(n).search(folded) for n in cell)
+    usable = [c for c in map(tuple, cells) if len(_mentioned(c, prompt)) < len(c)] or [tuple(c) for c in cells]
+    cell = usable[rng.randrange(len(usable))]
+    return rng.choice(names_to_draw(cell, prompt))
 
 
 #: a word of folded text (:func:`fold_latin`), to look for names a prompt mentions
@@ -139,14 +124,21 @@ def names_to_draw(names: Sequence[str], prompt: str) -> Sequence[str]:
         ``names``, or a new list without the mentioned names.
     """
     key = names if isinstance(names, tuple) else tuple(names)
-    words = _first_words(key)
+    mentioned = _mentioned(key, prompt)
+    if not mentioned:
+        return names
+    rest = [n for n in key if n not in mentioned]
+    return rest if rest else names
+
+
+def _mentioned(names: tuple[str, ...], prompt: str) -> set[str]:
+    """The names of ``names`` the prompt mentions as whole words (as :func:`scrub_name` matches them)."""
+    words = _first_words(names)
     candidates = words.keys() & _prompt_words(prompt)
     if not candidates:
-        return names
+        return set()
     folded = fold_latin(prompt)
-    mentioned = {n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
-    rest = [n for n in key if n not in mentioned]
-    return rest if mentioned and rest else names
+    return {n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
 
 
 def personalized_messages(prompt: str, template: Template, *, name: str | None = None, profile: str | None = None,

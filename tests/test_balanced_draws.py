@@ -6,6 +6,7 @@ a chatbot treating women differently read as a race gap. Real audits on scripted
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import random
 from collections import Counter
 
@@ -159,31 +160,12 @@ def test_the_audit_says_which_comparisons_are_drawn_balanced(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": f"Prompt number {i}.", "domain": "d",
                                            "task": "write a story"}) + "\n" for i in range(4)))
-    cfg = tmp_path / "race.toml"
-    cfg.write_text(f'''name = "race"
-prompts = "{prompts}"
-names = "names/race_gender.csv"
-prompts_per_task = 0
-output_dir = "{tmp_path / 'reports'}"
-cache = ":memory:"
-comparisons = [["Black", "White"]]
-[[groups]]
-name = "Black"
-race = "Black"
-[[groups]]
-name = "White"
-race = "White"
-[judge_check]
-enabled = false
-[filter]
-lmra = false
-[refusal]
-enabled = false
-[target]
-provider = "test_balanced_draws:make_target"
-[judge]
-provider = "test_balanced_draws:make_judge"
-''')
+    from conftest import custom_audit_config
+
+    race_groups = ('comparisons = [["Black", "White"]]\n[[groups]]\nname = "Black"\nrace = "Black"\n'
+                   '[[groups]]\nname = "White"\nrace = "White"')
+    cfg = custom_audit_config(tmp_path, Path("names/race_gender.csv"), prompts, target="test_balanced_draws:make_target",
+                              judge="test_balanced_draws:make_judge", name="race", top=race_groups)
     assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("Names drawn balanced: Black vs White by gender (female, male equally often in both groups) "
