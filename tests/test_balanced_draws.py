@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-import random
 from collections import Counter
 
-import pytest
 
 from doubles import ScriptedJudge, ScriptedTarget
 from lmra import Audit
