@@ -135,6 +135,21 @@ def _across_tasks(tab: pd.DataFrame, alpha: float) -> str:
             "rows.")
 
 
+def _level_table(rows: pd.DataFrame, level: str, shown: list[str], selected: bool, first, conf: str) -> Table:
+    """The per-``level`` (``task`` or ``domain``) rows of the axes ``shown``, in their order, then by
+    ``level``; each row corrected within its task or domain over its axes."""
+    t = Table(title=f"Per {level} ({'selected axes' if selected else 'axes with the smallest p'}; corrected "
+                    f"within each {level} over its axes)", title_justify="left")
+    for col in (level, "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
+                "p adjusted", f"within {level}", "n"):
+        t.add_column(col, justify="left" if col in (level, "axis") else "right")
+    order = {a: i for i, a in enumerate(shown)}
+    for _, r in rows.sort_values(["axis", level], key=lambda c: c.map(order) if c.name == "axis" else c).iterrows():
+        t.add_row(lit(r[level]), lit(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
+                  _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "", str(int(r["n_test_pairs"])))
+    return t
+
+
 def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = None, *, max_rows: int = 30,
                 max_task_axes: int = 3) -> None:
     """Print the axes report for every comparison in ``table`` (the ``axes.csv`` frame).
@@ -225,33 +240,12 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
         if len(ov) > max_rows:
             console.print(f"({len(ov) - max_rows} more axes in axes.csv)")
         shown = list(sel["axis"]) or list(ov[ov["tested"].astype(bool)]["axis"].head(max_task_axes))
-        per_domain = tab[(tab["level"] == "domain") & tab["axis"].isin(shown)] if "level" in tab else tab.iloc[:0]
-        if per_domain["domain"].nunique() > 1:  # (one domain: its rows are the overall ones)
-            td = Table(title=f"Per domain ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
-                             f"within each domain over its axes)", title_justify="left")
-            for col in ("domain", "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
-                        "p adjusted", "within domain", "n"):
-                td.add_column(col, justify="left" if col in ("domain", "axis") else "right")
-            order = {a: i for i, a in enumerate(shown)}
-            for _, r in per_domain.sort_values(["axis", "domain"], key=lambda c: c.map(order) if c.name == "axis"
-                                               else c).iterrows():
-                td.add_row(lit(r["domain"]), lit(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
-                           _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
-                           str(int(r["n_test_pairs"])))
-            console.print(td)
+        per_domain = tab[(tab["level"] == "domain") & tab["axis"].isin(shown)]
+        if "domain" in per_domain and per_domain["domain"].nunique() > 1:  # (one domain: its rows are the overall ones)
+            console.print(_level_table(per_domain, "domain", shown, bool(len(sel)), first, conf))
         per_task = tab[(tab["level"] == "task") & tab["axis"].isin(shown)]
         if not per_task.empty:
-            tt = Table(title=f"Per task ({'selected axes' if len(sel) else 'axes with the smallest p'}; corrected "
-                             f"within each task over its axes)", title_justify="left")
-            for col in ("task", "axis", lit(f"{first['group_a']} vs {first['group_b']}"), f"mean s [{conf}% CI]", "p",
-                        "p adjusted", "within task", "n"):
-                tt.add_column(col, justify="left" if col in ("task", "axis") else "right")
-            for _, r in per_task.sort_values(["axis", "task"], key=lambda c: c.map(
-                    {a: i for i, a in enumerate(shown)}) if c.name == "axis" else c).iterrows():
-                tt.add_row(lit(r["task"]), lit(r["axis"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}", _ci(r),
-                           _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
-                           str(int(r["n_test_pairs"])))
-            console.print(tt)
+            console.print(_level_table(per_task, "task", shown, bool(len(sel)), first, conf))
             n_tasks = per_task["task"].nunique()
             across = _across_tasks(tab, (summary.get("settings") or {}).get("alpha", 0.05))
             if across:
