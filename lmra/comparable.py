@@ -146,6 +146,8 @@ def _endpoints_differ(a: str | None, b: str | None) -> bool:
 #: the start of the warning that a check compares two chatbots or two deployments of one (a check by
 #: hand so marked does not replace a night's check of the same chatbot: History.latest_check)
 TARGET_DIFFERS_PREFIX = "the target differs: "
+#: how the warning of a changed audit design starts (``lmra check``, ``lmra compare``)
+DESIGN_DIFFERS_PREFIX = "the audit design differs: "
 
 
 def comparability_warnings(baseline, run, history=None) -> list[str]:
@@ -190,7 +192,7 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     if jb is not None and jr is not None and jb != jr:  # how little option mass still reads as a rating
         changed.append(f"judge.min_answer_mass ({_change(jb, jr)})")  # (a baseline from before the field: not said)
     if changed:
-        out.append("the audit design differs: " + "; ".join(changed) + " — a change in the net ratings may be the "
+        out.append(DESIGN_DIFFERS_PREFIX + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")
 
     counts = target_calls(run)
@@ -458,7 +460,7 @@ def short_label(warning: str) -> str:
     ``replayed answers``, ``another target``, ``another design`` (else the warning's start)."""
     for start, label in ((REFUSED_PREFIX, "baseline not comparable"), (REPLAY_STARTS[0], "replayed answers"),
                          (REPLAY_STARTS[1], "replayed answers"),
-                         ("the target differs", "another target"), ("the audit design differs", "another design")):
+                         ("the target differs", "another target"), (DESIGN_DIFFERS_PREFIX, "another design")):
         if warning.startswith(start):
             return label
     return warning[:40]

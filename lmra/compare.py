@@ -1019,6 +1019,18 @@ def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
             "its own seed (--seed, docs/nightly.md)"]
 
 
+def _design_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
+    """The warning ``lmra check`` gives when the two runs' audit designs differ (groups, comparisons,
+    the names, prompts, taxonomy or personalisation files' content, refusal and filter settings,
+    :func:`lmra.comparable.comparability_warnings`), said A → B: a slope below 1 across a change of the
+    name draws or the prompt set is the design's as much as the chatbot's (known gap, s43: only
+    ``lmra check`` said so; ``lmra compare`` of nights either side of lmra 0.2.0 was silent)."""
+    from lmra.comparable import DESIGN_DIFFERS_PREFIX, comparability_warnings
+
+    return [w.replace("in the run,", "in B,").replace("in the baseline", "in A") + " (A → B)"
+            for w in comparability_warnings(run_a, run_b) if w.startswith(DESIGN_DIFFERS_PREFIX)]
+
+
 def _identical_scores_notes(run_a: RunFolder, run_b: RunFolder, comparison: str | None) -> list[str]:
     """A note when the two runs drew with the same seed and every task both measured has the same
     per-prompt scores in both (the same prompts, the same net ratings, not all one value): the runs
@@ -1090,6 +1102,7 @@ def compare_runs(run_a: RunFolder, run_b: RunFolder, *, alpha: float = 0.05,
     from lmra.identity import identity_changes
 
     notes += [f"{line} (A → B)" for line in identity_changes(run_a.manifest, run_b.manifest)]
+    notes += _design_notes(run_a, run_b)
     replayed = _replay_notes(run_a, run_b)
     notes += replayed or _identical_scores_notes(run_a, run_b, comparison)
     return compare_tables(run_a.per_task, run_b.per_task, alpha=alpha, comparison=comparison,

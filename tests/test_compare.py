@@ -534,14 +534,15 @@ def test_the_disattenuated_r_is_withheld_when_noisy_and_its_interval_covers_the_
     assert "±1.000" not in line and "= 1.000" not in line and "= -1.000" not in line
 
 
-def _judged_run(tmp_path, run_id, *, combiner, position_logit, seed):
-    """One audit of the same chatbot (TaskTarget) with a position-biased LMRA under ``combiner``."""
+def _judged_run(tmp_path, run_id, *, combiner, position_logit, seed, n_prompts=200):
+    """One audit of the same chatbot (TaskTarget) with a position-biased LMRA under ``combiner``
+    (prompts from a file of ``n_prompts`` rows)."""
     from doubles import ScriptedJudge
     from lmra import Audit
     from lmra.config import AuditConfig
     from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
 
-    names, prompts = write_inputs(tmp_path / "inputs", 200)
+    names, prompts = write_inputs(tmp_path / f"inputs-{n_prompts}", n_prompts)
     cfg = AuditConfig.model_validate(dict(
         name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=seed,
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / f"cache-{run_id}.sqlite"), concurrency=16,
@@ -572,3 +573,16 @@ def test_compare_notes_runs_under_different_combiners_and_a_moved_position_prefe
     # the control: the same LMRA and combiner on another night says neither
     d = _judged_run(tmp_path, "20260104-000000-nightly", combiner="min", position_logit=0.0, seed=4)
     assert not any("combiners" in n or "position logit" in n for n in compare_runs(a, d).notes)
+
+
+def test_compare_notes_another_audit_design(tmp_path):
+    """Known gap (s43): 'lmra check' warned that the audit design differed (here the prompt file's
+    content), 'lmra compare' of the same two runs said nothing, so a slope across a changed prompt set
+    or name draw read as the chatbot's change. The same design on another night says nothing."""
+    a = _judged_run(tmp_path, "20260101-000000-nightly", combiner="min", position_logit=0.0, seed=1)
+    b = _judged_run(tmp_path, "20260102-000000-nightly", combiner="min", position_logit=0.0, seed=2, n_prompts=120)
+    notes = compare_runs(a, b).notes
+    design = [n for n in notes if n.startswith("the audit design differs: ")]
+    assert len(design) == 1 and "prompts (" in design[0] and design[0].endswith("(A → B)"), notes
+    d = _judged_run(tmp_path, "20260104-000000-nightly", combiner="min", position_logit=0.0, seed=4)
+    assert not any("design" in n for n in compare_runs(a, d).notes)

@@ -22,7 +22,7 @@ from lmra.cli.common import (RUN_HELP, add_json_arg, add_store_args, check_alpha
                              delta_arg, json_errors, margin_arg, print_warning, whole_number)
 from lmra.cli.exits import final_status, print_final_status
 from lmra.console import counted, fits, fitted_table, lit, make_console
-from lmra.comparable import REFUSED_PREFIX
+from lmra.comparable import DESIGN_DIFFERS_PREFIX, REFUSED_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
 
 #: how the check's overall row weighs its tasks, in its label
@@ -402,8 +402,8 @@ def _design_words(result) -> str:
     import re
 
     for w in getattr(result, "comparability", None) or []:
-        if str(w).startswith("the audit design differs: "):
-            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len("the audit design differs: "):])))
+        if str(w).startswith(DESIGN_DIFFERS_PREFIX):
+            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len(DESIGN_DIFFERS_PREFIX):])))
             return f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
     return ""
 
