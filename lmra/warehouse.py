@@ -1,4 +1,4 @@
-"""The warehouse of nights: every run's per-pair, per-task and overall tables in one partitioned Parquet
+"""The warehouse of nights: every run's per-pair, per-task, overall and per-domain tables in one partitioned Parquet
 dataset, ``<reports>/warehouse/`` next to the run folders, that DuckDB, Spark or pandas query
 across nights without lmra (docs/exports.md, "Warehouse").
 
@@ -7,6 +7,7 @@ Layout (Hive-style partitions, one file per table per run)::
     warehouse/per_pair/run=<run name>/date=<YYYY-MM-DD>/<run id>.parquet
     warehouse/per_task/run=<run name>/date=<YYYY-MM-DD>/<run id>.parquet
     warehouse/overall/run=<run name>/date=<YYYY-MM-DD>/<run id>.parquet
+    warehouse/per_domain/run=<run name>/date=<YYYY-MM-DD>/<run id>.parquet
 
 The files are the Parquet exports of ``lmra export --format parquet``
 (:func:`lmra.report.export.export_run`): the same versioned, documented schema (every row's
@@ -36,8 +37,9 @@ from lmra.runfolder import RunFolder
 SCHEMA_VERSION = EXPORT_SCHEMA_VERSION
 #: the warehouse folder inside a reports folder
 WAREHOUSE_DIR = "warehouse"
-#: the tables of the warehouse
-TABLES = ("per_pair", "per_task", "overall")
+#: the tables of the warehouse (``per_domain`` since lmra 0.2.0: methodology §1 reports every metric per
+#: task and per domain; a dashboard had to recompute a domain's net rating and CI from ``per_pair``)
+TABLES = ("per_pair", "per_task", "overall", "per_domain")
 
 _SAFE = re.compile(r"[A-Za-z0-9._\- ]")
 
@@ -72,7 +74,7 @@ def table_path(warehouse: str | Path, table: str, run: RunFolder) -> Path:
 
 
 def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) -> dict[str, Path]:
-    """Land a finished run's per-pair, per-task and overall tables in the warehouse.
+    """Land a finished run's per-pair, per-task, overall and per-domain tables in the warehouse.
 
     Args:
         run: the run folder (or its path).
