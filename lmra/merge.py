@@ -242,9 +242,10 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
         LmraInputError: a folder that is not a finished run (:func:`lmra.runfolder.load_run`),
             not a shard (no ``shard.json``), of another config than the first (naming the
             first field that differs), another shard count or mode, other input files
-            (``inputs_sha256``), a damaged ``shard.json``, a shard given twice, missing shards
-            (naming which I), shards whose selections differ, or shards audited by another lmra
-            version (``versions.lmra``) (exit status 2).
+            (``inputs_sha256``), another audit design (``manifest.json`` ``design`` digests), a
+            damaged ``shard.json``, a shard given twice, missing shards (naming which I), shards
+            whose selections differ, or shards audited by another lmra version (``versions.lmra``)
+            (exit status 2).
     """
     if not paths:
         raise LmraInputError("name the shard run folders to merge (lmra merge SHARD_RUN...)", field="SHARD_RUN")
@@ -331,6 +332,14 @@ def load_shards(paths: list[str | Path], skipped: list[tuple[Path, str]] | None 
                                  "lists or the question templates differ — e.g. a prompt file refreshed between "
                                  "the shards' runs): shards of one audit read the same files",
                                  file=s.run.path / SHARD_FILE, field="inputs_sha256")
+        mine_d, first_d = s.run.manifest.get("design") or {}, first.run.manifest.get("design") or {}
+        changed = sorted(k for k in mine_d.keys() & first_d.keys() if mine_d[k] != first_d[k])
+        if changed:  # the audit design as the check compares it — e.g. the names drawn another way by a
+            # development checkout of the same version number (known gap, s43: only versions were compared)
+            raise LmraInputError(f"its audit design differs from {first.run.path}'s in '{changed[0]}' (manifest.json "
+                                 "design digests; the check of the merged night would compare another design): "
+                                 "shards of one audit share one design — re-run them on one lmra and one set of "
+                                 "files", file=s.run.path / "manifest.json", field=f"design.{changed[0]}")
     seen: dict[int, ShardRun] = {}
     for s in shards:
         if s.index in seen:

@@ -735,3 +735,23 @@ def test_a_second_merge_of_the_same_shards_started_while_the_first_runs_is_refus
         assert not [p for p in out.iterdir() if p.name.endswith("-nightly")]  # nothing written
     assert main(["merge", *dirs, "--no-report"]) == 0  # the lock is free again
     assert len([p for p in out.iterdir() if p.name.endswith("-nightly")]) == 1
+
+
+def test_merge_refuses_shards_of_two_audit_designs(tmp_path, capsys):
+    """Known gap (s43): the merge compared the shards' lmra versions, not their audit designs — a
+    development checkout of the same version number that drew names another way (``design.names``,
+    which covers the balanced-draw strata) was merged into one night. Refused now, naming the
+    shard's manifest.json and the design field; nothing is written."""
+    from lmra.cli import main
+
+    shards = _sharded(tmp_path, n=2, prompts_per_task=0, placebo={"share": 0.0}, quality={"enabled": False},
+                      judge2=None)
+    man_file = shards[1].run_dir / "manifest.json"
+    man = json.loads(man_file.read_text())
+    assert man["design"]["names"] == json.loads((shards[0].run_dir / "manifest.json").read_text())["design"]["names"]
+    man_file.write_text(json.dumps(man | {"design": man["design"] | {"names": "0" * 64}}))
+    capsys.readouterr()
+    assert main(["merge", *(str(s.run_dir) for s in shards), "--no-report", "--out-dir", str(tmp_path / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "audit design differs" in err and "design.names" in err and str(man_file) in err, err
+    assert "Traceback" not in err and not any((tmp_path / "m").glob("*/summary.json"))
