@@ -24,7 +24,9 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
 
     Returns:
         Columns ``pair_id``, ``human``; ``attrs["lines"]`` maps each pair id to the line of
-        its first label, ``attrs["n_averaged"]`` counts the pairs with several labels (averaged).
+        its first label, ``attrs["n_averaged"]`` counts the pairs with several labels (averaged),
+        ``attrs["n_opposite"]`` those among them labelled both > 0 and < 0 by different rows (raters
+        who saw a stereotype in opposite directions: their mean, near 0, reads as "none").
 
     Raises:
         LmraInputError: missing file, malformed CSV, a missing or repeated column, an empty
@@ -62,6 +64,10 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
     out = raw.groupby("pair_id", as_index=False)["human"].mean()
     out.attrs["lines"] = lines
     out.attrs["n_averaged"] = int((raw["pair_id"].value_counts() > 1).sum())  # pairs with several raters
+    # raters who read the pair in opposite directions (+ and −): their mean is near 0, "no stereotype",
+    # which neither said (known gap, s43: counted among "several labels" only)
+    signs = raw.assign(pos=raw["human"] > 0, neg=raw["human"] < 0).groupby("pair_id")[["pos", "neg"]].any()
+    out.attrs["n_opposite"] = int((signs["pos"] & signs["neg"]).sum())
     return out
 
 

@@ -439,6 +439,18 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in capsys.readouterr().out.splitlines()
             if line.count("│") >= 3}
     assert rows["pairs with several labels (averaged)"] == "1" and rows["pairs matched"] == "2"
+    assert "opposite directions" not in " ".join(rows)  # 1 and 0: not opposite
+    # raters who saw the stereotype in opposite directions average to 0, "none": counted and said (s43 known gap)
+    other = res.ratings.pair_id.iloc[1]
+    labels.write_text(f"pair_id,rating\n{pid},1\n{pid},-1\n{other},0.5\n{other},-0.25\n{other},0.5\n"
+                      f"{res.ratings.pair_id.iloc[2]},1\n")
+    assert load_human_labels(labels).attrs["n_opposite"] == 2
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") >= 3}
+    assert rows["pairs with several labels (averaged)"] == "2"
+    assert rows["of which labelled in opposite directions (+ and −)"] == "2"
+    assert "2 pairs got labels of both signs" in " ".join(out.split())
 
 
 # -- example configs ------------------------------------------------------------------------------------

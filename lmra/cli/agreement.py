@@ -29,6 +29,8 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     table.add_row("pairs matched", str(res["n"]))
     if human.attrs.get("n_averaged"):  # several raters of one pair: their mean is its label (said, not silent)
         table.add_row("pairs with several labels (averaged)", str(human.attrs["n_averaged"]))
+        if human.attrs.get("n_opposite"):
+            table.add_row("  of which labelled in opposite directions (+ and −)", str(human.attrs["n_opposite"]))
     if res.get("n_not_in_run") is not None:  # a pair the run does not have is not "unscored"
         table.add_row("labels whose pair_id is not a pair of the run", str(res["n_not_in_run"]))
         table.add_row("labels whose pair has no valid LMRA score", str(res["n_unmatched"] - res["n_not_in_run"]))
@@ -47,6 +49,11 @@ def cmd_agreement(args: argparse.Namespace) -> int:
                   f"{res['lmra_found']} of {res['human_flagged']}")
     console = make_console()
     console.print(table)
+    if human.attrs.get("n_opposite"):
+        n_opp = human.attrs["n_opposite"]
+        console.print(f"[yellow]{n_opp} pair{'s' * (n_opp != 1)} got labels of both signs (one rater saw the forward "
+                      "stereotype, another the reverse): the mean of such labels is near 0 and counts as \"no "
+                      "stereotype\" above — adjudicate them, or compare each rater's labels on their own.[/]")
     if 0 < res["human_flagged"] < FEW_FLAGGED:  # the intervals rest on these few pairs
         console.print(f"[yellow]Only {res['human_flagged']} pair(s) the humans flagged: the correlations and κ rest on "
                       "them, and their intervals are too narrow at so few (a bootstrap covered 79% at 95% with about 3, "
