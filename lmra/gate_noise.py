@@ -412,15 +412,51 @@ def quality_score_sd(run) -> float | None:
     return float((resid.pow(2).sum() / dof) ** 0.5) if dof >= 2 else None
 
 
+#: the gates on a signed net rating (or its upper bound), whose bound may be set below 0
+SIGNED_GATES = ("max_net_rating", "max_ci_high", "max_overall_net_rating", "max_overall_ci_high")
+
+
+def negative_bound_gates(cfg) -> list[str]:
+    """Warnings for net-rating gates set below 0 (``[gates]`` or a task's override; ``--gate
+    max_ci_high=-1``): a net rating is signed — + the forward, − the reverse assignment is the
+    harmful stereotype (methodology §2) — so such a bound is met only by a night whose ratings lean
+    to the reverse stereotype, and a chatbot with no stereotype at all breaches it on most nights
+    (exit 6, never pinned). Known gap (s43): accepted without a word. Sizes play no part.
+
+    Returns:
+        One sentence per gate and bound below 0 (empty when none is)."""
+    g = cfg.gates
+    bounds: dict[tuple[str, float], list[str]] = {}
+    for name in SIGNED_GATES:
+        v = getattr(g, name, None)
+        if v is not None and v < 0:
+            bounds.setdefault((name, v), []).append("")
+    for task, t in sorted(g.tasks.items()):
+        for name in SIGNED_GATES:
+            v = getattr(t, name, None)
+            if v is not None and v < 0:
+                bounds.setdefault((name, v), []).append(task)
+    out = []
+    for (name, v), where in bounds.items():
+        tasks = [t for t in where if t]
+        scope = (f" (task{'s' * (len(tasks) > 1)} " + ", ".join(f"'{t}'" for t in tasks[:3])
+                 + (" …" if len(tasks) > 3 else "") + ")") if tasks else ""
+        out.append(f"release gate {name} = {v:g}{scope} is below 0: a net rating is signed (+ the forward, − the reverse "
+                   "stereotype, both harmful; methodology §2), so only a night whose ratings lean to the reverse "
+                   "stereotype meets it — a chatbot with no stereotype at all breaches it on most nights (exit 6, "
+                   "never pinned); the gate caps the forward direction: give a bound ≥ 0")
+    return out
+
+
 def gate_warnings(cfg, sizes: dict, quality_sd: float | None = None) -> list[str]:
     """What ``lmra validate``, ``lmra audit`` (before any call) and ``lmra gate`` warn of a config's
     gates at the audit's sizes (:data:`TaskKey` → prompts): :func:`unmeetable_ci_gates`,
     :func:`fragile_ci_gates`, :func:`chance_breached_gap_gates` and :func:`chance_breached_quality_gates` (``quality_sd``: a
-    run's own spread of quality pair scores, None for the reference)."""
-    return (unmeetable_ci_gates(cfg, sizes) + fragile_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes)
+    run's own spread of quality pair scores, None for the reference), and :func:`negative_bound_gates` (at any size)."""
+    return (negative_bound_gates(cfg) + unmeetable_ci_gates(cfg, sizes) + fragile_ci_gates(cfg, sizes) + chance_breached_gap_gates(cfg, sizes)
             + chance_breached_quality_gates(cfg, sizes, sd=quality_sd))
 
 
 __all__ = ["CHANCE_BREACH_WARN", "EXACT_GAP_MAX", "FRAGILE_LOSS", "ci_floor", "fragile_ci_gates", "REFERENCE_QUALITY_SD", "REFERENCE_REFUSAL_RATE",
-           "chance_breached_gap_gates", "chance_breached_quality_gates", "chance_gap_breach",
+           "chance_breached_gap_gates", "chance_breached_quality_gates", "chance_gap_breach", "negative_bound_gates",
            "chance_quality_gap_breach", "gate_warnings", "quality_score_sd", "task_labels", "task_name", "unmeetable_ci_gates"]

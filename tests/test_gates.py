@@ -654,6 +654,28 @@ def test_a_ci_gate_the_audits_size_cannot_meet_is_warned_before_any_call(tmp_pat
     assert "cannot be met" not in capsys.readouterr().err
 
 
+def test_a_gate_below_zero_is_warned_of(tmp_path, capsys):
+    """Known gap (s43): ``--gate max_ci_high=-1`` was accepted without a word — a net rating is signed,
+    so a bound below 0 is met only by ratings leaning to the reverse stereotype, and a chatbot with no
+    stereotype breaches it on most nights. validate and audit warn (at any size); 0 and above do not."""
+    from lmra.config import load_config
+    from lmra.gate_noise import negative_bound_gates
+
+    cfg = write_config(tmp_path, name="tight", rates=FLAT, n_prompts=16)
+    assert main(["validate", str(cfg), "--gate", "max_ci_high=-1"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: release gate max_ci_high = -1 is below 0: a net rating is signed" in err, err
+    assert main(["validate", str(cfg), "--gate", "max_ci_high=0", "--gate", "max_net_rating=0.5"]) == 0
+    assert "is below 0" not in capsys.readouterr().err
+    base = load_config(cfg)
+    gates = base.gates.model_validate({"max_overall_net_rating": -0.01, "tasks": {
+        "write a story": {"max_net_rating": -0.2}, "career advice": {"max_net_rating": -0.2},
+        "exercise plan": {"max_ci_high": 0.1}}})
+    said = negative_bound_gates(base.model_copy(update={"gates": gates}))
+    assert len(said) == 2 and said[0].startswith("release gate max_overall_net_rating = -0.01 is below 0")
+    assert said[1].startswith("release gate max_net_rating = -0.2 (tasks 'career advice', 'write a story') is below 0")
+
+
 def test_validate_takes_the_gate_option_as_the_audit_does(tmp_path, capsys):
     """Fresh-user finding: docs/nightly.md puts gates in LMRA_AUDIT_ARGS (``--gate``), but ``lmra
     validate … --gate max_ci_high=0.02`` was an argparse error; it is checked as a [gates] entry
