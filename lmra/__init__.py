@@ -8,7 +8,7 @@ Python API::
     result.per_task  # pandas DataFrame
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: the names of the Python API and the modules they come from, imported on first use (PEP 562), so
 #: that ``import lmra.cli`` (every command) does not load the audit, pandas and pydantic

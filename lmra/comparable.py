@@ -38,6 +38,10 @@ DIGEST_FIELDS = ("names", "personalization", "taxonomy", "prompts")
 #: settings of a config section that change which pairs are rated (refusals left out, prompts that
 #: reveal identity removed): break-it finding, s40 — turned off between nights, unsaid
 SECTION_SETTINGS = (("refusal", ("enabled", "threshold")), ("filter", ("enabled", "lmra", "threshold")))
+#: LMRA settings that change how its answers read as ratings: how little option mass still reads as one,
+#: and how many alternatives an openai LMRA lists (an option outside them reads as 0; the default went
+#: from 5 to 20 in lmra 0.3.0)
+JUDGE_SETTINGS = ("min_answer_mass", "top_logprobs")
 #: target settings that change the chatbot's answers
 TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
 
@@ -188,9 +192,10 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
     db, dr = baseline.manifest.get("design") or {}, run.manifest.get("design") or {}
     changed += [f"{f} ({_design_change(f, baseline, run)})"
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
-    jb, jr = (cb.get("judge") or {}).get("min_answer_mass"), (cr.get("judge") or {}).get("min_answer_mass")
-    if jb is not None and jr is not None and jb != jr:  # how little option mass still reads as a rating
-        changed.append(f"judge.min_answer_mass ({_change(jb, jr)})")  # (a baseline from before the field: not said)
+    for key in JUDGE_SETTINGS:
+        jb, jr = (cb.get("judge") or {}).get(key), (cr.get("judge") or {}).get(key)
+        if jb is not None and jr is not None and jb != jr:  # (a baseline from before the field: not said)
+            changed.append(f"judge.{key} ({_change(jb, jr)})")
     if changed:
         out.append(DESIGN_DIFFERS_PREFIX + "; ".join(changed) + " — a change in the net ratings may be the "
                    "design's, not the chatbot's")

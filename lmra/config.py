@@ -27,6 +27,11 @@ from lmra.errors import LmraInputError, find_key_line, find_table_item_line, rea
 M = TypeVar("M", bound=BaseModel)
 
 
+#: alternatives an LMRA question asks of an OpenAI-compatible endpoint by default: the API's maximum
+#: (methodology check, s44: at 5, a judge spreading "A" over ``A``/`` A``/``A)``/``**A`` pushed "B"
+#: out of the list, so B read 0 and the ``min`` pair score rose 8 % — 0.7635 for 0.7044; lmra < 0.3: 5)
+DEFAULT_TOP_LOGPROBS = 20
+
 class _Strict(BaseModel):
     """Base of every config model: unknown fields rejected, strict types, finite floats."""
 
@@ -171,7 +176,9 @@ class ModelConfig(_Strict):
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature for generated text.")
     max_tokens: int = Field(160, ge=1, le=32768, description="Maximum tokens per generated response.")
     top_logprobs: int = Field(
-        5, ge=1, le=20, description="Alternatives requested per token when reading option probabilities (openai)."
+        DEFAULT_TOP_LOGPROBS, ge=1, le=20, description="Alternatives requested per token when reading option "
+        "probabilities (openai). An option outside them reads as 0: with few, a judge that spreads one option over "
+        "variants (A, ' A', 'A)') pushes another out and a small probability reads as none."
     )
     logprobs: bool = Field(
         True, description="False for an OpenAI-compatible endpoint that returns no log-probabilities: option "

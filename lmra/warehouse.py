@@ -37,7 +37,7 @@ from lmra.runfolder import RunFolder
 SCHEMA_VERSION = EXPORT_SCHEMA_VERSION
 #: the warehouse folder inside a reports folder
 WAREHOUSE_DIR = "warehouse"
-#: the tables of the warehouse (``per_domain`` since lmra 0.2.0: methodology §1 reports every metric per
+#: the tables of the warehouse (``per_domain`` since lmra 0.3.0: methodology §1 reports every metric per
 #: task and per domain; a dashboard had to recompute a domain's net rating and CI from ``per_pair``)
 TABLES = ("per_pair", "per_task", "overall", "per_domain")
 

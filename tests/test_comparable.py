@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import custom_audit_config
 from doubles import ScriptedJudge
 from lmra import Audit
@@ -493,22 +495,25 @@ def test_a_placebo_split_anew_each_night_is_not_another_design(tmp_path):
     assert check_run(runs[1], runs[0]).comparability == []
 
 
-def test_another_min_answer_mass_is_another_design(tmp_path):
+@pytest.mark.parametrize("key, before, after", [("min_answer_mass", 0.05, 0.2), ("top_logprobs", 5, 20)])
+def test_another_min_answer_mass_or_top_logprobs_is_another_design(tmp_path, key, before, after):
     """Break-it note: a change of judge.min_answer_mass (how little option mass still reads as a
-    rating) between the baseline and the run was not among the comparability warnings."""
+    rating) between the baseline and the run was not among the comparability warnings; nor (s44) of
+    judge.top_logprobs, whose default went from 5 to 20 in lmra 0.3.0 (an option outside the listed
+    alternatives reads as 0)."""
     default_names, prompts = write_inputs(tmp_path / "inputs", 40)
     runs = []
-    for seed, floor in ((1, 0.05), (2, 0.2)):
+    for seed, value in ((1, before), (2, after)):
         cfg = AuditConfig.model_validate(dict(
             name="nightly", prompts=str(prompts), names=str(default_names), prompts_per_task=0, seed=seed,
             output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
-            judge_check={"enabled": False}, judge={"min_answer_mass": floor}))
+            judge_check={"enabled": False}, judge={key: value}))
         run_dir = tmp_path / "reports" / f"2026010{seed}-000000-nightly"
         Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}),
               judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
         runs.append(run_dir)
     (line,) = check_run(runs[1], runs[0]).comparability
-    assert "the audit design differs: judge.min_answer_mass (0.05 → 0.2)" in line
+    assert f"the audit design differs: judge.{key} ({before} → {after})" in line
 
 
 def test_another_endpoint_or_custom_options_are_another_target(tmp_path):

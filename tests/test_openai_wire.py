@@ -193,3 +193,55 @@ def test_top_logprobs_that_are_not_a_list_are_named_as_such():
     with pytest.raises(ProviderError) as err:
         chat_result(body, REQUEST, model="m")
     assert err.value.kind == "malformed" and "'top_logprobs' is a str, not a list" in str(err.value)
+
+
+def test_the_default_lmra_lists_enough_alternatives_for_a_judge_that_spreads_an_option_over_variants():
+    """Methodology check (s44): at the old default of 5 alternatives, a judge spreading "A" over four
+    variants (0.15 each) and "C" at 0.33 pushed "B" (0.05) out of the list, so B read 0 — the pair's
+    ``min`` score rose 8 %. The default LMRA asks for 20 (the API's maximum) and reads all three, here
+    from a real local server that lists the top ``top_logprobs`` of a fixed distribution."""
+    import math
+
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+
+    dist = [("C", 0.33), ("A", 0.15), (" A", 0.15), ("A)", 0.15), ("**A", 0.15), ("B", 0.05)] + [
+        (f"w{i}", 0.02 / 40) for i in range(40)]
+
+    class _Ranked(_Server):
+        def __init__(self):
+            super().__init__("application/json")
+            server = self
+            handler = self.httpd.RequestHandlerClass
+
+            def do_POST(h):
+                body = json.loads(h.rfile.read(int(h.headers["content-length"])))
+                server.bodies.append(body)
+                top = [(t, math.log(p)) for t, p in dist[:body["top_logprobs"]]]
+                data = json.dumps(_completion_with(top)).encode()
+                h.send_response(200)
+                h.send_header("content-type", "application/json")
+                h.send_header("content-length", str(len(data)))
+                h.end_headers()
+                h.wfile.write(data)
+
+            handler.do_POST = do_POST
+
+    messages = [Message(role="user", content="Which one?")]
+
+    async def ask(**settings):
+        cfg = JudgeConfig(provider="openai", model="m", api_key_required=False, max_retries=0, **settings)
+        provider = OpenAIProvider(cfg)
+        try:
+            return await ask_options(provider, messages, ("A", "B", "C"), cfg)
+        finally:
+            await provider.aclose()
+
+    with _Ranked() as srv:
+        read = asyncio.run(ask(base_url=srv.url))
+        old = asyncio.run(ask(base_url=srv.url, top_logprobs=5))
+    assert [b["top_logprobs"] for b in srv.bodies] == [20, 5]
+    assert read.probs == pytest.approx({"A": 0.6 / 0.98, "B": 0.05 / 0.98, "C": 0.33 / 0.98})
+    assert read.mass == pytest.approx(0.98)
+    # the old default's reading: B outside the list, A and C renormalised over 0.93
+    assert old.probs == pytest.approx({"A": 0.6 / 0.93, "B": 0.0, "C": 0.33 / 0.93})

@@ -31,6 +31,7 @@ from typing import Any
 
 import openai
 
+from lmra.config import DEFAULT_TOP_LOGPROBS
 from lmra.providers._batch_results import BatchResults, submission_error
 from lmra.providers.base import (FILTER_FINISH_REASONS, ChatRequest, ChatResult, ProviderError, reported_usage,
                                  sum_option_probs)
@@ -53,7 +54,7 @@ _RAW_SPACES = {"\u2581": " ", "\u0120": " ", "\u010a": "\n", "\u0109": "\t"}
 LOGPROB_ROUNDING = 0.02
 
 
-def chat_params(model: str, request: ChatRequest, default_top_logprobs: int = 5) -> dict[str, Any]:
+def chat_params(model: str, request: ChatRequest, default_top_logprobs: int = DEFAULT_TOP_LOGPROBS) -> dict[str, Any]:
     """Chat Completions parameters of ``request`` (same as ``OpenAIProvider.complete`` sends).
 
     Returns:
@@ -216,7 +217,7 @@ class OpenAIBatchBackend:
     max_bytes = MAX_BYTES
 
     def __init__(self, client: openai.AsyncOpenAI, model_id: str, *, provider_name: str = "openai",
-                 default_top_logprobs: int = 5):
+                 default_top_logprobs: int = DEFAULT_TOP_LOGPROBS):
         self.client = client
         self.model_id = model_id
         self.provider_name = provider_name
