@@ -299,6 +299,11 @@ class _HistoryConnection(sqlite3.Connection):
     def execute(self, *args, **kwargs):
         return self.cursor().execute(*args, **kwargs)
 
+    def executemany(self, *args, **kwargs):  # (fault break-it, s44: sqlite3's own Connection.executemany
+        # does not go through the cursor's: a disk filled by a registration's task rows was blamed on the
+        # call cache, with the advice to move that healthy file aside)
+        return self.cursor().executemany(*args, **kwargs)
+
     def executescript(self, *args, **kwargs):
         return self.cursor().executescript(*args, **kwargs)
 

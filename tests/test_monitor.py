@@ -277,6 +277,23 @@ def test_a_full_history_database_is_an_io_failure_naming_the_file(tmp_path):
     h.close()
 
 
+def test_a_full_history_in_a_many_row_statement_is_an_io_failure_naming_the_file(tmp_path):
+    """Fault break-it (s44): a disk that filled while a registration wrote its task rows (one
+    ``executemany``) raised a bare OperationalError — sqlite3's Connection.executemany bypasses the
+    history's cursor — and the CLI blamed the call cache, advising to move it aside."""
+    from lmra.errors import LmraIOError
+    from lmra.history import History
+
+    path = tmp_path / "reports" / "full-history.sqlite"
+    h = History(path)
+    pages = h.db.execute("PRAGMA page_count").fetchone()[0]
+    h.db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(LmraIOError) as info:
+        h.db.executemany("INSERT INTO meta VALUES (?, ?)", [(f"filler-{i}", "x" * 4000) for i in range(50)])
+    assert info.value.path == str(path) and "full" in info.value.reason
+    h.close()
+
+
 def test_a_task_trend_of_several_audits_says_so(tmp_path, lmra_cli, capsys, monkeypatch):
     """New-user finding: ``lmra history --task T`` mixed the default demo's runs and another
     audit's in one trend without a word."""
@@ -639,3 +656,21 @@ def test_the_history_cell_names_five_regressed_tasks_and_counts_the_rest(between
     assert max(len(line) for line in cell.splitlines()) < 400
     check["regressed"] = dict(list(regressed.items())[:MAX_TASKS_NAMED])  # five: all named, nothing counted
     assert "more (" not in _check_cell(check, between)
+
+
+def test_a_full_disk_in_an_unnamed_sqlite_database_is_not_advised_to_move_the_cache(tmp_path, monkeypatch, capsys):
+    """Fault break-it (s44): SQLite's 'database or disk is full' from a database lmra could not name
+    ended with the advice to move the call cache aside — which pays for every call again; a full disk
+    needs space. A damaged database keeps that advice."""
+    import argparse
+    import sqlite3
+
+    import lmra.cache
+    from lmra.cli import report_failure
+
+    monkeypatch.setattr(lmra.cache, "USED_PATHS", {str(tmp_path / "cache.sqlite")})
+    assert report_failure(sqlite3.OperationalError("database or disk is full"), argparse.Namespace()) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "free space on the disk that filled" in err and "moved aside" not in err, err
+    assert report_failure(sqlite3.DatabaseError("database disk image is malformed"), argparse.Namespace()) == 1
+    assert "a damaged call cache can be moved aside" in " ".join(capsys.readouterr().err.split())

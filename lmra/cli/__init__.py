@@ -121,9 +121,12 @@ def report_failure(exc: Exception, args: argparse.Namespace) -> int | None:
         which = ""
         caches = sorted(getattr(sys.modules.get("lmra.cache"), "USED_PATHS", ()))
         if isinstance(exc, sqlite3.Error) and caches:  # SQLite names no file: say which databases it can be
+            # (a full disk is not damage: moving a healthy cache aside pays for every call again — fault break-it, s44)
+            advice = ("free space on the disk that filled and run the command again — nothing needs moving"
+                      if "full" in str(exc) else
+                      "a damaged call cache can be moved aside — its answers are then asked again")
             which = (f" (in an SQLite database this command used: the call cache {', '.join(caches)}, or the run "
-                     "history / warehouse under the output folder; a damaged call cache can be moved aside — "
-                     "its answers are then asked again)")
+                     f"history / warehouse under the output folder; {advice})")
         err_console.print(Text.assemble(("I/O failure: ", "bold red"), f"{where}: " if where else "",
                                         f"{type(exc).__name__}: {exc}{which}"), highlight=False, soft_wrap=True)
         return 1
