@@ -47,6 +47,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +150,30 @@ def _being_cancelled() -> bool:
 #: every call-cache file this process opened (an SQLite error names no file: lmra.cli's
 #: report of a damaged database names these)
 USED_PATHS: set[str] = set()
+
+
+#: how a stored answer (``calls.result``) and a pair memo row (``pair_memo.value``) end since lmra 0.3.0:
+#: this separator (never in JSON text, which escapes control characters) and the CRC-32 of the text
+#: before it, 8 hex digits. Fault break-it (s44): 26 digits changed in the file (single bit flips
+#: among them) passed SQLite's integrity check, and a re-run served them — the net rating moved from
+#: −0.1113 to −0.0982, exit 0, no word. A row whose seal does not match is not used: the call is made
+#: again (counted as ``unreadable_cached``), the pair rated again. Rows of earlier versions carry no seal
+#: and are read as before (unchecked).
+_SEAL = "\x1f"
+
+
+def _sealed(text: str) -> str:
+    """``text`` with its seal (:data:`_SEAL` and its CRC-32) appended."""
+    return f"{text}{_SEAL}{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}"
+
+
+def _unsealed(text: str) -> str | None:
+    """The stored ``text`` without its seal; None when the seal does not match what it seals (a
+    changed row); a row without a seal (an earlier lmra's) as it is."""
+    if len(text) > 9 and text[-9] == _SEAL:
+        body = text[:-9]
+        return body if f"{zlib.crc32(body.encode('utf-8', 'surrogatepass')):08x}" == text[-8:] else None
+    return text
 
 
 def _parsed(text: str) -> ChatResult | None:
@@ -526,7 +551,8 @@ class CallCache:
 
     def _read(self, text: str) -> ChatResult | None:
         """:func:`_parsed`, counting a stored answer that cannot be read (:attr:`unreadable`)."""
-        result = _parsed(text)
+        body = _unsealed(text)
+        result = _parsed(body) if body is not None else None
         if result is None:
             self.unreadable += 1
         return result
@@ -583,7 +609,7 @@ class CallCache:
         """
         row = (key, provider.name, provider.base_url, provider.model_id,
                request_json(request) if request_text is None else request_text,
-               result.model_dump_json(), time.time())
+               _sealed(result.model_dump_json()), time.time())
         if self._answers is not None:  # in the kernel before its batch is written: kill -9 loses none
             with self._log_lock:  # (with the log's emptying: a put from another thread is never wiped)
                 self.pending[key] = row
@@ -1134,14 +1160,15 @@ class CallCache:
     # -- the pair memo (lmra.audit.memo): its own table, written after the calls it records ---
     def memo_get(self, key: str) -> str | None:
         """The pair memo's row of ``key`` (its JSON text; also one not written yet), or None
-        (also when the database cannot be read: the pair is then simply run)."""
+        (also when the database cannot be read, or the row's seal does not match: the pair is then
+        simply run)."""
         held = self._memo_pending.get(key)
         if held is not None:
-            return held[1]
+            return _unsealed(held[1])
         text = self._memo_ahead.pop(key, None)
         if text is not None:
             self._memo_ahead_used += 1
-            return text
+            return _unsealed(text)  # (a changed row: None, the pair is rated again)
         try:
             with self._lock:
                 row = self._db.execute("SELECT rowid, value FROM pair_memo WHERE key = ?", (key,)).fetchone()
@@ -1154,7 +1181,7 @@ class CallCache:
                     self._memo_ahead_read += len(self._memo_ahead)
         except (OSError, sqlite3.Error):
             return None
-        return row[1] if row is not None else None
+        return _unsealed(row[1]) if row is not None else None
 
     def memo_holds(self, prefix: str) -> bool:
         """True when the pair memo holds a row whose key starts with ``prefix`` (a run's part
@@ -1175,7 +1202,7 @@ class CallCache:
         if self.damaged is not None:  # the file cannot take them (its write failed): counted, not stored
             self.memo_dropped += 1
             return
-        self._memo_pending[key] = (key, value, time.time())
+        self._memo_pending[key] = (key, _sealed(value), time.time())
         self._write_soon()
 
     def __len__(self) -> int:

@@ -71,8 +71,10 @@ def test_batch_answers_without_log_probabilities_are_counted_and_never_cached(op
     assert n_questions > 0 and calls["degraded"] == calls["no_logprobs"] == n_questions, (batch, calls)
     assert calls["by_model"]["openai:judge-test"]["degraded"] == n_questions
     assert night.summary["combiner"] == "mean"  # auto: the questions were estimated by sampling, as live
+    from lmra.cache import _unsealed
+
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
-        rows = [(json.loads(q), json.loads(r)) for q, r in db.execute("SELECT request, result FROM calls")]
+        rows = [(json.loads(q), json.loads(_unsealed(r))) for q, r in db.execute("SELECT request, result FROM calls")]
     asked = [r for q, r in rows if q.get("options") and q.get("top_logprobs")]
     assert not [r for r in asked if r.get("option_probs") is None]  # none of them was stored
 

@@ -90,6 +90,8 @@ def test_an_oversized_batch_answer_is_cut_counted_and_never_cached(openai_server
     limit = max(OVERSIZE_FLOOR_CHARS, 48 * MAX_CHARS_PER_TOKEN)
     lengths = [len(json.loads(r)["text"]) for r in night.run_dir.joinpath("responses.jsonl").read_text().splitlines()]
     assert lengths and max(lengths) <= limit, max(lengths)
+    from lmra.cache import _unsealed
+
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
-        stored = [len(json.loads(r).get("text") or "") for (r,) in db.execute("SELECT result FROM calls")]
+        stored = [len(json.loads(_unsealed(r)).get("text") or "") for (r,) in db.execute("SELECT result FROM calls")]
     assert stored and max(stored) <= limit  # none of the megabyte answers (nor their cut) was stored
