@@ -207,11 +207,36 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
     if db is not None and db.exists() and not db.is_file():
         raise LmraInputError(f"{db} is not a regular file (a device, pipe or socket): cache names the call "
                              "cache's SQLite file", file=config_path, field="cache")
+    if db is not None and (resolved(db) == resolved(out / "history.sqlite") or _is_run_history(db)):
+        # (fault break-it, s44: accepted; every prompt and answer went into the file people archive and
+        # publish, under --redact too)
+        raise LmraInputError(f"{db} is a run history (history.sqlite), not a call cache: the cache holds every "
+                             "prompt and answer unredacted, the history is the file that is archived and shared — "
+                             "give the cache its own file (e.g. reports/cache.sqlite)", file=config_path, field="cache")
     for key, path in (("output_dir", out), ("cache", db)):
         blocked = blocking_file(path) if path is not None else None
         if blocked is not None:
             raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
                                  file=config_path, field=key)
+
+
+def _is_run_history(path: Path) -> bool:
+    """True when ``path`` is an SQLite file holding lmra's run history (its ``runs`` and
+    ``task_metrics`` tables), read-only; False for anything else or a file that cannot be read."""
+    import sqlite3
+    from urllib.parse import quote
+
+    if not path.is_file():
+        return False
+    try:
+        db = sqlite3.connect(f"file:{quote(str(resolved(path)))}?mode=ro", uri=True)
+        try:
+            names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+    return {"runs", "task_metrics"} <= names
 
 
 def read_only_mount(path: Path) -> bool:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,33 @@ def test_a_recsys_data_file_that_is_missing_names_the_configs_line(tmp_path, cap
     err = " ".join(capsys.readouterr().err.split())
     assert "r.toml, line " in err and says in err, err
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("which", ["this reports folder's", "another reports folder's"])
+def test_a_cache_that_is_a_run_history_is_an_input_error(tmp_path, capsys, which):
+    """Fault break-it (s44): ``cache = "reports/history.sqlite"`` was accepted, and every prompt and
+    answer went into the run history — the file that is archived and shared, under --redact too.
+    Refused by path (this output folder's history, even before it exists) or by content (any file
+    holding a run history), naming the field; nothing written. A cache file is accepted as before."""
+    import sqlite3
+
+    from lmra.history import History
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    text = cfg.read_text()
+    out = next(ln for ln in text.splitlines() if ln.startswith("output_dir = ")).split("=", 1)[1].strip().strip('"')
+    if which == "this reports folder's":
+        target = Path(out) / "history.sqlite" if Path(out).is_absolute() else cfg.parent / out / "history.sqlite"
+    else:
+        target = tmp_path / "elsewhere" / "old.sqlite"
+        History(target).close()
+    line = next(ln for ln in text.splitlines() if ln.startswith("cache = "))
+    cfg.write_text(text.replace(line, f'cache = "{target}"'))
+    before = sqlite3.connect(target).execute("SELECT name FROM sqlite_master").fetchall() if target.exists() else None
+    for argv in (["validate", str(cfg)], ["audit", "--config", str(cfg), "--no-progress"]):
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"field 'cache': {target} is a run history (history.sqlite), not a call cache" in err, err
+    after = sqlite3.connect(target).execute("SELECT name FROM sqlite_master").fetchall() if target.exists() else None
+    assert after == before  # no cache table added to it
