@@ -134,3 +134,15 @@ def test_partial_advice_says_each_thing_once_and_names_contradicting_orders():
     # no pair scored for another reason: the cache sentence stays with it
     text = partial_advice(dict(summary, invalid_over_limit=[]))
     assert "and a re-run gets the same answers from the cache" in text
+
+
+def test_partial_advice_does_not_say_every_failed_call_was_retried():
+    """Fault break-it (s44): a 404, or a 429 asking for a 300 s wait, fails at once (no retry), yet the
+    partial run said its pairs were "lost to calls that failed after every retry" — an on-call engineer
+    raised max_retries, which changes nothing for those."""
+    from lmra.runstate import PARTIAL, partial_advice
+
+    text = partial_advice({"run_status": PARTIAL, "failed_share": 0.5, "max_failed_share": 0.05, "warnings": []})
+    assert "failed after every retry (" not in text
+    assert "a 4xx, or a server asking to wait over 2 minutes, fails at once" in text
+    assert "re-run the same command to complete the run from the cache" in text
