@@ -152,6 +152,23 @@ def _being_cancelled() -> bool:
 USED_PATHS: set[str] = set()
 
 
+#: the columns of the cache's tables, in order (what :data:`_SCHEMA` and :data:`_MEMO_SCHEMA` create)
+_COLUMNS = {"calls": ("key", "provider", "base_url", "model", "request", "result", "created"),
+            "leases": ("key", "owner", "host", "pid", "expires"),
+            "pair_memo": ("key", "value", "created")}
+
+
+def _foreign_tables(db: sqlite3.Connection) -> str:
+    """"" when the cache's tables have the columns lmra writes; else which do not, in words
+    (``calls has columns id, body``): a file of another program that happens to hold such a table."""
+    bad = []
+    for table, want in _COLUMNS.items():
+        have = tuple(r[1] for r in db.execute(f"PRAGMA table_info({table})"))
+        if have and have != want:  # (a table not there yet is made by the schema)
+            bad.append(f"its table {table} has columns {', '.join(have) or 'none'}")
+    return "; ".join(bad)
+
+
 #: how a stored answer (``calls.result``) and a pair memo row (``pair_memo.value``) end since lmra 0.3.0:
 #: this separator (never in JSON text, which escapes control characters) and the CRC-32 of the text
 #: before it, 8 hex digits. Fault break-it (s44): 26 digits changed in the file (single bit flips
@@ -429,6 +446,13 @@ class CallCache:
             # a new cache file gets 16 KB pages (rows of 1–3 KB: a third less CPU per written row
             # than 4 KB pages, a fifth smaller file); an existing file keeps its page size
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            foreign = _when_unlocked(lambda: _foreign_tables(self._db))  # before anything is written to the file
+            if foreign:  # (fault break-it, s44: another program's "calls" table failed the first lookup, in a
+                # run folder already made, with the advice for a damaged cache)
+                self._db.close()
+                raise LmraIOError(f"cannot use the call cache: it is an SQLite database of another program or "
+                                  f"version ({foreign}), not an lmra call cache — nothing was changed in it; set "
+                                  "'cache' in the config to another file", path=self.path)
             _when_unlocked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute("PRAGMA synchronous=NORMAL")
             # checkpoints in a worker thread (lmra.walcheckpoint); the writer's own only as a backstop

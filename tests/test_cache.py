@@ -300,3 +300,32 @@ def test_damage_met_by_a_lookup_names_the_damage_and_this_runs_stored_calls(tmp_
         assert fresh.get(late_key).text == "late answer"
     finally:
         fresh.close()
+
+
+def test_another_programs_sqlite_file_as_the_cache_is_refused_at_once_and_left_as_it_was(tmp_path, capsys):
+    """Fault break-it (s44): an SQLite file of another program holding a ``calls`` table was opened as
+    the cache (tables added, WAL switched on) and failed at the first lookup, with the advice for a
+    damaged cache. It is refused when the cache opens — naming the file and the columns it found —
+    and left unchanged; an lmra cache opens as before."""
+    import sqlite3
+
+    from lmra.cli import main
+    from test_gates import FLAT, write_config
+
+    foreign = tmp_path / "other.sqlite"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE calls (id INTEGER PRIMARY KEY, body TEXT)")
+        db.execute("INSERT INTO calls (body) VALUES ('theirs')")
+    before = foreign.read_bytes()
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    text = cfg.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("cache = "))
+    cfg.write_text(text.replace(line, f'cache = "{foreign}"'))
+    assert main(["audit", "--config", str(cfg), "--no-progress"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{foreign}: cannot use the call cache: it is an SQLite database of another program or version (its " \
+           "table calls has columns id, body)" in err and "Traceback" not in err, err
+    assert foreign.read_bytes() == before and not (tmp_path / "other.sqlite-wal").exists()
+    assert not list(tmp_path.rglob("manifest.json"))  # no run folder begun
+    CallCache(tmp_path / "mine.sqlite").close()
+    CallCache(tmp_path / "mine.sqlite").close()  # its own file, opened again: fine
