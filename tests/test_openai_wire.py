@@ -153,6 +153,21 @@ def test_fewer_alternatives_than_asked_for_leave_the_missing_options_unknown():
     assert full.option_probs == pytest.approx({"A": 0.5, "B": 0.0, "C": 0.2})
 
 
+def test_a_chosen_token_of_probability_0_is_a_malformed_answer():
+    """Fault break-it (s44): every log-probability −∞, the chosen token's too — a body no model can
+    send (it chose that token) — was read as an answer with no option mass, cached, and counted as the
+    LMRA's unusable choice; it is a malformed completion (retried, counted, never cached). An
+    alternative of −∞ beside a chosen token of real probability stays a token of probability 0."""
+    import math
+
+    with pytest.raises(ProviderError) as err:
+        chat_result(_completion_with([("A", -math.inf), ("B", -math.inf), ("C", -math.inf)]), REQUEST, model="m")
+    assert err.value.kind == "malformed" and err.value.retryable and "-inf" in str(err.value)
+    ok = chat_result(_completion_with([("A", math.log(0.7)), ("B", -math.inf), ("C", math.log(0.3))]), REQUEST,
+                     model="m")
+    assert ok.option_probs == pytest.approx({"A": 0.7, "B": 0.0, "C": 0.3})
+
+
 def test_a_minus_infinity_log_probability_is_a_token_of_probability_0():
     """Break-it finding: a zero-probability alternative written as -Infinity (valid for Python's
     JSON reader, which the SDK uses) failed every LMRA call as malformed."""

@@ -154,8 +154,13 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
             if not tops:  # only the chosen token's probability: the other options' are unknown, not 0
                 probs = None  # (an endpoint that ignores top_logprobs: an answer without log-probabilities)
                 break
+            chosen = _get(pos, "logprob")
+            if isinstance(chosen, (int, float)) and not isinstance(chosen, bool) and chosen == -math.inf:
+                # the token the model chose cannot have had probability 0: an impossible body (fault break-it,
+                # s44: read as an answer with no option mass, cached, and blamed on the LMRA's choices)
+                raise bad(f"the chosen token {token!r} has log-probability -inf (probability 0)")
             alts: dict = {}
-            for tok, v in [(_get(a, "token"), _get(a, "logprob")) for a in tops] + [(token, _get(pos, "logprob"))]:
+            for tok, v in [(_get(a, "token"), _get(a, "logprob")) for a in tops] + [(token, chosen)]:
                 # a log-probability is a number ≤ 0; −∞ (a token of probability 0) included
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v) or v > 1e-6:
                     raise bad(f"log-probability {v!r} of token {tok!r} is not a number ≤ 0")
