@@ -547,3 +547,23 @@ def test_ctrl_c_never_waits_for_a_warm_up_thread_that_cannot_end(tmp_path, stuck
     assert "interrupted" in err and "Traceback" not in out + err
     manifest = json.loads(next((tmp_path / "reports").glob("*-ctrlc")).joinpath("manifest.json").read_text())
     assert manifest["status"] == "interrupted"
+
+
+def test_ctrl_c_while_the_command_loads_exits_130_without_a_traceback(tmp_path):
+    """Fault break-it (s44): Ctrl-C in the first ~0.1 s of ``lmra audit`` printed a KeyboardInterrupt
+    traceback (39 of 60 tries). Once ``lmra.cli`` is loaded by the ``lmra`` script (or ``python -m
+    lmra``), a SIGINT before the command's own handling ends it with one line and status 130; a
+    program importing ``lmra.cli`` (as the tests do) keeps Python's handler."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "lmra"  # named as the console script is
+    script.write_text("import os, signal, time\nfrom lmra.cli import main\nos.kill(os.getpid(), signal.SIGINT)\n"
+                      "time.sleep(2)\nprint('not reached')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and "not reached" not in proc.stdout
+    assert proc.stderr == "interrupted (SIGINT) while lmra was starting: nothing was done\n", proc.stderr
+    other = tmp_path / "importer.py"
+    other.write_text("import signal\nimport lmra.cli\nprint(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    proc = subprocess.run([sys.executable, str(other)], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "True", proc.stderr
