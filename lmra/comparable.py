@@ -39,11 +39,18 @@ DIGEST_FIELDS = ("names", "personalization", "taxonomy", "prompts")
 #: reveal identity removed): break-it finding, s40 — turned off between nights, unsaid
 SECTION_SETTINGS = (("refusal", ("enabled", "threshold")), ("filter", ("enabled", "lmra", "threshold")))
 #: LMRA settings that change how its answers read as ratings: how little option mass still reads as one,
-#: and how many alternatives an openai LMRA lists (an option outside them reads as 0; the default went
-#: from 5 to 20 in lmra 0.3.0)
+#: and — for an openai LMRA reading log-probabilities, the only one that asks for them — how many
+#: alternatives it lists (an option outside them reads as 0)
 JUDGE_SETTINGS = ("min_answer_mass", "top_logprobs")
 #: target settings that change the chatbot's answers
 TARGET_SETTINGS = ("temperature", "max_tokens", "prompt_format")
+
+
+def _lists_alternatives(judge: dict) -> bool:
+    """Whether a run's recorded ``[judge]`` asks its endpoint for ``top_logprobs`` alternatives: an
+    ``openai`` LMRA with ``logprobs`` on (the embedded model reads every token's probability,
+    anthropic and ``logprobs = false`` sample)."""
+    return judge.get("provider") == "openai" and judge.get("logprobs", True) is not False
 
 
 def _change(a: Any, b: Any) -> str:
@@ -194,6 +201,8 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
                 for f in DIGEST_FIELDS if f in db and f in dr and db[f] != dr[f]]  # (not recorded: not compared)
     for key in JUDGE_SETTINGS:
         jb, jr = (cb.get("judge") or {}).get(key), (cr.get("judge") or {}).get(key)
+        if key == "top_logprobs" and not all(_lists_alternatives(c.get("judge") or {}) for c in (cb, cr)):
+            continue  # (round-2 break-it, s44: said for the embedded LMRA, which reads every token's probability)
         if jb is not None and jr is not None and jb != jr:  # (a baseline from before the field: not said)
             changed.append(f"judge.{key} ({_change(jb, jr)})")
     if changed:

@@ -27,10 +27,13 @@ from lmra.errors import LmraInputError, find_key_line, find_table_item_line, rea
 M = TypeVar("M", bound=BaseModel)
 
 
-#: alternatives an LMRA question asks of an OpenAI-compatible endpoint by default: the API's maximum
-#: (methodology check, s44: at 5, a judge spreading "A" over ``A``/`` A``/``A)``/``**A`` pushed "B"
-#: out of the list, so B read 0 and the ``min`` pair score rose 8 % — 0.7635 for 0.7044; lmra < 0.3: 5)
-DEFAULT_TOP_LOGPROBS = 20
+#: alternatives an LMRA question asks of an OpenAI-compatible endpoint by default: 5, what every such
+#: endpoint gives (some cap the parameter at 5 or refuse more). Where the endpoint allows, 20 reads
+#: judges that spread an option over variants: at 5, one spreading "A" over ``A``/`` A``/``A)``/``**A``
+#: pushed "B" out of the list, so B read 0 and the ``min`` pair score rose 8 % — 0.7635 for 0.7044
+#: (methodology check, s44; a default of 20 was tried and reverted: capped endpoints then answered
+#: "without log-probabilities", and every upgraded night's cache keys changed)
+DEFAULT_TOP_LOGPROBS = 5
 
 class _Strict(BaseModel):
     """Base of every config model: unknown fields rejected, strict types, finite floats."""
@@ -178,7 +181,8 @@ class ModelConfig(_Strict):
     top_logprobs: int = Field(
         DEFAULT_TOP_LOGPROBS, ge=1, le=20, description="Alternatives requested per token when reading option "
         "probabilities (openai). An option outside them reads as 0: with few, a judge that spreads one option over "
-        "variants (A, ' A', 'A)') pushes another out and a small probability reads as none."
+        "variants (A, ' A', 'A)') pushes another out and a small probability reads as none — set 20 where the "
+        "endpoint allows (OpenAI's API does; some endpoints cap it at 5)."
     )
     logprobs: bool = Field(
         True, description="False for an OpenAI-compatible endpoint that returns no log-probabilities: option "

@@ -495,24 +495,32 @@ def test_a_placebo_split_anew_each_night_is_not_another_design(tmp_path):
     assert check_run(runs[1], runs[0]).comparability == []
 
 
-@pytest.mark.parametrize("key, before, after", [("min_answer_mass", 0.05, 0.2), ("top_logprobs", 5, 20)])
-def test_another_min_answer_mass_or_top_logprobs_is_another_design(tmp_path, key, before, after):
+@pytest.mark.parametrize("key, before, after, judge", [
+    ("min_answer_mass", 0.05, 0.2, {}),
+    ("top_logprobs", 5, 20, {"provider": "openai", "model": "j", "base_url": "http://127.0.0.1:9/v1",
+                             "api_key_required": False}),
+    ("top_logprobs", 5, 20, {})])  # the embedded LMRA reads every token's probability: not said
+def test_another_min_answer_mass_or_top_logprobs_is_another_design(tmp_path, key, before, after, judge):
     """Break-it note: a change of judge.min_answer_mass (how little option mass still reads as a
     rating) between the baseline and the run was not among the comparability warnings; nor (s44) of
-    judge.top_logprobs, whose default went from 5 to 20 in lmra 0.3.0 (an option outside the listed
-    alternatives reads as 0)."""
+    an openai LMRA's judge.top_logprobs (an option outside the listed alternatives reads as 0) — but
+    not for an LMRA that lists no alternatives (round-2 break-it: said for the embedded model)."""
     default_names, prompts = write_inputs(tmp_path / "inputs", 40)
     runs = []
     for seed, value in ((1, before), (2, after)):
         cfg = AuditConfig.model_validate(dict(
             name="nightly", prompts=str(prompts), names=str(default_names), prompts_per_task=0, seed=seed,
             output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
-            judge_check={"enabled": False}, judge={key: value}))
+            judge_check={"enabled": False}, judge={**judge, key: value}))
         run_dir = tmp_path / "reports" / f"2026010{seed}-000000-nightly"
         Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}),
               judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
         runs.append(run_dir)
-    (line,) = check_run(runs[1], runs[0]).comparability
+    said = check_run(runs[1], runs[0]).comparability
+    if key == "top_logprobs" and not judge:
+        assert not any("top_logprobs" in w for w in said), said
+        return
+    (line,) = said
     assert f"the audit design differs: judge.{key} ({before} → {after})" in line
 
 

@@ -210,11 +210,12 @@ def test_top_logprobs_that_are_not_a_list_are_named_as_such():
     assert err.value.kind == "malformed" and "'top_logprobs' is a str, not a list" in str(err.value)
 
 
-def test_the_default_lmra_lists_enough_alternatives_for_a_judge_that_spreads_an_option_over_variants():
-    """Methodology check (s44): at the old default of 5 alternatives, a judge spreading "A" over four
+def test_twenty_alternatives_read_a_judge_that_spreads_an_option_over_variants():
+    """Methodology check (s44): at the default of 5 alternatives, a judge spreading "A" over four
     variants (0.15 each) and "C" at 0.33 pushed "B" (0.05) out of the list, so B read 0 — the pair's
-    ``min`` score rose 8 %. The default LMRA asks for 20 (the API's maximum) and reads all three, here
-    from a real local server that lists the top ``top_logprobs`` of a fixed distribution."""
+    ``min`` score rose 8 % (docs/config.md says to set 20 where the endpoint allows). With
+    ``top_logprobs = 20`` all three are read, here from a real local server that lists the top
+    ``top_logprobs`` of a fixed distribution; the default asks for 5 (some endpoints cap it there)."""
     import math
 
     from lmra.config import JudgeConfig
@@ -253,10 +254,10 @@ def test_the_default_lmra_lists_enough_alternatives_for_a_judge_that_spreads_an_
             await provider.aclose()
 
     with _Ranked() as srv:
-        read = asyncio.run(ask(base_url=srv.url))
-        old = asyncio.run(ask(base_url=srv.url, top_logprobs=5))
+        read = asyncio.run(ask(base_url=srv.url, top_logprobs=20))
+        old = asyncio.run(ask(base_url=srv.url))
     assert [b["top_logprobs"] for b in srv.bodies] == [20, 5]
     assert read.probs == pytest.approx({"A": 0.6 / 0.98, "B": 0.05 / 0.98, "C": 0.33 / 0.98})
     assert read.mass == pytest.approx(0.98)
-    # the old default's reading: B outside the list, A and C renormalised over 0.93
+    # the default's reading: B outside the list, A and C renormalised over 0.93
     assert old.probs == pytest.approx({"A": 0.6 / 0.93, "B": 0.0, "C": 0.33 / 0.93})

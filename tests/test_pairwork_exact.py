@@ -222,9 +222,8 @@ def _pinned_audit(tmp_path) -> tuple[str, str, int]:
         output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=3,
         judge_check={"enabled": False}, refusal={"enabled": True}, filter={"lmra": True},
         quality={"enabled": True, "criteria": ["clarity", "accuracy"]}, placebo={"share": 0.25},
-        # (top_logprobs: 8b899bf's default, 20 since lmra 0.3.0; it is part of every LMRA call's cache key)
-        judge={"provider": "openai", "model": "j1", "combiner": "calibrated", "top_logprobs": 5},
-        judge2={"provider": "openai", "model": "j2", "top_logprobs": 5}))
+        judge={"provider": "openai", "model": "j1", "combiner": "calibrated"},
+        judge2={"provider": "openai", "model": "j2"}))
 
     def verdict(r1, r2):
         h = hashlib.sha256(f"{r1}|{r2}".encode()).digest()

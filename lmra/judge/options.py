@@ -200,7 +200,8 @@ def declined(result: ChatResult) -> bool:
 NO_LOGPROBS_ADVICE = ("for an endpoint that never returns log-probabilities (e.g. a llama.cpp server started without "
                       "logits_all), set logprobs = false in the LMRA's [judge] (or [judge2]) section: its questions "
                       "are then sampled at once (n_samples calls each, cached), without the greedy call that comes "
-                      "back without them and is asked again on every run")
+                      "back without them and is asked again on every run; for one that lists fewer alternatives "
+                      "than top_logprobs asks (a cap, e.g. at 5), set top_logprobs to its cap")
 
 
 def calls_per_question(judge: JudgeConfig, supports_logprobs: bool, *, without_logprobs: bool = False) -> int:
