@@ -370,3 +370,22 @@ def test_axes_closes_the_lmra_client_it_built(tmp_path, sim_inputs, capsys, monk
                          str(cfg), "--cache", str(tmp_path / "srv.sqlite")]) == 0, capsys.readouterr().err
         assert srv.requests > 0
         assert _server_connections_closed(), "lmra axes left its connections to the LMRA's server open"
+
+
+def test_axes_refuses_a_run_history_as_its_cache(tmp_path, sim_inputs, capsys):
+    """Round-2 break-it (s44): ``lmra axes --cache reports/history.sqlite`` wrote the run's responses
+    into the run history (the file that is archived and shared). Refused, exit 2, nothing added."""
+    import sqlite3
+
+    from lmra.history import History
+
+    _, res = _audit(tmp_path, sim_inputs, 20, formal_target(0.8, 0.2))
+    good, _ = _configs(tmp_path)
+    hist = tmp_path / "elsewhere" / "history.sqlite"
+    History(hist).close()
+    tables = sqlite3.connect(hist).execute("SELECT name FROM sqlite_master").fetchall()
+    capsys.readouterr()
+    assert cli.main(["axes", "--run", str(res.run_dir), *BASE, "--config", str(good), "--cache", str(hist)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a run history (history.sqlite), not a call cache" in err and "Traceback" not in err, err
+    assert sqlite3.connect(hist).execute("SELECT name FROM sqlite_master").fetchall() == tables

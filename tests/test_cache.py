@@ -329,3 +329,19 @@ def test_another_programs_sqlite_file_as_the_cache_is_refused_at_once_and_left_a
     assert not list(tmp_path.rglob("manifest.json"))  # no run folder begun
     CallCache(tmp_path / "mine.sqlite").close()
     CallCache(tmp_path / "mine.sqlite").close()  # its own file, opened again: fine
+
+
+def test_a_run_history_opened_as_the_cache_is_an_input_error_and_left_as_it_was(tmp_path):
+    """Round-2 break-it (s44): ``lmra judge-check`` and ``lmra axes --cache reports/history.sqlite``
+    (which do not go through the audit's path checks) wrote calls — the run's responses among them —
+    into the run history. The cache refuses a file holding a run history when it opens."""
+    from lmra.errors import LmraInputError
+    from lmra.history import History
+
+    path = tmp_path / "reports" / "history.sqlite"
+    History(path).close()
+    before = path.read_bytes()
+    with pytest.raises(LmraInputError) as info:
+        CallCache(path)
+    assert info.value.field == "cache" and "is a run history (history.sqlite), not a call cache" in info.value.reason
+    assert path.read_bytes() == before
