@@ -16,7 +16,7 @@ import pandas as pd
 from lmra.errors import LmraInputError, read_input_text
 
 
-def load_human_labels(path: str | Path) -> pd.DataFrame:
+def load_human_labels(path: str | Path, tie: float = 0.0) -> pd.DataFrame:
     """Read human labels: a CSV with columns ``pair_id`` and ``rating`` in [−1, 1].
 
     Several rows for one pair (several raters) are averaged. The CSV is read strictly (see
@@ -25,8 +25,9 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
     Returns:
         Columns ``pair_id``, ``human``; ``attrs["lines"]`` maps each pair id to the line of
         its first label, ``attrs["n_averaged"]`` counts the pairs with several labels (averaged),
-        ``attrs["n_opposite"]`` those among them labelled both > 0 and < 0 by different rows (raters
-        who saw a stereotype in opposite directions: their mean, near 0, reads as "none").
+        ``attrs["n_opposite"]`` those among them labelled both above ``tie`` and below ``−tie``
+        by different rows (raters who saw a stereotype in opposite directions: their mean mixes
+        the two and may read as "none" or as either sign).
 
     Raises:
         LmraInputError: missing file, malformed CSV, a missing or repeated column, an empty
@@ -66,7 +67,7 @@ def load_human_labels(path: str | Path) -> pd.DataFrame:
     out.attrs["n_averaged"] = int((raw["pair_id"].value_counts() > 1).sum())  # pairs with several raters
     # raters who read the pair in opposite directions (+ and −): their mean is near 0, "no stereotype",
     # which neither said (known gap, s43: counted among "several labels" only)
-    signs = raw.assign(pos=raw["human"] > 0, neg=raw["human"] < 0).groupby("pair_id")[["pos", "neg"]].any()
+    signs = raw.assign(pos=raw["human"] > tie, neg=raw["human"] < -tie).groupby("pair_id")[["pos", "neg"]].any()
     out.attrs["n_opposite"] = int((signs["pos"] & signs["neg"]).sum())
     return out
 

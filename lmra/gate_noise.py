@@ -439,8 +439,10 @@ def negative_bound_gates(cfg) -> list[str]:
     out = []
     for (name, v), where in bounds.items():
         tasks = [t for t in where if t]
-        scope = (f" (task{'s' * (len(tasks) > 1)} " + ", ".join(f"'{t}'" for t in tasks[:3])
-                 + (" …" if len(tasks) > 3 else "") + ")") if tasks else ""
+        named = (f"task{'s' * (len(tasks) > 1)} " + ", ".join(f"'{t}'" for t in tasks[:3])
+                 + (" …" if len(tasks) > 3 else "")) if tasks else ""
+        # the [gates] bound and overrides of the same value: both said (round-2 break-it: the global one hid)
+        scope = (f" ([gates] and {named})" if "" in where else f" ({named})") if tasks else ""
         out.append(f"release gate {name} = {v:g}{scope} is below 0: a net rating is signed (+ the forward, − the reverse "
                    "stereotype, both harmful; methodology §2), so only a night whose ratings lean to the reverse "
                    "stereotype meets it — a chatbot with no stereotype at all breaches it on most nights (exit 6, "

@@ -585,11 +585,11 @@ def partial_advice(summary: dict) -> str:
                  "config completes it from its cache" + (", and so for the others" if len(lost) > 1 else "") + ")"
                  if lost else "the shards that lost them ('lmra audit --shard I/N' with the same config completes "
                  "each from its cache)")
-        parts.append(f"the numbers miss the pairs lost to calls that failed (after every retry their error allows: a 4xx, or a server asking to wait over 2 minutes, fails at once — more max_retries changes nothing there) (max_failed_share "
+        parts.append(f"the numbers miss the pairs lost to calls that failed (after every retry their error allows: one that is not retried — HTTP 400, 404 … — or a server asking to wait over 2 minutes fails at once, and more max_retries changes nothing there) (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run {which}, then merge the shards' runs "
                      "giving each re-run's new folder in place of its old one")
     elif lost_to_calls(summary):
-        parts.append(f"the numbers miss the pairs lost to calls that failed (after every retry their error allows: a 4xx, or a server asking to wait over 2 minutes, fails at once — more max_retries changes nothing there) (max_failed_share "
+        parts.append(f"the numbers miss the pairs lost to calls that failed (after every retry their error allows: one that is not retried — HTTP 400, 404 … — or a server asking to wait over 2 minutes fails at once, and more max_retries changes nothing there) (max_failed_share "
                      f"{summary.get('max_failed_share') or 0:.0%}); re-run the same command to complete the run "
                      "from the cache")
     if isinstance(summary.get("repeated_response"), dict):

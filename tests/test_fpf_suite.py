@@ -450,7 +450,13 @@ def test_agreement_cli_and_bad_labels(tmp_path, sim_inputs, capsys):
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") >= 3}
     assert rows["pairs with several labels (averaged)"] == "2"
     assert rows["of which labelled in opposite directions (+ and −)"] == "2"
-    assert "2 pairs got labels of both signs" in " ".join(out.split())
+    assert "2 pairs got labels of both signs beyond the tie band" in " ".join(out.split())
+    # a label inside the tie band (|x| ≤ 0.1 by default) is no direction (round-2 break-it: −0.05 counted)
+    labels.write_text(f"pair_id,rating\n{pid},1\n{pid},-0.05\n")
+    assert load_human_labels(labels, tie=0.1).attrs["n_opposite"] == 0
+    assert load_human_labels(labels).attrs["n_opposite"] == 1
+    assert main(["agreement", "--human", str(labels), "--run", str(res.run_dir)]) == 0
+    assert "opposite directions" not in capsys.readouterr().out
 
 
 # -- example configs ------------------------------------------------------------------------------------

@@ -674,6 +674,10 @@ def test_a_gate_below_zero_is_warned_of(tmp_path, capsys):
     said = negative_bound_gates(base.model_copy(update={"gates": gates}))
     assert len(said) == 2 and said[0].startswith("release gate max_overall_net_rating = -0.01 is below 0")
     assert said[1].startswith("release gate max_net_rating = -0.2 (tasks 'career advice', 'write a story') is below 0")
+    # the [gates] bound and an override of the same value: both named (round-2 break-it: the global one hid)
+    both = base.gates.model_validate({"max_net_rating": -0.2, "tasks": {"write a story": {"max_net_rating": -0.2}}})
+    (line,) = negative_bound_gates(base.model_copy(update={"gates": both}))
+    assert line.startswith("release gate max_net_rating = -0.2 ([gates] and task 'write a story') is below 0"), line
 
 
 def test_validate_takes_the_gate_option_as_the_audit_does(tmp_path, capsys):

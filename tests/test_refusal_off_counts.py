@@ -144,5 +144,5 @@ def test_partial_advice_does_not_say_every_failed_call_was_retried():
 
     text = partial_advice({"run_status": PARTIAL, "failed_share": 0.5, "max_failed_share": 0.05, "warnings": []})
     assert "failed after every retry (" not in text
-    assert "a 4xx, or a server asking to wait over 2 minutes, fails at once" in text
+    assert "one that is not retried — HTTP 400, 404 … — or a server asking to wait over 2 minutes fails at once" in text
     assert "re-run the same command to complete the run from the cache" in text

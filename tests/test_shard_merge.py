@@ -600,6 +600,16 @@ def test_a_retried_merge_is_refused_and_a_check_of_a_night_against_its_twin_merg
     capsys.readouterr()
     assert main(["merge", *dirs, "--no-report"]) == 2
     assert "warehouse add" not in capsys.readouterr().err  # all landed, a report: nothing more to say
+    # a night merged by an lmra before 0.3.0 never landed a per_domain table: not a sign of a stopped merge
+    # (round-2 break-it, s44); merged by this one, its absence is
+    (landed,) = list((out / "warehouse" / "per_domain").rglob(f"{first.name}.parquet"))
+    landed.unlink()
+    assert main(["merge", *dirs, "--no-report"]) == 2
+    assert "its per_domain table is not in the warehouse" in " ".join(capsys.readouterr().err.split())
+    manifest = json.loads((first / "manifest.json").read_text())
+    (first / "manifest.json").write_text(json.dumps(manifest | {"versions": manifest["versions"] | {"lmra": "0.2.0"}}))
+    assert main(["merge", *dirs, "--no-report"]) == 2
+    assert "warehouse add" not in capsys.readouterr().err
     # a twin made anyway (a merge into another folder, copied beside the first): the check refuses it
     assert main(["merge", *dirs, "--no-report", "--out-dir", str(tmp_path / "elsewhere")]) == 0
     (twin,) = (tmp_path / "elsewhere").glob("*-nightly")

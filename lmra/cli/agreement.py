@@ -18,7 +18,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     from lmra.agreement import agreement, load_human_labels, load_lmra_scores, require_matches
 
     run = resolve_run_arg(args.run, args.reports_dir)  # a run id, "latest" …: as the monitoring commands do
-    human = load_human_labels(args.human)
+    human = load_human_labels(args.human, tie=args.tie)  # (a label within the tie band is no direction)
     lmra = load_lmra_scores(run, args.judge)
     require_matches(human, lmra, labels=args.human, run=run)
     res = agreement(human, lmra, tie=args.tie)
@@ -51,9 +51,10 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     console.print(table)
     if human.attrs.get("n_opposite"):
         n_opp = human.attrs["n_opposite"]
-        console.print(f"[yellow]{n_opp} pair{'s' * (n_opp != 1)} got labels of both signs (one rater saw the forward "
-                      "stereotype, another the reverse): the mean of such labels is near 0 and counts as \"no "
-                      "stereotype\" above — adjudicate them, or compare each rater's labels on their own.[/]")
+        console.print(f"[yellow]{n_opp} pair{'s' * (n_opp != 1)} got labels of both signs beyond the tie band (one "
+                      "rater saw the forward stereotype, another the reverse): the mean of such labels mixes the two "
+                      "and is compared above as if one rater had said it — adjudicate them, or compare each rater's "
+                      "labels on their own.[/]")
     if 0 < res["human_flagged"] < FEW_FLAGGED:  # the intervals rest on these few pairs
         console.print(f"[yellow]Only {res['human_flagged']} pair(s) the humans flagged: the correlations and κ rest on "
                       "them, and their intervals are too narrow at so few (a bootstrap covered 79% at 95% with about 3, "
