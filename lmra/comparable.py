@@ -211,7 +211,9 @@ def comparability_warnings(baseline, run, history=None) -> list[str]:
 
     counts = target_calls(run)
     seed_b, seed_r = cb.get("seed"), cr.get("seed")
-    same_seed = seed_b is not None and seed_b == seed_r and t_base == t_run and not changed
+    # (a change of the LMRA's settings alone leaves the chatbot's answers replayed: round-2 break-it, s44)
+    chatbot_side = [c for c in changed if not c.startswith("judge.")]
+    same_seed = seed_b is not None and seed_b == seed_r and t_base == t_run and not chatbot_side
     if counts and counts[1] and same_seed:
         fresh, cached = counts
         share = "every chatbot answer was" if not fresh else f"{cached} of its {fresh + cached} chatbot answers were"

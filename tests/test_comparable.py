@@ -524,6 +524,27 @@ def test_another_min_answer_mass_or_top_logprobs_is_another_design(tmp_path, key
     assert f"the audit design differs: judge.{key} ({before} → {after})" in line
 
 
+def test_a_same_seed_night_that_changed_only_the_lmras_settings_is_still_a_replay(tmp_path):
+    """Round-2 break-it (s44): a design change of the LMRA's settings alone (judge.min_answer_mass,
+    judge.top_logprobs) turned the same-seed replay warning off, so a night whose every chatbot answer
+    was the baseline's own read "no regression"; the chatbot's answers are replayed all the same."""
+    default_names, prompts = write_inputs(tmp_path / "inputs", 40)
+    runs = []
+    for i, floor in enumerate((0.05, 0.2)):
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(default_names), prompts_per_task=0, seed=1,
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+            judge_check={"enabled": False}, judge={"min_answer_mass": floor}))
+        run_dir = tmp_path / "reports" / f"2026010{i + 1}-000000-nightly"
+        Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}),
+              judge=ScriptedJudge(phrase_verdict, position_bias=0.2), run_dir=run_dir).run()
+        runs.append(run_dir)
+    said = check_run(runs[1], runs[0]).comparability
+    assert any("judge.min_answer_mass (0.05 → 0.2)" in w for w in said), said
+    assert any(w.startswith("the run drew with the baseline's seed (1) and every chatbot answer was replayed")
+               for w in said), said
+
+
 def test_another_endpoint_or_custom_options_are_another_target(tmp_path):
     """Docs-truth finding: docs/providers.md says a custom provider's changed ``options`` (its
     ``base_url`` recorded as ``…#options=<digest>``) shows in the nightly check; the check
