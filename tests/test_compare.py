@@ -586,3 +586,21 @@ def test_compare_notes_another_audit_design(tmp_path):
     assert len(design) == 1 and "prompts (" in design[0] and design[0].endswith("(A → B)"), notes
     d = _judged_run(tmp_path, "20260104-000000-nightly", combiner="min", position_logit=0.0, seed=4)
     assert not any("design" in n for n in compare_runs(a, d).notes)
+
+
+def test_a_disattenuated_interval_among_undefined_resamples_is_unbounded_without_a_numpy_warning():
+    """Methodology check (s44): two runs with exactly proportional task ratings (4 tasks × 10 prompts,
+    2/4/6/8 stereotyped of 10 in both) gave resamples with reliability ≤ 0 (±∞); numpy interpolated
+    ∞ − ∞ and 'lmra compare' printed "warning: invalid value encountered in subtract" with no interval.
+    The interval is [−1, 1] now (unbounded, capped), with no warning."""
+    import warnings
+
+    from lmra.compare import disattenuated_r_estimate
+
+    def run(h):
+        return [np.array([h] * k + [0.0] * (10 - k)) for k in (2, 4, 6, 8)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = disattenuated_r_estimate(run(0.7044), run(0.5803), n_resamples=999, seed=1)
+    assert res.r == 1.0 and (res.ci_low, res.ci_high) == (-1.0, 1.0), res
