@@ -175,6 +175,8 @@ class FaultServer:
         self.reply_suffix = reply_suffix
         self.auth_rejected = 0
         self.fault_rate = fault_rate
+        #: only requests asking for log-probabilities (LMRA option questions) meet faults (settable)
+        self.lmra_only = False
         self.delay_s = delay_s
         self.faults = faults
         self.hang_s = hang_s
@@ -403,6 +405,8 @@ class FaultServer:
         is the same on a busy and a quiet machine."""
         with self.lock:
             self.requests += 1
+            if self.lmra_only and not wants_logprobs:  # (a chatbot call: never faulted when set)
+                return None
             rng = self.rng if attempt is None else random.Random(f"{self.seed}:{attempt}")
             if rng.random() >= self.fault_rate:
                 return None

@@ -387,3 +387,38 @@ def test_a_partial_night_and_the_rerun_that_completed_it_are_told_apart_by_the_d
     assert main(["report", "--history", "--reports-dir", str(out)]) == 0
     page = " ".join((out / "history.html").read_text().split())
     assert "2 night(s) from" in page and "(1 of them partial, drawn hollow" in page
+
+
+def test_a_night_completed_from_the_cache_after_its_lmra_failed_is_kept_by_the_documented_query(tmp_path, capsys):
+    """Fresh-user finding (s44): a night left partial by its LMRA's HTTP 500s was completed by a re-run
+    whose chatbot answers all came from the cache (``target_calls_fresh`` 0), and the documented query
+    dropped it with the replays: the night vanished from the dashboard. It keeps the night now, and
+    still leaves out a same-seed replay of a complete night."""
+    import re
+    from pathlib import Path
+
+    from lmra.cli import main
+
+    out = tmp_path / "reports"
+    with FaultServer(fault_rate=0.3, faults=("http_500",), seed=5) as srv:
+        srv.lmra_only = True
+        cfg = audit_config(tmp_path / "a.toml", srv.url, tmp_path / "c.sqlite", out, name="nightly", tasks=TASKS,
+                           retries=0, per_task=8, extra="[filter]\nlmra = false\n")
+        cfg.write_text(cfg.read_text().replace('[target]\nprovider = "openai"\nmodel = "fake"',
+                                               '[target]\nprovider = "openai"\nmodel = "bot"'))
+        night = ["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "7",
+                 "--allow-unvalidated-judge"]
+        assert main(night) == 1  # partial: its LMRA's calls failed
+        srv.fault_rate = 0.0
+        assert main(night) == 0  # completed from the cache: no fresh chatbot call
+        assert main(night) == 0  # a same-seed replay of the complete night (no baseline given: nothing checked)
+    partial, complete, replay = run_folders(out, "nightly")
+    df = pd.read_parquet(out / "warehouse" / "per_task")
+    fresh = df.groupby("run_id")["target_calls_fresh"].max()
+    assert fresh[partial.name] > 0 and fresh[complete.name] == 0 and fresh[replay.name] == 0
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
+    sql = re.search(r"```sql\n(-- DuckDB: the nightly task net ratings.*?)```", doc, re.S).group(1)
+    sql = sql.replace("reports/warehouse", str(out / "warehouse")).replace("judge_status = 'passed'",
+                                                                           "judge_status IS NOT NULL")
+    got = duckdb.sql(sql).df()
+    assert set(got["run_id"]) == {complete.name} and len(got) == len(load_run(complete).per_task)
