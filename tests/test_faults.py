@@ -779,3 +779,44 @@ def test_a_redirect_the_client_does_not_follow_never_hides_the_next_attempt():
         return ev["attempt"]
 
     assert asyncio.run(go()) == 2
+
+
+def test_an_endpoint_that_stops_giving_logprobs_mid_run_is_no_longer_retried(tmp_path):
+    """Fresh-user finding (s44): a judge that stopped returning log-probabilities after giving some
+    (a proxy change) was retried on every answer for the whole night — 2,304 retries, 20 minutes for
+    a "no conclusion" — because the rule looked only at whether any answer ever had them. Once at
+    least NO_LOGPROBS_RECENT_SHARE of its last NO_LOGPROBS_RECENT answers lack them, each question
+    is asked once; an endpoint that leaves them out now and then is retried as before."""
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+    from lmra.providers.openai import NO_LOGPROBS_RECENT, NO_LOGPROBS_RECENT_SHARE
+
+    n = 60
+    with FaultServer(fault_rate=0.0) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=1,
+                          timeout_s=2)
+        cache = CallCache(tmp_path / "c.sqlite")
+
+        async def go():
+            prov = CachedProvider(OpenAIProvider(cfg), cache, CallStats())
+            first = [await ask_options(prov, _req(i).messages, ("A", "B", "C"), JudgeConfig(), seed_parts=(i,))
+                     for i in range(2)]
+            srv.ignores_logprobs = True
+            before = srv.requests
+            rest = [await ask_options(prov, _req(i).messages, ("A", "B", "C"), JudgeConfig(), seed_parts=(i,))
+                    for i in range(2, 2 + n)]
+            await prov.aclose()
+            return first, rest, srv.requests - before
+
+        first, rest, asked = asyncio.run(go())
+    assert all(a.method == "logprobs" for a in first) and all(a.method == "sampled" for a in rest)
+    greedy = asked - 5 * n  # each question: its greedy attempts, then 5 samples
+    # the rule as documented, replayed: 2 attempts a question (max_retries 1) until the last
+    # NO_LOGPROBS_RECENT answers (the 2 with log-probabilities among them) lack them at the share, then 1
+    window, expected = [False, False], []
+    for _ in range(n):
+        recent = window[-NO_LOGPROBS_RECENT:]
+        once = len(recent) == NO_LOGPROBS_RECENT and sum(recent) >= NO_LOGPROBS_RECENT_SHARE * NO_LOGPROBS_RECENT
+        expected.append(1 if once else 2)
+        window += [True] * expected[-1]
+    assert greedy == sum(expected) and expected[-1] == 1 and expected.count(2) == 24, (greedy, expected)

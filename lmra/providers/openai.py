@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 
 import openai
 
@@ -23,6 +24,14 @@ from lmra.providers.keys import BASE_URL_ENV, resolve_api_key, resolve_base_url
 #: Answers to option questions without log-probabilities after which, with none ever seen
 #: with them, the endpoint is taken not to return log-probabilities at all.
 NO_LOGPROBS_ENDPOINT_AFTER = 3
+#: … or, once it gave some, when at least :data:`NO_LOGPROBS_RECENT_SHARE` of its last
+#: :data:`NO_LOGPROBS_RECENT` answers to option questions came without them (fresh-user finding,
+#: s44: a judge that stopped giving them mid-run — a proxy change — after a few answers with them
+#: was retried 2,304 times, a 20-minute night for a verdict of "no conclusion"); an endpoint that
+#: leaves them out now and then (5 %) is retried as before, and one that gives them again is
+#: retried again once more than a tenth of its recent answers have them
+NO_LOGPROBS_RECENT = 50
+NO_LOGPROBS_RECENT_SHARE = 0.9
 
 
 class OpenAIProvider:
@@ -68,11 +77,16 @@ class OpenAIProvider:
         self.supports_logprobs = cfg.logprobs
         self._logprobs_seen = False
         self._answers_without_logprobs = 0
+        self._recent: deque[bool] = deque(maxlen=NO_LOGPROBS_RECENT)  # True: an answer without them
 
     @property
     def endpoint_lacks_logprobs(self) -> bool:
-        """True once the endpoint has answered several option questions, never with log-probabilities."""
-        return not self._logprobs_seen and self._answers_without_logprobs >= NO_LOGPROBS_ENDPOINT_AFTER
+        """True once the endpoint has answered several option questions, never with log-probabilities,
+        or nearly all of its recent ones without them (:data:`NO_LOGPROBS_RECENT_SHARE`)."""
+        if not self._logprobs_seen:
+            return self._answers_without_logprobs >= NO_LOGPROBS_ENDPOINT_AFTER
+        return (len(self._recent) == NO_LOGPROBS_RECENT
+                and sum(self._recent) >= NO_LOGPROBS_RECENT_SHARE * NO_LOGPROBS_RECENT)
 
     async def _once(self, request: ChatRequest) -> ChatResult:
         # one definition of the wire format, shared with the Batch API (_openai_batch)
@@ -102,6 +116,7 @@ class OpenAIProvider:
                 self._logprobs_seen = True
             else:
                 self._answers_without_logprobs += 1
+            self._recent.append(result.option_probs is None)
         return result
 
     async def complete(self, request: ChatRequest) -> ChatResult:
