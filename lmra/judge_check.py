@@ -529,6 +529,22 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
     return out
 
 
+def checked_on_words(verdict: dict) -> str:
+    """What the check's verdict rests on, for the console line said as soon as it is known:
+    ``on 200 canary pairs``; ``on 185 of 200 canary pairs (15 not rated: failed calls or unusable
+    answers, counted against it)`` when some got no usable rating (fresh-user finding, s44: "passed on
+    200 canary pairs" with 15 never rated); ``after N canary pairs (it stopped: …)`` for a check
+    that stopped once it could no longer pass."""
+    n = int(verdict.get("n_canaries") or 0)
+    if verdict.get("stopped_early"):
+        return f"after {n} canary pairs (it stopped: it could no longer pass)"
+    unrated = int(verdict.get("n_failed") or 0) + int(verdict.get("n_invalid") or 0)
+    if not unrated:
+        return f"on {n} canary pairs"
+    return (f"on {n - unrated} of {n} canary pairs ({unrated} not rated: failed calls or unusable answers, "
+            "counted against it)")
+
+
 def replayed_words(status: dict | None, *, seedless: bool = False) -> str:
     """A sentence for a judge check every one of whose canary answers the call cache served
     (``n_answers_cached`` = ``n_answers`` > 0), else ``""``: the verdict is the earlier run's —

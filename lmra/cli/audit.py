@@ -329,11 +329,9 @@ def _run_audit(args: argparse.Namespace, cfg, audit, console: Console, *, alpha:
             gate = ("" if verdict["passed"] else " The audit goes on and writes its numbers; " +
                     ("the failure is waived." if cfg.judge_waiver() or args.allow_unvalidated_judge
                      else "the failure is not waived (see the exit status at the end)."))
-            where = (f"after {verdict['n_canaries']} canary pairs (it stopped: it could no longer pass)"
-                     if verdict.get("stopped_early") else f"on {verdict['n_canaries']} canary pairs")
-            from lmra.judge_check import replayed_words
+            from lmra.judge_check import checked_on_words, replayed_words
 
-            console.print(f"Judge check {word} {where}{why}.{gate}{replayed_words(verdict)}")
+            console.print(f"Judge check {word} {checked_on_words(verdict)}{why}.{gate}{replayed_words(verdict)}")
 
         audit.on_judge_check = early
     warm = result = None
