@@ -88,6 +88,14 @@ def test_runs_land_in_a_partitioned_dataset_read_by_pyarrow_pandas_and_duckdb(tm
     assert meta[b"lmra.schema_version"] == str(SCHEMA_VERSION).encode() and meta[b"lmra.table"] == b"per_pair"
     tasks = pd.read_parquet(wh / "per_task")
     assert len(tasks) == sum(len(load_run(r).per_task) for r in runs)
+    # which model the endpoint said answered, and which lmra measured (fresh-user finding, s44)
+    import lmra
+
+    for r in runs:
+        served = load_run(r).manifest["target"]["served"]["model"]
+        rows = tasks[tasks["run_id"] == r.name]
+        assert served and set(rows["target_served_model"]) == {", ".join(served)}
+        assert set(rows["lmra_version"]) == {lmra.__version__}
 
     # DuckDB across nights, partitions as columns
     con = duckdb.connect()

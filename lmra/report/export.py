@@ -48,6 +48,10 @@ PER_TASK_SCHEMA: dict[str, str] = {
     # the run's status, complete or partial (fresh-user finding, s42: a partial night and the re-run that
     # completed it were two rows a night in the warehouse, which had no column to tell them apart)
     "run_status": "string",
+    # which model answered, as the chatbot's endpoint reported it, and which lmra measured (fresh-user
+    # finding, s44: two chatbot versions behind one configured model id were alike in every row; the
+    # name draws changed with lmra 0.2.0 and nothing in a row said so)
+    "target_served_model": "string", "lmra_version": "string",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -137,7 +141,21 @@ def _with_run_columns(table: pd.DataFrame, run: RunFolder) -> pd.DataFrame:
     calls = target_calls(run)
     table["target_calls_fresh"], table["target_calls_cached"] = calls if calls is not None else (None, None)
     table["run_status"] = run.status
+    table["target_served_model"] = served_models(run, "target")
+    lmra_version = (run.manifest.get("versions") or {}).get("lmra")
+    table["lmra_version"] = lmra_version if isinstance(lmra_version, str) else None
     return table
+
+
+def served_models(run: RunFolder, role: str) -> str | None:
+    """The model ids the ``role``'s endpoint reported serving its answers in this run
+    (``manifest.json`` ``<role>.served.model``), most answers first, joined by ``", "``; None when
+    it reported none (the embedded model, a server that leaves ``model`` out, a run recorded before)."""
+    served = (((run.manifest.get(role) or {}).get("served") or {}).get("model") or {})
+    if not isinstance(served, dict):
+        return None
+    ids = [str(m) for m, n in sorted(served.items(), key=lambda kv: (-(kv[1] if isinstance(kv[1], int) else 0), kv[0]))]
+    return ", ".join(ids) or None
 
 
 def per_task_table(run: RunFolder) -> pd.DataFrame:
