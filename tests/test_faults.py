@@ -820,3 +820,39 @@ def test_an_endpoint_that_stops_giving_logprobs_mid_run_is_no_longer_retried(tmp
         expected.append(1 if once else 2)
         window += [True] * expected[-1]
     assert greedy == sum(expected) and expected[-1] == 1 and expected.count(2) == 24, (greedy, expected)
+
+
+def test_a_call_that_times_out_and_is_retried_is_said_as_a_wait(monkeypatch):
+    """Fresh-user finding (s44): a judge whose calls timed out left the progress lines still for
+    minutes with no word of timeouts or retries. A timed-out attempt that will be retried tells the
+    wait listeners (the console's "waiting: … gave no answer within N s (timed out) …" line); the
+    last attempt, which is not retried, does not. (The notice threshold is lowered here: the real
+    one, 10 s, would make the test slow.)"""
+    import lmra.providers.base as base
+    from lmra.cli.common import _WaitNotices
+    from lmra.providers import ProviderError
+
+    monkeypatch.setattr(base, "WAIT_NOTICE_S", 0.1)
+    heard = []
+    with FaultServer(fault_rate=1.0, faults=("hang",), hang_s=3.0) as srv:
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=1,
+                          timeout_s=0.5)
+
+        async def go():
+            prov = OpenAIProvider(cfg)
+            try:
+                with base.listen_waits(lambda *a: heard.append(a)):
+                    await prov.complete(_req(1))
+            finally:
+                await prov.aclose()
+
+        with pytest.raises(ProviderError):
+            asyncio.run(go())
+    host = srv.url.split("//")[1].split("/")[0]
+    assert heard == [(host, 0.5, "timed out")], heard  # the first attempt (retried), not the last
+    lines = []
+    notices = _WaitNotices()
+    notices.emit = lines.append
+    notices(host, 30.0, "timed out")
+    assert lines == [f"waiting: {host} gave no answer within 30 s (timed out); its calls are tried again (the SDK's "
+                     "retries, each counted in the manifest) — the run is slow, not stuck"]

@@ -211,6 +211,10 @@ class _WaitNotices:
                           "fail after every retry; check that the server is running")
                 return
             wait = f"{seconds:,.0f}" if seconds >= 10 else f"{seconds:.2g}"
+            if why == "timed out":  # (lmra.providers._http.TIMED_OUT: the call waited, nothing came)
+                self.emit(f"waiting: {endpoint} gave no answer within {wait} s (timed out); its calls are tried "
+                          "again (the SDK's retries, each counted in the manifest) — the run is slow, not stuck")
+                return
             self.emit(f"waiting: {endpoint} answered {why} and asks to wait {wait} s before a retry; "
                       "its calls wait (the SDK's retries, each counted in the manifest), the run is not stuck")
         except (OSError, ValueError, RuntimeError):  # a closed or full stream: the run goes on

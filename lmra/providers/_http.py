@@ -59,9 +59,11 @@ class CountingTransport(httpx.AsyncBaseTransport):
                 await response.aread()  # the whole body within the deadline (a trickling body times out)
         except TimeoutError:
             note_event("timeout")
+            self._note_timeout(request, deadline)
             raise httpx.ReadTimeout(f"no complete response within {deadline:g} s", request=request) from None
         except httpx.TimeoutException:
             note_event("timeout")
+            self._note_timeout(request, deadline)
             raise
         except httpx.RequestError as exc:  # connection reset, body cut mid-transfer, undecodable body …
             note_event("connection")
@@ -102,6 +104,14 @@ class CountingTransport(httpx.AsyncBaseTransport):
             note_event("http_4xx")
         return response
 
+    def _note_timeout(self, request: httpx.Request, waited: float | None) -> None:
+        """Tell the wait listeners that a call to this endpoint waited ``waited`` s for nothing and
+        is tried again (fresh-user finding, s44: a judge whose calls timed out left the progress
+        lines still for minutes, with no word of timeouts or retries)."""
+        if waited and self._retries_left(request):
+            port = f":{request.url.port}" if request.url.port else ""
+            note_wait(f"{request.url.host}{port}", float(waited), TIMED_OUT)
+
     def _retries_left(self, request: httpx.Request) -> bool:
         """Whether the SDK will retry this attempt's call (unknown: assumed so)."""
         if self.max_retries is None:
@@ -128,6 +138,8 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 
 #: longest wait (s) a ``Retry-After`` may ask of an SDK retry; a longer one makes the call fail
 #: at once (counted as its HTTP status) instead of stalling the audit (docs/robustness.md)
+#: the ``why`` of a wait notice for a call that timed out (:func:`lmra.providers.base.note_wait`)
+TIMED_OUT = "timed out"
 MAX_RETRY_AFTER_S = 120.0
 
 
