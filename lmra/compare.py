@@ -833,7 +833,12 @@ class RunComparison:
                 lo, hi = self.pearson_r_disattenuated_ci
                 has_ci = math.isfinite(lo) and math.isfinite(hi)
                 u = self.pearson_r_disattenuated_uncapped
-                said = (["95% bootstrap interval"] if has_ci else []) + (
+                # the interval every r lies in: the noise leaves the correlation undetermined (fresh-user finding,
+                # s44: "r = 1.000 [-1.000, 1.000]" read as a confident 1)
+                whole = has_ci and lo <= -1.0 and hi >= 1.0
+                said = (["95% bootstrap interval" + (": all of [−1, 1] — the noise leaves the correlation "
+                                                     "undetermined; read Pearson's r and the slope" if whole else "")]
+                        if has_ci else []) + (
                     [f"capped: {_num(u, 2)} as computed, the noise estimates too uncertain for the correction"]
                     if math.isfinite(u) and abs(u) > 1 else []) + [rel]
                 dis = (f"; corrected for sampling noise (disattenuated) r = {_num(self.pearson_r_disattenuated)}"

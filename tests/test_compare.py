@@ -604,3 +604,14 @@ def test_a_disattenuated_interval_among_undefined_resamples_is_unbounded_without
         warnings.simplefilter("error")
         res = disattenuated_r_estimate(run(0.7044), run(0.5803), n_resamples=999, seed=1)
     assert res.r == 1.0 and (res.ci_low, res.ci_high) == (-1.0, 1.0), res
+    # and its console line says what such an interval means (fresh-user finding, s44: "r = 1.000 [-1.000,
+    # 1.000]" read as a confident 1)
+    tasks = ["t1", "t2", "t3", "t4"]
+    a, b = run(0.7044), run(0.5803)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cmp = compare_tables(_table([s.mean() for s in a], tasks), _table([s.mean() for s in b], tasks),
+                             prompts_a=_prompt_frame(a, tasks), prompts_b=_prompt_frame(b, tasks), n_resamples=999)
+    line = " ".join(cmp.summary_lines())
+    assert "r = 1.000 [-1.000, 1.000] (95% bootstrap interval: all of [−1, 1] — the noise leaves the correlation " \
+           "undetermined" in line, line
