@@ -18,6 +18,10 @@ passes it on, so the budget never reads the database itself.
 What is cached: only genuine answers. A call that failed (after the SDK's and the
 provider's retries) is never stored, and neither is a *degraded* answer (one that lacks
 the log-probabilities it was asked for after every retry): the next run asks again.
+Every stored answer and pair-memo row ends with the CRC-32 of its text (:func:`_sealed`): a row
+changed on disk is not used (the call is made again and counted, the pair rated again). The
+file must be an lmra call cache: another program's SQLite file, or lmra's run history, is
+refused when it opens, before anything is written to it.
 
 Leases: processes sharing a cache do not pay twice for a call in flight. Before a fresh
 call the caller takes a lease row on its key; another process (or task) wanting the same
