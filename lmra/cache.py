@@ -173,6 +173,9 @@ def _foreign_tables(db: sqlite3.Connection) -> str:
     names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if {"runs", "task_metrics"} <= names:
         return _HISTORY
+    if names and not names & set(_COLUMNS):  # tables, none of them lmra's (round-3 break-it, s44: an app.db was
+        # taken over — prompts written into it, switched to WAL)
+        return "its tables are " + ", ".join(sorted(names)[:5]) + (" …" if len(names) > 5 else "")
     bad = []
     for table, want in _COLUMNS.items():
         have = tuple(r[1] for r in db.execute(f"PRAGMA table_info({table})"))

@@ -404,6 +404,12 @@ class History:
         self.db.history_path = self.path
         self.db.row_factory = sqlite3.Row
         self._check_intact()
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "calls" in tables and "runs" not in tables:  # (round-3 break-it, s44: 'lmra history --history
+            # CACHE' added the history's tables to the cache, which the next audit then refused as a history)
+            self.db.close()
+            raise LmraInputError("is a call cache (its calls table), not a run history: give the reports folder's "
+                                 "history.sqlite — nothing was written to it", file=self.path, field="--history")
         self.db.executescript(_SCHEMA)
         # the columns added since are looked for and added in one write transaction: two processes
         # opening a new history at once (two audits, the shards of one) both saw them missing, and

@@ -532,7 +532,7 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
 def checked_on_words(verdict: dict) -> str:
     """What the check's verdict rests on, for the console line said as soon as it is known:
     ``on 200 canary pairs``; ``on 185 of 200 canary pairs (15 not rated: failed calls or unusable
-    answers, counted against it)`` when some got no usable rating (fresh-user finding, s44: "passed on
+    answers)`` when some got no usable rating (fresh-user finding, s44: "passed on
     200 canary pairs" with 15 never rated); ``after N canary pairs (it stopped: …)`` for a check
     that stopped once it could no longer pass."""
     n = int(verdict.get("n_canaries") or 0)
@@ -541,8 +541,7 @@ def checked_on_words(verdict: dict) -> str:
     unrated = int(verdict.get("n_failed") or 0) + int(verdict.get("n_invalid") or 0)
     if not unrated:
         return f"on {n} canary pairs"
-    return (f"on {n - unrated} of {n} canary pairs ({unrated} not rated: failed calls or unusable answers, "
-            "counted against it)")
+    return f"on {n - unrated} of {n} canary pairs ({unrated} not rated: failed calls or unusable answers)"
 
 
 def replayed_words(status: dict | None, *, seedless: bool = False) -> str:

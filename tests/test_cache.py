@@ -345,3 +345,31 @@ def test_a_run_history_opened_as_the_cache_is_an_input_error_and_left_as_it_was(
         CallCache(path)
     assert info.value.field == "cache" and "is a run history (history.sqlite), not a call cache" in info.value.reason
     assert path.read_bytes() == before
+
+
+def test_another_programs_database_without_lmras_tables_is_refused_and_a_cache_is_not_a_history(tmp_path):
+    """Round-3 break-it (s44): an SQLite file of another program with none of lmra's tables (an app's
+    ``users`` table) was taken over as the cache — prompts written into it, switched to WAL — and
+    ``lmra history --history CACHE`` added the history's tables to a call cache, which the next audit
+    then refused as a run history. Both are refused, each file left as it was."""
+    import sqlite3
+
+    from lmra.errors import LmraInputError, LmraIOError
+    from lmra.history import History
+
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as db:
+        db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)")
+    before = app.read_bytes()
+    with pytest.raises(LmraIOError) as info:
+        CallCache(app)
+    assert "another program or version (its tables are users)" in info.value.reason
+    assert app.read_bytes() == before and not (tmp_path / "app.db-wal").exists()
+    cache_file = tmp_path / "cache.sqlite"
+    CallCache(cache_file).close()
+    tables = sqlite3.connect(cache_file).execute("SELECT name FROM sqlite_master").fetchall()
+    with pytest.raises(LmraInputError) as info:
+        History(cache_file)
+    assert "is a call cache (its calls table), not a run history" in info.value.reason
+    assert sqlite3.connect(cache_file).execute("SELECT name FROM sqlite_master").fetchall() == tables
+    CallCache(cache_file).close()  # still a cache the next audit opens

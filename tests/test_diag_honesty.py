@@ -336,8 +336,7 @@ def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_n
     from lmra.judge_check import checked_on_words
 
     assert checked_on_words(v) == (f"on {v['n_canaries'] - 3 - v['n_invalid']} of {v['n_canaries']} canary pairs "
-                                   f"({3 + v['n_invalid']} not rated: failed calls or unusable answers, counted "
-                                   "against it)")
+                                   f"({3 + v['n_invalid']} not rated: failed calls or unusable answers)")
     assert checked_on_words({**v, "n_failed": 0, "n_invalid": 0}) == f"on {v['n_canaries']} canary pairs"
 
     # the real path: an audit whose judge check this LMRA passes, then its console and report.html

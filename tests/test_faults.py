@@ -856,3 +856,31 @@ def test_a_call_that_times_out_and_is_retried_is_said_as_a_wait(monkeypatch):
     notices(host, 30.0, "timed out")
     assert lines == [f"waiting: {host} gave no answer within 30 s (timed out); its calls are tried again (the SDK's "
                      "retries, each counted in the manifest) — the run is slow, not stuck"]
+
+
+def test_a_connection_that_times_out_is_said_as_unreachable_not_slow():
+    """Round-3 break-it (s44): a connection that could not be made in time (httpx's ConnectTimeout)
+    was said as "gave no answer within N s … the run is slow, not stuck", and the run then failed. It
+    is told as an endpoint that could not be reached. (The inner transport raises the timeout: no
+    traffic may leave 127.0.0.1, so no real unroutable address is dialled.)"""
+    import httpx2 as httpx  # (the HTTP client the SDKs are built on)
+
+    import lmra.providers.base as base
+    from lmra.providers._http import CountingTransport
+
+    class Unreachable(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request):
+            raise httpx.ConnectTimeout("timed out connecting", request=request)
+
+    heard = []
+
+    async def go():
+        transport = CountingTransport(Unreachable(), max_retries=2)
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions",
+                                extensions={"timeout": {"connect": 30.0, "read": 30.0, "write": 30.0, "pool": 30.0}})
+        with base.listen_waits(lambda *a: heard.append(a)):
+            with pytest.raises(httpx.ConnectTimeout):
+                await transport.handle_async_request(request)
+
+    asyncio.run(go())
+    assert heard == [("127.0.0.1:9", 0.0, "connection timed out")], heard

@@ -61,9 +61,13 @@ class CountingTransport(httpx.AsyncBaseTransport):
             note_event("timeout")
             self._note_timeout(request, deadline)
             raise httpx.ReadTimeout(f"no complete response within {deadline:g} s", request=request) from None
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
             note_event("timeout")
-            self._note_timeout(request, deadline)
+            if isinstance(exc, httpx.ConnectTimeout) and self._retries_left(request):  # no connection made: not
+                port = f":{request.url.port}" if request.url.port else ""  # a slow answer (round-3 break-it, s44)
+                note_wait(f"{request.url.host}{port}", 0.0, "connection timed out")
+            else:
+                self._note_timeout(request, deadline)
             raise
         except httpx.RequestError as exc:  # connection reset, body cut mid-transfer, undecodable body …
             note_event("connection")
@@ -138,9 +142,9 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 
 #: longest wait (s) a ``Retry-After`` may ask of an SDK retry; a longer one makes the call fail
 #: at once (counted as its HTTP status) instead of stalling the audit (docs/robustness.md)
+MAX_RETRY_AFTER_S = 120.0
 #: the ``why`` of a wait notice for a call that timed out (:func:`lmra.providers.base.note_wait`)
 TIMED_OUT = "timed out"
-MAX_RETRY_AFTER_S = 120.0
 
 
 def retry_wait_s(headers: httpx.Headers) -> float:
