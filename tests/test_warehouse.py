@@ -430,3 +430,36 @@ def test_a_night_completed_from_the_cache_after_its_lmra_failed_is_kept_by_the_d
                                                                            "judge_status IS NOT NULL")
     got = duckdb.sql(sql).df()
     assert set(got["run_id"]) == {complete.name} and len(got) == len(load_run(complete).per_task)
+
+
+def test_the_documented_query_on_nights_of_two_chatbots_behind_one_model_id_and_clocks_in_two_zones(tmp_path):
+    """Round-3 break-it (s44): the dashboard query told nights apart by (seed, configured model id), so
+    a night of chatbot version B — same model id, another system prompt — completed from the cache
+    after its LMRA failed, with a seed version A had used, was dropped; and a replay started 2 s after
+    its night under another TZ sorted first as text, so both were charted. It partitions by lmra's
+    own (seed, design) and orders by the start as a time now. Rows as the export writes them."""
+    import re
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    rows = [  # run_id, started, seed, design, status, fresh target calls: which a dashboard should show
+        ("a1", "2026-12-01T02:00:00+00:00", 7, "A", "complete", 40, True),
+        ("b1p", "2026-12-02T02:00:00+00:00", 7, "B", "partial", 40, False),    # B, seed 7 again: partial
+        ("b1", "2026-12-02T03:00:00+00:00", 7, "B", "complete", 0, True),      # completed from the cache
+        ("b1r", "2026-12-02T03:30:00+00:00", 7, "B", "complete", 0, False),    # a replay of b1
+        ("a2", "2026-12-03T03:00:00+01:00", 8, "A", "complete", 40, True),
+        ("a2r", "2026-12-03T02:00:02+00:00", 8, "A", "complete", 0, False),    # 2 s later, in UTC: a replay
+    ]
+    for run_id, started, seed, design, status, fresh, _ in rows:
+        folder = tmp_path / "warehouse" / "per_task" / "run=nightly" / f"date={started[:10]}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"schema_version": [1], "run_id": [run_id], "started": [started], "seed": [seed],
+                                 "design_sha256": [design], "run_status": [status], "target_calls_fresh": [fresh],
+                                 "judge_status": ["passed"], "comparison": ["female vs male"],
+                                 "task": ["write a story"], "net_rating": [0.1], "ci_low": [0.0],
+                                 "ci_high": [0.2]}), folder / f"{run_id}.parquet")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "exports.md").read_text()
+    sql = re.search(r"```sql\n(-- DuckDB: the nightly task net ratings.*?)```", doc, re.S).group(1)
+    got = set(duckdb.sql(sql.replace("reports/warehouse", str(tmp_path / "warehouse"))).df()["run_id"])
+    assert got == {r[0] for r in rows if r[-1]}, got

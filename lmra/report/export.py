@@ -52,6 +52,11 @@ PER_TASK_SCHEMA: dict[str, str] = {
     # finding, s44: two chatbot versions behind one configured model id were alike in every row; the
     # name draws changed with lmra 0.2.0 and nothing in a row said so)
     "target_served_model": "string", "lmra_version": "string",
+    # the audit's design, as lmra's own replay detection compares it (the config without name, seed,
+    # output and cache paths, gates …: lmra.runfolder.RunFolder.design_hash): with seed, which nights
+    # drew the same chatbot calls (round-3 break-it, s44: the dashboard query told them apart by the
+    # configured model id alone, and dropped a night of another chatbot behind the same id)
+    "design_sha256": "string",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -144,6 +149,7 @@ def _with_run_columns(table: pd.DataFrame, run: RunFolder) -> pd.DataFrame:
     table["target_served_model"] = served_models(run, "target")
     lmra_version = (run.manifest.get("versions") or {}).get("lmra")
     table["lmra_version"] = lmra_version if isinstance(lmra_version, str) else None
+    table["design_sha256"] = run.design_hash
     return table
 
 
