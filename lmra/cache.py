@@ -65,7 +65,7 @@ except ImportError:  # not POSIX: every fresh call takes a lease row
 from lmra import answerlog
 from lmra.answerlog import AnswerLog
 from lmra.errors import LmraIOError, io_reason, is_damage
-from lmra.fileio import resolved
+from lmra.fileio import RUN_HISTORY_TABLES, history_as_cache, resolved, sqlite_tables
 from lmra.providers.base import ChatRequest, ChatResult, Provider, ProviderError, collect_events, json_key, note_event, \
     oversized_cut, request_json, result_defect, wrap_identity
 from lmra.walcheckpoint import BACKSTOP_PAGES, Checkpointer
@@ -170,8 +170,8 @@ def _foreign_tables(db: sqlite3.Connection) -> str:
     """"" when the cache's tables have the columns lmra writes; :data:`_HISTORY` for lmra's run
     history; else which tables do not, in words (``calls has columns id, body``): a file of another
     program that happens to hold such a table."""
-    names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if {"runs", "task_metrics"} <= names:
+    names = sqlite_tables(db)
+    if RUN_HISTORY_TABLES <= names:
         return _HISTORY
     if names and not names & set(_COLUMNS):  # tables, none of them lmra's (round-3 break-it, s44: an app.db was
         # taken over — prompts written into it, switched to WAL)
@@ -464,12 +464,7 @@ class CallCache:
             foreign = _when_unlocked(lambda: _foreign_tables(self._db))  # before anything is written to the file
             if foreign == _HISTORY:  # (round-2 break-it, s44: judge-check and axes --cache wrote into it)
                 self._db.close()
-                from lmra.errors import LmraInputError
-
-                raise LmraInputError(f"{self.path} is a run history (history.sqlite), not a call cache: the cache "
-                                     "holds every prompt and answer unredacted, the history is the file that is "
-                                     "archived and shared — give the cache its own file (e.g. reports/cache.sqlite)",
-                                     field="cache")
+                raise history_as_cache(self.path)
             if foreign:  # (fault break-it, s44: another program's "calls" table failed the first lookup, in a
                 # run folder already made, with the advice for a damaged cache)
                 self._db.close()

@@ -210,9 +210,7 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
     if db is not None and (resolved(db) == resolved(out / "history.sqlite") or _is_run_history(db)):
         # (fault break-it, s44: accepted; every prompt and answer went into the file people archive and
         # publish, under --redact too)
-        raise LmraInputError(f"{db} is a run history (history.sqlite), not a call cache: the cache holds every "
-                             "prompt and answer unredacted, the history is the file that is archived and shared — "
-                             "give the cache its own file (e.g. reports/cache.sqlite)", file=config_path, field="cache")
+        raise history_as_cache(db, config_path)
     for key, path in (("output_dir", out), ("cache", db)):
         blocked = blocking_file(path) if path is not None else None
         if blocked is not None:
@@ -220,9 +218,26 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  file=config_path, field=key)
 
 
+#: the tables that make an SQLite file lmra's run history (:mod:`lmra.history`)
+RUN_HISTORY_TABLES = frozenset({"runs", "task_metrics"})
+
+
+def sqlite_tables(db) -> set[str]:
+    """The names of the tables of an open SQLite connection ``db``."""
+    return {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def history_as_cache(path: str | Path, config_path: str | Path | None = None) -> LmraInputError:
+    """The input error of a run history given as the call cache (field ``cache``): the cache
+    holds every prompt and answer unredacted, the history is the file that is archived and shared."""
+    return LmraInputError(f"{path} is a run history (history.sqlite), not a call cache: the cache holds every "
+                          "prompt and answer unredacted, the history is the file that is archived and shared — "
+                          "give the cache its own file (e.g. reports/cache.sqlite)", file=config_path, field="cache")
+
+
 def _is_run_history(path: Path) -> bool:
-    """True when ``path`` is an SQLite file holding lmra's run history (its ``runs`` and
-    ``task_metrics`` tables), read-only; False for anything else or a file that cannot be read."""
+    """True when ``path`` is an SQLite file holding lmra's run history (:data:`RUN_HISTORY_TABLES`),
+    read-only; False for anything else or a file that cannot be read."""
     import sqlite3
     from urllib.parse import quote
 
@@ -231,12 +246,12 @@ def _is_run_history(path: Path) -> bool:
     try:
         db = sqlite3.connect(f"file:{quote(str(resolved(path)))}?mode=ro", uri=True)
         try:
-            names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            names = sqlite_tables(db)
         finally:
             db.close()
     except sqlite3.Error:
         return False
-    return {"runs", "task_metrics"} <= names
+    return RUN_HISTORY_TABLES <= names
 
 
 def read_only_mount(path: Path) -> bool:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from lmra.comparable import REFUSED_PREFIX, TARGET_DIFFERS_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
+from lmra.fileio import sqlite_tables
 from lmra.runfolder import RunFolder, finite, jsonable, load_run
 from lmra.shard import is_shard
 
@@ -404,7 +405,7 @@ class History:
         self.db.history_path = self.path
         self.db.row_factory = sqlite3.Row
         self._check_intact()
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = sqlite_tables(self.db)
         if "calls" in tables and "runs" not in tables:  # (round-3 break-it, s44: 'lmra history --history
             # CACHE' added the history's tables to the cache, which the next audit then refused as a history)
             self.db.close()

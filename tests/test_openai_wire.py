@@ -24,9 +24,9 @@ from lmra.providers.openai import OpenAIProvider
 
 
 class _Server:
-    """Answers every POST with ``completion(body)`` (or ``raw``) under ``content_type``."""
+    """Answers every POST with ``answer(body)`` (default ``completion(body)``; or ``raw``) under ``content_type``."""
 
-    def __init__(self, content_type: str, raw: bytes | None = None):
+    def __init__(self, content_type: str, raw: bytes | None = None, answer=completion):
         self.bodies: list[dict] = []
         server = self
 
@@ -37,7 +37,7 @@ class _Server:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.bodies.append(body)
-                data = raw if raw is not None else json.dumps(completion(body)).encode()
+                data = raw if raw is not None else json.dumps(answer(body)).encode()
                 self.send_response(200)
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
@@ -224,24 +224,8 @@ def test_twenty_alternatives_read_a_judge_that_spreads_an_option_over_variants()
     dist = [("C", 0.33), ("A", 0.15), (" A", 0.15), ("A)", 0.15), ("**A", 0.15), ("B", 0.05)] + [
         (f"w{i}", 0.02 / 40) for i in range(40)]
 
-    class _Ranked(_Server):
-        def __init__(self):
-            super().__init__("application/json")
-            server = self
-            handler = self.httpd.RequestHandlerClass
-
-            def do_POST(h):
-                body = json.loads(h.rfile.read(int(h.headers["content-length"])))
-                server.bodies.append(body)
-                top = [(t, math.log(p)) for t, p in dist[:body["top_logprobs"]]]
-                data = json.dumps(_completion_with(top)).encode()
-                h.send_response(200)
-                h.send_header("content-type", "application/json")
-                h.send_header("content-length", str(len(data)))
-                h.end_headers()
-                h.wfile.write(data)
-
-            handler.do_POST = do_POST
+    def ranked(body: dict) -> dict:  # the top ``top_logprobs`` of the distribution
+        return _completion_with([(t, math.log(p)) for t, p in dist[:body["top_logprobs"]]])
 
     messages = [Message(role="user", content="Which one?")]
 
@@ -253,7 +237,7 @@ def test_twenty_alternatives_read_a_judge_that_spreads_an_option_over_variants()
         finally:
             await provider.aclose()
 
-    with _Ranked() as srv:
+    with _Server("application/json", answer=ranked) as srv:
         read = asyncio.run(ask(base_url=srv.url, top_logprobs=20))
         old = asyncio.run(ask(base_url=srv.url))
     assert [b["top_logprobs"] for b in srv.bodies] == [20, 5]
