@@ -884,3 +884,63 @@ def test_a_connection_that_times_out_is_said_as_unreachable_not_slow():
 
     asyncio.run(go())
     assert heard == [("127.0.0.1:9", 0.0, "connection timed out")], heard
+
+
+def test_calls_waiting_long_for_their_answer_are_said_as_slow_not_stuck(monkeypatch):
+    """Known since s40: a chatbot taking minutes an answer, within its timeout, left the progress
+    bars and lines still — a slow night looked like a stuck one. Each HTTP attempt now registers
+    while it waits (lmra.providers.base.attempt_in_flight), and the console's watch says an
+    endpoint whose calls have waited over SLOW_ATTEMPT_S, how many, the longest wait and the
+    attempt's time limit; a quick endpoint is never said, and nothing stays registered after the
+    calls. (Thresholds lowered: the real ones, 60 s and a look every 5 s, would make the test slow.)"""
+    import lmra.cli.common as common
+    import lmra.providers.base as base
+
+    monkeypatch.setattr(base, "SLOW_ATTEMPT_S", 1.0)
+    monkeypatch.setattr(common, "SLOW_POLL_S", 0.1)
+
+    def run(srv, n):
+        cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False, max_retries=0,
+                          timeout_s=20)
+        lines = []
+
+        async def go():
+            prov = OpenAIProvider(cfg)
+            try:
+                with common.wait_notices() as notices:
+                    notices.emit = lines.append
+                    await asyncio.gather(*(prov.complete(_req(i)) for i in range(n)))
+                    assert base.slow_attempts(0.0) == {}  # every attempt answered: none still registered
+            finally:
+                await prov.aclose()
+
+        asyncio.run(go())
+        return lines
+
+    with FaultServer(delay_s=2.0) as srv:
+        lines = run(srv, 3)
+    host = srv.url.split("//")[1].split("/")[0]
+    assert len(lines) == 1, lines  # once a minute per endpoint
+    m = re.fullmatch(rf"waiting: 3 calls have waited over 1 s \(the longest (\d) s\) for an answer from {re.escape(host)}; "
+                     r"an attempt is given 20 s, then it is timed out and tried again — the endpoint is slow, the run "
+                     r"is not stuck", lines[0])
+    assert m is not None and 1 <= int(m.group(1)) <= 2, lines
+    with FaultServer(delay_s=0.2) as srv:
+        assert run(srv, 3) == []
+    # the registry itself: two attempts to one endpoint, one to another, one too young to count
+    now = time.monotonic()
+    with base.attempt_in_flight("a:1", 30.0), base.attempt_in_flight("a:1", 30.0), base.attempt_in_flight("b:2", None):
+        for key in list(base._attempts):
+            endpoint, _, deadline = base._attempts[key]
+            base._attempts[key] = (endpoint, now - (5.0 if endpoint == "a:1" else 2.0), deadline)
+        with base.attempt_in_flight("b:2", None):
+            slow = base.slow_attempts(1.5)
+    assert set(slow) == {"a:1", "b:2"} and slow["a:1"][0] == 2 and slow["b:2"][0] == 1, slow
+    assert slow["a:1"][1] >= 5.0 and slow["a:1"][2] == 30.0 and slow["b:2"][2] is None, slow
+    assert base.slow_attempts(0.0) == {}
+    lines = []
+    notices = common._WaitNotices()
+    notices.emit = lines.append
+    notices.slow("b:2", 1, 75.0, None)
+    assert lines == ["waiting: 1 call has waited over 1 s (the longest 75 s) for an answer from b:2; no time limit is "
+                     "set (timeout_s) — the endpoint is slow, the run is not stuck"]

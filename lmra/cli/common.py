@@ -172,14 +172,19 @@ def rich_progress(console: Console, enabled: bool = True):
 @contextmanager
 def wait_notices():
     """Within the block, an endpoint's long retry wait is said on stderr (:class:`_WaitNotices`,
-    through :func:`lmra.providers.base.listen_waits`); yields the notices (their ``emit`` may be
+    through :func:`lmra.providers.base.listen_waits`), and so are calls waiting long for their answer
+    (:class:`_SlowWatch`); yields the notices (their ``emit`` may be
     pointed elsewhere, e.g. above progress bars). Every command that makes model calls runs in one:
     :func:`rich_progress` opens it, and ``lmra judge-check`` (no bars) too."""
     from lmra.providers.base import listen_waits
 
     notices = _WaitNotices()
-    with listen_waits(notices):
-        yield notices
+    watch = _SlowWatch(notices)
+    try:
+        with listen_waits(notices):
+            yield notices
+    finally:
+        watch.stop()
 
 
 #: seconds between two notices of one endpoint's asked-for retry waits (:class:`_WaitNotices`)
@@ -197,13 +202,35 @@ class _WaitNotices:
         self.emit: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
         self.last: dict[str, float] = {}
 
-    def __call__(self, endpoint: str, seconds: float, why: str) -> None:
+    def _due(self, endpoint: str) -> bool:
+        """Whether a notice of ``endpoint`` may be said now (none in the last minute); marks it said."""
         import time
 
         now = time.monotonic()
         if now - self.last.get(endpoint, -WAIT_NOTICE_EVERY_S) < WAIT_NOTICE_EVERY_S:
-            return
+            return False
         self.last[endpoint] = now
+        return True
+
+    def slow(self, endpoint: str, n: int, oldest: float, deadline: float | None) -> None:
+        """Say that ``n`` calls to ``endpoint`` have waited long for their answer (the oldest
+        ``oldest`` s; ``deadline``: the seconds an attempt is given, None for no limit)."""
+        if not self._due(endpoint):
+            return
+        limit = (f"an attempt is given {deadline:,.0f} s, then it is timed out and tried again" if deadline
+                 else "no time limit is set (timeout_s)")
+        from lmra.providers.base import SLOW_ATTEMPT_S
+
+        calls = "1 call has" if n == 1 else f"{n:,} calls have"
+        try:
+            self.emit(f"waiting: {calls} waited over {SLOW_ATTEMPT_S:,.0f} s (the longest {oldest:,.0f} s) for an "
+                      f"answer from {endpoint}; {limit} — the endpoint is slow, the run is not stuck")
+        except (OSError, ValueError, RuntimeError):  # a closed or full stream: the run goes on
+            pass
+
+    def __call__(self, endpoint: str, seconds: float, why: str) -> None:
+        if not self._due(endpoint):
+            return
         try:
             if not seconds:  # no connection at all (refused, unknown host): the SDK backs off between retries
                 self.emit(f"waiting: {endpoint} could not be reached ({why}); its calls are retried with backoff "
@@ -219,6 +246,37 @@ class _WaitNotices:
                       "its calls wait (the SDK's retries, each counted in the manifest), the run is not stuck")
         except (OSError, ValueError, RuntimeError):  # a closed or full stream: the run goes on
             pass
+
+
+#: seconds between two looks at the HTTP attempts waiting for their answer (:class:`_SlowWatch`)
+SLOW_POLL_S = 5.0
+
+
+class _SlowWatch:
+    """A daemon thread saying, through :meth:`_WaitNotices.slow`, that an endpoint's calls have
+    waited at least :data:`lmra.providers.base.SLOW_ATTEMPT_S` seconds for their answer
+    (:func:`lmra.providers.base.slow_attempts`): a chatbot taking minutes an answer, within its
+    timeout, left the progress bars and lines still, a slow night indistinguishable from a stuck one
+    (known since s40). It only reads the attempts the HTTP transports register."""
+
+    def __init__(self, notices: "_WaitNotices", every_s: float | None = None):
+        import threading
+
+        self.notices, self.every_s = notices, SLOW_POLL_S if every_s is None else every_s
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lmra-slow-calls", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from lmra.providers import base
+
+        while not self._halt.wait(self.every_s):
+            for endpoint, (n, oldest, deadline) in base.slow_attempts(base.SLOW_ATTEMPT_S).items():
+                self.notices.slow(endpoint, n, oldest, deadline)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._thread.join(timeout=5)
 
 
 def _bars(console: Console, log: "_ProgressLog | None", notices: _WaitNotices):

@@ -24,7 +24,7 @@ import httpcore2 as httpcore  # httpx2's connection pool and network streams
 import httpx2 as httpx  # the HTTP client the openai and anthropic SDKs are built on
 
 from lmra.config import MAX_CONCURRENCY
-from lmra.providers.base import QUOTA_MARK, before_attempt, note_event, note_wait
+from lmra.providers.base import QUOTA_MARK, attempt_in_flight, before_attempt, note_event, note_wait
 
 
 class CountingTransport(httpx.AsyncBaseTransport):
@@ -53,10 +53,12 @@ class CountingTransport(httpx.AsyncBaseTransport):
             await before_attempt()  # a retry waits for the rate limit like a new call
             note_event("attempt")
         deadline = _attempt_deadline(request)
+        port = f":{request.url.port}" if request.url.port else ""
         try:
-            async with asyncio.timeout(deadline):
-                response = await self.inner.handle_async_request(request)
-                await response.aread()  # the whole body within the deadline (a trickling body times out)
+            with attempt_in_flight(f"{request.url.host}{port}", deadline):  # a long wait is said (slow_attempts)
+                async with asyncio.timeout(deadline):
+                    response = await self.inner.handle_async_request(request)
+                    await response.aread()  # the whole body within the deadline (a trickling body times out)
         except TimeoutError:
             note_event("timeout")
             self._note_timeout(request, deadline)
@@ -64,7 +66,7 @@ class CountingTransport(httpx.AsyncBaseTransport):
         except httpx.TimeoutException as exc:
             note_event("timeout")
             if isinstance(exc, httpx.ConnectTimeout) and self._retries_left(request):  # no connection made: not
-                port = f":{request.url.port}" if request.url.port else ""  # a slow answer (round-3 break-it, s44)
+                # a slow answer (round-3 break-it, s44)
                 note_wait(f"{request.url.host}{port}", 0.0, "connection timed out")
             else:
                 self._note_timeout(request, deadline)
@@ -74,7 +76,6 @@ class CountingTransport(httpx.AsyncBaseTransport):
             if isinstance(exc, httpx.ConnectError) and self._retries_left(request):
                 # nothing answers: the SDK's retries back off for many seconds a call, told to whoever listens
                 # (fresh-user finding: 80 s of a dead endpoint showed only "(2 failed)" on a bar)
-                port = f":{request.url.port}" if request.url.port else ""
                 note_wait(f"{request.url.host}{port}", 0.0, "no connection")
             raise
         # returned as it is: its (decoded) body is read and its connection back in the pool, so
@@ -92,7 +93,6 @@ class CountingTransport(httpx.AsyncBaseTransport):
         should_retry = response.headers.get("x-should-retry")
         if (code >= 400 and (should_retry == "true" or (should_retry != "false" and (code in RETRIED_STATUSES or code >= 500)))
                 and self._retries_left(request) and (wait := retry_wait_s(response.headers)) > 0):
-            port = f":{request.url.port}" if request.url.port else ""
             note_wait(f"{request.url.host}{port}", wait, f"HTTP {code}")  # a long one is told, not left a still bar
         if code in REDIRECT_STATUSES and "location" in response.headers:
             try:  # where the client goes next, if it follows: that request is this attempt's hop

@@ -18,6 +18,8 @@ import hashlib
 import json
 import math
 import re
+import threading
+import time
 import unicodedata
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -332,6 +334,53 @@ def note_wait(endpoint: str, seconds: float, why: str) -> None:
     if seconds >= WAIT_NOTICE_S or seconds == 0:
         for listener in list(_wait_listeners):
             listener(endpoint, seconds, why)
+
+
+# -- attempts waiting for their answer ------------------------------------------------------
+#: an HTTP attempt still without its answer after this many seconds is said as slow to the
+#: console (:func:`slow_attempts`, :func:`lmra.cli.common.wait_notices`): a run whose calls
+#: each took minutes, below their timeout, showed still progress bars (known since s40)
+SLOW_ATTEMPT_S = 60.0
+
+_attempts_lock = threading.Lock()
+_attempts: dict[object, tuple[str, float, float | None]] = {}
+
+
+class attempt_in_flight:  # noqa: N801 — used as a function: ``with attempt_in_flight(endpoint, deadline)``
+    """Within the block, one HTTP attempt to ``endpoint`` (``host:port``) waits for its answer;
+    ``deadline`` is the seconds it is given before it is timed out (None: no limit). Read by
+    :func:`slow_attempts` from any thread. (A class, not a generator: entered once per attempt.)"""
+
+    __slots__ = ("entry", "token")
+
+    def __init__(self, endpoint: str, deadline: float | None):
+        self.entry = (endpoint, time.monotonic(), deadline)
+
+    def __enter__(self) -> None:
+        self.token = object()
+        with _attempts_lock:
+            _attempts[self.token] = self.entry
+
+    def __exit__(self, *exc_info) -> None:
+        with _attempts_lock:
+            _attempts.pop(self.token, None)
+
+
+def slow_attempts(min_age_s: float = SLOW_ATTEMPT_S) -> dict[str, tuple[int, float, float | None]]:
+    """The HTTP attempts (of this process) that have waited at least ``min_age_s`` seconds for
+    their answer, by endpoint: ``{"host:port": (n attempts, seconds the oldest has waited, its
+    deadline in s or None)}``; empty when none. Safe from any thread."""
+    now = time.monotonic()
+    with _attempts_lock:
+        entries = list(_attempts.values())
+    out: dict[str, tuple[int, float, float | None]] = {}
+    for endpoint, started, deadline in entries:
+        age = now - started
+        if age < min_age_s:
+            continue
+        n, oldest, limit = out.get(endpoint, (0, 0.0, deadline))
+        out[endpoint] = (n + 1, max(oldest, age), limit if age <= oldest else deadline)
+    return out
 
 
 # -- rate limits per HTTP attempt -----------------------------------------------------------
