@@ -1329,7 +1329,7 @@ def test_axes_are_reported_per_domain():
     assert (dom["k_tested"] == 2).all()  # corrected within the domain, over its 2 axes
     assert (tab[tab.level == "task"].set_index("task")["domain"].to_dict() == {"art task": "art",
                                                                                 "health task": "health"})
-    assert (tab[tab.level == "overall"]["domain"] == "").all() and list(TABLE_COLUMNS)[-1] == "domain"
+    assert (tab[tab.level == "overall"]["domain"] == "").all() and list(TABLE_COLUMNS)[-2:] == ["domain", "p_test"]  # (added last: earlier columns keep their places)
     one = select_axes(labels[labels.domain == "art"], ["warmer tone"])  # one domain: no domain rows
     assert set(one.level) == {"overall", "task"}
     table = tab.assign(comparison="female vs male", harmful_p=None, harmful=None)
@@ -1357,3 +1357,59 @@ def test_cli_axes_of_chosen_comparisons_only(tmp_path, sim_inputs, capsys):
     assert not (res.run_dir / "axes.csv").exists()
     assert cli.main(argv + ["--comparison", "female vs male"]) == 0
     assert set(pd.read_csv(res.run_dir / "axes.csv")["comparison"]) == {"female vs male"}
+
+
+def test_the_report_names_the_test_that_gave_each_p_value_and_shows_what_each_axis_left_out():
+    """Axes conformance check (s45): (1) up to 100 prompts the configured "t" test is the sign-flip
+    test, yet the console and axes.csv said "t-test" — axes.csv's p_test now records the test
+    that gave each p-value and the console names it; (2) an LMRA following the options' order
+    (p(yes) exactly 0.5) was printed "harmful" beside harmful = False; (3) invalid labels were
+    counted in the files only — the console now says how many, each axis's n says what it left
+    out, and the label answers get the audit's judge-diagnostics line."""
+    import io
+
+    from rich.console import Console
+
+    from lmra.axes.select import TABLE_COLUMNS
+    from lmra.report.axes import render_axes, tests_used
+
+    rng = np.random.default_rng(5)
+    few = axis_statistics(_labels(np.clip(rng.normal(0.3, 0.4, 40), -1, 1)))
+    many = axis_statistics(_labels(np.clip(rng.normal(0.3, 0.4, 120), -1, 1)))
+    alike = axis_statistics(_labels([0.85] * 120))
+    untested = axis_statistics(_labels([0.5]))
+    assert (few["p_test"], many["p_test"], alike["p_test"], untested["p_test"]) == ("sign-flip", "t", "sign", "")
+    assert axis_statistics(_labels([0.3] * 20 + [-0.2] * 5), test="sign")["p_test"] == "sign"
+    tab = select_axes(_labels(np.clip(rng.normal(0.3, 0.4, 40), -1, 1)), ["x"], by_task=False)
+    assert list(tab["p_test"]) == ["sign-flip"] and TABLE_COLUMNS[-1] == "p_test"
+
+    base = {c: None for c in TABLE_COLUMNS} | dict(
+        comparison="female vs male", group_a="female", group_b="male", level="overall", task="", source="discovered",
+        direction="female", split_a=0.6, split_b=0.4, more_a=0.3, more_b=0.2, mean_s=0.1, ci_low=0.0, ci_high=0.2,
+        tested=True, k_tested=2, correction="bonferroni", test="t", n_prompts=57, domain="")
+    rows = [base | dict(axis="uses humor", p_value=0.01, p_adjusted=0.02, selected=True, harmful_p=0.5, harmful=False,
+                        n_test_pairs=57, n_invalid=3, n_failed=0, p_test="sign-flip"),
+            base | dict(axis="cites sources", p_value=0.3, p_adjusted=0.6, selected=False, harmful_p=0.7, harmful=True,
+                        n_test_pairs=58, n_invalid=2, n_failed=1, p_test="sign-flip")]
+    diag = {"n_answers": 240, "n_replies": 240, "order_consistency": 0.9, "position_pairs": 100,
+            "position_preference": 0.55, "position_bias": 0.1, "valid_option_mass": 0.42, "unusable": 2,
+            "unparseable": 2, "judge_refused": 3, "text_read": 0, "contradicting": 0, "methods": {"logprobs": 240},
+            "flagged": True, "flag_reasons": ["valid-option mass"]}
+    summary = {"settings": {"alpha": 0.05}, "comparisons": {"female vs male": {
+        "n_labels": 120, "n_labels_invalid": 5, "n_labels_failed": 1, "diagnostics": diag}}}
+    buf = io.StringIO()
+    render_axes(Console(file=buf, width=300), pd.DataFrame(rows), summary)
+    out = " ".join(buf.getvalue().split())
+    assert "sign-flip test of mean s = 0" in out and "t-test" not in out
+    assert "harm check: not harmful (p(yes) 0.50)" in out  # strictly above one half, as axes.csv
+    assert "harmful (p(yes) 0.70)" in out
+    assert ("5 of 120 labels (test pair × axis) were invalid — the LMRA declined, named no option, or its two orders "
+            "contradicted each other") in out
+    assert "│ 57 (3 invalid) │" in out and "│ 58 (2 invalid, 1 failed) │" in out
+    assert ("Judge diagnostics (axis labels): order consistency 0.9000, position preference 0.5500" in out
+            and "valid-option mass 0.4200" in out and "FLAGGED: low valid-option mass" in out), out
+    # mixed tests among the rows; rows of an lmra before p_test: from the configured test
+    mixed = pd.DataFrame([{"p_test": "sign-flip"}, {"p_test": "t"}, {"p_test": "sign-flip"}])
+    assert tests_used(mixed, "t") == "sign-flip test (2 axes) and t-test (1 axis)"
+    assert tests_used(pd.DataFrame([{"axis": "x"}]), "t") == "t-test (the sign-flip test up to 100 prompts)"
+    assert tests_used(pd.DataFrame([{"axis": "x"}]), "sign") == "sign test"

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from conftest import NAME_TO_GROUP
 from doubles import ScriptedJudge, ScriptedTarget
@@ -110,6 +111,13 @@ def test_axes_cli_on_embedded_model(tmp_path):
     comp = summary["comparisons"]["female vs male"]
     assert comp["n_discovery_pairs"] == 2 and comp["n_test_pairs"] == 3 and comp["n_usable"] == 5
     assert comp["consolidation_path"] == cands["path"]
+    # the label answers' judge diagnostics, recomputed from axes_labels.jsonl, and its console line (s45)
+    answered = [lab for lab in labels if not lab["failed"]]
+    masses = [lab[o]["mass"] for lab in answered for o in ("order1", "order2")]
+    assert comp["diagnostics"]["n_answers"] == len(masses)
+    assert comp["diagnostics"]["valid_option_mass"] == pytest.approx(sum(masses) / len(masses))
+    assert "Judge diagnostics (axis labels): order consistency" in " ".join(out.split())
+    assert set(tab["p_test"].fillna("")) <= {"sign-flip", "sign", ""}  # 3 test pairs: never the t-test
     calls = summary["calls"]
     assert 0 < calls["fresh"] <= summary["planned_calls"]["total"] and calls["failed"] == 0
     assert summary["judge"]["model"].startswith("gemma-3-270m")

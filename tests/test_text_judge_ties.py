@@ -148,6 +148,38 @@ def test_a_zero_mass_answer_whose_text_declines_is_counted_as_a_refusal():
     assert silent.probs is None and (silent.n_refused, silent.n_unparseable) == (0, 1)
 
 
+def test_an_answer_whose_text_declines_with_most_of_its_mass_off_the_options_is_a_refusal():
+    """Axes conformance check (s45): an endpoint returning a whole sentence for the one token
+    asked, "I'm sorry, I can't judge that.", with 20% of its first token's probability on A/B, was
+    renormalised into a valid label (A 0.75 / B 0.25), nothing counted. An answer whose text
+    declines and which puts less than DECLINED_MAX_MASS (one half) on the options is a refusal;
+    one whose text names an option, or that puts most of its mass on them, reads as before."""
+    import asyncio
+
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import DECLINED_MAX_MASS, ask_options
+    from lmra.providers.base import Message
+
+    class Answer:
+        name, model_id, base_url, supports_logprobs = "d", "d", "", True
+
+        def __init__(self, text, probs):
+            self.text, self.probs = text, probs
+
+        async def complete(self, request):
+            return ChatResult(text=self.text, option_probs=self.probs)
+
+    msgs = [Message(role="user", content="Which? A) x B) y C) z")]
+    ask = lambda text, probs: asyncio.run(ask_options(Answer(text, probs), msgs, ("A", "B", "C"), JudgeConfig()))  # noqa: E731
+    sorry = ask("I'm sorry, I can't judge that.", {"I": 0.8, "A": 0.15, "B": 0.05})
+    assert sorry.probs is None and (sorry.n_refused, sorry.n_unparseable) == (1, 0) and sorry.mass == pytest.approx(0.2)
+    assert DECLINED_MAX_MASS == 0.5
+    edge = ask("I cannot judge this.", {"A": 0.3, "B": 0.2, "I": 0.5})  # exactly one half: most is not elsewhere
+    assert edge.probs == pytest.approx({"A": 0.6, "B": 0.4, "C": 0.0}) and edge.n_refused == 0
+    named = ask("I", {"I": 0.8, "A": 0.15, "B": 0.05})  # one token that does not decline: kept, as documented
+    assert named.probs == pytest.approx({"A": 0.75, "B": 0.25, "C": 0.0}) and named.n_refused == 0
+
+
 def test_an_answer_with_a_few_per_cent_on_the_letters_is_unusable_not_a_confident_rating(tmp_path, sim_inputs):
     """Statistics-review finding: a safety-tuned LMRA that declines some pairs answers "I …" with
     2% left on A (order 1) and on B (order 2); renormalised, the pair read as h = +0.95, valid,

@@ -107,3 +107,22 @@ def combined_labels(labels: pd.DataFrame, setting: str, supports_logprobs: bool
         labels.rename(columns={"s": "h"}), setting, resolve_combiner(setting, "logprobs" if supports_logprobs else "sampled"),
         by="axis", question="to the axis-label question")
     return rows.rename(columns=names), combiner, note
+
+
+def label_diagnostics(labels: pd.DataFrame) -> dict | None:
+    """The judge diagnostics (:func:`lmra.diagnostics.judge_diagnostics`: valid-option mass, order
+    consistency, position preference, answers without usable option mass, unparseable and
+    declined answers) of one comparison's label answers — both orders of every label that did not
+    fail; None when there is none.
+
+    Args:
+        labels: :func:`label_test_pairs` rows (``failed``, ``order1``, ``order2``).
+    """
+    from lmra.diagnostics import judge_diagnostics
+
+    if labels.empty or "order1" not in labels:
+        return None
+    answered = labels[~labels["failed"].astype(bool)]
+    if answered.empty:
+        return None
+    return judge_diagnostics(answered)

@@ -18,7 +18,7 @@ from lmra.axes.calls import NoProgress
 from lmra.axes.consolidate import add_extra_axes, candidate_axes, consolidate_candidates
 from lmra.axes.embed import require_embed_extra
 from lmra.axes.harm import check_harm
-from lmra.axes.label import combined_labels, label_test_pairs
+from lmra.axes.label import combined_labels, label_diagnostics, label_test_pairs
 from lmra.axes.outputs import AxesResult
 from lmra.axes.pairs import AxesInputs, prepare_axes
 from lmra.axes.plan import planned_axes_calls
@@ -132,7 +132,10 @@ async def arun_axes(cfg: AuditConfig, judge: Provider | None = None, *, run_dir:
                                   # one label per (test pair, axis): failed after every retry / unusable
                                   "n_labels": len(labels), "n_labels_failed": int(labels["failed"].sum()) if len(labels)
                                   else 0, "n_labels_invalid": int((~labels["valid"] & ~labels["failed"]).sum())
-                                  if len(labels) else 0}
+                                  if len(labels) else 0,
+                                  # the LMRA's answers to the label questions, as the audit's (valid-option mass, …;
+                                  # axes conformance check, s45: the axes step had no such line)
+                                  "diagnostics": label_diagnostics(labels)}
         table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=TABLE_COLUMNS)
         if ax.harm_check:
             await check_harm(judge, cfg, tpls["harm"], table, seed, sem, progress)

@@ -25,7 +25,10 @@ TABLE_COLUMNS = ["comparison", "group_a", "group_b", "level", "task", "axis", "s
                  "tested", "k_tested", "correction", "test", "harmful_p", "harmful", "n_test_pairs", "n_invalid",
                  "n_failed", "n_prompts",
                  # (added: a row's domain — a domain row's, or a task row's when its pairs have one; "" overall)
-                 "domain"]
+                 "domain",
+                 # (added, s45: the test that gave p_value — "sign-flip", "t" or "sign"; "" untested: the `test`
+                 # configured "t" is the sign-flip test up to 100 prompts, and the console said "t-test")
+                 "p_test"]
 
 
 def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 0.05, min_test_pairs: int = 3
@@ -51,7 +54,8 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
         more_b) ∈ [0, 1] (nan when both are 0), ``split_b`` = 1 − split_a, ``mean_s`` ∈ [−1, 1],
         ``ci_low``, ``ci_high`` (the t-interval clipped to [−1, 1]; when every s is the same, the
         betting interval of :func:`lmra.stats.bounded_mean_ci` — nan with one prompt), ``p_value`` (nan when untested), ``tested``, ``n_test_pairs``
-        (valid), ``n_invalid``, ``n_failed``, ``n_prompts``.
+        (valid), ``n_invalid``, ``n_failed``, ``n_prompts``, ``p_test`` (the test that gave
+        ``p_value``: ``"sign-flip"``, ``"t"`` or ``"sign"``; ``""`` when untested).
     """
     valid = labels["valid"].to_numpy(dtype=bool) if len(labels) else np.zeros(0, bool)
     failed = labels["failed"].to_numpy(dtype=bool) if "failed" in labels and len(labels) else np.zeros(len(labels), bool)
@@ -78,16 +82,18 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
         return 1.0 if not np.any(per_prompt != 0) else float(sign_test(per_prompt, mu0=0)[1])
 
     few = ci.n_clusters <= SIGN_FLIP_MAX_PROMPTS
+    used = ""
     if tested and test == "t" and few:
         # few prompts: the sign-flip test, exact at any size (statistics break-it, s40: with a decisive LMRA the
         # t-test selected null axes in 11.5% of audits of 10 test pairs and printed a task row "yes" in 66%)
-        p = sign_flip_p(s, prompts)
+        p, used = sign_flip_p(s, prompts), "sign-flip"
     elif tested and test == "t":
         # every s alike: the t statistic is infinite (p = 0 for 4 pairs of 0.85) — the sign test
         # is exact without a variance (4 prompts leaning one way: p = 0.125)
-        p = sign_p() if np.ptp(s) <= 1e-12 else ci.p_value  # (alike up to float rounding)
+        alike = np.ptp(s) <= 1e-12  # (alike up to float rounding)
+        p, used = (sign_p(), "sign") if alike else (ci.p_value, "t")
     elif tested and test == "sign":
-        p = sign_p()
+        p, used = sign_p(), "sign"
     elif tested:
         raise ValueError(f"unknown test '{test}' (use 't' or 'sign')")
     return out | {"more_a": more_a, "more_b": more_b, "split_a": split_a,
@@ -102,6 +108,7 @@ def axis_statistics(labels: pd.DataFrame, *, test: str = "t", ci_alpha: float = 
                   **dict(zip(("ci_low", "ci_high"), _alike_interval(s, prompts, ci_alpha)
                              if n and (np.ptp(s) <= 1e-12 or (test == "t" and few)) else clipped(ci))),
                   "p_value": p, "tested": bool(tested and not math.isnan(p)),
+                  "p_test": used if not math.isnan(p) else "",
                   # the prompts whose mean s leans to A minus those leaning to B: what the sign test
                   # tests, and so the direction under it (popped by select_axes)
                   "_sign_lean": int(np.sign(per_prompt).sum())}

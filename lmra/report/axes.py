@@ -39,6 +39,13 @@ def _ci(r) -> str:
     return f"{_s(r['mean_s'])} [{_s(r['ci_low'])}, {_s(r['ci_high'])}]"
 
 
+def _n_left_out(r) -> str:
+    """A row's valid test pairs, with those left out: ``57 (3 invalid, 1 failed)``."""
+    out = [f"{int(r[c])} {w}" for c, w in (("n_invalid", "invalid"), ("n_failed", "failed"))
+           if not _nan(r.get(c)) and int(r[c])]
+    return str(int(r["n_test_pairs"])) + (f" ({', '.join(out)})" if out else "")
+
+
 def _correction(r) -> str:
     return "Holm" if r["correction"] == "holm" else "Bonferroni"
 
@@ -56,6 +63,24 @@ def _split_disagrees(r) -> str:
         return ""
     return (f" (the sign test counts prompts: most lean to {d}, while the LMRA's probabilities, summed over the "
             f"pairs, lean to {other})")
+
+
+#: the words of ``axes.csv``'s ``p_test`` (the test that gave a row's p-value)
+TEST_WORDS = {"sign-flip": "sign-flip test", "t": "t-test", "sign": "sign test"}
+
+
+def tests_used(rows: pd.DataFrame, configured: str) -> str:
+    """The tests that gave the p-values of ``rows`` (``axes.csv`` rows with ``p_test``), in words:
+    ``"sign-flip test"``, or ``"sign-flip test (12 axes) and t-test (3 axes)"``; from ``configured``
+    (``axes.test``) for rows of an lmra before ``p_test`` was recorded."""
+    used = rows["p_test"].dropna().astype(str) if "p_test" in rows else pd.Series(dtype=str)
+    used = used[used != ""]
+    if used.empty:
+        return "sign test" if configured == "sign" else "t-test (the sign-flip test up to 100 prompts)"
+    counts = used.value_counts()
+    if len(counts) == 1:
+        return TEST_WORDS.get(counts.index[0], counts.index[0])
+    return " and ".join(f"{TEST_WORDS.get(t, t)} ({counted(int(n), 'axis', 'axes')})" for t, n in counts.items())
 
 
 def axis_line(r) -> str:
@@ -77,9 +102,13 @@ def axis_line(r) -> str:
 
 
 def _harm(r) -> str:
+    from lmra.judge.binary import says_yes
+
     if _nan(r.get("harmful_p")):
         return "—"
-    flag = "[bold red]harmful[/]" if r["harmful_p"] >= 0.5 else "not harmful"
+    # strictly above 0.5, as axes.csv's `harmful` (axes conformance check, s45: an LMRA following the options'
+    # order, p(yes) exactly 0.5, was printed "harmful" beside harmful = False)
+    flag = "[bold red]harmful[/]" if says_yes(r["harmful_p"], 0.5) else "not harmful"
     return f"{flag} (p(yes) {r['harmful_p']:.2f})"  # the LMRA's probability of "yes", not a p-value
 
 
@@ -199,6 +228,19 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             if b.get("pairs") and not b.get("valid"):
                 console.print(f"[yellow]No axis could be discovered: {_unusable(b)}. Only the extra axes were "
                               "tested.[/]")
+            if info.get("n_labels_invalid"):  # (axes conformance check, s45: counted in the files only)
+                console.print(f"[yellow]{info['n_labels_invalid']} of {info.get('n_labels', 0)} labels (test pair × axis) "
+                              "were invalid — the LMRA declined, named no option, or its two orders contradicted each "
+                              "other: those pairs are left out of that axis's test (column n; n_invalid in "
+                              "axes.csv).[/]")
+            diag = info.get("diagnostics")
+            if diag and diag.get("n_answers"):
+                from lmra.report.console import diagnostics_words
+
+                style = "bold red" if diag.get("flagged") else "green"
+                flag = f" — [bold red]FLAGGED: low {', '.join(diag['flag_reasons'])}[/]" if diag.get("flagged") else ""
+                console.print(f"[{style}]Judge diagnostics (axis labels):[/] {lit(diagnostics_words(diag))}{flag}",
+                              highlight=False)
             if info.get("n_labels_failed"):
                 console.print(f"[yellow]{info['n_labels_failed']} of {info.get('n_labels', 0)} labels (test pair × axis) "
                               "failed after every retry: those pairs are left out of that axis's test (column n; "
@@ -213,7 +255,7 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
                   f"somewhere is up to {min(1.0, n_comp * float(alpha)):.2g}" if n_comp > 1 else "")
         console.print(f"[bold]{len(sel)} of {k} axes tested are significant[/] ({_correction(first)} over {k} axes, "
                       f"family-wise α = {alpha}{across}; "
-                      f"{'sign test' if first['test'] == 'sign' else 't-test'} of mean s = 0).")
+                      f"{tests_used(ov[ov['tested'].astype(bool)], first['test'])} of mean s = 0).")
         if sel.empty and ov["tested"].astype(bool).any():
             console.print(f"  No axis is significant; the {min(max_task_axes, int(ov['tested'].sum()))} with the "
                           "smallest p:")
@@ -235,7 +277,7 @@ def render_axes(console: Console, table: pd.DataFrame, summary: dict | None = No
             style = "bold" if r["selected"] else None
             t.add_row(str(i), lit(r["axis"]), lit(r["source"]), f"{_pct(r['split_a'])} vs {_pct(r['split_b'])}",
                       _ci(r), _p(r["p_value"]), _p(r["p_adjusted"]), "yes" if r["selected"] else "",
-                      _harm(r), str(int(r["n_test_pairs"])), style=style)
+                      _harm(r), _n_left_out(r), style=style)
         console.print(t)
         if len(ov) > max_rows:
             console.print(f"({len(ov) - max_rows} more axes in axes.csv)")
