@@ -455,7 +455,14 @@ def _prompt_from(obj: dict, p: Path, lineno: int, text_field: str, auto_id: bool
         raise LmraInputError(msg, file=p, line=lineno, field=field) from None
 
 
-def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = False) -> list[PromptRecord]:
+def prompt_text_key(text: str) -> str:
+    """The form in which two prompt texts are the same prompt (:func:`load_prompts`'s ``repeats``):
+    Unicode NFKC, case folded, runs of whitespace as one space, no leading or trailing space."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = False,
+                 repeats: list[tuple[int, str, int, str]] | None = None) -> list[PromptRecord]:
     """Read a prompt set or logged traffic.
 
     Args:
@@ -466,6 +473,12 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
         auto_id: records without an ``id`` (absent, null, or an empty CSV cell) get
             ``line-NNNNNN`` from their line number (for logged traffic); otherwise a missing
             id is an error. An id that is present must be valid.
+        repeats: when a list, a record whose text is an earlier record's (:func:`prompt_text_key`:
+            Unicode form, case and spacing aside) is left out and appended to it as ``(its line,
+            its id, the first's line, the first's id)`` — the same prompt twice is not two
+            independent prompts (logged traffic repeats first messages; a file joined with a
+            renumbered copy of itself doubled every prompt and narrowed the intervals by a third:
+            bad-input break-it, s45). None keeps every record (a run's own prompts, read back).
 
     Returns:
         The prompts in file order (length ≥ 1).
@@ -479,21 +492,31 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     text = read_input_text(p, "prompt file", field="prompts")
     out: list[PromptRecord] = []
     seen: dict[str, tuple[int, int]] = {}  # NFKC id → (its line, its place in out)
+    texts: dict[str, tuple[int, str]] = {}  # prompt_text_key → (the first's line, its id)
+    repeated_ids: dict[str, tuple[int, str]] = {}  # NFKC id of a record left out as a repeat → (its line, its id)
 
     def add(rec: PromptRecord, lineno: int) -> None:
         # ids compared as they look: in Unicode's NFKC form ("é" written as one character or as
         # "e" + a combining accent are one id, break-it finding: two ids alike in every table; so are
         # "p1" and its full-width "ｐ１", break-it finding: distinct ids printed alike)
         key = unicodedata.normalize("NFKC", rec.id).strip()  # (and "art-01 " prints as "art-01": break-it)
-        if key in seen:
-            first = out[seen[key][1]].id
+        if key in seen or key in repeated_ids:
+            first_line, first = (seen[key][0], out[seen[key][1]].id) if key in seen else repeated_ids[key]
             same = ("" if rec.id == first else " (the same id with its accents written another way)"
                     if unicodedata.normalize("NFC", rec.id) == unicodedata.normalize("NFC", first)
                     else f" (the same id with leading or trailing whitespace: '{first}')"
                     if rec.id.strip() == first.strip()
                     else f" (written with other characters that look alike, e.g. full-width letters: '{first}')")
-            raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {seen[key][0]})", file=p,
+            raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {first_line})", file=p,
                                  line=lineno, field="id")
+        if repeats is not None:
+            text_key = prompt_text_key(rec.text)
+            first_text = texts.get(text_key)
+            if first_text is not None:
+                repeats.append((lineno, rec.id, first_text[0], first_text[1]))
+                repeated_ids[key] = (lineno, rec.id)  # (its id is still the file's: never given twice)
+                return
+            texts[text_key] = (lineno, rec.id)
         seen[key] = (lineno, len(out))
         out.append(rec)
 

@@ -704,6 +704,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                               for key, field in (("not_selected", "n_prompts_not_selected"),
                                                  ("over_limit", "n_prompts_over_limit"))}
     audit.filter_unlabelled = _filter_counts(shards, summed=mode == "prompts")
+    audit.prompts_repeated = _left_out(shards, "n_prompts_repeated", summed=mode == "prompts")  # (the same way)
     audit.filter_removed = _filter_counts(shards, summed=mode == "prompts", key="filter_removed")
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.names_common_words = summary0.get("names_common_words") or []

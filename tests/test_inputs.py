@@ -282,3 +282,56 @@ def test_a_missing_file_names_the_close_files_beside_it(tmp_path, monkeypatch, c
     assert main(["validate", "dangling.toml"]) == 2
     assert f"it is a symbolic link to {tmp_path / 'gone' / 'x.toml'}, which does not exist" in " ".join(
         capsys.readouterr().err.split())
+
+
+def test_a_prompt_whose_text_repeats_an_earlier_one_is_audited_once_and_counted(tmp_path, sim_inputs):
+    """Bad-input break-it (s45): a prompt file joined with a renumbered copy of itself (or logged
+    traffic repeating a first message) audited every copy as its own prompt — 20 prompts doubled
+    to 40 narrowed the overall interval by 37% with no new information, exit 0, no word. A record
+    whose text repeats an earlier one's (Unicode form, case and spacing aside) is left out and
+    counted: the audit of the doubled file equals the audit of the original, says so, and records
+    n_prompts_repeated; an id given twice is still refused, a dropped repeat's too."""
+    from doubles import ScriptedJudge, ScriptedTarget
+    from conftest import NAME_TO_GROUP
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(20)
+    records = [json.loads(line) for line in prompts.read_text().splitlines()]
+    doubled = tmp_path / "doubled.jsonl"
+    copies = [r | {"id": f"{r['id']}-copy", "text": ("  " + r["text"].upper() + " ") if i % 2 else r["text"]}
+              for i, r in enumerate(records)]
+    doubled.write_text("".join(json.dumps(r) + "\n" for r in records + copies))
+
+    def audit(path, out):
+        cfg = AuditConfig.model_validate(dict(
+            name="dup", prompts=str(path), names=str(names), prompts_per_task=0, output_dir=str(tmp_path / out),
+            cache=str(tmp_path / f"{out}.sqlite"), judge_check={"enabled": False}))
+        heard = []
+        a = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: "STYLE X" if rng.random() < 0.5
+                                             else "STYLE Y"),
+                  judge=ScriptedJudge(lambda r1, r2: {"A": 0.6, "C": 0.4} if r1 != r2 else {"C": 1.0},
+                                      position_logit=0.4))
+        a.on_notice = heard.append
+        return a.run(), heard
+
+    once, heard_once = audit(prompts, "one")
+    twice, heard = audit(doubled, "two")
+    assert not [h for h in heard_once if "repeat the text" in h]
+    said = [h for h in heard if "repeat the text" in h]
+    assert len(said) == 1 and said[0].startswith(f"{doubled}: 20 prompt(s) repeat the text of an earlier prompt")
+    assert "e.g. line 21 (id 'p0-copy') repeats line 1 (id 'p0') (and 19 more)" in said[0]
+    assert twice.summary["n_prompts_repeated"] == 20 and once.summary["n_prompts_repeated"] == 0
+    assert twice.overall.iloc[0]["n_pairs"] == 20
+    cols = ["task", "n_pairs", "net_rating", "ci_low", "ci_high"]
+    assert twice.per_task[cols].equals(once.per_task[cols])
+    # the loader itself: without ``repeats`` every record is kept (a run's own prompts read back)
+    assert len(load_prompts(doubled)) == 40
+    repeats = []
+    assert len(load_prompts(doubled, repeats=repeats)) == 20 and repeats[0] == (21, "p0-copy", 1, "p0")
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text("".join(json.dumps(r) + "\n" for r in ({"id": "a", "text": "Hello."}, {"id": "b", "text": "hello."},
+                                                              {"id": "b", "text": "Other."})))
+    with pytest.raises(LmraInputError) as err:
+        load_prompts(clash, repeats=[])
+    assert "duplicate id 'b' (first on line 2)" in str(err.value) and err.value.line == 3

@@ -1112,6 +1112,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_filtered_unlabelled": n_filter_unlabelled,
         "n_prompts_not_selected": left_out.get("not_selected"),  # outside the configured domains/tasks
         "n_prompts_over_limit": left_out.get("over_limit"),  # beyond prompts_per_task in their task
+        # records of the prompt file whose text repeats an earlier one's: audited once (lmra.data.load_prompts)
+        "n_prompts_repeated": getattr(audit, "prompts_repeated", None),
         "prompts_per_task": cfg.prompts_per_task,
         # the name list's gender/race values no group selects (a misspelt 'mal'): never drawn
         "names_unmatched": getattr(audit, "names_unmatched", None) or {},

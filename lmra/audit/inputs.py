@@ -298,8 +298,12 @@ class InputsStage:
         files: dict[str, str] = {}
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts_path = resolve_resource(cfg.prompts, "prompts")
-            prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True)
+            repeats: list[tuple[int, str, int, str]] = []
+            prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True, repeats=repeats)
         files["prompts"] = os.path.abspath(prompts_path)  # (after reading it: a bad file is said as such first)
+        self.prompts_repeated = len(repeats)  # (summary.json's n_prompts_repeated)
+        if repeats and getattr(self, "on_notice", None) is not None:
+            self.on_notice(repeated_prompts_words(repeats, prompts_path))
         shared = shared_task_names(prompts) if cfg.prompts_per_task else {}
         if shared and getattr(self, "on_notice", None) is not None:
             self.on_notice(shared_task_words(shared, cfg.prompts_per_task))
@@ -484,4 +488,15 @@ class InputsStage:
             if name in (g1.name, g2.name):
                 return g1 if name == g1.name else g2
         return self.cfg.group(name)
+
+
+def repeated_prompts_words(repeats: list[tuple[int, str, int, str]], path) -> str:
+    """The notice of the prompt records left out because their text repeats an earlier one's
+    (:func:`lmra.data.load_prompts`'s ``repeats``: ``(line, id, first line, first id)``)."""
+    line, rid, first_line, first_id = repeats[0]
+    more = f" (and {len(repeats) - 1:,} more)" if len(repeats) > 1 else ""
+    return (f"{path}: {len(repeats):,} prompt(s) repeat the text of an earlier prompt (Unicode form, case and spacing "
+            f"aside), e.g. line {line} (id '{rid}') repeats line {first_line} (id '{first_id}'){more}: each text is "
+            "audited once, as its first record — the same prompt twice is not two independent prompts and would "
+            "narrow the intervals (summary.json: n_prompts_repeated)")
 

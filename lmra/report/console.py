@@ -84,6 +84,8 @@ def _left_out(s: dict) -> str:
         out += f", {s['n_prompts_not_selected']} outside the configured domains/tasks"
     if s.get("n_prompts_over_limit"):
         out += f", {s['n_prompts_over_limit']} left out by prompts_per_task = {s.get('prompts_per_task')}"
+    if s.get("n_prompts_repeated"):
+        out += f", {s['n_prompts_repeated']} repeating an earlier prompt's text (audited once)"
     return out
 
 
