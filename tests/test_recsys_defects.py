@@ -645,6 +645,26 @@ def test_an_instruction_id_written_as_a_number_and_as_a_string_is_an_input_error
     assert (err.value.line, err.value.field) == (2, "value") and "got number 5" in str(err.value)
 
 
+@pytest.mark.parametrize("odd", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_among_a_lists_items_is_an_input_error_not_the_title_nan(tmp_path, capsys, odd):
+    """Bad-input break-it (s45): Python's json.dumps writes NaN for a missing value; in a lists file
+    it was read as the item "nan", two placeholders matched each other, and SNSR@4 (Jaccard) fell
+    from 0.190 to 0.000, exit 0. A non-finite number among the items is an input error naming the
+    file, line, field and item (exit 2, nothing written); finite numbers are still item ids."""
+    from lmra.cli import main
+
+    path = tmp_path / "lists.jsonl"
+    path.write_text('{"instruction_id": "i1", "attribute": "neutral", "value": "", "items": ["A", "B", "C"]}\n'
+                    f'{{"instruction_id": "i1", "attribute": "gender", "value": "a boy", "items": ["A", {odd}, "E"]}}\n'
+                    '{"instruction_id": "i1", "attribute": "gender", "value": "a girl", "items": ["A", "G", 7]}\n')
+    out = tmp_path / "scored"
+    assert main(["recsys", "score", "--lists", str(path), "--k", "3", "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{path}, line 2: field 'items': item 2 is" in err, err
+    assert f"item 2 is {odd}, not an item" in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
 @pytest.mark.parametrize("n_instructions", [1, 3])
 def test_snsr_from_one_list_per_value_is_said_to_say_nothing(tmp_path, capsys, monkeypatch, n_instructions):
     """Fresh-user finding: the CFaiRLLM example printed gender SNSR = 1.000, the largest possible,

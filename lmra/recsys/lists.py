@@ -204,6 +204,12 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                     # numbers are taken as their text (item ids, years); true/false, null, lists are not items
                     raise LmraInputError("expected a list of items (strings, or numbers taken as their text)",
                                          file=p, line=lineno, field=f)
+                odd = next((x for x in v if isinstance(x, float) and not math.isfinite(x)), None)
+                if odd is not None:  # NaN (Python's json.dumps of a missing value) is no title: two read as one
+                    # item "nan", and a measured unfairness read as none (bad-input break-it, s45)
+                    raise LmraInputError(f"item {v.index(odd) + 1} is {json.dumps(odd)}, not an item (a missing value "
+                                         "written by a JSON writer?): leave the item out, or write its title",
+                                         file=p, line=lineno, field=f)
                 if f == "items" and normalize:
                     keys = [normalize_title(str(x)) for x in v]
                     kept = [k for k in keys if k]
