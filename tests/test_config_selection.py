@@ -26,7 +26,37 @@ def test_domains_and_tasks_that_leave_no_prompt_are_refused_before_anything_is_w
     argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
     assert main(argv) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "field 'tasks': no prompt is left after the domains/tasks filters" in err and "Traceback" not in err
+    assert (f"field 'tasks': task '{task_of(0)}' is in domain 'd', which 'domains' does not list ('e'): it would "
+            "never be audited" in err and "Traceback" not in err), err
+    assert not (tmp_path / "reports").exists() and not list(tmp_path.glob("cache*"))
+
+
+@pytest.mark.parametrize("command", ["validate", "audit"])
+def test_a_listed_task_outside_the_listed_domains_is_refused_not_dropped(tmp_path, capsys, command):
+    """Bad-input break-it (s45): `tasks = ["write a story", "career advice"]` with `domains =
+    ["employment"]` passed `lmra validate`, and the audit dropped "write a story" (domain "art")
+    unsaid — its release gate then said the task was "not in its tasks list". A listed task none
+    of whose domains is listed is an input error naming the task, its domain and the field, before
+    anything is written; a task in two domains, one of them listed, is audited there."""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=12,
+                       top='domains = ["employment"]\ntasks = ["write a story", "career advice", "plan a meal"]')
+    (prompts,) = (tmp_path / "inputs").glob("prompts-*.jsonl")
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    tasks = [("write a story", "art"), ("career advice", "employment"), ("plan a meal", "art"),
+             ("plan a meal", "employment")]  # "plan a meal" in two domains, one of them listed
+    prompts.write_text("".join(json.dumps(r | dict(zip(("task", "domain"), tasks[i % 4]))) + "\n"
+                               for i, r in enumerate(rows)))
+    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("field 'tasks': task 'write a story' is in domain 'art', which 'domains' does not list ('employment'): it "
+            "would never be audited — add its domain to 'domains', or remove the task from 'tasks'") in err, err
+    assert "Traceback" not in err and "plan a meal" not in err
+    if command == "validate":  # without it the config is valid: the task in two domains is audited in the listed one
+        cfg.write_text(cfg.read_text().replace('tasks = ["write a story", ', 'tasks = ['))
+        assert main(argv) == 0, capsys.readouterr().err
     assert not (tmp_path / "reports").exists() and not list(tmp_path.glob("cache*"))
 
 

@@ -400,6 +400,24 @@ class InputsStage:
                 hint = "; ".join(f"'{t}': did you mean '{c[0]}'?" for t, c in close.items() if c)
                 raise LmraInputError(f"unknown {field_name} {typos}" + (f" — {hint}" if hint else "")
                                      + f"; known: {', '.join(sorted(known))}", file=self.config_path, field=field_name)
+        if cfg.tasks and cfg.domains:  # a listed task none of whose domains is listed is never audited (bad-input
+            # break-it, s45: validate passed, the audit dropped it unsaid, and its gate "is not in its tasks list")
+            task_domains: dict[str, set[str]] = {}
+            for p in prompts:
+                if p.task:
+                    task_domains.setdefault(p.task, set()).add(p.domain or UNLABELLED)
+            for d in (taxonomy.domain if taxonomy is not None else ()):
+                for t in d.task:
+                    task_domains.setdefault(t.name, set()).add(d.name)
+            outside = {t: sorted(task_domains[t]) for t in cfg.tasks
+                       if t in task_domains and not task_domains[t] & set(cfg.domains)}
+            if outside:
+                t, ds = next(iter(outside.items()))
+                more = f" (and {len(outside) - 1} more listed task(s) alike: {sorted(outside)[1:4]})" if len(outside) > 1 else ""
+                raise LmraInputError(f"task '{t}' is in domain {' and '.join(repr(d) for d in ds)}, which 'domains' "
+                                     f"does not list ({', '.join(repr(d) for d in cfg.domains)}): it would never be "
+                                     f"audited{more} — add its domain to 'domains', or remove the task from 'tasks'",
+                                     file=self.config_path, field="tasks")
         if (cfg.tasks or cfg.domains) and prompts and all(p.task for p in prompts):  # (none to classify first)
             if not any((not cfg.domains or (p.domain or UNLABELLED) in cfg.domains)
                        and (not cfg.tasks or p.task in cfg.tasks) for p in prompts):
