@@ -993,9 +993,8 @@ async def arun_batched(audit: Any, *, poll_interval_s: float = 30.0, max_wait_s:
     j2 = audit._judge2_provider()
     if j2 is not None:
         providers.append(j2)
-    if budget is not None and cfg.max_cost is not None:  # before any call, live or batched (as Audit.arun)
-        for p in providers:
-            budget.require_price(p.name, p.model_id)
+    if budget is not None:  # before any call, live or batched, and before the cache (as Audit.arun)
+        audit.check_cost_limit()
     audit.claim_dir()
     started = _now()
     write_text(audit.run_dir / "config.toml", dump_config(cfg))

@@ -46,6 +46,22 @@ class Price:
     output: float
 
 
+def missing_price_words(prices: "PriceTable", provider: str, model: str, role: str, max_cost: float) -> str:
+    """Why a cost limit cannot be kept: ``prices`` has no price for ``model`` under ``provider``
+    (the ``role``'s model), and what to do — add it to the user's own table, or, when the table is
+    the one lmra ships, give a table of one's own (``prices = "my_prices.toml"``) rather than edit
+    the installed file."""
+    from lmra.resources import resource_dir
+
+    shipped = Path(prices.source).resolve() == (resource_dir("prompts") / "prices.toml").resolve()
+    where = (f"lmra's shipped price table ({prices.source}) has no price for it: give a table of your own with "
+             f"prices = \"my_prices.toml\" holding [prices.{provider}] \"{model}\" = {{ input = …, output = … }} "
+             "(USD per 1M tokens; docs/config.md)" if shipped
+             else f"the price table {prices.source} has no price for it: add [prices.{provider}] \"{model}\" there")
+    return (f"max_cost = {max_cost:g} USD needs the price of every model the audit calls, and the {role}'s, "
+            f"provider '{provider}' model '{model}', is not priced — {where}, or drop the cost limit")
+
+
 class PriceTable:
     """USD prices per provider and model.
 

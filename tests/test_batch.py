@@ -956,7 +956,7 @@ def test_live_calls_of_a_model_without_a_batch_api_are_under_the_budget_and_coun
     from lmra.errors import LmraInputError
 
     audit, target = _live_target_batch_audit(anthropic_server, sim_inputs, tmp_path, "unpriced", max_cost=1.0)
-    with pytest.raises(LmraInputError, match="so max_cost cannot be enforced"):  # before any call, not after
+    with pytest.raises(LmraInputError, match="needs the price of every model the audit calls"):  # before any call
         asyncio.run(arun_batched(audit, budget=audit.budget, **FAST))
     assert type(target).n == 0
 

@@ -237,3 +237,39 @@ def test_batch_submission_is_refused_before_anything_is_sent(tmp_path):
     live = b.reserve("openai", "gpt-4o-mini", reqs[:1])
     batch = b.reserve("openai", "gpt-4o-mini", reqs[:1], batch=True)
     assert batch.cost_usd == pytest.approx(live.cost_usd / 2)
+
+
+@pytest.mark.parametrize("command", ["validate", "audit", "audit --max-cost"])
+def test_a_cost_limit_with_an_unpriced_model_is_refused_by_validate_and_before_the_cache(tmp_path, capsys, command):
+    """Bad-input break-it (s45): max_cost with a model missing from the price table passed
+    `lmra validate`; `lmra audit` exited 2 only after creating the call cache, naming neither the
+    config line nor `max_cost`, and with --max-cost told the user to edit the table inside
+    site-packages. Both commands now refuse it naming the field (the config's line, or the option),
+    the role and model, and what to do with the table; nothing is written."""
+    from lmra.cli import main
+    from test_gates import FLAT, write_config
+
+    prices = tmp_path / "pr.toml"
+    prices.write_text('[prices.scripted-judge]\n"*" = { input = 1.0, output = 2.0 }\n')
+    top = f'prices = "{prices}"' + ("\nmax_cost = 1.0" if command != "audit --max-cost" else "")
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6, top=top)
+    argv = (["validate", str(cfg)] if command == "validate" else
+            ["audit", "--config", str(cfg), "--no-progress"] + (["--max-cost", "1"] if "--max-cost" in command else []))
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    if command == "audit --max-cost":
+        assert err.startswith("error: option --max-cost: max_cost = 1 USD"), err
+    else:
+        line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if t.startswith("max_cost"))
+        assert err.startswith(f"error: {cfg}, line {line}: field 'max_cost': max_cost = 1 USD"), err
+    assert ("needs the price of every model the audit calls, and the target's, provider 'scripted-target' model "
+            "'scripted', is not priced") in err, err
+    assert f"the price table {prices} has no price for it: add [prices." in err and "Traceback" not in err
+    assert not (tmp_path / "reports").exists() and not list(tmp_path.glob("cache*"))
+    # with the table lmra ships, the advice is a table of one's own, not an edit of the installed file
+    from lmra.budget import PriceTable, missing_price_words
+
+    said = missing_price_words(PriceTable.load(None), "openai", "bot", "judge2", 2.5)
+    assert said.startswith("max_cost = 2.5 USD needs the price of every model the audit calls, and the judge2's, "
+                           "provider 'openai' model 'bot', is not priced — lmra's shipped price table (")
+    assert 'give a table of your own with prices = "my_prices.toml" holding [prices.openai] "bot"' in said

@@ -44,7 +44,7 @@ from lmra.budget import Budget, BudgetedProvider, PriceTable
 from lmra.cache import CachedProvider, CallCache, CallStats
 from lmra.config import AUTO_UNLIMITED_IN_FLIGHT, AuditConfig, dump_config
 from lmra.data import PromptRecord
-from lmra.errors import LmraIOError, io_reason
+from lmra.errors import LmraInputError, LmraIOError, io_reason
 from lmra.fileio import write_json, write_jsonl, write_text
 from lmra.judge.scoring import resolve_combiner
 from lmra.providers import Provider, make_provider
@@ -431,6 +431,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         """
         cfg = self.cfg
         inputs = self.load_inputs() if inputs is None else inputs
+        self.check_cost_limit()  # before the cache is opened: nothing written for a limit that cannot hold
         cache = CallCache(cfg.cache, on_write_error=self.on_notice, write_retry_s=cfg.cache_write_retry_s)
         cache.run_only.update(self.run_only_answers)
         self.call_cache = cache  # (an interrupted pipeline lets the calls on their way store their answers)
@@ -450,6 +451,30 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                 raise InterruptedAfterFinish(result) from None
             finally:
                 self.release_dir()
+
+    def check_cost_limit(self) -> None:
+        """With ``max_cost`` set, check that the price table prices every model the audit calls
+        (target, judge and judge2): the limit is kept by pricing each call before it is made.
+
+        Raises:
+            LmraInputError: a model without a price — naming it, the price table and the field
+                that set the limit (``max_cost`` of the config, or ``--max-cost``; bad-input
+                break-it, s45: ``lmra validate`` passed it, and the audit refused it only after
+                creating the call cache, naming neither).
+        """
+        cfg = self.cfg
+        if cfg.max_cost is None:
+            return
+        from lmra.budget import missing_price_words
+
+        for role in ("target", "judge", "judge2"):
+            provider = self._provider(role) if getattr(cfg, role) is not None else None
+            if provider is not None and self.budget.prices.lookup(provider.name, provider.model_id) is None:
+                in_config = self.config_path is not None and _config_sets(self.config_path, "max_cost")
+                raise LmraInputError(missing_price_words(self.budget.prices, provider.name, provider.model_id, role,
+                                                         cfg.max_cost),
+                                     file=self.config_path if in_config else None,
+                                     field="max_cost" if in_config else "--max-cost")
 
     def release_dir(self) -> None:
         """Release the run folder's lock (done by :meth:`arun` when it ends, however it ends)."""
@@ -507,9 +532,6 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
             # outermost: a pair chain's calls are recorded for the pair memo (lmra.audit.memo)
             return watched if self.memo is None else self.memo.watch(watched, role, guard=guard, keys=keys, label=label)
 
-        if cfg.max_cost is not None:
-            for p in (self._target_provider(), self._judge_provider()):
-                self.budget.require_price(p.name, p.model_id)
         memo_report = self._open_memo(inputs, cache)
         target = wrap(self._target_provider(), cfg.target, "target")
         judge = wrap(self._judge_provider(), cfg.judge, "judge")
@@ -619,3 +641,14 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
 
     def _finish(self, *stages_and_manifest, **kwargs) -> AuditResult:
         return finish_run(self, *stages_and_manifest, **kwargs)
+
+
+def _config_sets(config_path, key: str) -> bool:
+    """Whether the config file sets the top-level ``key`` (else a command-line option did)."""
+    import tomllib
+
+    try:
+        return key in tomllib.loads(Path(config_path).read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return False
+

@@ -73,6 +73,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     inputs = audit.load_inputs()
     _check_gate_tasks(cfg, inputs, args.config)
     audit._target_provider(), audit._judge_provider(), audit._judge2_provider()  # keys, custom import paths
+    audit.check_cost_limit()  # every model priced when max_cost is set (as the audit checks before its cache)
     profiles = [g.name for g in cfg.groups if g.profile]
     plan = audit.planned_calls(inputs)  # after tasks, domains and prompts_per_task
     short = _short_tasks_note(cfg, inputs)  # as lmra audit says it (user-trial finding: validate did not)
