@@ -207,6 +207,11 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
     if db is not None and db.exists() and not db.is_file():
         raise LmraInputError(f"{db} is not a regular file (a device, pipe or socket): cache names the call "
                              "cache's SQLite file", file=config_path, field="cache")
+    text = text_file_not_sqlite(db) if db is not None and db.is_file() else None
+    if text is not None:
+        raise LmraInputError(f"{db} is a text file (it begins {text!r}), not an SQLite file: cache names the call "
+                             "cache's SQLite file, made when absent — point it at another path (nothing was written "
+                             "to this one)", file=config_path, field="cache")
     if db is not None and (resolved(db) == resolved(out / "history.sqlite") or _is_run_history(db)):
         # (fault break-it, s44: accepted; every prompt and answer went into the file people archive and
         # publish, under --redact too)
@@ -216,6 +221,33 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
         if blocked is not None:
             raise LmraInputError(f"{path} cannot be created: {blocked} is a file, not a folder",
                                  file=config_path, field=key)
+
+
+#: the first bytes of every SQLite database file (sqlite.org/fileformat.html §1.3)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def text_file_not_sqlite(path) -> str | None:
+    """When ``path`` is a non-empty file of text, not an SQLite database — a config, prompt or
+    CSV file named where lmra expects its SQLite file (bad-input break-it, s45: the config itself
+    as ``cache`` was an "I/O failure" whose advice was to move it aside as a damaged cache) —
+    its first line, cut to 60 characters; else None (absent, empty, an SQLite file, or binary
+    bytes, which the damage checks judge)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    if not head or head[:len(SQLITE_MAGIC)] == SQLITE_MAGIC[:len(head)] or b"\x00" in head:
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # (a character cut at the end of the bytes read is still text)
+            return None
+        text = head[:exc.start].decode("utf-8")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return first.strip()[:60] + ("…" if len(first.strip()) > 60 else "")
 
 
 #: the tables that make an SQLite file lmra's run history (:mod:`lmra.history`)

@@ -80,6 +80,46 @@ def test_an_output_dir_that_is_a_file_or_a_cache_that_is_a_folder_is_an_input_er
     assert not list(tmp_path.glob("cache*")) and not (tmp_path / "reports").exists()
 
 
+@pytest.mark.parametrize("command", ["validate", "audit"])
+def test_a_text_file_given_as_the_cache_or_the_history_is_an_input_error(tmp_path, capsys, command):
+    """Bad-input break-it (s45): the config file itself (or any text file) as `cache` passed
+    `lmra validate`; the audit exited 1, "I/O failure … the file is damaged or is not an lmra call
+    cache: move it aside (its answers are lost …)", and `--history` given a text file did the same.
+    Both are input errors (exit 2) naming the field or option and the file's first line; the file
+    is left as it was and nothing is written. (Random bytes, or a damaged SQLite file, stay the
+    damage they may be: test_cache.)"""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    text = cfg.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("cache = "))
+    cfg.write_text(text.replace(line, f'cache = "{cfg}"'))
+    before = cfg.read_bytes()
+    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    at = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if t.startswith("cache = "))
+    assert (f"{cfg}, line {at}: field 'cache': {cfg} is a text file (it begins 'name = \"gated\"'), not an SQLite "
+            "file: cache names the call cache's SQLite file, made when absent") in err, err
+    assert "Traceback" not in err and cfg.read_bytes() == before and not (tmp_path / "reports").exists()
+    if command == "audit":
+        for argv in (["history", "--history", str(cfg)], ["check", str(tmp_path), "--baseline", "last", "--history", str(cfg)]):
+            assert main(argv) == 2
+            err = " ".join(capsys.readouterr().err.split())
+            assert (f"{cfg}: option --history: is a text file (it begins 'name = \"gated\"'), not an SQLite file"
+                    in err), err
+            assert cfg.read_bytes() == before
+    from lmra.fileio import text_file_not_sqlite
+
+    for content, said in ((b"", None), (b"SQLite format 3\x00" + b"\x07" * 100, None), (b"SQLite", None),
+                          (bytes(range(256)) * 4, None), ("  \n\u00e9t\u00e9 " + "x" * 70 + "\n".encode().decode(),
+                                                          "\u00e9t\u00e9 " + "x" * 56 + "…")):
+        path = tmp_path / "probe"
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        assert text_file_not_sqlite(path) == said, content
+    assert text_file_not_sqlite(tmp_path / "absent") is None
+
+
 @pytest.mark.parametrize("line", ['canaries = "no-such-canaries.jsonl"', 'extra_canaries = ["no-such-canaries.jsonl"]'])
 def test_a_missing_canary_file_names_the_configs_line(tmp_path, capsys, line):
     """Break-it finding: ``error: nope.jsonl: canary file not found`` named neither the config

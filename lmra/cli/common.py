@@ -450,6 +450,13 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
         if path.is_dir():
             raise LmraInputError("is a folder; --history takes the run history's SQLite file (history.sqlite in "
                                  "the reports folder), or pass the folder as --reports-dir", file=path, field="--history")
+        from lmra.fileio import text_file_not_sqlite
+
+        text = text_file_not_sqlite(path)
+        if text is not None:  # (bad-input break-it, s45: an "I/O failure" advising to move it aside)
+            raise LmraInputError(f"is a text file (it begins {text!r}), not an SQLite file: --history takes the run "
+                                 "history (history.sqlite in the reports folder) — nothing was written to it",
+                                 file=path, field="--history")
         if run_ref is None and not path.exists() and not any(path.parent.glob("*/manifest.json")):
             # nothing to record or read: a typo — never create an empty history and report "no runs"
             # with success (break-it finding); a command given a run folder records it in a new file
