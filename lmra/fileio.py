@@ -182,6 +182,26 @@ def resolved(path: str | Path) -> Path:
         return Path(path).absolute()
 
 
+def check_utf8_path(path: str | Path, *, file: str | Path | None = None, field: str | None = None) -> None:
+    """Refuse a path whose absolute form holds a byte that is not UTF-8 (a file name from another
+    system, a Latin-1 mount: Python carries it as a lone surrogate), which lmra cannot write into
+    its run folder's JSON files (bad-input break-it, s45: a raw "UnicodeEncodeError … position
+    548", and a run folder left holding only its lock).
+
+    Raises:
+        LmraInputError: naming ``file`` and ``field`` (a config's, or an option when ``file`` is None).
+    """
+    full = os.path.abspath(os.fspath(path))
+    try:
+        full.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(full[exc.start:exc.end])
+        raise LmraInputError(f"the path {os.fsencode(full).decode('utf-8', 'backslashreplace')} holds the byte "
+                             f"{byte!r} that is not UTF-8: lmra records its paths in the run folder's JSON files "
+                             "and cannot write this one — rename it (or work from a folder whose path is UTF-8)",
+                             file=file, field=field) from None
+
+
 def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Path | None) -> None:
     """Refuse, before anything is written or any call made, an ``output_dir`` and a call
     ``cache`` (``":memory:"`` for none) that can never be written: a symbolic link loop, an
@@ -194,6 +214,9 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
     """
     out = Path(output_dir)
     db = None if cache == ":memory:" else Path(cache)
+    for key, path in (("output_dir", out), ("cache", db)):
+        if path is not None:
+            check_utf8_path(path, file=config_path, field=key)
     for key, path in (("output_dir", out), ("cache", db)):
         if path is not None and symlink_loop(path):
             raise LmraInputError(f"{path} is a symbolic link loop (it leads back to itself): nothing can be "

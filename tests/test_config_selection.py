@@ -201,3 +201,35 @@ def test_a_cache_that_is_a_run_history_is_an_input_error(tmp_path, capsys, which
         assert f"field 'cache': {target} is a run history (history.sqlite), not a call cache" in err, err
     after = sqlite3.connect(target).execute("SELECT name FROM sqlite_master").fetchall() if target.exists() else None
     assert after == before  # no cache table added to it
+
+
+def test_a_path_holding_a_byte_that_is_not_utf8_is_an_input_error_naming_the_option(tmp_path, capsys, monkeypatch):
+    """Bad-input break-it (s45): `--output-dir $'/tmp/\\xff'` (or `--prompts` of such a file)
+    gave a raw "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udcff' in position 548"
+    naming nothing, and left a run folder holding only run.lock each time. Such a path is an input
+    error naming the option (or the config's field, when the working folder holds the byte) and
+    the byte, before anything is written."""
+    import os
+
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/out\xff")
+    assert main(["audit", "--config", str(cfg), "--output-dir", odd, "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"option --output-dir: the path {tmp_path}/out\\xff holds the byte b'\\xff' that is not UTF-8" in err, err
+    assert "Traceback" not in err and not os.path.exists(os.fsencode(odd)) and not (tmp_path / "reports").exists()
+    (prompts,) = (tmp_path / "inputs").glob("prompts-*.jsonl")
+    copy = os.fsencode(str(tmp_path)) + b"/p\xfe.jsonl"
+    with open(copy, "wb") as fh:
+        fh.write(prompts.read_bytes())
+    assert main(["audit", "--config", str(cfg), "--prompts", os.fsdecode(copy), "--no-progress"]) == 2
+    assert "option --prompts: the path" in capsys.readouterr().err
+    folder = os.fsencode(str(tmp_path)) + b"/w\xe9"  # the working folder: the config's relative output_dir
+    os.mkdir(folder)
+    monkeypatch.chdir(os.fsdecode(folder))
+    cfg.write_text(cfg.read_text().replace(f'output_dir = "{tmp_path / "reports"}"', 'output_dir = "reports"'))
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"field 'output_dir': the path {tmp_path}/w\\xe9/reports holds the byte b'\\xe9'" in err, err
+    assert not [p for p in os.listdir(folder)]

@@ -287,7 +287,7 @@ class InputsStage:
             LmraInputError: any bad input file or config reference.
         """
         cfg = self.cfg
-        from lmra.fileio import check_output_paths
+        from lmra.fileio import check_output_paths, check_utf8_path
 
         if cfg.axes.enabled:  # before any call (the axes step runs after the audit's)
             from lmra.axes.config import check_axes_temperature
@@ -298,6 +298,7 @@ class InputsStage:
         files: dict[str, str] = {}
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts_path = resolve_resource(cfg.prompts, "prompts")
+            check_utf8_path(prompts_path, file=self.config_path, field="prompts")
             repeats: list[tuple[int, str, int, str]] = []
             prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True, repeats=repeats)
         files["prompts"] = os.path.abspath(prompts_path)  # (after reading it: a bad file is said as such first)
