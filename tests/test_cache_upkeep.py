@@ -185,7 +185,7 @@ def test_bad_inputs_are_one_paragraph_naming_the_file(tmp_path, monkeypatch, cap
     assert main(["cache", "info", "--config", "cfg.toml"]) == 2
     err = capsys.readouterr().err
     assert "cfg.toml, line 2" in err and "elsewhere/c.sqlite" in err
-    for bad in ("0d", "30", "-1d", "2w", "d"):
+    for bad in ("0d", "30", "-1d", "2w", "d", "\u0663d", "\uff13d", "3\u00b2d"):  # (s45: Arabic-Indic, full-width)
         with pytest.raises(SystemExit) as exc:
             main(["cache", "prune", "--older-than", bad])
         assert exc.value.code == 2

@@ -11,16 +11,19 @@ from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
 
 #: ``--older-than``: a number and a unit, days or hours
-_AGE = re.compile(r"(\d+(?:\.\d+)?)([dh])")
+#: (ASCII digits only: ``\d`` took "٣d" and "３d" for 3 days in this destructive command, where every
+#: other number option refuses them — bad-input break-it, s45)
+_AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dh])", re.ASCII)
 _UNIT_S = {"d": 86400.0, "h": 3600.0}
 
 
 def age_arg(text: str) -> float:
-    """argparse type of ``--older-than``: ``30d`` (days) or ``36h`` (hours), > 0; in seconds."""
+    """argparse type of ``--older-than``: ``30d`` (days) or ``36h`` (hours), > 0, ASCII digits
+    only; in seconds."""
     m = _AGE.fullmatch(text.strip())
     if m is None or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"an age is a number > 0 and a unit, d (days) or h (hours), e.g. 30d; "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"an age is a number > 0 (digits 0-9) and a unit, d (days) or h (hours), "
+                                         f"e.g. 30d; got {text!r}")
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
