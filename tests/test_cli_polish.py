@@ -370,3 +370,28 @@ def test_judge_check_refuses_a_key_variable_with_no_key(capsys):
     except SystemExit as exc:
         code = exc.code
     assert code == 2 and "not allowed with argument --no-api-key" in capsys.readouterr().err
+
+
+def test_a_value_option_given_twice_with_two_values_is_an_error_not_the_last_one(capsys):
+    """Bad-input break-it (s45): `--baseline pinned --baseline last`, `--seed 12 --seed 13`,
+    `--max-calls 5 --max-calls 100000`, `--margin 0.01 --margin 0.5` each took the last value
+    silently — flags appended through nightly.sh's LMRA_AUDIT_ARGS replaced the night's baseline,
+    margin, budget or seed. Every value option of every subcommand (nested ones too) refuses two
+    values, exit 2 naming it; the same value twice is harmless, and --gate still adds up."""
+    from lmra.cli import build_parser, main
+
+    for argv, said in ((["audit", "--seed", "12", "--seed", "13"], "argument --seed: given twice, 12 and then 13"),
+                       (["audit", "--baseline", "pinned", "--baseline", "last"],
+                        "argument --baseline: given twice, 'pinned' and then 'last'"),
+                       (["audit", "--max-calls", "5", "--max-calls", "100000"], "argument --max-calls: given twice"),
+                       (["audit", "--margin", "0.01", "--margin", "0.5"], "argument --margin: given twice"),
+                       (["cache", "prune", "--older-than", "3d", "--older-than", "4d"],
+                        "argument --older-than: given twice with two values")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert said in err and "which was meant?" in err and "Traceback" not in err, (argv, err)
+    args = build_parser(["audit"]).parse_args(["audit", "--seed", "12", "--seed", "12", "--gate", "max_ci_high=0.2",
+                                                "--gate", "max_net_rating=0.1"])
+    assert args.seed == 12 and args.gate == [("max_ci_high", 0.2), ("max_net_rating", 0.1)]

@@ -110,7 +110,41 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
         if added != expected:
             raise RuntimeError(f"lmra.cli.{cmd.module}.add_parsers registered {added}; lmra.cli.commands lists "
                                f"{expected}")
+    _store_once(p)
     return p
+
+
+class _StoreOnce(argparse._StoreAction):
+    """A value option given twice with two values is an error, never the last one silently
+    (bad-input break-it, s45: ``--baseline pinned --baseline last``, ``--seed 12 --seed 13`` — flags
+    appended through nightly.sh's ``LMRA_AUDIT_ARGS`` replaced the night's baseline, margin, budget or
+    seed unsaid). The same value twice is harmless."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, {})
+        if self.dest in given and given[self.dest] != values:
+            before = given[self.dest]
+            shown = (f", {before!r} and then {values!r}" if all(type(v) in (str, int) for v in (before, values))
+                     else " with two values")  # (a converted value, 259200.0 for 3d, would not read as given)
+            raise argparse.ArgumentError(self, f"given twice{shown}: which was meant? (an option takes one value; "
+                                               "give it once)")
+        given[self.dest] = values
+        setattr(namespace, self.dest, values)
+
+
+#: the namespace attribute where :class:`_StoreOnce` keeps the values given (removed by :func:`main`)
+_GIVEN = "_lmra_given_once"
+
+
+def _store_once(parser: argparse.ArgumentParser) -> None:
+    """Make every value option (``store``) of ``parser`` and of its subcommands, at any depth, a
+    :class:`_StoreOnce`."""
+    for action in parser._actions:
+        if type(action) is argparse._StoreAction and action.option_strings:
+            action.__class__ = _StoreOnce
+        elif isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _store_once(sub)
 
 
 def chosen_command(argv: list[str]) -> str | None:
@@ -364,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = chosen_command(argv)
     args = build_parser([command] if command else []).parse_args(argv)
+    vars(args).pop(_GIVEN, None)
     from lmra import interrupts  # (after the parser: ``lmra --help`` imports no module of a command's run)
 
     # SIGTERM (systemd, CI timeouts) stops a run like Ctrl-C: the manifest says "interrupted"
