@@ -674,3 +674,18 @@ def test_a_full_disk_in_an_unnamed_sqlite_database_is_not_advised_to_move_the_ca
     assert "free space on the disk that filled" in err and "moved aside" not in err, err
     assert report_failure(sqlite3.DatabaseError("database disk image is malformed"), argparse.Namespace()) == 1
     assert "a damaged call cache can be moved aside" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_report_is_never_written_over_another_runs_report(runs, lmra_cli, capsys, tmp_path):
+    """Bad-input break-it (s45): `lmra report RUN_A --out RUN_B/report.html` replaced run B's page
+    with A's numbers, exit 0. A page for one run written into another run's folder is an input error
+    naming --out; the run's own folder, and any other folder, are fine."""
+    hist = tmp_path / "h.sqlite"
+    target = runs["rise"] / "report.html"
+    before = target.read_bytes() if target.exists() else None
+    rc = lmra_cli(["report", str(runs["base"]), "--out", str(target), "--history", str(hist)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and f"{target}: option --out: {runs['rise'].resolve()} is another run's folder" in err, err
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert lmra_cli(["report", str(runs["base"]), "--out", str(tmp_path / "base.html"), "--history", str(hist)]) == 0
+    assert (tmp_path / "base.html").is_file()
