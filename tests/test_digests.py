@@ -236,3 +236,15 @@ def test_gate_record_writes_the_runs_report_html_anew(nights, capsys):
     assert "Release gates" in html and "max_ci_high" in html
     assert _cli(capsys, "gate", base, "--gate", "max_ci_high=1", "--record")[0] == 0  # no report.html: none written
     assert not (base / "report.html").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_into_another_runs_folder_is_refused(nights, capsys, fmt):
+    """Bad-input break-it (s45): `lmra export RUN_A --format parquet --out RUN_B` wrote A's four tables
+    among B's files, exit 0 (only CSV clashes with B's own per_task.csv were refused). Any format into
+    another run's folder is an input error naming --out; nothing is written there."""
+    base, run = nights
+    before = sorted(p.name for p in run.iterdir())
+    rc, out, err = _cli(capsys, "export", base, "--format", fmt, "--out", run)
+    assert rc == 2 and f"{run}: option --out: is another run's folder" in " ".join(err.split()), err
+    assert sorted(p.name for p in run.iterdir()) == before
