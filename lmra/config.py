@@ -150,6 +150,10 @@ def _concurrency_value(v: Any) -> int | str:
     return v
 
 
+#: the providers lmra ships (any other ``provider`` is a custom factory's import path)
+BUILTIN_PROVIDERS = frozenset({"llamacpp", "openai", "anthropic"})
+
+
 class ModelConfig(_Strict):
     """One model: the target chatbot or the LMRA judge."""
 
@@ -222,9 +226,19 @@ class ModelConfig(_Strict):
     @field_validator("provider")
     @classmethod
     def _known_provider(cls, v: str) -> str:
-        if v in {"llamacpp", "openai", "anthropic"} or ":" in v:
+        if v in BUILTIN_PROVIDERS or ":" in v:
             return v
         raise ValueError("must be 'llamacpp', 'openai', 'anthropic' or an import path 'package.module:factory'")
+
+    @field_validator("options")
+    @classmethod
+    def _options_for_custom_only(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        provider = info.data.get("provider")
+        if v and provider in BUILTIN_PROVIDERS:  # (bad-input break-it, s45: accepted and ignored, NaN included)
+            raise ValueError(f"options are the keyword arguments of a custom provider's factory (provider = "
+                             f"\"package.module:factory\"); provider '{provider}' takes none and would ignore them — "
+                             "remove them")
+        return v
 
     @model_validator(mode="after")
     def _model_needed(self) -> "ModelConfig":

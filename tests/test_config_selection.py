@@ -233,3 +233,19 @@ def test_a_path_holding_a_byte_that_is_not_utf8_is_an_input_error_naming_the_opt
     err = " ".join(capsys.readouterr().err.split())
     assert f"field 'output_dir': the path {tmp_path}/w\\xe9/reports holds the byte b'\\xe9'" in err, err
     assert not [p for p in os.listdir(folder)]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "llamacpp"])
+def test_options_on_a_builtin_provider_are_refused_not_ignored(tmp_path, capsys, provider):
+    """Bad-input break-it (s45): `options = { foo = 1 }` (even `foo = nan`) on the openai provider
+    passed and was ignored — options are a custom factory's keyword arguments, as
+    judge.system_prompt, which would be ignored, is refused. On a built-in provider they are an
+    input error naming the field's line."""
+    cfg = tmp_path / "c.toml"
+    extra = 'model = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_required = false\n' if provider != "llamacpp" else ""
+    cfg.write_text(f'name = "x"\n[judge]\nprovider = "{provider}"\n{extra}options = {{ foo = 1 }}\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    line = len(cfg.read_text().splitlines())
+    assert (f"{cfg}, line {line}: field 'judge.options': options are the keyword arguments of a custom provider's "
+            f"factory (provider = \"package.module:factory\"); provider '{provider}' takes none") in err, err
