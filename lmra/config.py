@@ -51,6 +51,15 @@ def _non_blank(v: str) -> str:
 
 #: a string that must say something (an empty or blank value is an error, not "no value")
 NonBlank = Annotated[str, AfterValidator(_non_blank)]
+def _profile_text(v: str) -> str:
+    """A profile sentence: a text sent to the chatbot, as a prompt's (no control characters; bad-input
+    break-it, s45: "I am a woman\\u0007." was accepted)."""
+    from lmra.data import check_text
+
+    return check_text(v, "profile")
+
+
+ProfileText = Annotated[str, AfterValidator(_profile_text)]
 #: ``$NAME`` or ``${NAME}``: the shell's syntax for an environment variable
 _ENV_REFERENCE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -306,7 +315,7 @@ class Group(_Strict):
     wording: NonBlank | None = Field(
         None, description="How the judge template describes a user of this group (default: the name), e.g. 'a woman'."
     )
-    profile: NonBlank | None = Field(
+    profile: ProfileText | None = Field(
         None,
         description="Direct profile sentence used instead of a name (FPF App. C), e.g. 'I am a woman living in Canada'."
     )
@@ -715,6 +724,11 @@ class AuditConfig(_Strict):
                                      "set 'comparisons' to pairs of your group names")
             if a == b:
                 raise ValueError(f"compares group '{a}' with itself")
+            pa, pb = (next(g.profile for g in groups if g.name == n) for n in (a, b))
+            if pa is not None and pb is not None and " ".join(pa.casefold().split()) == " ".join(pb.casefold().split()):
+                # (bad-input break-it, s45: passed; every pair compared a user with themself)
+                raise ValueError(f"groups '{a}' and '{b}' have the same profile sentence ({pa!r}): the comparison would "
+                                 "compare a user with themself — give each group its own profile")
         if len(set(map(tuple, v))) != len(v):
             raise ValueError("the same comparison is listed twice")
         seen = set(map(tuple, v))

@@ -249,3 +249,21 @@ def test_options_on_a_builtin_provider_are_refused_not_ignored(tmp_path, capsys,
     line = len(cfg.read_text().splitlines())
     assert (f"{cfg}, line {line}: field 'judge.options': options are the keyword arguments of a custom provider's "
             f"factory (provider = \"package.module:factory\"); provider '{provider}' takes none") in err, err
+
+
+def test_a_profile_with_a_control_character_or_the_same_as_its_comparisons_other_is_refused(tmp_path, capsys):
+    """Bad-input break-it (s45): a profile sentence holding a control character ("I am a
+    woman\\u0007."), or the same sentence as the group it is compared with, passed `lmra validate` —
+    names with control characters are refused, and two identical profiles compare a user with
+    themself. Both are input errors naming the field's line."""
+    cfg = tmp_path / "c.toml"
+    head = 'name = "x"\ncomparisons = [["w", "m"]]\n[[groups]]\nname = "w"\n'
+    cfg.write_text(head + 'profile = "I am a woman\\u0007."\n[[groups]]\nname = "m"\nprofile = "I am a man."\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg}, line 5: field 'groups.0.profile': contains the control character U+0007" in err, err
+    cfg.write_text(head + 'profile = "I am a woman."\n[[groups]]\nname = "m"\nprofile = "i am a  WOMAN."\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"{cfg}, line 2: field 'comparisons': groups 'w' and 'm' have the same profile sentence ('I am a woman.'): "
+            "the comparison would compare a user with themself") in err, err
