@@ -267,3 +267,13 @@ def test_a_profile_with_a_control_character_or_the_same_as_its_comparisons_other
     err = " ".join(capsys.readouterr().err.split())
     assert (f"{cfg}, line 2: field 'comparisons': groups 'w' and 'm' have the same profile sentence ('I am a woman.'): "
             "the comparison would compare a user with themself") in err, err
+
+
+def test_a_price_table_that_is_a_folder_names_the_configs_line(tmp_path, capsys):
+    """Bad-input break-it (s45): `prices = "/tmp"` said "error: /tmp: field 'prices': price table is a
+    folder", naming neither the config file nor its line, as every other path field does."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "x"\nprices = "{tmp_path}"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg}, line 2: field 'prices': price table is a folder, expected a file" in err, err

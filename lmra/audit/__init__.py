@@ -158,8 +158,11 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         self.progress = progress or _Progress()
         self.stats = CallStats()
         # the price table is always loaded, so that manifest.json carries an estimated cost
-        self.budget = Budget(config.max_calls, config.max_cost,
-                             PriceTable.load(resolve_resource(config.prices, "prompts")))
+        from lmra.audit.inputs import named_by_config
+
+        with named_by_config(config_path, "prices", config.prices):  # a folder or a missing file: the config's line
+            prices = PriceTable.load(resolve_resource(config.prices, "prompts"))  # (bad-input break-it, s45)
+        self.budget = Budget(config.max_calls, config.max_cost, prices)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(run_dir) if run_dir else Path(config.output_dir) / f"{stamp}-{config.name}"
         self._dir_claimed = False
