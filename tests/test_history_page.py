@@ -321,3 +321,22 @@ def test_commands_run_inside_the_reports_folder_find_its_history(tmp_path, monke
     assert main(["history"]) == 0
     assert run.name in capsys.readouterr().out
     assert not (run.parent / "reports").exists()  # nothing made beside it
+
+
+def test_a_night_without_a_scored_pair_leaves_the_other_nights_drawn():
+    """Fresh-user finding (s45): once one night of the history had no scored pair (net rating and CI
+    undefined), every chart of history.html had y = "nan" — Series.map turned finite()'s None back
+    into NaN, the scale became NaN, and all nights were drawn on one flat line. The undefined night
+    has no point; the others are placed on a finite scale, in the order of their values."""
+    import math
+
+    from lmra.report.history_html import OVERALL_CHART, chart
+
+    series = pd.DataFrame({"x": [0, 1, 2, 3], "run_id": list("abcd"), "started": [None] * 4,
+                           "net_rating": [float("nan"), 0.18, 0.0, 0.19], "ci_low": [float("nan"), 0.05, -0.1, 0.06],
+                           "ci_high": [float("nan"), 0.3, 0.1, 0.32], "n_pairs": [0, 12, 12, 12]})
+    out = chart(series, 4, OVERALL_CHART, marks={}, pin_x=None, judge_changes=[], label="overall")
+    ys = {p["run"]: p["y"] for p in out["points"]}
+    assert set(ys) == {"b", "c", "d"} and all(math.isfinite(y) for y in ys.values()), out["points"]
+    assert ys["d"] < ys["b"] < ys["c"]  # higher on the page (smaller y) for a larger net rating
+    assert math.isfinite(out["zero_y"]) and "nan" not in repr(out).lower()

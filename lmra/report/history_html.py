@@ -92,7 +92,9 @@ def chart(series: pd.DataFrame, n_nights: int, size: dict, *, marks: dict[int, d
     w, h = size["width"], size["height"]
     left, right, top, bottom = size["left"], size["right"], size["top"], size["bottom"]
     step = (w - left - right) / max(n_nights, 1)
-    vals = [v for c in ("net_rating", "ci_low", "ci_high") for v in series[c].map(finite) if v is not None]
+    # each value through finite() itself: Series.map turned its None back into NaN in a float column, and a
+    # night with no scored pair made the scale, and every point of the page, NaN (fresh-user finding, s45)
+    vals = [f for c in ("net_rating", "ci_low", "ci_high") for v in series[c].tolist() if (f := finite(v)) is not None]
     lo, hi = min(vals + [0.0]), max(vals + [0.0])
     pad = max((hi - lo) * 0.06, 0.005)
     lo, hi = max(lo - pad, -1.0), min(hi + pad, 1.0)
