@@ -1204,8 +1204,12 @@ def test_exporting_a_partial_run_warns(tmp_path, capsys):
     assert main(["export", str(partial), "--format", "json", "--out", str(tmp_path / "x2")]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert (f"warning: run {partial.name} is partial (25.0% of the planned pairs lost to failed calls): its tables "
-            "rest on what it measured, not a whole night") in err and "re-run its command to complete it" in err, err
+            "rest on what it measured, not a whole night; its exported rows say run_status = 'partial'") in err, err
+    assert "re-run its command to complete it" in err
     assert (tmp_path / "x2" / "per_task.json").is_file()
+    # what the warning says the rows hold (fresh-user finding, s45: it said they held no run status)
+    rows = json.loads((tmp_path / "x2" / "per_task.json").read_text())["rows"]
+    assert rows and {r["run_status"] for r in rows} == {"partial"}
     # partial on the LMRA's unusable answers, not on lost calls: a re-run replays them, so it is not advised
     # (fresh-user finding: "before it stopped … re-run its command to complete it")
     over = [{"comparison": "female vs male", "domain": "d", "task": "write a story", "n_rated": 10, "n_invalid": 6,

@@ -1047,7 +1047,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                   if lost_to_calls(run.summary) else "filter it out downstream (a re-run gets the same answers from "
                   "the cache)")
         print_warning(f"run {run.run_id} is {run.status} ({partial_text(run.summary)}): its tables rest on what it "
-                      f"measured, not a whole night; the exported rows carry no run status — {advice}")
+                      f"measured, not a whole night; its exported rows say run_status = '{run.status}' — {advice}")
     paths = export_run(run, args.format, args.out, tuple(args.table or EXPORT_TABLES))
     make_console().print("wrote " + lit(", ".join(str(p) for p in paths)))
     return 0
