@@ -318,6 +318,10 @@ def system_prompt_note(baseline, run) -> str | None:
             f"{digest(b)}): the check measures the chatbot with its new system prompt — a rise may be that change's")
 
 
+#: the ends of :func:`combiner_note`'s notes: the check's H columns are its 'mean' scores
+COMBINER_NOTE_END = "so its H columns are those, not the runs' headlines"
+
+
 def combiner_note(baseline, run) -> str | None:
     """The note of a check that compares the runs under ``mean`` (:func:`lmra.monitor.check_column`):
     a ``min`` and a ``min+mean`` run, or two ``min+mean`` runs; None otherwise. Not a warning of
@@ -331,12 +335,12 @@ def combiner_note(baseline, run) -> str | None:
         return ("both runs scored their pairs with an answer that came without log-probabilities with 'mean' (the "
                 "unbiased combiner for them), the others with 'min' ('min+mean'), each in its own proportion; this "
                 "check compares both runs under 'mean' (every pair's mean of its two orders, scored alike in both), "
-                "so its H columns are those, not the runs' headlines")
+                f"{COMBINER_NOTE_END}")
     mixed = "the run" if run.combiner == "min+mean" else "the baseline"
     return (f"the order combiner differs: baseline '{baseline.combiner}', run '{run.combiner}' — {mixed} scored its "
             "pairs with an answer that came without log-probabilities with 'mean' (the unbiased combiner for them), "
             "the others with 'min'; this check compares both runs under 'mean' (every pair's mean of its two "
-            "orders, scored alike in both), so its H columns are those, not the runs' headlines")
+            f"orders, scored alike in both), {COMBINER_NOTE_END}")
 
 
 #: the change of the LMRA's position logit b̂ between two nights (logit units) above which a flagged

@@ -273,6 +273,11 @@ def test_a_min_plus_mean_night_is_checked_against_a_min_baseline(tmp_path, sim_i
     assert "Note: the order combiner differs: baseline 'min', run 'min+mean' — the run scored its pairs with an " \
            "answer that came without log-probabilities with 'mean'" in out, out[-3000:]
     assert "this check compares both runs under 'mean'" in out and "warning: the order combiner" not in out
+    # and the final line says so (fresh-user finding, s45: a task with 0 valid pairs in the run was "tested" under
+    # 'mean', exit 0, the note only under the check's table)
+    final = [ln for ln in (cap.out + cap.err).splitlines() if ln.startswith("exit status")][-1]
+    assert final.endswith("; compared under 'mean', not the runs' headline combiner — an answer came without "
+                          "log-probabilities (above)"), final
     # compared under 'mean': the H columns are both runs' per-prompt means of h_mean (break-it round 3: each run's
     # own combiner flagged an unchanged chatbot when its position preference set 'min' and 'mean' apart)
     from lmra.monitor import check_regression

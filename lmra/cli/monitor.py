@@ -365,7 +365,22 @@ def check_status_reasons(result, allow_unvalidated_judge: bool = False) -> tuple
     if not reasons:  # exit 0: the morning's answer on the last line, both halves (fresh-user finding, s38: the
         # line a cron mail or CI annotation shows read "exit status 0" alone, the verdict pages above it)
         reasons[0] = no_regression_reason(result)
+    for status in (0, 3):
+        if status in reasons:
+            reasons[status] += _combiner_words(result)
     return reasons, judge_blocks
+
+
+def _combiner_words(result) -> str:
+    """``; compared under 'mean', not the runs' headline combiner (above)`` when the check rescored
+    both runs under ``mean`` (:func:`lmra.comparable.combiner_note`), else "": its rows may then count
+    pairs a run's own table calls invalid (fresh-user finding, s45: a task with 0 valid pairs in the
+    run was "tested", exit 0, the note only under the check's table)."""
+    from lmra.comparable import COMBINER_NOTE_END
+
+    if any(str(n).endswith(COMBINER_NOTE_END) for n in getattr(result, "notes", None) or []):
+        return "; compared under 'mean', not the runs' headline combiner — an answer came without log-probabilities (above)"
+    return ""
 
 
 #: characters of a "not evidence" reason the final line quotes in full (longer ones: their first part)
