@@ -1369,3 +1369,26 @@ def test_an_anthropic_endpoint_answering_no_message_is_told_to_point_at_the_mess
     assert f"the target's endpoint {url} answered no valid completion" in err, err[-2000:]
     assert ("Check that base_url in [target] points at an Anthropic Messages API (the server's URL without /v1: "
             "the SDK adds /v1/messages)") in err and "OpenAI-compatible" not in err
+
+
+def test_too_few_prompts_blames_the_lmra_first_when_it_left_most_pairs_unrated():
+    """Fresh-user finding (s45): "No conclusion … Raise prompts_per_task" when the LMRA had left 9 of
+    12 pairs invalid — more prompts would mostly add unrated pairs. Above a quarter of either run's
+    pairs unrated, the advice names the counts and the LMRA first; otherwise it is as before."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from lmra.cli.monitor import UNRATED_ADVICE_SHARE, _too_few_advice
+
+    tests = pd.DataFrame({"unrated_run": [5, 4], "pairs_run": [6, 6], "unrated_base": [1, 0], "pairs_base": [6, 6]})
+    said = _too_few_advice(SimpleNamespace(tests=tests))
+    assert said.startswith("The LMRA left 9 of 12 pairs tonight without a usable rating (invalid, unlabelled or "
+                           "failed): fix the LMRA first (docs/judge_check.md, 'lmra judge-check')"), said
+    assert UNRATED_ADVICE_SHARE == 0.25
+    tests["unrated_run"] = [1, 2]  # 3 of 12: a quarter, not above it
+    assert _too_few_advice(SimpleNamespace(tests=tests)) == ("Raise prompts_per_task ('lmra plan --design two-run' "
+                                                             "sizes it).")
+    tests["unrated_base"] = [4, 3]
+    assert "7 of 12 pairs at the baseline" in _too_few_advice(SimpleNamespace(tests=tests))
+    assert _too_few_advice(SimpleNamespace(tests=pd.DataFrame())).startswith("Raise prompts_per_task")

@@ -212,7 +212,7 @@ def print_check(console: Console, result) -> None:
     elif getattr(result, "family_size", result.n_tested) == 0:
         console.print("[bold yellow]No conclusion[/]: no task had enough prompts to be tested (≥ 2 in both runs, "
                       "and enough for a rise to reach significance after the Holm correction over the tasks), so "
-                      "nothing was checked. Raise prompts_per_task ('lmra plan --design two-run' sizes it).")
+                      "nothing was checked. " + _too_few_advice(result))
     elif getattr(result, "unrated_rise", ""):
         withheld = any(bool(t.get("regression_withheld")) for frame in (result.tests, getattr(result, "overall", None))
                        if frame is not None and len(frame) for t in frame.to_dict(orient="records"))
@@ -341,6 +341,35 @@ def check_exit_reasons(result) -> dict[int, str]:
                    f"without a usable rating on one night than on the other in {n} row{'s' * (n != 1)} (said above), "
                    "where a rise may hide or be no regression"}
     return {}
+
+
+#: the share of a run's pairs left without a usable rating above which a check with too few prompts
+#: blames the LMRA before the prompt count (:func:`_too_few_advice`)
+UNRATED_ADVICE_SHARE = 0.25
+
+
+def _too_few_advice(result) -> str:
+    """What to do when no task had enough prompts: raise ``prompts_per_task`` — unless the LMRA left
+    more than :data:`UNRATED_ADVICE_SHARE` of either run's pairs without a usable rating, which then
+    comes first (fresh-user finding, s45: "Raise prompts_per_task" when 9 of 12 pairs were invalid,
+    and more prompts would have given a quarter of them)."""
+    import pandas as pd
+
+    tests = getattr(result, "tests", None)
+    said = []
+    if tests is not None and len(tests):
+        for side, who in (("run", "tonight"), ("base", "at the baseline")):
+            cols = (f"unrated_{side}", f"pairs_{side}")
+            if all(c in tests for c in cols):
+                unrated = int(pd.to_numeric(tests[cols[0]], errors="coerce").fillna(0).sum())
+                pairs = int(pd.to_numeric(tests[cols[1]], errors="coerce").fillna(0).sum())
+                if pairs and unrated > UNRATED_ADVICE_SHARE * pairs:
+                    said.append(f"{unrated:,} of {pairs:,} pairs {who}")
+    if said:
+        return (f"The LMRA left {' and '.join(said)} without a usable rating (invalid, unlabelled or failed): fix "
+                "the LMRA first (docs/judge_check.md, 'lmra judge-check') — more prompts would mostly add unrated "
+                "pairs; then size prompts_per_task ('lmra plan --design two-run').")
+    return "Raise prompts_per_task ('lmra plan --design two-run' sizes it)."
 
 
 def check_status_reasons(result, allow_unvalidated_judge: bool = False) -> tuple[dict[int, str], bool]:
