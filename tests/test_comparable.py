@@ -204,6 +204,9 @@ def test_a_model_comparison_by_hand_does_not_replace_a_nights_check_of_its_own_c
     assert lmra_cli(["check", str(now), "--baseline", str(other)]) == 0  # then a model comparison
     said = capsys.readouterr()
     assert "the target differs" in " ".join((said.out + said.err).split())
+    # and the final line says so (fresh-user finding, s45: a mistyped model id a lenient server served ran the night)
+    final = [ln for ln in (said.out + said.err).splitlines() if ln.startswith("exit status")][-1]
+    assert "; the target differs from the baseline's (above): two chatbots compared, not two nights of one" in final
     with History(tmp_path / "reports" / "history.sqlite") as h:
         kept = h.latest_check(now.name)
         assert kept["baseline_id"] == base.name and kept["n_regressions"] > 0

@@ -445,11 +445,18 @@ def _design_words(result) -> str:
     change one warning above it)."""
     import re
 
-    for w in getattr(result, "comparability", None) or []:
-        if str(w).startswith(DESIGN_DIFFERS_PREFIX):
-            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len(DESIGN_DIFFERS_PREFIX):])))
-            return f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
-    return ""
+    from lmra.comparable import TARGET_DIFFERS_PREFIX
+
+    said = ""
+    warnings = [str(w) for w in getattr(result, "comparability", None) or []]
+    if any(w.startswith(TARGET_DIFFERS_PREFIX) for w in warnings):  # (fresh-user finding, s45: a typo in the
+        # chatbot's model id, which a lenient server served, ran the night; the final line did not say so)
+        said += "; the target differs from the baseline's (above): two chatbots compared, not two nights of one"
+    for w in warnings:
+        if w.startswith(DESIGN_DIFFERS_PREFIX):
+            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", w[len(DESIGN_DIFFERS_PREFIX):])))
+            return said + f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
+    return said
 
 
 def print_judge_blocks(console, result) -> None:
