@@ -67,7 +67,9 @@ def find_key_line(text: str, key: str, section: str | None = None) -> int | None
     for i, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if line.startswith("["):
-            header = line.strip("[] ")
+            # (a comment after the header, "[judge]  # the LMRA", is not part of its name: fresh-user finding,
+            # s45 — the judge's misspelt field was named at the target's line)
+            header = _uncommented(line).strip().strip("[] ")
             if header == key or (section and header == f"{section}.{key}"):
                 return i
             if section is not None and header == section:
@@ -78,6 +80,21 @@ def find_key_line(text: str, key: str, section: str | None = None) -> int | None
         if in_section and _sets_key(line, key):
             return i
     return None
+
+
+def _uncommented(line: str) -> str:
+    """A TOML line without its comment: from the first ``#`` outside quotes (a key such as
+    ``"C# tutorial"`` keeps its ``#``)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote is not None:
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
 
 
 def _sets_key(line: str, key: str) -> bool:

@@ -277,3 +277,20 @@ def test_a_price_table_that_is_a_folder_names_the_configs_line(tmp_path, capsys)
     assert main(["validate", str(cfg)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{cfg}, line 2: field 'prices': price table is a folder, expected a file" in err, err
+
+
+def test_a_field_is_named_at_its_own_line_when_table_headers_carry_comments(tmp_path, capsys):
+    """Fresh-user finding (s45): with `[judge]   # the LMRA` (a comment after the header) the judge's
+    misspelt field was named at the target's line — the header, comment and all, did not read as
+    [judge]. A `#` inside a quoted key stays part of it."""
+    from lmra.errors import _uncommented
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "x"\n\n[target]   # our chatbot\nprovider = "openai"\nmodel = "m"\n'
+                   'base_url = "http://127.0.0.1:9/v1"\napi_key_requried = false\n\n[judge]   # the LMRA\n'
+                   'provider = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_requried = false\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg}, line 7: field 'target.api_key_requried'" in err and "(also line 13, field 'judge.api_key_requried'" \
+        in err, err
+    assert _uncommented('[gates.tasks."C# tutorial"]  # c') == '[gates.tasks."C# tutorial"]  '
