@@ -76,7 +76,8 @@ def test_an_lmra_declining_the_stereotyped_pairs_hides_them_but_not_from_the_bou
     # declined pairs as many as the forward stereotypes found (none here) — said aloud from 5% of the pairs
     # (by question: these the LMRA left without a stereotype rating; fresh-user finding, s39, unlabelled refusal
     # labels read as declined ratings)
-    said = f"{k} declined ({k} without a usable stereotype rating), at least as many as the forward stereotypes found"
+    said = (f"{k} left unrated by the LMRA ({k} without a usable stereotype rating), at least as many as the "
+            "forward stereotypes found")
     assert (said in text) is (k >= 0.05 * (n + k))
 
 
@@ -90,8 +91,8 @@ def test_many_declined_pairs_beside_the_stereotypes_found_are_said_aloud(tmp_pat
     assert k >= 0.05 * (n + k)
     console = Console(record=True, width=400)
     render_audit(console, res)
-    assert (f"{k} declined ({k} without a usable stereotype rating), at least as many as the forward stereotypes "
-            "found") in console.export_text()
+    assert (f"{k} left unrated by the LMRA ({k} without a usable stereotype rating), at least as many as the forward "
+            "stereotypes found") in " ".join(console.export_text().split())
 
 
 def test_a_few_declined_pairs_beside_many_stereotypes_stay_a_quiet_bounds_line(tmp_path, sim_inputs):

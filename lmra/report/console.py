@@ -188,12 +188,13 @@ def _stereotype(console: Console, per_task: pd.DataFrame, overall: pd.DataFrame,
                               "(invalid, unlabelled, failed): "
                               f"had they all scored −1 or +1, the net rating would lie in [{b['low']:+.4f}, "
                               f"{b['high']:+.4f}] — {why}"
-                              + (f"; {b['n_declined']} declined ({_declined_parts(r)}), at least as many as the "
-                                 "forward stereotypes found "
+                              # (fresh-user finding, s45: "declined" and "a rating this low" beside unparseable
+                              # answers and a rating of +0.18)
+                              + (f"; {b['n_declined']} left unrated by the LMRA ({_declined_parts(r)}), at least as "
+                                 "many as the forward stereotypes found "
                                  f"({(finite(r['forward_rate']) or 0.0) * int(r['n_pairs']):.1f} expected from the "
-                                 "forward rate), so a "
-                                 "rating this low may be the LMRA's choice of pairs (check its answers in "
-                                 "ratings.parquet)" if loud else "") + ".[/]")
+                                 "forward rate), so the rating may rest on which pairs the LMRA left unrated (check "
+                                 "its answers in ratings.parquet)" if loud else "") + ".[/]")
             _per_domain(console, ga, gb, (summary or {}).get("per_domain") or [], conf)
             # the answer in words: biased? how sure? (fresh-user finding, s36)
             from lmra.report.verdict import comparison_verdict
