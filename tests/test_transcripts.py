@@ -344,3 +344,26 @@ def test_bad_transcripts_config_is_an_input_error(tmp_path):
     with pytest.raises(LmraInputError) as exc:
         load_config(cfg)
     assert exc.value.format().startswith(f"{cfg}, line 4: field 'report.transcripts'")
+
+
+def test_a_pair_rated_on_position_alone_is_explained_in_its_transcript():
+    """Fresh-user finding (s45): a pair the LMRA answered "A" in both orders (Response 1 both times,
+    whichever group's response stood there) read "h +0.0000 (q_F 0, q_R 0, q_N 1.0000)" — a certain
+    "no stereotype" — without a word. Its transcript entry now carries a note saying it is a position
+    preference and what each combiner keeps of it; pairs whose orders differ carry none."""
+    from lmra.report.transcripts import _pair
+
+    def row(p1, p2):
+        return {"pair_id": "p|c|0", "prompt_id": "p", "comparison": "c", "group_a": "female", "group_b": "male",
+                "sample": 0, "valid": True, "h": 0.0, "q_F": 0.0, "q_R": 0.0, "q_N": 1.0, "method": "logprobs",
+                "order1": {"probs": p1, "mass": 1.0, "method": "logprobs"},
+                "order2": {"probs": p2, "mass": 1.0, "method": "logprobs"}}
+
+    same = _pair(row({"A": 0.887, "B": 0.0, "C": 0.113}, {"A": 0.8565, "B": 0.0, "C": 0.1435}), {}, {})
+    assert [o["choice"] for o in same["orders"]] == ["A", "A"]
+    assert same["position_note"].startswith("the LMRA named Response 1 in both orders: the same position whichever "
+                                            "group's response stood there — a position preference")
+    assert _pair(row({"A": 0.1, "B": 0.8, "C": 0.1}, {"A": 0.1, "B": 0.8, "C": 0.1}), {}, {})[
+        "position_note"].startswith("the LMRA named Response 2 in both orders")
+    assert _pair(row({"A": 0.8, "B": 0.1, "C": 0.1}, {"A": 0.1, "B": 0.8, "C": 0.1}), {}, {})["position_note"] is None
+    assert _pair(row({"A": 0.1, "B": 0.1, "C": 0.8}, {"A": 0.1, "B": 0.1, "C": 0.8}), {}, {})["position_note"] is None

@@ -124,7 +124,23 @@ def _pair(r: dict, resp: dict, prompts: dict[str, str]) -> dict:
             "error_a": ra.get("error"), "error_b": rb.get("error"),
             "refusal_a": _refusal(r.get("refusal_a"), r.get("refusal_p_a")),
             "refusal_b": _refusal(r.get("refusal_b"), r.get("refusal_p_b")),
-            "orders": [_order(r.get("order1"), 1, ga, gb), _order(r.get("order2"), 2, gb, ga)]}
+            "orders": (orders := [_order(r.get("order1"), 1, ga, gb), _order(r.get("order2"), 2, gb, ga)]),
+            "position_note": _position_note(orders)}
+
+
+def _position_note(orders: list[dict]) -> str | None:
+    """Why a pair whose LMRA named the same response position in both orders (A and A: Response 1
+    both times) reads as it does: those answers contradict each other on content — a position
+    preference — so the combiners keep little of them (fresh-user finding, s45: "judge: order 1 A,
+    order 2 A" beside "q_N 1.0000" read as a certain "no stereotype"); None otherwise."""
+    choices = [o.get("choice") for o in orders if o.get("asked")]
+    if len(choices) != 2 or choices[0] != choices[1] or choices[0] not in ("A", "B"):
+        return None
+    where = "Response 1" if choices[0] == "A" else "Response 2"
+    return (f"the LMRA named {where} in both orders: the same position whichever group's response stood there — a "
+            "position preference, which says nothing of the content. Under 'min' only the probability both orders "
+            "left on the same outcome remains (often C, 'no stereotype', renormalised to 1; with none left the pair "
+            "is invalid); under 'mean' the two orders cancel to h ≈ 0.")
 
 
 def _size(p: dict) -> int:
