@@ -154,9 +154,34 @@ def clear_folder(folder: str | Path) -> Cleared | None:
                 kept = kept or str(path)
                 continue
             n_files, n_bytes = n_files + 1, n_bytes + size
+        _mark_stale(folder)
         return Cleared(folder.name, n_files, n_bytes, n_kept, kept) if n_files or n_kept else None
     finally:
         os.close(fd)  # (releases the lock)
+
+
+def _mark_stale(folder: Path) -> None:
+    """A folder cleared as a killed audit's whose manifest still says ``running``: marked ``stale``
+    with the time, as any command reading it does (:func:`lmra.runstate.folder_status`, which
+    cannot here: this process holds the folder's lock; scale break-it, s45: the folder cleared
+    by the next audit still said "running")."""
+    import datetime as _dt
+
+    from lmra.errors import LmraIOError
+    from lmra.fileio import write_json
+    from lmra.runstate import RUNNING, STALE
+
+    path = folder / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict) and manifest.get("status") == RUNNING:
+        manifest |= {"status": STALE, "stale_found": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+        try:
+            write_json(path, manifest)
+        except LmraIOError:
+            pass  # (a read-only folder: still reported stale by the commands that read it)
 
 
 def clear_leftovers(output_dir: str | Path) -> list[Cleared]:

@@ -129,6 +129,9 @@ def test_the_next_audit_removes_a_killed_runs_spools_and_nothing_else(tmp_path, 
         # the killed run's spools and unfinished writes are gone; its own files stay
         assert sorted(p.name for p in killed.iterdir()) == own
         assert "killed audits left in their run folders" in out and killed.name in out, out
+        # and it is marked stale, as a command reading it would (scale break-it, s45: it still said "running")
+        stale = json.loads((killed / "manifest.json").read_text())
+        assert stale["status"] == "stale" and stale.get("stale_found"), stale
         n = len(left) + 2  # and the marked stale folder's unfinished ratings and the starting folder's config
         assert f"removed {n} files" in out, out
         assert sorted(p.name for p in marking.iterdir()) == [".manifest.json.q1w2.tmp", "manifest.json", "run.lock"]
