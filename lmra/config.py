@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -725,7 +726,8 @@ class AuditConfig(_Strict):
             if a == b:
                 raise ValueError(f"compares group '{a}' with itself")
             pa, pb = (next(g.profile for g in groups if g.name == n) for n in (a, b))
-            if pa is not None and pb is not None and " ".join(pa.casefold().split()) == " ".join(pb.casefold().split()):
+            same = (lambda t: " ".join(unicodedata.normalize("NFKC", t).casefold().split()))  # noqa: E731
+            if pa is not None and pb is not None and same(pa) == same(pb):
                 # (bad-input break-it, s45: passed; every pair compared a user with themself)
                 raise ValueError(f"groups '{a}' and '{b}' have the same profile sentence ({pa!r}): the comparison would "
                                  "compare a user with themself — give each group its own profile")

@@ -473,8 +473,9 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
         auto_id: records without an ``id`` (absent, null, or an empty CSV cell) get
             ``line-NNNNNN`` from their line number (for logged traffic); otherwise a missing
             id is an error. An id that is present must be valid.
-        repeats: when a list, a record whose text is an earlier record's (:func:`prompt_text_key`:
-            Unicode form, case and spacing aside) is left out and appended to it as ``(its line,
+        repeats: when a list, a record whose text is an earlier record's of the same domain and
+            task (:func:`prompt_text_key`: Unicode form, case and spacing aside; logged traffic without
+            labels: any earlier record's) is left out and appended to it as ``(its line,
             its id, the first's line, the first's id)`` — the same prompt twice is not two
             independent prompts (logged traffic repeats first messages; a file joined with a
             renumbered copy of itself doubled every prompt and narrowed the intervals by a third:
@@ -492,7 +493,7 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
     text = read_input_text(p, "prompt file", field="prompts")
     out: list[PromptRecord] = []
     seen: dict[str, tuple[int, int]] = {}  # NFKC id → (its line, its place in out)
-    texts: dict[str, tuple[int, str]] = {}  # prompt_text_key → (the first's line, its id)
+    texts: dict[tuple, tuple[int, str]] = {}  # (domain, task, prompt_text_key) → (the first's line, its id)
     repeated_ids: dict[str, tuple[int, str]] = {}  # NFKC id of a record left out as a repeat → (its line, its id)
 
     def add(rec: PromptRecord, lineno: int) -> None:
@@ -509,8 +510,10 @@ def load_prompts(path: str | Path, *, text_field: str = "text", auto_id: bool = 
                     else f" (written with other characters that look alike, e.g. full-width letters: '{first}')")
             raise LmraInputError(f"duplicate id '{rec.id}'{same} (first on line {first_line})", file=p,
                                  line=lineno, field="id")
-        if repeats is not None:
-            text_key = prompt_text_key(rec.text)
+        if repeats is not None:  # within one (domain, task): the same text labelled for two tasks stays in both, as
+            # the domains/tasks filters may keep either (round-2 break-it, s45: a selected task lost its prompt to
+            # its first record in an unselected task)
+            text_key = (rec.domain, rec.task, prompt_text_key(rec.text))
             first_text = texts.get(text_key)
             if first_text is not None:
                 repeats.append((lineno, rec.id, first_text[0], first_text[1]))

@@ -246,6 +246,18 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  file=config_path, field=key)
 
 
+def enclosing_run_folder(path: str | Path, own: str | Path | None = None) -> Path | None:
+    """The run folder (a folder holding ``manifest.json``) that ``path`` is or lies inside, other
+    than ``own``; None when there is none. An export or a report written there would sit among
+    another run's files, or replace its exports (round-2 break-it, s45: ``--out B/exports`` replaced
+    run B's exported tables with A's)."""
+    own_path = Path(own).resolve() if own is not None else None
+    for folder in (Path(path).resolve(), *Path(path).resolve().parents):
+        if (folder / "manifest.json").is_file():
+            return None if folder == own_path else folder
+    return None
+
+
 #: the first bytes of every SQLite database file (sqlite.org/fileformat.html §1.3)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -261,16 +273,25 @@ def text_file_not_sqlite(path) -> str | None:
             head = fh.read(4096)
     except OSError:
         return None
-    if not head or head[:len(SQLITE_MAGIC)] == SQLITE_MAGIC[:len(head)] or b"\x00" in head:
+    if not head or head[:len(SQLITE_MAGIC)] == SQLITE_MAGIC[:len(head)]:
         return None
+    encoding = ("utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig")  # (a UTF-16 text: round-2
+    if encoding == "utf-8-sig" and b"\x00" in head:  # break-it, s45); NUL bytes without a BOM: binary
+        return None
+    if encoding == "utf-16" and len(head) % 2:
+        head = head[:-1]
     try:
-        text = head.decode("utf-8")
+        text = head.decode(encoding)
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 4:  # (a character cut at the end of the bytes read is still text)
             return None
-        text = head[:exc.start].decode("utf-8")
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    return first.strip()[:60] + ("…" if len(first.strip()) > 60 else "")
+        text = head[:exc.start].decode(encoding)
+    if not text.strip():  # blank lines only (or a byte-order mark): text, said as such
+        return "(blank lines)"
+    first = next(line for line in text.splitlines() if line.strip()).strip()
+    if not first.isprintable():
+        return None  # control characters: not a text file to quote
+    return first[:60] + ("…" if len(first) > 60 else "")
 
 
 #: the tables that make an SQLite file lmra's run history (:mod:`lmra.history`)

@@ -670,7 +670,8 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     texts |= {r["id"]: r.get("text") for r in prompt_rows}
 
     # -- the prompt file as the audit saw it: its size and the texts finish_run quotes
-    n_in_file = int(summary0.get("n_prompts_in_file") or len(texts))
+    # (n_prompts_in_file counts the repeats, which finish_run adds back from audit.prompts_repeated)
+    n_in_file = int(summary0.get("n_prompts_in_file") or len(texts)) - int(summary0.get("n_prompts_repeated") or 0)
     seen_prompts = [_Stored({"id": k, "text": v}) for k, v in texts.items()]
     seen_prompts += [_Stored({"id": None, "text": None})] * max(0, n_in_file - len(seen_prompts))
     placebo = {}
@@ -704,7 +705,8 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                               for key, field in (("not_selected", "n_prompts_not_selected"),
                                                  ("over_limit", "n_prompts_over_limit"))}
     audit.filter_unlabelled = _filter_counts(shards, summed=mode == "prompts")
-    audit.prompts_repeated = _left_out(shards, "n_prompts_repeated", summed=mode == "prompts")  # (the same way)
+    # every shard reads the whole prompt file, so each counted all its repeats: the first's (round-2 break-it, s45)
+    audit.prompts_repeated = _left_out(shards, "n_prompts_repeated", summed=False)
     audit.filter_removed = _filter_counts(shards, summed=mode == "prompts", key="filter_removed")
     audit.names_unmatched = summary0.get("names_unmatched") or {}  # the same name list in every shard
     audit.names_common_words = summary0.get("names_common_words") or []

@@ -239,7 +239,7 @@ def test_batch_submission_is_refused_before_anything_is_sent(tmp_path):
     assert batch.cost_usd == pytest.approx(live.cost_usd / 2)
 
 
-@pytest.mark.parametrize("command", ["validate", "audit", "audit --max-cost"])
+@pytest.mark.parametrize("command", ["validate", "audit", "audit --max-cost", "audit both"])
 def test_a_cost_limit_with_an_unpriced_model_is_refused_by_validate_and_before_the_cache(tmp_path, capsys, command):
     """Bad-input break-it (s45): max_cost with a model missing from the price table passed
     `lmra validate`; `lmra audit` exited 2 only after creating the call cache, naming neither the
@@ -252,12 +252,15 @@ def test_a_cost_limit_with_an_unpriced_model_is_refused_by_validate_and_before_t
     prices = tmp_path / "pr.toml"
     prices.write_text('[prices.scripted-judge]\n"*" = { input = 1.0, output = 2.0 }\n')
     top = f'prices = "{prices}"' + ("\nmax_cost = 1.0" if command != "audit --max-cost" else "")
+    if command == "audit both":  # the config's 1.0 replaced by the option's 1: the option is named (round-2, s45)
+        top = top.replace("max_cost = 1.0", "max_cost = 3.0")
     cfg = write_config(tmp_path, rates=FLAT, n_prompts=6, top=top)
     argv = (["validate", str(cfg)] if command == "validate" else
-            ["audit", "--config", str(cfg), "--no-progress"] + (["--max-cost", "1"] if "--max-cost" in command else []))
+            ["audit", "--config", str(cfg), "--no-progress"]
+            + (["--max-cost", "1"] if "--max-cost" in command or "both" in command else []))
     assert main(argv) == 2
     err = " ".join(capsys.readouterr().err.split())
-    if command == "audit --max-cost":
+    if command in ("audit --max-cost", "audit both"):
         assert err.startswith("error: option --max-cost: max_cost = 1 USD"), err
     else:
         line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if t.startswith("max_cost"))

@@ -144,7 +144,7 @@ def test_caller_that_missed_the_cache_just_before_the_holder_finished_does_not_p
     a.close(), b.close()
 
 
-@pytest.mark.parametrize("content", [b"this is not a database at all " * 200, b"SQLite format 3\x00" + b"\x07" * 5000])
+@pytest.mark.parametrize("content", [bytes((i * 7919) % 251 for i in range(6000)), b"SQLite format 3\x00" + b"\x07" * 5000])
 def test_a_damaged_cache_file_is_said_to_be_damaged_not_a_folder_problem(tmp_path, content):
     """Break-it finding: a cache file of random bytes (or a cut one) gave "cannot open the call
     cache (file is not a database); check that the folder exists and is writable"."""
@@ -373,3 +373,21 @@ def test_another_programs_database_without_lmras_tables_is_refused_and_a_cache_i
     assert "is a call cache (its calls table), not a run history" in info.value.reason
     assert sqlite3.connect(cache_file).execute("SELECT name FROM sqlite_master").fetchall() == tables
     CallCache(cache_file).close()  # still a cache the next audit opens
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_text_file_opened_as_the_cache_is_an_input_error_left_as_it_was(tmp_path, encoding):
+    """Round-2 break-it (s45): a config or prompt file given as the cache (`lmra axes --cache`,
+    `lmra judge-check`; a UTF-16 one past `lmra validate`) was "damaged … move it aside", exit 1. It
+    is an input error naming the file and its first line, and the file is left byte for byte."""
+    from lmra.cache import CallCache
+    from lmra.errors import LmraInputError
+
+    path = tmp_path / "nightly.toml"
+    path.write_bytes('name = "nightly"\nseed = 1\n'.encode(encoding))
+    before = path.read_bytes()
+    with pytest.raises(LmraInputError) as err:
+        CallCache(path).close()
+    assert "is a text file (it begins 'name = \"nightly\"'), not an SQLite file" in str(err.value)
+    assert err.value.field == "cache" and path.read_bytes() == before
+    assert not list(tmp_path.glob("nightly.toml-*")) and not list(tmp_path.glob(".lmra*"))

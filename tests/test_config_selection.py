@@ -294,3 +294,20 @@ def test_a_field_is_named_at_its_own_line_when_table_headers_carry_comments(tmp_
     assert f"{cfg}, line 7: field 'target.api_key_requried'" in err and "(also line 13, field 'judge.api_key_requried'" \
         in err, err
     assert _uncommented('[gates.tasks."C# tutorial"]  # c') == '[gates.tasks."C# tutorial"]  '
+
+
+def test_a_listed_task_without_a_domain_is_not_told_to_add_unlabelled(tmp_path, capsys):
+    """Round-2 break-it (s45): a listed task whose prompts have no domain, with a 'domains' filter,
+    was told to add domain 'unlabelled' to 'domains' — which is then refused as an unknown domain."""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=8, top='domains = ["employment"]\ntasks = ["write a story"]')
+    (prompts,) = (tmp_path / "inputs").glob("prompts-*.jsonl")
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "domain"}
+                                          | ({"domain": "employment"} if r["task"] != "write a story" else {})) + "\n"
+                               for r in rows))
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("field 'tasks': task 'write a story' has no domain in the prompt file, so the 'domains' filter "
+            "('employment') leaves it out: it would never be audited — give its prompts a domain") in err, err

@@ -248,3 +248,10 @@ def test_export_into_another_runs_folder_is_refused(nights, capsys, fmt):
     rc, out, err = _cli(capsys, "export", base, "--format", fmt, "--out", run)
     assert rc == 2 and f"{run}: option --out: is another run's folder" in " ".join(err.split()), err
     assert sorted(p.name for p in run.iterdir()) == before
+    # nor inside it: B/exports would replace its exported tables (round-2 break-it, s45)
+    (run / "exports").mkdir(exist_ok=True)
+    rc, out, err = _cli(capsys, "export", base, "--format", fmt, "--out", run / "exports")
+    assert rc == 2 and f"is inside another run's folder, {run.resolve()}" in " ".join(err.split()), err
+    assert not list((run / "exports").iterdir())
+    rc, out, err = _cli(capsys, "export", base, "--format", fmt, "--out", base / "exports" / "sub")  # its own: fine
+    assert rc == 0, err

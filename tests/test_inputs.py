@@ -329,9 +329,40 @@ def test_a_prompt_whose_text_repeats_an_earlier_one_is_audited_once_and_counted(
     assert len(load_prompts(doubled)) == 40
     repeats = []
     assert len(load_prompts(doubled, repeats=repeats)) == 20 and repeats[0] == (21, "p0-copy", 1, "p0")
+    assert twice.summary["n_prompts_in_file"] == 40 and once.summary["n_prompts_in_file"] == 20  # (repeats counted)
+    # the same text labelled for two tasks is kept in both: the tasks filter may keep either (round-2 break-it, s45:
+    # a selected task lost its prompt to its first record in an unselected task)
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "a", "text": "Hello.", "domain": "d", "task": "t1"}, {"id": "b", "text": "hello.", "domain": "d",
+                                                                       "task": "t2"},
+        {"id": "c", "text": "HELLO. ", "domain": "d", "task": "t2"})))
+    repeats = []
+    assert [p.id for p in load_prompts(two, repeats=repeats)] == ["a", "b"] and repeats == [(3, "c", 2, "b")]
     clash = tmp_path / "clash.jsonl"
     clash.write_text("".join(json.dumps(r) + "\n" for r in ({"id": "a", "text": "Hello."}, {"id": "b", "text": "hello."},
                                                               {"id": "b", "text": "Other."})))
     with pytest.raises(LmraInputError) as err:
         load_prompts(clash, repeats=[])
     assert "duplicate id 'b' (first on line 2)" in str(err.value) and err.value.line == 3
+
+
+def test_a_merged_night_counts_the_files_repeats_once(tmp_path, capsys):
+    """Round-2 break-it (s45): every shard reads the whole prompt file, so each counted all its
+    repeated texts, and `lmra merge` summed them (5 became 10). The merged run counts them once, and
+    its file count includes them, as the unsharded run's."""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=8)
+    (prompts,) = (tmp_path / "inputs").glob("prompts-*.jsonl")
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows + [r | {"id": r["id"] + "-copy"} for r in rows[:3]]))
+    for i in (1, 2):
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--shard", f"{i}/2"]) == 0, \
+            capsys.readouterr()
+    shards = sorted(p for p in (tmp_path / "reports").iterdir() if "-shard" in p.name)
+    assert main(["merge", *map(str, shards), "--no-report"]) == 0, capsys.readouterr()
+    merged = [p for p in (tmp_path / "reports").iterdir() if p.is_dir() and "-shard" not in p.name
+              and (p / "summary.json").is_file()]
+    (summary,) = [json.loads((p / "summary.json").read_text()) for p in merged]
+    assert summary["n_prompts_repeated"] == 3 and summary["n_prompts_in_file"] == 11 and summary["n_prompts"] == 8

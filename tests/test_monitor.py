@@ -687,5 +687,8 @@ def test_a_report_is_never_written_over_another_runs_report(runs, lmra_cli, caps
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and f"{target}: option --out: {runs['rise'].resolve()} is another run's folder" in err, err
     assert (target.read_bytes() if target.exists() else None) == before
+    deeper = runs["rise"] / "exports" / "report.html"  # nor inside it (round-2 break-it, s45)
+    assert lmra_cli(["report", str(runs["base"]), "--out", str(deeper), "--history", str(hist)]) == 2
+    assert "is another run's folder" in capsys.readouterr().err and not deeper.exists()
     assert lmra_cli(["report", str(runs["base"]), "--out", str(tmp_path / "base.html"), "--history", str(hist)]) == 0
     assert (tmp_path / "base.html").is_file()

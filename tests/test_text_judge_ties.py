@@ -178,6 +178,9 @@ def test_an_answer_whose_text_declines_with_most_of_its_mass_off_the_options_is_
     assert edge.probs == pytest.approx({"A": 0.6, "B": 0.4, "C": 0.0}) and edge.n_refused == 0
     named = ask("I", {"I": 0.8, "A": 0.15, "B": 0.05})  # one token that does not decline: kept, as documented
     assert named.probs == pytest.approx({"A": 0.75, "B": 0.25, "C": 0.0}) and named.n_refused == 0
+    # a text that names an option is that option's answer, whatever else it says (round-2 break-it, s45)
+    says_c = ask("**C**: I can't see any harmful stereotype here.", {"*": 0.6, "C": 0.3, "A": 0.1})
+    assert says_c.probs == pytest.approx({"A": 0.25, "B": 0.0, "C": 0.75}) and says_c.n_refused == 0
 
 
 def test_an_answer_with_a_few_per_cent_on_the_letters_is_unusable_not_a_confident_rating(tmp_path, sim_inputs):

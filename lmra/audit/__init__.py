@@ -473,7 +473,7 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         for role in ("target", "judge", "judge2"):
             provider = self._provider(role) if getattr(cfg, role) is not None else None
             if provider is not None and self.budget.prices.lookup(provider.name, provider.model_id) is None:
-                in_config = self.config_path is not None and _config_sets(self.config_path, "max_cost")
+                in_config = self.config_path is not None and _config_sets(self.config_path, "max_cost", cfg.max_cost)
                 raise LmraInputError(missing_price_words(self.budget.prices, provider.name, provider.model_id, role,
                                                          cfg.max_cost),
                                      file=self.config_path if in_config else None,
@@ -646,12 +646,15 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
         return finish_run(self, *stages_and_manifest, **kwargs)
 
 
-def _config_sets(config_path, key: str) -> bool:
-    """Whether the config file sets the top-level ``key`` (else a command-line option did)."""
+def _config_sets(config_path, key: str, value=None) -> bool:
+    """Whether the config file sets the top-level ``key`` to ``value`` (else a command-line option
+    set it, or replaced the config's: round-2 break-it, s45 — the config's line was named beside the
+    option's value)."""
     import tomllib
 
     try:
-        return key in tomllib.loads(Path(config_path).read_text(encoding="utf-8-sig"))
+        data = tomllib.loads(Path(config_path).read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         return False
+    return key in data and (value is None or data[key] == value)
 

@@ -1096,7 +1096,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "name": cfg.name,
         "run_dir": str(audit.run_dir),
         "redacted": cfg.redact,
-        "n_prompts_in_file": len(inputs.prompts),
+        # the file's records, repeats included (round-2 break-it, s45: the Prompts line did not add up)
+        "n_prompts_in_file": len(inputs.prompts) + (getattr(audit, "prompts_repeated", None) or 0),
         "n_classified": len(classifications),
         # prompts whose file gave a domain that is no taxonomy domain: their domain is the LMRA's
         "n_domains_replaced": sum(1 for c in classifications.values()

@@ -415,6 +415,12 @@ class InputsStage:
             if outside:
                 t, ds = next(iter(outside.items()))
                 more = f" (and {len(outside) - 1} more listed task(s) alike: {sorted(outside)[1:4]})" if len(outside) > 1 else ""
+                if ds == [UNLABELLED]:  # no domain in the file: none to add (round-2 break-it, s45: the advice to add
+                    # 'unlabelled' was then refused as an unknown domain)
+                    raise LmraInputError(f"task '{t}' has no domain in the prompt file, so the 'domains' filter "
+                                         f"({', '.join(repr(d) for d in cfg.domains)}) leaves it out: it would never be "
+                                         f"audited{more} — give its prompts a domain, or remove the task from 'tasks'",
+                                         file=self.config_path, field="tasks")
                 raise LmraInputError(f"task '{t}' is in domain {' and '.join(repr(d) for d in ds)}, which 'domains' "
                                      f"does not list ({', '.join(repr(d) for d in cfg.domains)}): it would never be "
                                      f"audited{more} — add its domain to 'domains', or remove the task from 'tasks'",

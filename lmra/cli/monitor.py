@@ -1205,9 +1205,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     status = 0
     with History(history_file(args, args.run)) as h:
         run = h.resolve(args.run)
-        if args.out:  # never another run's report.html (bad-input break-it, s45: B's page then showed A's numbers)
-            other = Path(args.out).resolve().parent
-            if (other / "manifest.json").is_file() and other != run.path.resolve():
+        if args.out:  # never into another run's folder (bad-input break-it, s45: B's page then showed A's numbers)
+            from lmra.fileio import enclosing_run_folder
+
+            other = enclosing_run_folder(Path(args.out).parent, run.path)
+            if other is not None:
                 raise LmraInputError(f"{other} is another run's folder: the report of run {run.run_id} would replace "
                                      "its report.html (or put a second page among its files); write it elsewhere, "
                                      "or leave --out out (RUN/report.html)", file=args.out, field="--out")

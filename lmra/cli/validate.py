@@ -99,7 +99,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         worst = lmra_calls_without_logprobs(plan)  # the LMRA calls if its answers come without log-probabilities
         models = {"target": cfg.target, "judge": cfg.judge, "judge2": cfg.judge2}
         jsonout.emit(jsonout.validate_document(
-            args.config, kind="audit", name=cfg.name, n_prompts=len(inputs.prompts),
+            args.config, kind="audit", name=cfg.name,
+            n_prompts=len(inputs.prompts) + (getattr(audit, "prompts_repeated", 0) or 0),
             n_audited_prompts=plan["prompts"], n_pairs=plan["pairs"],
             planned_calls={"target": plan["target"], "judge": plan["judge"] + plan.get("judge2", 0)}
             | ({"judge_without_logprobs": worst} if worst is not None else {}),
@@ -109,7 +110,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     for role, m in models.items() if m is not None},
             notes=([short] if short else []) + unmeetable, input_files=inputs.files))
         return 0
-    make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts), 'prompt')} in the file, up to "
+    repeated = getattr(audit, "prompts_repeated", 0) or 0
+    make_console().print(f"{lit(args.config)}: valid — {counted(len(inputs.prompts) + repeated, 'prompt')} in the file"
+                         + (f" ({repeated} repeating an earlier prompt's text, audited once)" if repeated else "")
+                         + ", up to "
                          f"{plan['prompts']} audited (after tasks, domains and prompts_per_task), {plan['pairs']} "
                          f"pairs; at most {plan['target']} target calls and {lit(planned_lmra_calls_words(plan, cfg))} "
                          "(cached calls are free); name groups "

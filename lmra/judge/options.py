@@ -223,8 +223,9 @@ def calls_per_question(judge: JudgeConfig, supports_logprobs: bool, *, without_l
     return 1 + judge.n_samples if without_logprobs else 1
 
 
-#: an LMRA answer read through log-probabilities whose text declines (:func:`declined`) and which
-#: puts less than this share of its probability on the options is a refusal, whatever
+#: an LMRA answer read through log-probabilities whose text declines (:func:`declined`) and names no
+#: option (:func:`parse_option`), and which puts less than this share of its probability on the
+#: options, is a refusal, whatever
 #: ``judge.min_answer_mass`` keeps (an endpoint returning more than the one token asked for)
 DECLINED_MAX_MASS = 0.5
 
@@ -258,8 +259,10 @@ async def ask_options(provider: Provider, messages: list[Message], options: tupl
             probs, mass = renormalise(res.option_probs, options)
             if mass < judge.min_answer_mass:  # (statistics-review finding) a declining LMRA's first token
                 probs = None  # ("I …") left 2% on the letters, renormalised into a confident ±0.95 rating
-            elif mass < DECLINED_MAX_MASS and declined(res):  # its answer declines, and most of its probability is
-                probs = None  # elsewhere: a refusal, not a rating renormalised from the 20% left on the letters
+            elif mass < DECLINED_MAX_MASS and declined(res) and parse_option(res.text, options) is None:
+                # its answer declines and names no option ("**C**: I can't see any stereotype" names C: round-2
+                # break-it, s45), and most of its probability is elsewhere: a refusal, not a rating renormalised
+                probs = None  # from the 20% left on the letters
                 # (axes conformance check, s45: "I'm sorry, I can't judge that." with 20% on A/B was a valid label)
             # no usable mass on any option: a refusal when its text says so (as a text answer is read), else unparseable
             refused = probs is None and declined(res)

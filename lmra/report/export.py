@@ -608,10 +608,13 @@ def export_run(run: RunFolder, fmt: Format, out_dir: str | Path | None = None,
     out = Path(out_dir) if out_dir else run.path / "exports"
     from lmra.digests import RECORDED
 
-    if (out / "manifest.json").is_file() and out.resolve() != run.path.resolve():
-        # (bad-input break-it, s45: run A's four tables were written among run B's files, exit 0)
-        raise LmraInputError(f"is another run's folder: run {run.run_id}'s tables would sit among its files; write "
-                             "them elsewhere (by default RUN/exports)", file=out, field="--out")
+    from lmra.fileio import enclosing_run_folder
+
+    other = enclosing_run_folder(out, run.path)
+    if other is not None:  # (bad-input break-it, s45: run A's four tables were written among run B's files, exit 0)
+        where = "is another run's folder" if other == out.resolve() else f"is inside another run's folder, {other}"
+        raise LmraInputError(f"{where}: run {run.run_id}'s tables would sit among its files (or replace its exports); "
+                             "write them elsewhere (by default RUN/exports)", file=out, field="--out")
     clash = [f"{t}.{fmt}" for t in tables if f"{t}.{fmt}" in RECORDED and (out / f"{t}.{fmt}").is_file()]
     if clash and (out / "manifest.json").is_file():  # a run folder's own data file is never overwritten
         raise LmraInputError(f"is a run folder: the export would overwrite its {clash[0]}; write to another folder "
