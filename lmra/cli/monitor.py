@@ -435,7 +435,7 @@ def no_regression_reason(result) -> str:
         words += f" — not evidence of no regression: {why}"
     if getattr(result, "quality_gap", ""):
         words += "; a quality gap tonight, which this check does not test (above)"
-    return words + _design_words(result)
+    return words + _target_words(result) + _design_words(result)
 
 
 def _design_words(result) -> str:
@@ -445,18 +445,23 @@ def _design_words(result) -> str:
     change one warning above it)."""
     import re
 
+    for w in getattr(result, "comparability", None) or []:
+        if str(w).startswith(DESIGN_DIFFERS_PREFIX):
+            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len(DESIGN_DIFFERS_PREFIX):])))
+            return f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
+    return ""
+
+
+def _target_words(result) -> str:
+    """``; the target differs from the baseline's (above): two chatbots compared, not two nights of
+    one`` on a "no regression" line when the check's comparability warnings say the chatbots differ,
+    else "" (fresh-user finding, s45: a typo in the chatbot's model id, which a lenient server
+    answered, ran a whole night, and the final line read as a night of the same chatbot)."""
     from lmra.comparable import TARGET_DIFFERS_PREFIX
 
-    said = ""
-    warnings = [str(w) for w in getattr(result, "comparability", None) or []]
-    if any(w.startswith(TARGET_DIFFERS_PREFIX) for w in warnings):  # (fresh-user finding, s45: a typo in the
-        # chatbot's model id, which a lenient server served, ran the night; the final line did not say so)
-        said += "; the target differs from the baseline's (above): two chatbots compared, not two nights of one"
-    for w in warnings:
-        if w.startswith(DESIGN_DIFFERS_PREFIX):
-            fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", w[len(DESIGN_DIFFERS_PREFIX):])))
-            return said + f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
-    return said
+    if any(str(w).startswith(TARGET_DIFFERS_PREFIX) for w in getattr(result, "comparability", None) or []):
+        return "; the target differs from the baseline's (above): two chatbots compared, not two nights of one"
+    return ""
 
 
 def print_judge_blocks(console, result) -> None:
