@@ -53,7 +53,11 @@ def missing_price_words(prices: "PriceTable", provider: str, model: str, role: s
     the installed file."""
     from lmra.resources import resource_dir
 
-    shipped = Path(prices.source).resolve() == (resource_dir("prompts") / "prices.toml").resolve()
+    own = resource_dir("prompts") / "prices.toml"
+    try:  # lmra's own table, installed or a checkout's copy of it (read from the working folder's prompts/)
+        shipped = Path(prices.source).resolve() == own.resolve() or Path(prices.source).read_bytes() == own.read_bytes()
+    except OSError:
+        shipped = False
     where = (f"lmra's shipped price table ({prices.source}) has no price for it: give a table of your own with "
              f"prices = \"my_prices.toml\" holding [prices.{provider}] \"{model}\" = {{ input = …, output = … }} "
              "(USD per 1M tokens; docs/config.md)" if shipped

@@ -261,10 +261,10 @@ def test_a_cost_limit_with_an_unpriced_model_is_refused_by_validate_and_before_t
     assert main(argv) == 2
     err = " ".join(capsys.readouterr().err.split())
     if command in ("audit --max-cost", "audit both"):
-        assert err.startswith("error: option --max-cost: max_cost = 1 USD"), err
+        assert "error: option --max-cost: max_cost = 1 USD" in err, err
     else:
         line = next(i for i, t in enumerate(cfg.read_text().splitlines(), 1) if t.startswith("max_cost"))
-        assert err.startswith(f"error: {cfg}, line {line}: field 'max_cost': max_cost = 1 USD"), err
+        assert f"error: {cfg}, line {line}: field 'max_cost': max_cost = 1 USD" in err, err
     assert ("needs the price of every model the audit calls, and the target's, provider 'scripted-target' model "
             "'scripted', is not priced") in err, err
     assert f"the price table {prices} has no price for it: add [prices." in err and "Traceback" not in err
