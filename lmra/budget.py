@@ -66,6 +66,35 @@ def missing_price_words(prices: "PriceTable", provider: str, model: str, role: s
             f"provider '{provider}' model '{model}', is not priced — {where}, or drop the cost limit")
 
 
+def require_priced(prices: "PriceTable", models: list[tuple[str, Any]], max_cost: float | None,
+                   config_path: str | Path | None = None) -> None:
+    """Before anything is written: with a cost limit set, check that ``prices`` prices every
+    model a command will call — the limit is kept by pricing each call before it is made.
+
+    Args:
+        prices: the price table in force.
+        models: ``(role, provider)`` pairs ("target", "judge", "judge2"); each provider's ``name``
+            and ``model_id`` are looked up.
+        max_cost: the cost limit in USD (None: no limit, nothing to check).
+        config_path: the config file read, if any: the error names its ``max_cost`` line when the
+            limit is the file's, else the option ``--max-cost`` that set or replaced it.
+
+    Raises:
+        LmraInputError: a model without a price — naming the role, provider and model, the price
+            table and what to do (:func:`missing_price_words`), and the field that set the limit.
+    """
+    if max_cost is None:
+        return
+    from lmra.config import config_sets
+
+    for role, provider in models:
+        if prices.lookup(provider.name, provider.model_id) is None:
+            in_config = config_sets(config_path, "max_cost", max_cost)
+            raise LmraInputError(missing_price_words(prices, provider.name, provider.model_id, role, max_cost),
+                                 file=config_path if in_config else None,
+                                 field="max_cost" if in_config else "--max-cost")
+
+
 class PriceTable:
     """USD prices per provider and model.
 

@@ -989,6 +989,22 @@ def load_config(path: str | Path | None) -> AuditConfig:
     return AuditConfig() if path is None else load_toml_model(AuditConfig, path)
 
 
+def config_sets(config_path: str | Path | None, key: str, value: Any = None) -> bool:
+    """Whether the TOML file ``config_path`` sets the top-level ``key`` (to ``value`` when given);
+    False when there is no file or it cannot be read. Tells a setting that came from the config
+    file (name its line) from one a command-line option set or replaced (name the option;
+    round-2 break-it, s45: the config's line was named beside the option's value)."""
+    import tomllib
+
+    if config_path is None:
+        return False
+    try:
+        data = tomllib.loads(Path(config_path).read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return False
+    return key in data and (value is None or data[key] == value)
+
+
 def dump_config(cfg: BaseModel) -> str:
     """The resolved config as TOML text (None values omitted, since TOML has no null)."""
     import tomli_w

@@ -389,3 +389,26 @@ def test_axes_refuses_a_run_history_as_its_cache(tmp_path, sim_inputs, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "is a run history (history.sqlite), not a call cache" in err and "Traceback" not in err, err
     assert sqlite3.connect(hist).execute("SELECT name FROM sqlite_master").fetchall() == tables
+
+
+@pytest.mark.parametrize("where", ["option", "config"])
+def test_axes_refuses_an_unpriced_lmra_under_a_cost_limit_before_writing_anything(tmp_path, sim_inputs, capsys, where):
+    """Known since s45: `lmra axes --max-cost` with an LMRA missing from the price table created
+    the --out folder and the call cache, then refused. It now refuses first (exit 2, naming the
+    field that set the limit, the role and the model, and the table), and nothing is written."""
+    _, res = _audit(tmp_path, sim_inputs, 60, formal_target(0.8, 0.2))
+    prices = tmp_path / "pr.toml"
+    prices.write_text('[prices.someone-else]\n"*" = { input = 1.0, output = 2.0 }\n')
+    cfg = tmp_path / "axes.toml"
+    cfg.write_text(f'prices = "{prices}"\n' + ("max_cost = 2.0\n" if where == "config" else "")
+                   + '[judge]\nprovider = "test_axes:make_axes_judge"\n')
+    out, cache = tmp_path / "axes-out", tmp_path / "axes-cache.sqlite"
+    capsys.readouterr()
+    status = cli.main(["axes", "--run", str(res.run_dir), *BASE, "--config", str(cfg), "--cache", str(cache),
+                       "--out", str(out)] + (["--max-cost", "2"] if where == "option" else []))
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 2 and "Traceback" not in err, err[-1500:]
+    assert "max_cost = 2 USD needs the price of every model" in err and "the judge's, provider" in err, err[-1500:]
+    assert f"the price table {prices} has no price for it" in err, err[-1500:]
+    assert ("option --max-cost" in err) if where == "option" else (f"{cfg}, line 2: field 'max_cost'" in err), err
+    assert not out.exists() and not cache.exists()

@@ -465,19 +465,13 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
                 break-it, s45: ``lmra validate`` passed it, and the audit refused it only after
                 creating the call cache, naming neither).
         """
-        cfg = self.cfg
-        if cfg.max_cost is None:
+        if self.cfg.max_cost is None:
             return
-        from lmra.budget import missing_price_words
+        from lmra.budget import require_priced
 
-        for role in ("target", "judge", "judge2"):
-            provider = self._provider(role) if getattr(cfg, role) is not None else None
-            if provider is not None and self.budget.prices.lookup(provider.name, provider.model_id) is None:
-                in_config = self.config_path is not None and _config_sets(self.config_path, "max_cost", cfg.max_cost)
-                raise LmraInputError(missing_price_words(self.budget.prices, provider.name, provider.model_id, role,
-                                                         cfg.max_cost),
-                                     file=self.config_path if in_config else None,
-                                     field="max_cost" if in_config else "--max-cost")
+        require_priced(self.budget.prices, [(role, self._provider(role)) for role in ("target", "judge", "judge2")
+                                            if getattr(self.cfg, role) is not None],
+                       self.cfg.max_cost, self.config_path)
 
     def release_dir(self) -> None:
         """Release the run folder's lock (done by :meth:`arun` when it ends, however it ends)."""
@@ -644,17 +638,4 @@ class Audit(InputsStage, SelectStage, GenerateStage, LabelStage, RateStage, Pipe
 
     def _finish(self, *stages_and_manifest, **kwargs) -> AuditResult:
         return finish_run(self, *stages_and_manifest, **kwargs)
-
-
-def _config_sets(config_path, key: str, value=None) -> bool:
-    """Whether the config file sets the top-level ``key`` to ``value`` (else a command-line option
-    set it, or replaced the config's: round-2 break-it, s45 — the config's line was named beside the
-    option's value)."""
-    import tomllib
-
-    try:
-        data = tomllib.loads(Path(config_path).read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError):
-        return False
-    return key in data and (value is None or data[key] == value)
 

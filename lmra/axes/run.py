@@ -178,6 +178,8 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
     if judge is None:
         judge = make_provider(cfg.judge, field="judge")
     cached = _find_cached(judge)
+    if cached is None:
+        check_axes_cost_limit(cfg, judge=judge)  # before the cache is opened (known since s45)
     if cached is not None:  # already behind the call cache (e.g. the audit's judge): use as is
         stats = cached.stats
     else:
@@ -203,11 +205,38 @@ def _axes_judge(cfg: AuditConfig, judge: Provider | None, cache: CallCache | Non
             from lmra.budget import Budget, BudgetedProvider, PriceTable
             from lmra.resources import resolve_resource
 
-            budget = Budget(cfg.max_calls, cfg.max_cost, PriceTable.load(resolve_resource(cfg.prices, "prompts")))
-            if cfg.max_cost is not None:
-                budget.require_price(limited.name, limited.model_id)
-            judge = BudgetedProvider(judge, budget)
+            judge = BudgetedProvider(judge, Budget(cfg.max_calls, cfg.max_cost,
+                                                   PriceTable.load(resolve_resource(cfg.prices, "prompts"))))
     return judge, stats, own_cache
+
+
+def check_axes_cost_limit(cfg: AuditConfig, config_path: str | Path | None = None, *,
+                          judge: Provider | None = None) -> None:
+    """With ``max_cost`` set, check that the price table (``cfg.prices``) prices the LMRA
+    (``judge``, default built from ``cfg.judge`` and closed here) before anything is written —
+    ``lmra axes`` calls it before it creates its folder and call cache (known since s45: the
+    refusal came after both were created).
+
+    Raises:
+        LmraInputError: the LMRA is not priced (:func:`lmra.budget.require_priced`: naming it,
+            the table, and ``max_cost`` of ``config_path`` or ``--max-cost``).
+    """
+    if cfg.max_cost is None:
+        return
+    from lmra.budget import PriceTable, require_priced
+    from lmra.resources import resolve_resource
+
+    prices = PriceTable.load(resolve_resource(cfg.prices, "prompts"))
+    if judge is not None:
+        require_priced(prices, [("judge", judge)], cfg.max_cost, config_path)
+        return
+    built = make_provider(cfg.judge, field="judge")
+    try:
+        require_priced(prices, [("judge", built)], cfg.max_cost, config_path)
+    finally:
+        from lmra.providers.base import close_providers
+
+        run_sync(close_providers([built]))
 
 
 def _find_cached(provider: Any) -> CachedProvider | None:

@@ -76,6 +76,9 @@ def cmd_axes(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out) if args.out else run
     from lmra.axes.outputs import check_axes_folder
+    from lmra.axes.run import check_axes_cost_limit
+
+    check_axes_cost_limit(cfg, args.config)  # an unpriced LMRA under a cost limit: refused before anything is written
 
     check_axes_folder(out_dir)  # a folder that cannot take the files stops the command before any call
     from lmra.fileio import held_lock
