@@ -23,6 +23,10 @@ log="nightly-$night${LMRA_SEED:+-$LMRA_SEED}.log"  # another run the same day: i
 mkdir -p logs || exit 1
 ln -sfn "$log" logs/latest.log                     # the newest run's log, for reading
 
+run_status() {  # exit 0 when the run folder $1 finished complete, 3 when not, 1 when unreadable
+  python -c 'import json, sys; sys.exit(3 * (json.load(open(sys.argv[1]))["run_status"] != "complete"))' "$1/summary.json"
+}
+
 nightly() {
   # Ctrl-C or a stop (SIGINT/SIGTERM to the job's processes: a terminal, systemd, a CI runner)
   # stops the audit, which keeps its answered calls (exit 130); this shell waits for it and ends
@@ -51,13 +55,17 @@ nightly() {
              || echo "nightly.sh: export of $run_dir failed" >&2
              lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" \
              || echo "nightly.sh: metrics of $run_dir failed" >&2 ;;
-    2) if [ -n "$run_dir" ]; then  # audited, but no verdict (check refused, nothing tested): its metrics
+    2) if [ -n "$run_dir" ]; then  # audited, but no verdict (check refused, nothing tested): its
+         # tables, if complete, and its metrics — not a replay's (--skip-replay: they would hide its night's)
+         if run_status "$run_dir" 2>/dev/null; then
+           lmra export "$run_dir" --format parquet --out "$exports" --skip-replay \
+           || echo "nightly.sh: export of $run_dir failed" >&2
+         fi
          lmra export "$run_dir" --format prometheus --out "$LMRA_METRICS" --skip-replay \
-         || echo "nightly.sh: metrics of $run_dir failed" >&2  # say so; a replay's would hide its night's
+         || echo "nightly.sh: metrics of $run_dir failed" >&2  # say so
        fi ;;
     1) if [ -f "$run_dir/summary.json" ]; then  # a partial night: its numbers, lmra_run_status "partial"
-         python -c 'import json, sys; sys.exit(3 * (json.load(open(sys.argv[1]))["run_status"] != "complete"))' \
-                "$run_dir/summary.json" 2>/dev/null
+         run_status "$run_dir" 2>/dev/null
          case $? in  # 0: complete, exit 1 after it (the warehouse failed): its Parquet too, as any complete night's
            0) lmra export "$run_dir" --format parquet --out "$exports" \
               || echo "nightly.sh: export of $run_dir failed" >&2 ;;

@@ -362,6 +362,34 @@ def test_a_complete_night_whose_warehouse_failed_still_exports_its_parquet(tmp_p
     assert "export of" not in r.stdout  # (exported, not failed)
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_complete_night_whose_check_was_refused_exports_its_parquet(tmp_path):
+    """Known since s45: a complete night that exits 2 because its check was refused (here the LMRA's
+    served model changed since the pinned night: not comparable) exported its Prometheus metrics but no
+    Parquet folder, so the dashboards built on the per-night Parquet tables missed a night whose
+    rates were measured. Its tables are exported (with --skip-replay: a same-seed re-run's would
+    copy the night it repeats)."""
+    script, home, env = _nightly_job(tmp_path)
+    codes, outs = [], []
+    with FaultServer(fault_rate=0.0) as srv:
+        audit_config(home / "nightly.toml", srv.url, "reports/cache.sqlite", "reports", name="nightly",
+                     tasks=TASKS, per_task=5, retries=0, timeout_s=10,
+                     extra="min_valid_mass = 0.0\nmin_order_consistency = 0.0\n")
+        for night, served in zip(NIGHTS, (None, "fake-2026-12-01")):
+            srv.served_model = served  # night 2: the endpoint serves another model under the same name
+            r = subprocess.run(["bash", str(script)], env=env | {"FAKE_NIGHT": night}, capture_output=True,
+                               text=True, timeout=300)
+            codes.append(r.returncode)
+            outs.append(r.stdout)
+    assert codes == [0, 2], (codes, [ln for out in outs for ln in out.splitlines() if "exit status" in ln])
+    run_dir = Path((home / "last-run-dir.txt").read_text().strip())
+    assert json.loads((run_dir / "summary.json").read_text())["run_status"] == "complete"
+    exported = pd.read_parquet(tmp_path / "dashboards" / NIGHTS[1] / "per_task.parquet")
+    assert set(exported["run_id"]) == {run_dir.name}, exported
+    assert "export of" not in r.stdout and "metrics of" not in r.stdout, r.stdout[-4000:]
+    assert (tmp_path / "textfile_collector" / "lmra_nightly.prom").is_file()
+
+
 def _crontab_line() -> str:
     """The command of docs/nightly.md's crontab line (after the five time fields)."""
     docs = (Path(__file__).resolve().parents[1] / "docs" / "nightly.md").read_text(encoding="utf-8")

@@ -1037,14 +1037,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.replace_newer and args.format not in METRICS_FORMATS:
         raise LmraInputError(f"--replace-newer applies to the run's metrics file (--format prometheus or "
                              f"openmetrics), not to --format {args.format}", field="--replace-newer")
-    if args.skip_replay and args.format not in METRICS_FORMATS:
-        raise LmraInputError(f"--skip-replay applies to the run's metrics file (--format prometheus or openmetrics), "
-                             f"not to --format {args.format}", field="--skip-replay")
     if args.format in METRICS_FORMATS and args.table:
         raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
                              "writes the run's metrics file", field="--table")
     if (args.format not in METRICS_FORMATS and args.run not in ("latest", "last", "pinned") and Path(args.run).is_dir()
-            and not args.history and not args.reports_dir):
+            and not args.history and not args.reports_dir and not args.skip_replay):
         # a run folder's tables need no run history: it is neither opened nor written (break-it
         # finding: with the history's disk full, the export to another disk failed on it)
         from lmra.runfolder import load_run
@@ -1058,19 +1055,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         with History(history_file(args, args.run)) as h:
             run = h.resolve(args.run)
-            check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS else None
+            check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS or args.skip_replay else None
+    if args.skip_replay and check is not None and check.get("replayed"):
+        # a same-seed re-run repeats a night: its metrics (no verdict) would replace that night's and
+        # clear its regression alert (fresh-user finding); its tables would add a copy of that night
+        make_console().print(f"not written: every chatbot answer of run {lit(run.run_id)} was replayed from the "
+                             "call cache (its check has no verdict); the "
+                             + ("metrics file" if args.format in METRICS_FORMATS else "exported tables")
+                             + " of the night it repeats stay as they are (--skip-replay)", highlight=False)
+        return 0
     if args.format in METRICS_FORMATS:
         from lmra.digests import verify_files
         from lmra.gates import GATES_FILE, read_gates
 
         verify_files(run.path, GATES_FILE)  # a gates.json changed since it was recorded: exit 2, not a metric
-        if args.skip_replay and check is not None and check.get("replayed"):
-            # a same-seed re-run repeats a night: its metrics (no verdict) would replace that
-            # night's and clear its regression alert (fresh-user finding)
-            make_console().print(f"not written: every chatbot answer of run {lit(run.run_id)} was replayed from the "
-                                 "call cache (its check has no verdict); the metrics file of the night it repeats "
-                                 "stays as it is (--skip-replay)", highlight=False)
-            return 0
         if args.out:  # a folder (break-it finding, s38: a file gave a raw FileExistsError, exit 1; a new
             # "….prom" became a folder of that name, exit 0, which the textfile collector cannot read)
             from lmra.fileio import output_folder
@@ -1573,9 +1571,9 @@ def add_parsers(subparsers) -> None:
     e.add_argument("--table", action="append", choices=("per_task", "per_pair", "overall", "per_domain"),
                    help="only this table (repeatable)")
     e.add_argument("--skip-replay", action="store_true",
-                   help="prometheus/openmetrics: write nothing (exit 0, saying so) when every chatbot answer of RUN "
-                        "was replayed from the call cache — a same-seed re-run, whose check has no verdict — so the "
-                        "metrics of the night it repeats, and their alerts, stay (nightly.sh uses it)")
+                   help="write nothing (exit 0, saying so) when every chatbot answer of RUN was replayed from the "
+                        "call cache — a same-seed re-run, whose check has no verdict — so the metrics of the night it "
+                        "repeats, and their alerts, stay, and its tables are not exported twice (nightly.sh uses it)")
     e.add_argument("--replace-newer", action="store_true",
                    help="prometheus/openmetrics: write the metrics file even when it holds a run that started after "
                         "RUN (by default an older night does not replace a newer one's metrics: overlapping nights "
