@@ -202,6 +202,23 @@ def check_utf8_path(path: str | Path, *, file: str | Path | None = None, field: 
                              file=file, field=field) from None
 
 
+def check_utf8_value(value: str, *, field: str) -> None:
+    """Refuse a text option's value that holds a byte that is not UTF-8 (typed in a Latin-1
+    terminal or script: Python carries it as a lone surrogate), which lmra cannot write into its
+    UTF-8 files (round-2 break-it, s45: ``--name $'bad\\xff'`` read pydantic's "unable to parse raw
+    data as a unicode string").
+
+    Raises:
+        LmraInputError: naming ``field`` (the option) and the byte.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(value[exc.start:exc.end])
+        raise LmraInputError(f"the value holds the byte {byte!r}, which is not UTF-8: lmra writes it into its UTF-8 "
+                             "files — give it in UTF-8", field=field) from None
+
+
 def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Path | None) -> None:
     """Refuse, before anything is written or any call made, an ``output_dir`` and a call
     ``cache`` (``":memory:"`` for none) that can never be written: a symbolic link loop, an

@@ -453,14 +453,15 @@ def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float,
 
     Returns:
         (t, p, df, note). With fewer than 2 values on a side the test is undefined:
-        (nan, nan, nan, "too few prompts"). With zero variance on both sides the
+        (nan, nan, nan, "too few prompts with a rated pair …"). With zero variance on both sides the
         difference is exact: p = 0 if it exceeds the margin else 1 (the convention of
         :func:`lmra.stats.mean_ci`).
     """
     from statsmodels.stats.weightstats import ttest_ind
 
     if len(x) < 2 or len(y) < 2:
-        return math.nan, math.nan, math.nan, "too few prompts (need ≥ 2 per run)"
+        # (prompts whose pairs the LMRA left unrated are not values: round-2 break-it, s45)
+        return math.nan, math.nan, math.nan, "too few prompts with a rated pair (need ≥ 2 per run)"
     if np.ptp(x) == 0 and np.ptp(y) == 0:
         d = float(np.mean(x) - np.mean(y))
         return math.nan, (0.0 if d > margin else 1.0), math.nan, "zero variance in both runs"

@@ -1392,3 +1392,30 @@ def test_too_few_prompts_blames_the_lmra_first_when_it_left_most_pairs_unrated()
     tests["unrated_base"] = [4, 3]
     assert "7 of 12 pairs at the baseline" in _too_few_advice(SimpleNamespace(tests=tests))
     assert _too_few_advice(SimpleNamespace(tests=pd.DataFrame())).startswith("Raise prompts_per_task")
+
+
+def test_a_check_that_tested_nothing_because_the_lmra_rated_nothing_says_so():
+    """Round-2 break-it (s45): with 2 prompts a task in both runs and every pair of tonight's left
+    invalid, every row said "too few prompts (need ≥ 2 per run)" and the final line "(too few
+    prompts)". Rows say "too few prompts with a rated pair", and the final line names the pairs
+    the LMRA left unrated; with enough rated pairs missing only because of prompt counts, the line
+    is as before."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pandas as pd
+
+    from lmra.cli.monitor import check_exit_reasons
+    from lmra.monitor import one_sided_welch
+
+    assert one_sided_welch(np.array([]), np.array([0.1, 0.2]), 0.0)[3] == \
+        "too few prompts with a rated pair (need ≥ 2 per run)"
+    tests = pd.DataFrame({"unrated_run": [2, 2], "pairs_run": [2, 2], "unrated_base": [0, 0], "pairs_base": [2, 2],
+                          "p_regress": [np.nan, np.nan], "regressed": [False, False]})
+    result = SimpleNamespace(baseline_id="B", tests=tests, regressions=tests.iloc[:0], overall_regressions=(),
+                             family_size=0, n_tested=0, replayed=False, comparability=[], unrated_rise="")
+    said = check_exit_reasons(result)[2]
+    assert said == ("no task could be tested against baseline B (too few prompts with a rated pair: the LMRA left "
+                    "4 of 4 pairs tonight without a usable rating)"), said
+    tests["unrated_run"] = [0, 0]
+    assert check_exit_reasons(result)[2] == "no task could be tested against baseline B (too few prompts)"

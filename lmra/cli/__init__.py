@@ -124,8 +124,17 @@ class _StoreOnce(argparse._StoreAction):
         given = namespace.__dict__.setdefault(_GIVEN, {})
         if self.dest in given and given[self.dest] != values:
             before = given[self.dest]
-            shown = (f", {before!r} and then {values!r}" if all(type(v) in (str, int) for v in (before, values))
-                     else " with two values")  # (a converted value, 259200.0 for 3d, would not read as given)
+            # a converted value is shown only where it reads as typed (0.02 does; 259200.0 for 3d would not), and
+            # an option whose value may be left out (``--history [FILE]``) as given without one (round-2 break-it, s45)
+            as_typed = getattr(self.type, "reads_as_typed", False) or self.type is None
+
+            def _shown(v):
+                if self.nargs == "?" and v == self.const:
+                    return f"{self.option_strings[-1]} without a value"
+                return repr(v).removesuffix(".0") if type(v) is float else repr(v)  # --max-cost 2: "2", not "2.0"
+
+            shown = (f", {_shown(before)} and then {_shown(values)}"
+                     if as_typed and all(type(v) in (str, int, float) for v in (before, values)) else " with two values")
             raise argparse.ArgumentError(self, f"given twice{shown}: which was meant? (an option takes one value; "
                                                "give it once)")
         given[self.dest] = values

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lmra.cli.commands import COMMANDS
-from lmra.cli.common import finite_float, resolve_run_arg, whole_number
+from lmra.cli.common import finite_float, reads_as_typed, resolve_run_arg, whole_number
 from lmra.console import lit, make_console
 
 
@@ -79,6 +79,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
 FEW_FLAGGED = 10
 
 
+@reads_as_typed
 def _tie_band(text: str) -> float:
     """``--tie``: scores and ratings lie in [−1, 1], so a tie band is 0 ≤ tie < 1 (1 would make every sign 0)."""
     v = finite_float(text)

@@ -44,11 +44,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("output_dir", args.output_dir), ("seed", args.seed), ("name", args.name),
                                    ("prompts", args.prompts), ("text_field", args.text_field),
                                    ("prompts_per_task", args.per_task)) if v is not None}
-    from lmra.fileio import check_utf8_path
+    from lmra.fileio import check_utf8_path, check_utf8_value
 
     for key in ("output_dir", "prompts"):  # a path lmra could not write into its JSON files (bad-input break-it, s45)
         if key in overrides:
             check_utf8_path(overrides[key], field=_OVERRIDE_OPTIONS[key])
+    for key in ("name", "text_field"):  # (round-2 break-it, s45: pydantic's "unable to parse raw data")
+        if key in overrides:
+            check_utf8_value(overrides[key], field=_OVERRIDE_OPTIONS[key])
     if args.redact:
         overrides["redact"] = True
     if args.batch:

@@ -346,6 +346,15 @@ def _bars(console: Console, log: "_ProgressLog | None", notices: _WaitNotices):
 
 
 # -- numeric options ------------------------------------------------------------------------------
+def reads_as_typed(convert):
+    """Mark an option's converter whose value, shown with ``repr``, reads as the user typed it
+    (a number, not a converted duration): a value option given twice with two values names both
+    (``lmra.cli._StoreOnce``)."""
+    convert.reads_as_typed = True
+    return convert
+
+
+@reads_as_typed
 def finite_float(text: str) -> float:
     """argparse type of a numeric option (:func:`strict_float`); argparse names the option
     and exits with status 2 on an error."""
@@ -355,6 +364,7 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+@reads_as_typed
 def whole_number(text: str) -> int:
     """argparse type of every whole-number option (:func:`strict_int`: ASCII digits, so
     ``--seed 1_0`` or ``--seed ٢٣`` is refused, not read as 10 or 23); argparse names the option
@@ -366,6 +376,7 @@ def whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+@reads_as_typed
 def count_arg(text: str) -> int:
     """argparse type of a whole-number option that counts something shown: :func:`whole_number`, ≥ 0."""
     value = whole_number(text)
@@ -374,6 +385,7 @@ def count_arg(text: str) -> int:
     return value
 
 
+@reads_as_typed
 def margin_arg(text: str) -> float:
     """argparse type of the regression check's ``--margin``: a number in [0, 2) (net-rating
     units: H lies in [−1, 1], so no rise reaches 2), refused before anything runs
@@ -386,6 +398,7 @@ def margin_arg(text: str) -> float:
     return value
 
 
+@reads_as_typed
 def delta_arg(text: str) -> float:
     """argparse type of ``lmra report --delta``: the net rating to detect, in (0, 2]."""
     value = finite_float(text)
@@ -394,6 +407,7 @@ def delta_arg(text: str) -> float:
     return value
 
 
+@reads_as_typed
 def check_alpha_arg(text: str) -> float:
     """argparse type of the regression check's ``--alpha``: a finite number in (0, 0.5]
     (:func:`lmra.monitor.check_alpha` says why)."""

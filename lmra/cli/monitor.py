@@ -333,7 +333,11 @@ def check_exit_reasons(result) -> dict[int, str]:
                         + ", ".join(sorted({str(r.comparison) for r in overall.itertuples()})) + ")")
         return {3: "; ".join(said) + _design_words(result)}
     if getattr(result, "family_size", result.n_tested) == 0:
-        return {2: f"no task could be tested against baseline {result.baseline_id} (too few prompts)"}
+        # (round-2 break-it, s45: "too few prompts" when every task had its prompts but the LMRA rated no pair)
+        unrated = _mostly_unrated(result)
+        why = (f"too few prompts with a rated pair: the LMRA left {' and '.join(unrated)} without a usable rating"
+               if unrated else "too few prompts")
+        return {2: f"no task could be tested against baseline {result.baseline_id} ({why})"}
     if getattr(result, "unrated_rise", ""):  # no rise found, but on the pairs the LMRA chose to rate
         rows = [t for t in (result.tests, getattr(result, "overall", None)) if t is not None and "unrated_rise" in t]
         n = int(sum(t["unrated_rise"].fillna(False).astype(bool).sum() for t in rows))
@@ -348,11 +352,10 @@ def check_exit_reasons(result) -> dict[int, str]:
 UNRATED_ADVICE_SHARE = 0.25
 
 
-def _too_few_advice(result) -> str:
-    """What to do when no task had enough prompts: raise ``prompts_per_task`` — unless the LMRA left
-    more than :data:`UNRATED_ADVICE_SHARE` of either run's pairs without a usable rating, which then
-    comes first (fresh-user finding, s45: "Raise prompts_per_task" when 9 of 12 pairs were invalid,
-    and more prompts would have given a quarter of them)."""
+def _mostly_unrated(result) -> list[str]:
+    """For each run of a check ("tonight", "at the baseline") whose LMRA left more than
+    :data:`UNRATED_ADVICE_SHARE` of its tested rows' pairs without a usable rating, the words
+    "N of M pairs <when>"; empty when neither did (or the check's table has no such columns)."""
     import pandas as pd
 
     tests = getattr(result, "tests", None)
@@ -365,6 +368,15 @@ def _too_few_advice(result) -> str:
                 pairs = int(pd.to_numeric(tests[cols[1]], errors="coerce").fillna(0).sum())
                 if pairs and unrated > UNRATED_ADVICE_SHARE * pairs:
                     said.append(f"{unrated:,} of {pairs:,} pairs {who}")
+    return said
+
+
+def _too_few_advice(result) -> str:
+    """What to do when no task had enough prompts: raise ``prompts_per_task`` — unless the LMRA left
+    more than :data:`UNRATED_ADVICE_SHARE` of either run's pairs without a usable rating, which then
+    comes first (fresh-user finding, s45: "Raise prompts_per_task" when 9 of 12 pairs were invalid,
+    and more prompts would have given a quarter of them)."""
+    said = _mostly_unrated(result)
     if said:
         return (f"The LMRA left {' and '.join(said)} without a usable rating (invalid, unlabelled or failed): fix "
                 "the LMRA first (docs/judge_check.md, 'lmra judge-check') — more prompts would mostly add unrated "
