@@ -275,6 +275,12 @@ def test_mistyped_history_and_reports_paths_are_input_errors_and_create_nothing(
     assert "option --history: no such history file, and no run folders beside it" in " ".join(
         capsys.readouterr().err.split())
     assert not typo.exists()
+    typo.touch()  # an empty file: not given the history's tables (round-2 break-it, s45: 86 KB written, exit 0)
+    assert lmra_cli(["history", "--history", str(typo)]) == 2
+    assert "option --history: is an empty file, and no run folders beside it" in " ".join(
+        capsys.readouterr().err.split())
+    assert typo.stat().st_size == 0
+    typo.unlink()
     assert lmra_cli(["history", "--history", str(tmp_path)]) == 2
     assert "is a folder; --history takes the run history's SQLite file" in " ".join(capsys.readouterr().err.split())
     assert lmra_cli(["history", "--reports-dir", str(tmp_path / "typo_reports")]) == 2
@@ -340,3 +346,34 @@ def test_a_night_without_a_scored_pair_leaves_the_other_nights_drawn():
     assert set(ys) == {"b", "c", "d"} and all(math.isfinite(y) for y in ys.values()), out["points"]
     assert ys["d"] < ys["b"] < ys["c"]  # higher on the page (smaller y) for a larger net rating
     assert math.isfinite(out["zero_y"]) and "nan" not in repr(out).lower()
+
+
+def test_the_page_says_which_nights_scored_no_pair(tmp_path):
+    """Round-2 break-it (s45): a night whose every pair was left without a usable rating was counted
+    in "N night(s)" and named the newest night, but had no point on any chart and no word of why;
+    the legend said a partial night's pairs were "lost to failed calls" (these were invalid). The
+    header counts such nights and says they have no point; the legend names both causes."""
+    from doubles import ScriptedJudge
+    from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
+
+    from lmra.audit import Audit
+    from lmra.config import AuditConfig
+    from lmra.history import History
+    from lmra.report.history_html import render_history_page
+
+    names, prompts = write_inputs(tmp_path / "inputs", 12)
+    for k, mass in enumerate((1.0, 0.01)):  # night 2: the LMRA's answers put 1% on the options: all invalid
+        cfg = AuditConfig.model_validate(dict(
+            name="nightly", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=k + 1,
+            output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), concurrency=8,
+            judge_check={"enabled": False}))
+        Audit(cfg, target=TaskTarget({"write a story": 0.3, "career advice": 0.3}),
+              judge=ScriptedJudge(phrase_verdict, mass=mass, model_id=f"scripted-{k}"),
+              run_dir=tmp_path / "reports" / f"2026010{k + 1}-000000-nightly").run()
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        h.scan()
+        html = " ".join(render_history_page(h).split())
+    assert "2 night(s)" in html and "(1 of them partial" in html, html[:3000]
+    assert ("(1 of them scored no pair — every pair failed or was left unrated by the LMRA — and has no point on the "
+            "charts)") in html, html[:3000]
+    assert "partial: pairs lost to failed calls, or too many left unrated by the LMRA" in html

@@ -471,11 +471,15 @@ def history_file(args: argparse.Namespace, run_ref: str | None = None, option: s
             raise LmraInputError(f"is a text file (it begins {text!r}), not an SQLite file: --history takes the run "
                                  "history (history.sqlite in the reports folder) — nothing was written to it",
                                  file=path, field="--history")
-        if run_ref is None and not path.exists() and not any(path.parent.glob("*/manifest.json")):
+        empty = path.is_file() and path.stat().st_size == 0  # (an empty file is read as an empty history: round-2 s45)
+        if run_ref is None and (empty or not path.exists()) and not any(path.parent.glob("*/manifest.json")):
             # nothing to record or read: a typo — never create an empty history and report "no runs"
-            # with success (break-it finding); a command given a run folder records it in a new file
-            raise LmraInputError(f"no such history file, and no run folders beside it in {path.parent}/ to build one "
-                                 "from (a mistyped path?)", file=path, field="--history")
+            # with success (break-it finding; an empty file was given the history's tables: round-2, s45); a
+            # command given a run folder records it in a new file
+            raise LmraInputError(("is an empty file" if empty else "no such history file")
+                                 + f", and no run folders beside it in {path.parent}/ to build one from (a mistyped "
+                                 "path?)" + (" — nothing was written to it" if empty else ""),
+                                 file=path, field="--history")
         return path
     if getattr(args, "reports_dir", None):
         if not Path(args.reports_dir).is_dir():  # (break-it finding: a typo made the folder and its history)

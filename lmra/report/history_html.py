@@ -409,6 +409,9 @@ def build_history_context(history, name: str | None = None, *, nights: int | Non
         # partial runs are drawn (hollow) beside the re-run that completed their night: counted apart
         # (fresh-user finding, s42: "4 night(s)" for 3 nights)
         "n_partial": sum(1 for n in rows if n["run_status"] == "partial"),
+        # nights that scored no pair (every pair failed, or was left unrated): no point on any chart, said
+        # (round-2 break-it, s45: counted in "N night(s)" and named newest, their points simply missing)
+        "n_unscored": len(set(runs["run_id"]) - set(overall.loc[overall["net_rating"].notna(), "run_id"])),
         "newest": rows[-1], "nights": rows[::-1], "comparisons": comparisons, "strips": strips,
         # the run folders of this name that did not finish: not drawn, never a silent gap (fresh-user finding)
         "not_finished": [r | {"text": not_finished_words(r)} for r in nf[-MAX_NOT_FINISHED:][::-1]],
