@@ -944,3 +944,9 @@ def test_calls_waiting_long_for_their_answer_are_said_as_slow_not_stuck(monkeypa
     notices.slow("b:2", 1, 75.0, None)
     assert lines == ["waiting: 1 call has waited over 1 s (the longest 75 s) for an answer from b:2; no time limit is "
                      "set (timeout_s) — the endpoint is slow, the run is not stuck"]
+    # the slow notice and a retry-wait notice of one endpoint are timed apart: neither hides the other
+    # (round-2 break-it, s45); each again at most once a minute
+    notices("b:2", 40.0, "HTTP 429")
+    notices.slow("b:2", 1, 80.0, None)
+    notices("b:2", 40.0, "HTTP 429")
+    assert len(lines) == 2 and "asks to wait 40 s before a retry" in lines[1], lines

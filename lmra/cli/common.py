@@ -214,8 +214,9 @@ class _WaitNotices:
 
     def slow(self, endpoint: str, n: int, oldest: float, deadline: float | None) -> None:
         """Say that ``n`` calls to ``endpoint`` have waited long for their answer (the oldest
-        ``oldest`` s; ``deadline``: the seconds an attempt is given, None for no limit)."""
-        if not self._due(endpoint):
+        ``oldest`` s; ``deadline``: the seconds an attempt is given, None for no limit). Timed
+        apart from the retry-wait notices, so that neither hides the other (round-2 break-it, s45)."""
+        if not self._due(f"slow {endpoint}"):
             return
         limit = (f"an attempt is given {deadline:,.0f} s, then it is timed out and tried again" if deadline
                  else "no time limit is set (timeout_s)")
