@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
@@ -37,6 +38,7 @@ from lmra.audit.finish import (AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX, AXES_PART
                                INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
 from lmra.diagnostics import COMBINERS_DISAGREE_PREFIX, FLAGGED_PREFIX, ORDER_DEPENDENCE_MARK, POSITIONAL_REFUSAL_PREFIX
 from lmra.errors import LmraInputError
+from lmra.pairstore import parquet_columns, read_pairs
 from lmra.runfolder import RunFolder, load_run
 from lmra.shard import MAX_SHARDS, SHARD_FILE
 
@@ -602,17 +604,30 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     # the per-pair columns: a shard's ratings.parquet lacks a column its pairs never filled (a
     # shard whose every pair failed has no order1 …); every record gets every column, in the order
     # of the widest shard, so the merged table's columns are the unsharded run's
-    rating_columns: list[str] = list(max((s.run.ratings.columns for s in shards), key=len, default=[]))
+    # a large night (issue 15's spool threshold) is merged through spools, one shard's records in memory at a
+    # time (known since s45: the merge held every shard's pairs, ~10 KB a pair); else in memory, as before
+    spooled = _spooled(shards)
+    rating_columns: list[str] = list(max((_pair_columns(s, spooled) for s in shards), key=len, default=[]))
+    real_pos: list = []  # spooled: each shard's pairs' and responses' places in the prompt file (for their order)
+    response_pos: list = []
+    judge2_logprobs_seen = False
     for s in shards:
         texts = {r["id"]: r for r in s.run.jsonl("prompts.jsonl")}
-        rdf = s.run.ratings
+        rdf = (read_pairs(s.run.pairs_path, ["prompt_id", "domain", "task", "judge2_method"]) if spooled
+               else s.run.ratings)
         audited = rdf[["prompt_id", "domain", "task"]].drop_duplicates("prompt_id") if len(rdf) else rdf
         for pid, dom, task in audited.itertuples(index=False) if len(rdf) else ():  # each prompt has a pair
             prompt_rows.append(texts.get(pid) or {"id": pid, "domain": dom, "task": task, "text": None})
-        responses += s.run.jsonl("responses.jsonl")
+        if spooled:
+            real_pos.append(np.array([pos(str(p)) for p in rdf["prompt_id"]] if len(rdf) else [], dtype=np.int64))
+            response_pos.append(np.array([pos(str(r["prompt_id"])) for r in s.run.jsonl("responses.jsonl")],
+                                         dtype=np.int64))
+            judge2_logprobs_seen |= bool("judge2_method" in rdf and (rdf["judge2_method"] == "logprobs").any())
+        else:
+            responses += s.run.jsonl("responses.jsonl")
+            ratings += rdf.to_dict(orient="records")
+        rating_columns += [c for c in _pair_columns(s, spooled) if c not in rating_columns]
         placebo_responses += s.run.jsonl("placebo_responses.jsonl")
-        ratings += rdf.to_dict(orient="records")
-        rating_columns += [c for c in rdf.columns if c not in rating_columns]
         placebo_ratings += s.run.jsonl("placebo_ratings.jsonl")
         quality += s.run.jsonl("quality_ratings.jsonl")
     n_selected = int(first.record.get("n_selected") or 0)
@@ -640,14 +655,10 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     refusals: dict[int, tuple] = {}
     stored_responses = []
     for i, row in enumerate(responses):
-        row = dict(row)
-        p_ref, refused = row.pop("refusal_p", None), row.pop("refused", None)
-        if refused is not None:
-            refusals[i] = (p_ref, refused)
-        if row.pop("redacted", False):  # only the length is kept: finish_run writes it again (and
-            n = int(row.pop("n_chars", 0) or 0)  # counts a length-0 text as an empty response)
-            row["text"] = row["scrubbed"] = "x" * n
-        stored_responses.append(_Stored(row))
+        label, stored = _stored_response(row)
+        if label is not None:
+            refusals[i] = label
+        stored_responses.append(stored)
 
     # -- filter decisions and task classifications: each shard holds its own prompts'; in
     # 'selection' mode shard.json lists the unsharded order of the removals
@@ -690,7 +701,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     # merged run's combiner from the shards' min to mean)
     judge2_logprobs = (m0.get("judge2") or {}).get("supports_logprobs")
     if not isinstance(judge2_logprobs, bool):
-        judge2_logprobs = any(r.get("judge2_method") == "logprobs" for r in ratings)
+        judge2_logprobs = judge2_logprobs_seen or any(r.get("judge2_method") == "logprobs" for r in ratings)
     audit = Audit(cfg, target=_StoredProvider(m0.get("target"), False),
                   judge=_StoredProvider(m0.get("judge"), bool((m0.get("judge") or {}).get("supports_logprobs"))),
                   judge2=_StoredProvider(m0.get("judge2"), judge2_logprobs)
@@ -782,6 +793,10 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
         }
         audit._write_json("manifest.json", manifest)
         prompts = [_Stored(r) for r in prompt_rows]
+        if spooled:  # the pairs and responses, one shard at a time, into spools in the run folder
+            ratings = _spool_pairs(audit, shards, real_pos, rating_columns, ratings)
+            stored_responses = _spool_responses(audit, shards, response_pos, stored_responses, refusals,
+                                                inputs.placebo)
         return audit._finish(inputs, prompts, classifications, decisions, stored_responses, refusals, ratings,
                              quality, manifest, None)
     except BaseException as exc:
@@ -791,6 +806,104 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
         audit.release_dir()
 
 
+def _spooled(shards: list[ShardRun]) -> bool:
+    """Whether the merge spools the shards' pairs and responses: the shards hold, together, at
+    least :data:`lmra.audit.SPOOL_MIN_PAIRS` pairs (as an audit of that size spools its own), each
+    in a ``ratings.parquet`` (counted from its footer)."""
+    import pyarrow.parquet as pq
+
+    from lmra import audit as audit_module
+    from lmra.pairstore import reading
+
+    paths = [s.run.pairs_path for s in shards]
+    if not paths or any(p is None or Path(p).suffix != ".parquet" for p in paths):
+        return False
+    n = 0
+    for p in paths:
+        with reading(p):
+            n += pq.ParquetFile(p).metadata.num_rows
+    return n >= audit_module.SPOOL_MIN_PAIRS
+
+
+def _pair_columns(shard: ShardRun, spooled: bool) -> list[str]:
+    """A shard's per-pair columns (its ``ratings.parquet``'s footer when the merge is spooled,
+    which reads no pair)."""
+    return parquet_columns(shard.run.pairs_path) if spooled else list(shard.run.ratings.columns)
+
+
+def _stored_response(row: dict) -> tuple[tuple | None, _Stored]:
+    """A shard's ``responses.jsonl`` line as a stage record for :func:`finish_run`, and its refusal
+    label ``(p, refused)`` (None: not labelled). A redacted line keeps only the text's length:
+    finish_run writes it again (and counts a length-0 text as an empty response)."""
+    row = dict(row)
+    p_ref, refused = row.pop("refusal_p", None), row.pop("refused", None)
+    if row.pop("redacted", False):
+        n = int(row.pop("n_chars", 0) or 0)
+        row["text"] = row["scrubbed"] = "x" * n
+    return ((p_ref, refused) if refused is not None else None), _Stored(row)
+
+
+def _places(positions: list) -> list:
+    """For each shard's array of places in the prompt file, each record's place in the merged
+    order: a stable sort of the shards' records, concatenated in shard order, by place (the
+    in-memory merge's ``sorted``)."""
+    flat = np.concatenate(positions) if positions else np.array([], dtype=np.int64)
+    rank = np.empty(len(flat), dtype=np.int64)
+    rank[np.argsort(flat, kind="stable")] = np.arange(len(flat))
+    out, start = [], 0
+    for a in positions:
+        out.append(rank[start:start + len(a)])
+        start += len(a)
+    return out
+
+
+def _spool_pairs(audit, shards: list[ShardRun], positions: list, columns: list[str], placebo: list[dict]):
+    """The merged night's pairs in a :class:`~lmra.audit.finish.RatedPairSpool` in the run folder:
+    each shard's ``ratings.parquet`` read in turn (one in memory at a time), every row given the
+    columns of the widest shard and kept to the audit's own (its rescored ones are computed again),
+    at its place in the merged order; the placebo pairs (``placebo``, already in order) after them."""
+    from lmra import pairstore
+    from lmra.audit.finish import RatedPairSpool
+    from lmra.audit.pipeline import SPOOL_NAME
+    from lmra.audit.rate import PAIR_COLUMNS
+
+    own = frozenset(PAIR_COLUMNS)
+    spool = audit.spool = RatedPairSpool(audit.run_dir / SPOOL_NAME, PAIR_COLUMNS, row_group=pairstore.SPOOL_ROW_GROUP)
+    places = _places(positions)
+    for s, keys in zip(shards, places):
+        rows = read_pairs(s.run.pairs_path).to_dict(orient="records")
+        for key, r in zip(keys.tolist(), rows):
+            spool.add(key, {k: v for k, v in ({c: r.get(c) for c in columns} | r).items() if k in own})
+        del rows
+    n = sum(len(k) for k in places)
+    for i, r in enumerate(placebo):
+        spool.add(n + i, {k: v for k, v in ({c: r.get(c) for c in columns} | r).items() if k in own})
+    return spool
+
+
+def _spool_responses(audit, shards: list[ShardRun], positions: list, placebo_responses: list,
+                     refusals: dict[int, tuple], placebo_names):
+    """The merged night's responses in a :class:`~lmra.audit.finish.ResponseSpool` in the run
+    folder: each shard's ``responses.jsonl`` read in turn, at its place in the merged order, with
+    its refusal label; the placebo responses (``placebo_responses``, stage records already in
+    order, their labels in ``refusals`` by index) after them."""
+    from lmra import pairstore
+    from lmra.audit.finish import ResponseSpool
+    from lmra.audit.pipeline import RESPONSE_SPOOL_NAME
+
+    spool = audit.response_spool = ResponseSpool(audit.run_dir / RESPONSE_SPOOL_NAME, audit.cfg.redact,
+                                                 placebo_names, row_group=pairstore.SPOOL_ROW_GROUP)
+    places = _places(positions)
+    for s, keys in zip(shards, places):
+        for key, row in zip(keys.tolist(), s.run.jsonl("responses.jsonl")):
+            label, stored = _stored_response(row)
+            spool.add_response(key, stored, label)
+    n = sum(len(k) for k in places)
+    for i, stored in enumerate(placebo_responses):
+        spool.add_response(n + i, stored, refusals.get(i))
+    return spool
+
+
 def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
     """Write the merged folder's ``manifest.json`` as stopped — ``interrupted`` (with the signal) or
     ``failed`` (with the error), as an audit's — unless it already says how it ended (break-it finding:
@@ -798,6 +911,10 @@ def _record_stop(audit, manifest: dict | None, exc: BaseException) -> None:
     from lmra.errors import LmraIOError
     from lmra.runstate import RUNNING, stop_record
 
+    for spool in (getattr(audit, "spool", None), getattr(audit, "response_spool", None)):
+        if spool is not None:  # a spooled merge's files: the shards still hold every record
+            with contextlib.suppress(Exception):  # (already failing: the stop is recorded below)
+                spool.abort()
     path = audit.run_dir / "manifest.json"
     try:
         current = json.loads(path.read_text(encoding="utf-8"))

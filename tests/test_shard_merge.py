@@ -89,17 +89,41 @@ def test_shards_are_a_stable_partition_by_prompt_id():
         assert exc.value.field == "--shard"
 
 
-def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path):
+def _merge_shards(paths, out_dir, spooled: bool, monkeypatch):
+    """merge_shards, its pairs and responses held in memory or (``spooled``: the spool threshold
+    lowered to 1 pair, as a night of 100,000 pairs or more) spooled one shard at a time."""
+    import lmra.audit
+    from lmra import merge
+
+    seen = []
+    real = merge._spool_pairs
+
+    def spool_pairs(*args, **kwargs):
+        seen.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge, "_spool_pairs", spool_pairs)
+    with monkeypatch.context() as m:
+        m.setattr(lmra.audit, "SPOOL_MIN_PAIRS", 1 if spooled else lmra.audit.SPOOL_MIN_PAIRS)
+        merged = merge_shards(paths, out_dir=out_dir)
+    assert bool(seen) == spooled
+    assert not list(merged.run_dir.glob(".*spool*"))  # the spools are gone
+    return merged
+
+
+@pytest.mark.parametrize("spooled", [False, True], ids=["in-memory", "spooled"])
+def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path, spooled, monkeypatch):
     """prompts_per_task = 6 and a placebo: 'selection' mode (every shard selects over all
     prompts, audits its share). Tables, intervals, judge status, the per-pair rows and the
-    summary equal the unsharded run's; calls are summed."""
+    summary equal the unsharded run's; calls are summed. The same when the merge spools the
+    shards' pairs and responses (a large night: known since s45, the merge held them all)."""
     whole = _audit(_cfg(tmp_path, "whole"))
     shards = _sharded(tmp_path)
     assert all(json.loads((s.run_dir / "shard.json").read_text())["mode"] == "selection" for s in shards)
     audited = [set(s.ratings["prompt_id"]) for s in shards]
     assert all(audited) and not (audited[0] & audited[1] or audited[0] & audited[2] or audited[1] & audited[2])
     assert set().union(*audited) == set(whole.ratings["prompt_id"])
-    merged = merge_shards([s.run_dir for s in reversed(shards)], out_dir=tmp_path / "merged")
+    merged = _merge_shards([s.run_dir for s in reversed(shards)], tmp_path / "merged", spooled, monkeypatch)
     _assert_same_results(whole, merged)
     s = merged.summary
     assert s["n_filtered_lmra"] > 0 and s["n_filtered_unlabelled"] > 0 and s["n_pairs_failed"] > 0
@@ -127,7 +151,8 @@ def test_merged_shards_equal_the_unsharded_run_with_a_per_task_limit(tmp_path):
     assert merged.manifest["target"]["served"]["responses"] == whole.manifest["target"]["served"]["responses"]
 
 
-def test_merged_shards_equal_the_unsharded_run_auditing_every_prompt(tmp_path):
+@pytest.mark.parametrize("spooled", [False, True], ids=["in-memory", "spooled"])
+def test_merged_shards_equal_the_unsharded_run_auditing_every_prompt(tmp_path, spooled, monkeypatch):
     """prompts_per_task = 0 and no placebo: 'prompts' mode, each shard classifies and filters
     only its own prompts (no call is made twice); a redacted run (responses kept as lengths)."""
     kw = dict(prompts_per_task=0, placebo={"share": 0.0}, samples_per_prompt=1, judge2=None, redact=True,
@@ -139,7 +164,7 @@ def test_merged_shards_equal_the_unsharded_run_auditing_every_prompt(tmp_path):
     # run's calls, plus the judge check's in each further shard
     extra = sum(s.manifest["calls"]["fresh"] for s in shards) - whole.manifest["calls"]["fresh"]
     assert extra == (len(shards) - 1) * _canary_calls(whole)
-    merged = merge_shards([s.run_dir for s in shards], out_dir=tmp_path / "merged")
+    merged = _merge_shards([s.run_dir for s in shards], tmp_path / "merged", spooled, monkeypatch)
     _assert_same_results(whole, merged, filter_order=False)  # removals: lexical first, then in file order
     assert merged.summary["n_classified"] == 6 and merged.summary["n_filtered"] > 0
 
