@@ -706,8 +706,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                   judge=_StoredProvider(m0.get("judge"), bool((m0.get("judge") or {}).get("supports_logprobs"))),
                   judge2=_StoredProvider(m0.get("judge2"), judge2_logprobs)
                   if cfg.judge2 is not None else None,
-                  allow_unvalidated_judge=any((s.run.summary.get("judge_status") or {}).get("waiver")
-                                              == "--allow-unvalidated-judge" for s in shards))
+                  allow_unvalidated_judge=_waived_by_flag(shards)[0])
     audit.placebo_skipped = []
     # prompts left out by the selection: 'selection' mode shards select from the whole file
     # alike (then take their share): the first one's counts; 'prompts' mode shards select from
@@ -751,6 +750,12 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
         warnings.append(f"{MERGE_VERSION_PREFIX}: the shards were audited by lmra {_lmra_version(first.run)}, this merge "
                         f"runs lmra {mine}, which computed the merged statistics (manifest.json: versions is the "
                         "merge's, shards[].versions the shards')")
+    waived, gated = _waived_by_flag(shards)[1:]
+    if waived and gated:  # (break-it, s46: one shard re-run by hand with the flag waived the whole night: exit 0)
+        warnings.append(f"{JUDGE_WAIVER_MIXED_PREFIX}: shard{'s' * (len(waived) != 1)} {', '.join(waived)} "
+                        f"{'was' if len(waived) == 1 else 'were'} run with --allow-unvalidated-judge, but the judge "
+                        f"of shard{'s' * (len(gated) != 1)} {', '.join(gated)} failed validation without it: the "
+                        "merged night is gated, as the unsharded audit would be")
     differ = version_differences(shards)
     if differ:
         warnings.append(f"{VERSIONS_DIFFER_PREFIX}: {differ}. Each shard's answers were parsed with its own "
@@ -804,6 +809,26 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
         raise
     finally:
         audit.release_dir()
+
+
+#: the start of the merged run's warning that its shards' judge-check waivers differ (:func:`_waived_by_flag`)
+JUDGE_WAIVER_MIXED_PREFIX = "judge-check waiver of some shards only"
+
+
+def _waived_by_flag(shards: list[ShardRun]) -> tuple[bool, list[str], list[str]]:
+    """Whether the merged night's judge failure is waived as ``--allow-unvalidated-judge``: some
+    shard was run with that flag and no shard's judge failed validation without a waiver (gated,
+    its exit status 5) — the flag of one shard, re-run by hand, does not waive the others' gate
+    (break-it finding, s46: the merge exited 0 where the unsharded audit exits 5). Returns
+    ``(waived, shards run with the flag, shards whose failure was gated)``, shards as "2/3"."""
+    flagged, gated = [], []
+    for s in shards:
+        js = s.run.summary.get("judge_status") or {}
+        if js.get("waiver") == "--allow-unvalidated-judge":
+            flagged.append(str(s.record.get("shard")))
+        elif js.get("status") == "failed" and js.get("gated", True):
+            gated.append(str(s.record.get("shard")))
+    return bool(flagged) and not gated, flagged, gated
 
 
 def _spooled(shards: list[ShardRun]) -> bool:

@@ -790,3 +790,36 @@ def test_merge_refuses_shards_of_two_audit_designs(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "audit design differs" in err and "design.names" in err and str(man_file) in err, err
     assert "Traceback" not in err and not any((tmp_path / "m").glob("*/summary.json"))
+
+
+def test_one_shards_judge_waiver_does_not_waive_the_merged_night(tmp_path, capsys):
+    """Break-it finding (s46): shards 1/3 and 3/3 ran gated (their judge failed validation: exit 5)
+    and shard 2/3 was re-run by hand with --allow-unvalidated-judge; the merge exited 0, "failed
+    (waived)", where the unsharded audit exits 5. The merged night is waived only when no shard's
+    failure was gated, and a warning names the shards whose waivers differ."""
+    from lmra.cli import main
+    from lmra.merge import JUDGE_WAIVER_MIXED_PREFIX
+
+    kw = dict(placebo={"share": 0.0}, judge2=None, quality={"enabled": False}, max_failed_share=1.0)
+    runs = []
+    for i in (1, 2, 3):
+        cfg = _cfg(tmp_path, "shards", cache=str(tmp_path / f"cache{i}.sqlite"), **kw)
+        audit = Audit(cfg, target=FlakyTarget([]), judge=RecordingJudge([]), allow_unvalidated_judge=i == 2)
+        audit.shard = Shard(i, 3)
+        audit.run_dir = audit.run_dir.with_name(f"{audit.run_dir.name}-shard{i}of3")
+        runs.append(audit.run())
+    statuses = [(r.summary["judge_status"]["status"], r.summary["judge_status"]["waived"]) for r in runs]
+    assert statuses == [("failed", False), ("failed", True), ("failed", False)], statuses
+    capsys.readouterr()
+    assert main(["merge", *[str(r.run_dir) for r in runs], "--out-dir", str(tmp_path / "merged"), "--no-report"]) == 5
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("shard 2/3 was run with --allow-unvalidated-judge, but the judge of shards 1/3, 3/3 failed validation "
+            "without it: the merged night is gated") in out, out[-3000:]
+    (merged,) = [p for p in (tmp_path / "merged").iterdir() if (p / "summary.json").is_file()]
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["judge_status"]["gated"] and not summary["judge_status"]["waived"]
+    assert any(w.startswith(JUDGE_WAIVER_MIXED_PREFIX) for w in summary["warnings"])
+    # every shard that failed was waived: the merged night is waived (exit 0), no warning
+    from lmra.merge import _waived_by_flag, load_shards
+
+    assert _waived_by_flag(load_shards([r.run_dir for r in runs])) == (False, ["2/3"], ["1/3", "3/3"])
