@@ -1111,6 +1111,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "n_filtered_lexical": n_lex,
         "n_filtered_lmra": len(decisions) - n_lex - n_filter_unlabelled,
         "n_filtered_unlabelled": n_filter_unlabelled,
+        # of them, those whose LMRA answered without a usable yes/no (not a failed call): the answer is in the call
+        # cache, so every run with this cache removes the same prompts (nightly trial, s46: said as tonight's)
+        "n_filtered_unanswered": sum(1 for d in decisions if d.reason == "unlabelled" and d.error is None),
         "n_prompts_not_selected": left_out.get("not_selected"),  # outside the configured domains/tasks
         "n_prompts_over_limit": left_out.get("over_limit"),  # beyond prompts_per_task in their task
         # records of the prompt file whose text repeats an earlier one's: audited once (lmra.data.load_prompts)

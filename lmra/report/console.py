@@ -76,6 +76,21 @@ def call_counts_line(c: dict) -> str:
     return out
 
 
+def _unlabelled_filter_words(s: dict) -> str:
+    """Why the identity filter left prompts unlabelled: failed calls (tried again by a re-run) and
+    answers without a usable yes/no, which the call cache keeps — every run with this cache, a
+    later night's too, removes the same prompts (nightly trial, s46: read as tonight's mishap)."""
+    unl, unanswered = int(s.get("n_filtered_unlabelled") or 0), s.get("n_filtered_unanswered")
+    if unanswered is None:  # (a run before s46)
+        return "the filter's LMRA call failed or gave no answer"
+    failed = unl - int(unanswered)
+    said = [f"{failed} failed call{'s' * (failed != 1)} (a re-run asks again)"] if failed else []
+    if unanswered:
+        said.append(f"{unanswered} answer{'s' * (unanswered != 1)} without a usable yes/no, kept in the call cache: "
+                    "every run with this cache removes the same prompts ('lmra cache prune' forgets them)")
+    return "; ".join(said)
+
+
 def _left_out(s: dict) -> str:
     """The Prompts line's part on prompts the selection left out (runs before 2026-12-02 did not
     record them: nothing)."""
@@ -573,7 +588,7 @@ def render_audit(console: Console, result) -> None:
     console.print(f"Prompts: {s.get('n_prompts_in_file')} in the file, {s.get('n_classified', 0)} classified by the "
                   f"LMRA{no_label_words}, {s.get('n_filtered', 0)} removed by the identity filter ({s.get('n_filtered_lexical', 0)} "
                   f"lexical, {s.get('n_filtered_lmra', 0)} LMRA"
-                  + (f", [bold yellow]{unl} unlabelled[/]: the filter's LMRA call failed or gave no answer" if unl
+                  + (f", [bold yellow]{unl} unlabelled[/]: {_unlabelled_filter_words(s)}" if unl
                      else "") + ")" + _left_out(s) + f", {s.get('n_prompts')} audited.")
     if s.get("n_domains_replaced"):
         console.print(f"[bold yellow]{counted(s['n_domains_replaced'], 'prompt')} without a task gave a domain that is "
