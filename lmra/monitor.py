@@ -172,9 +172,14 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
         mixed = (" One run's judge answers include those of another model besides the other run's: answers "
                  "replayed from the call cache (identity-filter, refusal and classification answers do not change "
                  "with the seed) keep the model that gave them, so every night audited after a judge update "
-                 "mixes both the same way (its ratings are the new model's). To go on with the new judge, pin "
-                 f"this run ('lmra pin {run.run_id}'): later nights mix alike and are compared with it; nights "
-                 "before the update stay comparable with each other only.")
+                 "mixes both the same way (its ratings are the new model's). "
+                 + (f"This run's judge failed validation ({run.judge_status}): do not pin it — make the new judge "
+                    "pass (docs/judge_check.md), then pin a night it rated ('lmra pin RUN'): later nights mix alike "
+                    "and are compared with it"
+                    if str(run.judge_status).startswith("failed") else
+                    f"To go on with the new judge, pin this run ('lmra pin {run.run_id}'): later nights mix alike and "
+                    "are compared with it")
+                 + "; nights before the update stay comparable with each other only.")
     for what, mine, theirs, *shown in checks:
         if mine != theirs:
             mine, theirs = shown or (mine, theirs)  # (the combiners as recorded: break-it round 3)

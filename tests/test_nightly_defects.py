@@ -1419,3 +1419,33 @@ def test_a_check_that_tested_nothing_because_the_lmra_rated_nothing_says_so():
                     "4 of 4 pairs tonight without a usable rating)"), said
     tests["unrated_run"] = [0, 0]
     assert check_exit_reasons(result)[2] == "no task could be tested against baseline B (too few prompts)"
+
+
+def test_a_refused_check_names_the_failed_judge_on_the_final_line_and_advises_no_pin_of_it(tmp_path, capsys):
+    """Nightly trial (s46): a night whose judge's served model changed (its check refused: exit 2) and
+    whose judge also failed validation ended "exit status 2: the error above (…)" without the judge's
+    failure (docs: the final line names what 2 took precedence over), and the refusal advised pinning
+    that failed-judge run. The judge paragraph is printed, the final line names 5, and the advice
+    is not to pin it."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "n.toml"
+    with FaultServer(fault_rate=0.0) as srv:  # the server's LMRA is noise: the judge fails its diagnostics
+        audit_config(cfg, srv.url, str(tmp_path / "cache.sqlite"), str(tmp_path / "reports"), name="nightly",
+                     tasks=["write a story"], per_task=4, retries=0, timeout_s=10)
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "1"]) == 5
+        (first,) = (tmp_path / "reports").glob("*-nightly")
+        assert main(["pin", str(first)]) == 0
+        srv.served_model = "fake-2026-12-07"  # the same configured id, another model answering (and the target)
+        capsys.readouterr()
+        status = main(["audit", "--config", str(cfg), "--no-progress", "--no-report", "--seed", "2",
+                       "--baseline", "pinned"])
+    cap = capsys.readouterr()
+    out, err = " ".join(cap.out.split()), " ".join(cap.err.split())
+    assert status == 2, out[-2000:] + err[-2000:]
+    assert "judge failed validation: " in err, err[-3000:]
+    final = [ln for ln in cap.out.splitlines() + cap.err.splitlines() if ln.startswith("exit status")]
+    assert final and "not comparable" in final[-1] and "takes precedence over 5: the judge failed validation" in \
+        " ".join(final[-1].split()), final
+    if "One run's judge answers include those of another model" in err:  # (the mixed-answers advice)
+        assert "do not pin it" in err and "To go on with the new judge, pin this run" not in err, err[-3000:]

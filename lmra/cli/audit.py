@@ -469,7 +469,6 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
     if nothing is not None:
         return _nothing_scored_end(args, audit, result, console, *nothing, report_worker=report_worker)
     from lmra.cli.gates import gates_after_audit
-    from lmra.judge_check import EXIT_JUDGE_FAILED
     from lmra.cli.monitor import monitor_after_audit
 
     reasons: dict[int, str] = {}  # every exit status that applies and why (the final line picks one)
@@ -496,6 +495,12 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
                                 report=not getattr(args, "no_report", False), console=console, first_night=first_night,
                                 reasons=reasons, allow_unvalidated_judge=getattr(args, "allow_unvalidated_judge", False),
                                 report_worker=report_worker, meanwhile=land)
+        except Exception:
+            # a refused check (exit 2, e.g. the judge's served model changed): the run's own state is said all
+            # the same, and named on the final line as what 2 took precedence over (nightly trial, s46: a judge
+            # that also failed validation was missing from the last line)
+            _run_state_reasons(result, console, reasons)
+            raise
         finally:
             land()
     if audit.shard is not None:
@@ -515,6 +520,15 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
         from lmra.cli.exits import unchecked_reason
 
         reasons[0] = unchecked_reason(cfg, result)
+    _run_state_reasons(result, console, reasons)
+    return print_final_status(console, reasons)
+
+
+def _run_state_reasons(result, console: Console, reasons: dict[int, str]) -> None:
+    """Say a partial run (1) and a judge that failed validation (5, or waived) with their
+    paragraphs, and add their exit statuses to ``reasons``."""
+    from lmra.judge_check import EXIT_JUDGE_FAILED
+
     if result.summary.get("run_status") == "partial":
         s = result.summary
         from lmra.runstate import lost_to_calls, partial_advice, partial_text
@@ -539,7 +553,6 @@ def finish_audit(args: argparse.Namespace, cfg, audit, result, console: Console,
         else:
             console.print("[bold yellow]The judge failed validation; the failure is waived for this run "
                           "(judge_status in summary.json, history and exports says so).[/]")
-    return print_final_status(console, reasons)
 
 
 def _nothing_scored(result, *, failed: int, scored: int) -> tuple[str, str] | None:
