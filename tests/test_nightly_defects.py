@@ -1449,3 +1449,40 @@ def test_a_refused_check_names_the_failed_judge_on_the_final_line_and_advises_no
         " ".join(final[-1].split()), final
     if "One run's judge answers include those of another model" in err:  # (the mixed-answers advice)
         assert "do not pin it" in err and "To go on with the new judge, pin this run" not in err, err[-3000:]
+
+
+def test_the_usage_of_answers_thrown_away_for_lack_of_logprobs_is_counted():
+    """Break-it finding (s46): an LMRA answer without the log-probabilities asked for is asked again
+    (HTTP 200 each time, billed by the provider), but only the last answer's tokens reached the
+    token counts, the cost estimate and max_cost — a third of the bill with two retries. Through the
+    official SDK against a real local server: the returned usage counts every answer received; and
+    an answer with them after two without counts all three."""
+    from lmra.providers.base import ChatResult, Usage, retry_call
+
+    async def go():
+        with FaultServer() as srv:
+            cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False,
+                              max_retries=2, timeout_s=5.0)
+            p = OpenAIProvider(cfg)
+            req = ChatRequest(messages=[Message(role="user", content="Which? A) x B) y")], max_tokens=1,
+                              options=("A", "B"))
+            srv.fault_rate, srv.faults = 1.0, ("no_logprobs",)  # every answer without them
+            result = await p.complete(req)
+            await p.aclose()
+            return result, srv.requests
+
+    result, n_requests = asyncio.run(go())
+    assert n_requests == 3 and result.degraded == "no_logprobs"
+    one = (20, 8)  # the fault server's usage of one answer
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (3 * one[0], 3 * one[1]), result.usage
+
+    answers = iter([ChatResult(text="A", usage=Usage(prompt_tokens=10, completion_tokens=1)),
+                    ChatResult(text="B", usage=Usage(prompt_tokens=11, completion_tokens=2)),
+                    ChatResult(text="", option_probs={"A": 0.7, "B": 0.3}, usage=Usage(prompt_tokens=12,
+                                                                                       completion_tokens=3))])
+
+    async def call():
+        return next(answers)
+
+    got = asyncio.run(retry_call(call, 2, needs_logprobs=True))
+    assert got.option_probs == {"A": 0.7, "B": 0.3} and (got.usage.prompt_tokens, got.usage.completion_tokens) == (33, 6)

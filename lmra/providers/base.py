@@ -547,9 +547,15 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
         layer then estimates its question by sampling, :func:`lmra.judge.options.ask_options`,
         and the call cache does not keep it).
 
+        The returned result's ``usage`` counts the tokens of the answers without log-probabilities
+        that were thrown away and asked again too: the provider bills every answer it sends (break-it
+        finding, s46: tokens, the cost estimate and ``max_cost`` counted the last answer's only, a
+        third of what an endpoint dropping log-probabilities twice a call billed).
+
     Raises:
         ProviderError: the last attempt failed.
     """
+    spent: Usage | None = None  # the usage of the answers thrown away
     for attempt in range(max_retries + 1):
         if attempt:
             note_event("retry")
@@ -563,14 +569,28 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
                 raise
             continue
         if needs_logprobs and result.option_probs is None and result.finish_reason in FILTER_FINISH_REASONS:
-            return result  # the provider's safety system stopped it: a refusal, not an answer without them
+            return _with_spent(result, spent)  # the provider's safety system stopped it: a refusal, not an answer
+            # without them
         if needs_logprobs and result.option_probs is None:
             note_event("no_logprobs")
             if attempt == max_retries:
-                return result.model_copy(update={"degraded": "no_logprobs"})
+                return _with_spent(result.model_copy(update={"degraded": "no_logprobs"}), spent)
+            u = result.usage
+            spent = u if spent is None else Usage(prompt_tokens=spent.prompt_tokens + u.prompt_tokens,
+                                                  completion_tokens=spent.completion_tokens + u.completion_tokens)
             continue
-        return result
+        return result if spent is None else _with_spent(result, spent)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _with_spent(result: ChatResult, spent: Usage | None) -> ChatResult:
+    """``result`` whose usage also counts ``spent``, the tokens of answers thrown away before it
+    (:func:`retry_call`)."""
+    if spent is None:
+        return result
+    u = result.usage
+    return result.model_copy(update={"usage": Usage(prompt_tokens=u.prompt_tokens + spent.prompt_tokens,
+                                                    completion_tokens=u.completion_tokens + spent.completion_tokens)})
 
 
 _VARIANT_STRIP = re.compile(r"^[\s\*\(\[\"'`_#]*|[\s\)\]\.\:\*\"'`,_]*$")
