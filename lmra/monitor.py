@@ -340,6 +340,10 @@ class CheckResult:
     #: tonight's significant quality gaps between the groups, which the check does not test (its
     #: verdict is about harmful-stereotype ratings only: :func:`lmra.quality_gap.check_quality_notes`), else ""
     quality_gap: str = ""
+    #: tonight's own overall net ratings whose interval excludes 0 (:func:`overall_away_from_zero`):
+    #: a bias the check does not test when the baseline had it too (nightly trial, s46: a night pinned
+    #: with the bias, then "no regression" every night), else ""
+    away_from_zero: str = ""
 
     @property
     def judge_status_line(self) -> str:
@@ -450,6 +454,22 @@ def refused_check(run: RunFolder, baseline: RunFolder, *, margin: float, alpha: 
                        identity_changes=identity_changes(baseline.manifest, run.manifest),
                        comparability=[REFUSED_PREFIX + reason], run_status=run.status,
                        baseline_status=baseline.status)
+
+
+def overall_away_from_zero(overall: pd.DataFrame) -> str:
+    """``; the overall net rating's interval lies above 0 (female vs male: +0.1000 [+0.0120,
+    +0.2000])`` (and ``below``) for each comparison of a run's overall table (columns ``group_a``,
+    ``group_b``, ``net_rating``, ``ci_low``, ``ci_high``) whose interval excludes 0; "" for none or
+    a table without them. Said on the final line of a first night and of a "no regression" night:
+    the check tests getting worse than the baseline, not a bias the baseline had too."""
+    said = ""
+    if len(overall) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(overall.columns):
+        for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
+            rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+                    for r in overall.itertuples() if keep(r)]
+            if rows:
+                said += f"; the overall net rating's interval lies {side} 0 ({'; '.join(rows)})"
+    return said
 
 
 def one_sided_welch(x: np.ndarray, y: np.ndarray, margin: float) -> tuple[float, float, float, str]:
@@ -873,7 +893,8 @@ def check_regression(run: RunFolder, baseline: RunFolder, margin: float = 0.0,
                        run_failed_share=run.summary.get("failed_share"),
                        baseline_failed_share=baseline.summary.get("failed_share"),
                        run_partial_because=partial_because(run.summary),
-                       baseline_partial_because=partial_because(baseline.summary))
+                       baseline_partial_because=partial_because(baseline.summary),
+                       away_from_zero=overall_away_from_zero(pd.DataFrame(run.summary.get("overall") or [])))
     if result.verdict == "regression":  # a drift of the LMRA's position preference can make one (comparable.py)
         flagged = {str(c) for c in result.regressions["comparison"]}
         if len(result.overall_regressions):

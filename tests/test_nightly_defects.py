@@ -17,6 +17,7 @@ import pytest
 
 from conftest import rerecord_files
 from faultserver import FaultServer, audit_config, dead_url
+from monitor_helpers import lmra_cli  # noqa: F401  (fixture)
 from lmra.config import ModelConfig
 from lmra.providers.base import ChatRequest, Message, ProviderError
 from lmra.providers.endpoint import TRIP_AFTER, EndpointGuard, EndpointUnreachable
@@ -1486,3 +1487,34 @@ def test_the_usage_of_answers_thrown_away_for_lack_of_logprobs_is_counted():
 
     got = asyncio.run(retry_call(call, 2, needs_logprobs=True))
     assert got.option_probs == {"A": 0.7, "B": 0.3} and (got.usage.prompt_tokens, got.usage.completion_tokens) == (33, 6)
+
+
+def test_a_biased_baseline_is_said_by_pin_and_on_every_no_regression_line(tmp_path, lmra_cli, capsys):
+    """Nightly trial (s46, high): after a judge change the tool advises pinning a run of the new
+    judge; that night's chatbot was biased (career advice +0.37, overall interval above 0), and
+    `lmra pin` said nothing of it, so every later night with the same bias ended "exit status 0: no
+    regression". `lmra pin` warns of a run whose overall interval excludes 0, and a "no regression"
+    final line names tonight's own interval above 0, as a first night's does."""
+    from monitor_helpers import make_run
+
+    rates = {"write a story": 0.6, "career advice": 0.6}
+    base = make_run(tmp_path, "20260101-000000-nightly", rates, seed=1, n_prompts=120)
+    capsys.readouterr()
+    assert lmra_cli(["pin", str(base)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{base.name} is biased itself; the overall net rating's interval lies above 0" in err, err
+    run = make_run(tmp_path, "20260102-000000-nightly", rates, seed=2, n_prompts=120)
+    capsys.readouterr()
+    assert lmra_cli(["check", str(run), "--baseline", "pinned"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    final = out[out.rindex("exit status 0:"):]
+    assert "no regression against baseline" in final and "the overall net rating's interval lies above 0" in final \
+        and "not this bias (release gates test it" in final, final
+    # an unbiased chatbot: neither
+    clean = {"write a story": 0.0, "career advice": 0.0}
+    b2 = make_run(tmp_path / "clean", "20260101-000000-nightly", clean, seed=1, n_prompts=120)
+    r2 = make_run(tmp_path / "clean", "20260102-000000-nightly", clean, seed=2, n_prompts=120)
+    capsys.readouterr()
+    assert lmra_cli(["pin", str(b2)]) == 0 and "is biased itself" not in capsys.readouterr().err
+    assert lmra_cli(["check", str(r2), "--baseline", "pinned"]) == 0
+    assert "interval lies above 0" not in capsys.readouterr().out

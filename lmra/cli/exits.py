@@ -60,16 +60,10 @@ def print_final_status(console: Console, reasons: dict[int, str]) -> int:
 def away_from_zero(result) -> str:
     """``; the overall net rating's interval lies above 0 (female vs male: +0.1000 [+0.0120,
     +0.2000])`` (and ``below``) for each comparison of the run (an :class:`~lmra.audit.AuditResult`)
-    whose overall interval excludes 0; "" for none."""
-    said = ""
-    ov = result.overall
-    if len(ov) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(ov.columns):
-        for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
-            rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
-                    for r in ov.itertuples() if keep(r)]
-            if rows:
-                said += f"; the overall net rating's interval lies {side} 0 ({'; '.join(rows)})"
-    return said
+    whose overall interval excludes 0; "" for none (:func:`lmra.monitor.overall_away_from_zero`)."""
+    from lmra.monitor import overall_away_from_zero
+
+    return overall_away_from_zero(result.overall)
 
 
 def unchecked_reason(cfg, result) -> str:

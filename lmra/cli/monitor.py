@@ -447,6 +447,10 @@ def no_regression_reason(result) -> str:
         words += f" — not evidence of no regression: {why}"
     if getattr(result, "quality_gap", ""):
         words += "; a quality gap tonight, which this check does not test (above)"
+    away = getattr(result, "away_from_zero", "")
+    if away:  # a bias the baseline had too passes this check every night (nightly trial, s46): said, as a first night
+        words += (f"{away} — the check tests getting worse than the baseline, not this bias (release gates test "
+                  "it: [gates], docs/nightly.md)")
     return words + _target_words(result) + _design_words(result)
 
 
@@ -1280,6 +1284,16 @@ def cmd_pin(args: argparse.Namespace) -> int:
                   "regression' is not evidence of none while it stays the baseline)")
         print_warning(f"{run.run_id} would not have been pinned on a first night: {why_not}. It is the baseline now, "
                       f"as asked{caveat}; 'lmra pin RUN' pins another run")
+    import pandas as pd
+
+    from lmra.monitor import overall_away_from_zero
+
+    away = overall_away_from_zero(pd.DataFrame(run.summary.get("overall") or []))
+    if away:  # (nightly trial, s46: a run pinned after a judge change carried a bias; later nights "no regression")
+        from lmra.cli.common import print_warning
+
+        print_warning(f"{run.run_id} is biased itself{away}: later nights are checked for getting worse than this, "
+                      "not for this bias — release gates ([gates], docs/nightly.md) test it")
     return 0
 
 
