@@ -96,6 +96,9 @@ def test_runs_land_in_a_partitioned_dataset_read_by_pyarrow_pandas_and_duckdb(tm
         rows = tasks[tasks["run_id"] == r.name]
         assert served and set(rows["target_served_model"]) == {", ".join(served)}
         assert set(rows["lmra_version"]) == {lmra.__version__}
+        # and which model rated (nightly trial, s46: a judge swapped behind one configured id was one series)
+        judged = load_run(r).manifest["judge"]["served"]["model"]
+        assert judged and set(rows["judge_served_model"]) == {", ".join(judged)}
 
     # DuckDB across nights, partitions as columns
     con = duckdb.connect()

@@ -57,6 +57,9 @@ PER_TASK_SCHEMA: dict[str, str] = {
     # drew the same chatbot calls (round-3 break-it, s44: the dashboard query told them apart by the
     # configured model id alone, and dropped a night of another chatbot behind the same id)
     "design_sha256": "string",
+    # which model rated, as the LMRA's endpoint reported it (nightly trial, s46: a judge swapped behind the
+    # same configured id made one continuous series; only manifest.json knew)
+    "judge_served_model": "string",
 }
 PER_PAIR_SCHEMA: dict[str, str] = {
     "schema_version": "int32", "run_id": "string", "pair_id": "string", "prompt_id": "string",
@@ -150,6 +153,7 @@ def _with_run_columns(table: pd.DataFrame, run: RunFolder) -> pd.DataFrame:
     lmra_version = (run.manifest.get("versions") or {}).get("lmra")
     table["lmra_version"] = lmra_version if isinstance(lmra_version, str) else None
     table["design_sha256"] = run.design_hash
+    table["judge_served_model"] = served_models(run, "judge")
     return table
 
 
