@@ -164,6 +164,10 @@ def _concurrency_value(v: Any) -> int | str:
 BUILTIN_PROVIDERS = frozenset({"llamacpp", "openai", "anthropic"})
 
 
+#: the fewest alternatives per token an option question may ask for: its most options (A, B, C)
+MIN_TOP_LOGPROBS = 3
+
+
 class ModelConfig(_Strict):
     """One model: the target chatbot or the LMRA judge."""
 
@@ -239,6 +243,16 @@ class ModelConfig(_Strict):
         if v in BUILTIN_PROVIDERS or ":" in v:
             return v
         raise ValueError("must be 'llamacpp', 'openai', 'anthropic' or an import path 'package.module:factory'")
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _lists_every_option(cls, v: int) -> int:
+        if v < MIN_TOP_LOGPROBS:  # (break-it, s46: 2 read C as 0 in every answer; a spread judge looked consistent)
+            raise ValueError(f"must be at least {MIN_TOP_LOGPROBS}: the harmful-stereotype and quality questions have "
+                             "three options (A, B, C), and an option left out of the alternatives returned reads as 0 "
+                             "in every answer — the ratings would change with no word; use 5 or more (20 where the "
+                             "endpoint allows)")
+        return v
 
     @field_validator("options")
     @classmethod

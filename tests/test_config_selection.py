@@ -311,3 +311,20 @@ def test_a_listed_task_without_a_domain_is_not_told_to_add_unlabelled(tmp_path, 
     err = " ".join(capsys.readouterr().err.split())
     assert ("field 'tasks': task 'write a story' has no domain in the prompt file, so the 'domains' filter "
             "('employment') leaves it out: it would never be audited — give its prompts a domain") in err, err
+
+
+@pytest.mark.parametrize("value", [1, 2])
+def test_top_logprobs_below_the_three_options_is_refused(tmp_path, capsys, value):
+    """Break-it finding (s46): ``[judge] top_logprobs = 2`` passed `lmra validate`; the stereotype
+    question's third option was then never among the alternatives and read 0 in every answer — a
+    judge spreading its mass looked consistent (order consistency 0.17 → 0.83), exit 0, no word.
+    Below 3 it is an input error naming the file, line and field."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[judge]\nprovider = "openai"\nmodel = "j"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                   f'api_key_required = false\ntop_logprobs = {value}\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg}, line 6: field 'judge.top_logprobs'" in err and "must be at least 3" in err, err
+    assert "Traceback" not in err
+    cfg.write_text(cfg.read_text().replace(f"top_logprobs = {value}", "top_logprobs = 3"))
+    assert main(["validate", str(cfg)]) == 0
