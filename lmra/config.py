@@ -93,7 +93,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_base_url(v: str) -> str:
-    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts."""
+    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts;
+    returned without a trailing ``/`` (the same API: the call cache keys on it)."""
     if any(c.isspace() for c in v):
         raise ValueError(f"{v!r} is not a URL (it contains white space)")
     parts = urlsplit(v)
@@ -117,6 +118,8 @@ def check_base_url(v: str) -> str:
     except httpx2.InvalidURL as exc:  # break-it finding: a full-width letter, a zero-width space in the host
         raise ValueError(f"{v!r} is not a URL the HTTP client accepts ({exc}); retype it: a character copied "
                          "from a document may look like an ASCII one") from None
+    if not parts.query and not parts.fragment:  # '…/v1/' and '…/v1' reach the same API: one URL, so that a
+        v = v.rstrip("/")  # slash added to a config does not re-ask every cached call (break-it, s46)
     return v
 
 

@@ -328,3 +328,28 @@ def test_top_logprobs_below_the_three_options_is_refused(tmp_path, capsys, value
     assert "Traceback" not in err
     cfg.write_text(cfg.read_text().replace(f"top_logprobs = {value}", "top_logprobs = 3"))
     assert main(["validate", str(cfg)]) == 0
+
+
+def test_a_trailing_slash_on_base_url_keeps_the_cached_calls(tmp_path, capsys):
+    """Break-it finding (s46): ``base_url = "…/v1/"`` instead of ``"…/v1"`` reached the same API but
+    keyed every call anew, so a re-run of a cached night asked all 24 calls again (and paid for
+    them), saying nothing. The trailing slash is dropped: one endpoint, one set of cached calls."""
+    from faultserver import FaultServer, audit_config
+
+    from lmra.config import AuditConfig, ModelConfig
+
+    assert ModelConfig(provider="openai", model="m", base_url="http://h:1/v1/").base_url == "http://h:1/v1"
+    assert ModelConfig(provider="openai", model="m", base_url="http://h:1/").base_url == "http://h:1"
+    assert ModelConfig(provider="openai", model="m", base_url="http://h:1/v1?x=/").base_url == "http://h:1/v1?x=/"
+    with FaultServer() as srv:
+        plain, slash = tmp_path / "plain.toml", tmp_path / "slash.toml"
+        audit_config(plain, srv.url, str(tmp_path / "cache.sqlite"), str(tmp_path / "reports"), tasks=["write a story"],
+                     per_task=2)
+        slash.write_text(plain.read_text().replace(f'base_url = "{srv.url}"', f'base_url = "{srv.url}/"'))
+        assert f'base_url = "{srv.url}/"' in slash.read_text()
+        assert main(["audit", "--config", str(plain), "--no-progress", "--no-report", "--seed", "1"]) in (0, 5)
+        before = srv.requests
+        assert main(["audit", "--config", str(slash), "--no-progress", "--no-report", "--seed", "1"]) in (0, 5)
+    assert srv.requests == before  # every call from the cache
+    judge = {"provider": "openai", "model": "m", "base_url": f"{srv.url}/", "api_key_required": False}
+    assert AuditConfig.model_validate({"judge": judge}).judge.base_url == srv.url
