@@ -491,9 +491,14 @@ def load_run(path: str | Path) -> RunFolder:
                              "the run folders of lmra audit (recsys results are recsys_similarity.csv and "
                              "recsys_fairness.csv; 'lmra recsys score --lists' scores them again)", file=p)
     if missing or status not in FINISHED:
-        why = {STALE: "the audit that wrote it was killed or stopped (its manifest said 'running' but no process "
-                      "holds the folder's lock); " + (batch_resume_advice(p) if _stopped_in_batch(p) else RERUN_ADVICE),
-               "running": "an audit is still writing it"}.get(status or "", "")
+        m = _read_json(p / "manifest.json") if status is not None else None
+        merged = isinstance(m, dict) and "shard_mode" in m  # the folder of lmra merge
+        why = {STALE: (f"the {'merge' if merged else 'audit'} that wrote it was killed or stopped (its manifest said "
+                       "'running' but no process holds the folder's lock); "
+                       + ("run the same 'lmra merge SHARD_RUN...' again: it writes the merged run anew from the "
+                          "shards (this folder is not used)" if merged
+                          else batch_resume_advice(p) if _stopped_in_batch(p) else RERUN_ADVICE)),
+               "running": f"{'a merge' if merged else 'an audit'} is still writing it"}.get(status or "", "")
         what = (f"missing {', '.join(missing)}" if missing
                 # (break-it finding: a run that ended failed read "did not finish")
                 else "the run failed: no pair was scored (its manifest's stop_reason says why)" if status == "failed"

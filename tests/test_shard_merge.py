@@ -823,3 +823,20 @@ def test_one_shards_judge_waiver_does_not_waive_the_merged_night(tmp_path, capsy
     from lmra.merge import _waived_by_flag, load_shards
 
     assert _waived_by_flag(load_shards([r.run_dir for r in runs])) == (False, ["2/3"], ["1/3", "3/3"])
+
+
+def test_a_killed_merges_folder_advises_running_the_merge_again(tmp_path):
+    """Break-it finding (s46): the folder of a merge killed mid-way was refused by export, gate and
+    report with an audit's advice ("run the same audit again to finish from the cache"); it names
+    the merge and says to run the merge again."""
+    from lmra.errors import LmraInputError
+
+    folder = tmp_path / "20260101-000000-audit"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"status": "running", "shard_mode": "selection",
+                                                      "pid": 999_999, "host": "elsewhere"}))
+    with pytest.raises(LmraInputError) as err:
+        load_run(folder)
+    said = str(err.value)
+    assert "the merge that wrote it was killed or stopped" in said and "run the same 'lmra merge SHARD_RUN...' " \
+        "again" in said and "audit" not in said.split("manifest status")[1], said
