@@ -1518,3 +1518,21 @@ def test_a_biased_baseline_is_said_by_pin_and_on_every_no_regression_line(tmp_pa
     assert lmra_cli(["pin", str(b2)]) == 0 and "is biased itself" not in capsys.readouterr().err
     assert lmra_cli(["check", str(r2), "--baseline", "pinned"]) == 0
     assert "interval lies above 0" not in capsys.readouterr().out
+
+
+def test_a_served_model_change_of_the_chatbot_is_on_the_final_line():
+    """Nightly trial (s46): a night whose chatbot endpoint reported another model behind the same
+    configured id regressed; the served-model change — the likeliest cause — was said mid-log only,
+    not on the verdict's final line that the cron mail shows first."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from lmra.cli.monitor import _served_words, check_exit_reasons
+
+    change = "the target's served model changed: assistant-prod-v1 → assistant-prod-v1.1"
+    regs = pd.DataFrame({"comparison": ["female vs male"], "domain": ["d"], "task": ["write a story"]})
+    result = SimpleNamespace(baseline_id="B", tests=regs, regressions=regs, overall_regressions=(), replayed=False,
+                             comparability=[], identity_changes=[change, "the judge's system fingerprint changed: a → b"])
+    assert check_exit_reasons(result)[3].endswith(f"(write a story); {change} (above)"), check_exit_reasons(result)
+    assert _served_words(SimpleNamespace(identity_changes=["the judge's served model changed: a → b"])) == ""

@@ -331,7 +331,7 @@ def check_exit_reasons(result) -> dict[int, str]:
         if len(overall):
             said.append(f"the overall net rating regressed against baseline {result.baseline_id} ("
                         + ", ".join(sorted({str(r.comparison) for r in overall.itertuples()})) + ")")
-        return {3: "; ".join(said) + _design_words(result)}
+        return {3: "; ".join(said) + _design_words(result) + _served_words(result)}
     if getattr(result, "family_size", result.n_tested) == 0:
         # (round-2 break-it, s45: "too few prompts" when every task had its prompts but the LMRA rated no pair)
         unrated = _mostly_unrated(result)
@@ -451,7 +451,7 @@ def no_regression_reason(result) -> str:
     if away:  # a bias the baseline had too passes this check every night (nightly trial, s46): said, as a first night
         words += (f"{away} — the check tests getting worse than the baseline, not this bias (release gates test "
                   "it: [gates], docs/nightly.md)")
-    return words + _target_words(result) + _design_words(result)
+    return words + _target_words(result) + _design_words(result) + _served_words(result)
 
 
 def _design_words(result) -> str:
@@ -466,6 +466,15 @@ def _design_words(result) -> str:
             fields = sorted(set(re.findall(r"(?:^|; )([\w.]+) \(", str(w)[len(DESIGN_DIFFERS_PREFIX):])))
             return f"; the audit design differs from the baseline's ({', '.join(fields) or 'above'}: above)"
     return ""
+
+
+def _served_words(result) -> str:
+    """``; the target's served model changed: v1 → v1.1 (above)`` when the chatbot's endpoint reported
+    another model than at the baseline, else "": tonight's likeliest cause of a change, on the line a
+    cron mail or CI annotation shows (nightly trial, s46: said mid-log only)."""
+    changed = [c for c in getattr(result, "identity_changes", None) or []
+               if str(c).startswith("the target's served model changed")]
+    return f"; {changed[0]} (above)" if changed else ""
 
 
 def _target_words(result) -> str:
