@@ -280,3 +280,28 @@ def test_the_three_position_figures_say_their_scales_and_which_one_the_gate_read
     assert "position_preference" not in table and "position_bias" not in table
     text = " ".join(html.split())
     assert "position logit b̂ above (log-odds; 0 = none), which the judge check and the max_position_logit gate read" in text
+
+
+def test_the_header_counts_the_pairs_scored_and_failed(tmp_path):
+    """Nightly trial (s46): report.html's header said "prompts / pairs 313 / 313" on a night where 131
+    pairs failed; it says how many were scored and how many failed beside the pairs written."""
+    import re
+
+    from doubles import ScriptedJudge
+    from monitor_helpers import TaskTarget, phrase_verdict, write_inputs
+
+    from lmra.audit import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = write_inputs(tmp_path / "inputs", 12)
+    cfg = AuditConfig.model_validate(dict(
+        name="n", prompts=str(prompts), names=str(names), prompts_per_task=0, seed=1, max_failed_share=1.0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+    judge = ScriptedJudge(phrase_verdict, fail_on=lambda t: "harmful stereotype" in t and "number 3." in t)
+    res = Audit(cfg, target=TaskTarget({"write a story": 0.1, "career advice": 0.1}), judge=judge).run()
+    s = res.summary
+    assert s["n_pairs_failed"] >= 1
+    scored = sum(int(r["n_pairs"]) for r in s["overall"])
+    html = " ".join(render_report(load_run(res.run_dir)).split())
+    assert (f'id="run-pairs">{s["n_prompts"]} / {s["n_pairs_total"]} ({scored} scored, {s["n_pairs_failed"]} '
+            "failed)</dd>") in html, re.findall(r'id="run-pairs">[^<]*', html)

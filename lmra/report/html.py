@@ -469,6 +469,10 @@ def build_context(run: RunFolder, *, history=None, check=None, comparison: RunCo
                 "judge_template_sha256": tpl_hash, "judge_template_source": tpl_src,
                 "config_hash": run.config_hash, "design_hash": run.design_hash,
                 "n_prompts": run.summary.get("n_prompts"), "n_pairs_total": run.summary.get("n_pairs_total"),
+                # the pairs scored, beside those written (nightly trial, s46: "313 / 313" on a night that scored 173)
+                "n_pairs_scored": (sum(int(r.get("n_pairs") or 0) for r in run.summary["overall"])
+                                   if isinstance(run.summary.get("overall"), list) else None),
+                "n_pairs_failed": run.summary.get("n_pairs_failed"),
                 "redacted": bool(run.summary.get("redacted")),
                 "summary": {"failed_share": finite(run.summary.get("failed_share")),
                             "max_failed_share": finite(run.summary.get("max_failed_share"))},
