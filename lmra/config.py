@@ -93,8 +93,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_base_url(v: str) -> str:
-    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts;
-    returned without a trailing ``/`` (the same API: the call cache keys on it)."""
+    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts."""
     if any(c.isspace() for c in v):
         raise ValueError(f"{v!r} is not a URL (it contains white space)")
     parts = urlsplit(v)
@@ -118,8 +117,6 @@ def check_base_url(v: str) -> str:
     except httpx2.InvalidURL as exc:  # break-it finding: a full-width letter, a zero-width space in the host
         raise ValueError(f"{v!r} is not a URL the HTTP client accepts ({exc}); retype it: a character copied "
                          "from a document may look like an ASCII one") from None
-    if not parts.query and not parts.fragment:  # '…/v1/' and '…/v1' reach the same API: one URL, so that a
-        v = v.rstrip("/")  # slash added to a config does not re-ask every cached call (break-it, s46)
     return v
 
 
@@ -246,16 +243,6 @@ class ModelConfig(_Strict):
         if v in BUILTIN_PROVIDERS or ":" in v:
             return v
         raise ValueError("must be 'llamacpp', 'openai', 'anthropic' or an import path 'package.module:factory'")
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _lists_every_option(cls, v: int) -> int:
-        if v < MIN_TOP_LOGPROBS:  # (break-it, s46: 2 read C as 0 in every answer; a spread judge looked consistent)
-            raise ValueError(f"must be at least {MIN_TOP_LOGPROBS}: the harmful-stereotype and quality questions have "
-                             "three options (A, B, C), and an option left out of the alternatives returned reads as 0 "
-                             "in every answer — the ratings would change with no word; use 5 or more (20 where the "
-                             "endpoint allows)")
-        return v
 
     @field_validator("options")
     @classmethod
@@ -1004,6 +991,32 @@ def load_config(path: str | Path | None) -> AuditConfig:
         LmraInputError: missing file, TOML syntax error (with line) or invalid field.
     """
     return AuditConfig() if path is None else load_toml_model(AuditConfig, path)
+
+
+def check_top_logprobs(cfg: "AuditConfig", config_path: str | Path | None = None) -> None:
+    """Before a new audit: refuse an LMRA's ``top_logprobs`` below :data:`MIN_TOP_LOGPROBS` — the
+    harmful-stereotype and quality questions have three options, and an option left out of the
+    alternatives returned reads as 0 in every answer (break-it finding, s46: 2 made a judge that
+    spreads its mass look consistent, exit 0, no word). Checked by ``lmra audit``, ``lmra
+    validate`` and batch runs (``Audit.load_inputs``), not by commands reading a finished run.
+
+    Raises:
+        LmraInputError: naming the config's line and the field (``judge.top_logprobs``, ``judge2.…``).
+    """
+    for role in ("judge", "judge2"):
+        model = getattr(cfg, role)
+        if model is not None and model.top_logprobs < MIN_TOP_LOGPROBS:
+            line = None
+            if config_path is not None:
+                try:
+                    line = find_key_line(Path(config_path).read_text(encoding="utf-8-sig"), "top_logprobs", role)
+                except (OSError, UnicodeDecodeError):
+                    pass
+            raise LmraInputError(f"top_logprobs = {model.top_logprobs} must be at least {MIN_TOP_LOGPROBS}: the "
+                                 "harmful-stereotype and quality questions have three options (A, B, C), and an "
+                                 "option left out of the alternatives returned reads as 0 in every answer — the "
+                                 "ratings would change with no word; use 5 or more (20 where the endpoint allows)",
+                                 file=config_path, line=line, field=f"{role}.top_logprobs")
 
 
 def config_sets(config_path: str | Path | None, key: str, value: Any = None) -> bool:

@@ -295,6 +295,9 @@ class InputsStage:
             check_axes_temperature(cfg, self.config_path)
 
         check_output_paths(cfg.output_dir, cfg.cache, self.config_path)
+        from lmra.config import check_top_logprobs
+
+        check_top_logprobs(cfg, self.config_path)  # (a new audit's; a finished run's config is read as it was)
         files: dict[str, str] = {}
         with named_by_config(self.config_path, "prompts", cfg.prompts):
             prompts_path = resolve_resource(cfg.prompts, "prompts")
