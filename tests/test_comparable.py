@@ -462,6 +462,20 @@ def test_a_same_seed_re_run_of_a_regression_night_leaves_that_nights_metrics_wit
     assert not (tmp_path / "t").exists()
     assert lmra_cli(["export", str(worse), "--format", "parquet", "--out", str(tmp_path / "w"), "--skip-replay"]) == 0
     assert (tmp_path / "w" / "per_task.parquet").is_file()
+    # a folder copied away from its run history: said, exported, and no history made beside it (round-2, s46)
+    import shutil
+
+    away = tmp_path / "elsewhere" / replay.name
+    shutil.copytree(replay, away)
+    capsys.readouterr()
+    assert lmra_cli(["export", str(away), "--format", "parquet", "--out", str(tmp_path / "a"), "--skip-replay"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--skip-replay: no run history beside {away}" in err and "its tables are exported" in err, err
+    assert (tmp_path / "a" / "per_task.parquet").is_file() and not (tmp_path / "elsewhere" / "history.sqlite").exists()
+    history = tmp_path / "reports" / "history.sqlite"  # its check read from the history named
+    assert lmra_cli(["export", str(away), "--format", "parquet", "--out", str(tmp_path / "b"), "--skip-replay",
+                     "--history", str(history)]) == 0
+    assert not (tmp_path / "b").exists()
 
 
 def test_refreshing_a_run_keeps_its_first_registration_time(tmp_path, monkeypatch):

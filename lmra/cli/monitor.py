@@ -1065,8 +1065,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format in METRICS_FORMATS and args.table:
         raise LmraInputError(f"--table picks a table of the csv, json and parquet exports; --format {args.format} "
                              "writes the run's metrics file", field="--table")
-    if (args.format not in METRICS_FORMATS and args.run not in ("latest", "last", "pinned") and Path(args.run).is_dir()
-            and not args.history and not args.reports_dir and not args.skip_replay):
+    alone = (args.format not in METRICS_FORMATS and args.run not in ("latest", "last", "pinned")
+             and Path(args.run).is_dir() and not args.history and not args.reports_dir)
+    if alone and args.skip_replay:  # its check is in the run history beside it: read, never created (round-2
+        # break-it, s46: an empty history.sqlite was made beside a copied folder, and the replay exported unsaid)
+        beside = history_file(args, args.run)
+        if beside.is_file():
+            alone = False
+        else:
+            print_warning(f"--skip-replay: no run history beside {args.run} ({beside}), so whether the run replays "
+                          "an earlier night is unknown: its tables are exported (--history FILE reads its check)")
+    if alone:
         # a run folder's tables need no run history: it is neither opened nor written (break-it
         # finding: with the history's disk full, the export to another disk failed on it)
         from lmra.runfolder import load_run
@@ -1081,13 +1090,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         with History(history_file(args, args.run)) as h:
             run = h.resolve(args.run)
             check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS or args.skip_replay else None
+            if args.skip_replay and check is None and args.format not in METRICS_FORMATS:
+                print_warning(f"--skip-replay: run {run.run_id} has no regression check in {h.path}, so whether it "
+                              "replays an earlier night is unknown: its tables are exported")
     if args.skip_replay and check is not None and check.get("replayed"):
         # a same-seed re-run repeats a night: its metrics (no verdict) would replace that night's and
         # clear its regression alert (fresh-user finding); its tables would add a copy of that night
         make_console().print(f"not written: every chatbot answer of run {lit(run.run_id)} was replayed from the "
                              "call cache (its check has no verdict); the "
-                             + ("metrics file" if args.format in METRICS_FORMATS else "exported tables")
-                             + " of the night it repeats stay as they are (--skip-replay)", highlight=False)
+                             + ("metrics file of the night it repeats stays as it is" if args.format in METRICS_FORMATS
+                                else "exported tables of the night it repeats stay as they are")
+                             + " (--skip-replay)", highlight=False)
         return 0
     if args.format in METRICS_FORMATS:
         from lmra.digests import verify_files
