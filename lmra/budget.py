@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lmra.errors import LmraInputError, find_key_line, read_toml
-from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, wrap_identity
+from lmra.providers.base import ChatRequest, ChatResult, Provider, Usage, billed_usage, wrap_identity
 from lmra.providers.ratelimit import estimate_prompt_tokens
 
 PER_TOKENS = 1_000_000  # prices are USD per this many tokens
@@ -511,7 +511,7 @@ class BudgetedProvider:
             if result.from_cache:  # an identical call finished meanwhile
                 budget.record_cached(self.name, self.model_id, result.usage)
             else:
-                budget.account(self.name, self.model_id, [result.usage], batch=self.batch)
+                budget.account(self.name, self.model_id, billed_usage(result), batch=self.batch)
             return result
         booking = self.budget.reserve(self.name, self.model_id, [request], batch=self.batch)
         try:
@@ -524,7 +524,7 @@ class BudgetedProvider:
             self.budget.release(booking)
             self.budget.record_cached(self.name, self.model_id, result.usage)
         else:
-            self.budget.settle(booking, [result.usage])
+            self.budget.settle(booking, billed_usage(result))
         return result
 
     async def aclose(self) -> None:

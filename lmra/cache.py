@@ -1430,6 +1430,7 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
                 s.degraded += degraded
                 s.prompt_tokens_fresh += usage.prompt_tokens
                 s.completion_tokens_fresh += usage.completion_tokens
+            _count_discarded(stats, result)
         return
     retries = max(events.get("attempt", 0) - 1, events.get("retry", 0), 0) if events else 0
     for s in stats:
@@ -1452,6 +1453,18 @@ def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = Fal
             s.degraded += int(result.degraded is not None)
             s.prompt_tokens_fresh += result.usage.prompt_tokens
             s.completion_tokens_fresh += result.usage.completion_tokens
+    if result is not None and fresh and not cached:
+        _count_discarded(stats, result)
+
+
+def _count_discarded(stats: list[CallStats], result: ChatResult) -> None:
+    """Add to the fresh tokens those of the answers thrown away before ``result`` (billed too:
+    :attr:`~lmra.providers.base.ChatResult.discarded`)."""
+    spent = result.discarded
+    if spent is not None:
+        for s in stats:
+            s.prompt_tokens_fresh += spent.prompt_tokens
+            s.completion_tokens_fresh += spent.completion_tokens
 
 
 def _unasked_options(result: ChatResult, request: ChatRequest) -> str | None:

@@ -1456,37 +1456,73 @@ def test_the_usage_of_answers_thrown_away_for_lack_of_logprobs_is_counted():
     """Break-it finding (s46): an LMRA answer without the log-probabilities asked for is asked again
     (HTTP 200 each time, billed by the provider), but only the last answer's tokens reached the
     token counts, the cost estimate and max_cost — a third of the bill with two retries. Through the
-    official SDK against a real local server: the returned usage counts every answer received; and
-    an answer with them after two without counts all three."""
+    official SDK against a real local server, behind the call cache and the budget: the fresh tokens
+    and the cost count every answer received. The cache stores the kept answer's usage only, so a
+    replay counts what it replays (round-2 break-it: a first fix stored the sum, inflating the
+    cached tokens and the cost saved)."""
+    from lmra.budget import Budget, BudgetedProvider, Price, PriceTable
+    from lmra.cache import CachedProvider, CallCache, CallStats
     from lmra.providers.base import ChatResult, Usage, retry_call
+
+    one = (20, 8)  # the fault server's usage of one answer
+    prices = PriceTable({"openai": {"fake": Price(input=1_000_000.0, output=1_000_000.0)},  # 1 USD a token
+                         "scripted": {"s": Price(input=1_000_000.0, output=1_000_000.0)}})
+    req = ChatRequest(messages=[Message(role="user", content="Which? A) x B) y")], max_tokens=1, options=("A", "B"))
 
     async def go():
         with FaultServer() as srv:
             cfg = ModelConfig(provider="openai", model="fake", base_url=srv.url, api_key_required=False,
                               max_retries=2, timeout_s=5.0)
-            p = OpenAIProvider(cfg)
-            req = ChatRequest(messages=[Message(role="user", content="Which? A) x B) y")], max_tokens=1,
-                              options=("A", "B"))
+            stats, budget = CallStats(), Budget(max_cost=1_000.0, prices=prices)
+            inner = OpenAIProvider(cfg)
+            p = BudgetedProvider(CachedProvider(inner, CallCache(":memory:"), stats), budget)
             srv.fault_rate, srv.faults = 1.0, ("no_logprobs",)  # every answer without them
-            result = await p.complete(req)
-            await p.aclose()
-            return result, srv.requests
+            first = await p.complete(req)
+            await inner.aclose()
+            return first, srv.requests, stats, budget.report()
 
-    result, n_requests = asyncio.run(go())
-    assert n_requests == 3 and result.degraded == "no_logprobs"
-    one = (20, 8)  # the fault server's usage of one answer
-    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (3 * one[0], 3 * one[1]), result.usage
+    first, n_requests, stats, report = asyncio.run(go())
+    assert n_requests == 3 and first.degraded == "no_logprobs"
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens) == one  # the kept answer's
+    assert (stats.prompt_tokens_fresh, stats.completion_tokens_fresh) == (3 * one[0], 3 * one[1])
+    assert report["cost_usd"] == pytest.approx(3 * (one[0] + one[1])), report
 
-    answers = iter([ChatResult(text="A", usage=Usage(prompt_tokens=10, completion_tokens=1)),
-                    ChatResult(text="B", usage=Usage(prompt_tokens=11, completion_tokens=2)),
-                    ChatResult(text="", option_probs={"A": 0.7, "B": 0.3}, usage=Usage(prompt_tokens=12,
-                                                                                       completion_tokens=3))])
+    class Scripted:  # two answers without log-probabilities, then one with them (per distinct request)
+        name, model_id, base_url, supports_logprobs = "scripted", "s", "", True
 
-    async def call():
-        return next(answers)
+        def __init__(self):
+            self.calls = 0
 
-    got = asyncio.run(retry_call(call, 2, needs_logprobs=True))
-    assert got.option_probs == {"A": 0.7, "B": 0.3} and (got.usage.prompt_tokens, got.usage.completion_tokens) == (33, 6)
+        async def complete(self, request):
+            answers = iter([ChatResult(text="A", usage=Usage(prompt_tokens=10, completion_tokens=1)),
+                            ChatResult(text="B", usage=Usage(prompt_tokens=11, completion_tokens=2)),
+                            ChatResult(text="", option_probs={"A": 0.7, "B": 0.3},
+                                       usage=Usage(prompt_tokens=12, completion_tokens=3))])
+
+            async def call():
+                self.calls += 1
+                return next(answers)
+
+            return await retry_call(call, 2, needs_logprobs=True)
+
+        async def aclose(self):
+            return None
+
+    async def twice():
+        stats, budget, scripted = CallStats(), Budget(max_cost=1_000.0, prices=prices), Scripted()
+        p = BudgetedProvider(CachedProvider(scripted, CallCache(":memory:"), stats), budget)
+        got = await p.complete(req)
+        replay = await p.complete(req)
+        return got, replay, stats, budget.report(), scripted.calls
+
+    got, replay, stats, report, calls = asyncio.run(twice())
+    assert calls == 3 and got.option_probs == {"A": 0.7, "B": 0.3} and replay.from_cache
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (12, 3)
+    assert (got.discarded.prompt_tokens, got.discarded.completion_tokens) == (21, 3)
+    assert (stats.prompt_tokens_fresh, stats.completion_tokens_fresh) == (33, 6)
+    assert (stats.prompt_tokens_cached, stats.completion_tokens_cached) == (12, 3)  # what the replay replays
+    assert report["cost_usd"] == pytest.approx(39.0) and "discarded" not in got.model_dump_json()
+
 
 
 def test_a_biased_baseline_is_said_by_pin_and_on_every_no_regression_line(tmp_path, lmra_cli, capsys):

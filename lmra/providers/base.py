@@ -124,6 +124,10 @@ class ChatResult(BaseModel):
     degraded: str | None = None
     served_model: str | None = None
     system_fingerprint: str | None = None
+    #: the tokens of answers thrown away before this one and asked again (no log-probabilities), which the
+    #: provider billed too: counted in the fresh call's tokens, cost and budget, never stored with the answer
+    #: (a cached replay counts only what it replays; round-2 break-it, s46)
+    discarded: Usage | None = Field(None, exclude=True)
 
     @field_validator("text", "finish_reason", "model", "served_model", "system_fingerprint", "degraded", "provider")
     @classmethod
@@ -547,10 +551,12 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
         layer then estimates its question by sampling, :func:`lmra.judge.options.ask_options`,
         and the call cache does not keep it).
 
-        The returned result's ``usage`` counts the tokens of the answers without log-probabilities
-        that were thrown away and asked again too: the provider bills every answer it sends (break-it
-        finding, s46: tokens, the cost estimate and ``max_cost`` counted the last answer's only, a
-        third of what an endpoint dropping log-probabilities twice a call billed).
+        The returned result's ``discarded`` holds the tokens of the answers without log-probabilities
+        that were thrown away and asked again: the provider bills every answer it sends, and the call's
+        fresh tokens, cost and budget count them (break-it finding, s46: they counted the last answer's
+        only, a third of what an endpoint dropping log-probabilities twice a call billed); its ``usage``
+        stays the kept answer's, which the call cache stores. When the last attempt fails, the
+        discarded answers' tokens are not counted (the call is counted as failed).
 
     Raises:
         ProviderError: the last attempt failed.
@@ -584,13 +590,15 @@ async def retry_call(call: Callable[[], Awaitable[ChatResult]], max_retries: int
 
 
 def _with_spent(result: ChatResult, spent: Usage | None) -> ChatResult:
-    """``result`` whose usage also counts ``spent``, the tokens of answers thrown away before it
+    """``result`` with ``spent``, the tokens of answers thrown away before it, as its ``discarded``
     (:func:`retry_call`)."""
-    if spent is None:
-        return result
-    u = result.usage
-    return result.model_copy(update={"usage": Usage(prompt_tokens=u.prompt_tokens + spent.prompt_tokens,
-                                                    completion_tokens=u.completion_tokens + spent.completion_tokens)})
+    return result if spent is None else result.model_copy(update={"discarded": spent})
+
+
+def billed_usage(result: ChatResult) -> list[Usage]:
+    """The token counts a fresh call was billed for: its answer's, and those of the answers thrown
+    away before it (:attr:`ChatResult.discarded`)."""
+    return [result.usage] if result.discarded is None else [result.usage, result.discarded]
 
 
 _VARIANT_STRIP = re.compile(r"^[\s\*\(\[\"'`_#]*|[\s\)\]\.\:\*\"'`,_]*$")
