@@ -46,7 +46,8 @@ class Price:
     output: float
 
 
-def missing_price_words(prices: "PriceTable", provider: str, model: str, role: str, max_cost: float) -> str:
+def missing_price_words(prices: "PriceTable", provider: str, model: str, role: str, max_cost: float,
+                        caller: str = "the audit") -> str:
     """Why a cost limit cannot be kept: ``prices`` has no price for ``model`` under ``provider``
     (the ``role``'s model), and what to do — add it to the user's own table, or, when the table is
     the one lmra ships, give a table of one's own (``prices = "my_prices.toml"``) rather than edit
@@ -62,12 +63,12 @@ def missing_price_words(prices: "PriceTable", provider: str, model: str, role: s
              f"prices = \"my_prices.toml\" holding [prices.{provider}] \"{model}\" = {{ input = …, output = … }} "
              "(USD per 1M tokens; docs/config.md)" if shipped
              else f"the price table {prices.source} has no price for it: add [prices.{provider}] \"{model}\" there")
-    return (f"max_cost = {max_cost:g} USD needs the price of every model the audit calls, and the {role}'s, "
+    return (f"max_cost = {max_cost:g} USD needs the price of every model {caller} calls, and the {role}'s, "
             f"provider '{provider}' model '{model}', is not priced — {where}, or drop the cost limit")
 
 
 def require_priced(prices: "PriceTable", models: list[tuple[str, Any]], max_cost: float | None,
-                   config_path: str | Path | None = None) -> None:
+                   config_path: str | Path | None = None, caller: str = "the audit") -> None:
     """Before anything is written: with a cost limit set, check that ``prices`` prices every
     model a command will call — the limit is kept by pricing each call before it is made.
 
@@ -78,6 +79,7 @@ def require_priced(prices: "PriceTable", models: list[tuple[str, Any]], max_cost
         max_cost: the cost limit in USD (None: no limit, nothing to check).
         config_path: the config file read, if any: the error names its ``max_cost`` line when the
             limit is the file's, else the option ``--max-cost`` that set or replaced it.
+        caller: what calls the models, in the message ("the audit", "lmra axes").
 
     Raises:
         LmraInputError: a model without a price — naming the role, provider and model, the price
@@ -90,7 +92,7 @@ def require_priced(prices: "PriceTable", models: list[tuple[str, Any]], max_cost
     for role, provider in models:
         if prices.lookup(provider.name, provider.model_id) is None:
             in_config = config_sets(config_path, "max_cost", max_cost)
-            raise LmraInputError(missing_price_words(prices, provider.name, provider.model_id, role, max_cost),
+            raise LmraInputError(missing_price_words(prices, provider.name, provider.model_id, role, max_cost, caller),
                                  file=config_path if in_config else None,
                                  field="max_cost" if in_config else "--max-cost")
 

@@ -408,7 +408,8 @@ def test_axes_refuses_an_unpriced_lmra_under_a_cost_limit_before_writing_anythin
                        "--out", str(out)] + (["--max-cost", "2"] if where == "option" else []))
     err = " ".join(capsys.readouterr().err.split())
     assert status == 2 and "Traceback" not in err, err[-1500:]
-    assert "max_cost = 2 USD needs the price of every model" in err and "the judge's, provider" in err, err[-1500:]
+    assert "max_cost = 2 USD needs the price of every model lmra axes calls" in err and "the judge's, provider" in err, \
+        err[-1500:]
     assert f"the price table {prices} has no price for it" in err, err[-1500:]
     assert ("option --max-cost" in err) if where == "option" else (f"{cfg}, line 2: field 'max_cost'" in err), err
     assert not out.exists() and not cache.exists()

@@ -33,5 +33,6 @@ def test_unlabelled_filter_prompts_say_which_repeat_from_the_call_cache(tmp_path
 
     said = _unlabelled_filter_words(s)
     assert said == ("1 failed call (a re-run asks again); 1 answer without a usable yes/no, kept in the call cache: "
-                    "every run with this cache removes the same prompts ('lmra cache prune' forgets them)"), said
+                    "every run with this cache removes the same prompts until 'lmra cache prune --older-than AGE' "
+                    "deletes answers that old (or the run uses another cache)"), said
     assert _unlabelled_filter_words({"n_filtered_unlabelled": 3}) == "the filter's LMRA call failed or gave no answer"

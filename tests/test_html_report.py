@@ -303,5 +303,7 @@ def test_the_header_counts_the_pairs_scored_and_failed(tmp_path):
     assert s["n_pairs_failed"] >= 1
     scored = sum(int(r["n_pairs"]) for r in s["overall"])
     html = " ".join(render_report(load_run(res.run_dir)).split())
+    rest = s["n_pairs_total"] - scored - s["n_pairs_failed"]
+    tail = f", {rest} with a refusal or without a usable rating" if rest > 0 else ""
     assert (f'id="run-pairs">{s["n_prompts"]} / {s["n_pairs_total"]} ({scored} scored, {s["n_pairs_failed"]} '
-            "failed)</dd>") in html, re.findall(r'id="run-pairs">[^<]*', html)
+            f"failed{tail})</dd>") in html, re.findall(r'id="run-pairs">[^<]*', html)

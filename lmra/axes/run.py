@@ -228,11 +228,11 @@ def check_axes_cost_limit(cfg: AuditConfig, config_path: str | Path | None = Non
 
     prices = PriceTable.load(resolve_resource(cfg.prices, "prompts"))
     if judge is not None:
-        require_priced(prices, [("judge", judge)], cfg.max_cost, config_path)
+        require_priced(prices, [("judge", judge)], cfg.max_cost, config_path, caller="lmra axes")
         return
     built = make_provider(cfg.judge, field="judge")
     try:
-        require_priced(prices, [("judge", built)], cfg.max_cost, config_path)
+        require_priced(prices, [("judge", built)], cfg.max_cost, config_path, caller="lmra axes")
     finally:
         from lmra.providers.base import close_providers
 

@@ -87,7 +87,8 @@ def _unlabelled_filter_words(s: dict) -> str:
     said = [f"{failed} failed call{'s' * (failed != 1)} (a re-run asks again)"] if failed else []
     if unanswered:
         said.append(f"{unanswered} answer{'s' * (unanswered != 1)} without a usable yes/no, kept in the call cache: "
-                    "every run with this cache removes the same prompts ('lmra cache prune' forgets them)")
+                    "every run with this cache removes the same prompts until 'lmra cache prune --older-than AGE' "
+                    "deletes answers that old (or the run uses another cache)")
     return "; ".join(said)
 
 
