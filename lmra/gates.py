@@ -604,6 +604,9 @@ def record_gates(run: RunFolder, result: GateResult, *, evaluated_by: str) -> No
     summary["gates"] = {k: v for k, v in doc.items() if k != "results"}
     # both files and their digests in manifest.json, safe to interrupt and to read meanwhile (lmra.digests)
     rewrite(run.path, {GATES_FILE: json_bytes(jsonable(doc)), "summary.json": json_bytes(jsonable(summary))})
+    from lmra.afterrun import step_done
+
+    step_done(run.path, "gates")  # (lmra.afterrun: no longer a step left undone)
     run.summary["gates"] = summary["gates"]
 
 

@@ -124,6 +124,9 @@ def add_run(run: RunFolder | str | Path, warehouse: str | Path | None = None) ->
                                      f"({type(exc).__name__}: {exc}); nothing was added", file=run.path,
                                      field=table) from None
         out = _land(exported, {table: table_path(wh, table, run) for table in exported}, staging)
+        from lmra.afterrun import step_done
+
+        step_done(run.path, "warehouse")  # (lmra.afterrun: no longer a step left undone)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         try:

@@ -762,6 +762,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     console.print(f"[dim]{len(runs)} run(s). 'lmra history --task TASK' shows one task's trend; "
                   "'lmra check RUN --baseline last|pinned|RUN' tests for regressions (the column shows a run's "
                   "own check, else the latest); gates: the run's recorded release gates ('lmra gate RUN --record').[/]")
+    from lmra.afterrun import pending_words
+
+    for r in runs.itertuples():  # a night whose process stopped before its gates / warehouse (break-it, s46)
+        steps = verdicts[r.run_id].get("after_run_pending") or []
+        if steps:
+            print_warning(pending_words(r.run_id, r.run_dir, steps))
     _print_not_finished(console, unfinished)
     return 0
 
@@ -794,14 +800,18 @@ NOT_FINISHED_SHOWN = 10
 def _verdicts(history, runs) -> dict[str, dict]:
     """Each run's latest regression check (:meth:`lmra.history.History.check_summary`) and
     recorded release gates (:func:`lmra.gates.read_gates`; None when its folder is gone),
-    keyed by run id: ``{run_id: {"check": dict | None, "gates": dict | None}}``."""
+    keyed by run id: ``{run_id: {"check": dict | None, "gates": dict | None}}``; also
+    ``folder_gone`` and ``after_run_pending`` (:func:`lmra.afterrun.stopped_steps`)."""
+    from lmra.afterrun import stopped_steps
     from lmra.gates import read_gates
 
     out = {}
     for r in runs.itertuples():
         folder = history.folder_of(r.run_id, r.run_dir)
         out[r.run_id] = {"check": history.check_summary(r.run_id),
-                         "gates": read_gates(folder) if folder is not None else None, "folder_gone": folder is None}
+                         "gates": read_gates(folder) if folder is not None else None, "folder_gone": folder is None,
+                         # the steps after its folder that a stopped process left undone (lmra.afterrun)
+                         "after_run_pending": stopped_steps(folder) if folder is not None else []}
     return out
 
 
@@ -1102,6 +1112,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                                 else "exported tables of the night it repeats stay as they are")
                              + " (--skip-replay)", highlight=False)
         return 0
+    from lmra.afterrun import pending_words, stopped_steps
+
+    undone = stopped_steps(run.path)
+    if undone:  # its gates never evaluated / no warehouse row: the metrics lack them (break-it, s46)
+        print_warning(pending_words(run.run_id, run.path, undone))
     if args.format in METRICS_FORMATS:
         from lmra.digests import verify_files
         from lmra.gates import GATES_FILE, read_gates

@@ -319,6 +319,8 @@ def history_document(path: Path, runs: pd.DataFrame, overall: pd.DataFrame, *, n
             "overall_regressed": sorted(check.get("overall_regressed") or {}, key=str),
             "overall_improved": sorted(check.get("overall_improved") or {}, key=str)}
         r["folder_gone"] = bool(v.get("folder_gone"))  # its folder is neither beside the history nor where recorded
+        # the steps after its folder (gates, warehouse) that the process that wrote it left undone (lmra.afterrun)
+        r["after_run_pending"] = list(v.get("after_run_pending") or [])
         r["gates"] = None if gates is None else {k: gates[k] for k in ("passed", "checked", "unmet", "unreadable")} | {
             "breaches": [{k: b[k] for k in ("gate", "comparison", "task", "value", "bound")} for b in gates["breaches"]]}
         out.append(r)
