@@ -32,10 +32,10 @@ def strict_float(text: str) -> float:
         raise ValueError(f"not a decimal number: {text!r} (ASCII digits, e.g. 0.02 or 5e-2)")
     v = float(t)
     if not math.isfinite(v):
-        raise ValueError(f"{text!r} is too large (not a finite number)")
+        raise ValueError(f"not a finite number (too large): {text!r}")
     mantissa = re.split("[eE]", t)[0]
     if v == 0 and any(c in "123456789" for c in mantissa):
-        raise ValueError(f"{text!r} is too small: it rounds to 0")
+        raise ValueError(f"too small: {text!r} rounds to 0")
     return v
 
 

@@ -67,7 +67,7 @@ def gate_option(text: str) -> tuple[str, float]:
     try:
         v = strict_float(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: the bound — {exc}") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: the bound is {exc}") from None
     try:
         GatesConfig.model_validate({name: v})
     except ValidationError:
