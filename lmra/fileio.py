@@ -241,6 +241,17 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
     if out.exists() and not out.is_dir():
         raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
                              file=config_path, field="output_dir")
+    inside = enclosing_run_folder(out)
+    if inside is not None:  # (break-it, s46: every call made, then a run, history and warehouse written inside
+        # that run's folder, and exit 1 blaming an unreadable table)
+        from lmra.config import config_sets
+
+        in_config = config_sets(config_path, "output_dir", str(output_dir))
+        raise LmraInputError(f"{out} is {'the' if resolved(out) == inside else 'inside the'} run folder {inside}: "
+                             "output_dir names the folder the run folders go to (e.g. reports), and runs written "
+                             "there would sit among that run's files — give its parent or another folder; nothing "
+                             "was written", file=config_path if in_config else None,
+                             field="output_dir" if in_config else "--output-dir")
     if db is not None and db.is_dir():
         raise LmraInputError(f"{db} is a folder: cache names the call cache's SQLite file (e.g. "
                              f"{db / 'cache.sqlite'})", file=config_path, field="cache")

@@ -334,3 +334,30 @@ def test_top_logprobs_below_the_three_options_is_refused(tmp_path, capsys, value
                                                  "base_url": "http://127.0.0.1:9/v1", "api_key_required": False}}).judge.top_logprobs == value
     cfg.write_text(cfg.read_text().replace(f"top_logprobs = {value}", "top_logprobs = 3"))
     assert main(["validate", str(cfg)]) == 0
+
+
+def test_an_output_folder_inside_a_run_folder_is_refused_before_any_call(tmp_path, capsys):
+    """Break-it finding (s46): `lmra audit --output-dir reports/<RUN>` made every call, wrote a run
+    folder, history.sqlite and warehouse/ inside that run's folder, and exited 1 blaming an
+    unreadable table; `lmra merge --out-dir <a shard's folder>` did the same. Both are input errors
+    (exit 2) naming the option or the config's line, and nothing is written."""
+    from test_gates import FLAT, write_config
+
+    cfg = write_config(tmp_path, rates=FLAT, n_prompts=6)
+    assert main(["audit", "--config", str(cfg), "--no-progress", "--no-report"]) == 0
+    (run,) = [p for p in (tmp_path / "reports").iterdir() if (p / "manifest.json").is_file()]
+    before = sorted(p.name for p in run.iterdir())
+    capsys.readouterr()
+    for out in (run, run / "more"):
+        assert main(["audit", "--config", str(cfg), "--no-progress", "--output-dir", str(out)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"option --output-dir: {out} is {'the' if out == run else 'inside the'} run folder {run}" in err, err
+    cfg2 = tmp_path / "inside.toml"
+    cfg2.write_text(cfg.read_text().replace(f'output_dir = "{tmp_path / "reports"}"', f'output_dir = "{run}"'))
+    assert main(["audit", "--config", str(cfg2), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg2}, line" in err and "field 'output_dir'" in err and "run folder" in err, err
+    assert main(["merge", str(run), "--out-dir", str(run / "m")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "option --out-dir: is inside the run folder" in err and "nothing was written" in err, err
+    assert sorted(p.name for p in run.iterdir()) == before

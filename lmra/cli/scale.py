@@ -61,6 +61,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     console = make_console()
     skipped: list = []
+    if args.out_dir is not None:
+        from lmra.fileio import enclosing_run_folder
+
+        inside = enclosing_run_folder(args.out_dir)
+        if inside is not None:  # (break-it, s46: the merged run, its history and warehouse went into a shard's folder)
+            raise LmraInputError(f"is {'the' if Path(args.out_dir).resolve() == inside else 'inside the'} run folder "
+                                 f"{inside}: --out-dir names the folder the merged run folder goes to (e.g. reports); "
+                                 "give its parent or another folder — nothing was written", file=args.out_dir,
+                                 field="--out-dir")
     result = merge_shards(args.shard_runs, name=args.name, out_dir=args.out_dir, skipped=skipped)
     args.finished_run_dir = result.run_dir  # (an interrupt from here on says the merged run is complete)
     for folder, label in skipped:
