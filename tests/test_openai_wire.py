@@ -245,3 +245,18 @@ def test_twenty_alternatives_read_a_judge_that_spreads_an_option_over_variants()
     assert read.mass == pytest.approx(0.98)
     # the default's reading: B outside the list, A and C renormalised over 0.93
     assert old.probs == pytest.approx({"A": 0.6 / 0.93, "B": 0.0, "C": 0.33 / 0.93})
+
+
+def test_tokens_given_only_as_bytes_are_read():
+    """Break-it finding (s46): a server sending each log-probability entry's token as ``"token": ""``
+    with its UTF-8 ``bytes`` (``[65]`` for ``A``) had every LMRA answer read as one without
+    log-probabilities: retried, then sampled, and the advice blamed a server without logits. The
+    bytes are read when the token text is empty (and the answer is the same as with the text)."""
+    with_text = chat_result(_completion_with([("A", -0.3), ("B", -1.8), ("C", -2.5)]), REQUEST, model="m")
+    body = _completion_with([("A", -0.3), ("B", -1.8), ("C", -2.5)])
+    pos = body["choices"][0]["logprobs"]["content"][0]
+    for entry in (pos, *pos["top_logprobs"]):
+        entry["bytes"] = list(entry["token"].encode("utf-8"))
+        entry["token"] = ""
+    assert chat_result(body, REQUEST, model="m").option_probs == with_text.option_probs
+    assert with_text.option_probs["A"] > 0.5

@@ -77,6 +77,24 @@ def chat_params(model: str, request: ChatRequest, default_top_logprobs: int = DE
     return params
 
 
+def _token_text(entry: Any) -> Any:
+    """A log-probability entry's token text: its ``token``, or — when that is empty and its
+    ``bytes`` (the token's UTF-8 bytes, in OpenAI's format) decode — the decoded bytes (break-it
+    finding, s46: a server sending ``"token": ""`` with ``"bytes": [65]`` for ``A`` had every
+    answer read as one without log-probabilities, retried and then sampled)."""
+    token = _get(entry, "token")
+    if isinstance(token, str) and token:
+        return token
+    raw = _get(entry, "bytes")
+    if (isinstance(raw, (list, tuple)) and raw
+            and all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 256 for b in raw)):
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return token
+    return token
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(name, default)
@@ -145,7 +163,7 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     if request.options and content:  # an answer without log-probabilities keeps probs None, and so
         # does one of formatting tokens only ("**" under max_tokens = 1): it reads no option
         for pos in content:
-            token = _get(pos, "token")
+            token = _token_text(pos)
             if token and all(_RAW_SPACES.get(ch, ch) in _FORMATTING for ch in token):
                 continue
             tops = _get(pos, "top_logprobs") or []
@@ -160,7 +178,7 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
                 # s44: read as an answer with no option mass, cached, and blamed on the LMRA's choices)
                 raise bad(f"the chosen token {token!r} has log-probability -inf (probability 0)")
             alts: dict = {}
-            for tok, v in [(_get(a, "token"), _get(a, "logprob")) for a in tops] + [(token, chosen)]:
+            for tok, v in [(_token_text(a), _get(a, "logprob")) for a in tops] + [(token, chosen)]:
                 # a log-probability is a number ≤ 0; −∞ (a token of probability 0) included
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v) or v > 1e-6:
                     raise bad(f"log-probability {v!r} of token {tok!r} is not a number ≤ 0")
