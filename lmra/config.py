@@ -849,10 +849,14 @@ def field_line(text: str, loc: tuple[Any, ...] | str) -> int | None:
 
 def _shown(value: Any) -> str:
     """A value as its TOML spelling (for messages), shortened."""
+    import datetime as _dt
+
     if isinstance(value, bool):
         text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = '"' + value + '"'
+    elif isinstance(value, str):  # a character that does not print is escaped (break-it, s46: "x\r" showed as "x")
+        text = '"' + value + '"' if value.isprintable() else json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, (_dt.datetime, _dt.date, _dt.time)):  # TOML's date-time, as typed (not a Python repr)
+        text = value.isoformat()
     elif isinstance(value, (list, tuple)):
         text = "an array"
     elif isinstance(value, dict):

@@ -361,3 +361,14 @@ def test_an_output_folder_inside_a_run_folder_is_refused_before_any_call(tmp_pat
     err = " ".join(capsys.readouterr().err.split())
     assert "option --out-dir: is inside the run folder" in err and "nothing was written" in err, err
     assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_config_errors_show_dates_and_unprintable_characters_as_typed(tmp_path, capsys):
+    """Break-it finding (s46): ``seed = 1979-05-27T07:32:00Z`` read "(got datetime.datetime(1979, 5,
+    27, 7, 32, tzinfo=datetime.tim...)" and ``name = "x\\r"`` "(got "x")" — the carriage return
+    invisible. A date-time is shown as TOML writes it, a character that does not print escaped."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('seed = 1979-05-27T07:32:00Z\nname = "x\\r"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "(got 1979-05-27T07:32:00+00:00)" in err and '(got "x\\r")' in err and "datetime.datetime" not in err, err
