@@ -273,7 +273,12 @@ def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
             raise LmraInputError(f"key {exc.key!r} appears twice in one object (JSON readers keep one of them "
                                  "silently: which was meant?)", file=path, line=lineno, field=exc.key) from None
         except json.JSONDecodeError as exc:
-            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno})", file=path, line=lineno) from None
+            # a file named otherwise (x.tsv, x.txt) is said to be read as JSON Lines (break-it, s46)
+            kind = ("" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else
+                    f" — a {Path(path).suffix or 'file'} file is read as JSON Lines (one JSON object a line); CSV is "
+                    "read from a file whose name ends in .csv")
+            raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno}){kind}", file=path,
+                                 line=lineno) from None
         except RecursionError:  # absurd nesting (break-it finding, s41: Python's RecursionError was quoted)
             raise LmraInputError(_TOO_DEEP, file=path, line=lineno) from None
         except ValueError as exc:  # e.g. a 5000-digit number

@@ -473,3 +473,20 @@ def test_a_number_too_long_to_read_is_said_in_plain_words(tmp_path):
         load_prompts(path)
     assert e.value.line == 2 and e.value.format().endswith(
         "line 2: unreadable JSON: a number with more than 4,300 digits (no count or score is that long)")
+
+
+def test_a_tab_separated_prompt_file_is_said_to_be_read_as_json_lines(tmp_path, capsys):
+    """Break-it finding (s46): a tab-separated prompt file read "malformed JSON (Expecting value,
+    column 1)" without saying which formats are read; a file not named .jsonl/.json says it is read
+    as JSON Lines and that CSV is read from a .csv file."""
+    from lmra.cli import main
+
+    tsv = tmp_path / "x.tsv"
+    tsv.write_text("id\ttext\tdomain\ttask\np1\thello\td\tt\n")
+    assert main(["audit", "--prompts", str(tsv), "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tsv}, line 1: malformed JSON" in err and "a .tsv file is read as JSON Lines" in err, err
+    good = tmp_path / "x.jsonl"
+    good.write_text("{nope\n")
+    assert main(["audit", "--prompts", str(good), "--no-progress"]) == 2
+    assert "is read as JSON Lines" not in capsys.readouterr().err
