@@ -61,6 +61,17 @@ def _profile_text(v: str) -> str:
 
 
 ProfileText = Annotated[str, AfterValidator(_profile_text)]
+
+
+def _system_prompt_text(v: str) -> str:
+    """The chatbot's system message: a text sent to it, as a prompt's (no control or format characters —
+    break-it finding, s46: a bidi override U+202E was accepted here while prompts refuse it)."""
+    from lmra.data import check_text
+
+    return check_text(v, "system prompt")
+
+
+SystemPromptText = Annotated[str, AfterValidator(_system_prompt_text)]
 #: ``$NAME`` or ``${NAME}``: the shell's syntax for an environment variable
 _ENV_REFERENCE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -191,7 +202,7 @@ class ModelConfig(_Strict):
         True, description="False for a local server (base_url) that needs no API key: no variable is read and "
         "a placeholder key is sent. True: the key's variable must be set (checked by 'lmra validate' and before an "
         "audit writes anything).")
-    system_prompt: NonBlank | None = Field(
+    system_prompt: SystemPromptText | None = Field(
         None, description="The target's own system message, placed before the personalization message."
     )
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature for generated text.")

@@ -372,3 +372,17 @@ def test_config_errors_show_dates_and_unprintable_characters_as_typed(tmp_path, 
     assert main(["validate", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "(got 1979-05-27T07:32:00+00:00)" in err and '(got "x\\r")' in err and "datetime.datetime" not in err, err
+
+
+def test_a_system_prompt_with_a_bidi_override_is_refused_as_a_prompt_would_be(tmp_path, capsys):
+    """Break-it finding (s46): ``[target] system_prompt`` accepted U+202E (right-to-left override),
+    which prompt texts refuse; it is checked as a text sent to the chatbot."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[target]\nprovider = "llamacpp"\nsystem_prompt = "Be nice \\u202e here"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{cfg}, line 3: field 'target.system_prompt': contains the control character U+202E" in err, err
+    cfg.write_text('[target]\nprovider = "llamacpp"\nsystem_prompt = "Be nice.\\n\\tReally."\n')
+    from lmra.config import load_config
+
+    assert load_config(cfg).target.system_prompt == "Be nice.\n\tReally."
