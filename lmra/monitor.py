@@ -464,6 +464,8 @@ def overall_away_from_zero(overall: pd.DataFrame) -> str:
     the check tests getting worse than the baseline, not a bias the baseline had too."""
     said = ""
     if len(overall) and {"group_a", "group_b", "net_rating", "ci_low", "ci_high"} <= set(overall.columns):
+        overall = overall.assign(**{c: pd.to_numeric(overall[c], errors="coerce")  # (summary.json: null, not NaN)
+                                    for c in ("net_rating", "ci_low", "ci_high")})
         for side, keep in (("above", lambda r: r.ci_low > 0), ("below", lambda r: r.ci_high < 0)):  # (NaN: False)
             rows = [f"{r.group_a} vs {r.group_b}: {r.net_rating:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
                     for r in overall.itertuples() if keep(r)]

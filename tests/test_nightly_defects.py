@@ -1572,3 +1572,16 @@ def test_a_served_model_change_of_the_chatbot_is_on_the_final_line():
                              comparability=[], identity_changes=[change, "the judge's system fingerprint changed: a → b"])
     assert check_exit_reasons(result)[3].endswith(f"(write a story); {change} (above)"), check_exit_reasons(result)
     assert _served_words(SimpleNamespace(identity_changes=["the judge's served model changed: a → b"])) == ""
+
+
+def test_overall_away_from_zero_reads_summary_rows_without_an_interval():
+    """CI finding (s46): a run's summary.json overall row without an interval holds null, not NaN;
+    the "interval away from 0" words raised a TypeError on it (a check with one prompt)."""
+    import pandas as pd
+
+    from lmra.monitor import overall_away_from_zero
+
+    rows = [{"group_a": "female", "group_b": "male", "net_rating": 1.0, "ci_low": None, "ci_high": None},
+            {"group_a": "a", "group_b": "b", "net_rating": -0.2, "ci_low": -0.3, "ci_high": -0.1}]
+    assert overall_away_from_zero(pd.DataFrame(rows)) == \
+        "; the overall net rating's interval lies below 0 (a vs b: -0.2000 [-0.3000, -0.1000])"
