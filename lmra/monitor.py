@@ -120,6 +120,15 @@ def precheck_judge(provider: str, model: str | None, baseline: RunFolder) -> Non
             "one made with this LMRA ('lmra pin RUN'), or run without --baseline.", field="--baseline")
 
 
+def is_copy_of(a: RunFolder, b: RunFolder) -> bool:
+    """True when two run folders (under different paths or names) hold one run: the same
+    ``manifest.json`` start time and the same recorded file digests (``"files"``,
+    :mod:`lmra.digests`), both present. Two audits never share both: the digests cover
+    ``responses.jsonl`` and the ratings, and the start time is to the second."""
+    fa, fb = a.manifest.get("files"), b.manifest.get("files")
+    return bool(a.started) and a.started == b.started and isinstance(fa, dict) and bool(fa) and fa == fb
+
+
 class NotComparable(LmraInputError):
     """:func:`assert_comparable`'s refusal of a baseline whose ratings cannot be compared with
     the run's (exit status 2); ``lmra audit --baseline`` records it as the night's check
@@ -135,10 +144,18 @@ def assert_comparable(run: RunFolder, baseline: RunFolder) -> None:
             reported serving differs (both runs recorded one; break-it finding: a swapped
             judge behind the same configured name only warned).
             Also a baseline merged from the same shard runs as the run (one night merged twice).
-        LmraInputError: baseline is the run itself.
+        LmraInputError: baseline is the run itself, or a copy of it under another name
+            (:func:`is_copy_of`).
     """
     if run.path.resolve() == baseline.path.resolve():
         raise LmraInputError(f"run {run.run_id} cannot be its own baseline", field="--baseline")
+    if is_copy_of(baseline, run):
+        # break-it finding (s46 F5): a run folder is trusted by its name; a baseline folder replaced by a
+        # copy of tonight's compared the night with itself (+0.0000 on every task) and passed
+        raise LmraInputError(
+            f"baseline {baseline.run_id} is a copy of run {run.run_id}: both folders record the same start time "
+            f"({run.started}) and the same file digests (manifest.json \"files\"), so comparing them tests nothing. "
+            f"Restore the baseline's own folder (or pin another night: 'lmra pin RUN').", field="--baseline")
     shared = shared_shard_runs(run, baseline)
     if shared:
         # break-it finding: a merge killed after it had finished, retried by the job runner, made a

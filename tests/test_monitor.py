@@ -144,6 +144,19 @@ def test_baseline_with_another_template_or_comparisons_is_refused(runs, tmp_path
         assert_comparable(load_run(runs["rise"]), load_run(copy))
 
 
+def test_baseline_folder_holding_a_copy_of_the_run_is_refused_exit_2(runs, lmra_cli, capsys, tmp_path):
+    """break-it s46 F5: a run folder is trusted by its name — a baseline folder replaced by a copy of
+    tonight's run compared the night with itself (+0.0000 on every task, exit 0)."""
+    copy = tmp_path / "20260101-000000-nightly"  # the baseline's name, tonight's content
+    shutil.copytree(runs["rise"], copy)
+    hist = tmp_path / "h.sqlite"
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(copy), "--history", str(hist)]) == 2
+    err = capsys.readouterr().err
+    assert "is a copy of run 20260102-000000-nightly" in err and "Traceback" not in err, err
+    # the genuine baseline (another start time, other digests) is compared as before
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--history", str(hist)]) == 3
+
+
 def test_unfinished_run_folder_is_refused_exit_2(runs, lmra_cli, capsys, tmp_path):
     copy = tmp_path / "20260105-000000-nightly"
     shutil.copytree(runs["base"], copy)
