@@ -263,6 +263,13 @@ def test_cli_bias_integer_ids_and_duplicates(tmp_path, capsys):
     assert run_cli(argv) == 2
     err = capsys.readouterr().err
     assert "duplicate item_id '5'" in err and "line 4" in err
+    # (break-it L5) the message names both texts read as one id, and the line of the first
+    assert "'05' and '5' on line 2 are one id" in " ".join(err.split()), err
+    (tmp_path / "items.csv").write_text("item_id,genres\n5,A\n6,B\n", encoding="utf-8")
+    (tmp_path / "users.csv").write_text("user_id,sex\n01,F\n2,M\n1,M\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "duplicate user_id '1'" in err and "'1' and '01' on line 2 are one id" in err and "line 4" in err, err
 
 
 def test_cli_bias_blank_groups_one_gender_and_a_group_without_recommendations(tmp_path, capsys):

@@ -127,13 +127,20 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         raise LmraInputError(f"the unprotected and the protected group are both '{protected}': the average "
                              "disparity compares two different groups", field="protected")
 
-    def unique(df: pd.DataFrame, col: str, path: str | Path) -> None:
+    def unique(df: pd.DataFrame, col: str, path: str | Path, raw: pd.Series | None = None) -> None:
         dup = df[col].duplicated()
         if dup.any():
             i = int(np.flatnonzero(dup.to_numpy())[0])
             lines = df.attrs.get("lines")
-            raise LmraInputError(f"duplicate {col} '{df[col].iloc[i]}'", file=path,
-                                 line=lines[i] if lines else None, field=col)
+            said = f"duplicate {col} '{df[col].iloc[i]}'"
+            if raw is not None:  # (break-it L5: '01' and '1' read as one id said only "duplicate '1'")
+                first = int(np.flatnonzero((df[col] == df[col].iloc[i]).to_numpy())[0])
+                a, b = str(raw.iloc[first]).strip(), str(raw.iloc[i]).strip()
+                if a != b:
+                    where = f" on line {lines[first]}" if lines else ""
+                    said += (f": '{b}' and '{a}'{where} are one id (integer ids are compared as numbers, so that a "
+                             "lists.jsonl's numbers match the CSV's texts; give distinct ids distinct numbers)")
+            raise LmraInputError(said, file=path, line=lines[i] if lines else None, field=col)
 
     def known(df: pd.DataFrame, col: str, allowed: dict, path: str | Path, what: str, source: str | Path) -> None:
         bad = ~df[col].isin(allowed)
@@ -149,16 +156,18 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         cats = {_id(i): g for i, g in zip(mv["item_id"], mv["genres"])}
     else:
         it = _read_table(items, "items", ["item_id", "genres"])
+        raw_items = it["item_id"].copy()
         it["item_id"] = it["item_id"].map(_id)
-        unique(it, "item_id", items)
+        unique(it, "item_id", items, raw_items)
         cats = {i: ml.split_genres(gs, file=items, line=n)
                 for i, gs, n in zip(it["item_id"], it["genres"], it.attrs["lines"])}
     if is_dat(users):
         us = ml.load_users(users)
     else:
         us = _read_table(users, "users", ["user_id"])
+    raw_users = us["user_id"].copy()
     us["user_id"] = us["user_id"].map(_id)
-    unique(us, "user_id", users)
+    unique(us, "user_id", users, raw_users)
     if group_by not in us.columns:
         raise LmraInputError(f"no column '{group_by}' in the users table ({', '.join(us.columns)})", file=users,
                              field="group_by")
