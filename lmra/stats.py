@@ -376,24 +376,45 @@ def clustered_mcnemar(differences) -> float:
     return float(st.chi2.sf(float(np.sum(d)) ** 2 / den, 1))
 
 
-def adjust_pvalues(pvalues: Sequence[float], method: str = "holm", alpha: float = 0.05) -> tuple[list[bool], list[float]]:
+def adjust_pvalues(pvalues: Sequence[float], method: str = "holm", alpha: float = 0.05, *,
+                   strict: bool = False) -> tuple[list[bool], list[float]]:
     """Multiple-comparison correction (statsmodels ``multipletests``).
 
     Args:
         pvalues: raw p-values; NaNs are passed through as not significant.
         method: ``bonferroni``, ``holm`` or any statsmodels method name.
+        strict: reject only below the threshold, ``p < α/K`` (methodology §4 step 5's
+            selection of axes), not at it as ``multipletests`` does (``p ≤ α/K``). For
+            ``bonferroni`` and ``holm`` only (the step-down: the i-th smallest p rejected while
+            ``p_(i) < α/(K − i + 1)``); the adjusted p-values are the same.
 
     Returns:
         (reject flags, adjusted p-values), same length and order as the input.
+
+    Raises:
+        ValueError: ``strict`` with another method.
     """
     from statsmodels.stats.multitest import multipletests
 
+    if strict and method not in ("bonferroni", "holm"):
+        raise ValueError(f"strict rejection is defined for bonferroni and holm, not '{method}'")
     p = np.asarray(pvalues, dtype=float)
     ok = ~np.isnan(p)
     reject = np.zeros(p.shape, dtype=bool)
     adj = np.full(p.shape, math.nan)
     if ok.any():
         r, a, _, _ = multipletests(p[ok], alpha=alpha, method=method)
+        if strict:  # (statistics check, s47: an exact p = α/K — reachable with the drawn sign-flip p — was kept)
+            q = p[ok]
+            k = len(q)
+            if method == "bonferroni":
+                r = q < alpha / k
+            else:
+                order = np.argsort(q, kind="stable")
+                below = q[order] < alpha / np.arange(k, 0, -1)
+                stop = int(np.argmin(below)) if not below.all() else k
+                r = np.zeros(k, dtype=bool)
+                r[order[:stop]] = True
         reject[ok] = r
         adj[ok] = a
     return reject.tolist(), adj.tolist()

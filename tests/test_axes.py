@@ -447,6 +447,33 @@ def test_select_axes_bonferroni_and_holm_over_tested_axes_only():
     assert [raw[a] for a in order[:4]] == sorted(raw.values())
 
 
+def test_an_axis_at_p_equal_to_alpha_over_k_is_not_selected(monkeypatch):
+    """Statistics check (s47): methodology §4 step 5 keeps axes with p < α/K; the drawn sign-flip
+    p-value can equal α/K (0.01 at K = 5), which statsmodels' rule (p ≤ α/K) selected."""
+    import lmra.axes.select as sel
+
+    real = sel.axis_statistics
+    p_of = {"at": 0.01, "below": 0.0099, "n1": 0.5, "n2": 0.5, "n3": 0.5}
+
+    def fixed(labels, **kw):
+        st = real(labels, **kw)
+        return st | {"p_value": p_of[labels["axis"].iloc[0]]}
+
+    monkeypatch.setattr(sel, "axis_statistics", fixed)
+    labels = pd.concat([_labels([0.5, 0.4, 0.6, 0.5], axis=ax) for ax in p_of], ignore_index=True)
+    tab = select_axes(labels, list(p_of), by_task=False).set_index("axis")
+    assert (tab.k_tested == 5).all()
+    assert tab.loc["below", "selected"] and not tab.loc["at", "selected"]
+    # Holm: the second smallest is compared with α/(K − 1) = 0.0125
+    assert 0.05 / 4 == 0.0125
+    p_of["at"] = 0.0125
+    tab = select_axes(labels, list(p_of), by_task=False, correction="holm").set_index("axis")
+    assert tab.loc["below", "selected"] and not tab.loc["at", "selected"]
+    p_of["at"] = 0.0124
+    tab = select_axes(labels, list(p_of), by_task=False, correction="holm").set_index("axis")
+    assert tab.loc["below", "selected"] and tab.loc["at", "selected"]
+
+
 # -- split ------------------------------------------------------------------------------------------
 def _pairs(n_prompts, k=1, comparison="f vs m"):
     return [AxisPair(pair_id=f"p{i}|{comparison}|{s}", prompt_id=f"p{i}", domain="d", task="t",

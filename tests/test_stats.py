@@ -75,6 +75,25 @@ def test_adjust_pvalues_matches_hand_holm_and_bonferroni():
     assert rej[:3] == [True, False, False]
 
 
+def test_adjust_pvalues_strict_rejects_below_the_threshold_only():
+    """Statistics check (s47): methodology §4 step 5 keeps axes with p < α/K; statsmodels rejects
+    at p = α/K too. Hand values: K = 5, α = 0.05 → α/K = 0.01."""
+    p = [0.01, 0.5, 0.5, 0.5, 0.5]
+    assert adjust_pvalues(p, "bonferroni")[0][0] is True  # statsmodels' own rule: p ≤ α/K
+    rej, adj = adjust_pvalues(p, "bonferroni", strict=True)
+    assert rej == [False] * 5 and adj[0] == pytest.approx(0.05)
+    assert adjust_pvalues([0.0099] + p[1:], "bonferroni", strict=True)[0] == [True] + [False] * 4
+    # Holm, strictly: sorted .004 < .05/4, .01 < .05/3, .025 = .05/2 stops the step-down, .03 not reached
+    rej, adj = adjust_pvalues([0.03, 0.004, 0.025, 0.01], "holm", strict=True)
+    assert rej == [False, True, False, True]
+    assert adjust_pvalues([0.03, 0.004, 0.025, 0.01], "holm")[0] == [True, True, True, True]  # ≤: .025 and .03 kept
+    assert adj == pytest.approx([0.05, 0.016, 0.05, 0.03])
+    rej, _ = adjust_pvalues([0.001, float("nan"), 0.02], "holm", strict=True)  # NaN passed through
+    assert rej == [True, False, True]
+    with pytest.raises(ValueError, match="strict"):
+        adjust_pvalues(p, "fdr_bh", strict=True)
+
+
 def test_mean_ci_with_every_value_alike_gives_the_sign_test_not_p_zero():
     """Statistics review: a quality criterion whose scores were all alike and non-zero got p = 0
     from the t-test's infinite t, so Bonferroni over the nine criteria called it significant on

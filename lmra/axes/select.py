@@ -261,7 +261,8 @@ def select_axes(labels: pd.DataFrame, axes: list[str], *, group_a: str = "A", gr
         tab["p_adjusted"] = math.nan
         tab["selected"] = False
         if k:
-            reject, adj = adjust_pvalues(tab.loc[tested, "p_value"].tolist(), method=correction, alpha=alpha)
+            reject, adj = adjust_pvalues(tab.loc[tested, "p_value"].tolist(), method=correction, alpha=alpha,
+                                         strict=True)
             tab.loc[tested, "p_adjusted"] = adj
             tab.loc[tested, "selected"] = reject
         tab["correction"] = correction
