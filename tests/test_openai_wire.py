@@ -260,3 +260,45 @@ def test_tokens_given_only_as_bytes_are_read():
         entry["token"] = ""
     assert chat_result(body, REQUEST, model="m").option_probs == with_text.option_probs
     assert with_text.option_probs["A"] > 0.5
+
+
+def _refusal_body(body: dict) -> dict:
+    """OpenAI's refusal: content null, the text in ``message.refusal``, log-probabilities of the refusal only."""
+    return {"id": "c", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": None,
+                                     "refusal": "I'm sorry, I can't help with that."},
+                         "logprobs": {"content": None, "refusal": [{"token": "I", "logprob": -0.01,
+                                                                     "top_logprobs": []}]}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 9}}
+
+
+def test_an_lmra_refusal_in_the_refusal_field_is_a_refusal_not_an_answer_without_logprobs():
+    """Break-it finding (s47): an LMRA question answered in ``message.refusal`` (content null) was
+    read as an answer without log-probabilities — retried (paid again), returned degraded (never
+    cached: paid again every run), sampled n times, and the console advised ``logprobs = false``.
+    It is the LMRA declining: one call, a refusal, counted as such."""
+    from lmra.config import JudgeConfig
+    from lmra.judge.options import ask_options
+
+    with _Server("application/json", answer=_refusal_body) as srv:
+        res = _ask(srv.url, retries=3)
+        assert len(srv.bodies) == 1  # not asked again
+        assert res.finish_reason == "refusal" and res.option_probs is None and res.degraded is None
+        assert res.text.startswith("I'm sorry")
+        provider = OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=srv.url,
+                                              api_key_required=False, max_retries=3))
+
+        async def go():
+            try:
+                return await ask_options(provider, list(REQUEST.messages), ("A", "B", "C"), JudgeConfig(),
+                                         seed_parts=("q",))
+            finally:
+                await provider.aclose()
+
+        answer = asyncio.run(go())
+        assert answer.n_refused == 1 and answer.probs is None and answer.method == "logprobs"
+        assert len(srv.bodies) == 2  # one call for the question: no retry, no sampling
+        # a chatbot's refusal (no options asked) is its answer, as before
+        target = _ask(srv.url, ChatRequest(messages=[Message(role="user", content="hi")]), retries=3)
+        assert target.finish_reason == "stop" and target.text.startswith("I'm sorry") and len(srv.bodies) == 3

@@ -120,7 +120,10 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     Returns:
         the result; ``option_probs`` is None when the request asked for options and the
         completion carries no log-probabilities, none for alternative tokens, or only
-        formatting tokens (never a zero-mass or one-token reading); ``served_model``
+        formatting tokens (never a zero-mass or one-token reading); a question with options
+        answered in the message's ``refusal`` field (content null) has ``finish_reason``
+        ``"refusal"`` (the LMRA declined: returned at once, not retried as an answer without
+        log-probabilities); ``served_model``
         and ``system_fingerprint`` are the completion's ``model`` and ``system_fingerprint``
         (None when absent or not a string).
 
@@ -148,8 +151,10 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     if message is None or isinstance(message, (str, int, float, list)):
         raise bad("the first choice has no message")
     text = _get(message, "content")
+    refused = None
     if text is None:
         text = _get(message, "refusal")  # a model's own refusal (structured outputs) is its answer
+        refused = isinstance(text, str) or None
     if text is None and _get(choice, "finish_reason") in FILTER_FINISH_REASONS:
         text = ""  # stopped by the provider's safety system (Azure sends content null): an empty, filtered
         # answer, not a malformed body (break-it finding: retried, then "answered no valid completion")
@@ -208,9 +213,16 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     n_in = _get(usage, "prompt_tokens") if usage else None
     n_out = _get(usage, "completion_tokens") if usage else None
     served, fingerprint = _get(completion, "model"), _get(completion, "system_fingerprint")
+    finish = _get(choice, "finish_reason")
+    if refused and request.options and probs is None:
+        # an LMRA's question declined in OpenAI's refusal field (content null, no log-probabilities of an
+        # option): the LMRA refused to judge — not an endpoint without log-probabilities, retried, asked
+        # again on every run and blamed on the server (break-it finding, s47); a chatbot's refusal is its
+        # answer, labelled by the refusal step as any other
+        finish = "refusal"
     return ChatResult(
         text=text, option_probs=probs, usage=reported_usage(n_in, n_out, bad),
-        finish_reason=_get(choice, "finish_reason"), model=served if isinstance(served, str) and served else model,
+        finish_reason=finish, model=served if isinstance(served, str) and served else model,
         provider=provider,
         latency_s=latency_s, served_model=served if isinstance(served, str) and served else None,
         system_fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None)
