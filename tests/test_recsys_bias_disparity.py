@@ -169,6 +169,27 @@ def test_cli_bias_from_csv_files(tmp_path, capsys):
     assert "bad.csv" in err and "user_id" in err
 
 
+def test_cli_bias_refuses_two_spellings_of_one_group_or_genre(tmp_path, capsys):
+    """Break-it finding (s47): 'Male' beside 'male' (or genre 'a' beside 'A') became a third group
+    (category), changing eq. 4 (1.25 → 0.5), exit 0 and no word. Now an input error naming the
+    file, both lines and the field; nothing written."""
+    from test_recsys_e2e import run_cli
+
+    argv = _bias_files(tmp_path)
+    (tmp_path / "users.csv").write_text("user_id,sex\nu1,M\nu2,m\nu3,F\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "users.csv" in err and "line 3" in err and "'m' is 'M' (line 2) written another way" in err, err
+    assert "sex" in err and not (tmp_path / "out").exists()
+    _bias_files(tmp_path)
+    (tmp_path / "items.csv").write_text("item_id,genres\ni1,A\ni2,A|B\ni3,b\ni4,C\n", encoding="utf-8")
+    assert run_cli(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "items.csv" in err and "line 4" in err and "genre 'b' is 'B' (line 3)" in err, err
+    _bias_files(tmp_path)
+    assert run_cli(argv) == 0  # one spelling each: as before
+
+
 def test_cli_bias_on_movielens_files(tmp_path):
     from test_recsys_e2e import SAMPLE, run_cli
 
