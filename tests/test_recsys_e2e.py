@@ -1281,3 +1281,28 @@ attributes = ["gender"]
         run_cli(["recsys", "--config", str(cfg), "--no-progress"])
         assert server.requests > 0
         assert _server_connections_closed(), "lmra recsys left its connections to the target's server open"
+
+
+def test_validate_reads_the_matching_catalog_and_a_catalog_lists_each_id_once(tmp_path, capsys):
+    """Break-it finding (s47): `lmra validate` said a config whose [matching] catalog was missing
+    was valid (the run then stopped); a catalog id given to two titles ('Hello,1' / 'Halo,1') made
+    them one item in every list, exit 0."""
+    cfg = _two_singers_by_gender(tmp_path, "cat", "make_scripted")
+    text = cfg.read_text(encoding="utf-8")
+    cfg.write_text(text + f'[matching]\ncatalog = "{(tmp_path / "nope.csv").as_posix()}"\n', encoding="utf-8")
+    assert run_cli(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nope.csv" in err and "matching.catalog" in err, err
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text("title,id\nHello,1\nHalo,1\n", encoding="utf-8")
+    cfg.write_text(text + f'[matching]\ncatalog = "{catalog.as_posix()}"\n', encoding="utf-8")
+    for argv in (["validate", str(cfg)], ["recsys", "--config", str(cfg), "--no-progress"]):
+        assert run_cli(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "catalog.csv" in err and "line 3" in err and "id '1' is given to 'Hello' (line 2) and to 'Halo'" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    catalog.write_text("title\nHello\nHalo\nHello\n", encoding="utf-8")  # a title twice, no ids
+    assert run_cli(["validate", str(cfg)]) == 2
+    assert "title 'Hello' is on line 2 too" in " ".join(capsys.readouterr().err.split())
+    catalog.write_text("title,id\nHello,1\nHalo,2\n", encoding="utf-8")
+    assert run_cli(["validate", str(cfg)]) == 0

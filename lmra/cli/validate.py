@@ -49,6 +49,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # its data files, as the run reads them (break-it finding: "valid", then the run refused a
         # missing seed-name or attribute file)
         inputs = (fairllm_inputs if rc.mode == "fairllm" else cfairllm_inputs)(rc, args.config)
+        if rc.mode == "fairllm":  # [matching] catalog, read as the run reads it (break-it finding, s47: "valid", then
+            from lmra.recsys.records import make_matcher  # the run stopped at a missing catalog)
+
+            make_matcher(rc, None, args.config)
         skipped = inputs[2] if rc.mode == "fairllm" else None  # seed-name rows a run skips: said before it
         if skipped:
             make_console(stderr=True).print(f"[yellow]warning:[/] {lit(skipped['note'])}", highlight=False,

@@ -34,7 +34,10 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
 
     Raises:
         LmraInputError: missing file, no ``title`` column, empty title, an empty genre name or
-            a genre twice in one cell, malformed CSV (with line).
+            a genre twice in one cell, one id on two rows (an ``id`` given twice, or a title
+            twice without ids: two titles under one id would be one item in every list, and
+            the later row's genres would replace the earlier's; break-it finding, s47),
+            malformed CSV (with line).
     """
     p = Path(path)
     if p.suffix == ".dat":
@@ -42,6 +45,7 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
         return list(movies["title"]), list(movies["item_id"]), dict(zip(movies["item_id"], movies["genres"]))
     text = read_input_text(p, "catalog file", field="matching.catalog")
     titles, ids, cats = [], [], {}
+    seen: dict[str, tuple[int, str]] = {}
     # read strictly (lmra.data.csv_records): a quote never closed is an error on its line, not the
     # rows after it swallowed into one title (break-it finding)
     for line, row in csv_records(text, p, required=("title",)):
@@ -49,6 +53,14 @@ def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list
         if not t:
             raise LmraInputError("empty title", file=p, line=line, field="title")
         i = (row.get("id") or "").strip() or t
+        if i in seen:
+            at, other = seen[i]
+            said = (f"id '{i}' is given to '{other}' (line {at}) and to '{t}'" if other != t else
+                    f"title '{t}' is on line {at} too")
+            raise LmraInputError(f"{said}: a catalog lists each item once (two rows under one id would be one item "
+                                 "in every list, with the later row's genres)", file=p, line=line,
+                                 field="id" if (row.get("id") or "").strip() else "title")
+        seen[i] = (line, t)
         titles.append(t)
         ids.append(i)
         cats[i] = ml.split_genres(row.get("genres") or "", file=p, line=line)
