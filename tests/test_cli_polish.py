@@ -72,6 +72,7 @@ def test_first_nights_pin_only_a_usable_run_then_alpha_and_shorthand_reach_the_r
         assert r.returncode == 6, r.stderr[-2000:]
         text = " ".join(r.stdout.split())
         assert "was not pinned because it did not meet its release gates" in text
+        assert "'lmra pin " in text and "not this one" not in text  # a chatbot over its gates: still a baseline
         # new-user finding: it said "the next night that completes with a validated judge is pinned",
         # though one that breaches the gates again is not, and never said that nothing is checked meanwhile
         assert "no night is checked until a run is pinned" in text and "meets its release gates" in text
@@ -154,6 +155,9 @@ def test_first_night_does_not_pin_a_partial_run(tmp_path):
     status = monitor_after_audit(run, baseline="pinned", report=False, first_night=True,
                                  console=Console(file=out, width=300))
     assert status == 0 and "not pinned because its status is partial" in out.getvalue()
+    # (fresh-user finding, s47) the partial run itself is not offered as a pin
+    said = " ".join(out.getvalue().split())
+    assert "lmra pin 20260101-000000-nightly" not in said and "not this one" in said, said
     with History(tmp_path / "reports" / "history.sqlite") as h:
         assert h.pinned("nightly") is None
     # without the first-night flag a missing pin is an error, as for 'lmra check'

@@ -1533,12 +1533,18 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
         # nights went unchecked, and that one pin by hand, at any time, starts the checks
         head = ("First night" if not earlier else
                 f"No baseline yet ({earlier} earlier run{'s' * (earlier != 1)} named '{name}', none pinned)")
+        if run.status == "complete" and not run.judge_status_gated_failure:  # over its gates: still a baseline
+            yourself = (f"— or pin one yourself, at any time ('lmra pin {lit(run.run_id)}': the nights after it are "
+                        "checked against it, so a chatbot over its gates is still checked for getting worse).")
+        else:
+            # (fresh-user finding, s47: a night partial because 99% of its answers were one canned text was
+            # offered as a pin — its numbers do not measure the chatbot, so no night would be checked for real)
+            yourself = ("— or pin a night that can serve as one yourself ('lmra pin RUN'); not this one: its numbers "
+                        f"are not a measurement of the chatbot to compare later nights with ({why_not}: see above).")
         console.print(f"[bold yellow]{head}[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
                       f"[/] pinned because {why_not}. Nothing was checked, and no night is checked until a run is "
-                      "pinned: the next night that completes, with a validated judge, and meets its release gates "
-                      f"(if any) is pinned — or pin one yourself, at any time ('lmra pin {lit(run.run_id)}': the "
-                      "nights after it are checked against it, so a chatbot over its gates is still checked for "
-                      "getting worse).")
+                      "pinned: the next night that completes, with a validated judge (or a judge failure the config "
+                      f"or --allow-unvalidated-judge waives), and meets its release gates (if any) is pinned {yourself}")
         return False
     pinned = h.pin(run, replace=False)
     if pinned != run.run_id:  # another night of the name pinned itself while this one ran (two first nights at once)
