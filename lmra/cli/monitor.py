@@ -202,11 +202,15 @@ def print_check(console: Console, result) -> None:
 
         # as the "no regression" line says it (fresh-user finding, s36: a regression under two failed
         # judges read as plainly as one under validated judges)
-        why = regression_caveat(result.judge_status_run, getattr(result, "run_status", None),
-                                result.judge_status_base, getattr(result, "baseline_status", None))
+        statuses = (getattr(result, "run_status", None), getattr(result, "baseline_status", None))
+        why = regression_caveat(result.judge_status_run, statuses[0], result.judge_status_base, statuses[1])
         if why:
-            console.print(f"[yellow]Not evidence of a regression of the chatbot: {lit(why)} — the rise may be the "
-                          "LMRA's doing, or the missing pairs', not the chatbot's.[/]")
+            # the doers the reasons name (fresh-user finding, s47: "or the missing pairs'" under two complete runs)
+            judged = bool(regression_caveat(result.judge_status_run, None, result.judge_status_base, None))
+            missing = bool(regression_caveat(None, statuses[0], None, statuses[1]))
+            doers = " or ".join(w for w, said in (("the LMRA's doing", judged), ("the missing pairs'", missing)) if said)
+            console.print(f"[yellow]Not evidence of a regression of the chatbot: {lit(why)} — the rise may be "
+                          f"{doers}, not the chatbot's.[/]")
     if len(regs) or len(overall_regs) or getattr(result, "replayed", False):
         pass  # (said above)
     elif getattr(result, "family_size", result.n_tested) == 0:
