@@ -614,6 +614,13 @@ def test_a_flag_smaller_than_the_detectable_rise_is_explained():
     assert only_fall.startswith("Improvements flagged") and "new stereotype" not in only_fall
     assert below_detectable_note(SimpleNamespace(tests=tests.iloc[1:3], overall=None, margin=0.0, replayed=False)) is None
     assert below_detectable_note(SimpleNamespace(tests=tests, overall=overall, margin=0.0, replayed=True)) is None
+    # (fresh-user finding, s47) a rise the share of stereotyped prompts carries (3% → 8%) is not put down to a drift
+    carried = pd.DataFrame([dict(comparison="female vs male", task="all tasks", diff=0.0508, mde=0.0735,
+                                 regressed=True, improved=False, base_rate=0.03, run_rate=0.08)])
+    note = below_detectable_note(SimpleNamespace(tests=carried, overall=None, margin=0.0, replayed=False))
+    assert note.startswith("Flagged though smaller than the detectable rise, with more stereotyped prompts: all tasks "
+                           "(female vs male) +0.0508 (stereotyped prompts 3% → 8%)"), note
+    assert "drift" not in note and "this one was" in note
 
 
 def test_last_passes_over_a_night_that_breached_its_release_gates(runs, lmra_cli, capsys, tmp_path):
