@@ -195,8 +195,10 @@ def test_option_reads_use_the_read_pool_and_reuse_prefixes(embedded):
         for reader in embedded._readers.readers:
             reader.reuse_prefix = True
     # the same up to the rounding of llama.cpp's quantized kernels, which depends on how the prompt
-    # is split into batches (prefix, then suffix): seen up to 0.005 apart in a full test run
-    assert again.option_probs == pytest.approx(fresh.option_probs, abs=0.01)
+    # is split into batches (prefix, then suffix): seen up to 0.005 apart in a full test run on an
+    # Intel Xeon VM, 0.011 on an AMD EPYC VM (s47) — where the same prompt read from scratch in
+    # chunks of 37 tokens instead of 512, no prefix reused, moved p(A) by 0.025 (0.2816 → 0.2563)
+    assert again.option_probs == pytest.approx(fresh.option_probs, abs=0.03)
 
 
 def test_decoder_limits_cancellation_and_close(embedded):

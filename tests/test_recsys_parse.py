@@ -287,6 +287,13 @@ def test_titles_that_begin_like_sign_offs(text, keys):
     # titles that start with a number are no ranks: not 1, 2, 3 … in order
     ("7 Rings\n99 Luftballons\nHello", ["7 rings", "99 luftballons", "hello"]),
     ("Some picks:\n1 Thing\n3 Doors Down\nHello", ["1 thing", "3 doors down", "hello"]),
+    # break-it s47: keycap emoji, full-width digits and "1.)" kept the marker in every key
+    ("1\ufe0f\u20e3 Hello\n2\ufe0f\u20e3 Skyfall\n3\ufe0f\u20e3 Halo", ["hello", "skyfall", "halo"]),
+    ("1\u20e3 Hello\n2\u20e3 Skyfall", ["hello", "skyfall"]),  # (without the variation selector)
+    ("9\ufe0f\u20e3 Hello\n\U0001F51F Skyfall", ["hello", "skyfall"]),
+    ("１．Hello\n２．Skyfall\n３．Halo", ["hello", "skyfall", "halo"]),
+    ("１）Hello\n２）Skyfall", ["hello", "skyfall"]),
+    ("1.) Hello\n2.) Skyfall", ["hello", "skyfall"]),
 ])
 def test_rank_markers_and_tables_leave_the_rank_out_of_the_title(text, keys):
     assert parse_list(text).keys == keys

@@ -467,11 +467,33 @@ def _comma_items(tail: str) -> tuple[list[str], bool]:
     return parts, False
 
 
+#: rank markers written with other characters (break-it finding, s47: keycap emoji "1️⃣ Hello", full-width
+#: "１．Hello" and "1.) Hello" kept the marker in every title, so identical lists compared as disjoint, SNSR
+#: 1.000): a keycap digit (the digit, an optional variation selector U+FE0F, U+20E3) or 🔟; full-width
+#: digits and their "．" "）" "：" (what NFKC makes ASCII); "1.)"
+_KEYCAP_MARK = re.compile(r"^(\s*)((?:\d\ufe0f?\u20e3){1,3}|\U0001F51F)\ufe0f?[.):]?\s*")
+_WIDE_MARK = re.compile(r"^(\s*)([０-９]{1,3}[．.）)：:])\s*")
+_DOT_PAREN_MARK = re.compile(r"^(\s*\d{1,3})\.\)\s*")
+
+
+def _plain_marker(line: str) -> str:
+    """``line`` with a rank marker of :data:`_KEYCAP_MARK` / :data:`_WIDE_MARK` /
+    :data:`_DOT_PAREN_MARK` at its start written as ``N. `` (the rest of the line as it is)."""
+    if m := _KEYCAP_MARK.match(line):
+        digits = "10" if m.group(2) == "\U0001F51F" else re.sub("[\ufe0f\u20e3]", "", m.group(2))
+        return f"{m.group(1)}{digits}. {line[m.end():]}"
+    if m := _WIDE_MARK.match(line):
+        return f"{m.group(1)}{unicodedata.normalize('NFKC', m.group(2))} {line[m.end():]}"
+    if m := _DOT_PAREN_MARK.match(line):
+        return f"{m.group(1)}. {line[m.end():]}"
+    return line
+
+
 def _candidate_lines(text: str) -> tuple[ListFormat, list[str]]:
     fenced = _JSON_FENCE.search(text)  # an array the answer marks as JSON is its list, notes after it aside
     if fenced and (json_items := _json_items(fenced.group(1))):
         return "json", json_items
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = [_plain_marker(ln) for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     mixed = _mixed_ranks(lines)
     if mixed:
         return "numbered", mixed
