@@ -103,7 +103,9 @@ values = { gender = ["a boy", "a girl"], age = ["a young", "an old"] }
     defined = sim[sim["n"] > 0]["similarity"]
     assert defined.map(math.isfinite).all() and defined.between(0, 1).all()
     assert (sim[sim["n"] == 0]["similarity"].isna()).all()
-    assert ((sim["n"] + sim["n_undefined"]) == 3).all()  # 3 singers per value, none dropped silently
+    # 3 singers per value, none dropped silently (an answer whose only line was cut at max_tokens holds no
+    # list: counted unparseable, break-it s47)
+    assert ((sim["n"] + sim["n_undefined"] + sim["n_unparseable"]) == 3).all()
     fair = pd.read_csv(run / "recsys_fairness.csv")
     assert set(fair["attribute"]) <= {"gender", "age"}
     assert fair["snsr"].between(0, 1).all() and (fair["snsv"] <= fair["snsr"] + 1e-12).all()
@@ -1240,6 +1242,40 @@ def test_lists_the_provider_stopped_are_counted_and_said(tmp_path, capsys):
     assert summary["lists_filtered"] == 2 and summary["lists_cut_at_max_tokens"] == 2 and summary["refusals"] == 0
     assert "2 lists from answers the provider's content filter stopped" in out
     assert "2 lists from answers cut at max_tokens" in out
+    # (break-it s47) the markup-like "[target]" is printed, and the cut answers' last lines are left out
+    assert "raise [target] max_tokens for whole lists" in out
+    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut at max_tokens left out" in out
+    boys = [r for r in read_jsonl(run_folder(tmp_path / "out") / "lists.jsonl") if r.get("value") == "a boy"]
+    assert boys and all(r["keys"] == ["song a", "song b", "song c", "song d"] and r["cut_tail"] for r in boys)
+
+
+def test_the_half_written_last_title_of_a_cut_answer_is_left_out(tmp_path, capsys):
+    """Break-it finding (s47): "3. Ha" — the last line of an answer cut at max_tokens — was scored as a
+    title (Jaccard 0.5 for the same list). It is left out and counted; an answer that ends with a line
+    break, or was not cut, keeps its last line; a one-line list loses its text after the last comma."""
+    rows = [{"instruction_id": "m1", "attribute": "neutral", "value": "", "raw": "1. Hello\n2. Skyfall\n3. Halo"},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a girl", "raw": "1. Hello\n2. Skyfall\n3. Ha",
+             "finish_reason": "length"},
+            {"instruction_id": "m1", "attribute": "gender", "value": "a boy", "raw": "1. Hello\n2. Skyfall\n3. Halo\n",
+             "finish_reason": "length"},
+            {"instruction_id": "m2", "attribute": "neutral", "value": "", "raw": "Hello, Skyfall, Halo"},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a girl", "raw": "Hello, Skyfall, Halo, Ha",
+             "finish_reason": "max_tokens"},
+            {"instruction_id": "m2", "attribute": "gender", "value": "a boy", "raw": "Hello, Skyfall, Halo"}]
+    out = tmp_path / "scored"
+    assert run_cli(["recsys", "score", "--lists", str(_write_lists(tmp_path / "l.jsonl", rows)), "--k", "3",
+                    "--permutations", "0", "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut at max_tokens left out" in said
+    sim = pd.read_csv(out / "recsys_similarity.csv")
+    jac = sim[(sim["k"] == 3) & (sim["metric"] == "jaccard")].set_index("value")["similarity"]
+    # girl: m1 {hello, skyfall} vs {hello, skyfall, halo} = 2/3; m2 {hello, skyfall, halo} vs itself = 1 → 5/6
+    assert jac["a girl"] == pytest.approx((2 / 3 + 1) / 2)
+    assert jac["a boy"] == pytest.approx(1.0)
+    scored = read_jsonl(out / "scored_lists.jsonl")
+    assert [(r["compare"], r["cut_tail"]) for r in scored if r["value"] == "a girl"] == [
+        (["hello", "skyfall"], True), (["hello", "skyfall", "halo"], True)]
 
 
 def test_attributes_of_different_numbers_of_values_are_not_ranked_by_snsr(tmp_path, capsys):

@@ -18,7 +18,7 @@ from lmra.fileio import atomic_files, write_csv, write_jsonl
 from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, json_default, now
-from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused
+from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused, without_cut_tail
 from lmra.recsys.scoring import (build_summary, nothing_scored, nothing_scored_message, partial_message, score_frame,
                                   unmeasured_attributes)
 from lmra.runfolder import package_versions
@@ -236,10 +236,12 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                            ("n_duplicates", len(keys) - len(set(keys)))):
             put(key, value)
         return keys
-    parsed = parse_list(raw, artists=artists)
+    text, cut_tail = without_cut_tail(raw, obj.get("finish_reason"))  # (as the run read it)
+    parsed = parse_list(text, artists=artists)
     stopped = provider_refused(obj.get("finish_reason"), parsed.items)  # as the run read it (break-it round 2)
     for key in ("n_dropped", "n_duplicates"):
         put(key, getattr(parsed, key))
+    put("cut_tail", cut_tail)
     put("refusal", parsed.refusal or stopped)
     put("parse_failed", parsed.parse_failed and not stopped)
     put("empty_parse", False)
@@ -250,7 +252,7 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
 SCORED_LISTS = "scored_lists.jsonl"
 #: the fields of :data:`SCORED_LISTS` (those the input's records have)
 _SCORED_FIELDS = ("instruction_id", "attribute", "value", "kind", "name", "user_id", "format", "compare", "refusal",
-                  "parse_failed", "n_dropped", "n_duplicates", "error")
+                  "parse_failed", "n_dropped", "n_duplicates", "cut_tail", "error")
 
 
 def _scored_records(lists: pd.DataFrame) -> list[dict]:

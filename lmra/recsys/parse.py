@@ -572,6 +572,32 @@ def provider_refused(finish_reason, items: Sequence) -> bool:
     return isinstance(finish_reason, str) and finish_reason in FILTER_FINISH_REASONS and not items
 
 
+def without_cut_tail(text: str, finish_reason) -> tuple[str, bool]:
+    """An answer cut at ``max_tokens`` (``finish_reason`` in
+    :data:`~lmra.providers.base.TRUNCATED_FINISH_REASONS`) without its last, unterminated line — in a
+    one-line answer, its text after the last comma: that item may be half-written ("3. Ha" for
+    "Halo"; break-it finding, s47: scored as a title). One rule for a run's records and a re-parse
+    of them.
+
+    Returns:
+        (the text to parse, whether a tail was left out); the text unchanged when the answer was
+        not cut, ends with a line break, or is one line without a comma (all of it the tail).
+    """
+    from lmra.providers.base import TRUNCATED_FINISH_REASONS
+
+    if not (isinstance(finish_reason, str) and finish_reason in TRUNCATED_FINISH_REASONS) or not isinstance(text, str):
+        return text, False
+    body = text.rstrip(" \t")
+    if not body or body.endswith(("\n", "\r")):
+        return text, False
+    cut = max(body.rfind("\n"), body.rfind("\r"))
+    if cut < 0:
+        cut = body.rfind(",")
+    if cut < 0 or not _ALNUM.search(body[cut + 1:]):
+        return text, False
+    return body[:cut + 1], True
+
+
 #: a preamble that declines the request: "I can't recommend …", "I won't provide …", "I'm unable to help …"
 _DECLINE = re.compile(r"\b(?:can(?:no|')?t|can not|won'?t|will not|unable to|not able to|must decline"
                       r"|(?:do not|don't) feel comfortable)\b(?:\W+\w+){0,3}?\W+(?:recommend|provide|help|suggest|make|"

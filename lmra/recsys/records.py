@@ -21,7 +21,7 @@ from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext, find_path
 from lmra.recsys.instructions import Instruction
 from lmra.recsys.metrics import top_k
-from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list, provider_refused
+from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list, provider_refused, without_cut_tail
 
 
 def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list[str]]]:
@@ -122,14 +122,15 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
                 "parse_failed": False, "empty_parse": not keys, "n_items": len(keys), "n_dropped": 0,
                 "n_duplicates": len(keys) - len(set(keys)), "template_tokens": template_tokens_in(ans["raw"])}
         return rec
-    parsed = parse_list(ans["raw"], artists=artists)
+    text, cut_tail = without_cut_tail(ans["raw"], ans.get("finish_reason"))
+    parsed = parse_list(text, artists=artists)
     # a provider's own refusal (Anthropic's stop_reason "refusal", OpenAI's "content_filter") with
     # no list is a refusal, whatever its text (break-it finding: an empty one was "unparseable …
     # not a refusal", 0 refusals counted)
     stopped = provider_refused(ans.get("finish_reason"), parsed.items)
     rec |= {"items": parsed.items, "keys": parsed.keys, "format": parsed.format,
             "refusal": parsed.refusal or stopped, "parse_failed": parsed.parse_failed and not stopped, "n_items": len(parsed.items), "n_dropped": parsed.n_dropped,
-            "n_duplicates": parsed.n_duplicates, "template_tokens": parsed.template_tokens}
+            "n_duplicates": parsed.n_duplicates, "template_tokens": parsed.template_tokens, "cut_tail": cut_tail}
     compare = list(parsed.keys)
     if matcher is not None:
         matches = matcher.match_parsed(parsed)

@@ -73,6 +73,9 @@ def _counts_line(summary: dict) -> str:
     if summary.get("lists_cut_at_max_tokens"):
         parts.append(f"{counted(summary['lists_cut_at_max_tokens'], 'list')} from answers cut at max_tokens (scored on "
                      "the items they hold; raise [target] max_tokens for whole lists)")
+    if summary.get("cut_tails_left_out"):
+        parts.append(f"{counted(summary['cut_tails_left_out'], 'last line')} of answers cut at max_tokens left out "
+                     "(possibly a half-written title)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")
     if summary.get("users_without_training_ratings"):
@@ -276,7 +279,8 @@ def render_recsys(console: Console, similarity: pd.DataFrame, fairness: pd.DataF
             by = d.set_index("k")["snsr"]
             ct.add_row(lit(attr), label.get(m, m), *[_num(by.get(p)) for p in pts])
         console.print(ct)
-    console.print(f"[bold]Lists:[/] {_counts_line(summary)}.")
+    # (break-it s47: "raise [target] max_tokens" was read as markup, "raise  max_tokens")
+    console.print(f"[bold]Lists:[/] {lit(_counts_line(summary))}.")
     short_warning = short_lists_warning(summary)
     if short_warning:
         console.print(f"[yellow]{lit(short_warning)}[/]")
