@@ -158,6 +158,15 @@ def test_ratings_and_descriptions_after_a_year_are_cut_and_dashed_titles_still_m
     # the dash cut the Star Wars title; matching falls back to the item's full text
     assert [m.id for m in catalog.match_parsed(p)] == [4, 11, 3, 8]
     assert catalog.match("Star Wars: Episode IV") is None
+    # break-it s47: the part before the dash close to another title (97.6 to "Star Wars: Episode I") matched
+    # it, and the exact title was never tried; the better of the two matches is kept
+    close = CatalogMatcher(["Star Wars: Episode I", "Star Wars: Episode IV - A New Hope (1977)"], [1, 11])
+    assert close.match("Star Wars: Episode IV").id == 1
+    assert [m.id for m in close.match_parsed(parse_list("1. Star Wars: Episode IV - A New Hope (1977)\n2. X\n3. Y"))
+            if m is not None] == [11]
+    # an exact title before the dash is kept ("Hello - Adele" is Hello)
+    songs = CatalogMatcher(["Hello", "Hello - Adele Live"], [1, 2])
+    assert [m.id for m in songs.match_parsed(parse_list("1. Hello - Adele\n2. Hello - Adele Live"))] == [1, 1]
 
 
 def test_chat_template_tokens_are_never_items_and_are_counted():

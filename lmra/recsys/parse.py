@@ -783,12 +783,20 @@ class CatalogMatcher:
         return Match(self._entries[i][0], self._entries[i][1], float(score))
 
     def match_parsed(self, parsed: ParsedList) -> list[Match | None]:
-        """Match every item of a :class:`ParsedList`: its extracted title first, then (when that
-        fails) the item's full text without a trailing rating — which rescues titles that
-        contain " - " (``Star Wars: Episode IV - A New Hope (1977)``).
+        """Match every item of a :class:`ParsedList`: its extracted title, and — unless that
+        matches exactly (score 100) — the item's full text without a trailing rating, keeping
+        the better score (the extracted title's on a tie). This rescues titles that contain
+        " - " (``Star Wars: Episode IV - A New Hope (1977)``), also when the part before the dash
+        is close enough to another catalogue title to match it (break-it finding, s47).
 
         Returns:
             One :class:`Match` or None per item, in order.
         """
         raws = parsed.raw_items or parsed.items
-        return [self.match(t) or self.match(_RATING_SUFFIX.sub("", r)) for t, r in zip(parsed.items, raws)]
+        out: list[Match | None] = []
+        for t, r in zip(parsed.items, raws):
+            first = self.match(t)
+            whole = _RATING_SUFFIX.sub("", r)
+            second = self.match(whole) if whole != t and (first is None or first.score < 100) else None
+            out.append(second if second is not None and (first is None or second.score > first.score) else first)
+        return out
