@@ -47,3 +47,39 @@ def resolve_resource(path: str | Path, kind: str) -> Path:
     parts = p.parts[1:] if p.parts and p.parts[0] == kind else p.parts
     shipped = base.joinpath(*parts) if parts else base
     return shipped if shipped.exists() else p
+
+
+def shadowed_input(given: str | Path, resolved: str | Path, config_path: str | Path | None, field: str) -> str | None:
+    """A warning when a relative input path (``given``, a config field) was read as ``resolved``
+    while a file of that name lies beside the config file: relative paths are looked up in the
+    working folder, then among the shipped files (:func:`resolve_resource`), never beside the
+    config — so a nightly config run by cron from another folder silently read lmra's shipped
+    ``tasks.jsonl`` instead of the user's (break-it finding, s47). None otherwise."""
+    if config_path is None:
+        return None
+    p = Path(given).expanduser()
+    if p.is_absolute():
+        return None
+    beside = Path(config_path).expanduser().resolve().parent / p
+    try:
+        if not beside.is_file() or beside.resolve() == Path(resolved).resolve():
+            return None
+    except OSError:
+        return None
+    return (f"{field} = '{given}' was read as {shipped_label(str(Path(resolved).resolve()))}, not as {beside} beside "
+            "the config: "
+            f"relative paths are looked up in the working folder ({Path.cwd()}), then among lmra's shipped files, "
+            "never beside the config file — give an absolute path in a config run from elsewhere (cron, CI: "
+            "docs/config.md)")
+
+
+def shipped_label(path: str) -> str:
+    """An input file as lmra names it: its path, with "(shipped with lmra)" for one of lmra's own
+    files (a relative path not found in the working folder falls back to them)."""
+    for kind in ("prompts", "names", "examples"):
+        try:
+            if Path(path).is_relative_to(resource_dir(kind).resolve()):
+                return f"{path} (shipped with lmra)"
+        except FileNotFoundError:
+            continue
+    return path

@@ -39,3 +39,26 @@ def test_a_path_of_the_wrong_kind_names_the_config_line_too(tmp_path, capsys, mo
     assert main(["validate", "d.toml"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "d.toml, line 3: field 'names': name file is not a regular file" in err and "/dev/null" in err
+
+
+def test_a_relative_path_read_elsewhere_than_beside_the_config_is_warned(tmp_path, capsys, monkeypatch):
+    """Break-it finding (s47): ``prompts = "tasks.jsonl"`` beside the config, run from another folder
+    (cron, CI), silently read lmra's shipped tasks.jsonl (189 prompts) under the user's run name.
+    ``lmra validate`` (and the audit, as a notice) says which file was read and which was not."""
+    import json
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "tasks.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "text": f"Help me plan week {i}.",
+                                                          "task": "plan"}) + "\n" for i in range(3)))
+    (conf / "my.toml").write_text('name = "mine"\nprompts = "tasks.jsonl"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["validate", str(conf / "my.toml")]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert (f"prompts = 'tasks.jsonl' was read as") in said and "(shipped with lmra)" in said, said
+    assert f"not as {conf / 'tasks.jsonl'} beside the config" in said and "give an absolute path" in said
+    monkeypatch.chdir(conf)  # run from the config's folder: the file beside it is the one read, nothing said
+    assert main(["validate", "my.toml"]) == 0
+    assert "beside the config" not in " ".join(capsys.readouterr())

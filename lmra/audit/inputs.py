@@ -18,7 +18,7 @@ from lmra.data import COMMON_WORD_NAMES, PromptRecord, load_names, load_prompts
 from lmra.errors import LmraInputError, named_by_field
 from lmra.generate import derive_seed, names_for_group
 from lmra.judge.taxonomy import Taxonomy, load_taxonomy
-from lmra.resources import resolve_resource
+from lmra.resources import resolve_resource, shadowed_input
 from lmra.templates import Template, load_template
 
 UNLABELLED = "unlabelled"
@@ -305,6 +305,8 @@ class InputsStage:
             repeats: list[tuple[int, str, int, str]] = []
             prompts = load_prompts(prompts_path, text_field=cfg.text_field, auto_id=True, repeats=repeats)
         files["prompts"] = os.path.abspath(prompts_path)  # (after reading it: a bad file is said as such first)
+        self.shadowed_inputs = [w for w in [shadowed_input(cfg.prompts, prompts_path, self.config_path, "prompts")]
+                                if w]
         self.prompts_repeated = len(repeats)  # (summary.json's n_prompts_repeated)
         if repeats and getattr(self, "on_notice", None) is not None:
             self.on_notice(repeated_prompts_words(repeats, prompts_path))
@@ -322,6 +324,8 @@ class InputsStage:
             with named_by_config(self.config_path, "names", cfg.names):
                 names = load_names(names_path)
             files["names"] = os.path.abspath(names_path)
+            shadow = shadowed_input(cfg.names, names_path, self.config_path, "names")
+            self.shadowed_inputs += [shadow] if shadow else []
             all_names = [n.name for n in names]
             index = {id(g): i for i, g in enumerate(cfg.groups)}
             config = str(self.config_path) if self.config_path else None
@@ -390,6 +394,8 @@ class InputsStage:
             taxonomy_path = resolve_resource(cfg.taxonomy, "prompts")
             taxonomy = load_taxonomy(taxonomy_path)
             files["taxonomy"] = os.path.abspath(taxonomy_path)
+            shadow = shadowed_input(cfg.taxonomy, taxonomy_path, self.config_path, "taxonomy")
+            self.shadowed_inputs += [shadow] if shadow else []
             templates["classify_domain"] = load_template("classify_domain", "judge")
             templates["classify_task"] = load_template("classify_task", "judge")
             known_tasks |= {t.name for d in taxonomy.domain for t in d.task} | {"other"}
@@ -460,6 +466,9 @@ class InputsStage:
                 raise LmraInputError(f"the identity filter removed all {len(prompts)} prompts of the file (each "
                                      "reveals the user's name, gender or race); nothing is left to audit",
                                      file=self.config_path, field="filter")
+        if getattr(self, "on_notice", None) is not None:
+            for shadow in self.shadowed_inputs:  # (lmra validate lists them among its warnings)
+                self.on_notice(shadow)
         return Inputs(prompts, group_names, all_names, styles, templates, taxonomy, canaries, placebo, files,
                       strata={label: st["cells"] for label, st in strata.items()})
 

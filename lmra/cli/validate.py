@@ -12,19 +12,10 @@ from lmra.errors import LmraInputError
 
 
 def _where(path: str) -> str:
-    """An input file as ``lmra validate`` names it: its path, "(shipped with lmra)" for one of
-    lmra's own files (a relative path not found in the working folder falls back to them)."""
-    from pathlib import Path
+    """An input file as ``lmra validate`` names it (:func:`lmra.resources.shipped_label`)."""
+    from lmra.resources import shipped_label
 
-    from lmra.resources import resource_dir
-
-    for kind in ("prompts", "names", "examples"):
-        try:
-            if Path(path).is_relative_to(resource_dir(kind).resolve()):
-                return f"{path} (shipped with lmra)"
-        except FileNotFoundError:
-            continue
-    return path
+    return shipped_label(path)
 
 
 @json_errors
@@ -97,6 +88,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # list is checked, said nothing of Will, Hope, Grace)
     common = common_word_names_warning(getattr(audit, "names_common_words", None) or [])
     unmeetable += [common] if common else []
+    unmeetable += getattr(audit, "shadowed_inputs", [])  # a relative path read elsewhere than beside the config
     if args.json:
         from lmra.report import jsonout
 
