@@ -1342,3 +1342,39 @@ def test_validate_reads_the_matching_catalog_and_a_catalog_lists_each_id_once(tm
     assert "title 'Hello' is on line 2 too" in " ".join(capsys.readouterr().err.split())
     catalog.write_text("title,id\nHello,1\nHalo,2\n", encoding="utf-8")
     assert run_cli(["validate", str(cfg)]) == 0
+
+
+class RoutedRecommender(ScriptedRecommender):
+    """ScriptedRecommender whose endpoint reports another served model for the "a girl" prompts (a
+    router falling back to another model)."""
+
+    async def complete(self, request):
+        res = await super().complete(request)
+        fallback = "a girl" in request.messages[-1].content
+        return res.model_copy(update={"served_model": "fallback-model" if fallback else "scripted-v1"})
+
+
+def make_routed(cfg):
+    return RoutedRecommender(cfg)
+
+
+def test_a_recsys_run_records_and_warns_of_mixed_served_models(tmp_path, capsys):
+    """Break-it finding (s47): answers of another model (a router's fallback) were neither recorded
+    nor said by `lmra recsys`, where `lmra audit` warns. Each list records `served_model`, the summary
+    counts them and warns first."""
+    cfg = _two_singers_by_gender(tmp_path, "routed", "make_routed")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    run = run_folder(tmp_path / "out")
+    lists = read_jsonl(run / "lists.jsonl")
+    assert {r["served_model"] for r in lists} == {"fallback-model", "scripted-v1"}
+    summary = json.loads((run / "summary.json").read_text())
+    n_girl = sum(r["value"] == "a girl" for r in lists)
+    assert summary["served_models"] == {"scripted-v1": len(lists) - n_girl, "fallback-model": n_girl}
+    assert any("the target's answers reported 2 served models in this run" in w for w in summary["warnings"])
+    assert "WARNING: the target's answers reported 2 served models" in out
+    # one model: nothing said
+    (tmp_path / "one").mkdir()
+    cfg = _two_singers_by_gender(tmp_path / "one", "one", "make_scripted")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    assert "served models" not in capsys.readouterr().out

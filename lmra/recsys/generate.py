@@ -33,8 +33,9 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
             is on its way), and loses it when the call ends (:func:`ask_all`).
 
     Returns:
-        ``{"seed", "raw", "error", "from_cache", "finish_reason"}``; a provider error is kept in
-        ``error`` (with ``raw`` empty), never raised.
+        ``{"seed", "raw", "error", "from_cache", "finish_reason", "served_model",
+        "system_fingerprint"}`` (the last two as the endpoint reported them, None when it did
+        not); a provider error is kept in ``error`` (with ``raw`` empty), never raised.
     """
     seed = derive_seed(cfg.seed, "recsys", ins.id)
     # the embedded backend continues text: started with "Here are K … titles:\n1." even a base
@@ -42,7 +43,8 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
     prefill = list_prefill(ins.domain, cfg.k) if cfg.target.provider == "llamacpp" else None
     req = ChatRequest(messages=ins.messages, temperature=cfg.target.temperature,
                       max_tokens=cfg.target.max_tokens, seed=seed, prefill=prefill)
-    out: dict[str, Any] = {"seed": seed, "raw": "", "error": None, "from_cache": False, "finish_reason": None}
+    out: dict[str, Any] = {"seed": seed, "raw": "", "error": None, "from_cache": False, "finish_reason": None,
+                           "served_model": None, "system_fingerprint": None}
     try:
         async with sem:
             task = asyncio.current_task() if started is not None else None
@@ -53,7 +55,10 @@ async def ask_target(cfg: RecsysConfig, ins: Instruction, target: Provider, sem:
             finally:
                 if task is not None:
                     started.discard(task)
-        out |= {"raw": res.text, "from_cache": res.from_cache, "finish_reason": res.finish_reason}
+        # the model the endpoint said answered (break-it finding, s47: a router's fallback model was neither
+        # recorded nor said; an audit warns of it)
+        out |= {"raw": res.text, "from_cache": res.from_cache, "finish_reason": res.finish_reason,
+                "served_model": res.served_model, "system_fingerprint": res.system_fingerprint}
     except ProviderError as exc:
         out["error"] = str(exc)
     progress.advance("recsys", out["error"] is not None)

@@ -215,6 +215,19 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
         tokens = count_template_tokens(r for r in ok["raw"] if isinstance(r, str))
         warning = tokens.template_tokens_warning("target")
         out |= {"template_tokens": tokens.template_tokens_field(), "warnings": [warning] if warning else []}
+    if "served_model" in ok.columns:  # the models the endpoint said answered, as an audit counts them (s47)
+        from lmra.identity import ServedCounts
+
+        served = ServedCounts()
+        fresh = ~_flag(ok, "from_cache")
+        for model, new in zip(ok["served_model"], fresh):
+            if isinstance(model, str) and model:
+                served.model[model] += 1
+                if new:
+                    served.model_fresh[model] += 1
+        out["served_models"] = dict(served.model.most_common())
+        warning = served.served_models_warning("target")
+        out["warnings"] = out.get("warnings", []) + ([warning] if warning else [])
     if "finish_reason" in ok.columns:  # answers the provider stopped but that hold a list, scored on what they hold
         # (break-it finding, s39: 7 of 15 lists stopped by the content filter were scored without a count)
         from lmra.providers.base import FILTER_FINISH_REASONS, TRUNCATED_FINISH_REASONS
