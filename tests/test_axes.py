@@ -547,6 +547,13 @@ def test_parse_features_and_json_extraction():
     assert extract_json_array('Sure! ```json\n[{"feature": "x", "more": 1}]\n``` done') == [{"feature": "x", "more": 1}]
     assert extract_json_array("[1, 2") is None and extract_json_array("no json") is None
     assert extract_json_array('["a" "b"] then [3]') == [3]
+    # break-it s47: a bracketed number in the prose before the answer's array of objects
+    said = 'Response [1] is shorter. [{"feature": "is shorter", "more": 1}]'
+    assert extract_json_array(said) == [{"feature": "is shorter", "more": 1}]
+    assert parse_features(said, 8) == ([("is shorter", 1)], 0)
+    assert extract_json_array("[1, [2]] and [3]") == [1, [2]]  # no array of objects: the first array
+    axes, _ = parse_axes('Lines [1] and [2] overlap. Result: [{"axis": "formal", "features": [1.0, 2]}]', 2, 3)
+    assert axes == [{"axis": "formal", "items": [0, 1], "opposite": []}]  # (2.0-style numbers read: s47)
     feats, dropped = parse_features('[{"feature": "uses simpler language", "more": 2}, {"feature": "x"}, '
                                     '{"feature": "adds headers", "more": "Response 1"}]', 8)
     assert feats == [("uses simpler language", 2), ("adds headers", 1)] and dropped == 1

@@ -41,10 +41,14 @@ ATTEMPTS = 2
 
 
 def extract_json_array(text: str) -> list | None:
-    """The first JSON array in an LMRA answer, or None when there is none.
+    """The first JSON array of objects in an LMRA answer — else its first JSON array —, or None
+    when there is none.
 
     Code fences and text around the array are ignored; the array itself must be valid JSON
-    (``json.JSONDecoder.raw_decode`` from each ``[`` in turn). Nothing is repaired.
+    (``json.JSONDecoder.raw_decode`` from each ``[`` in turn). Nothing is repaired. An array of
+    objects (what the brainstorm and consolidation prompts ask for) is preferred to an earlier
+    one of other values: "Response [1] is shorter. [{…}]" is the objects (break-it finding,
+    s47: ``[1]`` was taken, and a valid answer counted invalid).
 
     Args:
         text: the raw answer.
@@ -53,14 +57,21 @@ def extract_json_array(text: str) -> list | None:
         The decoded list, or None.
     """
     dec = json.JSONDecoder()
+    first = None
+    end = 0
     for m in re.finditer(r"\[", text):
+        if m.start() < end:  # inside an array decoded already (its nested lists are not the answer's)
+            continue
         try:
-            obj, _ = dec.raw_decode(text, m.start())
+            obj, stop = dec.raw_decode(text, m.start())
         except ValueError:
             continue
         if isinstance(obj, list):
-            return obj
-    return None
+            if obj and all(isinstance(x, dict) for x in obj):
+                return obj
+            end = stop
+            first = obj if first is None else first
+    return first
 
 
 def _which(v: Any) -> int | None:
@@ -218,6 +229,8 @@ def parse_axes(text: str, n_items: int, max_axes: int) -> tuple[list[dict] | Non
             if isinstance(x, bool) or not isinstance(x, (int, float, str)):
                 info["ignored_numbers"] += 1
                 continue
+            if isinstance(x, float) and x.is_integer():  # a number written 2.0 (break-it finding, s47: ignored)
+                x = int(x)
             try:
                 i = int(str(x).strip())
             except ValueError:
