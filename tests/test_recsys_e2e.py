@@ -518,6 +518,10 @@ _N = {"instruction_id": "m1", "attribute": "neutral", "items": ["a"]}
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a", True]}], "list of items", 1),
     ([{"instruction_id": "m1", "attribute": "neutral", "items": ["a"]},
       {"instruction_id": "m1", "attribute": "neutral", "items": ["b"]}], "duplicate list", 2),
+    # break-it s47: "m1 " beside "m1" was a second instruction (its list left out silently); "Neutral" no hint
+    ([_N, {"instruction_id": "m1 ", "attribute": "gender", "value": "x", "items": ["a"]}],
+     "instruction 'm1 ' is 'm1' (line 1) written another way", 2),
+    ([{"instruction_id": "m1", "attribute": "Neutral", "items": ["a"]}], "is written 'neutral' (lower case)", 1),
 ])
 def test_cli_score_bad_lists_exit_2(tmp_path, capsys, rows, message, line):
     path = tmp_path / "bad.jsonl"

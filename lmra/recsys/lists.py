@@ -76,6 +76,7 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
     seen: dict[tuple, int] = {}
     spellings: dict[tuple, tuple] = {}  # (attribute, value folded) → (its first spelling, line)
     attr_spellings: dict[str, tuple] = {}  # attribute folded → (its first spelling, line)
+    iid_spellings: dict[str, tuple] = {}  # instruction id folded → (its first spelling, line)
     id_written: dict[str, tuple[type, int]] = {}  # instruction id → (JSON type it was first written as, line)
     for lineno, obj in iter_jsonl(text, p):
         for f in ("instruction_id", "attribute"):
@@ -103,6 +104,16 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         obj["value"] = str(val).strip()
         # one attribute written two ways ("age" / "Age") would be scored as two attributes, each on part of
         # the instructions (break-it finding, s36: exit 0, SNSR for both); as for values below
+        iid_spelled = iid_spellings.setdefault(_folded(obj["instruction_id"]), (obj["instruction_id"], lineno))
+        if iid_spelled[0] != obj["instruction_id"]:  # ("m1" and "m1 ": two instructions, one without a neutral
+            # list, left out silently: break-it finding, s47)
+            raise LmraInputError(f"instruction '{obj['instruction_id']}' is '{iid_spelled[0]}' (line {iid_spelled[1]}) "
+                                 "written another way (letter case, spaces or character width): they would be two "
+                                 "instructions; write one spelling", file=p, line=lineno, field="instruction_id")
+        if obj["attribute"] != "neutral" and _folded(obj["attribute"]) == "neutral":
+            raise LmraInputError(f"attribute '{obj['attribute']}': the neutral list's attribute is written 'neutral' "
+                                 "(lower case); any other is a sensitive attribute", file=p, line=lineno,
+                                 field="attribute")
         attr_spelled = attr_spellings.setdefault(_folded(obj["attribute"]), (obj["attribute"], lineno))
         if attr_spelled[0] != obj["attribute"]:
             raise LmraInputError(f"attribute '{obj['attribute']}' is '{attr_spelled[0]}' (line {attr_spelled[1]}) written "
