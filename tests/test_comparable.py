@@ -451,9 +451,15 @@ def test_a_same_seed_re_run_of_a_regression_night_leaves_that_nights_metrics_wit
     said = " ".join(capsys.readouterr().out.split())
     assert f"not written: every chatbot answer of run {replay.name} was replayed from the call cache" in said
     assert prom_file.read_bytes() == before  # the regression night's metrics, alert and all
-    # without the flag the replay's metrics are written (no verdict: no regression metric)
+    # without the flag the replay's metrics are written (no verdict: no regression metric), and said (s47)
     assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(metrics)]) == 0
     assert "lmra_run_regressions{" not in prom_file.read_text()
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"every chatbot answer of run {replay.name} was replayed from the call cache" in err and \
+        "--skip-replay leaves such a run out" in err, err
+    assert lmra_cli(["export", "latest", "--reports-dir", str(replay.parent), "--format", "csv",
+                     "--out", str(tmp_path / "latest")]) == 0
+    assert "was replayed from the call cache" in capsys.readouterr().err
     # the tables too (s46: nightly.sh exports a complete night that exits 2 — its check refused — as
     # Parquet, but not a replay, whose tables would add a copy of the night it repeats)
     capsys.readouterr()

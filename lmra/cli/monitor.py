@@ -1118,7 +1118,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         with History(history_file(args, args.run)) as h:
             run = h.resolve(args.run)
-            check = h.latest_check(run.run_id) if args.format in METRICS_FORMATS or args.skip_replay else None
+            check = h.latest_check(run.run_id)
             if args.skip_replay and check is None and args.format not in METRICS_FORMATS:
                 print_warning(f"--skip-replay: run {run.run_id} has no regression check in {h.path}, so whether it "
                               "replays an earlier night is unknown: its tables are exported")
@@ -1131,6 +1131,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                                 else "exported tables of the night it repeats stay as they are")
                              + " (--skip-replay)", highlight=False)
         return 0
+    if check is not None and check.get("replayed"):  # (fresh-user finding, s47: exported without a word, where
+        # 'lmra check' says it loudly)
+        print_warning(f"every chatbot answer of run {run.run_id} was replayed from the call cache (its check has no "
+                      "verdict): its numbers repeat the night it replays, not a new night of the chatbot; "
+                      "--skip-replay leaves such a run out (docs/exports.md)")
     from lmra.afterrun import pending_words, stopped_steps
 
     undone = stopped_steps(run.path)
