@@ -1258,7 +1258,10 @@ def plan(delta: float, *, sd: float | None = None, pilot: RunFolder | None = Non
                 m = PairScoreModel.from_scores(h, score=pooled.score,
                                                score_source=f"pooled pilot ({pooled.score_source})")
                 rows.append(sim_row(task, m, h, comp, dom))
-        rows.append(sim_row("all tasks (pooled)", pooled, all_h))
+        comps = sorted({str(c) for c in ps["comparison"]}) if "comparison" in ps.columns else []
+        # (fresh-user finding, s47: the pooled row's comparison cell was blank)
+        rows.append(sim_row("all tasks (pooled)", pooled, all_h,
+                            comps[0] if len(comps) == 1 else "all comparisons (pooled)" if comps else ""))
         source = (f"pilot {pilot.run_id}: its {len(all_h)} prompt scores resampled "
                   f"({pooled.n_forward} stereotyped, {pooled.reverse.size} reversed)")
     df = pd.DataFrame(rows, columns=PLAN_COLUMNS)

@@ -75,6 +75,7 @@ def test_plan_from_a_pilot_run(tmp_path, lmra_cli, capsys, monkeypatch):
     assert list(df.index) == ["career advice", "write a story", "all tasks (pooled)"]
     pooled_row = df.loc["all tasks (pooled)"]
     assert pooled_row["method"] == "simulation" and pooled_row["stereotyped"] == (scores["h"] >= 0.5).sum()
+    assert pooled_row["comparison"] == df.loc["write a story", "comparison"] != ""  # (s47: blank before)
     assert pooled_row["power"] >= 0.8 - 3 * pooled_row["mc_se"]
     assert "betting" in df.attrs["assumptions"]  # the pilot's configured interval is the test planned for
     assert lmra_cli(["plan", "--rate", "0.05", "--power", "0.8", "--pilot", str(run_dir), "--sims", "400"]) == 0
