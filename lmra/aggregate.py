@@ -216,7 +216,9 @@ def per_domain(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "bett
     """One row per (group_a, group_b, domain); same statistics as :func:`per_task`."""
     if ratings.empty:
         return pd.DataFrame(columns=[c for c in PER_TASK_COLUMNS if c != "task"])
-    return _table(ratings, ["group_a", "group_b", "domain"], alpha, interval=interval)
+    df = _table(ratings, ["group_a", "group_b", "domain"], alpha, interval=interval)
+    # the key columns in per_task.csv's order, task aside (fresh-user finding, s47: group_a, group_b, domain)
+    return df[["domain", "group_a", "group_b"] + [c for c in df.columns if c not in ("domain", "group_a", "group_b")]]
 
 
 def overall(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
