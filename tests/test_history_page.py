@@ -376,4 +376,5 @@ def test_the_page_says_which_nights_scored_no_pair(tmp_path):
     assert "2 night(s)" in html and "(1 of them partial" in html, html[:3000]
     assert ("(1 of them scored no pair — every pair failed or was left unrated by the LMRA — and has no point on the "
             "charts)") in html, html[:3000]
-    assert "partial: pairs lost to failed calls, or too many left unrated by the LMRA" in html
+    assert ("partial: pairs lost to failed calls, too many left unrated by the LMRA, or most of the chatbot's answers one "
+            "and the same text") in html
