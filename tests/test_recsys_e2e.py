@@ -1382,3 +1382,15 @@ def test_a_recsys_run_records_and_warns_of_mixed_served_models(tmp_path, capsys)
     cfg = _two_singers_by_gender(tmp_path / "one", "one", "make_scripted")
     assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
     assert "served models" not in capsys.readouterr().out
+
+
+def test_a_cfairllm_table_in_a_fairllm_config_is_refused(tmp_path, capsys):
+    """Break-it finding (s47): a [cfairllm] table without mode = "cfairllm" was ignored and the run
+    was a FaiRLLM one, without a word (a forgotten mode line)."""
+    cfg = write_config(tmp_path, "forgot", '[target]\nprovider = "test_recsys_e2e:make_scripted"\n[cfairllm]\n'
+                       'n_users = 4\n')
+    for argv in (["validate", str(cfg)], ["recsys", "--config", str(cfg), "--no-progress"]):
+        assert run_cli(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "a [cfairllm] table is read in mode = 'cfairllm' only" in err and "forgot.toml" in err, err
+    assert not (tmp_path / "out").exists()

@@ -253,6 +253,10 @@ class RecsysConfig(_Strict):
     def _check(self) -> "RecsysConfig":
         if self.mode == "cfairllm" and self.parser != "lmra":
             raise ValueError("cfairllm mode matches titles to movies.dat and needs parser = 'lmra'")
+        if self.mode == "fairllm" and "cfairllm" in self.model_fields_set:  # (break-it finding, s47: read as
+            # FaiRLLM, the table ignored without a word — a forgotten mode line)
+            raise ValueError("a [cfairllm] table is read in mode = 'cfairllm' only, and this config's mode is "
+                             "'fairllm' (the default): set mode = \"cfairllm\", or remove the table")
         return self
 
 
