@@ -217,7 +217,8 @@ class RecsysConfig(_Strict):
                       description="Run name (letters, digits, '.', '_', '-'); the run folder is "
                                   "reports/<timestamp>-<name>.")
     mode: Literal["fairllm", "cfairllm"] = Field(
-        "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users).")
+        "fairllm", description="'fairllm' (seed names) or 'cfairllm' (MovieLens users). A [cfairllm] table in a "
+        "'fairllm' config is an input error (a forgotten mode line would run FaiRLLM).")
     target: RecsysModelConfig = Field(
         default_factory=RecsysModelConfig, description="The chatbot under audit (greedy by default).")
     k: int = Field(20, ge=1, le=MAX_K, description="List length asked for and largest cut-off K.")
