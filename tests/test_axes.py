@@ -578,6 +578,8 @@ def test_invalid_brainstorm_json_is_retried_once_then_counted(tmp_path, sim_inpu
         kind = kind_of(request)
         key = request.messages[-1].content
         seen[key] = seen.get(key, 0) + 1
+        if kind == 0 and derive_seed("declines", key) % 2:  # (s47: an LMRA declining is counted as such)
+            return "I'm sorry, but I can't compare these responses."
         if kind == 0 or (kind == 1 and request.sample_index == 0):
             return "The responses differ in tone: [formal, casual]"
         return good
@@ -593,6 +595,12 @@ def test_invalid_brainstorm_json_is_retried_once_then_counted(tmp_path, sim_inpu
     assert all(r.sample_index in (0, 1) for r in reqs) and max(seen.values()) <= 2
     b = out.summary["comparisons"]["female vs male"]["brainstorm"]
     assert b["invalid"] == n_bad and b["valid"] == 20 - n_bad and b["retried"] == n_bad + n_retry_ok
+    declined = sum(1 for r in reqs if r.sample_index == 0 and kind_of(r) == 0
+                   and derive_seed("declines", r.messages[-1].content) % 2)
+    assert 0 < declined < n_bad and b["refused"] == declined  # (break-it s47: counted as invalid only)
+    from lmra.report.axes import _unusable
+
+    assert f"{n_bad} invalid ({declined} of them the LMRA declining to compare)" in _unusable(b)
     assert b["valid_after_retry"] == n_retry_ok
     assert len(out.features) == 20 - n_bad  # invalid pairs contribute no feature (nothing guessed)
     cands = json.loads((res.run_dir / "axes_candidates.json").read_text())["female vs male"]

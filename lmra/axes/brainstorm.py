@@ -21,6 +21,7 @@ from lmra.axes.pairs import AxisPair
 from lmra.config import AuditConfig
 from lmra.generate import derive_seed
 from lmra.judge.axes import BrainstormResult, brainstorm_pair
+from lmra.judge.options import is_judge_refusal
 from lmra.providers import Provider, ProviderError
 from lmra.templates import Template
 
@@ -52,7 +53,8 @@ class Brainstorm(NamedTuple):
         features: one dict per feature (``id``, ``comparison``, ``pair_id``, ``prompt_id``,
             ``task``, ``feature``, ``normalised``, ``lean_group``, ``lean`` ``"a"``/``"b"``,
             ``flipped``, ``attempt``), ids numbered from 0.
-        counts: answer counts (``pairs``, ``valid``, ``invalid``, ``retried``,
+        counts: answer counts (``pairs``, ``valid``, ``invalid`` — of them ``refused``: the LMRA
+            declined to compare —, ``retried``,
             ``valid_after_retry``, ``failed``, ``empty``, ``items_dropped``) and the lists
             ``invalid_pairs`` and ``answers`` (one entry per pair).
     """
@@ -98,7 +100,7 @@ async def brainstorm_features(judge: Provider, cfg: AuditConfig, tpl: Template, 
     results = await asyncio.gather(*(one(p) for p in disc))
     features: list[dict] = []
     counts = {"pairs": len(disc), "valid": 0, "invalid": 0, "retried": 0, "valid_after_retry": 0, "failed": 0,
-              "empty": 0, "items_dropped": 0, "invalid_pairs": [], "answers": []}
+              "empty": 0, "items_dropped": 0, "invalid_pairs": [], "answers": [], "refused": 0}
     for p, res, err in results:
         counts["answers"].append({"pair_id": p.pair_id, "valid": None if res is None else res.valid,
                                   "attempts": None if res is None else res.attempts,
@@ -112,6 +114,9 @@ async def brainstorm_features(judge: Provider, cfg: AuditConfig, tpl: Template, 
         if not res.valid:
             counts["invalid"] += 1
             counts["invalid_pairs"].append(p.pair_id)
+            # of them, the LMRA declining to compare ("I'm sorry, I can't …"), as the label step counts its
+            # refusals (break-it finding, s47: counted as invalid only)
+            counts["refused"] += int(bool(res.raw_texts) and is_judge_refusal(res.raw_texts[-1]))
             continue
         counts["valid"] += 1
         counts["valid_after_retry"] += int(res.attempts > 1)

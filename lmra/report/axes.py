@@ -117,8 +117,11 @@ def _unusable(b: dict) -> str:
     ``7 of 7 brainstorm answers unusable (after retries): 7 invalid, 0 failed calls``."""
     from lmra.axes.brainstorm import unusable_answers
 
+    refused = b.get("refused", 0)
     return (f"{unusable_answers(b)} of {b.get('pairs', 0)} brainstorm answers unusable (after retries): "
-            f"{b.get('invalid', 0)} invalid, {b.get('failed', 0)} failed calls")
+            f"{b.get('invalid', 0)} invalid"
+            + (f" ({refused} of them the LMRA declining to compare)" if refused else "")
+            + f", {b.get('failed', 0)} failed calls")
 
 
 def _no_axis(info: dict) -> str:
