@@ -120,13 +120,24 @@ def precheck_judge(provider: str, model: str | None, baseline: RunFolder) -> Non
             "one made with this LMRA ('lmra pin RUN'), or run without --baseline.", field="--baseline")
 
 
+#: run-folder files whose digests a finished run may re-record (``lmra gate --record`` rewrites
+#: both): left out of :func:`is_copy_of`'s comparison
+RERECORDED_FILES = ("summary.json", "gates.json")
+
+
 def is_copy_of(a: RunFolder, b: RunFolder) -> bool:
     """True when two run folders (under different paths or names) hold one run: the same
-    ``manifest.json`` start time and the same recorded file digests (``"files"``,
-    :mod:`lmra.digests`), both present. Two audits never share both: the digests cover
-    ``responses.jsonl`` and the ratings, and the start time is to the second."""
+    ``manifest.json`` start time and the same recorded digests (``"files"``, :mod:`lmra.digests`)
+    of every data file but :data:`RERECORDED_FILES` — its ratings (``ratings.parquet`` or
+    ``ratings.jsonl``) among them. Two audits never share both: the ratings' digests differ, and
+    the start time is to the second. (Round-2 break-it, s47: comparing every digest, a copy whose
+    gates were re-recorded was a new night again.)"""
     fa, fb = a.manifest.get("files"), b.manifest.get("files")
-    return bool(a.started) and a.started == b.started and isinstance(fa, dict) and bool(fa) and fa == fb
+    if not (a.started and a.started == b.started and isinstance(fa, dict) and isinstance(fb, dict)):
+        return False
+    keep = lambda files: {k: v for k, v in files.items() if k not in RERECORDED_FILES}  # noqa: E731
+    ka, kb = keep(fa), keep(fb)
+    return bool({"ratings.parquet", "ratings.jsonl"} & set(ka)) and ka == kb
 
 
 class NotComparable(LmraInputError):

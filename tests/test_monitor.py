@@ -153,6 +153,13 @@ def test_baseline_folder_holding_a_copy_of_the_run_is_refused_exit_2(runs, lmra_
     assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(copy), "--history", str(hist)]) == 2
     err = capsys.readouterr().err
     assert "is a copy of run 20260102-000000-nightly" in err and "Traceback" not in err, err
+    # a copy whose gates were re-recorded (summary.json and gates.json rewritten: round-2 break-it, s47) is one still
+    assert lmra_cli(["gate", str(copy), "--gate", "max_ci_high=1.0", "--record", "--history", str(hist)]) in (0, 6)
+    files = [json.loads((d / "manifest.json").read_text())["files"] for d in (copy, runs["rise"])]
+    assert files[0]["summary.json"] != files[1]["summary.json"] and "gates.json" in files[0]  # re-recorded
+    capsys.readouterr()
+    assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(copy), "--history", str(hist)]) == 2
+    assert "is a copy of run 20260102-000000-nightly" in capsys.readouterr().err
     # the genuine baseline (another start time, other digests) is compared as before
     assert lmra_cli(["check", str(runs["rise"]), "--baseline", str(runs["base"]), "--history", str(hist)]) == 3
 
