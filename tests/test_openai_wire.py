@@ -299,6 +299,20 @@ def test_an_lmra_refusal_in_the_refusal_field_is_a_refusal_not_an_answer_without
         answer = asyncio.run(go())
         assert answer.n_refused == 1 and answer.probs is None and answer.method == "logprobs"
         assert len(srv.bodies) == 2  # one call for the question: no retry, no sampling
+        # refusals do not make the endpoint one "without log-probabilities" (round-2 break-it, s47): after 4 of them
+        # an answer without log-probabilities is still retried
+        provider = OpenAIProvider(ModelConfig(provider="openai", model="m", base_url=srv.url,
+                                              api_key_required=False, max_retries=2))
+
+        async def refusals_then_glitch():
+            try:
+                for i in range(4):
+                    await provider.complete(REQUEST.model_copy(update={"seed": 100 + i}))
+                return provider.endpoint_lacks_logprobs
+            finally:
+                await provider.aclose()
+
+        assert asyncio.run(refusals_then_glitch()) is False
         # a chatbot's refusal (no options asked) is its answer, as before
         target = _ask(srv.url, ChatRequest(messages=[Message(role="user", content="hi")]), retries=3)
-        assert target.finish_reason == "stop" and target.text.startswith("I'm sorry") and len(srv.bodies) == 3
+        assert target.finish_reason == "stop" and target.text.startswith("I'm sorry") and len(srv.bodies) == 7

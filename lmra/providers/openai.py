@@ -17,7 +17,7 @@ import openai
 
 from lmra.config import ModelConfig
 from lmra.providers._http import counting_client
-from lmra.providers.base import BODY_ERRORS, ChatRequest, ChatResult, retry_call, sdk_failure
+from lmra.providers.base import BODY_ERRORS, FILTER_FINISH_REASONS, ChatRequest, ChatResult, retry_call, sdk_failure
 from lmra.providers.keys import BASE_URL_ENV, resolve_api_key, resolve_base_url
 
 
@@ -111,7 +111,8 @@ class OpenAIProvider:
         except (openai.OpenAIError, *BODY_ERRORS) as exc:
             raise sdk_failure(exc, openai, self.name, self.cfg.timeout_s, self.cfg.max_retries,
                               key_source=self.key_source, endpoint=self.base_url) from exc
-        if request.options:
+        if request.options and result.finish_reason not in FILTER_FINISH_REASONS:  # (a refusal has none because it
+            # refused, not because the endpoint drops them: round-2 break-it, s47)
             if result.option_probs is not None:
                 self._logprobs_seen = True
             else:
