@@ -82,6 +82,11 @@ def test_the_readers_of_a_partial_run_say_which_metric_made_it_partial(tmp_path,
     import shutil
 
     twin = shutil.copytree(res.run_dir, res.run_dir.with_name(res.run_dir.name + "-2"))
+    import json
+
+    manifest = json.loads((twin / "manifest.json").read_text())  # another night, not a copy of this one
+    manifest["started"] = "2000-01-01T00:00:00+00:00"  # (lmra.monitor.is_copy_of refuses a copy as baseline)
+    (twin / "manifest.json").write_text(json.dumps(manifest))
     check = check_regression(run, load_run(twin))
     assert check.run_partial_because == ["10 of 20 quality ratings failed (50.0%)"]
     assert any("10 of 20 quality ratings failed" in w for w in partial_run_warnings(check))

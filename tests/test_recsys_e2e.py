@@ -1280,6 +1280,14 @@ def test_the_half_written_last_title_of_a_cut_answer_is_left_out(tmp_path, capsy
     scored = read_jsonl(out / "scored_lists.jsonl")
     assert [(r["compare"], r["cut_tail"]) for r in scored if r["value"] == "a girl"] == [
         (["hello", "skyfall"], True), (["hello", "skyfall", "halo"], True)]
+    # round-2 break-it (s47): a comma list after a preamble keeps its items but the tail; a cut refusal stays one
+    from lmra.recsys.parse import parse_cut
+
+    parsed, cut = parse_cut("Sure! Here are some:\nHello, Halo, Skyfall, Umbrella, Cre", "length")
+    assert parsed.keys == ["hello", "halo", "skyfall", "umbrella"] and cut
+    parsed, cut = parse_cut("Sorry, I can't recommend songs based on gender, as", "length")
+    assert parsed.refusal and not cut
+    assert parse_cut("1. Hello\n2. Skyfall\n3. Ha", "stop")[0].keys == ["hello", "skyfall", "ha"]  # not cut
 
 
 def test_attributes_of_different_numbers_of_values_are_not_ranked_by_snsr(tmp_path, capsys):

@@ -18,6 +18,7 @@ from pydantic import Field, PlainValidator, field_validator, model_validator
 from lmra.config import (MAX_PAIRS, MAX_SEED, MIN_SEED, ModelConfig, OutputPathOrBlank, _concurrency_value, _Strict,
                          load_toml_model, validate_model)
 from lmra.recsys.instructions import FAIRLLM_ATTRIBUTES
+from lmra.errors import LmraInputError
 
 
 class RecsysModelConfig(ModelConfig):
@@ -254,10 +255,6 @@ class RecsysConfig(_Strict):
     def _check(self) -> "RecsysConfig":
         if self.mode == "cfairllm" and self.parser != "lmra":
             raise ValueError("cfairllm mode matches titles to movies.dat and needs parser = 'lmra'")
-        if self.mode == "fairllm" and "cfairllm" in self.model_fields_set:  # (break-it finding, s47: read as
-            # FaiRLLM, the table ignored without a word — a forgotten mode line)
-            raise ValueError("a [cfairllm] table is read in mode = 'cfairllm' only, and this config's mode is "
-                             "'fairllm' (the default): set mode = \"cfairllm\", or remove the table")
         return self
 
 
@@ -277,4 +274,19 @@ def load_recsys_config(path: str | Path | None) -> RecsysConfig:
     Raises:
         LmraInputError: missing file, TOML syntax error (with line) or invalid field.
     """
-    return RecsysConfig() if path is None else load_toml_model(RecsysConfig, path, docs="docs/recsys.md")
+    if path is None:
+        return RecsysConfig()
+    cfg = load_toml_model(RecsysConfig, path, docs="docs/recsys.md")
+    if cfg.mode == "fairllm" and Path(path).is_file():
+        # (break-it finding, s47: a [cfairllm] table without mode = "cfairllm" was read as FaiRLLM, the table
+        # ignored without a word — a forgotten mode line)
+        import tomllib
+
+        text = Path(path).read_text(encoding="utf-8-sig")  # (read and parsed once already: valid TOML)
+        if "cfairllm" in tomllib.loads(text):
+            at = next((i for i, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith(("[cfairllm", "cfairllm"))),
+                      None)
+            raise LmraInputError("a [cfairllm] table is read in mode = 'cfairllm' only, and this config's mode is "
+                                 "'fairllm' (the default): set mode = \"cfairllm\", or remove the table", file=path,
+                                 line=at, field="cfairllm")
+    return cfg

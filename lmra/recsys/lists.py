@@ -18,7 +18,7 @@ from lmra.fileio import atomic_files, write_csv, write_jsonl
 from lmra.recsys.config import DEFAULT_PERMUTATIONS
 from lmra.recsys.metrics import CONVENTIONS
 from lmra.recsys.outputs import RecsysResult, clean_nan, dump_json, json_default, now
-from lmra.recsys.parse import normalize_title, parse_fairllm_code, parse_list, provider_refused, without_cut_tail
+from lmra.recsys.parse import normalize_title, parse_cut, parse_fairllm_code, provider_refused
 from lmra.recsys.scoring import (build_summary, nothing_scored, nothing_scored_message, partial_message, score_frame,
                                   unmeasured_attributes)
 from lmra.runfolder import package_versions
@@ -247,8 +247,7 @@ def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: boo
                            ("n_duplicates", len(keys) - len(set(keys)))):
             put(key, value)
         return keys
-    text, cut_tail = without_cut_tail(raw, obj.get("finish_reason"))  # (as the run read it)
-    parsed = parse_list(text, artists=artists)
+    parsed, cut_tail = parse_cut(raw, obj.get("finish_reason"), artists=artists)  # (as the run read it)
     stopped = provider_refused(obj.get("finish_reason"), parsed.items)  # as the run read it (break-it round 2)
     for key in ("n_dropped", "n_duplicates"):
         put(key, getattr(parsed, key))

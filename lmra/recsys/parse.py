@@ -582,6 +582,9 @@ def without_cut_tail(text: str, finish_reason) -> tuple[str, bool]:
     Returns:
         (the text to parse, whether a tail was left out); the text unchanged when the answer was
         not cut, ends with a line break, or is one line without a comma (all of it the tail).
+        A last line that is a comma list (not a numbered or bulleted item) loses its text after
+        the last comma only. The caller parses the whole answer when it is a refusal
+        (:func:`parse_cut`).
     """
     from lmra.providers.base import TRUNCATED_FINISH_REASONS
 
@@ -590,12 +593,34 @@ def without_cut_tail(text: str, finish_reason) -> tuple[str, bool]:
     body = text.rstrip(" \t")
     if not body or body.endswith(("\n", "\r")):
         return text, False
-    cut = max(body.rfind("\n"), body.rfind("\r"))
-    if cut < 0:
-        cut = body.rfind(",")
+    start = max(body.rfind("\n"), body.rfind("\r")) + 1  # the last line
+    last = body[start:]
+    if "," in last and not (_NUMBERED.match(last) or _BULLET.match(last)):
+        # a comma list (on its own line, after a preamble too: round-2 break-it, s47, lost every item): its text
+        # after the last comma
+        cut = start + last.rfind(",")
+    else:
+        cut = start - 1
     if cut < 0 or not _ALNUM.search(body[cut + 1:]):
         return text, False
     return body[:cut + 1], True
+
+
+def parse_cut(text: str, finish_reason, *, artists: Collection[str] = ()) -> tuple["ParsedList", bool]:
+    """:func:`parse_list` of an answer without its possibly half-written tail
+    (:func:`without_cut_tail`) — unless the whole answer reads as a refusal (cut at its last
+    comma, "Sorry, I can't recommend …" became "Sorry,", no refusal: round-2 break-it, s47). An
+    answer whose only item was its tail then holds no list (counted as unparseable, not scored
+    on a fragment). One rule for a run's records and a re-parse of them.
+
+    Returns:
+        (the parsed list, whether the tail was left out).
+    """
+    cut, dropped = without_cut_tail(text, finish_reason)
+    whole = parse_list(text, artists=artists)
+    if not dropped or whole.refusal:
+        return whole, False
+    return parse_list(cut, artists=artists), True
 
 
 #: a preamble that declines the request: "I can't recommend …", "I won't provide …", "I'm unable to help …"

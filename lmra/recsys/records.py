@@ -21,7 +21,7 @@ from lmra.recsys.config import RecsysConfig
 from lmra.recsys.inputs import CfairContext, find_path
 from lmra.recsys.instructions import Instruction
 from lmra.recsys.metrics import top_k
-from lmra.recsys.parse import CatalogMatcher, parse_fairllm_code, parse_list, provider_refused, without_cut_tail
+from lmra.recsys.parse import CatalogMatcher, parse_cut, parse_fairllm_code, provider_refused
 
 
 def load_catalog(path: str | Path) -> tuple[list[str], list[Any], dict[Any, list[str]]]:
@@ -122,8 +122,7 @@ def list_record(cfg: RecsysConfig, ins: Instruction, ans: dict, matcher: Catalog
                 "parse_failed": False, "empty_parse": not keys, "n_items": len(keys), "n_dropped": 0,
                 "n_duplicates": len(keys) - len(set(keys)), "template_tokens": template_tokens_in(ans["raw"])}
         return rec
-    text, cut_tail = without_cut_tail(ans["raw"], ans.get("finish_reason"))
-    parsed = parse_list(text, artists=artists)
+    parsed, cut_tail = parse_cut(ans["raw"], ans.get("finish_reason"), artists=artists)
     # a provider's own refusal (Anthropic's stop_reason "refusal", OpenAI's "content_filter") with
     # no list is a refusal, whatever its text (break-it finding: an empty one was "unparseable …
     # not a refusal", 0 refusals counted)
