@@ -1175,7 +1175,7 @@ def test_a_task_rows_yes_is_said_to_be_corrected_within_the_task_only():
     buf = io.StringIO()
     render_axes(Console(file=buf, width=250), pd.DataFrame(rows), {"settings": {"alpha": 0.05}})
     out = " ".join(buf.getvalue().split())
-    assert ("Significant across all 2 task × axis tests (Bonferroni over every task row tested, p ≤ α/2 = 0.025): "
+    assert ("Significant across all 2 task × axis tests (Bonferroni over every task row tested, p < α/2 = 0.025): "
             "write a story — uses simpler language (94.4% vs 5.6%, p ") in out and "career advice —" not in out
 
 

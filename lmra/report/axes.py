@@ -148,7 +148,7 @@ ACROSS_TASKS_NAMED = 5
 
 def _across_tasks(tab: pd.DataFrame, alpha: float) -> str:
     """The line naming the task rows of one comparison that pass **Bonferroni over every task ×
-    axis test** of it (p ≤ α ÷ m, m = the task rows tested): a task-specific difference the
+    axis test** of it (p < α ÷ m, m = the task rows tested: strictly, as the selection of axes): a task-specific difference the
     family-wise rate covers, which the overall rows can miss when one task of several carries it
     (fresh-user finding, s40: "suggests caregiving roles" in career advice, 94.4% vs 5.6%, p 6.3e-10,
     beside a note that "the overall rows decide (none here)"; 18 tests, threshold 0.0028). "" when none."""
@@ -156,13 +156,13 @@ def _across_tasks(tab: pd.DataFrame, alpha: float) -> str:
     m = len(rows)
     if not m:
         return ""
-    hits = rows[pd.to_numeric(rows["p_value"], errors="coerce") <= alpha / m].sort_values("p_value")
+    hits = rows[pd.to_numeric(rows["p_value"], errors="coerce") < alpha / m].sort_values("p_value")
     if hits.empty:
         return ""
     named = "; ".join(f"{lit(r['task'])} — {lit(r['axis'])} ({_pct(r['split_a'])} vs {_pct(r['split_b'])}, p "
                       f"{_p(r['p_value'])})" for _, r in hits.head(ACROSS_TASKS_NAMED).iterrows())
     more = f" and {len(hits) - ACROSS_TASKS_NAMED} more" if len(hits) > ACROSS_TASKS_NAMED else ""
-    return (f"[bold]Significant across all {m} task × axis tests[/] (Bonferroni over every task row tested, p ≤ "
+    return (f"[bold]Significant across all {m} task × axis tests[/] (Bonferroni over every task row tested, p < "
             f"α/{m} = {alpha / m:.2g}): {named}{more} — a difference within that task, family-wise like the overall "
             "rows.")
 
