@@ -574,10 +574,10 @@ def provider_refused(finish_reason, items: Sequence) -> bool:
 
 def without_cut_tail(text: str, finish_reason) -> tuple[str, bool]:
     """An answer cut at ``max_tokens`` (``finish_reason`` in
-    :data:`~lmra.providers.base.TRUNCATED_FINISH_REASONS`) without its last, unterminated line — in a
-    one-line answer, its text after the last comma: that item may be half-written ("3. Ha" for
-    "Halo"; break-it finding, s47: scored as a title). One rule for a run's records and a re-parse
-    of them.
+    :data:`~lmra.providers.base.TRUNCATED_FINISH_REASONS`) without its last, unterminated line — or,
+    when that line is a comma list, its text after the last comma: that item may be half-written
+    ("3. Ha" for "Halo"; break-it finding, s47: scored as a title). One rule for a run's records
+    and a re-parse of them.
 
     Returns:
         (the text to parse, whether a tail was left out); the text unchanged when the answer was
