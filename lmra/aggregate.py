@@ -216,9 +216,14 @@ def per_domain(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "bett
     """One row per (group_a, group_b, domain); same statistics as :func:`per_task`."""
     if ratings.empty:
         return pd.DataFrame(columns=[c for c in PER_TASK_COLUMNS if c != "task"])
-    df = _table(ratings, ["group_a", "group_b", "domain"], alpha, interval=interval)
-    # the key columns in per_task.csv's order, task aside (fresh-user finding, s47: group_a, group_b, domain)
-    return df[["domain", "group_a", "group_b"] + [c for c in df.columns if c not in ("domain", "group_a", "group_b")]]
+    return _domain_first(_table(ratings, ["group_a", "group_b", "domain"], alpha, interval=interval))
+
+
+def _domain_first(df: pd.DataFrame) -> pd.DataFrame:
+    """A per-domain table with its key columns in per_task.csv's order, task aside: domain, group_a,
+    group_b (fresh-user finding, s47: group_a, group_b, domain)."""
+    keys = ["domain", "group_a", "group_b"]
+    return df[keys + [c for c in df.columns if c not in keys]]
 
 
 def overall(ratings: pd.DataFrame, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
@@ -684,7 +689,7 @@ def per_domain_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.
     src = _source(pairs)
     if not _n_rows(src):
         return pd.DataFrame(columns=[c for c in PER_TASK_COLUMNS if c != "task"])
-    return pd.DataFrame(_summaries_sql(src, ["group_a", "group_b", "domain"], alpha, interval=interval))
+    return _domain_first(pd.DataFrame(_summaries_sql(src, ["group_a", "group_b", "domain"], alpha, interval=interval)))
 
 
 def overall_sql(pairs, alpha: float = 0.05, interval: str = "betting") -> pd.DataFrame:
