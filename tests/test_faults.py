@@ -921,10 +921,12 @@ def test_calls_waiting_long_for_their_answer_are_said_as_slow_not_stuck(monkeypa
         lines = run(srv, 3)
     host = srv.url.split("//")[1].split("/")[0]
     assert len(lines) == 1, lines  # once a minute per endpoint
-    m = re.fullmatch(rf"waiting: 3 calls have waited over 1 s \(the longest (\d) s\) for an answer from {re.escape(host)}; "
-                     r"an attempt is given 20 s, then it is timed out and tried again — the endpoint is slow, the run "
-                     r"is not stuck", lines[0])
-    assert m is not None and 1 <= int(m.group(1)) <= 2, lines
+    # (the calls waiting when the notice is said: all 3 on a quiet machine; on a busy one the first may cross 1 s
+    # before the others have started — s47 CI, with another audit on the 2 cores: "1 call has waited …")
+    m = re.fullmatch(rf"waiting: (1 call has|2 calls have|3 calls have) waited over 1 s \(the longest (\d) s\) for an "
+                     rf"answer from {re.escape(host)}; an attempt is given 20 s, then it is timed out and tried again — "
+                     r"the endpoint is slow, the run is not stuck", lines[0])
+    assert m is not None and 1 <= int(m.group(2)) <= 2, lines
     with FaultServer(delay_s=0.2) as srv:
         assert run(srv, 3) == []
     # the registry itself: two attempts to one endpoint, one to another, one too young to count
