@@ -208,7 +208,8 @@ def print_check(console: Console, result) -> None:
             # the doers the reasons name (fresh-user finding, s47: "or the missing pairs'" under two complete runs)
             judged = bool(regression_caveat(result.judge_status_run, None, result.judge_status_base, None))
             missing = bool(regression_caveat(None, statuses[0], None, statuses[1]))
-            doers = " or ".join(w for w, said in (("the LMRA's doing", judged), ("the missing pairs'", missing)) if said)
+            doers = " or ".join(w for w, said in (("the LMRA's doing", judged), ("the missing pairs'", missing))
+                                if said)
             console.print(f"[yellow]Not evidence of a regression of the chatbot: {lit(why)} — the rise may be "
                           f"{doers}, not the chatbot's.[/]")
     if len(regs) or len(overall_regs) or getattr(result, "replayed", False):
@@ -1568,7 +1569,8 @@ def first_night_pin(h, run, *, pin: bool, console: Console) -> bool:
         console.print(f"[bold yellow]{head}[/]: no pinned baseline for '{name}' yet, and this run was [bold]not"
                       f"[/] pinned because {why_not}. Nothing was checked, and no night is checked until a run is "
                       "pinned: the next night that completes, with a validated judge (or a judge failure the config "
-                      f"or --allow-unvalidated-judge waives), and meets its release gates (if any) is pinned {yourself}")
+                      "or --allow-unvalidated-judge waives), and meets its release gates (if any) is pinned "
+                      f"{yourself}")
         return False
     pinned = h.pin(run, replace=False)
     if pinned != run.run_id:  # another night of the name pinned itself while this one ran (two first nights at once)

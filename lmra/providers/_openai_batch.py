@@ -151,10 +151,10 @@ def chat_result(completion: Any, request: ChatRequest, *, model: str, provider: 
     if message is None or isinstance(message, (str, int, float, list)):
         raise bad("the first choice has no message")
     text = _get(message, "content")
-    refused = None
+    refused = False  # the text is the message's refusal field
     if text is None:
         text = _get(message, "refusal")  # a model's own refusal (structured outputs) is its answer
-        refused = isinstance(text, str) or None
+        refused = isinstance(text, str)
     if text is None and _get(choice, "finish_reason") in FILTER_FINISH_REASONS:
         text = ""  # stopped by the provider's safety system (Azure sends content null): an empty, filtered
         # answer, not a malformed body (break-it finding: retried, then "answered no valid completion")

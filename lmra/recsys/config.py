@@ -284,8 +284,8 @@ def load_recsys_config(path: str | Path | None) -> RecsysConfig:
 
         text = Path(path).read_text(encoding="utf-8-sig")  # (read and parsed once already: valid TOML)
         if "cfairllm" in tomllib.loads(text):
-            at = next((i for i, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith(("[cfairllm", "cfairllm"))),
-                      None)
+            at = next((i for i, ln in enumerate(text.splitlines(), 1)
+                       if ln.strip().startswith(("[cfairllm", "cfairllm"))), None)
             raise LmraInputError("a [cfairllm] table is read in mode = 'cfairllm' only, and this config's mode is "
                                  "'fairllm' (the default): set mode = \"cfairllm\", or remove the table", file=path,
                                  line=at, field="cfairllm")

@@ -148,7 +148,8 @@ ACROSS_TASKS_NAMED = 5
 
 def _across_tasks(tab: pd.DataFrame, alpha: float) -> str:
     """The line naming the task rows of one comparison that pass **Bonferroni over every task ×
-    axis test** of it (p < α ÷ m, m = the task rows tested: strictly, as the selection of axes): a task-specific difference the
+    axis test** of it (p < α ÷ m, m = the task rows tested: strictly, as the selection of axes): a
+    task-specific difference the
     family-wise rate covers, which the overall rows can miss when one task of several carries it
     (fresh-user finding, s40: "suggests caregiving roles" in career advice, 94.4% vs 5.6%, p 6.3e-10,
     beside a note that "the overall rows decide (none here)"; 18 tests, threshold 0.0028). "" when none."""
