@@ -51,6 +51,18 @@ def test_the_shipped_nightly_script_is_the_documented_one():
     assert os.access(shipped, os.X_OK)
 
 
+def test_the_shipped_nightly_config_is_the_documented_one():
+    """Fresh-user finding (s48): docs/nightly.md's printed nightly.toml set rate limits (so calls in flight
+    are sized from them) but examples/nightly.toml, which the README points to, did not — 2 calls in flight,
+    the docs' own "0.5–1.5 h a night" case. The shipped file is byte for byte the documented block."""
+    doc = (ROOT / "docs" / "nightly.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", doc, flags=re.S) if b.startswith("# nightly.toml\n")]
+    assert len(blocks) == 1
+    shipped = (ROOT / "examples" / "nightly.toml").read_text(encoding="utf-8")
+    assert shipped == blocks[0]
+    assert "requests_per_minute" in shipped
+
+
 def _venv(tmp: Path) -> Path:
     """The virtualenv running the tests (it has ``lmra``); a minimal activate script if the
     interpreter is not in a venv."""
