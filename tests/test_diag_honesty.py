@@ -259,8 +259,7 @@ def test_text_warnings_count_over_the_responses_that_have_text(tmp_path, sim_inp
     assert (s["n_responses"], s["n_responses_failed"], s["n_responses_truncated"]) == (24, 14, 5)
     warnings = " ".join(s["warnings"])
     assert ("10 of 10 target responses contain chat-template tokens" in warnings
-            and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason length or max_tokens; "
-                "model_context_window_exceeded: the context window) (the 14 "
+            and "5 of 10 target responses were cut at max_tokens = 160 (finish_reason 5 length) (the 14 "
                 "whose call failed after every retry have no text and are not counted)" in warnings), warnings
 
 

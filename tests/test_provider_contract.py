@@ -196,7 +196,9 @@ def test_answers_ending_in_a_tool_call_or_the_context_window_are_counted_and_sai
     assert (res.summary["n_responses_unfinished"], res.summary["n_responses_truncated"]) == (tool, window)
     said = " ".join(res.summary["warnings"])
     assert f"{tool} of 24 target responses ended in a tool call, not an answer" in said
-    assert f"{window} of 24 target responses were cut at max_tokens" in said and "context window" in said
+    assert f"{window} of 24 target responses were cut at max_tokens" in said
+    # the finish reasons seen, with their counts (s48 fresh user: the context window was named for answers cut by length)
+    assert f"(finish_reason {window} model_context_window_exceeded: the context window)" in said
 
 
 # -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------
@@ -513,8 +515,11 @@ def test_responses_cut_at_max_tokens_are_counted_and_said(tmp_path, sim_inputs, 
     res = audit.run()
     n = res.summary["n_responses"]
     assert n == 24 and res.summary["n_responses_truncated"] == 8
-    assert (f"8 of 24 target responses were cut at max_tokens = {cfg.target.max_tokens}"
-            in " ".join(res.summary["warnings"]))
+    said = " ".join(res.summary["warnings"])
+    assert f"8 of 24 target responses were cut at max_tokens = {cfg.target.max_tokens}" in said
+    # only the finish reasons the run met, counted (s48 fresh user: "model_context_window_exceeded" was named
+    # for answers all cut by "length")
+    assert "(finish_reason 4 length; 4 max_tokens)" in said and "context window" not in said
     # none cut: no such warning
     plain = Audit(_cfg(tmp_path / "plain", names, prompts, refusal={"enabled": False}),
                   target=ScriptedTarget(NAME_TO_GROUP, _target), judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()

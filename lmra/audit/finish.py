@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pandas as pd
 
@@ -534,16 +534,25 @@ TRUNCATED_RESPONSES_MARK = " target responses were cut at max_tokens = "
 UNFINISHED_RESPONSES_MARK = " target responses ended in a tool call, not an answer "
 
 
-def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: int, n_failed: int = 0) -> str | None:
+def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: int, n_failed: int = 0,
+                                reasons: Mapping[str, int] | None = None) -> str | None:
     """The run's warning about target responses cut at ``max_tokens``; None when none was.
     ``n_answered``: the target responses whose call did not fail (the denominator);
-    ``n_failed``: those whose call failed, said to be left out (:func:`failed_left_out`)."""
+    ``n_failed``: those whose call failed, said to be left out (:func:`failed_left_out`);
+    ``reasons``: how many cut responses gave each ``finish_reason`` — the warning names those
+    seen, with their counts (fresh-user finding, s48: it named the context window, a cause the run
+    never met, beside 19 answers cut by ``length``); None names the reasons that count as cut."""
     if not n_truncated:
         return None
-    return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{max_tokens} "
-            "(finish_reason length or max_tokens; model_context_window_exceeded: the context window)" + failed_left_out(n_failed) + "; their pairs are rated as they "
-            "are, on the text the chatbot wrote before the cut — raise [target] max_tokens if the LMRA should see "
-            "whole answers")
+    if reasons:
+        seen = "; ".join(f"{n} {reason}" + (": the context window" if reason == "model_context_window_exceeded" else "")
+                         for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        why = f"finish_reason {seen}"
+    else:
+        why = "finish_reason length or max_tokens; model_context_window_exceeded: the context window"
+    return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{max_tokens} ({why})" + failed_left_out(n_failed)
+            + "; their pairs are rated as they are, on the text the chatbot wrote before the cut — raise [target] "
+            "max_tokens if the LMRA should see whole answers")
 
 
 class ResponseSpool(PairSpool):
@@ -567,6 +576,7 @@ class ResponseSpool(PairSpool):
         self.redact = redact
         self.placebo = frozenset(placebo)
         self.n_empty = self.n_filtered = self.n_truncated = self.n_unfinished = 0  # (response_notes)
+        self.truncated_reasons: Counter = Counter()  # finish_reason of the cut responses
         self.repeated = RepeatedResponses()  # (lmra.repeated: one answer to most prompts)
         self.n_failed = 0  # responses whose call failed (no text: not among the text-based counts' denominator)
 
@@ -581,6 +591,8 @@ class ResponseSpool(PairSpool):
         self.n_empty += empty
         self.n_filtered += filtered
         self.n_truncated += truncated
+        if truncated:
+            self.truncated_reasons[response.finish_reason] += 1
         self.n_unfinished += unfinished
         self.n_failed += response.error is not None
         self.repeated.add(response.scrubbed, response.prompt_id, failed=response.error is not None,
@@ -837,6 +849,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         n_responses = write_spooled_responses(responses, audit.run_dir, bool(inputs.placebo))
         n_empty, n_filtered, n_truncated = responses.n_empty, responses.n_filtered, responses.n_truncated
         n_unfinished = responses.n_unfinished
+        truncated_reasons = responses.truncated_reasons
         n_failed_responses = responses.n_failed
         repeated = responses.repeated
         responses.remove()
@@ -845,6 +858,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         n_responses = len(responses)
         notes = [response_notes(r) for r in responses]
         n_empty, n_filtered, n_truncated, n_unfinished = (sum(n[i] for n in notes) for i in range(4))
+        truncated_reasons = Counter(r.finish_reason for r, n in zip(responses, notes) if n[2])
         n_failed_responses = sum(r.error is not None for r in responses)
         resp_rows = [response_row(r) for r in responses]
         repeated = RepeatedResponses()
@@ -972,7 +986,8 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     empty = empty_responses_warning(n_empty, n_filtered, n_answered, n_failed_responses, cfg.refusal.enabled)
     if empty is not None:
         warnings.append(empty)
-    cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses)
+    cut = truncated_responses_warning(n_truncated, n_answered, cfg.target.max_tokens, n_failed_responses,
+                                      truncated_reasons)
     if cut is not None:
         warnings.append(cut)
     if n_unfinished:

@@ -1129,6 +1129,6 @@ def add_parsers(sub) -> None:
     a.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="audit only shard I of N (1 ≤ I ≤ N): the prompts whose SHA-256 of the id is I-1 modulo N; "
                         "join the N run folders with 'lmra merge' (docs/scale.md)")
-    add_gate_option(a, "an absolute release gate, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of "
+    add_gate_option(a, "an absolute release gate, e.g. max_ci_high=0.15 (repeatable; overrides the same gate of "
                        "the config's [gates]); exit 6 if a gate is not met (docs/nightly.md, 'Release gates')")
     a.set_defaults(func=cmd_audit)

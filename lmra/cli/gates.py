@@ -56,7 +56,7 @@ def gate_option(text: str) -> tuple[str, float]:
     name, eq, value = text.partition("=")
     name = name.strip()
     if not eq:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. max_ci_high=0.02)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. max_ci_high=0.15)")
     if name not in GATES:
         import difflib
 
@@ -256,7 +256,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     gates = with_gate_options(gates, args.gate)
     if not gates.configured:
         raise LmraInputError(f"no gates to evaluate: {origin} has no [gates] bounds and no --gate was given; pass "
-                             "--gate NAME=VALUE (e.g. --gate max_ci_high=0.02) or --config FILE with a [gates] "
+                             "--gate NAME=VALUE (e.g. --gate max_ci_high=0.15) or --config FILE with a [gates] "
                              "table")  # (not "option --gate: …": the user gave no such option; new-user finding)
     from lmra.gates import unmeasured_gates
 
@@ -345,7 +345,7 @@ def add_parsers(subparsers) -> None:
                     "and summary.json['gates'] (the audit's own record, shown by the history page and exports) "
                     "and writes the run's report.html anew.")
     g.add_argument("run", metavar="RUN", help=RUN_HELP)
-    add_gate_option(g, "a gate bound, e.g. max_ci_high=0.02 (repeatable; overrides the same gate of the config)")
+    add_gate_option(g, "a gate bound, e.g. max_ci_high=0.15 (repeatable; overrides the same gate of the config)")
     g.add_argument("--config", "-c", metavar="FILE", help="take the [gates] table of this TOML file (e.g. the "
                                                           "nightly config) instead of the run's stored one")
     g.add_argument("--allow-unvalidated-judge", action="store_true",
