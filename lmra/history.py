@@ -661,6 +661,23 @@ class History:
               f"folder{'s' * (len(newer) != 1)} did not complete: {shown} ('lmra history' says why; name a run to "
               "use it)", file=sys.stderr)
 
+    def _say_if_replay(self, run: RunFolder) -> None:
+        """Say on stderr when the run ``latest`` chose made no fresh target call and an earlier
+        finished night of its name, seed and design exists (:func:`lmra.comparable.earlier_same_draw`):
+        a same-seed re-run, whose every chatbot answer was replayed from the call cache, so its
+        numbers are that night's (fresh-user finding, s48: ``lmra gate latest`` and ``lmra plan
+        --pilot latest`` used such a replay without a word)."""
+        from lmra.comparable import earlier_same_draw, target_calls
+
+        counts = target_calls(run)
+        if counts is None or counts[0] != 0 or counts[1] <= 0:
+            return
+        earlier = earlier_same_draw(self, run)
+        if earlier:
+            print(f"note: 'latest' is {run.run_id}, a re-run with the seed of {earlier}: every chatbot answer was "
+                  f"replayed from the call cache, so its numbers are that night's (name a run to use another)",
+                  file=sys.stderr)
+
     def _resumed_by(self, run_id: str, name: str | None, seed, started: str | None = None) -> str | None:
         """The first finished run started after ``run_id`` (at ``started``, its manifest's start
         time) with its name and seed — the re-run that completed the night from the call cache —
@@ -1189,7 +1206,9 @@ class History:
                 print(f"note: 'latest' is {chosen['run_id']}, recorded as started at {chosen['started']} — after this "
                       "machine's clock now (the clock of the run that wrote it was ahead?); name a run to use another",
                       file=sys.stderr)
-            return self._load_id(str(chosen["run_id"]))
+            run = self._load_id(str(chosen["run_id"]))
+            self._say_if_replay(run)
+            return run
         if ref in ("last", "pinned"):
             if relative_to is None:
                 raise LmraInputError(f"'{ref}' needs the run it is the baseline of", field="--baseline")

@@ -985,3 +985,24 @@ def test_a_night_recorded_with_the_clock_ahead_is_said_by_last_and_latest(tmp_pa
     lmra_cli(["check", "latest", "--baseline", "last", "--reports-dir", reports])
     err = " ".join(capsys.readouterr().err.split())
     assert f"note: 'latest' is {ahead.name}, recorded as started at 2099-01-02T02:15:00+00:00 — after this" in err, err
+
+
+def test_latest_says_when_it_is_a_same_seed_replay(tmp_path, capsys):
+    """Fresh-user finding (s48): after a same-seed re-run, ``latest`` (lmra gate latest, lmra plan --pilot
+    latest, lmra report latest) was that replay, without a word; it is still the newest complete run, and
+    stderr says its answers are the earlier night's."""
+    from lmra.history import History
+
+    night(tmp_path, "20260101-000000-nightly", 0.05, seed=1)
+    night(tmp_path, "20260102-000000-nightly", 0.05, seed=2)
+    capsys.readouterr()
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        assert h.resolve("latest").run_id == "20260102-000000-nightly"
+    assert "replayed" not in capsys.readouterr().err  # a night with its own seed: nothing said
+    night(tmp_path, "20260103-000000-nightly", 0.9, seed=2)  # the same seed again: every answer replayed
+    capsys.readouterr()
+    with History(tmp_path / "reports" / "history.sqlite") as h:
+        assert h.resolve("latest").run_id == "20260103-000000-nightly"
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("note: 'latest' is 20260103-000000-nightly, a re-run with the seed of 20260102-000000-nightly: every "
+            "chatbot answer was replayed from the call cache") in err
