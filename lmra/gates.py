@@ -496,7 +496,42 @@ def evaluate_gates(run: RunFolder, gates: GatesConfig) -> GateResult:
     ci_gates = [n for n in names if GATES[n].column == "ci_high"]
     if ci_gates and run.summary.get("interval") == "t":
         result.warnings.append(T_INTERVAL_WARNING.format(gates=", ".join(ci_gates)))
+    for name in names:
+        if GATES[name].column == "net_rating":
+            noise = _passes_within_noise(result, GATES[name], tables[GATES[name].source])
+            if noise:
+                result.warnings.append(noise)
     return result
+
+
+#: the start of :func:`_passes_within_noise`'s warning
+NOISE_PASS_PREFIX = "passed on point estimates whose intervals reach above the bound"
+
+
+def _passes_within_noise(result: GateResult, spec: GateSpec, df: pd.DataFrame) -> str | None:
+    """The caveat of a point-estimate gate (``max_net_rating``, ``max_overall_net_rating``) whose
+    passed values have intervals reaching above the bound: at this size noise alone decides such a
+    pass, as it can a breach (fresh-user finding, s48: "all passed" with a bound of 0.05 beside
+    intervals of ±0.59; the caveat was in ``--json`` only). None when every pass is backed by its
+    interval (its upper end at or under the bound) or nothing passed."""
+    wide = []
+    for o in result.outcomes:
+        if o.gate != spec.name or o.status != "passed":
+            continue
+        rows = _rows(df, spec, {"comparison": o.comparison, "domain": o.domain, "task": o.task})
+        hi = finite(rows.iloc[0].get("ci_high")) if len(rows) else None
+        if hi is not None and hi > o.bound:
+            wide.append((hi - o.bound, o, hi))
+    if not wide:
+        return None
+    _, o, hi = max(wide, key=lambda w: w[0])
+    n_pass = sum(1 for x in result.outcomes if x.gate == spec.name and x.status == "passed")
+    which = (f"{len(wide)} of {n_pass} passed values" if len(wide) < n_pass
+             else "its passed value" if n_pass == 1 else f"all {n_pass} passed values")
+    return (f"{spec.name} {NOISE_PASS_PREFIX}: {which} "
+            f"(widest: {o.where()} {o.value:+.4f}, interval up to {hi:+.4f}, bound {bound_text(o.bound)}) — at this "
+            "size noise alone decides such a pass, as it can a breach; max_ci_high / max_overall_ci_high bound "
+            "the interval instead")
 
 
 def _emptied_detail(row: dict) -> str:
