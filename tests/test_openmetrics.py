@@ -90,9 +90,9 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
         assert same(one(found, "lmra_task_net_rating_ci_high", **key), r["ci_high"])
         # the per-task stereotype rates, both directions (fresh-user finding: not exported, only the net rating)
         for direction in ("forward", "reverse"):
-            assert same(one(found, "lmra_task_stereotype_rate", **key, direction=direction), r[f"{direction}_rate"])
-        assert one(found, "lmra_task_stereotype_rate", **key, direction="forward") - one(
-            found, "lmra_task_stereotype_rate", **key, direction="reverse") == pytest.approx(float(r["net_rating"]))
+            assert same(one(found, "lmra_task_stereotype_probability", **key, direction=direction), r[f"{direction}_rate"])
+        assert one(found, "lmra_task_stereotype_probability", **key, direction="forward") - one(
+            found, "lmra_task_stereotype_probability", **key, direction="reverse") == pytest.approx(float(r["net_rating"]))
         for outcome, col in (("valid", "n_pairs"), ("invalid", "n_invalid"), ("failed", "n_failed"),
                              ("refusal", "n_refusal")):
             assert one(found, "lmra_task_pairs", **key, outcome=outcome) == float(r[col])
@@ -115,7 +115,7 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
     comp = f"{ov['group_a']} vs {ov['group_b']}"
     assert one(found, "lmra_overall_net_rating", comparison=comp) == ov["net_rating"]
     assert one(found, "lmra_overall_net_rating_ci_high", comparison=comp) == ov["ci_high"]
-    assert one(found, "lmra_overall_stereotype_rate", comparison=comp, direction="reverse") == ov["reverse_rate"]
+    assert one(found, "lmra_overall_stereotype_probability", comparison=comp, direction="reverse") == ov["reverse_rate"]
     # judge status and run status, enum style: exactly one state is 1
     judge_states = {s.labels["status"]: s.value for s in found["lmra_judge_status"]}
     assert judge_states == {"passed": 0, "failed": 0, "waived": 0, "not_checked": 1, "unknown": 0}
