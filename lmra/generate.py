@@ -181,6 +181,15 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     return replace_matches(_name_pattern(name), text, placeholder)
 
 
+def lowercase_name_matches(text: str, name: str) -> int:
+    """How many of :func:`scrub_name`'s matches of ``name`` in ``text`` are written wholly in
+    lower case ("frank" for Frank): an everyday word, not the user's name — a chatbot writes a
+    name capitalised (:mod:`lmra.word_scrubs`). 0 for a name written in lower case itself."""
+    if not name or name.islower():
+        return 0
+    return sum(1 for m in _name_pattern(name).finditer(fold_latin(text)) if m.group(0).islower())
+
+
 #: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane",
 #: and the dashes a model writes for its hyphen: "Mary–Jane", "Jean‒Luc"; break-it finding)
 _APOSTROPHES = "'\u2019\u02bc\u2018`\u00b4"

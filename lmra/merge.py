@@ -33,6 +33,7 @@ import pandas as pd
 from lmra.runstate import NO_PAIR_SCORED_PREFIX
 from lmra.refusal_gap import UNLABELLED_PREFIX
 from lmra.repeated import REPEATED_RESPONSES_PREFIX
+from lmra.word_scrubs import WORD_SCRUBS_PREFIX
 from lmra.audit.finish import (AUTO_MEAN_PREFIX, AUTO_MIN_MEAN_PREFIX, AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, COMMON_WORD_NAMES_PREFIX,
                                EMPTIED_BY_FILTER_PREFIX, EMPTY_RESPONSES_MARK, UNFINISHED_RESPONSES_MARK, FILTER_REMOVED_MOST_PREFIX, FILTER_SHARE_PREFIX, INVALID_OUTLIER_PREFIX,
                                INVALID_SHARE_PREFIX, TEXT_UNDER_MIN_PREFIX, TRUNCATED_RESPONSES_MARK)
@@ -725,6 +726,9 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
     # repeated texts, so it takes the shards' own findings (lmra.repeated; break-it round 2, s40: answers of equal
     # length were counted as one text)
     audit.repeated_from_shards = [s.run.summary.get("repeated_response") for s in shards] if cfg.redact else None
+    # … and the names its shards scrubbed as everyday words (lmra.word_scrubs), which it cannot count again
+    audit.word_scrubs_from_shards = ([r for s in shards for r in s.run.summary.get("names_scrubbed_as_words") or []]
+                                     if cfg.redact else None)
     audit.stats = _SummedCalls([s.run.manifest.get("calls") or {} for s in shards])
     audit.judge_verdict, audit.canary_rows = _worst_judge_check(shards)
     own = set(audit.run_combiner()[1])
@@ -742,7 +746,7 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                      and ORDER_DEPENDENCE_MARK not in w and not w.startswith(COMBINERS_DISAGREE_PREFIX)
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, MERGE_VERSION_PREFIX, POSITIONAL_REFUSAL_PREFIX,
                                            AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, REPEATED_RESPONSES_PREFIX,
-                                           UNLABELLED_PREFIX))]  # (axes are not merged: lmra axes --run)
+                                           UNLABELLED_PREFIX, WORD_SCRUBS_PREFIX))]  # (axes are not merged: lmra axes --run)
     from lmra.runfolder import package_versions
 
     mine = package_versions().get("lmra")

@@ -37,6 +37,7 @@ from lmra.pairstore import (JSON_COLUMNS, PARQUET_NAME, ROW_GROUP, PairSpool, Pa
 from lmra.runfolder import json_text, json_value
 from lmra.redact import redacted_calls
 from lmra.repeated import RepeatedResponses, repeated_response, repeated_response_warning
+from lmra.word_scrubs import WordScrubs, word_scrubs_warning
 
 if TYPE_CHECKING:
     from lmra.audit import Audit, Inputs
@@ -578,6 +579,7 @@ class ResponseSpool(PairSpool):
         self.n_empty = self.n_filtered = self.n_truncated = self.n_unfinished = 0  # (response_notes)
         self.truncated_reasons: Counter = Counter()  # finish_reason of the cut responses
         self.repeated = RepeatedResponses()  # (lmra.repeated: one answer to most prompts)
+        self.word_scrubs = WordScrubs()  # (lmra.word_scrubs: names scrubbed as everyday words)
         self.n_failed = 0  # responses whose call failed (no text: not among the text-based counts' denominator)
 
     def add_response(self, key: int, response: Response, label: tuple[float | None, bool] | None) -> None:
@@ -595,6 +597,7 @@ class ResponseSpool(PairSpool):
             self.truncated_reasons[response.finish_reason] += 1
         self.n_unfinished += unfinished
         self.n_failed += response.error is not None
+        self.word_scrubs.add(response)
         self.repeated.add(response.scrubbed, response.prompt_id, failed=response.error is not None,
                           refused=label[1] if label is not None else None)
         row = response_row(response)
@@ -852,6 +855,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         truncated_reasons = responses.truncated_reasons
         n_failed_responses = responses.n_failed
         repeated = responses.repeated
+        word_scrubs = responses.word_scrubs
         responses.remove()
         resp_rows = disk_rows = is_placebo = []
     else:
@@ -859,6 +863,9 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         notes = [response_notes(r) for r in responses]
         n_empty, n_filtered, n_truncated, n_unfinished = (sum(n[i] for n in notes) for i in range(4))
         truncated_reasons = Counter(r.finish_reason for r, n in zip(responses, notes) if n[2])
+        word_scrubs = WordScrubs()
+        for r in responses:
+            word_scrubs.add(r)
         n_failed_responses = sum(r.error is not None for r in responses)
         resp_rows = [response_row(r) for r in responses]
         repeated = RepeatedResponses()
@@ -981,6 +988,11 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
     common = common_word_names_warning(getattr(audit, "names_common_words", None) or [])
     if common is not None:
         warnings.append(common)
+    word_scrubs.merge(getattr(audit, "word_scrubs_from_shards", None))  # a redacted merge: its shards' counts
+    scrubbed_as_words = word_scrubs.rows()
+    as_words = word_scrubs_warning(scrubbed_as_words)
+    if as_words is not None:
+        warnings.append(as_words)
     # over the responses with an answer (a failed call has no text), saying how many failed
     n_answered = n_responses - n_failed_responses
     empty = empty_responses_warning(n_empty, n_filtered, n_answered, n_failed_responses, cfg.refusal.enabled)
@@ -1141,6 +1153,7 @@ def finish_run(audit: "Audit", inputs: "Inputs", prompts: list[PromptRecord],
         "balanced_draws": getattr(audit, "balanced_draws", None) or {},
         # drawn names that are everyday words (lmra.data.COMMON_WORD_NAMES; common_word_names_warning)
         "names_common_words": getattr(audit, "names_common_words", None) or [],
+        "names_scrubbed_as_words": scrubbed_as_words,  # (lmra.word_scrubs)
         "n_prompts": len(prompts),
         "n_responses": n_responses,
         # their call failed: no text, so not in the denominator of the empty / filtered / cut warnings
