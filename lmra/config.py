@@ -116,11 +116,21 @@ def check_base_url(v: str) -> str:
         raise ValueError(f"{v!r} is not a valid URL ({exc})") from None
     if not host:
         raise ValueError(f"{v!r} has no host (e.g. 'http://localhost:8000/v1')")
+    cut = min((i for i in (v.find("?"), v.find("#")) if i >= 0), default=-1)
+    masked = v[:cut] + v[cut] + "***" if cut >= 0 else v  # a query or fragment may hold a key: never quoted
     if parts.username is not None or parts.password is not None:  # break-it finding: printed and written
-        shown = v.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
+        shown = masked.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
         raise ValueError(f"{shown!r} holds a user name or password ('user:password@'): lmra writes base_url into "
                          "the run folder (config.toml, manifest.json) and its messages, so it takes no credentials; "
                          "give the API key's environment variable in api_key_env")
+    if parts.query or parts.fragment or v.endswith(("?", "#")):  # break-it finding, s48: '?api-key=…' passed,
+        # every request went to '/v1?api-key=…chat/completions' (the SDK appends the API path) and the key
+        # was written to the run folder
+        what = "a query string ('?…')" if parts.query or "?" in v else "a fragment ('#…')"
+        raise ValueError(f"{masked!r} has {what}: the SDK appends the API path (e.g. /chat/completions) to "
+                         "base_url, so it cannot carry parameters, and lmra writes base_url into the run folder; "
+                         "give the URL up to the API's root (e.g. 'https://host/v1') and the API key's "
+                         "environment variable in api_key_env")
     import httpx2  # the HTTP client of the openai and anthropic SDKs: what it refuses, it refuses here
 
     try:

@@ -179,3 +179,27 @@ def test_a_cache_that_is_the_output_folder_is_a_config_error(tmp_path, monkeypat
     assert main(["validate", "c.toml"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "c.toml, line 2: field 'cache': 'reports' is the output folder" in err and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://127.0.0.1:8932/v1?api-key=TOPSECRET", "has a query string ('?…')"),
+    ("https://example.org/openai?api-version=2024-06-01", "has a query string ('?…')"),
+    ("http://127.0.0.1:8932/v1#TOPSECRET", "has a fragment ('#…')"),
+    ("http://user:TOPSECRET@127.0.0.1:8932/v1?key=TOPSECRET", "holds a user name or password"),
+])
+def test_a_base_url_with_a_query_or_credentials_is_refused_without_quoting_them(tmp_path, capsys, url, says):
+    """Break-it finding (s48): base_url = '…/v1?api-key=…' passed validate; the SDK sent every request to
+    '/v1?api-key=…chat/completions' (the failure was blamed on the model id) and the key was written to
+    config.toml, manifest.json and the console. Refused, exit 2, naming file, line and field, the query masked."""
+    from lmra.cli import main
+
+    cfg = tmp_path / "cred.toml"
+    cfg.write_text(f'name = "t"\n[target]\nprovider = "openai"\nmodel = "m"\napi_key_required = false\n'
+                   f'base_url = "{url}"\n')
+    assert main(["validate", str(cfg)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {cfg}, line 6: field 'target.base_url':" in err and says in err
+    assert "TOPSECRET" not in err and "Traceback" not in err
+    assert main(["audit", "--config", str(cfg), "--no-progress"]) == 2
+    assert "TOPSECRET" not in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "reports").exists()
