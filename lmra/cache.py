@@ -387,8 +387,13 @@ class CallCache:
 
     def __init__(self, path: str | Path, *, write_retry_s: float = 60.0, on_write_error=None):
         self.path = str(path)
+        #: where this cache's lock files and answer logs live: beside the database file itself, the path
+        #: with symbolic links resolved — two processes naming one file by a link and by its path share
+        #: them (break-it finding, s48: each took its own solo lock and both paid for every call)
+        self.side_path = self.path
         if self.path != ":memory:":
-            USED_PATHS.add(str(resolved(self.path)))
+            self.side_path = str(resolved(self.path))
+            USED_PATHS.add(self.side_path)
         self.write_retry_s = write_retry_s
         self.on_write_error = on_write_error
         self.owner = uuid.uuid4().hex
@@ -519,7 +524,10 @@ class CallCache:
         if self.path == ":memory:" or answerlog.fcntl is None:
             return None
         unreadable: list[tuple[Path, int]] = []
-        rows, taken = answerlog.recover(self.path, unreadable)
+        rows, taken = answerlog.recover(self.side_path, unreadable)
+        if self.side_path != self.path:  # logs an older lmra left beside the link, as it was named
+            more, more_taken = answerlog.recover(self.path, unreadable)
+            rows, taken = rows + more, taken + more_taken
         if unreadable and self.on_write_error is not None:
             self.on_write_error("; ".join(f"{n} line(s) of an answer log of a killed run could not be read as calls "
                                           f"(kept as {path})" for path, n in unreadable))
@@ -546,7 +554,7 @@ class CallCache:
                                     f"left: {', '.join(sorted({str(p) for p, _ in taken}))}")
         answerlog.release(taken)
         try:
-            return AnswerLog(self.path)
+            return AnswerLog(self.side_path)
         except OSError:
             return None
 
@@ -867,7 +875,7 @@ class CallCache:
         so that a ``kill -9`` before the disk frees up loses none of them. Tried once; called
         with the log lock held."""
         self._failed_over = True
-        log = answerlog.failover_log(self.path, list(self.pending.values()))
+        log = answerlog.failover_log(self.side_path, list(self.pending.values()))
         if log is None:
             return
         self._failed_log, self._answers = self._answers, log
@@ -883,7 +891,7 @@ class CallCache:
         if self._answers is not None and not self._answers.failed:
             return  # the answer log holds every one of them
         rows = list(self.pending.values())
-        paths, kept = answerlog.spill(self.path, rows)
+        paths, kept = answerlog.spill(self.side_path, rows)
         self._spilled = (paths, kept, len(rows))
 
     def _fate_of_pending(self) -> str:
@@ -1115,7 +1123,7 @@ class CallCache:
                 if fcntl is None:
                     raise OSError("no fcntl")
                 for name in ("solo", "join"):
-                    fds.append(os.open(f"{self.path}-{name}.lock", os.O_RDWR | os.O_CREAT, 0o666))
+                    fds.append(os.open(f"{self.side_path}-{name}.lock", os.O_RDWR | os.O_CREAT, 0o666))
             except OSError:
                 for fd in fds:
                     os.close(fd)

@@ -254,11 +254,18 @@ def test_answered_calls_are_written_within_the_batch_time_and_at_most_a_batch_is
     assert final == n + 1
 
 
-def test_a_second_process_joining_makes_the_lone_user_lease_its_calls_in_flight(tmp_path):
+@pytest.mark.parametrize("b_by_link", [False, True])
+def test_a_second_process_joining_makes_the_lone_user_lease_its_calls_in_flight(tmp_path, b_by_link):
     """Two caches on one file stand for two processes. A alone takes no lease rows; when B wants
     the same call that A has in flight, A publishes a lease for it, B waits and gets A's answer,
-    and the call is made once."""
+    and the call is made once — also when B names the file by a symbolic link to it (break-it finding,
+    s48: the lock files were made beside the path as given, each process took its own solo lock, and both
+    paid for every call)."""
     path = tmp_path / "shared.sqlite"
+    b_path = path
+    if b_by_link:
+        b_path = tmp_path / "link.sqlite"
+        b_path.symlink_to(path)
 
     class P:
         name, base_url, model_id = "p", "", "m"
@@ -267,7 +274,7 @@ def test_a_second_process_joining_makes_the_lone_user_lease_its_calls_in_flight(
     key = request_key("p", "", "m", req)
 
     async def go():
-        a, b = CallCache(path), CallCache(path)
+        a, b = CallCache(path), CallCache(b_path)
         assert await a.acquire(key) is None  # A makes the call, alone: no lease row
         leases_alone = a._db.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
         waiter = asyncio.create_task(b.acquire(key))  # B wants the same call
