@@ -238,6 +238,16 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
         if path is not None and symlink_loop(path):
             raise LmraInputError(f"{path} is a symbolic link loop (it leads back to itself): nothing can be "
                                  "written there", file=config_path, field=key)
+    for key, path in (("output_dir", out), ("cache", db)):
+        # a link to nothing (break-it finding, s48: validate said valid, the audit failed, exit 1, "cannot create
+        # the output folder (File exists)"); a cache link whose target's folder exists is made through the link
+        if path is not None and path.is_symlink() and not path.exists() and (
+                key == "output_dir" or not resolved(path).parent.is_dir()):
+            where = "the folder the run folders go to" if key == "output_dir" else "the call cache's SQLite file"
+            raise LmraInputError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
+                                 + ("" if key == "output_dir" else " (nor does its folder)")
+                                 + f": {key} names {where} — create what the link points to, or give another path",
+                                 file=config_path, field=key)
     if out.exists() and not out.is_dir():
         raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",
                              file=config_path, field="output_dir")

@@ -465,6 +465,33 @@ def test_a_symbolic_link_loop_is_an_input_error_naming_the_field(tmp_path, capsy
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("field", ["cache", "output_dir"])
+@pytest.mark.parametrize("command", ["validate", "audit"])
+def test_a_symbolic_link_to_nothing_is_an_input_error_naming_the_field(tmp_path, capsys, field, command):
+    """Break-it finding (s48): output_dir a link to a folder that does not exist passed validate, and the audit
+    failed, exit 1, "cannot create the output folder (File exists)"; a cache link into a missing folder failed
+    with "unable to open database file". Exit 2 from both, naming the field and the link's target."""
+    from pathlib import Path
+
+    link = tmp_path / "link"
+    target = tmp_path / "nowhere" / "x"
+    link.symlink_to(target)
+    smoke = (Path(__file__).resolve().parents[1] / "examples" / "smoke.toml").read_text()
+    cfg = tmp_path / "c.toml"
+    body = "\n".join(line for line in smoke.splitlines() if not line.startswith(f"{field} "))
+    cfg.write_text(f'{field} = "{link.as_posix()}"\n' + (f'output_dir = "{(tmp_path / "out").as_posix()}"\n'
+                                                        if field != "output_dir" else "") + body + "\n")
+    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"field '{field}': {link} is a symbolic link to {target}, which does not exist" in err
+    assert "Traceback" not in err and not (tmp_path / "out").exists() and not target.parent.exists()
+    # a cache link whose target's folder exists: the file is made through the link (as before)
+    if field == "cache":
+        target.parent.mkdir()
+        assert main(["validate", str(cfg)]) == 0
+
+
 def test_a_file_whose_every_prompt_the_lexical_filter_removes_is_refused_before_anything_is_written(tmp_path,
                                                                                                    capsys):
     """Break-it finding: exit 2, but after the run folder (status failed) and the cache were made."""
