@@ -490,3 +490,7 @@ def test_a_tab_separated_prompt_file_is_said_to_be_read_as_json_lines(tmp_path, 
     good.write_text("{nope\n")
     assert main(["audit", "--prompts", str(good), "--no-progress"]) == 2
     assert "is read as JSON Lines" not in capsys.readouterr().err
+    bare = tmp_path / "promptsnoext"  # (break-it, s48: "a file file is read as JSON Lines")
+    bare.write_text("hello\n")
+    assert main(["audit", "--prompts", str(bare), "--no-progress"]) == 2
+    assert "a file without a suffix is read as JSON Lines" in " ".join(capsys.readouterr().err.split())
