@@ -203,8 +203,15 @@ def test_times_no_calendar_holds_are_said_in_seconds_not_a_traceback(tmp_path, c
     db.close()
     assert main(["cache", "info", "--cache", str(path)]) == 0
     assert "1000000000000000 Unix seconds" in capsys.readouterr().out
-    assert main(["cache", "prune", "--older-than", "3000000d", "--cache", str(path), "--dry-run"]) == 0
-    assert "Unix seconds; 1 call kept" in " ".join(capsys.readouterr().out.split())
+    # an age reaching back before 1970 is refused: nothing is that old (break-it, s48: the cutoff was said as
+    # "-8639999999999997449863168 Unix seconds")
+    for age in ("3000000d", "99999999999d"):
+        with pytest.raises(SystemExit) as exc:
+            main(["cache", "prune", "--older-than", age, "--cache", str(path), "--dry-run"])
+        assert exc.value.code == 2
+        assert "reaches back before 1970, before any call could be stored" in capsys.readouterr().err
+    assert main(["cache", "prune", "--older-than", "3650d", "--cache", str(path), "--dry-run"]) == 0
+    assert "1 call kept" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_cache_on_a_read_only_filesystem_is_read_and_refused_for_pruning(tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 
 from lmra.cli.commands import COMMANDS
 from lmra.console import lit, make_console
@@ -22,9 +23,13 @@ def age_arg(text: str) -> float:
     only; in seconds."""
     m = _AGE.fullmatch(text.strip())
     if m is None or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"an age is a number > 0 (digits 0-9) and a unit, d (days) or h (hours), "
-                                         f"e.g. 30d; got {text!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+        raise argparse.ArgumentTypeError(f"an age is a number > 0 (digits 0-9, a decimal point allowed) and a "
+                                         f"unit, d (days) or h (hours), e.g. 30d or 1.5d; got {text!r}")
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if seconds >= time.time():  # (break-it, s48: a cutoff of "-8639999999999997449863168 Unix seconds")
+        raise argparse.ArgumentTypeError(f"{text!r} reaches back before 1970, before any call could be stored: "
+                                         "nothing is that old (e.g. 365d)")
+    return seconds
 
 
 def _cache_path(args: argparse.Namespace) -> str:
