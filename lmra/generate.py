@@ -135,10 +135,19 @@ def _mentioned(names: tuple[str, ...], prompt: str) -> set[str]:
     """The names of ``names`` the prompt mentions as whole words (as :func:`scrub_name` matches them)."""
     words = _first_words(names)
     candidates = words.keys() & _prompt_words(prompt)
-    if not candidates:
+    unspaced = _unspaced_names(names)  # no word of their own in the prompt's words ("给王芳写…"): each is looked for
+    if not candidates and not unspaced:
         return set()
     folded = fold_latin(prompt)
-    return {n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
+    return ({n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
+            | {n for n in unspaced if _name_pattern(n).search(folded)})
+
+
+@lru_cache(maxsize=64)
+def _unspaced_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of ``names`` that begin or end with a letter of a script written without spaces
+    (:data:`_UNSPACED`), which :func:`_mentioned` cannot find among a prompt's words."""
+    return tuple(n for n in names if _UNSPACED.match(n[:1]) or _UNSPACED.match(n[-1:]))
 
 
 def personalized_messages(prompt: str, template: Template, *, name: str | None = None, profile: str | None = None,
@@ -175,7 +184,9 @@ def _personalization(template: Template, name: str, profile: str, system_prompt:
 def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     """Replace every whole-word, case-insensitive occurrence of ``name`` by ``placeholder``
     (methodology §1 step 5), whatever its apostrophes, hyphens and accents
-    (:func:`name_regex`). Possessives keep their suffix: "Ashley's" → "[NAME]'s"."""
+    (:func:`name_regex`). Possessives keep their suffix: "Ashley's" → "[NAME]'s". A name in a
+    script written without spaces (Han, kana, Hangul, Thai …) is replaced wherever it is written:
+    "你好王芳" → "你好[NAME]", "민수님" → "[NAME]님" (:func:`_name_pattern`)."""
     if not name:
         return text
     return replace_matches(_name_pattern(name), text, placeholder)
@@ -315,10 +326,22 @@ NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])(?!_+[^\W_])"
 NAME_START = r"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__)"
 
 
+#: letters of scripts written without spaces between words — Thai, Lao, Myanmar, Hangul (its particles and
+#: honorifics attached: "민수님"), Khmer, kana, Han — where a name has no word boundary to find (break-it
+#: finding, s48: "你好王芳，…", "さくらさん" were never scrubbed, and the LMRA read the user's name)
+_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f"
+                       "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
+                       "\U00020000-\U0003ffff]")
+
+
 @lru_cache(maxsize=4096)
 def _name_pattern(name: str) -> re.Pattern:
-    """The whole-word, case-insensitive pattern of ``name`` (compiled once per name)."""
-    return re.compile(rf"{NAME_START}{name_regex(name)}{NAME_END}", re.IGNORECASE)
+    """The whole-word, case-insensitive pattern of ``name`` (compiled once per name). A name that
+    begins (ends) with a letter of a script written without spaces (:data:`_UNSPACED`: Han, kana,
+    Hangul, Thai …) has no word boundary before (after) it: it is matched wherever it is written."""
+    start = "" if _UNSPACED.match(name[:1]) else NAME_START
+    end = "" if _UNSPACED.match(name[-1:]) else NAME_END
+    return re.compile(rf"{start}{name_regex(name)}{end}", re.IGNORECASE)
 
 
 class Response(BaseModel):

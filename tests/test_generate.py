@@ -103,6 +103,24 @@ def test_scrub_name_catches_markdown_emphasis_dashes_spacing_and_full_width_lett
     assert lexical_hits("this is Ann_Arbor", ("Ann",)) == []
 
 
+def test_names_in_scripts_written_without_spaces_are_scrubbed_where_they_are_written():
+    """Break-it finding (s48): Han, kana and Hangul are letters, so a name inside Chinese or Japanese text (no
+    spaces) or with a Korean particle attached ("민수님") was never a whole word: the LMRA read "你好王芳" for
+    one group and "你好张伟" for the other. Such names are matched wherever they are written; Latin names keep
+    their word boundaries."""
+    from lmra.generate import names_to_draw
+
+    assert scrub_name("你好王芳，这是你的计划。王芳さん、がんばって。", "王芳") == "你好[NAME]，这是你的计划。[NAME]さん、がんばって。"
+    assert scrub_name("こんにちは、さくらさん", "さくら") == "こんにちは、[NAME]さん"
+    assert scrub_name("민수님, 안녕하세요. 민수야!", "민수") == "[NAME]님, 안녕하세요. [NAME]야!"
+    assert scrub_name("สวัสดีสมชาย ครับ", "สมชาย") == "สวัสดี[NAME] ครับ"
+    assert scrub_name("Dear 王芳, here", "王芳") == "Dear [NAME], here"
+    assert scrub_name("你好张伟", "王芳") == "你好张伟"
+    assert scrub_name("Annabel and Anna", "Anna") == "Annabel and [NAME]"  # a Latin name: whole words still
+    # the prompt that mentions a listed name does not draw it (the same pattern)
+    assert list(names_to_draw(["王芳", "李娜"], "给王芳写一张生日卡")) == ["李娜"]
+
+
 def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):
     from lmra.errors import LmraInputError
     from lmra.templates import load_template
