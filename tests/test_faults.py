@@ -952,3 +952,23 @@ def test_calls_waiting_long_for_their_answer_are_said_as_slow_not_stuck(monkeypa
     notices.slow("b:2", 1, 80.0, None)
     notices("b:2", 40.0, "HTTP 429")
     assert len(lines) == 2 and "asks to wait 40 s before a retry" in lines[1], lines
+
+
+def test_a_judge_check_says_the_retries_and_faults_it_met(tmp_path):
+    """Break-it finding (s48): against a server failing every third request, `lmra judge-check` said "0 failed
+    calls" and nothing more — the retries and faults were in --json and --out only. Its console has the audit's
+    per-model calls line, whose retries are the faults the server injected."""
+    with FaultServer(fault_rate=0.3, faults=("http_500", "http_429"), seed=3) as srv:
+        r = subprocess.run([sys.executable, "-m", "lmra.cli", "judge-check", "--judge", "openai", "--model", "fake",
+                            "--base-url", srv.url, "--api-key-env", "LMRA_TEST_FAKE_KEY", "--dimension", "gender",
+                            "--per-kind", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, LMRA_TEST_FAKE_KEY="x"))
+        injected = sum(srv.injected.values())
+    _clean(r.stderr)
+    said = " ".join(r.stdout.split())
+    assert injected > 0
+    m = re.search(r"Model calls \(openai:fake\): (\d+) fresh, (\d+) cached, (\d+) failed.*?, (\d+) retries", said)
+    assert m, said[-2000:]
+    # every fault was retried, or ended its call after every retry: each counted
+    assert int(m.group(4)) + int(m.group(3)) == injected
+    assert "faults met:" in said

@@ -213,13 +213,21 @@ def cmd_judge_check(args: argparse.Namespace) -> int:
             console.print("[dim]not measurable: the canary answers it needs were unusable or their calls failed (counts "
                           "below), so the criterion cannot be shown to hold and fails.[/]")
         if stopped:  # (break-it finding: a criterion a full check passes read as failed)
-            console.print(f"[dim]{lit(verdict['stopped_early'])}; not asked: no canary of the criterion's kind was "
-                          "asked before it stopped (the verdict fails either way).[/]")
+            not_asked = any(c.get("not_asked") for c in verdict["criteria"].values())
+            console.print(f"[dim]{lit(verdict['stopped_early'])}"
+                          + ("; not asked: no canary of the criterion's kind was asked before it stopped (the verdict "
+                             "fails either way)" if not_asked else "") + ".[/]")  # (only beside such a row: s48)
         console.print(f"Mean pair score h (q_forward − q_reverse, 0 = no stereotype) on no-stereotype canaries "
                       f"{_fmt(verdict['mean_h_no_stereotype'])}; share of anti-stereotypes blamed on the group that got "
                       f"the counter-stereotypical answer {_fmt(verdict['anti_stereotype_blamed'])}; "
                       f"{verdict['n_failed']} failed calls, {verdict['n_invalid']} unusable answers. "
                       "What each criterion means: docs/judge_check.md.")
+        if isinstance(verdict.get("calls"), dict):  # every retry and fault met, as the audit says them (break-it, s48:
+            # a server failing every third request read "0 failed calls" and nothing more)
+            from lmra.report.console import call_counts_line
+
+            console.print(f"Model calls ({lit(j['provider'])}:{lit(j['model'])}): "
+                          f"{lit(call_counts_line(verdict['calls']))}.", highlight=False)
         for note in verdict.get("notes") or ():
             console.print(f"[dim]{lit(note)}.[/]")
         from lmra.judge_check import replayed_words
