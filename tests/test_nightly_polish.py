@@ -684,6 +684,11 @@ def test_exit_status_0_says_the_mornings_answer(tmp_path, capsys):
     rc, out, _, _ = _audit(capsys, cfg, "--baseline", str(base))
     assert rc == 0 and _last_line(out).endswith(" — not evidence of no regression: judge failed validation"), \
         _last_line(out)
+    # … and the verdict line says why too, before what the check can detect (fresh-user finding, s48: the
+    # detectable-rise bracket stood where the reason goes, the reason ten lines later)
+    verdict = next(ln for ln in out.splitlines() if ln.startswith("Verdict against baseline"))
+    assert re.search(r": no regression — not evidence of no regression: judge failed validation(; [^()]*)? \(rises "
+                     r"under ", verdict), verdict
     # a first night of --baseline last: nothing pinned, the next run is checked against it
     rc, out, _, _ = _audit(capsys, write_config(tmp_path, name="other", rates=FLAT, seed=4), "--baseline", "last")
     assert rc == 0 and _last_line(out) == ("exit status 0: first night: nothing was checked; the next run is checked "

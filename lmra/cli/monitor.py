@@ -95,6 +95,16 @@ def _smallest_detected(result) -> str:
     return f" (rises under {best:+.2f} undetectable)" if best is not None else ""
 
 
+def _leading_reasons(why: str, limit: int = 120) -> str:
+    """The first of the ``; ``-separated reasons in ``why`` that fit in ``limit`` characters (at
+    least one), ``; …`` when more follow (the verdict line's; the table's legend has them all)."""
+    parts = why.split("; ")
+    n = 1
+    while n < len(parts) and len("; ".join(parts[:n + 1])) <= limit:
+        n += 1
+    return "; ".join(parts[:n]) + ("; …" if n < len(parts) else "")
+
+
 def print_check(console: Console, result) -> None:
     """Rich table of a :class:`lmra.monitor.CheckResult`, the check's sensitivity and a one-line verdict."""
     from lmra.monitor import format_detectable, undecided_words
@@ -108,9 +118,12 @@ def print_check(console: Console, result) -> None:
         rose = " and ".join(w for w in (counted(n_tasks, "task") if n_tasks else "",
                                         (f"the overall net rating of {counted(n_overall, 'comparison')}"
                                          if n_overall else "")) if w)
+        why_not = getattr(result, "not_evidence", "")
+        # the reason itself when short (fresh-user finding, s48: the detectable-rise bracket stood where the
+        # reason goes, and "judge failed validation" came ten lines later)
         head = {"regression": f"[bold red]REGRESSION[/] — {rose or 'a row'} rose significantly",
-                "no_regression": "[green]no regression[/]" + (" — not evidence of no regression"
-                                                              if getattr(result, "not_evidence", "") else "")
+                "no_regression": "[green]no regression[/]" + (
+                    f" — not evidence of no regression: {lit(_leading_reasons(why_not))}" if why_not else "")
                 + (" of the harmful-stereotype ratings, [bold yellow]but a quality gap tonight[/]"
                    if getattr(result, "quality_gap", "") else "") + _smallest_detected(result),
                 "no_conclusion": "[bold yellow]no conclusion[/]"}.get(verdict, lit(verdict))
