@@ -578,3 +578,13 @@ def test_an_earlier_models_answers_replayed_from_the_cache_are_said_as_such(tmp_
     out_text = " ".join((proc.stdout + proc.stderr).split())
     assert "answers called in this run came from 'judge-new'; the" in out_text, out_text[-3000:]
     assert "of 'judge-old' came from the call cache" in out_text and "ratings mix" not in out_text
+
+
+def test_a_keyless_shorthand_says_how_to_reach_a_local_endpoint(tmp_path, capsys, monkeypatch):
+    """Fresh-user finding (s48): `--target openai:MODEL` for a local server ended "OPENAI_API_KEY … is not set"
+    with nothing on how to give a local endpoint (the shorthand has no base_url)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, text = run(capsys, "audit", "--config", str(ROOT / "examples" / "smoke.toml"), "--target", "openai:my-bot",
+                     "--no-progress")
+    assert code == 2 and "environment variable OPENAI_API_KEY" in text
+    assert "for a local or in-house endpoint, write its base_url (and api_key_required = false" in text
