@@ -587,4 +587,4 @@ def test_a_keyless_shorthand_says_how_to_reach_a_local_endpoint(tmp_path, capsys
     code, text = run(capsys, "audit", "--config", str(ROOT / "examples" / "smoke.toml"), "--target", "openai:my-bot",
                      "--no-progress")
     assert code == 2 and "environment variable OPENAI_API_KEY" in text
-    assert "for a local or in-house endpoint, write its base_url (and api_key_required = false" in text
+    assert "a local or in-house endpoint needs its base_url in the model's section of a config" in text
