@@ -237,3 +237,28 @@ def test_a_plan_whose_power_is_under_the_goal_within_its_mc_error_says_so(lmra_c
     power, se, said = float(m.group(1)), float(m.group(2)), m.group(3)
     assert power >= 0.8 - 2 * se - 1e-9
     assert bool(said) == (power < 0.8)
+
+
+def test_a_two_run_plan_from_a_checked_pilot_uses_the_checks_margin(tmp_path, lmra_cli, capsys, monkeypatch):
+    """Fresh-user finding (s48): the nightly recipe checks with --margin 0.01, and 'lmra plan --pilot latest'
+    planned for margin 0 unless told (87 prompts instead of 115). The margin the pilot night was checked with is
+    the default, and said; --margin still chooses."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base = make_run(tmp_path, "20260101-000000-nightly", {"write a story": 0.2, "career advice": 0.1}, seed=1,
+                    n_prompts=60)
+    night = make_run(tmp_path, "20260102-000000-nightly", {"write a story": 0.2, "career advice": 0.1}, seed=2,
+                     n_prompts=60)
+    hist = str(tmp_path / "h.sqlite")
+    lmra_cli(["check", str(night), "--baseline", str(base), "--margin", "0.05", "--history", hist])
+    capsys.readouterr()
+    args = ["plan", "--rate", "0.1", "--pilot", str(night), "--design", "two-run", "--sims", "200", "--history", hist]
+    assert lmra_cli(args) == 0
+    implicit = capsys.readouterr().out
+    assert f"margin 0.05: the one {night.name} was checked with" in " ".join(implicit.split())
+    assert lmra_cli(args + ["--margin", "0.05"]) == 0
+    explicit = capsys.readouterr().out
+    table = [ln for ln in implicit.splitlines() if "│" in ln]
+    assert table and table == [ln for ln in explicit.splitlines() if "│" in ln]
+    assert lmra_cli(args + ["--margin", "0"]) == 0
+    zero = capsys.readouterr().out
+    assert "was checked with" not in zero and [ln for ln in zero.splitlines() if "│" in ln] != table

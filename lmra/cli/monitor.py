@@ -1046,13 +1046,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lmra.power import MAX_PROMPTS_NORMAL, MAX_PROMPTS_SIM, plan
 
     console = make_console()
-    pilot = None
+    pilot, margin, margin_from = None, args.margin, None
     if args.pilot:
         with History(history_file(args, args.pilot, "--pilot")) as h:
             pilot = h.resolve(args.pilot, shard_ok=True)  # a shard is a fair pilot sample
+            if margin is None and args.design == "two-run":  # the margin the pilot night was checked with
+                # (fresh-user finding, s48: the nightly recipe checks with --margin 0.01, the plan assumed 0)
+                stored = finite((h.latest_check(pilot.run_id) or {}).get("margin"))
+                if stored is not None and 0 < stored <= 2:
+                    margin, margin_from = stored, pilot.run_id
+    margin = 0.0 if margin is None else margin
+    if margin_from is not None:
+        console.print(f"[dim]margin {margin:g}: the one {lit(margin_from)} was checked with (--margin M to plan "
+                      "for another)[/]", highlight=False)
     t0 = time.monotonic()
     df = plan(args.rate, sd=args.sd, pilot=pilot, base_rate=args.base_rate, alpha=args.alpha, power=args.power,
-              design=args.design, interval=args.interval, tasks=args.tasks, margin=args.margin,
+              design=args.design, interval=args.interval, tasks=args.tasks, margin=margin,
               per_task=args.per_task, sims=args.sims, seed=args.seed)
     elapsed = time.monotonic() - t0
     two = args.design == "two-run"
@@ -1660,7 +1669,8 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--tasks", type=whole_number,
                    help="hypotheses the test is corrected over: the check tests at alpha/T (default for two-run: the "
                         "pilot's tasks plus one overall row per comparison with 2 or more tasks; else 1)")
-    p.add_argument("--margin", type=margin_arg, default=0.0, help="two-run: the check's --margin (default: %(default)s)")
+    p.add_argument("--margin", type=margin_arg, default=None,
+                   help="two-run: the check's --margin (default: the margin the --pilot night was checked with, else 0)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
