@@ -275,7 +275,8 @@ def iter_jsonl(text: str, path: Path, *, max_line: int = MAX_LINE_CHARS):
         except json.JSONDecodeError as exc:
             # a file named otherwise (x.tsv, x.txt) is said to be read as JSON Lines (break-it, s46)
             kind = ("" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else
-                    f" — {'a ' + Path(path).suffix + ' file' if Path(path).suffix else 'a file without a suffix'} is read as JSON Lines (one JSON object a line); CSV is "
+                    f" — {'a ' + Path(path).suffix + ' file' if Path(path).suffix else 'a file without a suffix'}"
+                    " is read as JSON Lines (one JSON object a line); CSV is "
                     "read from a file whose name ends in .csv")
             raise LmraInputError(f"malformed JSON ({exc.msg}, column {exc.colno}){kind}", file=path,
                                  line=lineno) from None

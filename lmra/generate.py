@@ -135,7 +135,7 @@ def _mentioned(names: tuple[str, ...], prompt: str) -> set[str]:
     """The names of ``names`` the prompt mentions as whole words (as :func:`scrub_name` matches them)."""
     words = _first_words(names)
     candidates = words.keys() & _prompt_words(prompt)
-    unspaced = _unspaced_names(names)  # no word of their own in the prompt's words ("给王芳写…"): each is looked for
+    unspaced = _unspaced_names(names)  # not among the prompt's words ("给王芳写…"): each is looked for
     if not candidates and not unspaced:
         return set()
     folded = fold_latin(prompt)
@@ -262,7 +262,8 @@ def _spelling(name: str) -> str:
     decomposed), apostrophes and hyphens any of their kinds, anything else itself."""
     out: list[str] = []
     folded = False
-    for ch in fold_latin(name):
+    text = fold_latin(name)
+    for i, ch in enumerate(text):
         if folded and ch == MARK:  # an accent of the Latin letter before: allowed by it
             continue
         folded = ch.isascii() and ch.isalpha()
@@ -272,10 +273,17 @@ def _spelling(name: str) -> str:
             out.append(f"[{_APOSTROPHES}]")
         elif ch in _HYPHENS:
             out.append(f"[{_HYPHENS}]")
-        elif ch.isspace():  # "Jo Ann" written with two spaces, a line break or a no-break space
-            out.append(r"\s+")
+        elif ch.isspace():
+            # "Jo Ann" written with two spaces, a line break or a no-break space; between letters of a script
+            # written without spaces, with or without one ("佐藤 さくら" is "佐藤さくら" in running text:
+            # round-2 break-it, s48)
+            prev, nxt = text[:i].rstrip()[-1:], text[i:].lstrip()[:1]
+            space = r"\s*" if _UNSPACED.match(prev) and _UNSPACED.match(nxt) else r"\s+"
+            if not (out and out[-1] in (r"\s*", r"\s+")):
+                out.append(space)
         else:
-            out.append(re.escape(ch))
+            pair = i > 0 and _UNSPACED.match(text[i - 1]) and _UNSPACED.match(ch)
+            out.append((r"\s*" if pair else "") + re.escape(ch))  # "王芳" written "王 芳" too
     return "".join(out)
 
 
@@ -329,9 +337,15 @@ NAME_START = r"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__)"
 #: letters of scripts written without spaces between words — Thai, Lao, Myanmar, Hangul (its particles and
 #: honorifics attached: "민수님"), Khmer, kana, Han — where a name has no word boundary to find (break-it
 #: finding, s48: "你好王芳，…", "さくらさん" were never scrubbed, and the LMRA read the user's name)
-_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f"
+_UNSPACED = re.compile("[\u3005-\u3007\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f"
                        "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
                        "\U00020000-\U0003ffff]")
+
+
+def unspaced_end(name: str) -> bool:
+    """True when ``name`` ends with a letter of a script written without spaces (:data:`_UNSPACED`):
+    no word end follows it in running text ("王芳です", "민수님")."""
+    return bool(_UNSPACED.match(name[-1:]))
 
 
 @lru_cache(maxsize=4096)

@@ -746,7 +746,8 @@ def _merge(shards: list[ShardRun], cfg, first: ShardRun):
                      and ORDER_DEPENDENCE_MARK not in w and not w.startswith(COMBINERS_DISAGREE_PREFIX)
                      and not w.startswith((VERSIONS_DIFFER_PREFIX, MERGE_VERSION_PREFIX, POSITIONAL_REFUSAL_PREFIX,
                                            AXES_PARTIAL_PREFIX, CLASSIFY_UNUSABLE_PREFIX, REPEATED_RESPONSES_PREFIX,
-                                           UNLABELLED_PREFIX, WORD_SCRUBS_PREFIX))]  # (axes are not merged: lmra axes --run)
+                                           UNLABELLED_PREFIX, WORD_SCRUBS_PREFIX))]
+    # (axes are not merged: lmra axes --run)
     from lmra.runfolder import package_versions
 
     mine = package_versions().get("lmra")

@@ -119,6 +119,19 @@ def test_names_in_scripts_written_without_spaces_are_scrubbed_where_they_are_wri
     assert scrub_name("Annabel and Anna", "Anna") == "Annabel and [NAME]"  # a Latin name: whole words still
     # the prompt that mentions a listed name does not draw it (the same pattern)
     assert list(names_to_draw(["王芳", "李娜"], "给王芳写一张生日卡")) == ["李娜"]
+    # round-2 break-it (s48): a name ending in the iteration mark; a space between family and given name in the
+    # list but not in the text, or the reverse
+    assert scrub_name("奈々さん、こんにちは", "奈々") == "[NAME]さん、こんにちは"
+    assert list(names_to_draw(["奈々", "王芳"], "奈々さんへの手紙")) == ["王芳"]
+    assert scrub_name("佐藤さくらさん、こんにちは", "佐藤 さくら") == "[NAME]さん、こんにちは"
+    assert scrub_name("王 芳，你好", "王芳") == "[NAME]，你好"
+    assert scrub_name("Jo  Ann, JoAnn", "Jo Ann") == "[NAME], JoAnn"  # Latin: a space is still needed
+    # the identity filter's self-introduction check finds them too
+    from lmra.judge.filter import lexical_hits
+
+    assert lexical_hits("I'm 王芳です", ["王芳"]) == ["I'm 王芳"]
+    assert lexical_hits("this is 민수님", ["민수"]) == ["this is 민수"]
+    assert lexical_hits("this is Ann_Arbor", ("Ann",)) == []
 
 
 def test_a_bad_placeholder_message_shows_the_escape_a_user_types(tmp_path):

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from lmra.config import JudgeConfig
 from lmra.data import PromptRecord
-from lmra.generate import NAME_END, fold_latin, name_regex
+from lmra.generate import NAME_END, fold_latin, name_regex, unspaced_end
 from lmra.judge.binary import ask_yes_no, says_yes
 from lmra.providers.base import Provider
 from lmra.templates import Template
@@ -71,13 +71,19 @@ def intro_pattern(names: tuple[str, ...]) -> re.Pattern | None:
         David", "- Ashley" at a line end …, with or without Markdown emphasis around the name
         ("I'm _Zoë_", "call me **Ann**"); longer names are tried first. None for no names.
     """
-    name_alt = "|".join(name_regex(n) for n in sorted(set(names), key=len, reverse=True) if n)
-    if not name_alt:
+    ordered = sorted({n for n in names if n}, key=len, reverse=True)
+    if not ordered:
         return None
+    # a name ending in a letter of a script written without spaces ("王芳です", "민수님") has no word end to
+    # find (round-2 break-it, s48: "I'm 王芳です" was not caught, though the scrub matched it)
+    alts = ["(?:" + "|".join(name_regex(n) for n in group) + ")" + end
+            for group, end in (([n for n in ordered if not unspaced_end(n)], NAME_END),
+                               ([n for n in ordered if unspaced_end(n)], "")) if group]
+    name_alt = "(?:" + "|".join(alts) + ")"
     em = "[*_]{0,2}"  # Markdown emphasis around the name ("I'm _Zoë_", "call me **Ann**")
-    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+{em}(?:{name_alt})"
-                      rf"{NAME_END}|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+{em}(?:{name_alt}){NAME_END}"
-                      rf"|[-—]\s*{em}(?:{name_alt}){em}\s*$", re.I | re.M)
+    return re.compile(rf"\b(?:i am|i'm|im|i’m|call me|this is|name is|signed|regards|thanks),?\s+{em}{name_alt}"
+                      rf"|^\s*(?:hi|hello|hey),?\s+(?:i am|i'm)\s+{em}{name_alt}"
+                      rf"|[-—]\s*{em}(?:{'|'.join(name_regex(n) for n in ordered)}){em}\s*$", re.I | re.M)
 
 
 class FilterDecision(BaseModel):

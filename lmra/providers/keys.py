@@ -60,7 +60,8 @@ def resolve_api_key(cfg: "ModelConfig", provider: str, default_env: str) -> tupl
         keyless = (", or, if this local server needs no key, write api_key_required = false in this model's "
                    "section") if cfg.base_url else (
             "; a local or in-house endpoint needs its base_url in the model's section of a config "
-            "('--target/--judge PROVIDER:MODEL' keep a section's base_url only when its provider is the same)")  # (s48 fresh user: --target openai:MODEL for a local server)
+            "('--target/--judge PROVIDER:MODEL' keep a section's base_url only when its provider is the same)")
+        # (s48 fresh user: --target openai:MODEL for a local server)
         raise LmraInputError(
             f"environment variable {env}{default} {state}, and {where} needs an API key: export {env} in the "
             f"environment that runs lmra (cron and CI jobs do not read your shell profile){keyless}",

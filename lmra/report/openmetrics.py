@@ -110,12 +110,14 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     fam = {
         "net": G("lmra_task_net_rating", "Net rating H = mean(q_F - q_R) of the task, in [-1, 1] (NaN: no valid pair)",
                  labels=TASK_LABELS),
-        "rate": G("lmra_task_stereotype_probability", "Mean LMRA probability of a harmful stereotype in the task's pairs, "
+        "rate": G("lmra_task_stereotype_probability", "Mean LMRA probability of a harmful stereotype in the task's "
+                  "pairs, "
                   "in [0, 1]: direction forward (q_F, a stereotype as the responses were really assigned, about either group) and "
                   "reverse (q_R, the swapped assignment); the net rating is their difference. Not the share of "
                   "pairs judged stereotyped: an unbiased chatbot can show 0.25 in both (NaN: no valid pair)",
                   labels=TASK_LABELS + ["direction"]),
-        "o_rate": G("lmra_overall_stereotype_probability", "Mean LMRA probability of a harmful stereotype over all tasks of "
+        "o_rate": G("lmra_overall_stereotype_probability", "Mean LMRA probability of a harmful stereotype over "
+                    "all tasks of "
                     "the comparison (as lmra_task_stereotype_probability)", labels=COMPARISON_LABELS + ["direction"]),
         "lo": G("lmra_task_net_rating_ci_low", "Lower bound of the CI of the task's net rating (level: "
                 "lmra_run_info confidence label; NaN: undefined)", labels=TASK_LABELS),
