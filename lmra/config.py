@@ -103,24 +103,37 @@ Pair = Annotated[tuple[NonBlank, NonBlank], Strict(False)]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _masked_url(v: str) -> str:
+    """``v`` as lmra's messages quote it: a user name or password (anything before the last ``@``
+    of the part after ``://``) and a query or fragment (from the first ``?`` or ``#`` on) replaced
+    by ``***`` — they may hold a key (round-2 break-it, s48: refusals quoted them whole)."""
+    head, sep, rest = v.partition("://")
+    # userinfo: an "@" before the path, or anywhere when a "?" or "#" (a raw password's) may hide where it ends
+    if sep and ("@" in rest.split("/", 1)[0] or ("@" in rest and ("?" in rest or "#" in rest))):
+        rest = "***@" + rest.rpartition("@")[2]
+    masked = head + sep + rest
+    cut = min((i for i in (masked.find("?"), masked.find("#")) if i >= 0), default=-1)
+    return masked[:cut + 1] + "***" if cut >= 0 else masked
+
+
 def check_base_url(v: str) -> str:
-    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, that httpx accepts."""
+    """``base_url``: an http(s) URL with a host, no spaces, no user name or password, no query
+    string or fragment, that httpx accepts. Every message quotes it masked (:func:`_masked_url`)."""
+    masked = _masked_url(v)
     if any(c.isspace() for c in v):
-        raise ValueError(f"{v!r} is not a URL (it contains white space)")
+        raise ValueError(f"{masked!r} is not a URL (it contains white space)")
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{v!r} is not an http:// or https:// URL (e.g. 'http://localhost:8000/v1')")
+        raise ValueError(f"{masked!r} is not an http:// or https:// URL (e.g. 'http://localhost:8000/v1')")
     try:
         host, _ = parts.hostname, parts.port
     except ValueError as exc:
-        raise ValueError(f"{v!r} is not a valid URL ({exc})") from None
+        why = str(exc) if masked == v else "its host or port cannot be read"  # (the reason may quote the secret)
+        raise ValueError(f"{masked!r} is not a valid URL ({why})") from None
     if not host:
-        raise ValueError(f"{v!r} has no host (e.g. 'http://localhost:8000/v1')")
-    cut = min((i for i in (v.find("?"), v.find("#")) if i >= 0), default=-1)
-    masked = v[:cut] + v[cut] + "***" if cut >= 0 else v  # a query or fragment may hold a key: never quoted
+        raise ValueError(f"{masked!r} has no host (e.g. 'http://localhost:8000/v1')")
     if parts.username is not None or parts.password is not None:  # break-it finding: printed and written
-        shown = masked.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
-        raise ValueError(f"{shown!r} holds a user name or password ('user:password@'): lmra writes base_url into "
+        raise ValueError(f"{masked!r} holds a user name or password ('user:password@'): lmra writes base_url into "
                          "the run folder (config.toml, manifest.json) and its messages, so it takes no credentials; "
                          "give the API key's environment variable in api_key_env")
     if parts.query or parts.fragment or v.endswith(("?", "#")):  # break-it finding, s48: '?api-key=…' passed,

@@ -186,6 +186,13 @@ def test_a_cache_that_is_the_output_folder_is_a_config_error(tmp_path, monkeypat
     ("https://example.org/openai?api-version=2024-06-01", "has a query string ('?…')"),
     ("http://127.0.0.1:8932/v1#TOPSECRET", "has a fragment ('#…')"),
     ("http://user:TOPSECRET@127.0.0.1:8932/v1?key=TOPSECRET", "holds a user name or password"),
+    # every other refusal quotes it masked too (round-2 break-it, s48)
+    ("http://127.0.0.1:99999/v1?api-key=TOPSECRET", "is not a valid URL (its host or port cannot be read)"),
+    ("htps://h/v1?api-key=TOPSECRET", "is not an http:// or https:// URL"),
+    ("http://h/v1?api-key=TOP SECRET", "is not a URL (it contains white space)"),
+    ("http://?k=TOPSECRET", "has no host"),
+    ("http://user:pa#TOPSECRET@h/v1", "is not a valid URL"),
+    ("http://user:p?TOPSECRET@h/v1", "is not a valid URL"),
 ])
 def test_a_base_url_with_a_query_or_credentials_is_refused_without_quoting_them(tmp_path, capsys, url, says):
     """Break-it finding (s48): base_url = '…/v1?api-key=…' passed validate; the SDK sent every request to
@@ -199,7 +206,7 @@ def test_a_base_url_with_a_query_or_credentials_is_refused_without_quoting_them(
     assert main(["validate", str(cfg)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"error: {cfg}, line 6: field 'target.base_url':" in err and says in err
-    assert "TOPSECRET" not in err and "Traceback" not in err
+    assert "TOPSECRET" not in err and "SECRET" not in err and "Traceback" not in err
     assert main(["audit", "--config", str(cfg), "--no-progress"]) == 2
     assert "TOPSECRET" not in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "reports").exists()
