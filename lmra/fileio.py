@@ -160,6 +160,25 @@ def blocking_file(path: str | Path) -> Path | None:
     return None
 
 
+def dangling_link(path: str | Path, *, file_ok: bool = False) -> Path | None:
+    """The symbolic link to nothing that keeps ``path`` from being created: ``path`` itself or
+    the nearest folder on the way to it that is such a link; None when there is none. With
+    ``file_ok``, ``path`` itself may be a link to a file yet to be made in an existing folder
+    (SQLite makes the file through the link). Raises nothing."""
+    p = Path(path)
+    try:
+        for i, part in enumerate((p, *p.parents)):
+            if part.is_symlink() and not part.exists():
+                if i == 0 and file_ok and resolved(part).parent.is_dir():
+                    continue
+                return part
+            if part.exists():
+                return None
+    except OSError:
+        return None
+    return None
+
+
 def symlink_loop(path: str | Path) -> bool:
     """True when ``path`` (or a folder on the way to it) is a symbolic link that leads back to
     itself, so that no file can ever be read or written there (``Path.resolve`` raises
@@ -240,13 +259,14 @@ def check_output_paths(output_dir: str | Path, cache: str, config_path: str | Pa
                                  "written there", file=config_path, field=key)
     for key, path in (("output_dir", out), ("cache", db)):
         # a link to nothing (break-it finding, s48: validate said valid, the audit failed, exit 1, "cannot create
-        # the output folder (File exists)"); a cache link whose target's folder exists is made through the link
-        if path is not None and path.is_symlink() and not path.exists() and (
-                key == "output_dir" or not resolved(path).parent.is_dir()):
+        # the output folder (File exists)"), as the path or a folder on the way to it (round 2); a cache link
+        # whose target's folder exists is made through the link
+        link = None if path is None else dangling_link(path, file_ok=key == "cache")
+        if link is not None:
             where = "the folder the run folders go to" if key == "output_dir" else "the call cache's SQLite file"
-            raise LmraInputError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
-                                 + ("" if key == "output_dir" else " (nor does its folder)")
-                                 + f": {key} names {where} — create what the link points to, or give another path",
+            on_way = "" if link == path else f" (on the way to {path})"
+            raise LmraInputError(f"{link}{on_way} is a symbolic link to {resolved(link)}, which does not exist: "
+                                 f"{key} names {where} — create what the link points to, or give another path",
                                  file=config_path, field=key)
     if out.exists() and not out.is_dir():
         raise LmraInputError(f"{out} is a file: output_dir names the folder the run folders go to",

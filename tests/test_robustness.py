@@ -486,8 +486,15 @@ def test_a_symbolic_link_to_nothing_is_an_input_error_naming_the_field(tmp_path,
     err = " ".join(capsys.readouterr().err.split())
     assert f"field '{field}': {link} is a symbolic link to {target}, which does not exist" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists() and not target.parent.exists()
+    # … or a folder on the way to the path (round-2 break-it, s48), named with the path it blocks
+    under = f"{link.as_posix()}/sub" + ("/c.sqlite" if field == "cache" else "")
+    cfg.write_text(cfg.read_text().replace(f'{field} = "{link.as_posix()}"', f'{field} = "{under}"'))
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"field '{field}': {link} (on the way to {under}) is a symbolic link to {target}, which does not" in err
     # a cache link whose target's folder exists: the file is made through the link (as before)
     if field == "cache":
+        cfg.write_text(cfg.read_text().replace(f'{field} = "{under}"', f'{field} = "{link.as_posix()}"'))
         target.parent.mkdir()
         assert main(["validate", str(cfg)]) == 0
 
