@@ -196,9 +196,11 @@ def test_answers_ending_in_a_tool_call_or_the_context_window_are_counted_and_sai
     assert (res.summary["n_responses_unfinished"], res.summary["n_responses_truncated"]) == (tool, window)
     said = " ".join(res.summary["warnings"])
     assert f"{tool} of 24 target responses ended in a tool call, not an answer" in said
-    assert f"{window} of 24 target responses were cut at max_tokens" in said
-    # the finish reasons seen, with their counts (s48 fresh user: the context window was named for answers cut by length)
-    assert f"(finish_reason {window} model_context_window_exceeded: the context window)" in said
+    # where they were cut, the finish reasons seen with their counts, and what helps (s48: the context window was
+    # named for answers cut by length; round 2: answers cut by the window read "cut at max_tokens")
+    assert (f"{window} of 24 target responses were cut by the context window (finish_reason {window} "
+            "model_context_window_exceeded: the context window)") in said
+    assert "raise [target] max_tokens" not in said and "or audit a model with a larger context window" in said
 
 
 # -- a ChatResult changed after it was made; other BaseExceptions (break-it findings) ------------
@@ -520,6 +522,7 @@ def test_responses_cut_at_max_tokens_are_counted_and_said(tmp_path, sim_inputs, 
     # only the finish reasons the run met, counted (s48 fresh user: "model_context_window_exceeded" was named
     # for answers all cut by "length")
     assert "(finish_reason 4 length; 4 max_tokens)" in said and "context window" not in said
+    assert "raise [target] max_tokens if the LMRA should see whole answers" in said
     # none cut: no such warning
     plain = Audit(_cfg(tmp_path / "plain", names, prompts, refusal={"enabled": False}),
                   target=ScriptedTarget(NAME_TO_GROUP, _target), judge=ScriptedJudge(lambda r1, r2: {"C": 1.0})).run()

@@ -531,7 +531,7 @@ def empty_responses_warning(n_empty: int, n_filtered: int, n_answered: int, n_fa
 #: what the empty-responses and cut-responses warnings hold (they start with their counts; a
 #: merge recomputes both from the merged responses, not a shard's)
 EMPTY_RESPONSES_MARK = " target responses were empty and "
-TRUNCATED_RESPONSES_MARK = " target responses were cut at max_tokens = "
+TRUNCATED_RESPONSES_MARK = " target responses were cut "
 UNFINISHED_RESPONSES_MARK = " target responses ended in a tool call, not an answer "
 
 
@@ -545,15 +545,25 @@ def truncated_responses_warning(n_truncated: int, n_answered: int, max_tokens: i
     never met, beside 19 answers cut by ``length``); None names the reasons that count as cut."""
     if not n_truncated:
         return None
+    window = "model_context_window_exceeded"
     if reasons:
-        seen = "; ".join(f"{n} {reason}" + (": the context window" if reason == "model_context_window_exceeded" else "")
+        seen = "; ".join(f"{n} {reason}" + (": the context window" if reason == window else "")
                          for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         why = f"finish_reason {seen}"
+        n_window = int(reasons.get(window, 0))
     else:
         why = "finish_reason length or max_tokens; model_context_window_exceeded: the context window"
-    return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{max_tokens} ({why})" + failed_left_out(n_failed)
-            + "; their pairs are rated as they are, on the text the chatbot wrote before the cut — raise [target] "
-            "max_tokens if the LMRA should see whole answers")
+        n_window = 0
+    # where they were cut, and what helps: the context window is not max_tokens (round-2 break-it, s48: answers
+    # all cut by the window read "cut at max_tokens", with "raise max_tokens" as the advice)
+    where = (f"at max_tokens = {max_tokens}" if not n_window else "by the context window" if n_window == n_truncated
+             else f"at max_tokens = {max_tokens} or by the context window")
+    advice = [a for a, needed in (
+        ("raise [target] max_tokens", n_window < n_truncated),
+        ("shorten the prompts and system prompt, or audit a model with a larger context window", n_window > 0)) if needed]
+    return (f"{n_truncated} of {n_answered}{TRUNCATED_RESPONSES_MARK}{where} ({why})" + failed_left_out(n_failed)
+            + "; their pairs are rated as they are, on the text the chatbot wrote before the cut — "
+            + " or ".join(advice) + " if the LMRA should see whole answers")
 
 
 class ResponseSpool(PairSpool):
