@@ -528,10 +528,14 @@ def _passes_within_noise(result: GateResult, spec: GateSpec, df: pd.DataFrame) -
     n_pass = sum(1 for x in result.outcomes if x.gate == spec.name and x.status == "passed")
     which = (f"{len(wide)} of {n_pass} passed values" if len(wide) < n_pass
              else "its passed value" if n_pass == 1 else f"all {n_pass} passed values")
+    ci_gate = "max_ci_high" if spec.level == "task" else "max_overall_ci_high"
+    ci_bound = getattr(result.gates, ci_gate, None)
+    # the interval's gate, or that it is set already (round-2 break-it, s48: advised beside a max_ci_high set)
+    tail = (f"{ci_gate} bounds the interval instead" if ci_bound is None
+            else f"the interval is bounded by {ci_gate} = {bound_text(ci_bound)}")
     return (f"{spec.name} {NOISE_PASS_PREFIX}: {which} "
             f"(widest: {o.where()} {o.value:+.4f}, interval up to {hi:+.4f}, bound {bound_text(o.bound)}) — at this "
-            "size noise alone decides such a pass, as it can a breach; max_ci_high / max_overall_ci_high bound "
-            "the interval instead")
+            f"size noise alone decides such a pass, as it can a breach; {tail}")
 
 
 def _emptied_detail(row: dict) -> str:

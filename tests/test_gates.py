@@ -997,6 +997,10 @@ def test_a_point_estimate_gate_passed_inside_noise_says_so(measured, capsys):
     rc = main(["gate", str(measured.path), "--gate", f"max_net_rating={min(1.0, worst + 0.01):.4f}"])
     out = capsys.readouterr()
     assert rc == 0 and "point estimates whose intervals" not in out.out + out.err
+    # the interval's gate already set: said, not advised (round-2 break-it, s48)
+    rc = main(["gate", str(measured.path), "--gate", f"max_net_rating={bound}", "--gate", "max_ci_high=1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the interval is bounded by max_ci_high = 1" in err and "bounds the interval instead" not in err
     # in the JSON document too
     assert main(["gate", str(measured.path), "--gate", f"max_net_rating={bound}", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
