@@ -192,13 +192,34 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     return replace_matches(_name_pattern(name), text, placeholder)
 
 
-def lowercase_name_matches(text: str, name: str) -> int:
-    """How many of :func:`scrub_name`'s matches of ``name`` in ``text`` are written wholly in
-    lower case ("frank" for Frank): an everyday word, not the user's name — a chatbot writes a
-    name capitalised (:mod:`lmra.word_scrubs`). 0 for a name written in lower case itself."""
+def lowercase_name_matches(text: str, name: str) -> list[str]:
+    """The texts of :func:`scrub_name`'s matches of ``name`` in ``text`` that are written wholly
+    in lower case in running text ("frank" for Frank): an everyday word, not the user's name — a
+    chatbot writes a name capitalised (:mod:`lmra.word_scrubs`). A match inside an e-mail
+    address, a URL, a handle or a dotted user name (``jennifer.smith@email.com``, ``@michael``,
+    ``#michael``, ``in/jennifer-smith``, ``emily.writes``) is the name written as an address, not
+    a word (round-2 break-it, s48: every drawn name of a cover-letter task was flagged). [] for a
+    name written in lower case itself."""
     if not name or name.islower():
-        return 0
-    return sum(1 for m in _name_pattern(name).finditer(fold_latin(text)) if m.group(0).islower())
+        return []
+    folded = fold_latin(text)
+    out = []
+    for m in _name_pattern(name).finditer(folded):
+        word = text[m.start():m.end()]
+        if not m.group(0).islower():
+            continue
+        a, b = m.start(), m.end()
+        while a > 0 and not folded[a - 1].isspace():
+            a -= 1
+        while b < len(folded) and not folded[b].isspace():
+            b += 1
+        token = folded[a:b]
+        before, after = folded[m.start() - 1:m.start()], folded[m.end():m.end() + 2]
+        if (any(c in token for c in "@/#") or (after[:1] in ".-_" and after[1:2].isalnum())
+                or (before in ".-_" and folded[m.start() - 2:m.start() - 1].isalnum())):
+            continue
+        out.append(word)
+    return out
 
 
 #: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane",

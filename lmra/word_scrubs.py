@@ -37,17 +37,19 @@ class WordScrubs:
         self.responses: Counter = Counter()
         self.matches: Counter = Counter()
         self.groups: dict[str, str] = {}
+        self.words: dict[str, str] = {}  # the first word as a response wrote it ("frank"), per name
 
     def add(self, response) -> None:
         """Count one :class:`lmra.generate.Response` (failed calls and responses without a name
         or without a replacement cost one comparison)."""
         if response.error is not None or not response.name or response.scrubbed == response.text:
             return
-        n = lowercase_name_matches(response.text, response.name)
-        if n:
+        words = lowercase_name_matches(response.text, response.name)
+        if words:
             self.responses[response.name] += 1
-            self.matches[response.name] += n
+            self.matches[response.name] += len(words)
             self.groups.setdefault(response.name, response.group)
+            self.words.setdefault(response.name, words[0])
 
     def merge(self, rows: list[dict] | None) -> None:
         """Add the counts of a run's ``names_scrubbed_as_words`` (a redacted shard's, which keeps
@@ -57,11 +59,15 @@ class WordScrubs:
                 self.responses[r["name"]] += int(r.get("responses") or 0)
                 self.matches[r["name"]] += int(r.get("replacements") or 0)
                 self.groups.setdefault(r["name"], str(r.get("group") or ""))
+                if isinstance(r.get("word"), str):
+                    self.words.setdefault(r["name"], r["word"])
 
     def rows(self) -> list[dict]:
-        """``summary.json``'s ``names_scrubbed_as_words``: ``[{"name", "group", "responses",
-        "replacements"}]``, most responses first; empty when no name was scrubbed as a word."""
-        return [{"name": name, "group": self.groups.get(name, ""), "responses": n, "replacements": self.matches[name]}
+        """``summary.json``'s ``names_scrubbed_as_words``: ``[{"name", "group", "word", "responses",
+        "replacements"}]`` (``word``: as a response wrote it), most responses first; empty when no
+        name was scrubbed as a word."""
+        return [{"name": name, "group": self.groups.get(name, ""), "word": self.words.get(name, name.lower()),
+                 "responses": n, "replacements": self.matches[name]}
                 for name, n in sorted(self.responses.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
@@ -69,7 +75,8 @@ def word_scrubs_warning(rows: list[dict]) -> str | None:
     """The run's warning about :meth:`WordScrubs.rows`, or None when there are none."""
     if not rows:
         return None
-    shown = ", ".join(f"{r['name'].lower()!r} in {r['responses']} response{'s' * (r['responses'] != 1)} to "
+    shown = ", ".join(f"{r.get('word') or r['name'].lower()!r} in {r['responses']} response"
+                      f"{'s' * (r['responses'] != 1)} to "
                       f"{r['name']}'s users ({r['group']})" for r in rows[:SHOWN])
     more = f" and {len(rows) - SHOWN} more name{'s' * (len(rows) - SHOWN != 1)}" if len(rows) > SHOWN else ""
     return (f"{WORD_SCRUBS_PREFIX}{shown}{more} — the scrub (case-insensitive, methodology §1 step 5) replaced "

@@ -24,10 +24,18 @@ from lmra.word_scrubs import WORD_SCRUBS_PREFIX, WordScrubs, word_scrubs_warning
     ("Walk two miles.", "Miles", 1),
     ("Hello Anna.", "Anna", 0),
     ("nothing here", "Frank", 0),
+    # the name written as an address is not a word (round-2 break-it, s48: every drawn name of a cover letter)
+    ("Email: jennifer.smith@email.com | linkedin.com/in/jennifer-smith", "Jennifer", 0),
+    ("Follow @michael or #michael", "Michael", 0),
+    ("emily.writes and emily_w", "Emily", 0),
+    ("the ilkay way", "İlkay", 1),
 ])
 def test_lowercase_matches_are_the_scrubs_words(text, name, n):
-    assert lowercase_name_matches(text, name) == n
+    assert len(lowercase_name_matches(text, name)) == n
     assert scrub_name(text, name).count("[NAME]") >= n  # each is one of the scrub's replacements
+    # the warning quotes the word as the response wrote it (round 2: "İlkay".lower() is "i̇lkay")
+    if n and name == "İlkay":
+        assert lowercase_name_matches(text, name) == ["ilkay"]
 
 
 def test_rows_and_warning_hand_counted():
@@ -43,10 +51,10 @@ def test_rows_and_warning_hand_counted():
     ws.add(R("Dean", "male", "the dean"))
     ws.add(R("Holly", "female", "holly and ivy", error="timeout"))  # a failed call: not counted
     rows = ws.rows()
-    assert rows == [{"name": "Dean", "group": "male", "responses": 1, "replacements": 1},
-                    {"name": "Frank", "group": "male", "responses": 1, "replacements": 2}]
-    ws.merge([{"name": "Dean", "group": "male", "responses": 3, "replacements": 4}])  # a redacted shard's
-    assert ws.rows()[0] == {"name": "Dean", "group": "male", "responses": 4, "replacements": 5}
+    assert rows == [{"name": "Dean", "group": "male", "word": "dean", "responses": 1, "replacements": 1},
+                    {"name": "Frank", "group": "male", "word": "frank", "responses": 1, "replacements": 2}]
+    ws.merge([{"name": "Dean", "group": "male", "word": "dean", "responses": 3, "replacements": 4}])  # a redacted shard's
+    assert ws.rows()[0] == {"name": "Dean", "group": "male", "word": "dean", "responses": 4, "replacements": 5}
     text = word_scrubs_warning(ws.rows())
     assert text.startswith(WORD_SCRUBS_PREFIX)
     assert "'dean' in 4 responses to Dean's users (male), 'frank' in 1 response to Frank's users (male)" in text
@@ -70,6 +78,6 @@ def test_an_audit_counts_and_says_a_name_scrubbed_as_a_word(tmp_path, sim_inputs
     marks = [r for r in rows if r["name"] == "Mark"]
     assert marks and all("Please [NAME] the date" in r["scrubbed"] for r in marks)  # the scrub as defined
     assert res.summary["names_scrubbed_as_words"] == [
-        {"name": "Mark", "group": "male", "responses": len(marks), "replacements": len(marks)}]
+        {"name": "Mark", "group": "male", "word": "mark", "responses": len(marks), "replacements": len(marks)}]
     said = " ".join(res.summary["warnings"])
     assert f"{WORD_SCRUBS_PREFIX}'mark' in {len(marks)} response{'s' * (len(marks) != 1)} to Mark's users (male)" in said
