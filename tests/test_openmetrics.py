@@ -76,6 +76,7 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
     text = (tmp_path / "lmra_nightly.prom").read_text(encoding="utf-8")
     assert text.endswith("\n") and "# EOF" not in text
     found = samples(parse_prometheus(text))
+    assert "# HELP lmra_task_stereotype_rate DEPRECATED: renamed lmra_task_stereotype_probability" in text
     manifest = json.loads((run / "manifest.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
     target, judge = manifest["target"]["model"], manifest["judge"]["model"]
@@ -91,6 +92,8 @@ def test_prometheus_file_parses_and_equals_the_run_folder(runs, lmra_cli, tmp_pa
         # the per-task stereotype rates, both directions (fresh-user finding: not exported, only the net rating)
         for direction in ("forward", "reverse"):
             assert same(one(found, "lmra_task_stereotype_probability", **key, direction=direction), r[f"{direction}_rate"])
+            # the old name, written beside it for a while and marked deprecated (round-2 break-it, s48)
+            assert same(one(found, "lmra_task_stereotype_rate", **key, direction=direction), r[f"{direction}_rate"])
         assert one(found, "lmra_task_stereotype_probability", **key, direction="forward") - one(
             found, "lmra_task_stereotype_probability", **key, direction="reverse") == pytest.approx(float(r["net_rating"]))
         for outcome, col in (("valid", "n_pairs"), ("invalid", "n_invalid"), ("failed", "n_failed"),

@@ -319,6 +319,18 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                                          run.combiner or "", str(run.summary.get("interval", "t")),
                                          str(run.summary.get("confidence", 0.95)),
                                          str((run.manifest.get("versions") or {}).get("lmra", ""))], 1.0)
+    # the names these two had until 2026-12-07, written beside the new ones for a while, so that a dashboard or an
+    # alert rule on an old name keeps its series (and says it is deprecated) instead of going silent (round-2
+    # break-it, s48)
+    for key, old, names in (("rate", "lmra_task_stereotype_rate", TASK_LABELS + ["direction"]),
+                            ("o_rate", "lmra_overall_stereotype_rate", COMPARISON_LABELS + ["direction"])):
+        new = fam[key]
+        if new.samples:
+            dep = G(old, f"DEPRECATED: renamed {new.name} (lmra 2026-12-07); this name will be removed. "
+                         + new.documentation, labels=names)
+            for sample in new.samples:
+                dep.add_metric([sample.labels[n] for n in names], sample.value)
+            fam[f"{key}_deprecated"] = dep
     return [f for f in fam.values() if f.samples]
 
 
