@@ -1671,7 +1671,7 @@ def add_parsers(subparsers) -> None:
                         "pilot's tasks plus one overall row per comparison with 2 or more tasks; else 1)")
     p.add_argument("--margin", type=margin_arg, default=None,
                    help="two-run: the check's --margin (default: the margin the --pilot night was checked "
-                        "with, else 0)")
+                        "with, else 0.0)")
     p.add_argument("--interval", choices=("betting", "t"),
                    help="one-sample: the audit's interval (default: the pilot's config, else betting)")
     p.add_argument("--per-task", action="store_true", help="also plan each pilot task from its own scores")
