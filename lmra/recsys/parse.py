@@ -309,7 +309,7 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
     item is the title (``**Title** - Artist``, ``"Title" by Artist``, ``“Title” (2001)``);
     a trailing rating (``: 4/5``) is dropped, and so is text after a year in parentheses
     (``Heat (1995): a heist film``), and so is a description after a colon
-    when it reads as an English description (``Inception: a film about dreams``, not ``Star Wars: A New Hope``:
+    (``Inception: a film about dreams``, not ``Star Wars: A New Hope``:
     :func:`_without_description`); otherwise the text before a spaced dash
     (``Title – Artist``), unless the part before the
     dash is a known artist and the part after is not (``Artist - Title``); finally a trailing
@@ -351,34 +351,23 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
 
 
 #: "Title: description" — a colon and a space (a title's own colon, "Mission: Impossible", is kept
-#: unless what follows reads as an English description: :func:`_without_description`)
-_COLON_SEP = re.compile(r"\s*:\s+")
-#: the first word of a description after "Title: " ("a mind-bending thriller", "the first film of …")
-_DESCRIPTION_START = frozenset("a an the this that these his her its their one another".split())
+#: unless what follows reads as a description: :func:`_without_description`)
+_COLON_SEP = re.compile(r":\s+")
 
 
 def _without_description(s: str) -> str:
-    """``s`` without a description after ``": "``. What follows the item's first ``": "`` is a
-    description when it has at least three words, is not written as a title
-    (:func:`_title_cased`), and reads as an English description: it begins with a lower-case
-    article or determiner (``Inception: a mind-bending thriller`` → ``Inception``, ``Alien: the
-    first film of the series``), or is a sentence of four words or more ending in ``.`` or ``!``
-    (``Hello: Adele's ballad about regret.``). A title's own subtitle stays — ``Star Wars: A New
-    Hope``, ``Spider-Man: Into the Spider-Verse``, ``Pirates of the Caribbean: dead man's chest``,
-    titles written in sentence case in other languages (``El Señor de los Anillos: la comunidad
-    del anillo``, ``Mad Max: furia en la carretera``): two different titles must never become one
-    key (round-2 break-it, s48: a looser rule merged them and dropped one as a duplicate). Before
-    this, the description stayed in the item's key, so that the same title described differently
-    in two lists counted as two items (s47)."""
+    """``s`` without a description after ``": "``: the text after the item's first ``": "`` is
+    a description when it has at least three words and is not written as a title
+    (:func:`_title_cased`) — ``Inception: a mind-bending thriller`` → ``Inception``,
+    ``Hello: Adele's ballad about regret.`` → ``Hello`` — while a title's own subtitle stays
+    (``Star Wars: A New Hope``, ``Mission: Impossible``, ``Dr. Strangelove or: How I Learned to
+    Stop Worrying and Love the Bomb``). Before this, the description stayed in the item's key,
+    so that the same title described differently in two lists counted as two items."""
     parts = _COLON_SEP.split(s, maxsplit=1)
-    if len(parts) != 2 or not parts[0].strip():
+    if len(parts) != 2 or not parts[0].strip() or len(parts[1].split()) < 3:
         return s
     rest = parts[1].strip()
-    words = rest.split()
-    if len(words) < 3 or _title_cased(rest.rstrip(".!?")):
-        return s
-    described = words[0] in _DESCRIPTION_START or (len(words) >= 4 and rest[-1] in ".!")
-    return parts[0] if described else s
+    return s if _title_cased(rest.rstrip(".!?")) else parts[0]
 
 
 #: words a title leaves in lower case ("Gone with the Wind"): not counted by :func:`_title_cased`
