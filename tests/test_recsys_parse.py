@@ -169,35 +169,6 @@ def test_ratings_and_descriptions_after_a_year_are_cut_and_dashed_titles_still_m
     assert [m.id for m in songs.match_parsed(parse_list("1. Hello - Adele\n2. Hello - Adele Live"))] == [1, 1]
 
 
-@pytest.mark.parametrize("item, title", [
-    ("Inception: a mind-bending thriller about dreams", "Inception"),
-    ("Hello: Adele's ballad about regret.", "Hello"),
-    ("Hello - Adele: a ballad about regret", "Hello"),
-    ("Hotel California: The Eagles' classic about excess", "Hotel California"),
-    ("Se7en: a detective thriller", "Se7en"),
-    # a title's own colon stays
-    ("Star Wars: A New Hope", "Star Wars: A New Hope"),
-    ("Mission: Impossible", "Mission: Impossible"),
-    ("Mission: Impossible - Lalo Schifrin", "Mission: Impossible"),
-    ("Dr. Strangelove or: How I Learned to Stop Worrying and Love the Bomb",
-     "Dr. Strangelove or: How I Learned to Stop Worrying and Love the Bomb"),
-    ("Borat: Cultural Learnings of America for Make Benefit Glorious Nation of Kazakhstan",
-     "Borat: Cultural Learnings of America for Make Benefit Glorious Nation of Kazakhstan"),
-    ("Re: Stacks", "Re: Stacks"),
-])
-def test_a_description_after_a_colon_is_not_part_of_the_title(item, title):
-    assert extract_title(item, ARTISTS) == title
-
-
-def test_the_same_titles_described_differently_are_the_same_items():
-    # s47 known-not-done: "Title: description" kept the description in the key, so two lists of the same
-    # three titles, described differently, shared no item
-    a = parse_list("1. Inception: a film about dreams\n2. Heat: a heist thriller\n3. Alien: horror in space")
-    b = parse_list("1. Inception: Nolan's puzzle about dream heists\n2. Heat: a crime epic with Pacino\n"
-                   "3. Alien: the first film of the series")
-    assert a.keys == b.keys == ["inception", "heat", "alien"]
-
-
 def test_chat_template_tokens_are_never_items_and_are_counted():
     """Fresh-user finding: a model served with llama.cpp's fallback Llama 2 chat template gave
     ``["<</SYS>>", "<</SYS>>", "I would like to see a list of 5 songs that"]`` as a list. Lines of

@@ -308,9 +308,7 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
     Rules, in order: a markdown link keeps its text; a bold or quoted span at the start of the
     item is the title (``**Title** - Artist``, ``"Title" by Artist``, ``“Title” (2001)``);
     a trailing rating (``: 4/5``) is dropped, and so is text after a year in parentheses
-    (``Heat (1995): a heist film``), and so is a description after a colon
-    (``Inception: a film about dreams``, not ``Star Wars: A New Hope``:
-    :func:`_without_description`); otherwise the text before a spaced dash
+    (``Heat (1995): a heist film``); otherwise the text before a spaced dash
     (``Title – Artist``), unless the part before the
     dash is a known artist and the part after is not (``Artist - Title``); finally a trailing
     ``by X`` is cut when X is a known artist (so that ``Stand by Me`` survives).
@@ -336,7 +334,6 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
     y = _YEAR_THEN_TEXT.match(s)  # "Heat (1995): a heist thriller" / "Heat (1995) - Michael Mann"
     if y:
         s = y.group(1)
-    s = _without_description(s)  # "Inception: a film about dreams" (not "Star Wars: A New Hope")
     parts = _DASH_SEP.split(s, maxsplit=1)
     if len(parts) == 2 and parts[0].strip() and parts[1].strip():
         left, right = parts[0].strip(), parts[1].strip()
@@ -348,26 +345,6 @@ def extract_title(item: str, artists: Collection[str] = ()) -> str:
             s = s[: by[-1].start()]
     s = s.replace("**", "").replace("__", "")
     return s.strip().strip("\"“”'‘’«»").strip(_EDGE_PUNCT + " ")
-
-
-#: "Title: description" — a colon and a space (a title's own colon, "Mission: Impossible", is kept
-#: unless what follows reads as a description: :func:`_without_description`)
-_COLON_SEP = re.compile(r":\s+")
-
-
-def _without_description(s: str) -> str:
-    """``s`` without a description after ``": "``: the text after the item's first ``": "`` is
-    a description when it has at least three words and is not written as a title
-    (:func:`_title_cased`) — ``Inception: a mind-bending thriller`` → ``Inception``,
-    ``Hello: Adele's ballad about regret.`` → ``Hello`` — while a title's own subtitle stays
-    (``Star Wars: A New Hope``, ``Mission: Impossible``, ``Dr. Strangelove or: How I Learned to
-    Stop Worrying and Love the Bomb``). Before this, the description stayed in the item's key,
-    so that the same title described differently in two lists counted as two items."""
-    parts = _COLON_SEP.split(s, maxsplit=1)
-    if len(parts) != 2 or not parts[0].strip() or len(parts[1].split()) < 3:
-        return s
-    rest = parts[1].strip()
-    return s if _title_cased(rest.rstrip(".!?")) else parts[0]
 
 
 #: words a title leaves in lower case ("Gone with the Wind"): not counted by :func:`_title_cased`
