@@ -169,6 +169,18 @@ def test_ratings_and_descriptions_after_a_year_are_cut_and_dashed_titles_still_m
     assert [m.id for m in songs.match_parsed(parse_list("1. Hello - Adele\n2. Hello - Adele Live"))] == [1, 1]
 
 
+def test_titles_with_subtitles_stay_different_items():
+    """A description after "Title: " stays in the item's key (s48: two rules that cut it were tried; each merged
+    different titles — "Spider-Man: Into the Spider-Verse" became "Spider-Man", "Star Wars: a new hope" and "Star
+    Wars: the empire strikes back" one "star wars" — and dropped one as a duplicate; round-2 and round-3
+    break-it). Different titles must never become one key."""
+    for text in ("1. Spider-Man (2002)\n2. Spider-Man: Into the Spider-Verse\n3. Spider-Man: Across the Spider-Verse",
+                 "1. Star Wars: a new hope\n2. Star Wars: the empire strikes back\n3. Star Wars: return of the jedi",
+                 "1. Mad Max: furia en la carretera\n2. Mad Max: más allá de la cúpula del trueno\n3. Mad Max"):
+        p = parse_list(text)
+        assert len(set(p.keys)) == 3 and p.n_duplicates == 0, p.keys
+
+
 def test_chat_template_tokens_are_never_items_and_are_counted():
     """Fresh-user finding: a model served with llama.cpp's fallback Llama 2 chat template gave
     ``["<</SYS>>", "<</SYS>>", "I would like to see a list of 5 songs that"]`` as a list. Lines of
