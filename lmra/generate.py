@@ -215,18 +215,36 @@ def lowercase_name_matches(text: str, name: str) -> list[str]:
         word = text[m.start():m.end()]
         if not m.group(0).islower():
             continue
-        a, b = m.start(), m.end()
-        while a > 0 and not folded[a - 1].isspace():
-            a -= 1
-        while b < len(folded) and not folded[b].isspace():
-            b += 1
-        token = folded[a:b]
-        before, after = folded[m.start() - 1:m.start()], folded[m.end():m.end() + 2]
-        if (any(c in token for c in "@/#") or (after[:1] in ".-_" and after[1:2].isalnum())
-                or (before in ".-_" and folded[m.start() - 2:m.start() - 1].isalnum())):
+        if _in_address(folded, m.start(), m.end()):
             continue
         out.append(word)
     return out
+
+
+#: what ends the token around a name for :func:`_in_address` (white space, and Markdown's link brackets:
+#: "[frank](https://…)" is the word "frank")
+_TOKEN_END = frozenset("[]()<>\"'")
+
+
+def _in_address(text: str, start: int, end: int) -> bool:
+    """True when ``text[start:end]`` lies in an e-mail address, a URL, a handle or a dotted user
+    name — ``jennifer.smith@email.com``, ``linkedin.com/in/jennifer-smith``, ``https://…``,
+    ``@michael``, ``#michael``, ``emily.writes``, ``emily_w`` — not in a word of running text
+    ("dean-approved", "miles/hour", "be frank." stay words: round-3 break-it, s48)."""
+    a, b = start, end
+    while a > 0 and not text[a - 1].isspace() and text[a - 1] not in _TOKEN_END:
+        a -= 1
+    while b < len(text) and not text[b].isspace() and text[b] not in _TOKEN_END:
+        b += 1
+    token = text[a:b]
+    if "@" in token or "://" in token or token.lower().startswith("www."):
+        return True
+    if "/" in token and "." in token.split("/", 1)[0]:  # a domain and a path: linkedin.com/in/…
+        return True
+    before = text[start - 1] if start > 0 else ""
+    after = text[end:end + 2]
+    return (before in ("#", "@") or (len(after) == 2 and after[0] in (".", "_") and after[1].isalnum())
+            or (start >= 2 and before in (".", "_") and text[start - 2].isalnum()))
 
 
 #: apostrophes and hyphens a name may be written with ("O'Neil", "O’Neil"; "Mary-Jane", "Mary‐Jane",

@@ -29,6 +29,13 @@ from lmra.word_scrubs import WORD_SCRUBS_PREFIX, WordScrubs, word_scrubs_warning
     ("Follow @michael or #michael", "Michael", 0),
     ("emily.writes and emily_w", "Emily", 0),
     ("the ilkay way", "İlkay", 1),
+    # … while compounds and link texts are words (round-3 break-it, s48)
+    ("a dean-approved plan", "Dean", 1),
+    ("rose-colored glasses", "Rose", 1),
+    ("40 miles/hour", "Miles", 1),
+    ("frank/honest", "Frank", 1),
+    ("see [frank](https://x.org/a)", "Frank", 1),
+    ("www.frank.com and https://example.org/frank", "Frank", 0),
 ])
 def test_lowercase_matches_are_the_scrubs_words(text, name, n):
     assert len(lowercase_name_matches(text, name)) == n
