@@ -108,8 +108,10 @@ def _masked_url(v: str) -> str:
     of the part after ``://``) and a query or fragment (from the first ``?`` or ``#`` on) replaced
     by ``***`` — they may hold a key (round-2 break-it, s48: refusals quoted them whole)."""
     head, sep, rest = v.partition("://")
-    # userinfo: an "@" before the path, or anywhere when a "?" or "#" (a raw password's) may hide where it ends
-    if sep and ("@" in rest.split("/", 1)[0] or ("@" in rest and ("?" in rest or "#" in rest))):
+    if not sep:  # no scheme separator ("user:SECRET@h/v1", "http//…"): all of it may be user info
+        head, rest = "", v
+    # user info: anything before the last "@" (a raw password may hold "/", "?" or "#": round-3 break-it, s48)
+    if "@" in rest:
         rest = "***@" + rest.rpartition("@")[2]
     masked = head + sep + rest
     cut = min((i for i in (masked.find("?"), masked.find("#")) if i >= 0), default=-1)
@@ -132,7 +134,9 @@ def check_base_url(v: str) -> str:
         raise ValueError(f"{masked!r} is not a valid URL ({why})") from None
     if not host:
         raise ValueError(f"{masked!r} has no host (e.g. 'http://localhost:8000/v1')")
-    if parts.username is not None or parts.password is not None:  # break-it finding: printed and written
+    if parts.username is not None or parts.password is not None or "@" in v:  # break-it finding: printed and
+        # written; an "@" anywhere: a raw password holding "/" hides the user info from the URL parser, which then
+        # reads "key:123/abc…@h" as host "key", port 123 (round-3 break-it, s48)
         raise ValueError(f"{masked!r} holds a user name or password ('user:password@'): lmra writes base_url into "
                          "the run folder (config.toml, manifest.json) and its messages, so it takes no credentials; "
                          "give the API key's environment variable in api_key_env")

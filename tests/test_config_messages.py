@@ -193,6 +193,11 @@ def test_a_cache_that_is_the_output_folder_is_a_config_error(tmp_path, monkeypat
     ("http://?k=TOPSECRET", "has no host"),
     ("http://user:pa#TOPSECRET@h/v1", "is not a valid URL"),
     ("http://user:p?TOPSECRET@h/v1", "is not a valid URL"),
+    # a raw password holding "/", or no "://" (round-3 break-it, s48)
+    ("https://key:AbC/dEf+TOPSECRET@host/v1", "is not a valid URL"),
+    ("http://key:123/abcTOPSECRET@h/v1", "holds a user name or password"),
+    ("http//user:TOPSECRET@h", "is not an http:// or https:// URL"),
+    ("user:TOPSECRET@h/v1", "is not an http:// or https:// URL"),
 ])
 def test_a_base_url_with_a_query_or_credentials_is_refused_without_quoting_them(tmp_path, capsys, url, says):
     """Break-it finding (s48): base_url = '…/v1?api-key=…' passed validate; the SDK sent every request to
