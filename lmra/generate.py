@@ -75,6 +75,8 @@ def draw_balanced(cells: Sequence[Sequence[str]], prompt: str, seed: int, prompt
 
 
 #: a word of folded text (:func:`fold_latin`), to look for names a prompt mentions
+#: a word of :func:`_words_form` text: letters and digits of scripts written with spaces ("给Anna写" holds the
+#: word "anna": round-3 break-it, s48); names of unspaced scripts are looked for by :func:`_unspaced_names`
 _WORD = re.compile(r"\w+")
 
 
@@ -91,8 +93,9 @@ def _words_form(text: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _prompt_words(prompt: str) -> frozenset[str]:
-    """The words of a prompt in :func:`_words_form` (kept for the prompt's other groups' draws)."""
-    return frozenset(_WORD.findall(_words_form(prompt)))
+    """The words of a prompt in :func:`_words_form` (kept for the prompt's other groups' draws);
+    a letter of a script written without spaces ends a word ("给Anna写" holds "anna")."""
+    return frozenset(_WORD.findall(_UNSPACED.sub(" ", _words_form(prompt))))
 
 
 @lru_cache(maxsize=64)
@@ -370,22 +373,30 @@ def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
     return "".join(out) + text[last:]
 
 
-#: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter or
-#: digit, or a combining mark (the name would end inside its last letter's accents), nor
-#: underscores and then a letter or digit (an identifier: "Ann_Arbor", "grace_period"). Markdown
-#: emphasis may: "_Zoë_", "__Zoë__" (break-it findings, both ways)
-NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])(?!_+[^\W_])"
-#: … and what may not come before it: a letter or digit, or one with one or two underscores
-#: after it ("my_ann.txt")
-NAME_START = r"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__)"
-
-
 #: letters of scripts written without spaces between words — Thai, Lao, Myanmar, Hangul (its particles and
 #: honorifics attached: "민수님"), Khmer, kana, Han — where a name has no word boundary to find (break-it
 #: finding, s48: "你好王芳，…", "さくらさん" were never scrubbed, and the LMRA read the user's name)
-_UNSPACED = re.compile("[\u3005-\u3007\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f"
-                       "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
-                       "\U00020000-\U0003ffff]")
+_UNSPACED_RANGES = ("\u3005-\u3007\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff"
+                    "\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+                    "\uff66-\uff9f\U00020000-\U0003ffff")
+_UNSPACED = re.compile(f"[{_UNSPACED_RANGES}]")
+#: a letter or digit of a script written with spaces: what a word continues with (a letter of an unspaced
+#: script next to a Latin name does not: "亲爱的Anna，你好", "Annaさん" — round-3 break-it, s48)
+_WORDISH = rf"[^\W_{_UNSPACED_RANGES}]"
+
+#: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter or
+#: digit (:data:`_WORDISH`), or a combining mark (the name would end inside its last letter's accents), nor
+#: underscores and then a letter or digit (an identifier: "Ann_Arbor", "grace_period"). Markdown
+#: emphasis may: "_Zoë_", "__Zoë__" (break-it findings, both ways)
+NAME_END = rf"(?!{_WORDISH}|[{_MARK_RANGES}])(?!_+{_WORDISH})"
+#: … and what may not come before it: a letter or digit, or one with one or two underscores
+#: after it ("my_ann.txt")
+NAME_START = rf"(?<!{_WORDISH})(?<!{_WORDISH}_)(?<!{_WORDISH}__)"
+#: a name in a script written without spaces is matched wherever it is written, but not inside a syllable:
+#: not after a Thai or Lao vowel written before its consonant, nor before a vowel sign or tone mark
+#: (Thai, Lao, Myanmar, Khmer) that belongs to its last letter (round-3 break-it, s48: "สม" in "สมัคร")
+_UNSPACED_START = "(?<![\u0e40-\u0e44\u0ec0-\u0ec4])"
+_UNSPACED_END = "(?![\u0e30-\u0e3a\u0e45\u0e47-\u0e4e\u0eb0-\u0ebc\u0ec8-\u0ecd\u102b-\u103e\u17b6-\u17d3])"
 
 
 def unspaced_end(name: str) -> bool:
@@ -399,8 +410,8 @@ def _name_pattern(name: str) -> re.Pattern:
     """The whole-word, case-insensitive pattern of ``name`` (compiled once per name). A name that
     begins (ends) with a letter of a script written without spaces (:data:`_UNSPACED`: Han, kana,
     Hangul, Thai …) has no word boundary before (after) it: it is matched wherever it is written."""
-    start = "" if _UNSPACED.match(name[:1]) else NAME_START
-    end = "" if _UNSPACED.match(name[-1:]) else NAME_END
+    start = _UNSPACED_START if _UNSPACED.match(name[:1]) else NAME_START
+    end = _UNSPACED_END if _UNSPACED.match(name[-1:]) else NAME_END
     return re.compile(rf"{start}{name_regex(name)}{end}", re.IGNORECASE)
 
 
