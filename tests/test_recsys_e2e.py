@@ -1248,9 +1248,33 @@ def test_lists_the_provider_stopped_are_counted_and_said(tmp_path, capsys):
     assert "2 lists from answers cut at max_tokens" in out
     # (break-it s47) the markup-like "[target]" is printed, and the cut answers' last lines are left out
     assert "raise [target] max_tokens for whole lists" in out
-    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut at max_tokens left out" in out
+    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut short left out" in out
     boys = [r for r in read_jsonl(run_folder(tmp_path / "out") / "lists.jsonl") if r.get("value") == "a boy"]
     assert boys and all(r["keys"] == ["song a", "song b", "song c", "song d"] and r["cut_tail"] for r in boys)
+
+
+class WindowCutLists(ScriptedRecommender):
+    """Five titles for every prompt; "a boy"'s answers cut by the context window."""
+
+    async def complete(self, request):
+        reason = "model_context_window_exceeded" if "a boy" in request.messages[-1].content else "stop"
+        return ChatResult(text="\n".join(f"{i}. Song {c}" for i, c in enumerate("ABCDE", start=1)),
+                          finish_reason=reason, usage=Usage())
+
+
+def make_window_cut_lists(cfg):
+    return WindowCutLists(cfg)
+
+
+def test_lists_cut_by_the_context_window_are_said_so(tmp_path, capsys):
+    """Round-3 break-it (s48): lists cut by the context window were counted as "cut at max_tokens", with the
+    advice to raise max_tokens, which cannot help."""
+    cfg = _two_singers_by_gender(tmp_path, "window", "make_window_cut_lists")
+    assert run_cli(["recsys", "--config", str(cfg), "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    summary = json.loads((run_folder(tmp_path / "out") / "summary.json").read_text())
+    assert summary["lists_cut_by_context_window"] == 2 and summary["lists_cut_at_max_tokens"] == 0
+    assert "2 lists from answers cut by the context window" in out and "raise [target] max_tokens" not in out
 
 
 def test_the_half_written_last_title_of_a_cut_answer_is_left_out(tmp_path, capsys):
@@ -1271,7 +1295,7 @@ def test_the_half_written_last_title_of_a_cut_answer_is_left_out(tmp_path, capsy
                     "--permutations", "0", "--out", str(out)]) == 0
     said = " ".join(capsys.readouterr().out.split())
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut at max_tokens left out" in said
+    assert summary["cut_tails_left_out"] == 2 and "2 last lines of answers cut short left out" in said
     sim = pd.read_csv(out / "recsys_similarity.csv")
     jac = sim[(sim["k"] == 3) & (sim["metric"] == "jaccard")].set_index("value")["similarity"]
     # girl: m1 {hello, skyfall} vs {hello, skyfall, halo} = 2/3; m2 {hello, skyfall, halo} vs itself = 1 → 5/6

@@ -73,8 +73,12 @@ def _counts_line(summary: dict) -> str:
     if summary.get("lists_cut_at_max_tokens"):
         parts.append(f"{counted(summary['lists_cut_at_max_tokens'], 'list')} from answers cut at max_tokens (scored on "
                      "the items they hold; raise [target] max_tokens for whole lists)")
+    if summary.get("lists_cut_by_context_window"):
+        parts.append(f"{counted(summary['lists_cut_by_context_window'], 'list')} from answers cut by the context "
+                     "window (scored on the items they hold; shorter prompts or a model with a larger window give "
+                     "whole lists)")
     if summary.get("cut_tails_left_out"):
-        parts.append(f"{counted(summary['cut_tails_left_out'], 'last line')} of answers cut at max_tokens left out "
+        parts.append(f"{counted(summary['cut_tails_left_out'], 'last line')} of answers cut short left out "
                      "(possibly a half-written title)")
     if summary.get("profile_echoes"):
         parts.append(f"{summary['profile_echoes']} items from the user's own profile repeated back")

@@ -234,7 +234,9 @@ def build_summary(lists: pd.DataFrame, sim: pd.DataFrame, fair: pd.DataFrame, *,
 
         held = ok[~_flag(ok, "refusal") & ~_flag(ok, "parse_failed")]["finish_reason"]
         out["lists_filtered"] = int(held.isin(FILTER_FINISH_REASONS).sum())
-        out["lists_cut_at_max_tokens"] = int(held.isin(TRUNCATED_FINISH_REASONS).sum())
+        window = held == "model_context_window_exceeded"  # cut by the context window, not max_tokens (round-3, s48)
+        out["lists_cut_at_max_tokens"] = int((held.isin(TRUNCATED_FINISH_REASONS) & ~window).sum())
+        out["lists_cut_by_context_window"] = int(window.sum())
     if "cut_tail" in ok.columns:  # their last, unterminated line left out: possibly half-written (break-it, s47)
         out["cut_tails_left_out"] = int(_flag(ok, "cut_tail").sum())
     if "n_profile_echoes" in ok.columns:
