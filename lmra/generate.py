@@ -147,7 +147,8 @@ def _mentioned(names: tuple[str, ...], prompt: str) -> set[str]:
         squeezed = "".join(folded.split())
         both = (squeezed, unicodedata.normalize("NFD", squeezed))
         unspaced = tuple(n for n, forms in unspaced if any(f in t for f in forms for t in both))
-    return ({n for w in candidates for n in words[w] if _name_pattern(n).search(folded)}
+    spaced = _UNSPACED.sub(" ", folded) if candidates and _UNSPACED.search(folded) else folded  # (_matchable)
+    return ({n for w in candidates for n in words[w] if _name_pattern(n).search(spaced)}
             | {n for n in unspaced if _name_pattern(n).search(folded)})
 
 
@@ -157,7 +158,7 @@ def _unspaced_names(names: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]]
     (:data:`_UNSPACED`), which :func:`_mentioned` cannot find among a prompt's words, each with
     its NFC and NFD forms without white space (what a prompt holding it must contain)."""
     return tuple((n, tuple({unicodedata.normalize(f, "".join(fold_latin(n).split())) for f in ("NFC", "NFD")}))
-                 for n in names if _UNSPACED.match(n[:1]) or _UNSPACED.match(n[-1:]))
+                 for n in names if _unspaced_name(n))
 
 
 def personalized_messages(prompt: str, template: Template, *, name: str | None = None, profile: str | None = None,
@@ -199,7 +200,7 @@ def scrub_name(text: str, name: str, placeholder: str = "[NAME]") -> str:
     "你好王芳" → "你好[NAME]", "민수님" → "[NAME]님" (:func:`_name_pattern`)."""
     if not name:
         return text
-    return replace_matches(_name_pattern(name), text, placeholder)
+    return replace_matches(_name_pattern(name), text, placeholder, _matchable(text, name))
 
 
 def lowercase_name_matches(text: str, name: str) -> list[str]:
@@ -212,7 +213,7 @@ def lowercase_name_matches(text: str, name: str) -> list[str]:
     name written in lower case itself."""
     if not name or name.islower():
         return []
-    folded = fold_latin(text)
+    folded = _matchable(text, name)
     out = []
     for m in _name_pattern(name).finditer(folded):
         word = text[m.start():m.end()]
@@ -350,7 +351,7 @@ def name_regex(name: str) -> str:
     return forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
 
 
-def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
+def replace_matches(pattern: re.Pattern, text: str, placeholder: str, folded: str | None = None) -> str:
     """Replace every match of ``pattern`` in :func:`fold_latin` of ``text`` by ``placeholder``, in
     ``text`` itself (methodology §1 step 5).
 
@@ -358,12 +359,14 @@ def replace_matches(pattern: re.Pattern, text: str, placeholder: str) -> str:
         pattern: a compiled :func:`name_regex` pattern (as :func:`_name_pattern` makes it: whole
             word, case-insensitive), matched against ``fold_latin(text)``.
         text: the response; placeholder: what replaces each match (literally).
+        folded: the text matched, of ``text``'s length (default :func:`fold_latin` of it;
+            :func:`scrub_name` gives :func:`_matchable`'s).
 
     Returns:
         ``text`` with each match's span replaced (the spans are ``text``'s own: folding keeps
         the length).
     """
-    folded = fold_latin(text)
+    folded = fold_latin(text) if folded is None else folded
     if folded is text:
         return pattern.sub(lambda _: placeholder, text)  # (literally, as below: no \g<0> expansion)
     out, last = [], 0
@@ -380,23 +383,37 @@ _UNSPACED_RANGES = ("\u3005-\u3007\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-
                     "\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
                     "\uff66-\uff9f\U00020000-\U0003ffff")
 _UNSPACED = re.compile(f"[{_UNSPACED_RANGES}]")
-#: a letter or digit of a script written with spaces: what a word continues with (a letter of an unspaced
-#: script next to a Latin name does not: "亲爱的Anna，你好", "Annaさん" — round-3 break-it, s48)
-_WORDISH = rf"[^\W_{_UNSPACED_RANGES}]"
-
 #: what may not follow a name for it to be a whole word, in :func:`fold_latin` text: a letter or
-#: digit (:data:`_WORDISH`), or a combining mark (the name would end inside its last letter's accents), nor
+#: digit, or a combining mark (the name would end inside its last letter's accents), nor
 #: underscores and then a letter or digit (an identifier: "Ann_Arbor", "grace_period"). Markdown
-#: emphasis may: "_Zoë_", "__Zoë__" (break-it findings, both ways)
-NAME_END = rf"(?!{_WORDISH}|[{_MARK_RANGES}])(?!_+{_WORDISH})"
+#: emphasis may: "_Zoë_", "__Zoë__" (break-it findings, both ways). A letter of an unspaced script
+#: next to a name of a spaced one is not a letter of its word (:func:`_matchable`)
+NAME_END = rf"(?![^\W_]|[{_MARK_RANGES}])(?!_+[^\W_])"
 #: … and what may not come before it: a letter or digit, or one with one or two underscores
 #: after it ("my_ann.txt")
-NAME_START = rf"(?<!{_WORDISH})(?<!{_WORDISH}_)(?<!{_WORDISH}__)"
+NAME_START = r"(?<![^\W_])(?<![^\W_]_)(?<![^\W_]__)"
 #: a name in a script written without spaces is matched wherever it is written, but not inside a syllable:
 #: not after a Thai or Lao vowel written before its consonant, nor before a vowel sign or tone mark
 #: (Thai, Lao, Myanmar, Khmer) that belongs to its last letter (round-3 break-it, s48: "สม" in "สมัคร")
 _UNSPACED_START = "(?<![\u0e40-\u0e44\u0ec0-\u0ec4])"
 _UNSPACED_END = "(?![\u0e30-\u0e3a\u0e45\u0e47-\u0e4e\u0eb0-\u0ebc\u0ec8-\u0ecd\u102b-\u103e\u17b6-\u17d3])"
+
+
+def _unspaced_name(name: str) -> bool:
+    """True when ``name`` begins or ends with a letter of a script written without spaces."""
+    return bool(_UNSPACED.match(name[:1]) or _UNSPACED.match(name[-1:]))
+
+
+def _matchable(text: str, name: str) -> str:
+    """The text :func:`_name_pattern` of ``name`` is matched against: :func:`fold_latin` of
+    ``text`` (the same length, so that a match's span is ``text``'s), and for a name of a spaced
+    script its letters of unspaced scripts as spaces — a Latin name inside Chinese or Japanese
+    text is a word of its own ("亲爱的Anna，你好", "Annaさん": round-3 break-it, s48). (A regex
+    class of those letters in the name patterns took 17 ms to compile a name.)"""
+    folded = fold_latin(text)
+    if not _unspaced_name(name) and _UNSPACED.search(folded):
+        folded = _UNSPACED.sub(" ", folded)
+    return folded
 
 
 def unspaced_end(name: str) -> bool:
