@@ -61,7 +61,9 @@ def _killed_spooling_run(tmp_path: Path, names: Path, prompts: Path) -> Path:
     try:
         while time.time() < deadline:
             time.sleep(0.1)
-            if run_dir.is_dir() and any(is_leftover(p.name) for p in run_dir.iterdir()):
+            # a spool, not any leftover: a temporary file of an atomic write is one too, and may be renamed
+            # before the kill (s48: the folder then held no leftover at all)
+            if run_dir.is_dir() and any(is_leftover(p.name) and "spool" in p.name for p in run_dir.iterdir()):
                 break
             assert proc.poll() is None, "the audit ended before it spooled anything"
         else:
