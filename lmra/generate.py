@@ -95,7 +95,7 @@ def _words_form(text: str) -> str:
 def _prompt_words(prompt: str) -> frozenset[str]:
     """The words of a prompt in :func:`_words_form` (kept for the prompt's other groups' draws);
     a letter of a script written without spaces ends a word ("给Anna写" holds "anna")."""
-    return frozenset(_WORD.findall(_UNSPACED.sub(" ", _words_form(prompt))))
+    return frozenset(_WORD.findall(_spaced(_words_form(prompt))))
 
 
 @lru_cache(maxsize=64)
@@ -147,7 +147,7 @@ def _mentioned(names: tuple[str, ...], prompt: str) -> set[str]:
         squeezed = "".join(folded.split())
         both = (squeezed, unicodedata.normalize("NFD", squeezed))
         unspaced = tuple(n for n, forms in unspaced if any(f in t for f in forms for t in both))
-    spaced = _UNSPACED.sub(" ", folded) if candidates and _UNSPACED.search(folded) else folded  # (_matchable)
+    spaced = _spaced(folded) if candidates else folded  # (as _matchable gives a spaced script's names)
     return ({n for w in candidates for n in words[w] if _name_pattern(n).search(spaced)}
             | {n for n in unspaced if _name_pattern(n).search(folded)})
 
@@ -411,9 +411,13 @@ def _matchable(text: str, name: str) -> str:
     text is a word of its own ("亲爱的Anna，你好", "Annaさん": round-3 break-it, s48). (A regex
     class of those letters in the name patterns took 17 ms to compile a name.)"""
     folded = fold_latin(text)
-    if not _unspaced_name(name) and _UNSPACED.search(folded):
-        folded = _UNSPACED.sub(" ", folded)
-    return folded
+    return folded if _unspaced_name(name) else _spaced(folded)
+
+
+def _spaced(text: str) -> str:
+    """``text`` with each letter of an unspaced script (:data:`_UNSPACED`) as a space (the same
+    length: a match's span is ``text``'s); ``text`` itself when it holds none."""
+    return _UNSPACED.sub(" ", text) if _UNSPACED.search(text) else text
 
 
 def unspaced_end(name: str) -> bool:

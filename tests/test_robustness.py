@@ -442,22 +442,29 @@ def test_an_audit_whose_history_cannot_be_written_stops_before_its_calls(tmp_pat
     assert sorted(p.name for p in reports.iterdir()) == before
 
 
+def _smoke_with(tmp_path, field: str, value: str, command: str):
+    """examples/smoke.toml with ``field = value`` (and output_dir in tmp_path unless that is the
+    field), and the argv of ``lmra validate`` or ``lmra audit`` of it."""
+    from pathlib import Path
+
+    smoke = (Path(__file__).resolve().parents[1] / "examples" / "smoke.toml").read_text()
+    cfg = tmp_path / "c.toml"
+    body = "\n".join(line for line in smoke.splitlines() if not line.startswith(f"{field} "))
+    cfg.write_text(f'{field} = "{value}"\n' + (f'output_dir = "{(tmp_path / "out").as_posix()}"\n'
+                                               if field != "output_dir" else "") + body + "\n")
+    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    return cfg, argv
+
+
 @pytest.mark.parametrize("field", ["prompts", "names", "cache", "output_dir"])
 @pytest.mark.parametrize("command", ["validate", "audit"])
 def test_a_symbolic_link_loop_is_an_input_error_naming_the_field(tmp_path, capsys, field, command):
     """Break-it finding: a path that is a symbolic link loop gave a RuntimeError traceback (exit 1)
     from Path.resolve (Python 3.11–3.12) while the error was being reported, or from the cache."""
-    from pathlib import Path
-
     loop_a, loop_b = tmp_path / "loopA", tmp_path / "loopB"
     loop_a.symlink_to(loop_b)
     loop_b.symlink_to(loop_a)
-    smoke = (Path(__file__).resolve().parents[1] / "examples" / "smoke.toml").read_text()
-    cfg = tmp_path / "c.toml"
-    body = "\n".join(line for line in smoke.splitlines() if not line.startswith(f"{field} "))
-    cfg.write_text(f'{field} = "{loop_a.as_posix()}"\n' + (f'output_dir = "{(tmp_path / "out").as_posix()}"\n'
-                                                           if field != "output_dir" else "") + body + "\n")
-    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    _, argv = _smoke_with(tmp_path, field, loop_a.as_posix(), command)
     assert main(argv) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"field '{field}'" in err and "Traceback" not in err
@@ -471,17 +478,10 @@ def test_a_symbolic_link_to_nothing_is_an_input_error_naming_the_field(tmp_path,
     """Break-it finding (s48): output_dir a link to a folder that does not exist passed validate, and the audit
     failed, exit 1, "cannot create the output folder (File exists)"; a cache link into a missing folder failed
     with "unable to open database file". Exit 2 from both, naming the field and the link's target."""
-    from pathlib import Path
-
     link = tmp_path / "link"
     target = tmp_path / "nowhere" / "x"
     link.symlink_to(target)
-    smoke = (Path(__file__).resolve().parents[1] / "examples" / "smoke.toml").read_text()
-    cfg = tmp_path / "c.toml"
-    body = "\n".join(line for line in smoke.splitlines() if not line.startswith(f"{field} "))
-    cfg.write_text(f'{field} = "{link.as_posix()}"\n' + (f'output_dir = "{(tmp_path / "out").as_posix()}"\n'
-                                                        if field != "output_dir" else "") + body + "\n")
-    argv = ["validate", str(cfg)] if command == "validate" else ["audit", "--config", str(cfg), "--no-progress"]
+    cfg, argv = _smoke_with(tmp_path, field, link.as_posix(), command)
     assert main(argv) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"field '{field}': {link} is a symbolic link to {target}, which does not exist" in err
