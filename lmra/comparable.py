@@ -98,6 +98,15 @@ def target_calls(run) -> tuple[int, int] | None:
     return int(fresh), int(cached)
 
 
+def all_answers_replayed(run) -> bool:
+    """True when the run made no fresh target call and took at least one from the call cache or the
+    pair memo (:func:`target_calls`): every chatbot answer it used was replayed — the first test of
+    a same-seed replay (``lmra check``, ``lmra compare`` and ``latest`` each go on to ask whose
+    answers those were)."""
+    counts = target_calls(run)
+    return counts is not None and counts[0] == 0 and counts[1] > 0
+
+
 def earlier_same_draw(history, run) -> str | None:
     """The run id of a finished earlier run (complete or partial) of the same name, seed and
     design hash in ``history`` (:class:`lmra.history.History`) — whose answers a run with no

@@ -1009,12 +1009,11 @@ def _replay_notes(run_a: RunFolder, run_b: RunFolder) -> list[str]:
     """A note when one run made no fresh chatbot call and drew with the other's seed: its answers
     are the other's, replayed from the call cache (fresh-user finding: ``lmra compare`` of a
     same-seed re-run showed "Pearson r = 1.000" as if two nights agreed; ``lmra check`` says it)."""
-    from lmra.comparable import REPLAY_STARTS, comparability_warnings, target_calls
+    from lmra.comparable import REPLAY_STARTS, all_answers_replayed, comparability_warnings
 
     replays = []
     for label, run, other in (("A", run_a, run_b), ("B", run_b, run_a)):
-        counts = target_calls(run)
-        if counts is None or counts[0] != 0 or counts[1] <= 0:
+        if not all_answers_replayed(run):
             continue
         if any(w.startswith(REPLAY_STARTS[0]) for w in comparability_warnings(other, run)):
             replays.append(f"{label} ({run.run_id})")

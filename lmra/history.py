@@ -667,10 +667,9 @@ class History:
         a same-seed re-run, whose every chatbot answer was replayed from the call cache, so its
         numbers are that night's (fresh-user finding, s48: ``lmra gate latest`` and ``lmra plan
         --pilot latest`` used such a replay without a word)."""
-        from lmra.comparable import earlier_same_draw, target_calls
+        from lmra.comparable import all_answers_replayed, earlier_same_draw
 
-        counts = target_calls(run)
-        if counts is None or counts[0] != 0 or counts[1] <= 0:
+        if not all_answers_replayed(run):
             return
         earlier = earlier_same_draw(self, run)
         if earlier:

@@ -775,12 +775,10 @@ def _replayed_all(run, warnings: list[str], history=None) -> bool:
     seed), or those of an earlier night that finished *complete* — not a partial night of the
     same draw, whose re-run (the judge back, say) resumes that night with its own answers
     (break-it finding: such a re-run's regression was turned into "nothing tested")."""
-    from lmra.comparable import target_calls
+    from lmra.comparable import REPLAY_STARTS, all_answers_replayed, earlier_same_draw
 
-    counts = target_calls(run)
-    if counts is None or counts[0] != 0 or counts[1] <= 0:
+    if not all_answers_replayed(run):
         return False
-    from lmra.comparable import REPLAY_STARTS, earlier_same_draw
 
     if any(w.startswith(REPLAY_STARTS[0]) for w in warnings):
         return True

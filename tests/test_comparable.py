@@ -851,6 +851,23 @@ def test_target_calls_when_only_the_lmra_carries_its_url_in_its_key():
     assert target_calls(run) == (10, 2)
 
 
+def test_all_answers_replayed_needs_no_fresh_and_some_cached_target_call():
+    """The first test of a same-seed replay, shared by ``lmra check``, ``lmra compare`` and
+    ``latest``: no fresh target call, at least one replayed; unrecorded counts are not a replay."""
+    from types import SimpleNamespace
+
+    from lmra.comparable import all_answers_replayed
+
+    def run(by_model):
+        return SimpleNamespace(manifest={"calls": {"by_model": by_model}}, target_provider="openai",
+                               target_model="t", judge_provider="openai", judge_model="j")
+
+    assert all_answers_replayed(run({"openai:t": {"fresh": 0, "cached": 12}}))
+    assert not all_answers_replayed(run({"openai:t": {"fresh": 1, "cached": 12}}))  # one answer called tonight
+    assert not all_answers_replayed(run({"openai:t": {"fresh": 0, "cached": 0}}))  # nothing answered at all
+    assert not all_answers_replayed(run({}))  # counts not recorded: not said to be a replay
+
+
 def test_another_prompt_set_or_refusal_and_filter_settings_are_another_design(tmp_path):
     """Break-it finding (s40): night 2 read another prompt set under the same task names (a relative
     prompts path found in another folder), or ran with refusal labels and the identity filter off; the

@@ -89,6 +89,58 @@ def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs)
     assert formatted == []
 
 
+def test_result_frames_of_responses_and_filter_decisions_are_built_when_first_read(monkeypatch, tmp_path, sim_inputs):
+    """``lmra audit`` reads neither frame (issue 14: 5 % of a cached re-run): built on the first read
+    only, once, and the same frames as the run folder's files."""
+    import json
+
+    import pandas as pd
+
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.audit import finish
+    from lmra.config import AuditConfig
+
+    built = []
+    rows_frame = finish._rows_frame
+    monkeypatch.setattr(finish, "_rows_frame", lambda rows: built.append(len(rows)) or rows_frame(rows))
+    names, prompts = sim_inputs(6)
+    cfg = AuditConfig.model_validate(dict(
+        name="lazy", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+    result = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
+                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    assert built == []  # the run has ended: nothing built yet
+    lines = [json.loads(x) for x in (result.run_dir / "responses.jsonl").read_text().splitlines()]
+    assert result.responses["text"].tolist() == [r["text"] for r in lines] and len(lines) == 12
+    assert result.responses is result.responses and built == [12]  # once
+    decisions = [json.loads(x) for x in (result.run_dir / "filtered_prompts.jsonl").read_text().splitlines()]
+    assert isinstance(result.filtered, pd.DataFrame) and len(result.filtered) == len(decisions)
+    assert [d["prompt_id"] for d in decisions] == (result.filtered["prompt_id"].tolist() if decisions else [])
+    # the public data class as before: its fields, repr, replace, equality, pickling and copies
+    import copy
+    import dataclasses
+    import pickle
+
+    assert [f.name for f in dataclasses.fields(finish.AuditResult)][:9] == [
+        "run_dir", "responses", "ratings", "per_task", "per_domain", "overall", "summary", "manifest", "refusals"]
+    assert "filtered" in [f.name for f in dataclasses.fields(finish.AuditResult)]
+    again = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
+                  judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    copied = pickle.loads(pickle.dumps(again))  # its frames built on the way
+    assert len(copied.responses) == 12 and copied.responses.equals(again.responses)
+    assert copy.deepcopy(again).filtered.equals(again.filtered)
+    third = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
+                  judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    assert "responses=" in repr(third) and "prompt_id" in repr(third)
+    swapped = dataclasses.replace(third, summary={})
+    assert swapped.responses.equals(again.responses) and swapped.summary == {}
+    empty = finish.AuditResult(result.run_dir, pd.DataFrame(), *[pd.DataFrame()] * 4, {}, {})
+    assert empty.filtered.empty and empty.filtered is not finish.AuditResult(
+        result.run_dir, pd.DataFrame(), *[pd.DataFrame()] * 4, {}, {}).filtered  # a new default frame each
+
+
 def test_a_stop_signal_dropped_before_a_run_stops_it_before_it_starts():
     """Break-it round 2 (s42): a SIGHUP one second into ``lmra audit`` raised its KeyboardInterrupt
     inside a finalizer ("Exception ignored in: 'NotGiven'"), Python dropped it, and the night ran to its
