@@ -141,6 +141,32 @@ def test_result_frames_of_responses_and_filter_decisions_are_built_when_first_re
         result.run_dir, pd.DataFrame(), *[pd.DataFrame()] * 4, {}, {}).filtered  # a new default frame each
 
 
+def test_a_prompts_generations_follow_a_config_changed_in_place_before_the_run(tmp_path, sim_inputs):
+    """A prompt's generations are planned once a run (issue 14), from the config as it is when
+    the run starts: a config changed in place after the Audit was made is followed (a plan kept per
+    config object was stale: an earlier attempt, reverted)."""
+    from conftest import NAME_TO_GROUP
+    from doubles import ScriptedJudge, ScriptedTarget
+    from lmra import Audit
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(4)
+    cfg = AuditConfig.model_validate(dict(
+        name="plan", prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+
+    def audit():
+        return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer {rng.random()}"),
+                     judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5}))
+
+    assert len(audit().run().responses) == 8
+    changed = audit()
+    cfg.samples_per_prompt = 2  # in place, after the Audit was made
+    result = changed.run()
+    assert len(result.responses) == 16 and sorted(set(result.responses["sample"])) == [0, 1]
+    assert len(result.ratings) == 8
+
+
 def test_a_stop_signal_dropped_before_a_run_stops_it_before_it_starts():
     """Break-it round 2 (s42): a SIGHUP one second into ``lmra audit`` raised its KeyboardInterrupt
     inside a finalizer ("Exception ignored in: 'NotGiven'"), Python dropped it, and the night ran to its

@@ -33,12 +33,19 @@ class GenerateStage:
     ``shard``, ``selection``)."""
 
     # -- stage 3: counterfactual generation (methodology §1 steps 2–5) ----------------------
-    def _prompt_jobs(self, p: PromptRecord) -> list[tuple[PromptRecord, str, Group, int]]:
-        """One prompt's generations: (prompt, comparison, group, sample), the two groups of a
-        comparison next to each other (group A first)."""
+    def _job_slots(self) -> list[tuple[str, Group, int]]:
+        """Every prompt's generations without the prompt: (comparison, group, sample), the two
+        groups of a comparison next to each other (group A first) — made once for a run's prompts
+        (the groups looked up per prompt were 2 % of a cached re-run), from the config as it is."""
         cfg = self.cfg
-        return [(p, f"{a} vs {b}", cfg.group(g), k)
+        return [(f"{a} vs {b}", cfg.group(g), k)
                 for a, b in cfg.comparisons for k in range(cfg.samples_per_prompt) for g in (a, b)]
+
+    def _prompt_jobs(self, p: PromptRecord, slots: list[tuple[str, Group, int]] | None = None
+                     ) -> list[tuple[PromptRecord, str, Group, int]]:
+        """One prompt's generations: (prompt, comparison, group, sample), in :meth:`_job_slots`'
+        order; ``slots``: what it returned for this run (default: made now)."""
+        return [(p, comp, group, k) for comp, group, k in (self._job_slots() if slots is None else slots)]
 
     def _placebo_jobs(self, prompts: list[PromptRecord], inputs: Inputs) -> list[tuple[PromptRecord, str, Group, int]]:
         """The negative controls' generations, on a seeded share of the kept prompts (A₁ next to A₂)."""
@@ -56,7 +63,8 @@ class GenerateStage:
 
     async def _generate(self, prompts: list[PromptRecord], inputs: Inputs, target: Provider,
                         sem: asyncio.Semaphore) -> list[Response]:
-        jobs = [j for p in prompts for j in self._prompt_jobs(p)] + self._placebo_jobs(prompts, inputs)
+        slots = self._job_slots()
+        jobs = [j for p in prompts for j in self._prompt_jobs(p, slots)] + self._placebo_jobs(prompts, inputs)
         return await self._gather("generate", [self._generate_one(*j, inputs, target, sem) for j in jobs],
                                   failed=lambda r: bool(r.error))
 

@@ -215,6 +215,7 @@ class PipelineDriver:
         running = [0]  # pair chains started and not done
         done_pairs: dict[int, tuple] = {}  # key → what the finish needs of a done pair chain
         spooled_nothing = (None, None, None, ())  # a spooled chain's result without quality rows
+        slots = self._job_slots()  # a prompt's generations, the same for every prompt of the run
 
         def keep(key: int, result: tuple) -> None:
             if result[0] is not None or result[2] is not None or result[3]:
@@ -259,7 +260,7 @@ class PipelineDriver:
                     return
                 if not ready and waiting:
                     p = waiting.popleft()
-                    jobs, first = self._prompt_jobs(p), position[p.id] * per_prompt
+                    jobs, first = self._prompt_jobs(p, slots), position[p.id] * per_prompt
                     ready.extend((jobs[i], jobs[i + 1], first + i // 2) for i in range(0, len(jobs), 2))
                 chain = ready.popleft() if ready else next(placebo_pairs, None)
                 if chain is None:
