@@ -494,3 +494,25 @@ def test_a_tab_separated_prompt_file_is_said_to_be_read_as_json_lines(tmp_path, 
     bare.write_text("hello\n")
     assert main(["audit", "--prompts", str(bare), "--no-progress"]) == 2
     assert "a file without a suffix is read as JSON Lines" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("text", ['{"a":1}', '\ufeff{"a":1}', '{"a":1,"a":2}', '[1,2', '{"a": NaN}', ' {"a":1} ',
+                                  '{"a":1} x', '"s"', '{"a":{"b":1,"b":2}}', '1e400', '', '{"é":"\\ud800"}'])
+def test_the_strict_reader_made_once_reads_as_json_loads_with_the_hook(text):
+    """The prompt reader's decoder is made once (issue 14: a new one per line was a sixth of reading a
+    prompt file): every value and every error as ``json.loads(text, object_pairs_hook=...)``."""
+    import json
+
+    from lmra.data import _RepeatedKey, _no_repeated_key, _strict_json
+
+    def outcome(read):
+        try:
+            return "value", read(text)
+        except _RepeatedKey as exc:
+            return "repeated", exc.key
+        except json.JSONDecodeError as exc:
+            return "error", exc.msg, exc.pos, exc.lineno, exc.colno
+
+    expected = outcome(lambda t: json.loads(t, object_pairs_hook=_no_repeated_key))
+    got = outcome(_strict_json)
+    assert repr(got) == repr(expected)  # (repr: NaN is not equal to itself)
