@@ -760,7 +760,8 @@ class History:
         self.db.execute("INSERT OR REPLACE INTO check_identity (check_rowid, changes) VALUES (?,?)",
                         (cur.lastrowid, json.dumps(list(getattr(result, "identity_changes", []) or []))))
         self.db.execute("INSERT OR REPLACE INTO check_caveats (check_rowid, caveats) VALUES (?,?)",
-                        (cur.lastrowid, json.dumps({"position_drift": str(getattr(result, "position_drift", "") or ""),
+                        (cur.lastrowid, json.dumps({"replayed": bool(getattr(result, "replayed", False)),
+                                                    "position_drift": str(getattr(result, "position_drift", "") or ""),
                                                     "refusal_gap": str(getattr(result, "refusal_gap", "") or ""),
                                                     "quality_gap": str(getattr(result, "quality_gap", "") or ""),
                                                     "notes": [str(n) for n in getattr(result, "notes", []) or []]})))
@@ -902,8 +903,9 @@ class History:
         ``overall`` as a frame of the overall rows (one per comparison; empty for a check an
         older lmra recorded), ``identity_changes`` (the served-model changes since the baseline,
         :func:`lmra.identity.identity_changes`; None when an older lmra recorded the check) and
-        ``replayed`` (the verdict is ``no_conclusion`` although rows were tested: every chatbot
-        answer was replayed) and ``verdict`` (``regression`` / ``no_regression`` /
+        ``replayed`` (every chatbot answer of the night was replayed from the call cache, as the
+        check recorded it — also when no row could be tested; for a check an older lmra recorded,
+        the verdict is ``no_conclusion`` although rows were tested) and ``verdict`` (``regression`` / ``no_regression`` /
         ``no_conclusion``: :attr:`lmra.monitor.CheckResult.verdict` as recorded, or
         :func:`stored_verdict` for a check an older lmra recorded) and ``refused`` (why the
         night's check was refused — its baseline not comparable, :func:`lmra.monitor.refused_check`
@@ -963,12 +965,17 @@ class History:
         out["verdict"] = out.get("verdict") or stored_verdict(out)
         # a check the comparability rules refused (lmra.monitor.refused_check): why, in short
         out["refused"] = refusal_reason(out["warnings"] or [])
-        # rows tested on replayed answers: no verdict (every surface reads this one flag)
-        stored = out["result"] + out["overall"]
-        # (a check without a regression whose LMRA left more pairs unrated has no conclusion too: lmra.unrated_rise)
-        out["replayed"] = (out["verdict"] == "no_conclusion" and any(finite(r.get("p_regress")) is not None
-                                                                     for r in stored)
-                           and not any(bool(r.get("unrated_rise")) for r in stored))
+        # every chatbot answer of the night replayed: no verdict (every surface reads this one flag), as the
+        # check recorded it — also when no row could be tested (known-items trial, s49: a tiny replayed night
+        # read "no task could be tested", and `lmra export --skip-replay` wrote its metrics over the real night's)
+        if isinstance(caveats.get("replayed"), bool):
+            out["replayed"] = caveats["replayed"]
+        else:  # a check recorded before the flag was: told from its rows (tested, no conclusion, no unrated rise)
+            stored = out["result"] + out["overall"]
+            # (a check without a regression whose LMRA left more pairs unrated has no conclusion too: lmra.unrated_rise)
+            out["replayed"] = (out["verdict"] == "no_conclusion" and any(finite(r.get("p_regress")) is not None
+                                                                         for r in stored)
+                               and not any(bool(r.get("unrated_rise")) for r in stored))
         return out
 
     def check_summary(self, run_id: str) -> dict | None:

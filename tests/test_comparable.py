@@ -428,6 +428,43 @@ def test_dashboards_show_a_replayed_night_and_a_check_that_tested_nothing(tmp_pa
         ln.startswith("lmra_run_check_tested_tasks{") and ln.endswith(" 0.0") for ln in prom.splitlines())
 
 
+def test_a_replayed_night_too_small_to_test_is_stored_and_shown_as_a_replay(tmp_path, lmra_cli, capsys):
+    """Known-items trial (s49): a same-seed re-run of a night too small to test (2 prompts, no task
+    testable) — ``lmra check`` said "replayed", but the stored check lost it: ``lmra history`` and the
+    history page said "no task could be tested", report.html advised raising prompts_per_task, and
+    ``lmra export --skip-replay`` (nightly.sh) wrote the replay's metrics over the real night's."""
+    from lmra.cli.monitor import monitor_after_audit
+    from lmra.history import History, history_path
+
+    base = night(tmp_path, "20260101-000000-nightly", 0.05, seed=1, n_prompts=2)
+    real = night(tmp_path, "20260102-000000-nightly", 0.9, seed=2, n_prompts=2)
+    assert monitor_after_audit(real, baseline=str(base), report=False) == 2  # nothing testable: no conclusion
+    metrics = tmp_path / "textfile_collector"
+    assert lmra_cli(["export", str(real), "--format", "prometheus", "--out", str(metrics), "--skip-replay"]) == 0
+    prom_file = metrics / "lmra_nightly.prom"
+    before = prom_file.read_bytes()
+    replay = night(tmp_path, "20260102-010000-nightly", 0.9, seed=2, n_prompts=2)  # the re-run, the night's seed
+    assert monitor_after_audit(replay, baseline=str(base), report=True) == 2
+    with History(history_path(replay.parent)) as h:
+        stored = h.latest_check(replay.name)
+        assert stored["replayed"] is True and h.check_summary(replay.name)["replayed"] is True
+        assert h.latest_check(real.name)["replayed"] is False  # the real night: not a replay
+    capsys.readouterr()
+    assert lmra_cli(["export", str(replay), "--format", "prometheus", "--out", str(metrics), "--skip-replay"]) == 0
+    assert f"not written: every chatbot answer of run {replay.name} was replayed" in " ".join(
+        capsys.readouterr().out.split())
+    assert prom_file.read_bytes() == before  # the real night's metrics stay
+    assert lmra_cli(["history", "--reports-dir", str(replay.parent)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no conclusion (every chatbot answer replayed)" in out
+    page = " ".join((replay / "report.html").read_text(encoding="utf-8").split())
+    assert "No conclusion: every chatbot answer of this run was replayed" in page
+    assert "Raise prompts_per_task" not in page
+    assert lmra_cli(["report", "--history", "--reports-dir", str(replay.parent)]) == 0
+    hist = " ".join((replay.parent / "history.html").read_text(encoding="utf-8").split())
+    assert "no conclusion (every chatbot answer replayed)" in hist and "every chatbot answer was replayed from the call cache, so the regression check" in hist
+
+
 def test_a_same_seed_re_run_of_a_regression_night_leaves_that_nights_metrics_with_skip_replay(tmp_path, lmra_cli,
                                                                                                 capsys):
     """Fresh-user finding: nightly.sh exported the metrics of a same-seed re-run of a regression

@@ -882,10 +882,10 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     base = lit(check["baseline_id"])
     if check.get("refused"):  # the check was refused: nothing of the night was compared
         text = f"[yellow]no conclusion[/] (baseline {base} not comparable: {lit(check['refused'])})"
+    elif check.get("replayed"):  # replayed answers (tested or not): nothing of that night's chatbot
+        text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
     elif not check["n_tested"] and not check.get("n_overall_tested"):  # nothing tested: no verdict, never a pass
         text = f"[yellow]no conclusion[/] (no task could be tested) vs {base}"
-    elif check.get("replayed"):  # tested, but on replayed answers: nothing of that night's chatbot
-        text = f"[yellow]no conclusion[/] (every chatbot answer replayed) vs {base}"
     elif check.get("unrated_rise") and check.get("verdict") == "no_conclusion":  # (lmra.unrated_rise)
         text = (f"[yellow]no conclusion[/] (the LMRA left pairs without a usable rating unevenly:"
                 f"{between if between == chr(10) else ' '}{lit(check['unrated_rise'])}) vs {base}")

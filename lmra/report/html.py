@@ -314,7 +314,7 @@ def _check_context(check, run: RunFolder | None = None, history=None) -> dict | 
             "withheld": any(bool(r.get("regression_withheld")) for r in rows),
             "regression_caveat": caveat,
             "not_evidence": not_evidence, "not_evidence_head": NOT_EVIDENCE_HEAD,
-            "replayed": replayed and n_tested > 0,  # rows tested on replayed answers: no verdict
+            "replayed": replayed,  # every chatbot answer replayed: no verdict (said before "nothing tested")
             "refused": refusal_reason(warnings),  # the check was refused: its baseline not comparable (why)
             "regressions": [r for r in rows if r.get("regressed")],
             "improvements": [r for r in rows if r.get("improved")],
