@@ -838,3 +838,27 @@ def test_a_control_character_in_a_recsys_name_is_an_input_error():
     with pytest.raises(ValidationError, match="control character U\\+0000"):
         FairLLMConfig(names_list=["Dr\x00ake"])
     assert FairLLMConfig(names_list=["Drake"]).names_list == ["Drake"]
+
+
+def test_true_preference_ids_written_as_numbers_or_as_text_are_one_item(tmp_path):
+    """Known-items trial (s49): ``true_pref`` [1, 2] in the neutral list and ["1", "2"] in a sensitive one
+    shared no item — true-preference similarity 0 and SNSR 1.0 from the JSON types alone, exit 0 — while
+    the compared lists took numbers as their text. An integer id is its text in both; true/false is no id."""
+    from lmra.errors import LmraInputError
+    from lmra.recsys.lists import read_lists
+    from lmra.recsys.run import score_lists
+
+    rows = [{"instruction_id": "u1", "attribute": "neutral", "compare": ["#1", "#2", "#3"], "true_pref": [1, 2],
+             "true_pref_ranks": [1, 2]},
+            {"instruction_id": "u1", "attribute": "gender", "value": "a boy", "compare": ["#1", "#2", "#3"],
+             "true_pref": ["1", "2"], "true_pref_ranks": [1, 2]},
+            {"instruction_id": "u1", "attribute": "gender", "value": "a girl", "compare": ["#1", "#2", "#3"],
+             "true_pref": [1, 2], "true_pref_ranks": [1, 2]}]
+    res = score_lists(_write_jsonl(tmp_path / "l.jsonl", rows), k=3, permutations=0)
+    tp = res.similarity[res.similarity["analysis"] == "true_preference"]
+    assert len(tp) and (tp["similarity"] == 1.0).all()  # identical lists: similarity 1 for every value and K
+    assert read_lists(tmp_path / "l.jsonl")["true_pref"].tolist() == [["1", "2"]] * 3
+    rows[1]["true_pref"] = [True, 2]
+    with pytest.raises(LmraInputError) as err:
+        read_lists(_write_jsonl(tmp_path / "b.jsonl", rows))
+    assert err.value.field == "true_pref" and err.value.line == 2

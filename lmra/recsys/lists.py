@@ -154,9 +154,13 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
         else:
             obj["compare"] = []
         tp = obj.get("true_pref")
-        if tp is not None and (not isinstance(tp, list) or not all(isinstance(x, (str, int)) for x in tp)):
+        if tp is not None and (not isinstance(tp, list) or not all(isinstance(x, (str, int)) and not isinstance(x, bool)
+                                                                   for x in tp)):
             raise LmraInputError("expected a list of item ids (strings or integers)", file=p, line=lineno,
                                  field="true_pref")
+        if tp is not None:  # an integer id is its text, as in the compared lists (known-items trial, s49: [1, 2] in
+            # one list and ["1", "2"] in another shared no item — true-preference SNSR 1.0 from the JSON types alone)
+            obj["true_pref"] = [x if isinstance(x, str) else str(x) for x in tp]
         ranks = obj.get("true_pref_ranks")
         if ranks is not None:
             ok_ranks = isinstance(ranks, list) and all(type(x) is int and x >= 1 for x in ranks) and all(
