@@ -862,3 +862,55 @@ def test_true_preference_ids_written_as_numbers_or_as_text_are_one_item(tmp_path
     with pytest.raises(LmraInputError) as err:
         read_lists(_write_jsonl(tmp_path / "b.jsonl", rows))
     assert err.value.field == "true_pref" and err.value.line == 2
+
+
+def _bias_inputs(tmp_path, train_users, users_csv):
+    (tmp_path / "items.csv").write_text("item_id,genres\n1,Drama\n2,Comedy\n", encoding="utf-8")
+    (tmp_path / "train.csv").write_text("user_id,item_id\n" + "".join(f"{u},1\n{u},2\n" for u in train_users),
+                                        encoding="utf-8")
+    (tmp_path / "users.csv").write_text("user_id,gender\n" + "".join(f"{u},{g}\n" for u, g in users_csv),
+                                        encoding="utf-8")
+
+
+def test_bias_from_lists_keeps_long_user_ids_apart_when_a_record_has_none(tmp_path):
+    """Known-items trial (s49): a lists.jsonl record without user_id (a failed call) made the column
+    float, and user 2**53 + 1 read as 2**53: the female user's list was credited to the male user —
+    one group's row gone, exit 0. Ids are kept as written."""
+    from lmra.recsys.bias_files import bias_from_files
+
+    big = 2 ** 53
+    _bias_inputs(tmp_path, [big, big + 1], [(big, "M"), (big + 1, "F")])
+    rows = [{"instruction_id": "a", "attribute": "neutral", "compare": ["#1"], "user_id": big, "top_k_matched": [1]},
+            {"instruction_id": "a", "attribute": "gender", "value": "a man", "compare": ["#1"], "user_id": big,
+             "top_k_matched": [1]},
+            {"instruction_id": "b", "attribute": "neutral", "compare": ["#2"], "user_id": big + 1, "top_k_matched": [2]},
+            {"instruction_id": "b", "attribute": "gender", "value": "a woman", "compare": ["#2"], "user_id": big + 1,
+             "top_k_matched": [2]},
+            {"instruction_id": "c", "attribute": "neutral", "compare": [], "error": "timeout"},
+            {"instruction_id": "c", "attribute": "gender", "value": "a man", "compare": [], "error": "timeout"}]
+    table, summary, _, _ = bias_from_files(tmp_path / "train.csv", _write_jsonl(tmp_path / "recs.jsonl", rows),
+                                           tmp_path / "items.csv", tmp_path / "users.csv", group_by="gender")
+    groups = set(summary["group"]) if "group" in summary else set(table["group"])
+    assert "F" in groups and "M" in groups, summary
+
+
+def test_bias_from_lists_says_when_one_users_lists_of_a_variant_are_joined(tmp_path):
+    """Known-items trial (s49): two lists of one variant for one user (user_id "01" and 1: one user, as
+    documented) were joined into one R without a word. Said in the notes, naming the lines."""
+    from lmra.recsys.bias_files import bias_from_files
+
+    _bias_inputs(tmp_path, [1, 2], [(1, "M"), (2, "F")])
+    rows = [{"instruction_id": "u01", "attribute": "neutral", "compare": ["#1"], "user_id": "01", "top_k_matched": [1]},
+            {"instruction_id": "u01", "attribute": "gender", "value": "a man", "compare": ["#1"], "user_id": "01",
+             "top_k_matched": [1]},
+            {"instruction_id": "u1", "attribute": "neutral", "compare": ["#2"], "user_id": 1, "top_k_matched": [2]},
+            {"instruction_id": "u1", "attribute": "gender", "value": "a man", "compare": ["#2"], "user_id": 1,
+             "top_k_matched": [2]},
+            {"instruction_id": "u2", "attribute": "neutral", "compare": ["#2"], "user_id": 2, "top_k_matched": [2]},
+            {"instruction_id": "u2", "attribute": "gender", "value": "a woman", "compare": ["#2"], "user_id": 2,
+             "top_k_matched": [2]}]
+    _, summary, _, _ = bias_from_files(tmp_path / "train.csv", _write_jsonl(tmp_path / "recs.jsonl", rows),
+                                       tmp_path / "items.csv", tmp_path / "users.csv", group_by="gender")
+    said = " ".join(summary.attrs["notes"])
+    assert "1 user(s) have more than one list of one variant (e.g. user '1', variant 'neutral': line 1 (user_id \"01\"), " \
+           "line 3 (user_id 1)" in said, said

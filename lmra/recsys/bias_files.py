@@ -5,6 +5,7 @@ recommendations (a CSV or an ``lmra recsys`` ``lists.jsonl``), item categories a
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -210,13 +211,16 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
         t = t.assign(user_id=t["user_id"].map(_id), item_id=t["item_id"].map(_id))
     known(t, "item_id", cats, train, "item", items)
     counts: dict[str, int] = {}
+    notes: list[str] = []
     if str(recs).endswith(".jsonl"):
         rows = []
-        records = read_lists(recs).to_dict(orient="records")
+        frame = read_lists(recs)
+        records, record_lines = frame.to_dict(orient="records"), frame.attrs.get("lines") or []
         counts = {"lists": 0, "unmatched_top_k": 0}
-        for r in records:
+        lists_of: dict[tuple[str, str], list[tuple[int | None, Any]]] = {}  # (user, variant) → (line, user_id as written)
+        for n, r in enumerate(records):
             top, uid = _top_k_ids(r), r.get("user_id")
-            if isinstance(uid, float):  # a column with failed calls (no user_id) is read as float
+            if isinstance(uid, float):  # (a user_id written as a JSON number with a fraction)
                 uid = None if math.isnan(uid) else (int(uid) if uid.is_integer() else uid)
             if uid is None or top is None:
                 continue
@@ -225,6 +229,15 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
             counts["unmatched_top_k"] += sum(i is None for i in top)
             ids = list(dict.fromkeys(_id(i) for i in top if i is not None))
             rows += [(_id(uid), i, r["attribute"]) for i in ids]
+            lists_of.setdefault((_id(uid), r["attribute"]), []).append(
+                (record_lines[n] if n < len(record_lines) else None, uid))
+        several = {key: at for key, at in lists_of.items() if len(at) > 1}
+        if several:  # R is a set of items per user and variant: their lists are joined — said, never silent
+            (user, variant), at = next(iter(several.items()))  # (known-items trial, s49: "01" and 1 joined unsaid)
+            shown = ", ".join(f"line {line} (user_id {json.dumps(uid)})" for line, uid in at[:4])
+            notes.append(f"{len({u for u, _ in several})} user(s) have more than one list of one variant (e.g. user '{user}', "
+                         f"variant '{variant}': {shown}; ids of ASCII digits are compared as numbers, so 01 and 1 "
+                         "are one user): R is the union of a user's lists of a variant")
         if not rows:
             has_users = any(r.get("user_id") is not None for r in records)
             raise LmraInputError(
@@ -248,7 +261,6 @@ def bias_from_files(train: str | Path, recs: str | Path, items: str | Path, user
                                      line=lines[blank[0]] if lines else None, field="variant")
     known(rc, "item_id", cats, recs, "item", items)
     known(rc, "user_id", groups, recs, "user", users)
-    notes = []
     repeated = rc.duplicated(["variant", "user_id", "item_id"]).to_numpy()
     if repeated.any():  # counted once by the measure: said, never silent (break-it finding)
         lines, at = rc.attrs.get("lines"), rc.index[int(np.flatnonzero(repeated)[0])]  # (the file's row number)

@@ -205,7 +205,12 @@ def read_lists(path: str | Path, *, parser: str | None = None, normalize: bool =
             raise LmraInputError(f"missing: the neutral list of instruction '{iid}' (line {neutral_at[iid]}) has "
                                  "'true_pref', so each of its sensitive lists needs one too (an empty list [] if "
                                  "none of its items is a true preference)", file=p, line=r["_line"], field="true_pref")
-    return pd.DataFrame(rows).drop(columns="_line")
+    df = pd.DataFrame(rows).drop(columns="_line")
+    if "user_id" in df:  # as written (ints, text, None): a record without one (a failed call) made the column float,
+        # and an id above 2**53 then read as its neighbour — two users one (known-items trial, s49)
+        df["user_id"] = pd.Series([r.get("user_id") for r in rows], index=df.index, dtype=object)
+    df.attrs["lines"] = [r["_line"] for r in rows]  # each record's line in the file (for messages)
+    return df
 
 
 def _list_of(obj: dict, p: Path, lineno: int, parser: str | None, normalize: bool,
