@@ -181,6 +181,11 @@ def test_an_lmra_declining_the_stereotyped_pairs_leaves_no_conclusion(nights, lm
     rises = [ln for ln in prom if ln.startswith("lmra_run_check_unrated_rises{")]
     assert len(rises) == 1 and float(rises[0].rsplit(" ", 1)[1]) >= 1
     assert not any(ln.startswith("lmra_run_regressions{") for ln in prom)  # no verdict: never a 0 read as a pass
+    # nor a task's or a comparison's "not regressed" (ops trial, s49: every task read 0, green on a dashboard)
+    assert not any(ln.startswith(("lmra_task_regressed{", "lmra_overall_regressed{")) for ln in prom), prom
+    unrated_tasks = {str(t) for t in res.tests.loc[res.tests["unrated_rise"].astype(bool), "task"]}
+    assert unrated_tasks and not any(ln.startswith("lmra_task_detectable_rise{") and f'task="{t}"' in ln
+                                     for ln in prom for t in unrated_tasks)
     html_out = nights["tmp"] / "r.html"
     assert lmra_cli(["report", str(nights["declined"]), "--history", str(hist), "--out", str(html_out)]) == 0
     html = " ".join(html_out.read_text().split())

@@ -275,15 +275,22 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
     if check is not None and not check.get("replayed"):
         res = check["result"]
         n = tested = 0
+        # a check without a conclusion (its LMRA left significantly more pairs unrated than at the baseline) flags
+        # no row as "not regressed": no 0 that reads as a pass, as lmra_run_regressions (ops trial, s49: a partial
+        # night's every task read 0 on the dashboard)
+        concluded = check.get("verdict") != "no_conclusion"
         for t in res.to_dict(orient="records"):
             if finite(t.get("p_regress")) is None:  # not tested: no verdict either way
                 continue
             flagged = bool(t.get("regressed"))
             n += flagged
-            if not t.get("regression_withheld"):  # a withheld rise is no verdict either way: no sample (s36)
+            # a withheld rise is no verdict either way: no sample (s36)
+            if not t.get("regression_withheld") and (flagged or concluded):
                 fam["regressed"].add_metric([name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target,
                                              judge], float(flagged))
-            if finite(t.get("mde")) is not None:  # what a quiet night rules out (new-user finding: not exported)
+            # what a quiet night rules out (new-user finding: not exported) — nothing, where its LMRA left more
+            # pairs unrated than at the baseline (lmra.unrated_rise)
+            if finite(t.get("mde")) is not None and not t.get("unrated_rise"):
                 labels = [name, str(t["comparison"]), str(t["domain"]), str(t["task"]), target, judge]
                 fam["detectable"].add_metric(labels, float(t["mde"]))
                 # whether it is only a lower bound (fresh-user finding: the "≥" of the console was lost here)
@@ -296,9 +303,9 @@ def metric_families(run: RunFolder, check: dict | None = None, gates: dict | Non
                 continue
             flagged = bool(t.get("regressed"))
             n += flagged
-            if not t.get("regression_withheld"):
+            if not t.get("regression_withheld") and (flagged or concluded):
                 fam["o_regressed"].add_metric([name, str(t["comparison"]), target, judge], float(flagged))
-            if finite(t.get("mde")) is not None:
+            if finite(t.get("mde")) is not None and not t.get("unrated_rise"):
                 fam["o_detectable"].add_metric([name, str(t["comparison"]), target, judge], float(t["mde"]))
                 fam["o_detectable_lb"].add_metric([name, str(t["comparison"]), target, judge],
                                                   float(bool(t.get("mde_lower_bound"))))
