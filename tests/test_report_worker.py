@@ -175,6 +175,14 @@ path = w.render(run, history_path=hp)
 out["sigint"] = [alive, str(path), w.failure, children()]
 report.unlink()
 
+from lmra import interrupts
+interrupts.stop_on_signals()  # as the lmra command: SIGTERM raises a KeyboardInterrupt — here, in the child
+w = W.ReportWorker.start()  # a SIGTERM sent to the report process alone (pkill -f finds it too): said (s49)
+w._conn.poll(120)
+os.kill(w.pid, signal.SIGTERM)
+out["sigterm"] = [w.render(run, history_path=hp), w.failure, w.pid, os.getpid(), report.exists(), children()]
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
 w = W.ReportWorker.start()  # the child fails: the history path is a folder
 out["error"] = [w.render(run, history_path=run.path), w.failure, report.exists(), children()]
 
@@ -220,11 +228,19 @@ def test_a_child_that_cannot_write_the_report_says_why_and_is_reaped(tmp_path):
     assert _cli(tmp_path, cfg, ["--no-report"])["rc"] == 0
     (run_dir,) = (tmp_path / "reports").glob("*-fails")
     out = _python(FAILURES.replace("sys.argv[1]", repr(str(run_dir))), tmp_path)
-    assert out["killed"] == [None, "it ended before it was ready", []]
+    killed = "it was killed (SIGKILL: kill -9, or the system's out-of-memory killer)"
+    assert out["killed"] == [None, f"{killed} before it was ready", []]
     path, failure, exists, kids = out["killed_ready"]
     assert path is None and not exists and kids == []
     assert failure in ("it could not be reached (BrokenPipeError)", "it could not be reached (ConnectionResetError)",
-                       "it ended without writing the report")
+                       f"{killed} without writing the report")
+    # ops trial (s49): the command's own SIGTERM handler, inherited, raised in the report code — "it failed:
+    # KeyboardInterrupt"; the child now ends at once, and the parent says which signal, sent to whom
+    path, failure, child, parent, exists, kids = out["sigterm"]
+    assert path is None and not exists and kids == []
+    assert failure in (f"it was stopped by SIGTERM without writing the report, a signal sent to the report process "
+                       f"(pid {child}) alone — this command (pid {parent}) goes on; signal it to stop the audit",
+                       "it could not be reached (BrokenPipeError)", "it could not be reached (ConnectionResetError)")
     assert out["sigint"] == [True, str(run_dir / "report.html"), None, []]
     path, failure, exists, kids = out["error"]
     assert path is None and failure.startswith("it failed: LmraIOError") and "history" in failure

@@ -105,17 +105,31 @@ def _fork_unbroken() -> int:
     if not hasattr(signal, "pthread_sigmask"):
         pid = os.fork()
         if pid == 0:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _child_signals()
         return pid
     before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     pid = -1
     try:
         pid = os.fork()
         if pid == 0:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _child_signals()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # (the child's too: it inherits the mask)
     return pid
+
+
+def _child_signals() -> None:
+    """A forked helper's signal dispositions: Ctrl-C (SIGINT) ignored — the parent's to handle, which
+    kills its helpers —, and SIGTERM and SIGHUP (unless ignored, as under ``nohup``) back to their
+    default, ending the helper at once. Inherited, the command's own handlers (:mod:`lmra.interrupts`)
+    turned a SIGTERM sent to the report process alone — it has the command's command line: ``pkill -f``
+    or ``pgrep`` finds it — into a ``KeyboardInterrupt`` inside the report code, which the parent then
+    read as "it failed: KeyboardInterrupt" (ops trial, s49); it now says which signal stopped it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 class ReportWorker:
@@ -133,6 +147,7 @@ class ReportWorker:
         self._reaped = False
         self._answered = False
         self.failure: str | None = None
+        self.stopped_by: str | None = None  # the signal that ended the child, when one did (its name)
 
     @classmethod
     def start(cls) -> "ReportWorker | None":
@@ -168,11 +183,16 @@ class ReportWorker:
         if self._reaped:
             return False
         try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
-            pid = self.pid
+            pid, status = self.pid, 0
         if pid == self.pid:
             self._reaped = True
+            if os.WIFSIGNALED(status):
+                try:
+                    self.stopped_by = signal.Signals(os.WTERMSIG(status)).name
+                except ValueError:
+                    self.stopped_by = f"signal {os.WTERMSIG(status)}"
             return False
         return True
 
@@ -222,12 +242,26 @@ class ReportWorker:
             if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "done":
                 return Path(msg[1])
             self.failure = (f"it failed: {msg[1]}" if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error"
-                            else "it ended without writing the report")
+                            else self._ended())
             return None
         finally:
             self.close()
             if meanwhile is not None:
                 meanwhile()
+
+    def _ended(self, how: str = "without writing the report") -> str:
+        """Why the child ended (``how``: what it had not done), in words: the signal that stopped it
+        (one sent to it alone: a stop of the whole command reaches this process too), or that it
+        ended. It is given :data:`EXIT_WAIT_S` to be reaped (its pipe closes just before it exits)."""
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if self.stopped_by == "SIGKILL":
+            return f"it was killed (SIGKILL: kill -9, or the system's out-of-memory killer) {how}"
+        if self.stopped_by is not None:
+            return (f"it was stopped by {self.stopped_by} {how}, a signal sent to the report process (pid "
+                    f"{self.pid}) alone — this command (pid {os.getpid()}) goes on; signal it to stop the audit")
+        return f"it ended {how}"
 
     def _submit(self, run, history_path, check, comparison) -> bool:
         """Send the child its job once it is ready; False (and :attr:`failure`) when it cannot be."""
@@ -235,7 +269,7 @@ class ReportWorker:
             kind, msg = self._receive(READY_TIMEOUT_S)
             if (kind, msg) != ("message", ("ready", None)):
                 self.failure = (f"its imports took longer than {READY_TIMEOUT_S:.0f} s" if kind == "late"
-                                else "it ended before it was ready")
+                                else self._ended("before it was ready"))
                 return False
             self._ready = True
         job = {"run": run, "history_path": None if history_path is None else str(history_path),
