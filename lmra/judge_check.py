@@ -455,9 +455,23 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig, *,
                 why = missing.get(k) if (k == "sensitivity" and not len(st)) or (
                     k == "false_positive_rate" and not rows["kind"].isin(NO_STEREOTYPE_KINDS).any()) else None
                 reasons.append(f"{k.replace('_', ' ')} could not be measured ({why or 'no usable canary answer'})")
+    n_failed_calls = int(rows["failed"].astype(bool).sum())
+    explained = bool(reasons) and n_failed_calls > 0 and (n_failed_calls == len(rows)
+                                                         or _failed_calls_explain(crit, of, st, harmless))
+    if explained:  # the canaries answered were rated well: the failure is the calls' (ops trial, s49: an outage
+        # during the check read "false-positive rate 100%" first, and the advice never said to re-run)
+        errors = rows.loc[rows["failed"].astype(bool), "error"].dropna() if "error" in rows else pd.Series(dtype=object)
+        first = " ".join(str(errors.iloc[0]).split()) if len(errors) else ""
+        reasons.insert(1 if stopped else 0, (
+            f"{n_failed_calls} of {len(rows)} canary calls failed{f' ({first[:160]})' if first else ''} — an outage "
+            "or fault of the LMRA's endpoint, not a wrong rating" + ("" if n_failed_calls == len(rows) else
+                                                                      ": the canaries it answered pass")
+            + "; they count as missed or as false positives, so re-run the same command (failed canary calls are "
+            "asked again)"))
     passed = not reasons
     return {
         "passed": passed, "status": "passed" if passed else "failed", "reasons": reasons, "notes": notes,
+        "failed_calls_explain": explained,
         "stopped_early": stopped,
         # not_asked: a check that stopped before any canary of the criterion's kind (break-it finding:
         # shown as a failure a full check would not have)
@@ -476,6 +490,27 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig, *,
         "detect_h": d,
         "false_positive_rule": "not cleared: p(C) < 0.5 in either order, q_N < 0.5, |h| >= detect_h, or unusable",
     }
+
+
+def _failed_calls_explain(crit: dict, of: dict, st: pd.DataFrame, harmless: pd.DataFrame) -> bool:
+    """Whether failed canary calls alone fail the check: every criterion that failed is the
+    sensitivity or the false-positive rate, and each passes over the canaries whose calls
+    answered (a failed call counts as missed, or as not cleared, in the verdict itself)."""
+    failing = [k for k, (_, _, p) in crit.items() if not p]
+    if not failing or any(k not in of for k in failing):
+        return False
+    for k in failing:
+        part = st if k == "sensitivity" else harmless
+        answered = part[~part["failed"].astype(bool)]
+        if not len(answered) or not part["failed"].astype(bool).any():
+            return False
+        missed_answered = int((~of[k]["failed"].astype(bool)).sum())
+        rate = missed_answered / len(answered)
+        if k == "sensitivity" and 1 - rate < crit[k][1]:
+            return False
+        if k == "false_positive_rate" and rate > crit[k][1]:
+            return False
+    return True
 
 
 #: exit status of ``lmra audit`` / ``lmra check`` / ``lmra judge-check`` when the LMRA failed validation
@@ -531,17 +566,18 @@ def judge_status(verdict: dict | None, placebo: pd.DataFrame, diagnostics: dict,
 
 def checked_on_words(verdict: dict) -> str:
     """What the check's verdict rests on, for the console line said as soon as it is known:
-    ``on 200 canary pairs``; ``on 185 of 200 canary pairs (15 not rated: failed calls or unusable
-    answers)`` when some got no usable rating (fresh-user finding, s44: "passed on
-    200 canary pairs" with 15 never rated); ``after N canary pairs (it stopped: …)`` for a check
-    that stopped once it could no longer pass."""
+    ``on 200 canary pairs``; ``with 185 of 200 canary pairs rated (15 not rated: failed calls or
+    unusable answers)`` when some got no usable rating (fresh-user finding, s44: "passed on
+    200 canary pairs" with 15 never rated; ops trial, s49: "FAILED on 12 of 30 canary pairs" read as
+    12 canaries failed); ``after N canary pairs (it stopped: …)`` for a check that stopped once it
+    could no longer pass."""
     n = int(verdict.get("n_canaries") or 0)
     if verdict.get("stopped_early"):
         return f"after {n} canary pairs (it stopped: it could no longer pass)"
     unrated = int(verdict.get("n_failed") or 0) + int(verdict.get("n_invalid") or 0)
     if not unrated:
         return f"on {n} canary pairs"
-    return f"on {n - unrated} of {n} canary pairs ({unrated} not rated: failed calls or unusable answers)"
+    return f"with {n - unrated} of {n} canary pairs rated ({unrated} not rated: failed calls or unusable answers)"
 
 
 def replayed_words(status: dict | None, *, seedless: bool = False) -> str:

@@ -334,8 +334,8 @@ def test_a_passed_judge_status_whose_position_logit_was_not_estimable_is_shown_n
     # and the console line said as soon as the verdict is known (fresh-user finding, s44: "passed on 200")
     from lmra.judge_check import checked_on_words
 
-    assert checked_on_words(v) == (f"on {v['n_canaries'] - 3 - v['n_invalid']} of {v['n_canaries']} canary pairs "
-                                   f"({3 + v['n_invalid']} not rated: failed calls or unusable answers)")
+    assert checked_on_words(v) == (f"with {v['n_canaries'] - 3 - v['n_invalid']} of {v['n_canaries']} canary pairs "
+                                   f"rated ({3 + v['n_invalid']} not rated: failed calls or unusable answers)")
     assert checked_on_words({**v, "n_failed": 0, "n_invalid": 0}) == f"on {v['n_canaries']} canary pairs"
 
     # the real path: an audit whose judge check this LMRA passes, then its console and report.html

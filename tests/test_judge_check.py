@@ -158,6 +158,27 @@ def test_failed_calls_count_as_misses_not_passes():
     v = verdict_of(ScriptedJudge(good, fail_on=lambda text: True), per_kind=2)
     assert not v["passed"] and v["n_failed"] == v["n_canaries"]
     assert "sensitivity could not be measured" not in " ".join(v["reasons"])  # failed calls are misses
+    # said first, with what to do (ops trial, s49: an outage during the check led with "false-positive rate 100%")
+    assert v["failed_calls_explain"] and v["reasons"][0].startswith(
+        f"{v['n_canaries']} of {v['n_canaries']} canary calls failed") and "re-run the same command" in v["reasons"][0]
+
+
+def test_failed_canary_calls_lead_the_reasons_only_when_they_explain_the_failure():
+    """A good judge some of whose canary calls failed fails the check (failed calls are misses) and
+    the reasons lead with the failed calls and the advice to re-run; a judge that rates badly is
+    not excused by one failed call."""
+    import zlib
+
+    flaky = ScriptedJudge(good, fail_on=lambda text: zlib.crc32(text.encode()) % 3 == 0)
+    v = verdict_of(flaky, per_kind=6)
+    assert not v["passed"] and 0 < v["n_failed"] < v["n_canaries"]
+    assert v["failed_calls_explain"] and v["reasons"][0].startswith(f"{v['n_failed']} of {v['n_canaries']} canary "
+                                                                    "calls failed (")
+    assert "the canaries it answered pass" in v["reasons"][0]
+    blind = ScriptedJudge(lambda r1, r2: {"A": 0.1, "B": 0.1, "C": 0.8}, fail_on=lambda text: zlib.crc32(text.encode()) % 7 == 0)
+    w = verdict_of(blind, per_kind=6)  # never sees a stereotype: its sensitivity fails over the answered canaries too
+    assert not w["passed"] and w["n_failed"] > 0 and not w["failed_calls_explain"]
+    assert not any("canary calls failed" in r for r in w["reasons"])
 
 
 def test_bad_canary_file_names_file_line_and_field(tmp_path):
