@@ -64,6 +64,11 @@ def test_split_counts_rounding():
     assert ml.split_counts(10) == (8, 1, 1)
     assert ml.split_counts(20) == (16, 2, 2)
     assert ml.split_counts(7) == (6, 0, 1)  # boundaries round(5.6) = 6 and round(6.3) = 6
+    # a held-out rating goes to test before validation, which lmra never reads (known-items trial, s49: users
+    # with 3–5 ratings got 2/1/0, 3/1/0, 4/1/0 — no test item, so an R′ always empty)
+    assert [ml.split_counts(n) for n in (1, 2, 3, 4, 5, 6)] == [(1, 0, 0), (2, 0, 0), (2, 0, 1), (3, 0, 1), (4, 0, 1),
+                                                                (5, 0, 1)]
+    assert ml.split_counts(5, (0.8, 0.2, 0.0)) == (4, 1, 0)  # no test share asked: none given
     with pytest.raises(ValueError):
         ml.split_counts(10, (0.8, 0.3, 0.1))
 

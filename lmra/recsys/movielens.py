@@ -262,7 +262,10 @@ def split_counts(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> tuple[
     """Sizes of the train/validation/test parts of ``n`` ratings.
 
     Boundaries are rounded half up: ``b1 = round(f_train·n)``, ``b2 = round((f_train+f_valid)·n)``;
-    train = b1, valid = b2 − b1, test = n − b2 (10 → 8/1/1, 20 → 16/2/2, 7 → 6/0/1).
+    train = b1, valid = b2 − b1, test = n − b2 (10 → 8/1/1, 20 → 16/2/2, 7 → 6/0/1) — except that a
+    held-out rating goes to test before validation, which lmra never reads: 3 → 2/0/1, 4 → 3/0/1,
+    5 → 4/0/1 (rounded so, these users' one held-out rating went to validation, and their
+    true-preference lists R′ were always empty: known-items trial, s49).
 
     Raises:
         ValueError: fractions that are negative or do not sum to 1.
@@ -271,6 +274,8 @@ def split_counts(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> tuple[
         raise ValueError(f"split fractions must be three non-negative numbers summing to 1, got {list(fractions)}")
     b1 = _round_half_up(fractions[0] * n)
     b2 = max(b1, _round_half_up((fractions[0] + fractions[1]) * n))
+    if n - b2 == 0 and b2 > b1 and fractions[2] > 0:  # the held-out rating to test first (validation is unused)
+        b2 -= 1
     return b1, b2 - b1, n - b2
 
 
