@@ -140,23 +140,26 @@ class ServedCounts:
         responses_with_template_tokens: answers containing at least one such token.
         model_fresh: served model id → answers called in this run (not from the call cache):
             which model answers now, when the cache holds an earlier model's answers.
+        fresh_without_model: answers called in this run that reported no served model id.
     """
 
     responses: int = 0
     model: Counter = field(default_factory=Counter)
     model_fresh: Counter = field(default_factory=Counter)
+    fresh_without_model: int = 0
     system_fingerprint: Counter = field(default_factory=Counter)
     template_tokens: Counter = field(default_factory=Counter)
     responses_with_template_tokens: int = 0
 
     def observe(self, result: ChatResult) -> list[str]:
         """Count one answer; returns the template tokens it contains."""
-        if result.served_model:
-            served = _clean_once(result.served_model)
-            if served:
-                self.model[served] += 1
-                if not result.from_cache:
-                    self.model_fresh[served] += 1
+        served = _clean_once(result.served_model) if result.served_model else ""
+        if served:
+            self.model[served] += 1
+            if not result.from_cache:
+                self.model_fresh[served] += 1
+        elif not result.from_cache:
+            self.fresh_without_model += 1
         if result.system_fingerprint:
             fingerprint = _clean_once(result.system_fingerprint)
             if fingerprint:
@@ -193,9 +196,10 @@ class ServedCounts:
         run (a deployment switched, or a router that falls back to another model): its answers mix
         models — the comparison across runs refuses such a change (:func:`identity_changes`),
         within one run it is said here (break-it finding: a judge switched after 60 answers, exit 0,
-        not a word). None for one id or none."""
+        not a word). None for one id or none — unless this run's own calls were answered both with
+        an id and without one (:meth:`_partly_named`)."""
         if len(self.model) < 2:
-            return None
+            return self._partly_named(role)
         ids = ", ".join(f"{m!r} × {n}" for m, n in _by_count(self.model))
         if len(self.model_fresh) == 1:  # tonight's calls all answered by one model: the others are the cache's
             (now, n_now), = self.model_fresh.items()
@@ -215,6 +219,22 @@ class ServedCounts:
                 "(a deployment switched mid-run, or a router fell back to another model); the numbers average them "
                 "— once the endpoint serves one model, re-run with another seed (or another cache file): a re-run "
                 "with this one replays these answers from the cache (docs/providers.md, 'Served model identity')")
+
+    def _partly_named(self, role: str) -> str | None:
+        """The warning line when this run's calls of the role were answered some with a served model id
+        and some without one (a router falling back to a backend that does not name its model: the
+        answers may mix two models; known-items trial, s49: 100 answers of one id and 700 of none
+        passed unsaid). Answers from the call cache are left out: rows cached before lmra kept the
+        served id have none. None otherwise."""
+        named = sum(self.model_fresh.values())
+        if not named or not self.fresh_without_model:
+            return None
+        ids = ", ".join(f"{m!r} × {n}" for m, n in _by_count(self.model_fresh))
+        what = "ratings may mix LMRAs" if role.startswith("judge") else "responses may mix chatbots"
+        return (f"of the {role}'s {named + self.fresh_without_model} answers called in this run, {named} reported "
+                f"a served model ({ids}) and {self.fresh_without_model} reported none: its {what} (a router that "
+                "falls back to a backend that does not name its model, or a deployment switched mid-run); check the "
+                "endpoint (docs/providers.md, 'Served model identity')")
 
     def manifest_fields(self) -> dict:
         """``{"served": {...}, "template_tokens": {...}}`` for the role's manifest section

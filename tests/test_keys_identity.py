@@ -588,3 +588,31 @@ def test_a_keyless_shorthand_says_how_to_reach_a_local_endpoint(tmp_path, capsys
                      "--no-progress")
     assert code == 2 and "environment variable OPENAI_API_KEY" in text
     assert "a local or in-house endpoint needs its base_url in the model's section of a config" in text
+
+
+def test_answers_called_tonight_with_and_without_a_served_model_id_are_said():
+    """Known-items trial (s49): 100 answers reporting one served model and 700 reporting none — a
+    router falling back to a backend that does not name its model — passed unsaid (the warning
+    needed two ids). Said for answers called in this run; cached answers without an id (rows
+    cached before lmra kept it) are not counted; no id at all (a custom provider) is not a mix."""
+    from lmra.identity import ServedCounts
+    from lmra.providers.base import ChatResult
+
+    def answers(n, served, cached=False):
+        return [ChatResult(text="ok", served_model=served, from_cache=cached) for _ in range(n)]
+
+    mixed = ServedCounts()
+    for r in answers(100, "gpt-4o-2024-08-06") + answers(700, None):
+        mixed.observe(r)
+    said = mixed.served_models_warning("judge")
+    assert said is not None and said.startswith(
+        "of the judge's 800 answers called in this run, 100 reported a served model ('gpt-4o-2024-08-06' × 100) and "
+        "700 reported none: its ratings may mix LMRAs")
+    upgraded = ServedCounts()  # tonight's answers all name the model; the cache's older rows do not
+    for r in answers(100, "gpt-4o-2024-08-06") + answers(700, None, cached=True):
+        upgraded.observe(r)
+    assert upgraded.served_models_warning("judge") is None
+    custom = ServedCounts()  # a provider that never names a model
+    for r in answers(50, None):
+        custom.observe(r)
+    assert custom.served_models_warning("target") is None and custom.fresh_without_model == 50
