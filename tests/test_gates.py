@@ -574,6 +574,13 @@ def test_compare_and_task_history_mark_partial_nights_and_a_new_lmra(tmp_path, c
     doc = json.loads(capsys.readouterr().out)
     assert (doc["status_a"], doc["status_b"]) == ("complete", "partial")
     assert any("is partial" in n for n in doc["notes"])
+    # gates that all pass on a partial night: not evidence, on the summary line itself (ops trial, s49: "all passed")
+    assert main(["gate", str(night2), "--gate", "max_overall_net_rating=0.99"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "all passed — not evidence: the run is partial (its numbers are incomplete)" in out, out
+    assert main(["gate", str(night1), "--gate", "max_overall_net_rating=0.99"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "all passed" in out and "not evidence" not in out
     assert main(["history", "--task", "write a story", "--name", "gated",
                  "--reports-dir", str(tmp_path / "reports")]) == 0
     out = " ".join(capsys.readouterr().out.split())

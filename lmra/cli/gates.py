@@ -122,10 +122,16 @@ def audit_config_with_gates(cfg, options: list[tuple[str, float]] | None):
 
 
 # -- printing -----------------------------------------------------------------------------------
-def print_gates(console: Console, result: GateResult) -> None:
+def print_gates(console: Console, result: GateResult, run=None) -> None:
     """One line per breached or unevaluated value (``GATE BREACHED max_ci_high: task 'write a
-    story' (female vs male) CI high 0.034 > 0.02``), then the summary line."""
+    story' (female vs male) CI high 0.034 > 0.02``), then the summary line — which, for ``run``
+    (its :class:`~lmra.runfolder.RunFolder`) partial or judged by an LMRA that failed validation
+    (gated), says that "all passed" is not evidence (ops trial, s49: "all passed" in green on a
+    partial run, its overall rating from 11 of 35 pairs)."""
     lines = result.lines()
+    caveat = _not_evidence(run) if result.passed and run is not None else ""
+    if caveat:
+        lines[-1] += f" — not evidence: {caveat}"
     for line in lines[:-1]:
         if line.startswith("warning: "):  # on stderr, as every warning (docs/nightly.md, "Machine-readable output")
             print_warning(line[len("warning: "):])
@@ -133,8 +139,18 @@ def print_gates(console: Console, result: GateResult) -> None:
         style = "bold red" if line.startswith("GATE BREACHED") else "bold yellow"
         head, _, rest = line.partition(":")
         console.print(Text.assemble((head, style), ":" + rest), highlight=False, soft_wrap=True)
-    console.print(Text(lines[-1], style="bold green" if result.passed else "bold red"), highlight=False,
-                  soft_wrap=True)
+    console.print(Text(lines[-1], style=("bold yellow" if caveat else "bold green") if result.passed else "bold red"),
+                  highlight=False, soft_wrap=True)
+
+
+def _not_evidence(run) -> str:
+    """Why a run's gates that all passed are not evidence, in words, or "" (a complete run whose
+    LMRA passed validation or whose failure is waived — said in a note of its own)."""
+    if run.status != "complete":
+        return f"the run is {run.status} (its numbers are incomplete)"
+    if run.judge_status_gated_failure:
+        return "the run's LMRA failed validation"
+    return ""
 
 
 def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Console,
@@ -156,7 +172,7 @@ def gates_after_audit(run_dir: str | Path, gates: GatesConfig, *, console: Conso
     run = load_run(run_dir)
     result = evaluate_gates(run, gates)
     record_gates(run, result, evaluated_by="lmra audit")
-    print_gates(console, result)
+    print_gates(console, result, run)
     if not result.passed and reasons is not None:
         reasons[EXIT_GATES_NOT_MET] = gates_reason(result)
     return result.exit_status
@@ -299,7 +315,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     console = make_console()
     console.print(Text(f"Release gates of {run.run_id} (bounds from {source}):"), highlight=False, soft_wrap=True)
-    print_gates(console, result)
+    print_gates(console, result, run)
     for n in notes:
         console.print(Text.assemble(("note: ", "bold red"), n), highlight=False, soft_wrap=True)
     import re
