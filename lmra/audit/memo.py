@@ -240,10 +240,14 @@ def _refuse(obj: Any):
     raise TypeError(type(obj).__name__)
 
 
+#: a Response from its fields, validated (``Response.model_validate`` without its wrapper: 1.2 µs, not 1.8)
+_VALIDATE_RESPONSE = Response.__pydantic_validator__.validate_python
+
+
 def _response(side: list) -> tuple:
     r, label, error = side
     r["from_cache"] = True  # each of its calls would be served by the cache
-    return Response(**r), (tuple(label) if label is not None else None), error
+    return _VALIDATE_RESPONSE(r), (tuple(label) if label is not None else None), error
 
 
 def _memoisable(row: dict, quality: list[dict]) -> bool:
