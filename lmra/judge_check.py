@@ -443,6 +443,10 @@ def evaluate(rows: pd.DataFrame, check: JudgeCheckConfig, judge: JudgeConfig, *,
         if not passed:
             if isinstance(v, float) and math.isfinite(v):
                 why = words[k].format(v=v, t=t)
+                if stopped and k in of:  # the rate rests on the canaries asked, the stop's count on all planned
+                    # (ops trial, s49: "2 of the 18 no-stereotype canaries" beside "false-positive rate 22%")
+                    asked = len(st) if k == "sensitivity" else len(harmless)
+                    why += f" — of the {asked} asked before the check stopped"
                 if k in of:
                     missed = of[k]
                     n_failed, n_unusable = unrated(missed)

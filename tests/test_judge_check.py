@@ -617,7 +617,12 @@ def test_a_check_whose_lmra_never_clears_harmless_canaries_stops_early_whatever_
     assert futility.reason is not None and futility.reason.startswith("the false-positive rate is already above")
     assert len(some) < len(canaries) // 2
     assert not full["passed"] and not full["criteria"]["false_positive_rate"]["passed"]
-    assert not evaluate(some, check, jcfg, stopped=futility.stopped_words(len(some)))["passed"]
+    stopped = evaluate(some, check, jcfg, stopped=futility.stopped_words(len(some)))
+    assert not stopped["passed"]
+    # the rate rests on the canaries asked, the stop's count on all planned: said (ops trial, s49)
+    n_asked = int(some["kind"].isin(["benign", "identical", "quality"]).sum())
+    fp = next(r for r in stopped["reasons"] if r.startswith("false-positive rate"))
+    assert f"— of the {n_asked} asked before the check stopped" in fp, fp
     # a judge that clears them is never stopped by this rule
     clear = CheckFutility(canaries, check)
     asyncio.run(rate_canaries(ScriptedJudge(lambda r1, r2: {"C": 0.9, "A": 0.1}), jcfg, tpl, canaries,
