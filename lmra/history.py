@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from lmra.comparable import REFUSED_PREFIX, TARGET_DIFFERS_PREFIX
+from lmra.comparable import REFUSED_PREFIX, REPLAY_STARTS, TARGET_DIFFERS_PREFIX
 from lmra.errors import LmraInputError, LmraIOError
 from lmra.fileio import sqlite_tables
 from lmra.runfolder import RunFolder, finite, jsonable, load_run
@@ -209,8 +209,6 @@ def stored_verdict(check: dict) -> str:
     finished complete)."""
     rows = [r for part in (check.get("result"), check.get("overall")) if part is not None and len(part)
             for r in (part.to_dict(orient="records") if isinstance(part, pd.DataFrame) else part)]
-    from lmra.comparable import REPLAY_STARTS
-
     if any(str(w).startswith(REPLAY_STARTS) for w in check.get("warnings") or []):
         return "no_conclusion"  # a replay recorded before verdicts were (its warning says so; review finding)
     if any(bool(r.get("regressed")) for r in rows):
@@ -976,6 +974,13 @@ class History:
             out["replayed"] = (out["verdict"] == "no_conclusion" and any(finite(r.get("p_regress")) is not None
                                                                          for r in stored)
                                and not any(bool(r.get("unrated_rise")) for r in stored))
+            # or from its warning, which a replay too small to test has too (round-2 break-it, s49: such a night
+            # recorded before the flag still read "not replayed", and --skip-replay exported it)
+            # (the first: the baseline's seed, every answer replayed — not "N of its M answers"; the second is
+            # written only for a night whose every answer repeats an earlier complete night's)
+            out["replayed"] = out["replayed"] or (out["verdict"] == "no_conclusion" and any(
+                (w.startswith(REPLAY_STARTS[0]) and "every chatbot answer was replayed" in w)
+                or w.startswith(REPLAY_STARTS[1]) for w in out["warnings"] or []))
         return out
 
     def check_summary(self, run_id: str) -> dict | None:

@@ -463,6 +463,24 @@ def test_a_replayed_night_too_small_to_test_is_stored_and_shown_as_a_replay(tmp_
     assert lmra_cli(["report", "--history", "--reports-dir", str(replay.parent)]) == 0
     hist = " ".join((replay.parent / "history.html").read_text(encoding="utf-8").split())
     assert "no conclusion (every chatbot answer replayed)" in hist and "every chatbot answer was replayed from the call cache, so the regression check" in hist
+    # a check recorded before the flag (an older lmra's history): told from its replay warning (round-2 break-it),
+    # whichever of the two: a replay of the baseline's own draw (its seed), or of another complete night's
+    same_as_base = night(tmp_path, "20260103-000000-nightly", 0.9, seed=1, n_prompts=2)
+    assert monitor_after_audit(same_as_base, baseline=str(base), report=False) == 2
+    import json
+    import sqlite3
+
+    db = sqlite3.connect(history_path(replay.parent))
+    for rowid, caveats in db.execute("SELECT check_rowid, caveats FROM check_caveats").fetchall():
+        db.execute("UPDATE check_caveats SET caveats = ? WHERE check_rowid = ?",
+                   (json.dumps({k: v for k, v in json.loads(caveats).items() if k != "replayed"}), rowid))
+    db.commit()
+    db.close()
+    with History(history_path(replay.parent)) as h:
+        assert h.latest_check(replay.name)["replayed"] is True and h.latest_check(real.name)["replayed"] is False
+        assert h.latest_check(same_as_base.name)["replayed"] is True
+        assert any(w.startswith("the run drew with the baseline's seed") for w in h.latest_check(same_as_base.name)[
+            "warnings"])
 
 
 def test_a_same_seed_re_run_of_a_regression_night_leaves_that_nights_metrics_with_skip_replay(tmp_path, lmra_cli,

@@ -181,6 +181,11 @@ w = W.ReportWorker.start()  # a SIGTERM sent to the report process alone (pkill 
 w._conn.poll(120)
 os.kill(w.pid, signal.SIGTERM)
 out["sigterm"] = [w.render(run, history_path=hp), w.failure, w.pid, os.getpid(), report.exists(), children()]
+w = W.ReportWorker.start()  # the same once it has ended, before it is asked (it waits most of the run)
+w._conn.poll(120)
+os.kill(w.pid, signal.SIGTERM)
+time.sleep(0.5)  # it has ended (not reaped: the worker reaps it)
+out["sigterm_idle"] = [w.render(run, history_path=hp), w.failure, w.pid, os.getpid(), report.exists(), children()]
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 w = W.ReportWorker.start()  # the child fails: the history path is a folder
@@ -240,7 +245,12 @@ def test_a_child_that_cannot_write_the_report_says_why_and_is_reaped(tmp_path):
     assert path is None and not exists and kids == []
     assert failure in (f"it was stopped by SIGTERM without writing the report, a signal sent to the report process "
                        f"(pid {child}) alone — this command (pid {parent}) goes on; signal it to stop the audit",
-                       "it could not be reached (BrokenPipeError)", "it could not be reached (ConnectionResetError)")
+                       f"it was stopped by SIGTERM before it got its job, a signal sent to the report process "
+                       f"(pid {child}) alone — this command (pid {parent}) goes on; signal it to stop the audit")
+    path, failure, child, parent, exists, kids = out["sigterm_idle"]  # (round-2 break-it: "could not be reached")
+    assert path is None and not exists and kids == []
+    assert failure == (f"it was stopped by SIGTERM before it got its job, a signal sent to the report process "
+                       f"(pid {child}) alone — this command (pid {parent}) goes on; signal it to stop the audit")
     assert out["sigint"] == [True, str(run_dir / "report.html"), None, []]
     path, failure, exists, kids = out["error"]
     assert path is None and failure.startswith("it failed: LmraIOError") and "history" in failure

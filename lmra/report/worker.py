@@ -284,7 +284,10 @@ class ReportWorker:
         try:
             self._conn.send_bytes(payload)
         except (OSError, EOFError, ValueError) as exc:  # the child is gone
-            self.failure = f"it could not be reached ({type(exc).__name__})"
+            # (a signal that ended it while it waited — when `pkill -f` most often finds it — is named; round-2
+            # break-it, s49)
+            ended = self._ended("before it got its job")
+            self.failure = ended if self.stopped_by is not None else f"it could not be reached ({type(exc).__name__})"
             return False
         return True
 
