@@ -136,6 +136,21 @@ def test_result_frames_of_responses_and_filter_decisions_are_built_when_first_re
     assert "responses=" in repr(third) and "prompt_id" in repr(third)
     swapped = dataclasses.replace(third, summary={})
     assert swapped.responses.equals(again.responses) and swapped.summary == {}
+    # two threads reading it at once get one frame; del works (round-2 break-it, s49)
+    import threading
+
+    fourth = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
+                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    seen = []
+    readers = [threading.Thread(target=lambda: seen.append(fourth.responses)) for _ in range(4)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    assert len(seen) == 4 and all(f is seen[0] for f in seen)
+    del fourth.responses
+    with pytest.raises(AttributeError):
+        fourth.responses
     empty = finish.AuditResult(result.run_dir, pd.DataFrame(), *[pd.DataFrame()] * 4, {}, {})
     assert empty.filtered.empty and empty.filtered is not finish.AuditResult(
         result.run_dir, pd.DataFrame(), *[pd.DataFrame()] * 4, {}, {}).filtered  # a new default frame each

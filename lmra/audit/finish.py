@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,8 @@ class FrameOnFirstRead:
     """A data-class field holding a frame that may be given as a function of no argument: the
     function is called when the field is first read, and its frame kept. ``lmra audit`` reads
     neither the responses nor the filter decisions of its result (they are in the run folder):
-    built anyway, their frames were 5 % of a cached re-run (issue 14).
+    built anyway, their frames were 5 % of a cached re-run (issue 14). Until then the function holds
+    the rows the frame is built from (the instance's ``__dict__`` shows it under ``_<name>``).
 
     Args:
         default: the field's default, a function making a new frame (e.g. ``pd.DataFrame``: an
@@ -65,13 +67,29 @@ class FrameOnFirstRead:
             if self.default is None:
                 raise AttributeError(self.slot[1:])
             return self.default
-        value = obj.__dict__[self.slot]
+        try:
+            value = obj.__dict__[self.slot]
+        except KeyError:  # deleted
+            raise AttributeError(self.slot[1:]) from None
         if callable(value):
-            value = obj.__dict__[self.slot] = value()
+            with _BUILDING:  # two threads reading it at once get the one frame (round-2 break-it, s49)
+                value = obj.__dict__[self.slot]
+                if callable(value):
+                    value = obj.__dict__[self.slot] = value()
         return value
 
     def __set__(self, obj, value) -> None:
         obj.__dict__[self.slot] = value
+
+    def __delete__(self, obj) -> None:
+        try:
+            del obj.__dict__[self.slot]
+        except KeyError:
+            raise AttributeError(self.slot[1:]) from None
+
+
+#: held while a :class:`FrameOnFirstRead` frame is built
+_BUILDING = threading.Lock()
 
 
 @dataclass
