@@ -120,7 +120,7 @@ class AuditResult:
     def __getstate__(self) -> dict:
         """Pickled (and copied) with its frames built: a function waiting to build one is not picklable."""
         for f in ("responses", "filtered"):
-            getattr(self, f)
+            getattr(self, f, None)  # (built; one deleted stays so)
         return self.__dict__
 
 
