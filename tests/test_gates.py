@@ -581,6 +581,15 @@ def test_compare_and_task_history_mark_partial_nights_and_a_new_lmra(tmp_path, c
     assert main(["gate", str(night1), "--gate", "max_overall_net_rating=0.99"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "all passed" in out and "not evidence" not in out
+    # recorded, the history says it too (round-2 break-it, s49: "met" beside the partial night)
+    assert main(["gate", str(night2), "--gate", "max_overall_net_rating=0.99", "--record"]) == 1
+    capsys.readouterr()
+    assert main(["history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not evidence: the run is partial" in out, out
+    assert main(["report", "--history", "--reports-dir", str(tmp_path / "reports")]) == 0
+    page = " ".join((tmp_path / "reports" / "history.html").read_text(encoding="utf-8").split())
+    assert "met (max_overall_net_rating) — not evidence: the run is partial" in page
     assert main(["history", "--task", "write a story", "--name", "gated",
                  "--reports-dir", str(tmp_path / "reports")]) == 0
     out = " ".join(capsys.readouterr().out.split())

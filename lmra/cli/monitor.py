@@ -752,17 +752,17 @@ def cmd_history(args: argparse.Namespace) -> int:
                 + [f"  {lit(o.comparison)}: {_fmt(o.net_rating)} [{_fmt(o.ci_low)}, {_fmt(o.ci_high)}]"
                    for o in ov.itertuples()]
                 + [f"  check: {_check_cell(verdicts[r.run_id]['check'], '; ', _not_evidence(r))}",
-                   f"  gates: {_gates_cell(verdicts[r.run_id]['gates'], '; ')}"])
+                   f"  gates: {_gates_cell(verdicts[r.run_id]['gates'], '; ', r.status)}"])
             narrow_rows.append({"run": run_cell + ("\npinned" if r.pinned else ""),
                                 "judge status": _judge_cell(r.judge_status).replace(" (", "\n("),
                                 "pairs": _count(r.n_pairs_total), "overall net rating [CI]": net,
                                 "regression check": _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
-                                "gates": _gates_cell(verdicts[r.run_id]["gates"], between)})
+                                "gates": _gates_cell(verdicts[r.run_id]["gates"], between, r.status)})
         else:
             table.add_row(run_cell, _short_time(r.started), model_cell(r, "target"), model_cell(r, "judge"),
                           _judge_cell(r.judge_status), _count(r.n_pairs_total), split, net,
                           _check_cell(verdicts[r.run_id]["check"], between, _not_evidence(r)),
-                          _gates_cell(verdicts[r.run_id]["gates"], between), "pinned" if r.pinned else "")
+                          _gates_cell(verdicts[r.run_id]["gates"], between, r.status), "pinned" if r.pinned else "")
     dropped: list[str] = []
     if narrow:  # every run id and rating whole; the check's words fold; narrower still, the terminal wraps the
         # table's lines rather than cut a number (lmra.console.fitted_table)
@@ -925,8 +925,10 @@ def _check_cell(check: dict | None, between: str, not_evidence: str = "") -> str
     return text
 
 
-def _gates_cell(gates: dict | None, between: str) -> str:
-    """``lmra history``'s gates cell: the run's recorded release gates (:func:`lmra.gates.read_gates`)."""
+def _gates_cell(gates: dict | None, between: str, run_status: str | None = None) -> str:
+    """``lmra history``'s gates cell: the run's recorded release gates (:func:`lmra.gates.read_gates`);
+    gates met on a run that is not complete say they are not evidence (round-2 break-it, s49: "met"
+    beside a partial night, as ``lmra gate`` once said "all passed")."""
     if gates is None:
         return "—"
     if gates["unreadable"]:
@@ -939,7 +941,10 @@ def _gates_cell(gates: dict | None, between: str) -> str:
             f"{lit(g)} ({lit(', '.join(dict.fromkeys(ts)))})" for g, ts in where.items())
     if not gates["passed"]:
         return f"[bold red]NOT MET[/]: not evaluated: {lit(', '.join(gates['unmet']))}"
-    return f"[green]met[/] ({lit(', '.join(gates['checked']))})"
+    met = f"[green]met[/] ({lit(', '.join(gates['checked']))})"
+    if run_status and run_status != "complete":
+        return f"{met} [yellow]— not evidence: the run is {lit(run_status)}[/]"
+    return met
 
 
 @json_errors
