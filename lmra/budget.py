@@ -434,15 +434,21 @@ class Budget:
 
     def record_cached(self, provider: str, model: str, usage: Usage) -> None:
         """Count a call served from the cache (free; its would-be cost is recorded as saved)."""
+        self.record_cached_calls(provider, model, (usage,))
+
+    def record_cached_calls(self, provider: str, model: str, usages) -> None:
+        """:meth:`record_cached` of each of ``usages`` in turn (one ledger row looked up: the pair
+        memo's replay counts a pair's calls of one model at once; the same sums, in the same order)."""
         row = self.ledger(provider, model)
-        row.calls_cached += 1
-        row.prompt_tokens_cached += usage.prompt_tokens
-        row.completion_tokens_cached += usage.completion_tokens
-        c = cost_of(usage, provider, model, prices=self.prices)
-        if c is None:
-            row.cost_saved_usd = None
-        elif row.cost_saved_usd is not None:
-            row.cost_saved_usd += c
+        for usage in usages:
+            row.calls_cached += 1
+            row.prompt_tokens_cached += usage.prompt_tokens
+            row.completion_tokens_cached += usage.completion_tokens
+            c = cost_of(usage, provider, model, prices=self.prices)
+            if c is None:
+                row.cost_saved_usd = None
+            elif row.cost_saved_usd is not None:
+                row.cost_saved_usd += c
 
     def report(self) -> dict:
         """JSON-able summary for ``manifest.json``: limits, use, stop reason, per-model ledger."""

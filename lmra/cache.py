@@ -1417,6 +1417,16 @@ def _described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def record_cache_hits(stats: list[CallStats], n: int, prompt_tokens: int, completion_tokens: int) -> None:
+    """Count ``n`` answers served from the cache, none degraded, with these token totals, in each
+    of ``stats``: the same counts as ``n`` calls of :func:`_record` with ``cached=True`` (the pair
+    memo's replay counts a pair's calls of one role at once; issue 14)."""
+    for s in stats:
+        s.cached += n
+        s.prompt_tokens_cached += prompt_tokens
+        s.completion_tokens_cached += completion_tokens
+
+
 def _record(stats: list[CallStats], events: Counter | None, *, fresh: bool = False, failed: str | None = None,
             error: str | None = None, result: ChatResult | None = None, cached: bool = False,
             waited: bool = False) -> None:

@@ -419,3 +419,20 @@ def test_a_replay_that_fails_is_raised_once_the_started_chains_settle(tmp_path, 
     with pytest.raises(OSError, match="disk full while replaying"):
         _run(cfg, tmp_path / "second")
     assert seen[0] == 3  # no pair replayed after the failure
+
+
+def test_a_replay_counts_a_priced_model_shared_by_two_roles_as_the_calls_did(tmp_path):
+    """The replay counts a pair's calls of one role at once and a model's costs in the calls' order
+    (issue 14): with a price table and one provider and model behind the target and the LMRA, its
+    ledger (calls, tokens, the saved cost to the last bit) is the same as a re-run without the memo's."""
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices.shared]\n"*" = { input = 0.37, output = 1.13 }\n', encoding="utf-8")
+    cfg = _config(tmp_path, prices=str(prices), judge2=None)
+    target, judge = _Target(), _Judge()
+    target.name = judge.name = "shared"
+    _run(cfg, tmp_path / "first", target=target, judge=judge)
+    memo = _run(cfg, tmp_path / "memo", target=target, judge=judge)
+    off = _run(cfg, tmp_path / "off", target=target, judge=judge, memo=False)
+    assert memo.manifest["pair_memo"]["hits"] > 0
+    b1, b2 = memo.manifest["budget"], off.manifest["budget"]
+    assert b1 == b2 and any(r["calls_cached"] > 0 and r["cost_saved_usd"] for r in b1["per_model"]), b1
