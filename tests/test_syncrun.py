@@ -69,22 +69,33 @@ def test_refuses_what_asyncio_run_refuses():
     asyncio.run(inside())
 
 
-def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs):
-    """Audit.run returns its AuditResult without formatting it (0.05 s a time with its tables)."""
+def _scripted_config(tmp_path, sim_inputs, name: str, n_prompts: int = 6):
+    """A small audit's config on the scripted test doubles (judge check off)."""
+    from lmra.config import AuditConfig
+
+    names, prompts = sim_inputs(n_prompts)
+    return AuditConfig.model_validate(dict(
+        name=name, prompts=str(prompts), names=str(names), prompts_per_task=0,
+        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+
+
+def _scripted_audit(cfg, answer=lambda g, rng: f"{g} answer"):
+    """An Audit of ``cfg`` whose chatbot answers ``answer(group, rng)`` and whose LMRA gives fixed probabilities."""
     from conftest import NAME_TO_GROUP
     from doubles import ScriptedJudge, ScriptedTarget
     from lmra import Audit
+
+    return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, answer),
+                 judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5}))
+
+
+def test_audit_run_does_not_format_its_result(monkeypatch, tmp_path, sim_inputs):
+    """Audit.run returns its AuditResult without formatting it (0.05 s a time with its tables)."""
     from lmra.audit import finish
-    from lmra.config import AuditConfig
 
     formatted = []
     monkeypatch.setattr(finish.AuditResult, "__repr__", lambda self: formatted.append(1) or "AuditResult(...)")
-    names, prompts = sim_inputs(6)
-    cfg = AuditConfig.model_validate(dict(
-        name="syncrun", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
-    result = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
-                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    result = _scripted_audit(_scripted_config(tmp_path, sim_inputs, "syncrun")).run()
     assert isinstance(result, finish.AuditResult) and len(result.responses) == 12
     assert formatted == []
 
@@ -96,21 +107,13 @@ def test_result_frames_of_responses_and_filter_decisions_are_built_when_first_re
 
     import pandas as pd
 
-    from conftest import NAME_TO_GROUP
-    from doubles import ScriptedJudge, ScriptedTarget
-    from lmra import Audit
     from lmra.audit import finish
-    from lmra.config import AuditConfig
 
     built = []
     rows_frame = finish._rows_frame
     monkeypatch.setattr(finish, "_rows_frame", lambda rows: built.append(len(rows)) or rows_frame(rows))
-    names, prompts = sim_inputs(6)
-    cfg = AuditConfig.model_validate(dict(
-        name="lazy", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
-    result = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
-                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    cfg = _scripted_config(tmp_path, sim_inputs, "lazy")
+    result = _scripted_audit(cfg).run()
     assert built == []  # the run has ended: nothing built yet
     lines = [json.loads(x) for x in (result.run_dir / "responses.jsonl").read_text().splitlines()]
     assert result.responses["text"].tolist() == [r["text"] for r in lines] and len(lines) == 12
@@ -126,21 +129,18 @@ def test_result_frames_of_responses_and_filter_decisions_are_built_when_first_re
     assert [f.name for f in dataclasses.fields(finish.AuditResult)][:9] == [
         "run_dir", "responses", "ratings", "per_task", "per_domain", "overall", "summary", "manifest", "refusals"]
     assert "filtered" in [f.name for f in dataclasses.fields(finish.AuditResult)]
-    again = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
-                  judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    again = _scripted_audit(cfg).run()
     copied = pickle.loads(pickle.dumps(again))  # its frames built on the way
     assert len(copied.responses) == 12 and copied.responses.equals(again.responses)
     assert copy.deepcopy(again).filtered.equals(again.filtered)
-    third = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
-                  judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    third = _scripted_audit(cfg).run()
     assert "responses=" in repr(third) and "prompt_id" in repr(third)
     swapped = dataclasses.replace(third, summary={})
     assert swapped.responses.equals(again.responses) and swapped.summary == {}
     # two threads reading it at once get one frame; del works (round-2 break-it, s49)
     import threading
 
-    fourth = Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer"),
-                   judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5})).run()
+    fourth = _scripted_audit(cfg).run()
     seen = []
     readers = [threading.Thread(target=lambda: seen.append(fourth.responses)) for _ in range(4)]
     for t in readers:
@@ -160,19 +160,10 @@ def test_a_prompts_generations_follow_a_config_changed_in_place_before_the_run(t
     """A prompt's generations are planned once a run (issue 14), from the config as it is when
     the run starts: a config changed in place after the Audit was made is followed (a plan kept per
     config object was stale: an earlier attempt, reverted)."""
-    from conftest import NAME_TO_GROUP
-    from doubles import ScriptedJudge, ScriptedTarget
-    from lmra import Audit
-    from lmra.config import AuditConfig
-
-    names, prompts = sim_inputs(4)
-    cfg = AuditConfig.model_validate(dict(
-        name="plan", prompts=str(prompts), names=str(names), prompts_per_task=0,
-        output_dir=str(tmp_path / "reports"), cache=str(tmp_path / "cache.sqlite"), judge_check={"enabled": False}))
+    cfg = _scripted_config(tmp_path, sim_inputs, "plan", 4)
 
     def audit():
-        return Audit(cfg, target=ScriptedTarget(NAME_TO_GROUP, lambda g, rng: f"{g} answer {rng.random()}"),
-                     judge=ScriptedJudge(lambda r1, r2: {"A": 0.2, "B": 0.3, "C": 0.5}))
+        return _scripted_audit(cfg, lambda g, rng: f"{g} answer {rng.random()}")
 
     assert len(audit().run().responses) == 8
     changed = audit()
